@@ -1,0 +1,169 @@
+"""TOML configuration of the agent and the daemon. Errors name the file and the key.
+
+Defaults live in ``/etc/opptune/agent.toml`` and ``/etc/opptune/daemon.toml``; every entry point
+takes ``--config PATH`` to override. Missing files mean "all defaults", a missing key means its
+default, an unknown key or a wrong type is an error (a typo must not silently do nothing).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import socket
+import tomllib
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+DEFAULT_AGENT_CONFIG = Path("/etc/opptune/agent.toml")
+DEFAULT_DAEMON_CONFIG = Path("/etc/opptune/daemon.toml")
+DEFAULT_ENDPOINT = "tcp://127.0.0.1:5555"
+
+
+class ConfigError(ValueError):
+    """A configuration that cannot be used; the message names file, key and the fix."""
+
+
+@dataclass
+class CommandWorkload:
+    """A real workload the agent may run: a command line; ``{threads}`` and ``{size}`` are
+    substituted. Only workloads defined in the agent's own configuration ever run."""
+    name: str
+    command: list[str]
+    sizes: list[str] = field(default_factory=lambda: ["default"])
+    env: dict[str, str] = field(default_factory=dict)
+    threads_env: str = "OMP_NUM_THREADS"  # also exported with the thread count
+
+
+@dataclass
+class AgentConfig:
+    agent_id: str = field(default_factory=socket.gethostname)
+    daemon: str = DEFAULT_ENDPOINT
+    state_dir: str = "/var/lib/opptune-agent"
+    sysfs_root: str = "/"  # tests point this at a fake tree
+    heartbeat_s: float = 2.0
+    # bench_suite kernels this agent offers ("all" = the whole catalogue)
+    bench_kernels: list[str] = field(default_factory=lambda: ["all"])
+    workloads: list[CommandWorkload] = field(default_factory=list)
+    virtual_board: str = ""  # name of a virtual board (tests and demos only)
+    run_timeout_s: float = 600.0
+    log_level: str = "INFO"
+
+
+@dataclass
+class SweepDefaults:
+    size: str = "default"
+    reps: int = 3
+    warmup: int = 1
+    max_cores: int = 0  # 0 = all cores the agent reports
+    frequencies: list[int] = field(default_factory=list)  # kHz; empty = do not set frequency
+
+
+@dataclass
+class DaemonConfig:
+    bind: str = DEFAULT_ENDPOINT
+    database: str = "/var/lib/opptune/opptune.db"
+    heartbeat_s: float = 2.0
+    agent_timeout_s: float = 10.0
+    tolerance: float = 0.05  # recommend the fewest cores within this of the best predicted time
+    auto_sweep: bool = False  # send a sweep to every agent that says hello
+    auto_recommend: bool = True  # push a config once a sweep is complete and fitted
+    verify_reps: int = 3
+    sweep: SweepDefaults = field(default_factory=SweepDefaults)
+    log_level: str = "INFO"
+
+
+def _coerce(path: Path, key: str, value: Any, default: Any, tp: Any) -> Any:
+    """Check one value against the type of its default."""
+    if dataclasses.is_dataclass(default):
+        if not isinstance(value, dict):
+            raise ConfigError(f"{path}: [{key}] must be a table")
+        return _build(type(default), value, path, prefix=f"{key}.")
+    if isinstance(default, bool):
+        ok = isinstance(value, bool)
+    elif isinstance(default, float):
+        ok = isinstance(value, (int, float)) and not isinstance(value, bool)
+        value = float(value) if ok else value
+    elif isinstance(default, int):
+        ok = isinstance(value, int) and not isinstance(value, bool)
+    elif isinstance(default, str):
+        ok = isinstance(value, str)
+    elif isinstance(default, list):
+        ok = isinstance(value, list)
+    else:
+        ok = True
+    if not ok:
+        raise ConfigError(f"{path}: key '{key}' must be {type(default).__name__}, "
+                          f"got {type(value).__name__} ({value!r})")
+    return value
+
+
+def _build(cls: type, data: dict[str, Any], path: Path, prefix: str = "") -> Any:
+    inst = cls()
+    names = {f.name: f for f in dataclasses.fields(cls)}
+    for key, value in data.items():
+        if key not in names:
+            raise ConfigError(f"{path}: unknown key '{prefix}{key}'; known keys: "
+                              f"{', '.join(sorted(names))}")
+        if cls is AgentConfig and key == "workloads":
+            value = [_workload(path, i, w) for i, w in enumerate(_list(path, key, value))]
+        else:
+            value = _coerce(path, prefix + key, value, getattr(inst, key), names[key].type)
+        setattr(inst, key, value)
+    return inst
+
+
+def _list(path: Path, key: str, value: Any) -> list[Any]:
+    if not isinstance(value, list):
+        raise ConfigError(f"{path}: '{key}' must be an array of tables ([[{key}]])")
+    return value
+
+
+def _workload(path: Path, i: int, data: Any) -> CommandWorkload:
+    where = f"{path}: [[workloads]] entry {i + 1}"
+    if not isinstance(data, dict):
+        raise ConfigError(f"{where} must be a table")
+    for key in ("name", "command"):
+        if key not in data:
+            raise ConfigError(f"{where} lacks '{key}'")
+    if not isinstance(data["command"], list) or not all(isinstance(a, str) for a in data["command"]):
+        raise ConfigError(f"{where}: 'command' must be an array of strings "
+                          "(argv, no shell), e.g. [\"./app\", \"--threads\", \"{threads}\"]")
+    try:
+        return CommandWorkload(**data)
+    except TypeError as exc:
+        raise ConfigError(f"{where}: {exc}") from None
+
+
+def _read(path: Path) -> dict[str, Any]:
+    try:
+        with open(path, "rb") as fh:
+            return tomllib.load(fh)
+    except FileNotFoundError:
+        return {}
+    except tomllib.TOMLDecodeError as exc:
+        raise ConfigError(f"{path}: not valid TOML: {exc}") from None
+    except OSError as exc:
+        raise ConfigError(f"{path}: cannot read: {exc.strerror}") from None
+
+
+def load_agent_config(path: str | os.PathLike[str] | None = None, **overrides: Any) -> AgentConfig:
+    """Load the agent configuration; ``overrides`` (from the command line) win over the file.
+
+    An explicitly named file must exist; the default path may be absent (all defaults)."""
+    return _load(AgentConfig, path, DEFAULT_AGENT_CONFIG, overrides)
+
+
+def load_daemon_config(path: str | os.PathLike[str] | None = None,
+                       **overrides: Any) -> DaemonConfig:
+    """Load the daemon configuration; ``overrides`` win over the file."""
+    return _load(DaemonConfig, path, DEFAULT_DAEMON_CONFIG, overrides)
+
+
+def _load(cls: type, path: Any, default: Path, overrides: dict[str, Any]) -> Any:
+    p = Path(path) if path else default
+    if path and not p.exists():
+        raise ConfigError(f"{p}: configuration file not found; create it or drop --config")
+    data = _read(p)
+    data.update({k: v for k, v in overrides.items() if v is not None})
+    return _build(cls, data, p)

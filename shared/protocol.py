@@ -1,0 +1,248 @@
+"""The agent <-> daemon wire protocol: message types, msgpack encoding and validation.
+
+Every message is a msgpack map (the envelope)::
+
+    {"v": PROTOCOL_VERSION, "type": str, "id": str, "ts": float, "agent": str, "body": map}
+
+``decode`` validates the envelope and the body of every known type before anything uses it and
+raises :class:`ProtocolError` (never anything else) naming the problem. Server loops catch it,
+answer with an ``error`` message and log it.
+
+Message types and who sends them:
+
+=========  =========  ==============================================================
+type       from       meaning
+=========  =========  ==============================================================
+hello      agent      platform description and the workloads this agent may run
+heartbeat  both       liveness (body may be empty)
+job        daemon     a sweep: run these points of one workload, reps each
+result     agent      one run record of a job (at least once; keyed by envelope id)
+ack        daemon     these result message ids are committed to the store
+config     daemon     apply this recommended configuration and verify it
+applied    agent      outcome of a config: verified records, or why it was refused
+error      both       something received was refused; ``ref`` names its message id
+query      operator   ask the daemon for its state (``opptune status``)
+reply      daemon     answer to a query
+=========  =========  ==============================================================
+"""
+
+from __future__ import annotations
+
+import time
+import uuid
+from typing import Any
+
+import msgpack
+
+PROTOCOL_VERSION = 1
+MAX_MESSAGE_BYTES = 1 << 20  # 1 MiB: a run record is a few KiB; anything larger is hostile.
+MAX_ID_LEN = 64
+
+
+class ProtocolError(ValueError):
+    """A message that must be refused. ``code`` is a stable machine-readable reason."""
+
+    def __init__(self, code: str, message: str, ref: str | None = None):
+        super().__init__(message)
+        self.code = code
+        self.ref = ref
+
+
+# Body schemas: field -> (allowed types, required). Nested content (records, platform) is
+# validated by its own module; here only its container type is checked.
+_INT = (int,)
+_NUM = (int, float)
+_STR = (str,)
+_OPT_STR = (str, type(None))
+_OPT_INT = (int, type(None))
+_LIST = (list, tuple)
+_MAP = (dict,)
+_BOOL = (bool,)
+
+BODY_SCHEMAS: dict[str, dict[str, tuple[tuple[type, ...], bool]]] = {
+    "hello": {
+        "platform": (_MAP, True),
+        "workloads": (_LIST, True),
+        "agent_version": (_STR, True),
+        "pid": (_INT, False),
+    },
+    "heartbeat": {
+        "outbox": (_INT, False),  # results waiting for an ack on the agent
+        "instance": (_STR, False),  # the sender's process instance: a change means a restart
+    },
+    "job": {
+        "job_id": (_STR, True),
+        "workload": (_STR, True),
+        "size": (_STR, True),
+        # each point: {"cpus": [int], "threads": int, "freq_khz": int | None}
+        "points": (_LIST, True),
+        "reps": (_INT, True),
+        "warmup": (_INT, True),
+    },
+    "result": {
+        "job_id": (_STR, True),
+        "seq": (_INT, True),  # index of this run within the job
+        "of": (_INT, True),  # number of runs the job will produce
+        "record": (_MAP, True),  # shared.records.RunRecord.to_dict()
+    },
+    "ack": {
+        "ids": (_LIST, True),
+    },
+    "config": {
+        "config_id": (_STR, True),
+        "workload": (_STR, True),
+        "size": (_STR, True),
+        "cpus": (_LIST, True),
+        "threads": (_INT, True),
+        "freq_khz": (_OPT_INT, False),
+        "reps": (_INT, True),
+        "predicted_time_s": ((int, float, type(None)), False),
+    },
+    "applied": {
+        "config_id": (_STR, True),
+        "ok": (_BOOL, True),
+        "error": (_OPT_STR, False),
+        "records": (_LIST, False),
+        "time_s": ((int, float, type(None)), False),  # median verified time
+    },
+    "error": {
+        "code": (_STR, True),
+        "message": (_STR, True),
+        "ref": (_OPT_STR, False),
+    },
+    "query": {
+        "what": (_STR, True),  # "status", "sweep", ...
+        "args": (_MAP, False),
+    },
+    "reply": {
+        "ref": (_STR, True),
+        "data": (_MAP, True),
+    },
+}
+
+MESSAGE_TYPES = frozenset(BODY_SCHEMAS)
+
+
+def new_id() -> str:
+    """A unique message id (32 hex digits)."""
+    return uuid.uuid4().hex
+
+
+def make(msg_type: str, agent: str, body: dict[str, Any] | None = None, msg_id: str | None = None,
+         ts: float | None = None) -> dict[str, Any]:
+    """Build and validate an envelope. Raises ProtocolError when the body does not fit its type."""
+    msg = {
+        "v": PROTOCOL_VERSION,
+        "type": msg_type,
+        "id": msg_id or new_id(),
+        "ts": time.time() if ts is None else ts,
+        "agent": agent,
+        "body": body or {},
+    }
+    validate(msg)
+    return msg
+
+
+def encode(msg: dict[str, Any]) -> bytes:
+    """Validate and pack one message."""
+    validate(msg)
+    data = msgpack.packb(msg, use_bin_type=True)
+    if len(data) > MAX_MESSAGE_BYTES:
+        raise ProtocolError("too_large", f"message of {len(data)} bytes exceeds the limit of "
+                                         f"{MAX_MESSAGE_BYTES} bytes", msg.get("id"))
+    return data
+
+
+def decode(data: bytes) -> dict[str, Any]:
+    """Unpack and validate one message; raises ProtocolError for anything that must be refused."""
+    if not isinstance(data, (bytes, bytearray, memoryview)):
+        raise ProtocolError("bad_frame", f"expected bytes, got {type(data).__name__}")
+    if len(data) > MAX_MESSAGE_BYTES:
+        raise ProtocolError("too_large", f"message of {len(data)} bytes exceeds the limit of "
+                                         f"{MAX_MESSAGE_BYTES} bytes")
+    try:
+        msg = msgpack.unpackb(bytes(data), raw=False, strict_map_key=True,
+                              max_buffer_size=MAX_MESSAGE_BYTES)
+    except Exception as exc:  # msgpack raises several unrelated types for corrupt input
+        raise ProtocolError("malformed", f"not a valid msgpack message: {exc}") from None
+    validate(msg)
+    return msg
+
+
+def validate(msg: Any) -> None:
+    """Check the envelope and the body of a message; raise ProtocolError naming the problem."""
+    if not isinstance(msg, dict):
+        raise ProtocolError("malformed", f"message must be a map, got {type(msg).__name__}")
+    ref = msg.get("id") if isinstance(msg.get("id"), str) else None
+    for key, types in (("v", _INT), ("type", _STR), ("id", _STR), ("ts", _NUM),
+                       ("agent", _STR), ("body", _MAP)):
+        if key not in msg:
+            raise ProtocolError("missing_field", f"envelope lacks required field '{key}'", ref)
+        value = msg[key]
+        if not isinstance(value, types) or isinstance(value, bool):
+            raise ProtocolError("bad_type", f"envelope field '{key}' must be "
+                                            f"{'/'.join(t.__name__ for t in types)}, "
+                                            f"got {type(value).__name__}", ref)
+    if msg["v"] != PROTOCOL_VERSION:
+        raise ProtocolError("bad_version", f"protocol version {msg['v']} is not supported "
+                                           f"(this side speaks {PROTOCOL_VERSION})", ref)
+    if msg["type"] not in MESSAGE_TYPES:
+        raise ProtocolError("unknown_type", f"unknown message type '{msg['type'][:40]}'", ref)
+    if not msg["id"] or len(msg["id"]) > MAX_ID_LEN:
+        raise ProtocolError("bad_id", f"message id must be 1..{MAX_ID_LEN} characters", ref)
+    if len(msg["agent"]) > MAX_ID_LEN:
+        raise ProtocolError("bad_agent", f"agent id longer than {MAX_ID_LEN} characters", ref)
+    schema = BODY_SCHEMAS[msg["type"]]
+    body = msg["body"]
+    for field, (types, required) in schema.items():
+        if field not in body:
+            if required:
+                raise ProtocolError("missing_field", f"{msg['type']} body lacks required field "
+                                                     f"'{field}'", ref)
+            continue
+        value = body[field]
+        if not isinstance(value, types) or (isinstance(value, bool) and bool not in types):
+            raise ProtocolError("bad_type", f"{msg['type']} field '{field}' must be "
+                                            f"{'/'.join(t.__name__ for t in types)}, "
+                                            f"got {type(value).__name__}", ref)
+    _check_body(msg["type"], body, ref)
+
+
+def _check_body(msg_type: str, body: dict[str, Any], ref: str | None) -> None:
+    """Checks beyond field types: counts and list contents."""
+    if msg_type == "job":
+        if body["reps"] < 1 or body["warmup"] < 0:
+            raise ProtocolError("bad_value", "job needs reps >= 1 and warmup >= 0", ref)
+        for i, point in enumerate(body["points"]):
+            if not isinstance(point, dict):
+                raise ProtocolError("bad_type", f"job point {i} must be a map", ref)
+            _check_cpus(point.get("cpus"), f"job point {i}", ref)
+            if not isinstance(point.get("threads"), int) or point["threads"] < 1:
+                raise ProtocolError("bad_value", f"job point {i} needs threads >= 1", ref)
+            if not isinstance(point.get("freq_khz"), (int, type(None))):
+                raise ProtocolError("bad_type", f"job point {i} freq_khz must be int or nil", ref)
+    elif msg_type == "config":
+        _check_cpus(body["cpus"], "config", ref)
+        if body["threads"] < 1 or body["reps"] < 1:
+            raise ProtocolError("bad_value", "config needs threads >= 1 and reps >= 1", ref)
+    elif msg_type == "ack":
+        if not all(isinstance(i, str) for i in body["ids"]):
+            raise ProtocolError("bad_type", "ack ids must be strings", ref)
+    elif msg_type == "result":
+        if not 0 <= body["seq"] < body["of"]:
+            raise ProtocolError("bad_value", "result needs 0 <= seq < of", ref)
+
+
+def _check_cpus(cpus: Any, where: str, ref: str | None) -> None:
+    if not isinstance(cpus, (list, tuple)) or not cpus:
+        raise ProtocolError("bad_value", f"{where}: cpus must be a non-empty list of cpu numbers",
+                            ref)
+    if not all(isinstance(c, int) and not isinstance(c, bool) and 0 <= c < 65536 for c in cpus):
+        raise ProtocolError("bad_value", f"{where}: cpus must be cpu numbers 0..65535", ref)
+    if len(set(cpus)) != len(cpus):
+        raise ProtocolError("bad_value", f"{where}: cpus lists a cpu twice", ref)
+
+
+def error_reply(agent: str, code: str, message: str, ref: str | None = None) -> dict[str, Any]:
+    """An ``error`` message answering a refused one."""
+    return make("error", agent, {"code": code, "message": message[:1000], "ref": ref})

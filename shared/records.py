@@ -1,0 +1,100 @@
+"""The run record: one measured execution of a workload in one configuration.
+
+Units are in the field names (``_s`` seconds, ``_mhz``, ``_j`` joules, ``_kb``). A value the
+platform cannot give is ``None`` (invalid), never zero; ``invalid`` maps the field or counter
+name to the reason, so a reader can tell "not measured" from "measured zero".
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from dataclasses import dataclass, field
+from typing import Any
+
+
+class RecordError(ValueError):
+    """A record that cannot be accepted; the message names the field."""
+
+
+@dataclass
+class RunRecord:
+    platform: str  # platform id (agent's platform fingerprint)
+    workload: str
+    input: str  # input size class or value, as text
+    cores: int  # number of cpus in the cpu set
+    cpus: list[int]
+    threads: int
+    rep: int  # repetition index, 0-based; warmups are not recorded
+    ok: bool = True
+    error: str | None = None
+    variant: str = ""  # categorical knobs, "k=v;k=v"
+    freq_mhz: float | None = None  # frequency that was set (None: not set / not settable)
+    freq_observed_mhz: dict[str, float] | None = None  # per cpufreq policy, read before the run
+    time_s: float | None = None  # the workload's own timed region (or wall when it has none)
+    wall_s: float | None = None  # process wall time seen by the agent
+    user_s: float | None = None
+    sys_s: float | None = None
+    ctx_voluntary: int | None = None
+    ctx_involuntary: int | None = None
+    max_rss_kb: int | None = None
+    counters: dict[str, float | None] = field(default_factory=dict)
+    energy_j: float | None = None
+    energy_source: str | None = None
+    thread_stats: list[dict[str, float]] = field(default_factory=list)  # per-thread busy/wait
+    invalid: dict[str, str] = field(default_factory=dict)  # field/counter -> reason
+    virtual: bool = False  # measured on a virtual board (tests, demos): never real hardware
+    started_at: float | None = None  # unix time
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> "RunRecord":
+        """Build from a decoded map; raises RecordError naming the offending field."""
+        if not isinstance(data, dict):
+            raise RecordError("record must be a map")
+        known = {f.name for f in dataclasses.fields(cls)}
+        unknown = set(data) - known
+        if unknown:
+            raise RecordError(f"record has unknown fields: {', '.join(sorted(map(str, unknown)))}")
+        try:
+            rec = cls(**data)
+        except TypeError as exc:
+            raise RecordError(f"record is incomplete: {exc}") from None
+        rec.validate()
+        return rec
+
+    def validate(self) -> None:
+        for name, types in (("platform", str), ("workload", str), ("input", str),
+                            ("variant", str)):
+            if not isinstance(getattr(self, name), types):
+                raise RecordError(f"record field '{name}' must be text")
+        for name in ("cores", "threads", "rep"):
+            v = getattr(self, name)
+            if not isinstance(v, int) or isinstance(v, bool) or v < 0:
+                raise RecordError(f"record field '{name}' must be a non-negative integer")
+        if self.cores < 1 or self.threads < 1:
+            raise RecordError("record needs cores >= 1 and threads >= 1")
+        if (not isinstance(self.cpus, (list, tuple)) or len(self.cpus) != self.cores
+                or not all(isinstance(c, int) for c in self.cpus)):
+            raise RecordError("record field 'cpus' must list exactly 'cores' cpu numbers")
+        for name in ("freq_mhz", "time_s", "wall_s", "user_s", "sys_s", "energy_j"):
+            v = getattr(self, name)
+            if v is not None and (not isinstance(v, (int, float)) or isinstance(v, bool)
+                                  or not math.isfinite(v) or v < 0):
+                raise RecordError(f"record field '{name}' must be a finite number >= 0 or nil")
+        if self.ok and self.time_s is None:
+            raise RecordError("a successful record needs time_s")
+        if not isinstance(self.counters, dict) or not isinstance(self.invalid, dict):
+            raise RecordError("record fields 'counters' and 'invalid' must be maps")
+
+
+def mark_invalid(record: RunRecord, name: str, reason: str) -> None:
+    """Record that ``name`` (a field or counter) could not be measured, and why."""
+    record.invalid[name] = reason
+    if name in record.counters or name.startswith("counter:"):
+        record.counters[name.removeprefix("counter:")] = None
+    elif hasattr(record, name):
+        setattr(record, name, None)
