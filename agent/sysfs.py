@@ -1,0 +1,149 @@
+"""One gate to /sys and /proc.
+
+Every read and write of kernel files in the agent goes through :class:`SysFS`, rooted at a
+configurable directory. On a board the root is ``/``; tests and the virtual board point it at a
+fake tree. Paths are given as absolute kernel paths ("/sys/devices/system/cpu/online") or
+relative ones; both are resolved under the root.
+"""
+
+from __future__ import annotations
+
+import errno
+import os
+
+
+class KnobUnavailable(OSError):
+    """A kernel file that is absent, unreadable or refuses a write; the message names the path."""
+
+    def __init__(self, path: str, reason: str, err: int | None = None):
+        super().__init__(err if err is not None else errno.ENOENT, f"{path}: {reason}")
+        self.path = path
+        self.reason = reason
+
+    def __str__(self) -> str:
+        return f"{self.path}: {self.reason}"
+
+
+def parse_cpu_list(text: str) -> list[int]:
+    """Parse the kernel's cpu list format ("0-3,8,10-11"; stride "0-7:2" too) into sorted ints."""
+    out: set[int] = set()
+    text = text.strip()
+    if not text:
+        return []
+    for part in text.split(","):
+        part = part.strip()
+        if not part:
+            continue
+        stride = 1
+        if ":" in part:
+            part, s = part.split(":", 1)
+            stride = int(s.split("/")[0])
+        if "-" in part:
+            lo, hi = part.split("-", 1)
+            out.update(range(int(lo), int(hi) + 1, max(1, stride)))
+        else:
+            out.add(int(part))
+    return sorted(out)
+
+
+def format_cpu_list(cpus) -> str:
+    """Inverse of :func:`parse_cpu_list`: [0,1,2,3,8] -> "0-3,8"."""
+    cpus = sorted(set(int(c) for c in cpus))
+    parts = []
+    i = 0
+    while i < len(cpus):
+        j = i
+        while j + 1 < len(cpus) and cpus[j + 1] == cpus[j] + 1:
+            j += 1
+        parts.append(str(cpus[i]) if i == j else f"{cpus[i]}-{cpus[j]}")
+        i = j + 1
+    return ",".join(parts)
+
+
+class SysFS:
+    """Reads and writes kernel files under ``root``.
+
+    ``write_log`` (when a list) receives ``(path, value)`` for every successful write, in order:
+    tests use it to check the write order of frequency limits.
+    """
+
+    def __init__(self, root: str = "/", write_log: list | None = None):
+        self.root = os.path.abspath(root or "/")
+        self.write_log = write_log
+
+    def path(self, rel: str) -> str:
+        """Absolute host path of kernel path ``rel`` under the root."""
+        return os.path.join(self.root, rel.lstrip("/"))
+
+    def exists(self, rel: str) -> bool:
+        return os.path.exists(self.path(rel))
+
+    def listdir(self, rel: str) -> list[str]:
+        try:
+            return sorted(os.listdir(self.path(rel)))
+        except OSError as exc:
+            raise KnobUnavailable(rel, exc.strerror or str(exc), exc.errno) from None
+
+    def read_text(self, rel: str) -> str:
+        try:
+            with open(self.path(rel), "r", encoding="utf-8", errors="replace") as fh:
+                return fh.read().strip()
+        except OSError as exc:
+            raise KnobUnavailable(rel, exc.strerror or str(exc), exc.errno) from None
+
+    def read_int(self, rel: str) -> int:
+        text = self.read_text(rel)
+        try:
+            return int(text.split()[0], 0) if text.startswith("0x") else int(text.split()[0])
+        except (ValueError, IndexError):
+            raise KnobUnavailable(rel, f"not an integer: {text[:40]!r}", errno.EINVAL) from None
+
+    def read_list(self, rel: str) -> list[int]:
+        text = self.read_text(rel)
+        try:
+            return parse_cpu_list(text)
+        except ValueError:
+            raise KnobUnavailable(rel, f"not a cpu list: {text[:40]!r}", errno.EINVAL) from None
+
+    def read_words(self, rel: str) -> list[str]:
+        return self.read_text(rel).split()
+
+    def try_text(self, rel: str, default=None):
+        try:
+            return self.read_text(rel)
+        except KnobUnavailable:
+            return default
+
+    def try_int(self, rel: str, default=None):
+        try:
+            return self.read_int(rel)
+        except KnobUnavailable:
+            return default
+
+    def try_list(self, rel: str, default=None):
+        try:
+            return self.read_list(rel)
+        except KnobUnavailable:
+            return default
+
+    def write(self, rel: str, value) -> None:
+        """Write ``value`` (str/int) to an existing kernel file; never creates files."""
+        p = self.path(rel)
+        data = str(value)
+        try:
+            # O_WRONLY without O_CREAT: a missing knob must fail, not appear as a new file.
+            fd = os.open(p, os.O_WRONLY | os.O_TRUNC)
+        except OSError as exc:
+            raise KnobUnavailable(rel, exc.strerror or str(exc), exc.errno) from None
+        try:
+            os.write(fd, data.encode())
+        except OSError as exc:
+            raise KnobUnavailable(rel, f"write {data!r} refused: {exc.strerror or exc}",
+                                  exc.errno) from None
+        finally:
+            os.close(fd)
+        if self.write_log is not None:
+            self.write_log.append((rel if rel.startswith("/") else "/" + rel, data))
+        hook = getattr(self, "after_write", None)
+        if hook is not None:
+            hook(rel, data)
