@@ -161,8 +161,7 @@ def decode(data: bytes) -> dict[str, Any]:
         raise ProtocolError("too_large", f"message of {len(data)} bytes exceeds the limit of "
                                          f"{MAX_MESSAGE_BYTES} bytes")
     try:
-        msg = msgpack.unpackb(bytes(data), raw=False, strict_map_key=True,
-                              max_buffer_size=MAX_MESSAGE_BYTES)
+        msg = msgpack.unpackb(bytes(data), raw=False, strict_map_key=True)
     except Exception as exc:  # msgpack raises several unrelated types for corrupt input
         raise ProtocolError("malformed", f"not a valid msgpack message: {exc}") from None
     validate(msg)

@@ -1,0 +1,94 @@
+"""Configuration loading (errors name file and key) and run-record validation."""
+
+import pytest
+
+from opptune.shared.config import ConfigError, load_agent_config, load_daemon_config
+from opptune.shared.records import RecordError, RunRecord, mark_invalid
+
+
+def test_defaults_when_default_file_is_absent(monkeypatch, tmp_path):
+    monkeypatch.setattr("opptune.shared.config.DEFAULT_DAEMON_CONFIG", tmp_path / "none.toml")
+    cfg = load_daemon_config()
+    assert cfg.tolerance == 0.05 and cfg.sweep.reps == 3
+
+
+def test_file_values_and_overrides(tmp_path):
+    path = tmp_path / "agent.toml"
+    path.write_text('agent_id = "board-7"\nheartbeat_s = 1\nbench_kernels = ["compute"]\n'
+                    '[[workloads]]\nname = "app"\ncommand = ["./app", "-t", "{threads}"]\n')
+    cfg = load_agent_config(path, daemon="tcp://10.0.0.1:1")
+    assert cfg.agent_id == "board-7" and cfg.heartbeat_s == 1.0
+    assert cfg.daemon == "tcp://10.0.0.1:1"
+    assert cfg.workloads[0].command == ["./app", "-t", "{threads}"]
+
+
+def test_nested_table(tmp_path):
+    path = tmp_path / "daemon.toml"
+    path.write_text("[sweep]\nreps = 5\nfrequencies = [1000000, 1400000]\n")
+    cfg = load_daemon_config(path)
+    assert cfg.sweep.reps == 5 and cfg.sweep.frequencies == [1000000, 1400000]
+
+
+@pytest.mark.parametrize("text, needle", [
+    ("heartbeet_s = 1\n", "unknown key 'heartbeet_s'"),
+    ("heartbeat_s = 'fast'\n", "key 'heartbeat_s' must be float"),
+    ("[[workloads]]\nname = 'x'\n", "lacks 'command'"),
+    ("[[workloads]]\nname = 'x'\ncommand = 'rm -rf /'\n", "array of strings"),
+    ("agent_id = \n", "not valid TOML"),
+])
+def test_errors_name_file_and_key(tmp_path, text, needle):
+    path = tmp_path / "agent.toml"
+    path.write_text(text)
+    with pytest.raises(ConfigError) as exc:
+        load_agent_config(path)
+    assert str(path) in str(exc.value) and needle in str(exc.value)
+
+
+def test_named_file_must_exist(tmp_path):
+    with pytest.raises(ConfigError, match="not found"):
+        load_daemon_config(tmp_path / "missing.toml")
+
+
+def _record(**kw):
+    base = dict(platform="p", workload="compute", input="small", cores=2, cpus=[0, 1], threads=2,
+                rep=0, time_s=1.5)
+    base.update(kw)
+    return RunRecord(**base)
+
+
+def test_record_round_trip():
+    rec = _record(counters={"cycles": None}, invalid={"cycles": "no PMU"})
+    assert RunRecord.from_dict(rec.to_dict()) == rec
+
+
+@pytest.mark.parametrize("kw, needle", [
+    ({"cpus": [0]}, "cpus"),
+    ({"time_s": -1.0}, "time_s"),
+    ({"time_s": float("nan")}, "time_s"),
+    ({"time_s": None}, "needs time_s"),
+    ({"cores": 0, "cpus": []}, "cores >= 1"),
+    ({"workload": 3}, "workload"),
+])
+def test_bad_records_are_refused_with_the_field_named(kw, needle):
+    with pytest.raises(RecordError, match=needle):
+        RunRecord.from_dict(_record(**kw).to_dict())
+
+
+def test_unknown_record_field_refused():
+    data = _record().to_dict()
+    data["bogus"] = 1
+    with pytest.raises(RecordError, match="bogus"):
+        RunRecord.from_dict(data)
+
+
+def test_failed_record_may_lack_time():
+    rec = _record(ok=False, time_s=None, error="exit 1")
+    assert RunRecord.from_dict(rec.to_dict()).error == "exit 1"
+
+
+def test_mark_invalid_is_none_not_zero():
+    rec = _record(energy_j=0.0, counters={"cycles": 0.0})
+    mark_invalid(rec, "energy_j", "no sensor")
+    mark_invalid(rec, "cycles", "no PMU")
+    assert rec.energy_j is None and rec.counters["cycles"] is None
+    assert rec.invalid == {"energy_j": "no sensor", "cycles": "no PMU"}

@@ -1,0 +1,149 @@
+"""Wire protocol: round trips, and refusal of everything malformed with a named reason."""
+
+import msgpack
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from opptune.shared import protocol as P
+
+
+def _job_body(**kw):
+    body = {"job_id": "j1", "workload": "compute", "size": "small",
+            "points": [{"cpus": [0], "threads": 1, "freq_khz": None}], "reps": 3, "warmup": 1}
+    body.update(kw)
+    return body
+
+
+BODIES = {
+    "hello": {"platform": {"id": "p"}, "workloads": ["compute"], "agent_version": "0.1"},
+    "heartbeat": {},
+    "job": _job_body(),
+    "result": {"job_id": "j1", "seq": 0, "of": 2, "record": {"time_s": 1.0}},
+    "ack": {"ids": ["a", "b"]},
+    "config": {"config_id": "c", "workload": "compute", "size": "small", "cpus": [0, 1],
+               "threads": 2, "freq_khz": None, "reps": 3},
+    "applied": {"config_id": "c", "ok": False, "error": "too many cores"},
+    "error": {"code": "bad", "message": "x", "ref": None},
+    "query": {"what": "status"},
+    "reply": {"ref": "abc", "data": {}},
+}
+
+
+def test_every_type_has_a_round_trip_case():
+    assert set(BODIES) == P.MESSAGE_TYPES
+
+
+@pytest.mark.parametrize("msg_type", sorted(BODIES))
+def test_round_trip(msg_type):
+    msg = P.make(msg_type, "agent-1", BODIES[msg_type])
+    out = P.decode(P.encode(msg))
+    assert out == msg
+    assert out["v"] == P.PROTOCOL_VERSION and len(out["id"]) == 32
+
+
+def test_ids_are_unique():
+    assert len({P.make("heartbeat", "a")["id"] for _ in range(1000)}) == 1000
+
+
+def _raw(**overrides):
+    msg = {"v": P.PROTOCOL_VERSION, "type": "heartbeat", "id": "x1", "ts": 1.0, "agent": "a",
+           "body": {}}
+    msg.update(overrides)
+    return msgpack.packb(msg, use_bin_type=True)
+
+
+@pytest.mark.parametrize("data, code", [
+    (b"\xc1\xc1\xc1", "malformed"),
+    (msgpack.packb([1, 2, 3]), "malformed"),
+    (_raw(v=99), "bad_version"),
+    (_raw(type="launch_missiles"), "unknown_type"),
+    (_raw(body="nope"), "bad_type"),
+    (_raw(ts="yesterday"), "bad_type"),
+    (_raw(id=""), "bad_id"),
+    (_raw(id="x" * 200), "bad_id"),
+    (_raw(type="ack", body={}), "missing_field"),
+    (_raw(type="ack", body={"ids": [1, 2]}), "bad_type"),
+    (_raw(type="job", body=_job_body(reps=0)), "bad_value"),
+    (_raw(type="job", body=_job_body(points=[{"cpus": [], "threads": 1}])), "bad_value"),
+    (_raw(type="job", body=_job_body(points=[{"cpus": [0, 0], "threads": 1}])), "bad_value"),
+    (_raw(type="config", body={**BODIES["config"], "cpus": [-1]}), "bad_value"),
+    (_raw(type="result", body={**BODIES["result"], "seq": 5}), "bad_value"),
+    (_raw(type="applied", body={"config_id": "c", "ok": "yes"}), "bad_type"),
+])
+def test_refusals_name_the_problem(data, code):
+    with pytest.raises(P.ProtocolError) as exc:
+        P.decode(data)
+    assert exc.value.code == code
+    assert str(exc.value)
+
+
+def test_missing_envelope_field_is_named():
+    msg = {"v": 1, "type": "heartbeat", "ts": 1.0, "agent": "a", "body": {}}
+    with pytest.raises(P.ProtocolError, match="'id'"):
+        P.decode(msgpack.packb(msg))
+
+
+def test_error_refers_to_refused_message_id():
+    with pytest.raises(P.ProtocolError) as exc:
+        P.decode(_raw(v=2, id="abc"))
+    assert exc.value.ref == "abc"
+
+
+def test_oversized_message_is_refused_before_unpacking():
+    with pytest.raises(P.ProtocolError) as exc:
+        P.decode(b"\x00" * (P.MAX_MESSAGE_BYTES + 1))
+    assert exc.value.code == "too_large"
+
+
+def test_encode_refuses_oversized_body():
+    msg = P.make("reply", "d", {"ref": "r", "data": {"blob": "x" * P.MAX_MESSAGE_BYTES}})
+    with pytest.raises(P.ProtocolError) as exc:
+        P.encode(msg)
+    assert exc.value.code == "too_large"
+
+
+def test_truncated_messages_are_refused():
+    data = P.encode(P.make("job", "a", _job_body()))
+    for cut in range(1, len(data)):
+        with pytest.raises(P.ProtocolError):
+            P.decode(data[:cut])
+
+
+def test_non_bytes_frame_is_refused():
+    with pytest.raises(P.ProtocolError) as exc:
+        P.decode("text")  # type: ignore[arg-type]
+    assert exc.value.code == "bad_frame"
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.binary(max_size=512))
+def test_random_bytes_never_raise_anything_but_protocol_error(data):
+    try:
+        P.decode(data)
+    except P.ProtocolError:
+        pass
+
+
+json_like = st.recursive(
+    st.none() | st.booleans() | st.integers(-2**40, 2**40) | st.floats(allow_nan=False)
+    | st.text(max_size=20),
+    lambda children: st.lists(children, max_size=4) | st.dictionaries(st.text(max_size=8),
+                                                                      children, max_size=4),
+    max_leaves=20)
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.sampled_from(sorted(P.MESSAGE_TYPES)), st.dictionaries(st.text(max_size=10), json_like,
+                                                                  max_size=6))
+def test_random_bodies_are_validated_not_crashed(msg_type, body):
+    data = msgpack.packb({"v": 1, "type": msg_type, "id": "i", "ts": 0.0, "agent": "a",
+                          "body": body}, use_bin_type=True)
+    try:
+        out = P.decode(data)
+    except P.ProtocolError:
+        return
+    # Whatever passes must satisfy its schema's required fields.
+    for field, (_types, required) in P.BODY_SCHEMAS[msg_type].items():
+        if required:
+            assert field in out["body"]
