@@ -1,0 +1,318 @@
+"""Amdahl and USL speedup models over cores, with a per-frequency single-core time T1(F).
+
+Both are instances of one structure shared with the memory-wall model (memwall.py):
+
+    t(p, F) = T1(F) * g(p, F; theta),   g = 1 / S_p  (relative time, g(1, F) = 1)
+
+Fitting minimises squared log-time residuals with scipy's bounded ``least_squares``.
+
+T1(F) (choice documented in docs/models.md):
+* ``per_freq`` (default): log T1 is a free level per distinct training frequency (or one level
+  when there is no frequency axis). For fixed theta the optimal levels are the per-frequency
+  means of ``log t - log g`` (variable projection), so the solver only sees theta. This uses
+  every point at a frequency, not only p = 1, and needs no measurement at one core (relearn
+  starts at 32 cores). At frequencies not in training, T1(F) = c0 + c1/F, fitted (non-negative)
+  to the levels: seed 003 eq. 3 + 9 with t_c ~ 1/F give T_s = C t_c + M (t_c + k/F_mem),
+  i.e. exactly that shape. With one training frequency T1 ~ 1/F (CPU-bound assumption 3).
+* ``hyper``: when the data are too few for one level per frequency plus theta, T1(F) = c0 + c1/F
+  is fitted jointly with theta (two parameters instead of one per frequency).
+
+Notation: seed 003 and the peers write Amdahl with the *parallel* fraction f,
+t = T1 ((1 - f) + f / p); we report ``parallel_fraction`` f, ``serial_fraction`` 1 - f and the
+speedup limit 1 / (1 - f).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+from scipy import optimize, stats
+
+from .base import FittedModel, Modeler, NotEnoughData, Observations, Prediction, fit_quality
+
+LEVEL = 0.9          # interval coverage
+SIGMA_FLOOR = 0.005  # 0.5 % in log time: an exact fit does not mean zero uncertainty
+N_POLISH = 3         # candidate starts polished by least_squares
+
+
+def clean(obs: Observations) -> tuple[np.ndarray, np.ndarray | None, np.ndarray]:
+    """(cores, freq or None, time) of the usable rows; NotEnoughData when nothing is usable.
+
+    Rows with a non-finite or non-positive time or core count are dropped. Where only some rows
+    have a frequency, the rows without one are dropped (they cannot be placed on the axis).
+    """
+    p = np.asarray(obs.cores, dtype=float)
+    t = np.asarray(obs.time_s, dtype=float)
+    ok = np.isfinite(p) & np.isfinite(t) & (p >= 1) & (t > 0)
+    freq = None
+    if obs.freq_mhz is not None:
+        fq = np.asarray(obs.freq_mhz, dtype=float)
+        has = np.isfinite(fq) & (fq > 0)
+        if np.any(has & ok):
+            ok &= has
+            freq = fq[ok]
+    p, t = p[ok], t[ok]
+    if p.size < 2:
+        raise NotEnoughData(f"need at least 2 valid measurements, got {p.size}")
+    if np.unique(p).size < 2:
+        raise NotEnoughData("need at least 2 distinct core counts to fit a speedup curve")
+    return p, freq, t
+
+
+def _hyperbola(freqs: np.ndarray, levels: np.ndarray) -> tuple[float, float]:
+    """Non-negative c0, c1 with c0 + c1/F closest to T1 at ``freqs`` in relative error."""
+    if freqs.size < 2:
+        return 0.0, float(levels[0] * freqs[0])          # T1 ~ 1/F (assumption 3)
+    a = np.column_stack([np.ones_like(freqs), 1.0 / freqs]) / levels[:, None]
+    (c0, c1), _ = optimize.nnls(a, np.ones_like(freqs))
+    if c0 + c1 <= 0:
+        return float(np.mean(levels)), 0.0
+    return float(c0), float(c1)
+
+
+class SpeedupFamily(Modeler):
+    """A speedup model S(p, F; theta) times a fitted T1(F); subclasses define ``rel_time``."""
+    param_names: tuple[str, ...] = ()
+    lower: tuple[float, ...] = ()
+    upper: tuple[float, ...] = ()
+
+    def __init__(self, t1_mode: str = "auto") -> None:
+        if t1_mode not in ("auto", "per_freq", "hyper"):
+            raise ValueError(f"t1_mode must be auto, per_freq or hyper, not {t1_mode!r}")
+        self.t1_mode = t1_mode
+
+    # -- to be defined by a family ------------------------------------------------------
+    def rel_time(self, theta: np.ndarray, p: np.ndarray, freq: np.ndarray | None) -> np.ndarray:
+        """g = T_p / T_1 for each row of ``theta`` (K, m) and point (n,): shape (K, n)."""
+        raise NotImplementedError
+
+    def candidates(self, rng: np.random.Generator) -> np.ndarray:
+        """Starting points (K, m) scored cheaply before polishing."""
+        raise NotImplementedError
+
+    def derived(self, theta: np.ndarray) -> dict[str, float]:
+        """Named parameters and quantities derived from them."""
+        return dict(zip(self.param_names, map(float, theta)))
+
+    # -- fitting --------------------------------------------------------------------------
+    def fit(self, obs: Observations) -> "SpeedupFit":
+        p, freq, t = clean(obs)
+        y = np.log(t)
+        m = len(self.param_names)
+        if freq is None:
+            keys = np.zeros(p.size, dtype=int)
+            ufreq = np.array([np.nan])
+        else:
+            ufreq, keys = np.unique(freq, return_inverse=True)
+        nlev = ufreq.size
+        mode = self.t1_mode
+        if mode == "auto":
+            mode = "per_freq" if (freq is None or p.size >= nlev + m + 1) else "hyper"
+        if mode == "hyper" and freq is None:
+            mode = "per_freq"
+        lo, hi = np.array(self.lower, float), np.array(self.upper, float)
+        rng = np.random.default_rng(0)
+        cand = np.clip(self.candidates(rng), lo, hi)
+        counts = np.bincount(keys, minlength=nlev).astype(float)
+
+        def levels(r: np.ndarray) -> np.ndarray:
+            # per-frequency mean of (log t - log g): the optimal log T1 levels (K, nlev)
+            return np.stack([np.bincount(keys, weights=row, minlength=nlev) for row in r]) / counts
+
+        if mode == "per_freq":
+            def resid_many(th: np.ndarray) -> np.ndarray:
+                r = y - np.log(self.rel_time(th, p, freq))
+                return r - levels(r)[:, keys]
+            fun = lambda th: resid_many(th[None, :])[0]   # noqa: E731
+            x_lo, x_hi = lo, hi
+            n_par = m + nlev
+        else:
+            fscale, tscale = float(np.median(freq)), float(np.exp(np.mean(y)))
+
+            def t1(c: np.ndarray) -> np.ndarray:
+                return tscale * (c[..., :1] + c[..., 1:2] * fscale / freq)
+
+            def hyper_c(g: np.ndarray) -> np.ndarray:
+                # c0, c1 >= 0 by linear least squares on the relative time error (for starts)
+                a = np.column_stack([g, g * fscale / freq]) * tscale / t[:, None]
+                c, _ = optimize.nnls(a, np.ones_like(t))
+                return np.clip(c, 1e-9, 1e3)
+
+            def resid_many(th: np.ndarray) -> np.ndarray:
+                g = self.rel_time(th[:, :m], p, freq)
+                if th.shape[1] == m:           # scoring starts: c0, c1 solved for each start
+                    c = np.stack([hyper_c(gi) for gi in g])
+                    return y - np.log(g * t1(c))
+                return y - np.log(g * t1(th[:, m:]))
+            fun = lambda th: resid_many(th[None, :])[0]   # noqa: E731
+            x_lo = np.r_[lo, 1e-9, 1e-9]
+            x_hi = np.r_[hi, 1e3, 1e3]
+            n_par = m + 2
+
+        with np.errstate(all="ignore"):
+            score = np.nansum(resid_many(cand) ** 2, axis=1)
+        score[~np.isfinite(score)] = np.inf
+        order = np.argsort(score)[:N_POLISH]
+        best_x, best_cost = None, np.inf
+        for i in order:
+            x0 = cand[i]
+            if mode != "per_freq":
+                with np.errstate(all="ignore"):
+                    x0 = np.r_[x0, hyper_c(self.rel_time(x0[None, :], p, freq)[0])]
+            x0 = np.clip(x0, x_lo, x_hi)
+            try:
+                with np.errstate(all="ignore"):
+                    sol = optimize.least_squares(fun, x0, bounds=(x_lo, x_hi), method="trf",
+                                                 x_scale="jac", max_nfev=200 * x0.size)
+                x, cost = sol.x, float(np.sum(sol.fun ** 2))
+            except (ValueError, np.linalg.LinAlgError):
+                continue
+            if np.isfinite(cost) and cost < best_cost:
+                best_x, best_cost = x, cost
+        if best_x is None:
+            raise NotEnoughData(f"{self.name}: no finite fit for these data")
+        theta = best_x[:m]
+        r = fun(best_x)
+        if mode == "per_freq":
+            lv = levels(y[None, :] - np.log(self.rel_time(theta[None, :], p, freq)))[0]
+            t1_levels = np.exp(lv)
+            if freq is None:
+                scale = {"mode": "single", "t1": float(t1_levels[0])}
+            else:
+                c0, c1 = _hyperbola(ufreq, t1_levels)
+                scale = {"mode": "per_freq", "freqs": ufreq.tolist(),
+                         "t1": t1_levels.tolist(), "c0": c0, "c1": c1}
+        else:
+            c = best_x[m:]
+            scale = {"mode": "hyper", "c0": float(tscale * c[0]),
+                     "c1": float(tscale * c[1] * fscale), "freqs": [], "t1": []}
+        dof = p.size - n_par
+        sigma = max(float(np.sqrt(np.sum(r ** 2) / max(dof, 1))), SIGMA_FLOOR)
+        fitted = SpeedupFit(self, theta, scale, sigma, max(dof, 1))
+        fitted.quality = fit_quality(t, fitted.predict_time(p, freq))
+        return fitted
+
+    def options(self) -> dict[str, Any]:
+        """Constructor options, saved with a fit."""
+        return {"t1_mode": self.t1_mode}
+
+    def from_state(self, state: dict[str, Any]) -> "SpeedupFit":
+        """A fitted model back from ``SpeedupFit.to_state()`` (for saved fits)."""
+        fit = SpeedupFit(self, np.asarray(state["theta"], float), state["scale"],
+                         float(state["sigma"]), int(state["dof"]))
+        fit.quality = dict(state.get("quality", {}))
+        return fit
+
+
+class SpeedupFit(FittedModel):
+    """t = T1(F) * g(p, F; theta) with a log-normal residual interval."""
+
+    def __init__(self, family: SpeedupFamily, theta: np.ndarray, scale: dict[str, Any],
+                 sigma: float, dof: int) -> None:
+        self.family, self.theta, self.scale = family, np.asarray(theta, float), scale
+        self.sigma, self.dof = sigma, dof
+        self.name = family.name
+        self.params = family.derived(self.theta)
+        self.params["log_sigma"] = sigma
+        self.quality = {}
+
+    def t1(self, freq: np.ndarray | None, n: int) -> np.ndarray:
+        """Single-core time at each query frequency (see the module docstring)."""
+        s = self.scale
+        if s["mode"] == "single":
+            return np.full(n, float(s["t1"]))
+        freq = self._fill(freq, n)
+        out = s["c0"] + s["c1"] / freq
+        for fk, tk in zip(s.get("freqs", []), s.get("t1", [])):
+            out = np.where(np.isclose(freq, fk, rtol=1e-9, atol=1e-6), tk, out)
+        return np.maximum(out, 1e-300)
+
+    def reference_freq(self) -> float:
+        """Frequency assumed for a query row without one: the highest training frequency."""
+        fr = self.scale.get("freqs") or []
+        return float(max(fr)) if fr else 1000.0
+
+    def predict_time(self, p: np.ndarray, freq: np.ndarray | None) -> np.ndarray:
+        p = np.maximum(np.asarray(p, float), 1.0)
+        fq = self._fill(freq, p.size)
+        with np.errstate(all="ignore"):
+            g = self.family.rel_time(self.theta[None, :], p, fq)[0]
+        return self.t1(fq, p.size) * g
+
+    def _fill(self, freq: Any, n: int) -> np.ndarray | None:
+        """Query frequencies with missing ones set to the reference; None without an axis."""
+        if self.scale["mode"] == "single":
+            return None
+        freq = np.broadcast_to(np.asarray(np.nan if freq is None else freq, float), (n,))
+        return np.where(np.isfinite(freq) & (freq > 0), freq, self.reference_freq())
+
+    def predict(self, query: Observations) -> Prediction:
+        value = self.predict_time(query.cores, query.freq_mhz)
+        z = float(stats.t.ppf(0.5 + LEVEL / 2, self.dof))
+        w = np.exp(z * self.sigma)
+        return Prediction(value=value, lower=value / w, upper=value * w, level=LEVEL)
+
+    def speedup(self, cores: Any, freq_mhz: Any = None) -> np.ndarray:
+        """Model speedup S = T1(F) / T_p(F) (eq. 1) at the given points."""
+        p = np.atleast_1d(np.asarray(cores, float))
+        fq = self._fill(freq_mhz, p.size)
+        return 1.0 / self.family.rel_time(self.theta[None, :], p, fq)[0]
+
+    def to_state(self) -> dict[str, Any]:
+        """JSON-ready state that ``Modeler.from_state`` turns back into this model."""
+        return {"theta": self.theta.tolist(), "scale": self.scale, "sigma": self.sigma,
+                "dof": self.dof, "quality": dict(self.quality),
+                "options": self.family.options()}
+
+    def describe(self) -> dict[str, Any]:
+        d = super().describe()
+        d["t1"] = {k: v for k, v in self.scale.items()}
+        return d
+
+
+class AmdahlModeler(SpeedupFamily):
+    """Amdahl's law, seed 003 eq. 5: S = 1 / ((1 - f) + f / p), f = parallel fraction."""
+    name = "amdahl"
+    param_names = ("parallel_fraction",)
+    lower, upper = (0.0,), (1.0,)
+
+    def rel_time(self, theta, p, freq):
+        f = theta[:, :1]
+        return (1.0 - f) + f / p[None, :]
+
+    def candidates(self, rng):
+        return np.linspace(0.0, 1.0, 41)[:, None]
+
+    def derived(self, theta):
+        f = float(theta[0])
+        serial = 1.0 - f
+        return {"parallel_fraction": f, "serial_fraction": serial,
+                "speedup_limit": float(1.0 / serial) if serial > 0 else float("inf")}
+
+
+class USLModeler(SpeedupFamily):
+    """Universal Scalability Law: C(p) = p / (1 + a (p - 1) + b p (p - 1)), a, b in [0, 1].
+
+    a = contention (a = Amdahl's serial fraction when b = 0), b = coherency (retrograde
+    scaling); the peak is at p* = sqrt((1 - a) / b).
+    """
+    name = "usl"
+    param_names = ("contention", "coherency")
+    lower, upper = (0.0, 0.0), (1.0, 1.0)
+
+    def rel_time(self, theta, p, freq):
+        a, b = theta[:, :1], theta[:, 1:2]
+        pp = p[None, :]
+        return (1.0 + a * (pp - 1.0) + b * pp * (pp - 1.0)) / pp
+
+    def candidates(self, rng):
+        a = np.linspace(0.0, 1.0, 21)
+        b = np.r_[0.0, np.geomspace(1e-6, 1.0, 13)]
+        aa, bb = np.meshgrid(a, b)
+        return np.column_stack([aa.ravel(), bb.ravel()])
+
+    def derived(self, theta):
+        a, b = map(float, theta)
+        peak = float(np.sqrt((1 - a) / b)) if b > 0 else float("inf")
+        return {"contention": a, "coherency": b, "peak_cores": peak}
