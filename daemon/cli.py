@@ -1,0 +1,128 @@
+"""``opptune``: the operator's tool. Each subcommand maps to one function in its own module."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from typing import Any
+
+from ..shared.config import ConfigError, load_daemon_config
+
+
+def _endpoint(args: argparse.Namespace) -> str:
+    if args.daemon:
+        return args.daemon
+    bind = load_daemon_config(args.config).bind
+    # A daemon bound to every interface is reached on loopback from the same machine.
+    return bind.replace("0.0.0.0", "127.0.0.1").replace("*", "127.0.0.1")
+
+
+def cmd_status(args: argparse.Namespace) -> int:
+    from .client import DaemonUnreachable, QueryFailed, query
+    from .status_view import print_status
+    try:
+        data = query(_endpoint(args), "status", timeout_s=args.timeout)
+    except (DaemonUnreachable, QueryFailed) as exc:
+        print(f"opptune status: {exc}", file=sys.stderr)
+        return 1
+    if args.json:
+        json.dump(data, sys.stdout, indent=2, sort_keys=True, default=str)
+        print()
+    else:
+        print_status(data)
+    return 0
+
+
+def cmd_sweep(args: argparse.Namespace) -> int:
+    from .client import DaemonUnreachable, QueryFailed, query
+    sweep_args: dict[str, Any] = {"agent": args.agent}
+    for key in ("size", "reps", "warmup", "max_cores"):
+        if getattr(args, key) is not None:
+            sweep_args[key] = getattr(args, key)
+    if args.workload:
+        sweep_args["workloads"] = args.workload
+    try:
+        data = query(_endpoint(args), "sweep", sweep_args, timeout_s=args.timeout)
+    except (DaemonUnreachable, QueryFailed) as exc:
+        print(f"opptune sweep: {exc}", file=sys.stderr)
+        return 1
+    if args.json:
+        json.dump(data, sys.stdout, indent=2, sort_keys=True)
+        print()
+    else:
+        for job in data.get("jobs", []):
+            print(f"job {job.get('job_id')} sent: {job.get('workload')}")
+    return 0
+
+
+def cmd_demo(args: argparse.Namespace) -> int:
+    from .demo import run_demo
+    return run_demo(args)
+
+
+def _add_link_options(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--daemon", help="daemon endpoint (default: the bind address of --config)")
+    p.add_argument("--config", help="daemon configuration (default /etc/opptune/daemon.toml)")
+    p.add_argument("--timeout", type=float, default=5.0, help="seconds to wait for an answer")
+    p.add_argument("--json", action="store_true", help="print JSON")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="opptune", description=__doc__)
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    p = sub.add_parser("demo", help="run the whole loop locally: daemon + agent, sweep, fit, "
+                                    "recommend, apply, verify")
+    p.add_argument("--dir", help="directory for everything the demo writes "
+                                 "(default: ./opptune-demo-<time>)")
+    p.add_argument("--size", default="default", help="kernel size class (small, default)")
+    p.add_argument("--reps", type=int, default=3, help="repetitions per configuration")
+    p.add_argument("--warmup", type=int, default=1, help="warmup runs per configuration")
+    p.add_argument("--max-cores", type=int, default=0, help="sweep 1..N cores (0 = all)")
+    p.add_argument("--workload", action="append", help="only this workload (repeatable)")
+    p.add_argument("--virtual-board", help="run on a virtual board (tests and demos of the "
+                                           "knobs this machine lacks)")
+    p.add_argument("--timeout", type=float, default=1800, help="give up after this many seconds")
+    p.add_argument("--no-progress", action="store_true", help="no progress bar")
+    p.add_argument("--json", action="store_true", help="print the result table as JSON")
+    p.set_defaults(func=cmd_demo)
+
+    p = sub.add_parser("status", help="agents, workloads, runs, fits and recommendations of a "
+                                      "running daemon")
+    _add_link_options(p)
+    p.set_defaults(func=cmd_status)
+
+    p = sub.add_parser("sweep", help="ask the daemon to sweep an agent")
+    _add_link_options(p)
+    p.add_argument("--agent", required=True, help="agent id")
+    p.add_argument("--workload", action="append", help="workload (repeatable; default all)")
+    p.add_argument("--size")
+    p.add_argument("--reps", type=int)
+    p.add_argument("--warmup", type=int)
+    p.add_argument("--max-cores", type=int)
+    p.set_defaults(func=cmd_sweep)
+
+    try:
+        from .fit_cli import add_parsers
+    except ImportError:  # the modelling extra is not installed
+        pass
+    else:
+        add_parsers(sub)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    try:
+        return int(args.func(args) or 0)
+    except ConfigError as exc:
+        print(f"opptune {args.command}: {exc}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,50 @@
+"""The operator's side of the link: ask a running daemon a query and wait for its reply."""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+import zmq
+
+from ..shared import protocol as P
+
+
+class DaemonUnreachable(RuntimeError):
+    """No reply from the daemon within the timeout."""
+
+
+class QueryFailed(RuntimeError):
+    """The daemon answered the query with an error message."""
+
+
+def query(endpoint: str, what: str, args: dict[str, Any] | None = None,
+          timeout_s: float = 5.0, context: zmq.Context | None = None) -> dict[str, Any]:
+    """Send one ``query`` to the daemon at ``endpoint`` and return the reply's data."""
+    ctx = context or zmq.Context.instance()
+    sock = ctx.socket(zmq.DEALER)
+    operator = f"operator-{os.getpid()}-{P.new_id()[:8]}"
+    sock.setsockopt(zmq.IDENTITY, operator.encode())
+    sock.setsockopt(zmq.LINGER, 0)
+    try:
+        sock.connect(endpoint)
+        body: dict[str, Any] = {"what": what}
+        if args:
+            body["args"] = args
+        msg = P.make("query", operator, body)
+        sock.send(P.encode(msg))
+        deadline_ms = int(timeout_s * 1000)
+        while sock.poll(deadline_ms):
+            try:
+                reply = P.decode(sock.recv())
+            except P.ProtocolError:
+                continue
+            ref = reply["body"].get("ref")
+            if reply["type"] == "reply" and ref == msg["id"]:
+                return reply["body"]["data"]
+            if reply["type"] == "error" and ref in (msg["id"], None):
+                raise QueryFailed(f"daemon refused the query: {reply['body']['message']}")
+        raise DaemonUnreachable(f"no answer from the daemon at {endpoint} within {timeout_s:g} s; "
+                                "is opptune-daemon running and is the endpoint right?")
+    finally:
+        sock.close(0)
