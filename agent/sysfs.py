@@ -12,6 +12,10 @@ import errno
 import os
 
 
+# A file at the root of a fake tree made by opptune.agent.virtual_board.
+FAKE_MARKER = ".opptune-virtual-board.json"
+
+
 class KnobUnavailable(OSError):
     """A kernel file that is absent, unreadable or refuses a write; the message names the path."""
 
@@ -25,9 +29,9 @@ class KnobUnavailable(OSError):
 
 
 def parse_cpu_list(text: str) -> list[int]:
-    """Parse the kernel's cpu list format ("0-3,8,10-11"; stride "0-7:2" too) into sorted ints."""
+    """Parse a kernel cpu list ("0-3,8,10-11", stride "0-7:2", or cpufreq's "0 1 2 3")."""
     out: set[int] = set()
-    text = text.strip()
+    text = ",".join(text.split())
     if not text:
         return []
     for part in text.split(","):
@@ -70,6 +74,13 @@ class SysFS:
     def __init__(self, root: str = "/", write_log: list | None = None):
         self.root = os.path.abspath(root or "/")
         self.write_log = write_log
+        self.before_write = None  # callable(rel, data): may raise KnobUnavailable
+        self.after_write = None  # callable(rel, data)
+        if self.root != "/" and os.path.exists(os.path.join(self.root, FAKE_MARKER)):
+            # A virtual board's tree: emulate the kernel's reaction to writes (cur_freq follows
+            # the limits) in every process that opens it, the agent's subprocesses included.
+            from .virtual_board import install_hooks
+            install_hooks(self)
 
     def path(self, rel: str) -> str:
         """Absolute host path of kernel path ``rel`` under the root."""
@@ -130,6 +141,8 @@ class SysFS:
         """Write ``value`` (str/int) to an existing kernel file; never creates files."""
         p = self.path(rel)
         data = str(value)
+        if self.before_write is not None:
+            self.before_write(rel, data)
         try:
             # O_WRONLY without O_CREAT: a missing knob must fail, not appear as a new file.
             fd = os.open(p, os.O_WRONLY | os.O_TRUNC)
@@ -144,6 +157,5 @@ class SysFS:
             os.close(fd)
         if self.write_log is not None:
             self.write_log.append((rel if rel.startswith("/") else "/" + rel, data))
-        hook = getattr(self, "after_write", None)
-        if hook is not None:
-            hook(rel, data)
+        if self.after_write is not None:
+            self.after_write(rel, data)

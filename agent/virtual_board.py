@@ -1,0 +1,384 @@
+"""Virtual boards: fake sysfs/procfs trees modelled on real boards, with known truth.
+
+``make_tree(name, root)`` writes a tree under ``root`` that the agent reads through
+:class:`~opptune.agent.sysfs.SysFS` exactly as it reads a board: cpu topology, NUMA nodes,
+caches, cpufreq policies, cpu_capacity, RAPL powercap zones, hwmon power sensors, the kernel
+energy model in debugfs, /proc/cpuinfo and /proc/stat.
+
+A marker file at the root makes every SysFS opened on the tree install :func:`install_hooks`:
+writes to cpufreq limits behave as the kernel does (governor checks, min <= max, and
+``scaling_cur_freq`` follows setspeed/min/max immediately), in any process.
+
+Each board carries its true model parameters (``BOARDS[name]["truth"]``): the variable-delay
+speedup model of seed 003 (eq. 15-16: f, k, m1, m2) and a V^2 f power model. The virtual
+workload (``opptune.agent.virtual_workload``) follows them, so tests can compare fitted
+parameters with the truth. Everything here is a test and demo device, always labelled virtual.
+"""
+
+from __future__ import annotations
+
+import copy
+import errno
+import json
+import os
+import re
+
+from .sysfs import FAKE_MARKER, KnobUnavailable, SysFS, format_cpu_list
+
+CPUFREQ = "/sys/devices/system/cpu/cpufreq"
+_POLICY_FILE = re.compile(r"^/?sys/devices/system/cpu/cpufreq/(policy\d+)/(\w+)$")
+
+GOVS_GENERIC = ["conservative", "ondemand", "userspace", "powersave", "performance", "schedutil"]
+
+
+def _xu4() -> dict:
+    little = list(range(0, 4))
+    big = list(range(4, 8))
+    return {
+        "name": "odroid-xu4",
+        "arch": "arm",
+        "model_name": "ODROID-XU4 (virtual)",
+        "driver": "cpufreq-dt",
+        "governors": GOVS_GENERIC,
+        "initial_governor": "ondemand",
+        "nodes": None,  # arm32: no NUMA directory at all
+        "siblings": [[c] for c in little + big],
+        "packages": {0: little, 1: big},  # one package id per cluster, as arm topology reports
+        "clusters": [
+            {"cpus": little, "freqs_khz": [f * 100000 for f in range(2, 15)],
+             "capacity": 377, "latency_ns": 100000, "volt": (0.90, 1.2125), "ipc": 0.45,
+             "c_dyn": 0.10, "p_static": 0.02, "caches": [(1, "Data", "32K", False),
+                                                         (1, "Instruction", "32K", False),
+                                                         (2, "Unified", "512K", True)]},
+            {"cpus": big, "freqs_khz": [f * 100000 for f in range(2, 21)],
+             "capacity": 1024, "latency_ns": 100000, "volt": (0.90, 1.3625), "ipc": 1.0,
+             "c_dyn": 0.55, "p_static": 0.10, "caches": [(1, "Data", "32K", False),
+                                                         (1, "Instruction", "32K", False),
+                                                         (2, "Unified", "2048K", True)]},
+        ],
+        "rapl": False,
+        # INA231 rails as on the ODROID-XU3 family: big (arm), LITTLE (kfc), memory, GPU.
+        "hwmon": [{"name": "ina231", "label": "arm", "cluster": 1},
+                  {"name": "ina231", "label": "kfc", "cluster": 0},
+                  {"name": "ina231", "label": "mem", "constant_w": 0.12},
+                  {"name": "ina231", "label": "g3d", "constant_w": 0.05}],
+        "energy_model": False,
+        "truth": {"f": 0.95, "k": 0.8, "m1": 0.05, "m2": 0.25, "f_mem_ghz": 0.933,
+                  "work_s": 0.040, "noise": 0.01, "idle_w": 0.02},
+    }
+
+
+def _x86_2numa() -> dict:
+    # Two sockets of 8 cores x 2 threads, Intel numbering: node0 = 0-7,16-23, node1 = 8-15,24-31.
+    cores, threads = 8, 2
+    n = 2 * cores * threads
+    siblings = [[c, c + 2 * cores] for c in range(2 * cores)]
+    node0 = list(range(0, cores)) + list(range(2 * cores, 3 * cores))
+    node1 = list(range(cores, 2 * cores)) + list(range(3 * cores, 4 * cores))
+    return {
+        "name": "x86-2numa",
+        "arch": "x86",
+        "model_name": "Intel(R) Xeon(R) CPU E5-2630 v3 @ 2.40GHz (virtual)",
+        "driver": "intel_pstate",
+        "governors": ["performance", "powersave"],
+        "initial_governor": "powersave",
+        "nodes": [sorted(node0), sorted(node1)],
+        "siblings": siblings,
+        "packages": {0: sorted(node0), 1: sorted(node1)},
+        "clusters": [
+            # intel_pstate: one policy per cpu, no frequency table, turbo above base.
+            {"cpus": list(range(n)), "freqs_khz": None, "min_khz": 1200000, "max_khz": 3200000,
+             "base_khz": 2400000, "per_cpu_policy": True, "capacity": None, "latency_ns": 0,
+             "volt": (0.75, 1.15), "ipc": 1.6, "c_dyn": 1.6, "p_static": 0.8,
+             "caches": [(1, "Data", "32K", False), (1, "Instruction", "32K", False),
+                        (2, "Unified", "256K", False), (3, "Unified", "20480K", "package")]},
+        ],
+        "boost_file": "/sys/devices/system/cpu/intel_pstate/no_turbo",
+        "rapl": True,
+        "rapl_dram_w": 3.0,
+        "hwmon": [],
+        "energy_model": False,
+        "truth": {"f": 0.98, "k": 1.5, "m1": 0.10, "m2": 0.40, "f_mem_ghz": 1.866,
+                  "work_s": 0.060, "noise": 0.01, "idle_w": 10.0},
+    }
+
+
+def _rpi4() -> dict:
+    cpus = [0, 1, 2, 3]
+    return {
+        "name": "rpi4",
+        "arch": "arm64",
+        "model_name": "Raspberry Pi 4 Model B Rev 1.4 (virtual)",
+        "driver": "cpufreq-dt",
+        "governors": GOVS_GENERIC,
+        "initial_governor": "ondemand",
+        "nodes": [cpus],
+        "siblings": [[c] for c in cpus],
+        "packages": {0: cpus},
+        "clusters": [
+            {"cpus": cpus, "freqs_khz": [600000, 750000, 1000000, 1200000, 1500000],
+             "capacity": 1024, "latency_ns": 355000, "volt": (0.80, 0.95), "ipc": 0.9,
+             "c_dyn": 0.35, "p_static": 0.05,
+             "caches": [(1, "Data", "32K", False), (1, "Instruction", "48K", False),
+                        (2, "Unified", "1024K", True)]},
+        ],
+        "rapl": False,
+        "hwmon": [],
+        # No power sensor on a Pi: the kernel energy model is the only (estimated) source.
+        "energy_model": True,
+        "truth": {"f": 0.90, "k": 0.5, "m1": 0.08, "m2": 0.15, "f_mem_ghz": 1.6,
+                  "work_s": 0.050, "noise": 0.01, "idle_w": 0.6},
+    }
+
+
+BOARDS: dict[str, dict] = {"odroid-xu4": _xu4(), "x86-2numa": _x86_2numa(), "rpi4": _rpi4()}
+
+
+def board_spec(name: str) -> dict:
+    """A copy of a board's specification (structure and truth)."""
+    try:
+        return copy.deepcopy(BOARDS[name])
+    except KeyError:
+        raise ValueError(f"unknown virtual board {name!r}; known: {', '.join(BOARDS)}") from None
+
+
+# --------------------------------------------------------------------------- tree writing
+
+def _put(root: str, rel: str, content, mode: int = 0o644) -> None:
+    path = os.path.join(root, rel.lstrip("/"))
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    with open(path, "w") as fh:
+        fh.write(f"{content}\n")
+    os.chmod(path, mode)
+
+
+def _policy_groups(spec: dict) -> list[tuple[int, list[int], dict]]:
+    out = []
+    for cl in spec["clusters"]:
+        if cl.get("per_cpu_policy"):
+            out += [(c, [c], cl) for c in cl["cpus"]]
+        else:
+            out.append((cl["cpus"][0], list(cl["cpus"]), cl))
+    return out
+
+
+def make_tree(name, root_path: str) -> str:
+    """Write the fake tree of board ``name`` (or a spec dict) under ``root_path``; return it."""
+    spec = board_spec(name) if isinstance(name, str) else copy.deepcopy(name)
+    root = os.path.abspath(root_path)
+    os.makedirs(root, exist_ok=True)
+    cpus = sorted(c for cl in spec["clusters"] for c in cl["cpus"])
+    cpu = "/sys/devices/system/cpu"
+    _put(root, f"{cpu}/online", format_cpu_list(cpus))
+    _put(root, f"{cpu}/possible", format_cpu_list(cpus))
+    _put(root, f"{cpu}/present", format_cpu_list(cpus))
+    sib_of = {c: s for s in spec["siblings"] for c in s}
+    pkg_of = {c: p for p, cs in spec["packages"].items() for c in cs}
+    for cl_idx, cl in enumerate(spec["clusters"]):
+        for c in cl["cpus"]:
+            d = f"{cpu}/cpu{c}"
+            if c != 0:
+                _put(root, f"{d}/online", 1)
+            sib = sib_of.get(c, [c])
+            _put(root, f"{d}/topology/thread_siblings_list", format_cpu_list(sib))
+            _put(root, f"{d}/topology/core_cpus_list", format_cpu_list(sib))
+            _put(root, f"{d}/topology/core_id", min(sib) % 64)
+            _put(root, f"{d}/topology/physical_package_id", pkg_of.get(c, 0))
+            _put(root, f"{d}/topology/cluster_id", cl_idx)
+            _put(root, f"{d}/topology/core_siblings_list",
+                 format_cpu_list(spec["packages"].get(pkg_of.get(c, 0), [c])))
+            if cl.get("capacity") is not None:
+                _put(root, f"{d}/cpu_capacity", cl["capacity"])
+            for i, (level, ctype, size, shared) in enumerate(cl["caches"]):
+                if shared == "package":
+                    sh = spec["packages"][pkg_of[c]]
+                elif shared:
+                    sh = cl["cpus"]
+                else:
+                    sh = sib
+                cd = f"{d}/cache/index{i}"
+                _put(root, f"{cd}/level", level)
+                _put(root, f"{cd}/type", ctype)
+                _put(root, f"{cd}/size", size)
+                _put(root, f"{cd}/coherency_line_size", 64)
+                _put(root, f"{cd}/ways_of_associativity", 8)
+                _put(root, f"{cd}/shared_cpu_list", format_cpu_list(sh))
+    if spec.get("nodes"):
+        for i, node in enumerate(spec["nodes"]):
+            _put(root, f"/sys/devices/system/node/node{i}/cpulist", format_cpu_list(node))
+        _put(root, "/sys/devices/system/node/online", f"0-{len(spec['nodes']) - 1}")
+
+    for pnum, pcpus, cl in _policy_groups(spec):
+        d = f"{CPUFREQ}/policy{pnum}"
+        table = cl.get("freqs_khz")
+        fmin = min(table) if table else cl["min_khz"]
+        fmax = max(table) if table else cl["max_khz"]
+        gov = spec["initial_governor"]
+        _put(root, f"{d}/affected_cpus", " ".join(map(str, pcpus)))
+        _put(root, f"{d}/related_cpus", " ".join(map(str, pcpus)))
+        _put(root, f"{d}/scaling_driver", spec["driver"])
+        _put(root, f"{d}/scaling_available_governors", " ".join(spec["governors"]))
+        _put(root, f"{d}/scaling_governor", gov)
+        _put(root, f"{d}/cpuinfo_min_freq", fmin)
+        _put(root, f"{d}/cpuinfo_max_freq", fmax)
+        _put(root, f"{d}/scaling_min_freq", fmin)
+        _put(root, f"{d}/scaling_max_freq", fmax)
+        _put(root, f"{d}/cpuinfo_transition_latency", cl["latency_ns"])
+        cur = fmin if gov == "powersave" else fmax
+        _put(root, f"{d}/scaling_cur_freq", cur)
+        _put(root, f"{d}/cpuinfo_cur_freq", cur)
+        if table:
+            _put(root, f"{d}/scaling_available_frequencies", " ".join(map(str, table)))
+        if cl.get("base_khz"):
+            _put(root, f"{d}/base_frequency", cl["base_khz"])
+        if "userspace" in spec["governors"]:
+            _put(root, f"{d}/scaling_setspeed", cur if gov == "userspace" else "<unsupported>")
+        for c in pcpus:
+            # The kernel shows the policy directory under each of its cpus too.
+            link = os.path.join(root, f"sys/devices/system/cpu/cpu{c}/cpufreq")
+            if not os.path.lexists(link):
+                os.symlink(f"../cpufreq/policy{pnum}", link)
+    if spec.get("boost_file"):
+        _put(root, spec["boost_file"], 0)
+        _put(root, "/sys/devices/system/cpu/intel_pstate/status", "active")
+
+    if spec.get("rapl"):
+        for p in sorted(spec["packages"]):
+            z = f"/sys/class/powercap/intel-rapl:{p}"
+            _put(root, f"{z}/name", f"package-{p}")
+            _put(root, f"{z}/energy_uj", 1000 * (p + 1))
+            _put(root, f"{z}/max_energy_range_uj", 262143328850)
+            _put(root, f"{z}/enabled", 1)
+            zd = f"/sys/class/powercap/intel-rapl:{p}:0"
+            _put(root, f"{zd}/name", "dram")
+            _put(root, f"{zd}/energy_uj", 500 * (p + 1))
+            _put(root, f"{zd}/max_energy_range_uj", 65712999613)
+            _put(root, f"{zd}/enabled", 1)
+    for i, h in enumerate(spec.get("hwmon", [])):
+        d = f"/sys/class/hwmon/hwmon{i}"
+        _put(root, f"{d}/name", h["name"])
+        _put(root, f"{d}/label", h["label"])
+        _put(root, f"{d}/power1_input", int(1e6 * _idle_power(spec, h)))
+        _put(root, f"{d}/in1_input", 1000)
+    if spec.get("energy_model"):
+        for pnum, pcpus, cl in _policy_groups(spec):
+            d = f"/sys/kernel/debug/energy_model/cpu{pnum}"
+            _put(root, f"{d}/cpus", format_cpu_list(pcpus))
+            for fk in cl["freqs_khz"]:
+                mw = int(1000 * dynamic_power_w(cl, fk))
+                _put(root, f"{d}/ps:{fk}/frequency", fk)
+                _put(root, f"{d}/ps:{fk}/power", mw)
+                _put(root, f"{d}/ps:{fk}/cost", mw * 10)
+
+    cpuinfo = []
+    for c in cpus:
+        if spec["arch"] == "x86":
+            cpuinfo.append(f"processor\t: {c}\nmodel name\t: {spec['model_name']}\n")
+        else:
+            cpuinfo.append(f"processor\t: {c}\nBogoMIPS\t: 108.00\nCPU part\t: 0xd08\n")
+    if spec["arch"] != "x86":
+        cpuinfo.append(f"Hardware\t: virtual\nModel\t\t: {spec['model_name']}\n")
+    _put(root, "/proc/cpuinfo", "\n".join(cpuinfo))
+    stat = ["cpu  0 0 0 0 0 0 0 0 0 0"] + [f"cpu{c} 0 0 0 0 0 0 0 0 0 0" for c in cpus]
+    _put(root, "/proc/stat", "\n".join(stat))
+    with open(os.path.join(root, FAKE_MARKER), "w") as fh:
+        json.dump({"board": spec["name"], "spec": spec}, fh, default=list)
+    return root
+
+
+def load_spec(root: str) -> dict:
+    """The spec a fake tree was made from (JSON turns int keys into str; undo that)."""
+    with open(os.path.join(root, FAKE_MARKER)) as fh:
+        spec = json.load(fh)["spec"]
+    spec["packages"] = {int(k): v for k, v in spec["packages"].items()}
+    return spec
+
+
+# --------------------------------------------------------------------------- power model
+
+def voltage(cl: dict, f_khz: float) -> float:
+    """Supply voltage, linear in frequency between the cluster's lowest and highest point."""
+    fmin = min(cl["freqs_khz"]) if cl.get("freqs_khz") else cl["min_khz"]
+    fmax = max(cl["freqs_khz"]) if cl.get("freqs_khz") else cl["max_khz"]
+    vmin, vmax = cl["volt"]
+    x = 0.0 if fmax == fmin else (f_khz - fmin) / (fmax - fmin)
+    return vmin + (vmax - vmin) * min(max(x, 0.0), 1.0)
+
+
+def dynamic_power_w(cl: dict, f_khz: float) -> float:
+    """Power of one busy core: c_dyn * V^2 * f (f in GHz)."""
+    return cl["c_dyn"] * voltage(cl, f_khz) ** 2 * (f_khz / 1e6)
+
+
+def _idle_power(spec: dict, h: dict) -> float:
+    if "constant_w" in h:
+        return h["constant_w"]
+    return spec["clusters"][h["cluster"]]["p_static"]
+
+
+# --------------------------------------------------------------------------- kernel emulation
+
+def _policy_dir(rel: str):
+    m = _POLICY_FILE.match(rel)
+    return (f"{CPUFREQ}/{m.group(1)}", m.group(2)) if m else (None, None)
+
+
+def install_hooks(fs: SysFS) -> None:
+    """Make writes on a fake tree behave like the kernel's cpufreq core (see module doc)."""
+
+    def before(rel: str, data: str) -> None:
+        d, leaf = _policy_dir(rel)
+        if d is None:
+            return
+        if leaf == "scaling_governor":
+            if data.strip() not in fs.read_words(f"{d}/scaling_available_governors"):
+                raise KnobUnavailable(rel, f"governor {data!r} not available", errno.EINVAL)
+            return
+        if leaf not in ("scaling_min_freq", "scaling_max_freq", "scaling_setspeed"):
+            return
+        try:
+            val = int(data.strip())
+        except ValueError:
+            raise KnobUnavailable(rel, f"invalid value {data!r}", errno.EINVAL) from None
+        if leaf == "scaling_setspeed" and fs.read_text(f"{d}/scaling_governor") != "userspace":
+            raise KnobUnavailable(rel, "setspeed needs the userspace governor", errno.EINVAL)
+        # Older kernels refuse a limit that crosses the other one: the agent must order writes.
+        if leaf == "scaling_min_freq" and val > fs.read_int(f"{d}/scaling_max_freq"):
+            raise KnobUnavailable(rel, f"min {val} above max", errno.EINVAL)
+        if leaf == "scaling_max_freq" and val < fs.read_int(f"{d}/scaling_min_freq"):
+            raise KnobUnavailable(rel, f"max {val} below min", errno.EINVAL)
+
+    def after(rel: str, data: str) -> None:
+        d, leaf = _policy_dir(rel)
+        if d is None or leaf not in ("scaling_governor", "scaling_min_freq", "scaling_max_freq",
+                                     "scaling_setspeed"):
+            return
+        lo = fs.read_int(f"{d}/scaling_min_freq")
+        hi = fs.read_int(f"{d}/scaling_max_freq")
+        gov = fs.read_text(f"{d}/scaling_governor")
+        cur = fs.read_int(f"{d}/scaling_cur_freq")
+        set_path = fs.path(f"{d}/scaling_setspeed")
+        if gov == "userspace":
+            sp = fs.try_text(f"{d}/scaling_setspeed", "")
+            target = int(sp) if sp and sp.isdigit() else cur
+        elif gov == "powersave":
+            target = lo
+        else:  # performance, and the dynamic governors under a busy load
+            target = hi
+        target = min(max(target, lo), hi)
+        table = fs.try_list(f"{d}/scaling_available_frequencies")
+        if table:
+            # The hardware runs at a table point: the highest one not above the target.
+            ok = [f for f in table if lo <= f <= target] or [min(f for f in table if f >= lo)]
+            target = max(ok)
+        for leaf_name in ("scaling_cur_freq", "cpuinfo_cur_freq"):
+            p = fs.path(f"{d}/{leaf_name}")
+            if os.path.exists(p):
+                with open(p, "w") as fh:
+                    fh.write(f"{target}\n")
+        if os.path.exists(set_path):
+            with open(set_path, "w") as fh:
+                fh.write(f"{target if gov == 'userspace' else '<unsupported>'}\n")
+
+    fs.before_write = before
+    fs.after_write = after
