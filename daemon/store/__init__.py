@@ -1,1 +1,139 @@
-"""opptune.daemon.store"""
+"""The daemon's store: one interface, one file per back end (sqlite.py now, postgres.py later).
+
+The service talks only to :class:`Store`. ``open_store`` picks the back end from the location:
+``postgresql://...`` would select a PostgreSQL back end, anything else is an SQLite file path.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from typing import Any, NamedTuple, Sequence
+
+from ...shared.records import RunRecord
+
+
+class Group(NamedTuple):
+    """What one model is fitted to: all runs of a workload input and variant on one platform."""
+    platform: str
+    workload: str
+    input: str
+    variant: str
+
+    def as_dict(self) -> dict[str, str]:
+        return self._asdict()
+
+
+class ResultIn(NamedTuple):
+    """One validated result message ready to store."""
+    msg_id: str
+    agent: str
+    job_id: str | None
+    seq: int | None
+    record: RunRecord
+    raw: dict[str, Any]  # the record as received, stored as JSON
+
+
+class Store(ABC):
+    """Persistent state of the daemon. Methods are called from the service loop only."""
+
+    @abstractmethod
+    def schema_version(self) -> int: ...
+
+    # platforms and agents
+    @abstractmethod
+    def save_platform(self, platform_id: str, description: dict[str, Any], now: float) -> None: ...
+
+    @abstractmethod
+    def platform(self, platform_id: str) -> dict[str, Any] | None: ...
+
+    @abstractmethod
+    def save_agent(self, agent_id: str, platform_id: str, workloads: list[Any],
+                   agent_version: str, now: float) -> None: ...
+
+    @abstractmethod
+    def touch_agents(self, last_seen: dict[str, float]) -> None: ...
+
+    @abstractmethod
+    def agents(self) -> list[dict[str, Any]]:
+        """Every known agent: id, platform, workloads, first_seen, last_seen."""
+
+    @abstractmethod
+    def workloads(self) -> list[str]: ...
+
+    # jobs
+    @abstractmethod
+    def save_job(self, agent_id: str, job: dict[str, Any], now: float, state: str = "sent") -> None:
+        """Store a job body as sent to ``agent_id``."""
+
+    @abstractmethod
+    def set_job_state(self, job_id: str, state: str) -> None: ...
+
+    @abstractmethod
+    def job(self, job_id: str) -> dict[str, Any] | None: ...
+
+    @abstractmethod
+    def jobs(self) -> list[dict[str, Any]]:
+        """Every job with its received count (distinct seq stored)."""
+
+    @abstractmethod
+    def jobs_for(self, agent_id: str, workload: str) -> list[dict[str, Any]]: ...
+
+    @abstractmethod
+    def job_received(self, job_id: str) -> int: ...
+
+    @abstractmethod
+    def job_groups(self, job_id: str) -> list[Group]: ...
+
+    # runs
+    @abstractmethod
+    def insert_results(self, items: Sequence[ResultIn], now: float) -> list[str]:
+        """Store a batch idempotently in one transaction; return every id now committed
+        (new and already present) in the order given."""
+
+    @abstractmethod
+    def run_counts(self) -> list[dict[str, Any]]: ...
+
+    @abstractmethod
+    def group_runs(self, group: Group) -> list[tuple[int, float | None, float]]:
+        """(cores, freq_mhz, time_s) of the group's successful runs."""
+
+    # fits and recommendations
+    @abstractmethod
+    def save_fit(self, group: Group, model: str, params: dict[str, Any],
+                 quality: dict[str, Any], runners_up: list[Any], now: float) -> int: ...
+
+    @abstractmethod
+    def fits(self) -> list[dict[str, Any]]:
+        """The latest fit of every group."""
+
+    @abstractmethod
+    def save_recommendation(self, rec: dict[str, Any], now: float) -> None: ...
+
+    @abstractmethod
+    def update_recommendation(self, config_id: str, state: str, now: float,
+                              verified_time_s: float | None = None,
+                              error: str | None = None) -> bool: ...
+
+    @abstractmethod
+    def recommendation(self, config_id: str) -> dict[str, Any] | None: ...
+
+    @abstractmethod
+    def recommendations(self) -> list[dict[str, Any]]: ...
+
+    @abstractmethod
+    def close(self) -> None: ...
+
+
+def open_store(location: str) -> Store:
+    """Open (and migrate) the store at ``location``."""
+    if location.startswith(("postgresql://", "postgres://")):
+        try:
+            from .postgres import PostgresStore  # type: ignore[import-not-found]
+        except ImportError:
+            raise ValueError("PostgreSQL back end is not available in this installation") from None
+        return PostgresStore(location)
+    from .sqlite import SQLiteStore
+    return SQLiteStore(location)
+
+
+__all__ = ["Group", "ResultIn", "Store", "open_store"]

@@ -1,0 +1,102 @@
+"""The daemon's end of the link: one ROUTER socket that every agent's DEALER connects to.
+
+``recv``/``recv_batch`` hand out ``(identity, message)`` pairs of validated messages only; a
+frame that fails validation is answered with an ``error`` to its sender, logged, and skipped.
+``ROUTER_MANDATORY`` makes a send to a vanished peer raise instead of vanishing silently; ``send``
+catches that and returns False.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+import zmq
+
+from ..shared import protocol
+from ..shared.protocol import ProtocolError
+
+log = logging.getLogger("opptune.daemon.link")
+
+# Frames above this are dropped by libzmq with the connection; between MAX_MESSAGE_BYTES and
+# this, the sender still gets a readable "too_large" error.
+HARD_FRAME_LIMIT = 8 * protocol.MAX_MESSAGE_BYTES
+
+
+class Link:
+    """A bound ROUTER socket. Not thread-safe: use it from the service loop only."""
+
+    def __init__(self, bind: str, context: zmq.Context | None = None, sndhwm: int = 100_000):
+        self.ctx = context or zmq.Context.instance()
+        self.sock = self.ctx.socket(zmq.ROUTER)
+        self.sock.setsockopt(zmq.ROUTER_MANDATORY, 1)
+        self.sock.setsockopt(zmq.LINGER, 0)
+        self.sock.setsockopt(zmq.MAXMSGSIZE, HARD_FRAME_LIMIT)
+        self.sock.setsockopt(zmq.SNDHWM, sndhwm)
+        self.sock.setsockopt(zmq.RCVHWM, sndhwm)
+        # A send to a peer over its HWM must not block the loop: it fails and is logged.
+        self.sock.setsockopt(zmq.SNDTIMEO, 0)
+        self.sock.bind(bind)
+        self.endpoint: str = self.sock.getsockopt_string(zmq.LAST_ENDPOINT)
+        self._enveloped: set[bytes] = set()  # REQ peers: replies need the empty delimiter
+        self.refused = 0  # frames answered with an error
+
+    def poll(self, timeout_ms: int) -> bool:
+        """True when a message is waiting (after at most ``timeout_ms``)."""
+        return bool(self.sock.poll(timeout_ms, zmq.POLLIN))
+
+    def recv(self, timeout_ms: int | None = None) -> tuple[bytes, dict[str, Any]] | None:
+        """One valid message, or None when none arrived in time (or the one that did was
+        refused)."""
+        if timeout_ms is not None and not self.poll(timeout_ms):
+            return None
+        got = self.recv_batch(1)
+        return got[0] if got else None
+
+    def recv_batch(self, max_n: int) -> list[tuple[bytes, dict[str, Any]]]:
+        """Drain up to ``max_n`` frames without blocking; return the valid ones."""
+        out = []
+        recv = self.sock.recv_multipart
+        decode = protocol.decode
+        for _ in range(max_n):
+            try:
+                frames = recv(zmq.NOBLOCK, copy=True)
+            except zmq.Again:
+                break
+            if len(frames) == 2:
+                identity, data = frames
+            elif len(frames) == 3 and frames[1] == b"":
+                identity, data = frames[0], frames[2]
+                self._enveloped.add(identity)
+            else:
+                self._refuse(frames[0], ProtocolError(
+                    "bad_frame", f"expected one message frame, got {len(frames) - 1}"))
+                continue
+            try:
+                out.append((identity, decode(data)))
+            except ProtocolError as exc:
+                self._refuse(identity, exc)
+        return out
+
+    def _refuse(self, identity: bytes, exc: ProtocolError) -> None:
+        self.refused += 1
+        log.warning("refused a message from %r: %s (%s)", identity, exc, exc.code)
+        self.send(identity, protocol.error_reply("daemon", exc.code, str(exc), exc.ref))
+
+    def send(self, identity: bytes, msg: dict[str, Any]) -> bool:
+        """Send to one peer; False (logged) when the peer is gone or not keeping up."""
+        try:
+            data = protocol.encode(msg)
+        except ProtocolError as exc:
+            log.error("not sending an invalid %s message: %s", msg.get("type"), exc)
+            return False
+        frames = [identity, b"", data] if identity in self._enveloped else [identity, data]
+        try:
+            self.sock.send_multipart(frames, zmq.NOBLOCK)
+            return True
+        except zmq.ZMQError as exc:  # EHOSTUNREACH: peer gone; EAGAIN: peer's queue is full
+            log.warning("cannot send %s to %r: %s", msg.get("type"), identity, exc)
+            return False
+
+    def close(self) -> None:
+        self.sock.close(linger=0)

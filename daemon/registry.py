@@ -1,0 +1,102 @@
+"""Known agents: identity on the socket, platform, last seen and whether they are alive."""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+
+@dataclass
+class AgentInfo:
+    agent_id: str
+    platform_id: str
+    platform: dict[str, Any] = field(default_factory=dict)
+    workloads: list[Any] = field(default_factory=list)
+    identity: bytes | None = None  # routing id of its DEALER; None until it speaks to this daemon
+    last_seen: float = 0.0
+    outbox: int | None = None  # results waiting on the agent, from its last heartbeat
+    instance: str | None = None
+
+    def alive(self, timeout_s: float, now: float | None = None) -> bool:
+        return self.identity is not None and ((now or time.time()) - self.last_seen) <= timeout_s
+
+    def workload_names(self) -> list[str]:
+        names = []
+        for w in self.workloads:
+            name = w.get("name") if isinstance(w, dict) else w
+            if isinstance(name, str):
+                names.append(name)
+        return names
+
+    def workload_sizes(self, name: str) -> list[str]:
+        for w in self.workloads:
+            if isinstance(w, dict) and w.get("name") == name:
+                sizes = w.get("sizes")
+                if isinstance(sizes, list):
+                    return [str(s) for s in sizes]
+        return []
+
+
+class Registry:
+    """Agents by id. Loaded from the store at start so results of agents that said hello to an
+    earlier daemon instance are still accepted."""
+
+    def __init__(self, timeout_s: float):
+        self.timeout_s = timeout_s
+        self._agents: dict[str, AgentInfo] = {}
+        self._dirty: dict[str, float] = {}  # last_seen updates not yet written to the store
+
+    def __contains__(self, agent_id: str) -> bool:
+        return agent_id in self._agents
+
+    def __len__(self) -> int:
+        return len(self._agents)
+
+    def get(self, agent_id: str) -> AgentInfo | None:
+        return self._agents.get(agent_id)
+
+    def all(self) -> list[AgentInfo]:
+        return sorted(self._agents.values(), key=lambda a: a.agent_id)
+
+    def load(self, agent_id: str, platform_id: str, platform: dict[str, Any],
+             workloads: list[Any], last_seen: float) -> AgentInfo:
+        """Add an agent known from the store (not connected to this instance yet)."""
+        info = AgentInfo(agent_id, platform_id, platform, workloads, None, last_seen)
+        self._agents[agent_id] = info
+        return info
+
+    def hello(self, agent_id: str, identity: bytes, platform_id: str, platform: dict[str, Any],
+              workloads: list[Any], now: float) -> AgentInfo:
+        info = self._agents.get(agent_id)
+        if info is None:
+            info = self._agents[agent_id] = AgentInfo(agent_id, platform_id)
+        info.platform_id, info.platform, info.workloads = platform_id, platform, workloads
+        info.identity, info.last_seen = identity, now
+        return info
+
+    def seen(self, agent_id: str, identity: bytes, now: float) -> AgentInfo | None:
+        """Note that ``agent_id`` spoke from ``identity``; None when it is unknown."""
+        info = self._agents.get(agent_id)
+        if info is not None:
+            info.identity, info.last_seen = identity, now
+            self._dirty[agent_id] = now
+        return info
+
+    def take_dirty(self) -> dict[str, float]:
+        dirty, self._dirty = self._dirty, {}
+        return dirty
+
+    def alive(self, agent_id: str, now: float | None = None) -> bool:
+        info = self._agents.get(agent_id)
+        return info is not None and info.alive(self.timeout_s, now)
+
+
+def platform_id_of(agent_id: str, platform: dict[str, Any]) -> str:
+    """The platform's id from its description ("id", then "platform_id", "fingerprint");
+    an agent that sends none gets a platform of its own."""
+    for key in ("id", "platform_id", "fingerprint"):
+        value = platform.get(key)
+        if isinstance(value, str) and value:
+            return value
+    return f"agent:{agent_id}"

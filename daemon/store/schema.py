@@ -1,0 +1,101 @@
+"""The store's schema as migrations keyed by version.
+
+Each entry of :data:`MIGRATIONS` moves the schema from ``version - 1`` to ``version``; a back end
+applies the ones above the version recorded in ``schema_version``, each in its own transaction.
+The SQL is plain enough for SQLite and PostgreSQL alike (TEXT, INTEGER, REAL; JSON as TEXT).
+"""
+
+from __future__ import annotations
+
+SCHEMA_VERSION = 1
+
+MIGRATIONS: dict[int, list[str]] = {
+    1: [
+        """CREATE TABLE platforms (
+               id TEXT PRIMARY KEY,
+               description TEXT NOT NULL,
+               first_seen REAL NOT NULL,
+               last_seen REAL NOT NULL)""",
+        """CREATE TABLE agents (
+               id TEXT PRIMARY KEY,
+               platform TEXT NOT NULL REFERENCES platforms(id),
+               workloads TEXT NOT NULL DEFAULT '[]',
+               agent_version TEXT,
+               first_seen REAL NOT NULL,
+               last_seen REAL NOT NULL)""",
+        """CREATE TABLE workloads (
+               name TEXT PRIMARY KEY,
+               description TEXT NOT NULL DEFAULT '{}',
+               first_seen REAL NOT NULL)""",
+        """CREATE TABLE jobs (
+               job_id TEXT PRIMARY KEY,
+               agent TEXT NOT NULL,
+               workload TEXT NOT NULL,
+               size TEXT NOT NULL,
+               points TEXT NOT NULL,
+               n_points INTEGER NOT NULL,
+               reps INTEGER NOT NULL,
+               warmup INTEGER NOT NULL,
+               expected INTEGER NOT NULL,
+               created REAL NOT NULL,
+               state TEXT NOT NULL)""",
+        "CREATE INDEX jobs_agent_workload ON jobs(agent, workload)",
+        """CREATE TABLE runs (
+               msg_id TEXT PRIMARY KEY,
+               agent TEXT NOT NULL,
+               job_id TEXT,
+               seq INTEGER,
+               platform TEXT NOT NULL,
+               workload TEXT NOT NULL,
+               input TEXT NOT NULL,
+               variant TEXT NOT NULL,
+               cores INTEGER NOT NULL,
+               cpus TEXT NOT NULL,
+               threads INTEGER NOT NULL,
+               freq_mhz REAL,
+               rep INTEGER NOT NULL,
+               time_s REAL,
+               wall_s REAL,
+               user_s REAL,
+               sys_s REAL,
+               energy_j REAL,
+               ok INTEGER NOT NULL,
+               virtual INTEGER NOT NULL,
+               received REAL NOT NULL,
+               record TEXT NOT NULL)""",
+        "CREATE INDEX runs_job ON runs(job_id, seq)",
+        "CREATE INDEX runs_group ON runs(platform, workload, input, variant)",
+        """CREATE TABLE fits (
+               id INTEGER PRIMARY KEY AUTOINCREMENT,
+               platform TEXT NOT NULL,
+               workload TEXT NOT NULL,
+               input TEXT NOT NULL,
+               variant TEXT NOT NULL,
+               model TEXT NOT NULL,
+               params TEXT NOT NULL,
+               quality TEXT NOT NULL,
+               runners_up TEXT NOT NULL,
+               created REAL NOT NULL)""",
+        "CREATE INDEX fits_group ON fits(platform, workload, input, variant)",
+        """CREATE TABLE recommendations (
+               id TEXT PRIMARY KEY,
+               agent TEXT NOT NULL,
+               platform TEXT NOT NULL,
+               workload TEXT NOT NULL,
+               input TEXT NOT NULL,
+               variant TEXT NOT NULL,
+               cores INTEGER NOT NULL,
+               cpus TEXT NOT NULL,
+               threads INTEGER NOT NULL,
+               freq_khz INTEGER,
+               predicted_time_s REAL,
+               predicted_lower_s REAL,
+               predicted_upper_s REAL,
+               model TEXT,
+               state TEXT NOT NULL,
+               verified_time_s REAL,
+               error TEXT,
+               created REAL NOT NULL,
+               updated REAL NOT NULL)""",
+    ],
+}

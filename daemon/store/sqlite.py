@@ -1,0 +1,264 @@
+"""SQLite back end of the store: one file, WAL mode, migrations by schema version.
+
+WAL with ``synchronous=NORMAL`` keeps every committed transaction across a crash of the daemon
+process (only an OS crash or power loss can drop the last transactions), and lets readers (the
+operator's tools) run beside the writer.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import sqlite3
+import time
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any, Iterator, Sequence
+
+from . import Group, ResultIn, Store
+from .schema import MIGRATIONS, SCHEMA_VERSION
+
+log = logging.getLogger("opptune.daemon.store")
+
+# NaN in a counter is kept as JSON's NaN extension (Python reads it back) rather than refused.
+_dumps = json.JSONEncoder(separators=(",", ":"), default=str).encode
+
+
+class SQLiteStore(Store):
+    def __init__(self, path: str, busy_timeout_s: float = 10.0):
+        if path != ":memory:":
+            Path(path).expanduser().parent.mkdir(parents=True, exist_ok=True)
+        self.path = path
+        # Autocommit mode: transactions are opened explicitly so that a batch is exactly one.
+        self.db = sqlite3.connect(path, isolation_level=None, timeout=busy_timeout_s,
+                                  check_same_thread=False)
+        self.db.execute("PRAGMA journal_mode=WAL")
+        self.db.execute("PRAGMA synchronous=NORMAL")
+        self.db.execute("PRAGMA foreign_keys=ON")
+        self._migrate()
+
+    # -- plumbing -------------------------------------------------------------------------------
+    @contextmanager
+    def _tx(self) -> Iterator[sqlite3.Connection]:
+        self.db.execute("BEGIN IMMEDIATE")
+        try:
+            yield self.db
+        except BaseException:
+            self.db.execute("ROLLBACK")
+            raise
+        self.db.execute("COMMIT")
+
+    def _migrate(self) -> None:
+        with self._tx() as db:
+            db.execute("CREATE TABLE IF NOT EXISTS schema_version "
+                       "(version INTEGER PRIMARY KEY, applied REAL NOT NULL)")
+        current = self.schema_version()
+        if current > SCHEMA_VERSION:
+            raise RuntimeError(f"{self.path}: database schema version {current} is newer than "
+                               f"this daemon's ({SCHEMA_VERSION}); upgrade opptune")
+        for version in sorted(v for v in MIGRATIONS if v > current):
+            with self._tx() as db:
+                for stmt in MIGRATIONS[version]:
+                    db.execute(stmt)
+                db.execute("INSERT INTO schema_version VALUES (?, ?)", (version, time.time()))
+            log.info("store %s migrated to schema version %d", self.path, version)
+
+    def _rows(self, sql: str, args: Sequence[Any] = ()) -> list[dict[str, Any]]:
+        cur = self.db.execute(sql, args)
+        names = [d[0] for d in cur.description]
+        return [dict(zip(names, row)) for row in cur.fetchall()]
+
+    def journal_mode(self) -> str:
+        return self.db.execute("PRAGMA journal_mode").fetchone()[0]
+
+    def schema_version(self) -> int:
+        row = self.db.execute("SELECT MAX(version) FROM schema_version").fetchone()
+        return int(row[0] or 0)
+
+    # -- platforms and agents -------------------------------------------------------------------
+    def save_platform(self, platform_id: str, description: dict[str, Any], now: float) -> None:
+        with self._tx() as db:
+            db.execute("INSERT INTO platforms VALUES (?, ?, ?, ?) ON CONFLICT(id) DO UPDATE SET "
+                       "description=excluded.description, last_seen=excluded.last_seen",
+                       (platform_id, _dumps(description), now, now))
+
+    def platform(self, platform_id: str) -> dict[str, Any] | None:
+        row = self.db.execute("SELECT description FROM platforms WHERE id=?",
+                              (platform_id,)).fetchone()
+        return json.loads(row[0]) if row else None
+
+    def save_agent(self, agent_id: str, platform_id: str, workloads: list[Any],
+                   agent_version: str, now: float) -> None:
+        with self._tx() as db:
+            db.execute("INSERT INTO agents VALUES (?, ?, ?, ?, ?, ?) ON CONFLICT(id) DO UPDATE SET "
+                       "platform=excluded.platform, workloads=excluded.workloads, "
+                       "agent_version=excluded.agent_version, last_seen=excluded.last_seen",
+                       (agent_id, platform_id, _dumps(workloads), agent_version, now, now))
+            for w in workloads:
+                name = w.get("name") if isinstance(w, dict) else w
+                if isinstance(name, str):
+                    db.execute("INSERT OR IGNORE INTO workloads VALUES (?, ?, ?)",
+                               (name, _dumps(w if isinstance(w, dict) else {}), now))
+
+    def touch_agents(self, last_seen: dict[str, float]) -> None:
+        if not last_seen:
+            return
+        with self._tx() as db:
+            db.executemany("UPDATE agents SET last_seen=MAX(last_seen, ?) WHERE id=?",
+                           [(ts, a) for a, ts in last_seen.items()])
+
+    def agents(self) -> list[dict[str, Any]]:
+        rows = self._rows("SELECT * FROM agents ORDER BY id")
+        for r in rows:
+            r["workloads"] = json.loads(r["workloads"])
+        return rows
+
+    def workloads(self) -> list[str]:
+        return [r[0] for r in self.db.execute(
+            "SELECT name FROM workloads UNION SELECT DISTINCT workload FROM runs ORDER BY 1")]
+
+    # -- jobs -----------------------------------------------------------------------------------
+    def save_job(self, agent_id: str, job: dict[str, Any], now: float, state: str = "sent") -> None:
+        points = job["points"]
+        with self._tx() as db:
+            db.execute("INSERT OR REPLACE INTO jobs VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                       (job["job_id"], agent_id, job["workload"], job["size"], _dumps(points),
+                        len(points), job["reps"], job["warmup"], len(points) * job["reps"],
+                        now, state))
+            db.execute("INSERT OR IGNORE INTO workloads(name, first_seen) VALUES (?, ?)",
+                       (job["workload"], now))
+
+    def set_job_state(self, job_id: str, state: str) -> None:
+        with self._tx() as db:
+            db.execute("UPDATE jobs SET state=? WHERE job_id=?", (state, job_id))
+
+    def _job_row(self, r: dict[str, Any]) -> dict[str, Any]:
+        r["points"] = json.loads(r["points"])
+        return r
+
+    def job(self, job_id: str) -> dict[str, Any] | None:
+        rows = self._rows("SELECT * FROM jobs WHERE job_id=?", (job_id,))
+        return self._job_row(rows[0]) if rows else None
+
+    def jobs(self) -> list[dict[str, Any]]:
+        return self._rows(
+            "SELECT j.job_id, j.agent, j.workload, j.size, j.expected, j.state, j.created, "
+            "(SELECT COUNT(DISTINCT seq) FROM runs r WHERE r.job_id = j.job_id) AS received "
+            "FROM jobs j ORDER BY j.created")
+
+    def jobs_for(self, agent_id: str, workload: str) -> list[dict[str, Any]]:
+        return [self._job_row(r) for r in self._rows(
+            "SELECT * FROM jobs WHERE agent=? AND workload=? ORDER BY created",
+            (agent_id, workload))]
+
+    def job_received(self, job_id: str) -> int:
+        return int(self.db.execute("SELECT COUNT(DISTINCT seq) FROM runs WHERE job_id=?",
+                                   (job_id,)).fetchone()[0])
+
+    def job_groups(self, job_id: str) -> list[Group]:
+        return [Group(*r) for r in self.db.execute(
+            "SELECT DISTINCT platform, workload, input, variant FROM runs WHERE job_id=?",
+            (job_id,))]
+
+    # -- runs -----------------------------------------------------------------------------------
+    def insert_results(self, items: Sequence[ResultIn], now: float) -> list[str]:
+        rows = []
+        for it in items:
+            r = it.record
+            rows.append((it.msg_id, it.agent, it.job_id, it.seq, r.platform, r.workload, r.input,
+                         r.variant, r.cores, _dumps(r.cpus), r.threads, r.freq_mhz, r.rep,
+                         r.time_s, r.wall_s, r.user_s, r.sys_s, r.energy_j, int(r.ok),
+                         int(r.virtual), now, _dumps(it.raw)))
+        with self._tx() as db:
+            db.executemany("INSERT OR IGNORE INTO runs VALUES "
+                           "(?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)", rows)
+        return [it.msg_id for it in items]
+
+    def run_counts(self) -> list[dict[str, Any]]:
+        return self._rows("SELECT agent, platform, workload, input, COUNT(*) AS count FROM runs "
+                          "GROUP BY agent, platform, workload, input ORDER BY 1, 2, 3, 4")
+
+    def group_runs(self, group: Group) -> list[tuple[int, float | None, float]]:
+        return [tuple(r) for r in self.db.execute(
+            "SELECT cores, freq_mhz, time_s FROM runs WHERE platform=? AND workload=? AND "
+            "input=? AND variant=? AND ok=1 AND time_s IS NOT NULL ORDER BY cores, freq_mhz",
+            tuple(group))]
+
+    # -- fits and recommendations ---------------------------------------------------------------
+    def save_fit(self, group: Group, model: str, params: dict[str, Any],
+                 quality: dict[str, Any], runners_up: list[Any], now: float) -> int:
+        with self._tx() as db:
+            cur = db.execute("INSERT INTO fits(platform, workload, input, variant, model, params, "
+                             "quality, runners_up, created) VALUES (?,?,?,?,?,?,?,?,?)",
+                             (*group, model, _json_safe(params), _json_safe(quality),
+                              _json_safe(runners_up), now))
+            return int(cur.lastrowid)
+
+    def fits(self) -> list[dict[str, Any]]:
+        rows = self._rows(
+            "SELECT * FROM fits f WHERE id = (SELECT MAX(id) FROM fits g WHERE "
+            "g.platform=f.platform AND g.workload=f.workload AND g.input=f.input AND "
+            "g.variant=f.variant) ORDER BY platform, workload, input, variant")
+        for r in rows:
+            for k in ("params", "quality", "runners_up"):
+                r[k] = json.loads(r[k])
+        return rows
+
+    def save_recommendation(self, rec: dict[str, Any], now: float) -> None:
+        with self._tx() as db:
+            db.execute(
+                "INSERT OR REPLACE INTO recommendations VALUES "
+                "(?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
+                (rec["config_id"], rec["agent"], rec["platform"], rec["workload"], rec["input"],
+                 rec["variant"], rec["cores"], _dumps(list(rec["cpus"])), rec["threads"],
+                 rec.get("freq_khz"), rec.get("predicted_time_s"), rec.get("predicted_lower_s"),
+                 rec.get("predicted_upper_s"), rec.get("model"), rec.get("state", "pushed"),
+                 rec.get("verified_time_s"), rec.get("error"), now, now))
+
+    def update_recommendation(self, config_id: str, state: str, now: float,
+                              verified_time_s: float | None = None,
+                              error: str | None = None) -> bool:
+        with self._tx() as db:
+            cur = db.execute("UPDATE recommendations SET state=?, verified_time_s=?, error=?, "
+                             "updated=? WHERE id=?",
+                             (state, verified_time_s, error, now, config_id))
+            return cur.rowcount > 0
+
+    def _rec_row(self, r: dict[str, Any]) -> dict[str, Any]:
+        r["config_id"] = r.pop("id")
+        r["cpus"] = json.loads(r["cpus"])
+        return r
+
+    def recommendation(self, config_id: str) -> dict[str, Any] | None:
+        rows = self._rows("SELECT * FROM recommendations WHERE id=?", (config_id,))
+        return self._rec_row(rows[0]) if rows else None
+
+    def recommendations(self) -> list[dict[str, Any]]:
+        return [self._rec_row(r) for r in
+                self._rows("SELECT * FROM recommendations ORDER BY created")]
+
+    def close(self) -> None:
+        try:
+            self.db.close()
+        except sqlite3.Error as exc:  # closing must never fail a shutdown
+            log.warning("closing %s: %s", self.path, exc)
+
+
+def _json_safe(value: Any) -> str:
+    """JSON text where NaN and infinities (a failed fit's quality) become null."""
+    return json.dumps(_clean(value), separators=(",", ":"), default=str)
+
+
+def _clean(v: Any) -> Any:
+    if isinstance(v, float):
+        return v if v == v and v not in (float("inf"), float("-inf")) else None
+    if isinstance(v, dict):
+        return {str(k): _clean(x) for k, x in v.items()}
+    if isinstance(v, (list, tuple)):
+        return [_clean(x) for x in v]
+    if hasattr(v, "item") and callable(v.item):  # numpy scalars
+        try:
+            return _clean(v.item())
+        except (TypeError, ValueError):
+            return str(v)
+    return v
