@@ -1,0 +1,104 @@
+"""Variable-delay ("memory wall") speedup model of seed 003 (Furtunato et al.), eq. 9-16.
+
+    rho  = t_m / t_c = 1 + k phi,          phi = F_cpu / F_mem           (eq. 10, 11)
+    mu_p = min(m1 + m2 / p, 1)                                             (eq. 16)
+    S_p  = ((1 - mu_1) + rho mu_1)
+           / max(((1 - mu_p) + rho mu_p) ((1 - f) + f / p),  rho mu_p)     (eq. 15)
+
+with f, m1, m2 in [0, 1] and k in [0, 10] (the paper's bounds). Time is T1(F) / S_p, T1 as in
+amdahl_usl.py (free per training frequency, c0 + c1/F elsewhere, which is what eq. 3 + 9 imply).
+
+F_mem: the model needs only phi, and measurements never give the memory clock, so F_mem is a
+documented constant (``mem_mhz``, default 1000 MHz); k absorbs the true value (k_true =
+k * F_mem_true / mem_mhz) as long as it stays inside the bounds. Without a frequency axis phi
+is constant; we take phi = 1 (F_cpu = F_mem), so rho = 1 + k.
+
+Fitting replaces the paper's coupled simulated annealing by (1) scoring a few hundred starts in
+one vectorised pass, including starts placed in each branch of the max() (compute-bound:
+rho mu_p small; memory-bound: the rho mu_p branch active at high p) and (2) polishing the best
+few with bounded least squares on log time. Each branch is smooth, so the trust-region solver
+converges inside whichever branch pattern the start selects; the scored starts cover both.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from .amdahl_usl import SpeedupFamily
+
+MEM_MHZ = 1000.0
+
+
+def mu(m1: np.ndarray, m2: np.ndarray, p: np.ndarray) -> np.ndarray:
+    """Fraction of memory instructions with p cores, eq. 16."""
+    return np.minimum(m1 + m2 / p, 1.0)
+
+
+def speedup(f: Any, k: Any, m1: Any, m2: Any, p: Any, phi: Any) -> np.ndarray:
+    """S_p of eq. 15 (with rho of eq. 10 and mu_p of eq. 16); broadcasts over all arguments."""
+    f, k, m1, m2, p, phi = np.broadcast_arrays(*(np.asarray(a, dtype=float)
+                                                 for a in (f, k, m1, m2, p, phi)))
+    rho = 1.0 + k * phi
+    mu1, mup = mu(m1, m2, 1.0), mu(m1, m2, p)
+    num = (1.0 - mu1) + rho * mu1
+    compute = ((1.0 - mup) + rho * mup) * ((1.0 - f) + f / p)
+    memory = rho * mup
+    return num / np.maximum(compute, memory)
+
+
+def memory_bound(f: Any, k: Any, m1: Any, m2: Any, p: Any, phi: Any) -> np.ndarray:
+    """True where the memory branch (rho mu_p) of eq. 15's max() is the active one."""
+    rho = 1.0 + np.asarray(k, float) * np.asarray(phi, float)
+    mup = mu(np.asarray(m1, float), np.asarray(m2, float), np.asarray(p, float))
+    f = np.asarray(f, float)
+    return rho * mup > ((1.0 - mup) + rho * mup) * ((1.0 - f) + f / np.asarray(p, float))
+
+
+class MemWallModeler(SpeedupFamily):
+    """Seed 003 variable-delay model over (cores, frequency); parameters f, k, m1, m2."""
+    name = "memwall"
+    param_names = ("f", "k", "m1", "m2")
+    lower = (0.0, 0.0, 0.0, 0.0)
+    upper = (1.0, 10.0, 1.0, 1.0)
+
+    def __init__(self, t1_mode: str = "auto", mem_mhz: float = MEM_MHZ, n_random: int = 300) -> None:
+        super().__init__(t1_mode)
+        self.mem_mhz = float(mem_mhz)
+        self.n_random = int(n_random)
+
+    def options(self) -> dict[str, Any]:
+        return {"t1_mode": self.t1_mode, "mem_mhz": self.mem_mhz}
+
+    def phi(self, freq: np.ndarray | None, n: int) -> np.ndarray:
+        """F_cpu / F_mem per point; 1 where the data have no frequency axis."""
+        return np.ones(n) if freq is None else np.asarray(freq, float) / self.mem_mhz
+
+    def rel_time(self, theta, p, freq):
+        phi = self.phi(freq, p.size)[None, :]
+        f, k, m1, m2 = (theta[:, i:i + 1] for i in range(4))
+        return 1.0 / speedup(f, k, m1, m2, p[None, :], phi)
+
+    def candidates(self, rng):
+        n = self.n_random
+        rand = np.column_stack([rng.uniform(0, 1, n), 10 * rng.uniform(0, 1, n) ** 2,
+                                rng.uniform(0, 1, n) ** 2, rng.uniform(0, 1, n)])
+        f = np.array([0.5, 0.8, 0.9, 0.95, 0.99, 1.0])
+        # compute-bound starts: no memory traffic, the model reduces to Amdahl (eq. 5)
+        compute = np.column_stack([f, np.zeros_like(f), np.zeros_like(f), np.zeros_like(f)])
+        # memory-bound starts: large rho mu_p, so the rho mu_p branch is active at high p
+        grid = np.array(np.meshgrid([0.9, 0.99], [0.5, 3.0, 9.0], [0.01, 0.05, 0.2],
+                                    [0.0, 0.3, 0.9])).reshape(4, -1).T
+        return np.vstack([compute, grid, rand])
+
+    def derived(self, theta):
+        f, k, m1, m2 = map(float, theta)
+        return {"f": f, "k": k, "m1": m1, "m2": m2, "serial_fraction": 1.0 - f,
+                "mu_1": float(min(m1 + m2, 1.0)), "mem_mhz": self.mem_mhz}
+
+    def from_state(self, state: dict[str, Any]):
+        opts = state.get("options", {})
+        self.t1_mode = opts.get("t1_mode", self.t1_mode)
+        self.mem_mhz = float(opts.get("mem_mhz", self.mem_mhz))
+        return super().from_state(state)
