@@ -1,0 +1,261 @@
+"""``opptune demo``: the whole loop on this machine, with a real daemon and a real agent.
+
+Both run as separate processes talking ZeroMQ over loopback; everything they write (configs,
+database, agent state, logs, the result table) lives in one directory that the demo names.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from rich.console import Console
+from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.table import Table
+
+from .client import DaemonUnreachable, QueryFailed, query
+
+FINAL_STATES = {"verified", "refused", "failed"}
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _toml_value(value: Any) -> str:
+    return json.dumps(value)  # JSON scalars and arrays of them are valid TOML
+
+
+def _write_toml(path: Path, values: dict[str, Any], tables: dict[str, dict[str, Any]]) -> None:
+    lines = [f"{k} = {_toml_value(v)}" for k, v in values.items()]
+    for name, table in tables.items():
+        lines.append(f"\n[{name}]")
+        lines += [f"{k} = {_toml_value(v)}" for k, v in table.items()]
+    path.write_text("\n".join(lines) + "\n")
+
+
+def prepare(args: argparse.Namespace, run_dir: Path) -> tuple[str, Path, Path]:
+    """Write the daemon's and the agent's configuration; returns (endpoint, daemon, agent) paths."""
+    endpoint = f"tcp://127.0.0.1:{_free_port()}"
+    daemon_toml = run_dir / "daemon.toml"
+    _write_toml(daemon_toml, {
+        "bind": endpoint, "database": str(run_dir / "opptune.db"), "heartbeat_s": 1.0,
+        "auto_sweep": True, "auto_recommend": True, "verify_reps": args.reps,
+    }, {"sweep": {"size": args.size, "reps": args.reps, "warmup": args.warmup,
+                  "max_cores": args.max_cores}})
+    agent: dict[str, Any] = {
+        "agent_id": "demo-agent", "daemon": endpoint, "state_dir": str(run_dir / "agent"),
+        "heartbeat_s": 1.0, "bench_kernels": args.workload or ["all"],
+    }
+    if args.virtual_board:
+        from ..agent.virtual_board import make_tree
+        agent["virtual_board"] = args.virtual_board
+        agent["sysfs_root"] = str(make_tree(args.virtual_board, run_dir / "virtual-sysfs"))
+    agent_toml = run_dir / "agent.toml"
+    _write_toml(agent_toml, agent, {})
+    return endpoint, daemon_toml, agent_toml
+
+
+def _start(argv: list[str], log: Path) -> subprocess.Popen:
+    fh = open(log, "ab")
+    try:
+        return subprocess.Popen(argv, stdout=fh, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                                start_new_session=True)
+    finally:
+        fh.close()
+
+
+def _stop(proc: subprocess.Popen, timeout: float = 20.0) -> int | None:
+    if proc.poll() is None:
+        proc.send_signal(signal.SIGTERM)
+        try:
+            proc.wait(timeout)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+    return proc.returncode
+
+
+def _tail(path: Path, lines: int = 15) -> str:
+    try:
+        return "\n".join(path.read_text(errors="replace").splitlines()[-lines:])
+    except OSError:
+        return ""
+
+
+def _done(status: dict[str, Any]) -> bool:
+    """Every workload the agent offers has a recommendation that reached a final state."""
+    agents = status.get("agents") or []
+    if not agents:
+        return False
+    recs = status.get("recommendations") or []
+    final = {_workload_of(r) for r in recs if r.get("state") in FINAL_STATES}
+    jobs = status.get("jobs") or []
+    wanted = {j.get("workload") for j in jobs}
+    failed = {j.get("workload") for j in jobs if j.get("state") == "failed"}
+    return bool(wanted) and wanted <= (final | failed)
+
+
+def _workload_of(item: dict[str, Any]) -> str:
+    group = item.get("group")
+    if isinstance(group, dict):
+        return str(group.get("workload"))
+    if isinstance(group, (list, tuple)) and len(group) > 1:
+        return str(group[1])
+    return str(item.get("workload"))
+
+
+def run_demo(args: argparse.Namespace) -> int:
+    console = Console(stderr=True)
+    run_dir = Path(args.dir or f"opptune-demo-{time.strftime('%Y%m%d-%H%M%S')}").resolve()
+    run_dir.mkdir(parents=True, exist_ok=True)
+    console.print(f"opptune demo: everything goes to [bold]{run_dir}[/bold]")
+    if args.virtual_board:
+        console.print(f"[yellow]VIRTUAL BOARD '{args.virtual_board}': times and energies come "
+                      "from a model, not from this machine's hardware[/yellow]")
+    endpoint, daemon_toml, agent_toml = prepare(args, run_dir)
+    py = sys.executable
+    daemon = _start([py, "-m", "opptune.daemon.service", "--config", str(daemon_toml)],
+                    run_dir / "daemon.log")
+    agent = _start([py, "-m", "opptune.agent", "--config", str(agent_toml)], run_dir / "agent.log")
+    status: dict[str, Any] = {}
+    ok = False
+    try:
+        ok, status = _follow(args, console, endpoint, daemon, agent, run_dir)
+    finally:
+        rc_agent = _stop(agent)
+        rc_daemon = _stop(daemon)
+    table = summarise(run_dir / "opptune.db", status)
+    (run_dir / "result.json").write_text(json.dumps(table, indent=2, sort_keys=True))
+    if args.json:
+        json.dump(table, sys.stdout, indent=2, sort_keys=True)
+        print()
+    else:
+        print_table(table, Console())
+    if rc_agent not in (0, None) or rc_daemon not in (0, None):
+        console.print(f"[red]agent exited {rc_agent}, daemon exited {rc_daemon}; logs in "
+                      f"{run_dir}[/red]")
+        return 1
+    return 0 if ok else 1
+
+
+def _follow(args: argparse.Namespace, console: Console, endpoint: str,
+            daemon: subprocess.Popen, agent: subprocess.Popen,
+            run_dir: Path) -> tuple[bool, dict[str, Any]]:
+    deadline = time.monotonic() + args.timeout
+    status: dict[str, Any] = {}
+    reported_knobs = False
+    with Progress(TextColumn("{task.description}"), BarColumn(),
+                  TextColumn("{task.completed}/{task.total} runs"), TimeElapsedColumn(),
+                  console=console, disable=args.no_progress) as progress:
+        task = progress.add_task("sweep", total=None)
+        while time.monotonic() < deadline:
+            for name, proc in (("daemon", daemon), ("agent", agent)):
+                if proc.poll() is not None:
+                    console.print(f"[red]{name} exited with {proc.returncode}:[/red]\n"
+                                  + _tail(run_dir / f"{name}.log"))
+                    return False, status
+            try:
+                status = query(endpoint, "status", timeout_s=2.0)
+            except (DaemonUnreachable, QueryFailed):
+                continue  # still starting; the poll of the processes above catches a death
+            if not reported_knobs and status.get("agents"):
+                _report_knobs(console, status["agents"][0].get("platform"))
+                reported_knobs = True
+            jobs = status.get("jobs") or []
+            expected = sum(int(j.get("expected") or 0) for j in jobs)
+            received = sum(int(j.get("received") or 0) for j in jobs)
+            verifying = [r for r in status.get("recommendations") or []
+                         if r.get("state") not in FINAL_STATES]
+            desc = "verifying recommendations" if verifying and received >= expected else "sweep"
+            progress.update(task, total=expected or None, completed=received, description=desc)
+            if _done(status):
+                return True, status
+            time.sleep(0.5)  # a polling interval for the display, not synchronisation
+    console.print(f"[red]gave up after {args.timeout:g} s; logs in {run_dir}[/red]")
+    return False, status
+
+
+def _report_knobs(console: Console, platform: Any) -> None:
+    if not isinstance(platform, dict):
+        return
+    console.print(f"platform {platform.get('id')}: {platform.get('model_name')}, "
+                  f"{platform.get('n_cpus')} cpus")
+    for knob in ("cpufreq", "perf", "energy"):
+        info = platform.get(knob) or {}
+        if not info.get("available"):
+            console.print(f"  [yellow]{knob}: not available[/yellow] ({info.get('reason')})")
+
+
+def summarise(db_path: Path, status: dict[str, Any]) -> list[dict[str, Any]]:
+    """Per workload: median time and speedup per core count, the fit, the recommendation."""
+    from .store.sqlite import SQLiteStore
+    store = SQLiteStore(str(db_path))
+    try:
+        medians = store.median_times()
+    finally:
+        store.close()
+    fits = {_workload_of(f): f for f in status.get("fits") or []}
+    recs = {_workload_of(r): r for r in status.get("recommendations") or []}
+    out = []
+    for workload in sorted({m["workload"] for m in medians}):
+        rows = sorted((m for m in medians if m["workload"] == workload), key=lambda m: m["cores"])
+        t1 = next((m["median_time_s"] for m in rows if m["cores"] == 1), None)
+        fit = fits.get(workload, {})
+        rec = recs.get(workload, {})
+        out.append({
+            "workload": workload,
+            "input": rows[0]["input"] if rows else None,
+            "points": [{"cores": m["cores"], "freq_mhz": m.get("freq_mhz"),
+                        "median_time_s": m["median_time_s"], "runs": m["runs"],
+                        "speedup": (t1 / m["median_time_s"]) if t1 and m["median_time_s"] else None}
+                       for m in rows],
+            "model": fit.get("model"),
+            "model_params": fit.get("params"),
+            "model_mape_pct": (fit.get("quality") or {}).get("mape"),
+            "runners_up": fit.get("runners_up"),
+            "recommended_cores": rec.get("cores"),
+            "recommended_cpus": rec.get("cpus"),
+            "predicted_time_s": rec.get("predicted_time_s"),
+            "verified_time_s": rec.get("verified_time_s"),
+            "recommendation_state": rec.get("state"),
+            "recommendation_error": rec.get("error"),
+        })
+    return out
+
+
+def print_table(table: list[dict[str, Any]], console: Console) -> None:
+    for w in table:
+        t = Table(title=f"{w['workload']} (input {w['input']})")
+        for col in ("cores", "median time s", "speedup", "runs"):
+            t.add_column(col, justify="right")
+        for p in w["points"]:
+            t.add_row(str(p["cores"]), f"{p['median_time_s']:.4f}",
+                      f"{p['speedup']:.2f}" if p["speedup"] else "-", str(p["runs"]))
+        console.print(t)
+        params = ", ".join(f"{k}={v:.3g}" for k, v in (w["model_params"] or {}).items()
+                           if isinstance(v, (int, float)))
+        mape = w["model_mape_pct"]
+        console.print(f"  model: {w['model'] or '-'} ({params}); training MAPE "
+                      f"{mape:.2f} %" if mape is not None else f"  model: {w['model'] or '-'}")
+        if w["recommended_cores"] is not None:
+            pred = w["predicted_time_s"]
+            ver = w["verified_time_s"]
+            console.print(f"  recommended: {w['recommended_cores']} cores "
+                          f"(cpus {','.join(map(str, w['recommended_cpus'] or []))}), predicted "
+                          f"{pred:.4f} s, verified "
+                          + (f"{ver:.4f} s" if ver is not None else "-")
+                          + f" [{w['recommendation_state']}]"
+                          + (f" {w['recommendation_error']}" if w["recommendation_error"] else ""))
+        else:
+            console.print("  recommended: none")

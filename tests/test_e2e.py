@@ -1,0 +1,97 @@
+"""The whole loop with real processes over real sockets: sweep, store, fit, recommend, apply,
+verify; and no result lost or duplicated when either side is killed with SIGKILL."""
+
+from __future__ import annotations
+
+import json
+import os
+
+import pytest
+
+from procs import Cluster, all_jobs_complete, expected, received, recommendations_final
+
+pytestmark = pytest.mark.integration
+
+KERNELS = ("compute", "triad", "lock")
+CORES = min(2, os.cpu_count() or 1)
+
+
+def _check_runs_exactly_once(c: Cluster, n_expected: int) -> None:
+    rows = c.rows("SELECT job_id, seq, COUNT(*) FROM runs WHERE job_id IS NOT NULL "
+                  "GROUP BY job_id, seq")
+    assert len(rows) == n_expected, f"{len(rows)} distinct results, expected {n_expected}"
+    dupes = [r for r in rows if r[2] != 1]
+    assert not dupes, f"results stored more than once: {dupes}"
+
+
+def test_sweep_fit_recommend_apply_verify(tmp_path):
+    c = Cluster(tmp_path, kernels=KERNELS, reps=2, max_cores=CORES)
+    c.start_daemon()
+    c.start_agent()
+    try:
+        st = c.wait_for(lambda s: recommendations_final(s, len(KERNELS)), timeout=120,
+                        what="verified recommendations for every kernel")
+    finally:
+        codes = c.stop()
+    assert codes == {"agent": 0, "daemon": 0}, c.logs()
+
+    n_runs = len(KERNELS) * CORES * 2
+    assert expected(st) == n_runs and received(st) == n_runs
+    _check_runs_exactly_once(c, n_runs)
+    stored = c.rows("SELECT workload, cores, threads, time_s, ok, record FROM runs "
+                    "WHERE job_id IS NOT NULL")
+    assert {r[0] for r in stored} == set(KERNELS)
+    assert {r[1] for r in stored} == set(range(1, CORES + 1))
+    for workload, cores, threads, time_s, ok, record in stored:
+        rec = json.loads(record)
+        assert ok == 1 and time_s > 0 and threads == cores
+        assert len(rec["cpus"]) == cores and rec["user_s"] is not None
+        assert len(rec["thread_stats"]) == threads
+
+    fits = {(f["group"]["workload"] if isinstance(f["group"], dict) else f["group"][1]): f
+            for f in st["fits"]}
+    assert set(fits) == set(KERNELS)
+    for f in fits.values():
+        assert f["model"] and f["quality"]["n"] >= CORES
+        assert f["quality"]["mape"] >= 0
+
+    for rec in st["recommendations"]:
+        assert rec["state"] == "verified", rec
+        assert 1 <= rec["cores"] <= CORES and len(rec["cpus"]) == rec["cores"]
+        assert rec["verified_time_s"] > 0 and rec["predicted_time_s"] > 0
+    verified = c.rows("SELECT state, verified_time_s FROM recommendations")
+    assert len(verified) == len(KERNELS) and all(s == "verified" and t > 0 for s, t in verified)
+
+
+def test_daemon_killed_mid_sweep_loses_and_duplicates_nothing(tmp_path):
+    c = Cluster(tmp_path, kernels=KERNELS, reps=4, max_cores=CORES)
+    c.start_daemon()
+    c.start_agent()
+    try:
+        st = c.wait_for(lambda s: 2 <= received(s) < expected(s) - 4, timeout=60,
+                        what="the sweep under way")
+        n_expected = expected(st)
+        c.kill("daemon")
+        c.start_daemon()
+        c.wait_for(lambda s: all_jobs_complete(s, len(KERNELS)), timeout=120,
+                   what="all results after the daemon restart")
+    finally:
+        c.stop()
+    _check_runs_exactly_once(c, n_expected)
+
+
+def test_agent_killed_mid_sweep_resumes_without_duplicates(tmp_path):
+    c = Cluster(tmp_path, kernels=KERNELS, reps=4, max_cores=CORES)
+    c.start_daemon()
+    c.start_agent()
+    try:
+        st = c.wait_for(lambda s: 2 <= received(s) < expected(s) - 4, timeout=60,
+                        what="the sweep under way")
+        n_expected = expected(st)
+        c.kill("agent")
+        c.start_agent()
+        c.wait_for(lambda s: all_jobs_complete(s, len(KERNELS)), timeout=120,
+                   what="all results after the agent restart")
+    finally:
+        c.stop()
+    _check_runs_exactly_once(c, n_expected)
