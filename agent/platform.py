@@ -1,0 +1,188 @@
+"""What this board is: topology facts, a stable platform id, and which knobs/meters it has.
+
+``discover`` returns plain types only (it goes into the hello message). A missing knob or meter
+is reported unavailable with a reason, never raised.
+"""
+
+from __future__ import annotations
+
+import glob
+import hashlib
+import json
+import logging
+import os
+import platform as _pyplatform
+import socket
+from typing import Any
+
+from ..shared.config import AgentConfig
+
+log = logging.getLogger("opptune.agent.platform")
+
+CPUFREQ_DIR = "sys/devices/system/cpu/cpufreq"
+
+
+def _under(root: str, rel: str) -> str:
+    return os.path.join(root or "/", rel.lstrip("/"))
+
+
+def _fallback_topology() -> dict[str, Any]:
+    """Facts from os when the topology module is missing (never a second sysfs reader)."""
+    try:
+        cpus = sorted(os.sched_getaffinity(0))
+    except OSError:
+        cpus = list(range(os.cpu_count() or 1))
+    return {"cpus_online": cpus, "model_name": _pyplatform.processor() or "unknown",
+            "smt_siblings": [[c] for c in cpus], "numa_nodes": [cpus], "policies": [],
+            "clusters": [cpus], "sweep_order": cpus, "n_nu": None, "n_ht": None}
+
+
+def _topology(config: AgentConfig) -> dict[str, Any]:
+    try:
+        from .topology import read_topology
+    except Exception as exc:
+        log.warning("topology module unavailable (%s); using os facts", exc)
+        return _fallback_topology()
+    try:
+        return read_topology(config.sysfs_root)
+    except Exception as exc:
+        log.error("reading topology under %s failed (%s); using os facts", config.sysfs_root,
+                  exc)
+        return _fallback_topology()
+
+
+def _avail(ok: bool, reason: str | None = None, **extra: Any) -> dict[str, Any]:
+    return {"available": bool(ok), "reason": None if ok else (reason or "unavailable"), **extra}
+
+
+def _probe_module(modname: str) -> dict[str, Any] | None:
+    """Ask a hw module for its own probe (``probe(sysfs_root)`` -> dict or (ok, reason))."""
+    import importlib
+    try:
+        mod = importlib.import_module(f"{__package__}.meters.{modname}")
+    except Exception:
+        return None
+    fn = getattr(mod, "probe", None)
+    return fn if callable(fn) else None
+
+
+def _norm_probe(res: Any) -> dict[str, Any]:
+    if isinstance(res, dict):
+        out = dict(res)
+        out["available"] = bool(out.get("available"))
+        out.setdefault("reason", None if out["available"] else "unavailable")
+        return out
+    if isinstance(res, tuple) and len(res) == 2:
+        return _avail(bool(res[0]), res[1])
+    return _avail(bool(res), None if res else "probe said unavailable")
+
+
+def cpufreq_availability(root: str, topo: dict[str, Any]) -> dict[str, Any]:
+    policies = sorted(glob.glob(_under(root, f"{CPUFREQ_DIR}/policy[0-9]*")))
+    if not policies:
+        return _avail(False, f"no cpufreq policies under {_under(root, CPUFREQ_DIR)} "
+                             "(kernel without cpufreq or a virtual machine)")
+    writable = [p for p in policies
+                if os.access(os.path.join(p, "scaling_setspeed"), os.W_OK)
+                or os.access(os.path.join(p, "scaling_max_freq"), os.W_OK)]
+    freqs: dict[str, list[int]] = {}
+    for p in policies:
+        try:
+            with open(os.path.join(p, "scaling_available_frequencies")) as fh:
+                freqs[os.path.basename(p)] = sorted(int(x) for x in fh.read().split())
+        except (OSError, ValueError):
+            pol = next((q for q in topo.get("policies") or []
+                        if q.get("name") == os.path.basename(p)), {})
+            lo, hi = pol.get("cpuinfo_min_khz"), pol.get("cpuinfo_max_khz")
+            freqs[os.path.basename(p)] = [lo, hi] if lo and hi else []
+    if not writable:
+        return _avail(False, "cpufreq policies are read-only for this user (run as root or "
+                             "use the systemd unit)", frequencies_khz=freqs)
+    return _avail(True, frequencies_khz=freqs)
+
+
+def perf_availability(root: str) -> dict[str, Any]:
+    probe = _probe_module("perf")
+    if probe is not None:
+        try:
+            return _norm_probe(probe(root))
+        except Exception as exc:
+            return _avail(False, f"perf probe failed: {exc}")
+    path = _under(root, "proc/sys/kernel/perf_event_paranoid")
+    try:
+        with open(path) as fh:
+            paranoid = int(fh.read().strip())
+    except (OSError, ValueError):
+        return _avail(False, f"{path} missing: kernel without perf events")
+    return _avail(False, f"perf meter not installed (perf_event_paranoid={paranoid})",
+                  paranoid=paranoid)
+
+
+def energy_availability(root: str) -> dict[str, Any]:
+    probe = _probe_module("energy")
+    if probe is not None:
+        try:
+            return _norm_probe(probe(root))
+        except Exception as exc:
+            return _avail(False, f"energy probe failed: {exc}")
+    return _avail(False, "energy meter not installed")
+
+
+def platform_id(facts: dict[str, Any]) -> str:
+    """A stable fingerprint of the board *type*: same model, cpus, topology, arch -> same id."""
+    key = {k: facts.get(k) for k in ("arch", "model_name", "n_cpus", "smt_siblings",
+                                       "numa_nodes", "clusters", "virtual_board")}
+    key["freq_domains"] = [(p.get("related_cpus") or p.get("cpus"), p.get("cpuinfo_max_khz"))
+                           for p in facts.get("policies") or []]
+    digest = hashlib.sha1(json.dumps(key, sort_keys=True, default=str).encode()).hexdigest()
+    return digest[:16]
+
+
+def discover(config: AgentConfig) -> dict[str, Any]:
+    """Plain-typed description of this board for hello and for validating pushed configs."""
+    topo = _topology(config)
+    root = config.sysfs_root or "/"
+    cpus = list(topo.get("cpus_online") or [])
+    uname = os.uname()
+    facts: dict[str, Any] = {
+        "hostname": socket.gethostname(),
+        "arch": uname.machine,
+        "kernel": uname.release,
+        "model_name": topo.get("model_name") or "unknown",
+        "n_cpus": len(cpus),
+        "cpus_online": cpus,
+        "smt_siblings": topo.get("smt_siblings") or [[c] for c in cpus],
+        "numa_nodes": topo.get("numa_nodes") or [cpus],
+        "clusters": topo.get("clusters") or [cpus],
+        "policies": topo.get("policies") or [],
+        "sweep_order": topo.get("sweep_order") or cpus,
+        "n_nu": topo.get("n_nu"),
+        "n_ht": topo.get("n_ht"),
+        "virtual": bool(config.virtual_board),
+        "virtual_board": config.virtual_board or None,
+    }
+    for name, fn in (("cpufreq", lambda: cpufreq_availability(root, topo)),
+                     ("perf", lambda: perf_availability(root)),
+                     ("energy", lambda: energy_availability(root))):
+        try:
+            facts[name] = fn()
+        except Exception as exc:  # a probe must never stop discovery
+            facts[name] = _avail(False, f"probe failed: {exc}")
+    facts["id"] = platform_id(facts)
+    return facts
+
+
+def offered_frequencies(facts: dict[str, Any], cpus: list[int]) -> list[int] | None:
+    """Frequencies (kHz) the domains of ``cpus`` offer; None when cpufreq is unavailable."""
+    cf = facts.get("cpufreq") or {}
+    if not cf.get("available"):
+        return None
+    by_policy = cf.get("frequencies_khz") or {}
+    sets = []
+    for pol in facts.get("policies") or []:
+        pcpus = set(pol.get("related_cpus") or pol.get("cpus") or [])
+        if pcpus & set(cpus) and pol.get("name") in by_policy:
+            sets.append(set(by_policy[pol["name"]]))
+    if not sets:
+        sets = [set(v) for v in by_policy.values()]
+    return sorted(set.intersection(*sets)) if sets else []

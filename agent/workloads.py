@@ -1,0 +1,131 @@
+"""The workloads this agent may run: its configured bench_suite kernels and command workloads.
+
+Only workloads defined in the agent's own configuration ever run; a job or config naming any
+other workload is refused before anything starts.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import sys
+from dataclasses import dataclass, field
+from typing import Any
+
+from ..shared.config import AgentConfig, CommandWorkload
+
+log = logging.getLogger("opptune.agent.workloads")
+
+
+class WorkloadError(ValueError):
+    """An unknown workload or size, or a bad workload definition; the message says which."""
+
+
+@dataclass
+class Workload:
+    name: str
+    kind: str  # "kernel" (bench_suite) or "command"
+    sizes: list[str]
+    description: str = ""
+    expects_json: bool = False  # kernels must print their JSON line; commands may
+    command: CommandWorkload | None = field(default=None, repr=False)
+
+    def describe(self) -> dict[str, Any]:
+        return {"name": self.name, "kind": self.kind, "sizes": list(self.sizes),
+                "description": self.description}
+
+
+def _catalogue() -> dict[str, Any] | None:
+    try:
+        from ..bench_suite.catalogue import KERNELS
+    except Exception as exc:  # missing or broken catalogue: the agent still runs commands
+        log.warning("bench_suite catalogue unavailable (%s); no kernels offered", exc)
+        return None
+    return dict(KERNELS)
+
+
+class Workloads:
+    """Registry built from an AgentConfig; ``argv_for`` turns (name, size, threads, cpus) into
+    the command to execute."""
+
+    def __init__(self, config: AgentConfig, catalogue: dict[str, Any] | None = None):
+        self.config = config
+        self.virtual_board = config.virtual_board
+        self._items: dict[str, Workload] = {}
+        wanted = list(config.bench_kernels)
+        if wanted:
+            cat = catalogue if catalogue is not None else _catalogue()
+            if cat is None:
+                if wanted != ["all"]:
+                    log.warning("bench_kernels %s configured but the catalogue is missing",
+                                wanted)
+                cat = {}
+            names = sorted(cat) if "all" in wanted else wanted
+            for name in names:
+                if name not in cat:
+                    raise WorkloadError(
+                        f"bench_kernels names unknown kernel '{name}'; the catalogue has: "
+                        f"{', '.join(sorted(cat)) or '(none)'}")
+                k = cat[name]
+                sizes = list(getattr(k, "sizes", {}) or {"default": None})
+                self._items[name] = Workload(name, "kernel", sizes,
+                                             getattr(k, "description", ""), expects_json=True)
+        for w in config.workloads:
+            if w.name in self._items:
+                raise WorkloadError(f"workload '{w.name}' is defined twice (a kernel of that "
+                                    "name is already offered)")
+            if not w.command:
+                raise WorkloadError(f"workload '{w.name}' has an empty command")
+            self._items[w.name] = Workload(w.name, "command", list(w.sizes) or ["default"],
+                                           " ".join(w.command), command=w)
+
+    def names(self) -> list[str]:
+        return sorted(self._items)
+
+    def describe(self) -> list[dict[str, Any]]:
+        """What hello carries: one map per workload (name, kind, sizes, description)."""
+        return [self._items[n].describe() for n in self.names()]
+
+    def get(self, name: str) -> Workload:
+        try:
+            return self._items[name]
+        except KeyError:
+            raise WorkloadError(f"unknown workload '{name}': this agent only runs "
+                                f"{', '.join(self.names()) or '(none configured)'}") from None
+
+    def check(self, name: str, size: str) -> Workload:
+        w = self.get(name)
+        if size not in w.sizes:
+            raise WorkloadError(f"workload '{name}' has no size '{size}'; sizes: "
+                                f"{', '.join(w.sizes)}")
+        return w
+
+    def argv_for(self, name: str, size: str, threads: int,
+                 cpus: list[int]) -> tuple[list[str], dict[str, str]]:
+        """The argv and full environment of one run. Raises WorkloadError when unknown."""
+        w = self.check(name, size)
+        if threads < 1:
+            raise WorkloadError(f"threads must be >= 1, got {threads}")
+        cpu_text = ",".join(str(c) for c in cpus)
+        env = dict(os.environ)
+        if w.kind == "kernel":
+            if self.virtual_board:
+                argv = [sys.executable, "-m", "opptune.agent.virtual_workload",
+                        "--board", self.virtual_board, "--root", self.config.sysfs_root,
+                        "--threads", str(threads), "--cpus", cpu_text, "--size", size]
+            else:
+                argv = [sys.executable, "-m", "opptune.bench_suite", "run", name,
+                        "--threads", str(threads), "--cpus", cpu_text, "--size", size]
+            return argv, env
+        cw = w.command
+        assert cw is not None
+        subst = {"{threads}": str(threads), "{size}": size, "{cpus}": cpu_text}
+        argv = []
+        for arg in cw.command:
+            for key, value in subst.items():
+                arg = arg.replace(key, value)
+            argv.append(arg)
+        env.update({k: str(v) for k, v in cw.env.items()})
+        if cw.threads_env:
+            env[cw.threads_env] = str(threads)
+        return argv, env
