@@ -92,3 +92,12 @@ def test_mark_invalid_is_none_not_zero():
     mark_invalid(rec, "cycles", "no PMU")
     assert rec.energy_j is None and rec.counters["cycles"] is None
     assert rec.invalid == {"energy_j": "no sensor", "cycles": "no PMU"}
+
+
+def test_shipped_example_configs_load():
+    from pathlib import Path
+    etc = Path(__file__).resolve().parent.parent / "etc"
+    agent = load_agent_config(etc / "agent.toml")
+    daemon = load_daemon_config(etc / "daemon.toml")
+    assert agent.daemon.startswith("tcp://") and agent.bench_kernels == ["all"]
+    assert daemon.tolerance == 0.05 and daemon.sweep.frequencies == []
