@@ -1,0 +1,236 @@
+"""The original cpufreq state: saved before the first change, restored on every way out.
+
+Before the agent changes a policy it records that policy's governor, limits and setspeed in a
+JSON state file (written atomically: temp file, fsync, rename) in the agent's state dir. The
+state is restored on normal exit (atexit), on SIGTERM/SIGINT (signal handlers that restore and
+then end the process as the signal would) and, after a crash or SIGKILL, by
+:func:`restore_from_state_file` (the agent CLI's ``--restore``; the keeper also calls it when it
+finds a stale file, so a crashed run's pinned limits are never mistaken for the originals).
+"""
+
+from __future__ import annotations
+
+import atexit
+import json
+import os
+import signal
+import threading
+import time
+
+from ..sysfs import KnobUnavailable, SysFS
+
+STATE_FILENAME = "cpufreq-state.json"
+CPUFREQ = "/sys/devices/system/cpu/cpufreq"
+
+
+def _atomic_write_json(path: str, data: dict) -> None:
+    d = os.path.dirname(os.path.abspath(path))
+    os.makedirs(d, exist_ok=True)
+    tmp = f"{path}.tmp.{os.getpid()}"
+    with open(tmp, "w") as fh:
+        json.dump(data, fh, indent=1, sort_keys=True)
+        fh.flush()
+        os.fsync(fh.fileno())
+    os.replace(tmp, path)
+    try:  # make the rename itself durable
+        fd = os.open(d, os.O_RDONLY)
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+    except OSError:
+        pass
+
+
+def snapshot_policy(fs: SysFS, policy: str) -> dict:
+    """What restoring ``policy`` needs: governor, limits and (under userspace) setspeed."""
+    d = f"{CPUFREQ}/{policy}"
+    snap = {
+        "governor": fs.try_text(f"{d}/scaling_governor"),
+        "min_khz": fs.try_int(f"{d}/scaling_min_freq"),
+        "max_khz": fs.try_int(f"{d}/scaling_max_freq"),
+        "setspeed_khz": None,
+    }
+    if snap["governor"] == "userspace":
+        snap["setspeed_khz"] = fs.try_int(f"{d}/scaling_setspeed")
+    return snap
+
+
+def write_limits(fs: SysFS, policy: str, lo: int, hi: int) -> None:
+    """Set scaling_min/max in an order the kernel accepts from any current state.
+
+    A new max below the current min, or a new min above the current max, is refused by the
+    kernel; so when the range moves up the max goes first, otherwise the min goes first.
+    """
+    d = f"{CPUFREQ}/{policy}"
+    cur_hi = fs.read_int(f"{d}/scaling_max_freq")
+    if lo > cur_hi:
+        fs.write(f"{d}/scaling_max_freq", hi)
+        fs.write(f"{d}/scaling_min_freq", lo)
+    else:
+        fs.write(f"{d}/scaling_min_freq", lo)
+        fs.write(f"{d}/scaling_max_freq", hi)
+
+
+def restore_policy(fs: SysFS, policy: str, snap: dict) -> list[str]:
+    """Put one policy back; returns the problems met (empty when all went back)."""
+    d = f"{CPUFREQ}/{policy}"
+    problems = []
+    gov = snap.get("governor")
+    try:
+        if gov and fs.try_text(f"{d}/scaling_governor") != gov:
+            fs.write(f"{d}/scaling_governor", gov)
+    except KnobUnavailable as exc:
+        problems.append(str(exc))
+    lo, hi = snap.get("min_khz"), snap.get("max_khz")
+    try:
+        if lo is not None and hi is not None:
+            write_limits(fs, policy, lo, hi)
+        elif lo is not None:
+            fs.write(f"{d}/scaling_min_freq", lo)
+        elif hi is not None:
+            fs.write(f"{d}/scaling_max_freq", hi)
+    except KnobUnavailable as exc:
+        problems.append(str(exc))
+    if gov == "userspace" and snap.get("setspeed_khz"):
+        try:
+            fs.write(f"{d}/scaling_setspeed", snap["setspeed_khz"])
+        except KnobUnavailable as exc:
+            problems.append(str(exc))
+    return problems
+
+
+def restore_from_state_file(path: str, sysfs_root: str | None = None) -> dict:
+    """Restore the cpufreq state saved in ``path`` and remove the file.
+
+    ``sysfs_root`` overrides the root recorded in the file. Returns
+    ``{"restored": [policies], "problems": [..], "state_file": path}``; a missing file is not an
+    error (nothing was changed). The file stays when a policy could not be restored, so a later
+    attempt can still find the originals.
+    """
+    if not os.path.exists(path):
+        return {"restored": [], "problems": [], "state_file": path, "note": "no state file"}
+    with open(path) as fh:
+        state = json.load(fh)
+    fs = SysFS(sysfs_root or state.get("sysfs_root") or "/")
+    restored, problems = [], []
+    for policy, snap in sorted(state.get("policies", {}).items()):
+        p = restore_policy(fs, policy, snap)
+        problems += p
+        if not p:
+            restored.append(policy)
+    for rel, value in state.get("files", {}).items():
+        try:
+            fs.write(rel, value)
+        except KnobUnavailable as exc:
+            problems.append(str(exc))
+    if not problems:
+        os.unlink(path)
+    return {"restored": restored, "problems": problems, "state_file": path}
+
+
+class StateKeeper:
+    """Saves originals before the first change and restores them on every way out."""
+
+    def __init__(self, fs: SysFS, state_path: str | None = None, install_handlers: bool = True):
+        self.fs = fs
+        self.state_path = state_path
+        self.state: dict = {"sysfs_root": fs.root, "pid": os.getpid(), "policies": {},
+                            "files": {}, "saved_at": None}
+        self._lock = threading.Lock()
+        self._install = install_handlers
+        self._armed = False
+        self._prev_handlers: dict[int, object] = {}
+        if state_path and os.path.exists(state_path):
+            # A previous agent died with knobs changed: its file holds the real originals.
+            restore_from_state_file(state_path, fs.root)
+
+    @property
+    def changed(self) -> bool:
+        return bool(self.state["policies"] or self.state["files"])
+
+    def save_policy(self, policy: str) -> None:
+        """Record ``policy``'s original state (once) and persist it before the caller writes."""
+        with self._lock:
+            if policy in self.state["policies"]:
+                return
+            self.state["policies"][policy] = snapshot_policy(self.fs, policy)
+            self._persist()
+        self._arm()
+
+    def save_file(self, rel: str) -> None:
+        """Record the original content of a single-value knob (boost, no_turbo)."""
+        with self._lock:
+            if rel in self.state["files"]:
+                return
+            self.state["files"][rel] = self.fs.read_text(rel)
+            self._persist()
+        self._arm()
+
+    def _persist(self) -> None:
+        self.state["saved_at"] = time.time()
+        if self.state_path:
+            _atomic_write_json(self.state_path, self.state)
+
+    def restore(self) -> list[str]:
+        """Restore everything saved; returns problems (empty on success). Idempotent."""
+        with self._lock:
+            problems = []
+            done = []
+            for policy, snap in sorted(self.state["policies"].items()):
+                p = restore_policy(self.fs, policy, snap)
+                problems += p
+                if not p:
+                    done.append(policy)
+            for rel, value in list(self.state["files"].items()):
+                try:
+                    self.fs.write(rel, value)
+                    del self.state["files"][rel]
+                except KnobUnavailable as exc:
+                    problems.append(str(exc))
+            for policy in done:
+                del self.state["policies"][policy]
+            if self.state_path:
+                if self.changed:
+                    _atomic_write_json(self.state_path, self.state)
+                elif os.path.exists(self.state_path):
+                    os.unlink(self.state_path)
+            return problems
+
+    # -- exit paths ---------------------------------------------------------------------------
+
+    def _arm(self) -> None:
+        if self._armed or not self._install:
+            return
+        self._armed = True
+        atexit.register(self.restore)
+        if threading.current_thread() is not threading.main_thread():
+            return  # signal handlers can only be set from the main thread; atexit still holds
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            try:
+                self._prev_handlers[sig] = signal.signal(sig, self._on_signal)
+            except (ValueError, OSError):
+                pass
+
+    def _on_signal(self, signum, frame) -> None:
+        self.restore()
+        prev = self._prev_handlers.get(signum)
+        if callable(prev) and prev is not self._on_signal:
+            prev(signum, frame)  # e.g. Python's KeyboardInterrupt for SIGINT
+            return
+        # End as the signal would have, after the state is back.
+        signal.signal(signum, signal.SIG_DFL)
+        os.kill(os.getpid(), signum)
+
+    def disarm(self) -> None:
+        """Give back the signal handlers and atexit hook (after a final restore)."""
+        if not self._armed:
+            return
+        atexit.unregister(self.restore)
+        for sig, prev in self._prev_handlers.items():
+            try:
+                signal.signal(sig, prev)
+            except (ValueError, OSError, TypeError):
+                pass
+        self._prev_handlers.clear()
+        self._armed = False
