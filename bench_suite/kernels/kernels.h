@@ -1,0 +1,12 @@
+/* Entry points of the native kernels; _kernels.c maps names to them. */
+#ifndef OPPTUNE_KERNELS_H
+#define OPPTUNE_KERNELS_H
+#include "../runtime.h"
+
+int ob_kernel_pi_integrate(const ob_spec *spec, ob_result *out, double *check_value, char *err,
+                           size_t errlen);
+int ob_kernel_triad(const ob_spec *spec, ob_result *out, double *check_value, char *err,
+                    size_t errlen);
+int ob_kernel_locked_update(const ob_spec *spec, ob_result *out, double *check_value,
+                            char *err, size_t errlen);
+#endif
