@@ -94,6 +94,10 @@ class Store(ABC):
     def run_counts(self) -> list[dict[str, Any]]: ...
 
     @abstractmethod
+    def groups(self) -> list[Group]:
+        """Every group that has runs."""
+
+    @abstractmethod
     def group_runs(self, group: Group) -> list[tuple[int, float | None, float]]:
         """(cores, freq_mhz, time_s) of the group's successful runs."""
 

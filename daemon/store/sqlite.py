@@ -178,6 +178,10 @@ class SQLiteStore(Store):
         return self._rows("SELECT agent, platform, workload, input, COUNT(*) AS count FROM runs "
                           "GROUP BY agent, platform, workload, input ORDER BY 1, 2, 3, 4")
 
+    def groups(self) -> list[Group]:
+        return [Group(*r) for r in self.db.execute(
+            "SELECT DISTINCT platform, workload, input, variant FROM runs ORDER BY 1, 2, 3, 4")]
+
     def group_runs(self, group: Group) -> list[tuple[int, float | None, float]]:
         return [tuple(r) for r in self.db.execute(
             "SELECT cores, freq_mhz, time_s FROM runs WHERE platform=? AND workload=? AND "

@@ -1,0 +1,233 @@
+"""Model fitting off the ingest path: a worker thread fed by a queue.
+
+The service loop reads a group's runs from the store (one indexed query), submits them, and
+later collects :class:`FitOutcome` objects without ever waiting on a fit. The worker touches
+neither the socket nor the store, so neither needs to be shared across threads.
+"""
+
+from __future__ import annotations
+
+import logging
+import queue
+import threading
+import time
+from dataclasses import dataclass, field
+from typing import Any, Sequence
+
+import numpy as np
+
+from .models import registry as models
+from .models.base import FittedModel, NotEnoughData, Observations
+from .store import Group
+
+log = logging.getLogger("opptune.daemon.fitter")
+
+BASE_CANDIDATES = ("amdahl", "usl")
+FREQ_CANDIDATES = ("memwall",)
+
+
+@dataclass
+class FitRequest:
+    group: Group
+    rows: Sequence[tuple[int, float | None, float]]  # (cores, freq_mhz, time_s)
+    agent: str | None = None  # whom to recommend to afterwards
+    job_id: str | None = None
+    recommend: bool = True
+
+
+@dataclass
+class FitOutcome:
+    request: FitRequest
+    model: FittedModel | None = None
+    description: dict[str, Any] = field(default_factory=dict)  # model, params, quality
+    runners_up: list[dict[str, Any]] = field(default_factory=list)
+    error: str | None = None
+    seconds: float = 0.0
+
+
+def observations(rows: Sequence[tuple[int, float | None, float]]) -> Observations:
+    arr = np.asarray([(c, np.nan if f is None else f, t) for c, f, t in rows], dtype=float)
+    if arr.size == 0:
+        raise NotEnoughData("no successful runs in this group")
+    freq = arr[:, 1] if np.isfinite(arr[:, 1]).any() else None
+    return Observations(cores=arr[:, 0], time_s=arr[:, 2], freq_mhz=freq)
+
+
+def candidates_for(obs: Observations) -> list[str]:
+    """The time models that apply to these observations and are installed."""
+    names = list(BASE_CANDIDATES) + (list(FREQ_CANDIDATES) if obs.has_freq() else [])
+    out = []
+    for name in names:
+        try:
+            modeler = models.get(name)
+        except (ImportError, AttributeError, ValueError):
+            continue
+        if modeler.applicable(obs) is None:
+            out.append(name)
+    return out
+
+
+def _summary(model: Any) -> dict[str, Any]:
+    try:
+        return model.describe()
+    except Exception as exc:  # a runner-up that cannot describe itself is still listed
+        return {"model": getattr(model, "name", "?"), "error": str(exc)}
+
+
+def fit_group(obs: Observations) -> tuple[FittedModel, list[dict[str, Any]]]:
+    """Choose and fit a model: cross-validated by ``models.select.choose`` when available,
+    else the lowest training RMSE among the candidates. Returns (model, runners-up)."""
+    cands = candidates_for(obs)
+    if not cands:
+        raise NotEnoughData("no time model applies to this group's runs")
+    try:
+        from .models import select
+    except ImportError:
+        select = None
+    if select is not None and hasattr(select, "choose"):
+        sel = select.choose(obs, candidates=cands, k=5, seed=0)
+        return _from_selection(sel)
+    fitted, errors = [], []
+    for name in cands:
+        try:
+            fitted.append(models.get(name).fit(obs))
+        except (NotEnoughData, ValueError, ArithmeticError) as exc:
+            errors.append({"model": name, "error": str(exc)})
+    if not fitted:
+        raise NotEnoughData("; ".join(f"{e['model']}: {e['error']}" for e in errors))
+    fitted.sort(key=lambda m: _rmse(m))
+    return fitted[0], [_summary(m) for m in fitted[1:]] + errors
+
+
+def _rmse(m: FittedModel) -> float:
+    r = m.quality.get("rmse", float("inf"))
+    return r if r == r else float("inf")
+
+
+def _from_selection(sel: Any) -> tuple[FittedModel, list[dict[str, Any]]]:
+    """Adapt the models helper's Selection (chosen fitted model and the runners-up)."""
+    model = None
+    for attr in ("model", "fitted", "chosen", "best"):
+        cand = getattr(sel, attr, None)
+        if isinstance(cand, FittedModel):
+            model = cand
+            break
+    if model is None:
+        raise NotEnoughData("model selection returned no fitted model")
+    runners = []
+    for attr in ("runners_up", "others", "ranking"):
+        value = getattr(sel, attr, None)
+        if value:
+            for item in value:
+                if isinstance(item, FittedModel):
+                    runners.append(_summary(item))
+                elif isinstance(item, dict):
+                    runners.append(item)
+                else:
+                    runners.append(_plain(item))
+            break
+    desc_cv = None
+    for attr in ("cv", "scores", "cv_scores"):
+        if getattr(sel, attr, None) is not None:
+            desc_cv = _plain(getattr(sel, attr))
+            break
+    if desc_cv is not None:
+        model.quality = {**model.quality, "cv": desc_cv} if isinstance(model.quality, dict) \
+            else model.quality
+    return model, runners
+
+
+def _plain(v: Any) -> Any:
+    """A JSON-ready view of dataclasses, named tuples and numpy values."""
+    import dataclasses
+    if dataclasses.is_dataclass(v) and not isinstance(v, type):
+        return {f.name: _plain(getattr(v, f.name)) for f in dataclasses.fields(v)
+                if not isinstance(getattr(v, f.name), FittedModel)}
+    if isinstance(v, dict):
+        return {str(k): _plain(x) for k, x in v.items() if not isinstance(x, FittedModel)}
+    if isinstance(v, (list, tuple)):
+        return [_plain(x) for x in v]
+    if isinstance(v, FittedModel):
+        return _summary(v)
+    if isinstance(v, np.generic):
+        return v.item()
+    if isinstance(v, np.ndarray):
+        return v.tolist()
+    return v if isinstance(v, (str, int, float, bool, type(None))) else str(v)
+
+
+class Fitter:
+    """A worker thread that fits submitted groups; requests for a group already waiting are
+    merged (the newest rows win) so a burst of batches costs one fit."""
+
+    def __init__(self) -> None:
+        self._in: queue.Queue[FitRequest | None] = queue.Queue()
+        self._out: queue.Queue[FitOutcome] = queue.Queue()
+        self._thread = threading.Thread(target=self._run, name="opptune-fitter", daemon=True)
+        self.fits_done = 0
+
+    def start(self) -> "Fitter":
+        self._thread.start()
+        return self
+
+    def submit(self, req: FitRequest) -> None:
+        self._in.put(req)
+
+    def outcomes(self) -> list[FitOutcome]:
+        """Finished fits, without waiting."""
+        out = []
+        while True:
+            try:
+                out.append(self._out.get_nowait())
+            except queue.Empty:
+                return out
+
+    def wait_outcome(self, timeout_s: float) -> FitOutcome | None:
+        try:
+            return self._out.get(timeout=timeout_s)
+        except queue.Empty:
+            return None
+
+    def stop(self, timeout_s: float = 5.0) -> None:
+        self._in.put(None)
+        if self._thread.is_alive():
+            self._thread.join(timeout_s)
+
+    def _run(self) -> None:
+        while True:
+            req = self._in.get()
+            if req is None:
+                return
+            pending = {req.group: req}
+            stop = False
+            while True:  # merge whatever else is already waiting
+                try:
+                    more = self._in.get_nowait()
+                except queue.Empty:
+                    break
+                if more is None:
+                    stop = True
+                    break
+                prev = pending.get(more.group)
+                if prev is not None and prev.agent and not more.agent:
+                    more.agent, more.job_id = prev.agent, prev.job_id
+                pending[more.group] = more
+            for r in pending.values():
+                self._out.put(self.fit_one(r))
+            if stop:
+                return
+
+    def fit_one(self, req: FitRequest) -> FitOutcome:
+        t0 = time.perf_counter()
+        out = FitOutcome(req)
+        try:
+            model, runners = fit_group(observations(req.rows))
+            out.model, out.runners_up = model, runners
+            out.description = _plain(model.describe())
+        except Exception as exc:  # a fit failing must never stop the worker
+            out.error = f"{type(exc).__name__}: {exc}"
+            if not isinstance(exc, NotEnoughData):
+                log.exception("fitting %s failed", "/".join(req.group))
+        out.seconds = time.perf_counter() - t0
+        self.fits_done += 1
+        return out
