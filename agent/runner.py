@@ -15,6 +15,7 @@ The runner never raises out of a run: every failure becomes ``ok=False`` with th
 
 from __future__ import annotations
 
+import copy
 import json
 import logging
 import os
@@ -169,7 +170,7 @@ class Runner:
             raise Aborted("agent stopping")
         rec = self._base(spec, rep)
         for key, value in (knob_fields or {}).items():
-            setattr(rec, key, value)
+            setattr(rec, key, copy.deepcopy(value))  # records must not share mutable fields
         try:
             argv, env = self.workloads.argv_for(spec.workload, spec.size, spec.threads,
                                                 spec.cpus)
@@ -361,3 +362,39 @@ def _merge_json(rec: RunRecord, data: dict[str, Any] | None) -> None:
             rec.extra[key] = data[key]
     if data.get("checked") is True and data.get("check_ok") is False:
         rec.ok, rec.error = False, "workload result check failed"
+
+
+class CpuFreqKnob:
+    """Adapter from the hw helper's :class:`knobs.cpufreq.CpuFreq` to the knob plug point.
+
+    A point with ``freq_khz`` pins the policies of its cpus (verified); a point without one
+    puts the original state back, so "no frequency" always means the board's own governor.
+    Either way the frequency observed per policy goes into the record."""
+
+    name = "cpufreq"
+
+    def __init__(self, cpufreq: Any):
+        self.cf = cpufreq
+
+    def apply(self, spec: RunSpec) -> dict[str, Any]:
+        if spec.freq_khz is None:
+            self.cf.restore()
+            fields: dict[str, Any] = {}
+        else:
+            res = self.cf.set_for_cpus(spec.cpus, int(spec.freq_khz))
+            bad = [p for p, r in res.items() if r.get("verified") is False]
+            fields = {"freq_mhz": spec.freq_khz / 1000.0}
+            if bad:
+                fields["extra"] = {"freq_unverified": bad}
+        observed = {}
+        for pol in self.cf.policies_of_cpus(spec.cpus):
+            cur = self.cf.read_cur(pol)
+            if cur is not None:
+                observed[pol] = cur / 1000.0
+        fields["freq_observed_mhz"] = observed or None
+        return fields
+
+    def restore(self) -> None:
+        problems = self.cf.restore()
+        if problems:
+            log.error("cpufreq restore problems: %s", "; ".join(problems))

@@ -1,0 +1,7 @@
+"""``python -m opptune.agent`` = ``opptune-agent``."""
+
+import sys
+
+from .cli import main
+
+sys.exit(main())

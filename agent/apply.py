@@ -1,0 +1,249 @@
+"""Jobs and pushed configurations: validate against this board, then run them in order.
+
+Validation happens as the message arrives (in the link thread), so a bad job or config is
+refused at once, even while a long job runs, and nothing of it runs. Accepted work is executed
+one item at a time by :class:`Worker`, a thread, so heartbeats continue during long runs.
+
+Refusals: a job -> ``error`` with code ``bad_job``; a config -> ``applied`` ``{ok: false,
+error}``.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import queue
+import statistics
+import threading
+from typing import Any, Callable
+
+from ..shared import protocol as P
+from .outbox import Outbox
+from .platform import offered_frequencies
+from .runner import Aborted, Runner, RunSpec
+from .workloads import WorkloadError, Workloads
+
+log = logging.getLogger("opptune.agent.apply")
+
+CONFIG_WARMUP = 1  # one unrecorded run before verifying, as sweeps do
+
+
+class Refused(ValueError):
+    """A job or config this agent will not run; the message says why."""
+
+
+def check_point(platform: dict[str, Any], workloads: Workloads, workload: str, size: str,
+                cpus: list[int], threads: int, freq_khz: int | None) -> None:
+    """Raise Refused naming the first reason this point cannot run here."""
+    try:
+        workloads.check(workload, size)
+    except WorkloadError as exc:
+        raise Refused(str(exc)) from None
+    online = set(platform.get("cpus_online") or [])
+    if not cpus:
+        raise Refused("cpus is empty")
+    missing = sorted(set(cpus) - online)
+    if missing:
+        raise Refused(f"cpus {missing} are not online on this board (online: "
+                      f"{sorted(online)}); asked for {len(cpus)} cpus, "
+                      f"{len(online)} are online")
+    if not isinstance(threads, int) or threads < 1:
+        raise Refused(f"threads must be >= 1, got {threads!r}")
+    if freq_khz is not None:
+        offered = offered_frequencies(platform, cpus)
+        if offered is None:
+            reason = (platform.get("cpufreq") or {}).get("reason") or "cpufreq unavailable"
+            raise Refused(f"frequency {freq_khz} kHz cannot be set: {reason}")
+        if len(offered) == 2 and offered[0] < offered[1] and freq_khz not in offered:
+            # only a range is known (no scaling_available_frequencies): accept within it
+            if not offered[0] <= freq_khz <= offered[1]:
+                raise Refused(f"frequency {freq_khz} kHz is outside {offered[0]}..{offered[1]}"
+                              " kHz")
+        elif freq_khz not in offered:
+            raise Refused(f"frequency {freq_khz} kHz is not offered for cpus {sorted(cpus)}; "
+                          f"offered: {offered}")
+
+
+class Executor:
+    """Runs accepted jobs and configs; sends through ``send`` and stores results durably."""
+
+    def __init__(self, agent_id: str, platform: dict[str, Any], workloads: Workloads,
+                 runner: Runner, outbox: Outbox, send: Callable[[dict[str, Any]], None],
+                 notify: Callable[[], None] = lambda: None, state_dir: str | None = None):
+        self.agent_id = agent_id
+        self.platform = platform
+        self.workloads = workloads
+        self.runner = runner
+        self.outbox = outbox
+        self.send = send
+        self.notify = notify
+        self.state_dir = state_dir
+
+    # -- validation (link thread) -------------------------------------------------------------
+    def validate_job(self, body: dict[str, Any]) -> None:
+        for i, pt in enumerate(body["points"]):
+            try:
+                check_point(self.platform, self.workloads, body["workload"], body["size"],
+                            pt["cpus"], pt["threads"], pt.get("freq_khz"))
+            except Refused as exc:
+                raise Refused(f"point {i}: {exc}") from None
+
+    def validate_config(self, body: dict[str, Any]) -> None:
+        check_point(self.platform, self.workloads, body["workload"], body["size"],
+                    body["cpus"], body["threads"], body.get("freq_khz"))
+
+    # -- execution (worker thread) ------------------------------------------------------------
+    def run_job(self, job_id: str) -> None:
+        """Run (or resume) a saved job from its first point without a stored result."""
+        job = self.outbox.job(job_id)
+        if job is None or job["done"]:
+            return
+        body = job["body"]
+        reps, warmup, points = body["reps"], body["warmup"], body["points"]
+        total = len(points) * reps
+        seq = job["next_seq"]
+        if seq:
+            log.info("resuming job %s at run %d of %d", job_id, seq, total)
+        while seq < total:
+            idx, first_rep = divmod(seq, reps)
+            pt = points[idx]
+            spec = RunSpec(body["workload"], body["size"], list(pt["cpus"]), pt["threads"],
+                           pt.get("freq_khz"), variant=str(pt.get("variant", "")))
+
+            def store(rec, idx=idx):
+                s = idx * reps + rec.rep
+                msg = P.make("result", self.agent_id, {"job_id": job_id, "seq": s, "of": total,
+                                                       "record": rec.to_dict()})
+                self.outbox.add_result(job_id, s, msg)
+                self.notify()
+
+            self.runner.run_point(spec, reps, warmup=warmup, first_rep=first_rep,
+                                  on_record=store)
+            seq = (idx + 1) * reps
+        self.outbox.finish_job(job_id)
+        log.info("job %s done (%d runs)", job_id, total)
+
+    def apply_config(self, msg: dict[str, Any]) -> None:
+        body = msg["body"]
+        cid = body["config_id"]
+        spec = RunSpec(body["workload"], body["size"], list(body["cpus"]), body["threads"],
+                       body.get("freq_khz"))
+        recs = self.runner.run_point(spec, body["reps"], warmup=CONFIG_WARMUP)
+        times = [r.time_s for r in recs if r.ok and r.time_s is not None]
+        out: dict[str, Any] = {"config_id": cid, "records": [r.to_dict() for r in recs]}
+        if times:
+            out.update(ok=True, time_s=statistics.median(times), error=None)
+            self._remember(body, out["time_s"])
+        else:
+            errs = "; ".join(sorted({r.error or "?" for r in recs}))
+            out.update(ok=False, time_s=None, error=f"every verification run failed: {errs}")
+        self.send(P.make("applied", self.agent_id, out))
+        log.info("config %s applied: ok=%s time_s=%s", cid, out["ok"], out["time_s"])
+
+    def _remember(self, body: dict[str, Any], time_s: float) -> None:
+        """Keep the last verified configuration where users and scripts can read it."""
+        if not self.state_dir:
+            return
+        path = os.path.join(self.state_dir, "applied.json")
+        try:
+            with open(path + ".tmp", "w") as fh:
+                json.dump({**body, "verified_time_s": time_s}, fh, indent=1)
+            os.replace(path + ".tmp", path)
+        except OSError as exc:
+            log.warning("cannot write %s: %s", path, exc)
+
+
+class Worker(threading.Thread):
+    """Executes accepted jobs and configs one at a time, in arrival order."""
+
+    def __init__(self, executor: Executor):
+        super().__init__(name="opptune-worker", daemon=True)
+        self.executor = executor
+        self._queue: queue.Queue[tuple[str, Any] | None] = queue.Queue()
+        self._queued_jobs: set[str] = set()
+        self._lock = threading.Lock()
+        self._stopping = False
+        self.idle = threading.Event()
+        self.idle.set()
+
+    # called from the link thread
+    def submit(self, msg: dict[str, Any]) -> None:
+        ex = self.executor
+        kind, body = msg["type"], msg["body"]
+        if kind == "job":
+            try:
+                ex.validate_job(body)
+            except Refused as exc:
+                log.warning("refused job %s: %s", body.get("job_id"), exc)
+                ex.send(P.error_reply(ex.agent_id, "bad_job", str(exc), msg["id"]))
+                return
+            job_id = body["job_id"]
+            if not ex.outbox.save_job(job_id, body, ref=msg["id"]):
+                job = ex.outbox.job(job_id)
+                with self._lock:
+                    queued = job_id in self._queued_jobs
+                if (job and job["done"]) or queued:
+                    log.info("job %s already %s; ignoring the repeat", job_id,
+                             "done" if job and job["done"] else "queued")
+                    return
+            self.submit_job(job_id)
+        elif kind == "config":
+            try:
+                ex.validate_config(body)
+            except Refused as exc:
+                log.warning("refused config %s: %s", body.get("config_id"), exc)
+                ex.send(P.make("applied", ex.agent_id, {"config_id": body["config_id"],
+                                                        "ok": False, "error": str(exc),
+                                                        "records": [], "time_s": None}))
+                return
+            self._put(("config", msg))
+
+    def submit_job(self, job_id: str) -> None:
+        with self._lock:
+            if job_id in self._queued_jobs:
+                return
+            self._queued_jobs.add(job_id)
+        self._put(("job", job_id))
+
+    def resume(self) -> int:
+        """Queue every unfinished job from the outbox (after a restart)."""
+        jobs = self.executor.outbox.open_jobs()
+        for job in jobs:
+            self.submit_job(job["job_id"])
+        return len(jobs)
+
+    def _put(self, item: tuple[str, Any]) -> None:
+        self.idle.clear()
+        self._queue.put(item)
+
+    def stop(self, abort: bool = True) -> None:
+        """Stop after the current item (abort=True also kills the current run)."""
+        self._stopping = True
+        if abort:
+            self.executor.runner.abort()
+        self._queue.put(None)
+
+    def run(self) -> None:
+        while not self._stopping:
+            if self._queue.empty():
+                self.idle.set()
+            item = self._queue.get()
+            if item is None or self._stopping:
+                break
+            kind, arg = item
+            try:
+                if kind == "job":
+                    self.executor.run_job(arg)
+                else:
+                    self.executor.apply_config(arg)
+            except Aborted:
+                log.info("%s interrupted by shutdown; it resumes on restart", kind)
+                break
+            except Exception:
+                log.exception("%s failed", kind)
+            finally:
+                if kind == "job":
+                    with self._lock:
+                        self._queued_jobs.discard(arg)
+        self.idle.set()

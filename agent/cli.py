@@ -1,0 +1,195 @@
+"""``opptune-agent``: run the agent on a board (or restore cpufreq state with --restore).
+
+Threads: the link (ZeroMQ, heartbeats, outbox resends) runs in the main thread; accepted jobs
+and configs run one by one in a worker thread, so heartbeats go on during long runs.
+SIGTERM/SIGINT stop cleanly: abort the current run (it resumes after a restart), restore the
+knobs, close the socket and the outbox, exit 0.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import signal
+import sys
+import threading
+
+from ..shared.config import ConfigError, load_agent_config
+
+log = logging.getLogger("opptune.agent")
+
+EXIT_CONFIG = 2
+LOG_FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    ap = argparse.ArgumentParser(prog="opptune-agent", description=__doc__.splitlines()[0])
+    ap.add_argument("--config", help="agent TOML (default /etc/opptune/agent.toml)")
+    ap.add_argument("--daemon", help="daemon endpoint, e.g. tcp://10.0.0.1:5555")
+    ap.add_argument("--agent-id", help="identity of this agent (default: hostname)")
+    ap.add_argument("--state-dir", help="directory for the outbox and saved cpufreq state")
+    ap.add_argument("--sysfs-root", help="root under which /sys and /proc are read (tests)")
+    ap.add_argument("--virtual-board", help="name of a virtual board (tests and demos only)")
+    ap.add_argument("--heartbeat", type=float, dest="heartbeat_s",
+                    help="heartbeat interval in seconds")
+    ap.add_argument("--log-level", choices=["DEBUG", "INFO", "WARNING", "ERROR"])
+    ap.add_argument("--restore", action="store_true",
+                    help="restore the cpufreq state saved in the state dir, then exit")
+    return ap.parse_args(argv)
+
+
+def _restore(config) -> int:
+    try:
+        from .knobs.state import STATE_FILENAME, restore_from_state_file
+    except ImportError as exc:
+        print(f"opptune-agent: no cpufreq state module ({exc}); nothing to restore",
+              file=sys.stderr)
+        return 0
+    path = os.path.join(config.state_dir, STATE_FILENAME)
+    try:
+        res = restore_from_state_file(path, config.sysfs_root)
+    except Exception as exc:
+        print(f"opptune-agent: restoring from {path} failed: {exc}", file=sys.stderr)
+        return 1
+    if res.get("problems"):
+        print(f"opptune-agent: restore problems: {'; '.join(res['problems'])}", file=sys.stderr)
+        return 1
+    print(f"opptune-agent: restored {', '.join(res.get('restored') or []) or 'nothing'} "
+          f"({res.get('note') or path})", file=sys.stderr)
+    return 0
+
+
+def build_knobs(config, platform: dict) -> list:
+    """The knobs this board supports (cpufreq when its policies are writable)."""
+    if not (platform.get("cpufreq") or {}).get("available"):
+        return []
+    try:
+        from .knobs.cpufreq import CpuFreq
+        from .runner import CpuFreqKnob
+        cf = CpuFreq(config.sysfs_root, state_dir=config.state_dir, install_handlers=False)
+    except Exception as exc:
+        log.warning("cpufreq knob unavailable: %s", exc)
+        platform["cpufreq"] = {"available": False, "reason": f"cpufreq knob failed: {exc}"}
+        return []
+    return [CpuFreqKnob(cf)]
+
+
+def build_meters(config, platform: dict) -> list:
+    """Meters beyond rusage (perf counters, energy) once the hw modules offer them."""
+    meters = []
+    for name in ("perf", "energy"):
+        if not (platform.get(name) or {}).get("available"):
+            continue
+        try:
+            import importlib
+            mod = importlib.import_module(f"{__package__}.meters.{name}")
+            factory = getattr(mod, "make_meter", None)
+            if factory:
+                meters.append(factory(config.sysfs_root))
+        except Exception as exc:
+            log.warning("%s meter unavailable: %s", name, exc)
+    return meters
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    overrides = {"daemon": args.daemon, "agent_id": args.agent_id, "state_dir": args.state_dir,
+                 "sysfs_root": args.sysfs_root, "virtual_board": args.virtual_board,
+                 "log_level": args.log_level, "heartbeat_s": args.heartbeat_s}
+    try:
+        config = load_agent_config(args.config, **overrides)
+        if not config.agent_id or len(config.agent_id) > 64:
+            raise ConfigError(f"{args.config or 'configuration'}: key 'agent_id' must be "
+                              "1..64 characters")
+        if config.heartbeat_s <= 0:
+            raise ConfigError(f"{args.config or 'configuration'}: key 'heartbeat_s' must be "
+                              "> 0")
+    except ConfigError as exc:
+        print(f"opptune-agent: configuration error: {exc}", file=sys.stderr)
+        return EXIT_CONFIG
+    logging.basicConfig(level=getattr(logging, config.log_level.upper(), logging.INFO),
+                        format=LOG_FORMAT, stream=sys.stderr)
+    if args.restore:
+        return _restore(config)
+    return run_agent(config, config_path=args.config)
+
+
+def run_agent(config, config_path: str | None = None) -> int:
+    from .apply import Executor, Worker
+    from .link import Link
+    from .outbox import Outbox
+    from .platform import discover
+    from .runner import Runner
+    from .workloads import WorkloadError, Workloads
+
+    where = config_path or "configuration"
+    try:
+        workloads = Workloads(config)
+    except WorkloadError as exc:
+        print(f"opptune-agent: configuration error: {where}: {exc}", file=sys.stderr)
+        return EXIT_CONFIG
+    try:
+        outbox = Outbox(config.state_dir)
+    except Exception as exc:
+        print(f"opptune-agent: configuration error: {where}: key 'state_dir' "
+              f"({config.state_dir}) is not usable: {exc}", file=sys.stderr)
+        return EXIT_CONFIG
+    platform = discover(config)
+    knobs = build_knobs(config, platform)
+    meters = build_meters(config, platform)
+    invalid = {}
+    if not meters or not (platform.get("energy") or {}).get("available"):
+        invalid["energy_j"] = (platform.get("energy") or {}).get("reason") or "no energy meter"
+    runner = Runner(workloads, platform["id"], timeout_s=config.run_timeout_s,
+                    virtual=bool(config.virtual_board), knobs=knobs, meters=meters,
+                    invalid_defaults=invalid)
+    hello = {"platform": platform, "workloads": workloads.describe(),
+             "agent_version": "0.1.0", "pid": os.getpid()}
+
+    link_holder: dict = {}
+    executor = Executor(config.agent_id, platform, workloads, runner, outbox,
+                        send=lambda m: link_holder["link"].send(m),
+                        notify=lambda: link_holder["link"].notify_outbox(),
+                        state_dir=config.state_dir)
+    worker = Worker(executor)
+    link = Link(config.agent_id, config.daemon, hello, outbox, worker.submit,
+                heartbeat_s=config.heartbeat_s)
+    link_holder["link"] = link
+
+    stop = threading.Event()
+
+    def on_signal(signum, frame):
+        log.info("%s received: stopping", signal.Signals(signum).name)
+        stop.set()
+        worker.stop(abort=True)
+        link.wake()
+
+    signal.signal(signal.SIGTERM, on_signal)
+    signal.signal(signal.SIGINT, on_signal)
+
+    log.info("agent %s on platform %s (%s, %d cpus%s); workloads: %s; outbox: %d pending",
+             config.agent_id, platform["id"], platform["model_name"], platform["n_cpus"],
+             f", virtual board {config.virtual_board}" if config.virtual_board else "",
+             ", ".join(workloads.names()) or "(none)", outbox.count())
+    try:
+        link.start()
+        worker.start()
+        resumed = worker.resume()
+        if resumed:
+            log.info("resuming %d unfinished job(s)", resumed)
+        link.run(stop)
+    finally:
+        worker.stop(abort=True)
+        worker.join(timeout=max(5.0, config.heartbeat_s * 2))
+        if worker.is_alive():
+            log.warning("worker did not stop in time")
+        runner.close()  # restores knobs
+        link.close()
+        outbox.close()
+        log.info("agent stopped")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

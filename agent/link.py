@@ -1,0 +1,264 @@
+"""The agent's end of the link: one DEALER socket to the daemon's ROUTER.
+
+Runs in the agent's main thread and is the only code that touches the socket. Other threads
+hand it messages with :meth:`Link.send` (a queue plus a wake-up pipe), and results reach it
+through the outbox, which it (re)sends until acked.
+
+Liveness: hello on start; heartbeats every ``heartbeat_s``; no message from the daemon for
+3 heartbeats = gone. The next message from it (or an ``unknown_agent`` error, or a new daemon
+instance in its heartbeat) triggers a fresh hello and makes every pending result due again,
+so after a daemon kill -9 and restart every result arrives (the daemon dedupes by id).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import queue
+import threading
+import time
+from typing import Any, Callable
+
+import zmq
+
+from ..shared import protocol as P
+from .outbox import Outbox
+
+log = logging.getLogger("opptune.agent.link")
+
+AGENT_VERSION = "0.1.0"
+GONE_AFTER_HEARTBEATS = 3
+
+
+class Link:
+    def __init__(self, agent_id: str, endpoint: str, hello_body: dict[str, Any], outbox: Outbox,
+                 on_message: Callable[[dict[str, Any]], None], *, heartbeat_s: float = 2.0,
+                 resend_s: float | None = None, window: int = 1000,
+                 context: zmq.Context | None = None, instance: str | None = None):
+        self.agent_id = agent_id
+        self.endpoint = endpoint
+        self.hello_body = dict(hello_body)
+        self.outbox = outbox
+        self.on_message = on_message
+        self.heartbeat_s = max(0.05, float(heartbeat_s))
+        self.resend_s = resend_s if resend_s is not None else 2 * self.heartbeat_s
+        self.window = window
+        self.instance = instance or P.new_id()[:16]
+        self._ctx = context or zmq.Context.instance()
+        self._sock: zmq.Socket | None = None
+        self._poller = zmq.Poller()
+        self._queue: queue.Queue[dict[str, Any]] = queue.Queue()
+        self._wake_r, self._wake_w = os.pipe()
+        os.set_blocking(self._wake_r, False)
+        os.set_blocking(self._wake_w, False)
+        self._last_rx = time.monotonic()
+        self._next_hb = 0.0
+        self._gone = False
+        self._daemon_instance: str | None = None
+        self._outbox_dirty = True
+        self.stats = {"sent": 0, "received": 0, "hellos": 0, "resent": 0, "dropped": 0,
+                      "refused": 0}
+
+    # -- thread-safe entry points -------------------------------------------------------------
+    def send(self, msg: dict[str, Any]) -> None:
+        """Queue a message for sending from the link thread (any thread may call this)."""
+        self._queue.put(msg)
+        self.wake()
+
+    def notify_outbox(self) -> None:
+        """New results are in the outbox (any thread may call this)."""
+        self._outbox_dirty = True
+        self.wake()
+
+    def wake(self) -> None:
+        try:
+            os.write(self._wake_w, b"!")
+        except (BlockingIOError, OSError):
+            pass  # pipe full means a wake-up is already pending
+
+    # -- lifecycle ----------------------------------------------------------------------------
+    def start(self) -> None:
+        s = self._ctx.socket(zmq.DEALER)
+        s.setsockopt(zmq.IDENTITY, self.agent_id.encode())
+        s.setsockopt(zmq.LINGER, 1000)  # bounded close; unacked results live on in the outbox
+        s.setsockopt(zmq.SNDHWM, self.window + 100)
+        s.setsockopt(zmq.RCVHWM, 1000)
+        s.setsockopt(zmq.MAXMSGSIZE, 2 * P.MAX_MESSAGE_BYTES)
+        s.setsockopt(zmq.RECONNECT_IVL, 200)
+        s.setsockopt(zmq.RECONNECT_IVL_MAX, 5000)
+        s.connect(self.endpoint)
+        self._sock = s
+        self._poller.register(s, zmq.POLLIN)
+        self._poller.register(self._wake_r, zmq.POLLIN)
+        self._last_rx = time.monotonic()
+        log.info("agent %s connecting to %s", self.agent_id, self.endpoint)
+        self._hello()
+        self._next_hb = time.monotonic() + self.heartbeat_s
+
+    def close(self) -> None:
+        if self._sock is not None:
+            try:
+                self._drain_queue()
+            except Exception as exc:
+                log.warning("flushing queued messages failed: %s", exc)
+            self._poller.unregister(self._sock)
+            self._sock.close()
+            self._sock = None
+        for fd in (self._wake_r, self._wake_w):
+            try:
+                os.close(fd)
+            except OSError:
+                pass
+
+    def run(self, stop: threading.Event) -> None:
+        """Serve until ``stop`` is set (wake the link after setting it)."""
+        while not stop.is_set():
+            try:
+                self.step()
+            except Exception:  # the loop must survive anything one message can do
+                log.exception("link step failed; continuing")
+                time.sleep(0.05)  # a persistent fault must not spin the CPU
+
+    @property
+    def daemon_gone(self) -> bool:
+        return self._gone
+
+    # -- one iteration ------------------------------------------------------------------------
+    def step(self, max_wait_s: float | None = None) -> None:
+        now = time.monotonic()
+        wait = max(0.0, self._next_hb - now)
+        if max_wait_s is not None:
+            wait = min(wait, max_wait_s)
+        events = dict(self._poller.poll(int(wait * 1000) + 1))
+        if events.get(self._wake_r):
+            try:
+                while os.read(self._wake_r, 4096):
+                    pass
+            except (BlockingIOError, OSError):
+                pass
+        if events.get(self._sock):
+            for _ in range(1000):  # bounded batch so heartbeats are never starved
+                try:
+                    frames = self._sock.recv_multipart(zmq.NOBLOCK)
+                except zmq.Again:
+                    break
+                self._on_frames(frames)
+        self._drain_queue()
+        now = time.monotonic()
+        if not self._gone and now - self._last_rx > GONE_AFTER_HEARTBEATS * self.heartbeat_s:
+            self._gone = True
+            log.warning("no message from the daemon for %.1f s: considering it gone",
+                        now - self._last_rx)
+        if now >= self._next_hb:
+            self._send(P.make("heartbeat", self.agent_id,
+                              {"outbox": self.outbox.count(), "instance": self.instance}))
+            self._next_hb = now + self.heartbeat_s
+            self._outbox_dirty = True  # time to look for results due for a resend
+        if self._outbox_dirty:
+            self._outbox_dirty = False
+            self._flush_outbox()
+
+    # -- internals ----------------------------------------------------------------------------
+    def _hello(self) -> None:
+        body = dict(self.hello_body)
+        body.setdefault("agent_version", AGENT_VERSION)
+        body.setdefault("pid", os.getpid())
+        body["instance"] = self.instance
+        self.stats["hellos"] += 1
+        self._send(P.make("hello", self.agent_id, body))
+
+    def _send(self, msg: dict[str, Any]) -> bool:
+        try:
+            data = P.encode(msg)
+        except P.ProtocolError as exc:
+            log.error("not sending %s %s: %s", msg.get("type"), msg.get("id"), exc)
+            return False
+        return self._send_raw(data, msg.get("type", "?"))
+
+    def _send_raw(self, data: bytes, what: str) -> bool:
+        assert self._sock is not None
+        try:
+            self._sock.send(data, zmq.NOBLOCK)
+        except zmq.Again:
+            self.stats["dropped"] += 1
+            log.debug("send queue full; %s not sent now", what)
+            return False
+        self.stats["sent"] += 1
+        return True
+
+    def _drain_queue(self) -> None:
+        while True:
+            try:
+                msg = self._queue.get_nowait()
+            except queue.Empty:
+                return
+            self._send(msg)
+
+    def _flush_outbox(self) -> None:
+        """Send results never sent, and (while the daemon is reachable) resend stale ones,
+        keeping at most ``window`` results in flight."""
+        now = time.time()
+        cutoff = now - self.resend_s
+        # While the daemon is gone only first sends go out (into zmq's queue, bounded by the
+        # window); resends wait until it is back, when every pending result becomes due.
+        sent_before = 0.0 if self._gone else cutoff
+        room = self.window - self.outbox.in_flight(cutoff)
+        sent = []
+        for mid, data in self.outbox.due(sent_before, room):
+            if not self._send_raw(data, "result"):
+                break
+            sent.append(mid)
+        if sent:
+            self.outbox.mark_sent(sent, now)
+            log.debug("sent %d results", len(sent))
+
+    def _daemon_back(self, why: str) -> None:
+        log.info("daemon %s: saying hello and resending pending results", why)
+        self._gone = False
+        self._hello()
+        self.outbox.reset_sent()
+        self._outbox_dirty = True
+
+    def _on_frames(self, frames: list[bytes]) -> None:
+        self.stats["received"] += 1
+        now = time.monotonic()
+        was_gone = self._gone
+        self._last_rx = now
+        if was_gone:
+            self._daemon_back("is back")
+        data = frames[-1] if frames else b""  # tolerate a REQ-style empty delimiter frame
+        try:
+            msg = P.decode(data)
+        except P.ProtocolError as exc:
+            self.stats["refused"] += 1
+            log.warning("refused a message from the daemon: %s (%s)", exc, exc.code)
+            self._send(P.error_reply(self.agent_id, exc.code, str(exc), exc.ref))
+            return
+        kind, body = msg["type"], msg["body"]
+        if kind == "heartbeat":
+            inst = body.get("instance")
+            if inst and self._daemon_instance and inst != self._daemon_instance and not was_gone:
+                self._daemon_back("restarted")
+            if inst:
+                self._daemon_instance = inst
+        elif kind == "ack":
+            n = self.outbox.ack(body["ids"])
+            log.debug("ack for %d ids (%d were pending)", len(body["ids"]), n)
+            self._outbox_dirty = True
+        elif kind == "error":
+            if body["code"] == "unknown_agent":
+                if not was_gone:
+                    self._daemon_back("does not know this agent")
+            else:
+                log.warning("daemon refused %s: %s (%s)", body.get("ref"), body["message"],
+                            body["code"])
+        elif kind in ("job", "config"):
+            try:
+                self.on_message(msg)
+            except Exception as exc:
+                log.exception("handling %s %s failed", kind, msg["id"])
+                self._send(P.error_reply(self.agent_id, "internal",
+                                         f"agent failed to handle {kind}: {exc}", msg["id"]))
+        else:
+            self._send(P.error_reply(self.agent_id, "unexpected_type",
+                                     f"an agent does not accept '{kind}' messages", msg["id"]))
