@@ -105,35 +105,12 @@ def _rmse(m: FittedModel) -> float:
 
 
 def _from_selection(sel: Any) -> tuple[FittedModel, list[dict[str, Any]]]:
-    """Adapt the models helper's Selection (chosen fitted model and the runners-up)."""
-    model = None
-    for attr in ("model", "fitted", "chosen", "best"):
-        cand = getattr(sel, attr, None)
-        if isinstance(cand, FittedModel):
-            model = cand
-            break
-    if model is None:
-        raise NotEnoughData("model selection returned no fitted model")
-    runners = []
-    for attr in ("runners_up", "others", "ranking"):
-        value = getattr(sel, attr, None)
-        if value:
-            for item in value:
-                if isinstance(item, FittedModel):
-                    runners.append(_summary(item))
-                elif isinstance(item, dict):
-                    runners.append(item)
-                else:
-                    runners.append(_plain(item))
-            break
-    desc_cv = None
-    for attr in ("cv", "scores", "cv_scores"):
-        if getattr(sel, attr, None) is not None:
-            desc_cv = _plain(getattr(sel, attr))
-            break
-    if desc_cv is not None:
-        model.quality = {**model.quality, "cv": desc_cv} if isinstance(model.quality, dict) \
-            else model.quality
+    """The chosen model (its held-out score added to its quality) and the other candidates'
+    cross-validation rows, best first."""
+    model = sel.model
+    chosen = sel.scores.get(sel.name, {})
+    model.quality = {**model.quality, "cv_mape": chosen.get("cv_mape"), "cv_folds": sel.folds}
+    runners = [_plain(row) for row in sel.table() if row["name"] != sel.name]
     return model, runners
 
 

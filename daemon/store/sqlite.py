@@ -170,8 +170,10 @@ class SQLiteStore(Store):
                          r.time_s, r.wall_s, r.user_s, r.sys_s, r.energy_j, int(r.ok),
                          int(r.virtual), now, _dumps(it.raw)))
         with self._tx() as db:
-            db.executemany("INSERT OR IGNORE INTO runs VALUES "
-                           "(?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)", rows)
+            # Only a repeated message id is skipped; any other violation fails the batch
+            # (OR IGNORE would also drop rows breaking NOT NULL, and they would be acked).
+            db.executemany("INSERT INTO runs VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?) "
+                           "ON CONFLICT(msg_id) DO NOTHING", rows)
         return [it.msg_id for it in items]
 
     def run_counts(self) -> list[dict[str, Any]]:

@@ -1,0 +1,97 @@
+"""The SQLite store: schema version, WAL, idempotent batches, jobs, fits, recommendations."""
+
+import sqlite3
+
+from opptune.daemon.store import Group, ResultIn, open_store
+from opptune.daemon.store.schema import SCHEMA_VERSION
+from opptune.shared.records import RunRecord
+
+
+def record(cores=1, time_s=1.0, **kw):
+    rec = RunRecord(platform="p", workload="w", input="s", cores=cores,
+                    cpus=list(range(cores)), threads=cores, rep=0, time_s=time_s, **kw)
+    return rec
+
+
+def item(msg_id, seq=0, cores=1, time_s=1.0, job="job-1"):
+    rec = record(cores, time_s)
+    return ResultIn(msg_id, "a1", job, seq, rec, rec.to_dict())
+
+
+def test_wal_and_schema_version(tmp_path):
+    path = tmp_path / "s.db"
+    st = open_store(str(path))
+    assert st.schema_version() == SCHEMA_VERSION
+    assert st.journal_mode() == "wal"
+    st.close()
+    # Reopening applies no migration twice and keeps the version.
+    st = open_store(str(path))
+    assert st.schema_version() == SCHEMA_VERSION
+    st.close()
+    db = sqlite3.connect(path)
+    assert db.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
+    assert [r[0] for r in db.execute("SELECT version FROM schema_version")] == \
+        list(range(1, SCHEMA_VERSION + 1))
+
+
+def test_insert_is_idempotent_and_acks_all(tmp_path):
+    st = open_store(str(tmp_path / "s.db"))
+    assert st.insert_results([item("m1"), item("m2", seq=1)], now=1.0) == ["m1", "m2"]
+    # The same id again (a lost ack), alone and inside a batch with a new one.
+    assert st.insert_results([item("m1")], now=2.0) == ["m1"]
+    assert st.insert_results([item("m2", seq=1), item("m3", seq=2)], now=3.0) == ["m2", "m3"]
+    db = sqlite3.connect(tmp_path / "s.db")
+    assert db.execute("SELECT COUNT(*) FROM runs").fetchone()[0] == 3
+    assert db.execute("SELECT COUNT(*) FROM runs WHERE msg_id='m1'").fetchone()[0] == 1
+    assert st.job_received("job-1") == 3
+    assert st.run_counts() == [{"agent": "a1", "platform": "p", "workload": "w", "input": "s",
+                                "count": 3}]
+    st.close()
+
+
+def test_failed_batch_stores_nothing(tmp_path):
+    st = open_store(str(tmp_path / "s.db"))
+    bad = item("m2")
+    bad = bad._replace(record=record(cores=1, time_s=1.0), agent=None)  # NOT NULL violated
+    try:
+        st.insert_results([item("m1"), bad], now=1.0)
+    except sqlite3.IntegrityError:
+        pass
+    else:
+        raise AssertionError("a NULL agent must be refused")
+    assert st.run_counts() == []
+    st.close()
+
+
+def test_jobs_groups_fits_recommendations(tmp_path):
+    st = open_store(str(tmp_path / "s.db"))
+    st.save_platform("p", {"sweep_order": [1, 0]}, 1.0)
+    st.save_agent("a1", "p", ["w", {"name": "w2", "sizes": ["s"]}], "0.1", 1.0)
+    assert st.platform("p") == {"sweep_order": [1, 0]}
+    assert [a["id"] for a in st.agents()] == ["a1"]
+    assert st.workloads() == ["w", "w2"]
+    job = {"job_id": "job-1", "workload": "w", "size": "s", "reps": 2, "warmup": 0,
+           "points": [{"cpus": [1], "threads": 1, "freq_khz": None}]}
+    st.save_job("a1", job, 2.0)
+    st.insert_results([item("m1", 0, 1, 2.0), item("m2", 1, 2, 1.1)], now=3.0)
+    jobs = st.jobs()
+    assert jobs[0]["expected"] == 2 and jobs[0]["received"] == 2 and jobs[0]["state"] == "sent"
+    st.set_job_state("job-1", "complete")
+    assert st.job("job-1")["state"] == "complete"
+    assert st.job("job-1")["points"] == job["points"]
+    g = Group("p", "w", "s", "")
+    assert st.job_groups("job-1") == [g] and st.groups() == [g]
+    assert st.group_runs(g) == [(1, None, 2.0), (2, None, 1.1)]
+    st.save_fit(g, "amdahl", {"s": 0.1}, {"rmse": float("nan")}, [{"name": "usl"}], 4.0)
+    st.save_fit(g, "usl", {"c": 0.2}, {"rmse": 0.01}, [], 5.0)
+    fits = st.fits()
+    assert len(fits) == 1 and fits[0]["model"] == "usl" and fits[0]["params"] == {"c": 0.2}
+    rec = {"config_id": "cfg-1", "agent": "a1", **g.as_dict(), "cores": 2, "cpus": [1, 0],
+           "threads": 2, "predicted_time_s": 1.1}
+    st.save_recommendation(rec, 6.0)
+    assert st.recommendation("cfg-1")["state"] == "pushed"
+    assert st.update_recommendation("cfg-1", "verified", 7.0, verified_time_s=1.05)
+    r = st.recommendation("cfg-1")
+    assert (r["state"], r["verified_time_s"], r["cpus"]) == ("verified", 1.05, [1, 0])
+    assert not st.update_recommendation("nope", "verified", 7.0)
+    st.close()
