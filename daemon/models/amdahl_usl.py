@@ -121,7 +121,8 @@ class SpeedupFamily(Modeler):
         nlev = ufreq.size
         mode = self.t1_mode
         if mode == "auto":
-            mode = "per_freq" if (freq is None or p.size >= nlev + m + 1) else "hyper"
+            # c0 + c1/F saves parameters only with more than two frequencies
+            mode = "hyper" if (freq is not None and nlev > 2 and p.size < nlev + m + 1) else "per_freq"
         if mode == "hyper" and freq is None:
             mode = "per_freq"
         lo, hi = np.array(self.lower, float), np.array(self.upper, float)
@@ -155,8 +156,10 @@ class SpeedupFamily(Modeler):
             def resid_many(th: np.ndarray) -> np.ndarray:
                 g = self.rel_time(th[:, :m], p, freq)
                 if th.shape[1] == m:           # scoring starts: c0, c1 solved for each start
-                    c = np.stack([hyper_c(gi) for gi in g])
-                    return y - np.log(g * t1(c))
+                    a = np.stack([g, g * fscale / freq], axis=-1) * (tscale / t)[None, :, None]
+                    ata = np.einsum("kni,knj->kij", a, a) + 1e-12 * np.eye(2)
+                    c = np.linalg.solve(ata, a.sum(axis=1)[..., None])[..., 0]
+                    return y - np.log(g * t1(np.clip(c, 1e-9, 1e3)))
                 return y - np.log(g * t1(th[:, m:]))
             fun = lambda th: resid_many(th[None, :])[0]   # noqa: E731
             x_lo = np.r_[lo, 1e-9, 1e-9]
@@ -178,7 +181,7 @@ class SpeedupFamily(Modeler):
                 with np.errstate(all="ignore"):
                     sol = optimize.least_squares(fun, x0, jac=_batched_jac(resid_many, x_lo, x_hi),
                                                  bounds=(x_lo, x_hi), method="trf",
-                                                 x_scale="jac", ftol=1e-6, xtol=1e-6, gtol=1e-8,
+                                                 x_scale=1.0, ftol=1e-6, xtol=1e-6, gtol=1e-8,
                                                  max_nfev=25 * x0.size)
                 x, cost = sol.x, float(np.sum(sol.fun ** 2))
             except (ValueError, np.linalg.LinAlgError):
