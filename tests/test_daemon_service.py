@@ -1,0 +1,262 @@
+"""The daemon loop in a thread against test DEALER sockets: hello/job, ingest and acks after
+commit, idempotency, refusals that keep the loop serving, status, fit -> config -> verify."""
+
+import sqlite3
+import time
+
+import msgpack
+import pytest
+import zmq
+
+from opptune.daemon.service import Daemon, main
+from opptune.shared import protocol as P
+from opptune.shared.config import DaemonConfig, SweepDefaults
+from opptune.shared.records import RunRecord
+
+PLATFORM = {"id": "plat-test", "sweep_order": [0, 2, 1, 3], "cpus_online": [0, 1, 2, 3]}
+
+
+@pytest.fixture
+def daemon(tmp_path):
+    cfg = DaemonConfig(bind="tcp://127.0.0.1:0", database=str(tmp_path / "d.db"),
+                       auto_sweep=True, agent_timeout_s=30,
+                       sweep=SweepDefaults(size="small", reps=2, warmup=0))
+    d = Daemon(cfg)
+    d.start_thread()
+    yield d
+    d.stop()
+
+
+class Agent:
+    def __init__(self, endpoint, agent_id="a1"):
+        self.id = agent_id
+        self.ctx = zmq.Context.instance()
+        self.sock = self.ctx.socket(zmq.DEALER)
+        self.sock.setsockopt(zmq.IDENTITY, agent_id.encode())
+        self.sock.setsockopt(zmq.LINGER, 0)
+        self.sock.connect(endpoint)
+
+    def send(self, msg_type, body, msg_id=None):
+        msg = P.make(msg_type, self.id, body, msg_id=msg_id)
+        self.sock.send(P.encode(msg))
+        return msg["id"]
+
+    def raw(self, data):
+        self.sock.send(data)
+
+    def expect(self, msg_type, timeout_s=10.0, ref=None):
+        """The next message of ``msg_type`` (heartbeats and acks of other types skipped)."""
+        deadline = time.monotonic() + timeout_s
+        while True:
+            left = deadline - time.monotonic()
+            if left <= 0 or not self.sock.poll(int(left * 1000)):
+                raise AssertionError(f"no {msg_type} message within {timeout_s} s")
+            msg = P.decode(self.sock.recv())
+            if msg["type"] == msg_type and (ref is None or msg["body"].get("ref") == ref):
+                return msg
+
+    def hello(self, workloads=("wl",)):
+        return self.send("hello", {"platform": PLATFORM, "workloads": list(workloads),
+                                   "agent_version": "test"})
+
+    def close(self):
+        self.sock.close(0)
+
+
+def record(cores, rep=0, time_s=None, **kw):
+    t = time_s if time_s is not None else 8.0 * (0.2 + 0.8 / cores)
+    return RunRecord(platform="plat-test", workload="wl", input="small", cores=cores,
+                     cpus=PLATFORM["sweep_order"][:cores], threads=cores, rep=rep,
+                     time_s=t, virtual=True, **kw).to_dict()
+
+
+def rows(db_path, sql, args=()):
+    db = sqlite3.connect(db_path)
+    try:
+        return db.execute(sql, args).fetchall()
+    finally:
+        db.close()
+
+
+def test_hello_job_results_fit_config_verify(daemon):
+    a = Agent(daemon.endpoint)
+    a.hello()
+    job = a.expect("job")["body"]
+    assert job["workload"] == "wl" and job["size"] == "small" and job["reps"] == 2
+    assert [p["cpus"] for p in job["points"]] == [[0], [0, 2], [0, 2, 1], [0, 2, 1, 3]]
+    of = len(job["points"]) * job["reps"]
+    seq = 0
+    for p in job["points"]:
+        for rep in range(job["reps"]):
+            mid = a.send("result", {"job_id": job["job_id"], "seq": seq, "of": of,
+                                    "record": record(len(p["cpus"]), rep)})
+            ack = a.expect("ack")
+            assert ack["body"]["ids"] == [mid]
+            # Acked only after commit: the row is visible to another connection now.
+            assert rows(daemon.config.database, "SELECT COUNT(*) FROM runs WHERE msg_id=?",
+                        (mid,)) == [(1,)]
+            seq += 1
+    cfg = a.expect("config", timeout_s=20)["body"]
+    # Amdahl with 20 % serial: 4 cores = 3.2 s is the best; 3 cores (3.73 s) is not within 5 %.
+    assert cfg["cpus"] == [0, 2, 1, 3] and cfg["threads"] == 4 and cfg["size"] == "small"
+    assert cfg["predicted_time_s"] == pytest.approx(3.2, rel=0.02)
+    assert cfg["reps"] == daemon.config.verify_reps
+    fits = rows(daemon.config.database, "SELECT model, quality FROM fits")
+    assert len(fits) == 1 and fits[0][0] in ("amdahl", "usl")
+    assert rows(daemon.config.database, "SELECT state FROM jobs") == [("complete",)]
+    a.send("applied", {"config_id": cfg["config_id"], "ok": True, "time_s": 2.85,
+                       "records": [record(4, r, 2.85) for r in range(3)]})
+    a.expect("ack")
+    st = query(a, "status")
+    rec = st["recommendations"][0]
+    assert rec["state"] == "verified" and rec["verified_time_s"] == 2.85
+    assert rec["cores"] == 4 and rec["group"]["workload"] == "wl"
+    assert rows(daemon.config.database, "SELECT COUNT(*) FROM runs WHERE job_id=?",
+                (cfg["config_id"],)) == [(3,)]
+    a.close()
+
+
+def query(agent, what, args=None):
+    body = {"what": what}
+    if args is not None:
+        body["args"] = args
+    mid = agent.send("query", body)
+    return agent.expect("reply", ref=mid)["body"]["data"]
+
+
+def test_duplicate_result_acked_again_stored_once(daemon):
+    a = Agent(daemon.endpoint)
+    a.hello()
+    a.expect("job")
+    body = {"job_id": "j-x", "seq": 0, "of": 5, "record": record(1)}
+    mid = a.send("result", body)
+    assert a.expect("ack")["body"]["ids"] == [mid]
+    a.send("result", body, msg_id=mid)
+    assert a.expect("ack")["body"]["ids"] == [mid]
+    assert rows(daemon.config.database, "SELECT COUNT(*) FROM runs") == [(1,)]
+    a.close()
+
+
+def test_refusals_keep_the_loop_serving(daemon):
+    a = Agent(daemon.endpoint, "a-bad")
+    good = P.make("heartbeat", "a-bad", {})
+    frames = {
+        "malformed": b"\xc1\xc1 not msgpack",
+        "too_large": b"\x00" * (P.MAX_MESSAGE_BYTES + 10),
+        "unknown_type": msgpack.packb({**good, "type": "teleport"}),
+        "bad_version": msgpack.packb({**good, "v": 99}),
+    }
+    for code, data in frames.items():
+        a.raw(data)
+        err = a.expect("error")
+        assert err["body"]["code"] == code
+    # A result from an agent that never said hello.
+    a.send("result", {"job_id": "j", "seq": 0, "of": 1, "record": record(1)})
+    assert a.expect("error")["body"]["code"] == "unknown_agent"
+    # A type the daemon never accepts, and an unknown query.
+    a.send("ack", {"ids": ["x"]})
+    assert a.expect("error")["body"]["code"] == "unexpected_type"
+    a.send("query", {"what": "dance"})
+    assert a.expect("error")["body"]["code"] == "unknown_query"
+    # Still serving.
+    a.send("heartbeat", {"outbox": 3})
+    assert a.expect("heartbeat")["body"]["instance"] == daemon.instance
+    a.close()
+
+
+def test_invalid_record_refused_not_stored(daemon):
+    a = Agent(daemon.endpoint)
+    a.hello(workloads=())
+    bad = record(2)
+    bad["cpus"] = [0]  # two cores but one cpu
+    mid = a.send("result", {"job_id": "j", "seq": 0, "of": 2, "record": bad})
+    err = a.expect("error")
+    assert err["body"]["code"] == "bad_record" and err["body"]["ref"] == mid
+    ok = a.send("result", {"job_id": "j", "seq": 1, "of": 2, "record": record(1)})
+    assert a.expect("ack")["body"]["ids"] == [ok]  # the bad one is not acked
+    assert rows(daemon.config.database, "SELECT msg_id FROM runs") == [(ok,)]
+    a.close()
+
+
+def test_status_structure_and_sweep_query(daemon):
+    a = Agent(daemon.endpoint)
+    a.hello(workloads=("wl", "other"))
+    first = {a.expect("job")["body"]["workload"], a.expect("job")["body"]["workload"]}
+    assert first == {"wl", "other"}
+    a.send("heartbeat", {"outbox": 7})
+    a.expect("heartbeat")
+    op = Agent(daemon.endpoint, "operator-1")
+    data = query(op, "sweep", {"agent": "a1", "workloads": ["wl"], "reps": 1, "max_cores": 2})
+    job = a.expect("job")["body"]
+    assert data["jobs"] == [job["job_id"]] and job["reps"] == 1 and len(job["points"]) == 2
+    mid = op.send("query", {"what": "sweep", "args": {"agent": "a1", "workloads": ["nope"]}})
+    err = op.expect("error")
+    assert err["body"]["code"] == "unknown_workload" and err["body"]["ref"] == mid
+    a.send("result", {"job_id": job["job_id"], "seq": 0, "of": 2, "record": record(1)})
+    a.expect("ack")
+    st = query(op, "status")
+    assert set(st) == {"daemon", "agents", "workloads", "runs", "jobs", "fits",
+                       "recommendations"}
+    assert st["daemon"]["instance"] == daemon.instance
+    assert st["daemon"]["endpoint"] == daemon.endpoint
+    assert st["daemon"]["database"] == daemon.config.database
+    assert st["daemon"]["uptime_s"] >= 0
+    (ag,) = st["agents"]
+    assert ag["id"] == "a1" and ag["platform"] == "plat-test" and ag["alive"] is True
+    assert ag["outbox"] == 7 and ag["last_seen_s"] >= 0
+    assert st["workloads"] == ["other", "wl"]
+    assert st["runs"] == [{"agent": "a1", "platform": "plat-test", "workload": "wl",
+                           "input": "small", "count": 1}]
+    assert len(st["jobs"]) == 3
+    sweep = [j for j in st["jobs"] if j["job_id"] == job["job_id"]][0]
+    assert sweep == {"job_id": job["job_id"], "agent": "a1", "workload": "wl", "expected": 2,
+                     "received": 1, "state": "sent"}
+    assert st["fits"] == [] and st["recommendations"] == []
+    a.close()
+    op.close()
+
+
+def test_hello_again_resends_unfinished_and_skips_complete(daemon):
+    a = Agent(daemon.endpoint)
+    a.hello()
+    job = a.expect("job")["body"]
+    a.hello()  # e.g. the agent restarted before running anything
+    assert a.expect("job")["body"]["job_id"] == job["job_id"]
+    of = len(job["points"]) * job["reps"]
+    for seq in range(of):
+        p = job["points"][seq // job["reps"]]
+        a.send("result", {"job_id": job["job_id"], "seq": seq, "of": of,
+                          "record": record(len(p["cpus"]), seq % job["reps"])})
+        a.expect("ack")
+    a.expect("config", timeout_s=20)
+    a.hello()
+    a.expect("heartbeat")  # the welcome; no job follows for a complete sweep
+    mid = a.send("query", {"what": "status"})
+    st = a.expect("reply", ref=mid)["body"]["data"]
+    assert [j["state"] for j in st["jobs"]] == ["complete"]
+    a.close()
+
+
+def test_process_entry_point_stops_on_sigterm(tmp_path):
+    import os
+    import signal
+    import subprocess
+    import sys
+    ep_file = tmp_path / "ep"
+    proc = subprocess.Popen([sys.executable, "-m", "opptune.daemon.service", "--bind",
+                             "tcp://127.0.0.1:0", "--database", str(tmp_path / "p.db"),
+                             "--endpoint-file", str(ep_file), "--log-level", "WARNING"])
+    try:
+        deadline = time.monotonic() + 20
+        while not ep_file.exists():  # waiting for the process to start, not synchronising
+            assert proc.poll() is None and time.monotonic() < deadline
+            time.sleep(0.05)
+        op = Agent(ep_file.read_text().strip(), "operator-2")
+        assert query(op, "status")["agents"] == []
+        op.close()
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(timeout=10) == 0
+    finally:
+        if proc.poll() is None:
+            os.kill(proc.pid, signal.SIGKILL)
+    assert main(["--config", str(tmp_path / "missing.toml")]) == 2
