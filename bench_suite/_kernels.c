@@ -20,8 +20,9 @@ static const kernel_entry KERNELS[] = {
 #define NKERNELS ((int)(sizeof KERNELS / sizeof KERNELS[0]))
 
 static PyObject *stats_dict(const ob_thread_stats *st) {
-    return Py_BuildValue("{s:i,s:d,s:d,s:d,s:d,s:L,s:L,s:L}", "cpu", st->cpu, "busy_s",
-                         st->busy_s, "cpu_s", st->cpu_s, "lock_wait_s", st->lock_wait_s,
+    return Py_BuildValue("{s:i,s:d,s:d,s:d,s:d,s:d,s:L,s:L,s:L}", "cpu", st->cpu, "busy_s",
+                         st->busy_s, "cpu_s", st->cpu_s, "wall_s", st->wall_s,
+                         "lock_wait_s", st->lock_wait_s,
                          "barrier_wait_s", st->barrier_wait_s, "tasks", (long long)st->tasks,
                          "lock_acquires", (long long)st->lock_acquires, "lock_contended",
                          (long long)st->lock_contended);

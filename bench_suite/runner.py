@@ -18,9 +18,10 @@ def run_kernel(name: str, threads: int, cpus: list[int], size: str | int = "defa
 
     Returns {"kernel", "threads", "cpus", "size" (int), "size_class" (str or None),
     "size_unit", "time_s" (wall of the timed region), "checked": True, "check_value",
-    "thread_stats": one dict per thread with cpu, busy_s, cpu_s, lock_wait_s, barrier_wait_s,
-    tasks, lock_acquires, lock_contended}. busy_s is the thread's timed wall time less its lock
-    and barrier waits. Raises ValueError for bad arguments (including a cpu this process may
+    "thread_stats": one dict per thread with cpu, busy_s, cpu_s, wall_s, lock_wait_s,
+    barrier_wait_s, tasks, lock_acquires, lock_contended}. wall_s is the thread's own span in
+    the timed region (time_s - wall_s is its idle tail); busy_s is wall_s less lock and barrier
+    waits; cpu_s below busy_s means the thread was preempted. Raises ValueError for bad arguments (including a cpu this process may
     not run on), MemoryError when the data does not fit, RuntimeError when the run fails or its
     self-check does not hold.
     """

@@ -106,9 +106,6 @@ typedef struct ob_spec {
 typedef int (*ob_kernel_main)(const ob_spec *spec, ob_result *out, double *check_value,
                               char *err, size_t errlen);
 
-/* Keeps the compiler from dropping a computed value. */
-static inline void ob_keep(double v) { __asm__ volatile("" : : "g"(v) : "memory"); }
-
 #ifdef __cplusplus
 }
 #endif
