@@ -112,6 +112,14 @@ def test_feature_learners_need_counters_and_rows():
     assert KRRModeler().applicable(flat) is not None
 
 
+def test_meter_columns_are_not_runtime_features():
+    obs = _counter_data()
+    obs.counters["n_power_samples"] = obs.time_s * 2      # would leak the time
+    obs.counters["power_little_w"] = np.ones(len(obs)) + obs.time_s
+    fit = FeatureRidgeModeler(m=6).fit(obs)
+    assert not any("power" in f for f in fit.feature_names)
+
+
 def test_missing_query_counter_predicts_nan():
     obs = _counter_data()
     fit = FeatureRidgeModeler(m=1).fit(obs)

@@ -40,6 +40,19 @@ GAMMAS_003 = [1e-5, 1e-4, 1e-3, 1e-2, 1e-1, 1.0]
 
 MIN_ROWS = 6  # 3 folds with at least 2 rows each
 
+# Extra CSV columns that the tidy reader also hands over as "counters" but that are meter
+# readings, bookkeeping or hardware descriptors, not runtime features of the program: several
+# are (nearly) the time itself (sample counts, run_avg_ms), so they would leak the target.
+NOT_RUNTIME_FEATURES = ("power", "energy", "temp", "volt", "util", "n_samples",
+                        "n_power_samples", "hw_", "run_", "freq", "threads", "cores", "speedup",
+                        "powerup", "config_id", "rep")
+
+
+def runtime_counters(counters: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+    """The counters that are runtime features (see NOT_RUNTIME_FEATURES)."""
+    return {k: v for k, v in counters.items()
+            if not any(k.lower().startswith(p) for p in NOT_RUNTIME_FEATURES)}
+
 
 def _estimator(kind: str) -> tuple[Any, dict[str, list]]:
     """Estimator and its grid (keys address the pipeline step 'est')."""
@@ -264,9 +277,10 @@ class _FeatureLearner(Modeler):
             return f"needs at least {MIN_ROWS} runs with a positive time, has {int(use.sum())}"
         sub = obs.subset(use)
         if self.use_counters:
-            if not sub.counters:
+            feats = runtime_counters(sub.counters)
+            if not feats:
                 return "no counters (runtime features) in the data"
-            kept, _ = filter_features(sub.counters, sub.time_s, self.m)
+            kept, _ = filter_features(feats, sub.time_s, self.m)
             if not kept:
                 return "no counter is valid in every run and varies"
         elif not self._config(sub):
@@ -282,7 +296,8 @@ class _FeatureLearner(Modeler):
         report: dict[str, Any] = {}
         counters: list[str] = []
         if self.use_counters:
-            counters, report = filter_features(obs.counters, obs.time_s, self.m)
+            counters, report = filter_features(runtime_counters(obs.counters), obs.time_s,
+                                               self.m)
         getter = _feature_getter(counters, config)
         names = [f"log({c})" for c in config] + [f"log1p({k})" for k in counters]
         return LearnerFit(self.name, self.kind, getter, names, obs, self.level,
