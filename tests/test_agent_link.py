@@ -1,0 +1,360 @@
+"""The agent's link against a test ROUTER in this process, and the real agent as a subprocess."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+
+import pytest
+import zmq
+
+from opptune.agent.link import Link
+from opptune.agent.outbox import Outbox
+from opptune.shared import protocol as P
+
+HB = 0.1  # fast heartbeats keep the tests short
+
+
+class Router:
+    """A stand-in daemon: ROUTER on a random loopback port."""
+
+    def __init__(self, ctx, endpoint="tcp://127.0.0.1:*"):
+        self.sock = ctx.socket(zmq.ROUTER)
+        self.sock.setsockopt(zmq.LINGER, 0)
+        self.sock.bind(endpoint)
+        self.endpoint = self.sock.getsockopt(zmq.LAST_ENDPOINT).decode()
+        self.ident = None
+        self.alive = True  # answer heartbeats, as a live daemon does
+
+    def recv(self, timeout=5.0):
+        """Next (identity, decoded message) or None on timeout."""
+        if not self.sock.poll(int(timeout * 1000)):
+            return None
+        ident, data = self.sock.recv_multipart()
+        self.ident = ident
+        msg = P.decode(data)
+        if self.alive and msg["type"] == "heartbeat":
+            self.send(P.make("heartbeat", "daemon", {"instance": "test-daemon"}))
+        return msg
+
+    def expect(self, pred, timeout=5.0, what="message"):
+        """Receive until ``pred(msg)``; returns the messages seen (last one matches)."""
+        seen = []
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            m = self.recv(max(0.0, deadline - time.monotonic()))
+            if m is None:
+                break
+            seen.append(m)
+            if pred(m):
+                return seen
+        raise AssertionError(f"no {what} within {timeout}s; saw {[m['type'] for m in seen]}")
+
+    def collect(self, duration):
+        out = []
+        deadline = time.monotonic() + duration
+        while (left := deadline - time.monotonic()) > 0:
+            m = self.recv(left)
+            if m is not None:
+                out.append(m)
+        return out
+
+    def send(self, msg_or_bytes, ident=None):
+        data = msg_or_bytes if isinstance(msg_or_bytes, bytes) else P.encode(msg_or_bytes)
+        self.sock.send_multipart([ident or self.ident, data])
+
+    def close(self):
+        self.sock.close()
+
+
+@pytest.fixture
+def ctx():
+    c = zmq.Context()
+    yield c
+    c.term()
+
+
+@pytest.fixture
+def router(ctx):
+    r = Router(ctx)
+    yield r
+    r.close()
+
+
+class LinkThread:
+    def __init__(self, ctx, endpoint, outbox, on_message=None, **kw):
+        self.got = []
+        self.stop = threading.Event()
+        self.link = Link("agent-t", endpoint, {"platform": {"id": "p"}, "workloads": []},
+                         outbox, on_message or self.got.append, heartbeat_s=HB,
+                         context=ctx, **kw)
+        self.thread = threading.Thread(target=self._run, daemon=True)
+        self.thread.start()
+
+    def _run(self):
+        self.link.start()
+        try:
+            self.link.run(self.stop)
+        finally:
+            self.link.close()
+
+    def close(self):
+        self.stop.set()
+        self.link.wake()
+        self.thread.join(timeout=5)
+        assert not self.thread.is_alive()
+
+
+def result_msg(seq=0, of=3):
+    rec = {"platform": "p", "workload": "w", "input": "default", "cores": 1, "cpus": [0],
+           "threads": 1, "rep": 0, "time_s": 1.0}
+    return P.make("result", "agent-t", {"job_id": "j", "seq": seq, "of": of, "record": rec})
+
+
+def test_hello_first_then_heartbeats(ctx, router, tmp_path):
+    lt = LinkThread(ctx, router.endpoint, Outbox(str(tmp_path)))
+    try:
+        first = router.recv()
+        assert first["type"] == "hello" and first["agent"] == "agent-t"
+        assert router.ident == b"agent-t"
+        assert first["body"]["platform"] == {"id": "p"} and first["body"]["pid"] == os.getpid()
+        hbs = [m for m in router.collect(6 * HB) if m["type"] == "heartbeat"]
+        assert len(hbs) >= 3
+        assert hbs[0]["body"]["outbox"] == 0 and hbs[0]["body"]["instance"]
+    finally:
+        lt.close()
+
+
+def test_result_resent_until_acked(ctx, router, tmp_path):
+    ob = Outbox(str(tmp_path))
+    msg = result_msg()
+    ob.put(msg)
+    lt = LinkThread(ctx, router.endpoint, ob, resend_s=0.2)
+    try:
+        router.expect(lambda m: m["type"] == "hello")
+        router.send(P.make("heartbeat", "daemon", {}))  # daemon alive
+        sends = [m for m in router.collect(1.0) if m["type"] == "result"]
+        assert len(sends) >= 3 and all(m["id"] == msg["id"] for m in sends)
+        router.send(P.make("ack", "daemon", {"ids": [msg["id"]]}))
+        router.expect(lambda m: m["type"] == "heartbeat" and m["body"]["outbox"] == 0)
+        later = router.collect(1.0)
+        assert not [m for m in later if m["type"] == "result"]
+    finally:
+        lt.close()
+    assert ob.count() == 0
+
+
+def test_rehello_after_unknown_agent_and_new_results_flow(ctx, router, tmp_path):
+    ob = Outbox(str(tmp_path))
+    lt = LinkThread(ctx, router.endpoint, ob)
+    try:
+        router.expect(lambda m: m["type"] == "hello")
+        router.send(P.error_reply("daemon", "unknown_agent", "who are you"))
+        router.expect(lambda m: m["type"] == "hello", what="second hello")
+        msg = result_msg(1)
+        ob.put(msg)
+        lt.link.notify_outbox()
+        router.expect(lambda m: m["type"] == "result" and m["id"] == msg["id"])
+    finally:
+        lt.close()
+
+
+def test_malformed_messages_get_error_and_loop_survives(ctx, router, tmp_path):
+    lt = LinkThread(ctx, router.endpoint, Outbox(str(tmp_path)))
+    try:
+        router.expect(lambda m: m["type"] == "hello")
+        router.send(b"\xc1garbage")
+        err = router.expect(lambda m: m["type"] == "error")[-1]
+        assert err["body"]["code"] == "malformed"
+        bad = {"v": 1, "type": "job", "id": "x1", "ts": 1.0, "agent": "d", "body": {}}
+        router.send(__import__("msgpack").packb(bad))
+        err = router.expect(lambda m: m["type"] == "error")[-1]
+        assert err["body"]["code"] == "missing_field" and err["body"]["ref"] == "x1"
+        router.send(P.make("result", "d", result_msg()["body"]))  # not for an agent
+        err = router.expect(lambda m: m["type"] == "error")[-1]
+        assert err["body"]["code"] == "unexpected_type"
+        job = P.make("job", "d", {"job_id": "j", "workload": "w", "size": "default",
+                                  "points": [{"cpus": [0], "threads": 1}], "reps": 1,
+                                  "warmup": 0})
+        router.send(job)
+        router.expect(lambda m: m["type"] == "heartbeat")
+        deadline = time.monotonic() + 5
+        while not lt.got and time.monotonic() < deadline:
+            router.recv(HB)
+        assert [m["id"] for m in lt.got] == [job["id"]]
+    finally:
+        lt.close()
+
+
+def test_daemon_gone_then_back_after_restart(ctx, tmp_path):
+    """Daemon killed (socket closed without a word) and restarted on the same port: the agent
+    says hello again and every unacked result arrives."""
+    ob = Outbox(str(tmp_path))
+    r1 = Router(ctx)
+    endpoint = r1.endpoint
+    lt = LinkThread(ctx, endpoint, ob, resend_s=0.3)
+    try:
+        r1.expect(lambda m: m["type"] == "hello")
+        r1.send(P.make("heartbeat", "daemon", {"instance": "d1"}))
+        msgs = [result_msg(i, 3) for i in range(3)]
+        for m in msgs:
+            ob.put(m)
+        lt.link.notify_outbox()
+        r1.expect(lambda m: m["type"] == "result")
+        r1.close()  # killed before acking anything
+        r2 = Router(ctx, endpoint)
+        r2.alive = False  # a daemon that has not met this agent yet
+        try:
+            # the agent keeps heartbeating into the void; the new daemon does not know it
+            r2.expect(lambda m: m["type"] == "heartbeat", timeout=10)
+            r2.send(P.error_reply("daemon", "unknown_agent", "restarted"))
+            seen = r2.expect(lambda m: m["type"] == "hello", timeout=5)
+            got = {m["id"] for m in seen + r2.collect(1.5) if m["type"] == "result"}
+            assert got == {m["id"] for m in msgs}
+            r2.send(P.make("ack", "daemon", {"ids": sorted(got)}))
+            r2.expect(lambda m: m["type"] == "heartbeat" and m["body"]["outbox"] == 0)
+        finally:
+            r2.close()
+    finally:
+        lt.close()
+    assert ob.count() == 0
+
+
+def test_window_bounds_in_flight(ctx, router, tmp_path):
+    ob = Outbox(str(tmp_path))
+    for i in range(30):
+        ob.put(result_msg(i % 3, 3))
+    lt = LinkThread(ctx, router.endpoint, ob, resend_s=30.0, window=10)
+    try:
+        got = [m for m in router.collect(1.0) if m["type"] == "result"]
+        assert len(got) == 10  # the rest wait for acks
+        router.send(P.make("ack", "daemon", {"ids": [m["id"] for m in got]}))
+        more = [m for m in router.collect(1.0) if m["type"] == "result"]
+        assert len(more) == 10 and not {m["id"] for m in more} & {m["id"] for m in got}
+    finally:
+        lt.close()
+
+
+# -- the real agent process ---------------------------------------------------------------------
+
+AGENT_TOML = """
+agent_id = "board-1"
+heartbeat_s = 0.2
+bench_kernels = []
+run_timeout_s = 20.0
+
+[[workloads]]
+name = "spin"
+command = ["{py}", "-c", "import sys,os,time,json; t=time.perf_counter(); sum(range(int(sys.argv[1]))); open(os.environ['MARK'],'a').write(str(os.environ['SPIN_T'])+'\\\\n'); print(json.dumps({{'time_s': time.perf_counter()-t}}))", "{{size}}"]
+sizes = ["20000", "3000000"]
+threads_env = "SPIN_T"
+env = {{ MARK = "{mark}" }}
+"""
+
+
+def start_agent(tmp_path, endpoint, extra=()):
+    cfg = tmp_path / "agent.toml"
+    cfg.write_text(AGENT_TOML.format(py=sys.executable, mark=tmp_path / "runs.txt"))
+    return subprocess.Popen([sys.executable, "-m", "opptune.agent", "--config", str(cfg),
+                             "--daemon", endpoint, "--state-dir", str(tmp_path / "state"),
+                             "--log-level", "DEBUG", *extra],
+                            stdout=subprocess.DEVNULL, stderr=open(tmp_path / "agent.log", "a"))
+
+
+def job(reps, size="20000", n_points=2, job_id="job-1"):
+    cpus = sorted(os.sched_getaffinity(0))
+    pts = [{"cpus": cpus[: (i % len(cpus)) + 1], "threads": i + 1, "freq_khz": None}
+           for i in range(n_points)]
+    return P.make("job", "daemon", {"job_id": job_id, "workload": "spin", "size": size,
+                                    "points": pts, "reps": reps, "warmup": 0})
+
+
+@pytest.mark.integration
+def test_agent_process_runs_job_refuses_bad_and_stops_on_sigterm(ctx, router, tmp_path):
+    proc = start_agent(tmp_path, router.endpoint)
+    try:
+        hello = router.expect(lambda m: m["type"] == "hello", timeout=15)[-1]
+        body = hello["body"]
+        assert hello["agent"] == "board-1"
+        assert [w["name"] for w in body["workloads"]] == ["spin"]
+        plat = body["platform"]
+        assert plat["cpus_online"] and plat["id"] and plat["cpufreq"]["available"] in (True, False)
+        assert plat["virtual"] is False
+        router.send(b"not msgpack at all \xc1")
+        assert router.expect(lambda m: m["type"] == "error")[-1]["body"]["code"] == "malformed"
+        bad = P.make("job", "daemon", {"job_id": "bad", "workload": "rm-rf", "size": "x",
+                                       "points": [{"cpus": [0], "threads": 1}], "reps": 1,
+                                       "warmup": 0})
+        router.send(bad)
+        err = router.expect(lambda m: m["type"] == "error")[-1]["body"]
+        assert err["code"] == "bad_job" and "unknown workload 'rm-rf'" in err["message"]
+        assert err["ref"] == bad["id"]
+        router.send(job(reps=2))
+        results = [m for m in router.expect(
+            lambda m: m["type"] == "result" and m["body"]["seq"] == 3, timeout=20)
+            if m["type"] == "result"]
+        seqs = sorted({m["body"]["seq"] for m in results})
+        assert seqs == [0, 1, 2, 3]
+        for m in results:
+            rec = m["body"]["record"]
+            assert rec["ok"] and rec["time_s"] > 0 and rec["user_s"] is not None
+            assert rec["platform"] == plat["id"] and m["body"]["of"] == 4
+        router.send(P.make("ack", "daemon", {"ids": [m["id"] for m in results]}))
+        router.expect(lambda m: m["type"] == "heartbeat" and m["body"]["outbox"] == 0)
+        runs = (tmp_path / "runs.txt").read_text().split()
+        assert runs == ["1", "1", "2", "2"]  # threads exported; nothing ran for the bad job
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(timeout=10) == 0
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+
+
+@pytest.mark.integration
+def test_agent_killed_mid_job_resumes_without_rerun(ctx, router, tmp_path):
+    proc = start_agent(tmp_path, router.endpoint)
+    try:
+        router.expect(lambda m: m["type"] == "hello", timeout=15)
+        j = job(reps=3, size="3000000", n_points=2, job_id="job-k")  # 6 runs
+        router.send(j)
+        first = router.expect(lambda m: m["type"] == "result" and m["body"]["seq"] >= 1,
+                              timeout=30)
+        proc.send_signal(signal.SIGKILL)
+        proc.wait(timeout=10)
+        ids_before = {m["body"]["seq"]: m["id"] for m in first if m["type"] == "result"}
+        runs_before = len((tmp_path / "runs.txt").read_text().split())
+        proc = start_agent(tmp_path, router.endpoint)
+        router.expect(lambda m: m["type"] == "hello", timeout=15)
+        results = {}
+        deadline = time.monotonic() + 40
+        while len(results) < 6 and time.monotonic() < deadline:
+            m = router.recv(1.0)
+            if m is not None and m["type"] == "result":
+                results.setdefault(m["body"]["seq"], set()).add(m["id"])
+        assert sorted(results) == list(range(6))
+        assert all(len(v) == 1 for v in results.values())  # one id per seq: resent, not re-run
+        for seq, mid in ids_before.items():
+            assert results[seq] == {mid}
+        runs = len((tmp_path / "runs.txt").read_text().split())
+        # at most the run in progress at the kill is repeated (its orphan may still finish)
+        assert runs <= 6 + 1 and runs - runs_before <= 6 - len(ids_before) + 1
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(timeout=10) == 0
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+
+
+def test_config_error_exits_2_naming_file_and_key(tmp_path):
+    cfg = tmp_path / "bad.toml"
+    cfg.write_text("heartbeat_s = 'fast'\n")
+    p = subprocess.run([sys.executable, "-m", "opptune.agent", "--config", str(cfg)],
+                       capture_output=True, text=True, timeout=30)
+    assert p.returncode == 2
+    assert str(cfg) in p.stderr and "heartbeat_s" in p.stderr
