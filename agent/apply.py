@@ -218,9 +218,10 @@ class Worker(threading.Thread):
         self._queue.put(item)
 
     def stop(self, abort: bool = True) -> None:
-        """Stop after the current item (abort=True also kills the current run)."""
-        self._stopping = True
+        """abort=True: kill the current run and drop queued work (jobs resume on restart);
+        abort=False: finish everything queued so far, then end."""
         if abort:
+            self._stopping = True
             self.executor.runner.abort()
         self._queue.put(None)
 

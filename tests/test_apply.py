@@ -1,0 +1,181 @@
+"""Pushed configs and jobs: validated against the board, refused with a reason, else run."""
+
+from __future__ import annotations
+
+import os
+import sys
+import threading
+
+import pytest
+
+from opptune.agent.apply import Executor, Refused, Worker, check_point
+from opptune.agent.outbox import Outbox
+from opptune.agent.platform import discover
+from opptune.agent.runner import Runner
+from opptune.agent.workloads import Workloads
+from opptune.shared import protocol as P
+from opptune.shared.config import AgentConfig, CommandWorkload
+from opptune.shared.records import RunRecord
+
+PY = sys.executable
+
+
+class CountingRunner(Runner):
+    def __init__(self, *a, **kw):
+        super().__init__(*a, **kw)
+        self.runs = 0
+
+    def run_once(self, spec, rep=0, knob_fields=None):
+        self.runs += 1
+        return super().run_once(spec, rep, knob_fields)
+
+
+@pytest.fixture
+def env(tmp_path):
+    cfg = AgentConfig(agent_id="a1", bench_kernels=[], state_dir=str(tmp_path), workloads=[
+        CommandWorkload("w", [PY, "-c", "import json;print(json.dumps({'time_s': {size}}))"],
+                        sizes=["0.5", "0.25"]),
+        CommandWorkload("bad", [PY, "-c", "raise SystemExit(1)"])])
+    platform = discover(cfg)
+    wl = Workloads(cfg, catalogue={})
+    runner = CountingRunner(wl, platform["id"])
+    ob = Outbox(str(tmp_path))
+    sent = []
+    ex = Executor("a1", platform, wl, runner, ob, send=sent.append, state_dir=str(tmp_path))
+    yield ex, sent, runner, platform
+    ob.close()
+
+
+def config_msg(platform, **kw):
+    body = {"config_id": "c1", "workload": "w", "size": "0.5",
+            "cpus": platform["cpus_online"][:1], "threads": 1, "freq_khz": None, "reps": 3}
+    body.update(kw)
+    return P.make("config", "daemon", body)
+
+
+def run_worker(ex, msgs):
+    w = Worker(ex)
+    w.start()
+    for m in msgs:
+        w.submit(m)
+    w.stop(abort=False)
+    w.join(timeout=30)
+    assert not w.is_alive()
+
+
+def test_config_more_cores_than_online_refused_and_nothing_runs(env):
+    ex, sent, runner, platform = env
+    n = len(platform["cpus_online"])
+    run_worker(ex, [config_msg(platform, cpus=list(range(n + 1)), threads=n + 1)])
+    (reply,) = sent
+    assert reply["type"] == "applied" and reply["body"]["ok"] is False
+    assert "not online" in reply["body"]["error"] and reply["body"]["config_id"] == "c1"
+    assert runner.runs == 0
+
+
+def test_config_unknown_workload_and_bad_size_refused(env):
+    ex, sent, runner, platform = env
+    run_worker(ex, [config_msg(platform, workload="cryptominer"),
+                    config_msg(platform, size="huge")])
+    assert [m["body"]["ok"] for m in sent] == [False, False]
+    assert "unknown workload 'cryptominer'" in sent[0]["body"]["error"]
+    assert "no size 'huge'" in sent[1]["body"]["error"]
+    assert runner.runs == 0
+
+
+def test_config_with_frequency_refused_without_cpufreq(env):
+    ex, sent, runner, platform = env
+    if platform["cpufreq"]["available"]:
+        pytest.skip("this machine has writable cpufreq")
+    run_worker(ex, [config_msg(platform, freq_khz=1200000)])
+    assert sent[0]["body"]["ok"] is False
+    assert "1200000 kHz cannot be set" in sent[0]["body"]["error"]
+    assert runner.runs == 0
+
+
+def test_config_applied_and_verified(env, tmp_path):
+    ex, sent, runner, platform = env
+    run_worker(ex, [config_msg(platform, size="0.25", reps=3)])
+    (reply,) = sent
+    b = reply["body"]
+    assert reply["type"] == "applied" and b["ok"] is True and b["error"] is None
+    assert b["time_s"] == 0.25 and len(b["records"]) == 3
+    for d in b["records"]:
+        RunRecord.from_dict(d)  # valid records
+    assert runner.runs == 4  # one warmup + reps
+    assert P.decode(P.encode(reply))["body"]["ok"]
+    assert (tmp_path / "applied.json").exists()
+
+
+def test_config_whose_runs_all_fail_reports_not_ok(env):
+    ex, sent, runner, platform = env
+    run_worker(ex, [config_msg(platform, workload="bad", size="default", reps=2)])
+    b = sent[0]["body"]
+    assert b["ok"] is False and "exit status 1" in b["error"] and len(b["records"]) == 2
+
+
+def job_msg(platform, workload="w", cpus=None, reps=2, job_id="j1", npoints=2):
+    cpus = cpus or platform["cpus_online"][:1]
+    return P.make("job", "daemon", {"job_id": job_id, "workload": workload, "size": "0.5",
+                                    "points": [{"cpus": cpus, "threads": i + 1}
+                                               for i in range(npoints)],
+                                    "reps": reps, "warmup": 1})
+
+
+def test_bad_jobs_refused_with_error_and_nothing_runs(env):
+    ex, sent, runner, platform = env
+    n = len(platform["cpus_online"])
+    run_worker(ex, [job_msg(platform, workload="nope"),
+                    job_msg(platform, cpus=[max(platform["cpus_online"]) + 1], job_id="j2")])
+    assert [m["type"] for m in sent] == ["error", "error"]
+    assert all(m["body"]["code"] == "bad_job" for m in sent)
+    assert "unknown workload 'nope'" in sent[0]["body"]["message"]
+    assert "not online" in sent[1]["body"]["message"]
+    assert runner.runs == 0 and ex.outbox.count() == 0 and ex.outbox.open_jobs() == []
+    assert n >= 1
+
+
+def test_job_results_stored_in_order_and_duplicate_job_ignored(env):
+    ex, sent, runner, platform = env
+    j = job_msg(platform)
+    run_worker(ex, [j, j])
+    msgs = [P.decode(d) for _, d in ex.outbox.pending()]
+    assert [m["body"]["seq"] for m in msgs] == [0, 1, 2, 3]
+    assert all(m["body"]["of"] == 4 and m["body"]["record"]["ok"] for m in msgs)
+    assert [m["body"]["record"]["threads"] for m in msgs] == [1, 1, 2, 2]
+    assert runner.runs == 6  # 2 points x (1 warmup + 2 reps), once
+    assert ex.outbox.job("j1")["done"] and sent == []
+
+
+def test_job_resumes_from_progress(env):
+    ex, sent, runner, platform = env
+    j = job_msg(platform, reps=3)
+    ex.outbox.save_job("j1", j["body"])
+    # a previous agent stored seq 0..3 (point 0 done, point 1 rep 0) before it was killed
+    for seq in range(4):
+        rec = RunRecord("p", "w", "0.5", 1, platform["cpus_online"][:1], 1, seq % 3,
+                        time_s=0.5)
+        ex.outbox.add_result("j1", seq, P.make("result", "a1", {
+            "job_id": "j1", "seq": seq, "of": 6, "record": rec.to_dict()}))
+    w = Worker(ex)
+    w.start()
+    assert w.resume() == 1
+    w.stop(abort=False)
+    w.join(timeout=30)
+    seqs = [P.decode(d)["body"]["seq"] for _, d in ex.outbox.pending()]
+    assert seqs == [0, 1, 2, 3, 4, 5]
+    assert runner.runs == 1 + 2  # one warmup, then reps 1 and 2 of point 1 only
+    assert ex.outbox.job("j1")["done"]
+
+
+def test_check_point_frequency_against_offered(env):
+    ex, sent, runner, platform = env
+    fake = dict(platform, cpufreq={"available": True, "frequencies_khz": {
+        "policy0": [600000, 1000000, 1400000]}},
+        policies=[{"name": "policy0", "related_cpus": platform["cpus_online"]}])
+    cpus = platform["cpus_online"]
+    check_point(fake, ex.workloads, "w", "0.5", cpus, 2, 1000000)
+    with pytest.raises(Refused, match="not offered"):
+        check_point(fake, ex.workloads, "w", "0.5", cpus, 2, 1100000)
+    with pytest.raises(Refused, match="threads"):
+        check_point(fake, ex.workloads, "w", "0.5", cpus, 0, None)
