@@ -1,0 +1,319 @@
+"""Operator subcommands `opptune fit`, `opptune predict` and `opptune eval` (seed 003 sec. 4.3).
+
+``add_parsers(subparsers)`` registers them; each sets ``func(args) -> exit code``.
+Saved fits hold parameters (JSON), never pickles: only models with ``to_state`` (the analytic
+ones) can be saved for ``predict``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from .models import registry
+from .models.base import NotEnoughData, Observations
+from .models.select import ANALYTIC, choose
+from .tidy import TidyError, median_reps, read_tidy
+
+SEED003_LEARNERS = ("krr", "svr", "dtree")
+
+
+def add_parsers(subparsers: Any) -> None:
+    """Add fit, predict and eval to an argparse subparsers object."""
+    p = subparsers.add_parser("fit", help="fit time models per group of a tidy CSV")
+    p.add_argument("--data", required=True, help="tidy CSV file")
+    p.add_argument("--model", default="auto", help="model name or 'auto' (cross-validated)")
+    p.add_argument("--candidates", default=",".join(ANALYTIC),
+                   help="models 'auto' chooses from (comma-separated, 'all' = every installed)")
+    p.add_argument("--json", action="store_true", help="print JSON instead of a table")
+    p.add_argument("--save", help="write the fits (parameters, not pickles) to this JSON file")
+    p.set_defaults(func=cmd_fit)
+
+    p = subparsers.add_parser("predict", help="predict times from a saved fit")
+    p.add_argument("--fit", required=True, help="JSON written by 'opptune fit --save'")
+    p.add_argument("--cores", required=True, help="comma-separated core counts")
+    p.add_argument("--freq", default="", help="comma-separated MHz (grid with --cores)")
+    p.add_argument("--group", help="only groups whose label contains this text")
+    p.add_argument("--json", action="store_true")
+    p.set_defaults(func=cmd_predict)
+
+    p = subparsers.add_parser("eval", help="error vs number of measurements (seed 003 sec. 4.3)")
+    p.add_argument("--data", required=True)
+    p.add_argument("--train-sizes", default="4,8,16,32,64,128")
+    p.add_argument("--reps", type=int, default=10, help="random subsets per size")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--models", default="", help="default: amdahl,usl,memwall + krr,svr,dtree if installed")
+    p.add_argument("--json", action="store_true", help="print the JSON lines too")
+    p.add_argument("--out", help="directory for eval.jsonl and eval.png")
+    p.set_defaults(func=cmd_eval)
+
+
+def _groups(path: str) -> list[tuple[str, Observations]]:
+    return [(g.label, median_reps(g.obs)) for g in read_tidy(path)]
+
+
+def _ints(text: str) -> list[float]:
+    try:
+        return [float(x) for x in text.split(",") if x.strip()]
+    except ValueError:
+        raise SystemExit(f"error: not a comma-separated list of numbers: {text!r}") from None
+
+
+def _fmt(x: Any) -> str:
+    return f"{x:.4g}" if isinstance(x, float) else str(x)
+
+
+def _table(title: str, head: list[str], rows: list[list[Any]]) -> None:
+    try:
+        from rich.console import Console
+        from rich.table import Table
+    except ImportError:
+        print(title)
+        for r in [head, *rows]:
+            print("  ".join(_fmt(c) for c in r))
+        return
+    t = Table(title=title)
+    for h in head:
+        t.add_column(h)
+    for r in rows:
+        t.add_row(*(_fmt(c) for c in r))
+    Console().print(t)
+
+
+# -- fit / predict ----------------------------------------------------------------------------
+
+def cmd_fit(args: argparse.Namespace) -> int:
+    try:
+        groups = _groups(args.data)
+    except TidyError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    cands = None if args.candidates == "all" else [c for c in args.candidates.split(",") if c]
+    out, rows = [], []
+    for label, obs in groups:
+        entry: dict[str, Any] = {"group": label}
+        try:
+            t0 = time.perf_counter()
+            if args.model == "auto":
+                sel = choose(obs, cands)
+                model, entry["cv"] = sel.model, sel.table()
+            else:
+                model = registry.get(args.model).fit(obs)
+            entry["fit_ms"] = 1e3 * (time.perf_counter() - t0)
+        except NotEnoughData as exc:
+            entry["error"] = str(exc)
+            out.append(entry)
+            rows.append([label, "-", "", "", str(exc)])
+            continue
+        except ValueError as exc:            # unknown model name
+            print(f"error: {exc}", file=sys.stderr)
+            return 2
+        entry.update(model.describe())
+        if hasattr(model, "to_state"):
+            entry["state"] = model.to_state()
+        out.append(entry)
+        params = ", ".join(f"{k}={v:.4g}" for k, v in model.params.items())
+        rows.append([label, model.name, f"{model.quality['mape']:.2f}",
+                     f"{entry['fit_ms']:.0f}", params])
+    if args.json:
+        print(json.dumps(out, default=float))
+    else:
+        _table(f"fits of {args.data}", ["group", "model", "train MAPE %", "fit ms", "parameters"], rows)
+    if args.save:
+        Path(args.save).write_text(json.dumps({"format": "opptune-fits/1", "data": args.data,
+                                               "fits": out}, default=float, indent=1))
+    return 0
+
+
+def load_fit(entry: dict[str, Any]) -> Any:
+    """A fitted model back from one saved entry (analytic models only)."""
+    if "state" not in entry:
+        raise ValueError(f"group {entry.get('group')}: model {entry.get('model')} was saved "
+                         "without parameters that can be reloaded")
+    modeler = registry.get(entry["model"])
+    for key, val in entry["state"].get("options", {}).items():
+        setattr(modeler, key, val)
+    return modeler.from_state(entry["state"])
+
+
+def cmd_predict(args: argparse.Namespace) -> int:
+    try:
+        saved = json.loads(Path(args.fit).read_text())
+        entries = saved["fits"]
+    except (OSError, ValueError, KeyError) as exc:
+        print(f"error: cannot read fits from {args.fit}: {exc}", file=sys.stderr)
+        return 2
+    cores = _ints(args.cores)
+    freqs = _ints(args.freq) if args.freq else [math.nan]
+    cc, ff = np.meshgrid(cores, freqs, indexing="ij")
+    query = Observations.query(cc.ravel(), ff.ravel())
+    out, rows = [], []
+    for e in entries:
+        if "error" in e or (args.group and args.group not in e["group"]):
+            continue
+        try:
+            model = load_fit(e)
+        except ValueError as exc:
+            print(f"warning: {exc}", file=sys.stderr)
+            continue
+        pr = model.predict(query)
+        for i in range(len(query)):
+            rec = {"group": e["group"], "model": e["model"], "cores": query.cores[i],
+                   "freq_mhz": None if math.isnan(query.freq_mhz[i]) else query.freq_mhz[i],
+                   "time_s": pr.value[i], "lower": pr.lower[i], "upper": pr.upper[i],
+                   "level": pr.level}
+            out.append(rec)
+            rows.append([e["group"], e["model"], int(rec["cores"]), rec["freq_mhz"] or "-",
+                         f"{rec['time_s']:.4g}", f"[{rec['lower']:.4g}, {rec['upper']:.4g}]"])
+    if args.json:
+        print(json.dumps(out, default=float))
+    else:
+        _table("predicted time (s)", ["group", "model", "cores", "MHz", "time", "90% interval"], rows)
+    return 0 if out else 1
+
+
+# -- eval (seed 003 section 4.3) --------------------------------------------------------------
+
+def _speedup(times: np.ndarray, obs: Observations, ref: np.ndarray) -> np.ndarray:
+    return ref / times
+
+
+def _t1_ref(obs: Observations) -> np.ndarray:
+    """Measured single-core time at each row's frequency (speedup reference, eq. 1); where a
+    frequency has no p = 1 row, the smallest core count's time times its cores."""
+    fq = np.nan_to_num(obs.freq_mhz if obs.freq_mhz is not None else np.zeros(len(obs)), nan=0.0)
+    ref = np.empty(len(obs))
+    for f in np.unique(fq):
+        at = fq == f
+        i = np.flatnonzero(at)[np.argmin(obs.cores[at])]
+        ref[at] = obs.time_s[i] * obs.cores[i]
+    return ref
+
+
+def default_eval_models() -> list[str]:
+    avail = set(registry.available())
+    return [m for m in (*ANALYTIC, *SEED003_LEARNERS) if m in avail]
+
+
+def run_eval(groups: list[tuple[str, Observations]], sizes: list[int], reps: int, seed: int,
+             models: list[str]) -> list[dict[str, Any]]:
+    """One record per (group, model, size, rep): test MSE of speedup and MAPE of time on all
+    configurations outside the random training subset (seeded per group, size and rep)."""
+    records = []
+    for gi, (label, obs) in enumerate(groups):
+        ok = np.isfinite(obs.time_s) & (obs.time_s > 0)
+        obs = obs.subset(ok)
+        n = len(obs)
+        ref = _t1_ref(obs) if n else np.array([])
+        for size in sizes:
+            if size >= n:
+                continue
+            for rep in range(reps):
+                rng = np.random.default_rng([seed, gi, size, rep])
+                train = np.zeros(n, bool)
+                train[rng.choice(n, size, replace=False)] = True
+                test = obs.subset(~train)
+                for name in models:
+                    rec = {"group": label, "model": name, "size": size, "rep": rep,
+                           "n_test": int((~train).sum())}
+                    try:
+                        t0 = time.perf_counter()
+                        fitted = registry.get(name).fit(obs.subset(train))
+                        rec["fit_s"] = time.perf_counter() - t0
+                        pred = fitted.predict(test).value
+                        truth = test.time_s
+                        rec["mape"] = float(np.mean(100 * np.abs(pred - truth) / truth))
+                        rec["mse_speedup"] = float(np.mean((ref[~train] / pred - ref[~train] / truth) ** 2))
+                    except NotEnoughData as exc:
+                        rec["error"] = str(exc)
+                    records.append(rec)
+    return records
+
+
+def summarise(records: list[dict[str, Any]]) -> dict[tuple[str, int], dict[str, float]]:
+    """Median over groups and reps per (model, size) of MAPE and speedup MSE."""
+    acc: dict[tuple[str, int], dict[str, list[float]]] = {}
+    for r in records:
+        if "mape" in r:
+            a = acc.setdefault((r["model"], r["size"]), {"mape": [], "mse_speedup": []})
+            a["mape"].append(r["mape"])
+            a["mse_speedup"].append(r["mse_speedup"])
+    return {k: {"median_mape": float(np.median(v["mape"])),
+                "median_mse_speedup": float(np.median(v["mse_speedup"])), "fits": len(v["mape"])}
+            for k, v in sorted(acc.items())}
+
+
+def plot_eval(summary: dict[tuple[str, int], dict[str, float]], path: Path) -> None:
+    """Median error vs number of measurements (log x), one line per model (Agg backend)."""
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    fig, axes = plt.subplots(1, 2, figsize=(10, 4))
+    for model in sorted({m for m, _ in summary}):
+        pts = sorted((s, v) for (m, s), v in summary.items() if m == model)
+        xs = [s for s, _ in pts]
+        axes[0].plot(xs, [v["median_mse_speedup"] for _, v in pts], marker="o", label=model)
+        axes[1].plot(xs, [v["median_mape"] for _, v in pts], marker="o", label=model)
+    for ax, title in zip(axes, ("median MSE of speedup", "median MAPE of time (%)")):
+        ax.set_xscale("log", base=2)
+        ax.set_yscale("log")
+        ax.set_xlabel("number of measurements (training set)")
+        ax.set_title(title)
+        ax.grid(True, which="both", alpha=0.3)
+    axes[1].legend()
+    fig.tight_layout()
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
+
+
+def cmd_eval(args: argparse.Namespace) -> int:
+    try:
+        groups = _groups(args.data)
+    except TidyError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    models = [m for m in args.models.split(",") if m] or default_eval_models()
+    for m in models:
+        try:
+            registry.get(m)
+        except (ValueError, ImportError, AttributeError) as exc:
+            print(f"error: model {m}: {exc}", file=sys.stderr)
+            return 2
+    sizes = [int(s) for s in _ints(args.train_sizes)]
+    records = run_eval(groups, sizes, args.reps, args.seed, models)
+    summary = summarise(records)
+    if args.json:
+        for r in records:
+            print(json.dumps(r))
+    _table(f"median over groups x {args.reps} reps",
+           ["model", "size", "MAPE %", "MSE speedup", "fits"],
+           [[m, s, f"{v['median_mape']:.2f}", f"{v['median_mse_speedup']:.4g}", v["fits"]]
+            for (m, s), v in summary.items()])
+    if args.out:
+        out = Path(args.out)
+        out.mkdir(parents=True, exist_ok=True)
+        with (out / "eval.jsonl").open("w") as fh:
+            for r in records:
+                fh.write(json.dumps(r) + "\n")
+        if summary:
+            plot_eval(summary, out / "eval.png")
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Stand-alone entry (python3 -m opptune.daemon.fit_cli fit ...)."""
+    ap = argparse.ArgumentParser(prog="opptune")
+    add_parsers(ap.add_subparsers(dest="cmd", required=True))
+    args = ap.parse_args(argv)
+    return args.func(args)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
