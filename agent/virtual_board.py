@@ -382,3 +382,70 @@ def install_hooks(fs: SysFS) -> None:
 
     fs.before_write = before
     fs.after_write = after
+
+
+# --------------------------------------------------------------------------- workload model
+
+SIZES = {"small": 1.0, "medium": 4.0, "large": 16.0}
+
+
+def speedup(p: float, phi: float, f: float, k: float, m1: float, m2: float) -> float:
+    """Variable-delay speedup of seed 003, eq. 15-16 (phi = F_cpu / F_mem)."""
+    rho = 1.0 + k * phi
+    mu1 = min(m1 + m2, 1.0)
+    mup = min(m1 + m2 / p, 1.0)
+    den = max(((1 - mup) + rho * mup) * ((1 - f) + f / p), rho * mup)
+    return ((1 - mu1) + rho * mu1) / den
+
+
+def model_time_s(truth: dict, p: int, f_ghz: float, size: str = "small",
+                 speed: float = 1.0) -> float:
+    """Noise-free run time: serial time at this frequency divided by the speedup.
+
+    Serial time = work * ((1 - mu1) + rho * mu1) / (speed * F): compute instructions take one
+    core cycle, memory instructions rho of them (seed 003, eq. 9-10); ``speed`` is the core's
+    instructions per cycle relative to the reference core.
+    """
+    phi = f_ghz / truth["f_mem_ghz"]
+    rho = 1.0 + truth["k"] * phi
+    mu1 = min(truth["m1"] + truth["m2"], 1.0)
+    serial = truth["work_s"] * SIZES[size] * ((1 - mu1) + rho * mu1) / (speed * f_ghz)
+    return serial / speedup(p, phi, truth["f"], truth["k"], truth["m1"], truth["m2"])
+
+
+def cpu_cluster(spec: dict, cpu: int) -> int:
+    for i, cl in enumerate(spec["clusters"]):
+        if cpu in cl["cpus"]:
+            return i
+    raise ValueError(f"cpu {cpu} is not on board {spec['name']}")
+
+
+def policy_of(spec: dict, cpu: int) -> str:
+    for pnum, pcpus, _ in _policy_groups(spec):
+        if cpu in pcpus:
+            return f"policy{pnum}"
+    raise ValueError(f"cpu {cpu} has no policy on {spec['name']}")
+
+
+def run_model(spec: dict, cpus: list[int], threads: int, freqs_khz: dict[int, int],
+              size: str = "small") -> dict:
+    """Time and power of a run on ``cpus`` at the given per-cpu frequencies (noise-free).
+
+    Threads beyond the cpus share them (p = min(threads, cpus)); with cpus of different speed
+    the slowest one paces the run (the threads meet at barriers).
+    """
+    p = max(1, min(threads, len(cpus)))
+    used = list(cpus)[:p]
+    speeds = []
+    for c in used:
+        cl = spec["clusters"][cpu_cluster(spec, c)]
+        speeds.append((cl["ipc"] * freqs_khz[c] / 1e6, freqs_khz[c] / 1e6, cl["ipc"]))
+    _, f_ghz, ipc = min(speeds)
+    t = model_time_s(spec["truth"], p, f_ghz, size, speed=ipc)
+    power = {}
+    for i, cl in enumerate(spec["clusters"]):
+        n = sum(1 for c in used if c in cl["cpus"])
+        f = max((freqs_khz.get(c, 0) for c in cl["cpus"]), default=0)
+        power[i] = cl["p_static"] + n * (dynamic_power_w(cl, f) if f else 0.0)
+    return {"time_s": t, "p": p, "cpus_used": used, "f_ghz": f_ghz,
+            "cluster_power_w": power, "power_w": sum(power.values())}
