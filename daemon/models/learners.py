@@ -67,7 +67,7 @@ def _estimator(kind: str) -> tuple[Any, dict[str, list]]:
         return SVR(kernel="rbf", epsilon=0.01), {"C": [1.0, 10.0, 100.0, 1000.0],
                                                   "gamma": ["scale", 0.01, 0.1, 1.0]}
     if kind == "feat_rf":
-        return (RandomForestRegressor(n_estimators=100, random_state=0, n_jobs=1),
+        return (RandomForestRegressor(n_estimators=50, random_state=0, n_jobs=1),
                 {"max_features": [1.0, 0.5], "min_samples_leaf": [1, 3]})
     if kind == "feat_ridge":
         return Ridge(), {"alpha": [1e-4, 1e-3, 1e-2, 1e-1, 1.0, 10.0]}
