@@ -44,7 +44,7 @@ static int triad_work(ob_ctx *ctx) {
     for (int p = 0; p < TRIAD_PASSES; p++) {
         for (int64_t i = lo; i < hi; i++)
             a[i] = b[i] + SCALAR * c[i];
-        ob_task_done(ctx, 1);
+        ob_task_done(ctx, hi > lo);
         ob_barrier(ctx);
     }
     return 0;
