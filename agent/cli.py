@@ -76,19 +76,19 @@ def build_knobs(config, platform: dict) -> list:
 
 
 def build_meters(config, platform: dict) -> list:
-    """Meters beyond rusage (perf counters, energy) once the hw modules offer them."""
+    """Meters beyond rusage: perf counters and energy where the platform has them."""
+    from .runner import EnergyRunMeter, PerfMeter
     meters = []
-    for name in ("perf", "energy"):
-        if not (platform.get(name) or {}).get("available"):
+    for name, make in (("perf", lambda: PerfMeter()),
+                       ("energy", lambda: EnergyRunMeter(config.sysfs_root))):
+        facts = platform.get(name) or {}
+        if not (facts.get("available") or facts.get("software_only")):
             continue
         try:
-            import importlib
-            mod = importlib.import_module(f"{__package__}.meters.{name}")
-            factory = getattr(mod, "make_meter", None)
-            if factory:
-                meters.append(factory(config.sysfs_root))
+            meters.append(make())
         except Exception as exc:
             log.warning("%s meter unavailable: %s", name, exc)
+            platform[name] = {"available": False, "reason": f"meter failed: {exc}"}
     return meters
 
 
@@ -139,7 +139,7 @@ def run_agent(config, config_path: str | None = None) -> int:
     knobs = build_knobs(config, platform)
     meters = build_meters(config, platform)
     invalid = {}
-    if not meters or not (platform.get("energy") or {}).get("available"):
+    if not (platform.get("energy") or {}).get("available"):
         invalid["energy_j"] = (platform.get("energy") or {}).get("reason") or "no energy meter"
     runner = Runner(workloads, platform["id"], timeout_s=config.run_timeout_s,
                     virtual=bool(config.virtual_board), knobs=knobs, meters=meters,

@@ -55,28 +55,6 @@ def _avail(ok: bool, reason: str | None = None, **extra: Any) -> dict[str, Any]:
     return {"available": bool(ok), "reason": None if ok else (reason or "unavailable"), **extra}
 
 
-def _probe_module(modname: str) -> dict[str, Any] | None:
-    """Ask a hw module for its own probe (``probe(sysfs_root)`` -> dict or (ok, reason))."""
-    import importlib
-    try:
-        mod = importlib.import_module(f"{__package__}.meters.{modname}")
-    except Exception:
-        return None
-    fn = getattr(mod, "probe", None)
-    return fn if callable(fn) else None
-
-
-def _norm_probe(res: Any) -> dict[str, Any]:
-    if isinstance(res, dict):
-        out = dict(res)
-        out["available"] = bool(out.get("available"))
-        out.setdefault("reason", None if out["available"] else "unavailable")
-        return out
-    if isinstance(res, tuple) and len(res) == 2:
-        return _avail(bool(res[0]), res[1])
-    return _avail(bool(res), None if res else "probe said unavailable")
-
-
 def cpufreq_availability(root: str, topo: dict[str, Any]) -> dict[str, Any]:
     policies = sorted(glob.glob(_under(root, f"{CPUFREQ_DIR}/policy[0-9]*")))
     if not policies:
@@ -102,30 +80,45 @@ def cpufreq_availability(root: str, topo: dict[str, Any]) -> dict[str, Any]:
 
 
 def perf_availability(root: str) -> dict[str, Any]:
-    probe = _probe_module("perf")
-    if probe is not None:
-        try:
-            return _norm_probe(probe(root))
-        except Exception as exc:
-            return _avail(False, f"perf probe failed: {exc}")
+    """Open the hardware counters once on this thread: available if any of them counts."""
     path = _under(root, "proc/sys/kernel/perf_event_paranoid")
     try:
         with open(path) as fh:
-            paranoid = int(fh.read().strip())
+            paranoid: int | None = int(fh.read().strip())
     except (OSError, ValueError):
-        return _avail(False, f"{path} missing: kernel without perf events")
-    return _avail(False, f"perf meter not installed (perf_event_paranoid={paranoid})",
-                  paranoid=paranoid)
+        paranoid = None
+    try:
+        from .meters.perf import EVENTS, PERF_TYPE_SOFTWARE, PerfSession
+    except Exception as exc:
+        return _avail(False, f"perf meter module unavailable: {exc}", paranoid=paranoid)
+    if root not in ("", "/"):
+        # a fake tree cannot fake perf_event_open: counters of this machine would be lies
+        return _avail(False, "perf counters are not simulated under a fake sysfs root",
+                      paranoid=paranoid)
+    try:
+        counters, invalid, _ = PerfSession().start().stop()
+    except Exception as exc:
+        return _avail(False, f"perf_event_open failed: {exc}", paranoid=paranoid)
+    working = sorted(k for k, v in counters.items() if v is not None and k in EVENTS)
+    hardware = [k for k in working if EVENTS[k][0] != PERF_TYPE_SOFTWARE]
+    if not hardware:
+        reasons = sorted({v for k, v in invalid.items()
+                          if k in EVENTS and EVENTS[k][0] != PERF_TYPE_SOFTWARE})
+        # software events (task-clock, context switches) still count: the meter keeps them
+        return _avail(False, "no hardware event can be opened: " + "; ".join(reasons[:3]),
+                      paranoid=paranoid, software_only=bool(working), events=working)
+    return _avail(True, paranoid=paranoid, events=working)
 
 
 def energy_availability(root: str) -> dict[str, Any]:
-    probe = _probe_module("energy")
-    if probe is not None:
-        try:
-            return _norm_probe(probe(root))
-        except Exception as exc:
-            return _avail(False, f"energy probe failed: {exc}")
-    return _avail(False, "energy meter not installed")
+    try:
+        from .meters.energy import EnergyMeter
+    except Exception as exc:
+        return _avail(False, f"energy meter module unavailable: {exc}")
+    meter = EnergyMeter.discover(root or "/")
+    if meter.backend is None:
+        return _avail(False, meter.reason or "no energy sensor")
+    return _avail(True, source=meter.source)
 
 
 def platform_id(facts: dict[str, Any]) -> str:

@@ -398,3 +398,54 @@ class CpuFreqKnob:
         problems = self.cf.restore()
         if problems:
             log.error("cpufreq restore problems: %s", "; ".join(problems))
+
+
+class PerfMeter:
+    """Adapter from :class:`meters.perf.PerfSession`: counters armed on the worker thread just
+    before the fork, inherited by the child tree, read after the child was reaped."""
+
+    name = "perf"
+
+    def __init__(self, events: Any = None):
+        from .meters.perf import DEFAULT_EVENTS, PerfSession
+        self._make = lambda: PerfSession(events or DEFAULT_EVENTS)
+        self._session = None
+
+    def start(self, spec: RunSpec) -> None:
+        self._session = self._make().start()
+
+    def stop(self, record: RunRecord, ctx: dict[str, Any]) -> None:
+        session, self._session = self._session, None
+        if session is None:
+            return
+        counters, invalid, scaling = session.stop()
+        record.counters.update(counters)
+        for k, reason in invalid.items():
+            record.invalid[f"counter:{k}"] = reason
+        if scaling:
+            record.extra["counter_scaling"] = scaling
+
+
+class EnergyRunMeter:
+    """Adapter from :class:`meters.energy.EnergyMeter` (RAPL, hwmon, energy model)."""
+
+    name = "energy"
+
+    def __init__(self, sysfs_root: str = "/"):
+        from .meters.energy import EnergyMeter
+        self._discover = lambda: EnergyMeter.discover(sysfs_root)
+        self._meter = None
+
+    def start(self, spec: RunSpec) -> None:
+        self._meter = self._discover().start()
+
+    def stop(self, record: RunRecord, ctx: dict[str, Any]) -> None:
+        meter, self._meter = self._meter, None
+        if meter is None:
+            return
+        joules, source, reason = meter.stop()
+        if joules is not None and record.energy_j is None:
+            record.energy_j, record.energy_source = float(joules), source
+            record.invalid.pop("energy_j", None)
+        elif joules is None and record.energy_j is None:
+            record.invalid["energy_j"] = reason or "no energy reading"

@@ -44,6 +44,15 @@ def _catalogue() -> dict[str, Any] | None:
     return dict(KERNELS)
 
 
+def _virtual_sizes() -> list[str] | None:
+    try:
+        from .virtual_board import SIZES
+    except Exception as exc:
+        log.warning("virtual board module unavailable (%s)", exc)
+        return None
+    return sorted(SIZES)
+
+
 class Workloads:
     """Registry built from an AgentConfig; ``argv_for`` turns (name, size, threads, cpus) into
     the command to execute."""
@@ -61,6 +70,7 @@ class Workloads:
                                 wanted)
                 cat = {}
             names = sorted(cat) if "all" in wanted else wanted
+            vsizes = _virtual_sizes() if self.virtual_board else None
             for name in names:
                 if name not in cat:
                     raise WorkloadError(
@@ -68,6 +78,8 @@ class Workloads:
                         f"{', '.join(sorted(cat)) or '(none)'}")
                 k = cat[name]
                 sizes = list(getattr(k, "sizes", {}) or {"default": None})
+                if vsizes:
+                    sizes = vsizes  # the virtual workload models its own size classes
                 self._items[name] = Workload(name, "kernel", sizes,
                                              getattr(k, "description", ""), expects_json=True)
         for w in config.workloads:

@@ -206,6 +206,18 @@ def test_kernels_from_catalogue_and_virtual_board():
     cfg = AgentConfig(bench_kernels=["nbody"], virtual_board="xu4", sysfs_root="/tmp/x")
     wl = Workloads(cfg, catalogue={"stream": K(), "nbody": K()})
     assert wl.names() == ["nbody"]
-    argv, _ = wl.argv_for("nbody", "default", 3, [4, 5])
+    argv, _ = wl.argv_for("nbody", "small", 3, [4, 5])
     assert argv[1:4] == ["-m", "opptune.agent.virtual_workload", "--board"]
-    assert "--root" in argv and "/tmp/x" in argv and argv[-1] == "default"
+    assert "--root" in argv and "/tmp/x" in argv and argv[-1] == "small"
+
+
+def test_perf_meter_plugs_in():
+    from opptune.agent.runner import PerfMeter
+    r = Runner(make_workloads(), "p", meters=[PerfMeter()])
+    rec = r.run_once(RunSpec("busy", "300000", CPUS, 1))
+    assert rec.ok, rec.error
+    assert set(rec.counters) >= {"cycles", "task-clock"}
+    # each counter is a number or marked invalid with a reason, never a silent zero
+    for name, value in rec.counters.items():
+        assert value is not None or f"counter:{name}" in rec.invalid
+    assert rec.counters["task-clock"] and rec.counters["task-clock"] > 0
