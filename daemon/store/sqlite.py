@@ -166,7 +166,7 @@ class SQLiteStore(Store):
         for it in items:
             r = it.record
             rows.append((it.msg_id, it.agent, it.job_id, it.seq, r.platform, r.workload, r.input,
-                         r.variant, r.cores, _dumps(r.cpus), r.threads, r.freq_mhz, r.rep,
+                         r.variant, r.cores, _cpus_text(r.cpus), r.threads, r.freq_mhz, r.rep,
                          r.time_s, r.wall_s, r.user_s, r.sys_s, r.energy_j, int(r.ok),
                          int(r.virtual), now, _dumps(it.raw)))
         with self._tx() as db:
@@ -248,6 +248,11 @@ class SQLiteStore(Store):
             self.db.close()
         except sqlite3.Error as exc:  # closing must never fail a shutdown
             log.warning("closing %s: %s", self.path, exc)
+
+
+def _cpus_text(cpus: list[int]) -> str:
+    """JSON of a cpu list, without the general encoder (this runs once per stored result)."""
+    return "[" + ",".join(map(str, cpus)) + "]"
 
 
 def _json_safe(value: Any) -> str:

@@ -1,0 +1,178 @@
+"""Ingest throughput of opptune-daemon: results/s stored and acknowledged.
+
+Starts the daemon as a real subprocess on a fresh SQLite file and several simulated agent
+processes. Each agent says hello, then streams pre-encoded ``result`` messages through a DEALER
+socket keeping at most ``--window`` unacknowledged (as an agent's outbox would), and counts the
+acks. Throughput is the total acked over the span from the first send to the last ack. At the end
+the stored row count is checked and the daemon's resident memory (current and peak) is read
+from /proc.
+
+    python3 benchmarks/ingest.py --agents 4 --results 50000
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import multiprocessing as mp
+import os
+import signal
+import sqlite3
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import zmq
+
+from opptune.shared import protocol as P
+from opptune.shared.records import RunRecord
+
+
+def make_messages(agent_id: str, n: int) -> list[bytes]:
+    out = []
+    for i in range(n):
+        cores = 1 + i % 8
+        rec = RunRecord(platform="bench-plat", workload="bench", input="s", cores=cores,
+                        cpus=list(range(cores)), threads=cores, rep=i // 8,
+                        time_s=1.0 / cores + 0.1, wall_s=1.0 / cores + 0.11, user_s=0.9,
+                        sys_s=0.01, virtual=True, started_at=time.time())
+        # of = n + 1: the job stays open, so this measures ingest, not the fit that a
+        # completed job triggers.
+        body = {"job_id": f"job-{agent_id}", "seq": i, "of": n + 1, "record": rec.to_dict()}
+        out.append(P.encode(P.make("result", agent_id, body)))
+    return out
+
+
+def agent_proc(endpoint: str, agent_id: str, n: int, window: int, ready, go, results) -> None:
+    msgs = make_messages(agent_id, n)
+    ctx = zmq.Context()
+    sock = ctx.socket(zmq.DEALER)
+    sock.setsockopt(zmq.IDENTITY, agent_id.encode())
+    sock.setsockopt(zmq.LINGER, 0)
+    sock.connect(endpoint)
+    sock.send(P.encode(P.make("hello", agent_id, {
+        "platform": {"id": "bench-plat", "cpus_online": list(range(8))},
+        "workloads": ["bench"], "agent_version": "bench"})))
+    while True:  # the welcome heartbeat: the hello is registered before any result
+        if P.decode(sock.recv())["type"] == "heartbeat":
+            break
+    ready.set()
+    go.wait()
+    t0 = time.perf_counter()
+    sent = acked = 0
+    while acked < n:
+        while sent < n and sent - acked < window:
+            sock.send(msgs[sent], copy=False)
+            sent += 1
+        if not sock.poll(10_000):
+            break
+        while True:
+            try:
+                data = sock.recv(zmq.NOBLOCK)
+            except zmq.Again:
+                break
+            msg = P.decode(data)
+            if msg["type"] == "ack":
+                acked += len(msg["body"]["ids"])
+            elif msg["type"] == "error":
+                print(f"{agent_id}: error {msg['body']}", file=sys.stderr)
+    results.put((agent_id, t0, time.perf_counter(), acked))
+    sock.close(0)
+    ctx.term()
+
+
+def proc_mem_kb(pid: int) -> dict[str, int]:
+    out = {}
+    with open(f"/proc/{pid}/status") as fh:
+        for line in fh:
+            if line.startswith(("VmRSS:", "VmHWM:")):
+                out[line.split(":")[0]] = int(line.split()[1])
+    return out
+
+
+def proc_cpu_s(pid: int) -> float:
+    """User + system CPU seconds of a process so far."""
+    with open(f"/proc/{pid}/stat") as fh:
+        fields = fh.read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--agents", type=int, default=4)
+    ap.add_argument("--results", type=int, default=50_000, help="per agent")
+    ap.add_argument("--window", type=int, default=2000, help="unacked results per agent")
+    ap.add_argument("--bind", default="tcp://127.0.0.1:0")
+    ap.add_argument("--json", action="store_true", help="print one JSON line")
+    ap.add_argument("--profile", help="run the daemon under cProfile, writing this file")
+    args = ap.parse_args()
+
+    tmp = Path(tempfile.mkdtemp(prefix="opptune-ingest-"))
+    db, ep_file = tmp / "ingest.db", tmp / "endpoint"
+    prof = ["-m", "cProfile", "-o", args.profile] if args.profile else []
+    daemon = subprocess.Popen([sys.executable, *prof, "-m", "opptune.daemon.service",
+                               "--bind", args.bind, "--database", str(db),
+                               "--endpoint-file", str(ep_file), "--log-level", "WARNING"])
+    try:
+        deadline = time.monotonic() + 30
+        while not ep_file.exists():  # wait for the daemon process to come up
+            if daemon.poll() is not None or time.monotonic() > deadline:
+                raise SystemExit("daemon did not start")
+            time.sleep(0.05)
+        endpoint = ep_file.read_text().strip()
+        rss_idle = proc_mem_kb(daemon.pid)
+        mpc = mp.get_context("fork")
+        go, results = mpc.Event(), mpc.Queue()
+        readies, procs = [], []
+        for i in range(args.agents):
+            ready = mpc.Event()
+            p = mpc.Process(target=agent_proc, args=(endpoint, f"bench-agent-{i}", args.results,
+                                                     args.window, ready, go, results))
+            p.start()
+            readies.append(ready)
+            procs.append(p)
+        for r in readies:
+            r.wait(120)
+        cpu0 = proc_cpu_s(daemon.pid)
+        go.set()
+        got = [results.get(timeout=300) for _ in procs]
+        for p in procs:
+            p.join(30)
+        start = min(g[1] for g in got)
+        end = max(g[2] for g in got)
+        acked = sum(g[3] for g in got)
+        total = args.agents * args.results
+        mem = proc_mem_kb(daemon.pid)
+        cpu = proc_cpu_s(daemon.pid) - cpu0
+        stored = sqlite3.connect(db).execute("SELECT COUNT(*) FROM runs").fetchone()[0]
+        out = {"agents": args.agents, "results": total, "acked": acked, "stored": stored,
+               "seconds": round(end - start, 3), "results_per_s": round(acked / (end - start)),
+               "daemon_cpu_s": round(cpu, 2),
+               "results_per_daemon_cpu_s": round(acked / cpu) if cpu else None,
+               "load_avg_1min": os.getloadavg()[0],
+               "daemon_rss_idle_mib": round(rss_idle["VmRSS"] / 1024, 1),
+               "daemon_rss_mib": round(mem["VmRSS"] / 1024, 1),
+               "daemon_rss_peak_mib": round(mem["VmHWM"] / 1024, 1),
+               "db_mib": round(sum(f.stat().st_size for f in tmp.glob("ingest.db*")) / 2**20, 1),
+               "endpoint": endpoint}
+        if args.json:
+            print(json.dumps(out))
+        else:
+            for k, v in out.items():
+                print(f"{k:>22}: {v}")
+        return 0 if acked == total == stored else 1
+    finally:
+        daemon.send_signal(signal.SIGTERM)
+        try:
+            daemon.wait(10)
+        except subprocess.TimeoutExpired:
+            daemon.kill()
+        for f in tmp.iterdir():
+            f.unlink()
+        tmp.rmdir()
+
+
+if __name__ == "__main__":
+    sys.exit(main())
