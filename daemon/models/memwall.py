@@ -84,13 +84,21 @@ class MemWallModeler(SpeedupFamily):
         n = self.n_random
         rand = np.column_stack([rng.uniform(0, 1, n), 10 * rng.uniform(0, 1, n) ** 2,
                                 rng.uniform(0, 1, n) ** 2, rng.uniform(0, 1, n)])
-        f = np.array([0.5, 0.8, 0.9, 0.95, 0.99, 1.0])
-        # compute-bound starts: no memory traffic, the model reduces to Amdahl (eq. 5)
-        compute = np.column_stack([f, np.zeros_like(f), np.zeros_like(f), np.zeros_like(f)])
+        # compute-bound starts: little memory traffic, close to Amdahl (eq. 5); not exactly
+        # k = m = 0, where the gradient in k, m1, m2 vanishes (a saddle for the solver)
+        compute = np.array(np.meshgrid([0.5, 0.8, 0.9, 0.95, 0.99, 1.0], [0.5, 2.0],
+                                       [0.01, 0.05], [0.02, 0.1])).reshape(4, -1).T
         # memory-bound starts: large rho mu_p, so the rho mu_p branch is active at high p
         grid = np.array(np.meshgrid([0.9, 0.99], [0.5, 3.0, 9.0], [0.01, 0.05, 0.2],
                                     [0.0, 0.3, 0.9])).reshape(4, -1).T
         return np.vstack([compute, grid, rand])
+
+    def regimes(self, theta, p, freq):
+        # which points sit in the memory branch of eq. 15's max(): none, some or all; the
+        # solver rarely crosses between these patterns, so each gets its own polished start
+        phi = self.phi(freq, p.size)[None, :]
+        mb = memory_bound(*(theta[:, i:i + 1] for i in range(4)), p[None, :], phi)
+        return np.where(mb.all(axis=1), 2, np.where(mb.any(axis=1), 1, 0))
 
     def derived(self, theta):
         f, k, m1, m2 = map(float, theta)

@@ -1,0 +1,134 @@
+"""Analytic models: worked numbers, parameter recovery, memwall regimes, degenerate data."""
+
+import numpy as np
+import pytest
+from hypothesis import given, settings, strategies as st
+
+from opptune.daemon.models.amdahl_usl import AmdahlModeler, USLModeler
+from opptune.daemon.models.base import NotEnoughData, Observations
+from opptune.daemon.models.memwall import MemWallModeler, memory_bound, speedup
+
+P = np.array([1, 2, 4, 8, 16, 32], float)
+
+
+def noisy(t, sd=0.005, seed=0):
+    return t * np.exp(np.random.default_rng(seed).normal(0, sd, t.size))
+
+
+def test_amdahl_worked_numbers():
+    # f = 0.95 parallel: limit 1 / 0.05 = 20; S(8) = 1 / (0.05 + 0.95/8) = 5.925...
+    t = 100 * ((1 - 0.95) + 0.95 / P)
+    fit = AmdahlModeler().fit(Observations(cores=P, time_s=t))
+    assert fit.params["parallel_fraction"] == pytest.approx(0.95, abs=1e-6)
+    assert fit.params["serial_fraction"] == pytest.approx(0.05, abs=1e-6)
+    assert fit.params["speedup_limit"] == pytest.approx(20.0, rel=1e-4)
+    assert fit.speedup([8])[0] == pytest.approx(1 / (0.05 + 0.95 / 8), rel=1e-6)
+    assert fit.predict(Observations.query([64])).value[0] == pytest.approx(100 * (0.05 + 0.95 / 64), rel=1e-5)
+
+
+def test_amdahl_recovers_with_frequency_axis_and_predicts_unseen_frequency():
+    p = np.tile(P, 3)
+    f = np.repeat([1000.0, 1400.0, 1800.0], P.size)
+    t1 = 10 + 20000 / f
+    t = noisy(t1 * (0.1 + 0.9 / p))
+    fit = AmdahlModeler().fit(Observations(cores=p, time_s=t, freq_mhz=f))
+    assert fit.params["parallel_fraction"] == pytest.approx(0.9, abs=0.01)
+    pred = fit.predict(Observations.query([1, 4], [2200, 2200]))
+    truth = (10 + 20000 / 2200) * np.array([1.0, 0.1 + 0.9 / 4])
+    assert np.allclose(pred.value, truth, rtol=0.03)
+    assert np.all(pred.lower < pred.value) and np.all(pred.value < pred.upper)
+    assert set(fit.quality) >= {"n", "rmse", "mae", "mape"} and fit.quality["mape"] < 2
+
+
+def test_usl_recovers_contention_and_coherency():
+    a, b = 0.05, 0.002
+    t = noisy(50 * (1 + a * (P - 1) + b * P * (P - 1)) / P, sd=0.002)
+    fit = USLModeler().fit(Observations(cores=P, time_s=t))
+    assert fit.params["contention"] == pytest.approx(a, abs=0.01)
+    assert fit.params["coherency"] == pytest.approx(b, abs=5e-4)
+    assert fit.params["peak_cores"] == pytest.approx(np.sqrt((1 - a) / b), rel=0.2)
+
+
+def test_memwall_equation_15_by_hand():
+    # f=0.9, k=2, m1=0.1, m2=0.2, p=4, phi=1.5: rho=4, mu1=0.3, mu4=0.15
+    num = 0.7 + 4 * 0.3                       # 1.9
+    compute = (0.85 + 4 * 0.15) * (0.1 + 0.9 / 4)  # 1.45 * 0.325
+    assert speedup(0.9, 2, 0.1, 0.2, 4, 1.5) == pytest.approx(num / max(compute, 0.6))
+    # memory branch: rho mu_p dominates when the code is highly parallel and p large
+    assert memory_bound(0.99, 9, 0.3, 0.0, 32, 2.0)
+    assert not memory_bound(0.9, 0, 0.0, 0.0, 4, 2.0)
+    s = speedup(0.99, 9, 0.3, 0.0, 32, 2.0)
+    rho = 1 + 9 * 2.0
+    assert s == pytest.approx(((0.7) + rho * 0.3) / (rho * 0.3))   # = plateau
+    # mu_p is capped at 1 (eq. 16)
+    assert speedup(0.5, 1, 0.8, 0.8, 1, 1) == pytest.approx(1.0)
+
+
+def memwall_data(theta, sd=0.005):
+    p = np.tile(np.arange(1, 17, dtype=float), 4)
+    f = np.repeat([1200.0, 1600.0, 2000.0, 2400.0], 16)
+    t = noisy((5 + 20000 / f) / speedup(*theta, p, f / 1000), sd=sd)
+    return Observations(cores=p, time_s=t, freq_mhz=f)
+
+
+@pytest.mark.parametrize("theta", [(0.97, 0.5, 0.02, 0.05), (0.99, 4.0, 0.05, 0.1)])
+def test_memwall_fits_both_regimes_to_noise_level(theta):
+    obs = memwall_data(theta)
+    fit = MemWallModeler().fit(obs)
+    truth_mb = memory_bound(*theta, obs.cores, obs.freq_mhz / 1000)
+    fit_mb = memory_bound(*(fit.theta), obs.cores, obs.freq_mhz / 1000)
+    assert np.mean(truth_mb == fit_mb) > 0.8       # same branch of the max() almost everywhere
+    assert fit.params["log_sigma"] < 0.01          # residuals at the 0.5 % noise level
+    q = Observations.query([24, 24], [1400, 2200])  # extrapolation in cores
+    true = (5 + 20000 / q.freq_mhz) / speedup(*theta, q.cores, q.freq_mhz / 1000)
+    assert np.allclose(fit.predict(q).value, true, rtol=0.05)
+
+
+def test_memwall_no_frequency_axis_uses_constant_phi():
+    p = np.arange(1, 25, dtype=float)
+    t = noisy(100 / speedup(0.98, 3.0, 0.02, 0.2, p, 1.0))
+    fit = MemWallModeler().fit(Observations(cores=p, time_s=t))
+    assert fit.quality["mape"] < 1.0
+    assert fit.scale["mode"] == "single"
+
+
+def test_save_state_round_trip():
+    obs = memwall_data((0.97, 0.5, 0.02, 0.05))
+    fit = MemWallModeler().fit(obs)
+    back = MemWallModeler().from_state(fit.to_state())
+    q = Observations.query([3, 12], [1500, 2600])
+    assert np.allclose(back.predict(q).value, fit.predict(q).value)
+
+
+MODELERS = [AmdahlModeler, USLModeler, MemWallModeler]
+
+
+@pytest.mark.parametrize("cls", MODELERS)
+@pytest.mark.parametrize("cores,times", [([4], [1.0]), ([1, 1, 1], [1, 2, 3]),
+                                         ([1, 2], [np.nan, np.nan]), ([], [])])
+def test_degenerate_data_raise_not_enough_data(cls, cores, times):
+    with pytest.raises(NotEnoughData):
+        cls().fit(Observations(cores=cores, time_s=times))
+
+
+finite_pos = st.floats(1e-3, 1e4, allow_nan=False)
+cell = st.one_of(finite_pos, st.just(float("nan")), st.just(0.0), st.just(-1.0))
+
+
+@settings(max_examples=25, deadline=None)
+@given(cls=st.sampled_from(MODELERS),
+       rows=st.lists(st.tuples(st.integers(1, 64), cell,
+                               st.one_of(st.just(float("nan")), st.sampled_from([800.0, 1200.0, 2000.0]))),
+                     min_size=0, max_size=12))
+def test_fit_only_raises_not_enough_data_and_predicts_finite_positive(cls, rows):
+    cores = [r[0] for r in rows]
+    obs = Observations(cores=cores, time_s=[r[1] for r in rows], freq_mhz=[r[2] for r in rows])
+    try:
+        fit = cls().fit(obs)
+    except NotEnoughData:
+        return
+    q = Observations.query([1, 2, 3, 64, 256], [1000, 1200, np.nan, 2500, 600])
+    pr = fit.predict(q)
+    for arr in (pr.value, pr.lower, pr.upper):
+        assert np.all(np.isfinite(arr)) and np.all(arr > 0)
+    assert np.all(pr.lower <= pr.value) and np.all(pr.value <= pr.upper)
