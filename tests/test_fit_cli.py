@@ -1,0 +1,68 @@
+"""opptune fit / predict / eval on a small CSV."""
+
+import argparse
+import json
+
+import numpy as np
+
+from opptune.daemon.fit_cli import add_parsers
+from opptune.daemon.models.memwall import speedup
+
+
+def run(argv):
+    ap = argparse.ArgumentParser()
+    add_parsers(ap.add_subparsers(dest="cmd", required=True))
+    args = ap.parse_args(argv)
+    return args.func(args)
+
+
+def small_csv(tmp_path):
+    lines = ["platform,workload,input,variant,cores,freq_mhz,rep,time_s"]
+    rng = np.random.default_rng(0)
+    for f in (1000, 1500, 2000):
+        for p in (1, 2, 3, 4, 6, 8):
+            for rep in range(2):
+                t = (4 + 12000 / f) / speedup(0.95, 1.0, 0.02, 0.1, p, f / 1000)
+                lines.append(f"board,kern,,v,{p},{f},{rep},{t * np.exp(rng.normal(0, 0.003)):.6f}")
+    path = tmp_path / "d.csv"
+    path.write_text("\n".join(lines) + "\n")
+    return path
+
+
+def test_fit_save_predict_round_trip(tmp_path, capsys):
+    data, fit = small_csv(tmp_path), tmp_path / "fit.json"
+    assert run(["fit", "--data", str(data), "--json", "--save", str(fit)]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out[0]["group"] == "board/kern/v" and out[0]["model"] in ("amdahl", "usl", "memwall")
+    assert out[0]["quality"]["mape"] < 2
+    assert run(["predict", "--fit", str(fit), "--cores", "1,8", "--freq", "1000,2000", "--json"]) == 0
+    preds = json.loads(capsys.readouterr().out)
+    assert len(preds) == 4
+    for r in preds:
+        truth = (4 + 12000 / r["freq_mhz"]) / speedup(0.95, 1.0, 0.02, 0.1, r["cores"], r["freq_mhz"] / 1000)
+        assert abs(r["time_s"] / truth - 1) < 0.03
+        assert r["lower"] <= r["time_s"] <= r["upper"]
+
+
+def test_fit_named_model_and_bad_csv(tmp_path, capsys):
+    data = small_csv(tmp_path)
+    assert run(["fit", "--data", str(data), "--model", "amdahl", "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)[0]["model"] == "amdahl"
+    bad = tmp_path / "bad.csv"
+    bad.write_text("platform,cores\nx,1\n")
+    assert run(["fit", "--data", str(bad)]) == 2
+    assert "missing column" in capsys.readouterr().err
+
+
+def test_eval_writes_records_and_plot(tmp_path, capsys):
+    data, out = small_csv(tmp_path), tmp_path / "ev"
+    rc = run(["eval", "--data", str(data), "--train-sizes", "4,8", "--reps", "2", "--seed", "1",
+              "--models", "amdahl,memwall", "--out", str(out)])
+    assert rc == 0
+    recs = [json.loads(line) for line in (out / "eval.jsonl").read_text().splitlines()]
+    assert len(recs) == 2 * 2 * 2
+    assert {r["model"] for r in recs} == {"amdahl", "memwall"}
+    assert all(r["n_test"] == 18 - r["size"] for r in recs)
+    ok = [r for r in recs if "mape" in r and r["size"] == 8]
+    assert ok and min(r["mape"] for r in ok) < 5
+    assert (out / "eval.png").stat().st_size > 1000

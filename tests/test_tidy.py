@@ -1,0 +1,55 @@
+"""Tidy CSV reader."""
+
+import numpy as np
+import pytest
+
+from opptune.daemon.tidy import TidyError, median_reps, read_tidy
+
+HEAD = "platform,workload,input,variant,cores,freq_mhz,rep,time_s,energy_j,cycles,note\n"
+
+
+def write(tmp_path, body, head=HEAD):
+    path = tmp_path / "d.csv"
+    path.write_text(head + body)
+    return path
+
+
+def test_groups_counters_and_medians(tmp_path):
+    path = write(tmp_path, "b,w,100,v,1,1000,0,10,5,7,x\nb,w,100,v,1,1000,1,12,,9,y\n"
+                           "b,w,100,v,2,1000,0,6,3,4,z\nb,w2,,v,1,,0,3,,,\n")
+    groups = read_tidy(path)
+    assert [g.key for g in groups] == [("b", "w", "100", "v"), ("b", "w2", "", "v")]
+    g = groups[0]
+    assert g.obs.input_size.tolist() == [100.0] * 3
+    assert "cycles" in g.obs.counters and "note" not in g.obs.counters
+    assert g.lines.tolist() == [2, 3, 4]
+    m = median_reps(g.obs)
+    assert m.cores.tolist() == [1.0, 2.0]
+    assert m.time_s.tolist() == [11.0, 6.0]
+    assert m.energy_j.tolist() == [5.0, 3.0]          # NaN ignored in the median
+    assert np.isnan(groups[1].obs.freq_mhz[0])
+
+
+def test_missing_column_is_named(tmp_path):
+    path = write(tmp_path, "b,w,1,v,1,0,10\n", head="platform,workload,input,variant,cores,rep,time_s\n")
+    with pytest.raises(TidyError, match=r"d.csv: line 1: missing column\(s\) freq_mhz"):
+        read_tidy(path)
+
+
+def test_non_numeric_value_names_line_and_column(tmp_path):
+    path = write(tmp_path, "b,w,1,v,1,1000,0,10,,,\nb,w,1,v,2,1000,0,fast,,,\n")
+    with pytest.raises(TidyError, match=r"line 3: column 'time_s': 'fast' is not a number"):
+        read_tidy(path)
+
+
+def test_ragged_row_and_missing_file(tmp_path):
+    with pytest.raises(TidyError, match="line 2: 3 fields"):
+        read_tidy(write(tmp_path, "b,w,1\n"))
+    with pytest.raises(TidyError, match="cannot open"):
+        read_tidy(tmp_path / "nope.csv")
+
+
+def test_reads_shipped_dataset():
+    from pathlib import Path
+    groups = read_tidy(Path(__file__).resolve().parent.parent / "data/armpm_xu3_parsec/data.csv")
+    assert len(groups) == 9 and all(len(median_reps(g.obs)) == 6 for g in groups)
