@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import logging
 import sqlite3
+import threading
 import time
 from contextlib import contextmanager
 from pathlib import Path
@@ -25,7 +26,7 @@ _dumps = json.JSONEncoder(separators=(",", ":"), default=str).encode
 
 
 class SQLiteStore(Store):
-    def __init__(self, path: str, busy_timeout_s: float = 10.0):
+    def __init__(self, path: str, busy_timeout_s: float = 10.0, checkpoint_s: float | None = 0.5):
         if path != ":memory:":
             Path(path).expanduser().parent.mkdir(parents=True, exist_ok=True)
         self.path = path
@@ -36,6 +37,27 @@ class SQLiteStore(Store):
         self.db.execute("PRAGMA synchronous=NORMAL")
         self.db.execute("PRAGMA foreign_keys=ON")
         self._migrate()
+        self._ckpt_stop = threading.Event()
+        self._ckpt: threading.Thread | None = None
+        if checkpoint_s and path != ":memory:":
+            # Checkpoints (copying the WAL into the database, with an fsync) run on a thread of
+            # their own: one SQLite call with the GIL released, so on a second core and not
+            # inside the ingest loop's commits.
+            self.db.execute("PRAGMA wal_autocheckpoint=0")
+            self._ckpt = threading.Thread(target=self._checkpointer, args=(checkpoint_s,),
+                                          name="opptune-store-checkpoint", daemon=True)
+            self._ckpt.start()
+
+    def _checkpointer(self, interval_s: float) -> None:
+        db = sqlite3.connect(self.path, isolation_level=None, check_same_thread=False)
+        try:
+            while not self._ckpt_stop.wait(interval_s):
+                try:
+                    db.execute("PRAGMA wal_checkpoint(PASSIVE)").fetchall()
+                except sqlite3.Error as exc:  # busy or similar: try again next time
+                    log.debug("checkpoint: %s", exc)
+        finally:
+            db.close()
 
     # -- plumbing -------------------------------------------------------------------------------
     @contextmanager
@@ -244,6 +266,10 @@ class SQLiteStore(Store):
                 self._rows("SELECT * FROM recommendations ORDER BY created")]
 
     def close(self) -> None:
+        if self._ckpt is not None:
+            self._ckpt_stop.set()
+            self._ckpt.join(10)
+            self._ckpt = None
         try:
             self.db.close()
         except sqlite3.Error as exc:  # closing must never fail a shutdown
