@@ -110,7 +110,8 @@ def _from_selection(sel: Any) -> tuple[FittedModel, list[dict[str, Any]]]:
     model = sel.model
     chosen = sel.scores.get(sel.name, {})
     model.quality = {**model.quality, "cv_mape": chosen.get("cv_mape"), "cv_folds": sel.folds}
-    runners = [_plain(row) for row in sel.table() if row["name"] != sel.name]
+    runners = [{"model": row["name"], **_plain(row)} for row in sel.table()
+               if row["name"] != sel.name]
     return model, runners
 
 

@@ -255,8 +255,10 @@ class Daemon:
 
     def start_sweep(self, agent: str, workloads: list[str] | None = None,
                     size: str | None = None, reps: int | None = None,
-                    warmup: int | None = None, max_cores: int | None = None) -> list[str]:
-        """Plan and send one sweep job per workload to ``agent``; returns the job ids."""
+                    warmup: int | None = None, max_cores: int | None = None
+                    ) -> list[dict[str, Any]]:
+        """Plan and send one sweep job per workload to ``agent``; returns for each job its
+        job_id, workload, size, n_points, reps."""
         info = self.registry.get(agent)
         if info is None:
             raise HandlerError("unknown_agent", f"no agent '{agent}'")
@@ -280,7 +282,8 @@ class Daemon:
             job = plan_sweep(info.platform, name, self.config.sweep, size=job_size, reps=reps,
                              warmup=warmup, max_cores=max_cores)
             self._send_job(agent, job)
-            ids.append(job["job_id"])
+            ids.append({"job_id": job["job_id"], "workload": name, "size": job["size"],
+                        "n_points": len(job["points"]), "reps": job["reps"]})
         return ids
 
     def _send_job(self, agent: str, job: dict[str, Any], save: bool = True) -> None:
@@ -407,7 +410,7 @@ class Daemon:
                                                 "sweep, fit")
         self.send(identity, "reply", {"ref": msg["id"], "data": data})
 
-    def _query_sweep(self, args: dict[str, Any]) -> list[str]:
+    def _query_sweep(self, args: dict[str, Any]) -> list[dict[str, Any]]:
         agent = args.get("agent")
         if not isinstance(agent, str):
             raise HandlerError("bad_args", "sweep needs args.agent (an agent id)")

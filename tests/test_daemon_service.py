@@ -103,6 +103,12 @@ def test_hello_job_results_fit_config_verify(daemon):
     assert cfg["reps"] == daemon.config.verify_reps
     fits = rows(daemon.config.database, "SELECT model, quality FROM fits")
     assert len(fits) == 1 and fits[0][0] in ("amdahl", "usl")
+    st = query(a, "status")
+    (fit,) = st["fits"]
+    assert fit["group"] == {"platform": "plat-test", "workload": "wl", "input": "small",
+                            "variant": ""}
+    assert fit["quality"]["n"] == of and fit["quality"]["mape"] < 1.0
+    assert {r["model"] for r in fit["runners_up"]} == {"amdahl", "usl"} - {fit["model"]}
     assert rows(daemon.config.database, "SELECT state FROM jobs") == [("complete",)]
     a.send("applied", {"config_id": cfg["config_id"], "ok": True, "time_s": 2.85,
                        "records": [record(4, r, 2.85) for r in range(3)]})
@@ -113,6 +119,8 @@ def test_hello_job_results_fit_config_verify(daemon):
     assert rec["cores"] == 4 and rec["group"]["workload"] == "wl"
     assert rows(daemon.config.database, "SELECT COUNT(*) FROM runs WHERE job_id=?",
                 (cfg["config_id"],)) == [(3,)]
+    assert query(a, "fit", {"workload": "wl"})["queued"] == [fit["group"]]
+    assert query(a, "fit", {"workload": "nothing"})["queued"] == []
     a.close()
 
 
@@ -188,7 +196,9 @@ def test_status_structure_and_sweep_query(daemon):
     op = Agent(daemon.endpoint, "operator-1")
     data = query(op, "sweep", {"agent": "a1", "workloads": ["wl"], "reps": 1, "max_cores": 2})
     job = a.expect("job")["body"]
-    assert data["jobs"] == [job["job_id"]] and job["reps"] == 1 and len(job["points"]) == 2
+    assert data["jobs"] == [{"job_id": job["job_id"], "workload": "wl", "size": "small",
+                             "n_points": 2, "reps": 1}]
+    assert job["reps"] == 1 and len(job["points"]) == 2
     mid = op.send("query", {"what": "sweep", "args": {"agent": "a1", "workloads": ["nope"]}})
     err = op.expect("error")
     assert err["body"]["code"] == "unknown_workload" and err["body"]["ref"] == mid
