@@ -358,3 +358,11 @@ def test_config_error_exits_2_naming_file_and_key(tmp_path):
                        capture_output=True, text=True, timeout=30)
     assert p.returncode == 2
     assert str(cfg) in p.stderr and "heartbeat_s" in p.stderr
+
+
+def test_restore_without_state_file_exits_0(tmp_path):
+    p = subprocess.run([sys.executable, "-m", "opptune.agent", "--config", "/dev/null",
+                        "--state-dir", str(tmp_path), "--restore"],
+                       capture_output=True, text=True, timeout=30)
+    assert p.returncode == 0, p.stderr
+    assert "restored nothing" in p.stderr
