@@ -76,9 +76,42 @@ class MemWallModeler(SpeedupFamily):
         return np.ones(n) if freq is None else np.asarray(freq, float) / self.mem_mhz
 
     def rel_time(self, theta, p, freq):
+        # eq. 15 inverted, written out (no broadcast_arrays: this is the inner loop of the fit)
         phi = self.phi(freq, p.size)[None, :]
         f, k, m1, m2 = (theta[:, i:i + 1] for i in range(4))
-        return 1.0 / speedup(f, k, m1, m2, p[None, :], phi)
+        pp = p[None, :]
+        kphi = k * phi                      # rho - 1, kept exact for small k
+        mu1 = np.minimum(m1 + m2, 1.0)
+        mup = np.minimum(m1 + m2 / pp, 1.0)
+        num = 1.0 + kphi * mu1
+        den = np.maximum((1.0 + kphi * mup) * ((1.0 - f) + f / pp), (1.0 + kphi) * mup)
+        return den / num
+
+    def log_rel_time_grad(self, theta, p, freq):
+        # analytic d log g / d (f, k, m1, m2) of eq. 15 in whichever branch is active
+        phi = self.phi(freq, p.size)
+        f, k, m1, m2 = map(float, theta)
+        kphi = k * phi
+        s1, sp = m1 + m2, m1 + m2 / p
+        mu1, mup = min(s1, 1.0), np.minimum(sp, 1.0)
+        in1, inp = float(s1 < 1.0), (sp < 1.0).astype(float)
+        num = 1.0 + kphi * mu1
+        a = 1.0 + kphi * mup
+        b = (1.0 - f) + f / p
+        c = (1.0 + kphi) * mup
+        mem = c > a * b
+        g = np.empty((p.size, 4))
+        # compute branch: log a + log b
+        g[:, 0] = np.where(mem, 0.0, (1.0 / p - 1.0) / b)
+        g[:, 1] = np.where(mem, phi / (1.0 + kphi), phi * mup / a)
+        dm = np.where(mem, inp / np.where(mup > 0, mup, 1.0), kphi * inp / a)
+        g[:, 2] = dm
+        g[:, 3] = dm / p
+        # minus log num
+        g[:, 1] -= phi * mu1 / num
+        g[:, 2] -= kphi * in1 / num
+        g[:, 3] -= kphi * in1 / num
+        return g
 
     def candidates(self, rng):
         n = self.n_random
