@@ -6,8 +6,12 @@ configurations and measured times. Pooled MAPE over all test points of a file, m
 
     python3 benchmarks/peer_baselines.py [--models amdahl,usl,memwall,auto] [--json]
 
-``auto`` = CV choice among the analytic models (amdahl, usl, memwall); ``auto_all`` = CV choice
-among every installed model (regression family and learners included, slower).
+``auto`` = k-fold CV choice among the analytic models (amdahl, usl, memwall); ``auto_all`` =
+k-fold CV choice among every installed model (regression family and learners included, slower).
+``auto_x`` / ``auto_xall``: the same pools, but the choice is told the query (``target=``): where
+the test configurations lie outside the training range (extrapolate-cores, leave-freq-out, the
+random draws that leave out the smallest/largest core counts) candidates are scored by forward
+chaining instead of random folds. Only the training rows are used; the query's times are not.
 """
 
 from __future__ import annotations
@@ -27,6 +31,11 @@ from opptune.daemon.tidy import median_reps, read_tidy
 
 ROOT = Path(__file__).resolve().parent.parent
 DATA = ROOT / "data"
+# name -> (candidate pool (None = every installed model), told the query?)
+AUTO: dict[str, tuple[list[str] | None, bool]] = {
+    "auto": (list(ANALYTIC), False), "auto_all": (None, False),
+    "auto_x": (list(ANALYTIC), True), "auto_xall": (None, True),
+}
 
 
 def _load_groups(dataset: str) -> dict[tuple, Observations]:
@@ -49,8 +58,9 @@ def _pick(obs: Observations, configs: list[list[float]]) -> Observations:
 def fit_predict(name: str, train: Observations, query: Observations) -> tuple[np.ndarray, float, str]:
     """Predicted times, fit seconds and the name actually used (auto: the chosen model)."""
     t0 = time.perf_counter()
-    if name in ("auto", "auto_all"):
-        sel = choose(train, list(ANALYTIC) if name == "auto" else None)
+    if name in AUTO:
+        pool, extrap = AUTO[name]
+        sel = choose(train, pool, target=query if extrap else None)
         model, used = sel.model, sel.name
     else:
         model, used = registry.get(name).fit(train), name
@@ -146,7 +156,8 @@ def main(argv: list[str] | None = None) -> int:
         b = r["best_peer"]
         cells.append(f"{b['name']} {b['mape']:.1f}% / {b['fit_s']:.2f} s"
                      + (f" (on {b['on_evals']})" if b["on_evals"] != r["evals"] else ""))
-        pick = next((m for m in ("auto_all", "auto") if m in r["ours"]), models[-1])
+        pick = next((m for m in ("auto_xall", "auto_x", "auto_all", "auto") if m in r["ours"]),
+                    models[-1])
         d = r["ours"][pick]["mape"] - b["mape"]
         cells.append(f"{'ok' if d <= 0 else 'behind'} ({d:+.1f} pt)")
         print("| " + " | ".join(cells) + " |")

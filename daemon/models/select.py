@@ -1,8 +1,19 @@
 """Cross-validated model choice per group: the model with the lowest held-out MAPE of time wins.
 
-k-fold cross-validation (leave-one-out when the data are tiny) over the registry's models that
-apply; a model whose module is missing, that declares itself not applicable, or that cannot fit
-some fold is listed with the reason and not chosen. The winner is refitted on all data.
+Validation scheme, from what the model will be asked (``target``):
+* interpolation (default, ``target=None`` or ``"interpolate"``, or query points inside the
+  training ranges): k-fold cross-validation, leave-one-out when the data are tiny;
+* extrapolation (``target="extrapolate"``, or query points with more cores than any training
+  row, fewer cores than any, or a frequency outside the training range): forward chaining.
+  Cores: for each of the last ``N_CUTS`` distinct core counts c (at least 2 kept), train on the
+  rows with fewer cores and test on all rows with c or more (so the held-out distance grows as
+  it does in deployment). Frequency: train without the highest (or lowest) frequency, test on
+  it. APEs of all folds are pooled. Random folds measure interpolation and pick models that
+  extrapolate badly; these folds measure what the daemon does (predict larger core counts and
+  unseen frequencies).
+
+A model whose module is missing, that declares itself not applicable, or that cannot fit some
+fold is listed with the reason and not chosen. The winner is refitted on all data.
 """
 
 from __future__ import annotations
@@ -18,6 +29,7 @@ from .base import FittedModel, NotEnoughData, Observations
 
 ANALYTIC = ("amdahl", "usl", "memwall")
 LOO_BELOW = 12  # fewer usable points than this: leave-one-out instead of k folds
+N_CUTS = 3      # forward-chaining origins on the cores axis (extrapolation scheme)
 
 
 @dataclass
@@ -27,6 +39,7 @@ class Selection:
     model: FittedModel
     scores: dict[str, dict[str, Any]] = field(default_factory=dict)
     folds: int = 0
+    scheme: str = "kfold"   # "kfold", "extrapolate:cores+freq_up" ..., or "none"
 
     def table(self) -> list[dict[str, Any]]:
         """Candidates best first: name, cv_mape (%), fit_ms (mean per fold), error (or None)."""
@@ -42,8 +55,68 @@ def fold_ids(n: int, k: int, seed: int) -> np.ndarray:
     return ids
 
 
-def cv_score(name: str, obs: Observations, ids: np.ndarray) -> dict[str, Any]:
-    """Held-out MAPE (%) of model ``name`` over the folds ``ids``; error names why it failed."""
+def kfold_splits(ids: np.ndarray) -> list[tuple[np.ndarray, np.ndarray]]:
+    """(train mask, test mask) per fold number in ``ids``."""
+    return [(ids != j, ids == j) for j in np.unique(ids)]
+
+
+def extrapolation_axes(obs: Observations, target: Any) -> list[str]:
+    """Directions in which ``target`` lies outside the training data ``obs``: any of
+    "cores_up", "cores_down", "freq_up", "freq_down"; [] means interpolation.
+
+    ``target`` is None/"interpolate" (no direction), "extrapolate" (more cores and a higher
+    frequency, where the data vary along that axis) or query Observations."""
+    has_freq = obs.has_freq()
+    if target is None or (isinstance(target, str) and target == "interpolate"):
+        return []
+    if isinstance(target, str):
+        if target != "extrapolate":
+            raise ValueError(f"target must be 'interpolate', 'extrapolate' or Observations, "
+                             f"not {target!r}")
+        return ["cores_up"] + (["freq_up"] if has_freq else [])
+    axes = []
+    qc = np.asarray(target.cores, float)
+    qc = qc[np.isfinite(qc)]
+    if qc.size and qc.max() > obs.cores.max() * (1 + 1e-9):
+        axes.append("cores_up")
+    if qc.size and qc.min() < obs.cores.min() * (1 - 1e-9):
+        axes.append("cores_down")
+    if has_freq and target.freq_mhz is not None:
+        qf = np.asarray(target.freq_mhz, float)
+        qf = qf[np.isfinite(qf) & (qf > 0)]
+        if qf.size and qf.max() > np.max(obs.freq_mhz) * (1 + 1e-9):
+            axes.append("freq_up")
+        if qf.size and qf.min() < np.min(obs.freq_mhz) * (1 - 1e-9):
+            axes.append("freq_down")
+    return axes
+
+
+def extrapolation_splits(obs: Observations, axes: list[str],
+                         n_cuts: int = N_CUTS) -> list[tuple[np.ndarray, np.ndarray]]:
+    """Forward-chaining (train mask, test mask) pairs along ``axes`` (see the module doc)."""
+    splits = []
+    u = np.unique(obs.cores)
+    nd = u.size
+    if "cores_up" in axes:
+        for j in range(max(2, nd - n_cuts), nd):
+            splits.append((obs.cores < u[j], obs.cores >= u[j]))
+    if "cores_down" in axes:
+        for j in range(min(nd - 2, n_cuts), 0, -1):
+            splits.append((obs.cores > u[j - 1], obs.cores <= u[j - 1]))
+    if obs.has_freq():
+        fq = np.asarray(obs.freq_mhz, float)
+        uf = np.unique(fq)
+        if "freq_up" in axes:
+            splits.append((fq < uf[-1], fq == uf[-1]))
+        if "freq_down" in axes:
+            splits.append((fq > uf[0], fq == uf[0]))
+    return [(tr, te) for tr, te in splits if tr.sum() >= 2 and te.any()]
+
+
+def cv_score(name: str, obs: Observations,
+             ids: np.ndarray | list[tuple[np.ndarray, np.ndarray]]) -> dict[str, Any]:
+    """Held-out MAPE (%) of model ``name`` over the folds (fold numbers ``ids`` or a list of
+    (train mask, test mask)); pooled over all held-out points; error names why it failed."""
     out: dict[str, Any] = {"cv_mape": float("inf"), "fit_ms": float("nan"), "error": None}
     try:
         modeler = registry.get(name)
@@ -54,12 +127,12 @@ def cv_score(name: str, obs: Observations, ids: np.ndarray) -> dict[str, Any]:
     if reason:
         out["error"] = f"not applicable: {reason}"
         return out
+    splits = kfold_splits(ids) if isinstance(ids, np.ndarray) else ids
     ape, fit_s = [], []
-    for j in np.unique(ids):
-        test = ids == j
+    for j, (train, test) in enumerate(splits):
         try:
             t0 = time.perf_counter()
-            fitted = modeler.fit(obs.subset(~test))
+            fitted = modeler.fit(obs.subset(train))
             fit_s.append(time.perf_counter() - t0)
             pred = fitted.predict(obs.subset(test)).value
         except NotEnoughData as exc:
@@ -79,16 +152,30 @@ def cv_score(name: str, obs: Observations, ids: np.ndarray) -> dict[str, Any]:
 
 
 def choose(obs: Observations, candidates: list[str] | None = None, k: int = 5,
-           seed: int = 0) -> Selection:
-    """Fit every candidate (default: all installed models) by k-fold CV on the rows with a
-    positive finite time, pick the lowest held-out MAPE, refit it on all of them."""
+           seed: int = 0, target: Any = None) -> Selection:
+    """Fit every candidate (default: all installed models) by cross-validation on the rows
+    with a positive finite time, pick the lowest held-out MAPE, refit it on all of them.
+
+    ``target``: what will be predicted: None or "interpolate" (k-fold CV, the default),
+    "extrapolate" (forward chaining to more cores / a higher frequency) or the query
+    Observations (forward chaining along the axes where a query leaves the training range,
+    k-fold when none does). Where forward chaining leaves no fold, k-fold is used."""
     ok = np.isfinite(obs.time_s) & (obs.time_s > 0) & np.isfinite(obs.cores)
     usable = obs.subset(ok)
     names = list(candidates) if candidates is not None else registry.available()
     if len(usable) < 3:
         return _first_that_fits(usable, names)
-    ids = fold_ids(len(usable), k, seed)
-    scores = {name: cv_score(name, usable, ids) for name in names}
+    axes = extrapolation_axes(usable, target)
+    splits = extrapolation_splits(usable, axes) if axes else []
+    if splits:
+        scheme = "extrapolate:" + "+".join(axes)
+        folds: Any = splits
+        n_folds = len(splits)
+    else:
+        scheme = "kfold"
+        folds = fold_ids(len(usable), k, seed)
+        n_folds = int(folds.max()) + 1
+    scores = {name: cv_score(name, usable, folds) for name in names}
     ranked = sorted((s["cv_mape"], names.index(n), n) for n, s in scores.items()
                     if s["error"] is None)
     for _, _, name in ranked:
@@ -97,7 +184,7 @@ def choose(obs: Observations, candidates: list[str] | None = None, k: int = 5,
         except NotEnoughData as exc:
             scores[name]["error"] = f"refit: {exc}"
             continue
-        return Selection(name=name, model=model, scores=scores, folds=int(ids.max()) + 1)
+        return Selection(name=name, model=model, scores=scores, folds=n_folds, scheme=scheme)
     reasons = "; ".join(f"{n}: {s['error']}" for n, s in scores.items())
     raise NotEnoughData(f"no candidate model could be fitted ({reasons})")
 
@@ -109,7 +196,8 @@ def _first_that_fits(obs: Observations, names: list[str]) -> Selection:
         try:
             return Selection(name=name, model=registry.get(name).fit(obs),
                              scores={name: {"cv_mape": float("nan"), "fit_ms": float("nan"),
-                                            "error": "no CV: fewer than 3 points"}}, folds=0)
+                                            "error": "no CV: fewer than 3 points"}}, folds=0,
+                             scheme="none")
         except (NotEnoughData, ImportError, AttributeError) as exc:
             reasons.append(f"{name}: {exc}")
     raise NotEnoughData(f"no candidate model could be fitted ({'; '.join(reasons)})")
