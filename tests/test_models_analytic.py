@@ -132,3 +132,16 @@ def test_fit_only_raises_not_enough_data_and_predicts_finite_positive(cls, rows)
     for arr in (pr.value, pr.lower, pr.upper):
         assert np.all(np.isfinite(arr)) and np.all(arr > 0)
     assert np.all(pr.lower <= pr.value) and np.all(pr.value <= pr.upper)
+
+
+def test_memwall_analytic_gradient_matches_finite_differences():
+    m = MemWallModeler()
+    p = np.tile(np.arange(1, 9, dtype=float), 3)
+    fr = np.repeat([800.0, 1400.0, 2000.0], 8)
+    for theta in m.candidates(np.random.default_rng(1))[::23]:
+        g = m.log_rel_time_grad(theta, p, fr)
+        base = np.log(m.rel_time(theta[None], p, fr)[0])
+        h = 1e-7
+        num = np.stack([(np.log(m.rel_time((theta + h * np.eye(4)[i])[None], p, fr)[0]) - base) / h
+                        for i in range(4)], axis=1)
+        assert np.allclose(g, num, atol=1e-4), theta

@@ -53,3 +53,60 @@ def test_too_little_data():
         choose(Observations(cores=[1.0], time_s=[2.0]), list(ANALYTIC))
     sel = choose(Observations(cores=[1.0, 2.0], time_s=[2.0, 1.1]), list(ANALYTIC))
     assert sel.name == "amdahl" and sel.folds == 0
+
+
+def test_extrapolation_axes_from_the_query():
+    from opptune.daemon.models.select import extrapolation_axes
+    p = np.tile([1.0, 2, 4, 8], 2)
+    f = np.repeat([1000.0, 1400.0], 4)
+    obs = Observations(cores=p, time_s=10 / p, freq_mhz=f)
+    assert extrapolation_axes(obs, None) == []
+    assert extrapolation_axes(obs, "interpolate") == []
+    assert extrapolation_axes(obs, "extrapolate") == ["cores_up", "freq_up"]
+    assert extrapolation_axes(obs, Observations.query([2, 4], [1000, 1400])) == []
+    assert extrapolation_axes(obs, Observations.query([16], [1200])) == ["cores_up"]
+    assert extrapolation_axes(obs, Observations.query([4], [1800])) == ["freq_up"]
+    assert extrapolation_axes(obs, Observations.query([0.5], [800])) == ["cores_down", "freq_down"]
+    with pytest.raises(ValueError):
+        extrapolation_axes(obs, "sideways")
+
+
+def test_forward_chaining_splits_hold_out_the_largest_cores_and_highest_freq():
+    from opptune.daemon.models.select import extrapolation_splits
+    p = np.tile([1.0, 2, 4, 8, 16], 2)
+    f = np.repeat([1000.0, 1400.0], 5)
+    obs = Observations(cores=p, time_s=10 / p, freq_mhz=f)
+    splits = extrapolation_splits(obs, ["cores_up", "freq_up"])
+    # cores: train < 4 / test >= 4, train < 8 / test >= 8, train < 16 / test 16; then freq
+    assert [sorted(set(p[tr])) for tr, _ in splits[:3]] == [[1, 2], [1, 2, 4], [1, 2, 4, 8]]
+    assert [sorted(set(p[te])) for _, te in splits[:3]] == [[4, 8, 16], [8, 16], [16]]
+    tr, te = splits[3]
+    assert set(f[tr]) == {1000.0} and set(f[te]) == {1400.0}
+    for tr, te in splits:
+        assert not np.any(tr & te)
+
+
+def test_extrapolation_choice_prefers_the_model_that_extrapolates():
+    # retrograde scaling that only shows beyond the middle of the range: random folds see
+    # mostly interpolation; forward chaining sees the turn and must pick usl, and the chosen
+    # model must predict the unseen large core counts well
+    p = np.arange(1, 25, dtype=float)
+    t = 40 * (1 + 0.02 * (p - 1) + 0.002 * p * (p - 1)) / p
+    obs = Observations(cores=p, time_s=t)
+    query = Observations.query([32, 48, 64])
+    truth = 40 * (1 + 0.02 * (query.cores - 1) + 0.002 * query.cores * (query.cores - 1)) / query.cores
+    sel = choose(obs, ["amdahl", "usl"], target=query)
+    assert sel.scheme == "extrapolate:cores_up" and sel.folds == 3
+    assert sel.name == "usl"
+    assert sel.scores["usl"]["cv_mape"] < sel.scores["amdahl"]["cv_mape"]
+    assert np.allclose(sel.model.predict(query).value, truth, rtol=0.02)
+    # the default (no target) keeps the k-fold scheme
+    assert choose(obs, ["amdahl", "usl"]).scheme == "kfold"
+    # a query inside the range is interpolation
+    assert choose(obs, ["amdahl", "usl"], target=Observations.query([3, 5])).scheme == "kfold"
+
+
+def test_extrapolation_with_too_few_levels_falls_back_to_kfold():
+    obs = Observations(cores=[1.0, 2.0, 1.0, 2.0], time_s=[10.0, 5.5, 10.1, 5.4])
+    sel = choose(obs, ["amdahl"], target="extrapolate")
+    assert sel.scheme == "kfold" and sel.name == "amdahl"
