@@ -52,6 +52,9 @@ def add_parsers(subparsers: Any) -> None:
     p.add_argument("--models", default="", help="default: amdahl,usl,memwall + krr,svr,dtree if installed")
     p.add_argument("--json", action="store_true", help="print the JSON lines too")
     p.add_argument("--out", help="directory for eval.jsonl and eval.png")
+    p.add_argument("--time-from-speedup", action="store_true",
+                   help="use 1/speedup as (relative) time where time_s is empty (poet_bard_configs)")
+    p.add_argument("--group", default="", help="only groups whose label contains this text")
     p.set_defaults(func=cmd_eval)
 
 
@@ -273,12 +276,28 @@ def plot_eval(summary: dict[tuple[str, int], dict[str, float]], path: Path) -> N
     plt.close(fig)
 
 
+def relative_time_from_speedup(obs: Observations) -> Observations:
+    """Rows without a time get 1/speedup (time relative to the reference configuration; MAPE
+    and speedup ratios do not depend on the unit)."""
+    sp = obs.counters.get("speedup")
+    if sp is None:
+        return obs
+    out = obs.subset(np.arange(len(obs)))
+    miss = ~np.isfinite(out.time_s) & np.isfinite(sp) & (sp > 0)
+    out.time_s = np.where(miss, 1.0 / np.where(sp > 0, sp, 1.0), out.time_s)
+    return out
+
+
 def cmd_eval(args: argparse.Namespace) -> int:
     try:
         groups = _groups(args.data)
     except TidyError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
+    if getattr(args, "group", ""):
+        groups = [(lab, o) for lab, o in groups if args.group in lab]
+    if getattr(args, "time_from_speedup", False):
+        groups = [(lab, relative_time_from_speedup(o)) for lab, o in groups]
     models = [m for m in args.models.split(",") if m] or default_eval_models()
     for m in models:
         try:
