@@ -66,3 +66,14 @@ def test_eval_writes_records_and_plot(tmp_path, capsys):
     ok = [r for r in recs if "mape" in r and r["size"] == 8]
     assert ok and min(r["mape"] for r in ok) < 5
     assert (out / "eval.png").stat().st_size > 1000
+
+
+def test_relative_time_from_speedup_fills_only_missing_times():
+    import numpy as np
+    from opptune.daemon.fit_cli import relative_time_from_speedup
+    from opptune.daemon.models.base import Observations
+    obs = Observations(cores=[1.0, 2.0, 4.0], time_s=[np.nan, np.nan, 3.0],
+                       counters={"speedup": np.array([1.0, 1.6, 2.5])})
+    out = relative_time_from_speedup(obs)
+    assert np.allclose(out.time_s, [1.0, 1 / 1.6, 3.0])
+    assert np.isnan(obs.time_s[0])          # the input is not modified
