@@ -34,7 +34,8 @@ def write_toml(path: Path, values: dict[str, Any], tables: dict[str, dict[str, A
 class Cluster:
     """One daemon and one agent in ``tmp`` with configs written for a small sweep."""
 
-    def __init__(self, tmp: Path, *, kernels=("compute", "triad", "lock"), size="small", reps=2,
+    def __init__(self, tmp: Path, *, kernels=("pi_integrate", "triad", "locked_update"),
+                 size="small", reps=2,
                  warmup=0, max_cores=2, auto_sweep=True, extra_agent: dict | None = None):
         self.tmp = tmp
         self.endpoint = free_endpoint()

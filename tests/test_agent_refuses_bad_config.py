@@ -25,7 +25,7 @@ def agent_and_router(tmp_path):
     endpoint = router.getsockopt_string(zmq.LAST_ENDPOINT)
     cfg = write_toml(tmp_path / "agent.toml", {
         "agent_id": "refusing-agent", "daemon": endpoint, "state_dir": str(tmp_path / "state"),
-        "heartbeat_s": 0.5, "bench_kernels": ["compute"]})
+        "heartbeat_s": 0.5, "bench_kernels": ["pi_integrate"]})
     log = open(tmp_path / "agent.log", "wb")
     proc = subprocess.Popen([sys.executable, "-m", "opptune.agent", "--config", str(cfg)],
                             stdout=log, stderr=subprocess.STDOUT)
@@ -50,7 +50,7 @@ def _recv(router, want: str, timeout_ms: int = 20000):
 
 
 def _config(**kw):
-    body = {"config_id": P.new_id(), "workload": "compute", "size": "small", "cpus": [0],
+    body = {"config_id": P.new_id(), "workload": "pi_integrate", "size": "small", "cpus": [0],
             "threads": 1, "freq_khz": None, "reps": 1}
     body.update(kw)
     return body

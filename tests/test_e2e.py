@@ -12,13 +12,13 @@ from procs import Cluster, all_jobs_complete, expected, received, recommendation
 
 pytestmark = pytest.mark.integration
 
-KERNELS = ("compute", "triad", "lock")
+KERNELS = ("pi_integrate", "triad", "locked_update")
 CORES = min(2, os.cpu_count() or 1)
 
 
 def _check_runs_exactly_once(c: Cluster, n_expected: int) -> None:
-    rows = c.rows("SELECT job_id, seq, COUNT(*) FROM runs WHERE job_id IS NOT NULL "
-                  "GROUP BY job_id, seq")
+    rows = c.rows("SELECT job_id, seq, COUNT(*) FROM runs WHERE job_id IN "
+                  "(SELECT job_id FROM jobs) GROUP BY job_id, seq")
     assert len(rows) == n_expected, f"{len(rows)} distinct results, expected {n_expected}"
     dupes = [r for r in rows if r[2] != 1]
     assert not dupes, f"results stored more than once: {dupes}"
@@ -39,7 +39,7 @@ def test_sweep_fit_recommend_apply_verify(tmp_path):
     assert expected(st) == n_runs and received(st) == n_runs
     _check_runs_exactly_once(c, n_runs)
     stored = c.rows("SELECT workload, cores, threads, time_s, ok, record FROM runs "
-                    "WHERE job_id IS NOT NULL")
+                    "WHERE job_id IN (SELECT job_id FROM jobs)")
     assert {r[0] for r in stored} == set(KERNELS)
     assert {r[1] for r in stored} == set(range(1, CORES + 1))
     for workload, cores, threads, time_s, ok, record in stored:
