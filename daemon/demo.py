@@ -11,6 +11,7 @@ import json
 import os
 import signal
 import socket
+import statistics
 import subprocess
 import sys
 import time
@@ -170,7 +171,8 @@ def _follow(args: argparse.Namespace, console: Console, endpoint: str,
             except (DaemonUnreachable, QueryFailed):
                 continue  # still starting; the poll of the processes above catches a death
             if not reported_knobs and status.get("agents"):
-                _report_knobs(console, status["agents"][0].get("platform"))
+                platform_id = status["agents"][0].get("platform")
+                _report_knobs(console, (status.get("platforms") or {}).get(platform_id))
                 reported_knobs = True
             jobs = status.get("jobs") or []
             expected = sum(int(j.get("expected") or 0) for j in jobs)
@@ -199,33 +201,40 @@ def _report_knobs(console: Console, platform: Any) -> None:
 
 def summarise(db_path: Path, status: dict[str, Any]) -> list[dict[str, Any]]:
     """Per workload: median time and speedup per core count, the fit, the recommendation."""
-    from .store.sqlite import SQLiteStore
-    store = SQLiteStore(str(db_path))
+    from .store import open_store
+    store = open_store(str(db_path))
     try:
-        medians = store.median_times()
+        groups = {g: store.group_runs(g) for g in store.groups()}
     finally:
         store.close()
     fits = {_workload_of(f): f for f in status.get("fits") or []}
     recs = {_workload_of(r): r for r in status.get("recommendations") or []}
     out = []
-    for workload in sorted({m["workload"] for m in medians}):
-        rows = sorted((m for m in medians if m["workload"] == workload), key=lambda m: m["cores"])
-        t1 = next((m["median_time_s"] for m in rows if m["cores"] == 1), None)
-        fit = fits.get(workload, {})
-        rec = recs.get(workload, {})
+    for group, runs in sorted(groups.items()):
+        by_point: dict[tuple[int, float | None], list[float]] = {}
+        for cores, freq, time_s in runs:
+            by_point.setdefault((cores, freq), []).append(time_s)
+        points = [{"cores": c, "freq_mhz": f, "median_time_s": statistics.median(ts),
+                   "runs": len(ts)} for (c, f), ts in sorted(by_point.items(),
+                                                             key=lambda kv: (kv[0][0],
+                                                                             kv[0][1] or 0))]
+        t1 = next((p["median_time_s"] for p in points if p["cores"] == 1), None)
+        for p in points:
+            p["speedup"] = t1 / p["median_time_s"] if t1 and p["median_time_s"] else None
+        fit = fits.get(group.workload, {})
+        rec = recs.get(group.workload, {})
         out.append({
-            "workload": workload,
-            "input": rows[0]["input"] if rows else None,
-            "points": [{"cores": m["cores"], "freq_mhz": m.get("freq_mhz"),
-                        "median_time_s": m["median_time_s"], "runs": m["runs"],
-                        "speedup": (t1 / m["median_time_s"]) if t1 and m["median_time_s"] else None}
-                       for m in rows],
+            "workload": group.workload,
+            "input": group.input,
+            "platform": group.platform,
+            "points": points,
             "model": fit.get("model"),
             "model_params": fit.get("params"),
             "model_mape_pct": (fit.get("quality") or {}).get("mape"),
             "runners_up": fit.get("runners_up"),
             "recommended_cores": rec.get("cores"),
             "recommended_cpus": rec.get("cpus"),
+            "recommended_freq_khz": rec.get("freq_khz"),
             "predicted_time_s": rec.get("predicted_time_s"),
             "verified_time_s": rec.get("verified_time_s"),
             "recommendation_state": rec.get("state"),
@@ -246,8 +255,13 @@ def print_table(table: list[dict[str, Any]], console: Console) -> None:
         params = ", ".join(f"{k}={v:.3g}" for k, v in (w["model_params"] or {}).items()
                            if isinstance(v, (int, float)))
         mape = w["model_mape_pct"]
-        console.print(f"  model: {w['model'] or '-'} ({params}); training MAPE "
-                      f"{mape:.2f} %" if mape is not None else f"  model: {w['model'] or '-'}")
+        line = f"  model: {w['model'] or '-'} ({params})"
+        if mape is not None:
+            line += f"; training MAPE {mape:.2f} %"
+        runners = [r.get("model") for r in w["runners_up"] or [] if isinstance(r, dict)]
+        if runners:
+            line += f"; runners-up: {', '.join(map(str, runners))}"
+        console.print(line, markup=False)
         if w["recommended_cores"] is not None:
             pred = w["predicted_time_s"]
             ver = w["verified_time_s"]
@@ -255,7 +269,7 @@ def print_table(table: list[dict[str, Any]], console: Console) -> None:
                           f"(cpus {','.join(map(str, w['recommended_cpus'] or []))}), predicted "
                           f"{pred:.4f} s, verified "
                           + (f"{ver:.4f} s" if ver is not None else "-")
-                          + f" [{w['recommendation_state']}]"
+                          + f" ({w['recommendation_state']})"
                           + (f" {w['recommendation_error']}" if w["recommendation_error"] else ""))
         else:
             console.print("  recommended: none")

@@ -464,6 +464,9 @@ class Daemon:
                        "endpoint": self.endpoint, "database": self.config.database,
                        "stats": dict(self.stats)},
             "agents": agents,
+            # What each agent's board offers (knob availability, topology), for operators.
+            "platforms": {a["platform"]: self.store.platform(a["platform"])
+                          for a in agents if a["platform"]},
             "workloads": self.store.workloads(),
             "runs": self.store.run_counts(),
             "jobs": [{k: j[k] for k in ("job_id", "agent", "workload", "expected", "received",
