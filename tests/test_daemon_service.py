@@ -205,7 +205,7 @@ def test_status_structure_and_sweep_query(daemon):
     a.send("result", {"job_id": job["job_id"], "seq": 0, "of": 2, "record": record(1)})
     a.expect("ack")
     st = query(op, "status")
-    assert set(st) == {"daemon", "agents", "workloads", "runs", "jobs", "fits",
+    assert set(st) == {"daemon", "agents", "platforms", "workloads", "runs", "jobs", "fits",
                        "recommendations"}
     assert st["daemon"]["instance"] == daemon.instance
     assert st["daemon"]["endpoint"] == daemon.endpoint
@@ -214,6 +214,7 @@ def test_status_structure_and_sweep_query(daemon):
     (ag,) = st["agents"]
     assert ag["id"] == "a1" and ag["platform"] == "plat-test" and ag["alive"] is True
     assert ag["outbox"] == 7 and ag["last_seen_s"] >= 0
+    assert set(st["platforms"]) == {"plat-test"} and isinstance(st["platforms"]["plat-test"], dict)
     assert st["workloads"] == ["other", "wl"]
     assert st["runs"] == [{"agent": "a1", "platform": "plat-test", "workload": "wl",
                            "input": "small", "count": 1}]
