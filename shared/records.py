@@ -55,8 +55,7 @@ class RunRecord:
         """Build from a decoded map; raises RecordError naming the offending field."""
         if not isinstance(data, dict):
             raise RecordError("record must be a map")
-        known = {f.name for f in dataclasses.fields(cls)}
-        unknown = set(data) - known
+        unknown = data.keys() - _FIELD_NAMES
         if unknown:
             raise RecordError(f"record has unknown fields: {', '.join(sorted(map(str, unknown)))}")
         try:
@@ -89,6 +88,9 @@ class RunRecord:
             raise RecordError("a successful record needs time_s")
         if not isinstance(self.counters, dict) or not isinstance(self.invalid, dict):
             raise RecordError("record fields 'counters' and 'invalid' must be maps")
+
+
+_FIELD_NAMES = frozenset(f.name for f in dataclasses.fields(RunRecord))
 
 
 def mark_invalid(record: RunRecord, name: str, reason: str) -> None:
