@@ -47,8 +47,17 @@ class RunRecord:
     started_at: float | None = None  # unix time
     extra: dict[str, Any] = field(default_factory=dict)
 
-    def to_dict(self) -> dict[str, Any]:
-        return dataclasses.asdict(self)
+    def to_dict(self, compact: bool = True) -> dict[str, Any]:
+        """A plain map for the wire and the store. ``compact`` leaves out fields that hold their
+        default (nil, empty, false): about half of a typical record, and the ingest path pays
+        per byte. ``from_dict`` restores them."""
+        out = {}
+        for name in _FIELD_ORDER:
+            value = getattr(self, name)
+            if compact and name in _DEFAULTS and value == _DEFAULTS[name]:
+                continue
+            out[name] = value
+        return out
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> "RunRecord":
@@ -90,7 +99,11 @@ class RunRecord:
             raise RecordError("record fields 'counters' and 'invalid' must be maps")
 
 
-_FIELD_NAMES = frozenset(f.name for f in dataclasses.fields(RunRecord))
+_FIELD_ORDER = tuple(f.name for f in dataclasses.fields(RunRecord))
+_FIELD_NAMES = frozenset(_FIELD_ORDER)
+_DEFAULTS = {f.name: (f.default if f.default is not dataclasses.MISSING else f.default_factory())
+             for f in dataclasses.fields(RunRecord)
+             if f.default is not dataclasses.MISSING or f.default_factory is not dataclasses.MISSING}
 
 
 def mark_invalid(record: RunRecord, name: str, reason: str) -> None:

@@ -15,6 +15,7 @@ import zmq
 from opptune.agent.link import Link
 from opptune.agent.outbox import Outbox
 from opptune.shared import protocol as P
+from opptune.shared.records import RunRecord
 
 HB = 0.1  # fast heartbeats keep the tests short
 
@@ -300,9 +301,9 @@ def test_agent_process_runs_job_refuses_bad_and_stops_on_sigterm(ctx, router, tm
         seqs = sorted({m["body"]["seq"] for m in results})
         assert seqs == [0, 1, 2, 3]
         for m in results:
-            rec = m["body"]["record"]
-            assert rec["ok"] and rec["time_s"] > 0 and rec["user_s"] is not None
-            assert rec["platform"] == plat["id"] and m["body"]["of"] == 4
+            rec = RunRecord.from_dict(m["body"]["record"])
+            assert rec.ok and rec.time_s > 0 and rec.user_s is not None
+            assert rec.platform == plat["id"] and m["body"]["of"] == 4
         router.send(P.make("ack", "daemon", {"ids": [m["id"] for m in results]}))
         router.expect(lambda m: m["type"] == "heartbeat" and m["body"]["outbox"] == 0)
         runs = (tmp_path / "runs.txt").read_text().split()

@@ -141,8 +141,9 @@ def test_job_results_stored_in_order_and_duplicate_job_ignored(env):
     run_worker(ex, [j, j])
     msgs = [P.decode(d) for _, d in ex.outbox.pending()]
     assert [m["body"]["seq"] for m in msgs] == [0, 1, 2, 3]
-    assert all(m["body"]["of"] == 4 and m["body"]["record"]["ok"] for m in msgs)
-    assert [m["body"]["record"]["threads"] for m in msgs] == [1, 1, 2, 2]
+    recs = [RunRecord.from_dict(m["body"]["record"]) for m in msgs]
+    assert all(m["body"]["of"] == 4 for m in msgs) and all(r.ok for r in recs)
+    assert [r.threads for r in recs] == [1, 1, 2, 2]
     assert runner.runs == 6  # 2 points x (1 warmup + 2 reps), once
     assert ex.outbox.job("j1")["done"] and sent == []
 

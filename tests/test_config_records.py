@@ -101,3 +101,14 @@ def test_shipped_example_configs_load():
     daemon = load_daemon_config(etc / "daemon.toml")
     assert agent.daemon.startswith("tcp://") and agent.bench_kernels == ["all"]
     assert daemon.tolerance == 0.05 and daemon.sweep.frequencies == []
+
+
+def test_compact_form_leaves_out_defaults_and_round_trips():
+    rec = _record()
+    compact = rec.to_dict()
+    assert "energy_j" not in compact and "counters" not in compact and "ok" not in compact
+    assert compact["time_s"] == 1.5 and compact["cpus"] == [0, 1]
+    assert RunRecord.from_dict(compact) == rec
+    full = rec.to_dict(compact=False)
+    assert full["energy_j"] is None and full["ok"] is True
+    assert RunRecord.from_dict(full) == rec

@@ -8,6 +8,7 @@ import os
 
 import pytest
 
+from opptune.shared.records import RunRecord
 from procs import Cluster, all_jobs_complete, expected, received, recommendations_final
 
 pytestmark = pytest.mark.integration
@@ -43,10 +44,10 @@ def test_sweep_fit_recommend_apply_verify(tmp_path):
     assert {r[0] for r in stored} == set(KERNELS)
     assert {r[1] for r in stored} == set(range(1, CORES + 1))
     for workload, cores, threads, time_s, ok, record in stored:
-        rec = json.loads(record)
+        rec = RunRecord.from_dict(json.loads(record))
         assert ok == 1 and time_s > 0 and threads == cores
-        assert len(rec["cpus"]) == cores and rec["user_s"] is not None
-        assert len(rec["thread_stats"]) == threads
+        assert len(rec.cpus) == cores and rec.user_s is not None
+        assert len(rec.thread_stats) == threads
 
     fits = {(f["group"]["workload"] if isinstance(f["group"], dict) else f["group"][1]): f
             for f in st["fits"]}
