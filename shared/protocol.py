@@ -121,6 +121,8 @@ BODY_SCHEMAS: dict[str, dict[str, tuple[tuple[type, ...], bool]]] = {
 }
 
 MESSAGE_TYPES = frozenset(BODY_SCHEMAS)
+_ENVELOPE = (("v", _INT), ("type", _STR), ("id", _STR), ("ts", _NUM), ("agent", _STR),
+             ("body", _MAP))
 
 
 def new_id() -> str:
@@ -173,15 +175,13 @@ def validate(msg: Any) -> None:
     if not isinstance(msg, dict):
         raise ProtocolError("malformed", f"message must be a map, got {type(msg).__name__}")
     ref = msg.get("id") if isinstance(msg.get("id"), str) else None
-    for key, types in (("v", _INT), ("type", _STR), ("id", _STR), ("ts", _NUM),
-                       ("agent", _STR), ("body", _MAP)):
+    for key, types in _ENVELOPE:
         if key not in msg:
             raise ProtocolError("missing_field", f"envelope lacks required field '{key}'", ref)
-        value = msg[key]
-        if not isinstance(value, types) or isinstance(value, bool):
+        if type(msg[key]) not in types:  # exact types: bool is not an int here
             raise ProtocolError("bad_type", f"envelope field '{key}' must be "
                                             f"{'/'.join(t.__name__ for t in types)}, "
-                                            f"got {type(value).__name__}", ref)
+                                            f"got {type(msg[key]).__name__}", ref)
     if msg["v"] != PROTOCOL_VERSION:
         raise ProtocolError("bad_version", f"protocol version {msg['v']} is not supported "
                                            f"(this side speaks {PROTOCOL_VERSION})", ref)
@@ -200,7 +200,7 @@ def validate(msg: Any) -> None:
                                                      f"'{field}'", ref)
             continue
         value = body[field]
-        if not isinstance(value, types) or (isinstance(value, bool) and bool not in types):
+        if type(value) not in types and not (isinstance(value, types) and type(value) is not bool):
             raise ProtocolError("bad_type", f"{msg['type']} field '{field}' must be "
                                             f"{'/'.join(t.__name__ for t in types)}, "
                                             f"got {type(value).__name__}", ref)

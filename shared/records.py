@@ -75,28 +75,37 @@ class RunRecord:
         return rec
 
     def validate(self) -> None:
-        for name, types in (("platform", str), ("workload", str), ("input", str),
-                            ("variant", str)):
-            if not isinstance(getattr(self, name), types):
+        """Raise RecordError naming the first field that is wrong. Runs once per result on the
+        daemon's ingest path, hence exact type tests instead of generic loops."""
+        d = self.__dict__
+        for name in _TEXT_FIELDS:
+            if type(d[name]) is not str:
                 raise RecordError(f"record field '{name}' must be text")
-        for name in ("cores", "threads", "rep"):
-            v = getattr(self, name)
-            if not isinstance(v, int) or isinstance(v, bool) or v < 0:
+        for name in _COUNT_FIELDS:
+            v = d[name]
+            if type(v) is not int or v < 0:
                 raise RecordError(f"record field '{name}' must be a non-negative integer")
         if self.cores < 1 or self.threads < 1:
             raise RecordError("record needs cores >= 1 and threads >= 1")
-        if (not isinstance(self.cpus, (list, tuple)) or len(self.cpus) != self.cores
-                or not all(isinstance(c, int) for c in self.cpus)):
+        cpus = self.cpus
+        if (type(cpus) not in (list, tuple) or len(cpus) != self.cores
+                or not set(map(type, cpus)) <= _INT_TYPE):
             raise RecordError("record field 'cpus' must list exactly 'cores' cpu numbers")
-        for name in ("freq_mhz", "time_s", "wall_s", "user_s", "sys_s", "energy_j"):
-            v = getattr(self, name)
-            if v is not None and (not isinstance(v, (int, float)) or isinstance(v, bool)
-                                  or not math.isfinite(v) or v < 0):
+        for name in _NUMBER_FIELDS:
+            v = d[name]
+            if v is not None and (type(v) not in _NUMBER_TYPES or not 0 <= v < math.inf):
                 raise RecordError(f"record field '{name}' must be a finite number >= 0 or nil")
         if self.ok and self.time_s is None:
             raise RecordError("a successful record needs time_s")
-        if not isinstance(self.counters, dict) or not isinstance(self.invalid, dict):
+        if type(self.counters) is not dict or type(self.invalid) is not dict:
             raise RecordError("record fields 'counters' and 'invalid' must be maps")
+
+
+_TEXT_FIELDS = ("platform", "workload", "input", "variant")
+_COUNT_FIELDS = ("cores", "threads", "rep")
+_NUMBER_FIELDS = ("freq_mhz", "time_s", "wall_s", "user_s", "sys_s", "energy_j")
+_NUMBER_TYPES = (int, float)  # exact types: bool is refused
+_INT_TYPE = {int}
 
 
 _FIELD_ORDER = tuple(f.name for f in dataclasses.fields(RunRecord))
