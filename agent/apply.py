@@ -128,7 +128,7 @@ class Executor:
         body = msg["body"]
         cid = body["config_id"]
         spec = RunSpec(body["workload"], body["size"], list(body["cpus"]), body["threads"],
-                       body.get("freq_khz"))
+                       body.get("freq_khz"), variant=str(body.get("variant", "")))
         recs = self.runner.run_point(spec, body["reps"], warmup=CONFIG_WARMUP)
         times = [r.time_s for r in recs if r.ok and r.time_s is not None]
         out: dict[str, Any] = {"config_id": cid, "records": [r.to_dict() for r in recs]}

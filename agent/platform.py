@@ -149,6 +149,9 @@ def discover(config: AgentConfig) -> dict[str, Any]:
         "clusters": topo.get("clusters") or [cpus],
         "policies": topo.get("policies") or [],
         "sweep_order": topo.get("sweep_order") or cpus,
+        # per cluster (same index as "clusters"): its cpus in sweep order (per-cluster sweeps)
+        "cluster_sweep_orders": topo.get("cluster_sweep_orders")
+        or [list(c) for c in (topo.get("clusters") or [cpus])],
         "n_nu": topo.get("n_nu"),
         "n_ht": topo.get("n_ht"),
         "virtual": bool(config.virtual_board),

@@ -33,6 +33,9 @@ class FitRequest:
     agent: str | None = None  # whom to recommend to afterwards
     job_id: str | None = None
     recommend: bool = True
+    # what the model will be asked (query Observations over the recommendation's candidate
+    # grid, or "extrapolate"/None): makes the model choice extrapolation-aware
+    target: Any = None
 
 
 @dataclass
@@ -74,9 +77,13 @@ def _summary(model: Any) -> dict[str, Any]:
         return {"model": getattr(model, "name", "?"), "error": str(exc)}
 
 
-def fit_group(obs: Observations) -> tuple[FittedModel, list[dict[str, Any]]]:
-    """Choose and fit a model: cross-validated by ``models.select.choose`` when available,
-    else the lowest training RMSE among the candidates. Returns (model, runners-up)."""
+def fit_group(obs: Observations, target: Any = None
+              ) -> tuple[FittedModel, list[dict[str, Any]]]:
+    """Choose and fit a model: cross-validated by ``models.select.choose`` when available
+    (validated the way ``target`` will be predicted: forward chaining where the target leaves
+    the measured cores/frequencies), else the lowest training RMSE among the candidates.
+    Returns (model, runners-up). With two or more frequencies the candidates include memwall,
+    the model over both axes."""
     cands = candidates_for(obs)
     if not cands:
         raise NotEnoughData("no time model applies to this group's runs")
@@ -85,7 +92,7 @@ def fit_group(obs: Observations) -> tuple[FittedModel, list[dict[str, Any]]]:
     except ImportError:
         select = None
     if select is not None and hasattr(select, "choose"):
-        sel = select.choose(obs, candidates=cands, k=5, seed=0)
+        sel = select.choose(obs, candidates=cands, k=5, seed=0, target=target)
         return _from_selection(sel)
     fitted, errors = [], []
     for name in cands:
@@ -109,7 +116,8 @@ def _from_selection(sel: Any) -> tuple[FittedModel, list[dict[str, Any]]]:
     cross-validation rows, best first."""
     model = sel.model
     chosen = sel.scores.get(sel.name, {})
-    model.quality = {**model.quality, "cv_mape": chosen.get("cv_mape"), "cv_folds": sel.folds}
+    model.quality = {**model.quality, "cv_mape": chosen.get("cv_mape"), "cv_folds": sel.folds,
+                     "cv_scheme": getattr(sel, "scheme", None)}
     runners = [{"model": row["name"], **_plain(row)} for row in sel.table()
                if row["name"] != sel.name]
     return model, runners
@@ -199,7 +207,7 @@ class Fitter:
         t0 = time.perf_counter()
         out = FitOutcome(req)
         try:
-            model, runners = fit_group(observations(req.rows))
+            model, runners = fit_group(observations(req.rows), req.target)
             out.model, out.runners_up = model, runners
             out.description = _plain(model.describe())
         except Exception as exc:  # a fit failing must never stop the worker

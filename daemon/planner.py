@@ -1,8 +1,21 @@
 """Sweep planning: which points an agent measures for one workload.
 
 A sweep takes cores 1..N in the platform's sweep order (the agent's topology puts distinct
-physical cores and NUMA nodes first), one thread per core, and, when frequencies are
-configured, every core count at every frequency.
+physical cores and NUMA nodes first), one thread per core, and every core count at every
+frequency of the frequency grid (``SweepDefaults.frequency_grid``):
+
+* ``"list"`` (default): the ``frequencies`` list (kHz); an empty list leaves the frequency alone;
+* ``"none"``: leave the frequency alone (the board's own governor);
+* ``"all"``: every frequency the points' cpufreq policies offer;
+* ``"N"`` (a whole number >= 1): N frequencies evenly spread over the offered table, lowest and
+  highest included (``"1"`` = the highest).
+
+Only frequencies that every point of a sweep can be set to are planned: the intersection of the
+tables of the policies of the sweep's cpus (so all core counts share one grid, which is what a
+cores x frequency model needs). With ``per_cluster`` on a heterogeneous board (big.LITTLE) each
+cluster is swept on its own, in the cluster's own sweep order and with its own table; its points
+carry ``variant = "cluster<i>"`` (i indexes ``platform["clusters"]``), so the daemon fits and
+recommends per cluster. A homogeneous board has one cluster and no variant.
 """
 
 from __future__ import annotations
@@ -10,7 +23,12 @@ from __future__ import annotations
 import uuid
 from typing import Any
 
-from ..shared.config import SweepDefaults
+from ..shared.config import ConfigError, SweepDefaults
+
+
+class PlanError(ValueError):
+    """The requested sweep cannot be planned on this platform (e.g. frequencies without
+    cpufreq)."""
 
 
 def sweep_order(platform: dict[str, Any]) -> list[int]:
@@ -24,23 +42,131 @@ def sweep_order(platform: dict[str, Any]) -> list[int]:
     return list(range(n)) if isinstance(n, int) and n > 0 else [0]
 
 
+def cluster_orders(platform: dict[str, Any]) -> list[list[int]]:
+    """Per cluster (index into ``platform["clusters"]``), its cpus in sweep order: the
+    platform's ``cluster_sweep_orders`` when it sent them, else the board-wide sweep order
+    restricted to each cluster. One cluster (the whole board) when none are described."""
+    given = platform.get("cluster_sweep_orders")
+    clusters = platform.get("clusters")
+    if isinstance(given, list) and given and all(isinstance(o, list) and o for o in given):
+        return [list(o) for o in given]
+    order = sweep_order(platform)
+    if not (isinstance(clusters, list) and clusters):
+        return [order]
+    out = []
+    for cl in clusters:
+        members = set(cl)
+        sub = [c for c in order if c in members]
+        if sub:
+            out.append(sub)
+    return out or [order]
+
+
+def cluster_order(platform: dict[str, Any], variant: str) -> list[int]:
+    """Sweep order for a group's variant: the cluster's for ``cluster<i>``, else the board's."""
+    if variant.startswith("cluster") and variant[7:].isdigit():
+        orders = cluster_orders(platform)
+        i = int(variant[7:])
+        if i < len(orders):
+            return orders[i]
+    return sweep_order(platform)
+
+
+def offered_frequencies(platform: dict[str, Any], cpus: list[int]) -> list[int] | None:
+    """Frequencies (kHz) every cpufreq policy of ``cpus`` offers, ascending; None when the
+    platform has no usable cpufreq. A policy without a table reports its [min, max] range."""
+    cf = platform.get("cpufreq")
+    if not isinstance(cf, dict) or not cf.get("available"):
+        return None
+    by_policy = cf.get("frequencies_khz") or {}
+    want = set(cpus)
+    sets = []
+    for pol in platform.get("policies") or []:
+        pcpus = set(pol.get("related_cpus") or pol.get("cpus") or [])
+        if pcpus & want and pol.get("name") in by_policy:
+            sets.append({int(f) for f in by_policy[pol["name"]] if f})
+    if not sets:
+        sets = [{int(f) for f in v if f} for v in by_policy.values()]
+    return sorted(set.intersection(*sets)) if sets else None
+
+
+def spread(table: list[int], n: int) -> list[int]:
+    """``n`` entries of the ascending ``table`` evenly spread by index, both ends included
+    (n = 1: the highest); the whole table when n >= its length."""
+    if n >= len(table):
+        return list(table)
+    if n == 1:
+        return [table[-1]]
+    idx = sorted({round(i * (len(table) - 1) / (n - 1)) for i in range(n)})
+    return [table[i] for i in idx]
+
+
+def _within(table: list[int], f: int) -> bool:
+    if f in table:
+        return True
+    # only a range is known (no scaling_available_frequencies): the agent accepts within it
+    return len(table) == 2 and table[0] <= f <= table[1]
+
+
+def grid_frequencies(platform: dict[str, Any], cpus: list[int], grid: str | int,
+                   listed: list[int]) -> list[int | None]:
+    """The frequencies (kHz) to measure ``cpus`` at; [None] = leave the frequency alone."""
+    if grid == "none" or (grid == "list" and not listed):
+        return [None]
+    table = offered_frequencies(platform, cpus)
+    if table is None or not table:
+        if grid == "list" and "cpufreq" not in platform:
+            return sorted(set(listed))  # nothing known about cpufreq: the agent decides
+        reason = (platform.get("cpufreq") or {}).get("reason") or "no cpufreq frequencies " \
+                                                                  "described"
+        raise PlanError(f"frequency_grid {grid!r} needs frequencies, but cpus "
+                        f"{sorted(cpus)} offer none: {reason}")
+    if grid == "list":
+        chosen = sorted({int(f) for f in listed if _within(table, int(f))})
+        if not chosen:
+            raise PlanError(f"none of the frequencies {sorted(listed)} kHz is offered for cpus "
+                            f"{sorted(cpus)}; offered: {table}")
+        return list(chosen)
+    if grid == "all":
+        return list(table)
+    return spread(table, int(grid))
+
+
 def new_job_id() -> str:
     return "job-" + uuid.uuid4().hex[:20]
 
 
 def plan_sweep(platform: dict[str, Any], workload: str, defaults: SweepDefaults,
                size: str | None = None, reps: int | None = None, warmup: int | None = None,
-               max_cores: int | None = None, frequencies: list[int] | None = None
+               max_cores: int | None = None, frequencies: list[int] | None = None,
+               frequency_grid: str | int | None = None, per_cluster: bool | None = None
                ) -> dict[str, Any]:
-    """A ``job`` body for ``workload`` on ``platform``; arguments left None take the defaults."""
-    order = sweep_order(platform)
+    """A ``job`` body for ``workload`` on ``platform``; arguments left None take the defaults.
+
+    An explicit ``frequencies`` list without ``frequency_grid`` means grid "list". Raises
+    :class:`PlanError` when the grid needs frequencies the platform does not offer, and
+    ConfigError for a malformed grid."""
+    if frequency_grid is None:
+        grid = "list" if frequencies is not None else defaults.frequency_grid
+    else:
+        grid = frequency_grid
+    grid = SweepDefaults.parse_grid(grid, "frequency_grid")
+    listed = list(defaults.frequencies if frequencies is None else frequencies)
+    per = defaults.per_cluster if per_cluster is None else bool(per_cluster)
     limit = defaults.max_cores if max_cores is None else max_cores
-    n = min(limit, len(order)) if limit and limit > 0 else len(order)
-    freqs = list(defaults.frequencies if frequencies is None else frequencies)
+    orders = cluster_orders(platform) if per else []
+    segments = ([(f"cluster{i}", o) for i, o in enumerate(orders)] if len(orders) > 1
+                else [("", sweep_order(platform))])
     points = []
-    for cores in range(1, n + 1):
-        for f in (freqs or [None]):
-            points.append({"cpus": order[:cores], "threads": cores, "freq_khz": f})
+    for variant, order in segments:
+        n = min(limit, len(order)) if limit and limit > 0 else len(order)
+        freqs = grid_frequencies(platform, order[:n], grid, listed)
+        for cores in range(1, n + 1):
+            for f in freqs:
+                pt: dict[str, Any] = {"cpus": order[:cores], "threads": cores, "freq_khz": f}
+                if variant:
+                    pt["variant"] = variant
+                points.append(pt)
     return {
         "job_id": new_job_id(),
         "workload": workload,
@@ -49,3 +175,7 @@ def plan_sweep(platform: dict[str, Any], workload: str, defaults: SweepDefaults,
         "reps": defaults.reps if reps is None else reps,
         "warmup": defaults.warmup if warmup is None else warmup,
     }
+
+
+__all__ = ["ConfigError", "PlanError", "cluster_order", "cluster_orders", "grid_frequencies",
+           "new_job_id", "offered_frequencies", "plan_sweep", "spread", "sweep_order"]

@@ -14,7 +14,7 @@ from typing import Any, Sequence
 import numpy as np
 
 from .models.base import FittedModel, Observations
-from .planner import sweep_order
+from .planner import offered_frequencies, sweep_order
 
 
 @dataclass
@@ -50,20 +50,54 @@ def fewest_within(cores: Sequence[float], times: Sequence[float], tolerance: flo
     return int(within[np.lexsort((f[within], c[within]))[0]])
 
 
+def candidate_grid(platform: dict[str, Any], frequencies_khz: Sequence[int] | None = None,
+                   max_cores: int | None = None, order: Sequence[int] | None = None
+                   ) -> tuple[list[int], np.ndarray, np.ndarray | None]:
+    """The configurations a recommendation chooses from: (cpu order, cores, freq_khz or None).
+
+    Cores run 1..len(order) (the board's sweep order unless ``order`` is given, e.g. one
+    cluster's), capped by ``max_cores``. With ``frequencies_khz`` (the frequencies the model was
+    fitted on) each core count is paired with every frequency the policies of its cpus offer
+    (the platform's cpufreq tables), plus the fitted ones the agent would accept; when the
+    platform describes no cpufreq, with the fitted ones only. Without them, cores only."""
+    order = list(order) if order else sweep_order(platform)
+    n = len(order) if not max_cores else min(max_cores, len(order))
+    fitted = sorted({int(f) for f in frequencies_khz or [] if f})
+    if not fitted:
+        return order, np.arange(1, n + 1, dtype=float), None
+    cc: list[float] = []
+    ff: list[float] = []
+    for k in range(1, n + 1):
+        table = offered_frequencies(platform, order[:k])
+        if table:
+            ranged = len(table) == 2  # maybe only [min, max] is known: fitted ones within it
+            freqs = sorted(set(table) | {f for f in fitted
+                                         if ranged and table[0] <= f <= table[1]})
+        else:
+            freqs = fitted
+        cc += [float(k)] * len(freqs)
+        ff += [float(f) for f in freqs]
+    return order, np.asarray(cc), np.asarray(ff)
+
+
+def target_observations(platform: dict[str, Any], frequencies_khz: Sequence[int] | None = None,
+                        max_cores: int | None = None, order: Sequence[int] | None = None
+                        ) -> Observations:
+    """The candidate grid as query Observations (freq in MHz): what model choice must predict."""
+    _, cc, ff = candidate_grid(platform, frequencies_khz, max_cores, order)
+    return Observations.query(cc) if ff is None else Observations.query(cc, ff / 1000.0)
+
+
 def recommend(model: FittedModel, platform: dict[str, Any], tolerance: float = 0.05,
               frequencies_khz: Sequence[int] | None = None,
-              max_cores: int | None = None) -> Recommendation:
-    """Recommend cores (and frequency, when ``frequencies_khz`` is given) over 1..n_cpus."""
-    order = sweep_order(platform)
-    n = len(order) if not max_cores else min(max_cores, len(order))
-    cores = np.arange(1, n + 1, dtype=float)
-    freqs = list(frequencies_khz or [])
-    if freqs:
-        cc, ff = np.meshgrid(cores, np.asarray(freqs, dtype=float), indexing="ij")
-        cc, ff = cc.ravel(), ff.ravel()
+              max_cores: int | None = None, order: Sequence[int] | None = None
+              ) -> Recommendation:
+    """Recommend cores (and a frequency, when ``frequencies_khz`` is given: the model has a
+    frequency axis) over :func:`candidate_grid`."""
+    order, cc, ff = candidate_grid(platform, frequencies_khz, max_cores, order)
+    if ff is not None:
         pred = model.predict(Observations.query(cc, ff / 1000.0))
     else:
-        cc, ff = cores, None
         pred = model.predict(Observations.query(cc))
     value = np.asarray(pred.value, dtype=float)
     i = fewest_within(cc, value, tolerance, ff)

@@ -21,12 +21,12 @@ import uuid
 from typing import Any, Callable
 
 from ..shared import protocol
-from ..shared.config import ConfigError, DaemonConfig, load_daemon_config
+from ..shared.config import ConfigError, DaemonConfig, SweepDefaults, load_daemon_config
 from ..shared.records import RecordError, RunRecord
 from .fitter import FitOutcome, FitRequest, Fitter
 from .link import Link
-from .planner import plan_sweep
-from .recommend import recommend
+from .planner import PlanError, cluster_order, plan_sweep
+from .recommend import recommend, target_observations
 from .registry import Registry, platform_id_of
 from .store import Group, ResultIn, open_store
 
@@ -218,7 +218,28 @@ class Daemon:
                     recommend_after: bool = True) -> None:
         """Queue a fit of ``group`` from its stored successful runs."""
         rows = self.store.group_runs(group)
-        self.fitter.submit(FitRequest(group, rows, agent, job_id, recommend_after))
+        target = None
+        try:
+            platform, order, freqs = self._grid_inputs(agent, group, rows)
+            target = target_observations(platform, _axis(freqs), order=order)
+        except Exception as exc:  # no target: the choice falls back to k-fold validation
+            log.warning("no query grid for %s: %s", "/".join(group), exc)
+        self.fitter.submit(FitRequest(group, rows, agent, job_id, recommend_after,
+                                      target=target))
+
+    def _grid_inputs(self, agent: str | None, group: Group, rows: Any
+                     ) -> tuple[dict[str, Any], list[int], list[int] | None]:
+        """(platform description, cpu order, measured frequencies in kHz or None) for a group:
+        a ``cluster<i>`` variant recommends within that cluster; frequencies come from the
+        group's runs, so the candidate grid has a frequency axis exactly when the model does."""
+        info = self.registry.get(agent) if agent else None
+        platform = (info.platform if info else None) or self.store.platform(group.platform) or {}
+        order = cluster_order(platform, group.variant)
+        measured = [f for _, f, _ in rows]
+        freqs = None
+        if measured and all(f is not None and f == f for f in measured):
+            freqs = sorted({int(round(f * 1000)) for f in measured})
+        return platform, order, freqs
 
     # -- hello, heartbeat, applied, error ----------------------------------------------------
     def _on_hello(self, identity: bytes, msg: dict[str, Any]) -> None:
@@ -251,14 +272,22 @@ class Daemon:
             log.info("resending unfinished job %s to %s", job["job_id"], agent)
             self._send_job(agent, job, save=False)
             return
-        self.start_sweep(agent, [workload])
+        try:
+            self.start_sweep(agent, [workload])
+        except HandlerError as exc:
+            # e.g. a frequency grid on a board without cpufreq: sweep cores only, say why
+            log.warning("sweep of %s for %s as configured: %s; sweeping cores only at the "
+                        "board's own frequency", workload, agent, exc)
+            self.start_sweep(agent, [workload], frequency_grid="none")
 
     def start_sweep(self, agent: str, workloads: list[str] | None = None,
                     size: str | None = None, reps: int | None = None,
-                    warmup: int | None = None, max_cores: int | None = None
-                    ) -> list[dict[str, Any]]:
+                    warmup: int | None = None, max_cores: int | None = None,
+                    frequency_grid: str | int | None = None, per_cluster: bool | None = None,
+                    frequencies: list[int] | None = None) -> list[dict[str, Any]]:
         """Plan and send one sweep job per workload to ``agent``; returns for each job its
-        job_id, workload, size, n_points, reps."""
+        job_id, workload, size, n_points, reps. Options left None take ``[sweep]``'s; a grid
+        the platform cannot honour raises HandlerError("bad_args") before anything is sent."""
         info = self.registry.get(agent)
         if info is None:
             raise HandlerError("unknown_agent", f"no agent '{agent}'")
@@ -272,18 +301,28 @@ class Daemon:
             raise HandlerError("unknown_workload", f"agent '{agent}' does not offer "
                                                    f"{', '.join(bad)}; it offers "
                                                    f"{', '.join(sorted(offered)) or 'nothing'}")
-        ids = []
+        ids: list[dict[str, Any]] = []
+        jobs: list[dict[str, Any]] = []
         for name in names:
             job_size = size
             if job_size is None:
                 sizes = info.workload_sizes(name)
                 job_size = (self.config.sweep.size if not sizes or self.config.sweep.size
                             in sizes else sizes[0])
-            job = plan_sweep(info.platform, name, self.config.sweep, size=job_size, reps=reps,
-                             warmup=warmup, max_cores=max_cores)
+            try:
+                job = plan_sweep(info.platform, name, self.config.sweep, size=job_size,
+                                 reps=reps, warmup=warmup, max_cores=max_cores,
+                                 frequencies=frequencies, frequency_grid=frequency_grid,
+                                 per_cluster=per_cluster)
+            except (PlanError, ValueError) as exc:
+                raise HandlerError("bad_args", f"cannot plan a sweep of {name} for {agent}: "
+                                               f"{exc}") from None
+            jobs.append(job)
+        for job in jobs:
             self._send_job(agent, job)
-            ids.append({"job_id": job["job_id"], "workload": name, "size": job["size"],
-                        "n_points": len(job["points"]), "reps": job["reps"]})
+            ids.append({"job_id": job["job_id"], "workload": job["workload"],
+                        "size": job["size"], "n_points": len(job["points"]),
+                        "reps": job["reps"]})
         return ids
 
     def _send_job(self, agent: str, job: dict[str, Any], save: bool = True) -> None:
@@ -361,25 +400,33 @@ class Daemon:
         self.stats["fits"] += 1
         log.info("fitted %s: %s in %.3f s", name, d.get("model"), out.seconds)
         if req.recommend and req.agent and self.config.auto_recommend:
-            self.push_recommendation(req.agent, req.group, out.model, req.job_id)
+            self.push_recommendation(req.agent, req.group, out.model, req.job_id, req.rows)
 
     def push_recommendation(self, agent: str, group: Group, model: Any,
-                            job_id: str | None = None) -> dict[str, Any] | None:
+                            job_id: str | None = None, rows: Any = None
+                            ) -> dict[str, Any] | None:
+        """Recommend (cores, frequency) for ``group`` from ``model`` and push it to ``agent``.
+
+        Candidates: cores 1..n of the group's cpu order (the board's, or its cluster's), and,
+        when the group was measured at two or more frequencies, every frequency the policies
+        of the candidate cpus offer. A group measured at one frequency is recommended at it."""
         info = self.registry.get(agent)
-        platform = (info.platform if info else None) or self.store.platform(group.platform) or {}
-        freqs = None
-        job = self.store.job(job_id) if job_id else None
-        if job:
-            freqs = sorted({p["freq_khz"] for p in job["points"] if p.get("freq_khz")}) or None
+        if rows is None:
+            rows = self.store.group_runs(group)
+        platform, order, freqs = self._grid_inputs(agent, group, rows)
         try:
-            r = recommend(model, platform, self.config.tolerance, freqs)
+            r = recommend(model, platform, self.config.tolerance, _axis(freqs), order=order)
         except ValueError as exc:
             log.warning("no recommendation for %s: %s", "/".join(group), exc)
             return None
+        if r.freq_khz is None and freqs and len(freqs) == 1:
+            r.freq_khz = r.best_freq_khz = freqs[0]  # measured there only: keep it there
         config_id = "cfg-" + uuid.uuid4().hex[:20]
         body = {"config_id": config_id, "workload": group.workload, "size": group.input,
                 "cpus": r.cpus, "threads": r.threads, "freq_khz": r.freq_khz,
                 "reps": self.config.verify_reps, "predicted_time_s": r.predicted_time_s}
+        if group.variant:
+            body["variant"] = group.variant  # verification runs join the group they came from
         sent = info is not None and info.identity is not None and self.send(
             info.identity, "config", body)
         rec = {"config_id": config_id, "agent": agent, **group.as_dict(), "cores": r.cores,
@@ -431,7 +478,22 @@ class Daemon:
         size = args.get("size")
         if size is not None and not isinstance(size, str):
             raise HandlerError("bad_args", "sweep args.size must be text")
-        return self.start_sweep(agent, workloads, size=size, **ints)
+        grid = args.get("frequency_grid")
+        if grid is not None:
+            try:
+                grid = SweepDefaults.parse_grid(grid, "args.frequency_grid")
+            except ConfigError as exc:
+                raise HandlerError("bad_args", f"sweep {exc}") from None
+        per_cluster = args.get("per_cluster")
+        if per_cluster is not None and not isinstance(per_cluster, bool):
+            raise HandlerError("bad_args", "sweep args.per_cluster must be true or false")
+        freqs = args.get("frequencies")
+        if freqs is not None and not (isinstance(freqs, list) and all(
+                isinstance(f, int) and not isinstance(f, bool) and f > 0 for f in freqs)):
+            raise HandlerError("bad_args", "sweep args.frequencies must be a list of kHz "
+                                           "integers")
+        return self.start_sweep(agent, workloads, size=size, frequency_grid=grid,
+                                per_cluster=per_cluster, frequencies=freqs, **ints)
 
     def _query_fit(self, args: dict[str, Any]) -> list[dict[str, str]]:
         """Refit the stored groups matching args.platform/workload/input/variant (each
@@ -474,6 +536,11 @@ class Daemon:
             "fits": fits,
             "recommendations": recs,
         }
+
+
+def _axis(freqs: list[int] | None) -> list[int] | None:
+    """Measured frequencies when they form a frequency axis (two or more), else None."""
+    return freqs if freqs and len(freqs) >= 2 else None
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -56,7 +56,39 @@ class SweepDefaults:
     reps: int = 3
     warmup: int = 1
     max_cores: int = 0  # 0 = all cores the agent reports
-    frequencies: list[int] = field(default_factory=list)  # kHz; empty = do not set frequency
+    frequencies: list[int] = field(default_factory=list)  # kHz, for frequency_grid = "list"
+    # Which frequencies each core count is measured at (only ones the points' cpufreq policies
+    # offer are planned):
+    #   "list" (default): the ``frequencies`` list; an empty list = leave the frequency alone
+    #   "none": leave the frequency alone (the board's own governor)
+    #   "all":  every frequency the platform offers
+    #   "N" (a whole number >= 1, e.g. "3"): N frequencies evenly spread over the offered
+    #           table, lowest and highest included ("1" = the highest only)
+    frequency_grid: str = "list"
+    # Sweep each cluster (frequency domain) of a heterogeneous board on its own: each point's
+    # cpus lie in one cluster, with that cluster's frequency table.
+    per_cluster: bool = False
+
+    GRID_WORDS = ("none", "all", "list")
+
+    @staticmethod
+    def parse_grid(value: Any, key: str = "sweep.frequency_grid") -> str | int:
+        """"none", "all", "list" or a step count (int >= 1); ConfigError naming ``key``."""
+        if isinstance(value, int) and not isinstance(value, bool) and value >= 1:
+            return value
+        if isinstance(value, str):
+            v = value.strip().lower()
+            if v in SweepDefaults.GRID_WORDS:
+                return v
+            if v.isdigit() and int(v) >= 1:
+                return int(v)
+        raise ConfigError(f"'{key}' must be \"none\", \"all\", \"list\" or a number of "
+                          f"evenly spread frequencies >= 1 (e.g. \"3\"), got {value!r}")
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        if name == "frequency_grid":
+            self.parse_grid(value)  # fail at load time, naming the key
+        super().__setattr__(name, value)
 
 
 @dataclass
