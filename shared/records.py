@@ -67,10 +67,18 @@ class RunRecord:
         unknown = data.keys() - _FIELD_NAMES
         if unknown:
             raise RecordError(f"record has unknown fields: {', '.join(sorted(map(str, unknown)))}")
-        try:
-            rec = cls(**data)
-        except TypeError as exc:
-            raise RecordError(f"record is incomplete: {exc}") from None
+        missing = _REQUIRED - data.keys()
+        if missing:
+            raise RecordError(f"record is incomplete: lacks {', '.join(sorted(missing))}")
+        # Filling __dict__ directly skips the generated __init__ (the ingest path decodes
+        # every result); mutable defaults get fresh objects as __init__ would give them.
+        values = dict(_SCALAR_DEFAULTS)
+        values.update(data)
+        for name, factory in _MUTABLE_DEFAULTS:
+            if name not in data:
+                values[name] = factory()
+        rec = cls.__new__(cls)
+        rec.__dict__.update(values)
         rec.validate()
         return rec
 
@@ -110,6 +118,13 @@ _INT_TYPE = {int}
 
 _FIELD_ORDER = tuple(f.name for f in dataclasses.fields(RunRecord))
 _FIELD_NAMES = frozenset(_FIELD_ORDER)
+_REQUIRED = frozenset(f.name for f in dataclasses.fields(RunRecord)
+                      if f.default is dataclasses.MISSING
+                      and f.default_factory is dataclasses.MISSING)
+_SCALAR_DEFAULTS = {f.name: f.default for f in dataclasses.fields(RunRecord)
+                    if f.default is not dataclasses.MISSING}
+_MUTABLE_DEFAULTS = tuple((f.name, f.default_factory) for f in dataclasses.fields(RunRecord)
+                          if f.default_factory is not dataclasses.MISSING)
 _DEFAULTS = {f.name: (f.default if f.default is not dataclasses.MISSING else f.default_factory())
              for f in dataclasses.fields(RunRecord)
              if f.default is not dataclasses.MISSING or f.default_factory is not dataclasses.MISSING}

@@ -64,7 +64,10 @@ def test_sweep_fit_recommend_apply_verify(tmp_path):
     assert len(verified) == len(KERNELS) and all(s == "verified" and t > 0 for s, t in verified)
 
 
-def test_daemon_killed_mid_sweep_loses_and_duplicates_nothing(tmp_path):
+@pytest.mark.parametrize("victim", ["daemon", "agent"])
+def test_sigkill_mid_sweep_loses_and_duplicates_nothing(tmp_path, victim):
+    """SIGKILL the daemon (the agent's outbox resends) or the agent (it resumes its job from
+    its outbox) in the middle of a sweep, restart it: every result is stored exactly once."""
     c = Cluster(tmp_path, kernels=KERNELS, reps=4, max_cores=CORES)
     c.start_daemon()
     c.start_agent()
@@ -72,27 +75,10 @@ def test_daemon_killed_mid_sweep_loses_and_duplicates_nothing(tmp_path):
         st = c.wait_for(lambda s: 2 <= received(s) < expected(s) - 4, timeout=60,
                         what="the sweep under way")
         n_expected = expected(st)
-        c.kill("daemon")
-        c.start_daemon()
+        c.kill(victim)
+        getattr(c, f"start_{victim}")()
         c.wait_for(lambda s: all_jobs_complete(s, len(KERNELS)), timeout=120,
-                   what="all results after the daemon restart")
-    finally:
-        c.stop()
-    _check_runs_exactly_once(c, n_expected)
-
-
-def test_agent_killed_mid_sweep_resumes_without_duplicates(tmp_path):
-    c = Cluster(tmp_path, kernels=KERNELS, reps=4, max_cores=CORES)
-    c.start_daemon()
-    c.start_agent()
-    try:
-        st = c.wait_for(lambda s: 2 <= received(s) < expected(s) - 4, timeout=60,
-                        what="the sweep under way")
-        n_expected = expected(st)
-        c.kill("agent")
-        c.start_agent()
-        c.wait_for(lambda s: all_jobs_complete(s, len(KERNELS)), timeout=120,
-                   what="all results after the agent restart")
+                   what=f"all results after the {victim} restart")
     finally:
         c.stop()
     _check_runs_exactly_once(c, n_expected)
