@@ -195,7 +195,14 @@ class Runner:
 
         Why not preexec_fn: it is unsafe in a threaded process. A forked child inherits the
         affinity of the *calling thread*, so this worker thread narrows its own mask around the
-        fork and widens it again; the rest of the agent is untouched."""
+        fork and widens it again; the rest of the agent is untouched.
+
+        On a virtual board the cpus are the board's, not this machine's (cpu 4 of an
+        ODROID-XU4 may not exist here): the virtual workload gets them as an argument and its
+        process is not pinned."""
+        if self.virtual:
+            return subprocess.Popen(argv, env=env, stdin=subprocess.DEVNULL, stdout=out,
+                                    stderr=err, close_fds=True, start_new_session=True)
         old = os.sched_getaffinity(0)
         os.sched_setaffinity(0, cpus)
         try:
@@ -223,7 +230,7 @@ class Runner:
             with self._lock:
                 self._child = proc
             try:
-                affinity = sorted(os.sched_getaffinity(proc.pid))
+                affinity = None if self.virtual else sorted(os.sched_getaffinity(proc.pid))
             except OSError:
                 affinity = None  # already exited: it inherited the mask at fork anyway
             status, ru, why = self._wait(proc)
