@@ -25,6 +25,9 @@ from rich.table import Table
 from .client import DaemonUnreachable, QueryFailed, query
 
 FINAL_STATES = {"verified", "refused", "failed"}
+# On a virtual board the sweep is cores x this many frequencies, evenly spread over the board's
+# table (lowest and highest included): the whole grid on a Pi takes a few seconds.
+VIRTUAL_FREQUENCY_STEPS = 3
 
 
 def _free_port() -> int:
@@ -53,7 +56,11 @@ def prepare(args: argparse.Namespace, run_dir: Path) -> tuple[str, Path, Path]:
         "bind": endpoint, "database": str(run_dir / "opptune.db"), "heartbeat_s": 1.0,
         "auto_sweep": True, "auto_recommend": True, "verify_reps": args.reps,
     }, {"sweep": {"size": args.size, "reps": args.reps, "warmup": args.warmup,
-                  "max_cores": args.max_cores}})
+                  "max_cores": args.max_cores,
+                  # a virtual board has every knob: sweep cores x frequencies there; on the
+                  # real machine leave the frequency to its governor (the knob may be absent)
+                  "frequency_grid": (str(VIRTUAL_FREQUENCY_STEPS) if args.virtual_board
+                                     else "none")}})
     agent: dict[str, Any] = {
         "agent_id": "demo-agent", "daemon": endpoint, "state_dir": str(run_dir / "agent"),
         "heartbeat_s": 1.0, "bench_kernels": args.workload or ["all"],
@@ -123,7 +130,8 @@ def run_demo(args: argparse.Namespace) -> int:
     console.print(f"opptune demo: everything goes to [bold]{run_dir}[/bold]")
     if args.virtual_board:
         console.print(f"[yellow]VIRTUAL BOARD '{args.virtual_board}': times and energies come "
-                      "from a model, not from this machine's hardware[/yellow]")
+                      "from a model, not from this machine's hardware; sweeping cores x "
+                      f"{VIRTUAL_FREQUENCY_STEPS} frequencies[/yellow]")
     endpoint, daemon_toml, agent_toml = prepare(args, run_dir)
     py = sys.executable
     daemon = _start([py, "-m", "opptune.daemon.service", "--config", str(daemon_toml)],
@@ -199,34 +207,74 @@ def _report_knobs(console: Console, platform: Any) -> None:
             console.print(f"  [yellow]{knob}: not available[/yellow] ({info.get('reason')})")
 
 
+def _run_details(db_path: Path) -> dict[tuple, list[tuple]]:
+    """Per group (platform, workload, input, variant): (cores, freq_mhz, time_s, energy_j,
+    virtual) of its successful runs. Read-only; energy and the virtual flag are not part of
+    the store's fitting view."""
+    import sqlite3
+    con = sqlite3.connect(f"file:{db_path}?mode=ro", uri=True)
+    try:
+        rows = con.execute("SELECT platform, workload, input, variant, cores, freq_mhz, time_s, "
+                           "energy_j, virtual FROM runs WHERE ok=1 AND time_s IS NOT NULL")
+        out: dict[tuple, list[tuple]] = {}
+        for r in rows:
+            out.setdefault(tuple(r[:4]), []).append(tuple(r[4:]))
+        return out
+    finally:
+        con.close()
+
+
+def _median(values: list[Any]) -> float | None:
+    vals = [v for v in values if v is not None]
+    return statistics.median(vals) if vals else None
+
+
 def summarise(db_path: Path, status: dict[str, Any]) -> list[dict[str, Any]]:
-    """Per workload: median time and speedup per core count, the fit, the recommendation."""
+    """Per workload (and cluster on a per-cluster sweep): median time, speedup (over one core
+    at the same frequency) and median energy per (cores, frequency); the fit; the
+    recommendation; whether the records are virtual."""
     from .store import open_store
     store = open_store(str(db_path))
     try:
         groups = {g: store.group_runs(g) for g in store.groups()}
     finally:
         store.close()
-    fits = {_workload_of(f): f for f in status.get("fits") or []}
-    recs = {_workload_of(r): r for r in status.get("recommendations") or []}
+    details = _run_details(db_path)
+    fits = {_group_key(f): f for f in status.get("fits") or []}
+    recs = {_group_key(r): r for r in status.get("recommendations") or []}
+    platforms = status.get("platforms") or {}
     out = []
     for group, runs in sorted(groups.items()):
-        by_point: dict[tuple[int, float | None], list[float]] = {}
-        for cores, freq, time_s in runs:
-            by_point.setdefault((cores, freq), []).append(time_s)
-        points = [{"cores": c, "freq_mhz": f, "median_time_s": statistics.median(ts),
-                   "runs": len(ts)} for (c, f), ts in sorted(by_point.items(),
-                                                             key=lambda kv: (kv[0][0],
-                                                                             kv[0][1] or 0))]
-        t1 = next((p["median_time_s"] for p in points if p["cores"] == 1), None)
+        extra = details.get(tuple(group), [])
+        by_point: dict[tuple[int, float | None], list[tuple]] = {}
+        for cores, freq, time_s, energy_j, virtual in extra:
+            by_point.setdefault((cores, freq), []).append((time_s, energy_j, virtual))
+        if not extra:  # the details query found nothing: fall back to the fitting view
+            for cores, freq, time_s in runs:
+                by_point.setdefault((cores, freq), []).append((time_s, None, 0))
+        points = [{"cores": c, "freq_mhz": f,
+                   "median_time_s": statistics.median(x[0] for x in xs),
+                   "median_energy_j": _median([x[1] for x in xs]),
+                   "runs": len(xs)}
+                  for (c, f), xs in sorted(by_point.items(),
+                                           key=lambda kv: (kv[0][0], kv[0][1] or 0))]
+        t1 = {p["freq_mhz"]: p["median_time_s"] for p in points if p["cores"] == 1}
         for p in points:
-            p["speedup"] = t1 / p["median_time_s"] if t1 and p["median_time_s"] else None
-        fit = fits.get(group.workload, {})
-        rec = recs.get(group.workload, {})
+            base = t1.get(p["freq_mhz"])
+            p["speedup"] = base / p["median_time_s"] if base and p["median_time_s"] else None
+        key = (group.workload, group.variant)
+        fit = fits.get(key, {})
+        rec = recs.get(key, {})
+        plat = platforms.get(group.platform) or {}
+        virtual = any(bool(x[2]) for xs in by_point.values() for x in xs) or \
+            bool(plat.get("virtual"))
         out.append({
             "workload": group.workload,
             "input": group.input,
+            "variant": group.variant,
             "platform": group.platform,
+            "virtual": virtual,
+            "virtual_board": plat.get("virtual_board") if virtual else None,
             "points": points,
             "model": fit.get("model"),
             "model_params": fit.get("params"),
@@ -243,15 +291,37 @@ def summarise(db_path: Path, status: dict[str, Any]) -> list[dict[str, Any]]:
     return out
 
 
+def _group_key(item: dict[str, Any]) -> tuple[str, str]:
+    group = item.get("group")
+    variant = ""
+    if isinstance(group, dict):
+        variant = str(group.get("variant") or "")
+    elif isinstance(group, (list, tuple)) and len(group) > 3:
+        variant = str(group[3] or "")
+    return _workload_of(item), variant
+
+
+def _fmt(v: Any, spec: str) -> str:
+    return "-" if v is None else format(v, spec)
+
+
 def print_table(table: list[dict[str, Any]], console: Console) -> None:
     for w in table:
-        t = Table(title=f"{w['workload']} (input {w['input']})")
-        for col in ("cores", "median time s", "speedup", "runs"):
+        title = f"{w['workload']} (input {w['input']}"
+        title += f", {w['variant']})" if w.get("variant") else ")"
+        if w.get("virtual"):
+            title += f" [VIRTUAL board {w.get('virtual_board') or '?'}]"
+        t = Table(title=title)
+        for col in ("cores", "freq MHz", "median time s", "speedup", "energy J", "runs"):
             t.add_column(col, justify="right")
         for p in w["points"]:
-            t.add_row(str(p["cores"]), f"{p['median_time_s']:.4f}",
-                      f"{p['speedup']:.2f}" if p["speedup"] else "-", str(p["runs"]))
+            t.add_row(str(p["cores"]), _fmt(p["freq_mhz"], ".0f"), f"{p['median_time_s']:.4f}",
+                      _fmt(p["speedup"], ".2f"), _fmt(p.get("median_energy_j"), ".4f"),
+                      str(p["runs"]))
         console.print(t)
+        if w.get("virtual"):
+            console.print("  records are VIRTUAL: times and energies follow the board's model "
+                          "(docs/virtual-board.md), not this machine's hardware", markup=False)
         params = ", ".join(f"{k}={v:.3g}" for k, v in (w["model_params"] or {}).items()
                            if isinstance(v, (int, float)))
         mape = w["model_mape_pct"]
@@ -265,11 +335,14 @@ def print_table(table: list[dict[str, Any]], console: Console) -> None:
         if w["recommended_cores"] is not None:
             pred = w["predicted_time_s"]
             ver = w["verified_time_s"]
+            freq = w["recommended_freq_khz"]
             console.print(f"  recommended: {w['recommended_cores']} cores "
-                          f"(cpus {','.join(map(str, w['recommended_cpus'] or []))}), predicted "
-                          f"{pred:.4f} s, verified "
+                          f"(cpus {','.join(map(str, w['recommended_cpus'] or []))})"
+                          + (f" at {freq / 1000:.0f} MHz" if freq else "")
+                          + f", predicted {pred:.4f} s, verified "
                           + (f"{ver:.4f} s" if ver is not None else "-")
                           + f" ({w['recommendation_state']})"
-                          + (f" {w['recommendation_error']}" if w["recommendation_error"] else ""))
+                          + (f" {w['recommendation_error']}" if w["recommendation_error"] else ""),
+                          markup=False)
         else:
             console.print("  recommended: none")

@@ -1,0 +1,73 @@
+"""``opptune demo`` as a user runs it: a subprocess, JSON out, everything inside --dir."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+pytestmark = pytest.mark.integration
+
+CORES = min(2, os.cpu_count() or 1)
+
+
+def run_demo(tmp: Path, *extra: str) -> tuple[list[dict], subprocess.CompletedProcess]:
+    run_dir = tmp / "demo"
+    argv = [sys.executable, "-m", "opptune.daemon.cli", "demo", "--dir", str(run_dir),
+            "--size", "small", "--reps", "1", "--warmup", "0", "--max-cores", str(CORES),
+            "--workload", "pi_integrate", "--no-progress", "--json", "--timeout", "50", *extra]
+    proc = subprocess.run(argv, capture_output=True, text=True, timeout=55, cwd=tmp)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    return json.loads(proc.stdout), proc
+
+
+def written_outside(tmp: Path, before: set[Path]) -> list[Path]:
+    return [p for p in tmp.rglob("*") if p not in before and "demo" not in p.parts]
+
+
+def test_demo_on_this_machine(tmp_path):
+    before = set(tmp_path.rglob("*"))
+    table, proc = run_demo(tmp_path)
+    (w,) = table
+    assert w["workload"] == "pi_integrate" and w["virtual"] is False
+    cores = sorted({p["cores"] for p in w["points"]})
+    assert cores == list(range(1, CORES + 1))
+    assert all(p["freq_mhz"] is None and p["median_time_s"] > 0 for p in w["points"])
+    assert all(p["runs"] >= 1 for p in w["points"])
+    assert w["model"] in ("amdahl", "usl")
+    assert w["recommendation_state"] == "verified" and w["verified_time_s"] > 0
+    assert 1 <= w["recommended_cores"] <= CORES and w["recommended_freq_khz"] is None
+    # the real machine's missing knobs are reported, and nothing claims to be virtual
+    assert "cpufreq: not available" in proc.stderr or "cpufreq" not in proc.stderr
+    assert "VIRTUAL" not in proc.stderr
+    run_dir = tmp_path / "demo"
+    for name in ("daemon.toml", "agent.toml", "opptune.db", "daemon.log", "agent.log",
+                 "result.json"):
+        assert (run_dir / name).exists(), name
+    assert json.loads((run_dir / "result.json").read_text()) == table
+    assert not written_outside(tmp_path, before)
+
+
+def test_demo_on_virtual_board(tmp_path):
+    before = set(tmp_path.rglob("*"))
+    table, proc = run_demo(tmp_path, "--virtual-board", "rpi4")
+    assert "VIRTUAL BOARD 'rpi4'" in proc.stderr
+    (w,) = table
+    assert w["virtual"] is True and w["virtual_board"] == "rpi4"
+    grid = {(p["cores"], p["freq_mhz"]) for p in w["points"]}
+    swept = {(n, f) for n in range(1, CORES + 1) for f in (600.0, 1000.0, 1500.0)}
+    assert swept <= grid
+    # beyond the sweep only the verification of the recommendation (it may extrapolate to
+    # more of the board's 4 cores than --max-cores swept)
+    rec = (w["recommended_cores"], w["recommended_freq_khz"] / 1000.0)
+    assert grid - swept <= {rec}
+    assert all(p["median_energy_j"] > 0 for p in w["points"])
+    assert w["model"] in ("amdahl", "usl", "memwall")
+    assert w["recommendation_state"] == "verified"
+    assert w["recommended_freq_khz"] in (600_000, 750_000, 1_000_000, 1_200_000, 1_500_000)
+    assert (tmp_path / "demo" / "virtual-sysfs").is_dir()  # the fake tree lives in --dir too
+    assert not written_outside(tmp_path, before)
