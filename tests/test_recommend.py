@@ -62,3 +62,91 @@ def test_plan_sweep_order_and_grid():
     assert [(len(p["cpus"]), p["freq_khz"]) for p in g["points"]] == \
         [(1, 500), (1, 900), (2, 500), (2, 900)]
     assert g["job_id"] != plan_sweep({"cpus_online": [0, 1]}, "w", SweepDefaults())["job_id"]
+
+
+BIG_LITTLE = {
+    "sweep_order": [0, 1, 4, 5], "cpus_online": [0, 1, 4, 5], "clusters": [[0, 1], [4, 5]],
+    "policies": [{"name": "policy0", "related_cpus": [0, 1]},
+                 {"name": "policy4", "related_cpus": [4, 5]}],
+    "cpufreq": {"available": True, "frequencies_khz": {
+        "policy0": [200, 400, 600, 800, 1000], "policy4": [200, 400, 600, 800, 1000, 1400,
+                                                           2000]}},
+}
+
+
+def _grid(job):
+    return [(p.get("variant", ""), tuple(p["cpus"]), p["freq_khz"]) for p in job["points"]]
+
+
+def test_frequency_grid_all_and_spread_use_offered_tables():
+    one = {**BIG_LITTLE, "sweep_order": [0, 1], "cpus_online": [0, 1], "clusters": [[0, 1]]}
+    job = plan_sweep(one, "w", SweepDefaults(frequency_grid="all"))
+    assert _grid(job) == [("", c, f) for c in ((0,), (0, 1)) for f in (200, 400, 600, 800, 1000)]
+    job = plan_sweep(one, "w", SweepDefaults(frequency_grid="3"))
+    assert [p["freq_khz"] for p in job["points"]] == [200, 600, 1000] * 2
+    assert [p["freq_khz"] for p in plan_sweep(one, "w", SweepDefaults(frequency_grid="1"))
+            ["points"]] == [1000, 1000]
+    # the whole board: only what both domains offer, for every core count alike
+    job = plan_sweep(BIG_LITTLE, "w", SweepDefaults(frequency_grid="all"))
+    assert {p["freq_khz"] for p in job["points"]} == {200, 400, 600, 800, 1000}
+    assert len(job["points"]) == 4 * 5
+    # "none" leaves the frequency alone even when a list is configured
+    job = plan_sweep(one, "w", SweepDefaults(frequency_grid="none", frequencies=[200]))
+    assert all(p["freq_khz"] is None for p in job["points"])
+
+
+def test_frequency_list_keeps_only_offered_and_per_cluster_uses_each_table():
+    d = SweepDefaults(frequencies=[400, 2000, 999], per_cluster=True)
+    job = plan_sweep(BIG_LITTLE, "w", d)
+    assert _grid(job) == [("cluster0", (0,), 400), ("cluster0", (0, 1), 400),
+                          ("cluster1", (4,), 400), ("cluster1", (4,), 2000),
+                          ("cluster1", (4, 5), 400), ("cluster1", (4, 5), 2000)]
+    job = plan_sweep(BIG_LITTLE, "w", SweepDefaults(frequency_grid="2", per_cluster=True,
+                                                    max_cores=1))
+    assert _grid(job) == [("cluster0", (0,), 200), ("cluster0", (0,), 1000),
+                          ("cluster1", (4,), 200), ("cluster1", (4,), 2000)]
+    # explicit arguments (the sweep query) win over the defaults
+    job = plan_sweep(BIG_LITTLE, "w", SweepDefaults(per_cluster=True), frequency_grid="1",
+                     per_cluster=False, max_cores=2)
+    assert _grid(job) == [("", (0,), 1000), ("", (0, 1), 1000)]
+
+
+def test_frequency_grid_errors_name_the_problem():
+    from opptune.daemon.planner import PlanError
+    from opptune.shared.config import ConfigError
+    no_cpufreq = {"cpus_online": [0, 1], "cpufreq": {"available": False,
+                                                     "reason": "no cpufreq policies"}}
+    with pytest.raises(PlanError, match="no cpufreq policies"):
+        plan_sweep(no_cpufreq, "w", SweepDefaults(frequency_grid="all"))
+    with pytest.raises(PlanError, match="offered"):
+        plan_sweep(BIG_LITTLE, "w", SweepDefaults(frequencies=[123]))
+    assert plan_sweep(no_cpufreq, "w", SweepDefaults())["points"][0]["freq_khz"] is None
+    with pytest.raises(ConfigError, match="frequency_grid"):
+        SweepDefaults(frequency_grid="sometimes")
+    with pytest.raises(ConfigError, match="frequency_grid"):
+        plan_sweep(BIG_LITTLE, "w", SweepDefaults(), frequency_grid="0")
+
+
+def test_config_file_rejects_bad_grid_naming_the_key(tmp_path):
+    from opptune.shared.config import ConfigError, load_daemon_config
+    p = tmp_path / "d.toml"
+    p.write_text('[sweep]\nfrequency_grid = "many"\n')
+    with pytest.raises(ConfigError, match="sweep.frequency_grid"):
+        load_daemon_config(p)
+    p.write_text('[sweep]\nfrequency_grid = "4"\nper_cluster = true\n')
+    c = load_daemon_config(p)
+    assert (c.sweep.frequency_grid, c.sweep.per_cluster) == ("4", True)
+
+
+def test_recommendation_uses_offered_frequencies_of_the_recommended_cpus():
+    # measured at 200 and 1000 only; the big cluster's table goes to 2000 and the model says
+    # faster is better: the recommendation picks a frequency the big cpus offer
+    from opptune.daemon.recommend import target_observations
+    m = Curve(lambda c, f: 100.0 / (np.minimum(c, 2) * f))
+    r = recommend(m, BIG_LITTLE, tolerance=0.0, frequencies_khz=[200, 1000], order=[4, 5])
+    assert (r.cores, r.cpus, r.freq_khz) == (2, [4, 5], 2000)
+    r = recommend(m, BIG_LITTLE, tolerance=0.0, frequencies_khz=[200, 1000], order=[0, 1])
+    assert r.freq_khz == 1000
+    q = target_observations(BIG_LITTLE, [200, 1000], order=[4, 5])
+    assert sorted(set(q.freq_mhz * 1000)) == [200, 400, 600, 800, 1000, 1400, 2000]
+    assert sorted(set(q.cores)) == [1, 2]
