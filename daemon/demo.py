@@ -207,23 +207,6 @@ def _report_knobs(console: Console, platform: Any) -> None:
             console.print(f"  [yellow]{knob}: not available[/yellow] ({info.get('reason')})")
 
 
-def _run_details(db_path: Path) -> dict[tuple, list[tuple]]:
-    """Per group (platform, workload, input, variant): (cores, freq_mhz, time_s, energy_j,
-    virtual) of its successful runs. Read-only; energy and the virtual flag are not part of
-    the store's fitting view."""
-    import sqlite3
-    con = sqlite3.connect(f"file:{db_path}?mode=ro", uri=True)
-    try:
-        rows = con.execute("SELECT platform, workload, input, variant, cores, freq_mhz, time_s, "
-                           "energy_j, virtual FROM runs WHERE ok=1 AND time_s IS NOT NULL")
-        out: dict[tuple, list[tuple]] = {}
-        for r in rows:
-            out.setdefault(tuple(r[:4]), []).append(tuple(r[4:]))
-        return out
-    finally:
-        con.close()
-
-
 def _median(values: list[Any]) -> float | None:
     vals = [v for v in values if v is not None]
     return statistics.median(vals) if vals else None
@@ -236,22 +219,17 @@ def summarise(db_path: Path, status: dict[str, Any]) -> list[dict[str, Any]]:
     from .store import open_store
     store = open_store(str(db_path))
     try:
-        groups = {g: store.group_runs(g) for g in store.groups()}
+        groups = store.run_points()
     finally:
         store.close()
-    details = _run_details(db_path)
     fits = {_group_key(f): f for f in status.get("fits") or []}
     recs = {_group_key(r): r for r in status.get("recommendations") or []}
     platforms = status.get("platforms") or {}
     out = []
     for group, runs in sorted(groups.items()):
-        extra = details.get(tuple(group), [])
         by_point: dict[tuple[int, float | None], list[tuple]] = {}
-        for cores, freq, time_s, energy_j, virtual in extra:
+        for cores, freq, time_s, energy_j, virtual in runs:
             by_point.setdefault((cores, freq), []).append((time_s, energy_j, virtual))
-        if not extra:  # the details query found nothing: fall back to the fitting view
-            for cores, freq, time_s in runs:
-                by_point.setdefault((cores, freq), []).append((time_s, None, 0))
         points = [{"cores": c, "freq_mhz": f,
                    "median_time_s": statistics.median(x[0] for x in xs),
                    "median_energy_j": _median([x[1] for x in xs]),

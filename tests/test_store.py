@@ -95,3 +95,24 @@ def test_jobs_groups_fits_recommendations(tmp_path):
     assert (r["state"], r["verified_time_s"], r["cpus"]) == ("verified", 1.05, [1, 0])
     assert not st.update_recommendation("nope", "verified", 7.0)
     st.close()
+
+
+def test_run_points_per_group_with_energy_and_virtual_flag(tmp_path):
+    from opptune.daemon.store import Group
+    from opptune.daemon.store.sqlite import SQLiteStore
+    store = SQLiteStore(str(tmp_path / "s.db"))
+    try:
+        store.save_platform("p", {"id": "p"}, 1.0)
+        recs = [RunRecord(platform="p", workload="w", input="s", cores=c, cpus=list(range(c)),
+                          threads=c, rep=0, time_s=1.0 / c, energy_j=2.0 * c, virtual=True)
+                for c in (1, 2)]
+        recs.append(RunRecord(platform="p", workload="w", input="s", cores=1, cpus=[0],
+                              threads=1, rep=1, ok=False, error="exit 1"))
+        store.insert_results([ResultIn(f"m{i}", "a1", "j", i, r, r.to_dict())
+                              for i, r in enumerate(recs)], 2.0)
+        pts = store.run_points()
+        assert list(pts) == [Group("p", "w", "s", "")]
+        assert pts[Group("p", "w", "s", "")] == [(1, None, 1.0, 2.0, True),
+                                                 (2, None, 0.5, 4.0, True)]
+    finally:
+        store.close()

@@ -98,6 +98,11 @@ class Store(ABC):
         """Every group that has runs."""
 
     @abstractmethod
+    def run_points(self) -> dict[Group, list[tuple[int, float | None, float, float | None, bool]]]:
+        """Per group: (cores, freq_mhz, time_s, energy_j, virtual) of its successful runs (for
+        reports; fitting uses ``group_runs``)."""
+
+    @abstractmethod
     def group_runs(self, group: Group) -> list[tuple[int, float | None, float]]:
         """(cores, freq_mhz, time_s) of the group's successful runs."""
 

@@ -206,6 +206,14 @@ class SQLiteStore(Store):
         return [Group(*r) for r in self.db.execute(
             "SELECT DISTINCT platform, workload, input, variant FROM runs ORDER BY 1, 2, 3, 4")]
 
+    def run_points(self) -> dict[Group, list[tuple[int, float | None, float, float | None, bool]]]:
+        out: dict[Group, list[tuple[int, float | None, float, float | None, bool]]] = {}
+        for r in self.db.execute(
+                "SELECT platform, workload, input, variant, cores, freq_mhz, time_s, energy_j, "
+                "virtual FROM runs WHERE ok=1 AND time_s IS NOT NULL ORDER BY 1, 2, 3, 4, 5, 6"):
+            out.setdefault(Group(*r[:4]), []).append((r[4], r[5], r[6], r[7], bool(r[8])))
+        return out
+
     def group_runs(self, group: Group) -> list[tuple[int, float | None, float]]:
         return [tuple(r) for r in self.db.execute(
             "SELECT cores, freq_mhz, time_s FROM runs WHERE platform=? AND workload=? AND "
