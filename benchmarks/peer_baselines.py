@@ -31,10 +31,15 @@ from opptune.daemon.tidy import median_reps, read_tidy
 
 ROOT = Path(__file__).resolve().parent.parent
 DATA = ROOT / "data"
-# name -> (candidate pool (None = every installed model), told the query?)
-AUTO: dict[str, tuple[list[str] | None, bool]] = {
-    "auto": (list(ANALYTIC), False), "auto_all": (None, False),
-    "auto_x": (list(ANALYTIC), True), "auto_xall": (None, True),
+# name -> (candidate pool (None = every installed model), told the query?, choice rule)
+OLD_POOL = ["amdahl", "usl", "memwall"]
+AUTO: dict[str, tuple[list[str] | None, bool, str]] = {
+    "auto": (list(ANALYTIC), False, "fallback"), "auto_all": (None, False, "fallback"),
+    "auto_x": (list(ANALYTIC), True, "fallback"), "auto_xall": (None, True, "fallback"),
+    # one-standard-error rule (simplest model within 1 SE of the best), hold baseline included
+    "auto_x_1se": (list(ANALYTIC), True, "1se"),
+    # the previous choice (lowest CV MAPE outright, no hold baseline), for comparison
+    "auto_x_min": (OLD_POOL, True, "min"), "auto_min": (OLD_POOL, False, "min"),
 }
 
 
@@ -59,8 +64,8 @@ def fit_predict(name: str, train: Observations, query: Observations) -> tuple[np
     """Predicted times, fit seconds and the name actually used (auto: the chosen model)."""
     t0 = time.perf_counter()
     if name in AUTO:
-        pool, extrap = AUTO[name]
-        sel = choose(train, pool, target=query if extrap else None)
+        pool, extrap, rule = AUTO[name]
+        sel = choose(train, pool, target=query if extrap else None, rule=rule)
         model, used = sel.model, sel.name
     else:
         model, used = registry.get(name).fit(train), name

@@ -110,3 +110,33 @@ def test_extrapolation_with_too_few_levels_falls_back_to_kfold():
     obs = Observations(cores=[1.0, 2.0, 1.0, 2.0], time_s=[10.0, 5.5, 10.1, 5.4])
     sel = choose(obs, ["amdahl"], target="extrapolate")
     assert sel.scheme == "kfold" and sel.name == "amdahl"
+
+
+def test_one_standard_error_rule_falls_back_to_hold_when_validation_is_one_point():
+    # relearn-like weak scaling: 3 core counts, time rising; forward chaining has a single
+    # fold with a single held-out point, so no standard error: the simplest model (hold) wins,
+    # while the lowest-score rule picks usl, whose p^2 term over-predicts 256 and 512 cores
+    p = np.array([32.0, 64, 128])
+    t = np.array([405.7, 574.1, 939.8])
+    obs = Observations(cores=p, time_s=t)
+    query = Observations.query([256, 512])
+    sel = choose(obs, list(ANALYTIC), target=query)
+    assert sel.scheme == "extrapolate:cores_up" and sel.name == "hold"
+    assert np.allclose(sel.model.predict(query).value, 939.8)
+    old = choose(obs, ["amdahl", "usl", "memwall"], target=query, rule="min")
+    assert old.name == "usl"
+    assert np.all(old.model.predict(query).value > 1.3 * 939.8)
+
+
+def test_enough_held_out_points_rank_the_models_and_hold_only_joins_as_fallback():
+    p = np.arange(1, 17, dtype=float)
+    t = 10 * (0.05 + 0.95 / p) * (1 + 0.01 * np.sin(7 * p))
+    obs = Observations(cores=p, time_s=t)
+    sel = choose(obs, list(ANALYTIC), target="extrapolate")
+    assert sel.name == "amdahl" and "hold" not in sel.scores
+    for rule in ("fallback", "1se", "min"):
+        sel = choose(obs, [*ANALYTIC, "hold"], target="extrapolate", rule=rule)
+        assert sel.name == "amdahl"
+        assert sel.scores["hold"]["cv_mape"] > 5 * sel.scores["amdahl"]["cv_mape"]
+    with pytest.raises(ValueError):
+        choose(Observations(cores=p, time_s=t), ["amdahl"], rule="lowest")

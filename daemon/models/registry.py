@@ -12,6 +12,7 @@ MODELERS: dict[str, str] = {
     "amdahl": "amdahl_usl:AmdahlModeler",
     "usl": "amdahl_usl:USLModeler",
     "memwall": "memwall:MemWallModeler",
+    "hold": "hold:HoldModeler",            # persistence baseline (last value held)
     # seed 002 regression family
     "modelLog": "regression:ModelLog",
     "modelQuad": "regression:ModelQuad",

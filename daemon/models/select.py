@@ -12,6 +12,21 @@ Validation scheme, from what the model will be asked (``target``):
   extrapolate badly; these folds measure what the daemon does (predict larger core counts and
   unseen frequencies).
 
+Rule (``rule``):
+* ``"fallback"`` (default): the lowest held-out MAPE wins, except where the validation has
+  fewer than ``MIN_HELD_OUT`` held-out points (relearn: 3 core counts leave one forward fold
+  with one point): one point cannot rank models, ``FALLBACK`` (the hold baseline: last
+  measured value held) joins the candidates and the simplest that fits every fold wins
+  (``COMPLEXITY``). As an ordinary candidate, hold won noisy folds on loghin and xplat and
+  extrapolated worse there (docs/models.md), so it only enters here.
+* ``"1se"``: among the candidates whose mean paired APE difference to the best is within one
+  standard error of that difference (Hastie, Tibshirani, Friedman, The Elements of Statistical
+  Learning, sec. 7.10, "one-standard-error rule"), the one with the fewest shape parameters
+  wins (ties: lower MAPE); no standard error (fewer than 2 points): the simplest. Measured on
+  the peer splits it picks the hold baseline too often (armpm, loghin: docs/models.md), so it
+  is not the default.
+* ``"min"``: the lowest MAPE outright (the behaviour before).
+
 A model whose module is missing, that declares itself not applicable, or that cannot fit some
 fold is listed with the reason and not chosen. The winner is refitted on all data.
 """
@@ -28,8 +43,15 @@ from . import registry
 from .base import FittedModel, NotEnoughData, Observations
 
 ANALYTIC = ("amdahl", "usl", "memwall")
+FALLBACK = "hold"  # joins the candidates when the validation cannot rank them (rule fallback)
 LOO_BELOW = 12  # fewer usable points than this: leave-one-out instead of k folds
 N_CUTS = 3      # forward-chaining origins on the cores axis (extrapolation scheme)
+# free shape parameters of each model: the one-standard-error rule prefers fewer; models not
+# listed (regression family, learners) count as DEFAULT_COMPLEXITY
+COMPLEXITY = {"hold": 0, "amdahl": 1, "usl": 2, "modelLog": 2, "modelQuad": 3, "memwall": 4}
+DEFAULT_COMPLEXITY = 5
+MIN_HELD_OUT = 2  # fewer held-out points than this: no ranking, the simplest model that fits
+RULES = ("fallback", "1se", "min")
 
 
 @dataclass
@@ -128,7 +150,8 @@ def cv_score(name: str, obs: Observations,
         out["error"] = f"not applicable: {reason}"
         return out
     splits = kfold_splits(ids) if isinstance(ids, np.ndarray) else ids
-    ape, fit_s = [], []
+    ape: list[np.ndarray] = []
+    fit_s = []
     for j, (train, test) in enumerate(splits):
         try:
             t0 = time.perf_counter()
@@ -144,6 +167,7 @@ def cv_score(name: str, obs: Observations,
         truth = obs.time_s[test]
         ape.append(100 * np.abs(pred - truth) / truth)
     err = np.concatenate(ape)
+    out["_ape"] = err
     out["cv_mape"] = float(np.mean(err)) if np.all(np.isfinite(err)) else float("inf")
     out["fit_ms"] = 1e3 * float(np.mean(fit_s))
     if not np.isfinite(out["cv_mape"]):
@@ -151,15 +175,43 @@ def cv_score(name: str, obs: Observations,
     return out
 
 
+def rank(scores: dict[str, dict[str, Any]], apes: dict[str, np.ndarray],
+         names: list[str], rule: str = "fallback") -> list[str]:
+    """Candidates (without error) in the order ``rule`` tries them (see the module doc): the
+    preferred ones first (simplest first), then the rest by MAPE."""
+    ok = [n for n in names if scores[n]["error"] is None]
+    by_mape = sorted(ok, key=lambda n: (scores[n]["cv_mape"], names.index(n)))
+    if not ok or rule == "min":
+        return by_mape
+    best = by_mape[0]
+    n_held = apes[best].size
+    near = []
+    for n in ok:
+        d = apes[n] - apes[best]
+        if d.size != n_held:
+            continue
+        if n_held < MIN_HELD_OUT:
+            near.append(n)                  # one point cannot rank the models
+        elif rule == "1se" and float(np.mean(d)) <= float(np.std(d, ddof=1) / np.sqrt(d.size)):
+            near.append(n)
+    if not near:
+        return by_mape
+    near.sort(key=lambda n: (COMPLEXITY.get(n, DEFAULT_COMPLEXITY), scores[n]["cv_mape"],
+                             names.index(n)))
+    return near + [n for n in by_mape if n not in near]
+
+
 def choose(obs: Observations, candidates: list[str] | None = None, k: int = 5,
-           seed: int = 0, target: Any = None) -> Selection:
+           seed: int = 0, target: Any = None, rule: str = "fallback") -> Selection:
     """Fit every candidate (default: all installed models) by cross-validation on the rows
     with a positive finite time, pick the lowest held-out MAPE, refit it on all of them.
 
     ``target``: what will be predicted: None or "interpolate" (k-fold CV, the default),
     "extrapolate" (forward chaining to more cores / a higher frequency) or the query
     Observations (forward chaining along the axes where a query leaves the training range,
-    k-fold when none does). Where forward chaining leaves no fold, k-fold is used."""
+    k-fold when none does). Where forward chaining leaves no fold, k-fold is used.
+    ``rule``: "fallback" (lowest MAPE; the simplest model when fewer than MIN_HELD_OUT points
+    were held out), "1se" (simplest within one standard error of the best) or "min"."""
     ok = np.isfinite(obs.time_s) & (obs.time_s > 0) & np.isfinite(obs.cores)
     usable = obs.subset(ok)
     names = list(candidates) if candidates is not None else registry.available()
@@ -175,10 +227,16 @@ def choose(obs: Observations, candidates: list[str] | None = None, k: int = 5,
         scheme = "kfold"
         folds = fold_ids(len(usable), k, seed)
         n_folds = int(folds.max()) + 1
+    if rule not in RULES:
+        raise ValueError(f"rule must be one of {', '.join(RULES)}, not {rule!r}")
+    held = (sum(int(te.sum()) for _, te in folds) if isinstance(folds, list)
+            else len(usable))
+    if rule == "fallback" and held < MIN_HELD_OUT and FALLBACK not in names:
+        names.append(FALLBACK)
     scores = {name: cv_score(name, usable, folds) for name in names}
-    ranked = sorted((s["cv_mape"], names.index(n), n) for n, s in scores.items()
-                    if s["error"] is None)
-    for _, _, name in ranked:
+    apes = {n: s.pop("_ape", np.empty(0)) for n, s in scores.items()}
+    ranked = rank(scores, apes, names, rule)
+    for name in ranked:
         try:
             model = registry.get(name).fit(usable)
         except NotEnoughData as exc:

@@ -1,0 +1,79 @@
+"""Persistence baseline ("hold"): interpolate the measurements, hold the last value outside.
+
+Within the measured core counts of a frequency, log time is interpolated linearly in log
+cores (the median over repetitions at each core count); beyond the largest (smallest) core
+count the time stays at the value measured there. A frequency not in training takes the curve
+of the nearest training frequency scaled by F_near / F (CPU-bound assumption 3 of seed 003:
+t_c ~ 1/F).
+
+This is the zero-order forecast of time-series practice and what the tree learners of the peer
+table effectively do outside their data (relearn: gradient boosting = last value). It has no
+shape parameter, so the choice (select.py) falls back to it when validation cannot tell the
+fitted models apart (one-standard-error rule): extrapolating a 3-point curve with a fitted
+shape is a guess, holding the last measurement is a bounded one.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+from scipy import stats
+
+from .amdahl_usl import LEVEL, clean
+from .base import FittedModel, Modeler, Observations, Prediction, fit_quality
+
+SIGMA_FLOOR = 0.05   # 5 % in log time: holding a value says little about what lies beyond
+
+
+class HoldModeler(Modeler):
+    """Piecewise log-log interpolation per frequency, constant outside the measured cores."""
+    name = "hold"
+
+    def fit(self, obs: Observations) -> "HoldFit":
+        p, freq, t = clean(obs)
+        fq = np.full(p.size, np.nan) if freq is None else freq
+        curves: dict[float, tuple[np.ndarray, np.ndarray]] = {}
+        keys = np.zeros(p.size) if freq is None else fq
+        for key in np.unique(keys):
+            sel = keys == key
+            u = np.unique(p[sel])
+            lt = np.array([np.median(np.log(t[sel][p[sel] == c])) for c in u])
+            curves[float(key)] = (np.log(u), lt)
+        fit = HoldFit(curves, freq is not None)
+        resid = np.log(t) - np.log(fit.predict_time(p, fq))
+        fit.sigma = max(float(np.sqrt(np.mean(resid ** 2))), SIGMA_FLOOR)
+        fit.dof = max(p.size - sum(c[0].size for c in curves.values()), 1)
+        fit.quality = fit_quality(t, fit.predict_time(p, fq))
+        return fit
+
+
+class HoldFit(FittedModel):
+    name = "hold"
+
+    def __init__(self, curves: dict[float, tuple[np.ndarray, np.ndarray]], has_freq: bool):
+        self.curves, self.has_freq = curves, has_freq
+        self.freqs = np.array(sorted(curves))
+        self.sigma, self.dof = SIGMA_FLOOR, 1
+        last = {f: float(np.exp(c[0][-1])) for f, c in curves.items()}
+        self.params = {"max_cores": max(last.values()), "n_curves": float(len(curves))}
+        self.quality = {}
+
+    def predict_time(self, p: Any, freq: Any) -> np.ndarray:
+        p = np.maximum(np.asarray(p, float), 1.0)
+        out = np.empty(p.size)
+        if not self.has_freq:
+            lx, ly = self.curves[0.0]
+            return np.exp(np.interp(np.log(p), lx, ly))
+        fq = np.broadcast_to(np.asarray(np.nan if freq is None else freq, float), p.shape)
+        fq = np.where(np.isfinite(fq) & (fq > 0), fq, self.freqs.max())
+        for i, (c, f) in enumerate(zip(p, fq)):
+            near = self.freqs[np.argmin(np.abs(np.log(self.freqs) - np.log(f)))]
+            lx, ly = self.curves[float(near)]
+            out[i] = np.exp(np.interp(np.log(c), lx, ly)) * near / f
+        return out
+
+    def predict(self, query: Observations) -> Prediction:
+        value = self.predict_time(query.cores, query.freq_mhz)
+        w = np.exp(float(stats.t.ppf(0.5 + LEVEL / 2, self.dof)) * self.sigma)
+        return Prediction(value=value, lower=value / w, upper=value * w, level=LEVEL)

@@ -1,0 +1,41 @@
+"""Persistence baseline (hold): interpolation inside, last value outside, 1/F across freqs."""
+
+import numpy as np
+import pytest
+
+from opptune.daemon.models import registry
+from opptune.daemon.models.base import NotEnoughData, Observations
+from opptune.daemon.models.hold import HoldModeler
+
+
+def test_holds_the_last_and_first_value_outside_the_measured_cores():
+    p = np.array([32.0, 64, 128, 32, 64, 128])
+    t = np.array([400.0, 570, 940, 410, 580, 940])
+    fit = HoldModeler().fit(Observations(cores=p, time_s=t))
+    v = fit.predict(Observations.query([256, 512, 16])).value
+    assert np.allclose(v, [940, 940, np.sqrt(400 * 410)])
+    assert fit.predict(Observations.query([128])).value[0] == pytest.approx(940)
+
+
+def test_interpolates_log_time_linearly_in_log_cores():
+    fit = registry.get("hold").fit(Observations(cores=[1.0, 4.0], time_s=[16.0, 1.0]))
+    # halfway in log p (p = 2) is halfway in log t (t = 4)
+    assert fit.predict(Observations.query([2.0])).value[0] == pytest.approx(4.0)
+    pred = fit.predict(Observations.query([2.0]))
+    assert pred.lower[0] < 4.0 < pred.upper[0]
+
+
+def test_unseen_frequency_scales_the_nearest_curve_by_one_over_f():
+    p = np.tile([1.0, 2, 4], 2)
+    f = np.repeat([1000.0, 1400.0], 3)
+    t = 1.4e4 / f / p
+    fit = HoldModeler().fit(Observations(cores=p, time_s=t, freq_mhz=f))
+    v = fit.predict(Observations.query([1, 4, 8], [1800, 1800, 1800])).value
+    assert np.allclose(v, 1.4e4 / 1800 / np.array([1, 4, 4]))
+    assert np.allclose(fit.predict(Observations.query(p, f)).value, t)
+    assert fit.quality["mape"] == pytest.approx(0.0, abs=1e-9)
+
+
+def test_needs_two_core_counts():
+    with pytest.raises(NotEnoughData):
+        HoldModeler().fit(Observations(cores=[4.0, 4.0], time_s=[1.0, 1.1]))
