@@ -145,3 +145,33 @@ def test_memwall_analytic_gradient_matches_finite_differences():
         num = np.stack([(np.log(m.rel_time((theta + h * np.eye(4)[i])[None], p, fr)[0]) - base) / h
                         for i in range(4)], axis=1)
         assert np.allclose(g, num, atol=1e-4), theta
+
+
+def test_threads_beyond_the_physical_cores_use_the_fitted_smt_yield():
+    from opptune.daemon.models.amdahl_usl import AmdahlModeler, effective_cores
+    from opptune.daemon.models.memwall import MemWallModeler
+    phys = 4.0
+    p = np.arange(1, 9, dtype=float)
+    peff = effective_cores(p, phys, 0.25)
+    assert np.allclose(peff, [1, 2, 3, 4, 4.25, 4.5, 4.75, 5])
+    t = 12 * (0.02 + 0.98 / peff)
+    hw = {"hw_phys_cores": np.full(p.size, phys)}
+    for modeler in (AmdahlModeler(), MemWallModeler()):
+        fit = modeler.fit(Observations(cores=p, time_s=t, counters=hw))
+        assert fit.params["phys_cores"] == 4 and fit.params["smt_yield"] == 0.25
+        assert fit.quality["mape"] < 0.5
+        # a query without the descriptor column still knows the physical core count
+        q = fit.predict(Observations.query([6.0])).value[0]
+        assert q == pytest.approx(12 * (0.02 + 0.98 / 4.5), rel=0.01)
+    q = AmdahlModeler().fit(Observations(cores=p, time_s=t, counters=hw)).predict(
+        Observations.query([16.0])).value[0]
+    assert q == pytest.approx(12 * (0.02 + 0.98 / 7), rel=0.01)
+    # nothing measured beyond the physical cores: the prior yield (0.25: 8 threads = 5 cores)
+    from opptune.daemon.models.amdahl_usl import SMT_PRIOR
+    fit = AmdahlModeler().fit(Observations(cores=p[:4], time_s=t[:4], counters={
+        "hw_phys_cores": np.full(4, phys)}))
+    v = fit.predict(Observations.query([5.0, 8.0])).value
+    assert fit.params["smt_yield"] == SMT_PRIOR == 0.25
+    assert v[1] == pytest.approx(12 * (0.02 + 0.98 / 5), rel=0.01) and v[0] > v[1]
+    # without the column nothing changes
+    assert "smt_yield" not in AmdahlModeler().fit(Observations(cores=p, time_s=t)).params

@@ -63,6 +63,29 @@ def clean(obs: Observations) -> tuple[np.ndarray, np.ndarray | None, np.ndarray]
     return p, freq, t
 
 
+SMT_YIELDS = (0.0, 0.25, 0.5, 1.0)  # compute added by a thread beyond the physical cores
+SMT_PRIOR = 0.25    # yield assumed when no training row lies beyond the physical cores: the
+                    # median yield fitted on the full xplat + loghin SMT groups (46)
+
+
+def phys_cores(obs: Observations) -> float | None:
+    """The physical core count from the hardware descriptor column ``hw_phys_cores`` (tidy.py
+    passes it as a counter) when it is one positive value for the whole group, else None."""
+    col = obs.counters.get("hw_phys_cores")
+    if col is None:
+        return None
+    v = np.unique(col[np.isfinite(col)])
+    return float(v[0]) if v.size == 1 and v[0] >= 1 else None
+
+
+def effective_cores(p: np.ndarray, phys: float | None, smt_yield: float) -> np.ndarray:
+    """Cores as compute capacity: threads beyond the physical cores (SMT siblings, or
+    oversubscription) add ``smt_yield`` of a core each: min(p, P) + y max(p - P, 0)."""
+    if phys is None:
+        return p
+    return np.minimum(p, phys) + smt_yield * np.maximum(p - phys, 0.0)
+
+
 def _hyperbola(freqs: np.ndarray, levels: np.ndarray) -> tuple[float, float]:
     """Non-negative c0, c1 with c0 + c1/F closest to T1 at ``freqs`` in relative error."""
     if freqs.size < 2:
@@ -130,6 +153,24 @@ class SpeedupFamily(Modeler):
     # -- fitting --------------------------------------------------------------------------
     def fit(self, obs: Observations) -> "SpeedupFit":
         p, freq, t = clean(obs)
+        phys = phys_cores(obs)
+        if phys is None:
+            return self._fit(p, freq, t, None, 1.0)
+        if p.max() <= phys:
+            # nothing measured beyond the physical cores: the prior yield
+            return self._fit(p, freq, t, phys, SMT_PRIOR)
+        # the yield y is chosen on a grid by the lowest training cost; families with more
+        # than two parameters (memwall) take y from USL's grid fit (one fit instead of four)
+        pick = self if len(self.param_names) <= 2 else USLModeler()
+        fits = [pick._fit(p, freq, t, phys, yv) for yv in SMT_YIELDS]
+        best = min(fits, key=lambda f: f.cost)
+        if pick is self:
+            return best
+        return self._fit(p, freq, t, phys, best.scale["smt_yield"])
+
+    def _fit(self, p_cores: np.ndarray, freq: np.ndarray | None, t: np.ndarray,
+             phys: float | None, smt_yield: float) -> "SpeedupFit":
+        p = effective_cores(p_cores, phys, smt_yield)
         y = np.log(t)
         m = len(self.param_names)
         if freq is None:
@@ -258,8 +299,11 @@ class SpeedupFamily(Modeler):
                      "c1": float(tscale * c[1] * fscale), "freqs": [], "t1": []}
         dof = p.size - n_par
         sigma = max(float(np.sqrt(np.sum(r ** 2) / max(dof, 1))), SIGMA_FLOOR)
+        if phys is not None:
+            scale["phys_cores"], scale["smt_yield"] = float(phys), float(smt_yield)
         fitted = SpeedupFit(self, theta, scale, sigma, max(dof, 1))
-        fitted.quality = fit_quality(t, fitted.predict_time(p, freq))
+        fitted.cost = float(np.sum(r ** 2))
+        fitted.quality = fit_quality(t, fitted.predict_time(p_cores, freq))
         return fitted
 
     def options(self) -> dict[str, Any]:
@@ -281,9 +325,13 @@ class SpeedupFit(FittedModel):
                  sigma: float, dof: int) -> None:
         self.family, self.theta, self.scale = family, np.asarray(theta, float), scale
         self.sigma, self.dof = sigma, dof
+        self.cost = float("nan")
         self.name = family.name
         self.params = family.derived(self.theta)
         self.params["log_sigma"] = sigma
+        if "phys_cores" in scale:
+            self.params["phys_cores"] = float(scale["phys_cores"])
+            self.params["smt_yield"] = float(scale["smt_yield"])
         self.quality = {}
 
     def t1(self, freq: np.ndarray | None, n: int) -> np.ndarray:
@@ -302,8 +350,12 @@ class SpeedupFit(FittedModel):
         fr = self.scale.get("freqs") or []
         return float(max(fr)) if fr else 1000.0
 
+    def _cores(self, p: Any) -> np.ndarray:
+        p = np.maximum(np.atleast_1d(np.asarray(p, float)), 1.0)
+        return effective_cores(p, self.scale.get("phys_cores"), self.scale.get("smt_yield", 1.0))
+
     def predict_time(self, p: np.ndarray, freq: np.ndarray | None) -> np.ndarray:
-        p = np.maximum(np.asarray(p, float), 1.0)
+        p = self._cores(p)
         fq = self._fill(freq, p.size)
         with np.errstate(all="ignore"):
             g = self.family.rel_time(self.theta[None, :], p, fq)[0]
@@ -324,7 +376,7 @@ class SpeedupFit(FittedModel):
 
     def speedup(self, cores: Any, freq_mhz: Any = None) -> np.ndarray:
         """Model speedup S = T1(F) / T_p(F) (eq. 1) at the given points."""
-        p = np.atleast_1d(np.asarray(cores, float))
+        p = self._cores(cores)
         fq = self._fill(freq_mhz, p.size)
         return 1.0 / self.family.rel_time(self.theta[None, :], p, fq)[0]
 

@@ -15,10 +15,14 @@ Validation scheme, from what the model will be asked (``target``):
 Rule (``rule``):
 * ``"fallback"`` (default): the lowest held-out MAPE wins, except where the validation has
   fewer than ``MIN_HELD_OUT`` held-out points (relearn: 3 core counts leave one forward fold
-  with one point): one point cannot rank models, ``FALLBACK`` (the hold baseline: last
-  measured value held) joins the candidates and the simplest that fits every fold wins
-  (``COMPLEXITY``). As an ordinary candidate, hold won noisy folds on loghin and xplat and
-  extrapolated worse there (docs/models.md), so it only enters here.
+  with one point): one point cannot rank models. ``FALLBACK`` (the hold baseline: last
+  measured value held) joins the candidates, and the simplest (``COMPLEXITY``) that fits
+  every fold *and* its own training data within ``ADEQUATE_MAPE`` wins: Amdahl where the data
+  look like strong scaling (loghin's 3-core groups), hold where no one-parameter speedup
+  curve fits them (relearn: time rising with cores, which Amdahl cannot follow and USL's
+  p^2 term over-extrapolates). Simplest adequate model, not lowest score. As an ordinary
+  candidate, hold won noisy folds on loghin and xplat and extrapolated worse there
+  (docs/models.md), so it only enters here.
 * ``"1se"``: among the candidates whose mean paired APE difference to the best is within one
   standard error of that difference (Hastie, Tibshirani, Friedman, The Elements of Statistical
   Learning, sec. 7.10, "one-standard-error rule"), the one with the fewest shape parameters
@@ -48,9 +52,10 @@ LOO_BELOW = 12  # fewer usable points than this: leave-one-out instead of k fold
 N_CUTS = 3      # forward-chaining origins on the cores axis (extrapolation scheme)
 # free shape parameters of each model: the one-standard-error rule prefers fewer; models not
 # listed (regression family, learners) count as DEFAULT_COMPLEXITY
-COMPLEXITY = {"hold": 0, "amdahl": 1, "usl": 2, "modelLog": 2, "modelQuad": 3, "memwall": 4}
+COMPLEXITY = {"amdahl": 1, "hold": 1.5, "usl": 2, "modelLog": 2, "modelQuad": 3, "memwall": 4}
 DEFAULT_COMPLEXITY = 5
 MIN_HELD_OUT = 2  # fewer held-out points than this: no ranking, the simplest model that fits
+ADEQUATE_MAPE = 10.0  # ... its own training data within this MAPE (%) (hold always does)
 RULES = ("fallback", "1se", "min")
 
 
@@ -236,11 +241,17 @@ def choose(obs: Observations, candidates: list[str] | None = None, k: int = 5,
     scores = {name: cv_score(name, usable, folds) for name in names}
     apes = {n: s.pop("_ape", np.empty(0)) for n, s in scores.items()}
     ranked = rank(scores, apes, names, rule)
-    for name in ranked:
+    gate = rule == "fallback" and held < MIN_HELD_OUT
+    for i, name in enumerate(ranked):
         try:
             model = registry.get(name).fit(usable)
         except NotEnoughData as exc:
             scores[name]["error"] = f"refit: {exc}"
+            continue
+        miss = model.quality.get("mape", 0.0)
+        if gate and name != FALLBACK and i < len(ranked) - 1 and miss > ADEQUATE_MAPE:
+            scores[name]["error"] = (f"fallback: training MAPE {miss:.1f} % > "
+                                     f"{ADEQUATE_MAPE:g} %")
             continue
         return Selection(name=name, model=model, scores=scores, folds=n_folds, scheme=scheme)
     reasons = "; ".join(f"{n}: {s['error']}" for n, s in scores.items())
