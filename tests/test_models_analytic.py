@@ -175,3 +175,31 @@ def test_threads_beyond_the_physical_cores_use_the_fitted_smt_yield():
     assert v[1] == pytest.approx(12 * (0.02 + 0.98 / 5), rel=0.01) and v[0] > v[1]
     # without the column nothing changes
     assert "smt_yield" not in AmdahlModeler().fit(Observations(cores=p, time_s=t)).params
+
+
+def test_extrapolation_is_anchored_at_the_measured_end_points():
+    # Amdahl data whose largest core count runs 10 % slow: beyond it the prediction keeps
+    # Amdahl's shape from the measured value; inside, nothing moves but the last interval
+    p = np.array([1.0, 2, 4, 8, 16])
+    t = 10 * (0.1 + 0.9 / p)
+    t[-1] *= 1.1
+    obs = Observations(cores=p, time_s=t)
+    plain = AmdahlModeler(anchor=False).fit(obs)
+    fit = AmdahlModeler().fit(obs)
+    q = Observations.query([1.0, 2.0, 4.0, 16.0, 32.0])
+    vp, va = plain.predict(q).value, fit.predict(q).value
+    assert va[3] == pytest.approx(t[-1])                       # the measured end point
+    assert va[4] / va[3] == pytest.approx(vp[4] / vp[3])       # the model's shape beyond
+    assert np.allclose(va[:3], vp[:3] * np.exp([fit.scale["anchors"][0]["r_lo"], 0, 0]))
+    v = fit.predict(Observations.query([8.0, 11.3, 16.0])).value
+    assert v[0] < v[1] < v[2] or v[0] > v[1] > v[2] or np.isclose(v[0], v[1])
+    assert fit.quality["shape_mape"] > fit.quality["mape"]
+    # a frequency not in training is not corrected
+    pf = np.tile([1.0, 2, 4], 2)
+    ff = np.repeat([1000.0, 1400.0], 3)
+    tf = 1.4e4 / ff * (0.1 + 0.9 / pf) * np.array([1, 1, 1.1, 1, 1, 1.1])
+    fit = AmdahlModeler().fit(Observations(cores=pf, time_s=tf, freq_mhz=ff))
+    plain = AmdahlModeler(anchor=False).fit(Observations(cores=pf, time_s=tf, freq_mhz=ff))
+    q = Observations.query([8.0, 8.0], [1800.0, 1400.0])
+    assert fit.predict(q).value[0] == pytest.approx(plain.predict(q).value[0])
+    assert fit.predict(q).value[1] > plain.predict(q).value[1]

@@ -86,6 +86,44 @@ def effective_cores(p: np.ndarray, phys: float | None, smt_yield: float) -> np.n
     return np.minimum(p, phys) + smt_yield * np.maximum(p - phys, 0.0)
 
 
+def end_anchors(p: np.ndarray, freq: np.ndarray | None, r: np.ndarray) -> list[dict[str, float]]:
+    """Per training frequency (one entry without a frequency axis): the mean log residual
+    (measured / model) at the largest and the smallest core count, and the next core counts
+    inwards, for ``anchor_correction``."""
+    out = []
+    keys = np.full(p.size, np.nan) if freq is None else freq
+    for key in np.unique(keys) if freq is not None else [np.nan]:
+        sel = np.ones(p.size, bool) if freq is None else keys == key
+        u = np.unique(p[sel])
+        if u.size < 2:
+            continue
+        out.append({"freq": float(key), "p_hi": float(u[-1]), "p_hi2": float(u[-2]),
+                    "r_hi": float(np.mean(r[sel][p[sel] == u[-1]])),
+                    "p_lo": float(u[0]), "p_lo2": float(u[1]),
+                    "r_lo": float(np.mean(r[sel][p[sel] == u[0]]))})
+    return out
+
+
+def anchor_correction(anchors: list[dict[str, float]], p: np.ndarray,
+                      freq: np.ndarray | None) -> np.ndarray:
+    """Log correction that makes an extrapolation start from the measured end points:
+    beyond the largest training core count the model's shape is kept and its level is the
+    measured one there (intercept correction of forecasting); between the two largest
+    counts the correction ramps in linearly in log p (no jump); the same at the smallest
+    count. Frequencies not in training are not corrected."""
+    out = np.zeros(p.size)
+    lp = np.log(p)
+    for a in anchors:
+        if freq is None or not np.isfinite(a["freq"]):
+            on = np.ones(p.size, bool)
+        else:
+            on = np.isclose(freq, a["freq"], rtol=1e-9, atol=1e-6)
+        w_hi = np.clip((lp - np.log(a["p_hi2"])) / np.log(a["p_hi"] / a["p_hi2"]), 0.0, 1.0)
+        w_lo = np.clip((np.log(a["p_lo2"]) - lp) / np.log(a["p_lo2"] / a["p_lo"]), 0.0, 1.0)
+        out = np.where(on, w_hi * a["r_hi"] + w_lo * a["r_lo"], out)
+    return out
+
+
 def _hyperbola(freqs: np.ndarray, levels: np.ndarray) -> tuple[float, float]:
     """Non-negative c0, c1 with c0 + c1/F closest to T1 at ``freqs`` in relative error."""
     if freqs.size < 2:
@@ -122,10 +160,11 @@ class SpeedupFamily(Modeler):
     lower: tuple[float, ...] = ()
     upper: tuple[float, ...] = ()
 
-    def __init__(self, t1_mode: str = "auto") -> None:
+    def __init__(self, t1_mode: str = "auto", anchor: bool = True) -> None:
         if t1_mode not in ("auto", "per_freq", "hyper"):
             raise ValueError(f"t1_mode must be auto, per_freq or hyper, not {t1_mode!r}")
         self.t1_mode = t1_mode
+        self.anchor = anchor
 
     # -- to be defined by a family ------------------------------------------------------
     def rel_time(self, theta: np.ndarray, p: np.ndarray, freq: np.ndarray | None) -> np.ndarray:
@@ -160,8 +199,8 @@ class SpeedupFamily(Modeler):
             # nothing measured beyond the physical cores: the prior yield
             return self._fit(p, freq, t, phys, SMT_PRIOR)
         # the yield y is chosen on a grid by the lowest training cost; families with more
-        # than two parameters (memwall) take y from USL's grid fit (one fit instead of four)
-        pick = self if len(self.param_names) <= 2 else USLModeler()
+        # than two parameters (memwall) take y from Amdahl's grid fit (one fit instead of four)
+        pick = self if len(self.param_names) <= 2 else AmdahlModeler()
         fits = [pick._fit(p, freq, t, phys, yv) for yv in SMT_YIELDS]
         best = min(fits, key=lambda f: f.cost)
         if pick is self:
@@ -301,9 +340,13 @@ class SpeedupFamily(Modeler):
         sigma = max(float(np.sqrt(np.sum(r ** 2) / max(dof, 1))), SIGMA_FLOOR)
         if phys is not None:
             scale["phys_cores"], scale["smt_yield"] = float(phys), float(smt_yield)
+        if getattr(self, "anchor", True):
+            scale["anchors"] = end_anchors(p_cores, freq, r)
         fitted = SpeedupFit(self, theta, scale, sigma, max(dof, 1))
         fitted.cost = float(np.sum(r ** 2))
         fitted.quality = fit_quality(t, fitted.predict_time(p_cores, freq))
+        # how well the speedup curve itself fits (before the end-point anchoring)
+        fitted.quality["shape_mape"] = float(100 * np.mean(np.abs(np.expm1(-r))))
         return fitted
 
     def options(self) -> dict[str, Any]:
@@ -355,11 +398,17 @@ class SpeedupFit(FittedModel):
         return effective_cores(p, self.scale.get("phys_cores"), self.scale.get("smt_yield", 1.0))
 
     def predict_time(self, p: np.ndarray, freq: np.ndarray | None) -> np.ndarray:
+        p_query = p
         p = self._cores(p)
         fq = self._fill(freq, p.size)
         with np.errstate(all="ignore"):
             g = self.family.rel_time(self.theta[None, :], p, fq)[0]
-        return self.t1(fq, p.size) * g
+        out = self.t1(fq, p.size) * g
+        anchors = self.scale.get("anchors")
+        if anchors:
+            raw = np.maximum(np.atleast_1d(np.asarray(p_query, float)), 1.0)
+            out = out * np.exp(anchor_correction(anchors, raw, fq))
+        return out
 
     def _fill(self, freq: Any, n: int) -> np.ndarray | None:
         """Query frequencies with missing ones set to the reference; None without an axis."""

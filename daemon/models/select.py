@@ -248,7 +248,7 @@ def choose(obs: Observations, candidates: list[str] | None = None, k: int = 5,
         except NotEnoughData as exc:
             scores[name]["error"] = f"refit: {exc}"
             continue
-        miss = model.quality.get("mape", 0.0)
+        miss = model.quality.get("shape_mape", model.quality.get("mape", 0.0))
         if gate and name != FALLBACK and i < len(ranked) - 1 and miss > ADEQUATE_MAPE:
             scores[name]["error"] = (f"fallback: training MAPE {miss:.1f} % > "
                                      f"{ADEQUATE_MAPE:g} %")
