@@ -219,7 +219,8 @@ def choose(obs: Observations, candidates: list[str] | None = None, k: int = 5,
     were held out), "1se" (simplest within one standard error of the best) or "min"."""
     ok = np.isfinite(obs.time_s) & (obs.time_s > 0) & np.isfinite(obs.cores)
     usable = obs.subset(ok)
-    names = list(candidates) if candidates is not None else registry.available()
+    names = (list(candidates) if candidates is not None
+             else [n for n in registry.available() if n != FALLBACK])
     if len(usable) < 3:
         return _first_that_fits(usable, names)
     axes = extrapolation_axes(usable, target)
