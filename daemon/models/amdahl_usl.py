@@ -86,6 +86,19 @@ def effective_cores(p: np.ndarray, phys: float | None, smt_yield: float) -> np.n
     return np.minimum(p, phys) + smt_yield * np.maximum(p - phys, 0.0)
 
 
+def _amdahl_grid_cost(p: np.ndarray, freq: np.ndarray | None, logt: np.ndarray) -> float:
+    """Least squared log residual of Amdahl (eq. 5) over a grid of parallel fractions, with
+    the optimal log T1 level per frequency (variable projection)."""
+    keys = (np.zeros(p.size, dtype=int) if freq is None
+            else np.unique(freq, return_inverse=True)[1])
+    f = np.linspace(0.0, 1.0, 201)[:, None]
+    r = logt[None, :] - np.log((1.0 - f) + f / p[None, :])
+    for k in np.unique(keys):
+        sel = keys == k
+        r[:, sel] -= r[:, sel].mean(axis=1, keepdims=True)
+    return float(np.min(np.sum(r ** 2, axis=1)))
+
+
 def end_anchors(p: np.ndarray, freq: np.ndarray | None, r: np.ndarray) -> list[dict[str, float]]:
     """Per training frequency (one entry without a frequency axis): the mean log residual
     (measured / model) at the largest and the smallest core count, and the next core counts
@@ -199,13 +212,14 @@ class SpeedupFamily(Modeler):
             # nothing measured beyond the physical cores: the prior yield
             return self._fit(p, freq, t, phys, SMT_PRIOR)
         # the yield y is chosen on a grid by the lowest training cost; families with more
-        # than two parameters (memwall) take y from Amdahl's grid fit (one fit instead of four)
-        pick = self if len(self.param_names) <= 2 else AmdahlModeler()
-        fits = [pick._fit(p, freq, t, phys, yv) for yv in SMT_YIELDS]
-        best = min(fits, key=lambda f: f.cost)
-        if pick is self:
-            return best
-        return self._fit(p, freq, t, phys, best.scale["smt_yield"])
+        # than two parameters (memwall) take y from Amdahl's cost on a fine grid of f (one
+        # vectorised pass per y instead of a fit per y)
+        if len(self.param_names) <= 2:
+            fits = [self._fit(p, freq, t, phys, yv) for yv in SMT_YIELDS]
+            return min(fits, key=lambda f: f.cost)
+        costs = [_amdahl_grid_cost(effective_cores(p, phys, yv), freq, np.log(t))
+                 for yv in SMT_YIELDS]
+        return self._fit(p, freq, t, phys, SMT_YIELDS[int(np.argmin(costs))])
 
     def _fit(self, p_cores: np.ndarray, freq: np.ndarray | None, t: np.ndarray,
              phys: float | None, smt_yield: float) -> "SpeedupFit":
