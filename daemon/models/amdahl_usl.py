@@ -173,7 +173,7 @@ class SpeedupFamily(Modeler):
     lower: tuple[float, ...] = ()
     upper: tuple[float, ...] = ()
 
-    def __init__(self, t1_mode: str = "auto", anchor: bool = True) -> None:
+    def __init__(self, t1_mode: str = "auto", anchor: bool = False) -> None:
         if t1_mode not in ("auto", "per_freq", "hyper"):
             raise ValueError(f"t1_mode must be auto, per_freq or hyper, not {t1_mode!r}")
         self.t1_mode = t1_mode
