@@ -3,9 +3,11 @@
 ``python -m opptune.agent.virtual_workload --board NAME --root DIR --threads N --cpus 0,1
 --size small`` reads the frequencies currently set in the fake tree, computes the run time from
 the board's true model (virtual_board.run_model) with multiplicative log-normal noise, sleeps
-that long for real, advances the tree's energy counters (RAPL energy_uj, hwmon power during the
-run, /proc/stat busy time) by what the V^2 f power model gives for the time really elapsed,
-and prints one JSON line like the bench_suite kernels, with "virtual": true.
+that long for real, advances the tree's energy counters (RAPL energy_uj, /proc/stat busy time)
+by what the V^2 f power model gives for that modelled time (hwmon power is shown during the
+run and sampled in real time by the agent's meter), and prints one JSON line like the
+bench_suite kernels, with "virtual": true. ``time_s`` is the modelled time (the board's clock);
+``elapsed_s`` is how long the host really slept.
 """
 
 from __future__ import annotations
@@ -60,6 +62,9 @@ def run(board_root: str, cpus: list[int], threads: int, size: str = "small",
     if sleep:
         time.sleep(noisy)
     elapsed = time.perf_counter() - t0 if sleep else noisy
+    # The board's clock is the model: a busy host can wake the sleep tens of ms late, which is
+    # the host's noise, not the simulated board's. The run lasts ``noisy`` on the board.
+    board_s = noisy
     fcntl.flock(lock, fcntl.LOCK_EX)
     try:
         for rel, v in idle.items():
@@ -72,13 +77,13 @@ def run(board_root: str, cpus: list[int], threads: int, size: str = "small",
                 f = max(freqs[c] for c in cpus)
                 w = cl["p_static"] + share * dynamic_power_w(cl, f)
                 z = f"/sys/class/powercap/intel-rapl:{pk}"
-                _add_int(fs, f"{z}/energy_uj", int(w * elapsed * 1e6),
+                _add_int(fs, f"{z}/energy_uj", int(w * board_s * 1e6),
                          fs.read_int(f"{z}/max_energy_range_uj"))
                 zd = f"/sys/class/powercap/intel-rapl:{pk}:0"
-                _add_int(fs, f"{zd}/energy_uj", int(spec.get("rapl_dram_w", 0) * elapsed * 1e6),
+                _add_int(fs, f"{zd}/energy_uj", int(spec.get("rapl_dram_w", 0) * board_s * 1e6),
                          fs.read_int(f"{zd}/max_energy_range_uj"))
         lines = fs.read_text("/proc/stat").splitlines()
-        jiffies = int(round(elapsed * 100))
+        jiffies = int(round(board_s * 100))
         out = []
         for line in lines:
             name, *vals = line.split()
@@ -89,10 +94,11 @@ def run(board_root: str, cpus: list[int], threads: int, size: str = "small",
     finally:
         fcntl.flock(lock, fcntl.LOCK_UN)
         lock.close()
-    return {"time_s": elapsed, "virtual": True, "board": spec["name"], "size": size,
+    return {"time_s": board_s, "elapsed_s": elapsed, "virtual": True, "board": spec["name"],
+            "size": size,
             "threads": threads, "cpus": cpus, "p": m["p"], "model_time_s": m["time_s"],
             "noisy_time_s": noisy, "freq_khz": {str(c): f for c, f in freqs.items()},
-            "power_w": m["power_w"], "energy_j": m["power_w"] * elapsed}
+            "power_w": m["power_w"], "energy_j": m["power_w"] * board_s}
 
 
 def main(argv=None) -> int:
