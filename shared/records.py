@@ -64,21 +64,13 @@ class RunRecord:
         """Build from a decoded map; raises RecordError naming the offending field."""
         if not isinstance(data, dict):
             raise RecordError("record must be a map")
-        unknown = data.keys() - _FIELD_NAMES
-        if unknown:
-            raise RecordError(f"record has unknown fields: {', '.join(sorted(map(str, unknown)))}")
-        missing = _REQUIRED - data.keys()
-        if missing:
-            raise RecordError(f"record is incomplete: lacks {', '.join(sorted(missing))}")
-        # Filling __dict__ directly skips the generated __init__ (the ingest path decodes
-        # every result); mutable defaults get fresh objects as __init__ would give them.
-        values = dict(_SCALAR_DEFAULTS)
-        values.update(data)
-        for name, factory in _MUTABLE_DEFAULTS:
-            if name not in data:
-                values[name] = factory()
-        rec = cls.__new__(cls)
-        rec.__dict__.update(values)
+        if not data.keys() <= _FIELD_NAMES:
+            unknown = sorted(map(str, data.keys() - _FIELD_NAMES))
+            raise RecordError(f"record has unknown fields: {', '.join(unknown)}")
+        if not _REQUIRED <= data.keys():
+            missing = sorted(_REQUIRED - data.keys())
+            raise RecordError(f"record is incomplete: lacks {', '.join(missing)}")
+        rec = cls(**data)
         rec.validate()
         return rec
 
@@ -121,10 +113,6 @@ _FIELD_NAMES = frozenset(_FIELD_ORDER)
 _REQUIRED = frozenset(f.name for f in dataclasses.fields(RunRecord)
                       if f.default is dataclasses.MISSING
                       and f.default_factory is dataclasses.MISSING)
-_SCALAR_DEFAULTS = {f.name: f.default for f in dataclasses.fields(RunRecord)
-                    if f.default is not dataclasses.MISSING}
-_MUTABLE_DEFAULTS = tuple((f.name, f.default_factory) for f in dataclasses.fields(RunRecord)
-                          if f.default_factory is not dataclasses.MISSING)
 _DEFAULTS = {f.name: (f.default if f.default is not dataclasses.MISSING else f.default_factory())
              for f in dataclasses.fields(RunRecord)
              if f.default is not dataclasses.MISSING or f.default_factory is not dataclasses.MISSING}
