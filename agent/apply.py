@@ -80,6 +80,12 @@ class Executor:
         self.notify = notify
         self.state_dir = state_dir
 
+    def deliver(self, msg: dict[str, Any]) -> None:
+        """Send through the outbox: kept on disk and resent until the daemon acks it, like a
+        result (an ``applied`` carries verification measurements)."""
+        self.outbox.put(msg)
+        self.notify()
+
     # -- validation (link thread) -------------------------------------------------------------
     def validate_job(self, body: dict[str, Any]) -> None:
         for i, pt in enumerate(body["points"]):
@@ -138,7 +144,7 @@ class Executor:
         else:
             errs = "; ".join(sorted({r.error or "?" for r in recs}))
             out.update(ok=False, time_s=None, error=f"every verification run failed: {errs}")
-        self.send(P.make("applied", self.agent_id, out))
+        self.deliver(P.make("applied", self.agent_id, out))
         log.info("config %s applied: ok=%s time_s=%s", cid, out["ok"], out["time_s"])
 
     def _remember(self, body: dict[str, Any], time_s: float) -> None:
@@ -193,9 +199,9 @@ class Worker(threading.Thread):
                 ex.validate_config(body)
             except Refused as exc:
                 log.warning("refused config %s: %s", body.get("config_id"), exc)
-                ex.send(P.make("applied", ex.agent_id, {"config_id": body["config_id"],
-                                                        "ok": False, "error": str(exc),
-                                                        "records": [], "time_s": None}))
+                ex.deliver(P.make("applied", ex.agent_id, {"config_id": body["config_id"],
+                                                           "ok": False, "error": str(exc),
+                                                           "records": [], "time_s": None}))
                 return
             self._put(("config", msg))
 

@@ -53,6 +53,13 @@ def config_msg(platform, **kw):
     return P.make("config", "daemon", body)
 
 
+def applied(ex):
+    """The ``applied`` messages the executor handed to its outbox (durable, resent until
+    acked), oldest first."""
+    msgs = [P.decode(data) for _, data in ex.outbox.pending()]
+    return [m for m in msgs if m["type"] == "applied"]
+
+
 def run_worker(ex, msgs):
     w = Worker(ex)
     w.start()
@@ -67,7 +74,7 @@ def test_config_more_cores_than_online_refused_and_nothing_runs(env):
     ex, sent, runner, platform = env
     n = len(platform["cpus_online"])
     run_worker(ex, [config_msg(platform, cpus=list(range(n + 1)), threads=n + 1)])
-    (reply,) = sent
+    (reply,) = applied(ex)
     assert reply["type"] == "applied" and reply["body"]["ok"] is False
     assert "not online" in reply["body"]["error"] and reply["body"]["config_id"] == "c1"
     assert runner.runs == 0
@@ -77,9 +84,9 @@ def test_config_unknown_workload_and_bad_size_refused(env):
     ex, sent, runner, platform = env
     run_worker(ex, [config_msg(platform, workload="cryptominer"),
                     config_msg(platform, size="huge")])
-    assert [m["body"]["ok"] for m in sent] == [False, False]
-    assert "unknown workload 'cryptominer'" in sent[0]["body"]["error"]
-    assert "no size 'huge'" in sent[1]["body"]["error"]
+    assert [m["body"]["ok"] for m in applied(ex)] == [False, False]
+    assert "unknown workload 'cryptominer'" in applied(ex)[0]["body"]["error"]
+    assert "no size 'huge'" in applied(ex)[1]["body"]["error"]
     assert runner.runs == 0
 
 
@@ -88,15 +95,15 @@ def test_config_with_frequency_refused_without_cpufreq(env):
     if platform["cpufreq"]["available"]:
         pytest.skip("this machine has writable cpufreq")
     run_worker(ex, [config_msg(platform, freq_khz=1200000)])
-    assert sent[0]["body"]["ok"] is False
-    assert "1200000 kHz cannot be set" in sent[0]["body"]["error"]
+    assert applied(ex)[0]["body"]["ok"] is False
+    assert "1200000 kHz cannot be set" in applied(ex)[0]["body"]["error"]
     assert runner.runs == 0
 
 
 def test_config_applied_and_verified(env, tmp_path):
     ex, sent, runner, platform = env
     run_worker(ex, [config_msg(platform, size="0.25", reps=3)])
-    (reply,) = sent
+    (reply,) = applied(ex)
     b = reply["body"]
     assert reply["type"] == "applied" and b["ok"] is True and b["error"] is None
     assert b["time_s"] == 0.25 and len(b["records"]) == 3
@@ -110,7 +117,7 @@ def test_config_applied_and_verified(env, tmp_path):
 def test_config_whose_runs_all_fail_reports_not_ok(env):
     ex, sent, runner, platform = env
     run_worker(ex, [config_msg(platform, workload="bad", size="default", reps=2)])
-    b = sent[0]["body"]
+    b = applied(ex)[0]["body"]
     assert b["ok"] is False and "exit status 1" in b["error"] and len(b["records"]) == 2
 
 
