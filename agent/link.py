@@ -28,6 +28,13 @@ log = logging.getLogger("opptune.agent.link")
 
 AGENT_VERSION = "0.1.0"
 GONE_AFTER_HEARTBEATS = 3
+# Error codes that say a message can never be accepted as sent (the daemon validated it and
+# refused it); resending would loop forever. Other codes (unknown_agent, store_failed,
+# internal, agent_offline) are transient: the message stays queued.
+PERMANENT_REFUSALS = frozenset({
+    "bad_record", "unknown_config", "malformed", "too_large", "bad_version", "unknown_type",
+    "missing_field", "bad_type", "bad_value", "bad_id", "bad_agent", "unexpected_type",
+})
 
 
 class Link:
@@ -249,6 +256,10 @@ class Link:
             if body["code"] == "unknown_agent":
                 if not was_gone:
                     self._daemon_back("does not know this agent")
+            elif body["code"] in PERMANENT_REFUSALS and body.get("ref") and \
+                    self.outbox.reject(body["ref"], body["code"], body["message"]):
+                log.error("daemon refused %s for good (%s): %s; kept in the outbox's rejected "
+                          "table, no longer resent", body["ref"], body["code"], body["message"])
             else:
                 log.warning("daemon refused %s: %s (%s)", body.get("ref"), body["message"],
                             body["code"])

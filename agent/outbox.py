@@ -26,6 +26,15 @@ CREATE TABLE IF NOT EXISTS outbox (
     sends     INTEGER NOT NULL DEFAULT 0
 );
 CREATE INDEX IF NOT EXISTS outbox_by_created ON outbox (created);
+-- messages the daemon refused for good: kept on disk (never lost), no longer resent
+CREATE TABLE IF NOT EXISTS rejected (
+    id       TEXT PRIMARY KEY,
+    data     BLOB NOT NULL,
+    created  REAL NOT NULL,
+    rejected REAL NOT NULL,
+    code     TEXT NOT NULL,
+    reason   TEXT NOT NULL
+);
 CREATE TABLE IF NOT EXISTS jobs (
     job_id   TEXT PRIMARY KEY,
     body     TEXT NOT NULL,
@@ -120,6 +129,29 @@ class Outbox:
     def count(self) -> int:
         with self._lock:
             return self._db.execute("SELECT COUNT(*) FROM outbox").fetchone()[0]
+
+    def reject(self, msg_id: str, code: str, reason: str) -> bool:
+        """Move a pending message the daemon refused for good out of the resend queue, into
+        the ``rejected`` table; returns whether it was pending."""
+        with self._lock:
+            self._db.execute("BEGIN IMMEDIATE")
+            try:
+                self._db.execute("INSERT OR IGNORE INTO rejected SELECT id, data, created, ?, ?, ? "
+                                 "FROM outbox WHERE id=?", (time.time(), code, reason, msg_id))
+                moved = self._db.execute("DELETE FROM outbox WHERE id=?", (msg_id,)).rowcount
+                self._db.execute("COMMIT")
+            except BaseException:
+                self._db.execute("ROLLBACK")
+                raise
+            return moved > 0
+
+    def rejected(self) -> list[dict[str, Any]]:
+        """Messages the daemon refused, with its code and reason, oldest first."""
+        with self._lock:
+            rows = self._db.execute("SELECT id, data, code, reason, rejected FROM rejected "
+                                    "ORDER BY rejected, rowid").fetchall()
+        return [{"id": i, "data": d, "code": c, "reason": r, "rejected": t}
+                for i, d, c, r, t in rows]
 
     # -- jobs ---------------------------------------------------------------------------------
     def save_job(self, job_id: str, body: dict[str, Any], ref: str | None = None) -> bool:

@@ -367,3 +367,27 @@ def test_restore_without_state_file_exits_0(tmp_path):
                        capture_output=True, text=True, timeout=30)
     assert p.returncode == 0, p.stderr
     assert "restored nothing" in p.stderr
+
+
+def test_result_refused_for_good_is_parked_not_resent(ctx, router, tmp_path):
+    ob = Outbox(str(tmp_path))
+    bad, transient = result_msg(), result_msg(1)
+    ob.put(bad)
+    ob.put(transient)
+    lt = LinkThread(ctx, router.endpoint, ob, resend_s=0.2)
+    try:
+        router.expect(lambda m: m["type"] == "hello")
+        router.send(P.make("heartbeat", "daemon", {}))
+        router.expect(lambda m: m["type"] == "result" and m["id"] == bad["id"])
+        router.send(P.error_reply("daemon", "bad_record", "invalid run record: x", bad["id"]))
+        router.send(P.error_reply("daemon", "store_failed", "disk full", transient["id"]))
+        # once both errors are handled, the parked result is never sent again; the other is
+        router.expect(lambda m: m["type"] == "heartbeat" and m["body"]["outbox"] == 1)
+        later = [m["id"] for m in router.collect(1.0) if m["type"] == "result"]
+        assert bad["id"] not in later and transient["id"] in later
+    finally:
+        lt.close()
+    parked = ob.rejected()
+    assert [(p["id"], p["code"]) for p in parked] == [(bad["id"], "bad_record")]
+    assert P.decode(parked[0]["data"])["id"] == bad["id"]  # kept on disk, whole
+    assert [i for i, _ in ob.pending()] == [transient["id"]]

@@ -94,3 +94,19 @@ def test_survives_kill_9(tmp_path):
     assert [i for i, _ in ob.pending()] == [f"m{i:02d}" for i in range(20)]
     assert ob.job("j")["next_seq"] == 20
     ob.close()
+
+
+def test_reject_moves_a_message_out_of_the_queue_and_keeps_it(tmp_path):
+    from opptune.agent.outbox import Outbox
+    from opptune.shared import protocol as P
+    ob = Outbox(str(tmp_path))
+    msg = P.make("heartbeat", "a1", {})
+    ob.put(msg)
+    assert ob.reject(msg["id"], "bad_record", "nope") is True
+    assert ob.reject(msg["id"], "bad_record", "nope") is False  # no longer pending
+    assert ob.count() == 0 and ob.pending() == []
+    ob.close()
+    again = Outbox(str(tmp_path))  # survives a restart
+    (parked,) = again.rejected()
+    assert parked["id"] == msg["id"] and parked["code"] == "bad_record"
+    assert P.decode(parked["data"]) == msg
