@@ -50,7 +50,7 @@ class Link:
         self.heartbeat_s = max(0.05, float(heartbeat_s))
         self.resend_s = resend_s if resend_s is not None else 2 * self.heartbeat_s
         self.window = window
-        self.instance = instance or P.new_id()[:16]
+        self.instance = instance or os.urandom(8).hex()
         self._ctx = context or zmq.Context.instance()
         self._sock: zmq.Socket | None = None
         self._poller = zmq.Poller()

@@ -23,7 +23,7 @@ def query(endpoint: str, what: str, args: dict[str, Any] | None = None,
     """Send one ``query`` to the daemon at ``endpoint`` and return the reply's data."""
     ctx = context or zmq.Context.instance()
     sock = ctx.socket(zmq.DEALER)
-    operator = f"operator-{os.getpid()}-{P.new_id()[:8]}"
+    operator = f"operator-{os.getpid()}-{os.urandom(4).hex()}"
     sock.setsockopt(zmq.IDENTITY, operator.encode())
     sock.setsockopt(zmq.LINGER, 0)
     try:

@@ -56,13 +56,20 @@ class Link:
     def recv_batch(self, max_n: int) -> list[tuple[bytes, dict[str, Any]]]:
         """Drain up to ``max_n`` frames without blocking; return the valid ones."""
         out = []
-        recv = self.sock.recv_multipart
+        # Frames received one by one with copy=False: their ``more`` flag is free, where
+        # recv_multipart asks the socket for RCVMORE per frame (measured 3.4-4.9 -> 2.4 us).
+        recv = self.sock.recv
         decode = protocol.decode
+        noblock = int(zmq.NOBLOCK)
         for _ in range(max_n):
             try:
-                frames = recv(zmq.NOBLOCK, copy=True)
+                frame = recv(noblock, copy=False)
             except zmq.Again:
                 break
+            frames = [frame.bytes]
+            while frame.more:
+                frame = recv(noblock, copy=False)
+                frames.append(frame.bytes)
             if len(frames) == 2:
                 identity, data = frames
             elif len(frames) == 3 and frames[1] == b"":

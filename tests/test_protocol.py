@@ -1,5 +1,7 @@
 """Wire protocol: round trips, and refusal of everything malformed with a named reason."""
 
+import uuid
+
 import msgpack
 import pytest
 from hypothesis import given, settings
@@ -44,6 +46,17 @@ def test_round_trip(msg_type):
 
 def test_ids_are_unique():
     assert len({P.make("heartbeat", "a")["id"] for _ in range(1000)}) == 1000
+
+
+def test_ids_are_uuid7_and_sort_by_creation_time(monkeypatch):
+    clock = iter(range(1_700_000_000_000, 1_700_000_000_000 + 50))
+    monkeypatch.setattr(P.time, "time_ns", lambda: next(clock) * 1_000_000)
+    ids = [P.new_id() for _ in range(50)]
+    assert ids == sorted(ids) and len(set(ids)) == 50
+    for i, ms in zip(ids, range(1_700_000_000_000, 1_700_000_000_050)):
+        u = uuid.UUID(i)
+        assert u.version == 7 and u.variant == uuid.RFC_4122
+        assert int(i[:12], 16) == ms  # the first 48 bits are the creation time in ms
 
 
 def _raw(**overrides):
