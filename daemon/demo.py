@@ -126,6 +126,12 @@ def _workload_of(item: dict[str, Any]) -> str:
 def run_demo(args: argparse.Namespace) -> int:
     console = Console(stderr=True)
     run_dir = Path(args.dir or f"opptune-demo-{time.strftime('%Y%m%d-%H%M%S')}").resolve()
+    if (run_dir / "opptune.db").exists():
+        # A demo is one fresh run: reusing a store would print the old sweep's results under
+        # the new options (and the old jobs count as done, so nothing would run).
+        console.print(f"[red]opptune demo: {run_dir} already holds a demo's database "
+                      "(opptune.db); name a new --dir, or remove that directory first[/red]")
+        return 2
     run_dir.mkdir(parents=True, exist_ok=True)
     console.print(f"opptune demo: everything goes to [bold]{run_dir}[/bold]")
     if args.virtual_board:

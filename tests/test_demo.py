@@ -52,6 +52,20 @@ def test_demo_on_this_machine(tmp_path):
     assert not written_outside(tmp_path, before)
 
 
+def test_demo_refuses_a_directory_with_an_earlier_run(tmp_path):
+    run_dir = tmp_path / "demo"
+    run_dir.mkdir()
+    (run_dir / "opptune.db").write_bytes(b"earlier run")
+    argv = [sys.executable, "-m", "opptune.daemon.cli", "demo", "--dir", str(run_dir),
+            "--no-progress", "--timeout", "20"]
+    proc = subprocess.run(argv, capture_output=True, text=True, timeout=30, cwd=tmp_path)
+    assert proc.returncode == 2
+    said = " ".join(proc.stderr.split())  # rich wraps lines
+    assert "already holds a demo" in said and "new --dir" in said
+    assert (run_dir / "opptune.db").read_bytes() == b"earlier run"
+    assert sorted(p.name for p in run_dir.iterdir()) == ["opptune.db"]
+
+
 def test_demo_on_virtual_board(tmp_path):
     before = set(tmp_path.rglob("*"))
     table, proc = run_demo(tmp_path, "--virtual-board", "rpi4")
