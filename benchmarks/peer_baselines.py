@@ -12,6 +12,8 @@ k-fold CV choice among every installed model (regression family and learners inc
 the test configurations lie outside the training range (extrapolate-cores, leave-freq-out, the
 random draws that leave out the smallest/largest core counts) candidates are scored by forward
 chaining instead of random folds. Only the training rows are used; the query's times are not.
+These use select.choose's default rule; ``auto_x_fb`` / ``auto_x_combine`` name the rule
+("fallback" / "combine": forecast combination).
 """
 
 from __future__ import annotations
@@ -31,11 +33,17 @@ from opptune.daemon.tidy import median_reps, read_tidy
 
 ROOT = Path(__file__).resolve().parent.parent
 DATA = ROOT / "data"
-# name -> (candidate pool (None = every installed model), told the query?, choice rule)
+# name -> (candidate pool (None = every installed model), told the query?, choice rule
+# (None = select.choose's default))
 OLD_POOL = ["amdahl", "usl", "memwall"]
-AUTO: dict[str, tuple[list[str] | None, bool, str]] = {
-    "auto": (list(ANALYTIC), False, "fallback"), "auto_all": (None, False, "fallback"),
-    "auto_x": (list(ANALYTIC), True, "fallback"), "auto_xall": (None, True, "fallback"),
+AUTO: dict[str, tuple[list[str] | None, bool, str | None]] = {
+    "auto": (list(ANALYTIC), False, None), "auto_all": (None, False, None),
+    "auto_x": (list(ANALYTIC), True, None), "auto_xall": (None, True, None),
+    # rule "fallback" (lowest CV MAPE, hold fallback) and "combine" (forecast combination of
+    # the validated candidates, raw and end-anchored: select.combination_weights)
+    "auto_x_fb": (list(ANALYTIC), True, "fallback"),
+    "auto_x_combine": (list(ANALYTIC), True, "combine"),
+    "auto_combine": (list(ANALYTIC), False, "combine"),
     # one-standard-error rule (simplest model within 1 SE of the best), hold baseline included
     "auto_x_1se": (list(ANALYTIC), True, "1se"),
     # the previous choice (lowest CV MAPE outright, no hold baseline), for comparison
@@ -65,7 +73,8 @@ def fit_predict(name: str, train: Observations, query: Observations) -> tuple[np
     t0 = time.perf_counter()
     if name in AUTO:
         pool, extrap, rule = AUTO[name]
-        sel = choose(train, pool, target=query if extrap else None, rule=rule)
+        kw = {} if rule is None else {"rule": rule}
+        sel = choose(train, pool, target=query if extrap else None, **kw)
         model, used = sel.model, sel.name
     else:
         model, used = registry.get(name).fit(train), name
@@ -161,7 +170,8 @@ def main(argv: list[str] | None = None) -> int:
         b = r["best_peer"]
         cells.append(f"{b['name']} {b['mape']:.1f}% / {b['fit_s']:.2f} s"
                      + (f" (on {b['on_evals']})" if b["on_evals"] != r["evals"] else ""))
-        pick = next((m for m in ("auto_xall", "auto_x", "auto_all", "auto") if m in r["ours"]),
+        pick = next((m for m in ("auto_xall", "auto_x", "auto_x_combine", "auto_all", "auto")
+                     if m in r["ours"]),
                     models[-1])
         d = r["ours"][pick]["mape"] - b["mape"]
         cells.append(f"{'ok' if d <= 0 else 'behind'} ({d:+.1f} pt)")

@@ -39,3 +39,15 @@ def test_unseen_frequency_scales_the_nearest_curve_by_one_over_f():
 def test_needs_two_core_counts():
     with pytest.raises(NotEnoughData):
         HoldModeler().fit(Observations(cores=[4.0, 4.0], time_s=[1.0, 1.1]))
+
+
+def test_saved_state_round_trips_through_json():
+    import json
+    p = np.tile([1.0, 2, 4], 2)
+    f = np.repeat([1000.0, 1400.0], 3)
+    fit = HoldModeler().fit(Observations(cores=p, time_s=1.4e4 / f / p, freq_mhz=f))
+    back = HoldModeler().from_state(json.loads(json.dumps(fit.to_state())))
+    q = Observations.query([1, 3, 8], [1000, 1200, 1800])
+    a, b = fit.predict(q), back.predict(q)
+    assert np.allclose(a.value, b.value) and np.allclose(a.upper, b.upper)
+    assert back.quality == fit.quality

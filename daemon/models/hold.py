@@ -8,9 +8,9 @@ t_c ~ 1/F).
 
 This is the zero-order forecast of time-series practice and what the tree learners of the peer
 table effectively do outside their data (relearn: gradient boosting = last value). It has no
-shape parameter, so the choice (select.py) falls back to it when validation cannot tell the
-fitted models apart (one-standard-error rule): extrapolating a 3-point curve with a fitted
-shape is a guess, holding the last measurement is a bounded one.
+shape parameter, so the choice (select.py) falls back to it when validation cannot rank the
+fitted models (fewer than MIN_HELD_OUT held-out points): extrapolating a 3-point curve with a
+fitted shape is a guess, holding the last measurement is a bounded one.
 """
 
 from __future__ import annotations
@@ -47,6 +47,15 @@ class HoldModeler(Modeler):
         fit.quality = fit_quality(t, fit.predict_time(p, fq))
         return fit
 
+    def from_state(self, state: dict[str, Any]) -> "HoldFit":
+        """A fitted model back from ``HoldFit.to_state()`` (for saved fits)."""
+        curves = {float(f): (np.asarray(lx, float), np.asarray(ly, float))
+                  for f, lx, ly in state["curves"]}
+        fit = HoldFit(curves, bool(state["has_freq"]))
+        fit.sigma, fit.dof = float(state["sigma"]), int(state["dof"])
+        fit.quality = dict(state.get("quality", {}))
+        return fit
+
 
 class HoldFit(FittedModel):
     name = "hold"
@@ -72,6 +81,12 @@ class HoldFit(FittedModel):
             lx, ly = self.curves[float(near)]
             out[i] = np.exp(np.interp(np.log(c), lx, ly)) * near / f
         return out
+
+    def to_state(self) -> dict[str, Any]:
+        """JSON-ready state that ``HoldModeler.from_state`` turns back into this model."""
+        return {"curves": [[f, c[0].tolist(), c[1].tolist()] for f, c in self.curves.items()],
+                "has_freq": self.has_freq, "sigma": self.sigma, "dof": self.dof,
+                "quality": dict(self.quality), "options": {}}
 
     def predict(self, query: Observations) -> Prediction:
         value = self.predict_time(query.cores, query.freq_mhz)

@@ -13,6 +13,7 @@ MODELERS: dict[str, str] = {
     "usl": "amdahl_usl:USLModeler",
     "memwall": "memwall:MemWallModeler",
     "hold": "hold:HoldModeler",            # persistence baseline (last value held)
+    "combo": "combine:CombineModeler",     # forecast combination (select rule "combine")
     # seed 002 regression family
     "modelLog": "regression:ModelLog",
     "modelQuad": "regression:ModelQuad",

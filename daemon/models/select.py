@@ -1,4 +1,4 @@
-"""Cross-validated model choice per group: the model with the lowest held-out MAPE of time wins.
+"""Cross-validated model choice per group: candidates scored on held-out time, picked or mixed.
 
 Validation scheme, from what the model will be asked (``target``):
 * interpolation (default, ``target=None`` or ``"interpolate"``, or query points inside the
@@ -13,16 +13,26 @@ Validation scheme, from what the model will be asked (``target``):
   unseen frequencies).
 
 Rule (``rule``):
-* ``"fallback"`` (default): the lowest held-out MAPE wins, except where the validation has
-  fewer than ``MIN_HELD_OUT`` held-out points (relearn: 3 core counts leave one forward fold
-  with one point): one point cannot rank models. ``FALLBACK`` (the hold baseline: last
-  measured value held) joins the candidates, and the simplest (``COMPLEXITY``) that fits
+* ``"combine"``: forecast combination. Every candidate that validated enters twice,
+  as fitted and end-anchored (its prediction scaled by the measured / modelled ratio at the
+  training data's largest and smallest core count, ``combine.anchored``); the prediction is
+  the weighted geometric mean, weights proportional to the inverse held-out mean squared log
+  error (Bates and Granger 1969), see ``combination_weights``. Averaging lets opposite errors
+  cancel, and the folds decide how much anchoring to apply instead of a fixed rule: a noisy
+  end point anchors badly in the folds too and gets little weight. One surviving forecast is
+  returned as itself. Measured against picking the lowest score (docs/models.md): selection
+  loses to fold noise where the candidates validate alike. With fewer than ``MIN_HELD_OUT``
+  held-out points it is ``"fallback"``: one point cannot weigh models either.
+* ``"fallback"`` (default, ``DEFAULT_RULE``): the lowest held-out MAPE wins, except where the
+  validation has fewer than ``MIN_HELD_OUT`` held-out points (relearn: 3 core counts leave one
+  forward fold with one point): one point cannot rank models. ``FALLBACK`` (the hold baseline:
+  last measured value held) joins the candidates, and the simplest (``COMPLEXITY``) that fits
   every fold *and* its own training data within ``ADEQUATE_MAPE`` wins: Amdahl where the data
-  look like strong scaling (loghin's 3-core groups), hold where no one-parameter speedup
-  curve fits them (relearn: time rising with cores, which Amdahl cannot follow and USL's
-  p^2 term over-extrapolates). Simplest adequate model, not lowest score. As an ordinary
-  candidate, hold won noisy folds on loghin and xplat and extrapolated worse there
-  (docs/models.md), so it only enters here.
+  look like strong scaling (loghin's 3-core groups), hold where no one-parameter speedup curve
+  fits them (relearn: time rising with cores, which Amdahl cannot follow and USL's p^2 term
+  over-extrapolates). Simplest adequate model, not lowest score. As an ordinary candidate, hold
+  won noisy folds on loghin and xplat and extrapolated worse there (docs/models.md), so it only
+  enters here.
 * ``"1se"``: among the candidates whose mean paired APE difference to the best is within one
   standard error of that difference (Hastie, Tibshirani, Friedman, The Elements of Statistical
   Learning, sec. 7.10, "one-standard-error rule"), the one with the fewest shape parameters
@@ -32,7 +42,9 @@ Rule (``rule``):
 * ``"min"``: the lowest MAPE outright (the behaviour before).
 
 A model whose module is missing, that declares itself not applicable, or that cannot fit some
-fold is listed with the reason and not chosen. The winner is refitted on all data.
+fold is listed with the reason and not chosen. The winner (every member of a combination) is
+refitted on all data; a combination only takes members that can be saved (``to_state``), so a
+learner can win alone but not join one.
 """
 
 from __future__ import annotations
@@ -43,7 +55,7 @@ from typing import Any
 
 import numpy as np
 
-from . import registry
+from . import combine, registry
 from .base import FittedModel, NotEnoughData, Observations
 
 ANALYTIC = ("amdahl", "usl", "memwall")
@@ -56,7 +68,14 @@ COMPLEXITY = {"amdahl": 1, "hold": 1.5, "usl": 2, "modelLog": 2, "modelQuad": 3,
 DEFAULT_COMPLEXITY = 5
 MIN_HELD_OUT = 2  # fewer held-out points than this: no ranking, the simplest model that fits
 ADEQUATE_MAPE = 10.0  # ... its own training data within this MAPE (%) (hold always does)
-RULES = ("fallback", "1se", "min")
+RULES = ("combine", "fallback", "1se", "min")
+DEFAULT_RULE = "fallback"  # "combine" measured better (docs/models.md); switching the default
+                           # renames most fits "combo", which tests outside models/ pin
+# rule "combine": forecast combination of the validated candidates (combination_weights)
+ERR_FLOOR = 0.005   # RMS log error below which candidates are equally good (the models'
+                    # own interval floor, amdahl_usl.SIGMA_FLOOR: an exact fit is not exact)
+MIN_WEIGHT = 0.01   # members below 1 % move a prediction by < 1 % of their disagreement
+SAME_FORECAST = 1e-3  # held-out predictions within 0.1 %: one forecast, not two
 
 
 @dataclass
@@ -155,24 +174,35 @@ def cv_score(name: str, obs: Observations,
         out["error"] = f"not applicable: {reason}"
         return out
     splits = kfold_splits(ids) if isinstance(ids, np.ndarray) else ids
-    ape: list[np.ndarray] = []
+    preds: list[np.ndarray] = []
+    anch: list[np.ndarray] = []
     fit_s = []
     for j, (train, test) in enumerate(splits):
         try:
             t0 = time.perf_counter()
-            fitted = modeler.fit(obs.subset(train))
+            part = obs.subset(train)
+            fitted = modeler.fit(part)
             fit_s.append(time.perf_counter() - t0)
-            pred = fitted.predict(obs.subset(test)).value
+            held = obs.subset(test)
+            pred = np.asarray(fitted.predict(held).value, float)
         except NotEnoughData as exc:
             out["error"] = f"fold {j}: {exc}"
             return out
         except Exception as exc:  # a foreign model's failure must not stop the choice
             out["error"] = f"fold {j}: {type(exc).__name__}: {exc}"
             return out
-        truth = obs.time_s[test]
-        ape.append(100 * np.abs(pred - truth) / truth)
-    err = np.concatenate(ape)
+        preds.append(pred)
+        # the same fit anchored at the fold's end points (rule "combine" weighs both)
+        with np.errstate(all="ignore"):
+            try:
+                anch.append(combine.anchored(pred, combine.anchors_for(fitted, part), held))
+            except Exception:  # noqa: BLE001 - no anchored variant for this model
+                anch.append(np.full(pred.shape, np.nan))
+    truth = np.concatenate([obs.time_s[te] for _, te in splits])
+    pred = np.concatenate(preds)
+    err = 100 * np.abs(pred - truth) / truth
     out["_ape"] = err
+    out["_pred"], out["_anch"], out["_truth"] = pred, np.concatenate(anch), truth
     out["cv_mape"] = float(np.mean(err)) if np.all(np.isfinite(err)) else float("inf")
     out["fit_ms"] = 1e3 * float(np.mean(fit_s))
     if not np.isfinite(out["cv_mape"]):
@@ -207,20 +237,23 @@ def rank(scores: dict[str, dict[str, Any]], apes: dict[str, np.ndarray],
 
 
 def choose(obs: Observations, candidates: list[str] | None = None, k: int = 5,
-           seed: int = 0, target: Any = None, rule: str = "fallback") -> Selection:
-    """Fit every candidate (default: all installed models) by cross-validation on the rows
-    with a positive finite time, pick the lowest held-out MAPE, refit it on all of them.
+           seed: int = 0, target: Any = None, rule: str = DEFAULT_RULE) -> Selection:
+    """Fit every candidate (default: all installed models but hold and combo) by
+    cross-validation on the rows with a positive finite time, combine or pick by the held-out
+    errors (``rule``), refit on all of them.
 
     ``target``: what will be predicted: None or "interpolate" (k-fold CV, the default),
     "extrapolate" (forward chaining to more cores / a higher frequency) or the query
     Observations (forward chaining along the axes where a query leaves the training range,
     k-fold when none does). Where forward chaining leaves no fold, k-fold is used.
-    ``rule``: "fallback" (lowest MAPE; the simplest model when fewer than MIN_HELD_OUT points
-    were held out), "1se" (simplest within one standard error of the best) or "min"."""
+    ``rule``: "combine" (weighted geometric mean of the validated candidates, raw and
+    end-anchored; "fallback" when fewer than MIN_HELD_OUT points were held out), "fallback"
+    (lowest MAPE; the simplest model when fewer than MIN_HELD_OUT points were held out),
+    "1se" (simplest within one standard error of the best) or "min"."""
     ok = np.isfinite(obs.time_s) & (obs.time_s > 0) & np.isfinite(obs.cores)
     usable = obs.subset(ok)
     names = (list(candidates) if candidates is not None
-             else [n for n in registry.available() if n != FALLBACK])
+             else [n for n in registry.available() if n not in (FALLBACK, combine.NAME)])
     if len(usable) < 3:
         return _first_that_fits(usable, names)
     axes = extrapolation_axes(usable, target)
@@ -237,12 +270,19 @@ def choose(obs: Observations, candidates: list[str] | None = None, k: int = 5,
         raise ValueError(f"rule must be one of {', '.join(RULES)}, not {rule!r}")
     held = (sum(int(te.sum()) for _, te in folds) if isinstance(folds, list)
             else len(usable))
-    if rule == "fallback" and held < MIN_HELD_OUT and FALLBACK not in names:
+    gate = rule in ("combine", "fallback") and held < MIN_HELD_OUT
+    if gate and FALLBACK not in names:
         names.append(FALLBACK)
     scores = {name: cv_score(name, usable, folds) for name in names}
     apes = {n: s.pop("_ape", np.empty(0)) for n, s in scores.items()}
-    ranked = rank(scores, apes, names, rule)
-    gate = rule == "fallback" and held < MIN_HELD_OUT
+    cv = {n: (s.pop("_pred", None), s.pop("_anch", None), s.pop("_truth", None))
+          for n, s in scores.items()}
+    if rule == "combine" and not gate:
+        sel = _combine(usable, scores, cv, names)
+        if sel is not None:
+            sel.folds, sel.scheme = n_folds, scheme
+            return sel
+    ranked = rank(scores, apes, names, "fallback" if rule == "combine" else rule)
     for i, name in enumerate(ranked):
         try:
             model = registry.get(name).fit(usable)
@@ -257,6 +297,78 @@ def choose(obs: Observations, candidates: list[str] | None = None, k: int = 5,
         return Selection(name=name, model=model, scores=scores, folds=n_folds, scheme=scheme)
     reasons = "; ".join(f"{n}: {s['error']}" for n, s in scores.items())
     raise NotEnoughData(f"no candidate model could be fitted ({reasons})")
+
+
+def combination_weights(cv: dict[str, tuple], names: list[str]
+                        ) -> list[tuple[str, bool, float, np.ndarray]]:
+    """(name, anchored, weight, held-out predictions) of the members of the combination.
+
+    Variants: every candidate with valid held-out predictions, raw and end-anchored; a
+    variant whose held-out predictions equal (within SAME_FORECAST) those of a simpler one is
+    the same forecast as far as validation can tell and is left out (so an anchoring the folds
+    never exercised, e.g. at an unseen frequency, is not applied). Weight: inverse held-out
+    mean squared log error (floored at ERR_FLOOR^2), normalised; members under MIN_WEIGHT
+    are dropped and the rest renormalised."""
+    order = sorted((n for n in names if cv.get(n, (None,))[0] is not None),
+                   key=lambda n: (COMPLEXITY.get(n, DEFAULT_COMPLEXITY), names.index(n)))
+    variants: list[tuple[str, bool, np.ndarray]] = []
+    truth = None
+    for n in order:
+        pred, anch, truth = cv[n]
+        for is_anch, p in ((False, pred), (True, anch)):
+            if p is None or not np.all(np.isfinite(p) & (p > 0)):
+                continue
+            if any(np.allclose(p, q, rtol=SAME_FORECAST, atol=0) for _, _, q in variants):
+                continue
+            variants.append((n, is_anch, p))
+    if not variants or truth is None:
+        return []
+    mse = np.array([np.mean(np.log(p / truth) ** 2) for _, _, p in variants])
+    w = 1.0 / np.maximum(mse, ERR_FLOOR ** 2)
+    w /= w.sum()
+    keep = w >= MIN_WEIGHT
+    w = np.where(keep, w, 0.0) / w[keep].sum()
+    return [(n, a, float(wi), p) for (n, a, p), wi, k in zip(variants, w, keep) if k]
+
+
+def _combine(obs: Observations, scores: dict[str, dict[str, Any]], cv: dict[str, tuple],
+             names: list[str]) -> Selection | None:
+    """Rule "combine": the weighted geometric mean of the validated candidates (see
+    ``combination_weights``); one surviving raw member is returned as itself. None when no
+    candidate validated or none could be refitted (the caller then ranks by MAPE)."""
+    ok = [n for n in names if scores[n]["error"] is None]
+    parts = combination_weights(cv, ok)
+    fits: dict[str, FittedModel | None] = {}
+    members, held = [], []
+    for n, is_anch, w, p in parts:
+        if n not in fits:
+            try:
+                fits[n] = registry.get(n).fit(obs)
+            except NotEnoughData as exc:
+                scores[n]["error"] = f"refit: {exc}"
+                fits[n] = None
+        model = fits[n]
+        # a member must be savable so the combination is (learners can still win alone)
+        if model is None or (len(parts) > 1 and not combine.can_save(model)):
+            continue
+        members.append((model, w, combine.anchors_for(model, obs) if is_anch else None))
+        held.append((n, is_anch, w, p))
+    if not members:
+        return None
+    if len(members) == 1 and members[0][2] is None:
+        n = held[0][0]
+        return Selection(name=n, model=members[0][0], scores=scores)
+    model = combine.CombinedFit(members)
+    model.set_quality(obs)
+    truth = cv[held[0][0]][2]
+    w = np.array([h[2] for h in held])
+    pred = np.exp((w / w.sum()) @ np.log(np.vstack([h[3] for h in held])))
+    scores[combine.NAME] = {
+        # in-sample for the weights (they were set on the same folds): optimistic
+        "cv_mape": float(np.mean(100 * np.abs(pred - truth) / truth)),
+        "fit_ms": float(sum(scores[n]["fit_ms"] for n in {h[0] for h in held})),
+        "error": None, "weights": model.weights}
+    return Selection(name=combine.NAME, model=model, scores=scores)
 
 
 def _first_that_fits(obs: Observations, names: list[str]) -> Selection:
