@@ -4,7 +4,9 @@ Both are instances of one structure shared with the memory-wall model (memwall.p
 
     t(p, F) = T1(F) * g(p, F; theta),   g = 1 / S_p  (relative time, g(1, F) = 1)
 
-Fitting minimises squared log-time residuals with scipy's bounded ``least_squares``.
+Fitting minimises squared log-time residuals within bounds: many starts scored at once, the
+best few polished by a small projected Levenberg-Marquardt solver (lsq.py) with analytic
+Jacobians (scipy's ``least_squares``, the previous solver, stays selectable: ``solver="scipy"``).
 
 T1(F) (choice documented in docs/models.md):
 * ``per_freq`` (default): log T1 is a free level per distinct training frequency (or one level
@@ -24,16 +26,26 @@ speedup limit 1 / (1 - f).
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 from scipy import optimize, stats
 
 from .base import FittedModel, Modeler, NotEnoughData, Observations, Prediction, fit_quality
+from .lsq import compass_search, least_squares_box, least_squares_box_many
 
 LEVEL = 0.9          # interval coverage
 SIGMA_FLOOR = 0.005  # 0.5 % in log time: an exact fit does not mean zero uncertainty
-N_POLISH = 3         # candidate starts polished by least_squares
+N_POLISH = 3         # candidate starts polished (plus the best start of each regime)
+N_BATCH = 48         # best-scored starts that take their first LM_BATCH_ITERS trial steps
+LM_BATCH_ITERS = 10  # together (lsq.least_squares_box_many) before the polish
+LM_FTOL = 1e-10      # lsq.least_squares_box: relative cost change that ends a polish,
+LM_STAGE = 8         # its first budget of iterations per start (successive halving, _polish_lm)
+LM_MAX_ITER = 100    # and its total per start (an iteration costs ~0.1 ms)
+SAME_VALLEY = 1e-3   # runs within this relative cost of a better one: only the better goes on
+KINK_ROUNDS = 3      # compass search + LM rounds on the best result (kinks of eq. 15, 16)
+# solver="scipy" (the previous solver, kept for benchmarks/memwall_fit.py's comparison):
 FTOL = 1e-5          # relative cost change that ends a polish (1e-6 crept for 100 steps
                      # along flat valleys for < 0.2 % less cost)
 NFEV_PER_PARAM = 15  # evaluation budget per polish and parameter
@@ -167,17 +179,141 @@ def _same(a: tuple[np.ndarray, float], b: tuple[np.ndarray, float]) -> bool:
             and bool(np.allclose(a[0], b[0], rtol=1e-4, atol=1e-5)))
 
 
+def _polish_lm(fun: Any, jac: Any, starts: list[np.ndarray], lo: np.ndarray, hi: np.ndarray,
+               exact: float, fun_many: Any = None,
+               lam0: list[float] | None = None) -> list[tuple[np.ndarray, float]]:
+    """Starts polished by ``lsq.least_squares_box`` with successive halving: every start gets
+    LM_STAGE iterations, then the runs that have not converged and rank in the better half
+    (converged runs included, a run within SAME_VALLEY of a better one left out) continue
+    with a doubled budget, up to LM_MAX_ITER in all: a start crawling along a flat valley
+    above the best optimum stops early. Then compass search + LM rounds on the best result
+    (kinks). ``lam0``: each start's damping (from the batched first steps)."""
+    runs: list[list[Any]] = []                       # [result, iterations used]
+    for j, x0 in enumerate(starts):
+        with np.errstate(all="ignore"):
+            res = least_squares_box(fun, jac, x0, lo, hi, cost_floor=exact, ftol=LM_FTOL,
+                                    max_iter=LM_STAGE, lam0=1e-3 if lam0 is None else lam0[j])
+        runs.append([res, res.njev])
+        if res.status == "exact":
+            return [(res.x, res.cost)]                # no start can do better
+    budget = LM_STAGE
+    while True:
+        runs.sort(key=lambda rn: rn[0].cost)
+        go, above = [], []
+        for rn in runs[:(len(runs) + 1) // 2]:
+            # a run within SAME_VALLEY of a better one is crawling down the same valley:
+            # only the better one continues
+            if (rn[0].status == "max_iter" and rn[1] < LM_MAX_ITER
+                    and not any(rn[0].cost <= c * (1 + SAME_VALLEY) for c in above)):
+                go.append(rn)
+            above.append(rn[0].cost)
+        if not go:
+            break
+        budget *= 2
+        for rn in go:
+            with np.errstate(all="ignore"):
+                res = least_squares_box(fun, jac, rn[0].x, lo, hi, cost_floor=exact,
+                                        ftol=LM_FTOL, max_iter=min(budget, LM_MAX_ITER - rn[1]),
+                                        lam0=rn[0].lam)
+            rn[0], rn[1] = res, rn[1] + res.njev
+            if res.status == "exact":
+                return [(res.x, res.cost)]
+    out = [(rn[0].x, rn[0].cost) for rn in runs if np.isfinite(rn[0].cost)]
+    if fun_many is not None and out:
+        # the best result may sit on a kink of a piecewise model (eq. 15's max(), eq. 16's
+        # min()): the active piece's gradient stops LM although a one-sided move descends;
+        # compass search steps off it, LM goes on from there while that helps
+        x, cost = min(out, key=lambda xc: xc[1])
+        for _ in range(KINK_ROUNDS):
+            xk, ck = compass_search(fun_many, x, cost, lo, hi)
+            if not ck < cost * (1 - LM_FTOL):
+                break
+            with np.errstate(all="ignore"):
+                res = least_squares_box(fun, jac, xk, lo, hi, cost_floor=exact, ftol=LM_FTOL,
+                                        max_iter=LM_STAGE * 4)
+            x, cost = (res.x, res.cost) if res.cost < ck else (xk, ck)
+        out.append((x, cost))
+    return out
+
+
+def _polish_scipy(fun: Any, jac: Any, starts: list[np.ndarray], lo: np.ndarray, hi: np.ndarray,
+                  exact: float) -> list[tuple[np.ndarray, float]]:
+    """The previous polish (solver="scipy"): trf from each start, dogbox from the best two."""
+    def polish(x0: np.ndarray, method: str) -> tuple[np.ndarray, float] | None:
+        try:
+            with np.errstate(all="ignore"):
+                sol = optimize.least_squares(fun, np.clip(x0, lo, hi), jac=jac, bounds=(lo, hi),
+                                             method=method, x_scale=1.0, ftol=FTOL, xtol=1e-6,
+                                             gtol=1e-8, max_nfev=NFEV_PER_PARAM * x0.size)
+        except (ValueError, np.linalg.LinAlgError):
+            return None
+        cost = float(np.sum(sol.fun ** 2))
+        return (sol.x, cost) if np.isfinite(cost) else None
+
+    found: list[tuple[np.ndarray, float]] = []
+    for x0 in starts:
+        res = polish(x0, "trf")
+        if res is not None and not any(_same(res, f) for f in found):
+            found.append(res)
+        if res is not None and res[1] <= exact:
+            break                           # an exact fit: no start can do better
+    # trf's scaling near a bound can stall a start (seen on memwall with m1 -> 0);
+    # dogbox from the best (distinct) trf results finishes those
+    found.sort(key=lambda r: r[1])
+    for x, c in found[:2]:
+        if c <= exact:
+            break
+        res = polish(x, "dogbox")
+        if res is not None:
+            found.append(res)
+    return found
+
+
+@dataclass
+class _Data:
+    """Training data of one fit: effective cores, frequency (None without an axis), time,
+    log time, the frequency index of each point, the distinct frequencies and the (n, nlev)
+    matrix whose product with residuals gives their per-frequency means."""
+    p: np.ndarray
+    freq: np.ndarray | None
+    t: np.ndarray
+    y: np.ndarray
+    keys: np.ndarray
+    ufreq: np.ndarray
+    avg: np.ndarray
+
+
+@dataclass
+class _Solution:
+    """One fitted variant: T1 mode, parameters (theta, then c0, c1 in hyper mode), cost,
+    free parameter count, whether it is a nested restriction, its residual function."""
+    mode: str
+    x: np.ndarray
+    cost: float
+    n_par: int
+    restricted: bool
+    fun: Any = None
+    aicc: float = float("nan")
+
+
 class SpeedupFamily(Modeler):
-    """A speedup model S(p, F; theta) times a fitted T1(F); subclasses define ``rel_time``."""
+    """A speedup model S(p, F; theta) times a fitted T1(F); subclasses define ``rel_time``.
+
+    ``solver``: "lm" (``lsq.least_squares_box``, the default) or "scipy" (bounded
+    ``scipy.optimize.least_squares``, trf then dogbox: the previous solver, kept for
+    comparison; nested restrictions are always solved with "lm")."""
     param_names: tuple[str, ...] = ()
     lower: tuple[float, ...] = ()
     upper: tuple[float, ...] = ()
 
-    def __init__(self, t1_mode: str = "auto", anchor: bool = False) -> None:
+    def __init__(self, t1_mode: str = "auto", anchor: bool = False, solver: str = "lm") -> None:
         if t1_mode not in ("auto", "per_freq", "hyper"):
             raise ValueError(f"t1_mode must be auto, per_freq or hyper, not {t1_mode!r}")
+        if solver not in ("lm", "scipy"):
+            raise ValueError(f"solver must be lm or scipy, not {solver!r}")
         self.t1_mode = t1_mode
         self.anchor = anchor
+        self.solver = solver
 
     # -- to be defined by a family ------------------------------------------------------
     def rel_time(self, theta: np.ndarray, p: np.ndarray, freq: np.ndarray | None) -> np.ndarray:
@@ -189,6 +325,21 @@ class SpeedupFamily(Modeler):
         """d log g / d theta at one theta (m,) for each point: (n, m); None = use finite
         differences."""
         return None
+
+    def log_rel_time_and_grad(self, theta: np.ndarray, p: np.ndarray,
+                              freq: np.ndarray | None) -> tuple[np.ndarray, np.ndarray | None]:
+        """log g (n,) and its gradient as in ``log_rel_time_grad`` at one theta (m,); a
+        family overrides it to share the work between the two and to accept a batch of
+        thetas (K, m) -> (K, n), (K, n, m), which enables the batched pre-polish."""
+        return (np.log(self.rel_time(theta[None, :], p, freq)[0]),
+                self.log_rel_time_grad(theta, p, freq))
+
+    def log_rel_time_lazy(self, theta: np.ndarray, p: np.ndarray,
+                          freq: np.ndarray | None) -> tuple[np.ndarray, Any]:
+        """log g and a function returning its gradient, for a family that can save work by
+        computing the gradient only when asked (the solver needs it at accepted steps only)."""
+        lg, d = self.log_rel_time_and_grad(theta, p, freq)
+        return lg, (lambda: d)
 
     def candidates(self, rng: np.random.Generator) -> np.ndarray:
         """Starting points (K, m) scored cheaply before polishing."""
@@ -224,140 +375,277 @@ class SpeedupFamily(Modeler):
     def _fit(self, p_cores: np.ndarray, freq: np.ndarray | None, t: np.ndarray,
              phys: float | None, smt_yield: float) -> "SpeedupFit":
         p = effective_cores(p_cores, phys, smt_yield)
-        y = np.log(t)
-        m = len(self.param_names)
         if freq is None:
             keys = np.zeros(p.size, dtype=int)
             ufreq = np.array([np.nan])
         else:
             ufreq, keys = np.unique(freq, return_inverse=True)
-        nlev = ufreq.size
+        counts = np.bincount(keys, minlength=ufreq.size).astype(float)
+        avg = np.zeros((p.size, ufreq.size))
+        avg[np.arange(p.size), keys] = 1.0 / counts[keys]
+        data = _Data(p, freq, t, np.log(t), keys, ufreq, avg)
+        variants = self._variants(data)
+        if len(variants) == 1:
+            best = self._solve(data, *variants[0])
+        else:
+            best = self._select_aicc(data, variants)
+        if best is None:
+            raise NotEnoughData(f"{self.name}: no finite fit for these data")
+        return self._build(data, best, p_cores, phys, smt_yield)
+
+    def _auto_mode(self, data: "_Data") -> str:
+        """T1 parameterisation of a single fit: ``t1_mode``, or for "auto" one level per
+        frequency unless that leaves no residual (then c0 + c1/F, which saves parameters only
+        with more than two frequencies)."""
+        m, nlev = len(self.param_names), data.ufreq.size
         mode = self.t1_mode
         if mode == "auto":
-            # c0 + c1/F saves parameters only with more than two frequencies
-            mode = "hyper" if (freq is not None and nlev > 2 and p.size < nlev + m + 1) else "per_freq"
-        if mode == "hyper" and freq is None:
+            mode = ("hyper" if (data.freq is not None and nlev > 2 and data.p.size < nlev + m + 1)
+                    else "per_freq")
+        if mode == "hyper" and data.freq is None:
             mode = "per_freq"
-        lo, hi = np.array(self.lower, float), np.array(self.upper, float)
-        rng = np.random.default_rng(0)
-        cand = np.clip(self.candidates(rng), lo, hi)
-        counts = np.bincount(keys, minlength=nlev).astype(float)
-        avg = np.zeros((p.size, nlev))
-        avg[np.arange(p.size), keys] = 1.0 / counts[keys]
+        return mode
 
-        def levels(r: np.ndarray) -> np.ndarray:
-            # per-frequency mean of (log t - log g): the optimal log T1 levels (K, nlev)
-            return r @ avg
+    def _variants(self, data: "_Data") -> list[tuple[str, np.ndarray, np.ndarray, np.ndarray]]:
+        """(T1 mode, lower, upper, starts) of each model to fit. Without nested sub-models:
+        the full model with ``_auto_mode``. With them (``restrictions``): every T1
+        parameterisation (levels; c0 + c1/F with > 2 frequencies) times {full, each
+        restriction}, ranked by AICc in ``_select_aicc``."""
+        lo, hi = np.array(self.lower, float), np.array(self.upper, float)
+        full = (lo, hi, self.candidates(np.random.default_rng(0)))
+        subs = self.restrictions()
+        if not subs:
+            return [(self._auto_mode(data), *full)]
+        if self.t1_mode != "auto":
+            modes = [self._auto_mode(data)]
+        else:
+            modes = ["per_freq"] + (["hyper"] if data.freq is not None and data.ufreq.size > 2 else [])
+        return [(mode, *v) for mode in modes for v in (full, *subs)]
+
+    def restrictions(self) -> list[tuple[np.ndarray, np.ndarray, np.ndarray]]:
+        """Nested sub-models (lower, upper with lower == upper for a fixed parameter, starts)
+        that the full model must beat by AICc; none by default."""
+        return []
+
+    def _n_params(self, data: "_Data", mode: str, lo: np.ndarray, hi: np.ndarray) -> int:
+        """Free parameters of a variant: theta not fixed by its bounds plus the T1 ones."""
+        return int(np.sum(lo < hi)) + (2 if mode == "hyper" else data.ufreq.size)
+
+    def _select_aicc(self, data: "_Data", variants: list) -> "_Solution | None":
+        """The variant with the lowest AICc (Hurvich & Tsai 1989) of the log-time residuals,
+        AICc = n ln(s2) + 2K + 2K(K+1)/(n-K-1), K = free theta + T1 parameters + 1 (the
+        variance), s2 = RSS/n floored at SIGMA_FLOOR^2 (an exact fit is not evidence beyond
+        the measurement noise). n <= K + 1 leaves AICc undefined: such a variant cannot win.
+        Where no variant has an AICc the test does not apply and the full model is fitted with
+        ``_auto_mode`` as without restrictions. Ties go to fewer parameters. A variant whose
+        AICc could not win even with s2 at the floor is not fitted."""
+        n = data.p.size
+
+        def penalty(k: int) -> float:
+            return 2 * k + 2 * k * (k + 1) / (n - k - 1) if n - k - 1 > 0 else np.inf
+
+        ranked = sorted(((penalty(self._n_params(data, v[0], v[1], v[2]) + 1), i)
+                         for i, v in enumerate(variants)))
+        if not np.isfinite(ranked[0][0]):
+            lo, hi = np.array(self.lower, float), np.array(self.upper, float)
+            return self._solve(data, self._auto_mode(data), lo, hi,
+                               self.candidates(np.random.default_rng(0)))
+        best, best_aicc = None, np.inf
+        floor = n * np.log(SIGMA_FLOOR ** 2)
+        for pen, i in ranked:
+            if not np.isfinite(pen) or floor + pen >= best_aicc:
+                continue
+            sol = self._solve(data, *variants[i])
+            if sol is None:
+                continue
+            aicc = n * np.log(max(sol.cost / n, SIGMA_FLOOR ** 2)) + pen
+            if aicc < best_aicc:
+                best, best_aicc = sol, aicc
+        if best is not None:
+            best.aicc = best_aicc
+        return best
+
+    def _solve(self, data: "_Data", mode: str, lo: np.ndarray, hi: np.ndarray,
+               cand: np.ndarray) -> "_Solution | None":
+        """Best fit of one variant (T1 mode, bounds, starts). All starts are scored in one
+        vectorised pass. With the "lm" solver the N_BATCH best (and the best of each regime)
+        take their first LM_BATCH_ITERS trial steps together; the N_POLISH best of where they
+        lead and the best of each regime are polished (``_polish_lm``). With "scipy" the
+        N_POLISH best starts and the best of each regime are polished (``_polish_scipy``)."""
+        p, freq, y, t, keys = data.p, data.freq, data.y, data.t, data.keys
+        m = len(self.param_names)
+        restricted = bool(np.any(lo >= hi))
+        cand = np.clip(cand, lo, hi)
+        has_grad = self.log_rel_time_grad(cand[0], p, freq) is not None
+        last: list[Any] = [None, None]   # point of the last residual evaluation, dlog g there
+
+        def log_g(th: np.ndarray) -> np.ndarray:
+            # log g at one theta; keeps how to get d log g / d theta at the same point
+            lg, grad = self.log_rel_time_lazy(th[:m], p, freq)
+            last[0], last[1] = th, grad
+            return lg
+
+        def dlog_g(th: np.ndarray) -> np.ndarray:
+            if last[0] is not th:
+                log_g(th)
+            return last[1]()
 
         if mode == "per_freq":
             def resid_many(th: np.ndarray) -> np.ndarray:
                 r = y - np.log(self.rel_time(th, p, freq))
-                return r - levels(r)[:, keys]
-            fun = lambda th: resid_many(th[None, :])[0]   # noqa: E731
+                return r - (r @ data.avg)[:, keys]
+
+            def fun(th: np.ndarray) -> np.ndarray:
+                # variable projection: the optimal log T1 level per frequency is the mean of
+                # log t - log g there
+                r = y - log_g(th)
+                return r - (r @ data.avg)[keys]
             x_lo, x_hi = lo, hi
-            n_par = m + nlev
+
+            def jac_analytic(th: np.ndarray) -> np.ndarray:
+                # r = (I - P)(y - log g), P = per-frequency mean: J = -(I - P) dlog g/dtheta
+                d = dlog_g(th)
+                return (data.avg.T @ d)[keys] - d
+
+            def jac_many(th: np.ndarray) -> np.ndarray:
+                with np.errstate(all="ignore"):
+                    d = self.log_rel_time_and_grad(th, p, freq)[1]
+                return (data.avg.T @ d)[:, keys, :] - d
         else:
             fscale, tscale = float(np.median(freq)), float(np.exp(np.mean(y)))
+            finv = fscale / freq
 
             def t1(c: np.ndarray) -> np.ndarray:
-                return tscale * (c[..., :1] + c[..., 1:2] * fscale / freq)
+                return tscale * (c[..., :1] + c[..., 1:2] * finv)
 
             def hyper_c(g: np.ndarray) -> np.ndarray:
                 # c0, c1 >= 0 by linear least squares on the relative time error (for starts)
-                a = np.column_stack([g, g * fscale / freq]) * tscale / t[:, None]
+                a = np.column_stack([g, g * finv]) * tscale / t[:, None]
                 c, _ = optimize.nnls(a, np.ones_like(t))
                 return np.clip(c, 1e-9, 1e3)
 
-            def resid_many(th: np.ndarray) -> np.ndarray:
+            def hyper_c_many(th: np.ndarray) -> np.ndarray:
+                # c0, c1 for each start by linear least squares on the relative time error
                 g = self.rel_time(th[:, :m], p, freq)
+                a = np.stack([g, g * finv], axis=-1) * (tscale / t)[None, :, None]
+                ata = np.einsum("kni,knj->kij", a, a) + 1e-12 * np.eye(2)
+                c = np.linalg.solve(ata, a.sum(axis=1)[..., None])[..., 0]
+                return np.clip(c, 1e-9, 1e3)
+
+            def resid_many(th: np.ndarray) -> np.ndarray:
                 if th.shape[1] == m:           # scoring starts: c0, c1 solved for each start
-                    a = np.stack([g, g * fscale / freq], axis=-1) * (tscale / t)[None, :, None]
-                    ata = np.einsum("kni,knj->kij", a, a) + 1e-12 * np.eye(2)
-                    c = np.linalg.solve(ata, a.sum(axis=1)[..., None])[..., 0]
-                    return y - np.log(g * t1(np.clip(c, 1e-9, 1e3)))
-                return y - np.log(g * t1(th[:, m:]))
-            fun = lambda th: resid_many(th[None, :])[0]   # noqa: E731
-            x_lo = np.r_[lo, 1e-9, 1e-9]
-            x_hi = np.r_[hi, 1e3, 1e3]
-            n_par = m + 2
+                    return y - np.log(self.rel_time(th, p, freq) * t1(hyper_c_many(th)))
+                return y - np.log(self.rel_time(th[:, :m], p, freq) * t1(th[:, m:]))
+
+            def jac_many(th: np.ndarray) -> np.ndarray:
+                with np.errstate(all="ignore"):
+                    d = self.log_rel_time_and_grad(th[:, :m], p, freq)[1]
+                inv = tscale / t1(th[:, m:])
+                return np.concatenate([-d, -inv[..., None], -(inv * finv)[..., None]], axis=-1)
+
+            def fun(th: np.ndarray) -> np.ndarray:
+                return y - log_g(th) - np.log(t1(th[m:]))
+            x_lo, x_hi = np.r_[lo, 1e-9, 1e-9], np.r_[hi, 1e3, 1e3]
+
+            def jac_analytic(th: np.ndarray) -> np.ndarray:
+                # r = y - log g - log T1(c): dr/dc = -tscale (1, fscale/F) / T1
+                inv = tscale / t1(th[m:])
+                return np.column_stack([-dlog_g(th), -inv, -inv * finv])
+
+        jac = jac_analytic if has_grad else _batched_jac(resid_many, x_lo, x_hi)
 
         with np.errstate(all="ignore"):
             score = np.nansum(resid_many(cand) ** 2, axis=1)
         score[~np.isfinite(score)] = np.inf
-        order = list(np.argsort(score)[:N_POLISH])
-        labels = self.regimes(cand, p, freq)
-        for lab in np.unique(labels):          # also the best start of every regime
-            best_of = int(np.flatnonzero(labels == lab)[np.argmin(score[labels == lab])])
-            if best_of not in order and np.isfinite(score[best_of]):
-                order.append(best_of)
-        jac: Any = _batched_jac(resid_many, x_lo, x_hi)
-        if mode == "per_freq" and self.log_rel_time_grad(cand[0], p, freq) is not None:
-            def jac(th: np.ndarray) -> np.ndarray:
-                # r = (I - P)(y - log g), P = per-frequency mean: J = -(I - P) dlog g/dtheta
-                with np.errstate(all="ignore"):
-                    d = self.log_rel_time_grad(th, p, freq)
-                d = np.nan_to_num(d, nan=0.0, posinf=0.0, neginf=0.0)
-                return -(d - (avg.T @ d)[keys])
+        lm = self.solver == "lm" or restricted
 
-        def polish(x0: np.ndarray, method: str) -> tuple[np.ndarray, float] | None:
-            try:
-                with np.errstate(all="ignore"):
-                    sol = optimize.least_squares(fun, np.clip(x0, x_lo, x_hi), jac=jac,
-                                                 bounds=(x_lo, x_hi), method=method,
-                                                 x_scale=1.0, ftol=FTOL, xtol=1e-6, gtol=1e-8,
-                                                 max_nfev=NFEV_PER_PARAM * x0.size)
-            except (ValueError, np.linalg.LinAlgError):
-                return None
-            cost = float(np.sum(sol.fun ** 2))
-            return (sol.x, cost) if np.isfinite(cost) else None
+        def pick_idx(xs: np.ndarray, sc: np.ndarray) -> list[int]:
+            # the N_POLISH best starts and the best start of every regime
+            order = list(np.argsort(sc)[:N_POLISH])
+            labels = self.regimes(xs[:, :m], p, freq)
+            for lab in np.unique(labels):
+                best_of = int(np.flatnonzero(labels == lab)[np.argmin(sc[labels == lab])])
+                if best_of not in order and np.isfinite(sc[best_of]):
+                    order.append(best_of)
+            return order
 
-        found: list[tuple[np.ndarray, float]] = []
+        def pick(xs: np.ndarray, sc: np.ndarray) -> list[np.ndarray]:
+            out = []
+            for i in pick_idx(xs, sc):
+                x0 = xs[i]
+                if mode != "per_freq" and x0.size == m:
+                    with np.errstate(all="ignore"):
+                        x0 = np.r_[x0, hyper_c(self.rel_time(x0[None, :], p, freq)[0])]
+                out.append(x0)
+            return out
+
+        lam0 = None
+        if (lm and m > 2 and type(self).log_rel_time_and_grad
+                is not SpeedupFamily.log_rel_time_and_grad):
+            # the best starts and the best of each regime take their first LM steps together
+            # (one vectorised pass per trial step, the same path as a single run); the best of
+            # where they lead are polished on from there
+            top = list(np.argsort(score)[:N_BATCH])
+            labels = self.regimes(cand, p, freq)
+            for lab in np.unique(labels):
+                best_of = int(np.flatnonzero(labels == lab)[np.argmin(score[labels == lab])])
+                if best_of not in top:
+                    top.append(best_of)
+            top = np.array([i for i in top if np.isfinite(score[i])], dtype=int)
+            x0 = cand[top] if mode == "per_freq" else np.hstack([cand[top], hyper_c_many(cand[top])])
+            xs, sc, lams = least_squares_box_many(resid_many, jac_many, x0, x_lo, x_hi,
+                                                  trials=LM_BATCH_ITERS)
+            idx = pick_idx(xs, sc)
+            starts = [xs[i] for i in idx]
+            lam0 = [float(lams[i]) for i in idx]
+        else:
+            starts = pick(cand, score)
         exact = 1e-20 * p.size
-        for i in order:
-            x0 = cand[i]
-            if mode != "per_freq":
-                with np.errstate(all="ignore"):
-                    x0 = np.r_[x0, hyper_c(self.rel_time(x0[None, :], p, freq)[0])]
-            res = polish(x0, "trf")
-            if res is not None and not any(_same(res, f) for f in found):
-                found.append(res)
-            if res is not None and res[1] <= exact:
-                break                           # an exact fit: no start can do better
-        # trf's scaling near a bound can stall a start (seen on memwall with m1 -> 0);
-        # dogbox from the best (distinct) trf results finishes those
-        found.sort(key=lambda r: r[1])
-        for x, c in found[:2]:
-            if c <= exact:
-                break
-            res = polish(x, "dogbox")
-            if res is not None:
-                found.append(res)
-        best_x, best_cost = min(found, key=lambda r: r[1]) if found else (None, np.inf)
-        if best_x is None:
-            raise NotEnoughData(f"{self.name}: no finite fit for these data")
-        theta = best_x[:m]
-        r = fun(best_x)
-        if mode == "per_freq":
-            lv = levels(y[None, :] - np.log(self.rel_time(theta[None, :], p, freq)))[0]
-            t1_levels = np.exp(lv)
+        with np.errstate(all="ignore"):
+            if lm:
+                found = _polish_lm(fun, jac, starts, x_lo, x_hi, exact, resid_many, lam0)
+            else:
+                found = _polish_scipy(fun, jac, starts, x_lo, x_hi, exact)
+        if not found:
+            return None
+        x, cost = min(found, key=lambda r: r[1])
+        sol = _Solution(mode, x, float(np.sum(fun(x) ** 2)), self._n_params(data, mode, lo, hi),
+                        restricted)
+        sol.fun = fun
+        return sol
+
+    def _build(self, data: "_Data", sol: "_Solution", p_cores: np.ndarray,
+               phys: float | None, smt_yield: float) -> "SpeedupFit":
+        """The fitted model of a solution: T1 scale, residual sigma, quality."""
+        p, freq, t, y = data.p, data.freq, data.t, data.y
+        m = len(self.param_names)
+        theta = sol.x[:m]
+        r = sol.fun(sol.x)
+        if sol.mode == "per_freq":
+            lv = (y[None, :] - np.log(self.rel_time(theta[None, :], p, freq))) @ data.avg
+            t1_levels = np.exp(lv[0])
             if freq is None:
                 scale = {"mode": "single", "t1": float(t1_levels[0])}
             else:
-                c0, c1 = _hyperbola(ufreq, t1_levels)
-                scale = {"mode": "per_freq", "freqs": ufreq.tolist(),
+                c0, c1 = _hyperbola(data.ufreq, t1_levels)
+                scale = {"mode": "per_freq", "freqs": data.ufreq.tolist(),
                          "t1": t1_levels.tolist(), "c0": c0, "c1": c1}
         else:
-            c = best_x[m:]
+            fscale, tscale = float(np.median(freq)), float(np.exp(np.mean(y)))
+            c = sol.x[m:]
             scale = {"mode": "hyper", "c0": float(tscale * c[0]),
                      "c1": float(tscale * c[1] * fscale), "freqs": [], "t1": []}
-        dof = p.size - n_par
+        dof = p.size - sol.n_par
         sigma = max(float(np.sqrt(np.sum(r ** 2) / max(dof, 1))), SIGMA_FLOOR)
         if phys is not None:
             scale["phys_cores"], scale["smt_yield"] = float(phys), float(smt_yield)
+        if self.restrictions():
+            scale["nested"] = bool(sol.restricted)
         if getattr(self, "anchor", True):
             scale["anchors"] = end_anchors(p_cores, freq, r)
         fitted = SpeedupFit(self, theta, scale, sigma, max(dof, 1))
         fitted.cost = float(np.sum(r ** 2))
+        fitted.aicc = sol.aicc
         fitted.quality = fit_quality(t, fitted.predict_time(p_cores, freq))
         # how well the speedup curve itself fits (before the end-point anchoring)
         fitted.quality["shape_mape"] = float(100 * np.mean(np.abs(np.expm1(-r))))
@@ -383,12 +671,16 @@ class SpeedupFit(FittedModel):
         self.family, self.theta, self.scale = family, np.asarray(theta, float), scale
         self.sigma, self.dof = sigma, dof
         self.cost = float("nan")
+        self.aicc = float("nan")
         self.name = family.name
         self.params = family.derived(self.theta)
         self.params["log_sigma"] = sigma
         if "phys_cores" in scale:
             self.params["phys_cores"] = float(scale["phys_cores"])
             self.params["smt_yield"] = float(scale["smt_yield"])
+        if "nested" in scale:
+            # 1: the nested restriction (memwall: Amdahl) won the AICc test
+            self.params["nested"] = float(scale["nested"])
         self.quality = {}
 
     def t1(self, freq: np.ndarray | None, n: int) -> np.ndarray:
@@ -465,6 +757,15 @@ class AmdahlModeler(SpeedupFamily):
         f = theta[:, :1]
         return (1.0 - f) + f / p[None, :]
 
+    def log_rel_time_grad(self, theta, p, freq):
+        return self.log_rel_time_and_grad(theta, p, freq)[1]
+
+    def log_rel_time_and_grad(self, theta, p, freq):
+        # log g of eq. 5 inverted and d log g / d f; theta (1,) or (K, 1)
+        f = np.asarray(theta, float)[..., 0, None]
+        g = (1.0 - f) + f / p
+        return np.log(g), ((1.0 / p - 1.0) / g)[..., None]
+
     def candidates(self, rng):
         return np.linspace(0.0, 1.0, 41)[:, None]
 
@@ -489,6 +790,16 @@ class USLModeler(SpeedupFamily):
         a, b = theta[:, :1], theta[:, 1:2]
         pp = p[None, :]
         return (1.0 + a * (pp - 1.0) + b * pp * (pp - 1.0)) / pp
+
+    def log_rel_time_grad(self, theta, p, freq):
+        return self.log_rel_time_and_grad(theta, p, freq)[1]
+
+    def log_rel_time_and_grad(self, theta, p, freq):
+        # log g and d log g / d (a, b), g = (1 + a (p - 1) + b p (p - 1)) / p; theta (2,) or (K, 2)
+        theta = np.asarray(theta, float)
+        a, b = theta[..., 0, None], theta[..., 1, None]
+        den = 1.0 + a * (p - 1.0) + b * p * (p - 1.0)
+        return np.log(den / p), np.stack([(p - 1.0) / den, p * (p - 1.0) / den], axis=-1)
 
     def candidates(self, rng):
         a = np.linspace(0.0, 1.0, 21)

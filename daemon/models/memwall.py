@@ -15,9 +15,11 @@ is constant; we take phi = 1 (F_cpu = F_mem), so rho = 1 + k.
 
 Fitting replaces the paper's coupled simulated annealing by (1) scoring a few hundred starts in
 one vectorised pass, including starts placed in each branch of the max() (compute-bound:
-rho mu_p small; memory-bound: the rho mu_p branch active at high p) and (2) polishing the best
-few with bounded least squares on log time. Each branch is smooth, so the trust-region solver
-converges inside whichever branch pattern the start selects; the scored starts cover both.
+rho mu_p small; memory-bound: the rho mu_p branch active at high p), (2) the best 48 taking
+their first 10 Levenberg-Marquardt steps together (vectorised), (3) polishing the best few of
+where they lead with the projected LM of lsq.py on log time. Each branch is smooth; at the
+switch between branches the gradient blends both (``kink_blend``) and a compass search steps
+off a kink that stops LM, so the solver also finds minima that lie on a switch.
 """
 
 from __future__ import annotations
@@ -29,6 +31,7 @@ import numpy as np
 from .amdahl_usl import SpeedupFamily
 
 MEM_MHZ = 1000.0
+KINK_BLEND = 1e-3   # relative band around eq. 15's switch where the gradient blends both branches
 
 
 def mu(m1: np.ndarray, m2: np.ndarray, p: np.ndarray) -> np.ndarray:
@@ -63,8 +66,12 @@ class MemWallModeler(SpeedupFamily):
     lower = (0.0, 0.0, 0.0, 0.0)
     upper = (1.0, 10.0, 1.0, 1.0)
 
-    def __init__(self, t1_mode: str = "auto", mem_mhz: float = MEM_MHZ, n_random: int = 300) -> None:
-        super().__init__(t1_mode)
+    def __init__(self, t1_mode: str = "auto", mem_mhz: float = MEM_MHZ, n_random: int = 300,
+                 solver: str = "lm") -> None:
+        # solver="scipy": the previous solver (exact active-branch gradient, no blending),
+        # kept for benchmarks/memwall_fit.py's comparison
+        super().__init__(t1_mode, solver=solver)
+        self.kink_blend = KINK_BLEND
         self.mem_mhz = float(mem_mhz)
         self.n_random = int(n_random)
 
@@ -88,30 +95,51 @@ class MemWallModeler(SpeedupFamily):
         return den / num
 
     def log_rel_time_grad(self, theta, p, freq):
-        # analytic d log g / d (f, k, m1, m2) of eq. 15 in whichever branch is active
+        return self.log_rel_time_and_grad(theta, p, freq)[1]
+
+    def log_rel_time_and_grad(self, theta, p, freq):
+        lg, grad = self.log_rel_time_lazy(theta, p, freq)
+        return lg, grad()
+
+    def log_rel_time_lazy(self, theta, p, freq):
+        # log g of eq. 15 (with eq. 10, 16) and a function giving its analytic
+        # d/d(f, k, m1, m2) in whichever branch of the max() (and of eq. 16's min()) is
+        # active; theta (4,) or (K, 4). The solver's inner loop: each vector is computed once,
+        # the gradient only when asked (at accepted steps)
         phi = self.phi(freq, p.size)
-        f, k, m1, m2 = map(float, theta)
-        kphi = k * phi
-        s1, sp = m1 + m2, m1 + m2 / p
-        mu1, mup = min(s1, 1.0), np.minimum(sp, 1.0)
-        in1, inp = float(s1 < 1.0), (sp < 1.0).astype(float)
+        theta = np.asarray(theta, float)
+        f, k, m1, m2 = (theta[..., i, None] for i in range(4))
+        invp = 1.0 / p
+        kphi = k * phi                      # rho - 1, kept exact for small k
+        sp = m1 + m2 * invp
+        mup = np.minimum(sp, 1.0)
+        s1 = m1 + m2
+        mu1 = np.minimum(s1, 1.0)
         num = 1.0 + kphi * mu1
         a = 1.0 + kphi * mup
-        b = (1.0 - f) + f / p
+        b = (1.0 - f) + f * invp
+        ab = a * b
         c = (1.0 + kphi) * mup
-        mem = c > a * b
-        g = np.empty((p.size, 4))
-        # compute branch: log a + log b
-        g[:, 0] = np.where(mem, 0.0, (1.0 / p - 1.0) / b)
-        g[:, 1] = np.where(mem, phi / (1.0 + kphi), phi * mup / a)
-        dm = np.where(mem, inp / np.where(mup > 0, mup, 1.0), kphi * inp / a)
-        g[:, 2] = dm
-        g[:, 3] = dm / p
-        # minus log num
-        g[:, 1] -= phi * mu1 / num
-        g[:, 2] -= kphi * in1 / num
-        g[:, 3] -= kphi * in1 / num
-        return g
+        mem = c > ab
+        logg = np.log(np.where(mem, c, ab)) - np.log(num)
+
+        def grad() -> np.ndarray:
+            # weight of the memory branch: 1 where it is active; within kink_blend (relative)
+            # of the switch both branches' gradients are blended linearly (a point of the
+            # generalised gradient there), so the solver steps along a kink instead of
+            # zigzagging across it
+            blend = self.kink_blend if self.solver == "lm" else 0.0
+            w = (np.clip(0.5 + (c - ab) / (2.0 * blend * (c + ab)), 0.0, 1.0) if blend > 0
+                 else mem.astype(float))
+            with np.errstate(divide="ignore", invalid="ignore"):
+                # compute branch: log a + log b; memory branch: log(1 + k phi) + log mu_p
+                g0 = (1.0 - w) * (invp - 1.0) / b
+                g1 = w * phi / (1.0 + kphi) + (1.0 - w) * phi * mup / a - phi * mu1 / num
+                dmp = np.where(sp < 1.0, w / np.where(mup > 0, mup, 1.0)
+                               + (1.0 - w) * kphi / a, 0.0)                  # via mu_p
+            dm1 = kphi * (s1 < 1.0) / num                                    # via mu_1
+            return np.stack([g0, g1, dmp - dm1, dmp * invp - dm1], axis=-1)
+        return logg, grad
 
     def candidates(self, rng):
         n = self.n_random

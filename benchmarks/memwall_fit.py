@@ -1,0 +1,144 @@
+"""Fit time and training cost of the variable-delay (memwall) model on every peer training set.
+
+Replays the training sets of data/peer-baselines/*.json (split reading from peer_baselines.py)
+and fits ``MemWallModeler`` (``--model amdahl`` / ``usl``: those instead) once per set:
+
+* ``default``: the model as the daemon fits it (timed): count, mean, p95, max per file and over all.
+* the **full** four-parameter fit (no nested Amdahl test) with the numpy solver and with scipy's
+  ``least_squares`` (the previous solver, kept callable for this comparison): final training
+  cost (squared log residuals) compared fit by fit, and the scipy fit time back to back.
+
+    python3 benchmarks/memwall_fit.py [--model memwall] [--files GLOB] [--save runs.json]
+                                      [--compare runs.json]
+
+``--save`` writes the per-fit records; ``--compare`` reads such a file (e.g. recorded with an
+older commit) and compares its costs with this run's full fits.
+"""
+
+from __future__ import annotations
+
+import argparse
+import inspect
+import json
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+
+from peer_baselines import DATA, _load_groups, _pick, _warm_up
+
+from opptune.daemon.models.amdahl_usl import AmdahlModeler, USLModeler
+from opptune.daemon.models.base import NotEnoughData
+from opptune.daemon.models.memwall import MemWallModeler
+
+MODELS = {"memwall": MemWallModeler, "amdahl": AmdahlModeler, "usl": USLModeler}
+
+LIMIT_MS = 50.0       # issue 4 target per fit
+REL_TOL = 1e-9        # cost "equal" within this relative difference
+EXACT = 1e-20         # per point: below it a fit is exact (the fit stops there), so two costs
+                      # under it are equal whatever their rounding noise
+
+
+def _modeler(cls: type, **kw: object):
+    """A ``cls`` modeler with these options (an option this version lacks is left out), None
+    when it has no ``solver`` option to ask for."""
+    accepted = inspect.signature(cls.__init__).parameters
+    if "solver" in kw and "solver" not in accepted:
+        return None
+    return cls(**{k: v for k, v in kw.items() if k in accepted})
+
+
+def _timed_fit(modeler, train) -> tuple[float, float, float]:
+    """(wall milliseconds, CPU milliseconds of this thread, training cost) of one fit."""
+    t0, c0 = time.perf_counter(), time.thread_time()
+    fit = modeler.fit(train)
+    ms, cpu = 1e3 * (time.perf_counter() - t0), 1e3 * (time.thread_time() - c0)
+    return ms, cpu, float(fit.cost)
+
+
+def run(files: str, model: str = "memwall") -> list[dict]:
+    """One record per training set: file, evaluation index, n, times (ms) and costs."""
+    cls = MODELS[model]
+    default = cls()
+    full = _modeler(cls, nested=False)
+    scipy = _modeler(cls, nested=False, solver="scipy")
+    out = []
+    for path in sorted((DATA / "peer-baselines").glob(files)):
+        spec = json.loads(path.read_text())
+        groups = _load_groups(spec["dataset"])
+        for i, ev in enumerate(spec["evaluations"]):
+            train = _pick(groups[tuple(ev["group"])], ev["train"])
+            rec: dict = {"file": path.stem, "eval": i, "n": len(train)}
+            try:
+                rec["ms"], rec["cpu"], rec["cost_default"] = _timed_fit(default, train)
+                rec["ms_full"], rec["cpu_full"], rec["cost"] = _timed_fit(full, train)
+                if scipy is not None:
+                    rec["ms_scipy"], rec["cpu_scipy"], rec["cost_scipy"] = _timed_fit(scipy, train)
+            except NotEnoughData:
+                continue
+            out.append(rec)
+    return out
+
+
+def _stats(ms: list[float]) -> str:
+    a = np.asarray(ms)
+    return (f"{a.size:4d} fits  mean {a.mean():6.1f}  p95 {np.percentile(a, 95):6.1f}  "
+            f"max {a.max():6.1f} ms  > {LIMIT_MS:.0f} ms: {int(np.sum(a > LIMIT_MS))}")
+
+
+def _compare(recs: list[dict], ref: dict[tuple[str, int], float], label: str) -> None:
+    """Cost of this run's full fits against reference costs, fit by fit."""
+    worse, better, same = [], 0, 0
+    for r in recs:
+        c0 = ref.get((r["file"], r["eval"]))
+        if c0 is None:
+            continue
+        if max(r["cost"], c0) <= EXACT * r["n"]:
+            same += 1
+        elif r["cost"] <= c0 * (1 + REL_TOL):
+            if r["cost"] < c0 * (1 - REL_TOL):
+                better += 1
+            else:
+                same += 1
+        else:
+            worse.append((r, c0))
+    print(f"\ncost vs {label}: {same} equal, {better} lower, {len(worse)} higher")
+    for r, c0 in worse:
+        print(f"  higher: {r['file']} eval {r['eval']} (n={r['n']}): {r['cost']:.6g} vs "
+              f"{c0:.6g} ({100 * (r['cost'] / c0 - 1):+.3g} %)")
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--files", default="*.json", help="glob under data/peer-baselines")
+    ap.add_argument("--model", default="memwall", choices=sorted(MODELS),
+                    help="amdahl / usl: the same comparison for the one- and two-parameter models")
+    ap.add_argument("--save", help="write the per-fit records to this JSON file")
+    ap.add_argument("--compare", help="compare costs with records saved by --save")
+    args = ap.parse_args(argv)
+    _warm_up()
+    recs = run(args.files, args.model)
+    if args.save:
+        Path(args.save).write_text(json.dumps(recs))
+    columns = [("ms", "default fit, wall"), ("cpu", "default fit, CPU of the thread"),
+               ("ms_full", "full fit (numpy solver), wall"),
+               ("ms_scipy", "full fit (scipy least_squares), wall"),
+               ("cpu_scipy", "full fit (scipy least_squares), CPU of the thread")]
+    for key, label in columns:
+        if not any(key in r for r in recs):
+            continue
+        print(f"\n{label} time per fit:")
+        for f in sorted({r["file"] for r in recs}):
+            print(f"  {f:45s} {_stats([r[key] for r in recs if r['file'] == f])}")
+        print(f"  {'all':45s} {_stats([r[key] for r in recs])}")
+    if any("cost_scipy" in r for r in recs):
+        _compare(recs, {(r["file"], r["eval"]): r["cost_scipy"] for r in recs}, "scipy solver")
+    if args.compare:
+        old = json.loads(Path(args.compare).read_text())
+        _compare(recs, {(r["file"], r["eval"]): r["cost"] for r in old}, args.compare)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
