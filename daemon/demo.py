@@ -295,7 +295,7 @@ def print_table(table: list[dict[str, Any]], console: Console) -> None:
         title += f", {w['variant']})" if w.get("variant") else ")"
         if w.get("virtual"):
             title += f" [VIRTUAL board {w.get('virtual_board') or '?'}]"
-        t = Table(title=title)
+        t = Table(title=title, caption="runs: sweep and verification runs; the model saw all")
         for col in ("cores", "freq MHz", "median time s", "speedup", "energy J", "runs"):
             t.add_column(col, justify="right")
         for p in w["points"]:
