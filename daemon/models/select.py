@@ -303,12 +303,13 @@ def combination_weights(cv: dict[str, tuple], names: list[str]
                         ) -> list[tuple[str, bool, float, np.ndarray]]:
     """(name, anchored, weight, held-out predictions) of the members of the combination.
 
-    Variants: every candidate with valid held-out predictions, raw and end-anchored; a
-    variant whose held-out predictions equal (within SAME_FORECAST) those of a simpler one is
-    the same forecast as far as validation can tell and is left out (so an anchoring the folds
-    never exercised, e.g. at an unseen frequency, is not applied). Weight: inverse held-out
-    mean squared log error (floored at ERR_FLOOR^2), normalised; members under MIN_WEIGHT
-    are dropped and the rest renormalised."""
+    Variants: every candidate with valid held-out predictions, raw and end-anchored; an
+    anchored variant whose held-out predictions equal (within SAME_FORECAST) the raw ones was
+    never exercised by the folds (e.g. at an unseen frequency) and is left out. Different
+    models that validate alike keep their own (equal) weights: the folds cannot tell them
+    apart, so the combination hedges between them. Weight: inverse held-out mean squared log
+    error (floored at ERR_FLOOR^2), normalised; members under MIN_WEIGHT are dropped and the
+    rest renormalised."""
     order = sorted((n for n in names if cv.get(n, (None,))[0] is not None),
                    key=lambda n: (COMPLEXITY.get(n, DEFAULT_COMPLEXITY), names.index(n)))
     variants: list[tuple[str, bool, np.ndarray]] = []
@@ -318,7 +319,7 @@ def combination_weights(cv: dict[str, tuple], names: list[str]
         for is_anch, p in ((False, pred), (True, anch)):
             if p is None or not np.all(np.isfinite(p) & (p > 0)):
                 continue
-            if any(np.allclose(p, q, rtol=SAME_FORECAST, atol=0) for _, _, q in variants):
+            if is_anch and np.allclose(p, pred, rtol=SAME_FORECAST, atol=0):
                 continue
             variants.append((n, is_anch, p))
     if not variants or truth is None:
@@ -334,12 +335,15 @@ def combination_weights(cv: dict[str, tuple], names: list[str]
 def _combine(obs: Observations, scores: dict[str, dict[str, Any]], cv: dict[str, tuple],
              names: list[str]) -> Selection | None:
     """Rule "combine": the weighted geometric mean of the validated candidates (see
-    ``combination_weights``); one surviving raw member is returned as itself. None when no
-    candidate validated or none could be refitted (the caller then ranks by MAPE)."""
+    ``combination_weights``). Members that predict alike both in the folds and on all the
+    data (within SAME_FORECAST; e.g. USL with no coherency term and Amdahl) are one forecast:
+    the simpler takes their summed weight, and one surviving raw member is returned as
+    itself. None when no candidate validated or none could be refitted (the caller then
+    ranks by MAPE)."""
     ok = [n for n in names if scores[n]["error"] is None]
     parts = combination_weights(cv, ok)
     fits: dict[str, FittedModel | None] = {}
-    members, held = [], []
+    members: list[list] = []   # [model, weight, anchors, name, anchored, fold preds, train preds]
     for n, is_anch, w, p in parts:
         if n not in fits:
             try:
@@ -351,10 +355,19 @@ def _combine(obs: Observations, scores: dict[str, dict[str, Any]], cv: dict[str,
         # a member must be savable so the combination is (learners can still win alone)
         if model is None or (len(parts) > 1 and not combine.can_save(model)):
             continue
-        members.append((model, w, combine.anchors_for(model, obs) if is_anch else None))
-        held.append((n, is_anch, w, p))
+        anchors = combine.anchors_for(model, obs) if is_anch else None
+        fitted = combine.anchored(np.asarray(model.predict(obs).value, float), anchors, obs)
+        twin = next((m for m in members
+                     if np.allclose(p, m[5], rtol=SAME_FORECAST, atol=0)
+                     and np.allclose(fitted, m[6], rtol=SAME_FORECAST, atol=0)), None)
+        if twin is not None:
+            twin[1] += w
+            continue
+        members.append([model, w, anchors, n, is_anch, p, fitted])
     if not members:
         return None
+    held = [(m[3], m[4], m[1], m[5]) for m in members]
+    members = [(m[0], m[1], m[2]) for m in members]
     if len(members) == 1 and members[0][2] is None:
         n = held[0][0]
         return Selection(name=n, model=members[0][0], scores=scores)
