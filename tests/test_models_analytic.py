@@ -203,3 +203,49 @@ def test_extrapolation_is_anchored_at_the_measured_end_points():
     q = Observations.query([8.0, 8.0], [1800.0, 1400.0])
     assert fit.predict(q).value[0] == pytest.approx(plain.predict(q).value[0])
     assert fit.predict(q).value[1] > plain.predict(q).value[1]
+
+
+def grid_obs(t_fn, sd, seed):
+    p = np.tile(np.arange(1, 9, dtype=float), 3)
+    f = np.repeat([1200.0, 1800.0, 2400.0], 8)
+    return Observations(cores=p, time_s=noisy(t_fn(p, f), sd=sd, seed=seed), freq_mhz=f)
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_memwall_keeps_the_nested_amdahl_model_on_noisy_amdahl_data(seed):
+    # Amdahl (eq. 5) with 2 % noise: k, m1, m2 do not earn their AICc penalty
+    obs = grid_obs(lambda p, f: (5 + 20000 / f) * (0.1 + 0.9 / p), 0.02, seed)
+    fit = MemWallModeler().fit(obs)
+    assert fit.params["nested"] == 1.0
+    assert fit.params["k"] == fit.params["m1"] == fit.params["m2"] == 0.0
+    assert fit.params["f"] == pytest.approx(0.9, abs=0.02)
+    amdahl = AmdahlModeler().fit(obs)
+    q = Observations.query([16, 16], [1500, 2400])
+    assert np.allclose(fit.predict(q).value, amdahl.predict(q).value, rtol=0.02)
+    assert fit.dof > MemWallModeler(nested=False).fit(obs).dof    # 3 parameters fewer
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_memwall_keeps_the_full_model_on_memory_bound_data(seed):
+    theta = (0.99, 4.0, 0.05, 0.1)
+    obs = grid_obs(lambda p, f: (5 + 20000 / f) / speedup(*theta, p, f / 1000), 0.01, seed)
+    fit = MemWallModeler().fit(obs)
+    assert fit.params["nested"] == 0.0
+    assert fit.params["k"] > 1 and fit.params["m1"] > 0
+    assert memory_bound(*fit.theta, 8.0, 2.4)           # the memory wall at 8 cores, 2.4 GHz
+    assert fit.params["log_sigma"] < 0.02
+
+
+def test_memwall_nested_test_needs_an_aicc_else_full_model_as_before():
+    # 2 cores x 2 frequencies: n = 4 points leave no AICc even for the nested model (K = 1 +
+    # 2 levels + variance): the test does not apply, the full model is fitted as without it
+    p = np.array([1.0, 2, 1, 2])
+    f = np.array([1000.0, 1000, 1400, 1400])
+    t = 1.4e4 / f * np.where(p == 1, 1.0, 0.62)
+    obs = Observations(cores=p, time_s=t, freq_mhz=f)
+    fit = MemWallModeler().fit(obs)
+    assert fit.params["nested"] == 0.0
+    assert np.allclose(fit.theta, MemWallModeler(nested=False).fit(obs).theta)
+    assert "nested" not in MemWallModeler(nested=False).fit(obs).params
+    back = MemWallModeler().from_state(MemWallModeler(nested=False).fit(obs).to_state())
+    assert back.family.nested is False

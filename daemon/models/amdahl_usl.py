@@ -528,7 +528,7 @@ class SpeedupFamily(Modeler):
                 # c0, c1 for each start by linear least squares on the relative time error
                 g = self.rel_time(th[:, :m], p, freq)
                 a = np.stack([g, g * finv], axis=-1) * (tscale / t)[None, :, None]
-                ata = np.einsum("kni,knj->kij", a, a) + 1e-12 * np.eye(2)
+                ata = a.transpose(0, 2, 1) @ a + 1e-12 * np.eye(2)
                 c = np.linalg.solve(ata, a.sum(axis=1)[..., None])[..., 0]
                 return np.clip(c, 1e-9, 1e3)
 
@@ -580,7 +580,7 @@ class SpeedupFamily(Modeler):
             return out
 
         lam0 = None
-        if (lm and m > 2 and type(self).log_rel_time_and_grad
+        if (lm and int(np.sum(lo < hi)) > 2 and type(self).log_rel_time_and_grad
                 is not SpeedupFamily.log_rel_time_and_grad):
             # the best starts and the best of each regime take their first LM steps together
             # (one vectorised pass per trial step, the same path as a single run); the best of

@@ -170,9 +170,10 @@ def least_squares_box_many(fun_many: Callable[[np.ndarray], np.ndarray],
         ok &= lam <= 1e16                # a stalled start (no descent left) stays where it is
         if not ok.any():
             break
-        g = np.einsum("knm,kn->km", jm, np.where(ok[:, None], r, 0.0))
+        jt = jm.transpose(0, 2, 1)
+        g = (jt @ np.where(ok[:, None], r, 0.0)[:, :, None])[:, :, 0]
         held = fixed | ((x <= lo) & (g > 0)) | ((x >= hi) & (g < 0)) | ~ok[:, None]
-        a = np.einsum("kni,knj->kij", jm, jm)
+        a = jt @ jm
         d = np.where(held, 0.0, np.diagonal(a, axis1=1, axis2=2))
         d = np.maximum(d, 1e-12 * np.maximum(d.max(axis=1, keepdims=True), 1e-300))
         # held coordinates: identity rows and columns, zero gradient -> zero step
@@ -189,7 +190,7 @@ def least_squares_box_many(fun_many: Callable[[np.ndarray], np.ndarray],
             dx = trial - x
             r_new = fun_many(trial)
             c_new = np.einsum("kn,kn->k", r_new, r_new)
-            lin = r + np.einsum("knm,km->kn", jm, dx)
+            lin = r + (jm @ dx[:, :, None])[:, :, 0]
             pred = cost - np.einsum("kn,kn->k", lin, lin)
             rho = np.where(pred > 0, (cost - c_new) / pred, 1.0)
         acc = ok & np.isfinite(c_new) & (c_new < cost)

@@ -67,16 +67,28 @@ class MemWallModeler(SpeedupFamily):
     upper = (1.0, 10.0, 1.0, 1.0)
 
     def __init__(self, t1_mode: str = "auto", mem_mhz: float = MEM_MHZ, n_random: int = 300,
-                 solver: str = "lm") -> None:
+                 solver: str = "lm", nested: bool = True) -> None:
         # solver="scipy": the previous solver (exact active-branch gradient, no blending),
-        # kept for benchmarks/memwall_fit.py's comparison
+        # kept for benchmarks/memwall_fit.py's comparison. nested: test the Amdahl
+        # restriction m1 = m2 = 0 by AICc (``restrictions``); False fits the full model only
         super().__init__(t1_mode, solver=solver)
+        self.nested = bool(nested)
         self.kink_blend = KINK_BLEND
         self.mem_mhz = float(mem_mhz)
         self.n_random = int(n_random)
 
     def options(self) -> dict[str, Any]:
-        return {"t1_mode": self.t1_mode, "mem_mhz": self.mem_mhz}
+        return {"t1_mode": self.t1_mode, "mem_mhz": self.mem_mhz, "nested": self.nested}
+
+    def restrictions(self):
+        # Amdahl nested in eq. 15: m1 = m2 = 0 gives mu_1 = mu_p = 0 (eq. 16), so S_p =
+        # 1 / max((1 - f) + f / p, 0) = eq. 5 for any k; k is then not identifiable and is
+        # fixed at 0 as well (one free parameter, f). The full model has to beat it by AICc.
+        if not self.nested:
+            return []
+        f = np.linspace(0.0, 1.0, 41)
+        starts = np.column_stack([f, np.zeros((f.size, 3))])
+        return [(np.zeros(4), np.array([1.0, 0.0, 0.0, 0.0]), starts)]
 
     def phi(self, freq: np.ndarray | None, n: int) -> np.ndarray:
         """F_cpu / F_mem per point; 1 where the data have no frequency axis."""
@@ -170,4 +182,5 @@ class MemWallModeler(SpeedupFamily):
         opts = state.get("options", {})
         self.t1_mode = opts.get("t1_mode", self.t1_mode)
         self.mem_mhz = float(opts.get("mem_mhz", self.mem_mhz))
+        self.nested = bool(opts.get("nested", self.nested))
         return super().from_state(state)
