@@ -42,7 +42,7 @@ N_BATCH = 48         # best-scored starts that take their first LM_BATCH_ITERS t
 LM_BATCH_ITERS = 10  # together (lsq.least_squares_box_many) before the polish
 LM_FTOL = 1e-10      # lsq.least_squares_box: relative cost change that ends a polish,
 LM_STAGE = 8         # its first budget of iterations per start (successive halving, _polish_lm)
-LM_MAX_ITER = 100    # and its total per start (an iteration costs ~0.1 ms)
+LM_MAX_ITER = 60     # and its total per start (an iteration costs ~0.1 ms)
 SAME_VALLEY = 1e-3   # runs within this relative cost of a better one: only the better goes on
 KINK_ROUNDS = 3      # compass search + LM rounds on the best result (kinks of eq. 15, 16)
 # solver="scipy" (the previous solver, kept for benchmarks/memwall_fit.py's comparison):
@@ -183,30 +183,37 @@ def _polish_lm(fun: Any, jac: Any, starts: list[np.ndarray], lo: np.ndarray, hi:
                exact: float, fun_many: Any = None,
                lam0: list[float] | None = None) -> list[tuple[np.ndarray, float]]:
     """Starts polished by ``lsq.least_squares_box`` with successive halving: every start gets
-    LM_STAGE iterations, then the runs that have not converged and rank in the better half
-    (converged runs included, a run within SAME_VALLEY of a better one left out) continue
-    with a doubled budget, up to LM_MAX_ITER in all: a start crawling along a flat valley
-    above the best optimum stops early. Then compass search + LM rounds on the best result
-    (kinks). ``lam0``: each start's damping (from the batched first steps)."""
-    runs: list[list[Any]] = []                       # [result, iterations used]
+    LM_STAGE iterations, then the runs that have not converged, rank in the better half
+    (converged runs included) and are the best or still fast enough to get below the best
+    within their budget (a run within SAME_VALLEY of a better one left out) continue with a
+    doubled budget, up to LM_MAX_ITER in all: a start crawling along a flat valley above the
+    best optimum stops early. Then, given ``fun_many`` (a model with kinks), compass search +
+    LM rounds on the best result. ``lam0``: each start's damping (from the batched steps)."""
+    runs: list[list[Any]] = []              # [result, iterations used, cost one stage ago]
     for j, x0 in enumerate(starts):
         with np.errstate(all="ignore"):
             res = least_squares_box(fun, jac, x0, lo, hi, cost_floor=exact, ftol=LM_FTOL,
                                     max_iter=LM_STAGE, lam0=1e-3 if lam0 is None else lam0[j])
-        runs.append([res, res.njev])
+        runs.append([res, res.njev, np.inf])
         if res.status == "exact":
             return [(res.x, res.cost)]                # no start can do better
     budget = LM_STAGE
     while True:
         runs.sort(key=lambda rn: rn[0].cost)
+        best = runs[0][0].cost
         go, above = [], []
-        for rn in runs[:(len(runs) + 1) // 2]:
-            # a run within SAME_VALLEY of a better one is crawling down the same valley:
-            # only the better one continues
-            if (rn[0].status == "max_iter" and rn[1] < LM_MAX_ITER
-                    and not any(rn[0].cost <= c * (1 + SAME_VALLEY) for c in above)):
+        for rank, rn in enumerate(runs[:(len(runs) + 1) // 2]):
+            res, used, before = rn
+            left = LM_MAX_ITER - used
+            # a run goes on if it is the best one, or if at the rate of its last stage it can
+            # still get below the best within its budget; a run within SAME_VALLEY of a better
+            # one is crawling down the same valley: only the better one goes on
+            rate = (before - res.cost) / max(res.njev, 1) if np.isfinite(before) else np.inf
+            if (res.status == "max_iter" and left > 0
+                    and (rank == 0 or res.cost - rate * left < best)
+                    and not any(res.cost <= c * (1 + SAME_VALLEY) for c in above)):
                 go.append(rn)
-            above.append(rn[0].cost)
+            above.append(res.cost)
         if not go:
             break
         budget *= 2
@@ -215,7 +222,7 @@ def _polish_lm(fun: Any, jac: Any, starts: list[np.ndarray], lo: np.ndarray, hi:
                 res = least_squares_box(fun, jac, rn[0].x, lo, hi, cost_floor=exact,
                                         ftol=LM_FTOL, max_iter=min(budget, LM_MAX_ITER - rn[1]),
                                         lam0=rn[0].lam)
-            rn[0], rn[1] = res, rn[1] + res.njev
+            rn[0], rn[1], rn[2] = res, rn[1] + res.njev, rn[0].cost
             if res.status == "exact":
                 return [(res.x, res.cost)]
     out = [(rn[0].x, rn[0].cost) for rn in runs if np.isfinite(rn[0].cost)]
@@ -230,7 +237,7 @@ def _polish_lm(fun: Any, jac: Any, starts: list[np.ndarray], lo: np.ndarray, hi:
                 break
             with np.errstate(all="ignore"):
                 res = least_squares_box(fun, jac, xk, lo, hi, cost_floor=exact, ftol=LM_FTOL,
-                                        max_iter=LM_STAGE * 4)
+                                        max_iter=LM_STAGE * 2)
             x, cost = (res.x, res.cost) if res.cost < ck else (xk, ck)
         out.append((x, cost))
     return out
@@ -305,6 +312,7 @@ class SpeedupFamily(Modeler):
     param_names: tuple[str, ...] = ()
     lower: tuple[float, ...] = ()
     upper: tuple[float, ...] = ()
+    piecewise = False    # g has kinks (a max() or min() of smooth pieces): compass search
 
     def __init__(self, t1_mode: str = "auto", anchor: bool = False, solver: str = "lm") -> None:
         if t1_mode not in ("auto", "per_freq", "hyper"):
@@ -475,6 +483,7 @@ class SpeedupFamily(Modeler):
         p, freq, y, t, keys = data.p, data.freq, data.y, data.t, data.keys
         m = len(self.param_names)
         restricted = bool(np.any(lo >= hi))
+        n_free = int(np.sum(lo < hi))
         cand = np.clip(cand, lo, hi)
         has_grad = self.log_rel_time_grad(cand[0], p, freq) is not None
         last: list[Any] = [None, None]   # point of the last residual evaluation, dlog g there
@@ -560,8 +569,9 @@ class SpeedupFamily(Modeler):
         lm = self.solver == "lm" or restricted
 
         def pick_idx(xs: np.ndarray, sc: np.ndarray) -> list[int]:
-            # the N_POLISH best starts and the best start of every regime
-            order = list(np.argsort(sc)[:N_POLISH])
+            # the N_POLISH best starts and the best start of every regime; with one free
+            # parameter the best point of the scored grid brackets the minimum: one start
+            order = list(np.argsort(sc)[:N_POLISH if n_free > 1 else 1])
             labels = self.regimes(xs[:, :m], p, freq)
             for lab in np.unique(labels):
                 best_of = int(np.flatnonzero(labels == lab)[np.argmin(sc[labels == lab])])
@@ -580,7 +590,7 @@ class SpeedupFamily(Modeler):
             return out
 
         lam0 = None
-        if (lm and int(np.sum(lo < hi)) > 2 and type(self).log_rel_time_and_grad
+        if (lm and n_free > 2 and type(self).log_rel_time_and_grad
                 is not SpeedupFamily.log_rel_time_and_grad):
             # the best starts and the best of each regime take their first LM steps together
             # (one vectorised pass per trial step, the same path as a single run); the best of
@@ -603,7 +613,11 @@ class SpeedupFamily(Modeler):
         exact = 1e-20 * p.size
         with np.errstate(all="ignore"):
             if lm:
-                found = _polish_lm(fun, jac, starts, x_lo, x_hi, exact, resid_many, lam0)
+                # compass search only where the model has kinks (memwall's max() and min();
+                # with m1 = m2 = 0 neither is active)
+                kinks = self.piecewise and not restricted
+                found = _polish_lm(fun, jac, starts, x_lo, x_hi, exact,
+                                   resid_many if kinks else None, lam0)
             else:
                 found = _polish_scipy(fun, jac, starts, x_lo, x_hi, exact)
         if not found:

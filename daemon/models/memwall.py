@@ -65,6 +65,7 @@ class MemWallModeler(SpeedupFamily):
     param_names = ("f", "k", "m1", "m2")
     lower = (0.0, 0.0, 0.0, 0.0)
     upper = (1.0, 10.0, 1.0, 1.0)
+    piecewise = True     # eq. 15's max() and eq. 16's min()
 
     def __init__(self, t1_mode: str = "auto", mem_mhz: float = MEM_MHZ, n_random: int = 300,
                  solver: str = "lm", nested: bool = True) -> None:
