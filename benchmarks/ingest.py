@@ -99,6 +99,16 @@ def proc_cpu_s(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
+def pressure_pct(resource: str) -> float | None:
+    """Share of the last 60 s in which some task waited for ``resource`` (Linux PSI), or None
+    without PSI. Tells a slow run on a busy machine from a slow daemon."""
+    try:
+        with open(f"/proc/pressure/{resource}") as fh:
+            return float(fh.readline().split()[2].split("=")[1])
+    except (OSError, IndexError, ValueError):
+        return None
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--agents", type=int, default=4)
@@ -152,6 +162,8 @@ def main() -> int:
                "daemon_cpu_s": round(cpu, 2),
                "results_per_daemon_cpu_s": round(acked / cpu) if cpu else None,
                "load_avg_1min": os.getloadavg()[0],
+               "cpu_pressure_pct_60s": pressure_pct("cpu"),
+               "io_pressure_pct_60s": pressure_pct("io"),
                "daemon_rss_idle_mib": round(rss_idle["VmRSS"] / 1024, 1),
                "daemon_rss_mib": round(mem["VmRSS"] / 1024, 1),
                "daemon_rss_peak_mib": round(mem["VmHWM"] / 1024, 1),
