@@ -18,6 +18,9 @@ T1(F) (choice documented in docs/models.md):
   i.e. exactly that shape. With one training frequency T1 ~ 1/F (CPU-bound assumption 3).
 * ``hyper``: when the data are too few for one level per frequency plus theta, T1(F) = c0 + c1/F
   is fitted jointly with theta (two parameters instead of one per frequency).
+* A family with nested sub-models (``restrictions``, memwall) fits both parameterisations
+  (with > 2 frequencies) for the full model and each restriction and keeps the lowest AICc
+  (``_select_aicc``).
 
 Notation: seed 003 and the peers write Amdahl with the *parallel* fraction f,
 t = T1 ((1 - f) + f / p); we report ``parallel_fraction`` f, ``serial_fraction`` 1 - f and the
@@ -427,7 +430,9 @@ class SpeedupFamily(Modeler):
         if self.t1_mode != "auto":
             modes = [self._auto_mode(data)]
         else:
-            modes = ["per_freq"] + (["hyper"] if data.freq is not None and data.ufreq.size > 2 else [])
+            modes = ["per_freq"]
+            if data.freq is not None and data.ufreq.size > 2:
+                modes.append("hyper")
         return [(mode, *v) for mode in modes for v in (full, *subs)]
 
     def restrictions(self) -> list[tuple[np.ndarray, np.ndarray, np.ndarray]]:
@@ -602,7 +607,9 @@ class SpeedupFamily(Modeler):
                 if best_of not in top:
                     top.append(best_of)
             top = np.array([i for i in top if np.isfinite(score[i])], dtype=int)
-            x0 = cand[top] if mode == "per_freq" else np.hstack([cand[top], hyper_c_many(cand[top])])
+            x0 = cand[top]
+            if mode != "per_freq":
+                x0 = np.hstack([x0, hyper_c_many(x0)])
             xs, sc, lams = least_squares_box_many(resid_many, jac_many, x0, x_lo, x_hi,
                                                   trials=LM_BATCH_ITERS)
             idx = pick_idx(xs, sc)
