@@ -119,6 +119,9 @@ def test_round_trip_through_json_state_with_hold_and_anchored_members():
     a, b = fit.predict(q), back.predict(q)
     assert np.allclose(a.value, b.value) and np.allclose(a.lower, b.lower)
     assert back.quality == fit.quality and back.weights == fit.weights
+    # a row without a frequency is predicted (anchoring included) at the highest training one
+    assert np.allclose(fit.predict(Observations.query([16])).value,
+                       fit.predict(Observations.query([16], [1500])).value)
     assert fit.quality["n"] == 8 and fit.quality["mape"] < 3 and "shape_mape" in fit.quality
     d = fit.describe()
     assert d["model"] == "combo" and [m["model"] for m in d["members"]] == ["amdahl", "usl", "hold"]

@@ -38,6 +38,9 @@ def anchors_for(model: FittedModel, obs: Observations) -> list[dict[str, float]]
     """End anchors of ``model`` on its training rows ``obs`` (log measured / predicted at the
     largest and smallest core count of each frequency; rows with a time <= 0 ignored)."""
     ok = np.isfinite(obs.time_s) & (obs.time_s > 0) & np.isfinite(obs.cores) & (obs.cores >= 1)
+    fq = _freq(obs)
+    if fq is not None:  # as the models do: rows without a frequency cannot be placed
+        ok &= np.isfinite(fq) & (fq > 0)
     o = obs.subset(ok)
     r = np.log(o.time_s) - np.log(model.predict(o).value)
     return end_anchors(o.cores, _freq(o), r)
@@ -49,7 +52,13 @@ def anchored(pred: np.ndarray, anchors: list[dict[str, float]] | None,
     if not anchors:
         return pred
     p = np.maximum(np.asarray(query.cores, float), 1.0)
-    return pred * np.exp(anchor_correction(anchors, p, _freq(query)))
+    fq = _freq(query)
+    known = [a["freq"] for a in anchors if np.isfinite(a["freq"])]
+    if known:
+        # a row without a frequency is predicted at the highest training one (SpeedupFit)
+        fq = np.full(p.size, np.nan) if fq is None else fq
+        fq = np.where(np.isfinite(fq) & (fq > 0), fq, max(known))
+    return pred * np.exp(anchor_correction(anchors, p, fq))
 
 
 class CombinedFit(FittedModel):
