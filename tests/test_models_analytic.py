@@ -225,6 +225,22 @@ def test_memwall_keeps_the_nested_amdahl_model_on_noisy_amdahl_data(seed):
     assert fit.dof > MemWallModeler(nested=False).fit(obs).dof    # 3 parameters fewer
 
 
+def test_memwall_nested_result_is_exactly_amdahls_fit_with_its_own_t1_rule():
+    # 8 points over 6 frequencies: only the c0 + c1/F variants have an AICc, and the nested
+    # one wins on Amdahl data. T1 is off that curve at the top "turbo" setting (20 % faster),
+    # which one level per frequency (Amdahl's own rule here) captures: the nested winner is
+    # refitted with that rule, so memwall reduces to Amdahl's fit exactly.
+    p = np.array([1.0, 2, 4, 8, 1, 2, 4, 8])
+    f = np.array([1200.0, 1500, 1800, 2100, 2400, 2900, 2900, 1200])
+    t1 = (5 + 20000 / f) * np.where(f == 2900, 0.8, 1.0)
+    obs = Observations(cores=p, time_s=noisy(t1 * (0.1 + 0.9 / p), sd=0.01, seed=3),
+                       freq_mhz=f)
+    fit, amdahl = MemWallModeler().fit(obs), AmdahlModeler().fit(obs)
+    assert fit.params["nested"] == 1.0
+    q = Observations.query([16, 3, 2], [2900, 2900, 1500])
+    assert np.allclose(fit.predict(q).value, amdahl.predict(q).value, rtol=1e-6)
+
+
 @pytest.mark.parametrize("seed", range(4))
 def test_memwall_keeps_the_full_model_on_memory_bound_data(seed):
     theta = (0.99, 4.0, 0.05, 0.1)

@@ -400,6 +400,8 @@ class SpeedupFamily(Modeler):
             best = self._solve(data, *variants[0])
         else:
             best = self._select_aicc(data, variants)
+            if best is not None and best.restricted:
+                best = self._as_standalone(data, best, variants)
         if best is None:
             raise NotEnoughData(f"{self.name}: no finite fit for these data")
         return self._build(data, best, p_cores, phys, smt_yield)
@@ -434,6 +436,28 @@ class SpeedupFamily(Modeler):
             if data.freq is not None and data.ufreq.size > 2:
                 modes.append("hyper")
         return [(mode, *v) for mode in modes for v in (full, *subs)]
+
+    def _as_standalone(self, data: "_Data", won: "_Solution", variants: list) -> "_Solution":
+        """A restriction that won the AICc test, refitted with the T1 rule it has as a model
+        of its own (``_auto_mode`` with its free parameter count): the test decides whether
+        the extra parameters are supported, not how T1 is shaped; the restricted model
+        (memwall: Amdahl) is then exactly the fit the simpler model gives on its own."""
+        nlev = data.ufreq.size
+        n_theta = won.n_par - (2 if won.mode == "hyper" else nlev)
+        mode = ("hyper" if (self.t1_mode == "auto" and data.freq is not None and nlev > 2
+                            and data.p.size < nlev + n_theta + 1)
+                else "per_freq" if self.t1_mode == "auto" else won.mode)
+        if mode == "hyper" and data.freq is None:
+            mode = "per_freq"
+        if mode == won.mode:
+            return won
+        for v in variants:
+            if v[0] == mode and np.any(v[1] >= v[2]):
+                sol = self._solve(data, *v)
+                if sol is not None:
+                    sol.aicc = won.aicc
+                    return sol
+        return won
 
     def restrictions(self) -> list[tuple[np.ndarray, np.ndarray, np.ndarray]]:
         """Nested sub-models (lower, upper with lower == upper for a fixed parameter, starts)
