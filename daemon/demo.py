@@ -23,6 +23,7 @@ from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
 from .client import DaemonUnreachable, QueryFailed, query
+from .status_view import params_text
 
 FINAL_STATES = {"verified", "refused", "failed"}
 # On a virtual board the sweep is cores x this many frequencies, evenly spread over the board's
@@ -306,8 +307,7 @@ def print_table(table: list[dict[str, Any]], console: Console) -> None:
         if w.get("virtual"):
             console.print("  records are VIRTUAL: times and energies follow the board's model "
                           "(docs/virtual-board.md), not this machine's hardware", markup=False)
-        params = ", ".join(f"{k}={v:.3g}" for k, v in (w["model_params"] or {}).items()
-                           if isinstance(v, (int, float)))
+        params = params_text(w["model"], w["model_params"])
         mape = w["model_mape_pct"]
         line = f"  model: {w['model'] or '-'} ({params})"
         if mape is not None:

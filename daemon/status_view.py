@@ -16,6 +16,16 @@ def _fmt(value: Any, spec: str = ".4g") -> str:
     return str(value)
 
 
+def params_text(model: Any, params: dict[str, Any] | None) -> str:
+    """A fit's numeric parameters as ``name=value, ...``; a combination (``combo``) by its
+    members' weights only (its members' own parameters would fill a screen)."""
+    shown = {k: v for k, v in (params or {}).items()
+             if isinstance(v, (int, float)) and not isinstance(v, bool)}
+    if model == "combo":
+        shown = {k[2:]: v for k, v in shown.items() if k.startswith("w.")}
+    return ", ".join(f"{k}={v:.3g}" for k, v in shown.items())
+
+
 def print_status(data: dict[str, Any], console: Console | None = None) -> None:
     console = console or Console()
     d = data.get("daemon", {})
@@ -50,7 +60,7 @@ def print_status(data: dict[str, Any], console: Console | None = None) -> None:
     for col in ("group", "model", "parameters", "MAPE %", "runners-up"):
         t.add_column(col)
     for f in data.get("fits", []):
-        params = ", ".join(f"{k}={_fmt(v, '.3g')}" for k, v in (f.get("params") or {}).items())
+        params = params_text(f.get("model"), f.get("params"))
         runners = ", ".join(str(r.get("model", r)) if isinstance(r, dict) else str(r)
                             for r in (f.get("runners_up") or []))
         t.add_row(_group(f.get("group")), str(f.get("model")), params,

@@ -102,7 +102,7 @@ def test_hello_job_results_fit_config_verify(daemon):
     assert cfg["predicted_time_s"] == pytest.approx(3.2, rel=0.02)
     assert cfg["reps"] == daemon.config.verify_reps
     fits = rows(daemon.config.database, "SELECT model, quality FROM fits")
-    assert len(fits) == 1 and fits[0][0] in ("amdahl", "usl")
+    assert len(fits) == 1 and fits[0][0] in ("amdahl", "usl", "combo")
     st = query(a, "status")
     (fit,) = st["fits"]
     assert fit["group"] == {"platform": "plat-test", "workload": "wl", "input": "small",

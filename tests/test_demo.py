@@ -38,7 +38,7 @@ def test_demo_on_this_machine(tmp_path):
     assert cores == list(range(1, CORES + 1))
     assert all(p["freq_mhz"] is None and p["median_time_s"] > 0 for p in w["points"])
     assert all(p["runs"] >= 1 for p in w["points"])
-    assert w["model"] in ("amdahl", "usl")
+    assert w["model"] in ("amdahl", "usl", "combo")
     assert w["recommendation_state"] == "verified" and w["verified_time_s"] > 0
     assert 1 <= w["recommended_cores"] <= CORES and w["recommended_freq_khz"] is None
     # the real machine's missing knobs are reported, and nothing claims to be virtual
@@ -80,7 +80,7 @@ def test_demo_on_virtual_board(tmp_path):
     rec = (w["recommended_cores"], w["recommended_freq_khz"] / 1000.0)
     assert grid - swept <= {rec}
     assert all(p["median_energy_j"] > 0 for p in w["points"])
-    assert w["model"] in ("amdahl", "usl", "memwall")
+    assert w["model"] in ("amdahl", "usl", "memwall", "combo")
     assert w["recommendation_state"] == "verified"
     assert w["recommended_freq_khz"] in (600_000, 750_000, 1_000_000, 1_200_000, 1_500_000)
     assert (tmp_path / "demo" / "virtual-sysfs").is_dir()  # the fake tree lives in --dir too

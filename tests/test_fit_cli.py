@@ -33,7 +33,7 @@ def test_fit_save_predict_round_trip(tmp_path, capsys):
     data, fit = small_csv(tmp_path), tmp_path / "fit.json"
     assert run(["fit", "--data", str(data), "--json", "--save", str(fit)]) == 0
     out = json.loads(capsys.readouterr().out)
-    assert out[0]["group"] == "board/kern/v" and out[0]["model"] in ("amdahl", "usl", "memwall")
+    assert out[0]["group"] == "board/kern/v" and out[0]["model"] in ("amdahl", "usl", "memwall", "combo")
     assert out[0]["quality"]["mape"] < 2
     assert run(["predict", "--fit", str(fit), "--cores", "1,8", "--freq", "1000,2000", "--json"]) == 0
     preds = json.loads(capsys.readouterr().out)

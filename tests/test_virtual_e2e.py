@@ -90,7 +90,7 @@ def test_cores_by_frequency_sweep_on_rpi4(tmp_path):
 
     # the fit spans both axes: times fall with frequency at every core count
     (fit,) = st["fits"]
-    assert fit["quality"]["n"] == len(sweep) and fit["model"] in ("amdahl", "usl", "memwall")
+    assert fit["quality"]["n"] == len(sweep) and fit["model"] in ("amdahl", "usl", "memwall", "combo")
     rows = c.rows("SELECT cores, freq_mhz, time_s FROM runs WHERE ok=1 AND job_id IN "
                   "(SELECT job_id FROM jobs)")
     obs = observations(rows)

@@ -13,7 +13,7 @@ Validation scheme, from what the model will be asked (``target``):
   unseen frequencies).
 
 Rule (``rule``):
-* ``"combine"``: forecast combination. Every candidate that validated enters twice,
+* ``"combine"`` (default, ``DEFAULT_RULE``): forecast combination. Every candidate that validated enters twice,
   as fitted and end-anchored (its prediction scaled by the measured / modelled ratio at the
   training data's largest and smallest core count, ``combine.anchored``); the prediction is
   the weighted geometric mean, weights proportional to the inverse held-out mean squared log
@@ -23,7 +23,7 @@ Rule (``rule``):
   returned as itself. Measured against picking the lowest score (docs/models.md): selection
   loses to fold noise where the candidates validate alike. With fewer than ``MIN_HELD_OUT``
   held-out points it is ``"fallback"``: one point cannot weigh models either.
-* ``"fallback"`` (default, ``DEFAULT_RULE``): the lowest held-out MAPE wins, except where the
+* ``"fallback"``: the lowest held-out MAPE wins, except where the
   validation has fewer than ``MIN_HELD_OUT`` held-out points (relearn: 3 core counts leave one
   forward fold with one point): one point cannot rank models. ``FALLBACK`` (the hold baseline:
   last measured value held) joins the candidates, and the simplest (``COMPLEXITY``) that fits
@@ -69,8 +69,7 @@ DEFAULT_COMPLEXITY = 5
 MIN_HELD_OUT = 2  # fewer held-out points than this: no ranking, the simplest model that fits
 ADEQUATE_MAPE = 10.0  # ... its own training data within this MAPE (%) (hold always does)
 RULES = ("combine", "fallback", "1se", "min")
-DEFAULT_RULE = "fallback"  # "combine" measured better (docs/models.md); switching the default
-                           # renames most fits "combo", which tests outside models/ pin
+DEFAULT_RULE = "combine"  # measured better than "fallback" on the peer splits (docs/models.md)
 # rule "combine": forecast combination of the validated candidates (combination_weights)
 ERR_FLOOR = 0.005   # RMS log error below which candidates are equally good (the models'
                     # own interval floor, amdahl_usl.SIGMA_FLOOR: an exact fit is not exact)
