@@ -9,10 +9,17 @@ and fits ``MemWallModeler`` (``--model amdahl`` / ``usl``: those instead) once p
   cost (squared log residuals) compared fit by fit, and the scipy fit time back to back.
 
     python3 benchmarks/memwall_fit.py [--model memwall] [--files GLOB] [--save runs.json]
-                                      [--compare runs.json]
+                                      [--compare runs.json] [--poet] [--poet-only]
 
 ``--save`` writes the per-fit records; ``--compare`` reads such a file (e.g. recorded with an
-older commit) and compares its costs with this run's full fits.
+older commit) and compares its costs with this run's fits (full and default).
+
+``--poet`` also replays the fits of ``opptune eval`` on poet_bard_configs, Xeon groups (random
+training subsets of 8, 16, 32, 64 configurations, 10 draws, the same seeds as
+``python3 -m opptune.daemon.fit_cli eval --data data/poet_bard_configs/data.csv
+--time-from-speedup --group xeon --train-sizes 8,16,32,64 --reps 10``): the default fit's wall
+time per training size (median, p95, max, count over 50 ms), its median test MAPE / MSE of
+speedup (must equal the eval's), and its training cost for ``--compare``.
 """
 
 from __future__ import annotations
@@ -28,6 +35,7 @@ import numpy as np
 
 from peer_baselines import DATA, _load_groups, _pick, _warm_up
 
+from opptune.daemon.fit_cli import _groups, _t1_ref, relative_time_from_speedup
 from opptune.daemon.models.amdahl_usl import AmdahlModeler, USLModeler
 from opptune.daemon.models.base import NotEnoughData
 from opptune.daemon.models.memwall import MemWallModeler
@@ -81,32 +89,91 @@ def run(files: str, model: str = "memwall") -> list[dict]:
     return out
 
 
+POET = DATA / "poet_bard_configs" / "data.csv"
+POET_SIZES = (8, 16, 32, 64)
+
+
+def run_poet(model: str = "memwall", reps: int = 10, seed: int = 0) -> list[dict]:
+    """One record per poet Xeon fit of ``opptune eval`` (same groups, draws and seeds as
+    fit_cli.run_eval): file "poet-<size>", eval = index of the draw, times, costs, test
+    MAPE (%) and MSE of speedup."""
+    groups = [(lab, relative_time_from_speedup(o)) for lab, o in _groups(str(POET))
+              if "xeon" in lab]
+    cls = MODELS[model]
+    default, full = cls(), _modeler(cls, nested=False)
+    out = []
+    for gi, (label, obs) in enumerate(groups):
+        obs = obs.subset(np.isfinite(obs.time_s) & (obs.time_s > 0))
+        n = len(obs)
+        ref = _t1_ref(obs)
+        for size in POET_SIZES:
+            if size >= n:
+                continue
+            for rep in range(reps):
+                rng = np.random.default_rng([seed, gi, size, rep])
+                train = np.zeros(n, bool)
+                train[rng.choice(n, size, replace=False)] = True
+                rec: dict = {"file": f"poet-{size:02d}", "eval": f"{label}#{rep}", "n": size}
+                try:
+                    t0, c0 = time.perf_counter(), time.thread_time()
+                    fit = default.fit(obs.subset(train))
+                    rec["ms"] = 1e3 * (time.perf_counter() - t0)
+                    rec["cpu"] = 1e3 * (time.thread_time() - c0)
+                    rec["cost_default"] = float(fit.cost)
+                    rec["nested"] = fit.params.get("nested")
+                    rec["ms_full"], rec["cpu_full"], rec["cost"] = _timed_fit(
+                        full, obs.subset(train))
+                except NotEnoughData:
+                    continue
+                test = obs.subset(~train)
+                pred = fit.predict(test).value
+                rec["mape"] = float(np.mean(100 * np.abs(pred - test.time_s) / test.time_s))
+                rec["mse"] = float(np.mean((ref[~train] / pred - ref[~train] / test.time_s) ** 2))
+                out.append(rec)
+    return out
+
+
+def _poet_report(recs: list[dict]) -> None:
+    """Default fit time distribution and median test errors per training size."""
+    print("\npoet Xeon (opptune eval fits), default fit:")
+    for f in sorted({r["file"] for r in recs}):
+        rs = [r for r in recs if r["file"] == f]
+        ms = np.array([r["ms"] for r in rs])
+        print(f"  {f}: {ms.size:3d} fits  median {np.median(ms):5.1f}  p95 "
+              f"{np.percentile(ms, 95):5.1f}  max {ms.max():5.1f} ms  > {LIMIT_MS:.0f} ms: "
+              f"{int(np.sum(ms > LIMIT_MS))}  (CPU max {max(r['cpu'] for r in rs):5.1f})  "
+              f"median MAPE {np.median([r['mape'] for r in rs]):.2f} %  "
+              f"MSE {np.median([r['mse'] for r in rs]):.4g}  "
+              f"nested {sum(bool(r['nested']) for r in rs)}")
+
+
 def _stats(ms: list[float]) -> str:
     a = np.asarray(ms)
     return (f"{a.size:4d} fits  mean {a.mean():6.1f}  p95 {np.percentile(a, 95):6.1f}  "
             f"max {a.max():6.1f} ms  > {LIMIT_MS:.0f} ms: {int(np.sum(a > LIMIT_MS))}")
 
 
-def _compare(recs: list[dict], ref: dict[tuple[str, int], float], label: str) -> None:
-    """Cost of this run's full fits against reference costs, fit by fit."""
+def _compare(recs: list[dict], ref: dict[tuple[str, int], float], label: str,
+             key: str = "cost") -> None:
+    """Cost ``key`` of this run's fits against reference costs, fit by fit."""
     worse, better, same = [], 0, 0
     for r in recs:
         c0 = ref.get((r["file"], r["eval"]))
-        if c0 is None:
+        if c0 is None or key not in r:
             continue
-        if max(r["cost"], c0) <= EXACT * r["n"]:
+        if max(r[key], c0) <= EXACT * r["n"]:
             same += 1
-        elif r["cost"] <= c0 * (1 + REL_TOL):
-            if r["cost"] < c0 * (1 - REL_TOL):
+        elif r[key] <= c0 * (1 + REL_TOL):
+            if r[key] < c0 * (1 - REL_TOL):
                 better += 1
             else:
                 same += 1
         else:
             worse.append((r, c0))
-    print(f"\ncost vs {label}: {same} equal, {better} lower, {len(worse)} higher")
+    print(f"\n{key} vs {label}: {same} equal, {better} lower, {len(worse)} higher")
     for r, c0 in worse:
-        print(f"  higher: {r['file']} eval {r['eval']} (n={r['n']}): {r['cost']:.6g} vs "
-              f"{c0:.6g} ({100 * (r['cost'] / c0 - 1):+.3g} %)")
+        print(f"  higher: {r['file']} eval {r['eval']} (n={r['n']}): {r[key]:.6g} vs "
+              f"{c0:.6g} ({100 * (r[key] / c0 - 1):+.3g} %)")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -116,11 +183,15 @@ def main(argv: list[str] | None = None) -> int:
                     help="amdahl / usl: the same comparison for the one- and two-parameter models")
     ap.add_argument("--save", help="write the per-fit records to this JSON file")
     ap.add_argument("--compare", help="compare costs with records saved by --save")
+    ap.add_argument("--poet", action="store_true",
+                    help="also replay the poet Xeon fits of opptune eval (time distribution)")
+    ap.add_argument("--poet-only", action="store_true", help="only the poet Xeon fits")
     args = ap.parse_args(argv)
     _warm_up()
-    recs = run(args.files, args.model)
+    recs = [] if args.poet_only else run(args.files, args.model)
+    poet = run_poet(args.model) if args.poet or args.poet_only else []
     if args.save:
-        Path(args.save).write_text(json.dumps(recs))
+        Path(args.save).write_text(json.dumps(recs + poet))
     columns = [("ms", "default fit, wall"), ("cpu", "default fit, CPU of the thread"),
                ("ms_full", "full fit (numpy solver), wall"),
                ("ms_scipy", "full fit (scipy least_squares), wall"),
@@ -132,11 +203,18 @@ def main(argv: list[str] | None = None) -> int:
         for f in sorted({r["file"] for r in recs}):
             print(f"  {f:45s} {_stats([r[key] for r in recs if r['file'] == f])}")
         print(f"  {'all':45s} {_stats([r[key] for r in recs])}")
+    if poet:
+        _poet_report(poet)
     if any("cost_scipy" in r for r in recs):
         _compare(recs, {(r["file"], r["eval"]): r["cost_scipy"] for r in recs}, "scipy solver")
     if args.compare:
         old = json.loads(Path(args.compare).read_text())
-        _compare(recs, {(r["file"], r["eval"]): r["cost"] for r in old}, args.compare)
+        for key in ("cost", "cost_default"):
+            ref = {(r["file"], r["eval"]): r[key] for r in old if key in r}
+            if recs:
+                _compare(recs, ref, f"{args.compare} (peer sets)", key)
+            if poet:
+                _compare(poet, ref, f"{args.compare} (poet)", key)
     return 0
 
 
