@@ -562,9 +562,10 @@ class SpeedupFamily(Modeler):
                 c, _ = optimize.nnls(a, np.ones_like(t))
                 return np.clip(c, 1e-9, 1e3)
 
-            def hyper_c_many(th: np.ndarray) -> np.ndarray:
+            def hyper_c_many(th: np.ndarray, g: np.ndarray | None = None) -> np.ndarray:
                 # c0, c1 for each start by linear least squares on the relative time error
-                g = self.rel_time(th[:, :m], p, freq)
+                if g is None:
+                    g = self.rel_time(th[:, :m], p, freq)
                 a = np.stack([g, g * finv], axis=-1) * (tscale / t)[None, :, None]
                 ata = a.transpose(0, 2, 1) @ a + 1e-12 * np.eye(2)
                 c = np.linalg.solve(ata, a.sum(axis=1)[..., None])[..., 0]
@@ -572,7 +573,8 @@ class SpeedupFamily(Modeler):
 
             def resid_many(th: np.ndarray) -> np.ndarray:
                 if th.shape[1] == m:           # scoring starts: c0, c1 solved for each start
-                    return y - np.log(self.rel_time(th, p, freq) * t1(hyper_c_many(th)))
+                    g = self.rel_time(th, p, freq)
+                    return y - np.log(g * t1(hyper_c_many(th, g)))
                 return y - np.log(self.rel_time(th[:, :m], p, freq) * t1(th[:, m:]))
 
             def jac_many(th: np.ndarray) -> np.ndarray:

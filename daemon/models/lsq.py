@@ -86,12 +86,15 @@ def least_squares_box(fun: ResidualFn, jac: Callable[[np.ndarray], np.ndarray], 
         njev += 1
         g = jm.T @ r
         free = ~(fixed | ((x <= lo) & (g > 0)) | ((x >= hi) & (g < 0)))
-        if not free.any() or np.max(np.abs(g[free])) <= gtol:
+        # the common case, no coordinate held, skips the fancy indexing (same arithmetic)
+        all_free = bool(free.all())
+        gf = g if all_free else g[free]
+        if not gf.size or np.max(np.abs(gf)) <= gtol:
             status = "gtol"
             break
-        jf = jm[:, free]
+        jf = jm if all_free else jm[:, free]
         a = jf.T @ jf
-        d = np.diag(a).copy()
+        d = a.diagonal().copy()
         sd = np.sqrt(np.maximum(d, 1e-12 * max(float(d.max()), 1e-300)))
         try:
             w, v = np.linalg.eigh(a / sd[:, None] / sd[None, :])
@@ -99,13 +102,16 @@ def least_squares_box(fun: ResidualFn, jac: Callable[[np.ndarray], np.ndarray], 
             status = "stalled"
             break
         w = np.maximum(w, 0.0)
-        gs = v.T @ (g[free] / sd)
+        gs = v.T @ (gf / sd)
         accepted = False
         while True:
             s = -(v @ (gs / (w + lam))) / sd
             if np.isfinite(s.sum()):
-                trial = x.copy()
-                trial[free] += s
+                if all_free:
+                    trial = x + s
+                else:
+                    trial = x.copy()
+                    trial[free] += s
                 np.minimum(np.maximum(trial, lo, out=trial), hi, out=trial)
                 dx = trial - x
                 r_new = fun(trial)

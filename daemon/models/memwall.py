@@ -95,16 +95,25 @@ class MemWallModeler(SpeedupFamily):
         """F_cpu / F_mem per point; 1 where the data have no frequency axis."""
         return np.ones(n) if freq is None else np.asarray(freq, float) / self.mem_mhz
 
+    def _axes(self, p: np.ndarray, freq: np.ndarray | None) -> tuple[np.ndarray, np.ndarray]:
+        """(phi, 1/p) of the last data seen: a fit evaluates eq. 15 thousands of times on the
+        same p and freq arrays, and recomputing these was a tenth of its cost. Keyed on the
+        arrays' identity (the cache holds them, so the identity cannot be reused)."""
+        c = getattr(self, "_axes_cache", None)
+        if c is None or c[0] is not p or c[1] is not freq or c[2] != self.mem_mhz:
+            c = (p, freq, self.mem_mhz, self.phi(freq, p.size), 1.0 / p)
+            self._axes_cache = c
+        return c[3], c[4]
+
     def rel_time(self, theta, p, freq):
         # eq. 15 inverted, written out (no broadcast_arrays: this is the inner loop of the fit)
-        phi = self.phi(freq, p.size)[None, :]
+        phi, invp = self._axes(p, freq)
         f, k, m1, m2 = (theta[:, i:i + 1] for i in range(4))
-        pp = p[None, :]
         kphi = k * phi                      # rho - 1, kept exact for small k
         mu1 = np.minimum(m1 + m2, 1.0)
-        mup = np.minimum(m1 + m2 / pp, 1.0)
+        mup = np.minimum(m1 + m2 / p, 1.0)
         num = 1.0 + kphi * mu1
-        den = np.maximum((1.0 + kphi * mup) * ((1.0 - f) + f / pp), (1.0 + kphi) * mup)
+        den = np.maximum((1.0 + kphi * mup) * ((1.0 - f) + f / p), (1.0 + kphi) * mup)
         return den / num
 
     def log_rel_time_grad(self, theta, p, freq):
@@ -119,10 +128,9 @@ class MemWallModeler(SpeedupFamily):
         # d/d(f, k, m1, m2) in whichever branch of the max() (and of eq. 16's min()) is
         # active; theta (4,) or (K, 4). The solver's inner loop: each vector is computed once,
         # the gradient only when asked (at accepted steps)
-        phi = self.phi(freq, p.size)
+        phi, invp = self._axes(p, freq)
         theta = np.asarray(theta, float)
         f, k, m1, m2 = (theta[..., i, None] for i in range(4))
-        invp = 1.0 / p
         kphi = k * phi                      # rho - 1, kept exact for small k
         sp = m1 + m2 * invp
         mup = np.minimum(sp, 1.0)
@@ -144,14 +152,18 @@ class MemWallModeler(SpeedupFamily):
             blend = self.kink_blend if self.solver == "lm" else 0.0
             w = (np.clip(0.5 + (c - ab) / (2.0 * blend * (c + ab)), 0.0, 1.0) if blend > 0
                  else mem.astype(float))
+            out = np.empty(logg.shape + (4,))
             with np.errstate(divide="ignore", invalid="ignore"):
                 # compute branch: log a + log b; memory branch: log(1 + k phi) + log mu_p
-                g0 = (1.0 - w) * (invp - 1.0) / b
-                g1 = w * phi / (1.0 + kphi) + (1.0 - w) * phi * mup / a - phi * mu1 / num
+                w1 = 1.0 - w
+                out[..., 0] = w1 * (invp - 1.0) / b
+                out[..., 1] = w * phi / (1.0 + kphi) + w1 * phi * mup / a - phi * mu1 / num
                 dmp = np.where(sp < 1.0, w / np.where(mup > 0, mup, 1.0)
-                               + (1.0 - w) * kphi / a, 0.0)                  # via mu_p
+                               + w1 * kphi / a, 0.0)                         # via mu_p
             dm1 = kphi * (s1 < 1.0) / num                                    # via mu_1
-            return np.stack([g0, g1, dmp - dm1, dmp * invp - dm1], axis=-1)
+            out[..., 2] = dmp - dm1
+            out[..., 3] = dmp * invp - dm1
+            return out
         return logg, grad
 
     def candidates(self, rng):
