@@ -265,3 +265,25 @@ def test_memwall_nested_test_needs_an_aicc_else_full_model_as_before():
     assert "nested" not in MemWallModeler(nested=False).fit(obs).params
     back = MemWallModeler().from_state(MemWallModeler(nested=False).fit(obs).to_state())
     assert back.family.nested is False
+
+
+def test_memwall_cached_axes_follow_the_data_and_mem_mhz():
+    # eq. 15 caches phi and 1/p per (p, freq) array pair: a modeler reused on other data, or
+    # after mem_mhz changes, must give what a fresh modeler gives
+    p = np.array([1.0, 2, 4, 8, 16])
+    f1, f2 = np.full(5, 1200.0), np.full(5, 2400.0)
+    th = np.array([[0.9, 2.0, 0.1, 0.3]])
+    m = MemWallModeler()
+    a = m.rel_time(th, p, f1)
+    b = m.rel_time(th, p, f2)
+    assert np.allclose(a, MemWallModeler().rel_time(th, p, f1), rtol=0, atol=0)
+    assert np.allclose(b, MemWallModeler().rel_time(th, p, f2), rtol=0, atol=0)
+    assert not np.allclose(a, b)
+    assert np.allclose(b[0], 1 / speedup(0.9, 2.0, 0.1, 0.3, p, f2 / 1000), rtol=1e-12)
+    m.mem_mhz = 2000.0
+    assert np.array_equal(m.rel_time(th, p, f2), MemWallModeler(mem_mhz=2000.0).rel_time(th, p, f2))
+    lg, grad = m.log_rel_time_lazy(th[0], p, f1)
+    want = MemWallModeler(mem_mhz=2000.0).log_rel_time_lazy(th[0], p, f1)
+    assert np.array_equal(lg, want[0]) and np.array_equal(grad(), want[1]())
+    # the batch shape (K, n, 4) of the gradient filled in place
+    assert m.log_rel_time_and_grad(np.vstack([th, th]), p, f1)[1].shape == (2, 5, 4)
