@@ -3,9 +3,9 @@ verify; and no result lost or duplicated when either side is killed with SIGKILL
 
 from __future__ import annotations
 
-import json
 import os
 
+import msgpack
 import pytest
 
 from opptune.shared.records import RunRecord
@@ -39,12 +39,12 @@ def test_sweep_fit_recommend_apply_verify(tmp_path):
     n_runs = len(KERNELS) * CORES * 2
     assert expected(st) == n_runs and received(st) == n_runs
     _check_runs_exactly_once(c, n_runs)
-    stored = c.rows("SELECT workload, cores, threads, time_s, ok, record FROM runs "
+    stored = c.rows("SELECT workload, cores, threads, time_s, ok, record_msgpack FROM runs "
                     "WHERE job_id IN (SELECT job_id FROM jobs)")
     assert {r[0] for r in stored} == set(KERNELS)
     assert {r[1] for r in stored} == set(range(1, CORES + 1))
     for workload, cores, threads, time_s, ok, record in stored:
-        rec = RunRecord.from_dict(json.loads(record))
+        rec = RunRecord.from_dict(msgpack.unpackb(record))
         assert ok == 1 and time_s > 0 and threads == cores
         assert len(rec.cpus) == cores and rec.user_s is not None
         assert len(rec.thread_stats) == threads

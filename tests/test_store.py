@@ -1,5 +1,6 @@
 """The SQLite store: schema version, WAL, idempotent batches, jobs, fits, recommendations."""
 
+import json
 import sqlite3
 
 from opptune.daemon.store import Group, ResultIn, open_store
@@ -116,3 +117,52 @@ def test_run_points_per_group_with_energy_and_virtual_flag(tmp_path):
                                                  (2, None, 0.5, 4.0, True)]
     finally:
         store.close()
+
+
+def full_record(cores=2, rep=0):
+    return record(cores, 0.5, freq_mhz=1800.0, freq_observed_mhz={"policy0": 1800.0},
+                  counters={"instructions": 1.5e9, "cycles": None, "ipc": 0.81},
+                  invalid={"cycles": "ENOENT"}, energy_j=3.25, energy_source="rapl:package-0",
+                  thread_stats=[{"busy_s": 0.4, "wait_s": 0.01}] * cores, started_at=1.7e9,
+                  extra={"note": "x"})
+
+
+def test_the_whole_record_is_kept_and_read_back(tmp_path):
+    st = open_store(str(tmp_path / "s.db"))
+    recs = [full_record(2, rep) for rep in range(3)]
+    st.insert_results([ResultIn(f"m{i}", "a1", "job-1", i, r, r.to_dict())
+                       for i, r in enumerate(recs)], now=1.0)
+    got = st.run_records("job-1")
+    assert [m for m, _ in got] == ["m0", "m1", "m2"]
+    assert [g for _, g in got] == recs
+    st.close()
+
+
+def test_a_version_1_store_is_migrated_with_every_row_intact(tmp_path):
+    from opptune.daemon.store.schema import MIGRATIONS
+    path = tmp_path / "v1.db"
+    db = sqlite3.connect(path)
+    db.execute("CREATE TABLE schema_version (version INTEGER PRIMARY KEY, applied REAL NOT NULL)")
+    for stmt in MIGRATIONS[1]:
+        db.execute(stmt)
+    db.execute("INSERT INTO schema_version VALUES (1, 0)")
+    old = full_record(1)
+    db.execute("INSERT INTO runs VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
+               ("old-1", "a1", "job-1", 0, "p", "w", "s", "", 1, "[0]", 1, 1800.0, 0, 0.5, None,
+                None, None, 3.25, 1, 0, 1.0, json.dumps(old.to_dict())))
+    db.commit()
+    db.close()
+    st = open_store(str(path))
+    assert st.schema_version() == SCHEMA_VERSION
+    new = full_record(1, rep=1)
+    st.insert_results([ResultIn("new-1", "a1", "job-1", 1, new, new.to_dict())], now=2.0)
+    (m0, r0), (m1, r1) = st.run_records("job-1")
+    assert (m0, m1) == ("old-1", "new-1")
+    assert (r0, r1) == (old, new)
+    assert st.group_runs(Group("p", "w", "s", "")) == [(1, 1800.0, 0.5), (1, 1800.0, 0.5)]
+    assert st.job_received("job-1") == 2
+    # the indexes came back with the rebuilt table
+    names = {r[0] for r in sqlite3.connect(path).execute(
+        "SELECT name FROM sqlite_master WHERE type='index' AND tbl_name='runs'")}
+    assert {"runs_job", "runs_group"} <= names
+    st.close()

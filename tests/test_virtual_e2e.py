@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import msgpack
 import numpy as np
 import pytest
 
@@ -48,7 +49,7 @@ def start(tmp: Path, board: str, sweep: dict, kernels=("pi_integrate",)) -> tupl
 
 def check_records(c: Cluster, board: str) -> list[dict]:
     """Every stored run (sweep and verification): frequency set and observed, energy, virtual."""
-    records = [json.loads(r) for (r,) in c.rows("SELECT record FROM runs")]
+    records = [msgpack.unpackb(r) for (r,) in c.rows("SELECT record_msgpack FROM runs")]
     assert records
     tables = {}
     for cl in BOARDS[board]["clusters"]:

@@ -30,7 +30,7 @@ class ResultIn(NamedTuple):
     job_id: str | None
     seq: int | None
     record: RunRecord
-    raw: dict[str, Any]  # the record as received, stored as JSON
+    raw: dict[str, Any]  # the record as received, stored whole (msgpack)
 
 
 class Store(ABC):
@@ -89,6 +89,10 @@ class Store(ABC):
     def insert_results(self, items: Sequence[ResultIn], now: float) -> list[str]:
         """Store a batch idempotently in one transaction; return every id now committed
         (new and already present) in the order given."""
+
+    @abstractmethod
+    def run_records(self, job_id: str) -> list[tuple[str, RunRecord]]:
+        """(message id, the whole record as received) of a job's runs, in sequence order."""
 
     @abstractmethod
     def run_counts(self) -> list[dict[str, Any]]: ...

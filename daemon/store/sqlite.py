@@ -16,6 +16,9 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, Iterator, Sequence
 
+import msgpack
+
+from ...shared.records import RunRecord
 from . import Group, ResultIn, Store
 from .schema import MIGRATIONS, SCHEMA_VERSION
 
@@ -23,6 +26,7 @@ log = logging.getLogger("opptune.daemon.store")
 
 # NaN in a counter is kept as JSON's NaN extension (Python reads it back) rather than refused.
 _dumps = json.JSONEncoder(separators=(",", ":"), default=str).encode
+_packb = msgpack.Packer(use_bin_type=True).pack
 
 
 class SQLiteStore(Store):
@@ -190,13 +194,23 @@ class SQLiteStore(Store):
             rows.append((it.msg_id, it.agent, it.job_id, it.seq, r.platform, r.workload, r.input,
                          r.variant, r.cores, _cpus_text(r.cpus), r.threads, r.freq_mhz, r.rep,
                          r.time_s, r.wall_s, r.user_s, r.sys_s, r.energy_j, int(r.ok),
-                         int(r.virtual), now, _dumps(it.raw)))
+                         int(r.virtual), now, None, _packb(it.raw)))
         with self._tx() as db:
             # Only a repeated message id is skipped; any other violation fails the batch
             # (OR IGNORE would also drop rows breaking NOT NULL, and they would be acked).
-            db.executemany("INSERT INTO runs VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?) "
+            db.executemany("INSERT INTO runs VALUES "
+                           "(?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?) "
                            "ON CONFLICT(msg_id) DO NOTHING", rows)
         return [it.msg_id for it in items]
+
+    def run_records(self, job_id: str) -> list[tuple[str, RunRecord]]:
+        out = []
+        for msg_id, text, packed in self.db.execute(
+                "SELECT msg_id, record, record_msgpack FROM runs WHERE job_id=? ORDER BY seq",
+                (job_id,)):
+            raw = json.loads(text) if packed is None else msgpack.unpackb(packed)
+            out.append((msg_id, RunRecord.from_dict(raw)))
+        return out
 
     def run_counts(self) -> list[dict[str, Any]]:
         return self._rows("SELECT agent, platform, workload, input, COUNT(*) AS count FROM runs "
