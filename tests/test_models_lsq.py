@@ -136,3 +136,31 @@ def test_compass_search_steps_off_a_kink():
                           np.full(2, 1.0), max_moves=200)
     assert c < 1e-3
     assert np.allclose(x, [0.3, -0.2], atol=1e-3)
+
+
+def test_polish_stops_new_rounds_once_the_budget_of_all_starts_is_used(monkeypatch):
+    # _polish_lm: successive halving rounds stop once all starts together used
+    # LM_SOLVE_BUDGET iterations; each start still gets its first stage, and the result is
+    # never worse than the best start
+    from opptune.daemon.models import amdahl_usl
+
+    calls = [0]
+
+    def jac_counted(x):
+        calls[0] += 1
+        return rosenbrock_jac(x)
+
+    starts = [np.array([-1.2, 1.0]), np.array([-1.5, 2.0]), np.array([2.0, -1.0])]
+    lo, hi = np.full(2, -5.0), np.full(2, 5.0)
+
+    def polish():
+        calls[0] = 0
+        out = amdahl_usl._polish_lm(rosenbrock, jac_counted, starts, lo, hi, 0.0)
+        return min(c for _, c in out), calls[0]
+
+    free_cost, free_calls = polish()
+    monkeypatch.setattr(amdahl_usl, "LM_SOLVE_BUDGET", 0)
+    capped_cost, capped_calls = polish()
+    assert capped_calls <= len(starts) * amdahl_usl.LM_STAGE < free_calls
+    assert capped_cost <= min(float(np.sum(rosenbrock(s) ** 2)) for s in starts)
+    assert free_cost <= capped_cost

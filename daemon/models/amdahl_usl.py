@@ -46,6 +46,8 @@ LM_BATCH_ITERS = 10  # together (lsq.least_squares_box_many) before the polish
 LM_FTOL = 1e-10      # lsq.least_squares_box: relative cost change that ends a polish,
 LM_STAGE = 8         # its first budget of iterations per start (successive halving, _polish_lm)
 LM_MAX_ITER = 60     # and its total per start (an iteration costs ~0.1 ms)
+LM_SOLVE_BUDGET = 60  # iterations of all starts of one polish together: no new halving round
+                      # beyond it (bounds the slow tail; the compass + LM rounds still follow)
 SAME_VALLEY = 1e-3   # runs within this relative cost of a better one: only the better goes on
 KINK_ROUNDS = 3      # compass search + LM rounds on the best result (kinks of eq. 15, 16)
 # solver="scipy" (the previous solver, kept for benchmarks/memwall_fit.py's comparison):
@@ -189,8 +191,9 @@ def _polish_lm(fun: Any, jac: Any, starts: list[np.ndarray], lo: np.ndarray, hi:
     LM_STAGE iterations, then the runs that have not converged, rank in the better half
     (converged runs included) and are the best or still fast enough to get below the best
     within their budget (a run within SAME_VALLEY of a better one left out) continue with a
-    doubled budget, up to LM_MAX_ITER in all: a start crawling along a flat valley above the
-    best optimum stops early. Then, given ``fun_many`` (a model with kinks), compass search +
+    doubled budget, up to LM_MAX_ITER in all, while all runs together have used fewer than
+    LM_SOLVE_BUDGET iterations: a start crawling along a flat valley above the best optimum
+    stops early. Then, given ``fun_many`` (a model with kinks), compass search +
     LM rounds on the best result. ``lam0``: each start's damping (from the batched steps)."""
     runs: list[list[Any]] = []              # [result, iterations used, cost one stage ago]
     for j, x0 in enumerate(starts):
@@ -220,6 +223,11 @@ def _polish_lm(fun: Any, jac: Any, starts: list[np.ndarray], lo: np.ndarray, hi:
         if not go:
             break
         budget *= 2
+        if sum(rn[1] for rn in runs) >= LM_SOLVE_BUDGET:
+            # starts crawling along flat valleys (c0, c1 against f in hyper mode) took up to
+            # 130 iterations per variant, the slowest poet fits; with this cap no default
+            # fit's cost rose on poet or the peer sets (benchmarks/memwall_fit.py --poet)
+            break
         for rn in go:
             with np.errstate(all="ignore"):
                 res = least_squares_box(fun, jac, rn[0].x, lo, hi, cost_floor=exact,
