@@ -170,6 +170,8 @@ def _compare(recs: list[dict], ref: dict[tuple[str, int], float], label: str,
                 same += 1
         else:
             worse.append((r, c0))
+    if not same + better + len(worse):
+        return                                  # no record of this kind in the reference
     print(f"\n{key} vs {label}: {same} equal, {better} lower, {len(worse)} higher")
     for r, c0 in worse:
         print(f"  higher: {r['file']} eval {r['eval']} (n={r['n']}): {r[key]:.6g} vs "
