@@ -35,7 +35,8 @@ import numpy as np
 
 from peer_baselines import DATA, _load_groups, _pick, _warm_up
 
-from opptune.daemon.fit_cli import _groups, _t1_ref, relative_time_from_speedup
+from opptune.daemon.fit_cli import (_groups, _t1_ref, relative_time_from_speedup,
+                                    training_mask)
 from opptune.daemon.models.amdahl_usl import AmdahlModeler, USLModeler
 from opptune.daemon.models.base import NotEnoughData
 from opptune.daemon.models.memwall import MemWallModeler
@@ -110,9 +111,7 @@ def run_poet(model: str = "memwall", reps: int = 10, seed: int = 0) -> list[dict
             if size >= n:
                 continue
             for rep in range(reps):
-                rng = np.random.default_rng([seed, gi, size, rep])
-                train = np.zeros(n, bool)
-                train[rng.choice(n, size, replace=False)] = True
+                train = training_mask(n, size, seed, gi, rep)
                 rec: dict = {"file": f"poet-{size:02d}", "eval": f"{label}#{rep}", "n": size}
                 try:
                     t0, c0 = time.perf_counter(), time.thread_time()

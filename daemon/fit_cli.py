@@ -205,6 +205,16 @@ def default_eval_models() -> list[str]:
     return [m for m in (*ANALYTIC, *SEED003_LEARNERS) if m in avail]
 
 
+def training_mask(n: int, size: int, seed: int, group_index: int, rep: int) -> np.ndarray:
+    """The random training subset of one draw of ``eval``: ``size`` of ``n`` configurations,
+    seeded by (seed, group index, size, rep) so every model and every later run sees the same
+    draw."""
+    rng = np.random.default_rng([seed, group_index, size, rep])
+    train = np.zeros(n, bool)
+    train[rng.choice(n, size, replace=False)] = True
+    return train
+
+
 def run_eval(groups: list[tuple[str, Observations]], sizes: list[int], reps: int, seed: int,
              models: list[str]) -> list[dict[str, Any]]:
     """One record per (group, model, size, rep): test MSE of speedup and MAPE of time on all
@@ -219,9 +229,7 @@ def run_eval(groups: list[tuple[str, Observations]], sizes: list[int], reps: int
             if size >= n:
                 continue
             for rep in range(reps):
-                rng = np.random.default_rng([seed, gi, size, rep])
-                train = np.zeros(n, bool)
-                train[rng.choice(n, size, replace=False)] = True
+                train = training_mask(n, size, seed, gi, rep)
                 test = obs.subset(~train)
                 for name in models:
                     rec = {"group": label, "model": name, "size": size, "rep": rep,
