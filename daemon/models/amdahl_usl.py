@@ -414,11 +414,13 @@ class SpeedupFamily(Modeler):
             raise NotEnoughData(f"{self.name}: no finite fit for these data")
         return self._build(data, best, p_cores, phys, smt_yield)
 
-    def _auto_mode(self, data: "_Data") -> str:
-        """T1 parameterisation of a single fit: ``t1_mode``, or for "auto" one level per
-        frequency unless that leaves no residual (then c0 + c1/F, which saves parameters only
-        with more than two frequencies)."""
-        m, nlev = len(self.param_names), data.ufreq.size
+    def _auto_mode(self, data: "_Data", n_theta: int | None = None) -> str:
+        """T1 parameterisation of a single fit with ``n_theta`` free shape parameters (default:
+        all of them): ``t1_mode``, or for "auto" one level per frequency unless that leaves no
+        residual (then c0 + c1/F, which saves parameters only with more than two
+        frequencies)."""
+        m = len(self.param_names) if n_theta is None else n_theta
+        nlev = data.ufreq.size
         mode = self.t1_mode
         if mode == "auto":
             mode = ("hyper" if (data.freq is not None and nlev > 2 and data.p.size < nlev + m + 1)
@@ -450,13 +452,8 @@ class SpeedupFamily(Modeler):
         of its own (``_auto_mode`` with its free parameter count): the test decides whether
         the extra parameters are supported, not how T1 is shaped; the restricted model
         (memwall: Amdahl) is then exactly the fit the simpler model gives on its own."""
-        nlev = data.ufreq.size
-        n_theta = won.n_par - (2 if won.mode == "hyper" else nlev)
-        mode = ("hyper" if (self.t1_mode == "auto" and data.freq is not None and nlev > 2
-                            and data.p.size < nlev + n_theta + 1)
-                else "per_freq" if self.t1_mode == "auto" else won.mode)
-        if mode == "hyper" and data.freq is None:
-            mode = "per_freq"
+        n_theta = won.n_par - (2 if won.mode == "hyper" else data.ufreq.size)
+        mode = self._auto_mode(data, n_theta)
         if mode == won.mode:
             return won
         for v in variants:
