@@ -287,3 +287,44 @@ def test_memwall_cached_axes_follow_the_data_and_mem_mhz():
     assert np.array_equal(lg, want[0]) and np.array_equal(grad(), want[1]())
     # the batch shape (K, n, 4) of the gradient filled in place
     assert m.log_rel_time_and_grad(np.vstack([th, th]), p, f1)[1].shape == (2, 5, 4)
+
+
+def test_memwall_variant_that_cannot_win_stops_early_and_the_choice_is_unchanged(monkeypatch):
+    # T1 far off c0 + c1/F (one level per frequency, scattered by +-30 %): the full
+    # per-frequency variant is fitted first and the full c0 + c1/F variant, whose cost stays
+    # many times what it would need to win, stops after its first polish stage
+    import opptune.daemon.models.amdahl_usl as au
+    rng = np.random.default_rng(5)
+    freqs = np.array([1200.0, 1400, 1600, 1800, 2000, 2200, 2400, 2600])
+    level = dict(zip(freqs, (5 + 20000 / freqs) * rng.uniform(0.7, 1.3, freqs.size)))
+    p = np.tile([1.0, 2, 4, 8], freqs.size)
+    f = np.repeat(freqs, 4)
+    t = np.array([level[x] for x in f]) / speedup(0.99, 4.0, 0.05, 0.1, p, f / 1000)
+    obs = Observations(cores=p, time_s=noisy(t, sd=0.01, seed=1), freq_mhz=f)
+    seen, iters = [], []
+    solve, lsq_box = au.SpeedupFamily._solve, au.least_squares_box
+
+    def spy_solve(self, data, mode, lo, hi, cand, hopeless=np.inf):
+        sol = solve(self, data, mode, lo, hi, cand, hopeless=hopeless)
+        seen.append((mode, bool(np.any(lo >= hi)), hopeless, sol.cost))
+        return sol
+
+    def spy_box(*a, **kw):
+        res = lsq_box(*a, **kw)
+        iters.append(res.njev)
+        return res
+
+    monkeypatch.setattr(au.SpeedupFamily, "_solve", spy_solve)
+    monkeypatch.setattr(au, "least_squares_box", spy_box)
+    fit = MemWallModeler().fit(obs)
+    order = [(mode, restricted) for mode, restricted, _, _ in seen]
+    assert order == [("hyper", True), ("per_freq", True), ("per_freq", False), ("hyper", False)]
+    _, _, hopeless, cost = seen[-1]
+    assert cost > hopeless                          # cut short
+    assert fit.scale["mode"] == "per_freq" and fit.params["nested"] == 0.0
+    pruned_iters = sum(iters)
+    monkeypatch.setattr(au, "HOPELESS", np.inf)
+    seen.clear(), iters.clear()
+    full = MemWallModeler().fit(obs)
+    assert np.array_equal(full.theta, fit.theta) and full.cost == fit.cost
+    assert sum(iters) > pruned_iters

@@ -49,6 +49,8 @@ LM_MAX_ITER = 60     # and its total per start (an iteration costs ~0.1 ms)
 LM_SOLVE_BUDGET = 60  # iterations of all starts of one polish together: no new halving round
                       # beyond it (bounds the slow tail; the compass + LM rounds still follow)
 SAME_VALLEY = 1e-3   # runs within this relative cost of a better one: only the better goes on
+HOPELESS = 2.0       # an AICc variant whose cost after the first polish stage is this many times
+                     # the cost it needs to win stops there (further rounds gain a few %)
 KINK_ROUNDS = 3      # compass search + LM rounds on the best result (kinks of eq. 15, 16)
 # solver="scipy" (the previous solver, kept for benchmarks/memwall_fit.py's comparison):
 FTOL = 1e-5          # relative cost change that ends a polish (1e-6 crept for 100 steps
@@ -185,8 +187,8 @@ def _same(a: tuple[np.ndarray, float], b: tuple[np.ndarray, float]) -> bool:
 
 
 def _polish_lm(fun: Any, jac: Any, starts: list[np.ndarray], lo: np.ndarray, hi: np.ndarray,
-               exact: float, fun_many: Any = None,
-               lam0: list[float] | None = None) -> list[tuple[np.ndarray, float]]:
+               exact: float, fun_many: Any = None, lam0: list[float] | None = None,
+               hopeless: float = np.inf) -> list[tuple[np.ndarray, float]]:
     """Starts polished by ``lsq.least_squares_box`` with successive halving: every start gets
     LM_STAGE iterations, then the runs that have not converged, rank in the better half
     (converged runs included) and are the best or still fast enough to get below the best
@@ -194,7 +196,9 @@ def _polish_lm(fun: Any, jac: Any, starts: list[np.ndarray], lo: np.ndarray, hi:
     doubled budget, up to LM_MAX_ITER in all, while all runs together have used fewer than
     LM_SOLVE_BUDGET iterations: a start crawling along a flat valley above the best optimum
     stops early. Then, given ``fun_many`` (a model with kinks), compass search +
-    LM rounds on the best result. ``lam0``: each start's damping (from the batched steps)."""
+    LM rounds on the best result. ``lam0``: each start's damping (from the batched steps).
+    ``hopeless``: a cost that cannot win (model selection): when the best run is above it
+    after a stage, the polish ends there (no further rounds, no compass search)."""
     runs: list[list[Any]] = []              # [result, iterations used, cost one stage ago]
     for j, x0 in enumerate(starts):
         with np.errstate(all="ignore"):
@@ -207,6 +211,8 @@ def _polish_lm(fun: Any, jac: Any, starts: list[np.ndarray], lo: np.ndarray, hi:
     while True:
         runs.sort(key=lambda rn: rn[0].cost)
         best = runs[0][0].cost
+        if best > hopeless:
+            break
         go, above = [], []
         for rank, rn in enumerate(runs[:(len(runs) + 1) // 2]):
             res, used, before = rn
@@ -237,7 +243,7 @@ def _polish_lm(fun: Any, jac: Any, starts: list[np.ndarray], lo: np.ndarray, hi:
             if res.status == "exact":
                 return [(res.x, res.cost)]
     out = [(rn[0].x, rn[0].cost) for rn in runs if np.isfinite(rn[0].cost)]
-    if fun_many is not None and out:
+    if fun_many is not None and out and min(c for _, c in out) <= hopeless:
         # the best result may sit on a kink of a piecewise model (eq. 15's max(), eq. 16's
         # min()): the active piece's gradient stops LM although a one-sided move descends;
         # compass search steps off it, LM goes on from there while that helps
@@ -480,35 +486,45 @@ class SpeedupFamily(Modeler):
         the measurement noise). n <= K + 1 leaves AICc undefined: such a variant cannot win.
         Where no variant has an AICc the test does not apply and the full model is fitted with
         ``_auto_mode`` as without restrictions. Ties go to fewer parameters. A variant whose
-        AICc could not win even with s2 at the floor is not fitted."""
+        AICc could not win even with s2 at the floor is not fitted.
+
+        Order: the restrictions (cheap), then the full variants from the most flexible one
+        (the per-frequency levels win most often where they have an AICc): a full variant
+        fitted later that cannot come close to the best AICc so far stops polishing early
+        (``_polish_lm``'s ``hopeless``: its cost is HOPELESS times what it needs to win)."""
         n = data.p.size
 
         def penalty(k: int) -> float:
             return 2 * k + 2 * k * (k + 1) / (n - k - 1) if n - k - 1 > 0 else np.inf
 
-        ranked = sorted(((penalty(self._n_params(data, v[0], v[1], v[2]) + 1), i)
-                         for i, v in enumerate(variants)))
-        if not np.isfinite(ranked[0][0]):
+        pens = [penalty(self._n_params(data, v[0], v[1], v[2]) + 1) for v in variants]
+        if not any(np.isfinite(pens)):
             lo, hi = np.array(self.lower, float), np.array(self.upper, float)
             return self._solve(data, self._auto_mode(data), lo, hi,
                                self.candidates(np.random.default_rng(0)))
-        best, best_aicc = None, np.inf
+        restricted = [bool(np.any(v[1] >= v[2])) for v in variants]
+        order = sorted(range(len(variants)),
+                       key=lambda i: (not restricted[i], pens[i] if restricted[i] else -pens[i]))
+        best, best_aicc, best_pen = None, np.inf, np.inf
         floor = n * np.log(SIGMA_FLOOR ** 2)
-        for pen, i in ranked:
+        for i in order:
+            pen = pens[i]
             if not np.isfinite(pen) or floor + pen >= best_aicc:
                 continue
-            sol = self._solve(data, *variants[i])
+            # the cost at which this variant would tie with the best so far
+            need = n * np.exp((best_aicc - pen) / n) if np.isfinite(best_aicc) else np.inf
+            sol = self._solve(data, *variants[i], hopeless=HOPELESS * need)
             if sol is None:
                 continue
             aicc = n * np.log(max(sol.cost / n, SIGMA_FLOOR ** 2)) + pen
-            if aicc < best_aicc:
-                best, best_aicc = sol, aicc
+            if (aicc, pen) < (best_aicc, best_pen):
+                best, best_aicc, best_pen = sol, aicc, pen
         if best is not None:
             best.aicc = best_aicc
         return best
 
     def _solve(self, data: "_Data", mode: str, lo: np.ndarray, hi: np.ndarray,
-               cand: np.ndarray) -> "_Solution | None":
+               cand: np.ndarray, hopeless: float = np.inf) -> "_Solution | None":
         """Best fit of one variant (T1 mode, bounds, starts). All starts are scored in one
         vectorised pass. With the "lm" solver the N_BATCH best (and the best of each regime)
         take their first LM_BATCH_ITERS trial steps together; the N_POLISH best of where they
@@ -604,14 +620,20 @@ class SpeedupFamily(Modeler):
         score[~np.isfinite(score)] = np.inf
         lm = self.solver == "lm" or restricted
 
-        def pick_idx(xs: np.ndarray, sc: np.ndarray) -> list[int]:
+        def pick_idx(xs: np.ndarray, sc: np.ndarray, dedupe: bool = False) -> list[int]:
             # the N_POLISH best starts and the best start of every regime; with one free
-            # parameter the best point of the scored grid brackets the minimum: one start
-            order = list(np.argsort(sc)[:N_POLISH if n_free > 1 else 1])
+            # parameter the best point of the scored grid brackets the minimum: one start.
+            # dedupe (after the batched steps): a start within SAME_VALLEY of a better one is
+            # in the same valley (as in _polish_lm's rounds) and is not polished again
+            order: list[int] = []
+            for i in np.argsort(sc)[:N_POLISH if n_free > 1 else 1]:
+                if not (dedupe and order and sc[i] <= sc[order[-1]] * (1 + SAME_VALLEY)):
+                    order.append(int(i))
             labels = self.regimes(xs[:, :m], p, freq)
             for lab in np.unique(labels):
                 best_of = int(np.flatnonzero(labels == lab)[np.argmin(sc[labels == lab])])
-                if best_of not in order and np.isfinite(sc[best_of]):
+                if (best_of not in order and np.isfinite(sc[best_of]) and not (
+                        dedupe and any(sc[best_of] <= sc[j] * (1 + SAME_VALLEY) for j in order))):
                     order.append(best_of)
             return order
 
@@ -643,7 +665,7 @@ class SpeedupFamily(Modeler):
                 x0 = np.hstack([x0, hyper_c_many(x0)])
             xs, sc, lams = least_squares_box_many(resid_many, jac_many, x0, x_lo, x_hi,
                                                   trials=LM_BATCH_ITERS)
-            idx = pick_idx(xs, sc)
+            idx = pick_idx(xs, sc, dedupe=True)
             starts = [xs[i] for i in idx]
             lam0 = [float(lams[i]) for i in idx]
         else:
@@ -655,7 +677,7 @@ class SpeedupFamily(Modeler):
                 # with m1 = m2 = 0 neither is active)
                 kinks = self.piecewise and not restricted
                 found = _polish_lm(fun, jac, starts, x_lo, x_hi, exact,
-                                   resid_many if kinks else None, lam0)
+                                   resid_many if kinks else None, lam0, hopeless)
             else:
                 found = _polish_scipy(fun, jac, starts, x_lo, x_hi, exact)
         if not found:
