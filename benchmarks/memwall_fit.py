@@ -10,6 +10,7 @@ and fits ``MemWallModeler`` (``--model amdahl`` / ``usl``: those instead) once p
 
     python3 benchmarks/memwall_fit.py [--model memwall] [--files GLOB] [--save runs.json]
                                       [--compare runs.json] [--poet] [--poet-only]
+    python3 benchmarks/memwall_fit.py --instructions 32      # needs valgrind, ~1.5 min
 
 ``--save`` writes the per-fit records; ``--compare`` reads such a file (e.g. recorded with an
 older commit) and compares its costs with this run's fits (full and default).
@@ -20,6 +21,10 @@ training subsets of 8, 16, 32, 64 configurations, 10 draws, the same seeds as
 --time-from-speedup --group xeon --train-sizes 8,16,32,64 --reps 10``): the default fit's wall
 time per training size (median, p95, max, count over 50 ms), its median test MAPE / MSE of
 speedup (must equal the eval's), and its training cost for ``--compare``.
+
+``--instructions SIZES`` counts the instructions per default fit of the poet sets of those
+sizes under valgrind (cachegrind): wall time on a shared VM moves by 1.5x from hour to hour,
+instruction counts do not, so two versions of the solver are compared on them.
 """
 
 from __future__ import annotations
@@ -27,8 +32,12 @@ from __future__ import annotations
 import argparse
 import inspect
 import json
+import re
+import shutil
+import subprocess
 import sys
 import time
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import numpy as np
@@ -94,42 +103,83 @@ POET = DATA / "poet_bard_configs" / "data.csv"
 POET_SIZES = (8, 16, 32, 64)
 
 
-def run_poet(model: str = "memwall", reps: int = 10, seed: int = 0) -> list[dict]:
-    """One record per poet Xeon fit of ``opptune eval`` (same groups, draws and seeds as
-    fit_cli.run_eval): file "poet-<size>", eval = index of the draw, times, costs, test
-    MAPE (%) and MSE of speedup."""
+def poet_sets(sizes: tuple[int, ...] = POET_SIZES, reps: int = 10, seed: int = 0):
+    """(label, rep, size, all observations, training mask) of each poet Xeon fit of
+    ``opptune eval`` (same groups, draws and seeds as fit_cli.run_eval)."""
     groups = [(lab, relative_time_from_speedup(o)) for lab, o in _groups(str(POET))
               if "xeon" in lab]
-    cls = MODELS[model]
-    default, full = cls(), _modeler(cls, nested=False)
-    out = []
     for gi, (label, obs) in enumerate(groups):
         obs = obs.subset(np.isfinite(obs.time_s) & (obs.time_s > 0))
         n = len(obs)
-        ref = _t1_ref(obs)
-        for size in POET_SIZES:
+        for size in sizes:
             if size >= n:
                 continue
             for rep in range(reps):
-                train = training_mask(n, size, seed, gi, rep)
-                rec: dict = {"file": f"poet-{size:02d}", "eval": f"{label}#{rep}", "n": size}
-                try:
-                    t0, c0 = time.perf_counter(), time.thread_time()
-                    fit = default.fit(obs.subset(train))
-                    rec["ms"] = 1e3 * (time.perf_counter() - t0)
-                    rec["cpu"] = 1e3 * (time.thread_time() - c0)
-                    rec["cost_default"] = float(fit.cost)
-                    rec["nested"] = fit.params.get("nested")
-                    rec["ms_full"], rec["cpu_full"], rec["cost"] = _timed_fit(
-                        full, obs.subset(train))
-                except NotEnoughData:
-                    continue
-                test = obs.subset(~train)
-                pred = fit.predict(test).value
-                rec["mape"] = float(np.mean(100 * np.abs(pred - test.time_s) / test.time_s))
-                rec["mse"] = float(np.mean((ref[~train] / pred - ref[~train] / test.time_s) ** 2))
-                out.append(rec)
+                yield label, rep, size, obs, training_mask(n, size, seed, gi, rep)
+
+
+def run_poet(model: str = "memwall", reps: int = 10, seed: int = 0) -> list[dict]:
+    """One record per poet Xeon fit (``poet_sets``): file "poet-<size>", eval = index of the
+    draw, times, costs, test MAPE (%) and MSE of speedup."""
+    cls = MODELS[model]
+    default, full = cls(), _modeler(cls, nested=False)
+    out = []
+    for label, rep, size, obs, train in poet_sets(reps=reps, seed=seed):
+        ref = _t1_ref(obs)
+        rec: dict = {"file": f"poet-{size:02d}", "eval": f"{label}#{rep}", "n": size}
+        try:
+            t0, c0 = time.perf_counter(), time.thread_time()
+            fit = default.fit(obs.subset(train))
+            rec["ms"] = 1e3 * (time.perf_counter() - t0)
+            rec["cpu"] = 1e3 * (time.thread_time() - c0)
+            rec["cost_default"] = float(fit.cost)
+            rec["nested"] = fit.params.get("nested")
+            rec["ms_full"], rec["cpu_full"], rec["cost"] = _timed_fit(
+                full, obs.subset(train))
+        except NotEnoughData:
+            continue
+        test = obs.subset(~train)
+        pred = fit.predict(test).value
+        rec["mape"] = float(np.mean(100 * np.abs(pred - test.time_s) / test.time_s))
+        rec["mse"] = float(np.mean((ref[~train] / pred - ref[~train] / test.time_s) ** 2))
+        out.append(rec)
     return out
+
+
+def _fit_loop(sizes: tuple[int, ...], count: int, model: str) -> None:
+    """The default fits of the first ``count`` poet sets of these sizes, nothing else (what
+    ``--instructions`` runs under valgrind)."""
+    modeler = MODELS[model]()
+    for i, (_, _, _, obs, train) in enumerate(poet_sets(sizes)):
+        if i >= count:
+            break
+        modeler.fit(obs.subset(train))
+
+
+def count_instructions(sizes: tuple[int, ...], model: str) -> tuple[float, int]:
+    """(instructions per default fit, fits) over the poet sets of these sizes: valgrind's
+    cachegrind counts the interpreter's instructions for all fits and for one fit (start-up,
+    imports and a first fit), and the difference is divided by the fits in between. Unlike
+    wall time it does not move with the load or the VM's speed, so two versions of the
+    solver can be compared on it."""
+    valgrind = shutil.which("valgrind")
+    if valgrind is None:
+        raise SystemExit("--instructions needs valgrind on the PATH (e.g. apt install valgrind)")
+    n = sum(1 for _ in poet_sets(sizes))
+
+    def refs(count: int) -> int:
+        cmd = [valgrind, "--tool=cachegrind", "--cache-sim=no", "--cachegrind-out-file=/dev/null",
+               sys.executable, __file__, "--model", model, "--fit-loop",
+               ",".join(map(str, sizes)), str(count)]
+        out = subprocess.run(cmd, capture_output=True, text=True, check=True).stderr
+        m = re.search(r"I\s+refs:\s+([\d,]+)", out)
+        if m is None:
+            raise SystemExit(f"no instruction count in valgrind's output:\n{out[-2000:]}")
+        return int(m.group(1).replace(",", ""))
+
+    with ThreadPoolExecutor(2) as pool:        # two valgrind processes, one per core
+        full, one = pool.map(refs, (n, 1))
+    return (full - one) / (n - 1), n
 
 
 def _poet_report(recs: list[dict]) -> None:
@@ -187,7 +237,21 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--poet", action="store_true",
                     help="also replay the poet Xeon fits of opptune eval (time distribution)")
     ap.add_argument("--poet-only", action="store_true", help="only the poet Xeon fits")
+    ap.add_argument("--instructions", metavar="SIZES",
+                    help="instructions per default poet fit of these training sizes (e.g. "
+                         "32 or 16,64), counted under valgrind; nothing else is run")
+    ap.add_argument("--fit-loop", nargs=2, metavar=("SIZES", "COUNT"), help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
+    if args.fit_loop:
+        _fit_loop(tuple(int(x) for x in args.fit_loop[0].split(",")), int(args.fit_loop[1]),
+                  args.model)
+        return 0
+    if args.instructions:
+        sizes = tuple(int(x) for x in args.instructions.split(","))
+        per_fit, n = count_instructions(sizes, args.model)
+        print(f"{args.model}: {per_fit / 1e6:.1f} M instructions per default fit "
+              f"(poet Xeon, sizes {args.instructions}, {n} fits, valgrind cachegrind)")
+        return 0
     _warm_up()
     recs = [] if args.poet_only else run(args.files, args.model)
     poet = run_poet(args.model) if args.poet or args.poet_only else []
