@@ -132,7 +132,7 @@ def cmd_fit(args: argparse.Namespace) -> int:
     if args.save:
         Path(args.save).write_text(json.dumps({"format": "opptune-fits/1", "data": args.data,
                                                "fits": out}, default=float, indent=1))
-    return 0
+    return 0 if any("error" not in e for e in out) else 1     # 1: no group could be fitted
 
 
 def load_fit(entry: dict[str, Any]) -> Any:
@@ -175,11 +175,22 @@ def cmd_predict(args: argparse.Namespace) -> int:
             out.append(rec)
             rows.append([e["group"], e["model"], int(rec["cores"]), rec["freq_mhz"] or "-",
                          f"{rec['time_s']:.4g}", f"[{rec['lower']:.4g}, {rec['upper']:.4g}]"])
+    if not out:
+        fitted = [e["group"] for e in entries if "error" not in e]
+        if not fitted:
+            why = "it holds no successful fit"
+        elif args.group and not any(args.group in g for g in fitted):
+            why = f"no fitted group contains {args.group!r}"
+        else:
+            why = "none of its fits could be loaded (warnings above)"
+        print(f"error: nothing to predict from {args.fit}: {why}"
+              + (f"; fitted groups: {', '.join(fitted)}" if fitted else ""), file=sys.stderr)
+        return 1
     if args.json:
         print(json.dumps(out, default=float))
     else:
         _table("predicted time (s)", ["group", "model", "cores", "MHz", "time", "90% interval"], rows)
-    return 0 if out else 1
+    return 0
 
 
 # -- eval (seed 003 section 4.3) --------------------------------------------------------------
@@ -303,7 +314,12 @@ def cmd_eval(args: argparse.Namespace) -> int:
         print(f"error: {exc}", file=sys.stderr)
         return 2
     if getattr(args, "group", ""):
+        labels = [lab for lab, _ in groups]
         groups = [(lab, o) for lab, o in groups if args.group in lab]
+        if not groups:
+            print(f"error: no group of {args.data} contains {args.group!r}; groups: "
+                  f"{', '.join(labels)}", file=sys.stderr)
+            return 2
     if getattr(args, "time_from_speedup", False):
         groups = [(lab, relative_time_from_speedup(o)) for lab, o in groups]
     models = [m for m in args.models.split(",") if m] or default_eval_models()

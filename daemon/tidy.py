@@ -90,6 +90,9 @@ def parse_tidy(lines: Iterable[str], name: str = "<csv>") -> list[Group]:
         rows.append(row)
         numbers.append(vals)
         line_no.append(lineno)
+    if not rows:
+        raise TidyError(f"{name}: no data rows after the header line: nothing to fit "
+                        f"(one row per run with {', '.join(REQUIRED)})")
     counters = _counter_columns(rows, extra, col)
     num = np.array(numbers, dtype=float).reshape(-1, len(NUMERIC))
     keys = [tuple(r[col[k]].strip() for k in KEY) for r in rows]

@@ -77,3 +77,24 @@ def test_relative_time_from_speedup_fills_only_missing_times():
     out = relative_time_from_speedup(obs)
     assert np.allclose(out.time_s, [1.0, 1 / 1.6, 3.0])
     assert np.isnan(obs.time_s[0])          # the input is not modified
+
+
+def test_empty_selection_is_an_error_that_says_why(tmp_path, capsys):
+    data, fit = small_csv(tmp_path), tmp_path / "fit.json"
+    header_only = tmp_path / "header.csv"
+    header_only.write_text("platform,workload,input,variant,cores,freq_mhz,rep,time_s\n")
+    for cmd in ("fit", "eval"):
+        assert run([cmd, "--data", str(header_only)]) == 2
+        assert "no data rows after the header line" in capsys.readouterr().err
+    assert run(["eval", "--data", str(data), "--group", "nope", "--train-sizes", "4"]) == 2
+    assert "no group of" in (err := capsys.readouterr().err) and "board/kern/v" in err
+    assert run(["fit", "--data", str(data), "--model", "amdahl", "--save", str(fit)]) == 0
+    capsys.readouterr()
+    assert run(["predict", "--fit", str(fit), "--cores", "4", "--group", "nope"]) == 1
+    assert "no fitted group contains 'nope'; fitted groups: board/kern/v" in capsys.readouterr().err
+    one = tmp_path / "one.csv"
+    one.write_text("platform,workload,input,variant,cores,freq_mhz,rep,time_s\nb,w,,,1,1000,0,2\n")
+    assert run(["fit", "--data", str(one), "--save", str(fit), "--json"]) == 1   # nothing fitted
+    assert "need at least 2 valid measurements" in json.loads(capsys.readouterr().out)[0]["error"]
+    assert run(["predict", "--fit", str(fit), "--cores", "4"]) == 1
+    assert "holds no successful fit" in capsys.readouterr().err

@@ -53,3 +53,8 @@ def test_reads_shipped_dataset():
     from pathlib import Path
     groups = read_tidy(Path(__file__).resolve().parent.parent / "data/armpm_xu3_parsec/data.csv")
     assert len(groups) == 9 and all(len(median_reps(g.obs)) == 6 for g in groups)
+
+
+def test_header_without_rows_is_an_error(tmp_path):
+    with pytest.raises(TidyError, match=r"d.csv: no data rows after the header line"):
+        read_tidy(write(tmp_path, "\n\n"))
