@@ -155,6 +155,10 @@ def cmd_predict(args: argparse.Namespace) -> int:
         return 2
     cores = _ints(args.cores)
     freqs = _ints(args.freq) if args.freq else [math.nan]
+    if not cores or min(cores) < 1 or (args.freq and min(freqs) <= 0):
+        print(f"error: --cores needs counts >= 1 and --freq frequencies > 0 (MHz), got "
+              f"--cores {args.cores!r} --freq {args.freq!r}", file=sys.stderr)
+        return 2
     cc, ff = np.meshgrid(cores, freqs, indexing="ij")
     query = Observations.query(cc.ravel(), ff.ravel())
     out, rows = [], []
@@ -331,7 +335,18 @@ def cmd_eval(args: argparse.Namespace) -> int:
             return 2
     sizes = [int(s) for s in _ints(args.train_sizes)]
     records = run_eval(groups, sizes, args.reps, args.seed, models)
+    if not records:
+        largest = max(int(np.sum(np.isfinite(o.time_s) & (o.time_s > 0))) for _, o in groups)
+        print(f"error: every training size ({args.train_sizes}) leaves no test configuration: "
+              f"the largest group has {largest} configurations with a time; give smaller sizes",
+              file=sys.stderr)
+        return 2
     summary = summarise(records)
+    if not summary:
+        print(f"error: no fit succeeded ({len(records)} tried); e.g. {records[0]['model']} on "
+              f"{records[0]['group']} at size {records[0]['size']}: {records[0]['error']}",
+              file=sys.stderr)
+        return 1
     if args.json:
         for r in records:
             print(json.dumps(r))

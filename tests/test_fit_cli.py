@@ -98,3 +98,17 @@ def test_empty_selection_is_an_error_that_says_why(tmp_path, capsys):
     assert "need at least 2 valid measurements" in json.loads(capsys.readouterr().out)[0]["error"]
     assert run(["predict", "--fit", str(fit), "--cores", "4"]) == 1
     assert "holds no successful fit" in capsys.readouterr().err
+
+
+def test_eval_and_predict_reject_impossible_requests(tmp_path, capsys):
+    data, fit = small_csv(tmp_path), tmp_path / "fit.json"
+    assert run(["eval", "--data", str(data), "--train-sizes", "18,40", "--models", "amdahl"]) == 2
+    assert "the largest group has 18 configurations" in capsys.readouterr().err
+    assert run(["eval", "--data", str(data), "--train-sizes", "1", "--reps", "2",
+                "--models", "amdahl"]) == 1
+    assert "no fit succeeded (2 tried)" in capsys.readouterr().err
+    assert run(["fit", "--data", str(data), "--model", "amdahl", "--save", str(fit)]) == 0
+    capsys.readouterr()
+    for extra in (["--cores", "0,4"], ["--cores", "4", "--freq", "-1000"]):
+        assert run(["predict", "--fit", str(fit), *extra]) == 2
+        assert "--cores needs counts >= 1" in capsys.readouterr().err
