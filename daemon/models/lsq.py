@@ -191,8 +191,8 @@ def least_squares_box_many(fun_many: Callable[[np.ndarray], np.ndarray],
                 s = -np.linalg.solve(a, g[..., None])[..., 0]
             except np.linalg.LinAlgError:
                 break
-            s = np.nan_to_num(s, nan=0.0, posinf=0.0, neginf=0.0)
-            trial = np.clip(x + s, lo, hi)
+            s = np.where(np.isfinite(s), s, 0.0)
+            trial = np.minimum(np.maximum(x + s, lo), hi)
             dx = trial - x
             r_new = fun_many(trial)
             c_new = np.einsum("kn,kn->k", r_new, r_new)

@@ -101,7 +101,7 @@ class MemWallModeler(SpeedupFamily):
         arrays' identity (the cache holds them, so the identity cannot be reused)."""
         c = getattr(self, "_axes_cache", None)
         if c is None or c[0] is not p or c[1] is not freq or c[2] != self.mem_mhz:
-            c = (p, freq, self.mem_mhz, self.phi(freq, p.size), 1.0 / p)
+            c = (p, freq, self.mem_mhz, self.phi(freq, p.size), 1.0 / p, 1.0 / p - 1.0)
             self._axes_cache = c
         return c[3], c[4]
 
@@ -129,6 +129,7 @@ class MemWallModeler(SpeedupFamily):
         # active; theta (4,) or (K, 4). The solver's inner loop: each vector is computed once,
         # the gradient only when asked (at accepted steps)
         phi, invp = self._axes(p, freq)
+        invp1 = self._axes_cache[5]
         theta = np.asarray(theta, float)
         f, k, m1, m2 = (theta[..., i, None] for i in range(4))
         kphi = k * phi                      # rho - 1, kept exact for small k
@@ -141,8 +142,7 @@ class MemWallModeler(SpeedupFamily):
         b = (1.0 - f) + f * invp
         ab = a * b
         c = (1.0 + kphi) * mup
-        mem = c > ab
-        logg = np.log(np.where(mem, c, ab)) - np.log(num)
+        logg = np.log(np.maximum(c, ab)) - np.log(num)
 
         def grad() -> np.ndarray:
             # weight of the memory branch: 1 where it is active; within kink_blend (relative)
@@ -150,16 +150,16 @@ class MemWallModeler(SpeedupFamily):
             # generalised gradient there), so the solver steps along a kink instead of
             # zigzagging across it
             blend = self.kink_blend if self.solver == "lm" else 0.0
-            w = (np.clip(0.5 + (c - ab) / (2.0 * blend * (c + ab)), 0.0, 1.0) if blend > 0
-                 else mem.astype(float))
+            w = (np.minimum(np.maximum(0.5 + (c - ab) / (2.0 * blend * (c + ab)), 0.0), 1.0)
+                 if blend > 0 else (c > ab).astype(float))
             out = np.empty(logg.shape + (4,))
-            with np.errstate(divide="ignore", invalid="ignore"):
-                # compute branch: log a + log b; memory branch: log(1 + k phi) + log mu_p
-                w1 = 1.0 - w
-                out[..., 0] = w1 * (invp - 1.0) / b
-                out[..., 1] = w * phi / (1.0 + kphi) + w1 * phi * mup / a - phi * mu1 / num
-                dmp = np.where(sp < 1.0, w / np.where(mup > 0, mup, 1.0)
-                               + w1 * kphi / a, 0.0)                         # via mu_p
+            # compute branch: log a + log b; memory branch: log(1 + k phi) + log mu_p. No
+            # division can fail: a, num, 1 + k phi >= 1, b >= 1/p, mu_p guarded
+            w1 = 1.0 - w
+            out[..., 0] = w1 * invp1 / b
+            out[..., 1] = w * phi / (1.0 + kphi) + w1 * phi * mup / a - phi * mu1 / num
+            dmp = np.where(sp < 1.0, w / np.where(mup > 0, mup, 1.0)
+                           + w1 * kphi / a, 0.0)                             # via mu_p
             dm1 = kphi * (s1 < 1.0) / num                                    # via mu_1
             out[..., 2] = dmp - dm1
             out[..., 3] = dmp * invp - dm1
