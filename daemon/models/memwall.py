@@ -95,19 +95,21 @@ class MemWallModeler(SpeedupFamily):
         """F_cpu / F_mem per point; 1 where the data have no frequency axis."""
         return np.ones(n) if freq is None else np.asarray(freq, float) / self.mem_mhz
 
-    def _axes(self, p: np.ndarray, freq: np.ndarray | None) -> tuple[np.ndarray, np.ndarray]:
-        """(phi, 1/p) of the last data seen: a fit evaluates eq. 15 thousands of times on the
-        same p and freq arrays, and recomputing these was a tenth of its cost. Keyed on the
-        arrays' identity (the cache holds them, so the identity cannot be reused)."""
+    def _axes(self, p: np.ndarray,
+              freq: np.ndarray | None) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """(phi, 1/p, 1/p - 1) of the last data seen: a fit evaluates eq. 15 thousands of
+        times on the same p and freq arrays, and recomputing these was a tenth of its cost.
+        Keyed on the arrays' identity (the cache holds them, so the identity cannot be
+        reused)."""
         c = getattr(self, "_axes_cache", None)
         if c is None or c[0] is not p or c[1] is not freq or c[2] != self.mem_mhz:
             c = (p, freq, self.mem_mhz, self.phi(freq, p.size), 1.0 / p, 1.0 / p - 1.0)
             self._axes_cache = c
-        return c[3], c[4]
+        return c[3], c[4], c[5]
 
     def rel_time(self, theta, p, freq):
         # eq. 15 inverted, written out (no broadcast_arrays: this is the inner loop of the fit)
-        phi, invp = self._axes(p, freq)
+        phi, _, _ = self._axes(p, freq)
         f, k, m1, m2 = (theta[:, i:i + 1] for i in range(4))
         kphi = k * phi                      # rho - 1, kept exact for small k
         mu1 = np.minimum(m1 + m2, 1.0)
@@ -128,8 +130,7 @@ class MemWallModeler(SpeedupFamily):
         # d/d(f, k, m1, m2) in whichever branch of the max() (and of eq. 16's min()) is
         # active; theta (4,) or (K, 4). The solver's inner loop: each vector is computed once,
         # the gradient only when asked (at accepted steps)
-        phi, invp = self._axes(p, freq)
-        invp1 = self._axes_cache[5]
+        phi, invp, invp1 = self._axes(p, freq)
         theta = np.asarray(theta, float)
         f, k, m1, m2 = (theta[..., i, None] for i in range(4))
         kphi = k * phi                      # rho - 1, kept exact for small k
