@@ -36,6 +36,8 @@ class FitRequest:
     # what the model will be asked (query Observations over the recommendation's candidate
     # grid, or "extrapolate"/None): makes the model choice extrapolation-aware
     target: Any = None
+    # physical cores the sweep order fills before SMT siblings (planner.physical_cores)
+    phys_cores: int | None = None
 
 
 @dataclass
@@ -48,12 +50,18 @@ class FitOutcome:
     seconds: float = 0.0
 
 
-def observations(rows: Sequence[tuple[int, float | None, float]]) -> Observations:
+def observations(rows: Sequence[tuple[int, float | None, float]],
+                 phys_cores: int | None = None) -> Observations:
+    """A group's runs as model input. ``phys_cores`` (the board's physical cores in the
+    sweep order, when it has SMT siblings) goes in as the ``hw_phys_cores`` descriptor: the
+    speedup models then count threads beyond it as SMT siblings with a fitted yield
+    (amdahl_usl.effective_cores), as they do for the datasets' descriptor column."""
     arr = np.asarray([(c, np.nan if f is None else f, t) for c, f, t in rows], dtype=float)
     if arr.size == 0:
         raise NotEnoughData("no successful runs in this group")
     freq = arr[:, 1] if np.isfinite(arr[:, 1]).any() else None
-    return Observations(cores=arr[:, 0], time_s=arr[:, 2], freq_mhz=freq)
+    counters = {} if not phys_cores else {"hw_phys_cores": np.full(len(arr), float(phys_cores))}
+    return Observations(cores=arr[:, 0], time_s=arr[:, 2], freq_mhz=freq, counters=counters)
 
 
 def candidates_for(obs: Observations) -> list[str]:
@@ -207,7 +215,7 @@ class Fitter:
         t0 = time.perf_counter()
         out = FitOutcome(req)
         try:
-            model, runners = fit_group(observations(req.rows), req.target)
+            model, runners = fit_group(observations(req.rows, req.phys_cores), req.target)
             out.model, out.runners_up = model, runners
             out.description = _plain(model.describe())
         except Exception as exc:  # a fit failing must never stop the worker

@@ -72,6 +72,25 @@ def cluster_order(platform: dict[str, Any], variant: str) -> list[int]:
     return sweep_order(platform)
 
 
+def physical_cores(platform: dict[str, Any], order: list[int]) -> int | None:
+    """How many distinct physical cores a sweep in ``order`` fills before it adds SMT
+    siblings (``platform["smt_siblings"]``), for the models' effective cores; None when the
+    order uses no sibling (every cpu its own core) or does not fill the physical cores first
+    (then threads beyond them are not the SMT siblings the models assume)."""
+    siblings = platform.get("smt_siblings")
+    if not isinstance(siblings, list):
+        return None
+    core_of: dict[int, int] = {}
+    for i, group in enumerate(siblings):
+        for c in group if isinstance(group, list) else []:
+            core_of.setdefault(c, i)
+    cores = [core_of.get(c, -1 - c) for c in order]      # a cpu without siblings: its own core
+    distinct = len(set(cores))
+    if distinct == len(order) or len(set(cores[:distinct])) != distinct:
+        return None
+    return distinct
+
+
 def offered_frequencies(platform: dict[str, Any], cpus: list[int]) -> list[int] | None:
     """Frequencies (kHz) every cpufreq policy of ``cpus`` offers, ascending; None when the
     platform has no usable cpufreq. A policy without a table reports its [min, max] range."""

@@ -25,7 +25,7 @@ from ..shared.config import ConfigError, DaemonConfig, SweepDefaults, load_daemo
 from ..shared.records import RecordError, RunRecord
 from .fitter import FitOutcome, FitRequest, Fitter
 from .link import Link
-from .planner import PlanError, cluster_order, plan_sweep
+from .planner import PlanError, cluster_order, physical_cores, plan_sweep
 from .recommend import recommend, target_observations
 from .registry import Registry, platform_id_of
 from .store import Group, ResultIn, open_store
@@ -218,14 +218,15 @@ class Daemon:
                     recommend_after: bool = True) -> None:
         """Queue a fit of ``group`` from its stored successful runs."""
         rows = self.store.group_runs(group)
-        target = None
+        target, phys = None, None
         try:
             platform, order, freqs = self._grid_inputs(agent, group, rows)
+            phys = physical_cores(platform, order)
             target = target_observations(platform, _axis(freqs), order=order)
         except Exception as exc:  # no target: the choice falls back to k-fold validation
             log.warning("no query grid for %s: %s", "/".join(group), exc)
         self.fitter.submit(FitRequest(group, rows, agent, job_id, recommend_after,
-                                      target=target))
+                                      target=target, phys_cores=phys))
 
     def _grid_inputs(self, agent: str | None, group: Group, rows: Any
                      ) -> tuple[dict[str, Any], list[int], list[int] | None]:

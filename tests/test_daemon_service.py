@@ -271,3 +271,37 @@ def test_process_entry_point_stops_on_sigterm(tmp_path):
         if proc.poll() is None:
             os.kill(proc.pid, signal.SIGKILL)
     assert main(["--config", str(tmp_path / "missing.toml")]) == 2
+
+
+def test_fit_of_an_smt_sweep_knows_the_physical_cores(tmp_path):
+    # 2 physical cores with a sibling each, swept physical cores first (the agent's order):
+    # the daemon's fit request carries 2 physical cores, so the models count threads 3 and 4
+    # as SMT siblings
+    smt = {"id": "plat-smt", "sweep_order": [0, 1, 2, 3], "cpus_online": [0, 1, 2, 3],
+           "smt_siblings": [[0, 2], [1, 3]]}
+    cfg = DaemonConfig(bind="tcp://127.0.0.1:0", database=str(tmp_path / "d.db"),
+                       auto_sweep=True, agent_timeout_s=30,
+                       sweep=SweepDefaults(size="small", reps=1, warmup=0))
+    d = Daemon(cfg)
+    requests = []
+    submit = d.fitter.submit
+    d.fitter.submit = lambda req: (requests.append(req), submit(req))[1]
+    d.start_thread()
+    try:
+        a = Agent(d.endpoint)
+        a.send("hello", {"platform": smt, "workloads": ["wl"], "agent_version": "test"})
+        job = a.expect("job")["body"]
+        of = len(job["points"])
+        for seq, p in enumerate(job["points"]):
+            k = len(p["cpus"])
+            rec = RunRecord(platform="plat-smt", workload="wl", input="small", cores=k,
+                            cpus=p["cpus"], threads=k, rep=0, virtual=True,
+                            time_s=10.0 * (0.1 + 0.9 / (min(k, 2) + 0.25 * max(k - 2, 0))))
+            a.send("result", {"job_id": job["job_id"], "seq": seq, "of": of,
+                              "record": rec.to_dict()})
+            a.expect("ack")
+        a.expect("config", timeout_s=20)
+        assert [r.phys_cores for r in requests] == [2]
+        a.close()
+    finally:
+        d.stop()
