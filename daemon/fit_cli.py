@@ -19,6 +19,7 @@ import numpy as np
 
 from .models import registry
 from .models.base import NotEnoughData, Observations
+from .models.energy import PowerModeler, predict_energy
 from .models.select import ANALYTIC, choose
 from .tidy import TidyError, median_reps, read_tidy
 
@@ -99,9 +100,16 @@ def cmd_fit(args: argparse.Namespace) -> int:
         print(f"error: {exc}", file=sys.stderr)
         return 2
     cands = None if args.candidates == "all" else [c for c in args.candidates.split(",") if c]
-    out, rows = [], []
+    out, rows, power_rows = [], [], []
     for label, obs in groups:
         entry: dict[str, Any] = {"group": label}
+        power = fit_power(obs)
+        if power is not None:
+            entry["power"] = power
+            power_rows.append([label, power.get("form", "-"),
+                               f"{power['quality']['mape']:.2f}" if "quality" in power else "",
+                               power.get("error") or ", ".join(
+                                   f"{k}={v:.4g}" for k, v in power["params"].items())])
         try:
             t0 = time.perf_counter()
             if args.model == "auto":
@@ -129,10 +137,25 @@ def cmd_fit(args: argparse.Namespace) -> int:
         print(json.dumps(out, default=float))
     else:
         _table(f"fits of {args.data}", ["group", "model", "train MAPE %", "fit ms", "parameters"], rows)
+        if power_rows:
+            _table(f"power models of {args.data} (W over cores x frequency)",
+                   ["group", "form", "train MAPE %", "parameters"], power_rows)
     if args.save:
         Path(args.save).write_text(json.dumps({"format": "opptune-fits/1", "data": args.data,
                                                "fits": out}, default=float, indent=1))
     return 0 if any("error" not in e for e in out) else 1     # 1: no group could be fitted
+
+
+def fit_power(obs: Observations) -> dict[str, Any] | None:
+    """The power model fitted alongside the time model where the runs carry power or energy
+    (models/energy.py): its description and state, or its error; None without such columns."""
+    if obs.power_w is None and obs.energy_j is None:
+        return None
+    try:
+        fitted = PowerModeler().fit(obs)
+    except NotEnoughData as exc:
+        return {"error": str(exc)}
+    return {**fitted.describe(), "form": fitted.form, "state": fitted.to_state()}
 
 
 def load_fit(entry: dict[str, Any]) -> Any:
@@ -171,14 +194,24 @@ def cmd_predict(args: argparse.Namespace) -> int:
             print(f"warning: {exc}", file=sys.stderr)
             continue
         pr = model.predict(query)
+        # energy and EDP where a power model was fitted alongside (models/energy.py)
+        state = (e.get("power") or {}).get("state")
+        extra = {} if state is None else predict_energy(model, PowerModeler().from_state(state),
+                                                         query)
         for i in range(len(query)):
             rec = {"group": e["group"], "model": e["model"], "cores": query.cores[i],
                    "freq_mhz": None if math.isnan(query.freq_mhz[i]) else query.freq_mhz[i],
                    "time_s": pr.value[i], "lower": pr.lower[i], "upper": pr.upper[i],
                    "level": pr.level}
+            for key in ("power_w", "energy_j", "edp"):
+                if key in extra:
+                    x = extra[key]
+                    rec[key] = {"value": x.value[i], "lower": x.lower[i], "upper": x.upper[i]}
             out.append(rec)
             rows.append([e["group"], e["model"], int(rec["cores"]), rec["freq_mhz"] or "-",
-                         f"{rec['time_s']:.4g}", f"[{rec['lower']:.4g}, {rec['upper']:.4g}]"])
+                         f"{rec['time_s']:.4g}", f"[{rec['lower']:.4g}, {rec['upper']:.4g}]"]
+                        + [f"{rec[k]['value']:.4g}" if k in rec else "-"
+                           for k in ("power_w", "energy_j", "edp")])
     if not out:
         fitted = [e["group"] for e in entries if "error" not in e]
         if not fitted:
@@ -193,7 +226,11 @@ def cmd_predict(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps(out, default=float))
     else:
-        _table("predicted time (s)", ["group", "model", "cores", "MHz", "time", "90% interval"], rows)
+        cols = ["group", "model", "cores", "MHz", "time", "90% interval",
+                "power W", "energy J", "EDP J*s"]
+        if not any("power_w" in r for r in out):
+            cols, rows = cols[:6], [r[:6] for r in rows]
+        _table("predicted time (s)", cols, rows)
     return 0
 
 

@@ -4,6 +4,7 @@ import argparse
 import json
 
 import numpy as np
+import pytest
 
 from opptune.daemon.fit_cli import add_parsers
 from opptune.daemon.models.memwall import speedup
@@ -112,3 +113,38 @@ def test_eval_and_predict_reject_impossible_requests(tmp_path, capsys):
     for extra in (["--cores", "0,4"], ["--cores", "4", "--freq", "-1000"]):
         assert run(["predict", "--fit", str(fit), *extra]) == 2
         assert "--cores needs counts >= 1" in capsys.readouterr().err
+
+
+def test_power_model_fitted_alongside_gives_energy_and_edp(tmp_path, capsys):
+    # P = 1.5 W static + p (0.2 + 0.3 f)^2 f (f in GHz), energy_j = P t in the CSV: the fit
+    # carries the power model, and predict gives P, E = P t and EDP = E t at unseen points
+    def power(p, f):
+        return 1.5 + p * (0.2 + 0.3 * f / 1000) ** 2 * f / 1000
+
+    def time_s(p, f):
+        return (4 + 12000 / f) / speedup(0.95, 1.0, 0.02, 0.1, p, f / 1000)
+
+    lines = ["platform,workload,input,variant,cores,freq_mhz,rep,time_s,energy_j"]
+    for f in (1000, 1500, 2000):
+        for p in (1, 2, 3, 4, 6, 8):
+            lines.append(f"board,kern,,v,{p},{f},0,{time_s(p, f):.6f},"
+                         f"{power(p, f) * time_s(p, f):.6f}")
+    data, fit = tmp_path / "e.csv", tmp_path / "fit.json"
+    data.write_text("\n".join(lines) + "\n")
+    assert run(["fit", "--data", str(data), "--json", "--save", str(fit)]) == 0
+    (entry,) = json.loads(capsys.readouterr().out)
+    assert entry["power"]["form"] == "linear_v" and entry["power"]["quality"]["mape"] < 0.1
+    assert entry["power"]["params"]["P_static"] == pytest.approx(1.5, rel=1e-3)
+    assert run(["predict", "--fit", str(fit), "--cores", "5", "--freq", "1200,1800",
+                "--json"]) == 0
+    for r in json.loads(capsys.readouterr().out):
+        p, f = r["cores"], r["freq_mhz"]
+        assert r["power_w"]["value"] == pytest.approx(power(p, f), rel=1e-3)
+        assert r["energy_j"]["value"] == pytest.approx(r["power_w"]["value"] * r["time_s"])
+        assert r["edp"]["value"] == pytest.approx(r["energy_j"]["value"] * r["time_s"])
+        assert r["energy_j"]["lower"] <= r["energy_j"]["value"] <= r["energy_j"]["upper"]
+    assert run(["predict", "--fit", str(fit), "--cores", "5", "--freq", "1200"]) == 0
+    assert "energy" in capsys.readouterr().out                 # the table shows it too
+    # without energy columns: no power entry, no energy columns
+    assert run(["fit", "--data", str(small_csv(tmp_path)), "--json"]) == 0
+    assert "power" not in json.loads(capsys.readouterr().out)[0]

@@ -86,6 +86,14 @@ class PowerFit(FittedModel):
         half = stats.t.ppf(0.5 + self.level / 2, max(self.dof, 1)) * np.sqrt(np.maximum(var, 0))
         return Prediction(value, np.maximum(value - half, 0.0), value + half, self.level)
 
+    def to_state(self) -> dict[str, Any]:
+        """JSON-ready state that ``PowerModeler.from_state`` turns back into this fit."""
+        return {"form": self.form, "theta": self.theta.tolist(), "names": list(self.params),
+                "jac_inv": self.jac_inv.tolist(), "sigma2": self.sigma2, "dof": self.dof,
+                "volt_table": (None if self.volt_table is None
+                               else [self.volt_table[0].tolist(), self.volt_table[1].tolist()]),
+                "quality": dict(self.quality), "level": self.level}
+
     def describe(self) -> dict[str, Any]:
         d = super().describe()
         d["form"] = {"voltage": "P = P_static + p*c*V(f)^2*f (V measured)",
@@ -136,6 +144,15 @@ class PowerModeler(Modeler):
         if obs.has_freq():
             ok &= np.isfinite(obs.freq_mhz) & (obs.freq_mhz > 0)
         return ok
+
+    def from_state(self, state: dict[str, Any]) -> PowerFit:
+        """A power fit back from ``PowerFit.to_state()`` (for saved fits)."""
+        vt = state.get("volt_table")
+        return PowerFit(state["form"], np.asarray(state["theta"], float), list(state["names"]),
+                        np.asarray(state["jac_inv"], float), float(state["sigma2"]),
+                        int(state["dof"]),
+                        None if vt is None else (np.asarray(vt[0], float), np.asarray(vt[1], float)),
+                        dict(state.get("quality", {})), float(state.get("level", self.level)))
 
     def applicable(self, obs: Observations) -> str | None:
         if obs.power_w is None and obs.energy_j is None:
