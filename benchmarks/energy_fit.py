@@ -1,6 +1,6 @@
 """Accuracy of the power model, and of energy = power x time, on the datasets that measure power.
 
-    python3 benchmarks/energy_fit.py        # about 30 s
+    python3 benchmarks/energy_fit.py        # about 10 s
 
 Power (``models/energy.PowerModeler``, one fit per group, medians over repetitions): MAPE of
 the measured power in-sample, holding out the highest frequency, and holding out the largest
@@ -22,7 +22,7 @@ from pathlib import Path
 
 import numpy as np
 
-from opptune.daemon.models.base import NotEnoughData, Observations
+from opptune.daemon.models.base import NotEnoughData, Observations, fit_quality
 from opptune.daemon.models.energy import PowerModeler, measured_power, predict_energy
 from opptune.daemon.models.select import ANALYTIC, choose
 from opptune.daemon.tidy import median_reps, read_tidy
@@ -31,16 +31,13 @@ DATA = Path(__file__).resolve().parent.parent / "data"
 POWER_SETS = (("powmon_xu3_a15", True), ("loghin_multicore_energy", False))
 
 
-def _mape(pred: np.ndarray, truth: np.ndarray) -> float:
-    return float(np.mean(100 * np.abs(pred - truth) / truth))
-
-
 def _power_groups(name: str) -> list[Observations]:
     """Groups of a dataset (medians over repetitions) with at least 4 power measurements."""
     out = []
     for g in read_tidy(DATA / name / "data.csv"):
         obs = median_reps(g.obs)
-        ok = np.isfinite(measured_power(obs)) & (measured_power(obs) > 0)
+        power = measured_power(obs)
+        ok = np.isfinite(power) & (power > 0)
         if ok.sum() >= 4:
             out.append(obs.subset(ok))
     return out
@@ -54,7 +51,8 @@ def power_table(name: str, uncore: bool) -> dict[str, tuple[float, float, int]]:
         modeler = PowerModeler(uncore=uncore)
         truth = measured_power(obs)
         try:
-            cells["in-sample"].append(_mape(modeler.fit(obs).predict(obs).value, truth))
+            cells["in-sample"].append(
+                fit_quality(truth, modeler.fit(obs).predict(obs).value)["mape"])
         except NotEnoughData:
             continue
         holds = [("hold out max cores", obs.cores == obs.cores.max())]
@@ -65,7 +63,8 @@ def power_table(name: str, uncore: bool) -> dict[str, tuple[float, float, int]]:
                 fit = modeler.fit(obs.subset(~test))
             except NotEnoughData:
                 continue
-            cells[label].append(_mape(fit.predict(obs.subset(test)).value, truth[test]))
+            cells[label].append(
+                fit_quality(truth[test], fit.predict(obs.subset(test)).value)["mape"])
     return {k: (float(np.mean(v)), float(np.median(v)), len(v)) for k, v in cells.items() if v}
 
 
