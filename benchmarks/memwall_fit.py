@@ -12,6 +12,9 @@ and fits ``MemWallModeler`` (``--model amdahl`` / ``usl``: those instead) once p
                                       [--compare runs.json] [--poet] [--poet-only]
     python3 benchmarks/memwall_fit.py --instructions 32      # needs valgrind, ~1.5 min
 
+``--numpy``: eq. 15 by the numpy reference instead of the compiled ``_memwall_eq15`` (the
+costs must be equal; the times show what the compiled inner loop saves).
+
 ``--save`` writes the per-fit records; ``--compare`` reads such a file (e.g. recorded with an
 older commit) and compares its costs with this run's fits (full and default).
 
@@ -58,9 +61,13 @@ EXACT = 1e-20         # per point: below it a fit is exact (the fit stops there)
                       # under it are equal whatever their rounding noise
 
 
+EXTRA: dict[str, object] = {}   # options for every modeler of the run (--numpy: native=False)
+
+
 def _modeler(cls: type, **kw: object):
-    """A ``cls`` modeler with these options (an option this version lacks is left out), None
-    when it has no ``solver`` option to ask for."""
+    """A ``cls`` modeler with these options and ``EXTRA`` (an option this version lacks is
+    left out), None when it has no ``solver`` option to ask for."""
+    kw = {**EXTRA, **kw}
     accepted = inspect.signature(cls.__init__).parameters
     if "solver" in kw and "solver" not in accepted:
         return None
@@ -78,7 +85,7 @@ def _timed_fit(modeler, train) -> tuple[float, float, float]:
 def run(files: str, model: str = "memwall") -> list[dict]:
     """One record per training set: file, evaluation index, n, times (ms) and costs."""
     cls = MODELS[model]
-    default = cls()
+    default = _modeler(cls)
     full = _modeler(cls, nested=False)
     scipy = _modeler(cls, nested=False, solver="scipy")
     out = []
@@ -122,7 +129,7 @@ def run_poet(model: str = "memwall", reps: int = 10, seed: int = 0) -> list[dict
     """One record per poet Xeon fit (``poet_sets``): file "poet-<size>", eval = index of the
     draw, times, costs, test MAPE (%) and MSE of speedup."""
     cls = MODELS[model]
-    default, full = cls(), _modeler(cls, nested=False)
+    default, full = _modeler(cls), _modeler(cls, nested=False)
     out = []
     for label, rep, size, obs, train in poet_sets(reps=reps, seed=seed):
         ref = _t1_ref(obs)
@@ -149,14 +156,15 @@ def run_poet(model: str = "memwall", reps: int = 10, seed: int = 0) -> list[dict
 def _fit_loop(sizes: tuple[int, ...], count: int, model: str) -> None:
     """The default fits of the first ``count`` poet sets of these sizes, nothing else (what
     ``--instructions`` runs under valgrind)."""
-    modeler = MODELS[model]()
+    modeler = _modeler(MODELS[model])
     for i, (_, _, _, obs, train) in enumerate(poet_sets(sizes)):
         if i >= count:
             break
         modeler.fit(obs.subset(train))
 
 
-def count_instructions(sizes: tuple[int, ...], model: str) -> tuple[float, int]:
+def count_instructions(sizes: tuple[int, ...], model: str,
+                       numpy: bool = False) -> tuple[float, int]:
     """(instructions per default fit, fits) over the poet sets of these sizes: valgrind's
     cachegrind counts the interpreter's instructions for all fits and for one fit (start-up,
     imports and a first fit), and the difference is divided by the fits in between. Unlike
@@ -170,7 +178,7 @@ def count_instructions(sizes: tuple[int, ...], model: str) -> tuple[float, int]:
     def refs(count: int) -> int:
         cmd = [valgrind, "--tool=cachegrind", "--cache-sim=no", "--cachegrind-out-file=/dev/null",
                sys.executable, __file__, "--model", model, "--fit-loop",
-               ",".join(map(str, sizes)), str(count)]
+               ",".join(map(str, sizes)), str(count), *(["--numpy"] if numpy else [])]
         out = subprocess.run(cmd, capture_output=True, text=True, check=True).stderr
         m = re.search(r"I\s+refs:\s+([\d,]+)", out)
         if m is None:
@@ -240,15 +248,19 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--instructions", metavar="SIZES",
                     help="instructions per default poet fit of these training sizes (e.g. "
                          "32 or 16,64), counted under valgrind; nothing else is run")
+    ap.add_argument("--numpy", action="store_true",
+                    help="memwall: eq. 15 by the numpy reference, not the compiled extension")
     ap.add_argument("--fit-loop", nargs=2, metavar=("SIZES", "COUNT"), help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
+    if args.numpy:
+        EXTRA["native"] = False
     if args.fit_loop:
         _fit_loop(tuple(int(x) for x in args.fit_loop[0].split(",")), int(args.fit_loop[1]),
                   args.model)
         return 0
     if args.instructions:
         sizes = tuple(int(x) for x in args.instructions.split(","))
-        per_fit, n = count_instructions(sizes, args.model)
+        per_fit, n = count_instructions(sizes, args.model, args.numpy)
         print(f"{args.model}: {per_fit / 1e6:.1f} M instructions per default fit "
               f"(poet Xeon, sizes {args.instructions}, {n} fits, valgrind cachegrind)")
         return 0

@@ -328,3 +328,61 @@ def test_memwall_variant_that_cannot_win_stops_early_and_the_choice_is_unchanged
     full = MemWallModeler().fit(obs)
     assert np.array_equal(full.theta, fit.theta) and full.cost == fit.cost
     assert sum(iters) > pruned_iters
+
+
+def _edge_thetas(rng, n=400):
+    """Random (f, k, m1, m2) plus the edges of eq. 15 / 16: Amdahl (m = 0), k = 0, mu_p
+    clipped at 1, f at its bounds, and points on the max()'s switch."""
+    th = np.column_stack([rng.uniform(0, 1, n), 10 * rng.uniform(0, 1, n) ** 2,
+                          rng.uniform(0, 1, n) ** 2, rng.uniform(0, 1, n)])
+    th[:40, 2:] = 0.0
+    th[40:60, 1] = 0.0
+    th[60:80, 2] = 0.8
+    th[80:100, 0] = rng.choice([0.0, 1.0], 20)
+    return th
+
+
+@pytest.mark.parametrize("solver", ["lm", "scipy"])
+def test_memwall_compiled_equation_15_gives_the_numpy_doubles(solver):
+    # the fit's inner loop runs compiled (_memwall_eq15); the numpy code is the reference and
+    # the fallback, and the two must agree to the last bit, kinks and clipped mu_p included
+    fast, ref = MemWallModeler(solver=solver), MemWallModeler(solver=solver, native=False)
+    assert fast.native and not ref.native
+    th = _edge_thetas(np.random.default_rng(3))
+    p = np.array([1.0, 2, 3, 4, 6, 8, 12, 16, 24, 32, 1.25, 5.5])
+    for freq in (np.tile([1200.0, 2000.0, 2600.0, 900.0], 3), None):
+        assert np.array_equal(fast.rel_time(th, p, freq), ref.rel_time(th, p, freq))
+        for theta in (th, th[7]):
+            lg, grad = fast.log_rel_time_lazy(theta, p, freq)
+            lg0, grad0 = ref.log_rel_time_lazy(theta, p, freq)
+            assert lg.shape == lg0.shape and np.array_equal(lg, lg0)
+            assert np.array_equal(grad(), grad0())
+    # the blended band of the max() is exercised: some points within KINK_BLEND of the switch
+    phi = np.full(p.size, 1.2)
+    c = (1 + th[:, 1:2] * phi) * np.minimum(th[:, 2:3] + th[:, 3:4] / p, 1)
+    ab = (1 + th[:, 1:2] * phi * np.minimum(th[:, 2:3] + th[:, 3:4] / p, 1)) * (
+        1 - th[:, :1] + th[:, :1] / p)
+    assert np.any(np.abs(c - ab) < 1e-3 * (c + ab))
+
+
+def test_memwall_fit_is_the_same_with_and_without_the_compiled_equation():
+    obs = memwall_data((0.97, 3.0, 0.1, 0.4))
+    fast, ref = MemWallModeler().fit(obs), MemWallModeler(native=False).fit(obs)
+    assert np.array_equal(fast.theta, ref.theta) and fast.cost == ref.cost
+
+
+def test_memwall_compiled_equation_rejects_wrong_buffers_with_a_reason():
+    from opptune.daemon.models import memwall
+    ext = memwall._native
+    p = np.array([1.0, 2.0, 4.0])
+    th = np.array([[0.9, 1.0, 0.1, 0.2]])
+    with pytest.raises(TypeError, match="theta: expected a C-contiguous float64"):
+        ext.rel_time(th.astype(np.float32), p, p, np.empty((1, 3)))
+    with pytest.raises(ValueError, match="out: 2 values do not fit"):
+        ext.rel_time(th, p, p, np.empty(2))
+    with pytest.raises(ValueError, match="theta: 3 values do not fit"):
+        ext.rel_time(np.ones(3), p, p, np.empty(3))
+    with pytest.raises(ValueError, match="grad: 4 values do not fit"):
+        ext.log_rel_time(th, p, p, p, p, np.empty(3), np.empty(4), 1e-3)
+    with pytest.raises(ValueError, match="not C-contiguous"):
+        ext.rel_time(th, p, p, np.empty((1, 6))[:, ::2])

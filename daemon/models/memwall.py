@@ -30,6 +30,13 @@ import numpy as np
 
 from .amdahl_usl import SpeedupFamily
 
+try:
+    # eq. 15 and its gradient compiled (the fit's inner loop); the numpy code below is the
+    # reference, gives the same doubles, and runs where the extension was not built
+    from . import _memwall_eq15 as _native
+except ImportError:
+    _native = None
+
 MEM_MHZ = 1000.0
 KINK_BLEND = 1e-3   # relative band around eq. 15's switch where the gradient blends both branches
 
@@ -68,12 +75,14 @@ class MemWallModeler(SpeedupFamily):
     piecewise = True     # eq. 15's max() and eq. 16's min()
 
     def __init__(self, t1_mode: str = "auto", mem_mhz: float = MEM_MHZ, n_random: int = 300,
-                 solver: str = "lm", nested: bool = True) -> None:
+                 solver: str = "lm", nested: bool = True, native: bool = True) -> None:
         # solver="scipy": the previous solver (exact active-branch gradient, no blending),
         # kept for benchmarks/memwall_fit.py's comparison. nested: test the Amdahl
-        # restriction m1 = m2 = 0 by AICc (``restrictions``); False fits the full model only
+        # restriction m1 = m2 = 0 by AICc (``restrictions``); False fits the full model only.
+        # native: eq. 15 by the compiled _memwall_eq15 where it was built (False: numpy)
         super().__init__(t1_mode, solver=solver)
         self.nested = bool(nested)
+        self.native = bool(native) and _native is not None
         self.kink_blend = KINK_BLEND
         self.mem_mhz = float(mem_mhz)
         self.n_random = int(n_random)
@@ -96,20 +105,26 @@ class MemWallModeler(SpeedupFamily):
         return np.ones(n) if freq is None else np.asarray(freq, float) / self.mem_mhz
 
     def _axes(self, p: np.ndarray,
-              freq: np.ndarray | None) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        """(phi, 1/p, 1/p - 1) of the last data seen: a fit evaluates eq. 15 thousands of
+              freq: np.ndarray | None) -> tuple[np.ndarray, ...]:
+        """(phi, 1/p, 1/p - 1, p as contiguous float64) of the last data seen: a fit evaluates eq. 15 thousands of
         times on the same p and freq arrays, and recomputing these was a tenth of its cost.
         Keyed on the arrays' identity (the cache holds them, so the identity cannot be
         reused)."""
         c = getattr(self, "_axes_cache", None)
         if c is None or c[0] is not p or c[1] is not freq or c[2] != self.mem_mhz:
-            c = (p, freq, self.mem_mhz, self.phi(freq, p.size), 1.0 / p, 1.0 / p - 1.0)
+            c = (p, freq, self.mem_mhz, self.phi(freq, p.size), 1.0 / p, 1.0 / p - 1.0,
+                 np.ascontiguousarray(p, dtype=float))
             self._axes_cache = c
-        return c[3], c[4], c[5]
+        return c[3:]
 
     def rel_time(self, theta, p, freq):
         # eq. 15 inverted, written out (no broadcast_arrays: this is the inner loop of the fit)
-        phi, _, _ = self._axes(p, freq)
+        phi, _, _, pc = self._axes(p, freq)
+        if self.native:
+            theta = np.ascontiguousarray(theta, dtype=float)
+            out = np.empty((theta.shape[0], pc.size))
+            _native.rel_time(theta, pc, phi, out)
+            return out
         f, k, m1, m2 = (theta[:, i:i + 1] for i in range(4))
         kphi = k * phi                      # rho - 1, kept exact for small k
         mu1 = np.minimum(m1 + m2, 1.0)
@@ -130,7 +145,19 @@ class MemWallModeler(SpeedupFamily):
         # d/d(f, k, m1, m2) in whichever branch of the max() (and of eq. 16's min()) is
         # active; theta (4,) or (K, 4). The solver's inner loop: each vector is computed once,
         # the gradient only when asked (at accepted steps)
-        phi, invp, invp1 = self._axes(p, freq)
+        phi, invp, invp1, pc = self._axes(p, freq)
+        blend = self.kink_blend if self.solver == "lm" else 0.0
+        if self.native:
+            theta = np.ascontiguousarray(theta, dtype=float)
+            logg = np.empty(theta.shape[:-1] + pc.shape)
+            _native.log_rel_time(theta, pc, invp, invp1, phi, logg, None, blend)
+
+            def grad_native() -> np.ndarray:
+                out = np.empty(logg.shape + (4,))
+                _native.log_rel_time(theta, pc, invp, invp1, phi, np.empty_like(logg), out,
+                                     blend)
+                return out
+            return logg, grad_native
         theta = np.asarray(theta, float)
         f, k, m1, m2 = (theta[..., i, None] for i in range(4))
         kphi = k * phi                      # rho - 1, kept exact for small k
@@ -150,7 +177,6 @@ class MemWallModeler(SpeedupFamily):
             # of the switch both branches' gradients are blended linearly (a point of the
             # generalised gradient there), so the solver steps along a kink instead of
             # zigzagging across it
-            blend = self.kink_blend if self.solver == "lm" else 0.0
             w = (np.minimum(np.maximum(0.5 + (c - ab) / (2.0 * blend * (c + ab)), 0.0), 1.0)
                  if blend > 0 else (c > ab).astype(float))
             out = np.empty(logg.shape + (4,))
