@@ -386,3 +386,15 @@ def test_memwall_compiled_equation_rejects_wrong_buffers_with_a_reason():
         ext.log_rel_time(th, p, p, p, p, np.empty(3), np.empty(4), 1e-3)
     with pytest.raises(ValueError, match="not C-contiguous"):
         ext.rel_time(th, p, p, np.empty((1, 6))[:, ::2])
+
+
+def test_memwall_without_the_compiled_extension_fits_with_numpy(monkeypatch):
+    # a source tree where the extension was not built: the numpy reference runs, same fit
+    from opptune.daemon.models import memwall
+    obs = memwall_data((0.95, 1.0, 0.05, 0.2))
+    want = MemWallModeler().fit(obs)
+    monkeypatch.setattr(memwall, "_native", None)
+    m = MemWallModeler()
+    assert m.native is False
+    got = m.fit(obs)
+    assert np.array_equal(got.theta, want.theta) and got.cost == want.cost
