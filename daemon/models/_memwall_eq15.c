@@ -1,10 +1,11 @@
 /* Eq. 15 of seed 003 (with eq. 10 and 16) and its gradient, compiled: the inner loop of the
  * variable-delay fit (memwall.py). One call replaces ~40 numpy calls on arrays of a few dozen
- * points, where the per-call overhead, not the arithmetic, was a third of a fit's time.
+ * points, where the per-call overhead, not the arithmetic, was a quarter of a fit's time.
  *
  * The numpy code in memwall.py is the reference: every expression here is written in the same
  * order of operations, and the build disables floating-point contraction (no FMA), so both
- * give the same doubles (tests/test_models_memwall.py checks it).
+ * give the same doubles wherever numpy's log is the C library's (x86 without AVX-512, aarch64;
+ * numpy's AVX-512 log may differ by an ulp). tests/test_models_analytic.py checks it.
  *
  * All arrays are C-contiguous float64 buffers: theta (K, 4) = (f, k, m1, m2) per row; p, invp
  * (= 1/p), invp1 (= 1/p - 1), phi (n,); outputs (K, n) and (K, n, 4), allocated by the caller.

@@ -106,8 +106,9 @@ class MemWallModeler(SpeedupFamily):
 
     def _axes(self, p: np.ndarray,
               freq: np.ndarray | None) -> tuple[np.ndarray, ...]:
-        """(phi, 1/p, 1/p - 1, p as contiguous float64) of the last data seen: a fit evaluates eq. 15 thousands of
-        times on the same p and freq arrays, and recomputing these was a tenth of its cost.
+        """(phi, 1/p, 1/p - 1, p as contiguous float64) of the last data seen: a fit evaluates
+        eq. 15 thousands of times on the same p and freq arrays, and recomputing these was a
+        tenth of its cost.
         Keyed on the arrays' identity (the cache holds them, so the identity cannot be
         reused)."""
         c = getattr(self, "_axes_cache", None)
