@@ -386,7 +386,11 @@ def test_memwall_compiled_equation_rejects_wrong_buffers_with_a_reason():
     with pytest.raises(ValueError, match="theta: 3 values do not fit"):
         ext.rel_time(np.ones(3), p, p, np.empty(3))
     with pytest.raises(ValueError, match="grad: 4 values do not fit"):
-        ext.log_rel_time(th, p, p, p, p, np.empty(3), np.empty(4), 1e-3)
+        ext.log_rel_time(th, p, p, p, np.empty(3), np.empty(4), 1e-3)
+    with pytest.raises(TypeError, match="invp1: expected a C-contiguous float64"):
+        ext.log_rel_time(th, p, None, p, np.empty(3), None, 1e-3)
+    with pytest.raises(ValueError, match="out and grad: at least one"):
+        ext.log_rel_time(th, p, p, p, None, None, 1e-3)
     with pytest.raises(ValueError, match="not C-contiguous"):
         ext.rel_time(th, p, p, np.empty((1, 6))[:, ::2])
 

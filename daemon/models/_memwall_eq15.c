@@ -9,6 +9,7 @@
  *
  * All arrays are C-contiguous float64 buffers: theta (K, 4) = (f, k, m1, m2) per row; p, invp
  * (= 1/p), invp1 (= 1/p - 1), phi (n,); outputs (K, n) and (K, n, 4), allocated by the caller.
+ * A buffer of the wrong type or size (or None where an array is needed) raises, naming it.
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
@@ -23,6 +24,11 @@ static inline double np_min(double a, double b) { return (a <= b || isnan(a)) ? 
 static int get(PyObject *o, Py_buffer *b, int writable, Py_ssize_t n, const char *name)
 {
     int flags = PyBUF_C_CONTIGUOUS | PyBUF_FORMAT | (writable ? PyBUF_WRITABLE : 0);
+    if (!PyObject_CheckBuffer(o)) {
+        PyErr_Format(PyExc_TypeError, "%s: expected a C-contiguous float64 array, got %s",
+                     name, Py_TYPE(o)->tp_name);
+        return -1;
+    }
     if (PyObject_GetBuffer(o, b, flags) < 0)
         return -1;
     if (b->itemsize != 8 || b->format == NULL || strcmp(b->format, "d") != 0) {
@@ -40,6 +46,7 @@ static int get(PyObject *o, Py_buffer *b, int writable, Py_ssize_t n, const char
 }
 
 enum { THETA, P, INVP, INVP1, PHI, OUT, GRAD, NBUF };
+#define NEED(i) (1u << (i))
 
 static void release(Py_buffer *b)
 {
@@ -48,19 +55,20 @@ static void release(Py_buffer *b)
             PyBuffer_Release(&b[i]);
 }
 
-/* The buffers of a call: theta (K, 4), the n-point axes, out (K, n) and grad (K, n, 4) when
- * ``grad`` is not None. Returns K, or -1 with an exception set (every buffer released). */
-static Py_ssize_t get_all(PyObject **o, Py_buffer *b, int with_grad)
+/* The buffers a call needs (bit mask ``need``): theta (K, 4), the n-point axes (n from p, or
+ * from invp where p is not needed), out (K, n) and grad (K, n, 4). Returns K, or -1 with an
+ * exception set (every buffer released). */
+static Py_ssize_t get_all(PyObject **o, Py_buffer *b, unsigned need)
 {
     static const char *names[NBUF] = {"theta", "p", "invp", "invp1", "phi", "out", "grad"};
+    const int first = need & NEED(P) ? P : INVP;
     memset(b, 0, NBUF * sizeof *b);
-    if (get(o[THETA], &b[THETA], 0, -4, "theta") < 0 || get(o[P], &b[P], 0, -1, "p") < 0)
+    if (get(o[THETA], &b[THETA], 0, -4, names[THETA]) < 0
+        || get(o[first], &b[first], 0, -1, names[first]) < 0)
         goto fail;
-    Py_ssize_t kk = b[THETA].len / 32, n = b[P].len / 8;
-    for (int i = INVP; i <= GRAD; i++) {
-        if ((i == INVP || i == INVP1) && o[i] == Py_None)
-            continue;                                   /* rel_time does not use them */
-        if (i == GRAD && !with_grad)
+    Py_ssize_t kk = b[THETA].len / 32, n = b[first].len / 8;
+    for (int i = P; i < NBUF; i++) {
+        if (i == first || !(need & NEED(i)))
             continue;
         Py_ssize_t want = i == OUT ? kk * n : i == GRAD ? kk * n * 4 : n;
         if (get(o[i], &b[i], i >= OUT, want, names[i]) < 0)
@@ -72,26 +80,34 @@ fail:
     return -1;
 }
 
-/* log_rel_time(theta, p, invp, invp1, phi, out, grad, blend) -> None
+/* log_rel_time(theta, invp, invp1, phi, out, grad, blend) -> None
  * out[j, i] = log g: the log of eq. 15's time ratio T_p / T1 of parameter row j at point i;
- * unless grad is None, grad[j, i] = d log g / d(f, k, m1, m2) in the active branch of the
- * max() and of eq. 16's min(), blended linearly within ``blend`` (relative) of the max()'s
- * switch (blend 0: the active branch alone). memwall.MemWallModeler.log_rel_time_lazy. */
+ * grad[j, i] = d log g / d(f, k, m1, m2) in the active branch of the max() and of eq. 16's
+ * min(), blended linearly within ``blend`` (relative) of the max()'s switch (blend 0: the
+ * active branch alone). Either of out and grad may be None (not both): what is not asked for
+ * is not computed. memwall.MemWallModeler.log_rel_time_lazy. */
 static PyObject *log_rel_time(PyObject *self, PyObject *args)
 {
-    PyObject *o[NBUF];
+    PyObject *o[NBUF] = {NULL};
     Py_buffer b[NBUF];
     double blend;
-    if (!PyArg_ParseTuple(args, "OOOOOOOd", &o[THETA], &o[P], &o[INVP], &o[INVP1], &o[PHI],
-                          &o[OUT], &o[GRAD], &blend))
+    if (!PyArg_ParseTuple(args, "OOOOOOd", &o[THETA], &o[INVP], &o[INVP1], &o[PHI], &o[OUT],
+                          &o[GRAD], &blend))
         return NULL;
-    Py_ssize_t kk = get_all(o, b, o[GRAD] != Py_None);
+    if (o[OUT] == Py_None && o[GRAD] == Py_None) {
+        PyErr_SetString(PyExc_ValueError, "out and grad: at least one must be an array");
+        return NULL;
+    }
+    unsigned need = NEED(THETA) | NEED(INVP) | NEED(INVP1) | NEED(PHI);
+    need |= (o[OUT] != Py_None ? NEED(OUT) : 0) | (o[GRAD] != Py_None ? NEED(GRAD) : 0);
+    Py_ssize_t kk = get_all(o, b, need);
     if (kk < 0)
         return NULL;
-    const Py_ssize_t n = b[P].len / 8;
+    const Py_ssize_t n = b[INVP].len / 8;
     const double *th = b[THETA].buf, *invp = b[INVP].buf, *invp1 = b[INVP1].buf,
                  *phi = b[PHI].buf;
-    double *out = b[OUT].buf, *grad = b[GRAD].obj != NULL ? b[GRAD].buf : NULL;
+    double *out = b[OUT].obj != NULL ? b[OUT].buf : NULL;
+    double *grad = b[GRAD].obj != NULL ? b[GRAD].buf : NULL;
     for (Py_ssize_t j = 0; j < kk; j++) {
         const double f = th[4 * j], k = th[4 * j + 1], m1 = th[4 * j + 2], m2 = th[4 * j + 3];
         const double s1 = m1 + m2, mu1 = np_min(s1, 1.0);
@@ -104,7 +120,8 @@ static PyObject *log_rel_time(PyObject *self, PyObject *args)
             const double bb = (1.0 - f) + f * invp[i];
             const double ab = aa * bb;
             const double c = (1.0 + kphi) * mup;
-            out[j * n + i] = log(np_max(c, ab)) - log(num);
+            if (out != NULL)
+                out[j * n + i] = log(np_max(c, ab)) - log(num);
             if (grad == NULL)
                 continue;
             const double w = blend > 0
@@ -125,15 +142,15 @@ static PyObject *log_rel_time(PyObject *self, PyObject *args)
 }
 
 /* rel_time(theta, p, phi, out) -> None
- * out[j, i] = T_p / T1 of eq. 15 (memwall.MemWallModeler.rel_time, same operations). */
+ * out[j, i] = T_p / T1 of eq. 15 (memwall.MemWallModeler.rel_time, same operations: f / p,
+ * not f * invp, which would round differently). */
 static PyObject *rel_time(PyObject *self, PyObject *args)
 {
     PyObject *o[NBUF] = {NULL};
     Py_buffer b[NBUF];
     if (!PyArg_ParseTuple(args, "OOOO", &o[THETA], &o[P], &o[PHI], &o[OUT]))
         return NULL;
-    o[INVP] = o[INVP1] = Py_None;
-    Py_ssize_t kk = get_all(o, b, 0);
+    Py_ssize_t kk = get_all(o, b, NEED(THETA) | NEED(P) | NEED(PHI) | NEED(OUT));
     if (kk < 0)
         return NULL;
     const Py_ssize_t n = b[P].len / 8;
@@ -157,8 +174,8 @@ static PyObject *rel_time(PyObject *self, PyObject *args)
 
 static PyMethodDef methods[] = {
     {"log_rel_time", log_rel_time, METH_VARARGS,
-     "log_rel_time(theta, p, invp, invp1, phi, out, grad, blend): log of eq. 15's T_p / T1 "
-     "into out (K, n) and, unless grad is None, its gradient into grad (K, n, 4)."},
+     "log_rel_time(theta, invp, invp1, phi, out, grad, blend): log of eq. 15's T_p / T1 "
+     "into out (K, n) and its gradient into grad (K, n, 4); either may be None."},
     {"rel_time", rel_time, METH_VARARGS,
      "rel_time(theta, p, phi, out): eq. 15's T_p / T1 into out (K, n)."},
     {NULL, NULL, 0, NULL},

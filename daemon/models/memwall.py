@@ -146,17 +146,16 @@ class MemWallModeler(SpeedupFamily):
         # d/d(f, k, m1, m2) in whichever branch of the max() (and of eq. 16's min()) is
         # active; theta (4,) or (K, 4). The solver's inner loop: each vector is computed once,
         # the gradient only when asked (at accepted steps)
-        phi, invp, invp1, pc = self._axes(p, freq)
+        phi, invp, invp1, _ = self._axes(p, freq)
         blend = self.kink_blend if self.solver == "lm" else 0.0
         if self.native:
             theta = np.ascontiguousarray(theta, dtype=float)
-            logg = np.empty(theta.shape[:-1] + pc.shape)
-            _native.log_rel_time(theta, pc, invp, invp1, phi, logg, None, blend)
+            logg = np.empty(theta.shape[:-1] + invp.shape)
+            _native.log_rel_time(theta, invp, invp1, phi, logg, None, blend)
 
             def grad_native() -> np.ndarray:
                 out = np.empty(logg.shape + (4,))
-                _native.log_rel_time(theta, pc, invp, invp1, phi, np.empty_like(logg), out,
-                                     blend)
+                _native.log_rel_time(theta, invp, invp1, phi, None, out, blend)
                 return out
             return logg, grad_native
         theta = np.asarray(theta, float)
