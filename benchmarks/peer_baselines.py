@@ -52,7 +52,9 @@ AUTO: dict[str, tuple[list[str] | None, bool, str | None]] = {
 
 
 def _load_groups(dataset: str) -> dict[tuple, Observations]:
-    return {g.key: median_reps(g.obs) for g in read_tidy(DATA / dataset / "data.csv")}
+    # relearn records runs shorter than its timer as 0 s: missing, as the peers read them
+    return {g.key: median_reps(g.obs)
+            for g in read_tidy(DATA / dataset / "data.csv", zero_time="missing")}
 
 
 def _pick(obs: Observations, configs: list[list[float]]) -> Observations:

@@ -21,7 +21,7 @@ from .models import registry
 from .models.base import NotEnoughData, Observations
 from .models.energy import PowerModeler, predict_energy
 from .models.select import ANALYTIC, choose
-from .tidy import TidyError, median_reps, read_tidy
+from .tidy import ZERO_TIME, TidyError, median_reps, read_tidy
 
 SEED003_LEARNERS = ("krr", "svr", "dtree")
 
@@ -35,6 +35,7 @@ def add_parsers(subparsers: Any) -> None:
                    help="models 'auto' chooses from (comma-separated, 'all' = every installed)")
     p.add_argument("--json", action="store_true", help="print JSON instead of a table")
     p.add_argument("--save", help="write the fits (parameters, not pickles) to this JSON file")
+    _zero_times_option(p)
     p.set_defaults(func=cmd_fit)
 
     p = subparsers.add_parser("predict", help="predict times from a saved fit")
@@ -56,18 +57,36 @@ def add_parsers(subparsers: Any) -> None:
     p.add_argument("--time-from-speedup", action="store_true",
                    help="use 1/speedup as (relative) time where time_s is empty (poet_bard_configs)")
     p.add_argument("--group", default="", help="only groups whose label contains this text")
+    _zero_times_option(p)
     p.set_defaults(func=cmd_eval)
 
 
-def _groups(path: str) -> list[tuple[str, Observations]]:
-    return [(g.label, median_reps(g.obs)) for g in read_tidy(path)]
+def _zero_times_option(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--zero-times", choices=ZERO_TIME, default="error",
+                   help="a time of 0 in the CSV (a run shorter than its timer's resolution) is "
+                        "an error (default) or read as missing")
 
 
-def _ints(text: str) -> list[float]:
+def _groups(path: str, zero_time: str = "error") -> list[tuple[str, Observations]]:
+    return [(g.label, median_reps(g.obs)) for g in read_tidy(path, zero_time=zero_time)]
+
+
+class UsageError(ValueError):
+    """A command-line value that cannot be used (exit 2, one line)."""
+
+
+def _numbers(text: str, option: str, whole: bool = False) -> list[float]:
+    """Comma-separated positive numbers of ``option`` (whole numbers where ``whole``)."""
     try:
-        return [float(x) for x in text.split(",") if x.strip()]
+        vals = [float(x) for x in text.split(",") if x.strip()]
     except ValueError:
-        raise SystemExit(f"error: not a comma-separated list of numbers: {text!r}") from None
+        vals = []
+    if not vals or not all(math.isfinite(v) and v > 0 and (not whole or v == int(v))
+                           for v in vals):
+        kind = "whole numbers >= 1" if whole else "numbers > 0"
+        raise UsageError(f"{option} needs comma-separated {kind}, e.g. "
+                         f"{'1,2,4' if whole else '1000,1400'}; got {text!r}")
+    return vals
 
 
 def _fmt(x: Any) -> str:
@@ -95,7 +114,7 @@ def _table(title: str, head: list[str], rows: list[list[Any]]) -> None:
 
 def cmd_fit(args: argparse.Namespace) -> int:
     try:
-        groups = _groups(args.data)
+        groups = _groups(args.data, args.zero_times)
     except TidyError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
@@ -141,7 +160,7 @@ def cmd_fit(args: argparse.Namespace) -> int:
             _table(f"power models of {args.data} (W over cores x frequency)",
                    ["group", "form", "train MAPE %", "parameters"], power_rows)
     if args.save:
-        Path(args.save).write_text(json.dumps({"format": "opptune-fits/1", "data": args.data,
+        Path(args.save).write_text(json.dumps({"format": FIT_FORMAT, "data": args.data,
                                                "fits": out}, default=float, indent=1))
     return 0 if any("error" not in e for e in out) else 1     # 1: no group could be fitted
 
@@ -160,7 +179,7 @@ def fit_power(obs: Observations) -> dict[str, Any] | None:
 
 def load_fit(entry: dict[str, Any]) -> Any:
     """A fitted model back from one saved entry (analytic models only)."""
-    if "state" not in entry:
+    if not isinstance(entry.get("state"), dict):
         raise ValueError(f"group {entry.get('group')}: model {entry.get('model')} was saved "
                          "without parameters that can be reloaded")
     modeler = registry.get(entry["model"])
@@ -169,18 +188,42 @@ def load_fit(entry: dict[str, Any]) -> Any:
     return modeler.from_state(entry["state"])
 
 
+FIT_FORMAT = "opptune-fits/1"
+
+
+def read_fits(path: str) -> list[dict[str, Any]]:
+    """The saved entries of a file written by ``opptune fit --save``; UsageError naming the
+    file and what is wrong with it otherwise."""
+    remake = "write one with: opptune fit --data FILE.csv --save FIT.json"
+    try:
+        text = Path(path).read_text(encoding="utf-8")
+    except OSError as exc:
+        raise UsageError(f"cannot read {path}: {exc.strerror or exc}") from None
+    except UnicodeDecodeError:
+        raise UsageError(f"{path} is not a saved fit (not UTF-8 text); {remake}") from None
+    try:
+        saved = json.loads(text)
+    except ValueError as exc:
+        raise UsageError(f"{path} is not a saved fit (not JSON: line {exc.lineno} column "
+                         f"{exc.colno}: {exc.msg}); {remake}") from None
+    if not isinstance(saved, dict) or saved.get("format") != FIT_FORMAT:
+        raise UsageError(f"{path} is JSON but not a saved fit (no \"format\": "
+                         f"\"{FIT_FORMAT}\"); {remake}")
+    fits = saved.get("fits")
+    if not isinstance(fits, list) or not all(isinstance(e, dict) and isinstance(
+            e.get("group"), str) for e in fits):
+        raise UsageError(f"{path}: 'fits' must be a list of fitted groups, each with a "
+                         f"'group' label; the file is damaged; {remake}")
+    return fits
+
+
 def cmd_predict(args: argparse.Namespace) -> int:
     try:
-        saved = json.loads(Path(args.fit).read_text())
-        entries = saved["fits"]
-    except (OSError, ValueError, KeyError) as exc:
-        print(f"error: cannot read fits from {args.fit}: {exc}", file=sys.stderr)
-        return 2
-    cores = _ints(args.cores)
-    freqs = _ints(args.freq) if args.freq else [math.nan]
-    if not cores or min(cores) < 1 or (args.freq and min(freqs) <= 0):
-        print(f"error: --cores needs counts >= 1 and --freq frequencies > 0 (MHz), got "
-              f"--cores {args.cores!r} --freq {args.freq!r}", file=sys.stderr)
+        entries = read_fits(args.fit)
+        cores = _numbers(args.cores, "--cores", whole=True)
+        freqs = _numbers(args.freq, "--freq") if args.freq else [math.nan]
+    except UsageError as exc:
+        print(f"error: {exc}", file=sys.stderr)
         return 2
     cc, ff = np.meshgrid(cores, freqs, indexing="ij")
     query = Observations.query(cc.ravel(), ff.ravel())
@@ -190,8 +233,10 @@ def cmd_predict(args: argparse.Namespace) -> int:
             continue
         try:
             model = load_fit(e)
-        except ValueError as exc:
-            print(f"warning: {exc}", file=sys.stderr)
+        except (ValueError, KeyError, TypeError, AttributeError) as exc:
+            # a damaged or foreign entry: the other groups can still be predicted
+            print(f"warning: group {e['group']}: cannot load its fit "
+                  f"({type(exc).__name__}: {exc})", file=sys.stderr)
             continue
         pr = model.predict(query)
         # energy and EDP where a power model was fitted alongside (models/energy.py)
@@ -350,7 +395,7 @@ def relative_time_from_speedup(obs: Observations) -> Observations:
 
 def cmd_eval(args: argparse.Namespace) -> int:
     try:
-        groups = _groups(args.data)
+        groups = _groups(args.data, args.zero_times)
     except TidyError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
@@ -370,7 +415,11 @@ def cmd_eval(args: argparse.Namespace) -> int:
         except (ValueError, ImportError, AttributeError) as exc:
             print(f"error: model {m}: {exc}", file=sys.stderr)
             return 2
-    sizes = [int(s) for s in _ints(args.train_sizes)]
+    try:
+        sizes = [int(s) for s in _numbers(args.train_sizes, "--train-sizes", whole=True)]
+    except UsageError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
     records = run_eval(groups, sizes, args.reps, args.seed, models)
     if not records:
         largest = max(int(np.sum(np.isfinite(o.time_s) & (o.time_s > 0))) for _, o in groups)
