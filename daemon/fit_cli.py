@@ -1,4 +1,4 @@
-"""Operator subcommands `opptune fit`, `opptune predict` and `opptune eval` (seed 003 sec. 4.3).
+"""Operator subcommands `opptune fit`, `opptune predict` and `opptune eval` (eval: seed 003 sec. 4.3).
 
 ``add_parsers(subparsers)`` registers them; each sets ``func(args) -> exit code``.
 Saved fits hold parameters (JSON), never pickles: only models with ``to_state`` (the analytic
@@ -26,38 +26,71 @@ from .tidy import ZERO_TIME, TidyError, median_reps, read_tidy
 SEED003_LEARNERS = ("krr", "svr", "dtree")
 
 
+TIDY_HELP = ("CSV file, one row per run: platform, workload, input, variant, cores, freq_mhz, "
+             "rep, time_s (optional: energy_j, power_w, counters)")
+
+
 def add_parsers(subparsers: Any) -> None:
     """Add fit, predict and eval to an argparse subparsers object."""
-    p = subparsers.add_parser("fit", help="fit time models per group of a tidy CSV")
-    p.add_argument("--data", required=True, help="tidy CSV file")
-    p.add_argument("--model", default="auto", help="model name or 'auto' (cross-validated)")
-    p.add_argument("--candidates", default=",".join(ANALYTIC),
-                   help="models 'auto' chooses from (comma-separated, 'all' = every installed)")
-    p.add_argument("--json", action="store_true", help="print JSON instead of a table")
-    p.add_argument("--save", help="write the fits (parameters, not pickles) to this JSON file")
+    desc = ("Fit a performance model (time over cores and CPU frequency) to each "
+            "platform/workload/input/variant group of a CSV of measurements, and a power model "
+            "where the runs carry power or energy. Prints a table, or JSON with --json; --save "
+            "keeps the fits for 'opptune predict'. Exit 1 when no group could be fitted, 2 on "
+            "unreadable input.")
+    p = subparsers.add_parser("fit", help="fit performance models to a CSV of measurements",
+                              description=desc)
+    p.add_argument("--data", required=True, metavar="FILE.csv", help=TIDY_HELP)
+    p.add_argument("--model", default="auto",
+                   help="amdahl, usl, memwall, ... or 'auto' (default): choose by "
+                        "cross-validation, possibly a weighted mix of models")
+    p.add_argument("--candidates", default=",".join(ANALYTIC), metavar="M1,M2",
+                   help="the models 'auto' chooses from (default: %(default)s; 'all' = every "
+                        "installed model)")
+    p.add_argument("--json", action="store_true",
+                   help="print JSON instead of a table (shape: docs/json-output.md)")
+    p.add_argument("--save", metavar="FIT.json",
+                   help="also write the fits to this file, for 'opptune predict'")
     _zero_times_option(p)
     p.set_defaults(func=cmd_fit)
 
-    p = subparsers.add_parser("predict", help="predict times from a saved fit")
-    p.add_argument("--fit", required=True, help="JSON written by 'opptune fit --save'")
-    p.add_argument("--cores", required=True, help="comma-separated core counts")
-    p.add_argument("--freq", default="", help="comma-separated MHz (grid with --cores)")
+    desc = ("Predict run time (with a 90 %% interval), and power, energy and energy-delay "
+            "product where the fit has a power model, at the core counts and frequencies "
+            "asked. Warns where a query lies outside the measured core counts or frequencies. "
+            "Exit 1 when nothing can be predicted, 2 on unusable input.")
+    p = subparsers.add_parser("predict", help="predict time (and energy) from a saved fit",
+                              description=desc)
+    p.add_argument("--fit", required=True, metavar="FIT.json",
+                   help="file written by 'opptune fit --save'")
+    p.add_argument("--cores", required=True, metavar="1,2,4", help="core counts")
+    p.add_argument("--freq", default="", metavar="MHz,MHz",
+                   help="CPU frequencies in MHz; every core count is predicted at each")
     p.add_argument("--group", help="only groups whose label contains this text")
-    p.add_argument("--json", action="store_true")
+    p.add_argument("--json", action="store_true",
+                   help="print JSON instead of a table (shape: docs/json-output.md)")
     p.set_defaults(func=cmd_predict)
 
-    p = subparsers.add_parser("eval", help="error vs number of measurements (seed 003 sec. 4.3)")
-    p.add_argument("--data", required=True)
-    p.add_argument("--train-sizes", default="4,8,16,32,64,128")
-    p.add_argument("--reps", type=int, default=10, help="random subsets per size")
-    p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--models", default="", help="default: amdahl,usl,memwall + krr,svr,dtree if installed")
+    desc = ("How prediction error falls with the number of measurements: for each training "
+            "size, fit each model on random subsets of each group's configurations and measure "
+            "its error on the rest (median MAPE of time, MSE of speedup). Says which sizes, "
+            "groups and fits it left out and why.")
+    p = subparsers.add_parser("eval", help="prediction error vs number of measurements",
+                              description=desc)
+    p.add_argument("--data", required=True, metavar="FILE.csv", help=TIDY_HELP)
+    p.add_argument("--train-sizes", default="4,8,16,32,64,128", metavar="N1,N2",
+                   help="numbers of training configurations (default: %(default)s)")
+    p.add_argument("--reps", type=int, default=10,
+                   help="random subsets per size (default: %(default)s)")
+    p.add_argument("--seed", type=int, default=0, help="seed of the random subsets")
+    p.add_argument("--models", default="", metavar="M1,M2",
+                   help="models to compare (default: amdahl, usl, memwall, and the krr, svr "
+                        "and dtree learners where scikit-learn is installed)")
     p.add_argument("--json", action="store_true",
                    help="print one JSON object (summary, what was left out, every fit) instead "
-                        "of the table")
-    p.add_argument("--out", help="directory for eval.jsonl and eval.png")
+                        "of the table (shape: docs/json-output.md)")
+    p.add_argument("--out", metavar="DIR", help="also write eval.jsonl and a plot, eval.png")
     p.add_argument("--time-from-speedup", action="store_true",
-                   help="use 1/speedup as (relative) time where time_s is empty (poet_bard_configs)")
+                   help="where time_s is empty, use 1/speedup from a 'speedup' column as a "
+                        "relative time")
     p.add_argument("--group", default="", help="only groups whose label contains this text")
     _zero_times_option(p)
     p.set_defaults(func=cmd_eval)

@@ -100,3 +100,26 @@ def test_predict_skips_a_damaged_entry_with_a_warning(tmp_path):
     proc = run("opptune", "predict", "--fit", str(fit), "--cores", "1")
     assert proc.returncode == 1 and "Traceback" not in proc.stderr
     assert "warning: group g: cannot load its fit" in proc.stderr
+
+
+INTERNAL = ("``", "auto_x", "combo", "seed 003", "fit_cli", "ROUTER", "poet_bard", "opptune.daemon",
+            "opptune.agent",
+            "Traceback")
+
+
+@pytest.mark.parametrize("argv", [
+    ["opptune"], ["opptune", "demo"], ["opptune", "status"], ["opptune", "sweep"],
+    ["opptune", "fit"], ["opptune", "predict"], ["opptune", "eval"], ["opptune-agent"],
+    ["opptune-daemon"]])
+def test_help_is_written_for_users(argv):
+    proc = run(*argv, "--help")
+    assert proc.returncode == 0 and proc.stdout.startswith("usage:")
+    for word in INTERNAL:
+        assert word not in proc.stdout, word
+
+
+@pytest.mark.parametrize("command", ["opptune", "opptune-agent", "opptune-daemon"])
+def test_version(command):
+    from opptune import __version__
+    proc = run(command, "--version")
+    assert proc.returncode == 0 and proc.stdout.strip() == f"{command} {__version__}"
