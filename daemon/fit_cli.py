@@ -24,6 +24,7 @@ from .models.select import ANALYTIC, choose
 from .tidy import ZERO_TIME, TidyError, median_reps, read_tidy
 
 SEED003_LEARNERS = ("krr", "svr", "dtree")
+CV_KEYS = ("name", "cv_mape", "fit_ms", "error")  # one row of a fit's "cv" list
 
 
 TIDY_HELP = ("CSV file, one row per run: platform, workload, input, variant, cores, freq_mhz, "
@@ -222,7 +223,8 @@ def cmd_fit(args: argparse.Namespace) -> int:
             t0 = time.perf_counter()
             if args.model == "auto":
                 sel = choose(obs, cands)
-                model, entry["cv"] = sel.model, sel.table()
+                model = sel.model
+                entry["cv"] = [{k: r.get(k) for k in CV_KEYS} for r in sel.table()]
             else:
                 model = registry.get(args.model).fit(obs)
             entry["fit_ms"] = 1e3 * (time.perf_counter() - t0)
@@ -606,6 +608,9 @@ def cmd_eval(args: argparse.Namespace) -> int:
             return 2
     try:
         sizes = [int(s) for s in _numbers(args.train_sizes, "--train-sizes", whole=True)]
+        if args.reps < 1:
+            raise UsageError(f"--reps needs a whole number >= 1 (random subsets per size), "
+                             f"got {args.reps}")
     except UsageError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2

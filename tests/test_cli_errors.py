@@ -123,3 +123,9 @@ def test_version(command):
     from opptune import __version__
     proc = run(command, "--version")
     assert proc.returncode == 0 and proc.stdout.strip() == f"{command} {__version__}"
+
+
+def test_eval_refuses_zero_reps(tmp_path):
+    data = tmp_path / "d.csv"
+    data.write_text(HEAD + "".join(f"b,w,1,v,{p},,0,{10 / p + 1}\n" for p in (1, 2, 3, 4)))
+    one_line_error(run("opptune", "eval", "--data", str(data), "--reps", "0"), "--reps", "got 0")

@@ -167,6 +167,10 @@ def test_json_shapes_are_the_same_every_time(tmp_path, capsys):
     ok, bad = fits
     assert ok["error"] is None and ok["cv"] is None and ok["power"] is None
     assert ok["measured"] == {"cores": [1, 2, 3, 4, 6, 8], "freq_mhz": [1000.0, 1500.0, 2000.0]}
+    assert run(["fit", "--data", str(data), "--json"]) == 0       # auto: a cv table per group
+    auto = json.loads(capsys.readouterr().out)[0]
+    assert set(auto) == FIT_KEYS and auto["cv"]
+    assert all(set(r) == {"name", "cv_mape", "fit_ms", "error"} for r in auto["cv"])
     assert bad["model"] is None and bad["params"] is None and bad["error"]
     assert run(["predict", "--fit", str(fit), "--cores", "2", "--json"]) == 0
     (rec,) = json.loads(capsys.readouterr().out)
