@@ -125,13 +125,14 @@ def _numbers(text: str, option: str, whole: bool = False) -> list[float]:
     return vals
 
 
-def plain(x: Any) -> Any:
+def plain(x: Any, raw: tuple[str, ...] = ()) -> Any:
     """``x`` as strict JSON values: numpy scalars and arrays as Python numbers and lists,
-    whole-number core counts as int, NaN and infinities (no value) as None."""
+    NaN and infinities (no value) as None. Values under a dict key in ``raw`` are kept as
+    they are (a model's saved state must reload exactly, NaN and infinity included)."""
     if isinstance(x, dict):
-        return {str(k): plain(v) for k, v in x.items()}
+        return {str(k): v if k in raw else plain(v, raw) for k, v in x.items()}
     if isinstance(x, (list, tuple, np.ndarray)):
-        return [plain(v) for v in x]
+        return [plain(v, raw) for v in x]
     if isinstance(x, (bool, np.bool_)):
         return bool(x)
     if isinstance(x, (int, np.integer)):
@@ -253,8 +254,10 @@ def cmd_fit(args: argparse.Namespace) -> int:
                    ["group", "form", "train MAPE %", "parameters"], power_rows,
                    fold=("parameters",))
     if args.save:
-        Path(args.save).write_text(json.dumps(plain({"format": FIT_FORMAT, "data": args.data,
-                                                     "fits": out}), allow_nan=False, indent=1))
+        # states keep NaN/Infinity (Python's JSON reads them back) so that predict reloads
+        # exactly what was fitted; everything else is strict JSON
+        saved = plain({"format": FIT_FORMAT, "data": args.data, "fits": out}, raw=("state",))
+        Path(args.save).write_text(json.dumps(saved, default=float, indent=1))
     return 0 if any(e["error"] is None for e in out) else 1     # 1: no group could be fitted
 
 

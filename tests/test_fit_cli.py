@@ -237,3 +237,20 @@ def test_fit_table_keeps_long_group_labels_whole(tmp_path, capsys, monkeypatch):
     assert run(["fit", "--data", str(data)]) == 0
     out = capsys.readouterr().out
     assert label in out and "…" not in out
+
+
+def test_saved_fit_reloads_exactly_when_its_state_holds_nan(tmp_path, capsys):
+    # an end-anchored mix without a frequency axis stores its anchor frequency as NaN: the
+    # saved file must give it back, while --json prints null (strict JSON)
+    import math
+    p = [1, 2, 3, 4, 6, 8, 12, 16]
+    data, fit = tmp_path / "d.csv", tmp_path / "fit.json"
+    data.write_text("platform,workload,input,variant,cores,freq_mhz,rep,time_s\n" + "".join(
+        f"b,w,,v,{c},,0,{10 * (0.05 + 0.95 / c) * (1 + 0.003 * c ** 1.2) * (1 + 0.02 * math.sin(5 * c))}\n"
+        for c in p))
+    assert run(["fit", "--data", str(data), "--json", "--save", str(fit)]) == 0
+    (entry,) = json.loads(capsys.readouterr().out)
+    assert entry["model"] == "combo" and "NaN" in fit.read_text()
+    assert run(["predict", "--fit", str(fit), "--cores", "4,32", "--json"]) == 0
+    preds = json.loads(capsys.readouterr().out)
+    assert [r["cores"] for r in preds] == [4, 32] and all(r["time_s"] > 0 for r in preds)
