@@ -24,18 +24,35 @@ LOG_FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
-    ap = argparse.ArgumentParser(prog="opptune-agent", description=__doc__.splitlines()[0])
-    ap.add_argument("--config", help="agent TOML (default /etc/opptune/agent.toml)")
-    ap.add_argument("--daemon", help="daemon endpoint, e.g. tcp://10.0.0.1:5555")
-    ap.add_argument("--agent-id", help="identity of this agent (default: hostname)")
-    ap.add_argument("--state-dir", help="directory for the outbox and saved cpufreq state")
-    ap.add_argument("--sysfs-root", help="root under which /sys and /proc are read (tests)")
-    ap.add_argument("--virtual-board", help="name of a virtual board (tests and demos only)")
-    ap.add_argument("--heartbeat", type=float, dest="heartbeat_s",
-                    help="heartbeat interval in seconds")
-    ap.add_argument("--log-level", choices=["DEBUG", "INFO", "WARNING", "ERROR"])
+    from .. import __version__
+    ap = argparse.ArgumentParser(
+        prog="opptune-agent",
+        description="Run the opptune agent on this board: it connects to the daemon, runs the "
+                    "benchmarks and workloads of its configuration at the core counts and CPU "
+                    "frequencies the daemon asks for, sends every result and applies the "
+                    "configuration the daemon recommends. With --restore it puts back the "
+                    "CPU frequency settings it saved, then exits.")
+    ap.add_argument("--version", action="version", version=f"opptune-agent {__version__}")
+    ap.add_argument("--config", metavar="FILE.toml",
+                    help="agent configuration (default /etc/opptune/agent.toml; etc/agent.toml "
+                         "is an example)")
+    ap.add_argument("--daemon", metavar="ENDPOINT",
+                    help="where the daemon listens, e.g. tcp://10.0.0.1:5555")
+    ap.add_argument("--agent-id", metavar="NAME", help="name of this board (default: hostname)")
+    ap.add_argument("--state-dir", metavar="DIR",
+                    help="directory for unsent results and the saved CPU frequency settings")
+    ap.add_argument("--sysfs-root", metavar="DIR",
+                    help="read /sys and /proc under this directory instead (for testing)")
+    ap.add_argument("--virtual-board", metavar="NAME",
+                    help="pretend to be a simulated board (demos and tests, clearly labelled "
+                         "virtual)")
+    ap.add_argument("--heartbeat", type=float, dest="heartbeat_s", metavar="SECONDS",
+                    help="how often to tell the daemon the agent is alive")
+    ap.add_argument("--log-level", choices=["DEBUG", "INFO", "WARNING", "ERROR"],
+                    help="how much to log on stderr (default INFO)")
     ap.add_argument("--restore", action="store_true",
-                    help="restore the cpufreq state saved in the state dir, then exit")
+                    help="put back the CPU frequency settings saved in the state directory, "
+                         "then exit")
     return ap.parse_args(argv)
 
 

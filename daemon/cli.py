@@ -68,9 +68,17 @@ def _add_link_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--json", action="store_true", help="print JSON")
 
 
+DESCRIPTION = ("Find the operating point of parallel software: how many cores and which CPU "
+               "frequency. 'opptune demo' runs the whole loop on this machine; 'status' and "
+               "'sweep' talk to a running opptune-daemon; 'fit', 'predict' and 'eval' work on a "
+               "CSV of measurements. 'opptune COMMAND --help' describes each command.")
+
+
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="opptune", description=__doc__)
-    sub = parser.add_subparsers(dest="command", required=True)
+    from .. import __version__
+    parser = argparse.ArgumentParser(prog="opptune", description=DESCRIPTION)
+    parser.add_argument("--version", action="version", version=f"opptune {__version__}")
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
     p = sub.add_parser("demo", help="run the whole loop locally: daemon + agent, sweep, fit, "
                                     "recommend, apply, verify")
@@ -106,7 +114,8 @@ def build_parser() -> argparse.ArgumentParser:
     try:
         from .fit_cli import add_parsers
     except ImportError:  # the modelling extra is not installed
-        pass
+        parser.epilog = ("fit, predict and eval need the daemon extra: "
+                         "pip install 'opptune[daemon]'")
     else:
         add_parsers(sub)
     return parser

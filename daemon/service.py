@@ -545,16 +545,28 @@ def _axis(freqs: list[int] | None) -> list[int] | None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="opptune-daemon", description=__doc__.splitlines()[0])
-    parser.add_argument("--config", help="daemon TOML file (default /etc/opptune/daemon.toml)")
-    parser.add_argument("--bind", help="ZeroMQ endpoint to bind, e.g. tcp://0.0.0.0:5555, "
-                                       "tcp://127.0.0.1:0 (random port), ipc:///run/opptune.sock")
-    parser.add_argument("--database", help="SQLite file of the store")
-    parser.add_argument("--log-level", help="DEBUG, INFO, WARNING, ERROR")
+    from .. import __version__
+    parser = argparse.ArgumentParser(
+        prog="opptune-daemon",
+        description="Run the opptune daemon: agents connect to it and send their results; it "
+                    "stores them, fits performance models, and sends each board the "
+                    "configuration (cores, CPU frequency) it recommends. 'opptune status' shows "
+                    "what it knows.")
+    parser.add_argument("--version", action="version", version=f"opptune-daemon {__version__}")
+    parser.add_argument("--config", metavar="FILE.toml",
+                        help="daemon configuration (default /etc/opptune/daemon.toml; "
+                             "etc/daemon.toml is an example)")
+    parser.add_argument("--bind", metavar="ENDPOINT",
+                        help="where to listen, e.g. tcp://0.0.0.0:5555, tcp://127.0.0.1:0 "
+                             "(a free port), ipc:///run/opptune.sock")
+    parser.add_argument("--database", metavar="FILE", help="SQLite file of the measurements")
+    parser.add_argument("--log-level", metavar="LEVEL",
+                        help="DEBUG, INFO (default), WARNING or ERROR")
     parser.add_argument("--auto-sweep", action="store_true", default=None,
-                        help="send a sweep to every agent that says hello")
-    parser.add_argument("--endpoint-file", help="write the bound endpoint to this file once "
-                                                "listening (useful with a random port)")
+                        help="sweep every agent that connects")
+    parser.add_argument("--endpoint-file", metavar="FILE",
+                        help="write the endpoint to this file once listening (useful with a "
+                             "free port)")
     args = parser.parse_args(argv)
     try:
         config = load_daemon_config(args.config, bind=args.bind, database=args.database,

@@ -3,11 +3,15 @@
 Columns: platform, workload, input, variant, cores, freq_mhz, rep, time_s (required), energy_j,
 power_w (optional) and any other columns. Extra columns whose non-empty cells are all numbers
 become counters; text columns (hardware descriptions, sources) are ignored. Empty cell = missing.
+The file is UTF-8 (a byte-order mark is allowed). Core counts are whole numbers >= 1, times are
+> 0 (``zero_time="missing"`` reads a time of 0, a run shorter than its timer's resolution, as
+missing instead), frequencies > 0; anything else is an error naming the line.
 """
 
 from __future__ import annotations
 
 import csv
+import io
 import math
 from dataclasses import dataclass
 from pathlib import Path
@@ -48,19 +52,53 @@ def _number(text: str, where: str, column: str) -> float:
         raise TidyError(f"{where}: column '{column}': {text!r} is not a number") from None
 
 
-def read_tidy(path: str | Path) -> list[Group]:
+ZERO_TIME = ("error", "missing")
+
+
+def read_tidy(path: str | Path, zero_time: str = "error") -> list[Group]:
     """Groups of the tidy CSV at ``path`` in order of first appearance."""
     path = Path(path)
     try:
-        handle = path.open(newline="", encoding="utf-8")
+        raw = path.read_bytes()
     except OSError as exc:
         raise TidyError(f"{path}: cannot open: {exc.strerror or exc}") from None
-    with handle:
-        return parse_tidy(handle, str(path))
+    try:
+        text = raw.decode("utf-8-sig")
+    except UnicodeDecodeError as exc:
+        line = raw[:exc.start].count(b"\n") + 1
+        raise TidyError(f"{path}: line {line}: not UTF-8 text (byte 0x{raw[exc.start]:02x}); "
+                        "save the file as UTF-8, e.g. iconv -f latin1 -t utf-8 "
+                        f"{path.name} > utf8.csv") from None
+    return parse_tidy(io.StringIO(text, newline=""), str(path), zero_time=zero_time)
 
 
-def parse_tidy(lines: Iterable[str], name: str = "<csv>") -> list[Group]:
-    """Groups from CSV text lines; ``name`` labels error messages."""
+def _check_row(vals: list[float], row: list[str], col: dict[str, int], where: str,
+               zero_time: str) -> None:
+    """Refuse values no measurement can have (cores, time, frequency); vals follows NUMERIC."""
+    cores, freq, time_s = vals[0], vals[1], vals[3]
+    if math.isnan(cores):
+        raise TidyError(f"{where}: column 'cores' is empty")
+    if cores < 1 or cores != int(cores):
+        raise TidyError(f"{where}: column 'cores': {row[col['cores']]!r} is not a whole "
+                        "number >= 1")
+    if freq <= 0 or math.isinf(freq):
+        raise TidyError(f"{where}: column 'freq_mhz': {row[col['freq_mhz']]!r} is not a "
+                        "frequency > 0 (MHz; leave the cell empty where it is unknown)")
+    if time_s == 0 and zero_time == "missing":
+        vals[3] = math.nan
+    elif time_s <= 0 or math.isinf(time_s):
+        raise TidyError(f"{where}: column 'time_s': {row[col['time_s']]!r} is not a time > 0 "
+                        "(seconds; leave the cell empty where the run has no time"
+                        + (", or give --zero-times missing to read 0 as missing)"
+                           if time_s == 0 else ")"))
+
+
+def parse_tidy(lines: Iterable[str], name: str = "<csv>", zero_time: str = "error"
+               ) -> list[Group]:
+    """Groups from CSV text lines; ``name`` labels error messages; ``zero_time`` is "error"
+    (a time of 0 is refused) or "missing" (read as an empty cell)."""
+    if zero_time not in ZERO_TIME:
+        raise ValueError(f"zero_time must be one of {ZERO_TIME}, not {zero_time!r}")
     reader = csv.reader(lines)
     try:
         header = [h.strip() for h in next(reader)]
@@ -83,10 +121,7 @@ def parse_tidy(lines: Iterable[str], name: str = "<csv>") -> list[Group]:
             raise TidyError(f"{name}: line {lineno}: {len(row)} fields, header has {len(header)}")
         where = f"{name}: line {lineno}"
         vals = [_number(row[col[c]], where, c) if c in col else math.nan for c in NUMERIC]
-        if math.isnan(vals[0]):
-            raise TidyError(f"{where}: column 'cores' is empty")
-        if vals[0] < 1:
-            raise TidyError(f"{where}: column 'cores': {row[col['cores']]!r} is below 1")
+        _check_row(vals, row, col, where, zero_time)
         rows.append(row)
         numbers.append(vals)
         line_no.append(lineno)

@@ -24,6 +24,25 @@ class ConfigError(ValueError):
     """A configuration that cannot be used; the message names file, key and the fix."""
 
 
+# ZeroMQ transports an endpoint may name (zmq_connect(3)); "host:port" alone is not an endpoint
+TRANSPORTS = ("tcp", "ipc", "inproc", "pgm", "epgm", "vmci")
+
+
+def endpoint_problem(value: str) -> str | None:
+    """Why ``value`` is not a ZeroMQ endpoint ("transport://address"), with the fix; None if
+    it is one."""
+    transport, sep, address = value.partition("://")
+    if not sep:
+        return (f"{value!r} lacks a transport; write it as \"tcp://{value}\" "
+                "(or ipc:///path/to/socket)")
+    if transport not in TRANSPORTS:
+        return (f"{value!r} names the unknown transport {transport!r}; use one of "
+                f"{', '.join(t + '://' for t in TRANSPORTS)}")
+    if not address:
+        return f"{value!r} has no address after {transport}://"
+    return None
+
+
 @dataclass
 class CommandWorkload:
     """A real workload the agent may run: a command line; ``{threads}`` and ``{size}`` are
@@ -192,10 +211,29 @@ def load_daemon_config(path: str | os.PathLike[str] | None = None,
     return _load(DaemonConfig, path, DEFAULT_DAEMON_CONFIG, overrides)
 
 
+# keys holding a ZeroMQ endpoint, and keys that must not be negative
+ENDPOINT_KEYS = ("daemon", "bind")
+NON_NEGATIVE_KEYS = ("tolerance",)
+
+
 def _load(cls: type, path: Any, default: Path, overrides: dict[str, Any]) -> Any:
     p = Path(path) if path else default
     if path and not p.exists():
         raise ConfigError(f"{p}: configuration file not found; create it or drop --config")
     data = _read(p)
-    data.update({k: v for k, v in overrides.items() if v is not None})
-    return _build(cls, data, p)
+    given = {k: v for k, v in overrides.items() if v is not None}
+    data.update(given)
+    config = _build(cls, data, p)
+    for key in ENDPOINT_KEYS:
+        value = getattr(config, key, None)
+        problem = endpoint_problem(value) if isinstance(value, str) else None
+        if problem:
+            where = (f"--{key.replace('_', '-')}" if key in given
+                     else f"{p}: key '{key}'" if key in data else f"default '{key}'")
+            raise ConfigError(f"{where}: {problem}")
+    for key in NON_NEGATIVE_KEYS:
+        value = getattr(config, key, None)
+        if value is not None and value < 0:
+            raise ConfigError(f"{p}: key '{key}' must be >= 0 (a fraction of the best time, "
+                              f"e.g. 0.05 for 5 %), got {value!r}")
+    return config

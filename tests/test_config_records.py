@@ -112,3 +112,25 @@ def test_compact_form_leaves_out_defaults_and_round_trips():
     full = rec.to_dict(compact=False)
     assert full["energy_j"] is None and full["ok"] is True
     assert RunRecord.from_dict(full) == rec
+
+
+@pytest.mark.parametrize("kind, text, needle", [
+    ("agent", 'daemon = "127.0.0.1:5555"\n', "key 'daemon': '127.0.0.1:5555' lacks a transport; "
+                                             'write it as "tcp://127.0.0.1:5555"'),
+    ("agent", 'daemon = "udp://10.0.0.1:5555"\n', "unknown transport 'udp'"),
+    ("daemon", 'bind = "0.0.0.0:5555"\n', "key 'bind': '0.0.0.0:5555' lacks a transport"),
+    ("daemon", "tolerance = -0.05\n", "key 'tolerance' must be >= 0"),
+])
+def test_endpoint_without_transport_and_negative_tolerance_name_file_and_key(
+        tmp_path, kind, text, needle):
+    path = tmp_path / f"{kind}.toml"
+    path.write_text(text)
+    load = load_agent_config if kind == "agent" else load_daemon_config
+    with pytest.raises(ConfigError) as exc:
+        load(path)
+    assert str(exc.value).startswith(f"{path}: ") and needle in str(exc.value)
+
+
+def test_endpoint_from_the_command_line_names_the_option():
+    with pytest.raises(ConfigError, match=r"^--daemon: 'board:1' lacks a transport"):
+        load_agent_config(None, daemon="board:1")

@@ -64,7 +64,7 @@ def test_eval_writes_records_and_plot(tmp_path, capsys):
     assert len(recs) == 2 * 2 * 2
     assert {r["model"] for r in recs} == {"amdahl", "memwall"}
     assert all(r["n_test"] == 18 - r["size"] for r in recs)
-    ok = [r for r in recs if "mape" in r and r["size"] == 8]
+    ok = [r for r in recs if r["mape"] is not None and r["size"] == 8]
     assert ok and min(r["mape"] for r in ok) < 5
     assert (out / "eval.png").stat().st_size > 1000
 
@@ -110,9 +110,10 @@ def test_eval_and_predict_reject_impossible_requests(tmp_path, capsys):
     assert "no fit succeeded (2 tried)" in capsys.readouterr().err
     assert run(["fit", "--data", str(data), "--model", "amdahl", "--save", str(fit)]) == 0
     capsys.readouterr()
-    for extra in (["--cores", "0,4"], ["--cores", "4", "--freq", "-1000"]):
+    for extra, needle in ((["--cores", "0,4"], "--cores needs comma-separated whole numbers"),
+                          (["--cores", "4", "--freq", "-1000"], "--freq needs comma-separated numbers > 0")):
         assert run(["predict", "--fit", str(fit), *extra]) == 2
-        assert "--cores needs counts >= 1" in capsys.readouterr().err
+        assert needle in capsys.readouterr().err
 
 
 def test_power_model_fitted_alongside_gives_energy_and_edp(tmp_path, capsys):
@@ -147,4 +148,109 @@ def test_power_model_fitted_alongside_gives_energy_and_edp(tmp_path, capsys):
     assert "energy" in capsys.readouterr().out                 # the table shows it too
     # without energy columns: no power entry, no energy columns
     assert run(["fit", "--data", str(small_csv(tmp_path)), "--json"]) == 0
-    assert "power" not in json.loads(capsys.readouterr().out)[0]
+    assert json.loads(capsys.readouterr().out)[0]["power"] is None
+
+
+FIT_KEYS = {"group", "model", "params", "quality", "members", "cv", "fit_ms", "measured", "state",
+            "power", "error"}
+PREDICT_KEYS = {"group", "model", "cores", "freq_mhz", "time_s", "lower", "upper", "level",
+                "extrapolated", "power_w", "energy_j", "edp"}
+
+
+def test_json_shapes_are_the_same_every_time(tmp_path, capsys):
+    data, fit = small_csv(tmp_path), tmp_path / "fit.json"
+    with data.open("a") as fh:                      # a group that cannot be fitted
+        fh.write("board,lonely,,v,2,1000,0,5.0\n")
+    assert run(["fit", "--data", str(data), "--model", "amdahl", "--json", "--save", str(fit)]) == 0
+    fits = json.loads(capsys.readouterr().out)
+    assert [set(e) for e in fits] == [FIT_KEYS, FIT_KEYS]
+    ok, bad = fits
+    assert ok["error"] is None and ok["cv"] is None and ok["power"] is None
+    assert ok["measured"] == {"cores": [1, 2, 3, 4, 6, 8], "freq_mhz": [1000.0, 1500.0, 2000.0]}
+    assert run(["fit", "--data", str(data), "--json"]) == 0       # auto: a cv table per group
+    auto = json.loads(capsys.readouterr().out)[0]
+    assert set(auto) == FIT_KEYS and auto["cv"]
+    assert all(set(r) == {"name", "cv_mape", "fit_ms", "error"} for r in auto["cv"])
+    assert bad["model"] is None and bad["params"] is None and bad["error"]
+    assert run(["predict", "--fit", str(fit), "--cores", "2", "--json"]) == 0
+    (rec,) = json.loads(capsys.readouterr().out)
+    assert set(rec) == PREDICT_KEYS
+    assert rec["cores"] == 2 and isinstance(rec["cores"], int)
+    assert rec["freq_mhz"] is None and rec["power_w"] is None and rec["extrapolated"] == []
+
+
+def test_json_has_no_nan_or_infinity(tmp_path, capsys):
+    # perfect scaling: Amdahl's speedup limit is infinite, and JSON has no such number
+    data = tmp_path / "d.csv"
+    data.write_text("platform,workload,input,variant,cores,freq_mhz,rep,time_s\n"
+                    + "".join(f"b,w,,v,{p},,0,{10 / p}\n" for p in (1, 2, 4, 8)))
+    assert run(["fit", "--data", str(data), "--model", "amdahl", "--json"]) == 0
+    text = capsys.readouterr().out
+    (entry,) = json.loads(text, parse_constant=lambda c: pytest.fail(f"{c} in JSON"))
+    assert entry["params"]["speedup_limit"] is None
+
+
+def test_predict_warns_when_it_extrapolates(tmp_path, capsys):
+    data, fit = small_csv(tmp_path), tmp_path / "fit.json"
+    assert run(["fit", "--data", str(data), "--model", "memwall", "--save", str(fit)]) == 0
+    capsys.readouterr()
+    assert run(["predict", "--fit", str(fit), "--cores", "4,16", "--freq", "1500,2500",
+                "--json"]) == 0
+    cap = capsys.readouterr()
+    recs = {(r["cores"], r["freq_mhz"]): r["extrapolated"] for r in json.loads(cap.out)}
+    assert recs == {(4, 1500.0): [], (4, 2500.0): ["freq_mhz"], (16, 1500.0): ["cores"],
+                    (16, 2500.0): ["cores", "freq_mhz"]}
+    (line,) = cap.err.strip().splitlines()
+    assert line.startswith("warning: group board/kern/v: cores 16 outside the measured 1-8; "
+                           "frequency 2500 MHz outside the measured 1000-2000 MHz")
+    assert run(["predict", "--fit", str(fit), "--cores", "1,8", "--freq", "1000"]) == 0
+    assert "warning" not in capsys.readouterr().err
+
+
+def test_eval_says_what_it_left_out_and_json_is_one_object(tmp_path, capsys):
+    data = small_csv(tmp_path)
+    with data.open("a") as fh:                       # a group with only 3 configurations
+        fh.write("".join(f"board,small,,v,{p},1000,0,{10 / p + 1}\n" for p in (1, 2, 4)))
+    argv = ["eval", "--data", str(data), "--train-sizes", "4,8", "--reps", "1",
+            "--models", "amdahl"]
+    assert run(argv) == 0
+    err = capsys.readouterr().err
+    assert "left out size 4 for 1 of 2 groups" in err and "board/small/v" in err
+    assert "left out size 8 for 1 of 2 groups" in err
+    assert run(argv + ["--json"]) == 0
+    doc = json.loads(capsys.readouterr().out)          # the whole of stdout is one JSON value
+    assert set(doc) == {"data", "models", "sizes", "reps", "seed", "summary", "dropped",
+                        "records"}
+    assert {(d["group"], d["size"]) for d in doc["dropped"]} == {("board/small/v", 4),
+                                                                 ("board/small/v", 8)}
+    assert all(set(r) == {"group", "model", "size", "rep", "n_test", "fit_s", "mape",
+                          "mse_speedup", "error"} for r in doc["records"])
+
+
+def test_fit_table_keeps_long_group_labels_whole(tmp_path, capsys, monkeypatch):
+    monkeypatch.setenv("COLUMNS", "60")
+    label = "a-board-with-a-long-name/a-workload-with-an-even-longer-name/variant-x"
+    data = tmp_path / "d.csv"
+    data.write_text("platform,workload,input,variant,cores,freq_mhz,rep,time_s\n"
+                    + "".join(f"a-board-with-a-long-name,a-workload-with-an-even-longer-name,,"
+                              f"variant-x,{p},,0,{10 / p + 1}\n" for p in (1, 2, 4, 8)))
+    assert run(["fit", "--data", str(data)]) == 0
+    out = capsys.readouterr().out
+    assert label in out and "…" not in out
+
+
+def test_saved_fit_reloads_exactly_when_its_state_holds_nan(tmp_path, capsys):
+    # an end-anchored mix without a frequency axis stores its anchor frequency as NaN: the
+    # saved file must give it back, while --json prints null (strict JSON)
+    import math
+    p = [1, 2, 3, 4, 6, 8, 12, 16]
+    data, fit = tmp_path / "d.csv", tmp_path / "fit.json"
+    data.write_text("platform,workload,input,variant,cores,freq_mhz,rep,time_s\n" + "".join(
+        f"b,w,,v,{c},,0,{10 * (0.05 + 0.95 / c) * (1 + 0.003 * c ** 1.2) * (1 + 0.02 * math.sin(5 * c))}\n"
+        for c in p))
+    assert run(["fit", "--data", str(data), "--json", "--save", str(fit)]) == 0
+    (entry,) = json.loads(capsys.readouterr().out)
+    assert entry["model"] == "combo" and "NaN" in fit.read_text()
+    assert run(["predict", "--fit", str(fit), "--cores", "4,32", "--json"]) == 0
+    preds = json.loads(capsys.readouterr().out)
+    assert [r["cores"] for r in preds] == [4, 32] and all(r["time_s"] > 0 for r in preds)

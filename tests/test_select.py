@@ -155,3 +155,32 @@ def test_enough_held_out_points_rank_the_models_and_hold_only_joins_as_fallback(
     assert sel.model.weights.get("hold", 0) < 0.05
     with pytest.raises(ValueError):
         choose(Observations(cores=p, time_s=t), ["amdahl"], rule="lowest")
+
+
+@pytest.mark.parametrize("times, rule", [
+    # one held-out point: the simplest-adequate fallback took Amdahl, the worst on it
+    ([10.0, 5.37, 4.443], "combine"),
+    ([10.0, 5.37, 4.443], "fallback"),
+    # two candidates: "1se" took the simpler, the worse of the two
+    ([10.0, 6.899, 5.786], "1se"),
+])
+def test_never_picks_the_candidate_with_the_worst_held_out_error(times, rule):
+    obs = Observations(cores=np.array([1.0, 2, 4]), time_s=np.array(times))
+    sel = choose(obs, ["amdahl", "usl"], target="extrapolate", rule=rule)
+    valid = {n: s["cv_mape"] for n, s in sel.scores.items()
+             if s["error"] is None and n != "combo"}
+    assert len(valid) >= 2 and max(valid.values()) > 1.01 * min(valid.values())
+    assert valid.get(sel.name, -1) < max(valid.values()), (sel.name, valid)
+
+
+def test_worst_candidates_ties_and_single_sets():
+    from opptune.daemon.models.select import worst_candidates
+
+    def sc(**m):
+        return {n: {"cv_mape": v, "error": None} for n, v in m.items()}
+    assert worst_candidates(sc(a=1.0, b=2.0, c=2.0001)) == {"b", "c"}   # a tie at the top
+    assert worst_candidates(sc(a=1.0, b=1.0)) == set()                  # all tie: no worst
+    assert worst_candidates(sc(a=1.0)) == set()
+    s = sc(a=1.0, b=3.0)
+    s["b"]["error"] = "fold 0: failed"
+    assert worst_candidates(s) == set()                                 # only a is validated

@@ -58,3 +58,16 @@ def test_reads_shipped_dataset():
 def test_header_without_rows_is_an_error(tmp_path):
     with pytest.raises(TidyError, match=r"d.csv: no data rows after the header line"):
         read_tidy(write(tmp_path, "\n\n"))
+
+
+def test_byte_order_mark_is_allowed(tmp_path):
+    path = tmp_path / "d.csv"
+    path.write_bytes(b"\xef\xbb\xbf" + (HEAD + "b,w,1,v,1,,0,10,,,\n").encode())
+    assert read_tidy(path)[0].obs.time_s.tolist() == [10.0]
+
+
+def test_zero_time_is_an_error_or_missing_on_request(tmp_path):
+    path = write(tmp_path, "b,w,1,v,1,,0,10,,,\nb,w,1,v,2,,0,0,,,\n")
+    with pytest.raises(TidyError, match=r"d.csv: line 3: column 'time_s': '0'"):
+        read_tidy(path)
+    assert np.isnan(read_tidy(path, zero_time="missing")[0].obs.time_s[1])

@@ -41,6 +41,13 @@ Rule (``rule``):
   is not the default.
 * ``"min"``: the lowest MAPE outright (the behaviour before).
 
+Under every rule the choice is never a candidate whose held-out error is the worst of the
+validated set (``worst_candidates``; candidates within SAME_FORECAST of each other tie, and a
+set that ties throughout has no worst): the simplest-model fallback and "1se" could otherwise
+return it (with two candidates, any pick but the best is the worst), and a combination that
+validates worse than each of its members is not used. The worst is taken only when nothing
+else can be fitted.
+
 A model whose module is missing, that declares itself not applicable, or that cannot fit some
 fold is listed with the reason and not chosen. The winner (every member of a combination) is
 refitted on all data; a combination only takes members that can be saved (``to_state``), so a
@@ -276,12 +283,18 @@ def choose(obs: Observations, candidates: list[str] | None = None, k: int = 5,
     apes = {n: s.pop("_ape", np.empty(0)) for n, s in scores.items()}
     cv = {n: (s.pop("_pred", None), s.pop("_anch", None), s.pop("_truth", None))
           for n, s in scores.items()}
+    worst = worst_candidates(scores)
     if rule == "combine" and not gate:
         sel = _combine(usable, scores, cv, names)
-        if sel is not None:
+        if sel is not None and not _is_worst(sel.name, scores, worst):
             sel.folds, sel.scheme = n_folds, scheme
             return sel
+        if sel is not None:
+            scores[sel.name]["error"] = "not chosen: the worst held-out error of the set"
     ranked = rank(scores, apes, names, "fallback" if rule == "combine" else rule)
+    # the worst only when nothing else can be fitted
+    ranked = [n for n in ranked if n not in worst] + [n for n in ranked if n in worst]
+    last_ok = max((i for i, n in enumerate(ranked) if n not in worst), default=len(ranked) - 1)
     for i, name in enumerate(ranked):
         try:
             model = registry.get(name).fit(usable)
@@ -289,13 +302,36 @@ def choose(obs: Observations, candidates: list[str] | None = None, k: int = 5,
             scores[name]["error"] = f"refit: {exc}"
             continue
         miss = model.quality.get("shape_mape", model.quality.get("mape", 0.0))
-        if gate and name != FALLBACK and i < len(ranked) - 1 and miss > ADEQUATE_MAPE:
+        if gate and name != FALLBACK and i < last_ok and miss > ADEQUATE_MAPE:
             scores[name]["error"] = (f"fallback: training MAPE {miss:.1f} % > "
                                      f"{ADEQUATE_MAPE:g} %")
             continue
         return Selection(name=name, model=model, scores=scores, folds=n_folds, scheme=scheme)
     reasons = "; ".join(f"{n}: {s['error']}" for n, s in scores.items())
     raise NotEnoughData(f"no candidate model could be fitted ({reasons})")
+
+
+def worst_candidates(scores: dict[str, dict[str, Any]]) -> set[str]:
+    """The validated candidates (no error, finite held-out MAPE) whose MAPE is the highest of
+    the set; ties within SAME_FORECAST (relative) count as one value, and a set without two
+    distinct values has no worst (empty set)."""
+    mape = {n: s["cv_mape"] for n, s in scores.items()
+            if s["error"] is None and np.isfinite(s["cv_mape"])}
+    if len(mape) < 2:
+        return set()
+    top = max(mape.values())
+    worst = {n for n, m in mape.items() if m * (1 + SAME_FORECAST) >= top}
+    return worst if len(worst) < len(mape) else set()
+
+
+def _is_worst(name: str, scores: dict[str, dict[str, Any]], worst: set[str]) -> bool:
+    """True when the selection ``name`` (a candidate, or the combination, whose held-out MAPE
+    is in ``scores``) is, or validates no better than, the worst of the set."""
+    if name in worst:
+        return True
+    if name != combine.NAME or not worst:
+        return False
+    return scores[name]["cv_mape"] * (1 + SAME_FORECAST) >= scores[next(iter(worst))]["cv_mape"]
 
 
 def combination_weights(cv: dict[str, tuple], names: list[str]

@@ -1,0 +1,131 @@
+"""Bad input to the installed commands: one line naming the problem and the fix, exit 2, no
+traceback, nothing created (real processes of the console scripts)."""
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+BIN = Path(sys.executable).parent
+
+
+def run(*argv, cwd=None):
+    return subprocess.run([str(BIN / argv[0]), *argv[1:]], capture_output=True, text=True,
+                          timeout=60, cwd=cwd)
+
+
+def one_line_error(proc, *needles):
+    assert proc.returncode == 2, proc.stderr
+    assert "Traceback" not in proc.stderr
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1, proc.stderr
+    for n in needles:
+        assert n in lines[0], lines[0]
+    assert proc.stdout == ""
+
+
+def test_agent_config_endpoint_without_transport(tmp_path):
+    cfg = tmp_path / "agent.toml"
+    state = tmp_path / "state"
+    cfg.write_text(f'daemon = "127.0.0.1:5555"\nstate_dir = "{state}"\n')
+    one_line_error(run("opptune-agent", "--config", str(cfg)),
+                   str(cfg), "key 'daemon'", "tcp://127.0.0.1:5555")
+    assert not state.exists()
+
+
+def test_operator_cli_endpoint_from_config_without_transport(tmp_path):
+    cfg = tmp_path / "daemon.toml"
+    cfg.write_text('bind = "0.0.0.0:5555"\n')
+    one_line_error(run("opptune", "status", "--config", str(cfg)),
+                   str(cfg), "key 'bind'", "tcp://0.0.0.0:5555")
+
+
+HEAD = "platform,workload,input,variant,cores,freq_mhz,rep,time_s\n"
+
+
+@pytest.mark.parametrize("body, needles", [
+    (b"b,w\xe9,1,v,1,,0,10\n", ["line 2", "not UTF-8", "iconv"]),
+    (b"b,w,1,v,1,,0,10\nb,w,1,v,2.5,,0,6\n", ["line 3", "'cores'", "'2.5'", "whole number"]),
+    (b"b,w,1,v,1,,0,10\nb,w,1,v,2,,0,-6\n", ["line 3", "'time_s'", "'-6'", "> 0"]),
+    (b"b,w,1,v,1,,0,10\nb,w,1,v,2,,0,0\n", ["line 3", "'time_s'", "--zero-times missing"]),
+    (b"b,w,1,v,1,-1000,0,10\n", ["line 2", "'freq_mhz'", "'-1000'"]),
+])
+@pytest.mark.parametrize("command", ["fit", "eval"])
+def test_bad_csv_values_name_file_and_line(tmp_path, body, needles, command):
+    data = tmp_path / "d.csv"
+    data.write_bytes(HEAD.encode() + body)
+    save = tmp_path / "fit.json"
+    extra = ["--save", str(save)] if command == "fit" else ["--out", str(tmp_path / "ev")]
+    one_line_error(run("opptune", command, "--data", str(data), *extra), str(data), *needles)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["d.csv"]
+
+
+def test_zero_times_read_as_missing_when_asked(tmp_path):
+    data = tmp_path / "d.csv"
+    data.write_text(HEAD + "".join(f"b,w,1,v,{p},,0,{10 / p + 1}\n" for p in (1, 2, 3, 4))
+                    + "b,w,1,v,8,,0,0\n")
+    proc = run("opptune", "fit", "--data", str(data), "--zero-times", "missing", "--json")
+    assert proc.returncode == 0, proc.stderr
+
+
+@pytest.mark.parametrize("content, needles", [
+    ('[1, 2]', ["JSON but not a saved fit", "opptune fit --data FILE.csv --save"]),
+    ('{"fits": []}', ["JSON but not a saved fit"]),
+    ('{"format": "opptune-fits/1", "fits": {"a": 1}}', ["'fits' must be a list"]),
+    ('{"a": 1', ["not a saved fit (not JSON: line 1"]),
+])
+def test_predict_on_a_file_that_is_not_a_fit(tmp_path, content, needles):
+    fit = tmp_path / "x.json"
+    fit.write_text(content)
+    one_line_error(run("opptune", "predict", "--fit", str(fit), "--cores", "1,2"),
+                   str(fit), *needles)
+
+
+@pytest.mark.parametrize("option, value", [("--cores", "2.5"), ("--cores", "0"),
+                                           ("--cores", "-2"), ("--freq", "-1000")])
+def test_predict_refuses_fractional_or_negative_requests(tmp_path, option, value):
+    fit = tmp_path / "x.json"
+    fit.write_text('{"format": "opptune-fits/1", "fits": []}')
+    argv = {"--cores": "1", "--freq": ""} | {option: value}
+    args = [a for k, v in argv.items() if v for a in (k, v)]
+    one_line_error(run("opptune", "predict", "--fit", str(fit), *args), option, repr(value))
+
+
+def test_predict_skips_a_damaged_entry_with_a_warning(tmp_path):
+    fit = tmp_path / "x.json"
+    fit.write_text('{"format": "opptune-fits/1", "fits": '
+                   '[{"group": "g", "model": "amdahl", "state": {"x": 1}}]}')
+    proc = run("opptune", "predict", "--fit", str(fit), "--cores", "1")
+    assert proc.returncode == 1 and "Traceback" not in proc.stderr
+    assert "warning: group g: cannot load its fit" in proc.stderr
+
+
+INTERNAL = ("``", "auto_x", "combo", "seed 003", "fit_cli", "ROUTER", "poet_bard", "opptune.daemon",
+            "opptune.agent",
+            "Traceback")
+
+
+@pytest.mark.parametrize("argv", [
+    ["opptune"], ["opptune", "demo"], ["opptune", "status"], ["opptune", "sweep"],
+    ["opptune", "fit"], ["opptune", "predict"], ["opptune", "eval"], ["opptune-agent"],
+    ["opptune-daemon"]])
+def test_help_is_written_for_users(argv):
+    proc = run(*argv, "--help")
+    assert proc.returncode == 0 and proc.stdout.startswith("usage:")
+    for word in INTERNAL:
+        assert word not in proc.stdout, word
+
+
+@pytest.mark.parametrize("command", ["opptune", "opptune-agent", "opptune-daemon"])
+def test_version(command):
+    from opptune import __version__
+    proc = run(command, "--version")
+    assert proc.returncode == 0 and proc.stdout.strip() == f"{command} {__version__}"
+
+
+def test_eval_refuses_zero_reps(tmp_path):
+    data = tmp_path / "d.csv"
+    data.write_text(HEAD + "".join(f"b,w,1,v,{p},,0,{10 / p + 1}\n" for p in (1, 2, 3, 4)))
+    one_line_error(run("opptune", "eval", "--data", str(data), "--reps", "0"), "--reps", "got 0")
