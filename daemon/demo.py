@@ -95,6 +95,46 @@ def _stop(proc: subprocess.Popen, timeout: float = 20.0) -> int | None:
     return proc.returncode
 
 
+class _Stopped(Exception):
+    """SIGTERM or SIGHUP reached the demo: stop the children, write what there is, exit."""
+
+    def __init__(self, signum: int):
+        super().__init__(signum)
+        self.signum = signum
+
+
+STOP_SIGNALS = (signal.SIGTERM, signal.SIGHUP)
+
+
+def _raise_stopped(signum: int, frame: Any) -> None:
+    raise _Stopped(signum)
+
+
+def _trap_stop_signals() -> dict[int, Any]:
+    previous = {s: signal.getsignal(s) for s in (*STOP_SIGNALS, signal.SIGINT)}
+    for s in STOP_SIGNALS:
+        signal.signal(s, _raise_stopped)
+    return previous
+
+
+def _ignore_stop_signals() -> None:
+    for s in (*STOP_SIGNALS, signal.SIGINT):
+        signal.signal(s, signal.SIG_IGN)
+
+
+def _restore_signals(previous: dict[int, Any]) -> None:
+    for s, handler in previous.items():
+        signal.signal(s, signal.SIG_DFL if handler is None else handler)
+
+
+def _last_status(endpoint: str) -> dict[str, Any] | None:
+    """The daemon's status once more before it stops, for the table of what was measured."""
+    try:
+        return query(endpoint, "status", timeout_s=2.0)
+    except (DaemonUnreachable, QueryFailed):
+        return None
+
+
 def _tail(path: Path, lines: int = 15) -> str:
     try:
         return "\n".join(path.read_text(errors="replace").splitlines()[-lines:])
@@ -141,23 +181,46 @@ def run_demo(args: argparse.Namespace) -> int:
                       f"{VIRTUAL_FREQUENCY_STEPS} frequencies[/yellow]")
     endpoint, daemon_toml, agent_toml = prepare(args, run_dir)
     py = sys.executable
-    daemon = _start([py, "-m", "opptune.daemon.service", "--config", str(daemon_toml)],
-                    run_dir / "daemon.log")
-    agent = _start([py, "-m", "opptune.agent", "--config", str(agent_toml)], run_dir / "agent.log")
     status: dict[str, Any] = {}
     ok = False
+    stopped_by: int | None = None
+    procs: dict[str, subprocess.Popen] = {}
+    previous = _trap_stop_signals()
     try:
-        ok, status = _follow(args, console, endpoint, daemon, agent, run_dir)
+        procs["daemon"] = _start([py, "-m", "opptune.daemon.service", "--config",
+                                  str(daemon_toml)], run_dir / "daemon.log")
+        procs["agent"] = _start([py, "-m", "opptune.agent", "--config", str(agent_toml)],
+                                run_dir / "agent.log")
+        ok, status = _follow(args, console, endpoint, procs["daemon"], procs["agent"], run_dir)
+    except _Stopped as exc:
+        stopped_by = exc.signum
+    except KeyboardInterrupt:
+        stopped_by = signal.SIGINT
     finally:
-        rc_agent = _stop(agent)
-        rc_daemon = _stop(daemon)
-    table = summarise(run_dir / "opptune.db", status)
+        # The children lead their own sessions (a terminal's signals do not reach them), so
+        # stopping them is the demo's job however it ends; a second signal must not cut the
+        # cleanup short, which would orphan them.
+        _ignore_stop_signals()
+        if stopped_by is not None:
+            console.print(f"[red]opptune demo: {signal.Signals(stopped_by).name} received; "
+                          "stopping the daemon and the agent[/red]")
+            if "daemon" in procs and procs["daemon"].poll() is None:
+                status = _last_status(endpoint) or status
+        rc_agent = _stop(procs["agent"]) if "agent" in procs else None
+        rc_daemon = _stop(procs["daemon"]) if "daemon" in procs else None
+        _restore_signals(previous)
+    db = run_dir / "opptune.db"
+    table = summarise(db, status) if db.exists() else []
     (run_dir / "result.json").write_text(json.dumps(table, indent=2, sort_keys=True))
     if args.json:
         json.dump(table, sys.stdout, indent=2, sort_keys=True)
         print()
     else:
         print_table(table, Console())
+    if stopped_by is not None:
+        console.print(f"[red]opptune demo: stopped by {signal.Signals(stopped_by).name} before "
+                      f"the end; what was measured is in {run_dir}[/red]")
+        return 128 + stopped_by
     if rc_agent not in (0, None) or rc_daemon not in (0, None):
         console.print(f"[red]agent exited {rc_agent}, daemon exited {rc_daemon}; logs in "
                       f"{run_dir}[/red]")
