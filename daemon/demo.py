@@ -31,6 +31,70 @@ FINAL_STATES = {"verified", "refused", "failed"}
 VIRTUAL_FREQUENCY_STEPS = 3
 
 
+# On a virtual board every kernel name runs the same board model (agent/virtual_workload.py),
+# so sweeping several would repeat one experiment: the demo sweeps this one unless told.
+VIRTUAL_DEFAULT_WORKLOAD = "pi_integrate"
+VIRTUAL_DEFAULT_SIZE = "small"
+REAL_DEFAULT_SIZE = "default"
+
+
+def virtual_board_names() -> list[str]:
+    """The boards ``--virtual-board`` accepts (a test and demo device, docs/virtual-board.md)."""
+    from ..agent.virtual_board import BOARDS
+    return list(BOARDS)
+
+
+def _real_kernels() -> dict[str, Any]:
+    from ..bench_suite.catalogue import KERNELS
+    return dict(KERNELS)
+
+
+def _valid_sizes(workloads: list[str], virtual_board: str | None) -> list[str]:
+    if virtual_board:
+        from ..agent.virtual_board import SIZES
+        return list(SIZES)
+    kernels = _real_kernels()
+    sizes: list[str] | None = None
+    for name in workloads or sorted(kernels):
+        offered = list(kernels[name].sizes)
+        sizes = offered if sizes is None else [x for x in sizes if x in offered]
+    return sizes or []
+
+
+def check_args(args: argparse.Namespace) -> str | None:
+    """Fill the device-dependent defaults and check the options before anything starts.
+
+    Returns the one-line reason for refusing them (naming the valid values), or None.
+    """
+    if args.virtual_board is not None:
+        boards = virtual_board_names()
+        if args.virtual_board not in boards:
+            return (f"unknown virtual board {args.virtual_board!r}; known boards: "
+                    f"{', '.join(boards)}")
+    kernels = sorted(_real_kernels())
+    unknown = [w for w in args.workload or [] if w not in kernels]
+    if unknown:
+        return f"unknown workload {unknown[0]!r}; workloads: {', '.join(kernels)}"
+    if not args.workload and args.virtual_board:
+        args.workload = [VIRTUAL_DEFAULT_WORKLOAD]
+    if args.size is None:
+        args.size = VIRTUAL_DEFAULT_SIZE if args.virtual_board else REAL_DEFAULT_SIZE
+    sizes = _valid_sizes(args.workload or [], args.virtual_board)
+    if args.size not in sizes:
+        where = (f"on virtual board {args.virtual_board}" if args.virtual_board
+                 else "for " + ", ".join(args.workload or kernels))
+        return f"size {args.size!r} does not exist {where}; sizes: {', '.join(sizes)}"
+    for name, least in (("reps", 1), ("warmup", 0), ("max_cores", 0)):
+        value = getattr(args, name)
+        if value < least:
+            what = "at least 1" if least else "0 or more"
+            extra = " (0 = all cores)" if name == "max_cores" else ""
+            return f"--{name.replace('_', '-')} must be {what}{extra}, got {value}"
+    if not args.timeout > 0:
+        return f"--timeout must be more than 0 seconds, got {args.timeout:g}"
+    return None
+
+
 def _free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -165,6 +229,11 @@ def _workload_of(item: dict[str, Any]) -> str:
 
 
 def run_demo(args: argparse.Namespace) -> int:
+    problem = check_args(args)
+    if problem:
+        # one plain line (rich would wrap it), before any directory or process exists
+        print(f"opptune demo: {problem}", file=sys.stderr)
+        return 2
     console = Console(stderr=True)
     run_dir = Path(args.dir or f"opptune-demo-{time.strftime('%Y%m%d-%H%M%S')}").resolve()
     if (run_dir / "opptune.db").exists():
