@@ -85,7 +85,8 @@ def build_parser() -> argparse.ArgumentParser:
                                    "default (the default); on a virtual board small (the "
                                    "default), medium or large")
     p.add_argument("--reps", type=int, default=3, help="repetitions per configuration (>= 1)")
-    p.add_argument("--warmup", type=int, default=1, help="warmup runs per configuration (>= 0)")
+    p.add_argument("--warmup", type=int, help="warmup runs per configuration (>= 0; default 1 "
+                                              "on this machine, 0 on a virtual board)")
     p.add_argument("--max-cores", type=int, default=0, help="sweep 1..N cores (0 = all)")
     p.add_argument("--workload", action="append",
                    help="only this workload (repeatable; default: all on this machine, "

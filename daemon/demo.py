@@ -36,6 +36,7 @@ VIRTUAL_FREQUENCY_STEPS = 3
 VIRTUAL_DEFAULT_WORKLOAD = "pi_integrate"
 VIRTUAL_DEFAULT_SIZE = "small"
 REAL_DEFAULT_SIZE = "default"
+REAL_DEFAULT_WARMUP = 1
 
 
 def virtual_board_names() -> list[str]:
@@ -79,6 +80,10 @@ def check_args(args: argparse.Namespace) -> str | None:
         args.workload = [VIRTUAL_DEFAULT_WORKLOAD]
     if args.size is None:
         args.size = VIRTUAL_DEFAULT_SIZE if args.virtual_board else REAL_DEFAULT_SIZE
+    if args.warmup is None:
+        # a virtual run has nothing to warm (no caches, no governor ramp): a warmup run would
+        # only sleep the same modelled time once more
+        args.warmup = 0 if args.virtual_board else REAL_DEFAULT_WARMUP
     sizes = _valid_sizes(args.workload or [], args.virtual_board)
     if args.size not in sizes:
         where = (f"on virtual board {args.virtual_board}" if args.virtual_board
@@ -246,8 +251,9 @@ def run_demo(args: argparse.Namespace) -> int:
     console.print(f"opptune demo: everything goes to [bold]{run_dir}[/bold]")
     if args.virtual_board:
         console.print(f"[yellow]VIRTUAL BOARD '{args.virtual_board}': times and energies come "
-                      "from a model, not from this machine's hardware; sweeping cores x "
-                      f"{VIRTUAL_FREQUENCY_STEPS} frequencies[/yellow]")
+                      "from a model, not from this machine's hardware; sweeping cores x up to "
+                      f"{VIRTUAL_FREQUENCY_STEPS} frequencies of {', '.join(args.workload)} "
+                      f"(size {args.size})[/yellow]")
     endpoint, daemon_toml, agent_toml = prepare(args, run_dir)
     py = sys.executable
     status: dict[str, Any] = {}

@@ -54,10 +54,14 @@ def test_defaults_follow_the_device():
     real = _args()
     assert check_args(real) is None
     assert real.size == "default" and real.workload is None  # every kernel, its default size
+    assert real.warmup == 1
     virtual = _args("--virtual-board", "rpi4")
     assert check_args(virtual) is None
     # the virtual workload models only its own size classes and one model per board
     assert virtual.size == "small" and virtual.size in SIZES
     assert virtual.workload == ["pi_integrate"]
-    named = _args("--virtual-board", "rpi4", "--workload", "triad", "--size", "large")
-    assert check_args(named) is None and named.workload == ["triad"] and named.size == "large"
+    assert virtual.warmup == 0  # a modelled run has nothing to warm
+    named = _args("--virtual-board", "rpi4", "--workload", "triad", "--size", "large",
+                  "--warmup", "2")
+    assert check_args(named) is None
+    assert (named.workload, named.size, named.warmup) == (["triad"], "large", 2)
