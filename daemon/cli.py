@@ -61,6 +61,11 @@ def cmd_demo(args: argparse.Namespace) -> int:
     return run_demo(args)
 
 
+def _virtual_boards() -> list[str]:
+    from .demo import virtual_board_names
+    return virtual_board_names()
+
+
 def _add_link_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--daemon", help="daemon endpoint (default: the bind address of --config)")
     p.add_argument("--config", help="daemon configuration (default /etc/opptune/daemon.toml)")
@@ -84,13 +89,20 @@ def build_parser() -> argparse.ArgumentParser:
                                     "recommend, apply, verify")
     p.add_argument("--dir", help="directory for everything the demo writes "
                                  "(default: ./opptune-demo-<time>)")
-    p.add_argument("--size", default="default", help="kernel size class (small, default)")
-    p.add_argument("--reps", type=int, default=3, help="repetitions per configuration")
-    p.add_argument("--warmup", type=int, default=1, help="warmup runs per configuration")
+    p.add_argument("--size", help="size class of the workloads: on this machine small or "
+                                   "default (the default); on a virtual board small (the "
+                                   "default), medium or large")
+    p.add_argument("--reps", type=int, default=3, help="repetitions per configuration (>= 1)")
+    p.add_argument("--warmup", type=int, help="warmup runs per configuration (>= 0; default 1 "
+                                              "on this machine, 0 on a virtual board)")
     p.add_argument("--max-cores", type=int, default=0, help="sweep 1..N cores (0 = all)")
-    p.add_argument("--workload", action="append", help="only this workload (repeatable)")
-    p.add_argument("--virtual-board", help="run on a virtual board (tests and demos of the "
-                                           "knobs this machine lacks)")
+    p.add_argument("--workload", action="append",
+                   help="only this workload (repeatable; default: all on this machine, "
+                        "pi_integrate on a virtual board, where every workload runs the "
+                        "board's model)")
+    p.add_argument("--virtual-board", metavar="BOARD",
+                   help="run on a simulated board with the knobs this machine lacks (tests "
+                        f"and demos); one of: {', '.join(_virtual_boards())}")
     p.add_argument("--timeout", type=float, default=1800, help="give up after this many seconds")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
     p.add_argument("--json", action="store_true", help="print the result table as JSON")

@@ -31,6 +31,75 @@ FINAL_STATES = {"verified", "refused", "failed"}
 VIRTUAL_FREQUENCY_STEPS = 3
 
 
+# On a virtual board every kernel name runs the same board model (agent/virtual_workload.py),
+# so sweeping several would repeat one experiment: the demo sweeps this one unless told.
+VIRTUAL_DEFAULT_WORKLOAD = "pi_integrate"
+VIRTUAL_DEFAULT_SIZE = "small"
+REAL_DEFAULT_SIZE = "default"
+REAL_DEFAULT_WARMUP = 1
+
+
+def virtual_board_names() -> list[str]:
+    """The boards ``--virtual-board`` accepts (a test and demo device, docs/virtual-board.md)."""
+    from ..agent.virtual_board import BOARDS
+    return list(BOARDS)
+
+
+def _real_kernels() -> dict[str, Any]:
+    from ..bench_suite.catalogue import KERNELS
+    return dict(KERNELS)
+
+
+def _valid_sizes(workloads: list[str], virtual_board: str | None) -> list[str]:
+    if virtual_board:
+        from ..agent.virtual_board import SIZES
+        return list(SIZES)
+    kernels = _real_kernels()
+    sizes: list[str] | None = None
+    for name in workloads or sorted(kernels):
+        offered = list(kernels[name].sizes)
+        sizes = offered if sizes is None else [x for x in sizes if x in offered]
+    return sizes or []
+
+
+def check_args(args: argparse.Namespace) -> str | None:
+    """Fill the device-dependent defaults and check the options before anything starts.
+
+    Returns the one-line reason for refusing them (naming the valid values), or None.
+    """
+    if args.virtual_board is not None:
+        boards = virtual_board_names()
+        if args.virtual_board not in boards:
+            return (f"unknown virtual board {args.virtual_board!r}; known boards: "
+                    f"{', '.join(boards)}")
+    kernels = sorted(_real_kernels())
+    unknown = [w for w in args.workload or [] if w not in kernels]
+    if unknown:
+        return f"unknown workload {unknown[0]!r}; workloads: {', '.join(kernels)}"
+    if not args.workload and args.virtual_board:
+        args.workload = [VIRTUAL_DEFAULT_WORKLOAD]
+    if args.size is None:
+        args.size = VIRTUAL_DEFAULT_SIZE if args.virtual_board else REAL_DEFAULT_SIZE
+    if args.warmup is None:
+        # a virtual run has nothing to warm (no caches, no governor ramp): a warmup run would
+        # only sleep the same modelled time once more
+        args.warmup = 0 if args.virtual_board else REAL_DEFAULT_WARMUP
+    sizes = _valid_sizes(args.workload or [], args.virtual_board)
+    if args.size not in sizes:
+        where = (f"on virtual board {args.virtual_board}" if args.virtual_board
+                 else "for " + ", ".join(args.workload or kernels))
+        return f"size {args.size!r} does not exist {where}; sizes: {', '.join(sizes)}"
+    for name, least in (("reps", 1), ("warmup", 0), ("max_cores", 0)):
+        value = getattr(args, name)
+        if value < least:
+            what = "at least 1" if least else "0 or more"
+            extra = " (0 = all cores)" if name == "max_cores" else ""
+            return f"--{name.replace('_', '-')} must be {what}{extra}, got {value}"
+    if not args.timeout > 0:
+        return f"--timeout must be more than 0 seconds, got {args.timeout:g}"
+    return None
+
+
 def _free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -95,6 +164,46 @@ def _stop(proc: subprocess.Popen, timeout: float = 20.0) -> int | None:
     return proc.returncode
 
 
+class _Stopped(Exception):
+    """SIGTERM or SIGHUP reached the demo: stop the children, write what there is, exit."""
+
+    def __init__(self, signum: int):
+        super().__init__(signum)
+        self.signum = signum
+
+
+STOP_SIGNALS = (signal.SIGTERM, signal.SIGHUP)
+
+
+def _raise_stopped(signum: int, frame: Any) -> None:
+    raise _Stopped(signum)
+
+
+def _trap_stop_signals() -> dict[int, Any]:
+    previous = {s: signal.getsignal(s) for s in (*STOP_SIGNALS, signal.SIGINT)}
+    for s in STOP_SIGNALS:
+        signal.signal(s, _raise_stopped)
+    return previous
+
+
+def _ignore_stop_signals() -> None:
+    for s in (*STOP_SIGNALS, signal.SIGINT):
+        signal.signal(s, signal.SIG_IGN)
+
+
+def _restore_signals(previous: dict[int, Any]) -> None:
+    for s, handler in previous.items():
+        signal.signal(s, signal.SIG_DFL if handler is None else handler)
+
+
+def _last_status(endpoint: str) -> dict[str, Any] | None:
+    """The daemon's status once more before it stops, for the table of what was measured."""
+    try:
+        return query(endpoint, "status", timeout_s=2.0)
+    except (DaemonUnreachable, QueryFailed):
+        return None
+
+
 def _tail(path: Path, lines: int = 15) -> str:
     try:
         return "\n".join(path.read_text(errors="replace").splitlines()[-lines:])
@@ -125,6 +234,11 @@ def _workload_of(item: dict[str, Any]) -> str:
 
 
 def run_demo(args: argparse.Namespace) -> int:
+    problem = check_args(args)
+    if problem:
+        # one plain line (rich would wrap it), before any directory or process exists
+        print(f"opptune demo: {problem}", file=sys.stderr)
+        return 2
     console = Console(stderr=True)
     run_dir = Path(args.dir or f"opptune-demo-{time.strftime('%Y%m%d-%H%M%S')}").resolve()
     if (run_dir / "opptune.db").exists():
@@ -137,27 +251,51 @@ def run_demo(args: argparse.Namespace) -> int:
     console.print(f"opptune demo: everything goes to [bold]{run_dir}[/bold]")
     if args.virtual_board:
         console.print(f"[yellow]VIRTUAL BOARD '{args.virtual_board}': times and energies come "
-                      "from a model, not from this machine's hardware; sweeping cores x "
-                      f"{VIRTUAL_FREQUENCY_STEPS} frequencies[/yellow]")
+                      "from a model, not from this machine's hardware; sweeping cores x up to "
+                      f"{VIRTUAL_FREQUENCY_STEPS} frequencies of {', '.join(args.workload)} "
+                      f"(size {args.size})[/yellow]")
     endpoint, daemon_toml, agent_toml = prepare(args, run_dir)
     py = sys.executable
-    daemon = _start([py, "-m", "opptune.daemon.service", "--config", str(daemon_toml)],
-                    run_dir / "daemon.log")
-    agent = _start([py, "-m", "opptune.agent", "--config", str(agent_toml)], run_dir / "agent.log")
     status: dict[str, Any] = {}
     ok = False
+    stopped_by: int | None = None
+    procs: dict[str, subprocess.Popen] = {}
+    previous = _trap_stop_signals()
     try:
-        ok, status = _follow(args, console, endpoint, daemon, agent, run_dir)
+        procs["daemon"] = _start([py, "-m", "opptune.daemon.service", "--config",
+                                  str(daemon_toml)], run_dir / "daemon.log")
+        procs["agent"] = _start([py, "-m", "opptune.agent", "--config", str(agent_toml)],
+                                run_dir / "agent.log")
+        ok, status = _follow(args, console, endpoint, procs["daemon"], procs["agent"], run_dir)
+    except _Stopped as exc:
+        stopped_by = exc.signum
+    except KeyboardInterrupt:
+        stopped_by = signal.SIGINT
     finally:
-        rc_agent = _stop(agent)
-        rc_daemon = _stop(daemon)
-    table = summarise(run_dir / "opptune.db", status)
+        # The children lead their own sessions (a terminal's signals do not reach them), so
+        # stopping them is the demo's job however it ends; a second signal must not cut the
+        # cleanup short, which would orphan them.
+        _ignore_stop_signals()
+        if stopped_by is not None:
+            console.print(f"[red]opptune demo: {signal.Signals(stopped_by).name} received; "
+                          "stopping the daemon and the agent[/red]")
+            if "daemon" in procs and procs["daemon"].poll() is None:
+                status = _last_status(endpoint) or status
+        rc_agent = _stop(procs["agent"]) if "agent" in procs else None
+        rc_daemon = _stop(procs["daemon"]) if "daemon" in procs else None
+        _restore_signals(previous)
+    db = run_dir / "opptune.db"
+    table = summarise(db, status) if db.exists() else []
     (run_dir / "result.json").write_text(json.dumps(table, indent=2, sort_keys=True))
     if args.json:
         json.dump(table, sys.stdout, indent=2, sort_keys=True)
         print()
     else:
         print_table(table, Console())
+    if stopped_by is not None:
+        console.print(f"[red]opptune demo: stopped by {signal.Signals(stopped_by).name} before "
+                      f"the end; what was measured is in {run_dir}[/red]")
+        return 128 + stopped_by
     if rc_agent not in (0, None) or rc_daemon not in (0, None):
         console.print(f"[red]agent exited {rc_agent}, daemon exited {rc_daemon}; logs in "
                       f"{run_dir}[/red]")

@@ -6,6 +6,7 @@ import json
 import os
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -85,3 +86,21 @@ def test_demo_on_virtual_board(tmp_path):
     assert w["recommended_freq_khz"] in (600_000, 750_000, 1_000_000, 1_200_000, 1_500_000)
     assert (tmp_path / "demo" / "virtual-sysfs").is_dir()  # the fake tree lives in --dir too
     assert not written_outside(tmp_path, before)
+
+
+def test_virtual_board_demo_with_default_options_is_quick(tmp_path):
+    """The biggest board's demo, options left alone, well inside a minute on 2 cores."""
+    run_dir = tmp_path / "demo"
+    argv = [sys.executable, "-m", "opptune.daemon.cli", "demo", "--dir", str(run_dir),
+            "--virtual-board", "odroid-xu4", "--no-progress", "--json"]
+    t0 = time.monotonic()
+    proc = subprocess.run(argv, capture_output=True, text=True, timeout=90, cwd=tmp_path)
+    took = time.monotonic() - t0
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert took < 60, took
+    (w,) = json.loads(proc.stdout)  # one workload: every kernel name runs the board's model
+    assert w["workload"] == "pi_integrate" and w["input"] == "small"
+    assert w["virtual"] is True and w["virtual_board"] == "odroid-xu4"
+    grid = {(p["cores"], p["freq_mhz"]) for p in w["points"]}
+    assert {(n, f) for n in range(1, 9) for f in (200.0, 800.0, 1400.0)} <= grid
+    assert w["recommendation_state"] == "verified"

@@ -1,0 +1,67 @@
+"""``opptune demo`` refuses bad options at once: one line naming the valid values, exit 2,
+no directory made and no daemon or agent started."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import pytest
+
+from opptune.agent.virtual_board import BOARDS, SIZES
+from opptune.daemon.cli import build_parser
+from opptune.daemon.demo import check_args
+
+
+def _demo(tmp_path, *extra: str) -> subprocess.CompletedProcess:
+    argv = [sys.executable, "-m", "opptune.daemon.cli", "demo", "--dir",
+            str(tmp_path / "demo"), "--no-progress", "--timeout", "20", *extra]
+    return subprocess.run(argv, capture_output=True, text=True, timeout=30, cwd=tmp_path)
+
+
+@pytest.mark.parametrize("extra, said", [
+    (["--virtual-board", "nope"],
+     "unknown virtual board 'nope'; known boards: odroid-xu4, x86-2numa, rpi4"),
+    (["--size", "huge"], "size 'huge' does not exist for locked_update, pi_integrate, triad; "
+                         "sizes: small, default"),
+    (["--size", "default", "--virtual-board", "rpi4"],
+     "size 'default' does not exist on virtual board rpi4; sizes: small, medium, large"),
+    (["--reps", "0"], "--reps must be at least 1, got 0"),
+    (["--reps", "-3"], "--reps must be at least 1, got -3"),
+    (["--warmup", "-1"], "--warmup must be 0 or more, got -1"),
+    (["--max-cores", "-2"], "--max-cores must be 0 or more (0 = all cores), got -2"),
+    (["--workload", "pi"], "unknown workload 'pi'; workloads: locked_update, pi_integrate, triad"),
+])
+def test_bad_options_are_one_line_and_start_nothing(tmp_path, extra, said):
+    proc = _demo(tmp_path, *extra)
+    assert proc.returncode == 2
+    assert proc.stderr == f"opptune demo: {said}\n"
+    assert proc.stdout == ""
+    assert list(tmp_path.iterdir()) == []  # not even the --dir
+
+
+def test_help_lists_the_virtual_boards():
+    text = " ".join(build_parser()._subparsers._group_actions[0].choices["demo"]
+                    .format_help().split())
+    assert "one of: " + ", ".join(BOARDS) in text
+
+
+def _args(*argv: str):
+    return build_parser().parse_args(["demo", *argv])
+
+
+def test_defaults_follow_the_device():
+    real = _args()
+    assert check_args(real) is None
+    assert real.size == "default" and real.workload is None  # every kernel, its default size
+    assert real.warmup == 1
+    virtual = _args("--virtual-board", "rpi4")
+    assert check_args(virtual) is None
+    # the virtual workload models only its own size classes and one model per board
+    assert virtual.size == "small" and virtual.size in SIZES
+    assert virtual.workload == ["pi_integrate"]
+    assert virtual.warmup == 0  # a modelled run has nothing to warm
+    named = _args("--virtual-board", "rpi4", "--workload", "triad", "--size", "large",
+                  "--warmup", "2")
+    assert check_args(named) is None
+    assert (named.workload, named.size, named.warmup) == (["triad"], "large", 2)
