@@ -82,8 +82,7 @@ def build_knobs(config, platform: dict) -> list:
     if not (platform.get("cpufreq") or {}).get("available"):
         return []
     try:
-        from .knobs.cpufreq import CpuFreq
-        from .runner import CpuFreqKnob
+        from .knobs.cpufreq import CpuFreq, CpuFreqKnob
         cf = CpuFreq(config.sysfs_root, state_dir=config.state_dir, install_handlers=False)
     except Exception as exc:
         log.warning("cpufreq knob unavailable: %s", exc)
@@ -94,7 +93,8 @@ def build_knobs(config, platform: dict) -> list:
 
 def build_meters(config, platform: dict) -> list:
     """Meters beyond rusage: perf counters and energy where the platform has them."""
-    from .runner import EnergyRunMeter, PerfMeter
+    from .meters.energy import EnergyRunMeter
+    from .meters.perf import PerfMeter
     meters = []
     for name, make in (("perf", lambda: PerfMeter()),
                        ("energy", lambda: EnergyRunMeter(config.sysfs_root))):

@@ -49,9 +49,10 @@ from peer_baselines import DATA, _load_groups, _pick, _warm_up
 
 from opptune.daemon.fit_cli import (_groups, _t1_ref, relative_time_from_speedup,
                                     training_mask)
-from opptune.daemon.models.amdahl_usl import AmdahlModeler, USLModeler
+from opptune.daemon.models.amdahl import AmdahlModeler
 from opptune.daemon.models.base import NotEnoughData
 from opptune.daemon.models.memwall import MemWallModeler
+from opptune.daemon.models.usl import USLModeler
 
 MODELS = {"memwall": MemWallModeler, "amdahl": AmdahlModeler, "usl": USLModeler}
 

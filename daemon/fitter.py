@@ -55,7 +55,7 @@ def observations(rows: Sequence[tuple[int, float | None, float]],
     """A group's runs as model input. ``phys_cores`` (the board's physical cores in the
     sweep order, when it has SMT siblings) goes in as the ``hw_phys_cores`` descriptor: the
     speedup models then count threads beyond it as SMT siblings with a fitted yield
-    (amdahl_usl.effective_cores), as they do for the datasets' descriptor column."""
+    (smt.effective_cores), as they do for the datasets' descriptor column."""
     arr = np.asarray([(c, np.nan if f is None else f, t) for c, f, t in rows], dtype=float)
     if arr.size == 0:
         raise NotEnoughData("no successful runs in this group")

@@ -212,7 +212,7 @@ def test_kernels_from_catalogue_and_virtual_board():
 
 
 def test_perf_meter_plugs_in():
-    from opptune.agent.runner import PerfMeter
+    from opptune.agent.meters.perf import PerfMeter
     r = Runner(make_workloads(), "p", meters=[PerfMeter()])
     rec = r.run_once(RunSpec("busy", "300000", CPUS, 1))
     assert rec.ok, rec.error

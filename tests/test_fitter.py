@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 
 from opptune.daemon.fitter import observations
-from opptune.daemon.models.amdahl_usl import AmdahlModeler
+from opptune.daemon.models.amdahl import AmdahlModeler
 from opptune.daemon.models.base import Observations
 from opptune.daemon.planner import physical_cores
 

@@ -4,9 +4,10 @@ import numpy as np
 import pytest
 from hypothesis import given, settings, strategies as st
 
-from opptune.daemon.models.amdahl_usl import AmdahlModeler, USLModeler
+from opptune.daemon.models.amdahl import AmdahlModeler
 from opptune.daemon.models.base import NotEnoughData, Observations
 from opptune.daemon.models.memwall import MemWallModeler, memory_bound, speedup
+from opptune.daemon.models.usl import USLModeler
 
 P = np.array([1, 2, 4, 8, 16, 32], float)
 
@@ -148,7 +149,7 @@ def test_memwall_analytic_gradient_matches_finite_differences():
 
 
 def test_threads_beyond_the_physical_cores_use_the_fitted_smt_yield():
-    from opptune.daemon.models.amdahl_usl import AmdahlModeler, effective_cores
+    from opptune.daemon.models.smt import effective_cores
     from opptune.daemon.models.memwall import MemWallModeler
     phys = 4.0
     p = np.arange(1, 9, dtype=float)
@@ -167,7 +168,7 @@ def test_threads_beyond_the_physical_cores_use_the_fitted_smt_yield():
         Observations.query([16.0])).value[0]
     assert q == pytest.approx(12 * (0.02 + 0.98 / 7), rel=0.01)
     # nothing measured beyond the physical cores: the prior yield (0.25: 8 threads = 5 cores)
-    from opptune.daemon.models.amdahl_usl import SMT_PRIOR
+    from opptune.daemon.models.smt import SMT_PRIOR
     fit = AmdahlModeler().fit(Observations(cores=p[:4], time_s=t[:4], counters={
         "hw_phys_cores": np.full(4, phys)}))
     v = fit.predict(Observations.query([5.0, 8.0])).value
@@ -293,7 +294,8 @@ def test_memwall_variant_that_cannot_win_stops_early_and_the_choice_is_unchanged
     # T1 far off c0 + c1/F (one level per frequency, scattered by +-30 %): the full
     # per-frequency variant is fitted first and the full c0 + c1/F variant, whose cost stays
     # many times what it would need to win, stops after its first polish stage
-    import opptune.daemon.models.amdahl_usl as au
+    import opptune.daemon.models.aicc as aicc
+    import opptune.daemon.models.polish as pl
     rng = np.random.default_rng(5)
     freqs = np.array([1200.0, 1400, 1600, 1800, 2000, 2200, 2400, 2600])
     level = dict(zip(freqs, (5 + 20000 / freqs) * rng.uniform(0.7, 1.3, freqs.size)))
@@ -302,10 +304,10 @@ def test_memwall_variant_that_cannot_win_stops_early_and_the_choice_is_unchanged
     t = np.array([level[x] for x in f]) / speedup(0.99, 4.0, 0.05, 0.1, p, f / 1000)
     obs = Observations(cores=p, time_s=noisy(t, sd=0.01, seed=1), freq_mhz=f)
     seen, iters = [], []
-    solve, lsq_box = au.SpeedupFamily._solve, au.least_squares_box
+    solve, lsq_box = aicc.solve, pl.least_squares_box
 
-    def spy_solve(self, data, mode, lo, hi, cand, hopeless=np.inf):
-        sol = solve(self, data, mode, lo, hi, cand, hopeless=hopeless)
+    def spy_solve(family, data, mode, lo, hi, cand, hopeless=np.inf):
+        sol = solve(family, data, mode, lo, hi, cand, hopeless=hopeless)
         seen.append((mode, bool(np.any(lo >= hi)), hopeless, sol.cost))
         return sol
 
@@ -314,8 +316,8 @@ def test_memwall_variant_that_cannot_win_stops_early_and_the_choice_is_unchanged
         iters.append(res.njev)
         return res
 
-    monkeypatch.setattr(au.SpeedupFamily, "_solve", spy_solve)
-    monkeypatch.setattr(au, "least_squares_box", spy_box)
+    monkeypatch.setattr(aicc, "solve", spy_solve)
+    monkeypatch.setattr(pl, "least_squares_box", spy_box)
     fit = MemWallModeler().fit(obs)
     order = [(mode, restricted) for mode, restricted, _, _ in seen]
     assert order == [("hyper", True), ("per_freq", True), ("per_freq", False), ("hyper", False)]
@@ -323,7 +325,7 @@ def test_memwall_variant_that_cannot_win_stops_early_and_the_choice_is_unchanged
     assert cost > hopeless                          # cut short
     assert fit.scale["mode"] == "per_freq" and fit.params["nested"] == 0.0
     pruned_iters = sum(iters)
-    monkeypatch.setattr(au, "HOPELESS", np.inf)
+    monkeypatch.setattr(aicc, "HOPELESS", np.inf)
     seen.clear(), iters.clear()
     full = MemWallModeler().fit(obs)
     assert np.array_equal(full.theta, fit.theta) and full.cost == fit.cost

@@ -139,10 +139,10 @@ def test_compass_search_steps_off_a_kink():
 
 
 def test_polish_stops_new_rounds_once_the_budget_of_all_starts_is_used(monkeypatch):
-    # _polish_lm: successive halving rounds stop once all starts together used
+    # polish_lm: successive halving rounds stop once all starts together used
     # LM_SOLVE_BUDGET iterations; each start still gets its first stage, and the result is
     # never worse than the best start
-    from opptune.daemon.models import amdahl_usl
+    from opptune.daemon.models import polish as pl
 
     calls = [0]
 
@@ -155,12 +155,12 @@ def test_polish_stops_new_rounds_once_the_budget_of_all_starts_is_used(monkeypat
 
     def polish():
         calls[0] = 0
-        out = amdahl_usl._polish_lm(rosenbrock, jac_counted, starts, lo, hi, 0.0)
+        out = pl.polish_lm(rosenbrock, jac_counted, starts, lo, hi, 0.0)
         return min(c for _, c in out), calls[0]
 
     free_cost, free_calls = polish()
-    monkeypatch.setattr(amdahl_usl, "LM_SOLVE_BUDGET", 0)
+    monkeypatch.setattr(pl, "LM_SOLVE_BUDGET", 0)
     capped_cost, capped_calls = polish()
-    assert capped_calls <= len(starts) * amdahl_usl.LM_STAGE < free_calls
+    assert capped_calls <= len(starts) * pl.LM_STAGE < free_calls
     assert capped_cost <= min(float(np.sum(rosenbrock(s) ** 2)) for s in starts)
     assert free_cost <= capped_cost

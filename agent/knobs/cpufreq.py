@@ -15,15 +15,22 @@ first change (see :mod:`.state`).
 
 from __future__ import annotations
 
+import logging
 import os
 import re
 import time
+from typing import TYPE_CHECKING, Any
 
 from ..sysfs import KnobUnavailable, SysFS
 from .state import STATE_FILENAME, StateKeeper, restore_from_state_file, write_limits
 
-__all__ = ["CpuFreq", "FrequencyUnavailable", "read_policies", "restore_from_state_file",
-           "STATE_FILENAME"]
+if TYPE_CHECKING:
+    from ..runspec import RunSpec
+
+__all__ = ["CpuFreq", "CpuFreqKnob", "FrequencyUnavailable", "read_policies",
+           "restore_from_state_file", "STATE_FILENAME"]
+
+log = logging.getLogger("opptune.agent.knobs.cpufreq")
 
 CPUFREQ = "/sys/devices/system/cpu/cpufreq"
 BOOST_FILES = ("/sys/devices/system/cpu/cpufreq/boost",
@@ -237,3 +244,39 @@ class CpuFreq:
 
     def __exit__(self, *exc) -> None:
         self.close()
+
+
+class CpuFreqKnob:
+    """Adapter from :class:`CpuFreq` to the knob plug point (runspec.py).
+
+    A point with ``freq_khz`` pins the policies of its cpus (verified); a point without one
+    puts the original state back, so "no frequency" always means the board's own governor.
+    Either way the frequency observed per policy goes into the record."""
+
+    name = "cpufreq"
+
+    def __init__(self, cpufreq: Any):
+        self.cf = cpufreq
+
+    def apply(self, spec: "RunSpec") -> dict[str, Any]:
+        if spec.freq_khz is None:
+            self.cf.restore()
+            fields: dict[str, Any] = {}
+        else:
+            res = self.cf.set_for_cpus(spec.cpus, int(spec.freq_khz))
+            bad = [p for p, r in res.items() if r.get("verified") is False]
+            fields = {"freq_mhz": spec.freq_khz / 1000.0}
+            if bad:
+                fields["extra"] = {"freq_unverified": bad}
+        observed = {}
+        for pol in self.cf.policies_of_cpus(spec.cpus):
+            cur = self.cf.read_cur(pol)
+            if cur is not None:
+                observed[pol] = cur / 1000.0
+        fields["freq_observed_mhz"] = observed or None
+        return fields
+
+    def restore(self) -> None:
+        problems = self.cf.restore()
+        if problems:
+            log.error("cpufreq restore problems: %s", "; ".join(problems))

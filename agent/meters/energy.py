@@ -18,8 +18,13 @@ from __future__ import annotations
 import re
 import threading
 import time
+from typing import TYPE_CHECKING, Any
 
 from ..sysfs import KnobUnavailable, SysFS
+
+if TYPE_CHECKING:
+    from ...shared.records import RunRecord
+    from ..runspec import RunSpec
 
 POWERCAP = "/sys/class/powercap"
 HWMON = "/sys/class/hwmon"
@@ -253,3 +258,28 @@ class EnergyMeter:
             return self.backend.stop(), self.backend.label, None
         except KnobUnavailable as exc:
             return None, self.backend.label, f"energy sensor failed at stop: {exc}"
+
+
+class EnergyRunMeter:
+    """Adapter from :class:`EnergyMeter` (RAPL, hwmon, energy model) to the meter plug point
+    (runspec.py)."""
+
+    name = "energy"
+
+    def __init__(self, sysfs_root: str = "/"):
+        self._discover = lambda: EnergyMeter.discover(sysfs_root)
+        self._meter = None
+
+    def start(self, spec: "RunSpec") -> None:
+        self._meter = self._discover().start()
+
+    def stop(self, record: "RunRecord", ctx: dict[str, Any]) -> None:
+        meter, self._meter = self._meter, None
+        if meter is None:
+            return
+        joules, source, reason = meter.stop()
+        if joules is not None and record.energy_j is None:
+            record.energy_j, record.energy_source = float(joules), source
+            record.invalid.pop("energy_j", None)
+        elif joules is None and record.energy_j is None:
+            record.invalid["energy_j"] = reason or "no energy reading"

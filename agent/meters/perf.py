@@ -25,6 +25,11 @@ import os
 import platform
 import struct
 import subprocess
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from ...shared.records import RunRecord
+    from ..runspec import RunSpec
 
 PERF_TYPE_HARDWARE, PERF_TYPE_SOFTWARE, PERF_TYPE_HW_CACHE = 0, 1, 3
 FORMAT_TOTAL_TIME_ENABLED, FORMAT_TOTAL_TIME_RUNNING = 1 << 0, 1 << 1
@@ -275,3 +280,28 @@ class PerfSession:
         if self.fds:
             self.result = self.stop()
 
+
+class PerfMeter:
+    """Adapter from :class:`PerfSession` to the meter plug point (runspec.py): counters armed
+    on the worker thread just before the fork, inherited by the child tree, read after the
+    child was reaped."""
+
+    name = "perf"
+
+    def __init__(self, events: Any = None):
+        self._make = lambda: PerfSession(events or DEFAULT_EVENTS)
+        self._session = None
+
+    def start(self, spec: "RunSpec") -> None:
+        self._session = self._make().start()
+
+    def stop(self, record: "RunRecord", ctx: dict[str, Any]) -> None:
+        session, self._session = self._session, None
+        if session is None:
+            return
+        counters, invalid, scaling = session.stop()
+        record.counters.update(counters)
+        for k, reason in invalid.items():
+            record.invalid[f"counter:{k}"] = reason
+        if scaling:
+            record.extra["counter_scaling"] = scaling

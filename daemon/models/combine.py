@@ -2,7 +2,7 @@
 
 ``select.choose`` (rule "combine") builds it from the candidates it cross-validated: each
 member is a fitted model, optionally *end-anchored* (its prediction scaled by the measured /
-modelled ratio at the largest and smallest training core count, ``amdahl_usl.end_anchors``),
+modelled ratio at the largest and smallest training core count, ``anchors.end_anchors``),
 and its weight is proportional to the inverse held-out mean squared log error (Bates and
 Granger 1969; with few validation points the simple inverse-MSE weights are hard to beat by
 estimated optimal weights, the "forecast combination puzzle"). Averaging log time lets
@@ -20,14 +20,15 @@ from typing import Any
 import numpy as np
 from scipy import stats
 
-from .amdahl_usl import LEVEL, anchor_correction, end_anchors
+from .anchors import anchor_correction, end_anchors
 from .base import FittedModel, Modeler, NotEnoughData, Observations, Prediction, fit_quality
+from .speedup_fit import LEVEL
 
 NAME = "combo"
 
 
 def _freq(obs: Observations) -> np.ndarray | None:
-    # the frequency column the analytic models use (amdahl_usl.clean): None without one
+    # the frequency column the analytic models use (fit_data.clean): None without one
     if obs.freq_mhz is None:
         return None
     fq = np.asarray(obs.freq_mhz, float)

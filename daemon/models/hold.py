@@ -20,8 +20,9 @@ from typing import Any
 import numpy as np
 from scipy import stats
 
-from .amdahl_usl import LEVEL, clean
 from .base import FittedModel, Modeler, Observations, Prediction, fit_quality
+from .fit_data import clean
+from .speedup_fit import LEVEL
 
 SIGMA_FLOOR = 0.05   # 5 % in log time: holding a value says little about what lies beyond
 

@@ -6,7 +6,7 @@
            / max(((1 - mu_p) + rho mu_p) ((1 - f) + f / p),  rho mu_p)     (eq. 15)
 
 with f, m1, m2 in [0, 1] and k in [0, 10] (the paper's bounds). Time is T1(F) / S_p, T1 as in
-amdahl_usl.py (free per training frequency, c0 + c1/F elsewhere, which is what eq. 3 + 9 imply).
+speedup.py (free per training frequency, c0 + c1/F elsewhere, which is what eq. 3 + 9 imply).
 
 F_mem: the model needs only phi, and measurements never give the memory clock, so F_mem is a
 documented constant (``mem_mhz``, default 1000 MHz); k absorbs the true value (k_true =
@@ -28,7 +28,7 @@ from typing import Any
 
 import numpy as np
 
-from .amdahl_usl import SpeedupFamily
+from .speedup import SpeedupFamily
 
 try:
     # eq. 15 and its gradient compiled (the fit's inner loop); the numpy code below is the

@@ -9,8 +9,8 @@ from .base import Modeler
 
 # name -> "module:factory" (factory() returns a Modeler)
 MODELERS: dict[str, str] = {
-    "amdahl": "amdahl_usl:AmdahlModeler",
-    "usl": "amdahl_usl:USLModeler",
+    "amdahl": "amdahl:AmdahlModeler",
+    "usl": "usl:USLModeler",
     "memwall": "memwall:MemWallModeler",
     "hold": "hold:HoldModeler",            # persistence baseline (last value held)
     "combo": "combine:CombineModeler",     # forecast combination (select rule "combine")

@@ -79,7 +79,7 @@ RULES = ("combine", "fallback", "1se", "min")
 DEFAULT_RULE = "combine"  # measured better than "fallback" on the peer splits (docs/models.md)
 # rule "combine": forecast combination of the validated candidates (combination_weights)
 ERR_FLOOR = 0.005   # RMS log error below which candidates are equally good (the models'
-                    # own interval floor, amdahl_usl.SIGMA_FLOOR: an exact fit is not exact)
+                    # own interval floor, speedup_fit.SIGMA_FLOOR: an exact fit is not exact)
 MIN_WEIGHT = 0.01   # members below 1 % move a prediction by < 1 % of their disagreement
 SAME_FORECAST = 1e-3  # held-out predictions within 0.1 %: one forecast, not two
 

@@ -1,0 +1,126 @@
+"""The workload's child process: started already bound to its cpus in a session of its own,
+waited for with a timeout, woken at once by an abort from another thread, killed with its
+whole process group, and reaped with ``os.wait4`` so its rusage is the child tree's own."""
+
+from __future__ import annotations
+
+import os
+import select
+import signal
+import subprocess
+import time
+from typing import Any
+
+TICK_S = 0.05   # poll period where no pidfd can wake the wait, and while a killed child dies
+
+
+class AbortSignal:
+    """A flag set from another thread, with a pipe whose byte wakes a waiting ``select``."""
+
+    def __init__(self) -> None:
+        self._r, self._w = os.pipe()
+        self.is_set = False
+
+    @property
+    def fd(self) -> int:
+        """Readable when the flag was set (select on it)."""
+        return self._r
+
+    def drain(self) -> None:
+        """Read away a wake-up byte that no abort goes with."""
+        os.read(self._r, 64)
+
+    def set(self) -> None:
+        self.is_set = True
+        try:
+            os.write(self._w, b"x")
+        except OSError:
+            pass
+
+    def close(self) -> None:
+        for fd in (self._r, self._w):
+            try:
+                os.close(fd)
+            except OSError:
+                pass
+
+
+def spawn(argv: list[str], env: dict[str, str], cpus: list[int] | None, out: Any,
+          err: Any) -> subprocess.Popen:
+    """Start the child already bound to ``cpus`` (None: not pinned).
+
+    Why not preexec_fn: it is unsafe in a threaded process. A forked child inherits the
+    affinity of the *calling thread*, so this thread narrows its own mask around the fork and
+    widens it again; the rest of the process is untouched."""
+    if cpus is None:
+        return subprocess.Popen(argv, env=env, stdin=subprocess.DEVNULL, stdout=out,
+                                stderr=err, close_fds=True, start_new_session=True)
+    old = os.sched_getaffinity(0)
+    os.sched_setaffinity(0, cpus)
+    try:
+        return subprocess.Popen(argv, env=env, stdin=subprocess.DEVNULL, stdout=out,
+                                stderr=err, close_fds=True, start_new_session=True)
+    finally:
+        os.sched_setaffinity(0, old)
+
+
+def observed_affinity(pid: int) -> list[int] | None:
+    """The cpus the child may run on; None when it has already exited (it inherited the mask
+    at fork anyway)."""
+    try:
+        return sorted(os.sched_getaffinity(pid))
+    except OSError:
+        return None
+
+
+def wait(proc: subprocess.Popen, timeout_s: float,
+         abort: AbortSignal) -> tuple[int, Any, str]:
+    """Wait for the child with the timeout, waking at once on abort. Returns
+    (status, rusage, why) with why in {"exit", "timeout", "aborted"}."""
+    deadline = time.monotonic() + timeout_s
+    why = "exit"
+    pidfd = None
+    try:
+        pidfd = os.pidfd_open(proc.pid)
+    except (AttributeError, OSError):
+        pass
+    try:
+        while True:
+            pid, status, ru = os.wait4(proc.pid, os.WNOHANG)
+            if pid == proc.pid:
+                proc.returncode = os.waitstatus_to_exitcode(status)  # Popen must not reap
+                return status, ru, why
+            time_left = deadline - time.monotonic()
+            if why == "exit" and time_left <= 0:
+                why = "timeout"
+                kill_group(proc.pid)
+                continue
+            if why == "exit" and abort.is_set:
+                why = "aborted"
+                kill_group(proc.pid)
+                continue
+            fds = [abort.fd] + ([pidfd] if pidfd is not None else [])
+            # Without a pidfd fall back to a coarse tick; with one, sleep until exit/abort.
+            tick = (max(0.0, time_left) if pidfd is not None
+                    else min(max(0.0, time_left), TICK_S))
+            if why != "exit":
+                tick = TICK_S
+            r, _, _ = select.select(fds, [], [], tick)
+            if abort.fd in r and why == "exit":
+                if abort.is_set:
+                    continue
+                abort.drain()
+    finally:
+        if pidfd is not None:
+            os.close(pidfd)
+
+
+def kill_group(pid: int) -> None:
+    """SIGKILL to the child's process group (it leads its own session: its children too)."""
+    try:
+        os.killpg(pid, signal.SIGKILL)
+    except (ProcessLookupError, PermissionError):
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
