@@ -25,7 +25,7 @@ from rich.table import Table
 from .client import DaemonUnreachable, QueryFailed, query
 from .status_view import params_text
 
-FINAL_STATES = {"verified", "refused", "failed"}
+FINAL_STATES = {"verified", "off", "refused", "failed"}
 # On a virtual board the sweep is cores x this many frequencies, evenly spread over the board's
 # table (lowest and highest included): the whole grid on a Pi takes a few seconds.
 VIRTUAL_FREQUENCY_STEPS = 3
@@ -322,8 +322,9 @@ def print_table(table: list[dict[str, Any]], console: Console) -> None:
             freq = w["recommended_freq_khz"]
             console.print(f"  recommended: {w['recommended_cores']} cores "
                           f"(cpus {','.join(map(str, w['recommended_cpus'] or []))})"
-                          + (f" at {freq / 1000:.0f} MHz" if freq else "")
-                          + f", predicted {pred:.4f} s, verified "
+                          + (f" at {freq / 1000:.0f} MHz" if freq
+                             else " at the governor's frequency")
+                          + f", predicted {pred:.4f} s, measured "
                           + (f"{ver:.4f} s" if ver is not None else "-")
                           + f" ({w['recommendation_state']})"
                           + (f" {w['recommendation_error']}" if w["recommendation_error"] else ""),

@@ -20,14 +20,17 @@ import time
 import uuid
 from typing import Any, Callable
 
+import zmq
+
 from ..shared import protocol
 from ..shared.config import ConfigError, DaemonConfig, SweepDefaults, load_daemon_config
 from ..shared.records import RecordError, RunRecord
 from .fitter import FitOutcome, FitRequest, Fitter
 from .link import Link
-from .planner import PlanError, cluster_order, physical_cores, plan_sweep
+from .planner import (PlanError, cluster_order, physical_cores, plan_sweep, sweep_order,
+                      unoffered_frequencies)
 from .recommend import recommend, target_observations
-from .registry import Registry, platform_id_of
+from .registry import Registry, board_name, platform_id_of
 from .store import Group, ResultIn, open_store
 
 log = logging.getLogger("opptune.daemon")
@@ -43,6 +46,14 @@ class HandlerError(Exception):
         self.code = code
 
 
+class BindError(RuntimeError):
+    """The daemon cannot listen on its endpoint; the message says why and what to do."""
+
+
+ACTIVE_JOB_STATES = ("queued", "sent", "running")
+FINAL_JOB_STATES = ("done", "failed", "expired")
+
+
 class Daemon:
     """The daemon; ``serve()`` runs the loop until ``stop()`` (or the given event) is set.
 
@@ -53,11 +64,21 @@ class Daemon:
         self.instance = uuid.uuid4().hex[:12]
         self.started = time.time()
         self.batch_max = batch_max
-        self.store = open_store(config.database)
+        # Bind first: a daemon that cannot listen (address in use, bad endpoint) stops before
+        # it creates a database file or directory.
         try:
             self.link = Link(config.bind, context)
+        except zmq.ZMQError as exc:
+            raise BindError(f"cannot listen on {config.bind}: {exc.strerror}; "
+                            + ("another process uses that address: stop it or choose another "
+                               "--bind (or 'bind' in the configuration)"
+                               if exc.errno == zmq.EADDRINUSE else
+                               "give an endpoint such as tcp://0.0.0.0:5555 or "
+                               "ipc:///run/opptune.sock")) from None
+        try:
+            self.store = open_store(config.database)
         except Exception:
-            self.store.close()
+            self.link.close()
             raise
         self.endpoint = self.link.endpoint
         self.registry = Registry(config.agent_timeout_s)
@@ -72,6 +93,10 @@ class Daemon:
         # store is asked for a job's distinct count only once it could be complete.
         self._job_progress: dict[str, list[int]] = {}
         self._complete_jobs: set[str] = set()
+        self._running_jobs: set[str] = set()  # marked running in the store by this instance
+        self._job_msgs: dict[str, str] = {}  # id of a sent job message -> job id
+        # Groups whose last fit (or recommendation) failed, with the reason: status "fit_errors".
+        self._fit_errors: dict[Group, dict[str, Any]] = {}
         self.stats = {"results": 0, "duplicates_acked": 0, "batches": 0, "refused": 0,
                       "fits": 0, "configs_pushed": 0}
         self._handlers: dict[str, Callable[[bytes, dict[str, Any]], None]] = {
@@ -94,6 +119,7 @@ class Daemon:
                 if time.monotonic() >= next_flush:
                     next_flush = time.monotonic() + 1.0
                     self.store.touch_agents(self.registry.take_dirty())
+                    self._expire_jobs(time.time())
             except Exception:  # the loop outlives any one failure
                 log.exception("error in the daemon loop; continuing")
 
@@ -191,6 +217,11 @@ class Daemon:
         for r in results:
             counts[r.job_id] = counts.get(r.job_id, 0) + 1
         for job_id, (of, agent) in touched.items():
+            if job_id not in self._running_jobs and job_id not in self._complete_jobs:
+                self._running_jobs.add(job_id)
+                # an expired job whose agent came back with results runs again
+                self.store.set_job_state(job_id, "running", now=now,
+                                         only_from=("queued", "sent", "expired"))
             self._check_job(job_id, of, agent, counts.get(job_id, 0))
 
     def _check_job(self, job_id: str, of: int, agent: str, new: int) -> None:
@@ -209,8 +240,15 @@ class Daemon:
             return
         self._complete_jobs.add(job_id)
         self._job_progress.pop(job_id, None)
-        self.store.set_job_state(job_id, "complete")
-        log.info("job %s of %s complete (%d runs)", job_id, agent, received)
+        self._running_jobs.discard(job_id)
+        ok, errors = self.store.job_failures(job_id)
+        if not ok:
+            reason = f"every run of the job failed: {'; '.join(errors) or 'no error text'}"
+            self.store.set_job_state(job_id, "failed", reason)
+            log.warning("job %s of %s failed: %s", job_id, agent, reason)
+            return
+        self.store.set_job_state(job_id, "done")
+        log.info("job %s of %s done (%d runs, %d successful)", job_id, agent, received, ok)
         for group in self.store.job_groups(job_id):
             self.request_fit(group, agent=agent, job_id=job_id)
 
@@ -255,31 +293,62 @@ class Daemon:
         log.info("hello from agent %s (platform %s, %d workloads)", agent, pid,
                  len(info.workloads))
         self.send(identity, "heartbeat", {"instance": self.instance})
+        swept = self._resume_jobs(agent)
         if self.config.auto_sweep:
             for name in info.workload_names():
-                self._auto_sweep(agent, name)
+                if name not in swept:
+                    self._auto_sweep(agent, name)
+
+    def _resume_jobs(self, agent: str) -> set[str]:
+        """At an agent's hello, resend each of its unfinished jobs (queued, sent, running or
+        expired; the agent ignores one it already has); a job whose runs are all stored is
+        completed instead. Returns the workloads that have a job in any state (a failed one
+        is not sent again: it would fail the same way)."""
+        workloads = set()
+        for j in self.store.jobs():
+            if j["agent"] != agent:
+                continue
+            workloads.add(j["workload"])
+            if j["state"] in FINAL_JOB_STATES and j["state"] != "expired":
+                continue
+            if j["received"] >= j["expected"]:
+                self._check_job(j["job_id"], j["expected"], agent, 0)
+                continue
+            job = self.store.job(j["job_id"])
+            if job is not None:
+                log.info("resending unfinished job %s (%s) to %s", j["job_id"], j["state"],
+                         agent)
+                self._send_job(agent, {k: job[k] for k in ("job_id", "workload", "size",
+                                                           "points", "reps", "warmup")},
+                               save=False)
+        return workloads
 
     def _auto_sweep(self, agent: str, workload: str) -> None:
-        """Send a sweep unless a complete one is stored; resend an unfinished one."""
-        unfinished = None
-        for job in self.store.jobs_for(agent, workload):
-            if job["state"] == "complete" or self.store.job_received(job["job_id"]) >= \
-                    job["expected"]:
-                return
-            unfinished = job
-        if unfinished is not None:
-            job = {k: unfinished[k] for k in ("job_id", "workload", "size", "points", "reps",
-                                               "warmup")}
-            log.info("resending unfinished job %s to %s", job["job_id"], agent)
-            self._send_job(agent, job, save=False)
-            return
+        """Sweep ``workload`` as configured; on a board that cannot honour the configured
+        frequency grid, sweep cores only and say why."""
         try:
             self.start_sweep(agent, [workload])
         except HandlerError as exc:
-            # e.g. a frequency grid on a board without cpufreq: sweep cores only, say why
             log.warning("sweep of %s for %s as configured: %s; sweeping cores only at the "
                         "board's own frequency", workload, agent, exc)
             self.start_sweep(agent, [workload], frequency_grid="none")
+
+    def _expire_jobs(self, now: float) -> None:
+        """Expiry policy: a queued, sent or running job expires when its agent has not been
+        seen for ``job_expiry_s`` (counted from this daemon's start at the earliest, so a
+        restart does not expire the jobs of agents about to reconnect)."""
+        limit = self.config.job_expiry_s
+        for j in self.store.active_jobs():
+            info = self.registry.get(j["agent"])
+            last = max(info.last_seen if info else 0.0, self.started)
+            if now - last <= limit:
+                continue
+            reason = (f"agent {j['agent']} not seen for {now - last:.0f} s (job_expiry_s = "
+                      f"{limit:g}); the job is sent again when the agent says hello")
+            if self.store.set_job_state(j["job_id"], "expired", reason, now=now,
+                                        only_from=ACTIVE_JOB_STATES):
+                self._running_jobs.discard(j["job_id"])
+                log.warning("job %s expired: %s", j["job_id"], reason)
 
     def start_sweep(self, agent: str, workloads: list[str] | None = None,
                     size: str | None = None, reps: int | None = None,
@@ -302,6 +371,7 @@ class Daemon:
             raise HandlerError("unknown_workload", f"agent '{agent}' does not offer "
                                                    f"{', '.join(bad)}; it offers "
                                                    f"{', '.join(sorted(offered)) or 'nothing'}")
+        self._check_sweep_args(agent, info, names, size, max_cores, frequencies)
         ids: list[dict[str, Any]] = []
         jobs: list[dict[str, Any]] = []
         for name in names:
@@ -326,11 +396,46 @@ class Daemon:
                         "reps": job["reps"]})
         return ids
 
+    @staticmethod
+    def _check_sweep_args(agent: str, info: Any, names: list[str], size: str | None,
+                          max_cores: int | None, frequencies: list[int] | None) -> None:
+        """Refuse, before anything is sent, a size, core count or frequency the agent's
+        catalogue (its hello) or board does not offer."""
+        board = board_name(info.platform, info.platform_id)
+        if size is not None:
+            for name in names:
+                sizes = info.workload_sizes(name)
+                if sizes and size not in sizes:
+                    raise HandlerError("unknown_size", f"agent '{agent}' has no size "
+                                                       f"'{size}' for {name}; it offers "
+                                                       f"{', '.join(sizes)}")
+        n_cpus = len(sweep_order(info.platform))
+        if max_cores and max_cores > n_cpus:
+            raise HandlerError("bad_args", f"max_cores {max_cores} is more than the {n_cpus} "
+                                           f"cpus of board {board}; use 1..{n_cpus} (0 = all)")
+        if frequencies:
+            bad, offered, reason = unoffered_frequencies(info.platform, frequencies)
+            if bad:
+                raise HandlerError("bad_args", f"board {board} cannot run at "
+                                               f"{', '.join(map(str, bad))} kHz: "
+                                               + (f"it offers {', '.join(map(str, offered))} kHz"
+                                                  if offered else reason))
+
     def _send_job(self, agent: str, job: dict[str, Any], save: bool = True) -> None:
+        """Send a job; it is stored as "sent", or "queued" when it could not be delivered
+        (then it goes out at the agent's next hello)."""
         info = self.registry.get(agent)
+        msg = protocol.make("job", DAEMON_ID, job)
+        sent = info is not None and info.identity is not None and \
+            self.link.send(info.identity, msg)
+        if sent:
+            # the agent's refusal (an ``error``) names this message id
+            self._job_msgs[msg["id"]] = job["job_id"]
         if save:
-            self.store.save_job(agent, job, time.time())
-        if info is None or info.identity is None or not self.send(info.identity, "job", job):
+            self.store.save_job(agent, job, time.time(), state="sent" if sent else "queued")
+        elif sent:
+            self.store.set_job_state(job["job_id"], "sent", only_from=("queued", "expired"))
+        if not sent:
             log.warning("job %s for %s not delivered; it is resent at the agent's next hello",
                         job["job_id"], agent)
         else:
@@ -351,6 +456,17 @@ class Daemon:
         b = msg["body"]
         log.warning("agent %s reports error %s about %s: %s", msg["agent"], b["code"],
                     b.get("ref"), b["message"])
+        ref = b.get("ref")
+        job_id = self._job_msgs.get(ref) if ref else None
+        if job_id is None and ref and ref.startswith("job-"):
+            job_id = ref  # an agent may name the job itself
+        if job_id is not None:
+            reason = f"agent {msg['agent']} refused the job: {b['message']} ({b['code']})"
+            if self.store.set_job_state(job_id, "failed", reason,
+                                        only_from=ACTIVE_JOB_STATES + ("expired",)):
+                self._running_jobs.discard(job_id)
+                self._complete_jobs.add(job_id)
+                log.warning("job %s failed: %s", job_id, reason)
 
     def _on_applied(self, identity: bytes, msg: dict[str, Any]) -> None:
         agent, body, now = msg["agent"], msg["body"], time.time()
@@ -375,10 +491,13 @@ class Daemon:
                 times = [r.record.time_s for r in stored if r.record.ok and r.record.time_s
                          is not None]
                 verified = statistics.median(times) if times else None
-            self.store.update_recommendation(body["config_id"], "verified", now,
-                                             verified_time_s=verified)
-            log.info("config %s verified by %s: %s s (predicted %s s)", body["config_id"],
-                     agent, verified, rec.get("predicted_time_s"))
+            state, note = verdict(verified, rec.get("predicted_time_s"),
+                                  rec.get("predicted_lower_s"), rec.get("predicted_upper_s"))
+            self.store.update_recommendation(body["config_id"], state, now,
+                                             verified_time_s=verified, error=note)
+            log.info("config %s measured by %s: %s s (predicted %s s): %s%s", body["config_id"],
+                     agent, verified, rec.get("predicted_time_s"), state,
+                     f", {note}" if note else "")
             # Verification runs are measurements too: refit, but do not push again.
             self.request_fit(Group(rec["platform"], rec["workload"], rec["input"],
                                    rec["variant"]), recommend_after=False)
@@ -394,7 +513,10 @@ class Daemon:
         name = "/".join(req.group)
         if out.error or out.model is None:
             log.warning("no model for %s: %s", name, out.error)
+            self._fit_failed(req.group, f"no model: {out.error or 'the fit gave none'}",
+                             req.agent, req.job_id)
             return
+        self._fit_errors.pop(req.group, None)
         d = out.description
         self.store.save_fit(req.group, d.get("model", out.model.name), d.get("params", {}),
                             d.get("quality", {}), out.runners_up, time.time())
@@ -402,6 +524,11 @@ class Daemon:
         log.info("fitted %s: %s in %.3f s", name, d.get("model"), out.seconds)
         if req.recommend and req.agent and self.config.auto_recommend:
             self.push_recommendation(req.agent, req.group, out.model, req.job_id, req.rows)
+
+    def _fit_failed(self, group: Group, error: str, agent: str | None,
+                    job_id: str | None) -> None:
+        self._fit_errors[group] = {"group": group.as_dict(), "error": error, "agent": agent,
+                                   "job_id": job_id, "at": time.time()}
 
     def push_recommendation(self, agent: str, group: Group, model: Any,
                             job_id: str | None = None, rows: Any = None
@@ -419,6 +546,7 @@ class Daemon:
             r = recommend(model, platform, self.config.tolerance, _axis(freqs), order=order)
         except ValueError as exc:
             log.warning("no recommendation for %s: %s", "/".join(group), exc)
+            self._fit_failed(group, f"no recommendation: {exc}", agent, job_id)
             return None
         if r.freq_khz is None and freqs and len(freqs) == 1:
             r.freq_khz = r.best_freq_khz = freqs[0]  # measured there only: keep it there
@@ -438,8 +566,8 @@ class Daemon:
         self.store.save_recommendation(rec, time.time())
         if sent:
             self.stats["configs_pushed"] += 1
-        log.info("recommend %s for %s: %d cores, %s kHz, predicted %.4g s (best %d cores, "
-                 "%.4g s)%s", config_id, "/".join(group), r.cores, r.freq_khz,
+        log.info("recommend %s for %s: %d cores at %s, predicted %.4g s (best %d cores, "
+                 "%.4g s)%s", config_id, "/".join(group), r.cores, freq_text(r.freq_khz),
                  r.predicted_time_s, r.best_cores, r.best_time_s, "" if sent else " (not sent)")
         return rec
 
@@ -508,20 +636,35 @@ class Daemon:
         return queued
 
     def status(self) -> dict[str, Any]:
+        """The daemon's state for ``opptune status``; the shape is documented in the README
+        (every key present every time, null for a missing value)."""
         now = time.time()
-        agents = [{"id": a.agent_id, "platform": a.platform_id,
+        agents = [{"id": a.agent_id, "board": board_name(a.platform, a.platform_id),
+                   "platform": a.platform_id,
                    "alive": a.alive(self.config.agent_timeout_s, now),
                    "last_seen_s": round(now - a.last_seen, 3) if a.last_seen else None,
                    "outbox": a.outbox} for a in self.registry.all()]
+        boards = {a["id"]: a["board"] for a in agents}
         fits = [{"group": {k: f[k] for k in ("platform", "workload", "input", "variant")},
                  "model": f["model"], "params": f["params"], "quality": f["quality"],
                  "runners_up": f["runners_up"]} for f in self.store.fits()]
         recs = [{"config_id": r["config_id"], "agent": r["agent"],
                  "group": {k: r[k] for k in ("platform", "workload", "input", "variant")},
                  "cores": r["cores"], "cpus": r["cpus"], "freq_khz": r["freq_khz"],
-                 "predicted_time_s": r["predicted_time_s"], "state": r["state"],
-                 "verified_time_s": r["verified_time_s"], "error": r["error"]}
+                 "predicted_time_s": r["predicted_time_s"],
+                 "predicted_lower_s": r["predicted_lower_s"],
+                 "predicted_upper_s": r["predicted_upper_s"], "state": r["state"],
+                 "verified_time_s": r["verified_time_s"],
+                 "off_pct": off_pct(r["verified_time_s"], r["predicted_time_s"])
+                 if r["state"] == "off" else None, "error": r["error"]}
                 for r in self.store.recommendations()]
+        jobs = [{"job_id": j["job_id"], "agent": j["agent"],
+                 "board": boards.get(j["agent"], j["agent"]), "workload": j["workload"],
+                 "size": j["size"], "expected": j["expected"], "received": j["received"],
+                 "state": j["state"], "reason": j["reason"], "created": j["created"],
+                 "updated": j["updated"]} for j in self.store.jobs()]
+        fit_errors = [{k: e[k] for k in ("group", "error", "agent", "job_id")}
+                      for _, e in sorted(self._fit_errors.items())]
         return {
             "daemon": {"instance": self.instance, "uptime_s": round(now - self.started, 3),
                        "endpoint": self.endpoint, "database": self.config.database,
@@ -532,11 +675,40 @@ class Daemon:
                           for a in agents if a["platform"]},
             "workloads": self.store.workloads(),
             "runs": self.store.run_counts(),
-            "jobs": [{k: j[k] for k in ("job_id", "agent", "workload", "expected", "received",
-                                        "state")} for j in self.store.jobs()],
+            "jobs": jobs,
             "fits": fits,
+            "fit_errors": fit_errors,
             "recommendations": recs,
         }
+
+
+def freq_text(freq_khz: int | None) -> str:
+    """A frequency for messages; None is the governor's choice, not "None kHz"."""
+    return "the governor's frequency" if freq_khz is None else f"{freq_khz} kHz"
+
+
+def verdict(measured: float | None, predicted: float | None, lower: float | None,
+            upper: float | None) -> tuple[str, str | None]:
+    """A recommendation's state after its verification runs: "verified" only when the measured
+    time lies within the prediction interval stored with it; otherwise "off" with how far
+    off, relative to the prediction ("failed" when nothing was measured)."""
+    if measured is None:
+        return "failed", "no verification run gave a time"
+    if lower is not None and upper is not None and lower <= measured <= upper:
+        return "verified", None
+    if not predicted:
+        return "off", "no prediction interval to compare with"
+    pct = (measured - predicted) / predicted * 100
+    interval = (f"interval {lower:.4g}..{upper:.4g} s" if lower is not None and upper is not None
+                else "no interval")
+    return "off", (f"off by {pct:+.1f} % (measured {measured:.4g} s, predicted "
+                   f"{predicted:.4g} s, {interval})")
+
+
+def off_pct(measured: float | None, predicted: float | None) -> float | None:
+    if measured is None or not predicted:
+        return None
+    return round((measured - predicted) / predicted * 100, 2)
 
 
 def _axis(freqs: list[int] | None) -> list[int] | None:
@@ -566,6 +738,9 @@ def main(argv: list[str] | None = None) -> int:
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     try:
         daemon = Daemon(config)
+    except BindError as exc:
+        print(f"opptune-daemon: {exc}", file=sys.stderr)
+        return 2
     except Exception as exc:
         print(f"opptune-daemon: cannot start: {exc}", file=sys.stderr)
         return 1
