@@ -69,12 +69,13 @@ class Daemon:
         try:
             self.link = Link(config.bind, context)
         except zmq.ZMQError as exc:
-            raise BindError(f"cannot listen on {config.bind}: {exc.strerror}; "
-                            + ("another process uses that address: stop it or choose another "
-                               "--bind (or 'bind' in the configuration)"
-                               if exc.errno == zmq.EADDRINUSE else
-                               "give an endpoint such as tcp://0.0.0.0:5555 or "
-                               "ipc:///run/opptune.sock")) from None
+            if exc.errno == zmq.EADDRINUSE:
+                why = ("the address is in use by another process: stop it or choose another "
+                       "--bind (or 'bind' in the configuration)")
+            else:
+                why = (f"{zmq.strerror(exc.errno)}; give an endpoint such as "
+                       "tcp://0.0.0.0:5555 or ipc:///run/opptune.sock")
+            raise BindError(f"cannot listen on {config.bind}: {why}") from None
         try:
             self.store = open_store(config.database)
         except Exception:

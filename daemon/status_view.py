@@ -52,7 +52,8 @@ def print_status(data: dict[str, Any], console: Console | None = None) -> None:
     console.print(t)
 
     t = Table(title="jobs")
-    for col in ("job", "board", "workload", "size", "runs received/expected", "state"):
+    t.add_column("job", no_wrap=True)  # the id is what `opptune` commands are given
+    for col in ("board", "workload", "size", "runs received/expected", "state"):
         t.add_column(col)
     for j in data.get("jobs", []):
         state = str(j.get("state"))
