@@ -6,6 +6,7 @@ import json
 import os
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -90,3 +91,35 @@ def test_demo_on_virtual_board(tmp_path):
     assert w["recommended_freq_khz"] in (600_000, 750_000, 1_000_000, 1_200_000, 1_500_000)
     assert (tmp_path / "demo" / "virtual-sysfs").is_dir()  # the fake tree lives in --dir too
     assert not written_outside(tmp_path, before)
+
+
+def test_demo_with_nothing_to_fit_exits_1_at_once_with_the_daemons_reason(tmp_path):
+    """One core, one repetition: no model can be fitted; the demo says why and ends."""
+    run_dir = tmp_path / "demo"
+    argv = [sys.executable, "-m", "opptune.daemon.cli", "demo", "--dir", str(run_dir),
+            "--size", "small", "--reps", "1", "--warmup", "0", "--max-cores", "1",
+            "--workload", "pi_integrate", "--no-progress", "--json", "--timeout", "50"]
+    start = time.monotonic()
+    proc = subprocess.run(argv, capture_output=True, text=True, timeout=55, cwd=tmp_path)
+    took = time.monotonic() - start
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    assert took < 30, took  # not the --timeout: it ends when the daemon says no model fits
+    last = proc.stderr.strip().splitlines()[-1]
+    assert last.startswith("opptune demo: ") and "/pi_integrate/small: no model: " in last
+    assert "need at least 2" in last
+    (w,) = json.loads(proc.stdout)
+    assert w["model"] is None and w["recommended_cores"] is None
+
+
+def test_demo_ends_on_a_failed_or_expired_job_with_its_reason():
+    from opptune.daemon.demo import _done
+    job = {"job_id": "job-1", "workload": "triad", "expected": 4, "received": 1}
+    base = {"agents": [{"id": "a"}], "recommendations": [], "fit_errors": []}
+    assert _done({**base, "jobs": [{**job, "state": "running", "reason": None}]}) == (False, [])
+    st = {**base, "jobs": [{**job, "state": "expired", "reason": "agent a not seen for 61 s"}]}
+    assert _done(st) == (True, ["job job-1 (triad) expired: agent a not seen for 61 s"])
+    rec = {"group": {"workload": "pi"}, "state": "off"}
+    st = {**base, "recommendations": [rec],
+          "jobs": [{**job, "workload": "pi", "state": "done", "reason": None},
+                   {**job, "state": "failed", "reason": "every run of the job failed: x"}]}
+    assert _done(st) == (True, ["job job-1 (triad) failed: every run of the job failed: x"])
