@@ -247,8 +247,12 @@ class Worker(threading.Thread):
             except Aborted:
                 log.info("%s interrupted by shutdown; it resumes on restart", kind)
                 break
-            except Exception:
+            except Exception as exc:
                 log.exception("%s failed", kind)
+                if kind == "job":  # the daemon marks the job failed with this reason
+                    self.executor.send(P.error_reply(self.executor.agent_id, "job_failed",
+                                                     f"the agent could not run the job: "
+                                                     f"{type(exc).__name__}: {exc}", arg))
             finally:
                 if kind == "job":
                     with self._lock:

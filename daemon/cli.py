@@ -19,10 +19,13 @@ def _endpoint(args: argparse.Namespace) -> str:
 
 
 def cmd_status(args: argparse.Namespace) -> int:
-    from .client import DaemonUnreachable, QueryFailed, query
+    from .client import BadEndpoint, DaemonUnreachable, QueryFailed, query
     from .status_view import print_status
     try:
         data = query(_endpoint(args), "status", timeout_s=args.timeout)
+    except BadEndpoint as exc:
+        print(f"opptune status: {exc}", file=sys.stderr)
+        return 2
     except (DaemonUnreachable, QueryFailed) as exc:
         print(f"opptune status: {exc}", file=sys.stderr)
         return 1
@@ -35,18 +38,33 @@ def cmd_status(args: argparse.Namespace) -> int:
 
 
 def cmd_sweep(args: argparse.Namespace) -> int:
-    from .client import DaemonUnreachable, QueryFailed, query
+    from .client import USER_ERRORS, BadEndpoint, DaemonUnreachable, QueryFailed, query
     sweep_args: dict[str, Any] = {"agent": args.agent}
     for key in ("size", "reps", "warmup", "max_cores"):
         if getattr(args, key) is not None:
             sweep_args[key] = getattr(args, key)
     if args.workload:
         sweep_args["workloads"] = args.workload
+    if args.freq:
+        try:
+            sweep_args["frequencies"] = [int(f) for f in args.freq.split(",")]
+        except ValueError:
+            print(f"opptune sweep: --freq {args.freq!r} must be kHz integers separated by "
+                  "commas, e.g. 1000000,1400000", file=sys.stderr)
+            return 2
+    endpoint = _endpoint(args)
     try:
-        data = query(_endpoint(args), "sweep", sweep_args, timeout_s=args.timeout)
+        data = query(endpoint, "sweep", sweep_args, timeout_s=args.timeout)
+    except BadEndpoint as exc:
+        print(f"opptune sweep: {exc}", file=sys.stderr)
+        return 2
     except (DaemonUnreachable, QueryFailed) as exc:
         print(f"opptune sweep: {exc}", file=sys.stderr)
-        return 1
+        return 2 if getattr(exc, "code", None) in USER_ERRORS else 1
+    if args.wait:
+        from .sweep_wait import wait_for_jobs
+        return wait_for_jobs(endpoint, [j["job_id"] for j in data.get("jobs", [])],
+                             timeout_s=args.timeout, as_json=args.json)
     if args.json:
         json.dump(data, sys.stdout, indent=2, sort_keys=True)
         print()
@@ -121,6 +139,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--reps", type=int)
     p.add_argument("--warmup", type=int)
     p.add_argument("--max-cores", type=int)
+    p.add_argument("--freq", help="frequencies in kHz, comma-separated (default: [sweep] of "
+                                  "the daemon's configuration)")
+    p.add_argument("--wait", action="store_true",
+                   help="show progress until every job is done; exit 1 with the reason when "
+                        "one fails or expires")
     p.set_defaults(func=cmd_sweep)
 
     try:

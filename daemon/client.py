@@ -15,7 +15,20 @@ class DaemonUnreachable(RuntimeError):
 
 
 class QueryFailed(RuntimeError):
-    """The daemon answered the query with an error message."""
+    """The daemon answered the query with an error message; ``code`` says which."""
+
+    def __init__(self, message: str, code: str | None = None):
+        super().__init__(message)
+        self.code = code
+
+
+class BadEndpoint(ValueError):
+    """The endpoint is not one ZeroMQ can connect to (e.g. no ``tcp://``)."""
+
+
+# Refusals caused by what the operator asked (exit 2), not by the daemon's state.
+USER_ERRORS = {"bad_args", "unknown_agent", "unknown_workload", "unknown_size",
+               "unknown_query"}
 
 
 def query(endpoint: str, what: str, args: dict[str, Any] | None = None,
@@ -27,7 +40,11 @@ def query(endpoint: str, what: str, args: dict[str, Any] | None = None,
     sock.setsockopt(zmq.IDENTITY, operator.encode())
     sock.setsockopt(zmq.LINGER, 0)
     try:
-        sock.connect(endpoint)
+        try:
+            sock.connect(endpoint)
+        except zmq.ZMQError:
+            raise BadEndpoint(f"'{endpoint}' is not a valid daemon endpoint; give one such as "
+                              "tcp://HOST:5555 or ipc:///run/opptune.sock") from None
         body: dict[str, Any] = {"what": what}
         if args:
             body["args"] = args
@@ -43,7 +60,8 @@ def query(endpoint: str, what: str, args: dict[str, Any] | None = None,
             if reply["type"] == "reply" and ref == msg["id"]:
                 return reply["body"]["data"]
             if reply["type"] == "error" and ref in (msg["id"], None):
-                raise QueryFailed(f"daemon refused the query: {reply['body']['message']}")
+                raise QueryFailed(f"daemon refused the query: {reply['body']['message']}",
+                                  reply["body"].get("code"))
         raise DaemonUnreachable(f"no answer from the daemon at {endpoint} within {timeout_s:g} s; "
                                 "is opptune-daemon running and is the endpoint right?")
     finally:

@@ -25,7 +25,7 @@ from rich.table import Table
 from .client import DaemonUnreachable, QueryFailed, query
 from .status_view import params_text
 
-FINAL_STATES = {"verified", "refused", "failed"}
+FINAL_STATES = {"verified", "off", "refused", "failed"}
 # On a virtual board the sweep is cores x this many frequencies, evenly spread over the board's
 # table (lowest and highest included): the whole grid on a Pi takes a few seconds.
 VIRTUAL_FREQUENCY_STEPS = 3
@@ -211,17 +211,32 @@ def _tail(path: Path, lines: int = 15) -> str:
         return ""
 
 
-def _done(status: dict[str, Any]) -> bool:
-    """Every workload the agent offers has a recommendation that reached a final state."""
-    agents = status.get("agents") or []
-    if not agents:
-        return False
+def _done(status: dict[str, Any]) -> tuple[bool, list[str]]:
+    """(whether every swept workload has reached an end, the daemon's reasons for those that
+    ended without a recommendation). A workload ends with a recommendation in a final state,
+    or with a job that failed or expired, or with a group that no model (or no
+    recommendation) could be made for."""
+    if not status.get("agents"):
+        return False, []
+    jobs = status.get("jobs") or []
     recs = status.get("recommendations") or []
     final = {_workload_of(r) for r in recs if r.get("state") in FINAL_STATES}
-    jobs = status.get("jobs") or []
-    wanted = {j.get("workload") for j in jobs}
-    failed = {j.get("workload") for j in jobs if j.get("state") == "failed"}
-    return bool(wanted) and wanted <= (final | failed)
+    recommended = {_workload_of(r) for r in recs}
+    reasons: dict[str, list[str]] = {}
+    for j in jobs:
+        if j.get("state") in ("failed", "expired"):
+            reasons.setdefault(str(j.get("workload")), []).append(
+                f"job {j.get('job_id')} ({j.get('workload')}) {j.get('state')}: "
+                f"{j.get('reason')}")
+    for e in status.get("fit_errors") or []:
+        workload = _workload_of(e)
+        if workload not in recommended:
+            reasons.setdefault(workload, []).append(
+                f"{'/'.join(str(v) for v in (e.get('group') or {}).values() if v)}: "
+                f"{e.get('error')}")
+    wanted = {str(j.get("workload")) for j in jobs}
+    done = bool(wanted) and all(w in final or w in reasons for w in wanted)
+    return done, [r for w in sorted(reasons) for r in reasons[w]]
 
 
 def _workload_of(item: dict[str, Any]) -> str:
@@ -309,6 +324,7 @@ def _follow(args: argparse.Namespace, console: Console, endpoint: str,
     deadline = time.monotonic() + args.timeout
     status: dict[str, Any] = {}
     reported_knobs = False
+    done, reasons = False, []
     with Progress(TextColumn("{task.description}"), BarColumn(),
                   TextColumn("{task.completed}/{task.total} runs"), TimeElapsedColumn(),
                   console=console, disable=args.no_progress) as progress:
@@ -334,9 +350,14 @@ def _follow(args: argparse.Namespace, console: Console, endpoint: str,
                          if r.get("state") not in FINAL_STATES]
             desc = "verifying recommendations" if verifying and received >= expected else "sweep"
             progress.update(task, total=expected or None, completed=received, description=desc)
-            if _done(status):
-                return True, status
+            done, reasons = _done(status)
+            if done:
+                break
             time.sleep(0.5)  # a polling interval for the display, not synchronisation
+    if done:
+        for reason in reasons:  # the daemon's own words, e.g. why no model fits
+            console.print(f"opptune demo: {reason}", style="red", markup=False, soft_wrap=True)
+        return not reasons, status
     console.print(f"[red]gave up after {args.timeout:g} s; logs in {run_dir}[/red]")
     return False, status
 
@@ -460,8 +481,9 @@ def print_table(table: list[dict[str, Any]], console: Console) -> None:
             freq = w["recommended_freq_khz"]
             console.print(f"  recommended: {w['recommended_cores']} cores "
                           f"(cpus {','.join(map(str, w['recommended_cpus'] or []))})"
-                          + (f" at {freq / 1000:.0f} MHz" if freq else "")
-                          + f", predicted {pred:.4f} s, verified "
+                          + (f" at {freq / 1000:.0f} MHz" if freq
+                             else " at the governor's frequency")
+                          + f", predicted {pred:.4f} s, measured "
                           + (f"{ver:.4f} s" if ver is not None else "-")
                           + f" ({w['recommendation_state']})"
                           + (f" {w['recommendation_error']}" if w["recommendation_error"] else ""),

@@ -109,6 +109,22 @@ def offered_frequencies(platform: dict[str, Any], cpus: list[int]) -> list[int] 
     return sorted(set.intersection(*sets)) if sets else None
 
 
+def unoffered_frequencies(platform: dict[str, Any], freqs: list[int]
+                          ) -> tuple[list[int], list[int], str]:
+    """(the frequencies of ``freqs`` that no cpufreq policy of the board offers, every
+    frequency some policy offers, why none is offered). Nothing is refused when the platform
+    says nothing about cpufreq (the agent decides)."""
+    if "cpufreq" not in platform:
+        return [], [], ""
+    cf = platform.get("cpufreq") or {}
+    tables = [sorted({int(f) for f in t if f}) for t in (cf.get("frequencies_khz") or {}).values()
+              ] if cf.get("available") else []
+    tables = [t for t in tables if t]
+    offered = sorted(set().union(*tables)) if tables else []
+    bad = [f for f in freqs if not any(_within(t, int(f)) for t in tables)]
+    return bad, offered, cf.get("reason") or "the board has no cpufreq frequencies"
+
+
 def spread(table: list[int], n: int) -> list[int]:
     """``n`` entries of the ascending ``table`` evenly spread by index, both ends included
     (n = 1: the highest); the whole table when n >= its length."""
@@ -197,4 +213,5 @@ def plan_sweep(platform: dict[str, Any], workload: str, defaults: SweepDefaults,
 
 
 __all__ = ["ConfigError", "PlanError", "cluster_order", "cluster_orders", "grid_frequencies",
-           "new_job_id", "offered_frequencies", "plan_sweep", "spread", "sweep_order"]
+           "new_job_id", "offered_frequencies", "plan_sweep", "spread", "sweep_order",
+           "unoffered_frequencies"]

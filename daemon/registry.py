@@ -100,3 +100,15 @@ def platform_id_of(agent_id: str, platform: dict[str, Any]) -> str:
         if isinstance(value, str) and value:
             return value
     return f"agent:{agent_id}"
+
+
+def board_name(platform: dict[str, Any] | None, fallback: str = "?") -> str:
+    """What a person calls the board: its virtual board's name, else its hostname, else its
+    cpu model; ``fallback`` (e.g. the platform id) when the description has none."""
+    p = platform or {}
+    if p.get("virtual_board"):
+        return f"{p['virtual_board']} (virtual)"
+    for key in ("hostname", "model_name"):
+        if isinstance(p.get(key), str) and p[key] and p[key] != "unknown":
+            return p[key]
+    return fallback

@@ -2,6 +2,10 @@
 results idempotently, plans sweeps, fits models off the ingest path and pushes recommended
 configurations back.
 
+The loop and ingest live here; the other jobs are parts with one job each: jobs.py (job
+lifecycle), sweeps.py (planning sweeps), recommender.py (fits, recommendations, verification),
+queries.py (the operator's queries and the status).
+
 Ingest is batched: the loop drains whatever is waiting (up to ``batch_max`` messages), validates
 every result, inserts the batch in one transaction and only after the commit sends one ``ack``
 per agent listing the ids. A result whose id is already stored is acked again (the agent lost
@@ -13,34 +17,38 @@ from __future__ import annotations
 import argparse
 import logging
 import signal
-import statistics
 import sys
 import threading
 import time
 import uuid
 from typing import Any, Callable
 
+import zmq
+
 from ..shared import protocol
-from ..shared.config import ConfigError, DaemonConfig, SweepDefaults, load_daemon_config
+from ..shared.config import ConfigError, DaemonConfig, load_daemon_config
 from ..shared.records import RecordError, RunRecord
-from .fitter import FitOutcome, FitRequest, Fitter
+from . import queries
+from .errors import HandlerError
+from .fitter import Fitter
+from .jobs import ACTIVE_JOB_STATES, FINAL_JOB_STATES, JobTracker
 from .link import Link
-from .planner import PlanError, cluster_order, physical_cores, plan_sweep
-from .recommend import recommend, target_observations
+from .recommender import Recommender, freq_text, off_pct, verdict
 from .registry import Registry, platform_id_of
-from .store import Group, ResultIn, open_store
+from .store import ResultIn, open_store
+from .sweeps import Sweeps
 
 log = logging.getLogger("opptune.daemon")
 
 DAEMON_ID = "daemon"
 
 
-class HandlerError(Exception):
-    """A request that cannot be served; answered with an ``error`` carrying ``code``."""
+class BindError(RuntimeError):
+    """The daemon cannot listen on its endpoint; the message says why and what to do."""
 
-    def __init__(self, code: str, message: str):
-        super().__init__(message)
-        self.code = code
+
+__all__ = ["ACTIVE_JOB_STATES", "FINAL_JOB_STATES", "BindError", "Daemon", "HandlerError",
+           "freq_text", "main", "off_pct", "verdict"]
 
 
 class Daemon:
@@ -53,11 +61,22 @@ class Daemon:
         self.instance = uuid.uuid4().hex[:12]
         self.started = time.time()
         self.batch_max = batch_max
-        self.store = open_store(config.database)
+        # Bind first: a daemon that cannot listen (address in use, bad endpoint) stops before
+        # it creates a database file or directory.
         try:
             self.link = Link(config.bind, context)
+        except zmq.ZMQError as exc:
+            if exc.errno == zmq.EADDRINUSE:
+                why = ("the address is in use by another process: stop it or choose another "
+                       "--bind (or 'bind' in the configuration)")
+            else:
+                why = (f"{zmq.strerror(exc.errno)}; give an endpoint such as "
+                       "tcp://0.0.0.0:5555 or ipc:///run/opptune.sock")
+            raise BindError(f"cannot listen on {config.bind}: {why}") from None
+        try:
+            self.store = open_store(config.database)
         except Exception:
-            self.store.close()
+            self.link.close()
             raise
         self.endpoint = self.link.endpoint
         self.registry = Registry(config.agent_timeout_s)
@@ -68,12 +87,13 @@ class Daemon:
         self.stop_event = threading.Event()
         self._thread: threading.Thread | None = None
         self._closed = False
-        # job id -> (runs counted in the store at the last look, results received since): the
-        # store is asked for a job's distinct count only once it could be complete.
-        self._job_progress: dict[str, list[int]] = {}
-        self._complete_jobs: set[str] = set()
         self.stats = {"results": 0, "duplicates_acked": 0, "batches": 0, "refused": 0,
                       "fits": 0, "configs_pushed": 0}
+        self.recommender = Recommender(config, self.store, self.registry, self.fitter,
+                                       self.send, self.stats)
+        self.jobs = JobTracker(config, self.store, self.registry, self.link, DAEMON_ID,
+                               self.started, self._job_done)
+        self.sweeps = Sweeps(config, self.registry, self.jobs)
         self._handlers: dict[str, Callable[[bytes, dict[str, Any]], None]] = {
             "hello": self._on_hello, "heartbeat": self._on_heartbeat,
             "applied": self._on_applied, "error": self._on_error, "query": self._on_query,
@@ -90,10 +110,11 @@ class Daemon:
                 if self.link.poll(50):
                     self.handle_batch(self.link.recv_batch(self.batch_max))
                 for outcome in self.fitter.outcomes():
-                    self._on_fit(outcome)
+                    self.recommender.on_fit(outcome)
                 if time.monotonic() >= next_flush:
                     next_flush = time.monotonic() + 1.0
                     self.store.touch_agents(self.registry.take_dirty())
+                    self.jobs.expire(time.time())
             except Exception:  # the loop outlives any one failure
                 log.exception("error in the daemon loop; continuing")
 
@@ -190,59 +211,13 @@ class Daemon:
         counts: dict[str, int] = {}
         for r in results:
             counts[r.job_id] = counts.get(r.job_id, 0) + 1
-        for job_id, (of, agent) in touched.items():
-            self._check_job(job_id, of, agent, counts.get(job_id, 0))
+        self.jobs.results_stored(touched, counts, now)
 
-    def _check_job(self, job_id: str, of: int, agent: str, new: int) -> None:
-        if job_id in self._complete_jobs:
-            return
-        prog = self._job_progress.get(job_id)
-        if prog is None:
-            prog = self._job_progress[job_id] = [0, 0]
-            new = of  # unknown history (e.g. after a restart): look once
-        prog[1] += new
-        if prog[0] + prog[1] < of:
-            return
-        received = self.store.job_received(job_id)
-        prog[0], prog[1] = received, 0
-        if received < of:
-            return
-        self._complete_jobs.add(job_id)
-        self._job_progress.pop(job_id, None)
-        self.store.set_job_state(job_id, "complete")
-        log.info("job %s of %s complete (%d runs)", job_id, agent, received)
+    def _job_done(self, job_id: str, agent: str) -> None:
         for group in self.store.job_groups(job_id):
-            self.request_fit(group, agent=agent, job_id=job_id)
+            self.recommender.request_fit(group, agent=agent, job_id=job_id)
 
-    def request_fit(self, group: Group, agent: str | None = None, job_id: str | None = None,
-                    recommend_after: bool = True) -> None:
-        """Queue a fit of ``group`` from its stored successful runs."""
-        rows = self.store.group_runs(group)
-        target, phys = None, None
-        try:
-            platform, order, freqs = self._grid_inputs(agent, group, rows)
-            phys = physical_cores(platform, order)
-            target = target_observations(platform, _axis(freqs), order=order)
-        except Exception as exc:  # no target: the choice falls back to k-fold validation
-            log.warning("no query grid for %s: %s", "/".join(group), exc)
-        self.fitter.submit(FitRequest(group, rows, agent, job_id, recommend_after,
-                                      target=target, phys_cores=phys))
-
-    def _grid_inputs(self, agent: str | None, group: Group, rows: Any
-                     ) -> tuple[dict[str, Any], list[int], list[int] | None]:
-        """(platform description, cpu order, measured frequencies in kHz or None) for a group:
-        a ``cluster<i>`` variant recommends within that cluster; frequencies come from the
-        group's runs, so the candidate grid has a frequency axis exactly when the model does."""
-        info = self.registry.get(agent) if agent else None
-        platform = (info.platform if info else None) or self.store.platform(group.platform) or {}
-        order = cluster_order(platform, group.variant)
-        measured = [f for _, f, _ in rows]
-        freqs = None
-        if measured and all(f is not None and f == f for f in measured):
-            freqs = sorted({int(round(f * 1000)) for f in measured})
-        return platform, order, freqs
-
-    # -- hello, heartbeat, applied, error ----------------------------------------------------
+    # -- hello, heartbeat, applied, error, query ----------------------------------------------
     def _on_hello(self, identity: bytes, msg: dict[str, Any]) -> None:
         agent, body, now = msg["agent"], msg["body"], time.time()
         if not agent:
@@ -255,87 +230,11 @@ class Daemon:
         log.info("hello from agent %s (platform %s, %d workloads)", agent, pid,
                  len(info.workloads))
         self.send(identity, "heartbeat", {"instance": self.instance})
+        swept = self.jobs.resume(agent)
         if self.config.auto_sweep:
             for name in info.workload_names():
-                self._auto_sweep(agent, name)
-
-    def _auto_sweep(self, agent: str, workload: str) -> None:
-        """Send a sweep unless a complete one is stored; resend an unfinished one."""
-        unfinished = None
-        for job in self.store.jobs_for(agent, workload):
-            if job["state"] == "complete" or self.store.job_received(job["job_id"]) >= \
-                    job["expected"]:
-                return
-            unfinished = job
-        if unfinished is not None:
-            job = {k: unfinished[k] for k in ("job_id", "workload", "size", "points", "reps",
-                                               "warmup")}
-            log.info("resending unfinished job %s to %s", job["job_id"], agent)
-            self._send_job(agent, job, save=False)
-            return
-        try:
-            self.start_sweep(agent, [workload])
-        except HandlerError as exc:
-            # e.g. a frequency grid on a board without cpufreq: sweep cores only, say why
-            log.warning("sweep of %s for %s as configured: %s; sweeping cores only at the "
-                        "board's own frequency", workload, agent, exc)
-            self.start_sweep(agent, [workload], frequency_grid="none")
-
-    def start_sweep(self, agent: str, workloads: list[str] | None = None,
-                    size: str | None = None, reps: int | None = None,
-                    warmup: int | None = None, max_cores: int | None = None,
-                    frequency_grid: str | int | None = None, per_cluster: bool | None = None,
-                    frequencies: list[int] | None = None) -> list[dict[str, Any]]:
-        """Plan and send one sweep job per workload to ``agent``; returns for each job its
-        job_id, workload, size, n_points, reps. Options left None take ``[sweep]``'s; a grid
-        the platform cannot honour raises HandlerError("bad_args") before anything is sent."""
-        info = self.registry.get(agent)
-        if info is None:
-            raise HandlerError("unknown_agent", f"no agent '{agent}'")
-        if info.identity is None:
-            raise HandlerError("agent_offline", f"agent '{agent}' has not connected to this "
-                                                "daemon instance")
-        names = workloads if workloads else info.workload_names()
-        offered = set(info.workload_names())
-        bad = [w for w in names if w not in offered]
-        if bad:
-            raise HandlerError("unknown_workload", f"agent '{agent}' does not offer "
-                                                   f"{', '.join(bad)}; it offers "
-                                                   f"{', '.join(sorted(offered)) or 'nothing'}")
-        ids: list[dict[str, Any]] = []
-        jobs: list[dict[str, Any]] = []
-        for name in names:
-            job_size = size
-            if job_size is None:
-                sizes = info.workload_sizes(name)
-                job_size = (self.config.sweep.size if not sizes or self.config.sweep.size
-                            in sizes else sizes[0])
-            try:
-                job = plan_sweep(info.platform, name, self.config.sweep, size=job_size,
-                                 reps=reps, warmup=warmup, max_cores=max_cores,
-                                 frequencies=frequencies, frequency_grid=frequency_grid,
-                                 per_cluster=per_cluster)
-            except (PlanError, ValueError) as exc:
-                raise HandlerError("bad_args", f"cannot plan a sweep of {name} for {agent}: "
-                                               f"{exc}") from None
-            jobs.append(job)
-        for job in jobs:
-            self._send_job(agent, job)
-            ids.append({"job_id": job["job_id"], "workload": job["workload"],
-                        "size": job["size"], "n_points": len(job["points"]),
-                        "reps": job["reps"]})
-        return ids
-
-    def _send_job(self, agent: str, job: dict[str, Any], save: bool = True) -> None:
-        info = self.registry.get(agent)
-        if save:
-            self.store.save_job(agent, job, time.time())
-        if info is None or info.identity is None or not self.send(info.identity, "job", job):
-            log.warning("job %s for %s not delivered; it is resent at the agent's next hello",
-                        job["job_id"], agent)
-        else:
-            log.info("sent job %s (%s, %d points x %d reps) to %s", job["job_id"],
-                     job["workload"], len(job["points"]), job["reps"], agent)
+                if name not in swept:
+                    self.sweeps.auto(agent, name)
 
     def _on_heartbeat(self, identity: bytes, msg: dict[str, Any]) -> None:
         info = self.registry.seen(msg["agent"], identity, time.time())
@@ -351,6 +250,7 @@ class Daemon:
         b = msg["body"]
         log.warning("agent %s reports error %s about %s: %s", msg["agent"], b["code"],
                     b.get("ref"), b["message"])
+        self.jobs.agent_error(msg["agent"], b)
 
     def _on_applied(self, identity: bytes, msg: dict[str, Any]) -> None:
         agent, body, now = msg["agent"], msg["body"], time.time()
@@ -359,189 +259,26 @@ class Daemon:
         rec = self.store.recommendation(body["config_id"])
         if rec is None:
             raise HandlerError("unknown_config", f"no configuration '{body['config_id']}'")
-        if body["ok"]:
-            stored: list[ResultIn] = []
-            for i, raw in enumerate(body.get("records") or []):
-                try:
-                    stored.append(ResultIn(f"{msg['id']}:{i}", agent, body["config_id"], i,
-                                           RunRecord.from_dict(raw), raw))
-                except RecordError as exc:
-                    log.warning("applied %s: verification record %d ignored: %s",
-                                body["config_id"], i, exc)
-            if stored:
-                self.store.insert_results(stored, now)
-            verified = body.get("time_s")
-            if verified is None:
-                times = [r.record.time_s for r in stored if r.record.ok and r.record.time_s
-                         is not None]
-                verified = statistics.median(times) if times else None
-            self.store.update_recommendation(body["config_id"], "verified", now,
-                                             verified_time_s=verified)
-            log.info("config %s verified by %s: %s s (predicted %s s)", body["config_id"],
-                     agent, verified, rec.get("predicted_time_s"))
-            # Verification runs are measurements too: refit, but do not push again.
-            self.request_fit(Group(rec["platform"], rec["workload"], rec["input"],
-                                   rec["variant"]), recommend_after=False)
-        else:
-            error = body.get("error") or "refused without a reason"
-            self.store.update_recommendation(body["config_id"], "refused", now, error=error)
-            log.warning("config %s refused by %s: %s", body["config_id"], agent, error)
+        self.recommender.applied(agent, msg, rec, now)
         self.send(identity, "ack", {"ids": [msg["id"]]})
 
-    # -- fits and recommendations ------------------------------------------------------------
-    def _on_fit(self, out: FitOutcome) -> None:
-        req = out.request
-        name = "/".join(req.group)
-        if out.error or out.model is None:
-            log.warning("no model for %s: %s", name, out.error)
-            return
-        d = out.description
-        self.store.save_fit(req.group, d.get("model", out.model.name), d.get("params", {}),
-                            d.get("quality", {}), out.runners_up, time.time())
-        self.stats["fits"] += 1
-        log.info("fitted %s: %s in %.3f s", name, d.get("model"), out.seconds)
-        if req.recommend and req.agent and self.config.auto_recommend:
-            self.push_recommendation(req.agent, req.group, out.model, req.job_id, req.rows)
-
-    def push_recommendation(self, agent: str, group: Group, model: Any,
-                            job_id: str | None = None, rows: Any = None
-                            ) -> dict[str, Any] | None:
-        """Recommend (cores, frequency) for ``group`` from ``model`` and push it to ``agent``.
-
-        Candidates: cores 1..n of the group's cpu order (the board's, or its cluster's), and,
-        when the group was measured at two or more frequencies, every frequency the policies
-        of the candidate cpus offer. A group measured at one frequency is recommended at it."""
-        info = self.registry.get(agent)
-        if rows is None:
-            rows = self.store.group_runs(group)
-        platform, order, freqs = self._grid_inputs(agent, group, rows)
-        try:
-            r = recommend(model, platform, self.config.tolerance, _axis(freqs), order=order)
-        except ValueError as exc:
-            log.warning("no recommendation for %s: %s", "/".join(group), exc)
-            return None
-        if r.freq_khz is None and freqs and len(freqs) == 1:
-            r.freq_khz = r.best_freq_khz = freqs[0]  # measured there only: keep it there
-        config_id = "cfg-" + uuid.uuid4().hex[:20]
-        body = {"config_id": config_id, "workload": group.workload, "size": group.input,
-                "cpus": r.cpus, "threads": r.threads, "freq_khz": r.freq_khz,
-                "reps": self.config.verify_reps, "predicted_time_s": r.predicted_time_s}
-        if group.variant:
-            body["variant"] = group.variant  # verification runs join the group they came from
-        sent = info is not None and info.identity is not None and self.send(
-            info.identity, "config", body)
-        rec = {"config_id": config_id, "agent": agent, **group.as_dict(), "cores": r.cores,
-               "cpus": r.cpus, "threads": r.threads, "freq_khz": r.freq_khz,
-               "predicted_time_s": r.predicted_time_s, "predicted_lower_s": r.lower_s,
-               "predicted_upper_s": r.upper_s, "model": getattr(model, "name", None),
-               "state": "pushed" if sent else "unsent"}
-        self.store.save_recommendation(rec, time.time())
-        if sent:
-            self.stats["configs_pushed"] += 1
-        log.info("recommend %s for %s: %d cores, %s kHz, predicted %.4g s (best %d cores, "
-                 "%.4g s)%s", config_id, "/".join(group), r.cores, r.freq_khz,
-                 r.predicted_time_s, r.best_cores, r.best_time_s, "" if sent else " (not sent)")
-        return rec
-
-    # -- queries -----------------------------------------------------------------------------
     def _on_query(self, identity: bytes, msg: dict[str, Any]) -> None:
-        what = msg["body"]["what"]
-        args = msg["body"].get("args") or {}
-        if what == "status":
-            data = self.status()
-        elif what == "sweep":
-            data = {"jobs": self._query_sweep(args)}
-        elif what == "fit":
-            data = {"queued": self._query_fit(args)}
-        else:
-            raise HandlerError("unknown_query", f"unknown query '{what[:40]}'; known: status, "
-                                                "sweep, fit")
+        data = queries.answer(self, msg["body"]["what"], msg["body"].get("args") or {})
         self.send(identity, "reply", {"ref": msg["id"], "data": data})
 
-    def _query_sweep(self, args: dict[str, Any]) -> list[dict[str, Any]]:
-        agent = args.get("agent")
-        if not isinstance(agent, str):
-            raise HandlerError("bad_args", "sweep needs args.agent (an agent id)")
-        workloads = args.get("workloads")
-        if isinstance(workloads, str):
-            workloads = [workloads]
-        if workloads is not None and not (isinstance(workloads, list)
-                                          and all(isinstance(w, str) for w in workloads)):
-            raise HandlerError("bad_args", "sweep args.workloads must be a list of names")
-        ints = {}
-        for key in ("reps", "warmup", "max_cores"):
-            v = args.get(key)
-            if v is not None and (not isinstance(v, int) or isinstance(v, bool) or v < 0
-                                  or (key == "reps" and v < 1)):
-                raise HandlerError("bad_args", f"sweep args.{key} must be a non-negative "
-                                               "integer (reps >= 1)")
-            ints[key] = v
-        size = args.get("size")
-        if size is not None and not isinstance(size, str):
-            raise HandlerError("bad_args", "sweep args.size must be text")
-        grid = args.get("frequency_grid")
-        if grid is not None:
-            try:
-                grid = SweepDefaults.parse_grid(grid, "args.frequency_grid")
-            except ConfigError as exc:
-                raise HandlerError("bad_args", f"sweep {exc}") from None
-        per_cluster = args.get("per_cluster")
-        if per_cluster is not None and not isinstance(per_cluster, bool):
-            raise HandlerError("bad_args", "sweep args.per_cluster must be true or false")
-        freqs = args.get("frequencies")
-        if freqs is not None and not (isinstance(freqs, list) and all(
-                isinstance(f, int) and not isinstance(f, bool) and f > 0 for f in freqs)):
-            raise HandlerError("bad_args", "sweep args.frequencies must be a list of kHz "
-                                           "integers")
-        return self.start_sweep(agent, workloads, size=size, frequency_grid=grid,
-                                per_cluster=per_cluster, frequencies=freqs, **ints)
-
-    def _query_fit(self, args: dict[str, Any]) -> list[dict[str, str]]:
-        """Refit the stored groups matching args.platform/workload/input/variant (each
-        optional); with args.recommend and args.agent, push a recommendation afterwards."""
-        queued = []
-        for g in self.store.groups():
-            if any(args.get(k) not in (None, getattr(g, k)) for k in Group._fields):
-                continue
-            self.request_fit(g, agent=args.get("agent") if args.get("recommend") else None)
-            queued.append(g.as_dict())
-        return queued
-
+    # -- the parts' entry points, for callers of the daemon object ----------------------------
     def status(self) -> dict[str, Any]:
-        now = time.time()
-        agents = [{"id": a.agent_id, "platform": a.platform_id,
-                   "alive": a.alive(self.config.agent_timeout_s, now),
-                   "last_seen_s": round(now - a.last_seen, 3) if a.last_seen else None,
-                   "outbox": a.outbox} for a in self.registry.all()]
-        fits = [{"group": {k: f[k] for k in ("platform", "workload", "input", "variant")},
-                 "model": f["model"], "params": f["params"], "quality": f["quality"],
-                 "runners_up": f["runners_up"]} for f in self.store.fits()]
-        recs = [{"config_id": r["config_id"], "agent": r["agent"],
-                 "group": {k: r[k] for k in ("platform", "workload", "input", "variant")},
-                 "cores": r["cores"], "cpus": r["cpus"], "freq_khz": r["freq_khz"],
-                 "predicted_time_s": r["predicted_time_s"], "state": r["state"],
-                 "verified_time_s": r["verified_time_s"], "error": r["error"]}
-                for r in self.store.recommendations()]
-        return {
-            "daemon": {"instance": self.instance, "uptime_s": round(now - self.started, 3),
-                       "endpoint": self.endpoint, "database": self.config.database,
-                       "stats": dict(self.stats)},
-            "agents": agents,
-            # What each agent's board offers (knob availability, topology), for operators.
-            "platforms": {a["platform"]: self.store.platform(a["platform"])
-                          for a in agents if a["platform"]},
-            "workloads": self.store.workloads(),
-            "runs": self.store.run_counts(),
-            "jobs": [{k: j[k] for k in ("job_id", "agent", "workload", "expected", "received",
-                                        "state")} for j in self.store.jobs()],
-            "fits": fits,
-            "recommendations": recs,
-        }
+        return queries.status(self)
 
+    def start_sweep(self, agent: str, workloads: list[str] | None = None,
+                    **options: Any) -> list[dict[str, Any]]:
+        return self.sweeps.start(agent, workloads, **options)
 
-def _axis(freqs: list[int] | None) -> list[int] | None:
-    """Measured frequencies when they form a frequency axis (two or more), else None."""
-    return freqs if freqs and len(freqs) >= 2 else None
+    def request_fit(self, *args: Any, **kw: Any) -> None:
+        self.recommender.request_fit(*args, **kw)
+
+    def push_recommendation(self, *args: Any, **kw: Any) -> dict[str, Any] | None:
+        return self.recommender.push(*args, **kw)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -578,6 +315,9 @@ def main(argv: list[str] | None = None) -> int:
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     try:
         daemon = Daemon(config)
+    except BindError as exc:
+        print(f"opptune-daemon: {exc}", file=sys.stderr)
+        return 2
     except Exception as exc:
         print(f"opptune-daemon: cannot start: {exc}", file=sys.stderr)
         return 1

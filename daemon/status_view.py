@@ -33,10 +33,13 @@ def print_status(data: dict[str, Any], console: Console | None = None) -> None:
                   f"up {_fmt(d.get('uptime_s'), '.0f')} s, database {d.get('database', '?')}")
 
     t = Table(title="agents")
-    for col in ("agent", "platform", "alive", "last seen (s)", "outbox"):
+    for col in ("agent", "board", "alive", "last seen (s)", "outbox"):
         t.add_column(col)
+    boards = {}
     for a in data.get("agents", []):
-        t.add_row(str(a.get("id")), str(a.get("platform")), "yes" if a.get("alive") else "no",
+        boards[a.get("id")] = a.get("board") or a.get("platform")
+        t.add_row(str(a.get("id")), str(boards[a.get("id")]),
+                  "yes" if a.get("alive") else "no",
                   _fmt(a.get("last_seen_s"), ".1f"), _fmt(a.get("outbox")))
     console.print(t)
 
@@ -49,11 +52,17 @@ def print_status(data: dict[str, Any], console: Console | None = None) -> None:
     console.print(t)
 
     t = Table(title="jobs")
-    for col in ("job", "agent", "workload", "received/expected", "state"):
+    t.add_column("job", no_wrap=True)  # the id is what `opptune` commands are given
+    for col in ("board", "workload", "size", "runs received/expected", "state"):
         t.add_column(col)
     for j in data.get("jobs", []):
-        t.add_row(str(j.get("job_id"))[:12], str(j.get("agent")), str(j.get("workload")),
-                  f"{j.get('received')}/{j.get('expected')}", str(j.get("state")))
+        state = str(j.get("state"))
+        if j.get("reason"):
+            state += f": {j['reason']}"
+        t.add_row(str(j.get("job_id")), str(j.get("board") or boards.get(j.get("agent"))
+                                            or j.get("agent")),
+                  str(j.get("workload")), _fmt(j.get("size")),
+                  f"{j.get('received')}/{j.get('expected')}", state)
     console.print(t)
 
     t = Table(title="fits")
@@ -66,15 +75,22 @@ def print_status(data: dict[str, Any], console: Console | None = None) -> None:
         t.add_row(_group(f.get("group")), str(f.get("model")), params,
                   _fmt((f.get("quality") or {}).get("mape"), ".2f"), runners)
     console.print(t)
+    for e in data.get("fit_errors") or []:
+        console.print(f"fit failed for {_group(e.get('group'))}: {e.get('error')}", markup=False)
 
     t = Table(title="recommendations")
-    for col in ("group", "cores", "cpus", "freq kHz", "predicted s", "state", "verified s"):
+    for col in ("group", "cores", "cpus", "frequency", "predicted s (interval)", "state",
+                "measured s"):
         t.add_column(col)
     for r in data.get("recommendations", []):
+        freq = r.get("freq_khz")
+        lo, hi = r.get("predicted_lower_s"), r.get("predicted_upper_s")
         t.add_row(_group(r.get("group")), _fmt(r.get("cores")),
-                  ",".join(map(str, r.get("cpus") or [])), _fmt(r.get("freq_khz")),
-                  _fmt(r.get("predicted_time_s")), str(r.get("state")) +
-                  (f" ({r['error']})" if r.get("error") else ""),
+                  ",".join(map(str, r.get("cpus") or [])),
+                  f"{freq / 1000:.0f} MHz" if freq else "governor's",
+                  _fmt(r.get("predicted_time_s"))
+                  + (f" ({_fmt(lo)}..{_fmt(hi)})" if lo is not None and hi is not None else ""),
+                  str(r.get("state")) + (f" ({r['error']})" if r.get("error") else ""),
                   _fmt(r.get("verified_time_s")))
     console.print(t)
 

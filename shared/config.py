@@ -116,6 +116,8 @@ class DaemonConfig:
     database: str = "/var/lib/opptune/opptune.db"
     heartbeat_s: float = 2.0
     agent_timeout_s: float = 10.0
+    # a queued, sent or running job expires when its agent has not been seen for this long
+    job_expiry_s: float = 60.0
     tolerance: float = 0.05  # recommend the fewest cores within this of the best predicted time
     auto_sweep: bool = False  # send a sweep to every agent that says hello
     auto_recommend: bool = True  # push a config once a sweep is complete and fitted

@@ -148,4 +148,13 @@ def all_jobs_complete(st: dict[str, Any], n_jobs: int) -> bool:
 
 def recommendations_final(st: dict[str, Any], n: int) -> bool:
     recs = st.get("recommendations") or []
-    return len([r for r in recs if r.get("state") in ("verified", "refused", "failed")]) >= n
+    return len([r for r in recs if r.get("state") in ("verified", "off", "refused", "failed")]) >= n
+
+
+def check_verdict(rec: dict[str, Any]) -> None:
+    """A measured recommendation is "verified" exactly when its time lies within the stored
+    prediction interval, else "off" with "off by X %" (times on a shared or modelled board
+    may leave a narrow interval)."""
+    inside = rec["predicted_lower_s"] <= rec["verified_time_s"] <= rec["predicted_upper_s"]
+    assert rec["state"] == ("verified" if inside else "off"), rec
+    assert inside or rec["error"].startswith("off by "), rec

@@ -187,3 +187,17 @@ def test_check_point_frequency_against_offered(env):
         check_point(fake, ex.workloads, "w", "0.5", cpus, 2, 1100000)
     with pytest.raises(Refused, match="threads"):
         check_point(fake, ex.workloads, "w", "0.5", cpus, 0, None)
+
+
+def test_a_job_the_agent_cannot_run_is_reported_with_its_id(env, monkeypatch):
+    ex, sent, runner, platform = env
+
+    def broken(*a, **kw):
+        raise OSError("disk full")
+
+    monkeypatch.setattr(runner, "run_point", broken)
+    run_worker(ex, [job_msg(platform, job_id="job-x")])
+    (err,) = sent
+    assert err["type"] == "error" and err["body"]["code"] == "job_failed"
+    assert err["body"]["ref"] == "job-x"
+    assert err["body"]["message"] == "the agent could not run the job: OSError: disk full"

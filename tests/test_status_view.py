@@ -16,3 +16,37 @@ def test_a_combination_shows_its_members_weights_only():
 
 def test_no_parameters_is_an_empty_text():
     assert params_text("hold", None) == ""
+
+
+def test_status_shows_boards_job_states_fit_errors_and_off_recommendations():
+    from rich.console import Console
+
+    from opptune.daemon.status_view import print_status
+    group = {"platform": "4a62bc91a3a64086", "workload": "triad", "input": "small",
+             "variant": ""}
+    data = {
+        "daemon": {"instance": "i1", "endpoint": "tcp://127.0.0.1:5555", "uptime_s": 3.0,
+                   "database": "d.db"},
+        "agents": [{"id": "a1", "board": "odroid-7", "platform": "4a62bc91a3a64086",
+                    "alive": True, "last_seen_s": 0.5, "outbox": 0}],
+        "runs": [], "fits": [],
+        "jobs": [{"job_id": "job-1", "agent": "a1", "board": "odroid-7", "workload": "triad",
+                  "size": "huge", "expected": 4, "received": 0, "state": "failed",
+                  "reason": "agent a1 refused the job: no size 'huge' (bad_job)",
+                  "created": 1.0, "updated": 2.0}],
+        "fit_errors": [{"group": group, "error": "no model: needs two core counts",
+                        "agent": "a1", "job_id": "job-1"}],
+        "recommendations": [{"config_id": "cfg-1", "agent": "a1", "group": group, "cores": 2,
+                             "cpus": [0, 1], "freq_khz": None, "predicted_time_s": 1.0,
+                             "predicted_lower_s": 0.9, "predicted_upper_s": 1.1,
+                             "state": "off", "verified_time_s": 1.25, "off_pct": 25.0,
+                             "error": "off by +25.0 % (measured 1.25 s)"}],
+    }
+    console = Console(record=True, width=250)
+    print_status(data, console)
+    text = console.export_text()
+    assert "odroid-7" in text and "4a62bc91a3a64086 " not in text.split("fit failed")[0]
+    assert "failed: agent a1 refused the job: no size 'huge' (bad_job)" in text
+    assert "fit failed for 4a62bc91a3a64086/triad/small: no model: needs two core counts" in text
+    assert "off (off by +25.0 %" in text and "0.9..1.1" in text
+    assert "None" not in text and "governor's" in text

@@ -166,3 +166,28 @@ def test_a_version_1_store_is_migrated_with_every_row_intact(tmp_path):
         "SELECT name FROM sqlite_master WHERE type='index' AND tbl_name='runs'")}
     assert {"runs_job", "runs_group"} <= names
     st.close()
+
+
+def test_a_version_2_store_gets_job_states_and_keeps_its_jobs(tmp_path):
+    from opptune.daemon.store.schema import MIGRATIONS
+    path = tmp_path / "v2.db"
+    db = sqlite3.connect(path)
+    db.execute("CREATE TABLE schema_version (version INTEGER PRIMARY KEY, applied REAL NOT NULL)")
+    for version in (1, 2):
+        for stmt in MIGRATIONS[version]:
+            db.execute(stmt)
+        db.execute("INSERT INTO schema_version VALUES (?, 0)", (version,))
+    for job_id, state in (("job-1", "complete"), ("job-2", "sent")):
+        db.execute("INSERT INTO jobs VALUES (?,?,?,?,?,?,?,?,?,?,?)",
+                   (job_id, "a1", "w", "small", "[]", 0, 1, 0, 0, 5.0, state))
+    db.commit()
+    db.close()
+    st = open_store(str(path))
+    assert st.schema_version() == SCHEMA_VERSION
+    got = {j["job_id"]: (j["state"], j["reason"], j["updated"]) for j in st.jobs()}
+    assert got == {"job-1": ("done", None, 5.0), "job-2": ("sent", None, 5.0)}
+    assert st.set_job_state("job-2", "failed", "refused", now=9.0, only_from=("sent",))
+    assert not st.set_job_state("job-2", "running", now=9.5, only_from=("sent",))
+    assert {j["job_id"]: j["state"] for j in st.active_jobs()} == {}
+    assert st.job("job-2")["reason"] == "refused" and st.job("job-2")["updated"] == 9.0
+    st.close()

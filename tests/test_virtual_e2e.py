@@ -18,7 +18,7 @@ from opptune.agent.virtual_board import BOARDS, CPUFREQ, make_tree, model_time_s
 from opptune.daemon.fitter import fit_group, observations
 from opptune.daemon.models import registry
 from opptune.daemon.models.base import Observations
-from procs import Cluster, recommendations_final, write_toml
+from procs import Cluster, check_verdict, recommendations_final, write_toml
 
 pytestmark = pytest.mark.integration
 
@@ -113,7 +113,7 @@ def test_cores_by_frequency_sweep_on_rpi4(tmp_path):
     assert abs(mw.describe()["params"]["f"] - truth["f"]) < 0.08, mw.describe()
 
     (rec,) = st["recommendations"]
-    assert rec["state"] == "verified", rec
+    check_verdict(rec)
     assert rec["freq_khz"] in offered and len(rec["cpus"]) == rec["cores"]
     # compute-bound enough that all 4 cores at the top frequency win on this board
     assert (rec["cores"], rec["freq_khz"]) == (4, 1_500_000)
@@ -156,7 +156,7 @@ def test_per_cluster_sweep_on_big_little(tmp_path):
     for variant, cpus, table in (("cluster0", range(0, 4), BOARDS[board]["clusters"][0]),
                                  ("cluster1", range(4, 8), BOARDS[board]["clusters"][1])):
         r = recs[variant]
-        assert r["state"] == "verified", r
+        check_verdict(r)
         assert set(r["cpus"]) <= set(cpus) and r["freq_khz"] in table["freqs_khz"]
     # big: from its own table, above anything LITTLE offers (the fewest cores, then the lowest
     # frequency within 5 % of the best may be a table entry that was never swept, e.g. 1.9 GHz)

@@ -66,7 +66,15 @@ class Store(ABC):
         """Store a job body as sent to ``agent_id``."""
 
     @abstractmethod
-    def set_job_state(self, job_id: str, state: str) -> None: ...
+    def set_job_state(self, job_id: str, state: str, reason: str | None = None,
+                      now: float | None = None, only_from: Sequence[str] | None = None) -> bool:
+        """Set a job's state (and reason); with ``only_from``, only when its state is one of
+        those. True when a row changed."""
+
+    @abstractmethod
+    def job_failures(self, job_id: str) -> tuple[int, list[str]]:
+        """(successful runs of the job, the distinct error texts of its runs when none
+        succeeded)."""
 
     @abstractmethod
     def job(self, job_id: str) -> dict[str, Any] | None: ...
@@ -74,6 +82,10 @@ class Store(ABC):
     @abstractmethod
     def jobs(self) -> list[dict[str, Any]]:
         """Every job with its received count (distinct seq stored)."""
+
+    @abstractmethod
+    def active_jobs(self) -> list[dict[str, Any]]:
+        """job_id, agent, state of every job queued, sent or running."""
 
     @abstractmethod
     def jobs_for(self, agent_id: str, workload: str) -> list[dict[str, Any]]: ...

@@ -9,11 +9,15 @@ Version 2 stores each run's full record as msgpack (``record_msgpack``) instead 
 (``record``): encoding the record as JSON was the largest single cost of ingest (28 us of a
 record with every meter's fields, msgpack 5 us). Rows stored before keep their JSON; exactly one
 of the two columns is set (CHECK). The columns the daemon queries stay columns.
+
+Version 3 gives jobs a lifecycle (queued, sent, running, done, failed, expired): a ``reason``
+for failed and expired jobs and the time of the last change (``updated``); the state a version
+2 database called ``complete`` is ``done``.
 """
 
 from __future__ import annotations
 
-SCHEMA_VERSION = 2
+SCHEMA_VERSION = 3
 
 MIGRATIONS: dict[int, list[str]] = {
     1: [
@@ -136,5 +140,10 @@ MIGRATIONS: dict[int, list[str]] = {
         "ALTER TABLE runs_v2 RENAME TO runs",
         "CREATE INDEX runs_job ON runs(job_id, seq)",
         "CREATE INDEX runs_group ON runs(platform, workload, input, variant)",
+    ],    3: [
+        "ALTER TABLE jobs ADD COLUMN reason TEXT",
+        "ALTER TABLE jobs ADD COLUMN updated REAL",
+        "UPDATE jobs SET updated = created",
+        "UPDATE jobs SET state = 'done' WHERE state = 'complete'",
     ],
 }

@@ -147,16 +147,32 @@ class SQLiteStore(Store):
     def save_job(self, agent_id: str, job: dict[str, Any], now: float, state: str = "sent") -> None:
         points = job["points"]
         with self._tx() as db:
-            db.execute("INSERT OR REPLACE INTO jobs VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+            db.execute("INSERT OR REPLACE INTO jobs VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
                        (job["job_id"], agent_id, job["workload"], job["size"], _dumps(points),
                         len(points), job["reps"], job["warmup"], len(points) * job["reps"],
-                        now, state))
+                        now, state, None, now))
             db.execute("INSERT OR IGNORE INTO workloads(name, first_seen) VALUES (?, ?)",
                        (job["workload"], now))
 
-    def set_job_state(self, job_id: str, state: str) -> None:
+    def set_job_state(self, job_id: str, state: str, reason: str | None = None,
+                      now: float | None = None, only_from: Sequence[str] | None = None) -> bool:
+        sql = "UPDATE jobs SET state=?, reason=?, updated=? WHERE job_id=?"
+        args: list[Any] = [state, reason, time.time() if now is None else now, job_id]
+        if only_from:
+            sql += f" AND state IN ({','.join('?' * len(only_from))})"
+            args += list(only_from)
         with self._tx() as db:
-            db.execute("UPDATE jobs SET state=? WHERE job_id=?", (state, job_id))
+            return db.execute(sql, args).rowcount > 0
+
+    def job_failures(self, job_id: str) -> tuple[int, list[str]]:
+        ok = int(self.db.execute("SELECT COUNT(*) FROM runs WHERE job_id=? AND ok=1",
+                                 (job_id,)).fetchone()[0])
+        errors: list[str] = []
+        if not ok:
+            for _, rec in self.run_records(job_id):
+                if rec.error and rec.error not in errors:
+                    errors.append(rec.error)
+        return ok, errors
 
     def _job_row(self, r: dict[str, Any]) -> dict[str, Any]:
         r["points"] = json.loads(r["points"])
@@ -168,9 +184,13 @@ class SQLiteStore(Store):
 
     def jobs(self) -> list[dict[str, Any]]:
         return self._rows(
-            "SELECT j.job_id, j.agent, j.workload, j.size, j.expected, j.state, j.created, "
-            "(SELECT COUNT(DISTINCT seq) FROM runs r WHERE r.job_id = j.job_id) AS received "
+            "SELECT j.job_id, j.agent, j.workload, j.size, j.expected, j.state, j.reason, "
+            "j.created, j.updated, (SELECT COUNT(DISTINCT seq) FROM runs r WHERE r.job_id = j.job_id) AS received "
             "FROM jobs j ORDER BY j.created")
+
+    def active_jobs(self) -> list[dict[str, Any]]:
+        return self._rows("SELECT job_id, agent, state FROM jobs "
+                          "WHERE state IN ('queued', 'sent', 'running') ORDER BY created")
 
     def jobs_for(self, agent_id: str, workload: str) -> list[dict[str, Any]]:
         return [self._job_row(r) for r in self._rows(

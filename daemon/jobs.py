@@ -1,0 +1,162 @@
+"""Job tracking: the lifecycle of the jobs the daemon sends (queued, sent, running, done,
+failed, expired), kept in the store.
+
+A job is "sent" when its message left (else "queued", delivered at the agent's next hello),
+"running" from its first stored result, "done" once every run is stored (then ``on_done``
+asks for fits), "failed" when the agent refuses it or every run failed, and "expired" when its
+agent has not been seen for ``job_expiry_s``.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from typing import Any, Callable
+
+from ..shared import protocol
+from ..shared.config import DaemonConfig
+from .link import Link
+from .registry import Registry
+from .store import Store
+
+log = logging.getLogger("opptune.daemon")
+
+ACTIVE_JOB_STATES = ("queued", "sent", "running")
+FINAL_JOB_STATES = ("done", "failed", "expired")
+
+
+class JobTracker:
+    """Sends jobs and moves them through their states. Used from the service loop only."""
+
+    def __init__(self, config: DaemonConfig, store: Store, registry: Registry, link: Link,
+                 sender: str, started: float, on_done: Callable[[str, str], None]):
+        self.config = config
+        self.store = store
+        self.registry = registry
+        self.link = link
+        self.sender = sender
+        self.started = started
+        self.on_done = on_done
+        # job id -> (runs counted in the store at the last look, results received since): the
+        # store is asked for a job's distinct count only once it could be complete.
+        self._progress: dict[str, list[int]] = {}
+        self._complete: set[str] = set()
+        self._running: set[str] = set()  # marked running in the store by this instance
+        self._msgs: dict[str, str] = {}  # id of a sent job message -> job id
+
+    def send(self, agent: str, job: dict[str, Any], save: bool = True) -> None:
+        """Send a job; it is stored as "sent", or "queued" when it could not be delivered
+        (then it goes out at the agent's next hello)."""
+        info = self.registry.get(agent)
+        msg = protocol.make("job", self.sender, job)
+        sent = info is not None and info.identity is not None and \
+            self.link.send(info.identity, msg)
+        if sent:
+            # the agent's refusal (an ``error``) names this message id
+            self._msgs[msg["id"]] = job["job_id"]
+        if save:
+            self.store.save_job(agent, job, time.time(), state="sent" if sent else "queued")
+        elif sent:
+            self.store.set_job_state(job["job_id"], "sent", only_from=("queued", "expired"))
+        if not sent:
+            log.warning("job %s for %s not delivered; it is resent at the agent's next hello",
+                        job["job_id"], agent)
+        else:
+            log.info("sent job %s (%s, %d points x %d reps) to %s", job["job_id"],
+                     job["workload"], len(job["points"]), job["reps"], agent)
+
+    def results_stored(self, touched: dict[str, tuple[int, str]], counts: dict[str, int],
+                       now: float) -> None:
+        """Results of the jobs in ``touched`` (job id -> (runs expected, agent)) were
+        committed, ``counts`` of them per job."""
+        for job_id, (of, agent) in touched.items():
+            if job_id not in self._running and job_id not in self._complete:
+                self._running.add(job_id)
+                # an expired job whose agent came back with results runs again
+                self.store.set_job_state(job_id, "running", now=now,
+                                         only_from=("queued", "sent", "expired"))
+            self.check(job_id, of, agent, counts.get(job_id, 0))
+
+    def check(self, job_id: str, of: int, agent: str, new: int) -> None:
+        """Complete the job when all ``of`` runs are stored (``new`` arrived just now)."""
+        if job_id in self._complete:
+            return
+        prog = self._progress.get(job_id)
+        if prog is None:
+            prog = self._progress[job_id] = [0, 0]
+            new = of  # unknown history (e.g. after a restart): look once
+        prog[1] += new
+        if prog[0] + prog[1] < of:
+            return
+        received = self.store.job_received(job_id)
+        prog[0], prog[1] = received, 0
+        if received < of:
+            return
+        self._complete.add(job_id)
+        self._progress.pop(job_id, None)
+        self._running.discard(job_id)
+        ok, errors = self.store.job_failures(job_id)
+        if not ok:
+            reason = f"every run of the job failed: {'; '.join(errors) or 'no error text'}"
+            self.store.set_job_state(job_id, "failed", reason)
+            log.warning("job %s of %s failed: %s", job_id, agent, reason)
+            return
+        self.store.set_job_state(job_id, "done")
+        log.info("job %s of %s done (%d runs, %d successful)", job_id, agent, received, ok)
+        self.on_done(job_id, agent)
+
+    def agent_error(self, agent: str, body: dict[str, Any]) -> None:
+        """An agent's ``error`` about a job it was sent (by message id, or naming the job)
+        fails the job with the agent's reason."""
+        ref = body.get("ref")
+        job_id = self._msgs.get(ref) if ref else None
+        if job_id is None and ref and ref.startswith("job-"):
+            job_id = ref
+        if job_id is None:
+            return
+        reason = f"agent {agent} refused the job: {body['message']} ({body['code']})"
+        if self.store.set_job_state(job_id, "failed", reason,
+                                    only_from=ACTIVE_JOB_STATES + ("expired",)):
+            self._running.discard(job_id)
+            self._complete.add(job_id)
+            log.warning("job %s failed: %s", job_id, reason)
+
+    def resume(self, agent: str) -> set[str]:
+        """At an agent's hello, resend each of its unfinished jobs (queued, sent, running or
+        expired; the agent ignores one it already has); a job whose runs are all stored is
+        completed instead. Returns the workloads that have a job in any state (a failed one
+        is not sent again: it would fail the same way)."""
+        workloads = set()
+        for j in self.store.jobs():
+            if j["agent"] != agent:
+                continue
+            workloads.add(j["workload"])
+            if j["state"] in FINAL_JOB_STATES and j["state"] != "expired":
+                continue
+            if j["received"] >= j["expected"]:
+                self.check(j["job_id"], j["expected"], agent, 0)
+                continue
+            job = self.store.job(j["job_id"])
+            if job is not None:
+                log.info("resending unfinished job %s (%s) to %s", j["job_id"], j["state"],
+                         agent)
+                self.send(agent, {k: job[k] for k in ("job_id", "workload", "size", "points",
+                                                      "reps", "warmup")}, save=False)
+        return workloads
+
+    def expire(self, now: float) -> None:
+        """Expiry policy: a queued, sent or running job expires when its agent has not been
+        seen for ``job_expiry_s`` (counted from this daemon's start at the earliest, so a
+        restart does not expire the jobs of agents about to reconnect)."""
+        limit = self.config.job_expiry_s
+        for j in self.store.active_jobs():
+            info = self.registry.get(j["agent"])
+            last = max(info.last_seen if info else 0.0, self.started)
+            if now - last <= limit:
+                continue
+            reason = (f"agent {j['agent']} not seen for {now - last:.0f} s (job_expiry_s = "
+                      f"{limit:g}); the job is sent again when the agent says hello")
+            if self.store.set_job_state(j["job_id"], "expired", reason, now=now,
+                                        only_from=ACTIVE_JOB_STATES):
+                self._running.discard(j["job_id"])
+                log.warning("job %s expired: %s", j["job_id"], reason)

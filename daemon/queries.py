@@ -1,0 +1,84 @@
+"""The operator's queries (``opptune status``, ``sweep``, ``fit``): what the daemon answers.
+
+The status shape is documented in the README: every key present every time, null for a
+missing value."""
+
+from __future__ import annotations
+
+import time
+from typing import TYPE_CHECKING, Any
+
+from .errors import HandlerError
+from .recommender import off_pct
+from .registry import board_name
+from .store import Group
+
+if TYPE_CHECKING:
+    from .service import Daemon
+
+
+def answer(d: Daemon, what: str, args: dict[str, Any]) -> dict[str, Any]:
+    """The reply's data for query ``what``; HandlerError for an unknown query."""
+    if what == "status":
+        return status(d)
+    if what == "sweep":
+        return {"jobs": d.sweeps.query(args)}
+    if what == "fit":
+        return {"queued": refit(d, args)}
+    raise HandlerError("unknown_query", f"unknown query '{what[:40]}'; known: status, sweep, "
+                                        "fit")
+
+
+def refit(d: Daemon, args: dict[str, Any]) -> list[dict[str, str]]:
+    """Refit the stored groups matching args.platform/workload/input/variant (each
+    optional); with args.recommend and args.agent, push a recommendation afterwards."""
+    queued = []
+    for g in d.store.groups():
+        if any(args.get(k) not in (None, getattr(g, k)) for k in Group._fields):
+            continue
+        d.recommender.request_fit(g, agent=args.get("agent") if args.get("recommend") else None)
+        queued.append(g.as_dict())
+    return queued
+
+
+def status(d: Daemon) -> dict[str, Any]:
+    now = time.time()
+    agents = [{"id": a.agent_id, "board": board_name(a.platform, a.platform_id),
+               "platform": a.platform_id,
+               "alive": a.alive(d.config.agent_timeout_s, now),
+               "last_seen_s": round(now - a.last_seen, 3) if a.last_seen else None,
+               "outbox": a.outbox} for a in d.registry.all()]
+    boards = {a["id"]: a["board"] for a in agents}
+    fits = [{"group": {k: f[k] for k in ("platform", "workload", "input", "variant")},
+             "model": f["model"], "params": f["params"], "quality": f["quality"],
+             "runners_up": f["runners_up"]} for f in d.store.fits()]
+    recs = [{"config_id": r["config_id"], "agent": r["agent"],
+             "group": {k: r[k] for k in ("platform", "workload", "input", "variant")},
+             "cores": r["cores"], "cpus": r["cpus"], "freq_khz": r["freq_khz"],
+             "predicted_time_s": r["predicted_time_s"],
+             "predicted_lower_s": r["predicted_lower_s"],
+             "predicted_upper_s": r["predicted_upper_s"], "state": r["state"],
+             "verified_time_s": r["verified_time_s"],
+             "off_pct": off_pct(r["verified_time_s"], r["predicted_time_s"])
+             if r["state"] == "off" else None, "error": r["error"]}
+            for r in d.store.recommendations()]
+    jobs = [{"job_id": j["job_id"], "agent": j["agent"],
+             "board": boards.get(j["agent"], j["agent"]), "workload": j["workload"],
+             "size": j["size"], "expected": j["expected"], "received": j["received"],
+             "state": j["state"], "reason": j["reason"], "created": j["created"],
+             "updated": j["updated"]} for j in d.store.jobs()]
+    return {
+        "daemon": {"instance": d.instance, "uptime_s": round(now - d.started, 3),
+                   "endpoint": d.endpoint, "database": d.config.database,
+                   "stats": dict(d.stats)},
+        "agents": agents,
+        # What each agent's board offers (knob availability, topology), for operators.
+        "platforms": {a["platform"]: d.store.platform(a["platform"])
+                      for a in agents if a["platform"]},
+        "workloads": d.store.workloads(),
+        "runs": d.store.run_counts(),
+        "jobs": jobs,
+        "fits": fits,
+        "fit_errors": d.recommender.fit_errors(),
+        "recommendations": recs,
+    }

@@ -1,0 +1,199 @@
+"""Fits and recommendations: queue a group's fit, turn a fitted model into a configuration
+pushed to the agent, and judge the agent's verification of it ("verified" only within the
+prediction interval, else "off"). Groups whose fit or recommendation failed are kept with the
+reason for the status (``fit_errors``)."""
+
+from __future__ import annotations
+
+import logging
+import statistics
+import time
+import uuid
+from typing import Any, Callable
+
+from ..shared.config import DaemonConfig
+from ..shared.records import RecordError, RunRecord
+from .fitter import FitOutcome, FitRequest, Fitter
+from .planner import cluster_order, physical_cores
+from .recommend import recommend, target_observations
+from .registry import Registry
+from .store import Group, ResultIn, Store
+
+log = logging.getLogger("opptune.daemon")
+
+
+class Recommender:
+    def __init__(self, config: DaemonConfig, store: Store, registry: Registry, fitter: Fitter,
+                 send: Callable[[bytes, str, dict[str, Any]], bool], stats: dict[str, int]):
+        self.config = config
+        self.store = store
+        self.registry = registry
+        self.fitter = fitter
+        self.send = send
+        self.stats = stats
+        self._fit_errors: dict[Group, dict[str, Any]] = {}
+
+    def fit_errors(self) -> list[dict[str, Any]]:
+        """Groups whose last fit (or recommendation) failed: group, error, agent, job_id."""
+        return [{k: e[k] for k in ("group", "error", "agent", "job_id")}
+                for _, e in sorted(self._fit_errors.items())]
+
+    def request_fit(self, group: Group, agent: str | None = None, job_id: str | None = None,
+                    recommend_after: bool = True) -> None:
+        """Queue a fit of ``group`` from its stored successful runs."""
+        rows = self.store.group_runs(group)
+        target, phys = None, None
+        try:
+            platform, order, freqs = self._grid_inputs(agent, group, rows)
+            phys = physical_cores(platform, order)
+            target = target_observations(platform, _axis(freqs), order=order)
+        except Exception as exc:  # no target: the choice falls back to k-fold validation
+            log.warning("no query grid for %s: %s", "/".join(group), exc)
+        self.fitter.submit(FitRequest(group, rows, agent, job_id, recommend_after,
+                                      target=target, phys_cores=phys))
+
+    def _grid_inputs(self, agent: str | None, group: Group, rows: Any
+                     ) -> tuple[dict[str, Any], list[int], list[int] | None]:
+        """(platform description, cpu order, measured frequencies in kHz or None) for a group:
+        a ``cluster<i>`` variant recommends within that cluster; frequencies come from the
+        group's runs, so the candidate grid has a frequency axis exactly when the model does."""
+        info = self.registry.get(agent) if agent else None
+        platform = (info.platform if info else None) or self.store.platform(group.platform) or {}
+        order = cluster_order(platform, group.variant)
+        measured = [f for _, f, _ in rows]
+        freqs = None
+        if measured and all(f is not None and f == f for f in measured):
+            freqs = sorted({int(round(f * 1000)) for f in measured})
+        return platform, order, freqs
+
+    def on_fit(self, out: FitOutcome) -> None:
+        req = out.request
+        name = "/".join(req.group)
+        if out.error or out.model is None:
+            log.warning("no model for %s: %s", name, out.error)
+            self._fit_failed(req.group, f"no model: {out.error or 'the fit gave none'}",
+                             req.agent, req.job_id)
+            return
+        self._fit_errors.pop(req.group, None)
+        d = out.description
+        self.store.save_fit(req.group, d.get("model", out.model.name), d.get("params", {}),
+                            d.get("quality", {}), out.runners_up, time.time())
+        self.stats["fits"] += 1
+        log.info("fitted %s: %s in %.3f s", name, d.get("model"), out.seconds)
+        if req.recommend and req.agent and self.config.auto_recommend:
+            self.push(req.agent, req.group, out.model, req.job_id, req.rows)
+
+    def _fit_failed(self, group: Group, error: str, agent: str | None,
+                    job_id: str | None) -> None:
+        self._fit_errors[group] = {"group": group.as_dict(), "error": error, "agent": agent,
+                                   "job_id": job_id}
+
+    def push(self, agent: str, group: Group, model: Any, job_id: str | None = None,
+             rows: Any = None) -> dict[str, Any] | None:
+        """Recommend (cores, frequency) for ``group`` from ``model`` and push it to ``agent``.
+
+        Candidates: cores 1..n of the group's cpu order (the board's, or its cluster's), and,
+        when the group was measured at two or more frequencies, every frequency the policies
+        of the candidate cpus offer. A group measured at one frequency is recommended at it."""
+        info = self.registry.get(agent)
+        if rows is None:
+            rows = self.store.group_runs(group)
+        platform, order, freqs = self._grid_inputs(agent, group, rows)
+        try:
+            r = recommend(model, platform, self.config.tolerance, _axis(freqs), order=order)
+        except ValueError as exc:
+            log.warning("no recommendation for %s: %s", "/".join(group), exc)
+            self._fit_failed(group, f"no recommendation: {exc}", agent, job_id)
+            return None
+        if r.freq_khz is None and freqs and len(freqs) == 1:
+            r.freq_khz = r.best_freq_khz = freqs[0]  # measured there only: keep it there
+        config_id = "cfg-" + uuid.uuid4().hex[:20]
+        body = {"config_id": config_id, "workload": group.workload, "size": group.input,
+                "cpus": r.cpus, "threads": r.threads, "freq_khz": r.freq_khz,
+                "reps": self.config.verify_reps, "predicted_time_s": r.predicted_time_s}
+        if group.variant:
+            body["variant"] = group.variant  # verification runs join the group they came from
+        sent = info is not None and info.identity is not None and self.send(
+            info.identity, "config", body)
+        rec = {"config_id": config_id, "agent": agent, **group.as_dict(), "cores": r.cores,
+               "cpus": r.cpus, "threads": r.threads, "freq_khz": r.freq_khz,
+               "predicted_time_s": r.predicted_time_s, "predicted_lower_s": r.lower_s,
+               "predicted_upper_s": r.upper_s, "model": getattr(model, "name", None),
+               "state": "pushed" if sent else "unsent"}
+        self.store.save_recommendation(rec, time.time())
+        if sent:
+            self.stats["configs_pushed"] += 1
+        log.info("recommend %s for %s: %d cores at %s, predicted %.4g s (best %d cores, "
+                 "%.4g s)%s", config_id, "/".join(group), r.cores, freq_text(r.freq_khz),
+                 r.predicted_time_s, r.best_cores, r.best_time_s, "" if sent else " (not sent)")
+        return rec
+
+    def applied(self, agent: str, msg: dict[str, Any], rec: dict[str, Any], now: float) -> None:
+        """The agent's ``applied`` for recommendation ``rec``: store its verification runs,
+        judge the measured time against the prediction interval, refit (without a new push);
+        or note the agent's refusal."""
+        body = msg["body"]
+        if not body["ok"]:
+            error = body.get("error") or "refused without a reason"
+            self.store.update_recommendation(body["config_id"], "refused", now, error=error)
+            log.warning("config %s refused by %s: %s", body["config_id"], agent, error)
+            return
+        stored: list[ResultIn] = []
+        for i, raw in enumerate(body.get("records") or []):
+            try:
+                stored.append(ResultIn(f"{msg['id']}:{i}", agent, body["config_id"], i,
+                                       RunRecord.from_dict(raw), raw))
+            except RecordError as exc:
+                log.warning("applied %s: verification record %d ignored: %s",
+                            body["config_id"], i, exc)
+        if stored:
+            self.store.insert_results(stored, now)
+        verified = body.get("time_s")
+        if verified is None:
+            times = [r.record.time_s for r in stored if r.record.ok and r.record.time_s
+                     is not None]
+            verified = statistics.median(times) if times else None
+        state, note = verdict(verified, rec.get("predicted_time_s"),
+                              rec.get("predicted_lower_s"), rec.get("predicted_upper_s"))
+        self.store.update_recommendation(body["config_id"], state, now,
+                                         verified_time_s=verified, error=note)
+        log.info("config %s measured by %s: %s s (predicted %s s): %s%s", body["config_id"],
+                 agent, verified, rec.get("predicted_time_s"), state,
+                 f", {note}" if note else "")
+        # Verification runs are measurements too: refit, but do not push again.
+        self.request_fit(Group(rec["platform"], rec["workload"], rec["input"], rec["variant"]),
+                         recommend_after=False)
+
+
+def freq_text(freq_khz: int | None) -> str:
+    """A frequency for messages; None is the governor's choice, not "None kHz"."""
+    return "the governor's frequency" if freq_khz is None else f"{freq_khz} kHz"
+
+
+def verdict(measured: float | None, predicted: float | None, lower: float | None,
+            upper: float | None) -> tuple[str, str | None]:
+    """A recommendation's state after its verification runs: "verified" only when the measured
+    time lies within the prediction interval stored with it; otherwise "off" with how far
+    off, relative to the prediction ("failed" when nothing was measured)."""
+    if measured is None:
+        return "failed", "no verification run gave a time"
+    if lower is not None and upper is not None and lower <= measured <= upper:
+        return "verified", None
+    if not predicted:
+        return "off", "no prediction interval to compare with"
+    pct = (measured - predicted) / predicted * 100
+    interval = (f"interval {lower:.4g}..{upper:.4g} s" if lower is not None and upper is not None
+                else "no interval")
+    return "off", (f"off by {pct:+.1f} % (measured {measured:.4g} s, predicted "
+                   f"{predicted:.4g} s, {interval})")
+
+
+def off_pct(measured: float | None, predicted: float | None) -> float | None:
+    if measured is None or not predicted:
+        return None
+    return round((measured - predicted) / predicted * 100, 2)
+
+
+def _axis(freqs: list[int] | None) -> list[int] | None:
+    """Measured frequencies when they form a frequency axis (two or more), else None."""
+    return freqs if freqs and len(freqs) >= 2 else None

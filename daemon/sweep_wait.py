@@ -1,0 +1,61 @@
+"""``opptune sweep --wait``: follow the jobs of a sweep to their final state.
+
+A progress bar per job on stderr (runs received of expected); exit 0 when every job is done,
+1 with each reason when one failed or expired (or the daemon stopped answering). With
+``--json``, stdout holds only the final job entries of the daemon's status (a JSON list).
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+import time
+from typing import Any
+
+from rich.console import Console
+from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
+
+from .client import DaemonUnreachable, QueryFailed, query
+
+FINAL = {"done", "failed", "expired"}
+POLL_S = 0.5  # how often the display is refreshed from the daemon's status
+
+
+def wait_for_jobs(endpoint: str, job_ids: list[str], timeout_s: float = 5.0,
+                  as_json: bool = False, console: Console | None = None) -> int:
+    console = console or Console(stderr=True)
+    jobs: dict[str, dict[str, Any]] = {}
+    with Progress(TextColumn("{task.description}"), BarColumn(),
+                  TextColumn("{task.completed}/{task.total} runs"), TextColumn("{task.fields[state]}"),
+                  TimeElapsedColumn(), console=console) as progress:
+        tasks = {j: progress.add_task(j, total=None, state="") for j in job_ids}
+        while True:
+            try:
+                status = query(endpoint, "status", timeout_s=timeout_s)
+            except (DaemonUnreachable, QueryFailed) as exc:
+                progress.stop()
+                console.print(f"opptune sweep: {exc}", markup=False, soft_wrap=True)
+                return 1
+            jobs = {j["job_id"]: j for j in status.get("jobs") or [] if j["job_id"] in tasks}
+            for job_id, task in tasks.items():
+                j = jobs.get(job_id)
+                if j is not None:
+                    progress.update(task, description=f"{j['workload']} on {j['board']}",
+                                    total=j["expected"] or None, completed=j["received"],
+                                    state=j["state"])
+            if len(jobs) == len(tasks) and all(j["state"] in FINAL for j in jobs.values()):
+                break
+            time.sleep(POLL_S)  # a polling interval for the display, not synchronisation
+    final = [jobs[j] for j in job_ids]
+    if as_json:
+        json.dump(final, sys.stdout, indent=2, sort_keys=True)
+        print()
+    bad = [j for j in final if j["state"] != "done"]
+    for j in final:
+        line = (f"job {j['job_id']} ({j['workload']} on {j['board']}) {j['state']}: "
+                f"{j['received']}/{j['expected']} runs")
+        if j["reason"]:
+            line += f"; {j['reason']}"
+        console.print(("opptune sweep: " if j in bad else "") + line, markup=False,
+                      soft_wrap=True)
+    return 1 if bad else 0

@@ -1,0 +1,142 @@
+"""Sweeps: turn a request (``opptune sweep``, or an agent's hello with ``auto_sweep``) into
+planned jobs, refusing before anything is sent what the agent's catalogue or board does not
+offer."""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+from ..shared.config import ConfigError, DaemonConfig, SweepDefaults
+from .errors import HandlerError
+from .jobs import JobTracker
+from .planner import PlanError, plan_sweep, sweep_order, unoffered_frequencies
+from .registry import AgentInfo, Registry, board_name
+
+log = logging.getLogger("opptune.daemon")
+
+
+class Sweeps:
+    def __init__(self, config: DaemonConfig, registry: Registry, jobs: JobTracker):
+        self.config = config
+        self.registry = registry
+        self.jobs = jobs
+
+    def start(self, agent: str, workloads: list[str] | None = None,
+              size: str | None = None, reps: int | None = None,
+              warmup: int | None = None, max_cores: int | None = None,
+              frequency_grid: str | int | None = None, per_cluster: bool | None = None,
+              frequencies: list[int] | None = None) -> list[dict[str, Any]]:
+        """Plan and send one sweep job per workload to ``agent``; returns for each job its
+        job_id, workload, size, n_points, reps. Options left None take ``[sweep]``'s; a grid
+        the platform cannot honour raises HandlerError("bad_args") before anything is sent."""
+        info = self.registry.get(agent)
+        if info is None:
+            raise HandlerError("unknown_agent", f"no agent '{agent}'")
+        if info.identity is None:
+            raise HandlerError("agent_offline", f"agent '{agent}' has not connected to this "
+                                                "daemon instance")
+        names = workloads if workloads else info.workload_names()
+        offered = set(info.workload_names())
+        bad = [w for w in names if w not in offered]
+        if bad:
+            raise HandlerError("unknown_workload", f"agent '{agent}' does not offer "
+                                                   f"{', '.join(bad)}; it offers "
+                                                   f"{', '.join(sorted(offered)) or 'nothing'}")
+        check_sweep_args(agent, info, names, size, max_cores, frequencies)
+        ids: list[dict[str, Any]] = []
+        jobs: list[dict[str, Any]] = []
+        for name in names:
+            job_size = size
+            if job_size is None:
+                sizes = info.workload_sizes(name)
+                job_size = (self.config.sweep.size if not sizes or self.config.sweep.size
+                            in sizes else sizes[0])
+            try:
+                job = plan_sweep(info.platform, name, self.config.sweep, size=job_size,
+                                 reps=reps, warmup=warmup, max_cores=max_cores,
+                                 frequencies=frequencies, frequency_grid=frequency_grid,
+                                 per_cluster=per_cluster)
+            except (PlanError, ValueError) as exc:
+                raise HandlerError("bad_args", f"cannot plan a sweep of {name} for {agent}: "
+                                               f"{exc}") from None
+            jobs.append(job)
+        for job in jobs:
+            self.jobs.send(agent, job)
+            ids.append({"job_id": job["job_id"], "workload": job["workload"],
+                        "size": job["size"], "n_points": len(job["points"]),
+                        "reps": job["reps"]})
+        return ids
+
+    def auto(self, agent: str, workload: str) -> None:
+        """Sweep ``workload`` as configured; on a board that cannot honour the configured
+        frequency grid, sweep cores only and say why."""
+        try:
+            self.start(agent, [workload])
+        except HandlerError as exc:
+            log.warning("sweep of %s for %s as configured: %s; sweeping cores only at the "
+                        "board's own frequency", workload, agent, exc)
+            self.start(agent, [workload], frequency_grid="none")
+
+    def query(self, args: dict[str, Any]) -> list[dict[str, Any]]:
+        """The ``sweep`` query: check its arguments' types, then :meth:`start`."""
+        agent = args.get("agent")
+        if not isinstance(agent, str):
+            raise HandlerError("bad_args", "sweep needs args.agent (an agent id)")
+        workloads = args.get("workloads")
+        if isinstance(workloads, str):
+            workloads = [workloads]
+        if workloads is not None and not (isinstance(workloads, list)
+                                          and all(isinstance(w, str) for w in workloads)):
+            raise HandlerError("bad_args", "sweep args.workloads must be a list of names")
+        ints = {}
+        for key in ("reps", "warmup", "max_cores"):
+            v = args.get(key)
+            if v is not None and (not isinstance(v, int) or isinstance(v, bool) or v < 0
+                                  or (key == "reps" and v < 1)):
+                raise HandlerError("bad_args", f"sweep args.{key} must be a non-negative "
+                                               "integer (reps >= 1)")
+            ints[key] = v
+        size = args.get("size")
+        if size is not None and not isinstance(size, str):
+            raise HandlerError("bad_args", "sweep args.size must be text")
+        grid = args.get("frequency_grid")
+        if grid is not None:
+            try:
+                grid = SweepDefaults.parse_grid(grid, "args.frequency_grid")
+            except ConfigError as exc:
+                raise HandlerError("bad_args", f"sweep {exc}") from None
+        per_cluster = args.get("per_cluster")
+        if per_cluster is not None and not isinstance(per_cluster, bool):
+            raise HandlerError("bad_args", "sweep args.per_cluster must be true or false")
+        freqs = args.get("frequencies")
+        if freqs is not None and not (isinstance(freqs, list) and all(
+                isinstance(f, int) and not isinstance(f, bool) and f > 0 for f in freqs)):
+            raise HandlerError("bad_args", "sweep args.frequencies must be a list of kHz "
+                                           "integers")
+        return self.start(agent, workloads, size=size, frequency_grid=grid,
+                          per_cluster=per_cluster, frequencies=freqs, **ints)
+
+
+def check_sweep_args(agent: str, info: AgentInfo, names: list[str], size: str | None,
+                     max_cores: int | None, frequencies: list[int] | None) -> None:
+    """Refuse, before anything is sent, a size, core count or frequency the agent's
+    catalogue (its hello) or board does not offer."""
+    board = board_name(info.platform, info.platform_id)
+    if size is not None:
+        for name in names:
+            sizes = info.workload_sizes(name)
+            if sizes and size not in sizes:
+                raise HandlerError("unknown_size", f"agent '{agent}' has no size '{size}' for "
+                                                   f"{name}; it offers {', '.join(sizes)}")
+    n_cpus = len(sweep_order(info.platform))
+    if max_cores and max_cores > n_cpus:
+        raise HandlerError("bad_args", f"max_cores {max_cores} is more than the {n_cpus} "
+                                       f"cpus of board {board}; use 1..{n_cpus} (0 = all)")
+    if frequencies:
+        bad, offered, reason = unoffered_frequencies(info.platform, frequencies)
+        if bad:
+            raise HandlerError("bad_args", f"board {board} cannot run at "
+                                           f"{', '.join(map(str, bad))} kHz: "
+                                           + (f"it offers {', '.join(map(str, offered))} kHz"
+                                              if offered else reason))

@@ -1,0 +1,183 @@
+"""Jobs have a lifecycle: sweeps the agent cannot run are refused at once; queued, sent,
+running, done, failed (with the reason) and expired are stored and shown; fit failures are in
+the status; a recommendation is "verified" only within its prediction interval."""
+
+import time
+
+import pytest
+
+from opptune.daemon.service import Daemon, verdict
+from opptune.shared.config import DaemonConfig, SweepDefaults
+from test_daemon_service import PLATFORM, Agent, query, record
+
+FREQ_PLATFORM = {
+    **PLATFORM, "hostname": "odroid-7", "model_name": "Cortex-A15",
+    "cpufreq": {"available": True, "frequencies_khz": {"policy0": [1000000, 1400000, 1800000]}},
+    "policies": [{"name": "policy0", "related_cpus": [0, 1, 2, 3]}],
+}
+CATALOGUE = [{"name": "wl", "kind": "kernel", "sizes": ["small", "default"]}]
+
+
+def make_daemon(tmp_path, **kw):
+    cfg = DaemonConfig(bind="tcp://127.0.0.1:0", database=str(tmp_path / "d.db"),
+                       auto_sweep=False, agent_timeout_s=30,
+                       sweep=SweepDefaults(size="small", reps=1, warmup=0), **kw)
+    d = Daemon(cfg)
+    d.start_thread()
+    return d
+
+
+@pytest.fixture
+def daemon(tmp_path):
+    d = make_daemon(tmp_path)
+    yield d
+    d.stop()
+
+
+def hello(a, platform=FREQ_PLATFORM, workloads=CATALOGUE):
+    a.send("hello", {"platform": platform, "workloads": workloads, "agent_version": "t"})
+    a.expect("heartbeat")
+
+
+def refused(op, args):
+    mid = op.send("query", {"what": "sweep", "args": {"agent": "a1", **args}})
+    return op.expect("error", ref=mid)["body"]
+
+
+def job_state(op, job_id):
+    return [j for j in query(op, "status")["jobs"] if j["job_id"] == job_id][0]
+
+
+def wait_state(op, job_id, state, timeout_s=10.0):
+    deadline = time.monotonic() + timeout_s
+    while True:
+        j = job_state(op, job_id)
+        if j["state"] == state or time.monotonic() > deadline:
+            return j
+
+
+def test_a_sweep_the_agent_cannot_run_is_refused_at_once(daemon):
+    a, op = Agent(daemon.endpoint), Agent(daemon.endpoint, "operator-1")
+    hello(a)
+    err = refused(op, {"size": "huge"})
+    assert err["code"] == "unknown_size"
+    assert err["message"] == "agent 'a1' has no size 'huge' for wl; it offers small, default"
+    err = refused(op, {"max_cores": 9})
+    assert err["code"] == "bad_args"
+    assert err["message"] == ("max_cores 9 is more than the 4 cpus of board odroid-7; use "
+                              "1..4 (0 = all)")
+    err = refused(op, {"frequencies": [1400000, 2000000]})
+    assert err["message"] == ("board odroid-7 cannot run at 2000000 kHz: it offers 1000000, "
+                              "1400000, 1800000 kHz")
+    no_cpufreq = {**PLATFORM, "cpufreq": {"available": False, "reason": "no cpufreq in sysfs"}}
+    hello(a, platform=no_cpufreq)
+    err = refused(op, {"frequencies": [1400000]})
+    assert err["message"].endswith("cannot run at 1400000 kHz: no cpufreq in sysfs")
+    # nothing was stored or sent; a sweep it can run goes out
+    assert query(op, "status")["jobs"] == []
+    data = query(op, "sweep", {"agent": "a1", "size": "default", "max_cores": 4})
+    assert a.expect("job")["body"]["size"] == "default" and len(data["jobs"]) == 1
+
+
+def test_agent_refusal_fails_the_job_with_its_reason(daemon):
+    a, op = Agent(daemon.endpoint), Agent(daemon.endpoint, "operator-1")
+    hello(a)
+    (sent,) = query(op, "sweep", {"agent": "a1", "max_cores": 2})["jobs"]
+    msg = a.expect("job")
+    assert job_state(op, sent["job_id"])["state"] == "sent"
+    a.send("error", {"code": "bad_job", "message": "point 1: cpus [2] are not online",
+                     "ref": msg["id"]})
+    j = wait_state(op, sent["job_id"], "failed")
+    assert j["state"] == "failed"
+    assert j["reason"] == ("agent a1 refused the job: point 1: cpus [2] are not online "
+                           "(bad_job)")
+    # a failed job is not sent again when the agent says hello
+    hello(a)
+    a.send("heartbeat", {})
+    a.expect("heartbeat")
+    assert not a.sock.poll(300)
+
+
+def test_a_job_whose_every_run_failed_is_failed_with_the_runs_errors(daemon):
+    a, op = Agent(daemon.endpoint), Agent(daemon.endpoint, "operator-1")
+    hello(a)
+    (sent,) = query(op, "sweep", {"agent": "a1", "max_cores": 2})["jobs"]
+    job = a.expect("job")["body"]
+    for seq, p in enumerate(job["points"]):
+        rec = record(len(p["cpus"]), ok=False, error="exit status 3: no such input")
+        rec["time_s"] = None
+        a.send("result", {"job_id": job["job_id"], "seq": seq, "of": 2, "record": rec})
+        a.expect("ack")
+    j = wait_state(op, sent["job_id"], "failed")
+    assert (j["state"], j["received"], j["expected"]) == ("failed", 2, 2)
+    assert j["reason"] == "every run of the job failed: exit status 3: no such input"
+    assert j["board"] == "odroid-7"
+
+
+def test_fit_errors_name_the_group_and_the_reason(daemon):
+    a, op = Agent(daemon.endpoint), Agent(daemon.endpoint, "operator-1")
+    hello(a)
+    (sent,) = query(op, "sweep", {"agent": "a1", "max_cores": 1, "reps": 2})["jobs"]
+    job = a.expect("job")["body"]
+    for seq in range(2):
+        a.send("result", {"job_id": job["job_id"], "seq": seq, "of": 2,
+                          "record": record(1, rep=seq)})
+        a.expect("ack")
+    deadline = time.monotonic() + 20
+    while True:
+        st = query(op, "status")
+        if st["fit_errors"] or time.monotonic() > deadline:
+            break
+    (fe,) = st["fit_errors"]
+    assert fe["group"] == {"platform": "plat-test", "workload": "wl", "input": "small",
+                           "variant": ""}
+    assert fe["agent"] == "a1" and fe["job_id"] == job["job_id"]
+    assert fe["error"].startswith("no model: ") and len(fe["error"]) > len("no model: ")
+    assert job_state(op, sent["job_id"])["state"] == "done"
+    assert st["recommendations"] == []
+
+
+def test_a_job_of_an_agent_gone_expires_and_is_resent_when_it_returns(tmp_path):
+    d = make_daemon(tmp_path, job_expiry_s=1.0)
+    try:
+        a, op = Agent(d.endpoint), Agent(d.endpoint, "operator-1")
+        hello(a)
+        (sent,) = query(op, "sweep", {"agent": "a1", "max_cores": 1})["jobs"]
+        a.expect("job")
+        # the agent says nothing more: after job_expiry_s the job expires
+        j = wait_state(op, sent["job_id"], "expired")
+        assert j["state"] == "expired"
+        assert j["reason"].startswith("agent a1 not seen for ")
+        assert "job_expiry_s = 1" in j["reason"]
+        hello(a)  # back: the job goes out again
+        assert a.expect("job")["body"]["job_id"] == sent["job_id"]
+        j = job_state(op, sent["job_id"])
+        assert (j["state"], j["reason"]) == ("sent", None)
+    finally:
+        d.stop()
+
+
+def test_verdict_is_verified_only_within_the_interval():
+    assert verdict(1.0, 1.0, 0.9, 1.1) == ("verified", None)
+    state, note = verdict(1.25, 1.0, 0.9, 1.1)
+    assert state == "off"
+    assert note == "off by +25.0 % (measured 1.25 s, predicted 1 s, interval 0.9..1.1 s)"
+    assert verdict(0.8, 1.0, None, None)[0] == "off"
+    assert verdict(None, 1.0, 0.9, 1.1) == ("failed", "no verification run gave a time")
+
+
+def test_a_recommendation_within_its_interval_is_verified(daemon):
+    a, op = Agent(daemon.endpoint), Agent(daemon.endpoint, "operator-1")
+    hello(a, platform=PLATFORM, workloads=["wl"])
+    rec = {"config_id": "cfg-1", "agent": "a1", "platform": "plat-test", "workload": "wl",
+           "input": "small", "variant": "", "cores": 2, "cpus": [0, 2], "threads": 2,
+           "freq_khz": None, "predicted_time_s": 4.8, "predicted_lower_s": 4.6,
+           "predicted_upper_s": 5.0, "model": "amdahl", "state": "pushed"}
+    daemon.store.save_recommendation(rec, time.time())
+    a.send("applied", {"config_id": "cfg-1", "ok": True, "time_s": 4.9,
+                       "records": [record(2, r, 4.9) for r in range(2)]})
+    a.expect("ack")
+    (r,) = query(op, "status")["recommendations"]
+    assert (r["state"], r["verified_time_s"], r["off_pct"], r["error"]) == \
+        ("verified", 4.9, None, None)
+    assert (r["predicted_lower_s"], r["predicted_upper_s"]) == (4.6, 5.0)

@@ -1,0 +1,119 @@
+"""``opptune sweep`` and ``opptune status`` as a user runs them, against a real daemon and
+agent: a sweep the agent cannot run is refused at once; ``--wait`` follows the jobs to done
+(exit 0) or to failed/expired (exit 1 with the reason); bad endpoints are one line, exit 2."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+from procs import Cluster, free_endpoint
+
+pytestmark = pytest.mark.integration
+
+
+def opptune(*argv: str, timeout: float = 120) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "opptune.daemon.cli", *argv],
+                          capture_output=True, text=True, timeout=timeout)
+
+
+@pytest.fixture
+def cluster(tmp_path):
+    c = Cluster(tmp_path, kernels=("pi_integrate",), auto_sweep=False, max_cores=1)
+    with open(c.agent_toml, "a") as fh:  # a workload whose every run fails
+        fh.write(f'[[workloads]]\nname = "broken"\ncommand = ["{sys.executable}", "-c", '
+                 '"raise SystemExit(3)"]\n')
+    c.start_daemon()
+    c.start_agent()
+    c.wait_for(lambda s: any(a["alive"] for a in s["agents"]), timeout=30, what="the agent")
+    yield c
+    c.stop()
+
+
+def test_sweep_refused_at_once_wait_done_and_wait_failed(cluster):
+    ep = cluster.endpoint
+    p = opptune("sweep", "--daemon", ep, "--agent", "test-agent", "--workload", "pi_integrate",
+                "--size", "huge")
+    assert p.returncode == 2, p.stderr
+    assert p.stderr.strip().splitlines() == [
+        "opptune sweep: daemon refused the query: agent 'test-agent' has no size 'huge' for "
+        "pi_integrate; it offers small, default"]
+    assert p.stdout == ""
+    assert cluster.status()["jobs"] == []
+
+    p = opptune("sweep", "--daemon", ep, "--agent", "test-agent", "--workload", "pi_integrate",
+                "--size", "small", "--reps", "1", "--warmup", "0", "--max-cores", "1",
+                "--wait", "--json")
+    assert p.returncode == 0, p.stderr
+    (job,) = json.loads(p.stdout)
+    assert (job["state"], job["received"], job["expected"], job["reason"]) == \
+        ("done", 1, 1, None)
+    assert job["workload"] == "pi_integrate" and job["board"]
+    assert "runs" in p.stderr  # the progress display went to stderr
+
+    p = opptune("sweep", "--daemon", ep, "--agent", "test-agent", "--workload", "broken",
+                "--reps", "1", "--warmup", "0", "--max-cores", "1", "--wait")
+    assert p.returncode == 1
+    assert p.stdout == ""
+    last = p.stderr.strip().splitlines()[-1]
+    assert last.startswith("opptune sweep: job job-") and " (broken on " in last
+    assert last.endswith(") failed: 1/1 runs; every run of the job failed: workload failed "
+                         "with exit status 3"), p.stderr
+    st = cluster.status()
+    states = {j["workload"]: (j["state"], j["reason"]) for j in st["jobs"]}
+    assert states["pi_integrate"] == ("done", None)
+    assert states["broken"][0] == "failed"
+
+
+def test_wait_exits_1_when_the_agent_goes_away(tmp_path):
+    c = Cluster(tmp_path, kernels=("pi_integrate",), auto_sweep=False, max_cores=1)
+    with open(c.daemon_toml) as fh:
+        text = fh.read()
+    c.daemon_toml.write_text(text.replace("auto_sweep", "job_expiry_s = 2.0\nauto_sweep", 1))
+    c.start_daemon()
+    c.start_agent()
+    try:
+        c.wait_for(lambda s: any(a["alive"] for a in s["agents"]), timeout=30, what="agent")
+        c.kill("agent")
+        p = opptune("sweep", "--daemon", c.endpoint, "--agent", "test-agent", "--workload",
+                    "pi_integrate", "--reps", "1", "--warmup", "0", "--max-cores", "1",
+                    "--wait", "--json", timeout=60)
+    finally:
+        c.stop()
+    assert p.returncode == 1, p.stderr
+    (job,) = json.loads(p.stdout)
+    assert job["state"] == "expired"
+    assert job["reason"].startswith("agent test-agent not seen for ")
+    assert "expired" in p.stderr.strip().splitlines()[-1]
+
+
+@pytest.mark.parametrize("command", ["status", "sweep"])
+def test_a_bad_endpoint_is_one_line_exit_2(command):
+    extra = ["--agent", "x"] if command == "sweep" else []
+    p = opptune(command, "--daemon", "bogus", *extra, timeout=30)
+    assert p.returncode == 2
+    assert p.stderr.strip().splitlines() == [
+        f"opptune {command}: 'bogus' is not a valid daemon endpoint; give one such as "
+        "tcp://HOST:5555 or ipc:///run/opptune.sock"]
+    assert "Traceback" not in p.stderr and p.stdout == ""
+
+
+def test_a_daemon_whose_address_is_in_use_says_so_and_creates_nothing(tmp_path):
+    import socket
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        s.listen()
+        port = s.getsockname()[1]
+        db = tmp_path / "new-dir" / "opptune.db"
+        p = subprocess.run([sys.executable, "-m", "opptune.daemon.service", "--bind",
+                            f"tcp://127.0.0.1:{port}", "--database", str(db)],
+                           capture_output=True, text=True, timeout=30)
+    assert p.returncode == 2
+    assert p.stderr.strip().splitlines() == [
+        f"opptune-daemon: cannot listen on tcp://127.0.0.1:{port}: the address is in use by "
+        "another process: stop it or choose another --bind (or 'bind' in the configuration)"]
+    assert not db.parent.exists()
+    assert free_endpoint()  # (the port is released with the socket)
