@@ -34,7 +34,10 @@ def make_workloads(extra=()):
         CommandWorkload("fail", [PY, "-c", "import sys;sys.stderr.write('boom\\n');sys.exit(3)"]),
         CommandWorkload("sleep", [PY, "-c", "import time;time.sleep(30)"]),
         CommandWorkload("badjson", [PY, "-c", "print('{not json')"]),
-        CommandWorkload("sysheavy", [PY, "-c", "import os\nfor i in range(20000): os.stat('/')"]),
+        # stats until the kernel has charged it system time: a fixed count can stay under the
+        # accounting tick on a loaded VM
+        CommandWorkload("sysheavy", [PY, "-c", "import os\nwhile os.times().system < 0.02: "
+                                     "os.stat('/')"]),
         *extra,
     ])
     return Workloads(cfg, catalogue={})
