@@ -26,7 +26,18 @@ class Router:
     def __init__(self, ctx, endpoint="tcp://127.0.0.1:*"):
         self.sock = ctx.socket(zmq.ROUTER)
         self.sock.setsockopt(zmq.LINGER, 0)
-        self.sock.bind(endpoint)
+        deadline = time.monotonic() + 5.0
+        while True:
+            try:
+                self.sock.bind(endpoint)
+                break
+            except zmq.ZMQError as exc:
+                # a restarted stand-in rebinds the port its predecessor just closed, which the
+                # I/O thread may still hold for a moment
+                if exc.errno != zmq.EADDRINUSE or time.monotonic() > deadline:
+                    self.sock.close()  # an open socket would make the context's term() hang
+                    raise
+                time.sleep(0.05)  # retry interval of the bind, not synchronisation
         self.endpoint = self.sock.getsockopt(zmq.LAST_ENDPOINT).decode()
         self.ident = None
         self.alive = True  # answer heartbeats, as a live daemon does
@@ -76,7 +87,12 @@ class Router:
 def ctx():
     c = zmq.Context()
     yield c
-    c.term()
+    # term() waits for every socket to close: after a failed test a socket left open would
+    # hang the whole run, so wait a bounded time and fail instead
+    t = threading.Thread(target=c.term, daemon=True)
+    t.start()
+    t.join(10)
+    assert not t.is_alive(), "a ZeroMQ socket of the test was left open"
 
 
 @pytest.fixture
