@@ -177,7 +177,7 @@ def run_agent(config, config_path: str | None = None) -> int:
         worker.start()
         resumed = worker.resume()
         if resumed:
-            log.info("resuming %d unfinished job(s)", resumed)
+            log.info("resuming %d unfinished job(s) and config(s)", resumed)
         link.run(stop)
     finally:
         worker.stop(abort=True)
