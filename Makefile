@@ -2,6 +2,12 @@
 PYTHON ?= python3
 VENV ?= .venv
 PY := $(VENV)/bin/python
+# The editable install picks up Python edits by itself; it is redone only when what it builds
+# from changes: the package metadata or the C sources of the compiled extensions.
+STAMP := $(VENV)/.opptune-installed
+BUILD_INPUTS := pyproject.toml setup.py MANIFEST.in \
+	$(wildcard bench_suite/*.c bench_suite/*.h bench_suite/kernels/*.c bench_suite/kernels/*.h \
+	daemon/models/*.c)
 
 .PHONY: venv demo test bench clean
 
@@ -9,8 +15,11 @@ $(PY):
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
 
-venv: $(PY)
+$(STAMP): $(PY) $(BUILD_INPUTS)
 	$(PY) -m pip install -q -e '.[test]'
+	touch $@
+
+venv: $(STAMP)
 
 demo: venv
 	$(VENV)/bin/opptune demo $(DEMO_ARGS)

@@ -6,6 +6,10 @@ one item at a time by :class:`Worker`, a thread, so heartbeats continue during l
 
 Refusals: a job -> ``error`` with code ``bad_job``; a config -> ``applied`` ``{ok: false,
 error}``.
+
+Accepted jobs and configs are saved in the outbox's database before they run, so an agent
+killed before or while running them resumes them after a restart; a saved config this board
+can no longer run (its workload or cpus gone) is reported as refused, with the reason.
 """
 
 from __future__ import annotations
@@ -144,8 +148,20 @@ class Executor:
         else:
             errs = "; ".join(sorted({r.error or "?" for r in recs}))
             out.update(ok=False, time_s=None, error=f"every verification run failed: {errs}")
-        self.deliver(P.make("applied", self.agent_id, out))
+        self.outbox.finish_config(cid, P.make("applied", self.agent_id, out))
+        self.notify()
         log.info("config %s applied: ok=%s time_s=%s", cid, out["ok"], out["time_s"])
+
+    def refuse_config(self, body: dict[str, Any], reason: str) -> None:
+        """Report a config as not applied (``applied`` with ok false and the reason)."""
+        reply = P.make("applied", self.agent_id, {"config_id": body["config_id"], "ok": False,
+                                                   "error": reason, "records": [],
+                                                   "time_s": None})
+        if self.outbox.config_done(body["config_id"]) is None:
+            self.deliver(reply)
+        else:
+            self.outbox.finish_config(body["config_id"], reply)
+            self.notify()
 
     def _remember(self, body: dict[str, Any], time_s: float) -> None:
         """Keep the last verified configuration where users and scripts can read it."""
@@ -199,9 +215,10 @@ class Worker(threading.Thread):
                 ex.validate_config(body)
             except Refused as exc:
                 log.warning("refused config %s: %s", body.get("config_id"), exc)
-                ex.deliver(P.make("applied", ex.agent_id, {"config_id": body["config_id"],
-                                                           "ok": False, "error": str(exc),
-                                                           "records": [], "time_s": None}))
+                ex.refuse_config(body, str(exc))
+                return
+            if not ex.outbox.save_config(body["config_id"], msg):
+                log.info("config %s already received; ignoring the repeat", body["config_id"])
                 return
             self._put(("config", msg))
 
@@ -213,11 +230,25 @@ class Worker(threading.Thread):
         self._put(("job", job_id))
 
     def resume(self) -> int:
-        """Queue every unfinished job from the outbox (after a restart)."""
-        jobs = self.executor.outbox.open_jobs()
+        """Queue every unfinished job, then every config not yet applied, from the outbox
+        (after a restart); a config this board can no longer run is reported instead."""
+        ex = self.executor
+        jobs = ex.outbox.open_jobs()
         for job in jobs:
             self.submit_job(job["job_id"])
-        return len(jobs)
+        configs = 0
+        for msg in ex.outbox.open_configs():
+            body = msg["body"]
+            try:
+                ex.validate_config(body)
+            except Refused as exc:
+                log.warning("saved config %s can no longer be applied: %s",
+                            body["config_id"], exc)
+                ex.refuse_config(body, f"after the agent restarted: {exc}")
+                continue
+            self._put(("config", msg))
+            configs += 1
+        return len(jobs) + configs
 
     def _put(self, item: tuple[str, Any]) -> None:
         self.idle.clear()
@@ -253,6 +284,8 @@ class Worker(threading.Thread):
                     self.executor.send(P.error_reply(self.executor.agent_id, "job_failed",
                                                      f"the agent could not run the job: "
                                                      f"{type(exc).__name__}: {exc}", arg))
+                elif kind == "config":  # say so, rather than leave it pending for a restart
+                    self.executor.refuse_config(arg["body"], f"applying failed: {exc}")
             finally:
                 if kind == "job":
                     with self._lock:

@@ -109,6 +109,17 @@ def build_meters(config, platform: dict) -> list:
     return meters
 
 
+def _attach_virtual_board(config, config_path: str | None) -> None:
+    """A configured virtual board: its tree's kernel emulation serves this process's writes."""
+    from .virtual_board import attach
+    try:
+        attach(config.sysfs_root)
+    except ValueError as exc:
+        raise ConfigError(f"{config_path or 'configuration'}: key 'virtual_board' "
+                          f"({config.virtual_board}) needs 'sysfs_root' to be its tree: "
+                          f"{exc}") from None
+
+
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     overrides = {"daemon": args.daemon, "agent_id": args.agent_id, "state_dir": args.state_dir,
@@ -122,6 +133,8 @@ def main(argv: list[str] | None = None) -> int:
         if config.heartbeat_s <= 0:
             raise ConfigError(f"{args.config or 'configuration'}: key 'heartbeat_s' must be "
                               "> 0")
+        if config.virtual_board:
+            _attach_virtual_board(config, args.config)
     except ConfigError as exc:
         print(f"opptune-agent: configuration error: {exc}", file=sys.stderr)
         return EXIT_CONFIG
@@ -194,7 +207,7 @@ def run_agent(config, config_path: str | None = None) -> int:
         worker.start()
         resumed = worker.resume()
         if resumed:
-            log.info("resuming %d unfinished job(s)", resumed)
+            log.info("resuming %d unfinished job(s) and config(s)", resumed)
         link.run(stop)
     finally:
         worker.stop(abort=True)

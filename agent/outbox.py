@@ -4,6 +4,10 @@ SQLite in WAL mode with ``synchronous=FULL``: a result that ``put`` (or ``add_re
 from is on disk and survives kill -9 and power loss. A result row and the job's next sequence
 number are written in one transaction, so an agent killed mid-job resumes at the first point
 it has no result for: nothing measured twice, nothing sent twice under two ids.
+
+A configuration the daemon pushed is saved as it arrives, before it is applied; its ``applied``
+reply enters the outbox in the same transaction that marks it done, so an agent killed at any
+point applies (or reports) it once after a restart.
 """
 
 from __future__ import annotations
@@ -42,6 +46,13 @@ CREATE TABLE IF NOT EXISTS jobs (
     done     INTEGER NOT NULL DEFAULT 0,
     created  REAL NOT NULL,
     ref      TEXT
+);
+-- pushed configurations: saved on arrival, done once their ``applied`` is in the outbox
+CREATE TABLE IF NOT EXISTS configs (
+    config_id TEXT PRIMARY KEY,
+    data      BLOB NOT NULL,
+    done      INTEGER NOT NULL DEFAULT 0,
+    created   REAL NOT NULL
 );
 """
 
@@ -200,3 +211,45 @@ class Outbox:
             # Keep a bounded history of finished jobs so a resent job is recognised.
             self._db.execute("DELETE FROM jobs WHERE done=1 AND job_id NOT IN (SELECT job_id "
                              "FROM jobs WHERE done=1 ORDER BY created DESC LIMIT 1000)")
+
+    # -- pushed configurations ----------------------------------------------------------------
+    def save_config(self, config_id: str, msg: dict[str, Any]) -> bool:
+        """Remember a pushed configuration before applying it. False when already known."""
+        with self._lock:
+            cur = self._db.execute(
+                "INSERT OR IGNORE INTO configs (config_id, data, created) VALUES (?,?,?)",
+                (config_id, P.encode(msg), time.time()))
+            return cur.rowcount == 1
+
+    def config_done(self, config_id: str) -> bool | None:
+        """Whether a saved configuration was applied or reported; None when unknown."""
+        with self._lock:
+            row = self._db.execute("SELECT done FROM configs WHERE config_id=?",
+                                   (config_id,)).fetchone()
+        return None if row is None else bool(row[0])
+
+    def open_configs(self) -> list[dict[str, Any]]:
+        """The messages of configurations not yet applied nor reported, oldest first."""
+        with self._lock:
+            rows = list(self._db.execute(
+                "SELECT data FROM configs WHERE done=0 ORDER BY created, rowid"))
+        return [P.decode(r[0]) for r in rows]
+
+    def finish_config(self, config_id: str, reply: dict[str, Any]) -> str:
+        """Store the ``applied`` reply and mark the configuration done, atomically."""
+        mid, data = self._encoded(reply, None)
+        with self._lock:
+            self._db.execute("BEGIN IMMEDIATE")
+            try:
+                self._db.execute("INSERT OR IGNORE INTO outbox (id, data, created) "
+                                 "VALUES (?,?,?)", (mid, data, time.time()))
+                self._db.execute("UPDATE configs SET done=1 WHERE config_id=?", (config_id,))
+                # a bounded history, so that a repeated push is recognised
+                self._db.execute("DELETE FROM configs WHERE done=1 AND config_id NOT IN "
+                                 "(SELECT config_id FROM configs WHERE done=1 "
+                                 "ORDER BY created DESC LIMIT 1000)")
+                self._db.execute("COMMIT")
+            except BaseException:
+                self._db.execute("ROLLBACK")
+                raise
+        return mid

@@ -10,10 +10,20 @@ from __future__ import annotations
 
 import errno
 import os
+from typing import Callable
+
+# Write drivers by root: ``attach(fs)`` sets the ``before_write``/``after_write`` of every SysFS
+# opened on that root in this process. A tree that is not the kernel's has no kernel reacting
+# to writes; whoever serves it (chosen by configuration) registers the emulation here.
+_DRIVERS: dict[str, Callable[["SysFS"], None]] = {}
 
 
-# A file at the root of a fake tree made by opptune.agent.virtual_board.
-FAKE_MARKER = ".opptune-virtual-board.json"
+def register_driver(root: str, attach: Callable[["SysFS"], None]) -> None:
+    """Emulate the kernel's reaction to writes under ``root`` (not ``/``) in this process."""
+    root = os.path.abspath(root)
+    if root == "/":
+        raise ValueError("the real / has a kernel: it takes no write driver")
+    _DRIVERS[root] = attach
 
 
 class KnobUnavailable(OSError):
@@ -76,11 +86,9 @@ class SysFS:
         self.write_log = write_log
         self.before_write = None  # callable(rel, data): may raise KnobUnavailable
         self.after_write = None  # callable(rel, data)
-        if self.root != "/" and os.path.exists(os.path.join(self.root, FAKE_MARKER)):
-            # A virtual board's tree: emulate the kernel's reaction to writes (cur_freq follows
-            # the limits) in every process that opens it, the agent's subprocesses included.
-            from .virtual_board import install_hooks
-            install_hooks(self)
+        attach = _DRIVERS.get(self.root)
+        if attach is not None:
+            attach(self)
 
     def path(self, rel: str) -> str:
         """Absolute host path of kernel path ``rel`` under the root."""

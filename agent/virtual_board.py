@@ -5,9 +5,11 @@
 caches, cpufreq policies, cpu_capacity, RAPL powercap zones, hwmon power sensors, the kernel
 energy model in debugfs, /proc/cpuinfo and /proc/stat.
 
-A marker file at the root makes every SysFS opened on the tree install :func:`install_hooks`:
-writes to cpufreq limits behave as the kernel does (governor checks, min <= max, and
-``scaling_cur_freq`` follows setspeed/min/max immediately), in any process.
+:func:`attach` (called by ``make_tree`` in the process that makes the tree, and by the agent
+when its configuration names a virtual board) registers :func:`install_hooks` as the tree's
+write driver: writes to cpufreq limits then behave as the kernel does (governor checks,
+min <= max, and ``scaling_cur_freq`` follows setspeed/min/max immediately). The agent's real
+sysfs path knows nothing of this module.
 
 Each board carries its true model parameters (``BOARDS[name]["truth"]``): the variable-delay
 speedup model of seed 003 (eq. 15-16: f, k, m1, m2) and a V^2 f power model. The virtual
@@ -23,10 +25,13 @@ import json
 import os
 import re
 
-from .sysfs import FAKE_MARKER, KnobUnavailable, SysFS, format_cpu_list
+from .sysfs import KnobUnavailable, SysFS, format_cpu_list, register_driver
 
 CPUFREQ = "/sys/devices/system/cpu/cpufreq"
 _POLICY_FILE = re.compile(r"^/?sys/devices/system/cpu/cpufreq/(policy\d+)/(\w+)$")
+
+# A file at the root of every tree make_tree writes: the board's spec (and true model)
+FAKE_MARKER = ".opptune-virtual-board.json"
 
 GOVS_GENERIC = ["conservative", "ondemand", "userspace", "powersave", "performance", "schedutil"]
 
@@ -283,7 +288,17 @@ def make_tree(name, root_path: str) -> str:
     _put(root, "/proc/stat", "\n".join(stat))
     with open(os.path.join(root, FAKE_MARKER), "w") as fh:
         json.dump({"board": spec["name"], "spec": spec}, fh, default=list)
+    attach(root)
     return root
+
+
+def attach(root: str) -> None:
+    """Emulate the kernel's cpufreq writes on the virtual board tree ``root`` in this process;
+    ValueError when ``root`` holds no tree made by :func:`make_tree`."""
+    if not os.path.isfile(os.path.join(root or "/", FAKE_MARKER)):
+        raise ValueError(f"{root or '/'} is not a virtual board tree (no {FAKE_MARKER}; "
+                         "make one with opptune.agent.virtual_board.make_tree)")
+    register_driver(root, install_hooks)
 
 
 def load_spec(root: str) -> dict:

@@ -201,3 +201,40 @@ def test_a_job_the_agent_cannot_run_is_reported_with_its_id(env, monkeypatch):
     assert err["type"] == "error" and err["body"]["code"] == "job_failed"
     assert err["body"]["ref"] == "job-x"
     assert err["body"]["message"] == "the agent could not run the job: OSError: disk full"
+
+
+def test_config_is_saved_and_a_repeated_push_runs_once(env):
+    ex, sent, runner, platform = env
+    msg = config_msg(platform)
+    run_worker(ex, [msg, msg])
+    (reply,) = applied(ex)
+    assert reply["body"]["ok"] is True
+    assert runner.runs == 1 + 3  # warmup + reps, once
+    assert ex.outbox.config_done("c1") is True and ex.outbox.open_configs() == []
+
+
+def test_config_whose_run_raises_is_reported_not_left_pending(env, monkeypatch):
+    ex, sent, runner, platform = env
+
+    def broken(*a, **kw):
+        raise RuntimeError("meter exploded")
+
+    monkeypatch.setattr(runner, "run_point", broken)
+    run_worker(ex, [config_msg(platform)])
+    (reply,) = applied(ex)
+    assert reply["body"]["ok"] is False and "applying failed: meter exploded" in \
+        reply["body"]["error"]
+    assert ex.outbox.config_done("c1") is True
+
+
+def test_saved_config_resumes_after_restart(env):
+    ex, sent, runner, platform = env
+    msg = config_msg(platform)
+    assert ex.outbox.save_config("c1", msg)  # received, then the agent died
+    w = Worker(ex)
+    assert w.resume() == 1
+    w.start()
+    w.stop(abort=False)
+    w.join(timeout=30)
+    (reply,) = applied(ex)
+    assert reply["body"]["ok"] is True and runner.runs == 1 + 3

@@ -130,6 +130,8 @@ def test_setspeed_widens_narrowed_limits(tmp_path):
 CHILD = textwrap.dedent("""
     import sys, signal
     from opptune.agent.knobs.cpufreq import CpuFreq
+    from opptune.agent.virtual_board import attach
+    attach(sys.argv[1])  # this process writes the tree: the virtual kernel reacts
     cf = CpuFreq(sys.argv[1], state_dir=sys.argv[2])
     r = cf.set({"policy4": 800000, "policy0": 600000})
     print("ready", r["policy4"]["observed_khz"], flush=True)

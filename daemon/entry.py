@@ -1,0 +1,46 @@
+"""Console scripts of the central side: `opptune` and `opptune-daemon`.
+
+A board install (``pip install .``, no extras) installs these scripts too, but they need the
+``daemon`` extra (numpy, scipy, ...). Each checks for it first, so that a board says in one line
+what to install instead of a traceback; this module imports nothing heavy.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import sys
+
+# the import names of the distributions the pyproject's "daemon" extra lists
+DAEMON_EXTRA = {"numpy": "numpy", "scipy": "scipy", "scikit-learn": "sklearn", "rich": "rich",
+                "matplotlib": "matplotlib"}
+
+
+def missing_daemon_extra() -> list[str]:
+    """Distributions of the daemon extra that cannot be imported here."""
+    return [dist for dist, module in DAEMON_EXTRA.items()
+            if importlib.util.find_spec(module) is None]
+
+
+def _refuse(prog: str, missing: list[str]) -> int:
+    print(f"{prog}: needs the daemon extra ({', '.join(missing)} not installed): "
+          "pip install 'opptune[daemon]'", file=sys.stderr)
+    return 2
+
+
+def operator(argv: list[str] | None = None) -> int:
+    """`opptune`; ``--version`` answers without the extra."""
+    argv = sys.argv[1:] if argv is None else argv
+    missing = missing_daemon_extra()
+    if missing and argv != ["--version"]:
+        return _refuse("opptune", missing)
+    from .cli import main
+    return main(argv)
+
+
+def daemon(argv: list[str] | None = None) -> int:
+    """`opptune-daemon`."""
+    missing = missing_daemon_extra()
+    if missing:
+        return _refuse("opptune-daemon", missing)
+    from .service import main
+    return main(argv)

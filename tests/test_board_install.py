@@ -1,0 +1,64 @@
+"""A board install (no extras): each console script works, or names the extra it needs."""
+
+from __future__ import annotations
+
+import re
+import subprocess
+import sys
+import tomllib
+from pathlib import Path
+
+import pytest
+
+from opptune.daemon.entry import DAEMON_EXTRA
+
+ROOT = Path(__file__).resolve().parent.parent
+PYPROJECT = tomllib.loads((ROOT / "pyproject.toml").read_text())
+
+# a process in which the daemon extra's modules cannot be imported, as on a board
+WITHOUT_EXTRA = ("import sys\n"
+                 f"for m in {sorted(DAEMON_EXTRA.values())!r}: sys.modules[m] = None\n")
+
+
+def run_script(entry: str, argv: list[str]) -> subprocess.CompletedProcess:
+    module, func = entry.split(":")
+    code = WITHOUT_EXTRA + f"from {module} import {func}\nsys.exit({func}({argv!r}))\n"
+    return subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          timeout=60)
+
+
+def test_extra_list_matches_pyproject():
+    declared = {re.split(r"[<>=!~ \[]", req)[0]
+                for req in PYPROJECT["project"]["optional-dependencies"]["daemon"]}
+    assert set(DAEMON_EXTRA) == declared
+
+
+@pytest.mark.parametrize("script", ["opptune", "opptune-daemon"])
+@pytest.mark.parametrize("argv", [[], ["--help"], ["status"], ["sweep", "--agent", "a"],
+                                  ["demo"], ["fit", "--data", "x.csv"], ["predict"], ["eval"]])
+def test_central_scripts_name_the_extra(script, argv):
+    out = run_script(PYPROJECT["project"]["scripts"][script], argv)
+    assert out.returncode == 2, out.stderr
+    assert out.stdout == ""
+    assert out.stderr.count("\n") == 1 and "Traceback" not in out.stderr
+    assert out.stderr.startswith(f"{script}: needs the daemon extra")
+    assert "pip install 'opptune[daemon]'" in out.stderr
+    assert "numpy" in out.stderr
+
+
+def test_agent_script_works_without_extra(tmp_path):
+    entry = PYPROJECT["project"]["scripts"]["opptune-agent"]
+    out = run_script(entry, ["--help"])
+    assert out.returncode == 0 and "--restore" in out.stdout, out.stderr
+    out = run_script(entry, ["--restore", "--state-dir", str(tmp_path),
+                             "--agent-id", "board"])
+    assert out.returncode == 0, out.stderr
+    assert "restored nothing" in out.stderr and "Traceback" not in out.stderr
+
+
+def test_scripts_with_extra_reach_their_commands():
+    out = subprocess.run([sys.executable, "-c",
+                          "import sys; from opptune.daemon.entry import operator\n"
+                          "sys.exit(operator(['status', '--help']))"],
+                         capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0 and "--daemon" in out.stdout, out.stderr

@@ -1,0 +1,70 @@
+"""`make` reinstalls the project only when what the install builds from has changed."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+INPUTS = ["pyproject.toml", "setup.py", "MANIFEST.in", "bench_suite/runtime.c",
+          "bench_suite/kernels/triad.c", "bench_suite/kernels/kernels.h",
+          "daemon/models/_memwall_eq15.c"]
+
+pytestmark = pytest.mark.skipif(shutil.which("make") is None, reason="no make")
+
+
+@pytest.fixture
+def tree(tmp_path):
+    """The Makefile beside stand-ins for its inputs, and a venv installed after all of them."""
+    shutil.copy(ROOT / "Makefile", tmp_path)
+    for i, name in enumerate(INPUTS):
+        (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / name).write_text("")
+        os.utime(tmp_path / name, (1_000_000 + i, 1_000_000 + i))
+    py = tmp_path / ".venv" / "bin" / "python"
+    py.parent.mkdir(parents=True)
+    py.write_text("")
+    os.utime(py, (1_000_000, 1_000_000))
+    stamp = tmp_path / ".venv" / ".opptune-installed"
+    stamp.write_text("")
+    os.utime(stamp, (2_000_000, 2_000_000))
+    return tmp_path
+
+
+def touch_later(path: Path):
+    """Newer than the install, whatever the clock's granularity."""
+    path.write_text("changed")
+    os.utime(path, (3_000_000, 3_000_000))
+
+
+def dry_run(tree: Path) -> str:
+    out = subprocess.run(["make", "-n", "test"], cwd=tree, capture_output=True, text=True)
+    assert out.returncode == 0, out.stderr
+    return out.stdout
+
+
+def test_nothing_changed_runs_only_the_tests(tree):
+    out = dry_run(tree)
+    assert "pip install" not in out
+    assert "pytest" in out
+
+
+@pytest.mark.parametrize("name", INPUTS)
+def test_a_changed_build_input_reinstalls(tree, name):
+    touch_later(tree / name)
+    assert "pip install -q -e '.[test]'" in dry_run(tree)
+
+
+def test_a_python_edit_needs_no_reinstall(tree):
+    touch_later(tree / "daemon" / "cli.py")
+    assert "pip install" not in dry_run(tree)
+
+
+def test_fresh_checkout_creates_venv_and_installs(tree):
+    shutil.rmtree(tree / ".venv")
+    out = dry_run(tree)
+    assert "-m venv .venv" in out and "pip install -q -e '.[test]'" in out

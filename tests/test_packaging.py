@@ -1,0 +1,70 @@
+"""The regular (non-editable) install: clean build, and nothing in the repository shadows it."""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tomllib
+from importlib.machinery import PathFinder
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+# what a build needs; the copy keeps the build's by-products (build/, egg-info) out of the tree
+_SKIP = shutil.ignore_patterns(".git", ".venv", "build", "dist", "*.egg-info", "__pycache__",
+                               "run", "data", "opptune-demo-*", "*.so")
+
+
+def test_repository_root_holds_no_importable_opptune():
+    # Python puts the script's folder or the cwd first on sys.path: an opptune there would win
+    assert PathFinder.find_spec("opptune", [str(ROOT)]) is None
+    assert PathFinder.find_spec("opptune", [str(ROOT / "benchmarks")]) is None
+
+
+@pytest.fixture(scope="module")
+def plain_install(tmp_path_factory):
+    """``pip install --target`` of a copy of the tree: the build log and the install folder."""
+    tmp = tmp_path_factory.mktemp("plain")
+    src, target = tmp / "src", tmp / "site"
+    shutil.copytree(ROOT, src, ignore=_SKIP)
+    # the environment's "no bytecode" setting makes distutils warn; a user's shell has none
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}
+    out = subprocess.run([sys.executable, "-m", "pip", "install", "-v", "--no-deps",
+                          "--no-cache-dir", "--target", str(target), str(src)],
+                         capture_output=True, text=True, env=env, timeout=300)
+    assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
+    return out.stdout + out.stderr, target
+
+
+def test_build_prints_no_setuptools_warning(plain_install):
+    log, _ = plain_install
+    # pip's own notes about this machine's package index are not the build's
+    warnings = [line for line in log.splitlines()
+                if re.search(r"warn", line, re.I) and "Location 'file:" not in line]
+    assert warnings == []
+
+
+def test_wheel_ships_no_c_sources(plain_install):
+    _, target = plain_install
+    assert not [p for p in (target / "opptune").rglob("*") if p.suffix in (".c", ".h")]
+    assert list((target / "opptune" / "bench_suite").glob("_kernels*.so"))
+
+
+def test_script_from_repository_root_imports_the_installed_package(plain_install):
+    _, target = plain_install
+    code = ("import opptune, opptune.daemon, opptune.agent.cli\n"
+            "print(opptune.__file__); print(opptune.daemon.__file__); print(opptune.__version__)")
+    env = dict(os.environ, PYTHONPATH=str(target))
+    out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, env=env,
+                         capture_output=True, text=True)
+    assert out.returncode == 0, out.stderr
+    first, daemon, version = out.stdout.split()
+    assert Path(first).is_relative_to(target) and Path(daemon).is_relative_to(target)
+    assert version == tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["version"]
+    bench = subprocess.run([sys.executable, "benchmarks/agent_overhead.py", "--help"], cwd=ROOT,
+                           env=env, capture_output=True, text=True)
+    assert bench.returncode == 0 and "usage" in bench.stdout, bench.stderr
