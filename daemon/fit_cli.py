@@ -204,7 +204,7 @@ def cmd_fit(args: argparse.Namespace) -> int:
     try:
         groups = _groups(args.data, args.zero_times)
     except TidyError as exc:
-        print(f"error: {exc}", file=sys.stderr)
+        print(f"opptune fit: {exc}", file=sys.stderr)
         return 2
     cands = None if args.candidates == "all" else [c for c in args.candidates.split(",") if c]
     out, rows, power_rows = [], [], []
@@ -235,7 +235,7 @@ def cmd_fit(args: argparse.Namespace) -> int:
             rows.append([label, "-", "", "", str(exc)])
             continue
         except ValueError as exc:            # unknown model name
-            print(f"error: {exc}", file=sys.stderr)
+            print(f"opptune fit: {exc}", file=sys.stderr)
             return 2
         entry.update({k: v for k, v in model.describe().items() if k in entry})
         if hasattr(model, "to_state"):
@@ -354,7 +354,7 @@ def cmd_predict(args: argparse.Namespace) -> int:
         cores = _numbers(args.cores, "--cores", whole=True)
         freqs = _numbers(args.freq, "--freq") if args.freq else [math.nan]
     except UsageError as exc:
-        print(f"error: {exc}", file=sys.stderr)
+        print(f"opptune predict: {exc}", file=sys.stderr)
         return 2
     cc, ff = np.meshgrid(cores, freqs, indexing="ij")
     query = Observations.query(cc.ravel(), ff.ravel())
@@ -399,7 +399,7 @@ def cmd_predict(args: argparse.Namespace) -> int:
             why = f"no fitted group contains {args.group!r}"
         else:
             why = "none of its fits could be loaded (warnings above)"
-        print(f"error: nothing to predict from {args.fit}: {why}"
+        print(f"opptune predict: nothing to predict from {args.fit}: {why}"
               + (f"; fitted groups: {', '.join(fitted)}" if fitted else ""), file=sys.stderr)
         return 1
     if args.json:
@@ -591,13 +591,13 @@ def cmd_eval(args: argparse.Namespace) -> int:
     try:
         groups = _groups(args.data, args.zero_times)
     except TidyError as exc:
-        print(f"error: {exc}", file=sys.stderr)
+        print(f"opptune eval: {exc}", file=sys.stderr)
         return 2
     if getattr(args, "group", ""):
         labels = [lab for lab, _ in groups]
         groups = [(lab, o) for lab, o in groups if args.group in lab]
         if not groups:
-            print(f"error: no group of {args.data} contains {args.group!r}; groups: "
+            print(f"opptune eval: no group of {args.data} contains {args.group!r}; groups: "
                   f"{', '.join(labels)}", file=sys.stderr)
             return 2
     if getattr(args, "time_from_speedup", False):
@@ -607,7 +607,7 @@ def cmd_eval(args: argparse.Namespace) -> int:
         try:
             registry.get(m)
         except (ValueError, ImportError, AttributeError) as exc:
-            print(f"error: model {m}: {exc}", file=sys.stderr)
+            print(f"opptune eval: model {m}: {exc}", file=sys.stderr)
             return 2
     try:
         sizes = [int(s) for s in _numbers(args.train_sizes, "--train-sizes", whole=True)]
@@ -615,18 +615,18 @@ def cmd_eval(args: argparse.Namespace) -> int:
             raise UsageError(f"--reps needs a whole number >= 1 (random subsets per size), "
                              f"got {args.reps}")
     except UsageError as exc:
-        print(f"error: {exc}", file=sys.stderr)
+        print(f"opptune eval: {exc}", file=sys.stderr)
         return 2
     records = run_eval(groups, sizes, args.reps, args.seed, models)
     if not records:
         largest = max(int(np.sum(np.isfinite(o.time_s) & (o.time_s > 0))) for _, o in groups)
-        print(f"error: every training size ({args.train_sizes}) leaves no test configuration: "
+        print(f"opptune eval: every training size ({args.train_sizes}) leaves no test configuration: "
               f"the largest group has {largest} configurations with a time; give smaller sizes",
               file=sys.stderr)
         return 2
     summary = summarise(records)
     if not summary:
-        print(f"error: no fit succeeded ({len(records)} tried); e.g. {records[0]['model']} on "
+        print(f"opptune eval: no fit succeeded ({len(records)} tried); e.g. {records[0]['model']} on "
               f"{records[0]['group']} at size {records[0]['size']}: {records[0]['error']}",
               file=sys.stderr)
         return 1

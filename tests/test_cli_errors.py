@@ -21,6 +21,8 @@ def one_line_error(proc, *needles):
     assert "Traceback" not in proc.stderr
     lines = proc.stderr.strip().splitlines()
     assert len(lines) == 1, proc.stderr
+    # the line names the command it comes from, as every opptune command's errors do
+    assert lines[0].startswith(f"{Path(proc.args[0]).name}"), lines[0]
     for n in needles:
         assert n in lines[0], lines[0]
     assert proc.stdout == ""
