@@ -46,7 +46,7 @@ def print_status(data: dict[str, Any], console: Console | None = None) -> None:
     t = Table(title="agents")
     for col in ("agent", "board", "arch", "kernel", "distribution", "alive", "last seen (s)",
                 "outbox"):
-        t.add_column(col)
+        t.add_column(col, overflow="fold")  # a narrow terminal wraps a release, never cuts it
     boards = {}
     platforms = data.get("platforms") or {}
     for a in data.get("agents", []):
