@@ -12,6 +12,7 @@ import json
 import logging
 import os
 import platform as _pyplatform
+import re
 import socket
 from typing import Any
 
@@ -80,7 +81,8 @@ def cpufreq_availability(root: str, topo: dict[str, Any]) -> dict[str, Any]:
 
 
 def perf_availability(root: str) -> dict[str, Any]:
-    """Open the hardware counters once on this thread: available if any of them counts."""
+    """Open the counters once on this thread: available if any hardware event counts. Events
+    this PMU lacks are listed by name under ``unavailable`` with the kernel's reason."""
     path = _under(root, "proc/sys/kernel/perf_event_paranoid")
     try:
         with open(path) as fh:
@@ -88,26 +90,30 @@ def perf_availability(root: str) -> dict[str, Any]:
     except (OSError, ValueError):
         paranoid = None
     try:
-        from .meters.perf import EVENTS, PERF_TYPE_SOFTWARE, PerfSession
+        from .meters.perf import EVENTS, PERF_TYPE_SOFTWARE, PerfSession, process_abi, \
+            syscall_number
     except Exception as exc:
         return _avail(False, f"perf meter module unavailable: {exc}", paranoid=paranoid)
+    # what the agent knows even where it cannot count (a fake tree, an emulated board)
+    known = {"paranoid": paranoid, "syscall_abi": process_abi(), "syscall_nr": syscall_number()}
     if root not in ("", "/"):
         # a fake tree cannot fake perf_event_open: counters of this machine would be lies
-        return _avail(False, "perf counters are not simulated under a fake sysfs root",
-                      paranoid=paranoid)
+        return _avail(False, "perf counters are not simulated under a fake sysfs root", **known)
     try:
         counters, invalid, _ = PerfSession().start().stop()
     except Exception as exc:
-        return _avail(False, f"perf_event_open failed: {exc}", paranoid=paranoid)
+        return _avail(False, f"perf_event_open failed: {exc}", **known)
     working = sorted(k for k, v in counters.items() if v is not None and k in EVENTS)
+    unavailable = {k: invalid[k] for k in EVENTS if k in invalid}
     hardware = [k for k in working if EVENTS[k][0] != PERF_TYPE_SOFTWARE]
     if not hardware:
         reasons = sorted({v for k, v in invalid.items()
                           if k in EVENTS and EVENTS[k][0] != PERF_TYPE_SOFTWARE})
         # software events (task-clock, context switches) still count: the meter keeps them
         return _avail(False, "no hardware event can be opened: " + "; ".join(reasons[:3]),
-                      paranoid=paranoid, software_only=bool(working), events=working)
-    return _avail(True, paranoid=paranoid, events=working)
+                      software_only=bool(working), events=working, unavailable=unavailable,
+                      **known)
+    return _avail(True, events=working, unavailable=unavailable, **known)
 
 
 def energy_availability(root: str) -> dict[str, Any]:
@@ -119,6 +125,56 @@ def energy_availability(root: str) -> dict[str, Any]:
     if meter.backend is None:
         return _avail(False, meter.reason or "no energy sensor")
     return _avail(True, source=meter.source)
+
+
+def _read_first_line(path: str) -> str | None:
+    try:
+        with open(path) as fh:
+            return fh.readline().strip() or None
+    except (OSError, UnicodeDecodeError):
+        return None
+
+
+def parse_os_release(text: str) -> dict[str, str]:
+    """KEY=value lines of os-release(5); values may be quoted, with backslash escapes."""
+    out = {}
+    for line in text.splitlines():
+        line = line.strip()
+        if not line or line.startswith("#") or "=" not in line:
+            continue
+        key, _, value = line.partition("=")
+        value = value.strip()
+        if len(value) >= 2 and value[0] == value[-1] and value[0] in "\"'":
+            value = re.sub(r"\\(.)", r"\1", value[1:-1])
+        out[key.strip()] = value
+    return out
+
+
+def distribution(root: str) -> dict[str, str | None]:
+    """PRETTY_NAME, ID and VERSION_ID from etc/os-release under ``root`` (then
+    usr/lib/os-release, as os-release(5) says); each None when absent."""
+    fields = {}
+    for rel in ("etc/os-release", "usr/lib/os-release"):
+        try:
+            with open(_under(root, rel), encoding="utf-8", errors="replace") as fh:
+                fields = parse_os_release(fh.read())
+            break
+        except OSError:
+            continue
+    return {"pretty_name": fields.get("PRETTY_NAME") or None, "id": fields.get("ID") or None,
+            "version_id": fields.get("VERSION_ID") or None}
+
+
+def kernel_facts(root: str) -> tuple[str | None, str | None]:
+    """(machine, kernel release) from proc/sys/kernel/{arch,osrelease} under ``root``; on the
+    real root os.uname() fills what /proc lacks (kernel.arch is recent). A fake tree without
+    them gives None: this machine's values would describe another board."""
+    arch = _read_first_line(_under(root, "proc/sys/kernel/arch"))
+    release = _read_first_line(_under(root, "proc/sys/kernel/osrelease"))
+    if root in ("", "/"):
+        uname = os.uname()
+        arch, release = arch or uname.machine, release or uname.release
+    return arch, release
 
 
 def platform_id(facts: dict[str, Any]) -> str:
@@ -136,11 +192,12 @@ def discover(config: AgentConfig) -> dict[str, Any]:
     topo = _topology(config)
     root = config.sysfs_root or "/"
     cpus = list(topo.get("cpus_online") or [])
-    uname = os.uname()
+    arch, release = kernel_facts(root)
     facts: dict[str, Any] = {
         "hostname": socket.gethostname(),
-        "arch": uname.machine,
-        "kernel": uname.release,
+        "arch": arch,
+        "kernel": release,
+        "distribution": distribution(root),
         "model_name": topo.get("model_name") or "unknown",
         "n_cpus": len(cpus),
         "cpus_online": cpus,

@@ -33,6 +33,10 @@ _POLICY_FILE = re.compile(r"^/?sys/devices/system/cpu/cpufreq/(policy\d+)/(\w+)$
 # A file at the root of every tree make_tree writes: the board's spec (and true model)
 FAKE_MARKER = ".opptune-virtual-board.json"
 
+# etc/os-release of the boards' userland (Debian 12, as Raspberry Pi OS 12 also reports)
+DEBIAN_12 = {"PRETTY_NAME": "Debian GNU/Linux 12 (bookworm)", "NAME": "Debian GNU/Linux",
+             "VERSION_ID": "12", "VERSION": "12 (bookworm)", "ID": "debian"}
+
 GOVS_GENERIC = ["conservative", "ondemand", "userspace", "powersave", "performance", "schedutil"]
 
 
@@ -42,6 +46,10 @@ def _xu4() -> dict:
     return {
         "name": "odroid-xu4",
         "arch": "arm",
+        # Exynos 5422 is ARMv7 (32-bit only): a Debian armhf userland reports armv7l
+        "machine": "armv7l",
+        "kernel_release": "6.1.0-virtual-armmp-lpae",
+        "os_release": DEBIAN_12,
         "model_name": "ODROID-XU4 (virtual)",
         "driver": "cpufreq-dt",
         "governors": GOVS_GENERIC,
@@ -83,6 +91,9 @@ def _x86_2numa() -> dict:
     return {
         "name": "x86-2numa",
         "arch": "x86",
+        "machine": "x86_64",
+        "kernel_release": "6.1.0-virtual-amd64",
+        "os_release": DEBIAN_12,
         "model_name": "Intel(R) Xeon(R) CPU E5-2630 v3 @ 2.40GHz (virtual)",
         "driver": "intel_pstate",
         "governors": ["performance", "powersave"],
@@ -113,6 +124,9 @@ def _rpi4() -> dict:
     return {
         "name": "rpi4",
         "arch": "arm64",
+        "machine": "aarch64",
+        "kernel_release": "6.1.0-virtual-rpi-v8",
+        "os_release": DEBIAN_12,
         "model_name": "Raspberry Pi 4 Model B Rev 1.4 (virtual)",
         "driver": "cpufreq-dt",
         "governors": GOVS_GENERIC,
@@ -284,6 +298,15 @@ def make_tree(name, root_path: str) -> str:
     if spec["arch"] != "x86":
         cpuinfo.append(f"Hardware\t: virtual\nModel\t\t: {spec['model_name']}\n")
     _put(root, "/proc/cpuinfo", "\n".join(cpuinfo))
+    # what uname and os-release say on the board; a spec without them leaves them out
+    if spec.get("machine"):
+        _put(root, "/proc/sys/kernel/arch", spec["machine"])
+    if spec.get("kernel_release"):
+        _put(root, "/proc/sys/kernel/osrelease", spec["kernel_release"])
+    if spec.get("os_release"):
+        _put(root, "/etc/os-release", "\n".join(
+            f'{k}="{v}"' if not v.isalnum() else f"{k}={v}"
+            for k, v in spec["os_release"].items()))
     stat = ["cpu  0 0 0 0 0 0 0 0 0 0"] + [f"cpu{c} 0 0 0 0 0 0 0 0 0 0" for c in cpus]
     _put(root, "/proc/stat", "\n".join(stat))
     with open(os.path.join(root, FAKE_MARKER), "w") as fh:

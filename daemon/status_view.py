@@ -26,6 +26,17 @@ def params_text(model: Any, params: dict[str, Any] | None) -> str:
     return ", ".join(f"{k}={v:.3g}" for k, v in shown.items())
 
 
+def board_facts(platform: Any) -> tuple[str, str, str]:
+    """(arch, kernel, distribution) of a board's platform facts; "unknown" for what is
+    missing (an agent older than these facts, a tree without os-release)."""
+    p = platform if isinstance(platform, dict) else {}
+    dist = p.get("distribution") if isinstance(p.get("distribution"), dict) else {}
+    name = dist.get("pretty_name") or " ".join(
+        str(dist[k]) for k in ("id", "version_id") if dist.get(k)) or None
+    return tuple(str(v) if v else "unknown"  # type: ignore[return-value]
+                 for v in (p.get("arch"), p.get("kernel"), name))
+
+
 def print_status(data: dict[str, Any], console: Console | None = None) -> None:
     console = console or Console()
     d = data.get("daemon", {})
@@ -33,12 +44,15 @@ def print_status(data: dict[str, Any], console: Console | None = None) -> None:
                   f"up {_fmt(d.get('uptime_s'), '.0f')} s, database {d.get('database', '?')}")
 
     t = Table(title="agents")
-    for col in ("agent", "board", "alive", "last seen (s)", "outbox"):
-        t.add_column(col)
+    for col in ("agent", "board", "arch", "kernel", "distribution", "alive", "last seen (s)",
+                "outbox"):
+        t.add_column(col, overflow="fold")  # a narrow terminal wraps a release, never cuts it
     boards = {}
+    platforms = data.get("platforms") or {}
     for a in data.get("agents", []):
         boards[a.get("id")] = a.get("board") or a.get("platform")
         t.add_row(str(a.get("id")), str(boards[a.get("id")]),
+                  *board_facts(platforms.get(a.get("platform"))),
                   "yes" if a.get("alive") else "no",
                   _fmt(a.get("last_seen_s"), ".1f"), _fmt(a.get("outbox")))
     console.print(t)

@@ -50,3 +50,40 @@ def test_status_shows_boards_job_states_fit_errors_and_off_recommendations():
     assert "fit failed for 4a62bc91a3a64086/triad/small: no model: needs two core counts" in text
     assert "off (off by +25.0 %" in text and "0.9..1.1" in text
     assert "None" not in text and "governor's" in text
+
+
+def _agents_table(platforms):
+    from rich.console import Console
+
+    from opptune.daemon.status_view import print_status
+    data = {"daemon": {}, "agents": [
+        {"id": "a1", "board": "odroid-7", "platform": "p1", "alive": True, "last_seen_s": 0.1,
+         "outbox": 0},
+        {"id": "a2", "board": "old-agent", "platform": "p2", "alive": False,
+         "last_seen_s": 9.0, "outbox": 0}], "platforms": platforms}
+    console = Console(record=True, width=250)
+    print_status(data, console)
+    return console.export_text().split("runs")[0]
+
+
+def test_status_shows_each_boards_arch_kernel_and_distribution():
+    text = _agents_table({"p1": {"arch": "armv7l", "kernel": "6.1.0-21-armmp-lpae",
+                                 "distribution": {"pretty_name": "Debian GNU/Linux 12 (bookworm)",
+                                                  "id": "debian", "version_id": "12"}},
+                          "p2": {"arch": "aarch64", "kernel": None,
+                                 "distribution": {"pretty_name": None, "id": "debian",
+                                                  "version_id": "11"}}})
+    line1 = next(ln for ln in text.splitlines() if "odroid-7" in ln)
+    assert "armv7l" in line1 and "6.1.0-21-armmp-lpae" in line1
+    assert "Debian GNU/Linux 12 (bookworm)" in line1
+    line2 = next(ln for ln in text.splitlines() if "old-agent" in ln)
+    assert "aarch64" in line2 and "unknown" in line2 and "debian 11" in line2
+
+
+def test_status_shows_unknown_for_a_platform_without_these_facts():
+    # an older agent's facts, a platform the store lost, or none at all: never a crash
+    for platforms in ({"p1": {"hostname": "b"}}, {"p1": None}, {}, None):
+        text = _agents_table(platforms)
+        line1 = next(ln for ln in text.splitlines() if "odroid-7" in ln)
+        assert line1.count("unknown") == 3, line1
+        assert "None" not in text

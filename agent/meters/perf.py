@@ -22,9 +22,9 @@ import ctypes
 import errno
 import fcntl
 import os
-import platform
 import struct
 import subprocess
+import sysconfig
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
@@ -40,10 +40,70 @@ PERF_FLAG_FD_CLOEXEC = 1 << 3
 F_DISABLED, F_INHERIT, F_EXCLUDE_KERNEL, F_EXCLUDE_HV = 1 << 0, 1 << 1, 1 << 5, 1 << 6
 F_ENABLE_ON_EXEC = 1 << 12
 
-# __NR_perf_event_open per machine; aarch64 and riscv64 use the asm-generic table.
-SYSCALL_NR = {"x86_64": 298, "amd64": 298, "i386": 336, "i686": 336, "aarch64": 241,
-              "arm64": 241, "riscv64": 241, "ppc64le": 319, "ppc64": 319, "s390x": 331,
-              "loongarch64": 241}
+# __NR_perf_event_open per syscall ABI, each checked against the kernel's own table
+# (torvalds/linux; the line quoted is the table's entry).
+SYSCALL_NR = {
+    # arch/x86/entry/syscalls/syscall_64.tbl: "298  common  perf_event_open  sys_perf_event_open"
+    "x86_64": 298,
+    # arch/x86/entry/syscalls/syscall_32.tbl:
+    # "336  i386  perf_event_open  sys_perf_event_open  __ia32_sys_perf_event_open"
+    "i386": 336,
+    # arch/arm/tools/syscall.tbl (EABI; arm64 kernels run 32-bit processes with this table):
+    # "364  common  perf_event_open  sys_perf_event_open"
+    "arm": 364,
+    # include/uapi/asm-generic/unistd.h, the table of arm64, riscv and loongarch:
+    # "#define __NR_perf_event_open 241"
+    "aarch64": 241,
+    "riscv64": 241,
+    "riscv32": 241,
+    "loongarch64": 241,
+    # arch/powerpc/kernel/syscalls/syscall.tbl: "319  common  perf_event_open  sys_perf_event_open"
+    "ppc": 319,
+    "ppc64": 319,
+    # arch/s390/kernel/syscalls/syscall.tbl:
+    # "331  common  perf_event_open  sys_perf_event_open  sys_perf_event_open"
+    "s390": 331,
+    "s390x": 331,
+}
+
+# uname machine -> (ABI of a 64-bit process, ABI of a 32-bit process). The number depends on
+# the calling process's ABI, not on the kernel's: a 32-bit (armhf) userland on an arm64 kernel
+# reports "aarch64" (or "armv8l" under linux32) and must use the arm number. Any "arm*" other
+# than arm64 (armv5tel, armv6l, armv7l, armv8l) is 32-bit ARM.
+MACHINE_ABIS: dict[str, tuple[str | None, str | None]] = {
+    "x86_64": ("x86_64", "i386"), "amd64": ("x86_64", "i386"),
+    "i386": (None, "i386"), "i486": (None, "i386"), "i586": (None, "i386"),
+    "i686": (None, "i386"),
+    "aarch64": ("aarch64", "arm"), "arm64": ("aarch64", "arm"),
+    "riscv64": ("riscv64", "riscv32"), "riscv32": (None, "riscv32"),
+    "loongarch64": ("loongarch64", None),
+    "ppc64le": ("ppc64", "ppc"), "ppc64": ("ppc64", "ppc"), "ppc": (None, "ppc"),
+    "s390x": ("s390x", "s390"), "s390": (None, "s390"),
+}
+
+
+def process_abi(machine: str | None = None, pointer_bits: int | None = None,
+                multiarch: str | None = None) -> str | None:
+    """The syscall ABI this process uses: the kernel's machine name and the interpreter's own
+    pointer size (a 32-bit Python on a 64-bit kernel is a compat process). None if unknown."""
+    m = (machine or os.uname().machine).lower()
+    bits = pointer_bits or struct.calcsize("P") * 8
+    if multiarch is None:
+        multiarch = sysconfig.get_config_var("MULTIARCH") or ""
+    if m.startswith("arm") and m != "arm64":
+        abis: tuple[str | None, str | None] = (None, "arm")
+    else:
+        abis = MACHINE_ABIS.get(m, (None, None))
+    if bits == 32 and abis[0] == "x86_64" and multiarch.endswith("x32"):
+        return None  # x32: 64-bit kernel calls with __X32_SYSCALL_BIT; not supported here
+    return abis[0] if bits == 64 else abis[1]
+
+
+def syscall_number(machine: str | None = None, pointer_bits: int | None = None,
+                   multiarch: str | None = None) -> int | None:
+    """__NR_perf_event_open for this process (see :func:`process_abi`); None if unknown."""
+    abi = process_abi(machine, pointer_bits, multiarch)
+    return SYSCALL_NR.get(abi) if abi else None
 
 
 def _cache(cache_id: int, op: int, result: int) -> int:
@@ -111,16 +171,13 @@ def _syscall():
     return _libc.syscall
 
 
-def syscall_number(machine: str | None = None) -> int | None:
-    return SYSCALL_NR.get((machine or platform.machine()).lower())
-
-
 def perf_event_open(type_: int, config: int, pid: int, flags: int) -> int:
     """Open one counter; returns the fd or raises OSError carrying the kernel's errno."""
     nr = syscall_number()
     if nr is None:
-        raise OSError(errno.ENOSYS, f"perf_event_open syscall number unknown for "
-                                    f"{platform.machine()}")
+        raise OSError(errno.ENOSYS, f"perf_event_open syscall number unknown for machine "
+                                    f"{os.uname().machine} with a "
+                                    f"{struct.calcsize('P') * 8}-bit userland")
     attr = PerfEventAttr()
     attr.type, attr.size, attr.config = type_, ctypes.sizeof(PerfEventAttr), config
     attr.read_format = FORMAT_TOTAL_TIME_ENABLED | FORMAT_TOTAL_TIME_RUNNING
@@ -137,6 +194,7 @@ def _reason(exc: OSError) -> str:
     name = errno.errorcode.get(exc.errno, str(exc.errno))
     hint = {errno.ENOENT: "event not supported by this cpu/kernel (no hardware PMU?)",
             errno.EOPNOTSUPP: "event not supported (no PMU or no sampling support)",
+            errno.EINVAL: "event or attribute not supported by this PMU/kernel",
             errno.EACCES: "not permitted (perf_event_paranoid)",
             errno.EPERM: "not permitted (perf_event_paranoid)",
             errno.ENODEV: "no such PMU"}.get(exc.errno, "")
