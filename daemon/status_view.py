@@ -37,38 +37,45 @@ def board_facts(platform: Any) -> tuple[str, str, str]:
                  for v in (p.get("arch"), p.get("kernel"), name))
 
 
+def _table(title: str, columns: tuple[str, ...]) -> Table:
+    """A table whose cells wrap in a narrow terminal instead of being cut with an ellipsis:
+    ids, labels and reasons are what a user copies into the next command."""
+    t = Table(title=title)
+    for col in columns:
+        t.add_column(col, overflow="fold")
+    return t
+
+
 def print_status(data: dict[str, Any], console: Console | None = None) -> None:
     console = console or Console()
     d = data.get("daemon", {})
     console.print(f"daemon {d.get('instance', '?')} at {d.get('endpoint', '?')}, "
                   f"up {_fmt(d.get('uptime_s'), '.0f')} s, database {d.get('database', '?')}")
 
-    t = Table(title="agents")
-    for col in ("agent", "board", "arch", "kernel", "distribution", "alive", "last seen (s)",
-                "outbox"):
-        t.add_column(col, overflow="fold")  # a narrow terminal wraps a release, never cuts it
+    t = _table("agents", ("agent", "board", "arch", "kernel", "distribution", "alive",
+                          "last seen (s)", "outbox"))
     boards = {}
     platforms = data.get("platforms") or {}
+    # groups are keyed by the platform's hash: show the board's name instead
+    names: dict[Any, str] = {}
     for a in data.get("agents", []):
         boards[a.get("id")] = a.get("board") or a.get("platform")
+        if a.get("platform") and a.get("board"):
+            names[a["platform"]] = str(a["board"])
         t.add_row(str(a.get("id")), str(boards[a.get("id")]),
                   *board_facts(platforms.get(a.get("platform"))),
                   "yes" if a.get("alive") else "no",
                   _fmt(a.get("last_seen_s"), ".1f"), _fmt(a.get("outbox")))
     console.print(t)
 
-    t = Table(title="runs")
-    for col in ("agent", "workload", "input", "runs"):
-        t.add_column(col)
+    t = _table("runs", ("agent", "workload", "input", "runs"))
     for r in data.get("runs", []):
         t.add_row(str(r.get("agent")), str(r.get("workload")), str(r.get("input")),
                   _fmt(r.get("count")))
     console.print(t)
 
-    t = Table(title="jobs")
-    t.add_column("job", no_wrap=True)  # the id is what `opptune` commands are given
-    for col in ("board", "workload", "size", "runs received/expected", "state"):
-        t.add_column(col)
+    t = _table("jobs", ("job", "board", "workload", "size", "runs received/expected",
+                        "state"))
     for j in data.get("jobs", []):
         state = str(j.get("state"))
         if j.get("reason"):
@@ -79,27 +86,23 @@ def print_status(data: dict[str, Any], console: Console | None = None) -> None:
                   f"{j.get('received')}/{j.get('expected')}", state)
     console.print(t)
 
-    t = Table(title="fits")
-    for col in ("group", "model", "parameters", "MAPE %", "runners-up"):
-        t.add_column(col)
+    t = _table("fits", ("group", "model", "parameters", "MAPE %", "runners-up"))
     for f in data.get("fits", []):
         params = params_text(f.get("model"), f.get("params"))
         runners = ", ".join(str(r.get("model", r)) if isinstance(r, dict) else str(r)
                             for r in (f.get("runners_up") or []))
-        t.add_row(_group(f.get("group")), str(f.get("model")), params,
+        t.add_row(_group(f.get("group"), names), str(f.get("model")), params,
                   _fmt((f.get("quality") or {}).get("mape"), ".2f"), runners)
     console.print(t)
     for e in data.get("fit_errors") or []:
-        console.print(f"fit failed for {_group(e.get('group'))}: {e.get('error')}", markup=False)
+        console.print(f"fit failed for {_group(e.get('group'), names)}: {e.get('error')}", markup=False)
 
-    t = Table(title="recommendations")
-    for col in ("group", "cores", "cpus", "frequency", "predicted s (interval)", "state",
-                "measured s"):
-        t.add_column(col)
+    t = _table("recommendations", ("group", "cores", "cpus", "frequency",
+                                   "predicted s (interval)", "state", "measured s"))
     for r in data.get("recommendations", []):
         freq = r.get("freq_khz")
         lo, hi = r.get("predicted_lower_s"), r.get("predicted_upper_s")
-        t.add_row(_group(r.get("group")), _fmt(r.get("cores")),
+        t.add_row(_group(r.get("group"), names), _fmt(r.get("cores")),
                   ",".join(map(str, r.get("cpus") or [])),
                   f"{freq / 1000:.0f} MHz" if freq else "governor's",
                   _fmt(r.get("predicted_time_s"))
@@ -109,10 +112,13 @@ def print_status(data: dict[str, Any], console: Console | None = None) -> None:
     console.print(t)
 
 
-def _group(group: Any) -> str:
+def _group(group: Any, names: dict[Any, str] | None = None) -> str:
+    """board/workload/input[/variant]; the platform hash where no agent names its board."""
     if isinstance(group, dict):
-        return "/".join(str(group.get(k, "")) for k in ("platform", "workload", "input")
-                        if group.get(k) not in (None, ""))
+        g = dict(group)
+        g["platform"] = (names or {}).get(g.get("platform"), g.get("platform"))
+        return "/".join(str(g.get(k, "")) for k in ("platform", "workload", "input", "variant")
+                        if g.get(k) not in (None, ""))
     if isinstance(group, (list, tuple)):
         return "/".join(str(g) for g in group if g not in (None, ""))
     return str(group)

@@ -47,9 +47,13 @@ def test_status_shows_boards_job_states_fit_errors_and_off_recommendations():
     text = console.export_text()
     assert "odroid-7" in text and "4a62bc91a3a64086 " not in text.split("fit failed")[0]
     assert "failed: agent a1 refused the job: no size 'huge' (bad_job)" in text
-    assert "fit failed for 4a62bc91a3a64086/triad/small: no model: needs two core counts" in text
+    # groups are named by board, not by the platform's hash
+    assert "fit failed for odroid-7/triad/small: no model: needs two core counts" in text
     assert "off (off by +25.0 %" in text and "0.9..1.1" in text
     assert "None" not in text and "governor's" in text
+    narrow = Console(record=True, width=80)
+    print_status(data, narrow)
+    assert "\u2026" not in narrow.export_text()  # cells wrap; none is cut with an ellipsis
 
 
 def _agents_table(platforms):
