@@ -15,6 +15,7 @@ import signal
 import sys
 import threading
 
+from .. import __version__
 from ..shared.config import ConfigError, load_agent_config
 
 log = logging.getLogger("opptune.agent")
@@ -24,7 +25,6 @@ LOG_FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
-    from .. import __version__
     ap = argparse.ArgumentParser(
         prog="opptune-agent",
         description="Run the opptune agent on this board: it connects to the daemon, runs the "
@@ -175,7 +175,7 @@ def run_agent(config, config_path: str | None = None) -> int:
                     virtual=bool(config.virtual_board), knobs=knobs, meters=meters,
                     invalid_defaults=invalid)
     hello = {"platform": platform, "workloads": workloads.describe(),
-             "agent_version": "0.1.0", "pid": os.getpid()}
+             "agent_version": __version__, "pid": os.getpid()}
 
     link_holder: dict = {}
     executor = Executor(config.agent_id, platform, workloads, runner, outbox,

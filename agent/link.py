@@ -21,12 +21,12 @@ from typing import Any, Callable
 
 import zmq
 
+from .. import __version__ as AGENT_VERSION
 from ..shared import protocol as P
 from .outbox import Outbox
 
 log = logging.getLogger("opptune.agent.link")
 
-AGENT_VERSION = "0.1.0"
 GONE_AFTER_HEARTBEATS = 3
 # Error codes that say a message can never be accepted as sent (the daemon validated it and
 # refused it); resending would loop forever. Other codes (unknown_agent, store_failed,

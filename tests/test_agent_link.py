@@ -139,6 +139,8 @@ def test_hello_first_then_heartbeats(ctx, router, tmp_path):
         assert first["type"] == "hello" and first["agent"] == "agent-t"
         assert router.ident == b"agent-t"
         assert first["body"]["platform"] == {"id": "p"} and first["body"]["pid"] == os.getpid()
+        import opptune
+        assert first["body"]["agent_version"] == opptune.__version__  # one version, one place
         hbs = [m for m in router.collect(6 * HB) if m["type"] == "heartbeat"]
         assert len(hbs) >= 3
         assert hbs[0]["body"]["outbox"] == 0 and hbs[0]["body"]["instance"]
