@@ -479,8 +479,9 @@ def print_table(table: list[dict[str, Any]], console: Console) -> None:
             pred = w["predicted_time_s"]
             ver = w["verified_time_s"]
             freq = w["recommended_freq_khz"]
-            console.print(f"  recommended: {w['recommended_cores']} cores "
-                          f"(cpus {','.join(map(str, w['recommended_cpus'] or []))})"
+            console.print(f"  recommended: {w['recommended_cores']} "
+                          + ("core " if w["recommended_cores"] == 1 else "cores ")
+                          + f"(cpus {','.join(map(str, w['recommended_cpus'] or []))})"
                           + (f" at {freq / 1000:.0f} MHz" if freq
                              else " at the governor's frequency")
                           + f", predicted {pred:.4f} s, measured "

@@ -65,3 +65,20 @@ def test_defaults_follow_the_device():
                   "--warmup", "2")
     assert check_args(named) is None
     assert (named.workload, named.size, named.warmup) == (["triad"], "large", 2)
+
+
+def test_the_table_says_one_core_not_one_cores():
+    from rich.console import Console
+
+    from opptune.daemon.demo import print_table
+    w = {"workload": "x", "input": "s", "variant": "", "virtual": False, "points": [],
+         "model": "amdahl", "model_params": {}, "model_mape_pct": None, "runners_up": [],
+         "recommended_cores": 1, "recommended_cpus": [0], "recommended_freq_khz": None,
+         "predicted_time_s": 1.0, "verified_time_s": 1.0, "recommendation_state": "verified",
+         "recommendation_error": None}
+    console = Console(record=True, width=200)
+    print_table([w], console)
+    text = console.export_text()
+    assert "recommended: 1 core (cpus 0) at the governor's frequency" in text
+    print_table([{**w, "recommended_cores": 2, "recommended_cpus": [0, 1]}], console)
+    assert "recommended: 2 cores (cpus 0,1)" in console.export_text()
