@@ -141,13 +141,15 @@ def cache_key(arch: str, packages: list[str]) -> str:
     return hashlib.sha256(spec.encode()).hexdigest()[:12]
 
 
-def table(results: dict[str, dict]) -> str:
-    cols = ["arch", "userland", "install", "kernels", "loop", "recommendation", "counters"]
-    rows = [[arch, *(str(r.get(c, "not run")) for c in cols[1:])] for arch, r in results.items()]
-    widths = [max(len(c), *(len(row[i]) for row in rows)) for i, c in enumerate(cols)]
-    fmt = "  ".join(f"{{:<{w}}}" for w in widths)
-    return "\n".join([fmt.format(*cols), fmt.format(*("-" * w for w in widths)),
-                      *(fmt.format(*row) for row in rows)])
+STEPS = ("userland", "install", "kernels", "loop", "recommendation", "counters", "perf")
+
+
+def table(arch: str, result: dict) -> str:
+    """One architecture's result, a row per step; a step that never ran says so."""
+    width = max(map(len, STEPS))
+    head = f"{arch}: {'PASSED' if result.get('ok') else 'FAILED'}"
+    return "\n".join([head, *(f"  {step:<{width}}  {result.get(step, 'not run')}"
+                              for step in STEPS)])
 
 
 # -- processes, mounts, userlands -------------------------------------------------------------
@@ -259,6 +261,9 @@ class Chroot:
         self.mounted: list[Path] = []
 
     def __enter__(self) -> "Chroot":
+        for stale in self.work_parent.glob("root-*"):  # left by a run that was SIGKILLed
+            if not mounts_under(stale):
+                shutil.rmtree(stale, ignore_errors=True)
         self.dir = Path(tempfile.mkdtemp(prefix="root-", dir=self.work_parent))
         r = self.procs.run(["tar", "-xf", str(self.tar), "-C", str(self.dir),
                             "--numeric-owner"], 600)
@@ -348,7 +353,7 @@ def step_install(ch: Chroot, commands: list[str], procs: Procs, timeout: float,
     wrong = [m for m, f in files.items() if not f.startswith("/usr/lib/python3/dist-packages/")]
     if r.returncode != 0 or wrong:
         raise CheckFailed(f"modules not from Debian's packages: {wrong or r.stdout[-200:]}")
-    return f"zmq {files and 'debian'}"
+    return "pyzmq, msgpack, psutil from Debian's packages"
 
 
 def step_facts(ch: Chroot, procs: Procs, timeout: float) -> dict:
@@ -466,16 +471,19 @@ def check_arch(arch: str, commands: list[str], args, procs: Procs, logdir: Path)
         got = step("install", lambda: step_install(ch, commands, procs, args.timeout, logdir))
         if not got:
             return {**res, "ok": False}
-        res["install"] = f"ok {got[1]:.0f} s"
+        res["install"] = f"ok {got[1]:.0f} s ({got[0]})"
         got = step("counters", lambda: step_facts(ch, procs, args.timeout))
         if not got:
             return {**res, "ok": False}
         facts = got[0]
         perf = facts.get("perf") or {}
         known = facts.get("syscall_nr") is not None
-        res["counters"] = (f"{'ok' if known else 'FAIL'} {facts['machine']} nr "
-                           f"{facts.get('syscall_nr')}; perf "
-                           f"{'available' if perf.get('available') else perf.get('reason')}")
+        res["counters"] = (f"known: perf_event_open is syscall {facts['syscall_nr']} on "
+                           f"{facts['machine']}" if known else "FAIL: the agent knows no "
+                           f"perf_event_open syscall number for {facts['machine']}")
+        # real PMU reads need real hardware: under qemu-user this only informs
+        res["perf"] = ("available" if perf.get("available")
+                       else f"unavailable here: {perf.get('reason')}")
         ok = ok and known
         cpus = int(facts["cpus"])
         got = step("kernels", lambda: step_kernels(ch, procs, cpus, args.timeout, logdir))
@@ -539,8 +547,7 @@ def main(argv: list[str] | None = None) -> int:
     finally:
         procs.stop_all()
     for arch in args.arches:
-        results.setdefault(arch, {"ok": False})
-    print(table(results))
+        print(table(arch, results.get(arch, {"ok": False})))
     if code == 0 and not all(r["ok"] for r in results.values()):
         code = 1
     print("check-arm: " + ("PASSED" if code == 0 else "FAILED"))
