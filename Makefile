@@ -35,7 +35,7 @@ bench: venv
 ARCH ?= all
 check-arm:
 	$(PYTHON) tools/check_arm.py --arch $(ARCH) --preflight
-	$(MAKE) --no-print-directory venv
+	$(MAKE) -s --no-print-directory venv
 	$(PY) tools/check_arm.py --arch $(ARCH) $(CHECK_ARM_ARGS)
 
 clean:

@@ -538,7 +538,7 @@ def main(argv: list[str] | None = None) -> int:
             print(f"check-arm: {arch} {'passed' if results[arch]['ok'] else 'FAILED'} in "
                   f"{time.monotonic() - t0:.0f} s", flush=True)
     except (KeyboardInterrupt, Interrupted) as exc:
-        print(f"check-arm: interrupted ({exc or 'SIGINT'}); stopped what it started",
+        print(f"check-arm: interrupted ({str(exc) or 'SIGINT'}); stopped what it started",
               file=sys.stderr)
         code = 130
     except CheckFailed as exc:
