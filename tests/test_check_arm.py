@@ -107,6 +107,19 @@ def test_cache_key_follows_the_package_list(tmp_path):
         tmp_path / "opptune" / "check-arm"
 
 
+def test_counters_row_fails_only_when_the_syscall_number_is_unknown():
+    unknown = {"machine": "armv7l", "syscall_nr": None,
+               "perf": {"available": False, "reason": "perf_event_open: ENOSYS unknown"}}
+    known, counters, perf = check_arm.counters_rows(unknown)
+    assert not known and counters.startswith("FAIL") and "armv7l" in counters
+    assert perf == "unavailable here: perf_event_open: ENOSYS unknown"
+    known, counters, perf = check_arm.counters_rows(
+        {"machine": "armv7l", "syscall_nr": 364, "perf": {"available": False, "reason": "x"}})
+    assert known and counters == "known: perf_event_open is syscall 364 on armv7l"
+    assert check_arm.counters_rows({"machine": "aarch64", "syscall_nr": 241,
+                                    "perf": {"available": True}})[2] == "available"
+
+
 def test_table_marks_steps_that_did_not_run():
     out = check_arm.table("armhf", {"userland": "cached 0 s", "install": "FAIL 3 s: x",
                                     "ok": False}).splitlines()

@@ -141,6 +141,22 @@ def cache_key(arch: str, packages: list[str]) -> str:
     return hashlib.sha256(spec.encode()).hexdigest()[:12]
 
 
+def counters_rows(facts: dict) -> tuple[bool, str, str]:
+    """(known, counters row, perf row) from the agent's platform probe inside the userland.
+
+    Known means the agent has the architecture's perf_event_open number: without it no board of
+    that architecture ever counts. Real PMU reads need real hardware (qemu-user has none), so
+    the perf row informs and never fails the check.
+    """
+    machine, nr, perf = facts.get("machine"), facts.get("syscall_nr"), facts.get("perf") or {}
+    if nr is None:
+        counters = f"FAIL: the agent knows no perf_event_open syscall number for {machine}"
+    else:
+        counters = f"known: perf_event_open is syscall {nr} on {machine}"
+    state = "available" if perf.get("available") else f"unavailable here: {perf.get('reason')}"
+    return nr is not None, counters, state
+
+
 STEPS = ("userland", "install", "kernels", "loop", "recommendation", "counters", "perf")
 
 
@@ -476,14 +492,7 @@ def check_arch(arch: str, commands: list[str], args, procs: Procs, logdir: Path)
         if not got:
             return {**res, "ok": False}
         facts = got[0]
-        perf = facts.get("perf") or {}
-        known = facts.get("syscall_nr") is not None
-        res["counters"] = (f"known: perf_event_open is syscall {facts['syscall_nr']} on "
-                           f"{facts['machine']}" if known else "FAIL: the agent knows no "
-                           f"perf_event_open syscall number for {facts['machine']}")
-        # real PMU reads need real hardware: under qemu-user this only informs
-        res["perf"] = ("available" if perf.get("available")
-                       else f"unavailable here: {perf.get('reason')}")
+        known, res["counters"], res["perf"] = counters_rows(facts)
         ok = ok and known
         cpus = int(facts["cpus"])
         got = step("kernels", lambda: step_kernels(ch, procs, cpus, args.timeout, logdir))
