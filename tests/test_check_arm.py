@@ -120,6 +120,15 @@ def test_counters_row_fails_only_when_the_syscall_number_is_unknown():
                                     "perf": {"available": True}})[2] == "available"
 
 
+def test_old_run_logs_are_pruned(tmp_path):
+    names = [f"20261125-0{i}0000" for i in range(1, 6)]
+    for n in names:
+        (tmp_path / n / "armhf").mkdir(parents=True)
+    (tmp_path / "notes").mkdir()
+    check_arm.prune_logs(tmp_path, keep=2)
+    assert sorted(p.name for p in tmp_path.iterdir()) == [*names[-2:], "notes"]
+
+
 def test_table_marks_steps_that_did_not_run():
     out = check_arm.table("armhf", {"userland": "cached 0 s", "install": "FAIL 3 s: x",
                                     "ok": False}).splitlines()

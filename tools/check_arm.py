@@ -157,6 +157,12 @@ def counters_rows(facts: dict) -> tuple[bool, str, str]:
     return nr is not None, counters, state
 
 
+def prune_logs(logs: Path, keep: int) -> None:
+    """Delete all but the newest ``keep`` run folders (named by their start time)."""
+    for old in sorted(logs.glob("[0-9]*-[0-9]*"))[:-keep or None]:
+        shutil.rmtree(old, ignore_errors=True)
+
+
 STEPS = ("userland", "install", "kernels", "loop", "recommendation", "counters", "perf")
 
 
@@ -532,6 +538,7 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     args.cache_dir = (args.cache_dir or default_cache_dir()).resolve()
     run_dir = args.cache_dir / "logs" / time.strftime("%Y%m%d-%H%M%S")
+    prune_logs(args.cache_dir / "logs", keep=9)  # with this run's, the last ten
     for sig in (signal.SIGTERM, signal.SIGHUP):
         signal.signal(sig, _on_signal)
     procs = Procs()
