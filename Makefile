@@ -9,7 +9,7 @@ BUILD_INPUTS := pyproject.toml setup.py MANIFEST.in \
 	$(wildcard bench_suite/*.c bench_suite/*.h bench_suite/kernels/*.c bench_suite/kernels/*.h \
 	daemon/models/*.c)
 
-.PHONY: venv demo test bench clean
+.PHONY: venv demo test bench check-arm clean
 
 $(PY):
 	$(PYTHON) -m venv $(VENV)
@@ -29,6 +29,14 @@ test: venv
 
 bench: venv
 	$(PY) benchmarks/run_all.py
+
+# The agent installed as README's "On a board" says, on emulated Debian 12 ARM (root, mmdebstrap,
+# qemu-user-static); the preflight says what is missing before the venv is built
+ARCH ?= all
+check-arm:
+	$(PYTHON) tools/check_arm.py --arch $(ARCH) --preflight
+	$(MAKE) -s --no-print-directory venv
+	$(PY) tools/check_arm.py --arch $(ARCH) $(CHECK_ARM_ARGS)
 
 clean:
 	rm -rf $(VENV) build *.egg-info run

@@ -1,0 +1,149 @@
+"""tools/check_arm.py's pure parts, and the README board section it runs: no emulation here."""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import shutil
+import subprocess
+import sys
+import tomllib
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+SCRIPT = ROOT / "tools" / "check_arm.py"
+_spec = importlib.util.spec_from_file_location("check_arm", SCRIPT)
+check_arm = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(check_arm)
+
+# what Debian 12 (and Raspberry Pi OS on it) ships
+DEBIAN_12 = {"pyzmq": (24, 0, 1), "msgpack": (1, 0, 3), "psutil": (5, 9, 4)}
+
+
+def readme_commands() -> list[str]:
+    return check_arm.board_commands((ROOT / "README.md").read_text())
+
+
+def test_arch_choices():
+    assert check_arm.parse_args(["--arch", "all"]).arches == ["armhf", "arm64"]
+    assert check_arm.parse_args([]).arches == ["armhf", "arm64"]
+    assert check_arm.parse_args(["--arch", "arm64"]).arches == ["arm64"]
+
+
+@pytest.mark.parametrize("argv, says", [(["--arch", "armel"], "choose armhf, arm64 or all"),
+                                        (["--reps", "0"], "--reps must be at least 1"),
+                                        (["--timeout", "-1"], "--timeout must be positive")])
+def test_bad_arguments_exit_2_with_one_line(argv, says, capsys):
+    with pytest.raises(SystemExit) as exc:
+        check_arm.parse_args(argv)
+    assert exc.value.code == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert says in err[-1]
+
+
+def test_readme_board_section_is_the_install_the_check_runs():
+    cmds = readme_commands()
+    assert cmds == [
+        "sudo apt-get install python3-venv python3-dev gcc libc6-dev python3-zmq "
+        "python3-msgpack python3-psutil",
+        "python3 -m venv --system-site-packages ~/opptune-venv",
+        "~/opptune-venv/bin/pip install .",
+    ]
+    # the userland is built from the same line; root in the userland runs it without sudo
+    assert {"python3-zmq", "python3-msgpack", "python3-psutil"} <= set(
+        check_arm.apt_packages(cmds))
+    assert check_arm.as_root(cmds[0]).startswith("apt-get install ")
+    assert check_arm.as_root(cmds[2]) == cmds[2]
+
+
+def test_board_section_parsing_errors_are_named():
+    with pytest.raises(ValueError, match="no '## On a board' section"):
+        check_arm.board_commands("# x\n\n## Other\n```\nls\n```\n")
+    with pytest.raises(ValueError, match="no code block"):
+        check_arm.board_commands("# x\n\n## On a board\n\ntext\n\n## Next\n```\nls\n```\n")
+    with pytest.raises(ValueError, match="apt-get install"):
+        check_arm.apt_packages(["python3 -m venv v"])
+
+
+def test_version_floors_take_debian_12_packages():
+    deps = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["dependencies"]
+    floors = {d.split(">=")[0]: tuple(int(x) for x in d.split(">=")[1].split("."))
+              for d in deps}
+    for name, debian in DEBIAN_12.items():
+        assert floors[name] <= debian, f"{name} floor {floors[name]} above Debian 12's {debian}"
+
+
+def test_missing_tools_say_what_to_install():
+    none = lambda _name: None  # noqa: E731
+    problems = check_arm.missing_requirements(["armhf"], 0, which=none)
+    assert len(problems) == 1
+    assert "apt-get install mmdebstrap qemu-user-static" in problems[0]
+    assert check_arm.missing_requirements(["arm64"], 0, which=lambda n: "/usr/bin/" + n) == []
+    not_root = check_arm.missing_requirements(["arm64"], 1000, which=lambda n: "/usr/bin/" + n)
+    assert len(not_root) == 1 and "run as root" in not_root[0]
+
+
+def test_without_tools_the_script_exits_nonzero_and_reports_no_pass(tmp_path):
+    """PATH stripped: nothing of the check can run; it says so and never prints a table."""
+    r = subprocess.run([sys.executable, str(SCRIPT), "--arch", "armhf",
+                        "--cache-dir", str(tmp_path)],
+                       env={"PATH": str(tmp_path), "HOME": str(tmp_path)},
+                       capture_output=True, text=True, timeout=60)
+    assert r.returncode == 2
+    assert "apt-get install mmdebstrap qemu-user-static" in r.stderr
+    assert "nothing was checked" in r.stderr
+    assert "PASSED" not in r.stdout + r.stderr and r.stdout == ""
+    assert list(tmp_path.iterdir()) == []  # no cache, no logs
+
+
+def test_cache_key_follows_the_package_list(tmp_path):
+    a = check_arm.cache_key("armhf", ["gcc", "python3-zmq"])
+    assert a == check_arm.cache_key("armhf", ["python3-zmq", "gcc"])
+    assert a != check_arm.cache_key("armhf", ["gcc", "python3-zmq", "python3-dev"])
+    assert a != check_arm.cache_key("arm64", ["gcc", "python3-zmq"])
+    assert check_arm.default_cache_dir({"XDG_CACHE_HOME": str(tmp_path)}) == \
+        tmp_path / "opptune" / "check-arm"
+
+
+def test_counters_row_fails_only_when_the_syscall_number_is_unknown():
+    unknown = {"machine": "armv7l", "syscall_nr": None,
+               "perf": {"available": False, "reason": "perf_event_open: ENOSYS unknown"}}
+    known, counters, perf = check_arm.counters_rows(unknown)
+    assert not known and counters.startswith("FAIL") and "armv7l" in counters
+    assert perf == "unavailable here: perf_event_open: ENOSYS unknown"
+    known, counters, perf = check_arm.counters_rows(
+        {"machine": "armv7l", "syscall_nr": 364, "perf": {"available": False, "reason": "x"}})
+    assert known and counters == "known: perf_event_open is syscall 364 on armv7l"
+    assert check_arm.counters_rows({"machine": "aarch64", "syscall_nr": 241,
+                                    "perf": {"available": True}})[2] == "available"
+
+
+def test_old_run_logs_are_pruned(tmp_path):
+    names = [f"20261125-0{i}0000" for i in range(1, 6)]
+    for n in names:
+        (tmp_path / n / "armhf").mkdir(parents=True)
+    (tmp_path / "notes").mkdir()
+    check_arm.prune_logs(tmp_path, keep=2)
+    assert sorted(p.name for p in tmp_path.iterdir()) == [*names[-2:], "notes"]
+
+
+def test_table_marks_steps_that_did_not_run():
+    out = check_arm.table("armhf", {"userland": "cached 0 s", "install": "FAIL 3 s: x",
+                                    "ok": False}).splitlines()
+    assert out[0] == "armhf: FAILED"
+    assert [ln.split()[0] for ln in out[1:]] == list(check_arm.STEPS)
+    assert "FAIL 3 s: x" in out[2] and sum("not run" in ln for ln in out) == 5
+    assert check_arm.table("arm64", {"ok": True}).startswith("arm64: PASSED")
+
+
+@pytest.mark.skipif(shutil.which("make") is None, reason="no make")
+def test_make_target_passes_the_architecture():
+    r = subprocess.run(["make", "-n", "check-arm", "ARCH=armhf"], cwd=ROOT, capture_output=True,
+                       text=True, env={**os.environ, "MAKEFLAGS": ""}, timeout=60)
+    assert r.returncode == 0, r.stderr
+    runs = [ln for ln in r.stdout.splitlines() if "tools/check_arm.py" in ln]
+    # the preflight (system python, before the venv is built), then the check itself
+    assert runs[0].endswith("tools/check_arm.py --arch armhf --preflight")
+    assert runs[-1].split("tools/check_arm.py")[1].split() == ["--arch", "armhf"]
