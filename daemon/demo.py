@@ -23,6 +23,7 @@ from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
 from .client import DaemonUnreachable, QueryFailed, query
+from .jobs import UNSUCCESSFUL_JOB_STATES
 from .status_view import params_text
 
 FINAL_STATES = {"verified", "off", "refused", "failed"}
@@ -224,7 +225,7 @@ def _done(status: dict[str, Any]) -> tuple[bool, list[str]]:
     recommended = {_workload_of(r) for r in recs}
     reasons: dict[str, list[str]] = {}
     for j in jobs:
-        if j.get("state") in ("failed", "expired"):
+        if j.get("state") in UNSUCCESSFUL_JOB_STATES:
             reasons.setdefault(str(j.get("workload")), []).append(
                 f"job {j.get('job_id')} ({j.get('workload')}) {j.get('state')}: "
                 f"{j.get('reason')}")

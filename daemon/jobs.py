@@ -23,6 +23,7 @@ log = logging.getLogger("opptune.daemon")
 
 ACTIVE_JOB_STATES = ("queued", "sent", "running")
 FINAL_JOB_STATES = ("done", "failed", "expired")
+UNSUCCESSFUL_JOB_STATES = ("failed", "expired")  # final; the status carries the reason
 
 
 class JobTracker:

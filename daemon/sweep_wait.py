@@ -16,8 +16,8 @@ from rich.console import Console
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
 from .client import DaemonUnreachable, QueryFailed, query
+from .jobs import FINAL_JOB_STATES
 
-FINAL = {"done", "failed", "expired"}
 POLL_S = 0.5  # how often the display is refreshed from the daemon's status
 
 
@@ -26,7 +26,8 @@ def wait_for_jobs(endpoint: str, job_ids: list[str], timeout_s: float = 5.0,
     console = console or Console(stderr=True)
     jobs: dict[str, dict[str, Any]] = {}
     with Progress(TextColumn("{task.description}"), BarColumn(),
-                  TextColumn("{task.completed}/{task.total} runs"), TextColumn("{task.fields[state]}"),
+                  TextColumn("{task.completed}/{task.total} runs"),
+                  TextColumn("{task.fields[state]}"),
                   TimeElapsedColumn(), console=console) as progress:
         tasks = {j: progress.add_task(j, total=None, state="") for j in job_ids}
         while True:
@@ -43,7 +44,8 @@ def wait_for_jobs(endpoint: str, job_ids: list[str], timeout_s: float = 5.0,
                     progress.update(task, description=f"{j['workload']} on {j['board']}",
                                     total=j["expected"] or None, completed=j["received"],
                                     state=j["state"])
-            if len(jobs) == len(tasks) and all(j["state"] in FINAL for j in jobs.values()):
+            if len(jobs) == len(tasks) and all(j["state"] in FINAL_JOB_STATES
+                                               for j in jobs.values()):
                 break
             time.sleep(POLL_S)  # a polling interval for the display, not synchronisation
     final = [jobs[j] for j in job_ids]
