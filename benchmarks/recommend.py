@@ -51,7 +51,7 @@ from opptune.daemon.sampling import Grid, Measured, Sampler, space_filling, _uni
 
 DATA = ROOT / "data"
 SHARE = 0.15
-MIN_BUDGET = 3
+MIN_BUDGET = 3  # + 1 on a cores x frequency grid: see budget()
 OBJECTIVES = ("time", "energy", "edp", "ed2p", "energy@deadline", "time@cap")
 METHODS = ("opptune", "random", "bo", "model", "governor", "race", "oracle")
 
@@ -169,8 +169,11 @@ def goal_for(obj: str, w: Workload) -> Goal:
     return Goal(obj)
 
 
-def budget(n: int) -> int:
-    return min(n, max(MIN_BUDGET, int(math.floor(SHARE * n))))
+def budget(w: Workload) -> int:
+    """15 % of the grid, but at least the points that fit the smallest models (3 on a cores x
+    frequency grid, 2 on a cores-only one) plus one to check their optimum."""
+    least = MIN_BUDGET + (1 if w.grid.freq_mhz is not None else 0)
+    return min(len(w.grid), max(least, int(math.floor(SHARE * len(w.grid)))))
 
 
 def _best_measured(goal: Goal, w: Workload, idx: list[int]) -> int:
@@ -301,7 +304,7 @@ def run(datasets: dict, methods, objectives, quick: bool) -> list[dict]:
             for k, w in enumerate(wls):
                 goal = goal_for(obj, w)
                 best = m_oracle(goal, w, 0, 0)[0]
-                b = budget(len(w.grid))
+                b = budget(w)
                 for m in methods:
                     with warnings.catch_warnings():
                         warnings.simplefilter("ignore")

@@ -33,9 +33,12 @@ import numpy as np
 from scipy import optimize
 from scipy.stats import norm
 
-# Prior model error (relative, 1 sigma) where a family fits its points exactly, and how fast
-# it grows with the distance (in the grid scaled to [0, 1]) to the nearest measured point.
-MODEL_ERROR = 0.02
+# Prior model error (relative, 1 sigma) and its weight in pseudo degrees of freedom: a family
+# that fits its points exactly tells nothing about its error, so the prior dominates until
+# residual degrees of freedom accumulate. The error grows with the distance (in the grid
+# scaled to [0, 1]) to the nearest measured point.
+MODEL_ERROR = 0.05
+PRIOR_DOF = 2.0
 DISTANCE_GROWTH = 2.0
 
 
@@ -127,6 +130,15 @@ def _start(fam: Family, scale: float) -> np.ndarray:
     return th
 
 
+def model_error(fits: list[Fit], n: int) -> float:
+    """Posterior relative error of the best family: residual variance pooled with the prior
+    (scaled inverse chi-square, PRIOR_DOF pseudo degrees of freedom at MODEL_ERROR)."""
+    best = min(fits, key=lambda f: f.rmse)
+    dof = max(n - best.family.k, 0)
+    ss = n * best.rmse ** 2  # sum of squared log residuals
+    return float(np.sqrt((ss + PRIOR_DOF * MODEL_ERROR ** 2) / (dof + PRIOR_DOF)))
+
+
 def _weights(fits: list[Fit], n: int) -> np.ndarray:
     """Likelihood ratio of each family against the best, with a common noise level."""
     r = np.array([f.rmse for f in fits])
@@ -166,7 +178,7 @@ def build_ensemble(cores, x, idx, time_s, power_w, has_freq: bool, unit: np.ndar
 
     def members(fits):
         lv = np.log(np.maximum(np.array([f.family(f.theta, cores, x) for f in fits]), 1e-300))
-        sig = max(min(f.rmse for f in fits), MODEL_ERROR) * grow
+        sig = model_error(fits, idx.size) * grow
         return lv, _weights(fits, idx.size), sig
 
     lt, wt, st = members(tf)
