@@ -117,7 +117,8 @@ class Sampler:
        objective times the probability of meeting the limits, under the ensemble of
        physically shaped models of :mod:`.acquisition` (a).
     3. Stop (c) when that expected gain is below ``min_gain`` (relative, default 1 %), when
-       the budget is spent or when everything is measured.
+       the budget is spent or when everything is measured; before stopping (and with the
+       last measurement of the budget) the recommendation is measured if it is not yet.
 
     The recommendation (:meth:`estimate`) is judged on measured values where the
     configuration was measured and on conservative bounds (upper time and power) where not,
@@ -131,14 +132,15 @@ class Sampler:
         self.initial, self.min_gain = initial, min_gain
 
     def initial_size(self, grid: Grid) -> int:
-        """Points of the initial design: explicit, else 3 (the parameters of the smallest
-        time and power families), 4 when the budget leaves >= 2 adaptive measurements."""
+        """Points of the initial design: explicit, else the parameters of the smallest time
+        and power families (3 on a cores x frequency grid, 2 on a cores-only one), one more
+        when the budget still leaves at least 2 adaptive measurements."""
         if self.initial is not None:
             k = self.initial
         else:
-            k = 3 if self.budget is not None and self.budget < 6 else 4
-            if grid.freq_mhz is None:
-                k = 3
+            k = 3 if grid.freq_mhz is not None else 2
+            if self.budget is None or self.budget >= k + 3:
+                k += 1
         return max(1, min(k, len(grid), self.budget or len(grid)))
 
     def propose(self, grid: Grid, measured: Measured) -> Proposal:
@@ -167,6 +169,12 @@ class Sampler:
         gain = expected_improvement(j, sj, ens.weight, best) * pfeas
         gain[~todo] = -1.0
         i = int(np.argmax(gain))
+        last = self.budget is not None and len(measured) == self.budget - 1
+        if gain[i] < self.min_gain or last:
+            # before stopping, measure the recommendation itself if it is only predicted
+            chosen = self.estimate(grid, measured).choice.index
+            if todo[chosen]:
+                return Proposal(chosen, "verify the recommended configuration")
         if gain[i] < self.min_gain:
             return Proposal(None, f"the expected gain of one more measurement "
                                   f"({100 * max(gain[i], 0):.2g} %) is below "
@@ -181,8 +189,10 @@ class Sampler:
         t = np.asarray(measured.time_s, float)
         pw = np.asarray(measured.power_w, float)
         ok = np.isfinite(t) & (t > 0)
-        use_power = self.goal.needs_power
-        if use_power:
+        # power is modelled when the goal needs it, and shown whenever every run has it
+        use_power = self.goal.needs_power or bool(ok.any() and np.all(
+            np.isfinite(pw[ok]) & (pw[ok] > 0)))
+        if self.goal.needs_power:
             ok &= np.isfinite(pw) & (pw > 0)
             if not ok.any():
                 raise ValueError("no power model: too few runs with power")
@@ -191,8 +201,15 @@ class Sampler:
         t, pw = t[first], pw[first]
         has_freq = grid.freq_mhz is not None
         x = grid.freq_mhz / grid.freq_mhz.max() if has_freq else np.ones(len(grid))
-        return build_ensemble(grid.cores, x, idx, t, pw if use_power else None, has_freq,
-                              _unit(grid)), idx, t, pw
+        unit = _unit(grid)
+        try:
+            ens = build_ensemble(grid.cores, x, idx, t, pw if use_power else None, has_freq,
+                                 unit)
+        except ValueError:
+            if self.goal.needs_power or not use_power:
+                raise
+            ens = build_ensemble(grid.cores, x, idx, t, None, has_freq, unit)
+        return ens, idx, t, pw
 
     def _acquire(self, grid: Grid, measured: Measured):
         """Ensemble, members' log objective and noise, P(feasible), best measured value."""
