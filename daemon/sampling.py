@@ -111,8 +111,8 @@ _EXPONENT = {"time": None, "energy": 1, "edp": 2, "ed2p": 3}
 class Sampler:
     """Adaptive sampling for a goal (issue 17, ideas (a)-(d)).
 
-    1. Initial design (d): the ``initial`` first points of :func:`space_filling` (default:
-       three corners, a fourth when the budget leaves at least two adaptive measurements).
+    1. Initial design (d): the first points of :func:`space_filling` (:meth:`initial_size`:
+       3 corners, or the 2 ends of a cores-only grid, one more when the budget allows).
     2. Then (b) the unmeasured configuration with the highest expected improvement of the
        objective times the probability of meeting the limits, under the ensemble of
        physically shaped models of :mod:`.acquisition` (a).
@@ -230,10 +230,7 @@ class Sampler:
         """Predicted time/power per grid point (measured values where measured) with 90 %
         bounds, and the choice: measured values where measured, the upper bounds elsewhere."""
         from .acquisition import lower, upper
-        try:
-            ens, idx, t_m, p_m = self._ensemble(grid, measured)
-        except ValueError as exc:
-            raise ValueError(str(exc)) from exc
+        ens, _, _, _ = self._ensemble(grid, measured)  # ValueError: nothing to fit yet
         w = ens.weight
         t_mean = np.exp(w @ ens.log_t)
         t_lo, t_up = lower(ens.log_t, ens.sigma_t, w), upper(ens.log_t, ens.sigma_t, w)
