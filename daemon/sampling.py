@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from .objectives import Choice, Goal, choose
+from .objectives import Choice, Goal, choose, feasible, objective_values
 
 
 @dataclass
@@ -105,60 +105,141 @@ def _unit(grid: Grid) -> np.ndarray:
     return np.column_stack(out)
 
 
-class Sampler:
-    """Corners first, then the predicted optimum of the fitted models until it is measured."""
+_EXPONENT = {"time": None, "energy": 1, "edp": 2, "ed2p": 3}
 
-    def __init__(self, goal: Goal, budget: int | None = None, initial: int = 4,
-                 tolerance: float = 0.0):
-        self.goal, self.budget, self.initial, self.tolerance = goal, budget, initial, tolerance
+
+class Sampler:
+    """Adaptive sampling for a goal (issue 17, ideas (a)-(d)).
+
+    1. Initial design (d): the first points of :func:`space_filling` (:meth:`initial_size`:
+       3 corners, or the 2 ends of a cores-only grid, one more when the budget allows).
+    2. Then (b) the unmeasured configuration with the highest expected improvement of the
+       objective times the probability of meeting the limits, under the ensemble of
+       physically shaped models of :mod:`.acquisition` (a).
+    3. Stop (c) when that expected gain is below ``min_gain`` (relative, default 1 %), when
+       the budget is spent or when everything is measured; before stopping (and with the
+       last measurement of the budget) the recommendation is measured if it is not yet.
+
+    The recommendation (:meth:`estimate`) is judged on measured values where the
+    configuration was measured and on conservative bounds (upper time and power) where not,
+    so a configuration measured as infeasible is never chosen and a power cap is checked on
+    measured power first.
+    """
+
+    def __init__(self, goal: Goal, budget: int | None = None, initial: int | None = None,
+                 tolerance: float = 0.0, min_gain: float = 0.01):
+        self.goal, self.budget, self.tolerance = goal, budget, tolerance
+        self.initial, self.min_gain = initial, min_gain
+
+    def initial_size(self, grid: Grid) -> int:
+        """Points of the initial design: explicit, else the parameters of the smallest time
+        and power families (3 on a cores x frequency grid, 2 on a cores-only one), one more
+        when the budget still leaves at least 2 adaptive measurements."""
+        if self.initial is not None:
+            k = self.initial
+        else:
+            k = 3 if grid.freq_mhz is not None else 2
+            if self.budget is None or self.budget >= k + 3:
+                k += 1
+        return max(1, min(k, len(grid), self.budget or len(grid)))
 
     def propose(self, grid: Grid, measured: Measured) -> Proposal:
         if self.budget is not None and len(measured) >= self.budget:
             return Proposal(None, f"the budget of {self.budget} measurements is spent")
         done = set(measured.index)
-        for i in space_filling(grid, self.initial):
+        if len(done) >= len(grid):
+            return Proposal(None, "every configuration is measured")
+        for i in space_filling(grid, self.initial_size(grid)):
             if i not in done:
                 return Proposal(i, "initial design")
         try:
-            est = self.estimate(grid, measured)
+            ens, j, sj, pfeas, best = self._acquire(grid, measured)
         except ValueError as exc:
             rest = [i for i in space_filling(grid, len(grid)) if i not in done]
-            if not rest:
-                return Proposal(None, f"every configuration is measured ({exc})")
             return Proposal(rest[0], f"no model yet ({exc})")
-        if est.choice.index in done:
-            return Proposal(None, "the predicted optimum is measured")
-        return Proposal(est.choice.index, "predicted optimum")
+        todo = np.ones(len(grid), bool)
+        todo[list(done)] = False
+        if best is None:  # nothing measured meets the limits: look where they are likeliest met
+            mean_j = ens.weight @ j
+            order = np.lexsort((mean_j, -np.round(pfeas, 3)))
+            i = int(next(k for k in order if todo[k]))
+            return Proposal(i, f"nothing measured meets the limits; P(feasible) "
+                               f"{pfeas[i]:.2f} here")
+        from .acquisition import expected_improvement
+        gain = expected_improvement(j, sj, ens.weight, best) * pfeas
+        gain[~todo] = -1.0
+        i = int(np.argmax(gain))
+        last = self.budget is not None and len(measured) == self.budget - 1
+        if gain[i] < self.min_gain or last:
+            # before stopping, measure the recommendation itself if it is only predicted
+            chosen = self.estimate(grid, measured).choice.index
+            if todo[chosen]:
+                return Proposal(chosen, "verify the recommended configuration")
+        if gain[i] < self.min_gain:
+            return Proposal(None, f"the expected gain of one more measurement "
+                                  f"({100 * max(gain[i], 0):.2g} %) is below "
+                                  f"{100 * self.min_gain:g} %")
+        return Proposal(i, f"expected gain {100 * gain[i]:.2g} %")
+
+    def _ensemble(self, grid: Grid, measured: Measured):
+        from .acquisition import build_ensemble
+        if len(measured) == 0:
+            raise ValueError("nothing measured yet")
+        idx = np.asarray(measured.index, dtype=int)
+        t = np.asarray(measured.time_s, float)
+        pw = np.asarray(measured.power_w, float)
+        ok = np.isfinite(t) & (t > 0)
+        # power is modelled when the goal needs it, and shown whenever every run has it
+        use_power = self.goal.needs_power or bool(ok.any() and np.all(
+            np.isfinite(pw[ok]) & (pw[ok] > 0)))
+        if self.goal.needs_power:
+            ok &= np.isfinite(pw) & (pw > 0)
+            if not ok.any():
+                raise ValueError("no power model: too few runs with power")
+        idx, t, pw = idx[ok], t[ok], pw[ok]
+        idx, first = np.unique(idx, return_index=True)  # a repeated configuration: first run
+        t, pw = t[first], pw[first]
+        has_freq = grid.freq_mhz is not None
+        x = grid.freq_mhz / grid.freq_mhz.max() if has_freq else np.ones(len(grid))
+        unit = _unit(grid)
+        try:
+            ens = build_ensemble(grid.cores, x, idx, t, pw if use_power else None, has_freq,
+                                 unit)
+        except ValueError:
+            if self.goal.needs_power or not use_power:
+                raise
+            ens = build_ensemble(grid.cores, x, idx, t, None, has_freq, unit)
+        return ens, idx, t, pw
+
+    def _acquire(self, grid: Grid, measured: Measured):
+        """Ensemble, members' log objective and noise, P(feasible), best measured value."""
+        from .acquisition import log_objective, prob_below
+        ens, idx, t, pw = self._ensemble(grid, measured)
+        j, sj = log_objective(ens, _EXPONENT[self.goal.objective])
+        pfeas = np.ones(len(grid))
+        if self.goal.deadline_s is not None:
+            pfeas *= prob_below(ens.log_t, ens.sigma_t, ens.weight, self.goal.deadline_s)
+        if self.goal.power_cap_w is not None:
+            pfeas *= prob_below(ens.log_p, ens.sigma_p, ens.weight, self.goal.power_cap_w)
+        mvals = objective_values(self.goal, t, pw if self.goal.needs_power else None)
+        mok = feasible(self.goal, t, pw if self.goal.needs_power else None)
+        best = float(mvals[mok].min()) if mok.any() else None
+        return ens, j, sj, pfeas, best
 
     def estimate(self, grid: Grid, measured: Measured) -> Estimate:
-        """Fit time (and power where the goal needs it) to ``measured`` and choose."""
-        from .fitter import fit_group
-        from .models.base import Observations
-        from .models.energy import PowerModeler
-
-        idx = np.asarray(measured.index, dtype=int)
-        freq = None if grid.freq_mhz is None else grid.freq_mhz[idx]
-        power = np.asarray(measured.power_w, dtype=float)
-        obs = Observations(cores=grid.cores[idx], time_s=np.asarray(measured.time_s, float),
-                           freq_mhz=freq, power_w=power if np.isfinite(power).any() else None)
-        query = Observations.query(grid.cores, grid.freq_mhz)
-        try:
-            model, _ = fit_group(obs, target=query)
-        except Exception as exc:
-            raise ValueError(f"no time model: {exc}") from exc
-        t = model.predict(query)
-        p = pm = None
-        if obs.power_w is not None:
-            try:
-                pm = PowerModeler().fit(obs)
-                p = pm.predict(query)
-            except Exception:
-                p = pm = None
-        if self.goal.needs_power and p is None:
-            raise ValueError("no power model: too few runs with power")
-        choice = choose(self.goal, t.value, None if p is None else p.value, grid.cores,
-                        grid.freq_khz, self.tolerance)
-        return Estimate(np.asarray(t.value, float), None if p is None else p.value,
-                        np.asarray(t.lower, float), np.asarray(t.upper, float),
-                        None if p is None else p.lower, None if p is None else p.upper,
-                        choice, model.name, None if pm is None else pm.name, p is not None)
+        """Predicted time/power per grid point (measured values where measured) with 90 %
+        bounds, and the choice: measured values where measured, the upper bounds elsewhere."""
+        from .acquisition import lower, upper
+        ens, _, _, _ = self._ensemble(grid, measured)  # ValueError: nothing to fit yet
+        w = ens.weight
+        t_mean = np.exp(w @ ens.log_t)
+        t_lo, t_up = lower(ens.log_t, ens.sigma_t, w), upper(ens.log_t, ens.sigma_t, w)
+        p_mean = p_lo = p_up = None
+        if ens.log_p is not None:
+            p_mean = np.exp(w @ ens.log_p)
+            p_lo, p_up = lower(ens.log_p, ens.sigma_p, w), upper(ens.log_p, ens.sigma_p, w)
+        choice = choose(self.goal, t_up, p_up, grid.cores, grid.freq_khz, self.tolerance)
+        model = "ensemble[" + ",".join(ens.time_names) + "]"
+        pmodel = None if ens.log_p is None else "ensemble[" + ",".join(ens.power_names) + "]"
+        return Estimate(t_mean, p_mean, t_lo, t_up, p_lo, p_up, choice, model, pmodel,
+                        ens.log_p is not None)
