@@ -151,6 +151,8 @@ def run_agent(config, config_path: str | None = None) -> int:
     from .outbox import Outbox
     from .platform import discover
     from .runner import Runner
+    from .sysfs import SysFS
+    from .targets import Targets
     from .workloads import WorkloadError, Workloads
 
     where = config_path or "configuration"
@@ -174,6 +176,7 @@ def run_agent(config, config_path: str | None = None) -> int:
     runner = Runner(workloads, platform["id"], timeout_s=config.run_timeout_s,
                     virtual=bool(config.virtual_board), knobs=knobs, meters=meters,
                     invalid_defaults=invalid)
+    targets = Targets(SysFS(config.sysfs_root), virtual=bool(config.virtual_board))
     hello = {"platform": platform, "workloads": workloads.describe(),
              "agent_version": __version__, "pid": os.getpid()}
 
@@ -181,7 +184,7 @@ def run_agent(config, config_path: str | None = None) -> int:
     executor = Executor(config.agent_id, platform, workloads, runner, outbox,
                         send=lambda m: link_holder["link"].send(m),
                         notify=lambda: link_holder["link"].notify_outbox(),
-                        state_dir=config.state_dir)
+                        state_dir=config.state_dir, targets=targets)
     worker = Worker(executor)
     link = Link(config.agent_id, config.daemon, hello, outbox, worker.submit,
                 heartbeat_s=config.heartbeat_s)
@@ -215,6 +218,8 @@ def run_agent(config, config_path: str | None = None) -> int:
         if worker.is_alive():
             log.warning("worker did not stop in time")
         runner.close()  # restores knobs
+        for problem in targets.restore():
+            log.error("%s", problem)
         link.close()
         outbox.close()
         log.info("agent stopped")
