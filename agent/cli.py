@@ -92,7 +92,7 @@ def build_knobs(config, platform: dict) -> list:
 
 
 def build_meters(config, platform: dict) -> list:
-    """Meters beyond rusage: perf counters and energy where the platform has them."""
+    """Meters beyond rusage: perf counters and energy where the platform has them; thermal."""
     from .meters.energy import EnergyRunMeter
     from .meters.perf import PerfMeter
     meters = []
@@ -106,6 +106,11 @@ def build_meters(config, platform: dict) -> list:
         except Exception as exc:
             log.warning("%s meter unavailable: %s", name, exc)
             platform[name] = {"available": False, "reason": f"meter failed: {exc}"}
+    try:  # thermal zones and throttling: a board without zones records them as unavailable
+        from .meters.thermal import ThermalMeter
+        meters.append(ThermalMeter(config.sysfs_root))
+    except Exception as exc:
+        log.warning("thermal meter unavailable: %s", exc)
     return meters
 
 

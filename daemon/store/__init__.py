@@ -120,7 +120,7 @@ class Store(ABC):
 
     @abstractmethod
     def group_runs(self, group: Group) -> list[tuple[int, float | None, float]]:
-        """(cores, freq_mhz, time_s) of the group's successful runs."""
+        """(cores, freq_mhz, time_s) of the group's successful runs, throttled ones left out."""
 
     # fits and recommendations
     @abstractmethod

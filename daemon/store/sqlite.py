@@ -214,12 +214,12 @@ class SQLiteStore(Store):
             rows.append((it.msg_id, it.agent, it.job_id, it.seq, r.platform, r.workload, r.input,
                          r.variant, r.cores, _cpus_text(r.cpus), r.threads, r.freq_mhz, r.rep,
                          r.time_s, r.wall_s, r.user_s, r.sys_s, r.energy_j, int(r.ok),
-                         int(r.virtual), now, None, _packb(it.raw)))
+                         int(r.virtual), now, None, _packb(it.raw), int(r.throttled)))
         with self._tx() as db:
             # Only a repeated message id is skipped; any other violation fails the batch
             # (OR IGNORE would also drop rows breaking NOT NULL, and they would be acked).
             db.executemany("INSERT INTO runs VALUES "
-                           "(?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?) "
+                           "(?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?) "
                            "ON CONFLICT(msg_id) DO NOTHING", rows)
         return [it.msg_id for it in items]
 
@@ -251,7 +251,8 @@ class SQLiteStore(Store):
     def group_runs(self, group: Group) -> list[tuple[int, float | None, float]]:
         return [tuple(r) for r in self.db.execute(
             "SELECT cores, freq_mhz, time_s FROM runs WHERE platform=? AND workload=? AND "
-            "input=? AND variant=? AND ok=1 AND time_s IS NOT NULL ORDER BY cores, freq_mhz",
+            "input=? AND variant=? AND ok=1 AND throttled=0 AND time_s IS NOT NULL "
+            "ORDER BY cores, freq_mhz",
             tuple(group))]
 
     # -- fits and recommendations ---------------------------------------------------------------

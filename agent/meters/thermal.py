@@ -1,0 +1,156 @@
+"""Thermal state around a run, and whether the run was throttled (all reads through SysFS).
+
+Recorded: every /sys/class/thermal/thermal_zone* (type, temperature before and after the run
+and the highest seen while it ran, its lowest passive trip point), the increase of the x86
+thermal_throttle counters (/sys/devices/system/cpu/cpu*/thermal_throttle/*_throttle_count) and
+the lowest frequency seen on the run's cpus while it ran.
+
+A run is throttled when a zone reached its passive trip point, a throttle counter increased, or
+a set frequency was not held (observed below it by more than 5 %). Throttled runs are stored
+but kept out of fits: they measure the cooling, not the configuration. A board without thermal
+zones records that as unavailable; it never fails a run.
+"""
+
+from __future__ import annotations
+
+import re
+import threading
+from typing import TYPE_CHECKING, Any
+
+from ..sysfs import KnobUnavailable, SysFS
+
+if TYPE_CHECKING:
+    from ...shared.records import RunRecord
+    from ..runspec import RunSpec
+
+THERMAL = "/sys/class/thermal"
+CPU = "/sys/devices/system/cpu"
+FREQ_SLACK = 0.05  # observed below set by more than this fraction: the frequency was capped
+SAMPLE_S = 0.1
+
+
+def zone_names(fs: SysFS) -> list[str]:
+    try:
+        names = [n for n in fs.listdir(THERMAL) if re.match(r"^thermal_zone\d+$", n)]
+    except KnobUnavailable:
+        return []
+    return sorted(names, key=lambda n: int(n[12:]))
+
+
+def passive_trip_mc(fs: SysFS, zone: str) -> int | None:
+    """The lowest passive trip point of a zone in millidegrees (None: it has none)."""
+    d = f"{THERMAL}/{zone}"
+    trips = []
+    try:
+        files = fs.listdir(d)
+    except KnobUnavailable:
+        return None
+    for name in files:
+        m = re.match(r"^trip_point_(\d+)_type$", name)
+        if m and fs.try_text(f"{d}/{name}") == "passive":
+            t = fs.try_int(f"{d}/trip_point_{m.group(1)}_temp")
+            if t is not None and t > 0:
+                trips.append(t)
+    return min(trips) if trips else None
+
+
+def throttle_counts(fs: SysFS) -> dict[str, int]:
+    """{"cpuN/core_throttle_count": value, ...} where the kernel has the counters (x86)."""
+    out = {}
+    try:
+        cpus = [n for n in fs.listdir(CPU) if re.match(r"^cpu\d+$", n)]
+    except KnobUnavailable:
+        return out
+    for cpu in cpus:
+        for leaf in ("core_throttle_count", "package_throttle_count"):
+            v = fs.try_int(f"{CPU}/{cpu}/thermal_throttle/{leaf}")
+            if v is not None:
+                out[f"{cpu}/{leaf}"] = v
+    return out
+
+
+class ThermalMeter:
+    """Meter plug point (runspec.py): thermal zones and throttling of each run."""
+
+    name = "thermal"
+
+    def __init__(self, sysfs_root: str | SysFS = "/"):
+        self.fs = sysfs_root if isinstance(sysfs_root, SysFS) else SysFS(sysfs_root)
+        self.zones = zone_names(self.fs)
+        self.trips = {z: passive_trip_mc(self.fs, z) for z in self.zones}
+        self.types = {z: self.fs.try_text(f"{THERMAL}/{z}/type", z) for z in self.zones}
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    def _temps(self) -> dict[str, int | None]:
+        return {z: self.fs.try_int(f"{THERMAL}/{z}/temp") for z in self.zones}
+
+    def _freqs(self) -> dict[int, int]:
+        out = {}
+        for c in self._cpus:
+            v = self.fs.try_int(f"{CPU}/cpu{c}/cpufreq/scaling_cur_freq")
+            if v is not None:
+                out[c] = v
+        return out
+
+    def start(self, spec: "RunSpec") -> None:
+        self._cpus = list(spec.cpus)
+        self._before = self._temps()
+        self._max = dict(self._before)
+        self._min_freq: dict[int, int] = {}
+        self._counts = throttle_counts(self.fs)
+        self._stop.clear()
+        self._thread = threading.Thread(target=self._sample, name="opptune-thermal",
+                                        daemon=True)
+        self._thread.start()
+
+    def _sample(self) -> None:
+        while not self._stop.wait(SAMPLE_S):
+            self._observe()
+
+    def _observe(self) -> None:
+        for z, t in self._temps().items():
+            if t is not None and (self._max.get(z) is None or t > self._max[z]):
+                self._max[z] = t
+        for c, f in self._freqs().items():
+            self._min_freq[c] = min(f, self._min_freq.get(c, f))
+
+    def stop(self, record: "RunRecord", ctx: dict[str, Any]) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join()
+            self._thread = None
+        self._observe()
+        after = self._temps()
+        reasons = []
+        zones = []
+        for z in self.zones:
+            b, a, mx, trip = self._before.get(z), after.get(z), self._max.get(z), self.trips[z]
+            zones.append({"zone": z, "type": self.types[z], "before_c": _c(b), "after_c": _c(a),
+                          "max_c": _c(mx), "passive_c": _c(trip)})
+            if trip is not None and mx is not None and mx >= trip:
+                reasons.append(f"{self.types[z]} reached {mx / 1000:g} C (passive trip "
+                               f"{trip / 1000:g} C)")
+        counts = throttle_counts(self.fs)
+        events = {k: v - self._counts.get(k, v) for k, v in counts.items()
+                  if v > self._counts.get(k, v)}
+        if events:
+            reasons.append(f"thermal_throttle counters increased on {len(events)} cpu(s)")
+        if record.freq_mhz:
+            low = {c: f for c, f in self._min_freq.items()
+                   if f < record.freq_mhz * 1000 * (1 - FREQ_SLACK)}
+            if low:
+                c, f = min(low.items(), key=lambda kv: kv[1])
+                reasons.append(f"cpu{c} ran at {f / 1000:g} MHz, below the set "
+                               f"{record.freq_mhz:g} MHz")
+        record.thermal = {"zones": zones, "throttle_events": events,
+                          "min_freq_mhz": {str(c): f / 1000 for c, f in
+                                           sorted(self._min_freq.items())} or None,
+                          "reasons": reasons}
+        if not zones:
+            record.invalid["thermal"] = (f"no thermal zones under {self.fs.path(THERMAL)}")
+        record.throttled = bool(reasons)
+
+
+def _c(mc: int | None) -> float | None:
+    return None if mc is None else mc / 1000
