@@ -15,7 +15,9 @@ for failed and expired jobs and the time of the last change (``updated``); the s
 2 database called ``complete`` is ``done``.
 
 Version 4 marks thermally throttled runs (``throttled``, from the record's flag): they stay
-stored, and the rows a fit uses leave them out. Rows stored before count as not throttled.
+stored, and the rows a fit uses leave them out. Rows stored before count as not throttled. It
+also keeps drift events (``drift``): a group whose verifications left the prediction interval
+repeatedly is re-characterised; its fits use only runs received from ``since`` on.
 """
 
 from __future__ import annotations
@@ -151,5 +153,17 @@ MIGRATIONS: dict[int, list[str]] = {
     ],
     4: [
         "ALTER TABLE runs ADD COLUMN throttled INTEGER NOT NULL DEFAULT 0",
+        """CREATE TABLE drift (
+               id INTEGER PRIMARY KEY AUTOINCREMENT,
+               agent TEXT NOT NULL,
+               platform TEXT NOT NULL,
+               workload TEXT NOT NULL,
+               input TEXT NOT NULL,
+               variant TEXT NOT NULL,
+               reason TEXT NOT NULL,
+               job_ids TEXT NOT NULL,
+               error TEXT,
+               since REAL NOT NULL)""",
+        "CREATE INDEX drift_group ON drift(platform, workload, input, variant)",
     ],
 }

@@ -249,11 +249,33 @@ class SQLiteStore(Store):
         return out
 
     def group_runs(self, group: Group) -> list[tuple[int, float | None, float]]:
+        since = self.drift_since(group)
         return [tuple(r) for r in self.db.execute(
             "SELECT cores, freq_mhz, time_s FROM runs WHERE platform=? AND workload=? AND "
             "input=? AND variant=? AND ok=1 AND throttled=0 AND time_s IS NOT NULL "
-            "ORDER BY cores, freq_mhz",
-            tuple(group))]
+            "AND received >= ? AND (job_id IS NULL OR job_id NOT IN "
+            "(SELECT id FROM recommendations WHERE state='off')) ORDER BY cores, freq_mhz",
+            (*group, since or 0.0))]
+
+    # -- drift ----------------------------------------------------------------------------------
+    def save_drift(self, agent: str, group: Group, reason: str, job_ids: list[str],
+                   error: str | None, now: float) -> int:
+        with self._tx() as db:
+            cur = db.execute("INSERT INTO drift(agent, platform, workload, input, variant, "
+                             "reason, job_ids, error, since) VALUES (?,?,?,?,?,?,?,?,?)",
+                             (agent, *group, reason, _dumps(job_ids), error, now))
+            return int(cur.lastrowid)
+
+    def drift_since(self, group: Group) -> float | None:
+        row = self.db.execute("SELECT MAX(since) FROM drift WHERE platform=? AND workload=? "
+                              "AND input=? AND variant=?", tuple(group)).fetchone()
+        return row[0] if row else None
+
+    def drift_events(self) -> list[dict[str, Any]]:
+        rows = self._rows("SELECT * FROM drift ORDER BY id")
+        for r in rows:
+            r["job_ids"] = json.loads(r["job_ids"])
+        return rows
 
     # -- fits and recommendations ---------------------------------------------------------------
     def save_fit(self, group: Group, model: str, params: dict[str, Any],
