@@ -14,6 +14,7 @@ zones records that as unavailable; it never fails a run.
 from __future__ import annotations
 
 import re
+import statistics
 import threading
 from typing import TYPE_CHECKING, Any
 
@@ -97,7 +98,7 @@ class ThermalMeter:
         self._cpus = list(spec.cpus)
         self._before = self._temps()
         self._max = dict(self._before)
-        self._min_freq: dict[int, int] = {}
+        self._freq_seen: dict[int, list[int]] = {}
         self._counts = throttle_counts(self.fs)
         self._stop.clear()
         self._thread = threading.Thread(target=self._sample, name="opptune-thermal",
@@ -113,7 +114,7 @@ class ThermalMeter:
             if t is not None and (self._max.get(z) is None or t > self._max[z]):
                 self._max[z] = t
         for c, f in self._freqs().items():
-            self._min_freq[c] = min(f, self._min_freq.get(c, f))
+            self._freq_seen.setdefault(c, []).append(f)
 
     def stop(self, record: "RunRecord", ctx: dict[str, Any]) -> None:
         self._stop.set()
@@ -136,16 +137,18 @@ class ThermalMeter:
                   if v > self._counts.get(k, v)}
         if events:
             reasons.append(f"thermal_throttle counters increased on {len(events)} cpu(s)")
+        # the median of the samples (while it ran and just after): one low reading of a
+        # frequency averaged over an idle tick is not throttling
+        held = {c: statistics.median_low(v) for c, v in sorted(self._freq_seen.items())}
         if record.freq_mhz:
-            low = {c: f for c, f in self._min_freq.items()
+            low = {c: f for c, f in held.items()
                    if f < record.freq_mhz * 1000 * (1 - FREQ_SLACK)}
             if low:
                 c, f = min(low.items(), key=lambda kv: kv[1])
                 reasons.append(f"cpu{c} ran at {f / 1000:g} MHz, below the set "
                                f"{record.freq_mhz:g} MHz")
         record.thermal = {"zones": zones, "throttle_events": events,
-                          "min_freq_mhz": {str(c): f / 1000 for c, f in
-                                           sorted(self._min_freq.items())} or None,
+                          "freq_mhz": {str(c): f / 1000 for c, f in held.items()} or None,
                           "reasons": reasons}
         if not zones:
             record.invalid["thermal"] = (f"no thermal zones under {self.fs.path(THERMAL)}")
