@@ -2,8 +2,8 @@
 
 Recorded: every /sys/class/thermal/thermal_zone* (type, temperature before and after the run
 and the highest seen while it ran, its lowest passive trip point), the increase of the x86
-thermal_throttle counters (/sys/devices/system/cpu/cpu*/thermal_throttle/*_throttle_count) and
-the lowest frequency seen on the run's cpus while it ran.
+thermal_throttle counters of the run's cpus (cpuN/thermal_throttle/*_throttle_count) and the
+frequency of the run's cpus (the median of samples taken while it ran and just after).
 
 A run is throttled when a zone reached its passive trip point, a throttle counter increased, or
 a set frequency was not held (observed below it by more than 5 %). Throttled runs are stored
@@ -55,18 +55,24 @@ def passive_trip_mc(fs: SysFS, zone: str) -> int | None:
     return min(trips) if trips else None
 
 
-def throttle_counts(fs: SysFS) -> dict[str, int]:
-    """{"cpuN/core_throttle_count": value, ...} where the kernel has the counters (x86)."""
-    out = {}
+def throttle_counters(fs: SysFS) -> list[str]:
+    """The x86 thermal_throttle counters this machine has ("cpuN/core_throttle_count", ...)."""
     try:
         cpus = [n for n in fs.listdir(CPU) if re.match(r"^cpu\d+$", n)]
     except KnobUnavailable:
-        return out
-    for cpu in cpus:
-        for leaf in ("core_throttle_count", "package_throttle_count"):
-            v = fs.try_int(f"{CPU}/{cpu}/thermal_throttle/{leaf}")
-            if v is not None:
-                out[f"{cpu}/{leaf}"] = v
+        return []
+    return [f"{cpu}/{leaf}" for cpu in cpus
+            for leaf in ("core_throttle_count", "package_throttle_count")
+            if fs.exists(f"{CPU}/{cpu}/thermal_throttle/{leaf}")]
+
+
+def throttle_counts(fs: SysFS, names: list[str]) -> dict[str, int]:
+    out = {}
+    for name in names:
+        cpu, leaf = name.split("/")
+        v = fs.try_int(f"{CPU}/{cpu}/thermal_throttle/{leaf}")
+        if v is not None:
+            out[name] = v
     return out
 
 
@@ -80,6 +86,7 @@ class ThermalMeter:
         self.zones = zone_names(self.fs)
         self.trips = {z: passive_trip_mc(self.fs, z) for z in self.zones}
         self.types = {z: self.fs.try_text(f"{THERMAL}/{z}/type", z) for z in self.zones}
+        self.counters = throttle_counters(self.fs)
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
 
@@ -99,7 +106,10 @@ class ThermalMeter:
         self._before = self._temps()
         self._max = dict(self._before)
         self._freq_seen: dict[int, list[int]] = {}
-        self._counts = throttle_counts(self.fs)
+        # the counters of the run's own cpus: throttling elsewhere does not pace this run
+        mine = {f"cpu{c}" for c in self._cpus}
+        self._names = [n for n in self.counters if n.split("/")[0] in mine]
+        self._counts = throttle_counts(self.fs, self._names)
         self._stop.clear()
         self._thread = threading.Thread(target=self._sample, name="opptune-thermal",
                                         daemon=True)
@@ -132,7 +142,7 @@ class ThermalMeter:
             if trip is not None and mx is not None and mx >= trip:
                 reasons.append(f"{self.types[z]} reached {mx / 1000:g} C (passive trip "
                                f"{trip / 1000:g} C)")
-        counts = throttle_counts(self.fs)
+        counts = throttle_counts(self.fs, self._names)
         events = {k: v - self._counts.get(k, v) for k, v in counts.items()
                   if v > self._counts.get(k, v)}
         if events:
