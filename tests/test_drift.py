@@ -145,3 +145,46 @@ def test_a_slower_workload_is_re_characterised_and_recommended_again(tmp_path: P
                         d["since"])[0]
     assert json.loads(quality)["n"] == 8
     assert "drift on " in (tmp_path / "daemon.log").read_text()
+
+
+def test_a_target_window_is_recorded_as_applied_and_off_verifications_stay_out_of_fits(
+        tmp_path):
+    from opptune.daemon.recommender import Recommender
+    from opptune.daemon.registry import Registry
+    from opptune.shared import protocol as P
+
+    class Fitter:
+        requests = []
+
+        def submit(self, req):
+            self.requests.append(req)
+
+    st = open_store(str(tmp_path / "s.db"))
+    fitter = Fitter()
+    r = Recommender(DaemonConfig(), st, Registry(10.0), fitter, lambda *a: True,
+                    {"fits": 0, "configs_pushed": 0})
+    r.drift = Drift(DaemonConfig(), st, FakeSweeps())
+    for cid in ("c1", "c2"):
+        st.save_recommendation({"config_id": cid, "agent": "a1", **G.as_dict(), "cores": 1,
+                                "cpus": [0], "threads": 1, "predicted_time_s": 1.0,
+                                "predicted_lower_s": 0.9, "predicted_upper_s": 1.1}, now=1)
+    measured = {"target": {"kind": "pid", "pid": 42, "tids": [42]}, "window_s": 2.0,
+                "cpu_s": 1.9, "cpus_busy": 0.95, "freq_mhz": {"policy0": 1500.0},
+                "energy_j": None}
+    msg = P.make("applied", "a1", {"config_id": "c1", "ok": True, "records": [],
+                                   "time_s": None, "measured": measured})
+    r.applied("a1", msg, st.recommendation("c1"), now=2)
+    got = st.recommendation("c1")
+    assert got["state"] == "applied"
+    assert got["error"] == ("applied to pid 42; 0.95 cpus busy over 2.0 s; at policy0 "
+                            "1500 MHz")
+    # a verification off the interval is stored, but the fit does not see it
+    raw = {"platform": "p", "workload": "w", "input": "s", "cores": 1, "cpus": [0],
+           "threads": 1, "rep": 0, "time_s": 2.0}
+    msg = P.make("applied", "a1", {"config_id": "c2", "ok": True, "records": [raw],
+                                   "time_s": 2.0})
+    r.applied("a1", msg, st.recommendation("c2"), now=3)
+    assert st.recommendation("c2")["state"] == "off"
+    assert st.group_runs(G) == []
+    assert fitter.requests[-1].rows == []
+    st.close()
