@@ -23,9 +23,11 @@ import threading
 from typing import Any, Callable
 
 from ..shared import protocol as P
+from ..shared.records import RunRecord
 from .outbox import Outbox
 from .platform import offered_frequencies
 from .runner import Aborted, Runner, RunSpec
+from .targets import DEFAULT_WINDOW_S, TargetError, Targets, kind_of, measure_window
 from .workloads import WorkloadError, Workloads
 
 log = logging.getLogger("opptune.agent.apply")
@@ -74,7 +76,8 @@ class Executor:
 
     def __init__(self, agent_id: str, platform: dict[str, Any], workloads: Workloads,
                  runner: Runner, outbox: Outbox, send: Callable[[dict[str, Any]], None],
-                 notify: Callable[[], None] = lambda: None, state_dir: str | None = None):
+                 notify: Callable[[], None] = lambda: None, state_dir: str | None = None,
+                 targets: Targets | None = None):
         self.agent_id = agent_id
         self.platform = platform
         self.workloads = workloads
@@ -83,6 +86,7 @@ class Executor:
         self.send = send
         self.notify = notify
         self.state_dir = state_dir
+        self.targets = targets
 
     def deliver(self, msg: dict[str, Any]) -> None:
         """Send through the outbox: kept on disk and resent until the daemon acks it, like a
@@ -102,6 +106,15 @@ class Executor:
     def validate_config(self, body: dict[str, Any]) -> None:
         check_point(self.platform, self.workloads, body["workload"], body["size"],
                     body["cpus"], body["threads"], body.get("freq_khz"))
+        target = body.get("target")
+        if kind_of(target) != "command":
+            if self.targets is None:
+                raise Refused("this agent applies configurations to the commands it launches "
+                              "only")
+            try:
+                self.targets.check(target)
+            except TargetError as exc:
+                raise Refused(str(exc)) from None
 
     # -- execution (worker thread) ------------------------------------------------------------
     def run_job(self, job_id: str) -> None:
@@ -139,6 +152,8 @@ class Executor:
         cid = body["config_id"]
         spec = RunSpec(body["workload"], body["size"], list(body["cpus"]), body["threads"],
                        body.get("freq_khz"), variant=str(body.get("variant", "")))
+        if kind_of(body.get("target")) != "command":
+            return self._apply_to_target(body, spec)
         recs = self.runner.run_point(spec, body["reps"], warmup=CONFIG_WARMUP)
         times = [r.time_s for r in recs if r.ok and r.time_s is not None]
         out: dict[str, Any] = {"config_id": cid, "records": [r.to_dict() for r in recs]}
@@ -152,6 +167,54 @@ class Executor:
         self.notify()
         log.info("config %s applied: ok=%s time_s=%s", cid, out["ok"], out["time_s"])
 
+    def _apply_to_target(self, body: dict[str, Any], spec: RunSpec) -> None:
+        """Confine a running pid or unit to the config's cpus, set the frequencies, and
+        measure it over the verification window (it has no run time to verify)."""
+        assert self.targets is not None  # validate_config refused it otherwise
+        cid, target = body["config_id"], body["target"]
+        out: dict[str, Any] = {"config_id": cid, "records": [], "time_s": None}
+        try:
+            self.targets.check(target)  # it may have gone since it was accepted
+            knob_fields = self.runner.apply_knobs(spec)
+            done = self.targets.apply(target, spec.cpus)
+        except Exception as exc:  # TargetError, and knob errors of many types
+            out.update(ok=False, error=f"cannot apply to the target: {exc}")
+        else:
+            rec = RunRecord(platform=self.runner.platform_id, workload=spec.workload,
+                            input=spec.size, cores=len(spec.cpus), cpus=list(spec.cpus),
+                            threads=spec.threads, rep=0, ok=False)
+            energy = [m for m in self.runner.meters if getattr(m, "name", "") == "energy"]
+            for m in energy:
+                m.start(spec)
+            window = float(target.get("window_s", DEFAULT_WINDOW_S))
+            measured = measure_window(self.targets, target, window,
+                                      lambda: self._policy_freqs(spec.cpus), self.runner.wait)
+            for m in energy:
+                m.stop(rec, {})
+            measured.update(target=done, freq_set_mhz=knob_fields.get("freq_mhz"),
+                            energy_j=rec.energy_j, energy_source=rec.energy_source)
+            if rec.energy_j is None:
+                measured["energy_unavailable"] = rec.invalid.get("energy_j") or "no meter"
+            out.update(ok=True, error=None, measured=measured)
+            self._remember(body, None, measured)
+        self.outbox.finish_config(cid, P.make("applied", self.agent_id, out))
+        self.notify()
+        log.info("config %s applied to %s: ok=%s %s", cid, target, out["ok"],
+                 out.get("measured") or out.get("error"))
+
+    def _policy_freqs(self, cpus: list[int]) -> dict[str, float]:
+        """Current MHz of each cpufreq policy holding one of ``cpus`` (empty without a knob)."""
+        for knob in self.runner.knobs:
+            cf = getattr(knob, "cf", None)
+            if cf is not None:
+                out = {}
+                for pol in cf.policies_of_cpus(cpus):
+                    cur = cf.read_cur(pol)
+                    if cur is not None:
+                        out[pol] = cur / 1000.0
+                return out
+        return {}
+
     def refuse_config(self, body: dict[str, Any], reason: str) -> None:
         """Report a config as not applied (``applied`` with ok false and the reason)."""
         reply = P.make("applied", self.agent_id, {"config_id": body["config_id"], "ok": False,
@@ -163,14 +226,16 @@ class Executor:
             self.outbox.finish_config(body["config_id"], reply)
             self.notify()
 
-    def _remember(self, body: dict[str, Any], time_s: float) -> None:
+    def _remember(self, body: dict[str, Any], time_s: float | None,
+                  measured: dict[str, Any] | None = None) -> None:
         """Keep the last verified configuration where users and scripts can read it."""
         if not self.state_dir:
             return
         path = os.path.join(self.state_dir, "applied.json")
+        extra = {"measured": measured} if measured else {}
         try:
             with open(path + ".tmp", "w") as fh:
-                json.dump({**body, "verified_time_s": time_s}, fh, indent=1)
+                json.dump({**body, "verified_time_s": time_s, **extra}, fh, indent=1)
             os.replace(path + ".tmp", path)
         except OSError as exc:
             log.warning("cannot write %s: %s", path, exc)

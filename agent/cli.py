@@ -92,7 +92,7 @@ def build_knobs(config, platform: dict) -> list:
 
 
 def build_meters(config, platform: dict) -> list:
-    """Meters beyond rusage: perf counters and energy where the platform has them."""
+    """Meters beyond rusage: perf counters and energy where the platform has them; thermal."""
     from .meters.energy import EnergyRunMeter
     from .meters.perf import PerfMeter
     meters = []
@@ -106,6 +106,11 @@ def build_meters(config, platform: dict) -> list:
         except Exception as exc:
             log.warning("%s meter unavailable: %s", name, exc)
             platform[name] = {"available": False, "reason": f"meter failed: {exc}"}
+    try:  # thermal zones and throttling: a board without zones records them as unavailable
+        from .meters.thermal import ThermalMeter
+        meters.append(ThermalMeter(config.sysfs_root))
+    except Exception as exc:
+        log.warning("thermal meter unavailable: %s", exc)
     return meters
 
 
@@ -151,6 +156,8 @@ def run_agent(config, config_path: str | None = None) -> int:
     from .outbox import Outbox
     from .platform import discover
     from .runner import Runner
+    from .sysfs import SysFS
+    from .targets import Targets
     from .workloads import WorkloadError, Workloads
 
     where = config_path or "configuration"
@@ -174,6 +181,7 @@ def run_agent(config, config_path: str | None = None) -> int:
     runner = Runner(workloads, platform["id"], timeout_s=config.run_timeout_s,
                     virtual=bool(config.virtual_board), knobs=knobs, meters=meters,
                     invalid_defaults=invalid)
+    targets = Targets(SysFS(config.sysfs_root), virtual=bool(config.virtual_board))
     hello = {"platform": platform, "workloads": workloads.describe(),
              "agent_version": __version__, "pid": os.getpid()}
 
@@ -181,7 +189,7 @@ def run_agent(config, config_path: str | None = None) -> int:
     executor = Executor(config.agent_id, platform, workloads, runner, outbox,
                         send=lambda m: link_holder["link"].send(m),
                         notify=lambda: link_holder["link"].notify_outbox(),
-                        state_dir=config.state_dir)
+                        state_dir=config.state_dir, targets=targets)
     worker = Worker(executor)
     link = Link(config.agent_id, config.daemon, hello, outbox, worker.submit,
                 heartbeat_s=config.heartbeat_s)
@@ -215,6 +223,8 @@ def run_agent(config, config_path: str | None = None) -> int:
         if worker.is_alive():
             log.warning("worker did not stop in time")
         runner.close()  # restores knobs
+        for problem in targets.restore():
+            log.error("%s", problem)
         link.close()
         outbox.close()
         log.info("agent stopped")

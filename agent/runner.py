@@ -63,6 +63,15 @@ class Runner:
             except Exception as exc:
                 log.error("restoring knob %s failed: %s", getattr(knob, "name", knob), exc)
 
+    def wait(self, seconds: float) -> None:
+        """Sleep ``seconds`` (a verification window); raises Aborted when stopped meanwhile."""
+        import select
+        if self._abort.is_set:
+            raise Aborted("agent stopping")
+        select.select([self._abort.fd], [], [], seconds)
+        if self._abort.is_set:
+            raise Aborted("agent stopping")
+
     def close(self) -> None:
         self.restore()
         self._abort.close()

@@ -76,6 +76,10 @@ def _xu4() -> dict:
                   {"name": "ina231", "label": "mem", "constant_w": 0.12},
                   {"name": "ina231", "label": "g3d", "constant_w": 0.05}],
         "energy_model": False,
+        # Exynos 5422 tmu: one zone per big core sensor; passive trip as the DT of the XU4
+        "thermal_zones": [{"type": f"cpu{i}-thermal", "cpus": big, "temp_c": 48.0,
+                           "passive_c": 85.0, "critical_c": 120.0} for i in range(4)],
+        "throttle": None,  # {"cpus": [...], "max_khz": N}: injected thermal throttling
         "truth": {"f": 0.95, "k": 0.8, "m1": 0.05, "m2": 0.25, "f_mem_ghz": 0.933,
                   "work_s": 0.040, "noise": 0.01, "idle_w": 0.02},
     }
@@ -114,6 +118,12 @@ def _x86_2numa() -> dict:
         "rapl_dram_w": 3.0,
         "hwmon": [],
         "energy_model": False,
+        "thermal_zones": [{"type": "x86_pkg_temp", "cpus": sorted(node0), "temp_c": 42.0,
+                           "passive_c": 90.0, "critical_c": 100.0},
+                          {"type": "x86_pkg_temp", "cpus": sorted(node1), "temp_c": 41.0,
+                           "passive_c": 90.0, "critical_c": 100.0}],
+        "throttle_counters": True,  # x86: cpu*/thermal_throttle/*_throttle_count
+        "throttle": None,
         "truth": {"f": 0.98, "k": 1.5, "m1": 0.10, "m2": 0.40, "f_mem_ghz": 1.866,
                   "work_s": 0.060, "noise": 0.01, "idle_w": 10.0},
     }
@@ -145,6 +155,9 @@ def _rpi4() -> dict:
         "hwmon": [],
         # No power sensor on a Pi: the kernel energy model is the only (estimated) source.
         "energy_model": True,
+        "thermal_zones": [{"type": "cpu-thermal", "cpus": cpus, "temp_c": 52.0,
+                           "passive_c": 80.0, "critical_c": 110.0}],
+        "throttle": None,
         "truth": {"f": 0.90, "k": 0.5, "m1": 0.08, "m2": 0.15, "f_mem_ghz": 1.6,
                   "work_s": 0.050, "noise": 0.01, "idle_w": 0.6},
     }
@@ -289,6 +302,19 @@ def make_tree(name, root_path: str) -> str:
                 _put(root, f"{d}/ps:{fk}/power", mw)
                 _put(root, f"{d}/ps:{fk}/cost", mw * 10)
 
+    for i, z in enumerate(spec.get("thermal_zones") or []):
+        d = f"/sys/class/thermal/thermal_zone{i}"
+        _put(root, f"{d}/type", z["type"])
+        _put(root, f"{d}/temp", int(zone_temp_c(spec, z) * 1000))
+        _put(root, f"{d}/trip_point_0_type", "passive")
+        _put(root, f"{d}/trip_point_0_temp", int(z["passive_c"] * 1000))
+        _put(root, f"{d}/trip_point_1_type", "critical")
+        _put(root, f"{d}/trip_point_1_temp", int(z["critical_c"] * 1000))
+    if spec.get("throttle_counters"):
+        for c in cpus:
+            for leaf in ("core_throttle_count", "package_throttle_count"):
+                _put(root, f"{cpu}/cpu{c}/thermal_throttle/{leaf}", 0)
+
     cpuinfo = []
     for c in cpus:
         if spec["arch"] == "x86":
@@ -313,6 +339,34 @@ def make_tree(name, root_path: str) -> str:
         json.dump({"board": spec["name"], "spec": spec}, fh, default=list)
     attach(root)
     return root
+
+
+def zone_temp_c(spec: dict, zone: dict) -> float:
+    """A zone's temperature: its idle one, or 5 C above its passive trip while an injected
+    throttle covers one of its cpus."""
+    thr = spec.get("throttle") or {}
+    if set(thr.get("cpus") or []) & set(zone.get("cpus") or []):
+        return zone["passive_c"] + 5.0
+    return zone["temp_c"]
+
+
+def update_spec(root: str, **changes) -> dict:
+    """Change a made tree's spec in place (the truth a virtual workload follows, an injected
+    throttle ``throttle={"cpus": [...], "max_khz": N}`` or None) and the zone temperatures that
+    follow from it; returns the new spec. Runs started after this see the change."""
+    spec = load_spec(root)
+    unknown = sorted(set(changes) - set(spec) - {"throttle"})
+    if unknown:
+        raise ValueError(f"unknown virtual board spec keys: {', '.join(unknown)}")
+    spec.update(changes)
+    for i, z in enumerate(spec.get("thermal_zones") or []):
+        path = os.path.join(root, f"sys/class/thermal/thermal_zone{i}/temp")
+        with open(path, "w") as fh:
+            fh.write(f"{int(zone_temp_c(spec, z) * 1000)}\n")
+    with open(os.path.join(root, FAKE_MARKER) + ".tmp", "w") as fh:
+        json.dump({"board": spec["name"], "spec": spec}, fh, default=list)
+    os.replace(os.path.join(root, FAKE_MARKER) + ".tmp", os.path.join(root, FAKE_MARKER))
+    return spec
 
 
 def attach(root: str) -> None:

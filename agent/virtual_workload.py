@@ -43,6 +43,13 @@ def run(board_root: str, cpus: list[int], threads: int, size: str = "small",
     fs = SysFS(board_root)
     spec = load_spec(board_root)
     freqs = {c: fs.read_int(f"{CPUFREQ}/{policy_of(spec, c)}/scaling_cur_freq") for c in cpus}
+    throttle = spec.get("throttle") or {}
+    hot = sorted(set(cpus) & set(throttle.get("cpus") or []))
+    capped: dict[str, int] = {}  # policy -> the frequency it was set to, shown capped meanwhile
+    for c in hot:
+        freqs[c] = min(freqs[c], int(throttle["max_khz"]))
+        capped.setdefault(policy_of(spec, c), fs.read_int(
+            f"{CPUFREQ}/{policy_of(spec, c)}/scaling_cur_freq"))
     m = run_model(spec, cpus, threads, freqs, size)
     rng = random.Random(seed)
     noisy = m["time_s"] * math.exp(rng.gauss(0.0, spec["truth"]["noise"]))
@@ -56,6 +63,17 @@ def run(board_root: str, cpus: list[int], threads: int, size: str = "small",
             idle[rel] = fs.read_int(rel)
             w = m["cluster_power_w"][h["cluster"]] if "cluster" in h else h["constant_w"]
             _raw_write(fs, rel, int(w * 1e6))
+        # injected throttling: the capped frequency shows while the run lasts, the x86
+        # counters count it
+        for pol in capped:
+            cap = int(throttle["max_khz"])
+            for leaf in ("scaling_cur_freq", "cpuinfo_cur_freq"):
+                if fs.exists(f"{CPUFREQ}/{pol}/{leaf}"):
+                    _raw_write(fs, f"{CPUFREQ}/{pol}/{leaf}", min(cap, capped[pol]))
+        for c in hot:
+            rel = f"/sys/devices/system/cpu/cpu{c}/thermal_throttle/core_throttle_count"
+            if fs.exists(rel):
+                _add_int(fs, rel, 1)
     finally:
         fcntl.flock(lock, fcntl.LOCK_UN)
     t0 = time.perf_counter()
@@ -69,6 +87,10 @@ def run(board_root: str, cpus: list[int], threads: int, size: str = "small",
     try:
         for rel, v in idle.items():
             _raw_write(fs, rel, v)
+        for pol, f in capped.items():
+            for leaf in ("scaling_cur_freq", "cpuinfo_cur_freq"):
+                if fs.exists(f"{CPUFREQ}/{pol}/{leaf}"):
+                    _raw_write(fs, f"{CPUFREQ}/{pol}/{leaf}", f)
         if spec.get("rapl"):
             for pk in sorted(spec["packages"]):
                 members = set(spec["packages"][pk])

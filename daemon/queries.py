@@ -8,6 +8,7 @@ from __future__ import annotations
 import time
 from typing import TYPE_CHECKING, Any
 
+from .drift import status_rows as drift_rows
 from .errors import HandlerError
 from .recommender import off_pct
 from .registry import board_name
@@ -81,4 +82,6 @@ def status(d: Daemon) -> dict[str, Any]:
         "fits": fits,
         "fit_errors": d.recommender.fit_errors(),
         "recommendations": recs,
+        # groups re-characterised because their verifications kept leaving the interval
+        "drift": drift_rows(d.store, jobs),
     }

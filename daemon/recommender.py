@@ -32,6 +32,7 @@ class Recommender:
         self.send = send
         self.stats = stats
         self._fit_errors: dict[Group, dict[str, Any]] = {}
+        self.drift: Any = None  # drift.Drift, set by the service
 
     def fit_errors(self) -> list[dict[str, Any]]:
         """Groups whose last fit (or recommendation) failed: group, error, agent, job_id."""
@@ -155,14 +156,18 @@ class Recommender:
             verified = statistics.median(times) if times else None
         state, note = verdict(verified, rec.get("predicted_time_s"),
                               rec.get("predicted_lower_s"), rec.get("predicted_upper_s"))
+        if verified is None and body.get("measured"):  # a running pid or unit: no run time
+            state, note = "applied", measured_text(body["measured"])
         self.store.update_recommendation(body["config_id"], state, now,
                                          verified_time_s=verified, error=note)
         log.info("config %s measured by %s: %s s (predicted %s s): %s%s", body["config_id"],
                  agent, verified, rec.get("predicted_time_s"), state,
                  f", {note}" if note else "")
+        group = Group(rec["platform"], rec["workload"], rec["input"], rec["variant"])
+        if self.drift is not None and self.drift.verdict(agent, group, state, now):
+            return  # re-characterising: the sweep's fit recommends again
         # Verification runs are measurements too: refit, but do not push again.
-        self.request_fit(Group(rec["platform"], rec["workload"], rec["input"], rec["variant"]),
-                         recommend_after=False)
+        self.request_fit(group, recommend_after=False)
 
 
 def freq_text(freq_khz: int | None) -> str:
@@ -186,6 +191,20 @@ def verdict(measured: float | None, predicted: float | None, lower: float | None
                 else "no interval")
     return "off", (f"off by {pct:+.1f} % (measured {measured:.4g} s, predicted "
                    f"{predicted:.4g} s, {interval})")
+
+
+def measured_text(m: dict[str, Any]) -> str:
+    """One line of what a pid/unit target's verification window measured."""
+    t = m.get("target") or {}
+    what = f"pid {t['pid']}" if "pid" in t else t.get("unit", "target")
+    parts = [f"applied to {what}"]
+    if m.get("cpus_busy") is not None:
+        parts.append(f"{m['cpus_busy']:.2f} cpus busy over {m.get('window_s')} s")
+    if m.get("freq_mhz"):
+        parts.append("at " + ", ".join(f"{p} {f:g} MHz" for p, f in sorted(m["freq_mhz"].items())))
+    if m.get("energy_j") is not None:
+        parts.append(f"{m['energy_j']:.4g} J")
+    return "; ".join(parts)
 
 
 def off_pct(measured: float | None, predicted: float | None) -> float | None:

@@ -36,6 +36,7 @@ from .link import Link
 from .recommender import Recommender, freq_text, off_pct, verdict
 from .registry import Registry, platform_id_of
 from .store import ResultIn, open_store
+from .drift import Drift
 from .sweeps import Sweeps
 
 log = logging.getLogger("opptune.daemon")
@@ -94,6 +95,7 @@ class Daemon:
         self.jobs = JobTracker(config, self.store, self.registry, self.link, DAEMON_ID,
                                self.started, self._job_done)
         self.sweeps = Sweeps(config, self.registry, self.jobs)
+        self.recommender.drift = Drift(config, self.store, self.sweeps)
         self._handlers: dict[str, Callable[[bytes, dict[str, Any]], None]] = {
             "hello": self._on_hello, "heartbeat": self._on_heartbeat,
             "applied": self._on_applied, "error": self._on_error, "query": self._on_query,

@@ -110,6 +110,14 @@ def print_status(data: dict[str, Any], console: Console | None = None) -> None:
                   str(r.get("state")) + (f" ({r['error']})" if r.get("error") else ""),
                   _fmt(r.get("verified_time_s")))
     console.print(t)
+    for e in data.get("drift") or []:
+        jobs = ", ".join(f"{j} {s}" for j, s in zip(e.get("job_ids") or [],
+                                                     e.get("job_states") or []))
+        then = (f"re-characterising ({jobs})" if jobs else str(e.get("error")))
+        if e.get("recommendation"):
+            then += f"; recommended again: {e['recommendation']}"
+        console.print(f"drift on {_group(e.get('group'), names)}: {e.get('reason')}; {then}",
+                      markup=False)
 
 
 def _group(group: Any, names: dict[Any, str] | None = None) -> str:

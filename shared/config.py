@@ -122,6 +122,9 @@ class DaemonConfig:
     auto_sweep: bool = False  # send a sweep to every agent that says hello
     auto_recommend: bool = True  # push a config once a sweep is complete and fitted
     verify_reps: int = 3
+    # this many consecutive verifications of a group outside the prediction interval
+    # ("off") make the daemon re-characterise it (a new sweep) and recommend again; 0: never
+    drift_off_count: int = 2
     sweep: SweepDefaults = field(default_factory=SweepDefaults)
     log_level: str = "INFO"
 
@@ -238,4 +241,8 @@ def _load(cls: type, path: Any, default: Path, overrides: dict[str, Any]) -> Any
         if value is not None and value < 0:
             raise ConfigError(f"{p}: key '{key}' must be >= 0 (a fraction of the best time, "
                               f"e.g. 0.05 for 5 %), got {value!r}")
+    if getattr(config, "drift_off_count", 0) < 0:
+        raise ConfigError(f"{p}: key 'drift_off_count' must be >= 0 (consecutive off "
+                          f"verifications before re-characterising; 0 = never), got "
+                          f"{config.drift_off_count!r}")
     return config

@@ -97,6 +97,9 @@ BODY_SCHEMAS: dict[str, dict[str, tuple[tuple[type, ...], bool]]] = {
         "freq_khz": (_OPT_INT, False),
         "reps": (_INT, True),
         "predicted_time_s": ((int, float, type(None)), False),
+        # where to apply it: {"kind": "command"|"pid"|"unit", "pid": int, "unit": str,
+        # "window_s": float}; absent = run the workload (agent/targets.py)
+        "target": (_MAP, False),
     },
     "applied": {
         "config_id": (_STR, True),
@@ -104,6 +107,8 @@ BODY_SCHEMAS: dict[str, dict[str, tuple[tuple[type, ...], bool]]] = {
         "error": (_OPT_STR, False),
         "records": (_LIST, False),
         "time_s": ((int, float, type(None)), False),  # median verified time
+        # a pid/unit target's verification window: cpu time, frequencies, energy
+        "measured": (_MAP, False),
     },
     "error": {
         "code": (_STR, True),
@@ -233,6 +238,8 @@ def _check_body(msg_type: str, body: dict[str, Any], ref: str | None) -> None:
         _check_cpus(body["cpus"], "config", ref)
         if body["threads"] < 1 or body["reps"] < 1:
             raise ProtocolError("bad_value", "config needs threads >= 1 and reps >= 1", ref)
+        if "target" in body and not isinstance(body["target"].get("kind", "command"), str):
+            raise ProtocolError("bad_type", "config target kind must be text", ref)
     elif msg_type == "ack":
         if not all(isinstance(i, str) for i in body["ids"]):
             raise ProtocolError("bad_type", "ack ids must be strings", ref)

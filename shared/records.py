@@ -46,6 +46,10 @@ class RunRecord:
     virtual: bool = False  # measured on a virtual board (tests, demos): never real hardware
     started_at: float | None = None  # unix time
     extra: dict[str, Any] = field(default_factory=dict)
+    # thermal zones before/after/max during the run, throttle counter increases, and why the
+    # run counts as throttled (agent/meters/thermal.py); None: not recorded (older agents)
+    thermal: dict[str, Any] | None = None
+    throttled: bool = False  # kept in the store, left out of fits
 
     def to_dict(self, compact: bool = True) -> dict[str, Any]:
         """A plain map for the wire and the store. ``compact`` leaves out fields that hold their
@@ -99,6 +103,10 @@ class RunRecord:
             raise RecordError("a successful record needs time_s")
         if type(self.counters) is not dict or type(self.invalid) is not dict:
             raise RecordError("record fields 'counters' and 'invalid' must be maps")
+        if type(self.throttled) is not bool:
+            raise RecordError("record field 'throttled' must be true or false")
+        if self.thermal is not None and type(self.thermal) is not dict:
+            raise RecordError("record field 'thermal' must be a map or nil")
 
 
 _TEXT_FIELDS = ("platform", "workload", "input", "variant")

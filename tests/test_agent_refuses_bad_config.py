@@ -91,3 +91,33 @@ def test_malformed_frame_gets_an_error_and_the_agent_goes_on(agent_and_router):
     router.send_multipart([ident, P.encode(P.make("heartbeat", "daemon", {}))])
     _recv(router, "heartbeat")
     assert proc.poll() is None
+
+
+def test_a_real_agent_pins_a_running_process_and_refuses_itself(agent_and_router):
+    """Over the wire: a pid target gets the cpu set on every thread; the agent's own pid and
+    a gone process are refused with the reason."""
+    router, proc, tmp = agent_and_router
+    ident, hello = _recv(router, "hello")
+    target = subprocess.Popen([sys.executable, "-c", "import sys, threading\n"
+                               "threading.Thread(target=sys.stdin.read, daemon=True).start()\n"
+                               "print('ready', flush=True)\nsys.stdin.read()"],
+                              stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    try:
+        assert target.stdout.readline().strip() == "ready"
+        for t, needle in (({"kind": "pid", "pid": proc.pid}, "is the agent itself"),
+                          ({"kind": "pid", "pid": 2 ** 22 + 9}, "no process 4194313")):
+            body = _config(target=t)
+            router.send_multipart([ident, P.encode(P.make("config", "daemon", body))])
+            _, applied = _recv(router, "applied")
+            assert applied["body"]["ok"] is False and needle in applied["body"]["error"]
+        body = _config(target={"kind": "pid", "pid": target.pid, "window_s": 0.2})
+        router.send_multipart([ident, P.encode(P.make("config", "daemon", body))])
+        _, applied = _recv(router, "applied")
+        b = applied["body"]
+        assert b["ok"] is True and b["records"] == [] and b["time_s"] is None, b
+        tids = sorted(int(t) for t in os.listdir(f"/proc/{target.pid}/task"))
+        assert b["measured"]["target"]["tids"] == tids and len(tids) == 2
+        assert all(os.sched_getaffinity(t) == {0} for t in tids)
+    finally:
+        target.kill()
+        target.wait()

@@ -211,7 +211,8 @@ def test_status_structure_and_sweep_query(daemon):
     a.expect("ack")
     st = query(op, "status")
     assert set(st) == {"daemon", "agents", "platforms", "workloads", "runs", "jobs", "fits",
-                       "fit_errors", "recommendations"}
+                       "fit_errors", "recommendations", "drift"}
+    assert st["drift"] == []
     assert st["daemon"]["instance"] == daemon.instance
     assert st["daemon"]["endpoint"] == daemon.endpoint
     assert st["daemon"]["database"] == daemon.config.database

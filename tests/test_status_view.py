@@ -91,3 +91,27 @@ def test_status_shows_unknown_for_a_platform_without_these_facts():
         line1 = next(ln for ln in text.splitlines() if "odroid-7" in ln)
         assert line1.count("unknown") == 3, line1
         assert "None" not in text
+
+
+def test_status_says_why_a_group_is_measured_again():
+    from rich.console import Console
+
+    from opptune.daemon.status_view import print_status
+    group = {"platform": "p1", "workload": "triad", "input": "small", "variant": ""}
+    data = {"daemon": {}, "agents": [{"id": "a1", "board": "rpi4", "platform": "p1",
+                                      "alive": True, "last_seen_s": 0.1, "outbox": 0}],
+            "drift": [{"agent": "a1", "group": group, "since": 5.0,
+                       "reason": "2 consecutive verifications outside the prediction interval "
+                                 "(last: off by +100.0 %)", "job_ids": ["job-9"],
+                       "job_states": ["done"], "error": None, "recommendation": "cfg-7"},
+                      {"agent": "a1", "group": group, "since": 9.0, "reason": "2 consecutive",
+                       "job_ids": [], "job_states": [], "recommendation": None,
+                       "error": "cannot re-characterise: agent 'a1' has not connected"}]}
+    console = Console(record=True, width=250)
+    print_status(data, console)
+    text = console.export_text()
+    assert ("drift on rpi4/triad/small: 2 consecutive verifications outside the prediction "
+            "interval (last: off by +100.0 %); re-characterising (job-9 done); recommended "
+            "again: cfg-7") in text
+    assert ("drift on rpi4/triad/small: 2 consecutive; cannot re-characterise: agent 'a1' has "
+            "not connected") in text

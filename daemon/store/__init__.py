@@ -120,7 +120,10 @@ class Store(ABC):
 
     @abstractmethod
     def group_runs(self, group: Group) -> list[tuple[int, float | None, float]]:
-        """(cores, freq_mhz, time_s) of the group's successful runs."""
+        """(cores, freq_mhz, time_s) of the group's successful runs that a fit may use: not
+        throttled, not the verification of a recommendation judged "off" (suspect: noise or
+        drift; folded in, it widens the interval until drift can no longer be seen), and
+        received after the group's last drift event."""
 
     # fits and recommendations
     @abstractmethod
@@ -144,6 +147,20 @@ class Store(ABC):
 
     @abstractmethod
     def recommendations(self) -> list[dict[str, Any]]: ...
+
+    # drift: a group re-characterised after its verifications left the prediction interval
+    @abstractmethod
+    def save_drift(self, agent: str, group: Group, reason: str, job_ids: list[str],
+                   error: str | None, now: float) -> int:
+        """Record a drift event; the group's fits use only runs received from ``now`` on."""
+
+    @abstractmethod
+    def drift_since(self, group: Group) -> float | None:
+        """When the group was last found drifting (None: never)."""
+
+    @abstractmethod
+    def drift_events(self) -> list[dict[str, Any]]:
+        """Every drift event, oldest first."""
 
     @abstractmethod
     def close(self) -> None: ...

@@ -13,11 +13,16 @@ of the two columns is set (CHECK). The columns the daemon queries stay columns.
 Version 3 gives jobs a lifecycle (queued, sent, running, done, failed, expired): a ``reason``
 for failed and expired jobs and the time of the last change (``updated``); the state a version
 2 database called ``complete`` is ``done``.
+
+Version 4 marks thermally throttled runs (``throttled``, from the record's flag): they stay
+stored, and the rows a fit uses leave them out. Rows stored before count as not throttled. It
+also keeps drift events (``drift``): a group whose verifications left the prediction interval
+repeatedly is re-characterised; its fits use only runs received from ``since`` on.
 """
 
 from __future__ import annotations
 
-SCHEMA_VERSION = 3
+SCHEMA_VERSION = 4
 
 MIGRATIONS: dict[int, list[str]] = {
     1: [
@@ -145,5 +150,20 @@ MIGRATIONS: dict[int, list[str]] = {
         "ALTER TABLE jobs ADD COLUMN updated REAL",
         "UPDATE jobs SET updated = created",
         "UPDATE jobs SET state = 'done' WHERE state = 'complete'",
+    ],
+    4: [
+        "ALTER TABLE runs ADD COLUMN throttled INTEGER NOT NULL DEFAULT 0",
+        """CREATE TABLE drift (
+               id INTEGER PRIMARY KEY AUTOINCREMENT,
+               agent TEXT NOT NULL,
+               platform TEXT NOT NULL,
+               workload TEXT NOT NULL,
+               input TEXT NOT NULL,
+               variant TEXT NOT NULL,
+               reason TEXT NOT NULL,
+               job_ids TEXT NOT NULL,
+               error TEXT,
+               since REAL NOT NULL)""",
+        "CREATE INDEX drift_group ON drift(platform, workload, input, variant)",
     ],
 }

@@ -214,12 +214,12 @@ class SQLiteStore(Store):
             rows.append((it.msg_id, it.agent, it.job_id, it.seq, r.platform, r.workload, r.input,
                          r.variant, r.cores, _cpus_text(r.cpus), r.threads, r.freq_mhz, r.rep,
                          r.time_s, r.wall_s, r.user_s, r.sys_s, r.energy_j, int(r.ok),
-                         int(r.virtual), now, None, _packb(it.raw)))
+                         int(r.virtual), now, None, _packb(it.raw), int(r.throttled)))
         with self._tx() as db:
             # Only a repeated message id is skipped; any other violation fails the batch
             # (OR IGNORE would also drop rows breaking NOT NULL, and they would be acked).
             db.executemany("INSERT INTO runs VALUES "
-                           "(?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?) "
+                           "(?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?) "
                            "ON CONFLICT(msg_id) DO NOTHING", rows)
         return [it.msg_id for it in items]
 
@@ -249,10 +249,33 @@ class SQLiteStore(Store):
         return out
 
     def group_runs(self, group: Group) -> list[tuple[int, float | None, float]]:
+        since = self.drift_since(group)
         return [tuple(r) for r in self.db.execute(
             "SELECT cores, freq_mhz, time_s FROM runs WHERE platform=? AND workload=? AND "
-            "input=? AND variant=? AND ok=1 AND time_s IS NOT NULL ORDER BY cores, freq_mhz",
-            tuple(group))]
+            "input=? AND variant=? AND ok=1 AND throttled=0 AND time_s IS NOT NULL "
+            "AND received >= ? AND (job_id IS NULL OR job_id NOT IN "
+            "(SELECT id FROM recommendations WHERE state='off')) ORDER BY cores, freq_mhz",
+            (*group, since or 0.0))]
+
+    # -- drift ----------------------------------------------------------------------------------
+    def save_drift(self, agent: str, group: Group, reason: str, job_ids: list[str],
+                   error: str | None, now: float) -> int:
+        with self._tx() as db:
+            cur = db.execute("INSERT INTO drift(agent, platform, workload, input, variant, "
+                             "reason, job_ids, error, since) VALUES (?,?,?,?,?,?,?,?,?)",
+                             (agent, *group, reason, _dumps(job_ids), error, now))
+            return int(cur.lastrowid)
+
+    def drift_since(self, group: Group) -> float | None:
+        row = self.db.execute("SELECT MAX(since) FROM drift WHERE platform=? AND workload=? "
+                              "AND input=? AND variant=?", tuple(group)).fetchone()
+        return row[0] if row else None
+
+    def drift_events(self) -> list[dict[str, Any]]:
+        rows = self._rows("SELECT * FROM drift ORDER BY id")
+        for r in rows:
+            r["job_ids"] = json.loads(r["job_ids"])
+        return rows
 
     # -- fits and recommendations ---------------------------------------------------------------
     def save_fit(self, group: Group, model: str, params: dict[str, Any],

@@ -1,0 +1,279 @@
+"""Where a pushed configuration is applied: a command the agent launches, a running process
+(all its threads, by pid), or a systemd unit (its cgroup's cpuset).
+
+A config's optional ``target`` is ``{"kind": "command"}`` (the default: run the workload of the
+agent's catalogue, as before), ``{"kind": "pid", "pid": N}`` or ``{"kind": "unit", "unit":
+"name.service"}``, with an optional ``window_s`` (verification window, default 2 s).
+
+What is guaranteed:
+
+* **pid**: every thread listed under /proc/PID/task when the agent finishes gets the cpu set
+  (the list is re-read until no new thread appears). A thread created later inherits the
+  affinity of the thread that creates it, so it gets the set too, unless the program sets its
+  own affinity.
+* **unit**: with systemd managing this machine, ``systemctl set-property --runtime UNIT
+  AllowedCPUs=...`` (systemd owns the cgroup tree: a direct write would be undone the next
+  time systemd realises the unit); without systemd (containers, other init systems, the test
+  trees), the unit's cgroup v2 ``cpuset.cpus`` under /sys/fs/cgroup is written directly.
+  Every process of the unit, present and future, is confined by the cgroup.
+
+Every change is recorded with the value it replaced and undone by :meth:`Targets.restore`
+(the agent calls it when it stops, as it restores cpufreq). Frequencies are set by the
+runner's cpufreq knob, which keeps its own originals.
+
+"Verify" for a target that is not a finite run: over ``window_s`` the agent measures the
+target's CPU time (utilisation), the frequency of each cpufreq policy of its cpus, and the
+energy where a meter exists; it reports these instead of a run time.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import time
+from typing import Any, Callable
+
+from .sysfs import KnobUnavailable, SysFS, format_cpu_list
+
+KINDS = ("command", "pid", "unit")
+CGROUP = "/sys/fs/cgroup"
+DEFAULT_WINDOW_S = 2.0
+MAX_WINDOW_S = 600.0
+_CLK_TCK = os.sysconf("SC_CLK_TCK")
+
+
+class TargetError(ValueError):
+    """A target that cannot be applied; the message says why and what to do."""
+
+
+def kind_of(target: dict[str, Any] | None) -> str:
+    return (target or {}).get("kind", "command")
+
+
+def unit_name(unit: str) -> str:
+    """systemd's full unit name: a bare name is a service."""
+    return unit if "." in unit else unit + ".service"
+
+
+def _systemd_running(fs: SysFS) -> bool:
+    # sd_booted(3): systemd is the init system iff /run/systemd/system exists
+    return fs.root == "/" and os.path.isdir("/run/systemd/system")
+
+
+def find_unit_cgroup(fs: SysFS, unit: str, max_depth: int = 4) -> str | None:
+    """The cgroup v2 directory (kernel path) of ``unit`` under /sys/fs/cgroup: systemd names a
+    unit's cgroup after the unit, inside its slices (system.slice/NAME, ...)."""
+    name = unit_name(unit)
+    base = fs.path(CGROUP)
+    if not os.path.isfile(os.path.join(base, "cgroup.controllers")):
+        return None  # not cgroup v2 (or no cgroup tree at all)
+    level = [""]
+    for _ in range(max_depth):
+        nxt = []
+        for rel in level:
+            try:
+                entries = os.scandir(os.path.join(base, rel))
+            except OSError:
+                continue
+            with entries:
+                for e in entries:
+                    if e.is_dir(follow_symlinks=False):
+                        sub = f"{rel}/{e.name}" if rel else e.name
+                        if e.name == name:
+                            return f"{CGROUP}/{sub}"
+                        nxt.append(sub)
+        level = nxt
+    return None
+
+
+def threads_of(pid: int) -> list[int]:
+    try:
+        return sorted(int(t) for t in os.listdir(f"/proc/{pid}/task"))
+    except FileNotFoundError:
+        raise TargetError(f"process {pid} is gone") from None
+
+
+def cpu_time_pid(pid: int) -> float:
+    """User + system seconds of every thread of ``pid`` (/proc/PID/stat fields 14 and 15)."""
+    with open(f"/proc/{pid}/stat") as fh:
+        fields = fh.read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / _CLK_TCK
+
+
+class Targets:
+    """Validates, applies, measures and rolls back pid and unit targets."""
+
+    def __init__(self, fs: SysFS, virtual: bool = False, systemctl: str | None = None,
+                 systemd: bool | None = None, self_pid: int | None = None):
+        self.fs = fs
+        self.virtual = virtual
+        self.systemctl = systemctl if systemctl is not None else shutil.which("systemctl")
+        self.systemd = _systemd_running(fs) if systemd is None else systemd
+        self.self_pid = os.getpid() if self_pid is None else self_pid
+        self._undo: list[tuple[str, Callable[[], None]]] = []
+
+    # -- validation (link thread) ---------------------------------------------------------------
+    def check(self, target: dict[str, Any] | None) -> None:
+        """Raise TargetError naming the first reason ``target`` cannot be applied here."""
+        if target is None:
+            return
+        kind = target.get("kind")
+        if kind not in KINDS:
+            raise TargetError(f"target kind {kind!r} is unknown; use one of {', '.join(KINDS)}")
+        window = target.get("window_s", DEFAULT_WINDOW_S)
+        if (type(window) not in (int, float) or not 0 < window <= MAX_WINDOW_S):
+            raise TargetError(f"target window_s must be a number of seconds in "
+                              f"(0, {MAX_WINDOW_S:g}], got {window!r}")
+        if kind == "pid":
+            pid = target.get("pid")
+            if type(pid) is not int or pid < 1:
+                raise TargetError(f"target pid must be a process id (an integer >= 1), "
+                                  f"got {pid!r}")
+            if pid == self.self_pid:
+                raise TargetError(f"target pid {pid} is the agent itself; name the workload's "
+                                  "process")
+            if not os.path.isdir(f"/proc/{pid}/task"):
+                raise TargetError(f"no process {pid} on this machine (it may have exited); "
+                                  "start it and push the config again")
+            if self.virtual:
+                raise TargetError("a pid target needs a real board: the cpus of a virtual "
+                                  "board are not this machine's")
+        elif kind == "unit":
+            unit = target.get("unit")
+            if not isinstance(unit, str) or not unit or "/" in unit:
+                raise TargetError(f"target unit must be a systemd unit name, got {unit!r}")
+            self._unit_how(unit)
+
+    def _unit_how(self, unit: str) -> tuple[str, str | None]:
+        """("systemctl", None) or ("cgroup", its kernel path); TargetError if neither."""
+        name = unit_name(unit)
+        if self.systemd and self.systemctl:
+            res = subprocess.run([self.systemctl, "show", "-p", "LoadState", "--value", name],
+                                 capture_output=True, text=True, timeout=10)
+            state = res.stdout.strip()
+            if res.returncode != 0 or state in ("", "not-found"):
+                raise TargetError(f"systemd has no unit {name}; see `systemctl list-units`")
+            return "systemctl", None
+        cg = find_unit_cgroup(self.fs, name)
+        if cg is None:
+            raise TargetError(f"no unit {name}: no cgroup named so under "
+                              f"{self.fs.path(CGROUP)} (is it running? cgroup v2 mounted?)")
+        return "cgroup", cg
+
+    # -- applying (worker thread) ---------------------------------------------------------------
+    def apply(self, target: dict[str, Any], cpus: list[int]) -> dict[str, Any]:
+        """Confine the target to ``cpus``; returns what was done (for the report)."""
+        kind = kind_of(target)
+        if kind == "pid":
+            return self._apply_pid(target["pid"], cpus)
+        if kind == "unit":
+            return self._apply_unit(target["unit"], cpus)
+        raise TargetError(f"target kind {kind!r} is not applied by Targets")
+
+    def _apply_pid(self, pid: int, cpus: list[int]) -> dict[str, Any]:
+        want = set(cpus)
+        done: dict[int, list[int]] = {}
+        while True:  # threads may start while we pin: repeat until a pass finds none new
+            new = [t for t in threads_of(pid) if t not in done]
+            if not new:
+                break
+            for tid in new:
+                try:
+                    before = sorted(os.sched_getaffinity(tid))
+                    os.sched_setaffinity(tid, want)
+                except ProcessLookupError:
+                    done[tid] = []  # the thread ended meanwhile
+                    continue
+                except OSError as exc:
+                    raise TargetError(f"cannot set the affinity of thread {tid} of process "
+                                      f"{pid}: {exc.strerror or exc}") from None
+                done[tid] = before
+                self._undo.append((f"affinity of thread {tid}",
+                                   lambda t=tid, b=before: os.sched_setaffinity(t, b)))
+        tids = sorted(t for t, b in done.items() if b)
+        return {"kind": "pid", "pid": pid, "tids": tids, "method": "sched_setaffinity"}
+
+    def _apply_unit(self, unit: str, cpus: list[int]) -> dict[str, Any]:
+        name = unit_name(unit)
+        how, cg = self._unit_how(unit)
+        text = format_cpu_list(cpus)
+        if how == "systemctl":
+            before = subprocess.run([self.systemctl, "show", "-p", "AllowedCPUs", "--value",
+                                     name], capture_output=True, text=True, timeout=10)
+            self._systemctl_set(name, text)
+            old = before.stdout.strip()
+            self._undo.append((f"AllowedCPUs of {name}", lambda: self._systemctl_set(name, old)))
+            return {"kind": "unit", "unit": name, "method": "systemctl set-property --runtime",
+                    "allowed_cpus": text}
+        rel = f"{cg}/cpuset.cpus"
+        if not self.fs.exists(rel):
+            raise TargetError(f"the cgroup of {name} ({cg}) has no cpuset.cpus: enable the "
+                              f"cpuset controller in its parent's cgroup.subtree_control")
+        old = self.fs.read_text(rel)
+        try:
+            self.fs.write(rel, text)
+        except KnobUnavailable as exc:
+            raise TargetError(f"cannot confine {name}: {exc}") from None
+        self._undo.append((f"{rel}", lambda: self.fs.write(rel, old if old else "")))
+        return {"kind": "unit", "unit": name, "method": "cgroup cpuset.cpus", "cgroup": cg,
+                "allowed_cpus": text}
+
+    def _systemctl_set(self, name: str, cpus_text: str) -> None:
+        res = subprocess.run([self.systemctl, "set-property", "--runtime", name,
+                              f"AllowedCPUs={cpus_text}"], capture_output=True, text=True,
+                             timeout=30)
+        if res.returncode != 0:
+            raise TargetError(f"systemctl set-property {name} AllowedCPUs={cpus_text} failed: "
+                              f"{(res.stderr or res.stdout).strip()[:200]}")
+
+    # -- measuring ------------------------------------------------------------------------------
+    def cpu_time(self, target: dict[str, Any]) -> float | None:
+        """CPU seconds the target has used so far (None where it cannot be read)."""
+        try:
+            if kind_of(target) == "pid":
+                return cpu_time_pid(target["pid"])
+            how, cg = self._unit_how(target["unit"])
+            if cg is None:
+                return None
+            for line in self.fs.read_text(f"{cg}/cpu.stat").splitlines():
+                key, _, value = line.partition(" ")
+                if key == "usage_usec":
+                    return int(value) / 1e6
+        except (OSError, TargetError, ValueError):
+            return None
+        return None
+
+    def restore(self) -> list[str]:
+        """Undo every change, newest first; returns the problems (empty on success)."""
+        problems = []
+        while self._undo:
+            what, undo = self._undo.pop()
+            try:
+                undo()
+            except ProcessLookupError:
+                pass  # the thread is gone: nothing to restore
+            except Exception as exc:
+                problems.append(f"restoring {what}: {exc}")
+        return problems
+
+
+def measure_window(targets: Targets, target: dict[str, Any], window_s: float,
+                   read_freqs: Callable[[], dict[str, float]],
+                   sleep: Callable[[float], None] = time.sleep) -> dict[str, Any]:
+    """CPU time, utilisation and policy frequencies of a running target over ``window_s``."""
+    cpu0 = targets.cpu_time(target)
+    f0 = read_freqs()
+    t0 = time.monotonic()
+    sleep(window_s)
+    elapsed = time.monotonic() - t0
+    cpu1 = targets.cpu_time(target)
+    f1 = read_freqs()
+    out: dict[str, Any] = {"window_s": round(elapsed, 4)}
+    if cpu0 is not None and cpu1 is not None:
+        out["cpu_s"] = round(cpu1 - cpu0, 4)
+        out["cpus_busy"] = round((cpu1 - cpu0) / elapsed, 4) if elapsed > 0 else None
+    else:
+        out["cpu_s"] = None
+    out["freq_mhz"] = {p: round((f0.get(p, v) + v) / 2, 1) for p, v in f1.items()} or None
+    return out

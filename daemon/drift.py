@@ -1,0 +1,99 @@
+"""Drift: a workload whose verified results keep leaving the prediction interval (a kernel
+update, thermal throttling, a new version of the workload) is measured again.
+
+After ``[daemon] drift_off_count`` consecutive "off" verdicts of the same group on the same
+agent (a "verified" one resets the count; refused or failed ones do not count), the daemon
+records a drift event with the reason, sends a new sweep of the group's workload (sweeps.py)
+and, from then on, fits the group only from runs received after the event: the measurements of
+the old behaviour no longer describe it. The sweep's completion fits and recommends again
+through the usual job path. ``opptune status`` lists the events (``drift``).
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+from ..shared.config import DaemonConfig
+from .errors import HandlerError
+from .store import Group, Store
+from .sweeps import Sweeps
+
+log = logging.getLogger("opptune.daemon")
+
+
+def consecutive_off(recs: list[dict[str, Any]], agent: str, group: Group,
+                    since: float | None) -> list[dict[str, Any]]:
+    """The group's latest verdicts on ``agent`` after ``since``, newest first, while "off"."""
+    mine = [r for r in recs if r["agent"] == agent and Group(r["platform"], r["workload"],
+                                                                r["input"], r["variant"]) == group
+            and r["state"] in ("verified", "off") and r["updated"] > (since or -1.0)]
+    out = []
+    for r in sorted(mine, key=lambda r: r["updated"], reverse=True):
+        if r["state"] != "off":
+            break
+        out.append(r)
+    return out
+
+
+class Drift:
+    def __init__(self, config: DaemonConfig, store: Store, sweeps: Sweeps):
+        self.config = config
+        self.store = store
+        self.sweeps = sweeps
+
+    def verdict(self, agent: str, group: Group, state: str, now: float) -> bool:
+        """Called after a verdict was stored; True when the group is re-characterised (the
+        caller then skips its refit: the old runs no longer count)."""
+        limit = self.config.drift_off_count
+        if limit <= 0 or state != "off":
+            return False
+        offs = consecutive_off(self.store.recommendations(), agent, group,
+                               self.store.drift_since(group))
+        if len(offs) < limit:
+            return False
+        reason = (f"{len(offs)} consecutive verifications outside the prediction interval "
+                  f"(last: {offs[0].get('error') or 'off'})")
+        job_ids: list[str] = []
+        error = None
+        try:
+            jobs = self._sweep(agent, group)
+            job_ids = [j["job_id"] for j in jobs]
+        except HandlerError as exc:
+            error = f"cannot re-characterise: {exc}"
+        self.store.save_drift(agent, group, reason, job_ids, error, now)
+        name = "/".join(group)
+        if error:
+            log.warning("drift on %s (agent %s): %s; %s", name, agent, reason, error)
+        else:
+            log.warning("drift on %s (agent %s): %s; re-characterising it (job %s) and "
+                        "recommending again after it", name, agent, reason, ", ".join(job_ids))
+        return True
+
+    def _sweep(self, agent: str, group: Group) -> list[dict[str, Any]]:
+        try:
+            return self.sweeps.start(agent, [group.workload], size=group.input)
+        except HandlerError as exc:
+            if exc.code in ("unknown_agent", "agent_offline", "unknown_workload"):
+                raise
+            log.warning("sweep of %s as configured: %s; sweeping cores only", group.workload,
+                        exc)
+            return self.sweeps.start(agent, [group.workload], size=group.input,
+                                     frequency_grid="none")
+
+
+def status_rows(store: Store, jobs: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Drift events for ``opptune status``: why, the sweep's state, and the recommendation
+    made after it (null until there is one)."""
+    state_of = {j["job_id"]: j["state"] for j in jobs}
+    recs = store.recommendations()
+    out = []
+    for e in store.drift_events():
+        group = {k: e[k] for k in ("platform", "workload", "input", "variant")}
+        after = [r for r in recs if r["agent"] == e["agent"] and r["created"] >= e["since"]
+                 and all(r[k] == v for k, v in group.items())]
+        out.append({"agent": e["agent"], "group": group, "reason": e["reason"],
+                    "since": e["since"], "job_ids": e["job_ids"],
+                    "job_states": [state_of.get(j) for j in e["job_ids"]], "error": e["error"],
+                    "recommendation": after[-1]["config_id"] if after else None})
+    return out

@@ -1,0 +1,190 @@
+"""Drift: verifications leaving the prediction interval repeatedly make the daemon measure the
+workload again and recommend again, saying why."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from opptune.agent.virtual_board import BOARDS, make_tree, model_time_s, update_spec
+from opptune.daemon.client import query
+from opptune.daemon.drift import Drift, consecutive_off
+from opptune.daemon.errors import HandlerError
+from opptune.daemon.store import Group, open_store
+from opptune.shared.config import ConfigError, DaemonConfig, load_daemon_config
+from procs import Cluster, check_verdict, write_toml
+
+G = Group("p", "w", "s", "")
+
+
+def rec(cid, state, updated, agent="a1", group=G):
+    return {"config_id": cid, "agent": agent, **group.as_dict(), "state": state,
+            "updated": updated, "error": f"{cid} off by +50.0 %"}
+
+
+def test_only_consecutive_off_verdicts_count():
+    recs = [rec("c1", "off", 1), rec("c2", "verified", 2), rec("c3", "off", 3),
+            rec("c4", "refused", 4), rec("c5", "off", 5), rec("x", "off", 6, agent="a2"),
+            rec("y", "off", 7, group=Group("p", "w", "m", ""))]
+    assert [r["config_id"] for r in consecutive_off(recs, "a1", G, None)] == ["c5", "c3"]
+    assert [r["config_id"] for r in consecutive_off(recs, "a1", G, since=3)] == ["c5"]
+
+
+class FakeSweeps:
+    def __init__(self, error=None):
+        self.calls, self.error = [], error
+
+    def start(self, agent, workloads, size=None, **kw):
+        self.calls.append((agent, workloads, size))
+        if self.error:
+            raise HandlerError("agent_offline", self.error)
+        return [{"job_id": f"job-{len(self.calls)}"}]
+
+
+def store_with(tmp_path, states):
+    st = open_store(str(tmp_path / "s.db"))
+    for i, state in enumerate(states):
+        st.save_recommendation({"config_id": f"c{i}", "agent": "a1", **G.as_dict(),
+                                "cores": 1, "cpus": [0], "threads": 1}, now=i)
+        st.update_recommendation(f"c{i}", state, now=i + 0.5, error="off by +40.0 % (...)")
+    return st
+
+
+def test_the_second_off_verdict_re_characterises_once(tmp_path):
+    st = store_with(tmp_path, ["off"])
+    sweeps = FakeSweeps()
+    drift = Drift(DaemonConfig(drift_off_count=2), st, sweeps)
+    assert drift.verdict("a1", G, "off", now=10) is False  # one off so far
+    st.save_recommendation({"config_id": "c9", "agent": "a1", **G.as_dict(), "cores": 1,
+                            "cpus": [0], "threads": 1}, now=11)
+    st.update_recommendation("c9", "off", now=12, error="off by +41.0 % (...)")
+    assert drift.verdict("a1", G, "off", now=13) is True
+    assert sweeps.calls == [("a1", ["w"], "s")]
+    (e,) = st.drift_events()
+    assert e["reason"] == ("2 consecutive verifications outside the prediction interval "
+                           "(last: off by +41.0 % (...))")
+    assert e["job_ids"] == ["job-1"] and e["since"] == 13
+    # the count starts again after the event: the next off verdict alone does nothing
+    st.save_recommendation({"config_id": "c10", "agent": "a1", **G.as_dict(), "cores": 1,
+                            "cpus": [0], "threads": 1}, now=14)
+    st.update_recommendation("c10", "off", now=15, error="off")
+    assert drift.verdict("a1", G, "off", now=16) is False
+    st.close()
+
+
+def test_drift_off_when_configured_so_and_an_offline_agent_is_reported(tmp_path):
+    st = store_with(tmp_path, ["off", "off", "off"])
+    assert Drift(DaemonConfig(drift_off_count=0), st, FakeSweeps()).verdict(
+        "a1", G, "off", 5) is False
+    assert Drift(DaemonConfig(drift_off_count=2), st, FakeSweeps("agent 'a1' is gone")).verdict(
+        "a1", G, "off", 5) is True
+    (e,) = st.drift_events()
+    assert e["error"] == "cannot re-characterise: agent 'a1' is gone" and e["job_ids"] == []
+    st.close()
+
+
+def test_a_negative_drift_count_is_a_config_error(tmp_path):
+    p = tmp_path / "d.toml"
+    p.write_text("drift_off_count = -1\n")
+    with pytest.raises(ConfigError, match="key 'drift_off_count' must be >= 0"):
+        load_daemon_config(p)
+
+
+@pytest.mark.integration
+def test_a_slower_workload_is_re_characterised_and_recommended_again(tmp_path: Path):
+    """Real daemon and agent on a virtual rpi4 whose workload becomes twice as slow after the
+    first recommendation (a new version of it): the daemon finds the drift, sweeps again, fits
+    only the new runs and recommends for the new truth."""
+    board = "rpi4"
+    root = make_tree(board, str(tmp_path / "board"))
+    c = Cluster(tmp_path, kernels=("pi_integrate",),
+                extra_agent={"virtual_board": board, "sysfs_root": root})
+    write_toml(c.daemon_toml, {
+        "bind": c.endpoint, "database": str(c.db), "heartbeat_s": 0.5, "agent_timeout_s": 3.0,
+        "auto_sweep": True, "auto_recommend": True, "verify_reps": 2, "drift_off_count": 2,
+    }, {"sweep": {"size": "small", "reps": 2, "warmup": 0, "max_cores": 4,
+                  "frequency_grid": "none"}})
+    truth = dict(BOARDS[board]["truth"])
+    c.start_daemon()
+    c.start_agent()
+    try:
+        def final(n):
+            return lambda s: len([r for r in s["recommendations"] if r["state"] in
+                                  ("verified", "off")]) >= n or bool(s["drift"])
+        c.wait_for(final(1), timeout=40, what="the first verification")
+        update_spec(root, truth={**truth, "work_s": 2 * truth["work_s"]})
+        st = None
+        for n in (2, 3):  # each recommendation pushed again is verified at the new truth
+            query(c.endpoint, "fit", {"workload": "pi_integrate", "recommend": True,
+                                      "agent": "test-agent"})
+            st = c.wait_for(final(n), timeout=30, what=f"verification {n}")
+            if st["drift"]:
+                break
+        assert st and st["drift"], c.logs()
+        st = c.wait_for(lambda s: s["drift"][0]["recommendation"] is not None and any(
+            r["config_id"] == s["drift"][0]["recommendation"] and r["state"] in
+            ("verified", "off") for r in s["recommendations"]), timeout=40,
+            what="the recommendation after the new sweep")
+    finally:
+        codes = c.stop()
+    assert codes == {"agent": 0, "daemon": 0}, c.logs()
+    (d,) = st["drift"]
+    assert d["reason"].startswith("2 consecutive verifications outside the prediction "
+                                  "interval (last: off by +"), d
+    assert d["job_states"] == ["done"] and d["error"] is None
+    new = next(r for r in st["recommendations"] if r["config_id"] == d["recommendation"])
+    check_verdict(new)
+    slow = {**truth, "work_s": 2 * truth["work_s"]}
+    ipc = BOARDS[board]["clusters"][0]["ipc"]
+    true_t = model_time_s(slow, new["cores"], 1.5, "small", speed=ipc)  # governor: top freq
+    assert new["predicted_time_s"] == pytest.approx(true_t, rel=0.1)
+    # the first fit after the drift rests on the new sweep only (4 cores x 2 reps)
+    (quality,) = c.rows("SELECT quality FROM fits WHERE created >= ? ORDER BY id LIMIT 1",
+                        d["since"])[0]
+    assert json.loads(quality)["n"] == 8
+    assert "drift on " in (tmp_path / "daemon.log").read_text()
+
+
+def test_a_target_window_is_recorded_as_applied_and_off_verifications_stay_out_of_fits(
+        tmp_path):
+    from opptune.daemon.recommender import Recommender
+    from opptune.daemon.registry import Registry
+    from opptune.shared import protocol as P
+
+    class Fitter:
+        requests = []
+
+        def submit(self, req):
+            self.requests.append(req)
+
+    st = open_store(str(tmp_path / "s.db"))
+    fitter = Fitter()
+    r = Recommender(DaemonConfig(), st, Registry(10.0), fitter, lambda *a: True,
+                    {"fits": 0, "configs_pushed": 0})
+    r.drift = Drift(DaemonConfig(), st, FakeSweeps())
+    for cid in ("c1", "c2"):
+        st.save_recommendation({"config_id": cid, "agent": "a1", **G.as_dict(), "cores": 1,
+                                "cpus": [0], "threads": 1, "predicted_time_s": 1.0,
+                                "predicted_lower_s": 0.9, "predicted_upper_s": 1.1}, now=1)
+    measured = {"target": {"kind": "pid", "pid": 42, "tids": [42]}, "window_s": 2.0,
+                "cpu_s": 1.9, "cpus_busy": 0.95, "freq_mhz": {"policy0": 1500.0},
+                "energy_j": None}
+    msg = P.make("applied", "a1", {"config_id": "c1", "ok": True, "records": [],
+                                   "time_s": None, "measured": measured})
+    r.applied("a1", msg, st.recommendation("c1"), now=2)
+    got = st.recommendation("c1")
+    assert got["state"] == "applied"
+    assert got["error"] == ("applied to pid 42; 0.95 cpus busy over 2.0 s; at policy0 "
+                            "1500 MHz")
+    # a verification off the interval is stored, but the fit does not see it
+    raw = {"platform": "p", "workload": "w", "input": "s", "cores": 1, "cpus": [0],
+           "threads": 1, "rep": 0, "time_s": 2.0}
+    msg = P.make("applied", "a1", {"config_id": "c2", "ok": True, "records": [raw],
+                                   "time_s": 2.0})
+    r.applied("a1", msg, st.recommendation("c2"), now=3)
+    assert st.recommendation("c2")["state"] == "off"
+    assert st.group_runs(G) == []
+    assert fitter.requests[-1].rows == []
+    st.close()

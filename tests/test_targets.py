@@ -1,0 +1,186 @@
+"""Configs applied to a target: a running process and its threads, a systemd unit's cgroup."""
+
+from __future__ import annotations
+
+import os
+import stat
+import subprocess
+import sys
+
+import pytest
+
+from opptune.agent.apply import Executor, Refused
+from opptune.agent.outbox import Outbox
+from opptune.agent.platform import discover
+from opptune.agent.runner import Runner
+from opptune.agent.sysfs import SysFS
+from opptune.agent.targets import Targets, find_unit_cgroup
+from opptune.agent.workloads import Workloads
+from opptune.shared import protocol as P
+from opptune.shared.config import AgentConfig, CommandWorkload
+
+PY = sys.executable
+
+BUSY = """
+import sys, threading
+def spin(say=False):
+    if say:
+        print(threading.get_native_id(), flush=True)
+    while True:
+        pass
+for _ in range(2):
+    threading.Thread(target=spin, daemon=True).start()
+print("ready", flush=True)
+for line in sys.stdin:  # "spawn": one more thread, which prints its id
+    threading.Thread(target=spin, args=(True,), daemon=True).start()
+"""
+
+
+def cgroup_tree(root, unit="web.service", cpus="0-1"):
+    """A cgroup v2 tree with one unit under system.slice (cpuset enabled)."""
+    base = root / "sys/fs/cgroup"
+    d = base / "system.slice" / unit
+    d.mkdir(parents=True)
+    (base / "cgroup.controllers").write_text("cpuset cpu io memory pids\n")
+    (d / "cpuset.cpus").write_text(f"{cpus}\n")
+    (d / "cpu.stat").write_text("usage_usec 1500000\nuser_usec 1000000\nsystem_usec 500000\n")
+    return d
+
+
+def make_env(tmp_path, targets):
+    cfg = AgentConfig(agent_id="a1", bench_kernels=[], state_dir=str(tmp_path), workloads=[
+        CommandWorkload("w", [PY, "-c", "print('{\"time_s\": 0.1}')"])])
+    platform = discover(cfg)
+    wl = Workloads(cfg, catalogue={})
+    runner = Runner(wl, platform["id"])
+    ob = Outbox(str(tmp_path / "ob"))
+    ex = Executor("a1", platform, wl, runner, ob, send=lambda m: None,
+                  state_dir=str(tmp_path), targets=targets)
+    return ex, ob
+
+
+def config(target, cpus=(0,), cid="c1"):
+    return P.make("config", "daemon", {"config_id": cid, "workload": "w", "size": "default",
+                                       "cpus": list(cpus), "threads": 1, "freq_khz": None,
+                                       "reps": 1, "target": target})
+
+
+def applied(ex):
+    msgs = [P.decode(data) for _, data in ex.outbox.pending()]
+    return [m["body"] for m in msgs if m["type"] == "applied"]
+
+
+@pytest.fixture
+def busy():
+    proc = subprocess.Popen([PY, "-c", BUSY], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                            text=True, bufsize=1)
+    assert proc.stdout.readline().strip() == "ready"
+    yield proc
+    proc.kill()
+    proc.wait()
+
+
+def test_a_running_process_gets_every_thread_pinned_and_is_measured(tmp_path, busy):
+    targets = Targets(SysFS("/"), systemd=False)
+    ex, ob = make_env(tmp_path, targets)
+    try:
+        msg = config({"kind": "pid", "pid": busy.pid, "window_s": 0.3})
+        ex.validate_config(msg["body"])
+        ob.save_config("c1", msg)
+        ex.apply_config(msg)
+        (body,) = applied(ex)
+        tids = sorted(int(t) for t in os.listdir(f"/proc/{busy.pid}/task"))
+        assert len(tids) == 3  # main + 2 busy threads
+        for tid in tids:
+            assert os.sched_getaffinity(tid) == {0}
+        assert body["ok"] is True and body["time_s"] is None
+        m = body["measured"]
+        assert m["target"]["tids"] == tids and m["target"]["method"] == "sched_setaffinity"
+        # two spinning threads confined to one cpu: at most one cpu busy over the window (less
+        # on a loaded machine)
+        assert 0 < m["cpus_busy"] <= 1.1 and m["cpu_s"] > 0, m
+        assert m["energy_j"] is None and m["energy_unavailable"]
+        # a thread started afterwards inherits the cpu set from the thread that starts it
+        busy.stdin.write("spawn\n")
+        busy.stdin.flush()
+        late = int(busy.stdout.readline())
+        assert late not in tids and os.sched_getaffinity(late) == {0}
+        # the agent stopping puts the original affinity back
+        assert targets.restore() == []
+        for tid in tids:
+            assert os.sched_getaffinity(tid) == set(range(os.cpu_count()))
+        assert os.sched_getaffinity(late) == {0}  # not ours to restore: it was born there
+    finally:
+        ob.close()
+
+
+def test_a_unit_cgroup_gets_its_cpuset_written_and_restored(tmp_path):
+    root = tmp_path / "root"
+    d = cgroup_tree(root)
+    targets = Targets(SysFS(str(root)), systemd=False)
+    assert find_unit_cgroup(targets.fs, "web") == "/sys/fs/cgroup/system.slice/web.service"
+    ex, ob = make_env(tmp_path, targets)
+    try:
+        msg = config({"kind": "unit", "unit": "web", "window_s": 0.05})
+        ex.validate_config(msg["body"])
+        ob.save_config("c1", msg)
+        ex.apply_config(msg)
+        (body,) = applied(ex)
+        assert body["ok"], body
+        assert (d / "cpuset.cpus").read_text() == "0"
+        t = body["measured"]["target"]
+        assert t == {"kind": "unit", "unit": "web.service", "method": "cgroup cpuset.cpus",
+                     "cgroup": "/sys/fs/cgroup/system.slice/web.service", "allowed_cpus": "0"}
+        assert body["measured"]["cpu_s"] == 0.0  # the fake counter does not move
+        assert targets.restore() == []
+        assert (d / "cpuset.cpus").read_text() == "0-1"
+    finally:
+        ob.close()
+
+
+def test_systemd_machines_use_systemctl_set_property(tmp_path):
+    log = tmp_path / "calls"
+    fake = tmp_path / "systemctl"
+    fake.write_text("#!/bin/sh\n"
+                    f"echo \"$*\" >> {log}\n"
+                    "case \"$*\" in *LoadState*) echo loaded;; *AllowedCPUs\\ --value*) "
+                    "echo 0-1;; esac\n")
+    fake.chmod(fake.stat().st_mode | stat.S_IEXEC)
+    targets = Targets(SysFS("/"), systemctl=str(fake), systemd=True)
+    targets.check({"kind": "unit", "unit": "web"})
+    done = targets.apply({"kind": "unit", "unit": "web"}, [1])
+    assert done["method"] == "systemctl set-property --runtime"
+    assert targets.restore() == []
+    calls = log.read_text().splitlines()
+    assert "set-property --runtime web.service AllowedCPUs=1" in calls
+    assert calls[-1] == "set-property --runtime web.service AllowedCPUs=0-1"
+
+
+@pytest.mark.parametrize("target, reason", [
+    ({"kind": "pid", "pid": 2 ** 22 + 7}, "no process 4194311 on this machine"),
+    ({"kind": "pid", "pid": os.getpid()}, "is the agent itself"),
+    ({"kind": "pid", "pid": "12"}, "target pid must be a process id"),
+    ({"kind": "unit", "unit": "nope"}, "no unit nope.service"),
+    ({"kind": "vm"}, "target kind 'vm' is unknown"),
+    ({"kind": "pid", "pid": 1, "window_s": 0}, "window_s must be"),
+])
+def test_bad_targets_are_refused_with_the_reason(tmp_path, target, reason):
+    root = tmp_path / "root"
+    cgroup_tree(root)
+    ex, ob = make_env(tmp_path, Targets(SysFS(str(root)), systemd=False))
+    try:
+        msg = config(target)
+        with pytest.raises(Refused, match=reason):
+            ex.validate_config(msg["body"])
+        ex.refuse_config(msg["body"], "x")  # the path Worker.submit takes
+    finally:
+        ob.close()
+
+
+def test_an_agent_without_targets_refuses_pid_targets(tmp_path):
+    ex, ob = make_env(tmp_path, None)
+    try:
+        with pytest.raises(Refused, match="commands it launches only"):
+            ex.validate_config(config({"kind": "pid", "pid": 1})["body"])
+    finally:
+        ob.close()
