@@ -43,6 +43,18 @@ def endpoint_problem(value: str) -> str | None:
     return None
 
 
+def metrics_problem(value: str) -> str | None:
+    """Why ``value`` is not "HOST:PORT" for the metrics server, with the fix; None if it is."""
+    host, sep, port = value.strip().rpartition(":")
+    if host.startswith("[") and host.endswith("]"):  # an IPv6 address
+        host = host[1:-1].replace(":", "")
+    if (not sep or not host or not host.replace(".", "").replace("-", "").isalnum()
+            or not port.isdigit() or not 0 < int(port) < 65536):
+        return (f"{value!r} is not HOST:PORT; write e.g. \"127.0.0.1:9464\" "
+                "(an empty string turns metrics off)")
+    return None
+
+
 @dataclass
 class CommandWorkload:
     """A real workload the agent may run: a command line; ``{threads}`` and ``{size}`` are
@@ -122,6 +134,8 @@ class DaemonConfig:
     auto_sweep: bool = False  # send a sweep to every agent that says hello
     auto_recommend: bool = True  # push a config once a sweep is complete and fitted
     verify_reps: int = 3
+    # where Prometheus metrics are served over HTTP ("HOST:PORT"); empty: no metrics
+    metrics_endpoint: str = ""
     sweep: SweepDefaults = field(default_factory=SweepDefaults)
     log_level: str = "INFO"
 
@@ -233,6 +247,11 @@ def _load(cls: type, path: Any, default: Path, overrides: dict[str, Any]) -> Any
             where = (f"--{key.replace('_', '-')}" if key in given
                      else f"{p}: key '{key}'" if key in data else f"default '{key}'")
             raise ConfigError(f"{where}: {problem}")
+    metrics = getattr(config, "metrics_endpoint", "")
+    if metrics and metrics_problem(metrics):
+        where = ("--metrics-endpoint" if "metrics_endpoint" in given
+                 else f"{p}: key 'metrics_endpoint'")
+        raise ConfigError(f"{where}: {metrics_problem(metrics)}")
     for key in NON_NEGATIVE_KEYS:
         value = getattr(config, key, None)
         if value is not None and value < 0:

@@ -146,6 +146,10 @@ class Store(ABC):
     def recommendations(self) -> list[dict[str, Any]]: ...
 
     @abstractmethod
+    def state_counts(self) -> dict[str, dict[str, int]]:
+        """{"jobs": {state: n}, "recommendations": {state: n}} (for the metrics)."""
+
+    @abstractmethod
     def close(self) -> None: ...
 
 
