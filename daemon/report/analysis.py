@@ -230,7 +230,9 @@ def topology_rows(platform: dict[str, Any]) -> list[tuple[str, str]]:
                      f"cpus {cpus([pol.get('cpus') or []])}, {pol.get('driver') or '?'}, {span}"))
     for knob in ("cpufreq", "perf", "energy"):
         info = p.get(knob) or {}
-        rows.append((knob, "available" + (f" ({info['source']})" if info.get("source") else "")
+        # the source's kind, not its sysfs paths (those fill a line each)
+        source = str(info.get("source") or "").split(":")[0]
+        rows.append((knob, "available" + (f" ({source})" if source else "")
                      if info.get("available") else f"not available: {info.get('reason') or '?'}"))
     if p.get("virtual"):
         rows.append(("note", "a simulated (virtual) board: tests and demos"))

@@ -138,11 +138,13 @@ def build_report(data: dict[str, Any], out: Path) -> Built:
         traits = [t for v in views if v.group["platform"] == pid
                   for t in [kernel_traits(v)] if t]
         if traits:
-            sec.notes.append("bench_suite kernels: speedup = time on 1 core / time on the most "
+            sub = page.Section(f"bench_suite kernels on {name}", f"k-{pid}")
+            sec.subsections.append(sub)
+            sub.notes.append("bench_suite kernels: speedup = time on 1 core / time on the most "
                              "cores measured, at the highest measured frequency; frequency "
                              "exponent b of time ~ f^-b (1: compute-bound, 0: bound by "
                              "memory); memory-boundness = 1 - b.")
-            sec.tables.append(page.Table(
+            sub.tables.append(page.Table(
                 ["kernel", "cluster", "cores", "speedup", "at MHz", "frequency exponent",
                  "memory-boundness", "model"],
                 [[t["kernel"], t["variant"], t["max_cores"], t["speedup"], t["freq_mhz"],

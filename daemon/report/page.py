@@ -57,7 +57,7 @@ def _cell(v: Any) -> str:
 def _table(t: Table) -> str:
     head = "".join(f"<th>{escape(h)}</th>" for h in t.head)
     body = "\n".join("<tr>" + "".join(_cell(v) for v in row) + "</tr>" for row in t.rows)
-    return f"<table>\n<tr>{head}</tr>\n{body}\n</table>"
+    return f"<table>\n{f'<tr>{head}</tr>' if any(t.head) else ''}\n{body}\n</table>"
 
 
 def _section(s: Section, level: int) -> str:
