@@ -160,6 +160,7 @@ def test_unreachable_daemon_is_one_line_and_writes_nothing(tmp_path):
 @pytest.mark.parametrize("argv, needle", [
     (["--daemon", "127.0.0.1:5555"], "not a valid daemon endpoint"),
     (["--out", "FILE"], "is a file, not a directory"),
+    (["--timeout", "-1"], "seconds > 0"),
 ])
 def test_bad_input_is_one_line_exit_2(tmp_path, argv, needle):
     (tmp_path / "FILE").write_text("x")

@@ -32,6 +32,8 @@ def cmd_report(args: argparse.Namespace) -> int:
     from ..cli import _endpoint
     from ..client import BadEndpoint, DaemonUnreachable, QueryFailed, query
     out = Path(args.out)
+    if not args.timeout > 0:  # zmq would wait forever on a negative poll
+        return _fail(f"--timeout {args.timeout:g}: give a number of seconds > 0", 2)
     if out.exists() and not out.is_dir():
         return _fail(f"--out {args.out}: is a file, not a directory; name a directory", 2)
     try:
