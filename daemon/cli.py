@@ -92,8 +92,8 @@ def _add_link_options(p: argparse.ArgumentParser) -> None:
 
 
 DESCRIPTION = ("Find the operating point of parallel software: how many cores and which CPU "
-               "frequency. 'opptune demo' runs the whole loop on this machine; 'status' and "
-               "'sweep' talk to a running opptune-daemon; 'fit', 'predict' and 'eval' work on a "
+               "frequency. 'opptune demo' runs the whole loop on this machine; 'status', "
+               "'sweep' and 'report' talk to a running opptune-daemon; 'fit', 'predict' and 'eval' work on a "
                "CSV of measurements. 'opptune COMMAND --help' describes each command.")
 
 
@@ -145,6 +145,9 @@ def build_parser() -> argparse.ArgumentParser:
                    help="show progress until every job is done; exit 1 with the reason when "
                         "one fails or expires")
     p.set_defaults(func=cmd_sweep)
+
+    from .report.cli import add_parser as add_report
+    add_report(sub, _add_link_options)
 
     try:
         from .fit_cli import add_parsers

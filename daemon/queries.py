@@ -26,8 +26,21 @@ def answer(d: Daemon, what: str, args: dict[str, Any]) -> dict[str, Any]:
         return {"jobs": d.sweeps.query(args)}
     if what == "fit":
         return {"queued": refit(d, args)}
+    if what == "report":
+        return report(d)
     raise HandlerError("unknown_query", f"unknown query '{what[:40]}'; known: status, sweep, "
-                                        "fit")
+                                        "fit, report")
+
+
+def report(d: Daemon) -> dict[str, Any]:
+    """What ``opptune report`` draws: the status (agents with their platforms, fits,
+    recommendations, jobs) plus every group's successful runs as
+    ``points: [{group, runs: [[cores, freq_mhz, time_s, energy_j], ...]}]``."""
+    data = status(d)
+    data["generated"] = time.time()
+    data["points"] = [{"group": g.as_dict(), "runs": [list(r[:4]) for r in runs]}
+                      for g, runs in sorted(d.store.run_points().items())]
+    return data
 
 
 def refit(d: Daemon, args: dict[str, Any]) -> list[dict[str, str]]:

@@ -86,6 +86,7 @@ class Recommender:
 
     def _fit_failed(self, group: Group, error: str, agent: str | None,
                     job_id: str | None) -> None:
+        self.stats["fit_errors"] = self.stats.get("fit_errors", 0) + 1
         self._fit_errors[group] = {"group": group.as_dict(), "error": error, "agent": agent,
                                    "job_id": job_id}
 

@@ -74,9 +74,16 @@ class Daemon:
                 why = (f"{zmq.strerror(exc.errno)}; give an endpoint such as "
                        "tcp://0.0.0.0:5555 or ipc:///run/opptune.sock")
             raise BindError(f"cannot listen on {config.bind}: {why}") from None
+        self.stats = {"results": 0, "duplicates_acked": 0, "batches": 0, "refused": 0,
+                      "fits": 0, "fit_errors": 0, "configs_pushed": 0}
+        self.metrics, self.metrics_server = None, None
         try:
+            if config.metrics_endpoint:
+                self._serve_metrics(config.metrics_endpoint)
             self.store = open_store(config.database)
         except Exception:
+            if self.metrics_server is not None:
+                self.metrics_server.close()
             self.link.close()
             raise
         self.endpoint = self.link.endpoint
@@ -88,8 +95,6 @@ class Daemon:
         self.stop_event = threading.Event()
         self._thread: threading.Thread | None = None
         self._closed = False
-        self.stats = {"results": 0, "duplicates_acked": 0, "batches": 0, "refused": 0,
-                      "fits": 0, "configs_pushed": 0}
         self.recommender = Recommender(config, self.store, self.registry, self.fitter,
                                        self.send, self.stats)
         self.jobs = JobTracker(config, self.store, self.registry, self.link, DAEMON_ID,
@@ -101,22 +106,44 @@ class Daemon:
             "applied": self._on_applied, "error": self._on_error, "query": self._on_query,
         }
 
+    def _serve_metrics(self, endpoint: str) -> None:
+        from .metrics import DaemonMetrics, MetricsError, MetricsServer
+        self.metrics = DaemonMetrics(self.stats)
+        try:
+            self.metrics_server = MetricsServer(endpoint, self.metrics.exposition)
+        except MetricsError as exc:
+            raise BindError(str(exc)) from None
+
+    def _refresh_metrics(self, now: float) -> None:
+        if self.metrics is None:
+            return
+        counts = self.store.state_counts()
+        agents = self.registry.all()
+        self.metrics.refresh(sum(a.alive(self.config.agent_timeout_s, now) for a in agents),
+                             len(agents), counts["jobs"], counts["recommendations"])
+
     # -- running ----------------------------------------------------------------------------
     def serve(self, stop_event: threading.Event | None = None) -> None:
         stop = stop_event or self.stop_event
         log.info("opptune-daemon %s listening on %s, store %s", self.instance, self.endpoint,
                  self.config.database)
+        if self.metrics_server is not None:
+            log.info("metrics on http://%s/metrics", self.metrics_server.endpoint)
         next_flush = time.monotonic() + 1.0
+        self._refresh_metrics(time.time())
         while not stop.is_set() and not self.stop_event.is_set():
             try:
                 if self.link.poll(50):
                     self.handle_batch(self.link.recv_batch(self.batch_max))
                 for outcome in self.fitter.outcomes():
+                    if self.metrics is not None:
+                        self.metrics.fit_duration.observe(outcome.seconds)
                     self.recommender.on_fit(outcome)
                 if time.monotonic() >= next_flush:
                     next_flush = time.monotonic() + 1.0
                     self.store.touch_agents(self.registry.take_dirty())
                     self.jobs.expire(time.time())
+                    self._refresh_metrics(time.time())
             except Exception:  # the loop outlives any one failure
                 log.exception("error in the daemon loop; continuing")
 
@@ -136,6 +163,8 @@ class Daemon:
             return
         self._closed = True
         self.fitter.stop()
+        if self.metrics_server is not None:
+            self.metrics_server.close()
         try:
             self.store.touch_agents(self.registry.take_dirty())
         except Exception:
@@ -303,13 +332,17 @@ def main(argv: list[str] | None = None) -> int:
                         help="DEBUG, INFO (default), WARNING or ERROR")
     parser.add_argument("--auto-sweep", action="store_true", default=None,
                         help="sweep every agent that connects")
+    parser.add_argument("--metrics-endpoint", metavar="HOST:PORT",
+                        help="serve Prometheus metrics over HTTP here, e.g. 127.0.0.1:9464 "
+                             "(default: metrics_endpoint of the configuration; empty: off)")
     parser.add_argument("--endpoint-file", metavar="FILE",
                         help="write the endpoint to this file once listening (useful with a "
                              "free port)")
     args = parser.parse_args(argv)
     try:
         config = load_daemon_config(args.config, bind=args.bind, database=args.database,
-                                    log_level=args.log_level, auto_sweep=args.auto_sweep)
+                                    log_level=args.log_level, auto_sweep=args.auto_sweep,
+                                    metrics_endpoint=args.metrics_endpoint)
     except ConfigError as exc:
         print(f"opptune-daemon: {exc}", file=sys.stderr)
         return 2

@@ -43,6 +43,18 @@ def endpoint_problem(value: str) -> str | None:
     return None
 
 
+def metrics_problem(value: str) -> str | None:
+    """Why ``value`` is not "HOST:PORT" for the metrics server, with the fix; None if it is."""
+    host, sep, port = value.strip().rpartition(":")
+    if host.startswith("[") and host.endswith("]"):  # an IPv6 address
+        host = host[1:-1].replace(":", "")
+    if (not sep or not host or not host.replace(".", "").replace("-", "").isalnum()
+            or not port.isdigit() or not 0 < int(port) < 65536):
+        return (f"{value!r} is not HOST:PORT; write e.g. \"127.0.0.1:9464\" "
+                "(an empty string turns metrics off)")
+    return None
+
+
 @dataclass
 class CommandWorkload:
     """A real workload the agent may run: a command line; ``{threads}`` and ``{size}`` are
@@ -125,6 +137,8 @@ class DaemonConfig:
     # this many consecutive verifications of a group outside the prediction interval
     # ("off") make the daemon re-characterise it (a new sweep) and recommend again; 0: never
     drift_off_count: int = 2
+    # where Prometheus metrics are served over HTTP ("HOST:PORT"); empty: no metrics
+    metrics_endpoint: str = ""
     sweep: SweepDefaults = field(default_factory=SweepDefaults)
     log_level: str = "INFO"
 
@@ -236,6 +250,11 @@ def _load(cls: type, path: Any, default: Path, overrides: dict[str, Any]) -> Any
             where = (f"--{key.replace('_', '-')}" if key in given
                      else f"{p}: key '{key}'" if key in data else f"default '{key}'")
             raise ConfigError(f"{where}: {problem}")
+    metrics = getattr(config, "metrics_endpoint", "")
+    if metrics and metrics_problem(metrics):
+        where = ("--metrics-endpoint" if "metrics_endpoint" in given
+                 else f"{p}: key 'metrics_endpoint'")
+        raise ConfigError(f"{where}: {metrics_problem(metrics)}")
     for key in NON_NEGATIVE_KEYS:
         value = getattr(config, key, None)
         if value is not None and value < 0:

@@ -163,6 +163,10 @@ class Store(ABC):
         """Every drift event, oldest first."""
 
     @abstractmethod
+    def state_counts(self) -> dict[str, dict[str, int]]:
+        """{"jobs": {state: n}, "recommendations": {state: n}} (for the metrics)."""
+
+    @abstractmethod
     def close(self) -> None: ...
 
 

@@ -330,6 +330,11 @@ class SQLiteStore(Store):
         return [self._rec_row(r) for r in
                 self._rows("SELECT * FROM recommendations ORDER BY created")]
 
+    def state_counts(self) -> dict[str, dict[str, int]]:
+        return {table: dict(self.db.execute(
+            f"SELECT state, COUNT(*) FROM {table} GROUP BY state").fetchall())
+            for table in ("jobs", "recommendations")}
+
     def close(self) -> None:
         if self._ckpt is not None:
             self._ckpt_stop.set()

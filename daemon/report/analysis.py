@@ -1,0 +1,289 @@
+"""What the report shows, computed from the daemon's ``report`` query (pure: no I/O, no plots).
+
+Per group: the measured points (median per configuration), the time model refitted here with
+the daemon's own choice (``fitter.fit_group``, same target grid and seed), its curves with
+prediction intervals, and where the group has a frequency axis the cores x frequency grid of the
+configurations the board offers with predicted time, energy (measured where measured, else the
+time model x the power model of models/energy.py fitted to the measured energy) and the
+time/energy Pareto front. Per board: topology rows and the bench_suite kernels' traits. The
+fleet: one row per agent.
+"""
+
+from __future__ import annotations
+
+import statistics
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from ..fitter import fit_group, observations
+from ..models.base import FittedModel, Observations
+from ..models.energy import PowerModeler
+from ..planner import cluster_order, physical_cores
+from ..recommend import candidate_grid, target_observations
+
+BENCH_KERNELS = ("pi_integrate", "triad", "locked_update")
+
+
+@dataclass
+class Point:
+    cores: int
+    freq_mhz: float | None
+    time_s: float  # median of its runs
+    energy_j: float | None  # median of the runs that have energy
+    runs: int
+
+
+@dataclass
+class Curve:
+    freq_mhz: float | None
+    cores: np.ndarray
+    value: np.ndarray
+    lower: np.ndarray
+    upper: np.ndarray
+
+
+@dataclass
+class Grid:
+    """Configurations over cores (rows) x frequency in MHz (columns); NaN where not offered."""
+    cores: list[int]
+    freqs_mhz: list[float]
+    time_s: np.ndarray  # measured median where measured, else predicted
+    energy_j: np.ndarray | None
+    energy_measured: np.ndarray | None  # bool: the energy is the measured median
+    pareto: list[tuple[int, float]]  # (cores, freq_mhz) on the time/energy front, fastest first
+    energy_note: str
+
+
+@dataclass
+class GroupView:
+    group: dict[str, str]
+    board: str
+    points: list[Point]
+    model: FittedModel | None = None
+    model_note: str = ""
+    curves: list[Curve] = field(default_factory=list)
+    grid: Grid | None = None
+    recommendation: dict[str, Any] | None = None
+
+    @property
+    def label(self) -> str:
+        g = self.group
+        extra = f", {g['variant']}" if g.get("variant") else ""
+        return f"{g['workload']} ({g['input']}{extra}) on {self.board}"
+
+    @property
+    def slug(self) -> str:
+        g = self.group
+        raw = "-".join(x for x in (g["platform"], g["workload"], g["input"], g["variant"]) if x)
+        return "".join(ch if ch.isalnum() or ch in "-_." else "_" for ch in raw)
+
+    @property
+    def has_freq(self) -> bool:
+        return len({p.freq_mhz for p in self.points if p.freq_mhz is not None}) >= 2
+
+
+def median_points(runs: list[list[Any]]) -> list[Point]:
+    """Runs [cores, freq_mhz, time_s, energy_j] -> one point per configuration (medians)."""
+    by: dict[tuple[int, float | None], list[list[Any]]] = {}
+    for r in runs:
+        by.setdefault((int(r[0]), None if r[1] is None else float(r[1])), []).append(r)
+    out = []
+    for (c, f), rs in sorted(by.items(), key=lambda kv: (kv[0][0], kv[0][1] or 0.0)):
+        energies = [r[3] for r in rs if r[3] is not None and r[3] > 0]
+        out.append(Point(c, f, statistics.median(r[2] for r in rs),
+                         statistics.median(energies) if energies else None, len(rs)))
+    return out
+
+
+def pareto_front(times: np.ndarray, energies: np.ndarray) -> list[int]:
+    """Indices of the points no other point beats in both time and energy, fastest first."""
+    t = np.asarray(times, float)
+    e = np.asarray(energies, float)
+    ok = np.flatnonzero(np.isfinite(t) & np.isfinite(e))
+    front: list[int] = []
+    best_e = np.inf
+    for i in ok[np.lexsort((e[ok], t[ok]))]:
+        if e[i] < best_e:
+            front.append(int(i))
+            best_e = e[i]
+    return front
+
+
+def analyse_group(entry: dict[str, Any], platform: dict[str, Any], board: str,
+                  recommendation: dict[str, Any] | None) -> GroupView:
+    """The view of one group from its runs, its board's description and its latest
+    recommendation."""
+    runs = [r for r in entry["runs"] if r[2] is not None and r[2] > 0]
+    view = GroupView(entry["group"], board, median_points(runs), recommendation=recommendation)
+    if not runs:
+        view.model_note = "no successful runs"
+        return view
+    order = cluster_order(platform, view.group.get("variant", "")) if platform else []
+    order = order or list(range(1, max(int(r[0]) for r in runs) + 1))
+    freqs_khz = sorted({int(round(p.freq_mhz * 1000)) for p in view.points
+                        if p.freq_mhz is not None})
+    axis = freqs_khz if view.has_freq else None
+    try:
+        target = target_observations(platform, axis, order=order)
+    except Exception:  # a platform the grid cannot be read from: validate by k-fold
+        target = None
+    rows = [(int(r[0]), r[1], float(r[2])) for r in runs]
+    try:
+        model, _ = fit_group(observations(rows, physical_cores(platform, order)), target)
+    except Exception as exc:
+        view.model_note = f"no model: {exc}"
+        return view
+    view.model = model
+    cv = model.quality.get("cv_mape")
+    view.model_note = f"{model.name}" + (f", cross-validated MAPE {cv:.1f} %" if cv else "")
+    n = len(order)
+    cores = np.arange(1, n + 1, dtype=float)
+    measured_freqs = sorted({p.freq_mhz for p in view.points if p.freq_mhz is not None}) or [None]
+    for f in measured_freqs:
+        q = Observations.query(cores) if f is None or axis is None else \
+            Observations.query(cores, np.full(n, f))
+        pred = model.predict(q)
+        view.curves.append(Curve(f, cores, np.asarray(pred.value, float),
+                                 np.asarray(pred.lower, float), np.asarray(pred.upper, float)))
+    if axis is not None:
+        view.grid = _grid(view, model, platform, axis, order, runs)
+    return view
+
+
+def _grid(view: GroupView, model: FittedModel, platform: dict[str, Any], axis: list[int],
+          order: list[int], runs: list[list[Any]]) -> Grid:
+    _, cc, ff = candidate_grid(platform, axis, order=order)
+    cores = sorted({int(c) for c in cc})
+    freqs = sorted({float(f) / 1000.0 for f in ff})
+    ci = {c: i for i, c in enumerate(cores)}
+    fi = {f: j for j, f in enumerate(freqs)}
+    q = Observations.query(cc, ff / 1000.0)
+    t_pred = np.asarray(model.predict(q).value, float)
+    time = np.full((len(cores), len(freqs)), np.nan)
+    for c, f, t in zip(cc, ff / 1000.0, t_pred):
+        time[ci[int(c)], fi[float(f)]] = t
+    for pt in view.points:  # measured configurations show their measured medians
+        if pt.freq_mhz in fi and pt.cores in ci:
+            time[ci[pt.cores], fi[pt.freq_mhz]] = pt.time_s
+    with_energy = [r for r in runs if r[3] is not None and r[3] > 0 and r[1] is not None]
+    if not with_energy:
+        return Grid(cores, freqs, time, None, None, [],
+                    "no run of this group carries energy (the board has no meter): no energy "
+                    "map and no time/energy front")
+    try:
+        power = PowerModeler().fit(Observations(
+            cores=np.array([r[0] for r in with_energy], float),
+            time_s=np.array([r[2] for r in with_energy], float),
+            freq_mhz=np.array([r[1] for r in with_energy], float),
+            energy_j=np.array([r[3] for r in with_energy], float)))
+        p_pred = np.asarray(power.predict(q).value, float)
+    except Exception as exc:
+        return Grid(cores, freqs, time, None, None, [], f"no power model: {exc}")
+    energy = np.full_like(time, np.nan)
+    for c, f, t, p in zip(cc, ff / 1000.0, t_pred, p_pred):
+        energy[ci[int(c)], fi[float(f)]] = t * p
+    measured = np.zeros(time.shape, bool)
+    for pt in view.points:
+        if pt.freq_mhz in fi and pt.cores in ci and pt.energy_j is not None:
+            energy[ci[pt.cores], fi[pt.freq_mhz]] = pt.energy_j
+            measured[ci[pt.cores], fi[pt.freq_mhz]] = True
+    flat = pareto_front(time.ravel(), energy.ravel())
+    front = [(cores[k // len(freqs)], freqs[k % len(freqs)]) for k in flat]
+    n_meas, n_all = int(measured.sum()), int(np.isfinite(energy).sum())
+    note = (f"energy measured by the board's meter at {n_meas} configurations; at the other "
+            f"{n_all - n_meas} it is modelled: time model x power model ({power.name}, fitted "
+            f"to the {len(with_energy)} runs with energy)")
+    return Grid(cores, freqs, time, energy, measured, front, note)
+
+
+def latest_recommendations(recs: list[dict[str, Any]]) -> dict[tuple, dict[str, Any]]:
+    """The last recommendation per group (the query lists them oldest first)."""
+    out = {}
+    for r in recs:
+        g = r.get("group") or {}
+        out[tuple(g.get(k) for k in ("platform", "workload", "input", "variant"))] = r
+    return out
+
+
+def topology_rows(platform: dict[str, Any]) -> list[tuple[str, str]]:
+    """(what, value) rows describing a board for people."""
+    p = platform or {}
+    freqs = ((p.get("cpufreq") or {}).get("frequencies_khz")) or {}
+
+    def cpus(xs: Any) -> str:
+        return " ".join("{" + ",".join(str(c) for c in x) + "}" for x in xs or [])
+    rows = [("model", str(p.get("model_name") or "?")),
+            ("architecture, kernel", f"{p.get('arch') or '?'}, {p.get('kernel') or '?'}"),
+            ("cpus online", f"{p.get('n_cpus') or '?'}"),
+            ("clusters", cpus(p.get("clusters"))),
+            ("NUMA nodes", cpus(p.get("numa_nodes"))),
+            ("SMT siblings", cpus([s for s in p.get("smt_siblings") or [] if len(s) > 1])
+             or "none (one thread per core)")]
+    for pol in p.get("policies") or []:
+        table = freqs.get(pol.get("name")) or []
+        span = (f"{len(table)} frequencies {min(table) // 1000}-{max(table) // 1000} MHz"
+                if table else f"{(pol.get('cpuinfo_min_khz') or 0) // 1000}-"
+                              f"{(pol.get('cpuinfo_max_khz') or 0) // 1000} MHz")
+        rows.append((f"cpufreq {pol.get('name')}",
+                     f"cpus {cpus([pol.get('cpus') or []])}, {pol.get('driver') or '?'}, {span}"))
+    for knob in ("cpufreq", "perf", "energy"):
+        info = p.get(knob) or {}
+        # the source's kind, not its sysfs paths (those fill a line each)
+        source = str(info.get("source") or "").split(":")[0]
+        rows.append((knob, "available" + (f" ({source})" if source else "")
+                     if info.get("available") else f"not available: {info.get('reason') or '?'}"))
+    if p.get("virtual"):
+        rows.append(("note", "a simulated (virtual) board: tests and demos"))
+    return rows
+
+
+def kernel_traits(view: GroupView) -> dict[str, Any] | None:
+    """For a bench_suite kernel: measured speedup at its most cores (at the highest measured
+    frequency), and the frequency exponent b of t ~ f^-b (1: compute-bound, 0: memory-bound)
+    fitted to the medians across frequencies at each core count."""
+    if view.group["workload"] not in BENCH_KERNELS or not view.points:
+        return None
+    fmax = max((p.freq_mhz for p in view.points if p.freq_mhz is not None), default=None)
+    at = [p for p in view.points if p.freq_mhz == fmax]
+    one = [p for p in at if p.cores == 1]
+    most = max(at, key=lambda p: p.cores)
+    speedup = one[0].time_s / most.time_s if one else None
+    exponent = None
+    if view.has_freq:
+        xs, ys = [], []
+        for c in {p.cores for p in view.points}:
+            pts = [p for p in view.points if p.cores == c and p.freq_mhz]
+            if len(pts) >= 2:
+                lf = np.log([p.freq_mhz for p in pts])
+                lt = np.log([p.time_s for p in pts])
+                xs.append(lf - lf.mean())
+                ys.append(lt - lt.mean())
+        if xs:
+            x, y = np.concatenate(xs), np.concatenate(ys)
+            exponent = float(-(x @ y) / (x @ x)) if x @ x > 0 else None
+    return {"kernel": view.group["workload"], "variant": view.group.get("variant") or "",
+            "max_cores": most.cores, "speedup": speedup, "freq_mhz": fmax,
+            "freq_exponent": exponent,
+            "memory_bound": None if exponent is None else float(np.clip(1 - exponent, 0, 1)),
+            "model": view.model_note}
+
+
+def fleet_rows(data: dict[str, Any]) -> list[dict[str, Any]]:
+    """One row per agent: board, platform, alive, last seen, runs, recommendations by state."""
+    runs: dict[str, int] = {}
+    for r in data.get("runs") or []:
+        runs[r["agent"]] = runs.get(r["agent"], 0) + int(r["count"])
+    out = []
+    for a in data.get("agents") or []:
+        states: dict[str, int] = {}
+        for r in data.get("recommendations") or []:
+            if r.get("agent") == a["id"]:
+                states[r["state"]] = states.get(r["state"], 0) + 1
+        out.append({"agent": a["id"], "board": a.get("board"), "platform": a.get("platform"),
+                    "alive": a.get("alive"), "last_seen_s": a.get("last_seen_s"),
+                    "runs": runs.get(a["id"], 0), "recommendations": sum(states.values()),
+                    "applied": sum(states.get(s, 0) for s in ("verified", "off", "failed")),
+                    "verified": states.get("verified", 0), "off": states.get("off", 0)})
+    return out

@@ -1,0 +1,69 @@
+"""``opptune report``: ask the daemon for what it measured, fitted and recommended (the
+``report`` query, so the store stays the daemon's) and write the static page."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+DEFAULT_OUT = "opptune-report"
+
+
+def add_parser(sub: argparse._SubParsersAction, add_link_options) -> None:
+    p = sub.add_parser(
+        "report", help="write a static HTML page with plots of a running daemon's "
+                       "measurements, models and recommendations",
+        description="Write DIR/index.html with PNG figures (no JavaScript, nothing loaded from "
+                    "the network): per workload the measured and fitted scaling curves, time "
+                    "and energy maps over cores x frequency with the recommended point and the "
+                    "time/energy Pareto front; per board its topology and the bench_suite "
+                    "kernels' traits; the fleet of agents. Models are refitted here from the "
+                    "runs the daemon sends.")
+    add_link_options(p)
+    p.add_argument("--out", metavar="DIR", default=DEFAULT_OUT,
+                   help=f"directory to write (default ./{DEFAULT_OUT}); its index.html and "
+                        "fig-*.png are replaced, nothing else in it is touched")
+    p.set_defaults(func=cmd_report, timeout=10.0)
+
+
+def cmd_report(args: argparse.Namespace) -> int:
+    from ..cli import _endpoint
+    from ..client import BadEndpoint, DaemonUnreachable, QueryFailed, query
+    out = Path(args.out)
+    if not args.timeout > 0:  # zmq would wait forever on a negative poll
+        return _fail(f"--timeout {args.timeout:g}: give a number of seconds > 0", 2)
+    if out.exists() and not out.is_dir():
+        return _fail(f"--out {args.out}: is a file, not a directory; name a directory", 2)
+    try:
+        data = query(_endpoint(args), "report", timeout_s=args.timeout)
+    except BadEndpoint as exc:
+        return _fail(str(exc), 2)
+    except QueryFailed as exc:
+        hint = ("; the daemon predates 'opptune report': upgrade it"
+                if exc.code == "unknown_query" else "")
+        return _fail(f"{exc}{hint}", 1)
+    except DaemonUnreachable as exc:
+        return _fail(str(exc), 1)
+    from .build import build_report
+    try:
+        built = build_report(data, out)
+    except OSError as exc:
+        return _fail(f"--out {args.out}: cannot write: {exc.strerror or exc}", 2)
+    summary = {"index": str(built.index), "groups": built.groups, "images": len(built.images),
+               "bytes": built.bytes, "seconds": round(built.seconds, 3)}
+    if args.json:
+        json.dump(summary, sys.stdout, indent=2)
+        print()
+    else:
+        what = (f"{len(built.groups)} workload groups, {len(built.images)} figures"
+                if built.groups else "nothing measured yet (the page says how to start)")
+        print(f"wrote {built.index}: {what}, {built.bytes / 1024:.0f} KiB in "
+              f"{built.seconds:.1f} s")
+    return 0
+
+
+def _fail(message: str, code: int) -> int:
+    print(f"opptune report: {message}", file=sys.stderr)
+    return code

@@ -1,0 +1,207 @@
+"""`opptune report`: a real daemon fed by a real agent on a virtual big.LITTLE board with energy
+sensors (odroid-xu4), the report written by the installed command from the daemon's answer,
+its content checked, and the page rendered in headless Chromium with every figure loaded.
+Also: the empty store (a page that says how to start), groups without a frequency axis or
+without energy (fewer figures, saying why), and the Pareto front itself."""
+
+from __future__ import annotations
+
+import json
+import re
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from opptune.agent.virtual_board import make_tree
+from opptune.daemon.report.analysis import pareto_front
+from opptune.daemon.report.build import build_report
+from procs import Cluster, recommendations_final, write_toml
+
+BIN = Path(sys.executable).parent
+CHROMIUM = shutil.which("chromium")
+
+# Appended to a copy of the page by the test only (the page itself has no script): after
+# the load event, every <img> must have decoded to a non-empty image.
+IMG_CHECK = """<script>window.addEventListener("load", function () {
+  var imgs = Array.from(document.images);
+  var bad = imgs.filter(function (i) { return !(i.complete && i.naturalWidth > 0); });
+  var p = document.createElement("pre");
+  p.id = "img-check";
+  p.textContent = JSON.stringify({total: imgs.length,
+                                  bad: bad.map(function (i) { return i.getAttribute("src"); })});
+  document.body.appendChild(p);
+});</script>"""
+
+
+def rendered_images(index: Path, tmp: Path) -> dict:
+    """{total, bad} as Chromium saw the page's images (a copy beside it with IMG_CHECK)."""
+    probe = index.with_name("img-check.html")
+    probe.write_text(index.read_text().replace("</body>", IMG_CHECK + "</body>"))
+    try:
+        proc = subprocess.run(
+            [CHROMIUM, "--headless", "--no-sandbox", "--disable-gpu",
+             f"--user-data-dir={tmp / 'chromium-profile'}", "--dump-dom",
+             probe.resolve().as_uri()], capture_output=True, text=True, timeout=60)
+    finally:
+        probe.unlink()
+    found = re.search(r'<pre id="img-check">(.*?)</pre>', proc.stdout, re.S)
+    assert found, f"no check result in the DOM (rc {proc.returncode}): {proc.stderr[-2000:]}"
+    return json.loads(found.group(1).replace("&quot;", '"'))
+
+
+@pytest.fixture(scope="module")
+def report(tmp_path_factory):
+    """Sweep both clusters at 3 frequencies on 1..2 cores, wait for both recommendations to
+    be measured, then `opptune report --json`."""
+    tmp = tmp_path_factory.mktemp("report")
+    root = make_tree("odroid-xu4", str(tmp / "board"))
+    c = Cluster(tmp, kernels=("pi_integrate",),
+                extra_agent={"virtual_board": "odroid-xu4", "sysfs_root": root})
+    write_toml(c.daemon_toml, {
+        "bind": c.endpoint, "database": str(c.db), "heartbeat_s": 0.5, "agent_timeout_s": 3.0,
+        "auto_sweep": True, "auto_recommend": True, "verify_reps": 2,
+    }, {"sweep": {"size": "small", "reps": 2, "warmup": 0, "max_cores": 2, "per_cluster": True,
+                  "frequency_grid": "list",
+                  "frequencies": [600_000, 1_000_000, 1_400_000]}})
+    c.start_daemon()
+    c.start_agent()
+    try:
+        st = c.wait_for(lambda s: recommendations_final(s, 2), timeout=60,
+                        what="a measured recommendation per cluster")
+        out = tmp / "site"
+        proc = subprocess.run([str(BIN / "opptune"), "report", "--daemon", c.endpoint,
+                               "--out", str(out), "--json"], capture_output=True, text=True,
+                              timeout=120)
+    finally:
+        codes = c.stop()
+    assert codes == {"agent": 0, "daemon": 0}, c.logs()
+    assert proc.returncode == 0, proc.stderr
+    return {"status": st, "summary": json.loads(proc.stdout), "out": out, "tmp": tmp}
+
+
+@pytest.mark.integration
+def test_report_names_groups_recommendations_and_fleet(report):
+    st, summary, out = report["status"], report["summary"], report["out"]
+    html = (out / "index.html").read_text()
+    assert summary["index"] == str(out / "index.html")
+    # two groups (one per cluster), each with frequency axis and measured energy: scaling,
+    # time map, energy map, time x energy = 4 figures
+    assert summary["groups"] == [f"pi_integrate (small, {v}) on odroid-xu4 (virtual)"
+                                 for v in ("cluster0", "cluster1")]
+    assert summary["images"] == 8
+    srcs = re.findall(r'<img src="([^"]+)"', html)
+    assert len(srcs) == 8 and sorted(srcs) == sorted(p.name for p in out.glob("fig-*.png"))
+    for label in summary["groups"]:
+        assert label in html
+    for rec in st["recommendations"]:
+        assert (f"recommended: {rec['cores']} cores (cpus {rec['cpus']}) at "
+                f"{rec['freq_khz'] / 1000:g} MHz") in html
+        assert f"state {rec['state']}" in html
+    # the fleet: the agent with 2 recommendations applied
+    row = re.search(r"<tr><td>test-agent</td>(.*?)</tr>", html).group(1)
+    cells = re.findall(r"<td[^>]*>(.*?)</td>", row)
+    assert cells[0] == "odroid-xu4 (virtual)" and cells[2] == "yes"
+    assert cells[5:7] == ["2", "2"]  # recommendations, applied
+    # the board: topology and the kernel's traits
+    assert "policy0" in html and "policy4" in html and "{0,1,2,3} {4,5,6,7}" in html
+    assert "frequency exponent" in html
+    # energy measured at the 6 swept configurations, plus the recommended one where it was
+    # not swept (its verification runs carry energy too)
+    swept = {(n, f) for n in (1, 2) for f in (600_000, 1_000_000, 1_400_000)}
+    for rec in sorted(st["recommendations"], key=lambda r: r["group"]["variant"]):
+        n = 6 + ((rec["cores"], rec["freq_khz"]) not in swept)
+        assert f"energy measured by the board&#x27;s meter at {n} configurations" in html
+    assert "<script" not in html and "http://" not in html and "https://" not in html
+    assert summary["bytes"] > 0
+
+
+@pytest.mark.integration
+def test_report_renders_in_headless_chromium_with_every_figure(report):
+    if CHROMIUM is None:
+        pytest.skip("chromium is not installed (apt-get install chromium; .ci/run does)")
+    seen = rendered_images(report["out"] / "index.html", report["tmp"])
+    assert seen == {"total": 8, "bad": []}
+    # the check can fail: a figure that is missing is reported
+    broken = report["out"] / "broken.html"
+    broken.write_text('<html><body><img src="nope.png"></body></html>')
+    assert rendered_images(broken, report["tmp"]) == {"total": 1, "bad": ["nope.png"]}
+
+
+def test_empty_store_gives_a_page_that_says_how_to_start(tmp_path):
+    c = Cluster(tmp_path, auto_sweep=False)
+    c.start_daemon()
+    try:
+        c.wait_for(lambda s: True, timeout=20, what="the daemon")
+        proc = subprocess.run([str(BIN / "opptune"), "report", "--daemon", c.endpoint,
+                               "--out", str(tmp_path / "site")], capture_output=True,
+                              text=True, timeout=60)
+    finally:
+        c.stop()
+    assert proc.returncode == 0, proc.stderr
+    assert "nothing measured yet" in proc.stdout
+    html = (tmp_path / "site" / "index.html").read_text()
+    assert "Nothing measured yet" in html and "opptune sweep --agent ID --wait" in html
+    assert "<img" not in html
+
+
+def test_unreachable_daemon_is_one_line_and_writes_nothing(tmp_path):
+    proc = subprocess.run([str(BIN / "opptune"), "report", "--daemon", "tcp://127.0.0.1:9",
+                           "--timeout", "1", "--out", str(tmp_path / "site")],
+                          capture_output=True, text=True, timeout=30)
+    assert proc.returncode == 1 and len(proc.stderr.strip().splitlines()) == 1, proc.stderr
+    assert proc.stderr.startswith("opptune report: no answer from the daemon")
+    assert not (tmp_path / "site").exists()
+
+
+@pytest.mark.parametrize("argv, needle", [
+    (["--daemon", "127.0.0.1:5555"], "not a valid daemon endpoint"),
+    (["--out", "FILE"], "is a file, not a directory"),
+    (["--timeout", "-1"], "seconds > 0"),
+])
+def test_bad_input_is_one_line_exit_2(tmp_path, argv, needle):
+    (tmp_path / "FILE").write_text("x")
+    argv = [str(tmp_path / "FILE") if a == "FILE" else a for a in argv]
+    proc = subprocess.run([str(BIN / "opptune"), "report", *argv], capture_output=True,
+                          text=True, timeout=30, cwd=tmp_path)
+    assert proc.returncode == 2 and len(proc.stderr.strip().splitlines()) == 1, proc.stderr
+    assert needle in proc.stderr and "Traceback" not in proc.stderr
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["FILE"]
+
+
+def _runs(freqs, energy):
+    out = []
+    for f in freqs:
+        for n in (1, 2, 3, 4):
+            t = (0.1 + 0.9 / n) * (1000.0 / f if f else 1.0)
+            out.append([n, f, t, (1.0 + n) * t if energy else None])
+    return out
+
+
+def test_figures_follow_what_the_group_has(tmp_path):
+    """No frequency axis: the scaling figure only; a frequency axis without energy: plus the
+    time map, and the page says why there is no energy map."""
+    g = {"platform": "p1", "input": "small", "variant": ""}
+    data = {"agents": [{"id": "a", "board": "box", "platform": "p1", "alive": False,
+                        "last_seen_s": 7200.0}],
+            "platforms": {"p1": {"n_cpus": 4, "sweep_order": [0, 1, 2, 3],
+                                 "clusters": [[0, 1, 2, 3]]}},
+            "points": [{"group": {**g, "workload": "flat"}, "runs": _runs([None], False)},
+                       {"group": {**g, "workload": "dvfs"},
+                        "runs": _runs([1000.0, 2000.0], False)}],
+            "recommendations": [], "runs": [{"agent": "a", "count": 24}]}
+    built = build_report(data, tmp_path)
+    assert [p.name.rsplit("-", 1)[1] for p in built.images] == [
+        "scaling.png", "scaling.png", "time.png"]
+    html = built.index.read_text()
+    assert "no run of this group carries energy" in html
+    assert "2.0 h ago" in html
+
+
+def test_pareto_front_keeps_only_undominated_points_fastest_first():
+    t = np.array([1.0, 2.0, 3.0, 2.5, np.nan, 4.0])
+    e = np.array([9.0, 5.0, 4.0, 6.0, 1.0, 4.0])
+    assert pareto_front(t, e) == [0, 1, 2]
