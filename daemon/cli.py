@@ -92,9 +92,10 @@ def _add_link_options(p: argparse.ArgumentParser) -> None:
 
 
 DESCRIPTION = ("Find the operating point of parallel software: how many cores and which CPU "
-               "frequency. 'opptune demo' runs the whole loop on this machine; 'status' and "
-               "'sweep' talk to a running opptune-daemon; 'fit', 'predict' and 'eval' work on a "
-               "CSV of measurements. 'opptune COMMAND --help' describes each command.")
+               "frequency. 'opptune demo' runs the whole loop on this machine; 'status', "
+               "'sweep', 'recommend' and 'tune' talk to a running opptune-daemon; 'fit', "
+               "'predict' and 'eval' work on a CSV of measurements. 'opptune COMMAND --help' "
+               "describes each command.")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -145,6 +146,13 @@ def build_parser() -> argparse.ArgumentParser:
                    help="show progress until every job is done; exit 1 with the reason when "
                         "one fails or expires")
     p.set_defaults(func=cmd_sweep)
+
+    try:
+        from .goal_cli import add_parsers as add_goal_parsers
+    except ImportError:  # the modelling extra is not installed
+        pass
+    else:
+        add_goal_parsers(sub, _add_link_options)
 
     try:
         from .fit_cli import add_parsers

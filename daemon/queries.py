@@ -25,8 +25,11 @@ def answer(d: Daemon, what: str, args: dict[str, Any]) -> dict[str, Any]:
         return {"jobs": d.sweeps.query(args)}
     if what == "fit":
         return {"queued": refit(d, args)}
+    if what == "recommend":
+        from .goal_query import answer_recommend
+        return answer_recommend(d, args)
     raise HandlerError("unknown_query", f"unknown query '{what[:40]}'; known: status, sweep, "
-                                        "fit")
+                                        "fit, recommend")
 
 
 def refit(d: Daemon, args: dict[str, Any]) -> list[dict[str, str]]:

@@ -122,6 +122,12 @@ class Store(ABC):
     def group_runs(self, group: Group) -> list[tuple[int, float | None, float]]:
         """(cores, freq_mhz, time_s) of the group's successful runs."""
 
+    @abstractmethod
+    def group_energy_runs(self, group: Group
+                          ) -> list[tuple[int, float | None, float, float | None, str | None]]:
+        """(cores, freq_mhz, time_s, energy_j, energy_source) of the group's successful runs,
+        in the order of ``group_runs``: what a goal needing power is fitted to."""
+
     # fits and recommendations
     @abstractmethod
     def save_fit(self, group: Group, model: str, params: dict[str, Any],
