@@ -148,3 +148,114 @@ def add_parsers(sub: Any, link_options: Any) -> None:
     p.add_argument("--apply", action="store_true",
                    help="push it to the agent, which applies and verifies it")
     p.set_defaults(func=cmd_recommend)
+
+    p = sub.add_parser("tune", help="measure a few configurations chosen for a goal, then "
+                                    "apply and verify the best one",
+                       description="The daemon measures configurations one at a time, each "
+                                   "where it most helps to find the goal's optimum, stops "
+                                   "when one more would not change the answer, recommends, "
+                                   "and has the agent apply and verify it. The session lives "
+                                   "in the daemon: interrupting this command does not stop it.")
+    link_options(p)
+    add_goal_options(p)
+    p.add_argument("--budget", type=int, help="at most this many configurations")
+    p.add_argument("--reps", type=int, help="runs per configuration (default: [sweep] reps)")
+    p.add_argument("--no-progress", action="store_true", help="no progress bar")
+    p.set_defaults(func=cmd_tune)
+
+
+def cmd_tune(args: argparse.Namespace) -> int:
+    from .cli import _endpoint
+    from .client import USER_ERRORS, BadEndpoint, DaemonUnreachable, QueryFailed, query
+    q = goal_args("tune", args)
+    if q is None:
+        return 2
+    for key in ("budget", "reps"):
+        v = getattr(args, key)
+        if v is not None and v < 1:
+            print(f"opptune tune: --{key} must be >= 1, not {v}", file=sys.stderr)
+            return 2
+        if v is not None:
+            q[key] = v
+    endpoint = _endpoint(args)
+    try:
+        session = query(endpoint, "tune", q, timeout_s=args.timeout)
+    except BadEndpoint as exc:
+        print(f"opptune tune: {exc}", file=sys.stderr)
+        return 2
+    except (DaemonUnreachable, QueryFailed) as exc:
+        print(f"opptune tune: {exc}", file=sys.stderr)
+        return 2 if getattr(exc, "code", None) in USER_ERRORS else 1
+    final = follow_tune(endpoint, session, args.timeout, args.no_progress)
+    if final is None:
+        return 1
+    if args.json:
+        json.dump(final, sys.stdout, indent=2, sort_keys=True)
+        print()
+    else:
+        print_verdict(final, Console())
+    if final["state"] != "done":
+        print(f"opptune tune: {final['tune_id']} failed: {final['reason']}", file=sys.stderr)
+        return 1
+    return 0
+
+
+def follow_tune(endpoint: str, session: dict[str, Any], timeout_s: float,
+                quiet: bool = False) -> dict[str, Any] | None:
+    """Show the session's progress on stderr until it is done or failed; its last view, or
+    None (after one line) when the daemon stops answering."""
+    import time
+
+    from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
+
+    from .client import DaemonUnreachable, QueryFailed, query
+    from .sweep_wait import POLL_S
+    console = Console(stderr=True)
+    with Progress(TextColumn("{task.description}"), BarColumn(),
+                  TextColumn("{task.completed} of {task.fields[of]} configurations"),
+                  TextColumn("{task.fields[state]}"), TimeElapsedColumn(),
+                  TextColumn("{task.fields[eta]}"), console=console,
+                  disable=quiet) as progress:
+        task = progress.add_task(f"tune {session['workload']} on {session['agent']}",
+                                 total=None, of="?", state="", eta="")
+        while True:
+            if session["state"] in ("done", "failed"):
+                break
+            of = session["budget"] or session["grid"]
+            eta = session.get("eta_s")
+            step = (session["steps"] or [{}])[-1]
+            state = session["state"]
+            if state == "measuring" and step:
+                state += (f" {step['cores']} cores at "
+                          f"{_freq(step['freq_khz'])} ({step['reason']})")
+            progress.update(task, total=of, completed=session["measured"],
+                            of=f"{of}" + (" (budget)" if session["budget"] else " at most"),
+                            state=state, eta="" if eta is None else f"ETA {eta:.0f} s")
+            time.sleep(POLL_S)  # a polling interval for the display, not synchronisation
+            try:
+                session = query(endpoint, "tune_status", {"tune_id": session["tune_id"]},
+                                timeout_s=timeout_s)
+            except (DaemonUnreachable, QueryFailed) as exc:
+                progress.stop()
+                print(f"opptune tune: {exc}; the session {session['tune_id']} may go on in "
+                      "the daemon", file=sys.stderr)
+                return None
+    return session
+
+
+def print_verdict(s: dict[str, Any], con: Console) -> None:
+    segs = "; ".join(f"{x['variant'] or 'board'}: {x['measured']} measured of {x['grid']}"
+                     f" ({x['stop_reason'] or 'not finished'})" for x in s["segments"])
+    con.print(f"tune {s['tune_id']}: {s['goal_text']} of {s['workload']} ({s['size']}) on "
+              f"{s['agent']}: measured {s['measured']} of {s['grid']} configurations in "
+              f"{s['elapsed_s']:.1f} s ({segs})", markup=False, soft_wrap=True)
+    if s.get("recommendation"):
+        con.print(recommendation_table(s["recommendation"]))
+    v = s.get("verification")
+    if v:
+        line = (f"verification: {v['state']}, measured {v['verified_time_s']:.4g} s, predicted "
+                f"{v['predicted_time_s']:.4g} s" if v.get("verified_time_s") is not None
+                else f"verification: {v['state']}")
+        con.print(line + (f" ({v['error']})" if v.get("error") else ""), markup=False,
+                  soft_wrap=True)
+    con.print(f"{s['state']}: {s['reason']}", markup=False, soft_wrap=True)

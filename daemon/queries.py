@@ -28,8 +28,12 @@ def answer(d: Daemon, what: str, args: dict[str, Any]) -> dict[str, Any]:
     if what == "recommend":
         from .goal_query import answer_recommend
         return answer_recommend(d, args)
+    if what == "tune":
+        return d.tuning.start(args)
+    if what == "tune_status":
+        return d.tuning.status(args)
     raise HandlerError("unknown_query", f"unknown query '{what[:40]}'; known: status, sweep, "
-                                        "fit, recommend")
+                                        "fit, recommend, tune, tune_status")
 
 
 def refit(d: Daemon, args: dict[str, Any]) -> list[dict[str, str]]:

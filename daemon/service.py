@@ -37,6 +37,7 @@ from .recommender import Recommender, freq_text, off_pct, verdict
 from .registry import Registry, platform_id_of
 from .store import ResultIn, open_store
 from .sweeps import Sweeps
+from .tuning import Tuner
 
 log = logging.getLogger("opptune.daemon")
 
@@ -94,6 +95,7 @@ class Daemon:
         self.jobs = JobTracker(config, self.store, self.registry, self.link, DAEMON_ID,
                                self.started, self._job_done)
         self.sweeps = Sweeps(config, self.registry, self.jobs)
+        self.tuning = Tuner(self)
         self._handlers: dict[str, Callable[[bytes, dict[str, Any]], None]] = {
             "hello": self._on_hello, "heartbeat": self._on_heartbeat,
             "applied": self._on_applied, "error": self._on_error, "query": self._on_query,
@@ -111,7 +113,9 @@ class Daemon:
                     self.handle_batch(self.link.recv_batch(self.batch_max))
                 for outcome in self.fitter.outcomes():
                     self.recommender.on_fit(outcome)
-                if time.monotonic() >= next_flush:
+                full = time.monotonic() >= next_flush
+                self.tuning.poll(time.time(), full)
+                if full:
                     next_flush = time.monotonic() + 1.0
                     self.store.touch_agents(self.registry.take_dirty())
                     self.jobs.expire(time.time())
@@ -134,6 +138,7 @@ class Daemon:
             return
         self._closed = True
         self.fitter.stop()
+        self.tuning.close()
         try:
             self.store.touch_agents(self.registry.take_dirty())
         except Exception:
@@ -214,6 +219,9 @@ class Daemon:
         self.jobs.results_stored(touched, counts, now)
 
     def _job_done(self, job_id: str, agent: str) -> None:
+        if self.tuning.owns(job_id):  # a tune session's measurement: the session goes on
+            self.tuning.job_done(job_id)
+            return
         for group in self.store.job_groups(job_id):
             self.recommender.request_fit(group, agent=agent, job_id=job_id)
 
