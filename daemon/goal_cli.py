@@ -13,16 +13,20 @@ from rich.table import Table
 from .objectives import OBJECTIVES, make_goal
 
 
-def add_goal_options(p: argparse.ArgumentParser) -> None:
+def add_goal_options(p: argparse.ArgumentParser, tune: bool = False) -> None:
     p.add_argument("--agent", required=True, help="agent id (see opptune status)")
     p.add_argument("--workload", required=True, help="workload name")
-    p.add_argument("--size", help="input size class (default: the one measured)")
+    p.add_argument("--size", help="input size class (default: [sweep] size of the daemon's "
+                                  "configuration)" if tune else
+                                  "input size class (default: the one measured)")
     p.add_argument("--objective", default="time",
                    help=f"what to minimise: {', '.join(OBJECTIVES)} (default time; edp = "
                         "energy x time, ed2p = energy x time²)")
     p.add_argument("--deadline", help="at most this time per run, e.g. 2.5s or 300ms")
     p.add_argument("--power-cap", help="at most this mean power during a run, e.g. 4W or 500mW")
-    p.add_argument("--cluster", type=int, help="only this cluster (index, per-cluster sweeps)")
+    p.add_argument("--cluster", type=int,
+                   help="only this cluster (index into the board's clusters)" if tune else
+                   "only this cluster (index; needs a per-cluster sweep or tune)")
     p.add_argument("--max-cores", type=int, help="at most this many cores")
 
 
@@ -157,7 +161,7 @@ def add_parsers(sub: Any, link_options: Any) -> None:
                                    "and has the agent apply and verify it. The session lives "
                                    "in the daemon: interrupting this command does not stop it.")
     link_options(p)
-    add_goal_options(p)
+    add_goal_options(p, tune=True)
     p.add_argument("--budget", type=int, help="at most this many configurations")
     p.add_argument("--reps", type=int, help="runs per configuration (default: [sweep] reps)")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
