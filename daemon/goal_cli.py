@@ -239,10 +239,14 @@ def follow_tune(endpoint: str, session: dict[str, Any], timeout_s: float,
             try:
                 session = query(endpoint, "tune_status", {"tune_id": session["tune_id"]},
                                 timeout_s=timeout_s)
-            except (DaemonUnreachable, QueryFailed) as exc:
+            except DaemonUnreachable as exc:
                 progress.stop()
                 print(f"opptune tune: {exc}; the session {session['tune_id']} may go on in "
                       "the daemon", file=sys.stderr)
+                return None
+            except QueryFailed as exc:  # e.g. the daemon restarted: the session is gone
+                progress.stop()
+                print(f"opptune tune: {exc}", file=sys.stderr)
                 return None
     return session
 

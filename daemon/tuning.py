@@ -160,6 +160,15 @@ class Tuner:
         if size is None:
             size = d.config.sweep.size if not sizes or d.config.sweep.size in sizes else sizes[0]
         platform = info.platform or {}
+        meter = platform.get("energy") if isinstance(platform.get("energy"), dict) else {}
+        if goal.needs_power and not meter.get("available"):
+            # without power every configuration would look alike to the Sampler: refuse
+            # rather than measure the whole grid for nothing
+            raise HandlerError("no_power", f"{goal.describe()} needs energy or power, and "
+                                           f"board {board_name(platform, info.platform_id)} "
+                                           "has no energy meter"
+                                           + (f" ({meter['reason']})" if meter.get("reason")
+                                              else "") + "; use --objective time")
         orders = cluster_orders(platform)
         cluster = ints["cluster"]
         if cluster is not None:
