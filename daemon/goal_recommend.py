@@ -173,8 +173,8 @@ def recommend_goal(goal: Goal, platform: dict[str, Any], groups: dict[str, Seque
         name = f"cluster{cluster}"
         if name not in per_cluster:
             have = ", ".join(sorted(per_cluster)) or "none (the board was swept as a whole)"
-            raise NotMeasured(f"no per-cluster measurements for cluster {cluster}; measured "
-                            f"clusters: {have}")
+            raise NotMeasured(f"no per-cluster measurements for cluster {cluster}; "
+                              f"measured clusters: {have}")
         chosen = {name: per_cluster[name]}
     elif per_cluster:
         chosen = per_cluster
@@ -192,9 +192,9 @@ def recommend_goal(goal: Goal, platform: dict[str, Any], groups: dict[str, Seque
     if goal.needs_power and not has_power:
         why = f" ({meter_info['reason']})" if meter_info.get("reason") else ""
         raise NoPowerData(f"{goal.describe()} needs energy or power, and no run of this "
-                        f"workload has any: the board has no energy meter{why}; use "
-                        "--objective time, or measure on a board with RAPL, hwmon power "
-                        "sensors or an energy model")
+                          f"workload has any: the board has no energy meter{why}; use "
+                          "--objective time, or measure on a board with RAPL, hwmon power "
+                          "sensors or an energy model")
     sampler = Sampler(goal, tolerance=tolerance)
     ests, errors = [], []
     for p in parts:
@@ -206,7 +206,6 @@ def recommend_goal(goal: Goal, platform: dict[str, Any], groups: dict[str, Seque
         raise GoalError("no model to recommend from: " + "; ".join(errors))
     # One choice over every group's grid together.
     t = np.concatenate([e.time_s for _, e in ests])
-    n = t.size
     power_ok = all(e.power_w is not None for _, e in ests)
 
     def cat(name: str) -> np.ndarray:

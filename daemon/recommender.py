@@ -95,7 +95,6 @@ class Recommender:
         Candidates: cores 1..n of the group's cpu order (the board's, or its cluster's), and,
         when the group was measured at two or more frequencies, every frequency the policies
         of the candidate cpus offer. A group measured at one frequency is recommended at it."""
-        info = self.registry.get(agent)
         if rows is None:
             rows = self.store.group_runs(group)
         platform, order, freqs = self._grid_inputs(agent, group, rows)
