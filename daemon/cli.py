@@ -93,8 +93,9 @@ def _add_link_options(p: argparse.ArgumentParser) -> None:
 
 DESCRIPTION = ("Find the operating point of parallel software: how many cores and which CPU "
                "frequency. 'opptune demo' runs the whole loop on this machine; 'status', "
-               "'sweep' and 'report' talk to a running opptune-daemon; 'fit', 'predict' and 'eval' work on a "
-               "CSV of measurements. 'opptune COMMAND --help' describes each command.")
+               "'sweep', 'recommend', 'tune' and 'report' talk to a running opptune-daemon; "
+               "'fit', 'predict' and 'eval' work on a CSV of measurements. 'opptune COMMAND "
+               "--help' describes each command.")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -148,6 +149,13 @@ def build_parser() -> argparse.ArgumentParser:
 
     from .report.cli import add_parser as add_report
     add_report(sub, _add_link_options)
+
+    try:
+        from .goal_cli import add_parsers as add_goal_parsers
+    except ImportError:  # the modelling extra is not installed
+        pass
+    else:
+        add_goal_parsers(sub, _add_link_options)
 
     try:
         from .fit_cli import add_parsers

@@ -28,7 +28,7 @@ class BadEndpoint(ValueError):
 
 # Refusals caused by what the operator asked (exit 2), not by the daemon's state.
 USER_ERRORS = {"bad_args", "unknown_agent", "unknown_workload", "unknown_size",
-               "unknown_query"}
+               "unknown_query", "no_measurements", "no_power"}
 
 
 def query(endpoint: str, what: str, args: dict[str, Any] | None = None,

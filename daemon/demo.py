@@ -273,6 +273,7 @@ def run_demo(args: argparse.Namespace) -> int:
     endpoint, daemon_toml, agent_toml = prepare(args, run_dir)
     py = sys.executable
     status: dict[str, Any] = {}
+    energy_recs: dict[str, dict[str, Any]] = {}
     ok = False
     stopped_by: int | None = None
     procs: dict[str, subprocess.Popen] = {}
@@ -283,6 +284,8 @@ def run_demo(args: argparse.Namespace) -> int:
         procs["agent"] = _start([py, "-m", "opptune.agent", "--config", str(agent_toml)],
                                 run_dir / "agent.log")
         ok, status = _follow(args, console, endpoint, procs["daemon"], procs["agent"], run_dir)
+        if ok:
+            energy_recs = energy_recommendations(endpoint, status)
     except _Stopped as exc:
         stopped_by = exc.signum
     except KeyboardInterrupt:
@@ -301,7 +304,7 @@ def run_demo(args: argparse.Namespace) -> int:
         rc_daemon = _stop(procs["daemon"]) if "daemon" in procs else None
         _restore_signals(previous)
     db = run_dir / "opptune.db"
-    table = summarise(db, status) if db.exists() else []
+    table = summarise(db, status, energy_recs) if db.exists() else []
     (run_dir / "result.json").write_text(json.dumps(table, indent=2, sort_keys=True))
     if args.json:
         json.dump(table, sys.stdout, indent=2, sort_keys=True)
@@ -379,10 +382,36 @@ def _median(values: list[Any]) -> float | None:
     return statistics.median(vals) if vals else None
 
 
-def summarise(db_path: Path, status: dict[str, Any]) -> list[dict[str, Any]]:
+def energy_recommendations(endpoint: str, status: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    """Per swept workload, the daemon's recommendation for minimum energy (``recommend``
+    query, nothing pushed): {"recommendation": ...} or {"error": why there is none}. Only
+    on a board with an energy meter: elsewhere energy would be a guess."""
+    agents = status.get("agents") or []
+    if not agents:
+        return {}
+    platform = (status.get("platforms") or {}).get(agents[0].get("platform")) or {}
+    if not (platform.get("energy") or {}).get("available"):
+        return {}
+    out: dict[str, dict[str, Any]] = {}
+    for job in status.get("jobs") or []:
+        if job["workload"] in out or job["state"] != "done":
+            continue
+        try:
+            out[job["workload"]] = {"recommendation": query(
+                endpoint, "recommend", {"agent": agents[0]["id"], "workload": job["workload"],
+                                        "size": job["size"], "objective": "energy"},
+                timeout_s=10.0)}
+        except (DaemonUnreachable, QueryFailed) as exc:
+            out[job["workload"]] = {"error": str(exc)}
+    return out
+
+
+def summarise(db_path: Path, status: dict[str, Any],
+              energy_recs: dict[str, dict[str, Any]] | None = None) -> list[dict[str, Any]]:
     """Per workload (and cluster on a per-cluster sweep): median time, speedup (over one core
     at the same frequency) and median energy per (cores, frequency); the fit; the
-    recommendation; whether the records are virtual."""
+    recommendation (for time, and for energy where the board has a meter); whether the
+    records are virtual."""
     from .store import open_store
     store = open_store(str(db_path))
     try:
@@ -432,6 +461,10 @@ def summarise(db_path: Path, status: dict[str, Any]) -> list[dict[str, Any]]:
             "verified_time_s": rec.get("verified_time_s"),
             "recommendation_state": rec.get("state"),
             "recommendation_error": rec.get("error"),
+            "energy_recommendation": (energy_recs or {}).get(group.workload, {}).get(
+                "recommendation"),
+            "energy_recommendation_error": (energy_recs or {}).get(group.workload, {}).get(
+                "error"),
         })
     return out
 
@@ -492,3 +525,25 @@ def print_table(table: list[dict[str, Any]], console: Console) -> None:
                           markup=False)
         else:
             console.print("  recommended: none")
+        e = w.get("energy_recommendation")
+        if e:
+            console.print("  " + energy_line(e, w), markup=False)
+        elif w.get("energy_recommendation_error"):
+            console.print(f"  for minimum energy: none ({w['energy_recommendation_error']})",
+                          markup=False)
+
+
+def energy_line(e: dict[str, Any], w: dict[str, Any]) -> str:
+    """The energy recommendation beside the time one, with what the time one costs."""
+    from .goal_cli import config_text, energy_text
+    ej = e["energy_j"]
+    line = (f"for minimum energy: {config_text(e)}, predicted {ej['value']:.4f} J "
+            f"({ej['lower']:.4f}..{ej['upper']:.4f}) in {e['time_s']['value']:.4f} s; energy "
+            f"{energy_text(e)}")
+    by_point = {(p["cores"], p["freq_mhz"]): p.get("median_energy_j") for p in w["points"]}
+    freq = w.get("recommended_freq_khz")
+    t_energy = by_point.get((w.get("recommended_cores"), freq / 1000 if freq else None))
+    if t_energy and ej["value"]:
+        line += (f"; the time recommendation measured {t_energy:.4f} J "
+                 f"({t_energy / ej['value']:.1f}x)")
+    return line

@@ -28,8 +28,15 @@ def answer(d: Daemon, what: str, args: dict[str, Any]) -> dict[str, Any]:
         return {"queued": refit(d, args)}
     if what == "report":
         return report(d)
+    if what == "recommend":
+        from .goal_query import answer_recommend
+        return answer_recommend(d, args)
+    if what == "tune":
+        return d.tuning.start(args)
+    if what == "tune_status":
+        return d.tuning.status(args)
     raise HandlerError("unknown_query", f"unknown query '{what[:40]}'; known: status, sweep, "
-                                        "fit, report")
+                                        "fit, recommend, tune, tune_status, report")
 
 
 def report(d: Daemon) -> dict[str, Any]:

@@ -97,7 +97,6 @@ class Recommender:
         Candidates: cores 1..n of the group's cpu order (the board's, or its cluster's), and,
         when the group was measured at two or more frequencies, every frequency the policies
         of the candidate cpus offer. A group measured at one frequency is recommended at it."""
-        info = self.registry.get(agent)
         if rows is None:
             rows = self.store.group_runs(group)
         platform, order, freqs = self._grid_inputs(agent, group, rows)
@@ -109,25 +108,36 @@ class Recommender:
             return None
         if r.freq_khz is None and freqs and len(freqs) == 1:
             r.freq_khz = r.best_freq_khz = freqs[0]  # measured there only: keep it there
+        rec = self.send_config(agent, group, r.cpus, r.freq_khz, r.predicted_time_s, r.lower_s,
+                               r.upper_s, getattr(model, "name", None))
+        log.info("recommend %s for %s: %d cores at %s, predicted %.4g s (best %d cores, "
+                 "%.4g s)%s", rec["config_id"], "/".join(group), r.cores, freq_text(r.freq_khz),
+                 r.predicted_time_s, r.best_cores, r.best_time_s,
+                 "" if rec["state"] == "pushed" else " (not sent)")
+        return rec
+
+    def send_config(self, agent: str, group: Group, cpus: list[int], freq_khz: int | None,
+                    predicted: float | None, lower: float | None, upper: float | None,
+                    model: str | None) -> dict[str, Any]:
+        """Push a configuration to ``agent`` for it to apply and verify (its ``applied`` is
+        judged by :meth:`applied`); store it as a recommendation ("pushed" or "unsent")."""
+        info = self.registry.get(agent)
         config_id = "cfg-" + uuid.uuid4().hex[:20]
         body = {"config_id": config_id, "workload": group.workload, "size": group.input,
-                "cpus": r.cpus, "threads": r.threads, "freq_khz": r.freq_khz,
-                "reps": self.config.verify_reps, "predicted_time_s": r.predicted_time_s}
+                "cpus": list(cpus), "threads": len(cpus), "freq_khz": freq_khz,
+                "reps": self.config.verify_reps, "predicted_time_s": predicted}
         if group.variant:
             body["variant"] = group.variant  # verification runs join the group they came from
         sent = info is not None and info.identity is not None and self.send(
             info.identity, "config", body)
-        rec = {"config_id": config_id, "agent": agent, **group.as_dict(), "cores": r.cores,
-               "cpus": r.cpus, "threads": r.threads, "freq_khz": r.freq_khz,
-               "predicted_time_s": r.predicted_time_s, "predicted_lower_s": r.lower_s,
-               "predicted_upper_s": r.upper_s, "model": getattr(model, "name", None),
+        rec = {"config_id": config_id, "agent": agent, **group.as_dict(), "cores": len(cpus),
+               "cpus": list(cpus), "threads": len(cpus), "freq_khz": freq_khz,
+               "predicted_time_s": predicted, "predicted_lower_s": lower,
+               "predicted_upper_s": upper, "model": model,
                "state": "pushed" if sent else "unsent"}
         self.store.save_recommendation(rec, time.time())
         if sent:
             self.stats["configs_pushed"] += 1
-        log.info("recommend %s for %s: %d cores at %s, predicted %.4g s (best %d cores, "
-                 "%.4g s)%s", config_id, "/".join(group), r.cores, freq_text(r.freq_khz),
-                 r.predicted_time_s, r.best_cores, r.best_time_s, "" if sent else " (not sent)")
         return rec
 
     def applied(self, agent: str, msg: dict[str, Any], rec: dict[str, Any], now: float) -> None:

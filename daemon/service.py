@@ -38,6 +38,7 @@ from .registry import Registry, platform_id_of
 from .store import ResultIn, open_store
 from .drift import Drift
 from .sweeps import Sweeps
+from .tuning import Tuner
 
 log = logging.getLogger("opptune.daemon")
 
@@ -101,6 +102,7 @@ class Daemon:
                                self.started, self._job_done)
         self.sweeps = Sweeps(config, self.registry, self.jobs)
         self.recommender.drift = Drift(config, self.store, self.sweeps)
+        self.tuning = Tuner(self)
         self._handlers: dict[str, Callable[[bytes, dict[str, Any]], None]] = {
             "hello": self._on_hello, "heartbeat": self._on_heartbeat,
             "applied": self._on_applied, "error": self._on_error, "query": self._on_query,
@@ -139,7 +141,9 @@ class Daemon:
                     if self.metrics is not None:
                         self.metrics.fit_duration.observe(outcome.seconds)
                     self.recommender.on_fit(outcome)
-                if time.monotonic() >= next_flush:
+                full = time.monotonic() >= next_flush
+                self.tuning.poll(time.time(), full)
+                if full:
                     next_flush = time.monotonic() + 1.0
                     self.store.touch_agents(self.registry.take_dirty())
                     self.jobs.expire(time.time())
@@ -165,6 +169,7 @@ class Daemon:
         self.fitter.stop()
         if self.metrics_server is not None:
             self.metrics_server.close()
+        self.tuning.close()
         try:
             self.store.touch_agents(self.registry.take_dirty())
         except Exception:
@@ -245,6 +250,9 @@ class Daemon:
         self.jobs.results_stored(touched, counts, now)
 
     def _job_done(self, job_id: str, agent: str) -> None:
+        if self.tuning.owns(job_id):  # a tune session's measurement: the session goes on
+            self.tuning.job_done(job_id)
+            return
         for group in self.store.job_groups(job_id):
             self.recommender.request_fit(group, agent=agent, job_id=job_id)
 

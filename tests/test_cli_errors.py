@@ -131,3 +131,23 @@ def test_eval_refuses_zero_reps(tmp_path):
     data = tmp_path / "d.csv"
     data.write_text(HEAD + "".join(f"b,w,1,v,{p},,0,{10 / p + 1}\n" for p in (1, 2, 3, 4)))
     one_line_error(run("opptune", "eval", "--data", str(data), "--reps", "0"), "--reps", "got 0")
+
+
+@pytest.mark.parametrize("command", ["recommend", "tune"])
+@pytest.mark.parametrize("extra, needles", [
+    (["--objective", "speed"], ["unknown objective 'speed'", "time, energy, edp, ed2p"]),
+    (["--deadline", "5 parsecs"], ["cannot read the deadline '5 parsecs'", "2.5s"]),
+    (["--power-cap=-3W"], ["cannot read the power cap '-3W'", "4W"]),
+    (["--deadline", "0s"], ["the deadline must be positive"]),
+    (["--max-cores", "-1"], ["--max-cores must be >= 0"]),
+])
+def test_goal_options_refused_before_asking_the_daemon(tmp_path, command, extra, needles):
+    # no daemon listens there: the line comes from the command itself, at once
+    one_line_error(run("opptune", command, "--daemon", "tcp://127.0.0.1:9", "--agent", "a",
+                       "--workload", "w", *extra, cwd=tmp_path), f"opptune {command}: ",
+                   *needles)
+
+
+def test_tune_budget_refused_before_asking_the_daemon(tmp_path):
+    one_line_error(run("opptune", "tune", "--daemon", "tcp://127.0.0.1:9", "--agent", "a",
+                       "--workload", "w", "--budget", "0", cwd=tmp_path), "--budget must be >= 1")

@@ -109,6 +109,15 @@ def test_virtual_board_demo_with_default_options_is_quick(tmp_path):
     grid = {(p["cores"], p["freq_mhz"]) for p in w["points"]}
     assert {(n, f) for n in range(1, 9) for f in (200.0, 800.0, 1400.0)} <= grid
     assert w["recommendation_state"] in ("verified", "off")
+    # beside the time recommendation, the one for energy (the board has INA power sensors):
+    # the LITTLE cluster at a middle frequency, a fraction of the time one's energy
+    e = w["energy_recommendation"]
+    assert e is not None and w["energy_recommendation_error"] is None
+    assert e["goal"]["objective"] == "energy" and e["energy"] == "measured"
+    assert set(e["cpus"]) <= {0, 1, 2, 3} and e["freq_khz"] < 1_400_000
+    energy = {(p["cores"], p["freq_mhz"]): p["median_energy_j"] for p in w["points"]}
+    at_time_rec = energy[(w["recommended_cores"], w["recommended_freq_khz"] / 1000)]
+    assert e["energy_j"]["value"] < 0.5 * at_time_rec
 
 
 def test_demo_with_nothing_to_fit_exits_1_at_once_with_the_daemons_reason(tmp_path):

@@ -82,3 +82,37 @@ def test_the_table_says_one_core_not_one_cores():
     assert "recommended: 1 core (cpus 0) at the governor's frequency" in text
     print_table([{**w, "recommended_cores": 2, "recommended_cpus": [0, 1]}], console)
     assert "recommended: 2 cores (cpus 0,1)" in console.export_text()
+
+
+def test_the_table_puts_the_energy_recommendation_beside_the_time_one():
+    from rich.console import Console
+
+    from opptune.daemon.demo import print_table
+    w = {"workload": "x", "input": "s", "variant": "", "virtual": True, "points": [
+            {"cores": 4, "freq_mhz": 800.0, "median_time_s": 0.03, "speedup": 3.0,
+             "median_energy_j": 0.016, "runs": 2},
+            {"cores": 8, "freq_mhz": 1400.0, "median_time_s": 0.01, "speedup": 7.0,
+             "median_energy_j": 0.064, "runs": 2}],
+         "model": "amdahl", "model_params": {}, "model_mape_pct": None, "runners_up": [],
+         "recommended_cores": 8, "recommended_cpus": list(range(8)),
+         "recommended_freq_khz": 1_400_000, "predicted_time_s": 0.01, "verified_time_s": 0.01,
+         "recommendation_state": "verified", "recommendation_error": None,
+         "energy_recommendation": {
+             "cores": 4, "cpus": [0, 1, 2, 3], "cluster": None, "freq_khz": 800_000,
+             "energy_j": {"value": 0.016, "lower": 0.015, "upper": 0.017},
+             "time_s": {"value": 0.03, "lower": 0.029, "upper": 0.031},
+             "energy": "measured", "energy_source": "hwmon-power", "meter": "hwmon-power:x"},
+         "energy_recommendation_error": None}
+    console = Console(record=True, width=300)
+    print_table([w], console)
+    text = console.export_text()
+    assert ("for minimum energy: 4 cores (cpus 0,1,2,3) at 800 MHz, predicted 0.0160 J "
+            "(0.0150..0.0170) in 0.0300 s; energy measured (hwmon-power); the time "
+            "recommendation measured 0.0640 J (4.0x)") in text
+    e = {**w["energy_recommendation"], "energy": "modelled",
+         "energy_source": "energy-model-estimate"}
+    print_table([{**w, "energy_recommendation": e}], console)
+    assert "energy modelled, not measured (energy-model-estimate)" in console.export_text()
+    print_table([{**w, "energy_recommendation": None,
+                  "energy_recommendation_error": "no model"}], console)
+    assert "for minimum energy: none (no model)" in console.export_text()

@@ -125,6 +125,12 @@ class Store(ABC):
         drift; folded in, it widens the interval until drift can no longer be seen), and
         received after the group's last drift event."""
 
+    @abstractmethod
+    def group_energy_runs(self, group: Group
+                          ) -> list[tuple[int, float | None, float, float | None, str | None]]:
+        """(cores, freq_mhz, time_s, energy_j, energy_source) of the group's successful runs,
+        in the order of ``group_runs``: what a goal needing power is fitted to."""
+
     # fits and recommendations
     @abstractmethod
     def save_fit(self, group: Group, model: str, params: dict[str, Any],

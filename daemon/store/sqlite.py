@@ -277,6 +277,20 @@ class SQLiteStore(Store):
             r["job_ids"] = json.loads(r["job_ids"])
         return rows
 
+    def group_energy_runs(self, group: Group
+                          ) -> list[tuple[int, float | None, float, float | None, str | None]]:
+        out = []
+        for c, f, t, e, text, packed in self.db.execute(
+                "SELECT cores, freq_mhz, time_s, energy_j, record, record_msgpack FROM runs "
+                "WHERE platform=? AND workload=? AND input=? AND variant=? AND ok=1 AND "
+                "time_s IS NOT NULL ORDER BY cores, freq_mhz", tuple(group)):
+            source = None
+            if e is not None:  # the source is not a column: read it from the stored record
+                raw = json.loads(text) if packed is None else msgpack.unpackb(packed)
+                source = raw.get("energy_source")
+            out.append((c, f, t, e, source))
+        return out
+
     # -- fits and recommendations ---------------------------------------------------------------
     def save_fit(self, group: Group, model: str, params: dict[str, Any],
                  quality: dict[str, Any], runners_up: list[Any], now: float) -> int:

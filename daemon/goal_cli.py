@@ -1,0 +1,269 @@
+"""``opptune recommend`` and ``opptune tune``: the operator's side of a goal's recommendation."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from typing import Any
+
+from rich.console import Console
+from rich.table import Table
+
+from .objectives import OBJECTIVES, make_goal
+
+
+def add_goal_options(p: argparse.ArgumentParser, tune: bool = False) -> None:
+    p.add_argument("--agent", required=True, help="agent id (see opptune status)")
+    p.add_argument("--workload", required=True, help="workload name")
+    p.add_argument("--size", help="input size class (default: [sweep] size of the daemon's "
+                                  "configuration)" if tune else
+                                  "input size class (default: the one measured)")
+    p.add_argument("--objective", default="time",
+                   help=f"what to minimise: {', '.join(OBJECTIVES)} (default time; edp = "
+                        "energy x time, ed2p = energy x time²)")
+    p.add_argument("--deadline", help="at most this time per run, e.g. 2.5s or 300ms")
+    p.add_argument("--power-cap", help="at most this mean power during a run, e.g. 4W or 500mW")
+    p.add_argument("--cluster", type=int,
+                   help="only this cluster (index into the board's clusters)" if tune else
+                   "only this cluster (index; needs a per-cluster sweep or tune)")
+    p.add_argument("--max-cores", type=int, help="at most this many cores")
+
+
+def goal_args(cmd: str, args: argparse.Namespace) -> dict[str, Any] | None:
+    """The query args for the goal options; None after printing one line when they are bad."""
+    try:
+        make_goal(args.objective, args.deadline, args.power_cap)
+    except ValueError as exc:
+        print(f"opptune {cmd}: {exc}", file=sys.stderr)
+        return None
+    for key in ("cluster", "max_cores"):
+        v = getattr(args, key)
+        if v is not None and v < 0:
+            print(f"opptune {cmd}: --{key.replace('_', '-')} must be >= 0, not {v}",
+                  file=sys.stderr)
+            return None
+    out: dict[str, Any] = {"agent": args.agent, "workload": args.workload,
+                           "objective": args.objective.lower()}
+    for key in ("size", "deadline", "power_cap", "cluster", "max_cores"):
+        if getattr(args, key) is not None:
+            out[key] = getattr(args, key)
+    return out
+
+
+def _iv(iv: dict[str, Any], unit: str, spec: str = ".4g") -> str:
+    if iv.get("value") is None:
+        return "-"
+    text = f"{iv['value']:{spec}} {unit}"
+    if iv.get("lower") is not None and iv.get("upper") is not None:
+        text += f"  ({iv['lower']:{spec}} .. {iv['upper']:{spec}})"
+    return text
+
+
+def _freq(f: int | None) -> str:
+    return "governor's choice" if f is None else f"{f / 1000:g} MHz"
+
+
+def energy_text(r: dict[str, Any]) -> str:
+    if r["energy"] == "measured":
+        meter = (r.get("meter") or "").split(":")[0]
+        src = r["energy_source"] or "?"
+        return f"measured ({src}" + (f"; board meter {meter})" if meter and meter != src
+                                     else ")")
+    if r["energy"] == "modelled":
+        return f"modelled, not measured ({r['energy_source']})"
+    return "no power data: time only"
+
+
+def config_text(r: dict[str, Any]) -> str:
+    """E.g. "4 cores (cpus 0,1,2,3, cluster 0) at 800 MHz"."""
+    where = f"cpus {','.join(map(str, r['cpus']))}"
+    if r.get("cluster") is not None:
+        where += f", cluster {r['cluster']}"
+    return (f"{r['cores']} core{'s' if r['cores'] != 1 else ''} ({where}) at "
+            f"{_freq(r['freq_khz'])}")
+
+
+def recommendation_table(r: dict[str, Any], title: str | None = None) -> Table:
+    t = Table(title=title or f"{r['workload']} ({r['size']}) on {r['agent']}: "
+                             f"{r['goal_text']}", show_header=False)
+    t.add_column(style="bold")
+    t.add_column()
+    t.add_row("configuration", config_text(r))
+    pols = r.get("freq_per_policy") or {}
+    if pols:
+        t.add_row("frequency per policy",
+                  ", ".join(f"{k} {_freq(v)}" for k, v in sorted(pols.items())))
+    t.add_row("time", _iv(r["time_s"], "s"))
+    t.add_row("power", _iv(r["power_w"], "W", ".3g"))
+    t.add_row("energy", _iv(r["energy_j"], "J"))
+    t.add_row("energy is", energy_text(r))
+    t.add_row("objective", f"{r['objective_value']:.4g} {r['unit']}")
+    if r.get("runner_up"):
+        ru = r["runner_up"]
+        t.add_row("runner-up", f"{config_text(ru)}: {ru['objective_value']:.4g} {r['unit']} "
+                               f"({r['margin'] * 100:+.1f} %)")
+    else:
+        t.add_row("runner-up", "none (a single candidate meets the goal)")
+    t.add_row("rests on", f"{r['n_measurements']} runs of {r['n_configurations']} "
+                          f"configurations ({r['n_candidates']} candidates)")
+    t.add_row("model", f"time {r['model']}; power {r['power_model'] or '-'}")
+    if not r["met"]:
+        t.add_row("[red]limits[/red]", f"[red]{r['note']}[/red]")
+    return t
+
+
+def cmd_recommend(args: argparse.Namespace) -> int:
+    from .cli import _endpoint
+    from .client import USER_ERRORS, BadEndpoint, DaemonUnreachable, QueryFailed, query
+    q = goal_args("recommend", args)
+    if q is None:
+        return 2
+    if args.apply:
+        q["apply"] = True
+    try:
+        data = query(_endpoint(args), "recommend", q, timeout_s=args.timeout)
+    except BadEndpoint as exc:
+        print(f"opptune recommend: {exc}", file=sys.stderr)
+        return 2
+    except (DaemonUnreachable, QueryFailed) as exc:
+        print(f"opptune recommend: {exc}", file=sys.stderr)
+        return 2 if getattr(exc, "code", None) in USER_ERRORS else 1
+    if args.json:
+        json.dump(data, sys.stdout, indent=2, sort_keys=True)
+        print()
+        return 0
+    con = Console()
+    con.print(recommendation_table(data))
+    if data.get("applied"):
+        a = data["applied"]
+        con.print(f"pushed to {data['agent']} as {a['config_id']} ({a['state']}); 'opptune "
+                  "status' shows its verification")
+    return 0
+
+
+def add_parsers(sub: Any, link_options: Any) -> None:
+    p = sub.add_parser("recommend", help="the best configuration for a goal (time, energy, "
+                                         "EDP, ED2P; deadline, power cap) from what was measured",
+                       description="Ask the daemon which cores and frequencies best serve a "
+                                   "goal for an agent's workload, from the runs it stored.")
+    link_options(p)
+    add_goal_options(p)
+    p.add_argument("--apply", action="store_true",
+                   help="push it to the agent, which applies and verifies it")
+    p.set_defaults(func=cmd_recommend)
+
+    p = sub.add_parser("tune", help="measure a few configurations chosen for a goal, then "
+                                    "apply and verify the best one",
+                       description="The daemon measures configurations one at a time, each "
+                                   "where it most helps to find the goal's optimum, stops "
+                                   "when one more would not change the answer, recommends, "
+                                   "and has the agent apply and verify it. The session lives "
+                                   "in the daemon: interrupting this command does not stop it.")
+    link_options(p)
+    add_goal_options(p, tune=True)
+    p.add_argument("--budget", type=int, help="at most this many configurations")
+    p.add_argument("--reps", type=int, help="runs per configuration (default: [sweep] reps)")
+    p.add_argument("--no-progress", action="store_true", help="no progress bar")
+    p.set_defaults(func=cmd_tune)
+
+
+def cmd_tune(args: argparse.Namespace) -> int:
+    from .cli import _endpoint
+    from .client import USER_ERRORS, BadEndpoint, DaemonUnreachable, QueryFailed, query
+    q = goal_args("tune", args)
+    if q is None:
+        return 2
+    for key in ("budget", "reps"):
+        v = getattr(args, key)
+        if v is not None and v < 1:
+            print(f"opptune tune: --{key} must be >= 1, not {v}", file=sys.stderr)
+            return 2
+        if v is not None:
+            q[key] = v
+    endpoint = _endpoint(args)
+    try:
+        session = query(endpoint, "tune", q, timeout_s=args.timeout)
+    except BadEndpoint as exc:
+        print(f"opptune tune: {exc}", file=sys.stderr)
+        return 2
+    except (DaemonUnreachable, QueryFailed) as exc:
+        print(f"opptune tune: {exc}", file=sys.stderr)
+        return 2 if getattr(exc, "code", None) in USER_ERRORS else 1
+    final = follow_tune(endpoint, session, args.timeout, args.no_progress)
+    if final is None:
+        return 1
+    if args.json:
+        json.dump(final, sys.stdout, indent=2, sort_keys=True)
+        print()
+    else:
+        print_verdict(final, Console())
+    if final["state"] != "done":
+        print(f"opptune tune: {final['tune_id']} failed: {final['reason']}", file=sys.stderr)
+        return 1
+    return 0
+
+
+def follow_tune(endpoint: str, session: dict[str, Any], timeout_s: float,
+                quiet: bool = False) -> dict[str, Any] | None:
+    """Show the session's progress on stderr until it is done or failed; its last view, or
+    None (after one line) when the daemon stops answering."""
+    import time
+
+    from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
+
+    from .client import DaemonUnreachable, QueryFailed, query
+    from .sweep_wait import POLL_S
+    console = Console(stderr=True)
+    with Progress(TextColumn("{task.description}"), BarColumn(),
+                  TextColumn("{task.completed} of {task.fields[of]} configurations"),
+                  TextColumn("{task.fields[state]}"), TimeElapsedColumn(),
+                  TextColumn("{task.fields[eta]}"), console=console,
+                  disable=quiet) as progress:
+        task = progress.add_task(f"tune {session['workload']} on {session['agent']}",
+                                 total=None, of="?", state="", eta="")
+        while True:
+            if session["state"] in ("done", "failed"):
+                break
+            of = session["budget"] or session["grid"]
+            eta = session.get("eta_s")
+            step = (session["steps"] or [{}])[-1]
+            state = session["state"]
+            if state == "measuring" and step:
+                state += (f" {step['cores']} cores at "
+                          f"{_freq(step['freq_khz'])} ({step['reason']})")
+            progress.update(task, total=of, completed=session["measured"],
+                            of=f"{of}" + (" (budget)" if session["budget"] else " at most"),
+                            state=state, eta="" if eta is None else f"ETA {eta:.0f} s")
+            time.sleep(POLL_S)  # a polling interval for the display, not synchronisation
+            try:
+                session = query(endpoint, "tune_status", {"tune_id": session["tune_id"]},
+                                timeout_s=timeout_s)
+            except DaemonUnreachable as exc:
+                progress.stop()
+                print(f"opptune tune: {exc}; the session {session['tune_id']} may go on in "
+                      "the daemon", file=sys.stderr)
+                return None
+            except QueryFailed as exc:  # e.g. the daemon restarted: the session is gone
+                progress.stop()
+                print(f"opptune tune: {exc}", file=sys.stderr)
+                return None
+    return session
+
+
+def print_verdict(s: dict[str, Any], con: Console) -> None:
+    segs = "; ".join(f"{x['variant'] or 'board'}: {x['measured']} measured of {x['grid']}"
+                     f" ({x['stop_reason'] or 'not finished'})" for x in s["segments"])
+    con.print(f"tune {s['tune_id']}: {s['goal_text']} of {s['workload']} ({s['size']}) on "
+              f"{s['agent']}: measured {s['measured']} of {s['grid']} configurations in "
+              f"{s['elapsed_s']:.1f} s ({segs})", markup=False, soft_wrap=True)
+    if s.get("recommendation"):
+        con.print(recommendation_table(s["recommendation"]))
+    v = s.get("verification")
+    if v:
+        line = (f"verification: {v['state']}, measured {v['verified_time_s']:.4g} s, predicted "
+                f"{v['predicted_time_s']:.4g} s" if v.get("verified_time_s") is not None
+                else f"verification: {v['state']}")
+        con.print(line + (f" ({v['error']})" if v.get("error") else ""), markup=False,
+                  soft_wrap=True)
+    con.print(f"{s['state']}: {s['reason']}", markup=False, soft_wrap=True)

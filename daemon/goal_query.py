@@ -1,0 +1,119 @@
+"""The ``recommend`` query (``opptune recommend``): the configuration that best serves a goal
+for one agent's workload, from the stored runs; with ``apply``, pushed to the agent to apply
+and verify."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from .errors import HandlerError
+from .goal_recommend import GoalError, NoPowerData, NotMeasured, recommend_goal
+from .objectives import Goal, make_goal
+from .store import Group
+
+if TYPE_CHECKING:
+    from .service import Daemon
+
+
+def parse_goal(args: dict[str, Any]) -> Goal:
+    """The goal in a query's args (objective, deadline, power_cap); HandlerError("bad_args")."""
+    try:
+        return make_goal(args.get("objective") or "time", args.get("deadline"),
+                         args.get("power_cap"))
+    except ValueError as exc:
+        raise HandlerError("bad_args", str(exc)) from None
+
+
+def _int_arg(args: dict[str, Any], key: str) -> int | None:
+    v = args.get(key)
+    if v is not None and (not isinstance(v, int) or isinstance(v, bool) or v < 0):
+        raise HandlerError("bad_args", f"{key.replace('_', '-')} must be a whole number >= 0, "
+                                       f"not {v!r}")
+    return v
+
+
+def workload_groups(d: Daemon, agent: str, workload: str, size: str | None
+                    ) -> tuple[dict[str, Any], str, dict[str, list]]:
+    """(platform description, size, variant -> runs with energy) of ``agent``'s measured
+    ``workload``; HandlerError naming what is unknown or not measured."""
+    info = d.registry.get(agent)
+    if info is None:
+        known = ", ".join(sorted(a.agent_id for a in d.registry.all())) or "none"
+        raise HandlerError("unknown_agent", f"no agent '{agent}' (known agents: {known})")
+    groups = [g for g in d.store.groups()
+              if g.platform == info.platform_id and g.workload == workload]
+    if not groups:
+        offered = info.workload_names()
+        if offered and workload not in offered:
+            raise HandlerError("unknown_workload", f"agent '{agent}' does not offer "
+                                                   f"{workload}; it offers "
+                                                   f"{', '.join(sorted(offered))}")
+        raise HandlerError("no_measurements", f"no measurements of {workload} on agent "
+                                              f"'{agent}' yet; run 'opptune sweep --agent "
+                                              f"{agent} --workload {workload} --wait' or "
+                                              "'opptune tune' first")
+    sizes = sorted({g.input for g in groups})
+    if size is None:
+        if len(sizes) > 1:
+            raise HandlerError("bad_args", f"{workload} was measured at sizes "
+                                           f"{', '.join(sizes)}: choose one with --size")
+        size = sizes[0]
+    elif size not in sizes:
+        raise HandlerError("no_measurements", f"no measurements of {workload} at size "
+                                              f"'{size}' on agent '{agent}'; measured sizes: "
+                                              f"{', '.join(sizes)}")
+    runs = {g.variant: d.store.group_energy_runs(g) for g in groups if g.input == size}
+    platform = info.platform or d.store.platform(info.platform_id) or {}
+    return platform, size, runs
+
+
+def recommend_for(d: Daemon, agent: str, workload: str, goal: Goal, size: str | None = None,
+                  cluster: int | None = None, max_cores: int | None = None) -> dict[str, Any]:
+    """The recommendation as a JSON-able map (see docs/json-output.md)."""
+    platform, size, runs = workload_groups(d, agent, workload, size)
+    try:
+        r = recommend_goal(goal, platform, runs, cluster=cluster, max_cores=max_cores,
+                           tolerance=d.config.tolerance if goal.objective == "time" else 0.0)
+    except NotMeasured as exc:
+        raise HandlerError("no_measurements", f"no recommendation for {workload} on "
+                                              f"'{agent}': {exc}") from None
+    except NoPowerData as exc:
+        raise HandlerError("no_power", f"no recommendation for {workload} on '{agent}': "
+                                       f"{exc}") from None
+    except GoalError as exc:
+        raise HandlerError("no_model", f"no recommendation for {goal.describe()} of "
+                                       f"{workload} on '{agent}': {exc}") from None
+    out = r.as_dict()
+    out.update(agent=agent, workload=workload, size=size, applied=None)
+    return out
+
+
+def answer_recommend(d: Daemon, args: dict[str, Any]) -> dict[str, Any]:
+    """The ``recommend`` query: args agent, workload, [size, objective, deadline, power_cap,
+    cluster, max_cores, apply]."""
+    agent, workload = args.get("agent"), args.get("workload")
+    if not isinstance(agent, str) or not isinstance(workload, str):
+        raise HandlerError("bad_args", "recommend needs args.agent and args.workload (text)")
+    size = args.get("size")
+    if size is not None and not isinstance(size, str):
+        raise HandlerError("bad_args", "recommend args.size must be text")
+    goal = parse_goal(args)
+    out = recommend_for(d, agent, workload, goal, size, _int_arg(args, "cluster"),
+                        _int_arg(args, "max_cores"))
+    if args.get("apply"):
+        out["applied"] = apply(d, out)
+    return out
+
+
+def apply(d: Daemon, rec: dict[str, Any]) -> dict[str, Any]:
+    """Push ``rec`` (from :func:`recommend_for`) to its agent to apply and verify; the stored
+    recommendation (config_id, state "pushed" or "unsent") follows in the status."""
+    info = d.registry.get(rec["agent"])
+    if info is None or info.identity is None:
+        raise HandlerError("agent_offline", f"agent '{rec['agent']}' has not connected to this "
+                                            "daemon instance; nothing was pushed")
+    group = Group(info.platform_id, rec["workload"], rec["size"], rec["variant"])
+    t = rec["time_s"]
+    stored = d.recommender.send_config(rec["agent"], group, rec["cpus"], rec["freq_khz"],
+                                       t["value"], t["lower"], t["upper"], rec["model"])
+    return {"config_id": stored["config_id"], "state": stored["state"]}

@@ -1,0 +1,278 @@
+"""A recommendation for a user's goal (time, energy, EDP, ED2P; deadline, power cap) over a
+board's candidate configurations (pure: no I/O).
+
+A workload's runs come as one group per cpu order: the board's (variant ``""``) or, on a
+big.LITTLE board swept per cluster, one per cluster (``cluster<i>``). Each group's time and
+power are fitted by :meth:`sampling.Sampler.estimate` over its candidate grid
+(:func:`recommend.candidate_grid`); the choice (:func:`objectives.choose`) compares every
+group's grid together, so a goal's recommendation says which cluster wins.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+from typing import Any, Sequence
+
+import numpy as np
+
+from .objectives import Goal, choose, feasible
+from .planner import cluster_order, cluster_orders
+from .recommend import candidate_grid
+from .sampling import Grid, Measured, Sampler
+
+# Energy sources that are estimates (the kernel energy model times busy time), not a meter.
+ESTIMATE_SOURCES = ("energy-model-estimate",)
+
+Row = tuple  # (cores, freq_mhz, time_s, energy_j, energy_source)
+
+
+class GoalError(ValueError):
+    """No recommendation for this goal; the message names what is missing."""
+
+
+class NoPowerData(GoalError):
+    """The goal needs power or energy and no run has any."""
+
+
+class NotMeasured(GoalError):
+    """The restriction asked for (a cluster, a core budget) has no measured candidates."""
+
+
+@dataclass
+class Interval:
+    value: float | None
+    lower: float | None
+    upper: float | None
+
+
+@dataclass
+class GoalRecommendation:
+    goal: dict[str, Any]
+    goal_text: str
+    variant: str  # the group it comes from: "" (whole board) or "cluster<i>"
+    cluster: int | None  # the cluster (index into platform["clusters"]) of a per-cluster group
+    cores: int
+    cpus: list[int]
+    threads: int
+    freq_khz: int | None
+    freq_per_policy: dict[str, int | None]  # cpufreq policy -> kHz (None: governor's choice)
+    time_s: Interval
+    power_w: Interval
+    energy_j: Interval
+    objective_value: float
+    unit: str
+    met: bool  # False: nothing meets the limits; this is the closest (see note)
+    note: str | None
+    margin: float | None  # (runner-up's objective - this one's) / this one's
+    runner_up: dict[str, Any] | None  # cores, freq_khz, variant, objective_value
+    n_measurements: int  # runs the fit rests on (every candidate group)
+    n_configurations: int  # distinct configurations measured
+    n_candidates: int
+    energy: str  # "measured" | "modelled" | "none"
+    energy_source: str | None  # the runs' energy_source values
+    meter: str | None  # the board's energy meter (its platform description), if any
+    model: str
+    power_model: str | None
+
+    def as_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+@dataclass
+class _Part:
+    variant: str
+    order: list[int]
+    grid: Grid
+    measured: Measured
+    allowed: np.ndarray  # grid points this part offers (an anchor point may be fitted only)
+    sources: set[str] = field(default_factory=set)
+
+
+def grid_for(platform: dict[str, Any], variant: str, freqs_mhz: Sequence[float | None]
+             ) -> tuple[list[int], Grid]:
+    """The candidate grid of one group: its cpu order and every (cores, frequency) it offers;
+    with a frequency axis when the group was measured at two or more frequencies."""
+    order = cluster_order(platform, variant)
+    fitted = sorted({int(round(f * 1000)) for f in freqs_mhz if f is not None and f == f})
+    order, cc, ff = candidate_grid(platform, fitted if len(fitted) >= 2 else None, order=order)
+    return order, Grid(cc, None if ff is None else ff / 1000.0)
+
+
+def cluster_bounds(platform: dict[str, Any], order: list[int]) -> list[int]:
+    """Core counts at which ``order`` has filled whole clusters (the last is len(order)):
+    [4, 8] on a big.LITTLE board swept LITTLE first; [n] on a board of one cluster."""
+    clusters = [set(c) for c in cluster_orders(platform)]
+    out = []
+    for k in range(1, len(order) + 1):
+        used = set(order[:k])
+        if all(c <= used or not (c & used) for c in clusters):
+            out.append(k)
+    return [k for k in out if k > 0] if len(clusters) > 1 else [len(order)]
+
+
+def _parts(platform: dict[str, Any], variant: str, rows: Sequence[Row]) -> list[_Part]:
+    """One part per segment of the group's cpu order between cluster boundaries. A
+    whole-board sweep of a big.LITTLE board is two regimes (power per core jumps where the
+    big cores join): each segment is fitted on its own runs, the one below it (the cores
+    already filled) as its anchor."""
+    order, grid = grid_for(platform, variant, [r[1] for r in rows])
+    bounds = cluster_bounds(platform, order) if not variant else [len(order)]
+    parts, lo = [], 0
+    for hi in bounds:
+        keep = (grid.cores >= max(lo, 1)) & (grid.cores <= hi)
+        sub = Grid(grid.cores[keep], None if grid.freq_mhz is None else grid.freq_mhz[keep])
+        part = _fill(_Part(variant, order, sub, Measured(), sub.cores > lo), rows)
+        parts.append(part)
+        lo = hi
+    fitted = [p for p in parts if len(set(p.measured.index)) >= 4]
+    if len(fitted) == len(parts):
+        return parts
+    # too few runs in a segment to fit it alone: the whole group as one part
+    return [_fill(_Part(variant, order, grid, Measured(), np.ones(len(grid), bool)), rows)]
+
+
+def _fill(part: _Part, rows: Sequence[Row]) -> _Part:
+    grid = part.grid
+    index = {}
+    for i in range(len(grid)):
+        f = None if grid.freq_mhz is None else round(float(grid.freq_mhz[i]))
+        index[(int(grid.cores[i]), f)] = i
+    for c, f, t, e, src in rows:
+        key = (int(c), None if grid.freq_mhz is None or f is None else round(f))
+        i = index.get(key)
+        if i is None or not t:
+            continue  # outside this part's grid (or a frequency no policy offers now)
+        part.measured.add(i, t, e / t if e is not None else float("nan"))
+        if e is not None and src:
+            part.sources.add(str(src))
+    return part
+
+
+def _policies(platform: dict[str, Any], cpus: list[int], freq_khz: int | None
+              ) -> dict[str, int | None]:
+    out: dict[str, int | None] = {}
+    want = set(cpus)
+    for pol in platform.get("policies") or []:
+        if set(pol.get("related_cpus") or pol.get("cpus") or []) & want and pol.get("name"):
+            out[str(pol["name"])] = freq_khz
+    return out
+
+
+def _variant_cluster(variant: str) -> int | None:
+    return int(variant[7:]) if variant.startswith("cluster") and variant[7:].isdigit() else None
+
+
+def recommend_goal(goal: Goal, platform: dict[str, Any], groups: dict[str, Sequence[Row]],
+                   cluster: int | None = None, max_cores: int | None = None,
+                   tolerance: float = 0.0) -> GoalRecommendation:
+    """The configuration that best serves ``goal`` among the candidates of ``groups``
+    (variant -> runs). Per-cluster groups are used when there are any (``cluster`` keeps
+    one); ``max_cores`` caps the core count. GoalError names what is missing."""
+    per_cluster = {v: r for v, r in groups.items() if _variant_cluster(v) is not None and r}
+    if cluster is not None:
+        name = f"cluster{cluster}"
+        if name not in per_cluster:
+            have = ", ".join(sorted(per_cluster)) or "none (the board was swept as a whole)"
+            raise NotMeasured(f"no per-cluster measurements for cluster {cluster}; "
+                              f"measured clusters: {have}")
+        chosen = {name: per_cluster[name]}
+    elif per_cluster:
+        chosen = per_cluster
+    elif groups.get(""):
+        chosen = {"": groups[""]}
+    else:
+        raise GoalError("no successful runs to recommend from")
+    parts = [p for v, rows in sorted(chosen.items()) for p in _parts(platform, v, rows)]
+    parts = [p for p in parts if len(p.measured)]
+    if not parts:
+        raise GoalError("no run lies on the board's candidate grid")
+    has_power = any(np.isfinite(p.measured.power_w).any() for p in parts)
+    meter_info = platform.get("energy") if isinstance(platform.get("energy"), dict) else {}
+    meter = meter_info.get("source") if meter_info.get("available") else None
+    if goal.needs_power and not has_power:
+        why = f" ({meter_info['reason']})" if meter_info.get("reason") else ""
+        raise NoPowerData(f"{goal.describe()} needs energy or power, and no run of this "
+                          f"workload has any: the board has no energy meter{why}; use "
+                          "--objective time, or measure on a board with RAPL, hwmon power "
+                          "sensors or an energy model")
+    sampler = Sampler(goal, tolerance=tolerance)
+    ests, errors = [], []
+    for p in parts:
+        try:
+            ests.append((p, sampler.estimate(p.grid, p.measured)))
+        except ValueError as exc:
+            errors.append(f"{p.variant or 'board'}: {exc}")
+    if not ests:
+        raise GoalError("no model to recommend from: " + "; ".join(errors))
+    # One choice over every group's grid together.
+    t = np.concatenate([e.time_s for _, e in ests])
+    power_ok = all(e.power_w is not None for _, e in ests)
+
+    def cat(name: str) -> np.ndarray:
+        return np.concatenate([np.asarray(getattr(e, name), float) if getattr(e, name)
+                               is not None else np.full(len(p.grid), np.nan) for p, e in ests])
+
+    p_val, p_lo, p_hi = (cat("power_w"), cat("power_lower"), cat("power_upper"))
+    cores = np.concatenate([p.grid.cores for p, _ in ests])
+    freq = np.concatenate([p.grid.freq_khz if p.grid.freq_khz is not None
+                           else np.full(len(p.grid), np.nan) for p, _ in ests])
+    owner = np.concatenate([np.full(len(p.grid), k) for k, (p, _) in enumerate(ests)])
+    allowed = np.concatenate([p.allowed for p, _ in ests])
+    if max_cores:
+        allowed &= cores <= max_cores
+    if not allowed.any():
+        raise NotMeasured(f"no candidate has at most {max_cores} cores")
+    ok = feasible(goal, t, p_val if power_ok else None) & allowed
+    big = np.where(allowed, t, np.nan)
+    c = choose(goal, big, p_val if power_ok else None, cores, freq, tolerance, ok=ok)
+    i = c.index
+    part = ests[int(owner[i])][0]
+    k = int(cores[i])
+    cpus = part.order[:k]
+    f_khz = None if not np.isfinite(freq[i]) else int(freq[i])
+    runner = None
+    if c.runner_up is not None:
+        r = c.runner_up
+        rp = ests[int(owner[r])][0]
+        runner = {"cores": int(cores[r]), "cpus": rp.order[:int(cores[r])],
+                  "freq_khz": None if not np.isfinite(freq[r]) else int(freq[r]),
+                  "variant": rp.variant, "cluster": _variant_cluster(rp.variant),
+                  "objective_value": float(c.value * (1 + c.margin))}
+    t_lo, t_hi = cat("time_lower"), cat("time_upper")
+
+    def num(a: np.ndarray) -> float | None:
+        v = float(a[i])
+        return v if np.isfinite(v) else None
+
+    sources = set().union(*(p.sources for p, _ in ests))
+    if not has_power:
+        energy = "none"
+    elif sources and all(s.startswith(ESTIMATE_SOURCES) for s in sources):
+        energy = "modelled"
+    else:
+        energy = "measured"
+    e_val = e_lo = e_hi = None
+    if power_ok and num(p_val) is not None:
+        e_val = num(p_val) * num(t)
+        e_lo = (num(p_lo) or 0.0) * (num(t_lo) or 0.0)
+        e_hi = (num(p_hi) or 0.0) * (num(t_hi) or 0.0)
+    measured = [p.measured for p, _ in ests]
+    # an anchor run belongs to two segments: count each measurement once
+    runs = sum(len(m) for m in measured) - sum(
+        sum(1 for j in m.index if not p.allowed[j]) for p, m in
+        zip([p for p, _ in ests], measured))
+    configs = sum(len({j for j in m.index if p.allowed[j]})
+                  for p, m in zip([p for p, _ in ests], measured))
+    return GoalRecommendation(
+        goal=goal.as_dict(), goal_text=goal.describe(), variant=part.variant,
+        cluster=_variant_cluster(part.variant), cores=k, cpus=cpus, threads=k, freq_khz=f_khz,
+        freq_per_policy=_policies(platform, cpus, f_khz),
+        time_s=Interval(num(t), num(t_lo), num(t_hi)),
+        power_w=Interval(num(p_val), num(p_lo), num(p_hi)),
+        energy_j=Interval(e_val, e_lo, e_hi), objective_value=float(c.value),
+        unit=goal.unit, met=c.met, note=c.note, margin=c.margin, runner_up=runner,
+        n_measurements=runs, n_configurations=configs, n_candidates=int(allowed.sum()),
+        energy=energy, energy_source=", ".join(sorted(sources)) or None, meter=meter,
+        model=", ".join(sorted({e.model for _, e in ests})),
+        power_model=", ".join(sorted({e.power_model for _, e in ests if e.power_model}))
+        or None)

@@ -1,0 +1,353 @@
+"""Tune sessions (``opptune tune``): measure few configurations, chosen one at a time by the
+:class:`sampling.Sampler`, until it says stop; then recommend for the goal, push the
+configuration to the agent and wait for its verification.
+
+A session lives in the daemon (the CLI only starts and follows it: a CLI that goes away does
+not stop it). Each configuration is a one-point job on the sweep path (jobs.py): its runs are
+stored, counted and failed like a sweep's. On a board of several clusters each cluster is
+tuned in turn (variant ``cluster<i>``, its own grid and cpu order) and the recommendation
+compares them; configurations spanning clusters are not tuned.
+
+The Sampler fits models; it runs in a worker thread so that ingest never waits on it. The
+store is read only from the service loop.
+"""
+
+from __future__ import annotations
+
+import concurrent.futures
+import logging
+import time
+import uuid
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from .errors import HandlerError
+from .goal_query import apply, parse_goal, recommend_for
+from .goal_recommend import _fill, _Part
+from .jobs import UNSUCCESSFUL_JOB_STATES
+from .objectives import Goal
+from .planner import cluster_orders, new_job_id, offered_frequencies, sweep_order
+from .recommend import candidate_grid
+from .registry import board_name
+from .sampling import Grid, Measured, Proposal, Sampler
+from .store import Group
+
+if TYPE_CHECKING:
+    from .service import Daemon
+
+log = logging.getLogger("opptune.daemon")
+
+ACTIVE = ("measuring", "verifying")
+FINAL = ("done", "failed")
+VERDICT_STATES = ("verified", "off", "refused", "failed")
+
+
+@dataclass
+class Segment:
+    variant: str
+    order: list[int]
+    grid: Grid
+    budget: int | None
+    measured: int = 0  # configurations measured by this session
+    stop_reason: str | None = None
+
+
+@dataclass
+class Session:
+    tune_id: str
+    agent: str
+    workload: str
+    size: str
+    goal: Goal
+    segments: list[Segment]
+    reps: int
+    warmup: int
+    cluster: int | None
+    max_cores: int | None
+    started: float
+    state: str = "measuring"  # measuring, verifying, done, failed
+    reason: str | None = None
+    current: int = 0  # index into segments
+    job_id: str | None = None
+    job_started: float | None = None
+    job_seconds: list[float] = field(default_factory=list)
+    steps: list[dict[str, Any]] = field(default_factory=list)
+    pending: concurrent.futures.Future | None = None
+    recommendation: dict[str, Any] | None = None
+    config_id: str | None = None
+    verification: dict[str, Any] | None = None
+    updated: float = 0.0
+
+    def view(self, now: float) -> dict[str, Any]:
+        grid = sum(len(s.grid) for s in self.segments)
+        budget = sum(s.budget for s in self.segments) if all(
+            s.budget for s in self.segments) else None
+        measured = sum(s.measured for s in self.segments)
+        per = float(np.median(self.job_seconds)) if self.job_seconds else None
+        # ETA: the remaining budget (or, without one, one more measurement) at the median pace
+        left = (budget - measured) if budget else (1 if self.state == "measuring" else 0)
+        return {"tune_id": self.tune_id, "agent": self.agent, "workload": self.workload,
+                "size": self.size, "goal": self.goal.as_dict(), "goal_text":
+                self.goal.describe(), "state": self.state, "reason": self.reason,
+                "measured": measured, "budget": budget, "grid": grid,
+                "segments": [{"variant": s.variant, "cpus": s.order, "grid": len(s.grid),
+                              "measured": s.measured, "stop_reason": s.stop_reason}
+                             for s in self.segments],
+                "steps": self.steps, "job_id": self.job_id,
+                "eta_s": None if per is None or self.state not in ACTIVE else
+                round(per * max(left, 0), 1),
+                "elapsed_s": round((self.updated if self.state in FINAL else now)
+                                   - self.started, 3),
+                "recommendation": self.recommendation, "config_id": self.config_id,
+                "verification": self.verification}
+
+
+def segment_grid(platform: dict[str, Any], order: list[int], max_cores: int | None) -> Grid:
+    """Every (cores, frequency) the cpus of ``order`` offer (cores only without cpufreq)."""
+    table = offered_frequencies(platform, order) or []
+    _, cc, ff = candidate_grid(platform, table if len(table) >= 2 else None,
+                               max_cores=max_cores or None, order=order)
+    return Grid(cc, None if ff is None else ff / 1000.0)
+
+
+class Tuner:
+    """The daemon's tune sessions. Called from the service loop only (``poll`` each turn)."""
+
+    def __init__(self, daemon: Daemon):
+        self.d = daemon
+        self.sessions: dict[str, Session] = {}
+        self._by_job: dict[str, str] = {}
+        self._pool = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="opptune-tune")
+
+    def close(self) -> None:
+        self._pool.shutdown(wait=False, cancel_futures=True)
+
+    # -- queries ------------------------------------------------------------------------------
+    def start(self, args: dict[str, Any]) -> dict[str, Any]:
+        """The ``tune`` query: check everything before anything is sent, then start."""
+        d = self.d
+        agent, workload = args.get("agent"), args.get("workload")
+        if not isinstance(agent, str) or not isinstance(workload, str):
+            raise HandlerError("bad_args", "tune needs args.agent and args.workload (text)")
+        goal = parse_goal(args)
+        ints = {}
+        for key in ("budget", "cluster", "max_cores", "reps"):
+            v = args.get(key)
+            if v is not None and (not isinstance(v, int) or isinstance(v, bool) or v < 0
+                                  or (key in ("budget", "reps") and v < 1)):
+                raise HandlerError("bad_args", f"tune {key.replace('_', '-')} must be a whole "
+                                               f"number >= {1 if key in ('budget', 'reps') else 0}"
+                                               f", not {v!r}")
+            ints[key] = v
+        info = d.registry.get(agent)
+        if info is None:
+            known = ", ".join(sorted(a.agent_id for a in d.registry.all())) or "none"
+            raise HandlerError("unknown_agent", f"no agent '{agent}' (known agents: {known})")
+        if info.identity is None or not info.alive(d.config.agent_timeout_s):
+            raise HandlerError("agent_offline", f"agent '{agent}' is not connected to this "
+                                                "daemon; start opptune-agent on the board")
+        offered = info.workload_names()
+        if workload not in offered:
+            raise HandlerError("unknown_workload", f"agent '{agent}' does not offer {workload}; "
+                                                   f"it offers {', '.join(sorted(offered))}")
+        sizes = info.workload_sizes(workload)
+        size = args.get("size")
+        if size is not None and (not isinstance(size, str) or (sizes and size not in sizes)):
+            raise HandlerError("unknown_size", f"agent '{agent}' has no size {size!r} for "
+                                               f"{workload}; it offers {', '.join(sizes)}")
+        if size is None:
+            size = d.config.sweep.size if not sizes or d.config.sweep.size in sizes else sizes[0]
+        platform = info.platform or {}
+        meter = platform.get("energy") if isinstance(platform.get("energy"), dict) else {}
+        if goal.needs_power and not meter.get("available"):
+            # without power every configuration would look alike to the Sampler: refuse
+            # rather than measure the whole grid for nothing
+            raise HandlerError("no_power", f"{goal.describe()} needs energy or power, and "
+                                           f"board {board_name(platform, info.platform_id)} "
+                                           "has no energy meter"
+                                           + (f" ({meter['reason']})" if meter.get("reason")
+                                              else "") + "; use --objective time")
+        orders = cluster_orders(platform)
+        cluster = ints["cluster"]
+        if cluster is not None:
+            if len(orders) < 2 or cluster >= len(orders):
+                raise HandlerError("bad_args", f"board {board_name(platform, info.platform_id)}"
+                                               f" has {len(orders)} cluster(s): --cluster "
+                                               f"must be 0..{len(orders) - 1}"
+                                   if len(orders) > 1 else
+                                   f"board {board_name(platform, info.platform_id)} has one "
+                                   "cluster: leave out --cluster")
+            parts = [(f"cluster{cluster}", orders[cluster])]
+        elif len(orders) > 1:
+            parts = [(f"cluster{i}", o) for i, o in enumerate(orders)]
+        else:
+            parts = [("", sweep_order(platform))]
+        budget = ints["budget"]
+        if budget is not None and budget < len(parts):
+            raise HandlerError("bad_args", f"a budget of {budget} cannot measure the "
+                                           f"{len(parts)} clusters: give at least {len(parts)}")
+        segments = []
+        for k, (variant, order) in enumerate(parts):
+            grid = segment_grid(platform, order, ints["max_cores"])
+            share = None if budget is None else budget // len(parts) + (
+                1 if k < budget % len(parts) else 0)
+            segments.append(Segment(variant, order, grid, share))
+        now = time.time()
+        s = Session("tune-" + uuid.uuid4().hex[:16], agent, workload, size, goal, segments,
+                    ints["reps"] or d.config.sweep.reps, d.config.sweep.warmup, cluster,
+                    ints["max_cores"], now, updated=now)
+        self.sessions[s.tune_id] = s
+        log.info("tune %s: %s of %s (%s) on %s over %d configurations%s", s.tune_id,
+                 goal.describe(), workload, size, agent, sum(len(g.grid) for g in segments),
+                 f", budget {budget}" if budget else "")
+        self._next(s)
+        return s.view(now)
+
+    def status(self, args: dict[str, Any]) -> dict[str, Any]:
+        tune_id = args.get("tune_id")
+        s = self.sessions.get(tune_id) if isinstance(tune_id, str) else None
+        if s is None:
+            raise HandlerError("bad_args", f"no tune session {tune_id!r} in this daemon "
+                                           "instance")
+        return s.view(time.time())
+
+    # -- the loop -----------------------------------------------------------------------------
+    def owns(self, job_id: str) -> bool:
+        return job_id in self._by_job
+
+    def job_done(self, job_id: str) -> None:
+        """A session's one-point job has all its runs: ask for the next configuration."""
+        s = self.sessions.get(self._by_job.pop(job_id, ""))
+        if s is None or s.state != "measuring" or s.job_id != job_id:
+            return
+        if s.job_started is not None:
+            s.job_seconds.append(time.time() - s.job_started)
+        s.segments[s.current].measured += 1
+        s.job_id = None
+        self._next(s)
+
+    def poll(self, now: float, full: bool = True) -> None:
+        """Take the Sampler's finished proposals; with ``full`` (about once a second) also
+        look at each session's agent, job and verification."""
+        for s in list(self.sessions.values()):
+            if s.state in FINAL:
+                continue
+            if s.pending is not None:
+                if s.pending.done():
+                    fut, s.pending = s.pending, None
+                    try:
+                        self._proposed(s, fut.result())
+                    except Exception as exc:
+                        log.exception("tune %s", s.tune_id)
+                        self._fail(s, f"the sampler failed: {type(exc).__name__}: {exc}")
+                continue
+            if not full:
+                continue
+            info = self.d.registry.get(s.agent)
+            if info is None or not info.alive(self.d.config.agent_timeout_s, now):
+                seen = "never" if info is None or not info.last_seen else \
+                    f"{now - info.last_seen:.0f} s ago"
+                self._fail(s, f"agent {s.agent} is gone (last seen {seen}; agent_timeout_s = "
+                              f"{self.d.config.agent_timeout_s:g})")
+                continue
+            if s.state == "measuring" and s.job_id is not None:
+                job = self.d.store.job(s.job_id)
+                if job is not None and job["state"] in UNSUCCESSFUL_JOB_STATES:
+                    self._fail(s, f"job {s.job_id} {job['state']}: {job.get('reason')}")
+            elif s.state == "verifying" and s.config_id is not None:
+                rec = self.d.store.recommendation(s.config_id)
+                if rec is not None and rec["state"] in VERDICT_STATES:
+                    s.verification = {k: rec[k] for k in ("state", "verified_time_s", "error",
+                                                          "predicted_time_s",
+                                                          "predicted_lower_s",
+                                                          "predicted_upper_s")}
+                    if rec["state"] in ("verified", "off"):
+                        self._end(s, "done", f"applied and {rec['state']}"
+                                  + (f" ({rec['error']})" if rec["error"] else ""))
+                    else:
+                        self._fail(s, f"the agent {rec['state']} the configuration: "
+                                      f"{rec['error']}")
+
+    def _next(self, s: Session) -> None:
+        """Ask the Sampler (off the loop) what to measure next in the current segment."""
+        seg = s.segments[s.current]
+        group = Group(self._platform_id(s), s.workload, s.size, seg.variant)
+        rows = self.d.store.group_energy_runs(group)
+        if seg.budget is not None and seg.measured >= seg.budget:
+            # the session's budget counts its own measurements, not runs stored before it
+            self._proposed(s, Proposal(None, f"the budget of {seg.budget} configurations is "
+                                             "spent"))
+            return
+        part = _fill(_Part(seg.variant, seg.order, seg.grid, Measured(),
+                           np.ones(len(seg.grid), bool)), rows)
+        s.pending = self._pool.submit(_propose, Sampler(s.goal), seg.grid, part.measured)
+
+    def _proposed(self, s: Session, proposal: Any) -> None:
+        seg = s.segments[s.current]
+        if proposal.index is None or seg.measured >= len(seg.grid):
+            seg.stop_reason = proposal.reason if proposal.index is None else \
+                "every configuration is measured"
+            log.info("tune %s: %s done: %s", s.tune_id, seg.variant or "board",
+                     seg.stop_reason)
+            if s.current + 1 < len(s.segments):
+                s.current += 1
+                self._next(s)
+            else:
+                self._recommend(s)
+            return
+        i = proposal.index
+        k = int(seg.grid.cores[i])
+        f = None if seg.grid.freq_mhz is None else int(round(seg.grid.freq_mhz[i] * 1000))
+        point: dict[str, Any] = {"cpus": seg.order[:k], "threads": k, "freq_khz": f}
+        if seg.variant:
+            point["variant"] = seg.variant
+        job = {"job_id": new_job_id(), "workload": s.workload, "size": s.size,
+               "points": [point], "reps": s.reps, "warmup": s.warmup}
+        s.steps.append({"variant": seg.variant, "cores": k, "cpus": point["cpus"],
+                        "freq_khz": f, "reason": proposal.reason, "job_id": job["job_id"]})
+        s.job_id, s.job_started, s.updated = job["job_id"], time.time(), time.time()
+        self._by_job[job["job_id"]] = s.tune_id
+        self.d.jobs.send(s.agent, job)
+
+    def _recommend(self, s: Session) -> None:
+        try:
+            rec = recommend_for(self.d, s.agent, s.workload, s.goal, s.size, s.cluster,
+                                s.max_cores)
+            rec["applied"] = apply(self.d, rec)
+        except HandlerError as exc:
+            self._fail(s, f"no recommendation: {exc}")
+            return
+        s.recommendation, s.config_id = rec, rec["applied"]["config_id"]
+        s.state, s.updated = "verifying", time.time()
+        log.info("tune %s: recommend %d cores at %s (config %s)", s.tune_id, rec["cores"],
+                 rec["freq_khz"], s.config_id)
+
+    def _fail(self, s: Session, reason: str) -> None:
+        self._end(s, "failed", reason)
+        log.warning("tune %s failed: %s", s.tune_id, reason)
+
+    def _end(self, s: Session, state: str, reason: str) -> None:
+        s.state, s.reason, s.updated = state, reason, time.time()
+        if s.job_id:
+            self._by_job.pop(s.job_id, None)
+
+    def _platform_id(self, s: Session) -> str:
+        info = self.d.registry.get(s.agent)
+        return info.platform_id if info else ""
+
+
+def _propose(sampler: Sampler, grid: Grid, measured: Measured) -> Proposal:
+    """The Sampler's next index, with repeated runs of one configuration as one measurement
+    (the Sampler counts entries; a configuration's reps are its median)."""
+    by: dict[int, list[tuple[float, float]]] = {}
+    for i, t, p in zip(measured.index, measured.time_s, measured.power_w):
+        by.setdefault(i, []).append((t, p))
+    m = Measured()
+    for i, vals in by.items():
+        arr = np.asarray(vals, float)
+        p = arr[:, 1]
+        m.add(i, float(np.median(arr[:, 0])),
+              float(np.median(p[np.isfinite(p)])) if np.isfinite(p).any() else float("nan"))
+    return sampler.propose(grid, m)

@@ -1,0 +1,182 @@
+"""``opptune tune`` and ``opptune recommend`` end to end: real daemon and agent processes on the
+odroid-xu4 virtual board (big.LITTLE, INA power sensors), the installed ``opptune`` command
+run from another directory."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from opptune.agent.virtual_board import board_spec, make_tree, run_model
+from procs import Cluster
+
+pytestmark = pytest.mark.integration
+
+OPPTUNE = str(Path(sys.executable).parent / "opptune")
+XU4 = board_spec("odroid-xu4")
+
+
+def opptune(*argv: str, cwd: Path, timeout: float = 120) -> subprocess.CompletedProcess:
+    env = {**os.environ, "COLUMNS": "200"}  # rich tables unwrapped, as on a wide terminal
+    return subprocess.run([OPPTUNE, *argv], capture_output=True, text=True, cwd=cwd,
+                          timeout=timeout, env=env)
+
+
+def energy_j(cpus: list[int], f_khz: int) -> float:
+    m = run_model(XU4, cpus, len(cpus), {c: f_khz for c in cpus})
+    return m["time_s"] * m["power_w"]
+
+
+def grid_energies() -> dict[tuple[int, ...], float]:
+    """True energy of every per-cluster configuration (what tune chooses among)."""
+    out = {}
+    for cl in XU4["clusters"]:
+        for k in range(1, len(cl["cpus"]) + 1):
+            for f in cl["freqs_khz"]:
+                out[(*cl["cpus"][:k], f)] = energy_j(cl["cpus"][:k], f)
+    return out
+
+
+def start(tmp: Path, kernels=("pi_integrate", "triad")) -> Cluster:
+    root = make_tree("odroid-xu4", str(tmp / "board"))
+    c = Cluster(tmp, kernels=kernels, auto_sweep=False, max_cores=0,
+                extra_agent={"virtual_board": "odroid-xu4", "sysfs_root": root})
+    c.start_daemon()
+    c.start_agent()
+    c.wait_for(lambda s: any(a["alive"] for a in s["agents"]), 30, "the agent's hello")
+    return c
+
+
+def one_line(proc: subprocess.CompletedProcess, code: int, *needles: str) -> None:
+    assert proc.returncode == code, proc.stdout + proc.stderr
+    assert "Traceback" not in proc.stderr and proc.stdout == ""
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1, proc.stderr
+    for n in needles:
+        assert n in lines[0], lines[0]
+
+
+def test_tune_energy_then_recommend_energy_beside_time(tmp_path):
+    c = start(tmp_path)
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    try:
+        proc = opptune("tune", "--daemon", c.endpoint, "--agent", "test-agent", "--workload",
+                       "pi_integrate", "--objective", "energy", "--json", cwd=elsewhere)
+        assert proc.returncode == 0, proc.stdout + proc.stderr + c.logs()
+        s = json.loads(proc.stdout)  # stdout holds only JSON
+        assert s["state"] == "done" and s["verification"]["state"] in ("verified", "off")
+        truth = grid_energies()
+        assert s["grid"] == len(truth) == 13 * 4 + 19 * 4
+        # each step is one configuration measured by the session, a one-point job
+        measured = {(*st["cpus"], st["freq_khz"]) for st in s["steps"]}
+        assert len(measured) == s["measured"] == len(s["steps"])
+        assert s["measured"] <= 0.15 * s["grid"], s["steps"]
+        jobs = c.rows("SELECT job_id, n_points, state FROM jobs")
+        assert {j for j, _, _ in jobs} >= {st["job_id"] for st in s["steps"]}
+        assert all(n == 1 and state == "done" for _, n, state in jobs)
+        r = s["recommendation"]
+        got = energy_j(r["cpus"], r["freq_khz"])
+        assert got <= 1.03 * min(truth.values()), (r, min(truth.values()))
+        assert r["energy"] == "measured" and r["cluster"] in (0, 1)
+        assert r["freq_per_policy"] == {f"policy{r['cpus'][0]}": r["freq_khz"]}
+        assert r["applied"]["state"] == "pushed"
+        st = c.status()
+        applied = [x for x in st["recommendations"] if x["config_id"] == s["config_id"]]
+        assert applied and applied[0]["state"] == s["verification"]["state"]
+        assert applied[0]["cpus"] == r["cpus"] and applied[0]["freq_khz"] == r["freq_khz"]
+
+        # the energy recommendation is far cheaper than the time one, from the same runs
+        rec = {}
+        for objective in ("time", "energy"):
+            p = opptune("recommend", "--daemon", c.endpoint, "--agent", "test-agent",
+                        "--workload", "pi_integrate", "--objective", objective, "--json",
+                        cwd=elsewhere)
+            assert p.returncode == 0, p.stderr
+            rec[objective] = json.loads(p.stdout)
+        t, e = rec["time"], rec["energy"]
+        assert t["time_s"]["value"] < e["time_s"]["value"]
+        assert energy_j(t["cpus"], t["freq_khz"]) > 1.5 * energy_j(e["cpus"], e["freq_khz"])
+        for x in (t, e):
+            assert x["n_configurations"] >= s["measured"] and x["applied"] is None
+            assert x["energy_j"]["lower"] <= x["energy_j"]["value"] <= x["energy_j"]["upper"]
+
+        # the table names everything a user acts on
+        p = opptune("recommend", "--daemon", c.endpoint, "--agent", "test-agent", "--workload",
+                    "pi_integrate", "--objective", "edp", "--deadline", "50ms", cwd=elsewhere)
+        assert p.returncode == 0, p.stderr
+        for needle in ("energy-delay product under a 0.05 s deadline", "cluster", "policy",
+                       "runner-up", "rests on", "measured (workload; board meter hwmon-power)"):
+            assert needle in p.stdout, p.stdout
+
+        # --apply pushes it; the agent applies and verifies it
+        p = opptune("recommend", "--daemon", c.endpoint, "--agent", "test-agent", "--workload",
+                    "pi_integrate", "--objective", "time", "--power-cap", "2W", "--apply",
+                    "--json", cwd=elsewhere)
+        assert p.returncode == 0, p.stderr
+        pushed = json.loads(p.stdout)
+        assert pushed["power_w"]["value"] <= 2.0 and pushed["applied"]["state"] == "pushed"
+        cid = pushed["applied"]["config_id"]
+        st = c.wait_for(lambda st: any(x["config_id"] == cid and x["state"] in
+                                       ("verified", "off") for x in st["recommendations"]),
+                        60, "the verification of the pushed configuration")
+
+        # wrong input: one line, exit 2, nothing pushed
+        n_recs = len(st["recommendations"])
+        base = ["--daemon", c.endpoint, "--agent", "test-agent", "--workload", "pi_integrate"]
+        one_line(opptune("recommend", *base, "--objective", "speed", cwd=elsewhere), 2,
+                 "unknown objective 'speed'", "time, energy, edp, ed2p")
+        one_line(opptune("recommend", *base, "--deadline", "soon", "--apply", cwd=elsewhere),
+                 2, "cannot read the deadline 'soon'", "2.5s")
+        one_line(opptune("recommend", "--daemon", c.endpoint, "--agent", "nobody",
+                         "--workload", "pi_integrate", cwd=elsewhere), 2,
+                 "no agent 'nobody'", "test-agent")
+        one_line(opptune("recommend", "--daemon", c.endpoint, "--agent", "test-agent",
+                         "--workload", "triad", "--objective", "energy", cwd=elsewhere), 2,
+                 "no measurements of triad", "opptune sweep")
+        one_line(opptune("recommend", *base, "--cluster", "5", cwd=elsewhere), 2,
+                 "cluster 5", "cluster0, cluster1")
+        one_line(opptune("tune", *base, "--budget", "0", cwd=elsewhere), 2, "--budget")
+        one_line(opptune("tune", *base, "--cluster", "7", cwd=elsewhere), 2,
+                 "--cluster must be 0..1")
+        assert len(c.status()["recommendations"]) == n_recs
+    finally:
+        c.stop()
+
+
+def test_tune_with_a_budget_ends_with_a_verdict(tmp_path):
+    c = start(tmp_path, kernels=("pi_integrate",))
+    try:
+        proc = opptune("tune", "--daemon", c.endpoint, "--agent", "test-agent", "--workload",
+                       "pi_integrate", "--objective", "edp", "--cluster", "1", "--budget", "3",
+                       cwd=tmp_path)
+        assert proc.returncode == 0, proc.stdout + proc.stderr + c.logs()
+        assert "measured 3 of 76 configurations" in proc.stdout
+        assert "budget of 3 configurations is spent" in proc.stdout
+        assert "cluster 1" in proc.stdout and "done: applied and " in proc.stdout
+        assert "3 of 3 (budget) configurations" in proc.stderr  # the progress display
+    finally:
+        c.stop()
+
+
+def test_tune_fails_with_the_reason_when_the_agent_is_gone(tmp_path):
+    c = start(tmp_path, kernels=("pi_integrate",))
+    try:
+        c.agent.send_signal(signal.SIGSTOP)  # alive for agent_timeout_s more, then gone
+        proc = opptune("tune", "--daemon", c.endpoint, "--agent", "test-agent", "--workload",
+                       "pi_integrate", "--objective", "energy", "--no-progress",
+                       cwd=tmp_path, timeout=60)
+        assert proc.returncode == 1, proc.stdout + proc.stderr
+        last = proc.stderr.strip().splitlines()[-1]
+        assert last.startswith("opptune tune: tune-") and "agent test-agent is gone" in last
+        assert "failed: agent test-agent is gone" in proc.stdout
+    finally:
+        if c.agent is not None and c.agent.poll() is None:
+            os.kill(c.agent.pid, signal.SIGCONT)
+        c.stop()

@@ -1,0 +1,133 @@
+"""The daemon's ``recommend`` and ``tune`` queries against a test DEALER agent (the daemon loop
+in a thread, real sockets): a tune session sends one-point jobs until the Sampler stops, then
+pushes the recommendation and follows its verification; goals needing power on a board
+without a meter are refused with the reason."""
+
+import time
+
+import pytest
+import zmq
+
+from opptune.daemon.service import Daemon
+from opptune.shared import protocol as P
+from opptune.shared.config import DaemonConfig, SweepDefaults
+from opptune.shared.records import RunRecord
+
+NO_METER = {"id": "plat-q", "sweep_order": [0, 1, 2, 3], "cpus_online": [0, 1, 2, 3],
+            "energy": {"available": False, "reason": "no RAPL, hwmon or energy model"}}
+METER = {**NO_METER, "id": "plat-m",
+         "energy": {"available": True, "reason": None, "source": "rapl:package-0"}}
+
+
+@pytest.fixture
+def daemon(tmp_path):
+    cfg = DaemonConfig(bind="tcp://127.0.0.1:0", database=str(tmp_path / "d.db"),
+                       auto_sweep=False, agent_timeout_s=30,
+                       sweep=SweepDefaults(size="small", reps=1, warmup=0))
+    d = Daemon(cfg)
+    d.start_thread()
+    yield d
+    d.stop()
+
+
+class Agent:
+    def __init__(self, endpoint, platform):
+        self.platform = platform
+        self.sock = zmq.Context.instance().socket(zmq.DEALER)
+        self.sock.setsockopt(zmq.IDENTITY, b"q1")
+        self.sock.setsockopt(zmq.LINGER, 0)
+        self.sock.connect(endpoint)
+        self.send("hello", {"platform": platform, "workloads": ["wl"], "agent_version": "t"})
+
+    def send(self, msg_type, body):
+        msg = P.make(msg_type, "q1", body)
+        self.sock.send(P.encode(msg))
+        return msg["id"]
+
+    def expect(self, msg_type, timeout_s=20.0, ref=None):
+        deadline = time.monotonic() + timeout_s
+        while True:
+            left = deadline - time.monotonic()
+            if left <= 0 or not self.sock.poll(int(left * 1000)):
+                raise AssertionError(f"no {msg_type} message within {timeout_s} s")
+            msg = P.decode(self.sock.recv())
+            types = (msg_type,) if isinstance(msg_type, str) else msg_type
+            if msg["type"] in (*types, "error") and (ref is None or
+                                                      msg["body"].get("ref") == ref):
+                return msg
+
+    def query(self, what, args):
+        return self.expect("reply", ref=self.send("query", {"what": what, "args": args}))
+
+    def close(self):
+        self.sock.close(0)
+
+
+def record(platform, cores, freq_khz=None, energy=True):
+    t = 8.0 * (0.2 + 0.8 / cores)
+    power = 2.0 + 1.0 * cores  # watts: static + per core
+    return RunRecord(platform=platform["id"], workload="wl", input="small", cores=cores,
+                     cpus=list(range(cores)), threads=cores, rep=0, time_s=t,
+                     energy_j=power * t if energy else None,
+                     energy_source="rapl:package-0" if energy else None).to_dict()
+
+
+def test_goals_needing_power_are_refused_without_a_meter(daemon):
+    a = Agent(daemon.endpoint, NO_METER)
+    try:
+        err = a.query("tune", {"agent": "q1", "workload": "wl", "objective": "energy"})
+        assert err["type"] == "error" and err["body"]["code"] == "no_power"
+        assert "has no energy meter (no RAPL, hwmon or energy model)" in err["body"]["message"]
+        err = a.query("recommend", {"agent": "q1", "workload": "wl"})
+        assert err["body"]["code"] == "no_measurements"
+        for seq, cores in enumerate((1, 2, 3, 4)):
+            a.send("result", {"job_id": "j1", "seq": seq, "of": 4,
+                              "record": record(NO_METER, cores, energy=False)})
+            a.expect("ack")
+        rec = a.query("recommend", {"agent": "q1", "workload": "wl"})["body"]["data"]
+        assert rec["cores"] == 4 and rec["energy"] == "none"
+        assert rec["energy_j"] == {"value": None, "lower": None, "upper": None}
+        err = a.query("recommend", {"agent": "q1", "workload": "wl", "objective": "edp"})
+        assert err["body"]["code"] == "no_power"
+        assert "no run of this workload has any" in err["body"]["message"]
+        err = a.query("recommend", {"agent": "q1", "workload": "wl", "deadline": "soon"})
+        assert err["body"]["code"] == "bad_args" and "'soon'" in err["body"]["message"]
+    finally:
+        a.close()
+
+
+def test_tune_measures_one_configuration_per_job_then_pushes_and_verifies(daemon):
+    a = Agent(daemon.endpoint, METER)
+    try:
+        start = a.query("tune", {"agent": "q1", "workload": "wl", "objective": "energy"})
+        s = start["body"]["data"]
+        assert s["state"] == "measuring" and s["grid"] == 4 and s["budget"] is None
+        seen = []
+        while True:
+            msg = a.expect(("job", "config"))  # another one-point job, or the result
+            if msg["type"] == "config":
+                break
+            job = msg["body"]
+            (point,) = job["points"]
+            assert job["reps"] == 1 and point["freq_khz"] is None
+            seen.append(len(point["cpus"]))
+            a.send("result", {"job_id": job["job_id"], "seq": 0, "of": 1,
+                              "record": record(METER, len(point["cpus"]))})
+        cfg = msg["body"]
+        # energy = (2 + k) * 8 * (0.2 + 0.8 / k): 24, 19.2, 18.7, 19.2 J: lowest at 3 cores
+        assert cfg["cpus"] == [0, 1, 2] and len(seen) == len(set(seen)) <= 4
+        st = a.query("tune_status", {"tune_id": s["tune_id"]})["body"]["data"]
+        assert st["state"] == "verifying" and st["config_id"] == cfg["config_id"]
+        assert st["recommendation"]["energy"] == "measured"
+        assert [x["cores"] for x in st["steps"]] == seen
+        a.send("applied", {"config_id": cfg["config_id"], "ok": True,
+                           "records": [record(METER, 3)]})
+        deadline = time.monotonic() + 10
+        while st["state"] == "verifying" and time.monotonic() < deadline:
+            st = a.query("tune_status", {"tune_id": s["tune_id"]})["body"]["data"]
+        assert st["state"] == "done" and st["verification"]["state"] in ("verified", "off")
+        assert st["reason"].startswith("applied and ")
+        err = a.query("tune_status", {"tune_id": "tune-nothing"})
+        assert err["body"]["code"] == "bad_args"
+    finally:
+        a.close()
