@@ -27,7 +27,12 @@ demo: venv
 test: venv
 	$(PY) -m pytest -q $(PYTEST_ARGS)
 
-bench: venv
+# the benchmarks also compare with optuna's Bayesian optimisation (the bench extra)
+$(VENV)/.opptune-bench: $(STAMP)
+	$(PY) -m pip install -q -e '.[test,bench]'
+	touch $@
+
+bench: $(VENV)/.opptune-bench
 	$(PY) benchmarks/run_all.py
 
 # The agent installed as README's "On a board" says, on emulated Debian 12 ARM (root, mmdebstrap,

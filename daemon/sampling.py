@@ -233,11 +233,14 @@ class Sampler:
         ens, _, _, _ = self._ensemble(grid, measured)  # ValueError: nothing to fit yet
         w = ens.weight
         t_mean = np.exp(w @ ens.log_t)
-        t_lo, t_up = lower(ens.log_t, ens.sigma_t, w), upper(ens.log_t, ens.sigma_t, w)
+        # the bounds enclose the mean even where the spread is nil (a measured point)
+        t_lo = np.minimum(lower(ens.log_t, ens.sigma_t, w), t_mean)
+        t_up = np.maximum(upper(ens.log_t, ens.sigma_t, w), t_mean)
         p_mean = p_lo = p_up = None
         if ens.log_p is not None:
             p_mean = np.exp(w @ ens.log_p)
-            p_lo, p_up = lower(ens.log_p, ens.sigma_p, w), upper(ens.log_p, ens.sigma_p, w)
+            p_lo = np.minimum(lower(ens.log_p, ens.sigma_p, w), p_mean)
+            p_up = np.maximum(upper(ens.log_p, ens.sigma_p, w), p_mean)
         choice = choose(self.goal, t_up, p_up, grid.cores, grid.freq_khz, self.tolerance)
         model = "ensemble[" + ",".join(ens.time_names) + "]"
         pmodel = None if ens.log_p is None else "ensemble[" + ",".join(ens.power_names) + "]"

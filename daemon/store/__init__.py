@@ -128,7 +128,7 @@ class Store(ABC):
     @abstractmethod
     def group_energy_runs(self, group: Group
                           ) -> list[tuple[int, float | None, float, float | None, str | None]]:
-        """(cores, freq_mhz, time_s, energy_j, energy_source) of the group's successful runs,
+        """(cores, freq_mhz, time_s, energy_j, energy_source) of the runs ``group_runs`` gives,
         in the order of ``group_runs``: what a goal needing power is fitted to."""
 
     # fits and recommendations

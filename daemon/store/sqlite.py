@@ -248,14 +248,18 @@ class SQLiteStore(Store):
             out.setdefault(Group(*r[:4]), []).append((r[4], r[5], r[6], r[7], bool(r[8])))
         return out
 
-    def group_runs(self, group: Group) -> list[tuple[int, float | None, float]]:
-        since = self.drift_since(group)
-        return [tuple(r) for r in self.db.execute(
-            "SELECT cores, freq_mhz, time_s FROM runs WHERE platform=? AND workload=? AND "
+    def _fit_rows(self, group: Group, columns: str) -> Any:
+        """The group's runs a fit may use: successful, not throttled, not a verification
+        judged off, and received since the group's last drift event."""
+        return self.db.execute(
+            f"SELECT {columns} FROM runs WHERE platform=? AND workload=? AND "
             "input=? AND variant=? AND ok=1 AND throttled=0 AND time_s IS NOT NULL "
             "AND received >= ? AND (job_id IS NULL OR job_id NOT IN "
             "(SELECT id FROM recommendations WHERE state='off')) ORDER BY cores, freq_mhz",
-            (*group, since or 0.0))]
+            (*group, self.drift_since(group) or 0.0))
+
+    def group_runs(self, group: Group) -> list[tuple[int, float | None, float]]:
+        return [tuple(r) for r in self._fit_rows(group, "cores, freq_mhz, time_s")]
 
     # -- drift ----------------------------------------------------------------------------------
     def save_drift(self, agent: str, group: Group, reason: str, job_ids: list[str],
@@ -280,10 +284,8 @@ class SQLiteStore(Store):
     def group_energy_runs(self, group: Group
                           ) -> list[tuple[int, float | None, float, float | None, str | None]]:
         out = []
-        for c, f, t, e, text, packed in self.db.execute(
-                "SELECT cores, freq_mhz, time_s, energy_j, record, record_msgpack FROM runs "
-                "WHERE platform=? AND workload=? AND input=? AND variant=? AND ok=1 AND "
-                "time_s IS NOT NULL ORDER BY cores, freq_mhz", tuple(group)):
+        for c, f, t, e, text, packed in self._fit_rows(
+                group, "cores, freq_mhz, time_s, energy_j, record, record_msgpack"):
             source = None
             if e is not None:  # the source is not a column: read it from the stored record
                 raw = json.loads(text) if packed is None else msgpack.unpackb(packed)
