@@ -119,8 +119,16 @@ def cmd_recommend(args: argparse.Namespace) -> int:
     q = goal_args("recommend", args)
     if q is None:
         return 2
-    if args.apply:
+    if args.apply or args.pid is not None or args.unit:
         q["apply"] = True
+    if args.pid is not None:
+        if args.pid <= 0:
+            print(f"opptune recommend: --pid must be a process id (> 0), not {args.pid}",
+                  file=sys.stderr)
+            return 2
+        q["target"] = {"kind": "pid", "pid": args.pid}
+    elif args.unit:
+        q["target"] = {"kind": "unit", "unit": args.unit}
     try:
         data = query(_endpoint(args), "recommend", q, timeout_s=args.timeout)
     except BadEndpoint as exc:
@@ -150,7 +158,15 @@ def add_parsers(sub: Any, link_options: Any) -> None:
     link_options(p)
     add_goal_options(p)
     p.add_argument("--apply", action="store_true",
-                   help="push it to the agent, which applies and verifies it")
+                   help="push it to the agent, which applies and verifies it (by running the "
+                        "workload there)")
+    target = p.add_mutually_exclusive_group()
+    target.add_argument("--pid", type=int, metavar="PID",
+                        help="apply it to this running process on the board instead (every "
+                             "thread's affinity, the policies' frequencies; implies --apply)")
+    target.add_argument("--unit", metavar="NAME",
+                        help="apply it to this systemd unit on the board instead (its cgroup's "
+                             "AllowedCPUs, the policies' frequencies; implies --apply)")
     p.set_defaults(func=cmd_recommend)
 
     p = sub.add_parser("tune", help="measure a few configurations chosen for a goal, then "

@@ -100,13 +100,18 @@ def answer_recommend(d: Daemon, args: dict[str, Any]) -> dict[str, Any]:
     goal = parse_goal(args)
     out = recommend_for(d, agent, workload, goal, size, _int_arg(args, "cluster"),
                         _int_arg(args, "max_cores"))
+    target = args.get("target")
+    if target is not None and not isinstance(target, dict):
+        raise HandlerError("bad_args", "recommend args.target must be a map (agent/targets.py)")
     if args.get("apply"):
-        out["applied"] = apply(d, out)
+        out["applied"] = apply(d, out, target)
     return out
 
 
-def apply(d: Daemon, rec: dict[str, Any]) -> dict[str, Any]:
-    """Push ``rec`` (from :func:`recommend_for`) to its agent to apply and verify; the stored
+def apply(d: Daemon, rec: dict[str, Any], target: dict[str, Any] | None = None
+          ) -> dict[str, Any]:
+    """Push ``rec`` (from :func:`recommend_for`) to its agent to apply and verify, to
+    ``target`` (a running pid or a systemd unit; None: run the workload); the stored
     recommendation (config_id, state "pushed" or "unsent") follows in the status."""
     info = d.registry.get(rec["agent"])
     if info is None or info.identity is None:
@@ -115,5 +120,6 @@ def apply(d: Daemon, rec: dict[str, Any]) -> dict[str, Any]:
     group = Group(info.platform_id, rec["workload"], rec["size"], rec["variant"])
     t = rec["time_s"]
     stored = d.recommender.send_config(rec["agent"], group, rec["cpus"], rec["freq_khz"],
-                                       t["value"], t["lower"], t["upper"], rec["model"])
+                                       t["value"], t["lower"], t["upper"], rec["model"],
+                                       target=target)
     return {"config_id": stored["config_id"], "state": stored["state"]}

@@ -118,9 +118,11 @@ class Recommender:
 
     def send_config(self, agent: str, group: Group, cpus: list[int], freq_khz: int | None,
                     predicted: float | None, lower: float | None, upper: float | None,
-                    model: str | None) -> dict[str, Any]:
+                    model: str | None, target: dict[str, Any] | None = None
+                    ) -> dict[str, Any]:
         """Push a configuration to ``agent`` for it to apply and verify (its ``applied`` is
-        judged by :meth:`applied`); store it as a recommendation ("pushed" or "unsent")."""
+        judged by :meth:`applied`), to ``target`` where given (agent/targets.py: a pid or a
+        systemd unit); store it as a recommendation ("pushed" or "unsent")."""
         info = self.registry.get(agent)
         config_id = "cfg-" + uuid.uuid4().hex[:20]
         body = {"config_id": config_id, "workload": group.workload, "size": group.input,
@@ -128,6 +130,8 @@ class Recommender:
                 "reps": self.config.verify_reps, "predicted_time_s": predicted}
         if group.variant:
             body["variant"] = group.variant  # verification runs join the group they came from
+        if target is not None:
+            body["target"] = target
         sent = info is not None and info.identity is not None and self.send(
             info.identity, "config", body)
         rec = {"config_id": config_id, "agent": agent, **group.as_dict(), "cores": len(cpus),

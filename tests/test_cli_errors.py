@@ -151,3 +151,9 @@ def test_goal_options_refused_before_asking_the_daemon(tmp_path, command, extra,
 def test_tune_budget_refused_before_asking_the_daemon(tmp_path):
     one_line_error(run("opptune", "tune", "--daemon", "tcp://127.0.0.1:9", "--agent", "a",
                        "--workload", "w", "--budget", "0", cwd=tmp_path), "--budget must be >= 1")
+
+
+def test_recommend_pid_target_refused_before_asking_the_daemon(tmp_path):
+    one_line_error(run("opptune", "recommend", "--daemon", "tcp://127.0.0.1:9", "--agent", "a",
+                       "--workload", "w", "--pid", "0", cwd=tmp_path),
+                   "opptune recommend: ", "--pid must be a process id")

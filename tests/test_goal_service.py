@@ -131,3 +131,31 @@ def test_tune_measures_one_configuration_per_job_then_pushes_and_verifies(daemon
         assert err["body"]["code"] == "bad_args"
     finally:
         a.close()
+
+
+def test_recommend_applied_to_a_running_process_sends_the_target(daemon):
+    a = Agent(daemon.endpoint, METER)
+    try:
+        for seq, cores in enumerate((1, 2, 3, 4)):
+            a.send("result", {"job_id": "j1", "seq": seq, "of": 4,
+                              "record": record(METER, cores)})
+            a.expect("ack")
+        target = {"kind": "pid", "pid": 4711}
+        ref = a.send("query", {"what": "recommend", "args": {
+            "agent": "q1", "workload": "wl", "objective": "energy", "apply": True,
+            "target": target}})
+        got = {}
+        while len(got) < 2:  # the config and the reply, in either order
+            msg = a.expect(("config", "reply"))
+            if msg["type"] == "config" or msg["body"].get("ref") == ref:
+                got.setdefault(msg["type"], msg["body"])
+        data = got["reply"]["data"]
+        configs = [got["config"]]
+        while configs[-1]["config_id"] != data["applied"]["config_id"]:
+            configs.append(a.expect("config")["body"])
+        assert configs[-1]["target"] == target and configs[-1]["cpus"] == data["cpus"]
+        err = a.query("recommend", {"agent": "q1", "workload": "wl", "apply": True,
+                                    "target": "pid 4711"})
+        assert err["body"]["code"] == "bad_args" and "target" in err["body"]["message"]
+    finally:
+        a.close()
