@@ -182,7 +182,7 @@ class Sampler:
         return Proposal(i, f"expected gain {100 * gain[i]:.2g} %")
 
     def _ensemble(self, grid: Grid, measured: Measured):
-        from .acquisition import build_ensemble
+        from .models.surrogate import build_ensemble
         if len(measured) == 0:
             raise ValueError("nothing measured yet")
         idx = np.asarray(measured.index, dtype=int)
