@@ -115,8 +115,29 @@ def build_meters(config, platform: dict) -> list:
 
 
 def _attach_virtual_board(config, config_path: str | None) -> None:
-    """A configured virtual board: its tree's kernel emulation serves this process's writes."""
-    from .virtual_board import attach
+    """A configured virtual board: its tree's kernel emulation serves this process's writes.
+    Without a ``sysfs_root`` of its own, the board's tree is made (once) in the state
+    directory, so ``opptune-agent --virtual-board NAME`` alone is enough."""
+    from .virtual_board import FAKE_MARKER, attach, board_spec, load_spec, make_tree
+    if os.path.abspath(config.sysfs_root or "/") == "/":
+        try:
+            board_spec(config.virtual_board)
+        except ValueError as exc:
+            raise ConfigError(f"{config_path or 'configuration'}: key 'virtual_board': "
+                              f"{exc}") from None
+        root = os.path.join(os.path.abspath(config.state_dir),
+                            f"virtual-board-{config.virtual_board}")
+        try:
+            fresh = not os.path.isfile(os.path.join(root, FAKE_MARKER))
+            if not fresh and load_spec(root).get("name") != config.virtual_board:
+                raise ConfigError(f"{root} holds another virtual board's tree; remove it or "
+                                  "choose another --state-dir")
+            if fresh:
+                make_tree(config.virtual_board, root)
+        except OSError as exc:
+            raise ConfigError(f"cannot make the virtual board's tree in {root}: {exc}; "
+                              "choose a writable --state-dir") from None
+        config.sysfs_root = root
     try:
         attach(config.sysfs_root)
     except ValueError as exc:
