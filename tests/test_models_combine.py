@@ -77,7 +77,7 @@ def test_combination_beats_each_member_where_their_errors_have_opposite_signs():
     t = truth(p) * np.exp(np.random.default_rng(1).normal(0, 0.01, p.size))
     q = Observations.query([16, 24, 32])
     sel = choose(Observations(cores=p, time_s=t), ["amdahl", "usl"], target=q, rule="combine")
-    assert sel.name == "combo" and isinstance(sel.model, CombinedFit)
+    assert sel.name == "combo" and isinstance(sel.model.inner, CombinedFit)  # calibrated
     assert set(sel.model.weights) <= {"amdahl", "amdahl+anchor", "usl", "usl+anchor", "hold"}
     err = ape(sel.model.predict(q).value, truth(q.cores))
     members = [ape(anchored(m.predict(q).value, a, q), truth(q.cores))

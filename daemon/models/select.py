@@ -70,6 +70,8 @@ from typing import Any
 import numpy as np
 
 from . import combine, registry, smt
+from .calibrate import calibrated, distance, ranges, unvalidated
+from .speedup_fit import LEVEL
 from .base import FittedModel, NotEnoughData, Observations
 
 ANALYTIC = ("amdahl", "usl", "memwall")
@@ -100,6 +102,8 @@ class Selection:
     scores: dict[str, dict[str, Any]] = field(default_factory=dict)
     folds: int = 0
     scheme: str = "kfold"   # "kfold", "extrapolate:cores+freq_up" ..., or "none"
+    # |log(predicted / measured)| of the choice on the held-out points (empty: none)
+    held_log_err: np.ndarray = field(default_factory=lambda: np.empty(0))
 
     def table(self) -> list[dict[str, Any]]:
         """Candidates best first: name, cv_mape (%), fit_ms (mean per fold), error (or None)."""
@@ -278,7 +282,8 @@ def rank(scores: dict[str, dict[str, Any]], apes: dict[str, np.ndarray],
 
 
 def choose(obs: Observations, candidates: list[str] | None = None, k: int = 5,
-           seed: int = 0, target: Any = None, rule: str = DEFAULT_RULE) -> Selection:
+           seed: int = 0, target: Any = None, rule: str = DEFAULT_RULE,
+           calibrate: bool = True) -> Selection:
     """Fit every candidate (default: all installed models but hold and combo) by
     cross-validation on the rows with a positive finite time, combine or pick by the held-out
     errors (``rule``), refit on all of them.
@@ -290,7 +295,10 @@ def choose(obs: Observations, candidates: list[str] | None = None, k: int = 5,
     ``rule``: "combine" (weighted geometric mean of the validated candidates, raw and
     end-anchored; "fallback" when fewer than MIN_HELD_OUT points were held out), "fallback"
     (lowest MAPE; the simplest model when fewer than MIN_HELD_OUT points were held out),
-    "1se" (simplest within one standard error of the best) or "min"."""
+    "1se" (simplest within one standard error of the best) or "min".
+    ``calibrate``: widen the chosen model's interval to the conformal quantile of its own
+    held-out errors (calibrate.py), so that an extrapolation's interval reflects the
+    validation's extrapolation error."""
     ok = np.isfinite(obs.time_s) & (obs.time_s > 0) & np.isfinite(obs.cores)
     usable = obs.subset(ok)
     names = (list(candidates) if candidates is not None
@@ -326,7 +334,7 @@ def choose(obs: Observations, candidates: list[str] | None = None, k: int = 5,
         sel = _combine(usable, scores, cv, names)
         if sel is not None and not _is_worst(sel.name, scores, worst):
             sel.folds, sel.scheme = n_folds, scheme
-            return sel
+            return _calibrate(sel, calibrate, usable, folds)
         if sel is not None:
             scores[sel.name]["error"] = "not chosen: the worst held-out error of the set"
     ranked = rank(scores, apes, names, "fallback" if rule == "combine" else rule)
@@ -344,7 +352,12 @@ def choose(obs: Observations, candidates: list[str] | None = None, k: int = 5,
             scores[name]["error"] = (f"fallback: training MAPE {miss:.1f} % > "
                                      f"{ADEQUATE_MAPE:g} %")
             continue
-        return Selection(name=name, model=model, scores=scores, folds=n_folds, scheme=scheme)
+        pred, _, truth = cv.get(name, (None, None, None))
+        err = (np.abs(np.log(pred / truth)) if pred is not None and truth is not None
+               else np.empty(0))
+        return _calibrate(Selection(name=name, model=model, scores=scores, folds=n_folds,
+                                    scheme=scheme, held_log_err=err),
+                              calibrate, usable, folds)
     reasons = "; ".join(f"{n}: {s['error']}" for n, s in scores.items())
     raise NotEnoughData(f"no candidate model could be fitted ({reasons})")
 
@@ -443,7 +456,8 @@ def _combine(obs: Observations, scores: dict[str, dict[str, Any]], cv: dict[str,
     members = [(m[0], m[1], m[2]) for m in members]
     if len(members) == 1 and members[0][2] is None:
         n = held[0][0]
-        return Selection(name=n, model=members[0][0], scores=scores)
+        return Selection(name=n, model=members[0][0], scores=scores,
+                         held_log_err=np.abs(np.log(held[0][3] / cv[n][2])))
     model = combine.CombinedFit(members)
     model.set_quality(obs)
     truth = cv[held[0][0]][2]
@@ -454,7 +468,28 @@ def _combine(obs: Observations, scores: dict[str, dict[str, Any]], cv: dict[str,
         "cv_mape": float(np.mean(100 * np.abs(pred - truth) / truth)),
         "fit_ms": float(sum(scores[n]["fit_ms"] for n in {h[0] for h in held})),
         "error": None, "weights": model.weights}
-    return Selection(name=combine.NAME, model=model, scores=scores)
+    return Selection(name=combine.NAME, model=model, scores=scores,
+                     held_log_err=np.abs(np.log(pred / truth)))
+
+
+def _calibrate(sel: Selection, on: bool, obs: Observations, folds: Any) -> Selection:
+    """The selection with its interval sized by its own held-out errors (calibrate.py)."""
+    if on:
+        splits = kfold_splits(folds) if isinstance(folds, np.ndarray) else folds
+        dist = np.concatenate([distance(obs.cores[te], None if obs.freq_mhz is None
+                                        else obs.freq_mhz[te], ranges(obs.subset(tr)))
+                               for tr, te in splits])
+        sel.model = calibrated(sel.model, sel.held_log_err, dist, obs, LEVEL)
+    return sel
+
+
+def _unvalidated(model: FittedModel, obs: Observations) -> FittedModel:
+    """The model with an interval that reaches the hold forecast outside the measured range
+    (calibrate.unvalidated); as it is where hold cannot be fitted."""
+    try:
+        return unvalidated(model, obs, registry.get(FALLBACK).fit(obs))
+    except NotEnoughData:
+        return model
 
 
 def _first_that_fits(obs: Observations, names: list[str]) -> Selection:
@@ -462,7 +497,7 @@ def _first_that_fits(obs: Observations, names: list[str]) -> Selection:
     reasons = []
     for name in names:
         try:
-            return Selection(name=name, model=registry.get(name).fit(obs),
+            return Selection(name=name, model=_unvalidated(registry.get(name).fit(obs), obs),
                              scores={name: {"cv_mape": float("nan"), "fit_ms": float("nan"),
                                             "error": "no CV: fewer than 3 points"}}, folds=0,
                              scheme="none")
