@@ -158,12 +158,15 @@ def replay(path: Path, models: list[str]) -> dict:
     peers = {k: {**_stats(peer_ape[k], peer_fit[k], None), "of": len(done[ref])}
              for k in peer_ape if peer_ape[k]}
     complete = {k: v for k, v in peers.items() if v["n_fits"] == len(done[ref])}
-    best = min(complete, key=lambda k: complete[k]["mape"])
+    best = min(complete, key=lambda k: complete[k]["mape"]) if complete else None
     ours = {m: {**_stats(ape[m], fit_s[m], inside[m]), "failed": failed[m],
                 "chosen": chosen[m]} for m in models}
     return {"file": path.name, "dataset": spec["dataset"], "split": spec["split"],
             "evals": spec["n_evaluations"], "ours": ours, "peers": peers,
-            "best_peer": {"name": best, **peers[best], "on_evals": len(done[ref])}}
+            "best_peer": ({"name": best, **peers[best], "on_evals": len(done[ref])} if best
+                          else {"name": None, "mape": float("nan"), "median_ape": float("nan"),
+                                "max_ape": float("nan"), "fit_s_median": float("nan"),
+                                "on_evals": 0})}
 
 
 def _warm_up() -> None:
@@ -185,6 +188,8 @@ def _row(name: str, o: dict, evals: int) -> str:
 
 
 def _ms(s: float) -> str:
+    if s != s:
+        return "-"
     return f"{1e3 * s:.0f} ms" if s < 1 else f"{s:.1f} s"
 
 
@@ -234,11 +239,12 @@ def main(argv: list[str] | None = None) -> int:
         o, b = r["ours"][ref], r["best_peer"]
         note = f" ({o['n_fits']}/{r['evals']})" if o["n_fits"] != r["evals"] else ""
         d = o["mape"] - b["mape"]
+        verdict = ("no fit" if d != d else "ok" if d <= 0 else "behind") + f" ({d:+.2f} pt)"
         print(f"| {r['dataset']} {r['split']} | {r['evals']}{note} "
               f"| {o['mape']:.2f}% / {o['median_ape']:.2f}% / {o['max_ape']:.1f}% "
               f"| {o['coverage']:.0f}% | {_ms(o['fit_s_median'])} / {_ms(o['fit_s_max'])} "
               f"| {b['name']} {b['mape']:.2f}% / {b['median_ape']:.2f}% / {b['max_ape']:.1f}%, "
-              f"{_ms(b['fit_s_median'])} | {'ok' if d <= 0 else 'behind'} ({d:+.2f} pt) |")
+              f"{_ms(b['fit_s_median'])} | {verdict} |")
     return 0
 
 
