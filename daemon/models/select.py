@@ -36,9 +36,9 @@ Rule (``rule``):
   every fold *and* its own training data within ``ADEQUATE_MAPE`` wins: Amdahl where the data
   look like strong scaling (loghin's 3-core groups), hold where no one-parameter speedup curve
   fits them (relearn: time rising with cores, which Amdahl cannot follow and USL's p^2 term
-  over-extrapolates). Simplest adequate model, not lowest score. As an ordinary candidate, hold
-  won noisy folds on loghin and xplat and extrapolated worse there (docs/models.md), so it only
-  enters here.
+  over-extrapolates). Simplest adequate model, not lowest score. As an ordinary candidate of
+  this rule, hold won noisy folds on loghin and xplat and extrapolated worse there
+  (docs/models.md), so under "fallback" it only enters here (under "combine" it is weighed).
 * ``"1se"``: among the candidates whose mean paired APE difference to the best is within one
   standard error of that difference (Hastie, Tibshirani, Friedman, The Elements of Statistical
   Learning, sec. 7.10, "one-standard-error rule"), the one with the fewest shape parameters
