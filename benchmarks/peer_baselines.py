@@ -1,23 +1,23 @@
-"""Replay every split in data/peer-baselines/*.json with opptune's models and compare with peers.
+"""Replay every split in data/peer-baselines/*.json with opptune's model choice, beside every peer.
 
 For each evaluation: training times = median over repetitions of the group's rows in
 data/<dataset>/data.csv at the training (cores, freq) configurations; test = the JSON's test
-configurations and measured times. Pooled MAPE over all test points of a file, mean fit wall time.
+configurations and measured times. Per split and method: pooled MAPE over all test points,
+median and maximum APE, coverage (share of test points inside the 90 % prediction interval;
+the peers published no intervals) and fit wall time per group (median / max).
 
-    python3 benchmarks/peer_baselines.py [--models amdahl,usl,memwall,auto,auto_x] [--json]
+    python3 benchmarks/peer_baselines.py [--models opptune,auto_x,amdahl,...] [--json]
 
-The default columns are the three analytic models, ``auto`` (the choice ``opptune fit`` makes)
-and ``auto_x`` (the choice the daemon makes: it is told the configurations it will predict);
-the last column compares ``auto_x`` with the best peer.
+Default: one opptune row, ``opptune`` = the choice the daemon makes
+(``fitter.fit_group(train, target=query)``: its candidate pool, told the configurations it will
+predict), then every peer, then a summary (opptune vs the best peer per split). The peers are
+scored on the evaluations opptune fitted (loghin: 7 evaluations have one training point).
 
-``auto`` = k-fold CV choice among the analytic models (amdahl, usl, memwall); ``auto_all`` =
-k-fold CV choice among every installed model (regression family and learners included, slower).
-``auto_x`` / ``auto_xall``: the same pools, but the choice is told the query (``target=``): where
-the test configurations lie outside the training range (extrapolate-cores, leave-freq-out, the
-random draws that leave out the smallest/largest core counts) candidates are scored by forward
-chaining instead of random folds. Only the training rows are used; the query's times are not.
-These use select.choose's default rule; ``auto_x_fb`` / ``auto_x_combine`` name the rule
-("fallback" / "combine": forecast combination).
+Variants (``--models``): registry names (one model), ``auto`` = k-fold CV choice among the
+analytic models (``opptune fit``), ``auto_all`` = the same among every installed model;
+``auto_x`` / ``auto_xall``: the same pools told the query (``target=``); ``auto_x_fb`` /
+``auto_x_combine`` / ``auto_x_1se`` / ``auto_x_min`` name select.choose's rule. Only the
+training rows are used; the query's times are not.
 """
 
 from __future__ import annotations
@@ -30,6 +30,7 @@ from pathlib import Path
 
 import numpy as np
 
+from opptune.daemon.fitter import fit_group
 from opptune.daemon.models import registry
 from opptune.daemon.models.base import NotEnoughData, Observations
 from opptune.daemon.models.select import ANALYTIC, choose
@@ -53,6 +54,7 @@ AUTO: dict[str, tuple[list[str] | None, bool, str | None]] = {
     # the previous choice (lowest CV MAPE outright, no hold baseline), for comparison
     "auto_x_min": (OLD_POOL, True, "min"), "auto_min": (OLD_POOL, False, "min"),
 }
+DAEMON = "opptune"  # the daemon's choice: fitter.fit_group(train, target=query)
 
 
 def _load_groups(dataset: str) -> dict[tuple, Observations]:
@@ -74,10 +76,15 @@ def _pick(obs: Observations, configs: list[list[float]]) -> Observations:
     return obs.subset(np.array(idx))
 
 
-def fit_predict(name: str, train: Observations, query: Observations) -> tuple[np.ndarray, float, str]:
-    """Predicted times, fit seconds and the name actually used (auto: the chosen model)."""
+def fit_predict(name: str, train: Observations, query: Observations
+                ) -> tuple[np.ndarray, np.ndarray, np.ndarray, float, str]:
+    """Predicted times with their 90 % interval (value, lower, upper), fit seconds and the
+    name actually used (a choice: the chosen model)."""
     t0 = time.perf_counter()
-    if name in AUTO:
+    if name == DAEMON:
+        model, _ = fit_group(train, target=query)
+        used = model.name
+    elif name in AUTO:
         pool, extrap, rule = AUTO[name]
         kw = {} if rule is None else {"rule": rule}
         sel = choose(train, pool, target=query if extrap else None, **kw)
@@ -85,14 +92,33 @@ def fit_predict(name: str, train: Observations, query: Observations) -> tuple[np
     else:
         model, used = registry.get(name).fit(train), name
     fit_s = time.perf_counter() - t0
-    return model.predict(query).value, fit_s, used
+    pr = model.predict(query)
+    return (np.asarray(pr.value, float), np.asarray(pr.lower, float),
+            np.asarray(pr.upper, float), fit_s, used)
+
+
+def _stats(ape: list[np.ndarray], fit_s: list[float], inside: list[np.ndarray] | None) -> dict:
+    """Pooled MAPE, median / max APE (%), coverage (%), fit median / max (s), fits."""
+    a = np.concatenate(ape) if ape else np.empty(0)
+    nan = float("nan")
+    cov = (100 * float(np.mean(np.concatenate(inside))) if inside else nan)
+    return {"mape": float(np.mean(a)) if a.size else nan,
+            "median_ape": float(np.median(a)) if a.size else nan,
+            "max_ape": float(np.max(a)) if a.size else nan,
+            "coverage": cov,
+            "fit_s_median": float(np.median(fit_s)) if fit_s else nan,
+            "fit_s_max": float(np.max(fit_s)) if fit_s else nan,
+            "fit_s": float(np.mean(fit_s)) if fit_s else nan,
+            "n_fits": len(fit_s)}
 
 
 def replay(path: Path, models: list[str]) -> dict:
-    """One JSON file replayed: per model pooled MAPE, mean fit time, failures, choices."""
+    """One JSON file replayed: per model and per peer pooled MAPE, median and max APE,
+    interval coverage, fit times; the peers on the evaluations the first model fitted."""
     spec = json.loads(path.read_text())
     groups = _load_groups(spec["dataset"])
     ape: dict[str, list[np.ndarray]] = {m: [] for m in models}
+    inside: dict[str, list[np.ndarray]] = {m: [] for m in models}
     fit_s: dict[str, list[float]] = {m: [] for m in models}
     failed: dict[str, int] = {m: 0 for m in models}
     chosen: dict[str, dict[str, int]] = {m: {} for m in models}
@@ -106,37 +132,41 @@ def replay(path: Path, models: list[str]) -> dict:
         truth = np.asarray(ev["test_time"], float)
         for m in models:
             try:
-                pred, s, used = fit_predict(m, train, query)
+                pred, lo, hi, s, used = fit_predict(m, train, query)
             except NotEnoughData:
                 failed[m] += 1
                 continue
             ape[m].append(100 * np.abs(pred - truth) / truth)
+            inside[m].append((lo <= truth) & (truth <= hi))
             fit_s[m].append(s)
             done[m].add(i)
             chosen[m][used] = chosen[m].get(used, 0) + 1
-    peers = {k: {"mape": v["mape"], "fit_s": v["fit_s_mean"], "n_fits": v["n_fits"]}
-             for k, v in spec["summary"].items()}
-    # best peer on exactly the evaluations our reference model (last in --models) fitted
-    ref = models[-1]
-    peer_ape: dict[str, list[np.ndarray]] = {}
+    ref = models[0]
+    # every peer on the evaluations the reference (first) model fitted; a peer that a time
+    # budget stopped is scored on the ones it fitted (n_fits says how many)
+    peer_ape: dict[str, list[np.ndarray]] = {k: [] for k in spec["summary"]}
+    peer_fit: dict[str, list[float]] = {k: [] for k in spec["summary"]}
     for i, ev in enumerate(spec["evaluations"]):
         if i not in done[ref]:
             continue
         truth = np.asarray(ev["test_time"], float)
         for k, v in ev["peers"].items():
             if v.get("pred") is not None:
-                peer_ape.setdefault(k, []).append(100 * np.abs(np.asarray(v["pred"], float) - truth) / truth)
-    same = {k: float(np.mean(np.concatenate(v))) for k, v in peer_ape.items()
-            if len(v) == len(done[ref])}
-    best = min(same, key=same.get)
-    ours = {m: {"mape": float(np.mean(np.concatenate(ape[m]))) if ape[m] else float("nan"),
-                "fit_s": float(np.mean(fit_s[m])) if fit_s[m] else float("nan"),
-                "n_fits": len(fit_s[m]), "failed": failed[m], "chosen": chosen[m]}
-            for m in models}
+                peer_ape.setdefault(k, []).append(
+                    100 * np.abs(np.asarray(v["pred"], float) - truth) / truth)
+                peer_fit.setdefault(k, []).append(float(v["fit_s"]))
+    peers = {k: {**_stats(peer_ape[k], peer_fit[k], None), "of": len(done[ref])}
+             for k in peer_ape if peer_ape[k]}
+    complete = {k: v for k, v in peers.items() if v["n_fits"] == len(done[ref])}
+    best = min(complete, key=lambda k: complete[k]["mape"]) if complete else None
+    ours = {m: {**_stats(ape[m], fit_s[m], inside[m]), "failed": failed[m],
+                "chosen": chosen[m]} for m in models}
     return {"file": path.name, "dataset": spec["dataset"], "split": spec["split"],
             "evals": spec["n_evaluations"], "ours": ours, "peers": peers,
-            "best_peer": {"name": best, "mape": same[best], "fit_s": peers[best]["fit_s"],
-                          "on_evals": len(done[ref])}}
+            "best_peer": ({"name": best, **peers[best], "on_evals": len(done[ref])} if best
+                          else {"name": None, "mape": float("nan"), "median_ape": float("nan"),
+                                "max_ape": float("nan"), "fit_s_median": float("nan"),
+                                "on_evals": 0})}
 
 
 def _warm_up() -> None:
@@ -150,37 +180,71 @@ def _warm_up() -> None:
             pass
 
 
+def _row(name: str, o: dict, evals: int) -> str:
+    cov = "n/a" if o["coverage"] != o["coverage"] else f"{o['coverage']:.0f}%"
+    note = f" ({o['n_fits']}/{evals})" if o["n_fits"] != evals else ""
+    return (f"| {name}{note} | {o['mape']:.2f}% | {o['median_ape']:.2f}% | {o['max_ape']:.1f}% "
+            f"| {cov} | {_ms(o['fit_s_median'])} / {_ms(o['fit_s_max'])} |")
+
+
+def _ms(s: float) -> str:
+    if s != s:
+        return "-"
+    return f"{1e3 * s:.0f} ms" if s < 1 else f"{s:.1f} s"
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--models", default="amdahl,usl,memwall,auto,auto_x",
-                    help="comma-separated registry names, plus auto / auto_all")
+    ap.add_argument("--models", default=DAEMON,
+                    help=f"comma-separated: {DAEMON} (the daemon's choice, default), registry "
+                         f"names, or the choices {', '.join(AUTO)}")
     ap.add_argument("--files", default="*.json", help="glob under data/peer-baselines")
     ap.add_argument("--json", action="store_true", help="one JSON object per file")
     args = ap.parse_args(argv)
     models = [m for m in args.models.split(",") if m]
+    known = set(registry.MODELERS) | set(AUTO) | {DAEMON}
+    bad = [m for m in models if m not in known]
+    if not models or bad:
+        print(f"peer_baselines: unknown model {', '.join(bad) or '(none given)'}; "
+              f"use {DAEMON}, {', '.join(AUTO)} or {', '.join(registry.MODELERS)}",
+              file=sys.stderr)
+        return 2
+    files = sorted((DATA / "peer-baselines").glob(args.files))
+    if not files:
+        print(f"peer_baselines: no file matches {args.files!r} under "
+              f"{DATA / 'peer-baselines'}", file=sys.stderr)
+        return 2
     _warm_up()
-    results = [replay(p, models) for p in sorted((DATA / "peer-baselines").glob(args.files))]
+    results = [replay(p, models) for p in files]
     if args.json:
         for r in results:
             print(json.dumps(r))
         return 0
-    pick = next((m for m in ("auto_xall", "auto_x", "auto_x_combine", "auto_all", "auto")
-                 if m in models), models[-1])
-    head = ["dataset / split", "evals", *models, "best peer", f"{pick} vs best"]
-    print("| " + " | ".join(head) + " |")
-    print("|" + "---|" * len(head))
+    ref = models[0]
     for r in results:
-        cells = [f"{r['dataset']} {r['split']}", str(r["evals"])]
+        print(f"### {r['dataset']} {r['split']} ({r['evals']} evaluations)\n")
+        print("| method | pooled MAPE | median APE | max APE | 90 % interval coverage "
+              "| fit time per group (median / max) |")
+        print("|---|---|---|---|---|---|")
         for m in models:
-            o = r["ours"][m]
-            note = f" ({o['n_fits']}/{r['evals']})" if o["n_fits"] != r["evals"] else ""
-            cells.append(f"{o['mape']:.1f}% / {1e3 * o['fit_s']:.0f} ms{note}")
-        b = r["best_peer"]
-        cells.append(f"{b['name']} {b['mape']:.1f}% / {b['fit_s']:.2f} s"
-                     + (f" (on {b['on_evals']})" if b["on_evals"] != r["evals"] else ""))
-        d = r["ours"][pick]["mape"] - b["mape"]
-        cells.append(f"{'ok' if d <= 0 else 'behind'} ({d:+.1f} pt)")
-        print("| " + " | ".join(cells) + " |")
+            print(_row(m, r["ours"][m], r["evals"]))
+        for k, o in sorted(r["peers"].items(), key=lambda kv: kv[1]["mape"]):
+            print(_row(k, o, r["best_peer"]["on_evals"]))
+        print()
+    print(f"### Summary: {ref} vs the best peer\n")
+    print(f"| dataset / split | evals | {ref}: MAPE / median / max APE | coverage "
+          "| fit median / max | best peer: MAPE / median / max APE, fit median | verdict |")
+    print("|---|---|---|---|---|---|---|")
+    for r in results:
+        o, b = r["ours"][ref], r["best_peer"]
+        note = f" ({o['n_fits']}/{r['evals']})" if o["n_fits"] != r["evals"] else ""
+        d = o["mape"] - b["mape"]
+        verdict = ("no fit" if d != d else "ok" if d <= 0 else "behind") + f" ({d:+.2f} pt)"
+        print(f"| {r['dataset']} {r['split']} | {r['evals']}{note} "
+              f"| {o['mape']:.2f}% / {o['median_ape']:.2f}% / {o['max_ape']:.1f}% "
+              f"| {o['coverage']:.0f}% | {_ms(o['fit_s_median'])} / {_ms(o['fit_s_max'])} "
+              f"| {b['name']} {b['mape']:.2f}% / {b['median_ape']:.2f}% / {b['max_ape']:.1f}%, "
+              f"{_ms(b['fit_s_median'])} | {verdict} |")
     return 0
 
 

@@ -77,8 +77,8 @@ def test_combination_beats_each_member_where_their_errors_have_opposite_signs():
     t = truth(p) * np.exp(np.random.default_rng(1).normal(0, 0.01, p.size))
     q = Observations.query([16, 24, 32])
     sel = choose(Observations(cores=p, time_s=t), ["amdahl", "usl"], target=q, rule="combine")
-    assert sel.name == "combo" and isinstance(sel.model, CombinedFit)
-    assert set(sel.model.weights) <= {"amdahl", "amdahl+anchor", "usl", "usl+anchor"}
+    assert sel.name == "combo" and isinstance(sel.model.inner, CombinedFit)  # calibrated
+    assert set(sel.model.weights) <= {"amdahl", "amdahl+anchor", "usl", "usl+anchor", "hold"}
     err = ape(sel.model.predict(q).value, truth(q.cores))
     members = [ape(anchored(m.predict(q).value, a, q), truth(q.cores))
                for m, _, a in sel.model.members]
@@ -135,11 +135,13 @@ def test_combo_modeler_fits_on_its_own(monkeypatch):
     fit = registry.get("combo").fit(obs)
     assert fit.name == "combo" and sum(fit.weights.values()) == pytest.approx(1.0)
     assert fit.quality["mape"] < 5
-    # neither "combo" (it would choose inside every fold) nor "hold" is a default candidate;
-    # a "combo" row in the table is the combination itself (with its weights)
+    # "combo" is no default candidate (it would choose inside every fold); "hold" joins the
+    # combination only (select.HOLD_IN_COMBINATION); a "combo" row in the table is the
+    # combination itself (with its weights)
     monkeypatch.setattr(registry, "available", lambda: ["amdahl", "usl", "hold", "combo"])
     sel = choose(obs, rule="combine")
-    assert {r["name"] for r in sel.table()} - {"combo"} == {"amdahl", "usl"}
+    assert {r["name"] for r in sel.table()} - {"combo"} == {"amdahl", "usl", "hold"}
+    assert "hold" not in choose(obs, rule="fallback").scores
     assert all(r["name"] != "combo" or r["weights"] for r in sel.table())
 
 

@@ -1,11 +1,11 @@
-"""Persistence baseline (hold): interpolation inside, last value outside, 1/F across freqs."""
+"""Persistence baseline (hold): interpolation inside, last value outside, a + b/F across freqs."""
 
 import numpy as np
 import pytest
 
 from opptune.daemon.models import registry
 from opptune.daemon.models.base import NotEnoughData, Observations
-from opptune.daemon.models.hold import HoldModeler
+from opptune.daemon.models.hold import HoldModeler, dvfs_law
 
 
 def test_holds_the_last_and_first_value_outside_the_measured_cores():
@@ -34,6 +34,27 @@ def test_unseen_frequency_scales_the_nearest_curve_by_one_over_f():
     assert np.allclose(v, 1.4e4 / 1800 / np.array([1, 4, 4]))
     assert np.allclose(fit.predict(Observations.query(p, f)).value, t)
     assert fit.quality["mape"] == pytest.approx(0.0, abs=1e-9)
+
+
+def test_unseen_frequency_follows_the_two_part_law_of_the_measured_ones():
+    # t = a + b / F per core count (a memory part that does not scale with the clock):
+    # two measured frequencies fix it, a third follows; pure 1/F scaling would miss it
+    p = np.tile([1.0, 2.0], 2)
+    f = np.repeat([1000.0, 1400.0], 2)
+    a, b = np.where(p == 1, 8.0, 3.0), np.where(p == 1, 40000.0, 24000.0)
+    fit = HoldModeler().fit(Observations(cores=p, time_s=a + b / f, freq_mhz=f))
+    v = fit.predict(Observations.query([1, 2, 4], [1800, 1800, 1800])).value
+    assert np.allclose(v, [8 + 40000 / 1800, 3 + 24000 / 1800, 3 + 24000 / 1800])
+    assert not np.allclose(v[0], (8 + 40000 / 1400) * 1400 / 1800, rtol=0.01)
+
+
+def test_two_part_law_keeps_both_parts_non_negative():
+    f = np.array([1000.0, 1400.0])
+    # faster than 1/F (negative memory part): the clock-bound part alone, through the origin
+    assert dvfs_law(f, 2e4 / f ** 1.5 * 1e3 ** 0.5, 1800) == pytest.approx(
+        np.dot(1 / f, 2e4 / f ** 1.5 * 1e3 ** 0.5) / np.dot(1 / f, 1 / f) / 1800)
+    # slower at the higher clock: nothing scales, the mean is held
+    assert dvfs_law(f, np.array([10.0, 11.0]), 1800) == pytest.approx(10.5)
 
 
 def test_needs_two_core_counts():

@@ -147,7 +147,8 @@ class CombineModeler(Modeler):
     def fit(self, obs: Observations) -> CombinedFit:
         # k-fold weights (no target known here); a single winner becomes a one-member mix
         from . import select
-        sel = select.choose(obs, list(self.candidates or select.ANALYTIC), rule="combine")
+        sel = select.choose(obs, list(self.candidates or select.ANALYTIC), rule="combine",
+                            calibrate=False)
         if isinstance(sel.model, CombinedFit):
             return sel.model
         fit = CombinedFit([(sel.model, 1.0, None)])

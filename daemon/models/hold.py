@@ -2,9 +2,10 @@
 
 Within the measured core counts of a frequency, log time is interpolated linearly in log
 cores (the median over repetitions at each core count); beyond the largest (smallest) core
-count the time stays at the value measured there. A frequency not in training takes the curve
-of the nearest training frequency scaled by F_near / F (CPU-bound assumption 3 of seed 003:
-t_c ~ 1/F).
+count the time stays at the value measured there. A frequency not in training: with two or more
+training frequencies, the times of that core count at each follow t = a + b / F (``dvfs_law``:
+a part bound by the core clock and one that is not, a, b >= 0); with one, the curve is scaled
+by F_train / F (CPU-bound assumption 3 of seed 003: t_c ~ 1/F).
 
 This is the zero-order forecast of time-series practice and what the tree learners of the peer
 table effectively do outside their data (relearn: gradient boosting = last value). It has no
@@ -25,6 +26,20 @@ from .fit_data import clean
 from .speedup_fit import LEVEL
 
 SIGMA_FLOOR = 0.05   # 5 % in log time: holding a value says little about what lies beyond
+
+
+def dvfs_law(freqs: np.ndarray, times: np.ndarray, f: float) -> float:
+    """Time at frequency ``f`` from the times at ``freqs`` (one core count) by the two-part
+    law t = a + b / F (a: the part that does not scale with the core clock, memory stalls;
+    b / F: the part that does), least squares with a, b >= 0; a = 0 is pure 1/F scaling."""
+    x = 1.0 / np.asarray(freqs, float)
+    t = np.asarray(times, float)
+    b, a = np.polyfit(x, t, 1)
+    if a < 0:              # faster than 1/F: the clock-bound part alone
+        a, b = 0.0, float(np.dot(x, t) / np.dot(x, x))
+    elif b < 0:            # slower at a higher clock: nothing scales, hold the mean
+        a, b = float(np.mean(t)), 0.0
+    return float(a + b / f)
 
 
 class HoldModeler(Modeler):
@@ -78,9 +93,15 @@ class HoldFit(FittedModel):
         fq = np.broadcast_to(np.asarray(np.nan if freq is None else freq, float), p.shape)
         fq = np.where(np.isfinite(fq) & (fq > 0), fq, self.freqs.max())
         for i, (c, f) in enumerate(zip(p, fq)):
-            near = self.freqs[np.argmin(np.abs(np.log(self.freqs) - np.log(f)))]
-            lx, ly = self.curves[float(near)]
-            out[i] = np.exp(np.interp(np.log(c), lx, ly)) * near / f
+            known = np.isclose(self.freqs, f, rtol=1e-9, atol=0)
+            if known.any() or self.freqs.size < 2:
+                near = self.freqs[np.argmin(np.abs(np.log(self.freqs) - np.log(f)))]
+                lx, ly = self.curves[float(near)]
+                out[i] = np.exp(np.interp(np.log(c), lx, ly)) * near / f
+                continue
+            at = np.array([np.exp(np.interp(np.log(c), *self.curves[float(g)]))
+                           for g in self.freqs])
+            out[i] = dvfs_law(self.freqs, at, f)
         return out
 
     def to_state(self) -> dict[str, Any]:

@@ -7,8 +7,10 @@ Validation scheme, from what the model will be asked (``target``):
   row, fewer cores than any, or a frequency outside the training range): forward chaining.
   Cores: for each of the last ``N_CUTS`` distinct core counts c (at least 2 kept), train on the
   rows with fewer cores and test on all rows with c or more (so the held-out distance grows as
-  it does in deployment). Frequency: train without the highest (or lowest) frequency, test on
-  it. APEs of all folds are pooled. Random folds measure interpolation and pick models that
+  it does in deployment); where the query goes further than that (its largest core count
+  over the data's, ``reach``, counted in physical cores), one more cut holds out as far: train
+  on the core counts up to max / reach, test on the rest. Frequency: train without the
+  highest (or lowest) frequency, test on it. APEs of all folds are pooled. Random folds measure interpolation and pick models that
   extrapolate badly; these folds measure what the daemon does (predict larger core counts and
   unseen frequencies).
 
@@ -19,7 +21,11 @@ Rule (``rule``):
   the weighted geometric mean, weights proportional to the inverse held-out mean squared log
   error (Bates and Granger 1969), see ``combination_weights``. Averaging lets opposite errors
   cancel, and the folds decide how much anchoring to apply instead of a fixed rule: a noisy
-  end point anchors badly in the folds too and gets little weight. One surviving forecast is
+  end point anchors badly in the folds too and gets little weight. The hold baseline
+  (``FALLBACK``) joins the candidates of the combination (``HOLD_IN_COMBINATION``): the
+  zero-order forecast that the tree learners of the peer table make outside their data, it
+  wins where scaling stops beyond the measured range (xplat's SMT threads) and weighs nothing
+  where the folds see a trend it cannot follow. One surviving forecast is
   returned as itself. Measured against picking the lowest score (docs/models.md): selection
   loses to fold noise where the candidates validate alike. With fewer than ``MIN_HELD_OUT``
   held-out points it is ``"fallback"``: one point cannot weigh models either.
@@ -30,9 +36,9 @@ Rule (``rule``):
   every fold *and* its own training data within ``ADEQUATE_MAPE`` wins: Amdahl where the data
   look like strong scaling (loghin's 3-core groups), hold where no one-parameter speedup curve
   fits them (relearn: time rising with cores, which Amdahl cannot follow and USL's p^2 term
-  over-extrapolates). Simplest adequate model, not lowest score. As an ordinary candidate, hold
-  won noisy folds on loghin and xplat and extrapolated worse there (docs/models.md), so it only
-  enters here.
+  over-extrapolates). Simplest adequate model, not lowest score. As an ordinary candidate of
+  this rule, hold won noisy folds on loghin and xplat and extrapolated worse there
+  (docs/models.md), so under "fallback" it only enters here (under "combine" it is weighed).
 * ``"1se"``: among the candidates whose mean paired APE difference to the best is within one
   standard error of that difference (Hastie, Tibshirani, Friedman, The Elements of Statistical
   Learning, sec. 7.10, "one-standard-error rule"), the one with the fewest shape parameters
@@ -43,7 +49,8 @@ Rule (``rule``):
 
 Under every rule the choice is never a candidate whose held-out error is the worst of the
 validated set (``worst_candidates``; candidates within SAME_FORECAST of each other tie, and a
-set that ties throughout has no worst): the simplest-model fallback and "1se" could otherwise
+set that ties throughout has no worst; with fewer than MIN_HELD_OUT held-out points hold is
+never counted worst: one point cannot rank it out of being the bounded fallback): the simplest-model fallback and "1se" could otherwise
 return it (with two candidates, any pick but the best is the worst), and a combination that
 validates worse than each of its members is not used. The worst is taken only when nothing
 else can be fitted.
@@ -62,7 +69,9 @@ from typing import Any
 
 import numpy as np
 
-from . import combine, registry
+from . import combine, registry, smt
+from .calibrate import calibrated, distance, ranges, unvalidated
+from .speedup_fit import LEVEL
 from .base import FittedModel, NotEnoughData, Observations
 
 ANALYTIC = ("amdahl", "usl", "memwall")
@@ -76,6 +85,7 @@ DEFAULT_COMPLEXITY = 5
 MIN_HELD_OUT = 2  # fewer held-out points than this: no ranking, the simplest model that fits
 ADEQUATE_MAPE = 10.0  # ... its own training data within this MAPE (%) (hold always does)
 RULES = ("combine", "fallback", "1se", "min")
+HOLD_IN_COMBINATION = True  # rule "combine" weighs the hold baseline with the rest (doc)
 DEFAULT_RULE = "combine"  # measured better than "fallback" on the peer splits (docs/models.md)
 # rule "combine": forecast combination of the validated candidates (combination_weights)
 ERR_FLOOR = 0.005   # RMS log error below which candidates are equally good (the models'
@@ -92,6 +102,8 @@ class Selection:
     scores: dict[str, dict[str, Any]] = field(default_factory=dict)
     folds: int = 0
     scheme: str = "kfold"   # "kfold", "extrapolate:cores+freq_up" ..., or "none"
+    # |log(predicted / measured)| of the choice on the held-out points (empty: none)
+    held_log_err: np.ndarray = field(default_factory=lambda: np.empty(0))
 
     def table(self) -> list[dict[str, Any]]:
         """Candidates best first: name, cv_mape (%), fit_ms (mean per fold), error (or None)."""
@@ -143,14 +155,23 @@ def extrapolation_axes(obs: Observations, target: Any) -> list[str]:
     return axes
 
 
-def extrapolation_splits(obs: Observations, axes: list[str],
-                         n_cuts: int = N_CUTS) -> list[tuple[np.ndarray, np.ndarray]]:
-    """Forward-chaining (train mask, test mask) pairs along ``axes`` (see the module doc)."""
+def extrapolation_splits(obs: Observations, axes: list[str], n_cuts: int = N_CUTS,
+                         reach: float | None = None) -> list[tuple[np.ndarray, np.ndarray]]:
+    """Forward-chaining (train mask, test mask) pairs along ``axes`` (see the module doc).
+
+    ``reach``: how far the query goes beyond the largest measured core count (its largest
+    core count / the data's). The cuts then include the one that holds out as far: training
+    on the core counts up to max / reach (at least 2 of them), testing on the rest."""
     splits = []
     u = np.unique(obs.cores)
     nd = u.size
     if "cores_up" in axes:
-        for j in range(max(2, nd - n_cuts), nd):
+        cuts = set(range(max(2, nd - n_cuts), nd))
+        if reach is not None and np.isfinite(reach) and reach > 1:
+            far = int(np.searchsorted(u, u[-1] / reach * (1 + 1e-9), side="right"))
+            if 2 <= far < nd:
+                cuts.add(far)
+        for j in sorted(cuts):
             splits.append((obs.cores < u[j], obs.cores >= u[j]))
     if "cores_down" in axes:
         for j in range(min(nd - 2, n_cuts), 0, -1):
@@ -163,6 +184,24 @@ def extrapolation_splits(obs: Observations, axes: list[str],
         if "freq_down" in axes:
             splits.append((fq > uf[0], fq == uf[0]))
     return [(tr, te) for tr, te in splits if tr.sum() >= 2 and te.any()]
+
+
+def _reach(obs: Observations, target: Any) -> float | None:
+    """The query's largest core count over the data's (None: no query Observations).
+
+    Counted in physical cores where the group names them (``smt.phys_cores``): a fold can
+    only mimic the distance along the speedup curve; threads beyond the physical cores are
+    the SMT yield's, which no fold without such rows can see, however far it holds out."""
+    if not isinstance(target, Observations):
+        return None
+    qc = np.asarray(target.cores, float)
+    qc = qc[np.isfinite(qc)]
+    if not qc.size:
+        return None
+    top = float(np.max(obs.cores))
+    phys = smt.phys_cores(obs)
+    far = float(qc.max()) if phys is None else min(float(qc.max()), max(phys, top))
+    return far / top
 
 
 def cv_score(name: str, obs: Observations,
@@ -243,7 +282,8 @@ def rank(scores: dict[str, dict[str, Any]], apes: dict[str, np.ndarray],
 
 
 def choose(obs: Observations, candidates: list[str] | None = None, k: int = 5,
-           seed: int = 0, target: Any = None, rule: str = DEFAULT_RULE) -> Selection:
+           seed: int = 0, target: Any = None, rule: str = DEFAULT_RULE,
+           calibrate: bool = True) -> Selection:
     """Fit every candidate (default: all installed models but hold and combo) by
     cross-validation on the rows with a positive finite time, combine or pick by the held-out
     errors (``rule``), refit on all of them.
@@ -255,7 +295,10 @@ def choose(obs: Observations, candidates: list[str] | None = None, k: int = 5,
     ``rule``: "combine" (weighted geometric mean of the validated candidates, raw and
     end-anchored; "fallback" when fewer than MIN_HELD_OUT points were held out), "fallback"
     (lowest MAPE; the simplest model when fewer than MIN_HELD_OUT points were held out),
-    "1se" (simplest within one standard error of the best) or "min"."""
+    "1se" (simplest within one standard error of the best) or "min".
+    ``calibrate``: widen the chosen model's interval to the conformal quantile of its own
+    held-out errors (calibrate.py), so that an extrapolation's interval reflects the
+    validation's extrapolation error."""
     ok = np.isfinite(obs.time_s) & (obs.time_s > 0) & np.isfinite(obs.cores)
     usable = obs.subset(ok)
     names = (list(candidates) if candidates is not None
@@ -263,7 +306,7 @@ def choose(obs: Observations, candidates: list[str] | None = None, k: int = 5,
     if len(usable) < 3:
         return _first_that_fits(usable, names)
     axes = extrapolation_axes(usable, target)
-    splits = extrapolation_splits(usable, axes) if axes else []
+    splits = extrapolation_splits(usable, axes, reach=_reach(usable, target)) if axes else []
     if splits:
         scheme = "extrapolate:" + "+".join(axes)
         folds: Any = splits
@@ -277,18 +320,21 @@ def choose(obs: Observations, candidates: list[str] | None = None, k: int = 5,
     held = (sum(int(te.sum()) for _, te in folds) if isinstance(folds, list)
             else len(usable))
     gate = rule in ("combine", "fallback") and held < MIN_HELD_OUT
-    if gate and FALLBACK not in names:
+    if (gate or (rule == "combine" and HOLD_IN_COMBINATION)) and FALLBACK not in names:
         names.append(FALLBACK)
     scores = {name: cv_score(name, usable, folds) for name in names}
     apes = {n: s.pop("_ape", np.empty(0)) for n, s in scores.items()}
     cv = {n: (s.pop("_pred", None), s.pop("_anch", None), s.pop("_truth", None))
           for n, s in scores.items()}
     worst = worst_candidates(scores)
+    if gate:
+        # one held-out point: the bounded fallback stays eligible whatever that point says
+        worst.discard(FALLBACK)
     if rule == "combine" and not gate:
         sel = _combine(usable, scores, cv, names)
         if sel is not None and not _is_worst(sel.name, scores, worst):
             sel.folds, sel.scheme = n_folds, scheme
-            return sel
+            return _calibrate(sel, calibrate, usable, folds)
         if sel is not None:
             scores[sel.name]["error"] = "not chosen: the worst held-out error of the set"
     ranked = rank(scores, apes, names, "fallback" if rule == "combine" else rule)
@@ -306,7 +352,12 @@ def choose(obs: Observations, candidates: list[str] | None = None, k: int = 5,
             scores[name]["error"] = (f"fallback: training MAPE {miss:.1f} % > "
                                      f"{ADEQUATE_MAPE:g} %")
             continue
-        return Selection(name=name, model=model, scores=scores, folds=n_folds, scheme=scheme)
+        pred, _, truth = cv.get(name, (None, None, None))
+        err = (np.abs(np.log(pred / truth)) if pred is not None and truth is not None
+               else np.empty(0))
+        return _calibrate(Selection(name=name, model=model, scores=scores, folds=n_folds,
+                                    scheme=scheme, held_log_err=err),
+                              calibrate, usable, folds)
     reasons = "; ".join(f"{n}: {s['error']}" for n, s in scores.items())
     raise NotEnoughData(f"no candidate model could be fitted ({reasons})")
 
@@ -405,7 +456,8 @@ def _combine(obs: Observations, scores: dict[str, dict[str, Any]], cv: dict[str,
     members = [(m[0], m[1], m[2]) for m in members]
     if len(members) == 1 and members[0][2] is None:
         n = held[0][0]
-        return Selection(name=n, model=members[0][0], scores=scores)
+        return Selection(name=n, model=members[0][0], scores=scores,
+                         held_log_err=np.abs(np.log(held[0][3] / cv[n][2])))
     model = combine.CombinedFit(members)
     model.set_quality(obs)
     truth = cv[held[0][0]][2]
@@ -416,7 +468,28 @@ def _combine(obs: Observations, scores: dict[str, dict[str, Any]], cv: dict[str,
         "cv_mape": float(np.mean(100 * np.abs(pred - truth) / truth)),
         "fit_ms": float(sum(scores[n]["fit_ms"] for n in {h[0] for h in held})),
         "error": None, "weights": model.weights}
-    return Selection(name=combine.NAME, model=model, scores=scores)
+    return Selection(name=combine.NAME, model=model, scores=scores,
+                     held_log_err=np.abs(np.log(pred / truth)))
+
+
+def _calibrate(sel: Selection, on: bool, obs: Observations, folds: Any) -> Selection:
+    """The selection with its interval sized by its own held-out errors (calibrate.py)."""
+    if on:
+        splits = kfold_splits(folds) if isinstance(folds, np.ndarray) else folds
+        dist = np.concatenate([distance(obs.cores[te], None if obs.freq_mhz is None
+                                        else obs.freq_mhz[te], ranges(obs.subset(tr)))
+                               for tr, te in splits])
+        sel.model = calibrated(sel.model, sel.held_log_err, dist, obs, LEVEL)
+    return sel
+
+
+def _unvalidated(model: FittedModel, obs: Observations) -> FittedModel:
+    """The model with an interval that reaches the hold forecast outside the measured range
+    (calibrate.unvalidated); as it is where hold cannot be fitted."""
+    try:
+        return unvalidated(model, obs, registry.get(FALLBACK).fit(obs))
+    except NotEnoughData:
+        return model
 
 
 def _first_that_fits(obs: Observations, names: list[str]) -> Selection:
@@ -424,7 +497,7 @@ def _first_that_fits(obs: Observations, names: list[str]) -> Selection:
     reasons = []
     for name in names:
         try:
-            return Selection(name=name, model=registry.get(name).fit(obs),
+            return Selection(name=name, model=_unvalidated(registry.get(name).fit(obs), obs),
                              scores={name: {"cv_mape": float("nan"), "fit_ms": float("nan"),
                                             "error": "no CV: fewer than 3 points"}}, folds=0,
                              scheme="none")

@@ -1,0 +1,63 @@
+"""Intervals sized by the choice's held-out errors (daemon/models/calibrate.py)."""
+
+import numpy as np
+import pytest
+from scipy import stats
+
+from opptune.daemon.models import registry
+from opptune.daemon.models.base import Observations
+from opptune.daemon.models.calibrate import CalibratedFit, distance, error_half
+from opptune.daemon.models.select import choose
+
+
+def test_error_half_is_the_t_quantile_of_the_rms_error():
+    e = np.array([0.1, -0.2, 0.2])
+    assert error_half(e, 0.9) == pytest.approx(stats.t.ppf(0.95, 3) * np.sqrt(0.03))
+    assert error_half(np.empty(0), 0.9) == 0.0
+    # one point says little: much wider than the point itself
+    assert error_half(np.array([0.1]), 0.9) > 6 * 0.1
+
+
+def test_distance_is_the_log_ratio_outside_the_training_range():
+    rng = (1.0, 4.0, 1000.0, 1400.0)
+    d = distance(np.array([2.0, 8.0, 2.0, 0.5]), np.array([1200.0, 1200, 2800, 1000]), rng)
+    assert np.allclose(d, [0.0, np.log(2), np.log(2), np.log(2)])
+
+
+def test_extrapolated_interval_grows_with_distance_and_never_narrows():
+    p = np.array([1.0, 2, 4, 8])
+    obs = Observations(cores=p, time_s=10 / p)
+    inner = registry.get("amdahl").fit(obs)
+    fit = CalibratedFit(inner, h0=0.0, rate=0.2, rng=(1.0, 8.0, None, None), n_held=3)
+    q = Observations.query([4.0, 16.0, 64.0])
+    own, cal = inner.predict(q), fit.predict(q)
+    assert np.allclose(cal.value, own.value)
+    assert np.all(cal.lower <= own.lower) and np.all(cal.upper >= own.upper)
+    assert cal.upper[0] == pytest.approx(own.upper[0])     # inside: the model's own
+    assert cal.upper[2] / cal.value[2] == pytest.approx(np.exp(0.2 * np.log(8)))
+    assert fit.name == "amdahl" and fit.to_state() == inner.to_state()
+
+
+def test_the_choice_widens_an_extrapolation_by_its_forward_errors():
+    # Amdahl-like up to 8 cores, then the curve flattens: the folds see the model miss the
+    # larger core counts, so the interval at 32 cores is wider than the model's own
+    p = np.arange(1.0, 13.0)
+    t = 100 * (0.02 + 0.98 / np.minimum(p, 8)) * (1 + 0.02 * np.sin(5 * p))
+    obs = Observations(cores=p, time_s=t)
+    q = Observations.query([24.0, 32.0])
+    sel = choose(obs, ["amdahl", "usl"], target=q)
+    assert isinstance(sel.model, CalibratedFit) and sel.held_log_err.size >= 2
+    own = sel.model.inner.predict(q)
+    cal = sel.model.predict(q)
+    assert np.all(np.log(cal.upper / cal.value) > np.log(own.upper / own.value))
+    assert sel.model.quality["interval_log_half_per_log_distance"] > 0
+
+
+def test_two_points_without_validation_reach_the_hold_forecast():
+    obs = Observations(cores=[1.0, 2.0], time_s=[10.0, 5.2])
+    sel = choose(obs, ["amdahl"], target=Observations.query([8.0]))
+    assert sel.scheme == "none"
+    pr = sel.model.predict(Observations.query([8.0, 1.5]))
+    assert pr.value[0] < 5.0 and pr.upper[0] == pytest.approx(5.2)  # reaches "it stops at 2"
+    own = sel.model.inner.predict(Observations.query([1.5]))
+    assert pr.upper[1] == pytest.approx(own.upper[0])  # inside the range: unchanged

@@ -1,0 +1,52 @@
+"""benchmarks/peer_baselines.py: the daemon's choice beside every peer, per split."""
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+BENCH = [sys.executable, "benchmarks/peer_baselines.py"]
+SMALL = "minibude_tx2_smt-extrapolate-cores.json"  # 3 evaluations: a few seconds
+
+
+def _run(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([*BENCH, *args], cwd=ROOT, capture_output=True, text=True,
+                          timeout=300)
+
+
+def test_default_prints_one_opptune_row_beside_every_peer():
+    out = _run("--files", SMALL)
+    assert out.returncode == 0, out.stderr
+    table = out.stdout.split("### Summary")[0]
+    rows = [ln.split("|")[1].strip() for ln in table.splitlines()
+            if ln.startswith("| ") and not ln.startswith("| method")]
+    peers = json.loads((ROOT / "data/peer-baselines" / SMALL).read_text())["summary"]
+    assert rows[0] == "opptune" and sorted(rows[1:]) == sorted(peers)
+    assert "auto" not in rows and "amdahl" in rows  # peers only; no opptune variant by default
+    head = next(ln for ln in table.splitlines() if ln.startswith("| method"))
+    for col in ("pooled MAPE", "median APE", "max APE", "coverage", "fit time"):
+        assert col in head
+    summary = out.stdout.split("### Summary")[1]
+    line = next(ln for ln in summary.splitlines() if ln.startswith("| minibude"))
+    assert line.rstrip().endswith("|") and ("ok (" in line or "behind (" in line)
+
+
+def test_json_reports_the_metrics_and_the_daemons_choice():
+    out = _run("--files", SMALL, "--json", "--models", "opptune,amdahl")
+    assert out.returncode == 0, out.stderr
+    (r,) = [json.loads(ln) for ln in out.stdout.splitlines()]
+    ours = r["ours"]["opptune"]
+    assert ours["n_fits"] == 3 and 0 <= ours["coverage"] <= 100
+    assert ours["median_ape"] <= ours["mape"] <= ours["max_ape"]
+    assert ours["fit_s_median"] <= ours["fit_s_max"]
+    assert r["ours"]["amdahl"]["chosen"] == {"amdahl": 3}
+    assert r["best_peer"]["name"] in r["peers"]
+
+
+def test_unknown_model_or_file_is_one_line_and_exit_2():
+    bad = _run("--models", "opptune,nosuch")
+    assert bad.returncode == 2 and bad.stdout == ""
+    assert bad.stderr.count("\n") == 1 and "nosuch" in bad.stderr and "Traceback" not in bad.stderr
+    none = _run("--files", "nothing-*.json")
+    assert none.returncode == 2 and "nothing-*.json" in none.stderr and none.stderr.count("\n") == 1
