@@ -1,6 +1,7 @@
 """Bad input to the installed commands: one line naming the problem and the fix, exit 2, no
 traceback, nothing created (real processes of the console scripts)."""
 
+import json
 import os
 import subprocess
 import sys
@@ -157,3 +158,20 @@ def test_recommend_pid_target_refused_before_asking_the_daemon(tmp_path):
     one_line_error(run("opptune", "recommend", "--daemon", "tcp://127.0.0.1:9", "--agent", "a",
                        "--workload", "w", "--pid", "0", cwd=tmp_path),
                    "opptune recommend: ", "--pid must be a process id")
+
+
+def test_agent_virtual_board_alone_makes_its_tree_in_the_state_dir(tmp_path):
+    proc = run("opptune-agent", "--virtual-board", "rpi4", "--state-dir", str(tmp_path / "st"),
+               "--restore", cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    spec = json.loads((tmp_path / "st" / "virtual-board-rpi4" /
+                       ".opptune-virtual-board.json").read_text())["spec"]
+    assert spec["name"] == "rpi4"
+    one_line_error(run("opptune-agent", "--virtual-board", "nope", "--state-dir",
+                       str(tmp_path / "st"), "--restore", cwd=tmp_path),
+                   "unknown virtual board 'nope'", "rpi4")
+    (tmp_path / "st" / "virtual-board-odroid-xu4").symlink_to(tmp_path / "st" /
+                                                              "virtual-board-rpi4")
+    one_line_error(run("opptune-agent", "--virtual-board", "odroid-xu4", "--state-dir",
+                       str(tmp_path / "st"), "--restore", cwd=tmp_path),
+                   "holds another virtual board's tree")
