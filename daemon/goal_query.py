@@ -73,7 +73,8 @@ def recommend_for(d: Daemon, agent: str, workload: str, goal: Goal, size: str | 
     platform, size, runs = workload_groups(d, agent, workload, size)
     try:
         r = recommend_goal(goal, platform, runs, cluster=cluster, max_cores=max_cores,
-                           tolerance=d.config.tolerance if goal.objective == "time" else 0.0)
+                           tolerance=d.config.tolerance if goal.objective == "time" else 0.0,
+                           verify_runs=d.config.verify_reps)
     except NotMeasured as exc:
         raise HandlerError("no_measurements", f"no recommendation for {workload} on "
                                               f"'{agent}': {exc}") from None

@@ -162,12 +162,45 @@ def _variant_cluster(variant: str) -> int | None:
     return int(variant[7:]) if variant.startswith("cluster") and variant[7:].isdigit() else None
 
 
+def per_configuration(measured: Measured) -> tuple[Measured, dict[int, int], float, float]:
+    """Repeated runs of one configuration as one measurement (their medians: the Sampler
+    takes one value per configuration), the run count per configuration, and the pooled
+    run-to-run noise (standard deviation of log time, of log power; 0 without repeats)."""
+    by: dict[int, list[tuple[float, float]]] = {}
+    for i, t, p in zip(measured.index, measured.time_s, measured.power_w):
+        by.setdefault(i, []).append((t, p))
+    out, counts = Measured(), {}
+    ss = np.zeros(2)  # sums of squared log deviations from each configuration's mean: t, P
+    dof = np.zeros(2)
+    for i, vals in by.items():
+        arr = np.asarray(vals, float)
+        t, p = arr[:, 0], arr[:, 1][np.isfinite(arr[:, 1]) & (arr[:, 1] > 0)]
+        out.add(i, float(np.median(t)), float(np.median(p)) if p.size else float("nan"))
+        counts[i] = len(vals)
+        for k, x in enumerate((t, p)):
+            if x.size > 1:
+                ss[k] += float(np.sum((np.log(x) - np.log(x).mean()) ** 2))
+                dof[k] += x.size - 1
+    sig = np.sqrt(np.divide(ss, dof, out=np.zeros(2), where=dof > 0))
+    return out, counts, float(sig[0]), float(sig[1])
+
+
+def noise_half_width(sigma: float, runs: int, verify_runs: int, level: float = 0.9) -> float:
+    """Half-width (log units) of the interval that a verification's median of ``verify_runs``
+    runs falls in around a configuration's value known from ``runs`` runs (0: modelled),
+    from the run-to-run noise alone: var(log median of m) ~ pi/2 sigma^2 / m."""
+    from scipy.stats import norm
+    var = sigma ** 2 * ((1.0 / runs if runs else 0.0) + np.pi / 2 / max(verify_runs, 1))
+    return float(norm.ppf(0.5 + level / 2) * np.sqrt(var))
+
+
 def recommend_goal(goal: Goal, platform: dict[str, Any], groups: dict[str, Sequence[Row]],
                    cluster: int | None = None, max_cores: int | None = None,
-                   tolerance: float = 0.0) -> GoalRecommendation:
+                   tolerance: float = 0.0, verify_runs: int = 3) -> GoalRecommendation:
     """The configuration that best serves ``goal`` among the candidates of ``groups``
     (variant -> runs). Per-cluster groups are used when there are any (``cluster`` keeps
-    one); ``max_cores`` caps the core count. GoalError names what is missing."""
+    one); ``max_cores`` caps the core count. The intervals hold at least the run-to-run
+    noise a verification of ``verify_runs`` runs will see. GoalError names what is missing."""
     per_cluster = {v: r for v, r in groups.items() if _variant_cluster(v) is not None and r}
     if cluster is not None:
         name = f"cluster{cluster}"
@@ -197,9 +230,12 @@ def recommend_goal(goal: Goal, platform: dict[str, Any], groups: dict[str, Seque
                           "sensors or an energy model")
     sampler = Sampler(goal, tolerance=tolerance)
     ests, errors = [], []
+    noise = []  # per part: (runs per configuration, sigma log t, sigma log P)
     for p in parts:
+        once, counts, sig_t, sig_p = per_configuration(p.measured)
         try:
-            ests.append((p, sampler.estimate(p.grid, p.measured)))
+            ests.append((p, sampler.estimate(p.grid, once)))
+            noise.append((counts, sig_t, sig_p))
         except ValueError as exc:
             errors.append(f"{p.variant or 'board'}: {exc}")
     if not ests:
@@ -239,6 +275,13 @@ def recommend_goal(goal: Goal, platform: dict[str, Any], groups: dict[str, Seque
                   "variant": rp.variant, "cluster": _variant_cluster(rp.variant),
                   "objective_value": float(c.value * (1 + c.margin))}
     t_lo, t_hi = cat("time_lower"), cat("time_upper")
+    counts, sig_t, sig_p = noise[int(owner[i])]
+    j = i - int(np.flatnonzero(owner == owner[i])[0])  # index within its part's grid
+    runs_i = counts.get(j, 0)
+    h_t = noise_half_width(sig_t, runs_i, verify_runs)
+    h_p = noise_half_width(sig_p, runs_i, verify_runs)
+    t_lo[i], t_hi[i] = min(t_lo[i], t[i] * np.exp(-h_t)), max(t_hi[i], t[i] * np.exp(h_t))
+    p_lo[i], p_hi[i] = min(p_lo[i], p_val[i] * np.exp(-h_p)), max(p_hi[i], p_val[i] * np.exp(h_p))
 
     def num(a: np.ndarray) -> float | None:
         v = float(a[i])

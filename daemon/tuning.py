@@ -25,7 +25,7 @@ import numpy as np
 
 from .errors import HandlerError
 from .goal_query import apply, parse_goal, recommend_for
-from .goal_recommend import _fill, _Part
+from .goal_recommend import _fill, _Part, per_configuration
 from .jobs import UNSUCCESSFUL_JOB_STATES
 from .objectives import Goal
 from .planner import cluster_orders, new_job_id, offered_frequencies, sweep_order
@@ -339,15 +339,5 @@ class Tuner:
 
 
 def _propose(sampler: Sampler, grid: Grid, measured: Measured) -> Proposal:
-    """The Sampler's next index, with repeated runs of one configuration as one measurement
-    (the Sampler counts entries; a configuration's reps are its median)."""
-    by: dict[int, list[tuple[float, float]]] = {}
-    for i, t, p in zip(measured.index, measured.time_s, measured.power_w):
-        by.setdefault(i, []).append((t, p))
-    m = Measured()
-    for i, vals in by.items():
-        arr = np.asarray(vals, float)
-        p = arr[:, 1]
-        m.add(i, float(np.median(arr[:, 0])),
-              float(np.median(p[np.isfinite(p)])) if np.isfinite(p).any() else float("nan"))
-    return sampler.propose(grid, m)
+    """The Sampler's next index, with repeated runs of one configuration as one measurement."""
+    return sampler.propose(grid, per_configuration(measured)[0])

@@ -133,3 +133,34 @@ def test_kernel_energy_model_estimates_are_modelled_not_measured():
     runs = {"": rows(XU4, XU4_ORDER, SHARED, source="energy-model-estimate (kernel EM)")}
     r = recommend_goal(make_goal("energy"), plat, runs)
     assert r.energy == "modelled"
+
+
+def test_repeated_runs_are_one_measurement_and_their_noise_widens_the_interval():
+    from opptune.daemon.goal_recommend import noise_half_width, per_configuration
+    from opptune.daemon.sampling import Measured
+    m = Measured()
+    for i, ts in ((0, (1.0, 1.1, 0.9)), (1, (2.0, 2.2))):
+        for t in ts:
+            m.add(i, t, 3.0)
+    once, counts, sig_t, sig_p = per_configuration(m)
+    assert (once.index, once.time_s, counts) == ([0, 1], [1.0, 2.1], {0: 3, 1: 2})
+    logs = [np.log([1.0, 1.1, 0.9]), np.log([2.0, 2.2])]
+    ss = sum(float(np.sum((x - x.mean()) ** 2)) for x in logs)
+    assert sig_t == pytest.approx(np.sqrt(ss / 3)) and sig_p == 0.0
+    # a measured configuration verified by 3 runs: both its own and the verification's noise
+    assert noise_half_width(0.1, 3, 3) == pytest.approx(1.6449 * 0.1 * np.sqrt(1 / 3 + np.pi / 6),
+                                                        rel=1e-4)
+    assert noise_half_width(0.0, 3, 3) == 0.0
+
+
+def test_a_measured_recommendation_carries_the_run_to_run_noise():
+    spec = board_spec("rpi4")
+    order = [c for cl in spec["clusters"] for c in cl["cpus"]]
+    freqs = spec["clusters"][0]["freqs_khz"]
+    noisy = []
+    for j, r in enumerate(rows(spec, order, freqs, reps=3)):
+        wiggle = 1.0 + 0.02 * ((j % 3) - 1)  # runs 2 % apart
+        noisy.append((r[0], r[1], r[2] * wiggle, r[3] * wiggle, r[4]))
+    rec = recommend_goal(make_goal("time"), platform_of(spec), {"": noisy})
+    t = rec.time_s
+    assert t.lower < 0.985 * t.value and t.upper > 1.015 * t.value
