@@ -118,7 +118,10 @@ class Sampler:
        physically shaped models of :mod:`.acquisition` (a).
     3. Stop (c) when that expected gain is below ``min_gain`` (relative, default 1 %), when
        the budget is spent or when everything is measured; before stopping (and with the
-       last measurement of the budget) the recommendation is measured if it is not yet.
+       last measurement of the budget) the recommendation is measured if it is not yet,
+       unless, with the last one, the models give it less than ``min_gain`` risk of
+       breaking the limits: then that measurement goes to the candidate with the highest
+       expected gain over the recommendation, times P(feasible).
 
     The recommendation (:meth:`estimate`) is judged on measured values where the
     configuration was measured and on conservative bounds (upper time and power) where not,
@@ -173,6 +176,21 @@ class Sampler:
         if gain[i] < self.min_gain or last:
             # before stopping, measure the recommendation itself if it is only predicted
             chosen = self.estimate(grid, measured).choice.index
+            # the last measurement goes where it can still beat a predicted recommendation
+            # (its mean is the bar) rather than to confirming it, but only when the models
+            # give that recommendation less than min_gain risk of breaking the limits
+            if (todo[chosen] and last and gain[i] >= self.min_gain
+                    and 1.0 - pfeas[chosen] < self.min_gain):
+                bar = float(np.exp(ens.weight @ j[:, chosen]))
+                if best is not None:
+                    bar = min(bar, best)
+                g2 = expected_improvement(j, sj, ens.weight, bar) * pfeas
+                g2[~todo] = -1.0
+                g2[chosen] = -1.0
+                k = int(np.argmax(g2))
+                if g2[k] >= self.min_gain:
+                    return Proposal(k, f"last measurement: expected gain over the "
+                                       f"recommendation {100 * g2[k]:.2g} %")
             if todo[chosen]:
                 return Proposal(chosen, "verify the recommended configuration")
         if gain[i] < self.min_gain:

@@ -112,6 +112,28 @@ def test_unmeasured_configurations_are_judged_on_their_upper_bounds():
     assert np.all(est.time_lower <= est.time_upper)
 
 
+def _at(g, cores, mhz):
+    return int(np.flatnonzero((g.cores == cores) & (g.freq_mhz == mhz))[0])
+
+
+def test_last_measurement_tries_to_beat_a_safe_prediction_instead_of_confirming_it():
+    g, t, p = board()
+    m = _measure_all(g, t, p, [_at(g, 1, 400), _at(g, 8, 2000), _at(g, 8, 400)])
+    # a cap the models clear with room: the recommendation (unmeasured) is safe, so the
+    # budget's last measurement goes to a faster candidate nearer the cap
+    s = Sampler(Goal("time", power_cap_w=4.0), budget=4)
+    rec = s.estimate(g, m).choice.index
+    prop = s.propose(g, m)
+    assert rec not in m.index and prop.index != rec
+    assert "last measurement" in prop.reason
+    assert t[prop.index] < t[rec]
+    # a cap the recommendation only just clears: it is measured before it is trusted
+    s = Sampler(Goal("time", power_cap_w=2.0), budget=4)
+    prop = s.propose(g, m)
+    assert prop.index == s.estimate(g, m).choice.index
+    assert "verify" in prop.reason
+
+
 def test_benchmark_quick_prints_every_method():
     r = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "recommend.py"), "--quick",
                         "--datasets", "armpm_xu3"], capture_output=True, text=True, timeout=120)
