@@ -115,10 +115,16 @@ class Sampler:
        3 corners, or the 2 ends of a cores-only grid, one more when the budget allows).
     2. Then (b) the unmeasured configuration with the highest expected improvement of the
        objective times the probability of meeting the limits, under the ensemble of
-       physically shaped models of :mod:`.acquisition` (a).
+       physically shaped models of :mod:`.acquisition` (a); the improvement is counted over
+       the best measured feasible configuration, or over the recommendation's predicted
+       mean where that is only predicted but safe (under ``min_gain`` risk of breaking the
+       limits).
     3. Stop (c) when that expected gain is below ``min_gain`` (relative, default 1 %), when
        the budget is spent or when everything is measured; before stopping (and with the
-       last measurement of the budget) the recommendation is measured if it is not yet.
+       last measurement of the budget) the recommendation is measured if it is not yet,
+       unless, with the last one, the models give it less than ``min_gain`` risk of
+       breaking the limits: then that measurement goes to the candidate with the highest
+       expected gain over the recommendation, times P(feasible).
 
     The recommendation (:meth:`estimate`) is judged on measured values where the
     configuration was measured and on conservative bounds (upper time and power) where not,
@@ -166,13 +172,26 @@ class Sampler:
             return Proposal(i, f"nothing measured meets the limits; P(feasible) "
                                f"{pfeas[i]:.2f} here")
         from .acquisition import expected_improvement
-        gain = expected_improvement(j, sj, ens.weight, best) * pfeas
+        chosen = self.estimate(grid, measured).choice.index
+        # a predicted recommendation the models give less than min_gain risk of breaking the
+        # limits is already in hand: a measurement's gain is counted over it (its mean), not
+        # over the best measured configuration
+        safe = bool(todo[chosen] and 1.0 - pfeas[chosen] < self.min_gain)
+        bar = min(best, float(np.exp(ens.weight @ j[:, chosen]))) if safe else best
+        gain = expected_improvement(j, sj, ens.weight, bar) * pfeas
         gain[~todo] = -1.0
         i = int(np.argmax(gain))
         last = self.budget is not None and len(measured) == self.budget - 1
         if gain[i] < self.min_gain or last:
-            # before stopping, measure the recommendation itself if it is only predicted
-            chosen = self.estimate(grid, measured).choice.index
+            # before stopping, measure the recommendation itself if it is only predicted,
+            # but the budget's last measurement goes where it can still beat a safe one
+            if safe and last and gain[i] >= self.min_gain:
+                g2 = gain.copy()
+                g2[chosen] = -1.0
+                k = int(np.argmax(g2))
+                if g2[k] >= self.min_gain:
+                    return Proposal(k, f"last measurement: expected gain over the "
+                                       f"recommendation {100 * g2[k]:.2g} %")
             if todo[chosen]:
                 return Proposal(chosen, "verify the recommended configuration")
         if gain[i] < self.min_gain:
