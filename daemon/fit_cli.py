@@ -107,6 +107,19 @@ def _groups(path: str, zero_time: str = "error") -> list[tuple[str, Observations
     return [(g.label, median_reps(g.obs)) for g in read_tidy(path, zero_time=zero_time)]
 
 
+def _prior(label: str, obs: Observations, groups: list[tuple[str, Observations]]
+           ) -> Any:
+    """A prior-based prediction (models/prior.py) for a group too small to fit, from the
+    other groups of its platform (the label's first part); None when there are too few."""
+    from .models.prior import fit_prior
+    platform = label.split("/")[0]
+    others = [o for lab, o in groups if lab != label and lab.split("/")[0] == platform]
+    try:
+        return fit_prior(obs, others)
+    except NotEnoughData:
+        return None
+
+
 class UsageError(ValueError):
     """A command-line value that cannot be used (exit 2, one line)."""
 
@@ -230,10 +243,13 @@ def cmd_fit(args: argparse.Namespace) -> int:
                 model = registry.get(args.model).fit(obs)
             entry["fit_ms"] = 1e3 * (time.perf_counter() - t0)
         except NotEnoughData as exc:
-            entry["error"] = str(exc)
-            out.append(entry)
-            rows.append([label, "-", "", "", str(exc)])
-            continue
+            model = _prior(label, obs, groups) if args.model == "auto" else None
+            if model is None:
+                entry["error"] = str(exc)
+                out.append(entry)
+                rows.append([label, "-", "", "", str(exc)])
+                continue
+            entry["fit_ms"] = 1e3 * (time.perf_counter() - t0)
         except ValueError as exc:            # unknown model name
             print(f"opptune fit: {exc}", file=sys.stderr)
             return 2
@@ -242,6 +258,9 @@ def cmd_fit(args: argparse.Namespace) -> int:
             entry["state"] = model.to_state()
         out.append(entry)
         params = ", ".join(f"{k}={v:.4g}" for k, v in model.params.items())
+        if model.quality.get("prior_based"):
+            params = (f"prior-based: the speedup curves of {model.params['n_groups']:.0f} other "
+                      "workloads on this platform; a best guess with a wide interval, not a fit")
         rows.append([label, model.name, f"{model.quality['mape']:.2f}",
                      f"{entry['fit_ms']:.0f}", params])
     if args.json:

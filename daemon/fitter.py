@@ -38,6 +38,9 @@ class FitRequest:
     target: Any = None
     # physical cores the sweep order fills before SMT siblings (planner.physical_cores)
     phys_cores: int | None = None
+    # the other groups' rows on the same platform: a group too small to fit gets a
+    # prior-based prediction from their curves (models/prior.py)
+    others: Sequence[Sequence[tuple[int, float | None, float]]] = ()
 
 
 @dataclass
@@ -112,6 +115,17 @@ def fit_group(obs: Observations, target: Any = None
         raise NotEnoughData("; ".join(f"{e['model']}: {e['error']}" for e in errors))
     fitted.sort(key=lambda m: _rmse(m))
     return fitted[0], [_summary(m) for m in fitted[1:]] + errors
+
+
+def _prior(obs: Observations, others: Sequence[Sequence[tuple[int, float | None, float]]],
+           why: NotEnoughData) -> FittedModel:
+    """The prior-based prediction of a group too small to fit; NotEnoughData with both
+    reasons when there is none either."""
+    from .models.prior import fit_prior
+    try:
+        return fit_prior(obs, [observations(rows) for rows in others if rows])
+    except NotEnoughData as exc:
+        raise NotEnoughData(f"{why}; {exc}") from None
 
 
 def _rmse(m: FittedModel) -> float:
@@ -215,7 +229,13 @@ class Fitter:
         t0 = time.perf_counter()
         out = FitOutcome(req)
         try:
-            model, runners = fit_group(observations(req.rows, req.phys_cores), req.target)
+            obs = observations(req.rows, req.phys_cores)
+            try:
+                model, runners = fit_group(obs, req.target)
+            except NotEnoughData as exc:
+                if not req.others:
+                    raise
+                model, runners = _prior(obs, req.others, exc), []
             out.model, out.runners_up = model, runners
             out.description = _plain(model.describe())
         except Exception as exc:  # a fit failing must never stop the worker

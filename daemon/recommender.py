@@ -50,8 +50,12 @@ class Recommender:
             target = target_observations(platform, _axis(freqs), order=order)
         except Exception as exc:  # no target: the choice falls back to k-fold validation
             log.warning("no query grid for %s: %s", "/".join(group), exc)
+        others = ()
+        if len({c for c, _, _ in rows}) < 2:  # too few core counts to fit: a prior may do
+            others = [self.store.group_runs(g) for g in self.store.groups()
+                      if g.platform == group.platform and g != group]
         self.fitter.submit(FitRequest(group, rows, agent, job_id, recommend_after,
-                                      target=target, phys_cores=phys))
+                                      target=target, phys_cores=phys, others=others))
 
     def _grid_inputs(self, agent: str | None, group: Group, rows: Any
                      ) -> tuple[dict[str, Any], list[int], list[int] | None]:
@@ -81,6 +85,14 @@ class Recommender:
                             d.get("quality", {}), out.runners_up, time.time())
         self.stats["fits"] += 1
         log.info("fitted %s: %s in %.3f s", name, d.get("model"), out.seconds)
+        if out.model.quality.get("prior_based"):
+            # a best guess from other workloads' curves: shown (model "prior"), never pushed
+            why = (f"no recommendation: only a prior-based prediction (the curves of "
+                   f"{int(out.model.quality.get('n_groups', 0))} other workloads on this "
+                   "platform); measure a second core count for a fitted model")
+            log.info("%s: %s", name, why)
+            self._fit_failed(req.group, why, req.agent, req.job_id)
+            return
         if req.recommend and req.agent and self.config.auto_recommend:
             self.push(req.agent, req.group, out.model, req.job_id, req.rows)
 

@@ -317,3 +317,37 @@ def test_fit_of_an_smt_sweep_knows_the_physical_cores(tmp_path):
         a.close()
     finally:
         d.stop()
+
+
+def test_one_core_count_gets_a_prior_based_prediction_flagged_and_not_pushed(daemon):
+    a = Agent(daemon.endpoint)
+    a.hello(workloads=("wl", "a", "b", "new"))
+    a.expect("job")  # the auto sweep of wl: not answered here
+
+    def rec(workload, cores, t):
+        return RunRecord(platform="plat-test", workload=workload, input="small", cores=cores,
+                         cpus=PLATFORM["sweep_order"][:cores], threads=cores, rep=0,
+                         time_s=t, virtual=True).to_dict()
+
+    seq = 0
+    for workload, serial in (("a", 0.1), ("b", 0.3)):
+        for cores in (1, 2, 4):
+            a.send("result", {"job_id": "j-other", "seq": seq, "of": 7,
+                              "record": rec(workload, cores, 10 * (serial + (1 - serial) / cores))})
+            a.expect("ack")
+            seq += 1
+    a.send("result", {"job_id": "j-other", "seq": seq, "of": 7, "record": rec("new", 1, 6.0)})
+    a.expect("ack")
+    group = {"platform": "plat-test", "workload": "new", "input": "small", "variant": ""}
+    assert query(a, "fit", {"workload": "new"})["queued"] == [group]
+    deadline = time.monotonic() + 20
+    while True:
+        st = query(a, "status")
+        fit = [f for f in st["fits"] if f["group"] == group]
+        if fit or time.monotonic() > deadline:
+            break
+    assert fit and fit[0]["model"] == "prior" and fit[0]["quality"]["prior_based"] == 1
+    (err,) = [e for e in st["fit_errors"] if e["group"] == group]
+    assert "only a prior-based prediction (the curves of 2 other workloads" in err["error"]
+    assert not [r for r in st["recommendations"] if r["group"]["workload"] == "new"]
+    a.close()

@@ -254,3 +254,25 @@ def test_saved_fit_reloads_exactly_when_its_state_holds_nan(tmp_path, capsys):
     assert run(["predict", "--fit", str(fit), "--cores", "4,32", "--json"]) == 0
     preds = json.loads(capsys.readouterr().out)
     assert [r["cores"] for r in preds] == [4, 32] and all(r["time_s"] > 0 for r in preds)
+
+
+def test_one_core_count_gets_a_prior_from_the_platforms_other_workloads(tmp_path, capsys):
+    lines = ["platform,workload,input,variant,cores,freq_mhz,rep,time_s"]
+    for w, serial in (("a", 0.1), ("c", 0.2)):
+        lines += [f"b,{w},1,,{p},,0,{10 * (serial + (1 - serial) / p):.6f}" for p in (1, 2, 4)]
+    lines += ["b,new,1,,1,,0,6", "other,lone,1,,1,,0,6"]
+    data, fit = tmp_path / "d.csv", tmp_path / "fit.json"
+    data.write_text("\n".join(lines) + "\n")
+    assert run(["fit", "--data", str(data), "--json", "--save", str(fit)]) == 0
+    out = {e["group"]: e for e in json.loads(capsys.readouterr().out)}
+    assert out["b/new/1"]["model"] == "prior" and out["b/new/1"]["quality"]["prior_based"] == 1
+    # a platform without other curves gets no guess: the reason, not a number
+    assert out["other/lone/1"]["model"] is None and "at least 2" in out["other/lone/1"]["error"]
+    assert run(["predict", "--fit", str(fit), "--cores", "4", "--json"]) == 0
+    pred = {p["group"]: p for p in json.loads(capsys.readouterr().out)}["b/new/1"]
+    # the median of the two curves' 1 -> 4 core ratios (0.325 and 0.4), applied to 6 s
+    assert pred["time_s"] == pytest.approx(6 * np.sqrt(0.325 * 0.4), rel=0.02)
+    # a borrowed curve is never a measurement: at least 10 % (in log time) each side
+    assert pred["lower"] <= pred["time_s"] * np.exp(-0.1) * 1.0001
+    assert pred["upper"] >= pred["time_s"] * np.exp(0.1) * 0.9999
+    assert pred["extrapolated"] == ["cores"]

@@ -12,7 +12,8 @@ workloads disagree. A query at another frequency scales by F_m / F (CPU-bound as
 With two measured core counts, each anchors its own prediction and the nearer one (in log
 cores) is used. The fit is flagged: ``quality["prior_based"] = 1``, name "prior".
 
-Not wired into the daemon yet: the caller gathers the other groups' observations.
+The caller gathers the other groups' observations: ``opptune fit`` takes the CSV's other
+groups of the same platform, the daemon the store's (daemon/recommender.py).
 """
 
 from __future__ import annotations
@@ -21,7 +22,7 @@ from typing import Sequence
 
 import numpy as np
 
-from .base import FittedModel, NotEnoughData, Observations, Prediction, fit_quality
+from .base import FittedModel, Modeler, NotEnoughData, Observations, Prediction, fit_quality
 from .speedup_fit import LEVEL
 
 MIN_GROUPS = 2     # fewer other workloads than this: no prior
@@ -74,6 +75,32 @@ class PriorFit(FittedModel):
             lower[i] = np.exp(base + min(lo, mid - MIN_HALF))
             upper[i] = np.exp(base + max(hi, mid + MIN_HALF))
         return Prediction(value=value, lower=lower, upper=upper, level=self.level)
+
+    def to_state(self) -> dict:
+        """JSON-ready state that ``PriorModeler.from_state`` turns back into this fit."""
+        a = self.anchors
+        return {"cores": a.cores.tolist(), "time_s": a.time_s.tolist(),
+                "freq_mhz": None if a.freq_mhz is None else a.freq_mhz.tolist(),
+                "curves": [[lx.tolist(), ly.tolist()] for lx, ly in self.curves],
+                "level": self.level}
+
+
+class PriorModeler(Modeler):
+    """Reloads saved prior-based fits; fitting one needs the other workloads (:func:`fit_prior`),
+    so it is never a candidate of a model choice."""
+    name = "prior"
+
+    def applicable(self, obs: Observations) -> str | None:
+        return "a prior-based prediction is made from other workloads' curves (fit_prior)"
+
+    def fit(self, obs: Observations) -> PriorFit:
+        raise NotEnoughData(self.applicable(obs))
+
+    def from_state(self, state: dict) -> PriorFit:
+        anchors = Observations(cores=state["cores"], time_s=state["time_s"],
+                               freq_mhz=state.get("freq_mhz"))
+        curves = [(np.asarray(lx, float), np.asarray(ly, float)) for lx, ly in state["curves"]]
+        return PriorFit(anchors, curves, float(state.get("level", LEVEL)))
 
 
 def fit_prior(measured: Observations, others: Sequence[Observations]) -> PriorFit:
