@@ -19,16 +19,11 @@ def _endpoint(args: argparse.Namespace) -> str:
 
 
 def cmd_status(args: argparse.Namespace) -> int:
-    from .client import BadEndpoint, DaemonUnreachable, QueryFailed, query
+    from .client import ask
     from .status_view import print_status
-    try:
-        data = query(_endpoint(args), "status", timeout_s=args.timeout)
-    except BadEndpoint as exc:
-        print(f"opptune status: {exc}", file=sys.stderr)
-        return 2
-    except (DaemonUnreachable, QueryFailed) as exc:
-        print(f"opptune status: {exc}", file=sys.stderr)
-        return 1
+    data, rc = ask("opptune status", _endpoint(args), "status", timeout_s=args.timeout)
+    if rc is not None:
+        return rc
     if args.json:
         json.dump(data, sys.stdout, indent=2, sort_keys=True, default=str)
         print()
@@ -38,7 +33,7 @@ def cmd_status(args: argparse.Namespace) -> int:
 
 
 def cmd_sweep(args: argparse.Namespace) -> int:
-    from .client import USER_ERRORS, BadEndpoint, DaemonUnreachable, QueryFailed, query
+    from .client import ask
     sweep_args: dict[str, Any] = {"agent": args.agent}
     for key in ("size", "reps", "warmup", "max_cores"):
         if getattr(args, key) is not None:
@@ -53,14 +48,9 @@ def cmd_sweep(args: argparse.Namespace) -> int:
                   "commas, e.g. 1000000,1400000", file=sys.stderr)
             return 2
     endpoint = _endpoint(args)
-    try:
-        data = query(endpoint, "sweep", sweep_args, timeout_s=args.timeout)
-    except BadEndpoint as exc:
-        print(f"opptune sweep: {exc}", file=sys.stderr)
-        return 2
-    except (DaemonUnreachable, QueryFailed) as exc:
-        print(f"opptune sweep: {exc}", file=sys.stderr)
-        return 2 if getattr(exc, "code", None) in USER_ERRORS else 1
+    data, rc = ask("opptune sweep", endpoint, "sweep", sweep_args, timeout_s=args.timeout)
+    if rc is not None:
+        return rc
     if args.wait:
         from .sweep_wait import wait_for_jobs
         return wait_for_jobs(endpoint, [j["job_id"] for j in data.get("jobs", [])],

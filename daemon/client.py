@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import sys
 from typing import Any
 
 import zmq
@@ -29,6 +30,25 @@ class BadEndpoint(ValueError):
 # Refusals caused by what the operator asked (exit 2), not by the daemon's state.
 USER_ERRORS = {"bad_args", "unknown_agent", "unknown_workload", "unknown_size",
                "unknown_query", "no_measurements", "no_power"}
+
+
+def ask(command: str, endpoint: str, what: str, args: dict[str, Any] | None = None,
+        timeout_s: float = 5.0) -> tuple[Any, int | None]:
+    """:func:`query` for an operator command: (data, None), or (None, exit code) after one
+    line on stderr that names ``command``: 2 for a bad endpoint or timeout and for refusals
+    caused by what was asked (USER_ERRORS), 1 when the daemon does not answer or refuses."""
+    if not timeout_s > 0:  # zmq's poll waits forever on a negative timeout
+        print(f"{command}: --timeout {timeout_s:g}: give a number of seconds > 0",
+              file=sys.stderr)
+        return None, 2
+    try:
+        return query(endpoint, what, args, timeout_s=timeout_s), None
+    except BadEndpoint as exc:
+        print(f"{command}: {exc}", file=sys.stderr)
+        return None, 2
+    except (DaemonUnreachable, QueryFailed) as exc:
+        print(f"{command}: {exc}", file=sys.stderr)
+        return None, 2 if getattr(exc, "code", None) in USER_ERRORS else 1
 
 
 def query(endpoint: str, what: str, args: dict[str, Any] | None = None,

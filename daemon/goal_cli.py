@@ -115,7 +115,7 @@ def recommendation_table(r: dict[str, Any], title: str | None = None) -> Table:
 
 def cmd_recommend(args: argparse.Namespace) -> int:
     from .cli import _endpoint
-    from .client import USER_ERRORS, BadEndpoint, DaemonUnreachable, QueryFailed, query
+    from .client import ask
     q = goal_args("recommend", args)
     if q is None:
         return 2
@@ -129,14 +129,9 @@ def cmd_recommend(args: argparse.Namespace) -> int:
         q["target"] = {"kind": "pid", "pid": args.pid}
     elif args.unit:
         q["target"] = {"kind": "unit", "unit": args.unit}
-    try:
-        data = query(_endpoint(args), "recommend", q, timeout_s=args.timeout)
-    except BadEndpoint as exc:
-        print(f"opptune recommend: {exc}", file=sys.stderr)
-        return 2
-    except (DaemonUnreachable, QueryFailed) as exc:
-        print(f"opptune recommend: {exc}", file=sys.stderr)
-        return 2 if getattr(exc, "code", None) in USER_ERRORS else 1
+    data, rc = ask("opptune recommend", _endpoint(args), "recommend", q, timeout_s=args.timeout)
+    if rc is not None:
+        return rc
     if args.json:
         json.dump(data, sys.stdout, indent=2, sort_keys=True)
         print()
@@ -186,7 +181,7 @@ def add_parsers(sub: Any, link_options: Any) -> None:
 
 def cmd_tune(args: argparse.Namespace) -> int:
     from .cli import _endpoint
-    from .client import USER_ERRORS, BadEndpoint, DaemonUnreachable, QueryFailed, query
+    from .client import ask
     q = goal_args("tune", args)
     if q is None:
         return 2
@@ -198,14 +193,9 @@ def cmd_tune(args: argparse.Namespace) -> int:
         if v is not None:
             q[key] = v
     endpoint = _endpoint(args)
-    try:
-        session = query(endpoint, "tune", q, timeout_s=args.timeout)
-    except BadEndpoint as exc:
-        print(f"opptune tune: {exc}", file=sys.stderr)
-        return 2
-    except (DaemonUnreachable, QueryFailed) as exc:
-        print(f"opptune tune: {exc}", file=sys.stderr)
-        return 2 if getattr(exc, "code", None) in USER_ERRORS else 1
+    session, rc = ask("opptune tune", endpoint, "tune", q, timeout_s=args.timeout)
+    if rc is not None:
+        return rc
     final = follow_tune(endpoint, session, args.timeout, args.no_progress)
     if final is None:
         return 1

@@ -175,3 +175,10 @@ def test_agent_virtual_board_alone_makes_its_tree_in_the_state_dir(tmp_path):
     one_line_error(run("opptune-agent", "--virtual-board", "odroid-xu4", "--state-dir",
                        str(tmp_path / "st"), "--restore", cwd=tmp_path),
                    "holds another virtual board's tree")
+
+
+@pytest.mark.parametrize("command", [["status"], ["sweep", "--agent", "a"],
+                                     ["recommend", "--agent", "a", "--workload", "w"]])
+def test_a_timeout_that_is_not_positive_is_refused_not_waited_on(tmp_path, command):
+    one_line_error(run("opptune", *command, "--daemon", "tcp://127.0.0.1:9", "--timeout", "-1",
+                       cwd=tmp_path), f"opptune {command[0]}: ", "--timeout -1", "> 0")
