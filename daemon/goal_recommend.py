@@ -79,7 +79,8 @@ class GoalRecommendation:
 
 
 @dataclass
-class _Part:
+class Part:
+    """One segment of a group's candidate grid with its measurements (see :func:`_parts`)."""
     variant: str
     order: list[int]
     grid: Grid
@@ -110,7 +111,7 @@ def cluster_bounds(platform: dict[str, Any], order: list[int]) -> list[int]:
     return [k for k in out if k > 0] if len(clusters) > 1 else [len(order)]
 
 
-def _parts(platform: dict[str, Any], variant: str, rows: Sequence[Row]) -> list[_Part]:
+def _parts(platform: dict[str, Any], variant: str, rows: Sequence[Row]) -> list[Part]:
     """One part per segment of the group's cpu order between cluster boundaries. A
     whole-board sweep of a big.LITTLE board is two regimes (power per core jumps where the
     big cores join): each segment is fitted on its own runs, the one below it (the cores
@@ -121,17 +122,18 @@ def _parts(platform: dict[str, Any], variant: str, rows: Sequence[Row]) -> list[
     for hi in bounds:
         keep = (grid.cores >= max(lo, 1)) & (grid.cores <= hi)
         sub = Grid(grid.cores[keep], None if grid.freq_mhz is None else grid.freq_mhz[keep])
-        part = _fill(_Part(variant, order, sub, Measured(), sub.cores > lo), rows)
+        part = fill_part(Part(variant, order, sub, Measured(), sub.cores > lo), rows)
         parts.append(part)
         lo = hi
     fitted = [p for p in parts if len(set(p.measured.index)) >= 4]
     if len(fitted) == len(parts):
         return parts
     # too few runs in a segment to fit it alone: the whole group as one part
-    return [_fill(_Part(variant, order, grid, Measured(), np.ones(len(grid), bool)), rows)]
+    return [fill_part(Part(variant, order, grid, Measured(), np.ones(len(grid), bool)), rows)]
 
 
-def _fill(part: _Part, rows: Sequence[Row]) -> _Part:
+def fill_part(part: Part, rows: Sequence[Row]) -> Part:
+    """``part`` with the runs of ``rows`` that lie on its grid added to its measurements."""
     grid = part.grid
     index = {}
     for i in range(len(grid)):

@@ -25,7 +25,7 @@ import numpy as np
 
 from .errors import HandlerError
 from .goal_query import apply, parse_goal, recommend_for
-from .goal_recommend import _fill, _Part, per_configuration
+from .goal_recommend import Part, fill_part, per_configuration
 from .jobs import UNSUCCESSFUL_JOB_STATES
 from .objectives import Goal
 from .planner import cluster_orders, new_job_id, offered_frequencies, sweep_order
@@ -280,7 +280,7 @@ class Tuner:
             self._proposed(s, Proposal(None, f"the budget of {seg.budget} configurations is "
                                              "spent"))
             return
-        part = _fill(_Part(seg.variant, seg.order, seg.grid, Measured(),
+        part = fill_part(Part(seg.variant, seg.order, seg.grid, Measured(),
                            np.ones(len(seg.grid), bool)), rows)
         s.pending = self._pool.submit(_propose, Sampler(s.goal), seg.grid, part.measured)
 
