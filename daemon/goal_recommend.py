@@ -164,6 +164,14 @@ def _variant_cluster(variant: str) -> int | None:
     return int(variant[7:]) if variant.startswith("cluster") and variant[7:].isdigit() else None
 
 
+def _estimated(source: str, meter: str | None) -> bool:
+    """Whether a run's energy source is an estimate: the kernel energy model, or energy the
+    workload reported itself (a virtual board's model) on a board whose meter is that model."""
+    if source.startswith(ESTIMATE_SOURCES):
+        return True
+    return source == "workload" and bool(meter) and str(meter).startswith(ESTIMATE_SOURCES)
+
+
 def per_configuration(measured: Measured) -> tuple[Measured, dict[int, int], float, float]:
     """Repeated runs of one configuration as one measurement (their medians: the Sampler
     takes one value per configuration), the run count per configuration, and the pooled
@@ -292,7 +300,7 @@ def recommend_goal(goal: Goal, platform: dict[str, Any], groups: dict[str, Seque
     sources = set().union(*(p.sources for p, _ in ests))
     if not has_power:
         energy = "none"
-    elif sources and all(s.startswith(ESTIMATE_SOURCES) for s in sources):
+    elif sources and all(_estimated(s, meter) for s in sources):
         energy = "modelled"
     else:
         energy = "measured"

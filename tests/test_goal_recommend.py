@@ -133,6 +133,13 @@ def test_kernel_energy_model_estimates_are_modelled_not_measured():
     runs = {"": rows(XU4, XU4_ORDER, SHARED, source="energy-model-estimate (kernel EM)")}
     r = recommend_goal(make_goal("energy"), plat, runs)
     assert r.energy == "modelled"
+    # energy the workload reports itself (a virtual board's model) is as good as the board's
+    # meter: modelled where that meter is the kernel's energy model, measured where it is not
+    runs = {"": rows(XU4, XU4_ORDER, SHARED, source="workload")}
+    estimate = {**plat, "energy": {"available": True, "reason": None,
+                                   "source": "energy-model-estimate (kernel EM x busy time)"}}
+    assert recommend_goal(make_goal("energy"), estimate, runs).energy == "modelled"
+    assert recommend_goal(make_goal("energy"), plat, runs).energy == "measured"
 
 
 def test_repeated_runs_are_one_measurement_and_their_noise_widens_the_interval():
