@@ -544,6 +544,7 @@ def energy_line(e: dict[str, Any], w: dict[str, Any]) -> str:
     freq = w.get("recommended_freq_khz")
     t_energy = by_point.get((w.get("recommended_cores"), freq / 1000 if freq else None))
     if t_energy and ej["value"]:
-        line += (f"; the time recommendation measured {t_energy:.4f} J "
-                 f"({t_energy / ej['value']:.1f}x)")
+        how = ("the time recommendation measured" if e.get("energy") == "measured"
+               else "the time recommendation's runs report")
+        line += f"; {how} {t_energy:.4f} J ({t_energy / ej['value']:.1f}x)"
     return line
