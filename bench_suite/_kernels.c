@@ -16,6 +16,15 @@ static const kernel_entry KERNELS[] = {
     {"pi_integrate", ob_kernel_pi_integrate},
     {"triad", ob_kernel_triad},
     {"locked_update", ob_kernel_locked_update},
+    /* Loop and data-parallel kernels (issue 19). */
+    {"pointer_chase", ob_kernel_pointer_chase},
+    {"matmul", ob_kernel_matmul},
+    {"stencil", ob_kernel_stencil},
+    {"histogram", ob_kernel_histogram},
+    {"shared_queue", ob_kernel_shared_queue},
+    {"triangle", ob_kernel_triangle},
+    {"wavefront", ob_kernel_wavefront},
+    {"bfs", ob_kernel_bfs},
 };
 #define NKERNELS ((int)(sizeof KERNELS / sizeof KERNELS[0]))
 

@@ -75,6 +75,93 @@ _ALL = [
         size_unit="locked updates",
         check="shared counter equals size and the table sum equals what threads added",
     ),
+    # Loop and data-parallel kernels (issue 19). Sizes: "small" a few to ~50 ms on one core of
+    # the 2-core VM, "default" about 1 s there (1-2 s on one core of a board), "large" several
+    # times default.
+    _kernel(
+        name="pointer_chase", kind="memory",
+        description="memory latency: chase through one random cyclic permutation of 64-byte "
+                    "nodes, every load's address from the previous load; the cycle cut into "
+                    "one static stretch per thread, each walked 8 times",
+        sizes={"small": 1 << 16, "default": 1 << 20, "large": 1 << 22},
+        size_unit="nodes of 64 bytes (8 passes)",
+        check="each thread's walk ends where the next stretch starts and the visited indices "
+              "sum to n(n-1)/2: the whole cycle of n nodes, each node once",
+        tags=("latency", "static"),
+    ),
+    _kernel(
+        name="matmul", kind="compute",
+        description="cache-blocked C = A B of n x n doubles in 64 x 64 tiles, row blocks split "
+                    "statically, rows first-touched by their threads",
+        sizes={"small": 192, "default": 1280, "large": 2560},
+        size_unit="matrix side (3 n x n doubles)",
+        check="row sums C1 equal A(B1) and column sums 1'C equal (1'A)B within 1e-12 relative "
+              "(inputs exact in double, so in practice exactly)",
+        tags=("blocked", "static"),
+    ),
+    _kernel(
+        name="stencil", kind="memory",
+        description="Jacobi 5-point sweeps on a periodic n x n grid of doubles, 64 sweeps, rows "
+                    "split statically, a barrier after each sweep",
+        sizes={"small": 512, "default": 3584, "large": 6144},
+        size_unit="grid side (2 n x n doubles, 64 sweeps)",
+        check="every point equals the analytic solution 1 + lambda^64 cos(2 pi x/n) cos(4 pi y/n) "
+              "(the start field is an eigenmode of the sweep) within 1e-9",
+        tags=("barrier", "static"),
+    ),
+    _kernel(
+        name="histogram", kind="lock",
+        description="reduction with atomics: keys hashed from their index counted into one "
+                    "shared 1024-bin table with atomic fetch-add, keys split statically",
+        sizes={"small": 1_000_000, "default": 200_000_000, "large": 800_000_000},
+        size_unit="keys",
+        check="the bins hold n keys in all and each bin exactly its closed-form count "
+              "(bin = a bijection of key mod 1024)",
+        tags=("atomics", "static"),
+    ),
+    _kernel(
+        name="shared_queue", kind="lock",
+        description="producer/consumer over one bounded FIFO ring under one lock: every thread "
+                    "produces its static share in batches of 4 (hashing work) and consumes the "
+                    "oldest items (more hashing), so items cross threads",
+        sizes={"small": 50_000, "default": 8_000_000, "large": 32_000_000},
+        size_unit="items",
+        check="every item id consumed exactly once (count, sum, sum of squares and xor of the "
+              "ids equal their closed forms) and each payload intact",
+        tags=("lock", "queue"),
+    ),
+    _kernel(
+        name="triangle", kind="compute",
+        description="imbalanced loop: row i does i iterations of invertible integer hashing, "
+                    "rows split statically in blocks so the last thread has the most work",
+        sizes={"small": 4000, "default": 39_000, "large": 80_000},
+        size_unit="rows (n(n-1)/2 inner iterations)",
+        check="the sum of the hashed-and-unhashed indices equals its closed form "
+              "n sum i^2 + sum i(i-1)/2 (mod 2^64)",
+        tags=("imbalanced", "static"),
+    ),
+    _kernel(
+        name="wavefront", kind="compute",
+        description="Needleman-Wunsch alignment score of two DNA sequences, DP in 256 x 256 "
+                    "blocks, anti-diagonals of blocks split statically with a barrier between "
+                    "them (parallelism ramps up and down)",
+        sizes={"small": 3000, "default": 36_000, "large": 72_000},
+        size_unit="sequence length (n^2 cells)",
+        check="the score equals a single-threaded row-by-row computation of the same DP "
+              "(run after the timed region)",
+        tags=("wavefront", "barrier"),
+    ),
+    _kernel(
+        name="bfs", kind="memory",
+        description="level-synchronous BFS from vertex 0 of a connected random graph "
+                    "(random tree + 4 random edges per vertex), frontier in dynamic chunks "
+                    "of 64, vertices claimed by compare-and-swap, two barriers per level",
+        sizes={"small": 200_000, "default": 4_500_000, "large": 12_000_000},
+        size_unit="vertices (about 10 neighbours each)",
+        check="root at level 0, every vertex reached, and each vertex's level is 1 + the "
+              "minimum of its neighbours' levels",
+        tags=("irregular", "dynamic", "barrier"),
+    ),
 ]
 
 KERNELS: Mapping[str, Kernel] = MappingProxyType({k.name: k for k in _ALL})

@@ -130,3 +130,84 @@ def test_cli_list_json_and_light_import():
             "print(any(m.split('.')[0] in ('numpy', 'scipy') for m in sys.modules))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
     assert out.stdout.strip() == "False", out.stderr
+
+
+# Loop and data-parallel kernels (issue 19).
+LOOP_KERNELS = ("pointer_chase", "matmul", "stencil", "histogram", "shared_queue", "triangle",
+                "wavefront", "bfs")
+
+
+def test_loop_kernels_are_catalogued_with_three_size_classes():
+    p = _cli("list", "--json")
+    assert p.returncode == 0, p.stderr
+    listed = {k["name"]: k for k in json.loads(p.stdout)}
+    for name in LOOP_KERNELS:
+        sizes = listed[name]["sizes"]
+        assert sizes["small"] < sizes["default"] < sizes["large"], name
+        assert listed[name]["check"] and listed[name]["size_unit"]
+        assert KERNELS[name].tags
+
+
+def _needleman_wunsch(n):
+    """The kernel's sequences and scoring (match +1, mismatch and gap -1), row by row."""
+    x, mask, a, b = 0x3c6ef372fe94f82b, (1 << 64) - 1, [], []
+    for _ in range(n):
+        x ^= (x << 13) & mask
+        x ^= x >> 7
+        x ^= (x << 17) & mask
+        a.append(x & 3)
+        b.append((x >> 16) & 3 if (x >> 8) % 8 == 0 else x & 3)
+    row = [-j for j in range(n + 1)]
+    for i in range(1, n + 1):
+        diag, row[0] = row[0], -i
+        for j in range(1, n + 1):
+            up = row[j]
+            row[j] = max(diag + (1 if a[i - 1] == b[j - 1] else -1), up - 1, row[j - 1] - 1)
+            diag = up
+    return row[n]
+
+
+def test_loop_kernel_check_values_match_independent_computations():
+    # sizes off the block and chunk multiples, three threads on two cpus
+    n = 1000
+    assert run_kernel("pointer_chase", 3, TWO, n)["check_value"] == n * (n - 1) / 2
+    n = 70  # sum of C = (1'A)(B1); A and B as the kernel builds them
+    a = [[((i * 3 + k * 5) % 17 - 8) / 8 for k in range(n)] for i in range(n)]
+    b = [[((k * 7 + j * 2) % 13 - 6) / 4 for j in range(n)] for k in range(n)]
+    want = sum(sum(a[i][k] for i in range(n)) * sum(b[k]) for k in range(n))
+    assert run_kernel("matmul", 3, TWO, n)["check_value"] == want
+    assert run_kernel("stencil", 3, TWO, 37)["check_value"] == pytest.approx(37 * 37, rel=1e-12)
+    assert run_kernel("histogram", 3, TWO, 100_003)["check_value"] == 100_003
+    assert run_kernel("shared_queue", 3, TWO, 10_007)["check_value"] == 10_007
+    n = 301
+    want = sum(i * n + j for i in range(n) for j in range(i)) % (1 << 64)
+    assert run_kernel("triangle", 3, TWO, n)["check_value"] == float(want)
+    n = 300
+    assert run_kernel("wavefront", 3, TWO, n)["check_value"] == _needleman_wunsch(n)
+    assert run_kernel("bfs", 3, TWO, 5000)["check_value"] >= 2  # depth of the BFS tree
+
+
+@pytest.mark.parametrize("name", LOOP_KERNELS)
+def test_loop_kernels_at_edge_sizes(name):
+    lowest = {"pointer_chase": 2, "stencil": 4, "bfs": 2}.get(name, 1)
+    for size in (lowest, lowest + 1, 257):
+        for threads in (1, 3):
+            assert run_kernel(name, threads, TWO, size)["checked"] is True
+    with pytest.raises(ValueError, match=f"{name} size must be"):
+        run_kernel(name, 1, TWO, lowest - 1) if lowest > 1 else _kernels.run(name, 1, TWO, 0)
+
+
+def test_loop_kernels_parallelisation_styles():
+    # triangle: contiguous row blocks, so the second thread does about 3x the first's work
+    stats = run_kernel("triangle", 2, TWO, 6000)["thread_stats"]
+    assert [s["tasks"] for s in stats] == [3000, 3000]
+    assert stats[1]["cpu_s"] > 2 * stats[0]["cpu_s"]
+    # wavefront: every 256 x 256 block once, a barrier per anti-diagonal
+    stats = run_kernel("wavefront", 2, TWO, 1000)["thread_stats"]
+    assert sum(s["tasks"] for s in stats) == 4 * 4
+    # stencil: one task per sweep per thread; shared queue: each item produced and consumed
+    assert [s["tasks"] for s in run_kernel("stencil", 2, TWO, 64)["thread_stats"]] == [64, 64]
+    stats = run_kernel("shared_queue", 2, TWO, 5000)["thread_stats"]
+    assert sum(s["tasks"] for s in stats) == 2 * 5000
+    assert all(s["lock_acquires"] > 0 for s in stats)
+    assert run_kernel("shared_queue", 1, TWO, 5000)["thread_stats"][0]["lock_contended"] == 0

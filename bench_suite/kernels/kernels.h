@@ -9,4 +9,22 @@ int ob_kernel_triad(const ob_spec *spec, ob_result *out, double *check_value, ch
                     size_t errlen);
 int ob_kernel_locked_update(const ob_spec *spec, ob_result *out, double *check_value,
                             char *err, size_t errlen);
+
+/* Loop and data-parallel kernels (issue 19). */
+int ob_kernel_pointer_chase(const ob_spec *spec, ob_result *out, double *check_value, char *err,
+                            size_t errlen);
+int ob_kernel_matmul(const ob_spec *spec, ob_result *out, double *check_value, char *err,
+                     size_t errlen);
+int ob_kernel_stencil(const ob_spec *spec, ob_result *out, double *check_value, char *err,
+                      size_t errlen);
+int ob_kernel_histogram(const ob_spec *spec, ob_result *out, double *check_value, char *err,
+                        size_t errlen);
+int ob_kernel_shared_queue(const ob_spec *spec, ob_result *out, double *check_value, char *err,
+                           size_t errlen);
+int ob_kernel_triangle(const ob_spec *spec, ob_result *out, double *check_value, char *err,
+                       size_t errlen);
+int ob_kernel_wavefront(const ob_spec *spec, ob_result *out, double *check_value, char *err,
+                        size_t errlen);
+int ob_kernel_bfs(const ob_spec *spec, ob_result *out, double *check_value, char *err,
+                  size_t errlen);
 #endif
