@@ -106,9 +106,9 @@ def build_parser() -> argparse.ArgumentParser:
                                               "on this machine, 0 on a virtual board)")
     p.add_argument("--max-cores", type=int, default=0, help="sweep 1..N cores (0 = all)")
     p.add_argument("--workload", action="append",
-                   help="only this workload (repeatable; default: all on this machine, "
-                        "pi_integrate on a virtual board, where every workload runs the "
-                        "board's model)")
+                   help="only this workload (repeatable; default: pi_integrate, triad and "
+                        "locked_update on this machine, pi_integrate on a virtual board, where "
+                        "every workload runs the board's model)")
     p.add_argument("--virtual-board", metavar="BOARD",
                    help="run on a simulated board with the knobs this machine lacks (tests "
                         f"and demos); one of: {', '.join(_virtual_boards())}")

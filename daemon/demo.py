@@ -35,6 +35,9 @@ VIRTUAL_FREQUENCY_STEPS = 3
 # On a virtual board every kernel name runs the same board model (agent/virtual_workload.py),
 # so sweeping several would repeat one experiment: the demo sweeps this one unless told.
 VIRTUAL_DEFAULT_WORKLOAD = "pi_integrate"
+# one kernel per behaviour (compute, memory bandwidth, lock contention): the whole suite at
+# default size would take many minutes (sweep the others by name)
+REAL_DEFAULT_WORKLOADS = ["pi_integrate", "triad", "locked_update"]
 VIRTUAL_DEFAULT_SIZE = "small"
 REAL_DEFAULT_SIZE = "default"
 REAL_DEFAULT_WARMUP = 1
@@ -77,8 +80,9 @@ def check_args(args: argparse.Namespace) -> str | None:
     unknown = [w for w in args.workload or [] if w not in kernels]
     if unknown:
         return f"unknown workload {unknown[0]!r}; workloads: {', '.join(kernels)}"
-    if not args.workload and args.virtual_board:
-        args.workload = [VIRTUAL_DEFAULT_WORKLOAD]
+    if not args.workload:
+        args.workload = ([VIRTUAL_DEFAULT_WORKLOAD] if args.virtual_board
+                         else list(REAL_DEFAULT_WORKLOADS))
     if args.size is None:
         args.size = VIRTUAL_DEFAULT_SIZE if args.virtual_board else REAL_DEFAULT_SIZE
     if args.warmup is None:
