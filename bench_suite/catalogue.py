@@ -79,7 +79,7 @@ _ALL = [
     _kernel(
         name="fib_tasks", kind="compute",
         description="naive recursive fib(size): fib(n-1) spawned as a task, fib(n-2) in place, "
-                    "serial below n = 20; per-thread deques with stealing, unbalanced tree",
+                    "serial for n <= 20; per-thread deques with stealing, unbalanced tree",
         # small ~12 ms, default ~1.5 s, large ~6.5 s on one core here
         sizes={"small": 35, "default": 45, "large": 48},
         size_unit="fib index (1..60)",

@@ -1,5 +1,8 @@
 """Task pool, task-parallel kernels and MPET accounting of the instrumented runtime."""
+import json
 import os
+import subprocess
+import sys
 
 import pytest
 
@@ -181,3 +184,14 @@ def test_agent_keeps_a_kernels_parameters_in_the_record():
     assert rec.extra["mpet"] == r["mpet"]
     rec.validate()
     assert RunRecord.from_dict(rec.to_dict()).extra["mpet"]["U"] == r["mpet"]["U"]
+
+
+def test_cli_json_line_carries_the_parameters():
+    p = subprocess.run([sys.executable, "-m", "opptune.bench_suite", "run", "merge_sort",
+                        "--threads", "2", "--cpus", ",".join(map(str, TWO)), "--size", "small"],
+                       capture_output=True, text=True, timeout=60)
+    assert p.returncode == 0, p.stderr
+    r = json.loads(p.stdout)
+    assert r["mpet"]["n"] == 2 and set(PARAMETERS) | {"U", "exec_s"} <= set(r["mpet"])
+    assert all(set(s) >= {"exec_s", "idle_s", "create_s", "dist_s", "switch_s", "join_s",
+                          "spawned", "stolen"} for s in r["thread_stats"])
