@@ -9,6 +9,7 @@ import sys
 import pytest
 
 from opptune.agent.virtual_board import BOARDS, SIZES
+from opptune.bench_suite import KERNELS
 from opptune.daemon.cli import build_parser
 from opptune.daemon.demo import check_args
 
@@ -22,7 +23,8 @@ def _demo(tmp_path, *extra: str) -> subprocess.CompletedProcess:
 @pytest.mark.parametrize("extra, said", [
     (["--virtual-board", "nope"],
      "unknown virtual board 'nope'; known boards: odroid-xu4, x86-2numa, rpi4"),
-    (["--size", "huge"], "size 'huge' does not exist for locked_update, pi_integrate, triad; "
+    # every catalogue kernel, whichever helpers added them
+    (["--size", "huge"], f"size 'huge' does not exist for {', '.join(sorted(KERNELS))}; "
                          "sizes: small, default"),
     (["--size", "default", "--virtual-board", "rpi4"],
      "size 'default' does not exist on virtual board rpi4; sizes: small, medium, large"),
@@ -30,7 +32,7 @@ def _demo(tmp_path, *extra: str) -> subprocess.CompletedProcess:
     (["--reps", "-3"], "--reps must be at least 1, got -3"),
     (["--warmup", "-1"], "--warmup must be 0 or more, got -1"),
     (["--max-cores", "-2"], "--max-cores must be 0 or more (0 = all cores), got -2"),
-    (["--workload", "pi"], "unknown workload 'pi'; workloads: locked_update, pi_integrate, triad"),
+    (["--workload", "pi"], f"unknown workload 'pi'; workloads: {', '.join(sorted(KERNELS))}"),
 ])
 def test_bad_options_are_one_line_and_start_nothing(tmp_path, extra, said):
     proc = _demo(tmp_path, *extra)
