@@ -65,6 +65,9 @@ def merge_json(rec: RunRecord, data: dict[str, Any] | None) -> None:
         rec.energy_j = e
         rec.energy_source = str(data.get("energy_source") or "workload")
         rec.invalid.pop("energy_j", None)
+    mpet = data.get("mpet")  # a bench_suite kernel's MPET parameters (accounting.py)
+    if isinstance(mpet, dict):
+        rec.extra["mpet"] = mpet
     for key in ("checked", "check_value"):
         if key in data:
             rec.extra[key] = data[key]

@@ -25,16 +25,34 @@ static const kernel_entry KERNELS[] = {
     {"triangle", ob_kernel_triangle},
     {"wavefront", ob_kernel_wavefront},
     {"bfs", ob_kernel_bfs},
+    /* task-parallel kernels (issue 19, runtime) */
+    {"fib_tasks", ob_kernel_fib_tasks},
+    {"merge_sort", ob_kernel_merge_sort},
 };
 #define NKERNELS ((int)(sizeof KERNELS / sizeof KERNELS[0]))
 
 static PyObject *stats_dict(const ob_thread_stats *st) {
-    return Py_BuildValue("{s:i,s:d,s:d,s:d,s:d,s:d,s:L,s:L,s:L}", "cpu", st->cpu, "busy_s",
-                         st->busy_s, "cpu_s", st->cpu_s, "wall_s", st->wall_s,
-                         "lock_wait_s", st->lock_wait_s,
-                         "barrier_wait_s", st->barrier_wait_s, "tasks", (long long)st->tasks,
-                         "lock_acquires", (long long)st->lock_acquires, "lock_contended",
-                         (long long)st->lock_contended);
+    PyObject *d = Py_BuildValue("{s:i,s:d,s:d,s:d,s:d,s:d,s:L,s:L,s:L}", "cpu", st->cpu,
+                                "busy_s", st->busy_s, "cpu_s", st->cpu_s, "wall_s", st->wall_s,
+                                "lock_wait_s", st->lock_wait_s,
+                                "barrier_wait_s", st->barrier_wait_s, "tasks",
+                                (long long)st->tasks, "lock_acquires",
+                                (long long)st->lock_acquires, "lock_contended",
+                                (long long)st->lock_contended);
+    /* MPET accounting (runtime.h), added in a second step to keep the format readable. */
+    PyObject *m = d ? Py_BuildValue("{s:d,s:d,s:d,s:d,s:d,s:d,s:L,s:L}", "exec_s", st->exec_s,
+                                    "idle_s", st->idle_s, "create_s", st->create_s, "dist_s",
+                                    st->dist_s, "switch_s", st->switch_s, "join_s",
+                                    st->join_s, "spawned", (long long)st->spawned, "stolen",
+                                    (long long)st->stolen)
+                    : NULL;
+    if (!m || PyDict_Update(d, m) < 0) {
+        Py_XDECREF(m);
+        Py_XDECREF(d);
+        return NULL;
+    }
+    Py_DECREF(m);
+    return d;
 }
 
 PyDoc_STRVAR(run_doc,

@@ -162,6 +162,27 @@ _ALL = [
               "minimum of its neighbours' levels",
         tags=("irregular", "dynamic", "barrier"),
     ),
+    # Task-parallel kernels on the runtime's task pool (issue 19, runtime helper).
+    _kernel(
+        name="fib_tasks", kind="compute",
+        description="naive recursive fib(size): fib(n-1) spawned as a task, fib(n-2) in place, "
+                    "serial for n <= 20; per-thread deques with stealing, unbalanced tree",
+        # small ~12 ms, default ~1.5 s, large ~6.5 s on one core here
+        sizes={"small": 35, "default": 45, "large": 48},
+        size_unit="fib index (1..60)",
+        check="result equals fib(size) computed iteratively",
+        tags=("tasks", "recursive"),
+    ),
+    _kernel(
+        name="merge_sort", kind="memory",
+        description="merge sort of random 64-bit keys: left half spawned, right half in place, "
+                    "serial merge by the parent, serial sort below 8192 keys",
+        # small ~36 ms, default ~1.5 s (2 x 128 MiB), large ~7 s (2 x 512 MiB) on one core
+        sizes={"small": 1 << 18, "default": 1 << 24, "large": 1 << 26},
+        size_unit="64-bit keys (plus as many scratch)",
+        check="output sorted, and its sum and multiset hash equal the input's (a permutation)",
+        tags=("tasks", "recursive"),
+    ),
 ]
 
 KERNELS: Mapping[str, Kernel] = MappingProxyType({k.name: k for k in _ALL})

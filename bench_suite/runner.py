@@ -1,6 +1,7 @@
 """run_kernel: validate arguments, run a native kernel, shape its result."""
 from __future__ import annotations
 
+from .accounting import run_parameters
 from .catalogue import KERNELS
 
 
@@ -19,7 +20,10 @@ def run_kernel(name: str, threads: int, cpus: list[int], size: str | int = "defa
     Returns {"kernel", "threads", "cpus", "size" (int), "size_class" (str or None),
     "size_unit", "time_s" (wall of the timed region), "checked": True, "check_value",
     "thread_stats": one dict per thread with cpu, busy_s, cpu_s, wall_s, lock_wait_s,
-    barrier_wait_s, tasks, lock_acquires, lock_contended}. wall_s is the thread's own span in
+    barrier_wait_s, tasks, lock_acquires, lock_contended, and MPET's accounting exec_s,
+    idle_s, create_s, dist_s, switch_s, join_s, spawned, stolen}, "mpet": the run's
+    parameters l, w, c, d, s, j, U and exec_s (accounting.run_parameters; R needs t(1) of
+    another run, and is included as R = U for a one-thread run). wall_s is the thread's own span in
     the timed region (time_s - wall_s is its idle tail); busy_s is wall_s less lock and barrier
     waits; cpu_s below busy_s means the thread was preempted. Raises ValueError for bad arguments (including a cpu this process may
     not run on), MemoryError when the data does not fit, RuntimeError when the run fails or its
@@ -49,4 +53,12 @@ def run_kernel(name: str, threads: int, cpus: list[int], size: str | int = "defa
         "checked": True,
         "check_value": res["check_value"],
         "thread_stats": res["thread_stats"],
+        "mpet": _mpet(res["time_s"], res["thread_stats"]),
     }
+
+
+def _mpet(time_s: float, stats: list[dict]) -> dict:
+    params = run_parameters(time_s, stats)
+    if len(stats) == 1:  # this run is its own t(1)
+        params["R"] = params["exec_s"] / time_s
+    return params

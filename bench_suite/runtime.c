@@ -10,6 +10,21 @@
 #include <string.h>
 #include <time.h>
 
+/* A queued task; freed by the thread that runs it. */
+typedef struct ob_task {
+    ob_task_fn fn;
+    void *arg;
+    ob_taskgroup *g;
+} ob_task;
+
+/* One thread's deque: the owner works at the back, thieves take from the front. Aligned so
+ * neighbouring deques' locks do not share a cache line. */
+typedef struct ob_deque {
+    pthread_mutex_t m;
+    ob_task **buf;
+    int64_t head, tail, cap;
+} __attribute__((aligned(64))) ob_deque;
+
 struct ob_pool {
     int nthreads;
     const ob_kernel_ops *ops;
@@ -28,6 +43,19 @@ struct ob_pool {
     int abort;
 
     pthread_barrier_t team;
+    /* Barrier arrivals so far and when the last thread of the current episode arrived: the
+     * wait before it is idle (imbalance), after it the barrier's own join cost. */
+    int64_t arrived;
+    double last_arrival;
+
+    /* Task pool. `queued` counts tasks in all deques; threads with nothing to run sleep on
+     * tq_cv, and `sleepers` tells spawners and finishers whether anyone needs waking. */
+    ob_deque *dq;
+    int64_t queued;
+    int sleepers;
+    int done;
+    pthread_mutex_t tq_m;
+    pthread_cond_t tq_cv;
 
     pthread_mutex_t err_m;
     int failed;
@@ -100,8 +128,9 @@ void ob_split(const ob_ctx *ctx, int64_t n, int64_t *lo, int64_t *hi) {
 
 int ob_next_chunk(ob_ctx *ctx, int64_t *counter, int64_t n, int64_t chunk, int64_t *lo,
                   int64_t *hi) {
-    (void)ctx;
+    int prev = ob_acct(ctx, OB_CAT_DIST);
     int64_t start = __atomic_fetch_add(counter, chunk, __ATOMIC_RELAXED);
+    ob_acct(ctx, prev);
     if (start >= n)
         return 0;
     *lo = start;
@@ -109,12 +138,37 @@ int ob_next_chunk(ob_ctx *ctx, int64_t *counter, int64_t n, int64_t chunk, int64
     return 1;
 }
 
+int ob_acct(ob_ctx *ctx, int cat) {
+    double now = ob_now();
+    ctx->acct[ctx->acct_cat] += now - ctx->acct_mark;
+    ctx->acct_mark = now;
+    int prev = ctx->acct_cat;
+    ctx->acct_cat = cat;
+    return prev;
+}
+
 void ob_barrier(ob_ctx *ctx) {
     if (ctx->nthreads == 1)
         return;
-    double t0 = ob_now();
-    pthread_barrier_wait(&ctx->pool->team);
-    ctx->st->barrier_wait_s += ob_now() - t0;
+    ob_pool *p = ctx->pool;
+    int prev = ob_acct(ctx, OB_CAT_IDLE);
+    double t0 = ctx->acct_mark;
+    int64_t k = __atomic_add_fetch(&p->arrived, 1, __ATOMIC_ACQ_REL);
+    /* Read by the others only after the barrier, which orders the write before the read;
+     * the next episode's last arrival cannot overwrite it before everyone has read it. */
+    if (k % ctx->nthreads == 0)
+        p->last_arrival = t0;
+    pthread_barrier_wait(&p->team);
+    double t1 = ob_now();
+    double last = p->last_arrival;
+    double idle = (last < t1 ? last : t1) - t0;
+    if (idle < 0)
+        idle = 0;
+    ctx->acct[OB_CAT_IDLE] += idle;
+    ctx->acct[OB_CAT_JOIN] += (t1 - t0) - idle;
+    ctx->acct_mark = t1;
+    ctx->acct_cat = prev;
+    ctx->st->barrier_wait_s += t1 - t0;
 }
 
 int ob_lock_init(ob_lock_t *l) {
@@ -136,15 +190,167 @@ void ob_lock(ob_ctx *ctx, ob_lock_t *l) {
      * critical section it measures. */
     if (pthread_mutex_trylock(&l->m) == 0)
         return;
-    double t0 = ob_now();
+    int prev = ob_acct(ctx, OB_CAT_LOCK);
     pthread_mutex_lock(&l->m);
-    ctx->st->lock_wait_s += ob_now() - t0;
+    ob_acct(ctx, prev);
     ctx->st->lock_contended++;
 }
 
 void ob_unlock(ob_ctx *ctx, ob_lock_t *l) {
     (void)ctx;
     pthread_mutex_unlock(&l->m);
+}
+
+/* Next task for this thread: the back of its own deque, else the front of another's.
+ * The caller charges the time (distribution). */
+static ob_task *take(ob_ctx *ctx) {
+    ob_pool *p = ctx->pool;
+    if (__atomic_load_n(&p->queued, __ATOMIC_SEQ_CST) == 0)
+        return NULL;
+    ob_task *t = NULL;
+    for (int i = 0; i < p->nthreads && !t; i++) {
+        ob_deque *d = &p->dq[(ctx->tid + i) % p->nthreads];
+        pthread_mutex_lock(&d->m);
+        if (d->tail > d->head) {
+            t = i == 0 ? d->buf[--d->tail] : d->buf[d->head++];
+            if (d->tail == d->head)
+                d->head = d->tail = 0;
+        }
+        pthread_mutex_unlock(&d->m);
+        if (t && i > 0)
+            ctx->st->stolen++;
+    }
+    if (t)
+        __atomic_sub_fetch(&p->queued, 1, __ATOMIC_SEQ_CST);
+    return t;
+}
+
+static void wake_all(ob_pool *p) {
+    if (__atomic_load_n(&p->sleepers, __ATOMIC_SEQ_CST) > 0) {
+        pthread_mutex_lock(&p->tq_m);
+        pthread_cond_broadcast(&p->tq_cv);
+        pthread_mutex_unlock(&p->tq_m);
+    }
+}
+
+static void run_task(ob_ctx *ctx, ob_task *t) {
+    int prev = ob_acct(ctx, OB_CAT_SWITCH);
+    ob_task_fn fn = t->fn;
+    void *arg = t->arg;
+    ob_taskgroup *g = t->g;
+    free(t);
+    ob_acct(ctx, OB_CAT_EXEC);
+    fn(ctx, arg);
+    ob_acct(ctx, OB_CAT_SWITCH);
+    ctx->st->tasks++;
+    if (__atomic_sub_fetch(&g->pending, 1, __ATOMIC_SEQ_CST) == 0)
+        wake_all(ctx->pool);
+    ob_acct(ctx, prev);
+}
+
+int ob_spawn(ob_ctx *ctx, ob_taskgroup *g, ob_task_fn fn, void *arg) {
+    ob_pool *p = ctx->pool;
+    int prev = ob_acct(ctx, OB_CAT_CREATE);
+    ob_task *t = malloc(sizeof *t);
+    if (!t) {
+        ob_acct(ctx, prev);
+        return ob_fail(ctx, "out of memory spawning a task");
+    }
+    t->fn = fn;
+    t->arg = arg;
+    t->g = g;
+    ob_acct(ctx, OB_CAT_DIST);
+    ob_deque *d = &p->dq[ctx->tid];
+    pthread_mutex_lock(&d->m);
+    if (d->tail == d->cap) {
+        if (d->head > 0) {
+            memmove(d->buf, d->buf + d->head, sizeof(ob_task *) * (size_t)(d->tail - d->head));
+            d->tail -= d->head;
+            d->head = 0;
+        } else {
+            ob_task **nb = realloc(d->buf, sizeof(ob_task *) * (size_t)(2 * d->cap));
+            if (!nb) {
+                pthread_mutex_unlock(&d->m);
+                free(t);
+                ob_acct(ctx, prev);
+                return ob_fail(ctx, "out of memory queueing a task");
+            }
+            d->buf = nb;
+            d->cap *= 2;
+        }
+    }
+    /* Counted before it becomes visible, so a fast thief cannot finish it first and see
+     * the group drop to zero while the spawner still has this task in flight. */
+    __atomic_add_fetch(&g->pending, 1, __ATOMIC_SEQ_CST);
+    d->buf[d->tail++] = t;
+    pthread_mutex_unlock(&d->m);
+    ctx->st->spawned++;
+    __atomic_add_fetch(&p->queued, 1, __ATOMIC_SEQ_CST);
+    wake_all(p);
+    ob_acct(ctx, prev);
+    return 0;
+}
+
+void ob_wait(ob_ctx *ctx, ob_taskgroup *g) {
+    ob_pool *p = ctx->pool;
+    int prev = ob_acct(ctx, OB_CAT_JOIN);
+    while (__atomic_load_n(&g->pending, __ATOMIC_SEQ_CST) > 0) {
+        ob_acct(ctx, OB_CAT_DIST);
+        ob_task *t = take(ctx);
+        if (t) {
+            run_task(ctx, t);
+            ob_acct(ctx, OB_CAT_JOIN);
+            continue;
+        }
+        ob_acct(ctx, OB_CAT_JOIN);
+        pthread_mutex_lock(&p->tq_m);
+        __atomic_add_fetch(&p->sleepers, 1, __ATOMIC_SEQ_CST);
+        while (__atomic_load_n(&g->pending, __ATOMIC_SEQ_CST) > 0 &&
+               __atomic_load_n(&p->queued, __ATOMIC_SEQ_CST) == 0)
+            pthread_cond_wait(&p->tq_cv, &p->tq_m);
+        __atomic_sub_fetch(&p->sleepers, 1, __ATOMIC_SEQ_CST);
+        pthread_mutex_unlock(&p->tq_m);
+    }
+    ob_acct(ctx, prev);
+}
+
+/* A helper thread's loop: run queued tasks, sleep (idle) while there are none, stop when
+ * thread 0 says the root is done. */
+static void serve(ob_ctx *ctx) {
+    ob_pool *p = ctx->pool;
+    int prev = ctx->acct_cat;
+    for (;;) {
+        ob_acct(ctx, OB_CAT_DIST);
+        ob_task *t = take(ctx);
+        if (t) {
+            run_task(ctx, t);
+            continue;
+        }
+        ob_acct(ctx, OB_CAT_IDLE);
+        pthread_mutex_lock(&p->tq_m);
+        __atomic_add_fetch(&p->sleepers, 1, __ATOMIC_SEQ_CST);
+        while (!p->done && __atomic_load_n(&p->queued, __ATOMIC_SEQ_CST) == 0)
+            pthread_cond_wait(&p->tq_cv, &p->tq_m);
+        __atomic_sub_fetch(&p->sleepers, 1, __ATOMIC_SEQ_CST);
+        int stop = p->done && __atomic_load_n(&p->queued, __ATOMIC_SEQ_CST) == 0;
+        pthread_mutex_unlock(&p->tq_m);
+        if (stop)
+            break;
+    }
+    ob_acct(ctx, prev);
+}
+
+void ob_tasks_main(ob_ctx *ctx, ob_task_fn root, void *arg) {
+    ob_pool *p = ctx->pool;
+    if (ctx->tid != 0) {
+        serve(ctx);
+        return;
+    }
+    root(ctx, arg);
+    pthread_mutex_lock(&p->tq_m);
+    p->done = 1;
+    pthread_cond_broadcast(&p->tq_cv);
+    pthread_mutex_unlock(&p->tq_m);
 }
 
 static void *worker(void *vp) {
@@ -174,13 +380,23 @@ static void *worker(void *vp) {
 
     double c0 = ob_thread_cpu();
     double t0 = ob_now();
+    ctx->acct_cat = OB_CAT_EXEC;
+    ctx->acct_mark = t0;
     p->ops->work(ctx);
-    double t1 = ob_now();
+    ob_acct(ctx, OB_CAT_EXEC);
+    double t1 = ctx->acct_mark;
     double c1 = ob_thread_cpu();
     p->t_start[ctx->tid] = t0;
     p->t_end[ctx->tid] = t1;
     st->wall_s = t1 - t0;
     st->cpu_s = c1 - c0;
+    st->exec_s = ctx->acct[OB_CAT_EXEC];
+    st->lock_wait_s = ctx->acct[OB_CAT_LOCK];
+    st->idle_s = ctx->acct[OB_CAT_IDLE];  /* ob_run adds the head and tail */
+    st->create_s = ctx->acct[OB_CAT_CREATE];
+    st->dist_s = ctx->acct[OB_CAT_DIST];
+    st->switch_s = ctx->acct[OB_CAT_SWITCH];
+    st->join_s = ctx->acct[OB_CAT_JOIN];
     st->busy_s = st->wall_s - st->lock_wait_s - st->barrier_wait_s;
     if (st->busy_s < 0)
         st->busy_s = 0;
@@ -207,7 +423,21 @@ int ob_run(int nthreads, const int *cpus, int ncpus, const ob_kernel_ops *ops, v
     p.t_start = calloc((size_t)nthreads, sizeof(double));
     p.t_end = calloc((size_t)nthreads, sizeof(double));
     pthread_t *tids = calloc((size_t)nthreads, sizeof(pthread_t));
-    if (!p.ctxs || !p.t_start || !p.t_end || !tids) {
+    p.dq = aligned_alloc(64, sizeof(ob_deque) * (size_t)nthreads);
+    int dq_ok = p.dq != NULL;
+    for (int i = 0; dq_ok && i < nthreads; i++) {
+        p.dq[i].head = p.dq[i].tail = 0;
+        p.dq[i].cap = 64;
+        p.dq[i].buf = malloc(sizeof(ob_task *) * 64);
+        pthread_mutex_init(&p.dq[i].m, NULL);
+        if (!p.dq[i].buf)
+            dq_ok = 0;
+    }
+    if (!p.ctxs || !p.t_start || !p.t_end || !tids || !dq_ok) {
+        if (p.dq)
+            for (int i = 0; i < nthreads; i++)
+                free(p.dq[i].buf);
+        free(p.dq);
         free(p.ctxs); free(p.t_start); free(p.t_end); free(tids);
         snprintf(err, errlen, "out of memory starting %d threads", nthreads);
         return -1;
@@ -215,6 +445,8 @@ int ob_run(int nthreads, const int *cpus, int ncpus, const ob_kernel_ops *ops, v
     pthread_mutex_init(&p.gate_m, NULL);
     pthread_cond_init(&p.gate_cv, NULL);
     pthread_mutex_init(&p.err_m, NULL);
+    pthread_mutex_init(&p.tq_m, NULL);
+    pthread_cond_init(&p.tq_cv, NULL);
     pthread_barrier_init(&p.team, NULL, (unsigned)nthreads);
 
     int created = 0;
@@ -261,8 +493,21 @@ int ob_run(int nthreads, const int *cpus, int ncpus, const ob_kernel_ops *ops, v
             if (p.t_end[i] > t1) t1 = p.t_end[i];
         }
         out->wall_s = t1 - t0;
+        /* Before a thread enters and after it leaves, its cpu waits for the others. */
+        for (int i = 0; i < nthreads; i++)
+            out->stats[i].idle_s += (p.t_start[i] - t0) + (t1 - p.t_end[i]);
     }
 
+    for (int i = 0; i < nthreads; i++) {
+        /* Tasks left only after a failed run. */
+        for (int64_t k = p.dq[i].head; k < p.dq[i].tail; k++)
+            free(p.dq[i].buf[k]);
+        free(p.dq[i].buf);
+        pthread_mutex_destroy(&p.dq[i].m);
+    }
+    free(p.dq);
+    pthread_cond_destroy(&p.tq_cv);
+    pthread_mutex_destroy(&p.tq_m);
     pthread_barrier_destroy(&p.team);
     pthread_mutex_destroy(&p.err_m);
     pthread_cond_destroy(&p.gate_cv);

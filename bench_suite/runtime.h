@@ -30,7 +30,23 @@ typedef struct ob_thread_stats {
     int64_t tasks;          /* work units completed (kernel-defined granularity) */
     int64_t lock_acquires;
     int64_t lock_contended; /* acquisitions that found the lock held */
+    /* MPET accounting (seed 000, Table 1): every instant of the run's timed region, from the
+     * first thread entering to the last leaving, is charged to exactly one of these, so per
+     * thread they sum to the run's wall time. lock_wait_s above is the lock category. */
+    double exec_s;    /* task execution: kernel code, including uncontended lock handoffs */
+    double idle_s;    /* no work: barrier waits until the last arrival, an empty task pool,
+                       * and the head/tail of the region outside this thread's own span */
+    double create_s;  /* ob_spawn: making a task descriptor */
+    double dist_s;    /* queue operations: push, pop, steal, ob_next_chunk claims */
+    double switch_s;  /* entering and leaving a task taken from the pool */
+    double join_s;    /* barrier release after the last arrival; waiting in ob_wait */
+    int64_t spawned;  /* tasks this thread created */
+    int64_t stolen;   /* tasks this thread took from another thread's deque */
 } ob_thread_stats;
+
+/* Accounting categories; OB_CAT_EXEC is where a thread's time goes by default. */
+enum { OB_CAT_EXEC = 0, OB_CAT_LOCK, OB_CAT_IDLE, OB_CAT_CREATE, OB_CAT_DIST, OB_CAT_SWITCH,
+       OB_CAT_JOIN, OB_NCAT };
 
 typedef struct ob_pool ob_pool;
 
@@ -42,6 +58,10 @@ typedef struct ob_ctx {
     int cpu;
     ob_thread_stats *st;
     void *arg;
+    /* Accounting state, owned by the runtime: the category now charged and since when. */
+    int acct_cat;
+    double acct_mark;
+    double acct[OB_NCAT];
 } ob_ctx;
 
 /* Returns 0 on success; non-zero aborts the run with ob_fail()'s message. */
@@ -91,6 +111,31 @@ int ob_lock_init(ob_lock_t *l);
 void ob_lock_destroy(ob_lock_t *l);
 void ob_lock(ob_ctx *ctx, ob_lock_t *l);
 void ob_unlock(ob_ctx *ctx, ob_lock_t *l);
+
+/* Charges the time since the last switch to the current category and makes `cat` current;
+ * returns the category that was current, so callers can restore it (operations nest). */
+int ob_acct(ob_ctx *ctx, int cat);
+
+/* Task pool for recursive spawning. Each thread owns a deque: it pushes and pops its own
+ * tasks at the back (depth first) and steals from the front of others' (oldest, largest).
+ * A task group counts the tasks spawned into it that have not finished yet. */
+typedef void (*ob_task_fn)(ob_ctx *ctx, void *arg);
+
+typedef struct ob_taskgroup {
+    int64_t pending;
+} ob_taskgroup;
+
+/* Queues fn(ctx', arg) in group g; some thread runs it. arg must outlive the task (keep it in
+ * the spawner's frame and ob_wait before returning). Returns 0, or -1 out of memory (the run
+ * is then failed and the caller should run fn itself). */
+int ob_spawn(ob_ctx *ctx, ob_taskgroup *g, ob_task_fn fn, void *arg);
+
+/* Waits until every task of g has finished, running queued tasks meanwhile. */
+void ob_wait(ob_ctx *ctx, ob_taskgroup *g);
+
+/* The usual shape of a task-parallel run: thread 0 calls root(ctx, arg) and waits for all it
+ * spawned; the other threads serve the pool until thread 0 is done. Call from a work fn. */
+void ob_tasks_main(ob_ctx *ctx, ob_task_fn root, void *arg);
 
 /* One kernel's entry point: validates size, allocates, runs, checks, frees.
  * Fills out (stats sized by the caller) and *check_value; returns one of OB_*. */

@@ -42,7 +42,9 @@ def test_small_run_checks_and_reports_stats(name, threads):
         assert s["busy_s"] + s["lock_wait_s"] + s["barrier_wait_s"] == pytest.approx(s["wall_s"])
         assert s["wall_s"] <= r["time_s"]
         assert s["cpu_s"] > 0 and s["lock_wait_s"] >= 0 and s["barrier_wait_s"] >= 0
-        assert s["tasks"] > 0
+        # a pool thread that never got a cpu while tasks were queued may run none
+        assert s["tasks"] > 0 or "tasks" in KERNELS[name].tags
+    assert sum(s["tasks"] for s in stats) > 0
 
 
 def test_check_values():

@@ -27,4 +27,9 @@ int ob_kernel_wavefront(const ob_spec *spec, ob_result *out, double *check_value
                         size_t errlen);
 int ob_kernel_bfs(const ob_spec *spec, ob_result *out, double *check_value, char *err,
                   size_t errlen);
+/* Task-parallel kernels on the runtime's task pool (issue 19, runtime). */
+int ob_kernel_fib_tasks(const ob_spec *spec, ob_result *out, double *check_value, char *err,
+                        size_t errlen);
+int ob_kernel_merge_sort(const ob_spec *spec, ob_result *out, double *check_value, char *err,
+                         size_t errlen);
 #endif
