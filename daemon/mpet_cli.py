@@ -19,6 +19,7 @@ the profile; repeated runs of one core count are reduced to their median.
 from __future__ import annotations
 
 import csv
+import dataclasses
 import json
 import math
 import re
@@ -137,18 +138,26 @@ def add_parser(subparsers: Any) -> None:
                    help="CSV: platform, workload, [variant], cores, time_s, [hw_phys_cores, "
                         "hw_hw_threads, hw_cpu, hw_l3_shared_by, n_nu, n_ht, R..j, counter.X] "
                         f"(repeatable; default: {' and '.join(DEFAULT_DATA)})")
+    p.add_argument("--max-factor", type=float, metavar="X",
+                   help="not in the seed: leave out of an sc element's interpolation a "
+                        "candidate whose transformation factor (eq. 21) lies outside "
+                        "[1/X, X] or is negative (X > 1; default: eq. 21 as written)")
     p.add_argument("--json", action="store_true", help="print JSON")
     p.set_defaults(func=cmd_eval_mpet)
 
 
-def run(paths: list[str]) -> list[dict]:
-    """Evaluate each CSV; one result dict per file."""
+def run(paths: list[str], max_factor: float | None = None) -> list[dict]:
+    """Evaluate each CSV (seed setup of section 4.1, optionally bounded sc factors)."""
+    if max_factor is not None and not max_factor > 1:
+        raise MpetInputError(f"--max-factor {max_factor:g}: give a number above 1, or leave "
+                             f"it out for eq. 21 as written")
+    sc_sel = dataclasses.replace(SEED_SC, max_factor=max_factor)
     results = []
     for path in paths:
         profiles, platforms = load_csv(path)
         db = MpetDatabase(profiles, platforms)
         start = time.perf_counter()
-        res = evaluate(db)
+        res = evaluate(db, SEED_T1, sc_sel)
         elapsed = time.perf_counter() - start
         n = len(res["cases"])
         if n == 0:
@@ -160,7 +169,7 @@ def run(paths: list[str]) -> list[dict]:
                         "ms_per_prediction": 1000 * elapsed / n,
                         "summary": res["summary"], "skipped": res["skipped"],
                         "cases": res["cases"], "breakpoints": platforms,
-                        "seed_table5_gmean": SEED_TABLE5})
+                        "max_factor": max_factor, "seed_table5_gmean": SEED_TABLE5})
     return results
 
 
@@ -169,8 +178,11 @@ def _pct(v) -> str:
 
 
 def format_table(res: dict) -> str:
+    bound = (f"sc factors bounded to [1/{res['max_factor']:g}, {res['max_factor']:g}]"
+             if res["max_factor"] else "seed setup (section 4.1)")
     lines = [f"{res['data']}: {res['predictions']} predictions, {res['workloads']} workloads, "
-             f"{res['platforms']} platforms, {res['ms_per_prediction']:.1f} ms per prediction",
+             f"{res['platforms']} platforms, {bound}, {res['ms_per_prediction']:.1f} ms per "
+             f"prediction",
              f"{'kind':<8} {'method':<11} {'gmean%':>7} {'median%':>8} {'p70%':>6} {'p80%':>6} "
              f"{'p95%':>6} {'max%':>7}  seed gmean%"]
     for k in KINDS:
@@ -191,7 +203,7 @@ def format_table(res: dict) -> str:
 def cmd_eval_mpet(args) -> int:
     paths = args.data or list(DEFAULT_DATA)
     try:
-        results = run(paths)
+        results = run(paths, args.max_factor)
     except MpetInputError as exc:
         print(f"opptune eval-mpet: {exc}", file=sys.stderr)
         return 2

@@ -35,6 +35,10 @@ class Selection:
     platform_distance: str = "individual"
     weight: str = "a"
     k: int = 3
+    # Not in the seed (None = eq. 21 as written): a factor f outside [1/max_factor, max_factor],
+    # or negative, leaves its candidate out of that element; near-zero denominators otherwise
+    # blow single elements up by orders of magnitude.
+    max_factor: float | None = None
 
     def __post_init__(self):
         if self.n_platforms < 1 or self.n_workloads < 1:
@@ -46,6 +50,8 @@ class Selection:
             raise ValueError("weight is 'a', 'p' or 't'")
         if self.k not in (0, 1, 2, 3):
             raise ValueError("k is one of 0, 1, 2, 3 (eq. 22)")
+        if self.max_factor is not None and not self.max_factor > 1:
+            raise ValueError("max_factor must be > 1 (or None)")
 
 
 # Section 4.1's final setup: t(1) from 5 workloads x 5 platforms rated by mean workload and
@@ -132,7 +138,7 @@ def penalty(w: np.ndarray, k: int) -> np.ndarray:
 
 
 def reconstruct(target_vals: np.ndarray, ref_a: np.ndarray, ref_b: np.ndarray,
-                r: np.ndarray) -> np.ndarray:
+                r: np.ndarray, max_factor: float | None = None) -> np.ndarray:
     """Eq. 21 and 23 per element: sum_C[sc(T,B) f(C) r] / sum_C r, f = sc(P,A) / sc(P,B).
 
     Rows are candidates, columns elements. A candidate without a usable factor for an element
@@ -144,6 +150,8 @@ def reconstruct(target_vals: np.ndarray, ref_a: np.ndarray, ref_b: np.ndarray,
     with np.errstate(all="ignore"):
         f = ra / rb
         val = tv * f
+        if max_factor is not None:
+            val = np.where((f > 0) & (np.abs(np.log(f)) <= math.log(max_factor)), val, np.nan)
     ok = np.isfinite(val)
     rr = np.broadcast_to(np.asarray(r, dtype=float)[:, None], val.shape)
     wsum = np.where(ok, rr, 0.0).sum(axis=0)
@@ -218,7 +226,7 @@ def predict_migration(db: MpetDatabase, workload, target, t1_sel: Selection = SE
             tv = np.vstack([db.sc[(c.workload, target)] for c in cands])
             ra = np.vstack([db.sc[(workload, c.platform)] for c in cands])
             rb = np.vstack([db.sc[(c.workload, c.platform)] for c in cands])
-        out[name] = (reconstruct(tv, ra, rb, r), cands)
+        out[name] = (reconstruct(tv, ra, rb, r, sel.max_factor), cands)
     t1 = float(out["t1"][0][0])
     sc = out["sc"][0]
     t = time_curve(t1, sc, ns, topo.get("n_nu"), topo.get("n_ht"))
