@@ -201,7 +201,9 @@ def format_table(res: dict) -> str:
 
 
 def cmd_eval_mpet(args) -> int:
-    paths = args.data or list(DEFAULT_DATA)
+    # the repository's datasets, from the working directory or beside the package (editable)
+    repo = Path(__file__).resolve().parents[1]
+    paths = args.data or [p if Path(p).exists() else str(repo / p) for p in DEFAULT_DATA]
     try:
         results = run(paths, args.max_factor)
     except MpetInputError as exc:
