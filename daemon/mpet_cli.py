@@ -7,7 +7,8 @@ MPET beside the naive t(1)/n and the source platform's curve.
 Platform = ``platform`` (with ``:variant`` when the variant is not empty or "all": XU3 big/little
 are different cores). Breakpoints (seed 000 section 3.1), unless the CSV has ``n_nu``/``n_ht``:
 - n_ht = hw_phys_cores when more threads than physical cores were run (SMT or oversubscription);
-- n_nu = physical cores / sockets when hw_cpu says "(N sockets)", else hw_l3_shared_by when
+- n_nu = physical cores / sockets when hw_cpu says "(N sockets)" or the board is a known
+  dual-socket one (KNOWN_SOCKETS), else hw_l3_shared_by when
   the last-level cache is shared by fewer cores than the machine has (two dies), else for a
   heterogeneous "all-*" variant the core count of its "big" variant (the second cluster
   joins there);
@@ -36,6 +37,9 @@ from .models.mpet_predict import SEED_SC, SEED_T1, MpetDatabase
 
 DEFAULT_DATA = ("data/loghin_multicore_energy/data.csv", "data/xplat_npb_minife/data.csv")
 SEED_TABLE5 = {"t1": 0.154, "scaling": 0.127, "full": 0.199}
+# Sockets the CSV columns do not tell: xplat_npb_minife's SOURCE.md lists these boards as
+# "2x Xeon" while their hw_l3_shared_by column counts both sockets' cores.
+KNOWN_SOCKETS = {"Supermicro_X10DRi": 2, "Supermicro_X9DR3-F": 2}
 
 
 class MpetInputError(ValueError):
@@ -111,9 +115,10 @@ def _breakpoints(hw: dict) -> dict:
             n_ht = phys
         if n_nu is None:
             m = re.search(r"(\d+)\s*sockets", r.get("hw_cpu") or "")
+            sockets = int(m.group(1)) if m else KNOWN_SOCKETS.get(r.get("hw_system") or "", 1)
             l3 = _float(r.get("hw_l3_shared_by"))
-            if m and phys and int(m.group(1)) > 1:
-                n_nu = phys / int(m.group(1))
+            if sockets > 1 and phys:
+                n_nu = phys / sockets
             elif l3 and phys and l3 < phys:
                 n_nu = l3
             elif info["variant"].startswith("all-"):

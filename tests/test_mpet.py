@@ -267,6 +267,10 @@ def test_breakpoints_from_the_datasets_hw_columns(tmp_path):
         "xu3,A,big,4,1,Exynos,8,\n"
         "xu3,A,all-static,8,1,Exynos,8,\n")
     _, plats = load_csv(path)
+    dual = tmp_path / "dual.csv"
+    dual.write_text("platform,workload,cores,time_s,hw_system,hw_phys_cores,hw_l3_shared_by\n"
+                    "srv,A,24,1,Supermicro_X10DRi,12,12\n")
+    assert load_csv(dual)[1]["srv"] == {"n_nu": 6, "n_ht": 12, "nmax": 24}
     assert plats["amd"] == {"n_nu": 12, "n_ht": None, "nmax": 48}
     assert plats["x2"] == {"n_nu": 6, "n_ht": 12, "nmax": 24}
     assert plats["xu3:all-static"]["n_nu"] == 4 and plats["xu3:big"]["n_nu"] is None
