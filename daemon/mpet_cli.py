@@ -140,8 +140,8 @@ def add_parser(subparsers: Any) -> None:
     p = subparsers.add_parser("eval-mpet", help="leave-one-out evaluation of MPET prediction",
                               description=desc)
     p.add_argument("--data", action="append", metavar="FILE.csv",
-                   help="CSV: platform, workload, [variant], cores, time_s, [hw_phys_cores, "
-                        "hw_hw_threads, hw_cpu, hw_l3_shared_by, n_nu, n_ht, R..j, counter.X] "
+                   help="CSV: platform, workload, [variant], cores, time_s, [hw_phys_cores, hw_system, "
+                        "hw_cpu, hw_l3_shared_by, n_nu, n_ht, R..j, counter.X] "
                         f"(repeatable; default: {' and '.join(DEFAULT_DATA)})")
     p.add_argument("--max-factor", type=float, metavar="X",
                    help="not in the seed: leave out of an sc element's interpolation a "
