@@ -134,7 +134,7 @@ def add_parser(subparsers: Any) -> None:
     desc = ("Seed 000's leave-one-out evaluation of MPET migration prediction: every profile of "
             "a workload measured on two or more platforms is removed and predicted from the "
             "workload's other platforms and the other workloads measured on the target. Prints "
-            "the geometric-mean error over the trend, median and 70/80/95 %% percentiles for "
+            "the geometric-mean error over the trend, median and 70/80/95 % percentiles for "
             "t(1), scaling and the full prediction, beside t(n) = t(1)/n and the source "
             "platform's curve. Each --data file is its own database. Exit 2 on unusable input.")
     p = subparsers.add_parser("eval-mpet", help="leave-one-out evaluation of MPET prediction",
