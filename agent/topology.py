@@ -71,6 +71,18 @@ def model_name(fs: SysFS) -> str:
     return "unknown"
 
 
+def cpumap_cpus(text: str | None) -> list[int]:
+    """Cpus of a sysfs hex mask (``cpumap``): 32-bit words, most significant first, comma-separated."""
+    if not text:
+        return []
+    digits = "".join(w.strip() for w in text.strip().split(","))
+    try:
+        mask = int(digits, 16) if digits else 0
+    except ValueError:
+        return []
+    return [bit for bit in range(mask.bit_length()) if mask >> bit & 1]
+
+
 def _size_kb(text: str | None) -> int | None:
     if not text:
         return None
@@ -225,7 +237,10 @@ def read_topology(sysfs_root="/") -> dict:
     except KnobUnavailable:
         node_names = []
     for name in sorted(node_names, key=lambda n: int(n[4:])):
-        members = [c for c in (fs.try_list(f"{NODE_DIR}/{name}/cpulist") or []) if c in online]
+        listed = fs.try_list(f"{NODE_DIR}/{name}/cpulist")
+        if not listed:  # some kernels' and tools' trees carry only the hex mask
+            listed = cpumap_cpus(fs.try_text(f"{NODE_DIR}/{name}/cpumap"))
+        members = [c for c in (listed or []) if c in online]
         if members:
             numa_ids.append(int(name[4:]))
             numa_nodes.append(members)

@@ -154,6 +154,8 @@ def build_parser() -> argparse.ArgumentParser:
                          "pip install 'opptune[daemon]'")
     else:
         add_parsers(sub)
+        from .mpet_cli import add_parser as add_mpet
+        add_mpet(sub)
     return parser
 
 

@@ -111,3 +111,40 @@ def test_this_machine():
     assert sorted(c for cl in t["clusters"] for c in cl) == t["cpus_online"]
     if not os.path.isdir("/sys/devices/system/cpu/cpufreq/policy0"):
         assert t["policies"] == [] and len(t["clusters"]) == 1
+
+
+def _cpumap_only(root: str, width_words: int = 2) -> None:
+    """Replace every node*/cpulist by the hex cpumap mask a kernel or tool may write instead."""
+    node_dir = os.path.join(root, "sys/devices/system/node")
+    for name in os.listdir(node_dir):
+        lst = os.path.join(node_dir, name, "cpulist")
+        if not os.path.exists(lst):
+            continue
+        with open(lst) as fh:
+            text = fh.read().strip()
+        cpus = set()
+        for part in text.split(","):
+            lo, _, hi = part.partition("-")
+            cpus.update(range(int(lo), int(hi or lo) + 1))
+        mask = sum(1 << c for c in cpus)
+        words = [f"{(mask >> (32 * i)) & 0xFFFFFFFF:08x}" for i in reversed(range(width_words))]
+        os.remove(lst)
+        with open(os.path.join(node_dir, name, "cpumap"), "w") as fh:
+            fh.write(",".join(words) + "\n")
+
+
+def test_numa_nodes_from_cpumap_only(tmp_path):
+    root = fake_tree(tmp_path, "x86-2numa")
+    _cpumap_only(root)
+    t = read_topology(root)
+    assert len(t["numa_nodes"]) == 2
+    assert t["numa_nodes"][1] == list(range(8, 16)) + list(range(24, 32))
+    assert (t["n_nu"], t["n_ht"]) == (8, 16)
+
+
+def test_cpumap_parsing_of_words():
+    from opptune.agent.topology import cpumap_cpus
+    assert cpumap_cpus("00000000,0000ff00\n") == list(range(8, 16))
+    assert cpumap_cpus("00000001,00000001") == [0, 32]
+    assert cpumap_cpus("f") == [0, 1, 2, 3]
+    assert cpumap_cpus("") == [] and cpumap_cpus("zz") == []

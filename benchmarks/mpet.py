@@ -1,0 +1,72 @@
+"""MPET (seed 000): leave-one-out figures on the cross-platform datasets, and prediction time.
+
+    python3 benchmarks/mpet.py        # about 5 s
+
+1. `opptune eval-mpet`'s table (Table 5's columns: geometric mean, median, 70/80/95 % of the
+   error over the trend) on data/loghin_multicore_energy and data/xplat_npb_minife, with the
+   seed's setup of section 4.1 and with sc transformation factors bounded to [1/5, 5].
+2. Time of one migration prediction (t(1) and sc, section 4.1's setup) with a database of
+   20 workloads x 5 platforms, each profile with all seven runtime parameters and six
+   counters over 1..16 cores (sc of 84 elements, as the seed's), NUMA at 8 and SMT at 12:
+   the target is under 100 ms (the seed reports 1.6 s).
+"""
+
+from __future__ import annotations
+
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+
+from opptune.daemon.models.mpet_curve import PARAMS
+from opptune.daemon.models.mpet_predict import MpetDatabase, predict_migration
+from opptune.daemon.mpet_cli import DEFAULT_DATA, format_table, run
+
+ROOT = Path(__file__).resolve().parent.parent
+TARGET_MS = 100.0
+
+
+def synthetic_database(n_workloads=20, n_platforms=5, nmax=16, seed=1) -> MpetDatabase:
+    rng = np.random.default_rng(seed)
+    profiles, platforms = {}, {}
+    for j in range(n_platforms):
+        platforms[f"P{j}"] = {"n_nu": 8, "n_ht": 12, "nmax": nmax}
+    for i in range(n_workloads):
+        for j in range(n_platforms):
+            ns = range(1, nmax + 1)
+            slope = rng.uniform(0.001, 0.01, len(PARAMS))
+            params = {n: {p: (1 if p == "R" else 0) + slope[k] * n * (1.2 if n > 8 else 1)
+                          for k, p in enumerate(PARAMS)} for n in ns}
+            ctr = {n: {f"c{c}": rng.uniform(0.01, 0.2) * (1 + 0.01 * n) for c in range(6)}
+                   for n in ns}
+            t1 = rng.uniform(1, 10)
+            t = {n: t1 * params[n]["R"] / (n * (1 - sum(params[n][p] for p in PARAMS[1:])))
+                 for n in ns}
+            profiles[(f"W{i}", f"P{j}")] = {"t": t, "params": params, "counters": ctr}
+    return MpetDatabase(profiles, platforms)
+
+
+def main() -> int:
+    for bound in (None, 5.0):
+        for res in run([str(ROOT / p) for p in DEFAULT_DATA], bound):
+            print(format_table(res))
+            print()
+    start = time.perf_counter()
+    db = synthetic_database()
+    build_ms = 1000 * (time.perf_counter() - start)
+    times = []
+    for i in range(20):
+        start = time.perf_counter()
+        pred = predict_migration(db, f"W{i}", f"P{i % 5}")
+        times.append(1000 * (time.perf_counter() - start))
+    med = float(np.median(times))
+    print(f"database 20 workloads x 5 platforms, sc of {len(db.names)} elements: built "
+          f"(curve fits) in {build_ms:.0f} ms; one prediction: median {med:.1f} ms, max "
+          f"{max(times):.1f} ms over 20 (target < {TARGET_MS:.0f} ms; seed 1.6 s); "
+          f"{len(pred.sc_candidates)} sc candidates, {len(pred.t1_candidates)} t(1) candidates")
+    return 0 if med < TARGET_MS else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

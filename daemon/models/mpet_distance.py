@@ -1,0 +1,95 @@
+"""MPET normalisation and distances (seed 000, eq. 10-20). Pure; NaN marks an invalid element."""
+
+from __future__ import annotations
+
+import math
+from typing import Hashable, Mapping
+
+import numpy as np
+
+Key = tuple[Hashable, Hashable]  # (workload, platform)
+
+
+def normalise(vectors: Mapping[Key, np.ndarray]) -> dict[Key, np.ndarray]:
+    """Eq. 10-12: each dimension m scaled to [0, 1] by its min and max over all given vectors.
+
+    The caller passes the database and the query together (eq. 10-11 take both). Invalid
+    elements stay NaN and do not count towards min/max; a dimension with one value (max = min)
+    maps to 0, since it cannot separate anything.
+    """
+    keys = list(vectors)
+    if not keys:
+        return {}
+    mat = np.vstack([np.asarray(vectors[k], dtype=float) for k in keys])
+    valid = np.isfinite(mat)
+    with np.errstate(all="ignore"):
+        lo = np.where(valid.any(axis=0), np.nanmin(np.where(valid, mat, np.inf), axis=0), 0.0)
+        hi = np.where(valid.any(axis=0), np.nanmax(np.where(valid, mat, -np.inf), axis=0), 0.0)
+        span = hi - lo
+        norm = np.where(span > 0, (mat - lo) / np.where(span > 0, span, 1.0), 0.0)
+    norm[~valid] = np.nan
+    return {k: norm[i] for i, k in enumerate(keys)}
+
+
+def distance(a: np.ndarray, b: np.ndarray) -> float:
+    """Eq. 13: L2 distance over the dimensions valid in both, divided by sqrt(their count).
+
+    In [0, 1] for normalised vectors; NaN when no dimension is valid in both.
+    """
+    a = np.asarray(a, dtype=float)
+    b = np.asarray(b, dtype=float)
+    both = np.isfinite(a) & np.isfinite(b)
+    dim = int(both.sum())
+    if dim == 0:
+        return math.nan
+    diff = a[both] - b[both]
+    return float(math.sqrt(float(diff @ diff)) / math.sqrt(dim))
+
+
+def tuple_distance(d_p: float, d_a: float) -> float:
+    """Eq. 20: D_t = 1 - (1 - D_p)(1 - D_a); an unknown (NaN) distance counts as 1 (the farthest)."""
+    d_p = 1.0 if not math.isfinite(d_p) else d_p
+    d_a = 1.0 if not math.isfinite(d_a) else d_a
+    return 1.0 - (1.0 - d_p) * (1.0 - d_a)
+
+
+class Distances:
+    """D_a, D_p and their means (eq. 16-19) over normalised vectors keyed (workload, platform)."""
+
+    def __init__(self, normalised: Mapping[Key, np.ndarray]):
+        self.sc = dict(normalised)
+        self.workloads_on: dict[Hashable, set] = {}
+        self.platforms_of: dict[Hashable, set] = {}
+        for w, p in self.sc:
+            self.workloads_on.setdefault(p, set()).add(w)
+            self.platforms_of.setdefault(w, set()).add(p)
+        self._cache: dict[tuple, float] = {}
+
+    def _d(self, k1: Key, k2: Key) -> float:
+        key = (k1, k2) if str(k1) <= str(k2) else (k2, k1)
+        got = self._cache.get(key)
+        if got is None:
+            a, b = self.sc.get(k1), self.sc.get(k2)
+            got = math.nan if a is None or b is None else distance(a, b)
+            self._cache[key] = got
+        return got
+
+    def d_a(self, platform, a, b) -> float:
+        """Eq. 16: D_a(P, A, B) = D(sc(P, A), sc(P, B))."""
+        return self._d((a, platform), (b, platform))
+
+    def d_p(self, workload, p, t) -> float:
+        """Eq. 17: D_p(A, P, T) = D(sc(P, A), sc(T, A))."""
+        return self._d((workload, p), (workload, t))
+
+    def d_a_mean(self, a, b) -> float:
+        """Eq. 18: mean of D_a(T_j, A, B) over the platforms T_j where both are profiled."""
+        common = self.platforms_of.get(a, set()) & self.platforms_of.get(b, set())
+        vals = [v for v in (self.d_a(p, a, b) for p in common) if math.isfinite(v)]
+        return float(np.mean(vals)) if vals else math.nan
+
+    def d_p_mean(self, p, t) -> float:
+        """Eq. 19: mean of D_p(B_i, P, T) over the workloads B_i profiled on both platforms."""
+        common = self.workloads_on.get(p, set()) & self.workloads_on.get(t, set())
+        vals = [v for v in (self.d_p(b, p, t) for b in common) if math.isfinite(v)]
+        return float(np.mean(vals)) if vals else math.nan

@@ -1,0 +1,271 @@
+"""MPET candidate selection and reconstruction (seed 000, section 3.2.2-3.2.3, eq. 21-23, 4.1).
+
+Pure. The database is a plain mapping ``(workload, platform) -> profile`` (see mpet_curve) plus
+``platform -> {"n_nu", "n_ht", "nmax"}`` (breakpoints from the topology; None = absent).
+
+Scenario (a), migration: workload A profiled on reference platforms P, predicted on a target T
+known through the other workloads (the suite) measured there. Scenario (b), scalability: A has
+only t(1) (and counters at n = 1) on P; its scaling elements come from the closest workloads on P.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Hashable, Mapping
+
+import numpy as np
+
+from .mpet_curve import feature_names, feature_vector, time_curve
+from .mpet_distance import Distances, normalise, tuple_distance
+
+
+@dataclass(frozen=True)
+class Selection:
+    """How candidates are chosen and weighted (section 3.2.2-3.2.3).
+
+    Candidates are (P, B) tuples, taken in order of tuple distance (eq. 20) while at most
+    ``n_platforms`` distinct P and ``n_workloads`` distinct B are used. ``workload_distance`` and
+    ``platform_distance`` pick the individual (eq. 16-17) or mean (eq. 18-19) distances;
+    ``weight`` says which distance gives w = 1 - D ("a", "p" or "t"); ``k`` is r(w)'s exponent.
+    """
+    n_platforms: int = 3
+    n_workloads: int = 10
+    workload_distance: str = "individual"
+    platform_distance: str = "individual"
+    weight: str = "a"
+    k: int = 3
+    # Not in the seed (None = eq. 21 as written): a factor f outside [1/max_factor, max_factor],
+    # or negative, leaves its candidate out of that element; near-zero denominators otherwise
+    # blow single elements up by orders of magnitude.
+    max_factor: float | None = None
+
+    def __post_init__(self):
+        if self.n_platforms < 1 or self.n_workloads < 1:
+            raise ValueError("candidate counts must be >= 1")
+        if self.workload_distance not in ("individual", "mean") or \
+                self.platform_distance not in ("individual", "mean"):
+            raise ValueError("distances are 'individual' or 'mean'")
+        if self.weight not in ("a", "p", "t"):
+            raise ValueError("weight is 'a', 'p' or 't'")
+        if self.k not in (0, 1, 2, 3):
+            raise ValueError("k is one of 0, 1, 2, 3 (eq. 22)")
+        if self.max_factor is not None and not self.max_factor > 1:
+            raise ValueError("max_factor must be > 1 (or None)")
+
+
+# Section 4.1's final setup: t(1) from 5 workloads x 5 platforms rated by mean workload and
+# individual platform distance, weighted by mean workload distance, k = 0; sc from tuples of
+# individual distances (3 platforms, 10 workloads), weighted by individual workload distance, k = 3.
+SEED_T1 = Selection(n_platforms=5, n_workloads=5, workload_distance="mean",
+                    platform_distance="individual", weight="a", k=0)
+SEED_SC = Selection(n_platforms=3, n_workloads=10, workload_distance="individual",
+                    platform_distance="individual", weight="a", k=3)
+
+
+@dataclass
+class Candidate:
+    platform: Hashable
+    workload: Hashable
+    d_a: float
+    d_p: float
+    d_t: float
+    weight: float = math.nan  # r(w) of eq. 22
+
+
+@dataclass
+class Prediction:
+    workload: Hashable
+    target: Hashable
+    t1: float
+    sc: np.ndarray
+    ns: list[int]
+    t: list[float]
+    t1_candidates: list[Candidate] = field(default_factory=list)
+    sc_candidates: list[Candidate] = field(default_factory=list)
+
+
+class NoCandidates(ValueError):
+    """The database holds no candidate for this prediction."""
+
+
+class MpetDatabase:
+    """Profiles with their fitted sc (eq. 5-9), computed once; ``without`` hides one profile."""
+
+    def __init__(self, profiles: Mapping, platforms: Mapping, _sc=None, _counters=None):
+        self.profiles = dict(profiles)
+        self.platforms = {p: dict(v) for p, v in platforms.items()}
+        if _counters is None:
+            names = set()
+            for prof in self.profiles.values():
+                for per_n in (prof.get("counters") or {}).values():
+                    names.update((per_n or {}).keys())
+            _counters = sorted(names)
+        self.counters = _counters
+        if _sc is None:
+            _sc = {}
+            for key, prof in self.profiles.items():
+                topo = self.platforms.get(key[1], {})
+                _sc[key] = feature_vector(prof, topo.get("n_nu"), topo.get("n_ht"), _counters)
+        self.sc = _sc
+
+    @property
+    def names(self) -> list[str]:
+        return feature_names(self.counters)
+
+    def t1(self, key) -> float:
+        t = self.profiles[key].get("t") or {}
+        v = t.get(1, t.get(1.0))
+        return float(v) if v is not None else math.nan
+
+    def without(self, key) -> "MpetDatabase":
+        profiles = {k: v for k, v in self.profiles.items() if k != key}
+        return MpetDatabase(profiles, self.platforms, {k: v for k, v in self.sc.items()
+                                                       if k != key}, self.counters)
+
+    def distances(self) -> Distances:
+        # eq. 10-12 over the database and the query (the query's profiles are in it)
+        return Distances(normalise(self.sc))
+
+
+def penalty(w: np.ndarray, k: int) -> np.ndarray:
+    """Eq. 22: r(w) = ((w - w_min) / (w_max - w_min))^k; all 1 when every w is equal."""
+    w = np.asarray(w, dtype=float)
+    lo, hi = float(np.min(w)), float(np.max(w))
+    if hi - lo <= 1e-12:
+        return np.ones_like(w)
+    return ((w - lo) / (hi - lo)) ** k
+
+
+def reconstruct(target_vals: np.ndarray, ref_a: np.ndarray, ref_b: np.ndarray,
+                r: np.ndarray, max_factor: float | None = None) -> np.ndarray:
+    """Eq. 21 and 23 per element: sum_C[sc(T,B) f(C) r] / sum_C r, f = sc(P,A) / sc(P,B).
+
+    Rows are candidates, columns elements. A candidate without a usable factor for an element
+    (invalid value, zero denominator) is left out of that element's sum; an element no candidate
+    can give stays invalid. Where the penalty zeroes every usable candidate (k > 0 leaves only
+    the farthest), they are averaged unweighted.
+    """
+    tv, ra, rb = (np.atleast_2d(np.asarray(x, dtype=float)) for x in (target_vals, ref_a, ref_b))
+    with np.errstate(all="ignore"):
+        f = ra / rb
+        val = tv * f
+        if max_factor is not None:
+            val = np.where((f > 0) & (np.abs(np.log(f)) <= math.log(max_factor)), val, np.nan)
+    ok = np.isfinite(val)
+    rr = np.broadcast_to(np.asarray(r, dtype=float)[:, None], val.shape)
+    wsum = np.where(ok, rr, 0.0).sum(axis=0)
+    num = np.where(ok, val * rr, 0.0).sum(axis=0)
+    cnt = ok.sum(axis=0)
+    plain = np.where(ok, val, 0.0).sum(axis=0)
+    with np.errstate(all="ignore"):
+        out = np.where(wsum > 0, num / np.where(wsum > 0, wsum, 1.0),
+                       plain / np.where(cnt > 0, cnt, 1))
+    out[cnt == 0] = np.nan
+    return out
+
+
+def _candidates(dist: Distances, db: MpetDatabase, workload, target, sel: Selection,
+                refs=None) -> list[Candidate]:
+    refs = set(refs) if refs is not None else dist.platforms_of.get(workload, set())
+    suite = dist.workloads_on.get(target, set()) - {workload}
+    pairs = []
+    for p in refs:
+        if p == target:
+            continue
+        for b in suite & dist.workloads_on.get(p, set()):
+            da = dist.d_a_mean(workload, b) if sel.workload_distance == "mean" \
+                else dist.d_a(p, workload, b)
+            dp = dist.d_p_mean(p, target) if sel.platform_distance == "mean" \
+                else dist.d_p(b, p, target)
+            pairs.append(Candidate(p, b, da, dp, tuple_distance(dp, da)))
+    pairs.sort(key=lambda c: (c.d_t, str(c.platform), str(c.workload)))
+    chosen, plats, works = [], set(), set()
+    for c in pairs:
+        if (c.platform in plats or len(plats) < sel.n_platforms) and \
+                (c.workload in works or len(works) < sel.n_workloads):
+            chosen.append(c)
+            plats.add(c.platform); works.add(c.workload)
+    return chosen
+
+
+def _weights(cands: list[Candidate], sel: Selection) -> np.ndarray:
+    d = np.array([{"a": c.d_a, "p": c.d_p, "t": c.d_t}[sel.weight] for c in cands], dtype=float)
+    w = 1.0 - np.where(np.isfinite(d), d, 1.0)
+    r = penalty(w, sel.k)
+    for c, v in zip(cands, r):
+        c.weight = float(v)
+    return r
+
+
+def predict_migration(db: MpetDatabase, workload, target, t1_sel: Selection = SEED_T1,
+                      sc_sel: Selection = SEED_SC, refs=None, ns=None) -> Prediction:
+    """Scenario (a): t(1) and sc of ``workload`` on ``target`` from its profiles on ``refs``
+    (default: every platform it is profiled on but the target) and the target's suite.
+
+    t(1) and sc use separate selections (section 4.1). The profile (workload, target), if
+    present, is not used: call on ``db.without((workload, target))`` to be sure.
+    """
+    db = db.without((workload, target)) if (workload, target) in db.sc else db
+    dist = db.distances()
+    topo = db.platforms.get(target, {})
+    if ns is None:
+        ns = list(range(1, int(topo.get("nmax") or 1) + 1))
+    out = {}
+    for name, sel in (("t1", t1_sel), ("sc", sc_sel)):
+        cands = _candidates(dist, db, workload, target, sel, refs)
+        if not cands:
+            raise NoCandidates(f"no candidate: {workload!r} shares no platform with a workload "
+                               f"measured on {target!r}")
+        r = _weights(cands, sel)
+        if name == "t1":
+            tv = np.array([[db.t1((c.workload, target))] for c in cands])
+            ra = np.array([[db.t1((workload, c.platform))] for c in cands])
+            rb = np.array([[db.t1((c.workload, c.platform))] for c in cands])
+        else:
+            tv = np.vstack([db.sc[(c.workload, target)] for c in cands])
+            ra = np.vstack([db.sc[(workload, c.platform)] for c in cands])
+            rb = np.vstack([db.sc[(c.workload, c.platform)] for c in cands])
+        out[name] = (reconstruct(tv, ra, rb, r, sel.max_factor), cands)
+    t1 = float(out["t1"][0][0])
+    sc = out["sc"][0]
+    t = time_curve(t1, sc, ns, topo.get("n_nu"), topo.get("n_ht"))
+    return Prediction(workload, target, t1, sc, list(ns), [float(x) for x in t],
+                      out["t1"][1], out["sc"][1])
+
+
+def predict_scalability(db: MpetDatabase, workload, platform, sel: Selection = SEED_SC,
+                        ns=None) -> Prediction:
+    """Scenario (b): t(n) on ``platform`` of a workload profiled there only at n = 1.
+
+    Candidates are the other workloads on the platform by D_a (eq. 16) over the elements the
+    sequential profile has (its counters' offsets). A sequential profile has no scaling factor
+    for eq. 21 (f = sc(P,A)/sc(P,B) is unknown), so f = 1: eq. 23 becomes the penalised mean of
+    the candidates' elements, the seed's "adopting scaling features of existing benchmarks".
+    """
+    key = (workload, platform)
+    if key not in db.sc:
+        raise NoCandidates(f"{workload!r} has no profile on {platform!r}")
+    dist = db.distances()
+    others = sorted(dist.workloads_on.get(platform, set()) - {workload}, key=str)
+    cands = [Candidate(platform, b, dist.d_a(platform, workload, b), 0.0, math.nan)
+             for b in others]
+    for c in cands:
+        c.d_t = tuple_distance(0.0, c.d_a)
+    cands.sort(key=lambda c: (c.d_t, str(c.workload)))
+    cands = cands[: sel.n_workloads]
+    if not cands:
+        raise NoCandidates(f"no other workload measured on {platform!r}")
+    r = _weights(cands, sel)
+    tv = np.vstack([db.sc[(c.workload, platform)] for c in cands])
+    sc = reconstruct(tv, np.ones_like(tv), np.ones_like(tv), r)
+    own = db.sc[key]
+    has = np.isfinite(own)
+    # keep what the sequential profile itself measured (offsets of its counters at n = 1)
+    sc = np.where(has & ~np.isfinite(sc), own, sc)
+    topo = db.platforms.get(platform, {})
+    if ns is None:
+        ns = list(range(1, int(topo.get("nmax") or 1) + 1))
+    t1 = db.t1(key)
+    t = time_curve(t1, sc, ns, topo.get("n_nu"), topo.get("n_ht"))
+    return Prediction(workload, platform, t1, sc, list(ns), [float(x) for x in t], [], cands)

@@ -1,0 +1,225 @@
+"""`opptune eval-mpet`: seed 000's leave-one-out evaluation over CSVs of measurements.
+
+Reads the repository's tidy CSVs (platform, workload, variant, cores, time_s, hw_* columns),
+turns them into the MPET database (daemon.models.mpet_predict) and prints Table 5's figures for
+MPET beside the naive t(1)/n and the source platform's curve.
+
+Platform = ``platform`` (with ``:variant`` when the variant is not empty or "all": XU3 big/little
+are different cores). Breakpoints (seed 000 section 3.1), unless the CSV has ``n_nu``/``n_ht``:
+- n_ht = hw_phys_cores when more threads than physical cores were run (SMT or oversubscription);
+- n_nu = physical cores / sockets when hw_cpu says "(N sockets)" or the board is a known
+  dual-socket one (KNOWN_SOCKETS), else hw_l3_shared_by when
+  the last-level cache is shared by fewer cores than the machine has (two dies), else for a
+  heterogeneous "all-*" variant the core count of its "big" variant (the second cluster
+  joins there);
+- otherwise absent.
+Optional columns ``R, l, w, c, d, s, j`` (runtime MPET parameters) and ``counter.NAME`` go into
+the profile; repeated runs of one core count are reduced to their median.
+"""
+
+from __future__ import annotations
+
+import csv
+import dataclasses
+import json
+import math
+import re
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from .models.mpet_curve import PARAMS
+from .models.mpet_eval import KINDS, METHODS, evaluate
+from .models.mpet_predict import SEED_SC, SEED_T1, MpetDatabase
+
+DEFAULT_DATA = ("data/loghin_multicore_energy/data.csv", "data/xplat_npb_minife/data.csv")
+SEED_TABLE5 = {"t1": 0.154, "scaling": 0.127, "full": 0.199}
+# Sockets the CSV columns do not tell: xplat_npb_minife's SOURCE.md lists these boards as
+# "2x Xeon" while their hw_l3_shared_by column counts both sockets' cores.
+KNOWN_SOCKETS = {"Supermicro_X10DRi": 2, "Supermicro_X9DR3-F": 2}
+
+
+class MpetInputError(ValueError):
+    """Unusable input; the message says what and what to do."""
+
+
+def _float(text: str | None) -> float | None:
+    if text is None or not str(text).strip():
+        return None
+    try:
+        v = float(text)
+    except ValueError:
+        return None
+    return v if math.isfinite(v) else None
+
+
+def load_csv(path: str | Path) -> tuple[dict, dict]:
+    """(profiles, platforms) of an MPET database from one tidy CSV (see the module docstring)."""
+    path = Path(path)
+    try:
+        with path.open(newline="") as fh:
+            rows = list(csv.DictReader(fh))
+    except (OSError, UnicodeDecodeError, csv.Error) as exc:
+        raise MpetInputError(f"cannot read {path}: {exc}; give a CSV of measurements")
+    need = {"platform", "workload", "cores", "time_s"}
+    if not rows or need - set(rows[0]):
+        missing = ", ".join(sorted(need - set(rows[0] if rows else {}))) or "rows"
+        raise MpetInputError(f"{path}: missing {missing}; the CSV needs columns platform, "
+                             f"workload, cores and time_s (one row per run)")
+    times: dict[tuple, dict[int, list[float]]] = {}
+    extra: dict[tuple, dict[int, dict[str, list[float]]]] = {}
+    hw: dict[str, dict] = {}
+    for i, r in enumerate(rows, start=2):
+        variant = (r.get("variant") or "").strip()
+        plat = r["platform"].strip() + (f":{variant}" if variant and variant != "all" else "")
+        work = (r["workload"] or "").strip()
+        cores, t = _float(r.get("cores")), _float(r.get("time_s"))
+        if not plat or not work or cores is None or cores < 1 or cores != int(cores) \
+                or t is None or t <= 0:
+            raise MpetInputError(f"{path} line {i}: need a platform, a workload, cores >= 1 "
+                                 f"(integer) and time_s > 0; fix or remove the row")
+        n = int(cores)
+        times.setdefault((work, plat), {}).setdefault(n, []).append(t)
+        for col, val in r.items():
+            if col in PARAMS or (col or "").startswith("counter."):
+                v = _float(val)
+                if v is not None:
+                    extra.setdefault((work, plat), {}).setdefault(n, {}).setdefault(
+                        col, []).append(v)
+        info = hw.setdefault(plat, {"row": r, "variant": variant, "base": r["platform"].strip(),
+                                    "nmax": 0})
+        info["nmax"] = max(info["nmax"], n)
+    profiles = {}
+    for key, per_n in times.items():
+        prof = {"t": {n: float(np.median(v)) for n, v in per_n.items()}, "params": {},
+                "counters": {}}
+        for n, cols in extra.get(key, {}).items():
+            for col, vals in cols.items():
+                where = "params" if col in PARAMS else "counters"
+                name = col if col in PARAMS else col[len("counter."):]
+                prof[where].setdefault(n, {})[name] = float(np.median(vals))
+        profiles[key] = prof
+    return profiles, _breakpoints(hw)
+
+
+def _breakpoints(hw: dict) -> dict:
+    out = {}
+    for plat, info in hw.items():
+        r, nmax = info["row"], info["nmax"]
+        phys = _float(r.get("hw_phys_cores"))
+        n_nu, n_ht = _float(r.get("n_nu")), _float(r.get("n_ht"))
+        if n_ht is None and phys and nmax > phys:
+            n_ht = phys
+        if n_nu is None:
+            m = re.search(r"(\d+)\s*sockets", r.get("hw_cpu") or "")
+            sockets = int(m.group(1)) if m else KNOWN_SOCKETS.get(r.get("hw_system") or "", 1)
+            l3 = _float(r.get("hw_l3_shared_by"))
+            if sockets > 1 and phys:
+                n_nu = phys / sockets
+            elif l3 and phys and l3 < phys:
+                n_nu = l3
+            elif info["variant"].startswith("all-"):
+                big = hw.get(f"{info['base']}:big")
+                n_nu = big["nmax"] if big and big["nmax"] < nmax else None
+        out[plat] = {"n_nu": int(n_nu) if n_nu else None, "n_ht": int(n_ht) if n_ht else None,
+                     "nmax": nmax}
+    return out
+
+
+def add_parser(subparsers: Any) -> None:
+    """Register `opptune eval-mpet`."""
+    desc = ("Seed 000's leave-one-out evaluation of MPET migration prediction: every profile of "
+            "a workload measured on two or more platforms is removed and predicted from the "
+            "workload's other platforms and the other workloads measured on the target. Prints "
+            "the geometric-mean error over the trend, median and 70/80/95 % percentiles for "
+            "t(1), scaling and the full prediction, beside t(n) = t(1)/n and the source "
+            "platform's curve. Each --data file is its own database. Exit 2 on unusable input.")
+    p = subparsers.add_parser("eval-mpet", help="leave-one-out evaluation of MPET prediction",
+                              description=desc)
+    p.add_argument("--data", action="append", metavar="FILE.csv",
+                   help="CSV: platform, workload, [variant], cores, time_s, [hw_phys_cores, hw_system, "
+                        "hw_cpu, hw_l3_shared_by, n_nu, n_ht, R..j, counter.X] "
+                        f"(repeatable; default: {' and '.join(DEFAULT_DATA)})")
+    p.add_argument("--max-factor", type=float, metavar="X",
+                   help="not in the seed: leave out of an sc element's interpolation a "
+                        "candidate whose transformation factor (eq. 21) lies outside "
+                        "[1/X, X] or is negative (X > 1; default: eq. 21 as written)")
+    p.add_argument("--json", action="store_true", help="print JSON")
+    p.set_defaults(func=cmd_eval_mpet)
+
+
+def run(paths: list[str], max_factor: float | None = None) -> list[dict]:
+    """Evaluate each CSV (seed setup of section 4.1, optionally bounded sc factors)."""
+    if max_factor is not None and not max_factor > 1:
+        raise MpetInputError(f"--max-factor {max_factor:g}: give a number above 1, or leave "
+                             f"it out for eq. 21 as written")
+    sc_sel = dataclasses.replace(SEED_SC, max_factor=max_factor)
+    results = []
+    for path in paths:
+        profiles, platforms = load_csv(path)
+        db = MpetDatabase(profiles, platforms)
+        start = time.perf_counter()
+        res = evaluate(db, SEED_T1, sc_sel)
+        elapsed = time.perf_counter() - start
+        n = len(res["cases"])
+        if n == 0:
+            raise MpetInputError(f"{path}: no workload is measured on two platforms that share "
+                                 f"another workload; nothing to evaluate")
+        results.append({"data": str(path), "profiles": len(profiles),
+                        "platforms": len(platforms),
+                        "workloads": len({w for w, _ in profiles}), "predictions": n,
+                        "ms_per_prediction": 1000 * elapsed / n,
+                        "summary": res["summary"], "skipped": res["skipped"],
+                        "cases": res["cases"], "breakpoints": platforms,
+                        "max_factor": max_factor, "seed_table5_gmean": SEED_TABLE5})
+    return results
+
+
+def _pct(v) -> str:
+    return "-" if v is None or not math.isfinite(v) else f"{100 * v:.1f}"
+
+
+def format_table(res: dict) -> str:
+    bound = (f"sc factors bounded to [1/{res['max_factor']:g}, {res['max_factor']:g}]"
+             if res["max_factor"] else "seed setup (section 4.1)")
+    lines = [f"{res['data']}: {res['predictions']} predictions, {res['workloads']} workloads, "
+             f"{res['platforms']} platforms, {bound}, {res['ms_per_prediction']:.1f} ms per "
+             f"prediction",
+             f"{'kind':<8} {'method':<11} {'gmean%':>7} {'median%':>8} {'p70%':>6} {'p80%':>6} "
+             f"{'p95%':>6} {'max%':>7}  seed gmean%"]
+    for k in KINDS:
+        for m in METHODS:
+            s = res["summary"][m][k]
+            if not s.get("count"):
+                continue
+            seed = f"{100 * SEED_TABLE5[k]:.1f}" if m == "mpet" else ""
+            lines.append(f"{k:<8} {m:<11} {_pct(s['gmean']):>7} {_pct(s['median']):>8} "
+                         f"{_pct(s['p70']):>6} {_pct(s['p80']):>6} {_pct(s['p95']):>6} "
+                         f"{_pct(s['max']):>7}  {seed}")
+    if res["skipped"]:
+        lines.append(f"skipped {len(res['skipped'])}: " + "; ".join(
+            f"{s['workload']} on {s['platform']} ({s['why']})" for s in res["skipped"][:3]))
+    return "\n".join(lines)
+
+
+def cmd_eval_mpet(args) -> int:
+    # the repository's datasets, from the working directory or beside the package (editable)
+    repo = Path(__file__).resolve().parents[1]
+    paths = args.data or [p if Path(p).exists() else str(repo / p) for p in DEFAULT_DATA]
+    try:
+        results = run(paths, args.max_factor)
+    except MpetInputError as exc:
+        print(f"opptune eval-mpet: {exc}", file=sys.stderr)
+        return 2
+    if args.json:
+        for r in results:
+            r.pop("cases")
+        json.dump({"results": results}, sys.stdout, indent=2, allow_nan=False,
+                  default=lambda o: None)
+        print()
+    else:
+        print("\n\n".join(format_table(r) for r in results))
+    return 0

@@ -1,0 +1,276 @@
+"""MPET (seed 000): curves and sc (eq. 3-9), normalisation and distances (eq. 10-20),
+candidates and reconstruction (eq. 21-23, section 4.1), scenarios (a) and (b), the
+leave-one-out evaluation and `opptune eval-mpet`."""
+
+import csv
+import json
+import math
+
+import numpy as np
+import pytest
+
+from opptune.daemon.cli import main
+from opptune.daemon.models.mpet_curve import (ELEMENTS, PARAMS, eval_curve, feature_names,
+                                              feature_vector, fit_curve, time_curve)
+from opptune.daemon.models.mpet_distance import Distances, distance, normalise, tuple_distance
+from opptune.daemon.models.mpet_eval import evaluate, summarise
+from opptune.daemon.models.mpet_predict import (MpetDatabase, NoCandidates, Selection,
+                                                penalty, predict_migration,
+                                                predict_scalability, reconstruct)
+
+
+# ---- eq. 5-9 -------------------------------------------------------------------------------
+
+def test_fit_curve_recovers_all_six_elements_linear_and_gaussian():
+    ns = np.arange(1, 17)
+    for gaussian in (False, True):
+        truth = [0.02, 0.1, 0.05, 0.3, -0.01, 0.2]
+        ys = eval_curve(truth, ns, 4, 8, gaussian)
+        got = fit_curve(ns, ys, 4, 8, gaussian)
+        assert np.allclose(got, truth, atol=1e-9)
+    # the Gaussian sum differs from the linear one beyond the breakpoints
+    assert not np.allclose(eval_curve(truth, ns, 4, 8, True), eval_curve(truth, ns, 4, 8, False))
+
+
+def test_missing_breakpoints_and_short_segments_are_invalid():
+    ns = np.arange(1, 7)
+    got = fit_curve(ns, 1 + 0.1 * ns, None, None)
+    assert np.allclose(got[:2], [0.1, 1.0]) and np.isnan(got[2:]).all()
+    # a breakpoint at nmax has nothing beyond it: invalid; one point beyond: offset only, m = 0
+    assert np.isnan(fit_curve(ns, ns * 1.0, 6, None)[2:4]).all()
+    one = fit_curve(ns, np.where(ns > 5, 2.0 + ns, ns), 5, None)
+    assert one[2] == 0.0 and one[3] == pytest.approx(2.0)
+    # a single point gives b_base only
+    single = fit_curve([1], [0.7], None, None)
+    assert single[1] == pytest.approx(0.7) and np.isnan(single[0])
+
+
+def test_feature_vector_concatenates_params_ratio_and_counters():
+    ns = range(1, 9)
+    prof = {"t": {n: 8.0 / n * (1 + 0.05 * (n - 1)) for n in ns},
+            "params": {n: {p: 0.01 * n for p in PARAMS} for n in ns},
+            "counters": {n: {"llc_miss": 0.2 + 0.01 * n} for n in ns}}
+    sc = feature_vector(prof, 4, None, ["llc_miss", "absent"])
+    names = feature_names(["llc_miss", "absent"])
+    assert len(sc) == len(names) == 6 * (len(PARAMS) + 3)
+    at = dict(zip(names, sc))
+    assert at["R.m_base"] == pytest.approx(0.01) and at["R.m_ht"] != at["R.m_ht"]  # NaN
+    assert at["d.m_base"] == pytest.approx(0.0, abs=1e-9) or math.isfinite(at["d.m_base"])
+    assert at["cpu_time_ratio.m_base"] == pytest.approx(0.05)
+    assert at["cpu_time_ratio.b_base"] == pytest.approx(0.95)
+    assert at["llc_miss.m_base"] == pytest.approx(0.01)
+    assert all(math.isnan(at[f"absent.{e}"]) for e in ELEMENTS)
+    # runtime parameters invalid (an external workload): their 42 elements are NaN
+    ext = feature_vector({"t": prof["t"]}, 4, None, [])
+    assert np.isnan(ext[:42]).all() and np.isfinite(ext[42:44]).all()
+
+
+def test_time_curve_uses_eq3_when_runtime_parameters_are_valid():
+    ns = np.arange(1, 9)
+    sc = np.full(6 * (len(PARAMS) + 1), np.nan)
+    sc[0:6] = [0.02, 0.98, np.nan, np.nan, np.nan, np.nan]         # R(n) = 0.98 + 0.02 n
+    for i in range(1, len(PARAMS)):
+        sc[6 * i: 6 * i + 6] = [0.005, -0.005, np.nan, np.nan, np.nan, np.nan]
+    t = time_curve(10.0, sc, ns, None, None)
+    r = 0.98 + 0.02 * ns
+    # l, w, c, s, j linear; d(n) on the Gaussian sum n(n+1)/2 (section 3.1)
+    u = 1 - 5 * (0.005 * ns - 0.005) - (0.005 * ns * (ns + 1) / 2 - 0.005)
+    assert np.allclose(t, 10.0 * r / (ns * u))
+    # without them, the cpu-time ratio curve: t(n) = t(1) q(n) / n
+    sc2 = np.full(6 * (len(PARAMS) + 1), np.nan)
+    sc2[42:48] = [0.1, 0.9, np.nan, np.nan, np.nan, np.nan]
+    assert np.allclose(time_curve(10.0, sc2, ns, None, None), 10.0 * (0.9 + 0.1 * ns) / ns)
+
+
+# ---- eq. 10-20 -----------------------------------------------------------------------------
+
+def test_normalise_per_dimension_over_database_and_query():
+    got = normalise({("A", "P"): np.array([1.0, 5.0, np.nan]),
+                     ("B", "P"): np.array([3.0, 5.0, 2.0]),
+                     ("B", "T"): np.array([2.0, 5.0, 4.0])})
+    assert np.allclose(got[("A", "P")][:2], [0.0, 0.0]) and np.isnan(got[("A", "P")][2])
+    assert np.allclose(got[("B", "P")], [1.0, 0.0, 0.0])
+    assert np.allclose(got[("B", "T")], [0.5, 0.0, 1.0])
+
+
+def test_distance_worked_example_eq14_15():
+    a = np.array([0.01, 0.04, 0.20])
+    b = np.array([0.20, 0.01, np.nan])  # LLC-M invalid on beta
+    assert distance(a, b) == pytest.approx(math.sqrt(0.19 ** 2 + 0.03 ** 2) / math.sqrt(2))
+    assert round(distance(a, b), 3) == 0.136
+    assert math.isnan(distance(np.array([np.nan]), np.array([1.0])))
+
+
+def test_workload_platform_and_tuple_distances_eq16_20():
+    sc = {("A", "P"): np.array([0.0, 0.0]), ("B", "P"): np.array([1.0, 0.0]),
+          ("A", "Q"): np.array([0.0, 1.0]), ("B", "Q"): np.array([0.0, 0.0]),
+          ("B", "T"): np.array([1.0, 1.0])}
+    d = Distances(sc)
+    assert d.d_a("P", "A", "B") == pytest.approx(1 / math.sqrt(2))            # eq. 16
+    assert d.d_p("A", "P", "Q") == pytest.approx(1 / math.sqrt(2))            # eq. 17
+    assert d.d_a_mean("A", "B") == pytest.approx(1 / math.sqrt(2))          # eq. 18 (P and Q)
+    assert d.d_p_mean("P", "T") == pytest.approx(d.d_p("B", "P", "T"))       # eq. 19 (B only)
+    assert d.d_p_mean("Q", "T") == pytest.approx(1.0)
+    assert tuple_distance(0.2, 0.5) == pytest.approx(1 - 0.8 * 0.5)         # eq. 20
+    assert tuple_distance(math.nan, 0.0) == 1.0
+
+
+# ---- eq. 21-23 -----------------------------------------------------------------------------
+
+def test_penalty_eq22():
+    w = np.array([0.5, 0.75, 1.0])
+    assert np.allclose(penalty(w, 0), 1)
+    assert np.allclose(penalty(w, 1), [0, 0.5, 1])
+    assert np.allclose(penalty(w, 3), [0, 0.125, 1])
+    assert np.allclose(penalty(np.array([0.3, 0.3]), 3), 1)
+
+
+def test_reconstruct_eq21_single_and_eq23_weighted():
+    # one candidate: sc(T,A) = sc(T,B) * sc(P,A) / sc(P,B)
+    assert reconstruct([[6.0]], [[2.0]], [[4.0]], np.array([1.0]))[0] == pytest.approx(3.0)
+    got = reconstruct([[6.0, 1.0], [10.0, 1.0]], [[2.0, 1.0], [1.0, 0.0]],
+                      [[4.0, 0.0], [1.0, 0.0]], np.array([1.0, 3.0]))
+    assert got[0] == pytest.approx((3.0 * 1 + 10.0 * 3) / 4)
+    assert math.isnan(got[1])  # no usable factor (zero denominators)
+    # the optional bound drops a candidate whose factor is too large
+    got = reconstruct([[1.0], [1.0]], [[100.0], [2.0]], [[1.0], [1.0]], np.array([1.0, 1.0]),
+                      max_factor=5)
+    assert got[0] == pytest.approx(2.0)
+
+
+def test_selection_rejects_bad_settings():
+    for bad in ({"k": 4}, {"weight": "x"}, {"n_platforms": 0}, {"workload_distance": "x"},
+                {"max_factor": 1.0}):
+        with pytest.raises(ValueError):
+            Selection(**bad)
+
+
+# ---- scenarios -----------------------------------------------------------------------------
+
+PLATFORMS = {"P1": (1.0, 0.5, 8), "P2": (1.6, 1.0, 8), "P3": (0.7, 2.0, 6), "T": (1.2, 1.5, 12)}
+WORKLOADS = {"A": (3.0, 0.04), "B1": (5.0, 0.02), "B2": (2.0, 0.06), "B3": (8.0, 0.1),
+             "B4": (1.0, 0.01)}
+
+
+def synthetic(counters=False):
+    """t1 = tau_w * pi_p and q(n) = 1 + s_w c_p (n - 1): the separable case eq. 21 assumes."""
+    profiles, platforms = {}, {}
+    for p, (pi, c, nmax) in PLATFORMS.items():
+        platforms[p] = {"n_nu": None, "n_ht": None, "nmax": nmax}
+        for w, (tau, s) in WORKLOADS.items():
+            t = {n: tau * pi * (1 + s * c * (n - 1)) / n for n in range(1, nmax + 1)}
+            ctr = {n: {"miss": 0.1 + s} for n in range(1, nmax + 1)} if counters else {}
+            profiles[(w, p)] = {"t": t, "params": {}, "counters": ctr}
+    return profiles, platforms
+
+
+def test_migration_prediction_scenario_a():
+    profiles, platforms = synthetic()
+    db = MpetDatabase(profiles, platforms)
+    pred = predict_migration(db, "A", "T")
+    truth = profiles[("A", "T")]["t"]
+    assert pred.t1 == pytest.approx(truth[1], rel=1e-9)        # t(1) factors are exact here
+    assert pred.ns == list(range(1, 13))
+    err = max(abs(p - truth[n]) / truth[n] for n, p in zip(pred.ns, pred.t))
+    assert err < 0.05
+    assert len({c.platform for c in pred.sc_candidates}) <= 3
+    assert all(c.platform != "T" and c.workload != "A" for c in pred.sc_candidates)
+    assert all(0 <= c.d_t <= 1 for c in pred.t1_candidates)
+    # the target's own profile is never used: changing it changes nothing
+    profiles[("A", "T")] = {"t": {n: 99.0 for n in range(1, 13)}}
+    again = predict_migration(MpetDatabase(profiles, platforms), "A", "T")
+    assert again.t == pytest.approx(pred.t)
+    # one platform, one workload: a single candidate
+    one = predict_migration(db, "A", "T", Selection(1, 1, k=0), Selection(1, 1, k=0))
+    assert len(one.t1_candidates) == 1 and len(one.sc_candidates) == 1
+    with pytest.raises(NoCandidates):
+        predict_migration(MpetDatabase({k: v for k, v in profiles.items() if k[1] in ("T", "P1")
+                                        and k[0] != "A" or k == ("A", "P2")}, platforms),
+                          "A", "T")
+
+
+def test_scalability_prediction_scenario_b_takes_the_closest_workload():
+    profiles, platforms = synthetic(counters=True)
+    # A measured sequentially only, with its counters: its twin B5 has the same counters
+    profiles[("A", "P1")] = {"t": {1: 3.0}, "counters": {1: {"miss": 0.1 + 0.04}}}
+    for p, (pi, c, nmax) in PLATFORMS.items():
+        profiles[("B5", p)] = {"t": {n: 4.0 * pi * (1 + 0.04 * c * (n - 1)) / n
+                                     for n in range(1, nmax + 1)},
+                               "counters": {n: {"miss": 0.14} for n in range(1, nmax + 1)}}
+    db = MpetDatabase(profiles, platforms)
+    pred = predict_scalability(db, "A", "P1", Selection(1, 1, k=0))
+    assert pred.sc_candidates[0].workload == "B5"
+    want = [3.0 * (1 + 0.04 * 0.5 * (n - 1)) / n for n in range(1, 9)]
+    assert pred.t == pytest.approx(want, rel=1e-6)
+
+
+def test_leave_one_out_evaluation_beats_naive_on_separable_data():
+    profiles, platforms = synthetic()
+    res = evaluate(MpetDatabase(profiles, platforms))
+    assert len(res["cases"]) == len(profiles)
+    s = res["summary"]
+    assert s["mpet"]["t1"]["gmean"] < 1e-6
+    assert s["mpet"]["scaling"]["gmean"] < s["naive"]["scaling"]["gmean"]
+    assert s["mpet"]["full"]["p95"] >= s["mpet"]["full"]["median"]
+    assert s["naive"]["t1"] == {"count": 0}
+    assert summarise([0.1, 0.4])["gmean"] == pytest.approx(0.2)
+
+
+# ---- CLI -----------------------------------------------------------------------------------
+
+def _write_csv(path, profiles):
+    with open(path, "w", newline="") as fh:
+        w = csv.writer(fh)
+        w.writerow(["platform", "workload", "variant", "cores", "time_s", "hw_phys_cores"])
+        for (work, plat), prof in sorted(profiles.items()):
+            for n, t in sorted(prof["t"].items()):
+                w.writerow([plat, work, "", n, f"{t:.6g}", 16])
+
+
+def test_eval_mpet_cli_real_run(tmp_path, capsys):
+    profiles, _ = synthetic()
+    path = tmp_path / "m.csv"
+    _write_csv(path, profiles)
+    assert main(["eval-mpet", "--data", str(path), "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    r = out["results"][0]
+    assert r["predictions"] == 20 and r["platforms"] == 4 and r["workloads"] == 5
+    assert r["summary"]["mpet"]["t1"]["gmean"] < 0.001
+    assert r["breakpoints"]["T"] == {"n_nu": None, "n_ht": None, "nmax": 12}
+    assert main(["eval-mpet", "--data", str(path), "--max-factor", "5"]) == 0
+    text = capsys.readouterr().out
+    assert "scaling" in text and "naive" in text and "same_curve" in text
+
+
+def test_eval_mpet_cli_bad_input(tmp_path, capsys):
+    bad = tmp_path / "bad.csv"
+    bad.write_text("platform,workload,cores\nP,A,1\n")
+    assert main(["eval-mpet", "--data", str(bad)]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "time_s" in err[0] and "Traceback" not in err[0]
+    assert main(["eval-mpet", "--data", str(tmp_path / "missing.csv")]) == 2
+    assert "cannot read" in capsys.readouterr().err
+    neg = tmp_path / "neg.csv"
+    neg.write_text("platform,workload,cores,time_s\nP,A,1,-3\n")
+    assert main(["eval-mpet", "--data", str(neg)]) == 2
+    assert "line 2" in capsys.readouterr().err
+
+
+def test_breakpoints_from_the_datasets_hw_columns(tmp_path):
+    from opptune.daemon.mpet_cli import load_csv
+    path = tmp_path / "hw.csv"
+    path.write_text(
+        "platform,workload,variant,cores,time_s,hw_cpu,hw_phys_cores,hw_l3_shared_by\n"
+        "amd,A,all,1,4,AMD (4 sockets),48,\n"
+        "amd,A,all,48,1,AMD (4 sockets),48,\n"
+        "x2,A,,24,1,Supermicro,12,6\n"
+        "xu3,A,big,4,1,Exynos,8,\n"
+        "xu3,A,all-static,8,1,Exynos,8,\n")
+    _, plats = load_csv(path)
+    dual = tmp_path / "dual.csv"
+    dual.write_text("platform,workload,cores,time_s,hw_system,hw_phys_cores,hw_l3_shared_by\n"
+                    "srv,A,24,1,Supermicro_X10DRi,12,12\n")
+    assert load_csv(dual)[1]["srv"] == {"n_nu": 6, "n_ht": 12, "nmax": 24}
+    assert plats["amd"] == {"n_nu": 12, "n_ht": None, "nmax": 48}
+    assert plats["x2"] == {"n_nu": 6, "n_ht": 12, "nmax": 24}
+    assert plats["xu3:all-static"]["n_nu"] == 4 and plats["xu3:big"]["n_nu"] is None
