@@ -34,7 +34,16 @@ def operator(argv: list[str] | None = None) -> int:
     if missing and argv != ["--version"]:
         return _refuse("opptune", missing)
     from .cli import main
-    return main(argv)
+    try:
+        code = main(argv)
+        sys.stdout.flush()
+        return code
+    except BrokenPipeError:
+        # the reader went away (`opptune status | head`): not an error of ours. Point stdout
+        # at /dev/null so that the interpreter's own flush at exit does not fail again.
+        import os
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 0
 
 
 def daemon(argv: list[str] | None = None) -> int:

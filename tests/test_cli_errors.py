@@ -182,3 +182,15 @@ def test_agent_virtual_board_alone_makes_its_tree_in_the_state_dir(tmp_path):
 def test_a_timeout_that_is_not_positive_is_refused_not_waited_on(tmp_path, command):
     one_line_error(run("opptune", *command, "--daemon", "tcp://127.0.0.1:9", "--timeout", "-1",
                        cwd=tmp_path), f"opptune {command[0]}: ", "--timeout -1", "> 0")
+
+
+def test_a_reader_that_goes_away_is_not_a_traceback(tmp_path):
+    # `opptune fit ... --json | head -c 100`: far more than a pipe buffer, the reader gone early
+    data = Path(__file__).resolve().parent.parent / "data" / "loghin_multicore_energy" / "data.csv"
+    proc = subprocess.Popen([str(Path(sys.executable).parent / "opptune"), "fit", "--data",
+                             str(data), "--zero-times", "missing", "--json"],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, cwd=tmp_path)
+    assert len(proc.stdout.read(100)) == 100
+    proc.stdout.close()
+    err = proc.stderr.read().decode()
+    assert proc.wait(timeout=120) == 0 and "Traceback" not in err and "BrokenPipe" not in err, err

@@ -17,13 +17,14 @@ from typing import Any
 
 import numpy as np
 
+from ...bench_suite.catalogue import KERNELS
 from ..fitter import fit_group, observations
 from ..models.base import FittedModel, Observations
 from ..models.energy import PowerModeler
 from ..planner import cluster_order, physical_cores
 from ..recommend import candidate_grid, target_observations
 
-BENCH_KERNELS = ("pi_integrate", "triad", "locked_update")
+BENCH_KERNELS = tuple(KERNELS)  # the bench_suite catalogue: the kernels whose traits are shown
 
 
 @dataclass
