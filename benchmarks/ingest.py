@@ -123,6 +123,18 @@ def pressure_pct(resource: str) -> float | None:
         return None
 
 
+def issue_jobs(db: Path, agents: int) -> None:
+    """Store one open job per agent before the daemon starts: the daemon stores results only
+    for jobs it issued to their agent (as after a restart with jobs in flight)."""
+    from opptune.daemon.store import open_store
+    store = open_store(str(db))
+    for i in range(agents):
+        store.save_job(f"bench-agent-{i}", {"job_id": f"job-bench-agent-{i}", "workload": "bench",
+                                            "size": "s", "points": [{"cpus": [0], "threads": 1}], "reps": 1,
+                                            "warmup": 0}, time.time())
+    store.close()
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--agents", type=int, default=4)
@@ -138,6 +150,7 @@ def main() -> int:
     tmp = Path(tempfile.mkdtemp(prefix="opptune-ingest-"))
     db, ep_file = tmp / "ingest.db", tmp / "endpoint"
     prof = ["-m", "cProfile", "-o", args.profile] if args.profile else []
+    issue_jobs(db, args.agents)
     daemon = subprocess.Popen([sys.executable, *prof, "-m", "opptune.daemon.service",
                                "--bind", args.bind, "--database", str(db),
                                "--endpoint-file", str(ep_file), "--log-level", "WARNING"])

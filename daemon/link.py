@@ -15,6 +15,7 @@ import zmq
 
 from ..shared import protocol
 from ..shared.protocol import ProtocolError
+from .refusals import RefusalLog
 
 log = logging.getLogger("opptune.daemon.link")
 
@@ -39,7 +40,12 @@ class Link:
         self.sock.bind(bind)
         self.endpoint: str = self.sock.getsockopt_string(zmq.LAST_ENDPOINT)
         self._enveloped: set[bytes] = set()  # REQ peers: replies need the empty delimiter
-        self.refused = 0  # frames answered with an error
+        self.refusals = RefusalLog(log)  # every refusal of the daemon, counted by code
+
+    @property
+    def refused(self) -> int:
+        """Messages answered with an error."""
+        return self.refusals.total
 
     def poll(self, timeout_ms: int) -> bool:
         """True when a message is waiting (after at most ``timeout_ms``)."""
@@ -86,8 +92,7 @@ class Link:
         return out
 
     def _refuse(self, identity: bytes, exc: ProtocolError) -> None:
-        self.refused += 1
-        log.warning("refused a message from %r: %s (%s)", identity, exc, exc.code)
+        self.refusals.refused(identity, exc.code, str(exc))
         self.send(identity, protocol.error_reply("daemon", exc.code, str(exc), exc.ref))
 
     def send(self, identity: bytes, msg: dict[str, Any]) -> bool:

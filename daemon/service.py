@@ -76,7 +76,9 @@ class Daemon:
                        "tcp://0.0.0.0:5555 or ipc:///run/opptune.sock")
             raise BindError(f"cannot listen on {config.bind}: {why}") from None
         self.stats = {"results": 0, "duplicates_acked": 0, "batches": 0, "refused": 0,
-                      "fits": 0, "fit_errors": 0, "configs_pushed": 0}
+                      "fits": 0, "fit_errors": 0, "configs_pushed": 0,
+                      "refused_unknown_job": 0}
+        self._job_owner: dict[str, str] = {}  # issued job id -> its agent (a cache of the store)
         self.metrics, self.metrics_server = None, None
         try:
             if config.metrics_endpoint:
@@ -184,7 +186,9 @@ class Daemon:
 
     def refuse(self, identity: bytes, code: str, message: str, ref: str | None) -> None:
         self.stats["refused"] += 1
-        log.warning("refused %s from %r: %s", ref, identity, message)
+        if code == "unknown_job":
+            self.stats["refused_unknown_job"] += 1
+        self.link.refusals.refused(identity, code, f"{message} (message {ref})")
         self.link.send(identity, protocol.error_reply(DAEMON_ID, code, message, ref))
 
     def handle_batch(self, batch: list[tuple[bytes, dict[str, Any]]]) -> None:
@@ -219,6 +223,11 @@ class Daemon:
         if self.registry.seen(agent, identity, now) is None:
             raise HandlerError("unknown_agent", f"agent '{agent}' has not said hello")
         body = msg["body"]
+        if self._owner(body["job_id"]) != agent:
+            # Only measurements the daemon asked this agent for are stored: a made-up job id
+            # (or another agent's) would slip fabricated runs into the fits.
+            raise HandlerError("unknown_job", f"job '{body['job_id'][:80]}' was not issued to "
+                                              f"agent '{agent}'; its results are not stored")
         try:
             rec = RunRecord.from_dict(body["record"])
         except RecordError as exc:
@@ -228,6 +237,18 @@ class Daemon:
         acks.setdefault(identity, []).append(msg["id"])
         prev = touched.get(body["job_id"])
         touched[body["job_id"]] = (body["of"], agent) if prev is None else prev
+
+    def _owner(self, job_id: str) -> str | None:
+        """The agent a job was issued to, None for a job never issued."""
+        owner = self._job_owner.get(job_id)
+        if owner is None:
+            job = self.store.job(job_id)
+            if job is None:
+                return None
+            if len(self._job_owner) >= 100_000:
+                self._job_owner.clear()
+            owner = self._job_owner[job_id] = job["agent"]
+        return owner
 
     def _commit_results(self, results: list[ResultIn], acks: dict[bytes, list[str]],
                         touched: dict[str, tuple[int, str]], now: float) -> None:
@@ -296,8 +317,10 @@ class Daemon:
         if self.registry.seen(agent, identity, now) is None:
             raise HandlerError("unknown_agent", f"agent '{agent}' has not said hello")
         rec = self.store.recommendation(body["config_id"])
-        if rec is None:
-            raise HandlerError("unknown_config", f"no configuration '{body['config_id']}'")
+        if rec is None or rec["agent"] != agent:
+            # verification runs are stored only for a configuration pushed to this agent
+            raise HandlerError("unknown_config", f"no configuration '{body['config_id']}' was "
+                                                 f"pushed to agent '{agent}'")
         self.recommender.applied(agent, msg, rec, now)
         self.send(identity, "ack", {"ids": [msg["id"]]})
 
