@@ -35,8 +35,21 @@ def answer(d: Daemon, what: str, args: dict[str, Any]) -> dict[str, Any]:
         return d.tuning.start(args)
     if what == "tune_status":
         return d.tuning.status(args)
+    if what == "keys":
+        return keys(d, args)
     raise HandlerError("unknown_query", f"unknown query '{what[:40]}'; known: status, sweep, "
-                                        "fit, recommend, tune, tune_status, report")
+                                        "fit, recommend, tune, tune_status, report, keys")
+
+
+def keys(d: Daemon, args: dict[str, Any]) -> dict[str, Any]:
+    """``opptune keys``: args.action list (the default), accept, reject or revoke args.id."""
+    if d.keyring is None:
+        raise HandlerError("curve_off", "CURVE is off on this daemon (curve = \"off\", or "
+                                        "\"auto\" with a loopback bind): no agent keys to manage")
+    action = str(args.get("action") or "list")
+    if action == "list":
+        return {"keys": d.keyring.rows()}
+    return {"key": d.keyring.decide(action, str(args.get("id") or ""))}
 
 
 def report(d: Daemon) -> dict[str, Any]:
