@@ -28,6 +28,10 @@ def _use_operator_key(config: Any) -> None:
     from ..shared.curve import KeyFileError, load_keypair, read_public_key
     from .client import use_curve
     keys = config.keys_path()
+    if not (keys / "server.pub").exists():
+        raise ConfigError(f"CURVE is on for {config.bind} but {keys / 'server.pub'} does not "
+                          "exist: start opptune-daemon first (it makes its keys there), and run "
+                          "this on the daemon's host as its user")
     try:
         server = read_public_key(str(keys / "server.pub"), "the daemon's public key")
         public, secret = load_keypair(keys / "operator.key")

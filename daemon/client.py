@@ -100,6 +100,7 @@ def query(endpoint: str, what: str, args: dict[str, Any] | None = None,
                 raise QueryFailed(f"daemon refused the query: {reply['body']['message']}",
                                   reply["body"].get("code"))
         raise DaemonUnreachable(f"no answer from the daemon at {endpoint} within {timeout_s:g} s; "
-                                "is opptune-daemon running and is the endpoint right?")
+                                "is opptune-daemon running and is the endpoint right? (with CURVE "
+                                "on it answers only its operator key: give its --config)")
     finally:
         sock.close(0)
