@@ -252,8 +252,9 @@ class Link:
             self._send(P.error_reply(self.agent_id, exc.code, str(exc), exc.ref))
             return
         kind, body = msg["type"], msg["body"]
-        if self._key_refused is not None and kind != "error":
-            # The daemon answers again: the operator accepted this agent's key.
+        if self._key_refused is not None and kind in ("heartbeat", "ack"):
+            # The daemon answers this agent's messages again: its key was accepted. (A job or
+            # config may still reach a refused agent; it says nothing about the key.)
             log.warning("daemon accepts this agent's key now (it refused it: %s)",
                         self._key_refused)
             self._key_refused = None

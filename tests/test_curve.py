@@ -75,6 +75,7 @@ def test_agent_key_waits_for_accept_then_results_stored_and_revoke_refuses(tmp_p
         with pytest.raises(DaemonUnreachable):
             query(c.endpoint, "status", timeout_s=1.0)
         c.start_agent()
+        t0 = time.monotonic()
         wait_until(lambda: "keys accept" in c.agent_log(), "the agent's refusal", c)
         assert stat.S_IMODE((tmp_path / "agent-state" / "agent.key").stat().st_mode) == 0o600
         out = c.keys_cli("list")
@@ -82,9 +83,10 @@ def test_agent_key_waits_for_accept_then_results_stored_and_revoke_refuses(tmp_p
         (line,) = out.stdout.splitlines()
         key_id, state, _, agent = line.split()[:4]
         assert state == "pending" and agent == "test-agent"
-        # The job went out but nothing is stored while the key waits.
-        wait_until(lambda: c.agent_log().count(f"opptune keys accept {key_id}") >= 2,
-                   "a result refused", c)
+        # Hello and heartbeats are refused while the key waits: the daemon does not know the
+        # agent, sends it no job and stores nothing.
+        st = c.wait_for(lambda st: st["daemon"]["stats"]["refused"] >= 3, what="refusals")
+        assert st["agents"] == [] and st["jobs"] == []
         assert c.rows("SELECT COUNT(*) FROM runs") == [(0,)]
         # An agent's key may not ask for the status (only the operator's may).
         agent_keys = (c.operator[0], *load_keypair(tmp_path / "agent-state" / "agent.key"))
@@ -96,6 +98,11 @@ def test_agent_key_waits_for_accept_then_results_stored_and_revoke_refuses(tmp_p
                    what="the sweep stored after accept")
         stored = c.rows("SELECT COUNT(*) FROM runs")[0][0]
         assert stored >= 1
+        # The daemon refused every message while the key waited, but logged few lines.
+        refused = c.status()["daemon"]["stats"]["refused"]
+        lines = (tmp_path / "daemon.log").read_text().count("refused a message from "
+                                                            "b'test-agent'")
+        assert refused >= 3 and 1 <= lines <= 1 + (time.monotonic() - t0) / 10 < refused
         log = c.agent_log()
         # logged once while pending, not per refused message
         assert log.count("daemon refuses this agent's messages") == 1, log
