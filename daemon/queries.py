@@ -49,7 +49,12 @@ def keys(d: Daemon, args: dict[str, Any]) -> dict[str, Any]:
     action = str(args.get("action") or "list")
     if action == "list":
         return {"keys": d.keyring.rows()}
-    return {"key": d.keyring.decide(action, str(args.get("id") or ""))}
+    entry = d.keyring.decide(action, str(args.get("id") or ""))
+    info = d.registry.get(entry["agent"])
+    if entry["state"] != "accepted" and info is not None:
+        # Nothing more goes to it: new jobs wait as "queued" for a hello the key cannot make.
+        info.identity = None
+    return {"key": entry}
 
 
 def report(d: Daemon) -> dict[str, Any]:

@@ -109,10 +109,11 @@ def test_agent_key_waits_for_accept_then_results_stored_and_revoke_refuses(tmp_p
         assert "accepts this agent's key now" in log
         out = c.keys_cli("revoke", key_id)
         assert out.returncode == 0 and "revoked" in out.stdout, out.stderr
-        r = query(c.endpoint, "sweep", {"agent": "test-agent"}, timeout_s=5, curve=c.operator)
-        new_job = r["jobs"][0]["job_id"]
         wait_until(lambda: "key_revoked" in c.agent_log(), "the revoked key refused", c)
-        assert c.rows("SELECT COUNT(*) FROM runs WHERE job_id=?", new_job) == [(0,)]
+        # A revoked agent is offline to the daemon: no new job is sent to it.
+        with pytest.raises(QueryFailed, match="has not connected"):
+            query(c.endpoint, "sweep", {"agent": "test-agent"}, timeout_s=5, curve=c.operator)
+        assert not [a for a in c.status()["agents"] if a["alive"]]
         assert c.rows("SELECT COUNT(*) FROM runs")[0][0] == stored
         out = c.keys_cli("accept", "nope")
         assert out.returncode == 2 and "no key 'nope'" in out.stderr
@@ -147,3 +148,19 @@ def test_key_files_wider_than_0600_are_refused_with_the_fix(tmp_path):
                        capture_output=True, text=True, timeout=60)
     assert a.returncode == 2 and "daemon_public_key" in a.stderr
     assert "opptune keys server" in a.stderr
+    write_toml(c.agent_toml, {"agent_id": "x", "daemon": "tcp://10.1.2.3:5555",
+                              "state_dir": str(tmp_path / "s2"), "daemon_public_key": "garbage"})
+    a = subprocess.run([sys.executable, "-m", "opptune.agent", "--config", str(c.agent_toml)],
+                       capture_output=True, text=True, timeout=60)
+    assert a.returncode == 2 and "key 'daemon_public_key'" in a.stderr
+    assert "neither a Z85 public key" in a.stderr and "Traceback" not in a.stderr
+
+
+@pytest.mark.parametrize("endpoint, auto", [
+    ("tcp://127.0.0.1:5555", False), ("tcp://localhost:5555", False), ("tcp://[::1]:5", False),
+    ("ipc:///run/opptune.sock", False), ("tcp://0.0.0.0:5555", True), ("tcp://*:5555", True),
+    ("tcp://10.0.0.7:5555", True), ("tcp://board-1.lan:5555", True)])
+def test_curve_auto_is_on_for_every_endpoint_that_leaves_the_machine(endpoint, auto):
+    from opptune.shared.curve import curve_enabled
+    assert curve_enabled("auto", endpoint) is auto
+    assert curve_enabled("on", endpoint) and not curve_enabled("off", endpoint)
