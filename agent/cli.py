@@ -171,6 +171,28 @@ def main(argv: list[str] | None = None) -> int:
     return run_agent(config, config_path=args.config)
 
 
+def link_keys(config, where: str) -> tuple[str, str, str] | None:
+    """(daemon public, own public, own secret) when the link uses CURVE, the agent's key pair
+    made in state_dir on first start; None when it is plain. ConfigError says what to fix."""
+    from ..shared.curve import KeyFileError, curve_enabled, ensure_keypair, fingerprint, \
+        read_public_key
+    if not curve_enabled(config.curve, config.daemon):
+        return None
+    if not config.daemon_public_key:
+        raise ConfigError(f"{where}: key 'daemon_public_key' is needed with CURVE on (curve = "
+                          f"{config.curve!r}, daemon {config.daemon}): set it to the key that "
+                          "'opptune keys server' prints on the daemon's host (or the path of "
+                          "its server.pub)")
+    try:
+        server = read_public_key(config.daemon_public_key, f"{where}: key 'daemon_public_key'")
+        public, secret = ensure_keypair(os.path.join(config.state_dir, "agent.key"))
+    except KeyFileError as exc:
+        raise ConfigError(str(exc)) from None
+    log.info("CURVE on: this agent's key is %s; the operator accepts it on the daemon's host "
+             "with: opptune keys accept %s", fingerprint(public), fingerprint(public))
+    return server, public, secret
+
+
 def run_agent(config, config_path: str | None = None) -> int:
     from .apply import Executor, Worker
     from .link import Link
@@ -193,6 +215,11 @@ def run_agent(config, config_path: str | None = None) -> int:
         print(f"opptune-agent: configuration error: {where}: key 'state_dir' "
               f"({config.state_dir}) is not usable: {exc}", file=sys.stderr)
         return EXIT_CONFIG
+    try:
+        curve = link_keys(config, where)
+    except ConfigError as exc:
+        print(f"opptune-agent: configuration error: {exc}", file=sys.stderr)
+        return EXIT_CONFIG
     platform = discover(config)
     knobs = build_knobs(config, platform)
     meters = build_meters(config, platform)
@@ -213,7 +240,7 @@ def run_agent(config, config_path: str | None = None) -> int:
                         state_dir=config.state_dir, targets=targets)
     worker = Worker(executor)
     link = Link(config.agent_id, config.daemon, hello, outbox, worker.submit,
-                heartbeat_s=config.heartbeat_s)
+                heartbeat_s=config.heartbeat_s, curve=curve)
     link_holder["link"] = link
 
     stop = threading.Event()

@@ -34,6 +34,7 @@ GONE_AFTER_HEARTBEATS = 3
 PERMANENT_REFUSALS = frozenset({
     "bad_record", "unknown_config", "malformed", "too_large", "bad_version", "unknown_type",
     "missing_field", "bad_type", "bad_value", "bad_id", "bad_agent", "unexpected_type",
+    "unknown_job",
 })
 
 
@@ -41,7 +42,10 @@ class Link:
     def __init__(self, agent_id: str, endpoint: str, hello_body: dict[str, Any], outbox: Outbox,
                  on_message: Callable[[dict[str, Any]], None], *, heartbeat_s: float = 2.0,
                  resend_s: float | None = None, window: int = 1000,
-                 context: zmq.Context | None = None, instance: str | None = None):
+                 context: zmq.Context | None = None, instance: str | None = None,
+                 curve: tuple[str, str, str] | None = None):
+        """``curve``: (daemon public, own public, own secret) Z85 keys for an encrypted,
+        authenticated link; None for a plain one."""
         self.agent_id = agent_id
         self.endpoint = endpoint
         self.hello_body = dict(hello_body)
@@ -51,6 +55,8 @@ class Link:
         self.resend_s = resend_s if resend_s is not None else 2 * self.heartbeat_s
         self.window = window
         self.instance = instance or os.urandom(8).hex()
+        self.curve = curve
+        self._key_refused: str | None = None  # the daemon's last key_* refusal code
         self._ctx = context or zmq.Context.instance()
         self._sock: zmq.Socket | None = None
         self._poller = zmq.Poller()
@@ -93,6 +99,10 @@ class Link:
         s.setsockopt(zmq.MAXMSGSIZE, 2 * P.MAX_MESSAGE_BYTES)
         s.setsockopt(zmq.RECONNECT_IVL, 200)
         s.setsockopt(zmq.RECONNECT_IVL_MAX, 5000)
+        if self.curve is not None:
+            s.curve_serverkey = self.curve[0].encode()
+            s.curve_publickey = self.curve[1].encode()
+            s.curve_secretkey = self.curve[2].encode()
         s.connect(self.endpoint)
         self._sock = s
         self._poller.register(s, zmq.POLLIN)
@@ -242,6 +252,13 @@ class Link:
             self._send(P.error_reply(self.agent_id, exc.code, str(exc), exc.ref))
             return
         kind, body = msg["type"], msg["body"]
+        if self._key_refused is not None and kind in ("heartbeat", "ack"):
+            # The daemon answers this agent's messages again: its key was accepted. (A job or
+            # config may still reach a refused agent; it says nothing about the key.)
+            log.warning("daemon accepts this agent's key now (it refused it: %s)",
+                        self._key_refused)
+            self._key_refused = None
+            self._daemon_back("accepted this agent's key")
         if kind == "heartbeat":
             inst = body.get("instance")
             if inst and self._daemon_instance and inst != self._daemon_instance and not was_gone:
@@ -253,7 +270,14 @@ class Link:
             log.debug("ack for %d ids (%d were pending)", len(body["ids"]), n)
             self._outbox_dirty = True
         elif kind == "error":
-            if body["code"] == "unknown_agent":
+            if body["code"].startswith("key_"):
+                # Every message is refused until the operator decides: say so once per change.
+                if self._key_refused != body["code"]:
+                    log.error("daemon refuses this agent's messages: %s (%s); results stay in "
+                              "the outbox", body["message"], body["code"])
+                self._key_refused = body["code"]
+                self.stats["refused"] += 1
+            elif body["code"] == "unknown_agent":
                 if not was_gone:
                     self._daemon_back("does not know this agent")
             elif body["code"] in PERMANENT_REFUSALS and body.get("ref") and \

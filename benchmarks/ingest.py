@@ -8,7 +8,9 @@ the stored row count is checked and the daemon's resident memory (current and pe
 from /proc. ``--full-records`` sends records as a board with every meter fills them (perf
 counters, energy, frequencies, per-thread times): 1.1 kB per message against 0.28 kB.
 
-    python3 benchmarks/ingest.py --agents 4 --results 50000 [--full-records]
+``--curve`` runs the link encrypted and authenticated (the agents' keys accepted beforehand).
+
+    python3 benchmarks/ingest.py --agents 4 --results 50000 [--full-records] [--curve]
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ import argparse
 import json
 import multiprocessing as mp
 import os
+import shutil
 import signal
 import sqlite3
 import subprocess
@@ -59,10 +62,13 @@ def make_messages(agent_id: str, n: int, full: bool = False) -> list[bytes]:
 
 
 def agent_proc(endpoint: str, agent_id: str, n: int, window: int, full: bool, ready, go,
-               results) -> None:
+               results, curve: tuple[str, str, str] | None = None) -> None:
     msgs = make_messages(agent_id, n, full)
     ctx = zmq.Context()
     sock = ctx.socket(zmq.DEALER)
+    if curve is not None:
+        sock.curve_serverkey, sock.curve_publickey, sock.curve_secretkey = (
+            k.encode() for k in curve)
     sock.setsockopt(zmq.IDENTITY, agent_id.encode())
     sock.setsockopt(zmq.LINGER, 0)
     sock.connect(endpoint)
@@ -123,6 +129,36 @@ def pressure_pct(resource: str) -> float | None:
         return None
 
 
+def issue_jobs(db: Path, agents: int) -> None:
+    """Store one open job per agent before the daemon starts: the daemon stores results only
+    for jobs it issued to their agent (as after a restart with jobs in flight)."""
+    from opptune.daemon.store import open_store
+    store = open_store(str(db))
+    for i in range(agents):
+        store.save_job(f"bench-agent-{i}", {"job_id": f"job-bench-agent-{i}", "workload": "bench",
+                                            "size": "s", "points": [{"cpus": [0], "threads": 1}], "reps": 1,
+                                            "warmup": 0}, time.time())
+    store.close()
+
+
+def accept_keys(keys: Path, agents: int) -> list[tuple[str, str, str]]:
+    """Make the daemon's key pair and one accepted key per agent, as an operator would with
+    'opptune keys accept'; each agent's (server public, public, secret)."""
+    from opptune.daemon.keyring import KeyRing
+    from opptune.shared.curve import ensure_keypair
+    server = ensure_keypair(keys / "server.key")
+    ring = KeyRing(keys / "agents.json", ensure_keypair(keys / "operator.key")[0])
+    out = []
+    for i in range(agents):
+        public, secret = (k.decode() for k in zmq.curve_keypair())
+        try:
+            ring.check(public, f"bench-agent-{i}", "hello")
+        except Exception:  # pending: accept it
+            ring.decide("accept", ring.keys[public]["id"])
+        out.append((server[0], public, secret))
+    return out
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--agents", type=int, default=4)
@@ -133,12 +169,18 @@ def main() -> int:
     ap.add_argument("--bind", default="tcp://127.0.0.1:0")
     ap.add_argument("--json", action="store_true", help="print one JSON line")
     ap.add_argument("--profile", help="run the daemon under cProfile, writing this file")
+    ap.add_argument("--curve", action="store_true", help="CURVE on the link")
     args = ap.parse_args()
 
     tmp = Path(tempfile.mkdtemp(prefix="opptune-ingest-"))
     db, ep_file = tmp / "ingest.db", tmp / "endpoint"
     prof = ["-m", "cProfile", "-o", args.profile] if args.profile else []
+    issue_jobs(db, args.agents)
+    conf = tmp / "daemon.toml"
+    conf.write_text(f'curve = "{"on" if args.curve else "off"}"\nkeys_dir = "{tmp / "keys"}"\n')
+    agent_keys = accept_keys(tmp / "keys", args.agents) if args.curve else [None] * args.agents
     daemon = subprocess.Popen([sys.executable, *prof, "-m", "opptune.daemon.service",
+                               "--config", str(conf),
                                "--bind", args.bind, "--database", str(db),
                                "--endpoint-file", str(ep_file), "--log-level", "WARNING"])
     try:
@@ -156,7 +198,7 @@ def main() -> int:
             ready = mpc.Event()
             p = mpc.Process(target=agent_proc, args=(endpoint, f"bench-agent-{i}", args.results,
                                                      args.window, args.full_records, ready, go,
-                                                     results))
+                                                     results, agent_keys[i]))
             p.start()
             readies.append(ready)
             procs.append(p)
@@ -174,7 +216,8 @@ def main() -> int:
         mem = proc_mem_kb(daemon.pid)
         cpu = proc_cpu_s(daemon.pid) - cpu0
         stored = sqlite3.connect(db).execute("SELECT COUNT(*) FROM runs").fetchone()[0]
-        out = {"agents": args.agents, "full_records": args.full_records, "results": total,
+        out = {"agents": args.agents, "full_records": args.full_records, "curve": args.curve,
+               "results": total,
                "acked": acked, "stored": stored,
                "seconds": round(end - start, 3), "results_per_s": round(acked / (end - start)),
                "daemon_cpu_s": round(cpu, 2),
@@ -199,9 +242,7 @@ def main() -> int:
             daemon.wait(10)
         except subprocess.TimeoutExpired:
             daemon.kill()
-        for f in tmp.iterdir():
-            f.unlink()
-        tmp.rmdir()
+        shutil.rmtree(tmp, ignore_errors=True)
 
 
 if __name__ == "__main__":

@@ -5,17 +5,82 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+import time
 from typing import Any
 
 from ..shared.config import ConfigError, load_daemon_config
+from ..shared.curve import curve_enabled
 
 
 def _endpoint(args: argparse.Namespace) -> str:
+    """The daemon's endpoint; with CURVE on for the configuration's bind, this process's
+    queries use the operator key from the daemon's keys directory."""
+    config = load_daemon_config(args.config)
+    if curve_enabled(config.curve, config.bind):
+        _use_operator_key(config)
     if args.daemon:
         return args.daemon
-    bind = load_daemon_config(args.config).bind
     # A daemon bound to every interface is reached on loopback from the same machine.
-    return bind.replace("0.0.0.0", "127.0.0.1").replace("*", "127.0.0.1")
+    return config.bind.replace("0.0.0.0", "127.0.0.1").replace("*", "127.0.0.1")
+
+
+def _use_operator_key(config: Any) -> None:
+    from ..shared.curve import KeyFileError, load_keypair, read_public_key
+    from .client import use_curve
+    keys = config.keys_path()
+    if not (keys / "server.pub").exists():
+        raise ConfigError(f"CURVE is on for {config.bind} but {keys / 'server.pub'} does not "
+                          "exist: start opptune-daemon first (it makes its keys there), and run "
+                          "this on the daemon's host as its user")
+    try:
+        server = read_public_key(str(keys / "server.pub"), "the daemon's public key")
+        public, secret = load_keypair(keys / "operator.key")
+    except KeyFileError as exc:
+        raise ConfigError(f"CURVE is on for {config.bind} and the operator key is needed: {exc} "
+                          f"(run this as the daemon's user, on its host; keys_dir = {keys})"
+                          ) from None
+    use_curve((server, public, secret))
+
+
+def cmd_keys(args: argparse.Namespace) -> int:
+    """List agents' keys, decide about one, or print the daemon's public key."""
+    from .client import ask
+    if args.action == "server":
+        from ..shared.curve import KeyFileError, read_public_key
+        path = load_daemon_config(args.config).keys_path() / "server.pub"
+        try:
+            key = read_public_key(str(path), "the daemon's public key")
+        except KeyFileError:
+            print(f"opptune keys server: no {path}: the daemon writes it at its first start "
+                  "with CURVE on (curve = \"on\", or \"auto\" with a non-loopback bind)",
+                  file=sys.stderr)
+            return 2
+        print(json.dumps({"server_public_key": key, "file": str(path)}) if args.json else key)
+        return 0
+    if args.action != "list" and not args.id:
+        print(f"opptune keys {args.action}: give the key's ID ('opptune keys list' shows them)",
+              file=sys.stderr)
+        return 2
+    q = {"action": args.action} if args.action == "list" else {"action": args.action,
+                                                              "id": args.id}
+    data, rc = ask(f"opptune keys {args.action}", _endpoint(args), "keys", q,
+                   timeout_s=args.timeout)
+    if rc is not None:
+        return rc
+    if args.json:
+        json.dump(data, sys.stdout, indent=2, sort_keys=True)
+        print()
+    elif args.action == "list":
+        rows = data.get("keys") or []
+        if not rows:
+            print("no agent keys yet")
+        for k in rows:
+            print(f"{k['id']}  {k['state']:<8}  agent {k['agent']}  first seen "
+                  f"{time.strftime('%Y-%m-%d %H:%M:%S', time.localtime(k['first_seen']))}")
+    else:
+        k = data["key"]
+        print(f"key {k['id']} of agent {k['agent']}: {k['state']}")
+    return 0
 
 
 def cmd_status(args: argparse.Namespace) -> int:
@@ -136,6 +201,14 @@ def build_parser() -> argparse.ArgumentParser:
                    help="show progress until every job is done; exit 1 with the reason when "
                         "one fails or expires")
     p.set_defaults(func=cmd_sweep)
+
+    p = sub.add_parser("keys", help="agents' CURVE keys: list, accept, reject or revoke one; "
+                                    "'server' prints the daemon's public key")
+    p.add_argument("action", choices=("list", "accept", "reject", "revoke", "server"))
+    p.add_argument("id", nargs="?", help="the key's ID from 'opptune keys list' (or its "
+                                         "agent id when that names one key)")
+    _add_link_options(p)
+    p.set_defaults(func=cmd_keys)
 
     from .report.cli import add_parser as add_report
     add_report(sub, _add_link_options)

@@ -29,7 +29,17 @@ class BadEndpoint(ValueError):
 
 # Refusals caused by what the operator asked (exit 2), not by the daemon's state.
 USER_ERRORS = {"bad_args", "unknown_agent", "unknown_workload", "unknown_size",
-               "unknown_query", "no_measurements", "no_power"}
+               "unknown_query", "no_measurements", "no_power", "curve_off"}
+
+# (server public, own public, own secret) Z85 keys for queries to a daemon with CURVE on; set
+# by the operator tool from the daemon's keys directory (see use_curve)
+_CURVE: tuple[str, str, str] | None = None
+
+
+def use_curve(keys: tuple[str, str, str] | None) -> None:
+    """Make this process's queries use CURVE with these keys (None: plain)."""
+    global _CURVE
+    _CURVE = keys
 
 
 def ask(command: str, endpoint: str, what: str, args: dict[str, Any] | None = None,
@@ -52,10 +62,17 @@ def ask(command: str, endpoint: str, what: str, args: dict[str, Any] | None = No
 
 
 def query(endpoint: str, what: str, args: dict[str, Any] | None = None,
-          timeout_s: float = 5.0, context: zmq.Context | None = None) -> dict[str, Any]:
-    """Send one ``query`` to the daemon at ``endpoint`` and return the reply's data."""
+          timeout_s: float = 5.0, context: zmq.Context | None = None,
+          curve: tuple[str, str, str] | None = None) -> dict[str, Any]:
+    """Send one ``query`` to the daemon at ``endpoint`` and return the reply's data;
+    ``curve`` (default: what use_curve set) = (server public, own public, own secret)."""
     ctx = context or zmq.Context.instance()
     sock = ctx.socket(zmq.DEALER)
+    keys = curve if curve is not None else _CURVE
+    if keys is not None:
+        sock.curve_serverkey = keys[0].encode()
+        sock.curve_publickey = keys[1].encode()
+        sock.curve_secretkey = keys[2].encode()
     operator = f"operator-{os.getpid()}-{os.urandom(4).hex()}"
     sock.setsockopt(zmq.IDENTITY, operator.encode())
     sock.setsockopt(zmq.LINGER, 0)
@@ -83,6 +100,7 @@ def query(endpoint: str, what: str, args: dict[str, Any] | None = None,
                 raise QueryFailed(f"daemon refused the query: {reply['body']['message']}",
                                   reply["body"].get("code"))
         raise DaemonUnreachable(f"no answer from the daemon at {endpoint} within {timeout_s:g} s; "
-                                "is opptune-daemon running and is the endpoint right?")
+                                "is opptune-daemon running and is the endpoint right? (with CURVE "
+                                "on it answers only its operator key: give its --config)")
     finally:
         sock.close(0)

@@ -15,6 +15,7 @@ import zmq
 
 from ..shared import protocol
 from ..shared.protocol import ProtocolError
+from .refusals import RefusalLog
 
 log = logging.getLogger("opptune.daemon.link")
 
@@ -26,9 +27,19 @@ HARD_FRAME_LIMIT = 8 * protocol.MAX_MESSAGE_BYTES
 class Link:
     """A bound ROUTER socket. Not thread-safe: use it from the service loop only."""
 
-    def __init__(self, bind: str, context: zmq.Context | None = None, sndhwm: int = 100_000):
+    def __init__(self, bind: str, context: zmq.Context | None = None, sndhwm: int = 100_000,
+                 curve: tuple[str, str] | None = None):
+        """``curve``: the server's (public, secret) key: peers must complete a CURVE handshake
+        and each message's sender key is kept in ``peer_keys`` (identity -> Z85 key); the
+        context must run a ZAP authenticator that sets the User-Id to that key."""
         self.ctx = context or zmq.Context.instance()
         self.sock = self.ctx.socket(zmq.ROUTER)
+        self.curve = curve is not None
+        self.peer_keys: dict[bytes, str] = {}
+        if curve is not None:
+            self.sock.curve_server = True
+            self.sock.curve_publickey = curve[0].encode()
+            self.sock.curve_secretkey = curve[1].encode()
         self.sock.setsockopt(zmq.ROUTER_MANDATORY, 1)
         self.sock.setsockopt(zmq.LINGER, 0)
         self.sock.setsockopt(zmq.MAXMSGSIZE, HARD_FRAME_LIMIT)
@@ -39,7 +50,12 @@ class Link:
         self.sock.bind(bind)
         self.endpoint: str = self.sock.getsockopt_string(zmq.LAST_ENDPOINT)
         self._enveloped: set[bytes] = set()  # REQ peers: replies need the empty delimiter
-        self.refused = 0  # frames answered with an error
+        self.refusals = RefusalLog(log)  # every refusal of the daemon, counted by code
+
+    @property
+    def refused(self) -> int:
+        """Messages answered with an error."""
+        return self.refusals.total
 
     def poll(self, timeout_ms: int) -> bool:
         """True when a message is waiting (after at most ``timeout_ms``)."""
@@ -70,6 +86,11 @@ class Link:
             while frame.more:
                 frame = recv(noblock, copy=False)
                 frames.append(frame.bytes)
+            if self.curve:
+                # the key that authenticated this connection, as the ZAP handler named it
+                if len(self.peer_keys) >= 100_000 and frames[0] not in self.peer_keys:
+                    self.peer_keys.clear()
+                self.peer_keys[frames[0]] = frame.get("User-Id")
             if len(frames) == 2:
                 identity, data = frames
             elif len(frames) == 3 and frames[1] == b"":
@@ -86,8 +107,7 @@ class Link:
         return out
 
     def _refuse(self, identity: bytes, exc: ProtocolError) -> None:
-        self.refused += 1
-        log.warning("refused a message from %r: %s (%s)", identity, exc, exc.code)
+        self.refusals.refused(identity, exc.code, str(exc))
         self.send(identity, protocol.error_reply("daemon", exc.code, str(exc), exc.ref))
 
     def send(self, identity: bytes, msg: dict[str, Any]) -> bool:

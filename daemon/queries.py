@@ -35,8 +35,26 @@ def answer(d: Daemon, what: str, args: dict[str, Any]) -> dict[str, Any]:
         return d.tuning.start(args)
     if what == "tune_status":
         return d.tuning.status(args)
+    if what == "keys":
+        return keys(d, args)
     raise HandlerError("unknown_query", f"unknown query '{what[:40]}'; known: status, sweep, "
-                                        "fit, recommend, tune, tune_status, report")
+                                        "fit, recommend, tune, tune_status, report, keys")
+
+
+def keys(d: Daemon, args: dict[str, Any]) -> dict[str, Any]:
+    """``opptune keys``: args.action list (the default), accept, reject or revoke args.id."""
+    if d.keyring is None:
+        raise HandlerError("curve_off", "CURVE is off on this daemon (curve = \"off\", or "
+                                        "\"auto\" with a loopback bind): no agent keys to manage")
+    action = str(args.get("action") or "list")
+    if action == "list":
+        return {"keys": d.keyring.rows()}
+    entry = d.keyring.decide(action, str(args.get("id") or ""))
+    info = d.registry.get(entry["agent"])
+    if entry["state"] != "accepted" and info is not None:
+        # Nothing more goes to it: new jobs wait as "queued" for a hello the key cannot make.
+        info.identity = None
+    return {"key": entry}
 
 
 def report(d: Daemon) -> dict[str, Any]:

@@ -27,10 +27,12 @@ import zmq
 
 from ..shared import protocol
 from ..shared.config import ConfigError, DaemonConfig, load_daemon_config
+from ..shared.curve import KeyFileError, curve_enabled, ensure_keypair
 from ..shared.records import RecordError, RunRecord
 from . import queries
 from .errors import HandlerError
 from .fitter import Fitter
+from .keyring import KeyRing
 from .jobs import ACTIVE_JOB_STATES, FINAL_JOB_STATES, JobTracker
 from .link import Link
 from .recommender import Recommender, freq_text, off_pct, verdict
@@ -63,10 +65,24 @@ class Daemon:
         self.instance = uuid.uuid4().hex[:12]
         self.started = time.time()
         self.batch_max = batch_max
+        self.keyring: KeyRing | None = None
+        self._auth: Any = None
+        self._own_ctx: zmq.Context | None = None
+        curve = self._curve_keys() if curve_enabled(config.curve, config.bind) else None
+        if curve is not None:
+            # The ZAP authenticator is per context: a daemon of its own keeps two daemons in
+            # one process (tests) apart.
+            from zmq.auth.thread import ThreadAuthenticator
+            context = self._own_ctx = zmq.Context()
+            self._auth = ThreadAuthenticator(context, log=logging.getLogger("opptune.daemon.zap"))
+            self._auth.start()
+            # Any key may finish the handshake (so that a new board's key can be recorded
+            # for approval); the loop refuses every message of a key not accepted.
+            self._auth.configure_curve(domain="*", location=zmq.auth.CURVE_ALLOW_ANY)
         # Bind first: a daemon that cannot listen (address in use, bad endpoint) stops before
         # it creates a database file or directory.
         try:
-            self.link = Link(config.bind, context)
+            self.link = Link(config.bind, context, curve=curve)
         except zmq.ZMQError as exc:
             if exc.errno == zmq.EADDRINUSE:
                 why = ("the address is in use by another process: stop it or choose another "
@@ -74,9 +90,12 @@ class Daemon:
             else:
                 why = (f"{zmq.strerror(exc.errno)}; give an endpoint such as "
                        "tcp://0.0.0.0:5555 or ipc:///run/opptune.sock")
+            self._stop_auth()
             raise BindError(f"cannot listen on {config.bind}: {why}") from None
         self.stats = {"results": 0, "duplicates_acked": 0, "batches": 0, "refused": 0,
-                      "fits": 0, "fit_errors": 0, "configs_pushed": 0}
+                      "fits": 0, "fit_errors": 0, "configs_pushed": 0,
+                      "refused_unknown_job": 0}
+        self._job_owner: dict[str, str] = {}  # issued job id -> its agent (a cache of the store)
         self.metrics, self.metrics_server = None, None
         try:
             if config.metrics_endpoint:
@@ -86,6 +105,7 @@ class Daemon:
             if self.metrics_server is not None:
                 self.metrics_server.close()
             self.link.close()
+            self._stop_auth()
             raise
         self.endpoint = self.link.endpoint
         self.registry = Registry(config.agent_timeout_s)
@@ -107,6 +127,27 @@ class Daemon:
             "hello": self._on_hello, "heartbeat": self._on_heartbeat,
             "applied": self._on_applied, "error": self._on_error, "query": self._on_query,
         }
+
+    def _curve_keys(self) -> tuple[str, str]:
+        """The server key pair (made on first start), the operator's, and the key ring."""
+        keys = self.config.keys_path()
+        try:
+            server = ensure_keypair(keys / "server.key")
+            operator = ensure_keypair(keys / "operator.key")
+        except KeyFileError as exc:
+            raise BindError(str(exc)) from None
+        self.keyring = KeyRing(keys / "agents.json", operator[0])
+        log.info("CURVE on: server public key in %s (agents' daemon_public_key)",
+                 keys / "server.pub")
+        return server
+
+    def _stop_auth(self) -> None:
+        if self._auth is not None:
+            self._auth.stop()
+            self._auth = None
+        if self._own_ctx is not None:
+            self._own_ctx.term()
+            self._own_ctx = None
 
     def _serve_metrics(self, endpoint: str) -> None:
         from .metrics import DaemonMetrics, MetricsError, MetricsServer
@@ -175,6 +216,7 @@ class Daemon:
         except Exception:
             log.exception("saving last-seen times at shutdown")
         self.link.close()
+        self._stop_auth()
         self.store.close()
         log.info("opptune-daemon %s stopped", self.instance)
 
@@ -184,7 +226,9 @@ class Daemon:
 
     def refuse(self, identity: bytes, code: str, message: str, ref: str | None) -> None:
         self.stats["refused"] += 1
-        log.warning("refused %s from %r: %s", ref, identity, message)
+        if code == "unknown_job":
+            self.stats["refused_unknown_job"] += 1
+        self.link.refusals.refused(identity, code, f"{message} (message {ref})")
         self.link.send(identity, protocol.error_reply(DAEMON_ID, code, message, ref))
 
     def handle_batch(self, batch: list[tuple[bytes, dict[str, Any]]]) -> None:
@@ -193,8 +237,11 @@ class Daemon:
         results: list[ResultIn] = []
         acks: dict[bytes, list[str]] = {}
         touched: dict[str, tuple[int, str]] = {}
+        keyring = self.keyring
         for identity, msg in batch:
             try:
+                if keyring is not None:
+                    keyring.check(self.link.peer_keys.get(identity), msg["agent"], msg["type"])
                 if msg["type"] == "result":
                     self._take_result(identity, msg, now, results, acks, touched)
                     continue
@@ -219,6 +266,11 @@ class Daemon:
         if self.registry.seen(agent, identity, now) is None:
             raise HandlerError("unknown_agent", f"agent '{agent}' has not said hello")
         body = msg["body"]
+        if self._owner(body["job_id"]) != agent:
+            # Only measurements the daemon asked this agent for are stored: a made-up job id
+            # (or another agent's) would slip fabricated runs into the fits.
+            raise HandlerError("unknown_job", f"job '{body['job_id'][:80]}' was not issued to "
+                                              f"agent '{agent}'; its results are not stored")
         try:
             rec = RunRecord.from_dict(body["record"])
         except RecordError as exc:
@@ -228,6 +280,18 @@ class Daemon:
         acks.setdefault(identity, []).append(msg["id"])
         prev = touched.get(body["job_id"])
         touched[body["job_id"]] = (body["of"], agent) if prev is None else prev
+
+    def _owner(self, job_id: str) -> str | None:
+        """The agent a job was issued to, None for a job never issued."""
+        owner = self._job_owner.get(job_id)
+        if owner is None:
+            job = self.store.job(job_id)
+            if job is None:
+                return None
+            if len(self._job_owner) >= 100_000:
+                self._job_owner.clear()
+            owner = self._job_owner[job_id] = job["agent"]
+        return owner
 
     def _commit_results(self, results: list[ResultIn], acks: dict[bytes, list[str]],
                         touched: dict[str, tuple[int, str]], now: float) -> None:
@@ -296,8 +360,10 @@ class Daemon:
         if self.registry.seen(agent, identity, now) is None:
             raise HandlerError("unknown_agent", f"agent '{agent}' has not said hello")
         rec = self.store.recommendation(body["config_id"])
-        if rec is None:
-            raise HandlerError("unknown_config", f"no configuration '{body['config_id']}'")
+        if rec is None or rec["agent"] != agent:
+            # verification runs are stored only for a configuration pushed to this agent
+            raise HandlerError("unknown_config", f"no configuration '{body['config_id']}' was "
+                                                 f"pushed to agent '{agent}'")
         self.recommender.applied(agent, msg, rec, now)
         self.send(identity, "ack", {"ids": [msg["id"]]})
 

@@ -79,6 +79,11 @@ class AgentConfig:
     virtual_board: str = ""  # name of a virtual board (tests and demos only)
     run_timeout_s: float = 600.0
     log_level: str = "INFO"
+    # CURVE encryption and authentication of the link: "auto" (on unless the daemon endpoint
+    # is loopback), "on" or "off"; with it on, the daemon's public key (Z85 text or a file's
+    # path; 'opptune keys server' prints it) is needed
+    curve: str = "auto"
+    daemon_public_key: str = ""
 
 
 @dataclass
@@ -141,6 +146,14 @@ class DaemonConfig:
     metrics_endpoint: str = ""
     sweep: SweepDefaults = field(default_factory=SweepDefaults)
     log_level: str = "INFO"
+    # CURVE on the bound endpoint: "auto" (on unless it is loopback), "on" or "off"
+    curve: str = "auto"
+    # the daemon's key pair, the operator's and the agents' keys; empty: "keys" beside the
+    # database
+    keys_dir: str = ""
+
+    def keys_path(self) -> Path:
+        return Path(self.keys_dir) if self.keys_dir else Path(self.database).parent / "keys"
 
 
 def _coerce(path: Path, key: str, value: Any, default: Any, tp: Any) -> Any:
@@ -255,6 +268,10 @@ def _load(cls: type, path: Any, default: Path, overrides: dict[str, Any]) -> Any
         where = ("--metrics-endpoint" if "metrics_endpoint" in given
                  else f"{p}: key 'metrics_endpoint'")
         raise ConfigError(f"{where}: {metrics_problem(metrics)}")
+    curve = getattr(config, "curve", "auto")
+    if curve not in ("auto", "on", "off"):
+        raise ConfigError(f"{p}: key 'curve' must be \"auto\" (encrypt unless loopback), "
+                          f"\"on\" or \"off\", got {curve!r}")
     for key in NON_NEGATIVE_KEYS:
         value = getattr(config, key, None)
         if value is not None and value < 0:

@@ -24,6 +24,16 @@ error      both       something received was refused; ``ref`` names its message 
 query      operator   ask the daemon for its state (``opptune status``)
 reply      daemon     answer to a query
 =========  =========  ==============================================================
+
+Refusal codes the daemon uses for who may send what (the agent keeps its results for the
+transient ones and parks them for the permanent ones, see agent/link.py):
+
+- ``unknown_job``: a result for a job the daemon did not issue to that agent (permanent);
+  ``unknown_config``: an ``applied`` for a configuration not pushed to it (permanent).
+- With CURVE on: ``key_pending`` (the operator has not accepted the sender's key yet),
+  ``key_rejected``, ``key_revoked``, ``key_mismatch`` (the key was accepted for another agent
+  id), ``not_operator`` (a query from a key that is not the operator's). Key refusals are
+  transient: accepting the key lets the waiting results in.
 """
 
 from __future__ import annotations

@@ -141,8 +141,8 @@ def query(agent, what, args=None):
 def test_duplicate_result_acked_again_stored_once(daemon):
     a = Agent(daemon.endpoint)
     a.hello()
-    a.expect("job")
-    body = {"job_id": "j-x", "seq": 0, "of": 5, "record": record(1)}
+    job = a.expect("job")["body"]
+    body = {"job_id": job["job_id"], "seq": 0, "of": 5, "record": record(1)}
     mid = a.send("result", body)
     assert a.expect("ack")["body"]["ids"] == [mid]
     a.send("result", body, msg_id=mid)
@@ -180,16 +180,46 @@ def test_refusals_keep_the_loop_serving(daemon):
 
 def test_invalid_record_refused_not_stored(daemon):
     a = Agent(daemon.endpoint)
-    a.hello(workloads=())
+    a.hello()
+    job = a.expect("job")["body"]["job_id"]
     bad = record(2)
     bad["cpus"] = [0]  # two cores but one cpu
-    mid = a.send("result", {"job_id": "j", "seq": 0, "of": 2, "record": bad})
+    mid = a.send("result", {"job_id": job, "seq": 0, "of": 2, "record": bad})
     err = a.expect("error")
     assert err["body"]["code"] == "bad_record" and err["body"]["ref"] == mid
-    ok = a.send("result", {"job_id": "j", "seq": 1, "of": 2, "record": record(1)})
+    ok = a.send("result", {"job_id": job, "seq": 1, "of": 2, "record": record(1)})
     assert a.expect("ack")["body"]["ids"] == [ok]  # the bad one is not acked
     assert rows(daemon.config.database, "SELECT msg_id FROM runs") == [(ok,)]
     a.close()
+
+
+def test_results_for_jobs_never_issued_are_refused_and_not_stored(daemon, caplog):
+    a, b = Agent(daemon.endpoint, "a1"), Agent(daemon.endpoint, "b1")
+    a.hello()
+    b.hello()
+    theirs = b.expect("job")["body"]["job_id"]
+    mine = a.expect("job")["body"]["job_id"]
+    caplog.set_level("WARNING", logger="opptune.daemon.link")
+    refs = []
+    for job_id in ("made-up", theirs, "made-up", "made-up"):
+        refs.append(a.send("result", {"job_id": job_id, "seq": 0, "of": 1, "record": record(1)}))
+        err = a.expect("error", ref=refs[-1])["body"]
+        assert err["code"] == "unknown_job" and "not issued to agent 'a1'" in err["message"]
+    ok = a.send("result", {"job_id": mine, "seq": 0, "of": 8, "record": record(1)})
+    assert a.expect("ack")["body"]["ids"] == [ok]
+    assert rows(daemon.config.database, "SELECT msg_id, job_id FROM runs") == [(ok, mine)]
+    # A verification for a configuration never pushed to this agent is refused too.
+    mid = a.send("applied", {"config_id": "cfg-made-up", "ok": True, "time_s": 1.0,
+                             "records": [record(1)]})
+    assert a.expect("error", ref=mid)["body"]["code"] == "unknown_config"
+    assert rows(daemon.config.database, "SELECT COUNT(*) FROM runs") == [(1,)]
+    st = query(a, "status")["daemon"]["stats"]
+    assert st["refused_unknown_job"] == 4 and st["refused"] == 5
+    # Five refusals from one agent within 10 s: one log line, not five.
+    lines = [r for r in caplog.records if "refused a message from b'a1'" in r.getMessage()]
+    assert len(lines) == 1, [r.getMessage() for r in lines]
+    a.close()
+    b.close()
 
 
 def test_status_structure_and_sweep_query(daemon):
@@ -322,7 +352,8 @@ def test_fit_of_an_smt_sweep_knows_the_physical_cores(tmp_path):
 def test_one_core_count_gets_a_prior_based_prediction_flagged_and_not_pushed(daemon):
     a = Agent(daemon.endpoint)
     a.hello(workloads=("wl", "a", "b", "new"))
-    a.expect("job")  # the auto sweep of wl: not answered here
+    # the first auto sweep's job carries these runs (results are taken for issued jobs only)
+    job = a.expect("job")["body"]["job_id"]
 
     def rec(workload, cores, t):
         return RunRecord(platform="plat-test", workload=workload, input="small", cores=cores,
@@ -332,11 +363,11 @@ def test_one_core_count_gets_a_prior_based_prediction_flagged_and_not_pushed(dae
     seq = 0
     for workload, serial in (("a", 0.1), ("b", 0.3)):
         for cores in (1, 2, 4):
-            a.send("result", {"job_id": "j-other", "seq": seq, "of": 7,
+            a.send("result", {"job_id": job, "seq": seq, "of": 7,
                               "record": rec(workload, cores, 10 * (serial + (1 - serial) / cores))})
             a.expect("ack")
             seq += 1
-    a.send("result", {"job_id": "j-other", "seq": seq, "of": 7, "record": rec("new", 1, 6.0)})
+    a.send("result", {"job_id": job, "seq": seq, "of": 7, "record": rec("new", 1, 6.0)})
     a.expect("ack")
     group = {"platform": "plat-test", "workload": "new", "input": "small", "variant": ""}
     assert query(a, "fit", {"workload": "new"})["queued"] == [group]

@@ -59,6 +59,11 @@ class Agent:
     def query(self, what, args):
         return self.expect("reply", ref=self.send("query", {"what": what, "args": args}))
 
+    def issued_job(self):
+        """A job the daemon issued to this agent (only those take results)."""
+        reply = self.query("sweep", {"agent": "q1", "workloads": ["wl"]})
+        return reply["body"]["data"]["jobs"][0]["job_id"]
+
     def close(self):
         self.sock.close(0)
 
@@ -80,8 +85,9 @@ def test_goals_needing_power_are_refused_without_a_meter(daemon):
         assert "has no energy meter (no RAPL, hwmon or energy model)" in err["body"]["message"]
         err = a.query("recommend", {"agent": "q1", "workload": "wl"})
         assert err["body"]["code"] == "no_measurements"
+        job_id = a.issued_job()
         for seq, cores in enumerate((1, 2, 3, 4)):
-            a.send("result", {"job_id": "j1", "seq": seq, "of": 4,
+            a.send("result", {"job_id": job_id, "seq": seq, "of": 4,
                               "record": record(NO_METER, cores, energy=False)})
             a.expect("ack")
         rec = a.query("recommend", {"agent": "q1", "workload": "wl"})["body"]["data"]
@@ -136,8 +142,9 @@ def test_tune_measures_one_configuration_per_job_then_pushes_and_verifies(daemon
 def test_recommend_applied_to_a_running_process_sends_the_target(daemon):
     a = Agent(daemon.endpoint, METER)
     try:
+        job_id = a.issued_job()
         for seq, cores in enumerate((1, 2, 3, 4)):
-            a.send("result", {"job_id": "j1", "seq": seq, "of": 4,
+            a.send("result", {"job_id": job_id, "seq": seq, "of": 4,
                               "record": record(METER, cores)})
             a.expect("ack")
         target = {"kind": "pid", "pid": 4711}

@@ -1,0 +1,166 @@
+"""CURVE on the link, with real processes over real sockets: a new agent's key waits for the
+operator, its results are stored only once accepted, a revoked key is refused again, key files
+wider than 0600 are refused with the chmod that fixes them, plain clients get nothing."""
+
+import os
+import stat
+import subprocess
+import sys
+import time
+
+import pytest
+
+from opptune.daemon.client import DaemonUnreachable, QueryFailed, query
+from opptune.shared.curve import load_keypair, read_public_key
+
+from procs import Cluster, write_toml
+
+
+def opptune(*args, timeout=60):
+    return subprocess.run([sys.executable, "-m", "opptune.daemon.cli", *args],
+                          capture_output=True, text=True, timeout=timeout)
+
+
+class CurveCluster(Cluster):
+    def __init__(self, tmp):
+        self.keys = tmp / "keys"
+        super().__init__(tmp, kernels=("pi_integrate",), reps=1, max_cores=1, extra_agent={
+            "curve": "on", "daemon_public_key": str(self.keys / "server.pub")})
+        self.daemon_toml = write_toml(tmp / "daemon.toml", {
+            "bind": self.endpoint, "database": str(self.db), "heartbeat_s": 0.5,
+            "agent_timeout_s": 3.0, "auto_sweep": True, "verify_reps": 1,
+            "curve": "on", "keys_dir": str(self.keys)},
+            {"sweep": {"size": "small", "reps": 1, "warmup": 0, "max_cores": 1}})
+        self.operator = None
+
+    def status(self):
+        if self.operator is None:
+            return None
+        try:
+            return query(self.endpoint, "status", timeout_s=1.0, curve=self.operator)
+        except (DaemonUnreachable, QueryFailed):
+            return None
+
+    def wait_keys(self):
+        deadline = time.monotonic() + 30
+        while not (self.keys / "operator.key").exists() or not (self.keys / "server.pub").exists():
+            assert self.daemon.poll() is None and time.monotonic() < deadline, self.logs()
+            time.sleep(0.05)
+        self.operator = (read_public_key(str(self.keys / "server.pub"), "server"),
+                         *load_keypair(self.keys / "operator.key"))
+
+    def keys_cli(self, *args):
+        return opptune("keys", *args, "--config", str(self.daemon_toml))
+
+    def agent_log(self):
+        p = self.tmp / "agent.log"
+        return p.read_text() if p.exists() else ""
+
+
+def wait_until(cond, what, c, timeout=60):
+    deadline = time.monotonic() + timeout
+    while not cond():
+        assert time.monotonic() < deadline, f"timed out waiting for {what}\n{c.logs()}"
+        time.sleep(0.1)
+
+
+def test_agent_key_waits_for_accept_then_results_stored_and_revoke_refuses(tmp_path):
+    c = CurveCluster(tmp_path)
+    try:
+        c.start_daemon()
+        c.wait_keys()
+        for name in ("server.key", "operator.key"):
+            assert stat.S_IMODE((c.keys / name).stat().st_mode) == 0o600
+        # Without CURVE nothing gets through: no answer at all.
+        with pytest.raises(DaemonUnreachable):
+            query(c.endpoint, "status", timeout_s=1.0)
+        c.start_agent()
+        t0 = time.monotonic()
+        wait_until(lambda: "keys accept" in c.agent_log(), "the agent's refusal", c)
+        assert stat.S_IMODE((tmp_path / "agent-state" / "agent.key").stat().st_mode) == 0o600
+        out = c.keys_cli("list")
+        assert out.returncode == 0, out.stderr
+        (line,) = out.stdout.splitlines()
+        key_id, state, _, agent = line.split()[:4]
+        assert state == "pending" and agent == "test-agent"
+        # Hello and heartbeats are refused while the key waits: the daemon does not know the
+        # agent, sends it no job and stores nothing.
+        st = c.wait_for(lambda st: st["daemon"]["stats"]["refused"] >= 3, what="refusals")
+        assert st["agents"] == [] and st["jobs"] == []
+        assert c.rows("SELECT COUNT(*) FROM runs") == [(0,)]
+        # An agent's key may not ask for the status (only the operator's may).
+        agent_keys = (c.operator[0], *load_keypair(tmp_path / "agent-state" / "agent.key"))
+        with pytest.raises(QueryFailed, match="operator"):
+            query(c.endpoint, "status", timeout_s=5.0, curve=agent_keys)
+        out = c.keys_cli("accept", key_id)
+        assert out.returncode == 0 and "accepted" in out.stdout, out.stderr
+        c.wait_for(lambda st: st["jobs"] and all(j["state"] == "done" for j in st["jobs"]),
+                   what="the sweep stored after accept")
+        stored = c.rows("SELECT COUNT(*) FROM runs")[0][0]
+        assert stored >= 1
+        # The daemon refused every message while the key waited, but logged few lines.
+        refused = c.status()["daemon"]["stats"]["refused"]
+        lines = (tmp_path / "daemon.log").read_text().count("refused a message from "
+                                                            "b'test-agent'")
+        assert refused >= 3 and 1 <= lines <= 1 + (time.monotonic() - t0) / 10 < refused
+        log = c.agent_log()
+        # logged once while pending, not per refused message
+        assert log.count("daemon refuses this agent's messages") == 1, log
+        assert "accepts this agent's key now" in log
+        out = c.keys_cli("revoke", key_id)
+        assert out.returncode == 0 and "revoked" in out.stdout, out.stderr
+        wait_until(lambda: "key_revoked" in c.agent_log(), "the revoked key refused", c)
+        # A revoked agent is offline to the daemon: no new job is sent to it.
+        with pytest.raises(QueryFailed, match="has not connected"):
+            query(c.endpoint, "sweep", {"agent": "test-agent"}, timeout_s=5, curve=c.operator)
+        assert not [a for a in c.status()["agents"] if a["alive"]]
+        assert c.rows("SELECT COUNT(*) FROM runs")[0][0] == stored
+        out = c.keys_cli("accept", "nope")
+        assert out.returncode == 2 and "no key 'nope'" in out.stderr
+    finally:
+        c.stop()
+
+
+def test_key_files_wider_than_0600_are_refused_with_the_fix(tmp_path):
+    c = CurveCluster(tmp_path)
+    c.keys.mkdir(mode=0o700)
+    from opptune.shared.curve import ensure_keypair
+    ensure_keypair(c.keys / "server.key")
+    os.chmod(c.keys / "server.key", 0o644)
+    d = subprocess.run([sys.executable, "-m", "opptune.daemon.service", "--config",
+                        str(c.daemon_toml)], capture_output=True, text=True, timeout=60)
+    assert d.returncode == 2
+    assert d.stderr.strip().endswith(f"chmod 600 {c.keys / 'server.key'}"), d.stderr
+    assert "0644" in d.stderr and "Traceback" not in d.stderr
+    assert not c.db.exists()
+    key = tmp_path / "agent-state" / "agent.key"
+    ensure_keypair(key)
+    os.chmod(key, 0o640)
+    os.chmod(c.keys / "server.key", 0o600)
+    a = subprocess.run([sys.executable, "-m", "opptune.agent", "--config", str(c.agent_toml)],
+                       capture_output=True, text=True, timeout=60)
+    assert a.returncode == 2, a.stderr
+    assert f"0640" in a.stderr and f"chmod 600 {key}" in a.stderr and "Traceback" not in a.stderr
+    # without the daemon's public key the agent says where to get it
+    write_toml(c.agent_toml, {"agent_id": "x", "daemon": "tcp://10.1.2.3:5555",
+                              "state_dir": str(tmp_path / "s2")})
+    a = subprocess.run([sys.executable, "-m", "opptune.agent", "--config", str(c.agent_toml)],
+                       capture_output=True, text=True, timeout=60)
+    assert a.returncode == 2 and "daemon_public_key" in a.stderr
+    assert "opptune keys server" in a.stderr
+    write_toml(c.agent_toml, {"agent_id": "x", "daemon": "tcp://10.1.2.3:5555",
+                              "state_dir": str(tmp_path / "s2"), "daemon_public_key": "garbage"})
+    a = subprocess.run([sys.executable, "-m", "opptune.agent", "--config", str(c.agent_toml)],
+                       capture_output=True, text=True, timeout=60)
+    assert a.returncode == 2 and "key 'daemon_public_key'" in a.stderr
+    assert "neither a Z85 public key" in a.stderr and "Traceback" not in a.stderr
+
+
+@pytest.mark.parametrize("endpoint, auto", [
+    ("tcp://127.0.0.1:5555", False), ("tcp://localhost:5555", False), ("tcp://[::1]:5", False),
+    ("ipc:///run/opptune.sock", False), ("tcp://0.0.0.0:5555", True), ("tcp://*:5555", True),
+    ("tcp://10.0.0.7:5555", True), ("tcp://board-1.lan:5555", True)])
+def test_curve_auto_is_on_for_every_endpoint_that_leaves_the_machine(endpoint, auto):
+    from opptune.shared.curve import curve_enabled
+    assert curve_enabled("auto", endpoint) is auto
+    assert curve_enabled("on", endpoint) and not curve_enabled("off", endpoint)
