@@ -3,6 +3,22 @@
 #define OPPTUNE_KERNELS_H
 #include "../runtime.h"
 
+/* Closed forms for the kernels' checks, exact mod 2^64 without 128-bit integers (32-bit ARM has
+ * none): the divisor is taken out of the factors before they are multiplied. */
+static inline uint64_t ob_prod_div2(uint64_t a, uint64_t b) {
+    return (a % 2 == 0) ? (a / 2) * b : a * (b / 2);  /* a b even */
+}
+
+static inline uint64_t ob_prod_div6(uint64_t a, uint64_t b, uint64_t c) {
+    uint64_t f[3] = {a, b, c};  /* a b c divisible by 6: one factor even, one a multiple of 3 */
+    int i;
+    for (i = 0; i < 3 && f[i] % 2 != 0; i++) {}
+    if (i < 3) f[i] /= 2;
+    for (i = 0; i < 3 && f[i] % 3 != 0; i++) {}
+    if (i < 3) f[i] /= 3;
+    return f[0] * f[1] * f[2];
+}
+
 int ob_kernel_pi_integrate(const ob_spec *spec, ob_result *out, double *check_value, char *err,
                            size_t errlen);
 int ob_kernel_triad(const ob_spec *spec, ob_result *out, double *check_value, char *err,

@@ -143,9 +143,9 @@ int ob_kernel_shared_queue(const ob_spec *spec, ob_result *out, double *check_va
             sumsq += s->got[t].sumsq;
             xr ^= s->got[t].xr;
         }
-        unsigned __int128 n = (unsigned __int128)s->n;
-        uint64_t want_sum = (uint64_t)(n * (n - 1) / 2);
-        uint64_t want_sumsq = (uint64_t)((n - 1) * n * (2 * n - 1) / 6);
+        uint64_t n = (uint64_t)s->n;
+        uint64_t want_sum = ob_prod_div2(n, n - 1);
+        uint64_t want_sumsq = ob_prod_div6(n - 1, n, 2 * n - 1);
         uint64_t last = (uint64_t)s->n - 1;  /* xor of 0..m by m mod 4 */
         uint64_t want_xr = (last % 4 == 0) ? last : (last % 4 == 1) ? 1 : (last % 4 == 2) ? last + 1 : 0;
         *check_value = (double)count;

@@ -64,13 +64,13 @@ int ob_kernel_triangle(const ob_spec *spec, ob_result *out, double *check_value,
     if (ob_run(spec->nthreads, spec->cpus, spec->ncpus, &ops, &s, out, err, errlen) != 0) {
         rc = OB_ERUN;
     } else {
-        /* sum_{i<n} sum_{j<i} (i n + j) = n sum i^2 + sum i(i-1)/2, mod 2^64. */
+        /* sum_{i<n} sum_{j<i} (i n + j) = n sum i^2 + sum i(i-1)/2
+         *                               = n (n-1)n(2n-1)/6 + n(n-1)(n-2)/6, mod 2^64. */
         uint64_t got = 0;
         for (int t = 0; t < spec->nthreads; t++)
             got += s.partial[t].v;
-        unsigned __int128 n = (unsigned __int128)s.n;
-        unsigned __int128 sq = (n - 1) * n * (2 * n - 1) / 6, tri = n * (n - 1) / 2;
-        uint64_t want = (uint64_t)(n * sq + (sq - tri) / 2);
+        uint64_t n = (uint64_t)s.n;
+        uint64_t want = n * ob_prod_div6(n - 1, n, 2 * n - 1) + ob_prod_div6(n, n - 1, n - 2);
         *check_value = (double)got;
         if (got != want) {
             snprintf(err, errlen, "triangle check failed: sum %llu, expected %llu",
