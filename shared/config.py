@@ -151,6 +151,13 @@ class DaemonConfig:
     # the daemon's key pair, the operator's and the agents' keys; empty: "keys" beside the
     # database
     keys_dir: str = ""
+    # Per-agent limits, so that one misbehaving agent cannot starve the others: frames larger
+    # than max_message_bytes are refused unread; each agent may send rate_limit_per_s messages
+    # a second on average and rate_limit_burst at once (over it: "rate_limited", the agent
+    # resends later).
+    max_message_bytes: int = 1 << 20
+    rate_limit_per_s: float = 20000.0
+    rate_limit_burst: int = 20000
 
     def keys_path(self) -> Path:
         return Path(self.keys_dir) if self.keys_dir else Path(self.database).parent / "keys"
@@ -246,6 +253,12 @@ def load_daemon_config(path: str | os.PathLike[str] | None = None,
 # keys holding a ZeroMQ endpoint, and keys that must not be negative
 ENDPOINT_KEYS = ("daemon", "bind")
 NON_NEGATIVE_KEYS = ("tolerance",)
+# the daemon's per-agent limits: (key, lowest, highest, expected form)
+LIMIT_KEYS = (
+    ("max_message_bytes", 1024, 1 << 20, "a byte count from 1024 to 1048576 (1 MiB)"),
+    ("rate_limit_per_s", 1.0, 1e7, "a rate from 1 to 10000000 messages per second"),
+    ("rate_limit_burst", 1, 10_000_000, "a message count from 1 to 10000000"),
+)
 
 
 def _load(cls: type, path: Any, default: Path, overrides: dict[str, Any]) -> Any:
@@ -277,6 +290,10 @@ def _load(cls: type, path: Any, default: Path, overrides: dict[str, Any]) -> Any
         if value is not None and value < 0:
             raise ConfigError(f"{p}: key '{key}' must be >= 0 (a fraction of the best time, "
                               f"e.g. 0.05 for 5 %), got {value!r}")
+    for key, low, high, form in LIMIT_KEYS:
+        value = getattr(config, key, None)
+        if value is not None and not low <= value <= high:
+            raise ConfigError(f"{p}: key '{key}' must be {form}, got {value!r}")
     if getattr(config, "drift_off_count", 0) < 0:
         raise ConfigError(f"{p}: key 'drift_off_count' must be >= 0 (consecutive off "
                           f"verifications before re-characterising; 0 = never), got "
