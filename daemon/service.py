@@ -82,7 +82,7 @@ class Daemon:
         self.stats = {"results": 0, "duplicates_acked": 0, "batches": 0, "refused": 0,
                       "fits": 0, "fit_errors": 0, "configs_pushed": 0,
                       "refused_unknown_job": 0, "refused_too_large": 0,
-                      "refused_rate_limited": 0}
+                      "refused_rate_limited": 0, "jobs_held": 0}
         # Bind first: a daemon that cannot listen (address in use, bad endpoint) stops before
         # it creates a database file or directory.
         try:
@@ -124,6 +124,7 @@ class Daemon:
                                        self.send, self.stats)
         self.jobs = JobTracker(config, self.store, self.registry, self.link, DAEMON_ID,
                                self.started, self._job_done)
+        self.jobs.stats = self.stats
         self.sweeps = Sweeps(config, self.registry, self.jobs)
         self.recommender.drift = Drift(config, self.store, self.sweeps)
         self.tuning = Tuner(self)

@@ -154,10 +154,12 @@ class DaemonConfig:
     # Per-agent limits, so that one misbehaving agent cannot starve the others: frames larger
     # than max_message_bytes are refused unread; each agent may send rate_limit_per_s messages
     # a second on average and rate_limit_burst at once (over it: "rate_limited", the agent
-    # resends later).
+    # resends later); at most max_outstanding_jobs jobs are out with an agent at a time, the
+    # rest wait queued in the daemon.
     max_message_bytes: int = 1 << 20
     rate_limit_per_s: float = 20000.0
     rate_limit_burst: int = 20000
+    max_outstanding_jobs: int = 8
 
     def keys_path(self) -> Path:
         return Path(self.keys_dir) if self.keys_dir else Path(self.database).parent / "keys"
@@ -258,6 +260,7 @@ LIMIT_KEYS = (
     ("max_message_bytes", 1024, 1 << 20, "a byte count from 1024 to 1048576 (1 MiB)"),
     ("rate_limit_per_s", 1.0, 1e7, "a rate from 1 to 10000000 messages per second"),
     ("rate_limit_burst", 1, 10_000_000, "a message count from 1 to 10000000"),
+    ("max_outstanding_jobs", 1, 100_000, "a job count from 1 to 100000"),
 )
 
 

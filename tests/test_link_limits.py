@@ -67,8 +67,8 @@ def expect(sock, msg_type, timeout_s=10.0):
             return msg
 
 
-def record(cores, rep):
-    return RunRecord(platform="plat-test", workload="wl", input="small", cores=cores,
+def record(cores, rep, workload="wl"):
+    return RunRecord(platform="plat-test", workload=workload, input="small", cores=cores,
                      cpus=[0, 1][:cores], threads=cores, rep=rep, time_s=1.0 / cores,
                      virtual=True).to_dict()
 
@@ -142,8 +142,38 @@ def test_oversized_frame_refused_without_decoding(tmp_path, monkeypatch):
         d.stop()
 
 
+def test_outstanding_jobs_limited_rest_queued_in_the_daemon(tmp_path):
+    d = make_daemon(tmp_path, max_outstanding_jobs=1)
+    a = dealer(d.endpoint, "a1")
+    try:
+        a.send(P.encode(P.make("hello", "a1", {"platform": PLATFORM, "agent_version": "t",
+                                               "workloads": ["w1", "w2", "w3"]})))
+        seen = []
+        for _ in range(3):
+            job = expect(a, "job")["body"]
+            seen.append(job["workload"])
+            # only this one is out: the others wait queued in the daemon
+            a.send(P.encode(P.make("query", "a1", {"what": "status"})))
+            st = expect(a, "reply")["body"]["data"]
+            states = sorted(j["state"] for j in st["jobs"] if j["state"] != "done")
+            assert states == ["queued"] * (2 - len(seen) + 1) + ["sent"], states
+            of = len(job["points"]) * job["reps"]
+            seq = 0
+            for p in job["points"]:
+                for rep in range(job["reps"]):
+                    body = {"job_id": job["job_id"], "seq": seq, "of": of,
+                            "record": record(len(p["cpus"]), rep, job["workload"])}
+                    a.send(P.encode(P.make("result", "a1", body)))
+                    seq += 1
+        assert sorted(seen) == ["w1", "w2", "w3"]
+        assert d.stats["jobs_held"] == 2
+    finally:
+        a.close(0)
+        d.stop()
+
+
 @pytest.mark.parametrize("key,value", [("max_message_bytes", 10), ("rate_limit_per_s", 0),
-                                       ("rate_limit_burst", 0)])
+                                       ("rate_limit_burst", 0), ("max_outstanding_jobs", 0)])
 def test_invalid_limit_names_the_key(tmp_path, key, value):
     p = write_toml(tmp_path / "d.toml", {key: value})
     with pytest.raises(ConfigError) as exc:
