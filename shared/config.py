@@ -78,6 +78,9 @@ class AgentConfig:
     workloads: list[CommandWorkload] = field(default_factory=list)
     virtual_board: str = ""  # name of a virtual board (tests and demos only)
     run_timeout_s: float = 600.0
+    # the unprivileged user the workloads run as when the agent runs as root (it needs root
+    # for the frequencies, the workloads do not); empty: the agent's own user
+    run_as: str = ""
     log_level: str = "INFO"
     # CURVE encryption and authentication of the link: "auto" (on unless the daemon endpoint
     # is loopback), "on" or "off"; with it on, the daemon's public key (Z85 text or a file's
