@@ -20,10 +20,6 @@ from .refusals import RefusalLog
 
 log = logging.getLogger("opptune.daemon.link")
 
-# Frames above this are dropped by libzmq with the connection; between MAX_MESSAGE_BYTES and
-# this, the sender still gets a readable "too_large" error.
-HARD_FRAME_LIMIT = 8 * protocol.MAX_MESSAGE_BYTES
-
 
 class RateLimiter:
     """A token bucket per peer: ``rate`` messages per second on average, ``burst`` at once.
