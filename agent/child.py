@@ -5,10 +5,12 @@ whole process group, and reaped with ``os.wait4`` so its rusage is the child tre
 from __future__ import annotations
 
 import os
+import pwd
 import select
 import signal
 import subprocess
 import time
+from dataclasses import dataclass
 from typing import Any
 
 TICK_S = 0.05   # poll period where no pidfd can wake the wait, and while a killed child dies
@@ -45,21 +47,50 @@ class AbortSignal:
                 pass
 
 
+@dataclass(frozen=True)
+class RunAs:
+    """The unprivileged user the workloads run as (``run_as`` of the agent's configuration)."""
+    name: str
+    uid: int
+    gid: int
+    groups: tuple[int, ...]
+    home: str
+
+
+def resolve_run_as(name: str) -> RunAs:
+    """The user ``name`` with its primary and supplementary groups; ValueError when unknown."""
+    try:
+        pw = pwd.getpwnam(name)
+    except KeyError:
+        raise ValueError(f"user {name!r} does not exist; create it (e.g. useradd --system "
+                         f"{name}) or set run_as to an existing unprivileged user") from None
+    if pw.pw_uid == 0:
+        raise ValueError(f"user {name!r} is root; run_as must name an unprivileged user")
+    groups = tuple(sorted(set(os.getgrouplist(name, pw.pw_gid))))
+    return RunAs(name, pw.pw_uid, pw.pw_gid, groups, pw.pw_dir)
+
+
 def spawn(argv: list[str], env: dict[str, str], cpus: list[int] | None, out: Any,
-          err: Any) -> subprocess.Popen:
-    """Start the child already bound to ``cpus`` (None: not pinned).
+          err: Any, run_as: RunAs | None = None) -> subprocess.Popen:
+    """Start the child already bound to ``cpus`` (None: not pinned), as ``run_as`` when given
+    (its uid, gid and supplementary groups, set in the child between fork and exec).
 
     Why not preexec_fn: it is unsafe in a threaded process. A forked child inherits the
     affinity of the *calling thread*, so this thread narrows its own mask around the fork and
-    widens it again; the rest of the process is untouched."""
+    widens it again; the rest of the process is untouched. Popen's user/group/extra_groups
+    drop privileges in the same fork-safe C code."""
+    kw: dict[str, Any] = {}
+    if run_as is not None:
+        kw = {"user": run_as.uid, "group": run_as.gid, "extra_groups": list(run_as.groups)}
+        env = {**env, "HOME": run_as.home, "USER": run_as.name, "LOGNAME": run_as.name}
     if cpus is None:
         return subprocess.Popen(argv, env=env, stdin=subprocess.DEVNULL, stdout=out,
-                                stderr=err, close_fds=True, start_new_session=True)
+                                stderr=err, close_fds=True, start_new_session=True, **kw)
     old = os.sched_getaffinity(0)
     os.sched_setaffinity(0, cpus)
     try:
         return subprocess.Popen(argv, env=env, stdin=subprocess.DEVNULL, stdout=out,
-                                stderr=err, close_fds=True, start_new_session=True)
+                                stderr=err, close_fds=True, start_new_session=True, **kw)
     finally:
         os.sched_setaffinity(0, old)
 

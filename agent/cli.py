@@ -171,6 +171,28 @@ def main(argv: list[str] | None = None) -> int:
     return run_agent(config, config_path=args.config)
 
 
+def workload_user(config, where: str):
+    """The user the workloads run as: ``run_as`` when the agent is root; None (the agent's own
+    user, said once in the log) when it is not root or run_as is empty. ConfigError names an
+    unknown or privileged user."""
+    from .child import resolve_run_as
+    if not config.run_as:
+        if os.geteuid() == 0:
+            log.warning("workloads run as root: set run_as (e.g. \"opptune\") in the "
+                        "configuration to run them as an unprivileged user")
+        return None
+    try:
+        user = resolve_run_as(config.run_as)
+    except ValueError as exc:
+        raise ConfigError(f"{where}: key 'run_as': {exc}") from None
+    if os.geteuid() != 0:
+        log.warning("run_as = %r ignored: the agent is not root, so workloads run as its own "
+                    "user (uid %d)", config.run_as, os.geteuid())
+        return None
+    log.info("workloads run as %s (uid %d, gid %d)", user.name, user.uid, user.gid)
+    return user
+
+
 def link_keys(config, where: str) -> tuple[str, str, str] | None:
     """(daemon public, own public, own secret) when the link uses CURVE, the agent's key pair
     made in state_dir on first start; None when it is plain. ConfigError says what to fix."""
@@ -220,6 +242,11 @@ def run_agent(config, config_path: str | None = None) -> int:
     except ConfigError as exc:
         print(f"opptune-agent: configuration error: {exc}", file=sys.stderr)
         return EXIT_CONFIG
+    try:
+        run_as = workload_user(config, where)
+    except ConfigError as exc:
+        print(f"opptune-agent: configuration error: {exc}", file=sys.stderr)
+        return EXIT_CONFIG
     platform = discover(config)
     knobs = build_knobs(config, platform)
     meters = build_meters(config, platform)
@@ -228,7 +255,7 @@ def run_agent(config, config_path: str | None = None) -> int:
         invalid["energy_j"] = (platform.get("energy") or {}).get("reason") or "no energy meter"
     runner = Runner(workloads, platform["id"], timeout_s=config.run_timeout_s,
                     virtual=bool(config.virtual_board), knobs=knobs, meters=meters,
-                    invalid_defaults=invalid)
+                    invalid_defaults=invalid, run_as=run_as)
     targets = Targets(SysFS(config.sysfs_root), virtual=bool(config.virtual_board))
     hello = {"platform": platform, "workloads": workloads.describe(),
              "agent_version": __version__, "pid": os.getpid()}

@@ -69,8 +69,14 @@ class Link:
         self._gone = False
         self._daemon_instance: str | None = None
         self._outbox_dirty = True
+        # "rate_limited" from the daemon: no results go out before this (monotonic), and the
+        # pause doubles while refusals continue; the refused results stay in the outbox and
+        # are resent once stale (resend_s)
+        self._backoff_until = 0.0
+        self._backoff_s = 0.0
+        self._limited_logged = 0.0
         self.stats = {"sent": 0, "received": 0, "hellos": 0, "resent": 0, "dropped": 0,
-                      "refused": 0}
+                      "refused": 0, "rate_limited": 0}
 
     # -- thread-safe entry points -------------------------------------------------------------
     def send(self, msg: dict[str, Any]) -> None:
@@ -143,7 +149,10 @@ class Link:
     # -- one iteration ------------------------------------------------------------------------
     def step(self, max_wait_s: float | None = None) -> None:
         now = time.monotonic()
-        wait = max(0.0, self._next_hb - now)
+        wake_at = self._next_hb
+        if self._outbox_dirty and self._backoff_until > now:
+            wake_at = min(wake_at, self._backoff_until)  # results wait for the pause's end
+        wait = max(0.0, wake_at - now)
         if max_wait_s is not None:
             wait = min(wait, max_wait_s)
         events = dict(self._poller.poll(int(wait * 1000) + 1))
@@ -171,9 +180,10 @@ class Link:
                               {"outbox": self.outbox.count(), "instance": self.instance}))
             self._next_hb = now + self.heartbeat_s
             self._outbox_dirty = True  # time to look for results due for a resend
-        if self._outbox_dirty:
+        if self._outbox_dirty and now >= self._backoff_until:
             self._outbox_dirty = False
             self._flush_outbox()
+
 
     # -- internals ----------------------------------------------------------------------------
     def _hello(self) -> None:
@@ -236,6 +246,17 @@ class Link:
         self.outbox.reset_sent()
         self._outbox_dirty = True
 
+    def _slow_down(self, now: float) -> None:
+        """The daemon refused messages over this agent's rate: pause sending results."""
+        self.stats["rate_limited"] += 1
+        self._backoff_s = min(self.resend_s, max(0.05, 2 * self._backoff_s))
+        self._backoff_until = now + self._backoff_s
+        self._outbox_dirty = True
+        if now - self._limited_logged >= 10.0:  # a long flood writes one line per 10 s
+            self._limited_logged = now
+            log.warning("daemon says this agent sends too fast (rate_limited): pausing %.2f s; "
+                        "refused results stay in the outbox and are resent", self._backoff_s)
+
     def _on_frames(self, frames: list[bytes]) -> None:
         self.stats["received"] += 1
         now = time.monotonic()
@@ -266,6 +287,7 @@ class Link:
             if inst:
                 self._daemon_instance = inst
         elif kind == "ack":
+            self._backoff_s = 0.0
             n = self.outbox.ack(body["ids"])
             log.debug("ack for %d ids (%d were pending)", len(body["ids"]), n)
             self._outbox_dirty = True
@@ -277,6 +299,8 @@ class Link:
                               "the outbox", body["message"], body["code"])
                 self._key_refused = body["code"]
                 self.stats["refused"] += 1
+            elif body["code"] == "rate_limited":
+                self._slow_down(now)
             elif body["code"] == "unknown_agent":
                 if not was_gone:
                     self._daemon_back("does not know this agent")

@@ -17,7 +17,7 @@ import time
 from typing import Any, Callable
 
 from ..shared.records import RunRecord
-from .child import AbortSignal, observed_affinity, spawn, wait
+from .child import AbortSignal, RunAs, observed_affinity, spawn, wait
 from .meters.rusage import RusageMeter
 from .run_output import MAX_ERR_TEXT, last_json, merge_json, read_captured
 from .runspec import Knob, Meter, RunSpec
@@ -39,7 +39,9 @@ class Runner:
     def __init__(self, workloads: Workloads, platform_id: str, *, timeout_s: float = 600.0,
                  virtual: bool = False, knobs: list[Knob] | None = None,
                  meters: list[Meter] | None = None,
-                 invalid_defaults: dict[str, str] | None = None):
+                 invalid_defaults: dict[str, str] | None = None,
+                 run_as: RunAs | None = None):
+        """``run_as``: the user the workload children run as (None: the agent's own)."""
         self.workloads = workloads
         self.platform_id = platform_id
         self.timeout_s = timeout_s
@@ -49,6 +51,7 @@ class Runner:
         # fields no meter can fill on this platform -> reason (e.g. energy_j: "no sensor")
         self.invalid_defaults = dict(invalid_defaults or {})
         self._abort = AbortSignal()
+        self.run_as = run_as
 
     # -- control ------------------------------------------------------------------------------
     def abort(self) -> None:
@@ -166,7 +169,8 @@ class Runner:
             # ODROID-XU4 may not exist here): the virtual workload gets them as an argument
             # and its process is not pinned
             try:
-                proc = spawn(argv, env, None if self.virtual else spec.cpus, out, err)
+                proc = spawn(argv, env, None if self.virtual else spec.cpus, out, err,
+                             self.run_as)
             except OSError as exc:
                 rec.ok, rec.error = False, f"cannot start {argv[0]}: {exc.strerror or exc}"
                 return

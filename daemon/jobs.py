@@ -5,6 +5,10 @@ A job is "sent" when its message left (else "queued", delivered at the agent's n
 "running" from its first stored result, "done" once every run is stored (then ``on_done``
 asks for fits), "failed" when the agent refuses it or every run failed, and "expired" when its
 agent has not been seen for ``job_expiry_s``.
+
+At most ``max_outstanding_jobs`` jobs are out with an agent at a time (sent or running): the
+others are held "queued" in the daemon and go out one by one as earlier ones finish, so a sweep
+of many workloads cannot flood one agent (nor its results flood the daemon).
 """
 
 from __future__ import annotations
@@ -44,15 +48,31 @@ class JobTracker:
         self._complete: set[str] = set()
         self._running: set[str] = set()  # marked running in the store by this instance
         self._msgs: dict[str, str] = {}  # id of a sent job message -> job id
+        self._out: dict[str, set[str]] = {}  # agent -> job ids out with it (sent or running)
+        self.stats: dict[str, int] = {}  # the daemon's stats: "jobs_held" counted here
+
+    def _limit(self) -> int:
+        return max(1, int(getattr(self.config, "max_outstanding_jobs", 8)))
 
     def send(self, agent: str, job: dict[str, Any], save: bool = True) -> None:
         """Send a job; it is stored as "sent", or "queued" when it could not be delivered
         (then it goes out at the agent's next hello)."""
+        out = self._out.setdefault(agent, set())
+        if job["job_id"] not in out and len(out) >= self._limit():
+            self.stats["jobs_held"] = self.stats.get("jobs_held", 0) + 1
+            if save:
+                self.store.save_job(agent, job, time.time(), state="queued")
+            else:
+                self.store.set_job_state(job["job_id"], "queued", only_from=("sent", "expired"))
+            log.info("job %s for %s held in the daemon: %d jobs already out with it "
+                     "(max_outstanding_jobs)", job["job_id"], agent, len(out))
+            return
         info = self.registry.get(agent)
         msg = protocol.make("job", self.sender, job)
         sent = info is not None and info.identity is not None and \
             self.link.send(info.identity, msg)
         if sent:
+            out.add(job["job_id"])
             # the agent's refusal (an ``error``) names this message id
             self._msgs[msg["id"]] = job["job_id"]
         if save:
@@ -101,10 +121,28 @@ class JobTracker:
             reason = f"every run of the job failed: {'; '.join(errors) or 'no error text'}"
             self.store.set_job_state(job_id, "failed", reason)
             log.warning("job %s of %s failed: %s", job_id, agent, reason)
+            self._finished(agent, job_id)
             return
         self.store.set_job_state(job_id, "done")
         log.info("job %s of %s done (%d runs, %d successful)", job_id, agent, received, ok)
+        self._finished(agent, job_id)
         self.on_done(job_id, agent)
+
+    def _finished(self, agent: str, job_id: str) -> None:
+        """A job of ``agent`` is final: send the next one held for it, if any."""
+        out = self._out.get(agent)
+        if out is None or job_id not in out:
+            return
+        out.discard(job_id)
+        for j in self.store.active_jobs():
+            if len(out) >= self._limit():
+                return
+            if j["agent"] != agent or j["state"] != "queued" or j["job_id"] in out:
+                continue
+            job = self.store.job(j["job_id"])
+            if job is not None:
+                self.send(agent, {k: job[k] for k in ("job_id", "workload", "size", "points",
+                                                      "reps", "warmup")}, save=False)
 
     def agent_error(self, agent: str, body: dict[str, Any]) -> None:
         """An agent's ``error`` about a job it was sent (by message id, or naming the job)
@@ -121,6 +159,9 @@ class JobTracker:
             self._running.discard(job_id)
             self._complete.add(job_id)
             log.warning("job %s failed: %s", job_id, reason)
+            owner = next((a for a, out in self._out.items() if job_id in out), None)
+            if owner is not None:
+                self._finished(owner, job_id)
 
     def resume(self, agent: str) -> set[str]:
         """At an agent's hello, resend each of its unfinished jobs (queued, sent, running or
@@ -128,9 +169,11 @@ class JobTracker:
         completed instead. Returns the workloads that have a job in any state (a failed one
         is not sent again: it would fail the same way)."""
         workloads = set()
-        for j in self.store.jobs():
-            if j["agent"] != agent:
-                continue
+        self._out[agent] = set()  # a new session: what was out is sent again, within the limit
+        order = {"running": 0, "sent": 1, "queued": 2, "expired": 3}
+        mine = sorted((j for j in self.store.jobs() if j["agent"] == agent),
+                      key=lambda j: order.get(j["state"], 4))
+        for j in mine:
             workloads.add(j["workload"])
             if j["state"] in FINAL_JOB_STATES and j["state"] != "expired":
                 continue
@@ -160,4 +203,5 @@ class JobTracker:
             if self.store.set_job_state(j["job_id"], "expired", reason, now=now,
                                         only_from=ACTIVE_JOB_STATES):
                 self._running.discard(j["job_id"])
+                self._out.get(j["agent"], set()).discard(j["job_id"])
                 log.warning("job %s expired: %s", j["job_id"], reason)

@@ -9,7 +9,8 @@ catches that and returns False.
 from __future__ import annotations
 
 import logging
-from typing import Any
+import time
+from typing import Any, Callable
 
 import zmq
 
@@ -19,19 +20,52 @@ from .refusals import RefusalLog
 
 log = logging.getLogger("opptune.daemon.link")
 
-# Frames above this are dropped by libzmq with the connection; between MAX_MESSAGE_BYTES and
-# this, the sender still gets a readable "too_large" error.
-HARD_FRAME_LIMIT = 8 * protocol.MAX_MESSAGE_BYTES
+
+class RateLimiter:
+    """A token bucket per peer: ``rate`` messages per second on average, ``burst`` at once.
+
+    Checked before a frame is decoded, so a flooding peer costs the loop a dict lookup per
+    frame, not a msgpack decode and validation."""
+
+    def __init__(self, rate: float, burst: int, max_peers: int = 100_000,
+                 clock: Callable[[], float] = time.monotonic):
+        self.rate = float(rate)
+        self.burst = float(burst)
+        self.max_peers = max_peers  # bounds memory when every frame names a new peer
+        self.clock = clock
+        self._buckets: dict[bytes, list[float]] = {}  # peer -> [tokens, last refill]
+
+    def allow(self, peer: bytes) -> bool:
+        now = self.clock()
+        b = self._buckets.get(peer)
+        if b is None:
+            if len(self._buckets) >= self.max_peers:
+                self._buckets.clear()
+            b = self._buckets[peer] = [self.burst, now]
+        else:
+            b[0] = min(self.burst, b[0] + (now - b[1]) * self.rate)
+            b[1] = now
+        if b[0] >= 1.0:
+            b[0] -= 1.0
+            return True
+        return False
 
 
 class Link:
     """A bound ROUTER socket. Not thread-safe: use it from the service loop only."""
 
     def __init__(self, bind: str, context: zmq.Context | None = None, sndhwm: int = 100_000,
-                 curve: tuple[str, str] | None = None):
+                 curve: tuple[str, str] | None = None,
+                 max_message_bytes: int = protocol.MAX_MESSAGE_BYTES,
+                 rate: float = 0.0, burst: int = 0, stats: dict[str, int] | None = None):
         """``curve``: the server's (public, secret) key: peers must complete a CURVE handshake
         and each message's sender key is kept in ``peer_keys`` (identity -> Z85 key); the
-        context must run a ZAP authenticator that sets the User-Id to that key."""
+        context must run a ZAP authenticator that sets the User-Id to that key.
+
+        ``max_message_bytes``: larger frames are refused unread (``too_large``); ``rate`` and
+        ``burst`` (> 0): each peer's token bucket, over it a frame is refused unread
+        (``rate_limited``, the sender keeps it and resends later). Refusals are counted in
+        ``stats`` ("refused", "refused_too_large", "refused_rate_limited")."""
         self.ctx = context or zmq.Context.instance()
         self.sock = self.ctx.socket(zmq.ROUTER)
         self.curve = curve is not None
@@ -42,7 +76,9 @@ class Link:
             self.sock.curve_secretkey = curve[1].encode()
         self.sock.setsockopt(zmq.ROUTER_MANDATORY, 1)
         self.sock.setsockopt(zmq.LINGER, 0)
-        self.sock.setsockopt(zmq.MAXMSGSIZE, HARD_FRAME_LIMIT)
+        self.max_message_bytes = max_message_bytes
+        # libzmq drops the connection above this; below it the sender gets a readable error
+        self.sock.setsockopt(zmq.MAXMSGSIZE, 8 * max_message_bytes)
         self.sock.setsockopt(zmq.SNDHWM, sndhwm)
         self.sock.setsockopt(zmq.RCVHWM, sndhwm)
         # A send to a peer over its HWM must not block the loop: it fails and is logged.
@@ -51,6 +87,11 @@ class Link:
         self.endpoint: str = self.sock.getsockopt_string(zmq.LAST_ENDPOINT)
         self._enveloped: set[bytes] = set()  # REQ peers: replies need the empty delimiter
         self.refusals = RefusalLog(log)  # every refusal of the daemon, counted by code
+        self.limiter = RateLimiter(rate, burst) if rate > 0 and burst > 0 else None
+        self.stats = stats if stats is not None else {}
+        for key in ("refused", "refused_too_large", "refused_rate_limited"):
+            self.stats.setdefault(key, 0)
+        self._limited_reply: dict[bytes, float] = {}  # peer -> when it was last told
 
     @property
     def refused(self) -> int:
@@ -77,6 +118,8 @@ class Link:
         recv = self.sock.recv
         decode = protocol.decode
         noblock = int(zmq.NOBLOCK)
+        limiter = self.limiter
+        max_bytes = self.max_message_bytes
         for _ in range(max_n):
             try:
                 frame = recv(noblock, copy=False)
@@ -100,13 +143,41 @@ class Link:
                 self._refuse(frames[0], ProtocolError(
                     "bad_frame", f"expected one message frame, got {len(frames) - 1}"))
                 continue
+            # Limits first, on the frame's length and the sender's identity only: neither a
+            # huge frame nor a flood is ever unpacked.
+            if limiter is not None and not limiter.allow(identity):
+                self._rate_limited(identity)
+                continue
+            if len(data) > max_bytes:
+                self.stats["refused_too_large"] += 1
+                self._refuse(identity, ProtocolError(
+                    "too_large", f"message of {len(data)} bytes exceeds the daemon's limit of "
+                                 f"{max_bytes} bytes (max_message_bytes)"))
+                continue
             try:
                 out.append((identity, decode(data)))
             except ProtocolError as exc:
                 self._refuse(identity, exc)
         return out
 
+    def _rate_limited(self, identity: bytes) -> None:
+        """Count and log (bounded) a frame over its sender's rate; tell the sender at most
+        every 50 ms so that answering a flood does not become one."""
+        self.stats["refused"] += 1
+        self.stats["refused_rate_limited"] += 1
+        self.refusals.refused(identity, "rate_limited", "over its message rate (rate_limit_"
+                                                         "per_s/rate_limit_burst); not read")
+        now = time.monotonic()
+        if now - self._limited_reply.get(identity, 0.0) < 0.05:
+            return
+        if len(self._limited_reply) >= 100_000:
+            self._limited_reply.clear()
+        self._limited_reply[identity] = now
+        self.send(identity, protocol.error_reply(
+            "daemon", "rate_limited", "too many messages: slow down and resend later", None))
+
     def _refuse(self, identity: bytes, exc: ProtocolError) -> None:
+        self.stats["refused"] += 1
         self.refusals.refused(identity, exc.code, str(exc))
         self.send(identity, protocol.error_reply("daemon", exc.code, str(exc), exc.ref))
 

@@ -79,10 +79,17 @@ class Daemon:
             # Any key may finish the handshake (so that a new board's key can be recorded
             # for approval); the loop refuses every message of a key not accepted.
             self._auth.configure_curve(domain="*", location=zmq.auth.CURVE_ALLOW_ANY)
+        self.stats = {"results": 0, "duplicates_acked": 0, "batches": 0, "refused": 0,
+                      "fits": 0, "fit_errors": 0, "configs_pushed": 0,
+                      "refused_unknown_job": 0, "refused_too_large": 0,
+                      "refused_rate_limited": 0, "jobs_held": 0}
         # Bind first: a daemon that cannot listen (address in use, bad endpoint) stops before
         # it creates a database file or directory.
         try:
-            self.link = Link(config.bind, context, curve=curve)
+            self.link = Link(config.bind, context, curve=curve,
+                             max_message_bytes=config.max_message_bytes,
+                             rate=config.rate_limit_per_s, burst=config.rate_limit_burst,
+                             stats=self.stats)
         except zmq.ZMQError as exc:
             if exc.errno == zmq.EADDRINUSE:
                 why = ("the address is in use by another process: stop it or choose another "
@@ -92,9 +99,6 @@ class Daemon:
                        "tcp://0.0.0.0:5555 or ipc:///run/opptune.sock")
             self._stop_auth()
             raise BindError(f"cannot listen on {config.bind}: {why}") from None
-        self.stats = {"results": 0, "duplicates_acked": 0, "batches": 0, "refused": 0,
-                      "fits": 0, "fit_errors": 0, "configs_pushed": 0,
-                      "refused_unknown_job": 0}
         self._job_owner: dict[str, str] = {}  # issued job id -> its agent (a cache of the store)
         self.metrics, self.metrics_server = None, None
         try:
@@ -120,6 +124,7 @@ class Daemon:
                                        self.send, self.stats)
         self.jobs = JobTracker(config, self.store, self.registry, self.link, DAEMON_ID,
                                self.started, self._job_done)
+        self.jobs.stats = self.stats
         self.sweeps = Sweeps(config, self.registry, self.jobs)
         self.recommender.drift = Drift(config, self.store, self.sweeps)
         self.tuning = Tuner(self)

@@ -78,6 +78,9 @@ class AgentConfig:
     workloads: list[CommandWorkload] = field(default_factory=list)
     virtual_board: str = ""  # name of a virtual board (tests and demos only)
     run_timeout_s: float = 600.0
+    # the unprivileged user the workloads run as when the agent runs as root (it needs root
+    # for the frequencies, the workloads do not); empty: the agent's own user
+    run_as: str = ""
     log_level: str = "INFO"
     # CURVE encryption and authentication of the link: "auto" (on unless the daemon endpoint
     # is loopback), "on" or "off"; with it on, the daemon's public key (Z85 text or a file's
@@ -151,6 +154,15 @@ class DaemonConfig:
     # the daemon's key pair, the operator's and the agents' keys; empty: "keys" beside the
     # database
     keys_dir: str = ""
+    # Per-agent limits, so that one misbehaving agent cannot starve the others: frames larger
+    # than max_message_bytes are refused unread; each agent may send rate_limit_per_s messages
+    # a second on average and rate_limit_burst at once (over it: "rate_limited", the agent
+    # resends later); at most max_outstanding_jobs jobs are out with an agent at a time, the
+    # rest wait queued in the daemon.
+    max_message_bytes: int = 1 << 20
+    rate_limit_per_s: float = 20000.0
+    rate_limit_burst: int = 20000
+    max_outstanding_jobs: int = 8
 
     def keys_path(self) -> Path:
         return Path(self.keys_dir) if self.keys_dir else Path(self.database).parent / "keys"
@@ -246,6 +258,13 @@ def load_daemon_config(path: str | os.PathLike[str] | None = None,
 # keys holding a ZeroMQ endpoint, and keys that must not be negative
 ENDPOINT_KEYS = ("daemon", "bind")
 NON_NEGATIVE_KEYS = ("tolerance",)
+# the daemon's per-agent limits: (key, lowest, highest, expected form)
+LIMIT_KEYS = (
+    ("max_message_bytes", 1024, 1 << 20, "a byte count from 1024 to 1048576 (1 MiB)"),
+    ("rate_limit_per_s", 1.0, 1e7, "a rate from 1 to 10000000 messages per second"),
+    ("rate_limit_burst", 1, 10_000_000, "a message count from 1 to 10000000"),
+    ("max_outstanding_jobs", 1, 100_000, "a job count from 1 to 100000"),
+)
 
 
 def _load(cls: type, path: Any, default: Path, overrides: dict[str, Any]) -> Any:
@@ -277,6 +296,10 @@ def _load(cls: type, path: Any, default: Path, overrides: dict[str, Any]) -> Any
         if value is not None and value < 0:
             raise ConfigError(f"{p}: key '{key}' must be >= 0 (a fraction of the best time, "
                               f"e.g. 0.05 for 5 %), got {value!r}")
+    for key, low, high, form in LIMIT_KEYS:
+        value = getattr(config, key, None)
+        if value is not None and not low <= value <= high:
+            raise ConfigError(f"{p}: key '{key}' must be {form}, got {value!r}")
     if getattr(config, "drift_off_count", 0) < 0:
         raise ConfigError(f"{p}: key 'drift_off_count' must be >= 0 (consecutive off "
                           f"verifications before re-characterising; 0 = never), got "

@@ -34,6 +34,9 @@ transient ones and parks them for the permanent ones, see agent/link.py):
   ``key_rejected``, ``key_revoked``, ``key_mismatch`` (the key was accepted for another agent
   id), ``not_operator`` (a query from a key that is not the operator's). Key refusals are
   transient: accepting the key lets the waiting results in.
+- Per-agent limits (read before decoding): ``rate_limited`` (over the sender's token bucket;
+  transient: the agent pauses and resends) and ``too_large`` (over the daemon's
+  ``max_message_bytes``; permanent).
 """
 
 from __future__ import annotations
