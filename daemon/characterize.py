@@ -4,7 +4,8 @@
 hello), over all of the board's cores and, where the board has cpufreq, ``FREQ_STEPS``
 frequencies spread over its range (min, mid, max), else at the board's own frequency. A kernel
 with a done job of the same size for that agent is skipped (resuming after an interruption);
-one with a job still under way is reported, not sent twice.
+one with a job still under way (or expired, which is resent at the agent's hello) is reported,
+not sent twice; one whose job failed is queued again.
 
 ``mpet_data``: the MPET database of the store: per (workload, platform) the median time per core
 count (at the highest frequency measured for that group; runs at the board's own frequency when
@@ -30,6 +31,8 @@ if TYPE_CHECKING:
     from .service import Daemon
 
 FREQ_STEPS = 3  # min, mid, max of each policy: bounded, and spans the range
+# an expired job is resent at its agent's next hello (JobTracker.resume): not queued twice
+FOLLOWED = ACTIVE_JOB_STATES + ("expired",)
 MPET_KEYS = ("R", "l", "w", "c", "d", "s", "j")
 
 
@@ -56,8 +59,8 @@ def characterize(d: Daemon, args: dict[str, Any]) -> dict[str, Any]:
         mine = [j for j in jobs if j["workload"] == k]
         if any(j["state"] == "done" for j in mine):
             done.append(k)
-        elif any(j["state"] in ACTIVE_JOB_STATES for j in mine):
-            under_way += [_job(j) for j in mine if j["state"] in ACTIVE_JOB_STATES]
+        elif any(j["state"] in FOLLOWED for j in mine):
+            under_way += [_job(j) for j in mine if j["state"] in FOLLOWED]
         else:
             todo.append(k)
     grid: str | int = FREQ_STEPS
