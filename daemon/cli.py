@@ -210,6 +210,9 @@ def build_parser() -> argparse.ArgumentParser:
     _add_link_options(p)
     p.set_defaults(func=cmd_keys)
 
+    from .characterize_cli import add_parser as add_characterize
+    add_characterize(sub, _add_link_options)
+
     from .report.cli import add_parser as add_report
     add_report(sub, _add_link_options)
 

@@ -60,14 +60,16 @@ def add_parsers(subparsers: Any) -> None:
             "Exit 1 when nothing can be predicted, 2 on unusable input.")
     p = subparsers.add_parser("predict", help="predict time (and energy) from a saved fit",
                               description=desc)
-    p.add_argument("--fit", required=True, metavar="FIT.json",
+    p.add_argument("--fit", metavar="FIT.json",
                    help="file written by 'opptune fit --save'")
-    p.add_argument("--cores", required=True, metavar="1,2,4", help="core counts")
+    p.add_argument("--cores", metavar="1,2,4", help="core counts (with --fit)")
     p.add_argument("--freq", default="", metavar="MHz,MHz",
                    help="CPU frequencies in MHz; every core count is predicted at each")
     p.add_argument("--group", help="only groups whose label contains this text")
     p.add_argument("--json", action="store_true",
                    help="print JSON instead of a table (shape: docs/json-output.md)")
+    from .characterize_cli import add_predict_options
+    add_predict_options(p)
     p.set_defaults(func=cmd_predict)
 
     desc = ("How prediction error falls with the number of measurements: for each training "
@@ -368,6 +370,16 @@ def warn_extrapolation(entry: dict[str, Any], query: Observations,
 
 
 def cmd_predict(args: argparse.Namespace) -> int:
+    if args.fit is None or args.source or args.target or args.workload:
+        from .characterize_cli import cmd_predict_mpet
+        if args.fit is not None:
+            print("opptune predict: give either --fit FILE --cores N (a saved fit) or "
+                  "--workload A --from P --to T (MPET migration), not both", file=sys.stderr)
+            return 2
+        return cmd_predict_mpet(args)
+    if not args.cores:
+        print("opptune predict: --fit needs --cores, e.g. --cores 1,2,4", file=sys.stderr)
+        return 2
     try:
         entries = read_fits(args.fit)
         cores = _numbers(args.cores, "--cores", whole=True)

@@ -22,7 +22,8 @@ POLL_S = 0.5  # how often the display is refreshed from the daemon's status
 
 
 def wait_for_jobs(endpoint: str, job_ids: list[str], timeout_s: float = 5.0,
-                  as_json: bool = False, console: Console | None = None) -> int:
+                  as_json: bool = False, console: Console | None = None,
+                  prog: str = "opptune sweep") -> int:
     console = console or Console(stderr=True)
     jobs: dict[str, dict[str, Any]] = {}
     with Progress(TextColumn("{task.description}"), BarColumn(),
@@ -35,7 +36,7 @@ def wait_for_jobs(endpoint: str, job_ids: list[str], timeout_s: float = 5.0,
                 status = query(endpoint, "status", timeout_s=timeout_s)
             except (DaemonUnreachable, QueryFailed) as exc:
                 progress.stop()
-                console.print(f"opptune sweep: {exc}", markup=False, soft_wrap=True)
+                console.print(f"{prog}: {exc}", markup=False, soft_wrap=True)
                 return 1
             jobs = {j["job_id"]: j for j in status.get("jobs") or [] if j["job_id"] in tasks}
             for job_id, task in tasks.items():
@@ -58,6 +59,6 @@ def wait_for_jobs(endpoint: str, job_ids: list[str], timeout_s: float = 5.0,
                 f"{j['received']}/{j['expected']} runs")
         if j["reason"]:
             line += f"; {j['reason']}"
-        console.print(("opptune sweep: " if j in bad else "") + line, markup=False,
+        console.print((f"{prog}: " if j in bad else "") + line, markup=False,
                       soft_wrap=True)
     return 1 if bad else 0

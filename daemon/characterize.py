@@ -1,0 +1,136 @@
+"""The daemon's side of ``opptune characterize`` and ``opptune predict --from/--to``.
+
+``characterize``: one sweep job per bench_suite kernel the agent offers (kind "kernel" in its
+hello), over all of the board's cores and, where the board has cpufreq, ``FREQ_STEPS``
+frequencies spread over its range (min, mid, max), else at the board's own frequency. A kernel
+with a done job of the same size for that agent is skipped (resuming after an interruption);
+one with a job still under way (or expired, which is resent at the agent's hello) is reported,
+not sent twice; one whose job failed is queued again.
+
+``mpet_data``: the MPET database of the store: per (workload, platform) the median time per core
+count (at the highest frequency measured for that group; runs at the board's own frequency when
+there is none), the mean MPET parameters per core count (rec.extra["mpet"], where recorded), and
+per platform its breakpoints from its description (n_nu: cpus of the sweep order on the first
+NUMA node when the order spans more; n_ht: physical cores filled before SMT siblings).
+"""
+
+from __future__ import annotations
+
+import json
+import statistics
+from typing import TYPE_CHECKING, Any
+
+import msgpack
+
+from .errors import HandlerError
+from .jobs import ACTIVE_JOB_STATES
+from .planner import physical_cores, sweep_order
+from .registry import board_name
+
+if TYPE_CHECKING:
+    from .service import Daemon
+
+FREQ_STEPS = 3  # min, mid, max of each policy: bounded, and spans the range
+# an expired job is resent at its agent's next hello (JobTracker.resume): not queued twice
+FOLLOWED = ACTIVE_JOB_STATES + ("expired",)
+MPET_KEYS = ("R", "l", "w", "c", "d", "s", "j")
+
+
+def characterize(d: Daemon, args: dict[str, Any]) -> dict[str, Any]:
+    agent = args.get("agent")
+    if not isinstance(agent, str):
+        raise HandlerError("bad_args", "characterize needs args.agent (an agent id)")
+    info = d.registry.get(agent)
+    if info is None:
+        raise HandlerError("unknown_agent", f"no agent '{agent}'")
+    kernels = sorted(w["name"] for w in info.workloads
+                     if isinstance(w, dict) and w.get("kind") == "kernel")
+    if not kernels:
+        raise HandlerError("no_kernels", f"agent '{agent}' offers no bench_suite kernel: set "
+                                         "bench_kernels = [\"all\"] in its configuration")
+    size = args.get("size") or d.config.sweep.size
+    if not isinstance(size, str):
+        raise HandlerError("bad_args", "characterize args.size must be text")
+    opts = {k: args[k] for k in ("reps", "max_cores") if args.get(k) is not None}
+    opts["warmup"] = args.get("warmup", 0)
+    done, under_way, todo = [], [], []
+    jobs = [j for j in d.store.jobs() if j["agent"] == agent and j["size"] == size]
+    for k in kernels:
+        mine = [j for j in jobs if j["workload"] == k]
+        if any(j["state"] == "done" for j in mine):
+            done.append(k)
+        elif any(j["state"] in FOLLOWED for j in mine):
+            under_way += [_job(j) for j in mine if j["state"] in FOLLOWED]
+        else:
+            todo.append(k)
+    grid: str | int = FREQ_STEPS
+    queued: list[dict[str, Any]] = []
+    if todo:
+        query = {"agent": agent, "workloads": todo, "size": size, **opts}
+        try:
+            queued = d.sweeps.query({**query, "frequency_grid": FREQ_STEPS})
+        except HandlerError as exc:
+            if exc.code != "bad_args" or "cannot plan" not in str(exc):
+                raise
+            grid = "none"  # no cpufreq to set: cores only, at the board's own frequency
+            queued = d.sweeps.query({**query, "frequency_grid": "none"})
+    return {"agent": agent, "size": size, "kernels": kernels, "skipped": done,
+            "under_way": under_way, "queued": queued,
+            "frequencies": "board's own" if grid == "none" else f"{grid} per policy "
+                                                                  "(min, mid, max)"}
+
+
+def _job(j: dict[str, Any]) -> dict[str, Any]:
+    return {"job_id": j["job_id"], "workload": j["workload"], "size": j["size"],
+            "state": j["state"]}
+
+
+def breakpoints(platform: dict[str, Any]) -> dict[str, Any]:
+    order = sweep_order(platform)
+    n_nu = None
+    nodes = [set(n) for n in platform.get("numa_nodes") or [] if isinstance(n, list)]
+    if len(nodes) > 1 and order:
+        first = next((n for n in nodes if order[0] in n), set())
+        k = 0
+        while k < len(order) and order[k] in first:
+            k += 1
+        n_nu = k if 0 < k < len(order) else None
+    return {"n_nu": n_nu, "n_ht": physical_cores(platform, order), "nmax": len(order)}
+
+
+def mpet_data(d: Daemon, args: dict[str, Any]) -> dict[str, Any]:
+    """Profiles as ``[{workload, platform, size, freq_mhz, t: {n: s}, params: {n: {..}}}]``
+    and ``platforms: {id: {n_nu, n_ht, nmax, board}}``; args.size keeps one size class."""
+    size = args.get("size")
+    groups: dict[tuple, dict[Any, dict[int, list]]] = {}
+    for plat, work, inp, cores, freq, t, text, packed in d.store.db.execute(
+            "SELECT platform, workload, input, cores, freq_mhz, time_s, record, record_msgpack "
+            "FROM runs WHERE ok=1 AND throttled=0 AND time_s > 0 AND variant='' "
+            # sweep jobs' runs only: a recommendation's verification runs are no profile
+            "AND job_id IN (SELECT job_id FROM jobs)"):
+        if size is not None and inp != size:
+            continue
+        raw = json.loads(text) if packed is None else msgpack.unpackb(packed)
+        mpet = (raw.get("extra") or {}).get("mpet")
+        groups.setdefault((work, plat, inp), {}).setdefault(freq, {}).setdefault(
+            int(cores), []).append((t, mpet if isinstance(mpet, dict) else None))
+    profiles = []
+    for (work, plat, inp), by_freq in sorted(groups.items(), key=lambda kv: str(kv[0])):
+        freq = max((f for f in by_freq if f is not None), default=None)
+        per_n = by_freq[freq]
+        prof: dict[str, Any] = {"workload": work, "platform": plat, "size": inp,
+                                "freq_mhz": freq, "t": {}, "params": {}}
+        for n, runs in sorted(per_n.items()):
+            prof["t"][str(n)] = statistics.median(t for t, _ in runs)
+            ps = [m for _, m in runs if m]
+            vals = {k: statistics.fmean(float(m[k]) for m in ps) for k in MPET_KEYS
+                    if ps and all(isinstance(m.get(k), (int, float)) for m in ps)}
+            if vals:
+                prof["params"][str(n)] = vals
+        profiles.append(prof)
+    platforms = {}
+    for plat in {p["platform"] for p in profiles}:
+        desc = d.store.platform(plat) or {}
+        platforms[plat] = {**breakpoints(desc), "board": board_name(desc, plat)}
+    agents = {a.agent_id: a.platform_id for a in d.registry.all()}
+    return {"profiles": profiles, "platforms": platforms, "agents": agents}
