@@ -32,11 +32,16 @@ from typing import Any
 import numpy as np
 
 from .models.mpet_curve import PARAMS
-from .models.mpet_eval import KINDS, METHODS, evaluate
-from .models.mpet_predict import SEED_SC, SEED_T1, MpetDatabase
+from .models.mpet_eval import KINDS, METHODS, evaluate, evaluate_nested
+from .models.mpet_predict import DEFAULT_SC, DEFAULT_T1, SEED_SC, SEED_T1, MpetDatabase
 
 DEFAULT_DATA = ("data/loghin_multicore_energy/data.csv", "data/xplat_npb_minife/data.csv")
 SEED_TABLE5 = {"t1": 0.154, "scaling": 0.127, "full": 0.199}
+SETUPS = {
+    "default": "seed counts and weights, eq. 21/23 on q(n) values, geometric mean",
+    "seed": "seed setup of section 4.1, eq. 21/23 as written",
+    "nested": "settings chosen per workload by leave-one-out without that workload",
+}
 # Sockets the CSV columns do not tell: xplat_npb_minife's SOURCE.md lists these boards as
 # "2x Xeon" while their hw_l3_shared_by column counts both sockets' cores.
 KNOWN_SOCKETS = {"Supermicro_X10DRi": 2, "Supermicro_X9DR3-F": 2}
@@ -143,26 +148,40 @@ def add_parser(subparsers: Any) -> None:
                    help="CSV: platform, workload, [variant], cores, time_s, [hw_phys_cores, hw_system, "
                         "hw_cpu, hw_l3_shared_by, n_nu, n_ht, R..j, counter.X] "
                         f"(repeatable; default: {' and '.join(DEFAULT_DATA)})")
+    p.add_argument("--setup", choices=sorted(SETUPS), default="default",
+                   help="default: the seed's candidate counts and weights (section 4.1) with "
+                        "eq. 21/23 applied to q(n) = n t(n)/t(1) at each core count and a "
+                        "geometric mean of the factors; seed: section 4.1 exactly as written; "
+                        "nested: for each workload, t(1) and sc settings chosen from a fixed "
+                        "grid by leave-one-out on the database without that workload (slow: "
+                        "about a minute on loghin_multicore_energy)")
     p.add_argument("--max-factor", type=float, metavar="X",
                    help="not in the seed: leave out of an sc element's interpolation a "
                         "candidate whose transformation factor (eq. 21) lies outside "
-                        "[1/X, X] or is negative (X > 1; default: eq. 21 as written)")
+                        "[1/X, X] or is negative (X > 1; default: no bound; not with "
+                        "--setup nested)")
     p.add_argument("--json", action="store_true", help="print JSON")
     p.set_defaults(func=cmd_eval_mpet)
 
 
-def run(paths: list[str], max_factor: float | None = None) -> list[dict]:
-    """Evaluate each CSV (seed setup of section 4.1, optionally bounded sc factors)."""
+def run(paths: list[str], max_factor: float | None = None, setup: str = "default") -> list[dict]:
+    """Evaluate each CSV with one of SETUPS (optionally bounded sc factors)."""
     if max_factor is not None and not max_factor > 1:
         raise MpetInputError(f"--max-factor {max_factor:g}: give a number above 1, or leave "
                              f"it out for eq. 21 as written")
-    sc_sel = dataclasses.replace(SEED_SC, max_factor=max_factor)
+    if setup not in SETUPS:
+        raise MpetInputError(f"--setup {setup}: use one of {', '.join(sorted(SETUPS))}")
+    if setup == "nested" and max_factor is not None:
+        raise MpetInputError("--max-factor does not apply to --setup nested (its grid fixes "
+                             "the settings); leave one of them out")
+    t1_sel, sc_sel = (SEED_T1, SEED_SC) if setup == "seed" else (DEFAULT_T1, DEFAULT_SC)
+    sc_sel = dataclasses.replace(sc_sel, max_factor=max_factor)
     results = []
     for path in paths:
         profiles, platforms = load_csv(path)
         db = MpetDatabase(profiles, platforms)
         start = time.perf_counter()
-        res = evaluate(db, SEED_T1, sc_sel)
+        res = evaluate_nested(db) if setup == "nested" else evaluate(db, t1_sel, sc_sel)
         elapsed = time.perf_counter() - start
         n = len(res["cases"])
         if n == 0:
@@ -171,8 +190,9 @@ def run(paths: list[str], max_factor: float | None = None) -> list[dict]:
         results.append({"data": str(path), "profiles": len(profiles),
                         "platforms": len(platforms),
                         "workloads": len({w for w, _ in profiles}), "predictions": n,
-                        "ms_per_prediction": 1000 * elapsed / n,
-                        "summary": res["summary"], "skipped": res["skipped"],
+                        "setup": setup, "ms_per_prediction": 1000 * elapsed / n,
+                        "summary": res["summary"], "interval": res["interval"],
+                        "chosen": res.get("chosen"), "skipped": res["skipped"],
                         "cases": res["cases"], "breakpoints": platforms,
                         "max_factor": max_factor, "seed_table5_gmean": SEED_TABLE5})
     return results
@@ -183,11 +203,12 @@ def _pct(v) -> str:
 
 
 def format_table(res: dict) -> str:
-    bound = (f"sc factors bounded to [1/{res['max_factor']:g}, {res['max_factor']:g}]"
-             if res["max_factor"] else "seed setup (section 4.1)")
+    setup = f"setup {res['setup']} ({SETUPS[res['setup']]})"
+    if res["max_factor"]:
+        setup += f", sc factors bounded to [1/{res['max_factor']:g}, {res['max_factor']:g}]"
     lines = [f"{res['data']}: {res['predictions']} predictions, {res['workloads']} workloads, "
-             f"{res['platforms']} platforms, {bound}, {res['ms_per_prediction']:.1f} ms per "
-             f"prediction",
+             f"{res['platforms']} platforms, {setup}, {res['ms_per_prediction']:.1f} ms per "
+             f"prediction (evaluation time / predictions)",
              f"{'kind':<8} {'method':<11} {'gmean%':>7} {'median%':>8} {'p70%':>6} {'p80%':>6} "
              f"{'p95%':>6} {'max%':>7}  seed gmean%"]
     for k in KINDS:
@@ -199,6 +220,10 @@ def format_table(res: dict) -> str:
             lines.append(f"{k:<8} {m:<11} {_pct(s['gmean']):>7} {_pct(s['median']):>8} "
                          f"{_pct(s['p70']):>6} {_pct(s['p80']):>6} {_pct(s['p95']):>6} "
                          f"{_pct(s['max']):>7}  {seed}")
+    iv = res["interval"]
+    lines.append(f"interval: the measured t(n) inside the predicted interval at every n in "
+                 f"{iv['covered']} of {iv['count']} predictions; {iv['single']} rest on one "
+                 f"candidate (interval at least [t/2, 2t])")
     if res["skipped"]:
         lines.append(f"skipped {len(res['skipped'])}: " + "; ".join(
             f"{s['workload']} on {s['platform']} ({s['why']})" for s in res["skipped"][:3]))
@@ -210,7 +235,7 @@ def cmd_eval_mpet(args) -> int:
     repo = Path(__file__).resolve().parents[1]
     paths = args.data or [p if Path(p).exists() else str(repo / p) for p in DEFAULT_DATA]
     try:
-        results = run(paths, args.max_factor)
+        results = run(paths, args.max_factor, args.setup)
     except MpetInputError as exc:
         print(f"opptune eval-mpet: {exc}", file=sys.stderr)
         return 2

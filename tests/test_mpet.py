@@ -13,8 +13,10 @@ from opptune.daemon.cli import main
 from opptune.daemon.models.mpet_curve import (ELEMENTS, PARAMS, eval_curve, feature_names,
                                               feature_vector, fit_curve, time_curve)
 from opptune.daemon.models.mpet_distance import Distances, distance, normalise, tuple_distance
-from opptune.daemon.models.mpet_eval import evaluate, summarise
-from opptune.daemon.models.mpet_predict import (MpetDatabase, NoCandidates, Selection,
+from opptune.daemon.models.mpet_eval import (choose_settings, evaluate, evaluate_nested,
+                                             summarise)
+from opptune.daemon.models.mpet_predict import (SEED_SC, SEED_T1, SINGLE_CANDIDATE_FACTOR,
+                                                MpetDatabase, NoCandidates, Selection,
                                                 penalty, predict_migration,
                                                 predict_scalability, reconstruct)
 
@@ -136,11 +138,17 @@ def test_reconstruct_eq21_single_and_eq23_weighted():
     got = reconstruct([[1.0], [1.0]], [[100.0], [2.0]], [[1.0], [1.0]], np.array([1.0, 1.0]),
                       max_factor=5)
     assert got[0] == pytest.approx(2.0)
+    # geometric mean: factors 2 and 1/2 average to 1; a value <= 0 is left out
+    got = reconstruct([[1.0], [1.0], [1.0]], [[2.0], [1.0], [-1.0]], [[1.0], [2.0], [1.0]],
+                      np.array([1.0, 1.0, 1.0]), mean="geometric")
+    assert got[0] == pytest.approx(1.0)
+    assert reconstruct([[1.0], [1.0]], [[4.0], [1.0]], [[1.0], [1.0]], np.array([3.0, 1.0]),
+                       mean="geometric")[0] == pytest.approx(4.0 ** 0.75)
 
 
 def test_selection_rejects_bad_settings():
     for bad in ({"k": 4}, {"weight": "x"}, {"n_platforms": 0}, {"workload_distance": "x"},
-                {"max_factor": 1.0}):
+                {"max_factor": 1.0}, {"space": "x"}, {"mean": "median"}):
         with pytest.raises(ValueError):
             Selection(**bad)
 
@@ -180,13 +188,41 @@ def test_migration_prediction_scenario_a():
     profiles[("A", "T")] = {"t": {n: 99.0 for n in range(1, 13)}}
     again = predict_migration(MpetDatabase(profiles, platforms), "A", "T")
     assert again.t == pytest.approx(pred.t)
-    # one platform, one workload: a single candidate
+    # several candidates: the interval holds the prediction, no single-candidate flag
+    assert not pred.single_candidate
+    assert all(lo <= t <= hi for lo, t, hi in zip(pred.lower, pred.t, pred.upper))
+    # one platform, one workload: a single candidate, flagged, its interval not a point
     one = predict_migration(db, "A", "T", Selection(1, 1, k=0), Selection(1, 1, k=0))
     assert len(one.t1_candidates) == 1 and len(one.sc_candidates) == 1
+    assert one.single_candidate
+    f = SINGLE_CANDIDATE_FACTOR
+    assert f >= 2
+    assert all(lo <= t / f * (1 + 1e-12) and hi >= t * f * (1 - 1e-12)
+               for lo, t, hi in zip(one.lower, one.t, one.upper))
     with pytest.raises(NoCandidates):
         predict_migration(MpetDatabase({k: v for k, v in profiles.items() if k[1] in ("T", "P1")
                                         and k[0] != "A" or k == ("A", "P2")}, platforms),
                           "A", "T")
+
+
+def test_curve_space_survives_a_flat_candidate_that_eq21_on_elements_blows_up():
+    """B scales perfectly on P (q's slope ~0): f = slope(A)/slope(B) on the elements is huge;
+    on q(n) values the factor stays near q_A/q_B and the prediction stays sane."""
+    platforms = {"P": {"n_nu": None, "n_ht": None, "nmax": 8},
+                 "T": {"n_nu": None, "n_ht": None, "nmax": 8}}
+    ns = range(1, 9)
+    def prof(t1, slope):
+        return {"t": {n: t1 * (1 + slope * (n - 1)) / n for n in ns}}
+    profiles = {("A", "P"): prof(2.0, 0.1), ("B", "P"): prof(1.0, 1e-6),
+                ("B", "T"): prof(1.5, 0.02), ("A", "T"): prof(3.0, 0.12)}
+    db = MpetDatabase(profiles, platforms)
+    truth = profiles[("A", "T")]["t"]
+    seed = predict_migration(db, "A", "T", SEED_T1, SEED_SC)
+    curve = predict_migration(db, "A", "T")
+    err = lambda p: max(abs(v - truth[n]) / truth[n] for n, v in zip(p.ns, p.t))
+    assert err(seed) > 10          # the elements' factor multiplies the slope by ~1e5
+    assert err(curve) < 0.1
+    assert curve.t1 == pytest.approx(3.0)
 
 
 def test_scalability_prediction_scenario_b_takes_the_closest_workload():
@@ -214,6 +250,29 @@ def test_leave_one_out_evaluation_beats_naive_on_separable_data():
     assert s["mpet"]["full"]["p95"] >= s["mpet"]["full"]["median"]
     assert s["naive"]["t1"] == {"count": 0}
     assert summarise([0.1, 0.4])["gmean"] == pytest.approx(0.2)
+    iv = res["interval"]
+    assert iv["count"] == len(res["cases"]) and 0 <= iv["covered"] <= iv["count"]
+    assert iv["single"] == 0
+
+
+SMALL_T1 = [SEED_T1, Selection(1, 1, "mean", k=0, mean="geometric")]
+SMALL_SC = [SEED_SC, Selection(1, 1, space="curve", mean="geometric")]
+
+
+def test_nested_settings_are_chosen_without_the_workloads_own_data():
+    profiles, platforms = synthetic()
+    res = evaluate_nested(MpetDatabase(profiles, platforms), SMALL_T1, SMALL_SC)
+    assert set(res["chosen"]) == set(WORKLOADS)
+    assert len(res["cases"]) == len(profiles)
+    assert res["summary"]["mpet"]["full"]["count"] == len(profiles)
+    # A's choice is what the database without A gives, so A's own numbers cannot move it
+    without_a = MpetDatabase({k: v for k, v in profiles.items() if k[0] != "A"}, platforms)
+    s1, ss = choose_settings(without_a, SMALL_T1, SMALL_SC)
+    assert res["chosen"]["A"] == {"t1": s1.__dict__, "sc": ss.__dict__}
+    for n in profiles[("A", "T")]["t"]:
+        profiles[("A", "T")]["t"][n] *= 1 + 0.5 * n
+    again = evaluate_nested(MpetDatabase(profiles, platforms), SMALL_T1, SMALL_SC)
+    assert again["chosen"]["A"] == res["chosen"]["A"]
 
 
 # ---- CLI -----------------------------------------------------------------------------------
@@ -237,9 +296,21 @@ def test_eval_mpet_cli_real_run(tmp_path, capsys):
     assert r["predictions"] == 20 and r["platforms"] == 4 and r["workloads"] == 5
     assert r["summary"]["mpet"]["t1"]["gmean"] < 0.001
     assert r["breakpoints"]["T"] == {"n_nu": None, "n_ht": None, "nmax": 12}
+    assert r["setup"] == "default" and r["interval"]["count"] == 20
     assert main(["eval-mpet", "--data", str(path), "--max-factor", "5"]) == 0
     text = capsys.readouterr().out
     assert "scaling" in text and "naive" in text and "same_curve" in text
+    assert "setup default" in text and "interval:" in text
+    assert main(["eval-mpet", "--data", str(path), "--setup", "seed", "--json"]) == 0
+    seed = json.loads(capsys.readouterr().out)["results"][0]
+    assert seed["setup"] == "seed" and seed["summary"]["mpet"]["t1"]["gmean"] < 0.001
+    assert main(["eval-mpet", "--data", str(path), "--setup", "nested", "--json"]) == 0
+    nested = json.loads(capsys.readouterr().out)["results"][0]
+    assert set(nested["chosen"]) == {"A", "B1", "B2", "B3", "B4"}
+    assert main(["eval-mpet", "--data", str(path), "--setup", "nested",
+                 "--max-factor", "5"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "--max-factor" in err[0]
 
 
 def test_eval_mpet_cli_bad_input(tmp_path, capsys):

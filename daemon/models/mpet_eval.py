@@ -7,20 +7,54 @@ per kind (t(1), scaling with the true t(1), full) the table gives the geometric 
 70/80/95 % percentiles, min and max over all predictions, beside two baselines: the naive
 t(n) = t(1)/n and the same curve as on the source platform (the reference closest to T by
 mean platform distance, eq. 19).
+
+``evaluate_nested`` chooses the selection settings inside the leave-one-out: for each workload
+A, the settings of a fixed grid are scored by leave-one-out over the database without any of
+A's profiles, and A's predictions use the best (t(1) and sc chosen separately). A's own
+measurements never take part in choosing how A is predicted.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from typing import Hashable
 
 import numpy as np
 
-from .mpet_curve import cpu_time_ratio, eval_curve, PARAMS
-from .mpet_predict import SEED_SC, SEED_T1, MpetDatabase, NoCandidates, Selection, predict_migration
+from .mpet_predict import (DEFAULT_SC, DEFAULT_T1, SEED_SC, SEED_T1, MpetDatabase, NoCandidates,
+                           Selection, predict_migration)
 
 KINDS = ("t1", "scaling", "full")
 METHODS = ("mpet", "naive", "same_curve")
+
+
+def _grid_t1() -> list[Selection]:
+    out = []
+    for mean in ("geometric", "arithmetic"):
+        for n in (5, 3, 1):
+            for wd in ("mean", "individual"):
+                for k in (0, 3):
+                    out.append(dataclasses.replace(SEED_T1, n_platforms=n, n_workloads=n,
+                                                   workload_distance=wd, k=k, mean=mean))
+    return out
+
+
+def _grid_sc() -> list[Selection]:
+    out = []
+    for base in (DEFAULT_SC, SEED_SC):
+        for n_p, n_w in ((3, 10), (5, 5), (3, 3), (1, 1)):
+            for k in (3, 0):
+                out.append(dataclasses.replace(base, n_platforms=n_p, n_workloads=n_w, k=k))
+    return out
+
+
+# Fixed before looking at any result: the seed's choices (counts 1..10 as in its Fig. 10,
+# mean or individual workload distance, k = 0 or 3, as in section 4.1) crossed with this
+# module's two departures (geometric mean, eq. 21 on q(n) values). The defaults come first,
+# so a tie keeps them.
+T1_GRID = _grid_t1()
+SC_GRID = _grid_sc()
 
 
 def trend_error(pred, meas) -> float:
@@ -30,37 +64,31 @@ def trend_error(pred, meas) -> float:
     return float(np.mean(np.abs(p - m) / m))
 
 
+def gmean(errors) -> float:
+    e = np.asarray([x for x in errors if math.isfinite(x)], dtype=float)
+    return float(np.exp(np.mean(np.log(np.maximum(e, 1e-9))))) if e.size else math.nan
+
+
 def summarise(errors: list[float]) -> dict:
     """Geometric mean, median, 70/80/95 % percentiles, min, max (Table 5's columns), count."""
     e = np.asarray([x for x in errors if math.isfinite(x)], dtype=float)
     if e.size == 0:
         return {"count": 0}
-    gm = float(np.exp(np.mean(np.log(np.maximum(e, 1e-9)))))
-    return {"count": int(e.size), "gmean": gm, "median": float(np.median(e)),
+    return {"count": int(e.size), "gmean": gmean(e), "median": float(np.median(e)),
             "p70": float(np.percentile(e, 70)), "p80": float(np.percentile(e, 80)),
             "p95": float(np.percentile(e, 95)), "min": float(e.min()), "max": float(e.max())}
 
 
-def _source_ratio(db: MpetDatabase, workload, source, ns) -> np.ndarray:
-    """The source platform's n t(n)/t(1): measured where it was, its fitted curve elsewhere."""
-    meas = cpu_time_ratio(db.profiles[(workload, source)].get("t") or {})
-    topo = db.platforms.get(source, {})
-    off = 6 * len(PARAMS)
-    fitted = eval_curve(db.sc[(workload, source)][off: off + 6], ns, topo.get("n_nu"),
-                        topo.get("n_ht"))
-    return np.array([meas.get(float(n), f) for n, f in zip(ns, fitted)])
-
-
-def evaluate(db: MpetDatabase, t1_sel: Selection = SEED_T1, sc_sel: Selection = SEED_SC,
-             only: set | None = None) -> dict:
-    """Leave-one-out over every (workload, platform) with the workload on >= 2 platforms.
-
-    Returns {"summary": {method: {kind: summarise(...)}}, "cases": [...], "skipped": [...]}.
-    """
+def _platforms_of(db: MpetDatabase) -> dict[Hashable, set]:
     on: dict[Hashable, set] = {}
     for w, p in db.profiles:
         on.setdefault(w, set()).add(p)
-    errs = {m: {k: [] for k in KINDS} for m in METHODS}
+    return on
+
+
+def _cases(db: MpetDatabase, only=None):
+    """(key, ns, measured) of every profile to predict, and the skipped ones."""
+    on = _platforms_of(db)
     cases, skipped = [], []
     for key in sorted(db.profiles, key=str):
         a, target = key
@@ -71,10 +99,63 @@ def evaluate(db: MpetDatabase, t1_sel: Selection = SEED_T1, sc_sel: Selection = 
         if not ns or 1 not in ns:
             skipped.append({"workload": a, "platform": target, "why": "no t(1)"})
             continue
-        meas = np.array([float(t.get(n, t.get(float(n)))) for n in ns])
+        cases.append((key, ns, np.array([float(t.get(n, t.get(float(n)))) for n in ns])))
+    return cases, skipped
+
+
+def _score(db: MpetDatabase, t1_grid: list[Selection], sc_grid: list[Selection]):
+    """Leave-one-out geometric-mean error of t(1) per t1 setting and of scaling per sc one."""
+    e1 = [[] for _ in t1_grid]
+    es = [[] for _ in sc_grid]
+    cases, _ = _cases(db)
+    for key, ns, meas in cases:
         rest = db.without(key)
+        for i in range(max(len(t1_grid), len(sc_grid))):
+            t1_sel, sc_sel = t1_grid[i % len(t1_grid)], sc_grid[i % len(sc_grid)]
+            try:
+                pred = predict_migration(rest, key[0], key[1], t1_sel, sc_sel, ns=ns)
+            except NoCandidates:
+                break
+            if i < len(t1_grid):
+                e1[i].append(abs(pred.t1 - meas[0]) / meas[0])
+            if i < len(sc_grid):
+                es[i].append(trend_error(meas[0] * np.asarray(pred.t) / pred.t1, meas))
+    big = math.inf
+    s1 = [gmean(e) if e else big for e in e1]
+    ss = [gmean(e) if e else big for e in es]
+    s1 = [big if not math.isfinite(x) else x for x in s1]
+    ss = [big if not math.isfinite(x) else x for x in ss]
+    return s1, ss
+
+
+def choose_settings(db: MpetDatabase, t1_grid=None, sc_grid=None) -> tuple[Selection, Selection]:
+    """The t(1) and sc settings with the lowest leave-one-out error on ``db`` (first on ties)."""
+    t1_grid = t1_grid or T1_GRID
+    sc_grid = sc_grid or SC_GRID
+    s1, ss = _score(db, t1_grid, sc_grid)
+    return t1_grid[int(np.argmin(s1))], sc_grid[int(np.argmin(ss))]
+
+
+def evaluate(db: MpetDatabase, t1_sel: Selection = DEFAULT_T1, sc_sel: Selection = DEFAULT_SC,
+             only: set | None = None, settings=None) -> dict:
+    """Leave-one-out over every (workload, platform) with the workload on >= 2 platforms.
+
+    ``settings``: workload -> (t1_sel, sc_sel), overriding the two for that workload.
+    Returns {"summary": {method: {kind: summarise(...)}}, "cases": [...], "skipped": [...],
+    "interval": {count, covered, single}} (covered: cases whose measured t(n) lay inside the
+    predicted interval at every n; single: cases resting on one candidate).
+    """
+    on = _platforms_of(db)
+    errs = {m: {k: [] for k in KINDS} for m in METHODS}
+    cases, skipped = _cases(db, only)
+    rows = []
+    covered = single = 0
+    for key, ns, meas in cases:
+        a, target = key
+        rest = db.without(key)
+        s1, ss = (settings or {}).get(a, (t1_sel, sc_sel))
         try:
-            pred = predict_migration(rest, a, target, t1_sel, sc_sel, ns=ns)
+            pred = predict_migration(rest, a, target, s1, ss, ns=ns)
         except NoCandidates as exc:
             skipped.append({"workload": a, "platform": target, "why": str(exc)})
             continue
@@ -85,10 +166,15 @@ def evaluate(db: MpetDatabase, t1_sel: Selection = SEED_T1, sc_sel: Selection = 
         refs = sorted(p for p in on[a] if p != target)
         dpm = [dist.d_p_mean(p, target) for p in refs]
         source = refs[int(np.argmin([d if math.isfinite(d) else 2.0 for d in dpm]))]
-        src_q = _source_ratio(rest, a, source, nsa)
+        src_q = rest.q_values((a, source), nsa)
         src_t1 = rest.t1((a, source))
+        inside = bool(np.all((np.asarray(pred.lower) <= meas) & (meas <= np.asarray(pred.upper))))
+        covered += inside
+        single += pred.single_candidate
         row = {"workload": a, "platform": target, "source": source, "ns": ns,
-               "measured": meas.tolist(), "predicted": pred.t}
+               "measured": meas.tolist(), "predicted": pred.t, "lower": pred.lower,
+               "upper": pred.upper, "single_candidate": pred.single_candidate,
+               "inside": inside}
         found = {
             "mpet": (abs(pred.t1 - t1) / t1, trend_error(t1 * shape, meas),
                      trend_error(pred.t, meas)),
@@ -102,6 +188,24 @@ def evaluate(db: MpetDatabase, t1_sel: Selection = SEED_T1, sc_sel: Selection = 
             row[m] = dict(zip(KINDS, vals))
             for k, v in zip(KINDS, vals):
                 errs[m][k].append(v)
-        cases.append(row)
+        rows.append(row)
     summary = {m: {k: summarise(errs[m][k]) for k in KINDS} for m in METHODS}
-    return {"summary": summary, "cases": cases, "skipped": skipped}
+    return {"summary": summary, "cases": rows, "skipped": skipped,
+            "interval": {"count": len(rows), "covered": covered, "single": single}}
+
+
+def evaluate_nested(db: MpetDatabase, t1_grid=None, sc_grid=None) -> dict:
+    """``evaluate`` with each workload's settings chosen by ``choose_settings`` on the
+    database without that workload (see the module docstring); "chosen" lists them."""
+    chosen = {}
+    for a in sorted(_platforms_of(db), key=str):
+        train = MpetDatabase({k: v for k, v in db.profiles.items() if k[0] != a}, db.platforms,
+                             {k: v for k, v in db.sc.items() if k[0] != a}, db.counters)
+        if not _cases(train)[0]:
+            chosen[a] = (DEFAULT_T1, DEFAULT_SC)
+            continue
+        chosen[a] = choose_settings(train, t1_grid, sc_grid)
+    res = evaluate(db, settings=chosen)
+    res["chosen"] = {a: {"t1": dataclasses.asdict(s1), "sc": dataclasses.asdict(ss)}
+                     for a, (s1, ss) in chosen.items()}
+    return res

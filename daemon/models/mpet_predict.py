@@ -10,13 +10,15 @@ only t(1) (and counters at n = 1) on P; its scaling elements come from the close
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from dataclasses import dataclass, field
 from typing import Hashable, Mapping
 
 import numpy as np
 
-from .mpet_curve import feature_names, feature_vector, time_curve
+from .mpet_curve import (PARAMS, cpu_time_ratio, eval_curve, feature_names, feature_vector,
+                         fit_curve, time_curve)
 from .mpet_distance import Distances, normalise, tuple_distance
 
 
@@ -28,6 +30,15 @@ class Selection:
     ``n_platforms`` distinct P and ``n_workloads`` distinct B are used. ``workload_distance`` and
     ``platform_distance`` pick the individual (eq. 16-17) or mean (eq. 18-19) distances;
     ``weight`` says which distance gives w = 1 - D ("a", "p" or "t"); ``k`` is r(w)'s exponent.
+
+    Two choices beyond the seed (defaults = the seed as written):
+    ``space`` = "elements" applies eq. 21/23 to each element of sc (for sc) or to t(1);
+    "curve" (sc only) applies them to the cpu-time ratio q(n) = n t(n)/t(1) at each of the
+    target's core counts (measured, or the fitted curve beyond the measured counts) and rebuilds
+    t(n) = t(1) q(n)/n: q(n) is positive and 1 at n = 1, while the linear-fit elements of a
+    curve change sign and pass near 0, where f = sc(P,A)/sc(P,B) explodes.
+    ``mean`` = "arithmetic" is eq. 23; "geometric" is its weighted geometric mean, the mean
+    that suits ratios (a factor of 2 and one of 1/2 average to 1); it leaves out values <= 0.
     """
     n_platforms: int = 3
     n_workloads: int = 10
@@ -39,6 +50,8 @@ class Selection:
     # or negative, leaves its candidate out of that element; near-zero denominators otherwise
     # blow single elements up by orders of magnitude.
     max_factor: float | None = None
+    space: str = "elements"
+    mean: str = "arithmetic"
 
     def __post_init__(self):
         if self.n_platforms < 1 or self.n_workloads < 1:
@@ -52,6 +65,10 @@ class Selection:
             raise ValueError("k is one of 0, 1, 2, 3 (eq. 22)")
         if self.max_factor is not None and not self.max_factor > 1:
             raise ValueError("max_factor must be > 1 (or None)")
+        if self.space not in ("elements", "curve"):
+            raise ValueError("space is 'elements' or 'curve'")
+        if self.mean not in ("arithmetic", "geometric"):
+            raise ValueError("mean is 'arithmetic' or 'geometric'")
 
 
 # Section 4.1's final setup: t(1) from 5 workloads x 5 platforms rated by mean workload and
@@ -61,6 +78,15 @@ SEED_T1 = Selection(n_platforms=5, n_workloads=5, workload_distance="mean",
                     platform_distance="individual", weight="a", k=0)
 SEED_SC = Selection(n_platforms=3, n_workloads=10, workload_distance="individual",
                     platform_distance="individual", weight="a", k=3)
+# The default here: the seed's counts, distances and weights, with eq. 21/23 on q(n) values and
+# the geometric mean of the factors (see Selection). Fixed on those grounds, not tuned on the
+# evaluation sets (docs/mpet.md gives both setups' figures).
+DEFAULT_T1 = dataclasses.replace(SEED_T1, mean="geometric")
+DEFAULT_SC = dataclasses.replace(SEED_SC, space="curve", mean="geometric")
+# Beside a single candidate the spread of candidates says nothing: the interval is at least
+# [t/f, t f] with this f (the leave-one-out full-prediction errors' 80 % percentile is 50-75 %
+# on the two datasets, docs/mpet.md).
+SINGLE_CANDIDATE_FACTOR = 2.0
 
 
 @dataclass
@@ -83,6 +109,11 @@ class Prediction:
     t: list[float]
     t1_candidates: list[Candidate] = field(default_factory=list)
     sc_candidates: list[Candidate] = field(default_factory=list)
+    # Interval per n: min..max of the single candidates' predictions around the weighted one,
+    # at least [t/f, t f] (SINGLE_CANDIDATE_FACTOR) where t(1) or sc rests on one candidate.
+    lower: list[float] = field(default_factory=list)
+    upper: list[float] = field(default_factory=list)
+    single_candidate: bool = False
 
 
 class NoCandidates(ValueError):
@@ -118,14 +149,28 @@ class MpetDatabase:
         v = t.get(1, t.get(1.0))
         return float(v) if v is not None else math.nan
 
+    def q_values(self, key, ns) -> np.ndarray:
+        """q(n) = n t(n)/t(1) of a profile at ``ns``: measured where it was, else its fitted
+        curve (eq. 5-7 on its platform's breakpoints), which extrapolates beyond its cores."""
+        meas = cpu_time_ratio(self.profiles[key].get("t") or {})
+        topo = self.platforms.get(key[1], {})
+        off = 6 * len(PARAMS)
+        ns = np.asarray(list(ns), dtype=float)
+        fitted = eval_curve(self.sc[key][off: off + 6], ns, topo.get("n_nu"), topo.get("n_ht"))
+        return np.array([meas.get(float(n), f) for n, f in zip(ns, fitted)])
+
     def without(self, key) -> "MpetDatabase":
         profiles = {k: v for k, v in self.profiles.items() if k != key}
         return MpetDatabase(profiles, self.platforms, {k: v for k, v in self.sc.items()
                                                        if k != key}, self.counters)
 
     def distances(self) -> Distances:
-        # eq. 10-12 over the database and the query (the query's profiles are in it)
-        return Distances(normalise(self.sc))
+        # eq. 10-12 over the database and the query (the query's profiles are in it); computed
+        # once per database (the profiles do not change after construction)
+        got = getattr(self, "_dist", None)
+        if got is None:
+            got = self._dist = Distances(normalise(self.sc))
+        return got
 
 
 def penalty(w: np.ndarray, k: int) -> np.ndarray:
@@ -138,13 +183,15 @@ def penalty(w: np.ndarray, k: int) -> np.ndarray:
 
 
 def reconstruct(target_vals: np.ndarray, ref_a: np.ndarray, ref_b: np.ndarray,
-                r: np.ndarray, max_factor: float | None = None) -> np.ndarray:
+                r: np.ndarray, max_factor: float | None = None,
+                mean: str = "arithmetic") -> np.ndarray:
     """Eq. 21 and 23 per element: sum_C[sc(T,B) f(C) r] / sum_C r, f = sc(P,A) / sc(P,B).
 
     Rows are candidates, columns elements. A candidate without a usable factor for an element
-    (invalid value, zero denominator) is left out of that element's sum; an element no candidate
-    can give stays invalid. Where the penalty zeroes every usable candidate (k > 0 leaves only
-    the farthest), they are averaged unweighted.
+    (invalid value, zero denominator; with ``mean="geometric"`` also a value <= 0) is left out
+    of that element's sum; an element no candidate can give stays invalid. Where the penalty
+    zeroes every usable candidate (k > 0 leaves only the farthest), they are averaged
+    unweighted. ``mean="geometric"``: exp of the same weighted mean of the logarithms.
     """
     tv, ra, rb = (np.atleast_2d(np.asarray(x, dtype=float)) for x in (target_vals, ref_a, ref_b))
     with np.errstate(all="ignore"):
@@ -152,6 +199,8 @@ def reconstruct(target_vals: np.ndarray, ref_a: np.ndarray, ref_b: np.ndarray,
         val = tv * f
         if max_factor is not None:
             val = np.where((f > 0) & (np.abs(np.log(f)) <= math.log(max_factor)), val, np.nan)
+        if mean == "geometric":
+            val = np.where(val > 0, np.log(val), np.nan)
     ok = np.isfinite(val)
     rr = np.broadcast_to(np.asarray(r, dtype=float)[:, None], val.shape)
     wsum = np.where(ok, rr, 0.0).sum(axis=0)
@@ -162,7 +211,7 @@ def reconstruct(target_vals: np.ndarray, ref_a: np.ndarray, ref_b: np.ndarray,
         out = np.where(wsum > 0, num / np.where(wsum > 0, wsum, 1.0),
                        plain / np.where(cnt > 0, cnt, 1))
     out[cnt == 0] = np.nan
-    return out
+    return np.exp(out) if mean == "geometric" else out
 
 
 def _candidates(dist: Distances, db: MpetDatabase, workload, target, sel: Selection,
@@ -198,40 +247,93 @@ def _weights(cands: list[Candidate], sel: Selection) -> np.ndarray:
     return r
 
 
-def predict_migration(db: MpetDatabase, workload, target, t1_sel: Selection = SEED_T1,
-                      sc_sel: Selection = SEED_SC, refs=None, ns=None) -> Prediction:
+def predict_migration(db: MpetDatabase, workload, target, t1_sel: Selection = DEFAULT_T1,
+                      sc_sel: Selection = DEFAULT_SC, refs=None, ns=None) -> Prediction:
     """Scenario (a): t(1) and sc of ``workload`` on ``target`` from its profiles on ``refs``
     (default: every platform it is profiled on but the target) and the target's suite.
 
-    t(1) and sc use separate selections (section 4.1). The profile (workload, target), if
-    present, is not used: call on ``db.without((workload, target))`` to be sure.
+    t(1) and sc use separate selections (section 4.1; ``SEED_T1``/``SEED_SC`` = the seed as
+    written). The profile (workload, target), if present, is not used: call on
+    ``db.without((workload, target))`` to be sure.
     """
     db = db.without((workload, target)) if (workload, target) in db.sc else db
     dist = db.distances()
     topo = db.platforms.get(target, {})
     if ns is None:
         ns = list(range(1, int(topo.get("nmax") or 1) + 1))
-    out = {}
+    nsa = np.asarray(list(ns), dtype=float)
+    cands, rows = {}, {}
     for name, sel in (("t1", t1_sel), ("sc", sc_sel)):
-        cands = _candidates(dist, db, workload, target, sel, refs)
-        if not cands:
+        cs = _candidates(dist, db, workload, target, sel, refs)
+        if not cs:
             raise NoCandidates(f"no candidate: {workload!r} shares no platform with a workload "
                                f"measured on {target!r}")
-        r = _weights(cands, sel)
+        _weights(cs, sel)
+        cands[name] = cs
         if name == "t1":
-            tv = np.array([[db.t1((c.workload, target))] for c in cands])
-            ra = np.array([[db.t1((workload, c.platform))] for c in cands])
-            rb = np.array([[db.t1((c.workload, c.platform))] for c in cands])
+            rows[name] = [np.array([[db.t1((c.workload, target))] for c in cs]),
+                          np.array([[db.t1((workload, c.platform))] for c in cs]),
+                          np.array([[db.t1((c.workload, c.platform))] for c in cs])]
         else:
-            tv = np.vstack([db.sc[(c.workload, target)] for c in cands])
-            ra = np.vstack([db.sc[(workload, c.platform)] for c in cands])
-            rb = np.vstack([db.sc[(c.workload, c.platform)] for c in cands])
-        out[name] = (reconstruct(tv, ra, rb, r, sel.max_factor), cands)
-    t1 = float(out["t1"][0][0])
-    sc = out["sc"][0]
-    t = time_curve(t1, sc, ns, topo.get("n_nu"), topo.get("n_ht"))
-    return Prediction(workload, target, t1, sc, list(ns), [float(x) for x in t],
-                      out["t1"][1], out["sc"][1])
+            rows[name] = [np.vstack([db.sc[(c.workload, target)] for c in cs]),
+                          np.vstack([db.sc[(workload, c.platform)] for c in cs]),
+                          np.vstack([db.sc[(c.workload, c.platform)] for c in cs])]
+            if sel.space == "curve":
+                rows["q"] = [np.vstack([db.q_values((c.workload, target), nsa) for c in cs]),
+                             np.vstack([db.q_values((workload, c.platform), nsa) for c in cs]),
+                             np.vstack([db.q_values((c.workload, c.platform), nsa) for c in cs])]
+
+    def combine(name, sel, r):
+        return reconstruct(*rows[name], r, sel.max_factor, sel.mean)
+
+    r1 = np.array([c.weight for c in cands["t1"]])
+    rs = np.array([c.weight for c in cands["sc"]])
+    t1 = float(combine("t1", t1_sel, r1)[0])
+    sc = combine("sc", sc_sel, rs)
+    if sc_sel.space == "curve":
+        q = combine("q", sc_sel, rs)
+        # sc's q(n) part refitted to the predicted values, so sc describes what t(n) shows
+        off = 6 * len(PARAMS)
+        sc[off: off + 6] = fit_curve(nsa, q, topo.get("n_nu"), topo.get("n_ht"))
+        t = t1 * q / nsa
+    else:
+        t = time_curve(t1, sc, nsa, topo.get("n_nu"), topo.get("n_ht"))
+    pred = Prediction(workload, target, t1, sc, [int(n) for n in nsa], [float(x) for x in t],
+                      cands["t1"], cands["sc"])
+    _interval(pred, rows, t1_sel, sc_sel, topo, nsa)
+    return pred
+
+
+def _interval(pred: Prediction, rows: dict, t1_sel: Selection, sc_sel: Selection, topo: dict,
+              nsa: np.ndarray) -> None:
+    """Fill pred.lower/upper: each single candidate's t(1) times each single candidate's
+    curve shape, around the weighted prediction; widened where one candidate is all there is."""
+    one = np.ones(1)
+    t1s = [float(reconstruct(*(x[i: i + 1] for x in rows["t1"]), one, t1_sel.max_factor)[0])
+           for i in range(len(pred.t1_candidates))]
+    t1s = [v for v in t1s if math.isfinite(v) and v > 0] or [pred.t1]
+    base = np.asarray(pred.t) / pred.t1
+    shapes = [base]
+    for i in range(len(pred.sc_candidates)):
+        if sc_sel.space == "curve":
+            q = reconstruct(*(x[i: i + 1] for x in rows["q"]), one, sc_sel.max_factor)
+            shape = q / nsa
+        else:
+            sc = reconstruct(*(x[i: i + 1] for x in rows["sc"]), one, sc_sel.max_factor)
+            sc = np.where(np.isfinite(sc), sc, pred.sc)
+            shape = time_curve(1.0, sc, nsa, topo.get("n_nu"), topo.get("n_ht"))
+        if np.all(np.isfinite(shape)) and np.all(shape > 0):
+            shapes.append(shape)
+    shapes = np.vstack(shapes)
+    t = np.asarray(pred.t)
+    lo = np.minimum(shapes.min(axis=0) * min(t1s), t)
+    hi = np.maximum(shapes.max(axis=0) * max(t1s), t)
+    pred.single_candidate = len(pred.t1_candidates) == 1 or len(pred.sc_candidates) == 1
+    if pred.single_candidate:
+        lo = np.minimum(lo, t / SINGLE_CANDIDATE_FACTOR)
+        hi = np.maximum(hi, t * SINGLE_CANDIDATE_FACTOR)
+    pred.lower = [float(x) for x in lo]
+    pred.upper = [float(x) for x in hi]
 
 
 def predict_scalability(db: MpetDatabase, workload, platform, sel: Selection = SEED_SC,
