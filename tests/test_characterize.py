@@ -75,7 +75,7 @@ def test_characterize_resumes_and_predict_migrates(two_boards):
     assert p.returncode == 0, p.stderr
     assert p.stdout.splitlines()[1:] == [
         "skipped (already measured): pi_integrate, triad",
-        "nothing to queue: every kernel is already measured"]
+        "nothing to queue: every workload is already measured"]
     assert len(two_boards.status()["jobs"]) == 2
 
     p = characterize(ep, "xu4", "--wait")
