@@ -455,3 +455,105 @@ def write_store_csv(path: Any, rows: list[dict[str, Any]]) -> None:
         w = csv.DictWriter(fh, fieldnames=[*CSV_COLUMNS, *PARAMS])
         w.writeheader()
         w.writerows(rows)
+
+
+# -- eval-mpet over combined CSVs or the daemon's store ----------------------------------------
+def add_eval_sources(p: argparse.ArgumentParser) -> None:
+    """``opptune eval-mpet``'s other sources: several CSVs as one database, the store."""
+    g = p.add_argument_group("other sources")
+    g.add_argument("--combine", action="store_true",
+                   help="evaluate the --data files as one database (e.g. the per-board "
+                        "data/bench_suite_*/data.csv, each holding one platform)")
+    g.add_argument("--daemon", metavar="ENDPOINT",
+                   help="evaluate the measurements in this running daemon's store (what "
+                        "'opptune characterize' measured; with --data and --combine, beside "
+                        "those files)")
+    g.add_argument("--size", help="with --daemon: only this size class")
+    g.add_argument("--save-csv", metavar="FILE.csv",
+                   help="with --daemon: also write the store's measurements as a CSV that "
+                        "--data reads")
+    g.add_argument("--timeout", type=float, default=30.0,
+                   help="with --daemon: seconds to wait for its answer")
+    p.set_defaults(func=cmd_eval_sources)
+
+
+def _combine_csvs(paths: list[str], rows: list[dict[str, Any]], out: Any) -> None:
+    import csv
+    from .mpet_cli import MpetInputError
+    fields: list[str] = list(rows[0]) if rows else []
+    every = list(rows)
+    for path in paths:
+        try:
+            with open(path, newline="") as fh:
+                r = csv.DictReader(fh)
+                every += list(r)
+                fields += [f for f in r.fieldnames or [] if f not in fields]
+        except (OSError, UnicodeDecodeError, csv.Error) as exc:
+            raise MpetInputError(f"cannot read {path}: {exc}; give a CSV of measurements")
+    with open(out, "w", newline="") as fh:
+        w = csv.DictWriter(fh, fieldnames=fields, restval="")
+        w.writeheader()
+        w.writerows(every)
+
+
+def cmd_eval_sources(args: argparse.Namespace) -> int:
+    import tempfile
+    from pathlib import Path
+    from .mpet_cli import MpetInputError, cmd_eval_mpet, format_table, run
+    if not args.combine and not args.daemon:
+        if args.size or args.save_csv:
+            print("opptune eval-mpet: --size and --save-csv go with --daemon ENDPOINT",
+                  file=sys.stderr)
+            return 2
+        return cmd_eval_mpet(args)
+    if args.combine and not args.data and not args.daemon:
+        print("opptune eval-mpet: --combine needs --data FILE.csv (two or more) or --daemon",
+              file=sys.stderr)
+        return 2
+    rows: list[dict[str, Any]] = []
+    label = []
+    if args.daemon:
+        from .client import ask
+        data, rc = ask("opptune eval-mpet", args.daemon, "mpet_data",
+                       {"size": args.size} if args.size else {}, timeout_s=args.timeout)
+        if rc is not None:
+            return rc
+        rows = store_rows(data, args.size)
+        if not rows:
+            print(f"opptune eval-mpet: the daemon at {args.daemon} has no measurements"
+                  + (f" of size {args.size}" if args.size else "") + "; run 'opptune "
+                  "characterize --agent AGENT' first", file=sys.stderr)
+            return 2
+        label.append(f"store of {args.daemon}")
+        if args.save_csv:
+            try:
+                write_store_csv(args.save_csv, rows)
+            except OSError as exc:
+                print(f"opptune eval-mpet: --save-csv {args.save_csv}: {exc}", file=sys.stderr)
+                return 2
+    paths = list(args.data or []) if (args.combine or not args.daemon) else []
+    if args.data and args.daemon and not args.combine:
+        print("opptune eval-mpet: --data with --daemon needs --combine (one database of both)",
+              file=sys.stderr)
+        return 2
+    label += paths
+    with tempfile.TemporaryDirectory(prefix="opptune-eval-mpet-") as tmp:
+        merged = Path(tmp) / "combined.csv"
+        try:
+            _combine_csvs(paths, rows, merged)
+            results = run([str(merged)], args.max_factor)
+        except MpetInputError as exc:
+            print(f"opptune eval-mpet: {str(exc).replace(str(merged), ' + '.join(label))}",
+                  file=sys.stderr)
+            return 2
+    for r in results:
+        r["data"] = " + ".join(label)
+    if args.json:
+        for r in results:
+            r.pop("cases")
+        json.dump({"results": results}, sys.stdout, indent=2, allow_nan=False,
+                  default=lambda o: None)
+        print()
+    else:
+        print("\n\n".join(format_table(r) for r in results))
+    return 0

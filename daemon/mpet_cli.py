@@ -149,6 +149,8 @@ def add_parser(subparsers: Any) -> None:
                         "[1/X, X] or is negative (X > 1; default: eq. 21 as written)")
     p.add_argument("--json", action="store_true", help="print JSON")
     p.set_defaults(func=cmd_eval_mpet)
+    from .characterize_cli import add_eval_sources  # --combine, --daemon (the store)
+    add_eval_sources(p)
 
 
 def run(paths: list[str], max_factor: float | None = None) -> list[dict]:

@@ -86,7 +86,8 @@ def test_characterize_includes_the_command_workload(cluster):
     assert all(ln[0] == ln[1] == ln[2] and ln[3] == "default" for ln in lines), lines
     # its runs carry no MPET parameters, marked invalid (not zero); the kernels' carry them
     recs = {w: [json.loads(t) if m is None else msgpack.unpackb(m) for t, m in cluster.rows(
-        "SELECT record, record_msgpack FROM runs WHERE workload=? AND ok=1", w)]
+        "SELECT record, record_msgpack FROM runs WHERE workload=? AND ok=1 "
+        "AND job_id IN (SELECT job_id FROM jobs)", w)]
         for w in ("omp_like", "triad")}
     assert len(recs["omp_like"]) == 2
     for r in recs["omp_like"]:
@@ -132,13 +133,17 @@ def test_scenario_c_edited_lock_wait_moves_the_prediction(cluster, tmp_path):
     # R(2) = exec_s(2) / t(1), derived by the daemon (a parallel run cannot know t(1))
     assert prof["params"]["2"]["R"] > 0 and prof["params"]["1"]["R"] > 0
 
+    # double the lock wait where the run leaves room (U(2) stays > 0), else add half the room
+    p2 = prof["params"]["2"]
+    over = sum(p2[k] for k in ("l", "w", "c", "d", "s", "j"))
+    f = f"{min(2.0, 1 + (1 - over) / (2 * p2['l'])):.4f}x"
     base = predict_json(cluster, "--workload", "locked_update", "--on", "test-agent", "--set",
                         "l=1x")
     more = predict_json(cluster, "--workload", "locked_update", "--on", "test-agent", "--set",
-                        "l=2x")
+                        f"l={f}")
     less = predict_json(cluster, "--workload", "locked_update", "--on", "test-agent", "--set",
                         "l=0x")
-    assert more["scenario"].startswith("c ") and more["edits"] == ["l=2x"]
+    assert more["scenario"].startswith("c ") and more["edits"] == [f"l={float(f[:-1]):g}x"]
     b, m, s = (o["prediction"][1] for o in (base, more, less))
     assert s["time_s"] < b["time_s"] < m["time_s"]
     assert m["unedited_s"] == pytest.approx(b["time_s"])
@@ -148,15 +153,15 @@ def test_scenario_c_edited_lock_wait_moves_the_prediction(cluster, tmp_path):
         pytest.approx([r["time_s"] / 2 for r in base["prediction"]])
 
     edits = tmp_path / "edits.json"
-    edits.write_text(json.dumps({"l": "2x"}))
+    edits.write_text(json.dumps({"l": f}))
     same = predict_json(cluster, "--workload", "locked_update", "--on", "test-agent", "--edits",
                         str(edits))
     assert same["prediction"] == more["prediction"]
 
-    p = predict(cluster, "--workload", "locked_update", "--on", "test-agent", "--set", "l=2x")
+    p = predict(cluster, "--workload", "locked_update", "--on", "test-agent", "--set", "l=0x")
     assert p.returncode == 0, p.stderr
     lines = p.stdout.splitlines()
-    assert lines[1] == "edits: l=2x"
+    assert lines[1] == "edits: l=0x"
     assert lines[2].split() == ["n", "t(n)", "s", "interval", "s", "unedited", "s"]
 
     # the external command: q (its cpu-time ratio) can be edited, its runtime parameters not
@@ -174,8 +179,8 @@ def test_scenario_c_edited_lock_wait_moves_the_prediction(cluster, tmp_path):
     (("--workload", "omp_like", "--on", "test-agent", "--set", "l=2x"),
      "opptune predict: --set l=2x: this workload has no runtime parameters (an external "
      "command"),
-    (("--workload", "locked_update", "--on", "test-agent", "--set", "l=30x"),
-     "opptune predict: the edits leave no useful time at n = 2"),
+    (("--workload", "locked_update", "--on", "test-agent", "--set", "w=1.5"),
+     "opptune predict: the edits leave no useful time at n = 1"),
     (("--workload", "locked_update", "--on", "test-agent", "--from", "test-agent"),
      "opptune predict: give either --on P (scaling on the measured platform) or --from P"),
     (("--on", "test-agent"), "opptune predict: MPET scaling needs --workload too"),
@@ -192,3 +197,28 @@ def test_bad_input_is_one_line(cluster, argv, msg):
     assert p.returncode == 2 and p.stdout == "", p.stdout
     (line,) = p.stderr.strip().splitlines()
     assert line.startswith(msg), line
+
+
+def test_eval_mpet_over_the_store(cluster, tmp_path):
+    ep = cluster.endpoint
+    saved = tmp_path / "store.csv"
+    p = opptune("eval-mpet", "--daemon", ep, "--save-csv", str(saved))
+    # one platform: nothing to evaluate, but what it holds is written
+    assert p.returncode == 2 and p.stdout == ""
+    assert p.stderr.strip() == (f"opptune eval-mpet: store of {ep}: no workload is measured on "
+                                f"two platforms that share another workload; nothing to "
+                                f"evaluate")
+    import csv
+    rows = list(csv.DictReader(saved.open()))
+    assert sorted((r["workload"], r["cores"]) for r in rows) == \
+        sorted((w, n) for w in (*KERNELS, "omp_like") for n in ("1", "2"))
+    assert all(r["R"] == "" for r in rows if r["workload"] == "omp_like")
+    assert all(float(r["R"]) > 0 for r in rows if r["workload"] != "omp_like")
+
+    board = str(__import__("pathlib").Path(__file__).resolve().parents[1]
+                / "data/bench_suite_rpi4/data.csv")
+    p = opptune("eval-mpet", "--daemon", ep, "--combine", "--data", board, "--json")
+    assert p.returncode == 0, p.stderr
+    (res,) = json.loads(p.stdout)["results"]
+    assert res["platforms"] == 2 and res["data"] == f"store of {ep} + {board}"
+    assert res["predictions"] == 2 * len(KERNELS)  # each kernel on each, from the other
