@@ -152,6 +152,11 @@ class Runner:
             log.exception("run of %s failed", spec.workload)
             rec.ok, rec.error = False, f"{type(exc).__name__}: {exc}"[:MAX_ERR_TEXT]
             rec.time_s = None
+        if rec.ok and "mpet" not in rec.extra and \
+                self.workloads.get(spec.workload).kind == "command":
+            # an external command has no instrumented runtime: MPET's R..j are unknown, not 0
+            rec.invalid["mpet"] = ("external command: no runtime accounting, MPET parameters "
+                                   "R l w c d s j invalid")
         for name, reason in self.invalid_defaults.items():
             if getattr(rec, name, None) is None and name not in rec.invalid:
                 rec.invalid[name] = reason

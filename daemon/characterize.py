@@ -1,7 +1,9 @@
 """The daemon's side of ``opptune characterize`` and ``opptune predict --from/--to``.
 
 ``characterize``: one sweep job per bench_suite kernel the agent offers (kind "kernel" in its
-hello), over all of the board's cores and, where the board has cpufreq, ``FREQ_STEPS``
+hello) and, unless args.commands is false, per command workload of its configuration (kind
+"command": external programs, e.g. OpenMP binaries, which get t(n) but no MPET runtime
+parameters; each runs at the size asked where it has it, else at its first size), over all of the board's cores and, where the board has cpufreq, ``FREQ_STEPS``
 frequencies spread over its range (min, mid, max), else at the board's own frequency. A kernel
 with a done job of the same size for that agent is skipped (resuming after an interruption);
 one with a job still under way (or expired, which is resent at the agent's hello) is reported,
@@ -9,7 +11,8 @@ not sent twice; one whose job failed is queued again.
 
 ``mpet_data``: the MPET database of the store: per (workload, platform) the median time per core
 count (at the highest frequency measured for that group; runs at the board's own frequency when
-there is none), the mean MPET parameters per core count (rec.extra["mpet"], where recorded), and
+there is none), the mean MPET parameters per core count (rec.extra["mpet"], where recorded; R(n)
+of a parallel run = its exec_s over the group's median t(1), as bench_suite.accounting says), and
 per platform its breakpoints from its description (n_nu: cpus of the sweep order on the first
 NUMA node when the order spans more; n_ht: physical cores filled before SMT siblings).
 """
@@ -45,36 +48,48 @@ def characterize(d: Daemon, args: dict[str, Any]) -> dict[str, Any]:
         raise HandlerError("unknown_agent", f"no agent '{agent}'")
     kernels = sorted(w["name"] for w in info.workloads
                      if isinstance(w, dict) and w.get("kind") == "kernel")
-    if not kernels:
+    with_commands = args.get("commands", True)
+    if not isinstance(with_commands, bool):
+        raise HandlerError("bad_args", "characterize args.commands must be true or false")
+    commands = {w["name"]: list(w.get("sizes") or ["default"]) for w in info.workloads
+                if with_commands and isinstance(w, dict) and w.get("kind") == "command"
+                and isinstance(w.get("name"), str)}
+    if not kernels and not commands:
         raise HandlerError("no_kernels", f"agent '{agent}' offers no bench_suite kernel: set "
                                          "bench_kernels = [\"all\"] in its configuration")
     size = args.get("size") or d.config.sweep.size
     if not isinstance(size, str):
         raise HandlerError("bad_args", "characterize args.size must be text")
+    # a command runs at the size asked where it has it, else at its first (its own) size
+    sizes = {k: size for k in kernels}
+    sizes.update({c: size if size in s else s[0] for c, s in commands.items()})
     opts = {k: args[k] for k in ("reps", "max_cores") if args.get(k) is not None}
     opts["warmup"] = args.get("warmup", 0)
-    done, under_way, todo = [], [], []
-    jobs = [j for j in d.store.jobs() if j["agent"] == agent and j["size"] == size]
-    for k in kernels:
-        mine = [j for j in jobs if j["workload"] == k]
+    done, under_way, todo = [], [], {}
+    jobs = [j for j in d.store.jobs() if j["agent"] == agent]
+    for k in sorted(sizes):
+        mine = [j for j in jobs if j["workload"] == k and j["size"] == sizes[k]]
         if any(j["state"] == "done" for j in mine):
             done.append(k)
         elif any(j["state"] in FOLLOWED for j in mine):
             under_way += [_job(j) for j in mine if j["state"] in FOLLOWED]
         else:
-            todo.append(k)
+            todo.setdefault(sizes[k], []).append(k)
     grid: str | int = FREQ_STEPS
     queued: list[dict[str, Any]] = []
-    if todo:
-        query = {"agent": agent, "workloads": todo, "size": size, **opts}
-        try:
-            queued = d.sweeps.query({**query, "frequency_grid": FREQ_STEPS})
-        except HandlerError as exc:
-            if exc.code != "bad_args" or "cannot plan" not in str(exc):
-                raise
-            grid = "none"  # no cpufreq to set: cores only, at the board's own frequency
-            queued = d.sweeps.query({**query, "frequency_grid": "none"})
-    return {"agent": agent, "size": size, "kernels": kernels, "skipped": done,
+    for sz, names in sorted(todo.items()):
+        query = {"agent": agent, "workloads": names, "size": sz, **opts}
+        if grid != "none":
+            try:
+                queued += d.sweeps.query({**query, "frequency_grid": FREQ_STEPS})
+                continue
+            except HandlerError as exc:
+                if exc.code != "bad_args" or "cannot plan" not in str(exc):
+                    raise
+                grid = "none"  # no cpufreq to set: cores only, at the board's own frequency
+        queued += d.sweeps.query({**query, "frequency_grid": "none"})
+    return {"agent": agent, "size": size, "kernels": kernels, "commands": sorted(commands),
+            "command_sizes": {c: sizes[c] for c in sorted(commands)}, "skipped": done,
             "under_way": under_way, "queued": queued,
             "frequencies": "board's own" if grid == "none" else f"{grid} per policy "
                                                                   "(min, mid, max)"}
@@ -120,9 +135,12 @@ def mpet_data(d: Daemon, args: dict[str, Any]) -> dict[str, Any]:
         per_n = by_freq[freq]
         prof: dict[str, Any] = {"workload": work, "platform": plat, "size": inp,
                                 "freq_mhz": freq, "t": {}, "params": {}}
+        t1 = statistics.median(t for t, _ in per_n[1]) if 1 in per_n else None
         for n, runs in sorted(per_n.items()):
             prof["t"][str(n)] = statistics.median(t for t, _ in runs)
-            ps = [m for _, m in runs if m]
+            # a parallel run cannot know t(1): R(n) = exec_s(n) / t(1) (bench_suite.accounting)
+            ps = [m if "R" in m or not t1 or not isinstance(m.get("exec_s"), (int, float))
+                  else {**m, "R": float(m["exec_s"]) / t1} for _, m in runs if m]
             vals = {k: statistics.fmean(float(m[k]) for m in ps) for k in MPET_KEYS
                     if ps and all(isinstance(m.get(k), (int, float)) for m in ps)}
             if vals:

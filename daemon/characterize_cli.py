@@ -17,6 +17,8 @@ def cmd_characterize(args: argparse.Namespace) -> int:
     for key in ("size", "reps", "max_cores"):
         if getattr(args, key) is not None:
             q[key] = getattr(args, key)
+    if args.no_commands:
+        q["commands"] = False
     endpoint = _endpoint(args)
     data, rc = ask("opptune characterize", endpoint, "characterize", q, timeout_s=args.timeout)
     if rc is not None:
@@ -24,6 +26,9 @@ def cmd_characterize(args: argparse.Namespace) -> int:
     out = sys.stderr if args.json else sys.stdout
     print(f"characterize {data['agent']}: {len(data['kernels'])} kernels at size "
           f"{data['size']}, frequencies: {data['frequencies']}", file=out)
+    if data.get("commands"):
+        print("command workloads (t(n) only, MPET runtime parameters invalid): " + ", ".join(
+            f"{c} (size {data['command_sizes'][c]})" for c in data["commands"]), file=out)
     if data["skipped"]:
         print(f"skipped (already measured): {', '.join(data['skipped'])}", file=out)
     for j in data["under_way"]:
@@ -32,7 +37,7 @@ def cmd_characterize(args: argparse.Namespace) -> int:
         print(f"queued: job {j['job_id']} {j['workload']} ({j['n_points']} points x "
               f"{j['reps']} reps)", file=out)
     if not data["queued"] and not data["under_way"]:
-        print("nothing to queue: every kernel is already measured", file=out)
+        print("nothing to queue: every workload is already measured", file=out)
     ids = [j["job_id"] for j in data["under_way"] + data["queued"]]
     rc = 0
     if args.wait and ids:
@@ -49,8 +54,9 @@ def cmd_characterize(args: argparse.Namespace) -> int:
 
 
 def add_parser(sub: Any, add_link_options: Any) -> None:
-    p = sub.add_parser("characterize", help="run the whole bench_suite on an agent's board "
-                                            "(all cores; min/mid/max frequency where it has "
+    p = sub.add_parser("characterize", help="run the whole bench_suite (and the agent's "
+                                            "command workloads) on an agent's board (all "
+                                            "cores; min/mid/max frequency where it has "
                                             "cpufreq); run it again to resume")
     add_link_options(p)
     p.add_argument("--agent", required=True, help="agent id ('opptune status' lists them)")
@@ -58,21 +64,44 @@ def add_parser(sub: Any, add_link_options: Any) -> None:
                                   "configuration)")
     p.add_argument("--reps", type=int, help="repetitions per point")
     p.add_argument("--max-cores", type=int, help="sweep 1..N cores (default: all)")
+    p.add_argument("--no-commands", action="store_true",
+                   help="leave out the agent's command workloads (external programs, run with "
+                        "OMP_NUM_THREADS or their threads_env = the core count); default: "
+                        "they are characterised too, at --size where they have it, else at "
+                        "their first size")
     p.add_argument("--wait", action="store_true",
-                   help="show progress until every job is done; exit 1 when one fails")
+                   help="show progress until every job is done; exit 1 when one fails "
+                        "(Ctrl-C stops waiting, not the jobs; run it again to resume)")
     p.set_defaults(func=cmd_characterize)
 
 
 def add_predict_options(p: argparse.ArgumentParser) -> None:
-    """``opptune predict``'s MPET mode, beside its --fit mode."""
-    g = p.add_argument_group("MPET migration (a running daemon's measurements; seed 000 "
-                             "scenario a)")
-    g.add_argument("--workload", help="workload measured on --from")
+    """``opptune predict``'s MPET modes, beside its --fit mode."""
+    g = p.add_argument_group(
+        "MPET (a running daemon's measurements; seed 000 scenarios): "
+        "(a) --workload A --from P --to T: migration to a platform known through its suite; "
+        "(b) --workload A --on P: scaling on P from A's 1-core runs only; "
+        "(c) add --set NAME=VALUE (or --edits FILE.json) to either: a virtual workload, A with "
+        "edited parameters")
+    g.add_argument("--workload", help="workload measured on --from (or --on)")
     g.add_argument("--from", dest="source", metavar="P",
                    help="platform id or agent name where the workload was measured")
     g.add_argument("--to", dest="target", metavar="T",
                    help="platform id or agent name known through its suite "
                         "('opptune characterize')")
+    g.add_argument("--on", dest="on", metavar="P",
+                   help="platform id or agent name: predict on the platform the workload was "
+                        "measured on: from its 1-core runs only (scenario b), or, with --set, "
+                        "from its whole measured profile edited (scenario c)")
+    g.add_argument("--set", dest="edits", action="append", default=[], metavar="NAME=VALUE",
+                   help="edit a parameter of the workload's profile before predicting "
+                        "(repeatable): NAME one of R l w c d s j (MPET Table 1), q (cpu-time "
+                        "ratio, for workloads without runtime parameters) or t1; NAME.ELEMENT "
+                        "edits one element (m_base b_base m_nu b_nu m_ht b_ht); VALUE a number "
+                        "(constant curve / that element) or a factor such as 2x")
+    g.add_argument("--edits", dest="edits_file", metavar="FILE.json",
+                   help="edits as a JSON object {\"NAME\": VALUE, ...} (same forms as --set, "
+                        "applied before them)")
     g.add_argument("--size", help="only measurements of this size class")
     g.add_argument("--daemon", help="daemon endpoint (default: the bind address of --config)")
     g.add_argument("--config", help="daemon configuration (default /etc/opptune/daemon.toml)")
@@ -144,79 +173,230 @@ def interval(db: Any, pred: Any, topo: dict[str, Any]) -> tuple[list[float], lis
     return [float(x) for x in lo], [float(x) for x in hi]
 
 
+def _read_edits(args: argparse.Namespace) -> list[Any]:
+    """The --edits file's and --set edits, parsed (MpetUsage on bad input)."""
+    from .models.mpet_scenarios import EditError, parse_edit
+    texts: list[str] = []
+    if args.edits_file:
+        try:
+            with open(args.edits_file) as fh:
+                obj = json.load(fh)
+        except (OSError, UnicodeDecodeError, ValueError) as exc:
+            raise MpetUsage(f"--edits {args.edits_file}: cannot read it as JSON ({exc}); give "
+                            f"a JSON object such as {{\"l\": \"2x\", \"t1\": 0.5}}")
+        if not isinstance(obj, dict) or not all(isinstance(v, (str, int, float))
+                                                and not isinstance(v, bool)
+                                                for v in obj.values()):
+            raise MpetUsage(f"--edits {args.edits_file}: give a JSON object of NAME: VALUE "
+                            f"(number or text such as \"2x\"), e.g. {{\"l\": \"2x\"}}")
+        texts += [f"{k}={v}" for k, v in obj.items()]
+    texts += list(args.edits or [])
+    try:
+        return [parse_edit(t) for t in texts]
+    except EditError as exc:
+        raise MpetUsage(str(exc)) from None
+
+
 def cmd_predict_mpet(args: argparse.Namespace) -> int:
     from .cli import _endpoint
     from .client import ask
-    from .models.mpet_predict import MpetDatabase, NoCandidates, predict_migration
-    missing = [f for f, v in (("--workload", args.workload), ("--from", args.source),
-                              ("--to", args.target)) if not v]
+    from .models.mpet_predict import NoCandidates
+    from .models.mpet_scenarios import EditError
+    on = getattr(args, "on", None)
+    if on and (args.source or args.target):
+        print("opptune predict: give either --on P (scaling on the measured platform) or "
+              "--from P --to T (migration), not both", file=sys.stderr)
+        return 2
+    if on:
+        missing = [] if args.workload else ["--workload"]
+        usage = "--workload A --on P"
+    else:
+        missing = [f for f, v in (("--workload", args.workload), ("--from", args.source),
+                                  ("--to", args.target)) if not v]
+        usage = "--workload A --from P --to T"
     if len(missing) == 3:
-        print("opptune predict: give --fit FILE --cores N (predict from a saved fit) or "
-              "--workload A --from P --to T (MPET migration)", file=sys.stderr)
+        print("opptune predict: give --fit FILE --cores N (predict from a saved fit), "
+              "--workload A --from P --to T (MPET migration) or --workload A --on P (MPET "
+              "scaling of a 1-core workload)", file=sys.stderr)
         return 2
     if missing:
-        print(f"opptune predict: MPET migration needs {', '.join(missing)} too (--workload A "
-              "--from P --to T)", file=sys.stderr)
+        what = "MPET scaling" if on else "MPET migration"
+        print(f"opptune predict: {what} needs {', '.join(missing)} too ({usage})",
+              file=sys.stderr)
+        return 2
+    try:
+        edits = _read_edits(args)
+    except MpetUsage as exc:
+        print(f"opptune predict: {exc}", file=sys.stderr)
         return 2
     data, rc = ask("opptune predict", _endpoint(args), "mpet_data",
                    {"size": args.size} if args.size else {}, timeout_s=args.timeout)
     if rc is not None:
         return rc
     try:
-        src = _resolve(args.source, data, "--from")
-        dst = _resolve(args.target, data, "--to")
-        if src == dst:
-            raise MpetUsage("--from and --to name the same platform")
-        profiles, platforms = build_database(data, args.size)
-        if (args.workload, src) not in profiles:
-            on = sorted(w for w, p in profiles if p == src)
-            raise MpetUsage(f"workload {args.workload!r} is not measured on {args.source}: it "
-                            f"has {', '.join(on) or 'nothing'}")
-        suite = sorted(w for w, p in profiles if p == dst and w != args.workload)
-        if not suite:
-            raise MpetUsage(f"{args.target} has no suite measured: run 'opptune characterize "
-                            f"--agent AGENT' on it first")
-        db = MpetDatabase(profiles, platforms)
-        pred = predict_migration(db, args.workload, dst, refs=[src])
-    except (MpetUsage, NoCandidates) as exc:
+        out = (_predict_on(data, args, edits) if on
+               else _predict_migration(data, args, edits))
+    except (MpetUsage, NoCandidates, EditError) as exc:
         print(f"opptune predict: {exc}", file=sys.stderr)
         return 2
-    lo, hi = interval(db.without((args.workload, dst)), pred, platforms[dst])
-    measured = (profiles.get((args.workload, dst)) or {}).get("t") or {}
-    rows = [{"n": n, "time_s": t, "lower_s": a, "upper_s": b,
-             "measured_s": measured.get(n)} for n, t, a, b in zip(pred.ns, pred.t, lo, hi)]
-    cand = {name: [{"platform": c.platform, "workload": c.workload, "d_a": c.d_a,
-                    "d_p": c.d_p, "d_t": c.d_t, "weight": c.weight} for c in cs]
-            for name, cs in (("t1", pred.t1_candidates), ("sc", pred.sc_candidates))}
-    out = {"workload": args.workload, "from": src, "to": dst,
-           "from_board": data["platforms"][src]["board"],
-           "to_board": data["platforms"][dst]["board"], "t1_s": pred.t1, "prediction": rows,
-           "candidates": cand,
-           "interval": "min..max of the single candidates' predictions around the weighted one"}
     if args.json:
         json.dump(_clean(out), sys.stdout, indent=2, sort_keys=True)
         print()
         return 0
-    print(f"{args.workload}: measured on {out['from_board']} ({src}), predicted on "
-          f"{out['to_board']} ({dst}) by MPET migration (seed 000 scenario a)")
+    _print_prediction(out)
+    return 0
+
+
+def _measured_db(data: dict[str, Any], args: argparse.Namespace, plat: str, flag: str):
+    profiles, platforms = build_database(data, args.size)
+    if (args.workload, plat) not in profiles:
+        on = sorted(w for w, p in profiles if p == plat)
+        raise MpetUsage(f"workload {args.workload!r} is not measured on {getattr(args, flag)}: "
+                        f"it has {', '.join(on) or 'nothing'}")
+    return profiles, platforms
+
+
+def _candidates(pred: Any) -> dict[str, list[dict[str, Any]]]:
+    return {name: [{"platform": c.platform, "workload": c.workload, "d_a": c.d_a,
+                    "d_p": c.d_p, "d_t": c.d_t, "weight": c.weight} for c in cs]
+            for name, cs in (("t1", pred.t1_candidates), ("sc", pred.sc_candidates))}
+
+
+def _rows(ns, t, lo, hi, measured, before=None) -> list[dict[str, Any]]:
+    rows = []
+    for i, n in enumerate(ns):
+        r = {"n": n, "time_s": t[i], "lower_s": lo[i], "upper_s": hi[i],
+             "measured_s": measured.get(n)}
+        if before is not None:
+            r["unedited_s"] = before[i]
+        rows.append(r)
+    return rows
+
+
+def _predict_migration(data: dict[str, Any], args: argparse.Namespace,
+                       edits: list[Any]) -> dict[str, Any]:
+    """Scenario (a); with edits, of the virtual workload (c): A's profile on P edited first."""
+    from .models.mpet_predict import MpetDatabase, predict_migration
+    from .models.mpet_scenarios import apply_edits
+    src = _resolve(args.source, data, "--from")
+    dst = _resolve(args.target, data, "--to")
+    if src == dst:
+        raise MpetUsage("--from and --to name the same platform (for a prediction on the "
+                        "measured platform use --on P)")
+    profiles, platforms = _measured_db(data, args, src, "source")
+    suite = sorted(w for w, p in profiles if p == dst and w != args.workload)
+    if not suite:
+        raise MpetUsage(f"{args.target} has no suite measured: run 'opptune characterize "
+                        f"--agent AGENT' on it first")
+    db = MpetDatabase(profiles, platforms)
+    before = None
+    if edits:
+        before = predict_migration(db, args.workload, dst, refs=[src]).t
+        key = (args.workload, src)
+        t1, sc = apply_edits(db.t1(key), db.sc[key], edits)
+        prof = dict(db.profiles[key])
+        prof["t"] = {**prof["t"], 1: t1}
+        db.profiles[key] = prof
+        db.sc[key] = sc
+    pred = predict_migration(db, args.workload, dst, refs=[src])
+    lo, hi = interval(db.without((args.workload, dst)), pred, platforms[dst])
+    measured = {} if edits else (profiles.get((args.workload, dst)) or {}).get("t") or {}
+    scen = "c (virtual workload), migrated as in a" if edits else "a (migration)"
+    return {"scenario": scen, "workload": args.workload, "from": src, "to": dst,
+            "from_board": data["platforms"][src]["board"],
+            "to_board": data["platforms"][dst]["board"], "t1_s": pred.t1,
+            "edits": [str(e) for e in edits],
+            "prediction": _rows(pred.ns, pred.t, lo, hi, measured, before),
+            "candidates": _candidates(pred),
+            "interval": "min..max of the single candidates' predictions around the weighted one"}
+
+
+def _predict_on(data: dict[str, Any], args: argparse.Namespace,
+                edits: list[Any]) -> dict[str, Any]:
+    """On the measured platform: scenario (b) from the 1-core runs, or with edits (c)."""
+    from .models.mpet_curve import time_curve
+    from .models.mpet_predict import MpetDatabase, predict_scalability
+    from .models.mpet_scenarios import (apply_edits, candidate_band, edited_curve,
+                                        serial_profile)
+    plat = _resolve(args.on, data, "--on")
+    profiles, platforms = _measured_db(data, args, plat, "on")
+    key = (args.workload, plat)
+    topo = platforms[plat]
+    ns = list(range(1, int(topo.get("nmax") or 1) + 1))
+    measured_t = profiles[key]["t"]
+    if 1 not in measured_t:
+        raise MpetUsage(f"workload {args.workload!r} has no 1-core run on {args.on}: MPET "
+                        f"starts from t(1); sweep it from 1 core")
+    parallel = any(n > 1 for n in measured_t)
+    common = {"workload": args.workload, "on": plat, "board": data["platforms"][plat]["board"],
+              "edits": [str(e) for e in edits]}
+    if edits and parallel:
+        # (c) on the whole measured profile: no candidates, the profile's own curve edited
+        db = MpetDatabase(profiles, platforms)
+        t1, sc = db.t1(key), db.sc[key]
+        before = [float(x) for x in time_curve(t1, sc, ns, topo.get("n_nu"), topo.get("n_ht"))]
+        t1e, sce = apply_edits(t1, sc, edits)
+        t = edited_curve(t1e, sce, ns, topo.get("n_nu"), topo.get("n_ht"))
+        return {**common, "scenario": "c (virtual workload: the measured profile edited)",
+                "t1_s": t1e, "prediction": _rows(ns, t, t, t, {}, before),
+                "candidates": {"t1": [], "sc": []},
+                "interval": "none: the edited profile's own curve (eq. 3-4), no candidates"}
+    profiles = {**profiles, key: serial_profile(profiles[key])}
+    db = MpetDatabase(profiles, platforms)
+    pred = predict_scalability(db, args.workload, plat, ns=ns)
+    t, before = pred.t, None
+    if edits:
+        before = t
+        t1e, sce = apply_edits(pred.t1, pred.sc, edits)
+        t = edited_curve(t1e, sce, ns, topo.get("n_nu"), topo.get("n_ht"))
+    lo, hi = candidate_band(db, pred, topo, t, tuple(edits))
+    scen = ("c (virtual workload: the scaling predicted as in b, edited)" if edits
+            else "b (scalability from the 1-core runs)")
+    measured = {} if edits else {n: v for n, v in measured_t.items() if n > 1}
+    return {**common, "scenario": scen, "t1_s": pred.t1,
+            "prediction": _rows(ns, t, lo, hi, measured, before),
+            "candidates": _candidates(pred),
+            "interval": "min..max of the curves each single candidate's scaling gives, around "
+                        "the weighted one"}
+
+
+def _print_prediction(out: dict[str, Any]) -> None:
+    if "on" in out:
+        print(f"{out['workload']}: on {out['board']} ({out['on']}), MPET scenario "
+              f"{out['scenario']}")
+    else:
+        print(f"{out['workload']}: measured on {out['from_board']} ({out['from']}), predicted "
+              f"on {out['to_board']} ({out['to']}) by MPET scenario {out['scenario']}")
+    if out["edits"]:
+        print("edits: " + ", ".join(out["edits"]))
+    rows = out["prediction"]
+    measured = any(r["measured_s"] is not None for r in rows)
+    edited = any("unedited_s" in r for r in rows)
     print(f"{'n':>3}  {'t(n) s':>10}  {'interval s':>23}" +
+          (f"  {'unedited s':>10}" if edited else "") +
           (f"  {'measured s':>10}" if measured else ""))
     for r in rows:
         line = f"{r['n']:>3}  {r['time_s']:>10.4g}  [{r['lower_s']:>10.4g}, {r['upper_s']:>10.4g}]"
+        if edited:
+            line += f"  {r['unedited_s']:>10.4g}"
         if measured:
             m = r["measured_s"]
             line += f"  {m:>10.4g}" if m is not None else f"  {'-':>10}"
         print(line)
     print("interval: " + out["interval"])
     for name, label in (("t1", "t(1)"), ("sc", "scaling")):
+        if not out["candidates"][name]:
+            continue
         print(f"{label} candidates (platform, workload: D_a, D_p, D_t, weight):")
-        for c in cand[name]:
-            print(f"  {c['platform']}, {c['workload']}: {c['d_a']:.3f}, {c['d_p']:.3f}, "
-                  f"{c['d_t']:.3f}, {c['weight']:.2f}")
+        for c in out["candidates"][name]:
+            print(f"  {c['platform']}, {c['workload']}: {_num(c['d_a'])}, {_num(c['d_p'])}, "
+                  f"{_num(c['d_t'])}, {_num(c['weight'], 2)}")
     if measured:
-        print("(measured: the workload's own runs on the target, which the prediction did "
-              "not use)")
-    return 0
+        print("(measured: the workload's own runs, which the prediction did not use)")
+
+
+def _num(v: Any, digits: int = 3) -> str:
+    return "-" if v is None or not math.isfinite(v) else f"{v:.{digits}f}"
 
 
 def _clean(v: Any) -> Any:
@@ -228,3 +408,152 @@ def _clean(v: Any) -> Any:
     if isinstance(v, float) and not math.isfinite(v):
         return None
     return v
+
+
+# -- the store as eval-mpet's CSV ---------------------------------------------------------------
+CSV_COLUMNS = ("platform", "workload", "variant", "cores", "time_s", "size", "freq_mhz",
+               "n_nu", "n_ht", "board", "platform_id")
+
+
+def store_rows(data: dict[str, Any], size: str | None = None) -> list[dict[str, Any]]:
+    """One row per (platform, workload, cores) of the daemon's ``mpet_data`` answer, in the
+    tidy shape ``opptune eval-mpet`` reads (median time; MPET parameters R..j where the runtime
+    recorded them, empty where not, e.g. an external command). ``platform`` is the board's
+    name, with the platform id's head when two platforms share a name."""
+    from .models.mpet_curve import PARAMS
+    profiles, _ = build_database(data, size)
+    names: dict[str, str] = {}
+    for pid, v in data["platforms"].items():
+        names[pid] = v.get("board") or pid
+    dup = {n for n in names.values() if list(names.values()).count(n) > 1}
+    names = {pid: (f"{n} [{pid[:8]}]" if n in dup else n) for pid, n in names.items()}
+    meta = {(p["workload"], p["platform"]): p for p in data["profiles"]
+            if size is None or p["size"] == size}
+    rows = []
+    for (work, pid), prof in sorted(profiles.items(), key=lambda kv: (names[kv[0][1]],
+                                                                       kv[0][0])):
+        topo = data["platforms"][pid]
+        for n in sorted(prof["t"]):
+            row: dict[str, Any] = {
+                "platform": names[pid], "workload": work, "variant": "", "cores": n,
+                "time_s": f"{prof['t'][n]:.6g}", "size": meta[(work, pid)]["size"],
+                "freq_mhz": meta[(work, pid)]["freq_mhz"] or "",
+                "n_nu": topo.get("n_nu") or "", "n_ht": topo.get("n_ht") or "",
+                "board": topo.get("board") or "", "platform_id": pid}
+            params = prof["params"].get(n) or {}
+            for k in PARAMS:
+                v = params.get(k)
+                row[k] = f"{v:.6g}" if isinstance(v, (int, float)) else ""
+            rows.append(row)
+    return rows
+
+
+def write_store_csv(path: Any, rows: list[dict[str, Any]]) -> None:
+    import csv
+    from .models.mpet_curve import PARAMS
+    with open(path, "w", newline="") as fh:
+        w = csv.DictWriter(fh, fieldnames=[*CSV_COLUMNS, *PARAMS])
+        w.writeheader()
+        w.writerows(rows)
+
+
+# -- eval-mpet over combined CSVs or the daemon's store ----------------------------------------
+def add_eval_sources(p: argparse.ArgumentParser) -> None:
+    """``opptune eval-mpet``'s other sources: several CSVs as one database, the store."""
+    g = p.add_argument_group("other sources")
+    g.add_argument("--combine", action="store_true",
+                   help="evaluate the --data files as one database (e.g. the per-board "
+                        "data/bench_suite_*/data.csv, each holding one platform)")
+    g.add_argument("--daemon", metavar="ENDPOINT",
+                   help="evaluate the measurements in this running daemon's store (what "
+                        "'opptune characterize' measured; with --data and --combine, beside "
+                        "those files)")
+    g.add_argument("--size", help="with --daemon: only this size class")
+    g.add_argument("--save-csv", metavar="FILE.csv",
+                   help="with --daemon: also write the store's measurements as a CSV that "
+                        "--data reads")
+    g.add_argument("--timeout", type=float, default=30.0,
+                   help="with --daemon: seconds to wait for its answer")
+    p.set_defaults(func=cmd_eval_sources)
+
+
+def _combine_csvs(paths: list[str], rows: list[dict[str, Any]], out: Any) -> None:
+    import csv
+    from .mpet_cli import MpetInputError
+    fields: list[str] = list(rows[0]) if rows else []
+    every = list(rows)
+    for path in paths:
+        try:
+            with open(path, newline="") as fh:
+                r = csv.DictReader(fh)
+                every += list(r)
+                fields += [f for f in r.fieldnames or [] if f not in fields]
+        except (OSError, UnicodeDecodeError, csv.Error) as exc:
+            raise MpetInputError(f"cannot read {path}: {exc}; give a CSV of measurements")
+    with open(out, "w", newline="") as fh:
+        w = csv.DictWriter(fh, fieldnames=fields, restval="")
+        w.writeheader()
+        w.writerows(every)
+
+
+def cmd_eval_sources(args: argparse.Namespace) -> int:
+    import tempfile
+    from pathlib import Path
+    from .mpet_cli import MpetInputError, cmd_eval_mpet, format_table, run
+    if not args.combine and not args.daemon:
+        if args.size or args.save_csv:
+            print("opptune eval-mpet: --size and --save-csv go with --daemon ENDPOINT",
+                  file=sys.stderr)
+            return 2
+        return cmd_eval_mpet(args)
+    if args.combine and not args.data and not args.daemon:
+        print("opptune eval-mpet: --combine needs --data FILE.csv (two or more) or --daemon",
+              file=sys.stderr)
+        return 2
+    rows: list[dict[str, Any]] = []
+    label = []
+    if args.daemon:
+        from .client import ask
+        data, rc = ask("opptune eval-mpet", args.daemon, "mpet_data",
+                       {"size": args.size} if args.size else {}, timeout_s=args.timeout)
+        if rc is not None:
+            return rc
+        rows = store_rows(data, args.size)
+        if not rows:
+            print(f"opptune eval-mpet: the daemon at {args.daemon} has no measurements"
+                  + (f" of size {args.size}" if args.size else "") + "; run 'opptune "
+                  "characterize --agent AGENT' first", file=sys.stderr)
+            return 2
+        label.append(f"store of {args.daemon}")
+        if args.save_csv:
+            try:
+                write_store_csv(args.save_csv, rows)
+            except OSError as exc:
+                print(f"opptune eval-mpet: --save-csv {args.save_csv}: {exc}", file=sys.stderr)
+                return 2
+    paths = list(args.data or []) if (args.combine or not args.daemon) else []
+    if args.data and args.daemon and not args.combine:
+        print("opptune eval-mpet: --data with --daemon needs --combine (one database of both)",
+              file=sys.stderr)
+        return 2
+    label += paths
+    with tempfile.TemporaryDirectory(prefix="opptune-eval-mpet-") as tmp:
+        merged = Path(tmp) / "combined.csv"
+        try:
+            _combine_csvs(paths, rows, merged)
+            results = run([str(merged)], args.max_factor)
+        except MpetInputError as exc:
+            print(f"opptune eval-mpet: {str(exc).replace(str(merged), ' + '.join(label))}",
+                  file=sys.stderr)
+            return 2
+    for r in results:
+        r["data"] = " + ".join(label)
+    if args.json:
+        for r in results:
+            r.pop("cases")
+        json.dump({"results": results}, sys.stdout, indent=2, allow_nan=False,
+                  default=lambda o: None)
+        print()
+    else:
+        print("\n\n".join(format_table(r) for r in results))
+    return 0

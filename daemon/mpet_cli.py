@@ -162,6 +162,8 @@ def add_parser(subparsers: Any) -> None:
                         "--setup nested)")
     p.add_argument("--json", action="store_true", help="print JSON")
     p.set_defaults(func=cmd_eval_mpet)
+    from .characterize_cli import add_eval_sources  # --combine, --daemon (the store)
+    add_eval_sources(p)
 
 
 def run(paths: list[str], max_factor: float | None = None, setup: str = "default") -> list[dict]:

@@ -75,7 +75,7 @@ def test_characterize_resumes_and_predict_migrates(two_boards):
     assert p.returncode == 0, p.stderr
     assert p.stdout.splitlines()[1:] == [
         "skipped (already measured): pi_integrate, triad",
-        "nothing to queue: every kernel is already measured"]
+        "nothing to queue: every workload is already measured"]
     assert len(two_boards.status()["jobs"]) == 2
 
     p = characterize(ep, "xu4", "--wait")
@@ -104,7 +104,21 @@ def test_characterize_resumes_and_predict_migrates(two_boards):
     assert [ln.split()[0] for ln in lines[2:6]] == ["1", "2", "3", "4"]
     assert lines[6].startswith("interval: min..max of the single candidates' predictions")
 
+    # scenario (c) migrated: triad with twice its t(1) on the pi takes twice as long on the xu4
+    # (virtual boards record no runtime parameters: only q and t1 can be edited)
+    p = opptune("predict", "--daemon", ep, "--workload", "triad", "--from", "pi", "--to", "xu4",
+                "--set", "t1=2x", "--json")
+    assert p.returncode == 0, p.stderr
+    edited = json.loads(p.stdout)
+    assert edited["scenario"].startswith("c ") and edited["edits"] == ["t1=2x"]
+    assert [r["time_s"] for r in edited["prediction"]] == \
+        pytest.approx([2 * r["time_s"] for r in rows])
+    assert [r["unedited_s"] for r in edited["prediction"]] == \
+        pytest.approx([r["time_s"] for r in rows])
+
     for argv, msg in [
+        (("--workload", "triad", "--from", "pi", "--to", "xu4", "--set", "l=2x"),
+         "opptune predict: --set l=2x: this workload has no runtime parameters"),
         (("--workload", "triad", "--from", "nowhere", "--to", "xu4"),
          "opptune predict: --from 'nowhere' is no platform with measurements; give a platform "
          "id or an agent name: "),

@@ -1,0 +1,124 @@
+"""Measure the bench_suite with ``opptune characterize`` and keep it as eval-mpet CSVs.
+
+Starts a daemon and one agent per board in a temporary directory (this machine's real kernels
+and the virtual boards asked), characterises each, and writes
+``OUT/bench_suite_<name>/data.csv`` per board (the shape ``opptune eval-mpet`` reads; see
+daemon/characterize_cli.py:store_rows). Usage::
+
+    python benchmarks/bench_suite_data.py --out data --local-size default --reps 3 \\
+        --virtual rpi4 --virtual odroid-xu4
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+
+def _endpoint() -> str:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return f"tcp://127.0.0.1:{s.getsockname()[1]}"
+
+
+def _toml(path: Path, values: dict, tables: dict | None = None) -> Path:
+    lines = [f"{k} = {json.dumps(v)}" for k, v in values.items()]
+    for name, table in (tables or {}).items():
+        lines += [f"[{name}]"] + [f"{k} = {json.dumps(v)}" for k, v in table.items()]
+    path.write_text("\n".join(lines) + "\n")
+    return path
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--out", default="data")
+    ap.add_argument("--local-size", default="default", help="size on this machine ('' = skip)")
+    ap.add_argument("--reps", type=int, default=3)
+    ap.add_argument("--virtual", action="append", default=[], help="virtual board (repeatable)")
+    ap.add_argument("--virtual-reps", type=int, default=1)
+    ap.add_argument("--timeout", type=float, default=3600)
+    ap.add_argument("--from-db", metavar="FILE",
+                    help="measure nothing: export the store of an earlier run (a copy of it)")
+    args = ap.parse_args(argv)
+    from opptune.agent.virtual_board import make_tree
+    from opptune.daemon.characterize_cli import store_rows, write_store_csv
+    from opptune.daemon.client import query
+
+    tmp = Path(tempfile.mkdtemp(prefix="opptune-bench-data-"))
+    ep = _endpoint()
+    procs = []
+
+    def spawn(module: str, cfg: Path, log: str) -> None:
+        with open(tmp / log, "ab") as fh:
+            procs.append(subprocess.Popen([sys.executable, "-m", module, "--config", str(cfg)],
+                                          stdout=fh, stderr=subprocess.STDOUT,
+                                          stdin=subprocess.DEVNULL))
+
+    agents = {}  # agent id -> (size, reps)
+    if args.from_db:
+        import shutil
+        shutil.copy(args.from_db, tmp / "opptune.db")
+        args.local_size, args.virtual = "", []
+    try:
+        spawn("opptune.daemon.service", _toml(tmp / "daemon.toml", {
+            "bind": ep, "database": str(tmp / "opptune.db"), "heartbeat_s": 1.0,
+            "agent_timeout_s": 30.0, "auto_sweep": False, "auto_recommend": False},
+            {"sweep": {"size": "small", "reps": 1, "warmup": 0}}), "daemon.log")
+        base = {"daemon": ep, "heartbeat_s": 1.0, "bench_kernels": ["all"],
+                "run_timeout_s": 600.0}
+        if args.local_size:
+            agents["local"] = (args.local_size, args.reps)
+            spawn("opptune.agent", _toml(tmp / "local.toml", {
+                **base, "agent_id": "local", "state_dir": str(tmp / "local")}), "local.log")
+        for board in args.virtual:
+            agents[board] = ("small", args.virtual_reps)
+            spawn("opptune.agent", _toml(tmp / f"{board}.toml", {
+                **base, "agent_id": board, "state_dir": str(tmp / board),
+                "virtual_board": board, "sysfs_root": make_tree(board, str(tmp / f"{board}-fs"))}),
+                f"{board}.log")
+        deadline = time.monotonic() + 60
+        while True:
+            try:
+                st = query(ep, "status", timeout_s=1.0)
+                if sum(a["alive"] for a in st["agents"]) >= len(agents):
+                    break
+            except Exception:
+                pass
+            if time.monotonic() > deadline:
+                raise SystemExit(f"agents did not come up; logs in {tmp}")
+            time.sleep(0.2)
+        for agent, (size, reps) in agents.items():
+            started = time.time()
+            subprocess.run([sys.executable, "-m", "opptune.daemon.cli", "characterize",
+                            "--daemon", ep, "--agent", agent, "--size", size, "--reps",
+                            str(reps), "--wait", "--timeout", "30"], check=True)
+            print(f"{agent}: {time.time() - started:.0f} s", file=sys.stderr)
+        data = query(ep, "mpet_data", {}, timeout_s=30)
+        rows = store_rows(data)
+        names = {pid: a for a, pid in data["agents"].items()}
+        for pid in sorted({r["platform_id"] for r in rows}):
+            agent = names.get(pid, pid[:12])
+            mine = [r for r in rows if r["platform_id"] == pid]
+            out = Path(args.out) / f"bench_suite_{agent.replace('-', '_')}"
+            out.mkdir(parents=True, exist_ok=True)
+            write_store_csv(out / "data.csv", mine)
+            print(f"{out / 'data.csv'}: {len(mine)} rows", file=sys.stderr)
+    finally:
+        for p in procs:
+            p.terminate()
+        for p in procs:
+            try:
+                p.wait(20)
+            except subprocess.TimeoutExpired:
+                p.kill()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,161 @@
+"""MPET scenarios (b) and (c) around mpet_predict (seed 000, section 3.2, Figure 7).
+
+Pure. (b) scalability of a not-yet-parallel workload: its profile reduced to n = 1
+(``serial_profile``) and ``mpet_predict.predict_scalability``; ``candidate_band`` gives the
+spread of the single candidates' curves. (c) a virtual workload: the user edits the scaling
+parameters of a measured (or predicted) workload (``parse_edit``, ``apply_edits``) and t(n)
+follows from eq. 3-4 (``edited_curve``).
+
+An edit is ``NAME=VALUE`` or ``NAME.ELEMENT=VALUE``: NAME one of R l w c d s j (Table 1),
+``q`` (the cpu-time ratio n t(n)/t(1), the trend of workloads without runtime parameters) or
+``t1`` (seconds); ELEMENT one of eq. 8's m_base b_base m_nu b_nu m_ht b_ht; VALUE a number
+(the curve becomes that constant, or the element that value) or ``Fx`` (every element, i.e.
+the curve at every n, times F).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any, Mapping
+
+import numpy as np
+
+from .mpet_curve import ELEMENTS, PARAMS, eval_curve, gauss, \
+    runtime_params_valid, time_curve
+
+EDITABLE = (*PARAMS, "q", "t1")
+
+
+class EditError(ValueError):
+    """An edit that names nothing editable or gives an unusable value; the message says which."""
+
+
+@dataclass(frozen=True)
+class Edit:
+    name: str            # R .. j, q or t1
+    element: str | None  # one of ELEMENTS, or None for the whole curve
+    factor: bool         # value multiplies (``2x``) rather than replaces
+    value: float
+
+    def __str__(self) -> str:
+        target = self.name + (f".{self.element}" if self.element else "")
+        return f"{target}={self.value:g}{'x' if self.factor else ''}"
+
+
+def parse_edit(text: str) -> Edit:
+    """``l=2x``, ``l=0.1``, ``R.m_base=0.9``, ``t1=0.5x`` -> Edit; EditError otherwise."""
+    if "=" not in text:
+        raise EditError(f"--set {text!r}: write NAME=VALUE, e.g. l=2x or w.b_base=0.05")
+    lhs, rhs = (x.strip() for x in text.split("=", 1))
+    name, _, element = lhs.partition(".")
+    if name not in EDITABLE:
+        raise EditError(f"--set {text!r}: unknown parameter {name!r}; editable: "
+                        f"{', '.join(EDITABLE)}")
+    if element and (name == "t1" or element not in ELEMENTS):
+        raise EditError(f"--set {text!r}: unknown element {element!r}; "
+                        + ("t1 is one number" if name == "t1"
+                           else f"elements: {', '.join(ELEMENTS)}"))
+    factor = rhs.lower().endswith("x")
+    try:
+        value = float(rhs[:-1] if factor else rhs)
+    except ValueError:
+        value = math.nan
+    if not math.isfinite(value) or (factor and value < 0) or (name == "t1" and value <= 0):
+        raise EditError(f"--set {text!r}: give a number, or a factor like 2x (>= 0)"
+                        + ("; t1 must be > 0" if name == "t1" else ""))
+    return Edit(name, element or None, factor, value)
+
+
+def _slot(name: str) -> int:
+    return 6 * (len(PARAMS) if name == "q" else PARAMS.index(name))
+
+
+def apply_edits(t1: float, sc: np.ndarray, edits: list[Edit]) -> tuple[float, np.ndarray]:
+    """(t1, sc) after the edits, in order. Editing a runtime parameter of a profile whose
+    runtime parameters are invalid (an external command) is refused: t(n) would not use it."""
+    sc = np.array(sc, dtype=float)
+    valid = runtime_params_valid(sc)
+    for e in edits:
+        if e.name == "t1":
+            t1 = t1 * e.value if e.factor else e.value
+            continue
+        if e.name != "q" and not valid:
+            raise EditError(f"--set {e}: this workload has no runtime parameters (an external "
+                            f"command, or runs without MPET accounting); edit q (the cpu-time "
+                            f"ratio n t(n)/t(1)) or t1 instead")
+        if e.name == "q" and valid:
+            raise EditError(f"--set {e}: this workload's t(n) follows its runtime parameters "
+                            f"R l w c d s j; edit those (q only drives workloads without them)")
+        i = _slot(e.name)
+        part = sc[i: i + 6]
+        if e.element is None:
+            if e.factor:
+                part[:] = part * e.value
+            else:
+                # a constant curve: the offset, every gradient and segment offset 0
+                part[:] = np.where(np.isfinite(part), 0.0, np.nan)
+                part[1] = e.value
+        else:
+            k = ELEMENTS.index(e.element)
+            if not math.isfinite(part[k]):
+                raise EditError(f"--set {e}: element {e.element} is invalid for this profile "
+                                f"(its platform has no such breakpoint, or no runs beyond it)")
+            part[k] = part[k] * e.value if e.factor else e.value
+    return t1, sc
+
+
+def edited_curve(t1: float, sc: np.ndarray, ns, n_nu: int | None,
+                 n_ht: int | None) -> list[float]:
+    """t(n) of eq. 3-4 for an edited profile; EditError where the edits leave no time, i.e.
+    U(n) = 1 - (l + w + c + d + s + j)(n) <= 0, R(n) <= 0, or t(n) not finite and positive."""
+    ns = list(ns)
+    if runtime_params_valid(sc):
+        arr = np.asarray(ns, dtype=float)
+        over = sum(eval_curve(sc[_slot(p): _slot(p) + 6], arr, n_nu, n_ht, gauss(p))
+                   for p in PARAMS[1:])
+        r = eval_curve(sc[0:6], arr, n_nu, n_ht)
+        for n, o, rn in zip(ns, over, r):
+            if o >= 1 or rn <= 0:
+                raise EditError(f"the edits leave no useful time at n = {n}: R(n) = {rn:.3g}, "
+                                f"l+w+c+d+s+j = {o:.3g} (U(n) = 1 - that must stay above 0)")
+    t = [float(x) for x in time_curve(t1, sc, ns, n_nu, n_ht)]
+    bad = [n for n, x in zip(ns, t) if not (math.isfinite(x) and x > 0)]
+    if bad:
+        raise EditError(f"the edits give no positive time at n = {bad[0]}; undo or soften them")
+    return t
+
+
+def serial_profile(profile: Mapping[str, Any]) -> dict[str, Any]:
+    """The profile as a not-yet-parallel workload has it: t(1), parameters and counters at
+    n = 1 only (seed 000 Table 3: t(1) and pc(1))."""
+    def one(per_n: Mapping | None) -> dict:
+        per_n = per_n or {}
+        return {1: per_n[k] for k in per_n if float(k) == 1.0}
+    return {"t": one(profile.get("t")), "params": one(profile.get("params")),
+            "counters": one(profile.get("counters"))}
+
+
+def candidate_band(db: Any, pred: Any, topo: Mapping[str, Any], t: list[float],
+                   edits: tuple[Edit, ...] = ()) -> tuple[list[float], list[float]]:
+    """Scenario (b)'s interval: min..max over the curves each single candidate's elements give
+    (with the workload's own t(1), and the same edits), around the prediction ``t``."""
+    own = db.sc[(pred.workload, pred.target)]
+    curves = [np.asarray(t, dtype=float)]
+    for c in pred.sc_candidates:
+        sc = np.array(db.sc[(c.workload, pred.target)], dtype=float)
+        sc = np.where(np.isfinite(sc), sc, own)
+        try:
+            t1, sc = apply_edits(pred.t1, sc, list(edits))
+        except EditError:  # this candidate cannot take the edits: it gives no bound
+            continue
+        with np.errstate(all="ignore"):
+            curve = np.asarray(time_curve(t1, sc, pred.ns, topo.get("n_nu"), topo.get("n_ht")))
+        if np.all(np.isfinite(curve)) and np.all(curve > 0):
+            curves.append(curve)
+    stack = np.vstack(curves)
+    return [float(x) for x in stack.min(axis=0)], [float(x) for x in stack.max(axis=0)]
+
+
+__all__ = ["EDITABLE", "Edit", "EditError", "apply_edits", "candidate_band", "edited_curve",
+           "parse_edit", "serial_profile"]

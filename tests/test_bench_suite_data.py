@@ -1,0 +1,54 @@
+"""The bench_suite measurements kept in data/bench_suite_* (one board per file) are evaluated
+together by ``opptune eval-mpet --combine``; alone, each file has one platform and nothing to
+evaluate (exit 2, one line)."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+BOARDS = ("local", "rpi4", "odroid_xu4")
+FILES = [str(REPO / f"data/bench_suite_{b}/data.csv") for b in BOARDS]
+
+
+def eval_mpet(*argv: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "opptune.daemon.cli", "eval-mpet", *argv],
+                          capture_output=True, text=True, timeout=300, cwd="/")
+
+
+def test_each_board_has_its_source_and_the_13_kernels():
+    for b, f in zip(BOARDS, FILES):
+        assert (REPO / f"data/bench_suite_{b}/SOURCE.md").read_text().startswith(
+            f"# bench_suite_{b}")
+        text = Path(f).read_text().splitlines()
+        assert len({ln.split(",")[1] for ln in text[1:]}) == 13
+
+
+def test_combined_evaluation():
+    p = eval_mpet("--combine", *[x for f in FILES for x in ("--data", f)], "--json")
+    assert p.returncode == 0, p.stderr
+    (res,) = json.loads(p.stdout)["results"]
+    assert res["platforms"] == 3 and res["workloads"] == 13
+    assert res["predictions"] == 39  # every kernel on every board, from the other two
+    assert res["data"] == " + ".join(FILES)
+    for kind in ("t1", "scaling", "full"):
+        assert res["summary"]["mpet"][kind]["count"] == 39
+
+
+@pytest.mark.parametrize("argv, msg", [
+    (("--data", FILES[0]), "no workload is measured on two platforms"),
+    (("--combine",), "--combine needs --data FILE.csv"),
+    (("--save-csv", "x.csv"), "--size and --save-csv go with --daemon ENDPOINT"),
+    (("--combine", "--data", FILES[0], "--data", "/nonexistent.csv"),
+     "cannot read /nonexistent.csv"),
+])
+def test_bad_sources_are_one_line(argv, msg):
+    p = eval_mpet(*argv)
+    assert p.returncode == 2 and p.stdout == ""
+    (line,) = p.stderr.strip().splitlines()
+    assert line.startswith("opptune eval-mpet: ") and msg in line, line

@@ -1,0 +1,122 @@
+"""MPET scenarios (b) and (c) (daemon/models/mpet_scenarios.py): edits parse or are refused
+with a message naming the problem, they move t(n) in the expected direction, a workload
+without runtime parameters takes only q and t1 edits, and scenario (b) predicts from the
+1-core profile alone."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+
+from opptune.daemon.models.mpet_curve import PARAMS, time_curve
+from opptune.daemon.models.mpet_predict import MpetDatabase, predict_scalability
+from opptune.daemon.models.mpet_scenarios import (Edit, EditError, apply_edits, candidate_band,
+                                                  edited_curve, parse_edit, serial_profile)
+
+NS = [1, 2, 3, 4]
+
+
+def profile(t1: float, lock: float, idle: float, with_params: bool = True) -> dict:
+    params, t = {}, {}
+    for n in NS:
+        p = {k: 0.0 for k in PARAMS}
+        p.update(R=1.0 + 0.01 * (n - 1), l=lock * (n - 1), w=idle * (n - 1))
+        params[n] = p
+        t[n] = t1 * p["R"] / (n * (1 - p["l"] - p["w"]))
+    return {"t": t, "params": params if with_params else {}, "counters": {}}
+
+
+def database(extra: dict | None = None) -> MpetDatabase:
+    profiles = {("a", "P"): profile(2.0, 0.04, 0.01), ("b", "P"): profile(1.0, 0.0, 0.02),
+                ("c", "P"): profile(3.0, 0.08, 0.05), **(extra or {})}
+    return MpetDatabase(profiles, {"P": {"n_nu": None, "n_ht": None, "nmax": 4}})
+
+
+@pytest.mark.parametrize("text, edit", [
+    ("l=2x", Edit("l", None, True, 2.0)),
+    ("w = 0.05", Edit("w", None, False, 0.05)),
+    ("R.m_base=0.02", Edit("R", "m_base", False, 0.02)),
+    ("t1=0.5X", Edit("t1", None, True, 0.5)),
+    ("q.b_base=1.5x", Edit("q", "b_base", True, 1.5)),
+])
+def test_parse_edit(text, edit):
+    assert parse_edit(text) == edit
+
+
+@pytest.mark.parametrize("text, msg", [
+    ("l2x", "write NAME=VALUE"),
+    ("lock=2x", "unknown parameter 'lock'; editable: R, l, w, c, d, s, j, q, t1"),
+    ("l.slope=1", "unknown element 'slope'; elements: m_base, b_base"),
+    ("t1.b_base=1", "t1 is one number"),
+    ("l=abc", "give a number, or a factor like 2x"),
+    ("l=-2x", "give a number, or a factor like 2x"),
+    ("t1=0", "t1 must be > 0"),
+    ("w=nan", "give a number"),
+])
+def test_bad_edits_name_the_problem(text, msg):
+    with pytest.raises(EditError, match=None) as exc:
+        parse_edit(text)
+    assert msg in str(exc.value) and text in str(exc.value)
+
+
+def test_doubling_lock_wait_slows_the_parallel_runs_only():
+    db = database()
+    t1, sc = db.t1(("a", "P")), db.sc[("a", "P")]
+    base = edited_curve(t1, sc, NS, None, None)
+    assert base == pytest.approx([profile(2.0, 0.04, 0.01)["t"][n] for n in NS], rel=1e-6)
+    more = edited_curve(*apply_edits(t1, sc, [parse_edit("l=2x")]), NS, None, None)
+    less = edited_curve(*apply_edits(t1, sc, [parse_edit("l=0x")]), NS, None, None)
+    assert more[0] == pytest.approx(base[0]) == pytest.approx(less[0])  # no lock wait at n=1
+    for n in (1, 2, 3):
+        assert less[n] < base[n] < more[n]
+    # the exact effect: U(4) = 1 - 0.24 - 0.03 with l doubled
+    assert more[3] == pytest.approx(2.0 * 1.03 / (4 * (1 - 0.24 - 0.03)), rel=1e-6)
+    half = edited_curve(*apply_edits(t1, sc, [parse_edit("t1=0.5x")]), NS, None, None)
+    assert half == pytest.approx([x / 2 for x in base])
+    const = edited_curve(*apply_edits(t1, sc, [parse_edit("w=0.1"), parse_edit("l=0")]), NS,
+                         None, None)
+    assert const[1] == pytest.approx(2.0 * 1.01 / (2 * 0.9), rel=1e-6)
+    # the original vector is not changed in place
+    assert np.array_equal(sc, db.sc[("a", "P")], equal_nan=True)
+
+
+def test_edits_that_leave_no_time_are_refused():
+    db = database()
+    t1, sc = apply_edits(db.t1(("a", "P")), db.sc[("a", "P")], [parse_edit("l=20x")])
+    with pytest.raises(EditError, match=r"no useful time at n = 3"):
+        edited_curve(t1, sc, NS, None, None)
+    with pytest.raises(EditError, match="element m_nu is invalid for this profile"):
+        apply_edits(1.0, db.sc[("a", "P")], [parse_edit("l.m_nu=0.1")])
+
+
+def test_external_workload_takes_only_q_and_t1():
+    db = database({("ext", "P"): profile(2.0, 0.04, 0.01, with_params=False)})
+    t1, sc = db.t1(("ext", "P")), db.sc[("ext", "P")]
+    assert np.isnan(sc[: 6 * len(PARAMS)]).all()  # invalid, not zero
+    with pytest.raises(EditError, match="no runtime parameters .* edit q"):
+        apply_edits(t1, sc, [parse_edit("l=2x")])
+    with pytest.raises(EditError, match="edit those"):
+        apply_edits(db.t1(("a", "P")), db.sc[("a", "P")], [parse_edit("q=2x")])
+    base = edited_curve(t1, sc, NS, None, None)
+    worse = edited_curve(*apply_edits(t1, sc, [parse_edit("q=1.5x")]), NS, None, None)
+    assert worse == pytest.approx([1.5 * x for x in base])
+
+
+def test_scalability_from_the_serial_profile():
+    full = profile(2.0, 0.04, 0.01)
+    serial = serial_profile(full)
+    assert serial["t"] == {1: full["t"][1]} and list(serial["params"]) == [1]
+    db = database({("new", "P"): serial})
+    pred = predict_scalability(db, "new", "P", ns=NS)
+    assert pred.t[0] == pytest.approx(full["t"][1])
+    assert {c.workload for c in pred.sc_candidates} == {"a", "b", "c"}
+    assert all(math.isfinite(c.d_a) for c in pred.sc_candidates)
+    lo, hi = candidate_band(db, pred, db.platforms["P"], pred.t)
+    for a, t, b in zip(lo, pred.t, hi):
+        assert a <= t <= b
+    assert lo[3] < hi[3]  # the candidates differ: a band, not a point
+    # every candidate curve lies within the band, and the band is no wider than they are
+    curves = [time_curve(pred.t1, db.sc[(w, "P")], NS, None, None) for w in "abc"]
+    assert hi[3] == pytest.approx(max(c[3] for c in curves), rel=1e-6)
