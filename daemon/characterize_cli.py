@@ -146,33 +146,6 @@ def build_database(data: dict[str, Any], size: str | None):
     return profiles, platforms
 
 
-def interval(db: Any, pred: Any, topo: dict[str, Any]) -> tuple[list[float], list[float]]:
-    """The model gives a point prediction only; the interval spans the predictions each single
-    candidate gives (its own t(1) factor, its own scaling elements), around the weighted one."""
-    import numpy as np
-    from .models.mpet_curve import time_curve
-    from .models.mpet_predict import reconstruct
-    t1s = [float(reconstruct([[db.t1((c.workload, pred.target))]],
-                             [[db.t1((pred.workload, c.platform))]],
-                             [[db.t1((c.workload, c.platform))]], np.ones(1))[0])
-           for c in pred.t1_candidates]
-    t1s = [v for v in t1s if math.isfinite(v)] or [pred.t1]
-    curves = []
-    for c in pred.sc_candidates:
-        sc = reconstruct(db.sc[(c.workload, pred.target)][None, :],
-                         db.sc[(pred.workload, c.platform)][None, :],
-                         db.sc[(c.workload, c.platform)][None, :], np.ones(1))
-        sc = np.where(np.isfinite(sc), sc, pred.sc)
-        curve = np.asarray(time_curve(1.0, sc, pred.ns, topo.get("n_nu"), topo.get("n_ht")))
-        if np.all(np.isfinite(curve)):
-            curves.append(curve)
-    base = np.asarray(pred.t) / pred.t1
-    curves = np.vstack(curves + [base])
-    lo = np.minimum(curves.min(axis=0) * min(t1s), pred.t)
-    hi = np.maximum(curves.max(axis=0) * max(t1s), pred.t)
-    return [float(x) for x in lo], [float(x) for x in hi]
-
-
 def _read_edits(args: argparse.Namespace) -> list[Any]:
     """The --edits file's and --set edits, parsed (MpetUsage on bad input)."""
     from .models.mpet_scenarios import EditError, parse_edit
@@ -276,8 +249,9 @@ def _rows(ns, t, lo, hi, measured, before=None) -> list[dict[str, Any]]:
 def _predict_migration(data: dict[str, Any], args: argparse.Namespace,
                        edits: list[Any]) -> dict[str, Any]:
     """Scenario (a); with edits, of the virtual workload (c): A's profile on P edited first."""
-    from .models.mpet_predict import MpetDatabase, predict_migration
-    from .models.mpet_scenarios import apply_edits
+    from .models.mpet_predict import SINGLE_CANDIDATE_FACTOR, MpetDatabase, predict_migration
+    from .models.mpet_curve import time_curve
+    from .models.mpet_scenarios import apply_edits, edited_curve
     src = _resolve(args.source, data, "--from")
     dst = _resolve(args.target, data, "--to")
     if src == dst:
@@ -293,13 +267,19 @@ def _predict_migration(data: dict[str, Any], args: argparse.Namespace,
     if edits:
         before = predict_migration(db, args.workload, dst, refs=[src]).t
         key = (args.workload, src)
-        t1, sc = apply_edits(db.t1(key), db.sc[key], edits)
-        prof = dict(db.profiles[key])
-        prof["t"] = {**prof["t"], 1: t1}
-        db.profiles[key] = prof
-        db.sc[key] = sc
+        topo = platforms[src]
+        t1, sc = db.t1(key), db.sc[key]
+        t1e, sce = apply_edits(t1, sc, edits)
+        # the measured times carry the edits' relative effect (eq. 3-4 before and after), so
+        # the default prediction, which reads q(n) from the times, sees them as sc does
+        ns = sorted(profiles[key]["t"])
+        old = time_curve(t1, sc, ns, topo.get("n_nu"), topo.get("n_ht"))
+        new = edited_curve(t1e, sce, ns, topo.get("n_nu"), topo.get("n_ht"))
+        prof = {**profiles[key], "t": {n: profiles[key]["t"][n] * b / a
+                                       for n, a, b in zip(ns, old, new)}}
+        db = MpetDatabase({**profiles, key: prof}, platforms, {**db.sc, key: sce}, db.counters)
     pred = predict_migration(db, args.workload, dst, refs=[src])
-    lo, hi = interval(db.without((args.workload, dst)), pred, platforms[dst])
+    lo, hi = pred.lower, pred.upper
     measured = {} if edits else (profiles.get((args.workload, dst)) or {}).get("t") or {}
     scen = "c (virtual workload), migrated as in a" if edits else "a (migration)"
     return {"scenario": scen, "workload": args.workload, "from": src, "to": dst,
@@ -307,8 +287,10 @@ def _predict_migration(data: dict[str, Any], args: argparse.Namespace,
             "to_board": data["platforms"][dst]["board"], "t1_s": pred.t1,
             "edits": [str(e) for e in edits],
             "prediction": _rows(pred.ns, pred.t, lo, hi, measured, before),
-            "candidates": _candidates(pred),
-            "interval": "min..max of the single candidates' predictions around the weighted one"}
+            "candidates": _candidates(pred), "single_candidate": pred.single_candidate,
+            "interval": "min..max of the single candidates' predictions around the weighted one"
+                        + (f", at least x{SINGLE_CANDIDATE_FACTOR:g} either way: it rests on "
+                           f"a single candidate" if pred.single_candidate else "")}
 
 
 def _predict_on(data: dict[str, Any], args: argparse.Namespace,
@@ -355,9 +337,10 @@ def _predict_on(data: dict[str, Any], args: argparse.Namespace,
     measured = {} if edits else {n: v for n, v in measured_t.items() if n > 1}
     return {**common, "scenario": scen, "t1_s": pred.t1,
             "prediction": _rows(ns, t, lo, hi, measured, before),
-            "candidates": _candidates(pred),
+            "candidates": _candidates(pred), "single_candidate": pred.single_candidate,
             "interval": "min..max of the curves each single candidate's scaling gives, around "
-                        "the weighted one"}
+                        "the weighted one"
+                        + (" (it rests on a single candidate)" if pred.single_candidate else "")}
 
 
 def _print_prediction(out: dict[str, Any]) -> None:
@@ -384,6 +367,9 @@ def _print_prediction(out: dict[str, Any]) -> None:
             line += f"  {m:>10.4g}" if m is not None else f"  {'-':>10}"
         print(line)
     print("interval: " + out["interval"])
+    if out.get("single_candidate"):
+        print("note: a single candidate carries this prediction; measure more of the suite on "
+              "the target (opptune characterize) for a narrower one")
     for name, label in (("t1", "t(1)"), ("sc", "scaling")):
         if not out["candidates"][name]:
             continue
@@ -541,7 +527,7 @@ def cmd_eval_sources(args: argparse.Namespace) -> int:
         merged = Path(tmp) / "combined.csv"
         try:
             _combine_csvs(paths, rows, merged)
-            results = run([str(merged)], args.max_factor)
+            results = run([str(merged)], args.max_factor, args.setup)
         except MpetInputError as exc:
             print(f"opptune eval-mpet: {str(exc).replace(str(merged), ' + '.join(label))}",
                   file=sys.stderr)
