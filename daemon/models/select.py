@@ -385,7 +385,8 @@ def _is_worst(name: str, scores: dict[str, dict[str, Any]], worst: set[str]) -> 
     return scores[name]["cv_mape"] * (1 + SAME_FORECAST) >= scores[next(iter(worst))]["cv_mape"]
 
 
-def combination_weights(cv: dict[str, tuple], names: list[str]
+def combination_weights(cv: dict[str, tuple], names: list[str],
+                        misfit: dict[tuple[str, bool], float] | None = None
                         ) -> list[tuple[str, bool, float, np.ndarray]]:
     """(name, anchored, weight, held-out predictions) of the members of the combination.
 
@@ -395,7 +396,14 @@ def combination_weights(cv: dict[str, tuple], names: list[str]
     models that validate alike keep their own (equal) weights: the folds cannot tell them
     apart, so the combination hedges between them. Weight: inverse held-out mean squared log
     error (floored at ERR_FLOOR^2), normalised; members under MIN_WEIGHT are dropped and the
-    rest renormalised."""
+    rest renormalised.
+
+    ``misfit`` ((name, anchored) -> mean squared log residual of the variant refitted on all
+    the data): among fold twins (held-out predictions within SAME_FORECAST), a variant whose
+    misfit exceeds the lowest of its twins by more than ERR_FLOOR^2 gets no weight. The folds
+    cannot tell twins apart (armpm's frequency fold trains on one frequency, where Amdahl and
+    hold both scale by 1/F), so the only evidence left is how well each follows the data it
+    will extrapolate from: Amdahl, whose speedup cannot change with frequency, misses them."""
     order = sorted((n for n in names if cv.get(n, (None,))[0] is not None),
                    key=lambda n: (COMPLEXITY.get(n, DEFAULT_COMPLEXITY), names.index(n)))
     variants: list[tuple[str, bool, np.ndarray]] = []
@@ -412,10 +420,32 @@ def combination_weights(cv: dict[str, tuple], names: list[str]
         return []
     mse = np.array([np.mean(np.log(p / truth) ** 2) for _, _, p in variants])
     w = 1.0 / np.maximum(mse, ERR_FLOOR ** 2)
+    if misfit:
+        # the folds cannot tell fold twins apart; the training data can: a twin that misses
+        # its own data by more than the error floor beyond the best twin gets no weight
+        mf = np.array([misfit.get((n, a), np.inf) for n, a, _ in variants])
+        for i, (_, _, p) in enumerate(variants):
+            best = min(mf[j] for j, (_, _, q) in enumerate(variants)
+                       if np.allclose(p, q, rtol=SAME_FORECAST, atol=0))
+            if np.isfinite(best) and mf[i] > best + ERR_FLOOR ** 2:
+                w[i] = 0.0
     w /= w.sum()
     keep = w >= MIN_WEIGHT
     w = np.where(keep, w, 0.0) / w[keep].sum()
     return [(n, a, float(wi), p) for (n, a, p), wi, k in zip(variants, w, keep) if k]
+
+
+def _fold_twins(cv: dict[str, tuple], names: list[str]) -> list[str]:
+    """The candidates of ``names`` with a held-out forecast (raw or anchored) that another
+    candidate's matches within SAME_FORECAST."""
+    preds = [(n, p) for n in names for p in cv.get(n, (None, None))[:2]
+             if p is not None and np.all(np.isfinite(p) & (p > 0))]
+    out = []
+    for n, p in preds:
+        if n not in out and any(m != n and np.allclose(p, q, rtol=SAME_FORECAST, atol=0)
+                                for m, q in preds):
+            out.append(n)
+    return out
 
 
 def _combine(obs: Observations, scores: dict[str, dict[str, Any]], cv: dict[str, tuple],
@@ -427,8 +457,28 @@ def _combine(obs: Observations, scores: dict[str, dict[str, Any]], cv: dict[str,
     itself. None when no candidate validated or none could be refitted (the caller then
     ranks by MAPE)."""
     ok = [n for n in names if scores[n]["error"] is None]
-    parts = combination_weights(cv, ok)
     fits: dict[str, FittedModel | None] = {}
+    misfit: dict[tuple[str, bool], float] = {}
+    lt = np.log(obs.time_s)
+    for n in _fold_twins(cv, ok):
+        # refitted on all data: its in-sample misfit breaks ties between fold twins
+        # (combination_weights); the others are refitted only if they take weight
+        try:
+            fits[n] = registry.get(n).fit(obs)
+        except NotEnoughData as exc:
+            scores[n]["error"] = f"refit: {exc}"
+            fits[n] = None
+            continue
+        raw = np.asarray(fits[n].predict(obs).value, float)
+        with np.errstate(all="ignore"):
+            misfit[(n, False)] = float(np.mean((lt - np.log(raw)) ** 2))
+            try:
+                anc = combine.anchored(raw, combine.anchors_for(fits[n], obs), obs)
+                misfit[(n, True)] = float(np.mean((lt - np.log(anc)) ** 2))
+            except Exception:  # noqa: BLE001 - no anchored variant for this model
+                pass
+    ok = [n for n in ok if scores[n]["error"] is None]
+    parts = combination_weights(cv, ok, {k: v for k, v in misfit.items() if np.isfinite(v)})
     members: list[list] = []   # [model, weight, anchors, name, anchored, fold preds, train preds]
     for n, is_anch, w, p in parts:
         if n not in fits:
