@@ -189,7 +189,7 @@ def test_fold_twins_go_to_the_one_that_fits_its_data():
     assert got[("hold", False)] > tie[("hold", False)]
     # memwall has no fold twin: its own larger misfit does not remove it
     assert got[("memwall", False)] > MIN_WEIGHT
-    # misfits within the error floor of each other: still a tie
-    close = {**misfit, ("amdahl", False): (0.5 * ERR_FLOOR) ** 2}
+    # misfits equal within SAME_FORECAST: still a tie
+    close = {**misfit, ("amdahl", False): 1e-4, ("hold", False): 1e-4 * (1 + 1e-4)}
     got = {(n, a): w for n, a, w, _ in combination_weights(cv, names, close)}
     assert got[("amdahl", False)] == pytest.approx(got[("hold", False)])
