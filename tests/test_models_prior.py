@@ -57,6 +57,10 @@ def test_too_few_curves_here_borrows_this_workloads_curve_from_another_platform(
     back = PriorModeler().from_state(fit.to_state())
     assert back.quality["prior_source"] == fit.quality["prior_source"]
     assert np.allclose(back.predict(Observations.query(P)).upper, pr.upper)
+    # its own curve elsewhere comes before the platform's other workloads
+    both = fit_prior(Observations(cores=[1.0], time_s=[20.0]), OTHERS, workload="new",
+                     platform="here", stored=stored)
+    assert both.quality["prior_source"] == "this workload's curve on far"
     # without the store's other platforms: the same refusal as before
     with pytest.raises(NotEnoughData, match="at least 2 other workloads"):
         fit_prior(Observations(cores=[1.0], time_s=[20.0]), [])
