@@ -116,7 +116,7 @@ def _prior(label: str, obs: Observations, groups: list[tuple[str, Observations]]
     from .models.prior import StoredGroup, fit_prior
     platform, _, workload = label.partition("/")
     others = [o for lab, o in groups if lab != label and lab.split("/")[0] == platform]
-    # where those are too few: this workload on other platforms, or platforms near by MPET
+    # every group, labelled: this workload elsewhere first, platforms near by MPET last
     stored = [StoredGroup(lab.partition("/")[2], lab.partition("/")[0], o)
               for lab, o in groups if lab != label]
     try:

@@ -41,8 +41,8 @@ class FitRequest:
     # the other groups' rows on the same platform: a group too small to fit gets a
     # prior-based prediction from their curves (models/prior.py)
     others: Sequence[Sequence[tuple[int, float | None, float]]] = ()
-    # where those are too few: the store's groups on every platform, as (workload key,
-    # platform, rows): this workload elsewhere, or platforms near by MPET distance
+    # the store's groups on every platform, as (workload key, platform, rows): this
+    # workload elsewhere comes before ``others``, platforms near by MPET after (prior.py)
     stored: Sequence[tuple[str, str, Sequence[tuple[int, float | None, float]]]] = ()
 
 

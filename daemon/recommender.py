@@ -54,7 +54,7 @@ class Recommender:
         if len({c for c, _, _ in rows}) < 2:  # too few core counts to fit: a prior may do
             runs = {g: self.store.group_runs(g) for g in self.store.groups() if g != group}
             others = [r for g, r in runs.items() if g.platform == group.platform]
-            # used where those are too few: this workload elsewhere, or platforms near by MPET
+            # this workload elsewhere first, then ``others``, then platforms near by MPET
             stored = [(workload_key(g), g.platform, r) for g, r in runs.items()]
         self.fitter.submit(FitRequest(group, rows, agent, job_id, recommend_after,
                                       target=target, phys_cores=phys, others=others,
