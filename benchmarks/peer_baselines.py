@@ -7,6 +7,7 @@ median and maximum APE, coverage (share of test points inside the 90 % predictio
 the peers published no intervals) and fit wall time per group (median / max).
 
     python3 benchmarks/peer_baselines.py [--models opptune,auto_x,amdahl,...] [--json]
+    python3 benchmarks/peer_baselines.py --prior   # the prior on one-core-count evaluations
 
 Default: one opptune row, ``opptune`` = the choice the daemon makes
 (``fitter.fit_group(train, target=query)``: its candidate pool, told the configurations it will
@@ -169,6 +170,51 @@ def replay(path: Path, models: list[str]) -> dict:
                                 "on_evals": 0})}
 
 
+def prior_check(path: Path) -> list[dict]:
+    """The evaluations of ``path`` with a single training core count, predicted by the prior
+    (models/prior.py) from three sources in turn, every other group of the dataset as the
+    store: the platform's other workloads only; the default order (this workload on other
+    platforms first); the nearest platforms by MPET distance only (this workload's curves
+    withheld). Per source: MAPE, median and max APE, points inside the interval."""
+    from opptune.daemon.models.prior import StoredGroup, fit_prior
+    spec = json.loads(path.read_text())
+    groups = _load_groups(spec["dataset"])
+    out = []
+    for source in ("platform", "default", "similar"):
+        ape, inside, used = [], [], set()
+        for ev in spec["evaluations"]:
+            key = tuple(ev["group"])
+            train = _pick(groups[key], ev["train"])
+            if np.unique(train.cores).size > 1:
+                continue
+            test = np.asarray(ev["test"], float)
+            query = Observations.query(test[:, 0], np.where(test[:, 1] < 0, np.nan, test[:, 1]))
+            truth = np.asarray(ev["test_time"], float)
+            wl = "/".join(map(str, key[1:]))
+            others = [o for k, o in groups.items() if k != key and k[0] == key[0]]
+            stored = [StoredGroup("/".join(map(str, k[1:])), k[0], o)
+                      for k, o in groups.items() if k != key
+                      and not (source == "similar" and k[1:] == key[1:])]
+            try:
+                if source == "platform":
+                    fit = fit_prior(train, others)
+                else:
+                    fit = fit_prior(train, others if source == "default" else [], workload=wl,
+                                    platform=key[0], stored=stored)
+            except NotEnoughData:
+                continue
+            pr = fit.predict(query)
+            ape.append(100 * np.abs(pr.value - truth) / truth)
+            inside.append((pr.lower <= truth) & (truth <= pr.upper))
+            used.add(str(fit.quality["prior_source"]))
+        a = np.concatenate(ape) if ape else np.full(1, np.nan)
+        out.append({"source": source, "evals": len(ape), "mape": float(np.mean(a)),
+                    "median_ape": float(np.median(a)), "max_ape": float(np.max(a)),
+                    "inside": int(np.concatenate(inside).sum()) if inside else 0,
+                    "points": int(sum(i.size for i in inside)), "used": sorted(used)})
+    return out
+
+
 def _warm_up() -> None:
     # first fits pay for lazy imports (scipy.stats, sklearn); keep that out of the timings
     p = np.array([1.0, 2, 4, 8, 1, 2, 4, 8])
@@ -200,6 +246,9 @@ def main(argv: list[str] | None = None) -> int:
                          f"names, or the choices {', '.join(AUTO)}")
     ap.add_argument("--files", default="*.json", help="glob under data/peer-baselines")
     ap.add_argument("--json", action="store_true", help="one JSON object per file")
+    ap.add_argument("--prior", action="store_true",
+                    help="instead: the prior-based prediction on the evaluations with one "
+                         "training core count, per source of curves")
     args = ap.parse_args(argv)
     models = [m for m in args.models.split(",") if m]
     known = set(registry.MODELERS) | set(AUTO) | {DAEMON}
@@ -214,6 +263,21 @@ def main(argv: list[str] | None = None) -> int:
         print(f"peer_baselines: no file matches {args.files!r} under "
               f"{DATA / 'peer-baselines'}", file=sys.stderr)
         return 2
+    if args.prior:
+        checks = {p.name: prior_check(p) for p in files}
+        if args.json:
+            print(json.dumps(checks))
+            return 0
+        print("| file | curves from | evals | MAPE | median APE | max APE | inside the 90 % "
+              "interval | sources used |")
+        print("|---|---|---|---|---|---|---|---|")
+        for name, rows in checks.items():
+            for r in rows:
+                if r["evals"]:
+                    print(f"| {name} | {r['source']} | {r['evals']} | {r['mape']:.1f}% "
+                          f"| {r['median_ape']:.1f}% | {r['max_ape']:.1f}% "
+                          f"| {r['inside']} / {r['points']} | {'; '.join(r['used'])} |")
+        return 0
     _warm_up()
     results = [replay(p, models) for p in files]
     if args.json:

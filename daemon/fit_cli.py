@@ -113,11 +113,14 @@ def _prior(label: str, obs: Observations, groups: list[tuple[str, Observations]]
            ) -> Any:
     """A prior-based prediction (models/prior.py) for a group too small to fit, from the
     other groups of its platform (the label's first part); None when there are too few."""
-    from .models.prior import fit_prior
-    platform = label.split("/")[0]
+    from .models.prior import StoredGroup, fit_prior
+    platform, _, workload = label.partition("/")
     others = [o for lab, o in groups if lab != label and lab.split("/")[0] == platform]
+    # every group, labelled: this workload elsewhere first, platforms near by MPET last
+    stored = [StoredGroup(lab.partition("/")[2], lab.partition("/")[0], o)
+              for lab, o in groups if lab != label]
     try:
-        return fit_prior(obs, others)
+        return fit_prior(obs, others, workload=workload, platform=platform, stored=stored)
     except NotEnoughData:
         return None
 
@@ -261,8 +264,8 @@ def cmd_fit(args: argparse.Namespace) -> int:
         out.append(entry)
         params = ", ".join(f"{k}={v:.4g}" for k, v in model.params.items())
         if model.quality.get("prior_based"):
-            params = (f"prior-based: the speedup curves of {model.params['n_groups']:.0f} other "
-                      "workloads on this platform; a best guess with a wide interval, not a fit")
+            params = (f"prior-based: {model.quality.get('prior_source')}; a best guess with a "
+                      "wide interval, not a fit")
         rows.append([label, model.name, f"{model.quality['mape']:.2f}",
                      f"{entry['fit_ms']:.0f}", params])
     if args.json:

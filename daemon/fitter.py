@@ -41,6 +41,9 @@ class FitRequest:
     # the other groups' rows on the same platform: a group too small to fit gets a
     # prior-based prediction from their curves (models/prior.py)
     others: Sequence[Sequence[tuple[int, float | None, float]]] = ()
+    # the store's groups on every platform, as (workload key, platform, rows): this
+    # workload elsewhere comes before ``others``, platforms near by MPET after (prior.py)
+    stored: Sequence[tuple[str, str, Sequence[tuple[int, float | None, float]]]] = ()
 
 
 @dataclass
@@ -117,15 +120,23 @@ def fit_group(obs: Observations, target: Any = None
     return fitted[0], [_summary(m) for m in fitted[1:]] + errors
 
 
-def _prior(obs: Observations, others: Sequence[Sequence[tuple[int, float | None, float]]],
-           why: NotEnoughData) -> FittedModel:
+def _prior(obs: Observations, req: FitRequest, why: NotEnoughData) -> FittedModel:
     """The prior-based prediction of a group too small to fit; NotEnoughData with both
     reasons when there is none either."""
-    from .models.prior import fit_prior
+    from .models.prior import StoredGroup, fit_prior
+    g = req.group
+    stored = [StoredGroup(w, p, observations(rows)) for w, p, rows in req.stored if rows]
     try:
-        return fit_prior(obs, [observations(rows) for rows in others if rows])
+        return fit_prior(obs, [observations(rows) for rows in req.others if rows],
+                         workload=workload_key(g), platform=g.platform, stored=stored)
     except NotEnoughData as exc:
         raise NotEnoughData(f"{why}; {exc}") from None
+
+
+def workload_key(group: Group) -> str:
+    """What makes two groups on different platforms the same workload: workload, input and
+    variant."""
+    return "/".join((group.workload, group.input, group.variant))
 
 
 def _rmse(m: FittedModel) -> float:
@@ -233,9 +244,9 @@ class Fitter:
             try:
                 model, runners = fit_group(obs, req.target)
             except NotEnoughData as exc:
-                if not req.others:
+                if not req.others and not req.stored:
                     raise
-                model, runners = _prior(obs, req.others, exc), []
+                model, runners = _prior(obs, req, exc), []
             out.model, out.runners_up = model, runners
             out.description = _plain(model.describe())
         except Exception as exc:  # a fit failing must never stop the worker

@@ -13,7 +13,7 @@ from typing import Any, Callable
 
 from ..shared.config import DaemonConfig
 from ..shared.records import RecordError, RunRecord
-from .fitter import FitOutcome, FitRequest, Fitter
+from .fitter import FitOutcome, FitRequest, Fitter, workload_key
 from .planner import cluster_order, physical_cores
 from .recommend import recommend, target_observations
 from .registry import Registry
@@ -50,12 +50,15 @@ class Recommender:
             target = target_observations(platform, _axis(freqs), order=order)
         except Exception as exc:  # no target: the choice falls back to k-fold validation
             log.warning("no query grid for %s: %s", "/".join(group), exc)
-        others = ()
+        others, stored = (), ()
         if len({c for c, _, _ in rows}) < 2:  # too few core counts to fit: a prior may do
-            others = [self.store.group_runs(g) for g in self.store.groups()
-                      if g.platform == group.platform and g != group]
+            runs = {g: self.store.group_runs(g) for g in self.store.groups() if g != group}
+            others = [r for g, r in runs.items() if g.platform == group.platform]
+            # this workload elsewhere first, then ``others``, then platforms near by MPET
+            stored = [(workload_key(g), g.platform, r) for g, r in runs.items()]
         self.fitter.submit(FitRequest(group, rows, agent, job_id, recommend_after,
-                                      target=target, phys_cores=phys, others=others))
+                                      target=target, phys_cores=phys, others=others,
+                                      stored=stored))
 
     def _grid_inputs(self, agent: str | None, group: Group, rows: Any
                      ) -> tuple[dict[str, Any], list[int], list[int] | None]:
@@ -87,9 +90,11 @@ class Recommender:
         log.info("fitted %s: %s in %.3f s", name, d.get("model"), out.seconds)
         if out.model.quality.get("prior_based"):
             # a best guess from other workloads' curves: shown (model "prior"), never pushed
-            why = (f"no recommendation: only a prior-based prediction (the curves of "
-                   f"{int(out.model.quality.get('n_groups', 0))} other workloads on this "
-                   "platform); measure a second core count for a fitted model")
+            source = out.model.quality.get("prior_source") or (
+                f"the curves of {int(out.model.quality.get('n_groups', 0))} other workloads "
+                "on this platform")
+            why = (f"no recommendation: only a prior-based prediction ({source}); measure a "
+                   "second core count for a fitted model")
             log.info("%s: %s", name, why)
             self._fit_failed(req.group, why, req.agent, req.job_id)
             return

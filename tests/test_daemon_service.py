@@ -382,3 +382,40 @@ def test_one_core_count_gets_a_prior_based_prediction_flagged_and_not_pushed(dae
     assert "only a prior-based prediction (the curves of 2 other workloads" in err["error"]
     assert not [r for r in st["recommendations"] if r["group"]["workload"] == "new"]
     a.close()
+
+
+def test_one_core_count_alone_on_its_platform_borrows_its_curve_from_another(daemon):
+    # "wl2" is swept on plat-test; plat-two has measured it at one core count only and holds
+    # no other workload: the prior takes wl2's own curve from plat-test, and says so
+    two = {**PLATFORM, "id": "plat-two"}
+    a, b = Agent(daemon.endpoint, "a1"), Agent(daemon.endpoint, "a2")
+    a.hello(workloads=("wl2",))
+    b.send("hello", {"platform": two, "workloads": ["wl2"], "agent_version": "test"})
+    jobs = {ag.id: ag.expect("job")["body"]["job_id"] for ag in (a, b)}
+
+    def rec(platform, cores, t):
+        return RunRecord(platform=platform, workload="wl2", input="small", cores=cores,
+                         cpus=PLATFORM["sweep_order"][:cores], threads=cores, rep=0,
+                         time_s=t, virtual=True).to_dict()
+    for seq, cores in enumerate((1, 2, 4)):
+        a.send("result", {"job_id": jobs["a1"], "seq": seq, "of": 3,
+                          "record": rec("plat-test", cores, 10 * (0.2 + 0.8 / cores))})
+        a.expect("ack")
+    b.send("result", {"job_id": jobs["a2"], "seq": 0, "of": 1,
+                      "record": rec("plat-two", 1, 30.0)})
+    b.expect("ack")
+    group = {"platform": "plat-two", "workload": "wl2", "input": "small", "variant": ""}
+    assert group in query(b, "fit", {"workload": "wl2"})["queued"]
+    deadline = time.monotonic() + 20
+    while True:
+        st = query(b, "status")
+        fit = [f for f in st["fits"] if f["group"] == group]
+        if fit or time.monotonic() > deadline:
+            break
+    assert fit and fit[0]["model"] == "prior" and fit[0]["quality"]["prior_based"] == 1
+    assert fit[0]["quality"]["prior_source"] == "this workload's curve on plat-test"
+    (err,) = [e for e in st["fit_errors"] if e["group"] == group]
+    assert "only a prior-based prediction (this workload's curve on plat-test)" in err["error"]
+    assert not [r for r in st["recommendations"] if r["group"] == group]
+    a.close()
+    b.close()

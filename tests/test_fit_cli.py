@@ -276,3 +276,21 @@ def test_one_core_count_gets_a_prior_from_the_platforms_other_workloads(tmp_path
     assert pred["lower"] <= pred["time_s"] * np.exp(-0.1) * 1.0001
     assert pred["upper"] >= pred["time_s"] * np.exp(0.1) * 0.9999
     assert pred["extrapolated"] == ["cores"]
+
+
+def test_one_core_count_alone_on_its_platform_borrows_its_own_curve_from_another(tmp_path,
+                                                                                capsys):
+    lines = ["platform,workload,input,variant,cores,freq_mhz,rep,time_s"]
+    lines += [f"b,w,1,,{p},,0,{10 * (0.1 + 0.9 / p):.6f}" for p in (1, 2, 4)]
+    lines += ["c,w,1,,1,,0,30"]
+    data = tmp_path / "d.csv"
+    data.write_text("\n".join(lines) + "\n")
+    assert run(["fit", "--data", str(data), "--json"]) == 0
+    out = {e["group"]: e for e in json.loads(capsys.readouterr().out)}
+    q = out["c/w/1"]["quality"]
+    assert out["c/w/1"]["model"] == "prior" and q["prior_based"] == 1
+    assert q["prior_source"] == "this workload's curve on b"
+    assert run(["fit", "--data", str(data)]) == 0
+    # the table folds the cell: its words in order, the borders left out
+    text = " ".join(w for w in capsys.readouterr().out.split() if w not in ("│", "┃"))
+    assert "prior-based: this workload's curve on b; a best guess with a wide" in text

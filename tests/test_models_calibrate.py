@@ -61,3 +61,29 @@ def test_two_points_without_validation_reach_the_hold_forecast():
     assert pr.value[0] < 5.0 and pr.upper[0] == pytest.approx(5.2)  # reaches "it stops at 2"
     own = sel.model.inner.predict(Observations.query([1.5]))
     assert pr.upper[1] == pytest.approx(own.upper[0])  # inside the range: unchanged
+
+
+def test_enough_held_out_errors_narrow_an_interval_down_to_the_noise():
+    from opptune.daemon.models.calibrate import calibrated, min_held
+    assert min_held(0.9) == 10 and min_held(0.5) == 2
+    p = np.arange(1.0, 13.0)
+    t = 100 * (0.05 + 0.95 / p) * (1 + 0.001 * np.sin(7 * p))   # 0.1 % noise
+    obs = Observations(cores=p, time_s=t)
+    inner = registry.get("amdahl").fit(obs)
+    q = Observations.query([3.0, 6.0])
+    own = inner.predict(q)
+    small = np.full(12, 0.001)
+    fit = calibrated(inner, small, np.zeros(12), obs, 0.9)
+    cal = fit.predict(q)
+    assert fit.quality["interval_from_held_out"] == 1.0
+    assert np.all(cal.upper < own.upper) and np.all(cal.lower > own.lower)
+    # floored at the run-to-run noise: the residuals on the training data
+    resid = np.log(t / inner.predict(obs).value)
+    assert np.log(cal.upper[0] / cal.value[0]) == pytest.approx(
+        max(error_half(small, 0.9), error_half(resid, 0.9)))
+    # too few held-out points: never narrower than the model's own
+    few = calibrated(inner, small[:9], np.zeros(9), obs, 0.9).predict(q)
+    assert np.allclose(few.upper, own.upper) and np.allclose(few.lower, own.lower)
+    # errors larger than the own interval widen it as before
+    wide = calibrated(inner, np.full(12, 0.2), np.zeros(12), obs, 0.9).predict(q)
+    assert np.all(wide.upper > own.upper)

@@ -170,3 +170,26 @@ def test_a_member_that_cannot_be_saved_is_left_out_of_the_combination(monkeypatc
     assert sel.scores["nostate"]["error"] is None         # it was validated ...
     assert "nostate" not in getattr(sel.model, "weights", {})   # ... but is not a member
     assert sel.model.to_state()
+
+
+def test_fold_twins_go_to_the_one_that_fits_its_data():
+    # the folds give amdahl and hold the same held-out forecast (one frequency in the fold's
+    # training part): the folds cannot rank them, the misfit on all the data does
+    truth = np.array([10.0, 20.0])
+    fold = truth * np.exp([0.05, -0.05])
+    other = truth * np.exp([0.08, -0.02])
+    cv = {"amdahl": (fold, fold, truth), "hold": (fold.copy(), fold.copy(), truth),
+          "memwall": (other, other, truth)}
+    names = ["amdahl", "hold", "memwall"]
+    tie = {(n, a): w for n, a, w, _ in combination_weights(cv, names)}
+    assert tie[("amdahl", False)] == pytest.approx(tie[("hold", False)])
+    misfit = {("amdahl", False): 0.02 ** 2, ("hold", False): 0.0, ("memwall", False): 0.03 ** 2}
+    got = {(n, a): w for n, a, w, _ in combination_weights(cv, names, misfit)}
+    assert ("amdahl", False) not in got
+    assert got[("hold", False)] > tie[("hold", False)]
+    # memwall has no fold twin: its own larger misfit does not remove it
+    assert got[("memwall", False)] > MIN_WEIGHT
+    # misfits equal within SAME_FORECAST: still a tie
+    close = {**misfit, ("amdahl", False): 1e-4, ("hold", False): 1e-4 * (1 + 1e-4)}
+    got = {(n, a): w for n, a, w, _ in combination_weights(cv, names, close)}
+    assert got[("amdahl", False)] == pytest.approx(got[("hold", False)])

@@ -50,3 +50,15 @@ def test_unknown_model_or_file_is_one_line_and_exit_2():
     assert bad.stderr.count("\n") == 1 and "nosuch" in bad.stderr and "Traceback" not in bad.stderr
     none = _run("--files", "nothing-*.json")
     assert none.returncode == 2 and "nothing-*.json" in none.stderr and none.stderr.count("\n") == 1
+
+
+def test_prior_check_reports_each_source_on_the_one_core_count_evaluations():
+    out = _run("--files", "loghin*", "--prior", "--json")
+    assert out.returncode == 0, out.stderr
+    rows = json.loads(out.stdout)["loghin_multicore_energy-extrapolate-cores.json"]
+    by = {r["source"]: r for r in rows}
+    assert set(by) == {"platform", "default", "similar"}
+    assert all(r["evals"] == 7 and r["median_ape"] <= r["max_ape"] for r in rows)
+    assert by["platform"]["used"] == ["the curves of 27 other workloads on this platform"]
+    assert all(u.startswith("this workload's curve on") for u in by["default"]["used"])
+    assert all("nearest by MPET distance" in u for u in by["similar"]["used"])

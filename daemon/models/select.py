@@ -10,7 +10,11 @@ Validation scheme, from what the model will be asked (``target``):
   it does in deployment); where the query goes further than that (its largest core count
   over the data's, ``reach``, counted in physical cores), one more cut holds out as far: train
   on the core counts up to max / reach, test on the rest. Frequency: train without the
-  highest (or lowest) frequency, test on it. APEs of all folds are pooled. Random folds measure interpolation and pick models that
+  highest (or lowest) frequency, test on it; where that leaves the training part with one
+  frequency of two or more (``_level_free``), every model scales T1 by 1/F there, not by the
+  T1(F) = c0 + c1 / F law the fit on all the data extrapolates by, so the fold scores the
+  curve's shape at the held-out frequency (times over the time at its fewest cores) and does
+  not size the interval. APEs of all folds are pooled. Random folds measure interpolation and pick models that
   extrapolate badly; these folds measure what the daemon does (predict larger core counts and
   unseen frequencies).
 
@@ -236,14 +240,20 @@ def cv_score(name: str, obs: Observations,
         except Exception as exc:  # a foreign model's failure must not stop the choice
             out["error"] = f"fold {j}: {type(exc).__name__}: {exc}"
             return out
-        preds.append(pred)
         # the same fit anchored at the fold's end points (rule "combine" weighs both)
         with np.errstate(all="ignore"):
             try:
-                anch.append(combine.anchored(pred, combine.anchors_for(fitted, part), held))
+                an = combine.anchored(pred, combine.anchors_for(fitted, part), held)
             except Exception:  # noqa: BLE001 - no anchored variant for this model
-                anch.append(np.full(pred.shape, np.nan))
-    truth = np.concatenate([obs.time_s[te] for _, te in splits])
+                an = np.full(pred.shape, np.nan)
+        if _level_free(obs, train):
+            base = _shape_base(held)
+            pred, an = pred / pred[base], an / an[base]
+        preds.append(pred)
+        anch.append(an)
+    truth = np.concatenate([obs.time_s[te] / (obs.time_s[te][_shape_base(obs.subset(te))]
+                                              if _level_free(obs, tr) else 1.0)
+                            for tr, te in splits])
     pred = np.concatenate(preds)
     err = 100 * np.abs(pred - truth) / truth
     out["_ape"] = err
@@ -253,6 +263,29 @@ def cv_score(name: str, obs: Observations,
     if not np.isfinite(out["cv_mape"]):
         out["error"] = "non-finite predictions"
     return out
+
+
+def _level_free(obs: Observations, train: np.ndarray) -> bool:
+    """Whether a fold's training part keeps fewer frequencies than the data's T1(F) law needs
+    (two, where the data have two or more): from one frequency every model scales T1 by 1/F,
+    a law the fit on all the data does not use, so the fold validates only the shape at the
+    held-out frequency (``_shape_base``), not its level."""
+    if not obs.has_freq():
+        return False
+    fq = np.asarray(obs.freq_mhz, float)
+    ok = np.isfinite(fq) & (fq > 0)
+    return np.unique(fq[train & ok]).size < min(2, np.unique(fq[ok]).size)
+
+
+def _shape_base(held: Observations) -> np.ndarray:
+    """Index, per held-out row, of the held-out row at its frequency with the fewest cores:
+    times divided by the time there are the curve's shape without its level."""
+    fq = np.nan_to_num(np.asarray(held.freq_mhz, float), nan=-1.0)
+    base = np.arange(len(held))
+    for f in np.unique(fq):
+        at = np.flatnonzero(fq == f)
+        base[at] = at[np.argmin(held.cores[at])]
+    return base
 
 
 def rank(scores: dict[str, dict[str, Any]], apes: dict[str, np.ndarray],
@@ -385,7 +418,8 @@ def _is_worst(name: str, scores: dict[str, dict[str, Any]], worst: set[str]) -> 
     return scores[name]["cv_mape"] * (1 + SAME_FORECAST) >= scores[next(iter(worst))]["cv_mape"]
 
 
-def combination_weights(cv: dict[str, tuple], names: list[str]
+def combination_weights(cv: dict[str, tuple], names: list[str],
+                        misfit: dict[tuple[str, bool], float] | None = None
                         ) -> list[tuple[str, bool, float, np.ndarray]]:
     """(name, anchored, weight, held-out predictions) of the members of the combination.
 
@@ -395,7 +429,16 @@ def combination_weights(cv: dict[str, tuple], names: list[str]
     models that validate alike keep their own (equal) weights: the folds cannot tell them
     apart, so the combination hedges between them. Weight: inverse held-out mean squared log
     error (floored at ERR_FLOOR^2), normalised; members under MIN_WEIGHT are dropped and the
-    rest renormalised."""
+    rest renormalised.
+
+    ``misfit`` ((name, anchored) -> mean squared log residual of the variant refitted on all
+    the data): among fold twins (held-out predictions within SAME_FORECAST), a variant whose
+    misfit exceeds the lowest of its twins (by more than the relative SAME_FORECAST) gets no
+    weight. The folds cannot tell twins apart (armpm's frequency fold trains on one
+    frequency, where Amdahl and hold predict the same shape), so the only evidence left is
+    how closely each follows the data it will extrapolate from: Amdahl, whose speedup cannot
+    change with frequency, misses them, and its per-frequency T1 levels absorb the miss and
+    carry it into the frequency law (t = c0 + c1 / F) it extrapolates by."""
     order = sorted((n for n in names if cv.get(n, (None,))[0] is not None),
                    key=lambda n: (COMPLEXITY.get(n, DEFAULT_COMPLEXITY), names.index(n)))
     variants: list[tuple[str, bool, np.ndarray]] = []
@@ -412,10 +455,32 @@ def combination_weights(cv: dict[str, tuple], names: list[str]
         return []
     mse = np.array([np.mean(np.log(p / truth) ** 2) for _, _, p in variants])
     w = 1.0 / np.maximum(mse, ERR_FLOOR ** 2)
+    if misfit:
+        # the folds cannot tell fold twins apart; the training data can: a twin that misses
+        # them more than the closest twin does (beyond SAME_FORECAST) gets no weight
+        mf = np.array([misfit.get((n, a), np.inf) for n, a, _ in variants])
+        for i, (_, _, p) in enumerate(variants):
+            best = min(mf[j] for j, (_, _, q) in enumerate(variants)
+                       if np.allclose(p, q, rtol=SAME_FORECAST, atol=0))
+            if np.isfinite(best) and mf[i] > best * (1 + SAME_FORECAST) + 1e-12:
+                w[i] = 0.0
     w /= w.sum()
     keep = w >= MIN_WEIGHT
     w = np.where(keep, w, 0.0) / w[keep].sum()
     return [(n, a, float(wi), p) for (n, a, p), wi, k in zip(variants, w, keep) if k]
+
+
+def _fold_twins(cv: dict[str, tuple], names: list[str]) -> list[str]:
+    """The candidates of ``names`` with a held-out forecast (raw or anchored) that another
+    candidate's matches within SAME_FORECAST."""
+    preds = [(n, p) for n in names for p in cv.get(n, (None, None))[:2]
+             if p is not None and np.all(np.isfinite(p) & (p > 0))]
+    out = []
+    for n, p in preds:
+        if n not in out and any(m != n and np.allclose(p, q, rtol=SAME_FORECAST, atol=0)
+                                for m, q in preds):
+            out.append(n)
+    return out
 
 
 def _combine(obs: Observations, scores: dict[str, dict[str, Any]], cv: dict[str, tuple],
@@ -427,8 +492,28 @@ def _combine(obs: Observations, scores: dict[str, dict[str, Any]], cv: dict[str,
     itself. None when no candidate validated or none could be refitted (the caller then
     ranks by MAPE)."""
     ok = [n for n in names if scores[n]["error"] is None]
-    parts = combination_weights(cv, ok)
     fits: dict[str, FittedModel | None] = {}
+    misfit: dict[tuple[str, bool], float] = {}
+    lt = np.log(obs.time_s)
+    for n in _fold_twins(cv, ok):
+        # refitted on all data: its in-sample misfit breaks ties between fold twins
+        # (combination_weights); the others are refitted only if they take weight
+        try:
+            fits[n] = registry.get(n).fit(obs)
+        except NotEnoughData as exc:
+            scores[n]["error"] = f"refit: {exc}"
+            fits[n] = None
+            continue
+        raw = np.asarray(fits[n].predict(obs).value, float)
+        with np.errstate(all="ignore"):
+            misfit[(n, False)] = float(np.mean((lt - np.log(raw)) ** 2))
+            try:
+                anc = combine.anchored(raw, combine.anchors_for(fits[n], obs), obs)
+                misfit[(n, True)] = float(np.mean((lt - np.log(anc)) ** 2))
+            except Exception:  # noqa: BLE001 - no anchored variant for this model
+                pass
+    ok = [n for n in ok if scores[n]["error"] is None]
+    parts = combination_weights(cv, ok, {k: v for k, v in misfit.items() if np.isfinite(v)})
     members: list[list] = []   # [model, weight, anchors, name, anchored, fold preds, train preds]
     for n, is_anch, w, p in parts:
         if n not in fits:
@@ -479,7 +564,17 @@ def _calibrate(sel: Selection, on: bool, obs: Observations, folds: Any) -> Selec
         dist = np.concatenate([distance(obs.cores[te], None if obs.freq_mhz is None
                                         else obs.freq_mhz[te], ranges(obs.subset(tr)))
                                for tr, te in splits])
-        sel.model = calibrated(sel.model, sel.held_log_err, dist, obs, LEVEL)
+        # a level-free fold's errors are those of the shape alone: they cannot size an
+        # interval around the level; without any other fold the choice is unvalidated
+        keep = np.concatenate([np.full(int(te.sum()), not _level_free(obs, tr))
+                               for tr, te in splits])
+        err = np.asarray(sel.held_log_err, float)
+        if err.size == keep.size and not keep.any():
+            sel.model = _unvalidated(sel.model, obs)
+        elif err.size == keep.size:
+            sel.model = calibrated(sel.model, err[keep], dist[keep], obs, LEVEL)
+        else:
+            sel.model = calibrated(sel.model, err, dist, obs, LEVEL)
     return sel
 
 
