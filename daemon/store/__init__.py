@@ -10,6 +10,7 @@ from __future__ import annotations
 from abc import ABC, abstractmethod
 from typing import Any, NamedTuple, Sequence
 
+from ...shared.config import is_database_url as is_url
 from ...shared.records import RunRecord
 
 
@@ -185,11 +186,6 @@ class Store(ABC):
 
     @abstractmethod
     def close(self) -> None: ...
-
-
-def is_url(location: str) -> bool:
-    """Whether ``location`` names a PostgreSQL database rather than an SQLite file."""
-    return location.startswith(("postgresql://", "postgres://"))
 
 
 def open_store(location: str) -> Store:

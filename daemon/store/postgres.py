@@ -15,10 +15,10 @@ import re
 import time
 from contextlib import contextmanager
 from typing import Any, Iterator, Sequence
-from urllib.parse import urlsplit, urlunsplit
 
 import psycopg
 
+from ...shared.config import redact_url as redact
 from . import Group
 from .schema import MIGRATIONS, SCHEMA_VERSION
 from .sqlite import SQLiteStore, _dumps, _json_safe
@@ -42,19 +42,6 @@ def pg_sql(stmt: str) -> str:
     for pattern, repl in _TYPES:
         stmt = pattern.sub(repl, stmt)
     return stmt
-
-
-def redact(url: str) -> str:
-    """The URL without its password (for logs and the status)."""
-    try:
-        parts = urlsplit(url)
-    except ValueError:
-        return "postgresql://?"
-    if parts.password is None:
-        return url
-    netloc = parts.netloc.rsplit("@", 1)
-    user = netloc[0].split(":", 1)[0]
-    return urlunsplit(parts._replace(netloc=f"{user}:***@{netloc[1]}"))
 
 
 class _Conn:
@@ -96,8 +83,9 @@ class PostgresStore(SQLiteStore):
         try:
             self.db = _Conn(url)  # type: ignore[assignment]
         except psycopg.Error as exc:
-            raise ConnectionError(f"cannot connect to {self.path}: "
-                                  f"{str(exc).strip().splitlines()[0]}") from None
+            raise ConnectionError(f"cannot connect to the database {self.path}: "
+                                  f"{str(exc).strip().splitlines()[0]}; check 'database' and "
+                                  "that the PostgreSQL server runs") from None
         self._migrate()
 
     @contextmanager
