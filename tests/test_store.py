@@ -60,6 +60,10 @@ def test_insert_is_idempotent_and_acks_all(location):
     assert count(st, "SELECT COUNT(*) FROM runs") == 3
     assert count(st, "SELECT COUNT(*) FROM runs WHERE msg_id='m1'") == 1
     assert st.job_received("job-1") == 3
+    # the same id twice in one batch
+    assert st.insert_results([item("m4", seq=3), item("m4", seq=3)], now=4.0) == ["m4", "m4"]
+    assert count(st, "SELECT COUNT(*) FROM runs WHERE msg_id='m4'") == 1
+    st.db.execute("DELETE FROM runs WHERE msg_id='m4'")
     assert st.run_counts() == [{"agent": "a1", "platform": "p", "workload": "w", "input": "s",
                                 "count": 3}]
     st.close()
