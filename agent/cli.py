@@ -198,7 +198,7 @@ def link_keys(config, where: str) -> tuple[str, str, str] | None:
     made in state_dir on first start; None when it is plain. ConfigError says what to fix."""
     from ..shared.curve import KeyFileError, curve_enabled, ensure_keypair, fingerprint, \
         read_public_key
-    if not curve_enabled(config.curve, config.daemon):
+    if not any(curve_enabled(config.curve, e) for e in config.daemon_endpoints()):
         return None
     if not config.daemon_public_key:
         raise ConfigError(f"{where}: key 'daemon_public_key' is needed with CURVE on (curve = "
@@ -266,7 +266,7 @@ def run_agent(config, config_path: str | None = None) -> int:
                         notify=lambda: link_holder["link"].notify_outbox(),
                         state_dir=config.state_dir, targets=targets)
     worker = Worker(executor)
-    link = Link(config.agent_id, config.daemon, hello, outbox, worker.submit,
+    link = Link(config.agent_id, config.daemon_endpoints(), hello, outbox, worker.submit,
                 heartbeat_s=config.heartbeat_s, curve=curve)
     link_holder["link"] = link
 

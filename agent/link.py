@@ -8,6 +8,10 @@ Liveness: hello on start; heartbeats every ``heartbeat_s``; no message from the 
 3 heartbeats = gone. The next message from it (or an ``unknown_agent`` error, or a new daemon
 instance in its heartbeat) triggers a fresh hello and makes every pending result due again,
 so after a daemon kill -9 and restart every result arrives (the daemon dedupes by id).
+
+Fail-over: with several endpoints (daemons sharing one database), the link talks to one at a
+time; when it is gone, the link connects to the next (round robin), says hello there and
+resends every unacknowledged result. The shared store keeps each result once by its id.
 """
 
 from __future__ import annotations
@@ -17,7 +21,7 @@ import os
 import queue
 import threading
 import time
-from typing import Any, Callable
+from typing import Any, Callable, Sequence
 
 import zmq
 
@@ -39,15 +43,20 @@ PERMANENT_REFUSALS = frozenset({
 
 
 class Link:
-    def __init__(self, agent_id: str, endpoint: str, hello_body: dict[str, Any], outbox: Outbox,
+    def __init__(self, agent_id: str, endpoint: str | Sequence[str], hello_body: dict[str, Any],
+                 outbox: Outbox,
                  on_message: Callable[[dict[str, Any]], None], *, heartbeat_s: float = 2.0,
                  resend_s: float | None = None, window: int = 1000,
                  context: zmq.Context | None = None, instance: str | None = None,
                  curve: tuple[str, str, str] | None = None):
-        """``curve``: (daemon public, own public, own secret) Z85 keys for an encrypted,
+        """``endpoint``: the daemon's, or several daemons' in order of preference (fail-over).
+        ``curve``: (daemon public, own public, own secret) Z85 keys for an encrypted,
         authenticated link; None for a plain one."""
         self.agent_id = agent_id
-        self.endpoint = endpoint
+        self.endpoints = [endpoint] if isinstance(endpoint, str) else list(dict.fromkeys(endpoint))
+        if not self.endpoints:
+            raise ValueError("no daemon endpoint")
+        self.endpoint = self.endpoints[0]
         self.hello_body = dict(hello_body)
         self.outbox = outbox
         self.on_message = on_message
@@ -76,7 +85,7 @@ class Link:
         self._backoff_s = 0.0
         self._limited_logged = 0.0
         self.stats = {"sent": 0, "received": 0, "hellos": 0, "resent": 0, "dropped": 0,
-                      "refused": 0, "rate_limited": 0}
+                      "refused": 0, "rate_limited": 0, "failovers": 0}
 
     # -- thread-safe entry points -------------------------------------------------------------
     def send(self, msg: dict[str, Any]) -> None:
@@ -97,6 +106,13 @@ class Link:
 
     # -- lifecycle ----------------------------------------------------------------------------
     def start(self) -> None:
+        self._connect()
+        self._poller.register(self._wake_r, zmq.POLLIN)
+        log.info("agent %s connecting to %s", self.agent_id, self.endpoint)
+        self._hello()
+        self._next_hb = time.monotonic() + self.heartbeat_s
+
+    def _connect(self) -> None:
         s = self._ctx.socket(zmq.DEALER)
         s.setsockopt(zmq.IDENTITY, self.agent_id.encode())
         s.setsockopt(zmq.LINGER, 1000)  # bounded close; unacked results live on in the outbox
@@ -112,11 +128,25 @@ class Link:
         s.connect(self.endpoint)
         self._sock = s
         self._poller.register(s, zmq.POLLIN)
-        self._poller.register(self._wake_r, zmq.POLLIN)
         self._last_rx = time.monotonic()
-        log.info("agent %s connecting to %s", self.agent_id, self.endpoint)
+
+    def _fail_over(self) -> None:
+        """The daemon is gone: connect to the next endpoint, say hello, resend what is
+        pending (the old socket's queued messages are dropped: the outbox has them)."""
+        assert self._sock is not None
+        old = self.endpoint
+        self._poller.unregister(self._sock)
+        self._sock.close(linger=0)
+        self.endpoint = self.endpoints[(self.endpoints.index(old) + 1) % len(self.endpoints)]
+        self._connect()
+        self.stats["failovers"] += 1
+        log.warning("daemon at %s gone: failing over to %s", old, self.endpoint)
+        self._gone = False
+        self._daemon_instance = None
+        self._backoff_until = self._backoff_s = 0.0
         self._hello()
-        self._next_hb = time.monotonic() + self.heartbeat_s
+        self.outbox.reset_sent()
+        self._outbox_dirty = True
 
     def close(self) -> None:
         if self._sock is not None:
@@ -173,8 +203,10 @@ class Link:
         now = time.monotonic()
         if not self._gone and now - self._last_rx > GONE_AFTER_HEARTBEATS * self.heartbeat_s:
             self._gone = True
-            log.warning("no message from the daemon for %.1f s: considering it gone",
-                        now - self._last_rx)
+            log.warning("no message from the daemon at %s for %.1f s: considering it gone",
+                        self.endpoint, now - self._last_rx)
+            if len(self.endpoints) > 1:
+                self._fail_over()
         if now >= self._next_hb:
             self._send(P.make("heartbeat", self.agent_id,
                               {"outbox": self.outbox.count(), "instance": self.instance}))

@@ -12,7 +12,8 @@ import sys
 
 # the import names of the distributions the pyproject's "daemon" extra lists
 DAEMON_EXTRA = {"numpy": "numpy", "scipy": "scipy", "scikit-learn": "sklearn", "rich": "rich",
-                "matplotlib": "matplotlib", "prometheus_client": "prometheus_client"}
+                "matplotlib": "matplotlib", "prometheus_client": "prometheus_client",
+                "psycopg": "psycopg"}
 
 
 def missing_daemon_extra() -> list[str]:

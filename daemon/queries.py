@@ -12,6 +12,7 @@ from .drift import status_rows as drift_rows
 from .errors import HandlerError
 from .recommender import off_pct
 from .registry import board_name
+from ..shared.config import redact_url
 from .store import Group
 
 if TYPE_CHECKING:
@@ -112,7 +113,7 @@ def status(d: Daemon) -> dict[str, Any]:
              "updated": j["updated"]} for j in d.store.jobs()]
     return {
         "daemon": {"instance": d.instance, "uptime_s": round(now - d.started, 3),
-                   "endpoint": d.endpoint, "database": d.config.database,
+                   "endpoint": d.endpoint, "database": redact_url(d.config.database),
                    "stats": dict(d.stats)},
         "agents": agents,
         # What each agent's board offers (knob availability, topology), for operators.

@@ -21,6 +21,10 @@ from .store import Group, ResultIn, Store
 
 log = logging.getLogger("opptune.daemon")
 
+# A daemon's claim on a group it is fitting; a claim this old is taken over by another daemon
+# (its holder died mid-fit). Fits take seconds.
+FIT_LEASE_S = 300.0
+
 
 class Recommender:
     def __init__(self, config: DaemonConfig, store: Store, registry: Registry, fitter: Fitter,
@@ -33,6 +37,13 @@ class Recommender:
         self.stats = stats
         self._fit_errors: dict[Group, dict[str, Any]] = {}
         self.drift: Any = None  # drift.Drift, set by the service
+        # Daemons sharing one database claim a group in the store before fitting it, so two
+        # never fit it at once. ``owner``: this daemon's claims (the service sets its
+        # instance id). A group being fitted here, or claimed by another daemon, waits in
+        # ``_waiting`` (requests merged) and is requested again when free (``retry_waiting``).
+        self.owner = uuid.uuid4().hex[:12]
+        self._fitting: set[Group] = set()
+        self._waiting: dict[Group, tuple[str | None, str | None, bool]] = {}
 
     def fit_errors(self) -> list[dict[str, Any]]:
         """Groups whose last fit (or recommendation) failed: group, error, agent, job_id."""
@@ -41,7 +52,40 @@ class Recommender:
 
     def request_fit(self, group: Group, agent: str | None = None, job_id: str | None = None,
                     recommend_after: bool = True) -> None:
-        """Queue a fit of ``group`` from its stored successful runs."""
+        """Queue a fit of ``group`` from its stored successful runs (once this daemon holds
+        the group's claim; until then the request waits)."""
+        if group in self._fitting or not self.store.claim_fit(group, self.owner, time.time(),
+                                                              FIT_LEASE_S):
+            prev = self._waiting.get(group)
+            if prev is not None and prev[0] and not agent:  # keep whom to recommend to
+                agent, job_id, recommend_after = prev
+            self._waiting[group] = (agent, job_id, recommend_after)
+            return
+        self._fitting.add(group)
+        try:
+            self._submit(group, agent, job_id, recommend_after)
+        except Exception:
+            self._fitting.discard(group)
+            self.store.release_fit(group, self.owner)
+            raise
+
+    def retry_waiting(self) -> None:
+        """Request again the fits that waited for their group's claim."""
+        for group in [g for g in self._waiting if g not in self._fitting]:
+            self.request_fit(group, *self._waiting.pop(group))
+
+    def release_claims(self) -> None:
+        """Give back every claim (at shutdown: other daemons need not wait for the lease)."""
+        for group in self._fitting | set(self._waiting):
+            self.store.release_fit(group, self.owner)
+
+    def _fit_finished(self, group: Group) -> None:
+        self._fitting.discard(group)
+        if group not in self._waiting:
+            self.store.release_fit(group, self.owner)
+
+    def _submit(self, group: Group, agent: str | None, job_id: str | None,
+                recommend_after: bool) -> None:
         rows = self.store.group_runs(group)
         target, phys = None, None
         try:
@@ -75,6 +119,13 @@ class Recommender:
         return platform, order, freqs
 
     def on_fit(self, out: FitOutcome) -> None:
+        try:
+            self._on_fit(out)
+        finally:
+            self._fit_finished(out.request.group)
+            self.retry_waiting()
+
+    def _on_fit(self, out: FitOutcome) -> None:
         req = out.request
         name = "/".join(req.group)
         if out.error or out.model is None:

@@ -26,7 +26,7 @@ from typing import Any, Callable
 import zmq
 
 from ..shared import protocol
-from ..shared.config import ConfigError, DaemonConfig, load_daemon_config
+from ..shared.config import ConfigError, DaemonConfig, load_daemon_config, redact_url
 from ..shared.curve import KeyFileError, curve_enabled, ensure_keypair
 from ..shared.records import RecordError, RunRecord
 from . import queries
@@ -122,6 +122,7 @@ class Daemon:
         self._closed = False
         self.recommender = Recommender(config, self.store, self.registry, self.fitter,
                                        self.send, self.stats)
+        self.recommender.owner = self.instance
         self.jobs = JobTracker(config, self.store, self.registry, self.link, DAEMON_ID,
                                self.started, self._job_done)
         self.jobs.stats = self.stats
@@ -174,7 +175,7 @@ class Daemon:
     def serve(self, stop_event: threading.Event | None = None) -> None:
         stop = stop_event or self.stop_event
         log.info("opptune-daemon %s listening on %s, store %s", self.instance, self.endpoint,
-                 self.config.database)
+                 redact_url(self.config.database))
         if self.metrics_server is not None:
             log.info("metrics on http://%s/metrics", self.metrics_server.endpoint)
         next_flush = time.monotonic() + 1.0
@@ -193,6 +194,7 @@ class Daemon:
                     next_flush = time.monotonic() + 1.0
                     self.store.touch_agents(self.registry.take_dirty())
                     self.jobs.expire(time.time())
+                    self.recommender.retry_waiting()  # groups another daemon was fitting
                     self._refresh_metrics(time.time())
             except Exception:  # the loop outlives any one failure
                 log.exception("error in the daemon loop; continuing")
@@ -218,8 +220,9 @@ class Daemon:
         self.tuning.close()
         try:
             self.store.touch_agents(self.registry.take_dirty())
+            self.recommender.release_claims()
         except Exception:
-            log.exception("saving last-seen times at shutdown")
+            log.exception("saving last-seen times and fit claims at shutdown")
         self.link.close()
         self._stop_auth()
         self.store.close()
@@ -406,7 +409,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--bind", metavar="ENDPOINT",
                         help="where to listen, e.g. tcp://0.0.0.0:5555, tcp://127.0.0.1:0 "
                              "(a free port), ipc:///run/opptune.sock")
-    parser.add_argument("--database", metavar="FILE", help="SQLite file of the measurements")
+    parser.add_argument("--database", metavar="FILE", help="SQLite file of the measurements, or a "
+                        "postgresql://user@host/dbname URL")
     parser.add_argument("--log-level", metavar="LEVEL",
                         help="DEBUG, INFO (default), WARNING or ERROR")
     parser.add_argument("--auto-sweep", action="store_true", default=None,

@@ -14,6 +14,7 @@ import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit, urlunsplit
 
 DEFAULT_AGENT_CONFIG = Path("/etc/opptune/agent.toml")
 DEFAULT_DAEMON_CONFIG = Path("/etc/opptune/daemon.toml")
@@ -70,6 +71,10 @@ class CommandWorkload:
 class AgentConfig:
     agent_id: str = field(default_factory=socket.gethostname)
     daemon: str = DEFAULT_ENDPOINT
+    # more daemons sharing the first one's PostgreSQL database: the agent talks to one at a
+    # time, in the order daemon, failover_daemons..., and moves to the next when one stops
+    # answering (3 heartbeats), resending every unacknowledged result there
+    failover_daemons: list[str] = field(default_factory=list)
     state_dir: str = "/var/lib/opptune-agent"
     sysfs_root: str = "/"  # tests point this at a fake tree
     heartbeat_s: float = 2.0
@@ -87,6 +92,10 @@ class AgentConfig:
     # path; 'opptune keys server' prints it) is needed
     curve: str = "auto"
     daemon_public_key: str = ""
+
+    def daemon_endpoints(self) -> list[str]:
+        """Every daemon endpoint, in the order the agent tries them."""
+        return list(dict.fromkeys([self.daemon, *self.failover_daemons]))
 
 
 @dataclass
@@ -133,6 +142,8 @@ class SweepDefaults:
 @dataclass
 class DaemonConfig:
     bind: str = DEFAULT_ENDPOINT
+    # an SQLite file's path, or a PostgreSQL database's URL (postgresql://user@host/dbname),
+    # which several daemons may share
     database: str = "/var/lib/opptune/opptune.db"
     heartbeat_s: float = 2.0
     agent_timeout_s: float = 10.0
@@ -165,7 +176,52 @@ class DaemonConfig:
     max_outstanding_jobs: int = 8
 
     def keys_path(self) -> Path:
-        return Path(self.keys_dir) if self.keys_dir else Path(self.database).parent / "keys"
+        if self.keys_dir:
+            return Path(self.keys_dir)
+        if is_database_url(self.database):
+            return Path(DEFAULT_KEYS_DIR)
+        return Path(self.database).parent / "keys"
+
+
+DEFAULT_KEYS_DIR = "/var/lib/opptune/keys"  # with a PostgreSQL database and no keys_dir
+
+
+def is_database_url(value: str) -> bool:
+    """Whether ``database`` names a PostgreSQL database rather than an SQLite file."""
+    return value.startswith(("postgresql://", "postgres://"))
+
+
+def database_problem(value: str) -> str | None:
+    """Why ``value`` is not a usable ``database`` (with the fix); None if it is."""
+    if not value.strip():
+        return "must be an SQLite file's path or a postgresql://user@host/dbname URL"
+    if not is_database_url(value):
+        if "://" in value:
+            return (f"{value.split('://', 1)[0]}:// is not a database this daemon knows: give "
+                    "an SQLite file's path or a postgresql://user@host/dbname URL")
+        return None
+    try:
+        parts = urlsplit(value)
+        parts.port  # noqa: B018  (raises on a port that is not a number)
+    except ValueError as exc:
+        return f"not a valid URL ({exc}): write postgresql://user@host:port/dbname"
+    if not parts.path.strip("/") and "dbname=" not in parts.query:
+        return "names no database: write postgresql://user@host/dbname"
+    return None
+
+
+def redact_url(value: str) -> str:
+    """``database`` as it may be shown: a URL's password replaced by ***."""
+    if "://" not in value:
+        return value
+    try:
+        parts = urlsplit(value)
+        if parts.password is None:
+            return value
+    except ValueError:
+        return value.split("://", 1)[0] + "://(a URL that cannot be read)"
+    user, host = parts.netloc.rsplit("@", 1)
+    return urlunsplit(parts._replace(netloc=f"{user.split(':', 1)[0]}:***@{host}"))
 
 
 def _coerce(path: Path, key: str, value: Any, default: Any, tp: Any) -> Any:
@@ -282,6 +338,16 @@ def _load(cls: type, path: Any, default: Path, overrides: dict[str, Any]) -> Any
             where = (f"--{key.replace('_', '-')}" if key in given
                      else f"{p}: key '{key}'" if key in data else f"default '{key}'")
             raise ConfigError(f"{where}: {problem}")
+    for i, value in enumerate(getattr(config, "failover_daemons", [])):
+        problem = (endpoint_problem(value) if isinstance(value, str)
+                   else "must be an endpoint string such as tcp://host:5555")
+        if problem:
+            raise ConfigError(f"{p}: key 'failover_daemons' entry {i + 1} ({value!r}): "
+                              f"{problem}")
+    database = getattr(config, "database", None)
+    if isinstance(database, str) and database_problem(database):
+        where = "--database" if "database" in given else f"{p}: key 'database'"
+        raise ConfigError(f"{where} ({redact_url(database)}): {database_problem(database)}")
     metrics = getattr(config, "metrics_endpoint", "")
     if metrics and metrics_problem(metrics):
         where = ("--metrics-endpoint" if "metrics_endpoint" in given

@@ -36,10 +36,12 @@ class Cluster:
 
     def __init__(self, tmp: Path, *, kernels=("pi_integrate", "triad", "locked_update"),
                  size="small", reps=2,
-                 warmup=0, max_cores=2, auto_sweep=True, extra_agent: dict | None = None):
+                 warmup=0, max_cores=2, auto_sweep=True, extra_agent: dict | None = None,
+                 database: str | None = None):
+        """``database``: a postgresql:// URL (default: an SQLite file in ``tmp``)."""
         self.tmp = tmp
         self.endpoint = free_endpoint()
-        self.db = tmp / "opptune.db"
+        self.db = database or tmp / "opptune.db"
         self.daemon_toml = write_toml(tmp / "daemon.toml", {
             "bind": self.endpoint, "database": str(self.db), "heartbeat_s": 0.5,
             "agent_timeout_s": 3.0, "auto_sweep": auto_sweep, "auto_recommend": True,
@@ -125,11 +127,20 @@ class Cluster:
         return "\n".join(out)
 
     def rows(self, sql: str, *params) -> list[tuple]:
-        con = sqlite3.connect(self.db)
-        try:
-            return con.execute(sql, params).fetchall()
-        finally:
-            con.close()
+        return db_rows(self.db, sql, *params)
+
+
+def db_rows(db: str | Path, sql: str, *params) -> list[tuple]:
+    """Rows of ``sql`` (``?`` placeholders) from an SQLite file or a PostgreSQL URL."""
+    if str(db).startswith("postgresql://"):
+        import psycopg
+        with psycopg.connect(str(db)) as con:
+            return [tuple(r) for r in con.execute(sql.replace("?", "%s"), params).fetchall()]
+    con = sqlite3.connect(db)
+    try:
+        return con.execute(sql, params).fetchall()
+    finally:
+        con.close()
 
 
 def received(st: dict[str, Any]) -> int:

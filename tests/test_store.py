@@ -1,11 +1,27 @@
-"""The SQLite store: schema version, WAL, idempotent batches, jobs, fits, recommendations."""
+"""The store on both back ends (SQLite, and PostgreSQL on a throwaway server): schema version,
+idempotent batches, jobs, fits, recommendations, migrations, fitting claims."""
 
 import json
 import sqlite3
+import threading
+
+import pytest
 
 from opptune.daemon.store import Group, ResultIn, open_store
-from opptune.daemon.store.schema import SCHEMA_VERSION
+from opptune.daemon.store.schema import MIGRATIONS, SCHEMA_VERSION
 from opptune.shared.records import RunRecord
+
+
+@pytest.fixture(params=["sqlite", "postgresql"])
+def location(request, tmp_path):
+    """Where a fresh store lives: an SQLite file, or a new database on the test server."""
+    if request.param == "sqlite":
+        return str(tmp_path / "s.db")
+    return request.getfixturevalue("pg_url")
+
+
+def count(st, sql, *args):
+    return st.db.execute(sql, args).fetchone()[0]
 
 
 def record(cores=1, time_s=1.0, **kw):
@@ -19,7 +35,7 @@ def item(msg_id, seq=0, cores=1, time_s=1.0, job="job-1"):
     return ResultIn(msg_id, "a1", job, seq, rec, rec.to_dict())
 
 
-def test_wal_and_schema_version(tmp_path):
+def test_wal_and_schema_version(tmp_path):  # SQLite only: WAL
     path = tmp_path / "s.db"
     st = open_store(str(path))
     assert st.schema_version() == SCHEMA_VERSION
@@ -35,37 +51,39 @@ def test_wal_and_schema_version(tmp_path):
         list(range(1, SCHEMA_VERSION + 1))
 
 
-def test_insert_is_idempotent_and_acks_all(tmp_path):
-    st = open_store(str(tmp_path / "s.db"))
+def test_insert_is_idempotent_and_acks_all(location):
+    st = open_store(location)
     assert st.insert_results([item("m1"), item("m2", seq=1)], now=1.0) == ["m1", "m2"]
     # The same id again (a lost ack), alone and inside a batch with a new one.
     assert st.insert_results([item("m1")], now=2.0) == ["m1"]
     assert st.insert_results([item("m2", seq=1), item("m3", seq=2)], now=3.0) == ["m2", "m3"]
-    db = sqlite3.connect(tmp_path / "s.db")
-    assert db.execute("SELECT COUNT(*) FROM runs").fetchone()[0] == 3
-    assert db.execute("SELECT COUNT(*) FROM runs WHERE msg_id='m1'").fetchone()[0] == 1
+    assert count(st, "SELECT COUNT(*) FROM runs") == 3
+    assert count(st, "SELECT COUNT(*) FROM runs WHERE msg_id='m1'") == 1
     assert st.job_received("job-1") == 3
+    # the same id twice in one batch
+    assert st.insert_results([item("m4", seq=3), item("m4", seq=3)], now=4.0) == ["m4", "m4"]
+    assert count(st, "SELECT COUNT(*) FROM runs WHERE msg_id='m4'") == 1
+    st.db.execute("DELETE FROM runs WHERE msg_id='m4'")
     assert st.run_counts() == [{"agent": "a1", "platform": "p", "workload": "w", "input": "s",
                                 "count": 3}]
     st.close()
 
 
-def test_failed_batch_stores_nothing(tmp_path):
-    st = open_store(str(tmp_path / "s.db"))
+def test_failed_batch_stores_nothing(location):
+    st = open_store(location)
     bad = item("m2")
     bad = bad._replace(record=record(cores=1, time_s=1.0), agent=None)  # NOT NULL violated
-    try:
+    with pytest.raises(Exception, match="(?i)not.null"):
         st.insert_results([item("m1"), bad], now=1.0)
-    except sqlite3.IntegrityError:
-        pass
-    else:
-        raise AssertionError("a NULL agent must be refused")
     assert st.run_counts() == []
+    # the store still works after the failed transaction
+    assert st.insert_results([item("m1")], now=2.0) == ["m1"]
+    assert st.job_received("job-1") == 1
     st.close()
 
 
-def test_jobs_groups_fits_recommendations(tmp_path):
-    st = open_store(str(tmp_path / "s.db"))
+def test_jobs_groups_fits_recommendations(location):
+    st = open_store(location)
     st.save_platform("p", {"sweep_order": [1, 0]}, 1.0)
     st.save_agent("a1", "p", ["w", {"name": "w2", "sizes": ["s"]}], "0.1", 1.0)
     assert st.platform("p") == {"sweep_order": [1, 0]}
@@ -98,10 +116,8 @@ def test_jobs_groups_fits_recommendations(tmp_path):
     st.close()
 
 
-def test_run_points_per_group_with_energy_and_virtual_flag(tmp_path):
-    from opptune.daemon.store import Group
-    from opptune.daemon.store.sqlite import SQLiteStore
-    store = SQLiteStore(str(tmp_path / "s.db"))
+def test_run_points_per_group_with_energy_and_virtual_flag(location):
+    store = open_store(location)
     try:
         store.save_platform("p", {"id": "p"}, 1.0)
         recs = [RunRecord(platform="p", workload="w", input="s", cores=c, cpus=list(range(c)),
@@ -127,8 +143,8 @@ def full_record(cores=2, rep=0):
                   extra={"note": "x"})
 
 
-def test_the_whole_record_is_kept_and_read_back(tmp_path):
-    st = open_store(str(tmp_path / "s.db"))
+def test_the_whole_record_is_kept_and_read_back(location):
+    st = open_store(location)
     recs = [full_record(2, rep) for rep in range(3)]
     st.insert_results([ResultIn(f"m{i}", "a1", "job-1", i, r, r.to_dict())
                        for i, r in enumerate(recs)], now=1.0)
@@ -138,21 +154,40 @@ def test_the_whole_record_is_kept_and_read_back(tmp_path):
     st.close()
 
 
-def test_a_version_1_store_is_migrated_with_every_row_intact(tmp_path):
-    from opptune.daemon.store.schema import MIGRATIONS
-    path = tmp_path / "v1.db"
-    db = sqlite3.connect(path)
-    db.execute("CREATE TABLE schema_version (version INTEGER PRIMARY KEY, applied REAL NOT NULL)")
-    for stmt in MIGRATIONS[1]:
-        db.execute(stmt)
-    db.execute("INSERT INTO schema_version VALUES (1, 0)")
+class OldStore:
+    """A store built by hand up to ``version`` (the migrations as an older daemon ran them)."""
+
+    def __init__(self, location, version):
+        self.pg = location.startswith("postgresql://")
+        if self.pg:
+            from opptune.daemon.store.postgres import _Conn, pg_sql
+            self.db, self.sql = _Conn(location), pg_sql
+        else:
+            self.db, self.sql = sqlite3.connect(location), str
+        self.execute("CREATE TABLE schema_version (version INTEGER PRIMARY KEY, "
+                     "applied REAL NOT NULL)")
+        for v in range(1, version + 1):
+            for stmt in MIGRATIONS[v]:
+                self.execute(stmt)
+            self.execute("INSERT INTO schema_version VALUES (?, 0)", v)
+
+    def execute(self, sql, *args):
+        return self.db.execute(self.sql(sql), args)
+
+    def close(self):
+        if not self.pg:
+            self.db.commit()
+        self.db.close()
+
+
+def test_a_version_1_store_is_migrated_with_every_row_intact(location):
+    db = OldStore(location, 1)
     old = full_record(1)
     db.execute("INSERT INTO runs VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
-               ("old-1", "a1", "job-1", 0, "p", "w", "s", "", 1, "[0]", 1, 1800.0, 0, 0.5, None,
-                None, None, 3.25, 1, 0, 1.0, json.dumps(old.to_dict())))
-    db.commit()
+               "old-1", "a1", "job-1", 0, "p", "w", "s", "", 1, "[0]", 1, 1800.0, 0, 0.5, None,
+               None, None, 3.25, 1, 0, 1.0, json.dumps(old.to_dict()))
     db.close()
-    st = open_store(str(path))
+    st = open_store(location)
     assert st.schema_version() == SCHEMA_VERSION
     new = full_record(1, rep=1)
     st.insert_results([ResultIn("new-1", "a1", "job-1", 1, new, new.to_dict())], now=2.0)
@@ -162,27 +197,20 @@ def test_a_version_1_store_is_migrated_with_every_row_intact(tmp_path):
     assert st.group_runs(Group("p", "w", "s", "")) == [(1, 1800.0, 0.5), (1, 1800.0, 0.5)]
     assert st.job_received("job-1") == 2
     # the indexes came back with the rebuilt table
-    names = {r[0] for r in sqlite3.connect(path).execute(
-        "SELECT name FROM sqlite_master WHERE type='index' AND tbl_name='runs'")}
+    sql = ("SELECT indexname FROM pg_indexes WHERE tablename='runs'" if db.pg else
+           "SELECT name FROM sqlite_master WHERE type='index' AND tbl_name='runs'")
+    names = {r[0] for r in st.db.execute(sql)}
     assert {"runs_job", "runs_group"} <= names
     st.close()
 
 
-def test_a_version_2_store_gets_job_states_and_keeps_its_jobs(tmp_path):
-    from opptune.daemon.store.schema import MIGRATIONS
-    path = tmp_path / "v2.db"
-    db = sqlite3.connect(path)
-    db.execute("CREATE TABLE schema_version (version INTEGER PRIMARY KEY, applied REAL NOT NULL)")
-    for version in (1, 2):
-        for stmt in MIGRATIONS[version]:
-            db.execute(stmt)
-        db.execute("INSERT INTO schema_version VALUES (?, 0)", (version,))
+def test_a_version_2_store_gets_job_states_and_keeps_its_jobs(location):
+    db = OldStore(location, 2)
     for job_id, state in (("job-1", "complete"), ("job-2", "sent")):
         db.execute("INSERT INTO jobs VALUES (?,?,?,?,?,?,?,?,?,?,?)",
-                   (job_id, "a1", "w", "small", "[]", 0, 1, 0, 0, 5.0, state))
-    db.commit()
+                   job_id, "a1", "w", "small", "[]", 0, 1, 0, 0, 5.0, state)
     db.close()
-    st = open_store(str(path))
+    st = open_store(location)
     assert st.schema_version() == SCHEMA_VERSION
     got = {j["job_id"]: (j["state"], j["reason"], j["updated"]) for j in st.jobs()}
     assert got == {"job-1": ("done", None, 5.0), "job-2": ("sent", None, 5.0)}
@@ -191,3 +219,61 @@ def test_a_version_2_store_gets_job_states_and_keeps_its_jobs(tmp_path):
     assert {j["job_id"]: j["state"] for j in st.active_jobs()} == {}
     assert st.job("job-2")["reason"] == "refused" and st.job("job-2")["updated"] == 9.0
     st.close()
+
+
+def test_a_store_newer_than_the_daemon_is_refused(location):
+    db = OldStore(location, SCHEMA_VERSION)
+    db.execute("INSERT INTO schema_version VALUES (?, 0)", SCHEMA_VERSION + 1)
+    db.close()
+    with pytest.raises(RuntimeError, match="newer than this daemon's"):
+        open_store(location)
+
+
+def test_a_fit_claim_is_held_by_one_daemon_at_a_time(location):
+    """Two stores on one database (two daemons): one claims a group, the other is refused
+    until it is released or its lease runs out."""
+    a, b = open_store(location), open_store(location)
+    g = Group("p", "w", "s", "")
+    assert a.claim_fit(g, "daemon-a", now=10.0, lease_s=60)
+    assert a.claim_fit(g, "daemon-a", now=11.0, lease_s=60)  # again by its holder
+    assert not b.claim_fit(g, "daemon-b", now=12.0, lease_s=60)
+    b.release_fit(g, "daemon-b")  # not b's: nothing changes
+    assert not b.claim_fit(g, "daemon-b", now=13.0, lease_s=60)
+    a.release_fit(g, "daemon-a")
+    assert b.claim_fit(g, "daemon-b", now=14.0, lease_s=60)
+    # b dies holding it: after the lease, a takes it over
+    assert not a.claim_fit(g, "daemon-a", now=73.0, lease_s=60)
+    assert a.claim_fit(g, "daemon-a", now=74.0, lease_s=60)
+    assert b.claim_fit(Group("p", "w", "s", "other"), "daemon-b", now=75.0, lease_s=60)
+    a.close()
+    b.close()
+
+
+def test_racing_claims_are_won_once(location):
+    """Eight daemons claim the same groups at once, over and over: every round has exactly
+    one winner per group."""
+    stores = [open_store(location) for _ in range(8)]
+    groups = [Group("p", f"w{i}", "s", "") for i in range(3)]
+    try:
+        for rnd in range(5):
+            wins: list[tuple[int, Group]] = []
+            barrier = threading.Barrier(len(stores))
+
+            def claim(i, st):
+                barrier.wait()
+                for g in groups:
+                    if st.claim_fit(g, f"d{i}", now=float(rnd), lease_s=1e9):
+                        wins.append((i, g))
+
+            threads = [threading.Thread(target=claim, args=(i, st))
+                       for i, st in enumerate(stores)]
+            for t in threads:
+                t.start()
+            for t in threads:
+                t.join(60)
+            assert sorted(g for _, g in wins) == sorted(groups)
+            for i, g in wins:
+                stores[i].release_fit(g, f"d{i}")
+    finally:
+        for st in stores:
+            st.close()

@@ -11,7 +11,7 @@ from opptune.agent.sysfs import SysFS
 from opptune.agent.virtual_board import load_spec, update_spec
 from opptune.agent.workloads import Workloads
 from opptune.daemon.store import Group, ResultIn, open_store
-from opptune.daemon.store.schema import MIGRATIONS
+from opptune.daemon.store.schema import MIGRATIONS, SCHEMA_VERSION
 from opptune.shared.config import AgentConfig
 from opptune.shared.records import RecordError, RunRecord
 
@@ -145,7 +145,7 @@ def test_a_version_3_store_gains_the_throttled_column(tmp_path):
     db.commit()
     db.close()
     st = open_store(str(path))
-    assert st.schema_version() == 4
+    assert st.schema_version() == SCHEMA_VERSION  # every migration above 3 applied
     st.insert_results([result("m1", 2, 0.3, True)], now=2.0)
     assert st.group_runs(Group("p", "w", "s", "")) == [(1, None, 0.5)]
     st.close()

@@ -1,7 +1,8 @@
-"""The daemon's store: one interface, one file per back end (sqlite.py now, postgres.py later).
+"""The daemon's store: one interface, one file per back end (sqlite.py, postgres.py).
 
 The service talks only to :class:`Store`. ``open_store`` picks the back end from the location:
-``postgresql://...`` would select a PostgreSQL back end, anything else is an SQLite file path.
+a ``postgresql://`` (or ``postgres://``) URL selects PostgreSQL, anything else is an SQLite file
+path.
 """
 
 from __future__ import annotations
@@ -9,6 +10,7 @@ from __future__ import annotations
 from abc import ABC, abstractmethod
 from typing import Any, NamedTuple, Sequence
 
+from ...shared.config import is_database_url as is_url
 from ...shared.records import RunRecord
 
 
@@ -168,6 +170,16 @@ class Store(ABC):
     def drift_events(self) -> list[dict[str, Any]]:
         """Every drift event, oldest first."""
 
+    # fitting claims: daemons sharing one database never fit the same group at once
+    @abstractmethod
+    def claim_fit(self, group: Group, owner: str, now: float, lease_s: float) -> bool:
+        """Claim ``group`` for fitting by daemon ``owner``; False while another daemon holds
+        it (a claim older than ``lease_s`` is taken over: its daemon died)."""
+
+    @abstractmethod
+    def release_fit(self, group: Group, owner: str) -> None:
+        """Give back ``owner``'s claim on ``group`` (nothing when another daemon holds it)."""
+
     @abstractmethod
     def state_counts(self) -> dict[str, dict[str, int]]:
         """{"jobs": {state: n}, "recommendations": {state: n}} (for the metrics)."""
@@ -178,14 +190,15 @@ class Store(ABC):
 
 def open_store(location: str) -> Store:
     """Open (and migrate) the store at ``location``."""
-    if location.startswith(("postgresql://", "postgres://")):
+    if is_url(location):
         try:
-            from .postgres import PostgresStore  # type: ignore[import-not-found]
+            from .postgres import PostgresStore
         except ImportError:
-            raise ValueError("PostgreSQL back end is not available in this installation") from None
+            raise ValueError("the PostgreSQL store needs psycopg 3: pip install "
+                             "'psycopg[binary]' (it comes with opptune[daemon])") from None
         return PostgresStore(location)
     from .sqlite import SQLiteStore
     return SQLiteStore(location)
 
 
-__all__ = ["Group", "ResultIn", "Store", "open_store"]
+__all__ = ["Group", "ResultIn", "Store", "is_url", "open_store"]

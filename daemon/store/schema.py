@@ -18,11 +18,14 @@ Version 4 marks thermally throttled runs (``throttled``, from the record's flag)
 stored, and the rows a fit uses leave them out. Rows stored before count as not throttled. It
 also keeps drift events (``drift``): a group whose verifications left the prediction interval
 repeatedly is re-characterised; its fits use only runs received from ``since`` on.
+
+Version 5 adds ``fit_claims``: which daemon is fitting a group (``owner``, NULL when none) and
+since when, so that daemons sharing one database never fit the same group at once.
 """
 
 from __future__ import annotations
 
-SCHEMA_VERSION = 4
+SCHEMA_VERSION = 5
 
 MIGRATIONS: dict[int, list[str]] = {
     1: [
@@ -145,7 +148,8 @@ MIGRATIONS: dict[int, list[str]] = {
         "ALTER TABLE runs_v2 RENAME TO runs",
         "CREATE INDEX runs_job ON runs(job_id, seq)",
         "CREATE INDEX runs_group ON runs(platform, workload, input, variant)",
-    ],    3: [
+    ],
+    3: [
         "ALTER TABLE jobs ADD COLUMN reason TEXT",
         "ALTER TABLE jobs ADD COLUMN updated REAL",
         "UPDATE jobs SET updated = created",
@@ -165,5 +169,15 @@ MIGRATIONS: dict[int, list[str]] = {
                error TEXT,
                since REAL NOT NULL)""",
         "CREATE INDEX drift_group ON drift(platform, workload, input, variant)",
+    ],
+    5: [
+        """CREATE TABLE fit_claims (
+               platform TEXT NOT NULL,
+               workload TEXT NOT NULL,
+               input TEXT NOT NULL,
+               variant TEXT NOT NULL,
+               owner TEXT,
+               claimed REAL NOT NULL,
+               PRIMARY KEY (platform, workload, input, variant))""",
     ],
 }

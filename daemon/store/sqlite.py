@@ -346,6 +346,25 @@ class SQLiteStore(Store):
         return [self._rec_row(r) for r in
                 self._rows("SELECT * FROM recommendations ORDER BY created")]
 
+    # -- fitting claims -------------------------------------------------------------------------
+    def claim_fit(self, group: Group, owner: str, now: float, lease_s: float) -> bool:
+        with self._tx() as db:  # BEGIN IMMEDIATE: one writer claims at a time
+            db.execute("INSERT INTO fit_claims VALUES (?, ?, ?, ?, NULL, 0) "
+                       "ON CONFLICT DO NOTHING", tuple(group))
+            holder, claimed = db.execute(
+                "SELECT owner, claimed FROM fit_claims WHERE platform=? AND workload=? AND "
+                "input=? AND variant=?", tuple(group)).fetchone()
+            if holder not in (None, owner) and claimed + lease_s > now:
+                return False
+            db.execute("UPDATE fit_claims SET owner=?, claimed=? WHERE platform=? AND "
+                       "workload=? AND input=? AND variant=?", (owner, now, *group))
+            return True
+
+    def release_fit(self, group: Group, owner: str) -> None:
+        with self._tx() as db:
+            db.execute("UPDATE fit_claims SET owner=NULL WHERE platform=? AND workload=? AND "
+                       "input=? AND variant=? AND owner=?", (*group, owner))
+
     def state_counts(self) -> dict[str, dict[str, int]]:
         return {table: dict(self.db.execute(
             f"SELECT state, COUNT(*) FROM {table} GROUP BY state").fetchall())

@@ -1,0 +1,203 @@
+"""Fleets on PostgreSQL, with real processes over real sockets: a daemon storing a real agent's
+sweep in PostgreSQL; two daemons sharing one database with an agent that fails over when one
+is killed with SIGKILL (every result stored, none twice); and fitting claimed once across
+daemons."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import msgpack
+import pytest
+
+from opptune.daemon.service import Daemon
+from opptune.daemon.store import Group, ResultIn
+from opptune.shared.config import DaemonConfig
+from opptune.shared.records import RunRecord
+from procs import Cluster, all_jobs_complete, db_rows, expected, free_endpoint, received, \
+    recommendations_final, write_toml
+
+KERNELS = ("pi_integrate", "triad")
+CORES = min(2, os.cpu_count() or 1)
+
+
+def _exactly_once(db, n_expected: int) -> None:
+    rows = db_rows(db, "SELECT job_id, seq, COUNT(*) FROM runs WHERE job_id IN "
+                       "(SELECT job_id FROM jobs) GROUP BY job_id, seq")
+    assert len(rows) == n_expected, f"{len(rows)} distinct results, expected {n_expected}"
+    assert not [r for r in rows if r[2] != 1], "results stored more than once"
+
+
+@pytest.mark.integration
+def test_a_sweep_is_stored_fitted_and_recommended_on_postgresql(tmp_path, pg_url):
+    c = Cluster(tmp_path, kernels=KERNELS, reps=2, max_cores=CORES, database=pg_url)
+    c.start_daemon()
+    c.start_agent()
+    try:
+        st = c.wait_for(lambda s: recommendations_final(s, len(KERNELS)), timeout=120,
+                        what="verified recommendations for every kernel")
+    finally:
+        codes = c.stop()
+    assert codes == {"agent": 0, "daemon": 0}, c.logs()
+    n_runs = len(KERNELS) * CORES * 2
+    assert expected(st) == n_runs and received(st) == n_runs
+    _exactly_once(pg_url, n_runs)
+    for workload, cores, packed in db_rows(pg_url, "SELECT workload, cores, record_msgpack "
+                                                   "FROM runs WHERE job_id IN "
+                                                   "(SELECT job_id FROM jobs)"):
+        rec = RunRecord.from_dict(msgpack.unpackb(packed))
+        assert rec.workload == workload in KERNELS and rec.cores == cores and rec.ok
+    assert {f["group"]["workload"] for f in st["fits"]} == set(KERNELS)
+    assert len(db_rows(pg_url, "SELECT id FROM recommendations")) == len(KERNELS)
+    # the status names the database without a password
+    assert st["daemon"]["database"] == pg_url
+
+
+class Fleet(Cluster):
+    """Two daemons on one PostgreSQL database; the agent lists both."""
+
+    def __init__(self, tmp, url):
+        super().__init__(tmp, kernels=KERNELS, reps=6, max_cores=CORES, database=url)
+        self.endpoints = [self.endpoint, free_endpoint()]
+        self.tomls = [self.daemon_toml, tmp / "daemon2.toml"]
+        text = self.daemon_toml.read_text().replace(self.endpoints[0], self.endpoints[1])
+        self.tomls[1].write_text(text)
+        self.agent_toml.write_text(self.agent_toml.read_text() +
+                                   f'failover_daemons = ["{self.endpoints[1]}"]\n')
+        self.daemons: list[subprocess.Popen | None] = [None, None]
+
+    def start_daemons(self) -> None:
+        for i in (0, 1):
+            self.daemons[i] = self._spawn("opptune.daemon.service", self.tomls[i],
+                                          f"daemon{i}.log")
+
+    def use(self, i: int) -> None:
+        """Query (and stop) daemon ``i`` from now on."""
+        self.endpoint, self.daemon = self.endpoints[i], self.daemons[i]
+
+    def stop(self):
+        codes = super().stop()
+        for proc in self.daemons:
+            if proc is not None and proc.poll() is None:
+                proc.send_signal(signal.SIGTERM)
+                proc.wait(20)
+        return codes
+
+    def logs(self) -> str:
+        out = [super().logs()]
+        for i in (0, 1):
+            p = self.tmp / f"daemon{i}.log"
+            if p.exists():
+                out.append(f"--- daemon{i}.log\n" + "\n".join(p.read_text().splitlines()[-30:]))
+        return "\n".join(out)
+
+
+@pytest.mark.integration
+def test_the_agent_fails_over_to_the_second_daemon_and_loses_nothing(tmp_path, pg_url):
+    """SIGKILL the daemon the agent talks to mid-sweep: the agent moves to the other daemon
+    on the same database; every result arrives, none is stored twice."""
+    f = Fleet(tmp_path, pg_url)
+    f.start_daemons()
+    f.use(0)
+    f.start_agent()
+    try:
+        st = f.wait_for(lambda s: 2 <= received(s) < expected(s) - 4, timeout=60,
+                        what="the sweep under way on daemon 0")
+        n_expected = expected(st)
+        f.kill("daemon")
+        killed_at = time.time()
+        f.use(1)
+        st = f.wait_for(lambda s: all_jobs_complete(s, len(KERNELS)), timeout=120,
+                        what="every result through daemon 1")
+        agent_log = (tmp_path / "agent.log").read_text()
+        assert f"failing over to {f.endpoints[1]}" in agent_log
+        assert received(st) == n_expected
+    finally:
+        f.stop()
+    _exactly_once(pg_url, n_expected)
+    # results came through both daemons: some before the kill, the rest after
+    assert 0 < len(db_rows(pg_url, "SELECT msg_id FROM runs WHERE received < ?",
+                           killed_at)) < n_expected
+
+
+def test_a_bad_failover_endpoint_is_refused_naming_the_key(tmp_path):
+    cfg = write_toml(tmp_path / "agent.toml", {"daemon": "tcp://127.0.0.1:5555",
+                                               "failover_daemons": ["localhost:5556"]})
+    out = subprocess.run([sys.executable, "-m", "opptune.agent", "--config", str(cfg)],
+                         capture_output=True, text=True, timeout=60)
+    assert out.returncode == 2
+    assert "failover_daemons" in out.stderr and "localhost:5556" in out.stderr
+    assert "Traceback" not in out.stderr
+
+
+def _daemon(url: str) -> Daemon:
+    return Daemon(DaemonConfig(bind="tcp://127.0.0.1:0", database=url, auto_recommend=False))
+
+
+def test_two_daemons_never_fit_the_same_group_at_once(pg_url):
+    """Each daemon asks to fit the same groups; each group is fitted by one daemon at a time,
+    the other fits it after (its rows may have grown), and different groups fit on both."""
+    d1, d2 = _daemon(pg_url), _daemon(pg_url)
+    try:
+        groups = [Group("p", w, "s", "") for w in ("w1", "w2")]
+        items = []
+        for g in groups:
+            for c in (1, 2, 3, 4):
+                rec = RunRecord(platform="p", workload=g.workload, input="s", cores=c,
+                                cpus=list(range(c)), threads=c, rep=0, time_s=1 + 4 / c)
+                items.append(ResultIn(f"{g.workload}-{c}", "a1", None, c, rec, rec.to_dict()))
+        d1.store.insert_results(items, time.time())
+        g1, g2 = groups
+        d1.recommender.request_fit(g1)
+        d2.recommender.request_fit(g1)  # d1 holds g1: d2's request waits
+        d2.recommender.request_fit(g2)  # g2 is free: d2 fits it beside d1
+        assert g1 in d2.recommender._waiting and g2 not in d2.recommender._waiting
+        out1 = d1.fitter.wait_outcome(60)
+        out2 = d2.fitter.wait_outcome(60)
+        assert out1.request.group == g1 and out2.request.group == g2
+        assert d2.fitter.wait_outcome(0.2) is None  # g1 was not submitted on d2
+        d2.recommender.on_fit(out2)
+        assert g1 in d2.recommender._waiting  # still d1's
+        d1.recommender.on_fit(out1)  # saved and released
+        d2.recommender.retry_waiting()
+        out = d2.fitter.wait_outcome(60)
+        assert out is not None and out.request.group == g1
+        d2.recommender.on_fit(out)
+        assert not d2.recommender._waiting
+        assert {f["workload"] for f in d1.store.fits()} == {"w1", "w2"}
+        assert len(db_rows(pg_url, "SELECT id FROM fits WHERE workload='w1'")) == 2
+        assert db_rows(pg_url, "SELECT owner FROM fit_claims ORDER BY workload") == \
+            [(None,), (None,)]
+    finally:
+        d1.close()
+        d2.close()
+
+
+@pytest.mark.parametrize("url, says", [
+    ("postgresql://ops:hunter2@db.example:notaport/opptune", "not a valid URL"),
+    ("postgresql://ops:hunter2@db.example", "names no database"),
+    ("mysql://ops:hunter2@db.example/opptune", "mysql:// is not a database"),
+])
+def test_a_bad_database_url_is_refused_in_one_line_without_its_password(tmp_path, url, says):
+    cfg = write_toml(tmp_path / "daemon.toml", {"bind": free_endpoint(), "database": url})
+    out = subprocess.run([sys.executable, "-m", "opptune.daemon.service", "--config", str(cfg)],
+                         capture_output=True, text=True, timeout=60)
+    assert out.returncode == 2 and out.stdout == ""
+    lines = out.stderr.strip().splitlines()
+    assert len(lines) == 1 and says in lines[0] and "'database'" in lines[0]
+    assert "hunter2" not in out.stderr
+
+
+def test_an_unreachable_database_says_so_and_leaves_nothing(tmp_path):
+    url = f"postgresql://ops:hunter2@127.0.0.1:{free_endpoint().rsplit(':', 1)[1]}/opptune"
+    cfg = write_toml(tmp_path / "daemon.toml", {"bind": free_endpoint(), "database": url})
+    out = subprocess.run([sys.executable, "-m", "opptune.daemon.service", "--config", str(cfg)],
+                         capture_output=True, text=True, timeout=60, cwd=tmp_path)
+    assert out.returncode == 1
+    assert "cannot connect to the database" in out.stderr and "hunter2" not in out.stderr
+    assert "Traceback" not in out.stderr
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["daemon.toml"]
