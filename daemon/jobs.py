@@ -67,6 +67,10 @@ class JobTracker:
             log.info("job %s for %s held in the daemon: %d jobs already out with it "
                      "(max_outstanding_jobs)", job["job_id"], agent, len(out))
             return
+        if save:
+            # stored before it goes out: a job the store could not keep is never sent, else
+            # the agent would run it and every result would be refused as unknown_job
+            self.store.save_job(agent, job, time.time(), state="queued")
         info = self.registry.get(agent)
         msg = protocol.make("job", self.sender, job)
         sent = info is not None and info.identity is not None and \
@@ -75,9 +79,6 @@ class JobTracker:
             out.add(job["job_id"])
             # the agent's refusal (an ``error``) names this message id
             self._msgs[msg["id"]] = job["job_id"]
-        if save:
-            self.store.save_job(agent, job, time.time(), state="sent" if sent else "queued")
-        elif sent:
             self.store.set_job_state(job["job_id"], "sent", only_from=("queued", "expired"))
         if not sent:
             log.warning("job %s for %s not delivered; it is resent at the agent's next hello",
