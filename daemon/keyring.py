@@ -15,7 +15,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from ..shared.curve import fingerprint
+from ..shared.curve import KeyFileError, fingerprint
 from .errors import HandlerError
 
 log = logging.getLogger("opptune.daemon.keys")
@@ -33,8 +33,17 @@ class KeyRing:
         self.operator_key = operator_key
         self.keys: dict[str, dict[str, Any]] = {}  # public key (Z85) -> entry
         if path.exists():
-            for e in json.loads(path.read_text()).get("keys", []):
-                self.keys[e["key"]] = e
+            try:
+                for e in json.loads(path.read_text()).get("keys", []):
+                    self.keys[e["key"]] = e
+            except (OSError, ValueError, AttributeError, TypeError, KeyError) as exc:
+                # refusing to start beats starting with an empty ring: every accepted board
+                # would silently fall back to "pending"
+                raise KeyFileError(
+                    f"{path}: not a key ring opptune can read ({type(exc).__name__}: "
+                    f"{str(exc)[:120]}); restore it from a backup, or move it away to start "
+                    f"with no accepted keys (every agent then waits for 'opptune keys accept' "
+                    f"again)") from None
 
     def _save(self) -> None:
         tmp = self.path.with_suffix(".tmp")

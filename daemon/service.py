@@ -140,9 +140,9 @@ class Daemon:
         try:
             server = ensure_keypair(keys / "server.key")
             operator = ensure_keypair(keys / "operator.key")
+            self.keyring = KeyRing(keys / "agents.json", operator[0])
         except KeyFileError as exc:
             raise BindError(str(exc)) from None
-        self.keyring = KeyRing(keys / "agents.json", operator[0])
         log.info("CURVE on: server public key in %s (agents' daemon_public_key)",
                  keys / "server.pub")
         return server

@@ -156,6 +156,19 @@ def test_key_files_wider_than_0600_are_refused_with_the_fix(tmp_path):
     assert "neither a Z85 public key" in a.stderr and "Traceback" not in a.stderr
 
 
+def test_an_unreadable_key_ring_stops_the_daemon_naming_the_file_and_the_fix(tmp_path):
+    c = CurveCluster(tmp_path)
+    c.keys.mkdir(mode=0o700)
+    ring = c.keys / "agents.json"
+    ring.write_text('{"keys": [{"key": "abc"')  # cut short, as by a full disk
+    d = subprocess.run([sys.executable, "-m", "opptune.daemon.service", "--config",
+                        str(c.daemon_toml)], capture_output=True, text=True, timeout=60)
+    assert d.returncode == 2, d.stderr
+    assert str(ring) in d.stderr and "restore it from a backup, or move it away" in d.stderr
+    assert "Traceback" not in d.stderr and not c.db.exists()
+    assert ring.read_text() == '{"keys": [{"key": "abc"'  # left as it was
+
+
 @pytest.mark.parametrize("endpoint, auto", [
     ("tcp://127.0.0.1:5555", False), ("tcp://localhost:5555", False), ("tcp://[::1]:5", False),
     ("ipc:///run/opptune.sock", False), ("tcp://0.0.0.0:5555", True), ("tcp://*:5555", True),
