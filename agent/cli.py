@@ -69,11 +69,22 @@ def _restore(config) -> int:
     except Exception as exc:
         print(f"opptune-agent: restoring from {path} failed: {exc}", file=sys.stderr)
         return 1
-    if res.get("problems"):
-        print(f"opptune-agent: restore problems: {'; '.join(res['problems'])}", file=sys.stderr)
+    from .knobs.state import CPUSET_FILENAME, restore_cpusets_from_file
+    cpath = os.path.join(config.state_dir, CPUSET_FILENAME)
+    try:
+        cres = restore_cpusets_from_file(cpath, config.sysfs_root)
+    except Exception as exc:
+        print(f"opptune-agent: restoring from {cpath} failed: {exc}", file=sys.stderr)
+        return 1
+    problems = (res.get("problems") or []) + cres["problems"]
+    if problems:
+        print(f"opptune-agent: restore problems: {'; '.join(problems)}", file=sys.stderr)
         return 1
     print(f"opptune-agent: restored {', '.join(res.get('restored') or []) or 'nothing'} "
           f"({res.get('note') or path})", file=sys.stderr)
+    if cres["restored"]:
+        print(f"opptune-agent: restored cpu sets: {', '.join(cres['restored'])}",
+              file=sys.stderr)
     return 0
 
 
@@ -247,6 +258,10 @@ def run_agent(config, config_path: str | None = None) -> int:
     except ConfigError as exc:
         print(f"opptune-agent: configuration error: {exc}", file=sys.stderr)
         return EXIT_CONFIG
+    # Before reading the platform: a previous agent killed with knobs changed left records of
+    # the originals; put them back so nothing pinned is measured or saved as original.
+    from .knobs.state import CPUSET_FILENAME, CpusetRecord, restore_at_start
+    restore_at_start(config.state_dir, config.sysfs_root)
     platform = discover(config)
     knobs = build_knobs(config, platform)
     meters = build_meters(config, platform)
@@ -256,7 +271,9 @@ def run_agent(config, config_path: str | None = None) -> int:
     runner = Runner(workloads, platform["id"], timeout_s=config.run_timeout_s,
                     virtual=bool(config.virtual_board), knobs=knobs, meters=meters,
                     invalid_defaults=invalid, run_as=run_as)
-    targets = Targets(SysFS(config.sysfs_root), virtual=bool(config.virtual_board))
+    targets = Targets(SysFS(config.sysfs_root), virtual=bool(config.virtual_board),
+                      record=CpusetRecord(os.path.join(config.state_dir, CPUSET_FILENAME),
+                                          config.sysfs_root or "/"))
     hello = {"platform": platform, "workloads": workloads.describe(),
              "agent_version": __version__, "pid": os.getpid()}
 
