@@ -31,7 +31,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                     "benchmarks and workloads of its configuration at the core counts and CPU "
                     "frequencies the daemon asks for, sends every result and applies the "
                     "configuration the daemon recommends. With --restore it puts back the "
-                    "CPU frequency settings it saved, then exits.")
+                    "CPU frequency settings and cpu sets it saved, then exits.")
     ap.add_argument("--version", action="version", version=f"opptune-agent {__version__}")
     ap.add_argument("--config", metavar="FILE.toml",
                     help="agent configuration (default /etc/opptune/agent.toml; etc/agent.toml "
@@ -40,7 +40,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                     help="where the daemon listens, e.g. tcp://10.0.0.1:5555")
     ap.add_argument("--agent-id", metavar="NAME", help="name of this board (default: hostname)")
     ap.add_argument("--state-dir", metavar="DIR",
-                    help="directory for unsent results and the saved CPU frequency settings")
+                    help="directory for unsent results and the saved CPU frequency settings "
+                         "and cpu sets")
     ap.add_argument("--sysfs-root", metavar="DIR",
                     help="read /sys and /proc under this directory instead (for testing)")
     ap.add_argument("--virtual-board", metavar="NAME",
@@ -51,8 +52,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     ap.add_argument("--log-level", choices=["DEBUG", "INFO", "WARNING", "ERROR"],
                     help="how much to log on stderr (default INFO)")
     ap.add_argument("--restore", action="store_true",
-                    help="put back the CPU frequency settings saved in the state directory, "
-                         "then exit")
+                    help="put back the CPU frequency settings and cpu sets saved in the state "
+                         "directory, then exit")
     return ap.parse_args(argv)
 
 
