@@ -183,11 +183,20 @@ class Targets:
             new = [t for t in threads_of(pid) if t not in done]
             if not new:
                 break
+            befores: dict[int, list[int]] = {}
             for tid in new:
                 try:
-                    before = sorted(os.sched_getaffinity(tid))
-                    self._save({"kind": "affinity", "tid": tid, "cpus": before,
-                                "start": thread_start_time(tid)})
+                    befores[tid] = sorted(os.sched_getaffinity(tid))
+                except ProcessLookupError:
+                    done[tid] = []  # the thread ended meanwhile
+                except OSError as exc:
+                    raise TargetError(f"cannot read the affinity of thread {tid} of process "
+                                      f"{pid}: {exc.strerror or exc}") from None
+            # one durable record of this pass's originals before any of them changes
+            self._save(*({"kind": "affinity", "tid": t, "cpus": b,
+                          "start": thread_start_time(t)} for t, b in befores.items()))
+            for tid, before in befores.items():
+                try:
                     os.sched_setaffinity(tid, want)
                 except ProcessLookupError:
                     done[tid] = []  # the thread ended meanwhile
@@ -253,9 +262,9 @@ class Targets:
             return None
         return None
 
-    def _save(self, entry: dict[str, Any]) -> None:
-        if self.record is not None:
-            self.record.save(entry)
+    def _save(self, *entries: dict[str, Any]) -> None:
+        if self.record is not None and entries:
+            self.record.save(*entries)
 
     def restore(self) -> list[str]:
         """Undo every change, newest first; returns the problems (empty on success)."""

@@ -291,11 +291,14 @@ class CpusetRecord:
     def _key(e: dict) -> tuple:
         return (e["kind"], e.get("tid"), e.get("path"), e.get("unit"))
 
-    def save(self, entry: dict) -> None:
+    def save(self, *entries: dict) -> None:
+        """Record ``entries`` (one durable write for all of them) before they are changed."""
         with self._lock:
-            if any(self._key(e) == self._key(entry) for e in self.state["entries"]):
+            known = {self._key(e) for e in self.state["entries"]}
+            new = [e for e in entries if self._key(e) not in known]
+            if not new:
                 return
-            self.state["entries"].append(entry)
+            self.state["entries"] += new
             if self.path:
                 _atomic_write_json(self.path, self.state)
 
