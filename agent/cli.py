@@ -31,7 +31,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                     "benchmarks and workloads of its configuration at the core counts and CPU "
                     "frequencies the daemon asks for, sends every result and applies the "
                     "configuration the daemon recommends. With --restore it puts back the "
-                    "CPU frequency settings it saved, then exits.")
+                    "CPU frequency settings and cpu sets it saved, then exits.")
     ap.add_argument("--version", action="version", version=f"opptune-agent {__version__}")
     ap.add_argument("--config", metavar="FILE.toml",
                     help="agent configuration (default /etc/opptune/agent.toml; etc/agent.toml "
@@ -40,7 +40,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                     help="where the daemon listens, e.g. tcp://10.0.0.1:5555")
     ap.add_argument("--agent-id", metavar="NAME", help="name of this board (default: hostname)")
     ap.add_argument("--state-dir", metavar="DIR",
-                    help="directory for unsent results and the saved CPU frequency settings")
+                    help="directory for unsent results and the saved CPU frequency settings "
+                         "and cpu sets")
     ap.add_argument("--sysfs-root", metavar="DIR",
                     help="read /sys and /proc under this directory instead (for testing)")
     ap.add_argument("--virtual-board", metavar="NAME",
@@ -51,8 +52,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     ap.add_argument("--log-level", choices=["DEBUG", "INFO", "WARNING", "ERROR"],
                     help="how much to log on stderr (default INFO)")
     ap.add_argument("--restore", action="store_true",
-                    help="put back the CPU frequency settings saved in the state directory, "
-                         "then exit")
+                    help="put back the CPU frequency settings and cpu sets saved in the state "
+                         "directory, then exit")
     return ap.parse_args(argv)
 
 
@@ -69,11 +70,22 @@ def _restore(config) -> int:
     except Exception as exc:
         print(f"opptune-agent: restoring from {path} failed: {exc}", file=sys.stderr)
         return 1
-    if res.get("problems"):
-        print(f"opptune-agent: restore problems: {'; '.join(res['problems'])}", file=sys.stderr)
+    from .knobs.state import CPUSET_FILENAME, restore_cpusets_from_file
+    cpath = os.path.join(config.state_dir, CPUSET_FILENAME)
+    try:
+        cres = restore_cpusets_from_file(cpath, config.sysfs_root)
+    except Exception as exc:
+        print(f"opptune-agent: restoring from {cpath} failed: {exc}", file=sys.stderr)
+        return 1
+    problems = (res.get("problems") or []) + cres["problems"]
+    if problems:
+        print(f"opptune-agent: restore problems: {'; '.join(problems)}", file=sys.stderr)
         return 1
     print(f"opptune-agent: restored {', '.join(res.get('restored') or []) or 'nothing'} "
           f"({res.get('note') or path})", file=sys.stderr)
+    if cres["restored"]:
+        print(f"opptune-agent: restored cpu sets: {', '.join(cres['restored'])}",
+              file=sys.stderr)
     return 0
 
 
@@ -247,6 +259,10 @@ def run_agent(config, config_path: str | None = None) -> int:
     except ConfigError as exc:
         print(f"opptune-agent: configuration error: {exc}", file=sys.stderr)
         return EXIT_CONFIG
+    # Before reading the platform: a previous agent killed with knobs changed left records of
+    # the originals; put them back so nothing pinned is measured or saved as original.
+    from .knobs.state import CPUSET_FILENAME, CpusetRecord, restore_at_start
+    restore_at_start(config.state_dir, config.sysfs_root)
     platform = discover(config)
     knobs = build_knobs(config, platform)
     meters = build_meters(config, platform)
@@ -256,7 +272,9 @@ def run_agent(config, config_path: str | None = None) -> int:
     runner = Runner(workloads, platform["id"], timeout_s=config.run_timeout_s,
                     virtual=bool(config.virtual_board), knobs=knobs, meters=meters,
                     invalid_defaults=invalid, run_as=run_as)
-    targets = Targets(SysFS(config.sysfs_root), virtual=bool(config.virtual_board))
+    targets = Targets(SysFS(config.sysfs_root), virtual=bool(config.virtual_board),
+                      record=CpusetRecord(os.path.join(config.state_dir, CPUSET_FILENAME),
+                                          config.sysfs_root or "/"))
     hello = {"platform": platform, "workloads": workloads.describe(),
              "agent_version": __version__, "pid": os.getpid()}
 

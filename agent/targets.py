@@ -18,7 +18,9 @@ What is guaranteed:
   Every process of the unit, present and future, is confined by the cgroup.
 
 Every change is recorded with the value it replaced and undone by :meth:`Targets.restore`
-(the agent calls it when it stops, as it restores cpufreq). Frequencies are set by the
+(the agent calls it when it stops, as it restores cpufreq). With a ``record``
+(:class:`~.knobs.state.CpusetRecord`) each original is also saved in the state directory before
+the change, so the next agent puts it back after a kill -9. Frequencies are set by the
 runner's cpufreq knob, which keeps its own originals.
 
 "Verify" for a target that is not a finite run: over ``window_s`` the agent measures the
@@ -34,6 +36,7 @@ import subprocess
 import time
 from typing import Any, Callable
 
+from .knobs.state import thread_start_time
 from .sysfs import KnobUnavailable, SysFS, format_cpu_list
 
 KINDS = ("command", "pid", "unit")
@@ -105,8 +108,10 @@ class Targets:
     """Validates, applies, measures and rolls back pid and unit targets."""
 
     def __init__(self, fs: SysFS, virtual: bool = False, systemctl: str | None = None,
-                 systemd: bool | None = None, self_pid: int | None = None):
+                 systemd: bool | None = None, self_pid: int | None = None,
+                 record: Any = None):
         self.fs = fs
+        self.record = record
         self.virtual = virtual
         self.systemctl = systemctl if systemctl is not None else shutil.which("systemctl")
         self.systemd = _systemd_running(fs) if systemd is None else systemd
@@ -178,9 +183,20 @@ class Targets:
             new = [t for t in threads_of(pid) if t not in done]
             if not new:
                 break
+            befores: dict[int, list[int]] = {}
             for tid in new:
                 try:
-                    before = sorted(os.sched_getaffinity(tid))
+                    befores[tid] = sorted(os.sched_getaffinity(tid))
+                except ProcessLookupError:
+                    done[tid] = []  # the thread ended meanwhile
+                except OSError as exc:
+                    raise TargetError(f"cannot read the affinity of thread {tid} of process "
+                                      f"{pid}: {exc.strerror or exc}") from None
+            # one durable record of this pass's originals before any of them changes
+            self._save(*({"kind": "affinity", "tid": t, "cpus": b,
+                          "start": thread_start_time(t)} for t, b in befores.items()))
+            for tid, before in befores.items():
+                try:
                     os.sched_setaffinity(tid, want)
                 except ProcessLookupError:
                     done[tid] = []  # the thread ended meanwhile
@@ -201,8 +217,9 @@ class Targets:
         if how == "systemctl":
             before = subprocess.run([self.systemctl, "show", "-p", "AllowedCPUs", "--value",
                                      name], capture_output=True, text=True, timeout=10)
-            self._systemctl_set(name, text)
             old = before.stdout.strip()
+            self._save({"kind": "systemctl", "unit": name, "value": old})
+            self._systemctl_set(name, text)
             self._undo.append((f"AllowedCPUs of {name}", lambda: self._systemctl_set(name, old)))
             return {"kind": "unit", "unit": name, "method": "systemctl set-property --runtime",
                     "allowed_cpus": text}
@@ -211,6 +228,7 @@ class Targets:
             raise TargetError(f"the cgroup of {name} ({cg}) has no cpuset.cpus: enable the "
                               f"cpuset controller in its parent's cgroup.subtree_control")
         old = self.fs.read_text(rel)
+        self._save({"kind": "cgroup", "path": rel, "value": old})
         try:
             self.fs.write(rel, text)
         except KnobUnavailable as exc:
@@ -244,6 +262,10 @@ class Targets:
             return None
         return None
 
+    def _save(self, *entries: dict[str, Any]) -> None:
+        if self.record is not None and entries:
+            self.record.save(*entries)
+
     def restore(self) -> list[str]:
         """Undo every change, newest first; returns the problems (empty on success)."""
         problems = []
@@ -255,6 +277,8 @@ class Targets:
                 pass  # the thread is gone: nothing to restore
             except Exception as exc:
                 problems.append(f"restoring {what}: {exc}")
+        if not problems and self.record is not None:
+            self.record.clear()
         return problems
 
 

@@ -192,8 +192,11 @@ class JobTracker:
     def expire(self, now: float) -> None:
         """Expiry policy: a queued, sent or running job expires when its agent has not been
         seen for ``job_expiry_s`` (counted from this daemon's start at the earliest, so a
-        restart does not expire the jobs of agents about to reconnect)."""
+        restart does not expire the jobs of agents about to reconnect); with ``job_expiry_s``
+        0 they wait for their agent instead."""
         limit = self.config.job_expiry_s
+        if limit <= 0:
+            return
         for j in self.store.active_jobs():
             info = self.registry.get(j["agent"])
             last = max(info.last_seen if info else 0.0, self.started)

@@ -15,6 +15,7 @@ from typing import Any, Callable
 import zmq
 
 from ..shared import protocol
+from ..shared.curve import is_loopback
 from ..shared.protocol import ProtocolError
 from .refusals import RefusalLog
 
@@ -51,6 +52,14 @@ class RateLimiter:
         return False
 
 
+def _peer_address(frame: Any) -> str | None:
+    """The sending peer's IP address as libzmq reports it (None where it cannot)."""
+    try:
+        return frame.get("Peer-Address")
+    except (zmq.ZMQError, AttributeError):
+        return None
+
+
 class Link:
     """A bound ROUTER socket. Not thread-safe: use it from the service loop only."""
 
@@ -70,6 +79,10 @@ class Link:
         self.sock = self.ctx.socket(zmq.ROUTER)
         self.curve = curve is not None
         self.peer_keys: dict[bytes, str] = {}
+        # Plain TCP on an address other machines reach: each peer's address is kept, so that
+        # queries from a non-loopback one can be refused (daemon/queries.py, check_local).
+        self.peer_addrs: dict[bytes, str | None] | None = (
+            {} if curve is None and not is_loopback(bind) else None)
         if curve is not None:
             self.sock.curve_server = True
             self.sock.curve_publickey = curve[0].encode()
@@ -134,6 +147,10 @@ class Link:
                 if len(self.peer_keys) >= 100_000 and frames[0] not in self.peer_keys:
                     self.peer_keys.clear()
                 self.peer_keys[frames[0]] = frame.get("User-Id")
+            elif self.peer_addrs is not None:
+                if len(self.peer_addrs) >= 100_000 and frames[0] not in self.peer_addrs:
+                    self.peer_addrs.clear()
+                self.peer_addrs[frames[0]] = _peer_address(frame)
             if len(frames) == 2:
                 identity, data = frames
             elif len(frames) == 3 and frames[1] == b"":

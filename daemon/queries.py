@@ -1,10 +1,15 @@
 """The operator's queries (``opptune status``, ``sweep``, ``fit``): what the daemon answers.
 
 The status shape is documented in the README: every key present every time, null for a
-missing value."""
+missing value.
+
+Who may ask: with CURVE on, only the operator's key (the key ring refuses the rest before a
+query gets here); with CURVE off, only a local socket: the daemon bound to ipc:// or loopback,
+or a peer whose address is loopback (:func:`check_local`)."""
 
 from __future__ import annotations
 
+import ipaddress
 import time
 from typing import TYPE_CHECKING, Any
 
@@ -17,6 +22,34 @@ from .store import Group
 
 if TYPE_CHECKING:
     from .service import Daemon
+
+
+def is_loopback_address(addr: str | None) -> bool:
+    """True for 127.0.0.0/8, ::1 and IPv4-mapped 127.x (what a local TCP client comes from)."""
+    try:
+        ip = ipaddress.ip_address((addr or "").split("%")[0])
+    except ValueError:
+        return False
+    mapped = getattr(ip, "ipv4_mapped", None)
+    return ip.is_loopback or bool(mapped and mapped.is_loopback)
+
+
+def check_local(d: Daemon, identity: bytes) -> None:
+    """Refuse (HandlerError ``not_local``) a query that came over plain TCP from an address
+    other than loopback; the link tracks addresses only on such a bind (else it is local or
+    CURVE-authenticated, and the key ring has checked the operator's key)."""
+    addrs = getattr(d.link, "peer_addrs", None)
+    if addrs is None:
+        return
+    addr = addrs.get(identity)
+    if is_loopback_address(addr):
+        return
+    raise HandlerError("not_local", f"status and control queries are answered only on a local "
+                                    f"socket (ipc:// or loopback) or for the operator's key "
+                                    f"with CURVE on; this one came over plain TCP from "
+                                    f"{addr or 'an unknown address'}: run opptune on the "
+                                    "daemon's host, or set curve = \"on\" in its configuration "
+                                    "and give opptune its --config")
 
 
 def answer(d: Daemon, what: str, args: dict[str, Any]) -> dict[str, Any]:

@@ -376,6 +376,7 @@ class Daemon:
         self.send(identity, "ack", {"ids": [msg["id"]]})
 
     def _on_query(self, identity: bytes, msg: dict[str, Any]) -> None:
+        queries.check_local(self, identity)
         data = queries.answer(self, msg["body"]["what"], msg["body"].get("args") or {})
         self.send(identity, "reply", {"ref": msg["id"], "data": data})
 

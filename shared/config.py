@@ -147,7 +147,8 @@ class DaemonConfig:
     database: str = "/var/lib/opptune/opptune.db"
     heartbeat_s: float = 2.0
     agent_timeout_s: float = 10.0
-    # a queued, sent or running job expires when its agent has not been seen for this long
+    # a queued, sent or running job expires when its agent has not been seen for this long;
+    # 0: jobs for an offline agent wait for it (never expire)
     job_expiry_s: float = 60.0
     tolerance: float = 0.05  # recommend the fewest cores within this of the best predicted time
     auto_sweep: bool = False  # send a sweep to every agent that says hello
@@ -357,6 +358,10 @@ def _load(cls: type, path: Any, default: Path, overrides: dict[str, Any]) -> Any
     if curve not in ("auto", "on", "off"):
         raise ConfigError(f"{p}: key 'curve' must be \"auto\" (encrypt unless loopback), "
                           f"\"on\" or \"off\", got {curve!r}")
+    expiry = getattr(config, "job_expiry_s", None)
+    if expiry is not None and not expiry >= 0:
+        raise ConfigError(f"{p}: key 'job_expiry_s' must be a number of seconds >= 0 (0: jobs "
+                          f"for an offline agent wait for it), got {expiry!r}")
     for key in NON_NEGATIVE_KEYS:
         value = getattr(config, key, None)
         if value is not None and value < 0:

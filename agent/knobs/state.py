@@ -6,20 +6,30 @@ state is restored on normal exit (atexit), on SIGTERM/SIGINT (signal handlers th
 then end the process as the signal would) and, after a crash or SIGKILL, by
 :func:`restore_from_state_file` (the agent CLI's ``--restore``; the keeper also calls it when it
 finds a stale file, so a crashed run's pinned limits are never mistaken for the originals).
+
+Cpu sets the agent changes (a pid target's thread affinity, a unit's cpuset or AllowedCPUs) are
+recorded the same way in ``cpuset-state.json`` (:class:`CpusetRecord`). :func:`restore_at_start`
+puts both records back when the agent starts, before it reads the platform, and says so in the
+log: after a kill -9 nothing stays pinned, and nothing pinned is taken for the original.
 """
 
 from __future__ import annotations
 
 import atexit
 import json
+import logging
 import os
+import shutil
 import signal
+import subprocess
 import threading
 import time
 
 from ..sysfs import KnobUnavailable, SysFS
 
 STATE_FILENAME = "cpufreq-state.json"
+CPUSET_FILENAME = "cpuset-state.json"
+log = logging.getLogger("opptune.agent.knobs.state")
 CPUFREQ = "/sys/devices/system/cpu/cpufreq"
 
 
@@ -113,12 +123,13 @@ def restore_from_state_file(path: str, sysfs_root: str | None = None) -> dict:
     with open(path) as fh:
         state = json.load(fh)
     fs = SysFS(sysfs_root or state.get("sysfs_root") or "/")
-    restored, problems = [], []
+    restored, problems, values = [], [], {}
     for policy, snap in sorted(state.get("policies", {}).items()):
         p = restore_policy(fs, policy, snap)
         problems += p
         if not p:
             restored.append(policy)
+            values[policy] = snap
     for rel, value in state.get("files", {}).items():
         try:
             fs.write(rel, value)
@@ -126,7 +137,20 @@ def restore_from_state_file(path: str, sysfs_root: str | None = None) -> dict:
             problems.append(str(exc))
     if not problems:
         os.unlink(path)
-    return {"restored": restored, "problems": problems, "state_file": path}
+    return {"restored": restored, "problems": problems, "state_file": path,
+            "values": values, "pid": state.get("pid")}
+
+
+def describe_cpufreq(res: dict) -> str:
+    """One line for the log: each policy put back and what to."""
+    parts = []
+    for policy in res.get("restored", []):
+        snap = res.get("values", {}).get(policy, {})
+        parts.append(f"{policy} governor {snap.get('governor')} "
+                     f"{snap.get('min_khz')}..{snap.get('max_khz')} kHz")
+    if res.get("problems"):
+        parts.append("problems: " + "; ".join(res["problems"]))
+    return ", ".join(parts) or "nothing to restore"
 
 
 class StateKeeper:
@@ -143,7 +167,9 @@ class StateKeeper:
         self._prev_handlers: dict[int, object] = {}
         if state_path and os.path.exists(state_path):
             # A previous agent died with knobs changed: its file holds the real originals.
-            restore_from_state_file(state_path, fs.root)
+            res = restore_from_state_file(state_path, fs.root)
+            log.warning("cpufreq restored from %s (left by pid %s): %s", state_path,
+                        res.get("pid"), describe_cpufreq(res))
 
     @property
     def changed(self) -> bool:
@@ -234,3 +260,125 @@ class StateKeeper:
                 pass
         self._prev_handlers.clear()
         self._armed = False
+
+
+# -- cpu sets -----------------------------------------------------------------------------------
+
+def thread_start_time(tid: int) -> int | None:
+    """The thread's start time (clock ticks after boot, /proc/TID/stat field 22): with the tid
+    it names one thread for good, since tids are reused."""
+    try:
+        with open(f"/proc/{tid}/stat") as fh:
+            return int(fh.read().rsplit(")", 1)[1].split()[19])
+    except (OSError, ValueError, IndexError):
+        return None
+
+
+class CpusetRecord:
+    """The original cpu sets of what the agent confines, persisted before each change.
+
+    Entries: ``{"kind": "affinity", "tid", "start", "cpus"}``, ``{"kind": "cgroup", "path",
+    "value"}`` (a kernel path under the sysfs root) and ``{"kind": "systemctl", "unit",
+    "value"}``. Only the first change of a thing or file is kept: that is the original.
+    """
+
+    def __init__(self, path: str | None, sysfs_root: str = "/"):
+        self.path = path
+        self.state: dict = {"sysfs_root": sysfs_root, "pid": os.getpid(), "entries": []}
+        self._lock = threading.Lock()
+
+    @staticmethod
+    def _key(e: dict) -> tuple:
+        return (e["kind"], e.get("tid"), e.get("path"), e.get("unit"))
+
+    def save(self, *entries: dict) -> None:
+        """Record ``entries`` (one durable write for all of them) before they are changed."""
+        with self._lock:
+            known = {self._key(e) for e in self.state["entries"]}
+            new = [e for e in entries if self._key(e) not in known]
+            if not new:
+                return
+            self.state["entries"] += new
+            if self.path:
+                _atomic_write_json(self.path, self.state)
+
+    def clear(self) -> None:
+        """Everything is back: forget the record."""
+        with self._lock:
+            self.state["entries"] = []
+            if self.path and os.path.exists(self.path):
+                os.unlink(self.path)
+
+
+def _systemctl_allowed_cpus(unit: str, value: str) -> None:
+    exe = shutil.which("systemctl")
+    if exe is None:
+        raise OSError("systemctl not found")
+    res = subprocess.run([exe, "set-property", "--runtime", unit, f"AllowedCPUs={value}"],
+                         capture_output=True, text=True, timeout=30)
+    if res.returncode != 0:
+        raise OSError((res.stderr or res.stdout).strip()[:200])
+
+
+def restore_cpusets_from_file(path: str, sysfs_root: str | None = None) -> dict:
+    """Put back the cpu sets recorded in ``path``; removes it when nothing is left to retry.
+
+    A thread that is gone, or whose tid now names another thread, needs nothing. Returns
+    ``{"restored": [what..], "problems": [..], "pid": recorder}``.
+    """
+    if not os.path.exists(path):
+        return {"restored": [], "problems": [], "pid": None}
+    with open(path) as fh:
+        state = json.load(fh)
+    fs = SysFS(sysfs_root or state.get("sysfs_root") or "/")
+    restored, problems, left = [], [], []
+    for e in reversed(state.get("entries", [])):
+        try:
+            if e["kind"] == "affinity":
+                if thread_start_time(e["tid"]) != e["start"]:
+                    continue  # the thread ended: its affinity ended with it
+                os.sched_setaffinity(e["tid"], e["cpus"])
+                restored.append(f"affinity of thread {e['tid']}")
+            elif e["kind"] == "cgroup":
+                fs.write(e["path"], e["value"])
+                restored.append(f"{e['path']} = {e['value'] or '(empty)'}")
+            elif e["kind"] == "systemctl":
+                _systemctl_allowed_cpus(e["unit"], e["value"])
+                restored.append(f"AllowedCPUs of {e['unit']} = {e['value'] or '(empty)'}")
+        except ProcessLookupError:
+            continue
+        except (OSError, KnobUnavailable, KeyError, TypeError) as exc:
+            problems.append(f"restoring {e}: {exc}")
+            left.append(e)
+    if left:
+        _atomic_write_json(path, dict(state, entries=list(reversed(left))))
+    else:
+        os.unlink(path)
+    return {"restored": restored, "problems": problems, "pid": state.get("pid")}
+
+
+def restore_at_start(state_dir: str, sysfs_root: str | None = None) -> list[str]:
+    """Restore what a previous agent left changed (its records in ``state_dir``); returns the
+    log lines said (empty when there was nothing)."""
+    lines = []
+    path = os.path.join(state_dir, STATE_FILENAME)
+    if os.path.exists(path):
+        try:
+            res = restore_from_state_file(path, sysfs_root)
+            lines.append(f"cpufreq restored from {path} (left by pid {res.get('pid')}): "
+                         f"{describe_cpufreq(res)}")
+        except (OSError, ValueError) as exc:
+            lines.append(f"cpufreq record {path} could not be restored: {exc}")
+    path = os.path.join(state_dir, CPUSET_FILENAME)
+    if os.path.exists(path):
+        try:
+            res = restore_cpusets_from_file(path, sysfs_root)
+            said = ", ".join(res["restored"]) or "nothing still confined"
+            if res["problems"]:
+                said += "; problems: " + "; ".join(res["problems"])
+            lines.append(f"cpu sets restored from {path} (left by pid {res.get('pid')}): {said}")
+        except (OSError, ValueError) as exc:
+            lines.append(f"cpu set record {path} could not be restored: {exc}")
+    for line in lines:
+        log.warning("%s", line)
+    return lines

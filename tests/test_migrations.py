@@ -1,0 +1,172 @@
+"""Migrations from every earlier schema version: a database built at version v (migrations up to
+v, rows in that version's shape) opens with the current store with every row intact and exactly
+the schema a new database has; a real daemon started on an old database serves it."""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+from pathlib import Path
+
+import msgpack
+import pytest
+
+from opptune.daemon.store import Group, ResultIn, open_store
+from opptune.daemon.store.schema import MIGRATIONS, SCHEMA_VERSION
+from procs import Cluster
+from test_store import full_record
+
+OLD_VERSIONS = range(1, SCHEMA_VERSION)
+REC = full_record(2)
+
+# Representative values for every column any version has; a migration that adds a NOT NULL
+# column without a default, or a table, needs an entry here (the test says which).
+ROWS: dict[str, list[dict]] = {
+    "platforms": [{"id": "p1", "description": json.dumps({"model_name": "Cortex-A15"}),
+                   "first_seen": 1.0, "last_seen": 2.0}],
+    "agents": [{"id": "a1", "platform": "p1", "workloads": json.dumps(["w"]),
+                "agent_version": "0.9", "first_seen": 1.0, "last_seen": 2.0}],
+    "workloads": [{"name": "w", "description": json.dumps({"kind": "bench"}), "first_seen": 1.0}],
+    "jobs": [{"job_id": f"job-{i}", "agent": "a1", "workload": "w", "size": "small",
+              "points": json.dumps([[2, 1800000]]), "n_points": 1, "reps": 2, "warmup": 0,
+              "expected": 2, "created": 5.0 + i, "state": state, "reason": None,
+              "updated": 6.0 + i} for i, state in ((1, "complete"), (2, "sent"))],
+    "runs": [{"msg_id": f"m{i}", "agent": "a1", "job_id": "job-1", "seq": i, "platform": "p1",
+              "workload": "w", "input": "s", "variant": "", "cores": 2, "cpus": "[0,1]",
+              "threads": 2, "freq_mhz": 1800.0, "rep": i, "time_s": 0.5, "wall_s": 0.5,
+              "user_s": 0.9, "sys_s": 0.01, "energy_j": 3.25, "ok": 1, "virtual": 0,
+              "received": 3.0 + i, "record": json.dumps(REC.to_dict()), "record_msgpack": None,
+              "throttled": 0} for i in (0, 1)],
+    "fits": [{"platform": "p1", "workload": "w", "input": "s", "variant": "", "model": "amdahl",
+              "params": json.dumps({"t1": 1.0, "p": 0.9}), "quality": json.dumps({"r2": 0.99}),
+              "runners_up": "[]", "created": 7.0}],
+    "recommendations": [{"id": "c1", "agent": "a1", "platform": "p1", "workload": "w",
+                         "input": "s", "variant": "", "cores": 2, "cpus": "[0,1]", "threads": 2,
+                         "freq_khz": 1800000, "predicted_time_s": 0.5,
+                         "predicted_lower_s": 0.45, "predicted_upper_s": 0.55, "model": "amdahl",
+                         "state": "verified", "verified_time_s": 0.51, "error": None,
+                         "created": 8.0, "updated": 9.0}],
+    "drift": [{"agent": "a1", "platform": "p1", "workload": "w", "input": "s", "variant": "",
+               "reason": "3 verifications outside the interval", "job_ids": "[]",
+               "error": 0.2, "since": 10.0}],
+}
+# What a migration is meant to change in a row: (table, column) -> {old value: new value}
+CHANGED = {("jobs", "state"): {"complete": "done"}}
+
+
+def columns(db: sqlite3.Connection, table: str) -> list[str]:
+    return [r[1] for r in db.execute(f"PRAGMA table_info({table})")]
+
+
+def tables(db: sqlite3.Connection) -> list[str]:
+    return sorted(r[0] for r in db.execute(
+        "SELECT name FROM sqlite_master WHERE type='table' AND name NOT LIKE 'sqlite_%' "
+        "AND name != 'schema_version'"))
+
+
+def build(path: Path, version: int) -> dict[str, list[dict]]:
+    """A database at ``version`` holding ROWS in that version's shape; returns what it holds."""
+    db = sqlite3.connect(path)
+    db.execute("CREATE TABLE schema_version (version INTEGER PRIMARY KEY, applied REAL NOT NULL)")
+    for v in range(1, version + 1):
+        for stmt in MIGRATIONS[v]:
+            db.execute(stmt)
+        db.execute("INSERT INTO schema_version VALUES (?, 0)", (v,))
+    held = {}
+    for table in tables(db):
+        assert table in ROWS, f"add representative rows for table {table!r} to ROWS"
+        # autoincrement keys are left to the database
+        cols = [c for c in columns(db, table) if not (c == "id" and table in ("fits", "drift"))]
+        rows = []
+        for i, row in enumerate(ROWS[table]):
+            row = dict(row)
+            if table == "runs" and "record_msgpack" in cols and i == 1:
+                # from version 2 on a run is stored as msgpack; the earlier JSON rows stay
+                row.update(record=None, record_msgpack=msgpack.packb(REC.to_dict()))
+            if table == "jobs" and version >= 3 and row["state"] == "complete":
+                row["state"] = "done"  # version 3 renamed the state
+            missing = [c for c in cols if c not in row]
+            assert not missing, f"add values for {table}.{missing} to ROWS"
+            values = {c: row[c] for c in cols}
+            db.execute(f"INSERT INTO {table} ({', '.join(values)}) VALUES "
+                       f"({', '.join('?' * len(values))})", tuple(values.values()))
+            rows.append(values)
+        held[table] = rows
+    db.commit()
+    db.close()
+    return held
+
+
+def schema_of(path: Path) -> dict:
+    """Tables (columns with type, NOT NULL, default, key) and indexes: what a schema is."""
+    db = sqlite3.connect(path)
+    try:
+        out = {t: [r[1:] for r in db.execute(f"PRAGMA table_info({t})")] for t in tables(db)}
+        out["indexes"] = sorted(db.execute(
+            "SELECT name, tbl_name FROM sqlite_master WHERE type='index' AND sql IS NOT NULL"))
+        return out
+    finally:
+        db.close()
+
+
+@pytest.fixture(scope="module")
+def current_schema(tmp_path_factory) -> dict:
+    path = tmp_path_factory.mktemp("fresh") / "fresh.db"
+    open_store(str(path)).close()
+    return schema_of(path)
+
+
+@pytest.mark.parametrize("version", OLD_VERSIONS)
+def test_every_row_survives_and_the_schema_is_current(tmp_path, version, current_schema):
+    path = tmp_path / f"v{version}.db"
+    held = build(path, version)
+    st = open_store(str(path))
+    try:
+        assert st.schema_version() == SCHEMA_VERSION
+        # through the store's own API
+        assert [j["job_id"] for j in st.jobs()] == ["job-1", "job-2"]
+        assert {j["job_id"]: j["state"] for j in st.jobs()} == {"job-1": "done", "job-2": "sent"}
+        assert [r for _, r in st.run_records("job-1")] == [REC, REC]
+        assert st.group_runs(Group("p1", "w", "s", "")) == [(2, 1800.0, 0.5)] * 2
+        assert [a["id"] for a in st.agents()] == ["a1"]
+        assert [f["model"] for f in st.fits()] == ["amdahl"]
+        assert [r["config_id"] for r in st.recommendations()] == ["c1"]
+        # a new result lands beside the old ones
+        st.insert_results([ResultIn("m9", "a1", "job-1", 9, REC, REC.to_dict())], now=20.0)
+        assert st.job_received("job-1") == 3
+    finally:
+        st.close()
+    assert schema_of(path) == current_schema
+    db = sqlite3.connect(path)
+    try:
+        for table, rows in held.items():
+            for row in rows:
+                key, value = next(iter(row.items()))
+                got = db.execute(f"SELECT {', '.join(row)} FROM {table} WHERE {key} = ?",
+                                 (value,)).fetchall()
+                assert len(got) == 1, (table, row)
+                want = tuple(CHANGED.get((table, c), {}).get(v, v) for c, v in row.items())
+                assert got[0] == want, (table, row)
+        assert db.execute("SELECT COUNT(*) FROM runs").fetchone()[0] == 3
+    finally:
+        db.close()
+
+
+@pytest.mark.integration
+@pytest.mark.parametrize("version", [1, SCHEMA_VERSION - 1])
+def test_a_daemon_started_on_an_old_database_serves_it(tmp_path, version):
+    c = Cluster(tmp_path, auto_sweep=False)
+    build(c.db, version)
+    c.start_daemon()
+    try:
+        st = c.wait_for(lambda s: bool(s["jobs"]), timeout=30, what="the daemon's status")
+        assert {j["job_id"]: j["state"] for j in st["jobs"]} == {"job-1": "done",
+                                                               "job-2": "sent"}
+        assert st["workloads"] == ["w"]
+        assert [(r["agent"], r["count"]) for r in st["runs"]] == [("a1", 2)]
+        assert [f["model"] for f in st["fits"]] == ["amdahl"]
+        assert [r["config_id"] for r in st["recommendations"]] == ["c1"]
+    finally:
+        codes = c.stop()
+    assert codes == {"daemon": 0}, c.logs()
+    assert c.rows("SELECT MAX(version) FROM schema_version") == [(SCHEMA_VERSION,)]

@@ -1,0 +1,116 @@
+"""The systemd units: exposure scores, syntax, and that their sandbox fits what the agent does.
+
+The scores come from ``systemd-analyze security --offline=yes`` on the unit files as shipped
+(skipped where systemd-analyze is missing or too old for --offline). The sandbox checks need no
+systemd: they compare the unit's writable paths with every sysfs write the cpufreq knob makes on
+the fake trees, and its state directory with the example configuration.
+"""
+
+from __future__ import annotations
+
+import re
+import shutil
+import subprocess
+import tomllib
+from pathlib import Path
+
+import pytest
+
+from opptune.agent.knobs.cpufreq import CpuFreq
+from opptune.agent.sysfs import SysFS
+
+from fake_trees import BOARD_NAMES, fake_tree
+
+ROOT = Path(__file__).resolve().parent.parent
+UNITS = ROOT / "systemd"
+MAX_SCORE = {"opptune-daemon.service": 3.0, "opptune-agent.service": 5.0}
+FREQ_MANAGERS = ("tuned.service", "power-profiles-daemon.service", "cpupower.service")
+
+
+def unit_keys(path: Path) -> dict[str, list[str]]:
+    """``Key`` -> every value it is given in the unit (repeated keys accumulate)."""
+    out: dict[str, list[str]] = {}
+    for line in path.read_text().splitlines():
+        line = line.strip()
+        if not line or line[0] in "#;[":
+            continue
+        key, _, value = line.partition("=")
+        out.setdefault(key.strip(), []).append(value.strip())
+    return out
+
+
+def words(keys: dict[str, list[str]], key: str) -> list[str]:
+    return " ".join(keys.get(key, [])).split()
+
+
+def _analyze() -> str:
+    exe = shutil.which("systemd-analyze")
+    if exe is None:
+        pytest.skip("systemd-analyze is not installed")
+    res = subprocess.run([exe, "security", "--help"], capture_output=True, text=True)
+    if "--offline" not in res.stdout:
+        pytest.skip("this systemd-analyze has no --offline (systemd < 250)")
+    return exe
+
+
+@pytest.mark.parametrize("name", sorted(MAX_SCORE))
+def test_security_score(name, tmp_path):
+    exe = _analyze()
+    res = subprocess.run([exe, "security", "--offline=yes", "--no-pager", str(UNITS / name)],
+                         capture_output=True, text=True, cwd=tmp_path, timeout=60)
+    m = re.search(r"Overall exposure level for \S+: (\d+\.\d+)", res.stdout)
+    assert m, res.stdout[-2000:] + res.stderr
+    assert float(m.group(1)) <= MAX_SCORE[name], res.stdout
+
+
+@pytest.mark.parametrize("name", sorted(MAX_SCORE))
+def test_unit_verifies(name, tmp_path):
+    """No unknown key or bad value (ExecStart points at /bin/true: the program is not installed
+    here, and verify refuses a unit whose program is missing)."""
+    exe = _analyze()
+    text = re.sub(r"/usr/local/bin/opptune-(agent|daemon)", "/bin/true",
+                  (UNITS / name).read_text())
+    unit = tmp_path / name
+    unit.write_text(text)
+    res = subprocess.run([exe, "verify", str(unit)], capture_output=True, text=True,
+                         cwd=tmp_path, timeout=60)
+    assert res.returncode == 0 and not res.stderr.strip(), res.stderr
+
+
+def test_agent_unit_keeps_what_the_agent_needs():
+    k = unit_keys(UNITS / "opptune-agent.service")
+    caps = set(words(k, "CapabilityBoundingSet"))
+    # run_as (setuid/setgid), stopping workloads of another user, pid targets' affinity
+    assert {"CAP_SETUID", "CAP_SETGID", "CAP_KILL", "CAP_SYS_NICE"} <= caps
+    assert "CAP_SYS_ADMIN" not in caps and "CAP_DAC_OVERRIDE" not in caps
+    assert "perf_event_open" in words(k, "SystemCallFilter")
+    assert k["ProtectSystem"] == ["strict"] and k["ProtectKernelTunables"] == ["yes"]
+    assert set(FREQ_MANAGERS) <= set(words(k, "Conflicts"))
+    assert any("--restore" in v for v in k["ExecStopPost"])
+    state_dir = tomllib.loads((ROOT / "etc" / "agent.toml").read_text())["state_dir"]
+    assert state_dir == "/var/lib/" + k["StateDirectory"][0]
+
+
+@pytest.mark.parametrize("board", BOARD_NAMES)
+def test_agent_unit_opens_every_path_the_knob_writes(tmp_path, board):
+    """ProtectKernelTunables makes /sys read-only: every cpufreq write (set, then restore) must
+    fall under one of the unit's ReadWritePaths."""
+    k = unit_keys(UNITS / "opptune-agent.service")
+    writable = [p.lstrip("-") for p in words(k, "ReadWritePaths")]
+    assert all(p.startswith("/sys/") for p in writable), writable  # nothing else re-opened
+    log: list = []
+    fs = SysFS(fake_tree(tmp_path, board), write_log=log)
+    with CpuFreq(fs, state_dir=str(tmp_path / "st"), install_handlers=False) as cf:
+        for p in cf.policies():
+            offer = p["frequencies_khz"] or [p["cpuinfo_min_khz"]]
+            cf.set({p["name"]: min(offer)})
+    assert log
+    paths = {rel for rel, _ in log}
+    outside = sorted(p for p in paths if not any(p.startswith(w + "/") for w in writable))
+    assert outside == []
+
+
+def test_daemon_unit_is_unprivileged():
+    k = unit_keys(UNITS / "opptune-daemon.service")
+    assert k["User"] != ["root"] and k["CapabilityBoundingSet"] == [""]
+    assert k["ProtectSystem"] == ["strict"]
