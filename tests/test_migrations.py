@@ -48,7 +48,7 @@ ROWS: dict[str, list[dict]] = {
                          "created": 8.0, "updated": 9.0}],
     "drift": [{"agent": "a1", "platform": "p1", "workload": "w", "input": "s", "variant": "",
                "reason": "3 verifications outside the interval", "job_ids": "[]",
-               "error": 0.2, "since": 10.0}],
+               "error": "off by 20 %", "since": 2.5}],  # before the runs: they stay in fits
 }
 # What a migration is meant to change in a row: (table, column) -> {old value: new value}
 CHANGED = {("jobs", "state"): {"complete": "done"}}
