@@ -264,6 +264,11 @@ def pressure_pct(resource: str) -> float | None:
         return None
 
 
+def wal_size(db: Path) -> int:
+    wal = db.with_name(db.name + "-wal")
+    return wal.stat().st_size if wal.exists() else 0
+
+
 def issue_jobs(db: Path, agents: int) -> None:
     """Store one open job per agent before the daemon starts: the daemon stores results only
     for jobs it issued to their agent (as after a restart with jobs in flight)."""
@@ -402,6 +407,7 @@ def run(agents: int = 4, results: int | None = 50_000, duration: float | None = 
                 "daemon_rss_max_sampled_mib": round(rss_max / 1024, 1) if rss_max else None,
                 "daemon_rss_peak_mib": round(mem["VmHWM"] / 1024, 1),
                 "db_mib": round(sum(f.stat().st_size for f in tmp.glob("ingest.db*")) / 2**20, 1),
+                "wal_mib": round(wal_size(db) / 2**20, 1),
                 "endpoint": endpoint}
     finally:
         for p in children:

@@ -311,8 +311,9 @@ class Daemon:
             return
         self.stats["results"] += len(results)
         self.stats["batches"] += 1
+        send_ack = self.link.send_ack
         for identity, ids in acks.items():
-            self.send(identity, "ack", {"ids": ids})
+            send_ack(identity, ids, DAEMON_ID)
         counts: dict[str, int] = {}
         for r in results:
             counts[r.job_id] = counts.get(r.job_id, 0) + 1
