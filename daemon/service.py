@@ -15,6 +15,7 @@ the first ack) but stored once.
 from __future__ import annotations
 
 import argparse
+import gc
 import logging
 import signal
 import sys
@@ -182,7 +183,7 @@ class Daemon:
         while not stop.is_set() and not self.stop_event.is_set():
             try:
                 if self.link.poll(50):
-                    self.handle_batch(self.link.recv_batch(self.batch_max))
+                    self._ingest()
                 for outcome in self.fitter.outcomes():
                     if self.metrics is not None:
                         self.metrics.fit_duration.observe(outcome.seconds)
@@ -196,6 +197,21 @@ class Daemon:
                     self._refresh_metrics(time.time())
             except Exception:  # the loop outlives any one failure
                 log.exception("error in the daemon loop; continuing")
+
+    def _ingest(self) -> None:
+        """Drain and handle one batch with the cyclic garbage collector paused.
+
+        A batch's messages, records and rows live until its commit and die by reference
+        count right after; collections during the batch only scan them again and again
+        (measured: a fifth of the loop's time at 500 agents)."""
+        paused = gc.isenabled()
+        if paused:
+            gc.disable()
+        try:
+            self.handle_batch(self.link.recv_batch(self.batch_max))
+        finally:
+            if paused:
+                gc.enable()
 
     def start_thread(self) -> threading.Thread:
         self._thread = threading.Thread(target=self.serve, name="opptune-daemon", daemon=True)
