@@ -121,11 +121,13 @@ def say_hello(sock: zmq.Socket, agent_id: str) -> None:
 
 def client_proc(endpoint: str, agents: list[tuple[int, str]], n: int | None,
                 duration: float | None, window: int, full: bool, ready, go, results,
-                curve: list | None = None, check_db: str | None = None) -> None:
+                curve: list | None = None, check_db: str | None = None,
+                rate: float | None = None) -> None:
     """Run several simulated agents, each on its own DEALER socket and identity.
 
     Each agent keeps at most ``window`` results unacknowledged, sending ``n`` results each or
-    for ``duration`` seconds. Reports acked counts, the first send and last ack times, a
+    for ``duration`` seconds, as fast as acks come back or, with ``rate``, at most that many
+    results a second (an offered load: the latency is then the daemon's, not the window's). Reports acked counts, the first send and last ack times, a
     histogram of send-to-ack latencies, error counts by code and, with ``check_db``, how many
     acked ids were not yet in the store when their ack arrived."""
     records = make_records(8, full)
@@ -176,6 +178,8 @@ def client_proc(endpoint: str, agents: list[tuple[int, str]], n: int | None,
             room = min(room, n - st["sent"])
         elif now >= stop_at:
             return
+        if rate is not None:
+            room = min(room, int((now - t0) * rate) - st["sent"])
         for _ in range(room):
             msg_id, data = stream.next()
             sock.send(data, copy=False)
@@ -185,17 +189,27 @@ def client_proc(endpoint: str, agents: list[tuple[int, str]], n: int | None,
     for sock, st in socks.items():
         fill(sock, st, t0)
     linger_until = None
+    next_pass = t0
     while True:
         outstanding = sum(len(st["pending"]) for st in socks.values())
         now = clock()
-        if outstanding == 0 and (n is not None or now >= stop_at):
+        if n is not None:
+            done_sending = all(st["sent"] >= n for st in socks.values())
+        else:
+            done_sending = now >= stop_at
+        if outstanding == 0 and done_sending:
             break
         if stop_at is not None and now >= stop_at and linger_until is None:
             linger_until = now + 60  # acks still owed after the end: wait at most this
         if linger_until is not None and now > linger_until:
             break
-        ready_socks = poller.poll(10_000 if linger_until is None else 1000)
-        if not ready_socks and n is not None:
+        if rate is not None and not done_sending and now >= next_pass:
+            next_pass = now + 0.005  # paced: top every agent up every 5 ms
+            for sock, st in socks.items():
+                fill(sock, st, now)
+        wait_ms = 5 if rate is not None else (10_000 if linger_until is None else 1000)
+        ready_socks = poller.poll(wait_ms)
+        if not ready_socks and n is not None and rate is None:
             break
         for sock, _ in ready_socks:
             st = socks[sock]
@@ -303,7 +317,7 @@ def run(agents: int = 4, results: int | None = 50_000, duration: float | None = 
         window: int = 2000, procs: int | None = None, full_records: bool = False,
         bind: str = "tcp://127.0.0.1:0", curve: bool = False, profile: str | None = None,
         check_acks: bool = False, warmup_s: float | None = None,
-        daemon_cmd: list[str] | None = None) -> dict:
+        daemon_cmd: list[str] | None = None, rate: float | None = None) -> dict:
     """One benchmark run against a fresh daemon process; the figures as a dict.
 
     ``results`` per agent, or stream for ``duration`` seconds. ``check_acks``: each client
@@ -340,7 +354,7 @@ def run(agents: int = 4, results: int | None = 50_000, duration: float | None = 
             ready = mpc.Event()
             p = mpc.Process(target=client_proc, args=(
                 endpoint, mine, None if duration is not None else results, duration, window,
-                full_records, ready, go, queue, keys, str(db) if check_acks else None))
+                full_records, ready, go, queue, keys, str(db) if check_acks else None, rate))
             p.start()
             readies.append(ready)
             children.append(p)
@@ -353,6 +367,8 @@ def run(agents: int = 4, results: int | None = 50_000, duration: float | None = 
         # Daemon memory once a second: at the end of warm-up and at the end of the run.
         warm = warmup_s if warmup_s is not None else min(30.0, (duration or 10) / 5)
         rss_warm = rss_max = None
+        every = max((duration or 10) / 10, 1.0)
+        next_sample, rss_trace = t_go + every, []  # (s since start, RSS MiB, WAL MiB)
         got = []
         while len(got) < procs:
             try:
@@ -364,6 +380,10 @@ def run(agents: int = 4, results: int | None = 50_000, duration: float | None = 
                 rss_max = max(rss_max or 0, rss)
                 if rss_warm is None and time.monotonic() - t_go >= warm:
                     rss_warm = rss
+                if time.monotonic() >= next_sample:
+                    next_sample += every
+                    rss_trace.append((round(time.monotonic() - t_go), round(rss / 1024, 1),
+                                      round(wal_size(db) / 2**20, 1)))
                 if time.monotonic() - t_go > (duration or 0) + 600:
                     raise SystemExit("clients did not finish") from None
         for p in children:
@@ -385,6 +405,7 @@ def run(agents: int = 4, results: int | None = 50_000, duration: float | None = 
             stored = con.execute("SELECT COUNT(*) FROM runs").fetchone()[0]
         span = max(end - start, 1e-9)
         return {"agents": agents, "client_procs": procs, "window": window,
+                "rate_per_agent": rate,
                 "full_records": full_records, "curve": curve,
                 "duration_s": duration, "sent": sent, "acked": acked, "stored": stored,
                 "unacked": sent - acked, "acked_not_stored": max(acked - stored, 0),
@@ -406,6 +427,7 @@ def run(agents: int = 4, results: int | None = 50_000, duration: float | None = 
                 "daemon_rss_end_mib": round(mem["VmRSS"] / 1024, 1),
                 "daemon_rss_max_sampled_mib": round(rss_max / 1024, 1) if rss_max else None,
                 "daemon_rss_peak_mib": round(mem["VmHWM"] / 1024, 1),
+                "trace_s_rss_wal_mib": rss_trace,
                 "db_mib": round(sum(f.stat().st_size for f in tmp.glob("ingest.db*")) / 2**20, 1),
                 "wal_mib": round(wal_size(db) / 2**20, 1),
                 "endpoint": endpoint}
@@ -431,6 +453,9 @@ def main() -> int:
                     help="stream for this many seconds instead of a fixed --results per agent")
     ap.add_argument("--window", type=int, default=None,
                     help="unacked results per agent (default 2000; 16 with --duration)")
+    ap.add_argument("--rate", type=float, default=None,
+                    help="results/s per agent (an offered load); default: as fast as acks "
+                         "come back")
     ap.add_argument("--procs", type=int, default=None,
                     help="client processes sharing the agents (default: min(agents, 4))")
     ap.add_argument("--full-records", action="store_true",
@@ -449,14 +474,19 @@ def main() -> int:
         if v is not None and v < 1:
             print(f"ingest.py: --{name} must be at least 1, got {v}", file=sys.stderr)
             return 2
+    if args.rate is not None and args.rate <= 0:
+        print("ingest.py: --rate must be a positive number of results per second per agent",
+              file=sys.stderr)
+        return 2
     if args.duration is not None and args.duration <= 0:
-        print(f"ingest.py: --duration must be a positive number of seconds", file=sys.stderr)
+        print("ingest.py: --duration must be a positive number of seconds", file=sys.stderr)
         return 2
     window = args.window or (16 if args.duration is not None else 2000)
     daemon_cmd = ([args.daemon_python, "-m", "opptune.daemon.service"]
                   if args.daemon_python else None)
     out = run(args.agents, args.results, args.duration, window, args.procs, args.full_records,
-              args.bind, args.curve, args.profile, args.check_acks, daemon_cmd=daemon_cmd)
+              args.bind, args.curve, args.profile, args.check_acks, daemon_cmd=daemon_cmd,
+              rate=args.rate)
     if args.json:
         print(json.dumps(out))
     else:
