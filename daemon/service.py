@@ -203,7 +203,9 @@ class Daemon:
 
         A batch's messages, records and rows live until its commit and die by reference
         count right after; collections during the batch only scan them again and again
-        (measured: a fifth of the loop's time at 500 agents)."""
+        (500 agents, 20 s: 2.0 s in collections, 0.03 s paused; results per CPU second of the
+        daemon +8 %). The switch is process-wide: daemons in threads of one process (tests)
+        may resume it early for each other, which costs speed only."""
         paused = gc.isenabled()
         if paused:
             gc.disable()

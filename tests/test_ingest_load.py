@@ -44,3 +44,35 @@ def test_bad_arguments_name_the_option_and_exit_2():
         assert out.returncode == 2
         assert word in out.stderr and "Traceback" not in out.stderr
         assert len(out.stderr.strip().splitlines()) == 1
+
+
+def test_the_garbage_collector_is_paused_per_batch_and_always_resumed(tmp_path, monkeypatch):
+    import gc
+
+    from opptune.daemon.service import Daemon
+    from opptune.shared.config import DaemonConfig
+
+    d = Daemon(DaemonConfig(bind="tcp://127.0.0.1:0", database=str(tmp_path / "d.db")))
+    seen = []
+
+    def handle(batch):
+        seen.append(gc.isenabled())
+        raise RuntimeError("a failing batch")
+
+    monkeypatch.setattr(d, "handle_batch", handle)
+    try:
+        assert gc.isenabled()
+        try:
+            d._ingest()
+        except RuntimeError:
+            pass
+        assert seen == [False] and gc.isenabled()
+        gc.disable()  # paused by someone else: left as it was
+        try:
+            d._ingest()
+        except RuntimeError:
+            pass
+        assert seen == [False, False] and not gc.isenabled()
+    finally:
+        gc.enable()
+        d.close()
