@@ -11,6 +11,14 @@ counters, energy, frequencies, per-thread times): 1.1 kB per message against 0.2
 ``--curve`` runs the link encrypted and authenticated (the agents' keys accepted beforehand).
 
     python3 benchmarks/ingest.py --agents 4 --results 50000 [--full-records] [--curve]
+
+``--duration S`` streams for S seconds instead (a fleet: ``--agents 500 --duration 600``);
+several simulated agents share a client process, each on its own DEALER socket with its own
+identity and hello. Printed beside the rate: the send-to-ack latency of every result (p50,
+p99), the daemon's resident memory after warm-up and at the end, and sent/acked/stored counts
+(zero loss: all three equal).
+
+    python3 benchmarks/ingest.py --agents 500 --duration 600
 """
 
 from __future__ import annotations
@@ -34,8 +42,8 @@ from opptune.shared import protocol as P
 from opptune.shared.records import RunRecord
 
 
-def make_messages(agent_id: str, n: int, full: bool = False) -> list[bytes]:
-    """``n`` encoded result messages. ``full``: records as a board with every meter sends them
+def make_records(n: int, full: bool = False) -> list[dict]:
+    """``n`` run records as dicts. ``full``: records as a board with every meter sends them
     (14 perf counters plus derived ratios, energy, frequencies, per-thread times, context
     switches); otherwise the fields a board without counters or sensors fills."""
     from opptune.agent.meters.perf import DERIVED, EVENTS
@@ -54,52 +62,193 @@ def make_messages(agent_id: str, n: int, full: bool = False) -> list[bytes]:
             rec.energy_j, rec.energy_source = 3.21 + i % 7, "rapl:package-0"
             rec.ctx_voluntary, rec.ctx_involuntary, rec.max_rss_kb = 12, 3, 20480
             rec.thread_stats = [{"busy_s": 0.5, "wait_s": 0.01} for _ in range(cores)]
-        # of = n + 1: the job stays open, so this measures ingest, not the fit that a
-        # completed job triggers.
-        body = {"job_id": f"job-{agent_id}", "seq": i, "of": n + 1, "record": rec.to_dict()}
-        out.append(P.encode(P.make("result", agent_id, body)))
+        out.append(rec.to_dict())
     return out
 
 
-def agent_proc(endpoint: str, agent_id: str, n: int, window: int, full: bool, ready, go,
-               results, curve: tuple[str, str, str] | None = None) -> None:
-    msgs = make_messages(agent_id, n, full)
-    ctx = zmq.Context()
-    sock = ctx.socket(zmq.DEALER)
-    if curve is not None:
-        sock.curve_serverkey, sock.curve_publickey, sock.curve_secretkey = (
-            k.encode() for k in curve)
-    sock.setsockopt(zmq.IDENTITY, agent_id.encode())
-    sock.setsockopt(zmq.LINGER, 0)
-    sock.connect(endpoint)
+_ID_HOLE = "f" * 32  # placeholder message id, replaced per message (same length, same bytes)
+
+
+class Stream:
+    """Result messages of one simulated agent, each with a fresh id.
+
+    Messages are encoded once per record shape with a placeholder id; each send splices a new
+    id into those bytes, so a client process can feed many agents without spending its core
+    on msgpack. Ids are laid out like the agent's (milliseconds first, 32 hex digits)."""
+
+    def __init__(self, agent_id: str, number: int, records: list[dict]):
+        self.agent_id = agent_id
+        self.number = number
+        self.count = 0
+        self.parts = []
+        for i, rec in enumerate(records):
+            # of: far above what is sent, so the job stays open: this measures ingest, not the
+            # fit that a completed job triggers.
+            body = {"job_id": f"job-{agent_id}", "seq": i, "of": 1 << 40, "record": rec}
+            data = P.encode(P.make("result", agent_id, body, msg_id=_ID_HOLE))
+            at = data.index(_ID_HOLE.encode())
+            self.parts.append((data[:at], data[at + 32:]))
+
+    def next(self) -> tuple[str, bytes]:
+        self.count += 1
+        msg_id = f"{time.time_ns() // 1_000_000:012x}{self.number:05x}{self.count:015x}"
+        head, tail = self.parts[self.count % len(self.parts)]
+        return msg_id, head + msg_id.encode() + tail
+
+
+LAT_BIN_S = 1e-4  # latency histogram: 0.1 ms bins up to 60 s
+LAT_BINS = 600_000
+
+
+def percentile(hist: dict[int, int], q: float) -> float | None:
+    """The ``q`` quantile (0..1) of a sparse latency histogram, in ms (bin upper edge)."""
+    total = sum(hist.values())
+    if not total:
+        return None
+    need, seen = q * total, 0
+    for b in sorted(hist):
+        seen += hist[b]
+        if seen >= need:
+            return round((b + 1) * LAT_BIN_S * 1000, 1)
+    return None
+
+
+def say_hello(sock: zmq.Socket, agent_id: str) -> None:
     sock.send(P.encode(P.make("hello", agent_id, {
         "platform": {"id": "bench-plat", "cpus_online": list(range(8))},
         "workloads": ["bench"], "agent_version": "bench"})))
-    while True:  # the welcome heartbeat: the hello is registered before any result
-        if P.decode(sock.recv())["type"] == "heartbeat":
-            break
+
+
+def client_proc(endpoint: str, agents: list[tuple[int, str]], n: int | None,
+                duration: float | None, window: int, full: bool, ready, go, results,
+                curve: list | None = None, check_db: str | None = None,
+                rate: float | None = None) -> None:
+    """Run several simulated agents, each on its own DEALER socket and identity.
+
+    Each agent keeps at most ``window`` results unacknowledged, sending ``n`` results each or
+    for ``duration`` seconds, as fast as acks come back or, with ``rate``, at most that many
+    results a second (an offered load: the latency is then the daemon's, not the window's). Reports acked counts, the first send and last ack times, a
+    histogram of send-to-ack latencies, error counts by code and, with ``check_db``, how many
+    acked ids were not yet in the store when their ack arrived."""
+    records = make_records(8, full)
+    ctx = zmq.Context()
+    poller = zmq.Poller()
+    socks: dict[zmq.Socket, dict] = {}
+    for k, (number, agent_id) in enumerate(agents):
+        sock = ctx.socket(zmq.DEALER)
+        if curve is not None:
+            sock.curve_serverkey, sock.curve_publickey, sock.curve_secretkey = (
+                x.encode() for x in curve[k])
+        sock.setsockopt(zmq.IDENTITY, agent_id.encode())
+        sock.setsockopt(zmq.LINGER, 0)
+        sock.setsockopt(zmq.SNDHWM, window + 100)
+        sock.connect(endpoint)
+        say_hello(sock, agent_id)
+        socks[sock] = {"stream": Stream(agent_id, number, records), "sent": 0, "pending": {}}
+        poller.register(sock, zmq.POLLIN)
+    waiting = set(socks)
+    deadline = time.monotonic() + 120
+    while waiting and time.monotonic() < deadline:  # the welcome heartbeats
+        for sock, _ in poller.poll(1000):
+            while True:
+                try:
+                    msg = P.decode(sock.recv(zmq.NOBLOCK))
+                except zmq.Again:
+                    break
+                if msg["type"] == "heartbeat":
+                    waiting.discard(sock)
+    db = None
+    if check_db:
+        db = sqlite3.connect(f"file:{check_db}?mode=ro", uri=True)
+    hist: dict[int, int] = {}
+    errors: dict[str, int] = {}
+    acked = not_stored = 0
     ready.set()
     go.wait()
-    t0 = time.perf_counter()
-    sent = acked = 0
-    while acked < n:
-        while sent < n and sent - acked < window:
-            sock.send(msgs[sent], copy=False)
-            sent += 1
-        if not sock.poll(10_000):
+    clock = time.perf_counter
+    cpu0 = time.process_time()
+    t0 = clock()
+    stop_at = t0 + duration if duration is not None else None
+    last_ack = t0
+
+    def fill(sock: zmq.Socket, st: dict, now: float) -> None:
+        pending, stream = st["pending"], st["stream"]
+        room = window - len(pending)
+        if n is not None:
+            room = min(room, n - st["sent"])
+        elif now >= stop_at:
+            return
+        if rate is not None:
+            room = min(room, int((now - t0) * rate) - st["sent"])
+        for _ in range(room):
+            msg_id, data = stream.next()
+            sock.send(data, copy=False)
+            pending[msg_id] = clock()
+        st["sent"] += max(room, 0)
+
+    for sock, st in socks.items():
+        fill(sock, st, t0)
+    linger_until = None
+    next_pass = t0
+    while True:
+        outstanding = sum(len(st["pending"]) for st in socks.values())
+        now = clock()
+        if n is not None:
+            done_sending = all(st["sent"] >= n for st in socks.values())
+        else:
+            done_sending = now >= stop_at
+        if outstanding == 0 and done_sending:
             break
-        while True:
-            try:
-                data = sock.recv(zmq.NOBLOCK)
-            except zmq.Again:
-                break
-            msg = P.decode(data)
-            if msg["type"] == "ack":
-                acked += len(msg["body"]["ids"])
-            elif msg["type"] == "error":
-                print(f"{agent_id}: error {msg['body']}", file=sys.stderr)
-    results.put((agent_id, t0, time.perf_counter(), acked))
-    sock.close(0)
+        if stop_at is not None and now >= stop_at and linger_until is None:
+            linger_until = now + 60  # acks still owed after the end: wait at most this
+        if linger_until is not None and now > linger_until:
+            break
+        if rate is not None and not done_sending and now >= next_pass:
+            next_pass = now + 0.005  # paced: top every agent up every 5 ms
+            for sock, st in socks.items():
+                fill(sock, st, now)
+        wait_ms = 5 if rate is not None else (10_000 if linger_until is None else 1000)
+        ready_socks = poller.poll(wait_ms)
+        if not ready_socks and n is not None and rate is None:
+            break
+        for sock, _ in ready_socks:
+            st = socks[sock]
+            pending = st["pending"]
+            while True:
+                try:
+                    data = sock.recv(zmq.NOBLOCK)
+                except zmq.Again:
+                    break
+                msg = P.decode(data)
+                if msg["type"] == "ack":
+                    t = clock()
+                    last_ack = t
+                    ids = msg["body"]["ids"]
+                    for i in ids:
+                        sent_at = pending.pop(i, None)
+                        if sent_at is not None:
+                            acked += 1
+                            b = min(int((t - sent_at) / LAT_BIN_S), LAT_BINS)
+                            hist[b] = hist.get(b, 0) + 1
+                    if db is not None:
+                        for j in range(0, len(ids), 500):
+                            part = ids[j:j + 500]
+                            found = db.execute(
+                                f"SELECT COUNT(*) FROM runs WHERE msg_id IN "
+                                f"({','.join('?' * len(part))})", part).fetchone()[0]
+                            not_stored += len(part) - found
+                elif msg["type"] == "error":
+                    code = msg["body"].get("code", "?")
+                    errors[code] = errors.get(code, 0) + 1
+            fill(sock, st, clock())
+    sent = sum(st["sent"] for st in socks.values())
+    results.put({"t0": t0, "t1": last_ack, "acked": acked, "sent": sent, "hist": hist,
+                 "errors": errors, "not_stored": not_stored,
+                 "cpu_s": time.process_time() - cpu0})
+    if db is not None:
+        db.close()
+    for sock in socks:
+        sock.close(0)
     ctx.term()
 
 
@@ -127,6 +276,11 @@ def pressure_pct(resource: str) -> float | None:
             return float(fh.readline().split()[2].split("=")[1])
     except (OSError, IndexError, ValueError):
         return None
+
+
+def wal_size(db: Path) -> int:
+    wal = db.with_name(db.name + "-wal")
+    return wal.stat().st_size if wal.exists() else 0
 
 
 def issue_jobs(db: Path, agents: int) -> None:
@@ -159,30 +313,29 @@ def accept_keys(keys: Path, agents: int) -> list[tuple[str, str, str]]:
     return out
 
 
-def main() -> int:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--agents", type=int, default=4)
-    ap.add_argument("--results", type=int, default=50_000, help="per agent")
-    ap.add_argument("--window", type=int, default=2000, help="unacked results per agent")
-    ap.add_argument("--full-records", action="store_true",
-                    help="records with every meter's fields (counters, energy, ...)")
-    ap.add_argument("--bind", default="tcp://127.0.0.1:0")
-    ap.add_argument("--json", action="store_true", help="print one JSON line")
-    ap.add_argument("--profile", help="run the daemon under cProfile, writing this file")
-    ap.add_argument("--curve", action="store_true", help="CURVE on the link")
-    args = ap.parse_args()
+def run(agents: int = 4, results: int | None = 50_000, duration: float | None = None,
+        window: int = 2000, procs: int | None = None, full_records: bool = False,
+        bind: str = "tcp://127.0.0.1:0", curve: bool = False, profile: str | None = None,
+        check_acks: bool = False, warmup_s: float | None = None,
+        daemon_cmd: list[str] | None = None, rate: float | None = None) -> dict:
+    """One benchmark run against a fresh daemon process; the figures as a dict.
 
+    ``results`` per agent, or stream for ``duration`` seconds. ``check_acks``: each client
+    looks up every acked id in the store as its ack arrives (acked must mean stored).
+    ``daemon_cmd``: the command that starts the daemon module (another checkout's Python)."""
+    procs = procs or min(agents, 4)
     tmp = Path(tempfile.mkdtemp(prefix="opptune-ingest-"))
     db, ep_file = tmp / "ingest.db", tmp / "endpoint"
-    prof = ["-m", "cProfile", "-o", args.profile] if args.profile else []
-    issue_jobs(db, args.agents)
+    prof = ["-m", "cProfile", "-o", profile] if profile else []
+    issue_jobs(db, agents)
     conf = tmp / "daemon.toml"
-    conf.write_text(f'curve = "{"on" if args.curve else "off"}"\nkeys_dir = "{tmp / "keys"}"\n')
-    agent_keys = accept_keys(tmp / "keys", args.agents) if args.curve else [None] * args.agents
-    daemon = subprocess.Popen([sys.executable, *prof, "-m", "opptune.daemon.service",
-                               "--config", str(conf),
-                               "--bind", args.bind, "--database", str(db),
-                               "--endpoint-file", str(ep_file), "--log-level", "WARNING"])
+    conf.write_text(f'curve = "{"on" if curve else "off"}"\nkeys_dir = "{tmp / "keys"}"\n')
+    agent_keys = accept_keys(tmp / "keys", agents) if curve else None
+    cmd = daemon_cmd or [sys.executable, *prof, "-m", "opptune.daemon.service"]
+    daemon = subprocess.Popen([*cmd, "--config", str(conf), "--bind", bind,
+                               "--database", str(db), "--endpoint-file", str(ep_file),
+                               "--log-level", "WARNING"])
+    children = []
     try:
         deadline = time.monotonic() + 30
         while not ep_file.exists():  # wait for the daemon process to come up
@@ -192,57 +345,155 @@ def main() -> int:
         endpoint = ep_file.read_text().strip()
         rss_idle = proc_mem_kb(daemon.pid)
         mpc = mp.get_context("fork")
-        go, results = mpc.Event(), mpc.Queue()
-        readies, procs = [], []
-        for i in range(args.agents):
+        go, queue = mpc.Event(), mpc.Queue()
+        readies = []
+        names = [(i, f"bench-agent-{i}") for i in range(agents)]
+        for k in range(procs):
+            mine = names[k::procs]
+            keys = [agent_keys[i] for i, _ in mine] if agent_keys else None
             ready = mpc.Event()
-            p = mpc.Process(target=agent_proc, args=(endpoint, f"bench-agent-{i}", args.results,
-                                                     args.window, args.full_records, ready, go,
-                                                     results, agent_keys[i]))
+            p = mpc.Process(target=client_proc, args=(
+                endpoint, mine, None if duration is not None else results, duration, window,
+                full_records, ready, go, queue, keys, str(db) if check_acks else None, rate))
             p.start()
             readies.append(ready)
-            procs.append(p)
+            children.append(p)
         for r in readies:
-            r.wait(120)
+            if not r.wait(180):
+                raise SystemExit("a client process did not get its agents' hellos answered")
         cpu0 = proc_cpu_s(daemon.pid)
+        t_go = time.monotonic()
         go.set()
-        got = [results.get(timeout=300) for _ in procs]
-        for p in procs:
+        # Daemon memory once a second: at the end of warm-up and at the end of the run.
+        warm = warmup_s if warmup_s is not None else min(30.0, (duration or 10) / 5)
+        rss_warm = rss_max = None
+        every = max((duration or 10) / 10, 1.0)
+        next_sample, rss_trace = t_go + every, []  # (s since start, RSS MiB, WAL MiB)
+        got = []
+        while len(got) < procs:
+            try:
+                got.append(queue.get(timeout=1.0))
+            except Exception:  # queue.Empty: sample memory and wait again
+                if daemon.poll() is not None:
+                    raise SystemExit("the daemon exited during the run") from None
+                rss = proc_mem_kb(daemon.pid)["VmRSS"]
+                rss_max = max(rss_max or 0, rss)
+                if rss_warm is None and time.monotonic() - t_go >= warm:
+                    rss_warm = rss
+                if time.monotonic() >= next_sample:
+                    next_sample += every
+                    rss_trace.append((round(time.monotonic() - t_go), round(rss / 1024, 1),
+                                      round(wal_size(db) / 2**20, 1)))
+                if time.monotonic() - t_go > (duration or 0) + 600:
+                    raise SystemExit("clients did not finish") from None
+        for p in children:
             p.join(30)
-        start = min(g[1] for g in got)
-        end = max(g[2] for g in got)
-        acked = sum(g[3] for g in got)
-        total = args.agents * args.results
+        start = min(g["t0"] for g in got)
+        end = max(g["t1"] for g in got)
+        acked = sum(g["acked"] for g in got)
+        sent = sum(g["sent"] for g in got)
+        hist: dict[int, int] = {}
+        errors: dict[str, int] = {}
+        for g in got:
+            for b, c in g["hist"].items():
+                hist[b] = hist.get(b, 0) + c
+            for code, c in g["errors"].items():
+                errors[code] = errors.get(code, 0) + c
         mem = proc_mem_kb(daemon.pid)
         cpu = proc_cpu_s(daemon.pid) - cpu0
-        stored = sqlite3.connect(db).execute("SELECT COUNT(*) FROM runs").fetchone()[0]
-        out = {"agents": args.agents, "full_records": args.full_records, "curve": args.curve,
-               "results": total,
-               "acked": acked, "stored": stored,
-               "seconds": round(end - start, 3), "results_per_s": round(acked / (end - start)),
-               "daemon_cpu_s": round(cpu, 2),
-               "results_per_daemon_cpu_s": round(acked / cpu) if cpu else None,
-               "load_avg_1min": os.getloadavg()[0],
-               "cpu_pressure_pct_60s": pressure_pct("cpu"),
-               "io_pressure_pct_60s": pressure_pct("io"),
-               "daemon_rss_idle_mib": round(rss_idle["VmRSS"] / 1024, 1),
-               "daemon_rss_mib": round(mem["VmRSS"] / 1024, 1),
-               "daemon_rss_peak_mib": round(mem["VmHWM"] / 1024, 1),
-               "db_mib": round(sum(f.stat().st_size for f in tmp.glob("ingest.db*")) / 2**20, 1),
-               "endpoint": endpoint}
-        if args.json:
-            print(json.dumps(out))
-        else:
-            for k, v in out.items():
-                print(f"{k:>22}: {v}")
-        return 0 if acked == total == stored else 1
+        with sqlite3.connect(db) as con:
+            stored = con.execute("SELECT COUNT(*) FROM runs").fetchone()[0]
+        span = max(end - start, 1e-9)
+        return {"agents": agents, "client_procs": procs, "window": window,
+                "rate_per_agent": rate,
+                "full_records": full_records, "curve": curve,
+                "duration_s": duration, "sent": sent, "acked": acked, "stored": stored,
+                "unacked": sent - acked, "acked_not_stored": max(acked - stored, 0),
+                "errors": errors,
+                "acked_before_stored": (sum(g["not_stored"] for g in got)
+                                        if check_acks else None),
+                "seconds": round(span, 3), "results_per_s": round(acked / span),
+                "ack_latency_p50_ms": percentile(hist, 0.50),
+                "ack_latency_p99_ms": percentile(hist, 0.99),
+                "ack_latency_max_ms": percentile(hist, 1.0),
+                "daemon_cpu_s": round(cpu, 2),
+                "clients_cpu_s": round(sum(g["cpu_s"] for g in got), 2),
+                "results_per_daemon_cpu_s": round(acked / cpu) if cpu else None,
+                "load_avg_1min": os.getloadavg()[0],
+                "cpu_pressure_pct_60s": pressure_pct("cpu"),
+                "io_pressure_pct_60s": pressure_pct("io"),
+                "daemon_rss_idle_mib": round(rss_idle["VmRSS"] / 1024, 1),
+                "daemon_rss_warm_mib": round(rss_warm / 1024, 1) if rss_warm else None,
+                "daemon_rss_end_mib": round(mem["VmRSS"] / 1024, 1),
+                "daemon_rss_max_sampled_mib": round(rss_max / 1024, 1) if rss_max else None,
+                "daemon_rss_peak_mib": round(mem["VmHWM"] / 1024, 1),
+                "trace_s_rss_wal_mib": rss_trace,
+                "db_mib": round(sum(f.stat().st_size for f in tmp.glob("ingest.db*")) / 2**20, 1),
+                "wal_mib": round(wal_size(db) / 2**20, 1),
+                "endpoint": endpoint}
     finally:
+        for p in children:
+            if p.is_alive():
+                p.kill()
+                p.join(5)
         daemon.send_signal(signal.SIGTERM)
         try:
-            daemon.wait(10)
+            daemon.wait(30)
         except subprocess.TimeoutExpired:
             daemon.kill()
+            daemon.wait(10)
         shutil.rmtree(tmp, ignore_errors=True)
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--agents", type=int, default=4)
+    ap.add_argument("--results", type=int, default=50_000, help="per agent")
+    ap.add_argument("--duration", type=float,
+                    help="stream for this many seconds instead of a fixed --results per agent")
+    ap.add_argument("--window", type=int, default=None,
+                    help="unacked results per agent (default 2000; 16 with --duration)")
+    ap.add_argument("--rate", type=float, default=None,
+                    help="results/s per agent (an offered load); default: as fast as acks "
+                         "come back")
+    ap.add_argument("--procs", type=int, default=None,
+                    help="client processes sharing the agents (default: min(agents, 4))")
+    ap.add_argument("--full-records", action="store_true",
+                    help="records with every meter's fields (counters, energy, ...)")
+    ap.add_argument("--bind", default="tcp://127.0.0.1:0")
+    ap.add_argument("--json", action="store_true", help="print one JSON line")
+    ap.add_argument("--profile", help="run the daemon under cProfile, writing this file")
+    ap.add_argument("--curve", action="store_true", help="CURVE on the link")
+    ap.add_argument("--check-acks", action="store_true",
+                    help="look up every acked id in the store when its ack arrives")
+    ap.add_argument("--daemon-python", help="the Python of another checkout (e.g. main's "
+                                            "venv) whose daemon to measure")
+    args = ap.parse_args()
+    for name in ("agents", "results", "window", "procs"):
+        v = getattr(args, name)
+        if v is not None and v < 1:
+            print(f"ingest.py: --{name} must be at least 1, got {v}", file=sys.stderr)
+            return 2
+    if args.rate is not None and args.rate <= 0:
+        print("ingest.py: --rate must be a positive number of results per second per agent",
+              file=sys.stderr)
+        return 2
+    if args.duration is not None and args.duration <= 0:
+        print("ingest.py: --duration must be a positive number of seconds", file=sys.stderr)
+        return 2
+    window = args.window or (16 if args.duration is not None else 2000)
+    daemon_cmd = ([args.daemon_python, "-m", "opptune.daemon.service"]
+                  if args.daemon_python else None)
+    out = run(args.agents, args.results, args.duration, window, args.procs, args.full_records,
+              args.bind, args.curve, args.profile, args.check_acks, daemon_cmd=daemon_cmd,
+              rate=args.rate)
+    if args.json:
+        print(json.dumps(out))
+    else:
+        for k, v in out.items():
+            print(f"{k:>26}: {v}")
+    ok = out["acked"] == out["sent"] == out["stored"] and not out["acked_before_stored"]
+    return 0 if ok else 1
 
 
 if __name__ == "__main__":

@@ -3,6 +3,12 @@
 WAL with ``synchronous=NORMAL`` keeps every committed transaction across a crash of the daemon
 process (only an OS crash or power loss can drop the last transactions), and lets readers (the
 operator's tools) run beside the writer.
+
+The WAL is copied into the database by a checkpoint thread. Under a steady stream of commits a
+passive checkpoint never catches up with the log, so the log never starts over and grows
+without bound (measured: 1 GB a minute at 12,000 results/s); past ``WAL_RESTART_BYTES`` the
+thread restarts it, holding off the writer only for the frames committed since its passive
+pass.
 """
 
 from __future__ import annotations
@@ -28,6 +34,8 @@ log = logging.getLogger("opptune.daemon.store")
 _dumps = json.JSONEncoder(separators=(",", ":"), default=str).encode
 _packb = msgpack.Packer(use_bin_type=True).pack
 
+WAL_RESTART_BYTES = 64 << 20
+
 
 class SQLiteStore(Store):
     def __init__(self, path: str, busy_timeout_s: float = 10.0, checkpoint_s: float | None = 0.5):
@@ -40,6 +48,8 @@ class SQLiteStore(Store):
         self.db.execute("PRAGMA journal_mode=WAL")
         self.db.execute("PRAGMA synchronous=NORMAL")
         self.db.execute("PRAGMA foreign_keys=ON")
+        # a restarted WAL file is cut back to this size instead of staying at its largest
+        self.db.execute(f"PRAGMA journal_size_limit={WAL_RESTART_BYTES}")
         self._migrate()
         self._ckpt_stop = threading.Event()
         self._ckpt: threading.Thread | None = None
@@ -53,11 +63,17 @@ class SQLiteStore(Store):
             self._ckpt.start()
 
     def _checkpointer(self, interval_s: float) -> None:
-        db = sqlite3.connect(self.path, isolation_level=None, check_same_thread=False)
+        # timeout: how long a restart may wait for the writer's transaction and for readers
+        db = sqlite3.connect(self.path, isolation_level=None, check_same_thread=False,
+                             timeout=2.0)
         try:
+            db.execute(f"PRAGMA journal_size_limit={WAL_RESTART_BYTES}")
+            page = db.execute("PRAGMA page_size").fetchone()[0]
             while not self._ckpt_stop.wait(interval_s):
                 try:
-                    db.execute("PRAGMA wal_checkpoint(PASSIVE)").fetchall()
+                    _, frames, _ = db.execute("PRAGMA wal_checkpoint(PASSIVE)").fetchone()
+                    if frames * page > WAL_RESTART_BYTES:
+                        db.execute("PRAGMA wal_checkpoint(RESTART)").fetchall()
                 except sqlite3.Error as exc:  # busy or similar: try again next time
                     log.debug("checkpoint: %s", exc)
         finally:
