@@ -54,7 +54,7 @@ def add_parsers(subparsers: Any) -> None:
     _zero_times_option(p)
     p.set_defaults(func=cmd_fit)
 
-    desc = ("Predict run time (with a 90 %% interval), and power, energy and energy-delay "
+    desc = ("Predict run time (with a 90 % interval), and power, energy and energy-delay "
             "product where the fit has a power model, at the core counts and frequencies "
             "asked. Warns where a query lies outside the measured core counts or frequencies. "
             "Exit 1 when nothing can be predicted, 2 on unusable input.")

@@ -14,7 +14,7 @@ from typing import Any, Sequence
 import numpy as np
 
 from .models.base import FittedModel, Observations
-from .planner import offered_frequencies, sweep_order
+from .planner import cluster_order, offered_frequencies, physical_cores, sweep_order
 
 
 @dataclass
@@ -78,6 +78,40 @@ def candidate_grid(platform: dict[str, Any], frequencies_khz: Sequence[int] | No
         cc += [float(k)] * len(freqs)
         ff += [float(f) for f in freqs]
     return order, np.asarray(cc), np.asarray(ff)
+
+
+Row = tuple[int, "float | None", float]  # a run as (cores, freq_mhz or None, time_s)
+
+
+@dataclass(frozen=True)
+class FitSetting:
+    """What a group's fit and recommendation work over, decided once for the daemon and the
+    report alike."""
+    rows: list[Row]  # the runs the fit uses
+    order: list[int]  # the cpus in sweep order (the group's cluster, or the board)
+    freqs_khz: list[int] | None  # the measured frequencies, when the runs carry them
+    phys_cores: int | None  # physical cores of ``order`` before SMT siblings (planner)
+
+    @property
+    def axis(self) -> list[int] | None:
+        """The frequency axis of the model and its candidate grid: two or more frequencies."""
+        return self.freqs_khz if self.freqs_khz and len(self.freqs_khz) >= 2 else None
+
+
+def fit_setting(platform: dict[str, Any], variant: str, rows: Sequence[Row]) -> FitSetting:
+    """The fit setting of a group's runs on ``platform``.
+
+    Runs without a recorded frequency (the board had no cpufreq then, or the governor chose)
+    are left out as soon as any run of the group carries one: their frequency is unknown, so
+    they cannot stand on the frequency axis, nor be pooled as if measured at another
+    frequency. With no sweep order in the description, cpus 0..n-1 up to the most cores run."""
+    known = [r for r in rows if r[1] is not None and r[1] == r[1]]
+    used = list(known or rows)
+    order = cluster_order(platform, variant) if platform else []
+    if not order and used:
+        order = list(range(max(int(r[0]) for r in used)))
+    freqs = sorted({int(round(float(r[1]) * 1000)) for r in known}) or None
+    return FitSetting(used, order, freqs, physical_cores(platform, order) if platform else None)
 
 
 def target_observations(platform: dict[str, Any], frequencies_khz: Sequence[int] | None = None,

@@ -14,8 +14,7 @@ from typing import Any, Callable
 from ..shared.config import DaemonConfig
 from ..shared.records import RecordError, RunRecord
 from .fitter import FitOutcome, FitRequest, Fitter, workload_key
-from .planner import cluster_order, physical_cores
-from .recommend import recommend, target_observations
+from .recommend import FitSetting, fit_setting, recommend, target_observations
 from .registry import Registry
 from .store import Group, ResultIn, Store
 
@@ -86,12 +85,12 @@ class Recommender:
 
     def _submit(self, group: Group, agent: str | None, job_id: str | None,
                 recommend_after: bool) -> None:
-        rows = self.store.group_runs(group)
-        target, phys = None, None
+        setting = self._setting(agent, group, self.store.group_runs(group))
+        rows = setting.rows
+        target = None
         try:
-            platform, order, freqs = self._grid_inputs(agent, group, rows)
-            phys = physical_cores(platform, order)
-            target = target_observations(platform, _axis(freqs), order=order)
+            target = target_observations(self._platform(agent, group), setting.axis,
+                                         order=setting.order)
         except Exception as exc:  # no target: the choice falls back to k-fold validation
             log.warning("no query grid for %s: %s", "/".join(group), exc)
         others, stored = (), ()
@@ -101,22 +100,19 @@ class Recommender:
             # this workload elsewhere first, then ``others``, then platforms near by MPET
             stored = [(workload_key(g), g.platform, r) for g, r in runs.items()]
         self.fitter.submit(FitRequest(group, rows, agent, job_id, recommend_after,
-                                      target=target, phys_cores=phys, others=others,
+                                      target=target, phys_cores=setting.phys_cores, others=others,
                                       stored=stored))
 
-    def _grid_inputs(self, agent: str | None, group: Group, rows: Any
-                     ) -> tuple[dict[str, Any], list[int], list[int] | None]:
-        """(platform description, cpu order, measured frequencies in kHz or None) for a group:
-        a ``cluster<i>`` variant recommends within that cluster; frequencies come from the
-        group's runs, so the candidate grid has a frequency axis exactly when the model does."""
+    def _platform(self, agent: str | None, group: Group) -> dict[str, Any]:
+        """The board's description: the connected agent's, else the stored one."""
         info = self.registry.get(agent) if agent else None
-        platform = (info.platform if info else None) or self.store.platform(group.platform) or {}
-        order = cluster_order(platform, group.variant)
-        measured = [f for _, f, _ in rows]
-        freqs = None
-        if measured and all(f is not None and f == f for f in measured):
-            freqs = sorted({int(round(f * 1000)) for f in measured})
-        return platform, order, freqs
+        return (info.platform if info else None) or self.store.platform(group.platform) or {}
+
+    def _setting(self, agent: str | None, group: Group, rows: Any) -> FitSetting:
+        """A ``cluster<i>`` variant fits and recommends within that cluster; the frequency
+        axis comes from the group's runs, so the candidate grid has one exactly when the model
+        does (recommend.fit_setting)."""
+        return fit_setting(self._platform(agent, group), group.variant, rows)
 
     def on_fit(self, out: FitOutcome) -> None:
         try:
@@ -167,9 +163,11 @@ class Recommender:
         of the candidate cpus offer. A group measured at one frequency is recommended at it."""
         if rows is None:
             rows = self.store.group_runs(group)
-        platform, order, freqs = self._grid_inputs(agent, group, rows)
+        setting = self._setting(agent, group, rows)
+        freqs = setting.freqs_khz
         try:
-            r = recommend(model, platform, self.config.tolerance, _axis(freqs), order=order)
+            r = recommend(model, self._platform(agent, group), self.config.tolerance,
+                          setting.axis, order=setting.order)
         except ValueError as exc:
             log.warning("no recommendation for %s: %s", "/".join(group), exc)
             self._fit_failed(group, f"no recommendation: {exc}", agent, job_id)
@@ -294,8 +292,3 @@ def off_pct(measured: float | None, predicted: float | None) -> float | None:
     if measured is None or not predicted:
         return None
     return round((measured - predicted) / predicted * 100, 2)
-
-
-def _axis(freqs: list[int] | None) -> list[int] | None:
-    """Measured frequencies when they form a frequency axis (two or more), else None."""
-    return freqs if freqs and len(freqs) >= 2 else None

@@ -107,13 +107,14 @@ def test_predict_skips_a_damaged_entry_with_a_warning(tmp_path):
 
 INTERNAL = ("``", "auto_x", "combo", "seed 003", "fit_cli", "ROUTER", "poet_bard", "opptune.daemon",
             "opptune.agent",
-            "Traceback")
+            "Traceback", "%%")
 
 
 @pytest.mark.parametrize("argv", [
     ["opptune"], ["opptune", "demo"], ["opptune", "status"], ["opptune", "sweep"],
-    ["opptune", "fit"], ["opptune", "predict"], ["opptune", "eval"], ["opptune-agent"],
-    ["opptune-daemon"]])
+    ["opptune", "fit"], ["opptune", "predict"], ["opptune", "eval"], ["opptune", "keys"],
+    ["opptune", "characterize"], ["opptune", "report"], ["opptune", "recommend"],
+    ["opptune", "tune"], ["opptune", "eval-mpet"], ["opptune-agent"], ["opptune-daemon"]])
 def test_help_is_written_for_users(argv):
     proc = run(*argv, "--help")
     assert proc.returncode == 0 and proc.stdout.startswith("usage:")

@@ -5,7 +5,7 @@ import pytest
 
 from opptune.daemon.models.base import FittedModel, Observations, Prediction
 from opptune.daemon.planner import plan_sweep
-from opptune.daemon.recommend import fewest_within, recommend
+from opptune.daemon.recommend import fewest_within, fit_setting, recommend
 from opptune.shared.config import SweepDefaults
 
 
@@ -150,3 +150,62 @@ def test_recommendation_uses_offered_frequencies_of_the_recommended_cpus():
     q = target_observations(BIG_LITTLE, [200, 1000], order=[4, 5])
     assert sorted(set(q.freq_mhz * 1000)) == [200, 400, 600, 800, 1000, 1400, 2000]
     assert sorted(set(q.cores)) == [1, 2]
+
+
+def test_fit_setting_leaves_runs_of_unknown_frequency_out_of_a_frequency_fit():
+    plat = {"sweep_order": [0, 1, 2, 3], "clusters": [[0, 1], [2, 3]],
+            "smt_siblings": [[0, 2], [1, 3]]}
+    rows = [(1, 1000.0, 4.0), (2, 1000.0, 2.1), (1, 2000.0, 2.0), (2, None, 1.5),
+            (4, float("nan"), 1.2)]
+    s = fit_setting(plat, "", rows)
+    assert s.rows == rows[:3]  # the two runs at an unknown frequency are out
+    assert s.freqs_khz == [1000000, 2000000] and s.axis == [1000000, 2000000]
+    assert s.order == [0, 1, 2, 3] and s.phys_cores == 2
+    one = fit_setting(plat, "cluster1", [(1, 1500.0, 3.0), (2, None, 1.6)])
+    assert one.order == [2, 3] and one.freqs_khz == [1500000] and one.axis is None
+    assert one.rows == [(1, 1500.0, 3.0)]
+    none = fit_setting({}, "", [(1, None, 3.0), (3, None, 1.1)])
+    assert none.rows == [(1, None, 3.0), (3, None, 1.1)] and none.axis is None
+    assert none.order == [0, 1, 2] and none.phys_cores is None
+
+
+def test_report_and_daemon_fit_the_same_runs_of_a_mixed_group():
+    """The daemon's fit request and the report's refit rest on one fit_setting: a group whose
+    runs mix pinned frequencies with runs at an unknown one keeps its frequency axis in both
+    (the daemon used to drop the axis and fit every run on cores alone)."""
+    from opptune.daemon.recommender import Recommender
+    from opptune.daemon.registry import Registry
+    from opptune.daemon.report.analysis import analyse_group
+    from opptune.daemon.store import Group
+    from opptune.shared.config import DaemonConfig
+
+    plat = {"sweep_order": [0, 1, 2, 3]}
+    pinned = [(c, f, 8.0 / c * 1000.0 / f + 0.5) for c in (1, 2, 3, 4) for f in (1000.0, 2000.0)]
+    rows = pinned + [(c, None, 9.9) for c in (1, 2)]  # at an unknown frequency
+
+    class Store:
+        def group_runs(self, group):
+            return rows
+
+        def claim_fit(self, *a):
+            return True
+
+        def platform(self, _):
+            return plat
+
+    class Fitter:
+        requests = []
+
+        def submit(self, req):
+            self.requests.append(req)
+
+    r = Recommender(DaemonConfig(), Store(), Registry(10.0), Fitter(), lambda *a: True, {})
+    r.request_fit(Group("p", "w", "", ""))
+    req = Fitter.requests[-1]
+    assert req.rows == pinned
+    assert sorted(set(req.target.freq_mhz)) == [1000.0, 2000.0]
+    view = analyse_group({"group": {"workload": "w", "variant": ""},
+                          "runs": [[c, f, t, None] for c, f, t in rows]}, plat, "b", None)
+    assert view.grid is not None
+    pred = view.model.predict(Observations.query(np.array([1.0]), np.array([1000.0])))
+    assert abs(float(pred.value[0]) - 8.5) / 8.5 < 0.05

@@ -21,8 +21,7 @@ from ...bench_suite.catalogue import KERNELS
 from ..fitter import fit_group, observations
 from ..models.base import FittedModel, Observations
 from ..models.energy import PowerModeler
-from ..planner import cluster_order, physical_cores
-from ..recommend import candidate_grid, target_observations
+from ..recommend import candidate_grid, fit_setting, target_observations
 
 BENCH_KERNELS = tuple(KERNELS)  # the bench_suite catalogue: the kernels whose traits are shown
 
@@ -121,18 +120,15 @@ def analyse_group(entry: dict[str, Any], platform: dict[str, Any], board: str,
     if not runs:
         view.model_note = "no successful runs"
         return view
-    order = cluster_order(platform, view.group.get("variant", "")) if platform else []
-    order = order or list(range(1, max(int(r[0]) for r in runs) + 1))
-    freqs_khz = sorted({int(round(p.freq_mhz * 1000)) for p in view.points
-                        if p.freq_mhz is not None})
-    axis = freqs_khz if view.has_freq else None
+    setting = fit_setting(platform, view.group.get("variant", ""),
+                          [(int(r[0]), r[1], float(r[2])) for r in runs])
+    order, axis = setting.order, setting.axis
     try:
         target = target_observations(platform, axis, order=order)
     except Exception:  # a platform the grid cannot be read from: validate by k-fold
         target = None
-    rows = [(int(r[0]), r[1], float(r[2])) for r in runs]
     try:
-        model, _ = fit_group(observations(rows, physical_cores(platform, order)), target)
+        model, _ = fit_group(observations(setting.rows, setting.phys_cores), target)
     except Exception as exc:
         view.model_note = f"no model: {exc}"
         return view
