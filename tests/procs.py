@@ -38,12 +38,13 @@ class Cluster:
                  size="small", reps=2,
                  warmup=0, max_cores=2, auto_sweep=True, extra_agent: dict | None = None,
                  database: str | None = None, extra_daemon: dict | None = None,
-                 agent_prefix: list[str] | None = None):
+                 agent_prefix: list[str] | None = None, endpoint: str | None = None):
         """``database``: a postgresql:// URL (default: an SQLite file in ``tmp``).
         ``extra_daemon``/``extra_agent``: configuration keys that replace or add to the
-        defaults; ``agent_prefix``: a command the agent runs under (``ip netns exec NS``)."""
+        defaults; ``agent_prefix``: a command the agent runs under (``ip netns exec NS``);
+        ``endpoint``: where the daemon answers this test (default: a free loopback port)."""
         self.tmp = tmp
-        self.endpoint = free_endpoint()
+        self.endpoint = endpoint or free_endpoint()
         self.db = database or tmp / "opptune.db"
         self.daemon_toml = write_toml(tmp / "daemon.toml", {
             "bind": self.endpoint, "database": str(self.db), "heartbeat_s": 0.5,
