@@ -186,15 +186,7 @@ def delivery(state_dir: str | Path, db: str | Path) -> dict[str, Any]:
     produced, ``renamed`` stored under another id than the outbox's. Read in this order (agent,
     then store) so that a result acked between the two reads is still seen as stored."""
     from opptune.shared import protocol as P
-    con = sqlite3.connect(Path(state_dir) / "outbox.db", timeout=10)
-    try:
-        con.execute("BEGIN")  # one snapshot of jobs and outbox
-        jobs = dict(con.execute("SELECT job_id, next_seq FROM jobs"))
-        outbox = con.execute("SELECT id, data FROM outbox").fetchall()
-        rejected = con.execute("SELECT COUNT(*) FROM rejected").fetchone()[0]
-        con.execute("COMMIT")
-    finally:
-        con.close()
+    jobs, outbox, rejected = _agent_snapshot(state_dir)
     pending = {}
     for mid, data in outbox:
         msg = P.decode(data)
@@ -205,15 +197,33 @@ def delivery(state_dir: str | Path, db: str | Path) -> dict[str, Any]:
     for mid, job_id, seq in db_rows(db, "SELECT msg_id, job_id, seq FROM runs WHERE job_id IN "
                                         "(SELECT job_id FROM jobs)"):
         stored.setdefault((job_id, seq), []).append(mid)
+    # a live agent may have measured (and the daemon stored) more since the first read:
+    # "unexpected" is judged against what the agent had measured after the store was read
+    produced_after = {(j, s) for j, n in _agent_snapshot(state_dir)[0].items()
+                      for s in range(n)}
     return {
         "produced": len(produced), "pending": len(pending), "stored": len(stored),
         "rejected": rejected,
         "lost": sorted(produced - set(pending) - set(stored)),
         "duplicates": sorted(k for k, ids in stored.items() if len(ids) > 1),
-        "unexpected": sorted(set(stored) - produced),
+        "unexpected": sorted(set(stored) - produced_after),
         "renamed": sorted(k for k, ids in stored.items() if k in pending and
                           pending[k] not in ids),
     }
+
+
+def _agent_snapshot(state_dir: str | Path) -> tuple[dict[str, int], list[tuple], int]:
+    """(job id -> next seq, outbox rows, rejected count) in one read transaction."""
+    con = sqlite3.connect(Path(state_dir) / "outbox.db", timeout=10)
+    try:
+        con.execute("BEGIN")
+        jobs = dict(con.execute("SELECT job_id, next_seq FROM jobs"))
+        outbox = con.execute("SELECT id, data FROM outbox").fetchall()
+        rejected = con.execute("SELECT COUNT(*) FROM rejected").fetchone()[0]
+        con.execute("COMMIT")
+    finally:
+        con.close()
+    return jobs, outbox, rejected
 
 
 def assert_delivery(state_dir: str | Path, db: str | Path, *, complete: bool = False,
@@ -251,7 +261,10 @@ class VethLink:
         tag = tag or f"{os.getpid() % 100000}"
         self.ns = f"opptune-{tag}"
         self.host_if, self.ns_if = f"opv{tag}a", f"opv{tag}b"
-        net = 1 + os.getpid() % 250
+        used = subprocess.run(["ip", "-o", "-4", "addr"], capture_output=True,
+                              text=True).stdout
+        net = next(n for n in [*range(1 + os.getpid() % 250, 251), *range(1, 251)]
+                   if f" 10.213.{n}." not in used)  # a subnet no other test's link has
         self.host_ip, self.ns_ip = f"10.213.{net}.1", f"10.213.{net}.2"
         self.prefix = ["ip", "netns", "exec", self.ns]
         try:
