@@ -154,9 +154,6 @@ def test_results_sent_twice_and_out_of_order_are_stored_once(cluster, tmp_path):
         client.sock.close(0)
 
 
-@pytest.mark.xfail(strict=True, reason="known bug (issue 20): runs are unique by message id "
-                   "only, so a job's sequence number sent again under a new id is stored twice; "
-                   "a fix belongs in the store's insert (unique job_id, seq) with a migration")
 def test_a_sequence_number_resent_under_a_new_id_is_not_stored_twice(cluster, tmp_path):
     """An agent that lost its outbox (a reinstalled board) measures a job again under new
     message ids: each sequence number is still stored once."""

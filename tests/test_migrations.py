@@ -49,6 +49,8 @@ ROWS: dict[str, list[dict]] = {
     "drift": [{"agent": "a1", "platform": "p1", "workload": "w", "input": "s", "variant": "",
                "reason": "3 verifications outside the interval", "job_ids": "[]",
                "error": "off by 20 %", "since": 2.5}],  # before the runs: they stay in fits
+    "fit_claims": [{"platform": "p1", "workload": "w", "input": "s", "variant": "",
+                    "owner": None, "claimed": 7.5}],
 }
 # What a migration is meant to change in a row: (table, column) -> {old value: new value}
 CHANGED = {("jobs", "state"): {"complete": "done"}}
@@ -170,3 +172,35 @@ def test_a_daemon_started_on_an_old_database_serves_it(tmp_path, version):
         codes = c.stop()
     assert codes == {"daemon": 0}, c.logs()
     assert c.rows("SELECT MAX(version) FROM schema_version") == [(SCHEMA_VERSION,)]
+
+
+def test_runs_resent_under_a_new_id_move_aside_and_the_first_stays(tmp_path):
+    """Version 6: copies of a job's sequence number stored under other message ids (before
+    the unique index) move to runs_resent, the first received stays; a new copy is skipped."""
+    path = tmp_path / "v5.db"
+    build(path, 5)
+    db = sqlite3.connect(path)
+    cols = columns(db, "runs")
+    first = dict(zip(cols, db.execute("SELECT * FROM runs WHERE msg_id = 'm0'").fetchone()))
+    for mid, received in (("m0-again", 9.0), ("m0-again-2", 10.0)):
+        row = dict(first)
+        row.update(msg_id=mid, received=received, time_s=0.7)
+        db.execute(f"INSERT INTO runs VALUES ({', '.join('?' * len(cols))})",
+                   tuple(row[c] for c in cols))
+    db.commit()
+    db.close()
+    st = open_store(str(path))
+    try:
+        assert st.group_runs(Group("p1", "w", "s", "")) == [(2, 1800.0, 0.5)] * 2
+        st.insert_results([ResultIn("m1-again", "a1", "job-1", 1, REC, REC.to_dict())], now=20.0)
+        assert st.job_received("job-1") == 2
+    finally:
+        st.close()
+    db = sqlite3.connect(path)
+    try:
+        assert db.execute("SELECT msg_id FROM runs ORDER BY msg_id").fetchall() == [("m0",),
+                                                                                   ("m1",)]
+        assert db.execute("SELECT msg_id, time_s FROM runs_resent ORDER BY msg_id").fetchall() \
+            == [("m0-again", 0.7), ("m0-again-2", 0.7)]
+    finally:
+        db.close()

@@ -21,11 +21,17 @@ repeatedly is re-characterised; its fits use only runs received from ``since`` o
 
 Version 5 adds ``fit_claims``: which daemon is fitting a group (``owner``, NULL when none) and
 since when, so that daemons sharing one database never fit the same group at once.
+
+Version 6 makes a job's result sequence number unique (``runs_job_seq``): a result an agent
+sends again under a new message id (a board reinstalled with its outbox lost, re-running a
+resent job) is the same measurement and is no longer stored twice. Copies stored before move
+to ``runs_resent`` (same columns; the first one received stays in ``runs``), so nothing stored
+is lost.
 """
 
 from __future__ import annotations
 
-SCHEMA_VERSION = 5
+SCHEMA_VERSION = 6
 
 MIGRATIONS: dict[int, list[str]] = {
     1: [
@@ -179,5 +185,13 @@ MIGRATIONS: dict[int, list[str]] = {
                owner TEXT,
                claimed REAL NOT NULL,
                PRIMARY KEY (platform, workload, input, variant))""",
+    ],
+    6: [
+        "CREATE TABLE runs_resent AS SELECT * FROM runs WHERE 1 = 0",
+        """INSERT INTO runs_resent SELECT * FROM runs r WHERE r.job_id IS NOT NULL AND EXISTS (
+               SELECT 1 FROM runs o WHERE o.job_id = r.job_id AND o.seq = r.seq AND
+               (o.received < r.received OR (o.received = r.received AND o.msg_id < r.msg_id)))""",
+        "DELETE FROM runs WHERE msg_id IN (SELECT msg_id FROM runs_resent)",
+        "CREATE UNIQUE INDEX runs_job_seq ON runs(job_id, seq)",
     ],
 }

@@ -232,11 +232,12 @@ class SQLiteStore(Store):
                          r.time_s, r.wall_s, r.user_s, r.sys_s, r.energy_j, int(r.ok),
                          int(r.virtual), now, None, _packb(it.raw), int(r.throttled)))
         with self._tx() as db:
-            # Only a repeated message id is skipped; any other violation fails the batch
-            # (OR IGNORE would also drop rows breaking NOT NULL, and they would be acked).
+            # Only a repeat is skipped (the same message id, or the same job and sequence
+            # number under a new id); any other violation fails the batch (OR IGNORE would
+            # also drop rows breaking NOT NULL, and they would be acked).
             db.executemany("INSERT INTO runs VALUES "
                            "(?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?) "
-                           "ON CONFLICT(msg_id) DO NOTHING", rows)
+                           "ON CONFLICT DO NOTHING", rows)
         return [it.msg_id for it in items]
 
     def run_records(self, job_id: str) -> list[tuple[str, RunRecord]]:
