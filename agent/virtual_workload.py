@@ -1,8 +1,10 @@
 """A workload on a virtual board: runs for its modelled time and feeds the fake meters.
 
-``python -m opptune.agent.virtual_workload --board NAME --root DIR --threads N --cpus 0,1
---size small`` reads the frequencies currently set in the fake tree, computes the run time from
-the board's true model (virtual_board.run_model) with multiplicative log-normal noise, sleeps
+``python -m opptune.agent.virtual_workload --board NAME --root DIR --kernel K --threads N
+--cpus 0,1 --size small`` reads the frequencies currently set in the fake tree, computes the run
+time of kernel K from its nature (KERNEL_TRAITS) on the board's hardware (kernel_model; for
+pi_integrate that is the board's true model, virtual_board.run_model), with each thread's MPET
+accounting, with multiplicative log-normal noise, sleeps
 that long for real, advances the tree's energy counters (RAPL energy_uj, /proc/stat busy time)
 by what the V^2 f power model gives for that modelled time (hwmon power is shown during the
 run and sampled in real time by the agent's meter), and prints one JSON line like the
