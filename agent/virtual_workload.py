@@ -167,9 +167,9 @@ def kernel_model(spec: dict, kernel: str, cpus: list[int], threads: int,
     # frequency: fewer misses in flight), all together capped by the memory's bandwidth
     b = tr.get("b", 0.0)
     if b:
-        bw = [cl["bw_core_gbs"] * (0.6 + 0.4 * f / (max(cl["freqs_khz"]) / 1e6
-                                                  if cl.get("freqs_khz") else cl["max_khz"] / 1e6))
-              for cl, f in zip(cls, f_ghz)]
+        fmax = [(max(cl["freqs_khz"]) if cl.get("freqs_khz") else cl["max_khz"]) / 1e6
+                for cl in cls]
+        bw = [cl["bw_core_gbs"] * (0.6 + 0.4 * f / fm) for cl, f, fm in zip(cls, f_ghz, fmax)]
         mem = spec["memory"]
         if mem.get("domain") == "package":
             cap_of = {p: mem["bw_gbs"] / len(spec["packages"]) for p in spec["packages"]}
