@@ -124,7 +124,8 @@ class Workloads:
             if self.virtual_board:
                 argv = [sys.executable, "-m", "opptune.agent.virtual_workload",
                         "--board", self.virtual_board, "--root", self.config.sysfs_root,
-                        "--threads", str(threads), "--cpus", cpu_text, "--size", size]
+                        "--kernel", name, "--threads", str(threads), "--cpus", cpu_text,
+                        "--size", size]
             else:
                 argv = [sys.executable, "-m", "opptune.bench_suite", "run", name,
                         "--threads", str(threads), "--cpus", cpu_text, "--size", size]

@@ -7,6 +7,9 @@ daemon/characterize_cli.py:store_rows). Usage::
 
     python benchmarks/bench_suite_data.py --out data --local-size default --reps 3 \\
         --virtual rpi4 --virtual odroid-xu4
+
+``--local-size ''`` leaves this machine out (only the virtual boards, each kernel modelled by
+agent/virtual_workload.py: about 2 minutes at size small).
 """
 
 from __future__ import annotations

@@ -32,8 +32,9 @@ FINAL_STATES = {"verified", "off", "refused", "failed"}
 VIRTUAL_FREQUENCY_STEPS = 3
 
 
-# On a virtual board every kernel name runs the same board model (agent/virtual_workload.py),
-# so sweeping several would repeat one experiment: the demo sweeps this one unless told.
+# On a virtual board pi_integrate follows the board's true model (agent/virtual_board.py), the
+# one the demo's fit is checked against; the demo sweeps it unless told (other kernels follow
+# their own nature there, agent/virtual_workload.py).
 VIRTUAL_DEFAULT_WORKLOAD = "pi_integrate"
 # one kernel per behaviour (compute, memory bandwidth, lock contention): the whole suite at
 # default size would take many minutes (sweep the others by name)

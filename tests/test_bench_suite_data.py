@@ -52,3 +52,28 @@ def test_bad_sources_are_one_line(argv, msg):
     assert p.returncode == 2 and p.stdout == ""
     (line,) = p.stderr.strip().splitlines()
     assert line.startswith("opptune eval-mpet: ") and msg in line, line
+
+
+def _rows(board: str) -> list[dict]:
+    import csv
+    with open(REPO / f"data/bench_suite_{board}/data.csv") as fh:
+        return list(csv.DictReader(fh))
+
+
+@pytest.mark.parametrize("board", ["rpi4", "odroid_xu4"])
+def test_virtual_boards_tell_kernels_apart_and_close_eq3(board):
+    rows = _rows(board)
+    t = {(r["workload"], int(r["cores"])): float(r["time_s"]) for r in rows}
+    speedup = {(k, n): t[k, 1] / t[k, n] for k, n in t}
+    # the board's first 4 cores: bandwidth saturates, a lock contends, compute scales
+    assert speedup["triad", 4] < speedup["pi_integrate", 4]
+    assert speedup["locked_update", 4] < speedup["matmul", 4]
+    assert speedup["triangle", 2] < 0.8 * speedup["pi_integrate", 2]
+    for r in rows:
+        n = int(r["cores"])
+        U = 1 - sum(float(r[k]) for k in "lwcdsj")
+        # eq. 3 within the CSV's 6 significant digits
+        assert t[r["workload"], 1] * float(r["R"]) / (n * U) == pytest.approx(
+            float(r["time_s"]), rel=1e-4), r
+    assert max(float(r["l"]) for r in rows if r["workload"] == "locked_update") > 0.2
+    assert all(float(r["l"]) == 0 for r in rows if r["workload"] == "pi_integrate")
