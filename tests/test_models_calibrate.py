@@ -87,3 +87,33 @@ def test_enough_held_out_errors_narrow_an_interval_down_to_the_noise():
     # errors larger than the own interval widen it as before
     wide = calibrated(inner, np.full(12, 0.2), np.zeros(12), obs, 0.9).predict(q)
     assert np.all(wide.upper > own.upper)
+
+
+def _fresh_draw_coverage(query_cores, sigma=0.02, seeds=10, draws=50):
+    """Share of fresh noisy draws of a known Amdahl curve (log-normal noise ``sigma``) inside
+    the 90 % interval of the choice fitted on 16 noisy core counts, over ``seeds`` data sets."""
+    p = np.arange(1.0, 17.0)
+    law = lambda c: 100 * (0.05 + 0.95 / c)  # noqa: E731
+    inside = []
+    for seed in range(seeds):
+        rng = np.random.default_rng(seed)
+        obs = Observations(cores=p, time_s=law(p) * np.exp(sigma * rng.standard_normal(p.size)))
+        q = Observations.query(np.asarray(query_cores, float))
+        pr = choose(obs, ["amdahl", "usl"], target=q).model.predict(q)
+        fresh = law(q.cores)[None, :] * np.exp(sigma * rng.standard_normal((draws, len(q))))
+        inside.append(np.mean((fresh >= pr.lower) & (fresh <= pr.upper)))
+    return 100 * float(np.mean(inside))
+
+
+def test_interpolated_90_percent_interval_covers_about_90_percent_of_fresh_draws():
+    # the true law is a candidate and the noise is known: k-fold errors size the interval
+    assert 80 <= _fresh_draw_coverage(np.arange(1.5, 16.0)) <= 97
+
+
+@pytest.mark.xfail(strict=True, reason="known over-coverage (docs/models.md, intervals): a "
+                   "noise-sized held-out error at a short fold distance is scaled up by the "
+                   "query's distance; 99 % of fresh draws inside")
+def test_extrapolated_90_percent_interval_is_not_wider_than_the_noise_needs():
+    # the true law extrapolates without drift: the errors beyond the data are noise only,
+    # so about 90 % of fresh draws, not all, should fall inside
+    assert 80 <= _fresh_draw_coverage([20.0, 24.0, 32.0]) <= 97
