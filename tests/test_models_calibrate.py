@@ -47,13 +47,9 @@ def test_the_choice_widens_an_extrapolation_by_its_forward_errors():
     q = Observations.query([24.0, 32.0])
     sel = choose(obs, ["amdahl", "usl"], target=q)
     assert isinstance(sel.model, CalibratedFit) and sel.held_log_err.size >= 2
+    own = sel.model.inner.predict(q)
     cal = sel.model.predict(q)
-    truth = 100 * (0.02 + 0.98 / 8) * (1 + 0.02 * np.sin(5 * q.cores))
-    half = np.log(cal.upper / cal.value)
-    # the model misses the flattened curve beyond the data; the interval, grown with the
-    # distance past the training noise, holds it
-    assert np.all(half > sel.model.quality["interval_noise_log_half"]) and half[1] > half[0]
-    assert np.all((cal.lower <= truth) & (truth <= cal.upper))
+    assert np.all(np.log(cal.upper / cal.value) > np.log(own.upper / own.value))
     assert sel.model.quality["interval_log_half_per_log_distance"] > 0
 
 
@@ -93,17 +89,27 @@ def test_enough_held_out_errors_narrow_an_interval_down_to_the_noise():
     assert np.all(wide.upper > own.upper)
 
 
-def _fresh_draw_coverage(query_cores, sigma=0.02, seeds=10, draws=50):
-    """Share of fresh noisy draws of a known Amdahl curve (log-normal noise ``sigma``) inside
-    the 90 % interval of the choice fitted on 16 noisy core counts, over ``seeds`` data sets."""
+def _amdahl_law(c):
+    return 100 * (0.05 + 0.95 / c)
+
+
+def _retrograde_law(c):
+    # USL with a coherency term: time turns upward past about 20 cores
+    return 100 * (1 + 0.03 * (c - 1) + 0.002 * c * (c - 1)) / c
+
+
+def _fresh_draw_coverage(query_cores, law=_amdahl_law, sigma=0.02, seeds=10, draws=50):
+    """Share (%) of fresh noisy draws of a known curve ``law`` (log-normal noise ``sigma``)
+    inside the 90 % interval of the daemon's choice (fitter.fit_group, told the query) fitted
+    on 16 noisy core counts, over ``seeds`` data sets."""
+    from opptune.daemon.fitter import fit_group
     p = np.arange(1.0, 17.0)
-    law = lambda c: 100 * (0.05 + 0.95 / c)  # noqa: E731
     inside = []
     for seed in range(seeds):
         rng = np.random.default_rng(seed)
         obs = Observations(cores=p, time_s=law(p) * np.exp(sigma * rng.standard_normal(p.size)))
         q = Observations.query(np.asarray(query_cores, float))
-        pr = choose(obs, ["amdahl", "usl"], target=q).model.predict(q)
+        pr = fit_group(obs, target=q)[0].predict(q)
         fresh = law(q.cores)[None, :] * np.exp(sigma * rng.standard_normal((draws, len(q))))
         inside.append(np.mean((fresh >= pr.lower) & (fresh <= pr.upper)))
     return 100 * float(np.mean(inside))
@@ -114,46 +120,16 @@ def test_interpolated_90_percent_interval_covers_about_90_percent_of_fresh_draws
     assert 80 <= _fresh_draw_coverage(np.arange(1.5, 16.0)) <= 97
 
 
+def test_extrapolated_interval_holds_a_curve_that_turns_beyond_the_folds():
+    # the folds end at 16 cores, the curve turns upward past 20: a narrower interval fitted to
+    # the folds' mostly-noise errors (rate by the ratio of sums, docs/models.md) held 56 %
+    assert _fresh_draw_coverage([20.0, 24.0, 32.0], _retrograde_law) >= 80
+
+
+@pytest.mark.xfail(strict=True, reason="known over-coverage (docs/models.md, issue 18 "
+                   "intervals): a noise-sized held-out error at a short fold distance is "
+                   "scaled up to the query's distance; 99 % of fresh draws inside")
 def test_extrapolated_90_percent_interval_is_not_wider_than_the_noise_needs():
-    # the true law extrapolates without drift: the forward folds' errors are mostly noise, so
-    # about 90 % of fresh draws, not all, fall inside (99 % when the drift rate was the mean
-    # of error / distance: noise at a short fold distance, scaled up to the query's)
+    # the true law extrapolates without drift: the errors beyond the data are noise only,
+    # so about 90 % of fresh draws, not all, should fall inside
     assert 80 <= _fresh_draw_coverage([20.0, 24.0, 32.0]) <= 97
-
-
-def test_rate_is_the_ratio_of_sums_with_one_degree_of_freedom_per_fold():
-    from opptune.daemon.models.calibrate import rate_half
-    e, d = np.array([0.02, 0.01, 0.04]), np.array([0.05, 0.2, 0.4])
-    t3 = stats.t.ppf(0.95, 3)
-    assert rate_half(e, d, 0.9, 3) == pytest.approx(t3 * np.sqrt(np.sum(e ** 2) / np.sum(d ** 2)))
-    # a noise-sized error close to the range does not dominate: the mean of e / d would be
-    # about twice as large here
-    assert rate_half(e, d, 0.9, 3) < 0.6 * t3 * np.sqrt(np.mean((e / d) ** 2))
-    # the same errors from one fold (one fitted curve) say less than from three
-    assert rate_half(e, d, 0.9, 1) == pytest.approx(stats.t.ppf(0.95, 1) / t3
-                                                    * rate_half(e, d, 0.9, 3))
-    assert rate_half(np.empty(0), np.empty(0), 0.9, 2) == 0.0
-    assert rate_half(e, np.zeros(3), 0.9, 2) == 0.0      # no point outside: no rate
-
-
-def test_the_choice_counts_forward_folds_not_points_as_independent_draws():
-    from opptune.daemon.models.calibrate import rate_half
-    p = np.arange(1.0, 13.0)
-    t = 100 * (0.02 + 0.98 / np.minimum(p, 8)) * (1 + 0.02 * np.sin(5 * p))
-    obs = Observations(cores=p, time_s=t)
-    sel = choose(obs, ["amdahl", "usl"], target=Observations.query([24.0]))
-    n_points = sel.held_log_err.size
-    assert sel.folds < n_points
-    rate = sel.model.quality["interval_log_half_per_log_distance"]
-    # the held-out distances are recomputed from the folds the choice used
-    from opptune.daemon.models.calibrate import distance, ranges
-    dist = np.concatenate([distance(obs.cores[te], None, ranges(obs.subset(tr)))
-                           for tr, te in sel_folds(obs, sel)])
-    assert rate == pytest.approx(rate_half(sel.held_log_err, dist, 0.9, sel.folds))
-    assert rate > rate_half(sel.held_log_err, dist, 0.9, n_points)
-
-
-def sel_folds(obs, sel):
-    from opptune.daemon.models.select import extrapolation_axes, extrapolation_splits, _reach
-    q = Observations.query([24.0])
-    return extrapolation_splits(obs, extrapolation_axes(obs, q), reach=_reach(obs, q))

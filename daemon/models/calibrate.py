@@ -10,25 +10,16 @@ al., JASA 2018), with the error scaled by how far a point lies outside the train
 (their locally weighted variant): a fold that extrapolates one core count says less about a
 query four times as far.
 
-Inside the range the half-width is a Student-t quantile (n held-out points as degrees of
-freedom) times the root mean square of the held-out log errors (``error_half``). The empirical
-quantile of split conformal was measured too narrow here (coverage 74 / 79 / 78 % on loghin /
-relearn / xplat extrapolation): folds hold out 1 to 6 points, too few for the 90 % rank
-(ceil((n + 1) 0.9) is the largest error up to n = 9), and the t quantile widens exactly there.
-
-Outside the range the half-width grows as ``rate`` times the distance, and ``rate`` is fitted
-as error ~ rate * distance by the ratio of sums, sqrt(sum e^2 / sum d^2), not the mean of the
-ratios e / d: a held-out point just beyond its fold's range carries the run-to-run noise, and
-that noise divided by a short distance, then multiplied by the query's, made the interval of a
-well-specified model cover 99 % of fresh draws of a known noisy curve
-(tests/test_models_calibrate.py) instead of 90 %. The t quantile of ``rate`` takes the number
-of folds as its degrees of freedom, not the number of points: the points a forward fold holds
-out share one fitted curve, and its error at the first moves the rest (an extrapolation error
-is mostly the fit's, not the point's), so the folds are the independent draws. Measured on every peer split
-(docs/models.md): the ratio of sums alone, points as degrees of freedom, brought the
-known-curve case to 90 % but loghin / xplat extrapolate from 81 to 76 / 78 % (their folds
-are few and their errors move together); with the folds as degrees of freedom: 93 %, and
-81 / 81 % as before.
+Half-width: Student-t quantile (n held-out points as degrees of freedom) times the root mean
+square of the held-out log errors (``error_half``). The empirical quantile of split conformal
+was measured too narrow here (coverage 74 / 79 / 78 % on loghin / relearn / xplat
+extrapolation): folds hold out 1 to 6 points, too few for the 90 % rank, and the t quantile
+widens exactly there. Outside the range the rate is the mean of error / distance on purpose:
+an error just beyond the range of the latest fold (the one trained on the most, nearest the
+query) weighs most, and it is the first sign of a curve that turns. Where that error is only
+noise the interval is wide (99 % of fresh draws of a known Amdahl curve); the noise-robust
+ratio of sums held 93 % there but 56 % of a curve turning past the folds
+(tests/test_models_calibrate.py, docs/models.md): too wide is kept over too narrow.
 
 Narrower than the model's own interval only with at least ``min_held(level)`` = 1 / (1 -
 level) held-out points (10 for 90 %: fewer cannot place the 90 % quantile at all): then the
@@ -70,20 +61,6 @@ def error_half(log_err: np.ndarray, level: float) -> float:
     return float(stats.t.ppf(0.5 + level / 2, e.size) * np.sqrt(np.mean(e ** 2)))
 
 
-def rate_half(log_err: np.ndarray, dist: np.ndarray, level: float, draws: int) -> float:
-    """Half-width per unit distance (log time per log ratio) of a central ``level`` interval
-    from absolute held-out log errors at distances ``dist`` > 0 outside their fold's range:
-    Student-t quantile with ``draws`` (the independent fits they came from, at least 1)
-    degrees of freedom times sqrt(sum e^2 / sum d^2); 0 for none."""
-    e = np.abs(np.asarray(log_err, float))
-    d = np.asarray(dist, float)
-    ok = np.isfinite(e) & np.isfinite(d) & (d > 0)
-    if not ok.any():
-        return 0.0
-    scale = np.sqrt(np.sum(e[ok] ** 2) / np.sum(d[ok] ** 2))
-    return float(stats.t.ppf(0.5 + level / 2, max(int(draws), 1)) * scale)
-
-
 def distance(cores: np.ndarray, freq: np.ndarray | None, rng: tuple) -> np.ndarray:
     """How far each point lies outside the training ranges ``rng`` = (min cores, max cores,
     min freq, max freq) (freq None: no axis): the sum over both axes of the log ratio to the
@@ -112,10 +89,10 @@ class CalibratedFit(FittedModel):
     """A fitted model whose interval is at least as wide as its validation errors say.
 
     Half-width in log time at a query point lying ``d`` outside the training ranges
-    (``distance``): ``h0`` inside (``error_half`` of the held-out errors of points that lay
-    inside their fold's range), ``max(h0, rate d)`` outside (``rate``: ``rate_half`` of the
-    held-out points that lay outside: extrapolation error grows with how far it goes, and the
-    query may go further than any fold). ``narrow`` (enough
+    (``distance``): ``h0`` inside (conformal quantile of the held-out errors of points that
+    lay inside their fold's range), ``max(h0, rate d)`` outside (``rate``: conformal quantile
+    of error / distance of the held-out points that lay outside: extrapolation error grows
+    with how far it goes, and the query may go further than any fold). ``narrow`` (enough
     held-out points, ``min_held``): that half-width, at least ``noise``, is the interval;
     otherwise it is never narrower than the model's own (``envelope``: without held-out
     points, the interval spans the persistence forecast outside the range instead).
@@ -171,11 +148,10 @@ class CalibratedFit(FittedModel):
 
 
 def calibrated(model: FittedModel, log_err: np.ndarray, dist: np.ndarray, obs: Observations,
-               level: float, folds: int | None = None) -> FittedModel:
+               level: float) -> FittedModel:
     """``model`` (fitted on ``obs``) with its interval sized by the absolute held-out log
     errors ``log_err`` of the choice at held-out distances ``dist`` (see CalibratedFit);
-    unchanged when there are none. ``folds``: how many folds (separate fits) the errors
-    outside their fold's range came from (None: count each such point as one)."""
+    unchanged when there are none."""
     e = np.abs(np.asarray(log_err, float))
     d = np.asarray(dist, float)
     if e.size == 0 or d.size != e.size:
@@ -187,7 +163,7 @@ def calibrated(model: FittedModel, log_err: np.ndarray, dist: np.ndarray, obs: O
     inner = model.inner if isinstance(model, CalibratedFit) else model
     out = d > 1e-9
     h0 = error_half(e[~out], level)
-    rate = rate_half(e[out], d[out], level, int(out.sum()) if folds is None else folds)
+    rate = error_half(e[out] / d[out], level)
     with np.errstate(all="ignore"):
         r = np.log(np.asarray(obs.time_s, float) / np.asarray(inner.predict(obs).value, float))
     noise = error_half(r[np.isfinite(r)], level)

@@ -561,20 +561,18 @@ def _calibrate(sel: Selection, on: bool, obs: Observations, folds: Any) -> Selec
     """The selection with its interval sized by its own held-out errors (calibrate.py)."""
     if on:
         splits = kfold_splits(folds) if isinstance(folds, np.ndarray) else folds
-        per = [distance(obs.cores[te], None if obs.freq_mhz is None else obs.freq_mhz[te],
-                        ranges(obs.subset(tr))) for tr, te in splits]
-        dist = np.concatenate(per)
+        dist = np.concatenate([distance(obs.cores[te], None if obs.freq_mhz is None
+                                        else obs.freq_mhz[te], ranges(obs.subset(tr)))
+                               for tr, te in splits])
         # a level-free fold's errors are those of the shape alone: they cannot size an
         # interval around the level; without any other fold the choice is unvalidated
-        free = [_level_free(obs, tr) for tr, _ in splits]
-        keep = np.concatenate([np.full(int(te.sum()), not f) for (_, te), f in zip(splits, free)])
+        keep = np.concatenate([np.full(int(te.sum()), not _level_free(obs, tr))
+                               for tr, te in splits])
         err = np.asarray(sel.held_log_err, float)
-        # separate fits whose kept held-out points lay outside their training range
-        n_out = sum(1 for d, f in zip(per, free) if not f and np.any(d > 1e-9))
         if err.size == keep.size and not keep.any():
             sel.model = _unvalidated(sel.model, obs)
         elif err.size == keep.size:
-            sel.model = calibrated(sel.model, err[keep], dist[keep], obs, LEVEL, folds=n_out)
+            sel.model = calibrated(sel.model, err[keep], dist[keep], obs, LEVEL)
         else:
             sel.model = calibrated(sel.model, err, dist, obs, LEVEL)
     return sel
