@@ -87,3 +87,49 @@ def test_enough_held_out_errors_narrow_an_interval_down_to_the_noise():
     # errors larger than the own interval widen it as before
     wide = calibrated(inner, np.full(12, 0.2), np.zeros(12), obs, 0.9).predict(q)
     assert np.all(wide.upper > own.upper)
+
+
+def _amdahl_law(c):
+    return 100 * (0.05 + 0.95 / c)
+
+
+def _retrograde_law(c):
+    # USL with a coherency term: time turns upward past about 20 cores
+    return 100 * (1 + 0.03 * (c - 1) + 0.002 * c * (c - 1)) / c
+
+
+def _fresh_draw_coverage(query_cores, law=_amdahl_law, sigma=0.02, seeds=10, draws=50):
+    """Share (%) of fresh noisy draws of a known curve ``law`` (log-normal noise ``sigma``)
+    inside the 90 % interval of the daemon's choice (fitter.fit_group, told the query) fitted
+    on 16 noisy core counts, over ``seeds`` data sets."""
+    from opptune.daemon.fitter import fit_group
+    p = np.arange(1.0, 17.0)
+    inside = []
+    for seed in range(seeds):
+        rng = np.random.default_rng(seed)
+        obs = Observations(cores=p, time_s=law(p) * np.exp(sigma * rng.standard_normal(p.size)))
+        q = Observations.query(np.asarray(query_cores, float))
+        pr = fit_group(obs, target=q)[0].predict(q)
+        fresh = law(q.cores)[None, :] * np.exp(sigma * rng.standard_normal((draws, len(q))))
+        inside.append(np.mean((fresh >= pr.lower) & (fresh <= pr.upper)))
+    return 100 * float(np.mean(inside))
+
+
+def test_interpolated_90_percent_interval_covers_about_90_percent_of_fresh_draws():
+    # the true law is a candidate and the noise is known: k-fold errors size the interval
+    assert 80 <= _fresh_draw_coverage(np.arange(1.5, 16.0)) <= 97
+
+
+def test_extrapolated_interval_holds_a_curve_that_turns_beyond_the_folds():
+    # the folds end at 16 cores, the curve turns upward past 20: a narrower interval fitted to
+    # the folds' mostly-noise errors (rate by the ratio of sums, docs/models.md) held 56 %
+    assert _fresh_draw_coverage([20.0, 24.0, 32.0], _retrograde_law) >= 80
+
+
+@pytest.mark.xfail(strict=True, reason="known over-coverage (docs/models.md, issue 18 "
+                   "intervals): a noise-sized held-out error at a short fold distance is "
+                   "scaled up to the query's distance; 99 % of fresh draws inside")
+def test_extrapolated_90_percent_interval_is_not_wider_than_the_noise_needs():
+    # the true law extrapolates without drift: the errors beyond the data are noise only,
+    # so about 90 % of fresh draws, not all, should fall inside
+    assert 80 <= _fresh_draw_coverage([20.0, 24.0, 32.0]) <= 97

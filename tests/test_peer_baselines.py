@@ -30,6 +30,9 @@ def test_default_prints_one_opptune_row_beside_every_peer():
     summary = out.stdout.split("### Summary")[1]
     line = next(ln for ln in summary.splitlines() if ln.startswith("| minibude"))
     assert line.rstrip().endswith("|") and ("ok (" in line or "behind (" in line)
+    cov = line.split("|")[4].strip()      # "96% (26/27)": the share with its counts
+    k, n = map(int, cov.split("(")[1].rstrip(")").split("/"))
+    assert n > 0 and cov.startswith(f"{100 * k / n:.0f}%")
 
 
 def test_json_reports_the_metrics_and_the_daemons_choice():
@@ -38,6 +41,7 @@ def test_json_reports_the_metrics_and_the_daemons_choice():
     (r,) = [json.loads(ln) for ln in out.stdout.splitlines()]
     ours = r["ours"]["opptune"]
     assert ours["n_fits"] == 3 and 0 <= ours["coverage"] <= 100
+    assert ours["points"] > 0 and ours["coverage"] == 100 * ours["inside"] / ours["points"]
     assert ours["median_ape"] <= ours["mape"] <= ours["max_ape"]
     assert ours["fit_s_median"] <= ours["fit_s_max"]
     assert r["ours"]["amdahl"]["chosen"] == {"amdahl": 3}
