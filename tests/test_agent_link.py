@@ -248,11 +248,19 @@ def test_window_bounds_in_flight(ctx, router, tmp_path):
     for i in range(30):
         ob.put(result_msg(i % 3, 3))
     lt = LinkThread(ctx, router.endpoint, ob, resend_s=30.0, window=10)
+
+    def ten_results():
+        got: list = []
+        router.expect(lambda m: m["type"] == "result" and got.append(m) is None
+                      and len(got) == 10, timeout=30, what="10 results")
+        # the window is full: nothing more may come (a broken bound sends the 11th at once)
+        return got + [m for m in router.collect(0.5) if m["type"] == "result"]
+
     try:
-        got = [m for m in router.collect(1.0) if m["type"] == "result"]
+        got = ten_results()
         assert len(got) == 10  # the rest wait for acks
         router.send(P.make("ack", "daemon", {"ids": [m["id"] for m in got]}))
-        more = [m for m in router.collect(1.0) if m["type"] == "result"]
+        more = ten_results()
         assert len(more) == 10 and not {m["id"] for m in more} & {m["id"] for m in got}
     finally:
         lt.close()

@@ -49,6 +49,16 @@ def _recv(router, want: str, timeout_ms: int = 20000):
     raise AssertionError(f"no {want} message from the agent")
 
 
+def _applied(router, config_id: str, timeout_ms: int = 20000):
+    """The agent's ``applied`` reply to ``config_id``, each reply acked as the daemon would
+    (an unacked one is resent from the outbox and would pass for the next config's)."""
+    while True:
+        ident, msg = _recv(router, "applied", timeout_ms)
+        router.send_multipart([ident, P.encode(P.make("ack", "daemon", {"ids": [msg["id"]]}))])
+        if msg["body"]["config_id"] == config_id:
+            return msg
+
+
 def _config(**kw):
     body = {"config_id": P.new_id(), "workload": "pi_integrate", "size": "small", "cpus": [0],
             "threads": 1, "freq_khz": None, "reps": 1}
@@ -68,8 +78,7 @@ def test_refuses_more_cores_than_it_has_and_unknown_workloads(agent_and_router):
     ]
     for body, needles in cases:
         router.send_multipart([ident, P.encode(P.make("config", "daemon", body))])
-        _, applied = _recv(router, "applied")
-        assert applied["body"]["config_id"] == body["config_id"]
+        applied = _applied(router, body["config_id"])
         assert applied["body"]["ok"] is False
         err = applied["body"]["error"]
         assert all(n in err for n in needles), err
@@ -77,7 +86,7 @@ def test_refuses_more_cores_than_it_has_and_unknown_workloads(agent_and_router):
     # A valid config afterwards still runs: the refusals left the agent serving.
     good = _config(cpus=[online[0]])
     router.send_multipart([ident, P.encode(P.make("config", "daemon", good))])
-    _, applied = _recv(router, "applied", timeout_ms=60000)
+    applied = _applied(router, good["config_id"], timeout_ms=60000)
     assert applied["body"]["ok"] is True and applied["body"]["time_s"] > 0
     assert proc.poll() is None
 
@@ -108,12 +117,11 @@ def test_a_real_agent_pins_a_running_process_and_refuses_itself(agent_and_router
                           ({"kind": "pid", "pid": 2 ** 22 + 9}, "no process 4194313")):
             body = _config(target=t)
             router.send_multipart([ident, P.encode(P.make("config", "daemon", body))])
-            _, applied = _recv(router, "applied")
+            applied = _applied(router, body["config_id"])
             assert applied["body"]["ok"] is False and needle in applied["body"]["error"]
         body = _config(target={"kind": "pid", "pid": target.pid, "window_s": 0.2})
         router.send_multipart([ident, P.encode(P.make("config", "daemon", body))])
-        _, applied = _recv(router, "applied")
-        b = applied["body"]
+        b = _applied(router, body["config_id"])["body"]
         assert b["ok"] is True and b["records"] == [] and b["time_s"] is None, b
         tids = sorted(int(t) for t in os.listdir(f"/proc/{target.pid}/task"))
         assert b["measured"]["target"]["tids"] == tids and len(tids) == 2

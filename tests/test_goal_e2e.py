@@ -168,10 +168,16 @@ def test_tune_with_a_budget_ends_with_a_verdict(tmp_path):
 def test_tune_fails_with_the_reason_when_the_agent_is_gone(tmp_path):
     c = start(tmp_path, kernels=("pi_integrate",))
     try:
-        c.agent.send_signal(signal.SIGSTOP)  # alive for agent_timeout_s more, then gone
-        proc = opptune("tune", "--daemon", c.endpoint, "--agent", "test-agent", "--workload",
-                       "pi_integrate", "--objective", "energy", "--no-progress",
-                       cwd=tmp_path, timeout=60)
+        proc = subprocess.Popen([OPPTUNE, "tune", "--daemon", c.endpoint, "--agent",
+                                 "test-agent", "--workload", "pi_integrate", "--objective",
+                                 "energy", "--no-progress"], stdout=subprocess.PIPE,
+                                stderr=subprocess.PIPE, text=True, cwd=tmp_path)
+        # the session has sent its first configuration: the agent stops answering (alive for
+        # agent_timeout_s more, then gone); frozen before, the tune would be refused at start
+        c.wait_for(lambda s: bool(s["jobs"]), 60, "the tune session's first job")
+        c.agent.send_signal(signal.SIGSTOP)
+        out, err = proc.communicate(timeout=120)
+        proc = subprocess.CompletedProcess(proc.args, proc.returncode, out, err)
         assert proc.returncode == 1, proc.stdout + proc.stderr
         last = proc.stderr.strip().splitlines()[-1]
         assert last.startswith("opptune tune: tune-") and "agent test-agent is gone" in last
