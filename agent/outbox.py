@@ -44,6 +44,7 @@ FULL_RETRY_S = 0.5  # while the disk is full, room is looked for this often
 # acks (deletes need room in the WAL) and the finished run's result still get written
 RESERVE_BYTES = 1 << 20
 WAL_LIMIT_BYTES = 1 << 20
+WAL_PAGES = 128
 ACK_CHUNK_ON_FULL = 32
 
 
@@ -113,7 +114,8 @@ class Outbox:
                 self._db.execute("VACUUM")  # an outbox made before: converted once
         self._db.execute("PRAGMA journal_mode=WAL")
         self._db.execute("PRAGMA synchronous=FULL")
-        self._db.execute("PRAGMA wal_autocheckpoint=256")
+        # a WAL of at most half the reserve: on a full disk its checkpoint fits in the reserve
+        self._db.execute(f"PRAGMA wal_autocheckpoint={WAL_PAGES}")
         self._db.execute(f"PRAGMA journal_size_limit={WAL_LIMIT_BYTES}")
         self._db.executescript(_SCHEMA)
         self.max_bytes = max_bytes
@@ -253,7 +255,7 @@ class Outbox:
                         os.unlink(self.reserve_path)
                     except OSError:
                         pass
-                    self._full_logged = -FULL_LOG_EVERY_S  # say it now
+                    self._checkpoint()  # the WAL file shrinks to nothing: more room still
                     self._log_state(f"the disk holding {self.path} is full ({exc}); its reserve "
                                     f"of {self.reserve_bytes} bytes is in use")
                     if attempt == 0:
@@ -336,6 +338,8 @@ class Outbox:
     def mark_sent(self, ids: Iterable[str], ts: float | None = None) -> None:
         ts = time.time() if ts is None else ts
         with self._lock:
+            if not self._reserve_held:
+                return  # the reserve is for results and acks; unmarked ones go again sooner
             try:
                 self._write(lambda db: db.executemany(
                     "UPDATE outbox SET last_sent=?, sends=sends+1 WHERE id=?",
@@ -346,6 +350,8 @@ class Outbox:
     def reset_sent(self) -> None:
         """Make every pending message due now (the daemon came back or restarted)."""
         with self._lock:
+            if not self._reserve_held:
+                return  # the reserve is for results and acks (they are resent when stale)
             try:
                 self._write(lambda db: db.execute("UPDATE outbox SET last_sent=NULL"))
             except OutboxFull:

@@ -85,11 +85,10 @@ class SQLiteStore(Store):
         self.db.execute("BEGIN IMMEDIATE")
         try:
             yield self.db
-            self.db.execute("COMMIT")  # inside: a COMMIT the full disk refused is rolled back
         except BaseException:
-            if self.db.in_transaction:  # SQLite may have rolled back a full write itself
-                self.db.execute("ROLLBACK")
+            self.db.execute("ROLLBACK")
             raise
+        self.db.execute("COMMIT")
 
     def _migrate(self) -> None:
         with self._tx() as db:
