@@ -111,7 +111,11 @@ class Outbox:
         if self._db.execute("PRAGMA auto_vacuum").fetchone()[0] != 2:
             self._db.execute("PRAGMA auto_vacuum=INCREMENTAL")
             if self._db.execute("PRAGMA page_count").fetchone()[0]:
-                self._db.execute("VACUUM")  # an outbox made before: converted once
+                try:
+                    self._db.execute("VACUUM")  # an outbox made before: converted once
+                except sqlite3.Error as exc:  # no room for the copy: next start, then
+                    if not _disk_full(exc):
+                        raise
         self._db.execute("PRAGMA journal_mode=WAL")
         self._db.execute("PRAGMA synchronous=FULL")
         # a WAL of at most half the reserve: on a full disk its checkpoint fits in the reserve

@@ -157,3 +157,23 @@ def test_pending_bytes_survive_reopen_and_count_each_message_once(tmp_path):
     ob.ack([msgs[0]["id"], msgs[1]["id"]])
     assert ob.pending_bytes == 0 and ob.full_reason() is None
     ob.close()
+
+
+def test_an_outbox_made_before_the_bound_is_converted_and_keeps_its_messages(tmp_path):
+    import sqlite3
+    ob = Outbox(str(tmp_path))
+    msgs = [result(seq=i) for i in range(3)]
+    for m in msgs:
+        ob.put(m)
+    ob.close()
+    db = sqlite3.connect(tmp_path / "outbox.db")  # as an older agent left it: no auto_vacuum
+    db.execute("PRAGMA journal_mode=DELETE")
+    db.execute("PRAGMA auto_vacuum=NONE")
+    db.execute("VACUUM")
+    assert db.execute("PRAGMA auto_vacuum").fetchone()[0] == 0
+    db.close()
+    ob = Outbox(str(tmp_path))
+    assert ob._db.execute("PRAGMA auto_vacuum").fetchone()[0] == 2  # incremental
+    assert [i for i, _ in ob.pending()] == [m["id"] for m in msgs]
+    assert ob.pending_bytes == sum(len(P.encode(m)) for m in msgs)
+    ob.close()
