@@ -16,7 +16,7 @@ is still written (a soft bound: no measurement is refused for it). A file beside
 holds ``reserve_bytes`` of disk. A write the disk cannot take (SQLITE_FULL, ENOSPC) is rolled
 back (the file stays consistent), the reserve is given up and the write tried again: so the
 run that finished as the disk filled is stored, and the acks that follow (deletes need room
-in the WAL too) get through. Until the reserve can be made again, with a quarter to spare,
+in the WAL too) get through. Until the reserve can be made again, with 1 MiB to spare,
 :meth:`full_reason` says the disk is full. A write that fails even so raises
 :class:`OutboxFull`; the caller keeps the message in memory and retries. Each change of state
 is logged once (a long full spell: one line a minute).
@@ -45,6 +45,7 @@ FULL_RETRY_S = 0.5  # while the disk is full, room is looked for this often
 RESERVE_BYTES = 1 << 20
 WAL_LIMIT_BYTES = 1 << 20
 WAL_PAGES = 128
+ROOM_BESIDE_RESERVE = 1 << 20  # free space the reserve must leave to be made again
 ACK_CHUNK_ON_FULL = 32
 
 
@@ -191,10 +192,10 @@ class Outbox:
         except OSError:
             pass
         try:
-            # room for the reserve and a quarter more: a disk that takes back just the reserve
-            # would be full again after the next result (no new run per result stored)
+            # room for the reserve and a full WAL besides: a disk that takes back just the
+            # reserve (or the WAL's own slack) would be full again after the next results
             st = os.statvfs(os.path.dirname(self.reserve_path))
-            if st.f_bavail * st.f_frsize < self.reserve_bytes * 5 // 4:
+            if st.f_bavail * st.f_frsize < self.reserve_bytes + ROOM_BESIDE_RESERVE:
                 return False
             fd = os.open(self.reserve_path, os.O_WRONLY | os.O_CREAT, 0o600)
             try:

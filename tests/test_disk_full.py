@@ -153,7 +153,7 @@ def test_outbox_on_a_full_disk_stores_the_finished_run_and_resumes_after_acks(
     ob = Outbox(str(state))
     assert ob.full_reason() is None and (state / "outbox.db.reserve").stat().st_size == 1 << 20
     ob.save_job("j", {"job_id": "j"})
-    filler = fill(state, leave=1 << 20)  # the outbox grows into the last MiB
+    filler = fill(state, leave=3 << 19)  # the outbox grows into the last 1.5 MiB
     ids = []
     while ob.full_reason() is None:  # what the executor does: a run only while there is room
         ids.append(ob.add_result("j", len(ids), result(len(ids))))
@@ -218,6 +218,10 @@ def test_agent_disk_full_pauses_shows_in_status_and_resumes_when_freed(tmp_path,
         assert "is full" in agent_full(st)
         paused_at = check_nothing_lost(c, state)
         assert paused_at < 2 * REPS
+        # paused, not slowed: everything it measured reaches the store, and it measures no more
+        c.wait_for(lambda s: received(s) >= paused_at and agent_full(s) is not None,
+                   timeout=30, what="the measured results stored, the agent still paused")
+        assert check_nothing_lost(c, state) == paused_at
         assert c.agent.poll() is None
         filler.unlink()
         c.wait_for(lambda s: all_jobs_complete(s, 1), timeout=90, what="the whole sweep")
@@ -242,7 +246,7 @@ def test_agent_outbox_fills_the_disk_while_the_daemon_is_down(tmp_path, small_fs
     try:
         c.wait_for(lambda s: received(s) >= 20, timeout=60, what="the sweep under way")
         c.kill("daemon")
-        filler = fill(state, leave=(1 << 20) + (1 << 19))
+        filler = fill(state, leave=2 << 20)
         wait_until(lambda: log_lines(tmp_path / "agent.log", "outbox full"), 60,
                    "the agent's warning", c.logs)
         measured = check_nothing_lost(c, state)
