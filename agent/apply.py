@@ -24,7 +24,7 @@ from typing import Any, Callable
 
 from ..shared import protocol as P
 from ..shared.records import RunRecord
-from .outbox import Outbox, OutboxFull
+from .outbox import FULL_RETRY_S, Outbox, OutboxFull
 from .platform import offered_frequencies
 from .runner import Aborted, Runner, RunSpec
 from .targets import DEFAULT_WINDOW_S, TargetError, Targets, kind_of, measure_window
@@ -33,7 +33,6 @@ from .workloads import WorkloadError, Workloads
 log = logging.getLogger("opptune.agent.apply")
 
 CONFIG_WARMUP = 1  # one unrecorded run before verifying, as sweeps do
-FULL_RETRY_S = 0.5  # a full outbox is looked at again this often (acks free it meanwhile)
 
 
 class Refused(ValueError):

@@ -39,7 +39,7 @@ log = logging.getLogger("opptune.agent.outbox")
 
 RESUME_FRACTION = 0.9  # over the bound, new runs start again below this share of it
 FULL_LOG_EVERY_S = 60.0
-FULL_RETRY_S = 0.5  # while the disk is full, room is looked for this often
+FULL_RETRY_S = 0.5  # while the outbox is full, room is looked for this often
 # disk space held in a file beside the outbox and given up when the disk is full, so that
 # acks (deletes need room in the WAL) and the finished run's result still get written
 RESERVE_BYTES = 1 << 20
@@ -229,13 +229,15 @@ class Outbox:
 
     def _vacuum(self) -> None:
         """Give pages freed by acks back to the file system (best effort), a few pages a
-        transaction so that the WAL it needs fits on a full disk."""
+        transaction so that the WAL it needs fits on a full disk; at most 16 MiB a call, so
+        that the link thread (heartbeats) is not held up long."""
         self._checkpoint()
-        for _ in range(100_000):
+        for _ in range(64):
             try:
                 if not self._db.execute("PRAGMA freelist_count").fetchone()[0]:
                     break
-                self._db.execute("PRAGMA incremental_vacuum(64)")
+                # executescript steps it to the end: execute() frees a single page
+                self._db.executescript("PRAGMA incremental_vacuum(64);")
             except sqlite3.Error as exc:
                 if not _disk_full(exc):
                     raise
