@@ -90,8 +90,14 @@ class Executor:
 
     def deliver(self, msg: dict[str, Any]) -> None:
         """Send through the outbox: kept on disk and resent until the daemon acks it, like a
-        result (an ``applied`` carries verification measurements)."""
-        self.outbox.put(msg)
+        result (an ``applied`` carries verification measurements). On a disk too full to
+        keep it, it is sent once as it is, and the warning says so."""
+        try:
+            self.outbox.put(msg)
+        except OutboxFull as exc:
+            log.warning("sending %s %s without keeping it: %s", msg["type"], msg["id"], exc)
+            self.send(msg)
+            return
         self.notify()
 
     # -- a full outbox pauses the work (worker thread) -----------------------------------------

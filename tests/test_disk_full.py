@@ -364,3 +364,25 @@ def test_status_shows_why_an_agent_outbox_is_full():
     full = [line for line in text.splitlines() if "board-1" in line]
     assert "812 FULL: outbox holds 262479 bytes" in full[0]
     assert "FULL" not in "".join(line for line in text.splitlines() if "board-2" in line)
+
+
+def test_a_config_refusal_the_full_disk_cannot_keep_is_still_sent(tmp_path, small_fs):
+    from opptune.agent.apply import Executor
+    from opptune.agent.platform import discover
+    from opptune.agent.runner import Runner
+    from opptune.agent.workloads import Workloads
+    from opptune.shared.config import AgentConfig, CommandWorkload
+    state = small_fs(tmp_path / "state", "2m")
+    cfg = AgentConfig(agent_id="a1", bench_kernels=[], state_dir=str(state),
+                      workloads=[CommandWorkload("noop", ["true"])])
+    platform = discover(cfg)
+    wl = Workloads(cfg, catalogue={})
+    ob = Outbox(str(state), reserve_bytes=0)
+    sent = []
+    ex = Executor("a1", platform, wl, Runner(wl, platform["id"]), ob, send=sent.append)
+    fill(state)
+    ex.refuse_config({"config_id": "c1"}, "cpus [9] are not online")
+    (msg,) = sent
+    assert msg["type"] == "applied" and msg["body"]["ok"] is False
+    assert msg["body"]["error"] == "cpus [9] are not online"
+    ob.close()
