@@ -24,7 +24,7 @@ from typing import Any, Callable
 
 from ..shared import protocol as P
 from ..shared.records import RunRecord
-from .outbox import Outbox
+from .outbox import FULL_RETRY_S, Outbox, OutboxFull
 from .platform import offered_frequencies
 from .runner import Aborted, Runner, RunSpec
 from .targets import DEFAULT_WINDOW_S, TargetError, Targets, kind_of, measure_window
@@ -90,9 +90,33 @@ class Executor:
 
     def deliver(self, msg: dict[str, Any]) -> None:
         """Send through the outbox: kept on disk and resent until the daemon acks it, like a
-        result (an ``applied`` carries verification measurements)."""
-        self.outbox.put(msg)
+        result (an ``applied`` carries verification measurements). On a disk too full to
+        keep it, it is sent once as it is, and the warning says so."""
+        try:
+            self.outbox.put(msg)
+        except OutboxFull as exc:
+            log.warning("sending %s %s without keeping it: %s", msg["type"], msg["id"], exc)
+            self.send(msg)
+            return
         self.notify()
+
+    # -- a full outbox pauses the work (worker thread) -----------------------------------------
+    def wait_for_room(self) -> None:
+        """Return once the outbox may take more results; raises Aborted when stopped."""
+        while self.outbox.full_reason() is not None:
+            self.notify()  # let the link send what waits, so that acks free it
+            self.runner.wait(FULL_RETRY_S)
+
+    def durably(self, write: Callable[[], Any]) -> Any:
+        """``write()`` retried until the disk takes it: what it stores stays in memory
+        meanwhile. Raises Aborted when stopped (an unstored run is measured again after a
+        restart: its job's progress did not advance)."""
+        while True:
+            try:
+                return write()
+            except OutboxFull:
+                self.notify()
+                self.runner.wait(FULL_RETRY_S)
 
     # -- validation (link thread) -------------------------------------------------------------
     def validate_job(self, body: dict[str, Any]) -> None:
@@ -138,13 +162,15 @@ class Executor:
                 s = idx * reps + rec.rep
                 msg = P.make("result", self.agent_id, {"job_id": job_id, "seq": s, "of": total,
                                                        "record": rec.to_dict()})
-                self.outbox.add_result(job_id, s, msg)
+                self.durably(lambda: self.outbox.add_result(job_id, s, msg))
                 self.notify()
+                self.wait_for_room()  # the next run starts only with room for its result
 
+            self.wait_for_room()
             self.runner.run_point(spec, reps, warmup=warmup, first_rep=first_rep,
                                   on_record=store)
             seq = (idx + 1) * reps
-        self.outbox.finish_job(job_id)
+        self.durably(lambda: self.outbox.finish_job(job_id))
         log.info("job %s done (%d runs)", job_id, total)
 
     def apply_config(self, msg: dict[str, Any]) -> None:
@@ -154,6 +180,7 @@ class Executor:
                        body.get("freq_khz"), variant=str(body.get("variant", "")))
         if kind_of(body.get("target")) != "command":
             return self._apply_to_target(body, spec)
+        self.wait_for_room()
         recs = self.runner.run_point(spec, body["reps"], warmup=CONFIG_WARMUP)
         times = [r.time_s for r in recs if r.ok and r.time_s is not None]
         out: dict[str, Any] = {"config_id": cid, "records": [r.to_dict() for r in recs]}
@@ -163,7 +190,8 @@ class Executor:
         else:
             errs = "; ".join(sorted({r.error or "?" for r in recs}))
             out.update(ok=False, time_s=None, error=f"every verification run failed: {errs}")
-        self.outbox.finish_config(cid, P.make("applied", self.agent_id, out))
+        reply = P.make("applied", self.agent_id, out)
+        self.durably(lambda: self.outbox.finish_config(cid, reply))
         self.notify()
         log.info("config %s applied: ok=%s time_s=%s", cid, out["ok"], out["time_s"])
 
@@ -197,7 +225,8 @@ class Executor:
                 measured["energy_unavailable"] = rec.invalid.get("energy_j") or "no meter"
             out.update(ok=True, error=None, measured=measured)
             self._remember(body, None, measured)
-        self.outbox.finish_config(cid, P.make("applied", self.agent_id, out))
+        reply = P.make("applied", self.agent_id, out)
+        self.durably(lambda: self.outbox.finish_config(cid, reply))
         self.notify()
         log.info("config %s applied to %s: ok=%s %s", cid, target, out["ok"],
                  out.get("measured") or out.get("error"))
@@ -266,7 +295,15 @@ class Worker(threading.Thread):
                 ex.send(P.error_reply(ex.agent_id, "bad_job", str(exc), msg["id"]))
                 return
             job_id = body["job_id"]
-            if not ex.outbox.save_job(job_id, body, ref=msg["id"]):
+            try:
+                fresh = ex.outbox.save_job(job_id, body, ref=msg["id"])
+            except OutboxFull as exc:
+                # the daemon records the reason with the job; nothing of it ran
+                log.warning("refused job %s: %s", job_id, exc)
+                ex.send(P.error_reply(ex.agent_id, "outbox_full", f"cannot keep the job: {exc}",
+                                      msg["id"]))
+                return
+            if not fresh:
                 job = ex.outbox.job(job_id)
                 with self._lock:
                     queued = job_id in self._queued_jobs
@@ -282,7 +319,14 @@ class Worker(threading.Thread):
                 log.warning("refused config %s: %s", body.get("config_id"), exc)
                 ex.refuse_config(body, str(exc))
                 return
-            if not ex.outbox.save_config(body["config_id"], msg):
+            try:
+                fresh = ex.outbox.save_config(body["config_id"], msg)
+            except OutboxFull as exc:
+                log.warning("refused config %s: %s", body["config_id"], exc)
+                ex.send(P.error_reply(ex.agent_id, "outbox_full",
+                                      f"cannot keep the configuration: {exc}", msg["id"]))
+                return
+            if not fresh:
                 log.info("config %s already received; ignoring the repeat", body["config_id"])
                 return
             self._put(("config", msg))

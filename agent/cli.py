@@ -244,7 +244,7 @@ def run_agent(config, config_path: str | None = None) -> int:
         print(f"opptune-agent: configuration error: {where}: {exc}", file=sys.stderr)
         return EXIT_CONFIG
     try:
-        outbox = Outbox(config.state_dir)
+        outbox = Outbox(config.state_dir, max_bytes=int(config.outbox_max_mb * (1 << 20)))
     except Exception as exc:
         print(f"opptune-agent: configuration error: {where}: key 'state_dir' "
               f"({config.state_dir}) is not usable: {exc}", file=sys.stderr)

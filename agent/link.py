@@ -84,8 +84,9 @@ class Link:
         self._backoff_until = 0.0
         self._backoff_s = 0.0
         self._limited_logged = 0.0
+        self._store_failed_logged = -10.0
         self.stats = {"sent": 0, "received": 0, "hellos": 0, "resent": 0, "dropped": 0,
-                      "refused": 0, "rate_limited": 0, "failovers": 0}
+                      "refused": 0, "rate_limited": 0, "failovers": 0, "store_failed": 0}
 
     # -- thread-safe entry points -------------------------------------------------------------
     def send(self, msg: dict[str, Any]) -> None:
@@ -208,8 +209,11 @@ class Link:
             if len(self.endpoints) > 1:
                 self._fail_over()
         if now >= self._next_hb:
-            self._send(P.make("heartbeat", self.agent_id,
-                              {"outbox": self.outbox.count(), "instance": self.instance}))
+            body = {"outbox": self.outbox.count(), "instance": self.instance}
+            full = self.outbox.full_reason()
+            if full is not None:  # shown by 'opptune status' until it has room again
+                body["outbox_full"] = full[:500]
+            self._send(P.make("heartbeat", self.agent_id, body))
             self._next_hb = now + self.heartbeat_s
             self._outbox_dirty = True  # time to look for results due for a resend
         if self._outbox_dirty and now >= self._backoff_until:
@@ -340,6 +344,15 @@ class Link:
                     self.outbox.reject(body["ref"], body["code"], body["message"]):
                 log.error("daemon refused %s for good (%s): %s; kept in the outbox's rejected "
                           "table, no longer resent", body["ref"], body["code"], body["message"])
+            elif body["code"] == "store_failed":
+                # the daemon could not store a batch (its disk full?): the results stay in
+                # the outbox and are resent; one line per 10 s however long it lasts
+                self.stats["store_failed"] += 1
+                if now - self._store_failed_logged >= 10.0:
+                    self._store_failed_logged = now
+                    log.warning("daemon could not store results (%s; %d times so far); they "
+                                "stay in the outbox and are resent", body["message"],
+                                self.stats["store_failed"])
             else:
                 log.warning("daemon refused %s: %s (%s)", body.get("ref"), body["message"],
                             body["code"])

@@ -8,11 +8,25 @@ it has no result for: nothing measured twice, nothing sent twice under two ids.
 A configuration the daemon pushed is saved as it arrives, before it is applied; its ``applied``
 reply enters the outbox in the same transaction that marks it done, so an agent killed at any
 point applies (or reports) it once after a restart.
+
+Full outbox (README, "When the agent's disk fills"): the unacked messages may hold at most
+``max_bytes`` (the agent's ``outbox_max_mb``). At it, :meth:`full_reason` says why and the
+executor starts no new run until acks bring it under 90 % of the bound; a finished run's result
+is still written (a soft bound: no measurement is refused for it). A file beside the database
+holds ``reserve_bytes`` of disk. A write the disk cannot take (SQLITE_FULL, ENOSPC) is rolled
+back (the file stays consistent), the reserve is given up and the write tried again: so the
+run that finished as the disk filled is stored, and the acks that follow (deletes need room
+in the WAL too) get through. Until the reserve can be made again, with 1 MiB to spare,
+:meth:`full_reason` says the disk is full. A write that fails even so raises
+:class:`OutboxFull`; the caller keeps the message in memory and retries. Each change of state
+is logged once (a long full spell: one line a minute).
 """
 
 from __future__ import annotations
 
+import errno
 import json
+import logging
 import os
 import sqlite3
 import threading
@@ -20,6 +34,30 @@ import time
 from typing import Any, Iterable
 
 from ..shared import protocol as P
+
+log = logging.getLogger("opptune.agent.outbox")
+
+RESUME_FRACTION = 0.9  # over the bound, new runs start again below this share of it
+FULL_LOG_EVERY_S = 60.0
+FULL_RETRY_S = 0.5  # while the outbox is full, room is looked for this often
+# disk space held in a file beside the outbox and given up when the disk is full, so that
+# acks (deletes need room in the WAL) and the finished run's result still get written
+RESERVE_BYTES = 1 << 20
+WAL_LIMIT_BYTES = 1 << 20
+WAL_PAGES = 128
+ROOM_BESIDE_RESERVE = 1 << 20  # free space the reserve must leave to be made again
+ACK_CHUNK_ON_FULL = 32
+
+
+class OutboxFull(Exception):
+    """The outbox cannot take this write now (disk full); nothing of it was stored."""
+
+
+def _disk_full(exc: BaseException) -> bool:
+    if isinstance(exc, sqlite3.Error):
+        return (getattr(exc, "sqlite_errorcode", None) == sqlite3.SQLITE_FULL
+                or "database or disk is full" in str(exc))
+    return isinstance(exc, OSError) and exc.errno in (errno.ENOSPC, errno.EDQUOT)
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS outbox (
@@ -60,15 +98,191 @@ CREATE TABLE IF NOT EXISTS configs (
 class Outbox:
     """Thread-safe (one connection behind a lock): the worker adds, the link sends and acks."""
 
-    def __init__(self, state_dir: str, name: str = "outbox.db"):
+    def __init__(self, state_dir: str, name: str = "outbox.db", max_bytes: int | None = None,
+                 reserve_bytes: int = RESERVE_BYTES):
+        """``max_bytes``: the bound on the unacked messages' bytes (None: unbounded);
+        ``reserve_bytes``: the disk space held back for acks on a full disk."""
         os.makedirs(state_dir, exist_ok=True)
         self.path = os.path.join(state_dir, name)
         self._lock = threading.Lock()
         self._db = sqlite3.connect(self.path, check_same_thread=False, isolation_level=None,
                                    timeout=10.0)
+        # freed pages go back to the file system (acks make room on a full disk) and the WAL
+        # stays small: a full disk cannot be blamed on the outbox's own slack
+        if self._db.execute("PRAGMA auto_vacuum").fetchone()[0] != 2:
+            self._db.execute("PRAGMA auto_vacuum=INCREMENTAL")
+            if self._db.execute("PRAGMA page_count").fetchone()[0]:
+                try:
+                    self._db.execute("VACUUM")  # an outbox made before: converted once
+                except sqlite3.Error as exc:  # no room for the copy: next start, then
+                    if not _disk_full(exc):
+                        raise
         self._db.execute("PRAGMA journal_mode=WAL")
         self._db.execute("PRAGMA synchronous=FULL")
+        # a WAL of at most half the reserve: on a full disk its checkpoint fits in the reserve
+        self._db.execute(f"PRAGMA wal_autocheckpoint={WAL_PAGES}")
+        self._db.execute(f"PRAGMA journal_size_limit={WAL_LIMIT_BYTES}")
         self._db.executescript(_SCHEMA)
+        self.max_bytes = max_bytes
+        self._bytes = self._db.execute(
+            "SELECT COALESCE(SUM(LENGTH(data)), 0) FROM outbox").fetchone()[0]
+        self._over_bound = False
+        self.reserve_path = self.path + ".reserve"
+        self.reserve_bytes = reserve_bytes
+        self._full_why: str | None = None  # the last disk-full error, while the reserve is out
+        self._full_logged = self._room_logged = -FULL_LOG_EVERY_S
+        self._full_since: float | None = None
+        self._reserve_tried = -FULL_RETRY_S
+        self._reserve_held = self._make_reserve()
+        if not self._reserve_held:
+            self._full_why = f"no room for the outbox's reserve of {reserve_bytes} bytes"
+
+    # -- full or not ----------------------------------------------------------------------------
+    @property
+    def pending_bytes(self) -> int:
+        """Bytes of the messages waiting for an ack."""
+        return self._bytes
+
+    def full_reason(self) -> str | None:
+        """Why no new run should start now (None: there is room). Logs each change once."""
+        with self._lock:
+            now = time.monotonic()
+            if not self._reserve_held and now - self._reserve_tried >= FULL_RETRY_S:
+                self._reserve_tried = now
+                self._vacuum()
+                self._reserve_held = self._make_reserve()
+            if self.max_bytes is not None:
+                limit = self.max_bytes * (RESUME_FRACTION if self._over_bound else 1.0)
+                self._over_bound = self._bytes >= limit
+            if not self._reserve_held:
+                reason = (f"the disk holding {self.path} is full ({self._full_why}); its "
+                          f"reserve of {self.reserve_bytes} bytes is in use")
+            elif self._over_bound:
+                reason = (f"outbox holds {self._bytes} bytes of unacknowledged results, at its "
+                          f"bound of {self.max_bytes} (outbox_max_mb)")
+            else:
+                reason = None
+            self._log_state(reason)
+            return reason
+
+    def _log_state(self, reason: str | None) -> None:
+        now = time.monotonic()
+        if reason is None:
+            if self._full_since is not None:
+                if now - self._room_logged >= FULL_LOG_EVERY_S:
+                    self._room_logged = now
+                    log.warning("outbox has room again after %.0f s: measuring resumes",
+                                now - self._full_since)
+                self._full_since = None
+            return
+        if self._full_since is None:
+            self._full_since = now
+        if now - self._full_logged >= FULL_LOG_EVERY_S:
+            self._full_logged = now
+            log.warning("outbox full: %s; no new run starts until there is room (acks free "
+                        "it; nothing is dropped)", reason)
+
+    def _make_reserve(self) -> bool:
+        """Hold ``reserve_bytes`` of disk in a file; False when the disk has no room."""
+        if self.reserve_bytes <= 0:
+            return True
+        try:
+            if os.path.getsize(self.reserve_path) >= self.reserve_bytes:
+                return True
+        except OSError:
+            pass
+        try:
+            # room for the reserve and a full WAL besides: a disk that takes back just the
+            # reserve (or the WAL's own slack) would be full again after the next results
+            st = os.statvfs(os.path.dirname(self.reserve_path))
+            if st.f_bavail * st.f_frsize < self.reserve_bytes + ROOM_BESIDE_RESERVE:
+                return False
+            fd = os.open(self.reserve_path, os.O_WRONLY | os.O_CREAT, 0o600)
+            try:
+                try:
+                    os.posix_fallocate(fd, 0, self.reserve_bytes)
+                except OSError as exc:
+                    if _disk_full(exc):
+                        raise
+                    # a file system without fallocate: real zeros hold the space
+                    os.pwrite(fd, bytes(self.reserve_bytes), 0)
+                os.fsync(fd)
+            finally:
+                os.close(fd)
+            return True
+        except OSError as exc:
+            if not _disk_full(exc):
+                log.warning("cannot keep the outbox's reserve %s: %s", self.reserve_path, exc)
+            try:
+                os.unlink(self.reserve_path)
+            except OSError:
+                pass
+            return False
+
+    def _checkpoint(self) -> None:
+        """Copy the WAL into the database and cut it to nothing (best effort)."""
+        try:
+            self._db.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+        except sqlite3.Error as exc:
+            if not _disk_full(exc):
+                raise
+
+    def _vacuum(self) -> None:
+        """Give pages freed by acks back to the file system (best effort), a few pages a
+        transaction so that the WAL it needs fits on a full disk; at most 16 MiB a call, so
+        that the link thread (heartbeats) is not held up long."""
+        self._checkpoint()
+        for _ in range(64):
+            try:
+                if not self._db.execute("PRAGMA freelist_count").fetchone()[0]:
+                    break
+                # executescript steps it to the end: execute() frees a single page
+                self._db.executescript("PRAGMA incremental_vacuum(64);")
+            except sqlite3.Error as exc:
+                if not _disk_full(exc):
+                    raise
+                break
+            self._checkpoint()
+
+    def _write(self, statements, added: int = 0) -> Any:
+        """Run ``statements(db)`` in one transaction (call with the lock held); ``added``
+        bytes count once it committed. On a full disk the transaction is rolled back, the
+        reserve is given up and the write tried once more; OutboxFull when that fails too."""
+        for attempt in (0, 1):
+            try:
+                out = self._transaction(statements)
+            except (sqlite3.Error, OSError) as exc:
+                if not _disk_full(exc):
+                    raise
+                self._full_why = str(exc)
+                if self._reserve_held:
+                    self._reserve_held = False
+                    self._reserve_tried = time.monotonic()
+                    try:
+                        os.unlink(self.reserve_path)
+                    except OSError:
+                        pass
+                    self._checkpoint()  # the WAL file shrinks to nothing: more room still
+                    self._log_state(f"the disk holding {self.path} is full ({exc}); its reserve "
+                                    f"of {self.reserve_bytes} bytes is in use")
+                    if attempt == 0:
+                        continue
+                raise OutboxFull(f"the disk holding {self.path} is full ({exc})") from None
+            self._bytes += added
+            return out
+        raise AssertionError("unreachable")
+
+    def _transaction(self, statements) -> Any:
+        db = self._db
+        db.execute("BEGIN IMMEDIATE")
+        try:
+            out = statements(db)
+            db.execute("COMMIT")
+        except BaseException:
+            if db.in_transaction:  # SQLite may have rolled a full write back itself
+                db.execute("ROLLBACK")
+            raise
+        return out
 
     def close(self) -> None:
         with self._lock:
@@ -90,9 +304,20 @@ class Outbox:
         """Store one message (dict or encoded bytes) until acked; idempotent by id."""
         mid, data = self._encoded(msg, msg_id)
         with self._lock:
-            self._db.execute("INSERT OR IGNORE INTO outbox (id, data, created) VALUES (?,?,?)",
-                             (mid, data, time.time()))
+            self._insert(mid, data)
         return mid
+
+    def _insert(self, mid: str, data: bytes, then=None) -> None:
+        """Add one message (and run ``then(db)`` in the same transaction); lock held."""
+        def statements(db):
+            n = db.execute("INSERT OR IGNORE INTO outbox (id, data, created) VALUES (?,?,?)",
+                           (mid, data, time.time())).rowcount
+            if then is not None:
+                then(db)
+            return n
+        # the byte count is corrected after the commit if the id was already there
+        if self._write(statements, len(data)) != 1:
+            self._bytes -= len(data)
 
     def pending(self, limit: int | None = None) -> list[tuple[str, bytes]]:
         """Unacked messages, oldest first."""
@@ -120,13 +345,24 @@ class Outbox:
     def mark_sent(self, ids: Iterable[str], ts: float | None = None) -> None:
         ts = time.time() if ts is None else ts
         with self._lock:
-            self._db.executemany("UPDATE outbox SET last_sent=?, sends=sends+1 WHERE id=?",
-                                 [(ts, i) for i in ids])
+            if not self._reserve_held:
+                return  # the reserve is for results and acks; unmarked ones go again sooner
+            try:
+                self._write(lambda db: db.executemany(
+                    "UPDATE outbox SET last_sent=?, sends=sends+1 WHERE id=?",
+                    [(ts, i) for i in ids]))
+            except OutboxFull:
+                pass  # unmarked messages are only resent sooner
 
     def reset_sent(self) -> None:
         """Make every pending message due now (the daemon came back or restarted)."""
         with self._lock:
-            self._db.execute("UPDATE outbox SET last_sent=NULL")
+            if not self._reserve_held:
+                return  # the reserve is for results and acks (they are resent when stale)
+            try:
+                self._write(lambda db: db.execute("UPDATE outbox SET last_sent=NULL"))
+            except OutboxFull:
+                pass  # the unmarked ones are resent once stale
 
     def ack(self, ids: Iterable[str]) -> int:
         """Forget acknowledged messages; returns how many were pending."""
@@ -134,8 +370,34 @@ class Outbox:
         if not ids:
             return 0
         with self._lock:
-            cur = self._db.executemany("DELETE FROM outbox WHERE id=?", [(i,) for i in ids])
-            return cur.rowcount
+            try:
+                freed, n = self._write(lambda db: self._delete(db, ids))
+            except OutboxFull:
+                # On a full disk even a delete needs room in the WAL for every page it
+                # touches: small transactions, the WAL emptied after each, get through.
+                freed = n = 0
+                for k in range(0, len(ids), ACK_CHUNK_ON_FULL):
+                    try:
+                        f, m = self._write(
+                            lambda db: self._delete(db, ids[k:k + ACK_CHUNK_ON_FULL]))
+                    except OutboxFull:
+                        break  # the rest stay pending: resent, and the daemon keeps each once
+                    freed, n = freed + f, n + m
+                    self._checkpoint()
+            self._bytes -= freed
+            return n
+
+    @staticmethod
+    def _delete(db: sqlite3.Connection, ids: list[str]) -> tuple[int, int]:
+        """Delete pending messages by id; (bytes freed, rows deleted)."""
+        freed = n = 0
+        for k in range(0, len(ids), 500):
+            chunk = ids[k:k + 500]
+            marks = ",".join("?" * len(chunk))
+            freed += db.execute(f"SELECT COALESCE(SUM(LENGTH(data)), 0) FROM outbox "
+                                f"WHERE id IN ({marks})", chunk).fetchone()[0]
+            n += db.execute(f"DELETE FROM outbox WHERE id IN ({marks})", chunk).rowcount
+        return freed, n
 
     def count(self) -> int:
         with self._lock:
@@ -144,16 +406,19 @@ class Outbox:
     def reject(self, msg_id: str, code: str, reason: str) -> bool:
         """Move a pending message the daemon refused for good out of the resend queue, into
         the ``rejected`` table; returns whether it was pending."""
+        def statements(db):
+            size = db.execute("SELECT LENGTH(data) FROM outbox WHERE id=?", (msg_id,)).fetchone()
+            db.execute("INSERT OR IGNORE INTO rejected SELECT id, data, created, ?, ?, ? "
+                       "FROM outbox WHERE id=?", (time.time(), code, reason, msg_id))
+            moved = db.execute("DELETE FROM outbox WHERE id=?", (msg_id,)).rowcount
+            return moved, (size[0] if size else 0)
         with self._lock:
-            self._db.execute("BEGIN IMMEDIATE")
             try:
-                self._db.execute("INSERT OR IGNORE INTO rejected SELECT id, data, created, ?, ?, ? "
-                                 "FROM outbox WHERE id=?", (time.time(), code, reason, msg_id))
-                moved = self._db.execute("DELETE FROM outbox WHERE id=?", (msg_id,)).rowcount
-                self._db.execute("COMMIT")
-            except BaseException:
-                self._db.execute("ROLLBACK")
-                raise
+                moved, size = self._write(statements)
+            except OutboxFull:
+                return False  # stays pending; refused again when resent
+            if moved:
+                self._bytes -= size
             return moved > 0
 
     def rejected(self) -> list[dict[str, Any]]:
@@ -168,10 +433,9 @@ class Outbox:
     def save_job(self, job_id: str, body: dict[str, Any], ref: str | None = None) -> bool:
         """Remember a job before running it. False when it is already known (a resent job)."""
         with self._lock:
-            cur = self._db.execute(
+            return self._write(lambda db: db.execute(
                 "INSERT OR IGNORE INTO jobs (job_id, body, created, ref) VALUES (?,?,?,?)",
-                (job_id, json.dumps(body), time.time(), ref))
-            return cur.rowcount == 1
+                (job_id, json.dumps(body), time.time(), ref)).rowcount) == 1
 
     def job(self, job_id: str) -> dict[str, Any] | None:
         with self._lock:
@@ -193,33 +457,27 @@ class Outbox:
         """Store a job's result and advance its progress to ``seq + 1`` atomically."""
         mid, data = self._encoded(msg, None)
         with self._lock:
-            self._db.execute("BEGIN IMMEDIATE")
-            try:
-                self._db.execute("INSERT OR IGNORE INTO outbox (id, data, created) "
-                                 "VALUES (?,?,?)", (mid, data, time.time()))
-                self._db.execute("UPDATE jobs SET next_seq=MAX(next_seq, ?) WHERE job_id=?",
-                                 (seq + 1, job_id))
-                self._db.execute("COMMIT")
-            except BaseException:
-                self._db.execute("ROLLBACK")
-                raise
+            self._insert(mid, data, lambda db: db.execute(
+                "UPDATE jobs SET next_seq=MAX(next_seq, ?) WHERE job_id=?", (seq + 1, job_id)))
         return mid
 
     def finish_job(self, job_id: str) -> None:
-        with self._lock:
-            self._db.execute("UPDATE jobs SET done=1 WHERE job_id=?", (job_id,))
+        def statements(db):
+            db.execute("UPDATE jobs SET done=1 WHERE job_id=?", (job_id,))
             # Keep a bounded history of finished jobs so a resent job is recognised.
-            self._db.execute("DELETE FROM jobs WHERE done=1 AND job_id NOT IN (SELECT job_id "
-                             "FROM jobs WHERE done=1 ORDER BY created DESC LIMIT 1000)")
+            db.execute("DELETE FROM jobs WHERE done=1 AND job_id NOT IN (SELECT job_id "
+                       "FROM jobs WHERE done=1 ORDER BY created DESC LIMIT 1000)")
+        with self._lock:
+            self._write(statements)
 
     # -- pushed configurations ----------------------------------------------------------------
     def save_config(self, config_id: str, msg: dict[str, Any]) -> bool:
         """Remember a pushed configuration before applying it. False when already known."""
+        data = P.encode(msg)
         with self._lock:
-            cur = self._db.execute(
+            return self._write(lambda db: db.execute(
                 "INSERT OR IGNORE INTO configs (config_id, data, created) VALUES (?,?,?)",
-                (config_id, P.encode(msg), time.time()))
-            return cur.rowcount == 1
+                (config_id, data, time.time())).rowcount) == 1
 
     def config_done(self, config_id: str) -> bool | None:
         """Whether a saved configuration was applied or reported; None when unknown."""
@@ -238,18 +496,13 @@ class Outbox:
     def finish_config(self, config_id: str, reply: dict[str, Any]) -> str:
         """Store the ``applied`` reply and mark the configuration done, atomically."""
         mid, data = self._encoded(reply, None)
+
+        def then(db):
+            db.execute("UPDATE configs SET done=1 WHERE config_id=?", (config_id,))
+            # a bounded history, so that a repeated push is recognised
+            db.execute("DELETE FROM configs WHERE done=1 AND config_id NOT IN "
+                       "(SELECT config_id FROM configs WHERE done=1 "
+                       "ORDER BY created DESC LIMIT 1000)")
         with self._lock:
-            self._db.execute("BEGIN IMMEDIATE")
-            try:
-                self._db.execute("INSERT OR IGNORE INTO outbox (id, data, created) "
-                                 "VALUES (?,?,?)", (mid, data, time.time()))
-                self._db.execute("UPDATE configs SET done=1 WHERE config_id=?", (config_id,))
-                # a bounded history, so that a repeated push is recognised
-                self._db.execute("DELETE FROM configs WHERE done=1 AND config_id NOT IN "
-                                 "(SELECT config_id FROM configs WHERE done=1 "
-                                 "ORDER BY created DESC LIMIT 1000)")
-                self._db.execute("COMMIT")
-            except BaseException:
-                self._db.execute("ROLLBACK")
-                raise
+            self._insert(mid, data, then)
         return mid

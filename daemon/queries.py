@@ -124,7 +124,7 @@ def status(d: Daemon) -> dict[str, Any]:
                "platform": a.platform_id,
                "alive": a.alive(d.config.agent_timeout_s, now),
                "last_seen_s": round(now - a.last_seen, 3) if a.last_seen else None,
-               "outbox": a.outbox} for a in d.registry.all()]
+               "outbox": a.outbox, "outbox_full": a.outbox_full} for a in d.registry.all()]
     boards = {a["id"]: a["board"] for a in agents}
     fits = [{"group": {k: f[k] for k in ("platform", "workload", "input", "variant")},
              "model": f["model"], "params": f["params"], "quality": f["quality"],

@@ -16,6 +16,7 @@ class AgentInfo:
     identity: bytes | None = None  # routing id of its DEALER; None until it speaks to this daemon
     last_seen: float = 0.0
     outbox: int | None = None  # results waiting on the agent, from its last heartbeat
+    outbox_full: str | None = None  # why its outbox takes no new runs, from that heartbeat
     instance: str | None = None
 
     def alive(self, timeout_s: float, now: float | None = None) -> bool:

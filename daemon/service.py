@@ -45,6 +45,8 @@ from .tuning import Tuner
 
 log = logging.getLogger("opptune.daemon")
 
+STORE_FAILURE_LOG_S = 60.0  # a store that keeps failing (disk full) logs one line a minute
+
 DAEMON_ID = "daemon"
 
 
@@ -100,6 +102,10 @@ class Daemon:
                        "tcp://0.0.0.0:5555 or ipc:///run/opptune.sock")
             self._stop_auth()
             raise BindError(f"cannot listen on {config.bind}: {why}") from None
+        # failed batch commits (a full disk): logged once a minute, with their count
+        self._store_failures = 0
+        self._store_failure_logged = -STORE_FAILURE_LOG_S
+        self._loop_error: tuple[str, float] = ("", 0.0)  # last error the loop logged, when
         self._job_owner: dict[str, str] = {}  # issued job id -> its agent (a cache of the store)
         self.metrics, self.metrics_server = None, None
         try:
@@ -197,8 +203,13 @@ class Daemon:
                     self.jobs.expire(time.time())
                     self.recommender.retry_waiting()  # groups another daemon was fitting
                     self._refresh_metrics(time.time())
-            except Exception:  # the loop outlives any one failure
-                log.exception("error in the daemon loop; continuing")
+            except Exception as exc:  # the loop outlives any one failure
+                # the same error again and again (a full disk) is logged once a minute
+                text, at = self._loop_error
+                now = time.monotonic()
+                if repr(exc) != text or now - at >= STORE_FAILURE_LOG_S:
+                    self._loop_error = (repr(exc), now)
+                    log.exception("error in the daemon loop; continuing")
 
     def _ingest(self) -> None:
         """Drain and handle one batch with the cyclic garbage collector paused.
@@ -325,11 +336,22 @@ class Daemon:
             self.store.insert_results(results, now)
         except Exception as exc:
             # Nothing is acked: every agent keeps its results and sends them again.
-            log.exception("storing a batch of %d results failed", len(results))
+            self._store_failures += 1
+            mono = time.monotonic()
+            if mono - self._store_failure_logged >= STORE_FAILURE_LOG_S:
+                self._store_failure_logged = mono
+                log.error("storing a batch of %d results failed (%d failed batches so far; "
+                          "none acked, the agents resend them): %s", len(results),
+                          self._store_failures, exc, exc_info=self._store_failures == 1)
             for identity in acks:
                 self.link.send(identity, protocol.error_reply(
                     DAEMON_ID, "store_failed", f"results not stored: {exc}", None))
             return
+        if self._store_failures:
+            log.warning("storing results works again after %d failed batches",
+                        self._store_failures)
+            self._store_failures = 0
+            self._store_failure_logged = -STORE_FAILURE_LOG_S
         self.stats["results"] += len(results)
         self.stats["batches"] += 1
         send_ack = self.link.send_ack
@@ -371,6 +393,7 @@ class Daemon:
         if info is not None:
             if "outbox" in msg["body"]:
                 info.outbox = msg["body"]["outbox"]
+            info.outbox_full = msg["body"].get("outbox_full")
             if "instance" in msg["body"]:
                 info.instance = msg["body"]["instance"]
         self.send(identity, "heartbeat", {"instance": self.instance})

@@ -65,7 +65,9 @@ def print_status(data: dict[str, Any], console: Console | None = None) -> None:
         t.add_row(str(a.get("id")), str(boards[a.get("id")]),
                   *board_facts(platforms.get(a.get("platform"))),
                   "yes" if a.get("alive") else "no",
-                  _fmt(a.get("last_seen_s"), ".1f"), _fmt(a.get("outbox")))
+                  _fmt(a.get("last_seen_s"), ".1f"),
+                  _fmt(a.get("outbox")) + (f" FULL: {a['outbox_full']}"
+                                           if a.get("outbox_full") else ""))
     console.print(t)
 
     t = _table("runs", ("agent", "workload", "input", "runs"))

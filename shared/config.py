@@ -76,6 +76,9 @@ class AgentConfig:
     # answering (3 heartbeats), resending every unacknowledged result there
     failover_daemons: list[str] = field(default_factory=list)
     state_dir: str = "/var/lib/opptune-agent"
+    # bound on the results waiting for the daemon's ack (MiB); at it, no new run starts until
+    # acks make room (nothing is dropped)
+    outbox_max_mb: float = 256.0
     sysfs_root: str = "/"  # tests point this at a fake tree
     heartbeat_s: float = 2.0
     # bench_suite kernels this agent offers ("all" = the whole catalogue)
@@ -371,6 +374,10 @@ def _load(cls: type, path: Any, default: Path, overrides: dict[str, Any]) -> Any
         value = getattr(config, key, None)
         if value is not None and not low <= value <= high:
             raise ConfigError(f"{p}: key '{key}' must be {form}, got {value!r}")
+    outbox_mb = getattr(config, "outbox_max_mb", None)
+    if outbox_mb is not None and not 0.001 <= outbox_mb <= 1_000_000:
+        raise ConfigError(f"{p}: key 'outbox_max_mb' must be a size in MiB from 0.001 to "
+                          f"1000000 (e.g. 256), got {outbox_mb!r}")
     if getattr(config, "drift_off_count", 0) < 0:
         raise ConfigError(f"{p}: key 'drift_off_count' must be >= 0 (consecutive off "
                           f"verifications before re-characterising; 0 = never), got "

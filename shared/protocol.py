@@ -82,6 +82,7 @@ BODY_SCHEMAS: dict[str, dict[str, tuple[tuple[type, ...], bool]]] = {
     "heartbeat": {
         "outbox": (_INT, False),  # results waiting for an ack on the agent
         "instance": (_STR, False),  # the sender's process instance: a change means a restart
+        "outbox_full": (_STR, False),  # why the agent's outbox takes no new runs now
     },
     "job": {
         "job_id": (_STR, True),

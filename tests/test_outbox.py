@@ -110,3 +110,70 @@ def test_reject_moves_a_message_out_of_the_queue_and_keeps_it(tmp_path):
     (parked,) = again.rejected()
     assert parked["id"] == msg["id"] and parked["code"] == "bad_record"
     assert P.decode(parked["data"]) == msg
+
+
+def test_bound_pauses_new_runs_until_acks_bring_it_under_90_percent(tmp_path, caplog):
+    """At ``max_bytes`` of unacked results the outbox says why no run may start, keeps
+    taking the result of a run that finished (a soft bound: nothing refused, nothing dropped),
+    warns once, and has room again below 90 % of the bound."""
+    size = len(P.encode(result(seq=0, of=100)))
+    ob = Outbox(str(tmp_path), max_bytes=10 * size)
+    ob.save_job("j1", {"job_id": "j1"})
+    ids = []
+    with caplog.at_level("WARNING", logger="opptune.agent.outbox"):
+        while ob.full_reason() is None:
+            ids.append(ob.add_result("j1", len(ids), result(seq=len(ids), of=100)))
+        assert len(ids) == 10 and ob.pending_bytes == 10 * size
+        reason = ob.full_reason()
+        assert "outbox_max_mb" in reason and str(10 * size) in reason
+        ids.append(ob.add_result("j1", 10, result(seq=10, of=100)))  # still stored
+        assert ob.count() == 11 and ob.job("j1")["next_seq"] == 11
+        for _ in range(5):
+            assert ob.full_reason() is not None
+        ob.ack(ids[:2])  # 9 left: under the bound, not under 90 % of it
+        assert ob.pending_bytes == 9 * size and ob.full_reason() is not None
+        ob.ack(ids[2:3])  # 8: under 90 %
+        assert ob.full_reason() is None
+    warnings = [r.getMessage() for r in caplog.records if r.levelname == "WARNING"]
+    assert sum("outbox full" in w for w in warnings) == 1, warnings
+    assert sum("room again" in w for w in warnings) == 1, warnings
+    assert [i for i, _ in ob.pending()] == ids[3:]
+    ob.close()
+
+
+def test_pending_bytes_survive_reopen_and_count_each_message_once(tmp_path):
+    ob = Outbox(str(tmp_path), max_bytes=1 << 20)
+    msgs = [result(seq=i) for i in range(3)]
+    for m in msgs:
+        ob.put(m)
+    ob.put(msgs[0])  # a repeated id adds nothing
+    total = sum(len(P.encode(m)) for m in msgs)
+    assert ob.pending_bytes == total
+    ob.reject(msgs[2]["id"], "bad_record", "nope")
+    assert ob.pending_bytes == total - len(P.encode(msgs[2]))
+    ob.close()
+    ob = Outbox(str(tmp_path), max_bytes=1 << 20)
+    assert ob.pending_bytes == total - len(P.encode(msgs[2]))
+    ob.ack([msgs[0]["id"], msgs[1]["id"]])
+    assert ob.pending_bytes == 0 and ob.full_reason() is None
+    ob.close()
+
+
+def test_an_outbox_made_before_the_bound_is_converted_and_keeps_its_messages(tmp_path):
+    import sqlite3
+    ob = Outbox(str(tmp_path))
+    msgs = [result(seq=i) for i in range(3)]
+    for m in msgs:
+        ob.put(m)
+    ob.close()
+    db = sqlite3.connect(tmp_path / "outbox.db")  # as an older agent left it: no auto_vacuum
+    db.execute("PRAGMA journal_mode=DELETE")
+    db.execute("PRAGMA auto_vacuum=NONE")
+    db.execute("VACUUM")
+    assert db.execute("PRAGMA auto_vacuum").fetchone()[0] == 0
+    db.close()
+    ob = Outbox(str(tmp_path))
+    assert ob._db.execute("PRAGMA auto_vacuum").fetchone()[0] == 2  # incremental
+    assert [i for i, _ in ob.pending()] == [m["id"] for m in msgs]
+    assert ob.pending_bytes == sum(len(P.encode(m)) for m in msgs)
+    ob.close()

@@ -1,0 +1,388 @@
+"""Full disks, for real: a small tmpfs as the agent's state directory or the daemon's database
+directory, filled with a file until ENOSPC; and the outbox's bound from the configuration.
+
+Each test ends by checking the store against the outbox: every result an agent measured
+(its job's progress) is stored by the daemon or still in the outbox, none stored twice.
+"""
+
+from __future__ import annotations
+
+import errno
+import os
+import sqlite3
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+
+from opptune.agent import outbox as outbox_mod
+from opptune.agent.outbox import Outbox, OutboxFull
+from opptune.shared import protocol as P
+from opptune.shared.config import ConfigError, load_agent_config
+from procs import Cluster, all_jobs_complete, received
+
+REPS = 400  # x 2 points: 800 runs of a no-op command (about 100 a second here)
+
+
+# -- helpers --------------------------------------------------------------------------------
+@pytest.fixture
+def small_fs():
+    """``mount(dir, size)``: a tmpfs of ``size`` at ``dir``, unmounted afterwards."""
+    mounted: list[Path] = []
+
+    def mount(path: Path, size: str) -> Path:
+        if os.geteuid() != 0:
+            pytest.skip("mounting a small tmpfs needs root")
+        path.mkdir(parents=True, exist_ok=True)
+        res = subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs", str(path)],
+                             capture_output=True, text=True)
+        if res.returncode:
+            pytest.skip(f"cannot mount a tmpfs at {path}: {res.stderr.strip()}")
+        mounted.append(path)
+        return path
+
+    yield mount
+    for path in reversed(mounted):
+        if subprocess.run(["umount", str(path)], capture_output=True).returncode:
+            subprocess.run(["umount", "-l", str(path)], capture_output=True)
+
+
+def fill(directory: Path, leave: int = 0) -> Path:
+    """Write a file in ``directory`` until at most ``leave`` bytes are free; returns it."""
+    filler = directory / "filler"
+    with open(filler, "wb") as fh:
+        for chunk in (1 << 16, 1 << 12, 1 << 9):
+            while True:
+                st = os.statvfs(directory)
+                if st.f_bavail * st.f_frsize - chunk < leave:
+                    break
+                try:
+                    fh.write(bytes(chunk))
+                    fh.flush()
+                except OSError as exc:
+                    assert exc.errno == errno.ENOSPC
+                    break
+    return filler
+
+
+def wait_until(cond, timeout: float, what: str, logs=lambda: ""):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        value = cond()
+        if value:
+            return value
+        time.sleep(0.1)  # polling a condition with a deadline
+    raise AssertionError(f"timed out waiting for {what}\n{logs()}")
+
+
+def result(seq: int, job: str = "j") -> dict:
+    rec = {"platform": "p", "workload": "w", "input": "default", "cores": 1, "cpus": [0],
+           "threads": 1, "rep": seq, "time_s": 1.0, "extra": {"pad": "x" * 1500}}
+    return P.make("result", "a", {"job_id": job, "seq": seq, "of": 1 << 20, "record": rec})
+
+
+def noop_cluster(tmp: Path, extra_agent: dict | None = None, database: str | None = None,
+                 reps: int = REPS) -> Cluster:
+    """A daemon and an agent sweeping a no-op command (fast runs, about 3 KB a result)."""
+    c = Cluster(tmp, kernels=(), reps=reps, max_cores=2, extra_agent=extra_agent,
+                database=database)
+    with open(c.agent_toml, "a") as fh:
+        fh.write('[[workloads]]\nname = "noop"\ncommand = ["true"]\n')
+    return c
+
+
+def outbox_state(state_dir: Path) -> tuple[dict[str, int], set[tuple[str, int]]]:
+    """The agent's job progress (job -> runs measured) and its unacked results."""
+    con = sqlite3.connect(f"file:{state_dir / 'outbox.db'}?mode=ro", uri=True, timeout=10)
+    try:
+        progress = dict(con.execute("SELECT job_id, next_seq FROM jobs"))
+        pending = set()
+        for (data,) in con.execute("SELECT data FROM outbox"):
+            msg = P.decode(data)
+            if msg["type"] == "result":
+                pending.add((msg["body"]["job_id"], msg["body"]["seq"]))
+        return progress, pending
+    finally:
+        con.close()
+
+
+def check_nothing_lost(c: Cluster, state_dir: Path) -> int:
+    """Every run the agent measured is stored or still in its outbox; none stored twice.
+    Returns how many it measured."""
+    progress, pending = outbox_state(state_dir)
+    rows = c.rows("SELECT job_id, seq, COUNT(*) FROM runs GROUP BY job_id, seq")
+    assert not [r for r in rows if r[2] != 1], "results stored more than once"
+    stored = {(j, s) for j, s, _ in rows}
+    missing = [(j, s) for j, n in progress.items() for s in range(n)
+               if (j, s) not in stored and (j, s) not in pending]
+    assert not missing, f"measured but neither stored nor in the outbox: {missing[:10]}"
+    return sum(progress.values())
+
+
+def log_lines(path: Path, text: str) -> list[str]:
+    return [line for line in path.read_text(errors="replace").splitlines() if text in line]
+
+
+def agent_full(st: dict) -> str | None:
+    return next((a.get("outbox_full") for a in st.get("agents") or [] if a.get("outbox_full")),
+                None)
+
+
+# -- configuration --------------------------------------------------------------------------
+@pytest.mark.parametrize("value", [0, -1, 2_000_000, "\"big\""])
+def test_a_bad_outbox_bound_names_file_key_and_form(tmp_path, value):
+    path = tmp_path / "agent.toml"
+    path.write_text(f"outbox_max_mb = {value}\n")
+    with pytest.raises(ConfigError) as err:
+        load_agent_config(path)
+    assert str(path) in str(err.value) and "outbox_max_mb" in str(err.value)
+    assert "MiB" in str(err.value) or "float" in str(err.value)
+
+
+def test_the_outbox_bound_defaults_to_256_mib(tmp_path):
+    (tmp_path / "agent.toml").write_text("")
+    assert load_agent_config(tmp_path / "agent.toml").outbox_max_mb == 256.0
+
+
+# -- the outbox on a real full disk ---------------------------------------------------------
+def test_outbox_on_a_full_disk_stores_the_finished_run_and_resumes_after_acks(
+        tmp_path, small_fs, monkeypatch):
+    monkeypatch.setattr(outbox_mod, "FULL_RETRY_S", 0.0)
+    state = small_fs(tmp_path / "state", "6m")
+    ob = Outbox(str(state))
+    assert ob.full_reason() is None and (state / "outbox.db.reserve").stat().st_size == 1 << 20
+    ob.save_job("j", {"job_id": "j"})
+    filler = fill(state, leave=3 << 19)  # the outbox grows into the last 1.5 MiB
+    ids = []
+    while ob.full_reason() is None:  # what the executor does: a run only while there is room
+        ids.append(ob.add_result("j", len(ids), result(len(ids))))
+    reason = ob.full_reason()
+    assert "is full" in reason and "reserve" in reason
+    assert not (state / "outbox.db.reserve").exists()  # given up: the last write got through
+    assert ob.job("j")["next_seq"] == len(ids) and [i for i, _ in ob.pending()] == ids
+    assert ob._db.execute("PRAGMA integrity_check").fetchone() == ("ok",)
+    # the daemon acks what it stored: the pages go back to the disk, the reserve fits again
+    assert ob.ack(ids) == len(ids)
+    assert ob.full_reason() is None, "room again once the acked results are gone"
+    assert (state / "outbox.db.reserve").stat().st_size == 1 << 20
+    assert filler.exists()
+    ob.add_result("j", 10_000, result(10_000))
+    ob.close()
+    ob = Outbox(str(state))
+    assert ob._db.execute("PRAGMA integrity_check").fetchone() == ("ok",)
+    assert ob.count() == 1
+    ob.close()
+
+
+def test_outbox_on_a_full_disk_waits_for_room(tmp_path, small_fs, monkeypatch):
+    """The disk filled by something else: acks alone cannot make room; freeing it does."""
+    monkeypatch.setattr(outbox_mod, "FULL_RETRY_S", 0.0)
+    state = small_fs(tmp_path / "state", "4m")
+    ob = Outbox(str(state))
+    ob.save_job("j", {"job_id": "j"})
+    first = ob.add_result("j", 0, result(0))
+    filler = fill(state)
+    second = ob.add_result("j", 1, result(1))  # on the reserve
+    assert ob.full_reason() is not None
+    assert ob.ack([first, second]) == 2
+    assert ob.full_reason() is not None  # the filler still holds the disk
+    ids = []
+    with pytest.raises(OutboxFull):  # writes past the reserve: refused, rolled back
+        while True:
+            ids.append(ob.add_result("j", 2 + len(ids), result(2 + len(ids))))
+    assert [i for i, _ in ob.pending()] == ids and ob.job("j")["next_seq"] == 2 + len(ids)
+    assert ob._db.execute("PRAGMA integrity_check").fetchone() == ("ok",)
+    filler.unlink()
+    assert ob.full_reason() is None
+    assert ob.ack(ids) == len(ids) and ob.count() == 0
+    ob.close()
+    ob = Outbox(str(state))
+    assert ob._db.execute("PRAGMA integrity_check").fetchone() == ("ok",)
+    assert ob.count() == 0 and ob.job("j")["next_seq"] == 2 + len(ids)
+    ob.close()
+
+
+# -- real processes -------------------------------------------------------------------------
+@pytest.mark.integration
+def test_agent_disk_full_pauses_shows_in_status_and_resumes_when_freed(tmp_path, small_fs):
+    state = small_fs(tmp_path / "agent-state", "8m")
+    c = noop_cluster(tmp_path)
+    c.start_daemon()
+    c.start_agent()
+    try:
+        c.wait_for(lambda s: received(s) >= 20, timeout=60, what="the sweep under way")
+        filler = fill(state)
+        st = c.wait_for(lambda s: agent_full(s) is not None, timeout=30,
+                        what="the agent reporting its full disk")
+        assert "is full" in agent_full(st)
+        paused_at = check_nothing_lost(c, state)
+        assert paused_at < 2 * REPS
+        # paused, not slowed: everything it measured reaches the store, and it measures no more
+        c.wait_for(lambda s: received(s) >= paused_at and agent_full(s) is not None,
+                   timeout=30, what="the measured results stored, the agent still paused")
+        assert check_nothing_lost(c, state) == paused_at
+        assert c.agent.poll() is None
+        filler.unlink()
+        c.wait_for(lambda s: all_jobs_complete(s, 1), timeout=90, what="the whole sweep")
+        st = c.wait_for(lambda s: agent_full(s) is None, timeout=10, what="the flag cleared")
+    finally:
+        codes = c.stop()
+    assert codes == {"agent": 0, "daemon": 0}, c.logs()
+    assert check_nothing_lost(c, state) == 2 * REPS
+    assert c.rows("SELECT COUNT(*) FROM runs")[0][0] == 2 * REPS
+    warned = log_lines(tmp_path / "agent.log", "outbox full")
+    assert len(warned) == 1, warned
+
+
+@pytest.mark.integration
+def test_agent_outbox_fills_the_disk_while_the_daemon_is_down(tmp_path, small_fs):
+    """The daemon is gone, the outbox grows until the disk is full: the agent pauses; the
+    daemon back, its acks make room and the sweep finishes without anyone freeing the disk."""
+    state = small_fs(tmp_path / "agent-state", "8m")
+    c = noop_cluster(tmp_path, reps=2 * REPS)
+    c.start_daemon()
+    c.start_agent()
+    try:
+        c.wait_for(lambda s: received(s) >= 20, timeout=60, what="the sweep under way")
+        c.kill("daemon")
+        filler = fill(state, leave=2 << 20)
+        wait_until(lambda: log_lines(tmp_path / "agent.log", "outbox full"), 60,
+                   "the agent's warning", c.logs)
+        measured = check_nothing_lost(c, state)
+        assert measured < 4 * REPS and c.agent.poll() is None
+        c.start_daemon()
+        c.wait_for(lambda s: all_jobs_complete(s, 1), timeout=120, what="the whole sweep")
+        assert filler.exists()
+    finally:
+        codes = c.stop()
+    assert codes["agent"] == 0, c.logs()
+    assert check_nothing_lost(c, state) == 4 * REPS
+    assert c.rows("SELECT COUNT(*) FROM runs")[0][0] == 4 * REPS
+
+
+@pytest.mark.integration
+def test_daemon_disk_full_acks_only_what_it_stored(tmp_path, small_fs):
+    """The daemon's database on a full disk: batches fail to commit and are not acked, so the
+    agent's outbox grows to its bound and the agent pauses (status shows why); the daemon logs
+    the failures once, keeps serving, and stores everything once there is room."""
+    dbdir = small_fs(tmp_path / "db", "16m")
+    state = tmp_path / "agent-state"
+    c = noop_cluster(tmp_path, database=str(dbdir / "opptune.db"),
+                     extra_agent={"outbox_max_mb": 0.25})
+    c.start_daemon()
+    c.start_agent()
+    try:
+        c.wait_for(lambda s: received(s) >= 20, timeout=60, what="the sweep under way")
+        filler = fill(dbdir)
+        st = c.wait_for(lambda s: agent_full(s) is not None, timeout=60,
+                        what="the agent's outbox at its bound")
+        assert "outbox_max_mb" in agent_full(st)
+        check_nothing_lost(c, state)
+        _, pending = outbox_state(state)
+        assert pending, "unstored results stay in the agent's outbox"
+        assert c.daemon.poll() is None
+        filler.unlink()
+        c.wait_for(lambda s: all_jobs_complete(s, 1), timeout=120, what="the whole sweep")
+    finally:
+        codes = c.stop()
+    assert codes == {"agent": 0, "daemon": 0}, c.logs()
+    assert check_nothing_lost(c, state) == 2 * REPS
+    assert c.rows("SELECT COUNT(*) FROM runs")[0][0] == 2 * REPS
+    failed = log_lines(tmp_path / "daemon.log", "failed batches so far")
+    assert 1 <= len(failed) <= 2, failed  # once a minute, however many batches failed
+    assert len(log_lines(tmp_path / "daemon.log", "Traceback")) <= 2
+    assert log_lines(tmp_path / "daemon.log", "storing results works again")
+
+
+@pytest.mark.integration
+def test_outbox_bound_from_the_configuration(tmp_path):
+    """No tmpfs: the daemon gone, the agent measures until its outbox holds outbox_max_mb,
+    then waits (one warning); the daemon back, the sweep finishes, each result stored once."""
+    state = tmp_path / "agent-state"
+    c = noop_cluster(tmp_path, extra_agent={"outbox_max_mb": 0.25})
+    c.start_daemon()
+    c.start_agent()
+    try:
+        c.wait_for(lambda s: received(s) >= 20, timeout=60, what="the sweep under way")
+        c.kill("daemon")
+        wait_until(lambda: log_lines(tmp_path / "agent.log", "outbox full"), 60,
+                   "the agent's warning", c.logs)
+        progress, pending = outbox_state(state)
+        size = sum(len(d) for (d,) in sqlite3.connect(state / "outbox.db").execute(
+            "SELECT data FROM outbox"))
+        assert 0.25 * (1 << 20) <= size < 0.25 * (1 << 20) + 8192, size
+        measured = check_nothing_lost(c, state)
+        assert measured < 2 * REPS and c.agent.poll() is None
+        c.start_daemon()
+        c.wait_for(lambda s: all_jobs_complete(s, 1), timeout=120, what="the whole sweep")
+    finally:
+        codes = c.stop()
+    assert codes["agent"] == 0, c.logs()
+    assert check_nothing_lost(c, state) == 2 * REPS
+    assert c.rows("SELECT COUNT(*) FROM runs")[0][0] == 2 * REPS
+    assert len(log_lines(tmp_path / "agent.log", "outbox full")) == 1
+
+
+def test_a_job_the_full_disk_cannot_keep_is_refused_with_outbox_full(tmp_path, small_fs):
+    """Nothing of it runs; the daemon gets the reason (it records it with the job)."""
+    from opptune.agent.apply import Executor, Worker
+    from opptune.agent.platform import discover
+    from opptune.agent.runner import Runner
+    from opptune.agent.workloads import Workloads
+    from opptune.shared.config import AgentConfig, CommandWorkload
+    state = small_fs(tmp_path / "state", "2m")
+    cfg = AgentConfig(agent_id="a1", bench_kernels=[], state_dir=str(state),
+                      workloads=[CommandWorkload("noop", ["true"])])
+    platform = discover(cfg)
+    wl = Workloads(cfg, catalogue={})
+    ob = Outbox(str(state), reserve_bytes=0)
+    sent = []
+    ex = Executor("a1", platform, wl, Runner(wl, platform["id"]), ob, send=sent.append)
+    fill(state)
+    job = P.make("job", "daemon", {"job_id": "job-1", "workload": "noop", "size": "default",
+                                   "points": [{"cpus": platform["cpus_online"][:1],
+                                               "threads": 1}], "reps": 1, "warmup": 0})
+    Worker(ex).submit(job)
+    (err,) = sent
+    assert err["type"] == "error" and err["body"]["code"] == "outbox_full"
+    assert err["body"]["ref"] == job["id"] and "full" in err["body"]["message"]
+    assert ob.job("job-1") is None and ob.count() == 0
+    ob.close()
+
+
+def test_status_shows_why_an_agent_outbox_is_full():
+    from rich.console import Console
+
+    from opptune.daemon.status_view import print_status
+    console = Console(record=True, width=250)
+    print_status({"agents": [{"id": "board-1", "alive": True, "outbox": 812,
+                              "outbox_full": "outbox holds 262479 bytes of unacknowledged "
+                                             "results, at its bound of 262144 (outbox_max_mb)"},
+                             {"id": "board-2", "alive": True, "outbox": 0}]}, console)
+    text = console.export_text()
+    full = [line for line in text.splitlines() if "board-1" in line]
+    assert "812 FULL: outbox holds 262479 bytes" in full[0]
+    assert "FULL" not in "".join(line for line in text.splitlines() if "board-2" in line)
+
+
+def test_a_config_refusal_the_full_disk_cannot_keep_is_still_sent(tmp_path, small_fs):
+    from opptune.agent.apply import Executor
+    from opptune.agent.platform import discover
+    from opptune.agent.runner import Runner
+    from opptune.agent.workloads import Workloads
+    from opptune.shared.config import AgentConfig, CommandWorkload
+    state = small_fs(tmp_path / "state", "2m")
+    cfg = AgentConfig(agent_id="a1", bench_kernels=[], state_dir=str(state),
+                      workloads=[CommandWorkload("noop", ["true"])])
+    platform = discover(cfg)
+    wl = Workloads(cfg, catalogue={})
+    ob = Outbox(str(state), reserve_bytes=0)
+    sent = []
+    ex = Executor("a1", platform, wl, Runner(wl, platform["id"]), ob, send=sent.append)
+    fill(state)
+    ex.refuse_config({"config_id": "c1"}, "cpus [9] are not online")
+    (msg,) = sent
+    assert msg["type"] == "applied" and msg["body"]["ok"] is False
+    assert msg["body"]["error"] == "cpus [9] are not online"
+    ob.close()
