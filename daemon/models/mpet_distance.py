@@ -93,3 +93,36 @@ class Distances:
         common = self.workloads_on.get(p, set()) & self.workloads_on.get(t, set())
         vals = [v for v in (self.d_p(b, p, t) for b in common) if math.isfinite(v)]
         return float(np.mean(vals)) if vals else math.nan
+
+
+def ratio_distance(x: Mapping, y: Mapping, group=None) -> float:
+    """How far two series are from proportional: 1 - exp(-s), s = the sample standard deviation
+    of log(x[k] / y[k]) over the keys both have with values > 0; NaN below two such keys.
+
+    0 when y[k] = c x[k] for every k, whatever c: then eq. 21's factor x/y taken at any one key
+    transfers exactly to the others. Over platforms (x, y = the t(1) of workloads A and B on
+    each), it rates B as a proxy for A's sequential speed; over workloads (x, y = the t(1) of
+    the suite on platforms P and T), it rates P as a proxy for T. In [0, 1) like eq. 13's D,
+    so eq. 20 combines the two; scale-free, so nothing to fit.
+
+    ``group(key)``: the ratio need only be constant within a group (keys (platform, n) grouped
+    by n: q(n)'s factor of eq. 21 is taken per n); s is then the pooled within-group deviation.
+    """
+    groups: dict = {}
+    for k in x:
+        if k not in y:
+            continue
+        a, b = x[k], y[k]
+        if a is None or b is None or not (a > 0 and b > 0) or not (math.isfinite(a)
+                                                                     and math.isfinite(b)):
+            continue
+        groups.setdefault(group(k) if group else None, []).append(math.log(a / b))
+    ss = dof = 0.0
+    for logs in groups.values():
+        if len(logs) >= 2:
+            v = np.asarray(logs)
+            ss += float(((v - v.mean()) ** 2).sum())
+            dof += len(logs) - 1
+    if dof < 1:
+        return math.nan
+    return 1.0 - math.exp(-math.sqrt(ss / dof))

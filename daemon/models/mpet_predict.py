@@ -19,7 +19,7 @@ import numpy as np
 
 from .mpet_curve import (PARAMS, cpu_time_ratio, eval_curve, feature_names, feature_vector,
                          fit_curve, time_curve)
-from .mpet_distance import Distances, normalise, tuple_distance
+from .mpet_distance import Distances, normalise, ratio_distance, tuple_distance
 
 
 @dataclass(frozen=True)
@@ -39,6 +39,14 @@ class Selection:
     curve change sign and pass near 0, where f = sc(P,A)/sc(P,B) explodes.
     ``mean`` = "arithmetic" is eq. 23; "geometric" is its weighted geometric mean, the mean
     that suits ratios (a factor of 2 and one of 1/2 average to 1); it leaves out values <= 0.
+    ``basis`` = "sc" rates candidates by D_a and D_p over sc (eq. 16-19); "t1-ratio" (for t(1))
+    by how far from proportional the measured t(1) are (mpet_distance.ratio_distance): D_a over
+    the reference platforms A and B share, D_p over the suite P and T share. Eq. 21 transfers
+    t(1) exactly from a B whose t(1) is proportional to A's, and sc holds nothing about
+    sequential speed where there are no counters. "q-ratio" (for sc) does the same with the
+    measured q(n), n >= 2, per n (what eq. 21 in ``space="curve"`` transfers). Where A shares
+    fewer than two platforms with every B (or P fewer than two workloads with T), that distance
+    falls back to sc's.
     """
     n_platforms: int = 3
     n_workloads: int = 10
@@ -52,6 +60,7 @@ class Selection:
     max_factor: float | None = None
     space: str = "elements"
     mean: str = "arithmetic"
+    basis: str = "sc"
 
     def __post_init__(self):
         if self.n_platforms < 1 or self.n_workloads < 1:
@@ -69,6 +78,8 @@ class Selection:
             raise ValueError("space is 'elements' or 'curve'")
         if self.mean not in ("arithmetic", "geometric"):
             raise ValueError("mean is 'arithmetic' or 'geometric'")
+        if self.basis not in ("sc", "t1-ratio", "q-ratio"):
+            raise ValueError("basis is 'sc', 't1-ratio' or 'q-ratio'")
 
 
 # Section 4.1's final setup: t(1) from 5 workloads x 5 platforms rated by mean workload and
@@ -172,6 +183,35 @@ class MpetDatabase:
             got = self._dist = Distances(normalise(self.sc))
         return got
 
+    def t1_table(self) -> tuple[dict, dict]:
+        """t(1) by workload ({w: {platform: t1}}) and by platform ({p: {workload: t1}})."""
+        got = getattr(self, "_t1_table", None)
+        if got is None:
+            by_w: dict = {}
+            by_p: dict = {}
+            for w, p in self.profiles:
+                v = self.t1((w, p))
+                if math.isfinite(v) and v > 0:
+                    by_w.setdefault(w, {})[p] = v
+                    by_p.setdefault(p, {})[w] = v
+            got = self._t1_table = (by_w, by_p)
+        return got
+
+    def q_table(self) -> tuple[dict, dict]:
+        """Measured q(n), n >= 2, by workload ({w: {(platform, n): q}}) and by platform
+        ({p: {(workload, n): q}})."""
+        got = getattr(self, "_q_table", None)
+        if got is None:
+            by_w: dict = {}
+            by_p: dict = {}
+            for w, p in self.profiles:
+                for n, q in cpu_time_ratio(self.profiles[(w, p)].get("t") or {}).items():
+                    if n >= 2 and math.isfinite(q) and q > 0:
+                        by_w.setdefault(w, {})[(p, n)] = q
+                        by_p.setdefault(p, {})[(w, n)] = q
+            got = self._q_table = (by_w, by_p)
+        return got
+
 
 def penalty(w: np.ndarray, k: int) -> np.ndarray:
     """Eq. 22: r(w) = ((w - w_min) / (w_max - w_min))^k; all 1 when every w is equal."""
@@ -214,6 +254,11 @@ def reconstruct(target_vals: np.ndarray, ref_a: np.ndarray, ref_b: np.ndarray,
     return np.exp(out) if mean == "geometric" else out
 
 
+def _plat(key):
+    """The platform (or workload) of a t1_table/q_table key: itself or (it, n)."""
+    return key[0] if isinstance(key, tuple) else key
+
+
 def _candidates(dist: Distances, db: MpetDatabase, workload, target, sel: Selection,
                 refs=None) -> list[Candidate]:
     refs = set(refs) if refs is not None else dist.platforms_of.get(workload, set())
@@ -227,7 +272,29 @@ def _candidates(dist: Distances, db: MpetDatabase, workload, target, sel: Select
                 else dist.d_a(p, workload, b)
             dp = dist.d_p_mean(p, target) if sel.platform_distance == "mean" \
                 else dist.d_p(b, p, target)
-            pairs.append(Candidate(p, b, da, dp, tuple_distance(dp, da)))
+            pairs.append(Candidate(p, b, da, dp, math.nan))
+    if sel.basis != "sc" and pairs:
+        by_w, by_p = db.t1_table() if sel.basis == "t1-ratio" else db.q_table()
+        group = None if sel.basis == "t1-ratio" else (lambda k: k[1])  # q: per n
+        own = {k: v for k, v in by_w.get(workload, {}).items()
+               if _plat(k) in refs and _plat(k) != target}
+        tgt = {k: v for k, v in by_p.get(target, {}).items() if _plat(k) != workload}
+        da = {b: ratio_distance(own, by_w.get(b, {}), group) for b in {c.workload for c in pairs}}
+        dp = {p: ratio_distance({k: v for k, v in by_p.get(p, {}).items()
+                                 if _plat(k) != workload}, tgt, group)
+              for p in {c.platform for c in pairs}}
+        ra = [da[c.workload] for c in pairs]
+        rp = [dp[c.platform] for c in pairs]
+        # per component: the ratio distance where any candidate has it, else sc's (a workload
+        # on one reference platform, a target with one suite workload)
+        if any(math.isfinite(x) for x in ra):
+            for c, x in zip(pairs, ra):
+                c.d_a = x
+        if any(math.isfinite(x) for x in rp):
+            for c, x in zip(pairs, rp):
+                c.d_p = x
+    for c in pairs:
+        c.d_t = tuple_distance(c.d_p, c.d_a)
     pairs.sort(key=lambda c: (c.d_t, str(c.platform), str(c.workload)))
     chosen, plats, works = [], set(), set()
     for c in pairs:
