@@ -38,7 +38,9 @@ from .models.mpet_predict import DEFAULT_SC, DEFAULT_T1, SEED_SC, SEED_T1, MpetD
 DEFAULT_DATA = ("data/loghin_multicore_energy/data.csv", "data/xplat_npb_minife/data.csv")
 SEED_TABLE5 = {"t1": 0.154, "scaling": 0.127, "full": 0.199}
 SETUPS = {
-    "default": "seed counts and weights, eq. 21/23 on q(n) values, geometric mean",
+    "default": "seed counts and weights, eq. 21/23 on q(n) values, geometric mean, "
+               "candidates by ratio distances",
+    "sc-distance": "the default with candidates by sc distances (eq. 16-19) as in the seed",
     "seed": "seed setup of section 4.1, eq. 21/23 as written",
     "nested": "settings chosen per workload by leave-one-out without that workload",
 }
@@ -177,6 +179,9 @@ def run(paths: list[str], max_factor: float | None = None, setup: str = "default
         raise MpetInputError("--max-factor does not apply to --setup nested (its grid fixes "
                              "the settings); leave one of them out")
     t1_sel, sc_sel = (SEED_T1, SEED_SC) if setup == "seed" else (DEFAULT_T1, DEFAULT_SC)
+    if setup == "sc-distance":
+        t1_sel = dataclasses.replace(t1_sel, basis="sc")
+        sc_sel = dataclasses.replace(sc_sel, basis="sc")
     sc_sel = dataclasses.replace(sc_sel, max_factor=max_factor)
     results = []
     for path in paths:
