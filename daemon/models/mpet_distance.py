@@ -108,21 +108,21 @@ def ratio_distance(x: Mapping, y: Mapping, group=None) -> float:
     ``group(key)``: the ratio need only be constant within a group (keys (platform, n) grouped
     by n: q(n)'s factor of eq. 21 is taken per n); s is then the pooled within-group deviation.
     """
-    groups: dict = {}
-    for k in x:
-        if k not in y:
-            continue
-        a, b = x[k], y[k]
+    groups: dict = {}  # group -> [count, sum, sum of squares] of the log ratios
+    for k, a in x.items():
+        b = y.get(k)
         if a is None or b is None or not (a > 0 and b > 0) or not (math.isfinite(a)
                                                                      and math.isfinite(b)):
             continue
-        groups.setdefault(group(k) if group else None, []).append(math.log(a / b))
-    ss = dof = 0.0
-    for logs in groups.values():
-        if len(logs) >= 2:
-            v = np.asarray(logs)
-            ss += float(((v - v.mean()) ** 2).sum())
-            dof += len(logs) - 1
+        v = math.log(a / b)
+        acc = groups.setdefault(group(k) if group else None, [0, 0.0, 0.0])
+        acc[0] += 1; acc[1] += v; acc[2] += v * v
+    ss = 0.0
+    dof = 0
+    for cnt, tot, sq in groups.values():
+        if cnt >= 2:
+            ss += max(sq - tot * tot / cnt, 0.0)
+            dof += cnt - 1
     if dof < 1:
         return math.nan
     return 1.0 - math.exp(-math.sqrt(ss / dof))

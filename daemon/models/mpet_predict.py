@@ -174,8 +174,18 @@ class MpetDatabase:
 
     def without(self, key) -> "MpetDatabase":
         profiles = {k: v for k, v in self.profiles.items() if k != key}
-        return MpetDatabase(profiles, self.platforms, {k: v for k, v in self.sc.items()
-                                                       if k != key}, self.counters)
+        out = MpetDatabase(profiles, self.platforms, {k: v for k, v in self.sc.items()
+                                                      if k != key}, self.counters)
+        # the t(1) and q(n) tables less that profile, instead of rebuilding them
+        w, p = key
+        for name, table in (("_t1_table", self.t1_table), ("_q_table", self.q_table)):
+            got = table()  # built once on this database, then shared
+            by_w = {a: ({k: v for k, v in d.items() if _plat(k) != p} if a == w else d)
+                    for a, d in got[0].items()}
+            by_p = {b: ({k: v for k, v in d.items() if _plat(k) != w} if b == p else d)
+                    for b, d in got[1].items()}
+            setattr(out, name, (by_w, by_p))
+        return out
 
     def distances(self) -> Distances:
         # eq. 10-12 over the database and the query (the query's profiles are in it); computed
@@ -270,12 +280,21 @@ def _candidates(dist: Distances, db: MpetDatabase, workload, target, sel: Select
         if p == target:
             continue
         for b in suite & dist.workloads_on.get(p, set()):
-            da = dist.d_a_mean(workload, b) if sel.workload_distance == "mean" \
-                else dist.d_a(p, workload, b)
-            dp = dist.d_p_mean(p, target) if sel.platform_distance == "mean" \
-                else dist.d_p(b, p, target)
-            pairs.append(Candidate(p, b, da, dp, math.nan))
-    if sel.basis != "sc" and pairs:
+            pairs.append(Candidate(p, b, math.nan, math.nan, math.nan))
+
+    def sc_distances(which):
+        for c in pairs:
+            if which == "a":
+                c.d_a = dist.d_a_mean(workload, c.workload) if sel.workload_distance == "mean" \
+                    else dist.d_a(c.platform, workload, c.workload)
+            else:
+                c.d_p = dist.d_p_mean(c.platform, target) if sel.platform_distance == "mean" \
+                    else dist.d_p(c.workload, c.platform, target)
+
+    if sel.basis == "sc":
+        sc_distances("a")
+        sc_distances("p")
+    elif pairs:
         by_w, by_p = db.t1_table() if sel.basis == "t1-ratio" else db.q_table()
         group = None if sel.basis == "t1-ratio" else (lambda k: k[1])  # q: per n
         own = {k: v for k, v in by_w.get(workload, {}).items()
@@ -300,12 +319,12 @@ def _candidates(dist: Distances, db: MpetDatabase, workload, target, sel: Select
         rp = [dp[c.platform] for c in pairs]
         # per component: the ratio distance where any candidate has it, else sc's (a workload
         # on one reference platform, a target with one suite workload)
-        if any(math.isfinite(x) for x in ra):
-            for c, x in zip(pairs, ra):
-                c.d_a = x
-        if any(math.isfinite(x) for x in rp):
-            for c, x in zip(pairs, rp):
-                c.d_p = x
+        for which, vals in (("a", ra), ("p", rp)):
+            if any(math.isfinite(x) for x in vals):
+                for c, x in zip(pairs, vals):
+                    setattr(c, "d_" + which, x)
+            else:
+                sc_distances(which)
     for c in pairs:
         c.d_t = tuple_distance(c.d_p, c.d_a)
     pairs.sort(key=lambda c: (c.d_t, str(c.platform), str(c.workload)))
