@@ -152,11 +152,14 @@ def add_parser(subparsers: Any) -> None:
                         f"(repeatable; default: {' and '.join(DEFAULT_DATA)})")
     p.add_argument("--setup", choices=sorted(SETUPS), default="default",
                    help="default: the seed's candidate counts and weights (section 4.1) with "
-                        "eq. 21/23 applied to q(n) = n t(n)/t(1) at each core count and a "
-                        "geometric mean of the factors; seed: section 4.1 exactly as written; "
+                        "eq. 21/23 applied to q(n) = n t(n)/t(1) at each core count, a "
+                        "geometric mean of the factors, and candidates rated by how far from "
+                        "proportional their measured t(1) and q(n) are (ratio distances); "
+                        "sc-distance: the same with the seed's distances over sc (eq. 16-19); "
+                        "seed: section 4.1 exactly as written; "
                         "nested: for each workload, t(1) and sc settings chosen from a fixed "
                         "grid by leave-one-out on the database without that workload (slow: "
-                        "about a minute on loghin_multicore_energy)")
+                        "minutes on loghin_multicore_energy)")
     p.add_argument("--max-factor", type=float, metavar="X",
                    help="not in the seed: leave out of an sc element's interpolation a "
                         "candidate whose transformation factor (eq. 21) lies outside "

@@ -297,6 +297,35 @@ def test_t1_ratio_basis_finds_the_proportional_workload_that_sc_distances_miss()
     assert [c.d_a for c in a.t1_candidates] == pytest.approx([c.d_a for c in b.t1_candidates])
 
 
+def test_ratio_distance_with_k_looks_at_the_references_that_behave_like_the_target():
+    """B1's t(1) is proportional to A's on P1, P2 and T (whose suite runs at one speed ratio),
+    not on Q1, Q2; B2 the other way round. Over all references B2 looks closer (k = 0); with
+    k > 0, D_a weighs the references by eq. 22's penalty of their D_p to T and B2 drops out."""
+    speed = {"P1": 1.0, "P2": 2.0, "Q1": 0.7, "Q2": 3.0, "T": 1.5}
+    suite_dev = {"Q1": (1.0, 1.5, 0.7), "Q2": (0.6, 1.0, 1.4)}
+    a_dev = {"Q1": 2.0, "Q2": 0.5}
+    b2_dev = {"P1": 1.3, "P2": 0.8, "T": 1.6}
+    platforms = {p: {"n_nu": None, "n_ht": None, "nmax": 2} for p in speed}
+    profiles = {}
+    for p, sp in speed.items():
+        t1s = {f"S{i}": base * sp * suite_dev.get(p, (1, 1, 1))[i]
+               for i, base in enumerate((2.0, 5.0, 9.0))}
+        t1s["A"] = 4.0 * sp * a_dev.get(p, 1.0)
+        t1s["B1"] = 10.0 * sp
+        t1s["B2"] = 6.0 * sp * a_dev.get(p, 1.0) * b2_dev.get(p, 1.0)
+        for w, t1 in t1s.items():
+            profiles[(w, p)] = {"t": {1: t1, 2: t1 * 1.1 / 2}}
+    db = MpetDatabase(profiles, platforms)
+    truth = profiles[("A", "T")]["t"][1]
+    flat = predict_migration(db, "A", "T", Selection(1, 1, k=0, basis="t1-ratio"))
+    local = predict_migration(db, "A", "T", Selection(1, 1, k=3, basis="t1-ratio"))
+    assert {c.workload for c in flat.t1_candidates} == {"B2"}
+    assert abs(flat.t1 - truth) / truth > 0.2
+    # B1 (or a suite workload, proportional to A on those references too), never B2
+    assert "B2" not in {c.workload for c in local.t1_candidates}
+    assert local.t1 == pytest.approx(truth, rel=1e-6)
+
+
 def test_q_ratio_basis_rates_scaling_candidates_by_proportional_curves():
     """B1's q(n) is A's times a factor per n on every platform; B2's q(n) is close to A's but
     off by a platform-dependent amount: the q-ratio basis takes B1 and transfers exactly."""

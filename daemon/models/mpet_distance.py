@@ -95,7 +95,7 @@ class Distances:
         return float(np.mean(vals)) if vals else math.nan
 
 
-def ratio_distance(x: Mapping, y: Mapping, group=None) -> float:
+def ratio_distance(x: Mapping, y: Mapping, group=None, weight=None) -> float:
     """How far two series are from proportional: 1 - exp(-s), s = the sample standard deviation
     of log(x[k] / y[k]) over the keys both have with values > 0; NaN below two such keys.
 
@@ -107,22 +107,25 @@ def ratio_distance(x: Mapping, y: Mapping, group=None) -> float:
 
     ``group(key)``: the ratio need only be constant within a group (keys (platform, n) grouped
     by n: q(n)'s factor of eq. 21 is taken per n); s is then the pooled within-group deviation.
+    ``weight(key)`` >= 0: a weighted deviation (reliability weights: the denominator is
+    sum w - sum w^2 / sum w, which is n - 1 for equal weights); NaN where that is 0.
     """
-    groups: dict = {}  # group -> [count, sum, sum of squares] of the log ratios
+    groups: dict = {}  # group -> [sum w, sum w v, sum w v^2, sum w^2] of the log ratios v
     for k, a in x.items():
         b = y.get(k)
         if a is None or b is None or not (a > 0 and b > 0) or not (math.isfinite(a)
                                                                      and math.isfinite(b)):
             continue
+        w = 1.0 if weight is None else float(weight(k))
+        if not w > 0:
+            continue
         v = math.log(a / b)
-        acc = groups.setdefault(group(k) if group else None, [0, 0.0, 0.0])
-        acc[0] += 1; acc[1] += v; acc[2] += v * v
-    ss = 0.0
-    dof = 0
-    for cnt, tot, sq in groups.values():
-        if cnt >= 2:
-            ss += max(sq - tot * tot / cnt, 0.0)
-            dof += cnt - 1
-    if dof < 1:
+        acc = groups.setdefault(group(k) if group else None, [0.0, 0.0, 0.0, 0.0])
+        acc[0] += w; acc[1] += w * v; acc[2] += w * v * v; acc[3] += w * w
+    ss = dof = 0.0
+    for sw, swv, swv2, sw2 in groups.values():
+        ss += max(swv2 - swv * swv / sw, 0.0)
+        dof += sw - sw2 / sw
+    if dof < 1e-9 or (weight is None and dof < 1 - 1e-9):
         return math.nan
     return 1.0 - math.exp(-math.sqrt(ss / dof))

@@ -304,17 +304,25 @@ def _candidates(dist: Distances, db: MpetDatabase, workload, target, sel: Select
         cache = db.__dict__.setdefault("_ratio_cache", {})
         ref_key = frozenset(refs) - {target}
         da, dp = {}, {}
-        for b in {c.workload for c in pairs}:
-            ck = (sel.basis, "a", workload, b, ref_key, target)
-            if ck not in cache:
-                cache[ck] = ratio_distance(own, by_w.get(b, {}), group)
-            da[b] = cache[ck]
-        for p in {c.platform for c in pairs}:
+        for p in ref_key:
             ck = (sel.basis, "p", workload, p, target)
             if ck not in cache:
                 cache[ck] = ratio_distance({k: v for k, v in by_p.get(p, {}).items()
                                             if _plat(k) != workload}, tgt, group)
             dp[p] = cache[ck]
+        # D_a over the references weighted by eq. 22's penalty of their D_p to T (k = 0: all
+        # alike): B should be proportional to A on the platforms that behave like T
+        ref_w = None
+        if sel.k > 0:
+            refs_l = sorted(ref_key, key=str)
+            w = np.array([1.0 - dp[p] if math.isfinite(dp[p]) else 0.0 for p in refs_l])
+            pen = dict(zip(refs_l, penalty(w, sel.k)))
+            ref_w = lambda k: pen.get(_plat(k), 0.0)  # noqa: E731
+        for b in {c.workload for c in pairs}:
+            ck = (sel.basis, "a", workload, b, ref_key, target, sel.k)
+            if ck not in cache:
+                cache[ck] = ratio_distance(own, by_w.get(b, {}), group, ref_w)
+            da[b] = cache[ck]
         ra = [da[c.workload] for c in pairs]
         rp = [dp[c.platform] for c in pairs]
         # per component: the ratio distance where any candidate has it, else sc's (a workload
