@@ -44,9 +44,11 @@ class Selection:
     the reference platforms A and B share, D_p over the suite P and T share. Eq. 21 transfers
     t(1) exactly from a B whose t(1) is proportional to A's, and sc holds nothing about
     sequential speed where there are no counters. "q-ratio" (for sc) does the same with the
-    measured q(n), n >= 2, per n (what eq. 21 in ``space="curve"`` transfers). Where A shares
-    fewer than two platforms with every B (or P fewer than two workloads with T), that distance
-    falls back to sc's.
+    measured q(n), n >= 2, per n (what eq. 21 in ``space="curve"`` transfers). With k > 0 the
+    ratio D_a weighs A's reference platforms by eq. 22's penalty of their ratio D_p to T (B
+    should be proportional to A where platforms behave like T). Where A shares fewer than two
+    platforms with every B (or P fewer than two workloads with T), that distance falls back to
+    sc's. Migration only: scenario (b) rates candidates by sc.
     """
     n_platforms: int = 3
     n_workloads: int = 10
