@@ -38,7 +38,9 @@ from .models.mpet_predict import DEFAULT_SC, DEFAULT_T1, SEED_SC, SEED_T1, MpetD
 DEFAULT_DATA = ("data/loghin_multicore_energy/data.csv", "data/xplat_npb_minife/data.csv")
 SEED_TABLE5 = {"t1": 0.154, "scaling": 0.127, "full": 0.199}
 SETUPS = {
-    "default": "seed counts and weights, eq. 21/23 on q(n) values, geometric mean",
+    "default": "seed counts and weights, eq. 21/23 on q(n) values, geometric mean, "
+               "candidates by ratio distances",
+    "sc-distance": "the default with candidates by sc distances (eq. 16-19) as in the seed",
     "seed": "seed setup of section 4.1, eq. 21/23 as written",
     "nested": "settings chosen per workload by leave-one-out without that workload",
 }
@@ -150,11 +152,14 @@ def add_parser(subparsers: Any) -> None:
                         f"(repeatable; default: {' and '.join(DEFAULT_DATA)})")
     p.add_argument("--setup", choices=sorted(SETUPS), default="default",
                    help="default: the seed's candidate counts and weights (section 4.1) with "
-                        "eq. 21/23 applied to q(n) = n t(n)/t(1) at each core count and a "
-                        "geometric mean of the factors; seed: section 4.1 exactly as written; "
+                        "eq. 21/23 applied to q(n) = n t(n)/t(1) at each core count, a "
+                        "geometric mean of the factors, and candidates rated by how far from "
+                        "proportional their measured t(1) and q(n) are (ratio distances); "
+                        "sc-distance: the same with the seed's distances over sc (eq. 16-19); "
+                        "seed: section 4.1 exactly as written; "
                         "nested: for each workload, t(1) and sc settings chosen from a fixed "
                         "grid by leave-one-out on the database without that workload (slow: "
-                        "about a minute on loghin_multicore_energy)")
+                        "minutes on loghin_multicore_energy)")
     p.add_argument("--max-factor", type=float, metavar="X",
                    help="not in the seed: leave out of an sc element's interpolation a "
                         "candidate whose transformation factor (eq. 21) lies outside "
@@ -177,6 +182,9 @@ def run(paths: list[str], max_factor: float | None = None, setup: str = "default
         raise MpetInputError("--max-factor does not apply to --setup nested (its grid fixes "
                              "the settings); leave one of them out")
     t1_sel, sc_sel = (SEED_T1, SEED_SC) if setup == "seed" else (DEFAULT_T1, DEFAULT_SC)
+    if setup == "sc-distance":
+        t1_sel = dataclasses.replace(t1_sel, basis="sc")
+        sc_sel = dataclasses.replace(sc_sel, basis="sc")
     sc_sel = dataclasses.replace(sc_sel, max_factor=max_factor)
     results = []
     for path in paths:

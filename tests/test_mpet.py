@@ -3,6 +3,7 @@ candidates and reconstruction (eq. 21-23, section 4.1), scenarios (a) and (b), t
 leave-one-out evaluation and `opptune eval-mpet`."""
 
 import csv
+import dataclasses
 import json
 import math
 
@@ -12,7 +13,8 @@ import pytest
 from opptune.daemon.cli import main
 from opptune.daemon.models.mpet_curve import (ELEMENTS, PARAMS, eval_curve, feature_names,
                                               feature_vector, fit_curve, time_curve)
-from opptune.daemon.models.mpet_distance import Distances, distance, normalise, tuple_distance
+from opptune.daemon.models.mpet_distance import (Distances, distance, normalise, ratio_distance,
+                                                  tuple_distance)
 from opptune.daemon.models.mpet_eval import (choose_settings, evaluate, evaluate_nested,
                                              summarise)
 from opptune.daemon.models.mpet_predict import (SEED_SC, SEED_T1, SINGLE_CANDIDATE_FACTOR,
@@ -148,7 +150,7 @@ def test_reconstruct_eq21_single_and_eq23_weighted():
 
 def test_selection_rejects_bad_settings():
     for bad in ({"k": 4}, {"weight": "x"}, {"n_platforms": 0}, {"workload_distance": "x"},
-                {"max_factor": 1.0}, {"space": "x"}, {"mean": "median"}):
+                {"max_factor": 1.0}, {"space": "x"}, {"mean": "median"}, {"basis": "x"}):
         with pytest.raises(ValueError):
             Selection(**bad)
 
@@ -238,6 +240,117 @@ def test_scalability_prediction_scenario_b_takes_the_closest_workload():
     assert pred.sc_candidates[0].workload == "B5"
     want = [3.0 * (1 + 0.04 * 0.5 * (n - 1)) / n for n in range(1, 9)]
     assert pred.t == pytest.approx(want, rel=1e-6)
+
+
+def test_ratio_distance_is_zero_for_proportional_series_and_grows_with_scatter():
+    x = {"P1": 2.0, "P2": 8.0, "P3": 1.0}
+    assert ratio_distance(x, {k: 3.5 * v for k, v in x.items()}) == pytest.approx(0.0, abs=1e-12)
+    near = ratio_distance(x, {"P1": 7.0, "P2": 28.0 * 1.05, "P3": 3.5})
+    far = ratio_distance(x, {"P1": 7.0, "P2": 28.0 * 1.5, "P3": 3.5})
+    assert 0 < near < far < 1
+    assert math.isnan(ratio_distance(x, {"P1": 1.0, "Q": 2.0}))      # one common key
+    assert math.isnan(ratio_distance(x, {"P1": 1.0, "P2": -1.0}))    # one usable key
+    # grouped (per n): a ratio constant within each n but differing between n is proportional
+    xq = {("P1", 2): 1.1, ("P2", 2): 1.3, ("P1", 4): 1.5, ("P2", 4): 2.0}
+    yq = {k: v * (1.2 if k[1] == 2 else 0.8) for k, v in xq.items()}
+    assert ratio_distance(xq, yq, lambda k: k[1]) == pytest.approx(0.0, abs=1e-12)
+    assert ratio_distance(xq, yq) > 0.1
+
+
+def _misleading_t1(with_t=True):
+    """B1's t(1) is proportional to A's on every platform; B2 scales like A (sc twin) but its
+    sequential speed ratio to A changes from platform to platform."""
+    nmax = 4
+    platforms = {p: {"n_nu": None, "n_ht": None, "nmax": nmax} for p in ("P1", "P2", "P3", "T")}
+    speed_a = {"P1": 1.0, "P2": 3.0, "P3": 0.5, "T": 2.0}
+    speed_b2 = {"P1": 1.0, "P2": 1.0, "P3": 2.0, "T": 0.4}
+    shape = {"A": 0.05, "B1": 0.3, "B2": 0.05}
+    profiles = {}
+    for p in platforms:
+        for w, t1 in (("A", 4.0 * speed_a[p]), ("B1", 10.0 * speed_a[p]),
+                      ("B2", 6.0 * speed_b2[p])):
+            if w == "A" and p == "T" and not with_t:
+                continue
+            profiles[(w, p)] = {"t": {n: t1 * (1 + shape[w] * (n - 1)) / n
+                                      for n in range(1, nmax + 1)}}
+    return profiles, platforms
+
+
+def test_t1_ratio_basis_finds_the_proportional_workload_that_sc_distances_miss():
+    profiles, platforms = _misleading_t1()
+    db = MpetDatabase(profiles, platforms)
+    truth = profiles[("A", "T")]["t"][1]
+    by_sc = predict_migration(db, "A", "T", Selection(3, 1, "mean", k=0, mean="geometric"))
+    by_ratio = predict_migration(db, "A", "T", Selection(3, 1, "mean", k=0, mean="geometric",
+                                                         basis="t1-ratio"))
+    assert {c.workload for c in by_sc.t1_candidates} == {"B2"}      # the scaling twin
+    assert abs(by_sc.t1 - truth) / truth > 0.5
+    assert {c.workload for c in by_ratio.t1_candidates} == {"B1"}
+    assert by_ratio.t1 == pytest.approx(truth, rel=1e-9)
+    assert all(c.d_a == pytest.approx(0.0, abs=1e-12) for c in by_ratio.t1_candidates)
+    # A on one reference platform: no spread to measure, D_a falls back to sc's
+    one = {k: v for k, v in profiles.items() if k[0] != "A" or k[1] == "P1"}
+    db1 = MpetDatabase(one, platforms)
+    sel = Selection(3, 2, "individual", k=0)
+    a = predict_migration(db1, "A", "T", sel)
+    b = predict_migration(db1, "A", "T", Selection(3, 2, "individual", k=0, basis="t1-ratio"))
+    assert [c.d_a for c in a.t1_candidates] == pytest.approx([c.d_a for c in b.t1_candidates])
+
+
+def test_ratio_distance_with_k_looks_at_the_references_that_behave_like_the_target():
+    """B1's t(1) is proportional to A's on P1, P2 and T (whose suite runs at one speed ratio),
+    not on Q1, Q2; B2 the other way round. Over all references B2 looks closer (k = 0); with
+    k > 0, D_a weighs the references by eq. 22's penalty of their D_p to T and B2 drops out."""
+    speed = {"P1": 1.0, "P2": 2.0, "Q1": 0.7, "Q2": 3.0, "T": 1.5}
+    suite_dev = {"Q1": (1.0, 1.5, 0.7), "Q2": (0.6, 1.0, 1.4)}
+    a_dev = {"Q1": 2.0, "Q2": 0.5}
+    b2_dev = {"P1": 1.3, "P2": 0.8, "T": 1.6}
+    platforms = {p: {"n_nu": None, "n_ht": None, "nmax": 2} for p in speed}
+    profiles = {}
+    for p, sp in speed.items():
+        t1s = {f"S{i}": base * sp * suite_dev.get(p, (1, 1, 1))[i]
+               for i, base in enumerate((2.0, 5.0, 9.0))}
+        t1s["A"] = 4.0 * sp * a_dev.get(p, 1.0)
+        t1s["B1"] = 10.0 * sp
+        t1s["B2"] = 6.0 * sp * a_dev.get(p, 1.0) * b2_dev.get(p, 1.0)
+        for w, t1 in t1s.items():
+            profiles[(w, p)] = {"t": {1: t1, 2: t1 * 1.1 / 2}}
+    db = MpetDatabase(profiles, platforms)
+    truth = profiles[("A", "T")]["t"][1]
+    flat = predict_migration(db, "A", "T", Selection(1, 1, k=0, basis="t1-ratio"))
+    local = predict_migration(db, "A", "T", Selection(1, 1, k=3, basis="t1-ratio"))
+    assert {c.workload for c in flat.t1_candidates} == {"B2"}
+    assert abs(flat.t1 - truth) / truth > 0.2
+    # B1 (or a suite workload, proportional to A on those references too), never B2
+    assert "B2" not in {c.workload for c in local.t1_candidates}
+    assert local.t1 == pytest.approx(truth, rel=1e-6)
+
+
+def test_q_ratio_basis_rates_scaling_candidates_by_proportional_curves():
+    """B1's q(n) is A's times a factor per n on every platform; B2's q(n) is close to A's but
+    off by a platform-dependent amount: the q-ratio basis takes B1 and transfers exactly."""
+    nmax = 6
+    plats = {"P1": 0.5, "P2": 1.0, "P3": 2.0, "T": 1.5}
+    platforms = {p: {"n_nu": None, "n_ht": None, "nmax": nmax} for p in plats}
+    wobble = {"P1": 1.15, "P2": 0.85, "P3": 1.1, "T": 0.9}
+    profiles = {}
+    for p, c in plats.items():
+        q_a = {n: 1 + 0.05 * c * (n - 1) for n in range(1, nmax + 1)}
+        qs = {"A": q_a, "B1": {n: q_a[n] * (1 + 0.1 * (n - 1)) for n in q_a},
+              "B2": {n: q_a[n] * wobble[p] ** ((n - 1) / (nmax - 1)) for n in q_a}}
+        for w, q in qs.items():
+            profiles[(w, p)] = {"t": {n: 2.0 * q[n] / n for n in q}}
+    db = MpetDatabase(profiles, platforms)
+    truth = profiles[("A", "T")]["t"]
+    sel = Selection(3, 1, space="curve", mean="geometric", k=0)
+    by_ratio = predict_migration(db, "A", "T", sc_sel=dataclasses.replace(sel, basis="q-ratio"))
+    assert {c.workload for c in by_ratio.sc_candidates} == {"B1"}
+    shape = [v / by_ratio.t1 * truth[1] for v in by_ratio.t]
+    assert shape == pytest.approx([truth[n] for n in by_ratio.ns], rel=1e-9)
+    by_sc = predict_migration(db, "A", "T", sc_sel=sel)
+    err = max(abs(v / by_sc.t1 * truth[1] - truth[n]) / truth[n]
+              for n, v in zip(by_sc.ns, by_sc.t))
+    assert {c.workload for c in by_sc.sc_candidates} == {"B2"} and err > 0.02
 
 
 def test_leave_one_out_evaluation_beats_naive_on_separable_data():

@@ -93,3 +93,39 @@ class Distances:
         common = self.workloads_on.get(p, set()) & self.workloads_on.get(t, set())
         vals = [v for v in (self.d_p(b, p, t) for b in common) if math.isfinite(v)]
         return float(np.mean(vals)) if vals else math.nan
+
+
+def ratio_distance(x: Mapping, y: Mapping, group=None, weight=None) -> float:
+    """How far two series are from proportional: 1 - exp(-s), s = the sample standard deviation
+    of log(x[k] / y[k]) over the keys both have with values > 0; NaN below two such keys.
+
+    0 when y[k] = c x[k] for every k, whatever c: then eq. 21's factor x/y taken at any one key
+    transfers exactly to the others. Over platforms (x, y = the t(1) of workloads A and B on
+    each), it rates B as a proxy for A's sequential speed; over workloads (x, y = the t(1) of
+    the suite on platforms P and T), it rates P as a proxy for T. In [0, 1) like eq. 13's D,
+    so eq. 20 combines the two; scale-free, so nothing to fit.
+
+    ``group(key)``: the ratio need only be constant within a group (keys (platform, n) grouped
+    by n: q(n)'s factor of eq. 21 is taken per n); s is then the pooled within-group deviation.
+    ``weight(key)`` >= 0: a weighted deviation (reliability weights: the denominator is
+    sum w - sum w^2 / sum w, which is n - 1 for equal weights); NaN where that is 0.
+    """
+    groups: dict = {}  # group -> [sum w, sum w v, sum w v^2, sum w^2] of the log ratios v
+    for k, a in x.items():
+        b = y.get(k)
+        if a is None or b is None or not (a > 0 and b > 0) or not (math.isfinite(a)
+                                                                     and math.isfinite(b)):
+            continue
+        w = 1.0 if weight is None else float(weight(k))
+        if not w > 0:
+            continue
+        v = math.log(a / b)
+        acc = groups.setdefault(group(k) if group else None, [0.0, 0.0, 0.0, 0.0])
+        acc[0] += w; acc[1] += w * v; acc[2] += w * v * v; acc[3] += w * w
+    ss = dof = 0.0
+    for sw, swv, swv2, sw2 in groups.values():
+        ss += max(swv2 - swv * swv / sw, 0.0)
+        dof += sw - sw2 / sw
+    if dof < 1e-9 or (weight is None and dof < 1 - 1e-9):
+        return math.nan
+    return 1.0 - math.exp(-math.sqrt(ss / dof))

@@ -29,30 +29,49 @@ KINDS = ("t1", "scaling", "full")
 METHODS = ("mpet", "naive", "same_curve")
 
 
-def _grid_t1() -> list[Selection]:
+def _ratio_variants(base: Selection, counts) -> list[Selection]:
+    """``base`` at each (n_platforms, n_workloads): k = 0 (equal weights), and k = 1 or 3
+    weighted by each of D_a, D_p, D_t (eq. 22)."""
     out = []
+    for n_p, n_w in counts:
+        out.append(dataclasses.replace(base, n_platforms=n_p, n_workloads=n_w, k=0))
+        for k in (1, 3):
+            for w in ("a", "p", "t"):
+                out.append(dataclasses.replace(base, n_platforms=n_p, n_workloads=n_w, k=k,
+                                               weight=w))
+    return out
+
+
+def _grid_t1() -> list[Selection]:
+    out = [DEFAULT_T1]
     for mean in ("geometric", "arithmetic"):
         for n in (5, 3, 1):
             for wd in ("mean", "individual"):
                 for k in (0, 3):
                     out.append(dataclasses.replace(SEED_T1, n_platforms=n, n_workloads=n,
-                                                   workload_distance=wd, k=k, mean=mean))
-    return out
+                                                   workload_distance=wd, k=k, mean=mean,
+                                                   basis="sc"))
+    ratio = dataclasses.replace(SEED_T1, mean="geometric", basis="t1-ratio")
+    out += _ratio_variants(ratio, ((5, 5), (3, 3)))
+    out.append(dataclasses.replace(ratio, n_platforms=1, n_workloads=1))
+    return list(dict.fromkeys(out))
 
 
 def _grid_sc() -> list[Selection]:
-    out = []
-    for base in (DEFAULT_SC, SEED_SC):
+    out = [DEFAULT_SC]
+    for base in (dataclasses.replace(DEFAULT_SC, basis="sc"), SEED_SC):
         for n_p, n_w in ((3, 10), (5, 5), (3, 3), (1, 1)):
             for k in (3, 0):
                 out.append(dataclasses.replace(base, n_platforms=n_p, n_workloads=n_w, k=k))
-    return out
+    ratio = dataclasses.replace(SEED_SC, space="curve", mean="geometric", basis="q-ratio")
+    out += _ratio_variants(ratio, ((3, 10), (5, 5), (3, 3)))
+    return list(dict.fromkeys(out))
 
 
 # Fixed before looking at any result: the seed's choices (counts 1..10 as in its Fig. 10,
 # mean or individual workload distance, k = 0 or 3, as in section 4.1) crossed with this
-# module's two departures (geometric mean, eq. 21 on q(n) values). The defaults come first,
-# so a tie keeps them.
+# module's departures (geometric mean, eq. 21 on q(n) values, ratio distances with each of the
+# seed's weights). The defaults come first, so a tie keeps them.
 T1_GRID = _grid_t1()
 SC_GRID = _grid_sc()
 

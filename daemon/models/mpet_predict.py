@@ -19,7 +19,7 @@ import numpy as np
 
 from .mpet_curve import (PARAMS, cpu_time_ratio, eval_curve, feature_names, feature_vector,
                          fit_curve, time_curve)
-from .mpet_distance import Distances, normalise, tuple_distance
+from .mpet_distance import Distances, normalise, ratio_distance, tuple_distance
 
 
 @dataclass(frozen=True)
@@ -39,6 +39,16 @@ class Selection:
     curve change sign and pass near 0, where f = sc(P,A)/sc(P,B) explodes.
     ``mean`` = "arithmetic" is eq. 23; "geometric" is its weighted geometric mean, the mean
     that suits ratios (a factor of 2 and one of 1/2 average to 1); it leaves out values <= 0.
+    ``basis`` = "sc" rates candidates by D_a and D_p over sc (eq. 16-19); "t1-ratio" (for t(1))
+    by how far from proportional the measured t(1) are (mpet_distance.ratio_distance): D_a over
+    the reference platforms A and B share, D_p over the suite P and T share. Eq. 21 transfers
+    t(1) exactly from a B whose t(1) is proportional to A's, and sc holds nothing about
+    sequential speed where there are no counters. "q-ratio" (for sc) does the same with the
+    measured q(n), n >= 2, per n (what eq. 21 in ``space="curve"`` transfers). With k > 0 the
+    ratio D_a weighs A's reference platforms by eq. 22's penalty of their ratio D_p to T (B
+    should be proportional to A where platforms behave like T). Where A shares fewer than two
+    platforms with every B (or P fewer than two workloads with T), that distance falls back to
+    sc's. Migration only: scenario (b) rates candidates by sc.
     """
     n_platforms: int = 3
     n_workloads: int = 10
@@ -52,6 +62,7 @@ class Selection:
     max_factor: float | None = None
     space: str = "elements"
     mean: str = "arithmetic"
+    basis: str = "sc"
 
     def __post_init__(self):
         if self.n_platforms < 1 or self.n_workloads < 1:
@@ -69,6 +80,8 @@ class Selection:
             raise ValueError("space is 'elements' or 'curve'")
         if self.mean not in ("arithmetic", "geometric"):
             raise ValueError("mean is 'arithmetic' or 'geometric'")
+        if self.basis not in ("sc", "t1-ratio", "q-ratio"):
+            raise ValueError("basis is 'sc', 't1-ratio' or 'q-ratio'")
 
 
 # Section 4.1's final setup: t(1) from 5 workloads x 5 platforms rated by mean workload and
@@ -78,11 +91,13 @@ SEED_T1 = Selection(n_platforms=5, n_workloads=5, workload_distance="mean",
                     platform_distance="individual", weight="a", k=0)
 SEED_SC = Selection(n_platforms=3, n_workloads=10, workload_distance="individual",
                     platform_distance="individual", weight="a", k=3)
-# The default here: the seed's counts, distances and weights, with eq. 21/23 on q(n) values and
-# the geometric mean of the factors (see Selection). Fixed on those grounds, not tuned on the
-# evaluation sets (docs/mpet.md gives both setups' figures).
-DEFAULT_T1 = dataclasses.replace(SEED_T1, mean="geometric")
-DEFAULT_SC = dataclasses.replace(SEED_SC, space="curve", mean="geometric")
+# The default here: the seed's counts and weights, with eq. 21/23 on q(n) values, the geometric
+# mean of the factors, and candidates rated by the ratio distances (the transfer eq. 21 makes,
+# checked on the platforms and workloads where it can be; see Selection). Counts, k and weights
+# stay the seed's: docs/mpet.md gives this setup's figures beside the seed's and beside the
+# nested setup, which chooses them inside the leave-one-out.
+DEFAULT_T1 = dataclasses.replace(SEED_T1, mean="geometric", basis="t1-ratio")
+DEFAULT_SC = dataclasses.replace(SEED_SC, space="curve", mean="geometric", basis="q-ratio")
 # Beside a single candidate the spread of candidates says nothing: the interval is at least
 # [t/f, t f] with this f (the leave-one-out full-prediction errors' 80 % percentile is 50-75 %
 # on the two datasets, docs/mpet.md).
@@ -161,8 +176,18 @@ class MpetDatabase:
 
     def without(self, key) -> "MpetDatabase":
         profiles = {k: v for k, v in self.profiles.items() if k != key}
-        return MpetDatabase(profiles, self.platforms, {k: v for k, v in self.sc.items()
-                                                       if k != key}, self.counters)
+        out = MpetDatabase(profiles, self.platforms, {k: v for k, v in self.sc.items()
+                                                      if k != key}, self.counters)
+        # the t(1) and q(n) tables less that profile, instead of rebuilding them
+        w, p = key
+        for name, table in (("_t1_table", self.t1_table), ("_q_table", self.q_table)):
+            got = table()  # built once on this database, then shared
+            by_w = {a: ({k: v for k, v in d.items() if _plat(k) != p} if a == w else d)
+                    for a, d in got[0].items()}
+            by_p = {b: ({k: v for k, v in d.items() if _plat(k) != w} if b == p else d)
+                    for b, d in got[1].items()}
+            setattr(out, name, (by_w, by_p))
+        return out
 
     def distances(self) -> Distances:
         # eq. 10-12 over the database and the query (the query's profiles are in it); computed
@@ -170,6 +195,35 @@ class MpetDatabase:
         got = getattr(self, "_dist", None)
         if got is None:
             got = self._dist = Distances(normalise(self.sc))
+        return got
+
+    def t1_table(self) -> tuple[dict, dict]:
+        """t(1) by workload ({w: {platform: t1}}) and by platform ({p: {workload: t1}})."""
+        got = getattr(self, "_t1_table", None)
+        if got is None:
+            by_w: dict = {}
+            by_p: dict = {}
+            for w, p in self.profiles:
+                v = self.t1((w, p))
+                if math.isfinite(v) and v > 0:
+                    by_w.setdefault(w, {})[p] = v
+                    by_p.setdefault(p, {})[w] = v
+            got = self._t1_table = (by_w, by_p)
+        return got
+
+    def q_table(self) -> tuple[dict, dict]:
+        """Measured q(n), n >= 2, by workload ({w: {(platform, n): q}}) and by platform
+        ({p: {(workload, n): q}})."""
+        got = getattr(self, "_q_table", None)
+        if got is None:
+            by_w: dict = {}
+            by_p: dict = {}
+            for w, p in self.profiles:
+                for n, q in cpu_time_ratio(self.profiles[(w, p)].get("t") or {}).items():
+                    if n >= 2 and math.isfinite(q) and q > 0:
+                        by_w.setdefault(w, {})[(p, n)] = q
+                        by_p.setdefault(p, {})[(w, n)] = q
+            got = self._q_table = (by_w, by_p)
         return got
 
 
@@ -214,6 +268,11 @@ def reconstruct(target_vals: np.ndarray, ref_a: np.ndarray, ref_b: np.ndarray,
     return np.exp(out) if mean == "geometric" else out
 
 
+def _plat(key):
+    """The platform (or workload) of a t1_table/q_table key: itself or (it, n)."""
+    return key[0] if isinstance(key, tuple) else key
+
+
 def _candidates(dist: Distances, db: MpetDatabase, workload, target, sel: Selection,
                 refs=None) -> list[Candidate]:
     refs = set(refs) if refs is not None else dist.platforms_of.get(workload, set())
@@ -223,11 +282,61 @@ def _candidates(dist: Distances, db: MpetDatabase, workload, target, sel: Select
         if p == target:
             continue
         for b in suite & dist.workloads_on.get(p, set()):
-            da = dist.d_a_mean(workload, b) if sel.workload_distance == "mean" \
-                else dist.d_a(p, workload, b)
-            dp = dist.d_p_mean(p, target) if sel.platform_distance == "mean" \
-                else dist.d_p(b, p, target)
-            pairs.append(Candidate(p, b, da, dp, tuple_distance(dp, da)))
+            pairs.append(Candidate(p, b, math.nan, math.nan, math.nan))
+
+    def sc_distances(which):
+        for c in pairs:
+            if which == "a":
+                c.d_a = dist.d_a_mean(workload, c.workload) if sel.workload_distance == "mean" \
+                    else dist.d_a(c.platform, workload, c.workload)
+            else:
+                c.d_p = dist.d_p_mean(c.platform, target) if sel.platform_distance == "mean" \
+                    else dist.d_p(c.workload, c.platform, target)
+
+    if sel.basis == "sc":
+        sc_distances("a")
+        sc_distances("p")
+    elif pairs:
+        by_w, by_p = db.t1_table() if sel.basis == "t1-ratio" else db.q_table()
+        group = None if sel.basis == "t1-ratio" else (lambda k: k[1])  # q: per n
+        own = {k: v for k, v in by_w.get(workload, {}).items()
+               if _plat(k) in refs and _plat(k) != target}
+        tgt = {k: v for k, v in by_p.get(target, {}).items() if _plat(k) != workload}
+        # cached per database: the nested evaluation asks the same pairs for every setting
+        cache = db.__dict__.setdefault("_ratio_cache", {})
+        ref_key = frozenset(refs) - {target}
+        da, dp = {}, {}
+        for p in ref_key:
+            ck = (sel.basis, "p", workload, p, target)
+            if ck not in cache:
+                cache[ck] = ratio_distance({k: v for k, v in by_p.get(p, {}).items()
+                                            if _plat(k) != workload}, tgt, group)
+            dp[p] = cache[ck]
+        # D_a over the references weighted by eq. 22's penalty of their D_p to T (k = 0: all
+        # alike): B should be proportional to A on the platforms that behave like T
+        ref_w = None
+        if sel.k > 0:
+            refs_l = sorted(ref_key, key=str)
+            w = np.array([1.0 - dp[p] if math.isfinite(dp[p]) else 0.0 for p in refs_l])
+            pen = dict(zip(refs_l, penalty(w, sel.k)))
+            ref_w = lambda k: pen.get(_plat(k), 0.0)  # noqa: E731
+        for b in {c.workload for c in pairs}:
+            ck = (sel.basis, "a", workload, b, ref_key, target, sel.k)
+            if ck not in cache:
+                cache[ck] = ratio_distance(own, by_w.get(b, {}), group, ref_w)
+            da[b] = cache[ck]
+        ra = [da[c.workload] for c in pairs]
+        rp = [dp[c.platform] for c in pairs]
+        # per component: the ratio distance where any candidate has it, else sc's (a workload
+        # on one reference platform, a target with one suite workload)
+        for which, vals in (("a", ra), ("p", rp)):
+            if any(math.isfinite(x) for x in vals):
+                for c, x in zip(pairs, vals):
+                    setattr(c, "d_" + which, x)
+            else:
+                sc_distances(which)
+    for c in pairs:
+        c.d_t = tuple_distance(c.d_p, c.d_a)
     pairs.sort(key=lambda c: (c.d_t, str(c.platform), str(c.workload)))
     chosen, plats, works = [], set(), set()
     for c in pairs:
