@@ -50,6 +50,9 @@ import msgpack
 PROTOCOL_VERSION = 1
 MAX_MESSAGE_BYTES = 1 << 20  # 1 MiB: a run record is a few KiB; anything larger is hostile.
 MAX_ID_LEN = 64
+# Integer fields are stored in 64-bit columns (SQLite, PostgreSQL bigint); msgpack carries up
+# to 2**64-1, and one such value would fail a whole batch's insert.
+MAX_INT = 2**63 - 1
 
 
 class ProtocolError(ValueError):
@@ -231,6 +234,9 @@ def validate(msg: Any) -> None:
             raise ProtocolError("bad_type", f"{msg['type']} field '{field}' must be "
                                             f"{'/'.join(t.__name__ for t in types)}, "
                                             f"got {type(value).__name__}", ref)
+        if type(value) is int and not -MAX_INT <= value <= MAX_INT:
+            raise ProtocolError("bad_value", f"{msg['type']} field '{field}' is out of the "
+                                             f"64-bit range", ref)
     _check_body(msg["type"], body, ref)
 
 
