@@ -265,6 +265,40 @@ def _check_body(msg_type: str, body: dict[str, Any], ref: str | None) -> None:
     elif msg_type == "result":
         if not 0 <= body["seq"] < body["of"]:
             raise ProtocolError("bad_value", "result needs 0 <= seq < of", ref)
+    if msg_type in _KEPT_AS_JSON:
+        # the daemon keeps a hello's platform and workloads as JSON, the agent a job's and a
+        # config's body: text keys, no byte strings, bounded depth
+        problem = _plain_problem(body, MAX_PLAIN_DEPTH)
+        if problem:
+            raise ProtocolError("bad_value", f"{msg_type} body: {problem}", ref)
+
+
+_KEPT_AS_JSON = frozenset({"hello", "job", "config"})
+MAX_PLAIN_DEPTH = 16  # a platform description nests 5 deep; msgpack allows 1024, json ~1000
+
+
+def _plain_problem(value: Any, depth: int) -> str | None:
+    """Why ``value`` cannot be stored as JSON (a map key that is not text, a byte string,
+    nesting deeper than ``depth``); None if it can."""
+    if isinstance(value, dict):
+        if depth <= 0:
+            return f"nested deeper than {MAX_PLAIN_DEPTH} levels"
+        for k, v in value.items():
+            if type(k) is not str:
+                return f"map key {k!r:.40} is not text"
+            problem = _plain_problem(v, depth - 1)
+            if problem:
+                return problem
+    elif isinstance(value, (list, tuple)):
+        if depth <= 0:
+            return f"nested deeper than {MAX_PLAIN_DEPTH} levels"
+        for v in value:
+            problem = _plain_problem(v, depth - 1)
+            if problem:
+                return problem
+    elif isinstance(value, (bytes, bytearray)):
+        return "holds a byte string where text or numbers belong"
+    return None
 
 
 def _check_cpus(cpus: Any, where: str, ref: str | None) -> None:

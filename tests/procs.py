@@ -37,7 +37,7 @@ class Cluster:
     def __init__(self, tmp: Path, *, kernels=("pi_integrate", "triad", "locked_update"),
                  size="small", reps=2,
                  warmup=0, max_cores=2, auto_sweep=True, extra_agent: dict | None = None,
-                 database: str | None = None):
+                 database: str | None = None, extra_daemon: dict | None = None):
         """``database``: a postgresql:// URL (default: an SQLite file in ``tmp``)."""
         self.tmp = tmp
         self.endpoint = free_endpoint()
@@ -45,7 +45,7 @@ class Cluster:
         self.daemon_toml = write_toml(tmp / "daemon.toml", {
             "bind": self.endpoint, "database": str(self.db), "heartbeat_s": 0.5,
             "agent_timeout_s": 3.0, "auto_sweep": auto_sweep, "auto_recommend": True,
-            "verify_reps": 2,
+            "verify_reps": 2, **(extra_daemon or {}),
         }, {"sweep": {"size": size, "reps": reps, "warmup": warmup, "max_cores": max_cores}})
         agent = {"agent_id": "test-agent", "daemon": self.endpoint,
                  "state_dir": str(tmp / "agent-state"), "heartbeat_s": 0.5,

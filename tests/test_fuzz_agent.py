@@ -95,7 +95,7 @@ def test_agent_handlers_refuse_hostile_bodies_cleanly(agent, errors, data):
     bodies = daemon_bodies(platform)
     msg_type = data.draw(st.sampled_from(sorted(bodies)))
     body = mutate(data, bodies[msg_type])
-    if msg_type == "job":  # hostile points too
+    if msg_type == "job" and data.draw(st.booleans()):  # hostile points too
         body["points"] = data.draw(st.lists(st.fixed_dictionaries(
             {"cpus": st.lists(st.integers(-1, 70000), max_size=3) | hostile,
              "threads": st.integers(-2, 2**63) | hostile,
@@ -133,3 +133,17 @@ def test_the_harness_reaches_the_handlers(agent, errors):
     assert outbox.job("bad-1") is None
     assert sent[-1]["type"] == "error" and sent[-1]["body"]["code"] == "bad_job"
     assert errors.lines == []
+
+
+@pytest.mark.parametrize("change", [
+    {"extra": b"\x00"},  # json.dumps of the body into the outbox failed: "internal"
+    {"points": None},
+    {"note": {b"k": 1}},
+])
+def test_found_by_fuzzing_jobs_are_refused_by_name(agent, errors, change):
+    link, outbox, platform, _ = agent
+    body = {**daemon_bodies(platform)["job"], "job_id": "found-1", **change}
+    refused = link.stats["refused"]
+    link._on_frames([wire("job", body)])
+    assert errors.lines == [] and outbox.job("found-1") is None
+    assert link.stats["refused"] == refused + 1

@@ -91,8 +91,8 @@ def runs(d: Daemon) -> int:
 
 
 def record(**kw) -> dict[str, Any]:
-    return RunRecord(platform="plat-fuzz", workload="wl", input="small", cores=1, cpus=[0],
-                     threads=1, rep=0, time_s=1.0, virtual=True, **kw).to_dict()
+    return {**RunRecord(platform="plat-fuzz", workload="wl", input="small", cores=1, cpus=[0],
+                        threads=1, rep=0, time_s=1.0, virtual=True).to_dict(), **kw}
 
 
 def wire(msg_type: str, body: Any, agent: Any = "a1", msg_id: Any = None) -> bytes:
@@ -151,6 +151,8 @@ def test_daemon_handlers_refuse_hostile_bodies_cleanly(world, errors, data):
     d, job_id = world
     msg_type = data.draw(st.sampled_from(sorted(valid_bodies(job_id))))
     body = mutate(data, valid_bodies(job_id)[msg_type])
+    if msg_type == "hello" and data.draw(st.booleans()):  # a hostile platform description
+        body["platform"] = mutate(data, PLATFORM)
     stored = runs(d)
     code = feed(d, wire(msg_type, body))
     assert errors.lines == []
@@ -208,3 +210,26 @@ def test_decoder_raises_only_protocol_errors(data):
         P.decode(data)
     except P.ProtocolError as exc:
         assert exc.code in DECODER_CODES
+
+
+# What the fuzzing found (benchmarks/fuzz.py and the tests above): each was an exception inside
+# a handler ("internal") or a failed insert of a whole batch (every agent in it told
+# "store_failed"); each is now refused where it is read, by name, and nothing is stored.
+@pytest.mark.parametrize("msg_type, change, code", [
+    ("result", {"record": record(rep=2**63)}, "bad_record"),  # past SQLite's INTEGER
+    ("result", {"record": record(freq_mhz=2**64 - 1)}, "bad_record"),
+    ("result", {"record": record(ok="yes")}, "bad_record"),  # int("yes") at insert
+    ("result", {"record": record(virtual={})}, "bad_record"),
+    ("result", {"seq": 2**63, "of": 2**64 - 1}, "bad_value"),
+    ("heartbeat", {"outbox": 2**64 - 1}, "bad_value"),
+    ("hello", {"platform": {"id": "p", b"k": 1}}, "bad_value"),  # json.dumps at save
+    ("hello", {"platform": {"id": "p", "x": b"\x00"}}, "bad_value"),  # json.dumps at save
+    ("hello", {"platform": {"id": "p", "x": _deep(999)}}, "bad_value"),  # RecursionError
+    ("hello", {"workloads": [{"name": "wl", "sizes": [b"s"]}]}, "bad_value"),
+])
+def test_found_by_fuzzing_is_refused_by_name(world, errors, msg_type, change, code):
+    d, job_id = world
+    body = {**valid_bodies(job_id)[msg_type], **change}
+    stored = runs(d)
+    assert feed(d, wire(msg_type, body)) == code
+    assert errors.lines == [] and runs(d) == stored
