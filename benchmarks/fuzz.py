@@ -60,7 +60,7 @@ class Fuzzer:
                     ("record", 20), ("envelope", 10), ("unknown_type", 3), ("deep", 3),
                     ("huge_count", 3), ("multi_frame", 3), ("too_large", 0.05))
 
-    def __init__(self, seed: int, agent: str, job_id: str):
+    def __init__(self, seed: int, agent: str, job_id: str, kinds: list[str] | None = None):
         self.r = random.Random(seed)
         self.agent, self.job_id = agent, job_id
         rec = RunRecord(platform="bench-plat", workload="bench", input="s", cores=1, cpus=[0],
@@ -84,8 +84,9 @@ class Fuzzer:
             "ack": {"ids": ["x"]}, "error": {"code": "bad_record", "message": "m", "ref": "x"},
             "heartbeat": {"instance": "d"}, "reply": {"ref": "r", "data": {}},
         }
-        self._weights = [w for _, w in self.DAEMON_KINDS]
-        self._kinds = [k for k, _ in self.DAEMON_KINDS]
+        chosen = [(k, w) for k, w in self.DAEMON_KINDS if not kinds or k in kinds]
+        self._weights = [w for _, w in chosen]
+        self._kinds = [k for k, _ in chosen]
 
     # -- values -----------------------------------------------------------------------------
     def value(self, depth: int = 0) -> Any:
@@ -249,16 +250,19 @@ class Socket:
                 self.sync()  # the sync itself may have been refused unread: ask again
 
 
-def fuzz_daemon(c: Cluster, endpoint: str, inputs: int, seed: int, pid: int) -> dict[str, Any]:
+def fuzz_daemon(c: Cluster, endpoint: str, inputs: int, seed: int, pid: int,
+                kinds: list[str] | None = None) -> dict[str, Any]:
     ctx = zmq.Context()
     socks = [Socket(ctx, endpoint, i) for i in range(FUZZ_AGENTS)]
-    fuzzers = [Fuzzer(seed + i, s.agent, f"job-{s.agent}") for i, s in enumerate(socks)]
+    fuzzers = [Fuzzer(seed + i, s.agent, f"job-{s.agent}", kinds) for i, s in enumerate(socks)]
     for s, f in zip(socks, fuzzers):  # known agents: their results reach the record checks
         s.send([P.encode(P.make("hello", s.agent, f.daemon_bodies["hello"]))])
     kinds: dict[str, int] = {}
-    rss = {"start_kb": proc_mem_kb(pid)["VmRSS"]}
+    rss: dict[str, Any] = {}
     hangs = sent = 0
     warm_at = max(inputs // 10, 1)
+    trace: list[int] = []  # MiB after each tenth of the inputs
+    next_sample = warm_at
     t0 = time.perf_counter()
     while sent < inputs:
         for s, f in zip(socks, fuzzers):
@@ -290,8 +294,12 @@ def fuzz_daemon(c: Cluster, endpoint: str, inputs: int, seed: int, pid: int) -> 
                     waiting.remove(s)
         if "warm_kb" not in rss and sent >= warm_at:
             rss["warm_kb"] = proc_mem_kb(pid)["VmRSS"]
+        if sent >= next_sample:
+            trace.append(proc_mem_kb(pid)["VmRSS"] // 1024)
+            next_sample += max(inputs // 10, 1)
     elapsed = time.perf_counter() - t0
     rss["end_kb"] = proc_mem_kb(pid)["VmRSS"]
+    rss["trace_mib"] = trace
     replies: dict[str, int] = {}
     for s in socks:
         s.drain()
@@ -358,11 +366,22 @@ def fuzz_agent(inputs: int, seed: int, tmp: Path) -> dict[str, Any]:
 
 
 # -- the whole run ----------------------------------------------------------------------------
-def run(inputs: int, agent_inputs: int, seed: int) -> dict[str, Any]:
+def served(c: Cluster, n: int) -> dict[str, Any]:
+    """Start a sweep of the real agent and wait until its ``n`` sweeps are stored and acked
+    (its outbox empty); the status then."""
+    query(c.endpoint, "sweep", {"agent": "test-agent"}, timeout_s=10)
+    return c.wait_for(lambda s: all_jobs_complete(
+        {**s, "jobs": [j for j in s["jobs"] if j["agent"] == "test-agent"]}, n)
+        and any(a["id"] == "test-agent" and a["outbox"] == 0 for a in s["agents"]),
+        timeout=120, what=f"the real agent's sweep {n} stored and acked")
+
+
+def run(inputs: int, agent_inputs: int, seed: int, kinds: list[str] | None = None
+        ) -> dict[str, Any]:
     tmp = Path(tempfile.mkdtemp(prefix="opptune-fuzz-"))
     # rate limits as deployed; jobs issued to the fuzzing agents so that their results reach
     # the record checks (not only "unknown_job")
-    c = Cluster(tmp, kernels=("pi_integrate",), reps=2, max_cores=1, auto_sweep=False)
+    c = Cluster(tmp, kernels=("pi_integrate",), reps=2, max_cores=2, auto_sweep=False)
     issue_jobs(c.db, FUZZ_AGENTS)
     c.start_daemon()
     c.start_agent()
@@ -370,16 +389,18 @@ def run(inputs: int, agent_inputs: int, seed: int) -> dict[str, Any]:
     try:
         c.wait_for(lambda s: any(a["id"] == "test-agent" and a["alive"] for a in s["agents"]),
                    timeout=60, what="the real agent's hello")
-        out["daemon"] = fuzz_daemon(c, c.endpoint, inputs, seed, c.daemon.pid)
-        query(c.endpoint, "sweep", {"agent": "test-agent"}, timeout_s=10)
-        st = c.wait_for(lambda s: all_jobs_complete(
-            {**s, "jobs": [j for j in s["jobs"] if j["agent"] == "test-agent"]}, 1)
-            and any(a["id"] == "test-agent" and a["outbox"] == 0 for a in s["agents"]),
-            timeout=120, what="the real agent's sweep stored and acked")
-        job = next(j for j in st["jobs"] if j["agent"] == "test-agent")
+        start_kb = proc_mem_kb(c.daemon.pid)["VmRSS"]
+        # Warm-up: the real agent served once, its sweep fitted (the fit loads the model
+        # code: about 60 MiB of the daemon's memory, once), before the first RSS reading.
+        served(c, 1)
+        c.wait_for(lambda s: s["fits"] or s["fit_errors"], timeout=120, what="a fit")
+        out["daemon"] = fuzz_daemon(c, c.endpoint, inputs, seed, c.daemon.pid, kinds)
+        out["daemon"]["rss"]["start_kb"] = start_kb
+        st = served(c, 2)
+        job = max((j for j in st["jobs"] if j["agent"] == "test-agent"),
+                  key=lambda j: j["created"])
         stored = c.rows("SELECT COUNT(*) FROM runs WHERE job_id=?", job["job_id"])[0][0]
-        out["agent_served"] = {"results_stored": stored, "expected": job["expected"],
-                               "outbox_after_acks": 0}
+        out["agent_served"] = {"results_stored": stored, "expected": job["expected"]}
         ref = st["daemon"]["refusals"]
         out["refusals"] = ref
         out["daemon_alive"] = c.daemon.poll() is None
@@ -416,9 +437,12 @@ def main() -> int:
     ap.add_argument("--agent-inputs", type=int, default=None,
                     help="frames fed to the agent's handler (default: --inputs)")
     ap.add_argument("--seed", type=int, default=1)
+    ap.add_argument("--kinds", help="only these kinds of input, comma-separated (of: "
+                    + ", ".join(k for k, _ in Fuzzer.DAEMON_KINDS) + ")")
     ap.add_argument("--json", action="store_true", help="print the figures as JSON only")
     a = ap.parse_args()
-    out = run(a.inputs, a.agent_inputs if a.agent_inputs is not None else a.inputs, a.seed)
+    out = run(a.inputs, a.agent_inputs if a.agent_inputs is not None else a.inputs, a.seed,
+              a.kinds.split(",") if a.kinds else None)
     ok = all(out["checks"].values())
     if a.json:
         print(json.dumps(out))
@@ -428,8 +452,10 @@ def main() -> int:
     print(f"daemon: {d['inputs']} inputs in {d['seconds']} s = {d['inputs_per_s']} inputs/s; "
           f"crashes {d['crashes']} (internal {d['internal']}, tracebacks {d['tracebacks']}, "
           f"exit {out['daemon_exit']}); hangs {d['hangs']}")
-    print(f"daemon RSS: start {rss['start_kb'] / 1024:.1f} MiB, after warm-up "
-          f"{rss['warm_kb'] / 1024:.1f} MiB, end {rss['end_kb'] / 1024:.1f} MiB")
+    print(f"daemon RSS: start {rss['start_kb'] / 1024:.1f} MiB, after warm-up (a sweep fitted, "
+          f"10 % of the inputs) "
+          f"{rss['warm_kb'] / 1024:.1f} MiB, end {rss['end_kb'] / 1024:.1f} MiB (each tenth: "
+          f"{', '.join(map(str, rss['trace_mib']))} MiB)")
     ref = out["refusals"]
     print(f"refusals: {ref['total']} in {d['refusal_log_lines']} log lines "
           f"({ref['unlogged']} counted without a line of their own); by reason:")

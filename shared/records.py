@@ -83,8 +83,9 @@ class RunRecord:
         daemon's ingest path, hence exact type tests instead of generic loops."""
         d = self.__dict__
         for name in _TEXT_FIELDS:
-            if type(d[name]) is not str:
-                raise RecordError(f"record field '{name}' must be text")
+            if type(d[name]) is not str or len(d[name]) > MAX_NAME_LEN:
+                raise RecordError(f"record field '{name}' must be text of at most "
+                                  f"{MAX_NAME_LEN} characters")
         for name in _COUNT_FIELDS:
             v = d[name]
             if type(v) is not int or not 0 <= v <= _INT64_MAX:
@@ -113,6 +114,9 @@ class RunRecord:
 
 
 _TEXT_FIELDS = ("platform", "workload", "input", "variant")
+# They name a group: every status and report lists them (a 1 MB input name made the status
+# reply too large to send).
+MAX_NAME_LEN = 1024
 _COUNT_FIELDS = ("cores", "threads", "rep")
 _NUMBER_FIELDS = ("freq_mhz", "time_s", "wall_s", "user_s", "sys_s", "energy_j")
 _NUMBER_TYPES = (int, float)  # exact types: bool is refused

@@ -233,3 +233,21 @@ def test_found_by_fuzzing_is_refused_by_name(world, errors, msg_type, change, co
     stored = runs(d)
     assert feed(d, wire(msg_type, body)) == code
     assert errors.lines == [] and runs(d) == stored
+
+
+def test_a_huge_name_in_a_record_is_refused(world, errors):
+    """A record's platform, workload, input and variant name its group, which every status
+    lists: a 100 kB input name, stored, made the status reply too large to send."""
+    d, job_id = world
+    stored = runs(d)
+    assert feed(d, wire("result", {**valid_bodies(job_id)["result"],
+                                   "record": record(input="x" * 100_000)})) == "bad_record"
+    assert runs(d) == stored and errors.lines == []
+
+
+def test_a_reply_too_large_to_send_is_refused_by_name(world, errors, monkeypatch):
+    d, _ = world
+    from opptune.daemon import queries
+    monkeypatch.setattr(queries, "status", lambda _d: {"blob": "x" * (P.MAX_MESSAGE_BYTES + 1)})
+    assert feed(d, wire("query", {"what": "status"})) == "too_large"
+    assert errors.lines == []
