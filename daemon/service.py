@@ -255,7 +255,8 @@ class Daemon:
         if code == "unknown_job":
             self.stats["refused_unknown_job"] += 1
         self.link.refusals.refused(identity, code, f"{message} (message {ref})")
-        self.link.send(identity, protocol.error_reply(DAEMON_ID, code, message, ref))
+        self.link.send(identity, protocol.error_reply(DAEMON_ID, code, message, ref),
+                       quiet=True)
 
     def handle_batch(self, batch: list[tuple[bytes, dict[str, Any]]]) -> None:
         """Handle messages in arrival order; results are stored together at the end."""

@@ -251,3 +251,14 @@ def test_a_reply_too_large_to_send_is_refused_by_name(world, errors, monkeypatch
     monkeypatch.setattr(queries, "status", lambda _d: {"blob": "x" * (P.MAX_MESSAGE_BYTES + 1)})
     assert feed(d, wire("query", {"what": "status"})) == "too_large"
     assert errors.lines == []
+
+
+def test_refusals_to_a_vanished_peer_do_not_log_a_line_each(world, caplog):
+    """A peer that floods and hangs up: its refusals are logged at the bounded rate only,
+    not once more per frame for the answer that cannot be delivered."""
+    d, _ = world
+    caplog.set_level(logging.DEBUG, logger="opptune")
+    for _ in range(50):
+        feed(d, wire("query", {"what": "nothing-known"}))
+        d.link._refuse(b"gone-peer", P.ProtocolError("malformed", "not msgpack"))
+    assert len([r for r in caplog.records if r.levelno >= logging.WARNING]) <= 2
