@@ -6,7 +6,10 @@ Every message is a msgpack map (the envelope)::
 
 ``decode`` validates the envelope and the body of every known type before anything uses it and
 raises :class:`ProtocolError` (never anything else) naming the problem. Server loops catch it,
-answer with an ``error`` message and log it.
+answer with an ``error`` message and log it. Beyond each field's type: integer fields fit in
+64 bits (the stores' columns), and the bodies kept as JSON (hello, job, config) hold only text
+keys, no byte strings, and nest at most ``MAX_PLAIN_DEPTH`` deep (tests/test_fuzz_*.py and
+benchmarks/fuzz.py feed the decoder and every handler hostile input).
 
 Message types and who sends them:
 
