@@ -44,6 +44,7 @@ transient ones and parks them for the permanent ones, see agent/link.py):
 
 from __future__ import annotations
 
+import math
 import os
 import time
 from typing import Any
@@ -268,12 +269,44 @@ def _check_body(msg_type: str, body: dict[str, Any], ref: str | None) -> None:
     elif msg_type == "result":
         if not 0 <= body["seq"] < body["of"]:
             raise ProtocolError("bad_value", "result needs 0 <= seq < of", ref)
+    elif msg_type == "applied":
+        _check_applied(body, ref)
     if msg_type in _KEPT_AS_JSON:
         # the daemon keeps a hello's platform and workloads as JSON, the agent a job's and a
         # config's body: text keys, no byte strings, bounded depth
         problem = _plain_problem(body, MAX_PLAIN_DEPTH)
         if problem:
             raise ProtocolError("bad_value", f"{msg_type} body: {problem}", ref)
+
+
+def _number(v: Any) -> bool:
+    """A finite number >= 0 (not a bool), as measured times, rates and energies are."""
+    return type(v) in (int, float) and 0 <= v < math.inf and (type(v) is float or v <= MAX_INT)
+
+
+def _check_applied(body: dict[str, Any], ref: str | None) -> None:
+    """The verified time and a pid/unit target's measured window, which the daemon judges
+    and describes: each known field of its type (agent/targets.py writes them)."""
+    if body.get("time_s") is not None and not _number(body["time_s"]):
+        raise ProtocolError("bad_value", "applied time_s must be a finite number >= 0 or nil",
+                            ref)
+    m = body.get("measured")
+    if m is None:
+        return
+    target = m.get("target", {})
+    if not isinstance(target, dict) or ("pid" in target and type(target["pid"]) is not int) \
+            or not isinstance(target.get("unit", ""), str):
+        raise ProtocolError("bad_value", "applied measured.target must be a map with an int "
+                                         "pid or a text unit", ref)
+    for key in ("cpus_busy", "window_s", "energy_j"):
+        if m.get(key) is not None and not _number(m[key]):
+            raise ProtocolError("bad_value", f"applied measured.{key} must be a finite number "
+                                             ">= 0 or nil", ref)
+    freqs = m.get("freq_mhz")
+    if freqs is not None and not (isinstance(freqs, dict) and all(
+            type(k) is str and _number(f) for k, f in freqs.items())):
+        raise ProtocolError("bad_value", "applied measured.freq_mhz must map policy names to "
+                                         "frequencies", ref)
 
 
 _KEPT_AS_JSON = frozenset({"hello", "job", "config"})

@@ -106,11 +106,11 @@ def mutate(data: st.DataObject, body: dict[str, Any]) -> dict[str, Any]:
     for _ in range(data.draw(st.integers(1, 3))):
         how = data.draw(st.sampled_from(["set", "drop", "add"]))
         if how == "drop" and body:
-            body.pop(data.draw(st.sampled_from(sorted(body))))
+            body.pop(data.draw(st.sampled_from(list(body))))
         elif how == "add":
             body[data.draw(st.text(max_size=8))] = data.draw(hostile)
         elif body:
-            body[data.draw(st.sampled_from(sorted(body)))] = data.draw(hostile)
+            body[data.draw(st.sampled_from(list(body)))] = data.draw(hostile)
     return body
 
 
@@ -262,3 +262,46 @@ def test_refusals_to_a_vanished_peer_do_not_log_a_line_each(world, caplog):
         feed(d, wire("query", {"what": "nothing-known"}))
         d.link._refuse(b"gone-peer", P.ProtocolError("malformed", "not msgpack"))
     assert len([r for r in caplog.records if r.levelno >= logging.WARNING]) <= 2
+
+
+@SETTINGS
+@given(st.data())
+def test_daemon_refuses_hostile_applied_for_a_pushed_config(world, errors, data):
+    """An ``applied`` for a configuration really pushed to the agent reaches the verdict and
+    the store: its time, records and measured window must be refused by name when wrong."""
+    d, _ = world
+    if d.store.recommendation("cfg-fuzz") is None:
+        d.store.save_recommendation({
+            "config_id": "cfg-fuzz", "agent": "a1", "platform": "plat-fuzz", "workload": "wl",
+            "input": "small", "variant": "", "cores": 1, "cpus": [0], "threads": 1,
+            "predicted_time_s": 1.0, "predicted_lower_s": 0.9, "predicted_upper_s": 1.1},
+            1.0)
+    measured = {"target": {"kind": "pid", "pid": 1}, "cpus_busy": 1.0, "window_s": 2.0,
+                "freq_mhz": {"policy0": 1800.0}, "energy_j": 3.0}
+    body = {"config_id": "cfg-fuzz", "ok": True, "time_s": None, "records": [],
+            "measured": mutate(data, measured) if data.draw(st.booleans()) else measured}
+    body = {**mutate(data, body), "config_id": "cfg-fuzz"}
+    if data.draw(st.booleans()) and isinstance(body.get("measured"), dict):
+        t = body["measured"].get("target")
+        body["measured"]["target"] = mutate(data, t) if isinstance(t, dict) else t
+    feed(d, wire("applied", body))
+    assert errors.lines == []
+
+
+@pytest.mark.parametrize("change", [
+    {"measured": {"target": "pid 1"}},  # .get on a str in measured_text: "internal"
+    {"measured": {"cpus_busy": "all"}},  # format of a str with :.2f
+    {"measured": {"freq_mhz": [1800]}},  # .items() of a list
+    {"measured": {"energy_j": b"\x00"}},
+    {"time_s": math.nan},  # judged "off by nan %"
+    {"time_s": -1.0},
+])
+def test_found_by_fuzzing_applied_is_refused_by_name(world, errors, change):
+    d, _ = world
+    d.store.save_recommendation({
+        "config_id": "cfg-found", "agent": "a1", "platform": "plat-fuzz", "workload": "wl",
+        "input": "small", "variant": "", "cores": 1, "cpus": [0], "threads": 1,
+        "predicted_time_s": 1.0, "predicted_lower_s": 0.9, "predicted_upper_s": 1.1}, 1.0)
+    body = {"config_id": "cfg-found", "ok": True, "time_s": None, "records": [], **change}
+    assert feed(d, wire("applied", body)) == "bad_value"
+    assert errors.lines == [] and d.store.recommendation("cfg-found")["state"] == "pushed"
