@@ -147,3 +147,13 @@ def test_found_by_fuzzing_jobs_are_refused_by_name(agent, errors, change):
     link._on_frames([wire("job", body)])
     assert errors.lines == [] and outbox.job("found-1") is None
     assert link.stats["refused"] == refused + 1
+
+
+@pytest.mark.parametrize("unit", ["web\x00.service", "x" * 300, "tab\there"])
+def test_unit_target_names_are_checked_before_systemctl_sees_them(tmp_path, unit):
+    """A NUL in a unit name raised ValueError in subprocess (not TargetError): the agent's
+    handler failed with "internal" where systemd runs."""
+    from opptune.agent.sysfs import SysFS
+    from opptune.agent.targets import TargetError, Targets
+    with pytest.raises(TargetError, match="must be a systemd unit name"):
+        Targets(SysFS(str(tmp_path)), virtual=False).check({"kind": "unit", "unit": unit})
