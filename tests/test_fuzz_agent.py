@@ -51,8 +51,10 @@ def agent(tmp_path_factory):
     wl = Workloads(cfg, catalogue={})
     outbox = Outbox(str(tmp / "ob"))
     sent: list[dict[str, Any]] = []
+    from opptune.agent.sysfs import SysFS
+    from opptune.agent.targets import Targets
     ex = Executor("a1", platform, wl, Runner(wl, platform["id"]), outbox, send=sent.append,
-                  state_dir=str(tmp))
+                  state_dir=str(tmp), targets=Targets(SysFS(str(tmp)), virtual=False))
     worker = Worker(ex)
     link = Link("a1", "tcp://127.0.0.1:9", {"platform": platform, "workloads": wl.describe()},
                 outbox, worker.submit, heartbeat_s=60)
@@ -101,6 +103,9 @@ def test_agent_handlers_refuse_hostile_bodies_cleanly(agent, errors, data):
              "threads": st.integers(-2, 2**63) | hostile,
              "freq_khz": st.none() | st.integers(0, 2**64 - 1) | hostile}), max_size=3)
             | hostile)
+    if msg_type == "config" and data.draw(st.booleans()):  # a hostile pid or unit target
+        body["target"] = mutate(data, data.draw(st.sampled_from([
+            {"kind": "pid", "pid": 1, "window_s": 1.0}, {"kind": "unit", "unit": "web"}])))
     link._on_frames([wire(msg_type, body)])
     assert errors.lines == []
     # the result waiting for its ack is still there unless a well-formed ack named it
