@@ -164,13 +164,7 @@ def main(argv: list[str] | None = None) -> int:
                  "sysfs_root": args.sysfs_root, "virtual_board": args.virtual_board,
                  "log_level": args.log_level, "heartbeat_s": args.heartbeat_s}
     try:
-        config = load_agent_config(args.config, **overrides)
-        if not config.agent_id or len(config.agent_id) > 64:
-            raise ConfigError(f"{args.config or 'configuration'}: key 'agent_id' must be "
-                              "1..64 characters")
-        if config.heartbeat_s <= 0:
-            raise ConfigError(f"{args.config or 'configuration'}: key 'heartbeat_s' must be "
-                              "> 0")
+        config = load_agent_config(args.config, **overrides)  # checks every value
         if config.virtual_board:
             _attach_virtual_board(config, args.config)
     except ConfigError as exc:

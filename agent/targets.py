@@ -146,7 +146,9 @@ class Targets:
                                   "board are not this machine's")
         elif kind == "unit":
             unit = target.get("unit")
-            if not isinstance(unit, str) or not unit or "/" in unit:
+            # printable and short: it becomes systemctl's argument (a NUL raised ValueError)
+            if not isinstance(unit, str) or not unit or "/" in unit or not unit.isprintable() \
+                    or len(unit) > 256:
                 raise TargetError(f"target unit must be a systemd unit name, got {unit!r}")
             self._unit_how(unit)
 

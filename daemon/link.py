@@ -200,15 +200,19 @@ class Link:
             self._limited_reply.clear()
         self._limited_reply[identity] = now
         self.send(identity, protocol.error_reply(
-            "daemon", "rate_limited", "too many messages: slow down and resend later", None))
+            "daemon", "rate_limited", "too many messages: slow down and resend later", None),
+            quiet=True)
 
     def _refuse(self, identity: bytes, exc: ProtocolError) -> None:
         self.stats["refused"] += 1
         self.refusals.refused(identity, exc.code, str(exc))
-        self.send(identity, protocol.error_reply("daemon", exc.code, str(exc), exc.ref))
+        self.send(identity, protocol.error_reply("daemon", exc.code, str(exc), exc.ref),
+                  quiet=True)
 
-    def send(self, identity: bytes, msg: dict[str, Any]) -> bool:
-        """Send to one peer; False (logged) when the peer is gone or not keeping up."""
+    def send(self, identity: bytes, msg: dict[str, Any], quiet: bool = False) -> bool:
+        """Send to one peer; False (logged) when the peer is gone or not keeping up.
+        ``quiet``: a refusal's answer, whose failure is not logged (the refusal is, at a
+        bounded rate; a peer that floods and hangs up must not cost a line per frame)."""
         try:
             data = protocol.encode(msg)
         except ProtocolError as exc:
@@ -219,7 +223,8 @@ class Link:
             self.sock.send_multipart(frames, zmq.NOBLOCK)
             return True
         except zmq.ZMQError as exc:  # EHOSTUNREACH: peer gone; EAGAIN: peer's queue is full
-            log.warning("cannot send %s to %r: %s", msg.get("type"), identity, exc)
+            if not quiet:
+                log.warning("cannot send %s to %r: %s", msg.get("type"), identity, exc)
             return False
 
     def send_ack(self, identity: bytes, ids: list[str], agent: str = "daemon") -> bool:

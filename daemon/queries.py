@@ -147,7 +147,11 @@ def status(d: Daemon) -> dict[str, Any]:
     return {
         "daemon": {"instance": d.instance, "uptime_s": round(now - d.started, 3),
                    "endpoint": d.endpoint, "database": redact_url(d.config.database),
-                   "stats": dict(d.stats)},
+                   "stats": dict(d.stats),
+                   # every refusal by reason, and how many of them the bounded log left out
+                   "refusals": {"by_code": dict(d.link.refusals.by_code),
+                                "total": d.link.refusals.total,
+                                "unlogged": d.link.refusals.unlogged}},
         "agents": agents,
         # What each agent's board offers (knob availability, topology), for operators.
         "platforms": {a["platform"]: d.store.platform(a["platform"])

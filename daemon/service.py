@@ -266,7 +266,8 @@ class Daemon:
         if code == "unknown_job":
             self.stats["refused_unknown_job"] += 1
         self.link.refusals.refused(identity, code, f"{message} (message {ref})")
-        self.link.send(identity, protocol.error_reply(DAEMON_ID, code, message, ref))
+        self.link.send(identity, protocol.error_reply(DAEMON_ID, code, message, ref),
+                       quiet=True)
 
     def handle_batch(self, batch: list[tuple[bytes, dict[str, Any]]]) -> None:
         """Handle messages in arrival order; results are stored together at the end."""
@@ -420,7 +421,13 @@ class Daemon:
     def _on_query(self, identity: bytes, msg: dict[str, Any]) -> None:
         queries.check_local(self, identity)
         data = queries.answer(self, msg["body"]["what"], msg["body"].get("args") or {})
-        self.send(identity, "reply", {"ref": msg["id"], "data": data})
+        reply = protocol.make("reply", DAEMON_ID, {"ref": msg["id"], "data": data})
+        try:
+            protocol.encode(reply)
+        except protocol.ProtocolError as exc:  # the operator hears why instead of a timeout
+            raise HandlerError(exc.code, f"the reply to '{msg['body']['what'][:40]}' cannot "
+                                         f"be sent: {exc}") from None
+        self.link.send(identity, reply)
 
     # -- the parts' entry points, for callers of the daemon object ----------------------------
     def status(self) -> dict[str, Any]:

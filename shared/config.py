@@ -8,6 +8,8 @@ default, an unknown key or a wrong type is an error (a typo must not silently do
 from __future__ import annotations
 
 import dataclasses
+import difflib
+import math
 import os
 import socket
 import tomllib
@@ -248,9 +250,54 @@ def _coerce(path: Path, key: str, value: Any, default: Any, tp: Any) -> Any:
     else:
         ok = True
     if not ok:
-        raise ConfigError(f"{path}: key '{key}' must be {type(default).__name__}, "
-                          f"got {type(value).__name__} ({value!r})")
+        raise ConfigError(f"{path}: key '{key}' must be {form_of(key, default)}, "
+                          f"got {_show(value)}")
     return value
+
+
+# What a key's value must look like, in the words of the error messages (keys not listed get
+# their type's words). Durations and sizes are plain numbers: "2s" or "1MiB" are refused.
+FORMS = {
+    "heartbeat_s": "a number of seconds > 0, e.g. 2.0",
+    "agent_timeout_s": "a number of seconds > 0, e.g. 10.0",
+    "run_timeout_s": "a number of seconds > 0, e.g. 600.0",
+    "job_expiry_s": "a number of seconds >= 0 (0: jobs for an offline agent wait for it)",
+    "tolerance": "a fraction of the best time from 0 to 1, e.g. 0.05 for 5 %",
+    "verify_reps": "a whole number >= 1",
+    "drift_off_count": "a whole number >= 0 (consecutive off verifications before "
+                       "re-characterising; 0 = never)",
+    "sweep.reps": "a whole number >= 1",
+    "sweep.warmup": "a whole number >= 0",
+    "sweep.max_cores": "a whole number >= 0 (0 = all cores the agent reports)",
+    "sweep.size": "a size name, e.g. \"small\"",
+    "sweep.frequencies": "an array of frequencies in kHz, e.g. [1200000, 1800000]",
+    "bench_kernels": "an array of kernel names, e.g. [\"triad\"] or [\"all\"]",
+    "failover_daemons": "an array of endpoints, e.g. [\"tcp://host2:5555\"]",
+    "agent_id": "1 to 64 characters, e.g. the host name",
+    "log_level": "one of \"DEBUG\", \"INFO\", \"WARNING\", \"ERROR\"",
+    "daemon": "an endpoint, e.g. \"tcp://daemon-host:5555\"",
+    "bind": "an endpoint, e.g. \"tcp://0.0.0.0:5555\"",
+    "run_as": "a user name, e.g. \"opptune\"",
+    "max_message_bytes": "a byte count from 1024 to 1048576 (1 MiB)",
+    "rate_limit_per_s": "a rate from 1 to 10000000 messages per second",
+    "rate_limit_burst": "a message count from 1 to 10000000",
+    "max_outstanding_jobs": "a job count from 1 to 100000",
+}
+_TYPE_WORDS = {bool: "true or false", float: "a number", int: "a whole number", str: "text",
+               list: "an array"}
+
+
+def form_of(key: str, default: Any = None) -> str:
+    """How the value of ``key`` must be written."""
+    return FORMS.get(key) or _TYPE_WORDS.get(type(default), "a value of another type")
+
+
+def _show(value: Any) -> str:
+    """A value as an error message quotes it: its TOML type and at most 60 characters."""
+    text = repr(value)
+    kind = {bool: "boolean", int: "integer", float: "number", str: "text", list: "array",
+            dict: "table"}.get(type(value), type(value).__name__)
+    return f"{kind} {text[:60]}{'...' if len(text) > 60 else ''}"
 
 
 def _build(cls: type, data: dict[str, Any], path: Path, prefix: str = "") -> Any:
@@ -258,13 +305,19 @@ def _build(cls: type, data: dict[str, Any], path: Path, prefix: str = "") -> Any
     names = {f.name: f for f in dataclasses.fields(cls)}
     for key, value in data.items():
         if key not in names:
-            raise ConfigError(f"{path}: unknown key '{prefix}{key}'; known keys: "
+            close = difflib.get_close_matches(str(key), list(names), n=1, cutoff=0.6)
+            hint = f"did you mean '{prefix}{close[0]}'? " if close else ""
+            raise ConfigError(f"{path}: unknown key '{prefix}{key}'; {hint}known keys"
+                              f"{f' of [{prefix[:-1]}]' if prefix else ''}: "
                               f"{', '.join(sorted(names))}")
         if cls is AgentConfig and key == "workloads":
             value = [_workload(path, i, w) for i, w in enumerate(_list(path, key, value))]
         else:
             value = _coerce(path, prefix + key, value, getattr(inst, key), names[key].type)
-        setattr(inst, key, value)
+        try:
+            setattr(inst, key, value)
+        except ConfigError as exc:  # a field that checks itself (frequency_grid)
+            raise ConfigError(f"{path}: key {exc}") from None
     return inst
 
 
@@ -284,10 +337,24 @@ def _workload(path: Path, i: int, data: Any) -> CommandWorkload:
     if not isinstance(data["command"], list) or not all(isinstance(a, str) for a in data["command"]):
         raise ConfigError(f"{where}: 'command' must be an array of strings "
                           "(argv, no shell), e.g. [\"./app\", \"--threads\", \"{threads}\"]")
-    try:
-        return CommandWorkload(**data)
-    except TypeError as exc:
-        raise ConfigError(f"{where}: {exc}") from None
+    unknown = sorted(set(data) - {f.name for f in dataclasses.fields(CommandWorkload)})
+    if unknown:
+        raise ConfigError(f"{where}: unknown key '{unknown[0]}'; known keys: command, env, "
+                          "name, sizes, threads_env")
+    if not isinstance(data["name"], str) or not data["name"].strip():
+        raise ConfigError(f"{where}: 'name' must be a non-empty name, got {_show(data['name'])}")
+    sizes = data.get("sizes", ["default"])
+    if not isinstance(sizes, list) or not sizes or not all(isinstance(x, str) for x in sizes):
+        raise ConfigError(f"{where}: 'sizes' must be a non-empty array of size names, e.g. "
+                          f"[\"small\", \"large\"], got {_show(sizes)}")
+    env = data.get("env", {})
+    if not isinstance(env, dict) or not all(isinstance(v, str) for v in env.values()):
+        raise ConfigError(f"{where}: 'env' must be a table of text values, e.g. "
+                          f"{{ OMP_PROC_BIND = \"true\" }}, got {_show(env)}")
+    if not isinstance(data.get("threads_env", ""), str):
+        raise ConfigError(f"{where}: 'threads_env' must be an environment variable's name, "
+                          f"got {_show(data['threads_env'])}")
+    return CommandWorkload(**data)
 
 
 def _read(path: Path) -> dict[str, Any]:
@@ -327,6 +394,28 @@ LIMIT_KEYS = (
 )
 
 
+def _option(key: str) -> str:
+    """The command-line option that sets ``key``."""
+    return "--heartbeat" if key == "heartbeat_s" else f"--{key.replace('_', '-')}"
+
+
+def _seconds(v: Any) -> bool:
+    return math.isfinite(v) and v > 0
+
+
+# (key, test of its value) beyond its type, each key's expected form in FORMS
+VALUE_CHECKS: tuple[tuple[str, Any], ...] = (
+    ("agent_id", lambda v: 0 < len(v) <= 64 and v.strip() == v),
+    ("heartbeat_s", _seconds), ("agent_timeout_s", _seconds), ("run_timeout_s", _seconds),
+    ("verify_reps", lambda v: v >= 1),
+    ("log_level", lambda v: v.upper() in ("DEBUG", "INFO", "WARNING", "ERROR")),
+    ("bench_kernels", lambda v: all(isinstance(k, str) and k for k in v)),
+    ("sweep.reps", lambda v: v >= 1), ("sweep.warmup", lambda v: v >= 0),
+    ("sweep.max_cores", lambda v: v >= 0), ("sweep.size", lambda v: bool(v.strip())),
+    ("sweep.frequencies", lambda v: all(type(f) is int and f > 0 for f in v)),
+)
+
+
 def _load(cls: type, path: Any, default: Path, overrides: dict[str, Any]) -> Any:
     p = Path(path) if path else default
     if path and not p.exists():
@@ -339,7 +428,7 @@ def _load(cls: type, path: Any, default: Path, overrides: dict[str, Any]) -> Any
         value = getattr(config, key, None)
         problem = endpoint_problem(value) if isinstance(value, str) else None
         if problem:
-            where = (f"--{key.replace('_', '-')}" if key in given
+            where = (_option(key) if key in given
                      else f"{p}: key '{key}'" if key in data else f"default '{key}'")
             raise ConfigError(f"{where}: {problem}")
     for i, value in enumerate(getattr(config, "failover_daemons", [])):
@@ -367,9 +456,19 @@ def _load(cls: type, path: Any, default: Path, overrides: dict[str, Any]) -> Any
                           f"for an offline agent wait for it), got {expiry!r}")
     for key in NON_NEGATIVE_KEYS:
         value = getattr(config, key, None)
-        if value is not None and value < 0:
-            raise ConfigError(f"{p}: key '{key}' must be >= 0 (a fraction of the best time, "
-                              f"e.g. 0.05 for 5 %), got {value!r}")
+        if value is not None and not 0 <= value <= 1:
+            raise ConfigError(f"{p}: key '{key}' must be >= 0 and <= 1 (a fraction of the "
+                              f"best time, e.g. 0.05 for 5 %), got {value!r}")
+    for key, ok in VALUE_CHECKS:
+        section, _, name = key.rpartition(".")
+        holder = getattr(config, section, None) if section else config
+        if holder is None or not hasattr(holder, name):
+            continue  # a key of the other program's configuration
+        value = getattr(holder, name)
+        if not ok(value):
+            where = (_option(name) if not section and name in given
+                     else f"{p}: key '{key}'")
+            raise ConfigError(f"{where} must be {form_of(key)}, got {_show(value)}")
     for key, low, high, form in LIMIT_KEYS:
         value = getattr(config, key, None)
         if value is not None and not low <= value <= high:

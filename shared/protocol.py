@@ -6,7 +6,10 @@ Every message is a msgpack map (the envelope)::
 
 ``decode`` validates the envelope and the body of every known type before anything uses it and
 raises :class:`ProtocolError` (never anything else) naming the problem. Server loops catch it,
-answer with an ``error`` message and log it.
+answer with an ``error`` message and log it. Beyond each field's type: integer fields fit in
+64 bits (the stores' columns), and the bodies kept as JSON (hello, job, config) hold only text
+keys, no byte strings, and nest at most ``MAX_PLAIN_DEPTH`` deep (tests/test_fuzz_*.py and
+benchmarks/fuzz.py feed the decoder and every handler hostile input).
 
 Message types and who sends them:
 
@@ -41,6 +44,7 @@ transient ones and parks them for the permanent ones, see agent/link.py):
 
 from __future__ import annotations
 
+import math
 import os
 import time
 from typing import Any
@@ -50,6 +54,9 @@ import msgpack
 PROTOCOL_VERSION = 1
 MAX_MESSAGE_BYTES = 1 << 20  # 1 MiB: a run record is a few KiB; anything larger is hostile.
 MAX_ID_LEN = 64
+# Integer fields are stored in 64-bit columns (SQLite, PostgreSQL bigint); msgpack carries up
+# to 2**64-1, and one such value would fail a whole batch's insert.
+MAX_INT = 2**63 - 1
 
 
 class ProtocolError(ValueError):
@@ -232,6 +239,9 @@ def validate(msg: Any) -> None:
             raise ProtocolError("bad_type", f"{msg['type']} field '{field}' must be "
                                             f"{'/'.join(t.__name__ for t in types)}, "
                                             f"got {type(value).__name__}", ref)
+        if type(value) is int and not -MAX_INT <= value <= MAX_INT:
+            raise ProtocolError("bad_value", f"{msg['type']} field '{field}' is out of the "
+                                             f"64-bit range", ref)
     _check_body(msg["type"], body, ref)
 
 
@@ -260,6 +270,72 @@ def _check_body(msg_type: str, body: dict[str, Any], ref: str | None) -> None:
     elif msg_type == "result":
         if not 0 <= body["seq"] < body["of"]:
             raise ProtocolError("bad_value", "result needs 0 <= seq < of", ref)
+    elif msg_type == "applied":
+        _check_applied(body, ref)
+    if msg_type in _KEPT_AS_JSON:
+        # the daemon keeps a hello's platform and workloads as JSON, the agent a job's and a
+        # config's body: text keys, no byte strings, bounded depth
+        problem = _plain_problem(body, MAX_PLAIN_DEPTH)
+        if problem:
+            raise ProtocolError("bad_value", f"{msg_type} body: {problem}", ref)
+
+
+def _number(v: Any) -> bool:
+    """A finite number >= 0 (not a bool), as measured times, rates and energies are."""
+    return type(v) in (int, float) and 0 <= v < math.inf and (type(v) is float or v <= MAX_INT)
+
+
+def _check_applied(body: dict[str, Any], ref: str | None) -> None:
+    """The verified time and a pid/unit target's measured window, which the daemon judges
+    and describes: each known field of its type (agent/targets.py writes them)."""
+    if body.get("time_s") is not None and not _number(body["time_s"]):
+        raise ProtocolError("bad_value", "applied time_s must be a finite number >= 0 or nil",
+                            ref)
+    m = body.get("measured")
+    if m is None:
+        return
+    target = m.get("target", {})
+    if not isinstance(target, dict) or ("pid" in target and type(target["pid"]) is not int) \
+            or not isinstance(target.get("unit", ""), str):
+        raise ProtocolError("bad_value", "applied measured.target must be a map with an int "
+                                         "pid or a text unit", ref)
+    for key in ("cpus_busy", "window_s", "energy_j"):
+        if m.get(key) is not None and not _number(m[key]):
+            raise ProtocolError("bad_value", f"applied measured.{key} must be a finite number "
+                                             ">= 0 or nil", ref)
+    freqs = m.get("freq_mhz")
+    if freqs is not None and not (isinstance(freqs, dict) and all(
+            type(k) is str and _number(f) for k, f in freqs.items())):
+        raise ProtocolError("bad_value", "applied measured.freq_mhz must map policy names to "
+                                         "frequencies", ref)
+
+
+_KEPT_AS_JSON = frozenset({"hello", "job", "config"})
+MAX_PLAIN_DEPTH = 16  # a platform description nests 5 deep; msgpack allows 1024, json ~1000
+
+
+def _plain_problem(value: Any, depth: int) -> str | None:
+    """Why ``value`` cannot be stored as JSON (a map key that is not text, a byte string,
+    nesting deeper than ``depth``); None if it can."""
+    if isinstance(value, dict):
+        if depth <= 0:
+            return f"nested deeper than {MAX_PLAIN_DEPTH} levels"
+        for k, v in value.items():
+            if type(k) is not str:
+                return f"map key {k!r:.40} is not text"
+            problem = _plain_problem(v, depth - 1)
+            if problem:
+                return problem
+    elif isinstance(value, (list, tuple)):
+        if depth <= 0:
+            return f"nested deeper than {MAX_PLAIN_DEPTH} levels"
+        for v in value:
+            problem = _plain_problem(v, depth - 1)
+            if problem:
+                return problem
+    elif isinstance(value, (bytes, bytearray)):
+        return "holds a byte string where text or numbers belong"
+    return None
 
 
 def _check_cpus(cpus: Any, where: str, ref: str | None) -> None:

@@ -83,12 +83,13 @@ class RunRecord:
         daemon's ingest path, hence exact type tests instead of generic loops."""
         d = self.__dict__
         for name in _TEXT_FIELDS:
-            if type(d[name]) is not str:
-                raise RecordError(f"record field '{name}' must be text")
+            if type(d[name]) is not str or len(d[name]) > MAX_NAME_LEN:
+                raise RecordError(f"record field '{name}' must be text of at most "
+                                  f"{MAX_NAME_LEN} characters")
         for name in _COUNT_FIELDS:
             v = d[name]
-            if type(v) is not int or v < 0:
-                raise RecordError(f"record field '{name}' must be a non-negative integer")
+            if type(v) is not int or not 0 <= v <= _INT64_MAX:
+                raise RecordError(f"record field '{name}' must be an integer from 0 to 2**63-1")
         if self.cores < 1 or self.threads < 1:
             raise RecordError("record needs cores >= 1 and threads >= 1")
         cpus = self.cpus
@@ -97,23 +98,30 @@ class RunRecord:
             raise RecordError("record field 'cpus' must list exactly 'cores' cpu numbers")
         for name in _NUMBER_FIELDS:
             v = d[name]
-            if v is not None and (type(v) not in _NUMBER_TYPES or not 0 <= v < math.inf):
+            # an int past 64 bits is finite but no database column holds it
+            if v is not None and (type(v) not in _NUMBER_TYPES or not 0 <= v < math.inf
+                                  or type(v) is int and v > _INT64_MAX):
                 raise RecordError(f"record field '{name}' must be a finite number >= 0 or nil")
         if self.ok and self.time_s is None:
             raise RecordError("a successful record needs time_s")
         if type(self.counters) is not dict or type(self.invalid) is not dict:
             raise RecordError("record fields 'counters' and 'invalid' must be maps")
-        if type(self.throttled) is not bool:
-            raise RecordError("record field 'throttled' must be true or false")
+        for name in ("ok", "virtual", "throttled"):  # stored as 0/1 columns
+            if type(d[name]) is not bool:
+                raise RecordError(f"record field '{name}' must be true or false")
         if self.thermal is not None and type(self.thermal) is not dict:
             raise RecordError("record field 'thermal' must be a map or nil")
 
 
 _TEXT_FIELDS = ("platform", "workload", "input", "variant")
+# They name a group: every status and report lists them (a 1 MB input name made the status
+# reply too large to send).
+MAX_NAME_LEN = 1024
 _COUNT_FIELDS = ("cores", "threads", "rep")
 _NUMBER_FIELDS = ("freq_mhz", "time_s", "wall_s", "user_s", "sys_s", "energy_j")
 _NUMBER_TYPES = (int, float)  # exact types: bool is refused
 _INT_TYPE = {int}
+_INT64_MAX = 2**63 - 1  # the widest integer SQLite and PostgreSQL (bigint) store
 
 
 _FIELD_ORDER = tuple(f.name for f in dataclasses.fields(RunRecord))

@@ -1,0 +1,111 @@
+"""Every class of invalid configuration value, through the real entry points (opptune-daemon
+and opptune-agent): exit status 2, one line on stderr that names the file, the key and the
+expected form, no traceback, nothing started."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import pytest
+
+from opptune.agent.cli import main as agent_main
+from opptune.daemon.service import main as daemon_main
+
+# (program, TOML text, what the one line must say besides the file's path)
+CASES = [
+    # wrong type
+    ("daemon", "heartbeat_s = 'fast'", ["key 'heartbeat_s'", "a number of seconds > 0",
+                                        "got text 'fast'"]),
+    ("daemon", "auto_sweep = 'yes'", ["key 'auto_sweep'", "true or false"]),
+    ("agent", "bench_kernels = 'triad'", ["key 'bench_kernels'", "an array of kernel names"]),
+    ("daemon", "sweep = 3", ["[sweep] must be a table"]),
+    ("agent", "[[workloads]]\nname = 'w'\ncommand = 'make run'",
+     ["[[workloads]] entry 1", "'command' must be an array of strings"]),
+    ("agent", "[[workloads]]\nname = 'w'\ncommand = ['x']\nsizes = 'small'",
+     ["[[workloads]] entry 1", "'sizes' must be a non-empty array of size names"]),
+    # bad duration and size strings: plain numbers only
+    ("agent", "run_timeout_s = '10m'", ["key 'run_timeout_s'", "a number of seconds > 0",
+                                        "got text '10m'"]),
+    ("daemon", "max_message_bytes = '1MiB'", ["key 'max_message_bytes'",
+                                              "a byte count from 1024 to 1048576"]),
+    # out of range
+    ("agent", "heartbeat_s = 0", ["key 'heartbeat_s'", "a number of seconds > 0", "0.0"]),
+    ("daemon", "agent_timeout_s = nan", ["key 'agent_timeout_s'", "a number of seconds > 0",
+                                         "nan"]),
+    ("daemon", "max_message_bytes = 100", ["key 'max_message_bytes'", "from 1024 to 1048576",
+                                           "100"]),
+    ("daemon", "tolerance = 5.0", ["key 'tolerance'", ">= 0 and <= 1"]),
+    ("daemon", "verify_reps = 0", ["key 'verify_reps'", "a whole number >= 1"]),
+    ("daemon", "[sweep]\nreps = 0", ["key 'sweep.reps'", "a whole number >= 1"]),
+    ("daemon", "[sweep]\nfrequencies = ['1.2GHz']", ["key 'sweep.frequencies'",
+                                                    "frequencies in kHz"]),
+    ("daemon", "[sweep]\nfrequency_grid = 'some'", ["'sweep.frequency_grid'", "\"none\""]),
+    ("agent", "agent_id = ''", ["key 'agent_id'", "1 to 64 characters"]),
+    ("agent", f"agent_id = '{'b' * 65}'", ["key 'agent_id'", "1 to 64 characters"]),
+    ("daemon", "log_level = 'loud'", ["key 'log_level'", "\"DEBUG\", \"INFO\""]),
+    ("daemon", "curve = 'yes'", ["key 'curve'", "\"auto\""]),
+    # unknown key: the closest known one suggested
+    ("agent", "hearbeat_s = 1.0", ["unknown key 'hearbeat_s'", "did you mean 'heartbeat_s'?"]),
+    ("daemon", "[sweep]\nrepz = 2", ["unknown key 'sweep.repz'", "did you mean 'sweep.reps'?"]),
+    ("agent", "[[workloads]]\nname = 'w'\ncommand = ['x']\nsize = ['s']",
+     ["[[workloads]] entry 1", "unknown key 'size'"]),
+    # bad endpoint
+    ("agent", "daemon = 'daemon-host:5555'", ["key 'daemon'", "write it as \"tcp://"]),
+    ("daemon", "bind = 'udp://0.0.0.0:5555'", ["key 'bind'", "unknown transport"]),
+    ("agent", "failover_daemons = ['tcp://a:1', 'b:2']", ["key 'failover_daemons' entry 2",
+                                                          "tcp://b:2"]),
+    ("daemon", "metrics_endpoint = 'localhost'", ["key 'metrics_endpoint'", "HOST:PORT"]),
+    ("daemon", "database = 'mysql://h/db'", ["key 'database'", "postgresql://"]),
+    # bad user
+    ("agent", "run_as = 'no-such-user-opptune'", ["key 'run_as'", "no-such-user-opptune"]),
+    # not TOML at all
+    ("daemon", "bind = ", ["not valid TOML"]),
+]
+
+
+def _run(program: str, path, tmp_path, capsys) -> tuple[int, str]:
+    if program == "daemon":
+        code = daemon_main(["--config", str(path)])
+    else:
+        code = agent_main(["--config", str(path), "--state-dir", str(tmp_path / "state")])
+    out = capsys.readouterr()
+    assert out.out == ""
+    return code, out.err
+
+
+@pytest.mark.parametrize("program, text, says", CASES,
+                         ids=[f"{p}:{t.splitlines()[-1][:30]}" for p, t, _ in CASES])
+def test_invalid_value_names_file_key_and_form(tmp_path, capsys, program, text, says):
+    path = tmp_path / f"{program}.toml"
+    path.write_text(text + "\n")
+    code, err = _run(program, path, tmp_path, capsys)
+    assert code == 2
+    lines = err.strip().splitlines()
+    assert len(lines) == 1, err
+    (line,) = lines
+    assert line.startswith(f"opptune-{program}: ") and str(path) in line
+    assert "Traceback" not in err
+    for part in says:
+        assert part in line, line
+    assert not (tmp_path / "opptune.db").exists()
+
+
+def test_command_line_values_are_named_as_options(capsys):
+    assert agent_main(["--config", "/nonexistent-dir/none.toml"]) == 2
+    assert "configuration file not found" in capsys.readouterr().err
+    assert agent_main(["--heartbeat=-1", "--config", "/dev/null"]) == 2
+    err = capsys.readouterr().err
+    assert "--heartbeat must be a number of seconds > 0" in err and err.count("\n") == 1
+
+
+@pytest.mark.parametrize("module", ["opptune.daemon.service", "opptune.agent"])
+def test_processes_exit_2_with_one_line(tmp_path, module):
+    """As a process: no traceback, one line, status 2."""
+    path = tmp_path / "c.toml"
+    path.write_text("heartbeat_s = '2s'\n")
+    proc = subprocess.run([sys.executable, "-m", module, "--config", str(path)],
+                          capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 2
+    assert proc.stderr.count("\n") == 1 and "Traceback" not in proc.stderr
+    assert f"{path}: key 'heartbeat_s' must be a number of seconds > 0" in proc.stderr
