@@ -101,16 +101,18 @@ def _policies(fs: SysFS) -> list[str]:
 
 
 def check_governor(fs: SysFS, can_pin: bool) -> dict[str, Any]:
-    govs = {}
-    for p in _policies(fs):
+    cpus_of: dict[str, list[int]] = {}  # governor -> its cpus: one entry per governor, not
+    for p in _policies(fs):              # per policy (x86 has a policy per cpu)
         g = fs.try_text(f"{CPU}/cpufreq/{p}/scaling_governor")
         if g is not None:
-            govs[p] = g
-    if not govs:
+            cpus_of.setdefault(g, []).extend(
+                fs.try_list(f"{CPU}/cpufreq/{p}/affected_cpus")
+                or fs.try_list(f"{CPU}/cpufreq/{p}/related_cpus") or [])
+    if not cpus_of:
         return _missing("governor", f"no readable scaling_governor under {CPU}/cpufreq "
                                     "(no cpufreq: the frequency is the firmware's)")
-    value = "; ".join(f"{p}: {g}" for p, g in govs.items())
-    dynamic = sorted({g for g in govs.values() if g not in STEADY_GOVERNORS})
+    value = "; ".join(f"{g} (cpus {format_cpu_list(c) or '?'})" for g, c in cpus_of.items())
+    dynamic = sorted(g for g in cpus_of if g not in STEADY_GOVERNORS)
     if not dynamic:
         return _check("governor", value, "ok")
     advice = "set the governor to performance (cpupower frequency-set -g performance)"
