@@ -223,6 +223,7 @@ def link_keys(config, where: str) -> tuple[str, str, str] | None:
 
 def run_agent(config, config_path: str | None = None) -> int:
     from .apply import Executor, Worker
+    from .doctor import collect as doctor_report
     from .link import Link
     from .outbox import Outbox
     from .platform import discover
@@ -270,7 +271,8 @@ def run_agent(config, config_path: str | None = None) -> int:
                       record=CpusetRecord(os.path.join(config.state_dir, CPUSET_FILENAME),
                                           config.sysfs_root or "/"))
     hello = {"platform": platform, "workloads": workloads.describe(),
-             "agent_version": __version__, "pid": os.getpid()}
+             "agent_version": __version__, "pid": os.getpid(),
+             "doctor": lambda: doctor_report(SysFS(config.sysfs_root), platform)}
 
     link_holder: dict = {}
     executor = Executor(config.agent_id, platform, workloads, runner, outbox,

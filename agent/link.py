@@ -227,6 +227,12 @@ class Link:
         body.setdefault("agent_version", AGENT_VERSION)
         body.setdefault("pid", os.getpid())
         body["instance"] = self.instance
+        if callable(body.get("doctor")):  # made at each hello: the board's state now
+            try:
+                body["doctor"] = body["doctor"]()
+            except Exception as exc:  # the hello matters more than its report
+                log.warning("doctor report failed: %s", exc)
+                del body["doctor"]
         self.stats["hellos"] += 1
         self._send(P.make("hello", self.agent_id, body))
 

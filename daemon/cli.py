@@ -210,6 +210,9 @@ def build_parser() -> argparse.ArgumentParser:
     _add_link_options(p)
     p.set_defaults(func=cmd_keys)
 
+    from .doctor_cli import add_parser as add_doctor
+    add_doctor(sub, _add_link_options)
+
     from .characterize_cli import add_parser as add_characterize
     add_characterize(sub, _add_link_options)
 

@@ -71,12 +71,14 @@ def answer(d: Daemon, what: str, args: dict[str, Any]) -> dict[str, Any]:
         return d.tuning.status(args)
     if what == "keys":
         return keys(d, args)
+    if what == "doctor":
+        return doctor(d, args)
     if what in ("characterize", "mpet_data"):
         from . import characterize
         return getattr(characterize, what)(d, args)
     raise HandlerError("unknown_query", f"unknown query '{what[:40]}'; known: status, sweep, "
                                         "fit, recommend, tune, tune_status, report, keys, "
-                                        "characterize, mpet_data")
+                                        "doctor, characterize, mpet_data")
 
 
 def keys(d: Daemon, args: dict[str, Any]) -> dict[str, Any]:
@@ -93,6 +95,18 @@ def keys(d: Daemon, args: dict[str, Any]) -> dict[str, Any]:
         # Nothing more goes to it: new jobs wait as "queued" for a hello the key cannot make.
         info.identity = None
     return {"key": entry}
+
+
+def doctor(d: Daemon, args: dict[str, Any]) -> dict[str, Any]:
+    """``opptune doctor --agent A``: the report A sent with its last hello (null: none)."""
+    agent = args.get("agent")
+    info = d.registry.get(agent) if isinstance(agent, str) else None
+    if info is None:
+        known = ", ".join(a.agent_id for a in d.registry.all()) or "none yet"
+        raise HandlerError("unknown_agent", f"no agent '{str(agent)[:64]}' (known: {known})")
+    return {"agent": info.agent_id, "board": board_name(info.platform, info.platform_id),
+            "alive": info.alive(d.config.agent_timeout_s), "received": info.doctor_at,
+            "report": info.doctor}
 
 
 def report(d: Daemon) -> dict[str, Any]:
@@ -124,7 +138,8 @@ def status(d: Daemon) -> dict[str, Any]:
                "platform": a.platform_id,
                "alive": a.alive(d.config.agent_timeout_s, now),
                "last_seen_s": round(now - a.last_seen, 3) if a.last_seen else None,
-               "outbox": a.outbox, "outbox_full": a.outbox_full} for a in d.registry.all()]
+               "outbox": a.outbox, "outbox_full": a.outbox_full,
+               "doctor": (a.doctor or {}).get("summary")} for a in d.registry.all()]
     boards = {a["id"]: a["board"] for a in agents}
     fits = [{"group": {k: f[k] for k in ("platform", "workload", "input", "variant")},
              "model": f["model"], "params": f["params"], "quality": f["quality"],

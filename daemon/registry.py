@@ -18,6 +18,8 @@ class AgentInfo:
     outbox: int | None = None  # results waiting on the agent, from its last heartbeat
     outbox_full: str | None = None  # why its outbox takes no new runs, from that heartbeat
     instance: str | None = None
+    doctor: dict[str, Any] | None = None  # its last hello's report (agent/doctor.py)
+    doctor_at: float | None = None
 
     def alive(self, timeout_s: float, now: float | None = None) -> bool:
         return self.identity is not None and ((now or time.time()) - self.last_seen) <= timeout_s
@@ -68,12 +70,14 @@ class Registry:
         return info
 
     def hello(self, agent_id: str, identity: bytes, platform_id: str, platform: dict[str, Any],
-              workloads: list[Any], now: float) -> AgentInfo:
+              workloads: list[Any], now: float,
+              doctor: dict[str, Any] | None = None) -> AgentInfo:
         info = self._agents.get(agent_id)
         if info is None:
             info = self._agents[agent_id] = AgentInfo(agent_id, platform_id)
         info.platform_id, info.platform, info.workloads = platform_id, platform, workloads
         info.identity, info.last_seen = identity, now
+        info.doctor, info.doctor_at = (doctor, now) if doctor else (None, None)
         return info
 
     def seen(self, agent_id: str, identity: bytes, now: float) -> AgentInfo | None:

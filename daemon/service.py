@@ -379,7 +379,8 @@ class Daemon:
         pid = platform_id_of(agent, platform)
         self.store.save_platform(pid, platform, now)
         self.store.save_agent(agent, pid, list(body["workloads"]), body["agent_version"], now)
-        info = self.registry.hello(agent, identity, pid, platform, list(body["workloads"]), now)
+        info = self.registry.hello(agent, identity, pid, platform, list(body["workloads"]), now,
+                                   doctor=body.get("doctor"))
         log.info("hello from agent %s (platform %s, %d workloads)", agent, pid,
                  len(info.workloads))
         self.send(identity, "heartbeat", {"instance": self.instance})

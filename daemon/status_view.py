@@ -69,6 +69,10 @@ def print_status(data: dict[str, Any], console: Console | None = None) -> None:
                   _fmt(a.get("outbox")) + (f" FULL: {a['outbox_full']}"
                                            if a.get("outbox_full") else ""))
     console.print(t)
+    for a in data.get("agents", []):
+        if a.get("doctor"):  # agents older than the doctor report send none
+            console.print(f"board {boards[a.get('id')]} (agent {a.get('id')}): {a['doctor']}",
+                          markup=False)
 
     t = _table("runs", ("agent", "workload", "input", "runs"))
     for r in data.get("runs", []):

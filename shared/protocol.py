@@ -85,6 +85,8 @@ BODY_SCHEMAS: dict[str, dict[str, tuple[tuple[type, ...], bool]]] = {
         "workloads": (_LIST, True),
         "agent_version": (_STR, True),
         "pid": (_INT, False),
+        # agent/doctor.py's report: {"checks": [...], "warnings": int, "summary": str}
+        "doctor": (_MAP, False),
     },
     "heartbeat": {
         "outbox": (_INT, False),  # results waiting for an ack on the agent
