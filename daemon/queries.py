@@ -71,12 +71,18 @@ def answer(d: Daemon, what: str, args: dict[str, Any]) -> dict[str, Any]:
         return d.tuning.status(args)
     if what == "keys":
         return keys(d, args)
+    if what == "runs":  # opptune export
+        from .pyperf_query import runs
+        return runs(d, args)
+    if what == "import":  # opptune import
+        from .pyperf_query import import_runs
+        return import_runs(d, args)
     if what in ("characterize", "mpet_data"):
         from . import characterize
         return getattr(characterize, what)(d, args)
     raise HandlerError("unknown_query", f"unknown query '{what[:40]}'; known: status, sweep, "
                                         "fit, recommend, tune, tune_status, report, keys, "
-                                        "characterize, mpet_data")
+                                        "characterize, mpet_data, runs, import")
 
 
 def keys(d: Daemon, args: dict[str, Any]) -> dict[str, Any]:
