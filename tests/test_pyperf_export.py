@@ -194,3 +194,35 @@ def test_marked_runs_stay_in_the_export_with_their_mark(tmp_path):
     dump = pyperf_cli("dump", "--verbose", str(path))  # pyperf shows a run's own metadata
     assert dump.returncode == 0, dump.stderr
     assert dump.stdout.count("opptune_throttled: cpu-thermal reached 85 C (passive)") == 1
+
+
+def test_a_suite_imports_each_benchmark_as_its_workload(cluster, tmp_path):
+    """A pyperformance-like file: several benchmarks, each its own workload; a calibration
+    run (warmups only) adds nothing."""
+    def bench(name, values):
+        meta = {"name": name, "unit": "second", "loops": 2}
+        return pyperf.Benchmark([
+            pyperf.Run([], warmups=[(2, 0.5)], metadata={**meta, "calibrate_loops": 2},
+                       collect_metadata=False),
+            pyperf.Run(values, warmups=[(2, 0.5)], metadata=meta, collect_metadata=False)])
+    path = tmp_path / "suite.json"
+    pyperf.BenchmarkSuite([bench("nbody", [0.2, 0.21]), bench("float", [0.3])]).dump(str(path))
+    p = opptune("import", str(path), "--daemon", cluster.endpoint, "--agent", "test-agent",
+                "--cores", "1", "--workload", "mine")
+    assert p.returncode == 2 and "holds 2 benchmarks" in p.stderr, p.stderr
+    p = opptune("import", str(path), "--daemon", cluster.endpoint, "--agent", "test-agent",
+                "--cores", "1", "--json")
+    assert p.returncode == 0, p.stderr
+    done = json.loads(p.stdout)
+    assert [(d["group"]["workload"], d["runs"]) for d in done] == [("nbody", 2), ("float", 1)]
+    rows = cluster.rows("SELECT workload, time_s FROM runs WHERE job_id IN (?, ?) ORDER BY "
+                        "workload, seq", done[0]["job_id"], done[1]["job_id"])
+    assert rows == [("float", 0.3), ("nbody", 0.2), ("nbody", 0.21)]
+
+
+def test_export_of_nothing_says_so(cluster, tmp_path):
+    out = tmp_path / "none.json"
+    p = opptune("export", "--daemon", cluster.endpoint, "--workload", "nothing", "-o", str(out))
+    assert p.returncode == 1 and not out.exists()
+    assert p.stderr == ("opptune export: the daemon has no successful runs to export (for "
+                        "workload nothing)\n")
