@@ -68,7 +68,7 @@ def merge_json(rec: RunRecord, data: dict[str, Any] | None) -> None:
     mpet = data.get("mpet")  # a bench_suite kernel's MPET parameters (accounting.py)
     if isinstance(mpet, dict):
         rec.extra["mpet"] = mpet
-    for key in ("checked", "check_value"):
+    for key in ("checked", "check_value", "pyperf"):  # pyperf: agent/pyperf_workload.py
         if key in data:
             rec.extra[key] = data[key]
     if data.get("checked") is True and data.get("check_ok") is False:

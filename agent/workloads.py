@@ -1,4 +1,5 @@
-"""The workloads this agent may run: its configured bench_suite kernels and command workloads.
+"""The workloads this agent may run: its configured bench_suite kernels and command workloads
+(a command line, or a pyperf benchmark script run by agent/pyperf_workload.py).
 
 Only workloads defined in the agent's own configuration ever run; a job or config naming any
 other workload is refused before anything starts.
@@ -86,6 +87,13 @@ class Workloads:
             if w.name in self._items:
                 raise WorkloadError(f"workload '{w.name}' is defined twice (a kernel of that "
                                     "name is already offered)")
+            if w.pyperf:
+                # kind "command" to the daemon and the runner alike: an external program
+                # (characterised like one, no MPET accounting) that prints the JSON line
+                self._items[w.name] = Workload(w.name, "command", list(w.sizes) or ["default"],
+                                               f"pyperf {w.pyperf}", expects_json=True,
+                                               command=w)
+                continue
             if not w.command:
                 raise WorkloadError(f"workload '{w.name}' has an empty command")
             self._items[w.name] = Workload(w.name, "command", list(w.sizes) or ["default"],
@@ -133,8 +141,12 @@ class Workloads:
         cw = w.command
         assert cw is not None
         subst = {"{threads}": str(threads), "{size}": size, "{cpus}": cpu_text}
+        template = cw.command
+        if cw.pyperf:
+            template = [sys.executable, "-m", "opptune.agent.pyperf_workload", "--cpus",
+                        "{cpus}", cw.pyperf, "--", *cw.pyperf_args]
         argv = []
-        for arg in cw.command:
+        for arg in template:
             for key, value in subst.items():
                 arg = arg.replace(key, value)
             argv.append(arg)

@@ -219,6 +219,9 @@ def build_parser() -> argparse.ArgumentParser:
     from .report.cli import add_parser as add_report
     add_report(sub, _add_link_options)
 
+    from .export_cli import add_parsers as add_export
+    add_export(sub, _add_link_options)
+
     try:
         from .goal_cli import add_parsers as add_goal_parsers
     except ImportError:  # the modelling extra is not installed

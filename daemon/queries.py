@@ -73,12 +73,18 @@ def answer(d: Daemon, what: str, args: dict[str, Any]) -> dict[str, Any]:
         return keys(d, args)
     if what == "doctor":
         return doctor(d, args)
+    if what == "runs":  # opptune export
+        from .pyperf_query import runs
+        return runs(d, args)
+    if what == "import":  # opptune import
+        from .pyperf_query import import_runs
+        return import_runs(d, args)
     if what in ("characterize", "mpet_data"):
         from . import characterize
         return getattr(characterize, what)(d, args)
     raise HandlerError("unknown_query", f"unknown query '{what[:40]}'; known: status, sweep, "
                                         "fit, recommend, tune, tune_status, report, keys, "
-                                        "doctor, characterize, mpet_data")
+                                        "doctor, characterize, mpet_data, runs, import")
 
 
 def keys(d: Daemon, args: dict[str, Any]) -> dict[str, Any]:

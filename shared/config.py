@@ -60,13 +60,18 @@ def metrics_problem(value: str) -> str | None:
 
 @dataclass
 class CommandWorkload:
-    """A real workload the agent may run: a command line; ``{threads}`` and ``{size}`` are
-    substituted. Only workloads defined in the agent's own configuration ever run."""
+    """A real workload the agent may run: a command line, or a pyperf benchmark script;
+    ``{threads}``, ``{size}`` and ``{cpus}`` are substituted. Only workloads defined in the
+    agent's own configuration ever run."""
     name: str
-    command: list[str]
+    command: list[str] = field(default_factory=list)
     sizes: list[str] = field(default_factory=lambda: ["default"])
     env: dict[str, str] = field(default_factory=dict)
     threads_env: str = "OMP_NUM_THREADS"  # also exported with the thread count
+    # a pyperf benchmark script (instead of command; a relative path is relative to the
+    # configuration file): each run runs it once and its value is the run's time_s
+    pyperf: str = ""
+    pyperf_args: list[str] = field(default_factory=list)  # more options for the script
 
 
 @dataclass
@@ -331,16 +336,27 @@ def _workload(path: Path, i: int, data: Any) -> CommandWorkload:
     where = f"{path}: [[workloads]] entry {i + 1}"
     if not isinstance(data, dict):
         raise ConfigError(f"{where} must be a table")
-    for key in ("name", "command"):
-        if key not in data:
-            raise ConfigError(f"{where} lacks '{key}'")
-    if not isinstance(data["command"], list) or not all(isinstance(a, str) for a in data["command"]):
+    if "command" not in data and "pyperf" not in data:
+        raise ConfigError(f"{where} lacks 'command' (an argv array) or 'pyperf' (a pyperf "
+                          "benchmark script's path)")
+    if "command" in data and "pyperf" in data:
+        raise ConfigError(f"{where} has both 'command' and 'pyperf': keep one (a pyperf "
+                          "script's options go in 'pyperf_args')")
+    if "command" in data and (not isinstance(data["command"], list)
+                              or not all(isinstance(a, str) for a in data["command"])):
         raise ConfigError(f"{where}: 'command' must be an array of strings "
                           "(argv, no shell), e.g. [\"./app\", \"--threads\", \"{threads}\"]")
-    unknown = sorted(set(data) - {f.name for f in dataclasses.fields(CommandWorkload)})
+    if "pyperf" in data:
+        script = _pyperf_script(path, where, data["pyperf"])
+        # a script's workload is named after it unless the entry names it
+        data = {"name": Path(script).stem, **data, "pyperf": script}
+    if "name" not in data:
+        raise ConfigError(f"{where} lacks 'name'")
+    known = [f.name for f in dataclasses.fields(CommandWorkload)]
+    unknown = sorted(set(data) - set(known))
     if unknown:
-        raise ConfigError(f"{where}: unknown key '{unknown[0]}'; known keys: command, env, "
-                          "name, sizes, threads_env")
+        raise ConfigError(f"{where}: unknown key '{unknown[0]}'; known keys: "
+                          f"{', '.join(sorted(known))}")
     if not isinstance(data["name"], str) or not data["name"].strip():
         raise ConfigError(f"{where}: 'name' must be a non-empty name, got {_show(data['name'])}")
     sizes = data.get("sizes", ["default"])
@@ -354,7 +370,26 @@ def _workload(path: Path, i: int, data: Any) -> CommandWorkload:
     if not isinstance(data.get("threads_env", ""), str):
         raise ConfigError(f"{where}: 'threads_env' must be an environment variable's name, "
                           f"got {_show(data['threads_env'])}")
+    args = data.get("pyperf_args", [])
+    if not isinstance(args, list) or not all(isinstance(a, str) for a in args):
+        raise ConfigError(f"{where}: 'pyperf_args' must be an array of strings, e.g. "
+                          f"[\"--loops\", \"1000\"], got {_show(args)}")
     return CommandWorkload(**data)
+
+
+def _pyperf_script(path: Path, where: str, value: Any) -> str:
+    """The pyperf script's absolute path (a relative one is taken from the configuration's
+    folder, so the agent's working directory does not matter); ConfigError when missing."""
+    if not isinstance(value, str) or not value.strip():
+        raise ConfigError(f"{where}: 'pyperf' must be the path of a pyperf benchmark script, "
+                          "e.g. \"bench.py\"")
+    script = Path(value).expanduser()
+    if not script.is_absolute():
+        script = path.parent / script
+    if not script.is_file():
+        raise ConfigError(f"{where}: pyperf script {script} does not exist; give the path of "
+                          "a script that runs pyperf.Runner (relative to this file)")
+    return str(script.resolve())
 
 
 def _read(path: Path) -> dict[str, Any]:

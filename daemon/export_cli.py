@@ -1,0 +1,308 @@
+"""``opptune export --format pyperf`` and ``opptune import``: the daemon's measurements as a
+pyperf BenchmarkSuite, and pyperf results stored as measurements at a stated configuration.
+
+The export asks the daemon for its runs (the ``runs`` query: the store stays the daemon's) and
+builds the file with pyperf's own classes, so ``python -m pyperf stats|hist|compare_to`` read
+it: one benchmark per workload x configuration, one pyperf run per stored run (its time_s the
+value; warmups are never stored). Every successful run is in it, marked ones too, with the mark
+in the run's metadata (``opptune_throttled``: the reasons), so a reader sees what the fits left
+out."""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import json
+import sys
+from typing import Any
+
+# Run-record fields that mark a run as not clean, each exported as opptune_<field> in the run's
+# metadata where set. A later mark is one more name here.
+MARK_FIELDS = ("throttled", "interference")
+
+
+def add_parsers(sub: argparse._SubParsersAction, add_link_options) -> None:
+    p = sub.add_parser(
+        "export", help="write the daemon's measurements as a pyperf BenchmarkSuite (JSON) "
+                       "that 'python -m pyperf stats/hist/compare_to' read",
+        description="One benchmark per workload x configuration, named like "
+                    "'pi_integrate/small/4cores@1400MHz' (the board is prefixed when the runs "
+                    "come from several boards); cores, cpus, frequencies, board, agent and "
+                    "variant are in its metadata. Every successful run is a value; marked "
+                    "runs (throttled, ...) are included with the mark in their metadata.")
+    add_link_options(p)
+    p.add_argument("--format", choices=("pyperf",), default="pyperf",
+                   help="the file's format (pyperf, the default)")
+    p.add_argument("--workload", help="only this workload")
+    p.add_argument("--agent", help="only this agent's runs")
+    p.add_argument("-o", "--output", required=True, metavar="FILE.json",
+                   help="file to write (replaced if it exists)")
+    p.set_defaults(func=cmd_export, timeout=30.0)
+
+    p = sub.add_parser(
+        "import", help="store pyperf results (a pyperformance run, your own pyperf script) as "
+                       "measurements of an agent's board at a stated configuration",
+        description="Each value of each benchmark becomes a run (warmups are skipped; the "
+                    "pyperf metadata is kept with it) of the board of --agent at --cores "
+                    "(and --freq), under a new job; fits and recommendations use them. Each "
+                    "benchmark is its own workload, named after it (or --workload when the "
+                    "file holds one benchmark).")
+    add_link_options(p)
+    p.add_argument("file", metavar="FILE.json", help="a pyperf JSON file (.json or .json.gz)")
+    p.add_argument("--agent", required=True, help="the agent whose board measured them")
+    p.add_argument("--cores", type=int, required=True, help="how many cores they ran on")
+    p.add_argument("--cpus", help="which cpus, comma-separated (default: the first --cores "
+                                  "of the board's sweep order)")
+    p.add_argument("--freq", type=int, metavar="KHZ",
+                   help="the frequency they ran at, in kHz (default: the board's own)")
+    p.add_argument("--workload", help="workload name (only for a file with one benchmark; "
+                                      "default: the benchmark's name)")
+    p.add_argument("--size", default="default", help="the input size class (default: default)")
+    p.set_defaults(func=cmd_import, timeout=30.0)
+
+
+# -- export -------------------------------------------------------------------------------------
+
+def cmd_export(args: argparse.Namespace) -> int:
+    from .cli import _endpoint
+    from .client import ask
+    q = {k: getattr(args, k) for k in ("workload", "agent") if getattr(args, k)}
+    data, rc = ask("opptune export", _endpoint(args), "runs", q, timeout_s=args.timeout)
+    if rc is not None:
+        return rc
+    try:
+        suite, summary = build_suite(data["runs"], data["boards"])
+    except ValueError as exc:  # nothing to export
+        return _fail("export", f"{exc}{_scope(args)}", 1)
+    try:
+        suite.dump(args.output, replace=True)
+    except OSError as exc:
+        return _fail("export", f"-o {args.output}: cannot write: {exc.strerror or exc}", 2)
+    summary["file"] = args.output
+    if args.json:
+        json.dump(summary, sys.stdout, indent=2, sort_keys=True)
+        print()
+    else:
+        marked = (f", {summary['marked_runs']} of them marked (see opptune_* metadata)"
+                  if summary["marked_runs"] else "")
+        print(f"wrote {args.output}: {summary['benchmarks']} benchmarks, {summary['values']} "
+              f"values{marked}; read it with 'python -m pyperf stats {args.output}'")
+    return 0
+
+
+def _scope(args: argparse.Namespace) -> str:
+    parts = [f"{k} {getattr(args, k)}" for k in ("workload", "agent") if getattr(args, k)]
+    return f" (for {', '.join(parts)})" if parts else ""
+
+
+def build_suite(runs: list[dict[str, Any]], boards: dict[str, str]) -> tuple[Any, dict]:
+    """(pyperf.BenchmarkSuite, summary) of the daemon's exported runs; ValueError when none."""
+    import pyperf
+    groups: dict[tuple, list[dict[str, Any]]] = {}
+    skipped = 0
+    for row in runs:
+        r = row["record"]
+        if not r.get("time_s"):  # pyperf takes values > 0 only
+            skipped += 1
+            continue
+        key = (r["platform"], r["workload"], r["input"], r.get("variant", ""), r["cores"],
+               tuple(r["cpus"]), r.get("freq_mhz"))
+        groups.setdefault(key, []).append(row)
+    if not groups:
+        raise ValueError("the daemon has no successful runs to export")
+    several_boards = len({k[0] for k in groups}) > 1
+    names = {key: _name(key, boards, several_boards) for key in groups}
+    clash = {n for n in names.values() if list(names.values()).count(n) > 1}
+    benchmarks, marked, values = [], 0, 0
+    for key in sorted(groups, key=lambda k: (names[k], k[5])):
+        name = names[key]
+        if name in clash:  # the same cores on different cpus
+            name += "/cpus" + "-".join(map(str, key[5]))
+        pyruns = []
+        for row in sorted(groups[key], key=lambda w: (w["record"].get("started_at") or 0,
+                                                      w["record"].get("rep", 0))):
+            meta = _run_metadata(name, row, boards)
+            marked += any(k.removeprefix("opptune_") in MARK_FIELDS for k in meta)
+            pyruns.append(pyperf.Run([float(row["record"]["time_s"])], metadata=meta,
+                                     collect_metadata=False))
+        values += len(pyruns)
+        benchmarks.append(pyperf.Benchmark(pyruns))
+    summary = {"benchmarks": len(benchmarks), "values": values, "marked_runs": marked,
+               "skipped_zero_time": skipped, "names": [b.get_name() for b in benchmarks]}
+    return pyperf.BenchmarkSuite(benchmarks), summary
+
+
+def _name(key: tuple, boards: dict[str, str], several_boards: bool) -> str:
+    platform, workload, size, variant, cores, _cpus, freq_mhz = key
+    name = f"{workload}/{size}/{cores}cores"
+    if freq_mhz:
+        name += f"@{freq_mhz:g}MHz"
+    if variant:
+        name += f"/{variant}"
+    if several_boards:
+        name = f"{boards.get(platform, platform)}:{name}"
+    return name
+
+
+def _run_metadata(name: str, row: dict[str, Any], boards: dict[str, str]) -> dict[str, Any]:
+    """pyperf metadata of one exported run: pyperf's own keys plus opptune_* (values are
+    text or numbers, never empty: pyperf refuses empty ones)."""
+    r = row["record"]
+    meta: dict[str, Any] = {
+        "name": name, "unit": "second", "loops": 1,
+        "opptune_board": boards.get(r["platform"], r["platform"]),
+        "opptune_platform": r["platform"], "opptune_agent": row["agent"],
+        "opptune_workload": r["workload"], "opptune_input": r["input"],
+        "opptune_cores": r["cores"], "opptune_cpus": ",".join(map(str, r["cpus"])),
+        "opptune_threads": r["threads"], "opptune_source": row["source"],
+        "opptune_job": row["job_id"], "opptune_rep": r.get("rep", 0),
+        "opptune_freq_mhz": r["freq_mhz"] if r.get("freq_mhz") else "board's own",
+    }
+    if r.get("variant"):
+        meta["opptune_variant"] = r["variant"]
+    for policy, mhz in sorted((r.get("freq_observed_mhz") or {}).items()):
+        if isinstance(mhz, (int, float)) and mhz > 0:
+            meta[f"opptune_freq_observed_{_key(policy)}_mhz"] = mhz
+    if r.get("virtual"):
+        meta["opptune_virtual"] = "yes (simulated board)"
+    if r.get("started_at"):
+        meta["date"] = datetime.datetime.fromtimestamp(r["started_at"]).isoformat(
+            " ", "seconds")
+    if r.get("wall_s"):
+        meta["duration"] = r["wall_s"]
+    for field in MARK_FIELDS:
+        meta[f"opptune_{field}"] = _mark_text(field, r)
+    return {k: v for k, v in meta.items() if not isinstance(v, str) or v.strip()}
+
+
+def _mark_text(field: str, r: dict[str, Any]) -> str:
+    """A mark as one line of text; empty when the run is not marked so."""
+    value = r.get(field)
+    if not value:
+        return ""
+    if value is True and field == "throttled":
+        reasons = (r.get("thermal") or {}).get("reasons") or []
+        value = "; ".join(map(str, reasons)) or "yes"
+    elif value is True:
+        value = "yes"
+    elif isinstance(value, dict):
+        value = value.get("reason") or json.dumps(value, sort_keys=True, default=str)
+    elif isinstance(value, list):
+        value = "; ".join(map(str, value))
+    return " ".join(str(value).split())  # pyperf refuses newlines in metadata
+
+
+def _key(text: str) -> str:
+    return "".join(c if c.isalnum() else "_" for c in str(text))
+
+
+# -- import -------------------------------------------------------------------------------------
+
+def load_pyperf(path: str) -> Any:
+    """The file as a pyperf.BenchmarkSuite; ValueError saying what is wrong with it."""
+    import pyperf
+    try:
+        suite = pyperf.BenchmarkSuite.load(path)
+    except FileNotFoundError:
+        raise ValueError("no such file") from None
+    except OSError as exc:
+        raise ValueError(f"cannot read it: {exc.strerror or exc}") from None
+    except json.JSONDecodeError as exc:
+        raise ValueError(f"not JSON ({exc.msg} at line {exc.lineno})") from None
+    except (ValueError, KeyError, TypeError, AttributeError) as exc:
+        what = f"lacks {exc}" if isinstance(exc, KeyError) else str(exc)
+        raise ValueError(f"not a pyperf result file ({what}); write one with a pyperf "
+                         "script's -o FILE.json or pyperformance run -o FILE.json") from None
+    for bench in suite.get_benchmarks():
+        if bench.get_unit() != "second":
+            raise ValueError(f"benchmark {bench.get_name()!r} measures {bench.get_unit()}s, "
+                             "not time: only time values can be imported")
+    return suite
+
+
+def cmd_import(args: argparse.Namespace) -> int:
+    from .cli import _endpoint
+    from .client import ask
+    try:
+        suite = load_pyperf(args.file)
+    except ValueError as exc:
+        return _fail("import", f"{args.file}: {exc}", 2)
+    benchmarks = suite.get_benchmarks()
+    if args.workload and len(benchmarks) > 1:
+        return _fail("import", f"{args.file} holds {len(benchmarks)} benchmarks: --workload "
+                               "names the workload of a file with one; drop it to import each "
+                               "under its own name", 2)
+    if args.cores < 1:
+        return _fail("import", f"--cores {args.cores}: give a number of cores >= 1", 2)
+    cpus = None
+    if args.cpus:
+        try:
+            cpus = [int(c) for c in args.cpus.split(",")]
+        except ValueError:
+            return _fail("import", f"--cpus {args.cpus!r}: give cpu numbers separated by "
+                                   "commas, e.g. 0,1", 2)
+    if args.freq is not None and args.freq <= 0:
+        return _fail("import", f"--freq {args.freq}: give a frequency in kHz > 0", 2)
+    endpoint = _endpoint(args)
+    done: list[dict[str, Any]] = []
+    for bench in benchmarks:
+        stored = []
+        for runs in _chunks(_pyperf_runs(bench)):
+            q = {"agent": args.agent, "workload": args.workload or bench.get_name(),
+                 "size": args.size, "cores": args.cores, "cpus": cpus, "freq_khz": args.freq,
+                 "file": args.file, "benchmark": bench.get_name(), "runs": runs}
+            data, rc = ask("opptune import", endpoint, "import", q, timeout_s=args.timeout)
+            if rc is not None:
+                if done or stored:
+                    print("opptune import: stored before that: " + ", ".join(
+                        f"job {d['job_id']}" for d in done + stored), file=sys.stderr)
+                return rc
+            stored.append(data)
+        done += stored
+        if not args.json:
+            freq = f"{args.freq} kHz" if args.freq else "the board's own frequency"
+            last = stored[-1]
+            print(f"imported {sum(d['runs'] for d in stored)} values of {bench.get_name()} "
+                  f"as workload {last['group']['workload']} on agent {args.agent} (cpus "
+                  f"{','.join(map(str, last['cpus']))}, {freq}): job "
+                  f"{', '.join(d['job_id'] for d in stored)}")
+    if args.json:
+        json.dump(done, sys.stdout, indent=2, sort_keys=True)
+        print()
+    return 0
+
+
+def _pyperf_runs(bench: Any) -> list[dict[str, Any]]:
+    """The benchmark's runs with values (calibration-only runs have none), each with the
+    metadata that is its own (the benchmark's common metadata goes with every run)."""
+    out = []
+    for run in bench.get_runs():
+        if run.values:
+            meta = {k: v for k, v in run.get_metadata().items()
+                    if isinstance(v, (str, int, float))}
+            out.append({"values": list(run.values), "metadata": meta})
+    return out
+
+
+# the daemon refuses frames over max_message_bytes (1 MiB at most): a long benchmark goes in
+# several imports of at most this many bytes of runs each
+CHUNK_BYTES = 256 * 1024
+
+
+def _chunks(runs: list[dict[str, Any]]) -> list[list[dict[str, Any]]]:
+    import msgpack
+    out: list[list[dict[str, Any]]] = [[]]
+    size = 0
+    for run in runs:
+        n = len(msgpack.packb(run))
+        if out[-1] and size + n > CHUNK_BYTES:
+            out.append([])
+            size = 0
+        out[-1].append(run)
+        size += n
+    return out if out[-1] else []
+
+
+def _fail(command: str, message: str, code: int) -> int:
+    print(f"opptune {command}: {message}", file=sys.stderr)
+    return code

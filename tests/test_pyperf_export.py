@@ -1,0 +1,228 @@
+"""opptune export --format pyperf / opptune import: a real daemon and agent, pyperf's own CLI
+reading the export, a real pyperf script's output imported."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import textwrap
+
+import pyperf
+import pytest
+
+from opptune.daemon.export_cli import build_suite
+from procs import Cluster
+
+pytestmark = pytest.mark.integration
+
+# a pyperf script whose every value is known: bench_time_func reports loops * 12.5 ms
+FIXED_SCRIPT = textwrap.dedent("""\
+    import pyperf
+    runner = pyperf.Runner()
+    runner.bench_time_func("fixed", lambda loops: loops * 0.0125)
+    """)
+
+
+def opptune(*argv: str, timeout: float = 120) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "opptune.daemon.cli", *argv],
+                          capture_output=True, text=True, timeout=timeout)
+
+
+def pyperf_cli(*argv: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "pyperf", *argv], capture_output=True,
+                          text=True, timeout=120)
+
+
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory):
+    c = Cluster(tmp_path_factory.mktemp("pyperf"), kernels=("pi_integrate",), auto_sweep=False,
+                max_cores=2, reps=3, extra_daemon={"auto_recommend": False})
+    c.start_daemon()
+    c.start_agent()
+    c.wait_for(lambda s: any(a["alive"] for a in s["agents"]), timeout=30, what="the agent")
+    p = opptune("sweep", "--daemon", c.endpoint, "--agent", "test-agent", "--workload",
+                "pi_integrate", "--size", "small", "--reps", "3", "--warmup", "0", "--wait",
+                "--json")
+    assert p.returncode == 0, p.stderr + c.logs()
+    yield c
+    c.stop()
+
+
+@pytest.fixture(scope="module")
+def pyperf_file(tmp_path_factory):
+    """A real pyperf script's output: 2 worker processes x 3 values (after 1 warmup each)."""
+    d = tmp_path_factory.mktemp("script")
+    (d / "bench.py").write_text(FIXED_SCRIPT)
+    out = d / "fixed.json"
+    subprocess.run([sys.executable, str(d / "bench.py"), "--processes", "2", "--values", "3",
+                    "--warmups", "1", "--loops", "4", "--quiet", "-o", str(out)], check=True,
+                   capture_output=True, timeout=120)
+    return out
+
+
+def test_export_is_read_by_pyperf_stats_hist_and_compare_to(cluster, tmp_path):
+    a, b = tmp_path / "a.json", tmp_path / "b.json"
+    p = opptune("export", "--daemon", cluster.endpoint, "--format", "pyperf", "--workload",
+                "pi_integrate", "-o", str(a), "--json")
+    assert p.returncode == 0, p.stderr
+    summary = json.loads(p.stdout)
+    names = ["pi_integrate/small/1cores", "pi_integrate/small/2cores"]
+    assert summary["names"] == names and summary["values"] == 6
+
+    # the values are the stored runs' time_s, per configuration
+    stored = {}
+    for cores, t in cluster.rows("SELECT cores, time_s FROM runs WHERE ok=1 AND "
+                                 "workload='pi_integrate'"):
+        stored.setdefault(cores, []).append(t)
+    got = {}
+    for bench in pyperf.BenchmarkSuite.load(str(a)).get_benchmarks():
+        meta = bench.get_metadata()
+        got[meta["opptune_cores"]] = list(bench.get_values())
+        assert meta["opptune_agent"] == "test-agent"
+        assert meta["opptune_workload"] == "pi_integrate"
+    assert {k: sorted(v) for k, v in got.items()} == {k: sorted(v) for k, v in stored.items()}
+
+    stats = pyperf_cli("stats", str(a))
+    assert stats.returncode == 0, stats.stderr
+    for name in names:
+        assert name in stats.stdout
+    assert stats.stdout.count("Total number of values: 3") == 2, stats.stdout
+    for bench in pyperf.BenchmarkSuite.load(str(a)).get_benchmarks():  # the stored extremes
+        cores = bench.get_metadata()["opptune_cores"]
+        for label, value in (("Minimum:", min(stored[cores])), ("Maximum:", max(stored[cores]))):
+            assert f"{label}         {bench.format_value(value)}" in stats.stdout
+
+    hist = pyperf_cli("hist", str(a))
+    assert hist.returncode == 0, hist.stderr
+    assert all(name in hist.stdout for name in names)
+
+    # compare_to: the same runs again, and a second export with more benchmarks in it
+    p = opptune("export", "--daemon", cluster.endpoint, "-o", str(b))
+    assert p.returncode == 0, p.stderr
+    assert "benchmarks" in p.stdout and str(b) in p.stdout
+    cmp = pyperf_cli("compare_to", str(a), str(b), "--table")
+    assert cmp.returncode == 0, cmp.stderr
+    for name in names:
+        assert name in cmp.stdout
+
+
+def test_import_stores_each_value_as_a_run_of_the_agents_board(cluster, pyperf_file, tmp_path):
+    (platform,) = {a["platform"] for a in cluster.status()["agents"]}
+    for cores in (1, 2):
+        p = opptune("import", str(pyperf_file), "--daemon", cluster.endpoint, "--agent",
+                    "test-agent", "--cores", str(cores), "--freq", "1400000", "--json")
+        assert p.returncode == 0, p.stderr
+        (done,) = json.loads(p.stdout)
+        assert done["runs"] == 6 and done["cpus"] == [0, 1][:cores]
+        assert done["group"] == {"platform": platform, "workload": "fixed", "input": "default",
+                                 "variant": ""}
+        rows = cluster.rows("SELECT platform, cores, freq_mhz, time_s, seq FROM runs "
+                            "WHERE job_id=? ORDER BY seq", done["job_id"])
+        assert [r[4] for r in rows] == list(range(6))  # a fresh job, one seq per value
+        assert {r[:3] for r in rows} == {(platform, cores, 1400.0)}
+        assert [r[3] for r in rows] == pytest.approx([0.0125] * 6)  # no warmup among them
+    st = cluster.status()
+    imported = [j for j in st["jobs"] if j["workload"] == "fixed"]
+    assert [(j["state"], j["received"]) for j in imported] == [("done", 6), ("done", 6)]
+    assert all(str(pyperf_file) in j["reason"] for j in imported)
+
+    # the fits take them: the group is fitted from the two imported core counts
+    cluster.wait_for(lambda s: any(f["group"] == done["group"] for f in s["fits"]),
+                     timeout=60, what="a fit of the imported group")
+
+    # and the export gives them back under their configuration's name
+    out = tmp_path / "fixed.json"
+    p = opptune("export", "--daemon", cluster.endpoint, "--workload", "fixed", "-o", str(out),
+                "--json")
+    assert p.returncode == 0, p.stderr
+    assert json.loads(p.stdout)["names"] == ["fixed/default/1cores@1400MHz",
+                                             "fixed/default/2cores@1400MHz"]
+    stats = pyperf_cli("stats", str(out))
+    assert stats.returncode == 0 and "Mean +- std dev: 12.5 ms +- 0.0 ms" in stats.stdout, \
+        stats.stdout + stats.stderr
+
+
+def test_import_refuses_a_bad_file_or_agent_with_one_line(cluster, pyperf_file, tmp_path):
+    before = cluster.rows("SELECT COUNT(*) FROM runs")
+    bad = tmp_path / "bad.json"
+    cases = {"no such file": tmp_path / "missing.json"}
+    bad.write_text('{"benchmarks": [}')
+    cases["not JSON"] = bad
+    other = tmp_path / "other.json"
+    other.write_text(json.dumps({"version": "1.0", "results": []}))
+    cases["not a pyperf result file"] = other
+    for what, path in cases.items():
+        p = opptune("import", str(path), "--daemon", cluster.endpoint, "--agent", "test-agent",
+                    "--cores", "1")
+        assert p.returncode == 2, p.stderr
+        assert p.stderr.startswith(f"opptune import: {path}: {what}"), p.stderr
+        assert len(p.stderr.strip().splitlines()) == 1 and p.stdout == ""
+    p = opptune("import", str(pyperf_file), "--daemon", cluster.endpoint, "--agent", "nobody",
+                "--cores", "1")
+    assert p.returncode == 2 and "unknown agent 'nobody'" in p.stderr, p.stderr
+    p = opptune("import", str(pyperf_file), "--daemon", cluster.endpoint, "--agent",
+                "test-agent", "--cores", "64")
+    assert p.returncode == 2 and "cores must be 1..2" in p.stderr, p.stderr
+    assert cluster.rows("SELECT COUNT(*) FROM runs") == before
+
+
+def test_marked_runs_stay_in_the_export_with_their_mark(tmp_path):
+    """A throttled run (and a later mark field) is a value like any other, its mark in the
+    run's metadata; the suite is still one pyperf reads."""
+    base = {"platform": "p1", "workload": "w", "input": "small", "cores": 2, "cpus": [0, 1],
+            "threads": 2, "freq_mhz": 1400.0, "freq_observed_mhz": {"policy0": 1400.0}}
+    rows = [{"agent": "a", "job_id": "job-1", "source": "sweep",
+             "record": {**base, "rep": i, "time_s": 1.0 + i / 10}} for i in range(2)]
+    rows.append({"agent": "a", "job_id": "job-1", "source": "sweep",
+                 "record": {**base, "rep": 2, "time_s": 2.5, "throttled": True,
+                            "thermal": {"reasons": ["cpu-thermal reached 85 C\n(passive)"]},
+                            "interference": "48 % of cpu 1 used by pid 4711 (sh)"}})
+    suite, summary = build_suite(rows, {"p1": "board-x"})
+    assert summary["names"] == ["w/small/2cores@1400MHz"] and summary["marked_runs"] == 1
+    path = tmp_path / "m.json"
+    suite.dump(str(path))
+    (bench,) = pyperf.BenchmarkSuite.load(str(path)).get_benchmarks()
+    assert sorted(bench.get_values()) == [1.0, 1.1, 2.5]
+    runs = bench.get_runs()
+    marked = [r.get_metadata() for r in runs if "opptune_throttled" in r.get_metadata()]
+    assert [(m["opptune_throttled"], m["opptune_interference"]) for m in marked] == [
+        ("cpu-thermal reached 85 C (passive)", "48 % of cpu 1 used by pid 4711 (sh)")]
+    meta = bench.get_metadata()
+    assert (meta["opptune_board"], meta["opptune_cpus"], meta["opptune_freq_mhz"],
+            meta["opptune_freq_observed_policy0_mhz"]) == ("board-x", "0,1", 1400.0, 1400.0)
+    dump = pyperf_cli("dump", "--verbose", str(path))  # pyperf shows a run's own metadata
+    assert dump.returncode == 0, dump.stderr
+    assert dump.stdout.count("opptune_throttled: cpu-thermal reached 85 C (passive)") == 1
+
+
+def test_a_suite_imports_each_benchmark_as_its_workload(cluster, tmp_path):
+    """A pyperformance-like file: several benchmarks, each its own workload; a calibration
+    run (warmups only) adds nothing."""
+    def bench(name, values):
+        meta = {"name": name, "unit": "second", "loops": 2}
+        return pyperf.Benchmark([
+            pyperf.Run([], warmups=[(2, 0.5)], metadata={**meta, "calibrate_loops": 2},
+                       collect_metadata=False),
+            pyperf.Run(values, warmups=[(2, 0.5)], metadata=meta, collect_metadata=False)])
+    path = tmp_path / "suite.json"
+    pyperf.BenchmarkSuite([bench("nbody", [0.2, 0.21]), bench("float", [0.3])]).dump(str(path))
+    p = opptune("import", str(path), "--daemon", cluster.endpoint, "--agent", "test-agent",
+                "--cores", "1", "--workload", "mine")
+    assert p.returncode == 2 and "holds 2 benchmarks" in p.stderr, p.stderr
+    p = opptune("import", str(path), "--daemon", cluster.endpoint, "--agent", "test-agent",
+                "--cores", "1", "--json")
+    assert p.returncode == 0, p.stderr
+    done = json.loads(p.stdout)
+    assert [(d["group"]["workload"], d["runs"]) for d in done] == [("nbody", 2), ("float", 1)]
+    rows = cluster.rows("SELECT workload, time_s FROM runs WHERE job_id IN (?, ?) ORDER BY "
+                        "workload, seq", done[0]["job_id"], done[1]["job_id"])
+    assert rows == [("float", 0.3), ("nbody", 0.2), ("nbody", 0.21)]
+
+
+def test_export_of_nothing_says_so(cluster, tmp_path):
+    out = tmp_path / "none.json"
+    p = opptune("export", "--daemon", cluster.endpoint, "--workload", "nothing", "-o", str(out))
+    assert p.returncode == 1 and not out.exists()
+    assert p.stderr == ("opptune export: the daemon has no successful runs to export (for "
+                        "workload nothing)\n")
