@@ -11,8 +11,13 @@ import subprocess
 import pytest
 
 from opptune.daemon.client import DaemonUnreachable, query
+from opptune.daemon.service import Daemon
+from opptune.daemon.store import ResultIn, open_store
+from opptune.shared.config import DaemonConfig, SweepDefaults
+from opptune.shared.records import RunRecord
 from procs import wait_until
 from test_goal_e2e import OPPTUNE, start
+from test_goal_service import METER, Agent, record
 
 pytestmark = pytest.mark.integration
 
@@ -84,3 +89,139 @@ def test_a_tune_session_goes_on_after_kill_9_of_the_daemon(tmp_path):
             cli.kill()
             cli.wait()
         c.stop()
+
+
+# -- each way a session can be caught by a restart, against the daemon loop in a thread and a
+# -- test DEALER agent (real sockets); the daemon is stopped and another started on its store
+
+def daemon_on(db, agent_timeout_s=30.0) -> Daemon:
+    d = Daemon(DaemonConfig(bind="tcp://127.0.0.1:0", database=str(db), auto_sweep=False,
+                            agent_timeout_s=agent_timeout_s,
+                            sweep=SweepDefaults(size="small", reps=1, warmup=0)))
+    d.start_thread()
+    return d
+
+
+def answer(a: Agent, job: dict) -> None:
+    (point,) = job["points"]
+    a.send("result", {"job_id": job["job_id"], "seq": 0, "of": 1,
+                      "record": record(METER, len(point["cpus"]))})
+
+
+def status(a: Agent, tune_id: str) -> dict:
+    reply = a.query("tune_status", {"tune_id": tune_id})
+    assert reply["type"] == "reply", reply
+    return reply["body"]["data"]
+
+
+def finish(a: Agent, tune_id: str, first: dict | None = None) -> dict:
+    """Answer every job until the configuration comes; apply it; the session's last view."""
+    msg = first or a.expect(("job", "config"))
+    while msg["type"] == "job":
+        answer(a, msg["body"])
+        msg = a.expect(("job", "config"))
+    a.send("applied", {"config_id": msg["body"]["config_id"], "ok": True,
+                       "records": [record(METER, len(msg["body"]["cpus"]))]})
+    return wait_until(lambda: (lambda s: s if s["state"] in ("done", "failed") else None)(
+        status(a, tune_id)), "the verdict", 20)
+
+
+def started_tune(tmp_path):
+    d = daemon_on(tmp_path / "d.db")
+    a = Agent(d.endpoint, METER)
+    s = a.query("tune", {"agent": "q1", "workload": "wl", "objective": "energy"})
+    return d, a, s["body"]["data"]["tune_id"]
+
+
+def test_a_job_out_across_the_restart_is_waited_for(tmp_path):
+    d, a, tune_id = started_tune(tmp_path)
+    job = a.expect("job")["body"]
+    d.stop()
+    a.close()
+    d = daemon_on(tmp_path / "d.db")
+    try:
+        a = Agent(d.endpoint, METER)  # the hello: the daemon resends the job still out
+        again = a.expect("job")["body"]
+        assert again["job_id"] == job["job_id"]
+        st = status(a, tune_id)
+        assert st["state"] == "measuring" and st["measured"] == 0
+        assert [x["job_id"] for x in st["steps"]] == [job["job_id"]]
+        answer(a, again)
+        nxt = a.expect(("job", "config"))
+        assert status(a, tune_id)["measured"] == 1
+        end = finish(a, tune_id, nxt)
+        assert end["state"] == "done" and end["steps"][0]["job_id"] == job["job_id"]
+        assert end["measured"] == len(end["steps"]) == len({x["cores"] for x in end["steps"]})
+    finally:
+        a.close()
+        d.stop()
+
+
+def test_a_job_done_while_no_daemon_followed_counts_and_the_session_goes_on(tmp_path):
+    d, a, tune_id = started_tune(tmp_path)
+    job = a.expect("job")["body"]
+    d.stop()
+    a.close()
+    # the window a kill -9 can hit: the job's run stored and the job done, the session not
+    # saved again yet
+    st = open_store(str(tmp_path / "d.db"))
+    (point,) = job["points"]
+    rec = RunRecord.from_dict(record(METER, len(point["cpus"])))
+    st.insert_results([ResultIn("m-1", "q1", job["job_id"], 0, rec, rec.to_dict())], 1.0)
+    st.set_job_state(job["job_id"], "done")
+    st.close()
+    d = daemon_on(tmp_path / "d.db")
+    try:
+        a = Agent(d.endpoint, METER)
+        nxt = a.expect(("job", "config"))
+        assert nxt["type"] == "config" or nxt["body"]["job_id"] != job["job_id"]
+        assert status(a, tune_id)["measured"] == 1
+        end = finish(a, tune_id, nxt)
+        assert end["state"] == "done" and end["steps"][0]["job_id"] == job["job_id"]
+        assert end["measured"] == len(end["steps"]) == len({x["cores"] for x in end["steps"]})
+    finally:
+        a.close()
+        d.stop()
+
+
+def test_a_verifying_session_takes_the_verdict_after_the_restart(tmp_path):
+    d, a, tune_id = started_tune(tmp_path)
+    msg = a.expect(("job", "config"))
+    while msg["type"] == "job":
+        answer(a, msg["body"])
+        msg = a.expect(("job", "config"))
+    before = status(a, tune_id)
+    assert before["state"] == "verifying"
+    d.stop()
+    a.close()
+    d = daemon_on(tmp_path / "d.db")
+    try:
+        a = Agent(d.endpoint, METER)
+        assert status(a, tune_id)["state"] == "verifying"
+        a.send("applied", {"config_id": msg["body"]["config_id"], "ok": True,
+                           "records": [record(METER, len(msg["body"]["cpus"]))]})
+        end = wait_until(lambda: (lambda s: s if s["state"] != "verifying" else None)(
+            status(a, tune_id)), "the verdict", 20)
+        assert end["state"] == "done" and end["verification"]["state"] in ("verified", "off")
+        assert end["steps"] == before["steps"] and end["config_id"] == before["config_id"]
+    finally:
+        a.close()
+        d.stop()
+
+
+def test_a_resumed_session_waits_agent_timeout_s_for_its_agent_then_fails(tmp_path):
+    d, a, tune_id = started_tune(tmp_path)
+    a.expect("job")
+    d.stop()
+    a.close()
+    d = daemon_on(tmp_path / "d.db", agent_timeout_s=3.0)
+    try:
+        s = d.tuning.sessions[tune_id]
+        # not failed at the first polls (about one a second) although its agent is not
+        # connected to this daemon: only agent_timeout_s after the daemon's start
+        wait_until(lambda: s.state == "failed", "the agent judged gone", 15)
+        assert s.updated - d.started >= 3.0, s.updated - d.started
+        assert "agent q1 is gone" in s.reason
+        assert open_store(str(tmp_path / "d.db")).tune_session(tune_id)["state"] == "failed"
+    finally:
+        d.stop()
