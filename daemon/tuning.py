@@ -15,7 +15,9 @@ Each session is saved in the store at each state change (a few saves per configu
 daemon started on that store resumes the sessions neither done nor failed: one waiting for its
 job keeps waiting (the job's results come in as the agent reconnects), one whose job finished
 meanwhile, or that had no job, asks the Sampler again, and one verifying keeps waiting for the
-verdict. Its agent has ``agent_timeout_s`` from the daemon's start to reconnect.
+verdict. The session is taken up when its agent connects to the daemon (of daemons sharing a
+database, the one that has the agent drives it); the agent has ``agent_timeout_s`` from the
+daemon's start to reconnect.
 """
 
 from __future__ import annotations
@@ -156,6 +158,7 @@ class Tuner:
         self.d = daemon
         self.sessions: dict[str, Session] = {}
         self._by_job: dict[str, str] = {}
+        self._polled = time.time()  # when the last poll returned
         self._pool = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="opptune-tune")
         self._load()
 
@@ -298,6 +301,16 @@ class Tuner:
     def poll(self, now: float, full: bool = True) -> None:
         """Take the Sampler's finished proposals; with ``full`` (about once a second) also
         look at each session's agent, job and verification."""
+        # The loop was held up since the last poll or in this one (a recommendation fitted in
+        # it, a large batch): agents' heartbeats may be waiting unread, so none is judged gone
+        # this turn.
+        held_up = now - self._polled > 0.5
+        try:
+            self._poll(now, full, held_up)
+        finally:
+            self._polled = time.time()
+
+    def _poll(self, now: float, full: bool, held_up: bool) -> None:
         for s in list(self.sessions.values()):
             if s.state in FINAL:
                 continue
@@ -312,14 +325,22 @@ class Tuner:
                 continue
             if not full:
                 continue
-            if s.resumed:
-                s.resumed = False
-                self._resume(s)
-                if s.state in FINAL or s.pending is not None:
-                    continue
             info = self.d.registry.get(s.agent)
             timeout = self.d.config.agent_timeout_s
+            if s.resumed:
+                # taken up only once its agent talks to this daemon: of daemons sharing one
+                # database, the one the agent is connected to drives the session
+                if info is not None and info.alive(timeout, now):
+                    s.resumed = False
+                    self._resume(s)
+                    if s.state in FINAL or s.pending is not None:
+                        continue
+                elif now - self.d.started <= timeout:
+                    continue  # agents reconnect a few seconds after a daemon restart
+                elif self._driven_elsewhere(s):
+                    continue
             if info is None or (not info.alive(timeout, now) and
+                                not (held_up or time.time() - now > 0.5) and
                                 # agents reconnect a few seconds after a daemon restart
                                 now - max(info.last_seen, self.d.started) > timeout):
                 seen = "never" if info is None or not info.last_seen else \
@@ -345,8 +366,20 @@ class Tuner:
                         self._fail(s, f"the agent {rec['state']} the configuration: "
                                       f"{rec['error']}")
 
+    def _driven_elsewhere(self, s: Session) -> bool:
+        """True (and the session forgotten here) when another daemon sharing the store saved
+        the session since this one loaded it: that daemon has its agent."""
+        r = self.d.store.tune_session(s.tune_id)
+        if r is None or r.get("updated") == s.updated:
+            return False
+        log.info("tune %s: driven by another daemon sharing the store", s.tune_id)
+        del self.sessions[s.tune_id]
+        if s.job_id:
+            self._by_job.pop(s.job_id, None)
+        return True
+
     def _resume(self, s: Session) -> None:
-        """Go on with a session loaded from the store (first poll after the start)."""
+        """Go on with a session loaded from the store (its agent is connected)."""
         if s.state != "measuring":
             return  # verifying: the verdict is read from the store by poll
         if s.job_id is None:

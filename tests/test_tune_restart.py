@@ -225,3 +225,23 @@ def test_a_resumed_session_waits_agent_timeout_s_for_its_agent_then_fails(tmp_pa
         assert open_store(str(tmp_path / "d.db")).tune_session(tune_id)["state"] == "failed"
     finally:
         d.stop()
+
+
+def test_a_daemon_sharing_the_store_leaves_a_session_driven_by_the_one_with_its_agent(
+        tmp_path):
+    d, a, tune_id = started_tune(tmp_path)
+    other = daemon_on(tmp_path / "d.db", agent_timeout_s=1.5)  # the agent is not with it
+    try:
+        assert tune_id in other.tuning.sessions  # loaded, waiting for its agent
+        answer(a, a.expect("job")["body"])  # the first daemon goes on and saves
+        nxt = a.expect(("job", "config"))
+        wait_until(lambda: tune_id not in other.tuning.sessions, "the other daemon leaving "
+                   "the session", 15)
+        assert status(a, tune_id)["state"] != "failed"
+        end = finish(a, tune_id, nxt)
+        assert end["state"] == "done"
+        assert open_store(str(tmp_path / "d.db")).tune_session(tune_id)["state"] == "done"
+    finally:
+        a.close()
+        other.stop()
+        d.stop()
