@@ -275,8 +275,12 @@ class Tuner:
         s = self.sessions.get(tune_id) if isinstance(tune_id, str) else None
         if s is None and isinstance(tune_id, str):
             # a session of another daemon sharing the store, or one that could not resume
-            r = self.d.store.tune_session(tune_id)
-            s = self._restore(r) if r is not None else None
+            try:
+                r = self.d.store.tune_session(tune_id)
+                s = self._restore(r) if r is not None else None
+            except (KeyError, TypeError, ValueError) as exc:
+                raise HandlerError("internal", f"tune session {tune_id} is stored but cannot "
+                                               f"be read: {exc}") from None
         if s is None:
             raise HandlerError("bad_args", f"no tune session {tune_id!r} in this daemon "
                                            "instance")

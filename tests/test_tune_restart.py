@@ -245,3 +245,28 @@ def test_a_daemon_sharing_the_store_leaves_a_session_driven_by_the_one_with_its_
         a.close()
         other.stop()
         d.stop()
+
+
+def test_an_unreadable_stored_session_is_left_out_and_the_others_resume(tmp_path):
+    d, a, tune_id = started_tune(tmp_path)
+    job = a.expect("job")["body"]
+    d.stop()
+    a.close()
+    st = open_store(str(tmp_path / "d.db"))
+    st.db.execute("INSERT INTO tune_sessions VALUES ('tune-bad', 'q1', 'measuring', "
+                  "'{not json', 1.0, 1.0)")
+    st.db.execute("INSERT INTO tune_sessions VALUES ('tune-old', 'q1', 'measuring', "
+                  "'{\"tune_id\": \"tune-old\"}', 2.0, 2.0)")  # keys missing
+    st.close()
+    d = daemon_on(tmp_path / "d.db")
+    try:
+        assert set(d.tuning.sessions) == {tune_id}
+        a = Agent(d.endpoint, METER)
+        assert a.expect("job")["body"]["job_id"] == job["job_id"]
+        for bad in ("tune-bad", "tune-old"):
+            err = a.query("tune_status", {"tune_id": bad})
+            assert err["type"] == "error" and "cannot be read" in err["body"]["message"]
+        assert status(a, tune_id)["state"] == "measuring"
+    finally:
+        a.close()
+        d.stop()

@@ -191,7 +191,8 @@ class Store(ABC):
 
     @abstractmethod
     def open_tune_sessions(self) -> list[dict[str, Any]]:
-        """Every session neither done nor failed, oldest first."""
+        """Every session neither done nor failed, oldest first (one whose stored body
+        cannot be read is logged and left out)."""
 
     @abstractmethod
     def state_counts(self) -> dict[str, dict[str, int]]:

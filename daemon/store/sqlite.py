@@ -397,9 +397,16 @@ class SQLiteStore(Store):
         return json.loads(row[0]) if row else None
 
     def open_tune_sessions(self) -> list[dict[str, Any]]:
-        return [json.loads(r[0]) for r in self.db.execute(
-            "SELECT body FROM tune_sessions WHERE state NOT IN ('done', 'failed') "
-            "ORDER BY started, tune_id")]
+        out = []
+        for tune_id, body in self.db.execute(
+                "SELECT tune_id, body FROM tune_sessions WHERE state NOT IN ('done', 'failed') "
+                "ORDER BY started, tune_id").fetchall():
+            try:
+                out.append(json.loads(body))
+            except ValueError as exc:  # one unreadable row must not keep the others back
+                log.error("tune session %s: stored body is not JSON (%s); not resumed",
+                          tune_id, exc)
+        return out
 
     def state_counts(self) -> dict[str, dict[str, int]]:
         return {table: dict(self.db.execute(
