@@ -210,10 +210,14 @@ def cmd_tune(args: argparse.Namespace) -> int:
     return 0
 
 
+# how long ``opptune tune`` keeps asking a daemon that stopped answering (restarting)
+RECONNECT_S = 60.0
+
+
 def follow_tune(endpoint: str, session: dict[str, Any], timeout_s: float,
                 quiet: bool = False) -> dict[str, Any] | None:
     """Show the session's progress on stderr until it is done or failed; its last view, or
-    None (after one line) when the daemon stops answering."""
+    None (after one line) when the daemon does not answer for ``RECONNECT_S``."""
     import time
 
     from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
@@ -228,6 +232,7 @@ def follow_tune(endpoint: str, session: dict[str, Any], timeout_s: float,
                   disable=quiet) as progress:
         task = progress.add_task(f"tune {session['workload']} on {session['agent']}",
                                  total=None, of="?", state="", eta="")
+        silent_since: float | None = None  # when the daemon stopped answering
         while True:
             if session["state"] in ("done", "failed"):
                 break
@@ -245,12 +250,25 @@ def follow_tune(endpoint: str, session: dict[str, Any], timeout_s: float,
             try:
                 session = query(endpoint, "tune_status", {"tune_id": session["tune_id"]},
                                 timeout_s=timeout_s)
+                if silent_since is not None:
+                    progress.console.print(f"opptune tune: the daemon answers again; "
+                                           f"following {session['tune_id']}")
+                    silent_since = None
             except DaemonUnreachable as exc:
+                # a restarting daemon resumes the session from its store: wait for it
+                now = time.monotonic()
+                if silent_since is None:
+                    silent_since = now
+                    progress.console.print(f"opptune tune: {exc}; retrying for up to "
+                                           f"{RECONNECT_S:g} s (a restarted daemon resumes "
+                                           "the session)")
+                if now - silent_since < RECONNECT_S:
+                    continue
                 progress.stop()
-                print(f"opptune tune: {exc}; the session {session['tune_id']} may go on in "
-                      "the daemon", file=sys.stderr)
+                print(f"opptune tune: {exc} for {now - silent_since:.0f} s; the session "
+                      f"{session['tune_id']} may go on in the daemon", file=sys.stderr)
                 return None
-            except QueryFailed as exc:  # e.g. the daemon restarted: the session is gone
+            except QueryFailed as exc:  # e.g. a daemon on another store: no such session
                 progress.stop()
                 print(f"opptune tune: {exc}", file=sys.stderr)
                 return None

@@ -61,6 +61,11 @@ class Goal:
         return {"objective": self.objective, "deadline_s": self.deadline_s,
                 "power_cap_w": self.power_cap_w}
 
+    @classmethod
+    def from_dict(cls, d: dict) -> Goal:
+        """The goal :meth:`as_dict` gave (checked again: ValueError when invalid)."""
+        return cls(d.get("objective", "time"), d.get("deadline_s"), d.get("power_cap_w"))
+
 
 _QUANTITY = re.compile(r"^\s*([0-9]*\.?[0-9]+(?:[eE][-+]?[0-9]+)?)\s*([a-zA-Z]*)\s*$")
 _SECONDS = {"": 1.0, "s": 1.0, "ms": 1e-3, "us": 1e-6, "min": 60.0, "m": 60.0}

@@ -10,6 +10,14 @@ compares them; configurations spanning clusters are not tuned.
 
 The Sampler fits models; it runs in a worker thread so that ingest never waits on it. The
 store is read only from the service loop.
+
+Each session is saved in the store at each state change (a few saves per configuration). A
+daemon started on that store resumes the sessions neither done nor failed: one waiting for its
+job keeps waiting (the job's results come in as the agent reconnects), one whose job finished
+meanwhile, or that had no job, asks the Sampler again, and one verifying keeps waiting for the
+verdict. The session is taken up when its agent connects to the daemon (of daemons sharing a
+database, the one that has the agent drives it); the agent has ``agent_timeout_s`` from the
+daemon's start to reconnect.
 """
 
 from __future__ import annotations
@@ -26,7 +34,7 @@ import numpy as np
 from .errors import HandlerError
 from .goal_query import apply, parse_goal, recommend_for
 from .goal_recommend import Part, fill_part, per_configuration
-from .jobs import UNSUCCESSFUL_JOB_STATES
+from .jobs import ACTIVE_JOB_STATES, UNSUCCESSFUL_JOB_STATES
 from .objectives import Goal
 from .planner import cluster_orders, new_job_id, offered_frequencies, sweep_order
 from .recommend import candidate_grid
@@ -79,6 +87,37 @@ class Session:
     config_id: str | None = None
     verification: dict[str, Any] | None = None
     updated: float = 0.0
+    resumed: bool = False  # loaded from the store at this daemon's start, not yet taken up
+
+    def record(self) -> dict[str, Any]:
+        """What the store keeps (the grids are recomputed from the platform at loading)."""
+        return {"tune_id": self.tune_id, "agent": self.agent, "workload": self.workload,
+                "size": self.size, "goal": self.goal.as_dict(),
+                "segments": [{"variant": g.variant, "order": g.order, "budget": g.budget,
+                              "measured": g.measured, "stop_reason": g.stop_reason}
+                             for g in self.segments],
+                "reps": self.reps, "warmup": self.warmup, "cluster": self.cluster,
+                "max_cores": self.max_cores, "started": self.started, "state": self.state,
+                "reason": self.reason, "current": self.current, "job_id": self.job_id,
+                "job_started": self.job_started, "job_seconds": self.job_seconds,
+                "steps": self.steps, "recommendation": self.recommendation,
+                "config_id": self.config_id, "verification": self.verification,
+                "updated": self.updated}
+
+    @classmethod
+    def from_record(cls, r: dict[str, Any], platform: dict[str, Any]) -> Session:
+        """The session :meth:`record` gave, its grids from the board's ``platform``."""
+        segments = [Segment(g["variant"], list(g["order"]),
+                            segment_grid(platform, list(g["order"]), r["max_cores"]),
+                            g["budget"], g["measured"], g["stop_reason"])
+                    for g in r["segments"]]
+        return cls(r["tune_id"], r["agent"], r["workload"], r["size"],
+                   Goal.from_dict(r["goal"]), segments, r["reps"], r["warmup"], r["cluster"],
+                   r["max_cores"], r["started"], state=r["state"], reason=r["reason"],
+                   current=r["current"], job_id=r["job_id"], job_started=r["job_started"],
+                   job_seconds=list(r["job_seconds"]), steps=list(r["steps"]),
+                   recommendation=r["recommendation"], config_id=r["config_id"],
+                   verification=r["verification"], updated=r["updated"])
 
     def view(self, now: float) -> dict[str, Any]:
         grid = sum(len(s.grid) for s in self.segments)
@@ -119,7 +158,32 @@ class Tuner:
         self.d = daemon
         self.sessions: dict[str, Session] = {}
         self._by_job: dict[str, str] = {}
+        self._polled = time.time()  # when the last poll returned
         self._pool = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="opptune-tune")
+        self._load()
+
+    def _load(self) -> None:
+        """Take up the sessions a previous daemon on this store left unfinished. A job still
+        out is registered at once: the agent's hello may complete it before the first poll."""
+        for r in self.d.store.open_tune_sessions():
+            try:
+                s = self._restore(r)
+            except (KeyError, TypeError, ValueError) as exc:
+                log.error("tune %s: cannot resume the stored session (%s); it is left as it "
+                          "is", r.get("tune_id"), exc)
+                continue
+            s.resumed = True
+            s.job_started = None  # a job out across the restart: its duration is no pace
+            self.sessions[s.tune_id] = s
+            if s.job_id is not None:
+                self._by_job[s.job_id] = s.tune_id
+            log.info("tune %s: resumed (%s, %d measured%s)", s.tune_id, s.state,
+                     sum(g.measured for g in s.segments),
+                     f", waiting for job {s.job_id}" if s.job_id else "")
+
+    def _restore(self, r: dict[str, Any]) -> Session:
+        info = self.d.registry.get(r["agent"])
+        return Session.from_record(r, (info.platform if info else None) or {})
 
     def close(self) -> None:
         self._pool.shutdown(wait=False, cancel_futures=True)
@@ -199,6 +263,7 @@ class Tuner:
                     ints["reps"] or d.config.sweep.reps, d.config.sweep.warmup, cluster,
                     ints["max_cores"], now, updated=now)
         self.sessions[s.tune_id] = s
+        self._save(s)
         log.info("tune %s: %s of %s (%s) on %s over %d configurations%s", s.tune_id,
                  goal.describe(), workload, size, agent, sum(len(g.grid) for g in segments),
                  f", budget {budget}" if budget else "")
@@ -208,6 +273,14 @@ class Tuner:
     def status(self, args: dict[str, Any]) -> dict[str, Any]:
         tune_id = args.get("tune_id")
         s = self.sessions.get(tune_id) if isinstance(tune_id, str) else None
+        if s is None and isinstance(tune_id, str):
+            # a session of another daemon sharing the store, or one that could not resume
+            try:
+                r = self.d.store.tune_session(tune_id)
+                s = self._restore(r) if r is not None else None
+            except (KeyError, TypeError, ValueError) as exc:
+                raise HandlerError("internal", f"tune session {tune_id} is stored but cannot "
+                                               f"be read: {exc}") from None
         if s is None:
             raise HandlerError("bad_args", f"no tune session {tune_id!r} in this daemon "
                                            "instance")
@@ -225,12 +298,23 @@ class Tuner:
         if s.job_started is not None:
             s.job_seconds.append(time.time() - s.job_started)
         s.segments[s.current].measured += 1
-        s.job_id = None
+        s.job_id, s.updated = None, time.time()
+        self._save(s)
         self._next(s)
 
     def poll(self, now: float, full: bool = True) -> None:
         """Take the Sampler's finished proposals; with ``full`` (about once a second) also
         look at each session's agent, job and verification."""
+        # The loop was held up since the last poll or in this one (a recommendation fitted in
+        # it, a large batch): agents' heartbeats may be waiting unread, so none is judged gone
+        # this turn.
+        held_up = now - self._polled > 0.5
+        try:
+            self._poll(now, full, held_up)
+        finally:
+            self._polled = time.time()
+
+    def _poll(self, now: float, full: bool, held_up: bool) -> None:
         for s in list(self.sessions.values()):
             if s.state in FINAL:
                 continue
@@ -246,7 +330,23 @@ class Tuner:
             if not full:
                 continue
             info = self.d.registry.get(s.agent)
-            if info is None or not info.alive(self.d.config.agent_timeout_s, now):
+            timeout = self.d.config.agent_timeout_s
+            if s.resumed:
+                # taken up only once its agent talks to this daemon: of daemons sharing one
+                # database, the one the agent is connected to drives the session
+                if info is not None and info.alive(timeout, now):
+                    s.resumed = False
+                    self._resume(s)
+                    if s.state in FINAL or s.pending is not None:
+                        continue
+                elif now - self.d.started <= timeout:
+                    continue  # agents reconnect a few seconds after a daemon restart
+                elif self._driven_elsewhere(s):
+                    continue
+            if info is None or (not info.alive(timeout, now) and
+                                not (held_up or time.time() - now > 0.5) and
+                                # agents reconnect a few seconds after a daemon restart
+                                now - max(info.last_seen, self.d.started) > timeout):
                 seen = "never" if info is None or not info.last_seen else \
                     f"{now - info.last_seen:.0f} s ago"
                 self._fail(s, f"agent {s.agent} is gone (last seen {seen}; agent_timeout_s = "
@@ -269,6 +369,42 @@ class Tuner:
                     else:
                         self._fail(s, f"the agent {rec['state']} the configuration: "
                                       f"{rec['error']}")
+
+    def _driven_elsewhere(self, s: Session) -> bool:
+        """True (and the session forgotten here) when another daemon sharing the store saved
+        the session since this one loaded it: that daemon has its agent."""
+        r = self.d.store.tune_session(s.tune_id)
+        if r is None or r.get("updated") == s.updated:
+            return False
+        log.info("tune %s: driven by another daemon sharing the store", s.tune_id)
+        del self.sessions[s.tune_id]
+        if s.job_id:
+            self._by_job.pop(s.job_id, None)
+        return True
+
+    def _resume(self, s: Session) -> None:
+        """Go on with a session loaded from the store (its agent is connected)."""
+        if s.state != "measuring":
+            return  # verifying: the verdict is read from the store by poll
+        if s.job_id is None:
+            self._next(s)
+            return
+        job = self.d.store.job(s.job_id)
+        if job is None:
+            # the daemon stopped between saving the session and storing its job: the job
+            # never went out, so the Sampler is asked again
+            log.info("tune %s: job %s was never sent; asking the sampler again", s.tune_id,
+                     s.job_id)
+            self._by_job.pop(s.job_id, None)
+            if s.steps and s.steps[-1].get("job_id") == s.job_id:
+                s.steps.pop()
+            s.job_id = None
+            self._next(s)
+        elif job["state"] == "done":  # finished while no daemon followed the session
+            self.job_done(s.job_id)
+        elif job["state"] in ACTIVE_JOB_STATES:
+            self._by_job[s.job_id] = s.tune_id
+        # failed or expired: poll fails the session with the job's reason
 
     def _next(self, s: Session) -> None:
         """Ask the Sampler (off the loop) what to measure next in the current segment."""
@@ -293,6 +429,8 @@ class Tuner:
                      seg.stop_reason)
             if s.current + 1 < len(s.segments):
                 s.current += 1
+                s.updated = time.time()
+                self._save(s)
                 self._next(s)
             else:
                 self._recommend(s)
@@ -309,6 +447,9 @@ class Tuner:
                         "freq_khz": f, "reason": proposal.reason, "job_id": job["job_id"]})
         s.job_id, s.job_started, s.updated = job["job_id"], time.time(), time.time()
         self._by_job[job["job_id"]] = s.tune_id
+        # saved before the job: a session never forgets a job that went out (a job id the
+        # store does not know at resumption was never sent)
+        self._save(s)
         self.d.jobs.send(s.agent, job)
 
     def _recommend(self, s: Session) -> None:
@@ -321,6 +462,7 @@ class Tuner:
             return
         s.recommendation, s.config_id = rec, rec["applied"]["config_id"]
         s.state, s.updated = "verifying", time.time()
+        self._save(s)
         log.info("tune %s: recommend %d cores at %s (config %s)", s.tune_id, rec["cores"],
                  rec["freq_khz"], s.config_id)
 
@@ -332,6 +474,15 @@ class Tuner:
         s.state, s.reason, s.updated = state, reason, time.time()
         if s.job_id:
             self._by_job.pop(s.job_id, None)
+        self._save(s)
+
+    def _save(self, s: Session) -> None:
+        """Keep the session in the store; a failure is logged and the session goes on in
+        memory (the measurements themselves are stored by ingest, not here)."""
+        try:
+            self.d.store.save_tune_session(s.record())
+        except Exception:
+            log.exception("tune %s: saving the session", s.tune_id)
 
     def _platform_id(self, s: Session) -> str:
         info = self.d.registry.get(s.agent)

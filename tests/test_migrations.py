@@ -51,7 +51,12 @@ ROWS: dict[str, list[dict]] = {
                "error": "off by 20 %", "since": 2.5}],  # before the runs: they stay in fits
     "fit_claims": [{"platform": "p1", "workload": "w", "input": "s", "variant": "",
                     "owner": None, "claimed": 7.5}],
+    "tune_sessions": [{"tune_id": f"tune-{state}", "agent": "a1", "state": state,
+                       "body": json.dumps({"tune_id": f"tune-{state}", "state": state}),
+                       "started": 10.0, "updated": 11.0} for state in ("measuring", "done")],
 }
+# a copy of a run set aside by version 6 (same columns as runs)
+ROWS["runs_resent"] = [{**ROWS["runs"][0], "msg_id": "m0-again", "received": 2.5}]
 # What a migration is meant to change in a row: (table, column) -> {old value: new value}
 CHANGED = {("jobs", "state"): {"complete": "done"}}
 

@@ -277,3 +277,49 @@ def test_racing_claims_are_won_once(location):
     finally:
         for st in stores:
             st.close()
+
+
+def test_a_tune_session_round_trips_and_only_unfinished_ones_are_open(location):
+    """What a restarted daemon resumes from: the whole session back as it was saved (its
+    goal, segments, steps, job), grids recomputed from the board; done and failed sessions
+    are not reopened."""
+    from opptune.agent.virtual_board import board_spec
+    from opptune.daemon.objectives import Goal
+    from opptune.daemon.tuning import Segment, Session, segment_grid
+    from test_goal_recommend import platform_of
+
+    platform = platform_of(board_spec("odroid-xu4"))
+    order = platform["clusters"][1]
+    goal = Goal("energy", deadline_s=2.5, power_cap_w=4.0)
+    seg = Segment("cluster1", order, segment_grid(platform, order, None), 5, 2,
+                  stop_reason=None)
+    s = Session("tune-a", "a1", "pi_integrate", "small", goal, [seg], 2, 0, 1, None, 100.0,
+                current=0, job_id="job-7", job_started=101.5, job_seconds=[1.25, 1.5],
+                steps=[{"variant": "cluster1", "cores": 2, "cpus": order[:2],
+                        "freq_khz": 1400000, "reason": "largest spread", "job_id": "job-6"}],
+                updated=102.0)
+    st = open_store(location)
+    try:
+        st.save_tune_session(s.record())
+        done = Session("tune-b", "a1", "pi_integrate", "small", Goal(), [seg], 2, 0, None,
+                       None, 99.0, state="done", reason="applied and verified",
+                       recommendation={"cores": 2, "freq_khz": 1400000, "nan": float("nan")},
+                       config_id="cfg-1", verification={"state": "verified"}, updated=103.0)
+        st.save_tune_session(done.record())
+        assert [r["tune_id"] for r in st.open_tune_sessions()] == ["tune-a"]
+        back = Session.from_record(st.open_tune_sessions()[0], platform)
+        assert back.goal == goal and Goal.from_dict(goal.as_dict()) == goal
+        assert back.record() == s.record()
+        assert list(back.segments[0].grid.cores) == list(seg.grid.cores) and \
+            list(back.segments[0].grid.freq_mhz) == list(seg.grid.freq_mhz)
+        # a later save replaces the row: the session is final and no longer open
+        s.state, s.job_id, s.updated = "failed", None, 104.0
+        st.save_tune_session(s.record())
+        assert st.open_tune_sessions() == []
+        assert st.tune_session("tune-a")["state"] == "failed"
+        b = st.tune_session("tune-b")
+        assert b["recommendation"] == {"cores": 2, "freq_khz": 1400000, "nan": None}
+        assert b["verification"] == {"state": "verified"} and b["config_id"] == "cfg-1"
+        assert st.tune_session("tune-nothing") is None
+    finally:
+        st.close()

@@ -180,6 +180,20 @@ class Store(ABC):
     def release_fit(self, group: Group, owner: str) -> None:
         """Give back ``owner``'s claim on ``group`` (nothing when another daemon holds it)."""
 
+    # tune sessions (``opptune tune``), kept so that a restarted daemon resumes them
+    @abstractmethod
+    def save_tune_session(self, session: dict[str, Any]) -> None:
+        """Insert or replace a session (its ``tune_id``, ``agent``, ``state``, ``started``
+        and ``updated`` are also columns; the whole dict is stored as JSON)."""
+
+    @abstractmethod
+    def tune_session(self, tune_id: str) -> dict[str, Any] | None: ...
+
+    @abstractmethod
+    def open_tune_sessions(self) -> list[dict[str, Any]]:
+        """Every session neither done nor failed, oldest first (one whose stored body
+        cannot be read is logged and left out)."""
+
     @abstractmethod
     def state_counts(self) -> dict[str, dict[str, int]]:
         """{"jobs": {state: n}, "recommendations": {state: n}} (for the metrics)."""

@@ -27,11 +27,15 @@ sends again under a new message id (a board reinstalled with its outbox lost, re
 resent job) is the same measurement and is no longer stored twice. Copies stored before move
 to ``runs_resent`` (same columns; the first one received stays in ``runs``), so nothing stored
 is lost.
+
+Version 7 keeps ``opptune tune`` sessions (``tune_sessions``): the whole session as JSON text
+(``body``), its agent and state as columns, saved at each of its state changes, so that a
+daemon restarted mid-tune (even after kill -9) resumes the sessions not yet done or failed.
 """
 
 from __future__ import annotations
 
-SCHEMA_VERSION = 6
+SCHEMA_VERSION = 7
 
 MIGRATIONS: dict[int, list[str]] = {
     1: [
@@ -193,5 +197,15 @@ MIGRATIONS: dict[int, list[str]] = {
                (o.received < r.received OR (o.received = r.received AND o.msg_id < r.msg_id)))""",
         "DELETE FROM runs WHERE msg_id IN (SELECT msg_id FROM runs_resent)",
         "CREATE UNIQUE INDEX runs_job_seq ON runs(job_id, seq)",
+    ],
+    7: [
+        """CREATE TABLE tune_sessions (
+               tune_id TEXT PRIMARY KEY,
+               agent TEXT NOT NULL,
+               state TEXT NOT NULL,
+               body TEXT NOT NULL,
+               started REAL NOT NULL,
+               updated REAL NOT NULL)""",
+        "CREATE INDEX tune_sessions_state ON tune_sessions(state)",
     ],
 }

@@ -382,6 +382,32 @@ class SQLiteStore(Store):
             db.execute("UPDATE fit_claims SET owner=NULL WHERE platform=? AND workload=? AND "
                        "input=? AND variant=? AND owner=?", (*group, owner))
 
+    # -- tune sessions ----------------------------------------------------------------------------
+    def save_tune_session(self, session: dict[str, Any]) -> None:
+        with self._tx() as db:
+            db.execute("INSERT INTO tune_sessions VALUES (?, ?, ?, ?, ?, ?) "
+                       "ON CONFLICT(tune_id) DO UPDATE SET agent=excluded.agent, "
+                       "state=excluded.state, body=excluded.body, updated=excluded.updated",
+                       (session["tune_id"], session["agent"], session["state"],
+                        _json_safe(session), session["started"], session["updated"]))
+
+    def tune_session(self, tune_id: str) -> dict[str, Any] | None:
+        row = self.db.execute("SELECT body FROM tune_sessions WHERE tune_id=?",
+                              (tune_id,)).fetchone()
+        return json.loads(row[0]) if row else None
+
+    def open_tune_sessions(self) -> list[dict[str, Any]]:
+        out = []
+        for tune_id, body in self.db.execute(
+                "SELECT tune_id, body FROM tune_sessions WHERE state NOT IN ('done', 'failed') "
+                "ORDER BY started, tune_id").fetchall():
+            try:
+                out.append(json.loads(body))
+            except ValueError as exc:  # one unreadable row must not keep the others back
+                log.error("tune session %s: stored body is not JSON (%s); not resumed",
+                          tune_id, exc)
+        return out
+
     def state_counts(self) -> dict[str, dict[str, int]]:
         return {table: dict(self.db.execute(
             f"SELECT state, COUNT(*) FROM {table} GROUP BY state").fetchall())
