@@ -5,7 +5,8 @@ hello) and, unless args.commands is false, per command workload of its configura
 "command": external programs, e.g. OpenMP binaries, which get t(n) but no MPET runtime
 parameters; each runs at the size asked where it has it, else at its first size), over all of the board's cores and, where the board has cpufreq, ``FREQ_STEPS``
 frequencies spread over its range (min, mid, max), else at the board's own frequency. A kernel
-with a done job of the same size for that agent is skipped (resuming after an interruption);
+with a done job of the same size that covered every point it would measure is skipped (resuming
+after an interruption; a tune's one-point jobs or an import do not count);
 one with a job still under way (or expired, which is resent at the agent's hello) is reported,
 not sent twice; one whose job failed is queued again.
 
@@ -27,7 +28,7 @@ import msgpack
 
 from .errors import HandlerError
 from .jobs import ACTIVE_JOB_STATES
-from .planner import physical_cores, sweep_order
+from .planner import PlanError, physical_cores, plan_sweep, sweep_order
 from .registry import board_name
 
 if TYPE_CHECKING:
@@ -66,10 +67,10 @@ def characterize(d: Daemon, args: dict[str, Any]) -> dict[str, Any]:
     opts = {k: args[k] for k in ("reps", "max_cores") if args.get(k) is not None}
     opts["warmup"] = args.get("warmup", 0)
     done, under_way, todo = [], [], {}
-    jobs = [j for j in d.store.jobs() if j["agent"] == agent]
     for k in sorted(sizes):
-        mine = [j for j in jobs if j["workload"] == k and j["size"] == sizes[k]]
-        if any(j["state"] == "done" for j in mine):
+        mine = [j for j in d.store.jobs_for(agent, k) if j["size"] == sizes[k]]
+        planned = _planned_points(d, info.platform, k, sizes[k], opts)
+        if any(j["state"] == "done" and planned <= _points(j["points"]) for j in mine):
             done.append(k)
         elif any(j["state"] in FOLLOWED for j in mine):
             under_way += [_job(j) for j in mine if j["state"] in FOLLOWED]
@@ -93,6 +94,28 @@ def characterize(d: Daemon, args: dict[str, Any]) -> dict[str, Any]:
             "under_way": under_way, "queued": queued,
             "frequencies": "board's own" if grid == "none" else f"{grid} per policy "
                                                                   "(min, mid, max)"}
+
+
+def _points(points: Any) -> set[tuple]:
+    """A job's points as comparable keys: (cpus, threads, freq_khz, variant)."""
+    return {(tuple(p.get("cpus") or ()), p.get("threads"), p.get("freq_khz"),
+             str(p.get("variant", ""))) for p in points or [] if isinstance(p, dict)}
+
+
+def _planned_points(d: Daemon, platform: dict[str, Any] | None, workload: str, size: str,
+                    opts: dict[str, Any]) -> set[tuple]:
+    """The points characterize would measure ``workload`` at: a done job counts as this
+    characterisation only when it covered them all (a tune's one-point jobs, an import or a
+    sweep of fewer cores do not)."""
+    for grid in (FREQ_STEPS, "none"):
+        try:
+            job = plan_sweep(platform or {}, workload, d.config.sweep, size=size,
+                             reps=opts.get("reps"), max_cores=opts.get("max_cores"),
+                             frequency_grid=grid)
+            return _points(job["points"])
+        except (PlanError, ValueError):
+            continue
+    return set()
 
 
 def _job(j: dict[str, Any]) -> dict[str, Any]:

@@ -148,3 +148,30 @@ def test_characterize_an_unknown_agent_is_one_line(two_boards):
     assert p.returncode == 2 and p.stdout == ""
     assert p.stderr.strip().splitlines() == [
         "opptune characterize: daemon refused the query: no agent 'nobody'"]
+
+
+def test_a_done_job_counts_as_characterised_only_when_it_covered_the_whole_grid(tmp_path):
+    """A tune's one-point job or an import (a done job at one configuration) does not make
+    characterize skip the kernel; its own earlier job, which covered every point, does."""
+    from opptune.daemon.characterize import characterize
+    from opptune.daemon.planner import plan_sweep
+    from opptune.daemon.service import Daemon
+    from opptune.shared.config import DaemonConfig
+
+    d = Daemon(DaemonConfig(bind="tcp://127.0.0.1:0", database=str(tmp_path / "d.db")))
+    try:
+        platform = {"sweep_order": [0, 1, 2, 3], "n_cpus": 4}
+        d.store.save_platform("p", platform, 1.0)
+        d.registry.hello("a", b"a", "p", platform,
+                         [{"name": k, "kind": "kernel", "sizes": ["small"]}
+                          for k in ("pi_integrate", "triad")], now=1.0)
+        one = {"job_id": "tune-1", "workload": "pi_integrate", "size": "small", "reps": 2,
+               "warmup": 0, "points": [{"cpus": [0, 1], "threads": 2, "freq_khz": None}]}
+        full = plan_sweep(platform, "triad", d.config.sweep, size="small", frequency_grid="none")
+        for job in (one, full):
+            d.store.save_job("a", job, 2.0, state="done")
+        out = characterize(d, {"agent": "a", "size": "small"})
+        assert out["skipped"] == ["triad"]
+        assert [q["workload"] for q in out["queued"]] == ["pi_integrate"]
+    finally:
+        d.close()
