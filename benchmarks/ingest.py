@@ -70,30 +70,39 @@ _ID_HOLE = "f" * 32  # placeholder message id, replaced per message (same length
 
 
 class Stream:
-    """Result messages of one simulated agent, each with a fresh id.
+    """Result messages of one simulated agent, each with a fresh id and the next ``seq``.
 
-    Messages are encoded once per record shape with a placeholder id; each send splices a new
-    id into those bytes, so a client process can feed many agents without spending its core
-    on msgpack. Ids are laid out like the agent's (milliseconds first, 32 hex digits)."""
+    Messages are encoded once per record shape with a placeholder id and seq; each send splices
+    a new id and seq into those bytes, so a client process can feed many agents without
+    spending its core on msgpack. Ids are laid out like the agent's (milliseconds first, 32 hex
+    digits); seq counts up within the agent's job as an agent's does (the store's (job_id, seq)
+    index then grows at one place per job, not at one per record shape)."""
 
     def __init__(self, agent_id: str, number: int, records: list[dict]):
         self.agent_id = agent_id
         self.number = number
         self.count = 0
         self.parts = []
-        for i, rec in enumerate(records):
+        for rec in records:
             # of: far above what is sent, so the job stays open: this measures ingest, not the
-            # fit that a completed job triggers.
-            body = {"job_id": f"job-{agent_id}", "seq": i, "of": 1 << 40, "record": rec}
+            # fit that a completed job triggers. seq: a uint64 placeholder (9 bytes in msgpack).
+            body = {"job_id": f"job-{agent_id}", "seq": _SEQ_HOLE, "of": 1 << 62, "record": rec}
             data = P.encode(P.make("result", agent_id, body, msg_id=_ID_HOLE))
             at = data.index(_ID_HOLE.encode())
-            self.parts.append((data[:at], data[at + 32:]))
+            sq = data.index(_SEQ_BYTES)
+            assert at < sq, "the envelope's id precedes the body"
+            self.parts.append((data[:at], data[at + 32:sq + 1], data[sq + 9:]))
 
     def next(self) -> tuple[str, bytes]:
         self.count += 1
         msg_id = f"{time.time_ns() // 1_000_000:012x}{self.number:05x}{self.count:015x}"
-        head, tail = self.parts[self.count % len(self.parts)]
-        return msg_id, head + msg_id.encode() + tail
+        head, mid, tail = self.parts[self.count % len(self.parts)]
+        seq = (_SEQ_HOLE + self.count).to_bytes(8, "big")
+        return msg_id, head + msg_id.encode() + mid + seq + tail
+
+
+_SEQ_HOLE = 1 << 40  # seq placeholder: seq = this + the agent's count (always a msgpack uint64)
+_SEQ_BYTES = b"\xcf" + _SEQ_HOLE.to_bytes(8, "big")
 
 
 LAT_BIN_S = 1e-4  # latency histogram: 0.1 ms bins up to 60 s
