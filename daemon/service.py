@@ -266,13 +266,14 @@ class Daemon:
         results: list[ResultIn] = []
         acks: dict[bytes, list[str]] = {}
         touched: dict[str, tuple[int, str]] = {}
+        seen: dict[bytes, str] = {}  # identity -> the agent it spoke for, in this batch
         keyring = self.keyring
         for identity, msg in batch:
             try:
                 if keyring is not None:
                     keyring.check(self.link.peer_keys.get(identity), msg["agent"], msg["type"])
                 if msg["type"] == "result":
-                    self._take_result(identity, msg, now, results, acks, touched)
+                    self._take_result(identity, msg, now, results, acks, touched, seen)
                     continue
                 handler = self._handlers.get(msg["type"])
                 if handler is None:
@@ -290,10 +291,14 @@ class Daemon:
 
     def _take_result(self, identity: bytes, msg: dict[str, Any], now: float,
                      results: list[ResultIn], acks: dict[bytes, list[str]],
-                     touched: dict[str, tuple[int, str]]) -> None:
+                     touched: dict[str, tuple[int, str]], seen: dict[bytes, str]) -> None:
         agent = msg["agent"]
-        if self.registry.seen(agent, identity, now) is None:
-            raise HandlerError("unknown_agent", f"agent '{agent}' has not said hello")
+        # One look-up per agent and batch: ``now`` is the batch's, so a second one would
+        # change nothing.
+        if seen.get(identity) != agent:
+            if self.registry.seen(agent, identity, now) is None:
+                raise HandlerError("unknown_agent", f"agent '{agent}' has not said hello")
+            seen[identity] = agent
         body = msg["body"]
         if self._owner(body["job_id"]) != agent:
             # Only measurements the daemon asked this agent for are stored: a made-up job id
