@@ -36,6 +36,7 @@ from .fitter import Fitter
 from .keyring import KeyRing
 from .jobs import ACTIVE_JOB_STATES, FINAL_JOB_STATES, JobTracker
 from .link import Link
+from .query_worker import Deferred, QueryWorker
 from .recommender import Recommender, freq_text, off_pct, verdict
 from .registry import Registry, platform_id_of
 from .store import ResultIn, open_store
@@ -121,6 +122,7 @@ class Daemon:
             self.registry.load(a["id"], a["platform"], self.store.platform(a["platform"]) or {},
                                a["workloads"], a["last_seen"])
         self.fitter = Fitter().start()
+        self.query_worker = QueryWorker()
         self.stop_event = threading.Event()
         self._thread: threading.Thread | None = None
         self._closed = False
@@ -188,6 +190,7 @@ class Daemon:
             try:
                 if self.link.poll(50):
                     self._ingest()
+                self._finish_queries()
                 for outcome in self.fitter.outcomes():
                     if self.metrics is not None:
                         self.metrics.fit_duration.observe(outcome.seconds)
@@ -236,6 +239,7 @@ class Daemon:
             return
         self._closed = True
         self.fitter.stop()
+        self.query_worker.stop()
         if self.metrics_server is not None:
             self.metrics_server.close()
         self.tuning.close()
@@ -405,7 +409,27 @@ class Daemon:
     def _on_query(self, identity: bytes, msg: dict[str, Any]) -> None:
         queries.check_local(self, identity)
         data = queries.answer(self, msg["body"]["what"], msg["body"].get("args") or {})
+        if isinstance(data, Deferred):  # a fit: answered when the worker is done
+            self.query_worker.submit(identity, msg["id"], data)
+            return
         self.send(identity, "reply", {"ref": msg["id"], "data": data})
+
+    def _finish_queries(self) -> None:
+        """Send the replies of the queries the worker has computed."""
+        for job in self.query_worker.done():
+            try:
+                if job.error is not None:
+                    raise job.error
+                data = job.deferred.finish(job.value)
+            except HandlerError as exc:
+                self.refuse(job.identity, exc.code, str(exc), job.ref)
+                continue
+            except Exception as exc:
+                log.error("answering query %s: %s: %s", job.ref, type(exc).__name__, exc)
+                self.refuse(job.identity, "internal",
+                            f"daemon error: {type(exc).__name__}: {exc}", job.ref)
+                continue
+            self.send(job.identity, "reply", {"ref": job.ref, "data": data})
 
     # -- the parts' entry points, for callers of the daemon object ----------------------------
     def status(self) -> dict[str, Any]:
