@@ -4,7 +4,8 @@ configurations back.
 
 The loop and ingest live here; the other jobs are parts with one job each: jobs.py (job
 lifecycle), sweeps.py (planning sweeps), recommender.py (fits, recommendations, verification),
-queries.py (the operator's queries and the status).
+queries.py (the operator's queries and the status), query_worker.py (a query's
+model fits, off the loop).
 
 Ingest is batched: the loop drains whatever is waiting (up to ``batch_max`` messages), validates
 every result, inserts the batch in one transaction and only after the commit sends one ``ack``
