@@ -19,6 +19,14 @@ p99), the daemon's resident memory after warm-up and at the end, and sent/acked/
 (zero loss: all three equal).
 
     python3 benchmarks/ingest.py --agents 500 --duration 600
+
+``--postgres`` runs the daemon on a throwaway PostgreSQL server (tests/pgserver.py's: started
+with fsync off, as for the tests), ``--database URL`` on an empty database of a running one;
+``--daemons 2`` starts two daemons sharing it, the agents split between them; the server's CPU
+time is printed beside the daemons'. ``--compare`` makes three runs, SQLite, PostgreSQL and
+PostgreSQL with two daemons, and prints them side by side:
+
+    python3 benchmarks/ingest.py --agents 500 --duration 600 --compare
 """
 
 from __future__ import annotations
@@ -39,6 +47,7 @@ from pathlib import Path
 import zmq
 
 from opptune.shared import protocol as P
+from opptune.shared.config import is_database_url
 from opptune.shared.records import RunRecord
 
 
@@ -70,30 +79,41 @@ _ID_HOLE = "f" * 32  # placeholder message id, replaced per message (same length
 
 
 class Stream:
-    """Result messages of one simulated agent, each with a fresh id.
+    """Result messages of one simulated agent, each with a fresh id and the next ``seq``.
 
-    Messages are encoded once per record shape with a placeholder id; each send splices a new
-    id into those bytes, so a client process can feed many agents without spending its core
-    on msgpack. Ids are laid out like the agent's (milliseconds first, 32 hex digits)."""
+    Messages are encoded once per record shape with a placeholder id and seq; each send splices
+    a new id and seq into those bytes, so a client process can feed many agents without
+    spending its core on msgpack. Ids are laid out like the agent's (milliseconds first, 32 hex
+    digits); seq counts up within the agent's job as an agent's does (the store's (job_id, seq)
+    index then grows at one place per job, not at one per record shape)."""
 
     def __init__(self, agent_id: str, number: int, records: list[dict]):
         self.agent_id = agent_id
         self.number = number
         self.count = 0
         self.parts = []
-        for i, rec in enumerate(records):
+        for rec in records:
             # of: far above what is sent, so the job stays open: this measures ingest, not the
-            # fit that a completed job triggers.
-            body = {"job_id": f"job-{agent_id}", "seq": i, "of": 1 << 40, "record": rec}
+            # fit that a completed job triggers. seq: a uint32 placeholder (5 bytes in msgpack).
+            body = {"job_id": f"job-{agent_id}", "seq": _SEQ_HOLE, "of": 1 << 62, "record": rec}
             data = P.encode(P.make("result", agent_id, body, msg_id=_ID_HOLE))
             at = data.index(_ID_HOLE.encode())
-            self.parts.append((data[:at], data[at + 32:]))
+            sq = data.index(_SEQ_BYTES)
+            assert at < sq, "the envelope's id precedes the body"
+            self.parts.append((data[:at], data[at + 32:sq + 1], data[sq + 5:]))
 
     def next(self) -> tuple[str, bytes]:
         self.count += 1
         msg_id = f"{time.time_ns() // 1_000_000:012x}{self.number:05x}{self.count:015x}"
-        head, tail = self.parts[self.count % len(self.parts)]
-        return msg_id, head + msg_id.encode() + tail
+        head, mid, tail = self.parts[self.count % len(self.parts)]
+        seq = (_SEQ_HOLE + self.count).to_bytes(4, "big")
+        return msg_id, head + msg_id.encode() + mid + seq + tail
+
+
+# seq placeholder: seq = this + the agent's count, always a msgpack uint32 and below 2**31
+# (PostgreSQL's INTEGER column)
+_SEQ_HOLE = 1 << 30
+_SEQ_BYTES = b"\xce" + _SEQ_HOLE.to_bytes(4, "big")
 
 
 LAT_BIN_S = 1e-4  # latency histogram: 0.1 ms bins up to 60 s
@@ -119,11 +139,12 @@ def say_hello(sock: zmq.Socket, agent_id: str) -> None:
         "workloads": ["bench"], "agent_version": "bench"})))
 
 
-def client_proc(endpoint: str, agents: list[tuple[int, str]], n: int | None,
+def client_proc(agents: list[tuple[int, str, str]], n: int | None,
                 duration: float | None, window: int, full: bool, ready, go, results,
                 curve: list | None = None, check_db: str | None = None,
                 rate: float | None = None) -> None:
-    """Run several simulated agents, each on its own DEALER socket and identity.
+    """Run several simulated agents, each on its own DEALER socket and identity, connected to
+    its daemon's endpoint (``agents``: number, id, endpoint).
 
     Each agent keeps at most ``window`` results unacknowledged, sending ``n`` results each or
     for ``duration`` seconds, as fast as acks come back or, with ``rate``, at most that many
@@ -134,7 +155,7 @@ def client_proc(endpoint: str, agents: list[tuple[int, str]], n: int | None,
     ctx = zmq.Context()
     poller = zmq.Poller()
     socks: dict[zmq.Socket, dict] = {}
-    for k, (number, agent_id) in enumerate(agents):
+    for k, (number, agent_id, endpoint) in enumerate(agents):
         sock = ctx.socket(zmq.DEALER)
         if curve is not None:
             sock.curve_serverkey, sock.curve_publickey, sock.curve_secretkey = (
@@ -159,7 +180,8 @@ def client_proc(endpoint: str, agents: list[tuple[int, str]], n: int | None,
                     waiting.discard(sock)
     db = None
     if check_db:
-        db = sqlite3.connect(f"file:{check_db}?mode=ro", uri=True)
+        db = _reader(check_db)
+        mark = "%s" if is_database_url(check_db) else "?"
     hist: dict[int, int] = {}
     errors: dict[str, int] = {}
     acked = not_stored = 0
@@ -235,7 +257,7 @@ def client_proc(endpoint: str, agents: list[tuple[int, str]], n: int | None,
                             part = ids[j:j + 500]
                             found = db.execute(
                                 f"SELECT COUNT(*) FROM runs WHERE msg_id IN "
-                                f"({','.join('?' * len(part))})", part).fetchone()[0]
+                                f"({','.join([mark] * len(part))})", part).fetchone()[0]
                             not_stored += len(part) - found
                 elif msg["type"] == "error":
                     code = msg["body"].get("code", "?")
@@ -250,6 +272,45 @@ def client_proc(endpoint: str, agents: list[tuple[int, str]], n: int | None,
     for sock in socks:
         sock.close(0)
     ctx.term()
+
+
+def _reader(location: str):
+    """A connection that reads the store (an SQLite file read-only, or a PostgreSQL URL)."""
+    if is_database_url(location):
+        import psycopg
+        return psycopg.connect(location, autocommit=True)
+    return sqlite3.connect(f"file:{location}?mode=ro", uri=True)
+
+
+def stored_runs(location: str) -> int:
+    db = _reader(location)
+    try:
+        return db.execute("SELECT COUNT(*) FROM runs").fetchone()[0]
+    finally:
+        db.close()
+
+
+def server_cpu_s(data_dir: Path | None) -> float:
+    """CPU seconds of a PostgreSQL server's processes (postmaster and backends) so far; 0
+    without a server started here."""
+    if data_dir is None:
+        return 0.0
+    try:
+        master = int((data_dir / "postmaster.pid").read_text().split()[0])
+    except (OSError, ValueError, IndexError):
+        return 0.0
+    total = 0.0
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/stat") as fh:
+                ppid = int(fh.read().rsplit(")", 1)[1].split()[1])
+            if int(entry) == master or ppid == master:
+                total += proc_cpu_s(int(entry))
+        except (OSError, ValueError, IndexError):
+            continue  # gone meanwhile
+    return total
 
 
 def proc_mem_kb(pid: int) -> dict[str, int]:
@@ -278,16 +339,16 @@ def pressure_pct(resource: str) -> float | None:
         return None
 
 
-def wal_size(db: Path) -> int:
+def wal_size(db: Path) -> int:  # an SQLite file's
     wal = db.with_name(db.name + "-wal")
     return wal.stat().st_size if wal.exists() else 0
 
 
-def issue_jobs(db: Path, agents: int) -> None:
+def issue_jobs(db: str, agents: int) -> None:
     """Store one open job per agent before the daemon starts: the daemon stores results only
     for jobs it issued to their agent (as after a restart with jobs in flight)."""
     from opptune.daemon.store import open_store
-    store = open_store(str(db))
+    store = open_store(db)
     for i in range(agents):
         store.save_job(f"bench-agent-{i}", {"job_id": f"job-bench-agent-{i}", "workload": "bench",
                                             "size": "s", "points": [{"cpus": [0], "threads": 1}], "reps": 1,
@@ -317,51 +378,64 @@ def run(agents: int = 4, results: int | None = 50_000, duration: float | None = 
         window: int = 2000, procs: int | None = None, full_records: bool = False,
         bind: str = "tcp://127.0.0.1:0", curve: bool = False, profile: str | None = None,
         check_acks: bool = False, warmup_s: float | None = None,
-        daemon_cmd: list[str] | None = None, rate: float | None = None) -> dict:
-    """One benchmark run against a fresh daemon process; the figures as a dict.
+        daemon_cmd: list[str] | None = None, rate: float | None = None,
+        database: str | None = None, daemons: int = 1, pg_data: Path | None = None) -> dict:
+    """One benchmark run against fresh daemon processes; the figures as a dict.
 
     ``results`` per agent, or stream for ``duration`` seconds. ``check_acks``: each client
     looks up every acked id in the store as its ack arrives (acked must mean stored).
-    ``daemon_cmd``: the command that starts the daemon module (another checkout's Python)."""
+    ``daemon_cmd``: the command that starts the daemon module (another checkout's Python).
+    ``database``: a PostgreSQL URL (an empty database) instead of a fresh SQLite file;
+    ``daemons``: that many daemons sharing it, agent i talking to daemon i mod ``daemons``;
+    ``pg_data``: the server's data directory, to add its processes' CPU time."""
     procs = procs or min(agents, 4)
     tmp = Path(tempfile.mkdtemp(prefix="opptune-ingest-"))
-    db, ep_file = tmp / "ingest.db", tmp / "endpoint"
+    db = database or str(tmp / "ingest.db")
     prof = ["-m", "cProfile", "-o", profile] if profile else []
     issue_jobs(db, agents)
+    stored0 = stored_runs(db)
     conf = tmp / "daemon.toml"
     conf.write_text(f'curve = "{"on" if curve else "off"}"\nkeys_dir = "{tmp / "keys"}"\n')
     agent_keys = accept_keys(tmp / "keys", agents) if curve else None
     cmd = daemon_cmd or [sys.executable, *prof, "-m", "opptune.daemon.service"]
-    daemon = subprocess.Popen([*cmd, "--config", str(conf), "--bind", bind,
-                               "--database", str(db), "--endpoint-file", str(ep_file),
-                               "--log-level", "WARNING"])
+    ep_files = [tmp / f"endpoint{k}" for k in range(daemons)]
+    procs_d = [subprocess.Popen([*cmd, "--config", str(conf), "--bind", bind,
+                                 "--database", db, "--endpoint-file", str(ep),
+                                 "--log-level", "WARNING"]) for ep in ep_files]
     children = []
+
+    def rss_kb(key: str = "VmRSS") -> int:  # all daemons together
+        return sum(proc_mem_kb(d.pid)[key] for d in procs_d)
+
+    def cpu_s() -> tuple[float, float]:  # (daemons, database server)
+        return sum(proc_cpu_s(d.pid) for d in procs_d), server_cpu_s(pg_data)
+
     try:
-        deadline = time.monotonic() + 30
-        while not ep_file.exists():  # wait for the daemon process to come up
-            if daemon.poll() is not None or time.monotonic() > deadline:
+        deadline = time.monotonic() + 60
+        while not all(ep.exists() for ep in ep_files):  # wait for the daemons to come up
+            if any(d.poll() is not None for d in procs_d) or time.monotonic() > deadline:
                 raise SystemExit("daemon did not start")
             time.sleep(0.05)
-        endpoint = ep_file.read_text().strip()
-        rss_idle = proc_mem_kb(daemon.pid)
+        endpoints = [ep.read_text().strip() for ep in ep_files]
+        rss_idle = rss_kb()
         mpc = mp.get_context("fork")
         go, queue = mpc.Event(), mpc.Queue()
         readies = []
-        names = [(i, f"bench-agent-{i}") for i in range(agents)]
+        names = [(i, f"bench-agent-{i}", endpoints[i % daemons]) for i in range(agents)]
         for k in range(procs):
             mine = names[k::procs]
-            keys = [agent_keys[i] for i, _ in mine] if agent_keys else None
+            keys = [agent_keys[i] for i, _, _ in mine] if agent_keys else None
             ready = mpc.Event()
             p = mpc.Process(target=client_proc, args=(
-                endpoint, mine, None if duration is not None else results, duration, window,
-                full_records, ready, go, queue, keys, str(db) if check_acks else None, rate))
+                mine, None if duration is not None else results, duration, window,
+                full_records, ready, go, queue, keys, db if check_acks else None, rate))
             p.start()
             readies.append(ready)
             children.append(p)
         for r in readies:
             if not r.wait(180):
                 raise SystemExit("a client process did not get its agents' hellos answered")
-        cpu0 = proc_cpu_s(daemon.pid)
+        cpu0, srv0 = cpu_s()
         t_go = time.monotonic()
         go.set()
         # Daemon memory once a second: at the end of warm-up and at the end of the run.
@@ -369,21 +443,23 @@ def run(agents: int = 4, results: int | None = 50_000, duration: float | None = 
         rss_warm = rss_max = None
         every = max((duration or 10) / 10, 1.0)
         next_sample, rss_trace = t_go + every, []  # (s since start, RSS MiB, WAL MiB)
+        sqlite_file = None if is_database_url(db) else Path(db)
         got = []
         while len(got) < procs:
             try:
                 got.append(queue.get(timeout=1.0))
             except Exception:  # queue.Empty: sample memory and wait again
-                if daemon.poll() is not None:
-                    raise SystemExit("the daemon exited during the run") from None
-                rss = proc_mem_kb(daemon.pid)["VmRSS"]
+                if any(d.poll() is not None for d in procs_d):
+                    raise SystemExit("a daemon exited during the run") from None
+                rss = rss_kb()
                 rss_max = max(rss_max or 0, rss)
                 if rss_warm is None and time.monotonic() - t_go >= warm:
                     rss_warm = rss
                 if time.monotonic() >= next_sample:
                     next_sample += every
                     rss_trace.append((round(time.monotonic() - t_go), round(rss / 1024, 1),
-                                      round(wal_size(db) / 2**20, 1)))
+                                      round(wal_size(sqlite_file) / 2**20, 1)
+                                      if sqlite_file else None))
                 if time.monotonic() - t_go > (duration or 0) + 600:
                     raise SystemExit("clients did not finish") from None
         for p in children:
@@ -399,12 +475,13 @@ def run(agents: int = 4, results: int | None = 50_000, duration: float | None = 
                 hist[b] = hist.get(b, 0) + c
             for code, c in g["errors"].items():
                 errors[code] = errors.get(code, 0) + c
-        mem = proc_mem_kb(daemon.pid)
-        cpu = proc_cpu_s(daemon.pid) - cpu0
-        with sqlite3.connect(db) as con:
-            stored = con.execute("SELECT COUNT(*) FROM runs").fetchone()[0]
+        rss_end, rss_peak = rss_kb(), rss_kb("VmHWM")
+        cpu1, srv1 = cpu_s()
+        cpu, srv = cpu1 - cpu0, srv1 - srv0
+        stored = stored_runs(db) - stored0
         span = max(end - start, 1e-9)
-        return {"agents": agents, "client_procs": procs, "window": window,
+        return {"store": ("postgresql" if is_database_url(db) else "sqlite"),
+                "daemons": daemons, "agents": agents, "client_procs": procs, "window": window,
                 "rate_per_agent": rate,
                 "full_records": full_records, "curve": curve,
                 "duration_s": duration, "sent": sent, "acked": acked, "stored": stored,
@@ -417,32 +494,67 @@ def run(agents: int = 4, results: int | None = 50_000, duration: float | None = 
                 "ack_latency_p99_ms": percentile(hist, 0.99),
                 "ack_latency_max_ms": percentile(hist, 1.0),
                 "daemon_cpu_s": round(cpu, 2),
+                "db_server_cpu_s": round(srv, 2) if pg_data else None,
                 "clients_cpu_s": round(sum(g["cpu_s"] for g in got), 2),
                 "results_per_daemon_cpu_s": round(acked / cpu) if cpu else None,
+                "daemon_cpu_us_per_result": round(cpu / acked * 1e6, 1) if acked else None,
+                "db_server_cpu_us_per_result": (round(srv / acked * 1e6, 1)
+                                                if acked and pg_data else None),
                 "load_avg_1min": os.getloadavg()[0],
                 "cpu_pressure_pct_60s": pressure_pct("cpu"),
                 "io_pressure_pct_60s": pressure_pct("io"),
-                "daemon_rss_idle_mib": round(rss_idle["VmRSS"] / 1024, 1),
+                "daemon_rss_idle_mib": round(rss_idle / 1024, 1),
                 "daemon_rss_warm_mib": round(rss_warm / 1024, 1) if rss_warm else None,
-                "daemon_rss_end_mib": round(mem["VmRSS"] / 1024, 1),
+                "daemon_rss_end_mib": round(rss_end / 1024, 1),
                 "daemon_rss_max_sampled_mib": round(rss_max / 1024, 1) if rss_max else None,
-                "daemon_rss_peak_mib": round(mem["VmHWM"] / 1024, 1),
+                "daemon_rss_peak_mib": round(rss_peak / 1024, 1),
                 "trace_s_rss_wal_mib": rss_trace,
-                "db_mib": round(sum(f.stat().st_size for f in tmp.glob("ingest.db*")) / 2**20, 1),
-                "wal_mib": round(wal_size(db) / 2**20, 1),
-                "endpoint": endpoint}
+                "db_mib": (round(sum(f.stat().st_size for f in tmp.glob("ingest.db*")) / 2**20, 1)
+                           if sqlite_file else None),
+                "wal_mib": round(wal_size(sqlite_file) / 2**20, 1) if sqlite_file else None,
+                "endpoint": " ".join(endpoints)}
     finally:
         for p in children:
             if p.is_alive():
                 p.kill()
                 p.join(5)
-        daemon.send_signal(signal.SIGTERM)
-        try:
-            daemon.wait(30)
-        except subprocess.TimeoutExpired:
-            daemon.kill()
-            daemon.wait(10)
+        for d in procs_d:
+            d.send_signal(signal.SIGTERM)
+        for d in procs_d:
+            try:
+                d.wait(30)
+            except subprocess.TimeoutExpired:
+                d.kill()
+                d.wait(10)
         shutil.rmtree(tmp, ignore_errors=True)
+
+
+def pg_server():
+    """A throwaway PostgreSQL server (tests/pgserver.py's), or exit 2 saying why there is none."""
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
+    try:
+        from pgserver import PgServer, unavailable
+    except ImportError as exc:
+        raise SystemExit(f"ingest.py: --postgres needs the test extras ({exc}): "
+                         "pip install -e '.[test]'") from None
+    why = unavailable()
+    if why:
+        print(f"ingest.py: --postgres: {why}", file=sys.stderr)
+        raise SystemExit(2)
+    return PgServer()
+
+
+def side_by_side(runs: list[dict]) -> str:
+    """The runs' figures as a table, one column per run."""
+    heads = [f"{r['store']} x{r['daemons']}" for r in runs]
+    keys = [k for k in runs[0] if k not in ("trace_s_rss_wal_mib", "endpoint")]
+    width = max(12, *(len(h) for h in heads), *(len(str(r.get(k))) for r in runs for k in keys))
+    lines = [f"{'':>28}" + "".join(f"{h:>{width + 2}}" for h in heads)]
+    for k in keys:
+        lines.append(f"{k:>28}" + "".join(f"{str(r.get(k)):>{width + 2}}" for r in runs))
+    for r, h in zip(runs, heads):
+        lines.append(f"{h} trace (s, RSS MiB, WAL MiB): {r['trace_s_rss_wal_mib']}")
+    return "\n".join(lines)
 
 
 def main() -> int:
@@ -461,15 +573,26 @@ def main() -> int:
     ap.add_argument("--full-records", action="store_true",
                     help="records with every meter's fields (counters, energy, ...)")
     ap.add_argument("--bind", default="tcp://127.0.0.1:0")
-    ap.add_argument("--json", action="store_true", help="print one JSON line")
+    ap.add_argument("--json", action="store_true", help="print one JSON line per run")
     ap.add_argument("--profile", help="run the daemon under cProfile, writing this file")
     ap.add_argument("--curve", action="store_true", help="CURVE on the link")
     ap.add_argument("--check-acks", action="store_true",
                     help="look up every acked id in the store when its ack arrives")
     ap.add_argument("--daemon-python", help="the Python of another checkout (e.g. main's "
                                             "venv) whose daemon to measure")
+    ap.add_argument("--database", metavar="URL",
+                    help="an empty PostgreSQL database (postgresql://...) instead of a fresh "
+                         "SQLite file")
+    ap.add_argument("--postgres", action="store_true",
+                    help="start a throwaway PostgreSQL server (tests/pgserver.py) and use it")
+    ap.add_argument("--daemons", type=int, default=1,
+                    help="daemons sharing the PostgreSQL database, the agents split between "
+                         "them (default 1)")
+    ap.add_argument("--compare", action="store_true",
+                    help="three runs side by side: SQLite, PostgreSQL (a throwaway server), "
+                         "PostgreSQL with two daemons")
     args = ap.parse_args()
-    for name in ("agents", "results", "window", "procs"):
+    for name in ("agents", "results", "window", "procs", "daemons"):
         v = getattr(args, name)
         if v is not None and v < 1:
             print(f"ingest.py: --{name} must be at least 1, got {v}", file=sys.stderr)
@@ -481,18 +604,43 @@ def main() -> int:
     if args.duration is not None and args.duration <= 0:
         print("ingest.py: --duration must be a positive number of seconds", file=sys.stderr)
         return 2
+    if args.database is not None and not is_database_url(args.database):
+        print(f"ingest.py: --database must be a postgresql:// URL, got {args.database!r} (a "
+              "fresh SQLite file is the default)", file=sys.stderr)
+        return 2
+    if args.daemons > 1 and not (args.database or args.postgres):
+        print("ingest.py: --daemons above 1 share a PostgreSQL database: add --postgres or "
+              "--database URL", file=sys.stderr)
+        return 2
     window = args.window or (16 if args.duration is not None else 2000)
     daemon_cmd = ([args.daemon_python, "-m", "opptune.daemon.service"]
                   if args.daemon_python else None)
-    out = run(args.agents, args.results, args.duration, window, args.procs, args.full_records,
-              args.bind, args.curve, args.profile, args.check_acks, daemon_cmd=daemon_cmd,
-              rate=args.rate)
-    if args.json:
-        print(json.dumps(out))
-    else:
-        for k, v in out.items():
-            print(f"{k:>26}: {v}")
-    ok = out["acked"] == out["sent"] == out["stored"] and not out["acked_before_stored"]
+    plan = ([(False, 1), (True, 1), (True, 2)] if args.compare
+            else [(args.postgres or bool(args.database), args.daemons)])
+    server = pg_server() if args.postgres or (args.compare and not args.database) else None
+    outs = []
+    try:
+        for on_pg, daemons in plan:
+            database = None
+            if on_pg:
+                database = server.new_database() if server else args.database
+            out = run(args.agents, args.results, args.duration, window, args.procs,
+                      args.full_records, args.bind, args.curve, args.profile, args.check_acks,
+                      daemon_cmd=daemon_cmd, rate=args.rate, database=database,
+                      daemons=daemons, pg_data=server.data if server else None)
+            outs.append(out)
+            if args.json:
+                print(json.dumps(out), flush=True)
+            elif not args.compare:
+                for k, v in out.items():
+                    print(f"{k:>26}: {v}")
+    finally:
+        if server is not None:
+            server.stop()
+    if args.compare and not args.json:
+        print(side_by_side(outs))
+    ok = all(o["acked"] == o["sent"] == o["stored"] and not o["acked_before_stored"]
+             for o in outs)
     return 0 if ok else 1
 
 

@@ -4,11 +4,12 @@ and verify."""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Callable
 
 from .errors import HandlerError
 from .goal_recommend import GoalError, NoPowerData, NotMeasured, recommend_goal
 from .objectives import Goal, make_goal
+from .query_worker import Deferred
 from .store import Group
 
 if TYPE_CHECKING:
@@ -70,28 +71,44 @@ def workload_groups(d: Daemon, agent: str, workload: str, size: str | None
 def recommend_for(d: Daemon, agent: str, workload: str, goal: Goal, size: str | None = None,
                   cluster: int | None = None, max_cores: int | None = None) -> dict[str, Any]:
     """The recommendation as a JSON-able map (see docs/json-output.md)."""
+    compute, finish = _recommend_steps(d, agent, workload, goal, size, cluster, max_cores)
+    return finish(compute())
+
+
+def _recommend_steps(d: Daemon, agent: str, workload: str, goal: Goal, size: str | None,
+                     cluster: int | None, max_cores: int | None
+                     ) -> tuple[Callable[[], Any], Callable[[Any], dict[str, Any]]]:
+    """(the fit, which needs neither store nor socket; the map made of its result)."""
     platform, size, runs = workload_groups(d, agent, workload, size)
-    try:
-        r = recommend_goal(goal, platform, runs, cluster=cluster, max_cores=max_cores,
-                           tolerance=d.config.tolerance if goal.objective == "time" else 0.0,
-                           verify_runs=d.config.verify_reps)
-    except NotMeasured as exc:
-        raise HandlerError("no_measurements", f"no recommendation for {workload} on "
-                                              f"'{agent}': {exc}") from None
-    except NoPowerData as exc:
-        raise HandlerError("no_power", f"no recommendation for {workload} on '{agent}': "
-                                       f"{exc}") from None
-    except GoalError as exc:
-        raise HandlerError("no_model", f"no recommendation for {goal.describe()} of "
-                                       f"{workload} on '{agent}': {exc}") from None
-    out = r.as_dict()
-    out.update(agent=agent, workload=workload, size=size, applied=None)
-    return out
+    tolerance = d.config.tolerance if goal.objective == "time" else 0.0
+    verify_runs = d.config.verify_reps
+
+    def compute() -> Any:
+        try:
+            return recommend_goal(goal, platform, runs, cluster=cluster, max_cores=max_cores,
+                                  tolerance=tolerance, verify_runs=verify_runs)
+        except NotMeasured as exc:
+            raise HandlerError("no_measurements", f"no recommendation for {workload} on "
+                                                  f"'{agent}': {exc}") from None
+        except NoPowerData as exc:
+            raise HandlerError("no_power", f"no recommendation for {workload} on '{agent}': "
+                                           f"{exc}") from None
+        except GoalError as exc:
+            raise HandlerError("no_model", f"no recommendation for {goal.describe()} of "
+                                           f"{workload} on '{agent}': {exc}") from None
+
+    def finish(r: Any) -> dict[str, Any]:
+        out = r.as_dict()
+        out.update(agent=agent, workload=workload, size=size, applied=None)
+        return out
+
+    return compute, finish
 
 
-def answer_recommend(d: Daemon, args: dict[str, Any]) -> dict[str, Any]:
+def answer_recommend(d: Daemon, args: dict[str, Any]) -> Deferred:
     """The ``recommend`` query: args agent, workload, [size, objective, deadline, power_cap,
-    cluster, max_cores, apply]."""
+    cluster, max_cores, apply]. The fit runs off the service loop (query_worker.py); pushing
+    the result (``apply``) is done back on the loop."""
     agent, workload = args.get("agent"), args.get("workload")
     if not isinstance(agent, str) or not isinstance(workload, str):
         raise HandlerError("bad_args", "recommend needs args.agent and args.workload (text)")
@@ -99,14 +116,19 @@ def answer_recommend(d: Daemon, args: dict[str, Any]) -> dict[str, Any]:
     if size is not None and not isinstance(size, str):
         raise HandlerError("bad_args", "recommend args.size must be text")
     goal = parse_goal(args)
-    out = recommend_for(d, agent, workload, goal, size, _int_arg(args, "cluster"),
-                        _int_arg(args, "max_cores"))
     target = args.get("target")
     if target is not None and not isinstance(target, dict):
         raise HandlerError("bad_args", "recommend args.target must be a map (agent/targets.py)")
-    if args.get("apply"):
-        out["applied"] = apply(d, out, target)
-    return out
+    compute, make_out = _recommend_steps(d, agent, workload, goal, size,
+                                         _int_arg(args, "cluster"), _int_arg(args, "max_cores"))
+
+    def finish(r: Any) -> dict[str, Any]:
+        out = make_out(r)
+        if args.get("apply"):
+            out["applied"] = apply(d, out, target)
+        return out
+
+    return Deferred(compute, finish)
 
 
 def apply(d: Daemon, rec: dict[str, Any], target: dict[str, Any] | None = None

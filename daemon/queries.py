@@ -21,6 +21,7 @@ from ..shared.config import redact_url
 from .store import Group
 
 if TYPE_CHECKING:
+    from .query_worker import Deferred
     from .service import Daemon
 
 
@@ -52,8 +53,9 @@ def check_local(d: Daemon, identity: bytes) -> None:
                                     "and give opptune its --config")
 
 
-def answer(d: Daemon, what: str, args: dict[str, Any]) -> dict[str, Any]:
-    """The reply's data for query ``what``; HandlerError for an unknown query."""
+def answer(d: Daemon, what: str, args: dict[str, Any]) -> dict[str, Any] | Deferred:
+    """The reply's data for query ``what`` (a Deferred for one that fits models: the loop
+    sends it when the worker has computed it); HandlerError for an unknown query."""
     if what == "status":
         return status(d)
     if what == "sweep":

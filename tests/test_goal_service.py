@@ -166,3 +166,44 @@ def test_recommend_applied_to_a_running_process_sends_the_target(daemon):
         assert err["body"]["code"] == "bad_args" and "target" in err["body"]["message"]
     finally:
         a.close()
+
+
+def test_a_recommendation_being_fitted_holds_up_no_acks(daemon, monkeypatch):
+    """The fit of a ``recommend`` runs off the loop: while it is held, results are still
+    stored and acked; the reply comes when it is done."""
+    import threading
+
+    from opptune.daemon import goal_query
+
+    fitting, release = threading.Event(), threading.Event()
+    real = goal_query.recommend_goal
+
+    def held(*args, **kw):
+        fitting.set()
+        assert release.wait(30), "the test never released the fit"
+        return real(*args, **kw)
+
+    monkeypatch.setattr(goal_query, "recommend_goal", held)
+    a = Agent(daemon.endpoint, NO_METER)
+    try:
+        job_id = a.issued_job()
+        for seq, cores in enumerate((1, 2, 3)):
+            a.send("result", {"job_id": job_id, "seq": seq, "of": 4,
+                              "record": record(NO_METER, cores, energy=False)})
+            a.expect("ack")
+        ref = a.send("query", {"what": "recommend", "args": {"agent": "q1", "workload": "wl"}})
+        assert fitting.wait(20)
+        a.send("result", {"job_id": job_id, "seq": 3, "of": 4,
+                          "record": record(NO_METER, 4, energy=False)})
+        ack = a.expect("ack")  # while the fit is still held
+        assert ack["type"] == "ack" and not release.is_set()
+        release.set()
+        reply = a.expect("reply", ref=ref)
+        assert reply["type"] == "reply" and reply["body"]["data"]["workload"] == "wl"
+        assert reply["body"]["data"]["cores"] in (1, 2, 3, 4)
+        err = a.query("recommend", {"agent": "q1", "workload": "nothing"})
+        assert err["type"] == "error" and err["body"]["code"] in ("unknown_workload",
+                                                                  "no_measurements")
+    finally:
+        release.set()
+        a.close()

@@ -8,6 +8,9 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pgserver
+import pytest
+
 ROOT = Path(__file__).resolve().parent.parent
 BENCH = [sys.executable, str(ROOT / "benchmarks" / "ingest.py")]
 
@@ -21,7 +24,7 @@ def test_fifty_agents_for_seconds_lose_nothing_and_ack_only_stored_results(tmp_p
                "--check-acks", "--json", cwd=tmp_path)
     assert out.returncode == 0, out.stdout + out.stderr
     (r,) = [json.loads(ln) for ln in out.stdout.splitlines()]
-    assert r["agents"] == 50 and r["client_procs"] == 2
+    assert r["agents"] == 50 and r["client_procs"] == 2 and r["store"] == "sqlite"
     assert r["sent"] > 0
     assert r["sent"] == r["acked"] == r["stored"]  # zero loss, nothing stored twice
     assert r["unacked"] == 0 and r["acked_not_stored"] == 0
@@ -38,8 +41,25 @@ def test_fixed_count_per_agent_still_works():
     assert r["sent"] == r["acked"] == r["stored"] == 600
 
 
+def test_two_daemons_sharing_postgresql_lose_nothing_and_ack_only_stored_results(tmp_path):
+    why = pgserver.unavailable()
+    if why:
+        pytest.skip(why)
+    out = _run("--agents", "20", "--procs", "2", "--duration", "2", "--window", "8",
+               "--postgres", "--daemons", "2", "--check-acks", "--json", cwd=tmp_path)
+    assert out.returncode == 0, out.stdout + out.stderr
+    (r,) = [json.loads(ln) for ln in out.stdout.splitlines()]
+    assert r["store"] == "postgresql" and r["daemons"] == 2
+    assert len(r["endpoint"].split()) == 2  # two daemon processes, agents split between them
+    assert r["sent"] > 0 and r["sent"] == r["acked"] == r["stored"]
+    assert r["acked_before_stored"] == 0 and r["errors"] == {}
+    assert r["db_server_cpu_s"] > 0  # the server's processes were found and measured
+
+
 def test_bad_arguments_name_the_option_and_exit_2():
-    for args, word in ((("--agents", "0"), "--agents"), (("--duration", "-1"), "--duration")):
+    for args, word in ((("--agents", "0"), "--agents"), (("--duration", "-1"), "--duration"),
+                       (("--daemons", "2"), "--postgres"),
+                       (("--database", "x.db"), "postgresql://")):
         out = _run(*args)
         assert out.returncode == 2
         assert word in out.stderr and "Traceback" not in out.stderr

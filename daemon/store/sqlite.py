@@ -1,8 +1,12 @@
 """SQLite back end of the store: one file, WAL mode, migrations by schema version.
 
-WAL with ``synchronous=NORMAL`` keeps every committed transaction across a crash of the daemon
-process (only an OS crash or power loss can drop the last transactions), and lets readers (the
-operator's tools) run beside the writer.
+WAL with ``synchronous=NORMAL`` keeps every committed transaction across a crash or kill -9 of
+the daemon process, and lets readers (the operator's tools) run beside the writer. What it gives
+up: on an OS crash or power loss, the transactions committed since the last checkpoint (at most
+about ``checkpoint_s``, 0.5 s, of them) can be lost although they were acknowledged, and the
+agents have dropped them from their outboxes. ``FULL`` would close that window with an fsync per
+batch, measured here at +100 ms per commit of 2,000 results (58 -> 156 ms): the ack latency
+target could not be met. The database itself is never corrupted either way.
 
 The WAL is copied into the database by a checkpoint thread. Under a steady stream of commits a
 passive checkpoint never catches up with the log, so the log never starts over and grows
@@ -35,6 +39,7 @@ _dumps = json.JSONEncoder(separators=(",", ":"), default=str).encode
 _packb = msgpack.Packer(use_bin_type=True).pack
 
 WAL_RESTART_BYTES = 64 << 20
+CACHE_KIB = 32 << 10  # the writer's page cache: RSS grows by this much at most, then stays
 
 
 class SQLiteStore(Store):
@@ -48,6 +53,10 @@ class SQLiteStore(Store):
         self.db.execute("PRAGMA journal_mode=WAL")
         self.db.execute("PRAGMA synchronous=NORMAL")
         self.db.execute("PRAGMA foreign_keys=ON")
+        # Each batch of results inserts at one place per open job in the (job_id, seq) index:
+        # with 500 agents, 500 leaf pages that SQLite's default 2 MiB cache keeps evicting and
+        # reading back. 32 MiB holds them (and what the msg_id index appends to).
+        self.db.execute(f"PRAGMA cache_size=-{CACHE_KIB}")
         # a restarted WAL file is cut back to this size instead of staying at its largest
         self.db.execute(f"PRAGMA journal_size_limit={WAL_RESTART_BYTES}")
         self._migrate()
@@ -424,9 +433,21 @@ class SQLiteStore(Store):
             log.warning("closing %s: %s", self.path, exc)
 
 
+_CPUS_TEXT: dict[tuple[int, ...], str] = {}
+
+
 def _cpus_text(cpus: list[int]) -> str:
-    """JSON of a cpu list, without the general encoder (this runs once per stored result)."""
-    return "[" + ",".join(map(str, cpus)) + "]"
+    """JSON of a cpu list, without the general encoder (this runs once per stored result).
+
+    A board has few cpu sets: their texts are kept (0.06 us a lookup against 0.4 to format),
+    at most 4,096 of them."""
+    key = tuple(cpus)
+    text = _CPUS_TEXT.get(key)
+    if text is None:
+        if len(_CPUS_TEXT) >= 4096:
+            _CPUS_TEXT.clear()
+        text = _CPUS_TEXT[key] = "[" + ",".join(map(str, cpus)) + "]"
+    return text
 
 
 def _json_safe(value: Any) -> str:
