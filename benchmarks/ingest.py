@@ -344,11 +344,12 @@ def wal_size(db: Path) -> int:  # an SQLite file's
     return wal.stat().st_size if wal.exists() else 0
 
 
-def issue_jobs(db: str, agents: int) -> None:
+def issue_jobs(db: str | Path, agents: int) -> None:
     """Store one open job per agent before the daemon starts: the daemon stores results only
-    for jobs it issued to their agent (as after a restart with jobs in flight)."""
+    for jobs it issued to their agent (as after a restart with jobs in flight). ``db``: an
+    SQLite file or a postgresql:// URL."""
     from opptune.daemon.store import open_store
-    store = open_store(db)
+    store = open_store(str(db))
     for i in range(agents):
         store.save_job(f"bench-agent-{i}", {"job_id": f"job-bench-agent-{i}", "workload": "bench",
                                             "size": "s", "points": [{"cpus": [0], "threads": 1}], "reps": 1,
