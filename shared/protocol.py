@@ -57,6 +57,7 @@ MAX_ID_LEN = 64
 # Integer fields are stored in 64-bit columns (SQLite, PostgreSQL bigint); msgpack carries up
 # to 2**64-1, and one such value would fail a whole batch's insert.
 MAX_INT = 2**63 - 1
+INT32_MAX = 2**31 - 1  # seq is stored in an INTEGER column (PostgreSQL: 32 bits)
 
 
 class ProtocolError(ValueError):
@@ -270,8 +271,9 @@ def _check_body(msg_type: str, body: dict[str, Any], ref: str | None) -> None:
         if not all(isinstance(i, str) for i in body["ids"]):
             raise ProtocolError("bad_type", "ack ids must be strings", ref)
     elif msg_type == "result":
-        if not 0 <= body["seq"] < body["of"]:
-            raise ProtocolError("bad_value", "result needs 0 <= seq < of", ref)
+        if not 0 <= body["seq"] < body["of"] or body["seq"] > INT32_MAX:
+            raise ProtocolError("bad_value", "result needs 0 <= seq < of and seq < 2**31",
+                                ref)
     elif msg_type == "applied":
         _check_applied(body, ref)
     if msg_type in _KEPT_AS_JSON:

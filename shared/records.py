@@ -12,6 +12,10 @@ import math
 from dataclasses import dataclass, field
 from typing import Any
 
+# an INTEGER column of PostgreSQL: a count past it failed every batch it came in (store_failed
+# for every agent in the batch, again at each resend)
+from .protocol import INT32_MAX
+
 
 class RecordError(ValueError):
     """A record that cannot be accepted; the message names the field."""
@@ -91,8 +95,8 @@ class RunRecord:
                                   f"{MAX_NAME_LEN} characters")
         for name in _COUNT_FIELDS:
             v = d[name]
-            if type(v) is not int or not 0 <= v <= _INT64_MAX:
-                raise RecordError(f"record field '{name}' must be an integer from 0 to 2**63-1")
+            if type(v) is not int or not 0 <= v <= INT32_MAX:
+                raise RecordError(f"record field '{name}' must be an integer from 0 to 2**31-1")
         if self.cores < 1 or self.threads < 1:
             raise RecordError("record needs cores >= 1 and threads >= 1")
         cpus = self.cpus
@@ -124,7 +128,7 @@ _COUNT_FIELDS = ("cores", "threads", "rep")
 _NUMBER_FIELDS = ("freq_mhz", "time_s", "wall_s", "user_s", "sys_s", "energy_j")
 _NUMBER_TYPES = (int, float)  # exact types: bool is refused
 _INT_TYPE = {int}
-_INT64_MAX = 2**63 - 1  # the widest integer SQLite and PostgreSQL (bigint) store
+_INT64_MAX = 2**63 - 1  # the widest integer SQLite stores (a REAL column's int too)
 
 
 _FIELD_ORDER = tuple(f.name for f in dataclasses.fields(RunRecord))

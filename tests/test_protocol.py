@@ -160,3 +160,18 @@ def test_random_bodies_are_validated_not_crashed(msg_type, body):
     for field, (_types, required) in P.BODY_SCHEMAS[msg_type].items():
         if required:
             assert field in out["body"]
+
+
+def test_counts_past_a_32_bit_column_are_refused_not_a_failed_batch():
+    """PostgreSQL's INTEGER holds 2**31-1: a seq, cores, threads or rep past it would fail the
+    whole batch it came in (every agent's results refused as store_failed, at each resend)."""
+    from opptune.shared.records import RecordError, RunRecord
+    body = {"job_id": "j", "seq": 2**31, "of": 2**40, "record": {}}
+    with pytest.raises(P.ProtocolError, match="seq < 2"):
+        P.decode(P.encode(P.make("result", "a", body)))
+    base = {"platform": "p", "workload": "w", "input": "s", "cores": 1, "cpus": [0],
+            "threads": 1, "rep": 0, "time_s": 1.0}
+    RunRecord.from_dict(base)
+    for field in ("threads", "rep"):
+        with pytest.raises(RecordError, match=f"'{field}' must be an integer from 0 to 2"):
+            RunRecord.from_dict({**base, field: 2**31})
