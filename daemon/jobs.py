@@ -191,15 +191,24 @@ class JobTracker:
 
     def expire(self, now: float) -> None:
         """Expiry policy: a queued, sent or running job expires when its agent has not been
-        seen for ``job_expiry_s`` (counted from this daemon's start at the earliest, so a
-        restart does not expire the jobs of agents about to reconnect); with ``job_expiry_s``
-        0 they wait for their agent instead."""
+        seen for ``job_expiry_s`` by this daemon nor, as the store says, by any other daemon
+        sharing the database (counted from this daemon's start at the earliest, so a restart
+        does not expire the jobs of agents about to reconnect); with ``job_expiry_s`` 0 they
+        wait for their agent instead."""
         limit = self.config.job_expiry_s
         if limit <= 0:
             return
+        shared: dict[str, float] | None = None
         for j in self.store.active_jobs():
             info = self.registry.get(j["agent"])
             last = max(info.last_seen if info else 0.0, self.started)
+            if now - last <= limit:
+                continue
+            # daemons sharing one database: the agent may talk to another daemon, which
+            # records when it last heard it (each second); read only when about to expire
+            if shared is None:
+                shared = {a["id"]: a["last_seen"] or 0.0 for a in self.store.agents()}
+            last = max(last, shared.get(j["agent"], 0.0))
             if now - last <= limit:
                 continue
             reason = (f"agent {j['agent']} not seen for {now - last:.0f} s (job_expiry_s = "

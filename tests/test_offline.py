@@ -79,3 +79,23 @@ def test_a_silent_agent_goes_offline_and_comes_back_online(tmp_path):
     finally:
         codes = c.stop()
     assert codes == {"agent": 0, "daemon": 0}, c.logs()
+
+
+def test_a_job_of_an_agent_another_daemon_hears_does_not_expire(tmp_path):
+    """Daemons sharing one database: the agent talks to the other daemon, which records when
+    it heard it; this daemon, which never saw the agent, leaves its job alone."""
+    cfg = DaemonConfig(bind="tcp://127.0.0.1:0", database=str(tmp_path / "d.db"),
+                       job_expiry_s=5.0, sweep=SweepDefaults(size="small"))
+    d = Daemon(cfg)
+    try:
+        later = d.started + 86400.0
+        d.store.save_platform("p1", {"n_cpus": 2}, d.started)
+        d.store.save_agent("a1", "p1", [], "test", d.started)
+        d.store.save_job("a1", JOB, now=d.started, state="sent")
+        d.store.touch_agents({"a1": later - 1.0})  # the other daemon heard it a second ago
+        d.jobs.expire(later)
+        assert d.store.job("job-1")["state"] == "sent"
+        d.jobs.expire(later + 60.0)  # and then nobody did for a minute
+        assert d.store.job("job-1")["state"] == "expired"
+    finally:
+        d.stop()
