@@ -182,3 +182,34 @@ def test_agent_killed_mid_point_resumes_with_its_values(tmp_path):
     # runs), not 6 runs after the restart
     assert [len(r) for r in points.values()] == [6, 6], killed_at
     assert c_state(tmp_path)[:2] == ("done", 12)
+
+
+@pytest.mark.integration
+def test_sweep_reps_auto_from_the_command_line(tmp_path):
+    import json
+    import subprocess
+    import sys
+
+    def opptune(*argv: str) -> subprocess.CompletedProcess:
+        return subprocess.run([sys.executable, "-m", "opptune.daemon.cli", *argv],
+                              capture_output=True, text=True, timeout=180)
+
+    p = opptune("sweep", "--agent", "a", "--reps", "some")
+    assert p.returncode == 2 and "'some' is neither a whole number nor auto" in p.stderr
+    c = Cluster(tmp_path, kernels=("pi_integrate",), auto_sweep=False, max_cores=1)
+    c.start_daemon()
+    c.start_agent()
+    try:
+        c.wait_for(lambda s: any(a["alive"] for a in s["agents"]), timeout=30, what="agent")
+        p = opptune("sweep", "--daemon", c.endpoint, "--agent", "test-agent", "--workload",
+                    "pi_integrate", "--size", "small", "--reps", "auto", "--max-cores", "1",
+                    "--wait", "--json")
+    finally:
+        c.stop()
+    assert p.returncode == 0, p.stderr
+    (job,) = json.loads(p.stdout)
+    assert job["state"] == "done" and job["expected"] == 20  # max_reps of the one point
+    recs = [msgpack.unpackb(r) for (r,) in c.rows("SELECT record_msgpack FROM runs ORDER BY seq")]
+    assert len(recs) == job["received"] <= 20
+    assert recs[-1]["extra"]["point"]["stop"] in ("ci", "max_reps")
+    assert recs[-1]["extra"]["point"]["runs"] == len(recs)
