@@ -213,3 +213,21 @@ def test_sweep_reps_auto_from_the_command_line(tmp_path):
     assert len(recs) == job["received"] <= 20
     assert recs[-1]["extra"]["point"]["stop"] in ("ci", "max_reps")
     assert recs[-1]["extra"]["point"]["runs"] == len(recs)
+
+
+@pytest.mark.integration
+def test_daemon_killed_mid_job_completes_it_exactly(tmp_path):
+    c = _cluster(tmp_path, noise=0.002)
+    c.start_daemon()
+    c.start_agent()
+    try:
+        wait_until(lambda: _stored(c) >= 3, "runs stored", timeout=60)
+        c.kill("daemon")
+        c.start_daemon()
+        c.wait_for(lambda st: jobs_done(c.db) == 1, timeout=120, what="the job done")
+    finally:
+        c.stop()
+    points = _points(c)
+    _check_closed(points, 2)
+    assert [len(r) for r in points.values()] == [6, 6]
+    assert c_state(tmp_path) == ("done", 12, 2 * MAX_REPS)
