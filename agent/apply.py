@@ -18,11 +18,11 @@ import json
 import logging
 import os
 import queue
-import statistics
 import threading
 from typing import Any, Callable
 
 from ..shared import protocol as P
+from ..shared.point_stats import StopRule, point_stats, stop_reason
 from ..shared.records import RunRecord
 from .outbox import FULL_RETRY_S, Outbox, OutboxFull
 from .platform import offered_frequencies
@@ -35,8 +35,16 @@ log = logging.getLogger("opptune.agent.apply")
 CONFIG_WARMUP = 1  # one unrecorded run before verifying, as sweeps do
 
 
+POINT_STATE = "adaptive-point.json"  # in state_dir: the values of the adaptive point under way
+
+
 class Refused(ValueError):
     """A job or config this agent will not run; the message says why."""
+
+
+class _PointDone(Exception):
+    """Raised by an adaptive point's result callback once the point's result that closes it
+    is stored: it ends ``Runner.run_point``'s loop (which has no stop hook of its own)."""
 
 
 def check_point(platform: dict[str, Any], workloads: Workloads, workload: str, size: str,
@@ -157,21 +165,113 @@ class Executor:
             pt = points[idx]
             spec = RunSpec(body["workload"], body["size"], list(pt["cpus"]), pt["threads"],
                            pt.get("freq_khz"), variant=str(pt.get("variant", "")))
-
-            def store(rec, idx=idx):
-                s = idx * reps + rec.rep
-                msg = P.make("result", self.agent_id, {"job_id": job_id, "seq": s, "of": total,
-                                                       "record": rec.to_dict()})
-                self.durably(lambda: self.outbox.add_result(job_id, s, msg))
-                self.notify()
-                self.wait_for_room()  # the next run starts only with room for its result
-
             self.wait_for_room()
-            self.runner.run_point(spec, reps, warmup=warmup, first_rep=first_rep,
-                                  on_record=store)
+            if isinstance(pt.get("until"), dict):
+                self._run_adaptive(job_id, total, reps, warmup, idx, first_rep, spec,
+                                   StopRule.from_wire(pt["until"], reps))
+            else:
+                self._run_fixed(job_id, total, reps, warmup, idx, first_rep, spec)
             seq = (idx + 1) * reps
+        self._drop_point_state()
         self.durably(lambda: self.outbox.finish_job(job_id))
         log.info("job %s done (%d runs)", job_id, total)
+
+    def _store_result(self, job_id: str, total: int, s: int, rec: RunRecord) -> None:
+        msg = P.make("result", self.agent_id, {"job_id": job_id, "seq": s, "of": total,
+                                               "record": rec.to_dict()})
+        self.durably(lambda: self.outbox.add_result(job_id, s, msg))
+        self.notify()
+
+    def _run_fixed(self, job_id: str, total: int, reps: int, warmup: int, idx: int,
+                   first_rep: int, spec: RunSpec) -> None:
+        """Runs first_rep..reps-1 of point ``idx``; result seq = idx * reps + rep."""
+        def store(rec: RunRecord) -> None:
+            self._store_result(job_id, total, idx * reps + rec.rep, rec)
+            self.wait_for_room()  # the next run starts only with room for its result
+
+        self.runner.run_point(spec, reps, warmup=warmup, first_rep=first_rep, on_record=store)
+
+    def _run_adaptive(self, job_id: str, total: int, reps: int, warmup: int, idx: int,
+                      first_rep: int, spec: RunSpec, rule: StopRule) -> None:
+        """Runs point ``idx`` until ``rule`` stops it (at most ``reps`` runs). Seqs keep the
+        fixed layout idx * reps + rep, with a gap after an early stop; the point's last record
+        carries extra["point"] (index, runs, done, stop, ci_rel), which the daemon counts as
+        the point closed.
+
+        The point's values are kept in ``state_dir`` (written before each result is stored,
+        so they hold at least every stored run): after a restart the decision is made again
+        from the runs before ``first_rep``, and a point that had closed is not run further."""
+        state = self._load_point_state(job_id, idx, first_rep)
+
+        def decide(upto: int) -> tuple[str | None, float | None]:
+            runs = [state[r] for r in sorted(state) if r < upto]
+            values = [v for v, _ in runs if v is not None]
+            return stop_reason(rule, values, upto, sum(secs for _, secs in runs))
+
+        if first_rep and decide(first_rep)[0] is not None:
+            return  # it closed before a restart; its closing result is stored
+
+        def store(rec: RunRecord) -> None:
+            secs = rec.wall_s if rec.wall_s is not None else (rec.time_s or 0.0)
+            state[rec.rep] = (rec.time_s if rec.ok and rec.time_s else None, float(secs))
+            self._save_point_state(job_id, idx, state)
+            reason, rel = decide(rec.rep + 1)
+            if reason is not None:
+                rec.extra["point"] = {"index": idx, "runs": rec.rep + 1, "done": True,
+                                      "stop": reason, "ci_rel": rel}
+            self._store_result(job_id, total, idx * reps + rec.rep, rec)
+            if reason is not None:
+                log.info("job %s point %d: %d runs, stopped by %s (interval +-%s)", job_id,
+                         idx, rec.rep + 1, reason, "-" if rel is None else f"{rel:.2%}")
+                raise _PointDone
+            self.wait_for_room()
+
+        try:
+            self.runner.run_point(spec, reps, warmup=warmup, first_rep=first_rep,
+                                  on_record=store)
+        except _PointDone:
+            pass
+
+    def _load_point_state(self, job_id: str, idx: int, first_rep: int
+                          ) -> dict[int, tuple[float | None, float]]:
+        """rep -> (time_s or None for a failed run, seconds spent) of the point's runs before
+        ``first_rep`` kept by an earlier life of the agent; empty for another point."""
+        runs: dict[int, tuple[float | None, float]] = {}
+        if not self.state_dir or not first_rep:
+            return runs
+        try:
+            with open(os.path.join(self.state_dir, POINT_STATE)) as fh:
+                saved = json.load(fh)
+            if saved.get("job_id") == job_id and saved.get("index") == idx:
+                for rep, (value, secs) in saved["runs"].items():
+                    if int(rep) < first_rep:
+                        runs[int(rep)] = (value, float(secs))
+        except FileNotFoundError:
+            pass
+        except (OSError, ValueError, TypeError, KeyError, AttributeError) as exc:
+            # the point's statistics start again from the runs after the restart
+            log.warning("cannot read %s: %s", POINT_STATE, exc)
+        return runs
+
+    def _save_point_state(self, job_id: str, idx: int,
+                          runs: dict[int, tuple[float | None, float]]) -> None:
+        if not self.state_dir:
+            return
+        path = os.path.join(self.state_dir, POINT_STATE)
+        try:
+            with open(path + ".tmp", "w") as fh:
+                json.dump({"job_id": job_id, "index": idx,
+                           "runs": {str(r): list(v) for r, v in runs.items()}}, fh)
+            os.replace(path + ".tmp", path)
+        except OSError as exc:
+            log.warning("cannot write %s: %s", path, exc)
+
+    def _drop_point_state(self) -> None:
+        if self.state_dir:
+            try:
+                os.unlink(os.path.join(self.state_dir, POINT_STATE))
+            except OSError:
+                pass
 
     def apply_config(self, msg: dict[str, Any]) -> None:
         body = msg["body"]
@@ -185,7 +285,7 @@ class Executor:
         times = [r.time_s for r in recs if r.ok and r.time_s is not None]
         out: dict[str, Any] = {"config_id": cid, "records": [r.to_dict() for r in recs]}
         if times:
-            out.update(ok=True, time_s=statistics.median(times), error=None)
+            out.update(ok=True, time_s=point_stats(times).median, error=None)
             self._remember(body, out["time_s"])
         else:
             errs = "; ".join(sorted({r.error or "?" for r in recs}))

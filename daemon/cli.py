@@ -97,12 +97,25 @@ def cmd_status(args: argparse.Namespace) -> int:
     return 0
 
 
+def _reps(text: str) -> int | str:
+    """--reps: a count, or "auto" (adaptive repetition)."""
+    if text.strip().lower() == "auto":
+        return "auto"
+    try:
+        return int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is neither a whole number nor auto") from None
+
+
 def cmd_sweep(args: argparse.Namespace) -> int:
     from .client import ask
     sweep_args: dict[str, Any] = {"agent": args.agent}
     for key in ("size", "reps", "warmup", "max_cores"):
         if getattr(args, key) is not None:
             sweep_args[key] = getattr(args, key)
+    if sweep_args.get("reps") == "auto":  # adaptive repetition with [sweep]'s target
+        del sweep_args["reps"]
+        sweep_args["adaptive"] = True
     if args.workload:
         sweep_args["workloads"] = args.workload
     if args.freq:
@@ -192,7 +205,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--agent", required=True, help="agent id")
     p.add_argument("--workload", action="append", help="workload (repeatable; default all)")
     p.add_argument("--size")
-    p.add_argument("--reps", type=int)
+    p.add_argument("--reps", type=_reps, help="repetitions per point (>= 1), or auto: "
+                   "adaptive, until the median's 95 %% interval is within [sweep] target_ci")
     p.add_argument("--warmup", type=int)
     p.add_argument("--max-cores", type=int)
     p.add_argument("--freq", help="frequencies in kHz, comma-separated (default: [sweep] of "

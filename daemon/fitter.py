@@ -16,6 +16,7 @@ from typing import Any, Sequence
 
 import numpy as np
 
+from ..shared.point_stats import outliers
 from .models import registry as models
 from .models.base import FittedModel, NotEnoughData, Observations
 from .store import Group
@@ -68,6 +69,21 @@ def observations(rows: Sequence[tuple[int, float | None, float]],
     freq = arr[:, 1] if np.isfinite(arr[:, 1]).any() else None
     counters = {} if not phys_cores else {"hw_phys_cores": np.full(len(arr), float(phys_cores))}
     return Observations(cores=arr[:, 0], time_s=arr[:, 2], freq_mhz=freq, counters=counters)
+
+
+def without_outliers(rows: Sequence[tuple[int, float | None, float]]
+                     ) -> tuple[list[tuple[int, float | None, float]], int]:
+    """(the rows left after dropping each configuration's outliers by the MAD rule of
+    shared.point_stats.outliers, how many were dropped). Only the fit leaves them out: the
+    store and every export keep them."""
+    by_conf: dict[tuple[int, float | None], list[int]] = {}
+    for i, (c, f, _) in enumerate(rows):
+        by_conf.setdefault((c, f), []).append(i)
+    drop: set[int] = set()
+    for idx in by_conf.values():
+        flags = outliers([rows[i][2] for i in idx])
+        drop.update(i for i, out in zip(idx, flags) if out)
+    return [r for i, r in enumerate(rows) if i not in drop], len(drop)
 
 
 def candidates_for(obs: Observations) -> list[str]:
@@ -240,7 +256,8 @@ class Fitter:
         t0 = time.perf_counter()
         out = FitOutcome(req)
         try:
-            obs = observations(req.rows, req.phys_cores)
+            rows, left_out = without_outliers(req.rows)
+            obs = observations(rows, req.phys_cores)
             try:
                 model, runners = fit_group(obs, req.target)
             except NotEnoughData as exc:
@@ -249,6 +266,8 @@ class Fitter:
                 model, runners = _prior(obs, req, exc), []
             out.model, out.runners_up = model, runners
             out.description = _plain(model.describe())
+            # stored with the fit's quality: status and the report say how many were left out
+            out.description.setdefault("quality", {})["outliers_left_out"] = left_out
         except Exception as exc:  # a fit failing must never stop the worker
             out.error = f"{type(exc).__name__}: {exc}"
             if not isinstance(exc, NotEnoughData):

@@ -2,7 +2,9 @@
 failed, expired), kept in the store.
 
 A job is "sent" when its message left (else "queued", delivered at the agent's next hello),
-"running" from its first stored result, "done" once every run is stored (then ``on_done``
+"running" from its first stored result, "done" once every run is stored, or for a job of
+adaptive points (points with ``until``, shared/protocol.py) once every point is closed: its
+closing record (``extra["point"]["done"]``) is stored, or all its reps are (then ``on_done``
 asks for fits), "failed" when the agent refuses it or every run failed, and "expired" when its
 agent has not been seen for ``job_expiry_s``.
 
@@ -50,6 +52,9 @@ class JobTracker:
         self._msgs: dict[str, str] = {}  # id of a sent job message -> job id
         self._out: dict[str, set[str]] = {}  # agent -> job ids out with it (sent or running)
         self.stats: dict[str, int] = {}  # the daemon's stats: "jobs_held" counted here
+        # job id -> (points, the fewest runs that can close them all) of an adaptive job, None
+        # for a fixed one
+        self._adaptive: dict[str, tuple[int, int] | None] = {}
 
     def _limit(self) -> int:
         return max(1, int(getattr(self.config, "max_outstanding_jobs", 8)))
@@ -84,8 +89,9 @@ class JobTracker:
             log.warning("job %s for %s not delivered; it is resent at the agent's next hello",
                         job["job_id"], agent)
         else:
-            log.info("sent job %s (%s, %d points x %d reps) to %s", job["job_id"],
-                     job["workload"], len(job["points"]), job["reps"], agent)
+            log.info("sent job %s (%s, %d points x %s%d reps) to %s", job["job_id"],
+                     job["workload"], len(job["points"]), "up to " if any(
+                         "until" in p for p in job["points"]) else "", job["reps"], agent)
 
     def results_stored(self, touched: dict[str, tuple[int, str]], counts: dict[str, int],
                        now: float) -> None:
@@ -108,14 +114,17 @@ class JobTracker:
             prog = self._progress[job_id] = [0, 0]
             new = of  # unknown history (e.g. after a restart): look once
         prog[1] += new
-        if prog[0] + prog[1] < of:
+        shape = self._shape(job_id)
+        if prog[0] + prog[1] < (of if shape is None else min(of, shape[1])):
             return
         received = self.store.job_received(job_id)
         prog[0], prog[1] = received, 0
-        if received < of:
+        if received < of and (shape is None or
+                              len(closed_points(self.store.run_records(job_id), shape[0])) < shape[0]):
             return
         self._complete.add(job_id)
         self._progress.pop(job_id, None)
+        self._adaptive.pop(job_id, None)
         self._running.discard(job_id)
         ok, errors = self.store.job_failures(job_id)
         if not ok:
@@ -128,6 +137,20 @@ class JobTracker:
         log.info("job %s of %s done (%d runs, %d successful)", job_id, agent, received, ok)
         self._finished(agent, job_id)
         self.on_done(job_id, agent)
+
+    def _shape(self, job_id: str) -> tuple[int, int] | None:
+        """(points, fewest runs to close them) of an adaptive job; None for a fixed one."""
+        if job_id not in self._adaptive:
+            job = self.store.job(job_id)
+            points = job["points"] if job else []
+            if any(isinstance(p, dict) and isinstance(p.get("until"), dict) for p in points):
+                least = sum(min(job["reps"], max(1, int(p["until"].get("min_reps", 1))))
+                            if isinstance(p.get("until"), dict) else job["reps"]
+                            for p in points)
+                self._adaptive[job_id] = (len(points), least)
+            else:
+                self._adaptive[job_id] = None
+        return self._adaptive[job_id]
 
     def _finished(self, agent: str, job_id: str) -> None:
         """A job of ``agent`` is final: send the next one held for it, if any."""
@@ -178,8 +201,9 @@ class JobTracker:
             workloads.add(j["workload"])
             if j["state"] in FINAL_JOB_STATES and j["state"] != "expired":
                 continue
-            if j["received"] >= j["expected"]:
-                self.check(j["job_id"], j["expected"], agent, 0)
+            # all runs stored, or every adaptive point closed: complete rather than resend
+            self.check(j["job_id"], j["expected"], agent, 0)
+            if j["job_id"] in self._complete:
                 continue
             job = self.store.job(j["job_id"])
             if job is not None:
@@ -218,3 +242,15 @@ class JobTracker:
                 self._running.discard(j["job_id"])
                 self._out.get(j["agent"], set()).discard(j["job_id"])
                 log.warning("job %s expired: %s", j["job_id"], reason)
+
+
+def closed_points(records: list[tuple[str, Any]], n_points: int) -> set[int]:
+    """Indexes (< ``n_points``) of the points whose closing record (``extra["point"]["done"]``,
+    written by an agent that ends adaptive points) is among ``records`` ((msg id, RunRecord))."""
+    out = set()
+    for _, rec in records:
+        p = rec.extra.get("point") if isinstance(rec.extra, dict) else None
+        if isinstance(p, dict) and p.get("done") is True and type(p.get("index")) is int \
+                and 0 <= p["index"] < n_points:
+            out.add(p["index"])
+    return out

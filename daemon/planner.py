@@ -174,9 +174,13 @@ def new_job_id() -> str:
 def plan_sweep(platform: dict[str, Any], workload: str, defaults: SweepDefaults,
                size: str | None = None, reps: int | None = None, warmup: int | None = None,
                max_cores: int | None = None, frequencies: list[int] | None = None,
-               frequency_grid: str | int | None = None, per_cluster: bool | None = None
-               ) -> dict[str, Any]:
+               frequency_grid: str | int | None = None, per_cluster: bool | None = None,
+               adaptive: bool | None = None) -> dict[str, Any]:
     """A ``job`` body for ``workload`` on ``platform``; arguments left None take the defaults.
+
+    ``adaptive`` (default ``defaults.adaptive``): each point carries the stop rule ``until``
+    (target_ci, min_reps, point_budget_s) and ``reps`` is ``max_reps``, the most runs of a
+    point (shared/protocol.py); an agent that ignores ``until`` runs max_reps of each.
 
     An explicit ``frequencies`` list without ``frequency_grid`` means grid "list". Raises
     :class:`PlanError` when the grid needs frequencies the platform does not offer, and
@@ -192,6 +196,11 @@ def plan_sweep(platform: dict[str, Any], workload: str, defaults: SweepDefaults,
     orders = cluster_orders(platform) if per else []
     segments = ([(f"cluster{i}", o) for i, o in enumerate(orders)] if len(orders) > 1
                 else [("", sweep_order(platform))])
+    until = None
+    if defaults.adaptive if adaptive is None else adaptive:
+        until = {"ci": defaults.target_ci, "min_reps": defaults.min_reps,
+                 "budget_s": defaults.point_budget_s}
+        reps = defaults.max_reps if reps is None else reps  # an explicit count is the most
     points = []
     for variant, order in segments:
         n = min(limit, len(order)) if limit and limit > 0 else len(order)
@@ -201,6 +210,8 @@ def plan_sweep(platform: dict[str, Any], workload: str, defaults: SweepDefaults,
                 pt: dict[str, Any] = {"cpus": order[:cores], "threads": cores, "freq_khz": f}
                 if variant:
                     pt["variant"] = variant
+                if until:
+                    pt["until"] = dict(until)
                 points.append(pt)
     return {
         "job_id": new_job_id(),

@@ -26,7 +26,8 @@ class Sweeps:
               size: str | None = None, reps: int | None = None,
               warmup: int | None = None, max_cores: int | None = None,
               frequency_grid: str | int | None = None, per_cluster: bool | None = None,
-              frequencies: list[int] | None = None) -> list[dict[str, Any]]:
+              frequencies: list[int] | None = None, adaptive: bool | None = None
+              ) -> list[dict[str, Any]]:
         """Plan and send one sweep job per workload to ``agent``; returns for each job its
         job_id, workload, size, n_points, reps. Options left None take ``[sweep]``'s; a grid
         the platform cannot honour raises HandlerError("bad_args") before anything is sent."""
@@ -56,7 +57,7 @@ class Sweeps:
                 job = plan_sweep(info.platform, name, self.config.sweep, size=job_size,
                                  reps=reps, warmup=warmup, max_cores=max_cores,
                                  frequencies=frequencies, frequency_grid=frequency_grid,
-                                 per_cluster=per_cluster)
+                                 per_cluster=per_cluster, adaptive=adaptive)
             except (PlanError, ValueError) as exc:
                 raise HandlerError("bad_args", f"cannot plan a sweep of {name} for {agent}: "
                                                f"{exc}") from None
@@ -109,13 +110,17 @@ class Sweeps:
         per_cluster = args.get("per_cluster")
         if per_cluster is not None and not isinstance(per_cluster, bool):
             raise HandlerError("bad_args", "sweep args.per_cluster must be true or false")
+        adaptive = args.get("adaptive")
+        if adaptive is not None and not isinstance(adaptive, bool):
+            raise HandlerError("bad_args", "sweep args.adaptive must be true or false")
         freqs = args.get("frequencies")
         if freqs is not None and not (isinstance(freqs, list) and all(
                 isinstance(f, int) and not isinstance(f, bool) and f > 0 for f in freqs)):
             raise HandlerError("bad_args", "sweep args.frequencies must be a list of kHz "
                                            "integers")
         return self.start(agent, workloads, size=size, frequency_grid=grid,
-                          per_cluster=per_cluster, frequencies=freqs, **ints)
+                          per_cluster=per_cluster, frequencies=freqs, adaptive=adaptive,
+                          **ints)
 
 
 def check_sweep_args(agent: str, info: AgentInfo, names: list[str], size: str | None,

@@ -98,7 +98,12 @@ BODY_SCHEMAS: dict[str, dict[str, tuple[tuple[type, ...], bool]]] = {
         "job_id": (_STR, True),
         "workload": (_STR, True),
         "size": (_STR, True),
-        # each point: {"cpus": [int], "threads": int, "freq_khz": int | None}
+        # each point: {"cpus": [int], "threads": int, "freq_khz": int | None}, optionally
+        # "until": {"ci": float, "min_reps": int, "budget_s": float}: adaptive repetition,
+        # reps is then the most runs; the agent ends the point once the relative 95 % interval
+        # of its median is within ci (shared/point_stats.py). The point's last record says so
+        # in extra["point"] = {"index", "runs", "done": true, "stop": ci|max_reps|budget}.
+        # An agent that ignores it runs reps of every point, as for a fixed job.
         "points": (_LIST, True),
         "reps": (_INT, True),
         "warmup": (_INT, True),
@@ -261,6 +266,8 @@ def _check_body(msg_type: str, body: dict[str, Any], ref: str | None) -> None:
                 raise ProtocolError("bad_value", f"job point {i} needs threads >= 1", ref)
             if not isinstance(point.get("freq_khz"), (int, type(None))):
                 raise ProtocolError("bad_type", f"job point {i} freq_khz must be int or nil", ref)
+            if "until" in point:
+                _check_until(point["until"], f"job point {i}", ref)
     elif msg_type == "config":
         _check_cpus(body["cpus"], "config", ref)
         if body["threads"] < 1 or body["reps"] < 1:
@@ -282,6 +289,19 @@ def _check_body(msg_type: str, body: dict[str, Any], ref: str | None) -> None:
         problem = _plain_problem(body, MAX_PLAIN_DEPTH)
         if problem:
             raise ProtocolError("bad_value", f"{msg_type} body: {problem}", ref)
+
+
+def _check_until(until: Any, where: str, ref: str | None) -> None:
+    """A point's adaptive-repetition rule: ci in (0, 1), min_reps >= 1, budget_s >= 0."""
+    if not isinstance(until, dict):
+        raise ProtocolError("bad_type", f"{where} until must be a map", ref)
+    ci, mn, budget = until.get("ci", 0.02), until.get("min_reps", 1), until.get("budget_s", 0)
+    if type(ci) not in (int, float) or not 0 < ci < 1:
+        raise ProtocolError("bad_value", f"{where} until.ci must be a number in (0, 1)", ref)
+    if type(mn) is not int or not 1 <= mn <= MAX_INT:
+        raise ProtocolError("bad_value", f"{where} until.min_reps must be an integer >= 1", ref)
+    if not _number(budget):
+        raise ProtocolError("bad_value", f"{where} until.budget_s must be a number >= 0", ref)
 
 
 def _number(v: Any) -> bool:

@@ -18,7 +18,8 @@ from typing import Any
 import numpy as np
 
 from ...bench_suite.catalogue import KERNELS
-from ..fitter import fit_group, observations
+from ...shared.point_stats import point_stats
+from ..fitter import fit_group, observations, without_outliers
 from ..models.base import FittedModel, Observations
 from ..models.energy import PowerModeler
 from ..recommend import candidate_grid, fit_setting, target_observations
@@ -92,7 +93,9 @@ def median_points(runs: list[list[Any]]) -> list[Point]:
     out = []
     for (c, f), rs in sorted(by.items(), key=lambda kv: (kv[0][0], kv[0][1] or 0.0)):
         energies = [r[3] for r in rs if r[3] is not None and r[3] > 0]
-        out.append(Point(c, f, statistics.median(r[2] for r in rs),
+        # the time's median is pyperf's (shared/point_stats.py)
+        out.append(Point(c, f, point_stats([r[2] for r in rs]).median or
+                         statistics.median(r[2] for r in rs),
                          statistics.median(energies) if energies else None, len(rs)))
     return out
 
@@ -128,13 +131,16 @@ def analyse_group(entry: dict[str, Any], platform: dict[str, Any], board: str,
     except Exception:  # a platform the grid cannot be read from: validate by k-fold
         target = None
     try:
-        model, _ = fit_group(observations(setting.rows, setting.phys_cores), target)
+        rows, left_out = without_outliers(setting.rows)  # as the daemon's own fits do
+        model, _ = fit_group(observations(rows, setting.phys_cores), target)
     except Exception as exc:
         view.model_note = f"no model: {exc}"
         return view
     view.model = model
     cv = model.quality.get("cv_mape")
-    view.model_note = f"{model.name}" + (f", cross-validated MAPE {cv:.1f} %" if cv else "")
+    view.model_note = f"{model.name}" + (f", cross-validated MAPE {cv:.1f} %" if cv else "") \
+        + (f", {left_out} outlier run{'s' if left_out != 1 else ''} (MAD rule) left out of "
+           "the fit" if left_out else "")
     n = len(order)
     cores = np.arange(1, n + 1, dtype=float)
     measured_freqs = sorted({p.freq_mhz for p in view.points if p.freq_mhz is not None}) or [None]

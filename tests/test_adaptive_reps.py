@@ -1,0 +1,233 @@
+"""Adaptive repetition: a point runs until the 95 % interval of its median is within the
+target, or at most max_reps runs; the job completes exactly when every point is closed, also
+across a kill -9 of the agent in the middle of a point.
+
+The stop rule and the interval are unit-tested; the rest runs a real daemon and agent on a
+virtual board whose run-to-run noise (the board's log-normal ``truth.noise``) is set per test.
+"""
+
+from __future__ import annotations
+
+import random
+import sqlite3
+from pathlib import Path
+
+import msgpack
+import pytest
+
+from opptune.agent.virtual_board import board_spec, make_tree
+from opptune.daemon.planner import plan_sweep
+from opptune.shared import protocol as P
+from opptune.shared.config import ConfigError, SweepDefaults, load_daemon_config
+from opptune.shared.point_stats import (StopRule, median_ci, point_stats, relative_ci,
+                                        stop_reason)
+from procs import Cluster, jobs_done, wait_until, write_toml
+
+MAX_REPS = 12
+
+
+# -- the statistics ---------------------------------------------------------------------------
+def test_order_statistic_interval_needs_six_values_and_covers_95_percent():
+    assert median_ci([1.0, 1.1, 0.9, 1.05, 0.95]) is None  # n = 5 reaches 93.75 % only
+    xs = [float(i) for i in range(1, 11)]
+    assert median_ci(xs) == (2.0, 9.0)  # n = 10: [x(2), x(9)], 97.9 %
+    # coverage by simulation: the true median 0 of N(0, 1) inside the interval >= 95 %
+    rng = random.Random(7)
+    hits = sum(lo <= 0.0 <= hi for lo, hi in
+               (median_ci([rng.gauss(0, 1) for _ in range(12)]) for _ in range(4000)))
+    assert hits / 4000 >= 0.95
+
+
+def test_stop_reasons():
+    rule = StopRule(max_reps=10, target_ci=0.02, budget_s=5.0)
+    tight = [1.0, 1.001, 0.999, 1.002, 0.998, 1.0]
+    assert stop_reason(rule, tight[:5], 5, 1.0)[0] is None  # no interval with 5 values
+    reason, rel = stop_reason(rule, tight, 6, 1.0)
+    assert reason == "ci" and rel == pytest.approx(0.002)
+    wide = [1.0, 1.3, 0.7, 1.2, 0.8, 1.1]
+    assert stop_reason(rule, wide, 6, 1.0)[0] is None
+    assert stop_reason(rule, wide, 6, 5.0)[0] == "budget"
+    assert stop_reason(rule, wide * 2, 10, 1.0)[0] == "max_reps"
+    assert stop_reason(rule, [], 10, 0.0)[0] == "max_reps"  # every run failed
+
+
+def test_point_stats_are_pyperf_s():
+    st = point_stats([1.0, 1.02, 0.98, 1.01, 0.99, 3.0])
+    assert st.n == 6 and st.median == pytest.approx(1.005) and st.mad == pytest.approx(0.015)
+    assert any("maximum" in w for w in st.warnings)  # pyperf's "may be unstable" rule
+    assert relative_ci([1.0] * 6) == 0.0
+
+
+def test_planner_config_and_protocol():
+    d = SweepDefaults(adaptive=True, target_ci=0.03, max_reps=15, point_budget_s=9.0)
+    job = plan_sweep({"cpus_online": [0, 1]}, "w", d)
+    assert job["reps"] == 15
+    assert all(p["until"] == {"ci": 0.03, "min_reps": 6, "budget_s": 9.0}
+               for p in job["points"])
+    P.validate(P.make("job", "d", job))
+    job["points"][0]["until"]["ci"] = 2.0
+    with pytest.raises(P.ProtocolError, match="until.ci"):
+        P.validate(P.make("job", "d", job))
+    assert "until" not in plan_sweep({"cpus_online": [0, 1]}, "w", SweepDefaults())["points"][0]
+
+
+def test_config_keys_are_checked(tmp_path):
+    path = write_toml(tmp_path / "d.toml", {}, {"sweep": {"adaptive": True, "max_reps": 3}})
+    with pytest.raises(ConfigError, match=r"'sweep.max_reps' must be a whole number >= 6"):
+        load_daemon_config(path)
+    path = write_toml(tmp_path / "d.toml", {}, {"sweep": {"target_ci": 0}})
+    with pytest.raises(ConfigError, match=r"sweep.target_ci"):
+        load_daemon_config(path)
+
+
+# -- real daemon and agent ----------------------------------------------------------------------
+def _cluster(tmp: Path, noise: float, target_ci: float = 0.02) -> Cluster:
+    spec = board_spec("rpi4")
+    spec["truth"]["noise"] = noise
+    root = make_tree(spec, str(tmp / "board"))
+    c = Cluster(tmp, kernels=("pi_integrate",),
+                extra_agent={"virtual_board": "rpi4", "sysfs_root": root})
+    write_toml(c.daemon_toml, {
+        "bind": c.endpoint, "database": str(c.db), "heartbeat_s": 0.5, "agent_timeout_s": 3.0,
+        "auto_sweep": True, "auto_recommend": False,
+    }, {"sweep": {"size": "small", "warmup": 0, "max_cores": 2, "frequency_grid": "none",
+                  "adaptive": True, "target_ci": target_ci, "max_reps": MAX_REPS}})
+    return c
+
+
+def _points(c: Cluster) -> dict[int, list[dict]]:
+    """Stored runs per point index (seq // reps), in seq order, each with its seq."""
+    out: dict[int, list[dict]] = {}
+    for seq, packed in c.rows("SELECT seq, record_msgpack FROM runs WHERE job_id IS NOT NULL "
+                              "ORDER BY seq"):
+        rec = msgpack.unpackb(packed)
+        rec["seq"] = seq
+        out.setdefault(seq // MAX_REPS, []).append(rec)
+    return out
+
+
+def _check_closed(points: dict[int, list[dict]], n_points: int) -> None:
+    """Each point: reps 0..k-1 once each, its last record (only) closing it with k runs."""
+    assert sorted(points) == list(range(n_points))
+    for idx, recs in points.items():
+        assert [r["rep"] for r in recs] == list(range(len(recs))), idx
+        closing = [r for r in recs if "point" in r.get("extra", {})]
+        assert closing == [recs[-1]], idx
+        assert closing[0]["extra"]["point"]["runs"] == len(recs)
+        assert closing[0]["extra"]["point"]["index"] == idx
+
+
+def _run(c: Cluster) -> dict[int, list[dict]]:
+    c.start_daemon()
+    c.start_agent()
+    try:
+        c.wait_for(lambda st: jobs_done(c.db) == 1, timeout=120, what="the adaptive job done")
+    finally:
+        c.stop()
+    return _points(c)
+
+
+@pytest.mark.integration
+def test_quiet_points_stop_early_by_ci(tmp_path):
+    points = _run(_cluster(tmp_path, noise=0.002))
+    _check_closed(points, 2)
+    for recs in points.values():
+        # +-0.2 % noise: the first possible interval (6 values) is within 2 %
+        assert len(recs) == 6
+        assert recs[-1]["extra"]["point"]["stop"] == "ci"
+        assert recs[-1]["extra"]["point"]["ci_rel"] <= 0.02
+    assert c_state(tmp_path) == ("done", 12, 2 * MAX_REPS)
+
+
+@pytest.mark.integration
+def test_noisy_points_run_to_max_reps(tmp_path):
+    points = _run(_cluster(tmp_path, noise=0.15))
+    _check_closed(points, 2)
+    for recs in points.values():
+        assert len(recs) == MAX_REPS
+        assert recs[-1]["extra"]["point"]["stop"] == "max_reps"
+
+
+def _stored(c: Cluster) -> int:
+    try:
+        return c.rows("SELECT COUNT(*) FROM runs")[0][0]
+    except sqlite3.OperationalError:  # the daemon has not made its store yet
+        return 0
+
+
+def c_state(tmp: Path) -> tuple[str, int, int]:
+    """(state, stored runs, expected) of the one job in the test's store."""
+    from procs import db_rows
+    (state, expected), = db_rows(tmp / "opptune.db", "SELECT state, expected FROM jobs")
+    (n,), = db_rows(tmp / "opptune.db", "SELECT COUNT(*) FROM runs")
+    return state, n, expected
+
+
+@pytest.mark.integration
+def test_agent_killed_mid_point_resumes_with_its_values(tmp_path):
+    c = _cluster(tmp_path, noise=0.002)
+    c.start_daemon()
+    c.start_agent()
+    try:
+        wait_until(lambda: _stored(c) % 6 >= 2, "a point under way", timeout=60)
+        c.kill("agent")
+        killed_at = _stored(c)
+        c.start_agent()
+        c.wait_for(lambda st: jobs_done(c.db) == 1, timeout=120, what="the job done")
+    finally:
+        c.stop()
+    points = _points(c)
+    _check_closed(points, 2)
+    # the resumed point kept its earlier values: it still closes at the first interval (6
+    # runs), not 6 runs after the restart
+    assert [len(r) for r in points.values()] == [6, 6], killed_at
+    assert c_state(tmp_path)[:2] == ("done", 12)
+
+
+@pytest.mark.integration
+def test_sweep_reps_auto_from_the_command_line(tmp_path):
+    import json
+    import subprocess
+    import sys
+
+    def opptune(*argv: str) -> subprocess.CompletedProcess:
+        return subprocess.run([sys.executable, "-m", "opptune.daemon.cli", *argv],
+                              capture_output=True, text=True, timeout=180)
+
+    p = opptune("sweep", "--agent", "a", "--reps", "some")
+    assert p.returncode == 2 and "'some' is neither a whole number nor auto" in p.stderr
+    c = Cluster(tmp_path, kernels=("pi_integrate",), auto_sweep=False, max_cores=1)
+    c.start_daemon()
+    c.start_agent()
+    try:
+        c.wait_for(lambda s: any(a["alive"] for a in s["agents"]), timeout=30, what="agent")
+        p = opptune("sweep", "--daemon", c.endpoint, "--agent", "test-agent", "--workload",
+                    "pi_integrate", "--size", "small", "--reps", "auto", "--max-cores", "1",
+                    "--wait", "--json")
+    finally:
+        c.stop()
+    assert p.returncode == 0, p.stderr
+    (job,) = json.loads(p.stdout)
+    assert job["state"] == "done" and job["expected"] == 20  # max_reps of the one point
+    recs = [msgpack.unpackb(r) for (r,) in c.rows("SELECT record_msgpack FROM runs ORDER BY seq")]
+    assert len(recs) == job["received"] <= 20
+    assert recs[-1]["extra"]["point"]["stop"] in ("ci", "max_reps")
+    assert recs[-1]["extra"]["point"]["runs"] == len(recs)
+
+
+@pytest.mark.integration
+def test_daemon_killed_mid_job_completes_it_exactly(tmp_path):
+    c = _cluster(tmp_path, noise=0.002)
+    c.start_daemon()
+    c.start_agent()
+    try:
+        wait_until(lambda: _stored(c) >= 3, "runs stored", timeout=60)
+        c.kill("daemon")
+        c.start_daemon()
+        c.wait_for(lambda st: jobs_done(c.db) == 1, timeout=120, what="the job done")
+    finally:
+        c.stop()
+    points = _points(c)
+    _check_closed(points, 2)
+    assert [len(r) for r in points.values()] == [6, 6]
+    assert c_state(tmp_path) == ("done", 12, 2 * MAX_REPS)
