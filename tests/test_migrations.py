@@ -52,6 +52,8 @@ ROWS: dict[str, list[dict]] = {
     "fit_claims": [{"platform": "p1", "workload": "w", "input": "s", "variant": "",
                     "owner": None, "claimed": 7.5}],
 }
+# a copy of a run set aside by version 6 (same columns as runs)
+ROWS["runs_resent"] = [{**ROWS["runs"][0], "msg_id": "m0-again", "received": 2.5}]
 # What a migration is meant to change in a row: (table, column) -> {old value: new value}
 CHANGED = {("jobs", "state"): {"complete": "done"}}
 

@@ -156,7 +156,8 @@ class PostgresStore(SQLiteStore):
         # SQLite sorts NULL first, PostgreSQL last: the fits see rows in the same order on both
         return self.db.execute(
             f"SELECT {columns} FROM runs WHERE platform=? AND workload=? AND "
-            "input=? AND variant=? AND ok=1 AND throttled=0 AND time_s IS NOT NULL "
+            "input=? AND variant=? AND ok=1 AND throttled=0 AND marked IS NULL "
+            "AND time_s IS NOT NULL "
             "AND received >= ? AND (job_id IS NULL OR job_id NOT IN "
             "(SELECT id FROM recommendations WHERE state='off')) "
             "ORDER BY cores, freq_mhz NULLS FIRST",

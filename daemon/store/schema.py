@@ -27,11 +27,16 @@ sends again under a new message id (a board reinstalled with its outbox lost, re
 resent job) is the same measurement and is no longer stored twice. Copies stored before move
 to ``runs_resent`` (same columns; the first one received stays in ``runs``), so nothing stored
 is lost.
+
+Version 8 keeps why a run is marked (``marked``, from the record: another process used its cpu
+set beyond the agent's share, or it was throttled; NULL when clean): marked runs stay stored and
+exported, and the rows a fit uses leave them out. Rows stored before count as clean. The copies
+in ``runs_resent`` gain the column too, so both tables keep the same columns.
 """
 
 from __future__ import annotations
 
-SCHEMA_VERSION = 6
+SCHEMA_VERSION = 8
 
 MIGRATIONS: dict[int, list[str]] = {
     1: [
@@ -193,5 +198,13 @@ MIGRATIONS: dict[int, list[str]] = {
                (o.received < r.received OR (o.received = r.received AND o.msg_id < r.msg_id)))""",
         "DELETE FROM runs WHERE msg_id IN (SELECT msg_id FROM runs_resent)",
         "CREATE UNIQUE INDEX runs_job_seq ON runs(job_id, seq)",
+    ],
+    # PLACEHOLDER for version 7 (tune sessions, branch tune-persist): drop this entry when
+    # merging that branch; with it merged first, version 8 below stays as it is.
+    7: [],
+    # marked runs; self-contained, so it can take any number after the last one
+    8: [
+        "ALTER TABLE runs ADD COLUMN marked TEXT",
+        "ALTER TABLE runs_resent ADD COLUMN marked TEXT",
     ],
 }

@@ -230,13 +230,14 @@ class SQLiteStore(Store):
             rows.append((it.msg_id, it.agent, it.job_id, it.seq, r.platform, r.workload, r.input,
                          r.variant, r.cores, _cpus_text(r.cpus), r.threads, r.freq_mhz, r.rep,
                          r.time_s, r.wall_s, r.user_s, r.sys_s, r.energy_j, int(r.ok),
-                         int(r.virtual), now, None, _packb(it.raw), int(r.throttled)))
+                         int(r.virtual), now, None, _packb(it.raw), int(r.throttled),
+                         r.marked))
         with self._tx() as db:
             # Only a repeat is skipped (the same message id, or the same job and sequence
             # number under a new id); any other violation fails the batch (OR IGNORE would
             # also drop rows breaking NOT NULL, and they would be acked).
             db.executemany("INSERT INTO runs VALUES "
-                           "(?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?) "
+                           "(?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?) "
                            "ON CONFLICT DO NOTHING", rows)
         return [it.msg_id for it in items]
 
@@ -266,11 +267,12 @@ class SQLiteStore(Store):
         return out
 
     def _fit_rows(self, group: Group, columns: str) -> Any:
-        """The group's runs a fit may use: successful, not throttled, not a verification
-        judged off, and received since the group's last drift event."""
+        """The group's runs a fit may use: successful, not throttled or otherwise marked, not a
+        verification judged off, and received since the group's last drift event."""
         return self.db.execute(
             f"SELECT {columns} FROM runs WHERE platform=? AND workload=? AND "
-            "input=? AND variant=? AND ok=1 AND throttled=0 AND time_s IS NOT NULL "
+            "input=? AND variant=? AND ok=1 AND throttled=0 AND marked IS NULL "
+            "AND time_s IS NOT NULL "
             "AND received >= ? AND (job_id IS NULL OR job_id NOT IN "
             "(SELECT id FROM recommendations WHERE state='off')) ORDER BY cores, freq_mhz",
             (*group, self.drift_since(group) or 0.0))
