@@ -13,8 +13,9 @@ stop and the process that used the set most, with its share of the cpu it ran on
 short run does not mark it. The frequencies seen during the run are the thermal meter's
 samples (record.thermal), throttling its judgement: both are part of :func:`mark_reason`.
 
-The top offender: reading every /proc/PID/stat costs about 20 ms on a machine with 140
-processes, 40 times the budget of a run's accounting. So the processes are read at start only
+The top offender: reading every /proc/PID/stat costs 2 ms for 114 processes on the 2-core
+development machine (23 ms at a load of 10), 4 to 40 times the budget of a run's accounting
+(which costs 0.06 ms; benchmarks/agent_overhead.py). So the processes are read at start only
 where there are few (a board's fake tree; a real system has more kernel threads alone);
 elsewhere, and only for a marked run, they are read twice over a short window after the run
 and the busiest one on the set is named (a neighbour that stopped with the run is then "other
