@@ -7,8 +7,9 @@ pi_integrate that is the board's true model, virtual_board.run_model), with each
 accounting, with multiplicative log-normal noise, sleeps
 that long for real, advances the tree's energy counters (RAPL energy_uj, /proc/stat busy time)
 by what the V^2 f power model gives for that modelled time (hwmon power is shown during the
-run and sampled in real time by the agent's meter), and prints one JSON line like the
-bench_suite kernels, with "virtual": true. ``time_s`` is the modelled time (the board's clock);
+run and sampled in real time by the agent's meter), shows an injected neighbour
+(``update_spec(root, neighbour=...)``) in /proc/stat and its /proc/PID/stat, a run on its cpus
+lasting longer, and prints one JSON line like the bench_suite kernels, with "virtual": true. ``time_s`` is the modelled time (the board's clock);
 ``elapsed_s`` is how long the host really slept.
 """
 

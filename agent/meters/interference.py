@@ -4,9 +4,10 @@ Per cpu of the run's set, /proc/stat's busy time (user nice system irq softirq s
 total (busy + idle + iowait) are read at start and at stop. What the workload used itself is
 its child's rusage (user + sys; a virtual run reports the board's own ``board_cpu_s``
 instead); the rest of the busy time went to others: the share of the set's capacity they used
-is the run's ``interference``, with how busy each cpu was (the kernel keeps no per-cpu time of
-one process, so others' share per cpu is not known; the offender's is), the load average at
-stop and the process that used the set most, with its share of the cpu it ran on.
+is the run's ``interference``, with the load average at stop; a marked run adds how busy each
+cpu was (the kernel keeps no per-cpu time of one process, so others' share per cpu is not
+known; the offender's is) and the process that used the set most, with its share of the cpu it
+ran on.
 
 /proc/stat counts in ticks of 1/100 s: a run is marked when others used more than
 ``max_share`` of the capacity plus one tick per cpu, so that a tick charged the wrong way on a
@@ -166,11 +167,7 @@ class InterferenceMeter:
         capacity = sum(total.values())
         others = max(0.0, sum(busy.values()) - own_s * USER_HZ)
         share = others / capacity if capacity > 0 else 0.0
-        out: dict[str, Any] = {
-            "share": round(share, 4), "others_s": round(others / USER_HZ, 4),
-            # how busy each cpu was, the workload included: which cpu was shared shows there
-            "busy": {str(c): round(busy[c] / total[c], 4) if total[c] > 0 else 0.0
-                     for c in cpus}}
+        out: dict[str, Any] = {"share": round(share, 4), "others_s": round(others / USER_HZ, 4)}
         load = self.fs.try_text("/proc/loadavg")
         if load:
             try:
@@ -178,6 +175,10 @@ class InterferenceMeter:
             except ValueError:
                 pass
         if others > self.max_share * capacity + TICK_SLACK * len(cpus):
+            # how busy each cpu was, the workload included: which cpu was shared shows there
+            # (a marked run only: a record of a clean run stays small for the ingest path)
+            out["busy"] = {str(c): round(busy[c] / total[c], 4) if total[c] > 0 else 0.0
+                           for c in cpus}
             top = self._offender(ctx.get("pid"), total)
             if top is not None:
                 out["top"] = top
