@@ -266,16 +266,16 @@ class SQLiteStore(Store):
             out.setdefault(Group(*r[:4]), []).append((r[4], r[5], r[6], r[7], bool(r[8])))
         return out
 
-    def _fit_rows(self, group: Group, columns: str) -> Any:
-        """The group's runs a fit may use: successful, not throttled or otherwise marked, not a
-        verification judged off, and received since the group's last drift event."""
-        return self.db.execute(
-            f"SELECT {columns} FROM runs WHERE platform=? AND workload=? AND "
-            "input=? AND variant=? AND ok=1 AND throttled=0 AND marked IS NULL "
-            "AND time_s IS NOT NULL "
+    def _fit_rows(self, group: Group, columns: str) -> list[tuple]:
+        """The group's runs a fit may use: successful, not throttled, not marked (unless its
+        point has no other, see :func:`clean_first`), not a verification judged off, and
+        received since the group's last drift event."""
+        return clean_first(self.db.execute(
+            f"SELECT {columns}, {MARK_COLUMNS} FROM runs WHERE platform=? AND workload=? AND "
+            "input=? AND variant=? AND ok=1 AND throttled=0 AND time_s IS NOT NULL "
             "AND received >= ? AND (job_id IS NULL OR job_id NOT IN "
             "(SELECT id FROM recommendations WHERE state='off')) ORDER BY cores, freq_mhz",
-            (*group, self.drift_since(group) or 0.0))
+            (*group, self.drift_since(group) or 0.0)))
 
     def group_runs(self, group: Group) -> list[tuple[int, float | None, float]]:
         return [tuple(r) for r in self._fit_rows(group, "cores, freq_mhz, time_s")]
@@ -398,6 +398,18 @@ class SQLiteStore(Store):
             self.db.close()
         except sqlite3.Error as exc:  # closing must never fail a shutdown
             log.warning("closing %s: %s", self.path, exc)
+
+
+MARK_COLUMNS = "cores, freq_mhz, marked IS NOT NULL"
+
+
+def clean_first(rows: Any) -> list[tuple]:
+    """Rows ending in :data:`MARK_COLUMNS`, without them: a marked run only where no clean run
+    has its point (cores, frequency). Interim rule until marked points are measured again: a
+    point measured only under interference stays in the fit rather than leave it."""
+    rows = [tuple(r) for r in rows]
+    clean = {r[-3:-1] for r in rows if not r[-1]}
+    return [r[:-3] for r in rows if not r[-1] or r[-3:-1] not in clean]
 
 
 def _cpus_text(cpus: list[int]) -> str:
