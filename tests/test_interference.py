@@ -133,25 +133,27 @@ def test_a_real_busy_process_on_the_runs_cpu_marks_it_and_is_named(tmp_path, bus
 def test_marked_runs_are_stored_and_exported_but_left_out_of_fits(location):  # noqa: F811
     st = open_store(location)
     try:
-        recs = [record(1, 2.0), record(2, 1.1), record(2, 1.9), record(3, 0.9)]
-        for r in recs[2:]:
+        # 1 core: two clean runs and a marked one; 2 cores: one of each; 3 cores: marked only
+        recs = [record(1, 2.0), record(1, 2.1), record(1, 3.0), record(2, 1.1), record(2, 1.9),
+                record(3, 0.9)]
+        for r in (recs[2], recs[4], recs[5]):
             r.marked = "interference: 48 % of cpu 1 used by pid 4711 (sh)"
             r.interference = {"share": 0.24, "busy": {"0": 1.0, "1": 1.0}}
         st.insert_results([ResultIn(f"m{i}", "a1", "job-1", i, r, r.to_dict())
                            for i, r in enumerate(recs)], now=1.0)
-        # the marked 2-core run is out; the 3-core point has no clean run: its marked one
-        # stays until the point is measured clean
-        assert st.group_runs(Group("p", "w", "s", "")) == [(1, None, 2.0), (2, None, 1.1),
-                                                           (3, None, 0.9)]
-        assert [r[:3] for r in st.group_energy_runs(Group("p", "w", "s", ""))] == \
-            [(1, None, 2.0), (2, None, 1.1), (3, None, 0.9)]
-        clean = record(3, 0.8)
+        # the marked 1-core run is out; the points with fewer than two clean runs keep their
+        # marked ones until measured clean
+        want = [(1, None, 2.0), (1, None, 2.1), (2, None, 1.1), (2, None, 1.9), (3, None, 0.9)]
+        assert sorted(st.group_runs(Group("p", "w", "s", ""))) == want
+        assert sorted(r[:3] for r in st.group_energy_runs(Group("p", "w", "s", ""))) == want
+        clean = record(2, 1.2)
         st.insert_results([ResultIn("m9", "a1", "job-1", 9, clean, clean.to_dict())], now=2.0)
-        assert st.group_runs(Group("p", "w", "s", ""))[-1:] == [(3, None, 0.8)]
+        assert sorted(st.group_runs(Group("p", "w", "s", ""))) == \
+            [(1, None, 2.0), (1, None, 2.1), (2, None, 1.1), (2, None, 1.2), (3, None, 0.9)]
         stored = [r for _, r in st.run_records("job-1")]
         assert stored == recs + [clean]  # kept whole, interference and reason included
         assert st.db.execute("SELECT COUNT(*) FROM runs WHERE marked IS NOT NULL"
-                             ).fetchone()[0] == 2
+                             ).fetchone()[0] == 3
     finally:
         st.close()
 

@@ -267,9 +267,9 @@ class SQLiteStore(Store):
         return out
 
     def _fit_rows(self, group: Group, columns: str) -> list[tuple]:
-        """The group's runs a fit may use: successful, not throttled, not marked (unless its
-        point has no other, see :func:`clean_first`), not a verification judged off, and
-        received since the group's last drift event."""
+        """The group's runs a fit may use: successful, not throttled, not marked (where its
+        point has clean runs enough, see :func:`clean_first`), not a verification judged off,
+        and received since the group's last drift event."""
         return clean_first(self.db.execute(
             f"SELECT {columns}, {MARK_COLUMNS} FROM runs WHERE platform=? AND workload=? AND "
             "input=? AND variant=? AND ok=1 AND throttled=0 AND time_s IS NOT NULL "
@@ -401,15 +401,20 @@ class SQLiteStore(Store):
 
 
 MARK_COLUMNS = "cores, freq_mhz, marked IS NOT NULL"
+MIN_CLEAN = 2  # clean runs a point needs before its marked runs leave the fit
 
 
 def clean_first(rows: Any) -> list[tuple]:
-    """Rows ending in :data:`MARK_COLUMNS`, without them: a marked run only where no clean run
-    has its point (cores, frequency). Interim rule until marked points are measured again: a
-    point measured only under interference stays in the fit rather than leave it."""
+    """Rows ending in :data:`MARK_COLUMNS`, without them: a marked run is left out where its
+    point (cores, frequency) has MIN_CLEAN clean runs. Interim rule until marked points are
+    measured again: a point with fewer would leave the fit, or keep one run that the model's
+    folds cannot spare, so it keeps its marked runs (on a busy machine every run is marked)."""
     rows = [tuple(r) for r in rows]
-    clean = {r[-3:-1] for r in rows if not r[-1]}
-    return [r[:-3] for r in rows if not r[-1] or r[-3:-1] not in clean]
+    clean: dict[tuple, int] = {}
+    for r in rows:
+        if not r[-1]:
+            clean[r[-3:-1]] = clean.get(r[-3:-1], 0) + 1
+    return [r[:-3] for r in rows if not r[-1] or clean.get(r[-3:-1], 0) < MIN_CLEAN]
 
 
 def _cpus_text(cpus: list[int]) -> str:
