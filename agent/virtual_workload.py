@@ -9,8 +9,9 @@ that long for real, advances the tree's energy counters (RAPL energy_uj, /proc/s
 by what the V^2 f power model gives for that modelled time (hwmon power is shown during the
 run and sampled in real time by the agent's meter), shows an injected neighbour
 (``update_spec(root, neighbour=...)``) in /proc/stat and its /proc/PID/stat, a run on its cpus
-lasting longer, and prints one JSON line like the bench_suite kernels, with "virtual": true. ``time_s`` is the modelled time (the board's clock);
-``elapsed_s`` is how long the host really slept.
+lasting longer, and prints one JSON line like the bench_suite kernels, with "virtual": true.
+``time_s`` is the modelled time (the board's clock); ``elapsed_s`` is how long the host really
+slept; ``board_cpu_s`` the busy time the run itself added to the board's /proc/stat.
 """
 
 from __future__ import annotations
