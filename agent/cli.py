@@ -123,6 +123,11 @@ def build_meters(config, platform: dict) -> list:
         meters.append(ThermalMeter(config.sysfs_root))
     except Exception as exc:
         log.warning("thermal meter unavailable: %s", exc)
+    try:  # what else used the run's cpus
+        from .meters.interference import InterferenceMeter
+        meters.append(InterferenceMeter(config.sysfs_root, config.interference_max_share))
+    except Exception as exc:
+        log.warning("interference meter unavailable: %s", exc)
     return meters
 
 

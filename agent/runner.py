@@ -18,6 +18,7 @@ from typing import Any, Callable
 
 from ..shared.records import RunRecord
 from .child import AbortSignal, RunAs, observed_affinity, spawn, wait
+from .meters.interference import mark_reason
 from .meters.rusage import RusageMeter
 from .run_output import MAX_ERR_TEXT, last_json, merge_json, read_captured
 from .runspec import Knob, Meter, RunSpec
@@ -190,6 +191,7 @@ class Runner:
             stdout, stderr = read_captured(out, err)
             data, json_err = last_json(stdout)
             self._stop_meters(rec, {"pid": proc.pid, "rusage": ru, "wall_s": wall, "json": data})
+            rec.marked = mark_reason(rec)  # after every meter: interference and throttling
         self._judge(rec, why, status, stderr, data, json_err, expects_json)
 
     def _start_meters(self, spec: RunSpec) -> None:

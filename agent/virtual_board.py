@@ -362,12 +362,16 @@ def zone_temp_c(spec: dict, zone: dict) -> float:
 
 def update_spec(root: str, **changes) -> dict:
     """Change a made tree's spec in place (the truth a virtual workload follows, an injected
-    throttle ``throttle={"cpus": [...], "max_khz": N}`` or None) and the zone temperatures that
-    follow from it; returns the new spec. Runs started after this see the change."""
+    throttle ``throttle={"cpus": [...], "max_khz": N}`` or None, an injected neighbour
+    ``neighbour={"cpus": [...], "share": S, "name": N, "pid": P}`` or None) and what follows
+    from it (zone temperatures, the neighbour's /proc/PID/stat); returns the new spec. Runs
+    started after this see the change."""
     spec = load_spec(root)
-    unknown = sorted(set(changes) - set(spec) - {"throttle"})
+    unknown = sorted(set(changes) - set(spec) - {"throttle", "neighbour"})
     if unknown:
         raise ValueError(f"unknown virtual board spec keys: {', '.join(unknown)}")
+    if "neighbour" in changes:
+        _set_neighbour(root, spec, changes["neighbour"])
     spec.update(changes)
     for i, z in enumerate(spec.get("thermal_zones") or []):
         path = os.path.join(root, f"sys/class/thermal/thermal_zone{i}/temp")
@@ -377,6 +381,39 @@ def update_spec(root: str, **changes) -> dict:
         json.dump({"board": spec["name"], "spec": spec}, fh, default=list)
     os.replace(os.path.join(root, FAKE_MARKER) + ".tmp", os.path.join(root, FAKE_MARKER))
     return spec
+
+
+def _set_neighbour(root: str, spec: dict, nb: dict | None) -> None:
+    """Check an injected neighbour and give it a /proc/PID/stat (the old one's goes)."""
+    old = spec.get("neighbour")
+    if old:
+        try:
+            for leaf in ("stat", "status"):
+                os.remove(os.path.join(root, f"proc/{old['pid']}/{leaf}"))
+            os.rmdir(os.path.join(root, f"proc/{old['pid']}"))
+        except OSError:
+            pass
+    if nb is None:
+        return
+    board_cpus = {c for cl in spec["clusters"] for c in cl["cpus"]}
+    if (not isinstance(nb, dict) or type(nb.get("share")) not in (int, float)
+            or not 0 < nb["share"] < 1
+            or not nb.get("cpus") or not set(nb["cpus"]) <= board_cpus
+            or type(nb.get("pid")) is not int or nb["pid"] < 1
+            or not isinstance(nb.get("name"), str)):
+        raise ValueError("neighbour must be {\"cpus\": [cpus of the board], \"share\": 0 < S "
+                         "< 1, \"name\": text, \"pid\": a number >= 1} or None")
+    write_proc_stat(root, nb["pid"], nb["name"], 0, nb["cpus"])
+
+
+def write_proc_stat(root: str, pid: int, name: str, ticks: int, cpus: list[int]) -> None:
+    """A /proc/PID/stat and status in the tree: ``ticks`` of user time, last run on the first
+    of ``cpus``, allowed on them."""
+    fields = ["R", "1"] + ["0"] * 48  # state, ppid, ... as proc(5) numbers them from 3
+    fields[11], fields[36] = str(ticks), str(min(cpus))
+    _put(root, f"/proc/{pid}/stat", f"{pid} ({name}) " + " ".join(fields))
+    _put(root, f"/proc/{pid}/status", f"Name:\t{name}\nPid:\t{pid}\n"
+         f"Cpus_allowed_list:\t{format_cpu_list(cpus)}")
 
 
 def attach(root: str) -> None:

@@ -7,9 +7,11 @@ pi_integrate that is the board's true model, virtual_board.run_model), with each
 accounting, with multiplicative log-normal noise, sleeps
 that long for real, advances the tree's energy counters (RAPL energy_uj, /proc/stat busy time)
 by what the V^2 f power model gives for that modelled time (hwmon power is shown during the
-run and sampled in real time by the agent's meter), and prints one JSON line like the
-bench_suite kernels, with "virtual": true. ``time_s`` is the modelled time (the board's clock);
-``elapsed_s`` is how long the host really slept.
+run and sampled in real time by the agent's meter), shows an injected neighbour
+(``update_spec(root, neighbour=...)``) in /proc/stat and its /proc/PID/stat, a run on its cpus
+lasting longer, and prints one JSON line like the bench_suite kernels, with "virtual": true.
+``time_s`` is the modelled time (the board's clock); ``elapsed_s`` is how long the host really
+slept; ``board_cpu_s`` the busy time the run itself added to the board's /proc/stat.
 """
 
 from __future__ import annotations
@@ -25,7 +27,7 @@ import time
 
 from .sysfs import SysFS, parse_cpu_list
 from .virtual_board import (CPUFREQ, SIZES, cpu_cluster, dynamic_power_w, load_spec,
-                            model_time_s, policy_of, run_model)
+                            model_time_s, policy_of, run_model, write_proc_stat)
 from ..bench_suite.accounting import run_parameters
 
 # --------------------------------------------------------------------------- kernel traits
@@ -255,6 +257,12 @@ def run(board_root: str, cpus: list[int], threads: int, size: str = "small",
     km = kernel_model(spec, kernel, cpus, threads, freqs, size)
     rng = random.Random(seed)
     scale = math.exp(rng.gauss(0.0, spec["truth"]["noise"]))
+    # an injected neighbour takes its share of each of its cpus: the run's threads there get
+    # the rest, and the slowest of them paces the run
+    nb = spec.get("neighbour") or {}
+    nb_cpus = set(nb.get("cpus") or [])
+    if nb_cpus & set(m["cpus_used"]):
+        scale /= 1.0 - nb["share"]
     noisy = km["time_s"] * scale
     # the noise stretches the whole run: every thread's categories with it
     stats = [{k: (x * scale if k.endswith("_s") else x) for k, x in t.items()}
@@ -310,15 +318,28 @@ def run(board_root: str, cpus: list[int], threads: int, size: str = "small",
                 zd = f"/sys/class/powercap/intel-rapl:{pk}:0"
                 _add_int(fs, f"{zd}/energy_uj", int(spec.get("rapl_dram_w", 0) * board_s * 1e6),
                          fs.read_int(f"{zd}/max_energy_range_uj"))
+        # each cpu of the run and of the neighbour counts the run's time: busy for the run's
+        # threads and the neighbour's share, idle for the rest
         lines = fs.read_text("/proc/stat").splitlines()
         jiffies = int(round(board_s * 100))
+        nb_j = int(round(nb["share"] * jiffies)) if nb_cpus else 0
+        own_j = 0
         out = []
         for line in lines:
             name, *vals = line.split()
-            if name.startswith("cpu") and name[3:].isdigit() and int(name[3:]) in m["cpus_used"]:
-                vals[0] = str(int(vals[0]) + jiffies)
+            c = int(name[3:]) if name.startswith("cpu") and name[3:].isdigit() else None
+            if c is not None and (c in cpus or c in nb_cpus):
+                theirs = nb_j if c in nb_cpus else 0
+                mine = jiffies - theirs if c in m["cpus_used"] else 0
+                own_j += mine
+                vals[0] = str(int(vals[0]) + mine + theirs)
+                vals[3] = str(int(vals[3]) + jiffies - mine - theirs)
             out.append(" ".join([name] + vals))
         _raw_write(fs, "/proc/stat", "\n".join(out))
+        if nb_cpus:
+            stat = fs.read_text(f"/proc/{nb['pid']}/stat")
+            ticks = int(stat[stat.rfind(")") + 2:].split()[11]) + nb_j * len(nb_cpus)
+            write_proc_stat(fs.root, nb["pid"], nb["name"], ticks, sorted(nb_cpus))
     finally:
         fcntl.flock(lock, fcntl.LOCK_UN)
         lock.close()
@@ -329,7 +350,8 @@ def run(board_root: str, cpus: list[int], threads: int, size: str = "small",
             "board": spec["name"], "size": size, "thread_stats": stats, "mpet": mpet,
             "threads": threads, "cpus": cpus, "p": m["p"], "model_time_s": km["time_s"],
             "noisy_time_s": noisy, "freq_khz": {str(c): f for c, f in freqs.items()},
-            "power_w": m["power_w"], "energy_j": m["power_w"] * board_s}
+            "power_w": m["power_w"], "energy_j": m["power_w"] * board_s,
+            "board_cpu_s": own_j / 100}
 
 
 def main(argv=None) -> int:

@@ -3,7 +3,9 @@
 Times (median of N): perf counter setup + read (the exec-gated spawn vs a plain Popen of
 /bin/true), energy meter start/stop, and setting + verifying a frequency on a fake tree (the
 sysfs writes and the verification read; a real board adds the hardware's settle time, which
-the agent waits for with a bounded poll). Target: < 1 ms per run plus the settle time.
+the agent waits for with a bounded poll), and the interference accounting of a run (two
+/proc/stat reads, /proc/loadavg; target < 0.5 ms), with what a marked run adds to name the
+offender. Target: < 1 ms per run plus the settle time.
 
     python benchmarks/agent_overhead.py [-n 200]
 """
@@ -11,6 +13,7 @@ the agent waits for with a bounded poll). Target: < 1 ms per run plus the settle
 from __future__ import annotations
 
 import argparse
+import resource
 import statistics
 import subprocess
 import tempfile
@@ -18,9 +21,13 @@ import time
 
 from opptune.agent.knobs.cpufreq import CpuFreq
 from opptune.agent.meters.energy import EnergyMeter
+from opptune.agent.meters.interference import InterferenceMeter, proc_ticks
 from opptune.agent.meters.perf import PerfSession
+from opptune.agent.runner import RunSpec
+from opptune.agent.sysfs import SysFS
 from opptune.agent.topology import read_topology
 from opptune.agent.virtual_board import make_tree
+from opptune.shared.records import RunRecord
 
 
 def _median_ms(fn, n: int) -> float:
@@ -78,6 +85,21 @@ def main() -> None:
     rows.append(("perf open+enable+read+close, 14 events", _median_ms(counters_only, n)))
     rows.append(("spawn with counters, inherit mode: added", _median_ms(inherit, n) - base))
     rows.append(("spawn with counters, exec gate: added", _median_ms(gated, n) - base))
+
+    # the share set out of reach: every run takes the unmarked path, which every run pays
+    meter = InterferenceMeter("/", max_share=0.999)
+    spec = RunSpec("w", "s", [0], 1)
+    rec = RunRecord(platform="p", workload="w", input="s", cores=1, cpus=[0], threads=1, rep=0)
+    ru = resource.getrusage(resource.RUSAGE_SELF)
+
+    def interference():
+        meter.start(spec)
+        meter.stop(rec, {"rusage": ru, "pid": None, "json": None})
+    rows.append(("interference start+stop, this machine's /proc (per run)",
+                 _median_ms(interference, n)))
+    nproc = len(proc_ticks(SysFS("/")))
+    rows.append((f"  marked runs only: one scan of {nproc} processes (two, {meter.window_s:g} s "
+                 "apart)", _median_ms(lambda: proc_ticks(SysFS("/")), max(5, n // 20))))
 
     with tempfile.TemporaryDirectory() as tmp:
         for board, settings in (("odroid-xu4", [{"policy4": 1000000}, {"policy4": 1800000}]),

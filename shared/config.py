@@ -93,6 +93,9 @@ class AgentConfig:
     workloads: list[CommandWorkload] = field(default_factory=list)
     virtual_board: str = ""  # name of a virtual board (tests and demos only)
     run_timeout_s: float = 600.0
+    # a run whose cpu set other processes used for more than this share of its capacity is
+    # marked (stored, left out of fits)
+    interference_max_share: float = 0.05
     # the unprivileged user the workloads run as when the agent runs as root (it needs root
     # for the frequencies, the workloads do not); empty: the agent's own user
     run_as: str = ""
@@ -528,6 +531,10 @@ def _load(cls: type, path: Any, default: Path, overrides: dict[str, Any]) -> Any
     if outbox_mb is not None and not 0.001 <= outbox_mb <= 1_000_000:
         raise ConfigError(f"{p}: key 'outbox_max_mb' must be a size in MiB from 0.001 to "
                           f"1000000 (e.g. 256), got {outbox_mb!r}")
+    share = getattr(config, "interference_max_share", None)
+    if share is not None and not 0 <= share < 1:
+        raise ConfigError(f"{p}: key 'interference_max_share' must be a fraction of the cpu "
+                          f"set's capacity from 0 to below 1 (e.g. 0.05 for 5 %), got {share!r}")
     if getattr(config, "drift_off_count", 0) < 0:
         raise ConfigError(f"{p}: key 'drift_off_count' must be >= 0 (consecutive off "
                           f"verifications before re-characterising; 0 = never), got "

@@ -54,6 +54,12 @@ class RunRecord:
     # run counts as throttled (agent/meters/thermal.py); None: not recorded (older agents)
     thermal: dict[str, Any] | None = None
     throttled: bool = False  # kept in the store, left out of fits
+    # what else used the run's cpus (agent/meters/interference.py): share of the cpu set's
+    # capacity others used, per cpu, the top offender, the load average; None: not recorded
+    interference: dict[str, Any] | None = None
+    # why the run does not measure the configuration alone (interference beyond the agent's
+    # interference_max_share, throttling); None: clean. Kept in the store, left out of fits
+    marked: str | None = None
 
     def to_dict(self, compact: bool = True) -> dict[str, Any]:
         """A plain map for the wire and the store. ``compact`` leaves out fields that hold their
@@ -118,6 +124,10 @@ class RunRecord:
                 raise RecordError(f"record field '{name}' must be true or false")
         if self.thermal is not None and type(self.thermal) is not dict:
             raise RecordError("record field 'thermal' must be a map or nil")
+        if self.interference is not None and type(self.interference) is not dict:
+            raise RecordError("record field 'interference' must be a map or nil")
+        if self.marked is not None and type(self.marked) is not str:
+            raise RecordError("record field 'marked' must be text or nil")
 
 
 _TEXT_FIELDS = ("platform", "workload", "input", "variant")

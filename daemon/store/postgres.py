@@ -21,7 +21,7 @@ import psycopg
 from ...shared.config import redact_url as redact
 from . import Group
 from .schema import MIGRATIONS, SCHEMA_VERSION
-from .sqlite import SQLiteStore, _dumps, _json_safe
+from .sqlite import MARK_COLUMNS, SQLiteStore, _dumps, _json_safe, clean_first
 
 log = logging.getLogger("opptune.daemon.store")
 
@@ -154,13 +154,13 @@ class PostgresStore(SQLiteStore):
 
     def _fit_rows(self, group: Group, columns: str) -> Any:
         # SQLite sorts NULL first, PostgreSQL last: the fits see rows in the same order on both
-        return self.db.execute(
-            f"SELECT {columns} FROM runs WHERE platform=? AND workload=? AND "
+        return clean_first(self.db.execute(
+            f"SELECT {columns}, {MARK_COLUMNS} FROM runs WHERE platform=? AND workload=? AND "
             "input=? AND variant=? AND ok=1 AND throttled=0 AND time_s IS NOT NULL "
             "AND received >= ? AND (job_id IS NULL OR job_id NOT IN "
             "(SELECT id FROM recommendations WHERE state='off')) "
             "ORDER BY cores, freq_mhz NULLS FIRST",
-            (*group, self.drift_since(group) or 0.0))
+            (*group, self.drift_since(group) or 0.0)))
 
     def save_drift(self, agent: str, group: Group, reason: str, job_ids: list[str],
                    error: str | None, now: float) -> int:

@@ -31,11 +31,16 @@ is lost.
 Version 7 keeps ``opptune tune`` sessions (``tune_sessions``): the whole session as JSON text
 (``body``), its agent and state as columns, saved at each of its state changes, so that a
 daemon restarted mid-tune (even after kill -9) resumes the sessions not yet done or failed.
+
+Version 8 keeps why a run is marked (``marked``, from the record: another process used its cpu
+set beyond the agent's share, or it was throttled; NULL when clean): marked runs stay stored and
+exported, and the rows a fit uses leave them out. Rows stored before count as clean. The copies
+in ``runs_resent`` gain the column too, so both tables keep the same columns.
 """
 
 from __future__ import annotations
 
-SCHEMA_VERSION = 7
+SCHEMA_VERSION = 8
 
 MIGRATIONS: dict[int, list[str]] = {
     1: [
@@ -207,5 +212,9 @@ MIGRATIONS: dict[int, list[str]] = {
                started REAL NOT NULL,
                updated REAL NOT NULL)""",
         "CREATE INDEX tune_sessions_state ON tune_sessions(state)",
+    ],
+    8: [
+        "ALTER TABLE runs ADD COLUMN marked TEXT",
+        "ALTER TABLE runs_resent ADD COLUMN marked TEXT",
     ],
 }

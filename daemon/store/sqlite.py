@@ -239,13 +239,14 @@ class SQLiteStore(Store):
             rows.append((it.msg_id, it.agent, it.job_id, it.seq, r.platform, r.workload, r.input,
                          r.variant, r.cores, _cpus_text(r.cpus), r.threads, r.freq_mhz, r.rep,
                          r.time_s, r.wall_s, r.user_s, r.sys_s, r.energy_j, int(r.ok),
-                         int(r.virtual), now, None, _packb(it.raw), int(r.throttled)))
+                         int(r.virtual), now, None, _packb(it.raw), int(r.throttled),
+                         r.marked))
         with self._tx() as db:
             # Only a repeat is skipped (the same message id, or the same job and sequence
             # number under a new id); any other violation fails the batch (OR IGNORE would
             # also drop rows breaking NOT NULL, and they would be acked).
             db.executemany("INSERT INTO runs VALUES "
-                           "(?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?) "
+                           "(?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?) "
                            "ON CONFLICT DO NOTHING", rows)
         return [it.msg_id for it in items]
 
@@ -274,15 +275,16 @@ class SQLiteStore(Store):
             out.setdefault(Group(*r[:4]), []).append((r[4], r[5], r[6], r[7], bool(r[8])))
         return out
 
-    def _fit_rows(self, group: Group, columns: str) -> Any:
-        """The group's runs a fit may use: successful, not throttled, not a verification
-        judged off, and received since the group's last drift event."""
-        return self.db.execute(
-            f"SELECT {columns} FROM runs WHERE platform=? AND workload=? AND "
+    def _fit_rows(self, group: Group, columns: str) -> list[tuple]:
+        """The group's runs a fit may use: successful, not throttled, not marked (where its
+        point has clean runs enough, see :func:`clean_first`), not a verification judged off,
+        and received since the group's last drift event."""
+        return clean_first(self.db.execute(
+            f"SELECT {columns}, {MARK_COLUMNS} FROM runs WHERE platform=? AND workload=? AND "
             "input=? AND variant=? AND ok=1 AND throttled=0 AND time_s IS NOT NULL "
             "AND received >= ? AND (job_id IS NULL OR job_id NOT IN "
             "(SELECT id FROM recommendations WHERE state='off')) ORDER BY cores, freq_mhz",
-            (*group, self.drift_since(group) or 0.0))
+            (*group, self.drift_since(group) or 0.0)))
 
     def group_runs(self, group: Group) -> list[tuple[int, float | None, float]]:
         return [tuple(r) for r in self._fit_rows(group, "cores, freq_mhz, time_s")]
@@ -434,6 +436,22 @@ class SQLiteStore(Store):
 
 
 _CPUS_TEXT: dict[tuple[int, ...], str] = {}
+
+MARK_COLUMNS = "cores, freq_mhz, marked IS NOT NULL"
+MIN_CLEAN = 2  # clean runs a point needs before its marked runs leave the fit
+
+
+def clean_first(rows: Any) -> list[tuple]:
+    """Rows ending in :data:`MARK_COLUMNS`, without them: a marked run is left out where its
+    point (cores, frequency) has MIN_CLEAN clean runs. Interim rule until marked points are
+    measured again: a point with fewer would leave the fit, or keep one run that the model's
+    folds cannot spare, so it keeps its marked runs (on a busy machine every run is marked)."""
+    rows = [tuple(r) for r in rows]
+    clean: dict[tuple, int] = {}
+    for r in rows:
+        if not r[-1]:
+            clean[r[-3:-1]] = clean.get(r[-3:-1], 0) + 1
+    return [r[:-3] for r in rows if not r[-1] or clean.get(r[-3:-1], 0) < MIN_CLEAN]
 
 
 def _cpus_text(cpus: list[int]) -> str:
