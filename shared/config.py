@@ -303,6 +303,9 @@ FORMS = {
     "rate_limit_per_s": "a rate from 1 to 10000000 messages per second",
     "rate_limit_burst": "a message count from 1 to 10000000",
     "max_outstanding_jobs": "a job count from 1 to 100000",
+    "outbox_max_mb": "a size in MiB from 0.001 to 1000000, e.g. 256",
+    "interference_max_share": "a fraction of the cpu set's capacity from 0 to below 1, e.g. "
+                              "0.05 for 5 %",
 }
 _TYPE_WORDS = {bool: "true or false", float: "a number", int: "a whole number", str: "text",
                list: "an array"}
@@ -467,6 +470,8 @@ VALUE_CHECKS: tuple[tuple[str, Any], ...] = (
     ("sweep.target_ci", lambda v: math.isfinite(v) and 0 < v < 1),
     ("sweep.max_reps", lambda v: v >= 6), ("sweep.min_reps", lambda v: v >= 6),
     ("sweep.point_budget_s", lambda v: math.isfinite(v) and v >= 0),
+    ("outbox_max_mb", lambda v: 0.001 <= v <= 1_000_000),
+    ("interference_max_share", lambda v: 0 <= v < 1),
 )
 
 
@@ -527,14 +532,6 @@ def _load(cls: type, path: Any, default: Path, overrides: dict[str, Any]) -> Any
         value = getattr(config, key, None)
         if value is not None and not low <= value <= high:
             raise ConfigError(f"{p}: key '{key}' must be {form}, got {value!r}")
-    outbox_mb = getattr(config, "outbox_max_mb", None)
-    if outbox_mb is not None and not 0.001 <= outbox_mb <= 1_000_000:
-        raise ConfigError(f"{p}: key 'outbox_max_mb' must be a size in MiB from 0.001 to "
-                          f"1000000 (e.g. 256), got {outbox_mb!r}")
-    share = getattr(config, "interference_max_share", None)
-    if share is not None and not 0 <= share < 1:
-        raise ConfigError(f"{p}: key 'interference_max_share' must be a fraction of the cpu "
-                          f"set's capacity from 0 to below 1 (e.g. 0.05 for 5 %), got {share!r}")
     if getattr(config, "drift_off_count", 0) < 0:
         raise ConfigError(f"{p}: key 'drift_off_count' must be >= 0 (consecutive off "
                           f"verifications before re-characterising; 0 = never), got "
