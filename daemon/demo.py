@@ -26,7 +26,7 @@ from .client import DaemonUnreachable, QueryFailed, query
 from .jobs import UNSUCCESSFUL_JOB_STATES
 from .status_view import params_text
 
-FINAL_STATES = {"verified", "off", "refused", "failed"}
+FINAL_STATES = {"verified", "off", "marked", "refused", "failed"}
 # On a virtual board the sweep is cores x this many frequencies, evenly spread over the board's
 # table (lowest and highest included): the whole grid on a Pi takes a few seconds.
 VIRTUAL_FREQUENCY_STEPS = 3
