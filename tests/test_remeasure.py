@@ -141,3 +141,55 @@ def test_runs_are_matched_to_their_points_and_rests_on_counts_them(tmp_path):
         assert len(st.group_runs(g, accept_load=True)) == 4 and len(st.group_runs(g)) == 2
     finally:
         st.close()
+
+
+@pytest.fixture
+def daemon(tmp_path):
+    from opptune.daemon.service import Daemon
+    from opptune.shared.config import DaemonConfig, SweepDefaults
+    cfg = DaemonConfig(bind="tcp://127.0.0.1:0", database=str(tmp_path / "d.db"),
+                       auto_sweep=False, agent_timeout_s=30, remeasure_backoff_s=[0.1],
+                       sweep=SweepDefaults(size="small", reps=1, warmup=0))
+    d = Daemon(cfg)
+    d.start_thread()
+    yield d
+    d.stop()
+
+
+def test_the_daemon_sends_the_marked_points_again_and_recommend_says_what_it_rests_on(daemon):
+    from test_goal_service import NO_METER, Agent, record as goal_record
+    why = "interference: 48 % of cpus 0-2; pid 4711 (sh) used 96 % of cpu 2"
+    a = Agent(daemon.endpoint, NO_METER)
+    try:
+        job_id = a.issued_job()
+        for seq, cores in enumerate((1, 2, 3, 4)):
+            r = goal_record(NO_METER, cores, energy=False)
+            if cores >= 3:
+                r["marked"], r["time_s"] = why, r["time_s"] * 2
+            a.send("result", {"job_id": job_id, "seq": seq, "of": 4, "record": r})
+            a.expect("ack")
+        again = a.expect("job")["body"]  # after the backoff: the marked points only
+        assert [p["cpus"] for p in again["points"]] == [[0, 1, 2], [0, 1, 2, 3]]
+        assert (again["workload"], again["size"], again["reps"]) == ("wl", "small", 1)
+        # the load is not accepted: the marked points are out, and said so
+        rec = a.query("recommend", {"agent": "q1", "workload": "wl"})["body"]["data"]
+        basis = rec["rests_on"]
+        assert (basis["clean_runs"], basis["marked_runs"]) == (2, 2)
+        assert [p["cores"] for p in basis["unclean_points"]] == [3, 4]
+        assert f"no clean measurement at 3 cores: {why}" in basis["text"]
+        under = a.query("recommend", {"agent": "q1", "workload": "wl", "accept_load": True}
+                        )["body"]["data"]
+        assert under["rests_on"]["marked_used"] and under["n_measurements"] == 4
+        assert under["rests_on"]["text"].startswith("holds for the board under its load")
+        err = a.query("recommend", {"agent": "q1", "workload": "wl", "accept_load": "yes"})
+        assert err["body"]["code"] == "bad_args" and "accept_load" in err["body"]["message"]
+        assert daemon.status()["recommendations"] == []  # not from the busy runs
+        # measured clean now: the fit recommends (a config is pushed) and nothing is pending
+        for seq, cores in enumerate((3, 4)):
+            a.send("result", {"job_id": again["job_id"], "seq": seq, "of": 2,
+                              "record": goal_record(NO_METER, cores, energy=False)})
+            a.expect("ack")
+        a.expect("config")
+        assert daemon.status()["remeasure"] == []
+    finally:
+        a.close()
