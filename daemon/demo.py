@@ -466,6 +466,8 @@ def summarise(db_path: Path, status: dict[str, Any],
             "verified_time_s": rec.get("verified_time_s"),
             "recommendation_state": rec.get("state"),
             "recommendation_error": rec.get("error"),
+            # what the recommendation rests on: clean runs, marked ones left out and by whom
+            "rests_on": (rec.get("rests_on") or {}).get("text"),
             "energy_recommendation": (energy_recs or {}).get(group.workload, {}).get(
                 "recommendation"),
             "energy_recommendation_error": (energy_recs or {}).get(group.workload, {}).get(
@@ -530,6 +532,8 @@ def print_table(table: list[dict[str, Any]], console: Console) -> None:
                           markup=False)
         else:
             console.print("  recommended: none")
+        if w.get("rests_on") and "marked" in w["rests_on"]:
+            console.print(f"  measured under load: {w['rests_on']}", markup=False)
         e = w.get("energy_recommendation")
         if e:
             console.print("  " + energy_line(e, w), markup=False)
