@@ -189,7 +189,15 @@ def test_the_daemon_sends_the_marked_points_again_and_recommend_says_what_it_res
             a.send("result", {"job_id": again["job_id"], "seq": seq, "of": 2,
                               "record": goal_record(NO_METER, cores, energy=False)})
             a.expect("ack")
-        a.expect("config")
+        cfg = a.expect("config")["body"]
         assert daemon.status()["remeasure"] == []
+        # a verification whose runs were marked is not judged: neither verified nor off
+        runs = [goal_record(NO_METER, len(cfg["cpus"]), energy=False) for _ in range(2)]
+        runs[1]["marked"] = why
+        a.send("applied", {"config_id": cfg["config_id"], "ok": True, "records": runs})
+        a.expect("ack")
+        (rec,) = daemon.status()["recommendations"]
+        assert rec["state"] == "marked" and rec["error"].startswith(
+            f"not verified: 1 of 2 verification runs marked ({why}); ")
     finally:
         a.close()
