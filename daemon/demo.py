@@ -131,6 +131,7 @@ def prepare(args: argparse.Namespace, run_dir: Path) -> tuple[str, Path, Path]:
     _write_toml(daemon_toml, {
         "bind": endpoint, "database": str(run_dir / "opptune.db"), "heartbeat_s": 1.0,
         "auto_sweep": True, "auto_recommend": True, "verify_reps": args.reps,
+        "accept_load": bool(getattr(args, "accept_load", False)),
     }, {"sweep": {"size": args.size, "reps": args.reps, "warmup": args.warmup,
                   "max_cores": args.max_cores,
                   # a virtual board has every knob: sweep cores x frequencies there; on the

@@ -118,8 +118,8 @@ def _recommend_steps(d: Daemon, agent: str, workload: str, goal: Goal, size: str
 
 def answer_recommend(d: Daemon, args: dict[str, Any]) -> Deferred:
     """The ``recommend`` query: args agent, workload, [size, objective, deadline, power_cap,
-    cluster, max_cores, accept_load, apply]. The fit runs off the service loop (query_worker.py); pushing
-    the result (``apply``) is done back on the loop."""
+    cluster, max_cores, accept_load, apply]. The fit runs off the service loop
+    (query_worker.py); pushing the result (``apply``) is done back on the loop."""
     agent, workload = args.get("agent"), args.get("workload")
     if not isinstance(agent, str) or not isinstance(workload, str):
         raise HandlerError("bad_args", "recommend needs args.agent and args.workload (text)")

@@ -16,6 +16,7 @@ from ..shared.records import RecordError, RunRecord
 from .fitter import FitOutcome, FitRequest, Fitter, workload_key
 from .recommend import FitSetting, fit_setting, recommend, target_observations
 from .registry import Registry
+from .remeasure import never_clean_text
 from .store import Group, ResultIn, Store
 
 log = logging.getLogger("opptune.daemon")
@@ -126,8 +127,15 @@ class Recommender:
         name = "/".join(req.group)
         if out.error or out.model is None:
             log.warning("no model for %s: %s", name, out.error)
-            self._fit_failed(req.group, f"no model: {out.error or 'the fit gave none'}",
-                             req.agent, req.job_id)
+            why = f"no model: {out.error or 'the fit gave none'}"
+            basis = rests_on(self.store, req.group)
+            if basis["marked_runs"] and not basis["marked_used"]:
+                # say why the runs are missing: the board was busy, not the workload broken
+                why += (f"; {basis['marked_runs']} runs marked for interference were left out "
+                        f"({'; '.join(basis['offenders'])}): they are measured again when the "
+                        "board is quiet, or fitted under that load with accept_load = true "
+                        "(opptune recommend/demo --accept-load)")
+            self._fit_failed(req.group, why, req.agent, req.job_id)
             return
         self._fit_errors.pop(req.group, None)
         d = out.description
@@ -265,7 +273,6 @@ def rests_on(store: Store, group: Group, quality: dict[str, Any] | None = None,
     left out (or used, under ``accept_load``) with their reasons, MAD outliers left out (the
     fit's ``quality``), points with no clean run, and those given up on (``never_clean``,
     daemon/remeasure.py); ``text`` says it in one line."""
-    from .remeasure import never_clean_text
     accept = store.accept_load if accept_load is None else accept_load
     points = store.point_marks(group)
     clean = sum(p["clean"] for p in points)

@@ -54,8 +54,14 @@ class Remeasure:
     def job_done(self, job_id: str, agent: str, now: float | None = None) -> bool:
         """A job completed: queue its marked points again (True: the caller's fit need not
         recommend yet, the points' clean runs are to come), or report them after the last
-        retry."""
-        now = time.time() if now is None else now
+        retry. A failure here is logged: the job's fit goes on regardless."""
+        try:
+            return self._job_done(job_id, agent, time.time() if now is None else now)
+        except Exception:
+            log.exception("re-measuring the marked points of job %s", job_id)
+            return False
+
+    def _job_done(self, job_id: str, agent: str, now: float) -> bool:
         attempt = self._sent.pop(job_id, 0)
         job = self.store.job(job_id)
         if job is None or self.config.accept_load:
@@ -64,8 +70,14 @@ class Remeasure:
         key = (agent, job["workload"], job["size"])
         if not marks:
             if attempt:
-                self.never_clean.pop(key, None)
                 log.info("re-measure job %s of %s: every point measured clean", job_id, agent)
+            # measured clean since (a retry, a new sweep): no longer reported
+            done = {tuple(p["cpus"]) for p in job["points"]}
+            left = [p for p in self.never_clean.get(key, []) if tuple(p["cpus"]) not in done]
+            if left:
+                self.never_clean[key] = left
+            else:
+                self.never_clean.pop(key, None)
             return False
         backoff = list(self.config.remeasure_backoff_s)
         if attempt >= len(backoff):
@@ -132,7 +144,8 @@ class Remeasure:
                                 for pt in row["points"]]})
         out += [{"agent": a, "workload": w, "size": s, "state": "never clean",
                  "retry": max((p["retries"] for p in pts), default=0), "due_in_s": None,
-                 "job_id": None, "points": pts} for (a, w, s), pts in sorted(self.never_clean.items())]
+                 "job_id": None, "points": pts}
+                for (a, w, s), pts in sorted(self.never_clean.items())]
         return out
 
 

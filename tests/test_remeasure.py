@@ -4,6 +4,7 @@ reported, and recommendations and verifications say what they rest on (issue 22)
 from __future__ import annotations
 
 import re
+import time
 from pathlib import Path
 
 import pytest
@@ -199,5 +200,35 @@ def test_the_daemon_sends_the_marked_points_again_and_recommend_says_what_it_res
         (rec,) = daemon.status()["recommendations"]
         assert rec["state"] == "marked" and rec["error"].startswith(
             f"not verified: 1 of 2 verification runs marked ({why}); ")
+    finally:
+        a.close()
+
+
+def test_a_group_with_marked_runs_only_has_no_model_and_the_status_says_why(daemon):
+    from test_goal_service import NO_METER, Agent, record as goal_record
+    why = "interference: 60 % of cpu 0 used by pid 99 (make)"
+    a = Agent(daemon.endpoint, NO_METER)
+    try:
+        job_id = a.issued_job()
+        for seq, cores in enumerate((1, 2, 3, 4)):
+            r = goal_record(NO_METER, cores, energy=False)
+            r["marked"] = why
+            a.send("result", {"job_id": job_id, "seq": seq, "of": 4, "record": r})
+            a.expect("ack")
+        again = a.expect("job")["body"]
+        assert len(again["points"]) == 4  # every point, measured again
+        st = daemon.status()
+        deadline = time.monotonic() + 20
+        while not st["fit_errors"] and time.monotonic() < deadline:
+            a.query("status", {})  # the fit runs off the loop: wait on the status
+            st = daemon.status()
+        (e,) = st["fit_errors"]
+        assert e["error"].startswith("no model: ")
+        assert e["error"].endswith(f"; 4 runs marked for interference were left out ({why}): "
+                                   "they are measured again when the board is quiet, or fitted "
+                                   "under that load with accept_load = true (opptune "
+                                   "recommend/demo --accept-load)")
+        (run,) = st["runs"]
+        assert (run["count"], run["marked"]) == (4, 4)
     finally:
         a.close()
