@@ -232,3 +232,36 @@ def test_a_group_with_marked_runs_only_has_no_model_and_the_status_says_why(daem
         assert (run["count"], run["marked"]) == (4, 4)
     finally:
         a.close()
+
+
+def test_status_shows_marked_counts_what_a_recommendation_rests_on_and_never_clean_points():
+    from rich.console import Console
+
+    from opptune.daemon.status_view import print_status
+    why = "interference: 48 % of cpu 1 used by pid 4711 (sh)"
+    group = {"platform": "p1", "workload": "triad", "input": "small", "variant": ""}
+    text = f"rests on 6 clean runs; 2 marked runs left out ({why})"
+    data = {
+        "daemon": {"instance": "i1", "endpoint": "tcp://127.0.0.1:5555", "uptime_s": 3.0,
+                   "database": "d.db"},
+        "agents": [], "fits": [], "jobs": [], "fit_errors": [],
+        "runs": [{"agent": "a1", "platform": "p1", "workload": "triad", "input": "small",
+                  "count": 8, "marked": 2}],
+        "recommendations": [{"config_id": "cfg-1", "agent": "a1", "group": group, "cores": 2,
+                             "cpus": [0, 1], "freq_khz": None, "predicted_time_s": 1.0,
+                             "predicted_lower_s": 0.9, "predicted_upper_s": 1.1,
+                             "state": "marked", "verified_time_s": 1.6, "off_pct": None,
+                             "error": f"not verified: 2 of 2 verification runs marked ({why})",
+                             "rests_on": {"marked_runs": 2, "text": text}}],
+        "remeasure": [{"agent": "a1", "workload": "triad", "size": "small",
+                       "state": "never clean", "retry": 3, "due_in_s": None, "job_id": None,
+                       "points": [{"cores": 2, "cpus": [0, 1], "freq_khz": None,
+                                   "reason": why, "retries": 3}]}],
+    }
+    console = Console(record=True, width=250)
+    print_status(data, console)
+    out = console.export_text()
+    assert re.search(r"a1\s+│\s+triad\s+│\s+small\s+│\s+8\s+│\s+2", out), out
+    assert f"cfg-1 (p1/triad/small): {text}" in out
+    assert f"triad (small) on a1: no clean measurement at 2 cores: {why}" in out
+    assert "marked (not verified: 2 of 2 verification runs marked" in out
