@@ -43,7 +43,8 @@ def final_rec(st):
 
 @pytest.mark.integration
 def test_marked_points_are_measured_again_once_the_neighbour_is_gone(tmp_path: Path):
-    c, root = cluster(tmp_path, cpu=1, max_cores=2, backoff=[2.0, 2.0, 2.0])
+    # the first wait is long enough for the test to see it before the job goes out
+    c, root = cluster(tmp_path, cpu=1, max_cores=2, backoff=[5.0, 2.0, 2.0])
     c.start_daemon()
     c.start_agent()
     try:
