@@ -38,7 +38,7 @@ GONE_AFTER_HEARTBEATS = 3
 PERMANENT_REFUSALS = frozenset({
     "bad_record", "unknown_config", "malformed", "too_large", "bad_version", "unknown_type",
     "missing_field", "bad_type", "bad_value", "bad_id", "bad_agent", "unexpected_type",
-    "unknown_job",
+    "unknown_job", "wrong_group",
 })
 
 
