@@ -25,6 +25,7 @@ from dataclasses import dataclass
 from typing import Any, Callable
 
 from ..shared import protocol as P
+from ..daemon.refusals import RefusalLog
 from ..shared.config import AgentConfig
 from ..shared.records import RunRecord
 from .outbox import FULL_RETRY_S, Outbox, OutboxFull
@@ -116,6 +117,9 @@ class Executor:
         self.state_dir = state_dir
         self.targets = targets
         self.limits = limits or JobLimits.of(AgentConfig())
+        # jobs and configs refused: the first line of each kind, then one a minute
+        self.refusals = RefusalLog(log, 60.0, line="refused a %s from the daemon: %s (%s)%s",
+                                   more="more refused")
 
     def deliver(self, msg: dict[str, Any]) -> None:
         """Send through the outbox: kept on disk and resent until the daemon acks it, like a
@@ -343,7 +347,7 @@ class Worker(threading.Thread):
             try:
                 ex.validate_job(body)
             except Refused as exc:
-                log.warning("refused job %s: %s", body.get("job_id"), exc)
+                ex.refusals.refused("job", "bad_job", f"{str(body.get('job_id'))[:80]}: {exc}")
                 ex.send(P.error_reply(ex.agent_id, "bad_job", str(exc), msg["id"]))
                 return
             job_id = body["job_id"]
@@ -368,7 +372,8 @@ class Worker(threading.Thread):
             try:
                 ex.validate_config(body)
             except Refused as exc:
-                log.warning("refused config %s: %s", body.get("config_id"), exc)
+                ex.refusals.refused("config", "refused",
+                                    f"{str(body.get('config_id'))[:80]}: {exc}")
                 ex.refuse_config(body, str(exc))
                 return
             try:

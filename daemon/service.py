@@ -37,6 +37,7 @@ from .keyring import KeyRing
 from .jobs import ACTIVE_JOB_STATES, FINAL_JOB_STATES, JobTracker
 from .link import Link
 from .recommender import Recommender, freq_text, off_pct, verdict
+from .refusals import RefusalLog
 from .registry import Registry, platform_id_of
 from .store import ResultIn, open_store
 from .drift import Drift
@@ -134,6 +135,9 @@ class Daemon:
         self._store_failures = 0
         self._store_failure_logged = -STORE_FAILURE_LOG_S
         self._loop_error: tuple[str, float] = ("", 0.0)  # last error the loop logged, when
+        # errors agents report: one line per agent per 10 s (a flood writes no more)
+        self._agent_errors = RefusalLog(log, line="agent %s reports: %s (%s)%s",
+                                        more="more errors from this agent")
         self._job_owner: dict[str, _Issued] = {}  # issued job id -> what it measures (cache)
         self.metrics, self.metrics_server = None, None
         try:
@@ -443,8 +447,8 @@ class Daemon:
     def _on_error(self, identity: bytes, msg: dict[str, Any]) -> None:
         self.registry.seen(msg["agent"], identity, time.time())
         b = msg["body"]
-        log.warning("agent %s reports error %s about %s: %s", msg["agent"], b["code"],
-                    b.get("ref"), b["message"])
+        self._agent_errors.refused(msg["agent"], b["code"],
+                                   f"{b['message'][:500]} (about {str(b.get('ref'))[:80]})")
         self.jobs.agent_error(msg["agent"], b)
 
     def _on_applied(self, identity: bytes, msg: dict[str, Any]) -> None:
