@@ -52,7 +52,7 @@ DAEMON_ID = "daemon"
 
 
 # an issued job as results are checked against it: agent, workload, input, and its points as
-# (sorted cpus, threads, variant)
+# (cpus, threads, variant), the cpus both as sent and sorted
 _Issued = tuple[str, str, str, frozenset[tuple[tuple[int, ...], Any, str]]]
 
 
@@ -350,7 +350,8 @@ class Daemon:
         # ...and only in the group the job measures: the agent's platform, the job's workload
         # and input, one of its points (cpus, threads, variant).
         if (rec.platform != info.platform_id or rec.workload != job[1] or rec.input != job[2]
-                or (tuple(sorted(rec.cpus)), rec.threads, rec.variant) not in job[3]):
+                or ((tuple(rec.cpus), rec.threads, rec.variant) not in job[3]
+                    and (tuple(sorted(rec.cpus)), rec.threads, rec.variant) not in job[3])):
             raise HandlerError("wrong_group", _wrong_group(rec, info.platform_id, job,
                                                            body["job_id"]))
         results.append(ResultIn(msg["id"], agent, body["job_id"], body["seq"], rec,
@@ -369,8 +370,10 @@ class Daemon:
                 return None
             if len(self._job_owner) >= 100_000:
                 self._job_owner.clear()
-            points = frozenset((tuple(sorted(p.get("cpus") or ())), p.get("threads"),
-                                str(p.get("variant", ""))) for p in job["points"])
+            # each point's cpus as sent (records list them so) and sorted (any order matches)
+            points = frozenset((tuple(order(p.get("cpus") or ())), p.get("threads"),
+                                str(p.get("variant", ""))) for p in job["points"]
+                               for order in (list, sorted))
             issued = self._job_owner[job_id] = (job["agent"], job["workload"], job["size"],
                                                 points)
         return issued
