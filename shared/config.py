@@ -105,8 +105,8 @@ class AgentConfig:
     # bounds on the jobs and configurations this agent accepts from a daemon (a hostile or
     # buggy one could otherwise keep the board busy practically forever); over them the job
     # is refused and the daemon told why. Each run is bounded by run_timeout_s.
-    max_reps: int = 100  # repetitions of a point (a job's adaptive max_reps included)
-    max_warmup: int = 10  # unrecorded runs before a point's repetitions
+    max_reps: int = 1000  # repetitions of a point (a job's adaptive max_reps included)
+    max_warmup: int = 100  # unrecorded runs before a point's repetitions
     max_points: int = 10_000  # points of one job
     max_threads_per_cpu: int = 8  # a point's threads per cpu of its cpu set
     max_job_runs: int = 100_000  # runs of one job, warm-ups included: points x (reps + warmup)
@@ -295,8 +295,8 @@ FORMS = {
     "rate_limit_per_s": "a rate from 1 to 10000000 messages per second",
     "rate_limit_burst": "a message count from 1 to 10000000",
     "max_outstanding_jobs": "a job count from 1 to 100000",
-    "max_reps": "a repetition count from 1 to 1000000, e.g. 100",
-    "max_warmup": "a warm-up run count from 0 to 1000000, e.g. 10",
+    "max_reps": "a repetition count from 1 to 1000000, e.g. 1000",
+    "max_warmup": "a warm-up run count from 0 to 1000000, e.g. 100",
     "max_points": "a point count from 1 to 1000000, e.g. 10000",
     "max_threads_per_cpu": "a thread count per cpu from 1 to 4096, e.g. 8",
     "max_job_runs": "a run count from 1 to 1000000000, e.g. 100000",

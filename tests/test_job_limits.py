@@ -95,4 +95,4 @@ def test_bad_limit_values_name_the_file_key_and_form(tmp_path, key, value, form)
 def test_defaults_bound_every_job():
     c = load_agent_config(os.devnull)
     assert (c.max_reps, c.max_warmup, c.max_points, c.max_threads_per_cpu, c.max_job_runs) == \
-        (100, 10, 10_000, 8, 100_000)
+        (1000, 100, 10_000, 8, 100_000)
