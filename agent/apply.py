@@ -14,16 +14,20 @@ can no longer run (its workload or cpus gone) is reported as refused, with the r
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import logging
 import os
 import queue
 import threading
+from dataclasses import dataclass
 from typing import Any, Callable
 
 from ..shared import protocol as P
+from ..shared.config import AgentConfig
 from ..shared.point_stats import StopRule, point_stats, stop_reason
 from ..shared.records import RunRecord
+from ..shared.refusals import RefusalLog
 from .outbox import FULL_RETRY_S, Outbox, OutboxFull
 from .platform import offered_frequencies
 from .runner import Aborted, Runner, RunSpec
@@ -47,8 +51,29 @@ class _PointDone(Exception):
     is stored: it ends ``Runner.run_point``'s loop (which has no stop hook of its own)."""
 
 
+@dataclass(frozen=True)
+class JobLimits:
+    """The agent's bounds on the work a daemon may ask of it (agent configuration keys)."""
+
+    max_reps: int
+    max_warmup: int
+    max_points: int
+    max_threads_per_cpu: int
+    max_job_runs: int
+
+    @classmethod
+    def of(cls, config: AgentConfig) -> "JobLimits":
+        return cls(**{f.name: getattr(config, f.name) for f in dataclasses.fields(cls)})
+
+
+def _over(what: str, value: int, limit: int, key: str) -> Refused:
+    return Refused(f"{what} {value} is over this agent's limit of {limit} ('{key}' in its "
+                   "configuration)")
+
+
 def check_point(platform: dict[str, Any], workloads: Workloads, workload: str, size: str,
-                cpus: list[int], threads: int, freq_khz: int | None) -> None:
+                cpus: list[int], threads: int, freq_khz: int | None,
+                max_threads_per_cpu: int | None = None) -> None:
     """Raise Refused naming the first reason this point cannot run here."""
     try:
         workloads.check(workload, size)
@@ -64,6 +89,10 @@ def check_point(platform: dict[str, Any], workloads: Workloads, workload: str, s
                       f"{len(online)} are online")
     if not isinstance(threads, int) or threads < 1:
         raise Refused(f"threads must be >= 1, got {threads!r}")
+    if max_threads_per_cpu is not None and threads > max_threads_per_cpu * len(cpus):
+        raise Refused(f"threads {threads} on {len(cpus)} cpus is over this agent's limit of "
+                      f"{max_threads_per_cpu} per cpu ('max_threads_per_cpu' in its "
+                      "configuration)")
     if freq_khz is not None:
         offered = offered_frequencies(platform, cpus)
         if offered is None:
@@ -85,7 +114,7 @@ class Executor:
     def __init__(self, agent_id: str, platform: dict[str, Any], workloads: Workloads,
                  runner: Runner, outbox: Outbox, send: Callable[[dict[str, Any]], None],
                  notify: Callable[[], None] = lambda: None, state_dir: str | None = None,
-                 targets: Targets | None = None):
+                 targets: Targets | None = None, limits: JobLimits | None = None):
         self.agent_id = agent_id
         self.platform = platform
         self.workloads = workloads
@@ -95,6 +124,10 @@ class Executor:
         self.notify = notify
         self.state_dir = state_dir
         self.targets = targets
+        self.limits = limits or JobLimits.of(AgentConfig())
+        # jobs and configs refused: the first line of each kind, then one a minute
+        self.refusals = RefusalLog(log, 60.0, line="refused a %s from the daemon: %s (%s)%s",
+                                   more="more refused")
 
     def deliver(self, msg: dict[str, Any]) -> None:
         """Send through the outbox: kept on disk and resent until the daemon acks it, like a
@@ -128,16 +161,39 @@ class Executor:
 
     # -- validation (link thread) -------------------------------------------------------------
     def validate_job(self, body: dict[str, Any]) -> None:
+        self.check_size(body)
+        per_cpu = self.limits.max_threads_per_cpu
         for i, pt in enumerate(body["points"]):
             try:
                 check_point(self.platform, self.workloads, body["workload"], body["size"],
-                            pt["cpus"], pt["threads"], pt.get("freq_khz"))
+                            pt["cpus"], pt["threads"], pt.get("freq_khz"), per_cpu)
             except Refused as exc:
                 raise Refused(f"point {i}: {exc}") from None
 
+    def check_size(self, body: dict[str, Any]) -> None:
+        """Refuse a job over this agent's limits: it would occupy the board too long."""
+        lim = self.limits
+        # adaptive repetitions: a job may go on up to its max_reps
+        adaptive = body.get("max_reps")
+        reps = max(body["reps"], adaptive if type(adaptive) is int else 0)
+        if reps > lim.max_reps:
+            raise _over("repetitions", reps, lim.max_reps, "max_reps")
+        if body["warmup"] > lim.max_warmup:
+            raise _over("warm-up runs", body["warmup"], lim.max_warmup, "max_warmup")
+        points = len(body["points"])
+        if points > lim.max_points:
+            raise _over("points", points, lim.max_points, "max_points")
+        runs = points * (reps + body["warmup"])
+        if runs > lim.max_job_runs:
+            raise _over(f"{points} points x ({reps} repetitions + {body['warmup']} warm-up "
+                        "runs) =", runs, lim.max_job_runs, "max_job_runs")
+
     def validate_config(self, body: dict[str, Any]) -> None:
+        if body["reps"] > self.limits.max_reps:
+            raise _over("repetitions", body["reps"], self.limits.max_reps, "max_reps")
         check_point(self.platform, self.workloads, body["workload"], body["size"],
-                    body["cpus"], body["threads"], body.get("freq_khz"))
+                    body["cpus"], body["threads"], body.get("freq_khz"),
+                    self.limits.max_threads_per_cpu)
         target = body.get("target")
         if kind_of(target) != "command":
             if self.targets is None:
@@ -391,7 +447,7 @@ class Worker(threading.Thread):
             try:
                 ex.validate_job(body)
             except Refused as exc:
-                log.warning("refused job %s: %s", body.get("job_id"), exc)
+                ex.refusals.refused("job", "bad_job", f"{str(body.get('job_id'))[:80]}: {exc}")
                 ex.send(P.error_reply(ex.agent_id, "bad_job", str(exc), msg["id"]))
                 return
             job_id = body["job_id"]
@@ -416,7 +472,8 @@ class Worker(threading.Thread):
             try:
                 ex.validate_config(body)
             except Refused as exc:
-                log.warning("refused config %s: %s", body.get("config_id"), exc)
+                ex.refusals.refused("config", "refused",
+                                    f"{str(body.get('config_id'))[:80]}: {exc}")
                 ex.refuse_config(body, str(exc))
                 return
             try:

@@ -227,7 +227,7 @@ def link_keys(config, where: str) -> tuple[str, str, str] | None:
 
 
 def run_agent(config, config_path: str | None = None) -> int:
-    from .apply import Executor, Worker
+    from .apply import Executor, JobLimits, Worker
     from .doctor import collect as doctor_report
     from .link import Link
     from .outbox import Outbox
@@ -283,7 +283,8 @@ def run_agent(config, config_path: str | None = None) -> int:
     executor = Executor(config.agent_id, platform, workloads, runner, outbox,
                         send=lambda m: link_holder["link"].send(m),
                         notify=lambda: link_holder["link"].notify_outbox(),
-                        state_dir=config.state_dir, targets=targets)
+                        state_dir=config.state_dir, targets=targets,
+                        limits=JobLimits.of(config))
     worker = Worker(executor)
     link = Link(config.agent_id, config.daemon_endpoints(), hello, outbox, worker.submit,
                 heartbeat_s=config.heartbeat_s, curve=curve)

@@ -27,18 +27,21 @@ import zmq
 
 from .. import __version__ as AGENT_VERSION
 from ..shared import protocol as P
+from ..shared.refusals import RefusalLog
 from .outbox import Outbox
 
 log = logging.getLogger("opptune.agent.link")
 
 GONE_AFTER_HEARTBEATS = 3
+REFUSAL_LOG_S = 60.0  # a flood of bad frames or refusals writes one line a minute
+
 # Error codes that say a message can never be accepted as sent (the daemon validated it and
 # refused it); resending would loop forever. Other codes (unknown_agent, store_failed,
 # internal, agent_offline) are transient: the message stays queued.
 PERMANENT_REFUSALS = frozenset({
     "bad_record", "unknown_config", "malformed", "too_large", "bad_version", "unknown_type",
     "missing_field", "bad_type", "bad_value", "bad_id", "bad_agent", "unexpected_type",
-    "unknown_job",
+    "unknown_job", "wrong_group",
 })
 
 
@@ -85,6 +88,12 @@ class Link:
         self._backoff_s = 0.0
         self._limited_logged = 0.0
         self._store_failed_logged = -10.0
+        # frames refused from the daemon, and the daemon's refusals of this agent's messages:
+        # the first line, then one a minute with the count left unlogged
+        self._refused_log = RefusalLog(log, REFUSAL_LOG_S, line="refused a message from the "
+                                       "daemon at %s: %s (%s)%s", more="more refused")
+        self._daemon_refused_log = RefusalLog(log, REFUSAL_LOG_S, line="daemon at %s refused "
+                                              "%s (%s)%s", more="more refusals")
         self.stats = {"sent": 0, "received": 0, "hellos": 0, "resent": 0, "dropped": 0,
                       "refused": 0, "rate_limited": 0, "failovers": 0, "store_failed": 0}
 
@@ -311,7 +320,7 @@ class Link:
             msg = P.decode(data)
         except P.ProtocolError as exc:
             self.stats["refused"] += 1
-            log.warning("refused a message from the daemon: %s (%s)", exc, exc.code)
+            self._refused_log.refused(self.endpoint, exc.code, str(exc))
             self._send(P.error_reply(self.agent_id, exc.code, str(exc), exc.ref))
             return
         kind, body = msg["type"], msg["body"]
@@ -348,8 +357,10 @@ class Link:
                     self._daemon_back("does not know this agent")
             elif body["code"] in PERMANENT_REFUSALS and body.get("ref") and \
                     self.outbox.reject(body["ref"], body["code"], body["message"]):
-                log.error("daemon refused %s for good (%s): %s; kept in the outbox's rejected "
-                          "table, no longer resent", body["ref"], body["code"], body["message"])
+                self._daemon_refused_log.refused(
+                    self.endpoint, body["code"], f"{body['ref'][:80]} for good: "
+                    f"{body['message'][:500]}; kept in the outbox's rejected table, no longer "
+                    "resent")
             elif body["code"] == "store_failed":
                 # the daemon could not store a batch (its disk full?): the results stay in
                 # the outbox and are resent; one line per 10 s however long it lasts
@@ -360,8 +371,9 @@ class Link:
                                 "stay in the outbox and are resent", body["message"],
                                 self.stats["store_failed"])
             else:
-                log.warning("daemon refused %s: %s (%s)", body.get("ref"), body["message"],
-                            body["code"])
+                self._daemon_refused_log.refused(
+                    self.endpoint, body["code"],
+                    f"{str(body.get('ref'))[:80]}: {body['message'][:500]}")
         elif kind in ("job", "config"):
             try:
                 self.on_message(msg)

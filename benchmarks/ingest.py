@@ -344,6 +344,10 @@ def wal_size(db: Path) -> int:  # an SQLite file's
     return wal.stat().st_size if wal.exists() else 0
 
 
+# the points of make_records' records: results are stored only for one of their job's points
+POINTS = [{"cpus": list(range(c)), "threads": c} for c in range(1, 9)]
+
+
 def issue_jobs(db: str | Path, agents: int) -> None:
     """Store one open job per agent before the daemon starts: the daemon stores results only
     for jobs it issued to their agent (as after a restart with jobs in flight). ``db``: an
@@ -352,7 +356,7 @@ def issue_jobs(db: str | Path, agents: int) -> None:
     store = open_store(str(db))
     for i in range(agents):
         store.save_job(f"bench-agent-{i}", {"job_id": f"job-bench-agent-{i}", "workload": "bench",
-                                            "size": "s", "points": [{"cpus": [0], "threads": 1}], "reps": 1,
+                                            "size": "s", "points": POINTS, "reps": 1,
                                             "warmup": 0}, time.time())
     store.close()
 

@@ -20,7 +20,7 @@ import zmq
 from ..shared import protocol
 from ..shared.curve import is_loopback
 from ..shared.protocol import ProtocolError
-from .refusals import RefusalLog
+from ..shared.refusals import RefusalLog
 
 log = logging.getLogger("opptune.daemon.link")
 

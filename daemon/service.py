@@ -39,6 +39,7 @@ from .jobs import ACTIVE_JOB_STATES, FINAL_JOB_STATES, JobTracker
 from .link import Link
 from .query_worker import Deferred, QueryWorker
 from .recommender import Recommender, freq_text, off_pct, verdict
+from ..shared.refusals import RefusalLog
 from .registry import Registry, platform_id_of
 from .remeasure import Remeasure
 from .store import ResultIn, open_store
@@ -51,6 +52,34 @@ log = logging.getLogger("opptune.daemon")
 STORE_FAILURE_LOG_S = 60.0  # a store that keeps failing (disk full) logs one line a minute
 
 DAEMON_ID = "daemon"
+
+
+# an issued job as results are checked against it: agent, workload, input, and its points as
+# (cpus, threads, variant), the cpus both as sent and sorted
+_Issued = tuple[str, str, str, frozenset[tuple[tuple[int, ...], Any, str]]]
+
+
+def _wrong_group(rec: RunRecord, platform: str, job: _Issued, job_id: str) -> str:
+    """Why a result does not belong to the group its job measures."""
+    if rec.platform != platform:
+        what = f"platform '{rec.platform[:80]}', not the agent's '{platform}'"
+    elif rec.workload != job[1] or rec.input != job[2]:
+        what = (f"workload '{rec.workload[:80]}' input '{rec.input[:80]}', not the job's "
+                f"'{job[1]}' input '{job[2]}'")
+    else:
+        what = (f"cpus {rec.cpus[:64]} with {rec.threads} threads variant '{rec.variant[:80]}', "
+                "none of the job's points")
+    return f"a result of job '{job_id[:80]}' names {what}; it is not stored"
+
+
+def _runs_config(raw: dict[str, Any], config: dict[str, Any]) -> bool:
+    """Whether a verification record (as sent) measures the pushed configuration."""
+    cpus = raw.get("cpus")
+    return (raw.get("platform") == config["platform"] and raw.get("workload") ==
+            config["workload"] and raw.get("input") == config["input"]
+            and raw.get("variant", "") == config["variant"]
+            and raw.get("threads") == config["threads"] and isinstance(cpus, list)
+            and all(type(c) is int for c in cpus) and sorted(cpus) == sorted(config["cpus"]))
 
 
 class BindError(RuntimeError):
@@ -112,7 +141,10 @@ class Daemon:
         self._store_failures = 0
         self._store_failure_logged = -STORE_FAILURE_LOG_S
         self._loop_error: tuple[str, float] = ("", 0.0)  # last error the loop logged, when
-        self._job_owner: dict[str, str] = {}  # issued job id -> its agent (a cache of the store)
+        # errors agents report: one line per agent per 10 s (a flood writes no more)
+        self._agent_errors = RefusalLog(log, line="agent %s reports: %s (%s)%s",
+                                        more="more errors from this agent")
+        self._job_owner: dict[str, _Issued] = {}  # issued job id -> what it measures (cache)
         self.metrics, self.metrics_server = None, None
         try:
             if config.metrics_endpoint:
@@ -287,7 +319,7 @@ class Daemon:
         results: list[ResultIn] = []
         acks: dict[bytes, list[str]] = {}
         touched: dict[str, tuple[int, str]] = {}
-        seen: dict[bytes, str] = {}  # identity -> the agent it spoke for, in this batch
+        seen: dict[bytes, Any] = {}  # identity -> the AgentInfo it spoke for, in this batch
         keyring = self.keyring
         for identity, msg in batch:
             try:
@@ -312,16 +344,19 @@ class Daemon:
 
     def _take_result(self, identity: bytes, msg: dict[str, Any], now: float,
                      results: list[ResultIn], acks: dict[bytes, list[str]],
-                     touched: dict[str, tuple[int, str]], seen: dict[bytes, str]) -> None:
+                     touched: dict[str, tuple[int, str]], seen: dict[bytes, Any]) -> None:
         agent = msg["agent"]
         # One look-up per agent and batch: ``now`` is the batch's, so a second one would
         # change nothing.
-        if seen.get(identity) != agent:
-            if self.registry.seen(agent, identity, now) is None:
+        info = seen.get(identity)
+        if info is None or info.agent_id != agent:
+            info = self.registry.seen(agent, identity, now)
+            if info is None:
                 raise HandlerError("unknown_agent", f"agent '{agent}' has not said hello")
-            seen[identity] = agent
+            seen[identity] = info
         body = msg["body"]
-        if self._owner(body["job_id"]) != agent:
+        job = self._issued(body["job_id"])
+        if job is None or job[0] != agent:
             # Only measurements the daemon asked this agent for are stored: a made-up job id
             # (or another agent's) would slip fabricated runs into the fits.
             raise HandlerError("unknown_job", f"job '{body['job_id'][:80]}' was not issued to "
@@ -330,23 +365,36 @@ class Daemon:
             rec = RunRecord.from_dict(body["record"])
         except RecordError as exc:
             raise HandlerError("bad_record", f"invalid run record: {exc}") from None
+        # ...and only in the group the job measures: the agent's platform, the job's workload
+        # and input, one of its points (cpus, threads, variant).
+        if (rec.platform != info.platform_id or rec.workload != job[1] or rec.input != job[2]
+                or ((tuple(rec.cpus), rec.threads, rec.variant) not in job[3]
+                    and (tuple(sorted(rec.cpus)), rec.threads, rec.variant) not in job[3])):
+            raise HandlerError("wrong_group", _wrong_group(rec, info.platform_id, job,
+                                                           body["job_id"]))
         results.append(ResultIn(msg["id"], agent, body["job_id"], body["seq"], rec,
                                 body["record"]))
         acks.setdefault(identity, []).append(msg["id"])
         prev = touched.get(body["job_id"])
         touched[body["job_id"]] = (body["of"], agent) if prev is None else prev
 
-    def _owner(self, job_id: str) -> str | None:
-        """The agent a job was issued to, None for a job never issued."""
-        owner = self._job_owner.get(job_id)
-        if owner is None:
+    def _issued(self, job_id: str) -> _Issued | None:
+        """The agent a job was issued to, its workload, input and points; None for a job
+        never issued. Cached: one dict lookup per result."""
+        issued = self._job_owner.get(job_id)
+        if issued is None:
             job = self.store.job(job_id)
             if job is None:
                 return None
             if len(self._job_owner) >= 100_000:
                 self._job_owner.clear()
-            owner = self._job_owner[job_id] = job["agent"]
-        return owner
+            # each point's cpus as sent (records list them so) and sorted (any order matches)
+            points = frozenset((tuple(order(p.get("cpus") or ())), p.get("threads"),
+                                str(p.get("variant", ""))) for p in job["points"]
+                               for order in (list, sorted))
+            issued = self._job_owner[job_id] = (job["agent"], job["workload"], job["size"],
+                                                points)
+        return issued
 
     def _commit_results(self, results: list[ResultIn], acks: dict[bytes, list[str]],
                         touched: dict[str, tuple[int, str]], now: float) -> None:
@@ -423,8 +471,8 @@ class Daemon:
     def _on_error(self, identity: bytes, msg: dict[str, Any]) -> None:
         self.registry.seen(msg["agent"], identity, time.time())
         b = msg["body"]
-        log.warning("agent %s reports error %s about %s: %s", msg["agent"], b["code"],
-                    b.get("ref"), b["message"])
+        self._agent_errors.refused(msg["agent"], b["code"],
+                                   f"{b['message'][:500]} (about {str(b.get('ref'))[:80]})")
         self.jobs.agent_error(msg["agent"], b)
 
     def _on_applied(self, identity: bytes, msg: dict[str, Any]) -> None:
@@ -436,6 +484,12 @@ class Daemon:
             # verification runs are stored only for a configuration pushed to this agent
             raise HandlerError("unknown_config", f"no configuration '{body['config_id']}' was "
                                                  f"pushed to agent '{agent}'")
+        for i, raw in enumerate(body.get("records") or []):
+            if isinstance(raw, dict) and not _runs_config(raw, rec):
+                raise HandlerError("wrong_group", f"verification record {i} of configuration "
+                                                  f"'{body['config_id']}' does not measure it "
+                                                  "(platform, workload, input, variant, cpus or "
+                                                  "threads differ); nothing of it is stored")
         self.recommender.applied(agent, msg, rec, now)
         self.send(identity, "ack", {"ids": [msg["id"]]})
 

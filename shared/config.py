@@ -105,6 +105,14 @@ class AgentConfig:
     # path; 'opptune keys server' prints it) is needed
     curve: str = "auto"
     daemon_public_key: str = ""
+    # bounds on the jobs and configurations this agent accepts from a daemon (a hostile or
+    # buggy one could otherwise keep the board busy practically forever); over them the job
+    # is refused and the daemon told why. Each run is bounded by run_timeout_s.
+    max_reps: int = 1000  # repetitions of a point (a job's adaptive max_reps included)
+    max_warmup: int = 100  # unrecorded runs before a point's repetitions
+    max_points: int = 10_000  # points of one job
+    max_threads_per_cpu: int = 8  # a point's threads per cpu of its cpu set
+    max_job_runs: int = 100_000  # runs of one job, warm-ups included: points x (reps + warmup)
 
     def daemon_endpoints(self) -> list[str]:
         """Every daemon endpoint, in the order the agent tries them."""
@@ -315,6 +323,11 @@ FORMS = {
                            "([] = never re-measure)",
     "interference_max_share": "a fraction of the cpu set's capacity from 0 to below 1, e.g. "
                               "0.05 for 5 %",
+    "max_reps": "a repetition count from 1 to 1000000, e.g. 1000",
+    "max_warmup": "a warm-up run count from 0 to 1000000, e.g. 100",
+    "max_points": "a point count from 1 to 1000000, e.g. 10000",
+    "max_threads_per_cpu": "a thread count per cpu from 1 to 4096, e.g. 8",
+    "max_job_runs": "a run count from 1 to 1000000000, e.g. 100000",
 }
 _TYPE_WORDS = {bool: "true or false", float: "a number", int: "a whole number", str: "text",
                list: "an array"}
@@ -454,6 +467,12 @@ LIMIT_KEYS = (
     ("rate_limit_per_s", 1.0, 1e7, "a rate from 1 to 10000000 messages per second"),
     ("rate_limit_burst", 1, 10_000_000, "a message count from 1 to 10000000"),
     ("max_outstanding_jobs", 1, 100_000, "a job count from 1 to 100000"),
+    # the agent's bounds on the jobs it accepts
+    ("max_reps", 1, 1_000_000, FORMS["max_reps"]),
+    ("max_warmup", 0, 1_000_000, FORMS["max_warmup"]),
+    ("max_points", 1, 1_000_000, FORMS["max_points"]),
+    ("max_threads_per_cpu", 1, 4096, FORMS["max_threads_per_cpu"]),
+    ("max_job_runs", 1, 1_000_000_000, FORMS["max_job_runs"]),
 )
 
 

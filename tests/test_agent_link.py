@@ -283,9 +283,10 @@ env = {{ MARK = "{mark}" }}
 """
 
 
-def start_agent(tmp_path, endpoint, extra=()):
+def start_agent(tmp_path, endpoint, extra=(), keys=""):
+    """The agent with AGENT_TOML; ``keys``: more top-level TOML lines of its configuration."""
     cfg = tmp_path / "agent.toml"
-    cfg.write_text(AGENT_TOML.format(py=sys.executable, mark=tmp_path / "runs.txt"))
+    cfg.write_text(keys + AGENT_TOML.format(py=sys.executable, mark=tmp_path / "runs.txt"))
     return subprocess.Popen([sys.executable, "-m", "opptune.agent", "--config", str(cfg),
                              "--daemon", endpoint, "--state-dir", str(tmp_path / "state"),
                              "--log-level", "DEBUG", *extra],

@@ -352,8 +352,12 @@ def test_fit_of_an_smt_sweep_knows_the_physical_cores(tmp_path):
 def test_one_core_count_gets_a_prior_based_prediction_flagged_and_not_pushed(daemon):
     a = Agent(daemon.endpoint)
     a.hello(workloads=("wl", "a", "b", "new"))
-    # the first auto sweep's job carries these runs (results are taken for issued jobs only)
-    job = a.expect("job")["body"]["job_id"]
+    # each workload's auto sweep job carries its runs (results are taken for issued jobs only,
+    # in the group each measures)
+    jobs = {}
+    while len(jobs) < 4:
+        body = a.expect("job")["body"]
+        jobs[body["workload"]] = body["job_id"]
 
     def rec(workload, cores, t):
         return RunRecord(platform="plat-test", workload=workload, input="small", cores=cores,
@@ -363,11 +367,12 @@ def test_one_core_count_gets_a_prior_based_prediction_flagged_and_not_pushed(dae
     seq = 0
     for workload, serial in (("a", 0.1), ("b", 0.3)):
         for cores in (1, 2, 4):
-            a.send("result", {"job_id": job, "seq": seq, "of": 7,
+            a.send("result", {"job_id": jobs[workload], "seq": seq, "of": 7,
                               "record": rec(workload, cores, 10 * (serial + (1 - serial) / cores))})
             a.expect("ack")
             seq += 1
-    a.send("result", {"job_id": job, "seq": seq, "of": 7, "record": rec("new", 1, 6.0)})
+    a.send("result", {"job_id": jobs["new"], "seq": seq, "of": 7,
+                      "record": rec("new", 1, 6.0)})
     a.expect("ack")
     group = {"platform": "plat-test", "workload": "new", "input": "small", "variant": ""}
     assert query(a, "fit", {"workload": "new"})["queued"] == [group]

@@ -2,7 +2,7 @@
 
 import logging
 
-from opptune.daemon.refusals import RefusalLog
+from opptune.shared.refusals import RefusalLog
 
 
 def test_one_line_per_peer_per_interval_with_the_suppressed_count(caplog):

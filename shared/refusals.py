@@ -2,7 +2,9 @@
 
 A peer that sends thousands of bad frames must not write thousands of log lines: each peer gets
 at most one line per ``interval_s``, which says how many of its refusals went unlogged since the
-previous one, and all peers together at most ``max_lines`` lines per interval."""
+previous one, and all peers together at most ``max_lines`` lines per interval. ``line`` words
+the log line (peer, text, code, the unlogged count's note) for other floods: errors an agent
+reports, frames an agent refuses from its daemon."""
 
 from __future__ import annotations
 
@@ -13,19 +15,22 @@ from typing import Callable
 
 class RefusalLog:
     def __init__(self, logger: logging.Logger, interval_s: float = 10.0, max_lines: int = 50,
-                 max_peers: int = 10_000, clock: Callable[[], float] = time.monotonic):
+                 max_peers: int = 10_000, clock: Callable[[], float] = time.monotonic,
+                 line: str = "refused a message from %r: %s (%s)%s",
+                 more: str = "more refusals from this peer"):
         self.log = logger
         self.interval_s = interval_s
         self.max_lines = max_lines
         self.max_peers = max_peers  # bounds memory when every frame names a new peer
         self.clock = clock
+        self.line, self.more = line, more
         self.total = 0
         self.by_code: dict[str, int] = {}
-        self._peers: dict[bytes, list[float | int]] = {}  # peer -> [last line at, unlogged]
+        self._peers: dict[bytes | str, list[float | int]] = {}  # peer -> [last line at, unlogged]
         self._window = (0.0, 0)  # (start, lines logged in it) for the global cap
         self.unlogged = 0
 
-    def refused(self, peer: bytes, code: str, text: str) -> None:
+    def refused(self, peer: bytes | str, code: str, text: str) -> None:
         """Count one refusal; log it unless this peer (or everyone) logged recently."""
         self.total += 1
         self.by_code[code] = self.by_code.get(code, 0) + 1
@@ -49,6 +54,5 @@ class RefusalLog:
         if entry is None and len(self._peers) >= self.max_peers:
             self._peers.clear()
         self._peers[peer] = [now, 0]
-        more = (f" ({missed} more refusals from this peer since its last line)"
-                if missed else "")
-        self.log.warning("refused a message from %r: %s (%s)%s", peer, text, code, more)
+        more = f" ({missed} {self.more} since its last line)" if missed else ""
+        self.log.warning(self.line, peer, text, code, more)
