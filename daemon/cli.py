@@ -193,6 +193,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--timeout", type=float, default=1800, help="give up after this many seconds")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
     p.add_argument("--json", action="store_true", help="print the result table as JSON")
+    p.add_argument("--accept-load", action="store_true",
+                   help="fit runs marked for interference too (the recommendation then holds "
+                        "for the machine under that load); default: measure such points "
+                        "again when the machine is quiet, and leave them out")
     p.set_defaults(func=cmd_demo)
 
     p = sub.add_parser("status", help="agents, workloads, runs, fits and recommendations of a "

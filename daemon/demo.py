@@ -26,7 +26,7 @@ from .client import DaemonUnreachable, QueryFailed, query
 from .jobs import UNSUCCESSFUL_JOB_STATES
 from .status_view import params_text
 
-FINAL_STATES = {"verified", "off", "refused", "failed"}
+FINAL_STATES = {"verified", "off", "marked", "refused", "failed"}
 # On a virtual board the sweep is cores x this many frequencies, evenly spread over the board's
 # table (lowest and highest included): the whole grid on a Pi takes a few seconds.
 VIRTUAL_FREQUENCY_STEPS = 3
@@ -131,6 +131,7 @@ def prepare(args: argparse.Namespace, run_dir: Path) -> tuple[str, Path, Path]:
     _write_toml(daemon_toml, {
         "bind": endpoint, "database": str(run_dir / "opptune.db"), "heartbeat_s": 1.0,
         "auto_sweep": True, "auto_recommend": True, "verify_reps": args.reps,
+        "accept_load": bool(getattr(args, "accept_load", False)),
     }, {"sweep": {"size": args.size, "reps": args.reps, "warmup": args.warmup,
                   "max_cores": args.max_cores,
                   # a virtual board has every knob: sweep cores x frequencies there; on the
@@ -466,6 +467,8 @@ def summarise(db_path: Path, status: dict[str, Any],
             "verified_time_s": rec.get("verified_time_s"),
             "recommendation_state": rec.get("state"),
             "recommendation_error": rec.get("error"),
+            # what the recommendation rests on: clean runs, marked ones left out and by whom
+            "rests_on": (rec.get("rests_on") or {}).get("text"),
             "energy_recommendation": (energy_recs or {}).get(group.workload, {}).get(
                 "recommendation"),
             "energy_recommendation_error": (energy_recs or {}).get(group.workload, {}).get(
@@ -530,6 +533,8 @@ def print_table(table: list[dict[str, Any]], console: Console) -> None:
                           markup=False)
         else:
             console.print("  recommended: none")
+        if w.get("rests_on") and "marked" in w["rests_on"]:
+            console.print(f"  measured under load: {w['rests_on']}", markup=False)
         e = w.get("energy_recommendation")
         if e:
             console.print("  " + energy_line(e, w), markup=False)

@@ -9,6 +9,7 @@ from typing import Any
 
 from rich.console import Console
 from rich.table import Table
+from rich.text import Text
 
 from .objectives import OBJECTIVES, make_goal
 
@@ -107,6 +108,10 @@ def recommendation_table(r: dict[str, Any], title: str | None = None) -> Table:
         t.add_row("runner-up", "none (a single candidate meets the goal)")
     t.add_row("rests on", f"{r['n_measurements']} runs of {r['n_configurations']} "
                           f"configurations ({r['n_candidates']} candidates)")
+    basis = r.get("rests_on") or {}
+    if basis.get("marked_runs") or basis.get("outliers_left_out"):
+        style = "yellow" if basis.get("marked_used") or basis.get("unclean_points") else ""
+        t.add_row("load", Text(basis["text"], style=style))
     t.add_row("model", f"time {r['model']}; power {r['power_model'] or '-'}")
     if not r["met"]:
         t.add_row("[red]limits[/red]", f"[red]{r['note']}[/red]")
@@ -121,6 +126,8 @@ def cmd_recommend(args: argparse.Namespace) -> int:
         return 2
     if args.apply or args.pid is not None or args.unit:
         q["apply"] = True
+    if args.accept_load:
+        q["accept_load"] = True
     if args.pid is not None:
         if args.pid <= 0:
             print(f"opptune recommend: --pid must be a process id (> 0), not {args.pid}",
@@ -155,6 +162,10 @@ def add_parsers(sub: Any, link_options: Any) -> None:
     p.add_argument("--apply", action="store_true",
                    help="push it to the agent, which applies and verifies it (by running the "
                         "workload there)")
+    p.add_argument("--accept-load", action="store_true",
+                   help="fit the runs marked for interference too: the recommendation then "
+                        "holds for the board under that load (default: the daemon's "
+                        "accept_load, false: clean runs only)")
     target = p.add_mutually_exclusive_group()
     target.add_argument("--pid", type=int, metavar="PID",
                         help="apply it to this running process on the board instead (every "

@@ -10,6 +10,7 @@ from .errors import HandlerError
 from .goal_recommend import GoalError, NoPowerData, NotMeasured, recommend_goal
 from .objectives import Goal, make_goal
 from .query_worker import Deferred
+from .recommender import rests_on
 from .store import Group
 
 if TYPE_CHECKING:
@@ -33,10 +34,12 @@ def _int_arg(args: dict[str, Any], key: str) -> int | None:
     return v
 
 
-def workload_groups(d: Daemon, agent: str, workload: str, size: str | None
+def workload_groups(d: Daemon, agent: str, workload: str, size: str | None,
+                    accept_load: bool | None = None
                     ) -> tuple[dict[str, Any], str, dict[str, list]]:
     """(platform description, size, variant -> runs with energy) of ``agent``'s measured
-    ``workload``; HandlerError naming what is unknown or not measured."""
+    ``workload`` (marked runs too with ``accept_load``; None: the daemon's key); HandlerError
+    naming what is unknown or not measured."""
     info = d.registry.get(agent)
     if info is None:
         known = ", ".join(sorted(a.agent_id for a in d.registry.all())) or "none"
@@ -63,23 +66,27 @@ def workload_groups(d: Daemon, agent: str, workload: str, size: str | None
         raise HandlerError("no_measurements", f"no measurements of {workload} at size "
                                               f"'{size}' on agent '{agent}'; measured sizes: "
                                               f"{', '.join(sizes)}")
-    runs = {g.variant: d.store.group_energy_runs(g) for g in groups if g.input == size}
+    runs = {g.variant: d.store.group_energy_runs(g, accept_load) for g in groups
+            if g.input == size}
     platform = info.platform or d.store.platform(info.platform_id) or {}
     return platform, size, runs
 
 
 def recommend_for(d: Daemon, agent: str, workload: str, goal: Goal, size: str | None = None,
-                  cluster: int | None = None, max_cores: int | None = None) -> dict[str, Any]:
+                  cluster: int | None = None, max_cores: int | None = None,
+                  accept_load: bool | None = None) -> dict[str, Any]:
     """The recommendation as a JSON-able map (see docs/json-output.md)."""
-    compute, finish = _recommend_steps(d, agent, workload, goal, size, cluster, max_cores)
+    compute, finish = _recommend_steps(d, agent, workload, goal, size, cluster, max_cores,
+                                       accept_load)
     return finish(compute())
 
 
 def _recommend_steps(d: Daemon, agent: str, workload: str, goal: Goal, size: str | None,
-                     cluster: int | None, max_cores: int | None
+                     cluster: int | None, max_cores: int | None,
+                     accept_load: bool | None = None
                      ) -> tuple[Callable[[], Any], Callable[[Any], dict[str, Any]]]:
     """(the fit, which needs neither store nor socket; the map made of its result)."""
-    platform, size, runs = workload_groups(d, agent, workload, size)
+    platform, size, runs = workload_groups(d, agent, workload, size, accept_load)
     tolerance = d.config.tolerance if goal.objective == "time" else 0.0
     verify_runs = d.config.verify_reps
 
@@ -100,6 +107,10 @@ def _recommend_steps(d: Daemon, agent: str, workload: str, goal: Goal, size: str
     def finish(r: Any) -> dict[str, Any]:
         out = r.as_dict()
         out.update(agent=agent, workload=workload, size=size, applied=None)
+        info = d.registry.get(agent)
+        group = Group(info.platform_id if info else "", workload, size, out.get("variant", ""))
+        out["rests_on"] = rests_on(d.store, group, accept_load=accept_load, never_clean=(
+            d.remeasure.never_clean.get((agent, workload, size))))
         return out
 
     return compute, finish
@@ -107,8 +118,8 @@ def _recommend_steps(d: Daemon, agent: str, workload: str, goal: Goal, size: str
 
 def answer_recommend(d: Daemon, args: dict[str, Any]) -> Deferred:
     """The ``recommend`` query: args agent, workload, [size, objective, deadline, power_cap,
-    cluster, max_cores, apply]. The fit runs off the service loop (query_worker.py); pushing
-    the result (``apply``) is done back on the loop."""
+    cluster, max_cores, accept_load, apply]. The fit runs off the service loop
+    (query_worker.py); pushing the result (``apply``) is done back on the loop."""
     agent, workload = args.get("agent"), args.get("workload")
     if not isinstance(agent, str) or not isinstance(workload, str):
         raise HandlerError("bad_args", "recommend needs args.agent and args.workload (text)")
@@ -119,8 +130,12 @@ def answer_recommend(d: Daemon, args: dict[str, Any]) -> Deferred:
     target = args.get("target")
     if target is not None and not isinstance(target, dict):
         raise HandlerError("bad_args", "recommend args.target must be a map (agent/targets.py)")
+    accept_load = args.get("accept_load")
+    if accept_load is not None and not isinstance(accept_load, bool):
+        raise HandlerError("bad_args", "recommend args.accept_load must be true or false")
     compute, make_out = _recommend_steps(d, agent, workload, goal, size,
-                                         _int_arg(args, "cluster"), _int_arg(args, "max_cores"))
+                                         _int_arg(args, "cluster"), _int_arg(args, "max_cores"),
+                                         accept_load)
 
     def finish(r: Any) -> dict[str, Any]:
         out = make_out(r)

@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any
 
 from .drift import status_rows as drift_rows
 from .errors import HandlerError
-from .recommender import off_pct
+from .recommender import off_pct, rests_on
 from .registry import board_name
 from ..shared.config import redact_url
 from .store import Group
@@ -162,6 +162,9 @@ def status(d: Daemon) -> dict[str, Any]:
              "off_pct": off_pct(r["verified_time_s"], r["predicted_time_s"])
              if r["state"] == "off" else None, "error": r["error"]}
             for r in d.store.recommendations()]
+    basis = group_basis(d, fits)
+    for r in recs:
+        r["rests_on"] = basis(r["agent"], Group(**r["group"]))
     jobs = [{"job_id": j["job_id"], "agent": j["agent"],
              "board": boards.get(j["agent"], j["agent"]), "workload": j["workload"],
              "size": j["size"], "expected": j["expected"], "received": j["received"],
@@ -187,4 +190,20 @@ def status(d: Daemon) -> dict[str, Any]:
         "recommendations": recs,
         # groups re-characterised because their verifications kept leaving the interval
         "drift": drift_rows(d.store, jobs),
+        # marked points waiting to be measured again, being measured, or never clean
+        "remeasure": d.remeasure.status(now),
     }
+
+
+def group_basis(d: Daemon, fits: list[dict[str, Any]]) -> Any:
+    """``(agent, group) -> rests_on`` (recommender.rests_on), each group read once."""
+    quality = {Group(**f["group"]): f["quality"] for f in fits}
+    cache: dict[tuple[str, Group], dict[str, Any]] = {}
+
+    def basis(agent: str, group: Group) -> dict[str, Any]:
+        key = (agent, group)
+        if key not in cache:
+            never = d.remeasure.never_clean.get((agent, group.workload, group.input))
+            cache[key] = rests_on(d.store, group, quality.get(group), never)
+        return cache[key]
+    return basis

@@ -16,6 +16,7 @@ from ..shared.records import RecordError, RunRecord
 from .fitter import FitOutcome, FitRequest, Fitter, workload_key
 from .recommend import FitSetting, fit_setting, recommend, target_observations
 from .registry import Registry
+from .remeasure import never_clean_text
 from .store import Group, ResultIn, Store
 
 log = logging.getLogger("opptune.daemon")
@@ -126,8 +127,15 @@ class Recommender:
         name = "/".join(req.group)
         if out.error or out.model is None:
             log.warning("no model for %s: %s", name, out.error)
-            self._fit_failed(req.group, f"no model: {out.error or 'the fit gave none'}",
-                             req.agent, req.job_id)
+            why = f"no model: {out.error or 'the fit gave none'}"
+            basis = rests_on(self.store, req.group)
+            if basis["marked_runs"] and not basis["marked_used"]:
+                # say why the runs are missing: the board was busy, not the workload broken
+                why += (f"; {basis['marked_runs']} runs marked for interference were left out "
+                        f"({'; '.join(basis['offenders'])}): they are measured again when the "
+                        "board is quiet, or fitted under that load with accept_load = true "
+                        "(opptune recommend/demo --accept-load)")
+            self._fit_failed(req.group, why, req.agent, req.job_id)
             return
         self._fit_errors.pop(req.group, None)
         d = out.description
@@ -239,6 +247,13 @@ class Recommender:
                               rec.get("predicted_lower_s"), rec.get("predicted_upper_s"))
         if verified is None and body.get("measured"):  # a running pid or unit: no run time
             state, note = "applied", measured_text(body["measured"])
+        marks = [r.record.marked for r in stored if r.record.ok and r.record.marked]
+        if marks and state in ("verified", "off") and not self.config.accept_load:
+            # a busy board's time says nothing of the configuration: neither verified nor off
+            # (which would count towards drift)
+            state, note = "marked", (
+                f"not verified: {len(marks)} of {len(stored)} verification runs marked "
+                f"({marks[-1]}); {note or 'within the prediction interval'}")
         self.store.update_recommendation(body["config_id"], state, now,
                                          verified_time_s=verified, error=note)
         log.info("config %s measured by %s: %s s (predicted %s s): %s%s", body["config_id"],
@@ -249,6 +264,45 @@ class Recommender:
             return  # re-characterising: the sweep's fit recommends again
         # Verification runs are measurements too: refit, but do not push again.
         self.request_fit(group, recommend_after=False)
+
+
+def rests_on(store: Store, group: Group, quality: dict[str, Any] | None = None,
+             never_clean: list[dict[str, Any]] | None = None,
+             accept_load: bool | None = None) -> dict[str, Any]:
+    """What a group's fit (and so its recommendation) rests on: clean runs used, marked runs
+    left out (or used, under ``accept_load``) with their reasons, MAD outliers left out (the
+    fit's ``quality``), points with no clean run, and those given up on (``never_clean``,
+    daemon/remeasure.py); ``text`` says it in one line."""
+    accept = store.accept_load if accept_load is None else accept_load
+    points = store.point_marks(group)
+    clean = sum(p["clean"] for p in points)
+    marked = sum(p["marked"] for p in points)
+    reasons = list(dict.fromkeys(p["reason"] for p in points if p["reason"]))[:3]
+    unclean = [{"cores": p["cores"], "freq_mhz": p["freq_mhz"], "reason": p["reason"]}
+               for p in points if not p["clean"] and p["marked"]]
+    outliers = int((quality or {}).get("outliers_left_out") or 0)
+    parts = [f"rests on {clean} clean run{'s' if clean != 1 else ''}"]
+    if marked and accept:
+        parts = [f"holds for the board under its load: {clean} clean and {marked} marked "
+                 f"runs used ({'; '.join(reasons)})"]
+    elif marked:
+        parts.append(f"{marked} marked run{'s' if marked != 1 else ''} left out "
+                     f"({'; '.join(reasons)})")
+    if outliers:
+        parts.append(f"{outliers} outlier{'s' if outliers != 1 else ''} left out")
+    if unclean and not accept:
+        parts.append(", ".join(
+            never_clean_text({"cores": p["cores"], "reason": p["reason"],
+                              "freq_khz": p["freq_mhz"] and p["freq_mhz"] * 1000})
+            for p in unclean))
+    if never_clean and not accept:
+        parts.append("the board was busy during every retry: the recommendation leaves "
+                     "those points out; with --accept-load (accept_load = true) it holds for "
+                     "the board under that load")
+    return {"clean_runs": clean, "marked_runs": marked, "marked_used": bool(marked and accept),
+            "outliers_left_out": outliers, "offenders": reasons, "unclean_points": unclean,
+            "never_clean": list(never_clean or []), "accept_load": bool(accept),
+            "text": "; ".join(parts)}
 
 
 def freq_text(freq_khz: int | None) -> str:

@@ -41,6 +41,7 @@ from .query_worker import Deferred, QueryWorker
 from .recommender import Recommender, freq_text, off_pct, verdict
 from ..shared.refusals import RefusalLog
 from .registry import Registry, platform_id_of
+from .remeasure import Remeasure
 from .store import ResultIn, open_store
 from .drift import Drift
 from .sweeps import Sweeps
@@ -149,6 +150,7 @@ class Daemon:
             if config.metrics_endpoint:
                 self._serve_metrics(config.metrics_endpoint)
             self.store = open_store(config.database)
+            self.store.accept_load = config.accept_load
         except Exception:
             if self.metrics_server is not None:
                 self.metrics_server.close()
@@ -172,6 +174,7 @@ class Daemon:
                                self.started, self._job_done)
         self.jobs.stats = self.stats
         self.sweeps = Sweeps(config, self.registry, self.jobs)
+        self.remeasure = Remeasure(config, self.store, self.jobs, self.registry)
         self.recommender.drift = Drift(config, self.store, self.sweeps)
         self.tuning = Tuner(self)
         self._handlers: dict[str, Callable[[bytes, dict[str, Any]], None]] = {
@@ -240,6 +243,7 @@ class Daemon:
                     next_flush = time.monotonic() + 1.0
                     self.store.touch_agents(self.registry.take_dirty())
                     self.jobs.expire(time.time())
+                    self.remeasure.tick(time.time())  # marked points, once the board is quiet
                     self.recommender.retry_waiting()  # groups another daemon was fitting
                     self._refresh_metrics(time.time())
             except Exception as exc:  # the loop outlives any one failure
@@ -428,8 +432,11 @@ class Daemon:
         if self.tuning.owns(job_id):  # a tune session's measurement: the session goes on
             self.tuning.job_done(job_id)
             return
+        # marked points to be measured again: fit now, recommend once they are clean
+        again = self.remeasure.job_done(job_id, agent)
         for group in self.store.job_groups(job_id):
-            self.recommender.request_fit(group, agent=agent, job_id=job_id)
+            self.recommender.request_fit(group, agent=agent, job_id=job_id,
+                                         recommend_after=not again)
 
     # -- hello, heartbeat, applied, error, query ----------------------------------------------
     def _on_hello(self, identity: bytes, msg: dict[str, Any]) -> None:

@@ -74,10 +74,10 @@ def print_status(data: dict[str, Any], console: Console | None = None) -> None:
             console.print(f"board {boards[a.get('id')]} (agent {a.get('id')}): {a['doctor']}",
                           markup=False)
 
-    t = _table("runs", ("agent", "workload", "input", "runs"))
+    t = _table("runs", ("agent", "workload", "input", "runs", "marked"))
     for r in data.get("runs", []):
         t.add_row(str(r.get("agent")), str(r.get("workload")), str(r.get("input")),
-                  _fmt(r.get("count")))
+                  _fmt(r.get("count")), _fmt(r.get("marked")))
     console.print(t)
 
     t = _table("jobs", ("job", "board", "workload", "size", "runs received/expected",
@@ -116,6 +116,22 @@ def print_status(data: dict[str, Any], console: Console | None = None) -> None:
                   str(r.get("state")) + (f" ({r['error']})" if r.get("error") else ""),
                   _fmt(r.get("verified_time_s")))
     console.print(t)
+    for r in data.get("recommendations", []):  # what each rests on, when not clean runs only
+        basis = r.get("rests_on") or {}
+        if basis.get("marked_runs") or basis.get("outliers_left_out"):
+            console.print(f"{r.get('config_id')} ({_group(r.get('group'), names)}): "
+                          f"{basis.get('text')}", markup=False)
+    for m in data.get("remeasure") or []:
+        what = f"{m.get('workload')} ({m.get('size')}) on {m.get('agent')}"
+        if m.get("state") == "never clean":
+            from .remeasure import never_clean_text
+            console.print(f"{what}: " + "; ".join(never_clean_text(p) for p in m["points"]),
+                          markup=False)
+        else:
+            console.print(f"{what}: {len(m.get('points') or [])} marked points {m.get('state')} "
+                          f"(retry {m.get('retry')}"
+                          + (f", in {m['due_in_s']:g} s)" if m.get("due_in_s") is not None
+                             else ")"), markup=False)
     for e in data.get("drift") or []:
         jobs = ", ".join(f"{j} {s}" for j, s in zip(e.get("job_ids") or [],
                                                      e.get("job_states") or []))

@@ -49,7 +49,7 @@ log = logging.getLogger("opptune.daemon")
 
 ACTIVE = ("measuring", "verifying")
 FINAL = ("done", "failed")
-VERDICT_STATES = ("verified", "off", "refused", "failed")
+VERDICT_STATES = ("verified", "off", "marked", "refused", "failed")
 
 
 @dataclass
@@ -363,7 +363,7 @@ class Tuner:
                                                           "predicted_time_s",
                                                           "predicted_lower_s",
                                                           "predicted_upper_s")}
-                    if rec["state"] in ("verified", "off"):
+                    if rec["state"] in ("verified", "off", "marked"):
                         self._end(s, "done", f"applied and {rec['state']}"
                                   + (f" ({rec['error']})" if rec["error"] else ""))
                     else:

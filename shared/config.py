@@ -205,6 +205,13 @@ class DaemonConfig:
     rate_limit_per_s: float = 20000.0
     rate_limit_burst: int = 20000
     max_outstanding_jobs: int = 8
+    # Points whose runs were all marked (interference, throttling) are measured again by a job
+    # of those points only, after each of these waits in seconds in turn (so at most as many
+    # retries as entries; empty: never); a point still marked after the last is reported as
+    # never measured clean (daemon/remeasure.py).
+    remeasure_backoff_s: list[float] = field(default_factory=lambda: [10.0, 30.0, 90.0])
+    # fit marked runs too: the recommendation then holds for the board under that load
+    accept_load: bool = False
 
     def keys_path(self) -> Path:
         if self.keys_dir:
@@ -312,6 +319,8 @@ FORMS = {
     "rate_limit_burst": "a message count from 1 to 10000000",
     "max_outstanding_jobs": "a job count from 1 to 100000",
     "outbox_max_mb": "a size in MiB from 0.001 to 1000000, e.g. 256",
+    "remeasure_backoff_s": "an array of at most 10 waits in seconds > 0, e.g. [10, 30, 90] "
+                           "([] = never re-measure)",
     "interference_max_share": "a fraction of the cpu set's capacity from 0 to below 1, e.g. "
                               "0.05 for 5 %",
     "max_reps": "a repetition count from 1 to 1000000, e.g. 1000",
@@ -491,6 +500,8 @@ VALUE_CHECKS: tuple[tuple[str, Any], ...] = (
     ("sweep.point_budget_s", lambda v: math.isfinite(v) and v >= 0),
     ("outbox_max_mb", lambda v: 0.001 <= v <= 1_000_000),
     ("interference_max_share", lambda v: 0 <= v < 1),
+    ("remeasure_backoff_s", lambda v: len(v) <= 10 and all(
+        type(x) in (int, float) and math.isfinite(x) and x > 0 for x in v)),
 )
 
 

@@ -49,7 +49,9 @@ class Cluster:
         self.daemon_toml = write_toml(tmp / "daemon.toml", {
             "bind": self.endpoint, "database": str(self.db), "heartbeat_s": 0.5,
             "agent_timeout_s": 3.0, "auto_sweep": auto_sweep, "auto_recommend": True,
-            "verify_reps": 2, **(extra_daemon or {}),
+            # the machine is shared: its load marks runs, which these tests of the pipeline
+            # accept (tests/test_remeasure.py checks that marked runs are measured again)
+            "verify_reps": 2, "accept_load": True, **(extra_daemon or {}),
         }, {"sweep": {"size": size, "reps": reps, "warmup": warmup, "max_cores": max_cores}})
         agent = {"agent_id": "test-agent", "daemon": self.endpoint,
                  "state_dir": str(tmp / "agent-state"), "heartbeat_s": 0.5,

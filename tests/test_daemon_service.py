@@ -242,8 +242,8 @@ def test_status_structure_and_sweep_query(daemon):
     a.expect("ack")
     st = query(op, "status")
     assert set(st) == {"daemon", "agents", "platforms", "workloads", "runs", "jobs", "fits",
-                       "fit_errors", "recommendations", "drift"}
-    assert st["drift"] == []
+                       "fit_errors", "recommendations", "drift", "remeasure"}
+    assert st["drift"] == [] and st["remeasure"] == []
     assert st["daemon"]["instance"] == daemon.instance
     assert st["daemon"]["endpoint"] == daemon.endpoint
     assert st["daemon"]["database"] == daemon.config.database
@@ -255,7 +255,7 @@ def test_status_structure_and_sweep_query(daemon):
     assert set(st["platforms"]) == {"plat-test"} and isinstance(st["platforms"]["plat-test"], dict)
     assert st["workloads"] == ["other", "wl"]
     assert st["runs"] == [{"agent": "a1", "platform": "plat-test", "workload": "wl",
-                           "input": "small", "count": 1}]
+                           "input": "small", "count": 1, "marked": 0}]
     assert len(st["jobs"]) == 3
     sweep = [j for j in st["jobs"] if j["job_id"] == job["job_id"]][0]
     assert sweep["created"] <= sweep.pop("updated") and sweep.pop("created") > 0

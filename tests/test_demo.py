@@ -20,7 +20,8 @@ def run_demo(tmp: Path, *extra: str) -> tuple[list[dict], subprocess.CompletedPr
     run_dir = tmp / "demo"
     argv = [sys.executable, "-m", "opptune.daemon.cli", "demo", "--dir", str(run_dir),
             "--size", "small", "--reps", "1", "--warmup", "0", "--max-cores", str(CORES),
-            "--workload", "pi_integrate", "--no-progress", "--json", "--timeout", "50", *extra]
+            "--workload", "pi_integrate", "--no-progress", "--json", "--timeout", "50",
+            "--accept-load", *extra]  # the machine is shared: its load marks runs
     proc = subprocess.run(argv, capture_output=True, text=True, timeout=55, cwd=tmp)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     return json.loads(proc.stdout), proc
@@ -125,7 +126,8 @@ def test_demo_with_nothing_to_fit_exits_1_at_once_with_the_daemons_reason(tmp_pa
     run_dir = tmp_path / "demo"
     argv = [sys.executable, "-m", "opptune.daemon.cli", "demo", "--dir", str(run_dir),
             "--size", "small", "--reps", "1", "--warmup", "0", "--max-cores", "1",
-            "--workload", "pi_integrate", "--no-progress", "--json", "--timeout", "50"]
+            "--workload", "pi_integrate", "--no-progress", "--json", "--timeout", "50",
+            "--accept-load"]  # the machine is shared: its load may mark the one run
     start = time.monotonic()
     proc = subprocess.run(argv, capture_output=True, text=True, timeout=55, cwd=tmp_path)
     took = time.monotonic() - start

@@ -74,7 +74,7 @@ def cluster(tmp_path):
     write_toml(c.daemon_toml, {
         "bind": c.endpoint, "database": str(c.db), "heartbeat_s": 0.5,
         "agent_timeout_s": 30.0, "auto_sweep": True, "auto_recommend": False,
-        "curve": "on", "keys_dir": str(c.keys)},
+        "curve": "on", "keys_dir": str(c.keys), "accept_load": True},  # no re-measure jobs
         {"sweep": {"size": "small", "reps": 3, "warmup": 0}})
     c.start_daemon()
     c.wait_keys()

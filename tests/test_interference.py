@@ -142,15 +142,19 @@ def test_marked_runs_are_stored_and_exported_but_left_out_of_fits(location):  # 
             r.interference = {"share": 0.24, "busy": {"0": 1.0, "1": 1.0}}
         st.insert_results([ResultIn(f"m{i}", "a1", "job-1", i, r, r.to_dict())
                            for i, r in enumerate(recs)], now=1.0)
-        # the marked 1-core run is out; the points with fewer than two clean runs keep their
-        # marked ones until measured clean
-        want = [(1, None, 2.0), (1, None, 2.1), (2, None, 1.1), (2, None, 1.9), (3, None, 0.9)]
+        # marked runs are out; the 3-core point, marked only, leaves the fit until measured
+        # clean (daemon/remeasure.py), unless the load is accepted
+        want = [(1, None, 2.0), (1, None, 2.1), (2, None, 1.1)]
         assert sorted(st.group_runs(Group("p", "w", "s", ""))) == want
         assert sorted(r[:3] for r in st.group_energy_runs(Group("p", "w", "s", ""))) == want
+        assert len(st.group_runs(Group("p", "w", "s", ""), accept_load=True)) == 6
         clean = record(2, 1.2)
         st.insert_results([ResultIn("m9", "a1", "job-1", 9, clean, clean.to_dict())], now=2.0)
         assert sorted(st.group_runs(Group("p", "w", "s", ""))) == \
-            [(1, None, 2.0), (1, None, 2.1), (2, None, 1.1), (2, None, 1.2), (3, None, 0.9)]
+            [(1, None, 2.0), (1, None, 2.1), (2, None, 1.1), (2, None, 1.2)]
+        assert [(p["cores"], p["clean"], p["marked"]) for p in
+                st.point_marks(Group("p", "w", "s", ""))] == [(1, 2, 1), (2, 2, 1), (3, 0, 1)]
+        assert st.point_marks(Group("p", "w", "s", ""))[2]["reason"] == recs[5].marked
         stored = [r for _, r in st.run_records("job-1")]
         assert stored == recs + [clean]  # kept whole, interference and reason included
         assert st.db.execute("SELECT COUNT(*) FROM runs WHERE marked IS NOT NULL"

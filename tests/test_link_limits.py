@@ -197,7 +197,7 @@ def test_agent_resends_rate_limited_results_nothing_lost(tmp_path):
     write_toml(c.daemon_toml, {
         "bind": c.endpoint, "database": str(c.db), "heartbeat_s": 0.5, "agent_timeout_s": 3.0,
         "auto_sweep": True, "auto_recommend": False, "rate_limit_per_s": 4.0,
-        "rate_limit_burst": 3,
+        "rate_limit_burst": 3, "accept_load": True,  # a loaded machine: no re-measure jobs
     }, {"sweep": {"size": "small", "reps": 3, "warmup": 0, "max_cores": 2}})
     c.start_daemon()
     c.start_agent()

@@ -65,7 +65,7 @@ def test_insert_is_idempotent_and_acks_all(location):
     assert count(st, "SELECT COUNT(*) FROM runs WHERE msg_id='m4'") == 1
     st.db.execute("DELETE FROM runs WHERE msg_id='m4'")
     assert st.run_counts() == [{"agent": "a1", "platform": "p", "workload": "w", "input": "s",
-                                "count": 3}]
+                                "count": 3, "marked": 0}]
     st.close()
 
 

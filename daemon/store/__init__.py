@@ -121,14 +121,21 @@ class Store(ABC):
         reports; fitting uses ``group_runs``)."""
 
     @abstractmethod
-    def group_runs(self, group: Group) -> list[tuple[int, float | None, float]]:
+    def group_runs(self, group: Group, accept_load: bool | None = None
+                   ) -> list[tuple[int, float | None, float]]:
         """(cores, freq_mhz, time_s) of the group's successful runs that a fit may use: not
-        throttled, not the verification of a recommendation judged "off" (suspect: noise or
-        drift; folded in, it widens the interval until drift can no longer be seen), and
-        received after the group's last drift event."""
+        throttled, not marked (interference; unless ``accept_load``, default the store's
+        ``accept_load``), not the verification of a recommendation judged "off" (suspect:
+        noise or drift; folded in, it widens the interval until drift can no longer be seen),
+        and received after the group's last drift event."""
 
     @abstractmethod
-    def group_energy_runs(self, group: Group
+    def point_marks(self, group: Group) -> list[dict[str, Any]]:
+        """Per point of the group: cores, freq_mhz, clean and marked run counts, the latest
+        mark's reason."""
+
+    @abstractmethod
+    def group_energy_runs(self, group: Group, accept_load: bool | None = None
                           ) -> list[tuple[int, float | None, float, float | None, str | None]]:
         """(cores, freq_mhz, time_s, energy_j, energy_source) of the runs ``group_runs`` gives,
         in the order of ``group_runs``: what a goal needing power is fitted to."""

@@ -21,7 +21,7 @@ import psycopg
 from ...shared.config import redact_url as redact
 from . import Group
 from .schema import MIGRATIONS, SCHEMA_VERSION
-from .sqlite import MARK_COLUMNS, SQLiteStore, _dumps, _json_safe, clean_first
+from .sqlite import SQLiteStore, _dumps, _json_safe
 
 log = logging.getLogger("opptune.daemon.store")
 
@@ -152,15 +152,8 @@ class PostgresStore(SQLiteStore):
             db.execute("INSERT INTO workloads(name, first_seen) VALUES (?, ?) "
                        "ON CONFLICT DO NOTHING", (job["workload"], now))
 
-    def _fit_rows(self, group: Group, columns: str) -> Any:
-        # SQLite sorts NULL first, PostgreSQL last: the fits see rows in the same order on both
-        return clean_first(self.db.execute(
-            f"SELECT {columns}, {MARK_COLUMNS} FROM runs WHERE platform=? AND workload=? AND "
-            "input=? AND variant=? AND ok=1 AND throttled=0 AND time_s IS NOT NULL "
-            "AND received >= ? AND (job_id IS NULL OR job_id NOT IN "
-            "(SELECT id FROM recommendations WHERE state='off')) "
-            "ORDER BY cores, freq_mhz NULLS FIRST",
-            (*group, self.drift_since(group) or 0.0)))
+    # SQLite sorts NULL first, PostgreSQL last: the fits see rows in the same order on both
+    _fit_order = "cores, freq_mhz NULLS FIRST"
 
     def save_drift(self, agent: str, group: Group, reason: str, job_ids: list[str],
                    error: str | None, now: float) -> int:

@@ -260,7 +260,8 @@ class SQLiteStore(Store):
         return out
 
     def run_counts(self) -> list[dict[str, Any]]:
-        return self._rows("SELECT agent, platform, workload, input, COUNT(*) AS count FROM runs "
+        return self._rows("SELECT agent, platform, workload, input, COUNT(*) AS count, "
+                          "SUM(CASE WHEN marked IS NULL THEN 0 ELSE 1 END) AS marked FROM runs "
                           "GROUP BY agent, platform, workload, input ORDER BY 1, 2, 3, 4")
 
     def groups(self) -> list[Group]:
@@ -275,19 +276,52 @@ class SQLiteStore(Store):
             out.setdefault(Group(*r[:4]), []).append((r[4], r[5], r[6], r[7], bool(r[8])))
         return out
 
-    def _fit_rows(self, group: Group, columns: str) -> list[tuple]:
-        """The group's runs a fit may use: successful, not throttled, not marked (where its
-        point has clean runs enough, see :func:`clean_first`), not a verification judged off,
-        and received since the group's last drift event."""
-        return clean_first(self.db.execute(
-            f"SELECT {columns}, {MARK_COLUMNS} FROM runs WHERE platform=? AND workload=? AND "
-            "input=? AND variant=? AND ok=1 AND throttled=0 AND time_s IS NOT NULL "
-            "AND received >= ? AND (job_id IS NULL OR job_id NOT IN "
-            "(SELECT id FROM recommendations WHERE state='off')) ORDER BY cores, freq_mhz",
-            (*group, self.drift_since(group) or 0.0)))
+    # A board under a load the user accepts (``accept_load``, daemon key or --accept-load):
+    # its marked runs are fitted too. The daemon sets this from its configuration.
+    accept_load = False
 
-    def group_runs(self, group: Group) -> list[tuple[int, float | None, float]]:
-        return [tuple(r) for r in self._fit_rows(group, "cores, freq_mhz, time_s")]
+    def _fit_where(self) -> str:
+        """The runs a fit may use: successful, not throttled, not a verification judged off,
+        received since the group's last drift event."""
+        return ("platform=? AND workload=? AND input=? AND variant=? AND ok=1 AND throttled=0 "
+                "AND time_s IS NOT NULL AND received >= ? AND (job_id IS NULL OR job_id NOT IN "
+                "(SELECT id FROM recommendations WHERE state='off'))")
+
+    def _fit_rows(self, group: Group, columns: str, accept_load: bool | None = None
+                  ) -> list[tuple]:
+        """The group's runs a fit may use (:meth:`_fit_where`), marked runs only where the
+        load is accepted: a point with marked runs only leaves the fit until re-measured
+        (daemon/remeasure.py)."""
+        accept = self.accept_load if accept_load is None else accept_load
+        return [tuple(r) for r in self.db.execute(
+            f"SELECT {columns} FROM runs WHERE {self._fit_where()}"
+            + ("" if accept else " AND marked IS NULL") + f" ORDER BY {self._fit_order}",
+            (*group, self.drift_since(group) or 0.0))]
+
+    _fit_order = "cores, freq_mhz"
+
+    def group_runs(self, group: Group, accept_load: bool | None = None
+                   ) -> list[tuple[int, float | None, float]]:
+        return self._fit_rows(group, "cores, freq_mhz, time_s", accept_load)
+
+    def point_marks(self, group: Group) -> list[dict[str, Any]]:
+        """Per point (cores, freq_mhz) of the group's fit-eligible runs: clean and marked
+        counts and the latest mark's reason (what a recommendation rests on)."""
+        out = []
+        for cores, freq, clean, marked, reason in self.db.execute(
+                "SELECT cores, freq_mhz, SUM(CASE WHEN marked IS NULL THEN 1 ELSE 0 END), "
+                "SUM(CASE WHEN marked IS NULL THEN 0 ELSE 1 END), "
+                "(SELECT r2.marked FROM runs r2 WHERE r2.platform=runs.platform AND "
+                "r2.workload=runs.workload AND r2.input=runs.input AND "
+                "r2.variant=runs.variant AND r2.cores=runs.cores AND "
+                "r2.freq_mhz IS NOT DISTINCT FROM runs.freq_mhz AND r2.marked IS NOT NULL "
+                "ORDER BY r2.received DESC LIMIT 1) "
+                f"FROM runs WHERE {self._fit_where()} GROUP BY platform, workload, input, "
+                f"variant, cores, freq_mhz ORDER BY {self._fit_order}",
+                (*group, self.drift_since(group) or 0.0)):
+            out.append({"cores": int(cores), "freq_mhz": freq, "clean": int(clean or 0),
+                        "marked": int(marked or 0), "reason": reason})
+        return out
 
     # -- drift ----------------------------------------------------------------------------------
     def save_drift(self, agent: str, group: Group, reason: str, job_ids: list[str],
@@ -309,11 +343,12 @@ class SQLiteStore(Store):
             r["job_ids"] = json.loads(r["job_ids"])
         return rows
 
-    def group_energy_runs(self, group: Group
+    def group_energy_runs(self, group: Group, accept_load: bool | None = None
                           ) -> list[tuple[int, float | None, float, float | None, str | None]]:
         out = []
         for c, f, t, e, text, packed in self._fit_rows(
-                group, "cores, freq_mhz, time_s, energy_j, record, record_msgpack"):
+                group, "cores, freq_mhz, time_s, energy_j, record, record_msgpack",
+                accept_load):
             source = None
             if e is not None:  # the source is not a column: read it from the stored record
                 raw = json.loads(text) if packed is None else msgpack.unpackb(packed)
@@ -436,23 +471,6 @@ class SQLiteStore(Store):
 
 
 _CPUS_TEXT: dict[tuple[int, ...], str] = {}
-
-MARK_COLUMNS = "cores, freq_mhz, marked IS NOT NULL"
-MIN_CLEAN = 2  # clean runs a point needs before its marked runs leave the fit
-
-
-def clean_first(rows: Any) -> list[tuple]:
-    """Rows ending in :data:`MARK_COLUMNS`, without them: a marked run is left out where its
-    point (cores, frequency) has MIN_CLEAN clean runs. Interim rule until marked points are
-    measured again: a point with fewer would leave the fit, or keep one run that the model's
-    folds cannot spare, so it keeps its marked runs (on a busy machine every run is marked)."""
-    rows = [tuple(r) for r in rows]
-    clean: dict[tuple, int] = {}
-    for r in rows:
-        if not r[-1]:
-            clean[r[-3:-1]] = clean.get(r[-3:-1], 0) + 1
-    return [r[:-3] for r in rows if not r[-1] or clean.get(r[-3:-1], 0) < MIN_CLEAN]
-
 
 def _cpus_text(cpus: list[int]) -> str:
     """JSON of a cpu list, without the general encoder (this runs once per stored result).

@@ -1,0 +1,179 @@
+"""Re-measurement of marked points: a job whose runs at some points were marked (interference,
+throttling; agent/meters/interference.py) gets a job of just those points, same workload,
+size, reps and warmup, after a backoff (``remeasure_backoff_s``, one wait per retry); a point
+still marked after the last retry is reported as never measured clean.
+
+"Quiet" is judged cheaply, without a probe of its own: the backoff has passed, the agent is
+connected and has no other job out (its own sweep would be the neighbour). The daemon has no
+fresher load figure of the board between jobs (heartbeats carry none, the doctor report is
+the hello's, and the points' last runs are the marked ones), so the re-measure job itself is
+the probe: its runs say whether the board was quiet, and each counts as a retry.
+
+Driven from the service loop's once-a-second tick (:meth:`Remeasure.tick`); what is pending
+lives in memory (a restarted daemon re-measures nothing it had pending: the points stay
+reported as marked by the status's ``rests_on``)."""
+
+from __future__ import annotations
+
+import logging
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+from ..shared.config import DaemonConfig
+from .jobs import ACTIVE_JOB_STATES, JobTracker
+from .planner import new_job_id
+from .registry import Registry
+from .store import Store
+
+log = logging.getLogger("opptune.daemon")
+
+
+@dataclass
+class Pending:
+    """Points of one job waiting to be measured again."""
+    agent: str
+    job: dict[str, Any]  # the job to send (its id made when sent)
+    attempt: int  # retries sent so far for these points
+    due: float  # time.time() from which it may go
+    reasons: dict[int, str] = field(default_factory=dict)  # point index -> last mark
+
+
+class Remeasure:
+    def __init__(self, config: DaemonConfig, store: Store, jobs: JobTracker,
+                 registry: Registry):
+        self.config = config
+        self.store = store
+        self.jobs = jobs
+        self.registry = registry
+        self.pending: list[Pending] = []
+        self._sent: dict[str, int] = {}  # re-measure job id -> its attempt number
+        # (agent, workload, size) -> points never measured clean: cores, cpus, freq, reason
+        self.never_clean: dict[tuple[str, str, str], list[dict[str, Any]]] = {}
+
+    def job_done(self, job_id: str, agent: str, now: float | None = None) -> bool:
+        """A job completed: queue its marked points again (True: the caller's fit need not
+        recommend yet, the points' clean runs are to come), or report them after the last
+        retry. A failure here is logged: the job's fit goes on regardless."""
+        try:
+            return self._job_done(job_id, agent, time.time() if now is None else now)
+        except Exception:
+            log.exception("re-measuring the marked points of job %s", job_id)
+            return False
+
+    def _job_done(self, job_id: str, agent: str, now: float) -> bool:
+        attempt = self._sent.pop(job_id, 0)
+        job = self.store.job(job_id)
+        if job is None or self.config.accept_load:
+            return False
+        marks = marked_points(job["points"], [r for _, r in self.store.run_records(job_id)])
+        key = (agent, job["workload"], job["size"])
+        if not marks:
+            if attempt:
+                log.info("re-measure job %s of %s: every point measured clean", job_id, agent)
+            # measured clean since (a retry, a new sweep): no longer reported
+            done = {tuple(p["cpus"]) for p in job["points"]}
+            left = [p for p in self.never_clean.get(key, []) if tuple(p["cpus"]) not in done]
+            if left:
+                self.never_clean[key] = left
+            else:
+                self.never_clean.pop(key, None)
+            return False
+        backoff = list(self.config.remeasure_backoff_s)
+        if attempt >= len(backoff):
+            self.never_clean[key] = [
+                {"cores": len(job["points"][i]["cpus"]), "cpus": job["points"][i]["cpus"],
+                 "freq_khz": job["points"][i].get("freq_khz"), "reason": why,
+                 "retries": attempt} for i, why in sorted(marks.items())]
+            log.warning("%s of %s on %s: no clean measurement after %d retries at %s",
+                        job["workload"], job["size"], agent, attempt,
+                        "; ".join(never_clean_text(p) for p in self.never_clean[key]))
+            return False
+        points = [job["points"][i] for i in sorted(marks)]
+        again = {k: job[k] for k in ("workload", "size", "reps", "warmup")}
+        again["points"] = points
+        self.pending.append(Pending(agent, again, attempt + 1, now + backoff[attempt],
+                                    dict(enumerate(marks[i] for i in sorted(marks)))))
+        log.info("job %s of %s: %d points marked (%s); measured again in %g s (retry %d of "
+                 "%d)", job_id, agent, len(points), next(iter(marks.values())),
+                 backoff[attempt], attempt + 1, len(backoff))
+        return True
+
+    def tick(self, now: float) -> None:
+        """Send the re-measure jobs whose backoff has passed, on boards that look quiet."""
+        if not self.pending:
+            return
+        busy = None
+        for p in list(self.pending):
+            if p.due > now:
+                continue
+            info = self.registry.get(p.agent)
+            if info is None or not info.alive(self.config.agent_timeout_s, now):
+                continue
+            if busy is None:
+                busy = {j["agent"] for j in self.store.active_jobs()
+                        if j["state"] in ACTIVE_JOB_STATES}
+            if p.agent in busy:
+                continue
+            self.pending.remove(p)
+            job = {**p.job, "job_id": new_job_id()}
+            self._sent[job["job_id"]] = p.attempt
+            self.jobs.send(p.agent, job)
+            busy.add(p.agent)
+            log.info("re-measure job %s for %s: %s of %s, %d points (retry %d)",
+                     job["job_id"], p.agent, job["workload"], job["size"],
+                     len(job["points"]), p.attempt)
+
+    def status(self, now: float) -> list[dict[str, Any]]:
+        """Pending re-measurements and points reported never clean, for ``opptune status``."""
+        out: list[dict[str, Any]] = [
+            {"agent": p.agent, "workload": p.job["workload"], "size": p.job["size"],
+             "state": "waiting", "retry": p.attempt, "due_in_s": round(max(0.0, p.due - now), 1),
+             "job_id": None,
+             "points": [{"cores": len(pt["cpus"]), "cpus": pt["cpus"],
+                         "freq_khz": pt.get("freq_khz"), "reason": p.reasons.get(i)}
+                        for i, pt in enumerate(p.job["points"])]} for p in self.pending]
+        for job_id, n in self._sent.items():
+            row = self.store.job(job_id)
+            if row is not None:
+                out.append({"agent": row["agent"], "workload": row["workload"],
+                            "size": row["size"], "state": "measuring", "retry": n,
+                            "due_in_s": None, "job_id": job_id, "points": [
+                                {"cores": len(pt["cpus"]), "cpus": pt["cpus"],
+                                 "freq_khz": pt.get("freq_khz"), "reason": None}
+                                for pt in row["points"]]})
+        out += [{"agent": a, "workload": w, "size": s, "state": "never clean",
+                 "retry": max((p["retries"] for p in pts), default=0), "due_in_s": None,
+                 "job_id": None, "points": pts}
+                for (a, w, s), pts in sorted(self.never_clean.items())]
+        return out
+
+
+def marked_points(points: list[dict[str, Any]], records: list[Any]) -> dict[int, str]:
+    """Index -> latest mark of the job's points that have a marked successful run (a run is
+    matched to its point by cpus and set frequency)."""
+    index = {(tuple(p["cpus"]), p.get("freq_khz"), p.get("variant", "")): i
+             for i, p in enumerate(points)}
+    by_cpus = {}
+    for i, p in enumerate(points):
+        by_cpus.setdefault((tuple(p["cpus"]), p.get("variant", "")), []).append(i)
+    out: dict[int, str] = {}
+    for r in records:
+        if not r.ok or not r.marked:
+            continue
+        khz = round(r.freq_mhz * 1000) if r.freq_mhz else None
+        i = index.get((tuple(r.cpus), khz, r.variant))
+        if i is None:  # the frequency was not set (governor's) or read back rounded
+            same = by_cpus.get((tuple(r.cpus), r.variant), [])
+            i = same[0] if len(same) == 1 else None
+        if i is not None:
+            out[i] = r.marked
+    return out
+
+
+def never_clean_text(p: dict[str, Any]) -> str:
+    """'no clean measurement at 2 cores: interference: 48 % of cpu 1 used by pid 4711 (sh)'."""
+    at = f"{p['cores']} core{'s' if p['cores'] != 1 else ''}"
+    if p.get("freq_khz"):
+        at += f" at {p['freq_khz'] / 1000:g} MHz"
+    return f"no clean measurement at {at}: {p.get('reason') or 'marked'}"

@@ -1,0 +1,268 @@
+"""Marked points are measured again when the board is quiet, a point never measured clean is
+reported, and recommendations and verifications say what they rest on (issue 22)."""
+
+from __future__ import annotations
+
+import re
+import time
+from pathlib import Path
+
+import pytest
+
+from opptune.agent.virtual_board import BOARDS, make_tree, model_time_s, update_spec
+from opptune.daemon.recommender import rests_on
+from opptune.daemon.remeasure import marked_points, never_clean_text
+from opptune.daemon.store import Group, ResultIn, open_store
+from opptune.shared.records import RunRecord
+
+from procs import Cluster, write_toml
+
+NEIGHBOUR = {"share": 0.4, "name": "sh", "pid": 4711}
+FINAL = ("verified", "off", "marked")
+
+
+def cluster(tmp_path: Path, cpu: int, max_cores: int, backoff: list[float]
+            ) -> tuple[Cluster, str]:
+    """A daemon and an agent on a virtual rpi4 with a neighbour on ``cpu``."""
+    root = make_tree("rpi4", str(tmp_path / "board"))
+    update_spec(root, neighbour={"cpus": [cpu], **NEIGHBOUR})
+    c = Cluster(tmp_path, kernels=("pi_integrate",),
+                extra_agent={"virtual_board": "rpi4", "sysfs_root": root})
+    write_toml(c.daemon_toml, {
+        "bind": c.endpoint, "database": str(c.db), "heartbeat_s": 0.5, "agent_timeout_s": 3.0,
+        "auto_sweep": True, "auto_recommend": True, "verify_reps": 2,
+        "remeasure_backoff_s": backoff,
+    }, {"sweep": {"size": "large", "reps": 2, "warmup": 0, "max_cores": max_cores,
+                  "frequency_grid": "none"}})
+    return c, root
+
+
+def final_rec(st):
+    return any(r["state"] in FINAL for r in st["recommendations"])
+
+
+@pytest.mark.integration
+def test_marked_points_are_measured_again_once_the_neighbour_is_gone(tmp_path: Path):
+    # the first wait is long enough for the test to see it before the job goes out
+    c, root = cluster(tmp_path, cpu=1, max_cores=2, backoff=[5.0, 2.0, 2.0])
+    c.start_daemon()
+    c.start_agent()
+    try:
+        st = c.wait_for(lambda s: any(m["state"] == "waiting" for m in s["remeasure"]),
+                        timeout=60, what="the first re-measure job")
+        (m,) = st["remeasure"]
+        assert m["retry"] == 1 and [p["cpus"] for p in m["points"]] == [[0, 1]]
+        assert "pid 4711 (sh)" in m["points"][0]["reason"]
+        assert st["recommendations"] == []  # nothing is recommended from the busy sweep
+        update_spec(root, neighbour=None)
+        st = c.wait_for(final_rec, timeout=60, what="the recommendation after re-measuring")
+    finally:
+        codes = c.stop()
+    assert codes == {"agent": 0, "daemon": 0}, c.logs()
+    assert st["remeasure"] == []
+    jobs = sorted(st["jobs"], key=lambda j: j["created"])
+    assert [(j["state"], j["expected"]) for j in jobs] == [("done", 4), ("done", 2)]
+    (marked,) = c.rows("SELECT COUNT(*) FROM runs WHERE marked IS NOT NULL")
+    assert marked == (2,)  # the sweep's 2-core runs only: the re-measure job's are clean
+    (rec,) = st["recommendations"]
+    basis = rec["rests_on"]
+    assert basis["marked_runs"] == 2 and basis["unclean_points"] == []
+    assert basis["clean_runs"] >= 4 and not basis["marked_used"]
+    assert re.match(r"rests on \d+ clean runs; 2 marked runs left out \(interference: \d+ % "
+                    r"of cpus 0-1; pid 4711 \(sh\) used \d+ % of cpu 1\)", basis["text"]), basis
+    # the fit rests on the quiet runs: more cores than one (the busy 2-core runs were paced
+    # by the shared cpu: no speedup), predicted at the quiet board's time
+    truth = BOARDS["rpi4"]["truth"]
+    ipc = BOARDS["rpi4"]["clusters"][0]["ipc"]
+    assert rec["cores"] >= 2
+    assert rec["predicted_time_s"] == pytest.approx(
+        model_time_s(truth, rec["cores"], 1.5, "large", speed=ipc), rel=0.15)
+    assert rec["state"] in ("verified", "off")
+
+
+@pytest.mark.integration
+def test_a_point_never_measured_clean_is_reported_with_the_offender(tmp_path: Path):
+    c, _ = cluster(tmp_path, cpu=2, max_cores=3, backoff=[0.5, 0.5])
+    c.start_daemon()
+    c.start_agent()
+    try:
+        st = c.wait_for(lambda s: final_rec(s) and any(
+            m["state"] == "never clean" for m in s["remeasure"]), timeout=90,
+            what="the points reported never clean and the recommendation")
+    finally:
+        codes = c.stop()
+    assert codes == {"agent": 0, "daemon": 0}, c.logs()
+    (m,) = st["remeasure"]
+    (p,) = m["points"]
+    assert (p["cores"], p["cpus"], p["retries"]) == (3, [0, 1, 2], 2)
+    assert re.match(r"no clean measurement at 3 cores: interference: \d+ % of cpus 0-2; pid "
+                    r"4711 \(sh\) used \d+ % of cpu 2", never_clean_text(p)), p
+    # the sweep and two retries: three jobs, the 3-core runs of each marked
+    assert len(st["jobs"]) == 3
+    (rec,) = st["recommendations"]
+    text = rec["rests_on"]["text"]
+    assert "no clean measurement at 3 cores: interference" in text and "pid 4711 (sh)" in text
+    assert "the board was busy during every retry" in text and "--accept-load" in text
+    shared = 2 in rec["cpus"]  # its verification shared cpu 2 with the neighbour
+    assert rec["rests_on"]["marked_runs"] == 6 + 2 * shared
+    if shared:
+        assert rec["state"] == "marked" and rec["error"].startswith("not verified: 2 of 2 "
+                                                                    "verification runs marked")
+    else:
+        assert rec["state"] in ("verified", "off")
+
+
+def rec(cores, cpus, t, marked=None):
+    r = RunRecord(platform="p", workload="w", input="s", cores=cores, cpus=cpus,
+                  threads=cores, rep=0, time_s=t, wall_s=t, ok=True)
+    r.marked = marked
+    return r
+
+
+def test_runs_are_matched_to_their_points_and_rests_on_counts_them(tmp_path):
+    points = [{"cpus": [0], "threads": 1, "freq_khz": None},
+              {"cpus": [0, 1], "threads": 2, "freq_khz": None}]
+    why = "interference: 40 % of cpu 1 used by pid 4711 (sh)"
+    recs = [rec(1, [0], 2.0), rec(1, [0], 2.1), rec(2, [0, 1], 1.9, why),
+            rec(2, [0, 1], 1.8, why)]
+    assert marked_points(points, recs) == {1: why}
+    assert marked_points(points, recs[:2]) == {}
+    st = open_store(str(tmp_path / "s.db"))
+    try:
+        st.insert_results([ResultIn(f"m{i}", "a", "j", i, r, r.to_dict())
+                           for i, r in enumerate(recs)], now=1.0)
+        g = Group("p", "w", "s", "")
+        b = rests_on(st, g, {"outliers_left_out": 1})
+        assert (b["clean_runs"], b["marked_runs"], b["outliers_left_out"]) == (2, 2, 1)
+        assert b["unclean_points"] == [{"cores": 2, "freq_mhz": None, "reason": why}]
+        assert b["text"] == (f"rests on 2 clean runs; 2 marked runs left out ({why}); 1 outlier "
+                             f"left out; no clean measurement at 2 cores: {why}")
+        under = rests_on(st, g, accept_load=True)
+        assert under["marked_used"] and under["text"] == (
+            f"holds for the board under its load: 2 clean and 2 marked runs used ({why})")
+        assert len(st.group_runs(g, accept_load=True)) == 4 and len(st.group_runs(g)) == 2
+    finally:
+        st.close()
+
+
+@pytest.fixture
+def daemon(tmp_path):
+    from opptune.daemon.service import Daemon
+    from opptune.shared.config import DaemonConfig, SweepDefaults
+    cfg = DaemonConfig(bind="tcp://127.0.0.1:0", database=str(tmp_path / "d.db"),
+                       auto_sweep=False, agent_timeout_s=30, remeasure_backoff_s=[0.1],
+                       sweep=SweepDefaults(size="small", reps=1, warmup=0))
+    d = Daemon(cfg)
+    d.start_thread()
+    yield d
+    d.stop()
+
+
+def test_the_daemon_sends_the_marked_points_again_and_recommend_says_what_it_rests_on(daemon):
+    from test_goal_service import NO_METER, Agent, record as goal_record
+    why = "interference: 48 % of cpus 0-2; pid 4711 (sh) used 96 % of cpu 2"
+    a = Agent(daemon.endpoint, NO_METER)
+    try:
+        job_id = a.issued_job()
+        for seq, cores in enumerate((1, 2, 3, 4)):
+            r = goal_record(NO_METER, cores, energy=False)
+            if cores >= 3:
+                r["marked"], r["time_s"] = why, r["time_s"] * 2
+            a.send("result", {"job_id": job_id, "seq": seq, "of": 4, "record": r})
+            a.expect("ack")
+        again = a.expect("job")["body"]  # after the backoff: the marked points only
+        assert [p["cpus"] for p in again["points"]] == [[0, 1, 2], [0, 1, 2, 3]]
+        assert (again["workload"], again["size"], again["reps"]) == ("wl", "small", 1)
+        # the load is not accepted: the marked points are out, and said so
+        rec = a.query("recommend", {"agent": "q1", "workload": "wl"})["body"]["data"]
+        basis = rec["rests_on"]
+        assert (basis["clean_runs"], basis["marked_runs"]) == (2, 2)
+        assert [p["cores"] for p in basis["unclean_points"]] == [3, 4]
+        assert f"no clean measurement at 3 cores: {why}" in basis["text"]
+        under = a.query("recommend", {"agent": "q1", "workload": "wl", "accept_load": True}
+                        )["body"]["data"]
+        assert under["rests_on"]["marked_used"] and under["n_measurements"] == 4
+        assert under["rests_on"]["text"].startswith("holds for the board under its load")
+        err = a.query("recommend", {"agent": "q1", "workload": "wl", "accept_load": "yes"})
+        assert err["body"]["code"] == "bad_args" and "accept_load" in err["body"]["message"]
+        assert daemon.status()["recommendations"] == []  # not from the busy runs
+        # measured clean now: the fit recommends (a config is pushed) and nothing is pending
+        for seq, cores in enumerate((3, 4)):
+            a.send("result", {"job_id": again["job_id"], "seq": seq, "of": 2,
+                              "record": goal_record(NO_METER, cores, energy=False)})
+            a.expect("ack")
+        cfg = a.expect("config")["body"]
+        assert daemon.status()["remeasure"] == []
+        # a verification whose runs were marked is not judged: neither verified nor off
+        runs = [goal_record(NO_METER, len(cfg["cpus"]), energy=False) for _ in range(2)]
+        runs[1]["marked"] = why
+        a.send("applied", {"config_id": cfg["config_id"], "ok": True, "records": runs})
+        a.expect("ack")
+        (rec,) = daemon.status()["recommendations"]
+        assert rec["state"] == "marked" and rec["error"].startswith(
+            f"not verified: 1 of 2 verification runs marked ({why}); ")
+    finally:
+        a.close()
+
+
+def test_a_group_with_marked_runs_only_has_no_model_and_the_status_says_why(daemon):
+    from test_goal_service import NO_METER, Agent, record as goal_record
+    why = "interference: 60 % of cpu 0 used by pid 99 (make)"
+    a = Agent(daemon.endpoint, NO_METER)
+    try:
+        job_id = a.issued_job()
+        for seq, cores in enumerate((1, 2, 3, 4)):
+            r = goal_record(NO_METER, cores, energy=False)
+            r["marked"] = why
+            a.send("result", {"job_id": job_id, "seq": seq, "of": 4, "record": r})
+            a.expect("ack")
+        again = a.expect("job")["body"]
+        assert len(again["points"]) == 4  # every point, measured again
+        st = daemon.status()
+        deadline = time.monotonic() + 20
+        while not st["fit_errors"] and time.monotonic() < deadline:
+            a.query("status", {})  # the fit runs off the loop: wait on the status
+            st = daemon.status()
+        (e,) = st["fit_errors"]
+        assert e["error"].startswith("no model: ")
+        assert e["error"].endswith(f"; 4 runs marked for interference were left out ({why}): "
+                                   "they are measured again when the board is quiet, or fitted "
+                                   "under that load with accept_load = true (opptune "
+                                   "recommend/demo --accept-load)")
+        (run,) = st["runs"]
+        assert (run["count"], run["marked"]) == (4, 4)
+    finally:
+        a.close()
+
+
+def test_status_shows_marked_counts_what_a_recommendation_rests_on_and_never_clean_points():
+    from rich.console import Console
+
+    from opptune.daemon.status_view import print_status
+    why = "interference: 48 % of cpu 1 used by pid 4711 (sh)"
+    group = {"platform": "p1", "workload": "triad", "input": "small", "variant": ""}
+    text = f"rests on 6 clean runs; 2 marked runs left out ({why})"
+    data = {
+        "daemon": {"instance": "i1", "endpoint": "tcp://127.0.0.1:5555", "uptime_s": 3.0,
+                   "database": "d.db"},
+        "agents": [], "fits": [], "jobs": [], "fit_errors": [],
+        "runs": [{"agent": "a1", "platform": "p1", "workload": "triad", "input": "small",
+                  "count": 8, "marked": 2}],
+        "recommendations": [{"config_id": "cfg-1", "agent": "a1", "group": group, "cores": 2,
+                             "cpus": [0, 1], "freq_khz": None, "predicted_time_s": 1.0,
+                             "predicted_lower_s": 0.9, "predicted_upper_s": 1.1,
+                             "state": "marked", "verified_time_s": 1.6, "off_pct": None,
+                             "error": f"not verified: 2 of 2 verification runs marked ({why})",
+                             "rests_on": {"marked_runs": 2, "text": text}}],
+        "remeasure": [{"agent": "a1", "workload": "triad", "size": "small",
+                       "state": "never clean", "retry": 3, "due_in_s": None, "job_id": None,
+                       "points": [{"cores": 2, "cpus": [0, 1], "freq_khz": None,
+                                   "reason": why, "retries": 3}]}],
+    }
+    console = Console(record=True, width=250)
+    print_status(data, console)
+    out = console.export_text()
+    assert re.search(r"a1\s+│\s+triad\s+│\s+small\s+│\s+8\s+│\s+2", out), out
+    assert f"cfg-1 (p1/triad/small): {text}" in out
+    assert f"triad (small) on a1: no clean measurement at 2 cores: {why}" in out
+    assert "marked (not verified: 2 of 2 verification runs marked" in out
