@@ -242,8 +242,29 @@ def _done(status: dict[str, Any]) -> tuple[bool, list[str]]:
                 f"{'/'.join(str(v) for v in (e.get('group') or {}).values() if v)}: "
                 f"{e.get('error')}")
     wanted = {str(j.get("workload")) for j in jobs}
-    done = bool(wanted) and all(w in final or w in reasons for w in wanted)
+    # a workload whose marked points are still to be measured again has not ended, whatever
+    # its fit said meanwhile (without clean runs it has no model until then)
+    remeasuring = {str(r.get("workload")) for r in status.get("remeasure") or []
+                   if r.get("state") in ("waiting", "measuring")}
+    done = bool(wanted) and all(w not in remeasuring and (w in final or w in reasons)
+                                for w in wanted)
     return done, [r for w in sorted(reasons) for r in reasons[w]]
+
+
+def _remeasure_note(status: dict[str, Any]) -> tuple[tuple, str] | None:
+    """(a key that changes with each retry, what the demo waits for) while marked points are
+    measured again, or None."""
+    rows = [r for r in status.get("remeasure") or [] if r.get("state") in ("waiting",
+                                                                         "measuring")]
+    if not rows:
+        return None
+    r = rows[0]
+    cores = ", ".join(str(p.get("cores")) for p in r.get("points") or [])
+    when = (f"in {r['due_in_s']:.0f} s" if r.get("state") == "waiting" and r.get("due_in_s")
+            else "now")
+    return ((r.get("workload"), r.get("state"), r.get("retry")),
+            f"{r.get('workload')}: runs at {cores} core(s) were marked (another process used "
+            f"their cpus); measuring them again {when}, retry {r.get('retry')}")
 
 
 def _workload_of(item: dict[str, Any]) -> str:
@@ -339,6 +360,7 @@ def _follow(args: argparse.Namespace, console: Console, endpoint: str,
                   TextColumn("{task.completed}/{task.total} runs"), TimeElapsedColumn(),
                   console=console, disable=args.no_progress) as progress:
         task = progress.add_task("sweep", total=None)
+        last_note: tuple | None = None
         while time.monotonic() < deadline:
             for name, proc in (("daemon", daemon), ("agent", agent)):
                 if proc.poll() is not None:
@@ -359,6 +381,10 @@ def _follow(args: argparse.Namespace, console: Console, endpoint: str,
             verifying = [r for r in status.get("recommendations") or []
                          if r.get("state") not in FINAL_STATES]
             desc = "verifying recommendations" if verifying and received >= expected else "sweep"
+            note = _remeasure_note(status)
+            if note and note[0] != last_note:  # once per retry, not each second of its wait
+                console.print(f"opptune demo: {note[1]}", markup=False, soft_wrap=True)
+            last_note = note[0] if note else None
             progress.update(task, total=expected or None, completed=received, description=desc)
             done, reasons = _done(status)
             if done:
@@ -497,7 +523,8 @@ def print_table(table: list[dict[str, Any]], console: Console) -> None:
         title += f", {w['variant']})" if w.get("variant") else ")"
         if w.get("virtual"):
             title += f" [VIRTUAL board {w.get('virtual_board') or '?'}]"
-        t = Table(title=title, caption="runs: sweep and verification runs; the model saw all")
+        t = Table(title=title, caption="runs: sweep and verification runs, all counted; the model leaves out "
+                  "marked runs (unless --accept-load) and outliers")
         for col in ("cores", "freq MHz", "median time s", "speedup", "energy J", "runs"):
             t.add_column(col, justify="right")
         for p in w["points"]:
@@ -534,7 +561,7 @@ def print_table(table: list[dict[str, Any]], console: Console) -> None:
         else:
             console.print("  recommended: none")
         if w.get("rests_on") and "marked" in w["rests_on"]:
-            console.print(f"  measured under load: {w['rests_on']}", markup=False)
+            console.print(f"  the board was busy: {w['rests_on']}", markup=False)
         e = w.get("energy_recommendation")
         if e:
             console.print("  " + energy_line(e, w), markup=False)

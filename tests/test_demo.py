@@ -152,3 +152,24 @@ def test_demo_ends_on_a_failed_or_expired_job_with_its_reason():
           "jobs": [{**job, "workload": "pi", "state": "done", "reason": None},
                    {**job, "state": "failed", "reason": "every run of the job failed: x"}]}
     assert _done(st) == (True, ["job job-1 (triad) failed: every run of the job failed: x"])
+
+
+def test_demo_waits_for_marked_points_measured_again():
+    """A fit without clean runs is not the end while the daemon still measures the marked
+    points again; the demo says what it waits for."""
+    from opptune.daemon.demo import _done, _remeasure_note
+    job = {"job_id": "job-1", "workload": "pi", "expected": 6, "received": 6, "state": "done"}
+    err = {"group": {"workload": "pi"}, "error": "no model: 3 runs marked for interference"}
+    pending = {"workload": "pi", "state": "waiting", "retry": 0, "due_in_s": 9.6,
+               "points": [{"cores": 2}]}
+    base = {"agents": [{"id": "a"}], "recommendations": [], "fit_errors": [err], "jobs": [job]}
+    assert _done({**base, "remeasure": [pending]})[0] is False
+    key, text = _remeasure_note({"remeasure": [pending]})
+    assert text == ("pi: runs at 2 core(s) were marked (another process used their cpus); "
+                    "measuring them again in 10 s, retry 0")
+    assert _remeasure_note({"remeasure": [{**pending, "due_in_s": 3.0}]})[0] == key
+    assert _remeasure_note({"remeasure": [{**pending, "retry": 1}]})[0] != key
+    never = {**pending, "state": "never clean"}
+    assert _done({**base, "remeasure": [never]}) == (
+        True, ["pi: no model: 3 runs marked for interference"])
+    assert _remeasure_note({"remeasure": [never]}) is None
