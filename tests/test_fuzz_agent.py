@@ -5,7 +5,6 @@ with a named reason (an ``error`` or an ``applied`` with ok false), never fail i
 
 from __future__ import annotations
 
-import logging
 import sys
 from typing import Any
 
@@ -23,20 +22,11 @@ from opptune.agent.workloads import Workloads
 from opptune.shared import protocol as P
 from opptune.shared.config import AgentConfig, CommandWorkload
 from opptune.shared.records import RunRecord
-from test_fuzz_handlers import ErrorLines, hostile, mutate
+from test_fuzz_handlers import errors, hostile, mutate  # noqa: F401 (errors: a fixture)
 
 SETTINGS = settings(max_examples=200, deadline=None,
                     suppress_health_check=[HealthCheck.function_scoped_fixture,
                                            HealthCheck.too_slow])
-
-
-@pytest.fixture
-def errors():
-    h = ErrorLines()
-    logger = logging.getLogger("opptune")
-    logger.addHandler(h)
-    yield h
-    logger.removeHandler(h)
 
 
 @pytest.fixture(scope="module")
