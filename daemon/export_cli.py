@@ -17,8 +17,8 @@ import sys
 from typing import Any
 
 # Run-record fields that mark a run as not clean, each exported as opptune_<field> in the run's
-# metadata where set. A later mark is one more name here.
-MARK_FIELDS = ("throttled", "interference")
+# metadata where set ("marked": why, since records carry it; "throttled": older records).
+MARK_FIELDS = ("throttled", "marked")
 
 
 def add_parsers(sub: argparse._SubParsersAction, add_link_options) -> None:

@@ -168,16 +168,20 @@ def test_import_refuses_a_bad_file_or_agent_with_one_line(cluster, pyperf_file, 
 
 
 def test_marked_runs_stay_in_the_export_with_their_mark(tmp_path):
-    """A throttled run (and a later mark field) is a value like any other, its mark in the
-    run's metadata; the suite is still one pyperf reads."""
+    """A marked run (a neighbour on its cpus, or throttled) is a value like any other, its mark
+    in the run's metadata; a clean run's interference record does not mark it; the suite is
+    still one pyperf reads."""
     base = {"platform": "p1", "workload": "w", "input": "small", "cores": 2, "cpus": [0, 1],
             "threads": 2, "freq_mhz": 1400.0, "freq_observed_mhz": {"policy0": 1400.0}}
+    quiet = {"share": 0.01, "others_s": 0.001, "loadavg": [0.1, 0.1, 0.1]}
     rows = [{"agent": "a", "job_id": "job-1", "source": "sweep",
-             "record": {**base, "rep": i, "time_s": 1.0 + i / 10}} for i in range(2)]
+             "record": {**base, "rep": i, "time_s": 1.0 + i / 10, "interference": quiet}}
+            for i in range(2)]
     rows.append({"agent": "a", "job_id": "job-1", "source": "sweep",
                  "record": {**base, "rep": 2, "time_s": 2.5, "throttled": True,
                             "thermal": {"reasons": ["cpu-thermal reached 85 C\n(passive)"]},
-                            "interference": "48 % of cpu 1 used by pid 4711 (sh)"}})
+                            "interference": {**quiet, "share": 0.48},
+                            "marked": "interference: 48 % of cpu 1 used by pid 4711 (sh)"}})
     suite, summary = build_suite(rows, {"p1": "board-x"})
     assert summary["names"] == ["w/small/2cores@1400MHz"] and summary["marked_runs"] == 1
     path = tmp_path / "m.json"
@@ -186,8 +190,9 @@ def test_marked_runs_stay_in_the_export_with_their_mark(tmp_path):
     assert sorted(bench.get_values()) == [1.0, 1.1, 2.5]
     runs = bench.get_runs()
     marked = [r.get_metadata() for r in runs if "opptune_throttled" in r.get_metadata()]
-    assert [(m["opptune_throttled"], m["opptune_interference"]) for m in marked] == [
-        ("cpu-thermal reached 85 C (passive)", "48 % of cpu 1 used by pid 4711 (sh)")]
+    assert [(m["opptune_throttled"], m["opptune_marked"]) for m in marked] == [
+        ("cpu-thermal reached 85 C (passive)",
+         "interference: 48 % of cpu 1 used by pid 4711 (sh)")]
     meta = bench.get_metadata()
     assert (meta["opptune_board"], meta["opptune_cpus"], meta["opptune_freq_mhz"],
             meta["opptune_freq_observed_policy0_mhz"]) == ("board-x", "0,1", 1400.0, 1400.0)
