@@ -141,9 +141,12 @@ def mpet_data(d: Daemon, args: dict[str, Any]) -> dict[str, Any]:
     and ``platforms: {id: {n_nu, n_ht, nmax, board}}``; args.size keeps one size class."""
     size = args.get("size")
     groups: dict[tuple, dict[Any, dict[int, list]]] = {}
+    # runs marked for a neighbour on their cpus are no profile either, unless the load is
+    # accepted (the daemon's accept_load), as in fits
+    clean = "" if d.store.accept_load else "AND marked IS NULL "
     for plat, work, inp, cores, freq, t, text, packed in d.store.db.execute(
             "SELECT platform, workload, input, cores, freq_mhz, time_s, record, record_msgpack "
-            "FROM runs WHERE ok=1 AND throttled=0 AND time_s > 0 AND variant='' "
+            "FROM runs WHERE ok=1 AND throttled=0 AND time_s > 0 AND variant='' " + clean +
             # sweep jobs' runs only: a recommendation's verification runs are no profile
             "AND job_id IN (SELECT job_id FROM jobs)"):
         if size is not None and inp != size:

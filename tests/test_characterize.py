@@ -175,3 +175,29 @@ def test_a_done_job_counts_as_characterised_only_when_it_covered_the_whole_grid(
         assert [q["workload"] for q in out["queued"]] == ["pi_integrate"]
     finally:
         d.close()
+
+
+def test_mpet_profiles_leave_out_runs_marked_for_a_neighbour(tmp_path):
+    from opptune.daemon.characterize import mpet_data
+    from opptune.daemon.service import Daemon
+    from opptune.daemon.store import ResultIn
+    from opptune.shared.config import DaemonConfig
+    from opptune.shared.records import RunRecord
+
+    d = Daemon(DaemonConfig(bind="tcp://127.0.0.1:0", database=str(tmp_path / "d.db")))
+    try:
+        d.store.save_platform("p", {"sweep_order": [0, 1]}, 1.0)
+        d.store.save_job("a", {"job_id": "j", "workload": "k", "size": "small", "reps": 2,
+                               "warmup": 0, "points": [{"cpus": [0], "threads": 1}]}, 1.0)
+        recs = [RunRecord(platform="p", workload="k", input="small", cores=1, cpus=[0],
+                          threads=1, rep=i, time_s=t, marked=m)
+                for i, (t, m) in enumerate(((1.0, None), (3.0, "interference: 60 % of cpu 0")))]
+        d.store.insert_results([ResultIn(f"m{i}", "a", "j", i, r, r.to_dict())
+                                for i, r in enumerate(recs)], 2.0)
+        (prof,) = mpet_data(d, {})["profiles"]
+        assert prof["t"] == {"1": 1.0}
+        d.store.accept_load = True
+        (prof,) = mpet_data(d, {})["profiles"]
+        assert prof["t"] == {"1": 2.0}  # the median of both
+    finally:
+        d.close()
