@@ -18,6 +18,7 @@ import os
 import re
 from typing import Any
 
+from .knobs.cpufreq import BOOST_FILES, read_boost
 from .meters.thermal import THERMAL, passive_trip_mc, zone_names
 from .sysfs import KnobUnavailable, SysFS, format_cpu_list
 
@@ -122,15 +123,11 @@ def check_governor(fs: SysFS, can_pin: bool) -> dict[str, Any]:
 
 
 def check_boost(fs: SysFS) -> dict[str, Any]:
-    boost = fs.try_int(f"{CPU}/cpufreq/boost")
-    no_turbo = fs.try_int(f"{CPU}/intel_pstate/no_turbo")
-    if boost is None and no_turbo is None:
-        return _missing("boost", f"neither {CPU}/cpufreq/boost nor "
-                                 f"{CPU}/intel_pstate/no_turbo is readable")
-    if boost is not None:
-        on, how = bool(boost), f"echo 0 > {CPU}/cpufreq/boost"
-    else:
-        on, how = not no_turbo, f"echo 1 > {CPU}/intel_pstate/no_turbo"
+    b = read_boost(fs)
+    if not b["available"]:
+        return _missing("boost", f"neither {' nor '.join(BOOST_FILES)} is readable")
+    on = b["enabled"]
+    how = f"echo {0 if b['file'].endswith('boost') else 1} > {b['file']}"
     if not on:
         return _check("boost", "off", "ok")
     # a boosted frequency depends on temperature and on how many cores are busy: the same

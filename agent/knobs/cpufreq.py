@@ -49,7 +49,8 @@ def _policy_names(fs: SysFS) -> list[str]:
     return sorted(names, key=lambda n: int(n[6:]))
 
 
-def _boost(fs: SysFS) -> dict:
+def read_boost(fs: SysFS) -> dict:
+    """Turbo/boost state: the first readable of BOOST_FILES (no_turbo counts inverted)."""
     for rel in BOOST_FILES:
         val = fs.try_int(rel)
         if val is not None:
