@@ -21,6 +21,7 @@ import time
 from typing import TYPE_CHECKING, Any
 
 from ..sysfs import KnobUnavailable, SysFS
+from .interference import USER_HZ, cpu_ticks
 
 if TYPE_CHECKING:
     from ...shared.records import RunRecord
@@ -30,7 +31,6 @@ POWERCAP = "/sys/class/powercap"
 HWMON = "/sys/class/hwmon"
 EM = "/sys/kernel/debug/energy_model"
 CPUFREQ = "/sys/devices/system/cpu/cpufreq"
-USER_HZ = 100  # /proc/stat unit; fixed at 100 in the kernel ABI
 
 
 def counter_delta(start: int, end: int, max_range: int | None) -> int:
@@ -120,14 +120,8 @@ class _EnergyModel:
         self.label = "energy-model-estimate (kernel EM x /proc/stat busy time)"
 
     def _busy(self) -> dict[int, float]:
-        out = {}
-        for line in self.fs.read_text("/proc/stat").splitlines():
-            m = re.match(r"^cpu(\d+)\s+(.*)$", line)
-            if m:
-                v = [int(x) for x in m.group(2).split()]
-                # user nice system idle iowait irq softirq steal: busy = all but idle/iowait
-                out[int(m.group(1))] = (sum(v[:3]) + sum(v[5:8])) / USER_HZ
-        return out
+        """cpu -> busy seconds so far (all but idle and iowait)."""
+        return {c: busy / USER_HZ for c, (busy, _) in cpu_ticks(self.fs).items()}
 
     def _power_w(self, cpus: list[int], table: dict[int, float]) -> float:
         pol = None

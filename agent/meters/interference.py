@@ -43,15 +43,15 @@ WINDOW_S = 0.2  # after a marked run, how long the processes are watched for the
 REUSE_S = 5.0  # a window's offender names the next marked runs on the same cpus this long
 
 
-def cpu_ticks(fs: SysFS, cpus: set[int]) -> dict[int, tuple[int, int]]:
-    """cpu -> (busy, total) ticks from /proc/stat, for the cpus in ``cpus``."""
+def cpu_ticks(fs: SysFS, cpus: set[int] | None = None) -> dict[int, tuple[int, int]]:
+    """cpu -> (busy, total) ticks from /proc/stat, for the cpus in ``cpus`` (None: all)."""
     out = {}
     for line in fs.read_text("/proc/stat").splitlines():
         if not line.startswith("cpu") or line[3:4] == " ":
             continue
         name, _, rest = line.partition(" ")
         c = int(name[3:])
-        if c in cpus:
+        if cpus is None or c in cpus:
             v = [int(x) for x in rest.split()[:8]]
             v += [0] * (8 - len(v))
             busy = v[0] + v[1] + v[2] + v[5] + v[6] + v[7]  # guest time is inside user
