@@ -218,14 +218,7 @@ class Link:
         except ProtocolError as exc:
             log.error("not sending an invalid %s message: %s", msg.get("type"), exc)
             return False
-        frames = [identity, b"", data] if identity in self._enveloped else [identity, data]
-        try:
-            self.sock.send_multipart(frames, zmq.NOBLOCK)
-            return True
-        except zmq.ZMQError as exc:  # EHOSTUNREACH: peer gone; EAGAIN: peer's queue is full
-            if not quiet:
-                log.warning("cannot send %s to %r: %s", msg.get("type"), identity, exc)
-            return False
+        return self.send_encoded(identity, data, msg.get("type"), quiet)
 
     def send_ack(self, identity: bytes, ids: list[str], agent: str = "daemon") -> bool:
         """Acknowledge ``ids`` (validated message ids) to one peer; False when it is gone or
@@ -233,12 +226,19 @@ class Link:
         data = self._pack({"v": protocol.PROTOCOL_VERSION, "type": "ack",
                            "id": f"{self._ack_prefix}{next(self._ack_count):020x}",
                            "ts": time.time(), "agent": agent, "body": {"ids": ids}})
+        return self.send_encoded(identity, data, "ack")
+
+    def send_encoded(self, identity: bytes, data: bytes, what: Any,
+                     quiet: bool = False) -> bool:
+        """Send an encoded message (``what``: its type, for the log) to one peer; False when
+        it is gone or not keeping up (logged unless ``quiet``)."""
         frames = [identity, b"", data] if identity in self._enveloped else [identity, data]
         try:
             self.sock.send_multipart(frames, zmq.NOBLOCK)
             return True
-        except zmq.ZMQError as exc:
-            log.warning("cannot send ack to %r: %s", identity, exc)
+        except zmq.ZMQError as exc:  # EHOSTUNREACH: peer gone; EAGAIN: peer's queue is full
+            if not quiet:
+                log.warning("cannot send %s to %r: %s", what, identity, exc)
             return False
 
     def close(self) -> None:

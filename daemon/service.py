@@ -506,11 +506,11 @@ class Daemon:
         operator hears why instead of a timeout."""
         reply = protocol.make("reply", DAEMON_ID, {"ref": ref, "data": data})
         try:
-            protocol.encode(reply)
+            encoded = protocol.encode(reply)
         except protocol.ProtocolError as exc:
             raise HandlerError(exc.code, f"the reply to '{what[:40]}' cannot be sent: "
                                          f"{exc}") from None
-        self.link.send(identity, reply)
+        self.link.send_encoded(identity, encoded, "reply")
 
     def _finish_queries(self) -> None:
         """Send the replies of the queries the worker has computed."""
