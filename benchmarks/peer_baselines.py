@@ -13,8 +13,9 @@ Default: one opptune row, ``opptune`` = the choice the daemon makes
 (``fitter.fit_group(train, target=query, others=...)``: its candidate pool, told the
 configurations it will predict, its interval pooled over the platform's other groups in the
 dataset as the daemon pools the store's; their replays are cached across evaluations as in
-the daemon, and the fit time includes them), then every peer, then a summary (opptune vs the best peer per split). The peers are
-scored on the evaluations opptune fitted (loghin: 7 evaluations have one training point).
+the daemon, and the fit time includes them), then every peer, then a summary (opptune vs
+the best peer per split). The peers are scored on the evaluations opptune fitted (loghin: 7
+evaluations have one training point).
 
 Variants (``--models``): registry names (one model), ``auto`` = k-fold CV choice among the
 analytic models (``opptune fit``), ``auto_all`` = the same among every installed model;

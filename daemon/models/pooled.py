@@ -81,12 +81,13 @@ def replay(fit: Fit, other: Observations, train: set, target: Any) -> Replay | N
     or cannot be fitted."""
     keys = config_keys(other)
     inside = np.array([k in train for k in keys], bool)
-    if not inside.any() or inside.all() or len(set(k for k, i in zip(keys, inside) if i)) < len(train):
+    if inside.all() or not train <= set(keys):
         return None
     h_train, h_out = other.subset(inside), other.subset(~inside)
     try:
         model = fit(h_train, target)
-    except (NotEnoughData, ValueError, ArithmeticError):
+    except (NotEnoughData, ValueError, ArithmeticError, RuntimeError):
+        # another group that cannot be fitted this way is left out; never g's own fit
         return None
     with np.errstate(all="ignore"):
         e = np.abs(np.log(np.asarray(model.predict(h_out).value, float) / h_out.time_s))
