@@ -35,7 +35,7 @@ MIN_GROUPS = 3  # fewer other groups: t with 1-2 degrees of freedom says nothing
 # platform's training grid pays one choice per group (a 10-30 ms choice each: under the 500 ms
 # maximum fit time), and t(32) is within 2 % of t(64)
 MAX_GROUPS = 32
-CACHE_SIZE = 20000  # replays kept (a few floats each)
+CACHE_SIZE = 20000  # replays kept (three digests and two floats each: a few MB)
 
 Fit = Callable[[Observations, Any], FittedModel]
 
@@ -73,6 +73,10 @@ def _digest(obs: Observations) -> bytes:
     for k in sorted(obs.counters):
         h.update(k.encode() + np.ascontiguousarray(obs.counters[k], float).tobytes())
     return h.digest()
+
+
+def _text_digest(v: Any) -> bytes:
+    return hashlib.blake2b(repr(v).encode(), digest_size=16).digest()
 
 
 def replay(fit: Fit, other: Observations, train: set, target: Any) -> Replay | None:
@@ -113,7 +117,8 @@ class ReplayCache:
         self._d: OrderedDict[tuple, Replay | None] = OrderedDict()
 
     def get(self, fit: Fit, other: Observations, train: set, target: Any) -> Replay | None:
-        key = (_digest(other), tuple(sorted(train)), target_key(target))
+        # digests, not the configurations: a candidate grid has hundreds of them per key
+        key = (_digest(other), _text_digest(sorted(train)), _text_digest(target_key(target)))
         if key in self._d:
             self.hits += 1
             self._d.move_to_end(key)
