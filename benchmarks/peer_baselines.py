@@ -10,9 +10,12 @@ with the counts; the peers published no intervals) and fit wall time per group (
     python3 benchmarks/peer_baselines.py --prior   # the prior on one-core-count evaluations
 
 Default: one opptune row, ``opptune`` = the choice the daemon makes
-(``fitter.fit_group(train, target=query)``: its candidate pool, told the configurations it will
-predict), then every peer, then a summary (opptune vs the best peer per split). The peers are
-scored on the evaluations opptune fitted (loghin: 7 evaluations have one training point).
+(``fitter.fit_group(train, target=query, others=...)``: its candidate pool, told the
+configurations it will predict, its interval pooled over the platform's other groups in the
+dataset as the daemon pools the store's; their replays are cached across evaluations as in
+the daemon, and the fit time includes them), then every peer, then a summary (opptune vs
+the best peer per split). The peers are scored on the evaluations opptune fitted (loghin: 7
+evaluations have one training point).
 
 Variants (``--models``): registry names (one model), ``auto`` = k-fold CV choice among the
 analytic models (``opptune fit``), ``auto_all`` = the same among every installed model;
@@ -55,7 +58,7 @@ AUTO: dict[str, tuple[list[str] | None, bool, str | None]] = {
     # the previous choice (lowest CV MAPE outright, no hold baseline), for comparison
     "auto_x_min": (OLD_POOL, True, "min"), "auto_min": (OLD_POOL, False, "min"),
 }
-DAEMON = "opptune"  # the daemon's choice: fitter.fit_group(train, target=query)
+DAEMON = "opptune"  # the daemon's choice: fitter.fit_group(train, target=query, others=)
 
 
 def _load_groups(dataset: str) -> dict[tuple, Observations]:
@@ -77,13 +80,15 @@ def _pick(obs: Observations, configs: list[list[float]]) -> Observations:
     return obs.subset(np.array(idx))
 
 
-def fit_predict(name: str, train: Observations, query: Observations
+def fit_predict(name: str, train: Observations, query: Observations,
+                others: list[Observations] = ()
                 ) -> tuple[np.ndarray, np.ndarray, np.ndarray, float, str]:
     """Predicted times with their 90 % interval (value, lower, upper), fit seconds and the
-    name actually used (a choice: the chosen model)."""
+    name actually used (a choice: the chosen model). ``others``: the platform's other
+    groups, what the daemon's store holds beside the group (opptune only)."""
     t0 = time.perf_counter()
     if name == DAEMON:
-        model, _ = fit_group(train, target=query)
+        model, _ = fit_group(train, target=query, others=others)
         used = model.name
     elif name in AUTO:
         pool, extrap, rule = AUTO[name]
@@ -126,15 +131,19 @@ def replay(path: Path, models: list[str]) -> dict:
     chosen: dict[str, dict[str, int]] = {m: {} for m in models}
     done: dict[str, set[int]] = {m: set() for m in models}
     for i, ev in enumerate(spec["evaluations"]):
-        obs = groups[tuple(ev["group"])]
+        key = tuple(ev["group"])
+        obs = groups[key]
         train = _pick(obs, ev["train"])
+        # the store beside the group: the platform's other groups, all their rows (never
+        # the group's own test rows); their replays size opptune's interval (fit_group)
+        others = [o for k, o in groups.items() if k != key and k[0] == key[0]]
         test = np.asarray(ev["test"], float)
         fq = np.where(test[:, 1] < 0, np.nan, test[:, 1])
         query = Observations.query(test[:, 0], fq)
         truth = np.asarray(ev["test_time"], float)
         for m in models:
             try:
-                pred, lo, hi, s, used = fit_predict(m, train, query)
+                pred, lo, hi, s, used = fit_predict(m, train, query, others)
             except NotEnoughData:
                 failed[m] += 1
                 continue

@@ -18,13 +18,19 @@ import numpy as np
 
 from ..shared.point_stats import outliers
 from .models import registry as models
+from .models import calibrate, pooled
 from .models.base import FittedModel, NotEnoughData, Observations
+from .models.pooled import ReplayCache
+from .models.speedup_fit import LEVEL
 from .store import Group
 
 log = logging.getLogger("opptune.daemon.fitter")
 
 BASE_CANDIDATES = ("amdahl", "usl")
 FREQ_CANDIDATES = ("memwall",)
+# the other groups' replays through a split (pooled intervals): shared by every fit of this
+# process, so the groups of one platform at the same training grid replay the others once
+REPLAYS = ReplayCache()
 
 
 @dataclass
@@ -39,8 +45,9 @@ class FitRequest:
     target: Any = None
     # physical cores the sweep order fills before SMT siblings (planner.physical_cores)
     phys_cores: int | None = None
-    # the other groups' rows on the same platform: a group too small to fit gets a
-    # prior-based prediction from their curves (models/prior.py)
+    # the other groups' rows on the same platform: their replays size the interval
+    # (fit_group), and a group too small to fit gets a prior-based prediction from their
+    # curves (models/prior.py)
     others: Sequence[Sequence[tuple[int, float | None, float]]] = ()
     # the store's groups on every platform, as (workload key, platform, rows): this
     # workload elsewhere comes before ``others``, platforms near by MPET after (prior.py)
@@ -107,13 +114,28 @@ def _summary(model: Any) -> dict[str, Any]:
         return {"model": getattr(model, "name", "?"), "error": str(exc)}
 
 
-def fit_group(obs: Observations, target: Any = None
-              ) -> tuple[FittedModel, list[dict[str, Any]]]:
+def fit_group(obs: Observations, target: Any = None, others: Sequence[Observations] = (),
+              cache: ReplayCache | None = None) -> tuple[FittedModel, list[dict[str, Any]]]:
     """Choose and fit a model: cross-validated by ``models.select.choose`` when available
     (validated the way ``target`` will be predicted: forward chaining where the target leaves
     the measured cores/frequencies), else the lowest training RMSE among the candidates.
     Returns (model, runners-up). With two or more frequencies the candidates include memwall,
-    the model over both axes."""
+    the model over both axes.
+
+    ``others``: the platform's other groups. Where at least pooled.MIN_GROUPS of them were
+    measured at this group's configurations and beyond, each is put through the same choice
+    at this group's training configurations and scored on its other rows, and their errors
+    size the interval (calibrate.pooled; replays kept in ``cache``, default ``REPLAYS``)."""
+    model, runners = _choose(obs, target)
+    if others:
+        reps = pooled.replays(lambda o, t: _choose(o, t)[0], obs, list(others), target,
+                              REPLAYS if cache is None else cache)
+        model = calibrate.pooled(model, [r.h0 for r in reps], [r.rate for r in reps], obs,
+                                 LEVEL, pooled.MIN_GROUPS)
+    return model, runners
+
+
+def _choose(obs: Observations, target: Any) -> tuple[FittedModel, list[dict[str, Any]]]:
     cands = candidates_for(obs)
     if not cands:
         raise NotEnoughData("no time model applies to this group's runs")
@@ -258,8 +280,10 @@ class Fitter:
         try:
             rows, left_out = without_outliers(req.rows)
             obs = observations(rows, req.phys_cores)
+            others = [observations(without_outliers(r)[0], req.phys_cores)
+                      for r in req.others if r]
             try:
-                model, runners = fit_group(obs, req.target)
+                model, runners = fit_group(obs, req.target, others)
             except NotEnoughData as exc:
                 if not req.others and not req.stored:
                     raise

@@ -94,12 +94,14 @@ class Recommender:
                                          order=setting.order)
         except Exception as exc:  # no target: the choice falls back to k-fold validation
             log.warning("no query grid for %s: %s", "/".join(group), exc)
-        others, stored = (), ()
-        if len({c for c, _, _ in rows}) < 2:  # too few core counts to fit: a prior may do
-            runs = {g: self.store.group_runs(g) for g in self.store.groups() if g != group}
-            others = [r for g, r in runs.items() if g.platform == group.platform]
-            # this workload elsewhere first, then ``others``, then platforms near by MPET
-            stored = [(workload_key(g), g.platform, r) for g, r in runs.items()]
+        # the platform's other groups: their replays size the interval (fitter.fit_group);
+        # with too few core counts to fit, every stored group may give a prior
+        prior = len({c for c, _, _ in rows}) < 2
+        runs = {g: self.store.group_runs(g) for g in self.store.groups()
+                if g != group and (prior or g.platform == group.platform)}
+        others = [r for g, r in runs.items() if g.platform == group.platform]
+        # this workload elsewhere first, then ``others``, then platforms near by MPET
+        stored = [(workload_key(g), g.platform, r) for g, r in runs.items()] if prior else ()
         self.fitter.submit(FitRequest(group, rows, agent, job_id, recommend_after,
                                       target=target, phys_cores=setting.phys_cores, others=others,
                                       stored=stored))

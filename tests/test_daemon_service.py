@@ -389,6 +389,41 @@ def test_one_core_count_gets_a_prior_based_prediction_flagged_and_not_pushed(dae
     a.close()
 
 
+def test_a_fit_takes_its_interval_from_the_platforms_other_workloads(daemon):
+    # three workloads swept at 1-4 cores, "new" at 1-2: its interval at 3-4 cores comes from
+    # the three replayed through its split (fitter.fit_group(others=)), not its own two points
+    a = Agent(daemon.endpoint)
+    a.hello(workloads=("a", "b", "c", "new"))
+    jobs = {}
+    while len(jobs) < 4:
+        body = a.expect("job")["body"]
+        jobs[body["workload"]] = body["job_id"]
+
+    def rec(workload, cores, t):
+        return RunRecord(platform="plat-test", workload=workload, input="small", cores=cores,
+                         cpus=PLATFORM["sweep_order"][:cores], threads=cores, rep=0,
+                         time_s=t, virtual=True).to_dict()
+
+    seq = 0
+    runs = [(w, c, 10 * (s + (1 - s) / c)) for w, s in (("a", 0.1), ("b", 0.2), ("c", 0.3))
+            for c in (1, 2, 3, 4)] + [("new", 1, 10.0), ("new", 2, 5.6)]
+    for workload, cores, t in runs:
+        a.send("result", {"job_id": jobs[workload], "seq": seq, "of": len(runs),
+                          "record": rec(workload, cores, t)})
+        a.expect("ack")
+        seq += 1
+    group = {"platform": "plat-test", "workload": "new", "input": "small", "variant": ""}
+    assert group in query(a, "fit", {"workload": "new"})["queued"]
+    deadline = time.monotonic() + 20
+    while True:
+        st = query(a, "status")
+        fit = [f for f in st["fits"] if f["group"] == group]
+        if fit or time.monotonic() > deadline:
+            break
+    assert fit and fit[0]["quality"]["interval_pooled_groups"] == 3
+    a.close()
+
+
 def test_one_core_count_alone_on_its_platform_borrows_its_curve_from_another(daemon):
     # "wl2" is swept on plat-test; plat-two has measured it at one core count only and holds
     # no other workload: the prior takes wl2's own curve from plat-test, and says so

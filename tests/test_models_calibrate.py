@@ -133,3 +133,105 @@ def test_extrapolated_90_percent_interval_is_not_wider_than_the_noise_needs():
     # the true law extrapolates without drift: the errors beyond the data are noise only,
     # so about 90 % of fresh draws, not all, should fall inside
     assert 80 <= _fresh_draw_coverage([20.0, 24.0, 32.0]) <= 97
+
+
+# --- pooled over the platform's other groups (models/pooled.py, calibrate.pooled) ---------
+
+def _platform_group(rng, cores, sigma=0.01):
+    """One workload of a platform: Amdahl with its own serial fraction, bending past 8 cores
+    by (p / 8) ** b (b differs per workload: memory bandwidth, SMT...), with log-normal
+    noise ``sigma``; returns (law, noisy observations at ``cores``)."""
+    s, b = rng.uniform(0.02, 0.2), rng.normal(0.0, 0.1)
+
+    def law(p):
+        p = np.asarray(p, float)
+        return 100 * (s + (1 - s) / p) * np.maximum(p / 8, 1.0) ** b
+    p = np.asarray(cores, float)
+    return law, Observations(cores=p, time_s=law(p) * np.exp(sigma * rng.standard_normal(p.size)))
+
+
+def _pooled_coverage(n_others, trials=40, draws=20, cache=None):
+    """Share (%) of fresh draws of a group's law at 12 and 16 cores inside the 90 % interval
+    of the daemon's choice fitted on its cores 1-8 with ``n_others`` exchangeable workloads of
+    the platform (measured at 1-16 cores) as ``others``; and the share without them."""
+    from opptune.daemon.fitter import fit_group
+    from opptune.daemon.models.pooled import ReplayCache
+    q = Observations.query([12.0, 16.0])
+    pooled_in, own_in = [], []
+    for seed in range(trials):
+        rng = np.random.default_rng(100 + seed)
+        others = [_platform_group(rng, np.arange(1, 17))[1] for _ in range(n_others)]
+        law, obs = _platform_group(rng, np.arange(1, 9))
+        fresh = law(q.cores)[None, :] * np.exp(0.01 * rng.standard_normal((draws, len(q))))
+        for dest, oth in ((pooled_in, others), (own_in, [])):
+            pr = fit_group(obs, target=q, others=oth, cache=cache or ReplayCache())[0].predict(q)
+            dest.append(np.mean((fresh >= pr.lower) & (fresh <= pr.upper)))
+    return 100 * float(np.mean(pooled_in)), 100 * float(np.mean(own_in))
+
+
+def test_pooled_interval_over_exchangeable_groups_covers_about_90_percent():
+    # the bend past 8 cores differs per workload: the group's own folds cannot see it (its
+    # own interval holds about 70 %), the other workloads measured further show how far such
+    # curves go; about 90 %, not all (measured 90.6 %)
+    pooled, own = _pooled_coverage(5)
+    assert 80 <= pooled <= 97, (pooled, own)
+    assert own < 80
+
+
+def test_pooled_half_width_is_t_over_groups_times_their_rms_error():
+    from opptune.daemon.models.calibrate import pooled_half
+    h0, rate = np.array([0.01, 0.02, 0.03, np.nan]), np.array([0.1, 0.2, 0.3, 0.4])
+    half, ok = pooled_half(h0, rate, np.array([0.0, 0.5]), 0.9, 3)
+    # inside: the 3 groups with an inside error; outside: all 4, max(h0, rate d)
+    assert half[0] == pytest.approx(stats.t.ppf(0.95, 3) * np.sqrt(np.mean([1e-4, 4e-4, 9e-4])))
+    e = np.array([0.05, 0.1, 0.15, 0.2])
+    assert half[1] == pytest.approx(stats.t.ppf(0.95, 4) * np.sqrt(np.mean(e ** 2)))
+    assert ok.tolist() == [True, True]
+    assert pooled_half(h0, rate, np.array([0.0]), 0.9, 4)[1].tolist() == [False]
+
+
+def test_fewer_than_three_usable_other_groups_keep_the_groups_own_interval():
+    from opptune.daemon.fitter import fit_group
+    from opptune.daemon.models.pooled import ReplayCache
+    rng = np.random.default_rng(7)
+    _, obs = _platform_group(rng, np.arange(1, 9))
+    two = [_platform_group(rng, np.arange(1, 17))[1] for _ in range(2)]
+    # measured at 1-16 but not at 5 cores, one of the group's: not the same split
+    gap = _platform_group(rng, np.array([1, 2, 3, 4, 6, 7, 8, 12, 16]))[1]
+    q = Observations.query([12.0, 16.0])
+    own = fit_group(obs, target=q)[0]
+    for others in (two, two + [gap]):
+        cache = ReplayCache()
+        m = fit_group(obs, target=q, others=others, cache=cache)[0]
+        assert "interval_pooled_groups" not in m.quality
+        assert cache.misses == 0  # nothing replayed
+        a, b = m.predict(q), own.predict(q)
+        assert np.allclose(a.lower, b.lower) and np.allclose(a.upper, b.upper)
+    m = fit_group(obs, target=q, others=two + [two[0]], cache=ReplayCache())[0]
+    assert m.quality["interval_pooled_groups"] == 3
+    assert np.allclose(m.predict(q).value, own.predict(q).value)  # the point stays
+
+
+def test_a_replay_is_done_once_per_group_training_grid_and_query():
+    from opptune.daemon.fitter import _choose
+    from opptune.daemon.models.pooled import ReplayCache, replays
+    rng = np.random.default_rng(3)
+    others = [_platform_group(rng, np.arange(1, 17))[1] for _ in range(4)]
+    _, g1 = _platform_group(rng, np.arange(1, 9))
+    _, g2 = _platform_group(rng, np.arange(1, 9))   # another group, the same training grid
+    q = Observations.query([12.0, 16.0])
+    fits = []
+
+    def fit(o, t):
+        fits.append(len(o))
+        return _choose(o, t)[0]
+    cache = ReplayCache()
+    first = replays(fit, g1, others, q, cache)
+    assert len(first) == 4 and fits == [8] * 4 and cache.misses == 4
+    assert replays(fit, g2, others, q, cache) == first  # the same replays, no new fit
+    assert len(fits) == 4 and cache.hits == 4
+    replays(fit, g1, others, Observations.query([32.0]), cache)  # another query: new ones
+    assert len(fits) == 8
+    _, g3 = _platform_group(rng, np.arange(1, 7))   # another training grid: new ones
+    replays(fit, g3, others, q, cache)
+    assert len(fits) == 12 and fits[-1] == 6

@@ -193,6 +193,9 @@ def test_report_and_daemon_fit_the_same_runs_of_a_mixed_group():
         def platform(self, _):
             return plat
 
+        def groups(self):
+            return [Group("p", "w", "", "")]
+
     class Fitter:
         requests = []
 

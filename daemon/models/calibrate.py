@@ -178,3 +178,69 @@ def unvalidated(model: FittedModel, obs: Observations, persistence: FittedModel
     nothing to validate on, the distance between "the curve goes on" and "it stops here" is
     the honest width."""
     return CalibratedFit(model, 0.0, 0.0, ranges(obs), 0, envelope=persistence)
+
+
+def pooled_half(h0: np.ndarray, rate: np.ndarray, d: np.ndarray, level: float,
+                min_groups: int) -> tuple[np.ndarray, np.ndarray]:
+    """(half-width in log time, usable) at distances ``d`` from the other groups' replays
+    (pooled.py): group h's error there is ``h0`` inside the range, ``max(h0, rate d)``
+    outside; the half-width is the Student-t quantile with n groups as degrees of freedom
+    (the points of one group move together) times the RMS over the n groups that have an
+    error there, usable where n >= ``min_groups``."""
+    h0 = np.asarray(h0, float)[:, None]
+    rate = np.asarray(rate, float)[:, None]
+    d = np.asarray(d, float)[None, :]
+    with np.errstate(invalid="ignore"):
+        e = np.where(d > 0, np.fmax(h0, rate * d), h0)
+        e = np.where(d > 0, np.where(np.isfinite(rate), e, np.nan), e)
+    ok = np.isfinite(e)
+    n = ok.sum(axis=0)
+    rms = np.sqrt(np.where(ok, e ** 2, 0.0).sum(axis=0) / np.maximum(n, 1))
+    t = stats.t.ppf(0.5 + level / 2, np.maximum(n, 1))
+    return t * rms, n >= min_groups
+
+
+class PooledFit(FittedModel):
+    """A fitted model whose interval comes from the platform's other groups replayed
+    through its split (pooled.py, ``pooled_half``): at each query point where at least
+    ``min_groups`` of them have an error, that half-width replaces the model's interval
+    (calibrated or not); elsewhere the model's stands. Everything else is the wrapped
+    model's; a saved fit keeps the model's own interval."""
+
+    def __init__(self, inner: FittedModel, h0: np.ndarray, rate: np.ndarray, rng: tuple,
+                 level: float, min_groups: int) -> None:
+        self.inner = inner
+        self.h0, self.rate = np.asarray(h0, float), np.asarray(rate, float)
+        self.rng, self.level, self.min_groups = rng, level, min_groups
+        self.name = inner.name
+        self.params = inner.params
+        self.quality = {**inner.quality, "interval_pooled_groups": float(self.h0.size)}
+
+    def predict(self, query: Observations) -> Prediction:
+        pr = self.inner.predict(query)
+        v = np.asarray(pr.value, float)
+        d = distance(query.cores, query.freq_mhz, self.rng)
+        half, ok = pooled_half(self.h0, self.rate, d, self.level, self.min_groups)
+        with np.errstate(over="ignore", invalid="ignore"):
+            lo = np.where(ok, v * np.exp(-half), np.asarray(pr.lower, float))
+            hi = np.where(ok, v * np.exp(half), np.asarray(pr.upper, float))
+        return Prediction(value=v, lower=lo, upper=hi, level=pr.level)
+
+    def describe(self) -> dict[str, Any]:
+        d = self.inner.describe()
+        d["quality"] = dict(self.quality)
+        return d
+
+    def __getattr__(self, attr: str) -> Any:
+        if attr == "inner":
+            raise AttributeError(attr)
+        return getattr(self.inner, attr)
+
+
+def pooled(model: FittedModel, h0: Any, rate: Any, obs: Observations, level: float,
+           min_groups: int) -> FittedModel:
+    """``model`` (fitted on ``obs``) with the interval of the other groups' replays
+    (``PooledFit``); unchanged with fewer than ``min_groups`` replays."""
+    if len(h0) < min_groups:
+        return model
+    return PooledFit(model, h0, rate, ranges(obs), level, min_groups)
