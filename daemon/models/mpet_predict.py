@@ -50,9 +50,9 @@ class Selection:
     platforms with every B (or P fewer than two workloads with T), that distance falls back to
     sc's. Migration only: scenario (b) rates candidates by sc.
     "t1-validated" (for t(1)) rates each (P, B) tuple by how well its own eq. 21 transfer
-    predicted A on A's other reference platforms P', weighted by how much P' behaves like T,
-    and weights candidates by the inverse of that error variance instead of eq. 22's r(w)
-    (see ``_validated``); where no tuple can be checked it is "t1-ratio".
+    predicted the known t(1) nearest the prediction (A on its other references like T, the
+    suite on T like A) and weights candidates by the inverse of that error variance instead of
+    eq. 22's r(w) (see ``_validated``); where no tuple can be checked it is "t1-ratio".
     """
     n_platforms: int = 3
     n_workloads: int = 10
@@ -286,21 +286,29 @@ def _plat(key):
 VALIDATION_FLOOR = 0.03
 
 
+def _log_deviation(d: float) -> float:
+    """The deviation s behind a ratio distance d = 1 - exp(-s); inf where d is unknown."""
+    return -math.log(1.0 - d) if math.isfinite(d) and d < 1 else math.inf
+
+
 def _validated(db: MpetDatabase, workload, target, pairs: list[Candidate], refs) -> bool:
     """Set ``var`` and the distances of each t(1) candidate (P, B) by validating its transfer.
 
-    Departs from eq. 20-22 (the seed rates (P, B) by D_p + D_a and weights by r(1 - D)): eq. 21
-    makes log t1(A, T) = log t1(A, P) + log t1(B, T) - log t1(B, P); the same tuple applied to
-    A's other references P' (both A and B measured there) gives errors that are measured, not
-    guessed. Its error at T is estimated as their mean square, each P' weighted by how much it
-    behaves like T: 1 / (s^4 + floor^4), s = the deviation of log(suite on P' / suite on T)
-    (the ratio D_p, mpet_distance.ratio_distance; to the 4th power since squared errors are
-    averaged). Where two workloads' t(1) ratio is the same on every platform (rank-one
-    log t(1) matrix) any tuple is exact; where it is not, a tuple whose transfer failed on
-    platforms like T is weighted down. ``_weights`` then uses 1 / (var + floor^2), the inverse
-    variance (eq. 23's weighted mean stays, over the logarithms). d_a = 1 - exp(-sqrt(var))
-    (what D_a measures: how far B is from a proxy of A here), d_p = the ratio D_p, d_t = eq. 20.
-    False where no tuple shares a second reference with A (nothing to validate).
+    Departs from eq. 20-22 (the seed rates (P, B) by D_p and D_a and weights by r(1 - D)).
+    Eq. 21 makes log t1(A, T) = log t1(A, P) + [log t1(B, T) - log t1(B, P)]: one entry of the
+    log t(1) matrix (workloads x platforms) from three known ones. The same tuple can be
+    checked on known entries along both axes, without A's profile on T:
+    - A on its other references P': predicted log t1(A, P') - log t1(B, P') + the shift
+      log t1(A, P) - log t1(B, P), each P' weighted by how much it behaves like T;
+    - the other suite workloads B' on T: P's factor log t1(B, T) - log t1(B, P) applied to
+      B', each B' weighted by how much it behaves like A.
+    "Behaves like" is the ratio distance's deviation s (mpet_distance.ratio_distance: of the
+    suite between P' and T, of A and B' over A's references), weight 1 / (s^4 + floor^4) (the
+    4th power: squared errors are averaged). ``var`` = the weighted mean squared error of both:
+    the tuple's error where the data resemble the prediction's. ``_weights`` then uses
+    1 / (var + floor^2), the inverse variance, for eq. 23's (geometric) mean. d_a = 1 -
+    exp(-sqrt(var)) (what D_a stands for: how good a proxy of A the tuple is here), d_p = the
+    ratio D_p of P to T, d_t = eq. 20. False where no tuple could be checked.
     """
     by_w, by_p = db.t1_table()
     own = {p: v for p, v in by_w.get(workload, {}).items() if p in refs and p != target}
@@ -312,10 +320,10 @@ def _validated(db: MpetDatabase, workload, target, pairs: list[Candidate], refs)
         if ck not in cache:
             cache[ck] = ratio_distance({k: v for k, v in by_p.get(p, {}).items()
                                         if k != workload}, tgt)
-        d = cache[ck]
-        s_p[p] = -math.log(1.0 - d) if math.isfinite(d) and d < 1 else math.inf
+        s_p[p] = _log_deviation(cache[ck])
     kern = {p: 1.0 / (s ** 4 + VALIDATION_FLOOR ** 4) for p, s in s_p.items()}
     any_var = False
+    kern_a = {}
     for c in pairs:
         tb = by_w.get(c.workload, {})
         shift = math.log(own[c.platform]) - math.log(tb[c.platform])
@@ -326,6 +334,18 @@ def _validated(db: MpetDatabase, workload, target, pairs: list[Candidate], refs)
             err = math.log(aq) - math.log(tb[q]) - shift
             num += kern[q] * err * err
             den += kern[q]
+        # the same tuple's factor applied to the other suite workloads B' on T
+        tp = by_p.get(c.platform, {})
+        fac = math.log(tgt[c.workload]) - math.log(tb[c.platform])
+        for b2, vt in tgt.items():
+            if b2 == c.workload or b2 not in tp:
+                continue
+            if b2 not in kern_a:
+                s_a = _log_deviation(ratio_distance(own, by_w.get(b2, {})))
+                kern_a[b2] = 1.0 / (s_a ** 4 + VALIDATION_FLOOR ** 4)
+            err = math.log(vt) - math.log(tp[b2]) - fac
+            num += kern_a[b2] * err * err
+            den += kern_a[b2]
         c.var = num / den if den > 0 else math.nan
         any_var |= math.isfinite(c.var)
         c.d_a = 1.0 - math.exp(-math.sqrt(c.var)) if math.isfinite(c.var) else math.nan
