@@ -364,6 +364,28 @@ def test_t1_validated_basis_trusts_the_tuples_whose_transfer_held_where_data_res
     assert again.t1 == pytest.approx(predict_migration(db, "A", "T", DEFAULT_T1).t1, rel=1e-12)
 
 
+def test_t1_validated_interval_is_the_validated_error_not_the_candidates_spread():
+    """Where every transfer held exactly (each workload's t(1) a constant times a platform
+    speed) the t(1) interval is a point even though the candidates' P and B differ a lot;
+    where they did not (B2 off on the references like T), it widens and holds the truth."""
+    speed = {"P1": 1.0, "P2": 2.5, "P3": 0.4, "T": 1.7}
+    base = {"A": 3.0, "B1": 10.0, "B2": 0.5, "B3": 40.0}
+    platforms = {p: {"n_nu": None, "n_ht": None, "nmax": 2} for p in speed}
+    exact = {(w, p): {"t": {1: b * sp, 2: b * sp * 0.6}} for w, b in base.items()
+             for p, sp in speed.items()}
+    got = predict_migration(MpetDatabase(exact, platforms), "A", "T", DEFAULT_T1)
+    assert got.t1 == pytest.approx(3.0 * 1.7, rel=1e-9)
+    assert got.lower[0] == pytest.approx(got.t1, rel=1e-9)
+    assert got.upper[0] == pytest.approx(got.t1, rel=1e-9)
+    profiles, platforms = _local_proxy()
+    truth = profiles[("A", "T")]["t"][1]
+    got = predict_migration(MpetDatabase(profiles, platforms), "A", "T", DEFAULT_T1)
+    assert got.upper[0] / got.lower[0] > 1.1
+    assert got.lower[0] <= truth <= got.upper[0]
+    # the candidates' own estimates span 2.1 .. 17.1 (x 8) here; the validated band is narrower
+    assert got.upper[0] / got.lower[0] < 4
+
+
 def test_t1_validated_basis_falls_back_to_the_ratio_distance_with_nothing_to_check():
     """A measured on one reference and T's suite of one workload: no tuple can be checked on
     other known t(1), so the ratio basis (and its fallback to sc) is what remains."""

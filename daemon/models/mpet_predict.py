@@ -132,8 +132,9 @@ class Prediction:
     t: list[float]
     t1_candidates: list[Candidate] = field(default_factory=list)
     sc_candidates: list[Candidate] = field(default_factory=list)
-    # Interval per n: min..max of the single candidates' predictions around the weighted one,
-    # at least [t/f, t f] (SINGLE_CANDIDATE_FACTOR) where t(1) or sc rests on one candidate.
+    # Interval per n: min..max of the single candidates' predictions around the weighted one
+    # (t1-validated: t(1) within SIGMAS of its validated error), at least [t/f, t f]
+    # (SINGLE_CANDIDATE_FACTOR) where t(1) or sc rests on one candidate.
     lower: list[float] = field(default_factory=list)
     upper: list[float] = field(default_factory=list)
     single_candidate: bool = False
@@ -284,6 +285,9 @@ def _plat(key):
 # t1-validated: the noise floor of a log t(1) (single runs vary by a few %), so a tuple that
 # happened to transfer exactly on the references is not weighted without bound.
 VALIDATION_FLOOR = 0.03
+# t1-validated: the t(1) interval, in standard deviations of the validated log error (about
+# 95 % for a normal error)
+SIGMAS = 2.0
 
 
 def _log_deviation(d: float) -> float:
@@ -519,6 +523,13 @@ def _interval(pred: Prediction, rows: dict, t1_sel: Selection, sc_sel: Selection
     t1s = [float(reconstruct(*(x[i: i + 1] for x in rows["t1"]), one, t1_sel.max_factor)[0])
            for i in range(len(pred.t1_candidates))]
     t1s = [v for v in t1s if math.isfinite(v) and v > 0] or [pred.t1]
+    var = [(c.weight, c.var) for c in pred.t1_candidates if math.isfinite(c.var)]
+    if t1_sel.basis == "t1-validated" and var:
+        # validated transfers measured their own error (log t(1), see _validated): the t(1)
+        # band is SIGMAS standard deviations of it (the candidates' weighted mean variance)
+        # instead of the candidates' min..max, which says nothing about how wrong they are
+        sd = math.sqrt(sum(w * v for w, v in var) / sum(w for w, _ in var))
+        t1s = [pred.t1 * math.exp(-SIGMAS * sd), pred.t1 * math.exp(SIGMAS * sd)]
     base = np.asarray(pred.t) / pred.t1
     shapes = [base]
     for i in range(len(pred.sc_candidates)):
