@@ -499,6 +499,21 @@ def test_eval_mpet_cli_real_run(tmp_path, capsys):
     assert len(err) == 1 and "--max-factor" in err[0]
 
 
+def test_eval_mpet_cli_ratio_setup_is_the_default_without_validated_transfers(tmp_path, capsys):
+    profiles, _ = _local_proxy()
+    path = tmp_path / "m.csv"
+    _write_csv(path, profiles)
+    got = {}
+    for setup in ("default", "ratio"):
+        assert main(["eval-mpet", "--data", str(path), "--setup", setup, "--json"]) == 0
+        r = json.loads(capsys.readouterr().out)["results"][0]
+        assert r["setup"] == setup and r["predictions"] == 30
+        got[setup] = r["summary"]["mpet"]
+    # the same sc, so the same scaling; t(1) from validated transfers is the closer
+    assert got["default"]["scaling"] == got["ratio"]["scaling"]
+    assert got["default"]["t1"]["gmean"] < 0.5 * got["ratio"]["t1"]["gmean"]
+
+
 def test_eval_mpet_cli_bad_input(tmp_path, capsys):
     bad = tmp_path / "bad.csv"
     bad.write_text("platform,workload,cores\nP,A,1\n")
