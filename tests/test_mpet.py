@@ -397,6 +397,12 @@ def test_t1_validated_basis_falls_back_to_the_ratio_distance_with_nothing_to_che
     ratio = predict_migration(db, "A", "T", dataclasses.replace(DEFAULT_T1, basis="t1-ratio"))
     assert got.t1 == pytest.approx(ratio.t1, rel=1e-12)
     assert all(not math.isfinite(c.var) for c in got.t1_candidates)
+    # a reference profile without t(1) (runs at 2 cores only) is no tuple to check, no error
+    profiles[("A", "P1")] = {"t": {2: profiles[("A", "P1")]["t"][2]}}
+    truth = profiles[("A", "T")]["t"][1]
+    got = predict_migration(MpetDatabase(profiles, platforms), "A", "T", DEFAULT_T1)
+    assert all(c.platform != "P1" or not math.isfinite(c.var) for c in got.t1_candidates)
+    assert got.lower[0] <= truth <= got.upper[0]
 
 
 def test_q_ratio_basis_rates_scaling_candidates_by_proportional_curves():

@@ -118,7 +118,8 @@ class Candidate:
     d_p: float
     d_t: float
     weight: float = math.nan  # r(w) of eq. 22 (t1-validated: inverse error variance)
-    # t1-validated: the mean squared log error of this tuple's transfer on A's other references
+    # t1-validated: the weighted mean squared log error of this tuple's transfer on the known
+    # t(1) nearest the prediction (see mpet_predict._validated); NaN where none was checked
     var: float = math.nan
 
 
@@ -330,6 +331,9 @@ def _validated(db: MpetDatabase, workload, target, pairs: list[Candidate], refs)
     kern_a = {}
     for c in pairs:
         tb = by_w.get(c.workload, {})
+        c.d_p = 1.0 - math.exp(-s_p.get(c.platform, math.inf))
+        if c.platform not in own or c.platform not in tb or c.workload not in tgt:
+            continue  # a profile without t(1): nothing to transfer (var stays NaN)
         shift = math.log(own[c.platform]) - math.log(tb[c.platform])
         num = den = 0.0
         for q, aq in own.items():
@@ -353,7 +357,6 @@ def _validated(db: MpetDatabase, workload, target, pairs: list[Candidate], refs)
         c.var = num / den if den > 0 else math.nan
         any_var |= math.isfinite(c.var)
         c.d_a = 1.0 - math.exp(-math.sqrt(c.var)) if math.isfinite(c.var) else math.nan
-        c.d_p = 1.0 - math.exp(-s_p[c.platform])
     return any_var
 
 
