@@ -33,14 +33,17 @@ import numpy as np
 
 from .models.mpet_curve import PARAMS
 from .models.mpet_eval import KINDS, METHODS, evaluate, evaluate_nested
-from .models.mpet_predict import DEFAULT_SC, DEFAULT_T1, SEED_SC, SEED_T1, MpetDatabase
+from .models.mpet_predict import (DEFAULT_SC, DEFAULT_T1, RATIO_T1, SEED_SC, SEED_T1,
+                                  MpetDatabase)
 
 DEFAULT_DATA = ("data/loghin_multicore_energy/data.csv", "data/xplat_npb_minife/data.csv")
 SEED_TABLE5 = {"t1": 0.154, "scaling": 0.127, "full": 0.199}
 SETUPS = {
-    "default": "seed counts and weights, eq. 21/23 on q(n) values, geometric mean, "
-               "candidates by ratio distances",
-    "sc-distance": "the default with candidates by sc distances (eq. 16-19) as in the seed",
+    "default": "seed counts, eq. 21/23 on q(n) values, geometric mean, t(1) candidates by "
+               "validated transfers, sc candidates by ratio distances",
+    "ratio": "the default with t(1) candidates by ratio distances and eq. 22's weights "
+             "(the default before validated transfers)",
+    "sc-distance": "the ratio setup with candidates by sc distances (eq. 16-19) as in the seed",
     "seed": "seed setup of section 4.1, eq. 21/23 as written",
     "nested": "settings chosen per workload by leave-one-out without that workload",
 }
@@ -153,9 +156,14 @@ def add_parser(subparsers: Any) -> None:
     p.add_argument("--setup", choices=sorted(SETUPS), default="default",
                    help="default: the seed's candidate counts and weights (section 4.1) with "
                         "eq. 21/23 applied to q(n) = n t(n)/t(1) at each core count, a "
-                        "geometric mean of the factors, and candidates rated by how far from "
-                        "proportional their measured t(1) and q(n) are (ratio distances); "
-                        "sc-distance: the same with the seed's distances over sc (eq. 16-19); "
+                        "geometric mean of the factors, t(1) candidates rated and weighted "
+                        "by how well their transfer predicted the workload on its other "
+                        "platforms like the target (validated), sc candidates by how far from "
+                        "proportional their measured q(n) are (ratio distance); "
+                        "ratio: the default with t(1) candidates by the ratio distance of "
+                        "their t(1) and eq. 22's weights; "
+                        "sc-distance: the ratio setup with the seed's distances over sc "
+                        "(eq. 16-19); "
                         "seed: section 4.1 exactly as written; "
                         "nested: for each workload, t(1) and sc settings chosen from a fixed "
                         "grid by leave-one-out on the database without that workload (slow: "
@@ -182,6 +190,8 @@ def run(paths: list[str], max_factor: float | None = None, setup: str = "default
         raise MpetInputError("--max-factor does not apply to --setup nested (its grid fixes "
                              "the settings); leave one of them out")
     t1_sel, sc_sel = (SEED_T1, SEED_SC) if setup == "seed" else (DEFAULT_T1, DEFAULT_SC)
+    if setup == "ratio":
+        t1_sel = RATIO_T1
     if setup == "sc-distance":
         t1_sel = dataclasses.replace(t1_sel, basis="sc")
         sc_sel = dataclasses.replace(sc_sel, basis="sc")

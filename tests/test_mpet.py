@@ -17,7 +17,8 @@ from opptune.daemon.models.mpet_distance import (Distances, distance, normalise,
                                                   tuple_distance)
 from opptune.daemon.models.mpet_eval import (choose_settings, evaluate, evaluate_nested,
                                              summarise)
-from opptune.daemon.models.mpet_predict import (SEED_SC, SEED_T1, SINGLE_CANDIDATE_FACTOR,
+from opptune.daemon.models.mpet_predict import (DEFAULT_T1, SEED_SC, SEED_T1,
+                                                SINGLE_CANDIDATE_FACTOR,
                                                 MpetDatabase, NoCandidates, Selection,
                                                 penalty, predict_migration,
                                                 predict_scalability, reconstruct)
@@ -297,10 +298,9 @@ def test_t1_ratio_basis_finds_the_proportional_workload_that_sc_distances_miss()
     assert [c.d_a for c in a.t1_candidates] == pytest.approx([c.d_a for c in b.t1_candidates])
 
 
-def test_ratio_distance_with_k_looks_at_the_references_that_behave_like_the_target():
+def _local_proxy():
     """B1's t(1) is proportional to A's on P1, P2 and T (whose suite runs at one speed ratio),
-    not on Q1, Q2; B2 the other way round. Over all references B2 looks closer (k = 0); with
-    k > 0, D_a weighs the references by eq. 22's penalty of their D_p to T and B2 drops out."""
+    not on Q1, Q2; B2 the other way round."""
     speed = {"P1": 1.0, "P2": 2.0, "Q1": 0.7, "Q2": 3.0, "T": 1.5}
     suite_dev = {"Q1": (1.0, 1.5, 0.7), "Q2": (0.6, 1.0, 1.4)}
     a_dev = {"Q1": 2.0, "Q2": 0.5}
@@ -315,6 +315,13 @@ def test_ratio_distance_with_k_looks_at_the_references_that_behave_like_the_targ
         t1s["B2"] = 6.0 * sp * a_dev.get(p, 1.0) * b2_dev.get(p, 1.0)
         for w, t1 in t1s.items():
             profiles[(w, p)] = {"t": {1: t1, 2: t1 * 1.1 / 2}}
+    return profiles, platforms
+
+
+def test_ratio_distance_with_k_looks_at_the_references_that_behave_like_the_target():
+    """Over all references B2 looks closer (k = 0); with k > 0, D_a weighs the references by
+    eq. 22's penalty of their D_p to T and B2 drops out."""
+    profiles, platforms = _local_proxy()
     db = MpetDatabase(profiles, platforms)
     truth = profiles[("A", "T")]["t"][1]
     flat = predict_migration(db, "A", "T", Selection(1, 1, k=0, basis="t1-ratio"))
@@ -324,6 +331,78 @@ def test_ratio_distance_with_k_looks_at_the_references_that_behave_like_the_targ
     # B1 (or a suite workload, proportional to A on those references too), never B2
     assert "B2" not in {c.workload for c in local.t1_candidates}
     assert local.t1 == pytest.approx(truth, rel=1e-6)
+
+
+def test_t1_validated_basis_trusts_the_tuples_whose_transfer_held_where_data_resemble_t():
+    """Each (P, B)'s eq. 21 transfer is checked on A's other references (weighted by their
+    likeness to T) and on the suite on T (weighted by likeness to A): tuples whose transfer
+    held on P1/P2 (which behave like T) come first and weigh most, and B2 (proportional to A
+    on Q1/Q2 only) is left out, where the ratio distance over all references picks it."""
+    profiles, platforms = _local_proxy()
+    db = MpetDatabase(profiles, platforms)
+    truth = profiles[("A", "T")]["t"][1]
+    for n, off in ((1, 1e-9), (3, 0.05)):
+        ratio = predict_migration(db, "A", "T", Selection(n, n, "mean", k=0, mean="geometric",
+                                                          basis="t1-ratio"))
+        got = predict_migration(db, "A", "T", Selection(n, n, "mean", k=0, mean="geometric",
+                                                        basis="t1-validated"))
+        assert "B2" in {c.workload for c in ratio.t1_candidates}
+        assert abs(ratio.t1 - truth) / truth > 0.2
+        assert "B2" not in {c.workload for c in got.t1_candidates}
+        assert abs(got.t1 - truth) / truth < off
+        assert got.t1_candidates[0].platform in ("P1", "P2")
+        for c in got.t1_candidates:
+            assert math.isfinite(c.var) and c.d_a == pytest.approx(1 - math.exp(-math.sqrt(c.var)))
+        # inverse variance (largest weight 1), in order of validated error
+        assert [c.weight for c in got.t1_candidates] == sorted(
+            (c.weight for c in got.t1_candidates), reverse=True)
+        assert got.t1_candidates[0].weight == pytest.approx(1.0)
+    # A's own profile on T takes no part: a wild t(1) there changes nothing
+    wild = dict(profiles)
+    wild[("A", "T")] = {"t": {1: truth * 50, 2: truth * 30}}
+    again = predict_migration(MpetDatabase(wild, platforms), "A", "T", DEFAULT_T1)
+    assert again.t1 == pytest.approx(predict_migration(db, "A", "T", DEFAULT_T1).t1, rel=1e-12)
+
+
+def test_t1_validated_interval_is_the_validated_error_not_the_candidates_spread():
+    """Where every transfer held exactly (each workload's t(1) a constant times a platform
+    speed) the t(1) interval is a point even though the candidates' P and B differ a lot;
+    where they did not (B2 off on the references like T), it widens and holds the truth."""
+    speed = {"P1": 1.0, "P2": 2.5, "P3": 0.4, "T": 1.7}
+    base = {"A": 3.0, "B1": 10.0, "B2": 0.5, "B3": 40.0}
+    platforms = {p: {"n_nu": None, "n_ht": None, "nmax": 2} for p in speed}
+    exact = {(w, p): {"t": {1: b * sp, 2: b * sp * 0.6}} for w, b in base.items()
+             for p, sp in speed.items()}
+    got = predict_migration(MpetDatabase(exact, platforms), "A", "T", DEFAULT_T1)
+    assert got.t1 == pytest.approx(3.0 * 1.7, rel=1e-9)
+    assert got.lower[0] == pytest.approx(got.t1, rel=1e-9)
+    assert got.upper[0] == pytest.approx(got.t1, rel=1e-9)
+    profiles, platforms = _local_proxy()
+    truth = profiles[("A", "T")]["t"][1]
+    got = predict_migration(MpetDatabase(profiles, platforms), "A", "T", DEFAULT_T1)
+    assert got.upper[0] / got.lower[0] > 1.1
+    assert got.lower[0] <= truth <= got.upper[0]
+    # the candidates' own estimates span 2.1 .. 17.1 (x 8) here; the validated band is narrower
+    assert got.upper[0] / got.lower[0] < 4
+
+
+def test_t1_validated_basis_falls_back_to_the_ratio_distance_with_nothing_to_check():
+    """A measured on one reference and T's suite of one workload: no tuple can be checked on
+    other known t(1), so the ratio basis (and its fallback to sc) is what remains."""
+    profiles, platforms = _local_proxy()
+    keep = {k: v for k, v in profiles.items()
+            if (k[0] != "A" or k[1] == "P1") and (k[1] != "T" or k[0] in ("A", "B1"))}
+    db = MpetDatabase(keep, platforms)
+    got = predict_migration(db, "A", "T", DEFAULT_T1)
+    ratio = predict_migration(db, "A", "T", dataclasses.replace(DEFAULT_T1, basis="t1-ratio"))
+    assert got.t1 == pytest.approx(ratio.t1, rel=1e-12)
+    assert all(not math.isfinite(c.var) for c in got.t1_candidates)
+    # a reference profile without t(1) (runs at 2 cores only) is no tuple to check, no error
+    profiles[("A", "P1")] = {"t": {2: profiles[("A", "P1")]["t"][2]}}
+    truth = profiles[("A", "T")]["t"][1]
+    got = predict_migration(MpetDatabase(profiles, platforms), "A", "T", DEFAULT_T1)
+    assert all(c.platform != "P1" or not math.isfinite(c.var) for c in got.t1_candidates)
+    assert got.lower[0] <= truth <= got.upper[0]
 
 
 def test_q_ratio_basis_rates_scaling_candidates_by_proportional_curves():
@@ -424,6 +503,21 @@ def test_eval_mpet_cli_real_run(tmp_path, capsys):
                  "--max-factor", "5"]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "--max-factor" in err[0]
+
+
+def test_eval_mpet_cli_ratio_setup_is_the_default_without_validated_transfers(tmp_path, capsys):
+    profiles, _ = _local_proxy()
+    path = tmp_path / "m.csv"
+    _write_csv(path, profiles)
+    got = {}
+    for setup in ("default", "ratio"):
+        assert main(["eval-mpet", "--data", str(path), "--setup", setup, "--json"]) == 0
+        r = json.loads(capsys.readouterr().out)["results"][0]
+        assert r["setup"] == setup and r["predictions"] == 30
+        got[setup] = r["summary"]["mpet"]
+    # the same sc, so the same scaling; t(1) from validated transfers is the closer
+    assert got["default"]["scaling"] == got["ratio"]["scaling"]
+    assert got["default"]["t1"]["gmean"] < 0.5 * got["ratio"]["t1"]["gmean"]
 
 
 def test_eval_mpet_cli_bad_input(tmp_path, capsys):

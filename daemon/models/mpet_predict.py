@@ -49,6 +49,10 @@ class Selection:
     should be proportional to A where platforms behave like T). Where A shares fewer than two
     platforms with every B (or P fewer than two workloads with T), that distance falls back to
     sc's. Migration only: scenario (b) rates candidates by sc.
+    "t1-validated" (for t(1)) rates each (P, B) tuple by how well its own eq. 21 transfer
+    predicted the known t(1) nearest the prediction (A on its other references like T, the
+    suite on T like A) and weights candidates by the inverse of that error variance instead of
+    eq. 22's r(w) (see ``_validated``); where no tuple can be checked it is "t1-ratio".
     """
     n_platforms: int = 3
     n_workloads: int = 10
@@ -80,8 +84,8 @@ class Selection:
             raise ValueError("space is 'elements' or 'curve'")
         if self.mean not in ("arithmetic", "geometric"):
             raise ValueError("mean is 'arithmetic' or 'geometric'")
-        if self.basis not in ("sc", "t1-ratio", "q-ratio"):
-            raise ValueError("basis is 'sc', 't1-ratio' or 'q-ratio'")
+        if self.basis not in ("sc", "t1-ratio", "q-ratio", "t1-validated"):
+            raise ValueError("basis is 'sc', 't1-ratio', 'q-ratio' or 't1-validated'")
 
 
 # Section 4.1's final setup: t(1) from 5 workloads x 5 platforms rated by mean workload and
@@ -96,7 +100,9 @@ SEED_SC = Selection(n_platforms=3, n_workloads=10, workload_distance="individual
 # checked on the platforms and workloads where it can be; see Selection). Counts, k and weights
 # stay the seed's: docs/mpet.md gives this setup's figures beside the seed's and beside the
 # nested setup, which chooses them inside the leave-one-out.
-DEFAULT_T1 = dataclasses.replace(SEED_T1, mean="geometric", basis="t1-ratio")
+RATIO_T1 = dataclasses.replace(SEED_T1, mean="geometric", basis="t1-ratio")
+# t(1) by validated transfers (``_validated``); the seed's counts, geometric mean.
+DEFAULT_T1 = dataclasses.replace(RATIO_T1, basis="t1-validated")
 DEFAULT_SC = dataclasses.replace(SEED_SC, space="curve", mean="geometric", basis="q-ratio")
 # Beside a single candidate the spread of candidates says nothing: the interval is at least
 # [t/f, t f] with this f (the leave-one-out full-prediction errors' 80 % percentile is 50-75 %
@@ -111,7 +117,10 @@ class Candidate:
     d_a: float
     d_p: float
     d_t: float
-    weight: float = math.nan  # r(w) of eq. 22
+    weight: float = math.nan  # r(w) of eq. 22 (t1-validated: inverse error variance)
+    # t1-validated: the weighted mean squared log error of this tuple's transfer on the known
+    # t(1) nearest the prediction (see mpet_predict._validated); NaN where none was checked
+    var: float = math.nan
 
 
 @dataclass
@@ -124,8 +133,9 @@ class Prediction:
     t: list[float]
     t1_candidates: list[Candidate] = field(default_factory=list)
     sc_candidates: list[Candidate] = field(default_factory=list)
-    # Interval per n: min..max of the single candidates' predictions around the weighted one,
-    # at least [t/f, t f] (SINGLE_CANDIDATE_FACTOR) where t(1) or sc rests on one candidate.
+    # Interval per n: min..max of the single candidates' predictions around the weighted one
+    # (t1-validated: t(1) within SIGMAS of its validated error), at least [t/f, t f]
+    # (SINGLE_CANDIDATE_FACTOR) where t(1) or sc rests on one candidate.
     lower: list[float] = field(default_factory=list)
     upper: list[float] = field(default_factory=list)
     single_candidate: bool = False
@@ -273,6 +283,83 @@ def _plat(key):
     return key[0] if isinstance(key, tuple) else key
 
 
+# t1-validated: the noise floor of a log t(1) (single runs vary by a few %), so a tuple that
+# happened to transfer exactly on the references is not weighted without bound.
+VALIDATION_FLOOR = 0.03
+# t1-validated: the t(1) interval, in standard deviations of the validated log error (about
+# 95 % for a normal error)
+SIGMAS = 2.0
+
+
+def _log_deviation(d: float) -> float:
+    """The deviation s behind a ratio distance d = 1 - exp(-s); inf where d is unknown."""
+    return -math.log(1.0 - d) if math.isfinite(d) and d < 1 else math.inf
+
+
+def _validated(db: MpetDatabase, workload, target, pairs: list[Candidate], refs) -> bool:
+    """Set ``var`` and the distances of each t(1) candidate (P, B) by validating its transfer.
+
+    Departs from eq. 20-22 (the seed rates (P, B) by D_p and D_a and weights by r(1 - D)).
+    Eq. 21 makes log t1(A, T) = log t1(A, P) + [log t1(B, T) - log t1(B, P)]: one entry of the
+    log t(1) matrix (workloads x platforms) from three known ones. The same tuple can be
+    checked on known entries along both axes, without A's profile on T:
+    - A on its other references P': predicted log t1(A, P') - log t1(B, P') + the shift
+      log t1(A, P) - log t1(B, P), each P' weighted by how much it behaves like T;
+    - the other suite workloads B' on T: P's factor log t1(B, T) - log t1(B, P) applied to
+      B', each B' weighted by how much it behaves like A.
+    "Behaves like" is the ratio distance's deviation s (mpet_distance.ratio_distance: of the
+    suite between P' and T, of A and B' over A's references), weight 1 / (s^4 + floor^4) (the
+    4th power: squared errors are averaged). ``var`` = the weighted mean squared error of both:
+    the tuple's error where the data resemble the prediction's. ``_weights`` then uses
+    1 / (var + floor^2), the inverse variance, for eq. 23's (geometric) mean. d_a = 1 -
+    exp(-sqrt(var)) (what D_a stands for: how good a proxy of A the tuple is here), d_p = the
+    ratio D_p of P to T, d_t = eq. 20. False where no tuple could be checked.
+    """
+    by_w, by_p = db.t1_table()
+    own = {p: v for p, v in by_w.get(workload, {}).items() if p in refs and p != target}
+    tgt = {b: v for b, v in by_p.get(target, {}).items() if b != workload}
+    cache = db.__dict__.setdefault("_ratio_cache", {})
+    s_p = {}
+    for p in own:
+        ck = ("t1-ratio", "p", workload, p, target)
+        if ck not in cache:
+            cache[ck] = ratio_distance({k: v for k, v in by_p.get(p, {}).items()
+                                        if k != workload}, tgt)
+        s_p[p] = _log_deviation(cache[ck])
+    kern = {p: 1.0 / (s ** 4 + VALIDATION_FLOOR ** 4) for p, s in s_p.items()}
+    any_var = False
+    kern_a = {}
+    for c in pairs:
+        tb = by_w.get(c.workload, {})
+        c.d_p = 1.0 - math.exp(-s_p.get(c.platform, math.inf))
+        if c.platform not in own or c.platform not in tb or c.workload not in tgt:
+            continue  # a profile without t(1): nothing to transfer (var stays NaN)
+        shift = math.log(own[c.platform]) - math.log(tb[c.platform])
+        num = den = 0.0
+        for q, aq in own.items():
+            if q == c.platform or q not in tb:
+                continue
+            err = math.log(aq) - math.log(tb[q]) - shift
+            num += kern[q] * err * err
+            den += kern[q]
+        # the same tuple's factor applied to the other suite workloads B' on T
+        tp = by_p.get(c.platform, {})
+        fac = math.log(tgt[c.workload]) - math.log(tb[c.platform])
+        for b2, vt in tgt.items():
+            if b2 == c.workload or b2 not in tp:
+                continue
+            if b2 not in kern_a:
+                s_a = _log_deviation(ratio_distance(own, by_w.get(b2, {})))
+                kern_a[b2] = 1.0 / (s_a ** 4 + VALIDATION_FLOOR ** 4)
+            err = math.log(vt) - math.log(tp[b2]) - fac
+            num += kern_a[b2] * err * err
+            den += kern_a[b2]
+        c.var = num / den if den > 0 else math.nan
+        any_var |= math.isfinite(c.var)
+        c.d_a = 1.0 - math.exp(-math.sqrt(c.var)) if math.isfinite(c.var) else math.nan
+    return any_var
+
+
 def _candidates(dist: Distances, db: MpetDatabase, workload, target, sel: Selection,
                 refs=None) -> list[Candidate]:
     refs = set(refs) if refs is not None else dist.platforms_of.get(workload, set())
@@ -293,7 +380,11 @@ def _candidates(dist: Distances, db: MpetDatabase, workload, target, sel: Select
                 c.d_p = dist.d_p_mean(c.platform, target) if sel.platform_distance == "mean" \
                     else dist.d_p(c.workload, c.platform, target)
 
-    if sel.basis == "sc":
+    if sel.basis == "t1-validated":
+        if not _validated(db, workload, target, pairs, refs):
+            return _candidates(dist, db, workload, target,
+                               dataclasses.replace(sel, basis="t1-ratio"), refs)
+    elif sel.basis == "sc":
         sc_distances("a")
         sc_distances("p")
     elif pairs:
@@ -337,7 +428,11 @@ def _candidates(dist: Distances, db: MpetDatabase, workload, target, sel: Select
                 sc_distances(which)
     for c in pairs:
         c.d_t = tuple_distance(c.d_p, c.d_a)
-    pairs.sort(key=lambda c: (c.d_t, str(c.platform), str(c.workload)))
+    if sel.basis == "t1-validated":  # in order of validated error (unknown last)
+        pairs.sort(key=lambda c: (c.var if math.isfinite(c.var) else math.inf,
+                                  str(c.platform), str(c.workload)))
+    else:
+        pairs.sort(key=lambda c: (c.d_t, str(c.platform), str(c.workload)))
     chosen, plats, works = [], set(), set()
     for c in pairs:
         if (c.platform in plats or len(plats) < sel.n_platforms) and \
@@ -348,6 +443,16 @@ def _candidates(dist: Distances, db: MpetDatabase, workload, target, sel: Select
 
 
 def _weights(cands: list[Candidate], sel: Selection) -> np.ndarray:
+    if sel.basis == "t1-validated" and any(math.isfinite(c.var) for c in cands):
+        # inverse variance in place of eq. 22 (see _validated); an unvalidated candidate
+        # counts as the worst validated one; scaled to a largest weight of 1
+        v = np.array([c.var for c in cands], dtype=float)
+        v = np.where(np.isfinite(v), v, np.nanmax(v))
+        r = 1.0 / (v + VALIDATION_FLOOR ** 2)
+        r = r / r.max()
+        for c, x in zip(cands, r):
+            c.weight = float(x)
+        return r
     d = np.array([{"a": c.d_a, "p": c.d_p, "t": c.d_t}[sel.weight] for c in cands], dtype=float)
     w = 1.0 - np.where(np.isfinite(d), d, 1.0)
     r = penalty(w, sel.k)
@@ -421,6 +526,13 @@ def _interval(pred: Prediction, rows: dict, t1_sel: Selection, sc_sel: Selection
     t1s = [float(reconstruct(*(x[i: i + 1] for x in rows["t1"]), one, t1_sel.max_factor)[0])
            for i in range(len(pred.t1_candidates))]
     t1s = [v for v in t1s if math.isfinite(v) and v > 0] or [pred.t1]
+    var = [(c.weight, c.var) for c in pred.t1_candidates if math.isfinite(c.var)]
+    if t1_sel.basis == "t1-validated" and var:
+        # validated transfers measured their own error (log t(1), see _validated): the t(1)
+        # band is SIGMAS standard deviations of it (the candidates' weighted mean variance)
+        # instead of the candidates' min..max, which says nothing about how wrong they are
+        sd = math.sqrt(sum(w * v for w, v in var) / sum(w for w, _ in var))
+        t1s = [pred.t1 * math.exp(-SIGMAS * sd), pred.t1 * math.exp(SIGMAS * sd)]
     base = np.asarray(pred.t) / pred.t1
     shapes = [base]
     for i in range(len(pred.sc_candidates)):
