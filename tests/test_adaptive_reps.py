@@ -15,6 +15,7 @@ import msgpack
 import pytest
 
 from opptune.agent.virtual_board import board_spec, make_tree
+from opptune.daemon.jobs import closing_point
 from opptune.daemon.planner import plan_sweep
 from opptune.shared import protocol as P
 from opptune.shared.config import ConfigError, SweepDefaults, load_daemon_config
@@ -229,3 +230,55 @@ def test_daemon_killed_mid_job_completes_it_exactly(tmp_path):
     _check_closed(points, 2)
     assert [len(r) for r in points.values()] == [6, 6]
     assert c_state(tmp_path) == ("done", 12, 2 * MAX_REPS)
+
+
+# -- the daemon's completion check -------------------------------------------------------------
+def test_completion_reads_the_jobs_records_once_however_many_batches(tmp_path, monkeypatch):
+    """Each batch's closing records update the closed points; the job's stored records are
+    read once (the first time it could be complete), not per batch, and the job is done
+    exactly when its last point closes."""
+    from opptune.daemon.store import ResultIn
+    from opptune.shared.records import RunRecord
+    from test_job_send_order import tracker
+
+    n_points, reps = 40, 10
+    job = {"job_id": "j1", "workload": "pi_integrate", "size": "small", "reps": reps,
+           "warmup": 0, "points": [{"cpus": [0], "threads": 1, "freq_khz": None,
+                                    "until": {"ci": 0.02, "min_reps": 3, "budget_s": 0.0}}
+                                   for _ in range(n_points)]}
+    jobs, store, _ = tracker(tmp_path)
+    done: list[str] = []
+    jobs.on_done = lambda job_id, agent: done.append(job_id)
+    jobs.send("a1", job)
+    reads = []
+    real_read = store.run_records
+    monkeypatch.setattr(store, "run_records", lambda j: reads.append(j) or real_read(j))
+
+    def batch(idx: int, runs: int) -> None:  # one point's runs, the last one closing it
+        items = []
+        for rep in range(runs):
+            extra = {"point": {"index": idx, "runs": runs, "done": True, "stop": "ci"}} \
+                if rep == runs - 1 else {}
+            rec = RunRecord(platform="p1", workload="pi_integrate", input="small", cores=1,
+                            cpus=[0], threads=1, rep=rep, time_s=1.0, extra=extra)
+            items.append(ResultIn(f"m{idx}-{rep}", "a1", "j1", idx * reps + rep, rec,
+                                  rec.to_dict()))
+        store.insert_results(items, 0.0)
+        closed = {"j1": [i for i in (closing_point(it.record) for it in items)
+                         if i is not None]}
+        jobs.results_stored({"j1": (n_points * reps, "a1")}, {"j1": runs}, 0.0, closed)
+
+    for idx in range(n_points - 1):
+        batch(idx, 3 + idx % 4)
+        assert done == [], idx
+    batch(n_points - 1, 3)
+    assert done == ["j1"] and store.job("j1")["state"] == "done"
+    assert len(reads) <= 1, reads
+
+    # a new daemon (restart) with the job's runs stored: one read completes it
+    jobs2, _, _ = tracker(tmp_path)
+    jobs2.on_done = lambda job_id, agent: done.append(job_id)
+    store.set_job_state("j1", "running")
+    jobs2.store = store
+    jobs2.check("j1", n_points * reps, "a1", 0)
+    assert done == ["j1", "j1"] and len(reads) <= 2
