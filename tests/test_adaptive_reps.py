@@ -282,3 +282,26 @@ def test_completion_reads_the_jobs_records_once_however_many_batches(tmp_path, m
     jobs2.store = store
     jobs2.check("j1", n_points * reps, "a1", 0)
     assert done == ["j1", "j1"] and len(reads) <= 2
+
+
+def test_benchmark_scores_both_with_one_estimator_and_counts_the_points_as_good():
+    import importlib.util
+    path = Path(__file__).resolve().parent.parent / "benchmarks" / "adaptive_reps.py"
+    spec = importlib.util.spec_from_file_location("adaptive_reps_bench", path)
+    bench = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bench)
+
+    def row(fixed, adaptive, runs, stop):
+        return {"fixed_ci": fixed, "adaptive_ci": adaptive, "adaptive_runs": runs, "stop": stop}
+    rows = [row(0.005, 0.018, 3, "ci"),  # within the target: as good
+            row(0.030, 0.025, 10, "max_reps"),  # tighter than fixed 10: as good
+            row(0.030, 0.040, 10, "max_reps"),  # neither
+            row(0.010, None, 4, "budget")]  # no interval: not as good
+    s = bench.summarise(rows, 0.02)
+    assert (s["fixed_runs"], s["adaptive_runs"]) == (40, 27)
+    assert s["runs_saved"] == pytest.approx(0.325) and not s["met"]
+    assert s["points_as_good"] == 2 and s["stops"] == {"ci": 1, "max_reps": 2, "budget": 1}
+    s = bench.summarise(rows[:1] * 3 + rows[1:2], 0.02)
+    assert s["runs_saved"] == pytest.approx(0.525) and s["met"]
+    # the fixed points are scored by the interval the stop rule uses
+    assert bench.relative_ci is relative_ci
