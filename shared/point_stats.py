@@ -9,13 +9,13 @@ pyperf's. Only what pyperf does not offer is here:
   median +- t(n-1, 97.5 %) x sqrt(pi/2) x stdev / sqrt(n). sqrt(pi/2) is the asymptotic
   standard error of a normal sample's median over its mean's (efficiency 2/pi). It needs
   3 values (a distribution-free interval from order statistics needs 6: n = 5 reaches only
-  93.75 %, which makes early stopping impossible). Its coverage, checked by seeded simulation
-  on right-skewed run times with outliers (tests/test_point_stats.py), is 95-98 % at a fixed
-  n from 3 to 20; an outlier inflates the stdev, so a point with one runs on rather than
-  stopping on a too-narrow interval. Stopping as soon as the interval is narrow enough
-  selects the samples whose stdev came out low: that lowers the coverage of the stopping
-  interval to about 93-95 % where the noise puts the interval near the target (measured by
-  the same test), and leaves it at 95-97 % elsewhere;
+  93.75 %; with 6 as the least count, 40 % fewer runs than a fixed 10 is the best case).
+  Its coverage, checked by seeded simulation on log-normal, floor + exponential and 5 %
+  outlier run times (tests/test_point_stats.py), is 95-99 % at a fixed n from 3 to 20 (it is
+  conservative); an outlier inflates the stdev, so a point with one runs on rather than stop
+  on a too-narrow interval. Stopping as soon as the interval is narrow enough favours the
+  samples whose stdev came out low: the interval a point stops with covers 94-96 % (same
+  test; lowest where the noise puts the interval near the target);
 * the stop rule of adaptive repetition (:func:`stop_reason`);
 * the MAD outlier rule (:func:`outliers`).
 

@@ -56,7 +56,7 @@ def test_interval_is_pyperf_median_and_stdev():
 
 
 @pytest.mark.parametrize("name", sorted(DISTRIBUTIONS))
-def test_coverage_at_a_fixed_count_is_95_to_98_percent(name):
+def test_coverage_at_a_fixed_count_is_95_to_99_percent(name):
     draw = DISTRIBUTIONS[name]
     truth = _true_median(draw)
     rng = np.random.default_rng(7)
@@ -74,7 +74,8 @@ def test_coverage_at_a_fixed_count_is_95_to_98_percent(name):
 ])
 def test_coverage_when_stopping_as_soon_as_narrow(name, draw):
     """The stop rule as the agent runs it: the interval a point stops with covers the true
-    median in >= 92 % of points (95-98 % at a fixed count: the optional stopping bias)."""
+    median in >= 92 % of points (94-96 % in these cases; 95-99 % at a fixed count: the
+    optional stopping bias)."""
     truth = _true_median(draw)
     rule = StopRule(max_reps=10, target_ci=0.02)
     rng = np.random.default_rng(11)
