@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import logging
 import time
-from typing import Any, Callable
+from typing import Any, Callable, Iterable
 
 from ..shared import protocol
 from ..shared.config import DaemonConfig
@@ -55,6 +55,9 @@ class JobTracker:
         # job id -> (points, the fewest runs that can close them all) of an adaptive job, None
         # for a fixed one
         self._adaptive: dict[str, tuple[int, int] | None] = {}
+        # job id -> indexes of its closed adaptive points: read from the store once, then kept
+        # up to date from each batch, so a large job is not re-read per batch
+        self._closed: dict[str, set[int]] = {}
 
     def _limit(self) -> int:
         return max(1, int(getattr(self.config, "max_outstanding_jobs", 8)))
@@ -94,19 +97,22 @@ class JobTracker:
                          "until" in p for p in job["points"]) else "", job["reps"], agent)
 
     def results_stored(self, touched: dict[str, tuple[int, str]], counts: dict[str, int],
-                       now: float) -> None:
+                       now: float, closed: dict[str, list[int]] | None = None) -> None:
         """Results of the jobs in ``touched`` (job id -> (runs expected, agent)) were
-        committed, ``counts`` of them per job."""
+        committed, ``counts`` of them per job, closing the adaptive points ``closed`` (job id
+        -> point indexes, from :func:`closing_point`)."""
         for job_id, (of, agent) in touched.items():
             if job_id not in self._running and job_id not in self._complete:
                 self._running.add(job_id)
                 # an expired job whose agent came back with results runs again
                 self.store.set_job_state(job_id, "running", now=now,
                                          only_from=("queued", "sent", "expired"))
-            self.check(job_id, of, agent, counts.get(job_id, 0))
+            self.check(job_id, of, agent, counts.get(job_id, 0), (closed or {}).get(job_id, ()))
 
-    def check(self, job_id: str, of: int, agent: str, new: int) -> None:
-        """Complete the job when all ``of`` runs are stored (``new`` arrived just now)."""
+    def check(self, job_id: str, of: int, agent: str, new: int,
+              closing: Iterable[int] = ()) -> None:
+        """Complete the job when all ``of`` runs are stored (``new`` arrived just now), or
+        every point of an adaptive job is closed (``closing``: points closed just now)."""
         if job_id in self._complete:
             return
         prog = self._progress.get(job_id)
@@ -115,16 +121,25 @@ class JobTracker:
             new = of  # unknown history (e.g. after a restart): look once
         prog[1] += new
         shape = self._shape(job_id)
+        closed = self._closed.get(job_id)
+        if closed is not None and shape is not None:
+            closed.update(i for i in closing if 0 <= i < shape[0])
         if prog[0] + prog[1] < (of if shape is None else min(of, shape[1])):
             return
+        if shape is not None:
+            if closed is None:  # the only full read of the job's records
+                closed = self._closed[job_id] = closed_points(self.store.run_records(job_id),
+                                                              shape[0])
+            if len(closed) < shape[0] and prog[0] + prog[1] < of:
+                return
         received = self.store.job_received(job_id)
         prog[0], prog[1] = received, 0
-        if received < of and (shape is None or
-                              len(closed_points(self.store.run_records(job_id), shape[0])) < shape[0]):
+        if received < of and (shape is None or len(closed or ()) < shape[0]):
             return
         self._complete.add(job_id)
         self._progress.pop(job_id, None)
         self._adaptive.pop(job_id, None)
+        self._closed.pop(job_id, None)
         self._running.discard(job_id)
         ok, errors = self.store.job_failures(job_id)
         if not ok:
@@ -244,13 +259,17 @@ class JobTracker:
                 log.warning("job %s expired: %s", j["job_id"], reason)
 
 
+def closing_point(rec: Any) -> int | None:
+    """The index of the adaptive point that ``rec`` (a RunRecord) closes
+    (``extra["point"]["done"]``, written by an agent that ends adaptive points); None if none."""
+    p = rec.extra.get("point") if isinstance(rec.extra, dict) else None
+    if isinstance(p, dict) and p.get("done") is True and type(p.get("index")) is int:
+        return p["index"]
+    return None
+
+
 def closed_points(records: list[tuple[str, Any]], n_points: int) -> set[int]:
-    """Indexes (< ``n_points``) of the points whose closing record (``extra["point"]["done"]``,
-    written by an agent that ends adaptive points) is among ``records`` ((msg id, RunRecord))."""
-    out = set()
-    for _, rec in records:
-        p = rec.extra.get("point") if isinstance(rec.extra, dict) else None
-        if isinstance(p, dict) and p.get("done") is True and type(p.get("index")) is int \
-                and 0 <= p["index"] < n_points:
-            out.add(p["index"])
-    return out
+    """Indexes (< ``n_points``) of the points whose closing record is among ``records``
+    ((msg id, RunRecord))."""
+    return {i for i in (closing_point(rec) for _, rec in records)
+            if i is not None and 0 <= i < n_points}

@@ -35,7 +35,7 @@ from . import queries
 from .errors import HandlerError
 from .fitter import Fitter
 from .keyring import KeyRing
-from .jobs import ACTIVE_JOB_STATES, FINAL_JOB_STATES, JobTracker
+from .jobs import ACTIVE_JOB_STATES, FINAL_JOB_STATES, JobTracker, closing_point
 from .link import Link
 from .query_worker import Deferred, QueryWorker
 from .recommender import Recommender, freq_text, off_pct, verdict
@@ -424,9 +424,13 @@ class Daemon:
         for identity, ids in acks.items():
             send_ack(identity, ids, DAEMON_ID)
         counts: dict[str, int] = {}
+        closed: dict[str, list[int]] = {}
         for r in results:
             counts[r.job_id] = counts.get(r.job_id, 0) + 1
-        self.jobs.results_stored(touched, counts, now)
+            point = closing_point(r.record)
+            if point is not None:
+                closed.setdefault(r.job_id, []).append(point)
+        self.jobs.results_stored(touched, counts, now, closed)
 
     def _job_done(self, job_id: str, agent: str) -> None:
         if self.tuning.owns(job_id):  # a tune session's measurement: the session goes on

@@ -139,12 +139,12 @@ class SweepDefaults:
     per_cluster: bool = False
     # Adaptive repetition (shared/point_stats.py): each point runs until the relative 95 %
     # interval of its median is within target_ci, or max_reps runs, or point_budget_s seconds
-    # of runs (0: no budget); reps is then unused. At least min_reps runs (6 or more: fewer
+    # of runs (0: no budget); reps is then unused. At least min_reps runs (3 or more: fewer
     # values have no 95 % interval).
     adaptive: bool = False
     target_ci: float = 0.02
     max_reps: int = 20
-    min_reps: int = 6
+    min_reps: int = 3
     point_budget_s: float = 0.0
 
     GRID_WORDS = ("none", "all", "list")
@@ -304,8 +304,8 @@ FORMS = {
     "sweep.size": "a size name, e.g. \"small\"",
     "sweep.frequencies": "an array of frequencies in kHz, e.g. [1200000, 1800000]",
     "sweep.target_ci": "a fraction of the median between 0 and 1, e.g. 0.02 for +-2 %",
-    "sweep.max_reps": "a whole number >= 6 (the most runs of an adaptive point)",
-    "sweep.min_reps": "a whole number >= 6 (fewer values have no 95 % interval)",
+    "sweep.max_reps": "a whole number >= 3 (the most runs of an adaptive point)",
+    "sweep.min_reps": "a whole number >= 3 (fewer values have no 95 % interval)",
     "sweep.point_budget_s": "a number of seconds >= 0 (0: no time budget per point)",
     "bench_kernels": "an array of kernel names, e.g. [\"triad\"] or [\"all\"]",
     "failover_daemons": "an array of endpoints, e.g. [\"tcp://host2:5555\"]",
@@ -496,7 +496,7 @@ VALUE_CHECKS: tuple[tuple[str, Any], ...] = (
     ("sweep.max_cores", lambda v: v >= 0), ("sweep.size", lambda v: bool(v.strip())),
     ("sweep.frequencies", lambda v: all(type(f) is int and f > 0 for f in v)),
     ("sweep.target_ci", lambda v: math.isfinite(v) and 0 < v < 1),
-    ("sweep.max_reps", lambda v: v >= 6), ("sweep.min_reps", lambda v: v >= 6),
+    ("sweep.max_reps", lambda v: v >= 3), ("sweep.min_reps", lambda v: v >= 3),
     ("sweep.point_budget_s", lambda v: math.isfinite(v) and v >= 0),
     ("outbox_max_mb", lambda v: 0.001 <= v <= 1_000_000),
     ("interference_max_share", lambda v: 0 <= v < 1),
