@@ -38,6 +38,7 @@ from .jobs import ACTIVE_JOB_STATES, UNSUCCESSFUL_JOB_STATES
 from .objectives import Goal
 from .planner import cluster_orders, new_job_id, offered_frequencies, sweep_order
 from .recommend import candidate_grid
+from .recommender import rests_on
 from .registry import board_name
 from .sampling import Grid, Measured, Proposal, Sampler
 from .store import Group
@@ -88,6 +89,9 @@ class Session:
     verification: dict[str, Any] | None = None
     updated: float = 0.0
     resumed: bool = False  # loaded from the store at this daemon's start, not yet taken up
+    # True: marked runs (interference) count too, the result holds for the board under that
+    # load (--accept-load); None: the daemon's accept_load key
+    accept_load: bool | None = None
 
     def record(self) -> dict[str, Any]:
         """What the store keeps (the grids are recomputed from the platform at loading)."""
@@ -102,7 +106,7 @@ class Session:
                 "job_started": self.job_started, "job_seconds": self.job_seconds,
                 "steps": self.steps, "recommendation": self.recommendation,
                 "config_id": self.config_id, "verification": self.verification,
-                "updated": self.updated}
+                "updated": self.updated, "accept_load": self.accept_load}
 
     @classmethod
     def from_record(cls, r: dict[str, Any], platform: dict[str, Any]) -> Session:
@@ -117,7 +121,8 @@ class Session:
                    current=r["current"], job_id=r["job_id"], job_started=r["job_started"],
                    job_seconds=list(r["job_seconds"]), steps=list(r["steps"]),
                    recommendation=r["recommendation"], config_id=r["config_id"],
-                   verification=r["verification"], updated=r["updated"])
+                   verification=r["verification"], updated=r["updated"],
+                   accept_load=r.get("accept_load"))  # absent in sessions saved before it
 
     def view(self, now: float) -> dict[str, Any]:
         grid = sum(len(s.grid) for s in self.segments)
@@ -140,7 +145,7 @@ class Session:
                 "elapsed_s": round((self.updated if self.state in FINAL else now)
                                    - self.started, 3),
                 "recommendation": self.recommendation, "config_id": self.config_id,
-                "verification": self.verification}
+                "verification": self.verification, "accept_load": self.accept_load}
 
 
 def segment_grid(platform: dict[str, Any], order: list[int], max_cores: int | None) -> Grid:
@@ -205,6 +210,9 @@ class Tuner:
                                                f"number >= {1 if key in ('budget', 'reps') else 0}"
                                                f", not {v!r}")
             ints[key] = v
+        accept_load = args.get("accept_load")
+        if accept_load is not None and not isinstance(accept_load, bool):
+            raise HandlerError("bad_args", "tune args.accept_load must be true or false")
         info = d.registry.get(agent)
         if info is None:
             known = ", ".join(sorted(a.agent_id for a in d.registry.all())) or "none"
@@ -261,7 +269,7 @@ class Tuner:
         now = time.time()
         s = Session("tune-" + uuid.uuid4().hex[:16], agent, workload, size, goal, segments,
                     ints["reps"] or d.config.sweep.reps, d.config.sweep.warmup, cluster,
-                    ints["max_cores"], now, updated=now)
+                    ints["max_cores"], now, updated=now, accept_load=accept_load)
         self.sessions[s.tune_id] = s
         self._save(s)
         log.info("tune %s: %s of %s (%s) on %s over %d configurations%s", s.tune_id,
@@ -410,7 +418,7 @@ class Tuner:
         """Ask the Sampler (off the loop) what to measure next in the current segment."""
         seg = s.segments[s.current]
         group = Group(self._platform_id(s), s.workload, s.size, seg.variant)
-        rows = self.d.store.group_energy_runs(group)
+        rows = self.d.store.group_energy_runs(group, s.accept_load)
         if seg.budget is not None and seg.measured >= seg.budget:
             # the session's budget counts its own measurements, not runs stored before it
             self._proposed(s, Proposal(None, f"the budget of {seg.budget} configurations is "
@@ -455,16 +463,32 @@ class Tuner:
     def _recommend(self, s: Session) -> None:
         try:
             rec = recommend_for(self.d, s.agent, s.workload, s.goal, s.size, s.cluster,
-                                s.max_cores)
+                                s.max_cores, s.accept_load)
             rec["applied"] = apply(self.d, rec)
         except HandlerError as exc:
-            self._fail(s, f"no recommendation: {exc}")
+            self._fail(s, f"no recommendation: {exc}{self._marked_note(s)}")
             return
         s.recommendation, s.config_id = rec, rec["applied"]["config_id"]
         s.state, s.updated = "verifying", time.time()
         self._save(s)
         log.info("tune %s: recommend %d cores at %s (config %s)", s.tune_id, rec["cores"],
                  rec["freq_khz"], s.config_id)
+
+    def _marked_note(self, s: Session) -> str:
+        """Why runs are missing when the board was busy: '; N runs marked ... left out (...)'
+        (empty when none was, or the load is accepted)."""
+        n, offenders = 0, []
+        for seg in s.segments:
+            basis = rests_on(self.d.store, Group(self._platform_id(s), s.workload, s.size,
+                                                 seg.variant), accept_load=s.accept_load)
+            if not basis["marked_used"]:
+                n += basis["marked_runs"]
+                offenders += basis["offenders"]
+        if not n:
+            return ""
+        return (f"; {n} run{'s' if n != 1 else ''} marked for interference left out "
+                f"({'; '.join(dict.fromkeys(offenders))}): tune again when the board is quiet, "
+                "or with --accept-load for the board under that load")
 
     def _fail(self, s: Session, reason: str) -> None:
         self._end(s, "failed", reason)
