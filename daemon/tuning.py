@@ -50,6 +50,8 @@ log = logging.getLogger("opptune.daemon")
 
 ACTIVE = ("measuring", "verifying")
 FINAL = ("done", "failed")
+# finished sessions the store could not take, kept in memory for tune_status (the oldest go)
+UNSAVED_FINISHED_MAX = 32
 VERDICT_STATES = ("verified", "off", "marked", "refused", "failed")
 
 
@@ -161,7 +163,10 @@ class Tuner:
 
     def __init__(self, daemon: Daemon):
         self.d = daemon
-        self.sessions: dict[str, Session] = {}
+        self.sessions: dict[str, Session] = {}  # the sessions going on
+        # finished ones whose last save failed (a finished session is otherwise read back
+        # from the store): bounded, oldest first
+        self._unsaved: dict[str, Session] = {}
         self._by_job: dict[str, str] = {}
         self._polled = time.time()  # when the last poll returned
         self._pool = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="opptune-tune")
@@ -280,7 +285,8 @@ class Tuner:
 
     def status(self, args: dict[str, Any]) -> dict[str, Any]:
         tune_id = args.get("tune_id")
-        s = self.sessions.get(tune_id) if isinstance(tune_id, str) else None
+        s = (self.sessions.get(tune_id) or self._unsaved.get(tune_id)) \
+            if isinstance(tune_id, str) else None
         if s is None and isinstance(tune_id, str):
             # a session of another daemon sharing the store, or one that could not resume
             try:
@@ -495,18 +501,29 @@ class Tuner:
         log.warning("tune %s failed: %s", s.tune_id, reason)
 
     def _end(self, s: Session, state: str, reason: str) -> None:
+        """Finish ``s``: saved, it leaves memory (tune_status reads it from the store), so a
+        long-running daemon does not keep every session it ever ran."""
         s.state, s.reason, s.updated = state, reason, time.time()
         if s.job_id:
             self._by_job.pop(s.job_id, None)
-        self._save(s)
+        if s.pending is not None:
+            s.pending.cancel()
+        saved = self._save(s)
+        self.sessions.pop(s.tune_id, None)
+        if not saved:
+            self._unsaved[s.tune_id] = s
+            while len(self._unsaved) > UNSAVED_FINISHED_MAX:
+                del self._unsaved[next(iter(self._unsaved))]
 
-    def _save(self, s: Session) -> None:
+    def _save(self, s: Session) -> bool:
         """Keep the session in the store; a failure is logged and the session goes on in
         memory (the measurements themselves are stored by ingest, not here)."""
         try:
             self.d.store.save_tune_session(s.record())
+            return True
         except Exception:
             log.exception("tune %s: saving the session", s.tune_id)
+            return False
 
     def _platform_id(self, s: Session) -> str:
         info = self.d.registry.get(s.agent)

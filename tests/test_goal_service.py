@@ -133,6 +133,8 @@ def test_tune_measures_one_configuration_per_job_then_pushes_and_verifies(daemon
             st = a.query("tune_status", {"tune_id": s["tune_id"]})["body"]["data"]
         assert st["state"] == "done" and st["verification"]["state"] in ("verified", "off")
         assert st["reason"].startswith("applied and ")
+        # finished: out of the daemon's memory, its view read back from the store
+        assert s["tune_id"] not in daemon.tuning.sessions
         err = a.query("tune_status", {"tune_id": "tune-nothing"})
         assert err["body"]["code"] == "bad_args"
     finally:
@@ -269,3 +271,54 @@ def test_tune_leaves_marked_runs_out_unless_the_load_is_accepted(daemon):
     assert goal_args("tune", args)["accept_load"] is True
     args = build_parser().parse_args(["tune", "--agent", "q1", "--workload", "wl"])
     assert "accept_load" not in goal_args("tune", args)
+
+
+def test_finished_tune_sessions_leave_memory_and_unsaved_ones_are_bounded():
+    """A finished session is dropped from the Tuner once saved (tune_status reads the store);
+    one the store refused stays answerable from memory, at most UNSAVED_FINISHED_MAX of them."""
+    from opptune.daemon.objectives import Goal
+    from opptune.daemon.tuning import UNSAVED_FINISHED_MAX, Session, Tuner
+
+    class Store:
+        def __init__(self):
+            self.saved, self.fail = {}, False
+
+        def open_tune_sessions(self):
+            return []
+
+        def save_tune_session(self, r):
+            if self.fail:
+                raise OSError("disk full")
+            self.saved[r["tune_id"]] = r
+
+        def tune_session(self, tune_id):
+            return self.saved.get(tune_id)
+
+    class Registry:
+        def get(self, _):
+            return None
+
+    class D:
+        store, registry = Store(), Registry()
+
+    tuner = Tuner(D())
+    try:
+        def end(i):
+            s = Session(f"tune-{i}", "a", "w", "small", Goal("time"), [], 1, 0, None, None,
+                        float(i))
+            tuner.sessions[s.tune_id] = s
+            tuner._end(s, "done", f"finished {i}")
+
+        end(0)
+        assert tuner.sessions == {} and tuner._unsaved == {}
+        assert tuner.status({"tune_id": "tune-0"})["reason"] == "finished 0"  # from the store
+        D.store.fail = True
+        n = UNSAVED_FINISHED_MAX + 8
+        for i in range(1, n + 1):
+            end(i)
+        assert tuner.sessions == {} and len(tuner._unsaved) == UNSAVED_FINISHED_MAX
+        assert tuner.status({"tune_id": f"tune-{n}"})["reason"] == f"finished {n}"
+        with pytest.raises(Exception, match="no tune session 'tune-1'"):
+            tuner.status({"tune_id": "tune-1"})  # the oldest unsaved one went
+    finally:
+        tuner.close()
