@@ -16,6 +16,7 @@ from opptune.daemon.store import Group, ResultIn, open_store
 from opptune.shared.records import RunRecord
 
 from procs import Cluster, wait_until, write_toml
+from test_goal_service import NO_METER, Agent, record as goal_record
 from test_tune_restart import daemon_on
 
 NEIGHBOUR = {"share": 0.4, "name": "sh", "pid": 4711}
@@ -154,7 +155,6 @@ def daemon(tmp_path):
 
 
 def test_the_daemon_sends_the_marked_points_again_and_recommend_says_what_it_rests_on(daemon):
-    from test_goal_service import NO_METER, Agent, record as goal_record
     why = "interference: 48 % of cpus 0-2; pid 4711 (sh) used 96 % of cpu 2"
     a = Agent(daemon.endpoint, NO_METER)
     try:
@@ -201,7 +201,6 @@ def test_the_daemon_sends_the_marked_points_again_and_recommend_says_what_it_res
 
 
 def test_a_group_with_marked_runs_only_has_no_model_and_the_status_says_why(daemon):
-    from test_goal_service import NO_METER, Agent, record as goal_record
     why = "interference: 60 % of cpu 0 used by pid 99 (make)"
     a = Agent(daemon.endpoint, NO_METER)
     try:
@@ -305,7 +304,6 @@ def test_retries_and_never_clean_points_survive_daemon_restarts(tmp_path):
     """A re-measure job out across a restart keeps its retry number (the agent's hello
     brings it back; the retries end after the configured count, not more), and the points
     never measured clean are still reported by the next daemon on the store."""
-    from test_goal_service import NO_METER, Agent, record as goal_record
     why = "interference: 48 % of cpus 0-2; pid 4711 (sh) used 96 % of cpu 2"
     db = tmp_path / "d.db"
 
