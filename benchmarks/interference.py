@@ -202,13 +202,15 @@ def print_figures(f: dict[str, Any]) -> None:
           f"the interference: {b['output_names_interference']}, the offender: "
           f"{b['output_names_offender']}; recommendation {b['recommended_cores']} cores "
           f"({b['recommendation_state']}); rests on: {b['rests_on']}")
+    verdict = ("none to compare" if not f["quiet_cores"] else
+               "same" if f["half_matches_quiet"] else "DIFFERENT")
     per = ", ".join(f"{q['marked']} of {q['runs']}" for q in f["quiet"])
     print(f"(b) {len(f['quiet'])} quiet demos: {f['quiet_marked']} of {f['quiet_runs']} runs "
           f"marked ({per}; target 0); recommended cores {f['quiet_cores']}")
     print(f"(c) neighbour stopping half-way ({h['seconds']} s, rc {h['rc']}): "
           f"{h['remeasured_points']} points measured again in {h['remeasure_jobs']} jobs; "
           f"recommendation {h['recommended_cores']} cores ({h['recommendation_state']}), the "
-          f"quiet demos' {f['quiet_cores']}: {'same' if f['half_matches_quiet'] else 'DIFFERENT'}"
+          f"quiet demos' {f['quiet_cores']}: {verdict}"
           f"; rests on: {h['rests_on']}")
 
 
