@@ -38,7 +38,7 @@ from .jobs import ACTIVE_JOB_STATES, UNSUCCESSFUL_JOB_STATES
 from .objectives import Goal
 from .planner import cluster_orders, new_job_id, offered_frequencies, sweep_order
 from .recommend import candidate_grid
-from .recommender import rests_on
+from .recommender import rests_on, verdict
 from .registry import board_name
 from .sampling import Grid, Measured, Proposal, Sampler
 from .store import Group
@@ -377,9 +377,19 @@ class Tuner:
                                                           "predicted_time_s",
                                                           "predicted_lower_s",
                                                           "predicted_upper_s")}
+                    if rec["state"] == "marked" and s.accept_load:
+                        # the load is accepted: the time under it is judged against the
+                        # prediction made from runs under it (the stored recommendation stays
+                        # "marked": no drift is counted from a busy board)
+                        state, note = verdict(rec["verified_time_s"], rec["predicted_time_s"],
+                                              rec["predicted_lower_s"], rec["predicted_upper_s"])
+                        s.verification.update(state=state, error=(
+                            f"under the accepted load ({rec['error']})" if note is None else
+                            f"{note}; under the accepted load ({rec['error']})"))
                     if rec["state"] in ("verified", "off", "marked"):
-                        self._end(s, "done", f"applied and {rec['state']}"
-                                  + (f" ({rec['error']})" if rec["error"] else ""))
+                        v = s.verification
+                        self._end(s, "done", f"applied and {v['state']}"
+                                  + (f" ({v['error']})" if v["error"] else ""))
                     else:
                         self._fail(s, f"the agent {rec['state']} the configuration: "
                                       f"{rec['error']}")

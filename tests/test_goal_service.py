@@ -254,6 +254,11 @@ def test_tune_leaves_marked_runs_out_unless_the_load_is_accepted(daemon):
         assert under["state"] == "done" and under["accept_load"] is True, under
         basis = under["recommendation"]["rests_on"]
         assert basis["marked_used"] and basis["marked_runs"] == under["measured"] == 2
+        # its verification ran under the load too: judged against the prediction, and said so
+        v = under["verification"]
+        assert v["state"] in ("verified", "off") and "under the accepted load (not verified: " \
+            "1 of 1 verification runs marked (interference: 48 %" in v["error"], v
+        assert under["reason"].startswith(f"applied and {v['state']}")
         assert basis["text"].startswith("holds for the board under its load: 0 clean and 2 "
                                         "marked runs used (interference: 48 %")
         con = Console(record=True, width=200)
