@@ -52,6 +52,8 @@ class FitRequest:
     # the store's groups on every platform, as (workload key, platform, rows): this
     # workload elsewhere comes before ``others``, platforms near by MPET after (prior.py)
     stored: Sequence[tuple[str, str, Sequence[tuple[int, float | None, float]]]] = ()
+    # runs recommend.fit_setting left out of ``rows`` by the MAD rule: stored with the fit
+    outliers_left_out: int = 0
 
 
 @dataclass
@@ -278,8 +280,8 @@ class Fitter:
         t0 = time.perf_counter()
         out = FitOutcome(req)
         try:
-            rows, left_out = without_outliers(req.rows)
-            obs = observations(rows, req.phys_cores)
+            obs = observations(req.rows, req.phys_cores)  # outliers out in fit_setting
+            # the other groups' rows come raw from the store: the same MAD rule per group
             others = [observations(without_outliers(r)[0], req.phys_cores)
                       for r in req.others if r]
             try:
@@ -291,7 +293,8 @@ class Fitter:
             out.model, out.runners_up = model, runners
             out.description = _plain(model.describe())
             # stored with the fit's quality: status and the report say how many were left out
-            out.description.setdefault("quality", {})["outliers_left_out"] = left_out
+            out.description.setdefault("quality", {})["outliers_left_out"] = \
+                req.outliers_left_out
         except Exception as exc:  # a fit failing must never stop the worker
             out.error = f"{type(exc).__name__}: {exc}"
             if not isinstance(exc, NotEnoughData):

@@ -29,6 +29,12 @@ def add_goal_options(p: argparse.ArgumentParser, tune: bool = False) -> None:
                    help="only this cluster (index into the board's clusters)" if tune else
                    "only this cluster (index; needs a per-cluster sweep or tune)")
     p.add_argument("--max-cores", type=int, help="at most this many cores")
+    p.add_argument("--accept-load", action="store_true",
+                   help="count the runs marked for interference too: the "
+                        + ("measurements and the recommendation then hold" if tune else
+                           "recommendation then holds")
+                        + " for the board under that load (default: the daemon's "
+                          "accept_load, false: clean runs only)")
 
 
 def goal_args(cmd: str, args: argparse.Namespace) -> dict[str, Any] | None:
@@ -49,6 +55,8 @@ def goal_args(cmd: str, args: argparse.Namespace) -> dict[str, Any] | None:
     for key in ("size", "deadline", "power_cap", "cluster", "max_cores"):
         if getattr(args, key) is not None:
             out[key] = getattr(args, key)
+    if args.accept_load:
+        out["accept_load"] = True
     return out
 
 
@@ -126,8 +134,6 @@ def cmd_recommend(args: argparse.Namespace) -> int:
         return 2
     if args.apply or args.pid is not None or args.unit:
         q["apply"] = True
-    if args.accept_load:
-        q["accept_load"] = True
     if args.pid is not None:
         if args.pid <= 0:
             print(f"opptune recommend: --pid must be a process id (> 0), not {args.pid}",
@@ -162,10 +168,6 @@ def add_parsers(sub: Any, link_options: Any) -> None:
     p.add_argument("--apply", action="store_true",
                    help="push it to the agent, which applies and verifies it (by running the "
                         "workload there)")
-    p.add_argument("--accept-load", action="store_true",
-                   help="fit the runs marked for interference too: the recommendation then "
-                        "holds for the board under that load (default: the daemon's "
-                        "accept_load, false: clean runs only)")
     target = p.add_mutually_exclusive_group()
     target.add_argument("--pid", type=int, metavar="PID",
                         help="apply it to this running process on the board instead (every "
@@ -292,6 +294,10 @@ def print_verdict(s: dict[str, Any], con: Console) -> None:
     con.print(f"tune {s['tune_id']}: {s['goal_text']} of {s['workload']} ({s['size']}) on "
               f"{s['agent']}: measured {s['measured']} of {s['grid']} configurations in "
               f"{s['elapsed_s']:.1f} s ({segs})", markup=False, soft_wrap=True)
+    if s.get("accept_load"):
+        con.print("--accept-load: runs marked for interference count; what follows holds for "
+                  "the board under the load it was measured under, not for a quiet board",
+                  markup=False, soft_wrap=True)
     if s.get("recommendation"):
         con.print(recommendation_table(s["recommendation"]))
     v = s.get("verification")

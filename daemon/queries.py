@@ -147,7 +147,10 @@ def status(d: Daemon) -> dict[str, Any]:
                "alive": a.alive(d.config.agent_timeout_s, now),
                "last_seen_s": round(now - a.last_seen, 3) if a.last_seen else None,
                "outbox": a.outbox, "outbox_full": a.outbox_full,
-               "doctor": (a.doctor or {}).get("summary")} for a in d.registry.all()]
+               "doctor": (a.doctor or {}).get("summary"),
+               # how old the verdict is: after a restart it is the stored one of the last hello
+               "doctor_age_s": round(now - a.doctor_at, 1) if a.doctor_at else None}
+              for a in d.registry.all()]
     boards = {a["id"]: a["board"] for a in agents}
     fits = [{"group": {k: f[k] for k in ("platform", "workload", "input", "variant")},
              "model": f["model"], "params": f["params"], "quality": f["quality"],

@@ -13,6 +13,7 @@ from typing import Any, Sequence
 
 import numpy as np
 
+from .fitter import without_outliers
 from .models.base import FittedModel, Observations
 from .planner import cluster_order, offered_frequencies, physical_cores, sweep_order
 
@@ -91,6 +92,7 @@ class FitSetting:
     order: list[int]  # the cpus in sweep order (the group's cluster, or the board)
     freqs_khz: list[int] | None  # the measured frequencies, when the runs carry them
     phys_cores: int | None  # physical cores of ``order`` before SMT siblings (planner)
+    outliers_left_out: int = 0  # runs dropped by the MAD rule (fitter.without_outliers)
 
     @property
     def axis(self) -> list[int] | None:
@@ -104,14 +106,18 @@ def fit_setting(platform: dict[str, Any], variant: str, rows: Sequence[Row]) -> 
     Runs without a recorded frequency (the board had no cpufreq then, or the governor chose)
     are left out as soon as any run of the group carries one: their frequency is unknown, so
     they cannot stand on the frequency axis, nor be pooled as if measured at another
-    frequency. With no sweep order in the description, cpus 0..n-1 up to the most cores run."""
+    frequency. With no sweep order in the description, cpus 0..n-1 up to the most cores run.
+    Each configuration's outliers (MAD rule) are left out here, the one place both the
+    daemon's fits and the report's refits take their runs from; the store keeps them."""
     known = [r for r in rows if r[1] is not None and r[1] == r[1]]
     used = list(known or rows)
+    kept, left_out = without_outliers(used)
     order = cluster_order(platform, variant) if platform else []
     if not order and used:
         order = list(range(max(int(r[0]) for r in used)))
     freqs = sorted({int(round(float(r[1]) * 1000)) for r in known}) or None
-    return FitSetting(used, order, freqs, physical_cores(platform, order) if platform else None)
+    return FitSetting(kept, order, freqs, physical_cores(platform, order) if platform else None,
+                      left_out)
 
 
 def target_observations(platform: dict[str, Any], frequencies_khz: Sequence[int] | None = None,

@@ -104,7 +104,7 @@ class Recommender:
         stored = [(workload_key(g), g.platform, r) for g, r in runs.items()] if prior else ()
         self.fitter.submit(FitRequest(group, rows, agent, job_id, recommend_after,
                                       target=target, phys_cores=setting.phys_cores, others=others,
-                                      stored=stored))
+                                      stored=stored, outliers_left_out=setting.outliers_left_out))
 
     def _platform(self, agent: str | None, group: Group) -> dict[str, Any]:
         """The board's description: the connected agent's, else the stored one."""

@@ -63,9 +63,12 @@ class Registry:
         return sorted(self._agents.values(), key=lambda a: a.agent_id)
 
     def load(self, agent_id: str, platform_id: str, platform: dict[str, Any],
-             workloads: list[Any], last_seen: float) -> AgentInfo:
-        """Add an agent known from the store (not connected to this instance yet)."""
-        info = AgentInfo(agent_id, platform_id, platform, workloads, None, last_seen)
+             workloads: list[Any], last_seen: float, doctor: dict[str, Any] | None = None,
+             doctor_at: float | None = None) -> AgentInfo:
+        """Add an agent known from the store (not connected to this instance yet), with the
+        doctor report of its last hello."""
+        info = AgentInfo(agent_id, platform_id, platform, workloads, None, last_seen,
+                         doctor=doctor, doctor_at=doctor_at)
         self._agents[agent_id] = info
         return info
 

@@ -9,14 +9,19 @@ fresher load figure of the board between jobs (heartbeats carry none, the doctor
 the hello's, and the points' last runs are the marked ones), so the re-measure job itself is
 the probe: its runs say whether the board was quiet, and each counts as a retry.
 
-Driven from the service loop's once-a-second tick (:meth:`Remeasure.tick`); what is pending
-lives in memory (a restarted daemon re-measures nothing it had pending: the points stay
-reported as marked by the status's ``rests_on``)."""
+Driven from the service loop's once-a-second tick (:meth:`Remeasure.tick`). Every item is also
+kept in the store (table ``remeasure``, schema 9) at each change: points waiting for their
+backoff (state ``waiting``, with their due time), a re-measure job out (``sent``, the same row:
+one write moves it), and a workload's points never measured clean (``never_clean``). A daemon
+restarted on the store takes them up: a job out is waited for (its agent resends it), one the
+store never saw (the daemon stopped between the row and the send) waits again, one that
+finished meanwhile is judged at once, and one that failed is given up with a log line."""
 
 from __future__ import annotations
 
 import logging
 import time
+import uuid
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -37,6 +42,17 @@ class Pending:
     attempt: int  # retries sent so far for these points
     due: float  # time.time() from which it may go
     reasons: dict[int, str] = field(default_factory=dict)  # point index -> last mark
+    key: str = field(default_factory=lambda: "rm-" + uuid.uuid4().hex[:16])  # its store row
+
+    def body(self, job_id: str | None = None) -> dict[str, Any]:
+        """The store row's body (``job_id``: the job sent for it)."""
+        return {"job": self.job, "attempt": self.attempt, "due": self.due,
+                "reasons": {str(i): r for i, r in self.reasons.items()}, "job_id": job_id}
+
+    @classmethod
+    def from_body(cls, agent: str, key: str, b: dict[str, Any]) -> Pending:
+        return cls(agent, dict(b["job"]), int(b["attempt"]), float(b["due"]),
+                   {int(i): str(r) for i, r in (b.get("reasons") or {}).items()}, key)
 
 
 class Remeasure:
@@ -47,9 +63,74 @@ class Remeasure:
         self.jobs = jobs
         self.registry = registry
         self.pending: list[Pending] = []
-        self._sent: dict[str, int] = {}  # re-measure job id -> its attempt number
+        self._sent: dict[str, Pending] = {}  # re-measure job id -> what it measures again
         # (agent, workload, size) -> points never measured clean: cores, cpus, freq, reason
         self.never_clean: dict[tuple[str, str, str], list[dict[str, Any]]] = {}
+        self._load(time.time())
+
+    # -- the store: every change is written as it happens, read back at start -----------------
+    def _load(self, now: float) -> None:
+        """Take up what a previous daemon on this store left (see the module's docstring)."""
+        done: list[tuple[str, str]] = []
+        for item in self.store.remeasure_items():
+            try:
+                b = item["body"]
+                if item["state"] == "never_clean":
+                    self.never_clean[(item["agent"], b["workload"], b["size"])] = \
+                        list(b["points"])
+                    continue
+                p = Pending.from_body(item["agent"], item["id"], b)
+            except (KeyError, TypeError, ValueError) as exc:
+                log.error("re-measure item %s: cannot read it back (%s); left out",
+                          item.get("id"), exc)
+                continue
+            job_id = b.get("job_id") if item["state"] == "sent" else None
+            job = self.store.job(job_id) if job_id else None
+            if job_id is None or job is None:
+                if job_id is not None:  # stored, then stopped before the job went out
+                    self._save(p, now)
+                self.pending.append(p)
+            elif job["state"] in ACTIVE_JOB_STATES:
+                self._sent[job_id] = p  # its agent's hello resends it
+            elif job["state"] == "done":
+                self._sent[job_id] = p
+                done.append((job_id, p.agent))
+            else:
+                log.warning("re-measure job %s of %s %s while no daemon followed it: its "
+                            "points stay reported as marked", job_id, p.agent, job["state"])
+                self._forget(p)
+        for job_id, agent in done:  # finished while no daemon followed it
+            self.job_done(job_id, agent, now)
+        if self.pending or self._sent or self.never_clean:
+            log.info("re-measure: resumed %d waiting, %d out, %d never clean",
+                     len(self.pending), len(self._sent), len(self.never_clean))
+
+    def _save(self, p: Pending, now: float, job_id: str | None = None) -> None:
+        self._write(lambda: self.store.save_remeasure(
+            p.key, p.agent, "sent" if job_id else "waiting", p.body(job_id), now))
+
+    def _forget(self, p: Pending) -> None:
+        self._write(lambda: self.store.delete_remeasure(p.key))
+
+    def _set_never_clean(self, key: tuple[str, str, str], points: list[dict[str, Any]],
+                         now: float) -> None:
+        row = "never:" + "/".join(key)
+        if points:
+            self.never_clean[key] = points
+            self._write(lambda: self.store.save_remeasure(
+                row, key[0], "never_clean", {"workload": key[1], "size": key[2],
+                                             "points": points}, now))
+        elif self.never_clean.pop(key, None) is not None:
+            self._write(lambda: self.store.delete_remeasure(row))
+
+    @staticmethod
+    def _write(op: Any) -> None:
+        """A store write; a failure is logged and the item goes on in memory (as before the
+        store kept it: only a restart would forget it)."""
+        try:
+            op()
+        except Exception:
+            log.exception("keeping the re-measure state in the store")
 
     def job_done(self, job_id: str, agent: str, now: float | None = None) -> bool:
         """A job completed: queue its marked points again (True: the caller's fit need not
@@ -62,7 +143,10 @@ class Remeasure:
             return False
 
     def _job_done(self, job_id: str, agent: str, now: float) -> bool:
-        attempt = self._sent.pop(job_id, 0)
+        sent = self._sent.pop(job_id, None)
+        if sent is not None:
+            self._forget(sent)
+        attempt = sent.attempt if sent is not None else 0
         job = self.store.job(job_id)
         if job is None or self.config.accept_load:
             return False
@@ -73,18 +157,16 @@ class Remeasure:
                 log.info("re-measure job %s of %s: every point measured clean", job_id, agent)
             # measured clean since (a retry, a new sweep): no longer reported
             done = {tuple(p["cpus"]) for p in job["points"]}
-            left = [p for p in self.never_clean.get(key, []) if tuple(p["cpus"]) not in done]
-            if left:
-                self.never_clean[key] = left
-            else:
-                self.never_clean.pop(key, None)
+            if key in self.never_clean:
+                self._set_never_clean(key, [p for p in self.never_clean[key]
+                                            if tuple(p["cpus"]) not in done], now)
             return False
         backoff = list(self.config.remeasure_backoff_s)
         if attempt >= len(backoff):
-            self.never_clean[key] = [
+            self._set_never_clean(key, [
                 {"cores": len(job["points"][i]["cpus"]), "cpus": job["points"][i]["cpus"],
                  "freq_khz": job["points"][i].get("freq_khz"), "reason": why,
-                 "retries": attempt} for i, why in sorted(marks.items())]
+                 "retries": attempt} for i, why in sorted(marks.items())], now)
             log.warning("%s of %s on %s: no clean measurement after %d retries at %s",
                         job["workload"], job["size"], agent, attempt,
                         "; ".join(never_clean_text(p) for p in self.never_clean[key]))
@@ -92,8 +174,10 @@ class Remeasure:
         points = [job["points"][i] for i in sorted(marks)]
         again = {k: job[k] for k in ("workload", "size", "reps", "warmup")}
         again["points"] = points
-        self.pending.append(Pending(agent, again, attempt + 1, now + backoff[attempt],
-                                    dict(enumerate(marks[i] for i in sorted(marks)))))
+        p = Pending(agent, again, attempt + 1, now + backoff[attempt],
+                    dict(enumerate(marks[i] for i in sorted(marks))))
+        self.pending.append(p)
+        self._save(p, now)
         log.info("job %s of %s: %d points marked (%s); measured again in %g s (retry %d of "
                  "%d)", job_id, agent, len(points), next(iter(marks.values())),
                  backoff[attempt], attempt + 1, len(backoff))
@@ -117,7 +201,9 @@ class Remeasure:
                 continue
             self.pending.remove(p)
             job = {**p.job, "job_id": new_job_id()}
-            self._sent[job["job_id"]] = p.attempt
+            self._sent[job["job_id"]] = p
+            # stored before the job goes out: a job id the store never saw was never sent
+            self._save(p, now, job["job_id"])
             self.jobs.send(p.agent, job)
             busy.add(p.agent)
             log.info("re-measure job %s for %s: %s of %s, %d points (retry %d)",
@@ -133,11 +219,11 @@ class Remeasure:
              "points": [{"cores": len(pt["cpus"]), "cpus": pt["cpus"],
                          "freq_khz": pt.get("freq_khz"), "reason": p.reasons.get(i)}
                         for i, pt in enumerate(p.job["points"])]} for p in self.pending]
-        for job_id, n in self._sent.items():
+        for job_id, sent in self._sent.items():
             row = self.store.job(job_id)
             if row is not None:
                 out.append({"agent": row["agent"], "workload": row["workload"],
-                            "size": row["size"], "state": "measuring", "retry": n,
+                            "size": row["size"], "state": "measuring", "retry": sent.attempt,
                             "due_in_s": None, "job_id": job_id, "points": [
                                 {"cores": len(pt["cpus"]), "cpus": pt["cpus"],
                                  "freq_khz": pt.get("freq_khz"), "reason": None}

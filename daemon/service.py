@@ -161,7 +161,7 @@ class Daemon:
         self.registry = Registry(config.agent_timeout_s)
         for a in self.store.agents():
             self.registry.load(a["id"], a["platform"], self.store.platform(a["platform"]) or {},
-                               a["workloads"], a["last_seen"])
+                               a["workloads"], a["last_seen"], a["doctor"], a["doctor_at"])
         self.fitter = Fitter().start()
         self.query_worker = QueryWorker()
         self.stop_event = threading.Event()
@@ -450,7 +450,8 @@ class Daemon:
         platform = body["platform"]
         pid = platform_id_of(agent, platform)
         self.store.save_platform(pid, platform, now)
-        self.store.save_agent(agent, pid, list(body["workloads"]), body["agent_version"], now)
+        self.store.save_agent(agent, pid, list(body["workloads"]), body["agent_version"], now,
+                              body.get("doctor"))
         info = self.registry.hello(agent, identity, pid, platform, list(body["workloads"]), now,
                                    doctor=body.get("doctor"))
         log.info("hello from agent %s (platform %s, %d workloads)", agent, pid,

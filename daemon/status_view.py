@@ -71,8 +71,11 @@ def print_status(data: dict[str, Any], console: Console | None = None) -> None:
     console.print(t)
     for a in data.get("agents", []):
         if a.get("doctor"):  # agents older than the doctor report send none
-            console.print(f"board {boards[a.get('id')]} (agent {a.get('id')}): {a['doctor']}",
-                          markup=False)
+            age = a.get("doctor_age_s")
+            when = "" if a.get("alive") or age is None else \
+                f" (as of its last hello, {age:.0f} s ago)"
+            console.print(f"board {boards[a.get('id')]} (agent {a.get('id')}): {a['doctor']}"
+                          f"{when}", markup=False, soft_wrap=True)
 
     t = _table("runs", ("agent", "workload", "input", "runs", "marked"))
     for r in data.get("runs", []):

@@ -38,6 +38,7 @@ from .jobs import ACTIVE_JOB_STATES, UNSUCCESSFUL_JOB_STATES
 from .objectives import Goal
 from .planner import cluster_orders, new_job_id, offered_frequencies, sweep_order
 from .recommend import candidate_grid
+from .recommender import rests_on, verdict
 from .registry import board_name
 from .sampling import Grid, Measured, Proposal, Sampler
 from .store import Group
@@ -49,6 +50,8 @@ log = logging.getLogger("opptune.daemon")
 
 ACTIVE = ("measuring", "verifying")
 FINAL = ("done", "failed")
+# finished sessions the store could not take, kept in memory for tune_status (the oldest go)
+UNSAVED_FINISHED_MAX = 32
 VERDICT_STATES = ("verified", "off", "marked", "refused", "failed")
 
 
@@ -88,6 +91,9 @@ class Session:
     verification: dict[str, Any] | None = None
     updated: float = 0.0
     resumed: bool = False  # loaded from the store at this daemon's start, not yet taken up
+    # True: marked runs (interference) count too, the result holds for the board under that
+    # load (--accept-load); None: the daemon's accept_load key
+    accept_load: bool | None = None
 
     def record(self) -> dict[str, Any]:
         """What the store keeps (the grids are recomputed from the platform at loading)."""
@@ -102,7 +108,7 @@ class Session:
                 "job_started": self.job_started, "job_seconds": self.job_seconds,
                 "steps": self.steps, "recommendation": self.recommendation,
                 "config_id": self.config_id, "verification": self.verification,
-                "updated": self.updated}
+                "updated": self.updated, "accept_load": self.accept_load}
 
     @classmethod
     def from_record(cls, r: dict[str, Any], platform: dict[str, Any]) -> Session:
@@ -117,7 +123,8 @@ class Session:
                    current=r["current"], job_id=r["job_id"], job_started=r["job_started"],
                    job_seconds=list(r["job_seconds"]), steps=list(r["steps"]),
                    recommendation=r["recommendation"], config_id=r["config_id"],
-                   verification=r["verification"], updated=r["updated"])
+                   verification=r["verification"], updated=r["updated"],
+                   accept_load=r.get("accept_load"))  # absent in sessions saved before it
 
     def view(self, now: float) -> dict[str, Any]:
         grid = sum(len(s.grid) for s in self.segments)
@@ -140,7 +147,7 @@ class Session:
                 "elapsed_s": round((self.updated if self.state in FINAL else now)
                                    - self.started, 3),
                 "recommendation": self.recommendation, "config_id": self.config_id,
-                "verification": self.verification}
+                "verification": self.verification, "accept_load": self.accept_load}
 
 
 def segment_grid(platform: dict[str, Any], order: list[int], max_cores: int | None) -> Grid:
@@ -156,7 +163,10 @@ class Tuner:
 
     def __init__(self, daemon: Daemon):
         self.d = daemon
-        self.sessions: dict[str, Session] = {}
+        self.sessions: dict[str, Session] = {}  # the sessions going on
+        # finished ones whose last save failed (a finished session is otherwise read back
+        # from the store): bounded, oldest first
+        self._unsaved: dict[str, Session] = {}
         self._by_job: dict[str, str] = {}
         self._polled = time.time()  # when the last poll returned
         self._pool = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="opptune-tune")
@@ -205,6 +215,9 @@ class Tuner:
                                                f"number >= {1 if key in ('budget', 'reps') else 0}"
                                                f", not {v!r}")
             ints[key] = v
+        accept_load = args.get("accept_load")
+        if accept_load is not None and not isinstance(accept_load, bool):
+            raise HandlerError("bad_args", "tune args.accept_load must be true or false")
         info = d.registry.get(agent)
         if info is None:
             known = ", ".join(sorted(a.agent_id for a in d.registry.all())) or "none"
@@ -261,7 +274,7 @@ class Tuner:
         now = time.time()
         s = Session("tune-" + uuid.uuid4().hex[:16], agent, workload, size, goal, segments,
                     ints["reps"] or d.config.sweep.reps, d.config.sweep.warmup, cluster,
-                    ints["max_cores"], now, updated=now)
+                    ints["max_cores"], now, updated=now, accept_load=accept_load)
         self.sessions[s.tune_id] = s
         self._save(s)
         log.info("tune %s: %s of %s (%s) on %s over %d configurations%s", s.tune_id,
@@ -272,7 +285,8 @@ class Tuner:
 
     def status(self, args: dict[str, Any]) -> dict[str, Any]:
         tune_id = args.get("tune_id")
-        s = self.sessions.get(tune_id) if isinstance(tune_id, str) else None
+        s = (self.sessions.get(tune_id) or self._unsaved.get(tune_id)) \
+            if isinstance(tune_id, str) else None
         if s is None and isinstance(tune_id, str):
             # a session of another daemon sharing the store, or one that could not resume
             try:
@@ -363,9 +377,19 @@ class Tuner:
                                                           "predicted_time_s",
                                                           "predicted_lower_s",
                                                           "predicted_upper_s")}
+                    if rec["state"] == "marked" and s.accept_load:
+                        # the load is accepted: the time under it is judged against the
+                        # prediction made from runs under it (the stored recommendation stays
+                        # "marked": no drift is counted from a busy board)
+                        state, note = verdict(rec["verified_time_s"], rec["predicted_time_s"],
+                                              rec["predicted_lower_s"], rec["predicted_upper_s"])
+                        s.verification.update(state=state, error=(
+                            f"under the accepted load ({rec['error']})" if note is None else
+                            f"{note}; under the accepted load ({rec['error']})"))
                     if rec["state"] in ("verified", "off", "marked"):
-                        self._end(s, "done", f"applied and {rec['state']}"
-                                  + (f" ({rec['error']})" if rec["error"] else ""))
+                        v = s.verification
+                        self._end(s, "done", f"applied and {v['state']}"
+                                  + (f" ({v['error']})" if v["error"] else ""))
                     else:
                         self._fail(s, f"the agent {rec['state']} the configuration: "
                                       f"{rec['error']}")
@@ -410,7 +434,7 @@ class Tuner:
         """Ask the Sampler (off the loop) what to measure next in the current segment."""
         seg = s.segments[s.current]
         group = Group(self._platform_id(s), s.workload, s.size, seg.variant)
-        rows = self.d.store.group_energy_runs(group)
+        rows = self.d.store.group_energy_runs(group, s.accept_load)
         if seg.budget is not None and seg.measured >= seg.budget:
             # the session's budget counts its own measurements, not runs stored before it
             self._proposed(s, Proposal(None, f"the budget of {seg.budget} configurations is "
@@ -455,10 +479,10 @@ class Tuner:
     def _recommend(self, s: Session) -> None:
         try:
             rec = recommend_for(self.d, s.agent, s.workload, s.goal, s.size, s.cluster,
-                                s.max_cores)
+                                s.max_cores, s.accept_load)
             rec["applied"] = apply(self.d, rec)
         except HandlerError as exc:
-            self._fail(s, f"no recommendation: {exc}")
+            self._fail(s, f"no recommendation: {exc}{self._marked_note(s)}")
             return
         s.recommendation, s.config_id = rec, rec["applied"]["config_id"]
         s.state, s.updated = "verifying", time.time()
@@ -466,23 +490,50 @@ class Tuner:
         log.info("tune %s: recommend %d cores at %s (config %s)", s.tune_id, rec["cores"],
                  rec["freq_khz"], s.config_id)
 
+    def _marked_note(self, s: Session) -> str:
+        """Why runs are missing when the board was busy: '; N runs marked ... left out (...)'
+        (empty when none was, or the load is accepted)."""
+        n, offenders = 0, []
+        for seg in s.segments:
+            basis = rests_on(self.d.store, Group(self._platform_id(s), s.workload, s.size,
+                                                 seg.variant), accept_load=s.accept_load)
+            if not basis["marked_used"]:
+                n += basis["marked_runs"]
+                offenders += basis["offenders"]
+        if not n:
+            return ""
+        return (f"; {n} run{'s' if n != 1 else ''} marked for interference left out "
+                f"({'; '.join(dict.fromkeys(offenders))}): tune again when the board is quiet, "
+                "or with --accept-load for the board under that load")
+
     def _fail(self, s: Session, reason: str) -> None:
         self._end(s, "failed", reason)
         log.warning("tune %s failed: %s", s.tune_id, reason)
 
     def _end(self, s: Session, state: str, reason: str) -> None:
+        """Finish ``s``: saved, it leaves memory (tune_status reads it from the store), so a
+        long-running daemon does not keep every session it ever ran."""
         s.state, s.reason, s.updated = state, reason, time.time()
         if s.job_id:
             self._by_job.pop(s.job_id, None)
-        self._save(s)
+        if s.pending is not None:
+            s.pending.cancel()
+        saved = self._save(s)
+        self.sessions.pop(s.tune_id, None)
+        if not saved:
+            self._unsaved[s.tune_id] = s
+            while len(self._unsaved) > UNSAVED_FINISHED_MAX:
+                del self._unsaved[next(iter(self._unsaved))]
 
-    def _save(self, s: Session) -> None:
+    def _save(self, s: Session) -> bool:
         """Keep the session in the store; a failure is logged and the session goes on in
         memory (the measurements themselves are stored by ingest, not here)."""
         try:
             self.d.store.save_tune_session(s.record())
+            return True
         except Exception:
             log.exception("tune %s: saving the session", s.tune_id)
+            return False
 
     def _platform_id(self, s: Session) -> str:
         info = self.d.registry.get(s.agent)

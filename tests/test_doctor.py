@@ -202,5 +202,21 @@ def test_e2e_hello_carries_the_report(tmp_path):
                         "--config", str(c.daemon_toml))
         assert proc.returncode == 1 and "no agent 'ghost'" in proc.stderr
         assert "Traceback" not in proc.stderr
+        # the report is stored: a restarted daemon shows it before the agent's next hello
+        assert c.stop() == {"agent": 0, "daemon": 0}, c.logs()
+        c.agent = None
+        c.start_daemon()
+        st = c.wait_for(lambda st: bool(st.get("agents")), 30, "the restarted daemon")
+        (a,) = st["agents"]
+        assert a["alive"] is False and a["doctor"] == want and a["doctor_age_s"] >= 0
+        proc = _opptune("status", "--daemon", c.endpoint, "--config", str(c.daemon_toml))
+        assert proc.returncode == 0, proc.stderr
+        assert any(ln.startswith(f"board odroid-xu4 (virtual) (agent test-agent): {want} (as "
+                                 "of its last hello, ") for ln in proc.stdout.splitlines()), \
+            proc.stdout
+        proc = _opptune("doctor", "--agent", "test-agent", "--json", "--daemon", c.endpoint,
+                        "--config", str(c.daemon_toml))
+        data = json.loads(proc.stdout)
+        assert data["alive"] is False and data["report"]["summary"] == want
     finally:
         c.stop()

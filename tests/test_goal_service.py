@@ -133,6 +133,8 @@ def test_tune_measures_one_configuration_per_job_then_pushes_and_verifies(daemon
             st = a.query("tune_status", {"tune_id": s["tune_id"]})["body"]["data"]
         assert st["state"] == "done" and st["verification"]["state"] in ("verified", "off")
         assert st["reason"].startswith("applied and ")
+        # finished: out of the daemon's memory, its view read back from the store
+        assert s["tune_id"] not in daemon.tuning.sessions
         err = a.query("tune_status", {"tune_id": "tune-nothing"})
         assert err["body"]["code"] == "bad_args"
     finally:
@@ -207,3 +209,121 @@ def test_a_recommendation_being_fitted_holds_up_no_acks(daemon, monkeypatch):
     finally:
         release.set()
         a.close()
+
+
+def _tune_marked(daemon, a, args):
+    """Run a tune session whose every run is marked (a neighbour on the board) to its end,
+    answering its jobs and its configuration's verification; its last view."""
+    why = "interference: 48 % of cpus 0-1; pid 4711 (sh) used 96 % of cpu 1"
+    tune_id = a.query("tune", {"agent": "q1", "workload": "wl", "budget": 2, **args}
+                      )["body"]["data"]["tune_id"]
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        s = daemon.tuning.sessions.get(tune_id)
+        if s is None or s.state in ("done", "failed"):
+            break
+        if not a.sock.poll(100):
+            continue
+        msg = P.decode(a.sock.recv())
+        if msg["type"] == "job":
+            (point,) = msg["body"]["points"]
+            r = record(NO_METER, len(point["cpus"]), energy=False)
+            r["marked"] = why
+            a.send("result", {"job_id": msg["body"]["job_id"], "seq": 0, "of": 1, "record": r})
+        elif msg["type"] == "config":
+            r = record(NO_METER, len(msg["body"]["cpus"]), energy=False)
+            r["marked"] = why
+            a.send("applied", {"config_id": msg["body"]["config_id"], "ok": True,
+                               "records": [r]})
+    return a.query("tune_status", {"tune_id": tune_id})["body"]["data"]
+
+
+def test_tune_leaves_marked_runs_out_unless_the_load_is_accepted(daemon):
+    """``opptune tune --accept-load`` (args.accept_load): the marked runs count and the result
+    says it holds under that load; by default a session whose runs were all marked
+    recommends nothing and says why."""
+    from rich.console import Console
+
+    from opptune.daemon.cli import build_parser
+    from opptune.daemon.goal_cli import goal_args, print_verdict
+    a = Agent(daemon.endpoint, NO_METER)
+    try:
+        err = a.query("tune", {"agent": "q1", "workload": "wl", "accept_load": "yes"})
+        assert err["body"]["code"] == "bad_args" and "accept_load" in err["body"]["message"]
+        under = _tune_marked(daemon, a, {"accept_load": True})
+        assert under["state"] == "done" and under["accept_load"] is True, under
+        basis = under["recommendation"]["rests_on"]
+        assert basis["marked_used"] and basis["marked_runs"] == under["measured"] == 2
+        # its verification ran under the load too: judged against the prediction, and said so
+        v = under["verification"]
+        assert v["state"] in ("verified", "off") and "under the accepted load (not verified: " \
+            "1 of 1 verification runs marked (interference: 48 %" in v["error"], v
+        assert under["reason"].startswith(f"applied and {v['state']}")
+        assert basis["text"].startswith("holds for the board under its load: 0 clean and 2 "
+                                        "marked runs used (interference: 48 %")
+        con = Console(record=True, width=200)
+        print_verdict(under, con)
+        out = con.export_text()
+        assert "--accept-load: runs marked for interference count" in out
+        assert "holds for the board under its load" in out
+        clean = _tune_marked(daemon, a, {})  # the same board, the daemon's default: clean runs only
+        assert clean["state"] == "failed" and clean["recommendation"] is None, clean
+        assert "marked for interference" in clean["reason"], clean["reason"]
+    finally:
+        a.close()
+    args = build_parser().parse_args(["tune", "--agent", "q1", "--workload", "wl",
+                                      "--accept-load"])
+    assert goal_args("tune", args)["accept_load"] is True
+    args = build_parser().parse_args(["tune", "--agent", "q1", "--workload", "wl"])
+    assert "accept_load" not in goal_args("tune", args)
+
+
+def test_finished_tune_sessions_leave_memory_and_unsaved_ones_are_bounded():
+    """A finished session is dropped from the Tuner once saved (tune_status reads the store);
+    one the store refused stays answerable from memory, at most UNSAVED_FINISHED_MAX of them."""
+    from opptune.daemon.objectives import Goal
+    from opptune.daemon.tuning import UNSAVED_FINISHED_MAX, Session, Tuner
+
+    class Store:
+        def __init__(self):
+            self.saved, self.fail = {}, False
+
+        def open_tune_sessions(self):
+            return []
+
+        def save_tune_session(self, r):
+            if self.fail:
+                raise OSError("disk full")
+            self.saved[r["tune_id"]] = r
+
+        def tune_session(self, tune_id):
+            return self.saved.get(tune_id)
+
+    class Registry:
+        def get(self, _):
+            return None
+
+    class D:
+        store, registry = Store(), Registry()
+
+    tuner = Tuner(D())
+    try:
+        def end(i):
+            s = Session(f"tune-{i}", "a", "w", "small", Goal("time"), [], 1, 0, None, None,
+                        float(i))
+            tuner.sessions[s.tune_id] = s
+            tuner._end(s, "done", f"finished {i}")
+
+        end(0)
+        assert tuner.sessions == {} and tuner._unsaved == {}
+        assert tuner.status({"tune_id": "tune-0"})["reason"] == "finished 0"  # from the store
+        D.store.fail = True
+        n = UNSAVED_FINISHED_MAX + 8
+        for i in range(1, n + 1):
+            end(i)
+        assert tuner.sessions == {} and len(tuner._unsaved) == UNSAVED_FINISHED_MAX
+        assert tuner.status({"tune_id": f"tune-{n}"})["reason"] == f"finished {n}"
+        with pytest.raises(Exception, match="no tune session 'tune-1'"):
+            tuner.status({"tune_id": "tune-1"})  # the oldest unsaved one went
+    finally:
+        tuner.close()

@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 
 from opptune.daemon.fitter import FitRequest, Fitter, without_outliers
+from opptune.daemon.recommend import fit_setting
 from opptune.daemon.store import Group, ResultIn, open_store
 from opptune.shared.records import RunRecord
 from opptune.shared.point_stats import outliers
@@ -37,11 +38,17 @@ def test_filter_is_per_configuration():
     assert n == 0 and kept == rows  # 3.0 is far from 1-core times but not from its own
 
 
+def _fit(rows):
+    """The daemon's fit of ``rows``: its setting (where the MAD rule applies), then the fit."""
+    setting = fit_setting({}, "", rows)
+    return Fitter().fit_one(FitRequest(Group("p", "w", "small", ""), setting.rows,
+                                       recommend=False,
+                                       outliers_left_out=setting.outliers_left_out))
+
+
 def test_planted_outlier_does_not_move_the_fit():
-    fitter = Fitter()
-    group = Group("p", "w", "small", "")
-    clean = fitter.fit_one(FitRequest(group, _amdahl_rows(), recommend=False))
-    dirty = fitter.fit_one(FitRequest(group, _amdahl_rows(planted=1.8), recommend=False))
+    clean = _fit(_amdahl_rows())
+    dirty = _fit(_amdahl_rows(planted=1.8))
     assert clean.error is None and dirty.error is None
     assert dirty.description["quality"]["outliers_left_out"] == 1
     assert clean.description["quality"]["outliers_left_out"] == 0
@@ -63,6 +70,6 @@ def test_outlier_stays_stored_and_is_left_out_of_the_fit(tmp_path):
     group = Group("p", "w", "small", "")
     stored = st.group_runs(group)
     assert len(stored) == len(rows) and any(t == 1.8 for _, _, t in stored)
-    out = Fitter().fit_one(FitRequest(group, stored, recommend=False))
+    out = _fit(stored)
     assert out.error is None and out.description["quality"]["outliers_left_out"] == 1
     assert len(st.group_runs(group)) == len(rows)  # fitting removed nothing

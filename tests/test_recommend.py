@@ -173,15 +173,27 @@ def test_report_and_daemon_fit_the_same_runs_of_a_mixed_group():
     """The daemon's fit request and the report's refit rest on one fit_setting: a group whose
     runs mix pinned frequencies with runs at an unknown one keeps its frequency axis in both
     (the daemon used to drop the axis and fit every run on cores alone)."""
-    from opptune.daemon.recommender import Recommender
-    from opptune.daemon.registry import Registry
     from opptune.daemon.report.analysis import analyse_group
-    from opptune.daemon.store import Group
-    from opptune.shared.config import DaemonConfig
 
     plat = {"sweep_order": [0, 1, 2, 3]}
     pinned = [(c, f, 8.0 / c * 1000.0 / f + 0.5) for c in (1, 2, 3, 4) for f in (1000.0, 2000.0)]
     rows = pinned + [(c, None, 9.9) for c in (1, 2)]  # at an unknown frequency
+    req = _daemon_request(plat, rows)
+    assert req.rows == pinned
+    assert sorted(set(req.target.freq_mhz)) == [1000.0, 2000.0]
+    view = analyse_group({"group": {"workload": "w", "variant": ""},
+                          "runs": [[c, f, t, None] for c, f, t in rows]}, plat, "b", None)
+    assert view.grid is not None
+    pred = view.model.predict(Observations.query(np.array([1.0]), np.array([1000.0])))
+    assert abs(float(pred.value[0]) - 8.5) / 8.5 < 0.05
+
+
+def _daemon_request(plat, rows):
+    """The FitRequest the daemon's recommender submits for a group of ``rows`` on ``plat``."""
+    from opptune.daemon.recommender import Recommender
+    from opptune.daemon.registry import Registry
+    from opptune.daemon.store import Group
+    from opptune.shared.config import DaemonConfig
 
     class Store:
         def group_runs(self, group):
@@ -204,11 +216,22 @@ def test_report_and_daemon_fit_the_same_runs_of_a_mixed_group():
 
     r = Recommender(DaemonConfig(), Store(), Registry(10.0), Fitter(), lambda *a: True, {})
     r.request_fit(Group("p", "w", "", ""))
-    req = Fitter.requests[-1]
-    assert req.rows == pinned
-    assert sorted(set(req.target.freq_mhz)) == [1000.0, 2000.0]
+    return Fitter.requests[-1]
+
+
+def test_daemon_and_report_leave_the_same_outliers_out():
+    """The MAD rule is applied once, in fit_setting: the daemon's fit request and the report's
+    refit leave out the same run and say so."""
+    from opptune.daemon.report.analysis import analyse_group
+
+    plat = {"sweep_order": [0, 1, 2, 3]}
+    rows = [(c, None, (0.2 + 0.8 / c) * (1 + e)) for c in (1, 2, 3, 4)
+            for e in (-0.01, -0.005, 0.0, 0.005, 0.01)]
+    planted = (2, None, 1.8)  # a neighbour ran: three times the 2-core time
+    req = _daemon_request(plat, rows + [planted])
+    assert planted not in req.rows and len(req.rows) == len(rows)
+    assert req.outliers_left_out == 1
     view = analyse_group({"group": {"workload": "w", "variant": ""},
-                          "runs": [[c, f, t, None] for c, f, t in rows]}, plat, "b", None)
-    assert view.grid is not None
-    pred = view.model.predict(Observations.query(np.array([1.0]), np.array([1000.0])))
-    assert abs(float(pred.value[0]) - 8.5) / 8.5 < 0.05
+                          "runs": [[c, f, t, None] for c, f, t in rows + [planted]]},
+                         plat, "b", None)
+    assert "1 outlier run (MAD rule) left out" in view.model_note

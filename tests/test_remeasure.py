@@ -15,7 +15,9 @@ from opptune.daemon.remeasure import marked_points, never_clean_text
 from opptune.daemon.store import Group, ResultIn, open_store
 from opptune.shared.records import RunRecord
 
-from procs import Cluster, write_toml
+from procs import Cluster, wait_until, write_toml
+from test_goal_service import NO_METER, Agent, record as goal_record
+from test_tune_restart import daemon_on
 
 NEIGHBOUR = {"share": 0.4, "name": "sh", "pid": 4711}
 FINAL = ("verified", "off", "marked")
@@ -147,19 +149,12 @@ def test_runs_are_matched_to_their_points_and_rests_on_counts_them(tmp_path):
 
 @pytest.fixture
 def daemon(tmp_path):
-    from opptune.daemon.service import Daemon
-    from opptune.shared.config import DaemonConfig, SweepDefaults
-    cfg = DaemonConfig(bind="tcp://127.0.0.1:0", database=str(tmp_path / "d.db"),
-                       auto_sweep=False, agent_timeout_s=30, remeasure_backoff_s=[0.1],
-                       sweep=SweepDefaults(size="small", reps=1, warmup=0))
-    d = Daemon(cfg)
-    d.start_thread()
+    d = daemon_on(tmp_path / "d.db", remeasure_backoff_s=[0.1])
     yield d
     d.stop()
 
 
 def test_the_daemon_sends_the_marked_points_again_and_recommend_says_what_it_rests_on(daemon):
-    from test_goal_service import NO_METER, Agent, record as goal_record
     why = "interference: 48 % of cpus 0-2; pid 4711 (sh) used 96 % of cpu 2"
     a = Agent(daemon.endpoint, NO_METER)
     try:
@@ -206,7 +201,6 @@ def test_the_daemon_sends_the_marked_points_again_and_recommend_says_what_it_res
 
 
 def test_a_group_with_marked_runs_only_has_no_model_and_the_status_says_why(daemon):
-    from test_goal_service import NO_METER, Agent, record as goal_record
     why = "interference: 60 % of cpu 0 used by pid 99 (make)"
     a = Agent(daemon.endpoint, NO_METER)
     try:
@@ -266,3 +260,98 @@ def test_status_shows_marked_counts_what_a_recommendation_rests_on_and_never_cle
     assert f"cfg-1 (p1/triad/small): {text}" in out
     assert f"triad (small) on a1: no clean measurement at 2 cores: {why}" in out
     assert "marked (not verified: 2 of 2 verification runs marked" in out
+
+
+@pytest.mark.integration
+def test_a_waiting_re_measure_survives_a_daemon_restart(tmp_path: Path):
+    """kill -9 of the daemon while marked points wait for their backoff: the restarted
+    daemon (same store) has them waiting still, sends them once the neighbour is gone, and
+    recommends from the quiet runs; nothing is measured twice."""
+    c, root = cluster(tmp_path, cpu=1, max_cores=2, backoff=[8.0, 2.0, 2.0])
+    c.start_daemon()
+    c.start_agent()
+    try:
+        # killed once the sweep's fit is over: a daemon killed mid-fit holds the group's fit
+        # claim for FIT_LEASE_S, which is not what this test is about
+        st = c.wait_for(lambda s: any(m["state"] == "waiting" for m in s["remeasure"]) and
+                        bool(s["fits"] or s["fit_errors"]), timeout=60,
+                        what="the first re-measure job and the sweep's fit")
+        (before,) = st["remeasure"]
+        c.kill("daemon")
+        update_spec(root, neighbour=None)
+        c.start_daemon()
+        st = c.wait_for(lambda s: bool(s["remeasure"]), timeout=30,
+                        what="the restarted daemon's re-measure state")
+        (m,) = st["remeasure"]
+        # taken up as it was: the same points, retry and reason; its due time kept
+        assert (m["retry"], m["points"]) == (before["retry"], before["points"]) == \
+            (1, before["points"])
+        assert [p["cpus"] for p in m["points"]] == [[0, 1]]
+        assert m["state"] == "measuring" or m["due_in_s"] <= before["due_in_s"]
+        st = c.wait_for(final_rec, timeout=60, what="the recommendation after re-measuring")
+    finally:
+        codes = c.stop()
+    assert codes == {"agent": 0, "daemon": 0}, c.logs()
+    assert st["remeasure"] == []
+    jobs = sorted(st["jobs"], key=lambda j: j["created"])
+    assert [(j["state"], j["expected"]) for j in jobs] == [("done", 4), ("done", 2)]
+    assert c.rows("SELECT COUNT(*) FROM remeasure") == [(0,)]
+    (rec,) = st["recommendations"]
+    assert rec["cores"] >= 2 and rec["rests_on"]["unclean_points"] == []
+
+
+def test_retries_and_never_clean_points_survive_daemon_restarts(tmp_path):
+    """A re-measure job out across a restart keeps its retry number (the agent's hello
+    brings it back; the retries end after the configured count, not more), and the points
+    never measured clean are still reported by the next daemon on the store."""
+    why = "interference: 48 % of cpus 0-2; pid 4711 (sh) used 96 % of cpu 2"
+    db = tmp_path / "d.db"
+
+    def answer_marked(a, job):
+        for seq, p in enumerate(job["points"]):
+            r = goal_record(NO_METER, len(p["cpus"]), energy=False)
+            if len(p["cpus"]) >= 3:
+                r["marked"], r["time_s"] = why, r["time_s"] * 2
+            a.send("result", {"job_id": job["job_id"], "seq": seq, "of": len(job["points"]),
+                              "record": r})
+            a.expect("ack")
+
+    d = daemon_on(db, remeasure_backoff_s=[0.1, 0.1])
+    a = Agent(d.endpoint, NO_METER)
+    try:
+        job_id = a.issued_job()
+        answer_marked(a, {"job_id": job_id, "points": [{"cpus": list(range(k))}
+                                                       for k in (1, 2, 3, 4)]})
+        first = a.expect("job")["body"]  # retry 1, out when the daemon stops
+    finally:
+        a.close()
+        d.stop()
+    d = daemon_on(db, remeasure_backoff_s=[0.1, 0.1])
+    a = Agent(d.endpoint, NO_METER)
+    try:
+        again = a.expect("job")["body"]  # the hello: the job out is sent again
+        assert again["job_id"] == first["job_id"]
+        answer_marked(a, again)
+        second = a.expect("job")["body"]  # retry 2, the last
+        assert [p["cpus"] for p in second["points"]] == [[0, 1, 2], [0, 1, 2, 3]]
+        answer_marked(a, second)
+        st = wait_until(lambda: (lambda s: s if any(m["state"] == "never clean" for m in
+                                                     s["remeasure"]) else None)(d.status()),
+                        "the points reported never clean", 20)
+        # no third retry: decided with the never-clean report, nothing left waiting
+        assert len(st["jobs"]) == 3 and [m["state"] for m in st["remeasure"]] == ["never clean"]
+    finally:
+        a.close()
+        d.stop()
+    d = daemon_on(db, remeasure_backoff_s=[0.1, 0.1])
+    try:
+        assert d.status()["remeasure"] == st["remeasure"]
+        (m,) = st["remeasure"]
+        assert [(p["cores"], p["retries"], p["reason"]) for p in m["points"]] == [
+            (3, 2, why), (4, 2, why)]
+        # and what a recommendation rests on still says so
+        basis = rests_on(d.store, Group("plat-q", "wl", "small", ""),
+                         never_clean=d.remeasure.never_clean.get(("q1", "wl", "small")))
+        assert "the board was busy during every retry" in basis["text"]
+    finally:
+        d.stop()

@@ -323,3 +323,33 @@ def test_a_tune_session_round_trips_and_only_unfinished_ones_are_open(location):
         assert st.tune_session("tune-nothing") is None
     finally:
         st.close()
+
+
+def test_the_doctor_report_and_remeasure_items_survive_a_reopen(location):
+    """Schema 9: an agent's last doctor report (cleared by a hello without one) and the
+    re-measure items (replaced by id, deleted, an unreadable one left out) are read back by
+    the next store opened on the same database."""
+    report = {"summary": "1 warning (governor ondemand)", "warnings": 1, "checks": []}
+    st = open_store(location)
+    try:
+        st.save_platform("p", {}, 1.0)
+        st.save_agent("a1", "p", ["w"], "t", 5.0, report)
+        st.save_agent("a2", "p", ["w"], "t", 5.0)
+        st.save_remeasure("r1", "a1", "waiting", {"attempt": 1, "due": 9.5}, 6.0)
+        st.save_remeasure("r2", "a1", "sent", {"attempt": 1}, 7.0)
+        st.save_remeasure("r1", "a1", "waiting", {"attempt": 2, "due": 19.5}, 8.0)
+        st.save_remeasure("gone", "a2", "never_clean", {"points": []}, 8.5)
+        st.delete_remeasure("gone")
+        st.db.execute("INSERT INTO remeasure VALUES ('bad', 'a1', 'sent', '{oops', 9.0)")
+    finally:
+        st.close()
+    st = open_store(location)
+    try:
+        agents = {a["id"]: (a["doctor"], a["doctor_at"]) for a in st.agents()}
+        assert agents == {"a1": (report, 5.0), "a2": (None, None)}
+        assert [(r["id"], r["state"], r["body"]) for r in st.remeasure_items()] == [
+            ("r2", "sent", {"attempt": 1}), ("r1", "waiting", {"attempt": 2, "due": 19.5})]
+        st.save_agent("a1", "p", ["w"], "t", 10.0)  # an agent older than the report
+        assert [a["doctor"] for a in st.agents()] == [None, None]
+    finally:
+        st.close()

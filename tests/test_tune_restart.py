@@ -94,10 +94,12 @@ def test_a_tune_session_goes_on_after_kill_9_of_the_daemon(tmp_path):
 # -- each way a session can be caught by a restart, against the daemon loop in a thread and a
 # -- test DEALER agent (real sockets); the daemon is stopped and another started on its store
 
-def daemon_on(db, agent_timeout_s=30.0) -> Daemon:
+def daemon_on(db, agent_timeout_s=30.0, **config) -> Daemon:
+    """A daemon loop in a thread on the store ``db`` (no auto sweep, one run per point);
+    ``config``: more DaemonConfig keys."""
     d = Daemon(DaemonConfig(bind="tcp://127.0.0.1:0", database=str(db), auto_sweep=False,
                             agent_timeout_s=agent_timeout_s,
-                            sweep=SweepDefaults(size="small", reps=1, warmup=0)))
+                            sweep=SweepDefaults(size="small", reps=1, warmup=0), **config))
     d.start_thread()
     return d
 

@@ -19,7 +19,7 @@ import numpy as np
 
 from ...bench_suite.catalogue import KERNELS
 from ...shared.point_stats import point_stats
-from ..fitter import fit_group, observations, without_outliers
+from ..fitter import fit_group, observations
 from ..models.base import FittedModel, Observations
 from ..models.energy import PowerModeler
 from ..recommend import candidate_grid, fit_setting, target_observations
@@ -131,12 +131,12 @@ def analyse_group(entry: dict[str, Any], platform: dict[str, Any], board: str,
     except Exception:  # a platform the grid cannot be read from: validate by k-fold
         target = None
     try:
-        rows, left_out = without_outliers(setting.rows)  # as the daemon's own fits do
-        model, _ = fit_group(observations(rows, setting.phys_cores), target)
+        model, _ = fit_group(observations(setting.rows, setting.phys_cores), target)
     except Exception as exc:
         view.model_note = f"no model: {exc}"
         return view
     view.model = model
+    left_out = setting.outliers_left_out
     cv = model.quality.get("cv_mape")
     view.model_note = f"{model.name}" + (f", cross-validated MAPE {cv:.1f} %" if cv else "") \
         + (f", {left_out} outlier run{'s' if left_out != 1 else ''} (MAD rule) left out of "

@@ -50,7 +50,10 @@ class Store(ABC):
 
     @abstractmethod
     def save_agent(self, agent_id: str, platform_id: str, workloads: list[Any],
-                   agent_version: str, now: float) -> None: ...
+                   agent_version: str, now: float,
+                   doctor: dict[str, Any] | None = None) -> None:
+        """Insert or update an agent at its hello; ``doctor`` (its report, agent/doctor.py)
+        replaces the stored one with ``now`` as its time, None clears it."""
 
     @abstractmethod
     def touch_agents(self, last_seen: dict[str, float]) -> None: ...
@@ -200,6 +203,20 @@ class Store(ABC):
     def open_tune_sessions(self) -> list[dict[str, Any]]:
         """Every session neither done nor failed, oldest first (one whose stored body
         cannot be read is logged and left out)."""
+
+    # re-measurement of marked points (daemon/remeasure.py), kept across restarts
+    @abstractmethod
+    def save_remeasure(self, item_id: str, agent: str, state: str, body: dict[str, Any],
+                       now: float) -> None:
+        """Insert or replace one item (``state``: waiting, sent or never_clean)."""
+
+    @abstractmethod
+    def delete_remeasure(self, item_id: str) -> None: ...
+
+    @abstractmethod
+    def remeasure_items(self) -> list[dict[str, Any]]:
+        """Every item as ``{"id", "agent", "state", "body", "updated"}``, oldest first (one
+        whose body cannot be read is logged and left out)."""
 
     @abstractmethod
     def state_counts(self) -> dict[str, dict[str, int]]:

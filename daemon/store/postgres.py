@@ -21,7 +21,7 @@ import psycopg
 from ...shared.config import redact_url as redact
 from . import Group
 from .schema import MIGRATIONS, SCHEMA_VERSION
-from .sqlite import SQLiteStore, _dumps, _json_safe
+from .sqlite import SAVE_AGENT, SQLiteStore, _dumps, _json_safe
 
 log = logging.getLogger("opptune.daemon.store")
 
@@ -117,12 +117,12 @@ class PostgresStore(SQLiteStore):
 
     # -- the statements whose SQL differs from SQLite's ------------------------------------------
     def save_agent(self, agent_id: str, platform_id: str, workloads: list[Any],
-                   agent_version: str, now: float) -> None:
+                   agent_version: str, now: float,
+                   doctor: dict[str, Any] | None = None) -> None:
         with self._tx() as db:
-            db.execute("INSERT INTO agents VALUES (?, ?, ?, ?, ?, ?) ON CONFLICT(id) DO UPDATE SET "
-                       "platform=excluded.platform, workloads=excluded.workloads, "
-                       "agent_version=excluded.agent_version, last_seen=excluded.last_seen",
-                       (agent_id, platform_id, _dumps(workloads), agent_version, now, now))
+            db.execute(SAVE_AGENT, (agent_id, platform_id, _dumps(workloads), agent_version, now,
+                                    now, None if doctor is None else _json_safe(doctor),
+                                    None if doctor is None else now))
             for w in workloads:
                 name = w.get("name") if isinstance(w, dict) else w
                 if isinstance(name, str):

@@ -36,11 +36,18 @@ Version 8 keeps why a run is marked (``marked``, from the record: another proces
 set beyond the agent's share, or it was throttled; NULL when clean): marked runs stay stored and
 exported, and the rows a fit uses leave them out. Rows stored before count as clean. The copies
 in ``runs_resent`` gain the column too, so both tables keep the same columns.
+
+Version 9 keeps what a restarted daemon would otherwise forget: each agent's last doctor report
+(``agents.doctor``, JSON, and when it came, ``doctor_at``: ``opptune status`` shows the verdict
+before the agent's next hello), and the re-measurement of marked points (``remeasure``: one row
+per point set waiting for its backoff, per re-measure job out, and per workload with points
+never measured clean; the item as JSON in ``body``), so retries, backoff and never-clean
+reports survive a restart (daemon/remeasure.py).
 """
 
 from __future__ import annotations
 
-SCHEMA_VERSION = 8
+SCHEMA_VERSION = 9
 
 MIGRATIONS: dict[int, list[str]] = {
     1: [
@@ -216,5 +223,15 @@ MIGRATIONS: dict[int, list[str]] = {
     8: [
         "ALTER TABLE runs ADD COLUMN marked TEXT",
         "ALTER TABLE runs_resent ADD COLUMN marked TEXT",
+    ],
+    9: [
+        "ALTER TABLE agents ADD COLUMN doctor TEXT",
+        "ALTER TABLE agents ADD COLUMN doctor_at REAL",
+        """CREATE TABLE remeasure (
+               id TEXT PRIMARY KEY,
+               agent TEXT NOT NULL,
+               state TEXT NOT NULL,
+               body TEXT NOT NULL,
+               updated REAL NOT NULL)""",
     ],
 }

@@ -39,6 +39,12 @@ _dumps = json.JSONEncoder(separators=(",", ":"), default=str).encode
 _packb = msgpack.Packer(use_bin_type=True).pack
 
 WAL_RESTART_BYTES = 64 << 20
+# an agent at its hello (both back ends): the columns named, as schema 9 added the doctor's
+SAVE_AGENT = ("INSERT INTO agents (id, platform, workloads, agent_version, first_seen, last_seen, "
+              "doctor, doctor_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT(id) DO UPDATE SET "
+              "platform=excluded.platform, workloads=excluded.workloads, "
+              "agent_version=excluded.agent_version, last_seen=excluded.last_seen, "
+              "doctor=excluded.doctor, doctor_at=excluded.doctor_at")
 CACHE_KIB = 32 << 10  # the writer's page cache: RSS grows by this much at most, then stays
 
 
@@ -139,12 +145,12 @@ class SQLiteStore(Store):
         return json.loads(row[0]) if row else None
 
     def save_agent(self, agent_id: str, platform_id: str, workloads: list[Any],
-                   agent_version: str, now: float) -> None:
+                   agent_version: str, now: float,
+                   doctor: dict[str, Any] | None = None) -> None:
         with self._tx() as db:
-            db.execute("INSERT INTO agents VALUES (?, ?, ?, ?, ?, ?) ON CONFLICT(id) DO UPDATE SET "
-                       "platform=excluded.platform, workloads=excluded.workloads, "
-                       "agent_version=excluded.agent_version, last_seen=excluded.last_seen",
-                       (agent_id, platform_id, _dumps(workloads), agent_version, now, now))
+            db.execute(SAVE_AGENT, (agent_id, platform_id, _dumps(workloads), agent_version, now,
+                                    now, None if doctor is None else _json_safe(doctor),
+                                    None if doctor is None else now))
             for w in workloads:
                 name = w.get("name") if isinstance(w, dict) else w
                 if isinstance(name, str):
@@ -162,6 +168,11 @@ class SQLiteStore(Store):
         rows = self._rows("SELECT * FROM agents ORDER BY id")
         for r in rows:
             r["workloads"] = json.loads(r["workloads"])
+            try:
+                r["doctor"] = json.loads(r["doctor"]) if r["doctor"] else None
+            except ValueError as exc:  # the report only informs: the agent is still known
+                log.error("agent %s: stored doctor report is not JSON (%s)", r["id"], exc)
+                r["doctor"] = None
         return rows
 
     def workloads(self) -> list[str]:
@@ -452,6 +463,29 @@ class SQLiteStore(Store):
             except ValueError as exc:  # one unreadable row must not keep the others back
                 log.error("tune session %s: stored body is not JSON (%s); not resumed",
                           tune_id, exc)
+        return out
+
+    def save_remeasure(self, item_id: str, agent: str, state: str, body: dict[str, Any],
+                       now: float) -> None:
+        with self._tx() as db:
+            db.execute("INSERT INTO remeasure VALUES (?, ?, ?, ?, ?) ON CONFLICT(id) DO UPDATE "
+                       "SET agent=excluded.agent, state=excluded.state, body=excluded.body, "
+                       "updated=excluded.updated", (item_id, agent, state, _json_safe(body), now))
+
+    def delete_remeasure(self, item_id: str) -> None:
+        with self._tx() as db:
+            db.execute("DELETE FROM remeasure WHERE id=?", (item_id,))
+
+    def remeasure_items(self) -> list[dict[str, Any]]:
+        out = []
+        for r in self._rows("SELECT * FROM remeasure ORDER BY updated, id"):
+            try:
+                r["body"] = json.loads(r["body"])
+            except ValueError as exc:  # one unreadable row must not keep the others back
+                log.error("re-measure item %s: stored body is not JSON (%s); left out",
+                          r["id"], exc)
+                continue
+            out.append(r)
         return out
 
     def state_counts(self) -> dict[str, dict[str, int]]:
