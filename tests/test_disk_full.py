@@ -266,10 +266,6 @@ def test_agent_outbox_fills_the_disk_while_the_daemon_is_down(tmp_path, small_fs
 
 
 @pytest.mark.integration
-@pytest.mark.xfail(strict=False, reason="known bug (issue 20, disk full): in 1 of 5 CI runs the "
-                   "daemon's 16 MB disk filled again 2 s after the filler was removed (storing "
-                   "worked again, then 165 batches failed in a minute) and the sweep never "
-                   "finished; likely the SQLite WAL, which may grow to 64 MiB before a restart")
 def test_daemon_disk_full_acks_only_what_it_stored(tmp_path, small_fs):
     """The daemon's database on a full disk: batches fail to commit and are not acked, so the
     agent's outbox grows to its bound and the agent pauses (status shows why); the daemon logs
@@ -394,3 +390,30 @@ def test_a_config_refusal_the_full_disk_cannot_keep_is_still_sent(tmp_path, smal
     assert msg["type"] == "applied" and msg["body"]["ok"] is False
     assert msg["body"]["error"] == "cpus [9] are not online"
     ob.close()
+
+
+# -- the daemon's store on a small disk -----------------------------------------------------
+def test_the_store_log_does_not_fill_a_small_disk(tmp_path, small_fs):
+    """Batches committed back to back: passive checkpoints never catch up, and a log left to
+    grow to WAL_RESTART_BYTES fills a 16 MB disk, after which no checkpoint can copy it into
+    the database (that needs room to grow) and nothing is stored again. Near a full disk the
+    log starts over early, so 11 MB of results fit."""
+    from opptune.daemon.store import ResultIn
+    from opptune.daemon.store.sqlite import SQLiteStore
+    from opptune.shared.records import RunRecord
+    dbdir = small_fs(tmp_path / "db", "16m")
+    store = SQLiteStore(str(dbdir / "opptune.db"))
+    rec = RunRecord(platform="p", workload="w", input="s", cores=1, cpus=[0], threads=1, rep=0,
+                    time_s=1.0)
+    raw = {**rec.to_dict(), "extra": {"pad": "x" * 3000}}
+    n = 0
+    try:
+        while n < 3500:
+            store.insert_results([ResultIn(f"m{n + i}", "a1", "j", n + i, rec, raw)
+                                  for i in range(100)], now=1.0)
+            n += 100
+        assert store.db.execute("SELECT COUNT(*) FROM runs").fetchone()[0] == n
+    finally:
+        store.close()
+    assert sqlite3.connect(dbdir / "opptune.db").execute(
+        "PRAGMA integrity_check").fetchone() == ("ok",)
