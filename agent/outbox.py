@@ -119,10 +119,13 @@ class Outbox:
                         raise
         self._db.execute("PRAGMA journal_mode=WAL")
         self._db.execute("PRAGMA synchronous=FULL")
-        # a WAL of at most half the reserve: on a full disk its checkpoint fits in the reserve
-        self._db.execute(f"PRAGMA wal_autocheckpoint={WAL_PAGES}")
+        # The outbox checkpoints itself (_bound_wal): SQLite's automatic checkpoint fails
+        # silently on a full disk, and the log then grows with pages a checkpoint can only
+        # copy into a database file that has room to grow; past the reserve, never.
+        self._db.execute("PRAGMA wal_autocheckpoint=0")
         self._db.execute(f"PRAGMA journal_size_limit={WAL_LIMIT_BYTES}")
         self._db.executescript(_SCHEMA)
+        self._page = self._db.execute("PRAGMA page_size").fetchone()[0]
         self.max_bytes = max_bytes
         self._bytes = self._db.execute(
             "SELECT COALESCE(SUM(LENGTH(data)), 0) FROM outbox").fetchone()[0]
@@ -219,13 +222,28 @@ class Outbox:
                 pass
             return False
 
-    def _checkpoint(self) -> None:
-        """Copy the WAL into the database and cut it to nothing (best effort)."""
+    def _checkpoint(self) -> bool:
+        """Copy the WAL into the database and cut it to nothing; False when the disk has no
+        room for it (the database file must grow for the pages new since the last one)."""
         try:
-            self._db.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+            self._db.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchall()
         except sqlite3.Error as exc:
             if not _disk_full(exc):
                 raise
+            self._full_why = str(exc)
+            return False
+        return True
+
+    def _bound_wal(self) -> None:
+        """After a commit: a WAL past WAL_PAGES is checkpointed now, and a disk with no room
+        for that gets the reserve, so the log never holds more than the reserve can take."""
+        try:
+            size = os.path.getsize(self.path + "-wal")
+        except OSError:
+            return
+        if size > WAL_PAGES * self._page and not self._checkpoint() and self._reserve_held:
+            self._give_up_reserve()
+            self._checkpoint()
 
     def _vacuum(self) -> None:
         """Give pages freed by acks back to the file system (best effort), a few pages a
@@ -256,21 +274,26 @@ class Outbox:
                     raise
                 self._full_why = str(exc)
                 if self._reserve_held:
-                    self._reserve_held = False
-                    self._reserve_tried = time.monotonic()
-                    try:
-                        os.unlink(self.reserve_path)
-                    except OSError:
-                        pass
+                    self._give_up_reserve()
                     self._checkpoint()  # the WAL file shrinks to nothing: more room still
-                    self._log_state(f"the disk holding {self.path} is full ({exc}); its reserve "
-                                    f"of {self.reserve_bytes} bytes is in use")
                     if attempt == 0:
                         continue
                 raise OutboxFull(f"the disk holding {self.path} is full ({exc})") from None
             self._bytes += added
+            self._bound_wal()
             return out
         raise AssertionError("unreachable")
+
+    def _give_up_reserve(self) -> None:
+        """The disk is full: its reserve goes back to it, for the writes that must get through."""
+        self._reserve_held = False
+        self._reserve_tried = time.monotonic()
+        try:
+            os.unlink(self.reserve_path)
+        except OSError:
+            pass
+        self._log_state(f"the disk holding {self.path} is full ({self._full_why}); its reserve "
+                        f"of {self.reserve_bytes} bytes is in use")
 
     def _transaction(self, statements) -> Any:
         db = self._db

@@ -11,8 +11,9 @@ import errno
 import os
 import sqlite3
 import subprocess
-import time
+from contextlib import contextmanager
 from pathlib import Path
+from typing import Iterator
 
 import pytest
 
@@ -20,7 +21,7 @@ from opptune.agent import outbox as outbox_mod
 from opptune.agent.outbox import Outbox, OutboxFull
 from opptune.shared import protocol as P
 from opptune.shared.config import ConfigError, load_agent_config
-from procs import Cluster, all_jobs_complete, received
+from procs import Cluster, all_jobs_complete, assert_delivery, received, wait_until
 
 REPS = 400  # x 2 points: 800 runs of a no-op command (about 100 a second here)
 
@@ -66,16 +67,6 @@ def fill(directory: Path, leave: int = 0) -> Path:
     return filler
 
 
-def wait_until(cond, timeout: float, what: str, logs=lambda: ""):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = cond()
-        if value:
-            return value
-        time.sleep(0.1)  # polling a condition with a deadline
-    raise AssertionError(f"timed out waiting for {what}\n{logs()}")
-
-
 def result(seq: int, job: str = "j") -> dict:
     rec = {"platform": "p", "workload": "w", "input": "default", "cores": 1, "cpus": [0],
            "threads": 1, "rep": seq, "time_s": 1.0, "extra": {"pad": "x" * 1500}}
@@ -92,32 +83,10 @@ def noop_cluster(tmp: Path, extra_agent: dict | None = None, database: str | Non
     return c
 
 
-def outbox_state(state_dir: Path) -> tuple[dict[str, int], set[tuple[str, int]]]:
-    """The agent's job progress (job -> runs measured) and its unacked results."""
-    con = sqlite3.connect(f"file:{state_dir / 'outbox.db'}?mode=ro", uri=True, timeout=10)
-    try:
-        progress = dict(con.execute("SELECT job_id, next_seq FROM jobs"))
-        pending = set()
-        for (data,) in con.execute("SELECT data FROM outbox"):
-            msg = P.decode(data)
-            if msg["type"] == "result":
-                pending.add((msg["body"]["job_id"], msg["body"]["seq"]))
-        return progress, pending
-    finally:
-        con.close()
-
-
-def check_nothing_lost(c: Cluster, state_dir: Path) -> int:
-    """Every run the agent measured is stored or still in its outbox; none stored twice.
-    Returns how many it measured."""
-    progress, pending = outbox_state(state_dir)
-    rows = c.rows("SELECT job_id, seq, COUNT(*) FROM runs GROUP BY job_id, seq")
-    assert not [r for r in rows if r[2] != 1], "results stored more than once"
-    stored = {(j, s) for j, s, _ in rows}
-    missing = [(j, s) for j, n in progress.items() for s in range(n)
-               if (j, s) not in stored and (j, s) not in pending]
-    assert not missing, f"measured but neither stored nor in the outbox: {missing[:10]}"
-    return sum(progress.values())
+def nothing_lost(c: Cluster, state_dir: Path, complete: bool = False) -> dict:
+    """The outbox against the store (procs.assert_delivery): every measured result stored
+    once or still pending; with ``complete``, all stored and the outbox empty."""
+    return assert_delivery(state_dir, c.db, complete=complete, context=c.logs())
 
 
 def log_lines(path: Path, text: str) -> list[str]:
@@ -204,65 +173,67 @@ def test_outbox_on_a_full_disk_waits_for_room(tmp_path, small_fs, monkeypatch):
 
 
 # -- real processes -------------------------------------------------------------------------
-@pytest.mark.integration
-def test_agent_disk_full_pauses_shows_in_status_and_resumes_when_freed(tmp_path, small_fs):
-    state = small_fs(tmp_path / "agent-state", "8m")
-    c = noop_cluster(tmp_path)
+@contextmanager
+def sweep_under_way(tmp: Path, **kw) -> Iterator[Cluster]:
+    """A daemon and an agent (:func:`noop_cluster`) with the sweep under way; stopped after."""
+    c = noop_cluster(tmp, **kw)
     c.start_daemon()
     c.start_agent()
     try:
         c.wait_for(lambda s: received(s) >= 20, timeout=60, what="the sweep under way")
+        yield c
+    finally:
+        c.stop()
+
+
+def assert_all_stored(c: Cluster, state: Path, runs: int) -> None:
+    """Stop both; every one of ``runs`` results stored exactly once, the outbox empty."""
+    assert c.stop() == {"agent": 0, "daemon": 0}, c.logs()
+    assert nothing_lost(c, state, complete=True)["produced"] == runs
+    assert c.rows("SELECT COUNT(*) FROM runs")[0][0] == runs
+
+
+def warned(tmp: Path) -> list[str]:
+    """The agent's full-outbox warnings."""
+    return log_lines(tmp / "agent.log", "outbox full")
+
+
+@pytest.mark.integration
+def test_agent_disk_full_pauses_shows_in_status_and_resumes_when_freed(tmp_path, small_fs):
+    state = small_fs(tmp_path / "agent-state", "8m")
+    with sweep_under_way(tmp_path) as c:
         filler = fill(state)
         st = c.wait_for(lambda s: agent_full(s) is not None, timeout=30,
                         what="the agent reporting its full disk")
         assert "is full" in agent_full(st)
-        paused_at = check_nothing_lost(c, state)
+        paused_at = nothing_lost(c, state)["produced"]
         assert paused_at < 2 * REPS
         # paused, not slowed: everything it measured reaches the store, and it measures no more
         c.wait_for(lambda s: received(s) >= paused_at and agent_full(s) is not None,
                    timeout=30, what="the measured results stored, the agent still paused")
-        assert check_nothing_lost(c, state) == paused_at
+        assert nothing_lost(c, state)["produced"] == paused_at
         assert c.agent.poll() is None
         filler.unlink()
         c.wait_for(lambda s: all_jobs_complete(s, 1), timeout=90, what="the whole sweep")
-        st = c.wait_for(lambda s: agent_full(s) is None, timeout=10, what="the flag cleared")
-    finally:
-        codes = c.stop()
-    assert codes == {"agent": 0, "daemon": 0}, c.logs()
-    assert check_nothing_lost(c, state) == 2 * REPS
-    assert c.rows("SELECT COUNT(*) FROM runs")[0][0] == 2 * REPS
-    warned = log_lines(tmp_path / "agent.log", "outbox full")
-    assert len(warned) == 1, warned
+        c.wait_for(lambda s: agent_full(s) is None, timeout=10, what="the flag cleared")
+        assert_all_stored(c, state, 2 * REPS)
+    assert len(warned(tmp_path)) == 1, warned(tmp_path)
 
 
 @pytest.mark.integration
-@pytest.mark.xfail(strict=False, reason="known bug (issue 20, disk full): in about 1 of 3 runs "
-                   "the agent stalls once its outbox has filled the disk: the daemon acks the "
-                   "same ~200 results again and again (2.4 million acks in 2 minutes), the "
-                   "agent's deletes find no room on the full disk, so nothing frees it")
 def test_agent_outbox_fills_the_disk_while_the_daemon_is_down(tmp_path, small_fs):
     """The daemon is gone, the outbox grows until the disk is full: the agent pauses; the
     daemon back, its acks make room and the sweep finishes without anyone freeing the disk."""
     state = small_fs(tmp_path / "agent-state", "8m")
-    c = noop_cluster(tmp_path, reps=2 * REPS)
-    c.start_daemon()
-    c.start_agent()
-    try:
-        c.wait_for(lambda s: received(s) >= 20, timeout=60, what="the sweep under way")
+    with sweep_under_way(tmp_path, reps=2 * REPS) as c:
         c.kill("daemon")
         filler = fill(state, leave=2 << 20)
-        wait_until(lambda: log_lines(tmp_path / "agent.log", "outbox full"), 60,
-                   "the agent's warning", c.logs)
-        measured = check_nothing_lost(c, state)
-        assert measured < 4 * REPS and c.agent.poll() is None
+        wait_until(lambda: warned(tmp_path), "the agent's warning", 60, c.logs)
+        assert nothing_lost(c, state)["produced"] < 4 * REPS and c.agent.poll() is None
         c.start_daemon()
         c.wait_for(lambda s: all_jobs_complete(s, 1), timeout=120, what="the whole sweep")
         assert filler.exists()
-    finally:
-        codes = c.stop()
-    assert codes["agent"] == 0, c.logs()
-    assert check_nothing_lost(c, state) == 4 * REPS
-    assert c.rows("SELECT COUNT(*) FROM runs")[0][0] == 4 * REPS
+        assert_all_stored(c, state, 4 * REPS)
 
 
 @pytest.mark.integration
@@ -272,27 +243,17 @@ def test_daemon_disk_full_acks_only_what_it_stored(tmp_path, small_fs):
     the failures once, keeps serving, and stores everything once there is room."""
     dbdir = small_fs(tmp_path / "db", "16m")
     state = tmp_path / "agent-state"
-    c = noop_cluster(tmp_path, database=str(dbdir / "opptune.db"),
-                     extra_agent={"outbox_max_mb": 0.25})
-    c.start_daemon()
-    c.start_agent()
-    try:
-        c.wait_for(lambda s: received(s) >= 20, timeout=60, what="the sweep under way")
+    with sweep_under_way(tmp_path, database=str(dbdir / "opptune.db"),
+                         extra_agent={"outbox_max_mb": 0.25}) as c:
         filler = fill(dbdir)
         st = c.wait_for(lambda s: agent_full(s) is not None, timeout=60,
                         what="the agent's outbox at its bound")
         assert "outbox_max_mb" in agent_full(st)
-        check_nothing_lost(c, state)
-        _, pending = outbox_state(state)
-        assert pending, "unstored results stay in the agent's outbox"
+        assert nothing_lost(c, state)["pending"], "unstored results stay in the agent's outbox"
         assert c.daemon.poll() is None
         filler.unlink()
         c.wait_for(lambda s: all_jobs_complete(s, 1), timeout=120, what="the whole sweep")
-    finally:
-        codes = c.stop()
-    assert codes == {"agent": 0, "daemon": 0}, c.logs()
-    assert check_nothing_lost(c, state) == 2 * REPS
-    assert c.rows("SELECT COUNT(*) FROM runs")[0][0] == 2 * REPS
+        assert_all_stored(c, state, 2 * REPS)
     failed = log_lines(tmp_path / "daemon.log", "failed batches so far")
     assert 1 <= len(failed) <= 2, failed  # once a minute, however many batches failed
     assert len(log_lines(tmp_path / "daemon.log", "Traceback")) <= 2
@@ -304,33 +265,23 @@ def test_outbox_bound_from_the_configuration(tmp_path):
     """No tmpfs: the daemon gone, the agent measures until its outbox holds outbox_max_mb,
     then waits (one warning); the daemon back, the sweep finishes, each result stored once."""
     state = tmp_path / "agent-state"
-    c = noop_cluster(tmp_path, extra_agent={"outbox_max_mb": 0.25})
-    c.start_daemon()
-    c.start_agent()
-    try:
-        c.wait_for(lambda s: received(s) >= 20, timeout=60, what="the sweep under way")
+    with sweep_under_way(tmp_path, extra_agent={"outbox_max_mb": 0.25}) as c:
         c.kill("daemon")
-        wait_until(lambda: log_lines(tmp_path / "agent.log", "outbox full"), 60,
-                   "the agent's warning", c.logs)
-        progress, pending = outbox_state(state)
+        wait_until(lambda: warned(tmp_path), "the agent's warning", 60, c.logs)
         size = sum(len(d) for (d,) in sqlite3.connect(state / "outbox.db").execute(
             "SELECT data FROM outbox"))
         assert 0.25 * (1 << 20) <= size < 0.25 * (1 << 20) + 8192, size
-        measured = check_nothing_lost(c, state)
-        assert measured < 2 * REPS and c.agent.poll() is None
+        assert nothing_lost(c, state)["produced"] < 2 * REPS and c.agent.poll() is None
         c.start_daemon()
         c.wait_for(lambda s: all_jobs_complete(s, 1), timeout=120, what="the whole sweep")
-    finally:
-        codes = c.stop()
-    assert codes["agent"] == 0, c.logs()
-    assert check_nothing_lost(c, state) == 2 * REPS
-    assert c.rows("SELECT COUNT(*) FROM runs")[0][0] == 2 * REPS
-    assert len(log_lines(tmp_path / "agent.log", "outbox full")) == 1
+        assert_all_stored(c, state, 2 * REPS)
+    assert len(warned(tmp_path)) == 1
 
 
-def test_a_job_the_full_disk_cannot_keep_is_refused_with_outbox_full(tmp_path, small_fs):
-    """Nothing of it runs; the daemon gets the reason (it records it with the job)."""
-    from opptune.agent.apply import Executor, Worker
+def executor_on_a_full_disk(tmp_path: Path, small_fs):
+    """The agent's executor for a no-op workload, its outbox (no reserve) on a full 2 MB disk;
+    what it sends goes to the list returned with it."""
+    from opptune.agent.apply import Executor
     from opptune.agent.platform import discover
     from opptune.agent.runner import Runner
     from opptune.agent.workloads import Workloads
@@ -341,9 +292,17 @@ def test_a_job_the_full_disk_cannot_keep_is_refused_with_outbox_full(tmp_path, s
     platform = discover(cfg)
     wl = Workloads(cfg, catalogue={})
     ob = Outbox(str(state), reserve_bytes=0)
-    sent = []
+    sent: list[dict] = []
     ex = Executor("a1", platform, wl, Runner(wl, platform["id"]), ob, send=sent.append)
     fill(state)
+    return ex, ob, sent
+
+
+def test_a_job_the_full_disk_cannot_keep_is_refused_with_outbox_full(tmp_path, small_fs):
+    """Nothing of it runs; the daemon gets the reason (it records it with the job)."""
+    from opptune.agent.apply import Worker
+    ex, ob, sent = executor_on_a_full_disk(tmp_path, small_fs)
+    platform = ex.platform
     job = P.make("job", "daemon", {"job_id": "job-1", "workload": "noop", "size": "default",
                                    "points": [{"cpus": platform["cpus_online"][:1],
                                                "threads": 1}], "reps": 1, "warmup": 0})
@@ -371,20 +330,7 @@ def test_status_shows_why_an_agent_outbox_is_full():
 
 
 def test_a_config_refusal_the_full_disk_cannot_keep_is_still_sent(tmp_path, small_fs):
-    from opptune.agent.apply import Executor
-    from opptune.agent.platform import discover
-    from opptune.agent.runner import Runner
-    from opptune.agent.workloads import Workloads
-    from opptune.shared.config import AgentConfig, CommandWorkload
-    state = small_fs(tmp_path / "state", "2m")
-    cfg = AgentConfig(agent_id="a1", bench_kernels=[], state_dir=str(state),
-                      workloads=[CommandWorkload("noop", ["true"])])
-    platform = discover(cfg)
-    wl = Workloads(cfg, catalogue={})
-    ob = Outbox(str(state), reserve_bytes=0)
-    sent = []
-    ex = Executor("a1", platform, wl, Runner(wl, platform["id"]), ob, send=sent.append)
-    fill(state)
+    ex, ob, sent = executor_on_a_full_disk(tmp_path, small_fs)
     ex.refuse_config({"config_id": "c1"}, "cpus [9] are not online")
     (msg,) = sent
     assert msg["type"] == "applied" and msg["body"]["ok"] is False
