@@ -21,7 +21,7 @@ from opptune.agent import outbox as outbox_mod
 from opptune.agent.outbox import Outbox, OutboxFull
 from opptune.shared import protocol as P
 from opptune.shared.config import ConfigError, load_agent_config
-from procs import Cluster, all_jobs_complete, assert_delivery, received, wait_until
+from procs import Cluster, assert_delivery, received, wait_all_delivered, wait_until
 
 REPS = 400  # x 2 points: 800 runs of a no-op command (about 100 a second here)
 
@@ -186,10 +186,11 @@ def sweep_under_way(tmp: Path, **kw) -> Iterator[Cluster]:
         c.stop()
 
 
-def assert_all_stored(c: Cluster, state: Path, runs: int) -> None:
-    """Stop both; every one of ``runs`` results stored exactly once, the outbox empty."""
+def assert_all_stored(c: Cluster, runs: int, timeout: float = 120) -> None:
+    """The sweep (one job) finishes: every one of its ``runs`` results stored exactly once,
+    the outbox empty; both stop cleanly."""
+    assert wait_all_delivered(c, 1, timeout)["produced"] == runs
     assert c.stop() == {"agent": 0, "daemon": 0}, c.logs()
-    assert nothing_lost(c, state, complete=True)["produced"] == runs
     assert c.rows("SELECT COUNT(*) FROM runs")[0][0] == runs
 
 
@@ -214,9 +215,8 @@ def test_agent_disk_full_pauses_shows_in_status_and_resumes_when_freed(tmp_path,
         assert nothing_lost(c, state)["produced"] == paused_at
         assert c.agent.poll() is None
         filler.unlink()
-        c.wait_for(lambda s: all_jobs_complete(s, 1), timeout=90, what="the whole sweep")
-        c.wait_for(lambda s: agent_full(s) is None, timeout=10, what="the flag cleared")
-        assert_all_stored(c, state, 2 * REPS)
+        c.wait_for(lambda s: agent_full(s) is None, timeout=30, what="the flag cleared")
+        assert_all_stored(c, 2 * REPS, timeout=90)
     assert len(warned(tmp_path)) == 1, warned(tmp_path)
 
 
@@ -231,9 +231,8 @@ def test_agent_outbox_fills_the_disk_while_the_daemon_is_down(tmp_path, small_fs
         wait_until(lambda: warned(tmp_path), "the agent's warning", 60, c.logs)
         assert nothing_lost(c, state)["produced"] < 4 * REPS and c.agent.poll() is None
         c.start_daemon()
-        c.wait_for(lambda s: all_jobs_complete(s, 1), timeout=120, what="the whole sweep")
+        assert_all_stored(c, 4 * REPS)
         assert filler.exists()
-        assert_all_stored(c, state, 4 * REPS)
 
 
 @pytest.mark.integration
@@ -252,8 +251,7 @@ def test_daemon_disk_full_acks_only_what_it_stored(tmp_path, small_fs):
         assert nothing_lost(c, state)["pending"], "unstored results stay in the agent's outbox"
         assert c.daemon.poll() is None
         filler.unlink()
-        c.wait_for(lambda s: all_jobs_complete(s, 1), timeout=120, what="the whole sweep")
-        assert_all_stored(c, state, 2 * REPS)
+        assert_all_stored(c, 2 * REPS)
     failed = log_lines(tmp_path / "daemon.log", "failed batches so far")
     assert 1 <= len(failed) <= 2, failed  # once a minute, however many batches failed
     assert len(log_lines(tmp_path / "daemon.log", "Traceback")) <= 2
@@ -273,8 +271,7 @@ def test_outbox_bound_from_the_configuration(tmp_path):
         assert 0.25 * (1 << 20) <= size < 0.25 * (1 << 20) + 8192, size
         assert nothing_lost(c, state)["produced"] < 2 * REPS and c.agent.poll() is None
         c.start_daemon()
-        c.wait_for(lambda s: all_jobs_complete(s, 1), timeout=120, what="the whole sweep")
-        assert_all_stored(c, state, 2 * REPS)
+        assert_all_stored(c, 2 * REPS)
     assert len(warned(tmp_path)) == 1
 
 
