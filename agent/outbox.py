@@ -452,6 +452,31 @@ class Outbox:
         return [{"id": i, "data": d, "code": c, "reason": r, "rejected": t}
                 for i, d, c, r, t in rows]
 
+    def other_platforms(self, platform_id: str) -> dict[str, int]:
+        """Pending results measured as another platform than ``platform_id`` (the board's
+        description changed since: cpus, topology, model, maximum frequency): platform ->
+        count, in one warning line. The daemon stores a result only for its agent's
+        platform now: it refuses these (wrong_group), and they move to the ``rejected`` table,
+        kept on disk and no longer resent (:meth:`reject`)."""
+        with self._lock:
+            rows = list(self._db.execute("SELECT data FROM outbox"))
+        other: dict[str, int] = {}
+        for (data,) in rows:
+            try:
+                msg = P.decode(data)
+                was = msg["body"]["record"]["platform"] if msg["type"] == "result" else None
+            except (P.ProtocolError, KeyError, TypeError):
+                continue  # not a result this check can read; the daemon judges it
+            if isinstance(was, str) and was != platform_id:
+                other[was] = other.get(was, 0) + 1
+        if other:
+            log.warning("%d results in the outbox were measured as platform %s, not this "
+                        "board's platform %s (its description changed): the daemon refuses "
+                        "them (wrong_group); they are then kept in the outbox's rejected "
+                        "table, no longer resent", sum(other.values()),
+                        ", ".join(sorted(other)), platform_id)
+        return other
+
     # -- jobs ---------------------------------------------------------------------------------
     def save_job(self, job_id: str, body: dict[str, Any], ref: str | None = None) -> bool:
         """Remember a job before running it. False when it is already known (a resent job)."""
