@@ -172,6 +172,30 @@ def test_outbox_on_a_full_disk_waits_for_room(tmp_path, small_fs, monkeypatch):
     ob.close()
 
 
+def test_outbox_past_its_reserve_keeps_room_for_the_acks(tmp_path, small_fs, monkeypatch):
+    """The reserve spent, writes that add keep trying (a finished run's result waits in
+    memory and is retried): they stop short of the room deletes need, the WAL is left empty
+    after each write, so one ack of everything still gets through."""
+    monkeypatch.setattr(outbox_mod, "FULL_RETRY_S", 0.0)
+    state = small_fs(tmp_path / "state", "6m")
+    ob = Outbox(str(state))
+    ob.save_job("j", {"job_id": "j"})
+    fill(state, leave=3 << 19)
+    ids, refused = [], 0
+    while refused < 50:  # far past the reserve: each refusal rolled back, the next one tried
+        try:
+            ids.append(ob.add_result("j", len(ids), result(len(ids))))
+        except OutboxFull:
+            refused += 1
+    assert ob.full_reason() is not None and not (state / "outbox.db.reserve").exists()
+    assert os.statvfs(state).f_bavail * os.statvfs(state).f_frsize >= \
+        outbox_mod.KEEP_FOR_ACKS - (64 << 10)
+    assert os.path.getsize(state / "outbox.db-wal") == 0
+    assert ob.ack(ids) == len(ids) and ob.count() == 0
+    assert ob.full_reason() is None and ob.job("j")["next_seq"] == len(ids)
+    ob.close()
+
+
 # -- real processes -------------------------------------------------------------------------
 @contextmanager
 def sweep_under_way(tmp: Path, **kw) -> Iterator[Cluster]:
