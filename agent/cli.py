@@ -305,6 +305,7 @@ def run_agent(config, config_path: str | None = None) -> int:
              config.agent_id, platform["id"], platform["model_name"], platform["n_cpus"],
              f", virtual board {config.virtual_board}" if config.virtual_board else "",
              ", ".join(workloads.names()) or "(none)", outbox.count())
+    outbox.other_platforms(platform["id"])
     try:
         link.start()
         worker.start()

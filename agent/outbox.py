@@ -16,9 +16,14 @@ is still written (a soft bound: no measurement is refused for it). A file beside
 holds ``reserve_bytes`` of disk. A write the disk cannot take (SQLITE_FULL, ENOSPC) is rolled
 back (the file stays consistent), the reserve is given up and the write tried again: so the
 run that finished as the disk filled is stored, and the acks that follow (deletes need room
-in the WAL too) get through. Until the reserve can be made again, with 1 MiB to spare,
-:meth:`full_reason` says the disk is full. A write that fails even so raises
-:class:`OutboxFull`; the caller keeps the message in memory and retries. Each change of state
+in the WAL too) get through. While the reserve is out, writes that add stop short of the last
+``KEEP_FOR_ACKS`` bytes (acks delete in that room) and every write is checkpointed at once:
+a WAL holding pages the database file has no room to grow for could never be checkpointed,
+and every later delete would fail (the stall this prevents: acks of the same results, again
+and again). Until the reserve can be made again, with 1 MiB to spare, :meth:`full_reason`
+says the disk is full. A write that fails even so raises :class:`OutboxFull`; the caller
+keeps the message in memory and retries. Bookkeeping (``mark_sent``, ``reset_sent``) never
+takes the reserve. Each change of state
 is logged once (a long full spell: one line a minute).
 """
 
@@ -46,6 +51,9 @@ RESERVE_BYTES = 1 << 20
 WAL_LIMIT_BYTES = 1 << 20
 WAL_PAGES = 128
 ROOM_BESIDE_RESERVE = 1 << 20  # free space the reserve must leave to be made again
+# while the reserve is out, writes that add stop short of this much free space: the room that
+# acks need to delete (a delete is written to the WAL before it frees anything)
+KEEP_FOR_ACKS = RESERVE_BYTES // 2
 ACK_CHUNK_ON_FULL = 32
 
 
@@ -119,10 +127,13 @@ class Outbox:
                         raise
         self._db.execute("PRAGMA journal_mode=WAL")
         self._db.execute("PRAGMA synchronous=FULL")
-        # a WAL of at most half the reserve: on a full disk its checkpoint fits in the reserve
-        self._db.execute(f"PRAGMA wal_autocheckpoint={WAL_PAGES}")
+        # The outbox checkpoints itself (_bound_wal): SQLite's automatic checkpoint fails
+        # silently on a full disk, and the log then grows with pages a checkpoint can only
+        # copy into a database file that has room to grow; past the reserve, never.
+        self._db.execute("PRAGMA wal_autocheckpoint=0")
         self._db.execute(f"PRAGMA journal_size_limit={WAL_LIMIT_BYTES}")
         self._db.executescript(_SCHEMA)
+        self._page = self._db.execute("PRAGMA page_size").fetchone()[0]
         self.max_bytes = max_bytes
         self._bytes = self._db.execute(
             "SELECT COALESCE(SUM(LENGTH(data)), 0) FROM outbox").fetchone()[0]
@@ -194,8 +205,7 @@ class Outbox:
         try:
             # room for the reserve and a full WAL besides: a disk that takes back just the
             # reserve (or the WAL's own slack) would be full again after the next results
-            st = os.statvfs(os.path.dirname(self.reserve_path))
-            if st.f_bavail * st.f_frsize < self.reserve_bytes + ROOM_BESIDE_RESERVE:
+            if self._free_bytes() < self.reserve_bytes + ROOM_BESIDE_RESERVE:
                 return False
             fd = os.open(self.reserve_path, os.O_WRONLY | os.O_CREAT, 0o600)
             try:
@@ -219,13 +229,28 @@ class Outbox:
                 pass
             return False
 
-    def _checkpoint(self) -> None:
-        """Copy the WAL into the database and cut it to nothing (best effort)."""
+    def _checkpoint(self) -> bool:
+        """Copy the WAL into the database and cut it to nothing; False when the disk has no
+        room for it (the database file must grow for the pages new since the last one)."""
         try:
-            self._db.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+            self._db.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchall()
         except sqlite3.Error as exc:
             if not _disk_full(exc):
                 raise
+            self._full_why = str(exc)
+            return False
+        return True
+
+    def _bound_wal(self) -> None:
+        """After a commit: a WAL past WAL_PAGES is checkpointed now, and a disk with no room
+        for that gets the reserve, so the log never holds more than the reserve can take."""
+        try:
+            size = os.path.getsize(self.path + "-wal")
+        except OSError:
+            return
+        if size > WAL_PAGES * self._page and not self._checkpoint() and self._reserve_held:
+            self._give_up_reserve()
+            self._checkpoint()
 
     def _vacuum(self) -> None:
         """Give pages freed by acks back to the file system (best effort), a few pages a
@@ -244,33 +269,54 @@ class Outbox:
                 break
             self._checkpoint()
 
-    def _write(self, statements, added: int = 0) -> Any:
+    def _write(self, statements, added: int = 0, frees: bool = False,
+               essential: bool = True) -> Any:
         """Run ``statements(db)`` in one transaction (call with the lock held); ``added``
-        bytes count once it committed. On a full disk the transaction is rolled back, the
-        reserve is given up and the write tried once more; OutboxFull when that fails too."""
+        bytes count once it committed. On a full disk the transaction is rolled back and, for
+        an ``essential`` write, the reserve is given up and the write tried once more;
+        OutboxFull when that fails too. While the reserve is out, a write that does not
+        only ``frees`` (deletes) needs KEEP_FOR_ACKS free, and each write is checkpointed at
+        once: the WAL then never holds pages that the database file has no room to take."""
         for attempt in (0, 1):
+            if (not self._reserve_held and not frees
+                    and self._free_bytes() < KEEP_FOR_ACKS):
+                raise OutboxFull(f"the disk holding {self.path} is full: its last "
+                                 f"{KEEP_FOR_ACKS} bytes are kept for deleting acked results")
             try:
                 out = self._transaction(statements)
             except (sqlite3.Error, OSError) as exc:
                 if not _disk_full(exc):
                     raise
                 self._full_why = str(exc)
-                if self._reserve_held:
-                    self._reserve_held = False
-                    self._reserve_tried = time.monotonic()
-                    try:
-                        os.unlink(self.reserve_path)
-                    except OSError:
-                        pass
-                    self._checkpoint()  # the WAL file shrinks to nothing: more room still
-                    self._log_state(f"the disk holding {self.path} is full ({exc}); its reserve "
-                                    f"of {self.reserve_bytes} bytes is in use")
+                # the failed transaction's frames go: the WAL file shrinks to nothing
+                self._checkpoint()
+                if self._reserve_held and essential:
+                    self._give_up_reserve()
                     if attempt == 0:
                         continue
                 raise OutboxFull(f"the disk holding {self.path} is full ({exc})") from None
             self._bytes += added
+            if self._reserve_held:
+                self._bound_wal()
+            else:
+                self._checkpoint()
             return out
         raise AssertionError("unreachable")
+
+    def _free_bytes(self) -> int:
+        st = os.statvfs(os.path.dirname(self.path))
+        return st.f_bavail * st.f_frsize
+
+    def _give_up_reserve(self) -> None:
+        """The disk is full: its reserve goes back to it, for the writes that must get through."""
+        self._reserve_held = False
+        self._reserve_tried = time.monotonic()
+        try:
+            os.unlink(self.reserve_path)
+        except OSError:
+            pass
+        self._log_state(f"the disk holding {self.path} is full ({self._full_why}); its reserve "
+                        f"of {self.reserve_bytes} bytes is in use")
 
     def _transaction(self, statements) -> Any:
         db = self._db
@@ -350,7 +396,7 @@ class Outbox:
             try:
                 self._write(lambda db: db.executemany(
                     "UPDATE outbox SET last_sent=?, sends=sends+1 WHERE id=?",
-                    [(ts, i) for i in ids]))
+                    [(ts, i) for i in ids]), essential=False)
             except OutboxFull:
                 pass  # unmarked messages are only resent sooner
 
@@ -360,7 +406,8 @@ class Outbox:
             if not self._reserve_held:
                 return  # the reserve is for results and acks (they are resent when stale)
             try:
-                self._write(lambda db: db.execute("UPDATE outbox SET last_sent=NULL"))
+                self._write(lambda db: db.execute("UPDATE outbox SET last_sent=NULL"),
+                            essential=False)
             except OutboxFull:
                 pass  # the unmarked ones are resent once stale
 
@@ -371,7 +418,7 @@ class Outbox:
             return 0
         with self._lock:
             try:
-                freed, n = self._write(lambda db: self._delete(db, ids))
+                freed, n = self._write(lambda db: self._delete(db, ids), frees=True)
             except OutboxFull:
                 # On a full disk even a delete needs room in the WAL for every page it
                 # touches: small transactions, the WAL emptied after each, get through.
@@ -379,11 +426,11 @@ class Outbox:
                 for k in range(0, len(ids), ACK_CHUNK_ON_FULL):
                     try:
                         f, m = self._write(
-                            lambda db: self._delete(db, ids[k:k + ACK_CHUNK_ON_FULL]))
+                            lambda db: self._delete(db, ids[k:k + ACK_CHUNK_ON_FULL]),
+                            frees=True)
                     except OutboxFull:
                         break  # the rest stay pending: resent, and the daemon keeps each once
                     freed, n = freed + f, n + m
-                    self._checkpoint()
             self._bytes -= freed
             return n
 
@@ -428,6 +475,31 @@ class Outbox:
                                     "ORDER BY rejected, rowid").fetchall()
         return [{"id": i, "data": d, "code": c, "reason": r, "rejected": t}
                 for i, d, c, r, t in rows]
+
+    def other_platforms(self, platform_id: str) -> dict[str, int]:
+        """Pending results measured as another platform than ``platform_id`` (the board's
+        description changed since: cpus, topology, model, maximum frequency): platform ->
+        count, in one warning line. The daemon stores a result only for its agent's
+        platform now: it refuses these (wrong_group), and they move to the ``rejected`` table,
+        kept on disk and no longer resent (:meth:`reject`)."""
+        with self._lock:
+            rows = list(self._db.execute("SELECT data FROM outbox"))
+        other: dict[str, int] = {}
+        for (data,) in rows:
+            try:
+                msg = P.decode(data)
+                was = msg["body"]["record"]["platform"] if msg["type"] == "result" else None
+            except (P.ProtocolError, KeyError, TypeError):
+                continue  # not a result this check can read; the daemon judges it
+            if isinstance(was, str) and was != platform_id:
+                other[was] = other.get(was, 0) + 1
+        if other:
+            log.warning("%d results in the outbox were measured as platform %s, not this "
+                        "board's platform %s (its description changed): the daemon refuses "
+                        "them (wrong_group); they are then kept in the outbox's rejected "
+                        "table, no longer resent", sum(other.values()),
+                        ", ".join(sorted(other)), platform_id)
+        return other
 
     # -- jobs ---------------------------------------------------------------------------------
     def save_job(self, job_id: str, body: dict[str, Any], ref: str | None = None) -> bool:

@@ -396,7 +396,9 @@ def test_restore_without_state_file_exits_0(tmp_path):
     assert "restored nothing" in p.stderr
 
 
-def test_result_refused_for_good_is_parked_not_resent(ctx, router, tmp_path):
+# wrong_group: among others, a board whose platform id changed, for what it measured before
+@pytest.mark.parametrize("code", ["bad_record", "wrong_group"])
+def test_result_refused_for_good_is_parked_not_resent(ctx, router, tmp_path, code):
     ob = Outbox(str(tmp_path))
     bad, transient = result_msg(), result_msg(1)
     ob.put(bad)
@@ -406,7 +408,7 @@ def test_result_refused_for_good_is_parked_not_resent(ctx, router, tmp_path):
         router.expect(lambda m: m["type"] == "hello")
         router.send(P.make("heartbeat", "daemon", {}))
         router.expect(lambda m: m["type"] == "result" and m["id"] == bad["id"])
-        router.send(P.error_reply("daemon", "bad_record", "invalid run record: x", bad["id"]))
+        router.send(P.error_reply("daemon", code, "refused: x", bad["id"]))
         router.send(P.error_reply("daemon", "store_failed", "disk full", transient["id"]))
         # once both errors are handled, the parked result is never sent again; the other is
         router.expect(lambda m: m["type"] == "heartbeat" and m["body"]["outbox"] == 1)
@@ -415,6 +417,6 @@ def test_result_refused_for_good_is_parked_not_resent(ctx, router, tmp_path):
     finally:
         lt.close()
     parked = ob.rejected()
-    assert [(p["id"], p["code"]) for p in parked] == [(bad["id"], "bad_record")]
+    assert [(p["id"], p["code"]) for p in parked] == [(bad["id"], code)]
     assert P.decode(parked[0]["data"])["id"] == bad["id"]  # kept on disk, whole
     assert [i for i, _ in ob.pending()] == [transient["id"]]

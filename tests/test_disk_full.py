@@ -11,8 +11,9 @@ import errno
 import os
 import sqlite3
 import subprocess
-import time
+from contextlib import contextmanager
 from pathlib import Path
+from typing import Iterator
 
 import pytest
 
@@ -20,7 +21,7 @@ from opptune.agent import outbox as outbox_mod
 from opptune.agent.outbox import Outbox, OutboxFull
 from opptune.shared import protocol as P
 from opptune.shared.config import ConfigError, load_agent_config
-from procs import Cluster, all_jobs_complete, received
+from procs import Cluster, assert_delivery, received, wait_all_delivered, wait_until
 
 REPS = 400  # x 2 points: 800 runs of a no-op command (about 100 a second here)
 
@@ -66,16 +67,6 @@ def fill(directory: Path, leave: int = 0) -> Path:
     return filler
 
 
-def wait_until(cond, timeout: float, what: str, logs=lambda: ""):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = cond()
-        if value:
-            return value
-        time.sleep(0.1)  # polling a condition with a deadline
-    raise AssertionError(f"timed out waiting for {what}\n{logs()}")
-
-
 def result(seq: int, job: str = "j") -> dict:
     rec = {"platform": "p", "workload": "w", "input": "default", "cores": 1, "cpus": [0],
            "threads": 1, "rep": seq, "time_s": 1.0, "extra": {"pad": "x" * 1500}}
@@ -92,32 +83,10 @@ def noop_cluster(tmp: Path, extra_agent: dict | None = None, database: str | Non
     return c
 
 
-def outbox_state(state_dir: Path) -> tuple[dict[str, int], set[tuple[str, int]]]:
-    """The agent's job progress (job -> runs measured) and its unacked results."""
-    con = sqlite3.connect(f"file:{state_dir / 'outbox.db'}?mode=ro", uri=True, timeout=10)
-    try:
-        progress = dict(con.execute("SELECT job_id, next_seq FROM jobs"))
-        pending = set()
-        for (data,) in con.execute("SELECT data FROM outbox"):
-            msg = P.decode(data)
-            if msg["type"] == "result":
-                pending.add((msg["body"]["job_id"], msg["body"]["seq"]))
-        return progress, pending
-    finally:
-        con.close()
-
-
-def check_nothing_lost(c: Cluster, state_dir: Path) -> int:
-    """Every run the agent measured is stored or still in its outbox; none stored twice.
-    Returns how many it measured."""
-    progress, pending = outbox_state(state_dir)
-    rows = c.rows("SELECT job_id, seq, COUNT(*) FROM runs GROUP BY job_id, seq")
-    assert not [r for r in rows if r[2] != 1], "results stored more than once"
-    stored = {(j, s) for j, s, _ in rows}
-    missing = [(j, s) for j, n in progress.items() for s in range(n)
-               if (j, s) not in stored and (j, s) not in pending]
-    assert not missing, f"measured but neither stored nor in the outbox: {missing[:10]}"
-    return sum(progress.values())
+def nothing_lost(c: Cluster, state_dir: Path, complete: bool = False) -> dict:
+    """The outbox against the store (procs.assert_delivery): every measured result stored
+    once or still pending; with ``complete``, all stored and the outbox empty."""
+    return assert_delivery(state_dir, c.db, complete=complete, context=c.logs())
 
 
 def log_lines(path: Path, text: str) -> list[str]:
@@ -203,100 +172,110 @@ def test_outbox_on_a_full_disk_waits_for_room(tmp_path, small_fs, monkeypatch):
     ob.close()
 
 
+def test_outbox_past_its_reserve_keeps_room_for_the_acks(tmp_path, small_fs, monkeypatch):
+    """The reserve spent, writes that add keep trying (a finished run's result waits in
+    memory and is retried): they stop short of the room deletes need, the WAL is left empty
+    after each write, so one ack of everything still gets through."""
+    monkeypatch.setattr(outbox_mod, "FULL_RETRY_S", 0.0)
+    state = small_fs(tmp_path / "state", "6m")
+    ob = Outbox(str(state))
+    ob.save_job("j", {"job_id": "j"})
+    fill(state, leave=3 << 19)
+    ids, refused = [], 0
+    while refused < 50:  # far past the reserve: each refusal rolled back, the next one tried
+        try:
+            ids.append(ob.add_result("j", len(ids), result(len(ids))))
+        except OutboxFull:
+            refused += 1
+    assert ob.full_reason() is not None and not (state / "outbox.db.reserve").exists()
+    assert os.statvfs(state).f_bavail * os.statvfs(state).f_frsize >= \
+        outbox_mod.KEEP_FOR_ACKS - (64 << 10)
+    assert os.path.getsize(state / "outbox.db-wal") == 0
+    assert ob.ack(ids) == len(ids) and ob.count() == 0
+    assert ob.full_reason() is None and ob.job("j")["next_seq"] == len(ids)
+    ob.close()
+
+
 # -- real processes -------------------------------------------------------------------------
-@pytest.mark.integration
-def test_agent_disk_full_pauses_shows_in_status_and_resumes_when_freed(tmp_path, small_fs):
-    state = small_fs(tmp_path / "agent-state", "8m")
-    c = noop_cluster(tmp_path)
+@contextmanager
+def sweep_under_way(tmp: Path, **kw) -> Iterator[Cluster]:
+    """A daemon and an agent (:func:`noop_cluster`) with the sweep under way; stopped after."""
+    c = noop_cluster(tmp, **kw)
     c.start_daemon()
     c.start_agent()
     try:
         c.wait_for(lambda s: received(s) >= 20, timeout=60, what="the sweep under way")
+        yield c
+    finally:
+        c.stop()
+
+
+def assert_all_stored(c: Cluster, runs: int, timeout: float = 120) -> None:
+    """The sweep (one job) finishes: every one of its ``runs`` results stored exactly once,
+    the outbox empty; both stop cleanly."""
+    assert wait_all_delivered(c, 1, timeout)["produced"] == runs
+    assert c.stop() == {"agent": 0, "daemon": 0}, c.logs()
+    assert c.rows("SELECT COUNT(*) FROM runs")[0][0] == runs
+
+
+def warned(tmp: Path) -> list[str]:
+    """The agent's full-outbox warnings."""
+    return log_lines(tmp / "agent.log", "outbox full")
+
+
+@pytest.mark.integration
+def test_agent_disk_full_pauses_shows_in_status_and_resumes_when_freed(tmp_path, small_fs):
+    state = small_fs(tmp_path / "agent-state", "8m")
+    with sweep_under_way(tmp_path) as c:
         filler = fill(state)
         st = c.wait_for(lambda s: agent_full(s) is not None, timeout=30,
                         what="the agent reporting its full disk")
         assert "is full" in agent_full(st)
-        paused_at = check_nothing_lost(c, state)
+        paused_at = nothing_lost(c, state)["produced"]
         assert paused_at < 2 * REPS
         # paused, not slowed: everything it measured reaches the store, and it measures no more
         c.wait_for(lambda s: received(s) >= paused_at and agent_full(s) is not None,
                    timeout=30, what="the measured results stored, the agent still paused")
-        assert check_nothing_lost(c, state) == paused_at
+        assert nothing_lost(c, state)["produced"] == paused_at
         assert c.agent.poll() is None
         filler.unlink()
-        c.wait_for(lambda s: all_jobs_complete(s, 1), timeout=90, what="the whole sweep")
-        st = c.wait_for(lambda s: agent_full(s) is None, timeout=10, what="the flag cleared")
-    finally:
-        codes = c.stop()
-    assert codes == {"agent": 0, "daemon": 0}, c.logs()
-    assert check_nothing_lost(c, state) == 2 * REPS
-    assert c.rows("SELECT COUNT(*) FROM runs")[0][0] == 2 * REPS
-    warned = log_lines(tmp_path / "agent.log", "outbox full")
-    assert len(warned) == 1, warned
+        c.wait_for(lambda s: agent_full(s) is None, timeout=30, what="the flag cleared")
+        assert_all_stored(c, 2 * REPS, timeout=90)
+    assert len(warned(tmp_path)) == 1, warned(tmp_path)
 
 
 @pytest.mark.integration
-@pytest.mark.xfail(strict=False, reason="known bug (issue 20, disk full): in about 1 of 3 runs "
-                   "the agent stalls once its outbox has filled the disk: the daemon acks the "
-                   "same ~200 results again and again (2.4 million acks in 2 minutes), the "
-                   "agent's deletes find no room on the full disk, so nothing frees it")
 def test_agent_outbox_fills_the_disk_while_the_daemon_is_down(tmp_path, small_fs):
     """The daemon is gone, the outbox grows until the disk is full: the agent pauses; the
     daemon back, its acks make room and the sweep finishes without anyone freeing the disk."""
     state = small_fs(tmp_path / "agent-state", "8m")
-    c = noop_cluster(tmp_path, reps=2 * REPS)
-    c.start_daemon()
-    c.start_agent()
-    try:
-        c.wait_for(lambda s: received(s) >= 20, timeout=60, what="the sweep under way")
+    with sweep_under_way(tmp_path, reps=2 * REPS) as c:
         c.kill("daemon")
         filler = fill(state, leave=2 << 20)
-        wait_until(lambda: log_lines(tmp_path / "agent.log", "outbox full"), 60,
-                   "the agent's warning", c.logs)
-        measured = check_nothing_lost(c, state)
-        assert measured < 4 * REPS and c.agent.poll() is None
+        wait_until(lambda: warned(tmp_path), "the agent's warning", 60, c.logs)
+        assert nothing_lost(c, state)["produced"] < 4 * REPS and c.agent.poll() is None
         c.start_daemon()
-        c.wait_for(lambda s: all_jobs_complete(s, 1), timeout=120, what="the whole sweep")
+        assert_all_stored(c, 4 * REPS)
         assert filler.exists()
-    finally:
-        codes = c.stop()
-    assert codes["agent"] == 0, c.logs()
-    assert check_nothing_lost(c, state) == 4 * REPS
-    assert c.rows("SELECT COUNT(*) FROM runs")[0][0] == 4 * REPS
 
 
 @pytest.mark.integration
-@pytest.mark.xfail(strict=False, reason="known bug (issue 20, disk full): in 1 of 5 CI runs the "
-                   "daemon's 16 MB disk filled again 2 s after the filler was removed (storing "
-                   "worked again, then 165 batches failed in a minute) and the sweep never "
-                   "finished; likely the SQLite WAL, which may grow to 64 MiB before a restart")
 def test_daemon_disk_full_acks_only_what_it_stored(tmp_path, small_fs):
     """The daemon's database on a full disk: batches fail to commit and are not acked, so the
     agent's outbox grows to its bound and the agent pauses (status shows why); the daemon logs
     the failures once, keeps serving, and stores everything once there is room."""
     dbdir = small_fs(tmp_path / "db", "16m")
     state = tmp_path / "agent-state"
-    c = noop_cluster(tmp_path, database=str(dbdir / "opptune.db"),
-                     extra_agent={"outbox_max_mb": 0.25})
-    c.start_daemon()
-    c.start_agent()
-    try:
-        c.wait_for(lambda s: received(s) >= 20, timeout=60, what="the sweep under way")
+    with sweep_under_way(tmp_path, database=str(dbdir / "opptune.db"),
+                         extra_agent={"outbox_max_mb": 0.25}) as c:
         filler = fill(dbdir)
         st = c.wait_for(lambda s: agent_full(s) is not None, timeout=60,
                         what="the agent's outbox at its bound")
         assert "outbox_max_mb" in agent_full(st)
-        check_nothing_lost(c, state)
-        _, pending = outbox_state(state)
-        assert pending, "unstored results stay in the agent's outbox"
+        assert nothing_lost(c, state)["pending"], "unstored results stay in the agent's outbox"
         assert c.daemon.poll() is None
         filler.unlink()
-        c.wait_for(lambda s: all_jobs_complete(s, 1), timeout=120, what="the whole sweep")
-    finally:
-        codes = c.stop()
-    assert codes == {"agent": 0, "daemon": 0}, c.logs()
-    assert check_nothing_lost(c, state) == 2 * REPS
-    assert c.rows("SELECT COUNT(*) FROM runs")[0][0] == 2 * REPS
+        assert_all_stored(c, 2 * REPS)
     failed = log_lines(tmp_path / "daemon.log", "failed batches so far")
     assert 1 <= len(failed) <= 2, failed  # once a minute, however many batches failed
     assert len(log_lines(tmp_path / "daemon.log", "Traceback")) <= 2
@@ -308,33 +287,22 @@ def test_outbox_bound_from_the_configuration(tmp_path):
     """No tmpfs: the daemon gone, the agent measures until its outbox holds outbox_max_mb,
     then waits (one warning); the daemon back, the sweep finishes, each result stored once."""
     state = tmp_path / "agent-state"
-    c = noop_cluster(tmp_path, extra_agent={"outbox_max_mb": 0.25})
-    c.start_daemon()
-    c.start_agent()
-    try:
-        c.wait_for(lambda s: received(s) >= 20, timeout=60, what="the sweep under way")
+    with sweep_under_way(tmp_path, extra_agent={"outbox_max_mb": 0.25}) as c:
         c.kill("daemon")
-        wait_until(lambda: log_lines(tmp_path / "agent.log", "outbox full"), 60,
-                   "the agent's warning", c.logs)
-        progress, pending = outbox_state(state)
+        wait_until(lambda: warned(tmp_path), "the agent's warning", 60, c.logs)
         size = sum(len(d) for (d,) in sqlite3.connect(state / "outbox.db").execute(
             "SELECT data FROM outbox"))
         assert 0.25 * (1 << 20) <= size < 0.25 * (1 << 20) + 8192, size
-        measured = check_nothing_lost(c, state)
-        assert measured < 2 * REPS and c.agent.poll() is None
+        assert nothing_lost(c, state)["produced"] < 2 * REPS and c.agent.poll() is None
         c.start_daemon()
-        c.wait_for(lambda s: all_jobs_complete(s, 1), timeout=120, what="the whole sweep")
-    finally:
-        codes = c.stop()
-    assert codes["agent"] == 0, c.logs()
-    assert check_nothing_lost(c, state) == 2 * REPS
-    assert c.rows("SELECT COUNT(*) FROM runs")[0][0] == 2 * REPS
-    assert len(log_lines(tmp_path / "agent.log", "outbox full")) == 1
+        assert_all_stored(c, 2 * REPS)
+    assert len(warned(tmp_path)) == 1
 
 
-def test_a_job_the_full_disk_cannot_keep_is_refused_with_outbox_full(tmp_path, small_fs):
-    """Nothing of it runs; the daemon gets the reason (it records it with the job)."""
-    from opptune.agent.apply import Executor, Worker
+def executor_on_a_full_disk(tmp_path: Path, small_fs):
+    """The agent's executor for a no-op workload, its outbox (no reserve) on a full 2 MB disk;
+    what it sends goes to the list returned with it."""
+    from opptune.agent.apply import Executor
     from opptune.agent.platform import discover
     from opptune.agent.runner import Runner
     from opptune.agent.workloads import Workloads
@@ -345,9 +313,17 @@ def test_a_job_the_full_disk_cannot_keep_is_refused_with_outbox_full(tmp_path, s
     platform = discover(cfg)
     wl = Workloads(cfg, catalogue={})
     ob = Outbox(str(state), reserve_bytes=0)
-    sent = []
+    sent: list[dict] = []
     ex = Executor("a1", platform, wl, Runner(wl, platform["id"]), ob, send=sent.append)
     fill(state)
+    return ex, ob, sent
+
+
+def test_a_job_the_full_disk_cannot_keep_is_refused_with_outbox_full(tmp_path, small_fs):
+    """Nothing of it runs; the daemon gets the reason (it records it with the job)."""
+    from opptune.agent.apply import Worker
+    ex, ob, sent = executor_on_a_full_disk(tmp_path, small_fs)
+    platform = ex.platform
     job = P.make("job", "daemon", {"job_id": "job-1", "workload": "noop", "size": "default",
                                    "points": [{"cpus": platform["cpus_online"][:1],
                                                "threads": 1}], "reps": 1, "warmup": 0})
@@ -375,22 +351,36 @@ def test_status_shows_why_an_agent_outbox_is_full():
 
 
 def test_a_config_refusal_the_full_disk_cannot_keep_is_still_sent(tmp_path, small_fs):
-    from opptune.agent.apply import Executor
-    from opptune.agent.platform import discover
-    from opptune.agent.runner import Runner
-    from opptune.agent.workloads import Workloads
-    from opptune.shared.config import AgentConfig, CommandWorkload
-    state = small_fs(tmp_path / "state", "2m")
-    cfg = AgentConfig(agent_id="a1", bench_kernels=[], state_dir=str(state),
-                      workloads=[CommandWorkload("noop", ["true"])])
-    platform = discover(cfg)
-    wl = Workloads(cfg, catalogue={})
-    ob = Outbox(str(state), reserve_bytes=0)
-    sent = []
-    ex = Executor("a1", platform, wl, Runner(wl, platform["id"]), ob, send=sent.append)
-    fill(state)
+    ex, ob, sent = executor_on_a_full_disk(tmp_path, small_fs)
     ex.refuse_config({"config_id": "c1"}, "cpus [9] are not online")
     (msg,) = sent
     assert msg["type"] == "applied" and msg["body"]["ok"] is False
     assert msg["body"]["error"] == "cpus [9] are not online"
     ob.close()
+
+
+# -- the daemon's store on a small disk -----------------------------------------------------
+def test_the_store_log_does_not_fill_a_small_disk(tmp_path, small_fs):
+    """Batches committed back to back: passive checkpoints never catch up, and a log left to
+    grow to WAL_RESTART_BYTES fills a 16 MB disk, after which no checkpoint can copy it into
+    the database (that needs room to grow) and nothing is stored again. Near a full disk the
+    log starts over early, so 11 MB of results fit."""
+    from opptune.daemon.store import ResultIn
+    from opptune.daemon.store.sqlite import SQLiteStore
+    from opptune.shared.records import RunRecord
+    dbdir = small_fs(tmp_path / "db", "16m")
+    store = SQLiteStore(str(dbdir / "opptune.db"))
+    rec = RunRecord(platform="p", workload="w", input="s", cores=1, cpus=[0], threads=1, rep=0,
+                    time_s=1.0)
+    raw = {**rec.to_dict(), "extra": {"pad": "x" * 3000}}
+    n = 0
+    try:
+        while n < 3500:
+            store.insert_results([ResultIn(f"m{n + i}", "a1", "j", n + i, rec, raw)
+                                  for i in range(100)], now=1.0)
+            n += 100
+        assert store.db.execute("SELECT COUNT(*) FROM runs").fetchone()[0] == n
+    finally:
+        store.close()
+    assert sqlite3.connect(dbdir / "opptune.db").execute(
+        "PRAGMA integrity_check").fetchone() == ("ok",)

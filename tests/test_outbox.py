@@ -177,3 +177,25 @@ def test_an_outbox_made_before_the_bound_is_converted_and_keeps_its_messages(tmp
     assert [i for i, _ in ob.pending()] == [m["id"] for m in msgs]
     assert ob.pending_bytes == sum(len(P.encode(m)) for m in msgs)
     ob.close()
+
+
+def test_results_measured_as_another_platform_are_counted_and_named_once(tmp_path, caplog):
+    """A board whose description changed (new platform id) still holds results measured as
+    the old one: the agent says so at start, naming both ids and what becomes of them."""
+    ob = Outbox(str(tmp_path))
+    old = [result(seq=i) for i in range(3)]  # platform "p"
+    new = P.make("result", "agent-a", {"job_id": "j2", "seq": 0, "of": 1,
+                                        "record": {**old[0]["body"]["record"], "platform": "q"}})
+    for msg in (*old, new):
+        ob.put(msg)
+    ob.put(P.make("heartbeat", "agent-a", {}))  # not a result: not judged here
+    with caplog.at_level("WARNING", logger="opptune.agent.outbox"):
+        assert ob.other_platforms("q") == {"p": 3}
+        assert ob.other_platforms("p") == {"q": 1}
+        assert ob.other_platforms("r") == {"p": 3, "q": 1}
+    lines = [r.getMessage() for r in caplog.records]
+    assert len(lines) == 3
+    assert "3 results" in lines[0] and "platform p, not this board's platform q" in lines[0]
+    assert "wrong_group" in lines[0] and "rejected table" in lines[0]
+    assert ob.count() == 5  # nothing moved or dropped by looking
+    ob.close()

@@ -11,7 +11,7 @@ import pytest
 
 from opptune.daemon.store import open_store
 from procs import db_rows
-from test_daemon_service import record
+from test_daemon_service import PLATFORM, record
 from test_duplicates import accepted_client, cluster  # noqa: F401 (a fixture)
 
 pytestmark = pytest.mark.integration
@@ -59,6 +59,36 @@ def test_results_outside_the_jobs_group_are_refused_and_not_stored(cluster, tmp_
         client.acks(ok)
         assert sorted(db_rows(c.db, "SELECT seq FROM runs")) == [(3,), (4,)]
         assert {g[:4] + g[5:] for g in groups(c.db)} == {("plat-test", "wl", "small", "", 2)}
+    finally:
+        client.sock.close(0)
+
+
+def test_a_board_whose_platform_changed_has_its_older_results_refused(cluster, tmp_path):  # noqa: F811
+    """The policy for a board whose description changed (a new platform id in a new hello):
+    results are stored only under the agent's platform now, so what it measured as the old
+    platform and still holds is refused as wrong_group, naming both ids (the agent then keeps
+    those in its outbox's rejected table, see agent/outbox.py other_platforms); what it
+    measures as the new platform, for the same job, is stored."""
+    c = cluster
+    client = accepted_client(c, tmp_path)
+    try:
+        job = client.next(("job",))["body"]
+        of = len(job["points"]) * job["reps"]
+
+        def body(seq, platform):
+            rec = {**record(2, 0), "platform": platform}  # the job's second point
+            return {"job_id": job["job_id"], "seq": seq, "of": of, "record": rec}
+
+        client.acks([client.send("result", body(0, "plat-test"))])
+        client.send("hello", {"platform": {**PLATFORM, "id": "plat-new"}, "workloads": ["wl"],
+                              "agent_version": "test"})
+        mid = client.send("result", body(1, "plat-test"))
+        err = refusal(client, mid)
+        assert err["code"] == "wrong_group", err
+        assert "platform 'plat-test', not the agent's 'plat-new'" in err["message"], err
+        client.acks([client.send("result", body(2, "plat-new"))])
+        assert db_rows(c.db, "SELECT seq, platform FROM runs ORDER BY seq") == [
+            (0, "plat-test"), (2, "plat-new")]
     finally:
         client.sock.close(0)
 

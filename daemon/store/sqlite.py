@@ -13,12 +13,20 @@ passive checkpoint never catches up with the log, so the log never starts over a
 without bound (measured: 1 GB a minute at 12,000 results/s); past ``WAL_RESTART_BYTES`` the
 thread restarts it, holding off the writer only for the frames committed since its passive
 pass.
+
+A disk with little room left (``LOW_ROOM_BYTES``) gets the same restart much earlier, once the
+log holds more than a quarter of the free space (the writer checkpoints its own log past that,
+and the thread truncates the file, giving its space back): a checkpoint copies pages the log holds for a database that has to grow, so a log
+that filled the disk could never be checkpointed (measured: a 16 MB disk full again 2 s after
+room was made, the store stalled for good). A batch that fails on the full disk is rolled back
+and not acknowledged (the agents resend it); storing resumes once there is room.
 """
 
 from __future__ import annotations
 
 import json
 import logging
+import os
 import sqlite3
 import threading
 import time
@@ -45,10 +53,16 @@ SAVE_AGENT = ("INSERT INTO agents (id, platform, workloads, agent_version, first
               "platform=excluded.platform, workloads=excluded.workloads, "
               "agent_version=excluded.agent_version, last_seen=excluded.last_seen, "
               "doctor=excluded.doctor, doctor_at=excluded.doctor_at")
+# below this much free disk the log restarts at a quarter of the free space, and is truncated
+LOW_ROOM_BYTES = 4 * WAL_RESTART_BYTES
+LOW_ROOM_POLL_FRACTION = 0.1  # ...and is looked at ten times as often
 CACHE_KIB = 32 << 10  # the writer's page cache: RSS grows by this much at most, then stays
 
 
 class SQLiteStore(Store):
+    # the writer's wal_autocheckpoint (see _bound_log); -1: left alone (PostgreSQL's subclass)
+    _autockpt = -1
+
     def __init__(self, path: str, busy_timeout_s: float = 10.0, checkpoint_s: float | None = 0.5):
         if path != ":memory:":
             Path(path).expanduser().parent.mkdir(parents=True, exist_ok=True)
@@ -66,12 +80,14 @@ class SQLiteStore(Store):
         # a restarted WAL file is cut back to this size instead of staying at its largest
         self.db.execute(f"PRAGMA journal_size_limit={WAL_RESTART_BYTES}")
         self._migrate()
+        self._page = self.db.execute("PRAGMA page_size").fetchone()[0]
         self._ckpt_stop = threading.Event()
         self._ckpt: threading.Thread | None = None
         if checkpoint_s and path != ":memory:":
             # Checkpoints (copying the WAL into the database, with an fsync) run on a thread of
             # their own: one SQLite call with the GIL released, so on a second core and not
             # inside the ingest loop's commits.
+            self._autockpt = 0
             self.db.execute("PRAGMA wal_autocheckpoint=0")
             self._ckpt = threading.Thread(target=self._checkpointer, args=(checkpoint_s,),
                                           name="opptune-store-checkpoint", daemon=True)
@@ -84,15 +100,41 @@ class SQLiteStore(Store):
         try:
             db.execute(f"PRAGMA journal_size_limit={WAL_RESTART_BYTES}")
             page = db.execute("PRAGMA page_size").fetchone()[0]
-            while not self._ckpt_stop.wait(interval_s):
+            wait = interval_s
+            while not self._ckpt_stop.wait(wait):
+                room = self._room()
+                low = room < LOW_ROOM_BYTES
+                wait = interval_s * (LOW_ROOM_POLL_FRACTION if low else 1.0)
                 try:
                     _, frames, _ = db.execute("PRAGMA wal_checkpoint(PASSIVE)").fetchone()
-                    if frames * page > WAL_RESTART_BYTES:
-                        db.execute("PRAGMA wal_checkpoint(RESTART)").fetchall()
-                except sqlite3.Error as exc:  # busy or similar: try again next time
+                    if frames * page > (room // 4 if low else WAL_RESTART_BYTES):
+                        mode = "TRUNCATE" if low else "RESTART"
+                        db.execute(f"PRAGMA wal_checkpoint({mode})").fetchall()
+                except sqlite3.Error as exc:  # busy, or no room yet: try again next time
                     log.debug("checkpoint: %s", exc)
         finally:
             db.close()
+
+    def _bound_log(self) -> None:
+        """Near a full disk the writer checkpoints its own log once it outgrows a quarter of
+        the free space (the thread looks too seldom to stop a fast stream filling the disk)."""
+        if self._autockpt < 0:
+            return  # no checkpoint thread: SQLite's own autocheckpoint bounds the log
+        room = self._room()
+        pages = 0
+        if room < LOW_ROOM_BYTES:
+            pages = 1 << max(4, (room // 4 // self._page).bit_length() - 1)  # few changes
+        if pages != self._autockpt:
+            self.db.execute(f"PRAGMA wal_autocheckpoint={pages}")
+            self._autockpt = pages
+
+    def _room(self) -> int:
+        """Free bytes on the database's file system (a large figure when unknown)."""
+        try:
+            st = os.statvfs(Path(self.path).parent)
+        except OSError:
+            return LOW_ROOM_BYTES
+        return st.f_bavail * st.f_frsize
 
     # -- plumbing -------------------------------------------------------------------------------
     @contextmanager
@@ -100,10 +142,13 @@ class SQLiteStore(Store):
         self.db.execute("BEGIN IMMEDIATE")
         try:
             yield self.db
+            self.db.execute("COMMIT")
         except BaseException:
-            self.db.execute("ROLLBACK")
+            # a COMMIT that failed (disk full) may leave the transaction open: the next
+            # batch would find it and fail too
+            if self.db.in_transaction:
+                self.db.execute("ROLLBACK")
             raise
-        self.db.execute("COMMIT")
 
     def _migrate(self) -> None:
         with self._tx() as db:
@@ -252,6 +297,7 @@ class SQLiteStore(Store):
                          r.time_s, r.wall_s, r.user_s, r.sys_s, r.energy_j, int(r.ok),
                          int(r.virtual), now, None, _packb(it.raw), int(r.throttled),
                          r.marked))
+        self._bound_log()
         with self._tx() as db:
             # Only a repeat is skipped (the same message id, or the same job and sequence
             # number under a new id); any other violation fails the batch (OR IGNORE would
