@@ -15,6 +15,7 @@ caller's thread during :meth:`IngestWriter.submit`.
 from __future__ import annotations
 
 import logging
+import os
 import threading
 from collections import deque
 from typing import Callable
@@ -54,10 +55,10 @@ class IngestWriter:
         self._cond = threading.Condition()
         self._queue: deque[Batch] = deque()
         self._done: deque[Batch] = deque()
-        self._in_flight = 0  # submitted, not yet taken back by done()
         self._stopping = False
         self._thread: threading.Thread | None = None
         self._own: Store | None = None
+        self._wake: int | None = None  # eventfd: readable once a batch is done
 
     def start(self) -> "IngestWriter":
         """Open the writer's connection and start its thread; inline commits where no second
@@ -69,35 +70,38 @@ class IngestWriter:
                         "committed by the loop", exc)
             self._own = None
         if self._own is not None:
+            self._wake = os.eventfd(0, os.EFD_NONBLOCK | os.EFD_CLOEXEC)
             self._stopping = False
             self._thread = threading.Thread(target=self._run, name="opptune-ingest-writer",
                                             daemon=True)
             self._thread.start()
         return self
 
-    @property
-    def busy(self) -> bool:
-        """Batches submitted and not yet taken back by :meth:`done`."""
-        return self._in_flight > 0
+    def fileno(self) -> int | None:
+        """A file descriptor that turns readable when a batch is done (for the loop's poll);
+        None while batches are committed inline."""
+        return self._wake
 
     def submit(self, batch: Batch) -> None:
         if self._thread is None:
             self._commit(self.store, batch)
-            self._in_flight += 1
             self._done.append(batch)
             return
         with self._cond:
             self._cond.wait_for(lambda: len(self._queue) < self.depth or self._stopping)
             self._queue.append(batch)
-            self._in_flight += 1
             self._cond.notify_all()
 
     def done(self) -> list[Batch]:
         """The batches finished since the last call, in the order submitted."""
+        if self._wake is not None:
+            try:  # reset before draining: a batch done after this wakes the next poll
+                os.eventfd_read(self._wake)
+            except BlockingIOError:
+                pass
         out = []
         while self._done:
             out.append(self._done.popleft())
-        self._in_flight -= len(out)
         return out
 
     def stop(self, timeout_s: float = 30.0) -> None:
@@ -114,6 +118,9 @@ class IngestWriter:
             log.error("ingest writer: still committing after %.0f s; not waiting", timeout_s)
             return
         self._thread = None
+        if self._wake is not None:
+            os.close(self._wake)
+            self._wake = None
         own, self._own = self._own, None
         if own is not None:
             try:
@@ -135,6 +142,7 @@ class IngestWriter:
                 self._queue.popleft()
                 self._done.append(batch)
                 self._cond.notify_all()
+            os.eventfd_write(self._wake, 1)
 
     @staticmethod
     def _commit(store: Store, batch: Batch) -> None:

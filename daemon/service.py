@@ -243,10 +243,14 @@ class Daemon:
                 log.exception("acking the last batches at shutdown")
 
     def _loop(self, stop: threading.Event, next_flush: float) -> None:
+        poller = zmq.Poller()
+        poller.register(self.link.sock, zmq.POLLIN)
+        if self.writer.fileno() is not None:  # a batch committed wakes the loop to ack it
+            poller.register(self.writer.fileno(), zmq.POLLIN)
+        sock = self.link.sock
         while not stop.is_set() and not self.stop_event.is_set():
             try:
-                # a batch at the writer: look for its commit every millisecond
-                if self.link.poll(1 if self.writer.busy else 50):
+                if any(s is sock for s, _ in poller.poll(50)):
                     self._ingest()
                 self._finish_batches()
                 self._finish_queries()

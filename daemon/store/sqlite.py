@@ -23,8 +23,6 @@ import sqlite3
 import threading
 import time
 from contextlib import contextmanager
-from functools import lru_cache
-from itertools import chain
 from pathlib import Path
 from typing import Any, Iterator, Sequence
 
@@ -235,38 +233,22 @@ class SQLiteStore(Store):
 
     # -- runs -----------------------------------------------------------------------------------
     def insert_results(self, items: Sequence[ResultIn], now: float) -> list[str]:
-        rows = self._result_rows(items, now)
+        rows = []
+        for it in items:
+            r = it.record
+            rows.append((it.msg_id, it.agent, it.job_id, it.seq, r.platform, r.workload, r.input,
+                         r.variant, r.cores, _cpus_text(r.cpus), r.threads, r.freq_mhz, r.rep,
+                         r.time_s, r.wall_s, r.user_s, r.sys_s, r.energy_j, int(r.ok),
+                         int(r.virtual), now, None, _packb(it.raw), int(r.throttled),
+                         r.marked))
         with self._tx() as db:
             # Only a repeat is skipped (the same message id, or the same job and sequence
             # number under a new id); any other violation fails the batch (OR IGNORE would
             # also drop rows breaking NOT NULL, and they would be acked).
-            self._insert_rows(db, rows)
+            db.executemany("INSERT INTO runs VALUES "
+                           "(?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?) "
+                           "ON CONFLICT DO NOTHING", rows)
         return [it.msg_id for it in items]
-
-    @staticmethod
-    def _result_rows(items: Sequence[ResultIn], now: float) -> list[tuple[Any, ...]]:
-        rows = []
-        append = rows.append
-        for it in items:
-            r = it.record
-            append((it.msg_id, it.agent, it.job_id, it.seq, r.platform, r.workload, r.input,
-                    r.variant, r.cores, _cpus_text(r.cpus), r.threads, r.freq_mhz, r.rep,
-                    r.time_s, r.wall_s, r.user_s, r.sys_s, r.energy_j, int(r.ok),
-                    int(r.virtual), now, None, _packb(it.raw), int(r.throttled), r.marked))
-        return rows
-
-    def _insert_rows(self, db: Any, rows: list[tuple[Any, ...]]) -> None:
-        """Insert ``rows`` (runs' columns) as multi-row INSERTs of power-of-two sizes.
-
-        One statement of 512 rows is one sqlite3_step, run with the GIL released, where
-        executemany steps (and releases and takes back the GIL) once per row: a thread that
-        wants the GIL meanwhile (the ingest loop beside the writer) would make each take-back
-        wait up to the switch interval. The sizes are few, so their statements stay cached."""
-        i, n = 0, len(rows)
-        while i < n:
-            size = min(_INSERT_ROWS, 1 << ((n - i).bit_length() - 1))
-            db.execute(_insert_sql(size), list(chain.from_iterable(rows[i:i + size])))
-            i += size
 
     def run_records(self, job_id: str) -> list[tuple[str, RunRecord]]:
         out = []
@@ -494,17 +476,6 @@ class SQLiteStore(Store):
             self.db.close()
         except sqlite3.Error as exc:  # closing must never fail a shutdown
             log.warning("closing %s: %s", self.path, exc)
-
-
-_INSERT_ROWS = 512  # rows per INSERT at most: 12,800 parameters (SQLite allows 32,766)
-_RUN_COLUMNS = 25
-
-
-@lru_cache(maxsize=16)
-def _insert_sql(n: int) -> str:
-    """INSERT of ``n`` runs rows; a repeat (same message id, or job and seq) is skipped."""
-    one = "(" + ",".join("?" * _RUN_COLUMNS) + ")"
-    return f"INSERT INTO runs VALUES {','.join([one] * n)} ON CONFLICT DO NOTHING"
 
 
 _CPUS_TEXT: dict[tuple[int, ...], str] = {}
