@@ -8,11 +8,9 @@ queries.py (the operator's queries and the status), query_worker.py (a query's
 model fits, off the loop).
 
 Ingest is batched: the loop drains whatever is waiting (up to ``batch_max`` messages), validates
-every result and hands the batch to the ingest writer (ingest_writer.py), which inserts it in one
-transaction on a thread and connection of its own while the loop takes in the next batch. Only
-after the commit does the loop send one ``ack`` per agent listing the ids; a batch whose commit
-failed is not acked (the agents resend it). A result whose id is already stored is acked again
-(the agent lost the first ack) but stored once.
+every result, inserts the batch in one transaction and only after the commit sends one ``ack``
+per agent listing the ids. A result whose id is already stored is acked again (the agent lost
+the first ack) but stored once.
 """
 
 from __future__ import annotations
@@ -36,7 +34,6 @@ from ..shared.records import RecordError, RunRecord
 from . import queries
 from .errors import HandlerError
 from .fitter import Fitter
-from .ingest_writer import Batch, IngestWriter
 from .keyring import KeyRing
 from .jobs import ACTIVE_JOB_STATES, FINAL_JOB_STATES, JobTracker
 from .link import Link
@@ -170,7 +167,6 @@ class Daemon:
         self.stop_event = threading.Event()
         self._thread: threading.Thread | None = None
         self._closed = False
-        self.writer = IngestWriter(self.store, self.store.open_writer)
         self.recommender = Recommender(config, self.store, self.registry, self.fitter,
                                        self.send, self.stats)
         self.recommender.owner = self.instance
@@ -232,27 +228,10 @@ class Daemon:
             log.info("metrics on http://%s/metrics", self.metrics_server.endpoint)
         next_flush = time.monotonic() + 1.0
         self._refresh_metrics(time.time())
-        self.writer.start()
-        try:
-            self._loop(stop, next_flush)
-        finally:
-            self.writer.stop()  # what it still holds is committed, then acked here
-            try:
-                self._finish_batches()
-            except Exception:
-                log.exception("acking the last batches at shutdown")
-
-    def _loop(self, stop: threading.Event, next_flush: float) -> None:
-        poller = zmq.Poller()
-        poller.register(self.link.sock, zmq.POLLIN)
-        if self.writer.fileno() is not None:  # a batch committed wakes the loop to ack it
-            poller.register(self.writer.fileno(), zmq.POLLIN)
-        sock = self.link.sock
         while not stop.is_set() and not self.stop_event.is_set():
             try:
-                if any(s is sock for s, _ in poller.poll(50)):
+                if self.link.poll(50):
                     self._ingest()
-                self._finish_batches()
                 self._finish_queries()
                 for outcome in self.fitter.outcomes():
                     if self.metrics is not None:
@@ -361,8 +340,7 @@ class Daemon:
                 self.refuse(identity, "internal", f"daemon error: {type(exc).__name__}: {exc}",
                             msg.get("id"))
         if results:
-            self.writer.submit(Batch(results, acks, touched, now))
-            self._finish_batches()
+            self._commit_results(results, acks, touched, now)
 
     def _take_result(self, identity: bytes, msg: dict[str, Any], now: float,
                      results: list[ResultIn], acks: dict[bytes, list[str]],
@@ -418,47 +396,37 @@ class Daemon:
                                                 points)
         return issued
 
-    def _finish_batches(self) -> None:
-        """Ack the batches the writer has committed; answer those it could not commit with
-        ``store_failed`` (nothing of them acked: the agents resend them)."""
-        for batch in self.writer.done():
-            try:
-                if batch.error is not None:
-                    self._store_failed(batch)
-                else:
-                    self._stored(batch)
-            except Exception:  # one batch's follow-up must not keep the next one's acks back
-                log.exception("after storing a batch of %d results", len(batch.results))
-
-    def _store_failed(self, batch: Batch) -> None:
-        exc = batch.error
-        self._store_failures += 1
-        mono = time.monotonic()
-        if mono - self._store_failure_logged >= STORE_FAILURE_LOG_S:
-            self._store_failure_logged = mono
-            log.error("storing a batch of %d results failed (%d failed batches so far; "
-                      "none acked, the agents resend them): %s", len(batch.results),
-                      self._store_failures, exc,
-                      exc_info=exc if self._store_failures == 1 else None)
-        for identity in batch.acks:
-            self.link.send(identity, protocol.error_reply(
-                DAEMON_ID, "store_failed", f"results not stored: {exc}", None))
-
-    def _stored(self, batch: Batch) -> None:
+    def _commit_results(self, results: list[ResultIn], acks: dict[bytes, list[str]],
+                        touched: dict[str, tuple[int, str]], now: float) -> None:
+        try:
+            self.store.insert_results(results, now)
+        except Exception as exc:
+            # Nothing is acked: every agent keeps its results and sends them again.
+            self._store_failures += 1
+            mono = time.monotonic()
+            if mono - self._store_failure_logged >= STORE_FAILURE_LOG_S:
+                self._store_failure_logged = mono
+                log.error("storing a batch of %d results failed (%d failed batches so far; "
+                          "none acked, the agents resend them): %s", len(results),
+                          self._store_failures, exc, exc_info=self._store_failures == 1)
+            for identity in acks:
+                self.link.send(identity, protocol.error_reply(
+                    DAEMON_ID, "store_failed", f"results not stored: {exc}", None))
+            return
         if self._store_failures:
             log.warning("storing results works again after %d failed batches",
                         self._store_failures)
             self._store_failures = 0
             self._store_failure_logged = -STORE_FAILURE_LOG_S
-        self.stats["results"] += len(batch.results)
+        self.stats["results"] += len(results)
         self.stats["batches"] += 1
         send_ack = self.link.send_ack
-        for identity, ids in batch.acks.items():
+        for identity, ids in acks.items():
             send_ack(identity, ids, DAEMON_ID)
         counts: dict[str, int] = {}
-        for r in batch.results:
+        for r in results:
             counts[r.job_id] = counts.get(r.job_id, 0) + 1
-        self.jobs.results_stored(batch.touched, counts, batch.now)
+        self.jobs.results_stored(touched, counts, now)
 
     def _job_done(self, job_id: str, agent: str) -> None:
         if self.tuning.owns(job_id):  # a tune session's measurement: the session goes on

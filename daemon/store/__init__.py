@@ -205,12 +205,6 @@ class Store(ABC):
     def state_counts(self) -> dict[str, dict[str, int]]:
         """{"jobs": {state: n}, "recommendations": {state: n}} (for the metrics)."""
 
-    def open_writer(self) -> "Store | None":
-        """The same database on a connection of its own, for the ingest writer's thread
-        (daemon/ingest_writer.py), which only calls ``insert_results`` and ``close``; None
-        where a second connection cannot share it."""
-        return None
-
     @abstractmethod
     def close(self) -> None: ...
 

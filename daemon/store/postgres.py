@@ -203,9 +203,6 @@ class PostgresStore(SQLiteStore):
                        "workload=? AND input=? AND variant=?", (owner, now, *group))
             return True
 
-    def open_writer(self) -> "PostgresStore":
-        return PostgresStore(self.db.url)
-
     def close(self) -> None:
         try:
             self.db.close()

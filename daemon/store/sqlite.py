@@ -454,14 +454,6 @@ class SQLiteStore(Store):
                           tune_id, exc)
         return out
 
-    def open_writer(self) -> "SQLiteStore | None":
-        if self.path == ":memory:":  # a second connection would open another database
-            return None
-        writer = SQLiteStore(self.path, checkpoint_s=None)
-        if self._ckpt is not None:  # this store's thread checkpoints, not the writer's commits
-            writer.db.execute("PRAGMA wal_autocheckpoint=0")
-        return writer
-
     def state_counts(self) -> dict[str, dict[str, int]]:
         return {table: dict(self.db.execute(
             f"SELECT state, COUNT(*) FROM {table} GROUP BY state").fetchall())
