@@ -109,3 +109,77 @@ def test_a_lost_database_connection_acks_nothing_and_the_resend_is_stored_once(p
     finally:
         a.close()
         d.stop()
+
+
+_FAULT = {  # a commit of results that fails until the fault is removed: (install, remove)
+    "sqlite": (["CREATE TRIGGER no_runs BEFORE INSERT ON runs "
+                "BEGIN SELECT RAISE(ABORT, 'injected fault'); END"],
+               ["DROP TRIGGER no_runs"]),
+    "postgresql": (["CREATE FUNCTION no_runs() RETURNS trigger AS $$ BEGIN RAISE EXCEPTION "
+                    "'injected fault'; END $$ LANGUAGE plpgsql",
+                    "CREATE TRIGGER no_runs BEFORE INSERT ON runs FOR EACH ROW EXECUTE "
+                    "FUNCTION no_runs()"],
+                   ["DROP TRIGGER no_runs ON runs", "DROP FUNCTION no_runs()"]),
+}
+
+
+def _ddl(location: str, statements: list[str]) -> None:
+    if location.startswith("postgresql://"):
+        import psycopg
+        with psycopg.connect(location, autocommit=True) as con:
+            for s in statements:
+                con.execute(s)
+        return
+    import sqlite3
+    con = sqlite3.connect(location, isolation_level=None)
+    try:
+        for s in statements:
+            con.execute(s)
+    finally:
+        con.close()
+
+
+def test_a_batch_whose_commit_fails_is_not_acked_and_its_resend_is_stored_once(daemon):
+    """The ingest writer's commit fails (a trigger aborts it): the agent hears store_failed
+    and no ack, nothing is stored; sent again once the fault is gone, it is acked and stored
+    once, and the daemon goes on acking new results."""
+    db = daemon.config.database
+    install, remove = _FAULT["postgresql" if db.startswith("postgresql://") else "sqlite"]
+    a = Agent(daemon.endpoint)
+    try:
+        a.hello()
+        job = a.expect("job")["body"]
+        deadline = time.monotonic() + 10
+        while not db_rows(db, "SELECT 1 FROM jobs WHERE job_id = ?", job["job_id"]):
+            assert time.monotonic() < deadline, "the job was never stored"
+            time.sleep(0.01)
+        _ddl(db, install)
+        bodies = [{"job_id": job["job_id"], "seq": i, "of": 8, "record": record(1, i)}
+                  for i in range(3)]
+        mid = a.send("result", bodies[0])
+        seen = []
+        deadline = time.monotonic() + 10
+        while True:  # every message up to the refusal: none of them acks the result
+            assert time.monotonic() < deadline and a.sock.poll(1000), "no store_failed"
+            msg = P.decode(a.sock.recv())
+            seen.append(msg)
+            if msg["type"] == "error":
+                break
+        assert msg["body"]["code"] == "store_failed" and "injected fault" in \
+            msg["body"]["message"]
+        assert not [m for m in seen if m["type"] == "ack"]
+        assert count(daemon, "SELECT COUNT(*) FROM runs") == 0
+        _ddl(db, remove)
+        a.send("result", bodies[0], msg_id=mid)  # the agent resends
+        assert a.expect("ack")["body"]["ids"] == [mid]
+        a.send("result", bodies[0], msg_id=mid)  # and once more (a lost ack)
+        assert a.expect("ack")["body"]["ids"] == [mid]
+        later = [a.send("result", b) for b in bodies[1:]]
+        got = []
+        while len(got) < 2:
+            got += a.expect("ack")["body"]["ids"]
+        assert sorted(got) == sorted(later)
+        assert count(daemon, "SELECT COUNT(*) FROM runs WHERE msg_id = ?", mid) == 1
+        assert count(daemon, "SELECT COUNT(*) FROM runs") == 3
+    finally:
+        a.close()
