@@ -95,6 +95,24 @@ def without_outliers(rows: Sequence[tuple[int, float | None, float]]
     return [r for i, r in enumerate(rows) if i not in drop], len(drop)
 
 
+def fit_rows(rows: Sequence[tuple[int, float | None, float]]
+             ) -> tuple[list[tuple[int, float | None, float]], int]:
+    """(the runs a fit uses, how many the MAD rule left out). Runs without a recorded
+    frequency are left out as soon as any run carries one: their frequency is unknown, so
+    they can stand neither on the frequency axis nor pooled as if measured at another. The
+    rule of a group's own runs (recommend.fit_setting) and of the other groups pooled for its
+    interval (``other_observations``) alike."""
+    known = [r for r in rows if r[1] is not None and r[1] == r[1]]
+    return without_outliers(list(known or rows))
+
+
+def other_observations(groups: Sequence[Sequence[tuple[int, float | None, float]]],
+                       phys_cores: int | None = None) -> list[Observations]:
+    """The platform's other groups' runs (recommend.platform_others) as the ``others`` of
+    ``fit_group``: each through ``fit_rows`` as a group's own runs are."""
+    return [observations(fit_rows(r)[0], phys_cores) for r in groups if r]
+
+
 def candidates_for(obs: Observations) -> list[str]:
     """The time models that apply to these observations and are installed."""
     names = list(BASE_CANDIDATES) + (list(FREQ_CANDIDATES) if obs.has_freq() else [])
@@ -129,12 +147,22 @@ def fit_group(obs: Observations, target: Any = None, others: Sequence[Observatio
     at this group's training configurations and scored on its other rows, and their errors
     size the interval (calibrate.pooled; replays kept in ``cache``, default ``REPLAYS``)."""
     model, runners = _choose(obs, target)
-    if others:
-        reps = pooled.replays(lambda o, t: _choose(o, t)[0], obs, list(others), target,
-                              REPLAYS if cache is None else cache)
-        model = calibrate.pooled(model, [r.h0 for r in reps], [r.rate for r in reps], obs,
-                                 LEVEL, pooled.MIN_GROUPS)
-    return model, runners
+    return with_pooled(model, obs, target, others, lambda o, t: _choose(o, t)[0],
+                       REPLAYS if cache is None else cache), runners
+
+
+def with_pooled(model: FittedModel, obs: Observations, target: Any,
+                others: Sequence[Observations], fit: pooled.Fit,
+                cache: ReplayCache) -> FittedModel:
+    """``model`` (chosen by ``fit`` on ``obs``) with the interval of ``others`` replayed
+    through the same choice at ``obs``'s configurations (calibrate.pooled); unchanged with
+    fewer than pooled.MIN_GROUPS of them eligible. ``cache`` must hold replays of ``fit``
+    only (its key does not name the choice)."""
+    if not others:
+        return model
+    reps = pooled.replays(fit, obs, list(others), target, cache)
+    return calibrate.pooled(model, [r.h0 for r in reps], [r.rate for r in reps], obs,
+                            LEVEL, pooled.MIN_GROUPS)
 
 
 def _choose(obs: Observations, target: Any) -> tuple[FittedModel, list[dict[str, Any]]]:
@@ -281,9 +309,8 @@ class Fitter:
         out = FitOutcome(req)
         try:
             obs = observations(req.rows, req.phys_cores)  # outliers out in fit_setting
-            # the other groups' rows come raw from the store: the same MAD rule per group
-            others = [observations(without_outliers(r)[0], req.phys_cores)
-                      for r in req.others if r]
+            # the other groups' rows come raw from the store: the same rules as the group's
+            others = other_observations(req.others, req.phys_cores)
             try:
                 model, runners = fit_group(obs, req.target, others)
             except NotEnoughData as exc:

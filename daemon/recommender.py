@@ -14,7 +14,8 @@ from typing import Any, Callable
 from ..shared.config import DaemonConfig
 from ..shared.records import RecordError, RunRecord
 from .fitter import FitOutcome, FitRequest, Fitter, workload_key
-from .recommend import FitSetting, fit_setting, recommend, target_observations
+from .recommend import (FitSetting, fit_setting, platform_others, recommend,
+                        target_observations)
 from .registry import Registry
 from .remeasure import never_clean_text
 from .store import Group, ResultIn, Store
@@ -99,7 +100,7 @@ class Recommender:
         prior = len({c for c, _, _ in rows}) < 2
         runs = {g: self.store.group_runs(g) for g in self.store.groups()
                 if g != group and (prior or g.platform == group.platform)}
-        others = [r for g, r in runs.items() if g.platform == group.platform]
+        others = platform_others(group, runs.items())
         # this workload elsewhere first, then ``others``, then platforms near by MPET
         stored = [(workload_key(g), g.platform, r) for g, r in runs.items()] if prior else ()
         self.fitter.submit(FitRequest(group, rows, agent, job_id, recommend_after,

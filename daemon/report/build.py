@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from . import page, plots
+from ..recommend import platform_others
 from .analysis import (GroupView, analyse_group, fleet_rows, kernel_traits,
                        latest_recommendations, topology_rows)
 
@@ -115,11 +116,13 @@ def build_report(data: dict[str, Any], out: Path) -> Built:
         return _write(out, html, images, [], t0)
 
     views = []
-    for e in entries:
+    keyed = [(tuple(e["group"].get(k) for k in ("platform", "workload", "input", "variant")),
+              e["runs"]) for e in entries]
+    for e, (key, _) in zip(entries, keyed):
         g = e["group"]
-        key = tuple(g.get(k) for k in ("platform", "workload", "input", "variant"))
         views.append(analyse_group(e, platforms.get(g["platform"]) or {},
-                                   boards.get(g["platform"], g["platform"]), recs.get(key)))
+                                   boards.get(g["platform"], g["platform"]), recs.get(key),
+                                   platform_others(key, keyed)))
 
     fleet = page.Section("Fleet", "fleet", tables=[page.Table(
         ["agent", "board", "platform", "online", "last seen", "runs", "recommendations",
