@@ -20,7 +20,7 @@ import numpy as np
 from .models import registry
 from .models.base import NotEnoughData, Observations
 from .models.energy import PowerModeler, predict_energy
-from .fitter import with_pooled
+from .fitter import candidates_for, with_pooled
 from .models.calibrate import interval_state, with_interval
 from .models.pooled import ReplayCache
 from .models.select import ANALYTIC, choose
@@ -48,9 +48,10 @@ def add_parsers(subparsers: Any) -> None:
     p.add_argument("--model", default="auto",
                    help="amdahl, usl, memwall, ... or 'auto' (default): choose by "
                         "cross-validation, possibly a weighted mix of models")
-    p.add_argument("--candidates", default=",".join(ANALYTIC), metavar="M1,M2",
-                   help="the models 'auto' chooses from (default: %(default)s; 'all' = every "
-                        "installed model)")
+    p.add_argument("--candidates", default="daemon", metavar="M1,M2",
+                   help="the models 'auto' chooses from (default 'daemon': the daemon's, "
+                        "amdahl and usl, and memwall where a group has a frequency axis; "
+                        "'all' = every installed model)")
     p.add_argument("--json", action="store_true",
                    help="print JSON instead of a table (shape: docs/json-output.md)")
     p.add_argument("--save", metavar="FIT.json",
@@ -235,19 +236,23 @@ def cmd_fit(args: argparse.Namespace) -> int:
     except TidyError as exc:
         print(f"opptune fit: {exc}", file=sys.stderr)
         return 2
-    cands = None if args.candidates == "all" else [c for c in args.candidates.split(",") if c]
+    named = None if args.candidates in ("all", "daemon") else [
+        c for c in args.candidates.split(",") if c]
     out, rows, power_rows = [], [], []
     # the platform's other groups replayed through each group's split size its interval,
     # as in the daemon (fitter.fit_group); replays of this run's choice only
     replays = ReplayCache()
 
+    def candidates(o: Observations) -> list[str] | None:
+        return candidates_for(o) if args.candidates == "daemon" else named
+
     def choice(o: Observations, target: Any = None) -> Any:
-        return choose(o, cands).model
+        return choose(o, candidates(o)).model
     for label, obs in groups:
         entry: dict[str, Any] = {"group": label, "model": None, "params": None,
                                  "quality": None, "members": None, "cv": None, "fit_ms": None,
-                                 "measured": measured_range(obs), "state": None, "power": None,
-                                 "error": None}
+                                 "measured": measured_range(obs), "state": None, "interval": None,
+                                 "power": None, "error": None}
         power = fit_power(obs)
         if power is not None:
             entry["power"] = power
@@ -258,7 +263,7 @@ def cmd_fit(args: argparse.Namespace) -> int:
         try:
             t0 = time.perf_counter()
             if args.model == "auto":
-                sel = choose(obs, cands)
+                sel = choose(obs, candidates(obs))
                 model = with_pooled(sel.model, obs, None, _platform_others(label, groups),
                                     choice, replays)
                 entry["cv"] = [{k: r.get(k) for k in CV_KEYS} for r in sel.table()]

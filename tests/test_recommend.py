@@ -240,7 +240,7 @@ def test_daemon_and_report_leave_the_same_outliers_out():
     assert "1 outlier run (MAD rule) left out" in view.model_note
 
 
-def _platform_runs():
+def _platform_runs(reps=2):
     """Five workloads on one platform (1-8 cores, bending past 4) and one elsewhere; the
     first is measured at 1-4 cores only: the others' replays size its interval."""
     from opptune.daemon.store import Group
@@ -252,29 +252,28 @@ def _platform_runs():
         runs[Group("p", f"w{i}", "", "")] = [
             (c, None, float((s + (1 - s) / c) * max(1.0, c / 4) ** b
                             * np.exp(rng.normal(0, 0.01)))) for c in range(1, top + 1)
-            for _ in range(2)]
+            for _ in range(reps)]
     runs[Group("q", "w9", "", "")] = [(c, None, 1.0 / c) for c in range(1, 9)]
     return runs
 
 
 def test_report_refit_shows_the_daemons_pooled_interval():
-    """The report's refit gathers the platform's other groups as the daemon's fit does
-    (recommend.platform_others): the same interval at 1-8 cores, the pooled one (it differs
+    """The report's refits gather the platform's other groups as the daemon's fit does
+    (analyse_groups, recommend.platform_others): the same interval at 1-8 cores, the pooled one (it differs
     from the group's own)."""
     from opptune.daemon.fitter import Fitter
     from opptune.daemon.models.pooled import MIN_GROUPS
-    from opptune.daemon.recommend import platform_others
-    from opptune.daemon.report.analysis import analyse_group
+    from opptune.daemon.report.analysis import analyse_group, analyse_groups
 
     plat = {"sweep_order": list(range(8))}
     runs = _platform_runs()
     g = next(iter(runs))
     daemon = Fitter().fit_one(_daemon_request(plat, runs[g], runs)).model
     assert daemon.quality["interval_pooled_groups"] >= MIN_GROUPS
-    keyed = [(k, [[c, f, t, None] for c, f, t in r]) for k, r in runs.items()]
-    view = analyse_group({"group": g.as_dict(), "runs": keyed[0][1]}, plat, "b", None,
-                         platform_others(g, keyed))
-    alone = analyse_group({"group": g.as_dict(), "runs": keyed[0][1]}, plat, "b", None)
+    entries = [{"group": k.as_dict(), "runs": [[c, f, t, None] for c, f, t in r]}
+               for k, r in runs.items()]  # what the report query gives (queries.report)
+    view = analyse_groups(entries, {"p": plat, "q": plat}, {}, {})[0]
+    alone = analyse_group(entries[0], plat, "b", None)
     q = Observations.query(np.arange(1.0, 9.0))
     want = daemon.predict(q)
     got = view.model.predict(q)

@@ -22,7 +22,7 @@ from ...shared.point_stats import point_stats
 from ..fitter import fit_group, observations, other_observations
 from ..models.base import FittedModel, Observations
 from ..models.energy import PowerModeler
-from ..recommend import candidate_grid, fit_setting, target_observations
+from ..recommend import candidate_grid, fit_setting, platform_others, target_observations
 
 BENCH_KERNELS = tuple(KERNELS)  # the bench_suite catalogue: the kernels whose traits are shown
 
@@ -155,6 +155,18 @@ def analyse_group(entry: dict[str, Any], platform: dict[str, Any], board: str,
     if axis is not None:
         view.grid = _grid(view, model, platform, axis, order, runs)
     return view
+
+
+def analyse_groups(entries: list[dict[str, Any]], platforms: dict[str, dict[str, Any]],
+                   boards: dict[str, str], recs: dict[tuple, dict[str, Any]]
+                   ) -> list[GroupView]:
+    """The view of each of the report query's groups (``analyse_group``), each refitted with
+    its platform's other groups as the daemon fits it (recommend.platform_others)."""
+    keyed = [(tuple(e["group"].get(k) for k in ("platform", "workload", "input", "variant")),
+              e["runs"]) for e in entries]
+    return [analyse_group(e, platforms.get(key[0]) or {}, boards.get(key[0], key[0]),
+                          recs.get(key), platform_others(key, keyed))
+            for e, (key, _) in zip(entries, keyed)]
 
 
 def _rows(runs: list[list[Any]]) -> list[tuple[int, Any, float]]:

@@ -12,8 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from . import page, plots
-from ..recommend import platform_others
-from .analysis import (GroupView, analyse_group, fleet_rows, kernel_traits,
+from .analysis import (GroupView, analyse_groups, fleet_rows, kernel_traits,
                        latest_recommendations, topology_rows)
 
 TITLE = "opptune report"
@@ -115,14 +114,7 @@ def build_report(data: dict[str, Any], out: Path) -> Built:
         html = page.render(TITLE, intro, [], empty=empty)
         return _write(out, html, images, [], t0)
 
-    views = []
-    keyed = [(tuple(e["group"].get(k) for k in ("platform", "workload", "input", "variant")),
-              e["runs"]) for e in entries]
-    for e, (key, _) in zip(entries, keyed):
-        g = e["group"]
-        views.append(analyse_group(e, platforms.get(g["platform"]) or {},
-                                   boards.get(g["platform"], g["platform"]), recs.get(key),
-                                   platform_others(key, keyed)))
+    views = analyse_groups(entries, platforms, boards, recs)
 
     fleet = page.Section("Fleet", "fleet", tables=[page.Table(
         ["agent", "board", "platform", "online", "last seen", "runs", "recommendations",
