@@ -45,12 +45,13 @@ class FitRequest:
     target: Any = None
     # physical cores the sweep order fills before SMT siblings (planner.physical_cores)
     phys_cores: int | None = None
-    # the other groups' rows on the same platform: their replays size the interval
-    # (fit_group), and a group too small to fit gets a prior-based prediction from their
-    # curves (models/prior.py)
-    others: Sequence[Sequence[tuple[int, float | None, float]]] = ()
-    # the store's groups on every platform, as (workload key, platform, rows): this
-    # workload elsewhere comes before ``others``, platforms near by MPET after (prior.py)
+    # the fit settings (recommend.fit_setting) of the platform's other groups: their
+    # replays size the interval (fit_group, recommend.platform_others)
+    others: Sequence[Any] = ()
+    # the store's groups on every platform, as (workload key, platform, rows), for a group
+    # too small to fit: a prior-based prediction from their curves (models/prior.py): this
+    # workload elsewhere first, then the platform's other workloads, then platforms near by
+    # MPET
     stored: Sequence[tuple[str, str, Sequence[tuple[int, float | None, float]]]] = ()
     # runs recommend.fit_setting left out of ``rows`` by the MAD rule: stored with the fit
     outliers_left_out: int = 0
@@ -106,11 +107,10 @@ def fit_rows(rows: Sequence[tuple[int, float | None, float]]
     return without_outliers(list(known or rows))
 
 
-def other_observations(groups: Sequence[Sequence[tuple[int, float | None, float]]],
-                       phys_cores: int | None = None) -> list[Observations]:
-    """The platform's other groups' runs (recommend.platform_others) as the ``others`` of
-    ``fit_group``: each through ``fit_rows`` as a group's own runs are."""
-    return [observations(fit_rows(r)[0], phys_cores) for r in groups if r]
+def other_observations(settings: Sequence[Any]) -> list[Observations]:
+    """The other groups' fit settings (recommend.fit_setting of each: its runs through
+    ``fit_rows``, its own board's physical cores) as the ``others`` of ``fit_group``."""
+    return [observations(s.rows, s.phys_cores) for s in settings if s.rows]
 
 
 def candidates_for(obs: Observations) -> list[str]:
@@ -195,7 +195,8 @@ def _prior(obs: Observations, req: FitRequest, why: NotEnoughData) -> FittedMode
     g = req.group
     stored = [StoredGroup(w, p, observations(rows)) for w, p, rows in req.stored if rows]
     try:
-        return fit_prior(obs, [observations(rows) for rows in req.others if rows],
+        return fit_prior(obs, [observations(rows) for _, p, rows in req.stored
+                               if rows and p == g.platform],
                          workload=workload_key(g), platform=g.platform, stored=stored)
     except NotEnoughData as exc:
         raise NotEnoughData(f"{why}; {exc}") from None
@@ -309,12 +310,11 @@ class Fitter:
         out = FitOutcome(req)
         try:
             obs = observations(req.rows, req.phys_cores)  # outliers out in fit_setting
-            # the other groups' rows come raw from the store: the same rules as the group's
-            others = other_observations(req.others, req.phys_cores)
+            others = other_observations(req.others)
             try:
                 model, runners = fit_group(obs, req.target, others)
             except NotEnoughData as exc:
-                if not req.others and not req.stored:
+                if not req.stored:
                     raise
                 model, runners = _prior(obs, req, exc), []
             out.model, out.runners_up = model, runners

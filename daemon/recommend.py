@@ -128,7 +128,8 @@ def platform_others(group: Sequence[str], groups: Iterable[tuple[Sequence[str], 
     workload, input, variant) key, value) whose key names the same platform and is not
     ``group``, in the given order. Their replays size the group's interval
     (``fitter.fit_group(others=)``); the daemon's fits, the report's refits and ``opptune
-    fit`` all gather them here, so all three show the same interval for the same runs."""
+    fit`` all gather them here, so all three show one interval for the same runs. (Every
+    platform's groups where the platform has too few: measured, not taken, docs/models.md.)"""
     key = tuple(group)
     return [v for k, v in groups if tuple(k) != key and k[0] == key[0]]
 

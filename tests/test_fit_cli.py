@@ -303,7 +303,7 @@ def test_fit_cli_shows_the_daemons_pooled_interval(tmp_path, capsys):
     interval of the daemon's fit of the same rows (fitter.Fitter, the platform's groups as
     the recommender passes them), which differs from the group's own."""
     from opptune.daemon.fitter import FitRequest, Fitter
-    from opptune.daemon.recommend import platform_others
+    from opptune.daemon.recommend import fit_setting, platform_others
     from test_recommend import _platform_runs
 
     runs = _platform_runs(reps=1)
@@ -317,7 +317,8 @@ def test_fit_cli_shows_the_daemons_pooled_interval(tmp_path, capsys):
                 "--json"]) == 0
     got = json.loads(capsys.readouterr().out)
     g = next(iter(runs))
-    want = Fitter().fit_one(FitRequest(g, runs[g], others=platform_others(g, runs.items())))
+    others = [fit_setting({}, "", r) for r in platform_others(g, runs.items())]
+    want = Fitter().fit_one(FitRequest(g, runs[g], others=others))
     q = Observations.query(np.arange(1.0, 9.0))
     pr = want.model.predict(q)
     np.testing.assert_allclose([r["lower"] for r in got], pr.lower, rtol=1e-6)

@@ -281,3 +281,22 @@ def test_report_refit_shows_the_daemons_pooled_interval():
     np.testing.assert_allclose(got.upper, want.upper, rtol=1e-9)
     own = alone.model.predict(q)
     assert not np.allclose(own.upper, want.upper, rtol=1e-3)
+
+
+
+def test_only_the_platforms_groups_are_pooled_each_through_its_own_setting():
+    """platform_others: the other groups of the group's platform only; the daemon's request
+    carries each through its own fit setting (its runs' rules, its cluster's cpus)."""
+    from opptune.daemon.recommend import platform_others
+
+    keys = [("a", "w1", "", ""), ("a", "w2", "", ""), ("b", "w3", "", ""), ("a", "w4", "", "")]
+    assert platform_others(keys[0], [(k, k[1]) for k in keys]) == ["w2", "w4"]
+    runs = _platform_runs()
+    plat = {"sweep_order": list(range(8))}
+    req = _daemon_request(plat, runs[next(iter(runs))], runs)
+    assert len(req.others) == 4 and all(s.order == list(range(8)) for s in req.others)
+    # the MAD rule on each: a planted 3x run of another group is left out of its setting
+    g1 = list(runs)[1]
+    planted = {**runs, g1: runs[g1] + [(2, None, 3 * runs[g1][2][2])] * 1}
+    req = _daemon_request(plat, runs[next(iter(runs))], planted)
+    assert req.others[0].outliers_left_out == 1 and len(req.others[0].rows) == len(runs[g1])

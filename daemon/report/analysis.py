@@ -22,7 +22,8 @@ from ...shared.point_stats import point_stats
 from ..fitter import fit_group, observations, other_observations
 from ..models.base import FittedModel, Observations
 from ..models.energy import PowerModeler
-from ..recommend import candidate_grid, fit_setting, platform_others, target_observations
+from ..recommend import (FitSetting, candidate_grid, fit_setting, platform_others,
+                         target_observations)
 
 BENCH_KERNELS = tuple(KERNELS)  # the bench_suite catalogue: the kernels whose traits are shown
 
@@ -116,10 +117,10 @@ def pareto_front(times: np.ndarray, energies: np.ndarray) -> list[int]:
 
 def analyse_group(entry: dict[str, Any], platform: dict[str, Any], board: str,
                   recommendation: dict[str, Any] | None,
-                  others: list[list[Any]] | None = None) -> GroupView:
+                  others: list[FitSetting] | None = None) -> GroupView:
     """The view of one group from its runs, its board's description and its latest
-    recommendation. ``others``: the runs of the platform's other groups
-    (recommend.platform_others), whose replays size the interval as in the daemon's fit."""
+    recommendation. ``others``: the fit settings of the groups whose replays size the
+    interval as in the daemon's fit (recommend.platform_others)."""
     runs = [r for r in entry["runs"] if r[2] is not None and r[2] > 0]
     view = GroupView(entry["group"], board, median_points(runs), recommendation=recommendation)
     if not runs:
@@ -132,8 +133,8 @@ def analyse_group(entry: dict[str, Any], platform: dict[str, Any], board: str,
     except Exception:  # a platform the grid cannot be read from: validate by k-fold
         target = None
     try:
-        pool = other_observations([_rows(o) for o in others or []], setting.phys_cores)
-        model, _ = fit_group(observations(setting.rows, setting.phys_cores), target, pool)
+        model, _ = fit_group(observations(setting.rows, setting.phys_cores), target,
+                             other_observations(others or []))
     except Exception as exc:
         view.model_note = f"no model: {exc}"
         return view
@@ -162,11 +163,13 @@ def analyse_groups(entries: list[dict[str, Any]], platforms: dict[str, dict[str,
                    ) -> list[GroupView]:
     """The view of each of the report query's groups (``analyse_group``), each refitted with
     its platform's other groups as the daemon fits it (recommend.platform_others)."""
-    keyed = [(tuple(e["group"].get(k) for k in ("platform", "workload", "input", "variant")),
-              e["runs"]) for e in entries]
-    return [analyse_group(e, platforms.get(key[0]) or {}, boards.get(key[0], key[0]),
-                          recs.get(key), platform_others(key, keyed))
-            for e, (key, _) in zip(entries, keyed)]
+    keys = [tuple(e["group"].get(k) for k in ("platform", "workload", "input", "variant"))
+            for e in entries]
+    settings = [(k, fit_setting(platforms.get(k[0]) or {}, k[3] or "", _rows(e["runs"])))
+                for k, e in zip(keys, entries)]
+    return [analyse_group(e, platforms.get(k[0]) or {}, boards.get(k[0], k[0]),
+                          recs.get(k), platform_others(k, settings))
+            for e, k in zip(entries, keys)]
 
 
 def _rows(runs: list[list[Any]]) -> list[tuple[int, Any, float]]:
