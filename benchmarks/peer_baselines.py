@@ -38,6 +38,7 @@ from opptune.daemon.fitter import fit_group
 from opptune.daemon.models import registry
 from opptune.daemon.models.base import NotEnoughData, Observations
 from opptune.daemon.models.select import ANALYTIC, choose
+from opptune.daemon.recommend import platform_others
 from opptune.daemon.tidy import median_reps, read_tidy
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -136,7 +137,7 @@ def replay(path: Path, models: list[str]) -> dict:
         train = _pick(obs, ev["train"])
         # the store beside the group: the platform's other groups, all their rows (never
         # the group's own test rows); their replays size opptune's interval (fit_group)
-        others = [o for k, o in groups.items() if k != key and k[0] == key[0]]
+        others = platform_others(key, groups.items())
         test = np.asarray(ev["test"], float)
         fq = np.where(test[:, 1] < 0, np.nan, test[:, 1])
         query = Observations.query(test[:, 0], fq)
@@ -201,7 +202,7 @@ def prior_check(path: Path) -> list[dict]:
             query = Observations.query(test[:, 0], np.where(test[:, 1] < 0, np.nan, test[:, 1]))
             truth = np.asarray(ev["test_time"], float)
             wl = "/".join(map(str, key[1:]))
-            others = [o for k, o in groups.items() if k != key and k[0] == key[0]]
+            others = platform_others(key, groups.items())
             stored = [StoredGroup("/".join(map(str, k[1:])), k[0], o)
                       for k, o in groups.items() if k != key
                       and not (source == "similar" and k[1:] == key[1:])]

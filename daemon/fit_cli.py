@@ -20,7 +20,11 @@ import numpy as np
 from .models import registry
 from .models.base import NotEnoughData, Observations
 from .models.energy import PowerModeler, predict_energy
+from .fitter import candidates_for, with_pooled
+from .models.calibrate import interval_state, with_interval
+from .models.pooled import ReplayCache
 from .models.select import ANALYTIC, choose
+from .recommend import platform_others
 from .tidy import ZERO_TIME, TidyError, median_reps, read_tidy
 
 SEED003_LEARNERS = ("krr", "svr", "dtree")
@@ -44,9 +48,10 @@ def add_parsers(subparsers: Any) -> None:
     p.add_argument("--model", default="auto",
                    help="amdahl, usl, memwall, ... or 'auto' (default): choose by "
                         "cross-validation, possibly a weighted mix of models")
-    p.add_argument("--candidates", default=",".join(ANALYTIC), metavar="M1,M2",
-                   help="the models 'auto' chooses from (default: %(default)s; 'all' = every "
-                        "installed model)")
+    p.add_argument("--candidates", default="daemon", metavar="M1,M2",
+                   help="the models 'auto' chooses from (default 'daemon': the daemon's, "
+                        "amdahl and usl, and memwall where a group has a frequency axis; "
+                        "'all' = every installed model)")
     p.add_argument("--json", action="store_true",
                    help="print JSON instead of a table (shape: docs/json-output.md)")
     p.add_argument("--save", metavar="FIT.json",
@@ -115,7 +120,7 @@ def _prior(label: str, obs: Observations, groups: list[tuple[str, Observations]]
     other groups of its platform (the label's first part); None when there are too few."""
     from .models.prior import StoredGroup, fit_prior
     platform, _, workload = label.partition("/")
-    others = [o for lab, o in groups if lab != label and lab.split("/")[0] == platform]
+    others = _platform_others(label, groups)
     # every group, labelled: this workload elsewhere first, platforms near by MPET last
     stored = [StoredGroup(lab.partition("/")[2], lab.partition("/")[0], o)
               for lab, o in groups if lab != label]
@@ -123,6 +128,13 @@ def _prior(label: str, obs: Observations, groups: list[tuple[str, Observations]]
         return fit_prior(obs, others, workload=workload, platform=platform, stored=stored)
     except NotEnoughData:
         return None
+
+
+def _platform_others(label: str, groups: list[tuple[str, Observations]]
+                     ) -> list[Observations]:
+    """The other groups of the label's platform (its first part), as the daemon gathers
+    them (recommend.platform_others)."""
+    return platform_others(label.split("/"), [(lab.split("/"), o) for lab, o in groups])
 
 
 class UsageError(ValueError):
@@ -224,13 +236,23 @@ def cmd_fit(args: argparse.Namespace) -> int:
     except TidyError as exc:
         print(f"opptune fit: {exc}", file=sys.stderr)
         return 2
-    cands = None if args.candidates == "all" else [c for c in args.candidates.split(",") if c]
+    named = None if args.candidates in ("all", "daemon") else [
+        c for c in args.candidates.split(",") if c]
     out, rows, power_rows = [], [], []
+    # the platform's other groups replayed through each group's split size its interval,
+    # as in the daemon (fitter.fit_group); replays of this run's choice only
+    replays = ReplayCache()
+
+    def candidates(o: Observations) -> list[str] | None:
+        return candidates_for(o) if args.candidates == "daemon" else named
+
+    def choice(o: Observations, target: Any = None) -> Any:
+        return choose(o, candidates(o)).model
     for label, obs in groups:
         entry: dict[str, Any] = {"group": label, "model": None, "params": None,
                                  "quality": None, "members": None, "cv": None, "fit_ms": None,
-                                 "measured": measured_range(obs), "state": None, "power": None,
-                                 "error": None}
+                                 "measured": measured_range(obs), "state": None, "interval": None,
+                                 "power": None, "error": None}
         power = fit_power(obs)
         if power is not None:
             entry["power"] = power
@@ -241,8 +263,9 @@ def cmd_fit(args: argparse.Namespace) -> int:
         try:
             t0 = time.perf_counter()
             if args.model == "auto":
-                sel = choose(obs, cands)
-                model = sel.model
+                sel = choose(obs, candidates(obs))
+                model = with_pooled(sel.model, obs, None, _platform_others(label, groups),
+                                    choice, replays)
                 entry["cv"] = [{k: r.get(k) for k in CV_KEYS} for r in sel.table()]
             else:
                 model = registry.get(args.model).fit(obs)
@@ -261,6 +284,8 @@ def cmd_fit(args: argparse.Namespace) -> int:
         entry.update({k: v for k, v in model.describe().items() if k in entry})
         if hasattr(model, "to_state"):
             entry["state"] = model.to_state()
+            # the state is the wrapped model's: the calibrated / pooled interval beside it
+            entry["interval"] = interval_state(model)
         out.append(entry)
         params = ", ".join(f"{k}={v:.4g}" for k, v in model.params.items())
         if model.quality.get("prior_based"):
@@ -280,7 +305,8 @@ def cmd_fit(args: argparse.Namespace) -> int:
     if args.save:
         # states keep NaN/Infinity (Python's JSON reads them back) so that predict reloads
         # exactly what was fitted; everything else is strict JSON
-        saved = plain({"format": FIT_FORMAT, "data": args.data, "fits": out}, raw=("state",))
+        saved = plain({"format": FIT_FORMAT, "data": args.data, "fits": out},
+                      raw=("state", "interval"))
         Path(args.save).write_text(json.dumps(saved, default=float, indent=1))
     return 0 if any(e["error"] is None for e in out) else 1     # 1: no group could be fitted
 
@@ -305,7 +331,7 @@ def load_fit(entry: dict[str, Any]) -> Any:
     modeler = registry.get(entry["model"])
     for key, val in entry["state"].get("options", {}).items():
         setattr(modeler, key, val)
-    return modeler.from_state(entry["state"])
+    return with_interval(modeler.from_state(entry["state"]), entry.get("interval"))
 
 
 FIT_FORMAT = "opptune-fits/1"

@@ -45,12 +45,13 @@ class FitRequest:
     target: Any = None
     # physical cores the sweep order fills before SMT siblings (planner.physical_cores)
     phys_cores: int | None = None
-    # the other groups' rows on the same platform: their replays size the interval
-    # (fit_group), and a group too small to fit gets a prior-based prediction from their
-    # curves (models/prior.py)
-    others: Sequence[Sequence[tuple[int, float | None, float]]] = ()
-    # the store's groups on every platform, as (workload key, platform, rows): this
-    # workload elsewhere comes before ``others``, platforms near by MPET after (prior.py)
+    # the fit settings (recommend.fit_setting) of the platform's other groups: their
+    # replays size the interval (fit_group, recommend.platform_others)
+    others: Sequence[Any] = ()
+    # the store's groups on every platform, as (workload key, platform, rows), for a group
+    # too small to fit: a prior-based prediction from their curves (models/prior.py): this
+    # workload elsewhere first, then the platform's other workloads, then platforms near by
+    # MPET
     stored: Sequence[tuple[str, str, Sequence[tuple[int, float | None, float]]]] = ()
     # runs recommend.fit_setting left out of ``rows`` by the MAD rule: stored with the fit
     outliers_left_out: int = 0
@@ -95,6 +96,23 @@ def without_outliers(rows: Sequence[tuple[int, float | None, float]]
     return [r for i, r in enumerate(rows) if i not in drop], len(drop)
 
 
+def fit_rows(rows: Sequence[tuple[int, float | None, float]]
+             ) -> tuple[list[tuple[int, float | None, float]], int]:
+    """(the runs a fit uses, how many the MAD rule left out). Runs without a recorded
+    frequency are left out as soon as any run carries one: their frequency is unknown, so
+    they can stand neither on the frequency axis nor pooled as if measured at another. The
+    rule of a group's own runs (recommend.fit_setting) and of the other groups pooled for its
+    interval (``other_observations``) alike."""
+    known = [r for r in rows if r[1] is not None and r[1] == r[1]]
+    return without_outliers(list(known or rows))
+
+
+def other_observations(settings: Sequence[Any]) -> list[Observations]:
+    """The other groups' fit settings (recommend.fit_setting of each: its runs through
+    ``fit_rows``, its own board's physical cores) as the ``others`` of ``fit_group``."""
+    return [observations(s.rows, s.phys_cores) for s in settings if s.rows]
+
+
 def candidates_for(obs: Observations) -> list[str]:
     """The time models that apply to these observations and are installed."""
     names = list(BASE_CANDIDATES) + (list(FREQ_CANDIDATES) if obs.has_freq() else [])
@@ -129,12 +147,22 @@ def fit_group(obs: Observations, target: Any = None, others: Sequence[Observatio
     at this group's training configurations and scored on its other rows, and their errors
     size the interval (calibrate.pooled; replays kept in ``cache``, default ``REPLAYS``)."""
     model, runners = _choose(obs, target)
-    if others:
-        reps = pooled.replays(lambda o, t: _choose(o, t)[0], obs, list(others), target,
-                              REPLAYS if cache is None else cache)
-        model = calibrate.pooled(model, [r.h0 for r in reps], [r.rate for r in reps], obs,
-                                 LEVEL, pooled.MIN_GROUPS)
-    return model, runners
+    return with_pooled(model, obs, target, others, lambda o, t: _choose(o, t)[0],
+                       REPLAYS if cache is None else cache), runners
+
+
+def with_pooled(model: FittedModel, obs: Observations, target: Any,
+                others: Sequence[Observations], fit: pooled.Fit,
+                cache: ReplayCache) -> FittedModel:
+    """``model`` (chosen by ``fit`` on ``obs``) with the interval of ``others`` replayed
+    through the same choice at ``obs``'s configurations (calibrate.pooled); unchanged with
+    fewer than pooled.MIN_GROUPS of them eligible. ``cache`` must hold replays of ``fit``
+    only (its key does not name the choice)."""
+    if not others:
+        return model
+    reps = pooled.replays(fit, obs, list(others), target, cache)
+    return calibrate.pooled(model, [r.h0 for r in reps], [r.rate for r in reps], obs,
+                            LEVEL, pooled.MIN_GROUPS)
 
 
 def _choose(obs: Observations, target: Any) -> tuple[FittedModel, list[dict[str, Any]]]:
@@ -167,7 +195,8 @@ def _prior(obs: Observations, req: FitRequest, why: NotEnoughData) -> FittedMode
     g = req.group
     stored = [StoredGroup(w, p, observations(rows)) for w, p, rows in req.stored if rows]
     try:
-        return fit_prior(obs, [observations(rows) for rows in req.others if rows],
+        return fit_prior(obs, [observations(rows) for _, p, rows in req.stored
+                               if rows and p == g.platform],
                          workload=workload_key(g), platform=g.platform, stored=stored)
     except NotEnoughData as exc:
         raise NotEnoughData(f"{why}; {exc}") from None
@@ -281,13 +310,11 @@ class Fitter:
         out = FitOutcome(req)
         try:
             obs = observations(req.rows, req.phys_cores)  # outliers out in fit_setting
-            # the other groups' rows come raw from the store: the same MAD rule per group
-            others = [observations(without_outliers(r)[0], req.phys_cores)
-                      for r in req.others if r]
+            others = other_observations(req.others)
             try:
                 model, runners = fit_group(obs, req.target, others)
             except NotEnoughData as exc:
-                if not req.others and not req.stored:
+                if not req.stored:
                     raise
                 model, runners = _prior(obs, req, exc), []
             out.model, out.runners_up = model, runners

@@ -9,11 +9,11 @@ left to other work.
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass
-from typing import Any, Sequence
+from typing import Any, Iterable, Sequence, TypeVar
 
 import numpy as np
 
-from .fitter import without_outliers
+from .fitter import fit_rows
 from .models.base import FittedModel, Observations
 from .planner import cluster_order, offered_frequencies, physical_cores, sweep_order
 
@@ -103,21 +103,35 @@ class FitSetting:
 def fit_setting(platform: dict[str, Any], variant: str, rows: Sequence[Row]) -> FitSetting:
     """The fit setting of a group's runs on ``platform``.
 
-    Runs without a recorded frequency (the board had no cpufreq then, or the governor chose)
-    are left out as soon as any run of the group carries one: their frequency is unknown, so
-    they cannot stand on the frequency axis, nor be pooled as if measured at another
-    frequency. With no sweep order in the description, cpus 0..n-1 up to the most cores run.
-    Each configuration's outliers (MAD rule) are left out here, the one place both the
-    daemon's fits and the report's refits take their runs from; the store keeps them."""
+    The runs are ``fitter.fit_rows``'s: without those lacking a frequency where any has one
+    (the board had no cpufreq then, or the governor chose), without each configuration's
+    outliers (MAD rule; the store keeps them); the one place both the daemon's fits and the
+    report's refits take their runs from. With no sweep order in the description, cpus
+    0..n-1 up to the most cores run."""
     known = [r for r in rows if r[1] is not None and r[1] == r[1]]
     used = list(known or rows)
-    kept, left_out = without_outliers(used)
+    kept, left_out = fit_rows(rows)
     order = cluster_order(platform, variant) if platform else []
     if not order and used:
         order = list(range(max(int(r[0]) for r in used)))
     freqs = sorted({int(round(float(r[1]) * 1000)) for r in known}) or None
     return FitSetting(kept, order, freqs, physical_cores(platform, order) if platform else None,
                       left_out)
+
+
+T = TypeVar("T")
+
+
+def platform_others(group: Sequence[str], groups: Iterable[tuple[Sequence[str], T]]
+                    ) -> list[T]:
+    """The other groups of ``group``'s platform: the values of ``groups`` ((platform,
+    workload, input, variant) key, value) whose key names the same platform and is not
+    ``group``, in the given order. Their replays size the group's interval
+    (``fitter.fit_group(others=)``); the daemon's fits, the report's refits and ``opptune
+    fit`` all gather them here, so all three show one interval for the same runs. (Every
+    platform's groups where the platform has too few: measured, not taken, docs/models.md.)"""
+    key = tuple(group)
+    return [v for k, v in groups if tuple(k) != key and k[0] == key[0]]
 
 
 def target_observations(platform: dict[str, Any], frequencies_khz: Sequence[int] | None = None,

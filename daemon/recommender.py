@@ -14,7 +14,8 @@ from typing import Any, Callable
 from ..shared.config import DaemonConfig
 from ..shared.records import RecordError, RunRecord
 from .fitter import FitOutcome, FitRequest, Fitter, workload_key
-from .recommend import FitSetting, fit_setting, recommend, target_observations
+from .recommend import (FitSetting, fit_setting, platform_others, recommend,
+                        target_observations)
 from .registry import Registry
 from .remeasure import never_clean_text
 from .store import Group, ResultIn, Store
@@ -94,13 +95,18 @@ class Recommender:
                                          order=setting.order)
         except Exception as exc:  # no target: the choice falls back to k-fold validation
             log.warning("no query grid for %s: %s", "/".join(group), exc)
-        # the platform's other groups: their replays size the interval (fitter.fit_group);
-        # with too few core counts to fit, every stored group may give a prior
+        # the platform's other groups: their replays size the interval (fitter.fit_group,
+        # recommend.platform_others); with too few core counts to fit, every stored group
+        # may give a prior
         prior = len({c for c, _, _ in rows}) < 2
-        runs = {g: self.store.group_runs(g) for g in self.store.groups()
-                if g != group and (prior or g.platform == group.platform)}
-        others = [r for g, r in runs.items() if g.platform == group.platform]
-        # this workload elsewhere first, then ``others``, then platforms near by MPET
+        keys = [g for g in self.store.groups() if g != group]
+        pool = platform_others(group, [(g, g) for g in keys])
+        wanted = set(keys) if prior else set(pool)
+        runs = {g: self.store.group_runs(g) for g in keys if g in wanted}
+        # each through its own fit setting (its cluster's physical cores, the runs' rules)
+        board = self._platform(agent, group)
+        others = [fit_setting(board, g.variant, runs[g]) for g in pool]
+        # this workload elsewhere first, then the platform's, then platforms near by MPET
         stored = [(workload_key(g), g.platform, r) for g, r in runs.items()] if prior else ()
         self.fitter.submit(FitRequest(group, rows, agent, job_id, recommend_after,
                                       target=target, phys_cores=setting.phys_cores, others=others,

@@ -7,6 +7,7 @@ import numpy as np
 import pytest
 
 from opptune.daemon.fit_cli import add_parsers
+from opptune.daemon.models.base import Observations
 from opptune.daemon.models.memwall import speedup
 
 
@@ -152,7 +153,7 @@ def test_power_model_fitted_alongside_gives_energy_and_edp(tmp_path, capsys):
 
 
 FIT_KEYS = {"group", "model", "params", "quality", "members", "cv", "fit_ms", "measured", "state",
-            "power", "error"}
+            "interval", "power", "error"}
 PREDICT_KEYS = {"group", "model", "cores", "freq_mhz", "time_s", "lower", "upper", "level",
                 "extrapolated", "power_w", "energy_j", "edp"}
 
@@ -294,3 +295,33 @@ def test_one_core_count_alone_on_its_platform_borrows_its_own_curve_from_another
     # the table folds the cell: its words in order, the borders left out
     text = " ".join(w for w in capsys.readouterr().out.split() if w not in ("│", "┃"))
     assert "prior-based: this workload's curve on b; a best guess with a wide" in text
+
+
+def test_fit_cli_shows_the_daemons_pooled_interval(tmp_path, capsys):
+    """opptune fit gathers the CSV's other groups of the platform as the daemon does
+    (recommend.platform_others) and a saved fit keeps that interval: predict shows the
+    interval of the daemon's fit of the same rows (fitter.Fitter, the platform's groups as
+    the recommender passes them), which differs from the group's own."""
+    from opptune.daemon.fitter import FitRequest, Fitter
+    from opptune.daemon.recommend import fit_setting, platform_others
+    from test_recommend import _platform_runs
+
+    runs = _platform_runs(reps=1)
+    lines = ["platform,workload,input,variant,cores,freq_mhz,rep,time_s"]
+    lines += [f"{g.platform},{g.workload},,,{c},,0,{t!r}" for g, r in runs.items() for c, _, t in r]
+    data, fit = tmp_path / "d.csv", tmp_path / "fit.json"
+    data.write_text("\n".join(lines) + "\n")
+    assert run(["fit", "--data", str(data), "--json", "--save", str(fit)]) == 0
+    capsys.readouterr()
+    assert run(["predict", "--fit", str(fit), "--cores", "1,2,3,4,5,6,7,8", "--group", "p/w0",
+                "--json"]) == 0
+    got = json.loads(capsys.readouterr().out)
+    g = next(iter(runs))
+    others = [fit_setting({}, "", r) for r in platform_others(g, runs.items())]
+    want = Fitter().fit_one(FitRequest(g, runs[g], others=others))
+    q = Observations.query(np.arange(1.0, 9.0))
+    pr = want.model.predict(q)
+    np.testing.assert_allclose([r["lower"] for r in got], pr.lower, rtol=1e-6)
+    np.testing.assert_allclose([r["upper"] for r in got], pr.upper, rtol=1e-6)
+    own = Fitter().fit_one(FitRequest(g, runs[g])).model.predict(q)
+    assert not np.allclose(own.upper, pr.upper, rtol=1e-3)

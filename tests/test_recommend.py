@@ -188,16 +188,19 @@ def test_report_and_daemon_fit_the_same_runs_of_a_mixed_group():
     assert abs(float(pred.value[0]) - 8.5) / 8.5 < 0.05
 
 
-def _daemon_request(plat, rows):
-    """The FitRequest the daemon's recommender submits for a group of ``rows`` on ``plat``."""
+def _daemon_request(plat, rows, stored=None):
+    """The FitRequest the daemon's recommender submits for a group of ``rows`` on ``plat``
+    (the first of ``stored``, {Group: rows}, where given: the store's groups)."""
     from opptune.daemon.recommender import Recommender
     from opptune.daemon.registry import Registry
     from opptune.daemon.store import Group
     from opptune.shared.config import DaemonConfig
 
+    stored = stored or {Group("p", "w", "", ""): rows}
+
     class Store:
         def group_runs(self, group):
-            return rows
+            return stored[group]
 
         def claim_fit(self, *a):
             return True
@@ -206,7 +209,7 @@ def _daemon_request(plat, rows):
             return plat
 
         def groups(self):
-            return [Group("p", "w", "", "")]
+            return list(stored)
 
     class Fitter:
         requests = []
@@ -215,7 +218,7 @@ def _daemon_request(plat, rows):
             self.requests.append(req)
 
     r = Recommender(DaemonConfig(), Store(), Registry(10.0), Fitter(), lambda *a: True, {})
-    r.request_fit(Group("p", "w", "", ""))
+    r.request_fit(next(iter(stored)))
     return Fitter.requests[-1]
 
 
@@ -235,3 +238,65 @@ def test_daemon_and_report_leave_the_same_outliers_out():
                           "runs": [[c, f, t, None] for c, f, t in rows + [planted]]},
                          plat, "b", None)
     assert "1 outlier run (MAD rule) left out" in view.model_note
+
+
+def _platform_runs(reps=2):
+    """Five workloads on one platform (1-8 cores, bending past 4) and one elsewhere; the
+    first is measured at 1-4 cores only: the others' replays size its interval."""
+    from opptune.daemon.store import Group
+
+    rng = np.random.default_rng(3)
+    runs = {}
+    for i, (s, b) in enumerate([(0.05, 0.1), (0.1, -0.1), (0.02, 0.2), (0.2, 0.0), (0.08, 0.15)]):
+        top = 4 if i == 0 else 8
+        runs[Group("p", f"w{i}", "", "")] = [
+            (c, None, float((s + (1 - s) / c) * max(1.0, c / 4) ** b
+                            * np.exp(rng.normal(0, 0.01)))) for c in range(1, top + 1)
+            for _ in range(reps)]
+    runs[Group("q", "w9", "", "")] = [(c, None, 1.0 / c) for c in range(1, 9)]
+    return runs
+
+
+def test_report_refit_shows_the_daemons_pooled_interval():
+    """The report's refits gather the platform's other groups as the daemon's fit does
+    (analyse_groups, recommend.platform_others): the same interval at 1-8 cores, the pooled one (it differs
+    from the group's own)."""
+    from opptune.daemon.fitter import Fitter
+    from opptune.daemon.models.pooled import MIN_GROUPS
+    from opptune.daemon.report.analysis import analyse_group, analyse_groups
+
+    plat = {"sweep_order": list(range(8))}
+    runs = _platform_runs()
+    g = next(iter(runs))
+    daemon = Fitter().fit_one(_daemon_request(plat, runs[g], runs)).model
+    assert daemon.quality["interval_pooled_groups"] >= MIN_GROUPS
+    entries = [{"group": k.as_dict(), "runs": [[c, f, t, None] for c, f, t in r]}
+               for k, r in runs.items()]  # what the report query gives (queries.report)
+    view = analyse_groups(entries, {"p": plat, "q": plat}, {}, {})[0]
+    alone = analyse_group(entries[0], plat, "b", None)
+    q = Observations.query(np.arange(1.0, 9.0))
+    want = daemon.predict(q)
+    got = view.model.predict(q)
+    np.testing.assert_allclose(got.lower, want.lower, rtol=1e-9)
+    np.testing.assert_allclose(got.upper, want.upper, rtol=1e-9)
+    own = alone.model.predict(q)
+    assert not np.allclose(own.upper, want.upper, rtol=1e-3)
+
+
+
+def test_only_the_platforms_groups_are_pooled_each_through_its_own_setting():
+    """platform_others: the other groups of the group's platform only; the daemon's request
+    carries each through its own fit setting (its runs' rules, its cluster's cpus)."""
+    from opptune.daemon.recommend import platform_others
+
+    keys = [("a", "w1", "", ""), ("a", "w2", "", ""), ("b", "w3", "", ""), ("a", "w4", "", "")]
+    assert platform_others(keys[0], [(k, k[1]) for k in keys]) == ["w2", "w4"]
+    runs = _platform_runs()
+    plat = {"sweep_order": list(range(8))}
+    req = _daemon_request(plat, runs[next(iter(runs))], runs)
+    assert len(req.others) == 4 and all(s.order == list(range(8)) for s in req.others)
+    # the MAD rule on each: a planted 3x run of another group is left out of its setting
+    g1 = list(runs)[1]
+    planted = {**runs, g1: runs[g1] + [(2, None, 3 * runs[g1][2][2])] * 1}
+    req = _daemon_request(plat, runs[next(iter(runs))], planted)
+    assert req.others[0].outliers_left_out == 1 and len(req.others[0].rows) == len(runs[g1])

@@ -244,3 +244,33 @@ def pooled(model: FittedModel, h0: Any, rate: Any, obs: Observations, level: flo
     if len(h0) < min_groups:
         return model
     return PooledFit(model, h0, rate, ranges(obs), level, min_groups)
+
+
+def interval_state(model: FittedModel) -> dict[str, Any] | None:
+    """The interval of a calibrated or pooled fit as plain numbers, for a saved fit (whose
+    state is the wrapped model's); None for a model's own interval, and for one spanning a
+    persistence forecast (it holds a fitted model: a saved fit falls back to the model's)."""
+    if isinstance(model, PooledFit):
+        return {"pooled": {"h0": model.h0.tolist(), "rate": model.rate.tolist(),
+                           "rng": list(model.rng), "level": model.level,
+                           "min_groups": model.min_groups},
+                "inner": interval_state(model.inner)}
+    if isinstance(model, CalibratedFit) and model.envelope is None:
+        return {"calibrated": {"h0": model.h0, "rate": model.rate, "rng": list(model.rng),
+                               "n_held": model.n_held, "noise": model.noise,
+                               "narrow": model.narrow}}
+    return None
+
+
+def with_interval(model: FittedModel, state: dict[str, Any] | None) -> FittedModel:
+    """``model`` (reloaded from its saved state) wrapped again in the interval that
+    ``interval_state`` saved."""
+    if not state:
+        return model
+    if "pooled" in state:
+        p = state["pooled"]
+        return PooledFit(with_interval(model, state.get("inner")), p["h0"], p["rate"],
+                         tuple(p["rng"]), float(p["level"]), int(p["min_groups"]))
+    c = state["calibrated"]
+    return CalibratedFit(model, c["h0"], c["rate"], tuple(c["rng"]), int(c["n_held"]),
+                         noise=c["noise"], narrow=c["narrow"])

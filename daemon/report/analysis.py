@@ -19,10 +19,11 @@ import numpy as np
 
 from ...bench_suite.catalogue import KERNELS
 from ...shared.point_stats import point_stats
-from ..fitter import fit_group, observations
+from ..fitter import fit_group, observations, other_observations
 from ..models.base import FittedModel, Observations
 from ..models.energy import PowerModeler
-from ..recommend import candidate_grid, fit_setting, target_observations
+from ..recommend import (FitSetting, candidate_grid, fit_setting, platform_others,
+                         target_observations)
 
 BENCH_KERNELS = tuple(KERNELS)  # the bench_suite catalogue: the kernels whose traits are shown
 
@@ -115,23 +116,25 @@ def pareto_front(times: np.ndarray, energies: np.ndarray) -> list[int]:
 
 
 def analyse_group(entry: dict[str, Any], platform: dict[str, Any], board: str,
-                  recommendation: dict[str, Any] | None) -> GroupView:
+                  recommendation: dict[str, Any] | None,
+                  others: list[FitSetting] | None = None) -> GroupView:
     """The view of one group from its runs, its board's description and its latest
-    recommendation."""
+    recommendation. ``others``: the fit settings of the groups whose replays size the
+    interval as in the daemon's fit (recommend.platform_others)."""
     runs = [r for r in entry["runs"] if r[2] is not None and r[2] > 0]
     view = GroupView(entry["group"], board, median_points(runs), recommendation=recommendation)
     if not runs:
         view.model_note = "no successful runs"
         return view
-    setting = fit_setting(platform, view.group.get("variant", ""),
-                          [(int(r[0]), r[1], float(r[2])) for r in runs])
+    setting = fit_setting(platform, view.group.get("variant", ""), _rows(runs))
     order, axis = setting.order, setting.axis
     try:
         target = target_observations(platform, axis, order=order)
     except Exception:  # a platform the grid cannot be read from: validate by k-fold
         target = None
     try:
-        model, _ = fit_group(observations(setting.rows, setting.phys_cores), target)
+        model, _ = fit_group(observations(setting.rows, setting.phys_cores), target,
+                             other_observations(others or []))
     except Exception as exc:
         view.model_note = f"no model: {exc}"
         return view
@@ -153,6 +156,25 @@ def analyse_group(entry: dict[str, Any], platform: dict[str, Any], board: str,
     if axis is not None:
         view.grid = _grid(view, model, platform, axis, order, runs)
     return view
+
+
+def analyse_groups(entries: list[dict[str, Any]], platforms: dict[str, dict[str, Any]],
+                   boards: dict[str, str], recs: dict[tuple, dict[str, Any]]
+                   ) -> list[GroupView]:
+    """The view of each of the report query's groups (``analyse_group``), each refitted with
+    its platform's other groups as the daemon fits it (recommend.platform_others)."""
+    keys = [tuple(e["group"].get(k) for k in ("platform", "workload", "input", "variant"))
+            for e in entries]
+    settings = [(k, fit_setting(platforms.get(k[0]) or {}, k[3] or "", _rows(e["runs"])))
+                for k, e in zip(keys, entries)]
+    return [analyse_group(e, platforms.get(k[0]) or {}, boards.get(k[0], k[0]),
+                          recs.get(k), platform_others(k, settings))
+            for e, k in zip(entries, keys)]
+
+
+def _rows(runs: list[list[Any]]) -> list[tuple[int, Any, float]]:
+    """The report's runs [cores, freq_mhz, time_s, ...] as fit rows, those with a time."""
+    return [(int(r[0]), r[1], float(r[2])) for r in runs if r[2] is not None and r[2] > 0]
 
 
 def _grid(view: GroupView, model: FittedModel, platform: dict[str, Any], axis: list[int],

@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from . import page, plots
-from .analysis import (GroupView, analyse_group, fleet_rows, kernel_traits,
+from .analysis import (GroupView, analyse_groups, fleet_rows, kernel_traits,
                        latest_recommendations, topology_rows)
 
 TITLE = "opptune report"
@@ -114,12 +114,7 @@ def build_report(data: dict[str, Any], out: Path) -> Built:
         html = page.render(TITLE, intro, [], empty=empty)
         return _write(out, html, images, [], t0)
 
-    views = []
-    for e in entries:
-        g = e["group"]
-        key = tuple(g.get(k) for k in ("platform", "workload", "input", "variant"))
-        views.append(analyse_group(e, platforms.get(g["platform"]) or {},
-                                   boards.get(g["platform"], g["platform"]), recs.get(key)))
+    views = analyse_groups(entries, platforms, boards, recs)
 
     fleet = page.Section("Fleet", "fleet", tables=[page.Table(
         ["agent", "board", "platform", "online", "last seen", "runs", "recommendations",
