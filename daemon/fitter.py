@@ -21,7 +21,6 @@ from .models import registry as models
 from .models import calibrate, pooled
 from .models.base import FittedModel, NotEnoughData, Observations
 from .models.pooled import ReplayCache
-from .models.speedup_fit import LEVEL
 from .store import Group
 
 log = logging.getLogger("opptune.daemon.fitter")
@@ -160,6 +159,8 @@ def with_pooled(model: FittedModel, obs: Observations, target: Any,
     only (its key does not name the choice)."""
     if not others:
         return model
+    from .models.speedup_fit import LEVEL  # scipy loads at the first fit, not at daemon start
+
     reps = pooled.replays(fit, obs, list(others), target, cache)
     return calibrate.pooled(model, [r.h0 for r in reps], [r.rate for r in reps], obs,
                             LEVEL, pooled.MIN_GROUPS)

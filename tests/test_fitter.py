@@ -41,3 +41,14 @@ def test_physical_cores_reach_the_speedup_models_as_the_descriptor():
     truth = smt_times(np.array([16.0]))
     assert abs(fit.predict(q).value[0] / truth[0] - 1) < 0.01
     assert abs(AmdahlModeler().fit(plain).predict(q).value[0] / truth[0] - 1) > 0.05
+
+
+def test_the_daemon_starts_without_loading_scipy():
+    # scipy costs about 60 MiB and 0.6 s at start; the models load it at their first fit
+    import subprocess
+    import sys
+
+    out = subprocess.run([sys.executable, "-c", "import sys, opptune.daemon.service; "
+                          "print(sorted(m for m in ('scipy', 'sklearn') if m in sys.modules))"],
+                         capture_output=True, text=True, check=True).stdout
+    assert out.strip() == "[]"

@@ -39,7 +39,6 @@ from __future__ import annotations
 from typing import Any
 
 import numpy as np
-from scipy import stats
 
 from .base import FittedModel, Observations, Prediction
 
@@ -58,6 +57,8 @@ def error_half(log_err: np.ndarray, level: float) -> float:
     e = e[np.isfinite(e)]
     if e.size == 0:
         return 0.0
+    from scipy import stats  # loaded at the first fit: the daemon starts without scipy
+
     return float(stats.t.ppf(0.5 + level / 2, e.size) * np.sqrt(np.mean(e ** 2)))
 
 
@@ -196,6 +197,8 @@ def pooled_half(h0: np.ndarray, rate: np.ndarray, d: np.ndarray, level: float,
     ok = np.isfinite(e)
     n = ok.sum(axis=0)
     rms = np.sqrt(np.where(ok, e ** 2, 0.0).sum(axis=0) / np.maximum(n, 1))
+    from scipy import stats  # see error_half
+
     t = stats.t.ppf(0.5 + level / 2, np.maximum(n, 1))
     return t * rms, n >= min_groups
 
