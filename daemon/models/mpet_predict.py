@@ -421,7 +421,9 @@ def _validated_q(db: MpetDatabase, workload, target, pairs: list[Candidate], ref
     # the suite's measured log q on T (NaN where not measured) and its likeness to A
     on_t = np.array([[tgt_n[b].get(n, np.nan) for n in ns] for b in suite])
     w_a = np.array([kern_a.get(b, 0.0) for b in suite])
-    rows: dict = {}  # platform -> (log q on it of the suite, log q of A) at T's counts
+    rows: dict = {}  # platform -> the suite's log q on T less on it, at T's counts
+    by_ref: dict = {}  # B -> (A's references, log q(A, P') - log q(B, P') per row)
+    ref_list = sorted(kern, key=str)
 
     nsf = tuple(float(n) for n in ns)
     memo: dict = {}
@@ -439,10 +441,16 @@ def _validated_q(db: MpetDatabase, workload, target, pairs: list[Candidate], ref
         if (workload, c.platform) not in db.sc or (c.workload, c.platform) not in db.sc \
                 or c.workload not in tgt_n:
             continue
+        if c.workload not in by_ref:
+            qs = [q for q in ref_list if (workload, q) in db.sc and (c.workload, q) in db.sc]
+            by_ref[c.workload] = (qs, np.vstack([logq((workload, q)) - logq((c.workload, q))
+                                                 for q in qs]) if qs else None)
+        qs, dm = by_ref[c.workload]
         shift = logq((workload, c.platform)) - logq((c.workload, c.platform))
-        terms = [(w, float(np.mean((logq((workload, q)) - logq((c.workload, q)) - shift) ** 2)))
-                 for q, w in kern.items()
-                 if q != c.platform and (workload, q) in db.sc and (c.workload, q) in db.sc]
+        terms = []
+        if qs:
+            e2 = np.mean((dm - shift) ** 2, axis=1)
+            terms = [(kern[q], float(e)) for q, e in zip(qs, e2) if q != c.platform]
         if c.platform not in rows:
             rows[c.platform] = on_t - np.vstack([logq((b, c.platform)) for b in suite])
         # log q(B', T) - log q(B', P) against the tuple's factor, per B' (NaN: not measured)
