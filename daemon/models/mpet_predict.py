@@ -293,7 +293,7 @@ def reconstruct(target_vals: np.ndarray, ref_a: np.ndarray, ref_b: np.ndarray,
     ok = np.isfinite(val)
     rr = np.broadcast_to(np.asarray(r, dtype=float)[:, None], val.shape)
     wsum = np.where(ok, rr, 0.0).sum(axis=0)
-    num = np.where(ok, val * rr, 0.0).sum(axis=0)
+    num = np.where(ok, np.where(ok, val, 0.0) * rr, 0.0).sum(axis=0)
     cnt = ok.sum(axis=0)
     plain = np.where(ok, val, 0.0).sum(axis=0)
     with np.errstate(all="ignore"):
