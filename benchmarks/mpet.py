@@ -6,8 +6,9 @@
 1. `opptune eval-mpet`'s table (Table 5's columns: geometric mean, median, 70/80/95 % of the
    error over the trend) on data/loghin_multicore_energy and data/xplat_npb_minife, for each
    setup: default (eq. 21/23 on q(n) values, geometric mean, t(1) candidates by validated
-   transfers, sc candidates by ratio distances), ratio (t(1) candidates by ratio distances, the
-   default before), sc-distance (the seed's distances over sc), seed (section 4.1 as written)
+   transfers, sc by ratio distances or validated transfers of q(n), whichever predicted the
+   target's other workloads better), q-ratio (sc by ratio distances only, the default before),
+   ratio (q-ratio with t(1) candidates by ratio distances), sc-distance (the seed's distances over sc), seed (section 4.1 as written)
    and nested (settings chosen per workload without that workload's data).
 2. Time of one migration prediction (t(1) and sc, section 4.1's setup) with a database of
    20 workloads x 5 platforms, each profile with all seven runtime parameters and six
@@ -54,7 +55,7 @@ def synthetic_database(n_workloads=20, n_platforms=5, nmax=16, seed=1) -> MpetDa
 
 def main() -> int:
     if "--quick" not in sys.argv[1:]:
-        for setup in ("default", "ratio", "sc-distance", "seed", "nested"):
+        for setup in ("default", "q-ratio", "ratio", "sc-distance", "seed", "nested"):
             for res in run([str(ROOT / p) for p in DEFAULT_DATA], setup=setup):
                 print(format_table(res))
                 print()

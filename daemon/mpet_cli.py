@@ -33,15 +33,18 @@ import numpy as np
 
 from .models.mpet_curve import PARAMS
 from .models.mpet_eval import KINDS, METHODS, evaluate, evaluate_nested
-from .models.mpet_predict import (DEFAULT_SC, DEFAULT_T1, RATIO_T1, SEED_SC, SEED_T1,
-                                  MpetDatabase)
+from .models.mpet_predict import (DEFAULT_SC, DEFAULT_T1, RATIO_SC, RATIO_T1, SEED_SC,
+                                  SEED_T1, MpetDatabase)
 
 DEFAULT_DATA = ("data/loghin_multicore_energy/data.csv", "data/xplat_npb_minife/data.csv")
 SEED_TABLE5 = {"t1": 0.154, "scaling": 0.127, "full": 0.199}
 SETUPS = {
     "default": "seed counts, eq. 21/23 on q(n) values, geometric mean, t(1) candidates by "
-               "validated transfers, sc candidates by ratio distances",
-    "ratio": "the default with t(1) candidates by ratio distances and eq. 22's weights "
+               "validated transfers, sc candidates by ratio distances or validated transfers, whichever "
+               "predicted the target's other workloads better",
+    "q-ratio": "the default with sc candidates by ratio distances only (the default before "
+               "the chosen sc)",
+    "ratio": "the q-ratio setup with t(1) candidates by ratio distances and eq. 22's weights "
              "(the default before validated transfers)",
     "sc-distance": "the ratio setup with candidates by sc distances (eq. 16-19) as in the seed",
     "seed": "seed setup of section 4.1, eq. 21/23 as written",
@@ -159,9 +162,12 @@ def add_parser(subparsers: Any) -> None:
                         "geometric mean of the factors, t(1) candidates rated and weighted "
                         "by how well their transfer predicted the workload on its other "
                         "platforms like the target (validated), sc candidates by how far from "
-                        "proportional their measured q(n) are (ratio distance); "
-                        "ratio: the default with t(1) candidates by the ratio distance of "
-                        "their t(1) and eq. 22's weights; "
+                        "proportional their measured q(n) are (ratio distance) or by validated "
+                        "transfers of q(n), whichever predicted the target's other workloads "
+                        "better (leave-one-out on the target); "
+                        "q-ratio: the default with sc by ratio distances only; "
+                        "ratio: the q-ratio setup with t(1) candidates by the ratio distance "
+                        "of their t(1) and eq. 22's weights; "
                         "sc-distance: the ratio setup with the seed's distances over sc "
                         "(eq. 16-19); "
                         "seed: section 4.1 exactly as written; "
@@ -190,7 +196,9 @@ def run(paths: list[str], max_factor: float | None = None, setup: str = "default
         raise MpetInputError("--max-factor does not apply to --setup nested (its grid fixes "
                              "the settings); leave one of them out")
     t1_sel, sc_sel = (SEED_T1, SEED_SC) if setup == "seed" else (DEFAULT_T1, DEFAULT_SC)
-    if setup == "ratio":
+    if setup in ("q-ratio", "ratio", "sc-distance"):
+        sc_sel = RATIO_SC
+    if setup in ("ratio", "sc-distance"):
         t1_sel = RATIO_T1
     if setup == "sc-distance":
         t1_sel = dataclasses.replace(t1_sel, basis="sc")

@@ -17,8 +17,8 @@ from opptune.daemon.models.mpet_distance import (Distances, distance, normalise,
                                                   tuple_distance)
 from opptune.daemon.models.mpet_eval import (choose_settings, evaluate, evaluate_nested,
                                              summarise)
-from opptune.daemon.models.mpet_predict import (DEFAULT_T1, SEED_SC, SEED_T1,
-                                                SINGLE_CANDIDATE_FACTOR,
+from opptune.daemon.models.mpet_predict import (DEFAULT_SC, DEFAULT_T1, SEED_SC, SEED_T1,
+                                                SINGLE_CANDIDATE_FACTOR, choose_sc,
                                                 MpetDatabase, NoCandidates, Selection,
                                                 penalty, predict_migration,
                                                 predict_scalability, reconstruct)
@@ -432,6 +432,93 @@ def test_q_ratio_basis_rates_scaling_candidates_by_proportional_curves():
     assert {c.workload for c in by_sc.sc_candidates} == {"B2"} and err > 0.02
 
 
+def _q_local_proxy(nmax=4):
+    """q(w, p, n) = (1 + b_w (n-1)) (1 + g_p (n-1)) times deviations: A (and B2) scale
+    differently on Q1, Q2, whose suite t(1) also deviates (Q unlike T); B2 wobbles on P1, P2
+    and T. So the suite S0..S2 and B1 are proportional to A per n on P1, P2 and T only, B2 on
+    Q1, Q2 (and nearly on P1, P2)."""
+    g = {"P1": 0.05, "P2": 0.15, "Q1": 0.1, "Q2": 0.3, "T": 0.2}
+    speed = {"P1": 1.0, "P2": 2.0, "Q1": 0.7, "Q2": 3.0, "T": 1.5}
+    suite_dev = {"Q1": (1.0, 1.5, 0.7), "Q2": (0.6, 1.0, 1.4)}
+    a_dev = {"Q1": 0.3, "Q2": -0.2}
+    b2_wob = {"P1": 0.04, "P2": -0.03, "T": 0.05}
+    base = {"A": 0.1, "B1": 0.25, "B2": 0.15, "S0": 0.0, "S1": 0.2, "S2": 0.4}
+    t1_base = {"A": 4.0, "B1": 10.0, "B2": 6.0, "S0": 2.0, "S1": 5.0, "S2": 8.0}
+    platforms = {p: {"n_nu": None, "n_ht": None, "nmax": nmax} for p in g}
+    profiles = {}
+
+    def fac(c, n):
+        return 1 + c * (n - 1)
+
+    for p in g:
+        for w, b in base.items():
+            dev = a_dev.get(p, 0.0) if w in ("A", "B2") else 0.0
+            wob = b2_wob.get(p, 0.0) if w == "B2" else 0.0
+            t1 = t1_base[w] * speed[p]
+            if w[0] == "S":
+                t1 *= suite_dev.get(p, (1, 1, 1))[int(w[1])]
+            profiles[(w, p)] = {"t": {n: t1 * fac(b, n) * fac(g[p], n) * fac(dev, n) *
+                                      fac(wob, n) / n for n in range(1, nmax + 1)}}
+    return profiles, platforms
+
+
+def _shape_error(pred, truth):
+    return max(abs(v / pred.t1 * truth[1] - truth[n]) / truth[n]
+               for n, v in zip(pred.ns, pred.t))
+
+
+def test_q_validated_basis_trusts_the_curves_whose_transfer_held_where_data_resemble_t():
+    """The q-ratio basis over all references takes B2 (14 % off); q-validated checks each
+    tuple's q(n) transfer at T's core counts on A's references like T and on T's suite and
+    transfers (almost) exactly; "q-chosen" takes q-validated, which predicted T's other
+    workloads better. A's own profile on T takes no part."""
+    profiles, platforms = _q_local_proxy()
+    db = MpetDatabase(profiles, platforms)
+    truth = profiles[("A", "T")]["t"]
+    sel = Selection(3, 1, k=0, space="curve", mean="geometric")
+    ratio = predict_migration(db, "A", "T", sc_sel=dataclasses.replace(sel, basis="q-ratio"))
+    got = predict_migration(db, "A", "T", sc_sel=dataclasses.replace(sel, basis="q-validated"))
+    assert {c.workload for c in ratio.sc_candidates} == {"B2"}
+    assert _shape_error(ratio, truth) > 0.1
+    assert "B2" not in {c.workload for c in got.sc_candidates}
+    assert _shape_error(got, truth) < 0.01
+    assert got.sc_candidates[0].platform in ("P1", "P2")
+    assert [c.weight for c in got.sc_candidates] == sorted(
+        (c.weight for c in got.sc_candidates), reverse=True)
+    chosen = predict_migration(db, "A", "T", sc_sel=dataclasses.replace(sel, basis="q-chosen"))
+    assert chosen.t == pytest.approx(got.t, rel=1e-12)
+    rest = db.without(("A", "T"))
+    assert choose_sc(rest, "A", "T", sel).basis == "q-validated"
+    wild = dict(profiles)
+    wild[("A", "T")] = {"t": {1: truth[1] * 50, 2: truth[1] * 3, 4: truth[1] * 40}}
+    again = predict_migration(MpetDatabase(wild, platforms), "A", "T", sc_sel=DEFAULT_SC)
+    assert again.t == pytest.approx(predict_migration(db, "A", "T", sc_sel=DEFAULT_SC).t,
+                                    rel=1e-12)
+
+
+def test_q_chosen_keeps_q_ratio_with_nothing_to_score_and_q_validated_falls_back():
+    """T's suite of one workload: no other workload on T to predict, so "q-chosen" is the
+    q-ratio basis; A on one reference and nothing else on T: q-validated has no tuple to
+    check and is the q-ratio basis too."""
+    profiles, platforms = _q_local_proxy()
+    keep = {k: v for k, v in profiles.items() if k[1] != "T" or k[0] in ("A", "S1")}
+    db = MpetDatabase(keep, platforms)
+    assert choose_sc(db.without(("A", "T")), "A", "T", DEFAULT_SC).basis == "q-ratio"
+    ratio = predict_migration(db, "A", "T", sc_sel=dataclasses.replace(DEFAULT_SC,
+                                                                        basis="q-ratio"))
+    assert predict_migration(db, "A", "T").t == pytest.approx(ratio.t, rel=1e-12)
+    one = {k: v for k, v in keep.items() if k[0] != "A" or k[1] in ("P1", "T")}
+    db = MpetDatabase(one, platforms)
+    val = predict_migration(db, "A", "T", sc_sel=dataclasses.replace(DEFAULT_SC,
+                                                                      basis="q-validated"))
+    ratio = predict_migration(db, "A", "T", sc_sel=dataclasses.replace(DEFAULT_SC,
+                                                                        basis="q-ratio"))
+    assert val.t == pytest.approx(ratio.t, rel=1e-12)
+    assert all(not math.isfinite(c.var) for c in val.sc_candidates)
+    with pytest.raises(ValueError):
+        Selection(basis="q-chosen")  # works on q(n) values only
+
+
 def test_leave_one_out_evaluation_beats_naive_on_separable_data():
     profiles, platforms = synthetic()
     res = evaluate(MpetDatabase(profiles, platforms))
@@ -510,14 +597,28 @@ def test_eval_mpet_cli_ratio_setup_is_the_default_without_validated_transfers(tm
     path = tmp_path / "m.csv"
     _write_csv(path, profiles)
     got = {}
-    for setup in ("default", "ratio"):
+    for setup in ("default", "q-ratio", "ratio"):
         assert main(["eval-mpet", "--data", str(path), "--setup", setup, "--json"]) == 0
         r = json.loads(capsys.readouterr().out)["results"][0]
         assert r["setup"] == setup and r["predictions"] == 30
         got[setup] = r["summary"]["mpet"]
-    # the same sc, so the same scaling; t(1) from validated transfers is the closer
-    assert got["default"]["scaling"] == got["ratio"]["scaling"]
+    # ratio = q-ratio with t(1) by ratio distances: the same sc, so the same scaling; t(1)
+    # from validated transfers is the closer; q-ratio = the default with sc by ratio only
+    assert got["q-ratio"]["scaling"] == got["ratio"]["scaling"]
+    assert got["default"]["t1"] == got["q-ratio"]["t1"]
     assert got["default"]["t1"]["gmean"] < 0.5 * got["ratio"]["t1"]["gmean"]
+
+
+def test_eval_mpet_cli_default_chooses_the_sc_basis_per_prediction(tmp_path, capsys):
+    profiles, _ = _q_local_proxy()
+    path = tmp_path / "q.csv"
+    _write_csv(path, profiles)
+    got = {}
+    for setup in ("default", "q-ratio"):
+        assert main(["eval-mpet", "--data", str(path), "--setup", setup, "--json"]) == 0
+        got[setup] = json.loads(capsys.readouterr().out)["results"][0]["summary"]["mpet"]
+    assert got["default"]["t1"] == got["q-ratio"]["t1"]
+    assert got["default"]["scaling"]["gmean"] < got["q-ratio"]["scaling"]["gmean"]
 
 
 def test_eval_mpet_cli_bad_input(tmp_path, capsys):

@@ -22,8 +22,8 @@ from typing import Hashable
 
 import numpy as np
 
-from .mpet_predict import (DEFAULT_SC, DEFAULT_T1, SEED_SC, SEED_T1, MpetDatabase, NoCandidates,
-                           Selection, predict_migration)
+from .mpet_predict import (DEFAULT_SC, DEFAULT_T1, RATIO_SC, SEED_SC, SEED_T1, MpetDatabase,
+                           NoCandidates, Selection, predict_migration)
 
 KINDS = ("t1", "scaling", "full")
 METHODS = ("mpet", "naive", "same_curve")
@@ -58,8 +58,10 @@ def _grid_t1() -> list[Selection]:
 
 
 def _grid_sc() -> list[Selection]:
-    out = [DEFAULT_SC]
-    for base in (dataclasses.replace(DEFAULT_SC, basis="sc"), SEED_SC):
+    # the grid as fixed before "q-chosen" became the default (RATIO_SC was the default then);
+    # q-chosen is itself a choice made per prediction on T's data
+    out = [RATIO_SC]
+    for base in (dataclasses.replace(RATIO_SC, basis="sc"), SEED_SC):
         for n_p, n_w in ((3, 10), (5, 5), (3, 3), (1, 1)):
             for k in (3, 0):
                 out.append(dataclasses.replace(base, n_platforms=n_p, n_workloads=n_w, k=k))

@@ -22,6 +22,11 @@ from .mpet_curve import (PARAMS, cpu_time_ratio, eval_curve, feature_names, feat
 from .mpet_distance import Distances, normalise, ratio_distance, tuple_distance
 
 
+BASES = ("sc", "t1-ratio", "q-ratio", "t1-validated", "q-validated", "q-chosen")
+# validated bases and the ratio basis each falls back to where nothing can be checked
+VALIDATED = {"t1-validated": "t1-ratio", "q-validated": "q-ratio"}
+
+
 @dataclass(frozen=True)
 class Selection:
     """How candidates are chosen and weighted (section 3.2.2-3.2.3).
@@ -53,6 +58,10 @@ class Selection:
     predicted the known t(1) nearest the prediction (A on its other references like T, the
     suite on T like A) and weights candidates by the inverse of that error variance instead of
     eq. 22's r(w) (see ``_validated``); where no tuple can be checked it is "t1-ratio".
+    "q-validated" (for sc, space "curve") does the same with q(n) at T's core counts
+    (``_validated_q``; where nothing can be checked it is "q-ratio"). "q-chosen" (for sc)
+    takes, per prediction, whichever of q-ratio and q-validated predicted T's other workloads
+    better in a leave-one-out over T's suite (``choose_sc``).
     """
     n_platforms: int = 3
     n_workloads: int = 10
@@ -84,8 +93,10 @@ class Selection:
             raise ValueError("space is 'elements' or 'curve'")
         if self.mean not in ("arithmetic", "geometric"):
             raise ValueError("mean is 'arithmetic' or 'geometric'")
-        if self.basis not in ("sc", "t1-ratio", "q-ratio", "t1-validated"):
-            raise ValueError("basis is 'sc', 't1-ratio', 'q-ratio' or 't1-validated'")
+        if self.basis not in BASES:
+            raise ValueError(f"basis is one of {', '.join(repr(b) for b in BASES)}")
+        if self.basis in ("q-validated", "q-chosen") and self.space != "curve":
+            raise ValueError(f"basis {self.basis!r} works on q(n) values: space='curve'")
 
 
 # Section 4.1's final setup: t(1) from 5 workloads x 5 platforms rated by mean workload and
@@ -103,7 +114,13 @@ SEED_SC = Selection(n_platforms=3, n_workloads=10, workload_distance="individual
 RATIO_T1 = dataclasses.replace(SEED_T1, mean="geometric", basis="t1-ratio")
 # t(1) by validated transfers (``_validated``); the seed's counts, geometric mean.
 DEFAULT_T1 = dataclasses.replace(RATIO_T1, basis="t1-validated")
-DEFAULT_SC = dataclasses.replace(SEED_SC, space="curve", mean="geometric", basis="q-ratio")
+# sc by ratio distances (the default before "q-chosen"), and the default: per prediction,
+# whichever of q-ratio and q-validated predicted T's other workloads better (``choose_sc``)
+RATIO_SC = dataclasses.replace(SEED_SC, space="curve", mean="geometric", basis="q-ratio")
+DEFAULT_SC = dataclasses.replace(RATIO_SC, basis="q-chosen")
+# "q-chosen": the sc bases it chooses between, per prediction (``choose_sc``); the first
+# is kept on a tie or where nothing can be scored
+SC_OPTIONS = ("q-ratio", "q-validated")
 # Beside a single candidate the spread of candidates says nothing: the interval is at least
 # [t/f, t f] with this f (the leave-one-out full-prediction errors' 80 % percentile is 50-75 %
 # on the two datasets, docs/mpet.md).
@@ -177,17 +194,25 @@ class MpetDatabase:
     def q_values(self, key, ns) -> np.ndarray:
         """q(n) = n t(n)/t(1) of a profile at ``ns``: measured where it was, else its fitted
         curve (eq. 5-7 on its platform's breakpoints), which extrapolates beyond its cores."""
-        meas = cpu_time_ratio(self.profiles[key].get("t") or {})
-        topo = self.platforms.get(key[1], {})
-        off = 6 * len(PARAMS)
-        ns = np.asarray(list(ns), dtype=float)
-        fitted = eval_curve(self.sc[key][off: off + 6], ns, topo.get("n_nu"), topo.get("n_ht"))
-        return np.array([meas.get(float(n), f) for n, f in zip(ns, fitted)])
+        ns = tuple(float(n) for n in ns)
+        # a profile's values do not change: cached, and shared with the ``without`` copies
+        cache = self.__dict__.setdefault("_q_cache", {})
+        got = cache.get((key, ns))
+        if got is None:
+            meas = cpu_time_ratio(self.profiles[key].get("t") or {})
+            topo = self.platforms.get(key[1], {})
+            off = 6 * len(PARAMS)
+            fitted = eval_curve(self.sc[key][off: off + 6], np.asarray(ns), topo.get("n_nu"),
+                                topo.get("n_ht"))
+            got = cache[(key, ns)] = np.array([meas.get(n, f) for n, f in zip(ns, fitted)])
+            got.setflags(write=False)
+        return got
 
     def without(self, key) -> "MpetDatabase":
         profiles = {k: v for k, v in self.profiles.items() if k != key}
         out = MpetDatabase(profiles, self.platforms, {k: v for k, v in self.sc.items()
                                                       if k != key}, self.counters)
+        out._q_cache = self.__dict__.setdefault("_q_cache", {})
         # the t(1) and q(n) tables less that profile, instead of rebuilding them
         w, p = key
         for name, table in (("_t1_table", self.t1_table), ("_q_table", self.q_table)):
@@ -268,7 +293,7 @@ def reconstruct(target_vals: np.ndarray, ref_a: np.ndarray, ref_b: np.ndarray,
     ok = np.isfinite(val)
     rr = np.broadcast_to(np.asarray(r, dtype=float)[:, None], val.shape)
     wsum = np.where(ok, rr, 0.0).sum(axis=0)
-    num = np.where(ok, val * rr, 0.0).sum(axis=0)
+    num = np.where(ok, np.where(ok, val, 0.0) * rr, 0.0).sum(axis=0)
     cnt = ok.sum(axis=0)
     plain = np.where(ok, val, 0.0).sum(axis=0)
     with np.errstate(all="ignore"):
@@ -296,6 +321,44 @@ def _log_deviation(d: float) -> float:
     return -math.log(1.0 - d) if math.isfinite(d) and d < 1 else math.inf
 
 
+def _likeness(s: float) -> float:
+    """Weight of a known entry whose row or column deviates by s from the predicted one's:
+    1 / (s^4 + floor^4) (4th power: squared errors are averaged; see _validated)."""
+    return 1.0 / (s ** 4 + VALIDATION_FLOOR ** 4)
+
+
+def _kernels(db: MpetDatabase, workload, target, refs) -> tuple[dict, dict, dict, dict, dict]:
+    """(own, tgt, s_p, kern_p, kern_a) for validated transfers, from the t(1) table: A's t(1)
+    on its references, the suite's on T, each reference's deviation s_p from T (ratio distance
+    of the suite) and its likeness weight, each suite workload's likeness to A (ratio distance
+    over A's references). t1-validated and q-validated share them: one definition of which
+    platforms behave like T and which workloads like A."""
+    by_w, by_p = db.t1_table()
+    own = {p: v for p, v in by_w.get(workload, {}).items() if p in refs and p != target}
+    tgt = {b: v for b, v in by_p.get(target, {}).items() if b != workload}
+    cache = db.__dict__.setdefault("_ratio_cache", {})
+    s_p = {}
+    for p in own:
+        ck = ("t1-ratio", "p", workload, p, target)
+        if ck not in cache:
+            cache[ck] = ratio_distance({k: v for k, v in by_p.get(p, {}).items()
+                                        if k != workload}, tgt)
+        s_p[p] = _log_deviation(cache[ck])
+    kern_a = {b: _likeness(_log_deviation(ratio_distance(own, by_w.get(b, {})))) for b in tgt}
+    return own, tgt, s_p, {p: _likeness(s) for p, s in s_p.items()}, kern_a
+
+
+def _set_var(c: Candidate, terms) -> bool:
+    """c.var = the weighted mean of (weight, squared log error) ``terms``; d_a from it."""
+    num = den = 0.0
+    for w, e2 in terms:
+        num += w * e2
+        den += w
+    c.var = num / den if den > 0 else math.nan
+    c.d_a = 1.0 - math.exp(-math.sqrt(c.var)) if math.isfinite(c.var) else math.nan
+    return math.isfinite(c.var)
+
+
 def _validated(db: MpetDatabase, workload, target, pairs: list[Candidate], refs) -> bool:
     """Set ``var`` and the distances of each t(1) candidate (P, B) by validating its transfer.
 
@@ -316,47 +379,91 @@ def _validated(db: MpetDatabase, workload, target, pairs: list[Candidate], refs)
     ratio D_p of P to T, d_t = eq. 20. False where no tuple could be checked.
     """
     by_w, by_p = db.t1_table()
-    own = {p: v for p, v in by_w.get(workload, {}).items() if p in refs and p != target}
-    tgt = {b: v for b, v in by_p.get(target, {}).items() if b != workload}
-    cache = db.__dict__.setdefault("_ratio_cache", {})
-    s_p = {}
-    for p in own:
-        ck = ("t1-ratio", "p", workload, p, target)
-        if ck not in cache:
-            cache[ck] = ratio_distance({k: v for k, v in by_p.get(p, {}).items()
-                                        if k != workload}, tgt)
-        s_p[p] = _log_deviation(cache[ck])
-    kern = {p: 1.0 / (s ** 4 + VALIDATION_FLOOR ** 4) for p, s in s_p.items()}
+    own, tgt, s_p, kern, kern_a = _kernels(db, workload, target, refs)
     any_var = False
-    kern_a = {}
     for c in pairs:
         tb = by_w.get(c.workload, {})
         c.d_p = 1.0 - math.exp(-s_p.get(c.platform, math.inf))
         if c.platform not in own or c.platform not in tb or c.workload not in tgt:
             continue  # a profile without t(1): nothing to transfer (var stays NaN)
         shift = math.log(own[c.platform]) - math.log(tb[c.platform])
-        num = den = 0.0
-        for q, aq in own.items():
-            if q == c.platform or q not in tb:
-                continue
-            err = math.log(aq) - math.log(tb[q]) - shift
-            num += kern[q] * err * err
-            den += kern[q]
+        terms = [(kern[q], (math.log(aq) - math.log(tb[q]) - shift) ** 2)
+                 for q, aq in own.items() if q != c.platform and q in tb]
         # the same tuple's factor applied to the other suite workloads B' on T
         tp = by_p.get(c.platform, {})
         fac = math.log(tgt[c.workload]) - math.log(tb[c.platform])
-        for b2, vt in tgt.items():
-            if b2 == c.workload or b2 not in tp:
-                continue
-            if b2 not in kern_a:
-                s_a = _log_deviation(ratio_distance(own, by_w.get(b2, {})))
-                kern_a[b2] = 1.0 / (s_a ** 4 + VALIDATION_FLOOR ** 4)
-            err = math.log(vt) - math.log(tp[b2]) - fac
-            num += kern_a[b2] * err * err
-            den += kern_a[b2]
-        c.var = num / den if den > 0 else math.nan
-        any_var |= math.isfinite(c.var)
-        c.d_a = 1.0 - math.exp(-math.sqrt(c.var)) if math.isfinite(c.var) else math.nan
+        terms += [(kern_a[b2], (math.log(vt) - math.log(tp[b2]) - fac) ** 2)
+                  for b2, vt in tgt.items() if b2 != c.workload and b2 in tp]
+        any_var |= _set_var(c, terms)
+    return any_var
+
+
+def _validated_q(db: MpetDatabase, workload, target, pairs: list[Candidate], refs) -> bool:
+    """``_validated`` for sc in the curve space (departs from eq. 20-22 alike).
+
+    Eq. 21 per n: log q(A, T, n) = log q(A, P, n) + log q(B, T, n) - log q(B, P, n), at T's
+    core counts, each curve measured there or fitted (``q_values``, as the prediction takes
+    them). Each (P, B) tuple is checked the same way at the same n: A on its other references
+    P' (log q(A, P') - log q(B, P') against the tuple's shift), the other suite workloads B'
+    on T (their measured q on T against q(B', P) times the tuple's factor), the squared log
+    errors averaged over n per entry, entries weighted by ``_kernels``' likeness (the same as
+    for t(1)). ``var`` and the weights as in ``_validated``. False where nothing was checked.
+    """
+    _, _, s_p, kern, kern_a = _kernels(db, workload, target, refs)
+    tgt_n: dict = {}  # suite workload -> {n: log q measured on T}
+    for (b, n), v in db.q_table()[1].get(target, {}).items():
+        if b != workload:
+            tgt_n.setdefault(b, {})[n] = math.log(v)
+    ns = tuple(sorted({n for d in tgt_n.values() for n in d}))  # T's core counts, n >= 2
+    if not ns:
+        return False
+    suite = sorted(tgt_n, key=str)
+    # the suite's measured log q on T (NaN where not measured) and its likeness to A
+    on_t = np.array([[tgt_n[b].get(n, np.nan) for n in ns] for b in suite])
+    w_a = np.array([kern_a.get(b, 0.0) for b in suite])
+    rows: dict = {}  # platform -> the suite's log q on T less on it, at T's counts
+    by_ref: dict = {}  # B -> (A's references, log q(A, P') - log q(B, P') per row)
+    ref_list = sorted(kern, key=str)
+
+    nsf = tuple(float(n) for n in ns)
+    memo: dict = {}
+
+    def logq(key):
+        got = memo.get(key)
+        if got is None:
+            got = memo[key] = np.log(db.q_values(key, nsf)) if key in db.sc else \
+                np.full(len(ns), np.nan)
+        return got
+
+    any_var = False
+    for c in pairs:
+        c.d_p = 1.0 - math.exp(-s_p.get(c.platform, math.inf))
+        if (workload, c.platform) not in db.sc or (c.workload, c.platform) not in db.sc \
+                or c.workload not in tgt_n:
+            continue
+        if c.workload not in by_ref:
+            qs = [q for q in ref_list if (workload, q) in db.sc and (c.workload, q) in db.sc]
+            by_ref[c.workload] = (qs, np.vstack([logq((workload, q)) - logq((c.workload, q))
+                                                 for q in qs]) if qs else None)
+        qs, dm = by_ref[c.workload]
+        shift = logq((workload, c.platform)) - logq((c.workload, c.platform))
+        terms = []
+        if qs:
+            e2 = np.mean((dm - shift) ** 2, axis=1)
+            terms = [(kern[q], float(e)) for q, e in zip(qs, e2) if q != c.platform]
+        if c.platform not in rows:
+            rows[c.platform] = on_t - np.vstack([logq((b, c.platform)) for b in suite])
+        # log q(B', T) - log q(B', P) against the tuple's factor, per B' (NaN: not measured)
+        dev = rows[c.platform]
+        i = suite.index(c.workload)
+        sq = (dev - dev[i]) ** 2
+        cnt = np.isfinite(sq).sum(axis=1)
+        with np.errstate(all="ignore"):
+            e2 = np.where(np.isfinite(sq), sq, 0.0).sum(axis=1) / cnt
+        ok = (cnt > 0) & (w_a > 0)
+        ok[i] = False
+        terms += list(zip(w_a[ok], e2[ok]))
+        any_var |= _set_var(c, terms)
     return any_var
 
 
@@ -380,10 +487,11 @@ def _candidates(dist: Distances, db: MpetDatabase, workload, target, sel: Select
                 c.d_p = dist.d_p_mean(c.platform, target) if sel.platform_distance == "mean" \
                     else dist.d_p(c.workload, c.platform, target)
 
-    if sel.basis == "t1-validated":
-        if not _validated(db, workload, target, pairs, refs):
+    if sel.basis in VALIDATED:
+        check = _validated if sel.basis == "t1-validated" else _validated_q
+        if not check(db, workload, target, pairs, refs):
             return _candidates(dist, db, workload, target,
-                               dataclasses.replace(sel, basis="t1-ratio"), refs)
+                               dataclasses.replace(sel, basis=VALIDATED[sel.basis]), refs)
     elif sel.basis == "sc":
         sc_distances("a")
         sc_distances("p")
@@ -428,7 +536,7 @@ def _candidates(dist: Distances, db: MpetDatabase, workload, target, sel: Select
                 sc_distances(which)
     for c in pairs:
         c.d_t = tuple_distance(c.d_p, c.d_a)
-    if sel.basis == "t1-validated":  # in order of validated error (unknown last)
+    if sel.basis in VALIDATED:  # in order of validated error (unknown last)
         pairs.sort(key=lambda c: (c.var if math.isfinite(c.var) else math.inf,
                                   str(c.platform), str(c.workload)))
     else:
@@ -443,7 +551,7 @@ def _candidates(dist: Distances, db: MpetDatabase, workload, target, sel: Select
 
 
 def _weights(cands: list[Candidate], sel: Selection) -> np.ndarray:
-    if sel.basis == "t1-validated" and any(math.isfinite(c.var) for c in cands):
+    if sel.basis in VALIDATED and any(math.isfinite(c.var) for c in cands):
         # inverse variance in place of eq. 22 (see _validated); an unvalidated candidate
         # counts as the worst validated one; scaled to a largest weight of 1
         v = np.array([c.var for c in cands], dtype=float)
@@ -461,6 +569,55 @@ def _weights(cands: list[Candidate], sel: Selection) -> np.ndarray:
     return r
 
 
+def _q_curve(db: MpetDatabase, workload, target, sel: Selection, nsa: np.ndarray):
+    """Eq. 21/23 on q(n) values alone (the sc half of ``predict_migration``, space "curve");
+    None without candidates."""
+    cs = _candidates(db.distances(), db, workload, target, sel)
+    if not cs:
+        return None
+    r = _weights(cs, sel)
+    rows = [np.vstack([db.q_values(k, nsa) for k in keys]) for keys in
+            ([(c.workload, target) for c in cs], [(workload, c.platform) for c in cs],
+             [(c.workload, c.platform) for c in cs])]
+    return reconstruct(*rows, r, sel.max_factor, sel.mean)
+
+
+def choose_sc(db: MpetDatabase, workload, target, sel: Selection) -> Selection:
+    """Basis "q-chosen": ``sel`` with the basis, of SC_OPTIONS, whose scaling predictions of
+    the target's other workloads were best, without A's profile on T (leave-one-out over T's
+    suite: each suite workload B' on T removed in turn and predicted from its other
+    platforms; geometric mean of the trend errors of t(1) q(n)/n against the measured t(n),
+    over the B' that every option could predict). The first option where none could be scored
+    or on a tie. Not in the seed: which transfer suits T is decided on T's own data."""
+    options = [dataclasses.replace(sel, basis=b) for b in SC_OPTIONS]
+    logs = [[] for _ in options]
+    dist = db.distances()
+    for b in sorted(dist.workloads_on.get(target, set()) - {workload}, key=str):
+        t = db.profiles[(b, target)].get("t") or {}
+        pts = sorted((float(n), float(v)) for n, v in t.items()
+                     if v is not None and math.isfinite(float(v)) and float(v) > 0)
+        if len(pts) < 2 or pts[0][0] != 1:
+            continue
+        nsa = np.array([n for n, _ in pts])
+        meas = np.array([v for _, v in pts])
+        sub = db.without((b, target))
+        got = []
+        for opt in options:
+            try:
+                q = _q_curve(sub, b, target, opt, nsa)
+            except NoCandidates:
+                q = None
+            if q is None or not np.all(np.isfinite(q)):
+                break
+            got.append(float(np.mean(np.abs(meas[0] * q / nsa - meas) / meas)))
+        if len(got) == len(options):
+            for acc, e in zip(logs, got):
+                acc.append(math.log(max(e, 1e-9)))
+    if not logs[0]:
+        return options[0]
+    return options[int(np.argmin([sum(x) / len(x) for x in logs]))]
+
+
 def predict_migration(db: MpetDatabase, workload, target, t1_sel: Selection = DEFAULT_T1,
                       sc_sel: Selection = DEFAULT_SC, refs=None, ns=None) -> Prediction:
     """Scenario (a): t(1) and sc of ``workload`` on ``target`` from its profiles on ``refs``
@@ -476,6 +633,8 @@ def predict_migration(db: MpetDatabase, workload, target, t1_sel: Selection = DE
     if ns is None:
         ns = list(range(1, int(topo.get("nmax") or 1) + 1))
     nsa = np.asarray(list(ns), dtype=float)
+    if sc_sel.basis == "q-chosen":
+        sc_sel = choose_sc(db, workload, target, sc_sel)
     cands, rows = {}, {}
     for name, sel in (("t1", t1_sel), ("sc", sc_sel)):
         cs = _candidates(dist, db, workload, target, sel, refs)
