@@ -120,10 +120,15 @@ def doctor(d: Daemon, args: dict[str, Any]) -> dict[str, Any]:
 def report(d: Daemon) -> dict[str, Any]:
     """What ``opptune report`` draws: the status (agents with their platforms, fits,
     recommendations, jobs) plus every group's successful runs as
-    ``points: [{group, runs: [[cores, freq_mhz, time_s, energy_j], ...]}]``."""
+    ``points: [{group, runs: [[cores, freq_mhz, time_s, energy_j], ...], fit_runs: [[cores,
+    freq_mhz, time_s], ...]}]``."""
     data = status(d)
     data["generated"] = time.time()
-    data["points"] = [{"group": g.as_dict(), "runs": [list(r[:4]) for r in runs]}
+    # runs: every successful run (the plots); fit_runs: those the daemon's fit may use (not
+    # throttled, not marked unless the load is accepted, since the last drift), so the
+    # report's refit rests on what the daemon's does
+    data["points"] = [{"group": g.as_dict(), "runs": [list(r[:4]) for r in runs],
+                       "fit_runs": [list(r) for r in d.store.group_runs(g)]}
                       for g, runs in sorted(d.store.run_points().items())]
     return data
 

@@ -240,6 +240,26 @@ def test_daemon_and_report_leave_the_same_outliers_out():
     assert "1 outlier run (MAD rule) left out" in view.model_note
 
 
+def test_report_refits_the_runs_the_daemon_fits_not_the_marked_ones():
+    """The report query's fit_runs (the store's fit-eligible runs) are what the report refits:
+    a 2-core point measured only under a neighbour is plotted but not fitted, and a group whose
+    every run was marked says why it has no model."""
+    from opptune.daemon.report.analysis import analyse_group
+
+    plat = {"sweep_order": [0, 1, 2, 3]}
+    clean = [(c, None, 0.2 + 0.8 / c) for c in (1, 3, 4) for _ in range(3)]
+    busy = [(2, None, 1.2) for _ in range(3)]  # every 2-core run twice as slow: no MAD outlier
+    entry = {"group": {"workload": "w", "variant": ""},
+             "runs": [[c, f, t, None] for c, f, t in clean + busy],
+             "fit_runs": [[c, f, t] for c, f, t in clean]}
+    view = analyse_group(entry, plat, "b", None)
+    assert [p.cores for p in view.points] == [1, 2, 3, 4]  # every run plotted
+    two = float(view.model.predict(Observations.query(np.array([2.0]))).value[0])
+    assert abs(two - 0.6) / 0.6 < 0.05  # the clean law, not the busy 1.2
+    empty = analyse_group({**entry, "fit_runs": []}, plat, "b", None)
+    assert empty.model is None and "marked for interference" in empty.model_note
+
+
 def _platform_runs(reps=2):
     """Five workloads on one platform (1-8 cores, bending past 4) and one elsewhere; the
     first is measured at 1-4 cores only: the others' replays size its interval."""

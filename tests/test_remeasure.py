@@ -181,6 +181,10 @@ def test_the_daemon_sends_the_marked_points_again_and_recommend_says_what_it_res
         err = a.query("recommend", {"agent": "q1", "workload": "wl", "accept_load": "yes"})
         assert err["body"]["code"] == "bad_args" and "accept_load" in err["body"]["message"]
         assert daemon.status()["recommendations"] == []  # not from the busy runs
+        # the report plots every run and refits only those the daemon's fit may use
+        (pts,) = a.query("report", {})["body"]["data"]["points"]
+        assert [r[0] for r in pts["runs"]] == [1, 2, 3, 4]
+        assert [r[0] for r in pts["fit_runs"]] == [1, 2]
         # measured clean now: the fit recommends (a config is pushed) and nothing is pending
         for seq, cores in enumerate((3, 4)):
             a.send("result", {"job_id": again["job_id"], "seq": seq, "of": 2,

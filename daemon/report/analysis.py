@@ -126,7 +126,13 @@ def analyse_group(entry: dict[str, Any], platform: dict[str, Any], board: str,
     if not runs:
         view.model_note = "no successful runs"
         return view
-    setting = fit_setting(platform, view.group.get("variant", ""), _rows(runs))
+    rows = _fit_rows(entry)
+    if not rows:
+        view.model_note = ("no runs a fit may use: every run is marked for interference or "
+                           "throttled (the daemon re-measures such points when the board is "
+                           "quiet; accept_load = true fits them)")
+        return view
+    setting = fit_setting(platform, view.group.get("variant", ""), rows)
     order, axis = setting.order, setting.axis
     try:
         target = target_observations(platform, axis, order=order)
@@ -165,11 +171,18 @@ def analyse_groups(entries: list[dict[str, Any]], platforms: dict[str, dict[str,
     its platform's other groups as the daemon fits it (recommend.platform_others)."""
     keys = [tuple(e["group"].get(k) for k in ("platform", "workload", "input", "variant"))
             for e in entries]
-    settings = [(k, fit_setting(platforms.get(k[0]) or {}, k[3] or "", _rows(e["runs"])))
+    settings = [(k, fit_setting(platforms.get(k[0]) or {}, k[3] or "", _fit_rows(e)))
                 for k, e in zip(keys, entries)]
     return [analyse_group(e, platforms.get(k[0]) or {}, boards.get(k[0], k[0]),
                           recs.get(k), platform_others(k, settings))
             for e, k in zip(entries, keys)]
+
+
+def _fit_rows(entry: dict[str, Any]) -> list[tuple[int, Any, float]]:
+    """The rows the daemon's fit of this group uses (the report query's ``fit_runs``: marked
+    and throttled runs left out as the daemon leaves them out); a daemon older than that
+    field sends only ``runs``."""
+    return _rows(entry["fit_runs"] if "fit_runs" in entry else entry["runs"])
 
 
 def _rows(runs: list[list[Any]]) -> list[tuple[int, Any, float]]:
