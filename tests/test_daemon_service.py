@@ -349,30 +349,36 @@ def test_fit_of_an_smt_sweep_knows_the_physical_cores(tmp_path):
         d.stop()
 
 
-def test_one_core_count_gets_a_prior_based_prediction_flagged_and_not_pushed(daemon):
-    a = Agent(daemon.endpoint)
-    a.hello(workloads=("wl", "a", "b", "new"))
-    # each workload's auto sweep job carries its runs (results are taken for issued jobs only,
-    # in the group each measures)
+def _sweep_jobs(a, workloads):
+    """Say hello with ``workloads`` and collect each one's auto sweep job id: results are
+    taken for issued jobs only, in the group each measures."""
+    a.hello(workloads=workloads)
     jobs = {}
-    while len(jobs) < 4:
+    while len(jobs) < len(workloads):
         body = a.expect("job")["body"]
         jobs[body["workload"]] = body["job_id"]
+    return jobs
 
-    def rec(workload, cores, t):
-        return RunRecord(platform="plat-test", workload=workload, input="small", cores=cores,
-                         cpus=PLATFORM["sweep_order"][:cores], threads=cores, rep=0,
-                         time_s=t, virtual=True).to_dict()
 
+def _run_record(workload, cores, t):
+    return RunRecord(platform="plat-test", workload=workload, input="small", cores=cores,
+                     cpus=PLATFORM["sweep_order"][:cores], threads=cores, rep=0,
+                     time_s=t, virtual=True).to_dict()
+
+
+def test_one_core_count_gets_a_prior_based_prediction_flagged_and_not_pushed(daemon):
+    a = Agent(daemon.endpoint)
+    jobs = _sweep_jobs(a, ("wl", "a", "b", "new"))
     seq = 0
     for workload, serial in (("a", 0.1), ("b", 0.3)):
         for cores in (1, 2, 4):
             a.send("result", {"job_id": jobs[workload], "seq": seq, "of": 7,
-                              "record": rec(workload, cores, 10 * (serial + (1 - serial) / cores))})
+                              "record": _run_record(workload, cores,
+                                                     10 * (serial + (1 - serial) / cores))})
             a.expect("ack")
             seq += 1
     a.send("result", {"job_id": jobs["new"], "seq": seq, "of": 7,
-                      "record": rec("new", 1, 6.0)})
+                      "record": _run_record("new", 1, 6.0)})
     a.expect("ack")
     group = {"platform": "plat-test", "workload": "new", "input": "small", "variant": ""}
     assert query(a, "fit", {"workload": "new"})["queued"] == [group]
@@ -393,23 +399,13 @@ def test_a_fit_takes_its_interval_from_the_platforms_other_workloads(daemon):
     # three workloads swept at 1-4 cores, "new" at 1-2: its interval at 3-4 cores comes from
     # the three replayed through its split (fitter.fit_group(others=)), not its own two points
     a = Agent(daemon.endpoint)
-    a.hello(workloads=("a", "b", "c", "new"))
-    jobs = {}
-    while len(jobs) < 4:
-        body = a.expect("job")["body"]
-        jobs[body["workload"]] = body["job_id"]
-
-    def rec(workload, cores, t):
-        return RunRecord(platform="plat-test", workload=workload, input="small", cores=cores,
-                         cpus=PLATFORM["sweep_order"][:cores], threads=cores, rep=0,
-                         time_s=t, virtual=True).to_dict()
-
+    jobs = _sweep_jobs(a, ("a", "b", "c", "new"))
     seq = 0
     runs = [(w, c, 10 * (s + (1 - s) / c)) for w, s in (("a", 0.1), ("b", 0.2), ("c", 0.3))
             for c in (1, 2, 3, 4)] + [("new", 1, 10.0), ("new", 2, 5.6)]
     for workload, cores, t in runs:
         a.send("result", {"job_id": jobs[workload], "seq": seq, "of": len(runs),
-                          "record": rec(workload, cores, t)})
+                          "record": _run_record(workload, cores, t)})
         a.expect("ack")
         seq += 1
     group = {"platform": "plat-test", "workload": "new", "input": "small", "variant": ""}

@@ -86,7 +86,32 @@ def ranges(obs: Observations) -> tuple:
     return (float(p.min()), float(p.max()), float(f.min()), float(f.max()))
 
 
-class CalibratedFit(FittedModel):
+class _IntervalOf(FittedModel):
+    """A fitted model with another interval: everything but ``predict``'s interval (name,
+    parameters, saved state, members) is the wrapped model's (``inner``)."""
+
+    inner: FittedModel
+
+    def _wrap(self, inner: FittedModel, quality: dict[str, float]) -> None:
+        self.inner = inner
+        self.name = inner.name
+        self.params = inner.params
+        self.quality = {**inner.quality, **quality}
+
+    def describe(self) -> dict[str, Any]:
+        d = self.inner.describe()
+        d["quality"] = dict(self.quality)
+        return d
+
+    def __getattr__(self, attr: str) -> Any:
+        # only reached for attributes the wrapper does not define (to_state, form, ...); the
+        # guard keeps a half-built one (copy, unpickling) from recursing
+        if attr in ("inner", "envelope"):
+            raise AttributeError(attr)
+        return getattr(self.inner, attr)
+
+
+class CalibratedFit(_IntervalOf):
     """A fitted model whose interval is at least as wide as its validation errors say.
 
     Half-width in log time at a query point lying ``d`` outside the training ranges
@@ -103,17 +128,15 @@ class CalibratedFit(FittedModel):
     def __init__(self, inner: FittedModel, h0: float, rate: float, rng: tuple,
                  n_held: int, envelope: FittedModel | None = None, noise: float = 0.0,
                  narrow: bool = False) -> None:
-        self.inner, self.envelope = inner, envelope
+        self.envelope = envelope
         self.h0, self.rate, self.rng = float(h0), float(rate), rng
         self.n_held = n_held
         self.noise, self.narrow = float(noise), bool(narrow) and envelope is None
-        self.name = inner.name
-        self.params = inner.params
-        self.quality = {**inner.quality, "interval_log_half": self.h0,
-                        "interval_log_half_per_log_distance": self.rate,
-                        "interval_held_out": float(n_held),
-                        "interval_noise_log_half": self.noise,
-                        "interval_from_held_out": float(self.narrow)}
+        self._wrap(inner, {"interval_log_half": self.h0,
+                           "interval_log_half_per_log_distance": self.rate,
+                           "interval_held_out": float(n_held),
+                           "interval_noise_log_half": self.noise,
+                           "interval_from_held_out": float(self.narrow)})
 
     def predict(self, query: Observations) -> Prediction:
         pr = self.inner.predict(query)
@@ -136,16 +159,6 @@ class CalibratedFit(FittedModel):
             hi = np.where(d > 0, np.maximum(hi, e), hi)
         return Prediction(value=v, lower=lo, upper=hi, level=pr.level)
 
-    def describe(self) -> dict[str, Any]:
-        d = self.inner.describe()
-        d["quality"] = dict(self.quality)
-        return d
-
-    def __getattr__(self, attr: str) -> Any:
-        # only reached for attributes this wrapper does not define (to_state, form, ...)
-        if attr in ("inner", "envelope"):
-            raise AttributeError(attr)
-        return getattr(self.inner, attr)
 
 
 def calibrated(model: FittedModel, log_err: np.ndarray, dist: np.ndarray, obs: Observations,
@@ -203,7 +216,7 @@ def pooled_half(h0: np.ndarray, rate: np.ndarray, d: np.ndarray, level: float,
     return t * rms, n >= min_groups
 
 
-class PooledFit(FittedModel):
+class PooledFit(_IntervalOf):
     """A fitted model whose interval comes from the platform's other groups replayed
     through its split (pooled.py, ``pooled_half``): at each query point where at least
     ``min_groups`` of them have an error, that half-width replaces the model's interval
@@ -212,12 +225,9 @@ class PooledFit(FittedModel):
 
     def __init__(self, inner: FittedModel, h0: np.ndarray, rate: np.ndarray, rng: tuple,
                  level: float, min_groups: int) -> None:
-        self.inner = inner
         self.h0, self.rate = np.asarray(h0, float), np.asarray(rate, float)
         self.rng, self.level, self.min_groups = rng, level, min_groups
-        self.name = inner.name
-        self.params = inner.params
-        self.quality = {**inner.quality, "interval_pooled_groups": float(self.h0.size)}
+        self._wrap(inner, {"interval_pooled_groups": float(self.h0.size)})
 
     def predict(self, query: Observations) -> Prediction:
         pr = self.inner.predict(query)
@@ -229,15 +239,6 @@ class PooledFit(FittedModel):
             hi = np.where(ok, v * np.exp(half), np.asarray(pr.upper, float))
         return Prediction(value=v, lower=lo, upper=hi, level=pr.level)
 
-    def describe(self) -> dict[str, Any]:
-        d = self.inner.describe()
-        d["quality"] = dict(self.quality)
-        return d
-
-    def __getattr__(self, attr: str) -> Any:
-        if attr == "inner":
-            raise AttributeError(attr)
-        return getattr(self.inner, attr)
 
 
 def pooled(model: FittedModel, h0: Any, rate: Any, obs: Observations, level: float,
