@@ -15,7 +15,9 @@ backoff (state ``waiting``, with their due time), a re-measure job out (``sent``
 one write moves it), and a workload's points never measured clean (``never_clean``). A daemon
 restarted on the store takes them up: a job out is waited for (its agent resends it), one the
 store never saw (the daemon stopped between the row and the send) waits again, one that
-finished meanwhile is judged at once, and one that failed is given up with a log line."""
+finished meanwhile is judged once its agent is connected (and its fit requested, as a live
+completion's is: the recommendation goes to the agent), and one that failed is given up with
+a log line."""
 
 from __future__ import annotations
 
@@ -23,7 +25,7 @@ import logging
 import time
 import uuid
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Callable
 
 from ..shared.config import DaemonConfig
 from .jobs import ACTIVE_JOB_STATES, JobTracker
@@ -57,8 +59,11 @@ class Pending:
 
 class Remeasure:
     def __init__(self, config: DaemonConfig, store: Store, jobs: JobTracker,
-                 registry: Registry):
+                 registry: Registry, fit: Callable[[str, str, bool], None] | None = None):
         self.config = config
+        # (job id, agent, marked points queued again): a judged job's fit, as the service
+        # requests it for a live completion
+        self.fit = fit
         self.store = store
         self.jobs = jobs
         self.registry = registry
@@ -66,12 +71,12 @@ class Remeasure:
         self._sent: dict[str, Pending] = {}  # re-measure job id -> what it measures again
         # (agent, workload, size) -> points never measured clean: cores, cpus, freq, reason
         self.never_clean: dict[tuple[str, str, str], list[dict[str, Any]]] = {}
+        self._finished: list[tuple[str, str]] = []  # (job id, agent): done with no daemon
         self._load(time.time())
 
     # -- the store: every change is written as it happens, read back at start -----------------
     def _load(self, now: float) -> None:
         """Take up what a previous daemon on this store left (see the module's docstring)."""
-        done: list[tuple[str, str]] = []
         for item in self.store.remeasure_items():
             try:
                 b = item["body"]
@@ -94,13 +99,11 @@ class Remeasure:
                 self._sent[job_id] = p  # its agent's hello resends it
             elif job["state"] == "done":
                 self._sent[job_id] = p
-                done.append((job_id, p.agent))
+                self._finished.append((job_id, p.agent))
             else:
                 log.warning("re-measure job %s of %s %s while no daemon followed it: its "
                             "points stay reported as marked", job_id, p.agent, job["state"])
                 self._forget(p)
-        for job_id, agent in done:  # finished while no daemon followed it
-            self.job_done(job_id, agent, now)
         if self.pending or self._sent or self.never_clean:
             log.info("re-measure: resumed %d waiting, %d out, %d never clean",
                      len(self.pending), len(self._sent), len(self.never_clean))
@@ -184,15 +187,20 @@ class Remeasure:
         return True
 
     def tick(self, now: float) -> None:
-        """Send the re-measure jobs whose backoff has passed, on boards that look quiet."""
+        """Judge the jobs that finished while no daemon followed them, and send the
+        re-measure jobs whose backoff has passed, on boards that look quiet."""
+        for job_id, agent in list(self._finished):
+            # judged once the agent is here: the fit's recommendation is pushed to it
+            if self._connected(agent, now):
+                self._finished.remove((job_id, agent))
+                self._judge(job_id, agent, now)
         if not self.pending:
             return
         busy = None
         for p in list(self.pending):
             if p.due > now:
                 continue
-            info = self.registry.get(p.agent)
-            if info is None or not info.alive(self.config.agent_timeout_s, now):
+            if not self._connected(p.agent, now):
                 continue
             if busy is None:
                 busy = {j["agent"] for j in self.store.active_jobs()
@@ -209,6 +217,19 @@ class Remeasure:
             log.info("re-measure job %s for %s: %s of %s, %d points (retry %d)",
                      job["job_id"], p.agent, job["workload"], job["size"],
                      len(job["points"]), p.attempt)
+
+    def _connected(self, agent: str, now: float) -> bool:
+        info = self.registry.get(agent)
+        return info is not None and info.alive(self.config.agent_timeout_s, now)
+
+    def _judge(self, job_id: str, agent: str, now: float) -> None:
+        """Judge a finished job and request its fit (recommending unless points wait)."""
+        again = self.job_done(job_id, agent, now)
+        if self.fit is not None:
+            try:
+                self.fit(job_id, agent, again)
+            except Exception:
+                log.exception("requesting the fit of job %s", job_id)
 
     def status(self, now: float) -> list[dict[str, Any]]:
         """Pending re-measurements and points reported never clean, for ``opptune status``."""

@@ -359,3 +359,48 @@ def test_retries_and_never_clean_points_survive_daemon_restarts(tmp_path):
         assert "the board was busy during every retry" in basis["text"]
     finally:
         d.stop()
+
+
+def _answer(a, job, marked_from=None, why="interference: 48 % of cpus 0-2; pid 4711 (sh) "
+            "used 96 % of cpu 2"):
+    """The agent's results for ``job``: points of ``marked_from`` cores or more marked."""
+    for seq, p in enumerate(job["points"]):
+        r = goal_record(NO_METER, len(p["cpus"]), energy=False)
+        if marked_from is not None and len(p["cpus"]) >= marked_from:
+            r["marked"], r["time_s"] = why, r["time_s"] * 2
+        a.send("result", {"job_id": job["job_id"], "seq": seq, "of": len(job["points"]),
+                          "record": r})
+        a.expect("ack")
+
+
+def test_a_re_measure_job_finished_while_no_daemon_judged_it_gets_its_fit(tmp_path):
+    """The daemon stops between storing a re-measure job's last result and judging it: the
+    next daemon on the store judges it once the agent is back and recommends from the clean
+    runs (the configuration is pushed to the agent), as a live completion does."""
+    db = tmp_path / "d.db"
+    d = daemon_on(db, remeasure_backoff_s=[0.1, 0.1])
+    a = Agent(d.endpoint, NO_METER)
+    try:
+        _answer(a, {"job_id": a.issued_job(), "points": [{"cpus": list(range(k))}
+                                                        for k in (1, 2, 3, 4)]}, 3)
+        again = a.expect("job")["body"]
+        d.jobs.on_done = lambda job_id, agent: None  # stopped before judging it
+        _answer(a, again)
+        wait_until(lambda: d.store.job(again["job_id"])["state"] == "done",
+                   "the re-measure job stored done", 20)
+        assert d.status()["recommendations"] == []
+    finally:
+        a.close()
+        d.stop()
+    d = daemon_on(db, remeasure_backoff_s=[0.1, 0.1])
+    a = Agent(d.endpoint, NO_METER)
+    try:
+        cfg = a.expect("config")["body"]  # judged and fitted: recommended to the agent
+        (rec,) = d.status()["recommendations"]
+        assert rec["config_id"] == cfg["config_id"] and rec["state"] == "pushed"
+        assert rec["rests_on"]["unclean_points"] == []
+        assert d.status()["remeasure"] == []
+        assert len(d.status()["jobs"]) == 2  # nothing measured again
+    finally:
+        a.close()
+        d.stop()
