@@ -404,3 +404,34 @@ def test_a_re_measure_job_finished_while_no_daemon_judged_it_gets_its_fit(tmp_pa
     finally:
         a.close()
         d.stop()
+
+
+def test_two_daemons_on_one_store_share_one_re_measure_state(tmp_path, pg_url):
+    """Daemon B starts while A's marked points wait; A sends them, the agent fails over to B
+    and answers there, still marked: B judges the job as retry 1 (not a first sweep), sends
+    no stale copy, and both daemons show the one state the store holds."""
+    da = daemon_on(pg_url, remeasure_backoff_s=[3.0, 60.0])
+    db = None
+    a = Agent(da.endpoint, NO_METER)
+    try:
+        _answer(a, {"job_id": a.issued_job(), "points": [{"cpus": list(range(k))}
+                                                        for k in (1, 2, 3, 4)]}, 3)
+        db = daemon_on(pg_url, remeasure_backoff_s=[3.0, 60.0])
+        first = a.expect("job")["body"]  # retry 1, from A
+        a.close()
+        a = Agent(db.endpoint, NO_METER)  # the agent fails over to B
+        again = a.expect("job")["body"]  # its hello: the job out is resent
+        assert again["job_id"] == first["job_id"]
+        _answer(a, again, 3)
+        st = wait_until(lambda: (lambda s: s if any(m["state"] == "waiting" and m["retry"] == 2
+                                                     for m in s["remeasure"]) else None)(
+            db.status()), "retry 2 waiting", 20)
+        (m,) = st["remeasure"]
+        assert [p["cpus"] for p in m["points"]] == [[0, 1, 2], [0, 1, 2, 3]]
+        assert da.status()["remeasure"] == st["remeasure"]
+        assert len(st["jobs"]) == 2
+    finally:
+        a.close()
+        da.stop()
+        if db is not None:
+            db.stop()
