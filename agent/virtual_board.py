@@ -24,6 +24,7 @@ import errno
 import json
 import os
 import re
+import time
 
 from .sysfs import KnobUnavailable, SysFS, format_cpu_list, register_driver
 
@@ -360,18 +361,20 @@ def zone_temp_c(spec: dict, zone: dict) -> float:
     return zone["temp_c"]
 
 
-def update_spec(root: str, **changes) -> dict:
+def update_spec(root: str, now: float | None = None, **changes) -> dict:
     """Change a made tree's spec in place (the truth a virtual workload follows, an injected
     throttle ``throttle={"cpus": [...], "max_khz": N}`` or None, an injected neighbour
     ``neighbour={"cpus": [...], "share": S, "name": N, "pid": P}`` or None) and what follows
     from it (zone temperatures, the neighbour's /proc/PID/stat); returns the new spec. Runs
-    started after this see the change."""
+    started after this see the change; a run in flight charges a neighbour changed meanwhile
+    only up to the change (``neighbour_at``: ``now``, default time.time())."""
     spec = load_spec(root)
     unknown = sorted(set(changes) - set(spec) - {"throttle", "neighbour"})
     if unknown:
         raise ValueError(f"unknown virtual board spec keys: {', '.join(unknown)}")
     if "neighbour" in changes:
         _set_neighbour(root, spec, changes["neighbour"])
+        spec["neighbour_at"] = time.time() if now is None else now
     spec.update(changes)
     for i, z in enumerate(spec.get("thermal_zones") or []):
         path = os.path.join(root, f"sys/class/thermal/thermal_zone{i}/temp")

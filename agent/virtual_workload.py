@@ -24,6 +24,7 @@ import os
 import random
 import sys
 import time
+from typing import Any
 
 from .sysfs import SysFS, parse_cpu_list
 from .virtual_board import (CPUFREQ, SIZES, cpu_cluster, dynamic_power_w, load_spec,
@@ -242,7 +243,10 @@ def _raw_write(fs: SysFS, rel: str, value) -> None:
 
 
 def run(board_root: str, cpus: list[int], threads: int, size: str = "small",
-        seed: int | None = None, sleep: bool = True, kernel: str = "pi_integrate") -> dict:
+        seed: int | None = None, sleep: bool | Any = True, kernel: str = "pi_integrate",
+        clock: Any = time.time) -> dict:
+    """One run (``sleep``: sleep the modelled time, or a callable that is given it;
+    ``clock``: the wall clock the spec's ``neighbour_at`` is read against)."""
     fs = SysFS(board_root)
     spec = load_spec(board_root)
     freqs = {c: fs.read_int(f"{CPUFREQ}/{policy_of(spec, c)}/scaling_cur_freq") for c in cpus}
@@ -290,8 +294,10 @@ def run(board_root: str, cpus: list[int], threads: int, size: str = "small",
                 _add_int(fs, rel, 1)
     finally:
         fcntl.flock(lock, fcntl.LOCK_UN)
-    t0 = time.perf_counter()
-    if sleep:
+    t0, wall0 = time.perf_counter(), clock()
+    if callable(sleep):
+        sleep(noisy)
+    elif sleep:
         time.sleep(noisy)
     elapsed = time.perf_counter() - t0 if sleep else noisy
     # The board's clock is the model: a busy host can wake the sleep tens of ms late, which is
@@ -320,9 +326,18 @@ def run(board_root: str, cpus: list[int], threads: int, size: str = "small",
                          fs.read_int(f"{zd}/max_energy_range_uj"))
         # each cpu of the run and of the neighbour counts the run's time: busy for the run's
         # threads and the neighbour's share, idle for the rest
+        # a neighbour removed or replaced during the run ran only until then: its share is
+        # of that part of the run (charging it over the whole run marked such a run as if
+        # the run's own threads were others')
+        now_spec = load_spec(board_root)
+        ran = 1.0
+        if nb_cpus and now_spec.get("neighbour") != nb:
+            wall1 = clock()
+            at = float(now_spec.get("neighbour_at") or wall1)
+            ran = min(1.0, max(0.0, (at - wall0) / (wall1 - wall0))) if wall1 > wall0 else 0.0
         lines = fs.read_text("/proc/stat").splitlines()
         jiffies = int(round(board_s * 100))
-        nb_j = int(round(nb["share"] * jiffies)) if nb_cpus else 0
+        nb_j = int(round(nb["share"] * ran * jiffies)) if nb_cpus else 0
         own_j = 0
         out = []
         for line in lines:
@@ -336,7 +351,7 @@ def run(board_root: str, cpus: list[int], threads: int, size: str = "small",
                 vals[3] = str(int(vals[3]) + jiffies - mine - theirs)
             out.append(" ".join([name] + vals))
         _raw_write(fs, "/proc/stat", "\n".join(out))
-        if nb_cpus:
+        if nb_cpus and fs.exists(f"/proc/{nb['pid']}/stat"):  # gone with its removal
             stat = fs.read_text(f"/proc/{nb['pid']}/stat")
             ticks = int(stat[stat.rfind(")") + 2:].split()[11]) + nb_j * len(nb_cpus)
             write_proc_stat(fs.root, nb["pid"], nb["name"], ticks, sorted(nb_cpus))

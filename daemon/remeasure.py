@@ -9,13 +9,17 @@ fresher load figure of the board between jobs (heartbeats carry none, the doctor
 the hello's, and the points' last runs are the marked ones), so the re-measure job itself is
 the probe: its runs say whether the board was quiet, and each counts as a retry.
 
-Driven from the service loop's once-a-second tick (:meth:`Remeasure.tick`). Every item is also
-kept in the store (table ``remeasure``, schema 9) at each change: points waiting for their
-backoff (state ``waiting``, with their due time), a re-measure job out (``sent``, the same row:
-one write moves it), and a workload's points never measured clean (``never_clean``). A daemon
-restarted on the store takes them up: a job out is waited for (its agent resends it), one the
-store never saw (the daemon stopped between the row and the send) waits again, one that
-finished meanwhile is judged at once, and one that failed is given up with a log line."""
+Driven from the service loop's once-a-second tick (:meth:`Remeasure.tick`). The state lives in
+the store only (table ``remeasure``, schema 9), read afresh at each use, so that daemons sharing
+one store (a PostgreSQL fleet) see one state: points waiting for their backoff (state
+``waiting``, with their due time), a re-measure job out (``sent``, the same row: one write moves
+it), and a workload's points never measured clean (``never_clean``). A daemon acts only on the
+items of agents connected to it, and each move is conditional on the row's state (the daemon
+whose update or delete hits the row acts; another, at the same moment, does not). So a daemon
+started on the store takes them up as its agents connect: a job out is waited for (its agent
+resends it), one the store never saw (a daemon stopped between the row and the send) waits
+again, one that finished meanwhile is judged (and its fit requested, as a live completion's
+is: the recommendation goes to the agent), and one that failed is given up with a log line."""
 
 from __future__ import annotations
 
@@ -23,7 +27,7 @@ import logging
 import time
 import uuid
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Callable
 
 from ..shared.config import DaemonConfig
 from .jobs import ACTIVE_JOB_STATES, JobTracker
@@ -57,80 +61,64 @@ class Pending:
 
 class Remeasure:
     def __init__(self, config: DaemonConfig, store: Store, jobs: JobTracker,
-                 registry: Registry):
+                 registry: Registry, fit: Callable[[str, str, bool], None] | None = None):
         self.config = config
         self.store = store
         self.jobs = jobs
         self.registry = registry
-        self.pending: list[Pending] = []
-        self._sent: dict[str, Pending] = {}  # re-measure job id -> what it measures again
-        # (agent, workload, size) -> points never measured clean: cores, cpus, freq, reason
-        self.never_clean: dict[tuple[str, str, str], list[dict[str, Any]]] = {}
-        self._load(time.time())
+        # (job id, agent, marked points queued again): a judged job's fit, as the service
+        # requests it for a live completion
+        self.fit = fit
+        pending, never = self._items()
+        if pending or never:
+            log.info("re-measure: %d waiting, %d out, %d never clean in the store",
+                     sum(j is None for _, j in pending), sum(j is not None for _, j in pending),
+                     len(never))
 
-    # -- the store: every change is written as it happens, read back at start -----------------
-    def _load(self, now: float) -> None:
-        """Take up what a previous daemon on this store left (see the module's docstring)."""
-        done: list[tuple[str, str]] = []
+    # -- the store: the one copy of the state ---------------------------------------------------
+    def _items(self) -> tuple[list[tuple[Pending, str | None]],
+                              dict[tuple[str, str, str], list[dict[str, Any]]]]:
+        """The stored items: (waiting or sent item, the job id sent for it), and the points
+        never measured clean by (agent, workload, size)."""
+        pending: list[tuple[Pending, str | None]] = []
+        never: dict[tuple[str, str, str], list[dict[str, Any]]] = {}
         for item in self.store.remeasure_items():
             try:
                 b = item["body"]
                 if item["state"] == "never_clean":
-                    self.never_clean[(item["agent"], b["workload"], b["size"])] = \
-                        list(b["points"])
+                    never[(item["agent"], b["workload"], b["size"])] = list(b["points"])
                     continue
                 p = Pending.from_body(item["agent"], item["id"], b)
             except (KeyError, TypeError, ValueError) as exc:
                 log.error("re-measure item %s: cannot read it back (%s); left out",
                           item.get("id"), exc)
                 continue
-            job_id = b.get("job_id") if item["state"] == "sent" else None
-            job = self.store.job(job_id) if job_id else None
-            if job_id is None or job is None:
-                if job_id is not None:  # stored, then stopped before the job went out
-                    self._save(p, now)
-                self.pending.append(p)
-            elif job["state"] in ACTIVE_JOB_STATES:
-                self._sent[job_id] = p  # its agent's hello resends it
-            elif job["state"] == "done":
-                self._sent[job_id] = p
-                done.append((job_id, p.agent))
-            else:
-                log.warning("re-measure job %s of %s %s while no daemon followed it: its "
-                            "points stay reported as marked", job_id, p.agent, job["state"])
-                self._forget(p)
-        for job_id, agent in done:  # finished while no daemon followed it
-            self.job_done(job_id, agent, now)
-        if self.pending or self._sent or self.never_clean:
-            log.info("re-measure: resumed %d waiting, %d out, %d never clean",
-                     len(self.pending), len(self._sent), len(self.never_clean))
+            pending.append((p, b.get("job_id") if item["state"] == "sent" else None))
+        return pending, never
 
-    def _save(self, p: Pending, now: float, job_id: str | None = None) -> None:
-        self._write(lambda: self.store.save_remeasure(
-            p.key, p.agent, "sent" if job_id else "waiting", p.body(job_id), now))
-
-    def _forget(self, p: Pending) -> None:
-        self._write(lambda: self.store.delete_remeasure(p.key))
+    @property
+    def never_clean(self) -> dict[tuple[str, str, str], list[dict[str, Any]]]:
+        """(agent, workload, size) -> points never measured clean: cores, cpus, freq, reason."""
+        return self._items()[1]
 
     def _set_never_clean(self, key: tuple[str, str, str], points: list[dict[str, Any]],
-                         now: float) -> None:
+                         had: bool, now: float) -> None:
         row = "never:" + "/".join(key)
         if points:
-            self.never_clean[key] = points
             self._write(lambda: self.store.save_remeasure(
                 row, key[0], "never_clean", {"workload": key[1], "size": key[2],
                                              "points": points}, now))
-        elif self.never_clean.pop(key, None) is not None:
+        elif had:
             self._write(lambda: self.store.delete_remeasure(row))
 
     @staticmethod
-    def _write(op: Any) -> None:
-        """A store write; a failure is logged and the item goes on in memory (as before the
-        store kept it: only a restart would forget it)."""
+    def _write(op: Any) -> Any:
+        """A store write; a failure is logged (None): the item stays as the store has it."""
         try:
-            op()
+            return op()
         except Exception:
             log.exception("keeping the re-measure state in the store")
+            return None
 
     def job_done(self, job_id: str, agent: str, now: float | None = None) -> bool:
         """A job completed: queue its marked points again (True: the caller's fit need not
@@ -143,9 +131,10 @@ class Remeasure:
             return False
 
     def _job_done(self, job_id: str, agent: str, now: float) -> bool:
-        sent = self._sent.pop(job_id, None)
-        if sent is not None:
-            self._forget(sent)
+        pending, never = self._items()
+        sent = next((p for p, j in pending if j == job_id), None)
+        if sent is not None and not self.store.delete_remeasure(sent.key, "sent"):
+            return False  # judged by another daemon on the store
         attempt = sent.attempt if sent is not None else 0
         job = self.store.job(job_id)
         if job is None or self.config.accept_load:
@@ -157,70 +146,101 @@ class Remeasure:
                 log.info("re-measure job %s of %s: every point measured clean", job_id, agent)
             # measured clean since (a retry, a new sweep): no longer reported
             done = {tuple(p["cpus"]) for p in job["points"]}
-            if key in self.never_clean:
-                self._set_never_clean(key, [p for p in self.never_clean[key]
-                                            if tuple(p["cpus"]) not in done], now)
+            if key in never:
+                self._set_never_clean(key, [p for p in never[key]
+                                            if tuple(p["cpus"]) not in done], True, now)
             return False
         backoff = list(self.config.remeasure_backoff_s)
         if attempt >= len(backoff):
-            self._set_never_clean(key, [
+            points = [
                 {"cores": len(job["points"][i]["cpus"]), "cpus": job["points"][i]["cpus"],
                  "freq_khz": job["points"][i].get("freq_khz"), "reason": why,
-                 "retries": attempt} for i, why in sorted(marks.items())], now)
+                 "retries": attempt} for i, why in sorted(marks.items())]
+            self._set_never_clean(key, points, key in never, now)
             log.warning("%s of %s on %s: no clean measurement after %d retries at %s",
                         job["workload"], job["size"], agent, attempt,
-                        "; ".join(never_clean_text(p) for p in self.never_clean[key]))
+                        "; ".join(never_clean_text(p) for p in points))
             return False
         points = [job["points"][i] for i in sorted(marks)]
         again = {k: job[k] for k in ("workload", "size", "reps", "warmup")}
         again["points"] = points
         p = Pending(agent, again, attempt + 1, now + backoff[attempt],
                     dict(enumerate(marks[i] for i in sorted(marks))))
-        self.pending.append(p)
-        self._save(p, now)
+        self._write(lambda: self.store.save_remeasure(p.key, agent, "waiting", p.body(), now))
         log.info("job %s of %s: %d points marked (%s); measured again in %g s (retry %d of "
                  "%d)", job_id, agent, len(points), next(iter(marks.values())),
                  backoff[attempt], attempt + 1, len(backoff))
         return True
 
     def tick(self, now: float) -> None:
-        """Send the re-measure jobs whose backoff has passed, on boards that look quiet."""
-        if not self.pending:
-            return
+        """For the agents connected to this daemon: send the re-measure jobs whose backoff
+        has passed, on boards that look quiet, and follow the jobs sent (one finished while
+        no daemon followed it is judged here)."""
+        pending = [(p, j) for p, j in self._items()[0] if self._connected(p.agent, now)]
         busy = None
-        for p in list(self.pending):
-            if p.due > now:
+        for p, job_id in pending:
+            if job_id is not None:
+                self._follow(p, job_id, now)
                 continue
-            info = self.registry.get(p.agent)
-            if info is None or not info.alive(self.config.agent_timeout_s, now):
+            if p.due > now:
                 continue
             if busy is None:
                 busy = {j["agent"] for j in self.store.active_jobs()
                         if j["state"] in ACTIVE_JOB_STATES}
             if p.agent in busy:
                 continue
-            self.pending.remove(p)
             job = {**p.job, "job_id": new_job_id()}
-            self._sent[job["job_id"]] = p
-            # stored before the job goes out: a job id the store never saw was never sent
-            self._save(p, now, job["job_id"])
+            # stored before the job goes out (a job id the store never saw was never sent),
+            # and only by the daemon whose update finds the row still waiting
+            if not self._write(lambda: self.store.move_remeasure(
+                    p.key, "waiting", "sent", p.body(job["job_id"]), now)):
+                continue
             self.jobs.send(p.agent, job)
             busy.add(p.agent)
             log.info("re-measure job %s for %s: %s of %s, %d points (retry %d)",
                      job["job_id"], p.agent, job["workload"], job["size"],
                      len(job["points"]), p.attempt)
 
+    def _follow(self, p: Pending, job_id: str, now: float) -> None:
+        """A sent item of an agent connected here, by its job's stored state."""
+        job = self.store.job(job_id)
+        if job is None:  # stored, then stopped before the job went out: it waits again
+            self._write(lambda: self.store.move_remeasure(p.key, "sent", "waiting", p.body(),
+                                                          now))
+        elif job["state"] == "done":  # finished while no daemon followed it
+            self._judge(job_id, p.agent, now)
+        elif job["state"] not in ACTIVE_JOB_STATES:
+            if self._write(lambda: self.store.delete_remeasure(p.key, "sent")):
+                log.warning("re-measure job %s of %s %s: its points stay reported as marked",
+                            job_id, p.agent, job["state"])
+        # active: its agent's hello resent it; its completion judges it
+
+    def _connected(self, agent: str, now: float) -> bool:
+        info = self.registry.get(agent)
+        return info is not None and info.alive(self.config.agent_timeout_s, now)
+
+    def _judge(self, job_id: str, agent: str, now: float) -> None:
+        """Judge a finished job and request its fit (recommending unless points wait)."""
+        again = self.job_done(job_id, agent, now)
+        if self.fit is not None:
+            try:
+                self.fit(job_id, agent, again)
+            except Exception:
+                log.exception("requesting the fit of job %s", job_id)
+
     def status(self, now: float) -> list[dict[str, Any]]:
         """Pending re-measurements and points reported never clean, for ``opptune status``."""
+        pending, never = self._items()
         out: list[dict[str, Any]] = [
             {"agent": p.agent, "workload": p.job["workload"], "size": p.job["size"],
              "state": "waiting", "retry": p.attempt, "due_in_s": round(max(0.0, p.due - now), 1),
              "job_id": None,
              "points": [{"cores": len(pt["cpus"]), "cpus": pt["cpus"],
                          "freq_khz": pt.get("freq_khz"), "reason": p.reasons.get(i)}
-                        for i, pt in enumerate(p.job["points"])]} for p in self.pending]
-        for job_id, sent in self._sent.items():
-            row = self.store.job(job_id)
+                        for i, pt in enumerate(p.job["points"])]}
+            for p, job_id in pending if job_id is None]
+        for sent, job_id in pending:
+            row = self.store.job(job_id) if job_id is not None else None
             if row is not None:
                 out.append({"agent": row["agent"], "workload": row["workload"],
                             "size": row["size"], "state": "measuring", "retry": sent.attempt,
@@ -231,7 +251,7 @@ class Remeasure:
         out += [{"agent": a, "workload": w, "size": s, "state": "never clean",
                  "retry": max((p["retries"] for p in pts), default=0), "due_in_s": None,
                  "job_id": None, "points": pts}
-                for (a, w, s), pts in sorted(self.never_clean.items())]
+                for (a, w, s), pts in sorted(never.items())]
         return out
 
 

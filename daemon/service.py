@@ -174,7 +174,8 @@ class Daemon:
                                self.started, self._job_done)
         self.jobs.stats = self.stats
         self.sweeps = Sweeps(config, self.registry, self.jobs)
-        self.remeasure = Remeasure(config, self.store, self.jobs, self.registry)
+        self.remeasure = Remeasure(config, self.store, self.jobs, self.registry,
+                                   fit=self._fit_job)
         self.recommender.drift = Drift(config, self.store, self.sweeps)
         self.tuning = Tuner(self)
         self._handlers: dict[str, Callable[[bytes, dict[str, Any]], None]] = {
@@ -437,7 +438,10 @@ class Daemon:
             self.tuning.job_done(job_id)
             return
         # marked points to be measured again: fit now, recommend once they are clean
-        again = self.remeasure.job_done(job_id, agent)
+        self._fit_job(job_id, agent, self.remeasure.job_done(job_id, agent))
+
+    def _fit_job(self, job_id: str, agent: str, again: bool) -> None:
+        """Fit the groups of a finished job; recommend unless its marked points wait."""
         for group in self.store.job_groups(job_id):
             self.recommender.request_fit(group, agent=agent, job_id=job_id,
                                          recommend_after=not again)

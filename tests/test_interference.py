@@ -202,3 +202,37 @@ def test_the_offender_is_the_process_pinned_to_the_set_not_a_busier_free_one():
     assert top_offender(fs, before, after, {1}, skip=set()) == (11, "pinned", 12, 1)
     assert top_offender(fs, before, after, {1}, skip={11}) == (10, "free", 30, 1)
     assert top_offender(fs, before, after, {0}, skip=set()) == (10, "free", 30, 0)
+
+
+def test_a_neighbour_removed_half_way_is_charged_for_the_half_it_ran(tmp_path):
+    """The neighbour (40 % of cpu 1) goes half-way through a run on cpus 0-2: others' time
+    on the board's /proc/stat is its share of that half only (about 7 % of the set, not the
+    run's own threads counted as others'), and the run ends normally."""
+    from opptune.agent import virtual_workload
+    from opptune.agent.meters.interference import cpu_ticks
+    root = fake_tree(tmp_path, "rpi4")
+    update_spec(root, neighbour={"cpus": [1], "share": 0.4, "name": "sh", "pid": 4711})
+    fs = SysFS(root)
+    clock = [1000.0]
+
+    def half_way(seconds):  # the board's time passes; the neighbour goes in the middle
+        clock[0] += seconds / 2
+        update_spec(root, neighbour=None, now=clock[0])
+        clock[0] += seconds / 2
+
+    before = cpu_ticks(fs, {0, 1, 2})
+    out = virtual_workload.run(root, [0, 1, 2], 3, "small", seed=1, sleep=half_way,
+                               clock=lambda: clock[0])
+    after = cpu_ticks(fs, {0, 1, 2})
+    jiffies = round(out["time_s"] * 100)
+    busy = sum(after[c][0] - before[c][0] for c in after)
+    others = busy - round(out["board_cpu_s"] * 100)
+    assert others == round(0.4 * 0.5 * jiffies)
+    assert not os.path.exists(os.path.join(root, "proc/4711"))
+    # a neighbour there the whole run is charged for all of it
+    update_spec(root, neighbour={"cpus": [1], "share": 0.4, "name": "sh", "pid": 4711})
+    before = cpu_ticks(fs, {0, 1, 2})
+    out = virtual_workload.run(root, [0, 1, 2], 3, "small", seed=1, sleep=False)
+    after = cpu_ticks(fs, {0, 1, 2})
+    busy = sum(after[c][0] - before[c][0] for c in after)
+    assert busy - round(out["board_cpu_s"] * 100) == round(0.4 * round(out["time_s"] * 100))

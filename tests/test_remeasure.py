@@ -359,3 +359,79 @@ def test_retries_and_never_clean_points_survive_daemon_restarts(tmp_path):
         assert "the board was busy during every retry" in basis["text"]
     finally:
         d.stop()
+
+
+def _answer(a, job, marked_from=None, why="interference: 48 % of cpus 0-2; pid 4711 (sh) "
+            "used 96 % of cpu 2"):
+    """The agent's results for ``job``: points of ``marked_from`` cores or more marked."""
+    for seq, p in enumerate(job["points"]):
+        r = goal_record(NO_METER, len(p["cpus"]), energy=False)
+        if marked_from is not None and len(p["cpus"]) >= marked_from:
+            r["marked"], r["time_s"] = why, r["time_s"] * 2
+        a.send("result", {"job_id": job["job_id"], "seq": seq, "of": len(job["points"]),
+                          "record": r})
+        a.expect("ack")
+
+
+def test_a_re_measure_job_finished_while_no_daemon_judged_it_gets_its_fit(tmp_path):
+    """The daemon stops between storing a re-measure job's last result and judging it: the
+    next daemon on the store judges it once the agent is back and recommends from the clean
+    runs (the configuration is pushed to the agent), as a live completion does."""
+    db = tmp_path / "d.db"
+    d = daemon_on(db, remeasure_backoff_s=[0.1, 0.1])
+    a = Agent(d.endpoint, NO_METER)
+    try:
+        _answer(a, {"job_id": a.issued_job(), "points": [{"cpus": list(range(k))}
+                                                        for k in (1, 2, 3, 4)]}, 3)
+        again = a.expect("job")["body"]
+        d.jobs.on_done = lambda job_id, agent: None  # stopped before judging it
+        _answer(a, again)
+        wait_until(lambda: d.store.job(again["job_id"])["state"] == "done",
+                   "the re-measure job stored done", 20)
+        assert d.status()["recommendations"] == []
+    finally:
+        a.close()
+        d.stop()
+    d = daemon_on(db, remeasure_backoff_s=[0.1, 0.1])
+    a = Agent(d.endpoint, NO_METER)
+    try:
+        cfg = a.expect("config")["body"]  # judged and fitted: recommended to the agent
+        (rec,) = d.status()["recommendations"]
+        assert rec["config_id"] == cfg["config_id"] and rec["state"] == "pushed"
+        assert rec["rests_on"]["unclean_points"] == []
+        assert d.status()["remeasure"] == []
+        assert len(d.status()["jobs"]) == 2  # nothing measured again
+    finally:
+        a.close()
+        d.stop()
+
+
+def test_two_daemons_on_one_store_share_one_re_measure_state(tmp_path, pg_url):
+    """Daemon B starts while A's marked points wait; A sends them, the agent fails over to B
+    and answers there, still marked: B judges the job as retry 1 (not a first sweep), sends
+    no stale copy, and both daemons show the one state the store holds."""
+    da = daemon_on(pg_url, remeasure_backoff_s=[3.0, 60.0])
+    db = None
+    a = Agent(da.endpoint, NO_METER)
+    try:
+        _answer(a, {"job_id": a.issued_job(), "points": [{"cpus": list(range(k))}
+                                                        for k in (1, 2, 3, 4)]}, 3)
+        db = daemon_on(pg_url, remeasure_backoff_s=[3.0, 60.0])
+        first = a.expect("job")["body"]  # retry 1, from A
+        a.close()
+        a = Agent(db.endpoint, NO_METER)  # the agent fails over to B
+        again = a.expect("job")["body"]  # its hello: the job out is resent
+        assert again["job_id"] == first["job_id"]
+        _answer(a, again, 3)
+        st = wait_until(lambda: (lambda s: s if any(m["state"] == "waiting" and m["retry"] == 2
+                                                     for m in s["remeasure"]) else None)(
+            db.status()), "retry 2 waiting", 20)
+        (m,) = st["remeasure"]
+        assert [p["cpus"] for p in m["points"]] == [[0, 1, 2], [0, 1, 2, 3]]
+        assert da.status()["remeasure"] == st["remeasure"]
+        assert len(st["jobs"]) == 2
+    finally:
+        a.close()
+        da.stop()
+        if db is not None:
+            db.stop()

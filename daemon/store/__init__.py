@@ -211,7 +211,14 @@ class Store(ABC):
         """Insert or replace one item (``state``: waiting, sent or never_clean)."""
 
     @abstractmethod
-    def delete_remeasure(self, item_id: str) -> None: ...
+    def move_remeasure(self, item_id: str, expect: str, state: str, body: dict[str, Any],
+                       now: float) -> bool:
+        """Replace one item only if it is still in state ``expect`` (False: it is not, another
+        daemon on the store acted on it first)."""
+
+    @abstractmethod
+    def delete_remeasure(self, item_id: str, expect: str | None = None) -> bool:
+        """Delete one item (only if in state ``expect`` where given); False: no such row."""
 
     @abstractmethod
     def remeasure_items(self) -> list[dict[str, Any]]:

@@ -518,9 +518,19 @@ class SQLiteStore(Store):
                        "SET agent=excluded.agent, state=excluded.state, body=excluded.body, "
                        "updated=excluded.updated", (item_id, agent, state, _json_safe(body), now))
 
-    def delete_remeasure(self, item_id: str) -> None:
+    def move_remeasure(self, item_id: str, expect: str, state: str, body: dict[str, Any],
+                       now: float) -> bool:
         with self._tx() as db:
-            db.execute("DELETE FROM remeasure WHERE id=?", (item_id,))
+            return db.execute("UPDATE remeasure SET state=?, body=?, updated=? WHERE id=? AND "
+                              "state=?", (state, _json_safe(body), now, item_id, expect)
+                              ).rowcount > 0
+
+    def delete_remeasure(self, item_id: str, expect: str | None = None) -> bool:
+        with self._tx() as db:
+            if expect is None:
+                return db.execute("DELETE FROM remeasure WHERE id=?", (item_id,)).rowcount > 0
+            return db.execute("DELETE FROM remeasure WHERE id=? AND state=?",
+                              (item_id, expect)).rowcount > 0
 
     def remeasure_items(self) -> list[dict[str, Any]]:
         out = []
