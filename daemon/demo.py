@@ -331,7 +331,8 @@ def run_demo(args: argparse.Namespace) -> int:
         rc_daemon = _stop(procs["daemon"]) if "daemon" in procs else None
         _restore_signals(previous)
     db = run_dir / "opptune.db"
-    table = summarise(db, status, energy_recs) if db.exists() else []
+    table = summarise(db, status, energy_recs, bool(getattr(args, "accept_load", False))) \
+        if db.exists() else []
     (run_dir / "result.json").write_text(json.dumps(table, indent=2, sort_keys=True))
     if args.json:
         json.dump(table, sys.stdout, indent=2, sort_keys=True)
@@ -439,11 +440,14 @@ def energy_recommendations(endpoint: str, status: dict[str, Any]) -> dict[str, d
 
 
 def summarise(db_path: Path, status: dict[str, Any],
-              energy_recs: dict[str, dict[str, Any]] | None = None) -> list[dict[str, Any]]:
+              energy_recs: dict[str, dict[str, Any]] | None = None,
+              accept_load: bool = False) -> list[dict[str, Any]]:
     """Per workload (and cluster on a per-cluster sweep): median time, speedup (over one core
     at the same frequency) and median energy per (cores, frequency); the fit; the
     recommendation (for time, and for energy where the board has a meter); whether the
-    records are virtual."""
+    records are virtual. A point's medians rest on its clean runs where it has any, as the
+    fit does (marked runs count in ``runs`` and ``marked``; all of them with
+    ``accept_load``); a point with marked runs only keeps their medians, ``clean`` false."""
     from .store import open_store
     store = open_store(str(db_path))
     try:
@@ -456,14 +460,17 @@ def summarise(db_path: Path, status: dict[str, Any],
     out = []
     for group, runs in sorted(groups.items()):
         by_point: dict[tuple[int, float | None], list[tuple]] = {}
-        for cores, freq, time_s, energy_j, virtual in runs:
-            by_point.setdefault((cores, freq), []).append((time_s, energy_j, virtual))
-        points = [{"cores": c, "freq_mhz": f,
-                   "median_time_s": statistics.median(x[0] for x in xs),
-                   "median_energy_j": _median([x[1] for x in xs]),
-                   "runs": len(xs)}
-                  for (c, f), xs in sorted(by_point.items(),
-                                           key=lambda kv: (kv[0][0], kv[0][1] or 0))]
+        for cores, freq, time_s, energy_j, virtual, marked in runs:
+            by_point.setdefault((cores, freq), []).append((time_s, energy_j, virtual, marked))
+        points = []
+        for (c, f), xs in sorted(by_point.items(), key=lambda kv: (kv[0][0], kv[0][1] or 0)):
+            clean = [x for x in xs if accept_load or not x[3]]
+            use = clean or xs
+            points.append({"cores": c, "freq_mhz": f,
+                           "median_time_s": statistics.median(x[0] for x in use),
+                           "median_energy_j": _median([x[1] for x in use]),
+                           "runs": len(xs), "marked": sum(bool(x[3]) for x in xs),
+                           "clean": bool(clean)})
         t1 = {p["freq_mhz"]: p["median_time_s"] for p in points if p["cores"] == 1}
         for p in points:
             base = t1.get(p["freq_mhz"])
@@ -523,14 +530,17 @@ def print_table(table: list[dict[str, Any]], console: Console) -> None:
         title += f", {w['variant']})" if w.get("variant") else ")"
         if w.get("virtual"):
             title += f" [VIRTUAL board {w.get('virtual_board') or '?'}]"
-        t = Table(title=title, caption="runs: sweep and verification runs, all counted; the model leaves out "
-                  "marked runs (unless --accept-load) and outliers")
+        t = Table(title=title, caption="runs: sweep and verification runs, all counted; the "
+                  "medians and the model leave out runs marked for interference (unless "
+                  "--accept-load; * a point measured only under interference) and the model "
+                  "outliers")
         for col in ("cores", "freq MHz", "median time s", "speedup", "energy J", "runs"):
             t.add_column(col, justify="right")
         for p in w["points"]:
-            t.add_row(str(p["cores"]), _fmt(p["freq_mhz"], ".0f"), f"{p['median_time_s']:.4f}",
-                      _fmt(p["speedup"], ".2f"), _fmt(p.get("median_energy_j"), ".4f"),
-                      str(p["runs"]))
+            runs = str(p["runs"]) + (f" ({p['marked']} marked)" if p.get("marked") else "")
+            t.add_row(str(p["cores"]), _fmt(p["freq_mhz"], ".0f"),
+                      f"{p['median_time_s']:.4f}" + ("" if p.get("clean", True) else " *"),
+                      _fmt(p["speedup"], ".2f"), _fmt(p.get("median_energy_j"), ".4f"), runs)
         console.print(t)
         if w.get("virtual"):
             console.print("  records are VIRTUAL: times and energies follow the board's model "

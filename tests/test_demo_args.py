@@ -121,3 +121,40 @@ def test_the_table_puts_the_energy_recommendation_beside_the_time_one():
     print_table([{**w, "energy_recommendation": None,
                   "energy_recommendation_error": "no model"}], console)
     assert "for minimum energy: none (no model)" in console.export_text()
+
+
+def test_the_summary_rests_on_clean_runs_and_counts_the_marked_ones(tmp_path):
+    """A neighbour doubled two of the three 2-core runs: the median and the speedup come from
+    the clean run, as the fit does, and the table says 2 marked; a point measured only under
+    the neighbour keeps its medians, flagged; with --accept-load every run counts."""
+    from rich.console import Console
+
+    from opptune.daemon.demo import print_table, summarise
+    from opptune.daemon.store import ResultIn, open_store
+    from opptune.shared.records import RunRecord
+
+    why = "interference: 50 % of cpu 1 used by pid 4711 (sh)"
+    runs = [(1, 1.0, None), (1, 1.0, None), (2, 0.55, None), (2, 1.1, why), (2, 1.1, why),
+            (3, 0.9, why)]
+    db = tmp_path / "opptune.db"
+    store = open_store(str(db))
+    try:
+        store.save_platform("p", {"id": "p"}, 1.0)
+        recs = [RunRecord(platform="p", workload="w", input="small", cores=c,
+                          cpus=list(range(c)), threads=c, rep=i, time_s=t, marked=m)
+                for i, (c, t, m) in enumerate(runs)]
+        store.insert_results([ResultIn(f"m{i}", "a1", "j", i, r, r.to_dict())
+                              for i, r in enumerate(recs)], 2.0)
+    finally:
+        store.close()
+    (w,) = summarise(db, {})
+    two, three = w["points"][1], w["points"][2]
+    assert (two["median_time_s"], two["runs"], two["marked"], two["clean"]) == (0.55, 3, 2, True)
+    assert abs(two["speedup"] - 1.0 / 0.55) < 1e-9
+    assert (three["median_time_s"], three["marked"], three["clean"]) == (0.9, 1, False)
+    console = Console(width=200, record=True)
+    print_table([w], console)
+    text = console.export_text()
+    assert "3 (2 marked)" in text and "0.9000 *" in text
+    (under,) = summarise(db, {}, accept_load=True)
+    assert under["points"][1]["median_time_s"] == 1.1

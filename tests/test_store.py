@@ -116,12 +116,13 @@ def test_jobs_groups_fits_recommendations(location):
     st.close()
 
 
-def test_run_points_per_group_with_energy_and_virtual_flag(location):
+def test_run_points_per_group_with_energy_virtual_and_marked_flags(location):
     store = open_store(location)
     try:
         store.save_platform("p", {"id": "p"}, 1.0)
         recs = [RunRecord(platform="p", workload="w", input="s", cores=c, cpus=list(range(c)),
-                          threads=c, rep=0, time_s=1.0 / c, energy_j=2.0 * c, virtual=True)
+                          threads=c, rep=0, time_s=1.0 / c, energy_j=2.0 * c, virtual=True,
+                          marked="interference: 50 % of cpu 1" if c == 2 else None)
                 for c in (1, 2)]
         recs.append(RunRecord(platform="p", workload="w", input="s", cores=1, cpus=[0],
                               threads=1, rep=1, ok=False, error="exit 1"))
@@ -129,8 +130,8 @@ def test_run_points_per_group_with_energy_and_virtual_flag(location):
                               for i, r in enumerate(recs)], 2.0)
         pts = store.run_points()
         assert list(pts) == [Group("p", "w", "s", "")]
-        assert pts[Group("p", "w", "s", "")] == [(1, None, 1.0, 2.0, True),
-                                                 (2, None, 0.5, 4.0, True)]
+        assert pts[Group("p", "w", "s", "")] == [(1, None, 1.0, 2.0, True, False),
+                                                 (2, None, 0.5, 4.0, True, True)]
     finally:
         store.close()
 

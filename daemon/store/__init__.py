@@ -119,9 +119,10 @@ class Store(ABC):
         """Every group that has runs."""
 
     @abstractmethod
-    def run_points(self) -> dict[Group, list[tuple[int, float | None, float, float | None, bool]]]:
-        """Per group: (cores, freq_mhz, time_s, energy_j, virtual) of its successful runs (for
-        reports; fitting uses ``group_runs``)."""
+    def run_points(self) -> dict[Group, list[tuple[int, float | None, float, float | None, bool,
+                                                  bool]]]:
+        """Per group: (cores, freq_mhz, time_s, energy_j, virtual, marked) of its successful
+        runs (for reports; fitting uses ``group_runs``)."""
 
     @abstractmethod
     def group_runs(self, group: Group, accept_load: bool | None = None

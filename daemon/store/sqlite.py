@@ -325,12 +325,15 @@ class SQLiteStore(Store):
         return [Group(*r) for r in self.db.execute(
             "SELECT DISTINCT platform, workload, input, variant FROM runs ORDER BY 1, 2, 3, 4")]
 
-    def run_points(self) -> dict[Group, list[tuple[int, float | None, float, float | None, bool]]]:
-        out: dict[Group, list[tuple[int, float | None, float, float | None, bool]]] = {}
+    def run_points(self) -> dict[Group, list[tuple[int, float | None, float, float | None, bool,
+                                                  bool]]]:
+        out: dict[Group, list[tuple[int, float | None, float, float | None, bool, bool]]] = {}
         for r in self.db.execute(
                 "SELECT platform, workload, input, variant, cores, freq_mhz, time_s, energy_j, "
-                "virtual FROM runs WHERE ok=1 AND time_s IS NOT NULL ORDER BY 1, 2, 3, 4, 5, 6"):
-            out.setdefault(Group(*r[:4]), []).append((r[4], r[5], r[6], r[7], bool(r[8])))
+                "virtual, marked IS NOT NULL FROM runs WHERE ok=1 AND time_s IS NOT NULL "
+                "ORDER BY 1, 2, 3, 4, 5, 6"):
+            out.setdefault(Group(*r[:4]), []).append((r[4], r[5], r[6], r[7], bool(r[8]),
+                                                       bool(r[9])))
         return out
 
     # A board under a load the user accepts (``accept_load``, daemon key or --accept-load):
