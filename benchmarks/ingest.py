@@ -28,12 +28,16 @@ PostgreSQL with two daemons, and prints them side by side:
 
     python3 benchmarks/ingest.py --agents 500 --duration 600 --compare
 
-Measured 2026-11-25 22:11-22:20 (2 cores shared with other jobs, load average 4.5-5.9), 500
-agents, 25-30 s: SQLite 21,700-28,000 results/s, p50 / p99 264-355 / 556-591 ms, 27.4-28.4 us of
-daemon CPU per result; PostgreSQL 14,800 (521 / 868 ms), two daemons on it 24,700 (310 / 642
-ms); nothing lost. The 60,000 results/s and 250 ms p99 of issue 20 are not met here. A writer
-thread committing beside the loop was slower in every alternating pair (32-41 us per result;
-README, "Measured figures") and was not kept.
+Measured 2026-11-25 23:04 (2 cores shared with other jobs, load average 1.6), 500 agents, 30 s:
+SQLite 39,124 results/s, p50 / p99 204 / 256 ms, 26.0 us of daemon CPU per result, nothing lost
+(the code before that day's per-result cuts, at load 1.1-1.5: 36,600-39,900 at 25.4-27.7 us).
+Earlier, 22:11-22:20 at load 4.5-5.9: SQLite 21,700-28,000 results/s, p99 556-591 ms, 27.4-28.4
+us per result; PostgreSQL 14,800 (521 / 868 ms), two daemons on it 24,700 (310 / 642 ms). The
+60,000 results/s and 250 ms p99 of issue 20 are not met here: one core acks about 1 / 26 us.
+A writer thread committing beside the loop was slower in every alternating pair (32-41 us per
+result; README, "Measured figures") and was not kept; so were 16 KiB pages (each batch writes
+about a thousand index leaves whole to the WAL). Dropping the index ``runs_job``, which the
+unique ``runs_job_seq`` duplicates, measured 24.2-24.3 us against 26.5-28.3 (needs a migration).
 """
 
 from __future__ import annotations

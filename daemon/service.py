@@ -50,6 +50,7 @@ from .tuning import Tuner
 log = logging.getLogger("opptune.daemon")
 
 STORE_FAILURE_LOG_S = 60.0  # a store that keeps failing (disk full) logs one line a minute
+_new_tuple = tuple.__new__
 
 DAEMON_ID = "daemon"
 
@@ -373,11 +374,17 @@ class Daemon:
                     and (tuple(sorted(rec.cpus)), rec.threads, rec.variant) not in job[3])):
             raise HandlerError("wrong_group", _wrong_group(rec, info.platform_id, job,
                                                            body["job_id"]))
-        results.append(ResultIn(msg["id"], agent, body["job_id"], body["seq"], rec,
-                                body["record"]))
-        acks.setdefault(identity, []).append(msg["id"])
-        prev = touched.get(body["job_id"])
-        touched[body["job_id"]] = (body["of"], agent) if prev is None else prev
+        msg_id, job_id = msg["id"], body["job_id"]
+        # tuple.__new__: the named tuple without its Python-level constructor (per result)
+        results.append(_new_tuple(ResultIn, (msg_id, agent, job_id, body["seq"], rec,
+                                             body["record"])))
+        ids = acks.get(identity)
+        if ids is None:
+            acks[identity] = [msg_id]
+        else:
+            ids.append(msg_id)
+        if job_id not in touched:
+            touched[job_id] = (body["of"], agent)
 
     def _issued(self, job_id: str) -> _Issued | None:
         """The agent a job was issued to, its workload, input and points; None for a job
@@ -428,9 +435,10 @@ class Daemon:
         closed: dict[str, list[int]] = {}
         for r in results:
             counts[r.job_id] = counts.get(r.job_id, 0) + 1
-            point = closing_point(r.record)
-            if point is not None:
-                closed.setdefault(r.job_id, []).append(point)
+            if r.record.extra:  # only an adaptive point's last record says it closes it
+                point = closing_point(r.record)
+                if point is not None:
+                    closed.setdefault(r.job_id, []).append(point)
         self.jobs.results_stored(touched, counts, now, closed)
 
     def _job_done(self, job_id: str, agent: str) -> None:
