@@ -37,7 +37,7 @@ us per result; PostgreSQL 14,800 (521 / 868 ms), two daemons on it 24,700 (310 /
 A writer thread committing beside the loop was slower in every alternating pair (32-41 us per
 result; README, "Measured figures") and was not kept; so were 16 KiB pages (each batch writes
 about a thousand index leaves whole to the WAL). Dropping the index ``runs_job``, which the
-unique ``runs_job_seq`` duplicates, measured 24.2-24.3 us against 26.5-28.3 (needs a migration).
+unique ``runs_job_seq`` duplicates, measured 24.2-24.3 us against 26.5-28.3: schema 10.
 """
 
 from __future__ import annotations
