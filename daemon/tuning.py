@@ -40,7 +40,7 @@ from .planner import cluster_orders, new_job_id, offered_frequencies, sweep_orde
 from .recommend import candidate_grid
 from .recommender import rests_on, verdict
 from .registry import board_name
-from .sampling import Grid, Measured, Proposal, Sampler
+from .sampling import Grid, Measured, Proposal, Sampler, fit_minimum
 from .store import Group
 
 if TYPE_CHECKING:
@@ -270,6 +270,17 @@ class Tuner:
             grid = segment_grid(platform, order, ints["max_cores"])
             share = None if budget is None else budget // len(parts) + (
                 1 if k < budget % len(parts) else 0)
+            need = min(fit_minimum(grid), len(grid))
+            if share is not None and share < need:
+                # fewer measurements than any model's parameters: the session could only
+                # fail at its end, after measuring
+                raise HandlerError("bad_args", f"a budget of {budget} leaves {share} "
+                                   f"configurations for {variant or 'the board'}, and a model "
+                                   f"needs at least {need} ("
+                                   + ("cores x frequency" if grid.freq_mhz is not None
+                                      else "cores") + f"): give --budget {need * len(parts)} "
+                                   "or more" + (", or tune one cluster (--cluster)"
+                                                if len(parts) > 1 else ""))
             segments.append(Segment(variant, order, grid, share))
         now = time.time()
         s = Session("tune-" + uuid.uuid4().hex[:16], agent, workload, size, goal, segments,
