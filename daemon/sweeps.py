@@ -10,7 +10,7 @@ from typing import Any
 from ..shared.config import ConfigError, DaemonConfig, SweepDefaults
 from .errors import HandlerError
 from .jobs import JobTracker
-from .planner import PlanError, plan_sweep, sweep_order, unoffered_frequencies
+from .planner import PlanError, frequency_refusal, plan_sweep, sweep_order
 from .registry import AgentInfo, Registry, board_name
 
 log = logging.getLogger("opptune.daemon")
@@ -139,9 +139,6 @@ def check_sweep_args(agent: str, info: AgentInfo, names: list[str], size: str | 
         raise HandlerError("bad_args", f"max_cores {max_cores} is more than the {n_cpus} "
                                        f"cpus of board {board}; use 1..{n_cpus} (0 = all)")
     if frequencies:
-        bad, offered, reason = unoffered_frequencies(info.platform, frequencies)
-        if bad:
-            raise HandlerError("bad_args", f"board {board} cannot run at "
-                                           f"{', '.join(map(str, bad))} kHz: "
-                                           + (f"it offers {', '.join(map(str, offered))} kHz"
-                                              if offered else reason))
+        why = frequency_refusal(info.platform, board, frequencies)
+        if why:
+            raise HandlerError("bad_args", why)
