@@ -90,14 +90,7 @@ class Sweeps:
         if workloads is not None and not (isinstance(workloads, list)
                                           and all(isinstance(w, str) for w in workloads)):
             raise HandlerError("bad_args", "sweep args.workloads must be a list of names")
-        ints = {}
-        for key in ("reps", "warmup", "max_cores"):
-            v = args.get(key)
-            if v is not None and (not isinstance(v, int) or isinstance(v, bool) or v < 0
-                                  or (key == "reps" and v < 1)):
-                raise HandlerError("bad_args", f"sweep args.{key} must be a non-negative "
-                                               "integer (reps >= 1)")
-            ints[key] = v
+        ints = sweep_counts(args, "sweep")
         size = args.get("size")
         if size is not None and not isinstance(size, str):
             raise HandlerError("bad_args", "sweep args.size must be text")
@@ -121,6 +114,20 @@ class Sweeps:
         return self.start(agent, workloads, size=size, frequency_grid=grid,
                           per_cluster=per_cluster, frequencies=freqs, adaptive=adaptive,
                           **ints)
+
+
+def sweep_counts(args: dict[str, Any], query: str) -> dict[str, int | None]:
+    """args' reps, warmup and max_cores (None where absent), each a whole number (reps >= 1,
+    the others >= 0); else bad_args naming the key and the value."""
+    ints = {}
+    for key in ("reps", "warmup", "max_cores"):
+        v = args.get(key)
+        least = 1 if key == "reps" else 0
+        if v is not None and (not isinstance(v, int) or isinstance(v, bool) or v < least):
+            raise HandlerError("bad_args", f"{query}: {key} must be a whole number >= {least}"
+                                           f", got {v!r}")
+        ints[key] = v
+    return ints
 
 
 def check_sweep_args(agent: str, info: AgentInfo, names: list[str], size: str | None,
