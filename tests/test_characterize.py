@@ -136,6 +136,10 @@ def test_characterize_resumes_and_predict_migrates(two_boards):
          "opptune predict: workload 'fft' is not measured on pi: it has pi_integrate, triad"),
         (("--workload", "triad", "--from", "pi"),
          "opptune predict: MPET migration needs --to too (--workload A --from P --to T)"),
+        # said "--from 'pi' is no platform with measurements; ...: none measured yet"
+        (("--workload", "triad", "--from", "pi", "--to", "xu4", "--size", "huge"),
+         "opptune predict: --from 'pi' has no measurements of size 'huge': leave out --size, "
+         "or give a size measured there"),
     ]:
         p = opptune("predict", "--daemon", ep, *argv)
         assert p.returncode == 2 and p.stdout == ""
