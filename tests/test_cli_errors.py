@@ -195,3 +195,14 @@ def test_a_reader_that_goes_away_is_not_a_traceback(tmp_path):
     proc.stdout.close()
     err = proc.stderr.read().decode()
     assert proc.wait(timeout=120) == 0 and "Traceback" not in err and "BrokenPipe" not in err, err
+
+
+@pytest.mark.parametrize("command", [["status"], ["doctor", "--agent", "a"], ["keys", "list"]])
+def test_a_config_binding_a_free_port_needs_the_daemons_endpoint(tmp_path, command):
+    """bind = "tcp://127.0.0.1:0" (a free port, as README's --bind example): the port the
+    daemon took is not in the file, so the command says to give --daemon instead of waiting
+    its whole timeout on tcp://127.0.0.1:0."""
+    cfg = tmp_path / "daemon.toml"
+    cfg.write_text('bind = "tcp://127.0.0.1:0"\ncurve = "off"\n')
+    p = run("opptune", *command, "--config", str(cfg), "--timeout", "30")
+    one_line_error(p, str(cfg), "tcp://127.0.0.1:0", "a free port", "--daemon")
