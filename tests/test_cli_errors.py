@@ -206,3 +206,13 @@ def test_a_config_binding_a_free_port_needs_the_daemons_endpoint(tmp_path, comma
     cfg.write_text('bind = "tcp://127.0.0.1:0"\ncurve = "off"\n')
     p = run("opptune", *command, "--config", str(cfg), "--timeout", "30")
     one_line_error(p, str(cfg), "tcp://127.0.0.1:0", "a free port", "--daemon")
+
+
+@pytest.mark.parametrize("target", ["missing-dir/fit.json", "."])
+def test_fit_save_to_a_place_it_cannot_write_is_refused_before_fitting(tmp_path, target):
+    """It fitted, printed the table, then ended in a FileNotFoundError traceback (exit 1)."""
+    data = tmp_path / "d.csv"
+    data.write_text(HEAD + "".join(f"b,w,1,v,{c},,0,{10 / c}\n" for c in (1, 2, 4)))
+    p = run("opptune", "fit", "--data", str(data), "--save", target, cwd=tmp_path)
+    one_line_error(p, f"--save {target}", "cannot write")
+    assert sorted(x.name for x in tmp_path.iterdir()) == ["d.csv"]
