@@ -344,8 +344,8 @@ def test_a_budget_too_small_to_fit_each_cluster_is_refused_at_once(daemon):
         err = a.query("tune", {"agent": "q1", "workload": "wl", "budget": 4})
         assert err["type"] == "error" and err["body"]["code"] == "bad_args"
         assert err["body"]["message"] == (
-            "a budget of 4 leaves 2 configurations for cluster0, and a model needs at least "
-            "3 (cores x frequency): give --budget 6 or more, or tune one cluster (--cluster)")
+            "a budget of 4 leaves 2 configurations for cluster0, where a model needs 3 more "
+            "(cores x frequency): give --budget 6 or more, or tune one cluster (--cluster)")
         assert daemon.tuning.sessions == {}
         ok = a.query("tune", {"agent": "q1", "workload": "wl", "budget": 6})
         assert ok["type"] == "reply", ok
