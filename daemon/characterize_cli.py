@@ -159,7 +159,8 @@ def _read_edits(args: argparse.Namespace) -> list[Any]:
             with open(args.edits_file) as fh:
                 obj = json.load(fh)
         except (OSError, UnicodeDecodeError, ValueError) as exc:
-            raise MpetUsage(f"--edits {args.edits_file}: cannot read it as JSON ({exc}); give "
+            why = exc.strerror if isinstance(exc, OSError) and exc.strerror else exc
+            raise MpetUsage(f"--edits {args.edits_file}: cannot read it as JSON ({why}); give "
                             f"a JSON object such as {{\"l\": \"2x\", \"t1\": 0.5}}")
         if not isinstance(obj, dict) or not all(isinstance(v, (str, int, float))
                                                 and not isinstance(v, bool)

@@ -216,3 +216,13 @@ def test_fit_save_to_a_place_it_cannot_write_is_refused_before_fitting(tmp_path,
     p = run("opptune", "fit", "--data", str(data), "--save", target, cwd=tmp_path)
     one_line_error(p, f"--save {target}", "cannot write")
     assert sorted(x.name for x in tmp_path.iterdir()) == ["d.csv"]
+
+
+def test_predict_edits_file_missing_names_the_file_once(tmp_path):
+    """It read "(... ([Errno 2] No such file or directory: 'missing.json'); ...": the errno
+    and the path twice."""
+    p = run("opptune", "predict", "--workload", "a", "--on", "p", "--edits", "missing.json",
+            cwd=tmp_path)
+    one_line_error(p, "--edits missing.json: cannot read it as JSON (No such file or "
+                      "directory)")
+    assert "Errno" not in p.stderr and p.stderr.count("missing.json") == 1
