@@ -30,6 +30,7 @@ from .errors import HandlerError
 from .jobs import ACTIVE_JOB_STATES
 from .planner import PlanError, physical_cores, plan_sweep, sweep_order
 from .registry import board_name
+from .sweeps import check_sweep_args, sweep_counts
 
 if TYPE_CHECKING:
     from .service import Daemon
@@ -64,8 +65,12 @@ def characterize(d: Daemon, args: dict[str, Any]) -> dict[str, Any]:
     # a command runs at the size asked where it has it, else at its first (its own) size
     sizes = {k: size for k in kernels}
     sizes.update({c: size if size in s else s[0] for c, s in commands.items()})
-    opts = {k: args[k] for k in ("reps", "max_cores") if args.get(k) is not None}
-    opts["warmup"] = args.get("warmup", 0)
+    counts = sweep_counts(args, "characterize")
+    # checked before the skip below: a board already characterised would otherwise take
+    # any value and answer "nothing to queue"
+    check_sweep_args(agent, info, kernels, size, counts["max_cores"], None)
+    opts = {k: counts[k] for k in ("reps", "max_cores") if counts[k] is not None}
+    opts["warmup"] = counts["warmup"] or 0
     done, under_way, todo = [], [], {}
     for k in sorted(sizes):
         mine = [j for j in d.store.jobs_for(agent, k) if j["size"] == sizes[k]]

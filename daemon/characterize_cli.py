@@ -113,11 +113,15 @@ class MpetUsage(ValueError):
     pass
 
 
-def _resolve(name: str, data: dict[str, Any], flag: str) -> str:
+def _resolve(name: str, data: dict[str, Any], flag: str, size: str | None = None) -> str:
     if name in data["platforms"]:
         return name
     if name in data["agents"] and data["agents"][name] in data["platforms"]:
         return data["agents"][name]
+    if size is not None and (name in data["agents"] or name in data["agents"].values()):
+        # the daemon answered for that size only: the board is known, the size is not
+        raise MpetUsage(f"{flag} {name!r} has no measurements of size {size!r}: leave out "
+                        "--size, or give a size measured there")
     known = sorted(set(data["platforms"]) | {a for a, p in data["agents"].items()
                                              if p in data["platforms"]})
     raise MpetUsage(f"{flag} {name!r} is no platform with measurements; give a platform id or "
@@ -155,7 +159,8 @@ def _read_edits(args: argparse.Namespace) -> list[Any]:
             with open(args.edits_file) as fh:
                 obj = json.load(fh)
         except (OSError, UnicodeDecodeError, ValueError) as exc:
-            raise MpetUsage(f"--edits {args.edits_file}: cannot read it as JSON ({exc}); give "
+            why = exc.strerror if isinstance(exc, OSError) and exc.strerror else exc
+            raise MpetUsage(f"--edits {args.edits_file}: cannot read it as JSON ({why}); give "
                             f"a JSON object such as {{\"l\": \"2x\", \"t1\": 0.5}}")
         if not isinstance(obj, dict) or not all(isinstance(v, (str, int, float))
                                                 and not isinstance(v, bool)
@@ -252,8 +257,8 @@ def _predict_migration(data: dict[str, Any], args: argparse.Namespace,
     from .models.mpet_predict import SINGLE_CANDIDATE_FACTOR, MpetDatabase, predict_migration
     from .models.mpet_curve import time_curve
     from .models.mpet_scenarios import apply_edits, edited_curve
-    src = _resolve(args.source, data, "--from")
-    dst = _resolve(args.target, data, "--to")
+    src = _resolve(args.source, data, "--from", args.size)
+    dst = _resolve(args.target, data, "--to", args.size)
     if src == dst:
         raise MpetUsage("--from and --to name the same platform (for a prediction on the "
                         "measured platform use --on P)")
@@ -300,7 +305,7 @@ def _predict_on(data: dict[str, Any], args: argparse.Namespace,
     from .models.mpet_predict import MpetDatabase, predict_scalability
     from .models.mpet_scenarios import (apply_edits, candidate_band, edited_curve,
                                         serial_profile)
-    plat = _resolve(args.on, data, "--on")
+    plat = _resolve(args.on, data, "--on", args.size)
     profiles, platforms = _measured_db(data, args, plat, "on")
     key = (args.workload, plat)
     topo = platforms[plat]

@@ -4,11 +4,12 @@ from __future__ import annotations
 
 import argparse
 import json
+import re
 import sys
 import time
 from typing import Any
 
-from ..shared.config import ConfigError, load_daemon_config
+from ..shared.config import DEFAULT_DAEMON_CONFIG, ConfigError, load_daemon_config
 from ..shared.curve import curve_enabled
 
 
@@ -20,6 +21,13 @@ def _endpoint(args: argparse.Namespace) -> str:
         _use_operator_key(config)
     if args.daemon:
         return args.daemon
+    if re.search(r":0/?$", config.bind):
+        # the daemon took some free port, which only it knows: waiting on port 0 never ends
+        # in an answer
+        raise ConfigError(f"{args.config or DEFAULT_DAEMON_CONFIG}: bind {config.bind} asks for "
+                          "a free port, so the daemon's port is not in the file: give --daemon "
+                          "tcp://HOST:PORT (its log's 'listening on' line, or its "
+                          "--endpoint-file)")
     # A daemon bound to every interface is reached on loopback from the same machine.
     return config.bind.replace("0.0.0.0", "127.0.0.1").replace("*", "127.0.0.1")
 

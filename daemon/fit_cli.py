@@ -8,8 +8,10 @@ ones) can be saved for ``predict``.
 from __future__ import annotations
 
 import argparse
+import errno
 import json
 import math
+import os
 import sys
 import time
 from pathlib import Path
@@ -230,7 +232,23 @@ def _table(title: str, head: list[str], rows: list[list[Any]], fold: tuple[str, 
 
 # -- fit / predict ----------------------------------------------------------------------------
 
+def _unwritable(path: str) -> str | None:
+    """Why ``path`` cannot be written (checked before a fit that may take minutes), or None."""
+    p = Path(path)
+    if p.is_dir():
+        return os.strerror(errno.EISDIR)
+    if not p.parent.is_dir():
+        return os.strerror(errno.ENOENT)
+    if not os.access(p if p.exists() else p.parent, os.W_OK):
+        return os.strerror(errno.EACCES)
+    return None
+
+
 def cmd_fit(args: argparse.Namespace) -> int:
+    why = _unwritable(args.save) if args.save else None
+    if why:
+        print(f"opptune fit: --save {args.save}: cannot write: {why}", file=sys.stderr)
+        return 2
     try:
         groups = _groups(args.data, args.zero_times)
     except TidyError as exc:
@@ -307,7 +325,12 @@ def cmd_fit(args: argparse.Namespace) -> int:
         # exactly what was fitted; everything else is strict JSON
         saved = plain({"format": FIT_FORMAT, "data": args.data, "fits": out},
                       raw=("state", "interval"))
-        Path(args.save).write_text(json.dumps(saved, default=float, indent=1))
+        try:
+            Path(args.save).write_text(json.dumps(saved, default=float, indent=1))
+        except OSError as exc:  # the disk filled, or the directory went, while fitting
+            print(f"opptune fit: --save {args.save}: cannot write: {exc.strerror or exc}",
+                  file=sys.stderr)
+            return 2
     return 0 if any(e["error"] is None for e in out) else 1     # 1: no group could be fitted
 
 

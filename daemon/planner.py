@@ -125,6 +125,16 @@ def unoffered_frequencies(platform: dict[str, Any], freqs: list[int]
     return bad, offered, cf.get("reason") or "the board has no cpufreq frequencies"
 
 
+def frequency_refusal(platform: dict[str, Any], board: str, freqs: list[int]) -> str | None:
+    """Why board ``board`` cannot run at ``freqs`` (kHz), naming what it offers; None when
+    it can (or the platform says nothing about cpufreq)."""
+    bad, offered, reason = unoffered_frequencies(platform, freqs)
+    if not bad:
+        return None
+    return (f"board {board} cannot run at {', '.join(map(str, bad))} kHz: "
+            + (f"it offers {', '.join(map(str, offered))} kHz" if offered else reason))
+
+
 def spread(table: list[int], n: int) -> list[int]:
     """``n`` entries of the ascending ``table`` evenly spread by index, both ends included
     (n = 1: the highest); the whole table when n >= its length."""
@@ -225,4 +235,4 @@ def plan_sweep(platform: dict[str, Any], workload: str, defaults: SweepDefaults,
 
 __all__ = ["ConfigError", "PlanError", "cluster_order", "cluster_orders", "grid_frequencies",
            "new_job_id", "offered_frequencies", "plan_sweep", "spread", "sweep_order",
-           "unoffered_frequencies"]
+           "unoffered_frequencies", "frequency_refusal"]

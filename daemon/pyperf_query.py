@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any
 
 from ..shared.records import RecordError, RunRecord
 from .errors import HandlerError
-from .planner import sweep_order
+from .planner import frequency_refusal, sweep_order
 from .registry import board_name
 from .store import Group, ResultIn
 
@@ -80,6 +80,14 @@ def import_runs(d: Daemon, args: dict[str, Any]) -> dict[str, Any]:
     if freq_khz is not None and (type(freq_khz) is not int or freq_khz <= 0):
         raise HandlerError("bad_args", f"freq_khz must be a whole number of kHz > 0, got "
                                        f"{freq_khz!r}")
+    cpufreq = (info.platform or {}).get("cpufreq")
+    # a board without cpufreq runs at one frequency of its own, which the user may state;
+    # one with cpufreq offers a table, and runs at a frequency outside it were never measured
+    if freq_khz is not None and isinstance(cpufreq, dict) and cpufreq.get("available"):
+        why = frequency_refusal(info.platform,
+                                board_name(info.platform, info.platform_id), [freq_khz])
+        if why:
+            raise HandlerError("bad_args", why)
     pyruns = args.get("runs")
     if not isinstance(pyruns, list) or not pyruns:
         raise HandlerError("bad_args", "import needs runs: [{values: [...], metadata: {...}}]")

@@ -108,6 +108,12 @@ def _unit(grid: Grid) -> np.ndarray:
 _EXPONENT = {"time": None, "energy": 1, "edp": 2, "ed2p": 3}
 
 
+def fit_minimum(grid: Grid) -> int:
+    """Measurements the smallest time and power families need (their parameters): 3 on a
+    cores x frequency grid, 2 on a cores-only one."""
+    return 3 if grid.freq_mhz is not None else 2
+
+
 class Sampler:
     """Adaptive sampling for a goal (issue 17, ideas (a)-(d)).
 
@@ -144,7 +150,7 @@ class Sampler:
         if self.initial is not None:
             k = self.initial
         else:
-            k = 3 if grid.freq_mhz is not None else 2
+            k = fit_minimum(grid)
             if self.budget is None or self.budget >= k + 3:
                 k += 1
         return max(1, min(k, len(grid), self.budget or len(grid)))

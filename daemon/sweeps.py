@@ -10,7 +10,7 @@ from typing import Any
 from ..shared.config import ConfigError, DaemonConfig, SweepDefaults
 from .errors import HandlerError
 from .jobs import JobTracker
-from .planner import PlanError, plan_sweep, sweep_order, unoffered_frequencies
+from .planner import PlanError, frequency_refusal, plan_sweep, sweep_order
 from .registry import AgentInfo, Registry, board_name
 
 log = logging.getLogger("opptune.daemon")
@@ -90,14 +90,7 @@ class Sweeps:
         if workloads is not None and not (isinstance(workloads, list)
                                           and all(isinstance(w, str) for w in workloads)):
             raise HandlerError("bad_args", "sweep args.workloads must be a list of names")
-        ints = {}
-        for key in ("reps", "warmup", "max_cores"):
-            v = args.get(key)
-            if v is not None and (not isinstance(v, int) or isinstance(v, bool) or v < 0
-                                  or (key == "reps" and v < 1)):
-                raise HandlerError("bad_args", f"sweep args.{key} must be a non-negative "
-                                               "integer (reps >= 1)")
-            ints[key] = v
+        ints = sweep_counts(args, "sweep")
         size = args.get("size")
         if size is not None and not isinstance(size, str):
             raise HandlerError("bad_args", "sweep args.size must be text")
@@ -123,6 +116,20 @@ class Sweeps:
                           **ints)
 
 
+def sweep_counts(args: dict[str, Any], query: str) -> dict[str, int | None]:
+    """args' reps, warmup and max_cores (None where absent), each a whole number (reps >= 1,
+    the others >= 0); else bad_args naming the key and the value."""
+    ints = {}
+    for key in ("reps", "warmup", "max_cores"):
+        v = args.get(key)
+        least = 1 if key == "reps" else 0
+        if v is not None and (not isinstance(v, int) or isinstance(v, bool) or v < least):
+            raise HandlerError("bad_args", f"{query}: {key} must be a whole number >= {least}"
+                                           f", got {v!r}")
+        ints[key] = v
+    return ints
+
+
 def check_sweep_args(agent: str, info: AgentInfo, names: list[str], size: str | None,
                      max_cores: int | None, frequencies: list[int] | None) -> None:
     """Refuse, before anything is sent, a size, core count or frequency the agent's
@@ -139,9 +146,6 @@ def check_sweep_args(agent: str, info: AgentInfo, names: list[str], size: str | 
         raise HandlerError("bad_args", f"max_cores {max_cores} is more than the {n_cpus} "
                                        f"cpus of board {board}; use 1..{n_cpus} (0 = all)")
     if frequencies:
-        bad, offered, reason = unoffered_frequencies(info.platform, frequencies)
-        if bad:
-            raise HandlerError("bad_args", f"board {board} cannot run at "
-                                           f"{', '.join(map(str, bad))} kHz: "
-                                           + (f"it offers {', '.join(map(str, offered))} kHz"
-                                              if offered else reason))
+        why = frequency_refusal(info.platform, board, frequencies)
+        if why:
+            raise HandlerError("bad_args", why)

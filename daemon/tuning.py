@@ -40,7 +40,7 @@ from .planner import cluster_orders, new_job_id, offered_frequencies, sweep_orde
 from .recommend import candidate_grid
 from .recommender import rests_on, verdict
 from .registry import board_name
-from .sampling import Grid, Measured, Proposal, Sampler
+from .sampling import Grid, Measured, Proposal, Sampler, fit_minimum
 from .store import Group
 
 if TYPE_CHECKING:
@@ -265,12 +265,31 @@ class Tuner:
         if budget is not None and budget < len(parts):
             raise HandlerError("bad_args", f"a budget of {budget} cannot measure the "
                                            f"{len(parts)} clusters: give at least {len(parts)}")
-        segments = []
+        def share(k: int, total: int | None) -> int | None:
+            return None if total is None else total // len(parts) + (
+                1 if k < total % len(parts) else 0)
+        segments, needs = [], []
         for k, (variant, order) in enumerate(parts):
-            grid = segment_grid(platform, order, ints["max_cores"])
-            share = None if budget is None else budget // len(parts) + (
-                1 if k < budget % len(parts) else 0)
-            segments.append(Segment(variant, order, grid, share))
+            seg = Segment(variant, order, segment_grid(platform, order, ints["max_cores"]),
+                          share(k, budget))
+            segments.append(seg)
+            # the fewest parameters of a model, less the configurations stored before
+            needs.append(min(fit_minimum(seg.grid), len(seg.grid)) - len(set(self._stored(
+                info.platform_id, workload, size, seg, accept_load).index)))
+        short = [k for k, seg in enumerate(segments)
+                 if seg.budget is not None and seg.budget < needs[k]]
+        if short:
+            # the session could only fail at its end, after measuring: refuse it now
+            seg, least = segments[short[0]], budget
+            while any(share(k, least) < n for k, n in enumerate(needs)):
+                least += 1
+            raise HandlerError("bad_args", f"a budget of {budget} leaves {seg.budget} "
+                               f"configurations for {seg.variant or 'the board'}, where a "
+                               f"model needs {needs[short[0]]} more ("
+                               + ("cores x frequency" if seg.grid.freq_mhz is not None
+                                  else "cores") + f"): give --budget {least} or more"
+                               + (", or tune one cluster (--cluster)" if len(parts) > 1
+                                  else ""))
         now = time.time()
         s = Session("tune-" + uuid.uuid4().hex[:16], agent, workload, size, goal, segments,
                     ints["reps"] or d.config.sweep.reps, d.config.sweep.warmup, cluster,
@@ -433,16 +452,21 @@ class Tuner:
     def _next(self, s: Session) -> None:
         """Ask the Sampler (off the loop) what to measure next in the current segment."""
         seg = s.segments[s.current]
-        group = Group(self._platform_id(s), s.workload, s.size, seg.variant)
-        rows = self.d.store.group_energy_runs(group, s.accept_load)
         if seg.budget is not None and seg.measured >= seg.budget:
             # the session's budget counts its own measurements, not runs stored before it
             self._proposed(s, Proposal(None, f"the budget of {seg.budget} configurations is "
                                              "spent"))
             return
-        part = fill_part(Part(seg.variant, seg.order, seg.grid, Measured(),
-                           np.ones(len(seg.grid), bool)), rows)
-        s.pending = self._pool.submit(_propose, Sampler(s.goal), seg.grid, part.measured)
+        measured = self._stored(self._platform_id(s), s.workload, s.size, seg, s.accept_load)
+        s.pending = self._pool.submit(_propose, Sampler(s.goal), seg.grid, measured)
+
+    def _stored(self, platform_id: str, workload: str, size: str, seg: Segment,
+                accept_load: bool | None) -> Measured:
+        """What the store holds on ``seg``'s grid: this session's runs and earlier ones."""
+        rows = self.d.store.group_energy_runs(Group(platform_id, workload, size, seg.variant),
+                                              accept_load)
+        return fill_part(Part(seg.variant, seg.order, seg.grid, Measured(),
+                              np.ones(len(seg.grid), bool)), rows).measured
 
     def _proposed(self, s: Session, proposal: Any) -> None:
         seg = s.segments[s.current]

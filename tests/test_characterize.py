@@ -136,6 +136,10 @@ def test_characterize_resumes_and_predict_migrates(two_boards):
          "opptune predict: workload 'fft' is not measured on pi: it has pi_integrate, triad"),
         (("--workload", "triad", "--from", "pi"),
          "opptune predict: MPET migration needs --to too (--workload A --from P --to T)"),
+        # said "--from 'pi' is no platform with measurements; ...: none measured yet"
+        (("--workload", "triad", "--from", "pi", "--to", "xu4", "--size", "huge"),
+         "opptune predict: --from 'pi' has no measurements of size 'huge': leave out --size, "
+         "or give a size measured there"),
     ]:
         p = opptune("predict", "--daemon", ep, *argv)
         assert p.returncode == 2 and p.stdout == ""
@@ -173,6 +177,35 @@ def test_a_done_job_counts_as_characterised_only_when_it_covered_the_whole_grid(
         out = characterize(d, {"agent": "a", "size": "small"})
         assert out["skipped"] == ["triad"]
         assert [q["workload"] for q in out["queued"]] == ["pi_integrate"]
+    finally:
+        d.close()
+
+
+def test_bad_reps_or_cores_are_refused_even_when_every_kernel_is_measured(tmp_path):
+    """'opptune characterize --max-cores 99' (or --reps 0) on a board already characterised
+    said 'nothing to queue' (exit 0): the arguments were checked only for what was queued."""
+    from opptune.daemon.characterize import characterize
+    from opptune.daemon.errors import HandlerError
+    from opptune.daemon.planner import plan_sweep
+    from opptune.daemon.service import Daemon
+    from opptune.shared.config import DaemonConfig
+
+    d = Daemon(DaemonConfig(bind="tcp://127.0.0.1:0", database=str(tmp_path / "d.db")))
+    try:
+        platform = {"sweep_order": [0, 1, 2, 3], "n_cpus": 4}
+        d.store.save_platform("p", platform, 1.0)
+        d.registry.hello("a", b"a", "p", platform,
+                         [{"name": "triad", "kind": "kernel", "sizes": ["small"]}], now=1.0)
+        full = plan_sweep(platform, "triad", d.config.sweep, size="small", frequency_grid="none")
+        d.store.save_job("a", full, 2.0, state="done")
+        assert characterize(d, {"agent": "a", "size": "small"})["skipped"] == ["triad"]
+        for bad, message in (({"max_cores": 99}, "max_cores 99 is more than the 4 cpus"),
+                             ({"reps": 0}, "reps must be a whole number >= 1, got 0"),
+                             ({"max_cores": -1}, "max_cores must be a whole number >= 0")):
+            with pytest.raises(HandlerError, match=message) as exc:
+                characterize(d, {"agent": "a", "size": "small", **bad})
+            assert exc.value.code == "bad_args"
+        assert len(d.store.jobs_for("a", "triad")) == 1  # nothing queued
     finally:
         d.close()
 

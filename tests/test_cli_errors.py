@@ -195,3 +195,34 @@ def test_a_reader_that_goes_away_is_not_a_traceback(tmp_path):
     proc.stdout.close()
     err = proc.stderr.read().decode()
     assert proc.wait(timeout=120) == 0 and "Traceback" not in err and "BrokenPipe" not in err, err
+
+
+@pytest.mark.parametrize("command", [["status"], ["doctor", "--agent", "a"], ["keys", "list"]])
+def test_a_config_binding_a_free_port_needs_the_daemons_endpoint(tmp_path, command):
+    """bind = "tcp://127.0.0.1:0" (a free port, as README's --bind example): the port the
+    daemon took is not in the file, so the command says to give --daemon instead of waiting
+    its whole timeout on tcp://127.0.0.1:0."""
+    cfg = tmp_path / "daemon.toml"
+    cfg.write_text('bind = "tcp://127.0.0.1:0"\ncurve = "off"\n')
+    p = run("opptune", *command, "--config", str(cfg), "--timeout", "30")
+    one_line_error(p, str(cfg), "tcp://127.0.0.1:0", "a free port", "--daemon")
+
+
+@pytest.mark.parametrize("target", ["missing-dir/fit.json", "."])
+def test_fit_save_to_a_place_it_cannot_write_is_refused_before_fitting(tmp_path, target):
+    """It fitted, printed the table, then ended in a FileNotFoundError traceback (exit 1)."""
+    data = tmp_path / "d.csv"
+    data.write_text(HEAD + "".join(f"b,w,1,v,{c},,0,{10 / c}\n" for c in (1, 2, 4)))
+    p = run("opptune", "fit", "--data", str(data), "--save", target, cwd=tmp_path)
+    one_line_error(p, f"--save {target}", "cannot write")
+    assert sorted(x.name for x in tmp_path.iterdir()) == ["d.csv"]
+
+
+def test_predict_edits_file_missing_names_the_file_once(tmp_path):
+    """It read "(... ([Errno 2] No such file or directory: 'missing.json'); ...": the errno
+    and the path twice."""
+    p = run("opptune", "predict", "--workload", "a", "--on", "p", "--edits", "missing.json",
+            cwd=tmp_path)
+    one_line_error(p, "--edits missing.json: cannot read it as JSON (No such file or "
+                      "directory)")
+    assert "Errno" not in p.stderr and p.stderr.count("missing.json") == 1

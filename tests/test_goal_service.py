@@ -327,3 +327,27 @@ def test_finished_tune_sessions_leave_memory_and_unsaved_ones_are_bounded():
             tuner.status({"tune_id": "tune-1"})  # the oldest unsaved one went
     finally:
         tuner.close()
+
+
+def test_a_budget_too_small_to_fit_each_cluster_is_refused_at_once(daemon):
+    """``opptune tune --budget 4`` on a big.LITTLE board with cpufreq: 2 configurations per
+    cluster, where a model needs 3 (cores x frequency): refused before anything is measured,
+    saying the least budget that can work, rather than failing after the measurements."""
+    freq = {**METER, "id": "plat-bl", "clusters": [[0, 1], [2, 3]],
+            "policies": [{"name": "policy0", "related_cpus": [0, 1]},
+                         {"name": "policy2", "related_cpus": [2, 3]}],
+            "cpufreq": {"available": True,
+                        "frequencies_khz": {"policy0": [500000, 1000000, 1500000],
+                                            "policy2": [500000, 1000000, 1500000]}}}
+    a = Agent(daemon.endpoint, freq)
+    try:
+        err = a.query("tune", {"agent": "q1", "workload": "wl", "budget": 4})
+        assert err["type"] == "error" and err["body"]["code"] == "bad_args"
+        assert err["body"]["message"] == (
+            "a budget of 4 leaves 2 configurations for cluster0, where a model needs 3 more "
+            "(cores x frequency): give --budget 6 or more, or tune one cluster (--cluster)")
+        assert daemon.tuning.sessions == {}
+        ok = a.query("tune", {"agent": "q1", "workload": "wl", "budget": 6})
+        assert ok["type"] == "reply", ok
+    finally:
+        a.close()

@@ -231,3 +231,31 @@ def test_export_of_nothing_says_so(cluster, tmp_path):
     assert p.returncode == 1 and not out.exists()
     assert p.stderr == ("opptune export: the daemon has no successful runs to export (for "
                         "workload nothing)\n")
+
+
+def test_import_refuses_a_frequency_the_boards_cpufreq_does_not_offer(tmp_path):
+    """As 'opptune sweep --freq' does: runs at 123 kHz on a board offering 500-1500 MHz were
+    never measured. (A board without cpufreq takes a stated frequency: see above.)"""
+    from opptune.daemon.service import Daemon
+    from opptune.shared.config import DaemonConfig
+    from test_goal_service import NO_METER, Agent
+    board = {**NO_METER, "id": "plat-f", "policies": [{"name": "policy0",
+                                                        "related_cpus": [0, 1, 2, 3]}],
+             "cpufreq": {"available": True,
+                         "frequencies_khz": {"policy0": [500000, 1000000, 1500000]}}}
+    d = Daemon(DaemonConfig(bind="tcp://127.0.0.1:0", database=str(tmp_path / "d.db"),
+                            auto_sweep=False))
+    d.start_thread()
+    a = Agent(d.endpoint, board)
+    try:
+        args = {"agent": "q1", "workload": "fixed", "cores": 2,
+                "runs": [{"values": [0.0125, 0.0126], "metadata": {}}]}
+        err = a.query("import", {**args, "freq_khz": 123})
+        assert err["type"] == "error" and err["body"]["code"] == "bad_args"
+        assert err["body"]["message"].endswith(
+            "cannot run at 123 kHz: it offers 500000, 1000000, 1500000 kHz")
+        ok = a.query("import", {**args, "freq_khz": 1000000})
+        assert ok["type"] == "reply" and ok["body"]["data"]["runs"] == 2
+    finally:
+        a.close()
+        d.stop()
