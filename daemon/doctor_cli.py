@@ -65,12 +65,27 @@ def cmd_doctor(args: argparse.Namespace) -> int:
     return _exit(report)
 
 
+def board_main(argv: list[str]) -> int:
+    """``opptune doctor`` on a board installed without the daemon extra: this machine only
+    (an agent's report needs the daemon, and so the extra)."""
+    ap = argparse.ArgumentParser(prog="opptune doctor", description=HELP)
+    ap.add_argument("--json", action="store_true", help="the report as JSON on stdout")
+    _add_sysfs_root(ap)
+    args = ap.parse_args(argv)
+    args.agent = None
+    return cmd_doctor(args)
+
+
+def _add_sysfs_root(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--sysfs-root", default="/", metavar="DIR",
+                   help="without --agent: check the /sys and /proc under DIR (a board's "
+                        "mounted image, a virtual board's tree) instead of this machine's")
+
+
 def add_parser(sub: Any, add_link_options: Any) -> None:
     p = sub.add_parser("doctor", help=HELP, description=HELP)
     add_link_options(p)
     p.add_argument("--agent", help="show this agent's report, sent with its hello, from the "
                                    "daemon (default: check this machine, no daemon needed)")
-    p.add_argument("--sysfs-root", default="/", metavar="DIR",
-                   help="without --agent: check the /sys and /proc under DIR (a board's "
-                        "mounted image, a virtual board's tree) instead of this machine's")
+    _add_sysfs_root(p)
     p.set_defaults(func=cmd_doctor)

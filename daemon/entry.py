@@ -32,6 +32,11 @@ def operator(argv: list[str] | None = None) -> int:
     """`opptune`; ``--version`` answers without the extra."""
     argv = sys.argv[1:] if argv is None else argv
     missing = missing_daemon_extra()
+    if missing and argv[:1] == ["doctor"] and not any(
+            a == "--agent" or a.startswith("--agent=") for a in argv):
+        # checking this machine is what a board needs, and needs no daemon extra
+        from .doctor_cli import board_main
+        return board_main(argv[1:])
     if missing and argv != ["--version"]:
         return _refuse("opptune", missing)
     from .cli import main

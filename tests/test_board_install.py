@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import re
 import subprocess
 import sys
@@ -54,6 +55,21 @@ def test_agent_script_works_without_extra(tmp_path):
                              "--agent-id", "board"])
     assert out.returncode == 0, out.stderr
     assert "restored nothing" in out.stderr and "Traceback" not in out.stderr
+
+
+def test_doctor_checks_the_board_itself_without_the_extra(tmp_path):
+    from fake_trees import fake_tree
+
+    entry = PYPROJECT["project"]["scripts"]["opptune"]
+    root = fake_tree(tmp_path, "odroid-xu4")
+    out = run_script(entry, ["doctor", "--sysfs-root", root, "--json"])
+    assert out.returncode == 2 and "Traceback" not in out.stderr, out.stderr
+    assert "governor ondemand" in json.loads(out.stdout)["summary"]  # stdout: JSON only
+    out = run_script(entry, ["doctor", "--help"])
+    assert out.returncode == 0 and "--sysfs-root" in out.stdout, out.stderr
+    # an agent's report comes from the daemon: that needs the extra, and says so
+    out = run_script(entry, ["doctor", "--agent", "xu4"])
+    assert out.returncode == 2 and out.stderr.startswith("opptune: needs the daemon extra")
 
 
 def test_scripts_with_extra_reach_their_commands():
