@@ -19,7 +19,8 @@ import numpy as np
 
 from .mpet_curve import (PARAMS, cpu_time_ratio, eval_curve, feature_names, feature_vector,
                          fit_curve, time_curve)
-from .mpet_distance import Distances, normalise, ratio_distance, tuple_distance
+from .mpet_distance import (Distances, normalise, ratio_distance_rows,
+                            tuple_distance)
 
 
 BASES = ("sc", "t1-ratio", "q-ratio", "t1-validated", "q-validated", "q-chosen")
@@ -213,6 +214,9 @@ class MpetDatabase:
         out = MpetDatabase(profiles, self.platforms, {k: v for k, v in self.sc.items()
                                                       if k != key}, self.counters)
         out._q_cache = self.__dict__.setdefault("_q_cache", {})
+        # the log ratios of the database this one was cut from, less what is hidden
+        out._ratio_rows = self.ratio_rows()
+        out._removed = self.removed | {key}
         # the t(1) and q(n) tables less that profile, instead of rebuilding them
         w, p = key
         for name, table in (("_t1_table", self.t1_table), ("_q_table", self.q_table)):
@@ -223,6 +227,37 @@ class MpetDatabase:
                     for b, d in got[1].items()}
             setattr(out, name, (by_w, by_p))
         return out
+
+    @property
+    def removed(self) -> frozenset:
+        """The profiles ``without`` hid since the database ``ratio_rows`` was built on."""
+        return self.__dict__.get("_removed", frozenset())
+
+    def ratio_rows(self) -> "RatioRows":
+        """Log ratios between the rows of the t(1) and q(n) tables, built once and shared
+        with the ``without`` copies (they only hide profiles)."""
+        got = self.__dict__.get("_ratio_rows")
+        if got is None:
+            got = self._ratio_rows = RatioRows(self.t1_table(), self.q_table())
+        return got
+
+    def ratio(self, kind: str, axis: str, x, ys, keep, weight=None) -> list[float]:
+        """``ratio_distance`` of table ``kind`` ("t1" or "q") between x's entries and each
+        y's (axis "p": platforms x and y, rows = workloads; "w": workloads, rows = platforms),
+        rows restricted to ``keep`` (a predicate) and to the profiles this database has;
+        ``weight``: {row: weight} (None: unweighted)."""
+        pairs = [self.ratio_rows().pair(kind, axis, x, y) for y in ys]
+        if not pairs:
+            return []
+        rows = pairs[0][0]  # x's rows, whatever y
+        gone = self.removed
+        mask = np.array([[keep(r) and ((r, x) if axis == "p" else (x, r)) not in gone
+                          and ((r, y) if axis == "p" else (y, r)) not in gone for r in rows]
+                         for y in ys], dtype=bool).reshape(len(ys), len(rows))
+        v, ok, pos = (np.stack([p[i] for p in pairs]) for i in (1, 2, 3))
+        w = None if weight is None else \
+            np.broadcast_to(np.array([weight.get(r, 0.0) for r in rows]), mask.shape)
+        return ratio_distance_rows(v, ok & mask[:, :, None], pos, w)
 
     def distances(self) -> Distances:
         # eq. 10-12 over the database and the query (the query's profiles are in it); computed
@@ -259,6 +294,45 @@ class MpetDatabase:
                         by_w.setdefault(w, {})[(p, n)] = q
                         by_p.setdefault(p, {})[(w, n)] = q
             got = self._q_table = (by_w, by_p)
+        return got
+
+
+class RatioRows:
+    """Dense log ratios log(x[k] / y[k]) between two rows of a database's t(1) or q(n) table
+    (by workload or by platform), computed once per pair, for ``ratio_distance_rows``.
+
+    Keys of a table row are a label (t(1)) or (label, n) (q(n), grouped per n); the dense form
+    keeps x's order (``pos``) so that the distance is ratio_distance's float exactly.
+    """
+
+    def __init__(self, t1_table: tuple[dict, dict], q_table: tuple[dict, dict]):
+        self.tables = {"t1": t1_table, "q": q_table}
+        self._pairs: dict = {}
+
+    def pair(self, kind: str, axis: str, x, y):
+        """(row labels, v, ok, pos) of x against y (see the class)."""
+        ck = (kind, axis, x, y)
+        got = self._pairs.get(ck)
+        if got is None:
+            by_w, by_p = self.tables[kind]
+            table = by_p if axis == "p" else by_w
+            xd, yd = table.get(x, {}), table.get(y, {})
+            rows: dict = {}
+            cols: dict = {}
+            for k in xd:
+                r, g = k if isinstance(k, tuple) else (k, None)
+                rows.setdefault(r, len(rows))
+                cols.setdefault(g, len(cols))
+            v = np.full((len(rows), max(len(cols), 1)), np.nan)
+            pos = np.zeros(v.shape, dtype=np.int64)
+            for i, (k, a) in enumerate(xd.items()):
+                b = yd.get(k)
+                # the tables hold finite values > 0 only; math.log as ratio_distance takes it
+                if b is not None:
+                    r, g = k if isinstance(k, tuple) else (k, None)
+                    v[rows[r], cols[g]] = math.log(a / b)
+                    pos[rows[r], cols[g]] = i
+            got = self._pairs[ck] = (list(rows), v, np.isfinite(v), pos)
         return got
 
 
@@ -336,15 +410,11 @@ def _kernels(db: MpetDatabase, workload, target, refs) -> tuple[dict, dict, dict
     by_w, by_p = db.t1_table()
     own = {p: v for p, v in by_w.get(workload, {}).items() if p in refs and p != target}
     tgt = {b: v for b, v in by_p.get(target, {}).items() if b != workload}
-    cache = db.__dict__.setdefault("_ratio_cache", {})
-    s_p = {}
-    for p in own:
-        ck = ("t1-ratio", "p", workload, p, target)
-        if ck not in cache:
-            cache[ck] = ratio_distance({k: v for k, v in by_p.get(p, {}).items()
-                                        if k != workload}, tgt)
-        s_p[p] = _log_deviation(cache[ck])
-    kern_a = {b: _likeness(_log_deviation(ratio_distance(own, by_w.get(b, {})))) for b in tgt}
+    others = lambda r: r != workload  # noqa: E731
+    s_p = {p: _log_deviation(db.ratio("t1", "p", p, [target], others)[0]) for p in own}
+    mine = lambda r: r in refs and r != target  # noqa: E731
+    kern_a = {b: _likeness(_log_deviation(d))
+              for b, d in zip(tgt, db.ratio("t1", "w", workload, list(tgt), mine))}
     return own, tgt, s_p, {p: _likeness(s) for p, s in s_p.items()}, kern_a
 
 
@@ -422,7 +492,6 @@ def _validated_q(db: MpetDatabase, workload, target, pairs: list[Candidate], ref
     on_t = np.array([[tgt_n[b].get(n, np.nan) for n in ns] for b in suite])
     w_a = np.array([kern_a.get(b, 0.0) for b in suite])
     rows: dict = {}  # platform -> the suite's log q on T less on it, at T's counts
-    by_ref: dict = {}  # B -> (A's references, log q(A, P') - log q(B, P') per row)
     ref_list = sorted(kern, key=str)
 
     nsf = tuple(float(n) for n in ns)
@@ -435,35 +504,48 @@ def _validated_q(db: MpetDatabase, workload, target, pairs: list[Candidate], ref
                 np.full(len(ns), np.nan)
         return got
 
-    any_var = False
+    # per platform P, every candidate (P, B) at once; the sums as _set_var adds them
+    by_plat: dict = {}
     for c in pairs:
         c.d_p = 1.0 - math.exp(-s_p.get(c.platform, math.inf))
-        if (workload, c.platform) not in db.sc or (c.workload, c.platform) not in db.sc \
-                or c.workload not in tgt_n:
-            continue
-        if c.workload not in by_ref:
-            qs = [q for q in ref_list if (workload, q) in db.sc and (c.workload, q) in db.sc]
-            by_ref[c.workload] = (qs, np.vstack([logq((workload, q)) - logq((c.workload, q))
-                                                 for q in qs]) if qs else None)
-        qs, dm = by_ref[c.workload]
-        shift = logq((workload, c.platform)) - logq((c.workload, c.platform))
-        terms = []
-        if qs:
-            e2 = np.mean((dm - shift) ** 2, axis=1)
-            terms = [(kern[q], float(e)) for q, e in zip(qs, e2) if q != c.platform]
-        if c.platform not in rows:
-            rows[c.platform] = on_t - np.vstack([logq((b, c.platform)) for b in suite])
+        if (workload, c.platform) in db.sc and (c.workload, c.platform) in db.sc \
+                and c.workload in tgt_n:
+            by_plat.setdefault(c.platform, []).append(c)
+    nan_row = np.full(len(ns), np.nan)
+    k_ref = np.array([kern[q] for q in ref_list])
+    any_var = False
+    for p, cs in by_plat.items():
+        # A on its other references P': log q(A, P') - log q(B, P') against the shift
+        dm = np.array([[logq((workload, q)) - logq((c.workload, q))
+                        if (workload, q) in db.sc and (c.workload, q) in db.sc else nan_row
+                        for q in ref_list] for c in cs]).reshape(len(cs), len(ref_list), len(ns))
+        has = np.array([[(workload, q) in db.sc and (c.workload, q) in db.sc and q != p
+                         for q in ref_list] for c in cs], dtype=bool).reshape(dm.shape[:2])
+        shift = np.array([logq((workload, p)) - logq((c.workload, p)) for c in cs])
+        e_ref = np.mean((dm - shift[:, None, :]) ** 2, axis=2)
         # log q(B', T) - log q(B', P) against the tuple's factor, per B' (NaN: not measured)
-        dev = rows[c.platform]
-        i = suite.index(c.workload)
-        sq = (dev - dev[i]) ** 2
-        cnt = np.isfinite(sq).sum(axis=1)
+        if p not in rows:
+            rows[p] = on_t - np.vstack([logq((b, p)) for b in suite])
+        dev = rows[p]
+        idx = np.array([suite.index(c.workload) for c in cs])
+        sq = (dev[None, :, :] - dev[idx][:, None, :]) ** 2
+        cnt = np.isfinite(sq).sum(axis=2)
         with np.errstate(all="ignore"):
-            e2 = np.where(np.isfinite(sq), sq, 0.0).sum(axis=1) / cnt
-        ok = (cnt > 0) & (w_a > 0)
-        ok[i] = False
-        terms += list(zip(w_a[ok], e2[ok]))
-        any_var |= _set_var(c, terms)
+            e_s = np.where(np.isfinite(sq), sq, 0.0).sum(axis=2) / cnt
+            ok = (cnt > 0) & (w_a > 0)[None, :]
+            ok[np.arange(len(cs)), idx] = False
+            mask = np.concatenate([has, ok], axis=1)
+            w = np.concatenate([np.broadcast_to(k_ref, has.shape),
+                                np.broadcast_to(w_a, ok.shape)], axis=1)
+            e = np.concatenate([e_ref, e_s], axis=1)
+            num = np.add.accumulate(np.where(mask, w * e, 0.0), axis=1)[:, -1].tolist() \
+                if mask.shape[1] else [0.0] * len(cs)
+            den = np.add.accumulate(np.where(mask, w, 0.0), axis=1)[:, -1].tolist() \
+                if mask.shape[1] else [0.0] * len(cs)
+        for c, nu, de in zip(cs, num, den):
+            c.var = nu / de if de > 0 else math.nan
+            c.d_a = 1.0 - math.exp(-math.sqrt(c.var)) if math.isfinite(c.var) else math.nan
+            any_var |= math.isfinite(c.var)
     return any_var
 
 
@@ -496,34 +578,32 @@ def _candidates(dist: Distances, db: MpetDatabase, workload, target, sel: Select
         sc_distances("a")
         sc_distances("p")
     elif pairs:
-        by_w, by_p = db.t1_table() if sel.basis == "t1-ratio" else db.q_table()
-        group = None if sel.basis == "t1-ratio" else (lambda k: k[1])  # q: per n
-        own = {k: v for k, v in by_w.get(workload, {}).items()
-               if _plat(k) in refs and _plat(k) != target}
-        tgt = {k: v for k, v in by_p.get(target, {}).items() if _plat(k) != workload}
+        # q: grouped per n (q(n)'s factor of eq. 21 is taken per n)
+        kind = "t1" if sel.basis == "t1-ratio" else "q"
         # cached per database: the nested evaluation asks the same pairs for every setting
         cache = db.__dict__.setdefault("_ratio_cache", {})
         ref_key = frozenset(refs) - {target}
+        others = lambda r: r != workload  # noqa: E731
         da, dp = {}, {}
         for p in ref_key:
             ck = (sel.basis, "p", workload, p, target)
             if ck not in cache:
-                cache[ck] = ratio_distance({k: v for k, v in by_p.get(p, {}).items()
-                                            if _plat(k) != workload}, tgt, group)
+                cache[ck] = db.ratio(kind, "p", p, [target], others)[0]
             dp[p] = cache[ck]
         # D_a over the references weighted by eq. 22's penalty of their D_p to T (k = 0: all
         # alike): B should be proportional to A on the platforms that behave like T
-        ref_w = None
+        pen = None
         if sel.k > 0:
             refs_l = sorted(ref_key, key=str)
             w = np.array([1.0 - dp[p] if math.isfinite(dp[p]) else 0.0 for p in refs_l])
-            pen = dict(zip(refs_l, penalty(w, sel.k)))
-            ref_w = lambda k: pen.get(_plat(k), 0.0)  # noqa: E731
+            pen = dict(zip(refs_l, penalty(w, sel.k).tolist()))
+        mine = lambda r: r in ref_key  # noqa: E731
+        todo = [b for b in {c.workload for c in pairs}
+                if (sel.basis, "a", workload, b, ref_key, target, sel.k) not in cache]
+        for b, d in zip(todo, db.ratio(kind, "w", workload, todo, mine, pen)):
+            cache[(sel.basis, "a", workload, b, ref_key, target, sel.k)] = d
         for b in {c.workload for c in pairs}:
-            ck = (sel.basis, "a", workload, b, ref_key, target, sel.k)
-            if ck not in cache:
-                cache[ck] = ratio_distance(own, by_w.get(b, {}), group, ref_w)
-            da[b] = cache[ck]
+            da[b] = cache[(sel.basis, "a", workload, b, ref_key, target, sel.k)]
         ra = [da[c.workload] for c in pairs]
         rp = [dp[c.platform] for c in pairs]
         # per component: the ratio distance where any candidate has it, else sc's (a workload
