@@ -56,14 +56,24 @@ def tuple_distance(d_p: float, d_a: float) -> float:
 class Distances:
     """D_a, D_p and their means (eq. 16-19) over normalised vectors keyed (workload, platform)."""
 
-    def __init__(self, normalised: Mapping[Key, np.ndarray]):
-        self.sc = dict(normalised)
+    def __init__(self, normalised, keys=None):
+        """``normalised``: {key: vector}, or a function that makes it, called at the first
+        distance (with ``keys``, the keys it will have): who is profiled where is known
+        without normalising, and the ratio-based selections rarely need sc's distances."""
+        self._sc = None if callable(normalised) else dict(normalised)
+        self._make = normalised if callable(normalised) else None
         self.workloads_on: dict[Hashable, set] = {}
         self.platforms_of: dict[Hashable, set] = {}
-        for w, p in self.sc:
+        for w, p in (self._sc if keys is None else keys):
             self.workloads_on.setdefault(p, set()).add(w)
             self.platforms_of.setdefault(w, set()).add(p)
         self._cache: dict[tuple, float] = {}
+
+    @property
+    def sc(self) -> dict:
+        if self._sc is None:
+            self._sc = dict(self._make())
+        return self._sc
 
     def _d(self, k1: Key, k2: Key) -> float:
         key = (k1, k2) if str(k1) <= str(k2) else (k2, k1)

@@ -195,7 +195,10 @@ class MpetDatabase:
     def q_values(self, key, ns) -> np.ndarray:
         """q(n) = n t(n)/t(1) of a profile at ``ns``: measured where it was, else its fitted
         curve (eq. 5-7 on its platform's breakpoints), which extrapolates beyond its cores."""
-        ns = tuple(float(n) for n in ns)
+        return self._q_values(key, tuple(float(n) for n in ns))
+
+    def _q_values(self, key, ns: tuple[float, ...]) -> np.ndarray:
+        """``q_values`` at ``ns`` already a tuple of floats."""
         # a profile's values do not change: cached, and shared with the ``without`` copies
         cache = self.__dict__.setdefault("_q_cache", {})
         got = cache.get((key, ns))
@@ -264,7 +267,7 @@ class MpetDatabase:
         # once per database (the profiles do not change after construction)
         got = getattr(self, "_dist", None)
         if got is None:
-            got = self._dist = Distances(normalise(self.sc))
+            got = self._dist = Distances(lambda: normalise(self.sc), list(self.sc))
         return got
 
     def t1_table(self) -> tuple[dict, dict]:
@@ -500,7 +503,7 @@ def _validated_q(db: MpetDatabase, workload, target, pairs: list[Candidate], ref
     def logq(key):
         got = memo.get(key)
         if got is None:
-            got = memo[key] = np.log(db.q_values(key, nsf)) if key in db.sc else \
+            got = memo[key] = np.log(db._q_values(key, nsf)) if key in db.sc else \
                 np.full(len(ns), np.nan)
         return got
 
@@ -511,16 +514,17 @@ def _validated_q(db: MpetDatabase, workload, target, pairs: list[Candidate], ref
         if (workload, c.platform) in db.sc and (c.workload, c.platform) in db.sc \
                 and c.workload in tgt_n:
             by_plat.setdefault(c.platform, []).append(c)
-    nan_row = np.full(len(ns), np.nan)
     k_ref = np.array([kern[q] for q in ref_list])
+    a_ref = np.array([(workload, q) in db.sc for q in ref_list], dtype=bool)
+    l_ref = np.array([logq((workload, q)) for q in ref_list]).reshape(len(ref_list), len(ns))
     any_var = False
     for p, cs in by_plat.items():
         # A on its other references P': log q(A, P') - log q(B, P') against the shift
-        dm = np.array([[logq((workload, q)) - logq((c.workload, q))
-                        if (workload, q) in db.sc and (c.workload, q) in db.sc else nan_row
-                        for q in ref_list] for c in cs]).reshape(len(cs), len(ref_list), len(ns))
-        has = np.array([[(workload, q) in db.sc and (c.workload, q) in db.sc and q != p
-                         for q in ref_list] for c in cs], dtype=bool).reshape(dm.shape[:2])
+        lb = np.array([[logq((c.workload, q)) for q in ref_list] for c in cs]
+                      ).reshape(len(cs), len(ref_list), len(ns))
+        dm = l_ref[None, :, :] - lb  # NaN where a profile is missing
+        has = np.array([[(c.workload, q) in db.sc and q != p for q in ref_list] for c in cs],
+                       dtype=bool).reshape(dm.shape[:2]) & a_ref[None, :]
         shift = np.array([logq((workload, p)) - logq((c.workload, p)) for c in cs])
         e_ref = np.mean((dm - shift[:, None, :]) ** 2, axis=2)
         # log q(B', T) - log q(B', P) against the tuple's factor, per B' (NaN: not measured)
@@ -656,7 +660,8 @@ def _q_curve(db: MpetDatabase, workload, target, sel: Selection, nsa: np.ndarray
     if not cs:
         return None
     r = _weights(cs, sel)
-    rows = [np.vstack([db.q_values(k, nsa) for k in keys]) for keys in
+    nst = tuple(float(n) for n in nsa)
+    rows = [np.vstack([db._q_values(k, nst) for k in keys]) for keys in
             ([(c.workload, target) for c in cs], [(workload, c.platform) for c in cs],
              [(c.workload, c.platform) for c in cs])]
     return reconstruct(*rows, r, sel.max_factor, sel.mean)
