@@ -239,6 +239,7 @@ def test_scalability_prediction_scenario_b_takes_the_closest_workload():
     db = MpetDatabase(profiles, platforms)
     pred = predict_scalability(db, "A", "P1", Selection(1, 1, k=0))
     assert pred.sc_candidates[0].workload == "B5"
+    assert (pred.t1_basis, pred.sc_basis, pred.sc_choice) == ("measured", "sc", None)
     want = [3.0 * (1 + 0.04 * 0.5 * (n - 1)) / n for n in range(1, 9)]
     assert pred.t == pytest.approx(want, rel=1e-6)
 
@@ -397,6 +398,7 @@ def test_t1_validated_basis_falls_back_to_the_ratio_distance_with_nothing_to_che
     ratio = predict_migration(db, "A", "T", dataclasses.replace(DEFAULT_T1, basis="t1-ratio"))
     assert got.t1 == pytest.approx(ratio.t1, rel=1e-12)
     assert all(not math.isfinite(c.var) for c in got.t1_candidates)
+    assert (got.t1_basis, ratio.t1_basis) == ("t1-ratio", "t1-ratio")  # fell back, says so
     # a reference profile without t(1) (runs at 2 cores only) is no tuple to check, no error
     profiles[("A", "P1")] = {"t": {2: profiles[("A", "P1")]["t"][2]}}
     truth = profiles[("A", "T")]["t"][1]
@@ -489,6 +491,16 @@ def test_q_validated_basis_trusts_the_curves_whose_transfer_held_where_data_rese
     assert chosen.t == pytest.approx(got.t, rel=1e-12)
     rest = db.without(("A", "T"))
     assert choose_sc(rest, "A", "T", sel).basis == "q-validated"
+    # the prediction says which basis it used and why: both options' errors on T's suite
+    assert (ratio.sc_basis, got.sc_basis, chosen.sc_basis) == \
+        ("q-ratio", "q-validated", "q-validated")
+    assert ratio.sc_choice is None and got.sc_choice is None
+    ch = chosen.sc_choice
+    assert ch["chosen"] == "q-validated" and set(ch["errors"]) == {"q-ratio", "q-validated"}
+    assert ch["errors"]["q-validated"] < ch["errors"]["q-ratio"]
+    suite_on_t = {w for w, p in profiles if p == "T" and w != "A"}
+    assert 0 < ch["checked"] <= len(suite_on_t)
+    assert chosen.t1_basis == got.t1_basis == "t1-validated"
     wild = dict(profiles)
     wild[("A", "T")] = {"t": {1: truth[1] * 50, 2: truth[1] * 3, 4: truth[1] * 40}}
     again = predict_migration(MpetDatabase(wild, platforms), "A", "T", sc_sel=DEFAULT_SC)
@@ -515,6 +527,11 @@ def test_q_chosen_keeps_q_ratio_with_nothing_to_score_and_q_validated_falls_back
                                                                         basis="q-ratio"))
     assert val.t == pytest.approx(ratio.t, rel=1e-12)
     assert all(not math.isfinite(c.var) for c in val.sc_candidates)
+    assert val.sc_basis == "q-ratio"  # the basis it fell back to, not the one asked for
+    keep_db = MpetDatabase(keep, platforms)
+    none = predict_migration(keep_db, "A", "T")
+    assert none.sc_choice == {"chosen": "q-ratio", "checked": 0,
+                              "errors": {"q-ratio": None, "q-validated": None}}
     with pytest.raises(ValueError):
         Selection(basis="q-chosen")  # works on q(n) values only
 

@@ -157,6 +157,14 @@ class Prediction:
     lower: list[float] = field(default_factory=list)
     upper: list[float] = field(default_factory=list)
     single_candidate: bool = False
+    # the bases that rated the candidates (Selection.basis), after any fallback: "t1-validated"
+    # and "q-validated" become "t1-ratio"/"q-ratio" where no tuple could be checked; scenario
+    # (b): t1_basis "measured" (its own t(1))
+    t1_basis: str = ""
+    sc_basis: str = ""
+    # sc basis "q-chosen": why (``score_sc``): {"chosen", "errors": {basis: geometric-mean
+    # trend error on T's other workloads, or None}, "checked": how many were predicted}
+    sc_choice: dict | None = None
 
 
 class NoCandidates(ValueError):
@@ -554,7 +562,8 @@ def _validated_q(db: MpetDatabase, workload, target, pairs: list[Candidate], ref
 
 
 def _candidates(dist: Distances, db: MpetDatabase, workload, target, sel: Selection,
-                refs=None) -> list[Candidate]:
+                refs=None, used: list | None = None) -> list[Candidate]:
+    """The candidates by ``sel``; ``used`` (a list) gets the basis that rated them."""
     refs = set(refs) if refs is not None else dist.platforms_of.get(workload, set())
     suite = dist.workloads_on.get(target, set()) - {workload}
     pairs = []
@@ -577,7 +586,7 @@ def _candidates(dist: Distances, db: MpetDatabase, workload, target, sel: Select
         check = _validated if sel.basis == "t1-validated" else _validated_q
         if not check(db, workload, target, pairs, refs):
             return _candidates(dist, db, workload, target,
-                               dataclasses.replace(sel, basis=VALIDATED[sel.basis]), refs)
+                               dataclasses.replace(sel, basis=VALIDATED[sel.basis]), refs, used)
     elif sel.basis == "sc":
         sc_distances("a")
         sc_distances("p")
@@ -625,6 +634,8 @@ def _candidates(dist: Distances, db: MpetDatabase, workload, target, sel: Select
                                   str(c.platform), str(c.workload)))
     else:
         pairs.sort(key=lambda c: (c.d_t, str(c.platform), str(c.workload)))
+    if used is not None:
+        used.append(sel.basis)
     chosen, plats, works = [], set(), set()
     for c in pairs:
         if (c.platform in plats or len(plats) < sel.n_platforms) and \
@@ -668,12 +679,20 @@ def _q_curve(db: MpetDatabase, workload, target, sel: Selection, nsa: np.ndarray
 
 
 def choose_sc(db: MpetDatabase, workload, target, sel: Selection) -> Selection:
-    """Basis "q-chosen": ``sel`` with the basis, of SC_OPTIONS, whose scaling predictions of
+    """Basis "q-chosen": ``sel`` with the basis ``score_sc`` chose."""
+    return dataclasses.replace(sel, basis=score_sc(db, workload, target, sel)["chosen"])
+
+
+def score_sc(db: MpetDatabase, workload, target, sel: Selection) -> dict:
+    """Basis "q-chosen": the basis, of SC_OPTIONS, whose scaling predictions of
     the target's other workloads were best, without A's profile on T (leave-one-out over T's
     suite: each suite workload B' on T removed in turn and predicted from its other
     platforms; geometric mean of the trend errors of t(1) q(n)/n against the measured t(n),
     over the B' that every option could predict). The first option where none could be scored
-    or on a tie. Not in the seed: which transfer suits T is decided on T's own data."""
+    or on a tie. Not in the seed: which transfer suits T is decided on T's own data.
+
+    Returns {"chosen": basis, "errors": {basis: the geometric-mean error, None where none
+    could be scored}, "checked": how many B' were scored}."""
     options = [dataclasses.replace(sel, basis=b) for b in SC_OPTIONS]
     logs = [[] for _ in options]
     dist = db.distances()
@@ -699,8 +718,10 @@ def choose_sc(db: MpetDatabase, workload, target, sel: Selection) -> Selection:
             for acc, e in zip(logs, got):
                 acc.append(math.log(max(e, 1e-9)))
     if not logs[0]:
-        return options[0]
-    return options[int(np.argmin([sum(x) / len(x) for x in logs]))]
+        return {"chosen": SC_OPTIONS[0], "errors": {b: None for b in SC_OPTIONS}, "checked": 0}
+    means = [sum(x) / len(x) for x in logs]
+    return {"chosen": SC_OPTIONS[int(np.argmin(means))], "checked": len(logs[0]),
+            "errors": {b: math.exp(m) for b, m in zip(SC_OPTIONS, means)}}
 
 
 def predict_migration(db: MpetDatabase, workload, target, t1_sel: Selection = DEFAULT_T1,
@@ -718,11 +739,13 @@ def predict_migration(db: MpetDatabase, workload, target, t1_sel: Selection = DE
     if ns is None:
         ns = list(range(1, int(topo.get("nmax") or 1) + 1))
     nsa = np.asarray(list(ns), dtype=float)
+    choice = None
     if sc_sel.basis == "q-chosen":
-        sc_sel = choose_sc(db, workload, target, sc_sel)
-    cands, rows = {}, {}
+        choice = score_sc(db, workload, target, sc_sel)
+        sc_sel = dataclasses.replace(sc_sel, basis=choice["chosen"])
+    cands, rows, used = {}, {}, []
     for name, sel in (("t1", t1_sel), ("sc", sc_sel)):
-        cs = _candidates(dist, db, workload, target, sel, refs)
+        cs = _candidates(dist, db, workload, target, sel, refs, used)
         if not cs:
             raise NoCandidates(f"no candidate: {workload!r} shares no platform with a workload "
                                f"measured on {target!r}")
@@ -757,7 +780,8 @@ def predict_migration(db: MpetDatabase, workload, target, t1_sel: Selection = DE
     else:
         t = time_curve(t1, sc, nsa, topo.get("n_nu"), topo.get("n_ht"))
     pred = Prediction(workload, target, t1, sc, [int(n) for n in nsa], [float(x) for x in t],
-                      cands["t1"], cands["sc"])
+                      cands["t1"], cands["sc"], t1_basis=used[0], sc_basis=used[1],
+                      sc_choice=choice)
     _interval(pred, rows, t1_sel, sc_sel, topo, nsa)
     return pred
 
@@ -835,4 +859,5 @@ def predict_scalability(db: MpetDatabase, workload, platform, sel: Selection = S
         ns = list(range(1, int(topo.get("nmax") or 1) + 1))
     t1 = db.t1(key)
     t = time_curve(t1, sc, ns, topo.get("n_nu"), topo.get("n_ht"))
-    return Prediction(workload, platform, t1, sc, list(ns), [float(x) for x in t], [], cands)
+    return Prediction(workload, platform, t1, sc, list(ns), [float(x) for x in t], [], cands,
+                      t1_basis="measured", sc_basis=sel.basis)
