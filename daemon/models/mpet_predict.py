@@ -257,15 +257,19 @@ class MpetDatabase:
         y's (axis "p": platforms x and y, rows = workloads; "w": workloads, rows = platforms),
         rows restricted to ``keep`` (a predicate) and to the profiles this database has;
         ``weight``: {row: weight} (None: unweighted)."""
-        pairs = [self.ratio_rows().pair(kind, axis, x, y) for y in ys]
-        if not pairs:
+        if not ys:
             return []
-        rows = pairs[0][0]  # x's rows, whatever y
+        rows, index, v, ok, pos = self.ratio_rows().block(kind, axis, x)
+        if all(y in index for y in ys):
+            pick = [index[y] for y in ys]
+            v, ok, pos = v[pick], ok[pick], pos[pick]
+        else:  # a y without a table row: its entries are all invalid
+            pairs = [self.ratio_rows().pair(kind, axis, x, y) for y in ys]
+            v, ok, pos = (np.stack([p[i] for p in pairs]) for i in (1, 2, 3))
         gone = self.removed
         mask = np.array([[keep(r) and ((r, x) if axis == "p" else (x, r)) not in gone
                           and ((r, y) if axis == "p" else (y, r)) not in gone for r in rows]
                          for y in ys], dtype=bool).reshape(len(ys), len(rows))
-        v, ok, pos = (np.stack([p[i] for p in pairs]) for i in (1, 2, 3))
         w = None if weight is None else \
             np.broadcast_to(np.array([weight.get(r, 0.0) for r in rows]), mask.shape)
         return ratio_distance_rows(v, ok & mask[:, :, None], pos, w)
@@ -319,6 +323,30 @@ class RatioRows:
     def __init__(self, t1_table: tuple[dict, dict], q_table: tuple[dict, dict]):
         self.tables = {"t1": t1_table, "q": q_table}
         self._pairs: dict = {}
+
+    def log_q_on(self, platform) -> dict:
+        """{workload: {n: log q(n)}} measured on ``platform`` (n >= 2), in table order."""
+        got = self._pairs.get(("log q", platform))
+        if got is None:
+            got = {}
+            for (b, n), v in self.tables["q"][1].get(platform, {}).items():
+                got.setdefault(b, {})[n] = math.log(v)
+            self._pairs[("log q", platform)] = got
+        return got
+
+    def block(self, kind: str, axis: str, x):
+        """x's rows, {y: index} and ``pair``'s v, ok, pos stacked over every y of the table."""
+        ck = ("block", kind, axis, x)
+        got = self._pairs.get(ck)
+        if got is None:
+            by_w, by_p = self.tables[kind]
+            ys = list(by_p if axis == "p" else by_w)
+            pairs = [self.pair(kind, axis, x, y) for y in ys]
+            rows = pairs[0][0] if pairs else []
+            got = self._pairs[ck] = (rows, {y: i for i, y in enumerate(ys)},
+                                     *(np.stack([p[i] for p in pairs]) if pairs else None
+                                       for i in (1, 2, 3)))
+        return got
 
     def pair(self, kind: str, axis: str, x, y):
         """(row labels, v, ok, pos) of x against y (see the class)."""
@@ -491,10 +519,10 @@ def _validated_q(db: MpetDatabase, workload, target, pairs: list[Candidate], ref
     for t(1)). ``var`` and the weights as in ``_validated``. False where nothing was checked.
     """
     _, _, s_p, kern, kern_a = _kernels(db, workload, target, refs)
-    tgt_n: dict = {}  # suite workload -> {n: log q measured on T}
-    for (b, n), v in db.q_table()[1].get(target, {}).items():
-        if b != workload:
-            tgt_n.setdefault(b, {})[n] = math.log(v)
+    # suite workload -> {n: log q measured on T}
+    gone = db.removed
+    tgt_n = {b: d for b, d in db.ratio_rows().log_q_on(target).items()
+             if b != workload and (b, target) not in gone}
     ns = tuple(sorted({n for d in tgt_n.values() for n in d}))  # T's core counts, n >= 2
     if not ns:
         return False
@@ -508,11 +536,19 @@ def _validated_q(db: MpetDatabase, workload, target, pairs: list[Candidate], ref
     nsf = tuple(float(n) for n in ns)
     memo: dict = {}
 
+    shared = db.__dict__.setdefault("_q_cache", {})
+    nan_row = np.full(len(ns), np.nan)
+
     def logq(key):
         got = memo.get(key)
         if got is None:
-            got = memo[key] = np.log(db._q_values(key, nsf)) if key in db.sc else \
-                np.full(len(ns), np.nan)
+            if key in db.sc:  # a profile's log q does not change: shared like q_values
+                got = shared.get(("log", key, nsf))
+                if got is None:
+                    got = shared[("log", key, nsf)] = np.log(db._q_values(key, nsf))
+            else:
+                got = nan_row
+            memo[key] = got
         return got
 
     # per platform P, every candidate (P, B) at once; the sums as _set_var adds them
