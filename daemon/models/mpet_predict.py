@@ -274,6 +274,21 @@ class MpetDatabase:
             np.broadcast_to(np.array([weight.get(r, 0.0) for r in rows]), mask.shape)
         return ratio_distance_rows(v, ok & mask[:, :, None], pos, w)
 
+    def ratio_from(self, kind: str, xs, y, keep) -> list[float]:
+        """``ratio`` on axis "p" (unweighted) of each platform of ``xs`` against ``y``: one
+        batch where the platforms list the same workloads in the same order and as many core
+        counts (the sums follow each x's own order), else one by one."""
+        blocks = [self.ratio_rows().block(kind, "p", x) for x in xs]
+        rows = blocks[0][0] if blocks else []
+        if not blocks or any(b[0] != rows or y not in b[1] or b[2].shape != blocks[0][2].shape
+                             for b in blocks):
+            return [self.ratio(kind, "p", x, [y], keep)[0] for x in xs]
+        v, ok, pos = (np.stack([b[i][b[1][y]] for b in blocks]) for i in (2, 3, 4))
+        gone = self.removed
+        mask = np.array([[keep(r) and (r, x) not in gone and (r, y) not in gone for r in rows]
+                         for x in xs], dtype=bool).reshape(len(xs), len(rows))
+        return ratio_distance_rows(v, ok & mask[:, :, None], pos)
+
     def distances(self) -> Distances:
         # eq. 10-12 over the database and the query (the query's profiles are in it); computed
         # once per database (the profiles do not change after construction)
@@ -450,7 +465,8 @@ def _kernels(db: MpetDatabase, workload, target, refs) -> tuple[dict, dict, dict
     own = {p: v for p, v in by_w.get(workload, {}).items() if p in refs and p != target}
     tgt = {b: v for b, v in by_p.get(target, {}).items() if b != workload}
     others = lambda r: r != workload  # noqa: E731
-    s_p = {p: _log_deviation(db.ratio("t1", "p", p, [target], others)[0]) for p in own}
+    s_p = {p: _log_deviation(d) for p, d in zip(own, db.ratio_from("t1", list(own), target,
+                                                                    others))}
     mine = lambda r: r in refs and r != target  # noqa: E731
     kern_a = {b: _likeness(_log_deviation(d))
               for b, d in zip(tgt, db.ratio("t1", "w", workload, list(tgt), mine))}
@@ -634,11 +650,11 @@ def _candidates(dist: Distances, db: MpetDatabase, workload, target, sel: Select
         ref_key = frozenset(refs) - {target}
         others = lambda r: r != workload  # noqa: E731
         da, dp = {}, {}
+        todo = [p for p in ref_key if (sel.basis, "p", workload, p, target) not in cache]
+        for p, d in zip(todo, db.ratio_from(kind, todo, target, others)):
+            cache[(sel.basis, "p", workload, p, target)] = d
         for p in ref_key:
-            ck = (sel.basis, "p", workload, p, target)
-            if ck not in cache:
-                cache[ck] = db.ratio(kind, "p", p, [target], others)[0]
-            dp[p] = cache[ck]
+            dp[p] = cache[(sel.basis, "p", workload, p, target)]
         # D_a over the references weighted by eq. 22's penalty of their D_p to T (k = 0: all
         # alike): B should be proportional to A on the platforms that behave like T
         pen = None
