@@ -577,21 +577,28 @@ def _validated_q(db: MpetDatabase, workload, target, pairs: list[Candidate], ref
     k_ref = np.array([kern[q] for q in ref_list])
     a_ref = np.array([(workload, q) in db.sc for q in ref_list], dtype=bool)
     l_ref = np.array([logq((workload, q)) for q in ref_list]).reshape(len(ref_list), len(ns))
+    # the suite's log q on every platform involved (NaN: no profile), and who has one
+    plats = sorted(set(ref_list) | set(by_plat), key=str)
+    col = {q: i for i, q in enumerate(plats)}
+    ref_i = [col[q] for q in ref_list]
+    lq = np.array([[logq((b, q)) for q in plats] for b in suite]
+                  ).reshape(len(suite), len(plats), len(ns))
+    has_b = np.array([[(b, q) in db.sc for q in plats] for b in suite], dtype=bool
+                     ).reshape(len(suite), len(plats))
+    at = {b: i for i, b in enumerate(suite)}
     any_var = False
     for p, cs in by_plat.items():
+        idx = np.array([at[c.workload] for c in cs])
         # A on its other references P': log q(A, P') - log q(B, P') against the shift
-        lb = np.array([[logq((c.workload, q)) for q in ref_list] for c in cs]
-                      ).reshape(len(cs), len(ref_list), len(ns))
-        dm = l_ref[None, :, :] - lb  # NaN where a profile is missing
-        has = np.array([[(c.workload, q) in db.sc and q != p for q in ref_list] for c in cs],
-                       dtype=bool).reshape(dm.shape[:2]) & a_ref[None, :]
-        shift = np.array([logq((workload, p)) - logq((c.workload, p)) for c in cs])
+        dm = l_ref[None, :, :] - lq[idx][:, ref_i, :]  # NaN where a profile is missing
+        has = has_b[idx][:, ref_i] & a_ref[None, :] & \
+            np.array([q != p for q in ref_list], dtype=bool)[None, :]
+        shift = logq((workload, p))[None, :] - lq[idx, col[p], :]
         e_ref = np.mean((dm - shift[:, None, :]) ** 2, axis=2)
         # log q(B', T) - log q(B', P) against the tuple's factor, per B' (NaN: not measured)
         if p not in rows:
-            rows[p] = on_t - np.vstack([logq((b, p)) for b in suite])
+            rows[p] = on_t - lq[:, col[p], :]
         dev = rows[p]
-        idx = np.array([suite.index(c.workload) for c in cs])
         sq = (dev[None, :, :] - dev[idx][:, None, :]) ** 2
         cnt = np.isfinite(sq).sum(axis=2)
         with np.errstate(all="ignore"):
