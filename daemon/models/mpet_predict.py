@@ -546,7 +546,6 @@ def _validated_q(db: MpetDatabase, workload, target, pairs: list[Candidate], ref
     # the suite's measured log q on T (NaN where not measured) and its likeness to A
     on_t = np.array([[tgt_n[b].get(n, np.nan) for n in ns] for b in suite])
     w_a = np.array([kern_a.get(b, 0.0) for b in suite])
-    rows: dict = {}  # platform -> the suite's log q on T less on it, at T's counts
     ref_list = sorted(kern, key=str)
 
     nsf = tuple(float(n) for n in ns)
@@ -567,7 +566,7 @@ def _validated_q(db: MpetDatabase, workload, target, pairs: list[Candidate], ref
             memo[key] = got
         return got
 
-    # per platform P, every candidate (P, B) at once; the sums as _set_var adds them
+    # every candidate (P, B) at once; the sums as _set_var adds them
     by_plat: dict = {}
     for c in pairs:
         c.d_p = 1.0 - math.exp(-s_p.get(c.platform, math.inf))
@@ -586,37 +585,40 @@ def _validated_q(db: MpetDatabase, workload, target, pairs: list[Candidate], ref
     has_b = np.array([[(b, q) in db.sc for q in plats] for b in suite], dtype=bool
                      ).reshape(len(suite), len(plats))
     at = {b: i for i, b in enumerate(suite)}
+    cs = [c for group in by_plat.values() for c in group]
+    if not cs:
+        return False
+    idx = np.array([at[c.workload] for c in cs])
+    pc = np.array([col[c.platform] for c in cs])
+    # A on its other references P': log q(A, P') - log q(B, P') against the shift
+    dm = l_ref[None, :, :] - lq[idx][:, ref_i, :]  # NaN where a profile is missing
+    has = has_b[idx][:, ref_i] & a_ref[None, :] & \
+        (np.array(ref_i)[None, :] != pc[:, None])
+    l_a = np.array([logq((workload, q)) for q in plats]).reshape(len(plats), len(ns))
+    shift = l_a[pc] - lq[idx, pc, :]
+    e_ref = np.mean((dm - shift[:, None, :]) ** 2, axis=2)
+    # log q(B', T) - log q(B', P) against the tuple's factor, per B' (NaN: not measured)
+    dev = on_t[None, :, :] - lq.transpose(1, 0, 2)  # per platform
+    sq = (dev[pc] - dev[pc, idx][:, None, :]) ** 2
+    cnt = np.isfinite(sq).sum(axis=2)
+    with np.errstate(all="ignore"):
+        e_s = np.where(np.isfinite(sq), sq, 0.0).sum(axis=2) / cnt
+        ok = (cnt > 0) & (w_a > 0)[None, :]
+        ok[np.arange(len(cs)), idx] = False
+        mask = np.concatenate([has, ok], axis=1)
+        w = np.concatenate([np.broadcast_to(k_ref, has.shape),
+                            np.broadcast_to(w_a, ok.shape)], axis=1)
+        e = np.concatenate([e_ref, e_s], axis=1)
+        # summed in _set_var's order: one term after the other
+        num = np.add.accumulate(np.where(mask, w * e, 0.0), axis=1)[:, -1].tolist() \
+            if mask.shape[1] else [0.0] * len(cs)
+        den = np.add.accumulate(np.where(mask, w, 0.0), axis=1)[:, -1].tolist() \
+            if mask.shape[1] else [0.0] * len(cs)
     any_var = False
-    for p, cs in by_plat.items():
-        idx = np.array([at[c.workload] for c in cs])
-        # A on its other references P': log q(A, P') - log q(B, P') against the shift
-        dm = l_ref[None, :, :] - lq[idx][:, ref_i, :]  # NaN where a profile is missing
-        has = has_b[idx][:, ref_i] & a_ref[None, :] & \
-            np.array([q != p for q in ref_list], dtype=bool)[None, :]
-        shift = logq((workload, p))[None, :] - lq[idx, col[p], :]
-        e_ref = np.mean((dm - shift[:, None, :]) ** 2, axis=2)
-        # log q(B', T) - log q(B', P) against the tuple's factor, per B' (NaN: not measured)
-        if p not in rows:
-            rows[p] = on_t - lq[:, col[p], :]
-        dev = rows[p]
-        sq = (dev[None, :, :] - dev[idx][:, None, :]) ** 2
-        cnt = np.isfinite(sq).sum(axis=2)
-        with np.errstate(all="ignore"):
-            e_s = np.where(np.isfinite(sq), sq, 0.0).sum(axis=2) / cnt
-            ok = (cnt > 0) & (w_a > 0)[None, :]
-            ok[np.arange(len(cs)), idx] = False
-            mask = np.concatenate([has, ok], axis=1)
-            w = np.concatenate([np.broadcast_to(k_ref, has.shape),
-                                np.broadcast_to(w_a, ok.shape)], axis=1)
-            e = np.concatenate([e_ref, e_s], axis=1)
-            num = np.add.accumulate(np.where(mask, w * e, 0.0), axis=1)[:, -1].tolist() \
-                if mask.shape[1] else [0.0] * len(cs)
-            den = np.add.accumulate(np.where(mask, w, 0.0), axis=1)[:, -1].tolist() \
-                if mask.shape[1] else [0.0] * len(cs)
-        for c, nu, de in zip(cs, num, den):
-            c.var = nu / de if de > 0 else math.nan
-            c.d_a = 1.0 - math.exp(-math.sqrt(c.var)) if math.isfinite(c.var) else math.nan
-            any_var |= math.isfinite(c.var)
+    for c, nu, de in zip(cs, num, den):
+        c.var = nu / de if de > 0 else math.nan
+        c.d_a = 1.0 - math.exp(-math.sqrt(c.var)) if math.isfinite(c.var) else math.nan
+        any_var |= math.isfinite(c.var)
     return any_var
 
 
