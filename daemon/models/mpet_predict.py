@@ -349,18 +349,72 @@ class RatioRows:
             self._pairs[("log q", platform)] = got
         return got
 
+    def _dense(self, kind: str):
+        """Table ``kind`` as arrays: workload and platform labels (table order), group labels,
+        values [w, p, g] (NaN: none) and each entry's place in by_w[w] and in by_p[p]."""
+        got = self._pairs.get(("dense", kind))
+        if got is None:
+            by_w, by_p = self.tables[kind]
+            ws = {w: i for i, w in enumerate(by_w)}
+            ps = {p: i for i, p in enumerate(by_p)}
+            gs: dict = {}
+            for d in by_w.values():
+                for k in d:
+                    gs.setdefault(k[1] if isinstance(k, tuple) else None, len(gs))
+            val = np.full((len(ws), len(ps), max(len(gs), 1)), np.nan)
+            pos_w = np.zeros(val.shape, dtype=np.int64)
+            pos_p = np.zeros(val.shape, dtype=np.int64)
+            for pos, table, outer in ((pos_w, by_w, ws), (pos_p, by_p, ps)):
+                at = []
+                for x, d in table.items():
+                    for i, (k, v) in enumerate(d.items()):
+                        r, g = k if isinstance(k, tuple) else (k, None)
+                        w, p = (x, r) if table is by_w else (r, x)
+                        at.append((ws[w], ps[p], gs[g], i, v))
+                if at:
+                    a = np.array(at, dtype=object)
+                    idx = tuple(a[:, j].astype(np.int64) for j in range(3))
+                    pos[idx] = a[:, 3].astype(np.int64)
+                    val[idx] = a[:, 4].astype(float)
+            got = self._pairs[("dense", kind)] = (list(ws), list(ps), val, pos_w, pos_p)
+        return got
+
     def block(self, kind: str, axis: str, x):
-        """x's rows, {y: index} and ``pair``'s v, ok, pos stacked over every y of the table."""
+        """x's rows (in x's order), {y: index} and ``pair``'s v, ok, pos (over the table's
+        groups) stacked over every y of the table: from the dense table, with math.log on each
+        quotient as ratio_distance takes it."""
         ck = ("block", kind, axis, x)
         got = self._pairs.get(ck)
         if got is None:
-            by_w, by_p = self.tables[kind]
-            ys = list(by_p if axis == "p" else by_w)
-            pairs = [self.pair(kind, axis, x, y) for y in ys]
-            rows = pairs[0][0] if pairs else []
-            got = self._pairs[ck] = (rows, {y: i for i, y in enumerate(ys)},
-                                     *(np.stack([p[i] for p in pairs]) if pairs else None
-                                       for i in (1, 2, 3)))
+            ws, ps, val, pos_w, pos_p = self._dense(kind)
+            labels = ps if axis == "p" else ws
+            if x not in labels:
+                got = self._pairs[ck] = ([], {y: i for i, y in enumerate(labels)},
+                                         np.zeros((len(labels), 0, 1)),
+                                         np.zeros((len(labels), 0, 1), dtype=bool),
+                                         np.zeros((len(labels), 0, 1), dtype=np.int64))
+                return got
+            xi = labels.index(x)
+            # rows = the other axis: [rows, y, g] views of the values
+            if axis == "p":
+                mine, pos, other = val[:, xi, :], pos_p[:, xi, :], ws
+                theirs = val.transpose(1, 0, 2)  # [y, rows, g]
+            else:
+                mine, pos, other = val[xi], pos_w[xi], ps
+                theirs = val  # [y, rows, g]
+            present = np.isfinite(mine)
+            first = np.where(present, pos, np.iinfo(np.int64).max).min(axis=1)
+            order = [r for r in np.argsort(first, kind="stable").tolist()
+                     if present[r].any()]
+            rows = [other[r] for r in order]
+            mine, pos = mine[order], pos[order]
+            with np.errstate(all="ignore"):
+                q = mine[None, :, :] / theirs[:, order, :]
+            ok = np.isfinite(q)
+            v = np.full(q.shape, np.nan)
+            v[ok] = list(map(math.log, q[ok].tolist()))
+            got = self._pairs[ck] = (rows, {y: i for i, y in enumerate(labels)}, v, ok,
+                                     np.ascontiguousarray(np.broadcast_to(pos, v.shape)))
         return got
 
     def pair(self, kind: str, axis: str, x, y):
