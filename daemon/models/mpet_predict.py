@@ -275,19 +275,25 @@ class MpetDatabase:
         return ratio_distance_rows(v, ok & mask[:, :, None], pos, w)
 
     def ratio_from(self, kind: str, xs, y, keep) -> list[float]:
-        """``ratio`` on axis "p" (unweighted) of each platform of ``xs`` against ``y``: one
-        batch where the platforms list the same workloads in the same order and as many core
-        counts (the sums follow each x's own order), else one by one."""
+        """``ratio`` on axis "p" (unweighted) of each platform of ``xs`` against ``y``, in one
+        batch: each x's rows in its own order, padded at the end with invalid rows (they add
+        0.0 after the others, so each sum is the one ratio_distance makes)."""
         blocks = [self.ratio_rows().block(kind, "p", x) for x in xs]
-        rows = blocks[0][0] if blocks else []
-        if not blocks or any(b[0] != rows or y not in b[1] or b[2].shape != blocks[0][2].shape
-                             for b in blocks):
+        if not blocks or any(y not in b[1] for b in blocks):
             return [self.ratio(kind, "p", x, [y], keep)[0] for x in xs]
-        v, ok, pos = (np.stack([b[i][b[1][y]] for b in blocks]) for i in (2, 3, 4))
+        width = max(len(b[0]) for b in blocks)
+        groups = blocks[0][2].shape[2]
+        v = np.full((len(xs), width, groups), np.nan)
+        ok = np.zeros(v.shape, dtype=bool)
+        pos = np.zeros(v.shape, dtype=np.int64)
         gone = self.removed
-        mask = np.array([[keep(r) and (r, x) not in gone and (r, y) not in gone for r in rows]
-                         for x in xs], dtype=bool).reshape(len(xs), len(rows))
-        return ratio_distance_rows(v, ok & mask[:, :, None], pos)
+        for i, (x, (rows, index, bv, bok, bpos)) in enumerate(zip(xs, blocks)):
+            n = len(rows)
+            v[i, :n], pos[i, :n] = bv[index[y]], bpos[index[y]]
+            mask = np.array([keep(r) and (r, x) not in gone and (r, y) not in gone
+                             for r in rows], dtype=bool).reshape(n)
+            ok[i, :n] = bok[index[y]] & mask[:, None]
+        return ratio_distance_rows(v, ok, pos)
 
     def distances(self) -> Distances:
         # eq. 10-12 over the database and the query (the query's profiles are in it); computed
