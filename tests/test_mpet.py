@@ -670,3 +670,50 @@ def test_breakpoints_from_the_datasets_hw_columns(tmp_path):
     assert plats["amd"] == {"n_nu": 12, "n_ht": None, "nmax": 48}
     assert plats["x2"] == {"n_nu": 6, "n_ht": 12, "nmax": 24}
     assert plats["xu3:all-static"]["n_nu"] == 4 and plats["xu3:big"]["n_nu"] is None
+
+
+def test_batched_ratio_distances_are_the_scalar_ones_to_the_last_bit():
+    """MpetDatabase.ratio / ratio_from (dense tables, batches, padded rows) give exactly
+    ratio_distance's floats, weighted or not, per n or not, on a database and on a copy
+    with profiles hidden: predictions are compared bit for bit before and after."""
+    rng = np.random.default_rng(7)
+    plats = {"P1": 8, "P2": 12, "P3": 3, "T": 16}
+    profiles = {}
+    for w in ("A", "B1", "B2", "B3", "B4"):
+        for p, nmax in plats.items():
+            if (w, p) in (("B3", "P1"), ("B4", "P2")):
+                continue  # platforms list different workloads
+            t1 = rng.uniform(1, 5)
+            profiles[(w, p)] = {"t": {n: t1 * rng.uniform(0.6, 1.2) / n if n > 1 else t1
+                                      for n in range(1, nmax + 1)}}
+    platforms = {p: {"nmax": n} for p, n in plats.items()}
+    full = MpetDatabase(profiles, platforms)
+    for db in (full, full.without(("A", "T")).without(("B1", "P2"))):
+        for kind, table, group in (("t1", db.t1_table(), None),
+                                   ("q", db.q_table(), lambda k: k[1])):
+            by_w, by_p = table
+            own = {k: v for k, v in by_w["A"].items()
+                   if (k[0] if isinstance(k, tuple) else k) != "T"}
+            pen = {"P1": 1.0, "P2": 0.25, "P3": 0.0}
+            keep = lambda r: r != "T"  # noqa: E731
+            ys = ["B1", "B2", "B3", "B4"]
+            plain = [ratio_distance(own, by_w[b], group) for b in ys]
+            weighted = [ratio_distance(own, by_w[b], group,
+                                       lambda k: pen.get(k[0] if isinstance(k, tuple) else k,
+                                                         0.0)) for b in ys]
+            assert any(math.isfinite(x) for x in plain + weighted)
+            assert _same(db.ratio(kind, "w", "A", ys, keep), plain)
+            assert _same(db.ratio(kind, "w", "A", ys, keep, pen), weighted)
+            tgt = {k: v for k, v in by_p["T"].items()
+                   if (k[0] if isinstance(k, tuple) else k) != "A"}
+            want = [ratio_distance({k: v for k, v in by_p[p].items()
+                                    if (k[0] if isinstance(k, tuple) else k) != "A"}, tgt, group)
+                    for p in ("P1", "P2", "P3")]
+            assert _same(db.ratio_from(kind, ["P1", "P2", "P3"], "T", lambda r: r != "A"),
+                         want)
+
+
+def _same(got, want):
+    """Equal floats, NaN where NaN: no tolerance."""
+    return len(got) == len(want) and all(
+        (math.isnan(a) and math.isnan(b)) or a == b for a, b in zip(got, want))
