@@ -260,12 +260,12 @@ class MpetDatabase:
         if not ys:
             return []
         rows, index, v, ok, pos = self.ratio_rows().block(kind, axis, x)
-        if all(y in index for y in ys):
-            pick = [index[y] for y in ys]
-            v, ok, pos = v[pick], ok[pick], pos[pick]
-        else:  # a y without a table row: its entries are all invalid
-            pairs = [self.ratio_rows().pair(kind, axis, x, y) for y in ys]
-            v, ok, pos = (np.stack([p[i] for p in pairs]) for i in (1, 2, 3))
+        known = [y for y in ys if y in index]  # a y not in the table shares nothing: NaN
+        if len(known) < len(ys):
+            got = dict(zip(known, self.ratio(kind, axis, x, known, keep, weight)))
+            return [got.get(y, math.nan) for y in ys]
+        pick = [index[y] for y in ys]
+        v, ok, pos = v[pick], ok[pick], pos[pick]
         gone = self.removed
         mask = np.array([[keep(r) and ((r, x) if axis == "p" else (x, r)) not in gone
                           and ((r, y) if axis == "p" else (y, r)) not in gone for r in rows]
@@ -279,8 +279,8 @@ class MpetDatabase:
         batch: each x's rows in its own order, padded at the end with invalid rows (they add
         0.0 after the others, so each sum is the one ratio_distance makes)."""
         blocks = [self.ratio_rows().block(kind, "p", x) for x in xs]
-        if not blocks or any(y not in b[1] for b in blocks):
-            return [self.ratio(kind, "p", x, [y], keep)[0] for x in xs]
+        if not blocks or y not in blocks[0][1]:  # y not in the table shares nothing: NaN
+            return [math.nan] * len(xs)
         width = max(len(b[0]) for b in blocks)
         groups = blocks[0][2].shape[2]
         v = np.full((len(xs), width, groups), np.nan)
@@ -334,11 +334,12 @@ class MpetDatabase:
 
 
 class RatioRows:
-    """Dense log ratios log(x[k] / y[k]) between two rows of a database's t(1) or q(n) table
-    (by workload or by platform), computed once per pair, for ``ratio_distance_rows``.
+    """Log ratios log(x[k] / y[k]) between the rows of a database's t(1) or q(n) table (by
+    workload or by platform), as arrays computed once per row x against every y, for
+    ``ratio_distance_rows``; held by the database and shared with its ``without`` copies.
 
-    Keys of a table row are a label (t(1)) or (label, n) (q(n), grouped per n); the dense form
-    keeps x's order (``pos``) so that the distance is ratio_distance's float exactly.
+    Keys of a table row are a label (t(1)) or (label, n) (q(n), grouped per n); the arrays
+    keep x's order (``pos``) so that the distance is ratio_distance's float exactly.
     """
 
     def __init__(self, t1_table: tuple[dict, dict], q_table: tuple[dict, dict]):
@@ -370,7 +371,7 @@ class RatioRows:
             val = np.full((len(ws), len(ps), max(len(gs), 1)), np.nan)
             pos_w = np.zeros(val.shape, dtype=np.int64)
             pos_p = np.zeros(val.shape, dtype=np.int64)
-            for pos, table, outer in ((pos_w, by_w, ws), (pos_p, by_p, ps)):
+            for pos, table in ((pos_w, by_w), (pos_p, by_p)):
                 at = []
                 for x, d in table.items():
                     for i, (k, v) in enumerate(d.items()):
@@ -386,9 +387,9 @@ class RatioRows:
         return got
 
     def block(self, kind: str, axis: str, x):
-        """x's rows (in x's order), {y: index} and ``pair``'s v, ok, pos (over the table's
-        groups) stacked over every y of the table: from the dense table, with math.log on each
-        quotient as ratio_distance takes it."""
+        """(x's row labels in x's order, {y: index}, v, ok, pos), each [y, row, group] over
+        every y of the table: v = log(x/y) (math.log on each quotient, as ratio_distance takes
+        it), ok where both have the entry, pos = its place in x's iteration order."""
         ck = ("block", kind, axis, x)
         got = self._pairs.get(ck)
         if got is None:
@@ -421,32 +422,6 @@ class RatioRows:
             v[ok] = list(map(math.log, q[ok].tolist()))
             got = self._pairs[ck] = (rows, {y: i for i, y in enumerate(labels)}, v, ok,
                                      np.ascontiguousarray(np.broadcast_to(pos, v.shape)))
-        return got
-
-    def pair(self, kind: str, axis: str, x, y):
-        """(row labels, v, ok, pos) of x against y (see the class)."""
-        ck = (kind, axis, x, y)
-        got = self._pairs.get(ck)
-        if got is None:
-            by_w, by_p = self.tables[kind]
-            table = by_p if axis == "p" else by_w
-            xd, yd = table.get(x, {}), table.get(y, {})
-            rows: dict = {}
-            cols: dict = {}
-            for k in xd:
-                r, g = k if isinstance(k, tuple) else (k, None)
-                rows.setdefault(r, len(rows))
-                cols.setdefault(g, len(cols))
-            v = np.full((len(rows), max(len(cols), 1)), np.nan)
-            pos = np.zeros(v.shape, dtype=np.int64)
-            for i, (k, a) in enumerate(xd.items()):
-                b = yd.get(k)
-                # the tables hold finite values > 0 only; math.log as ratio_distance takes it
-                if b is not None:
-                    r, g = k if isinstance(k, tuple) else (k, None)
-                    v[rows[r], cols[g]] = math.log(a / b)
-                    pos[rows[r], cols[g]] = i
-            got = self._pairs[ck] = (list(rows), v, np.isfinite(v), pos)
         return got
 
 
