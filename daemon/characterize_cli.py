@@ -240,6 +240,11 @@ def _candidates(pred: Any) -> dict[str, list[dict[str, Any]]]:
             for name, cs in (("t1", pred.t1_candidates), ("sc", pred.sc_candidates))}
 
 
+def _method(pred: Any) -> dict[str, Any]:
+    """Which transfer rated the candidates (docs/mpet.md, docs/json-output.md)."""
+    return {"t1_basis": pred.t1_basis, "sc_basis": pred.sc_basis, "sc_choice": pred.sc_choice}
+
+
 def _rows(ns, t, lo, hi, measured, before=None) -> list[dict[str, Any]]:
     rows = []
     for i, n in enumerate(ns):
@@ -293,6 +298,7 @@ def _predict_migration(data: dict[str, Any], args: argparse.Namespace,
             "edits": [str(e) for e in edits],
             "prediction": _rows(pred.ns, pred.t, lo, hi, measured, before),
             "candidates": _candidates(pred), "single_candidate": pred.single_candidate,
+            "method": _method(pred),
             "interval": "min..max of the single candidates' predictions around the weighted one"
                         + (f", at least x{SINGLE_CANDIDATE_FACTOR:g} either way: it rests on "
                            f"a single candidate" if pred.single_candidate else "")}
@@ -326,7 +332,7 @@ def _predict_on(data: dict[str, Any], args: argparse.Namespace,
         t = edited_curve(t1e, sce, ns, topo.get("n_nu"), topo.get("n_ht"))
         return {**common, "scenario": "c (virtual workload: the measured profile edited)",
                 "t1_s": t1e, "prediction": _rows(ns, t, t, t, {}, before),
-                "candidates": {"t1": [], "sc": []},
+                "candidates": {"t1": [], "sc": []}, "method": None,
                 "interval": "none: the edited profile's own curve (eq. 3-4), no candidates"}
     profiles = {**profiles, key: serial_profile(profiles[key])}
     db = MpetDatabase(profiles, platforms)
@@ -343,6 +349,7 @@ def _predict_on(data: dict[str, Any], args: argparse.Namespace,
     return {**common, "scenario": scen, "t1_s": pred.t1,
             "prediction": _rows(ns, t, lo, hi, measured, before),
             "candidates": _candidates(pred), "single_candidate": pred.single_candidate,
+            "method": _method(pred),
             "interval": "min..max of the curves each single candidate's scaling gives, around "
                         "the weighted one"
                         + (" (it rests on a single candidate)" if pred.single_candidate else "")}
@@ -375,6 +382,8 @@ def _print_prediction(out: dict[str, Any]) -> None:
     if out.get("single_candidate"):
         print("note: a single candidate carries this prediction; measure more of the suite on "
               "the target (opptune characterize) for a narrower one")
+    if out.get("method"):
+        print(_method_line(out["method"]))
     for name, label in (("t1", "t(1)"), ("sc", "scaling")):
         if not out["candidates"][name]:
             continue
@@ -384,6 +393,19 @@ def _print_prediction(out: dict[str, Any]) -> None:
                   f"{_num(c['d_t'])}, {_num(c['weight'], 2)}")
     if measured:
         print("(measured: the workload's own runs, which the prediction did not use)")
+
+
+def _method_line(m: dict[str, Any]) -> str:
+    line = f"method: t(1) by {m['t1_basis']}, scaling by {m['sc_basis']}"
+    ch = m.get("sc_choice")
+    if ch:
+        errs = ", ".join(f"{b} {_num(100 * e, 1) if e is not None else '-'} %"
+                         for b, e in ch["errors"].items())
+        line += (f" (q-chosen: {ch['chosen']}, by the geometric-mean error predicting "
+                 f"{ch['checked']} other workloads on the target: {errs})" if ch["checked"]
+                 else f" (q-chosen: {ch['chosen']}, no other workload on the target to "
+                      f"score the options)")
+    return line
 
 
 def _num(v: Any, digits: int = 3) -> str:

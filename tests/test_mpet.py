@@ -239,6 +239,7 @@ def test_scalability_prediction_scenario_b_takes_the_closest_workload():
     db = MpetDatabase(profiles, platforms)
     pred = predict_scalability(db, "A", "P1", Selection(1, 1, k=0))
     assert pred.sc_candidates[0].workload == "B5"
+    assert (pred.t1_basis, pred.sc_basis, pred.sc_choice) == ("measured", "sc", None)
     want = [3.0 * (1 + 0.04 * 0.5 * (n - 1)) / n for n in range(1, 9)]
     assert pred.t == pytest.approx(want, rel=1e-6)
 
@@ -397,6 +398,7 @@ def test_t1_validated_basis_falls_back_to_the_ratio_distance_with_nothing_to_che
     ratio = predict_migration(db, "A", "T", dataclasses.replace(DEFAULT_T1, basis="t1-ratio"))
     assert got.t1 == pytest.approx(ratio.t1, rel=1e-12)
     assert all(not math.isfinite(c.var) for c in got.t1_candidates)
+    assert (got.t1_basis, ratio.t1_basis) == ("t1-ratio", "t1-ratio")  # fell back, says so
     # a reference profile without t(1) (runs at 2 cores only) is no tuple to check, no error
     profiles[("A", "P1")] = {"t": {2: profiles[("A", "P1")]["t"][2]}}
     truth = profiles[("A", "T")]["t"][1]
@@ -489,6 +491,16 @@ def test_q_validated_basis_trusts_the_curves_whose_transfer_held_where_data_rese
     assert chosen.t == pytest.approx(got.t, rel=1e-12)
     rest = db.without(("A", "T"))
     assert choose_sc(rest, "A", "T", sel).basis == "q-validated"
+    # the prediction says which basis it used and why: both options' errors on T's suite
+    assert (ratio.sc_basis, got.sc_basis, chosen.sc_basis) == \
+        ("q-ratio", "q-validated", "q-validated")
+    assert ratio.sc_choice is None and got.sc_choice is None
+    ch = chosen.sc_choice
+    assert ch["chosen"] == "q-validated" and set(ch["errors"]) == {"q-ratio", "q-validated"}
+    assert ch["errors"]["q-validated"] < ch["errors"]["q-ratio"]
+    suite_on_t = {w for w, p in profiles if p == "T" and w != "A"}
+    assert 0 < ch["checked"] <= len(suite_on_t)
+    assert chosen.t1_basis == got.t1_basis == "t1-validated"
     wild = dict(profiles)
     wild[("A", "T")] = {"t": {1: truth[1] * 50, 2: truth[1] * 3, 4: truth[1] * 40}}
     again = predict_migration(MpetDatabase(wild, platforms), "A", "T", sc_sel=DEFAULT_SC)
@@ -515,6 +527,11 @@ def test_q_chosen_keeps_q_ratio_with_nothing_to_score_and_q_validated_falls_back
                                                                         basis="q-ratio"))
     assert val.t == pytest.approx(ratio.t, rel=1e-12)
     assert all(not math.isfinite(c.var) for c in val.sc_candidates)
+    assert val.sc_basis == "q-ratio"  # the basis it fell back to, not the one asked for
+    keep_db = MpetDatabase(keep, platforms)
+    none = predict_migration(keep_db, "A", "T")
+    assert none.sc_choice == {"chosen": "q-ratio", "checked": 0,
+                              "errors": {"q-ratio": None, "q-validated": None}}
     with pytest.raises(ValueError):
         Selection(basis="q-chosen")  # works on q(n) values only
 
@@ -653,3 +670,50 @@ def test_breakpoints_from_the_datasets_hw_columns(tmp_path):
     assert plats["amd"] == {"n_nu": 12, "n_ht": None, "nmax": 48}
     assert plats["x2"] == {"n_nu": 6, "n_ht": 12, "nmax": 24}
     assert plats["xu3:all-static"]["n_nu"] == 4 and plats["xu3:big"]["n_nu"] is None
+
+
+def test_batched_ratio_distances_are_the_scalar_ones_to_the_last_bit():
+    """MpetDatabase.ratio / ratio_from (dense tables, batches, padded rows) give exactly
+    ratio_distance's floats, weighted or not, per n or not, on a database and on a copy
+    with profiles hidden: predictions are compared bit for bit before and after."""
+    rng = np.random.default_rng(7)
+    plats = {"P1": 8, "P2": 12, "P3": 3, "T": 16}
+    profiles = {}
+    for w in ("A", "B1", "B2", "B3", "B4"):
+        for p, nmax in plats.items():
+            if (w, p) in (("B3", "P1"), ("B4", "P2")):
+                continue  # platforms list different workloads
+            t1 = rng.uniform(1, 5)
+            profiles[(w, p)] = {"t": {n: t1 * rng.uniform(0.6, 1.2) / n if n > 1 else t1
+                                      for n in range(1, nmax + 1)}}
+    platforms = {p: {"nmax": n} for p, n in plats.items()}
+    full = MpetDatabase(profiles, platforms)
+    for db in (full, full.without(("A", "T")).without(("B1", "P2"))):
+        for kind, table, group in (("t1", db.t1_table(), None),
+                                   ("q", db.q_table(), lambda k: k[1])):
+            by_w, by_p = table
+            own = {k: v for k, v in by_w["A"].items()
+                   if (k[0] if isinstance(k, tuple) else k) != "T"}
+            pen = {"P1": 1.0, "P2": 0.25, "P3": 0.0}
+            keep = lambda r: r != "T"  # noqa: E731
+            ys = ["B1", "B2", "B3", "B4"]
+            plain = [ratio_distance(own, by_w[b], group) for b in ys]
+            weighted = [ratio_distance(own, by_w[b], group,
+                                       lambda k: pen.get(k[0] if isinstance(k, tuple) else k,
+                                                         0.0)) for b in ys]
+            assert any(math.isfinite(x) for x in plain + weighted)
+            assert _same(db.ratio(kind, "w", "A", ys, keep), plain)
+            assert _same(db.ratio(kind, "w", "A", ys, keep, pen), weighted)
+            tgt = {k: v for k, v in by_p["T"].items()
+                   if (k[0] if isinstance(k, tuple) else k) != "A"}
+            want = [ratio_distance({k: v for k, v in by_p[p].items()
+                                    if (k[0] if isinstance(k, tuple) else k) != "A"}, tgt, group)
+                    for p in ("P1", "P2", "P3")]
+            assert _same(db.ratio_from(kind, ["P1", "P2", "P3"], "T", lambda r: r != "A"),
+                         want)
+
+
+def _same(got, want):
+    """Equal floats, NaN where NaN: no tolerance."""
+    return len(got) == len(want) and all(
+        (math.isnan(a) and math.isnan(b)) or a == b for a, b in zip(got, want))

@@ -108,6 +108,8 @@ def test_scenario_b_scaling_from_the_one_core_run(cluster):
     assert {c["workload"] for c in cands} == {"pi_integrate", "shared_queue", "triad",
                                               "omp_like"}
     assert all(0 <= c["d_a"] <= 1 for c in cands)
+    # scenario (b): its own t(1), scaling rated by D_a over sc (eq. 16)
+    assert out["method"] == {"t1_basis": "measured", "sc_basis": "sc", "sc_choice": None}
 
     p = predict(cluster, "--workload", "locked_update", "--on", "test-agent")
     assert p.returncode == 0, p.stderr
@@ -116,7 +118,8 @@ def test_scenario_b_scaling_from_the_one_core_run(cluster):
     assert lines[1].split() == ["n", "t(n)", "s", "interval", "s", "measured", "s"]
     assert [ln.split()[0] for ln in lines[2:4]] == ["1", "2"]
     assert lines[4].startswith("interval: min..max of the curves each single candidate")
-    assert lines[5] == "scaling candidates (platform, workload: D_a, D_p, D_t, weight):"
+    assert lines[5] == "method: t(1) by measured, scaling by sc"
+    assert lines[6] == "scaling candidates (platform, workload: D_a, D_p, D_t, weight):"
 
     # the command workload (no runtime parameters) is predicted from its cpu-time ratio
     ext = predict_json(cluster, "--workload", "omp_like", "--on", "test-agent")

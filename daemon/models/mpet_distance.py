@@ -56,14 +56,24 @@ def tuple_distance(d_p: float, d_a: float) -> float:
 class Distances:
     """D_a, D_p and their means (eq. 16-19) over normalised vectors keyed (workload, platform)."""
 
-    def __init__(self, normalised: Mapping[Key, np.ndarray]):
-        self.sc = dict(normalised)
+    def __init__(self, normalised, keys=None):
+        """``normalised``: {key: vector}, or a function that makes it, called at the first
+        distance (with ``keys``, the keys it will have): who is profiled where is known
+        without normalising, and the ratio-based selections rarely need sc's distances."""
+        self._sc = None if callable(normalised) else dict(normalised)
+        self._make = normalised if callable(normalised) else None
         self.workloads_on: dict[Hashable, set] = {}
         self.platforms_of: dict[Hashable, set] = {}
-        for w, p in self.sc:
+        for w, p in (self._sc if keys is None else keys):
             self.workloads_on.setdefault(p, set()).add(w)
             self.platforms_of.setdefault(w, set()).add(p)
         self._cache: dict[tuple, float] = {}
+
+    @property
+    def sc(self) -> dict:
+        if self._sc is None:
+            self._sc = dict(self._make())
+        return self._sc
 
     def _d(self, k1: Key, k2: Key) -> float:
         key = (k1, k2) if str(k1) <= str(k2) else (k2, k1)
@@ -129,3 +139,36 @@ def ratio_distance(x: Mapping, y: Mapping, group=None, weight=None) -> float:
     if dof < 1e-9 or (weight is None and dof < 1 - 1e-9):
         return math.nan
     return 1.0 - math.exp(-math.sqrt(ss / dof))
+
+
+def ratio_distance_rows(v: np.ndarray, ok: np.ndarray, pos: np.ndarray,
+                        weight: np.ndarray | None = None) -> list[float]:
+    """``ratio_distance`` over precomputed log ratios, K at once: the same floats it returns.
+
+    ``v[i, r, g]`` = log(x[k] / y[k]) of series pair i's entry k in row r and group g (one
+    column: no groups); ``ok`` where both are valid; ``pos`` = k's place in x's iteration
+    order, with each row's entries consecutive in x (rows in x's order); ``weight[i, r]`` per
+    row (None: unweighted). Sums run over rows in order, then over groups in order of first
+    appearance, as ratio_distance's scalar loop adds them (no pairwise summation), so the two
+    agree to the last bit: a vectorised prediction is the same prediction.
+    """
+    k, rows, groups = v.shape
+    if rows == 0:
+        return [math.nan] * k
+    with np.errstate(all="ignore"):
+        w = np.ones((k, rows)) if weight is None else np.asarray(weight, dtype=float)
+        ok = ok & (w > 0)[:, :, None]
+        wc = np.broadcast_to(w[:, :, None], v.shape)
+        wv = np.where(ok, wc * v, 0.0)
+        sw, swv, swv2, sw2 = (np.add.accumulate(c, axis=1)[:, -1, :] for c in
+                              (np.where(ok, wc, 0.0), wv, np.where(ok, wv * v, 0.0),
+                               np.where(ok, wc * wc, 0.0)))
+        has = ok.any(axis=1)
+        ss = np.where(has, np.maximum(swv2 - swv * swv / sw, 0.0), 0.0)
+        dof = np.where(has, sw - sw2 / sw, 0.0)
+    order = np.argsort(np.where(ok, pos, np.iinfo(np.int64).max).min(axis=1), axis=1,
+                       kind="stable")  # groups without a value last (they add 0.0)
+    ss = np.add.accumulate(np.take_along_axis(ss, order, axis=1), axis=1)[:, -1].tolist()
+    dof = np.add.accumulate(np.take_along_axis(dof, order, axis=1), axis=1)[:, -1].tolist()
+    return [math.nan if d < 1e-9 or (weight is None and d < 1 - 1e-9)
+            else 1.0 - math.exp(-math.sqrt(s / d)) for s, d in zip(ss, dof)]

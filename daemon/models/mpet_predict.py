@@ -19,7 +19,8 @@ import numpy as np
 
 from .mpet_curve import (PARAMS, cpu_time_ratio, eval_curve, feature_names, feature_vector,
                          fit_curve, time_curve)
-from .mpet_distance import Distances, normalise, ratio_distance, tuple_distance
+from .mpet_distance import (Distances, normalise, ratio_distance_rows,
+                            tuple_distance)
 
 
 BASES = ("sc", "t1-ratio", "q-ratio", "t1-validated", "q-validated", "q-chosen")
@@ -156,6 +157,14 @@ class Prediction:
     lower: list[float] = field(default_factory=list)
     upper: list[float] = field(default_factory=list)
     single_candidate: bool = False
+    # the bases that rated the candidates (Selection.basis), after any fallback: "t1-validated"
+    # and "q-validated" become "t1-ratio"/"q-ratio" where no tuple could be checked; scenario
+    # (b): t1_basis "measured" (its own t(1))
+    t1_basis: str = ""
+    sc_basis: str = ""
+    # sc basis "q-chosen": why (``score_sc``): {"chosen", "errors": {basis: geometric-mean
+    # trend error on T's other workloads, or None}, "checked": how many were predicted}
+    sc_choice: dict | None = None
 
 
 class NoCandidates(ValueError):
@@ -194,7 +203,10 @@ class MpetDatabase:
     def q_values(self, key, ns) -> np.ndarray:
         """q(n) = n t(n)/t(1) of a profile at ``ns``: measured where it was, else its fitted
         curve (eq. 5-7 on its platform's breakpoints), which extrapolates beyond its cores."""
-        ns = tuple(float(n) for n in ns)
+        return self._q_values(key, tuple(float(n) for n in ns))
+
+    def _q_values(self, key, ns: tuple[float, ...]) -> np.ndarray:
+        """``q_values`` at ``ns`` already a tuple of floats."""
         # a profile's values do not change: cached, and shared with the ``without`` copies
         cache = self.__dict__.setdefault("_q_cache", {})
         got = cache.get((key, ns))
@@ -213,6 +225,9 @@ class MpetDatabase:
         out = MpetDatabase(profiles, self.platforms, {k: v for k, v in self.sc.items()
                                                       if k != key}, self.counters)
         out._q_cache = self.__dict__.setdefault("_q_cache", {})
+        # the log ratios of the database this one was cut from, less what is hidden
+        out._ratio_rows = self.ratio_rows()
+        out._removed = self.removed | {key}
         # the t(1) and q(n) tables less that profile, instead of rebuilding them
         w, p = key
         for name, table in (("_t1_table", self.t1_table), ("_q_table", self.q_table)):
@@ -224,12 +239,68 @@ class MpetDatabase:
             setattr(out, name, (by_w, by_p))
         return out
 
+    @property
+    def removed(self) -> frozenset:
+        """The profiles ``without`` hid since the database ``ratio_rows`` was built on."""
+        return self.__dict__.get("_removed", frozenset())
+
+    def ratio_rows(self) -> "RatioRows":
+        """Log ratios between the rows of the t(1) and q(n) tables, built once and shared
+        with the ``without`` copies (they only hide profiles)."""
+        got = self.__dict__.get("_ratio_rows")
+        if got is None:
+            got = self._ratio_rows = RatioRows(self.t1_table(), self.q_table())
+        return got
+
+    def ratio(self, kind: str, axis: str, x, ys, keep, weight=None) -> list[float]:
+        """``ratio_distance`` of table ``kind`` ("t1" or "q") between x's entries and each
+        y's (axis "p": platforms x and y, rows = workloads; "w": workloads, rows = platforms),
+        rows restricted to ``keep`` (a predicate) and to the profiles this database has;
+        ``weight``: {row: weight} (None: unweighted)."""
+        if not ys:
+            return []
+        rows, index, v, ok, pos = self.ratio_rows().block(kind, axis, x)
+        known = [y for y in ys if y in index]  # a y not in the table shares nothing: NaN
+        if len(known) < len(ys):
+            got = dict(zip(known, self.ratio(kind, axis, x, known, keep, weight)))
+            return [got.get(y, math.nan) for y in ys]
+        pick = [index[y] for y in ys]
+        v, ok, pos = v[pick], ok[pick], pos[pick]
+        gone = self.removed
+        mask = np.array([[keep(r) and ((r, x) if axis == "p" else (x, r)) not in gone
+                          and ((r, y) if axis == "p" else (y, r)) not in gone for r in rows]
+                         for y in ys], dtype=bool).reshape(len(ys), len(rows))
+        w = None if weight is None else \
+            np.broadcast_to(np.array([weight.get(r, 0.0) for r in rows]), mask.shape)
+        return ratio_distance_rows(v, ok & mask[:, :, None], pos, w)
+
+    def ratio_from(self, kind: str, xs, y, keep) -> list[float]:
+        """``ratio`` on axis "p" (unweighted) of each platform of ``xs`` against ``y``, in one
+        batch: each x's rows in its own order, padded at the end with invalid rows (they add
+        0.0 after the others, so each sum is the one ratio_distance makes)."""
+        blocks = [self.ratio_rows().block(kind, "p", x) for x in xs]
+        if not blocks or y not in blocks[0][1]:  # y not in the table shares nothing: NaN
+            return [math.nan] * len(xs)
+        width = max(len(b[0]) for b in blocks)
+        groups = blocks[0][2].shape[2]
+        v = np.full((len(xs), width, groups), np.nan)
+        ok = np.zeros(v.shape, dtype=bool)
+        pos = np.zeros(v.shape, dtype=np.int64)
+        gone = self.removed
+        for i, (x, (rows, index, bv, bok, bpos)) in enumerate(zip(xs, blocks)):
+            n = len(rows)
+            v[i, :n], pos[i, :n] = bv[index[y]], bpos[index[y]]
+            mask = np.array([keep(r) and (r, x) not in gone and (r, y) not in gone
+                             for r in rows], dtype=bool).reshape(n)
+            ok[i, :n] = bok[index[y]] & mask[:, None]
+        return ratio_distance_rows(v, ok, pos)
+
     def distances(self) -> Distances:
         # eq. 10-12 over the database and the query (the query's profiles are in it); computed
         # once per database (the profiles do not change after construction)
         got = getattr(self, "_dist", None)
         if got is None:
-            got = self._dist = Distances(normalise(self.sc))
+            got = self._dist = Distances(lambda: normalise(self.sc), list(self.sc))
         return got
 
     def t1_table(self) -> tuple[dict, dict]:
@@ -259,6 +330,98 @@ class MpetDatabase:
                         by_w.setdefault(w, {})[(p, n)] = q
                         by_p.setdefault(p, {})[(w, n)] = q
             got = self._q_table = (by_w, by_p)
+        return got
+
+
+class RatioRows:
+    """Log ratios log(x[k] / y[k]) between the rows of a database's t(1) or q(n) table (by
+    workload or by platform), as arrays computed once per row x against every y, for
+    ``ratio_distance_rows``; held by the database and shared with its ``without`` copies.
+
+    Keys of a table row are a label (t(1)) or (label, n) (q(n), grouped per n); the arrays
+    keep x's order (``pos``) so that the distance is ratio_distance's float exactly.
+    """
+
+    def __init__(self, t1_table: tuple[dict, dict], q_table: tuple[dict, dict]):
+        self.tables = {"t1": t1_table, "q": q_table}
+        self._pairs: dict = {}
+
+    def log_q_on(self, platform) -> dict:
+        """{workload: {n: log q(n)}} measured on ``platform`` (n >= 2), in table order."""
+        got = self._pairs.get(("log q", platform))
+        if got is None:
+            got = {}
+            for (b, n), v in self.tables["q"][1].get(platform, {}).items():
+                got.setdefault(b, {})[n] = math.log(v)
+            self._pairs[("log q", platform)] = got
+        return got
+
+    def _dense(self, kind: str):
+        """Table ``kind`` as arrays: workload and platform labels (table order), group labels,
+        values [w, p, g] (NaN: none) and each entry's place in by_w[w] and in by_p[p]."""
+        got = self._pairs.get(("dense", kind))
+        if got is None:
+            by_w, by_p = self.tables[kind]
+            ws = {w: i for i, w in enumerate(by_w)}
+            ps = {p: i for i, p in enumerate(by_p)}
+            gs: dict = {}
+            for d in by_w.values():
+                for k in d:
+                    gs.setdefault(k[1] if isinstance(k, tuple) else None, len(gs))
+            val = np.full((len(ws), len(ps), max(len(gs), 1)), np.nan)
+            pos_w = np.zeros(val.shape, dtype=np.int64)
+            pos_p = np.zeros(val.shape, dtype=np.int64)
+            for pos, table in ((pos_w, by_w), (pos_p, by_p)):
+                at = []
+                for x, d in table.items():
+                    for i, (k, v) in enumerate(d.items()):
+                        r, g = k if isinstance(k, tuple) else (k, None)
+                        w, p = (x, r) if table is by_w else (r, x)
+                        at.append((ws[w], ps[p], gs[g], i, v))
+                if at:
+                    a = np.array(at, dtype=object)
+                    idx = tuple(a[:, j].astype(np.int64) for j in range(3))
+                    pos[idx] = a[:, 3].astype(np.int64)
+                    val[idx] = a[:, 4].astype(float)
+            got = self._pairs[("dense", kind)] = (list(ws), list(ps), val, pos_w, pos_p)
+        return got
+
+    def block(self, kind: str, axis: str, x):
+        """(x's row labels in x's order, {y: index}, v, ok, pos), each [y, row, group] over
+        every y of the table: v = log(x/y) (math.log on each quotient, as ratio_distance takes
+        it), ok where both have the entry, pos = its place in x's iteration order."""
+        ck = ("block", kind, axis, x)
+        got = self._pairs.get(ck)
+        if got is None:
+            ws, ps, val, pos_w, pos_p = self._dense(kind)
+            labels = ps if axis == "p" else ws
+            if x not in labels:
+                got = self._pairs[ck] = ([], {y: i for i, y in enumerate(labels)},
+                                         np.zeros((len(labels), 0, 1)),
+                                         np.zeros((len(labels), 0, 1), dtype=bool),
+                                         np.zeros((len(labels), 0, 1), dtype=np.int64))
+                return got
+            xi = labels.index(x)
+            # rows = the other axis: [rows, y, g] views of the values
+            if axis == "p":
+                mine, pos, other = val[:, xi, :], pos_p[:, xi, :], ws
+                theirs = val.transpose(1, 0, 2)  # [y, rows, g]
+            else:
+                mine, pos, other = val[xi], pos_w[xi], ps
+                theirs = val  # [y, rows, g]
+            present = np.isfinite(mine)
+            first = np.where(present, pos, np.iinfo(np.int64).max).min(axis=1)
+            order = [r for r in np.argsort(first, kind="stable").tolist()
+                     if present[r].any()]
+            rows = [other[r] for r in order]
+            mine, pos = mine[order], pos[order]
+            with np.errstate(all="ignore"):
+                q = mine[None, :, :] / theirs[:, order, :]
+            ok = np.isfinite(q)
+            v = np.full(q.shape, np.nan)
+            v[ok] = list(map(math.log, q[ok].tolist()))
+            got = self._pairs[ck] = (rows, {y: i for i, y in enumerate(labels)}, v, ok,
+                                     np.ascontiguousarray(np.broadcast_to(pos, v.shape)))
         return got
 
 
@@ -336,15 +499,12 @@ def _kernels(db: MpetDatabase, workload, target, refs) -> tuple[dict, dict, dict
     by_w, by_p = db.t1_table()
     own = {p: v for p, v in by_w.get(workload, {}).items() if p in refs and p != target}
     tgt = {b: v for b, v in by_p.get(target, {}).items() if b != workload}
-    cache = db.__dict__.setdefault("_ratio_cache", {})
-    s_p = {}
-    for p in own:
-        ck = ("t1-ratio", "p", workload, p, target)
-        if ck not in cache:
-            cache[ck] = ratio_distance({k: v for k, v in by_p.get(p, {}).items()
-                                        if k != workload}, tgt)
-        s_p[p] = _log_deviation(cache[ck])
-    kern_a = {b: _likeness(_log_deviation(ratio_distance(own, by_w.get(b, {})))) for b in tgt}
+    others = lambda r: r != workload  # noqa: E731
+    s_p = {p: _log_deviation(d) for p, d in zip(own, db.ratio_from("t1", list(own), target,
+                                                                    others))}
+    mine = lambda r: r in refs and r != target  # noqa: E731
+    kern_a = {b: _likeness(_log_deviation(d))
+              for b, d in zip(tgt, db.ratio("t1", "w", workload, list(tgt), mine))}
     return own, tgt, s_p, {p: _likeness(s) for p, s in s_p.items()}, kern_a
 
 
@@ -410,10 +570,10 @@ def _validated_q(db: MpetDatabase, workload, target, pairs: list[Candidate], ref
     for t(1)). ``var`` and the weights as in ``_validated``. False where nothing was checked.
     """
     _, _, s_p, kern, kern_a = _kernels(db, workload, target, refs)
-    tgt_n: dict = {}  # suite workload -> {n: log q measured on T}
-    for (b, n), v in db.q_table()[1].get(target, {}).items():
-        if b != workload:
-            tgt_n.setdefault(b, {})[n] = math.log(v)
+    # suite workload -> {n: log q measured on T}
+    gone = db.removed
+    tgt_n = {b: d for b, d in db.ratio_rows().log_q_on(target).items()
+             if b != workload and (b, target) not in gone}
     ns = tuple(sorted({n for d in tgt_n.values() for n in d}))  # T's core counts, n >= 2
     if not ns:
         return False
@@ -421,54 +581,85 @@ def _validated_q(db: MpetDatabase, workload, target, pairs: list[Candidate], ref
     # the suite's measured log q on T (NaN where not measured) and its likeness to A
     on_t = np.array([[tgt_n[b].get(n, np.nan) for n in ns] for b in suite])
     w_a = np.array([kern_a.get(b, 0.0) for b in suite])
-    rows: dict = {}  # platform -> the suite's log q on T less on it, at T's counts
-    by_ref: dict = {}  # B -> (A's references, log q(A, P') - log q(B, P') per row)
     ref_list = sorted(kern, key=str)
 
     nsf = tuple(float(n) for n in ns)
     memo: dict = {}
 
+    shared = db.__dict__.setdefault("_q_cache", {})
+    nan_row = np.full(len(ns), np.nan)
+
     def logq(key):
         got = memo.get(key)
         if got is None:
-            got = memo[key] = np.log(db.q_values(key, nsf)) if key in db.sc else \
-                np.full(len(ns), np.nan)
+            if key in db.sc:  # a profile's log q does not change: shared like q_values
+                got = shared.get(("log", key, nsf))
+                if got is None:
+                    got = shared[("log", key, nsf)] = np.log(db._q_values(key, nsf))
+            else:
+                got = nan_row
+            memo[key] = got
         return got
 
-    any_var = False
+    # every candidate (P, B) at once; the sums as _set_var adds them
+    by_plat: dict = {}
     for c in pairs:
         c.d_p = 1.0 - math.exp(-s_p.get(c.platform, math.inf))
-        if (workload, c.platform) not in db.sc or (c.workload, c.platform) not in db.sc \
-                or c.workload not in tgt_n:
-            continue
-        if c.workload not in by_ref:
-            qs = [q for q in ref_list if (workload, q) in db.sc and (c.workload, q) in db.sc]
-            by_ref[c.workload] = (qs, np.vstack([logq((workload, q)) - logq((c.workload, q))
-                                                 for q in qs]) if qs else None)
-        qs, dm = by_ref[c.workload]
-        shift = logq((workload, c.platform)) - logq((c.workload, c.platform))
-        terms = []
-        if qs:
-            e2 = np.mean((dm - shift) ** 2, axis=1)
-            terms = [(kern[q], float(e)) for q, e in zip(qs, e2) if q != c.platform]
-        if c.platform not in rows:
-            rows[c.platform] = on_t - np.vstack([logq((b, c.platform)) for b in suite])
-        # log q(B', T) - log q(B', P) against the tuple's factor, per B' (NaN: not measured)
-        dev = rows[c.platform]
-        i = suite.index(c.workload)
-        sq = (dev - dev[i]) ** 2
-        cnt = np.isfinite(sq).sum(axis=1)
-        with np.errstate(all="ignore"):
-            e2 = np.where(np.isfinite(sq), sq, 0.0).sum(axis=1) / cnt
-        ok = (cnt > 0) & (w_a > 0)
-        ok[i] = False
-        terms += list(zip(w_a[ok], e2[ok]))
-        any_var |= _set_var(c, terms)
+        if (workload, c.platform) in db.sc and (c.workload, c.platform) in db.sc \
+                and c.workload in tgt_n:
+            by_plat.setdefault(c.platform, []).append(c)
+    k_ref = np.array([kern[q] for q in ref_list])
+    a_ref = np.array([(workload, q) in db.sc for q in ref_list], dtype=bool)
+    l_ref = np.array([logq((workload, q)) for q in ref_list]).reshape(len(ref_list), len(ns))
+    # the suite's log q on every platform involved (NaN: no profile), and who has one
+    plats = sorted(set(ref_list) | set(by_plat), key=str)
+    col = {q: i for i, q in enumerate(plats)}
+    ref_i = [col[q] for q in ref_list]
+    lq = np.array([[logq((b, q)) for q in plats] for b in suite]
+                  ).reshape(len(suite), len(plats), len(ns))
+    has_b = np.array([[(b, q) in db.sc for q in plats] for b in suite], dtype=bool
+                     ).reshape(len(suite), len(plats))
+    at = {b: i for i, b in enumerate(suite)}
+    cs = [c for group in by_plat.values() for c in group]
+    if not cs:
+        return False
+    idx = np.array([at[c.workload] for c in cs])
+    pc = np.array([col[c.platform] for c in cs])
+    # A on its other references P': log q(A, P') - log q(B, P') against the shift
+    dm = l_ref[None, :, :] - lq[idx][:, ref_i, :]  # NaN where a profile is missing
+    has = has_b[idx][:, ref_i] & a_ref[None, :] & \
+        (np.array(ref_i)[None, :] != pc[:, None])
+    l_a = np.array([logq((workload, q)) for q in plats]).reshape(len(plats), len(ns))
+    shift = l_a[pc] - lq[idx, pc, :]
+    e_ref = np.mean((dm - shift[:, None, :]) ** 2, axis=2)
+    # log q(B', T) - log q(B', P) against the tuple's factor, per B' (NaN: not measured)
+    dev = on_t[None, :, :] - lq.transpose(1, 0, 2)  # per platform
+    sq = (dev[pc] - dev[pc, idx][:, None, :]) ** 2
+    cnt = np.isfinite(sq).sum(axis=2)
+    with np.errstate(all="ignore"):
+        e_s = np.where(np.isfinite(sq), sq, 0.0).sum(axis=2) / cnt
+        ok = (cnt > 0) & (w_a > 0)[None, :]
+        ok[np.arange(len(cs)), idx] = False
+        mask = np.concatenate([has, ok], axis=1)
+        w = np.concatenate([np.broadcast_to(k_ref, has.shape),
+                            np.broadcast_to(w_a, ok.shape)], axis=1)
+        e = np.concatenate([e_ref, e_s], axis=1)
+        # summed in _set_var's order: one term after the other
+        num = np.add.accumulate(np.where(mask, w * e, 0.0), axis=1)[:, -1].tolist() \
+            if mask.shape[1] else [0.0] * len(cs)
+        den = np.add.accumulate(np.where(mask, w, 0.0), axis=1)[:, -1].tolist() \
+            if mask.shape[1] else [0.0] * len(cs)
+    any_var = False
+    for c, nu, de in zip(cs, num, den):
+        c.var = nu / de if de > 0 else math.nan
+        c.d_a = 1.0 - math.exp(-math.sqrt(c.var)) if math.isfinite(c.var) else math.nan
+        any_var |= math.isfinite(c.var)
     return any_var
 
 
 def _candidates(dist: Distances, db: MpetDatabase, workload, target, sel: Selection,
-                refs=None) -> list[Candidate]:
+                refs=None, used: list | None = None) -> list[Candidate]:
+    """The candidates by ``sel``; ``used`` (a list) gets the basis that rated them."""
     refs = set(refs) if refs is not None else dist.platforms_of.get(workload, set())
     suite = dist.workloads_on.get(target, set()) - {workload}
     pairs = []
@@ -491,39 +682,37 @@ def _candidates(dist: Distances, db: MpetDatabase, workload, target, sel: Select
         check = _validated if sel.basis == "t1-validated" else _validated_q
         if not check(db, workload, target, pairs, refs):
             return _candidates(dist, db, workload, target,
-                               dataclasses.replace(sel, basis=VALIDATED[sel.basis]), refs)
+                               dataclasses.replace(sel, basis=VALIDATED[sel.basis]), refs, used)
     elif sel.basis == "sc":
         sc_distances("a")
         sc_distances("p")
     elif pairs:
-        by_w, by_p = db.t1_table() if sel.basis == "t1-ratio" else db.q_table()
-        group = None if sel.basis == "t1-ratio" else (lambda k: k[1])  # q: per n
-        own = {k: v for k, v in by_w.get(workload, {}).items()
-               if _plat(k) in refs and _plat(k) != target}
-        tgt = {k: v for k, v in by_p.get(target, {}).items() if _plat(k) != workload}
+        # q: grouped per n (q(n)'s factor of eq. 21 is taken per n)
+        kind = "t1" if sel.basis == "t1-ratio" else "q"
         # cached per database: the nested evaluation asks the same pairs for every setting
         cache = db.__dict__.setdefault("_ratio_cache", {})
         ref_key = frozenset(refs) - {target}
+        others = lambda r: r != workload  # noqa: E731
         da, dp = {}, {}
+        todo = [p for p in ref_key if (sel.basis, "p", workload, p, target) not in cache]
+        for p, d in zip(todo, db.ratio_from(kind, todo, target, others)):
+            cache[(sel.basis, "p", workload, p, target)] = d
         for p in ref_key:
-            ck = (sel.basis, "p", workload, p, target)
-            if ck not in cache:
-                cache[ck] = ratio_distance({k: v for k, v in by_p.get(p, {}).items()
-                                            if _plat(k) != workload}, tgt, group)
-            dp[p] = cache[ck]
+            dp[p] = cache[(sel.basis, "p", workload, p, target)]
         # D_a over the references weighted by eq. 22's penalty of their D_p to T (k = 0: all
         # alike): B should be proportional to A on the platforms that behave like T
-        ref_w = None
+        pen = None
         if sel.k > 0:
             refs_l = sorted(ref_key, key=str)
             w = np.array([1.0 - dp[p] if math.isfinite(dp[p]) else 0.0 for p in refs_l])
-            pen = dict(zip(refs_l, penalty(w, sel.k)))
-            ref_w = lambda k: pen.get(_plat(k), 0.0)  # noqa: E731
+            pen = dict(zip(refs_l, penalty(w, sel.k).tolist()))
+        mine = lambda r: r in ref_key  # noqa: E731
+        todo = [b for b in {c.workload for c in pairs}
+                if (sel.basis, "a", workload, b, ref_key, target, sel.k) not in cache]
+        for b, d in zip(todo, db.ratio(kind, "w", workload, todo, mine, pen)):
+            cache[(sel.basis, "a", workload, b, ref_key, target, sel.k)] = d
         for b in {c.workload for c in pairs}:
-            ck = (sel.basis, "a", workload, b, ref_key, target, sel.k)
-            if ck not in cache:
-                cache[ck] = ratio_distance(own, by_w.get(b, {}), group, ref_w)
-            da[b] = cache[ck]
+            da[b] = cache[(sel.basis, "a", workload, b, ref_key, target, sel.k)]
         ra = [da[c.workload] for c in pairs]
         rp = [dp[c.platform] for c in pairs]
         # per component: the ratio distance where any candidate has it, else sc's (a workload
@@ -541,6 +730,8 @@ def _candidates(dist: Distances, db: MpetDatabase, workload, target, sel: Select
                                   str(c.platform), str(c.workload)))
     else:
         pairs.sort(key=lambda c: (c.d_t, str(c.platform), str(c.workload)))
+    if used is not None:
+        used.append(sel.basis)
     chosen, plats, works = [], set(), set()
     for c in pairs:
         if (c.platform in plats or len(plats) < sel.n_platforms) and \
@@ -576,19 +767,28 @@ def _q_curve(db: MpetDatabase, workload, target, sel: Selection, nsa: np.ndarray
     if not cs:
         return None
     r = _weights(cs, sel)
-    rows = [np.vstack([db.q_values(k, nsa) for k in keys]) for keys in
+    nst = tuple(float(n) for n in nsa)
+    rows = [np.vstack([db._q_values(k, nst) for k in keys]) for keys in
             ([(c.workload, target) for c in cs], [(workload, c.platform) for c in cs],
              [(c.workload, c.platform) for c in cs])]
     return reconstruct(*rows, r, sel.max_factor, sel.mean)
 
 
 def choose_sc(db: MpetDatabase, workload, target, sel: Selection) -> Selection:
-    """Basis "q-chosen": ``sel`` with the basis, of SC_OPTIONS, whose scaling predictions of
+    """Basis "q-chosen": ``sel`` with the basis ``score_sc`` chose."""
+    return dataclasses.replace(sel, basis=score_sc(db, workload, target, sel)["chosen"])
+
+
+def score_sc(db: MpetDatabase, workload, target, sel: Selection) -> dict:
+    """Basis "q-chosen": the basis, of SC_OPTIONS, whose scaling predictions of
     the target's other workloads were best, without A's profile on T (leave-one-out over T's
     suite: each suite workload B' on T removed in turn and predicted from its other
     platforms; geometric mean of the trend errors of t(1) q(n)/n against the measured t(n),
     over the B' that every option could predict). The first option where none could be scored
-    or on a tie. Not in the seed: which transfer suits T is decided on T's own data."""
+    or on a tie. Not in the seed: which transfer suits T is decided on T's own data.
+
+    Returns {"chosen": basis, "errors": {basis: the geometric-mean error, None where none
+    could be scored}, "checked": how many B' were scored}."""
     options = [dataclasses.replace(sel, basis=b) for b in SC_OPTIONS]
     logs = [[] for _ in options]
     dist = db.distances()
@@ -614,8 +814,10 @@ def choose_sc(db: MpetDatabase, workload, target, sel: Selection) -> Selection:
             for acc, e in zip(logs, got):
                 acc.append(math.log(max(e, 1e-9)))
     if not logs[0]:
-        return options[0]
-    return options[int(np.argmin([sum(x) / len(x) for x in logs]))]
+        return {"chosen": SC_OPTIONS[0], "errors": {b: None for b in SC_OPTIONS}, "checked": 0}
+    means = [sum(x) / len(x) for x in logs]
+    return {"chosen": SC_OPTIONS[int(np.argmin(means))], "checked": len(logs[0]),
+            "errors": {b: math.exp(m) for b, m in zip(SC_OPTIONS, means)}}
 
 
 def predict_migration(db: MpetDatabase, workload, target, t1_sel: Selection = DEFAULT_T1,
@@ -633,11 +835,13 @@ def predict_migration(db: MpetDatabase, workload, target, t1_sel: Selection = DE
     if ns is None:
         ns = list(range(1, int(topo.get("nmax") or 1) + 1))
     nsa = np.asarray(list(ns), dtype=float)
+    choice = None
     if sc_sel.basis == "q-chosen":
-        sc_sel = choose_sc(db, workload, target, sc_sel)
-    cands, rows = {}, {}
+        choice = score_sc(db, workload, target, sc_sel)
+        sc_sel = dataclasses.replace(sc_sel, basis=choice["chosen"])
+    cands, rows, used = {}, {}, []
     for name, sel in (("t1", t1_sel), ("sc", sc_sel)):
-        cs = _candidates(dist, db, workload, target, sel, refs)
+        cs = _candidates(dist, db, workload, target, sel, refs, used)
         if not cs:
             raise NoCandidates(f"no candidate: {workload!r} shares no platform with a workload "
                                f"measured on {target!r}")
@@ -672,7 +876,8 @@ def predict_migration(db: MpetDatabase, workload, target, t1_sel: Selection = DE
     else:
         t = time_curve(t1, sc, nsa, topo.get("n_nu"), topo.get("n_ht"))
     pred = Prediction(workload, target, t1, sc, [int(n) for n in nsa], [float(x) for x in t],
-                      cands["t1"], cands["sc"])
+                      cands["t1"], cands["sc"], t1_basis=used[0], sc_basis=used[1],
+                      sc_choice=choice)
     _interval(pred, rows, t1_sel, sc_sel, topo, nsa)
     return pred
 
@@ -750,4 +955,5 @@ def predict_scalability(db: MpetDatabase, workload, platform, sel: Selection = S
         ns = list(range(1, int(topo.get("nmax") or 1) + 1))
     t1 = db.t1(key)
     t = time_curve(t1, sc, ns, topo.get("n_nu"), topo.get("n_ht"))
-    return Prediction(workload, platform, t1, sc, list(ns), [float(x) for x in t], [], cands)
+    return Prediction(workload, platform, t1, sc, list(ns), [float(x) for x in t], [], cands,
+                      t1_basis="measured", sc_basis=sel.basis)
