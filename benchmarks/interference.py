@@ -11,8 +11,9 @@ slack of one tick per cpu leave the 13-40 ms runs of size small at 3 and 4 cores
     holds cpu 1) that are marked (target >= 95 %), the unaffected runs marked (target 0), and
     whether the demo's output names the interference and the offender;
 (b) quiet demos (``--quiet-demos``, default 3): the runs marked (target 0);
-(c) a neighbour that stops half-way through the sweep's runs: the points measured again, and the
-    recommendation beside the quiet demos' (target: the same cores, resting on clean runs).
+(c) a neighbour that stops half-way through the demo (once the sweep's runs are stored, before
+    the re-measures and the verification): the points measured again, and the recommendation
+    beside the quiet demos' (target: the same cores, resting on clean runs).
 
 Each demo is the real one (daemon and agent processes, daemon/demo.py) in a fresh directory
 under ``--dir``; the daemon's re-measure backoff is shortened to ``--backoff`` seconds (the
@@ -77,12 +78,12 @@ class Neighbour:
             update_spec(str(self.root), neighbour=None)
 
 
-def _rows(db: Path, sql: str) -> list[tuple]:
+def _rows(db: Path, sql: str, params: tuple = ()) -> list[tuple]:
     if not db.exists():
         return []
     con = sqlite3.connect(f"file:{db}?mode=ro", uri=True, timeout=5)
     try:
-        return con.execute(sql).fetchall()
+        return con.execute(sql, params).fetchall()
     except sqlite3.OperationalError:  # the daemon has not made the tables yet
         return []
     finally:
@@ -90,11 +91,14 @@ def _rows(db: Path, sql: str) -> list[tuple]:
 
 
 def _stop_half_way(db: Path, neighbour: Neighbour, done: threading.Event) -> None:
-    """Stop the neighbour once half of the sweep's runs are stored."""
+    """Stop the neighbour once the sweep's runs are stored: half-way through the demo, whose
+    re-measures and verification follow. (Half-way through the sweep would stop it, on a
+    2-cpu machine, before the first run it shares a cpu with: the 1-core runs come first.)"""
     while not done.is_set():
-        jobs = _rows(db, "SELECT expected FROM jobs ORDER BY created LIMIT 1")
-        stored = _rows(db, "SELECT COUNT(*) FROM runs")
-        if jobs and stored and stored[0][0] * 2 >= jobs[0][0]:
+        jobs = _rows(db, "SELECT job_id, expected FROM jobs ORDER BY created LIMIT 1")
+        stored = _rows(db, "SELECT COUNT(*) FROM runs WHERE job_id = ?", (jobs[0][0],)) \
+            if jobs else []
+        if jobs and stored and stored[0][0] >= jobs[0][1]:
             neighbour.stop()
             return
         done.wait(0.2)  # a polling interval of the benchmark, not a test's synchronisation

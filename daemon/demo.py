@@ -235,8 +235,11 @@ def _done(status: dict[str, Any]) -> tuple[bool, list[str]]:
             reasons.setdefault(str(j.get("workload")), []).append(
                 f"job {j.get('job_id')} ({j.get('workload')}) {j.get('state')}: "
                 f"{j.get('reason')}")
+    newest = {str(j.get("workload")): j.get("job_id") for j in jobs}  # jobs come oldest first
     for e in status.get("fit_errors") or []:
         workload = _workload_of(e)
+        if e.get("job_id") and newest.get(workload, e["job_id"]) != e["job_id"]:
+            continue  # the fit after an earlier job (before a re-measure): the newer one's is due
         if workload not in recommended:
             reasons.setdefault(workload, []).append(
                 f"{'/'.join(str(v) for v in (e.get('group') or {}).values() if v)}: "

@@ -169,6 +169,13 @@ def test_demo_waits_for_marked_points_measured_again():
                     "measuring them again in 10 s, retry 0")
     assert _remeasure_note({"remeasure": [{**pending, "due_in_s": 3.0}]})[0] == key
     assert _remeasure_note({"remeasure": [{**pending, "retry": 1}]})[0] != key
+    # measured again: the fit error of the first job is not the end; the re-measure job's is
+    again = {**job, "job_id": "job-2", "expected": 3, "received": 3}
+    first = {**err, "job_id": "job-1"}
+    st = {**base, "jobs": [job, again], "fit_errors": [first], "remeasure": []}
+    assert _done(st) == (False, [])
+    assert _done({**st, "fit_errors": [{**first, "job_id": "job-2"}]}) == (
+        True, ["pi: no model: 3 runs marked for interference"])
     never = {**pending, "state": "never clean"}
     assert _done({**base, "remeasure": [never]}) == (
         True, ["pi: no model: 3 runs marked for interference"])
