@@ -24,7 +24,8 @@ def cmd_characterize(args: argparse.Namespace) -> int:
     if rc is not None:
         return rc
     out = sys.stderr if args.json else sys.stdout
-    print(f"characterize {data['agent']}: {len(data['kernels'])} kernels at size "
+    n = len(data["kernels"])
+    print(f"characterize {data['agent']}: {n} kernel{'s' if n != 1 else ''} at size "
           f"{data['size']}, frequencies: {data['frequencies']}", file=out)
     if data.get("commands"):
         print("command workloads (t(n) only, MPET runtime parameters invalid): " + ", ".join(

@@ -65,7 +65,9 @@ def add_parsers(subparsers: Any) -> None:
             "product where the fit has a power model, at the core counts and frequencies "
             "asked. Warns where a query lies outside the measured core counts or frequencies. "
             "Exit 1 when nothing can be predicted, 2 on unusable input.")
-    p = subparsers.add_parser("predict", help="predict time (and energy) from a saved fit",
+    p = subparsers.add_parser("predict", help="predict time (and energy) from a saved fit; "
+                              "with --workload, a workload on a platform it never ran on "
+                              "(--from P --to T) or beyond one core (--on P) by MPET",
                               description=desc)
     p.add_argument("--fit", metavar="FIT.json",
                    help="file written by 'opptune fit --save'")

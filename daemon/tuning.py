@@ -284,7 +284,8 @@ class Tuner:
             while any(share(k, least) < n for k, n in enumerate(needs)):
                 least += 1
             raise HandlerError("bad_args", f"a budget of {budget} leaves {seg.budget} "
-                               f"configurations for {seg.variant or 'the board'}, where a "
+                               f"configuration{'s' if seg.budget != 1 else ''} for "
+                               f"{seg.variant or 'the board'}, where a "
                                f"model needs {needs[short[0]]} more ("
                                + ("cores x frequency" if seg.grid.freq_mhz is not None
                                   else "cores") + f"): give --budget {least} or more"
