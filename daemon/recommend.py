@@ -108,13 +108,14 @@ def fit_setting(platform: dict[str, Any], variant: str, rows: Sequence[Row]) -> 
     outliers (MAD rule; the store keeps them); the one place both the daemon's fits and the
     report's refits take their runs from. With no sweep order in the description, cpus
     0..n-1 up to the most cores run."""
-    known = [r for r in rows if r[1] is not None and r[1] == r[1]]
-    used = list(known or rows)
     kept, left_out = fit_rows(rows)
+    # the MAD rule never empties a configuration (its median stays), so the configurations
+    # of ``kept`` are those of every run fit_rows considered
     order = cluster_order(platform, variant) if platform else []
-    if not order and used:
-        order = list(range(max(int(r[0]) for r in used)))
-    freqs = sorted({int(round(float(r[1]) * 1000)) for r in known}) or None
+    if not order and kept:
+        order = list(range(max(int(r[0]) for r in kept)))
+    freqs = sorted({int(round(float(r[1]) * 1000)) for r in kept
+                    if r[1] is not None and r[1] == r[1]}) or None
     return FitSetting(kept, order, freqs, physical_cores(platform, order) if platform else None,
                       left_out)
 

@@ -123,7 +123,8 @@ class CalibratedFit(_IntervalOf):
     otherwise it is never narrower than the model's own (``envelope``: without held-out
     points, the interval spans the persistence forecast outside the range instead).
     Everything else (name, parameters, saved state, members) is the wrapped model's; a saved
-    fit keeps the model's own interval."""
+    fit keeps this interval beside the state (``interval_state``), except one spanning a
+    persistence forecast."""
 
     def __init__(self, inner: FittedModel, h0: float, rate: float, rng: tuple,
                  n_held: int, envelope: FittedModel | None = None, noise: float = 0.0,
@@ -158,7 +159,6 @@ class CalibratedFit(_IntervalOf):
             lo = np.where(d > 0, np.minimum(lo, e), lo)
             hi = np.where(d > 0, np.maximum(hi, e), hi)
         return Prediction(value=v, lower=lo, upper=hi, level=pr.level)
-
 
 
 def calibrated(model: FittedModel, log_err: np.ndarray, dist: np.ndarray, obs: Observations,
@@ -221,7 +221,7 @@ class PooledFit(_IntervalOf):
     through its split (pooled.py, ``pooled_half``): at each query point where at least
     ``min_groups`` of them have an error, that half-width replaces the model's interval
     (calibrated or not); elsewhere the model's stands. Everything else is the wrapped
-    model's; a saved fit keeps the model's own interval."""
+    model's; a saved fit keeps this interval beside the state (``interval_state``)."""
 
     def __init__(self, inner: FittedModel, h0: np.ndarray, rate: np.ndarray, rng: tuple,
                  level: float, min_groups: int) -> None:
