@@ -207,11 +207,12 @@ def group_basis(d: Daemon, fits: list[dict[str, Any]]) -> Any:
     """``(agent, group) -> rests_on`` (recommender.rests_on), each group read once."""
     quality = {Group(**f["group"]): f["quality"] for f in fits}
     cache: dict[tuple[str, Group], dict[str, Any]] = {}
+    never_clean = d.remeasure.never_clean  # a store read: once per status, not per group
 
     def basis(agent: str, group: Group) -> dict[str, Any]:
         key = (agent, group)
         if key not in cache:
-            never = d.remeasure.never_clean.get((agent, group.workload, group.input))
+            never = never_clean.get((agent, group.workload, group.input))
             cache[key] = rests_on(d.store, group, quality.get(group), never)
         return cache[key]
     return basis
