@@ -469,6 +469,35 @@ class SQLiteStore(Store):
         return [self._rec_row(r) for r in
                 self._rows("SELECT * FROM recommendations ORDER BY created")]
 
+    def take_unsent(self, agent: str, now: float) -> list[dict[str, Any]]:
+        taken = []
+        with self._tx() as db:
+            cur = db.execute("SELECT * FROM recommendations WHERE agent=? ORDER BY created",
+                             (agent,))
+            names = [d[0] for d in cur.description]
+            newest: dict[tuple[str, str, str, str], dict[str, Any]] = {}
+            unsent = []
+            for row in cur.fetchall():
+                r = dict(zip(names, row))
+                newest[(r["platform"], r["workload"], r["input"], r["variant"])] = r
+                # an error says why it must not be sent later (a running process's target)
+                if r["state"] == "unsent" and r["error"] is None:
+                    unsent.append(r)
+            for r in unsent:
+                latest = newest[(r["platform"], r["workload"], r["input"], r["variant"])]
+                if latest is r:
+                    state, error = "pushed", None
+                else:
+                    state, error = "superseded", ("a newer recommendation of its group was "
+                                                  "made before the agent came back")
+                moved = db.execute("UPDATE recommendations SET state=?, error=?, updated=? "
+                                   "WHERE id=? AND state='unsent'",
+                                   (state, error, now, r["id"])).rowcount
+                if moved and state == "pushed":
+                    r["state"] = state
+                    taken.append(self._rec_row(r))
+        return taken
+
     # -- fitting claims -------------------------------------------------------------------------
     def claim_fit(self, group: Group, owner: str, now: float, lease_s: float) -> bool:
         with self._tx() as db:  # BEGIN IMMEDIATE: one writer claims at a time
