@@ -199,7 +199,7 @@ class SQLiteStore(Store):
             for w in workloads:
                 name = w.get("name") if isinstance(w, dict) else w
                 if isinstance(name, str):
-                    db.execute("INSERT OR IGNORE INTO workloads VALUES (?, ?, ?)",
+                    db.execute("INSERT INTO workloads VALUES (?, ?, ?) ON CONFLICT DO NOTHING",
                                (name, _dumps(w if isinstance(w, dict) else {}), now))
 
     def touch_agents(self, last_seen: dict[str, float]) -> None:
@@ -228,12 +228,18 @@ class SQLiteStore(Store):
     def save_job(self, agent_id: str, job: dict[str, Any], now: float, state: str = "sent") -> None:
         points = job["points"]
         with self._tx() as db:
-            db.execute("INSERT OR REPLACE INTO jobs VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+            db.execute("INSERT INTO jobs VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) "
+                       "ON CONFLICT(job_id) DO UPDATE SET agent=excluded.agent, "
+                       "workload=excluded.workload, size=excluded.size, points=excluded.points, "
+                       "n_points=excluded.n_points, reps=excluded.reps, "
+                       "warmup=excluded.warmup, expected=excluded.expected, "
+                       "created=excluded.created, state=excluded.state, "
+                       "reason=excluded.reason, updated=excluded.updated",
                        (job["job_id"], agent_id, job["workload"], job["size"], _dumps(points),
                         len(points), job["reps"], job["warmup"], len(points) * job["reps"],
                         now, state, None, now))
-            db.execute("INSERT OR IGNORE INTO workloads(name, first_seen) VALUES (?, ?)",
-                       (job["workload"], now))
+            db.execute("INSERT INTO workloads(name, first_seen) VALUES (?, ?) "
+                       "ON CONFLICT DO NOTHING", (job["workload"], now))
 
     def set_job_state(self, job_id: str, state: str, reason: str | None = None,
                       now: float | None = None, only_from: Sequence[str] | None = None) -> bool:
@@ -437,10 +443,14 @@ class SQLiteStore(Store):
         return rows
 
     def save_recommendation(self, rec: dict[str, Any], now: float) -> None:
+        cols = ("agent", "platform", "workload", "input", "variant", "cores", "cpus", "threads",
+                "freq_khz", "predicted_time_s", "predicted_lower_s", "predicted_upper_s",
+                "model", "state", "verified_time_s", "error", "created", "updated")
         with self._tx() as db:
             db.execute(
-                "INSERT OR REPLACE INTO recommendations VALUES "
-                "(?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
+                "INSERT INTO recommendations VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?) "
+                "ON CONFLICT(id) DO UPDATE SET "
+                + ", ".join(f"{c}=excluded.{c}" for c in cols),
                 (rec["config_id"], rec["agent"], rec["platform"], rec["workload"], rec["input"],
                  rec["variant"], rec["cores"], _dumps(list(rec["cpus"])), rec["threads"],
                  rec.get("freq_khz"), rec.get("predicted_time_s"), rec.get("predicted_lower_s"),
