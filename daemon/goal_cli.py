@@ -294,7 +294,8 @@ def print_verdict(s: dict[str, Any], con: Console) -> None:
     con.print(f"tune {s['tune_id']}: {s['goal_text']} of {s['workload']} ({s['size']}) on "
               f"{s['agent']}: measured {s['measured']} of {s['grid']} configurations in "
               f"{s['elapsed_s']:.1f} s ({segs})", markup=False, soft_wrap=True)
-    if s.get("accept_load"):
+    basis = (s.get("recommendation") or {}).get("rests_on") or {}
+    if s.get("accept_load") and basis.get("marked_used"):  # said only when it changed something
         con.print("--accept-load: runs marked for interference count; what follows holds for "
                   "the board under the load it was measured under, not for a quiet board",
                   markup=False, soft_wrap=True)

@@ -206,25 +206,49 @@ class Recommender:
         judged by :meth:`applied`), to ``target`` where given (agent/targets.py: a pid or a
         systemd unit); store it as a recommendation ("pushed" or "unsent")."""
         info = self.registry.get(agent)
-        config_id = "cfg-" + uuid.uuid4().hex[:20]
-        body = {"config_id": config_id, "workload": group.workload, "size": group.input,
-                "cpus": list(cpus), "threads": len(cpus), "freq_khz": freq_khz,
-                "reps": self.config.verify_reps, "predicted_time_s": predicted}
-        if group.variant:
-            body["variant"] = group.variant  # verification runs join the group they came from
+        rec = {"config_id": "cfg-" + uuid.uuid4().hex[:20], "agent": agent, **group.as_dict(),
+               "cores": len(cpus), "cpus": list(cpus), "threads": len(cpus),
+               "freq_khz": freq_khz, "predicted_time_s": predicted, "predicted_lower_s": lower,
+               "predicted_upper_s": upper, "model": model}
+        body = self._config_body(rec)
         if target is not None:
             body["target"] = target
         sent = info is not None and info.identity is not None and self.send(
             info.identity, "config", body)
-        rec = {"config_id": config_id, "agent": agent, **group.as_dict(), "cores": len(cpus),
-               "cpus": list(cpus), "threads": len(cpus), "freq_khz": freq_khz,
-               "predicted_time_s": predicted, "predicted_lower_s": lower,
-               "predicted_upper_s": upper, "model": model,
-               "state": "pushed" if sent else "unsent"}
+        rec["state"] = "pushed" if sent else "unsent"
+        if not sent and target is not None:
+            # sent when the agent returns, it would run the workload, not retune the process
+            rec["error"] = ("not sent: the agent was not reachable; a configuration for a "
+                            "running process is not sent later, apply it again")
         self.store.save_recommendation(rec, time.time())
         if sent:
             self.stats["configs_pushed"] += 1
         return rec
+
+    def _config_body(self, rec: dict[str, Any]) -> dict[str, Any]:
+        """The ``config`` message's body for stored recommendation ``rec``."""
+        body = {"config_id": rec["config_id"], "workload": rec["workload"],
+                "size": rec["input"], "cpus": list(rec["cpus"]), "threads": rec["threads"],
+                "freq_khz": rec["freq_khz"], "reps": self.config.verify_reps,
+                "predicted_time_s": rec["predicted_time_s"]}
+        if rec["variant"]:
+            body["variant"] = rec["variant"]  # verification runs join the group they came from
+        return body
+
+    def send_unsent(self, agent: str, identity: bytes) -> int:
+        """Send ``agent`` (just connected) the recommendations made while it was away: the
+        newest of each group, once. Returns how many were sent."""
+        sent = 0
+        for rec in self.store.take_unsent(agent, time.time()):
+            if self.send(identity, "config", self._config_body(rec)):
+                sent += 1
+                self.stats["configs_pushed"] += 1
+                log.info("recommend %s for %s/%s/%s: sent now that agent %s is back",
+                         rec["config_id"], rec["platform"], rec["workload"], rec["input"],
+                         agent)
+            else:
+                self.store.update_recommendation(rec["config_id"], "unsent", time.time())
+        return sent
 
     def applied(self, agent: str, msg: dict[str, Any], rec: dict[str, Any], now: float) -> None:
         """The agent's ``applied`` for recommendation ``rec``: store its verification runs,

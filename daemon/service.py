@@ -470,6 +470,7 @@ class Daemon:
                  len(info.workloads))
         self.send(identity, "heartbeat", {"instance": self.instance})
         swept = self.jobs.resume(agent)
+        self.recommender.send_unsent(agent, identity)
         if self.config.auto_sweep:
             for name in info.workload_names():
                 if name not in swept:

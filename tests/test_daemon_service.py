@@ -455,3 +455,62 @@ def test_one_core_count_alone_on_its_platform_borrows_its_curve_from_another(dae
     assert not [r for r in st["recommendations"] if r["group"] == group]
     a.close()
     b.close()
+
+
+def test_a_recommendation_made_while_the_agent_was_away_is_sent_when_it_returns(daemon):
+    a = Agent(daemon.endpoint)
+    a.hello()
+    job = a.expect("job")["body"]
+    of = len(job["points"]) * job["reps"]
+    seq = 0
+    for p in job["points"]:
+        for rep in range(job["reps"]):
+            a.send("result", {"job_id": job["job_id"], "seq": seq, "of": of,
+                              "record": record(len(p["cpus"]), rep)})
+            a.expect("ack")
+            seq += 1
+    first = a.expect("config", timeout_s=20)["body"]["config_id"]
+    a.close()
+    # refits with a recommendation for a1 while it is gone: pushed until the daemon's socket
+    # has seen the disconnect, "unsent" from then on
+    op = Agent(daemon.endpoint, "operator")
+    group = {"platform": "plat-test", "workload": "wl", "input": "small", "variant": ""}
+    deadline = time.monotonic() + 30
+    made = 1
+    while True:
+        assert time.monotonic() < deadline, "no recommendation was stored unsent"
+        recs = query(op, "status")["recommendations"]
+        if len(recs) == made:
+            if recs[-1]["state"] == "unsent":
+                break
+            query(op, "fit", {"workload": "wl", "recommend": True, "agent": "a1"})
+            made += 1
+    assert recs[0]["config_id"] == first
+    query(op, "fit", {"workload": "wl", "recommend": True, "agent": "a1"})  # one more, unsent
+    while len(recs := query(op, "status")["recommendations"]) == made:
+        assert time.monotonic() < deadline, "the last refit made no recommendation"
+    newest = recs[-1]["config_id"]
+    assert recs[-1]["state"] == "unsent" and recs[-1]["group"] == group
+
+    back = Agent(daemon.endpoint)
+    back.hello()
+    cfg = back.expect("config")["body"]
+    assert cfg["config_id"] == newest and cfg["cpus"] == [0, 2, 1, 3]
+    states = {r["config_id"]: r["state"] for r in query(op, "status")["recommendations"]}
+    assert states[newest] == "pushed"
+    # the earlier unsent ones are not sent: a newer one replaced them
+    older = [states[r["config_id"]] for r in recs[:-1] if r["state"] == "unsent"]
+    assert older and set(older) == {"superseded"}
+    # said once: the next hello sends nothing (everything before the reply has arrived)
+    back.hello()
+    mid = back.send("query", {"what": "status"})
+    seen = []
+    while True:
+        msg = P.decode(back.sock.recv()) if back.sock.poll(10_000) else None
+        assert msg is not None, "no reply to the status query"
+        seen.append(msg["type"])
+        if msg["type"] == "reply" and msg["body"].get("ref") == mid:
+            break
+    assert "config" not in seen
+    back.close()
+    op.close()

@@ -266,6 +266,12 @@ def test_tune_leaves_marked_runs_out_unless_the_load_is_accepted(daemon):
         out = con.export_text()
         assert "--accept-load: runs marked for interference count" in out
         assert "holds for the board under its load" in out
+        # accepted but nothing was marked: no line about a load the result does not rest on
+        quiet = {**under, "recommendation": {**under["recommendation"], "rests_on": {
+            **basis, "marked_used": False, "marked_runs": 0}}}
+        con = Console(record=True, width=200)
+        print_verdict(quiet, con)
+        assert "--accept-load" not in con.export_text()
         clean = _tune_marked(daemon, a, {})  # the same board, the daemon's default: clean runs only
         assert clean["state"] == "failed" and clean["recommendation"] is None, clean
         assert "marked for interference" in clean["reason"], clean["reason"]

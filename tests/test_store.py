@@ -116,6 +116,32 @@ def test_jobs_groups_fits_recommendations(location):
     st.close()
 
 
+def test_unsent_recommendations_are_taken_once_newest_per_group(location):
+    st = open_store(location)
+    g, g2 = Group("p", "w", "s", ""), Group("p", "w2", "s", "")
+
+    def rec(cid, group, state, agent="a1", error=None):
+        return {"config_id": cid, "agent": agent, **group.as_dict(), "cores": 1, "cpus": [0],
+                "threads": 1, "predicted_time_s": 1.0, "state": state, "error": error}
+    st.save_recommendation(rec("old", g, "unsent"), 1.0)
+    st.save_recommendation(rec("new", g, "unsent"), 2.0)
+    st.save_recommendation(rec("pushed-later", g2, "unsent"), 1.5)
+    st.save_recommendation(rec("done", g2, "verified"), 3.0)  # newer: pushed-later is stale
+    st.save_recommendation(rec("pid", Group("p", "w3", "s", ""), "unsent",
+                               error="not sent: ... apply it again"), 2.0)
+    st.save_recommendation(rec("other-agent", g, "unsent", agent="a2"), 2.0)
+    taken = st.take_unsent("a1", 5.0)
+    assert [r["config_id"] for r in taken] == ["new"]
+    assert taken[0]["state"] == "pushed" and taken[0]["cpus"] == [0]
+    states = {r["config_id"]: r["state"] for r in st.recommendations()}
+    assert states == {"old": "superseded", "new": "pushed", "pushed-later": "superseded",
+                      "done": "verified", "pid": "unsent", "other-agent": "unsent"}
+    assert "newer recommendation" in st.recommendation("old")["error"]
+    # a second daemon on the same store (or the same agent's next hello) takes nothing again
+    assert st.take_unsent("a1", 6.0) == []
+    st.close()
+
+
 def test_run_points_per_group_with_energy_virtual_and_marked_flags(location):
     store = open_store(location)
     try:

@@ -167,6 +167,13 @@ class Store(ABC):
     @abstractmethod
     def recommendations(self) -> list[dict[str, Any]]: ...
 
+    @abstractmethod
+    def take_unsent(self, agent: str, now: float) -> list[dict[str, Any]]:
+        """``agent``'s recommendations stored "unsent" (it was away when they were made)
+        that are still the newest of their group, moved to "pushed" for the caller to send
+        (a conditional move: of several daemons on one store, one takes each). Older unsent
+        ones become "superseded"."""
+
     # drift: a group re-characterised after its verifications left the prediction interval
     @abstractmethod
     def save_drift(self, agent: str, group: Group, reason: str, job_ids: list[str],

@@ -21,7 +21,7 @@ import psycopg
 from ...shared.config import redact_url as redact
 from . import Group
 from .schema import MIGRATIONS, SCHEMA_VERSION
-from .sqlite import SAVE_AGENT, SQLiteStore, _dumps, _json_safe
+from .sqlite import SQLiteStore, _dumps, _json_safe
 
 log = logging.getLogger("opptune.daemon.store")
 
@@ -116,41 +116,12 @@ class PostgresStore(SQLiteStore):
         return "postgresql"
 
     # -- the statements whose SQL differs from SQLite's ------------------------------------------
-    def save_agent(self, agent_id: str, platform_id: str, workloads: list[Any],
-                   agent_version: str, now: float,
-                   doctor: dict[str, Any] | None = None) -> None:
-        with self._tx() as db:
-            db.execute(SAVE_AGENT, (agent_id, platform_id, _dumps(workloads), agent_version, now,
-                                    now, None if doctor is None else _json_safe(doctor),
-                                    None if doctor is None else now))
-            for w in workloads:
-                name = w.get("name") if isinstance(w, dict) else w
-                if isinstance(name, str):
-                    db.execute("INSERT INTO workloads VALUES (?, ?, ?) ON CONFLICT DO NOTHING",
-                               (name, _dumps(w if isinstance(w, dict) else {}), now))
-
     def touch_agents(self, last_seen: dict[str, float]) -> None:
         if not last_seen:
             return
         with self._tx() as db:
             db.executemany("UPDATE agents SET last_seen=GREATEST(last_seen, ?) WHERE id=?",
                            [(ts, a) for a, ts in last_seen.items()])
-
-    def save_job(self, agent_id: str, job: dict[str, Any], now: float, state: str = "sent") -> None:
-        points = job["points"]
-        with self._tx() as db:
-            db.execute("INSERT INTO jobs VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) "
-                       "ON CONFLICT(job_id) DO UPDATE SET agent=excluded.agent, "
-                       "workload=excluded.workload, size=excluded.size, points=excluded.points, "
-                       "n_points=excluded.n_points, reps=excluded.reps, "
-                       "warmup=excluded.warmup, expected=excluded.expected, "
-                       "created=excluded.created, state=excluded.state, "
-                       "reason=excluded.reason, updated=excluded.updated",
-                       (job["job_id"], agent_id, job["workload"], job["size"], _dumps(points),
-                        len(points), job["reps"], job["warmup"], len(points) * job["reps"],
-                        now, state, None, now))
-            db.execute("INSERT INTO workloads(name, first_seen) VALUES (?, ?) "
-                       "ON CONFLICT DO NOTHING", (job["workload"], now))
 
     # SQLite sorts NULL first, PostgreSQL last: the fits see rows in the same order on both
     _fit_order = "cores, freq_mhz NULLS FIRST"
@@ -172,21 +143,6 @@ class PostgresStore(SQLiteStore):
                                   "VALUES (?,?,?,?,?,?,?,?,?) RETURNING id",
                                   (*group, model, _json_safe(params), _json_safe(quality),
                                    _json_safe(runners_up), now)).fetchone()[0])
-
-    def save_recommendation(self, rec: dict[str, Any], now: float) -> None:
-        cols = ("agent", "platform", "workload", "input", "variant", "cores", "cpus", "threads",
-                "freq_khz", "predicted_time_s", "predicted_lower_s", "predicted_upper_s",
-                "model", "state", "verified_time_s", "error", "created", "updated")
-        with self._tx() as db:
-            db.execute(
-                "INSERT INTO recommendations VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?) "
-                "ON CONFLICT(id) DO UPDATE SET "
-                + ", ".join(f"{c}=excluded.{c}" for c in cols),
-                (rec["config_id"], rec["agent"], rec["platform"], rec["workload"], rec["input"],
-                 rec["variant"], rec["cores"], _dumps(list(rec["cpus"])), rec["threads"],
-                 rec.get("freq_khz"), rec.get("predicted_time_s"), rec.get("predicted_lower_s"),
-                 rec.get("predicted_upper_s"), rec.get("model"), rec.get("state", "pushed"),
-                 rec.get("verified_time_s"), rec.get("error"), now, now))
 
     # -- fitting claims across daemons ----------------------------------------------------------
     def claim_fit(self, group: Group, owner: str, now: float, lease_s: float) -> bool:

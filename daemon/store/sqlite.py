@@ -199,7 +199,7 @@ class SQLiteStore(Store):
             for w in workloads:
                 name = w.get("name") if isinstance(w, dict) else w
                 if isinstance(name, str):
-                    db.execute("INSERT OR IGNORE INTO workloads VALUES (?, ?, ?)",
+                    db.execute("INSERT INTO workloads VALUES (?, ?, ?) ON CONFLICT DO NOTHING",
                                (name, _dumps(w if isinstance(w, dict) else {}), now))
 
     def touch_agents(self, last_seen: dict[str, float]) -> None:
@@ -228,12 +228,18 @@ class SQLiteStore(Store):
     def save_job(self, agent_id: str, job: dict[str, Any], now: float, state: str = "sent") -> None:
         points = job["points"]
         with self._tx() as db:
-            db.execute("INSERT OR REPLACE INTO jobs VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+            db.execute("INSERT INTO jobs VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) "
+                       "ON CONFLICT(job_id) DO UPDATE SET agent=excluded.agent, "
+                       "workload=excluded.workload, size=excluded.size, points=excluded.points, "
+                       "n_points=excluded.n_points, reps=excluded.reps, "
+                       "warmup=excluded.warmup, expected=excluded.expected, "
+                       "created=excluded.created, state=excluded.state, "
+                       "reason=excluded.reason, updated=excluded.updated",
                        (job["job_id"], agent_id, job["workload"], job["size"], _dumps(points),
                         len(points), job["reps"], job["warmup"], len(points) * job["reps"],
                         now, state, None, now))
-            db.execute("INSERT OR IGNORE INTO workloads(name, first_seen) VALUES (?, ?)",
-                       (job["workload"], now))
+            db.execute("INSERT INTO workloads(name, first_seen) VALUES (?, ?) "
+                       "ON CONFLICT DO NOTHING", (job["workload"], now))
 
     def set_job_state(self, job_id: str, state: str, reason: str | None = None,
                       now: float | None = None, only_from: Sequence[str] | None = None) -> bool:
@@ -437,10 +443,14 @@ class SQLiteStore(Store):
         return rows
 
     def save_recommendation(self, rec: dict[str, Any], now: float) -> None:
+        cols = ("agent", "platform", "workload", "input", "variant", "cores", "cpus", "threads",
+                "freq_khz", "predicted_time_s", "predicted_lower_s", "predicted_upper_s",
+                "model", "state", "verified_time_s", "error", "created", "updated")
         with self._tx() as db:
             db.execute(
-                "INSERT OR REPLACE INTO recommendations VALUES "
-                "(?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
+                "INSERT INTO recommendations VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?) "
+                "ON CONFLICT(id) DO UPDATE SET "
+                + ", ".join(f"{c}=excluded.{c}" for c in cols),
                 (rec["config_id"], rec["agent"], rec["platform"], rec["workload"], rec["input"],
                  rec["variant"], rec["cores"], _dumps(list(rec["cpus"])), rec["threads"],
                  rec.get("freq_khz"), rec.get("predicted_time_s"), rec.get("predicted_lower_s"),
@@ -468,6 +478,35 @@ class SQLiteStore(Store):
     def recommendations(self) -> list[dict[str, Any]]:
         return [self._rec_row(r) for r in
                 self._rows("SELECT * FROM recommendations ORDER BY created")]
+
+    def take_unsent(self, agent: str, now: float) -> list[dict[str, Any]]:
+        taken = []
+        with self._tx() as db:
+            cur = db.execute("SELECT * FROM recommendations WHERE agent=? ORDER BY created",
+                             (agent,))
+            names = [d[0] for d in cur.description]
+            newest: dict[tuple[str, str, str, str], dict[str, Any]] = {}
+            unsent = []
+            for row in cur.fetchall():
+                r = dict(zip(names, row))
+                newest[(r["platform"], r["workload"], r["input"], r["variant"])] = r
+                # an error says why it must not be sent later (a running process's target)
+                if r["state"] == "unsent" and r["error"] is None:
+                    unsent.append(r)
+            for r in unsent:
+                latest = newest[(r["platform"], r["workload"], r["input"], r["variant"])]
+                if latest is r:
+                    state, error = "pushed", None
+                else:
+                    state, error = "superseded", ("a newer recommendation of its group was "
+                                                  "made before the agent came back")
+                moved = db.execute("UPDATE recommendations SET state=?, error=?, updated=? "
+                                   "WHERE id=? AND state='unsent'",
+                                   (state, error, now, r["id"])).rowcount
+                if moved and state == "pushed":
+                    r["state"] = state
+                    taken.append(self._rec_row(r))
+        return taken
 
     # -- fitting claims -------------------------------------------------------------------------
     def claim_fit(self, group: Group, owner: str, now: float, lease_s: float) -> bool:
