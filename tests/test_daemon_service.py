@@ -78,6 +78,27 @@ def rows(db_path, sql, args=()):
         db.close()
 
 
+def send_sweep(a, job):
+    """Send every result of sweep ``job`` (times from ``record``), each acked."""
+    of = len(job["points"]) * job["reps"]
+    for seq in range(of):
+        p = job["points"][seq // job["reps"]]
+        a.send("result", {"job_id": job["job_id"], "seq": seq, "of": of,
+                          "record": record(len(p["cpus"]), seq % job["reps"])})
+        a.expect("ack")
+
+
+def fit_of(agent, group, timeout_s=20.0):
+    """The status once it holds a fit of ``group`` (or at the deadline), and that fit (a list:
+    empty when none came)."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        st = query(agent, "status")
+        fit = [f for f in st["fits"] if f["group"] == group]
+        if fit or time.monotonic() > deadline:
+            return st, fit
+
+
 def test_hello_job_results_fit_config_verify(daemon):
     a = Agent(daemon.endpoint)
     a.hello()
@@ -275,12 +296,7 @@ def test_hello_again_resends_unfinished_and_skips_complete(daemon):
     job = a.expect("job")["body"]
     a.hello()  # e.g. the agent restarted before running anything
     assert a.expect("job")["body"]["job_id"] == job["job_id"]
-    of = len(job["points"]) * job["reps"]
-    for seq in range(of):
-        p = job["points"][seq // job["reps"]]
-        a.send("result", {"job_id": job["job_id"], "seq": seq, "of": of,
-                          "record": record(len(p["cpus"]), seq % job["reps"])})
-        a.expect("ack")
+    send_sweep(a, job)
     a.expect("config", timeout_s=20)
     a.hello()
     a.expect("heartbeat")  # the welcome; no job follows for a complete sweep
@@ -382,12 +398,7 @@ def test_one_core_count_gets_a_prior_based_prediction_flagged_and_not_pushed(dae
     a.expect("ack")
     group = {"platform": "plat-test", "workload": "new", "input": "small", "variant": ""}
     assert query(a, "fit", {"workload": "new"})["queued"] == [group]
-    deadline = time.monotonic() + 20
-    while True:
-        st = query(a, "status")
-        fit = [f for f in st["fits"] if f["group"] == group]
-        if fit or time.monotonic() > deadline:
-            break
+    st, fit = fit_of(a, group)
     assert fit and fit[0]["model"] == "prior" and fit[0]["quality"]["prior_based"] == 1
     (err,) = [e for e in st["fit_errors"] if e["group"] == group]
     assert "only a prior-based prediction (the curves of 2 other workloads" in err["error"]
@@ -410,12 +421,7 @@ def test_a_fit_takes_its_interval_from_the_platforms_other_workloads(daemon):
         seq += 1
     group = {"platform": "plat-test", "workload": "new", "input": "small", "variant": ""}
     assert group in query(a, "fit", {"workload": "new"})["queued"]
-    deadline = time.monotonic() + 20
-    while True:
-        st = query(a, "status")
-        fit = [f for f in st["fits"] if f["group"] == group]
-        if fit or time.monotonic() > deadline:
-            break
+    st, fit = fit_of(a, group)
     assert fit and fit[0]["quality"]["interval_pooled_groups"] == 3
     a.close()
 
@@ -442,12 +448,7 @@ def test_one_core_count_alone_on_its_platform_borrows_its_curve_from_another(dae
     b.expect("ack")
     group = {"platform": "plat-two", "workload": "wl2", "input": "small", "variant": ""}
     assert group in query(b, "fit", {"workload": "wl2"})["queued"]
-    deadline = time.monotonic() + 20
-    while True:
-        st = query(b, "status")
-        fit = [f for f in st["fits"] if f["group"] == group]
-        if fit or time.monotonic() > deadline:
-            break
+    st, fit = fit_of(b, group)
     assert fit and fit[0]["model"] == "prior" and fit[0]["quality"]["prior_based"] == 1
     assert fit[0]["quality"]["prior_source"] == "this workload's curve on plat-test"
     (err,) = [e for e in st["fit_errors"] if e["group"] == group]
@@ -460,15 +461,7 @@ def test_one_core_count_alone_on_its_platform_borrows_its_curve_from_another(dae
 def test_a_recommendation_made_while_the_agent_was_away_is_sent_when_it_returns(daemon):
     a = Agent(daemon.endpoint)
     a.hello()
-    job = a.expect("job")["body"]
-    of = len(job["points"]) * job["reps"]
-    seq = 0
-    for p in job["points"]:
-        for rep in range(job["reps"]):
-            a.send("result", {"job_id": job["job_id"], "seq": seq, "of": of,
-                              "record": record(len(p["cpus"]), rep)})
-            a.expect("ack")
-            seq += 1
+    send_sweep(a, a.expect("job")["body"])
     first = a.expect("config", timeout_s=20)["body"]["config_id"]
     a.close()
     # refits with a recommendation for a1 while it is gone: pushed until the daemon's socket
