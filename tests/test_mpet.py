@@ -644,8 +644,14 @@ def test_eval_mpet_cli_bad_input(tmp_path, capsys):
     assert main(["eval-mpet", "--data", str(bad)]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "time_s" in err[0] and "Traceback" not in err[0]
-    assert main(["eval-mpet", "--data", str(tmp_path / "missing.csv")]) == 2
-    assert "cannot read" in capsys.readouterr().err
+    missing = tmp_path / "missing.csv"
+    assert main(["eval-mpet", "--data", str(missing)]) == 2
+    # the reason once, without the OSError's errno and repeated path
+    assert capsys.readouterr().err == (f"opptune eval-mpet: cannot read {missing}: no such "
+                                       f"file or directory; give a CSV of measurements\n")
+    assert main(["eval-mpet", "--combine", "--data", str(bad), "--data", str(missing)]) == 2
+    assert capsys.readouterr().err == (f"opptune eval-mpet: cannot read {missing}: no such "
+                                       f"file or directory; give a CSV of measurements\n")
     neg = tmp_path / "neg.csv"
     neg.write_text("platform,workload,cores,time_s\nP,A,1,-3\n")
     assert main(["eval-mpet", "--data", str(neg)]) == 2
