@@ -481,7 +481,10 @@ def add_eval_sources(p: argparse.ArgumentParser) -> None:
     g.add_argument("--daemon", metavar="ENDPOINT",
                    help="evaluate the measurements in this running daemon's store (what "
                         "'opptune characterize' measured; with --data and --combine, beside "
-                        "those files)")
+                        "those files; default with --config: the bind address of --config)")
+    g.add_argument("--config",
+                   help="the daemon's configuration: the store of the daemon it describes, "
+                        "queried with its operator key where CURVE is on")
     g.add_argument("--size", help="with --daemon: only this size class")
     g.add_argument("--save-csv", metavar="FILE.csv",
                    help="with --daemon: also write the store's measurements as a CSV that "
@@ -493,7 +496,7 @@ def add_eval_sources(p: argparse.ArgumentParser) -> None:
 
 def _combine_csvs(paths: list[str], rows: list[dict[str, Any]], out: Any) -> None:
     import csv
-    from .mpet_cli import MpetInputError
+    from .mpet_cli import read_error
     fields: list[str] = list(rows[0]) if rows else []
     every = list(rows)
     for path in paths:
@@ -503,7 +506,7 @@ def _combine_csvs(paths: list[str], rows: list[dict[str, Any]], out: Any) -> Non
                 every += list(r)
                 fields += [f for f in r.fieldnames or [] if f not in fields]
         except (OSError, UnicodeDecodeError, csv.Error) as exc:
-            raise MpetInputError(f"cannot read {path}: {exc}; give a CSV of measurements")
+            raise read_error(path, exc)
     with open(out, "w", newline="") as fh:
         w = csv.DictWriter(fh, fieldnames=fields, restval="")
         w.writeheader()
@@ -514,39 +517,43 @@ def cmd_eval_sources(args: argparse.Namespace) -> int:
     import tempfile
     from pathlib import Path
     from .mpet_cli import MpetInputError, cmd_eval_mpet, format_table, run
-    if not args.combine and not args.daemon:
+    # --config alone names the daemon too (its bind), as for 'opptune status'
+    store = bool(args.daemon or args.config)
+    if not args.combine and not store:
         if args.size or args.save_csv:
-            print("opptune eval-mpet: --size and --save-csv go with --daemon ENDPOINT",
+            print("opptune eval-mpet: --size and --save-csv go with --daemon ENDPOINT or --config",
                   file=sys.stderr)
             return 2
         return cmd_eval_mpet(args)
-    if args.combine and not args.data and not args.daemon:
+    if args.combine and not args.data and not store:
         print("opptune eval-mpet: --combine needs --data FILE.csv (two or more) or --daemon",
               file=sys.stderr)
         return 2
     rows: list[dict[str, Any]] = []
     label = []
-    if args.daemon:
+    if store:
+        from .cli import _endpoint
         from .client import ask
-        data, rc = ask("opptune eval-mpet", args.daemon, "mpet_data",
+        endpoint = _endpoint(args)  # with CURVE on: the operator key from --config's keys_dir
+        data, rc = ask("opptune eval-mpet", endpoint, "mpet_data",
                        {"size": args.size} if args.size else {}, timeout_s=args.timeout)
         if rc is not None:
             return rc
         rows = store_rows(data, args.size)
         if not rows:
-            print(f"opptune eval-mpet: the daemon at {args.daemon} has no measurements"
+            print(f"opptune eval-mpet: the daemon at {endpoint} has no measurements"
                   + (f" of size {args.size}" if args.size else "") + "; run 'opptune "
                   "characterize --agent AGENT' first", file=sys.stderr)
             return 2
-        label.append(f"store of {args.daemon}")
+        label.append(f"store of {endpoint}")
         if args.save_csv:
             try:
                 write_store_csv(args.save_csv, rows)
             except OSError as exc:
                 print(f"opptune eval-mpet: --save-csv {args.save_csv}: {exc}", file=sys.stderr)
                 return 2
-    paths = list(args.data or []) if (args.combine or not args.daemon) else []
-    if args.data and args.daemon and not args.combine:
+    paths = list(args.data or []) if (args.combine or not store) else []
+    if args.data and store and not args.combine:
         print("opptune eval-mpet: --data with --daemon needs --combine (one database of both)",
               file=sys.stderr)
         return 2

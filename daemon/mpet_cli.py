@@ -69,6 +69,13 @@ def _float(text: str | None) -> float | None:
     return v if math.isfinite(v) else None
 
 
+def read_error(path, exc: Exception) -> MpetInputError:
+    """A CSV that cannot be read, in one message: an OSError by its strerror (its str()
+    repeats the errno and the path)."""
+    why = exc.strerror.lower() if isinstance(exc, OSError) and exc.strerror else str(exc)
+    return MpetInputError(f"cannot read {path}: {why}; give a CSV of measurements")
+
+
 def load_csv(path: str | Path) -> tuple[dict, dict]:
     """(profiles, platforms) of an MPET database from one tidy CSV (see the module docstring)."""
     path = Path(path)
@@ -76,7 +83,7 @@ def load_csv(path: str | Path) -> tuple[dict, dict]:
         with path.open(newline="") as fh:
             rows = list(csv.DictReader(fh))
     except (OSError, UnicodeDecodeError, csv.Error) as exc:
-        raise MpetInputError(f"cannot read {path}: {exc}; give a CSV of measurements")
+        raise read_error(path, exc)
     need = {"platform", "workload", "cores", "time_s"}
     if not rows or need - set(rows[0]):
         missing = ", ".join(sorted(need - set(rows[0] if rows else {}))) or "rows"

@@ -202,6 +202,18 @@ def test_migration_prediction_scenario_a():
     assert f >= 2
     assert all(lo <= t / f * (1 + 1e-12) and hi >= t * f * (1 - 1e-12)
                for lo, t, hi in zip(one.lower, one.t, one.upper))
+    # two candidates listed, one without t(1) on the target: the prediction rests on the
+    # other alone, and its interval is not the point min..max of one estimate makes
+    prof = lambda t1, s, ns=(1, 2, 3, 4): {"t": {n: t1 / n ** s for n in ns}}  # noqa: E731
+    two = {("A", "P"): prof(10, 0.9), ("B", "P"): prof(5, 0.8), ("B", "T"): prof(7, 0.7),
+           ("C", "P"): prof(3, 0.5), ("C", "T"): prof(4, 0.6, (2, 3, 4))}
+    plats = {p: {"n_nu": None, "n_ht": None, "nmax": 4} for p in ("P", "T")}
+    half = predict_migration(MpetDatabase(two, plats), "A", "T", refs=["P"])
+    assert {c.workload for c in half.t1_candidates} == {"B", "C"}
+    assert half.t[0] == pytest.approx(10 * 7 / 5)  # B's transfer alone
+    assert half.single_candidate
+    assert all(lo <= t / f * (1 + 1e-12) and hi >= t * f * (1 - 1e-12)
+               for lo, t, hi in zip(half.lower, half.t, half.upper))
     with pytest.raises(NoCandidates):
         predict_migration(MpetDatabase({k: v for k, v in profiles.items() if k[1] in ("T", "P1")
                                         and k[0] != "A" or k == ("A", "P2")}, platforms),
@@ -644,8 +656,14 @@ def test_eval_mpet_cli_bad_input(tmp_path, capsys):
     assert main(["eval-mpet", "--data", str(bad)]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "time_s" in err[0] and "Traceback" not in err[0]
-    assert main(["eval-mpet", "--data", str(tmp_path / "missing.csv")]) == 2
-    assert "cannot read" in capsys.readouterr().err
+    missing = tmp_path / "missing.csv"
+    assert main(["eval-mpet", "--data", str(missing)]) == 2
+    # the reason once, without the OSError's errno and repeated path
+    assert capsys.readouterr().err == (f"opptune eval-mpet: cannot read {missing}: no such "
+                                       f"file or directory; give a CSV of measurements\n")
+    assert main(["eval-mpet", "--combine", "--data", str(bad), "--data", str(missing)]) == 2
+    assert capsys.readouterr().err == (f"opptune eval-mpet: cannot read {missing}: no such "
+                                       f"file or directory; give a CSV of measurements\n")
     neg = tmp_path / "neg.csv"
     neg.write_text("platform,workload,cores,time_s\nP,A,1,-3\n")
     assert main(["eval-mpet", "--data", str(neg)]) == 2

@@ -885,11 +885,16 @@ def predict_migration(db: MpetDatabase, workload, target, t1_sel: Selection = DE
 def _interval(pred: Prediction, rows: dict, t1_sel: Selection, sc_sel: Selection, topo: dict,
               nsa: np.ndarray) -> None:
     """Fill pred.lower/upper: each single candidate's t(1) times each single candidate's
-    curve shape, around the weighted prediction; widened where one candidate is all there is."""
+    curve shape, around the weighted prediction; widened where one usable candidate is all
+    there is."""
     one = np.ones(1)
     t1s = [float(reconstruct(*(x[i: i + 1] for x in rows["t1"]), one, t1_sel.max_factor)[0])
            for i in range(len(pred.t1_candidates))]
-    t1s = [v for v in t1s if math.isfinite(v) and v > 0] or [pred.t1]
+    t1s = [v for v in t1s if math.isfinite(v) and v > 0]
+    # a listed candidate without a usable estimate (a profile lacking t(1), an invalid curve)
+    # adds nothing: what counts is how many estimates the prediction rests on
+    usable_t1 = len(t1s)
+    t1s = t1s or [pred.t1]
     var = [(c.weight, c.var) for c in pred.t1_candidates if math.isfinite(c.var)]
     if t1_sel.basis == "t1-validated" and var:
         # validated transfers measured their own error (log t(1), see _validated): the t(1)
@@ -909,11 +914,14 @@ def _interval(pred: Prediction, rows: dict, t1_sel: Selection, sc_sel: Selection
             shape = time_curve(1.0, sc, nsa, topo.get("n_nu"), topo.get("n_ht"))
         if np.all(np.isfinite(shape)) and np.all(shape > 0):
             shapes.append(shape)
+    usable_sc = len(shapes) - 1
     shapes = np.vstack(shapes)
     t = np.asarray(pred.t)
     lo = np.minimum(shapes.min(axis=0) * min(t1s), t)
     hi = np.maximum(shapes.max(axis=0) * max(t1s), t)
-    pred.single_candidate = len(pred.t1_candidates) == 1 or len(pred.sc_candidates) == 1
+    # one usable estimate (however many candidates are listed) has no spread: min..max would
+    # be the point itself, an interval that claims certainty
+    pred.single_candidate = usable_t1 < 2 or usable_sc < 2
     if pred.single_candidate:
         lo = np.minimum(lo, t / SINGLE_CANDIDATE_FACTOR)
         hi = np.maximum(hi, t * SINGLE_CANDIDATE_FACTOR)
