@@ -516,7 +516,7 @@ def _combine_csvs(paths: list[str], rows: list[dict[str, Any]], out: Any) -> Non
 def cmd_eval_sources(args: argparse.Namespace) -> int:
     import tempfile
     from pathlib import Path
-    from .mpet_cli import MpetInputError, cmd_eval_mpet, format_table, run
+    from .mpet_cli import MpetInputError, cmd_eval_mpet, print_results, run
     # --config alone names the daemon too (its bind), as for 'opptune status'
     store = bool(args.daemon or args.config)
     if not args.combine and not store:
@@ -570,12 +570,5 @@ def cmd_eval_sources(args: argparse.Namespace) -> int:
             return 2
     for r in results:
         r["data"] = " + ".join(label)
-    if args.json:
-        for r in results:
-            r.pop("cases")
-        json.dump({"results": results}, sys.stdout, indent=2, allow_nan=False,
-                  default=lambda o: None)
-        print()
-    else:
-        print("\n\n".join(format_table(r) for r in results))
+    print_results(results, args.json)
     return 0

@@ -274,7 +274,13 @@ def cmd_eval_mpet(args) -> int:
     except MpetInputError as exc:
         print(f"opptune eval-mpet: {exc}", file=sys.stderr)
         return 2
-    if args.json:
+    print_results(results, args.json)
+    return 0
+
+
+def print_results(results: list[dict], as_json: bool) -> None:
+    """``run``'s results on stdout: JSON (without the per-case lists) or one table each."""
+    if as_json:
         for r in results:
             r.pop("cases")
         json.dump({"results": results}, sys.stdout, indent=2, allow_nan=False,
@@ -282,4 +288,3 @@ def cmd_eval_mpet(args) -> int:
         print()
     else:
         print("\n\n".join(format_table(r) for r in results))
-    return 0
