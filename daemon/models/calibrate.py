@@ -14,12 +14,19 @@ Half-width: Student-t quantile (n held-out points as degrees of freedom) times t
 square of the held-out log errors (``error_half``). The empirical quantile of split conformal
 was measured too narrow here (coverage 74 / 79 / 78 % on loghin / relearn / xplat
 extrapolation): folds hold out 1 to 6 points, too few for the 90 % rank, and the t quantile
-widens exactly there. Outside the range the rate is the mean of error / distance on purpose:
-an error just beyond the range of the latest fold (the one trained on the most, nearest the
-query) weighs most, and it is the first sign of a curve that turns. Where that error is only
-noise the interval is wide (99 % of fresh draws of a known Amdahl curve); the noise-robust
-ratio of sums held 93 % there but 56 % of a curve turning past the folds
-(tests/test_models_calibrate.py, docs/models.md): too wide is kept over too narrow.
+widens exactly there.
+
+Outside the range, with enough held-out points to fit it (``narrow``, below), the errors follow
+a variogram: e^2 = a + b d^2 (``drift_fit``: noise a that does not grow with the distance d,
+drift b that does; non-negative least squares; t quantile with n - 2 degrees of freedom). The
+rate per distance (mean of error / distance) that stands with fewer points divides a noise-sized
+error just beyond a fold's range by a short distance and scales it to the query's: 99 % of fresh
+draws of a known Amdahl curve fell inside, and minibude's extrapolation held all 27 test points
+(docs/models.md, fifth round). What no fold sees, a curve that turns beyond the data, shows in
+how far the combined candidates' forecasts part at the query (``spread``): the narrowed interval
+adds that disagreement in quadrature, as the combination's own interval does (combine.py). The
+variogram alone held 49 % of a curve that turns past the folds (2 % noise); with the spread,
+95 %, and Amdahl's fresh draws 92 % (tests/test_models_calibrate.py).
 
 Narrower than the model's own interval only with at least ``min_held(level)`` = 1 / (1 -
 level) held-out points (10 for 90 %: fewer cannot place the 90 % quantile at all): then the
@@ -29,7 +36,9 @@ from a few residual degrees of freedom and a fixed floor (0.5 % in log time) and
 wider than the errors where the fits are close (minibude random-12: 100 % inside, errors a
 third of the half-width). With fewer held-out points the interval is never narrower than the
 model's own (narrowing to 4 or more held-out points gave 70 / 73 % on xplat extrapolate /
-random-12: a few k-fold errors underrate the test points'). Without held-out points
+random-12: a few k-fold errors underrate the test points'), and its out-of-range part is the
+t-scaled RMS of error / distance: too wide is kept over too narrow where the evidence is thin
+(the variogram there took xplat extrapolation to 78 %). Without held-out points
 (``unvalidated``) the interval reaches the persistence forecast outside the range. Point
 predictions are unchanged.
 """
@@ -60,6 +69,32 @@ def error_half(log_err: np.ndarray, level: float) -> float:
     from scipy import stats  # loaded at the first fit: the daemon starts without scipy
 
     return float(stats.t.ppf(0.5 + level / 2, e.size) * np.sqrt(np.mean(e ** 2)))
+
+
+def drift_fit(log_err: np.ndarray, dist: np.ndarray, level: float
+              ) -> tuple[float, float, float] | None:
+    """(t, a, b): the variogram e^2 = a + b d^2 of absolute held-out log errors ``log_err`` at
+    distances ``dist`` > 0 outside their fold's range (non-negative least squares) and the
+    Student-t quantile of a central ``level`` interval with n - 2 degrees of freedom, so that
+    t sqrt(a + b d^2) is the half-width at distance d; None with fewer than 3 errors."""
+    e = np.abs(np.asarray(log_err, float))
+    d = np.asarray(dist, float)
+    ok = np.isfinite(e) & np.isfinite(d) & (d > 0)
+    e, d = e[ok], d[ok]
+    if e.size < 3:
+        return None
+    from scipy import stats
+    from scipy.optimize import nnls
+
+    (a, b), _ = nnls(np.column_stack([np.ones(e.size), d ** 2]), e ** 2)
+    return float(stats.t.ppf(0.5 + level / 2, e.size - 2)), float(a), float(b)
+
+
+def spread(model: FittedModel, query: Observations) -> np.ndarray:
+    """How far a combination's members' forecasts part at ``query``: the weighted standard
+    deviation of their log forecasts (combine.CombinedFit.spread); 0 for a single model."""
+    f = getattr(model, "spread", None)
+    return np.zeros(len(query)) if f is None else np.asarray(f(query), float)
 
 
 def distance(cores: np.ndarray, freq: np.ndarray | None, rng: tuple) -> np.ndarray:
@@ -115,26 +150,31 @@ class CalibratedFit(_IntervalOf):
     """A fitted model whose interval is at least as wide as its validation errors say.
 
     Half-width in log time at a query point lying ``d`` outside the training ranges
-    (``distance``): ``h0`` inside (conformal quantile of the held-out errors of points that
-    lay inside their fold's range), ``max(h0, rate d)`` outside (``rate``: conformal quantile
-    of error / distance of the held-out points that lay outside: extrapolation error grows
-    with how far it goes, and the query may go further than any fold). ``narrow`` (enough
-    held-out points, ``min_held``): that half-width, at least ``noise``, is the interval;
-    otherwise it is never narrower than the model's own (``envelope``: without held-out
-    points, the interval spans the persistence forecast outside the range instead).
+    (``distance``): ``h0`` inside (t-scaled RMS of the held-out errors of points that lay
+    inside their fold's range), outside ``max(h0, rate d)`` (``rate``: t-scaled RMS of error /
+    distance of the held-out points that lay outside: extrapolation error grows with how far
+    it goes, and the query may go further than any fold) or, where ``drift`` = (t, a, b) was
+    fitted (``drift_fit``), ``max(h0, t sqrt(a + b d^2))``. ``narrow`` (enough held-out
+    points, ``min_held``): that half-width, at least ``noise``, with the members' ``spread``
+    at the query added in quadrature, is the interval; otherwise it is never narrower than
+    the model's own (``envelope``: without held-out points, the interval spans the
+    persistence forecast outside the range instead).
     Everything else (name, parameters, saved state, members) is the wrapped model's; a saved
     fit keeps this interval beside the state (``interval_state``), except one spanning a
     persistence forecast."""
 
     def __init__(self, inner: FittedModel, h0: float, rate: float, rng: tuple,
                  n_held: int, envelope: FittedModel | None = None, noise: float = 0.0,
-                 narrow: bool = False) -> None:
+                 narrow: bool = False, drift: tuple | None = None) -> None:
         self.envelope = envelope
         self.h0, self.rate, self.rng = float(h0), float(rate), rng
         self.n_held = n_held
         self.noise, self.narrow = float(noise), bool(narrow) and envelope is None
+        self.drift = None if drift is None else tuple(float(x) for x in drift)
         self._wrap(inner, {"interval_log_half": self.h0,
-                           "interval_log_half_per_log_distance": self.rate,
+                           "interval_log_half_per_log_distance": (
+                               self.rate if self.drift is None
+                               else self.drift[0] * np.sqrt(self.drift[2])),
                            "interval_held_out": float(n_held),
                            "interval_noise_log_half": self.noise,
                            "interval_from_held_out": float(self.narrow)})
@@ -143,11 +183,20 @@ class CalibratedFit(_IntervalOf):
         pr = self.inner.predict(query)
         v = np.asarray(pr.value, float)
         d = distance(query.cores, query.freq_mhz, self.rng)
-        half = np.where(d > 0, np.maximum(self.h0, self.rate * d), self.h0)
+        if self.drift is None:
+            out = self.rate * d
+        else:
+            t, a, b = self.drift
+            out = t * np.sqrt(a + b * d ** 2)
+        half = np.where(d > 0, np.maximum(self.h0, out), self.h0)
         with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
             if self.narrow:
-                # enough held-out errors: they size the interval (down to the noise floor)
-                half = np.maximum(half, self.noise)
+                # enough held-out errors: they size the interval (down to the noise floor);
+                # the members' disagreement at the query adds what no fold could see
+                from scipy import stats
+
+                z = float(stats.norm.ppf(0.5 + pr.level / 2))
+                half = np.hypot(np.maximum(half, self.noise), z * spread(self.inner, query))
                 lo, hi = v * np.exp(-half), v * np.exp(half)
             else:
                 lo = np.minimum(np.asarray(pr.lower, float), v * np.exp(-half))
@@ -181,8 +230,9 @@ def calibrated(model: FittedModel, log_err: np.ndarray, dist: np.ndarray, obs: O
     with np.errstate(all="ignore"):
         r = np.log(np.asarray(obs.time_s, float) / np.asarray(inner.predict(obs).value, float))
     noise = error_half(r[np.isfinite(r)], level)
-    return CalibratedFit(inner, h0, rate, ranges(obs), e.size, noise=noise,
-                         narrow=e.size >= min_held(level))
+    narrow = e.size >= min_held(level)
+    return CalibratedFit(inner, h0, rate, ranges(obs), e.size, noise=noise, narrow=narrow,
+                         drift=drift_fit(e[out], d[out], level) if narrow else None)
 
 
 def unvalidated(model: FittedModel, obs: Observations, persistence: FittedModel
@@ -262,7 +312,8 @@ def interval_state(model: FittedModel) -> dict[str, Any] | None:
     if isinstance(model, CalibratedFit) and model.envelope is None:
         return {"calibrated": {"h0": model.h0, "rate": model.rate, "rng": list(model.rng),
                                "n_held": model.n_held, "noise": model.noise,
-                               "narrow": model.narrow}}
+                               "narrow": model.narrow,
+                               "drift": None if model.drift is None else list(model.drift)}}
     return None
 
 
@@ -277,4 +328,4 @@ def with_interval(model: FittedModel, state: dict[str, Any] | None) -> FittedMod
                          tuple(p["rng"]), float(p["level"]), int(p["min_groups"]))
     c = state["calibrated"]
     return CalibratedFit(model, c["h0"], c["rate"], tuple(c["rng"]), int(c["n_held"]),
-                         noise=c["noise"], narrow=c["narrow"])
+                         noise=c["noise"], narrow=c["narrow"], drift=c.get("drift"))

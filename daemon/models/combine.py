@@ -111,6 +111,13 @@ class CombinedFit(FittedModel):
         return Prediction(value=value, lower=value * np.exp(-half), upper=value * np.exp(half),
                           level=LEVEL)
 
+    def spread(self, query: Observations) -> np.ndarray:
+        """The members' disagreement at ``query``: weighted standard deviation of their log
+        forecasts (the second term of ``predict``'s half-width, before the z scale)."""
+        lv, _ = self._members_log(query)
+        w = np.array([m[1] for m in self.members])[:, None]
+        return np.sqrt(np.sum(w * (lv - np.sum(w * lv, axis=0)) ** 2, axis=0))
+
     def set_quality(self, obs: Observations) -> None:
         """Training quality of the combination (``shape_mape``: without the anchoring)."""
         ok = np.isfinite(obs.time_s) & (obs.time_s > 0)
