@@ -99,14 +99,20 @@ class CombinedFit(FittedModel):
             vals.append(np.log(v))
         return np.vstack(vals), np.vstack(half)
 
-    def predict(self, query: Observations) -> Prediction:
-        # interval of the mixture of the members' log-normal predictions: within-member
-        # half-widths plus the members' disagreement (scaled to the same coverage)
+    def _mixture(self, query: Observations) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """The members' weighted log forecast, mean squared own half-width (within) and
+        variance of their log forecasts (between, their disagreement) at ``query``."""
         lv, hw = self._members_log(query)
         w = np.array([m[1] for m in self.members])[:, None]
         mu = np.sum(w * lv, axis=0)
+        return mu, np.sum(w * hw ** 2, axis=0), np.sum(w * (lv - mu) ** 2, axis=0)
+
+    def predict(self, query: Observations) -> Prediction:
+        # interval of the mixture of the members' log-normal predictions: within-member
+        # half-widths plus the members' disagreement (scaled to the same coverage)
+        mu, within, between = self._mixture(query)
         z = float(stats.norm.ppf(0.5 + LEVEL / 2))
-        half = np.sqrt(np.sum(w * hw ** 2, axis=0) + z ** 2 * np.sum(w * (lv - mu) ** 2, axis=0))
+        half = np.sqrt(within + z ** 2 * between)
         value = np.exp(mu)
         return Prediction(value=value, lower=value * np.exp(-half), upper=value * np.exp(half),
                           level=LEVEL)
@@ -114,9 +120,7 @@ class CombinedFit(FittedModel):
     def spread(self, query: Observations) -> np.ndarray:
         """The members' disagreement at ``query``: weighted standard deviation of their log
         forecasts (the second term of ``predict``'s half-width, before the z scale)."""
-        lv, _ = self._members_log(query)
-        w = np.array([m[1] for m in self.members])[:, None]
-        return np.sqrt(np.sum(w * (lv - np.sum(w * lv, axis=0)) ** 2, axis=0))
+        return np.sqrt(self._mixture(query)[2])
 
     def set_quality(self, obs: Observations) -> None:
         """Training quality of the combination (``shape_mape``: without the anchoring)."""
