@@ -38,6 +38,25 @@ A writer thread committing beside the loop was slower in every alternating pair 
 result; README, "Measured figures") and was not kept; so were 16 KiB pages (each batch writes
 about a thousand index leaves whole to the WAL). Dropping the index ``runs_job``, which the
 unique ``runs_job_seq`` duplicates, measured 24.2-24.3 us against 26.5-28.3: schema 10.
+
+``daemon_main_thread_cpu_us_per_result`` is the loop's thread alone (it does all of ingest; the
+store's checkpoint thread and ZeroMQ's I/O thread can use the other core): the figure that
+bounds results/s, less noisy than results/s on a shared machine. 2026-11-26 00:56-00:58, 30 s
+each, alternating the daemon of ff135e6 with this one (load 3.1-5.6, other work running):
+main thread 22.5 / 23.0 -> 19.2 / 19.6 us per result, whole daemon 24.5 / 24.9 -> 21.1 / 21.5,
+32,900-33,600 -> 37,800-38,300 results/s, p99 325-334 -> 298-312 ms, nothing lost (47,197/s,
+p99 228 ms, 18.5 us in one run at load 2.8). From: a result's columns read straight from the
+record map (shared/records.py, record_columns: 1.6 against 3.0 us per record), a quick exact
+check of result messages before the generic one (0.4 against 0.9 us), frames received as bytes
+on loopback. Measured and left: the cyclic GC, paused for each batch since 2026-11-25, ran 77
+collections taking 0.009 s in a 20 s run (gc.freeze has nothing to cut); msgspec would decode a
+result in 1.4 against 2.6 us, but its untyped maps take any key type where the daemon refuses
+non-text keys as malformed (a new dependency, and a check of its own per message); storing
+the record's bytes as sent would save only its re-encoding, 0.5 us. Where the main thread's 19
+us go now (py-spy): SQLite insert 37 % (executemany; in isolation the index ``runs_group``
+costs 2.6 of 8.3 us per row when 500 agents have 500 platforms; here they share one),
+COMMIT 6.5 %, msgpack decode and checks 14 %, receiving 10 %, freeing the batch 9 %, reading
+records 7 %. 60,000/s needs below 16.7 us on the main thread: not met.
 """
 
 from __future__ import annotations
