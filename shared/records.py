@@ -191,6 +191,7 @@ class RecordColumns(NamedTuple):
 
 _new_columns = tuple.__new__
 _INF = math.inf
+_EMPTY: dict[str, Any] = {}  # a default looked at, never changed
 
 
 def record_columns(data: Any) -> RecordColumns | None:
@@ -240,9 +241,6 @@ def record_columns(data: Any) -> RecordColumns | None:
     return _new_columns(RecordColumns, (platform, workload, inp, variant, cores, cpus, threads,
                                         freq, rep, time_s, wall, user, sys_, energy, ok,
                                         virtual, throttled, marked))
-
-
-_EMPTY: dict[str, Any] = {}  # a default looked at, never changed
 
 
 def columns_of(rec: RunRecord) -> RecordColumns:
