@@ -38,6 +38,28 @@ A writer thread committing beside the loop was slower in every alternating pair 
 result; README, "Measured figures") and was not kept; so were 16 KiB pages (each batch writes
 about a thousand index leaves whole to the WAL). Dropping the index ``runs_job``, which the
 unique ``runs_job_seq`` duplicates, measured 24.2-24.3 us against 26.5-28.3: schema 10.
+
+``daemon_main_thread_cpu_us_per_result`` is the loop's thread alone (it does all of ingest; the
+store's checkpoint thread and ZeroMQ's I/O thread can use the other core): the figure that
+bounds results/s, less noisy than results/s on a shared machine. 2026-11-26 00:56-00:58, 30 s
+each, alternating the daemon of ff135e6 with this one (load 3.1-5.6, other work running):
+main thread 22.5 / 23.0 -> 19.2 / 19.6 us per result, whole daemon 24.5 / 24.9 -> 21.1 / 21.5,
+32,900-33,600 -> 37,800-38,300 results/s, p99 325-334 -> 298-312 ms, nothing lost (47,197/s,
+p99 228 ms, 18.5 us in one run at load 2.8). From: a result's columns read straight from the
+record map (shared/records.py, record_columns: 1.6 against 3.0 us per record), a quick exact
+check of result messages before the generic one (0.4 against 0.9 us), frames received as bytes
+on loopback. Measured and left: the cyclic GC, paused for each batch since 2026-11-25, ran 77
+collections taking 0.009 s in a 20 s run (gc.freeze has nothing to cut); msgspec would decode a
+result in 1.4 against 2.6 us, but its untyped maps take any key type where the daemon refuses
+non-text keys as malformed (a new dependency, and a check of its own per message); storing
+the record's bytes as sent would save only its re-encoding, 0.5 us; checkpoints every 2 s
+instead of 0.5 (alternating, load 2.2-3.5) left the main thread as it was (18.6 / 19.2 against
+19.0 / 19.4 us) and took 0.3 us per result off the other threads, for four times the window of
+acked results an OS crash can lose. Where the main thread's 19
+us go now (py-spy): SQLite insert 37 % (executemany; in isolation the index ``runs_group``
+costs 2.6 of 8.3 us per row when 500 agents have 500 platforms; here they share one),
+COMMIT 6.5 %, msgpack decode and checks 14 %, receiving 10 %, freeing the batch 9 %, reading
+records 7 %. 60,000/s needs below 16.7 us on the main thread: not met.
 """
 
 from __future__ import annotations
@@ -333,9 +355,10 @@ def proc_mem_kb(pid: int) -> dict[str, int]:
     return out
 
 
-def proc_cpu_s(pid: int) -> float:
-    """User + system CPU seconds of a process so far."""
-    with open(f"/proc/{pid}/stat") as fh:
+def proc_cpu_s(pid: int, tid: int | None = None) -> float:
+    """User + system CPU seconds of a process so far; of one of its threads with ``tid``."""
+    path = f"/proc/{pid}/stat" if tid is None else f"/proc/{pid}/task/{tid}/stat"
+    with open(path) as fh:
         fields = fh.read().rsplit(")", 1)[1].split()
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
@@ -423,8 +446,12 @@ def run(agents: int = 4, results: int | None = 50_000, duration: float | None = 
     def rss_kb(key: str = "VmRSS") -> int:  # all daemons together
         return sum(proc_mem_kb(d.pid)[key] for d in procs_d)
 
-    def cpu_s() -> tuple[float, float]:  # (daemons, database server)
-        return sum(proc_cpu_s(d.pid) for d in procs_d), server_cpu_s(pg_data)
+    def cpu_s() -> tuple[float, float, float]:  # (daemons, their main threads, db server)
+        # The main thread (tid = pid) runs the loop and all of ingest; the others (store
+        # checkpoints, fits, ZeroMQ's I/O) may run on the other core. The main thread's CPU
+        # per result is what bounds results/s on one core.
+        return (sum(proc_cpu_s(d.pid) for d in procs_d),
+                sum(proc_cpu_s(d.pid, d.pid) for d in procs_d), server_cpu_s(pg_data))
 
     try:
         deadline = time.monotonic() + 60
@@ -451,7 +478,7 @@ def run(agents: int = 4, results: int | None = 50_000, duration: float | None = 
         for r in readies:
             if not r.wait(180):
                 raise SystemExit("a client process did not get its agents' hellos answered")
-        cpu0, srv0 = cpu_s()
+        cpu0, main0, srv0 = cpu_s()
         t_go = time.monotonic()
         go.set()
         # Daemon memory once a second: at the end of warm-up and at the end of the run.
@@ -492,8 +519,8 @@ def run(agents: int = 4, results: int | None = 50_000, duration: float | None = 
             for code, c in g["errors"].items():
                 errors[code] = errors.get(code, 0) + c
         rss_end, rss_peak = rss_kb(), rss_kb("VmHWM")
-        cpu1, srv1 = cpu_s()
-        cpu, srv = cpu1 - cpu0, srv1 - srv0
+        cpu1, main1, srv1 = cpu_s()
+        cpu, main_cpu, srv = cpu1 - cpu0, main1 - main0, srv1 - srv0
         stored = stored_runs(db) - stored0
         span = max(end - start, 1e-9)
         return {"store": ("postgresql" if is_database_url(db) else "sqlite"),
@@ -514,6 +541,8 @@ def run(agents: int = 4, results: int | None = 50_000, duration: float | None = 
                 "clients_cpu_s": round(sum(g["cpu_s"] for g in got), 2),
                 "results_per_daemon_cpu_s": round(acked / cpu) if cpu else None,
                 "daemon_cpu_us_per_result": round(cpu / acked * 1e6, 1) if acked else None,
+                "daemon_main_thread_cpu_us_per_result": (round(main_cpu / acked * 1e6, 1)
+                                                         if acked else None),
                 "db_server_cpu_us_per_result": (round(srv / acked * 1e6, 1)
                                                 if acked and pg_data else None),
                 "load_avg_1min": os.getloadavg()[0],

@@ -135,31 +135,31 @@ class Link:
     def recv_batch(self, max_n: int) -> list[tuple[bytes, dict[str, Any]]]:
         """Drain up to ``max_n`` frames without blocking; return the valid ones."""
         out = []
-        # Frames received one by one with copy=False: their ``more`` flag is free, where
-        # recv_multipart asks the socket for RCVMORE per frame (measured 3.4-4.9 -> 2.4 us).
         recv = self.sock.recv
         decode = protocol.decode
         noblock = int(zmq.NOBLOCK)
         limiter = self.limiter
         max_bytes = self.max_message_bytes
+        # Without CURVE and on loopback no frame's metadata is read: frames come as bytes
+        # (copy=True, no Frame object each) and one RCVMORE look-up per message tells a
+        # REQ envelope or extra frames apart (8,192 messages: 1.2-1.4 against 1.4-1.8 us).
+        plain = not self.curve and self.peer_addrs is None
+        more = self.sock.get
+        rcvmore = int(zmq.RCVMORE)
         for _ in range(max_n):
-            try:
-                frame = recv(noblock, copy=False)
-            except zmq.Again:
-                break
-            frames = [frame.bytes]
-            while frame.more:
-                frame = recv(noblock, copy=False)
-                frames.append(frame.bytes)
-            if self.curve:
-                # the key that authenticated this connection, as the ZAP handler named it
-                if len(self.peer_keys) >= 100_000 and frames[0] not in self.peer_keys:
-                    self.peer_keys.clear()
-                self.peer_keys[frames[0]] = frame.get("User-Id")
-            elif self.peer_addrs is not None:
-                if len(self.peer_addrs) >= 100_000 and frames[0] not in self.peer_addrs:
-                    self.peer_addrs.clear()
-                self.peer_addrs[frames[0]] = _peer_address(frame)
+            if plain:
+                try:
+                    # a ROUTER's identity frame is always followed by the message's frames
+                    frames = [recv(noblock), recv(noblock)]
+                except zmq.Again:
+                    break
+                while more(rcvmore):
+                    frames.append(recv(noblock))
+            else:
+                try:
+                    frames = self._recv_noting_peer()
+                except zmq.Again:
+                    break
             if len(frames) == 2:
                 identity, data = frames
             elif len(frames) == 3 and frames[1] == b"":
@@ -185,6 +185,28 @@ class Link:
             except ProtocolError as exc:
                 self._refuse(identity, exc)
         return out
+
+    def _recv_noting_peer(self) -> list[bytes]:
+        """One message's frames, noting the sender's CURVE key or address from the last
+        frame's metadata (zmq.Again when none is waiting)."""
+        recv, noblock = self.sock.recv, int(zmq.NOBLOCK)
+        # Frames received one by one with copy=False: their ``more`` flag is free, where
+        # recv_multipart asks the socket for RCVMORE per frame (measured 3.4-4.9 -> 2.4 us).
+        frame = recv(noblock, copy=False)
+        frames = [frame.bytes]
+        while frame.more:
+            frame = recv(noblock, copy=False)
+            frames.append(frame.bytes)
+        if self.curve:
+            # the key that authenticated this connection, as the ZAP handler named it
+            if len(self.peer_keys) >= 100_000 and frames[0] not in self.peer_keys:
+                self.peer_keys.clear()
+            self.peer_keys[frames[0]] = frame.get("User-Id")
+        elif self.peer_addrs is not None:
+            if len(self.peer_addrs) >= 100_000 and frames[0] not in self.peer_addrs:
+                self.peer_addrs.clear()
+            self.peer_addrs[frames[0]] = _peer_address(frame)
+        return frames
 
     def _rate_limited(self, identity: bytes) -> None:
         """Count and log (bounded) a frame over its sender's rate; tell the sender at most

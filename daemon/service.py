@@ -30,7 +30,8 @@ import zmq
 from ..shared import protocol
 from ..shared.config import ConfigError, DaemonConfig, load_daemon_config, redact_url
 from ..shared.curve import KeyFileError, curve_enabled, ensure_keypair
-from ..shared.records import RecordError, RunRecord
+from ..shared.records import (RecordColumns, RecordError, RunRecord, columns_of,
+                              record_columns)
 from . import queries
 from .errors import HandlerError
 from .fitter import Fitter
@@ -60,7 +61,7 @@ DAEMON_ID = "daemon"
 _Issued = tuple[str, str, str, frozenset[tuple[tuple[int, ...], Any, str]]]
 
 
-def _wrong_group(rec: RunRecord, platform: str, job: _Issued, job_id: str) -> str:
+def _wrong_group(rec: RecordColumns, platform: str, job: _Issued, job_id: str) -> str:
     """Why a result does not belong to the group its job measures."""
     if rec.platform != platform:
         what = f"platform '{rec.platform[:80]}', not the agent's '{platform}'"
@@ -363,21 +364,29 @@ class Daemon:
             # (or another agent's) would slip fabricated runs into the fits.
             raise HandlerError("unknown_job", f"job '{body['job_id'][:80]}' was not issued to "
                                               f"agent '{agent}'; its results are not stored")
-        try:
-            rec = RunRecord.from_dict(body["record"])
-        except RecordError as exc:
-            raise HandlerError("bad_record", f"invalid run record: {exc}") from None
+        raw = body["record"]
+        # The columns straight from the map where they are all that is needed; the full record
+        # where the fast read cannot tell (from_dict refuses it, naming why) or where the
+        # record has more to say (an adaptive point's closing record)
+        rec, cols = None, record_columns(raw)
+        if cols is None:
+            try:
+                rec = RunRecord.from_dict(raw)
+            except RecordError as exc:
+                raise HandlerError("bad_record", f"invalid run record: {exc}") from None
+            cols = columns_of(rec)
         # ...and only in the group the job measures: the agent's platform, the job's workload
         # and input, one of its points (cpus, threads, variant).
-        if (rec.platform != info.platform_id or rec.workload != job[1] or rec.input != job[2]
-                or ((tuple(rec.cpus), rec.threads, rec.variant) not in job[3]
-                    and (tuple(sorted(rec.cpus)), rec.threads, rec.variant) not in job[3])):
-            raise HandlerError("wrong_group", _wrong_group(rec, info.platform_id, job,
+        if (cols.platform != info.platform_id or cols.workload != job[1]
+                or cols.input != job[2]
+                or ((tuple(cols.cpus), cols.threads, cols.variant) not in job[3]
+                    and (tuple(sorted(cols.cpus)), cols.threads, cols.variant) not in job[3])):
+            raise HandlerError("wrong_group", _wrong_group(cols, info.platform_id, job,
                                                            body["job_id"]))
         msg_id, job_id = msg["id"], body["job_id"]
         # tuple.__new__: the named tuple without its Python-level constructor (per result)
-        results.append(_new_tuple(ResultIn, (msg_id, agent, job_id, body["seq"], rec,
-                                             body["record"])))
+        results.append(_new_tuple(ResultIn, (msg_id, agent, job_id, body["seq"], rec, raw,
+                                             cols)))
         ids = acks.get(identity)
         if ids is None:
             acks[identity] = [msg_id]
@@ -435,7 +444,9 @@ class Daemon:
         closed: dict[str, list[int]] = {}
         for r in results:
             counts[r.job_id] = counts.get(r.job_id, 0) + 1
-            if r.record.extra:  # only an adaptive point's last record says it closes it
+            # only an adaptive point's last record says it closes it (in extra: a record
+            # with extra is built in full)
+            if r.record is not None and r.record.extra:
                 point = closing_point(r.record)
                 if point is not None:
                     closed.setdefault(r.job_id, []).append(point)

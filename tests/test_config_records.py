@@ -1,9 +1,12 @@
 """Configuration loading (errors name file and key) and run-record validation."""
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from opptune.shared.config import ConfigError, load_agent_config, load_daemon_config
-from opptune.shared.records import RecordError, RunRecord, mark_invalid
+from opptune.shared.records import (_FIELD_NAMES, RecordError, RunRecord, columns_of,
+                                    mark_invalid, record_columns)
 
 
 def test_defaults_when_default_file_is_absent(monkeypatch, tmp_path):
@@ -134,3 +137,39 @@ def test_endpoint_without_transport_and_negative_tolerance_name_file_and_key(
 def test_endpoint_from_the_command_line_names_the_option():
     with pytest.raises(ConfigError, match=r"^--daemon: 'board:1' lacks a transport"):
         load_agent_config(None, daemon="board:1")
+
+
+_ODD = [None, True, False, 0, 1, -1, 2, 2**31, 2**63, 2**64, 0.5, -0.5, float("nan"),
+        float("inf"), "", "x", "x" * 1025, b"x", [], [0], [0, 1], [True, 1], [0.0, 1], (0, 1),
+        {}, {"a": 1}]
+
+
+@given(st.dictionaries(st.sampled_from(sorted(_FIELD_NAMES) + ["bogus"]),
+                       st.sampled_from(_ODD), max_size=6),
+       st.lists(st.sampled_from(["platform", "cores", "cpus", "threads", "rep", "workload",
+                                 "input"]), max_size=2),
+       st.booleans())
+@settings(max_examples=3000, deadline=None)
+def test_record_columns_accepts_only_what_from_dict_accepts(changes, dropped, failed):
+    """The ingest path's fast read of a record (record_columns) never accepts a record that
+    from_dict refuses, and reads the same columns from one it accepts."""
+    data = _record(ok=not failed, time_s=None if failed else 1.5, freq_mhz=1800.0,
+                   variant="v=1").to_dict()
+    data.update(changes)
+    for name in dropped:
+        data.pop(name, None)
+    cols = record_columns(data)
+    try:
+        rec = RunRecord.from_dict(data)
+    except RecordError:
+        assert cols is None
+        return
+    assert cols is None or cols == columns_of(rec)
+
+
+def test_record_columns_reads_a_plain_record_and_leaves_extra_to_from_dict():
+    data = _record(energy_j=3, marked="load", throttled=True).to_dict()
+    assert record_columns(data) == columns_of(RunRecord.from_dict(data))
+    assert record_columns(data).energy_j == 3 and record_columns(data).marked == "load"
+    data["extra"] = {"point": {"index": 0, "done": True}}
+    assert record_columns(data) is None  # the closing point is read from the full record

@@ -214,3 +214,41 @@ def test_agent_resends_rate_limited_results_nothing_lost(tmp_path):
     log = (tmp_path / "agent.log").read_text()
     assert "rate_limited" in log
     assert codes["agent"] == 0, c.logs()
+
+
+@pytest.mark.parametrize("bind", ["tcp://127.0.0.1:0", "tcp://0.0.0.0:0"])
+def test_link_reads_req_envelopes_and_refuses_extra_frames(bind):
+    """Both receive paths (loopback: frames as bytes; other addresses: frames with their
+    peer's address): a REQ peer's envelope is read and its reply enveloped, a message of two
+    frames is refused as bad_frame, the next valid one is read."""
+    from opptune.daemon.link import Link
+    link = Link(bind)
+    endpoint = link.endpoint.replace("0.0.0.0", "127.0.0.1")
+    req = zmq.Context.instance().socket(zmq.REQ)
+    req.setsockopt(zmq.LINGER, 0)
+    bad = dealer(endpoint, "bad")
+    try:
+        req.connect(endpoint)
+        req.send(P.encode(P.make("heartbeat", "req-agent", {})))
+
+        def one():
+            deadline = time.monotonic() + 10
+            while time.monotonic() < deadline:
+                if link.poll(100):
+                    got = link.recv_batch(10)
+                    if got:
+                        return got
+            raise AssertionError("nothing received")
+
+        [(identity, msg)] = one()
+        assert msg["type"] == "heartbeat" and msg["agent"] == "req-agent"
+        assert link.send(identity, P.make("heartbeat", "daemon", {}))
+        assert req.poll(10_000) and P.decode(req.recv())["type"] == "heartbeat"
+        bad.send_multipart([b"one", b"two"])
+        bad.send(P.encode(P.make("heartbeat", "bad", {})))
+        assert [m["agent"] for _, m in one()] == ["bad"]
+        assert expect(bad, "error")["body"]["code"] == "bad_frame"
+    finally:
+        req.close()
+        bad.close()
+        link.close()

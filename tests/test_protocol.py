@@ -175,3 +175,36 @@ def test_counts_past_a_32_bit_column_are_refused_not_a_failed_batch():
     for field in ("threads", "rep"):
         with pytest.raises(RecordError, match=f"'{field}' must be an integer from 0 to 2"):
             RunRecord.from_dict({**base, field: 2**31})
+
+
+_ODD = [None, True, False, 0, 1, -1, 2, 2**31 - 1, 2**31, 2**63 - 1, 2**63, 2**64, 0.5,
+        float("nan"), "", "x", "x" * 65, b"x", [], {}, {"time_s": 1.0}]
+
+
+@given(st.dictionaries(st.sampled_from(["v", "id", "ts", "agent", "body"]),
+                       st.sampled_from(_ODD), max_size=2),
+       st.dictionaries(st.sampled_from(["job_id", "seq", "of", "record", "other"]),
+                       st.sampled_from(_ODD), max_size=3),
+       st.lists(st.sampled_from(["v", "id", "ts", "agent", "body"]), max_size=1),
+       st.lists(st.sampled_from(["job_id", "seq", "of", "record"]), max_size=1))
+@settings(max_examples=3000, deadline=None)
+def test_the_fast_result_check_accepts_only_what_every_check_accepts(env, body, env_drop,
+                                                                     body_drop):
+    """validate's quick path for results (the daemon's ingest) never accepts a message that
+    the full checks refuse."""
+    msg = P.make("result", "a", dict(BODIES["result"]))
+    msg["body"] = {**msg["body"], **body}
+    msg.update(env)
+    for k in env_drop:
+        msg.pop(k)
+    if isinstance(msg.get("body"), dict):
+        for k in body_drop:
+            msg["body"].pop(k, None)
+    try:
+        P._check_all(msg)
+    except P.ProtocolError:
+        assert not P._plain_result(msg)
+
+
+def test_a_plain_result_takes_the_fast_check():
+    assert P._plain_result(P.make("result", "a", dict(BODIES["result"])))

@@ -11,7 +11,7 @@ from abc import ABC, abstractmethod
 from typing import Any, NamedTuple, Sequence
 
 from ...shared.config import is_database_url as is_url
-from ...shared.records import RunRecord
+from ...shared.records import RecordColumns, RunRecord
 
 
 class Group(NamedTuple):
@@ -31,8 +31,11 @@ class ResultIn(NamedTuple):
     agent: str
     job_id: str | None
     seq: int | None
-    record: RunRecord
+    # the record; None on the daemon's ingest path for a record ``columns`` holds all the
+    # daemon needs of (shared/records.py, record_columns)
+    record: RunRecord | None
     raw: dict[str, Any]  # the record as received, stored whole (msgpack)
+    columns: RecordColumns | None = None  # the record's stored columns; None: read from record
 
 
 class Store(ABC):

@@ -36,7 +36,7 @@ from typing import Any, Iterator, Sequence
 
 import msgpack
 
-from ...shared.records import RunRecord
+from ...shared.records import RunRecord, columns_of
 from . import Group, ResultIn, Store
 from .schema import MIGRATIONS, SCHEMA_VERSION
 
@@ -297,12 +297,13 @@ class SQLiteStore(Store):
     def insert_results(self, items: Sequence[ResultIn], now: float) -> list[str]:
         rows = []
         for it in items:
-            r = it.record
-            rows.append((it.msg_id, it.agent, it.job_id, it.seq, r.platform, r.workload, r.input,
-                         r.variant, r.cores, _cpus_text(r.cpus), r.threads, r.freq_mhz, r.rep,
-                         r.time_s, r.wall_s, r.user_s, r.sys_s, r.energy_j, int(r.ok),
-                         int(r.virtual), now, None, _packb(it.raw), int(r.throttled),
-                         r.marked))
+            (platform, workload, inp, variant, cores, cpus, threads, freq, rep, time_s, wall,
+             user, sys_, energy, ok, virtual, throttled, marked) = (
+                it.columns or columns_of(it.record))
+            rows.append((it.msg_id, it.agent, it.job_id, it.seq, platform, workload, inp,
+                         variant, cores, _cpus_text(cpus), threads, freq, rep, time_s, wall,
+                         user, sys_, energy, int(ok), int(virtual), now, None, _packb(it.raw),
+                         int(throttled), marked))
         self._bound_log()
         with self._tx() as db:
             # Only a repeat is skipped (the same message id, or the same job and sequence
