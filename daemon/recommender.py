@@ -303,8 +303,9 @@ def rests_on(store: Store, group: Group, quality: dict[str, Any] | None = None,
              accept_load: bool | None = None) -> dict[str, Any]:
     """What a group's fit (and so its recommendation) rests on: clean runs used, marked runs
     left out (or used, under ``accept_load``) with their reasons, MAD outliers left out (the
-    fit's ``quality``), points with no clean run, and those given up on (``never_clean``,
-    daemon/remeasure.py); ``text`` says it in one line."""
+    fit's ``quality``; None without one: a goal's fit takes each configuration's median, which
+    no outlier moves, and leaves none out), points with no clean run, and those given up on
+    (``never_clean``, daemon/remeasure.py); ``text`` says it in one line."""
     accept = store.accept_load if accept_load is None else accept_load
     points = store.point_marks(group)
     clean = sum(p["clean"] for p in points)
@@ -312,7 +313,7 @@ def rests_on(store: Store, group: Group, quality: dict[str, Any] | None = None,
     reasons = list(dict.fromkeys(p["reason"] for p in points if p["reason"]))[:3]
     unclean = [{"cores": p["cores"], "freq_mhz": p["freq_mhz"], "reason": p["reason"]}
                for p in points if not p["clean"] and p["marked"]]
-    outliers = int((quality or {}).get("outliers_left_out") or 0)
+    outliers = None if quality is None else int(quality.get("outliers_left_out") or 0)
     parts = [f"rests on {clean} clean run{'s' if clean != 1 else ''}"]
     if marked and accept:
         parts = [f"holds for the board under its load: {clean} clean and {marked} marked "

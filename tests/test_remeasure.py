@@ -140,6 +140,9 @@ def test_runs_are_matched_to_their_points_and_rests_on_counts_them(tmp_path):
         assert b["text"] == (f"rests on 2 clean runs; 2 marked runs left out ({why}); 1 outlier "
                              f"left out; no clean measurement at 2 cores: {why}")
         under = rests_on(st, g, accept_load=True)
+        # no fit quality (a goal's fit of medians): no outlier count rather than a 0 that
+        # would contradict the status's count for the same group
+        assert under["outliers_left_out"] is None
         assert under["marked_used"] and under["text"] == (
             f"holds for the board under its load: 2 clean and 2 marked runs used ({why})")
         assert len(st.group_runs(g, accept_load=True)) == 4 and len(st.group_runs(g)) == 2
