@@ -325,3 +325,24 @@ def test_fit_cli_shows_the_daemons_pooled_interval(tmp_path, capsys):
     np.testing.assert_allclose([r["upper"] for r in got], pr.upper, rtol=1e-6)
     own = Fitter().fit_one(FitRequest(g, runs[g])).model.predict(q)
     assert not np.allclose(own.upper, pr.upper, rtol=1e-3)
+
+
+def test_saved_fit_of_two_core_counts_keeps_its_wide_interval_far_out(tmp_path, capsys):
+    # two core counts: nothing held out, so the interval outside them reaches the hold
+    # forecast (scaling stops at 2 cores, 0.6 s); a saved fit lost that and predict showed
+    # +-3 % at 64 cores, 32x beyond the data
+    from opptune.daemon.models.select import choose
+    data, fit = tmp_path / "d.csv", tmp_path / "fit.json"
+    data.write_text("platform,workload,input,variant,cores,freq_mhz,rep,time_s\n"
+                    "p,w,i,,1,1000,1,1.0\np,w,i,,2,1000,1,0.6\n")
+    assert run(["fit", "--data", str(data), "--save", str(fit)]) == 0
+    capsys.readouterr()
+    assert run(["predict", "--fit", str(fit), "--cores", "2,64", "--freq", "1000", "--json"]) == 0
+    got = json.loads(capsys.readouterr().out)
+    obs = Observations(cores=np.array([1.0, 2.0]), time_s=np.array([1.0, 0.6]),
+                       freq_mhz=np.array([1000.0, 1000.0]))
+    want = choose(obs).model.predict(Observations.query(np.array([2.0, 64.0]),
+                                                        np.array([1000.0, 1000.0])))
+    np.testing.assert_allclose([r["lower"] for r in got], want.lower, rtol=1e-6)
+    np.testing.assert_allclose([r["upper"] for r in got], want.upper, rtol=1e-6)
+    assert got[1]["upper"] == pytest.approx(0.6, rel=0.02)
