@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -14,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from opptune.agent.virtual_board import board_spec, make_tree, run_model
-from procs import Cluster
+from procs import Cluster, wait_until
 
 pytestmark = pytest.mark.integration
 
@@ -146,6 +147,19 @@ def test_tune_energy_then_recommend_energy_beside_time(tmp_path):
         one_line(opptune("tune", *base, "--cluster", "7", cwd=elsewhere), 2,
                  "--cluster must be 0..1")
         assert len(c.status()["recommendations"]) == n_recs
+
+        # the agent gone: --apply stores it unsent, and says so rather than "pushed"
+        c.kill("agent")
+        apply = [*base, "--objective", "time", "--apply"]
+        wait_until(lambda: json.loads(opptune("recommend", *apply, "--json", cwd=elsewhere)
+                                      .stdout)["applied"]["state"] == "unsent",
+                   "a recommendation stored unsent once the daemon saw the agent go")
+        p = opptune("recommend", *apply, cwd=elsewhere)
+        assert p.returncode == 0, p.stderr
+        text = " ".join(p.stdout.split())
+        assert "pushed to" not in text
+        assert re.search(r"not sent: stored for test-agent as cfg-\w+ \(unsent\); test-agent "
+                         r"is not connected: it is sent when test-agent says hello again", text)
     finally:
         c.stop()
 
