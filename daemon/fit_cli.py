@@ -455,11 +455,14 @@ def warn_extrapolation(entry: dict[str, Any], query: Observations,
 
 
 def cmd_predict(args: argparse.Namespace) -> int:
-    if args.fit is None or args.source or args.target or args.workload:
+    mpet = (args.source, args.target, args.workload, getattr(args, "on", None),
+            getattr(args, "edits", None), getattr(args, "edits_file", None))
+    if args.fit is None or any(mpet):
         from .characterize_cli import cmd_predict_mpet
         if args.fit is not None:
             print("opptune predict: give either --fit FILE --cores N (a saved fit) or "
-                  "--workload A --from P --to T (MPET migration), not both", file=sys.stderr)
+                  "--workload A with --from P --to T or --on P (MPET), not both",
+                  file=sys.stderr)
             return 2
         return cmd_predict_mpet(args)
     if not args.cores:

@@ -346,3 +346,18 @@ def test_saved_fit_of_two_core_counts_keeps_its_wide_interval_far_out(tmp_path, 
     np.testing.assert_allclose([r["lower"] for r in got], want.lower, rtol=1e-6)
     np.testing.assert_allclose([r["upper"] for r in got], want.upper, rtol=1e-6)
     assert got[1]["upper"] == pytest.approx(0.6, rel=0.02)
+
+
+@pytest.mark.parametrize("extra", [["--workload", "w", "--on", "P"], ["--on", "P"]])
+def test_predict_from_a_fit_with_mpet_options_is_refused_naming_both_ways(tmp_path, capsys,
+                                                                          extra):
+    # --on alone was silently ignored (the fit predicted), and the refusal named --from/--to
+    # only
+    data, fit = small_csv(tmp_path), tmp_path / "fit.json"
+    assert run(["fit", "--data", str(data), "--save", str(fit)]) == 0
+    capsys.readouterr()
+    assert run(["predict", "--fit", str(fit), "--cores", "2", *extra]) == 2
+    out = capsys.readouterr()
+    assert out.out == ""
+    assert out.err.startswith("opptune predict: give either --fit FILE --cores N (a saved fit) "
+                              "or --workload A with --from P --to T or --on P (MPET), not both")
