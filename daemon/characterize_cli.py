@@ -550,7 +550,8 @@ def cmd_eval_sources(args: argparse.Namespace) -> int:
             try:
                 write_store_csv(args.save_csv, rows)
             except OSError as exc:
-                print(f"opptune eval-mpet: --save-csv {args.save_csv}: {exc}", file=sys.stderr)
+                print(f"opptune eval-mpet: --save-csv {args.save_csv}: cannot write: "
+                      f"{exc.strerror or exc}", file=sys.stderr)
                 return 2
     paths = list(args.data or []) if (args.combine or not store) else []
     if args.data and store and not args.combine:
