@@ -518,8 +518,11 @@ def cmd_predict(args: argparse.Namespace) -> int:
             why = f"no fitted group contains {args.group!r}"
         else:
             why = "none of its fits could be loaded (warnings above)"
+        # a dataset of a hundred groups would make the line unreadable: the first few
+        shown = ", ".join(fitted[:8]) + (f", ... ({len(fitted) - 8} more; 'opptune fit' lists "
+                                         "them)" if len(fitted) > 8 else "")
         print(f"opptune predict: nothing to predict from {args.fit}: {why}"
-              + (f"; fitted groups: {', '.join(fitted)}" if fitted else ""), file=sys.stderr)
+              + (f"; fitted groups: {shown}" if fitted else ""), file=sys.stderr)
         return 1
     if args.json:
         print(dump_json(out))

@@ -361,3 +361,17 @@ def test_predict_from_a_fit_with_mpet_options_is_refused_naming_both_ways(tmp_pa
     assert out.out == ""
     assert out.err.startswith("opptune predict: give either --fit FILE --cores N (a saved fit) "
                               "or --workload A with --from P --to T or --on P (MPET), not both")
+
+
+def test_predict_naming_no_group_of_a_large_fit_lists_the_first_few(tmp_path, capsys):
+    lines = ["platform,workload,input,variant,cores,freq_mhz,rep,time_s"]
+    lines += [f"b,w{i:02d},,,{c},,0,{10 / c}" for i in range(12) for c in (1, 2)]
+    data, fit = tmp_path / "d.csv", tmp_path / "fit.json"
+    data.write_text("\n".join(lines) + "\n")
+    assert run(["fit", "--data", str(data), "--save", str(fit)]) == 0
+    capsys.readouterr()
+    assert run(["predict", "--fit", str(fit), "--cores", "2", "--group", "nope"]) == 1
+    (line,) = capsys.readouterr().err.splitlines()
+    assert line.endswith("no fitted group contains 'nope'; fitted groups: b/w00, b/w01, b/w02, "
+                         "b/w03, b/w04, b/w05, b/w06, b/w07, ... (4 more; 'opptune fit' lists "
+                         "them)")
