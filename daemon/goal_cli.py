@@ -217,7 +217,15 @@ def cmd_tune(args: argparse.Namespace) -> int:
     session, rc = ask("opptune tune", endpoint, "tune", q, timeout_s=args.timeout)
     if rc is not None:
         return rc
-    final = follow_tune(endpoint, session, args.timeout, args.no_progress)
+    try:
+        final = follow_tune(endpoint, session, args.timeout, args.no_progress)
+    except KeyboardInterrupt:
+        # the session is the daemon's: leaving without a word would hide that it still
+        # applies a configuration to the board
+        print(f"opptune tune: stopped following {session['tune_id']}; the session goes on in "
+              "the daemon (it measures, recommends and applies on its own); 'opptune status' "
+              "follows it", file=sys.stderr)
+        raise
     if final is None:
         return 1
     if args.json:

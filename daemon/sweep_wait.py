@@ -26,6 +26,20 @@ def wait_for_jobs(endpoint: str, job_ids: list[str], timeout_s: float = 5.0,
                   as_json: bool = False, console: Console | None = None,
                   prog: str = "opptune sweep") -> int:
     console = console or Console(stderr=True)
+    try:
+        return _wait(endpoint, job_ids, timeout_s, as_json, console, prog)
+    except KeyboardInterrupt:
+        ids = ", ".join(job_ids[:3]) + (f" and {len(job_ids) - 3} more" if len(job_ids) > 3
+                                        else "")
+        console.print(f"{prog}: stopped waiting; the jobs go on in the daemon: {ids}; 'opptune "
+                      "status' follows them" + ("; run it again to resume waiting"
+                                                if prog == "opptune characterize" else ""),
+                      markup=False, soft_wrap=True)
+        raise
+
+
+def _wait(endpoint: str, job_ids: list[str], timeout_s: float, as_json: bool,
+          console: Console, prog: str) -> int:
     jobs: dict[str, dict[str, Any]] = {}
     with Progress(TextColumn("{task.description}"), BarColumn(),
                   TextColumn("{task.completed}/{task.total} runs"),
