@@ -47,7 +47,7 @@ def characterize(d: Daemon, args: dict[str, Any]) -> dict[str, Any]:
         raise HandlerError("bad_args", "characterize needs args.agent (an agent id)")
     info = d.registry.get(agent)
     if info is None:
-        raise HandlerError("unknown_agent", f"no agent '{agent}'")
+        raise HandlerError("unknown_agent", d.registry.unknown(agent))
     kernels = sorted(w["name"] for w in info.workloads
                      if isinstance(w, dict) and w.get("kind") == "kernel")
     with_commands = args.get("commands", True)

@@ -39,11 +39,13 @@ def operator(argv: list[str] | None = None) -> int:
         return board_main(argv[1:])
     if missing and argv != ["--version"]:
         return _refuse("opptune", missing)
-    from .cli import main
     try:
+        from .cli import main  # scipy and the rest load here: a second Ctrl-C may land in it
         code = main(argv)
         sys.stdout.flush()
         return code
+    except KeyboardInterrupt:  # main answers the ones in a command; these came before
+        return 130
     except BrokenPipeError:
         # the reader went away (`opptune status | head`): not an error of ours. Point stdout
         # at /dev/null so that the interpreter's own flush at exit does not fail again.

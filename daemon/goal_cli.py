@@ -152,9 +152,17 @@ def cmd_recommend(args: argparse.Namespace) -> int:
     con = Console()
     con.print(recommendation_table(data))
     if data.get("applied"):
-        a = data["applied"]
-        con.print(f"pushed to {data['agent']} as {a['config_id']} ({a['state']}); 'opptune "
-                  "status' shows its verification")
+        a, agent = data["applied"], data["agent"]
+        if a["state"] == "unsent":
+            if a.get("error"):  # a pid/unit target's: never sent later
+                con.print(f"{a['config_id']} for {agent}: {a['error']}")
+            else:
+                con.print(f"not sent: stored for {agent} as {a['config_id']} (unsent); {agent} "
+                          f"is not connected: it is sent when {agent} says hello again (the "
+                          "newest of its group only); 'opptune status' shows its state")
+        else:
+            con.print(f"pushed to {agent} as {a['config_id']} ({a['state']}); 'opptune "
+                      "status' shows its verification")
     return 0
 
 
@@ -209,7 +217,15 @@ def cmd_tune(args: argparse.Namespace) -> int:
     session, rc = ask("opptune tune", endpoint, "tune", q, timeout_s=args.timeout)
     if rc is not None:
         return rc
-    final = follow_tune(endpoint, session, args.timeout, args.no_progress)
+    try:
+        final = follow_tune(endpoint, session, args.timeout, args.no_progress)
+    except KeyboardInterrupt:
+        # the session is the daemon's: leaving without a word would hide that it still
+        # applies a configuration to the board
+        print(f"opptune tune: stopped following {session['tune_id']}; the session goes on in "
+              "the daemon (it measures, recommends and applies on its own); 'opptune status' "
+              "follows it", file=sys.stderr)
+        raise
     if final is None:
         return 1
     if args.json:

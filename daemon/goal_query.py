@@ -42,8 +42,7 @@ def workload_groups(d: Daemon, agent: str, workload: str, size: str | None,
     naming what is unknown or not measured."""
     info = d.registry.get(agent)
     if info is None:
-        known = ", ".join(sorted(a.agent_id for a in d.registry.all())) or "none"
-        raise HandlerError("unknown_agent", f"no agent '{agent}' (known agents: {known})")
+        raise HandlerError("unknown_agent", d.registry.unknown(agent))
     groups = [g for g in d.store.groups()
               if g.platform == info.platform_id and g.workload == workload]
     if not groups:

@@ -74,8 +74,10 @@ def import_runs(d: Daemon, args: dict[str, Any]) -> dict[str, Any]:
         cpus = order[:cores]
     elif (not isinstance(cpus, list) or len(cpus) != cores or len(set(cpus)) != cores
           or not all(type(c) is int and c in order for c in cpus)):
-        raise HandlerError("bad_args", f"cpus must be {cores} distinct cpus of agent "
-                                       f"'{agent}' ({','.join(map(str, order))})")
+        got = ",".join(map(str, cpus)) if isinstance(cpus, list) else repr(cpus)
+        raise HandlerError("bad_args", f"cpus must name {cores} cpu{'s' if cores != 1 else ''}"
+                                       f" of agent '{agent}' ({','.join(map(str, order))}), as "
+                                       f"many as cores and none twice; got {got[:64]}")
     freq_khz = args.get("freq_khz")
     if freq_khz is not None and (type(freq_khz) is not int or freq_khz <= 0):
         raise HandlerError("bad_args", f"freq_khz must be a whole number of kHz > 0, got "

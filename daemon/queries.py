@@ -110,8 +110,7 @@ def doctor(d: Daemon, args: dict[str, Any]) -> dict[str, Any]:
     agent = args.get("agent")
     info = d.registry.get(agent) if isinstance(agent, str) else None
     if info is None:
-        known = ", ".join(a.agent_id for a in d.registry.all()) or "none yet"
-        raise HandlerError("unknown_agent", f"no agent '{str(agent)[:64]}' (known: {known})")
+        raise HandlerError("unknown_agent", d.registry.unknown(agent))
     return {"agent": info.agent_id, "board": board_name(info.platform, info.platform_id),
             "alive": info.alive(d.config.agent_timeout_s), "received": info.doctor_at,
             "report": info.doctor}

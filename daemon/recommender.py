@@ -135,14 +135,7 @@ class Recommender:
         name = "/".join(req.group)
         if out.error or out.model is None:
             log.warning("no model for %s: %s", name, out.error)
-            why = f"no model: {out.error or 'the fit gave none'}"
-            basis = rests_on(self.store, req.group)
-            if basis["marked_runs"] and not basis["marked_used"]:
-                # say why the runs are missing: the board was busy, not the workload broken
-                why += (f"; {basis['marked_runs']} runs marked for interference were left out "
-                        f"({'; '.join(basis['offenders'])}): they are measured again when the "
-                        "board is quiet, or fitted under that load with accept_load = true "
-                        "(opptune recommend/demo --accept-load)")
+            why = f"no model: {out.error or 'the fit gave none'}" + self._marked_note(req.group)
             self._fit_failed(req.group, why, req.agent, req.job_id)
             return
         self._fit_errors.pop(req.group, None)
@@ -156,13 +149,25 @@ class Recommender:
             source = out.model.quality.get("prior_source") or (
                 f"the curves of {int(out.model.quality.get('n_groups', 0))} other workloads "
                 "on this platform")
-            why = (f"no recommendation: only a prior-based prediction ({source}); measure a "
-                   "second core count for a fitted model")
+            marked = self._marked_note(req.group)
+            # core counts measured with marked runs only: measuring them is not what is missing
+            why = (f"no recommendation: only a prior-based prediction ({source})"
+                   + (marked or "; measure a second core count for a fitted model"))
             log.info("%s: %s", name, why)
             self._fit_failed(req.group, why, req.agent, req.job_id)
             return
         if req.recommend and req.agent and self.config.auto_recommend:
             self.push(req.agent, req.group, out.model, req.job_id, req.rows)
+
+    def _marked_note(self, group: Group) -> str:
+        """Why runs are missing from the fit when the board was busy ("" when none were)."""
+        basis = rests_on(self.store, group)
+        if not basis["marked_runs"] or basis["marked_used"]:
+            return ""
+        return (f"; {basis['marked_runs']} runs marked for interference were left out "
+                f"({'; '.join(basis['offenders'])}): they are measured again when the "
+                "board is quiet, or fitted under that load with accept_load = true "
+                "(opptune recommend/demo --accept-load)")
 
     def _fit_failed(self, group: Group, error: str, agent: str | None,
                     job_id: str | None) -> None:

@@ -62,6 +62,11 @@ class Registry:
     def all(self) -> list[AgentInfo]:
         return sorted(self._agents.values(), key=lambda a: a.agent_id)
 
+    def unknown(self, agent: Any) -> str:
+        """"no agent 'X' (known agents: a, b)": the refusal of a query naming no known agent."""
+        known = ", ".join(a.agent_id for a in self.all()) or "none yet"
+        return f"no agent '{str(agent)[:64]}' (known agents: {known})"
+
     def load(self, agent_id: str, platform_id: str, platform: dict[str, Any],
              workloads: list[Any], last_seen: float, doctor: dict[str, Any] | None = None,
              doctor_at: float | None = None) -> AgentInfo:

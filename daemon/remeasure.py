@@ -197,7 +197,7 @@ class Remeasure:
                 continue
             self.jobs.send(p.agent, job)
             busy.add(p.agent)
-            log.info("re-measure job %s for %s: %s of %s, %d points (retry %d)",
+            log.info("re-measure job %s for %s: %s (%s), %d points (retry %d)",
                      job["job_id"], p.agent, job["workload"], job["size"],
                      len(job["points"]), p.attempt)
 

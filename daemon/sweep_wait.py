@@ -1,7 +1,8 @@
 """``opptune sweep --wait``: follow the jobs of a sweep to their final state.
 
 A progress bar per job on stderr (runs received of expected); exit 0 when every job is done,
-1 with each reason when one failed or expired (or the daemon stopped answering). With
+1 with each reason when one failed or expired (or the daemon stopped answering); a done job
+whose points had marked runs says which and when the daemon measures them again. With
 ``--json``, stdout holds only the final job entries of the daemon's status (a JSON list).
 """
 
@@ -25,6 +26,20 @@ def wait_for_jobs(endpoint: str, job_ids: list[str], timeout_s: float = 5.0,
                   as_json: bool = False, console: Console | None = None,
                   prog: str = "opptune sweep") -> int:
     console = console or Console(stderr=True)
+    try:
+        return _wait(endpoint, job_ids, timeout_s, as_json, console, prog)
+    except KeyboardInterrupt:
+        ids = ", ".join(job_ids[:3]) + (f" and {len(job_ids) - 3} more" if len(job_ids) > 3
+                                        else "")
+        console.print(f"{prog}: stopped waiting; the jobs go on in the daemon: {ids}; 'opptune "
+                      "status' follows them" + ("; run it again to resume waiting"
+                                                if prog == "opptune characterize" else ""),
+                      markup=False, soft_wrap=True)
+        raise
+
+
+def _wait(endpoint: str, job_ids: list[str], timeout_s: float, as_json: bool,
+          console: Console, prog: str) -> int:
     jobs: dict[str, dict[str, Any]] = {}
     with Progress(TextColumn("{task.description}"), BarColumn(),
                   TextColumn("{task.completed}/{task.total} runs"),
@@ -54,11 +69,31 @@ def wait_for_jobs(endpoint: str, job_ids: list[str], timeout_s: float = 5.0,
         json.dump(final, sys.stdout, indent=2, sort_keys=True)
         print()
     bad = [j for j in final if j["state"] != "done"]
+    again = {(m["agent"], m["workload"], m["size"]): m for m in status.get("remeasure") or []}
     for j in final:
         line = (f"job {j['job_id']} ({j['workload']} on {j['board']}) {j['state']}: "
                 f"{j['received']}/{j['expected']} runs")
         if j["reason"]:
             line += f"; {j['reason']}"
+        m = again.get((j.get("agent"), j["workload"], j["size"]))
+        if j["state"] == "done" and m is not None:
+            line += "; " + remeasure_note(m)
         console.print((f"{prog}: " if j in bad else "") + line, markup=False,
                       soft_wrap=True)
     return 1 if bad else 0
+
+
+def remeasure_note(m: dict[str, Any]) -> str:
+    """What the daemon does with a job's points whose runs were marked (status ``remeasure``):
+    '1 point marked (at 2 cores: interference: ...): measured again in 10 s (retry 1); ...'."""
+    from .remeasure import never_clean_text
+    pts = m.get("points") or []
+    what = "; ".join(never_clean_text(p).replace("no clean measurement at ", "at ", 1)
+                     for p in pts[:3]) + ("; ..." if len(pts) > 3 else "")
+    head = f"{len(pts)} point{'s' if len(pts) != 1 else ''} marked ({what})"
+    if m["state"] == "never clean":
+        return f"{head}: never measured clean; 'opptune status' says what it rests on"
+    when = (f"in {m['due_in_s']:.0f} s" if m["state"] == "waiting" and m.get("due_in_s")
+            is not None else "now")
+    return (f"{head}: measured again {when} (retry {m['retry']}); 'opptune status' follows "
+            f"{'them' if len(pts) != 1 else 'it'}")

@@ -33,7 +33,7 @@ class Sweeps:
         the platform cannot honour raises HandlerError("bad_args") before anything is sent."""
         info = self.registry.get(agent)
         if info is None:
-            raise HandlerError("unknown_agent", f"no agent '{agent}'")
+            raise HandlerError("unknown_agent", self.registry.unknown(agent))
         if info.identity is None:
             raise HandlerError("agent_offline", f"agent '{agent}' has not connected to this "
                                                 "daemon instance")

@@ -220,8 +220,7 @@ class Tuner:
             raise HandlerError("bad_args", "tune args.accept_load must be true or false")
         info = d.registry.get(agent)
         if info is None:
-            known = ", ".join(sorted(a.agent_id for a in d.registry.all())) or "none"
-            raise HandlerError("unknown_agent", f"no agent '{agent}' (known agents: {known})")
+            raise HandlerError("unknown_agent", d.registry.unknown(agent))
         if info.identity is None or not info.alive(d.config.agent_timeout_s):
             raise HandlerError("agent_offline", f"agent '{agent}' is not connected to this "
                                                 "daemon; start opptune-agent on the board")

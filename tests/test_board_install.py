@@ -78,3 +78,17 @@ def test_scripts_with_extra_reach_their_commands():
                           "sys.exit(operator(['status', '--help']))"],
                          capture_output=True, text=True, timeout=60)
     assert out.returncode == 0 and "--daemon" in out.stdout, out.stderr
+
+
+def test_ctrl_c_while_the_cli_loads_exits_130_without_a_traceback(monkeypatch, capsys):
+    # Ctrl-C in the second 'opptune' spends importing scipy (building the parser) came
+    # before main's own handler: a KeyboardInterrupt traceback reached the user
+    from opptune.daemon import cli
+    from opptune.daemon.entry import operator
+
+    def interrupted():
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(cli, "build_parser", interrupted)
+    assert operator(["status"]) == 130
+    assert capsys.readouterr().err == ""

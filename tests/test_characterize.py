@@ -158,7 +158,8 @@ def test_characterize_an_unknown_agent_is_one_line(two_boards):
     p = characterize(two_boards.endpoint, "nobody")
     assert p.returncode == 2 and p.stdout == ""
     assert p.stderr.strip().splitlines() == [
-        "opptune characterize: daemon refused the query: no agent 'nobody'"]
+        "opptune characterize: daemon refused the query: no agent 'nobody' (known agents: "
+        "pi, xu4)"]
 
 
 def test_a_done_job_counts_as_characterised_only_when_it_covered_the_whole_grid(tmp_path):

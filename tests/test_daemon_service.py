@@ -406,6 +406,40 @@ def test_one_core_count_gets_a_prior_based_prediction_flagged_and_not_pushed(dae
     a.close()
 
 
+def test_a_prior_for_marked_runs_says_they_were_marked_not_unmeasured(daemon):
+    # 2 and 4 cores measured, every run of them marked: the prior's "measure a second core
+    # count" told the user to do what was done; the reason is the busy board
+    why = "interference: 60 % of cpu 1 used by pid 99 (make)"
+    a = Agent(daemon.endpoint)
+    jobs = _sweep_jobs(a, ("wl", "a", "b", "new"))
+    seq = 0
+    for workload, serial in (("a", 0.1), ("b", 0.3)):
+        for cores in (1, 2, 4):
+            a.send("result", {"job_id": jobs[workload], "seq": seq, "of": 9,
+                              "record": _run_record(workload, cores,
+                                                     10 * (serial + (1 - serial) / cores))})
+            a.expect("ack")
+            seq += 1
+    for cores in (1, 2, 4):
+        rec = _run_record("new", cores, 6.0 / cores)
+        if cores > 1:
+            rec["marked"] = why
+        a.send("result", {"job_id": jobs["new"], "seq": seq, "of": 9, "record": rec})
+        a.expect("ack")
+        seq += 1
+    group = {"platform": "plat-test", "workload": "new", "input": "small", "variant": ""}
+    assert query(a, "fit", {"workload": "new"})["queued"] == [group]
+    st, fit = fit_of(a, group)
+    assert fit and fit[0]["model"] == "prior"
+    (err,) = [e for e in st["fit_errors"] if e["group"] == group]
+    assert "measure a second core count" not in err["error"]
+    assert err["error"].endswith(f"; 2 runs marked for interference were left out ({why}): "
+                                 "they are measured again when the board is quiet, or fitted "
+                                 "under that load with accept_load = true (opptune "
+                                 "recommend/demo --accept-load)")
+    a.close()
+
+
 def test_a_fit_takes_its_interval_from_the_platforms_other_workloads(daemon):
     # three workloads swept at 1-4 cores, "new" at 1-2: its interval at 3-4 cores comes from
     # the three replayed through its split (fitter.fit_group(others=)), not its own two points

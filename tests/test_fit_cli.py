@@ -325,3 +325,53 @@ def test_fit_cli_shows_the_daemons_pooled_interval(tmp_path, capsys):
     np.testing.assert_allclose([r["upper"] for r in got], pr.upper, rtol=1e-6)
     own = Fitter().fit_one(FitRequest(g, runs[g])).model.predict(q)
     assert not np.allclose(own.upper, pr.upper, rtol=1e-3)
+
+
+def test_saved_fit_of_two_core_counts_keeps_its_wide_interval_far_out(tmp_path, capsys):
+    # two core counts: nothing held out, so the interval outside them reaches the hold
+    # forecast (scaling stops at 2 cores, 0.6 s); a saved fit lost that and predict showed
+    # +-3 % at 64 cores, 32x beyond the data
+    from opptune.daemon.models.select import choose
+    data, fit = tmp_path / "d.csv", tmp_path / "fit.json"
+    data.write_text("platform,workload,input,variant,cores,freq_mhz,rep,time_s\n"
+                    "p,w,i,,1,1000,1,1.0\np,w,i,,2,1000,1,0.6\n")
+    assert run(["fit", "--data", str(data), "--save", str(fit)]) == 0
+    capsys.readouterr()
+    assert run(["predict", "--fit", str(fit), "--cores", "2,64", "--freq", "1000", "--json"]) == 0
+    got = json.loads(capsys.readouterr().out)
+    obs = Observations(cores=np.array([1.0, 2.0]), time_s=np.array([1.0, 0.6]),
+                       freq_mhz=np.array([1000.0, 1000.0]))
+    want = choose(obs).model.predict(Observations.query(np.array([2.0, 64.0]),
+                                                        np.array([1000.0, 1000.0])))
+    np.testing.assert_allclose([r["lower"] for r in got], want.lower, rtol=1e-6)
+    np.testing.assert_allclose([r["upper"] for r in got], want.upper, rtol=1e-6)
+    assert got[1]["upper"] == pytest.approx(0.6, rel=0.02)
+
+
+@pytest.mark.parametrize("extra", [["--workload", "w", "--on", "P"], ["--on", "P"]])
+def test_predict_from_a_fit_with_mpet_options_is_refused_naming_both_ways(tmp_path, capsys,
+                                                                          extra):
+    # --on alone was silently ignored (the fit predicted), and the refusal named --from/--to
+    # only
+    data, fit = small_csv(tmp_path), tmp_path / "fit.json"
+    assert run(["fit", "--data", str(data), "--save", str(fit)]) == 0
+    capsys.readouterr()
+    assert run(["predict", "--fit", str(fit), "--cores", "2", *extra]) == 2
+    out = capsys.readouterr()
+    assert out.out == ""
+    assert out.err.startswith("opptune predict: give either --fit FILE --cores N (a saved fit) "
+                              "or --workload A with --from P --to T or --on P (MPET), not both")
+
+
+def test_predict_naming_no_group_of_a_large_fit_lists_the_first_few(tmp_path, capsys):
+    lines = ["platform,workload,input,variant,cores,freq_mhz,rep,time_s"]
+    lines += [f"b,w{i:02d},,,{c},,0,{10 / c}" for i in range(12) for c in (1, 2)]
+    data, fit = tmp_path / "d.csv", tmp_path / "fit.json"
+    data.write_text("\n".join(lines) + "\n")
+    assert run(["fit", "--data", str(data), "--save", str(fit)]) == 0
+    capsys.readouterr()
+    assert run(["predict", "--fit", str(fit), "--cores", "2", "--group", "nope"]) == 1
+    (line,) = capsys.readouterr().err.splitlines()
+    assert line.endswith("no fitted group contains 'nope'; fitted groups: b/w00, b/w01, b/w02, "
+                         "b/w03, b/w04, b/w05, b/w06, b/w07, ... (4 more; 'opptune fit' lists "
+                         "them)")

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -14,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from opptune.agent.virtual_board import board_spec, make_tree, run_model
-from procs import Cluster
+from procs import Cluster, wait_until
 
 pytestmark = pytest.mark.integration
 
@@ -146,6 +147,19 @@ def test_tune_energy_then_recommend_energy_beside_time(tmp_path):
         one_line(opptune("tune", *base, "--cluster", "7", cwd=elsewhere), 2,
                  "--cluster must be 0..1")
         assert len(c.status()["recommendations"]) == n_recs
+
+        # the agent gone: --apply stores it unsent, and says so rather than "pushed"
+        c.kill("agent")
+        apply = [*base, "--objective", "time", "--apply"]
+        wait_until(lambda: json.loads(opptune("recommend", *apply, "--json", cwd=elsewhere)
+                                      .stdout)["applied"]["state"] == "unsent",
+                   "a recommendation stored unsent once the daemon saw the agent go")
+        p = opptune("recommend", *apply, cwd=elsewhere)
+        assert p.returncode == 0, p.stderr
+        text = " ".join(p.stdout.split())
+        assert "pushed to" not in text
+        assert re.search(r"not sent: stored for test-agent as cfg-\w+ \(unsent\); test-agent "
+                         r"is not connected: it is sent when test-agent says hello again", text)
     finally:
         c.stop()
 
@@ -185,4 +199,33 @@ def test_tune_fails_with_the_reason_when_the_agent_is_gone(tmp_path):
     finally:
         if c.agent is not None and c.agent.poll() is None:
             os.kill(c.agent.pid, signal.SIGCONT)
+        c.stop()
+
+
+def test_ctrl_c_stops_following_and_says_what_goes_on_in_the_daemon(tmp_path):
+    # Ctrl-C on tune (or sweep --wait) exited 130 without a word, while the tune went on in
+    # the daemon and applied a configuration to the board later
+    c = start(tmp_path, kernels=("pi_integrate",))
+    try:
+        for argv, size, needle in (
+                (["tune", "--agent", "test-agent", "--workload", "pi_integrate",
+                  "--objective", "energy", "--no-progress"], "small",
+                 r"opptune tune: stopped following tune-\w+; the session goes on in the daemon "
+                 r"\(it measures, recommends and applies on its own\); 'opptune status' "
+                 r"follows it"),
+                (["sweep", "--agent", "test-agent", "--size", "large", "--wait"], "large",
+                 r"opptune sweep: stopped waiting; the jobs go on in the daemon: job-\w+; "
+                 r"'opptune status' follows them")):
+            proc = subprocess.Popen([OPPTUNE, *argv, "--daemon", c.endpoint],
+                                    stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                                    cwd=tmp_path)
+            # a run received: the command follows (the tune's session goes on making jobs)
+            c.wait_for(lambda s: any(j["size"] == size and j["received"] > 0
+                                     for j in s["jobs"]), 60, f"a run of {argv[0]}")
+            proc.send_signal(signal.SIGINT)
+            out, err = proc.communicate(timeout=30)
+            assert proc.returncode == 130, out + err
+            assert "Traceback" not in err
+            assert re.search(needle, " ".join(err.split())), err
+    finally:
         c.stop()

@@ -40,6 +40,7 @@ def database(extra: dict | None = None) -> MpetDatabase:
     ("R.m_base=0.02", Edit("R", "m_base", False, 0.02)),
     ("t1=0.5X", Edit("t1", None, True, 0.5)),
     ("q.b_base=1.5x", Edit("q", "b_base", True, 1.5)),
+    ("l.m_base=-0.01", Edit("l", "m_base", False, -0.01)),  # a gradient may fall
 ])
 def test_parse_edit(text, edit):
     assert parse_edit(text) == edit
@@ -52,6 +53,8 @@ def test_parse_edit(text, edit):
     ("t1.b_base=1", "t1 is one number"),
     ("l=abc", "give a number, or a factor like 2x"),
     ("l=-2x", "give a number, or a factor like 2x"),
+    ("l=-1", "give a number, or a factor like 2x (>= 0)"),  # a share of time: never negative
+    ("q=-0.5", "give a number, or a factor like 2x (>= 0)"),
     ("t1=0", "t1 must be > 0"),
     ("w=nan", "give a number"),
 ])

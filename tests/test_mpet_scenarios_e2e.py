@@ -217,6 +217,10 @@ def test_eval_mpet_over_the_store(cluster, tmp_path):
         sorted((w, n) for w in (*KERNELS, "omp_like") for n in ("1", "2"))
     assert all(r["R"] == "" for r in rows if r["workload"] == "omp_like")
     assert all(float(r["R"]) > 0 for r in rows if r["workload"] != "omp_like")
+    p = opptune("eval-mpet", "--daemon", ep, "--save-csv", str(tmp_path / "no" / "x.csv"))
+    assert p.returncode == 2 and p.stdout == ""
+    assert p.stderr.strip() == (f"opptune eval-mpet: --save-csv {tmp_path / 'no' / 'x.csv'}: "
+                                "cannot write: No such file or directory")
 
     p = opptune("eval-mpet", "--daemon", ep, "--save-csv", str(tmp_path / "no" / "x.csv"))
     assert p.returncode == 2 and p.stderr.strip() == (

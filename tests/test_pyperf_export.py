@@ -164,6 +164,11 @@ def test_import_refuses_a_bad_file_or_agent_with_one_line(cluster, pyperf_file, 
     p = opptune("import", str(pyperf_file), "--daemon", cluster.endpoint, "--agent",
                 "test-agent", "--cores", "64")
     assert p.returncode == 2 and "cores must be 1..2" in p.stderr, p.stderr
+    p = opptune("import", str(pyperf_file), "--daemon", cluster.endpoint, "--agent",
+                "test-agent", "--cores", "1", "--cpus", "7")
+    assert p.returncode == 2 and p.stderr.strip().endswith(
+        "cpus must name 1 cpu of agent 'test-agent' (0,1), as many as cores and none "
+        "twice; got 7"), p.stderr
     assert cluster.rows("SELECT COUNT(*) FROM runs") == before
 
 

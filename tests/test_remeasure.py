@@ -438,3 +438,33 @@ def test_two_daemons_on_one_store_share_one_re_measure_state(tmp_path, pg_url):
         da.stop()
         if db is not None:
             db.stop()
+
+
+@pytest.mark.integration
+def test_sweep_wait_says_which_points_were_marked_and_when_they_are_measured_again(
+        tmp_path: Path):
+    # 'opptune sweep --wait' said "done: 4/4 runs" and nothing of the 2-core point whose runs
+    # the neighbour marked, which the daemon measures again after its backoff
+    import subprocess
+    import sys
+    c, root = cluster(tmp_path, cpu=1, max_cores=2, backoff=[60.0])
+    write_toml(c.daemon_toml, {
+        "bind": c.endpoint, "database": str(c.db), "heartbeat_s": 0.5, "agent_timeout_s": 3.0,
+        "auto_sweep": False, "remeasure_backoff_s": [60.0],
+    }, {"sweep": {"size": "large", "reps": 2, "warmup": 0, "max_cores": 2,
+                  "frequency_grid": "none"}})
+    c.start_daemon()
+    c.start_agent()
+    try:
+        c.wait_for(lambda s: s["agents"], timeout=30, what="the agent's hello")
+        p = subprocess.run([str(Path(sys.executable).parent / "opptune"), "sweep", "--daemon",
+                            c.endpoint, "--agent", "test-agent", "--wait"], cwd=tmp_path,
+                           capture_output=True, text=True, timeout=120)
+    finally:
+        codes = c.stop()
+    assert codes == {"agent": 0, "daemon": 0}, c.logs()
+    assert p.returncode == 0, p.stderr
+    text = " ".join(p.stderr.split())
+    assert re.search(r"done: 4/4 runs; 1 point marked \(at 2 cores: interference: \d+ % of "
+                     r"cpus 0-1; pid 4711 \(sh\) used \d+ % of cpu 1\): measured again in "
+                     r"\d+ s \(retry 1\); 'opptune status' follows it", text), p.stderr

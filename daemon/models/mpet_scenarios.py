@@ -61,7 +61,10 @@ def parse_edit(text: str) -> Edit:
         value = float(rhs[:-1] if factor else rhs)
     except ValueError:
         value = math.nan
-    if not math.isfinite(value) or (factor and value < 0) or (name == "t1" and value <= 0):
+    # a whole curve (R..j, q) is a share or ratio of time, never negative; one element (a
+    # gradient, a segment's offset) may be
+    negative = value < 0 and (factor or not element)
+    if not math.isfinite(value) or negative or (name == "t1" and value <= 0):
         raise EditError(f"--set {text!r}: give a number, or a factor like 2x (>= 0)"
                         + ("; t1 must be > 0" if name == "t1" else ""))
     return Edit(name, element or None, factor, value)
