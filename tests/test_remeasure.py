@@ -399,6 +399,8 @@ def test_a_re_measure_job_finished_while_no_daemon_judged_it_gets_its_fit(tmp_pa
     a = Agent(d.endpoint, NO_METER)
     try:
         cfg = a.expect("config")["body"]  # judged and fitted: recommended to the agent
+        # the daemon's loop stores it just after sending it; this thread reads the store
+        wait_until(lambda: d.status()["recommendations"], "the recommendation stored", 20)
         (rec,) = d.status()["recommendations"]
         assert rec["config_id"] == cfg["config_id"] and rec["state"] == "pushed"
         assert rec["rests_on"]["unclean_points"] == []
