@@ -23,7 +23,7 @@ from .models import registry
 from .models.base import NotEnoughData, Observations
 from .models.energy import PowerModeler, predict_energy
 from .fitter import candidates_for, with_pooled
-from .models.calibrate import CalibratedFit, interval_state, with_interval
+from .models.calibrate import interval_state, with_interval
 from .models.pooled import ReplayCache
 from .models.select import ANALYTIC, choose
 from .recommend import platform_others
@@ -305,7 +305,7 @@ def cmd_fit(args: argparse.Namespace) -> int:
         if hasattr(model, "to_state"):
             entry["state"] = model.to_state()
             # the state is the wrapped model's: the calibrated / pooled interval beside it
-            entry["interval"] = saved_interval(model)
+            entry["interval"] = interval_state(model)
         out.append(entry)
         params = ", ".join(f"{k}={v:.4g}" for k, v in model.params.items())
         if model.quality.get("prior_based"):
@@ -356,38 +356,8 @@ def load_fit(entry: dict[str, Any]) -> Any:
     modeler = registry.get(entry["model"])
     for key, val in entry["state"].get("options", {}).items():
         setattr(modeler, key, val)
-    return _with_saved_interval(modeler.from_state(entry["state"]), entry.get("interval"))
-
-
-def saved_interval(model: Any) -> dict[str, Any] | None:
-    """``interval_state`` plus the persistence forecast of a fit that held nothing out
-    (``{"envelope": ...}``, alone or as a pooled interval's inner): without it a saved fit of
-    two core counts predicted far beyond them with the model's own few-percent interval."""
-    state = interval_state(model)
-    if state is None:
-        return _envelope_state(model)
-    if "pooled" in state and state.get("inner") is None:
-        state["inner"] = _envelope_state(model.inner)
-    return state
-
-
-def _envelope_state(model: Any) -> dict[str, Any] | None:
-    env = getattr(model, "envelope", None) if isinstance(model, CalibratedFit) else None
-    if env is None or not hasattr(env, "to_state"):
-        return None
-    return {"envelope": {"model": env.name, "state": env.to_state(), "rng": list(model.rng)}}
-
-
-def _with_saved_interval(model: Any, state: dict[str, Any] | None) -> Any:
-    """``with_interval`` that also reloads a saved persistence envelope."""
-    if state and "envelope" in state:
-        e = state["envelope"]
-        env = registry.get(e["model"]).from_state(e["state"])
-        return CalibratedFit(model, 0.0, 0.0, tuple(e["rng"]), 0, envelope=env)
-    if state and "pooled" in state and (state.get("inner") or {}).get("envelope"):
-        return with_interval(_with_saved_interval(model, state["inner"]),
-                             {**state, "inner": None})
-    return with_interval(model, state)
+    return with_interval(modeler.from_state(entry["state"]), entry.get("interval"),
+                         lambda name, state: registry.get(name).from_state(state))
 
 
 FIT_FORMAT = "opptune-fits/1"

@@ -45,7 +45,7 @@ predictions are unchanged.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Callable
 
 import numpy as np
 
@@ -157,19 +157,23 @@ class CalibratedFit(_IntervalOf):
     fitted (``drift_fit``), ``max(h0, t sqrt(a + b d^2))``. ``narrow`` (enough held-out
     points, ``min_held``): that half-width, at least ``noise``, with the members' ``spread``
     at the query added in quadrature, is the interval; otherwise it is never narrower than
-    the model's own (``envelope``: without held-out points, the interval spans the
-    persistence forecast outside the range instead).
+    the model's own. ``envelope`` (the persistence forecast): where nothing validated the
+    way the query goes, the interval reaches it: everywhere outside the range without
+    held-out points (``beyond_cores`` False), or only beyond the largest measured core
+    count when no fold held out a core count above its training ones (``beyond_cores``):
+    errors of folds that extrapolated in frequency, or interpolated, say nothing of more
+    cores than were ever measured.
     Everything else (name, parameters, saved state, members) is the wrapped model's; a saved
-    fit keeps this interval beside the state (``interval_state``), except one spanning a
-    persistence forecast."""
+    fit keeps this interval beside the state (``interval_state``)."""
 
     def __init__(self, inner: FittedModel, h0: float, rate: float, rng: tuple,
                  n_held: int, envelope: FittedModel | None = None, noise: float = 0.0,
-                 narrow: bool = False, drift: tuple | None = None) -> None:
-        self.envelope = envelope
+                 narrow: bool = False, drift: tuple | None = None,
+                 beyond_cores: bool = False) -> None:
+        self.envelope, self.beyond_cores = envelope, bool(beyond_cores)
         self.h0, self.rate, self.rng = float(h0), float(rate), rng
         self.n_held = n_held
-        self.noise, self.narrow = float(noise), bool(narrow) and envelope is None
+        self.noise, self.narrow = float(noise), bool(narrow)
         self.drift = None if drift is None else tuple(float(x) for x in drift)
         self._wrap(inner, {"interval_log_half": self.h0,
                            "interval_log_half_per_log_distance": (
@@ -202,19 +206,23 @@ class CalibratedFit(_IntervalOf):
                 lo = np.minimum(np.asarray(pr.lower, float), v * np.exp(-half))
                 hi = np.maximum(np.asarray(pr.upper, float), v * np.exp(half))
         if self.envelope is not None:
-            # no validation: outside the measured range the interval reaches the persistence
-            # forecast (scaling stops where the data end), whatever the model's shape says
+            # not validated that way: the interval reaches the persistence forecast (scaling
+            # stops where the data end), whatever the model's shape says
+            where = (np.asarray(query.cores, float) > self.rng[1] if self.beyond_cores
+                     else d > 0)
             e = np.asarray(self.envelope.predict(query).value, float)
-            lo = np.where(d > 0, np.minimum(lo, e), lo)
-            hi = np.where(d > 0, np.maximum(hi, e), hi)
+            lo = np.where(where, np.minimum(lo, e), lo)
+            hi = np.where(where, np.maximum(hi, e), hi)
         return Prediction(value=v, lower=lo, upper=hi, level=pr.level)
 
 
 def calibrated(model: FittedModel, log_err: np.ndarray, dist: np.ndarray, obs: Observations,
-               level: float) -> FittedModel:
+               level: float, persistence: FittedModel | None = None) -> FittedModel:
     """``model`` (fitted on ``obs``) with its interval sized by the absolute held-out log
     errors ``log_err`` of the choice at held-out distances ``dist`` (see CalibratedFit);
-    unchanged when there are none."""
+    unchanged when there are none. ``persistence``: given when no held-out point lay above
+    its fold's training core counts; beyond the largest measured count the interval reaches
+    it."""
     e = np.abs(np.asarray(log_err, float))
     d = np.asarray(dist, float)
     if e.size == 0 or d.size != e.size:
@@ -232,7 +240,8 @@ def calibrated(model: FittedModel, log_err: np.ndarray, dist: np.ndarray, obs: O
     noise = error_half(r[np.isfinite(r)], level)
     narrow = e.size >= min_held(level)
     return CalibratedFit(inner, h0, rate, ranges(obs), e.size, noise=noise, narrow=narrow,
-                         drift=drift_fit(e[out], d[out], level) if narrow else None)
+                         drift=drift_fit(e[out], d[out], level) if narrow else None,
+                         envelope=persistence, beyond_cores=persistence is not None)
 
 
 def unvalidated(model: FittedModel, obs: Observations, persistence: FittedModel
@@ -301,31 +310,46 @@ def pooled(model: FittedModel, h0: Any, rate: Any, obs: Observations, level: flo
 
 
 def interval_state(model: FittedModel) -> dict[str, Any] | None:
-    """The interval of a calibrated or pooled fit as plain numbers, for a saved fit (whose
-    state is the wrapped model's); None for a model's own interval, and for one spanning a
-    persistence forecast (it holds a fitted model: a saved fit falls back to the model's)."""
+    """The interval of a calibrated or pooled fit as plain data, for a saved fit (whose
+    state is the wrapped model's); None for a model's own interval. A persistence envelope
+    is saved as its model's name and state (None where that model cannot save itself)."""
     if isinstance(model, PooledFit):
         return {"pooled": {"h0": model.h0.tolist(), "rate": model.rate.tolist(),
                            "rng": list(model.rng), "level": model.level,
                            "min_groups": model.min_groups},
                 "inner": interval_state(model.inner)}
-    if isinstance(model, CalibratedFit) and model.envelope is None:
+    if isinstance(model, CalibratedFit):
+        env = model.envelope
+        if env is not None and not hasattr(env, "to_state"):
+            return None
         return {"calibrated": {"h0": model.h0, "rate": model.rate, "rng": list(model.rng),
                                "n_held": model.n_held, "noise": model.noise,
                                "narrow": model.narrow,
-                               "drift": None if model.drift is None else list(model.drift)}}
+                               "drift": None if model.drift is None else list(model.drift),
+                               "envelope": None if env is None else {
+                                   "model": env.name, "state": env.to_state(),
+                                   "beyond_cores": model.beyond_cores}}}
     return None
 
 
-def with_interval(model: FittedModel, state: dict[str, Any] | None) -> FittedModel:
+Load = Callable[[str, dict], FittedModel]
+
+
+def with_interval(model: FittedModel, state: dict[str, Any] | None,
+                  load: Load | None = None) -> FittedModel:
     """``model`` (reloaded from its saved state) wrapped again in the interval that
-    ``interval_state`` saved."""
+    ``interval_state`` saved; ``load(name, state)`` reloads a saved envelope's model (the
+    caller's registry: this module does not import the families), without it the envelope
+    is left out."""
     if not state:
         return model
     if "pooled" in state:
         p = state["pooled"]
-        return PooledFit(with_interval(model, state.get("inner")), p["h0"], p["rate"],
+        return PooledFit(with_interval(model, state.get("inner"), load), p["h0"], p["rate"],
                          tuple(p["rng"]), float(p["level"]), int(p["min_groups"]))
     c = state["calibrated"]
+    e = c.get("envelope")
+    env = None if e is None or load is None else load(e["model"], e["state"])
     return CalibratedFit(model, c["h0"], c["rate"], tuple(c["rng"]), int(c["n_held"]),
-                         noise=c["noise"], narrow=c["narrow"], drift=c.get("drift"))
+                         noise=c["noise"], narrow=c["narrow"], drift=c.get("drift"),
+                         envelope=env, beyond_cores=bool(e and e.get("beyond_cores")))

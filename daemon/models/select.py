@@ -564,6 +564,9 @@ def _calibrate(sel: Selection, on: bool, obs: Observations, folds: Any) -> Selec
         dist = np.concatenate([distance(obs.cores[te], None if obs.freq_mhz is None
                                         else obs.freq_mhz[te], ranges(obs.subset(tr)))
                                for tr, te in splits])
+        # held-out points above every core count of their fold's training runs: the only
+        # errors that say how the choice goes on to more cores
+        up = np.concatenate([obs.cores[te] > np.max(obs.cores[tr]) for tr, te in splits])
         # a level-free fold's errors are those of the shape alone: they cannot size an
         # interval around the level; without any other fold the choice is unvalidated
         keep = np.concatenate([np.full(int(te.sum()), not _level_free(obs, tr))
@@ -571,20 +574,28 @@ def _calibrate(sel: Selection, on: bool, obs: Observations, folds: Any) -> Selec
         err = np.asarray(sel.held_log_err, float)
         if err.size == keep.size and not keep.any():
             sel.model = _unvalidated(sel.model, obs)
-        elif err.size == keep.size:
-            sel.model = calibrated(sel.model, err[keep], dist[keep], obs, LEVEL)
-        else:
-            sel.model = calibrated(sel.model, err, dist, obs, LEVEL)
+            return sel
+        if err.size == keep.size:
+            err, dist, up = err[keep], dist[keep], up[keep]
+        sel.model = calibrated(sel.model, err, dist, obs, LEVEL,
+                               persistence=None if up.any() else _persistence(obs))
     return sel
+
+
+def _persistence(obs: Observations) -> FittedModel | None:
+    """The hold forecast (the persistence baseline) of ``obs``; None where it cannot be
+    fitted."""
+    try:
+        return registry.get(FALLBACK).fit(obs)
+    except NotEnoughData:
+        return None
 
 
 def _unvalidated(model: FittedModel, obs: Observations) -> FittedModel:
     """The model with an interval that reaches the hold forecast outside the measured range
     (calibrate.unvalidated); as it is where hold cannot be fitted."""
-    try:
-        return unvalidated(model, obs, registry.get(FALLBACK).fit(obs))
-    except NotEnoughData:
-        return model
+    persistence = _persistence(obs)
+    return model if persistence is None else unvalidated(model, obs, persistence)
 
 
 def _first_that_fits(obs: Observations, names: list[str]) -> Selection:
