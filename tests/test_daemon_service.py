@@ -382,17 +382,24 @@ def _run_record(workload, cores, t):
                      time_s=t, virtual=True).to_dict()
 
 
-def test_one_core_count_gets_a_prior_based_prediction_flagged_and_not_pushed(daemon):
-    a = Agent(daemon.endpoint)
-    jobs = _sweep_jobs(a, ("wl", "a", "b", "new"))
+def _send_a_and_b(a, jobs, of):
+    """Workloads "a" and "b" measured at 1, 2 and 4 cores (Amdahl, serial 0.1 and 0.3), each
+    result acked; returns the next sequence number."""
     seq = 0
     for workload, serial in (("a", 0.1), ("b", 0.3)):
         for cores in (1, 2, 4):
-            a.send("result", {"job_id": jobs[workload], "seq": seq, "of": 7,
+            a.send("result", {"job_id": jobs[workload], "seq": seq, "of": of,
                               "record": _run_record(workload, cores,
                                                      10 * (serial + (1 - serial) / cores))})
             a.expect("ack")
             seq += 1
+    return seq
+
+
+def test_one_core_count_gets_a_prior_based_prediction_flagged_and_not_pushed(daemon):
+    a = Agent(daemon.endpoint)
+    jobs = _sweep_jobs(a, ("wl", "a", "b", "new"))
+    seq = _send_a_and_b(a, jobs, 7)
     a.send("result", {"job_id": jobs["new"], "seq": seq, "of": 7,
                       "record": _run_record("new", 1, 6.0)})
     a.expect("ack")
@@ -412,14 +419,7 @@ def test_a_prior_for_marked_runs_says_they_were_marked_not_unmeasured(daemon):
     why = "interference: 60 % of cpu 1 used by pid 99 (make)"
     a = Agent(daemon.endpoint)
     jobs = _sweep_jobs(a, ("wl", "a", "b", "new"))
-    seq = 0
-    for workload, serial in (("a", 0.1), ("b", 0.3)):
-        for cores in (1, 2, 4):
-            a.send("result", {"job_id": jobs[workload], "seq": seq, "of": 9,
-                              "record": _run_record(workload, cores,
-                                                     10 * (serial + (1 - serial) / cores))})
-            a.expect("ack")
-            seq += 1
+    seq = _send_a_and_b(a, jobs, 9)
     for cores in (1, 2, 4):
         rec = _run_record("new", cores, 6.0 / cores)
         if cores > 1:
