@@ -60,6 +60,21 @@ us go now (py-spy): SQLite insert 37 % (executemany; in isolation the index ``ru
 costs 2.6 of 8.3 us per row when 500 agents have 500 platforms; here they share one),
 COMMIT 6.5 %, msgpack decode and checks 14 %, receiving 10 %, freeing the batch 9 %, reading
 records 7 %. 60,000/s needs below 16.7 us on the main thread: not met.
+
+Measured and left, 2026-11-26 01:13-01:36 (alternating with 008c024's daemon, 30 s each, load
+1.5-4.7, other work running): the ingest committing each batch into an index-free staging
+table and a thread of the store moving the rows into ``runs`` (INSERT ... SELECT ... ON
+CONFLICT DO NOTHING, DELETE), reads waiting for the move. Moving after each commit: main thread
+18.3-18.8 -> 15.0-15.4 us per result, whole daemon 20.2-20.7 -> 22.8-23.2 (each row written
+twice; a move costs 6 us a row, more than the direct insert's index upkeep saved), results/s
+32,600-47,100 -> 35,100-50,200 with no pair clearly ahead (+14, -3, +7, -24 %), p99 224-617 ->
+233-642 ms. Moves gathered to 16,384 rows or 0.1 s: main thread 17.5-18.7 -> 14.1-14.6, whole
+daemon 19.4-20.6 -> 21.0-21.8, results/s 39,700-50,800 -> 34,900-45,400 (+14, -14, -14, -14 %),
+p99 212-369 -> 256-396 ms (a long move holds the write lock the next batch's commit waits
+for). On two cores shared with the agents, main-thread time moved to the other core does not
+turn into results/s while the whole daemon's grows; and an acked result would be readable in
+``runs`` by other processes only once moved (tests that read the file right after an ack
+failed).
 """
 
 from __future__ import annotations
