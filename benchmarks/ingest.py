@@ -28,6 +28,11 @@ PostgreSQL with two daemons, and prints them side by side:
 
     python3 benchmarks/ingest.py --agents 500 --duration 600 --compare
 
+Measured 2026-11-26 01:42-01:53, 500 agents, 600 s, nothing else running: 46,885 results/s,
+p50 / p99 / max 170 / 231 / 287 ms, 28,134,539 sent = acked = stored, daemon RSS 140 MiB after
+warm-up and 136 at the end (147-152 sampled each minute), 19.1 us per result on the daemon's main
+thread, 21.5 for the whole daemon, 4.6 in the client processes.
+
 Measured 2026-11-25 23:04 (2 cores shared with other jobs, load average 1.6), 500 agents, 30 s:
 SQLite 39,124 results/s, p50 / p99 204 / 256 ms, 26.0 us of daemon CPU per result, nothing lost
 (the code before that day's per-result cuts, at load 1.1-1.5: 36,600-39,900 at 25.4-27.7 us).
