@@ -132,23 +132,28 @@ def test_scenario_c_edited_lock_wait_moves_the_prediction(cluster, tmp_path):
          f"print(json.dumps(query({cluster.endpoint!r}, 'mpet_data', {{}})))"],
         capture_output=True, text=True, check=True).stdout)
     (prof,) = [p for p in data["profiles"] if p["workload"] == "locked_update"]
-    assert prof["params"]["2"]["l"] > 0  # the kernel waits on its lock on 2 cores
     # R(2) = exec_s(2) / t(1), derived by the daemon (a parallel run cannot know t(1))
     assert prof["params"]["2"]["R"] > 0 and prof["params"]["1"]["R"] > 0
+    assert prof["params"]["2"]["l"] >= 0  # lock wait recorded (test_bench_suite: it contends)
 
-    # double the lock wait where the run leaves room (U(2) stays > 0), else add half the room
+    # the lock wait set outright, so that the test does not depend on how much this run of one
+    # small repetition happened to contend (on a busy machine its two threads may never meet):
+    # none, a quarter and half of what the other parameters leave of U(2)
     p2 = prof["params"]["2"]
-    over = sum(p2[k] for k in ("l", "w", "c", "d", "s", "j"))
-    f = f"{min(2.0, 1 + (1 - over) / (2 * p2['l'])):.4f}x"
+    room = 1 - sum(p2[k] for k in ("w", "c", "d", "s", "j"))
+    f = f"{room / 2:.4f}"
     base = predict_json(cluster, "--workload", "locked_update", "--on", "test-agent", "--set",
                         "l=1x")
     more = predict_json(cluster, "--workload", "locked_update", "--on", "test-agent", "--set",
                         f"l={f}")
+    mid = predict_json(cluster, "--workload", "locked_update", "--on", "test-agent", "--set",
+                       f"l={room / 4:.4f}")
     less = predict_json(cluster, "--workload", "locked_update", "--on", "test-agent", "--set",
-                        "l=0x")
-    assert more["scenario"].startswith("c ") and more["edits"] == [f"l={float(f[:-1]):g}x"]
-    b, m, s = (o["prediction"][1] for o in (base, more, less))
-    assert s["time_s"] < b["time_s"] < m["time_s"]
+                        "l=0")
+    assert more["scenario"].startswith("c ") and more["edits"] == [f"l={float(f):g}"]
+    s, h, m = (o["prediction"][1] for o in (less, mid, more))
+    assert s["time_s"] < h["time_s"] < m["time_s"]
+    b = base["prediction"][1]
     assert m["unedited_s"] == pytest.approx(b["time_s"])
     half = predict_json(cluster, "--workload", "locked_update", "--on", "test-agent", "--set",
                         "t1=0.5x")
