@@ -435,6 +435,14 @@ def cmd_predict(args: argparse.Namespace) -> int:
                   file=sys.stderr)
             return 2
         return cmd_predict_mpet(args)
+    daemon_opts = [o for o, v in (("--size", args.size), ("--daemon", args.daemon),
+                                  ("--config", args.config)) if v is not None]
+    if daemon_opts:
+        # they choose the daemon's measurements MPET predicts from; a saved fit has its own
+        print(f"opptune predict: {', '.join(daemon_opts)} "
+              f"{'goes' if len(daemon_opts) == 1 else 'go'} with the MPET forms (--workload A "
+              "with --from P --to T or --on P), not with --fit FILE", file=sys.stderr)
+        return 2
     if not args.cores:
         print("opptune predict: --fit needs --cores, e.g. --cores 1,2,4", file=sys.stderr)
         return 2

@@ -67,7 +67,7 @@ class Goal:
         return cls(d.get("objective", "time"), d.get("deadline_s"), d.get("power_cap_w"))
 
 
-_QUANTITY = re.compile(r"^\s*([0-9]*\.?[0-9]+(?:[eE][-+]?[0-9]+)?)\s*([a-zA-Z]*)\s*$")
+_QUANTITY = re.compile(r"^\s*([-+]?[0-9]*\.?[0-9]+(?:[eE][-+]?[0-9]+)?)\s*([a-zA-Z]*)\s*$")
 _SECONDS = {"": 1.0, "s": 1.0, "ms": 1e-3, "us": 1e-6, "min": 60.0, "m": 60.0}
 _WATTS = {"": 1.0, "w": 1.0, "mw": 1e-3, "kw": 1e3}
 

@@ -363,6 +363,20 @@ def test_predict_from_a_fit_with_mpet_options_is_refused_naming_both_ways(tmp_pa
                               "or --workload A with --from P --to T or --on P (MPET), not both")
 
 
+def test_predict_from_a_fit_with_daemon_options_is_refused_naming_them(tmp_path, capsys):
+    # --size (and --daemon, --config) choose the daemon's measurements for MPET: with --fit
+    # they were silently ignored
+    data, fit = small_csv(tmp_path), tmp_path / "fit.json"
+    assert run(["fit", "--data", str(data), "--save", str(fit)]) == 0
+    capsys.readouterr()
+    assert run(["predict", "--fit", str(fit), "--cores", "2", "--size", "small"]) == 2
+    out = capsys.readouterr()
+    assert out.out == "" and out.err == (
+        "opptune predict: --size goes with the MPET forms (--workload A with --from P --to T or "
+        "--on P), not with --fit FILE\n")
+    assert run(["predict", "--fit", str(fit), "--cores", "2"]) == 0
+
+
 def test_predict_naming_no_group_of_a_large_fit_lists_the_first_few(tmp_path, capsys):
     lines = ["platform,workload,input,variant,cores,freq_mhz,rep,time_s"]
     lines += [f"b,w{i:02d},,,{c},,0,{10 / c}" for i in range(12) for c in (1, 2)]
