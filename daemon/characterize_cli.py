@@ -237,7 +237,8 @@ def _measured_db(data: dict[str, Any], args: argparse.Namespace, plat: str, flag
 
 def _candidates(pred: Any) -> dict[str, list[dict[str, Any]]]:
     return {name: [{"platform": c.platform, "workload": c.workload, "d_a": c.d_a,
-                    "d_p": c.d_p, "d_t": c.d_t, "weight": c.weight} for c in cs]
+                    "d_p": c.d_p, "d_t": c.d_t, "weight": c.weight, "usable": c.usable}
+                   for c in cs]
             for name, cs in (("t1", pred.t1_candidates), ("sc", pred.sc_candidates))}
 
 
@@ -391,7 +392,9 @@ def _print_prediction(out: dict[str, Any]) -> None:
         print(f"{label} candidates (platform, workload: D_a, D_p, D_t, weight):")
         for c in out["candidates"][name]:
             print(f"  {c['platform']}, {c['workload']}: {_num(c['d_a'])}, {_num(c['d_p'])}, "
-                  f"{_num(c['d_t'])}, {_num(c['weight'], 2)}")
+                  f"{_num(c['d_t'])}, {_num(c['weight'], 2)}"
+                  + ("" if c.get("usable", True) else "  (no estimate: a measurement it "
+                                                      "needs is missing; not used)"))
     if measured:
         print("(measured: the workload's own runs, which the prediction did not use)")
 

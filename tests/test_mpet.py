@@ -210,6 +210,8 @@ def test_migration_prediction_scenario_a():
     plats = {p: {"n_nu": None, "n_ht": None, "nmax": 4} for p in ("P", "T")}
     half = predict_migration(MpetDatabase(two, plats), "A", "T", refs=["P"])
     assert {c.workload for c in half.t1_candidates} == {"B", "C"}
+    # listed, and said to give no estimate (predict's table marks it)
+    assert {c.workload: c.usable for c in half.t1_candidates} == {"B": True, "C": False}
     assert half.t[0] == pytest.approx(10 * 7 / 5)  # B's transfer alone
     assert half.single_candidate
     assert all(lo <= t / f * (1 + 1e-12) and hi >= t * f * (1 - 1e-12)

@@ -139,6 +139,9 @@ class Candidate:
     # t1-validated: the weighted mean squared log error of this tuple's transfer on the known
     # t(1) nearest the prediction (see mpet_predict._validated); NaN where none was checked
     var: float = math.nan
+    # whether it gave an estimate (set by the interval): a profile lacking t(1) or a valid
+    # curve on one side of the transfer is listed but adds nothing
+    usable: bool = True
 
 
 @dataclass
@@ -890,6 +893,8 @@ def _interval(pred: Prediction, rows: dict, t1_sel: Selection, sc_sel: Selection
     one = np.ones(1)
     t1s = [float(reconstruct(*(x[i: i + 1] for x in rows["t1"]), one, t1_sel.max_factor)[0])
            for i in range(len(pred.t1_candidates))]
+    for c, v in zip(pred.t1_candidates, t1s):
+        c.usable = math.isfinite(v) and v > 0
     t1s = [v for v in t1s if math.isfinite(v) and v > 0]
     # a listed candidate without a usable estimate (a profile lacking t(1), an invalid curve)
     # adds nothing: what counts is how many estimates the prediction rests on
@@ -912,7 +917,8 @@ def _interval(pred: Prediction, rows: dict, t1_sel: Selection, sc_sel: Selection
             sc = reconstruct(*(x[i: i + 1] for x in rows["sc"]), one, sc_sel.max_factor)
             sc = np.where(np.isfinite(sc), sc, pred.sc)
             shape = time_curve(1.0, sc, nsa, topo.get("n_nu"), topo.get("n_ht"))
-        if np.all(np.isfinite(shape)) and np.all(shape > 0):
+        pred.sc_candidates[i].usable = bool(np.all(np.isfinite(shape)) and np.all(shape > 0))
+        if pred.sc_candidates[i].usable:
             shapes.append(shape)
     usable_sc = len(shapes) - 1
     shapes = np.vstack(shapes)
