@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import re
 import time
+from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
@@ -307,49 +308,44 @@ def test_a_waiting_re_measure_survives_a_daemon_restart(tmp_path: Path):
     assert rec["cores"] >= 2 and rec["rests_on"]["unclean_points"] == []
 
 
+@contextmanager
+def _daemon_with_agent(db):
+    """A daemon on the store ``db`` (re-measure backoffs 0.1 s, 0.1 s) and an agent connected
+    to it; both stopped on leaving, as a restart test needs between its daemons."""
+    d = daemon_on(db, remeasure_backoff_s=[0.1, 0.1])
+    try:
+        a = Agent(d.endpoint, NO_METER)
+        try:
+            yield d, a
+        finally:
+            a.close()
+    finally:
+        d.stop()
+
+
 def test_retries_and_never_clean_points_survive_daemon_restarts(tmp_path):
     """A re-measure job out across a restart keeps its retry number (the agent's hello
     brings it back; the retries end after the configured count, not more), and the points
     never measured clean are still reported by the next daemon on the store."""
     why = "interference: 48 % of cpus 0-2; pid 4711 (sh) used 96 % of cpu 2"
     db = tmp_path / "d.db"
-
-    def answer_marked(a, job):
-        for seq, p in enumerate(job["points"]):
-            r = goal_record(NO_METER, len(p["cpus"]), energy=False)
-            if len(p["cpus"]) >= 3:
-                r["marked"], r["time_s"] = why, r["time_s"] * 2
-            a.send("result", {"job_id": job["job_id"], "seq": seq, "of": len(job["points"]),
-                              "record": r})
-            a.expect("ack")
-
-    d = daemon_on(db, remeasure_backoff_s=[0.1, 0.1])
-    a = Agent(d.endpoint, NO_METER)
-    try:
+    with _daemon_with_agent(db) as (d, a):
         job_id = a.issued_job()
-        answer_marked(a, {"job_id": job_id, "points": [{"cpus": list(range(k))}
-                                                       for k in (1, 2, 3, 4)]})
+        _answer(a, {"job_id": job_id, "points": [{"cpus": list(range(k))}
+                                                 for k in (1, 2, 3, 4)]}, 3, why)
         first = a.expect("job")["body"]  # retry 1, out when the daemon stops
-    finally:
-        a.close()
-        d.stop()
-    d = daemon_on(db, remeasure_backoff_s=[0.1, 0.1])
-    a = Agent(d.endpoint, NO_METER)
-    try:
+    with _daemon_with_agent(db) as (d, a):
         again = a.expect("job")["body"]  # the hello: the job out is sent again
         assert again["job_id"] == first["job_id"]
-        answer_marked(a, again)
+        _answer(a, again, 3, why)
         second = a.expect("job")["body"]  # retry 2, the last
         assert [p["cpus"] for p in second["points"]] == [[0, 1, 2], [0, 1, 2, 3]]
-        answer_marked(a, second)
+        _answer(a, second, 3, why)
         st = wait_until(lambda: (lambda s: s if any(m["state"] == "never clean" for m in
                                                      s["remeasure"]) else None)(d.status()),
                         "the points reported never clean", 20)
         # no third retry: decided with the never-clean report, nothing left waiting
         assert len(st["jobs"]) == 3 and [m["state"] for m in st["remeasure"]] == ["never clean"]
-    finally:
-        a.close()
-        d.stop()
     d = daemon_on(db, remeasure_backoff_s=[0.1, 0.1])
     try:
         assert d.status()["remeasure"] == st["remeasure"]
@@ -381,9 +377,7 @@ def test_a_re_measure_job_finished_while_no_daemon_judged_it_gets_its_fit(tmp_pa
     next daemon on the store judges it once the agent is back and recommends from the clean
     runs (the configuration is pushed to the agent), as a live completion does."""
     db = tmp_path / "d.db"
-    d = daemon_on(db, remeasure_backoff_s=[0.1, 0.1])
-    a = Agent(d.endpoint, NO_METER)
-    try:
+    with _daemon_with_agent(db) as (d, a):
         _answer(a, {"job_id": a.issued_job(), "points": [{"cpus": list(range(k))}
                                                         for k in (1, 2, 3, 4)]}, 3)
         again = a.expect("job")["body"]
@@ -392,12 +386,7 @@ def test_a_re_measure_job_finished_while_no_daemon_judged_it_gets_its_fit(tmp_pa
         wait_until(lambda: d.store.job(again["job_id"])["state"] == "done",
                    "the re-measure job stored done", 20)
         assert d.status()["recommendations"] == []
-    finally:
-        a.close()
-        d.stop()
-    d = daemon_on(db, remeasure_backoff_s=[0.1, 0.1])
-    a = Agent(d.endpoint, NO_METER)
-    try:
+    with _daemon_with_agent(db) as (d, a):
         cfg = a.expect("config")["body"]  # judged and fitted: recommended to the agent
         # the daemon's loop stores it just after sending it; this thread reads the store
         wait_until(lambda: d.status()["recommendations"], "the recommendation stored", 20)
@@ -406,9 +395,6 @@ def test_a_re_measure_job_finished_while_no_daemon_judged_it_gets_its_fit(tmp_pa
         assert rec["rests_on"]["unclean_points"] == []
         assert d.status()["remeasure"] == []
         assert len(d.status()["jobs"]) == 2  # nothing measured again
-    finally:
-        a.close()
-        d.stop()
 
 
 def test_two_daemons_on_one_store_share_one_re_measure_state(tmp_path, pg_url):
