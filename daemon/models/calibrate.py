@@ -23,8 +23,8 @@ rate per distance (mean of error / distance) that stands with fewer points divid
 error just beyond a fold's range by a short distance and scales it to the query's: 99 % of fresh
 draws of a known Amdahl curve fell inside, and minibude's extrapolation held all 27 test points
 (docs/models.md, fifth round). What no fold sees, a curve that turns beyond the data, shows in
-how far the combined candidates' forecasts part at the query (``spread``): the narrowed interval
-adds that disagreement in quadrature, as the combination's own interval does (combine.py). The
+how far the combined candidates' forecasts part at the query (``predict_with_spread``): the
+narrowed interval adds that disagreement in quadrature, as the combination's own interval does (combine.py). The
 variogram alone held 49 % of a curve that turns past the folds (2 % noise); with the spread,
 95 %, and Amdahl's fresh draws 92 % (tests/test_models_calibrate.py).
 
@@ -90,11 +90,18 @@ def drift_fit(log_err: np.ndarray, dist: np.ndarray, level: float
     return float(stats.t.ppf(0.5 + level / 2, e.size - 2)), float(a), float(b)
 
 
-def spread(model: FittedModel, query: Observations) -> np.ndarray:
-    """How far a combination's members' forecasts part at ``query``: the weighted standard
-    deviation of their log forecasts (combine.CombinedFit.spread); 0 for a single model."""
-    f = getattr(model, "spread", None)
-    return np.zeros(len(query)) if f is None else np.asarray(f(query), float)
+def predict_with_spread(model: FittedModel, query: Observations
+                        ) -> tuple[Prediction, np.ndarray]:
+    """``model``'s prediction at ``query`` and how far a combination's members' forecasts
+    part there (the weighted standard deviation of their log forecasts,
+    combine.CombinedFit.predict_with_spread), from one evaluation; 0 for a single model."""
+    # looked up on the class: a wrapper (_IntervalOf) forwards unknown attributes to the
+    # model it wraps, whose prediction would bypass the wrapper's interval
+    f = getattr(type(model), "predict_with_spread", None)
+    if f is None:
+        return model.predict(query), np.zeros(len(query))
+    pr, sd = f(model, query)
+    return pr, np.asarray(sd, float)
 
 
 def distance(cores: np.ndarray, freq: np.ndarray | None, rng: tuple) -> np.ndarray:
@@ -155,9 +162,9 @@ class CalibratedFit(_IntervalOf):
     distance of the held-out points that lay outside: extrapolation error grows with how far
     it goes, and the query may go further than any fold) or, where ``drift`` = (t, a, b) was
     fitted (``drift_fit``), ``max(h0, t sqrt(a + b d^2))``. ``narrow`` (enough held-out
-    points, ``min_held``): that half-width, at least ``noise``, with the members' ``spread``
-    at the query added in quadrature, is the interval; otherwise it is never narrower than
-    the model's own. ``envelope`` (the persistence forecast): where nothing validated the
+    points, ``min_held``): that half-width, at least ``noise``, with the members' spread
+    (``predict_with_spread``) at the query added in quadrature, is the interval; otherwise
+    it is never narrower than the model's own. ``envelope`` (the persistence forecast): where nothing validated the
     way the query goes, the interval reaches it: everywhere outside the range without
     held-out points (``beyond_cores`` False), or only beyond the largest measured core
     count when no fold held out a core count above its training ones (``beyond_cores``):
@@ -184,7 +191,9 @@ class CalibratedFit(_IntervalOf):
                            "interval_from_held_out": float(self.narrow)})
 
     def predict(self, query: Observations) -> Prediction:
-        pr = self.inner.predict(query)
+        # the members' disagreement only where it sizes the interval (one evaluation of them)
+        pr, sd = (predict_with_spread(self.inner, query) if self.narrow
+                  else (self.inner.predict(query), None))
         v = np.asarray(pr.value, float)
         d = distance(query.cores, query.freq_mhz, self.rng)
         if self.drift is None:
@@ -200,7 +209,7 @@ class CalibratedFit(_IntervalOf):
                 from scipy import stats
 
                 z = float(stats.norm.ppf(0.5 + pr.level / 2))
-                half = np.hypot(np.maximum(half, self.noise), z * spread(self.inner, query))
+                half = np.hypot(np.maximum(half, self.noise), z * sd)
                 lo, hi = v * np.exp(-half), v * np.exp(half)
             else:
                 lo = np.minimum(np.asarray(pr.lower, float), v * np.exp(-half))

@@ -108,6 +108,11 @@ class CombinedFit(FittedModel):
         return mu, np.sum(w * hw ** 2, axis=0), np.sum(w * (lv - mu) ** 2, axis=0)
 
     def predict(self, query: Observations) -> Prediction:
+        return self.predict_with_spread(query)[0]
+
+    def predict_with_spread(self, query: Observations) -> tuple[Prediction, np.ndarray]:
+        """``predict``'s result and the members' disagreement at ``query`` (the weighted
+        standard deviation of their log forecasts), from one evaluation of the members."""
         # interval of the mixture of the members' log-normal predictions: within-member
         # half-widths plus the members' disagreement (scaled to the same coverage)
         mu, within, between = self._mixture(query)
@@ -115,12 +120,7 @@ class CombinedFit(FittedModel):
         half = np.sqrt(within + z ** 2 * between)
         value = np.exp(mu)
         return Prediction(value=value, lower=value * np.exp(-half), upper=value * np.exp(half),
-                          level=LEVEL)
-
-    def spread(self, query: Observations) -> np.ndarray:
-        """The members' disagreement at ``query``: weighted standard deviation of their log
-        forecasts (the second term of ``predict``'s half-width, before the z scale)."""
-        return np.sqrt(self._mixture(query)[2])
+                          level=LEVEL), np.sqrt(between)
 
     def set_quality(self, obs: Observations) -> None:
         """Training quality of the combination (``shape_mape``: without the anchoring)."""
