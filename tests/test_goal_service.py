@@ -153,15 +153,18 @@ def test_recommend_applied_to_a_running_process_sends_the_target(daemon):
         ref = a.send("query", {"what": "recommend", "args": {
             "agent": "q1", "workload": "wl", "objective": "energy", "apply": True,
             "target": target}})
-        got = {}
-        while len(got) < 2:  # the config and the reply, in either order
+        # The job's own recommendation and the applied one are both configs; they and the
+        # reply may come in any order, so every config is kept, not only the first.
+        configs, reply = [], None
+        while reply is None or not any(
+                c["config_id"] == reply["data"]["applied"]["config_id"] for c in configs):
             msg = a.expect(("config", "reply"))
-            if msg["type"] == "config" or msg["body"].get("ref") == ref:
-                got.setdefault(msg["type"], msg["body"])
-        data = got["reply"]["data"]
-        configs = [got["config"]]
-        while configs[-1]["config_id"] != data["applied"]["config_id"]:
-            configs.append(a.expect("config")["body"])
+            if msg["type"] == "config":
+                configs.append(msg["body"])
+            elif msg["body"].get("ref") == ref:
+                reply = msg["body"]
+        data = reply["data"]
+        configs = [c for c in configs if c["config_id"] == data["applied"]["config_id"]]
         assert configs[-1]["target"] == target and configs[-1]["cpus"] == data["cpus"]
         err = a.query("recommend", {"agent": "q1", "workload": "wl", "apply": True,
                                     "target": "pid 4711"})
