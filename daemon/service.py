@@ -122,7 +122,7 @@ class Daemon:
         self.stats = {"results": 0, "duplicates_acked": 0, "batches": 0, "refused": 0,
                       "fits": 0, "fit_errors": 0, "configs_pushed": 0,
                       "refused_unknown_job": 0, "refused_too_large": 0,
-                      "refused_rate_limited": 0, "jobs_held": 0}
+                      "refused_rate_limited": 0, "jobs_held": 0, "results_frames": 0}
         # Bind first: a daemon that cannot listen (address in use, bad endpoint) stops before
         # it creates a database file or directory.
         try:
@@ -180,6 +180,10 @@ class Daemon:
                                    fit=self._fit_job)
         self.recommender.drift = Drift(config, self.store, self.sweeps)
         self.tuning = Tuner(self)
+        # every heartbeat says what this daemon takes: "results" frames of up to this many
+        # items within this many bytes (an agent sends them only to a daemon that says so)
+        self._welcome = {"instance": self.instance, "results_max": protocol.MAX_RESULTS_ITEMS,
+                         "max_message_bytes": config.max_message_bytes}
         self._handlers: dict[str, Callable[[bytes, dict[str, Any]], None]] = {
             "hello": self._on_hello, "heartbeat": self._on_heartbeat,
             "applied": self._on_applied, "error": self._on_error, "query": self._on_query,
@@ -331,6 +335,9 @@ class Daemon:
                 if msg["type"] == "result":
                     self._take_result(identity, msg, now, results, acks, touched, seen)
                     continue
+                if msg["type"] == "results":
+                    self._take_results(identity, msg, now, results, acks, touched, seen)
+                    continue
                 handler = self._handlers.get(msg["type"])
                 if handler is None:
                     raise HandlerError("unexpected_type",
@@ -345,18 +352,45 @@ class Daemon:
         if results:
             self._commit_results(results, acks, touched, now)
 
-    def _take_result(self, identity: bytes, msg: dict[str, Any], now: float,
-                     results: list[ResultIn], acks: dict[bytes, list[str]],
-                     touched: dict[str, tuple[int, str]], seen: dict[bytes, Any]) -> None:
-        agent = msg["agent"]
-        # One look-up per agent and batch: ``now`` is the batch's, so a second one would
-        # change nothing.
+    def _take_results(self, identity: bytes, msg: dict[str, Any], now: float,
+                      results: list[ResultIn], acks: dict[bytes, list[str]],
+                      touched: dict[str, tuple[int, str]], seen: dict[bytes, Any]) -> None:
+        """A ``results`` frame: each item through the single result's path; an item refused
+        gets its own error (ref = its id) and the others go in. An agent that has not said
+        hello is refused once for the whole frame."""
+        self._speaker(identity, msg["agent"], now, seen)
+        self.stats["results_frames"] += 1
+        check = protocol.check_item
+        for item in msg["body"]["items"]:
+            try:
+                check(item)
+                self._take_result(identity, item, now, results, acks, touched, seen)
+            except (HandlerError, protocol.ProtocolError) as exc:
+                self.refuse(identity, exc.code, str(exc), item["id"])
+            except Exception as exc:
+                log.exception("handling result %s of a results frame", item["id"])
+                self.refuse(identity, "internal", f"daemon error: {type(exc).__name__}: {exc}",
+                            item["id"])
+
+    def _speaker(self, identity: bytes, agent: str, now: float, seen: dict[bytes, Any]) -> Any:
+        """The AgentInfo of ``agent`` speaking from ``identity``; HandlerError when it has not
+        said hello. One look-up per agent and batch: ``now`` is the batch's, so a second one
+        would change nothing."""
         info = seen.get(identity)
         if info is None or info.agent_id != agent:
             info = self.registry.seen(agent, identity, now)
             if info is None:
                 raise HandlerError("unknown_agent", f"agent '{agent}' has not said hello")
             seen[identity] = info
+        return info
+
+    def _take_result(self, identity: bytes, msg: dict[str, Any], now: float,
+                     results: list[ResultIn], acks: dict[bytes, list[str]],
+                     touched: dict[str, tuple[int, str]], seen: dict[bytes, Any]) -> None:
+        agent = msg["agent"]
+        info = seen.get(identity)
+        if info is None or info.agent_id != agent:
+            info = self._speaker(identity, agent, now, seen)
         body = msg["body"]
         job = self._issued(body["job_id"])
         if job is None or job[0] != agent:
@@ -479,7 +513,7 @@ class Daemon:
                                    doctor=body.get("doctor"))
         log.info("hello from agent %s (platform %s, %d workloads)", agent, pid,
                  len(info.workloads))
-        self.send(identity, "heartbeat", {"instance": self.instance})
+        self.send(identity, "heartbeat", self._welcome)
         swept = self.jobs.resume(agent)
         self.recommender.send_unsent(agent, identity)
         if self.config.auto_sweep:
@@ -495,7 +529,7 @@ class Daemon:
             info.outbox_full = msg["body"].get("outbox_full")
             if "instance" in msg["body"]:
                 info.instance = msg["body"]["instance"]
-        self.send(identity, "heartbeat", {"instance": self.instance})
+        self.send(identity, "heartbeat", self._welcome)
 
     def _on_error(self, identity: bytes, msg: dict[str, Any]) -> None:
         self.registry.seen(msg["agent"], identity, time.time())

@@ -20,6 +20,9 @@ hello      agent      platform description and the workloads this agent may run
 heartbeat  both       liveness (body may be empty)
 job        daemon     a sweep: run these points of one workload, reps each
 result     agent      one run record of a job (at least once; keyed by envelope id)
+results    agent      up to MAX_RESULTS_ITEMS result messages in one frame (``items``), each
+                      with its own id: acks, idempotency and refusals stay per result. Sent
+                      only to a daemon whose heartbeat carries ``results_max``
 ack        daemon     these result message ids are committed to the store
 config     daemon     apply this recommended configuration and verify it
 applied    agent      outcome of a config: verified records, or why it was refused
@@ -37,6 +40,10 @@ transient ones and parks them for the permanent ones, see agent/link.py):
   ``key_rejected``, ``key_revoked``, ``key_mismatch`` (the key was accepted for another agent
   id), ``not_operator`` (a query from a key that is not the operator's). Key refusals are
   transient: accepting the key lets the waiting results in.
+- ``results`` frames: an item that fails its checks is refused alone (``ref`` = the item's
+  id) and the frame's other items go in; a frame that is not a list of 1..MAX_RESULTS_ITEMS
+  maps, each with an id and the envelope's agent, is refused whole (``ref`` = the frame's id).
+  An agent told ``unknown_type`` for a frame (an older daemon) sends those results singly.
 - Per-agent limits (read before decoding): ``rate_limited`` (over the sender's token bucket;
   transient: the agent pauses and resends) and ``too_large`` (over the daemon's
   ``max_message_bytes``; permanent).
@@ -58,6 +65,9 @@ MAX_ID_LEN = 64
 # to 2**64-1, and one such value would fail a whole batch's insert.
 MAX_INT = 2**63 - 1
 INT32_MAX = 2**31 - 1  # seq is stored in an INTEGER column (PostgreSQL: 32 bits)
+# items of one "results" frame: receiving and the envelope checks are paid once per frame;
+# 64 keeps one frame's refusals (an error each) and its share of a batch small
+MAX_RESULTS_ITEMS = 64
 
 
 class ProtocolError(ValueError):
@@ -113,6 +123,10 @@ BODY_SCHEMAS: dict[str, dict[str, tuple[tuple[type, ...], bool]]] = {
         "seq": (_INT, True),  # index of this run within the job
         "of": (_INT, True),  # number of runs the job will produce
         "record": (_MAP, True),  # shared.records.RunRecord.to_dict()
+    },
+    "results": {
+        # result messages, each a whole envelope of this agent (see check_item)
+        "items": (_LIST, True),
     },
     "ack": {
         "ids": (_LIST, True),
@@ -258,6 +272,55 @@ def _check_all(msg: Any) -> None:
             raise ProtocolError("bad_value", f"{msg['type']} field '{field}' is out of the "
                                              f"64-bit range", ref)
     _check_body(msg["type"], body, ref)
+    if msg["type"] == "results":
+        _check_items(body["items"], msg["agent"], ref)
+
+
+def _check_items(items: Any, agent: str, ref: str | None) -> None:
+    """What makes a ``results`` frame one: 1..MAX_RESULTS_ITEMS maps, each with an id (its
+    refusal's ref) and the envelope's agent. Each item's own checks are ``check_item``'s."""
+    if not 0 < len(items) <= MAX_RESULTS_ITEMS:
+        raise ProtocolError("bad_value", f"results holds {len(items)} items; 1.."
+                                         f"{MAX_RESULTS_ITEMS} are allowed", ref)
+    for i, item in enumerate(items):
+        if type(item) is not dict:
+            raise ProtocolError("malformed", f"results item {i} is not a map", ref)
+        mid = item.get("id")
+        if type(mid) is not str or not 0 < len(mid) <= MAX_ID_LEN:
+            raise ProtocolError("bad_id", f"results item {i} needs an id of 1..{MAX_ID_LEN} "
+                                          "characters", ref)
+        if item.get("agent") != agent:
+            raise ProtocolError("bad_agent", f"results item {i} is not of the frame's agent "
+                                             f"'{agent[:64]}'", ref)
+
+
+def check_item(item: dict[str, Any]) -> None:
+    """Check one item of a validated ``results`` frame as the result message it must be;
+    ProtocolError with ``ref`` = the item's id when it is refused."""
+    if item.get("type") == "result" and _plain_result(item):
+        return
+    if item.get("type") != "result":
+        raise ProtocolError("bad_type", f"a results item must be a result message, not "
+                                        f"'{str(item.get('type'))[:40]}'", item["id"])
+    _check_all(item)
+
+
+def pack_results(agent: str, items: list[bytes], msg_id: str | None = None,
+                 ts: float | None = None) -> bytes:
+    """A ``results`` frame around ``items``, result messages as ``encode`` packed them: their
+    bytes are spliced in, not packed again (a msgpack array is its header and its elements'
+    bytes one after another). The caller bounds the count and the frame's size."""
+    head = msgpack.packb({"v": PROTOCOL_VERSION, "type": "results", "id": msg_id or new_id(),
+                          "ts": time.time() if ts is None else ts, "agent": agent,
+                          "body": {"items": []}}, use_bin_type=True)
+    # the empty array (0x90) is the frame's last byte: body is the last key, items its only one
+    return head[:-1] + _array_header(len(items)) + b"".join(items)
+
+
+def _array_header(n: int) -> bytes:
+    if n < 16:
+        return bytes((0x90 | n,))
+    return b"\xdc" + n.to_bytes(2, "big") if n < 1 << 16 else b"\xdd" + n.to_bytes(4, "big")
 
 
 def _plain_result(msg: dict[str, Any]) -> bool:
