@@ -41,6 +41,10 @@ from .outbox import Outbox
 log = logging.getLogger("opptune.agent.link")
 
 GONE_AFTER_HEARTBEATS = 3
+# after a hello, results wait at most this many heartbeat periods for the daemon's answer
+# (which says whether it takes frames): past the first heartbeat, which a daemon that did not
+# answer the hello answers
+WELCOME_WAIT_HEARTBEATS = 2
 FRAMES_KEPT = 4096  # results frames remembered (id -> its results), for a refusal naming one
 FRAME_OVERHEAD = 256  # a results frame's envelope, beside its items' bytes
 REFUSAL_LOG_S = 60.0  # a flood of bad frames or refusals writes one line a minute
@@ -98,8 +102,8 @@ class Link:
         self._frame_bytes = P.MAX_MESSAGE_BYTES
         self._frames_off = False  # a frame was refused whole: singly until the next hello
         self._frames: dict[str, list[str]] = {}  # sent frame id -> its results' ids
-        # after a hello, the first flush waits (at most a heartbeat period) for the answer
-        # that says whether the daemon takes frames: a backlog then goes in frames
+        # after a hello, the first flush waits (WELCOME_WAIT_HEARTBEATS at most) for the
+        # answer that says whether the daemon takes frames: a backlog then goes in frames
         self._welcomed = False
         self._hello_at = 0.0
         # "rate_limited" from the daemon: no results go out before this (monotonic), and the
@@ -214,6 +218,9 @@ class Link:
         wake_at = self._next_hb
         if self._outbox_dirty and self._backoff_until > now:
             wake_at = min(wake_at, self._backoff_until)  # results wait for the pause's end
+        welcome_by = self._hello_at + WELCOME_WAIT_HEARTBEATS * self.heartbeat_s
+        if self._outbox_dirty and not self._welcomed and welcome_by > now:
+            wake_at = min(wake_at, welcome_by)  # ... or for the daemon's answer
         wait = max(0.0, wake_at - now)
         if max_wait_s is not None:
             wait = min(wait, max_wait_s)
@@ -248,7 +255,8 @@ class Link:
             self._next_hb = now + self.heartbeat_s
             self._outbox_dirty = True  # time to look for results due for a resend
         if self._outbox_dirty and now >= self._backoff_until and (
-                self._welcomed or now - self._hello_at >= self.heartbeat_s):
+                self._welcomed or now - self._hello_at >= WELCOME_WAIT_HEARTBEATS
+                * self.heartbeat_s):
             self._outbox_dirty = False
             self._flush_outbox()
 

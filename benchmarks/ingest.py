@@ -111,7 +111,7 @@ from pathlib import Path
 import zmq
 
 from opptune.shared import protocol as P
-from opptune.shared.config import is_database_url
+from opptune.shared.config import AgentConfig, is_database_url
 from opptune.shared.records import RunRecord
 
 
@@ -206,7 +206,7 @@ def say_hello(sock: zmq.Socket, agent_id: str) -> None:
 def client_proc(agents: list[tuple[int, str, str]], n: int | None,
                 duration: float | None, window: int, full: bool, ready, go, results,
                 curve: list | None = None, check_db: str | None = None,
-                rate: float | None = None) -> None:
+                rate: float | None = None, per_frame: int = 1) -> None:
     """Run several simulated agents, each on its own DEALER socket and identity, connected to
     its daemon's endpoint (``agents``: number, id, endpoint).
 
@@ -214,7 +214,11 @@ def client_proc(agents: list[tuple[int, str, str]], n: int | None,
     for ``duration`` seconds, as fast as acks come back or, with ``rate``, at most that many
     results a second (an offered load: the latency is then the daemon's, not the window's). Reports acked counts, the first send and last ack times, a
     histogram of send-to-ack latencies, error counts by code and, with ``check_db``, how many
-    acked ids were not yet in the store when their ack arrived."""
+    acked ids were not yet in the store when their ack arrived.
+
+    ``per_frame``: the results an agent has room for go out in ``results`` frames of up to
+    this many (as a real agent sends a backlog), to a daemon whose welcome says it takes them;
+    alone otherwise."""
     records = make_records(8, full)
     ctx = zmq.Context()
     poller = zmq.Poller()
@@ -229,7 +233,8 @@ def client_proc(agents: list[tuple[int, str, str]], n: int | None,
         sock.setsockopt(zmq.SNDHWM, window + 100)
         sock.connect(endpoint)
         say_hello(sock, agent_id)
-        socks[sock] = {"stream": Stream(agent_id, number, records), "sent": 0, "pending": {}}
+        socks[sock] = {"stream": Stream(agent_id, number, records), "sent": 0, "pending": {},
+                       "per_frame": 1, "agent": agent_id}
         poller.register(sock, zmq.POLLIN)
     waiting = set(socks)
     deadline = time.monotonic() + 120
@@ -242,13 +247,15 @@ def client_proc(agents: list[tuple[int, str, str]], n: int | None,
                     break
                 if msg["type"] == "heartbeat":
                     waiting.discard(sock)
+                    most = msg["body"].get("results_max")  # absent: an older daemon
+                    socks[sock]["per_frame"] = min(per_frame, most if type(most) is int else 1)
     db = None
     if check_db:
         db = _reader(check_db)
         mark = "%s" if is_database_url(check_db) else "?"
     hist: dict[int, int] = {}
     errors: dict[str, int] = {}
-    acked = not_stored = 0
+    acked = not_stored = frames = 0
     ready.set()
     go.wait()
     clock = time.perf_counter
@@ -258,6 +265,7 @@ def client_proc(agents: list[tuple[int, str, str]], n: int | None,
     last_ack = t0
 
     def fill(sock: zmq.Socket, st: dict, now: float) -> None:
+        nonlocal frames
         pending, stream = st["pending"], st["stream"]
         room = window - len(pending)
         if n is not None:
@@ -266,10 +274,22 @@ def client_proc(agents: list[tuple[int, str, str]], n: int | None,
             return
         if rate is not None:
             room = min(room, int((now - t0) * rate) - st["sent"])
-        for _ in range(room):
-            msg_id, data = stream.next()
-            sock.send(data, copy=False)
-            pending[msg_id] = clock()
+        each = st["per_frame"]
+        left = room
+        while left > 0:
+            k = min(each, left)
+            left -= k
+            if k == 1:
+                msg_id, data = stream.next()
+                sock.send(data, copy=False)
+                pending[msg_id] = clock()
+                continue
+            got = [stream.next() for _ in range(k)]
+            sock.send(P.pack_results(st["agent"], [d for _, d in got]), copy=False)
+            frames += 1
+            t = clock()
+            for msg_id, _ in got:
+                pending[msg_id] = t
         st["sent"] += max(room, 0)
 
     for sock, st in socks.items():
@@ -329,7 +349,7 @@ def client_proc(agents: list[tuple[int, str, str]], n: int | None,
             fill(sock, st, clock())
     sent = sum(st["sent"] for st in socks.values())
     results.put({"t0": t0, "t1": last_ack, "acked": acked, "sent": sent, "hist": hist,
-                 "errors": errors, "not_stored": not_stored,
+                 "errors": errors, "not_stored": not_stored, "frames": frames,
                  "cpu_s": time.process_time() - cpu0})
     if db is not None:
         db.close()
@@ -449,7 +469,8 @@ def run(agents: int = 4, results: int | None = 50_000, duration: float | None = 
         bind: str = "tcp://127.0.0.1:0", curve: bool = False, profile: str | None = None,
         check_acks: bool = False, warmup_s: float | None = None,
         daemon_cmd: list[str] | None = None, rate: float | None = None,
-        database: str | None = None, daemons: int = 1, pg_data: Path | None = None) -> dict:
+        database: str | None = None, daemons: int = 1, pg_data: Path | None = None,
+        per_frame: int = 1) -> dict:
     """One benchmark run against fresh daemon processes; the figures as a dict.
 
     ``results`` per agent, or stream for ``duration`` seconds. ``check_acks``: each client
@@ -457,7 +478,8 @@ def run(agents: int = 4, results: int | None = 50_000, duration: float | None = 
     ``daemon_cmd``: the command that starts the daemon module (another checkout's Python).
     ``database``: a PostgreSQL URL (an empty database) instead of a fresh SQLite file;
     ``daemons``: that many daemons sharing it, agent i talking to daemon i mod ``daemons``;
-    ``pg_data``: the server's data directory, to add its processes' CPU time."""
+    ``pg_data``: the server's data directory, to add its processes' CPU time.
+    ``per_frame``: results per ``results`` frame at most (1: one result per message)."""
     procs = procs or min(agents, 4)
     tmp = Path(tempfile.mkdtemp(prefix="opptune-ingest-"))
     db = database or str(tmp / "ingest.db")
@@ -502,7 +524,8 @@ def run(agents: int = 4, results: int | None = 50_000, duration: float | None = 
             ready = mpc.Event()
             p = mpc.Process(target=client_proc, args=(
                 mine, None if duration is not None else results, duration, window,
-                full_records, ready, go, queue, keys, db if check_acks else None, rate))
+                full_records, ready, go, queue, keys, db if check_acks else None, rate,
+                per_frame))
             p.start()
             readies.append(ready)
             children.append(p)
@@ -556,6 +579,7 @@ def run(agents: int = 4, results: int | None = 50_000, duration: float | None = 
         span = max(end - start, 1e-9)
         return {"store": ("postgresql" if is_database_url(db) else "sqlite"),
                 "daemons": daemons, "agents": agents, "client_procs": procs, "window": window,
+                "per_frame": per_frame, "frames": sum(g["frames"] for g in got),
                 "rate_per_agent": rate,
                 "full_records": full_records, "curve": curve,
                 "duration_s": duration, "sent": sent, "acked": acked, "stored": stored,
@@ -641,6 +665,10 @@ def main() -> int:
                     help="stream for this many seconds instead of a fixed --results per agent")
     ap.add_argument("--window", type=int, default=None,
                     help="unacked results per agent (default 2000; 16 with --duration)")
+    ap.add_argument("--per-frame", type=int, default=None,
+                    help="results per 'results' frame at most, as an agent sends a backlog "
+                         f"(default {AgentConfig().results_per_frame}, the agent's; 1: one "
+                         "result per message, as before frames)")
     ap.add_argument("--rate", type=float, default=None,
                     help="results/s per agent (an offered load); default: as fast as acks "
                          "come back")
@@ -668,6 +696,10 @@ def main() -> int:
                     help="three runs side by side: SQLite, PostgreSQL (a throwaway server), "
                          "PostgreSQL with two daemons")
     args = ap.parse_args()
+    if args.per_frame is not None and not 1 <= args.per_frame <= P.MAX_RESULTS_ITEMS:
+        print(f"ingest.py: --per-frame must be 1..{P.MAX_RESULTS_ITEMS}, got {args.per_frame}",
+              file=sys.stderr)
+        return 2
     for name in ("agents", "results", "window", "procs", "daemons"):
         v = getattr(args, name)
         if v is not None and v < 1:
@@ -703,7 +735,9 @@ def main() -> int:
             out = run(args.agents, args.results, args.duration, window, args.procs,
                       args.full_records, args.bind, args.curve, args.profile, args.check_acks,
                       daemon_cmd=daemon_cmd, rate=args.rate, database=database,
-                      daemons=daemons, pg_data=server.data if server else None)
+                      daemons=daemons, pg_data=server.data if server else None,
+                      per_frame=(args.per_frame if args.per_frame is not None
+                                 else AgentConfig().results_per_frame))
             outs.append(out)
             if args.json:
                 print(json.dumps(out), flush=True)
