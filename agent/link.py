@@ -319,42 +319,55 @@ class Link:
         sent: list[str] = []
         due = self.outbox.due(sent_before, room)
         n = min(self.per_frame, self._frames_max)
-        for group in (self._groups(due, n) if n > 1 and len(due) > 1 else ([d] for d in due)):
-            if len(group) == 1:
-                if not self._send_raw(group[0][1], "result"):
-                    break
-                sent.append(group[0][0])
-                continue
-            fid = P.new_id()
-            ids = [mid for mid, _ in group]
-            if not self._send_raw(P.pack_results(self.agent_id, [d for _, d in group], fid),
-                                  "results"):
+        for ids, data, frame_id in (self._packets(due, n) if n > 1 and len(due) > 1 else
+                                    (([mid], data, None) for mid, data in due)):
+            if not self._send_raw(data, "results" if frame_id else "result"):
                 break
-            self.stats["frames"] += 1
-            self._frames[fid] = ids
-            if len(self._frames) > FRAMES_KEPT:
-                del self._frames[next(iter(self._frames))]
+            if frame_id:
+                self.stats["frames"] += 1
+                self._frames[frame_id] = ids
+                if len(self._frames) > FRAMES_KEPT:
+                    del self._frames[next(iter(self._frames))]
             sent.extend(ids)
         if sent:
             self.outbox.mark_sent(sent, now)
             log.debug("sent %d results", len(sent))
 
-    def _groups(self, due: list[tuple[str, bytes]], n: int) -> list[list[tuple[str, bytes]]]:
-        """``due`` cut into runs of at most ``n`` results whose frame stays within the
-        daemon's message size (a result too large to share a frame goes alone)."""
+    def _packets(self, due: list[tuple[str, bytes]], n: int
+                 ) -> list[tuple[list[str], bytes, str | None]]:
+        """``due`` as what to send: (ids, bytes, frame id or None). This agent's results go in
+        frames of at most ``n`` within the daemon's message size; anything else (an
+        ``applied`` reply, a result of another agent id) and a run of one go as stored."""
         limit = self._frame_bytes - FRAME_OVERHEAD
-        groups: list[list[tuple[str, bytes]]] = []
-        group: list[tuple[str, bytes]] = []
+        out: list[tuple[list[str], bytes, str | None]] = []
+        group: list[tuple[str, bytes, bytes]] = []  # (id, stored message, item)
         size = 0
-        for item in due:
-            if group and (len(group) >= n or size + len(item[1]) > limit):
-                groups.append(group)
-                group, size = [], 0
-            group.append(item)
-            size += len(item[1])
-        if group:
-            groups.append(group)
-        return groups
+
+        def close() -> None:
+            if len(group) == 1:
+                out.append(([group[0][0]], group[0][1], None))
+            elif group:
+                fid = P.new_id()
+                out.append(([g[0] for g in group],
+                            P.pack_results(self.agent_id, [g[2] for g in group], fid), fid))
+            group.clear()
+
+        for mid, data in due:
+            try:
+                msg = P.decode(data)
+            except P.ProtocolError:
+                msg = None  # the daemon judges it, as it would alone
+            if msg is None or msg["type"] != "result" or msg["agent"] != self.agent_id:
+                out.append(([mid], data, None))
+                continue
+            item = P.pack_item(mid, msg["body"])
+            if group and (len(group) >= n or size + len(item) > limit):
+                close()
+                size = 0
+            group.append((mid, data, item))
+            size += len(item)
+        close()
+        return out
 
     def _learn_frames(self, body: dict[str, Any]) -> None:
         """A daemon heartbeat: whether (and how large) it takes results frames."""

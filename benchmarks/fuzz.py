@@ -7,8 +7,8 @@ frames between them: random bytes, valid messages truncated or with bytes flippe
 and bodies with fields of the wrong type, missing, added, out of range (integers past 64 bits,
 NaN, infinities), records of issued jobs with a field made wrong, deep nesting, containers that
 claim 4 G elements, several frames in one message, frames over the size limit, unknown types,
-``results`` frames with hostile item lists (valid items beside wrong ones, items of another
-agent, items that are not maps or not results, more items than allowed, items that are no list).
+``results`` frames with hostile item lists (valid items beside wrong ones, items that are no
+[id, body] pair, bad ids, more items than allowed, items that are no list).
 Every 200 frames each socket sends a sync query and waits for its answer: the daemon processed
 everything before it; no answer within 10 s counts as a hang. Then the same generator's frames
 for an agent (jobs, configs, acks, errors...) go through the agent's link handler in this
@@ -86,8 +86,7 @@ class Fuzzer:
             "ack": {"ids": ["x"]}, "error": {"code": "bad_record", "message": "m", "ref": "x"},
             "heartbeat": {"instance": "d", "results_max": 64, "max_message_bytes": 1 << 20},
             "reply": {"ref": "r", "data": {}},
-            "results": {"items": [self.envelope("result", self.daemon_bodies["result"],
-                                                agent="daemon")]},
+            "results": {"items": [[P.new_id(), self.daemon_bodies["result"]]]},
         }
         chosen = [(k, w) for k, w in self.DAEMON_KINDS if not kinds or k in kinds]
         self._weights = [w for _, w in chosen]
@@ -196,9 +195,10 @@ class Fuzzer:
         return kind, [b"\x00" * (P.MAX_MESSAGE_BYTES + r.randint(1, 100_000))]
 
     def items(self) -> Any:
-        """A hostile ``results`` item list: mostly result messages of this agent, valid or
-        with their body, record or envelope made wrong, beside values of any kind; now and
-        then an item of another agent, more items than allowed, or no list at all."""
+        """A hostile ``results`` item list: mostly [id, body] pairs of results of this
+        agent's job, valid or with their body or record made wrong, beside pairs with a wrong
+        id, whole result messages and values of any kind; now and then more items than
+        allowed, or no list at all."""
         r = self.r
         roll = r.random()
         if roll < 0.05:
@@ -208,18 +208,18 @@ class Fuzzer:
         for _ in range(n):
             body = dict(self.daemon_bodies["result"], seq=r.randrange(4))
             how = r.random()
-            if how < 0.3:
-                item: Any = self.envelope("result", body)
-            elif how < 0.5:
-                item = self.envelope("result", self.mutate(body))
-            elif how < 0.65:
-                item = self.envelope("result", dict(body, record=self.mutate(self.record)))
+            if how < 0.35:
+                item: Any = [P.new_id(), body]
+            elif how < 0.55:
+                item = [P.new_id(), self.mutate(body)]
+            elif how < 0.7:
+                item = [P.new_id(), dict(body, record=self.mutate(self.record))]
             elif how < 0.8:
-                item = self.mutate(self.envelope("result", body))
+                item = [self.value(), body]
             elif how < 0.85:
-                item = self.envelope("result", body, agent="bench-agent-other")
+                item = self.envelope("result", body)  # a whole message, not a pair
             elif how < 0.9:
-                item = self.envelope(r.choice(["hello", "results", "query"]), body)
+                item = [P.new_id(), body, self.value()]
             else:
                 item = self.value()
             out.append(item)

@@ -155,23 +155,32 @@ class Stream:
         self.agent_id = agent_id
         self.number = number
         self.count = 0
-        self.parts = []
+        self.parts, self.item_parts = [], []
         for rec in records:
             # of: far above what is sent, so the job stays open: this measures ingest, not the
             # fit that a completed job triggers. seq: a uint32 placeholder (5 bytes in msgpack).
             body = {"job_id": f"job-{agent_id}", "seq": _SEQ_HOLE, "of": 1 << 62, "record": rec}
-            data = P.encode(P.make("result", agent_id, body, msg_id=_ID_HOLE))
-            at = data.index(_ID_HOLE.encode())
-            sq = data.index(_SEQ_BYTES)
-            assert at < sq, "the envelope's id precedes the body"
-            self.parts.append((data[:at], data[at + 32:sq + 1], data[sq + 5:]))
+            self.parts.append(_holes(P.encode(P.make("result", agent_id, body,
+                                                     msg_id=_ID_HOLE))))
+            self.item_parts.append(_holes(P.pack_item(_ID_HOLE, body)))  # in a results frame
 
-    def next(self) -> tuple[str, bytes]:
+    def next(self, item: bool = False) -> tuple[str, bytes]:
+        """The next result's id and message (``item``: its results frame item)."""
         self.count += 1
         msg_id = f"{time.time_ns() // 1_000_000:012x}{self.number:05x}{self.count:015x}"
-        head, mid, tail = self.parts[self.count % len(self.parts)]
+        parts = self.item_parts if item else self.parts
+        head, mid, tail = parts[self.count % len(parts)]
         seq = (_SEQ_HOLE + self.count).to_bytes(4, "big")
         return msg_id, head + msg_id.encode() + mid + seq + tail
+
+
+def _holes(data: bytes) -> tuple[bytes, bytes, bytes]:
+    """An encoded result cut around its placeholder id and seq: (before the id, between,
+    after the seq)."""
+    at = data.index(_ID_HOLE.encode())
+    sq = data.index(_SEQ_BYTES)
+    assert at < sq, "the id precedes the body"
+    return data[:at], data[at + 32:sq + 1], data[sq + 5:]
 
 
 # seq placeholder: seq = this + the agent's count, always a msgpack uint32 and below 2**31
@@ -284,7 +293,7 @@ def client_proc(agents: list[tuple[int, str, str]], n: int | None,
                 sock.send(data, copy=False)
                 pending[msg_id] = clock()
                 continue
-            got = [stream.next() for _ in range(k)]
+            got = [stream.next(item=True) for _ in range(k)]
             sock.send(P.pack_results(st["agent"], [d for _, d in got]), copy=False)
             frames += 1
             t = clock()

@@ -333,7 +333,8 @@ class Daemon:
                 if keyring is not None:
                     keyring.check(self.link.peer_keys.get(identity), msg["agent"], msg["type"])
                 if msg["type"] == "result":
-                    self._take_result(identity, msg, now, results, acks, touched, seen)
+                    self._take_result(identity, msg["agent"], msg["id"], msg["body"], now,
+                                      results, acks, touched, seen)
                     continue
                 if msg["type"] == "results":
                     self._take_results(identity, msg, now, results, acks, touched, seen)
@@ -358,19 +359,20 @@ class Daemon:
         """A ``results`` frame: each item through the single result's path; an item refused
         gets its own error (ref = its id) and the others go in. An agent that has not said
         hello is refused once for the whole frame."""
-        self._speaker(identity, msg["agent"], now, seen)
+        agent = msg["agent"]
+        self._speaker(identity, agent, now, seen)
         self.stats["results_frames"] += 1
-        check = protocol.check_item
-        for item in msg["body"]["items"]:
+        check, take = protocol.check_item, self._take_result
+        for msg_id, body in msg["body"]["items"]:
             try:
-                check(item)
-                self._take_result(identity, item, now, results, acks, touched, seen)
+                check(msg, msg_id, body)
+                take(identity, agent, msg_id, body, now, results, acks, touched, seen)
             except (HandlerError, protocol.ProtocolError) as exc:
-                self.refuse(identity, exc.code, str(exc), item["id"])
+                self.refuse(identity, exc.code, str(exc), msg_id)
             except Exception as exc:
-                log.exception("handling result %s of a results frame", item["id"])
+                log.exception("handling result %s of a results frame", msg_id)
                 self.refuse(identity, "internal", f"daemon error: {type(exc).__name__}: {exc}",
-                            item["id"])
+                            msg_id)
 
     def _speaker(self, identity: bytes, agent: str, now: float, seen: dict[bytes, Any]) -> Any:
         """The AgentInfo of ``agent`` speaking from ``identity``; HandlerError when it has not
@@ -384,14 +386,14 @@ class Daemon:
             seen[identity] = info
         return info
 
-    def _take_result(self, identity: bytes, msg: dict[str, Any], now: float,
-                     results: list[ResultIn], acks: dict[bytes, list[str]],
+    def _take_result(self, identity: bytes, agent: str, msg_id: str, body: dict[str, Any],
+                     now: float, results: list[ResultIn], acks: dict[bytes, list[str]],
                      touched: dict[str, tuple[int, str]], seen: dict[bytes, Any]) -> None:
-        agent = msg["agent"]
+        """One validated result (a ``result`` message's or a ``results`` item's) into the
+        batch, or HandlerError naming why not."""
         info = seen.get(identity)
         if info is None or info.agent_id != agent:
             info = self._speaker(identity, agent, now, seen)
-        body = msg["body"]
         job = self._issued(body["job_id"])
         if job is None or job[0] != agent:
             # Only measurements the daemon asked this agent for are stored: a made-up job id
@@ -417,7 +419,7 @@ class Daemon:
                     and (tuple(sorted(cols.cpus)), cols.threads, cols.variant) not in job[3])):
             raise HandlerError("wrong_group", _wrong_group(cols, info.platform_id, job,
                                                            body["job_id"]))
-        msg_id, job_id = msg["id"], body["job_id"]
+        job_id = body["job_id"]
         # tuple.__new__: the named tuple without its Python-level constructor (per result)
         results.append(_new_tuple(ResultIn, (msg_id, agent, job_id, body["seq"], rec, raw,
                                              cols)))

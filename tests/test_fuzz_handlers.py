@@ -326,25 +326,22 @@ def test_found_by_fuzzing_applied_is_refused_by_name(world, errors, change):
 
 
 def _item(data: st.DataObject, job_id: str) -> Any:
-    """One item of a hostile ``results`` list: a result of agent a1, valid or made wrong in
-    its body, record or envelope, another agent's, not a result, or any value at all."""
+    """One item of a hostile ``results`` list: an [id, body] pair of a result of job_id,
+    valid or with its body or record made wrong, a pair with a wrong id or size, or any
+    value at all."""
     body = {"job_id": job_id, "seq": data.draw(st.integers(0, 3)), "of": 4, "record": record()}
-    item = {"v": 1, "type": "result", "id": P.new_id(), "ts": 1.0, "agent": "a1", "body": body}
-    how = data.draw(st.sampled_from(["valid", "body", "record", "envelope", "other_agent",
-                                     "not_result", "hostile"]))
+    how = data.draw(st.sampled_from(["valid", "body", "record", "id", "pair", "hostile"]))
     if how == "body":
-        item["body"] = mutate(data, body)
-    elif how == "record":
-        body["record"] = mutate(data, record())
-    elif how == "envelope":
-        item = mutate(data, item)
-    elif how == "other_agent":
-        item["agent"] = "a2"
-    elif how == "not_result":
-        item["type"] = data.draw(st.sampled_from(["hello", "results", "ack", "query"]))
-    elif how == "hostile":
-        item = data.draw(hostile)
-    return item
+        return [P.new_id(), mutate(data, body)]
+    if how == "record":
+        return [P.new_id(), {**body, "record": mutate(data, record())}]
+    if how == "id":
+        return [data.draw(hostile), body]
+    if how == "pair":
+        return data.draw(st.lists(hostile, max_size=3))
+    if how == "hostile":
+        return data.draw(hostile)
+    return [P.new_id(), body]
 
 
 @SETTINGS

@@ -31,9 +31,14 @@ def _hello_and_job(sock, agent):
     return welcome, expect(sock, "job")["body"]
 
 
-def _result(agent, job, seq, **body):
-    return P.encode(P.make("result", agent, {"job_id": job["job_id"], "seq": seq, "of": 1000,
-                                             "record": record(1, seq % 7), **body}))
+def _item(job, seq, **body):
+    """A results frame's item: a new id and a result's body."""
+    return P.pack_item(P.new_id(), {"job_id": job["job_id"], "seq": seq, "of": 1000,
+                                    "record": record(1, seq % 7), **body})
+
+
+def _id(item):
+    return msgpack.unpackb(item)[0]
 
 
 def _answers(sock, want_ids, timeout_s=10.0):
@@ -59,19 +64,15 @@ def test_daemon_advertises_frames_acks_items_and_refuses_a_bad_one_alone(tmp_pat
         welcome, job = _hello_and_job(s, "a1")
         assert welcome["results_max"] == P.MAX_RESULTS_ITEMS
         assert welcome["max_message_bytes"] == d.config.max_message_bytes
-        items = [_result("a1", job, i) for i in range(5)]
-        bad = {"v": 1, "type": "result", "id": P.new_id(), "ts": 1.0, "agent": "a1",
-               "body": {"job_id": job["job_id"], "seq": 9, "of": 9,  # seq >= of
-                        "record": record(1, 0)}}
-        wrong = P.make("result", "a1", {"job_id": "never-issued", "seq": 0, "of": 9,
-                                        "record": record(1, 0)})
-        frame_items = items[:2] + [msgpack.packb(bad), items[2], P.encode(wrong)] + items[3:]
-        ids = [P.decode(i)["id"] for i in items]
+        items = [_item(job, i) for i in range(5)]
+        bad = _item(job, 9, of=9)  # seq >= of
+        wrong = _item({"job_id": "never-issued"}, 0)
+        frame_items = items[:2] + [bad, items[2], wrong] + items[3:]
+        ids = [_id(i) for i in items]
         s.send(P.pack_results("a1", frame_items, msg_id="frame-1"))
-        acked, errors = _answers(s, set(ids) | {bad["id"], wrong["id"]})
+        acked, errors = _answers(s, set(ids) | {_id(bad), _id(wrong)})
         assert acked == set(ids)
-        assert sorted(errors) == sorted([("bad_value", bad["id"]),
-                                         ("unknown_job", wrong["id"])])
+        assert sorted(errors) == sorted([("bad_value", _id(bad)), ("unknown_job", _id(wrong))])
         assert d.stats["results"] == 5 and d.stats["results_frames"] == 1
         # the same frame again: acked again, stored once
         s.send(P.pack_results("a1", items))
@@ -97,12 +98,13 @@ def test_a_malformed_frame_is_refused_whole_and_the_agent_still_served(tmp_path)
     s = dealer(d.endpoint, "a1")
     try:
         _, job = _hello_and_job(s, "a1")
-        other = P.encode(P.make("result", "someone-else", {
-            "job_id": job["job_id"], "seq": 1, "of": 1000, "record": record(1, 0)}))
-        s.send(P.pack_results("a1", [_result("a1", job, 0), other], msg_id="frame-bad"))
+        # an item that is a whole result message, not an [id, body] pair
+        whole = P.encode(P.make("result", "a1", {"job_id": job["job_id"], "seq": 1, "of": 1000,
+                                                 "record": record(1, 0)}))
+        s.send(P.pack_results("a1", [_item(job, 0), whole], msg_id="frame-bad"))
         err = expect(s, "error")["body"]
-        assert (err["code"], err["ref"]) == ("bad_agent", "frame-bad")
-        too_many = [_result("a1", job, i) for i in range(P.MAX_RESULTS_ITEMS + 1)]
+        assert (err["code"], err["ref"]) == ("malformed", "frame-bad")
+        too_many = [_item(job, i) for i in range(P.MAX_RESULTS_ITEMS + 1)]
         s.send(P.pack_results("a1", too_many, msg_id="frame-big"))
         err = expect(s, "error")["body"]
         assert (err["code"], err["ref"]) == ("bad_value", "frame-big")
@@ -110,16 +112,16 @@ def test_a_malformed_frame_is_refused_whole_and_the_agent_still_served(tmp_path)
         # a frame from an agent that never said hello: one refusal for the frame
         stranger = dealer(d.endpoint, "stranger")
         try:
-            stranger.send(P.pack_results("stranger", [_result("stranger", job, i)
-                                                      for i in range(3)], msg_id="frame-x"))
+            stranger.send(P.pack_results("stranger", [_item(job, i) for i in range(3)],
+                                         msg_id="frame-x"))
             err = expect(stranger, "error")["body"]
             assert (err["code"], err["ref"]) == ("unknown_agent", "frame-x")
             assert not stranger.poll(200)  # one error, not one per item
         finally:
             stranger.close(0)
-        good = [_result("a1", job, i) for i in range(3)]
+        good = [_item(job, i) for i in range(3)]
         s.send(P.pack_results("a1", good))
-        acked, errors = _answers(s, {P.decode(g)["id"] for g in good})
+        acked, errors = _answers(s, {_id(g) for g in good})
         assert len(acked) == 3 and errors == []
         assert _count_runs(d, job["job_id"]) == 3
     finally:
@@ -135,11 +137,11 @@ def test_the_rate_limiter_counts_items(tmp_path):
     try:
         _, job = _hello_and_job(s, "a1")
         limited = d.stats["refused_rate_limited"]
-        first = [_result("a1", job, i) for i in range(20)]
-        second = [_result("a1", job, 20 + i) for i in range(20)]
+        first = [_item(job, i) for i in range(20)]
+        second = [_item(job, 20 + i) for i in range(20)]
         s.send(P.pack_results("a1", first))
         s.send(P.pack_results("a1", second))
-        acked, _ = _answers(s, {P.decode(f)["id"] for f in first})
+        acked, _ = _answers(s, {_id(f) for f in first})
         wait_until(lambda: d.stats["refused_rate_limited"] > limited, "the second frame refused",
                    timeout=10)
         assert d.stats["refused_rate_limited"] == limited + 1
@@ -168,8 +170,8 @@ def test_batch_max_cuts_by_items_not_frames():
     s.setsockopt(zmq.IDENTITY, b"a1")
     s.connect("inproc://frames-batch")
     try:
-        items = [P.encode(P.make("result", "a1", {"job_id": "j", "seq": i, "of": 99,
-                                                  "record": {}})) for i in range(16)]
+        items = [P.pack_item(f"r{i}", {"job_id": "j", "seq": i, "of": 99, "record": {}})
+                 for i in range(16)]
         for _ in range(4):  # inproc: each is in the ROUTER's queue once send returns
             s.send(P.pack_results("a1", items))
         s.send(P.encode(P.make("heartbeat", "a1", {})))
@@ -213,11 +215,12 @@ def test_a_backlog_goes_in_frames_to_a_daemon_that_advertises_them(ctx, router, 
         router.expect(lambda m: m["type"] == "results" and frames.append(m) is None
                       and len(frames) == 3, timeout=10, what="three frames")
         assert [len(f["body"]["items"]) for f in frames] == [16, 16, 8]
-        assert [i["id"] for f in frames for i in f["body"]["items"]] == ids
-        assert all(i["agent"] == "agent-t" for f in frames for i in f["body"]["items"])
+        assert [mid for f in frames for mid, _ in f["body"]["items"]] == ids
+        assert all(f["agent"] == "agent-t" for f in frames)
+        assert [b["seq"] for f in frames for _, b in f["body"]["items"]] == list(range(40))
         router.send(P.make("ack", "daemon", {"ids": ids}))  # the daemon acks items
         wait_until(lambda: ob.count() == 0, "the outbox emptied by the ack", timeout=10)
-        # a single due result still goes alone
+        # a single due result still goes alone, and so does what is not a result
         one = ob.put(result_msg(0, 1))
         lt.link.notify_outbox()
         got = router.expect(lambda m: m["type"] in ("result", "results"), timeout=10)[-1]
@@ -303,3 +306,22 @@ def test_backlog_after_an_outage_is_delivered_in_frames_each_result_once(tmp_pat
         codes = c.stop()
     assert codes == {"agent": 0, "daemon": 0}, c.logs()
     assert "Traceback" not in c.logs()
+
+
+def test_only_this_agents_results_go_in_frames(ctx, router, tmp_path):
+    """An ``applied`` reply waiting in the outbox beside results goes as itself, never as a
+    frame's item (the daemon would refuse it there as not a result)."""
+    router.welcome = ADVERTISED
+    ob = Outbox(str(tmp_path))
+    ids = [ob.put(result_msg(i, 6)) for i in range(3)]
+    applied = ob.put(P.make("applied", "agent-t", {"config_id": "c1", "ok": True}))
+    ids += [ob.put(result_msg(i, 6)) for i in range(3, 6)]
+    lt = LinkThread(ctx, router.endpoint, ob, per_frame=16)
+    try:
+        got: dict = {}
+        router.expect(lambda m: got.setdefault(m["type"], m) and {"results", "applied"} <= set(got),
+                      timeout=10, what="a frame and the applied reply")
+        assert [mid for mid, _ in got["results"]["body"]["items"]] == ids
+        assert got["applied"]["id"] == applied
+    finally:
+        lt.close()
