@@ -6,16 +6,19 @@ after a daemon kill -9 delivers it in frames, every result stored once."""
 
 from __future__ import annotations
 
+import sqlite3
 import time
 
 import msgpack
+import pytest
 import zmq
 
 from opptune.agent.outbox import Outbox
 from opptune.daemon.link import Link as DaemonLink, RateLimiter
 from opptune.shared import protocol as P
+from opptune.shared.config import ConfigError, load_agent_config
 from procs import Cluster, assert_delivery, produced_results, stored_results, wait_all_delivered
-from procs import wait_until
+from procs import wait_until, write_toml
 from test_agent_link import LinkThread, Router, ctx, result_msg, router  # noqa: F401 (fixtures)
 from test_link_limits import PLATFORM, dealer, expect, make_daemon, record
 
@@ -57,6 +60,14 @@ def _answers(sock, want_ids, timeout_s=10.0):
     return acked, errors
 
 
+def _count_runs(d, job_id):
+    con = sqlite3.connect(d.config.database)
+    try:
+        return con.execute("SELECT COUNT(*) FROM runs WHERE job_id = ?", (job_id,)).fetchone()[0]
+    finally:
+        con.close()
+
+
 def test_daemon_advertises_frames_acks_items_and_refuses_a_bad_one_alone(tmp_path):
     d = make_daemon(tmp_path)
     s = dealer(d.endpoint, "a1")
@@ -82,15 +93,6 @@ def test_daemon_advertises_frames_acks_items_and_refuses_a_bad_one_alone(tmp_pat
     finally:
         s.close(0)
         d.stop()
-
-
-def _count_runs(d, job_id):
-    import sqlite3
-    con = sqlite3.connect(d.config.database)
-    try:
-        return con.execute("SELECT COUNT(*) FROM runs WHERE job_id = ?", (job_id,)).fetchone()[0]
-    finally:
-        con.close()
 
 
 def test_a_malformed_frame_is_refused_whole_and_the_agent_still_served(tmp_path):
@@ -325,3 +327,34 @@ def test_only_this_agents_results_go_in_frames(ctx, router, tmp_path):
         assert got["applied"]["id"] == applied
     finally:
         lt.close()
+
+
+def test_frames_keep_under_the_daemons_message_size(ctx, router, tmp_path):
+    router.welcome = {**ADVERTISED, "max_message_bytes": 2048}
+    ob, ids = _outbox_with(tmp_path, 40)
+    lt = LinkThread(ctx, router.endpoint, ob, per_frame=64)
+    try:
+        got: list = []
+        router.expect(lambda m: m["type"] in ("result", "results") and got.append(m) is None
+                      and sum(len(m["body"].get("items", [0])) for m in got) == 40,
+                      timeout=10, what="all 40 results")
+        assert all(len(msgpack.packb(m, use_bin_type=True)) <= 2048 for m in got)
+        assert len(got) > 2 and [m["type"] for m in got].count("results") >= 2
+        sent = [i for m in got for i in ([mid for mid, _ in m["body"]["items"]]
+                                          if m["type"] == "results" else [m["id"]])]
+        assert sent == ids
+    finally:
+        lt.close()
+
+
+@pytest.mark.parametrize("value", [0, 65, "16", 2.5])
+def test_results_per_frame_out_of_range_names_file_key_and_form(tmp_path, value):
+    p = write_toml(tmp_path / "agent.toml", {"results_per_frame": value})
+    with pytest.raises(ConfigError) as exc:
+        load_agent_config(p)
+    text = str(exc.value)
+    assert str(p) in text and "results_per_frame" in text and "1 to 64" in text, text
+
+
+def test_results_per_frame_defaults_to_16():
+    assert load_agent_config(None).results_per_frame == 16
