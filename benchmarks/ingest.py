@@ -86,15 +86,15 @@ failed).
 room for go out in ``results`` frames of up to N, as a real agent sends a backlog (one
 envelope, an [id, body] pair per result: acks, idempotency and refusals stay per result);
 ``--per-frame 1`` sends one result per message, as before frames. With the default window of
-16 every frame holds 16. Measured 2026-11-26 03:25-03:29, 500 agents, 30 s, 3 alternating
-rounds on the same code (load average 1.6-4.7, CPU pressure 19-28 %, other work running),
-per-frame 1 / 16: main thread 19.0, 18.2, 18.3 / 16.4, 15.3, 16.5 us per result (medians 18.3
-/ 16.4), whole daemon 21.0, 20.2, 20.2 / 18.3, 17.1, 18.5, results/s 42,715, 47,406, 44,385 /
-52,345, 53,887, 47,737 (16 ahead in every round: +23, +14, +8 %), p99 289, 228, 494 / 219,
-233, 352 ms, sent = acked = stored in all six, daemon RSS 122-125 MiB after warm-up with frames
-against 137-141. Receiving, the envelope's checks and the per-message loop are paid once per
-frame; unpacking, the body's checks, the record's columns, the INSERT and freeing stay per
-result. Items as whole result messages (the outbox's bytes spliced in unchanged) were the first
+16 every frame holds 16. Measured 2026-11-26 03:25-03:36, 500 agents, 30 s, 6 alternating
+rounds on the same code (3 starting with each; load average 1.4-4.7, CPU pressure 17-36 %,
+other work running), per-frame 1 against 16, medians: main thread 18.6 against 15.35 us per
+result (18.2-19.2 against 14.9-16.5), whole daemon 20.5 against 17.15, results/s 43,329 against
+53,116 (35,314-47,406 against 47,737-58,107; 16 ahead in every round, +8 to +65 %), p99 286
+against 235 ms (228-494 against 207-352), sent = acked = stored in all twelve, daemon RSS
+122-125 MiB after warm-up with frames against 137-141. Receiving, the envelope's checks and
+the per-message loop are paid once per frame; unpacking, the body's checks, the record's
+columns, the INSERT and freeing stay per result. Items as whole result messages (the outbox's bytes spliced in unchanged) were the first
 version: 1.45 us per item to unpack against 1.13 for [id, body] pairs (best of 5, 16 items of
 0.28 kB), plus an envelope per item to check and free: 17.3-17.4 us on the main thread in two
 rounds at load 3.7-5.1 (singles 18.2-18.9). A real agent groups only when more than one result

@@ -327,10 +327,13 @@ def test_found_by_fuzzing_applied_is_refused_by_name(world, errors, change):
 
 def _item(data: st.DataObject, job_id: str) -> Any:
     """One item of a hostile ``results`` list: an [id, body] pair of a result of job_id,
-    valid or with its body or record made wrong, a pair with a wrong id or size, or any
-    value at all."""
+    valid or with its body or record made wrong, a pair with a wrong or repeated id or of
+    another size, or any value at all."""
     body = {"job_id": job_id, "seq": data.draw(st.integers(0, 3)), "of": 4, "record": record()}
-    how = data.draw(st.sampled_from(["valid", "body", "record", "id", "pair", "hostile"]))
+    how = data.draw(st.sampled_from(["valid", "body", "record", "id", "same_id", "pair",
+                                     "hostile"]))
+    if how == "same_id":  # one id for several items: stored once, acked each time
+        return ["one-id-for-all", body]
     if how == "body":
         return [P.new_id(), mutate(data, body)]
     if how == "record":
