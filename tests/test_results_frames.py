@@ -6,6 +6,7 @@ after a daemon kill -9 delivers it in frames, every result stored once."""
 
 from __future__ import annotations
 
+import logging
 import sqlite3
 import time
 
@@ -153,6 +154,23 @@ def test_the_rate_limiter_counts_items(tmp_path):
         d.stop()
 
 
+def test_a_frame_of_bad_items_is_logged_at_the_bounded_rate(tmp_path, caplog):
+    d = make_daemon(tmp_path)
+    s = dealer(d.endpoint, "a1")
+    try:
+        _, job = _hello_and_job(s, "a1")
+        caplog.set_level(logging.WARNING, logger="opptune")
+        bad = [_item(job, 9, of=9) for _ in range(P.MAX_RESULTS_ITEMS)]
+        s.send(P.pack_results("a1", bad))
+        _, errors = _answers(s, {_id(b) for b in bad})
+        assert len(errors) == P.MAX_RESULTS_ITEMS  # each item told why
+        lines = [r for r in caplog.records if "refused" in r.getMessage()]
+        assert len(lines) == 1 and d.link.refusals.unlogged >= P.MAX_RESULTS_ITEMS - 1
+    finally:
+        s.close(0)
+        d.stop()
+
+
 def test_rate_limiter_charge_makes_a_debt_the_rate_pays():
     now = [0.0]
     lim = RateLimiter(rate=10.0, burst=5, clock=lambda: now[0])
@@ -280,10 +298,13 @@ def test_failover_to_an_older_daemon_sends_single_results(ctx, tmp_path):
 
 
 # -- the real agent and daemon ----------------------------------------------------------------
-def test_backlog_after_an_outage_is_delivered_in_frames_each_result_once(tmp_path):
+@pytest.mark.parametrize("per_frame", [16, 1])
+def test_backlog_after_an_outage_is_delivered_in_frames_each_result_once(tmp_path, per_frame):
     """Results measured while the daemon was down (the agent killed too, so that none waits
-    in ZeroMQ's queue): at the agent's next start they go in frames, each stored once."""
-    c = Cluster(tmp_path, kernels=("pi_integrate", "triad"), reps=4, max_cores=2)
+    in ZeroMQ's queue): at the agent's next start they go in frames, each stored once; with
+    results_per_frame = 1 one per message."""
+    c = Cluster(tmp_path, kernels=("pi_integrate", "triad"), reps=4, max_cores=2,
+                extra_agent={"results_per_frame": per_frame})
     state = tmp_path / "agent-state"
     c.start_daemon()
     c.start_agent()
@@ -300,10 +321,12 @@ def test_backlog_after_an_outage_is_delivered_in_frames_each_result_once(tmp_pat
         # up before the agent: its hello is answered at once, so the backlog goes in frames
         c.wait_for(lambda s: True, timeout=60, what="the daemon back")
         c.start_agent()
-        st = c.wait_for(lambda s: s["daemon"]["stats"]["results_frames"] > 0, timeout=60,
-                        what="the backlog sent in results frames")
-        assert st["daemon"]["stats"]["results"] >= 2
+        if per_frame > 1:
+            c.wait_for(lambda s: s["daemon"]["stats"]["results_frames"] > 0, timeout=60,
+                       what="the backlog sent in results frames")
         wait_all_delivered(c, 2)
+        frames = c.status()["daemon"]["stats"]["results_frames"]
+        assert frames > 0 if per_frame > 1 else frames == 0
     finally:
         codes = c.stop()
     assert codes == {"agent": 0, "daemon": 0}, c.logs()
