@@ -287,7 +287,8 @@ def run_agent(config, config_path: str | None = None) -> int:
                         limits=JobLimits.of(config))
     worker = Worker(executor)
     link = Link(config.agent_id, config.daemon_endpoints(), hello, outbox, worker.submit,
-                heartbeat_s=config.heartbeat_s, curve=curve)
+                heartbeat_s=config.heartbeat_s, curve=curve,
+                per_frame=config.results_per_frame)
     link_holder["link"] = link
 
     stop = threading.Event()

@@ -12,6 +12,14 @@ so after a daemon kill -9 and restart every result arrives (the daemon dedupes b
 Fail-over: with several endpoints (daemons sharing one database), the link talks to one at a
 time; when it is gone, the link connects to the next (round robin), says hello there and
 resends every unacknowledged result. The shared store keeps each result once by its id.
+
+Frames: when more than one result is due (a backlog: catch-up after an outage, a restart, very
+short runs), up to ``per_frame`` of them go in one ``results`` frame, each keeping its own id
+(the daemon acks and refuses items). Only to a daemon whose heartbeat said it takes them
+(``results_max``), learned again after each hello, so after a fail-over to an older daemon
+results go singly. A frame refused as a whole (``unknown_type`` from a daemon that does not
+know the type, or any other refusal naming the frame) turns frames off until the next hello
+and makes its results due again, sent singly: each then gets its own verdict.
 """
 
 from __future__ import annotations
@@ -33,6 +41,12 @@ from .outbox import Outbox
 log = logging.getLogger("opptune.agent.link")
 
 GONE_AFTER_HEARTBEATS = 3
+# after a hello, results wait at most this many heartbeat periods for the daemon's answer
+# (which says whether it takes frames): past the first heartbeat, which a daemon that did not
+# answer the hello answers
+WELCOME_WAIT_HEARTBEATS = 2
+FRAMES_KEPT = 4096  # results frames remembered (id -> its results), for a refusal naming one
+FRAME_OVERHEAD = 256  # a results frame's envelope, beside its items' bytes
 REFUSAL_LOG_S = 60.0  # a flood of bad frames or refusals writes one line a minute
 
 # Error codes that say a message can never be accepted as sent (the daemon validated it and
@@ -51,10 +65,11 @@ class Link:
                  on_message: Callable[[dict[str, Any]], None], *, heartbeat_s: float = 2.0,
                  resend_s: float | None = None, window: int = 1000,
                  context: zmq.Context | None = None, instance: str | None = None,
-                 curve: tuple[str, str, str] | None = None):
+                 curve: tuple[str, str, str] | None = None, per_frame: int = 16):
         """``endpoint``: the daemon's, or several daemons' in order of preference (fail-over).
         ``curve``: (daemon public, own public, own secret) Z85 keys for an encrypted,
-        authenticated link; None for a plain one."""
+        authenticated link; None for a plain one. ``per_frame``: due results sent together in
+        one ``results`` frame at most (1: always singly; agent config results_per_frame)."""
         self.agent_id = agent_id
         self.endpoints = [endpoint] if isinstance(endpoint, str) else list(dict.fromkeys(endpoint))
         if not self.endpoints:
@@ -81,6 +96,16 @@ class Link:
         self._gone = False
         self._daemon_instance: str | None = None
         self._outbox_dirty = True
+        self.per_frame = max(1, min(int(per_frame), P.MAX_RESULTS_ITEMS))
+        # what the daemon said it takes (its heartbeat; 0: no results frames), per connection
+        self._frames_max = 0
+        self._frame_bytes = P.MAX_MESSAGE_BYTES
+        self._frames_off = False  # a frame was refused whole: singly until the next hello
+        self._frames: dict[str, list[str]] = {}  # sent frame id -> its results' ids
+        # after a hello, the first flush waits (WELCOME_WAIT_HEARTBEATS at most) for the
+        # answer that says whether the daemon takes frames: a backlog then goes in frames
+        self._welcomed = False
+        self._hello_at = 0.0
         # "rate_limited" from the daemon: no results go out before this (monotonic), and the
         # pause doubles while refusals continue; the refused results stay in the outbox and
         # are resent once stale (resend_s)
@@ -95,7 +120,8 @@ class Link:
         self._daemon_refused_log = RefusalLog(log, REFUSAL_LOG_S, line="daemon at %s refused "
                                               "%s (%s)%s", more="more refusals")
         self.stats = {"sent": 0, "received": 0, "hellos": 0, "resent": 0, "dropped": 0,
-                      "refused": 0, "rate_limited": 0, "failovers": 0, "store_failed": 0}
+                      "refused": 0, "rate_limited": 0, "failovers": 0, "store_failed": 0,
+                      "frames": 0, "frames_refused": 0}
 
     # -- thread-safe entry points -------------------------------------------------------------
     def send(self, msg: dict[str, Any]) -> None:
@@ -192,6 +218,9 @@ class Link:
         wake_at = self._next_hb
         if self._outbox_dirty and self._backoff_until > now:
             wake_at = min(wake_at, self._backoff_until)  # results wait for the pause's end
+        welcome_by = self._hello_at + WELCOME_WAIT_HEARTBEATS * self.heartbeat_s
+        if self._outbox_dirty and not self._welcomed and welcome_by > now:
+            wake_at = min(wake_at, welcome_by)  # ... or for the daemon's answer
         wait = max(0.0, wake_at - now)
         if max_wait_s is not None:
             wait = min(wait, max_wait_s)
@@ -225,7 +254,9 @@ class Link:
             self._send(P.make("heartbeat", self.agent_id, body))
             self._next_hb = now + self.heartbeat_s
             self._outbox_dirty = True  # time to look for results due for a resend
-        if self._outbox_dirty and now >= self._backoff_until:
+        if self._outbox_dirty and now >= self._backoff_until and (
+                self._welcomed or now - self._hello_at >= WELCOME_WAIT_HEARTBEATS
+                * self.heartbeat_s):
             self._outbox_dirty = False
             self._flush_outbox()
 
@@ -243,6 +274,10 @@ class Link:
                 log.warning("doctor report failed: %s", exc)
                 del body["doctor"]
         self.stats["hellos"] += 1
+        # a new hello, maybe to another daemon (fail-over) or a restarted, older one: frames
+        # wait for its answer
+        self._frames_max, self._frames_off, self._welcomed = 0, False, False
+        self._hello_at = time.monotonic()
         self._send(P.make("hello", self.agent_id, body))
 
     def _send(self, msg: dict[str, Any]) -> bool:
@@ -281,14 +316,81 @@ class Link:
         # window); resends wait until it is back, when every pending result becomes due.
         sent_before = 0.0 if self._gone else cutoff
         room = self.window - self.outbox.in_flight(cutoff)
-        sent = []
-        for mid, data in self.outbox.due(sent_before, room):
-            if not self._send_raw(data, "result"):
+        sent: list[str] = []
+        due = self.outbox.due(sent_before, room)
+        n = min(self.per_frame, self._frames_max)
+        for ids, data, frame_id in (self._packets(due, n) if n > 1 and len(due) > 1 else
+                                    (([mid], data, None) for mid, data in due)):
+            if not self._send_raw(data, "results" if frame_id else "result"):
                 break
-            sent.append(mid)
+            if frame_id:
+                self.stats["frames"] += 1
+                self._frames[frame_id] = ids
+                if len(self._frames) > FRAMES_KEPT:
+                    del self._frames[next(iter(self._frames))]
+            sent.extend(ids)
         if sent:
             self.outbox.mark_sent(sent, now)
             log.debug("sent %d results", len(sent))
+
+    def _packets(self, due: list[tuple[str, bytes]], n: int
+                 ) -> list[tuple[list[str], bytes, str | None]]:
+        """``due`` as what to send: (ids, bytes, frame id or None). This agent's results go in
+        frames of at most ``n`` within the daemon's message size; anything else (an
+        ``applied`` reply, a result of another agent id) and a run of one go as stored."""
+        limit = self._frame_bytes - FRAME_OVERHEAD
+        out: list[tuple[list[str], bytes, str | None]] = []
+        group: list[tuple[str, bytes, bytes]] = []  # (id, stored message, item)
+        size = 0
+
+        def close() -> None:
+            if len(group) == 1:
+                out.append(([group[0][0]], group[0][1], None))
+            elif group:
+                fid = P.new_id()
+                out.append(([g[0] for g in group],
+                            P.pack_results(self.agent_id, [g[2] for g in group], fid), fid))
+            group.clear()
+
+        for mid, data in due:
+            try:
+                msg = P.decode(data)
+            except P.ProtocolError:
+                msg = None  # the daemon judges it, as it would alone
+            if msg is None or msg["type"] != "result" or msg["agent"] != self.agent_id:
+                out.append(([mid], data, None))
+                continue
+            item = P.pack_item(mid, msg["body"])
+            if group and (len(group) >= n or size + len(item) > limit):
+                close()
+                size = 0
+            group.append((mid, data, item))
+            size += len(item)
+        close()
+        return out
+
+    def _learn_frames(self, body: dict[str, Any]) -> None:
+        """A daemon heartbeat: whether (and how large) it takes results frames."""
+        self._welcomed = True
+        if self._frames_off:
+            return
+        most, size = body.get("results_max"), body.get("max_message_bytes")
+        self._frames_max = most if type(most) is int and 0 < most <= P.MAX_RESULTS_ITEMS else 0
+        if type(size) is int and 1024 <= size <= P.MAX_MESSAGE_BYTES:
+            self._frame_bytes = size
+
+    def _frame_refused(self, ids: list[str] | None, code: str, message: str) -> None:
+        """The daemon refused a results frame as a whole (``ids``: its results; None when the
+        refusal did not name it): frames off until the next hello, its results due again,
+        singly."""
+        self.stats["frames_refused"] += 1
+        self._frames_off, self._frames_max = True, 0
+        if ids:
+            self.outbox.reset_sent(ids)
+        self._outbox_dirty = True
+        self._daemon_refused_log.refused(
+            self.endpoint, code, f"a frame of {len(ids or ())} results: {message[:500]}; "
+            "sending results one per message to it until the next hello")
 
     def _daemon_back(self, why: str) -> None:
         log.info("daemon %s: saying hello and resending pending results", why)
@@ -337,6 +439,7 @@ class Link:
                 self._daemon_back("restarted")
             if inst:
                 self._daemon_instance = inst
+            self._learn_frames(body)
         elif kind == "ack":
             self._backoff_s = 0.0
             n = self.outbox.ack(body["ids"])
@@ -355,6 +458,13 @@ class Link:
             elif body["code"] == "unknown_agent":
                 if not was_gone:
                     self._daemon_back("does not know this agent")
+            elif body.get("ref") in self._frames:
+                self._frame_refused(self._frames.pop(body["ref"]), body["code"],
+                                    body["message"])
+            elif body["code"] == "too_large" and self._frames_max and not body.get("ref"):
+                # refused unread, so unnamed: the frames are too large for this daemon after
+                # all; their results are resent (singly) once stale
+                self._frame_refused(None, body["code"], body["message"])
             elif body["code"] in PERMANENT_REFUSALS and body.get("ref") and \
                     self.outbox.reject(body["ref"], body["code"], body["message"]):
                 self._daemon_refused_log.refused(

@@ -400,14 +400,20 @@ class Outbox:
             except OutboxFull:
                 pass  # unmarked messages are only resent sooner
 
-    def reset_sent(self) -> None:
-        """Make every pending message due now (the daemon came back or restarted)."""
+    def reset_sent(self, ids: Iterable[str] | None = None) -> None:
+        """Make every pending message due now (the daemon came back or restarted), or those
+        of ``ids`` (a frame of them was refused as a whole)."""
         with self._lock:
             if not self._reserve_held:
                 return  # the reserve is for results and acks (they are resent when stale)
             try:
-                self._write(lambda db: db.execute("UPDATE outbox SET last_sent=NULL"),
-                            essential=False)
+                if ids is None:
+                    self._write(lambda db: db.execute("UPDATE outbox SET last_sent=NULL"),
+                                essential=False)
+                else:
+                    self._write(lambda db: db.executemany(
+                        "UPDATE outbox SET last_sent=NULL WHERE id=?", [(i,) for i in ids]),
+                        essential=False)
             except OutboxFull:
                 pass  # the unmarked ones are resent once stale
 

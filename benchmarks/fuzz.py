@@ -6,7 +6,9 @@ bench_suite kernels) start first. Several DEALER sockets then send ``--inputs`` 
 frames between them: random bytes, valid messages truncated or with bytes flipped, envelopes
 and bodies with fields of the wrong type, missing, added, out of range (integers past 64 bits,
 NaN, infinities), records of issued jobs with a field made wrong, deep nesting, containers that
-claim 4 G elements, several frames in one message, frames over the size limit, unknown types.
+claim 4 G elements, several frames in one message, frames over the size limit, unknown types,
+``results`` frames with hostile item lists (valid items beside wrong ones, items that are no
+[id, body] pair, bad ids, more items than allowed, items that are no list).
 Every 200 frames each socket sends a sync query and waits for its answer: the daemon processed
 everything before it; no answer within 10 s counts as a hang. Then the same generator's frames
 for an agent (jobs, configs, acks, errors...) go through the agent's link handler in this
@@ -58,7 +60,7 @@ class Fuzzer:
 
     DAEMON_KINDS = (("garbage", 8), ("truncated", 8), ("bitflip", 10), ("body", 30),
                     ("record", 20), ("envelope", 10), ("unknown_type", 3), ("deep", 3),
-                    ("huge_count", 3), ("multi_frame", 3), ("too_large", 0.05))
+                    ("huge_count", 3), ("multi_frame", 3), ("items", 12), ("too_large", 0.05))
 
     def __init__(self, seed: int, agent: str, job_id: str, kinds: list[str] | None = None):
         self.r = random.Random(seed)
@@ -82,7 +84,9 @@ class Fuzzer:
             "config": {"config_id": "c", "workload": "w", "size": "default", "cpus": [0],
                        "threads": 1, "freq_khz": None, "reps": 1},
             "ack": {"ids": ["x"]}, "error": {"code": "bad_record", "message": "m", "ref": "x"},
-            "heartbeat": {"instance": "d"}, "reply": {"ref": "r", "data": {}},
+            "heartbeat": {"instance": "d", "results_max": 64, "max_message_bytes": 1 << 20},
+            "reply": {"ref": "r", "data": {}},
+            "results": {"items": [[P.new_id(), self.daemon_bodies["result"]]]},
         }
         chosen = [(k, w) for k, w in self.DAEMON_KINDS if not kinds or k in kinds]
         self._weights = [w for _, w in chosen]
@@ -184,9 +188,42 @@ class Fuzzer:
             return kind, [b"\x91" * r.randint(500, 5000) + b"\xc0"]
         if kind == "huge_count":
             return kind, [r.choice([b"\xdd", b"\xdf", b"\xc6", b"\xdb"]) + b"\xff\xff\xff\xff"]
+        if kind == "items":
+            return kind, [self._pack(self.envelope("results", {"items": self.items()}))]
         if kind == "multi_frame":
             return kind, [valid, valid] + [b""] * r.randint(0, 2)
         return kind, [b"\x00" * (P.MAX_MESSAGE_BYTES + r.randint(1, 100_000))]
+
+    def items(self) -> Any:
+        """A hostile ``results`` item list: mostly [id, body] pairs of results of this
+        agent's job, valid or with their body or record made wrong, beside pairs with a wrong
+        id, whole result messages and values of any kind; now and then more items than
+        allowed, or no list at all."""
+        r = self.r
+        roll = r.random()
+        if roll < 0.05:
+            return self.value()
+        n = P.MAX_RESULTS_ITEMS + 1 if roll < 0.1 else r.randint(0, 20)
+        out = []
+        for _ in range(n):
+            body = dict(self.daemon_bodies["result"], seq=r.randrange(4))
+            how = r.random()
+            if how < 0.35:
+                item: Any = [P.new_id(), body]
+            elif how < 0.55:
+                item = [P.new_id(), self.mutate(body)]
+            elif how < 0.7:
+                item = [P.new_id(), dict(body, record=self.mutate(self.record))]
+            elif how < 0.8:
+                item = [self.value(), body]
+            elif how < 0.85:
+                item = self.envelope("result", body)  # a whole message, not a pair
+            elif how < 0.9:
+                item = [P.new_id(), body, self.value()]
+            else:
+                item = self.value()
+            out.append(item)
+        return out
 
     def agent_input(self, cpu: int) -> bytes:
         r = self.r

@@ -1,7 +1,8 @@
 """Ingest throughput of opptune-daemon: results/s stored and acknowledged.
 
 Starts the daemon as a real subprocess on a fresh SQLite file and several simulated agent
-processes. Each agent says hello, then streams pre-encoded ``result`` messages through a DEALER
+processes. Each agent says hello, then streams pre-encoded results (in ``results`` frames,
+``--per-frame``) through a DEALER
 socket keeping at most ``--window`` unacknowledged (as an agent's outbox would), and counts the
 acks. Throughput is the total acked over the span from the first send to the last ack. At the end
 the stored row count is checked and the daemon's resident memory (current and peak) is read
@@ -81,16 +82,24 @@ turn into results/s while the whole daemon's grows; and an acked result would be
 ``runs`` by other processes only once moved (tests that read the file right after an ack
 failed).
 
-Measured on a prototype, not merged (2026-11-26; the design for a next step): agents packing up
-to N of their in-flight results into one "results" frame, each item keeping its own message id
-(so acks, idempotency and refusals stay per result). 500 agents, 30 s, 8 alternating rounds
-with the daemon of that day (load 1.8-5.6, other work running), medians for N = 1 / 4 / 8 / 16:
-main thread 19.0 / 18.0 / 16.7 / 15.8 us per result (main: 19.1), whole daemon 21.0 / 20.0 /
-18.6 / 17.7, results/s 43,000 / 47,600 / 51,700 / 55,000 (N = 16 ahead in every round, +11 to
-+31 %, best 60,378), p99 266 / 259 / 217 / 220 ms, sent = acked = stored in all 40 runs. Only
-receiving and the envelope checks shrink; unpacking, freeing, the record's columns and the
-INSERT stay per result. A real agent groups only when its outbox has a backlog (catch-up after
-an outage, very short runs), so the steady-state gain is smaller than this benchmark's.
+``--per-frame N`` (default 16, the agent's ``results_per_frame``): the results an agent has
+room for go out in ``results`` frames of up to N, as a real agent sends a backlog (one
+envelope, an [id, body] pair per result: acks, idempotency and refusals stay per result);
+``--per-frame 1`` sends one result per message, as before frames. With the default window of
+16 every frame holds 16. Measured 2026-11-26 03:25-03:36, 500 agents, 30 s, 6 alternating
+rounds on the same code (3 starting with each; load average 1.4-4.7, CPU pressure 17-36 %,
+other work running), per-frame 1 against 16, medians: main thread 18.6 against 15.35 us per
+result (18.2-19.2 against 14.9-16.5), whole daemon 20.5 against 17.15, results/s 43,329 against
+53,116 (35,314-47,406 against 47,737-58,107; 16 ahead in every round, +8 to +65 %), p99 286
+against 235 ms (228-494 against 207-352), sent = acked = stored in all twelve, daemon RSS
+122-125 MiB after warm-up with frames against 137-141. Receiving, the envelope's checks and
+the per-message loop are paid once per frame; unpacking, the body's checks, the record's
+columns, the INSERT and freeing stay per result. Items as whole result messages (the outbox's bytes spliced in unchanged) were the first
+version: 1.45 us per item to unpack against 1.13 for [id, body] pairs (best of 5, 16 items of
+0.28 kB), plus an envelope per item to check and free: 17.3-17.4 us on the main thread in two
+rounds at load 3.7-5.1 (singles 18.2-18.9). A real agent groups only when more than one result
+is due (catch-up after an outage, a restart, very short runs), so the steady-state gain of a
+board that sends one result per run is smaller than this benchmark's.
 """
 
 from __future__ import annotations
@@ -111,7 +120,7 @@ from pathlib import Path
 import zmq
 
 from opptune.shared import protocol as P
-from opptune.shared.config import is_database_url
+from opptune.shared.config import AgentConfig, is_database_url
 from opptune.shared.records import RunRecord
 
 
@@ -155,23 +164,32 @@ class Stream:
         self.agent_id = agent_id
         self.number = number
         self.count = 0
-        self.parts = []
+        self.parts, self.item_parts = [], []
         for rec in records:
             # of: far above what is sent, so the job stays open: this measures ingest, not the
             # fit that a completed job triggers. seq: a uint32 placeholder (5 bytes in msgpack).
             body = {"job_id": f"job-{agent_id}", "seq": _SEQ_HOLE, "of": 1 << 62, "record": rec}
-            data = P.encode(P.make("result", agent_id, body, msg_id=_ID_HOLE))
-            at = data.index(_ID_HOLE.encode())
-            sq = data.index(_SEQ_BYTES)
-            assert at < sq, "the envelope's id precedes the body"
-            self.parts.append((data[:at], data[at + 32:sq + 1], data[sq + 5:]))
+            self.parts.append(_holes(P.encode(P.make("result", agent_id, body,
+                                                     msg_id=_ID_HOLE))))
+            self.item_parts.append(_holes(P.pack_item(_ID_HOLE, body)))  # in a results frame
 
-    def next(self) -> tuple[str, bytes]:
+    def next(self, item: bool = False) -> tuple[str, bytes]:
+        """The next result's id and message (``item``: its results frame item)."""
         self.count += 1
         msg_id = f"{time.time_ns() // 1_000_000:012x}{self.number:05x}{self.count:015x}"
-        head, mid, tail = self.parts[self.count % len(self.parts)]
+        parts = self.item_parts if item else self.parts
+        head, mid, tail = parts[self.count % len(parts)]
         seq = (_SEQ_HOLE + self.count).to_bytes(4, "big")
         return msg_id, head + msg_id.encode() + mid + seq + tail
+
+
+def _holes(data: bytes) -> tuple[bytes, bytes, bytes]:
+    """An encoded result cut around its placeholder id and seq: (before the id, between,
+    after the seq)."""
+    at = data.index(_ID_HOLE.encode())
+    sq = data.index(_SEQ_BYTES)
+    assert at < sq, "the id precedes the body"
+    return data[:at], data[at + 32:sq + 1], data[sq + 5:]
 
 
 # seq placeholder: seq = this + the agent's count, always a msgpack uint32 and below 2**31
@@ -206,7 +224,7 @@ def say_hello(sock: zmq.Socket, agent_id: str) -> None:
 def client_proc(agents: list[tuple[int, str, str]], n: int | None,
                 duration: float | None, window: int, full: bool, ready, go, results,
                 curve: list | None = None, check_db: str | None = None,
-                rate: float | None = None) -> None:
+                rate: float | None = None, per_frame: int = 1) -> None:
     """Run several simulated agents, each on its own DEALER socket and identity, connected to
     its daemon's endpoint (``agents``: number, id, endpoint).
 
@@ -214,7 +232,11 @@ def client_proc(agents: list[tuple[int, str, str]], n: int | None,
     for ``duration`` seconds, as fast as acks come back or, with ``rate``, at most that many
     results a second (an offered load: the latency is then the daemon's, not the window's). Reports acked counts, the first send and last ack times, a
     histogram of send-to-ack latencies, error counts by code and, with ``check_db``, how many
-    acked ids were not yet in the store when their ack arrived."""
+    acked ids were not yet in the store when their ack arrived.
+
+    ``per_frame``: the results an agent has room for go out in ``results`` frames of up to
+    this many (as a real agent sends a backlog), to a daemon whose welcome says it takes them;
+    alone otherwise."""
     records = make_records(8, full)
     ctx = zmq.Context()
     poller = zmq.Poller()
@@ -229,7 +251,8 @@ def client_proc(agents: list[tuple[int, str, str]], n: int | None,
         sock.setsockopt(zmq.SNDHWM, window + 100)
         sock.connect(endpoint)
         say_hello(sock, agent_id)
-        socks[sock] = {"stream": Stream(agent_id, number, records), "sent": 0, "pending": {}}
+        socks[sock] = {"stream": Stream(agent_id, number, records), "sent": 0, "pending": {},
+                       "per_frame": 1, "agent": agent_id}
         poller.register(sock, zmq.POLLIN)
     waiting = set(socks)
     deadline = time.monotonic() + 120
@@ -242,13 +265,15 @@ def client_proc(agents: list[tuple[int, str, str]], n: int | None,
                     break
                 if msg["type"] == "heartbeat":
                     waiting.discard(sock)
+                    most = msg["body"].get("results_max")  # absent: an older daemon
+                    socks[sock]["per_frame"] = min(per_frame, most if type(most) is int else 1)
     db = None
     if check_db:
         db = _reader(check_db)
         mark = "%s" if is_database_url(check_db) else "?"
     hist: dict[int, int] = {}
     errors: dict[str, int] = {}
-    acked = not_stored = 0
+    acked = not_stored = frames = 0
     ready.set()
     go.wait()
     clock = time.perf_counter
@@ -258,6 +283,7 @@ def client_proc(agents: list[tuple[int, str, str]], n: int | None,
     last_ack = t0
 
     def fill(sock: zmq.Socket, st: dict, now: float) -> None:
+        nonlocal frames
         pending, stream = st["pending"], st["stream"]
         room = window - len(pending)
         if n is not None:
@@ -266,10 +292,22 @@ def client_proc(agents: list[tuple[int, str, str]], n: int | None,
             return
         if rate is not None:
             room = min(room, int((now - t0) * rate) - st["sent"])
-        for _ in range(room):
-            msg_id, data = stream.next()
-            sock.send(data, copy=False)
-            pending[msg_id] = clock()
+        each = st["per_frame"]
+        left = room
+        while left > 0:
+            k = min(each, left)
+            left -= k
+            if k == 1:
+                msg_id, data = stream.next()
+                sock.send(data, copy=False)
+                pending[msg_id] = clock()
+                continue
+            got = [stream.next(item=True) for _ in range(k)]
+            sock.send(P.pack_results(st["agent"], [d for _, d in got]), copy=False)
+            frames += 1
+            t = clock()
+            for msg_id, _ in got:
+                pending[msg_id] = t
         st["sent"] += max(room, 0)
 
     for sock, st in socks.items():
@@ -329,7 +367,7 @@ def client_proc(agents: list[tuple[int, str, str]], n: int | None,
             fill(sock, st, clock())
     sent = sum(st["sent"] for st in socks.values())
     results.put({"t0": t0, "t1": last_ack, "acked": acked, "sent": sent, "hist": hist,
-                 "errors": errors, "not_stored": not_stored,
+                 "errors": errors, "not_stored": not_stored, "frames": frames,
                  "cpu_s": time.process_time() - cpu0})
     if db is not None:
         db.close()
@@ -449,7 +487,8 @@ def run(agents: int = 4, results: int | None = 50_000, duration: float | None = 
         bind: str = "tcp://127.0.0.1:0", curve: bool = False, profile: str | None = None,
         check_acks: bool = False, warmup_s: float | None = None,
         daemon_cmd: list[str] | None = None, rate: float | None = None,
-        database: str | None = None, daemons: int = 1, pg_data: Path | None = None) -> dict:
+        database: str | None = None, daemons: int = 1, pg_data: Path | None = None,
+        per_frame: int = 1) -> dict:
     """One benchmark run against fresh daemon processes; the figures as a dict.
 
     ``results`` per agent, or stream for ``duration`` seconds. ``check_acks``: each client
@@ -457,7 +496,8 @@ def run(agents: int = 4, results: int | None = 50_000, duration: float | None = 
     ``daemon_cmd``: the command that starts the daemon module (another checkout's Python).
     ``database``: a PostgreSQL URL (an empty database) instead of a fresh SQLite file;
     ``daemons``: that many daemons sharing it, agent i talking to daemon i mod ``daemons``;
-    ``pg_data``: the server's data directory, to add its processes' CPU time."""
+    ``pg_data``: the server's data directory, to add its processes' CPU time.
+    ``per_frame``: results per ``results`` frame at most (1: one result per message)."""
     procs = procs or min(agents, 4)
     tmp = Path(tempfile.mkdtemp(prefix="opptune-ingest-"))
     db = database or str(tmp / "ingest.db")
@@ -502,7 +542,8 @@ def run(agents: int = 4, results: int | None = 50_000, duration: float | None = 
             ready = mpc.Event()
             p = mpc.Process(target=client_proc, args=(
                 mine, None if duration is not None else results, duration, window,
-                full_records, ready, go, queue, keys, db if check_acks else None, rate))
+                full_records, ready, go, queue, keys, db if check_acks else None, rate,
+                per_frame))
             p.start()
             readies.append(ready)
             children.append(p)
@@ -556,6 +597,7 @@ def run(agents: int = 4, results: int | None = 50_000, duration: float | None = 
         span = max(end - start, 1e-9)
         return {"store": ("postgresql" if is_database_url(db) else "sqlite"),
                 "daemons": daemons, "agents": agents, "client_procs": procs, "window": window,
+                "per_frame": per_frame, "frames": sum(g["frames"] for g in got),
                 "rate_per_agent": rate,
                 "full_records": full_records, "curve": curve,
                 "duration_s": duration, "sent": sent, "acked": acked, "stored": stored,
@@ -641,6 +683,10 @@ def main() -> int:
                     help="stream for this many seconds instead of a fixed --results per agent")
     ap.add_argument("--window", type=int, default=None,
                     help="unacked results per agent (default 2000; 16 with --duration)")
+    ap.add_argument("--per-frame", type=int, default=None,
+                    help="results per 'results' frame at most, as an agent sends a backlog "
+                         f"(default {AgentConfig().results_per_frame}, the agent's; 1: one "
+                         "result per message, as before frames)")
     ap.add_argument("--rate", type=float, default=None,
                     help="results/s per agent (an offered load); default: as fast as acks "
                          "come back")
@@ -668,6 +714,10 @@ def main() -> int:
                     help="three runs side by side: SQLite, PostgreSQL (a throwaway server), "
                          "PostgreSQL with two daemons")
     args = ap.parse_args()
+    if args.per_frame is not None and not 1 <= args.per_frame <= P.MAX_RESULTS_ITEMS:
+        print(f"ingest.py: --per-frame must be 1..{P.MAX_RESULTS_ITEMS}, got {args.per_frame}",
+              file=sys.stderr)
+        return 2
     for name in ("agents", "results", "window", "procs", "daemons"):
         v = getattr(args, name)
         if v is not None and v < 1:
@@ -703,7 +753,9 @@ def main() -> int:
             out = run(args.agents, args.results, args.duration, window, args.procs,
                       args.full_records, args.bind, args.curve, args.profile, args.check_acks,
                       daemon_cmd=daemon_cmd, rate=args.rate, database=database,
-                      daemons=daemons, pg_data=server.data if server else None)
+                      daemons=daemons, pg_data=server.data if server else None,
+                      per_frame=(args.per_frame if args.per_frame is not None
+                                 else AgentConfig().results_per_frame))
             outs.append(out)
             if args.json:
                 print(json.dumps(out), flush=True)

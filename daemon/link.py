@@ -54,6 +54,15 @@ class RateLimiter:
             return True
         return False
 
+    def charge(self, peer: bytes, n: float) -> None:
+        """Take ``n`` more tokens from a peer whose frame ``allow`` let in and that held more
+        than one message (a ``results`` frame's items). The bucket may go below zero: the
+        peer's next frames wait until the rate has paid the debt, so items count as messages
+        while a frame larger than the burst still gets in."""
+        b = self._buckets.get(peer)
+        if b is not None:
+            b[0] -= n
+
 
 def _peer_address(frame: Any) -> str | None:
     """The sending peer's IP address as libzmq reports it (None where it cannot)."""
@@ -133,8 +142,10 @@ class Link:
         return got[0] if got else None
 
     def recv_batch(self, max_n: int) -> list[tuple[bytes, dict[str, Any]]]:
-        """Drain up to ``max_n`` frames without blocking; return the valid ones."""
+        """Drain frames without blocking until they hold ``max_n`` messages (a ``results``
+        frame counts its items: at most MAX_RESULTS_ITEMS - 1 more); return the valid ones."""
         out = []
+        n = 0
         recv = self.sock.recv
         decode = protocol.decode
         noblock = int(zmq.NOBLOCK)
@@ -146,7 +157,8 @@ class Link:
         plain = not self.curve and self.peer_addrs is None
         more = self.sock.get
         rcvmore = int(zmq.RCVMORE)
-        for _ in range(max_n):
+        while n < max_n:
+            n += 1
             if plain:
                 try:
                     # a ROUTER's identity frame is always followed by the message's frames
@@ -181,9 +193,16 @@ class Link:
                                  f"{max_bytes} bytes (max_message_bytes)"))
                 continue
             try:
-                out.append((identity, decode(data)))
+                msg = decode(data)
             except ProtocolError as exc:
                 self._refuse(identity, exc)
+                continue
+            if msg["type"] == "results":
+                items = len(msg["body"]["items"]) - 1
+                n += items
+                if limiter is not None:
+                    limiter.charge(identity, items)
+            out.append((identity, msg))
         return out
 
     def _recv_noting_peer(self) -> list[bytes]:

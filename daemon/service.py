@@ -122,7 +122,7 @@ class Daemon:
         self.stats = {"results": 0, "duplicates_acked": 0, "batches": 0, "refused": 0,
                       "fits": 0, "fit_errors": 0, "configs_pushed": 0,
                       "refused_unknown_job": 0, "refused_too_large": 0,
-                      "refused_rate_limited": 0, "jobs_held": 0}
+                      "refused_rate_limited": 0, "jobs_held": 0, "results_frames": 0}
         # Bind first: a daemon that cannot listen (address in use, bad endpoint) stops before
         # it creates a database file or directory.
         try:
@@ -180,6 +180,10 @@ class Daemon:
                                    fit=self._fit_job)
         self.recommender.drift = Drift(config, self.store, self.sweeps)
         self.tuning = Tuner(self)
+        # every heartbeat says what this daemon takes: "results" frames of up to this many
+        # items within this many bytes (an agent sends them only to a daemon that says so)
+        self._welcome = {"instance": self.instance, "results_max": protocol.MAX_RESULTS_ITEMS,
+                         "max_message_bytes": config.max_message_bytes}
         self._handlers: dict[str, Callable[[bytes, dict[str, Any]], None]] = {
             "hello": self._on_hello, "heartbeat": self._on_heartbeat,
             "applied": self._on_applied, "error": self._on_error, "query": self._on_query,
@@ -329,7 +333,11 @@ class Daemon:
                 if keyring is not None:
                     keyring.check(self.link.peer_keys.get(identity), msg["agent"], msg["type"])
                 if msg["type"] == "result":
-                    self._take_result(identity, msg, now, results, acks, touched, seen)
+                    self._take_result(identity, msg["agent"], msg["id"], msg["body"], now,
+                                      results, acks, touched, seen)
+                    continue
+                if msg["type"] == "results":
+                    self._take_results(identity, msg, now, results, acks, touched, seen)
                     continue
                 handler = self._handlers.get(msg["type"])
                 if handler is None:
@@ -345,19 +353,47 @@ class Daemon:
         if results:
             self._commit_results(results, acks, touched, now)
 
-    def _take_result(self, identity: bytes, msg: dict[str, Any], now: float,
-                     results: list[ResultIn], acks: dict[bytes, list[str]],
-                     touched: dict[str, tuple[int, str]], seen: dict[bytes, Any]) -> None:
+    def _take_results(self, identity: bytes, msg: dict[str, Any], now: float,
+                      results: list[ResultIn], acks: dict[bytes, list[str]],
+                      touched: dict[str, tuple[int, str]], seen: dict[bytes, Any]) -> None:
+        """A ``results`` frame: each item through the single result's path; an item refused
+        gets its own error (ref = its id) and the others go in. An agent that has not said
+        hello is refused once for the whole frame."""
         agent = msg["agent"]
-        # One look-up per agent and batch: ``now`` is the batch's, so a second one would
-        # change nothing.
+        self._speaker(identity, agent, now, seen)
+        self.stats["results_frames"] += 1
+        check, take = protocol.check_item, self._take_result
+        for msg_id, body in msg["body"]["items"]:
+            try:
+                check(msg, msg_id, body)
+                take(identity, agent, msg_id, body, now, results, acks, touched, seen)
+            except (HandlerError, protocol.ProtocolError) as exc:
+                self.refuse(identity, exc.code, str(exc), msg_id)
+            except Exception as exc:
+                log.exception("handling result %s of a results frame", msg_id)
+                self.refuse(identity, "internal", f"daemon error: {type(exc).__name__}: {exc}",
+                            msg_id)
+
+    def _speaker(self, identity: bytes, agent: str, now: float, seen: dict[bytes, Any]) -> Any:
+        """The AgentInfo of ``agent`` speaking from ``identity``; HandlerError when it has not
+        said hello. One look-up per agent and batch: ``now`` is the batch's, so a second one
+        would change nothing."""
         info = seen.get(identity)
         if info is None or info.agent_id != agent:
             info = self.registry.seen(agent, identity, now)
             if info is None:
                 raise HandlerError("unknown_agent", f"agent '{agent}' has not said hello")
             seen[identity] = info
-        body = msg["body"]
+        return info
+
+    def _take_result(self, identity: bytes, agent: str, msg_id: str, body: dict[str, Any],
+                     now: float, results: list[ResultIn], acks: dict[bytes, list[str]],
+                     touched: dict[str, tuple[int, str]], seen: dict[bytes, Any]) -> None:
+        """One validated result (a ``result`` message's or a ``results`` item's) into the
+        batch, or HandlerError naming why not."""
+        info = seen.get(identity)
+        if info is None or info.agent_id != agent:
+            info = self._speaker(identity, agent, now, seen)
         job = self._issued(body["job_id"])
         if job is None or job[0] != agent:
             # Only measurements the daemon asked this agent for are stored: a made-up job id
@@ -383,7 +419,7 @@ class Daemon:
                     and (tuple(sorted(cols.cpus)), cols.threads, cols.variant) not in job[3])):
             raise HandlerError("wrong_group", _wrong_group(cols, info.platform_id, job,
                                                            body["job_id"]))
-        msg_id, job_id = msg["id"], body["job_id"]
+        job_id = body["job_id"]
         # tuple.__new__: the named tuple without its Python-level constructor (per result)
         results.append(_new_tuple(ResultIn, (msg_id, agent, job_id, body["seq"], rec, raw,
                                              cols)))
@@ -479,7 +515,7 @@ class Daemon:
                                    doctor=body.get("doctor"))
         log.info("hello from agent %s (platform %s, %d workloads)", agent, pid,
                  len(info.workloads))
-        self.send(identity, "heartbeat", {"instance": self.instance})
+        self.send(identity, "heartbeat", self._welcome)
         swept = self.jobs.resume(agent)
         self.recommender.send_unsent(agent, identity)
         if self.config.auto_sweep:
@@ -495,7 +531,7 @@ class Daemon:
             info.outbox_full = msg["body"].get("outbox_full")
             if "instance" in msg["body"]:
                 info.instance = msg["body"]["instance"]
-        self.send(identity, "heartbeat", {"instance": self.instance})
+        self.send(identity, "heartbeat", self._welcome)
 
     def _on_error(self, identity: bytes, msg: dict[str, Any]) -> None:
         self.registry.seen(msg["agent"], identity, time.time())

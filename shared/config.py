@@ -113,6 +113,9 @@ class AgentConfig:
     max_points: int = 10_000  # points of one job
     max_threads_per_cpu: int = 8  # a point's threads per cpu of its cpu set
     max_job_runs: int = 100_000  # runs of one job, warm-ups included: points x (reps + warmup)
+    # results sent together in one "results" frame when several are due (a backlog), to a
+    # daemon that takes them; 1 = always one result per message
+    results_per_frame: int = 16
 
     def daemon_endpoints(self) -> list[str]:
         """Every daemon endpoint, in the order the agent tries them."""
@@ -328,6 +331,7 @@ FORMS = {
     "max_points": "a point count from 1 to 1000000, e.g. 10000",
     "max_threads_per_cpu": "a thread count per cpu from 1 to 4096, e.g. 8",
     "max_job_runs": "a run count from 1 to 1000000000, e.g. 100000",
+    "results_per_frame": "a result count from 1 to 64, e.g. 16 (1: one result per message)",
 }
 _TYPE_WORDS = {bool: "true or false", float: "a number", int: "a whole number", str: "text",
                list: "an array"}
@@ -473,6 +477,7 @@ LIMIT_KEYS = (
     ("max_points", 1, 1_000_000, FORMS["max_points"]),
     ("max_threads_per_cpu", 1, 4096, FORMS["max_threads_per_cpu"]),
     ("max_job_runs", 1, 1_000_000_000, FORMS["max_job_runs"]),
+    ("results_per_frame", 1, 64, FORMS["results_per_frame"]),  # 64: MAX_RESULTS_ITEMS
 )
 
 

@@ -41,6 +41,8 @@ class Router:
         self.endpoint = self.sock.getsockopt(zmq.LAST_ENDPOINT).decode()
         self.ident = None
         self.alive = True  # answer heartbeats, as a live daemon does
+        # the heartbeat's body: without "results_max", a daemon that takes no results frames
+        self.welcome = {"instance": "test-daemon"}
 
     def recv(self, timeout=5.0):
         """Next (identity, decoded message) or None on timeout."""
@@ -50,7 +52,7 @@ class Router:
         self.ident = ident
         msg = P.decode(data)
         if self.alive and msg["type"] == "heartbeat":
-            self.send(P.make("heartbeat", "daemon", {"instance": "test-daemon"}))
+            self.send(P.make("heartbeat", "daemon", self.welcome))
         return msg
 
     def expect(self, pred, timeout=5.0, what="message"):

@@ -80,7 +80,9 @@ def daemon_bodies(platform: dict[str, Any]) -> dict[str, dict[str, Any]]:
                    "target": {"kind": "command"}},
         "ack": {"ids": ["x"]},
         "error": {"code": "bad_record", "message": "m", "ref": "x"},
-        "heartbeat": {"instance": "d1"},
+        # what the daemon takes: results frames of up to results_max within its message size
+        "heartbeat": {"instance": "d1", "results_max": 64, "max_message_bytes": 1 << 20},
+        "results": {"items": [["x", {"job_id": "j", "seq": 0, "of": 1, "record": {}}]]},
         "reply": {"ref": "r", "data": {}},
         "hello": {"platform": {}, "workloads": [], "agent_version": "x"},
     }
@@ -104,6 +106,9 @@ def test_agent_handlers_refuse_hostile_bodies_cleanly(agent, errors, data):
             {"kind": "pid", "pid": 1, "window_s": 1.0}, {"kind": "unit", "unit": "web"}])))
     link._on_frames([wire(msg_type, body)])
     assert errors.lines == []
+    # whatever a heartbeat claimed, frames stay within what the protocol allows
+    assert 0 <= link._frames_max <= P.MAX_RESULTS_ITEMS
+    assert 1024 <= link._frame_bytes <= P.MAX_MESSAGE_BYTES
     # the result waiting for its ack is still there (no ack named it); a refused config's
     # ``applied`` reply may join it, durably, as the agent keeps every reply
     assert waiting_result(outbox)

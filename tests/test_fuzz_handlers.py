@@ -323,3 +323,59 @@ def test_found_by_fuzzing_applied_is_refused_by_name(world, errors, change):
     body = {"config_id": "cfg-found", "ok": True, "time_s": None, "records": [], **change}
     assert feed(d, wire("applied", body)) == "bad_value"
     assert errors.lines == [] and d.store.recommendation("cfg-found")["state"] == "pushed"
+
+
+def _item(data: st.DataObject, job_id: str) -> Any:
+    """One item of a hostile ``results`` list: an [id, body] pair of a result of job_id,
+    valid or with its body or record made wrong, a pair with a wrong or repeated id or of
+    another size, or any value at all."""
+    body = {"job_id": job_id, "seq": data.draw(st.integers(0, 3)), "of": 4, "record": record()}
+    how = data.draw(st.sampled_from(["valid", "body", "record", "id", "same_id", "pair",
+                                     "hostile"]))
+    if how == "same_id":  # one id for several items: stored once, acked each time
+        return ["one-id-for-all", body]
+    if how == "body":
+        return [P.new_id(), mutate(data, body)]
+    if how == "record":
+        return [P.new_id(), {**body, "record": mutate(data, record())}]
+    if how == "id":
+        return [data.draw(hostile), body]
+    if how == "pair":
+        return data.draw(st.lists(hostile, max_size=3))
+    if how == "hostile":
+        return data.draw(hostile)
+    return [P.new_id(), body]
+
+
+@SETTINGS
+@given(st.data())
+def test_daemon_takes_hostile_item_lists_item_by_item(world, errors, data):
+    """A ``results`` frame is refused whole (one named refusal, nothing stored) or each of its
+    items is either taken or refused by name, alone: never an ``internal`` error, an error log
+    line, or a row stored twice."""
+    d, job_id = world
+    if data.draw(st.booleans()):
+        items = [_item(data, job_id) for _ in range(data.draw(st.integers(0, 70)))]
+    else:
+        items = data.draw(hostile)
+    stored = runs(d)
+    taken, before = d.stats["results"], dict(d.link.refusals.by_code)
+    try:
+        msg = P.decode(wire("results", {"items": items}))
+    except P.ProtocolError as exc:  # refused whole, as the link refuses it
+        assert exc.code in DECODER_CODES and str(exc)
+        assert runs(d) == stored
+        return
+    d.handle_batch([(b"a1", msg)])
+    refused = {c: n - before.get(c, 0) for c, n in d.link.refusals.by_code.items()
+               if n > before.get(c, 0)}
+    assert "internal" not in refused and errors.lines == []
+    # every item answered once: taken (acked) or refused on its own
+    assert d.stats["results"] - taken + sum(refused.values()) == len(msg["body"]["items"])
+    con = sqlite3.connect(d.config.database)
+    try:  # a job's sequence number stored once, whatever the frame held
+        assert con.execute("SELECT COUNT(*) FROM runs WHERE job_id = ?", (job_id,)
+                           ).fetchone()[0] <= 4
+        assert con.execute("PRAGMA integrity_check").fetchone()[0] == "ok"
+    finally:
+        con.close()

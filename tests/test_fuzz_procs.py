@@ -143,5 +143,6 @@ def test_fuzz_benchmark_short_run():
     assert out["checks"] == {k: True for k in out["checks"]}, (out, proc.stderr[-3000:])
     assert proc.returncode == 0
     assert out["daemon"]["inputs"] == 3000 and out["daemon"]["hangs"] == 0
+    assert out["daemon"]["kinds"]["items"] > 100  # results frames with hostile item lists
     assert out["refusals"]["total"] > 2000  # nearly every generated input is refused
     assert out["agent_served"]["results_stored"] == out["agent_served"]["expected"]

@@ -36,6 +36,26 @@ def test_fifty_agents_for_seconds_lose_nothing_and_ack_only_stored_results(tmp_p
     assert r["daemon_rss_warm_mib"] is not None and r["daemon_rss_end_mib"] > 0
 
 
+def test_per_frame_one_sends_single_results_and_frames_lose_nothing(tmp_path):
+    outs = {}
+    for n in ("1", "16"):
+        out = _run("--agents", "8", "--procs", "1", "--results", "400", "--window", "40",
+                   "--per-frame", n, "--check-acks", "--json", cwd=tmp_path)
+        assert out.returncode == 0, out.stdout + out.stderr
+        (outs[n],) = [json.loads(ln) for ln in out.stdout.splitlines()]
+    for r in outs.values():
+        assert r["sent"] == r["acked"] == r["stored"] == 3200 and r["errors"] == {}
+        assert r["acked_before_stored"] == 0
+    assert outs["1"]["per_frame"] == 1 and outs["1"]["frames"] == 0
+    # 40 in flight per agent: results go in frames of 2..16 (alone when one has room)
+    assert outs["16"]["per_frame"] == 16 and 0 < outs["16"]["frames"] <= 3200 / 2
+
+
+def test_per_frame_out_of_range_is_refused():
+    out = _run("--per-frame", "0")
+    assert out.returncode == 2 and "--per-frame must be 1..64" in out.stderr
+
+
 def test_fixed_count_per_agent_still_works():
     out = _run("--agents", "2", "--results", "300", "--json")
     assert out.returncode == 0, out.stdout + out.stderr

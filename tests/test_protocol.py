@@ -29,6 +29,8 @@ BODIES = {
     "error": {"code": "bad", "message": "x", "ref": None},
     "query": {"what": "status"},
     "reply": {"ref": "abc", "data": {}},
+    "results": {"items": [[f"id-{i}", {"job_id": "j1", "seq": i, "of": 2,
+                                       "record": {"time_s": 1.0}}] for i in range(2)]},
 }
 
 
@@ -208,3 +210,64 @@ def test_the_fast_result_check_accepts_only_what_every_check_accepts(env, body, 
 
 def test_a_plain_result_takes_the_fast_check():
     assert P._plain_result(P.make("result", "a", dict(BODIES["result"])))
+
+
+# -- "results" frames -------------------------------------------------------------------------
+def _items(n, **body):
+    return [P.pack_item(f"id-{i}", {"job_id": "j", "seq": i, "of": n + 1,
+                                    "record": {"time_s": 1.0}, **body}) for i in range(n)]
+
+
+@pytest.mark.parametrize("n", [1, 2, 15, 16, P.MAX_RESULTS_ITEMS])
+def test_pack_results_splices_the_items_bytes_into_a_valid_frame(n):
+    items = _items(n)
+    frame = P.pack_results("a1", items, msg_id="f" * 32, ts=5.0)
+    msg = P.decode(frame)
+    assert (msg["type"], msg["id"], msg["ts"], msg["agent"]) == ("results", "f" * 32, 5.0, "a1")
+    assert msg["body"]["items"] == [msgpack.unpackb(i) for i in items]
+    # the same bytes as packing the decoded frame again: nothing was encoded twice
+    assert msgpack.packb(msg, use_bin_type=True) == frame
+
+
+@pytest.mark.parametrize("items, code", [
+    ([], "bad_value"),  # empty
+    (_items(P.MAX_RESULTS_ITEMS + 1), "bad_value"),  # too many
+    ([msgpack.packb({"id": "x", "body": {}})], "malformed"),  # not an [id, body] pair
+    ([msgpack.packb(["x", {}, 1])], "malformed"),
+    ([msgpack.packb([7, {}])], "bad_id"),
+    ([msgpack.packb(["x" * 65, {}])], "bad_id"),
+])
+def test_a_malformed_frame_is_refused_whole_naming_the_frame(items, code):
+    frame = P.pack_results("a1", items, msg_id="frame-1")
+    with pytest.raises(P.ProtocolError) as exc:
+        P.decode(frame)
+    assert exc.value.code == code and exc.value.ref == "frame-1"
+
+
+def test_items_are_not_a_list_is_refused():
+    msg = {"v": 1, "type": "results", "id": "f", "ts": 1.0, "agent": "a1",
+           "body": {"items": {"0": 1}}}
+    with pytest.raises(P.ProtocolError) as exc:
+        P.decode(msgpack.packb(msg))
+    assert exc.value.code == "bad_type"
+
+
+@pytest.mark.parametrize("body, code", [
+    ({"job_id": "j", "seq": 3, "of": 2, "record": {}}, "bad_value"),
+    ({"job_id": "j", "seq": 0, "of": 2}, "missing_field"),
+    ({"job_id": 5, "seq": 0, "of": 2, "record": {}}, "bad_type"),
+    ({"job_id": "j", "seq": 0, "of": 2**64 - 1, "record": {}}, "bad_value"),
+    ("not a map", "bad_type"),
+])
+def test_check_item_refuses_one_item_naming_it(body, code):
+    frame = P.decode(P.pack_results("a1", _items(1)))
+    with pytest.raises(P.ProtocolError) as exc:
+        P.check_item(frame, "item-1", body)
+    assert exc.value.code == code and exc.value.ref == "item-1"
+
+
+def test_check_item_accepts_what_a_single_result_passes():
+    frame = P.decode(P.pack_results("a1", _items(3)))
+    for mid, body in frame["body"]["items"]:
+        P.check_item(frame, mid, body)
+        P.validate(P.make("result", "a1", body, msg_id=mid))
