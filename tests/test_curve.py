@@ -177,3 +177,64 @@ def test_curve_auto_is_on_for_every_endpoint_that_leaves_the_machine(endpoint, a
     from opptune.shared.curve import curve_enabled
     assert curve_enabled("auto", endpoint) is auto
     assert curve_enabled("on", endpoint) and not curve_enabled("off", endpoint)
+
+
+def test_daemons_sharing_a_keys_dir_see_each_others_decisions(tmp_path):
+    """README ("Fleets"): daemons share one keys_dir. An agent that speaks to daemon B waits
+    there; the operator accepts it through daemon A; B lets it in without a restart, and the
+    shared record keeps the decision (B's own writes do not undo it)."""
+    from procs import free_endpoint
+    c = CurveCluster(tmp_path)
+    b_endpoint = free_endpoint()
+    b_toml = write_toml(tmp_path / "daemon-b.toml", {
+        "bind": b_endpoint, "database": str(tmp_path / "b.db"), "heartbeat_s": 0.5,
+        "agent_timeout_s": 3.0, "auto_sweep": True, "verify_reps": 1, "curve": "on",
+        "keys_dir": str(c.keys)}, {"sweep": {"size": "small", "reps": 1, "warmup": 0,
+                                             "max_cores": 1}})
+    agent = c.agent_toml.read_text().replace(c.endpoint, b_endpoint)
+    c.agent_toml.write_text(agent)
+    b = None
+    try:
+        c.start_daemon()
+        c.wait_keys()
+        b = c._spawn("opptune.daemon.service", b_toml, "daemon-b.log")
+        c.start_agent()
+        wait_until(lambda: "keys accept" in c.agent_log(), "the agent's key pending at B", c)
+        out = c.keys_cli("accept", "test-agent")  # through daemon A
+        assert out.returncode == 0 and "accepted" in out.stdout, out.stderr
+
+        def b_done():
+            try:
+                st = query(b_endpoint, "status", timeout_s=1.0, curve=c.operator)
+            except (DaemonUnreachable, QueryFailed):
+                return False
+            return bool(st["jobs"]) and all(j["state"] == "done" for j in st["jobs"])
+        wait_until(b_done, "the agent's sweep stored by daemon B after the accept at A", c)
+        import json
+        ring = json.loads((c.keys / "agents.json").read_text())["keys"]
+        assert [(e["agent"], e["state"]) for e in ring] == [("test-agent", "accepted")]
+    finally:
+        if b is not None:
+            b.terminate()
+            b.wait(20)
+        c.stop()
+
+
+def test_key_ring_writers_merge_instead_of_overwriting(tmp_path):
+    """Two daemons' rings on one file: each change is merged into what the file holds, so a
+    new pending key recorded by one does not undo the other's accept."""
+    from opptune.daemon.keyring import KeyRing
+    import zmq
+    path = tmp_path / "agents.json"
+    k1, k2 = (zmq.curve_keypair()[0].decode() for _ in range(2))
+    a, b = KeyRing(path, "op"), KeyRing(path, "op")
+    with pytest.raises(Exception, match="waits for approval"):
+        a.check(k1, "board-1", "hello")
+    assert b.decide("accept", "board-1")["state"] == "accepted"
+    with pytest.raises(Exception, match="waits for approval"):
+        a.check(k2, "board-2", "hello")  # a writes: board-1's accept must survive
+    a.check(k1, "board-1", "hello")  # accepted at a too, without a restart
+    import json
+    states = {e["agent"]: e["state"] for e in json.loads(path.read_text())["keys"]}
+    assert states == {"board-1": "accepted", "board-2": "pending"}
+    assert KeyRing(path, "op").find("board-1")["state"] == "accepted"
