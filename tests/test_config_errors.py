@@ -109,3 +109,24 @@ def test_processes_exit_2_with_one_line(tmp_path, module):
     assert proc.returncode == 2
     assert proc.stderr.count("\n") == 1 and "Traceback" not in proc.stderr
     assert f"{path}: key 'heartbeat_s' must be a number of seconds > 0" in proc.stderr
+
+
+@pytest.mark.parametrize("key, extra", [
+    ("database", {"bind": "tcp://127.0.0.1:0"}),
+    ("keys_dir", {"bind": "tcp://0.0.0.0:0", "curve": "on"}),
+])
+def test_a_path_the_daemon_cannot_create_names_the_file_and_key(tmp_path, capsys, key, extra):
+    """A database or keys_dir under a regular file (or anywhere the daemon's user may not
+    write): one line naming the configuration file, the key and what to give, exit 2."""
+    blocker = tmp_path / "a-file"
+    blocker.write_text("")
+    values = {"database": str(tmp_path / "db" / "opptune.db"), **extra,
+              key: str(blocker / ("x.db" if key == "database" else "keys"))}
+    path = tmp_path / "daemon.toml"
+    path.write_text("".join(f"{k} = '{v}'\n" for k, v in values.items()))
+    code = daemon_main(["--config", str(path)])
+    out = capsys.readouterr()
+    assert code == 2 and out.out == ""
+    (line,) = out.err.strip().splitlines()
+    assert line.startswith(f"opptune-daemon: {path}: key '{key}' ({blocker}/"), line
+    assert "Errno" not in line and "may create and write" in line
