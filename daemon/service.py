@@ -31,7 +31,7 @@ import zmq
 
 from ..shared import protocol
 from ..shared.config import (DEFAULT_DAEMON_CONFIG, ConfigError, DaemonConfig,
-                             load_daemon_config, redact_url)
+                             is_database_url, load_daemon_config, redact_url)
 from ..shared.curve import KeyFileError, curve_enabled, ensure_keypair
 from ..shared.records import (RecordColumns, RecordError, RunRecord, columns_of,
                               record_columns)
@@ -172,7 +172,9 @@ class Daemon:
                 self._serve_metrics(config.metrics_endpoint)
             try:
                 self.store = open_store(config.database)
-            except (OSError, sqlite3.Error) as exc:  # an SQLite file (a URL says on its own)
+            except (OSError, sqlite3.Error) as exc:
+                if is_database_url(config.database):
+                    raise  # PostgreSQL's own message says what to check
                 raise _path_error("database", config.database, exc,
                                   "open the SQLite database") from None
             self.store.accept_load = config.accept_load
