@@ -148,6 +148,19 @@ class KeyRing:
         raise HandlerError(f"key_{state}", f"this agent's key {entry['id']} was {state} by the "
                                            "operator; its messages are refused")
 
+    def refusal_of(self, agent: str) -> str | None:
+        """Why ``agent``'s messages are refused (its newest key not accepted), with the
+        command that lets it in; None when its key is accepted or unknown."""
+        mine = [e for e in self.keys.values() if e["agent"] == agent]
+        if not mine:
+            return None
+        entry = max(mine, key=lambda e: e["updated"])
+        if entry["state"] == "accepted":
+            return None
+        return (f"its key {entry['id']} is {entry['state']}"
+                f"{'' if entry['state'] == 'pending' else ' by the operator'}, so the daemon "
+                f"refuses its messages; 'opptune keys accept {entry['id']}' lets it in")
+
     def rows(self) -> list[dict[str, Any]]:
         self.refresh(force=True)
         return sorted((dict(e) for e in self.keys.values()), key=lambda e: e["first_seen"])

@@ -200,7 +200,7 @@ class Daemon:
         self.jobs = JobTracker(config, self.store, self.registry, self.link, DAEMON_ID,
                                self.started, self._job_done)
         self.jobs.stats = self.stats
-        self.sweeps = Sweeps(config, self.registry, self.jobs)
+        self.sweeps = Sweeps(config, self.registry, self.jobs, self.keyring)
         self.remeasure = Remeasure(config, self.store, self.jobs, self.registry,
                                    fit=self._fit_job)
         self.recommender.drift = Drift(config, self.store, self.sweeps)

@@ -111,7 +111,9 @@ def test_agent_key_waits_for_accept_then_results_stored_and_revoke_refuses(tmp_p
         assert out.returncode == 0 and "revoked" in out.stdout, out.stderr
         wait_until(lambda: "key_revoked" in c.agent_log(), "the revoked key refused", c)
         # A revoked agent is offline to the daemon: no new job is sent to it.
-        with pytest.raises(QueryFailed, match="has not connected"):
+        # ... and the refusal says why, with the command that lets it in again
+        with pytest.raises(QueryFailed, match=f"key {key_id} is revoked by the operator.*"
+                                              f"'opptune keys accept {key_id}' lets it in"):
             query(c.endpoint, "sweep", {"agent": "test-agent"}, timeout_s=5, curve=c.operator)
         assert not [a for a in c.status()["agents"] if a["alive"]]
         assert c.rows("SELECT COUNT(*) FROM runs")[0][0] == stored
