@@ -210,6 +210,14 @@ def link_keys(config, where: str) -> tuple[str, str, str] | None:
     from ..shared.curve import KeyFileError, curve_enabled, ensure_keypair, fingerprint, \
         read_public_key
     if not any(curve_enabled(config.curve, e) for e in config.daemon_endpoints()):
+        if config.daemon_public_key and config.curve == "auto":
+            # A daemon bound to a non-loopback address uses CURVE on every connection, its
+            # loopback ones too, and drops a plain one without a word: the agent would only
+            # ever say that the daemon does not answer.
+            log.warning("CURVE off: the daemon endpoint %s is loopback (curve = \"auto\"), so "
+                        "daemon_public_key is not used; a daemon that binds a non-loopback "
+                        "address (CURVE on) never answers a plain agent: set curve = \"on\" "
+                        "here to use the key", config.daemon)
         return None
     if not config.daemon_public_key:
         raise ConfigError(f"{where}: key 'daemon_public_key' is needed with CURVE on (curve = "

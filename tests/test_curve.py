@@ -240,3 +240,33 @@ def test_key_ring_writers_merge_instead_of_overwriting(tmp_path):
     states = {e["agent"]: e["state"] for e in json.loads(path.read_text())["keys"]}
     assert states == {"board-1": "accepted", "board-2": "pending"}
     assert KeyRing(path, "op").find("board-1")["state"] == "accepted"
+
+
+def test_a_plain_agent_with_a_daemon_key_warns_that_a_curve_daemon_never_answers(tmp_path,
+                                                                                  caplog):
+    """Walking the fleet setup on one machine: daemon bound to 0.0.0.0 (CURVE on), the agent
+    given daemon_public_key but the loopback endpoint, so "auto" made it plain; the daemon
+    dropped it silently and the agent only said the daemon did not answer. Now it says why
+    at start (and nothing when the key is not given, or curve is set explicitly)."""
+    import logging
+    from opptune.agent.cli import link_keys
+    from opptune.shared.config import AgentConfig
+    pub = tmp_path / "server.pub"
+    from opptune.shared.curve import ensure_keypair
+    ensure_keypair(tmp_path / "server.key")
+    cfg = AgentConfig(daemon="tcp://127.0.0.1:5555", state_dir=str(tmp_path / "s"),
+                      daemon_public_key=str(pub))
+    with caplog.at_level(logging.WARNING, logger="opptune.agent"):
+        assert link_keys(cfg, "agent.toml") is None
+    (rec,) = [r for r in caplog.records if "CURVE off" in r.getMessage()]
+    assert "set curve = \"on\"" in rec.getMessage() and "tcp://127.0.0.1:5555" in rec.getMessage()
+    caplog.clear()
+    for c in (AgentConfig(daemon="tcp://127.0.0.1:5555", state_dir=str(tmp_path / "s")),
+              AgentConfig(daemon="tcp://127.0.0.1:5555", state_dir=str(tmp_path / "s"),
+                          daemon_public_key=str(pub), curve="off")):
+        with caplog.at_level(logging.WARNING, logger="opptune.agent"):
+            assert link_keys(c, "agent.toml") is None
+    assert not [r for r in caplog.records if "CURVE off" in r.getMessage()]
+    on = AgentConfig(daemon="tcp://127.0.0.1:5555", state_dir=str(tmp_path / "s"),
+                     daemon_public_key=str(pub), curve="on")
+    assert link_keys(on, "agent.toml")[0] == read_public_key(str(pub), "k")
