@@ -182,4 +182,19 @@ def mpet_data(d: Daemon, args: dict[str, Any]) -> dict[str, Any]:
         desc = d.store.platform(plat) or {}
         platforms[plat] = {**breakpoints(desc), "board": board_name(desc, plat)}
     agents = {a.agent_id: a.platform_id for a in d.registry.all()}
-    return {"profiles": profiles, "platforms": platforms, "agents": agents}
+    return {"profiles": profiles, "platforms": platforms, "agents": agents,
+            "marked_only": [] if d.store.accept_load else _marked_only(d, groups, size)}
+
+
+def _marked_only(d: Daemon, groups: dict[tuple, Any], size: str | None) -> list[dict[str, Any]]:
+    """Groups measured with every run marked (so no profile): the CLI says so instead of
+    "not measured"."""
+    counts: dict[tuple, int] = {}
+    for plat, work, inp in d.store.db.execute(
+            "SELECT platform, workload, input FROM runs WHERE ok=1 AND throttled=0 AND "
+            "time_s > 0 AND variant='' AND marked IS NOT NULL "
+            "AND job_id IN (SELECT job_id FROM jobs)"):
+        if (size is None or inp == size) and (work, plat, inp) not in groups:
+            counts[(work, plat, inp)] = counts.get((work, plat, inp), 0) + 1
+    return [{"workload": w, "platform": p, "size": i, "runs": n}
+            for (w, p, i), n in sorted(counts.items())]
