@@ -226,3 +226,12 @@ def test_predict_edits_file_missing_names_the_file_once(tmp_path):
     one_line_error(p, "--edits missing.json: cannot read it as JSON (No such file or "
                       "directory)")
     assert "Errno" not in p.stderr and p.stderr.count("missing.json") == 1
+
+
+@pytest.mark.parametrize("action", ["list", "server"])
+def test_keys_list_or_server_with_an_id_is_refused_before_asking_the_daemon(tmp_path, action):
+    # 'opptune keys list 1f61ab20d341' listed every key, as if the id were not there
+    one_line_error(run("opptune", "keys", action, "1f61ab20d341", "--daemon",
+                       "tcp://127.0.0.1:9", cwd=tmp_path),
+                   f"opptune keys {action}: ", "takes no ID (got '1f61ab20d341')",
+                   "opptune keys accept|reject|revoke ID")
