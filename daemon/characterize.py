@@ -68,7 +68,14 @@ def characterize(d: Daemon, args: dict[str, Any]) -> dict[str, Any]:
     counts = sweep_counts(args, "characterize")
     # checked before the skip below: a board already characterised would otherwise take
     # any value and answer "nothing to queue"
-    check_sweep_args(agent, info, kernels, size, counts["max_cores"], None)
+    try:
+        check_sweep_args(agent, info, kernels, size, counts["max_cores"], None)
+    except HandlerError as exc:
+        if exc.code != "unknown_size" or args.get("size"):
+            raise
+        # the size was not asked for: say where it came from and what to give
+        raise HandlerError("unknown_size", f"{exc} (size '{size}' is the [sweep] size of the "
+                                           f"daemon's configuration): give --size") from None
     opts = {k: counts[k] for k in ("reps", "max_cores") if counts[k] is not None}
     opts["warmup"] = counts["warmup"] or 0
     done, under_way, todo = [], [], {}

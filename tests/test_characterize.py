@@ -214,6 +214,14 @@ def test_bad_reps_or_cores_are_refused_even_when_every_kernel_is_measured(tmp_pa
                 characterize(d, {"agent": "a", "size": "small", **bad})
             assert exc.value.code == "bad_args"
         assert len(d.store.jobs_for("a", "triad")) == 1  # nothing queued
+        # without --size the daemon's [sweep] size ("default") is not one the board offers:
+        # the refusal says where that size came from and what to give
+        with pytest.raises(HandlerError, match=r"no size 'default' for triad; it offers small "
+                                               r"\(size 'default' is the \[sweep\] size of "
+                                               r"the daemon's configuration\): give --size"):
+            characterize(d, {"agent": "a"})
+        with pytest.raises(HandlerError, match=r"no size 'large' for triad; it offers small$"):
+            characterize(d, {"agent": "a", "size": "large"})
     finally:
         d.close()
 
