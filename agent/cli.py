@@ -9,6 +9,7 @@ knobs, close the socket and the outbox, exit 0.
 from __future__ import annotations
 
 import argparse
+import json
 import logging
 import os
 import signal
@@ -57,7 +58,38 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     return ap.parse_args(argv)
 
 
+def _running_agent(paths: list[str]) -> tuple[int, str] | None:
+    """(pid, path) of a state file whose recorder, an opptune agent, still runs: it holds the
+    settings the file records, and puts them back itself when it stops."""
+    import psutil
+    for path in paths:
+        try:
+            with open(path) as fh:
+                pid = json.load(fh).get("pid")
+        except (OSError, ValueError, AttributeError):
+            continue  # the restore below says what is wrong with the file
+        if not isinstance(pid, int) or pid == os.getpid():
+            continue
+        try:
+            cmd = " ".join(psutil.Process(pid).cmdline())
+        except (psutil.Error, OSError):
+            continue
+        if "opptune-agent" in cmd or "opptune.agent" in cmd:
+            return pid, path
+    return None
+
+
 def _restore(config) -> int:
+    from .knobs.state import CPUSET_FILENAME, STATE_FILENAME
+    running = _running_agent([os.path.join(config.state_dir, name)
+                              for name in (STATE_FILENAME, CPUSET_FILENAME)])
+    if running:
+        # restoring under a running agent would change the frequencies of its measurement and
+        # delete the record it relies on after a crash
+        print(f"opptune-agent: the agent that saved {running[1]} (pid {running[0]}) is still "
+              f"running and holds these settings; stop it (it puts them back itself) and run "
+              f"--restore only if it was killed; nothing restored", file=sys.stderr)
+        return 1
     try:
         from .knobs.state import STATE_FILENAME, restore_from_state_file
     except ImportError as exc:
