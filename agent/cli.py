@@ -17,7 +17,7 @@ import sys
 import threading
 
 from .. import __version__
-from ..shared.config import ConfigError, load_agent_config
+from ..shared.config import DEFAULT_AGENT_CONFIG, ConfigError, load_agent_config
 
 log = logging.getLogger("opptune.agent")
 
@@ -204,6 +204,12 @@ def main(argv: list[str] | None = None) -> int:
         config = load_agent_config(args.config, **overrides)  # checks every value
         if config.virtual_board:
             _attach_virtual_board(config, args.config)
+        if not os.path.isdir(config.sysfs_root or "/"):
+            # read as an empty board (0 cpus, no knobs), it would say hello as such
+            where = ("--sysfs-root" if args.sysfs_root else
+                     f"{args.config or DEFAULT_AGENT_CONFIG}: key 'sysfs_root'")
+            raise ConfigError(f"{where} ({config.sysfs_root}): no such directory; give the "
+                              f"root of a sysfs/procfs tree (tests), or leave it out for /")
     except ConfigError as exc:
         print(f"opptune-agent: configuration error: {exc}", file=sys.stderr)
         return EXIT_CONFIG

@@ -59,6 +59,10 @@ CASES = [
     ("daemon", "database = 'mysql://h/db'", ["key 'database'", "postgresql://"]),
     # bad user
     ("agent", "run_as = 'no-such-user-opptune'", ["key 'run_as'", "no-such-user-opptune"]),
+    # a directory that does not exist (read as a board of 0 cpus before)
+    ("agent", "sysfs_root = '/nonexistent-opptune-tree'", ["key 'sysfs_root'",
+                                                           "/nonexistent-opptune-tree",
+                                                           "no such directory"]),
     # not TOML at all
     ("daemon", "bind = ", ["not valid TOML"]),
 ]
