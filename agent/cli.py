@@ -293,7 +293,9 @@ def run_agent(config, config_path: str | None = None) -> int:
         outbox = Outbox(config.state_dir, max_bytes=int(config.outbox_max_mb * (1 << 20)))
     except Exception as exc:
         print(f"opptune-agent: configuration error: {where}: key 'state_dir' "
-              f"({config.state_dir}) is not usable: {exc}", file=sys.stderr)
+              f"({config.state_dir}) is not usable: "
+              f"{exc.strerror if isinstance(exc, OSError) and exc.strerror else exc}; give a "
+              f"directory the agent may create and write", file=sys.stderr)
         return EXIT_CONFIG
     try:
         curve = link_keys(config, where)

@@ -95,6 +95,21 @@ def test_invalid_value_names_file_key_and_form(tmp_path, capsys, program, text, 
     assert not (tmp_path / "opptune.db").exists()
 
 
+def test_a_state_dir_the_agent_cannot_create_names_the_key_without_errno(tmp_path, capsys):
+    # was "... is not usable: [Errno 20] Not a directory: '...'"
+    blocker = tmp_path / "a-file"
+    blocker.write_text("")
+    path = tmp_path / "agent.toml"
+    path.write_text(f"daemon = 'tcp://127.0.0.1:9'\nstate_dir = '{blocker}/state'\n")
+    assert agent_main(["--config", str(path)]) == 2
+    out = capsys.readouterr()
+    (line,) = out.err.strip().splitlines()
+    assert line.startswith(f"opptune-agent: configuration error: {path}: key 'state_dir' "
+                           f"({blocker}/state) is not usable: ")
+    assert "Errno" not in line and line.endswith("give a directory the agent may create and "
+                                                 "write")
+
+
 def test_command_line_values_are_named_as_options(capsys):
     assert agent_main(["--config", "/nonexistent-dir/none.toml"]) == 2
     assert "configuration file not found" in capsys.readouterr().err
