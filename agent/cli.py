@@ -289,6 +289,12 @@ def run_agent(config, config_path: str | None = None) -> int:
     except WorkloadError as exc:
         print(f"opptune-agent: configuration error: {where}: {exc}", file=sys.stderr)
         return EXIT_CONFIG
+    # before anything is written to the state directory: a refused configuration leaves none
+    try:
+        run_as = workload_user(config, where)
+    except ConfigError as exc:
+        print(f"opptune-agent: configuration error: {exc}", file=sys.stderr)
+        return EXIT_CONFIG
     try:
         outbox = Outbox(config.state_dir, max_bytes=int(config.outbox_max_mb * (1 << 20)))
     except Exception as exc:
@@ -299,11 +305,6 @@ def run_agent(config, config_path: str | None = None) -> int:
         return EXIT_CONFIG
     try:
         curve = link_keys(config, where)
-    except ConfigError as exc:
-        print(f"opptune-agent: configuration error: {exc}", file=sys.stderr)
-        return EXIT_CONFIG
-    try:
-        run_as = workload_user(config, where)
     except ConfigError as exc:
         print(f"opptune-agent: configuration error: {exc}", file=sys.stderr)
         return EXIT_CONFIG

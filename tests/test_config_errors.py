@@ -93,6 +93,7 @@ def test_invalid_value_names_file_key_and_form(tmp_path, capsys, program, text, 
     for part in says:
         assert part in line, line
     assert not (tmp_path / "opptune.db").exists()
+    assert not (tmp_path / "state").exists()  # the agent's: no outbox made for a refused one
 
 
 def test_a_state_dir_the_agent_cannot_create_names_the_key_without_errno(tmp_path, capsys):
