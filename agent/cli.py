@@ -9,6 +9,7 @@ knobs, close the socket and the outbox, exit 0.
 from __future__ import annotations
 
 import argparse
+import json
 import logging
 import os
 import signal
@@ -16,7 +17,7 @@ import sys
 import threading
 
 from .. import __version__
-from ..shared.config import ConfigError, load_agent_config
+from ..shared.config import DEFAULT_AGENT_CONFIG, ConfigError, load_agent_config
 
 log = logging.getLogger("opptune.agent")
 
@@ -57,7 +58,38 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     return ap.parse_args(argv)
 
 
+def _running_agent(paths: list[str]) -> tuple[int, str] | None:
+    """(pid, path) of a state file whose recorder, an opptune agent, still runs: it holds the
+    settings the file records, and puts them back itself when it stops."""
+    import psutil
+    for path in paths:
+        try:
+            with open(path) as fh:
+                pid = json.load(fh).get("pid")
+        except (OSError, ValueError, AttributeError):
+            continue  # the restore below says what is wrong with the file
+        if not isinstance(pid, int) or pid == os.getpid():
+            continue
+        try:
+            cmd = " ".join(psutil.Process(pid).cmdline())
+        except (psutil.Error, OSError):
+            continue
+        if "opptune-agent" in cmd or "opptune.agent" in cmd:
+            return pid, path
+    return None
+
+
 def _restore(config) -> int:
+    from .knobs.state import CPUSET_FILENAME, STATE_FILENAME
+    running = _running_agent([os.path.join(config.state_dir, name)
+                              for name in (STATE_FILENAME, CPUSET_FILENAME)])
+    if running:
+        # restoring under a running agent would change the frequencies of its measurement and
+        # delete the record it relies on after a crash
+        print(f"opptune-agent: the agent that saved {running[1]} (pid {running[0]}) is still "
+              f"running and holds these settings; stop it (it puts them back itself) and run "
+              f"--restore only if it was killed; nothing restored", file=sys.stderr)
+        return 1
     try:
         from .knobs.state import STATE_FILENAME, restore_from_state_file
     except ImportError as exc:
@@ -172,6 +204,12 @@ def main(argv: list[str] | None = None) -> int:
         config = load_agent_config(args.config, **overrides)  # checks every value
         if config.virtual_board:
             _attach_virtual_board(config, args.config)
+        if not os.path.isdir(config.sysfs_root or "/"):
+            # read as an empty board (0 cpus, no knobs), it would say hello as such
+            where = ("--sysfs-root" if args.sysfs_root else
+                     f"{args.config or DEFAULT_AGENT_CONFIG}: key 'sysfs_root'")
+            raise ConfigError(f"{where} ({config.sysfs_root}): no such directory; give the "
+                              f"root of a sysfs/procfs tree (tests), or leave it out for /")
     except ConfigError as exc:
         print(f"opptune-agent: configuration error: {exc}", file=sys.stderr)
         return EXIT_CONFIG
@@ -210,6 +248,14 @@ def link_keys(config, where: str) -> tuple[str, str, str] | None:
     from ..shared.curve import KeyFileError, curve_enabled, ensure_keypair, fingerprint, \
         read_public_key
     if not any(curve_enabled(config.curve, e) for e in config.daemon_endpoints()):
+        if config.daemon_public_key and config.curve == "auto":
+            # A daemon bound to a non-loopback address uses CURVE on every connection, its
+            # loopback ones too, and drops a plain one without a word: the agent would only
+            # ever say that the daemon does not answer.
+            log.warning("CURVE off: the daemon endpoint %s is loopback (curve = \"auto\"), so "
+                        "daemon_public_key is not used; a daemon that binds a non-loopback "
+                        "address (CURVE on) never answers a plain agent: set curve = \"on\" "
+                        "here to use the key", config.daemon)
         return None
     if not config.daemon_public_key:
         raise ConfigError(f"{where}: key 'daemon_public_key' is needed with CURVE on (curve = "
@@ -243,19 +289,22 @@ def run_agent(config, config_path: str | None = None) -> int:
     except WorkloadError as exc:
         print(f"opptune-agent: configuration error: {where}: {exc}", file=sys.stderr)
         return EXIT_CONFIG
+    # before anything is written to the state directory: a refused configuration leaves none
     try:
-        outbox = Outbox(config.state_dir, max_bytes=int(config.outbox_max_mb * (1 << 20)))
-    except Exception as exc:
-        print(f"opptune-agent: configuration error: {where}: key 'state_dir' "
-              f"({config.state_dir}) is not usable: {exc}", file=sys.stderr)
-        return EXIT_CONFIG
-    try:
-        curve = link_keys(config, where)
+        run_as = workload_user(config, where)
     except ConfigError as exc:
         print(f"opptune-agent: configuration error: {exc}", file=sys.stderr)
         return EXIT_CONFIG
     try:
-        run_as = workload_user(config, where)
+        outbox = Outbox(config.state_dir, max_bytes=int(config.outbox_max_mb * (1 << 20)))
+    except Exception as exc:
+        print(f"opptune-agent: configuration error: {where}: key 'state_dir' "
+              f"({config.state_dir}) is not usable: "
+              f"{exc.strerror if isinstance(exc, OSError) and exc.strerror else exc}; give a "
+              f"directory the agent may create and write", file=sys.stderr)
+        return EXIT_CONFIG
+    try:
+        curve = link_keys(config, where)
     except ConfigError as exc:
         print(f"opptune-agent: configuration error: {exc}", file=sys.stderr)
         return EXIT_CONFIG

@@ -68,7 +68,14 @@ def characterize(d: Daemon, args: dict[str, Any]) -> dict[str, Any]:
     counts = sweep_counts(args, "characterize")
     # checked before the skip below: a board already characterised would otherwise take
     # any value and answer "nothing to queue"
-    check_sweep_args(agent, info, kernels, size, counts["max_cores"], None)
+    try:
+        check_sweep_args(agent, info, kernels, size, counts["max_cores"], None)
+    except HandlerError as exc:
+        if exc.code != "unknown_size" or args.get("size"):
+            raise
+        # the size was not asked for: say where it came from and what to give
+        raise HandlerError("unknown_size", f"{exc} (size '{size}' is the [sweep] size of the "
+                                           f"daemon's configuration): give --size") from None
     opts = {k: counts[k] for k in ("reps", "max_cores") if counts[k] is not None}
     opts["warmup"] = counts["warmup"] or 0
     done, under_way, todo = [], [], {}
@@ -182,4 +189,19 @@ def mpet_data(d: Daemon, args: dict[str, Any]) -> dict[str, Any]:
         desc = d.store.platform(plat) or {}
         platforms[plat] = {**breakpoints(desc), "board": board_name(desc, plat)}
     agents = {a.agent_id: a.platform_id for a in d.registry.all()}
-    return {"profiles": profiles, "platforms": platforms, "agents": agents}
+    return {"profiles": profiles, "platforms": platforms, "agents": agents,
+            "marked_only": [] if d.store.accept_load else _marked_only(d, groups, size)}
+
+
+def _marked_only(d: Daemon, groups: dict[tuple, Any], size: str | None) -> list[dict[str, Any]]:
+    """Groups measured with every run marked (so no profile): the CLI says so instead of
+    "not measured"."""
+    counts: dict[tuple, int] = {}
+    for plat, work, inp in d.store.db.execute(
+            "SELECT platform, workload, input FROM runs WHERE ok=1 AND throttled=0 AND "
+            "time_s > 0 AND variant='' AND marked IS NOT NULL "
+            "AND job_id IN (SELECT job_id FROM jobs)"):
+        if (size is None or inp == size) and (work, plat, inp) not in groups:
+            counts[(work, plat, inp)] = counts.get((work, plat, inp), 0) + 1
+    return [{"workload": w, "platform": p, "size": i, "runs": n}
+            for (w, p, i), n in sorted(counts.items())]

@@ -229,6 +229,14 @@ def cmd_predict_mpet(args: argparse.Namespace) -> int:
 def _measured_db(data: dict[str, Any], args: argparse.Namespace, plat: str, flag: str):
     profiles, platforms = build_database(data, args.size)
     if (args.workload, plat) not in profiles:
+        marked = sum(m["runs"] for m in data.get("marked_only") or ()
+                     if m["workload"] == args.workload and m["platform"] == plat)
+        if marked:
+            raise MpetUsage(f"workload {args.workload!r} on {getattr(args, flag)} has only runs "
+                            f"marked for interference ({marked}), left out as in fits: wait "
+                            f"until its points are measured again clean ('opptune status' "
+                            f"shows remeasure), or set accept_load = true in the daemon's "
+                            f"configuration to use them")
         on = sorted(w for w, p in profiles if p == plat)
         raise MpetUsage(f"workload {args.workload!r} is not measured on {getattr(args, flag)}: "
                         f"it has {', '.join(on) or 'nothing'}")

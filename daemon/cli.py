@@ -53,6 +53,10 @@ def _use_operator_key(config: Any) -> None:
 def cmd_keys(args: argparse.Namespace) -> int:
     """List agents' keys, decide about one, or print the daemon's public key."""
     from .client import ask
+    if args.action in ("list", "server") and args.id:
+        print(f"opptune keys {args.action}: takes no ID (got {args.id!r}); to decide about one "
+              f"key: opptune keys accept|reject|revoke ID", file=sys.stderr)
+        return 2
     if args.action == "server":
         from ..shared.curve import KeyFileError, read_public_key
         path = load_daemon_config(args.config).keys_path() / "server.pub"

@@ -434,6 +434,16 @@ def cmd_predict(args: argparse.Namespace) -> int:
                   "--workload A with --from P --to T or --on P (MPET), not both",
                   file=sys.stderr)
             return 2
+        fit_opts = [o for o, v in (("--cores", args.cores), ("--freq", args.freq),
+                                   ("--group", args.group)) if v]
+        if fit_opts:
+            # MPET predicts n = 1..the target's cores at its measured frequency: ignoring
+            # them would print something other than what was asked
+            print(f"opptune predict: {', '.join(fit_opts)} "
+                  f"{'goes' if len(fit_opts) == 1 else 'go'} with --fit FILE, not with the "
+                  "MPET forms (they predict n = 1 up to the cores the target was measured on)",
+                  file=sys.stderr)
+            return 2
         return cmd_predict_mpet(args)
     daemon_opts = [o for o, v in (("--size", args.size), ("--daemon", args.daemon),
                                   ("--config", args.config)) if v is not None]

@@ -152,8 +152,9 @@ def apply(d: Daemon, rec: dict[str, Any], target: dict[str, Any] | None = None
     recommendation (config_id, state "pushed" or "unsent") follows in the status."""
     info = d.registry.get(rec["agent"])
     if info is None or info.identity is None:
-        raise HandlerError("agent_offline", f"agent '{rec['agent']}' has not connected to this "
-                                            "daemon instance; nothing was pushed")
+        from .sweeps import offline_text
+        raise HandlerError("agent_offline", offline_text(rec["agent"], d.keyring,
+                                                         "; nothing was pushed"))
     group = Group(info.platform_id, rec["workload"], rec["size"], rec["variant"])
     t = rec["time_s"]
     stored = d.recommender.send_config(rec["agent"], group, rec["cpus"], rec["freq_khz"],

@@ -157,9 +157,10 @@ class Remeasure:
                  "freq_khz": job["points"][i].get("freq_khz"), "reason": why,
                  "retries": attempt} for i, why in sorted(marks.items())]
             self._set_never_clean(key, points, key in never, now)
-            log.warning("%s of %s on %s: no clean measurement after %d retries at %s",
+            log.warning("%s of %s on %s: no clean measurement after %d retries: %s",
                         job["workload"], job["size"], agent, attempt,
-                        "; ".join(never_clean_text(p) for p in points))
+                        "; ".join(never_clean_text(p).replace("no clean measurement at ", "at ",
+                                                              1) for p in points))
             return False
         points = [job["points"][i] for i in sorted(marks)]
         again = {k: job[k] for k in ("workload", "size", "reps", "warmup")}

@@ -19,16 +19,19 @@ import argparse
 import gc
 import logging
 import signal
+import sqlite3
 import sys
 import threading
 import time
 import uuid
+from pathlib import Path
 from typing import Any, Callable
 
 import zmq
 
 from ..shared import protocol
-from ..shared.config import ConfigError, DaemonConfig, load_daemon_config, redact_url
+from ..shared.config import (DEFAULT_DAEMON_CONFIG, ConfigError, DaemonConfig,
+                             is_database_url, load_daemon_config, redact_url)
 from ..shared.curve import KeyFileError, curve_enabled, ensure_keypair
 from ..shared.records import (RecordColumns, RecordError, RunRecord, columns_of,
                               record_columns)
@@ -88,7 +91,23 @@ class BindError(RuntimeError):
     """The daemon cannot listen on its endpoint; the message says why and what to do."""
 
 
+class PathError(BindError):
+    """A path of the configuration (``key``) the daemon cannot create or open; the message
+    says which path, why, and what to give instead."""
+
+    def __init__(self, key: str, message: str):
+        super().__init__(message)
+        self.key = key
+
+
+def _path_error(key: str, path: Any, exc: Exception, what: str) -> PathError:
+    why = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
+    return PathError(key, f"({path}): cannot {what}: {why}; give a path the daemon's user may "
+                          f"create and write")
+
+
 __all__ = ["ACTIVE_JOB_STATES", "FINAL_JOB_STATES", "BindError", "Daemon", "HandlerError",
+           "PathError",
            "freq_text", "main", "off_pct", "verdict"]
 
 
@@ -151,7 +170,13 @@ class Daemon:
         try:
             if config.metrics_endpoint:
                 self._serve_metrics(config.metrics_endpoint)
-            self.store = open_store(config.database)
+            try:
+                self.store = open_store(config.database)
+            except (OSError, sqlite3.Error) as exc:
+                if is_database_url(config.database):
+                    raise  # PostgreSQL's own message says what to check
+                raise _path_error("database", config.database, exc,
+                                  "open the SQLite database") from None
             self.store.accept_load = config.accept_load
         except Exception:
             if self.metrics_server is not None:
@@ -175,7 +200,7 @@ class Daemon:
         self.jobs = JobTracker(config, self.store, self.registry, self.link, DAEMON_ID,
                                self.started, self._job_done)
         self.jobs.stats = self.stats
-        self.sweeps = Sweeps(config, self.registry, self.jobs)
+        self.sweeps = Sweeps(config, self.registry, self.jobs, self.keyring)
         self.remeasure = Remeasure(config, self.store, self.jobs, self.registry,
                                    fit=self._fit_job)
         self.recommender.drift = Drift(config, self.store, self.sweeps)
@@ -198,6 +223,8 @@ class Daemon:
             self.keyring = KeyRing(keys / "agents.json", operator[0])
         except KeyFileError as exc:
             raise BindError(str(exc)) from None
+        except OSError as exc:  # the directory itself cannot be made
+            raise _path_error("keys_dir", keys, exc, "make the keys directory") from None
         log.info("CURVE on: server public key in %s (agents' daemon_public_key)",
                  keys / "server.pub")
         return server
@@ -646,6 +673,15 @@ def main(argv: list[str] | None = None) -> int:
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     try:
         daemon = Daemon(config)
+    except PathError as exc:
+        if exc.key == "database" and args.database:
+            where = "--database"
+        else:
+            source = Path(args.config) if args.config else DEFAULT_DAEMON_CONFIG
+            where = (f"{source}: key '{exc.key}'" if args.config or source.exists()
+                     else f"default '{exc.key}'")
+        print(f"opptune-daemon: {where} {exc}", file=sys.stderr)
+        return 2
     except BindError as exc:
         print(f"opptune-daemon: {exc}", file=sys.stderr)
         return 2

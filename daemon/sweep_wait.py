@@ -54,12 +54,13 @@ def _wait(endpoint: str, job_ids: list[str], timeout_s: float, as_json: bool,
                 console.print(f"{prog}: {exc}", markup=False, soft_wrap=True)
                 return 1
             jobs = {j["job_id"]: j for j in status.get("jobs") or [] if j["job_id"] in tasks}
+            agents = {a["id"]: a for a in status.get("agents") or []}
             for job_id, task in tasks.items():
                 j = jobs.get(job_id)
                 if j is not None:
                     progress.update(task, description=f"{j['workload']} on {j['board']}",
                                     total=j["expected"] or None, completed=j["received"],
-                                    state=j["state"])
+                                    state=state_text(j, agents.get(j.get("agent"))))
             if len(jobs) == len(tasks) and all(j["state"] in FINAL_JOB_STATES
                                                for j in jobs.values()):
                 break
@@ -81,6 +82,16 @@ def _wait(endpoint: str, job_ids: list[str], timeout_s: float, as_json: bool,
         console.print((f"{prog}: " if j in bad else "") + line, markup=False,
                       soft_wrap=True)
     return 1 if bad else 0
+
+
+def state_text(job: dict[str, Any], agent: dict[str, Any] | None) -> str:
+    """A job's state for its progress bar; while it waits on an agent that is offline, says
+    so (else a queued bar of a board that is off looks like a hang)."""
+    if job["state"] in FINAL_JOB_STATES or agent is None or agent.get("alive"):
+        return job["state"]
+    seen = agent.get("last_seen_s")
+    return (f"{job['state']}: agent {agent['id']} offline"
+            + (f", last seen {seen:.0f} s ago" if isinstance(seen, (int, float)) else ""))
 
 
 def remeasure_note(m: dict[str, Any]) -> str:

@@ -17,10 +17,12 @@ log = logging.getLogger("opptune.daemon")
 
 
 class Sweeps:
-    def __init__(self, config: DaemonConfig, registry: Registry, jobs: JobTracker):
+    def __init__(self, config: DaemonConfig, registry: Registry, jobs: JobTracker,
+                 keyring: Any = None):
         self.config = config
         self.registry = registry
         self.jobs = jobs
+        self.keyring = keyring  # with CURVE: says when the agent is away because of its key
 
     def start(self, agent: str, workloads: list[str] | None = None,
               size: str | None = None, reps: int | None = None,
@@ -35,8 +37,7 @@ class Sweeps:
         if info is None:
             raise HandlerError("unknown_agent", self.registry.unknown(agent))
         if info.identity is None:
-            raise HandlerError("agent_offline", f"agent '{agent}' has not connected to this "
-                                                "daemon instance")
+            raise HandlerError("agent_offline", offline_text(agent, self.keyring))
         names = workloads if workloads else info.workload_names()
         offered = set(info.workload_names())
         bad = [w for w in names if w not in offered]
@@ -149,3 +150,11 @@ def check_sweep_args(agent: str, info: AgentInfo, names: list[str], size: str | 
         why = frequency_refusal(info.platform, board, frequencies)
         if why:
             raise HandlerError("bad_args", why)
+
+
+def offline_text(agent: str, keyring: Any, what: str = "") -> str:
+    """Why nothing can be sent to ``agent`` now: its key (with the command that lets it in),
+    else that it has not said hello to this daemon since it started."""
+    why = keyring.refusal_of(agent) if keyring is not None else None
+    return (f"agent '{agent}' is not connected: {why}{what}" if why
+            else f"agent '{agent}' has not connected to this daemon instance{what}")

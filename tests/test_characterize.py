@@ -214,6 +214,14 @@ def test_bad_reps_or_cores_are_refused_even_when_every_kernel_is_measured(tmp_pa
                 characterize(d, {"agent": "a", "size": "small", **bad})
             assert exc.value.code == "bad_args"
         assert len(d.store.jobs_for("a", "triad")) == 1  # nothing queued
+        # without --size the daemon's [sweep] size ("default") is not one the board offers:
+        # the refusal says where that size came from and what to give
+        with pytest.raises(HandlerError, match=r"no size 'default' for triad; it offers small "
+                                               r"\(size 'default' is the \[sweep\] size of "
+                                               r"the daemon's configuration\): give --size"):
+            characterize(d, {"agent": "a"})
+        with pytest.raises(HandlerError, match=r"no size 'large' for triad; it offers small$"):
+            characterize(d, {"agent": "a", "size": "large"})
     finally:
         d.close()
 
@@ -240,5 +248,47 @@ def test_mpet_profiles_leave_out_runs_marked_for_a_neighbour(tmp_path):
         d.store.accept_load = True
         (prof,) = mpet_data(d, {})["profiles"]
         assert prof["t"] == {"1": 2.0}  # the median of both
+    finally:
+        d.close()
+
+
+def test_a_workload_whose_runs_are_all_marked_is_named_so_not_unmeasured(tmp_path):
+    """Walking issue 19 on the loaded 2-core machine: every run of a command workload was
+    marked for interference, and 'opptune predict --workload W --on P' said W was not
+    measured on P. The query names such groups; the CLI says why and what to do."""
+    import argparse
+    from opptune.daemon.characterize import mpet_data
+    from opptune.daemon.characterize_cli import MpetUsage, _measured_db
+    from opptune.daemon.service import Daemon
+    from opptune.daemon.store import ResultIn
+    from opptune.shared.config import DaemonConfig
+    from opptune.shared.records import RunRecord
+
+    d = Daemon(DaemonConfig(bind="tcp://127.0.0.1:0", database=str(tmp_path / "d.db")))
+    try:
+        d.store.save_platform("p", {"sweep_order": [0, 1]}, 1.0)
+        for job, work in (("j1", "clean"), ("j2", "busy")):
+            d.store.save_job("a", {"job_id": job, "workload": work, "size": "small", "reps": 2,
+                                   "warmup": 0, "points": [{"cpus": [0], "threads": 1}]}, 1.0)
+        recs = [("j1", RunRecord(platform="p", workload="clean", input="small", cores=1,
+                                 cpus=[0], threads=1, rep=0, time_s=1.0))]
+        recs += [("j2", RunRecord(platform="p", workload="busy", input="small", cores=1,
+                                  cpus=[0], threads=1, rep=i, time_s=2.0,
+                                  marked="interference: 60 % of cpu 0")) for i in range(2)]
+        d.store.insert_results([ResultIn(f"m{i}", "a", j, i, r, r.to_dict())
+                                for i, (j, r) in enumerate(recs)], 2.0)
+        data = mpet_data(d, {})
+        assert [p["workload"] for p in data["profiles"]] == ["clean"]
+        assert data["marked_only"] == [{"workload": "busy", "platform": "p", "size": "small",
+                                        "runs": 2}]
+        args = argparse.Namespace(workload="busy", size=None, on="p")
+        with pytest.raises(MpetUsage, match=r"'busy' on p has only runs marked for "
+                                            r"interference \(2\).*accept_load = true"):
+            _measured_db(data, args, "p", "on")
+        args.workload = "nosuch"
+        with pytest.raises(MpetUsage, match="'nosuch' is not measured on p: it has clean"):
+            _measured_db(data, args, "p", "on")
+        d.store.accept_load = True
+        assert mpet_data(d, {})["marked_only"] == []
     finally:
         d.close()

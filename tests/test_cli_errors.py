@@ -226,3 +226,51 @@ def test_predict_edits_file_missing_names_the_file_once(tmp_path):
     one_line_error(p, "--edits missing.json: cannot read it as JSON (No such file or "
                       "directory)")
     assert "Errno" not in p.stderr and p.stderr.count("missing.json") == 1
+
+
+@pytest.mark.parametrize("action", ["list", "server"])
+def test_keys_list_or_server_with_an_id_is_refused_before_asking_the_daemon(tmp_path, action):
+    # 'opptune keys list 1f61ab20d341' listed every key, as if the id were not there
+    one_line_error(run("opptune", "keys", action, "1f61ab20d341", "--daemon",
+                       "tcp://127.0.0.1:9", cwd=tmp_path),
+                   f"opptune keys {action}: ", "takes no ID (got '1f61ab20d341')",
+                   "opptune keys accept|reject|revoke ID")
+
+
+def test_restore_leaves_a_running_agents_settings_and_record_alone(tmp_path):
+    """'opptune-agent --restore' run by hand while the agent runs: it put the saved cpufreq
+    state back under the agent's measurement and deleted the record the agent relies on after
+    a kill -9. Now it names the running agent and restores nothing (exit 1)."""
+    import signal
+    import time
+    state = tmp_path / "st"
+    log = open(tmp_path / "agent.log", "wb")
+    agent = subprocess.Popen([str(BIN / "opptune-agent"), "--virtual-board", "rpi4",
+                              "--state-dir", str(state), "--daemon", "tcp://127.0.0.1:9",
+                              "--agent-id", "running"], stdout=subprocess.DEVNULL,
+                             stderr=log, cwd=tmp_path)
+    try:
+        deadline = time.monotonic() + 60
+        tree = state / "virtual-board-rpi4"
+        # started: past its own restore of records left by a killed agent
+        while "connecting to" not in (tmp_path / "agent.log").read_text():
+            assert agent.poll() is None and time.monotonic() < deadline
+            time.sleep(0.05)
+        record = state / "cpufreq-state.json"
+        text = json.dumps({"sysfs_root": str(tree), "pid": agent.pid, "policies": {}})
+        record.write_text(text)  # as the agent writes it before its first change
+        proc = run("opptune-agent", "--virtual-board", "rpi4", "--state-dir", str(state),
+                   "--restore", cwd=tmp_path)
+        assert proc.returncode == 1, proc.stderr
+        assert f"(pid {agent.pid}) is still running" in proc.stderr
+        assert "nothing restored" in proc.stderr and proc.stderr.count("\n") == 1
+        assert record.read_text() == text
+    finally:
+        agent.send_signal(signal.SIGTERM)
+        agent.wait(30)
+        log.close()
+    # once it has stopped, the record is restored as before
+    proc = run("opptune-agent", "--virtual-board", "rpi4", "--state-dir", str(state),
+               "--restore", cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    assert not record.exists()

@@ -59,6 +59,10 @@ CASES = [
     ("daemon", "database = 'mysql://h/db'", ["key 'database'", "postgresql://"]),
     # bad user
     ("agent", "run_as = 'no-such-user-opptune'", ["key 'run_as'", "no-such-user-opptune"]),
+    # a directory that does not exist (read as a board of 0 cpus before)
+    ("agent", "sysfs_root = '/nonexistent-opptune-tree'", ["key 'sysfs_root'",
+                                                           "/nonexistent-opptune-tree",
+                                                           "no such directory"]),
     # not TOML at all
     ("daemon", "bind = ", ["not valid TOML"]),
 ]
@@ -89,6 +93,22 @@ def test_invalid_value_names_file_key_and_form(tmp_path, capsys, program, text, 
     for part in says:
         assert part in line, line
     assert not (tmp_path / "opptune.db").exists()
+    assert not (tmp_path / "state").exists()  # the agent's: no outbox made for a refused one
+
+
+def test_a_state_dir_the_agent_cannot_create_names_the_key_without_errno(tmp_path, capsys):
+    # was "... is not usable: [Errno 20] Not a directory: '...'"
+    blocker = tmp_path / "a-file"
+    blocker.write_text("")
+    path = tmp_path / "agent.toml"
+    path.write_text(f"daemon = 'tcp://127.0.0.1:9'\nstate_dir = '{blocker}/state'\n")
+    assert agent_main(["--config", str(path)]) == 2
+    out = capsys.readouterr()
+    (line,) = out.err.strip().splitlines()
+    assert line.startswith(f"opptune-agent: configuration error: {path}: key 'state_dir' "
+                           f"({blocker}/state) is not usable: ")
+    assert "Errno" not in line and line.endswith("give a directory the agent may create and "
+                                                 "write")
 
 
 def test_command_line_values_are_named_as_options(capsys):
@@ -109,3 +129,24 @@ def test_processes_exit_2_with_one_line(tmp_path, module):
     assert proc.returncode == 2
     assert proc.stderr.count("\n") == 1 and "Traceback" not in proc.stderr
     assert f"{path}: key 'heartbeat_s' must be a number of seconds > 0" in proc.stderr
+
+
+@pytest.mark.parametrize("key, extra", [
+    ("database", {"bind": "tcp://127.0.0.1:0"}),
+    ("keys_dir", {"bind": "tcp://0.0.0.0:0", "curve": "on"}),
+])
+def test_a_path_the_daemon_cannot_create_names_the_file_and_key(tmp_path, capsys, key, extra):
+    """A database or keys_dir under a regular file (or anywhere the daemon's user may not
+    write): one line naming the configuration file, the key and what to give, exit 2."""
+    blocker = tmp_path / "a-file"
+    blocker.write_text("")
+    values = {"database": str(tmp_path / "db" / "opptune.db"), **extra,
+              key: str(blocker / ("x.db" if key == "database" else "keys"))}
+    path = tmp_path / "daemon.toml"
+    path.write_text("".join(f"{k} = '{v}'\n" for k, v in values.items()))
+    code = daemon_main(["--config", str(path)])
+    out = capsys.readouterr()
+    assert code == 2 and out.out == ""
+    (line,) = out.err.strip().splitlines()
+    assert line.startswith(f"opptune-daemon: {path}: key '{key}' ({blocker}/"), line
+    assert "Errno" not in line and "may create and write" in line

@@ -111,7 +111,9 @@ def test_agent_key_waits_for_accept_then_results_stored_and_revoke_refuses(tmp_p
         assert out.returncode == 0 and "revoked" in out.stdout, out.stderr
         wait_until(lambda: "key_revoked" in c.agent_log(), "the revoked key refused", c)
         # A revoked agent is offline to the daemon: no new job is sent to it.
-        with pytest.raises(QueryFailed, match="has not connected"):
+        # ... and the refusal says why, with the command that lets it in again
+        with pytest.raises(QueryFailed, match=f"key {key_id} is revoked by the operator.*"
+                                              f"'opptune keys accept {key_id}' lets it in"):
             query(c.endpoint, "sweep", {"agent": "test-agent"}, timeout_s=5, curve=c.operator)
         assert not [a for a in c.status()["agents"] if a["alive"]]
         assert c.rows("SELECT COUNT(*) FROM runs")[0][0] == stored
@@ -177,3 +179,94 @@ def test_curve_auto_is_on_for_every_endpoint_that_leaves_the_machine(endpoint, a
     from opptune.shared.curve import curve_enabled
     assert curve_enabled("auto", endpoint) is auto
     assert curve_enabled("on", endpoint) and not curve_enabled("off", endpoint)
+
+
+def test_daemons_sharing_a_keys_dir_see_each_others_decisions(tmp_path):
+    """README ("Fleets"): daemons share one keys_dir. An agent that speaks to daemon B waits
+    there; the operator accepts it through daemon A; B lets it in without a restart, and the
+    shared record keeps the decision (B's own writes do not undo it)."""
+    from procs import free_endpoint
+    c = CurveCluster(tmp_path)
+    b_endpoint = free_endpoint()
+    b_toml = write_toml(tmp_path / "daemon-b.toml", {
+        "bind": b_endpoint, "database": str(tmp_path / "b.db"), "heartbeat_s": 0.5,
+        "agent_timeout_s": 3.0, "auto_sweep": True, "verify_reps": 1, "curve": "on",
+        "keys_dir": str(c.keys)}, {"sweep": {"size": "small", "reps": 1, "warmup": 0,
+                                             "max_cores": 1}})
+    agent = c.agent_toml.read_text().replace(c.endpoint, b_endpoint)
+    c.agent_toml.write_text(agent)
+    b = None
+    try:
+        c.start_daemon()
+        c.wait_keys()
+        b = c._spawn("opptune.daemon.service", b_toml, "daemon-b.log")
+        c.start_agent()
+        wait_until(lambda: "keys accept" in c.agent_log(), "the agent's key pending at B", c)
+        out = c.keys_cli("accept", "test-agent")  # through daemon A
+        assert out.returncode == 0 and "accepted" in out.stdout, out.stderr
+
+        def b_done():
+            try:
+                st = query(b_endpoint, "status", timeout_s=1.0, curve=c.operator)
+            except (DaemonUnreachable, QueryFailed):
+                return False
+            return bool(st["jobs"]) and all(j["state"] == "done" for j in st["jobs"])
+        wait_until(b_done, "the agent's sweep stored by daemon B after the accept at A", c)
+        import json
+        ring = json.loads((c.keys / "agents.json").read_text())["keys"]
+        assert [(e["agent"], e["state"]) for e in ring] == [("test-agent", "accepted")]
+    finally:
+        if b is not None:
+            b.terminate()
+            b.wait(20)
+        c.stop()
+
+
+def test_key_ring_writers_merge_instead_of_overwriting(tmp_path):
+    """Two daemons' rings on one file: each change is merged into what the file holds, so a
+    new pending key recorded by one does not undo the other's accept."""
+    from opptune.daemon.keyring import KeyRing
+    import zmq
+    path = tmp_path / "agents.json"
+    k1, k2 = (zmq.curve_keypair()[0].decode() for _ in range(2))
+    a, b = KeyRing(path, "op"), KeyRing(path, "op")
+    with pytest.raises(Exception, match="waits for approval"):
+        a.check(k1, "board-1", "hello")
+    assert b.decide("accept", "board-1")["state"] == "accepted"
+    with pytest.raises(Exception, match="waits for approval"):
+        a.check(k2, "board-2", "hello")  # a writes: board-1's accept must survive
+    a.check(k1, "board-1", "hello")  # accepted at a too, without a restart
+    import json
+    states = {e["agent"]: e["state"] for e in json.loads(path.read_text())["keys"]}
+    assert states == {"board-1": "accepted", "board-2": "pending"}
+    assert KeyRing(path, "op").find("board-1")["state"] == "accepted"
+
+
+def test_a_plain_agent_with_a_daemon_key_warns_that_a_curve_daemon_never_answers(tmp_path,
+                                                                                  caplog):
+    """Walking the fleet setup on one machine: daemon bound to 0.0.0.0 (CURVE on), the agent
+    given daemon_public_key but the loopback endpoint, so "auto" made it plain; the daemon
+    dropped it silently and the agent only said the daemon did not answer. Now it says why
+    at start (and nothing when the key is not given, or curve is set explicitly)."""
+    import logging
+    from opptune.agent.cli import link_keys
+    from opptune.shared.config import AgentConfig
+    pub = tmp_path / "server.pub"
+    from opptune.shared.curve import ensure_keypair
+    ensure_keypair(tmp_path / "server.key")
+    cfg = AgentConfig(daemon="tcp://127.0.0.1:5555", state_dir=str(tmp_path / "s"),
+                      daemon_public_key=str(pub))
+    with caplog.at_level(logging.WARNING, logger="opptune.agent"):
+        assert link_keys(cfg, "agent.toml") is None
+    (rec,) = [r for r in caplog.records if "CURVE off" in r.getMessage()]
+    assert "set curve = \"on\"" in rec.getMessage() and "tcp://127.0.0.1:5555" in rec.getMessage()
+    caplog.clear()
+    for c in (AgentConfig(daemon="tcp://127.0.0.1:5555", state_dir=str(tmp_path / "s")),
+              AgentConfig(daemon="tcp://127.0.0.1:5555", state_dir=str(tmp_path / "s"),
+                          daemon_public_key=str(pub), curve="off")):
+        with caplog.at_level(logging.WARNING, logger="opptune.agent"):
+            assert link_keys(c, "agent.toml") is None
+    assert not [r for r in caplog.records if "CURVE off" in r.getMessage()]
+    on = AgentConfig(daemon="tcp://127.0.0.1:5555", state_dir=str(tmp_path / "s"),
+                     daemon_public_key=str(pub), curve="on")
+    assert link_keys(on, "agent.toml")[0] == read_public_key(str(pub), "k")

@@ -377,6 +377,20 @@ def test_predict_from_a_fit_with_daemon_options_is_refused_naming_them(tmp_path,
     assert run(["predict", "--fit", str(fit), "--cores", "2"]) == 0
 
 
+@pytest.mark.parametrize("extra, named", [
+    (["--cores", "3"], "--cores goes"), (["--cores", "2", "--freq", "1000"], "--cores, --freq go"),
+    (["--group", "triad"], "--group goes")])
+def test_predict_mpet_with_fit_options_is_refused_naming_them(capsys, extra, named):
+    # MPET predicts n = 1..the target's cores: --cores 3 printed every n and --freq was
+    # silently ignored (found walking issue 19 as a new user)
+    assert run(["predict", "--workload", "triad", "--from", "a", "--to", "b",
+                "--daemon", "tcp://127.0.0.1:9", *extra]) == 2
+    out = capsys.readouterr()
+    assert out.out == "" and out.err == (
+        f"opptune predict: {named} with --fit FILE, not with the MPET forms (they predict "
+        "n = 1 up to the cores the target was measured on)\n")
+
+
 def test_predict_naming_no_group_of_a_large_fit_lists_the_first_few(tmp_path, capsys):
     lines = ["platform,workload,input,variant,cores,freq_mhz,rep,time_s"]
     lines += [f"b,w{i:02d},,,{c},,0,{10 / c}" for i in range(12) for c in (1, 2)]

@@ -596,6 +596,28 @@ def _write_csv(path, profiles):
                 w.writerow([plat, work, "", n, f"{t:.6g}", 16])
 
 
+def test_eval_mpet_default_datasets_are_installed_with_the_package():
+    """`opptune eval-mpet` without --data reads DEFAULT_DATA beside the installed package
+    (site-packages/opptune/data/...): an installed copy, not only a clone, must carry those
+    files with their SOURCE.md. Checked on the build configuration (a wheel build compiles the
+    kernels: too slow here); `pip install .` and `opptune eval-mpet` from another directory
+    were run by hand (2026-11-26)."""
+    import fnmatch
+    import tomllib
+    from pathlib import Path
+    from opptune.daemon.mpet_cli import DEFAULT_DATA
+    root = Path(__file__).resolve().parents[1]
+    tool = tomllib.loads((root / "pyproject.toml").read_text())["tool"]["setuptools"]
+    assert "opptune.data" in tool["packages"] and tool["package-dir"]["opptune.data"] == "data"
+    globs = tool["package-data"]["opptune.data"]
+    for rel in DEFAULT_DATA:
+        folder = Path(rel).parent
+        for name in ("data.csv", "SOURCE.md"):
+            inside = (folder / name).relative_to("data").as_posix()
+            assert (root / folder / name).exists()
+            assert any(fnmatch.fnmatch(inside, g) for g in globs), (inside, globs)
+
+
 def test_eval_mpet_cli_real_run(tmp_path, capsys):
     profiles, _ = synthetic()
     path = tmp_path / "m.csv"

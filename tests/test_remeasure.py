@@ -100,6 +100,12 @@ def test_a_point_never_measured_clean_is_reported_with_the_offender(tmp_path: Pa
     assert (p["cores"], p["cpus"], p["retries"]) == (3, [0, 1, 2], 2)
     assert re.match(r"no clean measurement at 3 cores: interference: \d+ % of cpus 0-2; pid "
                     r"4711 \(sh\) used \d+ % of cpu 2", never_clean_text(p)), p
+    # the daemon's log says it once, each point's place once ("after 2 retries at no clean
+    # measurement at 3 cores" before)
+    log = (tmp_path / "daemon.log").read_text()
+    assert re.search(r"pi_integrate of large on test-agent: no clean measurement after 2 retries: at 3 "
+                     r"cores: interference: \d+ % of cpus 0-2", log), log[-3000:]
+    assert "retries at no clean" not in log
     # the sweep and two retries: three jobs, the 3-core runs of each marked
     assert len(st["jobs"]) == 3
     (rec,) = st["recommendations"]

@@ -117,3 +117,16 @@ def test_a_daemon_whose_address_is_in_use_says_so_and_creates_nothing(tmp_path):
         "another process: stop it or choose another --bind (or 'bind' in the configuration)"]
     assert not db.parent.exists()
     assert free_endpoint()  # (the port is released with the socket)
+
+
+def test_wait_bars_say_when_the_jobs_wait_on_an_offline_agent():
+    """Walking issue 19: 'characterize --wait' for a board that was switched off showed bars
+    'queued' for up to job_expiry_s (60 s) and nothing else. The bar now names the cause."""
+    from opptune.daemon.sweep_wait import state_text
+    job = {"state": "queued", "agent": "x86"}
+    assert state_text(job, {"id": "x86", "alive": False, "last_seen_s": 12.4}) == \
+        "queued: agent x86 offline, last seen 12 s ago"
+    assert state_text(job, {"id": "x86", "alive": True, "last_seen_s": 0.3}) == "queued"
+    assert state_text({"state": "expired", "agent": "x86"},
+                      {"id": "x86", "alive": False, "last_seen_s": 70}) == "expired"
+    assert state_text(job, None) == "queued"
