@@ -16,7 +16,7 @@ import pytest
 ROOT = Path(__file__).resolve().parent.parent
 # what a build needs; the copy keeps the build's by-products (build/, egg-info) out of the tree
 _SKIP = shutil.ignore_patterns(".git", ".venv", "build", "dist", "*.egg-info", "__pycache__",
-                               "run", "data", "opptune-demo-*", "*.so")
+                               "run", "opptune-demo-*", "*.so")
 
 
 def test_repository_root_holds_no_importable_opptune():
@@ -68,3 +68,13 @@ def test_script_from_repository_root_imports_the_installed_package(plain_install
     bench = subprocess.run([sys.executable, "benchmarks/agent_overhead.py", "--help"], cwd=ROOT,
                            env=env, capture_output=True, text=True)
     assert bench.returncode == 0 and "usage" in bench.stdout, bench.stderr
+
+
+def test_installed_copy_carries_eval_mpets_default_datasets(plain_install):
+    """`opptune eval-mpet` without --data reads these beside the installed package."""
+    from opptune.daemon.mpet_cli import DEFAULT_DATA
+
+    _, target = plain_install
+    for path in DEFAULT_DATA:
+        shipped = target / "opptune" / Path(path).parent
+        assert (shipped / "data.csv").stat().st_size > 0 and (shipped / "SOURCE.md").exists()
