@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import os
 import sys
-from typing import Any
+import time
+from typing import Any, Callable
 
 import zmq
 
@@ -28,6 +29,7 @@ class BadEndpoint(ValueError):
 
 
 # Refusals caused by what the operator asked (exit 2), not by the daemon's state.
+WAIT_NOTE_S = 5.0  # a longer wait says so after this long: the daemon may not be running
 USER_ERRORS = {"bad_args", "unknown_agent", "unknown_workload", "unknown_size",
                "unknown_query", "no_measurements", "no_power", "curve_off"}
 
@@ -51,8 +53,12 @@ def ask(command: str, endpoint: str, what: str, args: dict[str, Any] | None = No
         print(f"{command}: --timeout {timeout_s:g}: give a number of seconds > 0",
               file=sys.stderr)
         return None, 2
+    def note() -> None:
+        print(f"{command}: no answer from the daemon at {endpoint} yet; waiting up to "
+              f"{timeout_s:g} s (--timeout; Ctrl-C stops)", file=sys.stderr, flush=True)
+
     try:
-        return query(endpoint, what, args, timeout_s=timeout_s), None
+        return query(endpoint, what, args, timeout_s=timeout_s, on_wait=note), None
     except BadEndpoint as exc:
         print(f"{command}: {exc}", file=sys.stderr)
         return None, 2
@@ -63,9 +69,12 @@ def ask(command: str, endpoint: str, what: str, args: dict[str, Any] | None = No
 
 def query(endpoint: str, what: str, args: dict[str, Any] | None = None,
           timeout_s: float = 5.0, context: zmq.Context | None = None,
-          curve: tuple[str, str, str] | None = None) -> dict[str, Any]:
+          curve: tuple[str, str, str] | None = None,
+          on_wait: Callable[[], None] | None = None) -> dict[str, Any]:
     """Send one ``query`` to the daemon at ``endpoint`` and return the reply's data;
-    ``curve`` (default: what use_curve set) = (server public, own public, own secret)."""
+    ``curve`` (default: what use_curve set) = (server public, own public, own secret).
+    ``on_wait`` is called once when no answer came within WAIT_NOTE_S of a longer timeout
+    (a daemon that is not running is otherwise silent until the timeout)."""
     ctx = context or zmq.Context.instance()
     sock = ctx.socket(zmq.DEALER)
     keys = curve if curve is not None else _CURVE
@@ -87,8 +96,19 @@ def query(endpoint: str, what: str, args: dict[str, Any] | None = None,
             body["args"] = args
         msg = P.make("query", operator, body)
         sock.send(P.encode(msg))
-        deadline_ms = int(timeout_s * 1000)
-        while sock.poll(deadline_ms):
+        start = time.monotonic()
+        deadline = start + timeout_s
+        note_at = start + WAIT_NOTE_S if on_wait and timeout_s > WAIT_NOTE_S else None
+        while True:
+            now = time.monotonic()
+            if now >= deadline:
+                break
+            until = deadline if note_at is None else min(deadline, note_at)
+            if not sock.poll(max(1, int((until - now) * 1000))):
+                if note_at is not None and time.monotonic() >= note_at:
+                    note_at = None
+                    on_wait()
+                continue
             try:
                 reply = P.decode(sock.recv())
             except P.ProtocolError:

@@ -274,3 +274,26 @@ def test_restore_leaves_a_running_agents_settings_and_record_alone(tmp_path):
                "--restore", cwd=tmp_path)
     assert proc.returncode == 0, proc.stderr
     assert not record.exists()
+
+
+def test_a_long_wait_for_a_daemon_that_is_not_there_says_so_before_it_ends(monkeypatch, capsys):
+    """eval-mpet --daemon waits 30 s by default: the user hears after a few seconds that no
+    answer came yet, then the usual line at the timeout (exit 1)."""
+    import socket
+
+    from opptune.daemon import client
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]  # nothing listens there once closed
+    monkeypatch.setattr(client, "WAIT_NOTE_S", 0.2)
+    data, rc = client.ask("opptune eval-mpet", f"tcp://127.0.0.1:{port}", "mpet_data",
+                          timeout_s=0.8)
+    lines = capsys.readouterr().err.strip().splitlines()
+    assert (data, rc) == (None, 1)
+    assert len(lines) == 2, lines
+    assert "no answer from the daemon" in lines[0] and "waiting up to 0.8 s" in lines[0]
+    assert "within 0.8 s" in lines[1]
+    # a short wait (the status commands' 5 s) ends with the one line only
+    data, rc = client.ask("opptune status", f"tcp://127.0.0.1:{port}", "status", timeout_s=0.2)
+    assert rc == 1 and len(capsys.readouterr().err.strip().splitlines()) == 1
