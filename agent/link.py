@@ -392,8 +392,10 @@ class Link:
             self.endpoint, code, f"a frame of {len(ids or ())} results: {message[:500]}; "
             "sending results one per message to it until the next hello")
 
-    def _daemon_back(self, why: str) -> None:
-        log.info("daemon %s: saying hello and resending pending results", why)
+    def _daemon_back(self, why: str | None) -> None:
+        """Hello again and every pending result due (``why`` logged; None: the caller said it)."""
+        if why:
+            log.info("daemon %s: saying hello and resending pending results", why)
         self._gone = False
         self._hello()
         self.outbox.reset_sent()
@@ -429,10 +431,10 @@ class Link:
         if self._key_refused is not None and kind in ("heartbeat", "ack"):
             # The daemon answers this agent's messages again: its key was accepted. (A job or
             # config may still reach a refused agent; it says nothing about the key.)
-            log.warning("daemon accepts this agent's key now (it refused it: %s)",
-                        self._key_refused)
+            log.warning("daemon accepts this agent's key now (it refused it: %s); saying hello "
+                        "and resending pending results", self._key_refused)
             self._key_refused = None
-            self._daemon_back("accepted this agent's key")
+            self._daemon_back(None)
         if kind == "heartbeat":
             inst = body.get("instance")
             if inst and self._daemon_instance and inst != self._daemon_instance and not was_gone:

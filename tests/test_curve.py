@@ -106,7 +106,9 @@ def test_agent_key_waits_for_accept_then_results_stored_and_revoke_refuses(tmp_p
         log = c.agent_log()
         # logged once while pending, not per refused message
         assert log.count("daemon refuses this agent's messages") == 1, log
-        assert "accepts this agent's key now" in log
+        # the acceptance in one line, not a second "daemon accepted this agent's key: ..."
+        assert log.count("accepts this agent's key now") == 1, log
+        assert "accepted this agent's key" not in log, log
         out = c.keys_cli("revoke", key_id)
         assert out.returncode == 0 and "revoked" in out.stdout, out.stderr
         wait_until(lambda: "key_revoked" in c.agent_log(), "the revoked key refused", c)
