@@ -61,11 +61,26 @@ non-text keys as malformed (a new dependency, and a check of its own per message
 the record's bytes as sent would save only its re-encoding, 0.5 us; checkpoints every 2 s
 instead of 0.5 (alternating, load 2.2-3.5) left the main thread as it was (18.6 / 19.2 against
 19.0 / 19.4 us) and took 0.3 us per result off the other threads, for four times the window of
-acked results an OS crash can lose. Where the main thread's 19
-us go now (py-spy): SQLite insert 37 % (executemany; in isolation the index ``runs_group``
-costs 2.6 of 8.3 us per row when 500 agents have 500 platforms; here they share one),
-COMMIT 6.5 %, msgpack decode and checks 14 %, receiving 10 %, freeing the batch 9 %, reading
-records 7 %. 60,000/s needs below 16.7 us on the main thread: not met.
+acked results an OS crash can lose.
+
+Where the main thread's 15 us go now (py-spy, 200 Hz, 500 agents, 2026-11-26 04:00): SQLite
+executemany 33 %, COMMIT 6 %, msgpack decode 16 %, reading records (record_columns) 10 %,
+building rows 5 % (packing the record 0.5 us), freeing the batch's rows 7 %, acks 4.5 %, the
+frames' item checks 2.5 %. Each result's row is built once as it is taken (the store's
+``result_row``) and its decoded message freed once handled: 14 ABBA pairs against 55d10af's
+daemon (03:49-04:13, 30 s, load 0.9-3.5, other work running) put it ahead in 12 (one tie),
+by 0.75 us on the main thread at the median (last 6 rounds: 15.05 against 15.35 us, 57,907
+against 58,102 results/s, p99 189 against 196 ms). Batches already hold every result in flight
+(median 8,000 = 500 agents x 16 of batch_max 8,192): larger commits are not to be had.
+Freeing the rows one by one as SQLite takes them measured nothing (14.95 against 14.85 us, 4
+rounds). Without the unique index ``runs_job_seq`` (dropped for the experiment, 3 ABBA
+rounds, load 1.2-2.2): 12.9 against 15.0 us on the main thread, 67,060 against 57,912
+results/s, p99 150 against 177 ms: the index is the lever left for 60,000/s. Its cost is the
+500 places each batch inserts at, not its key: in SQLite alone (500 jobs, 8,000-row commits)
+a unique index on one integer (job number << 32 | seq) costs 6.1-6.2 us per row against
+6.3-6.4 for (job_id, seq) and 4.6 without either; a batch's rows sorted by (job_id, seq)
+first, 6.6-6.9 against 6.7-6.8. 60,000/s needs about 14.5 us on the main
+thread: not met with the index.
 
 Measured and left, 2026-11-26 01:13-01:36 (alternating with 008c024's daemon, 30 s each, load
 1.5-4.7, other work running): the ingest committing each batch into an index-free staging

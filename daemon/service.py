@@ -46,7 +46,7 @@ from .recommender import Recommender, freq_text, off_pct, verdict
 from ..shared.refusals import RefusalLog
 from .registry import Registry, platform_id_of
 from .remeasure import Remeasure
-from .store import ResultIn, open_store
+from .store import open_store
 from .drift import Drift
 from .sweeps import Sweeps
 from .tuning import Tuner
@@ -54,7 +54,6 @@ from .tuning import Tuner
 log = logging.getLogger("opptune.daemon")
 
 STORE_FAILURE_LOG_S = 60.0  # a store that keeps failing (disk full) logs one line a minute
-_new_tuple = tuple.__new__
 
 DAEMON_ID = "daemon"
 
@@ -185,6 +184,7 @@ class Daemon:
             self._stop_auth()
             raise
         self.endpoint = self.link.endpoint
+        self._result_row = self.store.result_row
         self.registry = Registry(config.agent_timeout_s)
         for a in self.store.agents():
             self.registry.load(a["id"], a["platform"], self.store.platform(a["platform"]) or {},
@@ -291,8 +291,8 @@ class Daemon:
     def _ingest(self) -> None:
         """Drain and handle one batch with the cyclic garbage collector paused.
 
-        A batch's messages, records and rows live until its commit and die by reference
-        count right after; collections during the batch only scan them again and again
+        A batch's messages live until handled, its rows until the commit, and all die by
+        reference count; collections during the batch only scan them again and again
         (500 agents, 20 s: 2.0 s in collections, 0.03 s paused; results per CPU second of the
         daemon +8 %). The switch is process-wide: daemons in threads of one process (tests)
         may resume it early for each other, which costs speed only."""
@@ -347,24 +347,29 @@ class Daemon:
         self.link.send(identity, protocol.error_reply(DAEMON_ID, code, message, ref),
                        quiet=True)
 
-    def handle_batch(self, batch: list[tuple[bytes, dict[str, Any]]]) -> None:
-        """Handle messages in arrival order; results are stored together at the end."""
+    def handle_batch(self, batch: list[tuple[bytes, dict[str, Any]] | None]) -> None:
+        """Handle messages in arrival order; results are stored together at the end.
+
+        Consumes ``batch``: each entry is set to None once handled, so that a message is freed
+        right away, while its memory is still in the cache (only its row lives on to the
+        commit), not all together after the commit."""
         now = time.time()
-        results: list[ResultIn] = []
+        rows: list[tuple] = []
         acks: dict[bytes, list[str]] = {}
-        touched: dict[str, tuple[int, str]] = {}
+        touched: dict[str, list[Any]] = {}  # job id -> [of, agent, results, closed points]
         seen: dict[bytes, Any] = {}  # identity -> the AgentInfo it spoke for, in this batch
         keyring = self.keyring
-        for identity, msg in batch:
+        for i, (identity, msg) in enumerate(batch):
+            batch[i] = None
             try:
                 if keyring is not None:
                     keyring.check(self.link.peer_keys.get(identity), msg["agent"], msg["type"])
                 if msg["type"] == "result":
                     self._take_result(identity, msg["agent"], msg["id"], msg["body"], now,
-                                      results, acks, touched, seen)
+                                      rows, acks, touched, seen)
                     continue
                 if msg["type"] == "results":
-                    self._take_results(identity, msg, now, results, acks, touched, seen)
+                    self._take_results(identity, msg, now, rows, acks, touched, seen)
                     continue
                 handler = self._handlers.get(msg["type"])
                 if handler is None:
@@ -377,12 +382,12 @@ class Daemon:
                 log.exception("handling %s %s", msg.get("type"), msg.get("id"))
                 self.refuse(identity, "internal", f"daemon error: {type(exc).__name__}: {exc}",
                             msg.get("id"))
-        if results:
-            self._commit_results(results, acks, touched, now)
+        if rows:
+            self._commit_results(rows, acks, touched, now)
 
     def _take_results(self, identity: bytes, msg: dict[str, Any], now: float,
-                      results: list[ResultIn], acks: dict[bytes, list[str]],
-                      touched: dict[str, tuple[int, str]], seen: dict[bytes, Any]) -> None:
+                      rows: list[tuple], acks: dict[bytes, list[str]],
+                      touched: dict[str, list[Any]], seen: dict[bytes, Any]) -> None:
         """A ``results`` frame: each item through the single result's path; an item refused
         gets its own error (ref = its id) and the others go in. An agent that has not said
         hello is refused once for the whole frame."""
@@ -393,7 +398,7 @@ class Daemon:
         for msg_id, body in msg["body"]["items"]:
             try:
                 check(msg, msg_id, body)
-                take(identity, agent, msg_id, body, now, results, acks, touched, seen)
+                take(identity, agent, msg_id, body, now, rows, acks, touched, seen)
             except (HandlerError, protocol.ProtocolError) as exc:
                 self.refuse(identity, exc.code, str(exc), msg_id)
             except Exception as exc:
@@ -414,10 +419,10 @@ class Daemon:
         return info
 
     def _take_result(self, identity: bytes, agent: str, msg_id: str, body: dict[str, Any],
-                     now: float, results: list[ResultIn], acks: dict[bytes, list[str]],
-                     touched: dict[str, tuple[int, str]], seen: dict[bytes, Any]) -> None:
+                     now: float, rows: list[tuple], acks: dict[bytes, list[str]],
+                     touched: dict[str, list[Any]], seen: dict[bytes, Any]) -> None:
         """One validated result (a ``result`` message's or a ``results`` item's) into the
-        batch, or HandlerError naming why not."""
+        batch as its row, or HandlerError naming why not."""
         info = seen.get(identity)
         if info is None or info.agent_id != agent:
             info = self._speaker(identity, agent, now, seen)
@@ -447,16 +452,24 @@ class Daemon:
             raise HandlerError("wrong_group", _wrong_group(cols, info.platform_id, job,
                                                            body["job_id"]))
         job_id = body["job_id"]
-        # tuple.__new__: the named tuple without its Python-level constructor (per result)
-        results.append(_new_tuple(ResultIn, (msg_id, agent, job_id, body["seq"], rec, raw,
-                                             cols)))
+        # only an adaptive point's last record says it closes it (in extra: a record with
+        # extra is built in full)
+        point = closing_point(rec) if rec is not None and rec.extra else None
+        rows.append(self._result_row(msg_id, agent, job_id, body["seq"], cols, raw, now))
         ids = acks.get(identity)
         if ids is None:
             acks[identity] = [msg_id]
         else:
             ids.append(msg_id)
-        if job_id not in touched:
-            touched[job_id] = (body["of"], agent)
+        job = touched.get(job_id)
+        if job is None:
+            job = touched[job_id] = [body["of"], agent, 1, None]
+        else:
+            job[2] += 1
+        if point is not None:
+            if job[3] is None:
+                job[3] = []
+            job[3].append(point)
 
     def _issued(self, job_id: str) -> _Issued | None:
         """The agent a job was issued to, its workload, input and points; None for a job
@@ -476,10 +489,10 @@ class Daemon:
                                                 points)
         return issued
 
-    def _commit_results(self, results: list[ResultIn], acks: dict[bytes, list[str]],
-                        touched: dict[str, tuple[int, str]], now: float) -> None:
+    def _commit_results(self, rows: list[tuple], acks: dict[bytes, list[str]],
+                        touched: dict[str, list[Any]], now: float) -> None:
         try:
-            self.store.insert_results(results, now)
+            self.store.insert_rows(rows)
         except Exception as exc:
             # Nothing is acked: every agent keeps its results and sends them again.
             self._store_failures += 1
@@ -487,7 +500,7 @@ class Daemon:
             if mono - self._store_failure_logged >= STORE_FAILURE_LOG_S:
                 self._store_failure_logged = mono
                 log.error("storing a batch of %d results failed (%d failed batches so far; "
-                          "none acked, the agents resend them): %s", len(results),
+                          "none acked, the agents resend them): %s", len(rows),
                           self._store_failures, exc, exc_info=self._store_failures == 1)
             for identity in acks:
                 self.link.send(identity, protocol.error_reply(
@@ -498,22 +511,14 @@ class Daemon:
                         self._store_failures)
             self._store_failures = 0
             self._store_failure_logged = -STORE_FAILURE_LOG_S
-        self.stats["results"] += len(results)
+        self.stats["results"] += len(rows)
         self.stats["batches"] += 1
         send_ack = self.link.send_ack
         for identity, ids in acks.items():
             send_ack(identity, ids, DAEMON_ID)
-        counts: dict[str, int] = {}
-        closed: dict[str, list[int]] = {}
-        for r in results:
-            counts[r.job_id] = counts.get(r.job_id, 0) + 1
-            # only an adaptive point's last record says it closes it (in extra: a record
-            # with extra is built in full)
-            if r.record is not None and r.record.extra:
-                point = closing_point(r.record)
-                if point is not None:
-                    closed.setdefault(r.job_id, []).append(point)
-        self.jobs.results_stored(touched, counts, now, closed)
+        self.jobs.results_stored({j: (t[0], t[1]) for j, t in touched.items()},
+                                 {j: t[2] for j, t in touched.items()}, now,
+                                 {j: t[3] for j, t in touched.items() if t[3]})
 
     def _job_done(self, job_id: str, agent: str) -> None:
         if self.tuning.owns(job_id):  # a tune session's measurement: the session goes on

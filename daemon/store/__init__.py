@@ -110,6 +110,18 @@ class Store(ABC):
         """Store a batch idempotently in one transaction; return every id now committed
         (new and already present) in the order given."""
 
+    # The daemon's ingest path: each result's row is built as the result is taken (so that
+    # the decoded message can be freed at once), the batch's rows inserted together.
+    @staticmethod
+    @abstractmethod
+    def result_row(msg_id: str, agent: str, job_id: str | None, seq: int | None,
+                   cols: RecordColumns, raw: dict[str, Any], now: float) -> tuple:
+        """The row ``insert_rows`` stores for one result (``raw``: its record as received)."""
+
+    @abstractmethod
+    def insert_rows(self, rows: Sequence[tuple]) -> None:
+        """Store ``result_row``'s rows idempotently in one transaction."""
+
     @abstractmethod
     def run_records(self, job_id: str) -> list[tuple[str, RunRecord]]:
         """(message id, the whole record as received) of a job's runs, in sequence order."""

@@ -36,7 +36,7 @@ from typing import Any, Iterator, Sequence
 
 import msgpack
 
-from ...shared.records import RunRecord, columns_of
+from ...shared.records import RecordColumns, RunRecord, columns_of
 from . import Group, ResultIn, Store
 from .schema import MIGRATIONS, SCHEMA_VERSION
 
@@ -295,15 +295,25 @@ class SQLiteStore(Store):
 
     # -- runs -----------------------------------------------------------------------------------
     def insert_results(self, items: Sequence[ResultIn], now: float) -> list[str]:
-        rows = []
-        for it in items:
-            (platform, workload, inp, variant, cores, cpus, threads, freq, rep, time_s, wall,
-             user, sys_, energy, ok, virtual, throttled, marked) = (
-                it.columns or columns_of(it.record))
-            rows.append((it.msg_id, it.agent, it.job_id, it.seq, platform, workload, inp,
-                         variant, cores, _cpus_text(cpus), threads, freq, rep, time_s, wall,
-                         user, sys_, energy, int(ok), int(virtual), now, None, _packb(it.raw),
-                         int(throttled), marked))
+        row = self.result_row
+        self.insert_rows([row(it.msg_id, it.agent, it.job_id, it.seq,
+                              it.columns or columns_of(it.record), it.raw, now)
+                          for it in items])
+        return [it.msg_id for it in items]
+
+    @staticmethod
+    def result_row(msg_id: str, agent: str, job_id: str | None, seq: int | None,
+                   cols: RecordColumns, raw: dict[str, Any], now: float) -> tuple:
+        """One result's row of ``runs`` (its record packed whole beside the columns)."""
+        (platform, workload, inp, variant, cores, cpus, threads, freq, rep, time_s, wall, user,
+         sys_, energy, ok, virtual, throttled, marked) = cols
+        # int(): sqlite3 binds a bool by a slower path than an int, and PostgreSQL's INTEGER
+        # columns take no bool
+        return (msg_id, agent, job_id, seq, platform, workload, inp, variant, cores,
+                _cpus_text(cpus), threads, freq, rep, time_s, wall, user, sys_, energy, int(ok),
+                int(virtual), now, None, _packb(raw), int(throttled), marked)
+
+    def insert_rows(self, rows: Sequence[tuple]) -> None:
         self._bound_log()
         with self._tx() as db:
             # Only a repeat is skipped (the same message id, or the same job and sequence
@@ -312,7 +322,6 @@ class SQLiteStore(Store):
             db.executemany("INSERT INTO runs VALUES "
                            "(?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?) "
                            "ON CONFLICT DO NOTHING", rows)
-        return [it.msg_id for it in items]
 
     def run_records(self, job_id: str) -> list[tuple[str, RunRecord]]:
         out = []
