@@ -29,10 +29,13 @@ PostgreSQL with two daemons, and prints them side by side:
 
     python3 benchmarks/ingest.py --agents 500 --duration 600 --compare
 
-Measured 2026-11-26 01:42-01:53, 500 agents, 600 s, nothing else running: 46,885 results/s,
-p50 / p99 / max 170 / 231 / 287 ms, 28,134,539 sent = acked = stored, daemon RSS 140 MiB after
-warm-up and 136 at the end (147-152 sampled each minute), 19.1 us per result on the daemon's main
-thread, 21.5 for the whole daemon, 4.6 in the client processes.
+Measured 2026-11-26 04:23-04:34, 500 agents, 600 s, frames of 16 (the default), nothing else
+running: 54,658 results/s, p50 / p99 / max 144 / 217 / 311 ms, 32,800,576 sent = acked = stored,
+daemon RSS 123 MiB after warm-up, 138.5-139 sampled each minute to the end, 15.9 us per result
+on the daemon's main thread, 18.2 for the whole daemon, 4.3 in the client processes (the same
+code for 60 s: 57,726 results/s at 15.1 us; `--compare`, 04:36-04:40: PostgreSQL 40,915, two
+daemons on it 49,660, p99 272 / 263 ms). Before frames (one result per message, 01:42-01:53):
+46,885 results/s, p99 231 ms, 19.1 us on the main thread.
 
 Measured 2026-11-25 23:04 (2 cores shared with other jobs, load average 1.6), 500 agents, 30 s:
 SQLite 39,124 results/s, p50 / p99 204 / 256 ms, 26.0 us of daemon CPU per result, nothing lost
