@@ -318,6 +318,8 @@ class Link:
         room = self.window - self.outbox.in_flight(cutoff)
         sent: list[str] = []
         due = self.outbox.due(sent_before, room)
+        if any(len(data) > self._frame_bytes for _, data in due):
+            due = self._park_too_large(due)
         n = min(self.per_frame, self._frames_max)
         for ids, data, frame_id in (self._packets(due, n) if n > 1 and len(due) > 1 else
                                     (([mid], data, None) for mid, data in due)):
@@ -332,6 +334,22 @@ class Link:
         if sent:
             self.outbox.mark_sent(sent, now)
             log.debug("sent %d results", len(sent))
+
+    def _park_too_large(self, due: list[tuple[str, bytes]]) -> list[tuple[str, bytes]]:
+        """Park (outbox ``rejected``, kept on disk) the messages over the daemon's message
+        size, which it would refuse unread (``too_large`` without a ref, so that the refusal
+        could never park them and they would be resent forever); the others, to send."""
+        keep = []
+        for mid, data in due:
+            if len(data) <= self._frame_bytes:
+                keep.append((mid, data))
+                continue
+            why = (f"{len(data)} bytes, over the daemon's message size of {self._frame_bytes} "
+                   "bytes (its max_message_bytes); kept in the outbox's rejected table, not sent")
+            if self.outbox.reject(mid, "too_large", why):  # once per message: a line each
+                self.stats["refused"] += 1
+                log.warning("message %s not sent to %s: %s", mid, self.endpoint, why)
+        return keep
 
     def _packets(self, due: list[tuple[str, bytes]], n: int
                  ) -> list[tuple[list[str], bytes, str | None]]:

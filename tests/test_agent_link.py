@@ -422,3 +422,30 @@ def test_result_refused_for_good_is_parked_not_resent(ctx, router, tmp_path, cod
     assert [(p["id"], p["code"]) for p in parked] == [(bad["id"], code)]
     assert P.decode(parked[0]["data"])["id"] == bad["id"]  # kept on disk, whole
     assert [i for i, _ in ob.pending()] == [transient["id"]]
+
+
+def test_result_over_the_daemons_message_size_is_parked_not_resent_forever(ctx, router,
+                                                                            tmp_path):
+    """The daemon refuses a frame over its max_message_bytes unread, so its refusal names no
+    message: the agent, told the limit in the daemon's heartbeat, parks such a result itself
+    (kept on disk) instead of resending it every resend_s; the others still go."""
+    ob = Outbox(str(tmp_path))
+    big = result_msg(0)
+    big["body"]["record"]["note"] = "x" * 3000
+    small = result_msg(1)
+    ob.put(big)
+    ob.put(small)
+    router.welcome = {"instance": "test-daemon", "max_message_bytes": 2048}
+    lt = LinkThread(ctx, router.endpoint, ob, resend_s=0.2)
+    try:
+        router.expect(lambda m: m["type"] == "hello")
+        router.send(P.make("heartbeat", "daemon", router.welcome))
+        router.expect(lambda m: m["type"] == "result" and m["id"] == small["id"])
+        later = [m["id"] for m in router.collect(1.0) if m["type"] == "result"]
+        assert big["id"] not in later and small["id"] in later  # the small one, resent
+    finally:
+        lt.close()
+    parked = ob.rejected()
+    assert [(p["id"], p["code"]) for p in parked] == [(big["id"], "too_large")]
+    assert "2048" in parked[0]["reason"] and "max_message_bytes" in parked[0]["reason"]
+    assert [i for i, _ in ob.pending()] == [small["id"]]
