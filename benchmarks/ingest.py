@@ -29,13 +29,18 @@ PostgreSQL with two daemons, and prints them side by side:
 
     python3 benchmarks/ingest.py --agents 500 --duration 600 --compare
 
-Measured 2026-11-26 04:23-04:34, 500 agents, 600 s, frames of 16 (the default), nothing else
-running: 54,658 results/s, p50 / p99 / max 144 / 217 / 311 ms, 32,800,576 sent = acked = stored,
-daemon RSS 123 MiB after warm-up, 138.5-139 sampled each minute to the end, 15.9 us per result
-on the daemon's main thread, 18.2 for the whole daemon, 4.3 in the client processes (the same
-code for 60 s: 57,726 results/s at 15.1 us; `--compare`, 04:36-04:40: PostgreSQL 40,915, two
-daemons on it 49,660, p99 272 / 263 ms). Before frames (one result per message, 01:42-01:53):
-46,885 results/s, p99 231 ms, 19.1 us on the main thread.
+Measured 2026-11-26 05:00-05:11, 500 agents, 600 s, frames of 16 (the default), batches of
+at most 4,096, nothing else running: 60,672 results/s, p50 / p99 / max 125 / 228 / 330 ms,
+36,409,920 sent = acked = stored, daemon RSS 120 MiB after warm-up, 133.4 sampled each minute
+to the end, 15.1 us per result on the daemon's main thread, 17.3 for the whole daemon, 4.5 in
+the client processes. With batches of 8,192 (04:23-04:34, same command): 54,658 results/s,
+p99 217 ms, 15.9 us: each batch took every result in flight (500 x 16), so the loop idled
+while the agents, all waiting for acks, sent the next ones (45 s alternating, 04:53-05:00,
+8,192: 60,600-61,000, 4,096 64,300-69,200, 2,048 68,400-69,600
+results/s, 13.3-14.6 us per result on the main thread for all three). `--compare` at 8,192
+(04:36-04:40, 60 s): SQLite 57,726, PostgreSQL 40,915, two daemons on it 49,660 results/s,
+p99 189 / 272 / 263 ms. Before frames (one result per message, 01:42-01:53): 46,885
+results/s, p99 231 ms, 19.1 us on the main thread.
 
 Measured 2026-11-25 23:04 (2 cores shared with other jobs, load average 1.6), 500 agents, 30 s:
 SQLite 39,124 results/s, p50 / p99 204 / 256 ms, 26.0 us of daemon CPU per result, nothing lost
@@ -73,8 +78,9 @@ frames' item checks 2.5 %. Each result's row is built once as it is taken (the s
 ``result_row``) and its decoded message freed once handled: 14 ABBA pairs against 55d10af's
 daemon (03:49-04:13, 30 s, load 0.9-3.5, other work running) put it ahead in 12 (one tie),
 by 0.75 us on the main thread at the median (last 6 rounds: 15.05 against 15.35 us, 57,907
-against 58,102 results/s, p99 189 against 196 ms). Batches already hold every result in flight
-(median 8,000 = 500 agents x 16 of batch_max 8,192): larger commits are not to be had.
+against 58,102 results/s, p99 189 against 196 ms). Batches of up to 8,192 held every result in flight
+(median 8,000 = 500 agents x 16): larger commits were not to be had, and smaller ones turned
+out faster (batch_max 4,096, above).
 Freeing the rows one by one as SQLite takes them measured nothing (14.95 against 14.85 us, 4
 rounds). Without the unique index ``runs_job_seq`` (dropped for the experiment, 3 ABBA
 rounds, load 1.2-2.2): 12.9 against 15.0 us on the main thread, 67,060 against 57,912
