@@ -33,13 +33,15 @@ Measured 2026-11-26 05:00-05:11, 500 agents, 600 s, frames of 16 (the default), 
 at most 4,096, nothing else running: 60,672 results/s, p50 / p99 / max 125 / 228 / 330 ms,
 36,409,920 sent = acked = stored, daemon RSS 120 MiB after warm-up, 133.4 sampled each minute
 to the end, 15.1 us per result on the daemon's main thread, 17.3 for the whole daemon, 4.5 in
-the client processes. With batches of 8,192 (04:23-04:34, same command): 54,658 results/s,
+the client processes; again 05:23-05:33: 61,922 results/s, p99 225 ms, 37,158,016 stored, RSS
+133.2-133.3 MiB each minute, 14.8 us. `--compare` (05:35-05:40, 60 s): SQLite 64,374,
+PostgreSQL 43,767, two daemons on it 50,946 results/s, p99 199 / 227 / 252 ms, nothing lost.
+With batches of 8,192 (04:23-04:34, same command): 54,658 results/s,
 p99 217 ms, 15.9 us: each batch took every result in flight (500 x 16), so the loop idled
 while the agents, all waiting for acks, sent the next ones (45 s alternating, 04:53-05:00,
 8,192: 60,600-61,000, 4,096 64,300-69,200, 2,048 68,400-69,600
 results/s, 13.3-14.6 us per result on the main thread for all three). `--compare` at 8,192
-(04:36-04:40, 60 s): SQLite 57,726, PostgreSQL 40,915, two daemons on it 49,660 results/s,
-p99 189 / 272 / 263 ms. Before frames (one result per message, 01:42-01:53): 46,885
+(04:36-04:40, 60 s): SQLite 57,726, PostgreSQL 40,915, two daemons on it 49,660 results/s. Before frames (one result per message, 01:42-01:53): 46,885
 results/s, p99 231 ms, 19.1 us on the main thread.
 
 Measured 2026-11-25 23:04 (2 cores shared with other jobs, load average 1.6), 500 agents, 30 s:
