@@ -96,18 +96,17 @@ class JobTracker:
                      job["workload"], len(job["points"]), "up to " if any(
                          "until" in p for p in job["points"]) else "", job["reps"], agent)
 
-    def results_stored(self, touched: dict[str, tuple[int, str]], counts: dict[str, int],
-                       now: float, closed: dict[str, list[int]] | None = None) -> None:
-        """Results of the jobs in ``touched`` (job id -> (runs expected, agent)) were
-        committed, ``counts`` of them per job, closing the adaptive points ``closed`` (job id
-        -> point indexes, from :func:`closing_point`)."""
-        for job_id, (of, agent) in touched.items():
+    def results_stored(self, touched: dict[str, list[Any]], now: float) -> None:
+        """Results of the jobs in ``touched`` were committed: job id -> [runs expected, agent,
+        runs stored just now, adaptive points they closed (from :func:`closing_point`) or
+        None], as the ingest gathers them."""
+        for job_id, (of, agent, new, closing) in touched.items():
             if job_id not in self._running and job_id not in self._complete:
                 self._running.add(job_id)
                 # an expired job whose agent came back with results runs again
                 self.store.set_job_state(job_id, "running", now=now,
                                          only_from=("queued", "sent", "expired"))
-            self.check(job_id, of, agent, counts.get(job_id, 0), (closed or {}).get(job_id, ()))
+            self.check(job_id, of, agent, new, closing or ())
 
     def check(self, job_id: str, of: int, agent: str, new: int,
               closing: Iterable[int] = ()) -> None:

@@ -520,9 +520,7 @@ class Daemon:
         send_ack = self.link.send_ack
         for identity, ids in acks.items():
             send_ack(identity, ids, DAEMON_ID)
-        self.jobs.results_stored({j: (t[0], t[1]) for j, t in touched.items()},
-                                 {j: t[2] for j, t in touched.items()}, now,
-                                 {j: t[3] for j, t in touched.items() if t[3]})
+        self.jobs.results_stored(touched, now)
 
     def _job_done(self, job_id: str, agent: str) -> None:
         if self.tuning.owns(job_id):  # a tune session's measurement: the session goes on

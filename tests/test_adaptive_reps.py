@@ -264,9 +264,8 @@ def test_completion_reads_the_jobs_records_once_however_many_batches(tmp_path, m
             items.append(ResultIn(f"m{idx}-{rep}", "a1", "j1", idx * reps + rep, rec,
                                   rec.to_dict()))
         store.insert_results(items, 0.0)
-        closed = {"j1": [i for i in (closing_point(it.record) for it in items)
-                         if i is not None]}
-        jobs.results_stored({"j1": (n_points * reps, "a1")}, {"j1": runs}, 0.0, closed)
+        closed = [i for i in (closing_point(it.record) for it in items) if i is not None]
+        jobs.results_stored({"j1": [n_points * reps, "a1", runs, closed]}, 0.0)
 
     for idx in range(n_points - 1):
         batch(idx, 3 + idx % 4)
