@@ -1,6 +1,6 @@
 """Measure the bench_suite with ``opptune characterize`` and keep it as eval-mpet CSVs.
 
-Starts a daemon and one agent per board in a temporary directory (this machine's real kernels
+Starts a daemon and one agent per board in a temporary directory (or --workdir) (this machine's real kernels
 and the virtual boards asked), characterises each, and writes
 ``OUT/bench_suite_<name>/data.csv`` per board (the shape ``opptune eval-mpet`` reads; see
 daemon/characterize_cli.py:store_rows). Usage::
@@ -45,6 +45,13 @@ def main(argv=None) -> int:
     ap.add_argument("--reps", type=int, default=3)
     ap.add_argument("--virtual", action="append", default=[], help="virtual board (repeatable)")
     ap.add_argument("--virtual-reps", type=int, default=1)
+    ap.add_argument("--local-id", default="local",
+                    help="agent id of this machine, names its output folder (default local)")
+    ap.add_argument("--run-timeout", type=float, default=600.0,
+                    help="the agent's limit on one run, s (default 600)")
+    ap.add_argument("--workdir", metavar="DIR",
+                    help="keep the daemon's store and the logs here (default: a new temporary "
+                         "folder); export it later with --from-db DIR/opptune.db")
     ap.add_argument("--timeout", type=float, default=3600)
     ap.add_argument("--from-db", metavar="FILE",
                     help="measure nothing: export the store of an earlier run (a copy of it)")
@@ -53,7 +60,11 @@ def main(argv=None) -> int:
     from opptune.daemon.characterize_cli import store_rows, write_store_csv
     from opptune.daemon.client import query
 
-    tmp = Path(tempfile.mkdtemp(prefix="opptune-bench-data-"))
+    if args.workdir:
+        tmp = Path(args.workdir)
+        tmp.mkdir(parents=True, exist_ok=True)
+    else:
+        tmp = Path(tempfile.mkdtemp(prefix="opptune-bench-data-"))
     ep = _endpoint()
     procs = []
 
@@ -74,11 +85,12 @@ def main(argv=None) -> int:
             "agent_timeout_s": 30.0, "auto_sweep": False, "auto_recommend": False},
             {"sweep": {"size": "small", "reps": 1, "warmup": 0}}), "daemon.log")
         base = {"daemon": ep, "heartbeat_s": 1.0, "bench_kernels": ["all"],
-                "run_timeout_s": 600.0}
+                "run_timeout_s": args.run_timeout}
         if args.local_size:
-            agents["local"] = (args.local_size, args.reps)
+            agents[args.local_id] = (args.local_size, args.reps)
             spawn("opptune.agent", _toml(tmp / "local.toml", {
-                **base, "agent_id": "local", "state_dir": str(tmp / "local")}), "local.log")
+                **base, "agent_id": args.local_id, "state_dir": str(tmp / "local")}),
+                "local.log")
         for board in args.virtual:
             agents[board] = ("small", args.virtual_reps)
             spawn("opptune.agent", _toml(tmp / f"{board}.toml", {
