@@ -4,7 +4,9 @@
     python3 benchmarks/mpet.py --quick    # only the prediction time
 
 1. `opptune eval-mpet`'s table (Table 5's columns: geometric mean, median, 70/80/95 % of the
-   error over the trend) on data/loghin_multicore_energy and data/xplat_npb_minife, for each
+   error over the trend) on data/loghin_multicore_energy and data/xplat_npb_minife, and on the
+   bench_suite measured by opptune (`--combine` of data/bench_suite_*: this machine and the
+   two virtual boards, then with the 16-core machine `device` lent), for each
    setup: default (eq. 21/23 on q(n) values, geometric mean, t(1) candidates by validated
    transfers, sc by ratio distances or validated transfers of q(n), whichever predicted the
    target's other workloads better), q-ratio (sc by ratio distances only, the default before),
@@ -21,6 +23,7 @@ from __future__ import annotations
 
 import os
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -28,6 +31,7 @@ import numpy as np
 
 from opptune.daemon.models.mpet_curve import PARAMS
 from opptune.daemon.models.mpet_predict import MpetDatabase, predict_migration
+from opptune.daemon.characterize_cli import combine_csvs
 from opptune.daemon.mpet_cli import DEFAULT_DATA, format_table, run
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -54,12 +58,34 @@ def synthetic_database(n_workloads=20, n_platforms=5, nmax=16, seed=1) -> MpetDa
     return MpetDatabase(profiles, platforms)
 
 
+# the bench_suite sets: one platform per file, evaluated as one database each
+BENCH_SUITE_SETS = {
+    "bench_suite (this machine + 2 virtual boards)": ["local", "rpi4", "odroid_xu4"],
+    "bench_suite (+ the 16-core machine)": ["local", "rpi4", "odroid_xu4", "xeon16"],
+}
+
+
+def datasets(tmp: Path) -> list[tuple[str, Path]]:
+    """(name, CSV) of every evidence set: the two cross-platform sets as shipped, each
+    bench_suite set combined into one CSV under ``tmp``."""
+    out = [(p.split("/")[-2], ROOT / p) for p in DEFAULT_DATA]
+    for i, (name, boards) in enumerate(BENCH_SUITE_SETS.items()):
+        merged = tmp / f"bench_suite_{i}.csv"
+        combine_csvs([str(ROOT / f"data/bench_suite_{b}/data.csv") for b in boards], [], merged)
+        out.append((name, merged))
+    return out
+
+
 def main() -> int:
     if "--quick" not in sys.argv[1:]:
-        for setup in ("default", "q-ratio", "ratio", "sc-distance", "seed", "nested"):
-            for res in run([str(ROOT / p) for p in DEFAULT_DATA], setup=setup):
-                print(format_table(res))
-                print()
+        with tempfile.TemporaryDirectory() as tmp:
+            for name, path in datasets(Path(tmp)):
+                setups = ("default", "q-ratio", "ratio", "sc-distance", "seed", "nested")
+                for setup in setups:
+                    for res in run([str(path)], setup=setup):
+                        res["data"] = name
+                        print(format_table(res))
+                        print()
     start = time.perf_counter()
     db = synthetic_database()
     build_ms = 1000 * (time.perf_counter() - start)

@@ -410,7 +410,10 @@ def _print_prediction(out: dict[str, Any]) -> None:
 def _method_line(m: dict[str, Any]) -> str:
     line = f"method: t(1) by {m['t1_basis']}, scaling by {m['sc_basis']}"
     ch = m.get("sc_choice")
-    if ch:
+    if ch and ch.get("runtime_parameters"):
+        line += (" (q-chosen: sc, the seed's distances, since the workload's profiles and the "
+                 "target's suite carry the runtime parameters)")
+    elif ch:
         errs = ", ".join(f"{b} {_num(100 * e, 1) if e is not None else '-'} %"
                          for b, e in ch["errors"].items())
         line += (f" (q-chosen: {ch['chosen']}, by the geometric-mean error predicting "
@@ -505,7 +508,9 @@ def add_eval_sources(p: argparse.ArgumentParser) -> None:
     p.set_defaults(func=cmd_eval_sources)
 
 
-def _combine_csvs(paths: list[str], rows: list[dict[str, Any]], out: Any) -> None:
+def combine_csvs(paths: list[str], rows: list[dict[str, Any]], out: Any) -> None:
+    """Write ``rows`` and every CSV of ``paths`` as one CSV at ``out`` (the union of their
+    columns): several per-board files evaluated as one database."""
     import csv
     from .mpet_cli import read_error
     fields: list[str] = list(rows[0]) if rows else []
@@ -573,7 +578,7 @@ def cmd_eval_sources(args: argparse.Namespace) -> int:
     with tempfile.TemporaryDirectory(prefix="opptune-eval-mpet-") as tmp:
         merged = Path(tmp) / "combined.csv"
         try:
-            _combine_csvs(paths, rows, merged)
+            combine_csvs(paths, rows, merged)
             results = run([str(merged)], args.max_factor, args.setup)
         except MpetInputError as exc:
             print(f"opptune eval-mpet: {str(exc).replace(str(merged), ' + '.join(label))}",

@@ -98,10 +98,10 @@ def test_characterize_resumes_and_predict_migrates(two_boards):
     assert [(c["platform"], c["workload"]) for c in out["candidates"]["sc"]] == \
         [(out["from"], "pi_integrate")]
     assert out["to_board"] == "odroid-xu4 (virtual)"
-    # xu4's suite besides triad is pi_integrate alone: nothing to score q-chosen's options on
-    assert out["method"]["sc_choice"] == {"chosen": "q-ratio", "checked": 0,
-                                          "errors": {"q-ratio": None, "q-validated": None}}
-    assert out["method"]["sc_basis"] == "q-ratio"
+    # the virtual boards' kernels carry the runtime parameters: sc by the seed's distances
+    assert out["method"]["sc_choice"] == {"chosen": "sc", "checked": 0, "errors": {},
+                                          "runtime_parameters": True}
+    assert out["method"]["sc_basis"] == "sc"
     assert out["method"]["t1_basis"] in ("t1-validated", "t1-ratio")
 
     p = opptune("predict", "--daemon", ep, "--workload", "triad", "--from", "pi", "--to", "xu4")
@@ -111,8 +111,9 @@ def test_characterize_resumes_and_predict_migrates(two_boards):
     assert lines[1].split() == ["n", "t(n)", "s", "interval", "s", "measured", "s"]
     assert [ln.split()[0] for ln in lines[2:6]] == ["1", "2", "3", "4"]
     assert lines[6].startswith("interval: min..max of the single candidates' predictions")
-    assert f"method: t(1) by {out['method']['t1_basis']}, scaling by q-ratio (q-chosen: " \
-        "q-ratio, no other workload on the target to score the options)" in lines, lines
+    assert f"method: t(1) by {out['method']['t1_basis']}, scaling by sc (q-chosen: sc, the " \
+        "seed's distances, since the workload's profiles and the target's suite carry the " \
+        "runtime parameters)" in lines, lines
 
     # scenario (c) migrated: triad with twice its t(1) on the pi takes twice as long on the xu4
     # (virtual boards record runtime parameters, like the native kernels)

@@ -550,6 +550,70 @@ def test_q_chosen_keeps_q_ratio_with_nothing_to_score_and_q_validated_falls_back
         Selection(basis="q-chosen")  # works on q(n) values only
 
 
+def _lock_lookalike(with_params=True, nmax=8):
+    """A scales like GOOD times (1 + 0.1 (n-1)) on every platform, so eq. 21 with GOOD is
+    exact; LOCK's q(n) equals A's on the references P1, P2 but rises steeply on T (a lock
+    that a big machine contends: the locked_update / triad case of the 2-core and 16-core
+    machines). Only the lock wait l(n) of the runtime parameters tells LOCK from A beforehand."""
+    slope = {"P1": 0.05, "P2": 0.08, "T": 0.02}
+    platforms = {p: {"n_nu": None, "n_ht": None, "nmax": nmax} for p in slope}
+    ns = range(1, nmax + 1)
+    profiles = {}
+    for p, a in slope.items():
+        good = {n: 1 + a * (n - 1) for n in ns}
+        qs = {"GOOD": good, "A": {n: good[n] * (1 + 0.1 * (n - 1)) for n in ns}}
+        qs["LOCK"] = qs["A"] if p != "T" else {n: 1 + 0.8 * (n - 1) for n in ns}
+        for w, q in qs.items():
+            prof = {"t": {n: 3.0 * q[n] / n for n in ns}}
+            if with_params:
+                lock = 0.1 if w == "LOCK" else 0.0
+                prof["params"] = {n: {"R": 1 + 0.01 * n, "l": lock * n, "w": 0.01 * n,
+                                      "c": 0.001 * n, "d": 0.001 * n, "s": 0.001 * n,
+                                      "j": 0.001 * n} for n in ns}
+            profiles[(w, p)] = prof
+    return profiles, platforms
+
+
+def test_q_chosen_rates_by_the_seeds_sc_distance_where_runtime_parameters_are_there():
+    """With the runtime parameters, "q-chosen" is the seed's sc basis (eq. 16-19): LOCK,
+    whose q(n) on the references equals A's, is told apart by its lock wait, and GOOD's
+    transfer is exact; without them (an external workload, the CSV datasets) it chooses
+    between q-ratio and q-validated as before, and the ratio basis follows LOCK."""
+    profiles, platforms = _lock_lookalike()
+    truth = profiles[("A", "T")]["t"]
+    got = predict_migration(MpetDatabase(profiles, platforms), "A", "T")
+    assert got.sc_basis == "sc" and got.sc_choice == {
+        "chosen": "sc", "checked": 0, "errors": {}, "runtime_parameters": True}
+    assert got.sc_candidates[0].workload == "GOOD"
+    assert _shape_error(got, truth) < 0.02
+    ratio = predict_migration(MpetDatabase(profiles, platforms), "A", "T",
+                              sc_sel=dataclasses.replace(DEFAULT_SC, basis="q-ratio"))
+    assert ratio.sc_candidates[0].workload == "LOCK" and _shape_error(ratio, truth) > 0.5
+    bare, _ = _lock_lookalike(with_params=False)
+    plain = predict_migration(MpetDatabase(bare, platforms), "A", "T")
+    assert plain.sc_basis in ("q-ratio", "q-validated")
+    assert set(plain.sc_choice["errors"]) == {"q-ratio", "q-validated"}
+    # A's own profile on T carrying parameters does not count: it is what is predicted
+    mixed = dict(bare)
+    mixed[("A", "T")] = profiles[("A", "T")]
+    assert predict_migration(MpetDatabase(mixed, platforms), "A", "T").sc_basis != "sc"
+
+
+def test_extrapolated_q_never_falls_below_the_least_measured():
+    """A line through q(1) = 1 and a superlinear q(2) < 1 turns negative a few cores on (the
+    2-core machine's merge_sort at 10): beyond the measured core counts q(n) stays at or above
+    the least measured value, so every transfer's log is defined."""
+    prof = {"t": {1: 2.0, 2: 0.8}}  # q(2) = 0.8
+    db = MpetDatabase({("W", "P"): prof}, {"P": {"n_nu": None, "n_ht": None, "nmax": 2}})
+    q = db.q_values(("W", "P"), range(1, 17))
+    assert q[0] == pytest.approx(1.0) and q[1] == pytest.approx(0.8)
+    assert np.all(q[2:] >= 0.8 - 1e-12) and np.all(np.isfinite(np.log(q)))
+    # a profile that scales normally keeps its fitted extrapolation
+    up = MpetDatabase({("W", "P"): {"t": {1: 2.0, 2: 1.1}}},
+                      {"P": {"n_nu": None, "n_ht": None, "nmax": 2}})
+    assert up.q_values(("W", "P"), [4])[0] == pytest.approx(1.3)
+
+
 def test_leave_one_out_evaluation_beats_naive_on_separable_data():
     profiles, platforms = synthetic()
     res = evaluate(MpetDatabase(profiles, platforms))

@@ -61,8 +61,9 @@ class Selection:
     eq. 22's r(w) (see ``_validated``); where no tuple can be checked it is "t1-ratio".
     "q-validated" (for sc, space "curve") does the same with q(n) at T's core counts
     (``_validated_q``; where nothing can be checked it is "q-ratio"). "q-chosen" (for sc)
-    takes, per prediction, whichever of q-ratio and q-validated predicted T's other workloads
-    better in a leave-one-out over T's suite (``choose_sc``).
+    takes, per prediction, the seed's "sc" where the instrumented runtime gave the scaling
+    parameters (``runtime_parameters``), else whichever of q-ratio and q-validated predicted
+    T's other workloads better in a leave-one-out over T's suite (``choose_sc``).
     """
     n_platforms: int = 3
     n_workloads: int = 10
@@ -205,7 +206,9 @@ class MpetDatabase:
 
     def q_values(self, key, ns) -> np.ndarray:
         """q(n) = n t(n)/t(1) of a profile at ``ns``: measured where it was, else its fitted
-        curve (eq. 5-7 on its platform's breakpoints), which extrapolates beyond its cores."""
+        curve (eq. 5-7 on its platform's breakpoints), which extrapolates beyond its cores,
+        never below the least q the profile measured (a line through q(1) = 1 and a superlinear
+        q(2) < 1 turns negative: merge_sort on the 2-core machine at 10 cores)."""
         return self._q_values(key, tuple(float(n) for n in ns))
 
     def _q_values(self, key, ns: tuple[float, ...]) -> np.ndarray:
@@ -219,7 +222,9 @@ class MpetDatabase:
             off = 6 * len(PARAMS)
             fitted = eval_curve(self.sc[key][off: off + 6], np.asarray(ns), topo.get("n_nu"),
                                 topo.get("n_ht"))
-            got = cache[(key, ns)] = np.array([meas.get(n, f) for n, f in zip(ns, fitted)])
+            floor = min(meas.values(), default=0.0)
+            got = cache[(key, ns)] = np.array([meas.get(n, max(f, floor))
+                                               for n, f in zip(ns, fitted)])
             got.setflags(write=False)
         return got
 
@@ -777,13 +782,31 @@ def _q_curve(db: MpetDatabase, workload, target, sel: Selection, nsa: np.ndarray
     return reconstruct(*rows, r, sel.max_factor, sel.mean)
 
 
+def runtime_parameters(db: MpetDatabase, workload, target) -> bool:
+    """Whether the seed's scaling parameters R..j (Table 1) are there to rate sc candidates
+    by: in A's profile on every platform it was measured on but T, and in at least one other
+    workload's on T (an external workload or a dataset without the instrumented runtime has
+    them invalid)."""
+    width = 6 * len(PARAMS)
+    has = lambda key: bool(np.isfinite(db.sc[key][:width]).any())  # noqa: E731
+    refs = [k for k in db.sc if k[0] == workload and k[1] != target]
+    suite = [k for k in db.sc if k[1] == target and k[0] != workload]
+    return bool(refs) and all(has(k) for k in refs) and any(has(k) for k in suite)
+
+
 def choose_sc(db: MpetDatabase, workload, target, sel: Selection) -> Selection:
     """Basis "q-chosen": ``sel`` with the basis ``score_sc`` chose."""
     return dataclasses.replace(sel, basis=score_sc(db, workload, target, sel)["chosen"])
 
 
 def score_sc(db: MpetDatabase, workload, target, sel: Selection) -> dict:
-    """Basis "q-chosen": the basis, of SC_OPTIONS, whose scaling predictions of
+    """Basis "q-chosen": "sc" (the seed's distances over sc, eq. 16-19) where the runtime
+    parameters are there (``runtime_parameters``): they tell apart behaviours that q(n) on
+    small platforms does not (on the 2-core machine triad and locked_update both scale about
+    1.2x; on the 16-core one triad scales 8.8x and locked_update slows down, and only the lock
+    wait l(n) differs beforehand). Measured on the bench_suite sets, scaling / full: 7.0 / 18.7
+    -> 7.2 / 18.6 (3 platforms), 14.6 / 25.4 -> 11.6 / 21.7 (with the 16-core machine);
+    docs/mpet.md. Else the basis, of SC_OPTIONS, whose scaling predictions of
     the target's other workloads were best, without A's profile on T (leave-one-out over T's
     suite: each suite workload B' on T removed in turn and predicted from its other
     platforms; geometric mean of the trend errors of t(1) q(n)/n against the measured t(n),
@@ -791,7 +814,10 @@ def score_sc(db: MpetDatabase, workload, target, sel: Selection) -> dict:
     or on a tie. Not in the seed: which transfer suits T is decided on T's own data.
 
     Returns {"chosen": basis, "errors": {basis: the geometric-mean error, None where none
-    could be scored}, "checked": how many B' were scored}."""
+    could be scored}, "checked": how many B' were scored}; with the runtime parameters
+    {"chosen": "sc", "errors": {}, "checked": 0, "runtime_parameters": True}."""
+    if runtime_parameters(db, workload, target):
+        return {"chosen": "sc", "errors": {}, "checked": 0, "runtime_parameters": True}
     options = [dataclasses.replace(sel, basis=b) for b in SC_OPTIONS]
     logs = [[] for _ in options]
     dist = db.distances()
