@@ -52,7 +52,9 @@ def main(argv=None) -> int:
     ap.add_argument("--workdir", metavar="DIR",
                     help="keep the daemon's store and the logs here (default: a new temporary "
                          "folder); export it later with --from-db DIR/opptune.db")
-    ap.add_argument("--timeout", type=float, default=3600)
+    ap.add_argument("--timeout", type=float, default=3600,
+                    help="longest wait, s, for the re-measures of marked points after the "
+                         "sweeps (default 3600)")
     ap.add_argument("--from-db", metavar="FILE",
                     help="measure nothing: export the store of an earlier run (a copy of it)")
     args = ap.parse_args(argv)
@@ -114,6 +116,20 @@ def main(argv=None) -> int:
                             "--daemon", ep, "--agent", agent, "--size", size, "--reps",
                             str(reps), "--wait", "--timeout", "30"], check=True)
             print(f"{agent}: {time.time() - started:.0f} s", file=sys.stderr)
+        # --wait ends with the jobs; points marked for interference are measured again after
+        # that (the daemon's re-measure): wait for those too, or the export lacks them
+        deadline = time.monotonic() + args.timeout
+        while agents:
+            st = query(ep, "status", timeout_s=10)
+            pending = [m for m in st.get("remeasure") or [] if m["agent"] in agents
+                       and m["state"] in ("waiting", "measuring")]
+            if not pending:
+                break
+            if time.monotonic() > deadline:
+                print(f"exporting with {len(pending)} re-measure(s) still pending",
+                      file=sys.stderr)
+                break
+            time.sleep(1.0)  # a polling interval, not synchronisation
         data = query(ep, "mpet_data", {}, timeout_s=30)
         rows = store_rows(data)
         names = {pid: a for a, pid in data["agents"].items()}
