@@ -7,8 +7,10 @@ parameters; each runs at the size asked where it has it, else at its first size)
 frequencies spread over its range (min, mid, max), else at the board's own frequency. A kernel
 with a done job of the same size that covered every point it would measure is skipped (resuming
 after an interruption; a tune's one-point jobs or an import do not count);
-one with a job still under way (or expired, which is resent at the agent's hello) is reported,
-not sent twice; one whose job failed is queued again.
+one with such a job still under way (or expired, which is resent at the agent's hello) is
+reported, not sent twice; one whose job failed is queued again. The frequency grid is chosen
+once from the board's description (its last hello, which the store keeps across a restart),
+so the line printed says what is measured even when nothing is queued.
 
 ``mpet_data``: the MPET database of the store: per (workload, platform) the median time per core
 count (at the highest frequency measured for that group; runs at the board's own frequency when
@@ -85,10 +87,13 @@ def characterize(d: Daemon, args: dict[str, Any]) -> dict[str, Any]:
     for k in sorted(sizes):
         mine = [j for j in d.store.jobs_for(agent, k) if j["size"] == sizes[k]]
         planned = _planned_points(d, info.platform, k, sizes[k], opts, grid)
-        if any(j["state"] == "done" and planned <= _points(j["points"]) for j in mine):
+        covering = [j for j in mine if planned <= _points(j["points"])]
+        if any(j["state"] == "done" for j in covering):
             done.append(k)
-        elif any(j["state"] in FOLLOWED for j in mine):
-            under_way += [_job(j) for j in mine if j["state"] in FOLLOWED]
+        elif any(j["state"] in FOLLOWED for j in covering):
+            # only a job that measures it all is "under way" for the user (not a sweep of
+            # fewer cores or frequencies: waiting on that one would not characterise it)
+            under_way += [_job(j) for j in covering if j["state"] in FOLLOWED]
         else:
             todo.setdefault(sizes[k], []).append(k)
     queued: list[dict[str, Any]] = []

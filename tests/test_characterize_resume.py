@@ -112,8 +112,20 @@ def test_a_board_without_cpufreq_is_characterised_at_its_own_frequency_after_res
     c.start_agent()
     try:
         c.wait_for(alive, timeout=30, what="agent")
-        assert sum(ln.startswith("queued: job ") and "(2 points x 2 reps)" in ln
-                   for ln in run()) == 2
+        # a sweep of triad on 1 core, held in the daemon while the board is away: it is no
+        # characterisation of triad, so characterize queues triad, not "under way: job ..."
+        c.kill("agent")
+        c.agent = None
+        p = subprocess.run([sys.executable, "-m", "opptune.daemon.cli", "sweep", "--daemon",
+                            c.endpoint, "--agent", "dev", "--workload", "triad", "--size",
+                            "small", "--reps", "2", "--max-cores", "1"],
+                           capture_output=True, text=True, timeout=60)
+        assert p.returncode == 0, p.stderr
+        first = run()
+        assert [ln.split(maxsplit=3)[3] for ln in first if ln.startswith("queued: job ")] == \
+            ["pi_integrate (2 points x 2 reps)", "triad (2 points x 2 reps)"], first
+        assert not any(ln.startswith("under way") for ln in first), first
+        c.start_agent()
         # at once again: nothing queued, every kernel under way or done
         again = run()
         assert not any(ln.startswith("queued") for ln in again), again
@@ -138,7 +150,7 @@ def test_a_board_without_cpufreq_is_characterised_at_its_own_frequency_after_res
         queued = [ln for ln in run("default") if ln.startswith("queued: job ")]
         assert len(queued) == 2 and all("(2 points x 2 reps)" in ln for ln in queued), queued
         points = [p for (text,) in c.rows("SELECT points FROM jobs") for p in json.loads(text)]
-        assert len(points) == 8 and {p["freq_khz"] for p in points} == {None}
+        assert len(points) == 1 + 8 and {p["freq_khz"] for p in points} == {None}
         assert c.rows("SELECT DISTINCT freq_mhz FROM runs") == [(None,)]
     finally:
         c.stop()
