@@ -7,8 +7,10 @@ parameters; each runs at the size asked where it has it, else at its first size)
 frequencies spread over its range (min, mid, max), else at the board's own frequency. A kernel
 with a done job of the same size that covered every point it would measure is skipped (resuming
 after an interruption; a tune's one-point jobs or an import do not count);
-one with a job still under way (or expired, which is resent at the agent's hello) is reported,
-not sent twice; one whose job failed is queued again.
+one with such a job still under way (or expired, which is resent at the agent's hello) is
+reported, not sent twice; one whose job failed is queued again. The frequency grid is chosen
+once from the board's description (its last hello, which the store keeps across a restart),
+so the line printed says what is measured even when nothing is queued.
 
 ``mpet_data``: the MPET database of the store: per (workload, platform) the median time per core
 count (at the highest frequency measured for that group; runs at the board's own frequency when
@@ -78,29 +80,26 @@ def characterize(d: Daemon, args: dict[str, Any]) -> dict[str, Any]:
                                            f"daemon's configuration): give --size") from None
     opts = {k: counts[k] for k in ("reps", "max_cores") if counts[k] is not None}
     opts["warmup"] = counts["warmup"] or 0
+    # decided once from the board's description (its last hello, kept in the store across a
+    # restart), whether or not anything is queued: the line printed says what is measured
+    grid = frequency_grid(d, info.platform, size, opts)
     done, under_way, todo = [], [], {}
     for k in sorted(sizes):
         mine = [j for j in d.store.jobs_for(agent, k) if j["size"] == sizes[k]]
-        planned = _planned_points(d, info.platform, k, sizes[k], opts)
-        if any(j["state"] == "done" and planned <= _points(j["points"]) for j in mine):
+        planned = _planned_points(d, info.platform, k, sizes[k], opts, grid)
+        covering = [j for j in mine if planned <= _points(j["points"])]
+        if any(j["state"] == "done" for j in covering):
             done.append(k)
-        elif any(j["state"] in FOLLOWED for j in mine):
-            under_way += [_job(j) for j in mine if j["state"] in FOLLOWED]
+        elif any(j["state"] in FOLLOWED for j in covering):
+            # only a job that measures it all is "under way" for the user (not a sweep of
+            # fewer cores or frequencies: waiting on that one would not characterise it)
+            under_way += [_job(j) for j in covering if j["state"] in FOLLOWED]
         else:
             todo.setdefault(sizes[k], []).append(k)
-    grid: str | int = FREQ_STEPS
     queued: list[dict[str, Any]] = []
     for sz, names in sorted(todo.items()):
-        query = {"agent": agent, "workloads": names, "size": sz, **opts}
-        if grid != "none":
-            try:
-                queued += d.sweeps.query({**query, "frequency_grid": FREQ_STEPS})
-                continue
-            except HandlerError as exc:
-                if exc.code != "bad_args" or "cannot plan" not in str(exc):
-                    raise
-                grid = "none"  # no cpufreq to set: cores only, at the board's own frequency
-        queued += d.sweeps.query({**query, "frequency_grid": "none"})
+        queued += d.sweeps.query({"agent": agent, "workloads": names, "size": sz, **opts,
+                                  "frequency_grid": grid})
     return {"agent": agent, "size": size, "kernels": kernels, "commands": sorted(commands),
             "command_sizes": {c: sizes[c] for c in sorted(commands)}, "skipped": done,
             "under_way": under_way, "queued": queued,
@@ -114,20 +113,30 @@ def _points(points: Any) -> set[tuple]:
              str(p.get("variant", ""))) for p in points or [] if isinstance(p, dict)}
 
 
+def frequency_grid(d: Daemon, platform: dict[str, Any] | None, size: str,
+                   opts: dict[str, Any]) -> str | int:
+    """``FREQ_STEPS`` where the board's cpufreq offers frequencies for every point of the
+    sweep, else "none" (cores only, at the board's own frequency: nothing it cannot set)."""
+    try:
+        plan_sweep(platform or {}, "", d.config.sweep, size=size, reps=opts.get("reps"),
+                   max_cores=opts.get("max_cores"), frequency_grid=FREQ_STEPS)
+    except (PlanError, ValueError):
+        return "none"
+    return FREQ_STEPS
+
+
 def _planned_points(d: Daemon, platform: dict[str, Any] | None, workload: str, size: str,
-                    opts: dict[str, Any]) -> set[tuple]:
+                    opts: dict[str, Any], grid: str | int) -> set[tuple]:
     """The points characterize would measure ``workload`` at: a done job counts as this
     characterisation only when it covered them all (a tune's one-point jobs, an import or a
     sweep of fewer cores do not)."""
-    for grid in (FREQ_STEPS, "none"):
-        try:
-            job = plan_sweep(platform or {}, workload, d.config.sweep, size=size,
-                             reps=opts.get("reps"), max_cores=opts.get("max_cores"),
-                             frequency_grid=grid)
-            return _points(job["points"])
-        except (PlanError, ValueError):
-            continue
-    return set()
+    try:
+        job = plan_sweep(platform or {}, workload, d.config.sweep, size=size,
+                         reps=opts.get("reps"), max_cores=opts.get("max_cores"),
+                         frequency_grid=grid)
+    except (PlanError, ValueError):
+        return set()
+    return _points(job["points"])
 
 
 def _job(j: dict[str, Any]) -> dict[str, Any]:

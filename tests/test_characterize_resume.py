@@ -1,11 +1,17 @@
 """``opptune characterize`` interrupted half-way and resumed, with real processes: the CLI is
 stopped with SIGINT while it waits, the daemon is killed with SIGKILL while the agent is
 mid-sweep; after the daemon restarts on its database, running characterize again queues nothing
-twice and the store ends with every point of every kernel exactly once."""
+twice and the store ends with every point of every kernel exactly once. On a board without
+cpufreq every run of characterize (again without a restart, after a restart of both, after
+the agent's alone) says the board's own frequency and plans no frequency."""
 
 from __future__ import annotations
 
 import collections
+import glob
+import json
+import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -13,6 +19,7 @@ import sys
 import pytest
 
 from opptune.agent.virtual_board import make_tree
+from fake_trees import fake_tree
 from procs import Cluster, received
 
 pytestmark = pytest.mark.integration
@@ -68,5 +75,84 @@ def test_interrupted_characterize_resumes_with_every_point_once(tmp_path):
         assert all(v == 1 for v in counts.values()), [k for k, v in counts.items() if v > 1]
         per_kernel = collections.Counter(w for w, *_ in counts)
         assert per_kernel == {k: POINTS * 2 for k in KERNELS}
+    finally:
+        c.stop()
+
+
+def no_cpufreq_tree(tmp_path) -> str:
+    """The rpi4's tree without cpufreq, as on a KVM guest: the real agent reads its topology
+    there and runs the real kernels on cpus 0-1 of this machine."""
+    root = fake_tree(tmp_path, "rpi4")
+    shutil.rmtree(os.path.join(root, "sys/devices/system/cpu/cpufreq"))
+    for link in glob.glob(os.path.join(root, "sys/devices/system/cpu/cpu*/cpufreq")):
+        os.remove(link)
+    return root
+
+
+def test_a_board_without_cpufreq_is_characterised_at_its_own_frequency_after_restarts(
+        tmp_path):
+    # no recommendation: the tree's 4 cpus are more than this machine may have to verify on
+    c = Cluster(tmp_path, kernels=("pi_integrate", "triad"), auto_sweep=False, extra_agent={
+        "agent_id": "dev", "sysfs_root": no_cpufreq_tree(tmp_path)},
+        extra_daemon={"auto_recommend": False})
+
+    def run(size: str = "small", *extra: str) -> list[str]:
+        p = subprocess.run([sys.executable, "-m", "opptune.daemon.cli", "characterize",
+                            "--daemon", c.endpoint, "--agent", "dev", "--size", size,
+                            "--reps", "2", "--max-cores", "2", "--timeout", "30", *extra],
+                           capture_output=True, text=True, timeout=300)
+        assert p.returncode == 0 and not p.stderr, p.stdout + p.stderr + c.logs()
+        lines = p.stdout.splitlines()
+        assert lines[0] == f"characterize dev: 2 kernels at size {size}, frequencies: " \
+                           "board's own", lines
+        return lines
+
+    def alive(s):
+        return any(a["alive"] for a in s["agents"])
+
+    c.start_daemon()
+    c.start_agent()
+    try:
+        c.wait_for(alive, timeout=30, what="agent")
+        # a sweep of triad on 1 core, held in the daemon while the board is away: it is no
+        # characterisation of triad, so characterize queues triad, not "under way: job ..."
+        c.kill("agent")
+        c.agent = None
+        p = subprocess.run([sys.executable, "-m", "opptune.daemon.cli", "sweep", "--daemon",
+                            c.endpoint, "--agent", "dev", "--workload", "triad", "--size",
+                            "small", "--reps", "2", "--max-cores", "1"],
+                           capture_output=True, text=True, timeout=60)
+        assert p.returncode == 0, p.stderr
+        first = run()
+        assert [ln.split(maxsplit=3)[3] for ln in first if ln.startswith("queued: job ")] == \
+            ["pi_integrate (2 points x 2 reps)", "triad (2 points x 2 reps)"], first
+        assert not any(ln.startswith("under way") for ln in first), first
+        c.start_agent()
+        # at once again: nothing queued, every kernel under way or done
+        again = run()
+        assert not any(ln.startswith("queued") for ln in again), again
+        assert all(k in "\n".join(again[1:]) for k in ("pi_integrate", "triad")), again
+
+        c.stop()  # SIGTERM both, as timeout does, mid-sweep or not
+        c.start_daemon()
+        c.start_agent()
+        # at once after the restart (the board as the store kept it until the agent says hello)
+        assert not any(ln.startswith("queued") for ln in run())
+        c.wait_for(alive, timeout=30, what="the agent back")
+        run("small", "--wait")
+        assert run()[1:] == ["skipped (already measured): pi_integrate, triad",
+                             "nothing to queue: every workload is already measured"]
+
+        c.kill("agent")
+        c.agent = None
+        c.wait_for(lambda s: not alive(s), timeout=30, what="the daemon to miss the agent")
+        c.start_agent()
+        c.wait_for(alive, timeout=30, what="the agent's hello")
+        # new jobs planned after the restarts: cores only, no frequency the board cannot set
+        queued = [ln for ln in run("default") if ln.startswith("queued: job ")]
+        assert len(queued) == 2 and all("(2 points x 2 reps)" in ln for ln in queued), queued
+        points = [p for (text,) in c.rows("SELECT points FROM jobs") for p in json.loads(text)]
+        assert len(points) == 1 + 8 and {p["freq_khz"] for p in points} == {None}
+        assert c.rows("SELECT DISTINCT freq_mhz FROM runs") == [(None,)]
     finally:
         c.stop()
