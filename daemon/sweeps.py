@@ -157,4 +157,6 @@ def offline_text(agent: str, keyring: Any, what: str = "") -> str:
     else that it has not said hello to this daemon since it started."""
     why = keyring.refusal_of(agent) if keyring is not None else None
     return (f"agent '{agent}' is not connected: {why}{what}" if why
-            else f"agent '{agent}' has not connected to this daemon instance{what}")
+            else f"agent '{agent}' has not connected to this daemon instance{what}: start "
+                 f"its opptune-agent (or wait for its hello; 'opptune status' lists the agents "
+                 f"connected) and try again")

@@ -43,7 +43,6 @@ def test_sweep_refused_at_once_wait_done_and_wait_failed(cluster):
         "pi_integrate; it offers small, default"]
     assert p.stdout == ""
     assert cluster.status()["jobs"] == []
-
     p = opptune("sweep", "--daemon", ep, "--agent", "test-agent", "--workload", "pi_integrate",
                 "--size", "small", "--reps", "1", "--warmup", "0", "--max-cores", "1",
                 "--wait", "--json")
@@ -66,6 +65,20 @@ def test_sweep_refused_at_once_wait_done_and_wait_failed(cluster):
     states = {j["workload"]: (j["state"], j["reason"]) for j in st["jobs"]}
     assert states["pi_integrate"] == ("done", None)
     assert states["broken"][0] == "failed"
+
+    # a restarted daemon knows the agent from its store, but the agent is down: refused,
+    # saying what to do
+    cluster.kill("agent")
+    cluster.agent = None
+    cluster.kill("daemon")
+    cluster.start_daemon()
+    cluster.wait_for(lambda s: True, timeout=30, what="the restarted daemon")
+    p = opptune("sweep", "--daemon", ep, "--agent", "test-agent", "--workload", "pi_integrate")
+    assert p.returncode == 1, p.stderr  # not a usage error: it may work later
+    assert p.stderr.strip().splitlines() == [
+        "opptune sweep: daemon refused the query: agent 'test-agent' has not connected to this "
+        "daemon instance: start its opptune-agent (or wait for its hello; 'opptune status' "
+        "lists the agents connected) and try again"]
 
 
 def test_wait_exits_1_when_the_agent_goes_away(tmp_path):
