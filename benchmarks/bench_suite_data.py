@@ -1,7 +1,8 @@
 """Measure the bench_suite with ``opptune characterize`` and keep it as eval-mpet CSVs.
 
-Starts a daemon and one agent per board in a temporary directory (or --workdir) (this machine's real kernels
-and the virtual boards asked), characterises each, and writes
+Starts a daemon and one agent per board (this machine's real kernels and the virtual boards
+asked) in a temporary directory or --workdir, characterises each, waits for the re-measures of
+points marked for interference, and writes
 ``OUT/bench_suite_<name>/data.csv`` per board (the shape ``opptune eval-mpet`` reads; see
 daemon/characterize_cli.py:store_rows). Usage::
 

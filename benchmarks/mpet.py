@@ -8,8 +8,9 @@
    bench_suite measured by opptune (`--combine` of data/bench_suite_*: this machine and the
    two virtual boards, then with the 16-core machine `device` lent), for each
    setup: default (eq. 21/23 on q(n) values, geometric mean, t(1) candidates by validated
-   transfers, sc by ratio distances or validated transfers of q(n), whichever predicted the
-   target's other workloads better), q-ratio (sc by ratio distances only, the default before),
+   transfers, sc by the seed's distances where the runtime parameters are there, else by ratio
+   distances or validated transfers of q(n), whichever predicted the target's other workloads
+   better), q-ratio (sc by ratio distances only, the default before),
    ratio (q-ratio with t(1) candidates by ratio distances), sc-distance (the seed's distances over sc), seed (section 4.1 as written)
    and nested (settings chosen per workload without that workload's data).
 2. Time of one migration prediction (t(1) and sc, section 4.1's setup) with a database of
