@@ -23,11 +23,13 @@ NUMA node when the order spans more; n_ht: physical cores filled before SMT sibl
 from __future__ import annotations
 
 import json
+import math
 import statistics
 from typing import TYPE_CHECKING, Any
 
 import msgpack
 
+from ..shared.records import DERIVED_COUNTERS
 from .errors import HandlerError
 from .jobs import ACTIVE_JOB_STATES
 from .planner import PlanError, physical_cores, plan_sweep, sweep_order
@@ -158,7 +160,8 @@ def breakpoints(platform: dict[str, Any]) -> dict[str, Any]:
 
 
 def mpet_data(d: Daemon, args: dict[str, Any]) -> dict[str, Any]:
-    """Profiles as ``[{workload, platform, size, freq_mhz, t: {n: s}, params: {n: {..}}}]``
+    """Profiles as ``[{workload, platform, size, freq_mhz, t: {n: s}, params: {n: {..}},
+    counters: {n: {name: value}}}]`` (counters: the derived ones, ``DERIVED_COUNTERS``)
     and ``platforms: {id: {n_nu, n_ht, nmax, board}}``; args.size keeps one size class."""
     size = args.get("size")
     groups: dict[tuple, dict[Any, dict[int, list]]] = {}
@@ -174,24 +177,33 @@ def mpet_data(d: Daemon, args: dict[str, Any]) -> dict[str, Any]:
             continue
         raw = json.loads(text) if packed is None else msgpack.unpackb(packed)
         mpet = (raw.get("extra") or {}).get("mpet")
+        ctrs = raw.get("counters") if isinstance(raw.get("counters"), dict) else {}
         groups.setdefault((work, plat, inp), {}).setdefault(freq, {}).setdefault(
-            int(cores), []).append((t, mpet if isinstance(mpet, dict) else None))
+            int(cores), []).append((t, mpet if isinstance(mpet, dict) else None,
+                                    {k: float(v) for k, v in ctrs.items()
+                                     if k in DERIVED_COUNTERS and _finite(v)}))
     profiles = []
     for (work, plat, inp), by_freq in sorted(groups.items(), key=lambda kv: str(kv[0])):
         freq = max((f for f in by_freq if f is not None), default=None)
         per_n = by_freq[freq]
         prof: dict[str, Any] = {"workload": work, "platform": plat, "size": inp,
-                                "freq_mhz": freq, "t": {}, "params": {}}
-        t1 = statistics.median(t for t, _ in per_n[1]) if 1 in per_n else None
+                                "freq_mhz": freq, "t": {}, "params": {}, "counters": {}}
+        t1 = statistics.median(t for t, _, _ in per_n[1]) if 1 in per_n else None
         for n, runs in sorted(per_n.items()):
-            prof["t"][str(n)] = statistics.median(t for t, _ in runs)
+            prof["t"][str(n)] = statistics.median(t for t, _, _ in runs)
             # a parallel run cannot know t(1): R(n) = exec_s(n) / t(1) (bench_suite.accounting)
             ps = [m if "R" in m or not t1 or not isinstance(m.get("exec_s"), (int, float))
-                  else {**m, "R": float(m["exec_s"]) / t1} for _, m in runs if m]
+                  else {**m, "R": float(m["exec_s"]) / t1} for _, m, _ in runs if m]
             vals = {k: statistics.fmean(float(m[k]) for m in ps) for k in MPET_KEYS
                     if ps and all(isinstance(m.get(k), (int, float)) for m in ps)}
             if vals:
                 prof["params"][str(n)] = vals
+            # the derived counters (relative values) every run of the point gave, as the
+            # seed's pc: their mean; one a board cannot count stays out (invalid in sc)
+            ctrs = {k: statistics.fmean(c[k] for _, _, c in runs) for k in DERIVED_COUNTERS
+                    if all(k in c for _, _, c in runs)}
+            if ctrs:
+                prof["counters"][str(n)] = ctrs
         profiles.append(prof)
     platforms = {}
     for plat in {p["platform"] for p in profiles}:
@@ -200,6 +212,10 @@ def mpet_data(d: Daemon, args: dict[str, Any]) -> dict[str, Any]:
     agents = {a.agent_id: a.platform_id for a in d.registry.all()}
     return {"profiles": profiles, "platforms": platforms, "agents": agents,
             "marked_only": [] if d.store.accept_load else _marked_only(d, groups, size)}
+
+
+def _finite(v: Any) -> bool:
+    return isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
 
 
 def _marked_only(d: Daemon, groups: dict[tuple, Any], size: str | None) -> list[dict[str, Any]]:

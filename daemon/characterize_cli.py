@@ -140,7 +140,8 @@ def build_database(data: dict[str, Any], size: str | None):
             if len(profiles[key]["t"]) >= len(p["t"]):
                 continue
         profiles[key] = {"t": {int(n): v for n, v in p["t"].items()},
-                         "params": {int(n): v for n, v in p["params"].items()}, "counters": {}}
+                         "params": {int(n): v for n, v in p["params"].items()},
+                         "counters": {int(n): v for n, v in (p.get("counters") or {}).items()}}
     platforms = {}
     for k, v in data["platforms"].items():
         # t(n) up to the most cores the platform's suite was measured on, not beyond
@@ -446,7 +447,8 @@ CSV_COLUMNS = ("platform", "workload", "variant", "cores", "time_s", "size", "fr
 def store_rows(data: dict[str, Any], size: str | None = None) -> list[dict[str, Any]]:
     """One row per (platform, workload, cores) of the daemon's ``mpet_data`` answer, in the
     tidy shape ``opptune eval-mpet`` reads (median time; MPET parameters R..j where the runtime
-    recorded them, empty where not, e.g. an external command). ``platform`` is the board's
+    recorded them, empty where not, e.g. an external command; counter.NAME for the derived
+    counters the board gave). ``platform`` is the board's
     name, with the platform id's head when two platforms share a name."""
     from .models.mpet_curve import PARAMS
     profiles, _ = build_database(data, size)
@@ -472,15 +474,20 @@ def store_rows(data: dict[str, Any], size: str | None = None) -> list[dict[str, 
             for k in PARAMS:
                 v = params.get(k)
                 row[k] = f"{v:.6g}" if isinstance(v, (int, float)) else ""
+            for k, v in sorted((prof["counters"].get(n) or {}).items()):
+                row[f"counter.{k}"] = f"{v:.6g}"
             rows.append(row)
     return rows
 
 
 def write_store_csv(path: Any, rows: list[dict[str, Any]]) -> None:
+    """``store_rows`` as the CSV ``--data`` reads; counter.NAME columns where any row has
+    one (empty where a board could not count it)."""
     import csv
     from .models.mpet_curve import PARAMS
+    counters = sorted({k for r in rows for k in r if k.startswith("counter.")})
     with open(path, "w", newline="") as fh:
-        w = csv.DictWriter(fh, fieldnames=[*CSV_COLUMNS, *PARAMS])
+        w = csv.DictWriter(fh, fieldnames=[*CSV_COLUMNS, *PARAMS, *counters], restval="")
         w.writeheader()
         w.writerows(rows)
 

@@ -17,6 +17,20 @@ from typing import Any, NamedTuple
 from .protocol import INT32_MAX
 
 
+# Counters a record derives from the raw hardware events (agent/meters/perf.py): name ->
+# (numerator, denominator). Relative values, comparable between runs of different lengths and
+# boards, so MPET's sc takes them (seed 000 eq. 8-9, "pc").
+DERIVED_COUNTERS = {
+    "ipc": ("instructions", "cycles"),
+    "cache_miss_rate": ("cache-misses", "cache-references"),
+    "branch_miss_rate": ("branch-misses", "branches"),
+    "branches_per_instruction": ("branches", "instructions"),
+    "l1d_miss_rate": ("L1-dcache-load-misses", "L1-dcache-loads"),
+    "l1d_misses_per_instruction": ("L1-dcache-load-misses", "instructions"),
+    "llc_miss_rate": ("LLC-load-misses", "LLC-loads"),
+}
+
+
 class RecordError(ValueError):
     """A record that cannot be accepted; the message names the field."""
 

@@ -253,6 +253,53 @@ def test_mpet_profiles_leave_out_runs_marked_for_a_neighbour(tmp_path):
         d.close()
 
 
+def test_mpet_profiles_carry_the_derived_counters_into_sc_and_the_csv(tmp_path):
+    """The seed's sc holds counters beside the runtime parameters (eq. 8-9): the store's runs
+    give their derived counters (relative values) per core count, mean over the point's runs;
+    one that not every run counted stays out (invalid). The exported CSV carries them as
+    counter.NAME and eval-mpet's reader takes them back."""
+    from opptune.daemon.characterize import mpet_data
+    from opptune.daemon.characterize_cli import build_database, store_rows, write_store_csv
+    from opptune.daemon.models.mpet_predict import MpetDatabase
+    from opptune.daemon.mpet_cli import load_csv
+    from opptune.daemon.service import Daemon
+    from opptune.daemon.store import ResultIn
+    from opptune.shared.config import DaemonConfig
+    from opptune.shared.records import RunRecord
+
+    d = Daemon(DaemonConfig(bind="tcp://127.0.0.1:0", database=str(tmp_path / "d.db")))
+    try:
+        d.store.save_platform("p", {"sweep_order": [0, 1], "hostname": "b"}, 1.0)
+        d.store.save_job("a", {"job_id": "j", "workload": "k", "size": "small", "reps": 2,
+                               "warmup": 0, "points": [{"cpus": [0], "threads": 1},
+                                                       {"cpus": [0, 1], "threads": 2}]}, 1.0)
+        ctrs = [{"ipc": 2.0, "llc_miss_rate": 0.1, "task-clock": 1e9},
+                {"ipc": 1.0, "llc_miss_rate": None, "cycles": 5.0},
+                {"ipc": 1.5}, {"ipc": 0.5, "llc_miss_rate": 0.3}]
+        recs = [RunRecord(platform="p", workload="k", input="small", cores=1 + i // 2,
+                          cpus=list(range(1 + i // 2)), threads=1 + i // 2, rep=i % 2,
+                          time_s=1.0 / (1 + i // 2), counters=c) for i, c in enumerate(ctrs)]
+        d.store.insert_results([ResultIn(f"m{i}", "a", "j", i, r, r.to_dict())
+                                for i, r in enumerate(recs)], 2.0)
+        data = mpet_data(d, {})
+        (prof,) = data["profiles"]
+        # raw events (task-clock, cycles) are no relative value; llc_miss_rate had a None run
+        assert prof["counters"] == {"1": {"ipc": 1.5}, "2": {"ipc": 1.0}}
+        profiles, platforms = build_database(data, None)
+        db = MpetDatabase(profiles, platforms)
+        assert db.counters == ["ipc"]
+        at = dict(zip(db.names, db.sc[("k", "p")]))
+        assert at["ipc.m_base"] == pytest.approx(-0.5) and at["ipc.b_base"] == pytest.approx(2.0)
+        rows = store_rows(data)
+        write_store_csv(tmp_path / "k.csv", rows)
+        header = (tmp_path / "k.csv").read_text().splitlines()[0].split(",")
+        assert header[-1] == "counter.ipc" and "counter.llc_miss_rate" not in header
+        back, _ = load_csv(tmp_path / "k.csv")
+        assert back[("k", "b")]["counters"] == {1: {"ipc": 1.5}, 2: {"ipc": 1.0}}
+    finally:
+        d.close()
+
+
 def test_a_workload_whose_runs_are_all_marked_is_named_so_not_unmeasured(tmp_path):
     """Walking issue 19 on the loaded 2-core machine: every run of a command workload was
     marked for interference, and 'opptune predict --workload W --on P' said W was not

@@ -27,6 +27,8 @@ import subprocess
 import sysconfig
 from typing import TYPE_CHECKING, Any
 
+from ...shared.records import DERIVED_COUNTERS
+
 if TYPE_CHECKING:
     from ...shared.records import RunRecord
     from ..runspec import RunSpec
@@ -132,15 +134,7 @@ EVENTS: dict[str, tuple[int, int]] = {
 DEFAULT_EVENTS = tuple(EVENTS)
 
 # derived name -> (numerator, denominator)
-DERIVED = {
-    "ipc": ("instructions", "cycles"),
-    "cache_miss_rate": ("cache-misses", "cache-references"),
-    "branch_miss_rate": ("branch-misses", "branches"),
-    "branches_per_instruction": ("branches", "instructions"),
-    "l1d_miss_rate": ("L1-dcache-load-misses", "L1-dcache-loads"),
-    "l1d_misses_per_instruction": ("L1-dcache-load-misses", "instructions"),
-    "llc_miss_rate": ("LLC-load-misses", "LLC-loads"),
-}
+DERIVED = DERIVED_COUNTERS  # defined with the record, which carries them
 
 
 class PerfEventAttr(ctypes.Structure):
