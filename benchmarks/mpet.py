@@ -32,8 +32,7 @@ import numpy as np
 
 from opptune.daemon.models.mpet_curve import PARAMS
 from opptune.daemon.models.mpet_predict import MpetDatabase, predict_migration
-from opptune.daemon.characterize_cli import combine_csvs
-from opptune.daemon.mpet_cli import DEFAULT_DATA, format_table, run
+from opptune.daemon.mpet_cli import DEFAULT_DATA, combine_csvs, format_table, run
 
 ROOT = Path(__file__).resolve().parent.parent
 TARGET_MS = 100.0

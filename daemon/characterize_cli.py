@@ -515,31 +515,10 @@ def add_eval_sources(p: argparse.ArgumentParser) -> None:
     p.set_defaults(func=cmd_eval_sources)
 
 
-def combine_csvs(paths: list[str], rows: list[dict[str, Any]], out: Any) -> None:
-    """Write ``rows`` and every CSV of ``paths`` as one CSV at ``out`` (the union of their
-    columns): several per-board files evaluated as one database."""
-    import csv
-    from .mpet_cli import read_error
-    fields: list[str] = list(rows[0]) if rows else []
-    every = list(rows)
-    for path in paths:
-        try:
-            with open(path, newline="") as fh:
-                r = csv.DictReader(fh)
-                every += list(r)
-                fields += [f for f in r.fieldnames or [] if f not in fields]
-        except (OSError, UnicodeDecodeError, csv.Error) as exc:
-            raise read_error(path, exc)
-    with open(out, "w", newline="") as fh:
-        w = csv.DictWriter(fh, fieldnames=fields, restval="")
-        w.writeheader()
-        w.writerows(every)
-
-
 def cmd_eval_sources(args: argparse.Namespace) -> int:
     import tempfile
     from pathlib import Path
-    from .mpet_cli import MpetInputError, cmd_eval_mpet, print_results, run
+    from .mpet_cli import MpetInputError, cmd_eval_mpet, combine_csvs, print_results, run
     # --config alone names the daemon too (its bind), as for 'opptune status'
     store = bool(args.daemon or args.config)
     if not args.combine and not store:

@@ -192,6 +192,25 @@ def add_parser(subparsers: Any) -> None:
     add_eval_sources(p)
 
 
+def combine_csvs(paths: list[str], rows: list[dict[str, Any]], out: Any) -> None:
+    """Write ``rows`` and every CSV of ``paths`` as one CSV at ``out`` (the union of their
+    columns): several per-board files evaluated as one database."""
+    fields: list[str] = list(rows[0]) if rows else []
+    every = list(rows)
+    for path in paths:
+        try:
+            with open(path, newline="") as fh:
+                r = csv.DictReader(fh)
+                every += list(r)
+                fields += [f for f in r.fieldnames or [] if f not in fields]
+        except (OSError, UnicodeDecodeError, csv.Error) as exc:
+            raise read_error(path, exc)
+    with open(out, "w", newline="") as fh:
+        w = csv.DictWriter(fh, fieldnames=fields, restval="")
+        w.writeheader()
+        w.writerows(every)
+
+
 def run(paths: list[str], max_factor: float | None = None, setup: str = "default") -> list[dict]:
     """Evaluate each CSV with one of SETUPS (optionally bounded sc factors)."""
     if max_factor is not None and not max_factor > 1:
