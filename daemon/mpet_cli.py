@@ -81,14 +81,22 @@ def load_csv(path: str | Path) -> tuple[dict, dict]:
     path = Path(path)
     try:
         with path.open(newline="") as fh:
-            rows = list(csv.DictReader(fh))
+            reader = csv.DictReader(fh)
+            rows = list(reader)
+            columns = set(reader.fieldnames or ())
     except (OSError, UnicodeDecodeError, csv.Error) as exc:
         raise read_error(path, exc)
     need = {"platform", "workload", "cores", "time_s"}
-    if not rows or need - set(rows[0]):
-        missing = ", ".join(sorted(need - set(rows[0] if rows else {}))) or "rows"
-        raise MpetInputError(f"{path}: missing {missing}; the CSV needs columns platform, "
+    if not columns:
+        raise MpetInputError(f"{path}: the file is empty; give a CSV with columns platform, "
                              f"workload, cores and time_s (one row per run)")
+    if need - columns:
+        raise MpetInputError(f"{path}: missing {', '.join(sorted(need - columns))}; the CSV "
+                             f"needs columns platform, workload, cores and time_s (one row "
+                             f"per run)")
+    if not rows:
+        raise MpetInputError(f"{path}: no rows of measurements under its header; give a CSV "
+                             f"with one row per run")
     times: dict[tuple, dict[int, list[float]]] = {}
     extra: dict[tuple, dict[int, dict[str, list[float]]]] = {}
     hw: dict[str, dict] = {}
@@ -198,6 +206,7 @@ def combine_csvs(paths: list[str], rows: list[dict[str, Any]], out: Any) -> None
     fields: list[str] = list(rows[0]) if rows else []
     every = list(rows)
     for path in paths:
+        load_csv(path)  # each file checked alone: its errors name its own lines
         try:
             with open(path, newline="") as fh:
                 r = csv.DictReader(fh)

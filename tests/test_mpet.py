@@ -749,7 +749,8 @@ def test_eval_mpet_cli_bad_input(tmp_path, capsys):
     # the reason once, without the OSError's errno and repeated path
     assert capsys.readouterr().err == (f"opptune eval-mpet: cannot read {missing}: no such "
                                        f"file or directory; give a CSV of measurements\n")
-    assert main(["eval-mpet", "--combine", "--data", str(bad), "--data", str(missing)]) == 2
+    # each file is checked in the order given (bad.csv's own error is tested below)
+    assert main(["eval-mpet", "--combine", "--data", str(missing), "--data", str(bad)]) == 2
     assert capsys.readouterr().err == (f"opptune eval-mpet: cannot read {missing}: no such "
                                        f"file or directory; give a CSV of measurements\n")
     neg = tmp_path / "neg.csv"
@@ -823,3 +824,42 @@ def _same(got, want):
     """Equal floats, NaN where NaN: no tolerance."""
     return len(got) == len(want) and all(
         (math.isnan(a) and math.isnan(b)) or a == b for a, b in zip(got, want))
+
+
+def test_eval_mpet_names_an_empty_or_header_only_csv_as_such(tmp_path, capsys):
+    """A CSV with the right header and no rows is said to have no rows (not to miss the
+    columns it has); an empty file is said to be empty."""
+    empty = tmp_path / "empty.csv"
+    empty.write_text("")
+    assert main(["eval-mpet", "--data", str(empty)]) == 2
+    assert capsys.readouterr().err == (f"opptune eval-mpet: {empty}: the file is empty; give a "
+                                       f"CSV with columns platform, workload, cores and time_s "
+                                       f"(one row per run)\n")
+    header = tmp_path / "header.csv"
+    header.write_text("platform,workload,cores,time_s\n")
+    assert main(["eval-mpet", "--data", str(header)]) == 2
+    assert capsys.readouterr().err == (f"opptune eval-mpet: {header}: no rows of measurements "
+                                       f"under its header; give a CSV with one row per run\n")
+
+
+def test_eval_mpet_combine_checks_each_file_with_its_own_line_numbers(tmp_path, capsys):
+    """--combine names the file and the line of that file, not of the merged temporary CSV,
+    and refuses a file without the needed columns or without rows instead of skipping it."""
+    good = tmp_path / "good.csv"
+    good.write_text("platform,workload,cores,time_s\nP,A,1,2\nP,A,2,1\nP,B,1,3\n")
+    bad = tmp_path / "bad.csv"
+    bad.write_text("platform,workload,cores,time_s\nT,A,1,2\nT,B,x,1\n")
+    assert main(["eval-mpet", "--combine", "--data", str(good), "--data", str(bad)]) == 2
+    assert capsys.readouterr().err == (f"opptune eval-mpet: {bad} line 3: need a platform, a "
+                                       f"workload, cores >= 1 (integer) and time_s > 0; fix or "
+                                       f"remove the row\n")
+    nocol = tmp_path / "nocol.csv"
+    nocol.write_text("platform,workload,cores\nT,A,1\n")
+    assert main(["eval-mpet", "--combine", "--data", str(good), "--data", str(nocol)]) == 2
+    assert capsys.readouterr().err == (f"opptune eval-mpet: {nocol}: missing time_s; the CSV "
+                                       f"needs columns platform, workload, cores and time_s "
+                                       f"(one row per run)\n")
+    header = tmp_path / "header.csv"
+    header.write_text("platform,workload,cores,time_s\n")
+    assert main(["eval-mpet", "--combine", "--data", str(good), "--data", str(header)]) == 2
+    assert capsys.readouterr().err.startswith(f"opptune eval-mpet: {header}: no rows")
