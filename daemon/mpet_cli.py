@@ -40,8 +40,9 @@ DEFAULT_DATA = ("data/loghin_multicore_energy/data.csv", "data/xplat_npb_minife/
 SEED_TABLE5 = {"t1": 0.154, "scaling": 0.127, "full": 0.199}
 SETUPS = {
     "default": "seed counts, eq. 21/23 on q(n) values, geometric mean, t(1) candidates by "
-               "validated transfers, sc candidates by ratio distances or validated transfers, whichever "
-               "predicted the target's other workloads better",
+               "validated transfers, sc candidates by the seed's distances (eq. 16-19) where "
+               "the runtime parameters are there, else by ratio distances or validated "
+               "transfers, whichever predicted the target's other workloads better",
     "q-ratio": "the default with sc candidates by ratio distances only (the default before "
                "the chosen sc)",
     "ratio": "the q-ratio setup with t(1) candidates by ratio distances and eq. 22's weights "
@@ -176,10 +177,13 @@ def add_parser(subparsers: Any) -> None:
                         "eq. 21/23 applied to q(n) = n t(n)/t(1) at each core count, a "
                         "geometric mean of the factors, t(1) candidates rated and weighted "
                         "by how well their transfer predicted the workload on its other "
-                        "platforms like the target (validated), sc candidates by how far from "
-                        "proportional their measured q(n) are (ratio distance) or by validated "
-                        "transfers of q(n), whichever predicted the target's other workloads "
-                        "better (leave-one-out on the target); "
+                        "platforms like the target (validated), sc candidates by the seed's "
+                        "distances over sc (eq. 16-19) where the workload's profiles and the "
+                        "target's suite carry the runtime parameters R..j (the instrumented "
+                        "bench_suite), else by how far from proportional their measured q(n) "
+                        "are (ratio distance) or by validated transfers of q(n), whichever "
+                        "predicted the target's other workloads better (leave-one-out on the "
+                        "target); "
                         "q-ratio: the default with sc by ratio distances only; "
                         "ratio: the q-ratio setup with t(1) candidates by the ratio distance "
                         "of their t(1) and eq. 22's weights; "

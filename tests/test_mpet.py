@@ -863,3 +863,21 @@ def test_eval_mpet_combine_checks_each_file_with_its_own_line_numbers(tmp_path, 
     header.write_text("platform,workload,cores,time_s\n")
     assert main(["eval-mpet", "--combine", "--data", str(good), "--data", str(header)]) == 2
     assert capsys.readouterr().err.startswith(f"opptune eval-mpet: {header}: no rows")
+
+
+def test_eval_mpet_describes_the_default_sc_rule_with_runtime_parameters(tmp_path, capsys):
+    """Since q-chosen takes the seed's sc basis where the runtime parameters are there, the
+    default setup's help and the table's setup line say so (they described only the choice
+    between ratio distances and validated transfers)."""
+    with pytest.raises(SystemExit):
+        main(["eval-mpet", "--help"])
+    help_text = " ".join(capsys.readouterr().out.split())
+    assert ("sc candidates by the seed's distances over sc (eq. 16-19) where the workload's "
+            "profiles and the target's suite carry the runtime parameters R..j") in help_text
+    profiles, _ = synthetic()
+    path = tmp_path / "m.csv"
+    _write_csv(path, profiles)
+    assert main(["eval-mpet", "--data", str(path)]) == 0
+    assert ("sc candidates by the seed's distances (eq. 16-19) where the runtime parameters "
+            "are there, else by ratio distances or validated transfers, whichever predicted "
+            "the target's other workloads better") in capsys.readouterr().out
