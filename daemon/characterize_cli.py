@@ -129,6 +129,11 @@ def _resolve(name: str, data: dict[str, Any], flag: str, size: str | None = None
                     f"an agent name: {', '.join(known) or 'none measured yet'}")
 
 
+def _agent_of(data: dict[str, Any], platform: str) -> str:
+    """The agent name(s) the daemon knows for ``platform``, for advice ('AGENT' if none)."""
+    return " / ".join(sorted(a for a, p in data["agents"].items() if p == platform)) or "AGENT"
+
+
 def build_database(data: dict[str, Any], size: str | None):
     """(profiles, platforms) for MpetDatabase from the daemon's mpet_data answer."""
     profiles = {}
@@ -282,7 +287,12 @@ def _predict_migration(data: dict[str, Any], args: argparse.Namespace,
     suite = sorted(w for w, p in profiles if p == dst and w != args.workload)
     if not suite:
         raise MpetUsage(f"{args.target} has no suite measured: run 'opptune characterize "
-                        f"--agent AGENT' on it first")
+                        f"--agent {_agent_of(data, dst)}' on it first")
+    if not any(p == src and w != args.workload for w, p in profiles):
+        raise MpetUsage(f"{args.workload!r} is the only workload measured on {args.source}: "
+                        f"MPET relates it to other workloads measured on both {args.source} "
+                        f"and {args.target}; run 'opptune characterize --agent "
+                        f"{_agent_of(data, src)}' first")
     db = MpetDatabase(profiles, platforms)
     before = None
     if edits:
@@ -345,6 +355,10 @@ def _predict_on(data: dict[str, Any], args: argparse.Namespace,
                 "t1_s": t1e, "prediction": _rows(ns, t, t, t, {}, before),
                 "candidates": {"t1": [], "sc": []}, "method": None,
                 "interval": "none: the edited profile's own curve (eq. 3-4), no candidates"}
+    if not any(p == plat and w != args.workload for w, p in profiles):
+        raise MpetUsage(f"{args.workload!r} is the only workload measured on {args.on}: "
+                        f"scenario b takes the scaling of the other workloads there; run "
+                        f"'opptune characterize --agent {_agent_of(data, plat)}' first")
     profiles = {**profiles, key: serial_profile(profiles[key])}
     db = MpetDatabase(profiles, platforms)
     pred = predict_scalability(db, args.workload, plat, ns=ns)

@@ -155,6 +155,32 @@ def test_characterize_resumes_and_predict_migrates(two_boards):
         assert line.startswith(msg), line
 
 
+def test_predict_names_the_board_to_characterize_when_the_suite_is_missing(two_boards):
+    """A platform with the workload alone (no other workload to relate it to) is named with
+    the agent to characterise, instead of the model's 'no candidate ... platform id' line."""
+    ep = two_boards.endpoint
+    for agent, kernels in (("xu4", KERNELS), ("pi", ("triad",))):
+        p = opptune("sweep", "--daemon", ep, "--agent", agent, *[x for k in kernels for x in
+                                                                 ("--workload", k)],
+                    "--size", "small", "--reps", "1", "--max-cores", "2", "--wait")
+        assert p.returncode == 0, p.stderr
+    for argv, msg in [
+        (("--workload", "triad", "--from", "pi", "--to", "xu4"),
+         "opptune predict: 'triad' is the only workload measured on pi: MPET relates it to "
+         "other workloads measured on both pi and xu4; run 'opptune characterize --agent pi' "
+         "first"),
+        (("--workload", "triad", "--on", "pi"),
+         "opptune predict: 'triad' is the only workload measured on pi: scenario b takes the "
+         "scaling of the other workloads there; run 'opptune characterize --agent pi' first"),
+        (("--workload", "triad", "--from", "xu4", "--to", "pi"),
+         "opptune predict: pi has no suite measured: run 'opptune characterize --agent pi' on "
+         "it first"),
+    ]:
+        p = opptune("predict", "--daemon", ep, *argv)
+        assert p.returncode == 2 and p.stdout == "", p.stdout
+        assert p.stderr.strip().splitlines() == [msg]
+
+
 def test_characterize_an_unknown_agent_is_one_line(two_boards):
     p = characterize(two_boards.endpoint, "nobody")
     assert p.returncode == 2 and p.stdout == ""
