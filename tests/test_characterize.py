@@ -180,6 +180,18 @@ def test_predict_names_the_board_to_characterize_when_the_suite_is_missing(two_b
         assert p.returncode == 2 and p.stdout == "", p.stdout
         assert p.stderr.strip().splitlines() == [msg]
 
+    # pi_integrate on the pi at another size: without --size the profiles mix sizes, said so
+    p = opptune("sweep", "--daemon", ep, "--agent", "pi", "--workload", "pi_integrate",
+                "--size", "medium", "--reps", "1", "--max-cores", "2", "--wait")
+    assert p.returncode == 0, p.stderr
+    p = opptune("predict", "--daemon", ep, "--workload", "triad", "--from", "pi", "--to", "xu4",
+                "--json")
+    assert p.returncode == 0, p.stderr
+    assert json.loads(p.stdout)["workload"] == "triad"
+    assert p.stderr.strip().splitlines() == [
+        "opptune predict: note: the profiles used mix sizes (rpi4 (virtual): pi_integrate "
+        "medium, triad small; odroid-xu4 (virtual): small); give --size S to use one"]
+
 
 def test_characterize_an_unknown_agent_is_one_line(two_boards):
     p = characterize(two_boards.endpoint, "nobody")
