@@ -73,7 +73,12 @@ def _float(text: str | None) -> float | None:
 def read_error(path, exc: Exception) -> MpetInputError:
     """A CSV that cannot be read, in one message: an OSError by its strerror (its str()
     repeats the errno and the path)."""
-    why = exc.strerror.lower() if isinstance(exc, OSError) and exc.strerror else str(exc)
+    if isinstance(exc, UnicodeDecodeError):
+        # no offset: the decoder sees the file in chunks, so exc.start is within one
+        why = (f"not a text file (it holds bytes such as 0x{exc.object[exc.start]:02x} that "
+               f"are not UTF-8)")
+    else:
+        why = exc.strerror.lower() if isinstance(exc, OSError) and exc.strerror else str(exc)
     return MpetInputError(f"cannot read {path}: {why}; give a CSV of measurements")
 
 

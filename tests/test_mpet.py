@@ -881,3 +881,16 @@ def test_eval_mpet_describes_the_default_sc_rule_with_runtime_parameters(tmp_pat
     assert ("sc candidates by the seed's distances (eq. 16-19) where the runtime parameters "
             "are there, else by ratio distances or validated transfers, whichever predicted "
             "the target's other workloads better") in capsys.readouterr().out
+
+
+def test_eval_mpet_says_a_binary_file_is_not_text(tmp_path, capsys):
+    """A binary file is named as not a text CSV, without the codec's jargon."""
+    binary = tmp_path / "x.csv"
+    binary.write_bytes(b"platform,workload\n\xf0\x28\x8c\x28\x00\x01")
+    for argv in (["--data", str(binary)], ["--combine", "--data", str(binary)]):
+        assert main(["eval-mpet", *argv]) == 2
+        assert capsys.readouterr().err == (f"opptune eval-mpet: cannot read {binary}: not a "
+                                           f"text file (it holds bytes such as 0xf0 that are not "
+                                           f"UTF-8); give "
+                                           f"a CSV of "
+                                           f"measurements\n")
