@@ -894,3 +894,15 @@ def test_eval_mpet_says_a_binary_file_is_not_text(tmp_path, capsys):
                                            f"UTF-8); give "
                                            f"a CSV of "
                                            f"measurements\n")
+
+
+def test_opptune_help_names_the_mpet_commands_and_what_predict_reads(capsys):
+    """`opptune --help`'s summary said 'fit', 'predict' and 'eval' work on a CSV: predict reads
+    a saved fit or, for MPET, a daemon; characterize and eval-mpet were not named."""
+    with pytest.raises(SystemExit):
+        main(["--help"])
+    text = " ".join(capsys.readouterr().out.split())
+    assert "'fit' and 'eval' work on a CSV of measurements, 'predict --fit' on a saved fit" in text
+    assert ("MPET (seed 000): 'characterize' measures a board's whole bench_suite, 'predict "
+            "--workload' predicts a workload on a platform it never ran on from a daemon's "
+            "measurements, 'eval-mpet' evaluates that by leave-one-out") in text
