@@ -378,3 +378,26 @@ def test_a_workload_whose_runs_are_all_marked_is_named_so_not_unmeasured(tmp_pat
         assert mpet_data(d, {})["marked_only"] == []
     finally:
         d.close()
+
+
+def test_the_frequencies_line_counts_what_a_range_only_board_is_measured_at(tmp_path):
+    """intel_pstate gives a range, not a table: the planner measures its min and max only, and
+    the line said '3 per policy (min, mid, max)' all the same."""
+    c = Cluster(tmp_path, kernels=("pi_integrate",), auto_sweep=False, extra_agent={
+        "agent_id": "x86", "virtual_board": "x86-2numa",
+        "sysfs_root": make_tree("x86-2numa", str(tmp_path / "x86"))})
+    c.start_daemon()
+    c.start_agent()
+    try:
+        c.wait_for(lambda s: any(a["alive"] for a in s["agents"]), timeout=30, what="agent")
+        p = opptune("characterize", "--daemon", c.endpoint, "--agent", "x86", "--size", "small",
+                    "--reps", "1", "--max-cores", "2", "--json")
+        assert p.returncode == 0, p.stderr
+        data = json.loads(p.stdout)
+        (job,) = data["queued"]
+        assert job["n_points"] == 2 * 2  # 2 core counts x the range's two ends
+        assert data["frequencies"] == "2 per policy (min, max)"
+        assert p.stderr.splitlines()[0] == ("characterize x86: 1 kernel at size small, "
+                                            "frequencies: 2 per policy (min, max)")
+    finally:
+        c.stop()
