@@ -433,12 +433,16 @@ def _print_prediction(out: dict[str, Any]) -> None:
               "the target (opptune characterize) for a narrower one")
     if out.get("method"):
         print(_method_line(out["method"]))
+    # the candidates' platforms by their boards' names, as the first line names them
+    boards = {out.get(k): out.get(b) for k, b in (("from", "from_board"), ("to", "to_board"),
+                                                   ("on", "board")) if out.get(b)}
     for name, label in (("t1", "t(1)"), ("sc", "scaling")):
         if not out["candidates"][name]:
             continue
         print(f"{label} candidates (platform, workload: D_a, D_p, D_t, weight):")
         for c in out["candidates"][name]:
-            print(f"  {c['platform']}, {c['workload']}: {_num(c['d_a'])}, {_num(c['d_p'])}, "
+            plat = boards.get(c["platform"], c["platform"])
+            print(f"  {plat}, {c['workload']}: {_num(c['d_a'])}, {_num(c['d_p'])}, "
                   f"{_num(c['d_t'])}, {_num(c['weight'], 2)}"
                   + ("" if c.get("usable", True) else "  (no estimate: a measurement it "
                                                       "needs is missing; not used)"))

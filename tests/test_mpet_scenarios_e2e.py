@@ -120,6 +120,8 @@ def test_scenario_b_scaling_from_the_one_core_run(cluster):
     assert lines[4].startswith("interval: min..max of the curves each single candidate")
     assert lines[5] == "method: t(1) by measured, scaling by sc"
     assert lines[6] == "scaling candidates (platform, workload: D_a, D_p, D_t, weight):"
+    # the candidates' platform by its board's name, as the first line names it (not its id)
+    assert lines[7].startswith(f"  {out['board']}, "), lines[7]
 
     # the command workload (no runtime parameters) is predicted from its cpu-time ratio
     ext = predict_json(cluster, "--workload", "omp_like", "--on", "test-agent")
