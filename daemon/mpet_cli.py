@@ -257,8 +257,12 @@ def run(paths: list[str], max_factor: float | None = None, setup: str = "default
         elapsed = time.perf_counter() - start
         n = len(res["cases"])
         if n == 0:
+            k = len(platforms)
             raise MpetInputError(f"{path}: no workload is measured on two platforms that share "
-                                 f"another workload; nothing to evaluate")
+                                 f"another workload (it holds {k} platform{'s' * (k != 1)}); "
+                                 f"nothing to evaluate: add another platform's measurements "
+                                 f"(--combine evaluates several --data files and the store as "
+                                 f"one database)")
         results.append({"data": str(path), "profiles": len(profiles),
                         "platforms": len(platforms),
                         "workloads": len({w for w, _ in profiles}), "predictions": n,

@@ -216,8 +216,10 @@ def test_eval_mpet_over_the_store(cluster, tmp_path):
     # one platform: nothing to evaluate, but what it holds is written
     assert p.returncode == 2 and p.stdout == ""
     assert p.stderr.strip() == (f"opptune eval-mpet: store of {ep}: no workload is measured on "
-                                f"two platforms that share another workload; nothing to "
-                                f"evaluate")
+                                f"two platforms that share another workload (it holds 1 "
+                                f"platform); nothing to evaluate: add another platform's "
+                                f"measurements (--combine evaluates several --data files and "
+                                f"the store as one database)")
     import csv
     rows = list(csv.DictReader(saved.open()))
     assert sorted((r["workload"], r["cores"]) for r in rows) == \
