@@ -4,7 +4,8 @@
 hello) and, unless args.commands is false, per command workload of its configuration (kind
 "command": external programs, e.g. OpenMP binaries, which get t(n) but no MPET runtime
 parameters; each runs at the size asked where it has it, else at its first size), over all of the board's cores and, where the board has cpufreq, ``FREQ_STEPS``
-frequencies spread over its range (min, mid, max), else at the board's own frequency. A kernel
+frequencies spread over its range (min, mid, max; a policy with a range and no table gets
+its two ends), else at the board's own frequency. A kernel
 with a done job of the same size that covered every point it would measure is skipped (resuming
 after an interruption; a tune's one-point jobs or an import do not count);
 one with such a job still under way (or expired, which is resent at the agent's hello) is
@@ -105,8 +106,7 @@ def characterize(d: Daemon, args: dict[str, Any]) -> dict[str, Any]:
     return {"agent": agent, "size": size, "kernels": kernels, "commands": sorted(commands),
             "command_sizes": {c: sizes[c] for c in sorted(commands)}, "skipped": done,
             "under_way": under_way, "queued": queued,
-            "frequencies": "board's own" if grid == "none" else f"{grid} per policy "
-                                                                  "(min, mid, max)"}
+            "frequencies": frequencies_text(d, info.platform, size, opts, grid)}
 
 
 def _points(points: Any) -> set[tuple]:
@@ -125,6 +125,21 @@ def frequency_grid(d: Daemon, platform: dict[str, Any] | None, size: str,
     except (PlanError, ValueError):
         return "none"
     return FREQ_STEPS
+
+
+def frequencies_text(d: Daemon, platform: dict[str, Any] | None, size: str,
+                     opts: dict[str, Any], grid: str | int) -> str:
+    """What the grid measures a policy at, counted from the planned points: a policy that
+    gives only its range (intel_pstate: no frequency table) gets its two ends, not three."""
+    if grid == "none":
+        return "board's own"
+    per_cpu: dict[tuple, set] = {}
+    for cpus, _, freq, _ in _planned_points(d, platform, "", size, opts, grid):
+        if len(cpus) == 1:  # one cpu: one policy's frequencies
+            per_cpu.setdefault(cpus, set()).add(freq)
+    n = max((len(f) for f in per_cpu.values()), default=0)
+    names = {1: "(max)", 2: "(min, max)", 3: "(min, mid, max)"}
+    return f"{n} per policy {names.get(n, '(spread over its range)')}"
 
 
 def _planned_points(d: Daemon, platform: dict[str, Any] | None, workload: str, size: str,

@@ -129,8 +129,15 @@ def _resolve(name: str, data: dict[str, Any], flag: str, size: str | None = None
                     f"an agent name: {', '.join(known) or 'none measured yet'}")
 
 
-def build_database(data: dict[str, Any], size: str | None):
-    """(profiles, platforms) for MpetDatabase from the daemon's mpet_data answer."""
+def _agent_of(data: dict[str, Any], platform: str) -> str:
+    """The agent name(s) the daemon knows for ``platform``, for advice ('AGENT' if none)."""
+    return " / ".join(sorted(a for a, p in data["agents"].items() if p == platform)) or "AGENT"
+
+
+def build_database(data: dict[str, Any], size: str | None,
+                   sizes: dict[tuple, str] | None = None):
+    """(profiles, platforms) for MpetDatabase from the daemon's mpet_data answer; ``sizes``,
+    when given, receives the size class each (workload, platform) profile was taken from."""
     profiles = {}
     for p in data["profiles"]:
         if size is not None and p["size"] != size:
@@ -142,6 +149,8 @@ def build_database(data: dict[str, Any], size: str | None):
         profiles[key] = {"t": {int(n): v for n, v in p["t"].items()},
                          "params": {int(n): v for n, v in p["params"].items()},
                          "counters": {int(n): v for n, v in (p.get("counters") or {}).items()}}
+        if sizes is not None:
+            sizes[key] = p["size"]
     platforms = {}
     for k, v in data["platforms"].items():
         # t(n) up to the most cores the platform's suite was measured on, not beyond
@@ -227,8 +236,24 @@ def cmd_predict_mpet(args: argparse.Namespace) -> int:
     return 0
 
 
-def _measured_db(data: dict[str, Any], args: argparse.Namespace, plat: str, flag: str):
-    profiles, platforms = build_database(data, args.size)
+def _note_mixed_sizes(data: dict[str, Any], sizes: dict[tuple, str], plats: list[str]) -> None:
+    """Without --size a profile is taken at whichever size has most core counts: say so on
+    stderr when the platforms the prediction reads mix sizes (times of different inputs)."""
+    if not sizes or len({s for (_, p), s in sizes.items() if p in plats}) < 2:
+        return
+    parts = []
+    for plat in plats:
+        mine = {w: s for (w, p), s in sorted(sizes.items()) if p == plat}
+        text = (next(iter(mine.values())) if len(set(mine.values())) == 1
+                else ", ".join(f"{w} {s}" for w, s in mine.items()))
+        parts.append(f"{data['platforms'][plat]['board']}: {text}")
+    print(f"opptune predict: note: the profiles used mix sizes ({'; '.join(parts)}); give "
+          f"--size S to use one", file=sys.stderr)
+
+
+def _measured_db(data: dict[str, Any], args: argparse.Namespace, plat: str, flag: str,
+                 sizes: dict[tuple, str] | None = None):
+    profiles, platforms = build_database(data, args.size, sizes)
     if (args.workload, plat) not in profiles:
         marked = sum(m["runs"] for m in data.get("marked_only") or ()
                      if m["workload"] == args.workload and m["platform"] == plat)
@@ -278,11 +303,17 @@ def _predict_migration(data: dict[str, Any], args: argparse.Namespace,
     if src == dst:
         raise MpetUsage("--from and --to name the same platform (for a prediction on the "
                         "measured platform use --on P)")
-    profiles, platforms = _measured_db(data, args, src, "source")
+    sizes: dict[tuple, str] = {}
+    profiles, platforms = _measured_db(data, args, src, "source", sizes)
     suite = sorted(w for w, p in profiles if p == dst and w != args.workload)
     if not suite:
         raise MpetUsage(f"{args.target} has no suite measured: run 'opptune characterize "
-                        f"--agent AGENT' on it first")
+                        f"--agent {_agent_of(data, dst)}' on it first")
+    if not any(p == src and w != args.workload for w, p in profiles):
+        raise MpetUsage(f"{args.workload!r} is the only workload measured on {args.source}: "
+                        f"MPET relates it to other workloads measured on both {args.source} "
+                        f"and {args.target}; run 'opptune characterize --agent "
+                        f"{_agent_of(data, src)}' first")
     db = MpetDatabase(profiles, platforms)
     before = None
     if edits:
@@ -303,6 +334,7 @@ def _predict_migration(data: dict[str, Any], args: argparse.Namespace,
     lo, hi = pred.lower, pred.upper
     measured = {} if edits else (profiles.get((args.workload, dst)) or {}).get("t") or {}
     scen = "c (virtual workload), migrated as in a" if edits else "a (migration)"
+    _note_mixed_sizes(data, sizes, [src, dst])
     return {"scenario": scen, "workload": args.workload, "from": src, "to": dst,
             "from_board": data["platforms"][src]["board"],
             "to_board": data["platforms"][dst]["board"], "t1_s": pred.t1,
@@ -323,7 +355,8 @@ def _predict_on(data: dict[str, Any], args: argparse.Namespace,
     from .models.mpet_scenarios import (apply_edits, candidate_band, edited_curve,
                                         serial_profile)
     plat = _resolve(args.on, data, "--on", args.size)
-    profiles, platforms = _measured_db(data, args, plat, "on")
+    sizes: dict[tuple, str] = {}
+    profiles, platforms = _measured_db(data, args, plat, "on", sizes)
     key = (args.workload, plat)
     topo = platforms[plat]
     ns = list(range(1, int(topo.get("nmax") or 1) + 1))
@@ -345,6 +378,10 @@ def _predict_on(data: dict[str, Any], args: argparse.Namespace,
                 "t1_s": t1e, "prediction": _rows(ns, t, t, t, {}, before),
                 "candidates": {"t1": [], "sc": []}, "method": None,
                 "interval": "none: the edited profile's own curve (eq. 3-4), no candidates"}
+    if not any(p == plat and w != args.workload for w, p in profiles):
+        raise MpetUsage(f"{args.workload!r} is the only workload measured on {args.on}: "
+                        f"scenario b takes the scaling of the other workloads there; run "
+                        f"'opptune characterize --agent {_agent_of(data, plat)}' first")
     profiles = {**profiles, key: serial_profile(profiles[key])}
     db = MpetDatabase(profiles, platforms)
     pred = predict_scalability(db, args.workload, plat, ns=ns)
@@ -356,6 +393,7 @@ def _predict_on(data: dict[str, Any], args: argparse.Namespace,
     lo, hi = candidate_band(db, pred, topo, t, tuple(edits))
     scen = ("c (virtual workload: the scaling predicted as in b, edited)" if edits
             else "b (scalability from the 1-core runs)")
+    _note_mixed_sizes(data, sizes, [plat])
     measured = {} if edits else {n: v for n, v in measured_t.items() if n > 1}
     return {**common, "scenario": scen, "t1_s": pred.t1,
             "prediction": _rows(ns, t, lo, hi, measured, before),
@@ -395,12 +433,16 @@ def _print_prediction(out: dict[str, Any]) -> None:
               "the target (opptune characterize) for a narrower one")
     if out.get("method"):
         print(_method_line(out["method"]))
+    # the candidates' platforms by their boards' names, as the first line names them
+    boards = {out.get(k): out.get(b) for k, b in (("from", "from_board"), ("to", "to_board"),
+                                                   ("on", "board")) if out.get(b)}
     for name, label in (("t1", "t(1)"), ("sc", "scaling")):
         if not out["candidates"][name]:
             continue
         print(f"{label} candidates (platform, workload: D_a, D_p, D_t, weight):")
         for c in out["candidates"][name]:
-            print(f"  {c['platform']}, {c['workload']}: {_num(c['d_a'])}, {_num(c['d_p'])}, "
+            plat = boards.get(c["platform"], c["platform"])
+            print(f"  {plat}, {c['workload']}: {_num(c['d_a'])}, {_num(c['d_p'])}, "
                   f"{_num(c['d_t'])}, {_num(c['weight'], 2)}"
                   + ("" if c.get("usable", True) else "  (no estimate: a measurement it "
                                                       "needs is missing; not used)"))

@@ -174,7 +174,10 @@ def _add_link_options(p: argparse.ArgumentParser) -> None:
 DESCRIPTION = ("Find the operating point of parallel software: how many cores and which CPU "
                "frequency. 'opptune demo' runs the whole loop on this machine; 'status', "
                "'sweep', 'recommend', 'tune' and 'report' talk to a running opptune-daemon; "
-               "'fit', 'predict' and 'eval' work on a CSV of measurements. 'opptune COMMAND "
+               "'fit' and 'eval' work on a CSV of measurements, 'predict --fit' on a saved fit. "
+               "MPET (seed 000): 'characterize' measures a board's whole bench_suite, 'predict "
+               "--workload' predicts a workload on a platform it never ran on from a daemon's "
+               "measurements, 'eval-mpet' evaluates that by leave-one-out. 'opptune COMMAND "
                "--help' describes each command.")
 
 

@@ -40,8 +40,9 @@ DEFAULT_DATA = ("data/loghin_multicore_energy/data.csv", "data/xplat_npb_minife/
 SEED_TABLE5 = {"t1": 0.154, "scaling": 0.127, "full": 0.199}
 SETUPS = {
     "default": "seed counts, eq. 21/23 on q(n) values, geometric mean, t(1) candidates by "
-               "validated transfers, sc candidates by ratio distances or validated transfers, whichever "
-               "predicted the target's other workloads better",
+               "validated transfers, sc candidates by the seed's distances (eq. 16-19) where "
+               "the runtime parameters are there, else by ratio distances or validated "
+               "transfers, whichever predicted the target's other workloads better",
     "q-ratio": "the default with sc candidates by ratio distances only (the default before "
                "the chosen sc)",
     "ratio": "the q-ratio setup with t(1) candidates by ratio distances and eq. 22's weights "
@@ -72,7 +73,12 @@ def _float(text: str | None) -> float | None:
 def read_error(path, exc: Exception) -> MpetInputError:
     """A CSV that cannot be read, in one message: an OSError by its strerror (its str()
     repeats the errno and the path)."""
-    why = exc.strerror.lower() if isinstance(exc, OSError) and exc.strerror else str(exc)
+    if isinstance(exc, UnicodeDecodeError):
+        # no offset: the decoder sees the file in chunks, so exc.start is within one
+        why = (f"not a text file (it holds bytes such as 0x{exc.object[exc.start]:02x} that "
+               f"are not UTF-8)")
+    else:
+        why = exc.strerror.lower() if isinstance(exc, OSError) and exc.strerror else str(exc)
     return MpetInputError(f"cannot read {path}: {why}; give a CSV of measurements")
 
 
@@ -81,14 +87,22 @@ def load_csv(path: str | Path) -> tuple[dict, dict]:
     path = Path(path)
     try:
         with path.open(newline="") as fh:
-            rows = list(csv.DictReader(fh))
+            reader = csv.DictReader(fh)
+            rows = list(reader)
+            columns = set(reader.fieldnames or ())
     except (OSError, UnicodeDecodeError, csv.Error) as exc:
         raise read_error(path, exc)
     need = {"platform", "workload", "cores", "time_s"}
-    if not rows or need - set(rows[0]):
-        missing = ", ".join(sorted(need - set(rows[0] if rows else {}))) or "rows"
-        raise MpetInputError(f"{path}: missing {missing}; the CSV needs columns platform, "
+    if not columns:
+        raise MpetInputError(f"{path}: the file is empty; give a CSV with columns platform, "
                              f"workload, cores and time_s (one row per run)")
+    if need - columns:
+        raise MpetInputError(f"{path}: missing {', '.join(sorted(need - columns))}; the CSV "
+                             f"needs columns platform, workload, cores and time_s (one row "
+                             f"per run)")
+    if not rows:
+        raise MpetInputError(f"{path}: no rows of measurements under its header; give a CSV "
+                             f"with one row per run")
     times: dict[tuple, dict[int, list[float]]] = {}
     extra: dict[tuple, dict[int, dict[str, list[float]]]] = {}
     hw: dict[str, dict] = {}
@@ -168,10 +182,13 @@ def add_parser(subparsers: Any) -> None:
                         "eq. 21/23 applied to q(n) = n t(n)/t(1) at each core count, a "
                         "geometric mean of the factors, t(1) candidates rated and weighted "
                         "by how well their transfer predicted the workload on its other "
-                        "platforms like the target (validated), sc candidates by how far from "
-                        "proportional their measured q(n) are (ratio distance) or by validated "
-                        "transfers of q(n), whichever predicted the target's other workloads "
-                        "better (leave-one-out on the target); "
+                        "platforms like the target (validated), sc candidates by the seed's "
+                        "distances over sc (eq. 16-19) where the workload's profiles and the "
+                        "target's suite carry the runtime parameters R..j (the instrumented "
+                        "bench_suite), else by how far from proportional their measured q(n) "
+                        "are (ratio distance) or by validated transfers of q(n), whichever "
+                        "predicted the target's other workloads better (leave-one-out on the "
+                        "target); "
                         "q-ratio: the default with sc by ratio distances only; "
                         "ratio: the q-ratio setup with t(1) candidates by the ratio distance "
                         "of their t(1) and eq. 22's weights; "
@@ -198,6 +215,7 @@ def combine_csvs(paths: list[str], rows: list[dict[str, Any]], out: Any) -> None
     fields: list[str] = list(rows[0]) if rows else []
     every = list(rows)
     for path in paths:
+        load_csv(path)  # each file checked alone: its errors name its own lines
         try:
             with open(path, newline="") as fh:
                 r = csv.DictReader(fh)
@@ -239,8 +257,12 @@ def run(paths: list[str], max_factor: float | None = None, setup: str = "default
         elapsed = time.perf_counter() - start
         n = len(res["cases"])
         if n == 0:
+            k = len(platforms)
             raise MpetInputError(f"{path}: no workload is measured on two platforms that share "
-                                 f"another workload; nothing to evaluate")
+                                 f"another workload (it holds {k} platform{'s' * (k != 1)}); "
+                                 f"nothing to evaluate: add another platform's measurements "
+                                 f"(--combine evaluates several --data files and the store as "
+                                 f"one database)")
         results.append({"data": str(path), "profiles": len(profiles),
                         "platforms": len(platforms),
                         "workloads": len({w for w, _ in profiles}), "predictions": n,

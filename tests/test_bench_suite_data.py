@@ -41,7 +41,10 @@ def test_combined_evaluation():
 
 
 @pytest.mark.parametrize("argv, msg", [
-    (("--data", FILES[0]), "no workload is measured on two platforms"),
+    (("--data", FILES[0]), "no workload is measured on two platforms that share another "
+                           "workload (it holds 1 platform); nothing to evaluate: add another "
+                           "platform's measurements (--combine evaluates several --data files "
+                           "and the store as one database)"),
     (("--combine",), "--combine needs --data FILE.csv"),
     (("--save-csv", "x.csv"), "--size and --save-csv go with --daemon ENDPOINT"),
     (("--combine", "--data", FILES[0], "--data", "/nonexistent.csv"),

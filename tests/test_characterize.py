@@ -155,6 +155,44 @@ def test_characterize_resumes_and_predict_migrates(two_boards):
         assert line.startswith(msg), line
 
 
+def test_predict_names_the_board_to_characterize_when_the_suite_is_missing(two_boards):
+    """A platform with the workload alone (no other workload to relate it to) is named with
+    the agent to characterise, instead of the model's 'no candidate ... platform id' line."""
+    ep = two_boards.endpoint
+    for agent, kernels in (("xu4", KERNELS), ("pi", ("triad",))):
+        p = opptune("sweep", "--daemon", ep, "--agent", agent, *[x for k in kernels for x in
+                                                                 ("--workload", k)],
+                    "--size", "small", "--reps", "1", "--max-cores", "2", "--wait")
+        assert p.returncode == 0, p.stderr
+    for argv, msg in [
+        (("--workload", "triad", "--from", "pi", "--to", "xu4"),
+         "opptune predict: 'triad' is the only workload measured on pi: MPET relates it to "
+         "other workloads measured on both pi and xu4; run 'opptune characterize --agent pi' "
+         "first"),
+        (("--workload", "triad", "--on", "pi"),
+         "opptune predict: 'triad' is the only workload measured on pi: scenario b takes the "
+         "scaling of the other workloads there; run 'opptune characterize --agent pi' first"),
+        (("--workload", "triad", "--from", "xu4", "--to", "pi"),
+         "opptune predict: pi has no suite measured: run 'opptune characterize --agent pi' on "
+         "it first"),
+    ]:
+        p = opptune("predict", "--daemon", ep, *argv)
+        assert p.returncode == 2 and p.stdout == "", p.stdout
+        assert p.stderr.strip().splitlines() == [msg]
+
+    # pi_integrate on the pi at another size: without --size the profiles mix sizes, said so
+    p = opptune("sweep", "--daemon", ep, "--agent", "pi", "--workload", "pi_integrate",
+                "--size", "medium", "--reps", "1", "--max-cores", "2", "--wait")
+    assert p.returncode == 0, p.stderr
+    p = opptune("predict", "--daemon", ep, "--workload", "triad", "--from", "pi", "--to", "xu4",
+                "--json")
+    assert p.returncode == 0, p.stderr
+    assert json.loads(p.stdout)["workload"] == "triad"
+    assert p.stderr.strip().splitlines() == [
+        "opptune predict: note: the profiles used mix sizes (rpi4 (virtual): pi_integrate "
+        "medium, triad small; odroid-xu4 (virtual): small); give --size S to use one"]
+
+
 def test_characterize_an_unknown_agent_is_one_line(two_boards):
     p = characterize(two_boards.endpoint, "nobody")
     assert p.returncode == 2 and p.stdout == ""
@@ -340,3 +378,26 @@ def test_a_workload_whose_runs_are_all_marked_is_named_so_not_unmeasured(tmp_pat
         assert mpet_data(d, {})["marked_only"] == []
     finally:
         d.close()
+
+
+def test_the_frequencies_line_counts_what_a_range_only_board_is_measured_at(tmp_path):
+    """intel_pstate gives a range, not a table: the planner measures its min and max only, and
+    the line said '3 per policy (min, mid, max)' all the same."""
+    c = Cluster(tmp_path, kernels=("pi_integrate",), auto_sweep=False, extra_agent={
+        "agent_id": "x86", "virtual_board": "x86-2numa",
+        "sysfs_root": make_tree("x86-2numa", str(tmp_path / "x86"))})
+    c.start_daemon()
+    c.start_agent()
+    try:
+        c.wait_for(lambda s: any(a["alive"] for a in s["agents"]), timeout=30, what="agent")
+        p = opptune("characterize", "--daemon", c.endpoint, "--agent", "x86", "--size", "small",
+                    "--reps", "1", "--max-cores", "2", "--json")
+        assert p.returncode == 0, p.stderr
+        data = json.loads(p.stdout)
+        (job,) = data["queued"]
+        assert job["n_points"] == 2 * 2  # 2 core counts x the range's two ends
+        assert data["frequencies"] == "2 per policy (min, max)"
+        assert p.stderr.splitlines()[0] == ("characterize x86: 1 kernel at size small, "
+                                            "frequencies: 2 per policy (min, max)")
+    finally:
+        c.stop()

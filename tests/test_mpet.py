@@ -749,7 +749,8 @@ def test_eval_mpet_cli_bad_input(tmp_path, capsys):
     # the reason once, without the OSError's errno and repeated path
     assert capsys.readouterr().err == (f"opptune eval-mpet: cannot read {missing}: no such "
                                        f"file or directory; give a CSV of measurements\n")
-    assert main(["eval-mpet", "--combine", "--data", str(bad), "--data", str(missing)]) == 2
+    # each file is checked in the order given (bad.csv's own error is tested below)
+    assert main(["eval-mpet", "--combine", "--data", str(missing), "--data", str(bad)]) == 2
     assert capsys.readouterr().err == (f"opptune eval-mpet: cannot read {missing}: no such "
                                        f"file or directory; give a CSV of measurements\n")
     neg = tmp_path / "neg.csv"
@@ -823,3 +824,85 @@ def _same(got, want):
     """Equal floats, NaN where NaN: no tolerance."""
     return len(got) == len(want) and all(
         (math.isnan(a) and math.isnan(b)) or a == b for a, b in zip(got, want))
+
+
+def test_eval_mpet_names_an_empty_or_header_only_csv_as_such(tmp_path, capsys):
+    """A CSV with the right header and no rows is said to have no rows (not to miss the
+    columns it has); an empty file is said to be empty."""
+    empty = tmp_path / "empty.csv"
+    empty.write_text("")
+    assert main(["eval-mpet", "--data", str(empty)]) == 2
+    assert capsys.readouterr().err == (f"opptune eval-mpet: {empty}: the file is empty; give a "
+                                       f"CSV with columns platform, workload, cores and time_s "
+                                       f"(one row per run)\n")
+    header = tmp_path / "header.csv"
+    header.write_text("platform,workload,cores,time_s\n")
+    assert main(["eval-mpet", "--data", str(header)]) == 2
+    assert capsys.readouterr().err == (f"opptune eval-mpet: {header}: no rows of measurements "
+                                       f"under its header; give a CSV with one row per run\n")
+
+
+def test_eval_mpet_combine_checks_each_file_with_its_own_line_numbers(tmp_path, capsys):
+    """--combine names the file and the line of that file, not of the merged temporary CSV,
+    and refuses a file without the needed columns or without rows instead of skipping it."""
+    good = tmp_path / "good.csv"
+    good.write_text("platform,workload,cores,time_s\nP,A,1,2\nP,A,2,1\nP,B,1,3\n")
+    bad = tmp_path / "bad.csv"
+    bad.write_text("platform,workload,cores,time_s\nT,A,1,2\nT,B,x,1\n")
+    assert main(["eval-mpet", "--combine", "--data", str(good), "--data", str(bad)]) == 2
+    assert capsys.readouterr().err == (f"opptune eval-mpet: {bad} line 3: need a platform, a "
+                                       f"workload, cores >= 1 (integer) and time_s > 0; fix or "
+                                       f"remove the row\n")
+    nocol = tmp_path / "nocol.csv"
+    nocol.write_text("platform,workload,cores\nT,A,1\n")
+    assert main(["eval-mpet", "--combine", "--data", str(good), "--data", str(nocol)]) == 2
+    assert capsys.readouterr().err == (f"opptune eval-mpet: {nocol}: missing time_s; the CSV "
+                                       f"needs columns platform, workload, cores and time_s "
+                                       f"(one row per run)\n")
+    header = tmp_path / "header.csv"
+    header.write_text("platform,workload,cores,time_s\n")
+    assert main(["eval-mpet", "--combine", "--data", str(good), "--data", str(header)]) == 2
+    assert capsys.readouterr().err.startswith(f"opptune eval-mpet: {header}: no rows")
+
+
+def test_eval_mpet_describes_the_default_sc_rule_with_runtime_parameters(tmp_path, capsys):
+    """Since q-chosen takes the seed's sc basis where the runtime parameters are there, the
+    default setup's help and the table's setup line say so (they described only the choice
+    between ratio distances and validated transfers)."""
+    with pytest.raises(SystemExit):
+        main(["eval-mpet", "--help"])
+    help_text = " ".join(capsys.readouterr().out.split())
+    assert ("sc candidates by the seed's distances over sc (eq. 16-19) where the workload's "
+            "profiles and the target's suite carry the runtime parameters R..j") in help_text
+    profiles, _ = synthetic()
+    path = tmp_path / "m.csv"
+    _write_csv(path, profiles)
+    assert main(["eval-mpet", "--data", str(path)]) == 0
+    assert ("sc candidates by the seed's distances (eq. 16-19) where the runtime parameters "
+            "are there, else by ratio distances or validated transfers, whichever predicted "
+            "the target's other workloads better") in capsys.readouterr().out
+
+
+def test_eval_mpet_says_a_binary_file_is_not_text(tmp_path, capsys):
+    """A binary file is named as not a text CSV, without the codec's jargon."""
+    binary = tmp_path / "x.csv"
+    binary.write_bytes(b"platform,workload\n\xf0\x28\x8c\x28\x00\x01")
+    for argv in (["--data", str(binary)], ["--combine", "--data", str(binary)]):
+        assert main(["eval-mpet", *argv]) == 2
+        assert capsys.readouterr().err == (f"opptune eval-mpet: cannot read {binary}: not a "
+                                           f"text file (it holds bytes such as 0xf0 that are not "
+                                           f"UTF-8); give "
+                                           f"a CSV of "
+                                           f"measurements\n")
+
+
+def test_opptune_help_names_the_mpet_commands_and_what_predict_reads(capsys):
+    """`opptune --help`'s summary said 'fit', 'predict' and 'eval' work on a CSV: predict reads
+    a saved fit or, for MPET, a daemon; characterize and eval-mpet were not named."""
+    with pytest.raises(SystemExit):
+        main(["--help"])
+    text = " ".join(capsys.readouterr().out.split())
+    assert "'fit' and 'eval' work on a CSV of measurements, 'predict --fit' on a saved fit" in text
+    assert ("MPET (seed 000): 'characterize' measures a board's whole bench_suite, 'predict "
+            "--workload' predicts a workload on a platform it never ran on from a daemon's "
+            "measurements, 'eval-mpet' evaluates that by leave-one-out") in text

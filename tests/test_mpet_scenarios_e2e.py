@@ -120,6 +120,8 @@ def test_scenario_b_scaling_from_the_one_core_run(cluster):
     assert lines[4].startswith("interval: min..max of the curves each single candidate")
     assert lines[5] == "method: t(1) by measured, scaling by sc"
     assert lines[6] == "scaling candidates (platform, workload: D_a, D_p, D_t, weight):"
+    # the candidates' platform by its board's name, as the first line names it (not its id)
+    assert lines[7].startswith(f"  {out['board']}, "), lines[7]
 
     # the command workload (no runtime parameters) is predicted from its cpu-time ratio
     ext = predict_json(cluster, "--workload", "omp_like", "--on", "test-agent")
@@ -214,8 +216,10 @@ def test_eval_mpet_over_the_store(cluster, tmp_path):
     # one platform: nothing to evaluate, but what it holds is written
     assert p.returncode == 2 and p.stdout == ""
     assert p.stderr.strip() == (f"opptune eval-mpet: store of {ep}: no workload is measured on "
-                                f"two platforms that share another workload; nothing to "
-                                f"evaluate")
+                                f"two platforms that share another workload (it holds 1 "
+                                f"platform); nothing to evaluate: add another platform's "
+                                f"measurements (--combine evaluates several --data files and "
+                                f"the store as one database)")
     import csv
     rows = list(csv.DictReader(saved.open()))
     assert sorted((r["workload"], r["cores"]) for r in rows) == \
