@@ -41,11 +41,15 @@ def _toml(path: Path, values: dict, tables: dict | None = None) -> Path:
 
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--out", default="data")
-    ap.add_argument("--local-size", default="default", help="size on this machine ('' = skip)")
-    ap.add_argument("--reps", type=int, default=3)
+    ap.add_argument("--out", default="data",
+                    help="folder for OUT/bench_suite_<agent>/data.csv (default data)")
+    ap.add_argument("--local-size", default="default",
+                    help="size class on this machine (default default; '' = leave it out)")
+    ap.add_argument("--reps", type=int, default=3,
+                    help="repetitions per point on this machine (default 3)")
     ap.add_argument("--virtual", action="append", default=[], help="virtual board (repeatable)")
-    ap.add_argument("--virtual-reps", type=int, default=1)
+    ap.add_argument("--virtual-reps", type=int, default=1,
+                    help="repetitions per point on the virtual boards, at size small (default 1)")
     ap.add_argument("--local-id", default="local",
                     help="agent id of this machine, names its output folder (default local)")
     ap.add_argument("--run-timeout", type=float, default=600.0,

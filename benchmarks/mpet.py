@@ -22,6 +22,7 @@
 
 from __future__ import annotations
 
+import argparse
 import os
 import sys
 import tempfile
@@ -76,8 +77,12 @@ def datasets(tmp: Path) -> list[tuple[str, Path]]:
     return out
 
 
-def main() -> int:
-    if "--quick" not in sys.argv[1:]:
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--quick", action="store_true",
+                    help="only the prediction time (the tables take a few minutes)")
+    args = ap.parse_args(argv)
+    if not args.quick:
         with tempfile.TemporaryDirectory() as tmp:
             for name, path in datasets(Path(tmp)):
                 setups = ("default", "q-ratio", "ratio", "sc-distance", "seed", "nested")
