@@ -92,6 +92,15 @@ def test_edits_that_leave_no_time_are_refused():
         edited_curve(t1, sc, NS, None, None)
     with pytest.raises(EditError, match="element m_nu is invalid for this profile"):
         apply_edits(1.0, db.sc[("a", "P")], [parse_edit("l.m_nu=0.1")])
+    # a falling gradient may be given, but not one that takes the lock wait below 0: found
+    # by the walk (l.m_base=-1 halved t(1) through U > 1)
+    falling = [parse_edit("l.m_base=-1")]
+    t1, sc = apply_edits(db.t1(("a", "P")), db.sc[("a", "P")], falling)
+    with pytest.raises(EditError, match=r"make l\(n\) negative at n = 1 .*share of time"):
+        edited_curve(t1, sc, NS, None, None, falling)
+    gentle = [parse_edit("l.m_base=0.02"), parse_edit("l.b_base=-0.02")]  # l(1) = 0
+    t1, sc = apply_edits(db.t1(("a", "P")), db.sc[("a", "P")], gentle)
+    assert all(x > 0 for x in edited_curve(t1, sc, NS, None, None, gentle))
 
 
 def test_external_workload_takes_only_q_and_t1():

@@ -109,12 +109,22 @@ def apply_edits(t1: float, sc: np.ndarray, edits: list[Edit]) -> tuple[float, np
 
 
 def edited_curve(t1: float, sc: np.ndarray, ns, n_nu: int | None,
-                 n_ht: int | None) -> list[float]:
+                 n_ht: int | None, edits: list[Edit] = ()) -> list[float]:
     """t(n) of eq. 3-4 for an edited profile; EditError where the edits leave no time, i.e.
-    U(n) = 1 - (l + w + c + d + s + j)(n) <= 0, R(n) <= 0, or t(n) not finite and positive."""
+    U(n) = 1 - (l + w + c + d + s + j)(n) <= 0, R(n) <= 0, or t(n) not finite and positive,
+    or where an edited parameter of ``edits`` goes below 0 at some n (a share of time: a
+    negative lock wait would raise U(n) above 1 and shorten t(n))."""
     ns = list(ns)
     if runtime_params_valid(sc):
         arr = np.asarray(ns, dtype=float)
+        for p in dict.fromkeys(e.name for e in edits if e.name in PARAMS[1:]):
+            curve = eval_curve(sc[_slot(p): _slot(p) + 6], arr, n_nu, n_ht, gauss(p))
+            # a share fitted to 0 at n = 1 evaluates to -1e-16: rounding, not an edit
+            below = [(n, v) for n, v in zip(ns, curve) if v < -1e-9]
+            if below:
+                n, v = below[0]
+                raise EditError(f"the edits make {p}(n) negative at n = {n} ({v:.3g}): it is a "
+                                f"share of time; give elements that keep it >= 0")
         over = sum(eval_curve(sc[_slot(p): _slot(p) + 6], arr, n_nu, n_ht, gauss(p))
                    for p in PARAMS[1:])
         r = eval_curve(sc[0:6], arr, n_nu, n_ht)
