@@ -51,7 +51,11 @@ def _wait(endpoint: str, job_ids: list[str], timeout_s: float, as_json: bool,
                 status = query(endpoint, "status", timeout_s=timeout_s)
             except (DaemonUnreachable, QueryFailed) as exc:
                 progress.stop()
-                console.print(f"{prog}: {exc}", markup=False, soft_wrap=True)
+                again = ("run it again to follow them" if prog == "opptune characterize"
+                         else "'opptune status' follows them")
+                console.print(f"{prog}: {exc}; the jobs are kept in the daemon's store and "
+                              f"go on when it runs again: {again}", markup=False,
+                              soft_wrap=True)
                 return 1
             jobs = {j["job_id"]: j for j in status.get("jobs") or [] if j["job_id"] in tasks}
             agents = {a["id"]: a for a in status.get("agents") or []}

@@ -81,6 +81,34 @@ def test_sweep_refused_at_once_wait_done_and_wait_failed(cluster):
         "lists the agents connected) and try again"]
 
 
+def test_wait_says_the_jobs_are_kept_when_the_daemon_goes_away(tmp_path):
+    """--wait on a daemon that dies: exit 1, and the user learns the jobs are kept and how to
+    follow them again (it said only 'no answer from the daemon')."""
+    c = Cluster(tmp_path, kernels=("pi_integrate",), auto_sweep=False, max_cores=1)
+    with open(c.agent_toml, "a") as fh:  # a run that outlasts the test's steps
+        fh.write(f'[[workloads]]\nname = "slow"\ncommand = ["{sys.executable}", "-c", '
+                 '"import time; time.sleep(120)"]\n')
+    c.start_daemon()
+    c.start_agent()
+    try:
+        c.wait_for(lambda s: any(a["alive"] for a in s["agents"]), timeout=30, what="agent")
+        cli = subprocess.Popen([sys.executable, "-m", "opptune.daemon.cli", "sweep", "--daemon",
+                                c.endpoint, "--agent", "test-agent", "--workload", "slow",
+                                "--reps", "1", "--warmup", "0", "--max-cores", "1", "--wait"],
+                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        c.wait_for(lambda s: any(j["workload"] == "slow" and j["state"] in ("sent", "running")
+                                 for j in s["jobs"]), timeout=30, what="the slow job out")
+        c.kill("daemon")
+        out, err = cli.communicate(timeout=60)
+        assert cli.returncode == 1, err
+        last = err.strip().splitlines()[-1]
+        assert last.startswith("opptune sweep: no answer from the daemon"), err
+        assert last.endswith("; the jobs are kept in the daemon's store and go on when it runs "
+                             "again: 'opptune status' follows them"), err
+    finally:
+        c.stop()
+
+
 def test_wait_exits_1_when_the_agent_goes_away(tmp_path):
     c = Cluster(tmp_path, kernels=("pi_integrate",), auto_sweep=False, max_cores=1)
     with open(c.daemon_toml) as fh:
