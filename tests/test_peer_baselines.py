@@ -66,3 +66,18 @@ def test_prior_check_reports_each_source_on_the_one_core_count_evaluations():
     assert by["platform"]["used"] == ["the curves of 27 other workloads on this platform"]
     assert all(u.startswith("this workload's curve on") for u in by["default"]["used"])
     assert all("nearest by MPET distance" in u for u in by["similar"]["used"])
+
+
+def test_own_runs_of_the_16_core_machine_extrapolated_from_half_its_cores():
+    """benchmarks/extrapolate_own_runs.py: the daemon's choice against Amdahl and USL on
+    opptune's own runs of the lent 16-core machine, trained on 1..8 cores (docs/models.md)."""
+    out = subprocess.run([sys.executable, "benchmarks/extrapolate_own_runs.py"], cwd=ROOT,
+                         capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr
+    lines = out.stdout.splitlines()
+    assert "12 kernels with 1..16 cores, trained on 1..8" in lines[0]
+    mape = {ln.split()[0]: float(ln.split()[3]) for ln in lines if "pooled MAPE" in ln}
+    assert set(mape) == {"opptune", "amdahl", "usl"}
+    assert mape["opptune"] < min(mape["amdahl"], mape["usl"]), out.stdout
+    cover = next(ln for ln in lines if ln.startswith("opptune"))
+    assert "90 % interval coverage" in cover
