@@ -6,8 +6,9 @@ hello) and, unless args.commands is false, per command workload of its configura
 parameters; each runs at the size asked where it has it, else at its first size), over all of the board's cores and, where the board has cpufreq, ``FREQ_STEPS``
 frequencies spread over its range (min, mid, max; a policy with a range and no table gets
 its two ends), else at the board's own frequency. A kernel
-with a done job of the same size that covered every point it would measure is skipped (resuming
-after an interruption; a tune's one-point jobs or an import do not count);
+with a done job of the same size that covered every point it would measure, with at least the
+repetitions asked (``--reps``), is skipped (resuming after an interruption; a tune's one-point
+jobs or an import do not count);
 one with such a job still under way (or expired, which is resent at the agent's hello) is
 reported, not sent twice; one whose job failed is queued again. The frequency grid is chosen
 once from the board's description (its last hello, which the store keeps across a restart),
@@ -90,7 +91,10 @@ def characterize(d: Daemon, args: dict[str, Any]) -> dict[str, Any]:
     for k in sorted(sizes):
         mine = [j for j in d.store.jobs_for(agent, k) if j["size"] == sizes[k]]
         planned = _planned_points(d, info.platform, k, sizes[k], opts, grid)
-        covering = [j for j in mine if planned <= _points(j["points"])]
+        # asking for more repetitions than a job ran measures again (resuming without --reps
+        # takes any job that covered the points)
+        covering = [j for j in mine if planned <= _points(j["points"])
+                    and int(j.get("reps") or 0) >= int(opts.get("reps") or 0)]
         if any(j["state"] == "done" for j in covering):
             done.append(k)
         elif any(j["state"] in FOLLOWED for j in covering):

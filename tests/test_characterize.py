@@ -265,6 +265,25 @@ def test_bad_reps_or_cores_are_refused_even_when_every_kernel_is_measured(tmp_pa
         d.close()
 
 
+def test_asking_for_more_repetitions_measures_again(two_boards):
+    """A kernel measured with 1 repetition counts as measured when characterize is run again
+    as before, or without --reps; asked for 2, it is measured again (it was skipped)."""
+    ep = two_boards.endpoint
+    p = opptune("sweep", "--daemon", ep, "--agent", "pi", "--workload", "pi_integrate",
+                "--size", "small", "--reps", "1", "--max-cores", "4", "--freq",
+                "600000,1000000,1500000", "--wait")
+    assert p.returncode == 0, p.stderr
+    p = characterize(ep, "pi", "--json")
+    assert json.loads(p.stdout)["skipped"] == ["pi_integrate"], p.stdout
+    p = opptune("characterize", "--daemon", ep, "--agent", "pi", "--size", "small",
+                "--max-cores", "4", "--json")
+    assert json.loads(p.stdout)["skipped"] == ["pi_integrate"], p.stdout  # triad under way
+    p = characterize(ep, "pi", "--reps", "2", "--json")
+    data = json.loads(p.stdout)
+    assert data["skipped"] == [] and [(j["workload"], j["reps"]) for j in data["queued"]] == \
+        [("pi_integrate", 2), ("triad", 2)], p.stdout
+
+
 def test_mpet_profiles_leave_out_runs_marked_for_a_neighbour(tmp_path):
     from opptune.daemon.characterize import mpet_data
     from opptune.daemon.service import Daemon
