@@ -44,7 +44,14 @@ def cmd_characterize(args: argparse.Namespace) -> int:
     if args.wait and ids:
         from .client import query
         from .sweep_wait import wait_for_jobs
-        rc = wait_for_jobs(endpoint, ids, timeout_s=args.timeout, prog="opptune characterize")
+        try:
+            rc = wait_for_jobs(endpoint, ids, timeout_s=args.timeout,
+                               prog="opptune characterize")
+        except KeyboardInterrupt:
+            if args.json:  # the jobs were queued: their ids still reach the reader
+                json.dump(data, sys.stdout, indent=2, sort_keys=True)
+                print()
+            raise
         if args.json:
             st = query(endpoint, "status", timeout_s=args.timeout)
             data["jobs"] = [j for j in st.get("jobs") or [] if j["job_id"] in ids]

@@ -42,15 +42,17 @@ def test_interrupted_characterize_resumes_with_every_point_once(tmp_path):
     c.start_agent()
     try:
         c.wait_for(lambda s: any(a["alive"] for a in s["agents"]), timeout=30, what="agent")
-        cli = subprocess.Popen(characterize(c.endpoint, "--wait"), stdout=subprocess.PIPE,
-                               stderr=subprocess.PIPE, text=True)
+        cli = subprocess.Popen(characterize(c.endpoint, "--wait", "--json"),
+                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
         total = len(KERNELS) * POINTS * 2
         c.wait_for(lambda s: 3 <= received(s) < total // 2, timeout=60,
                    what="a few results in")
         cli.send_signal(signal.SIGINT)  # Ctrl-C: stops waiting, not the jobs
         out, err = cli.communicate(timeout=30)
         assert cli.returncode == 130 and "Traceback" not in err, err
-        assert out.count("queued: job ") == len(KERNELS)
+        assert err.count("queued: job ") == len(KERNELS)
+        # with --json the answer still reaches stdout: the queued jobs' ids (it was empty)
+        assert sorted(j["workload"] for j in json.loads(out)["queued"]) == sorted(KERNELS)
 
         c.wait_for(lambda s: received(s) < total, timeout=5, what="the sweep still going")
         c.kill("daemon")  # kill -9 with the agent mid-sweep
