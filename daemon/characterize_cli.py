@@ -177,9 +177,12 @@ def _read_edits(args: argparse.Namespace) -> list[Any]:
             with open(args.edits_file) as fh:
                 obj = json.load(fh)
         except (OSError, UnicodeDecodeError, ValueError) as exc:
-            why = exc.strerror if isinstance(exc, OSError) and exc.strerror else exc
-            raise MpetUsage(f"--edits {args.edits_file}: cannot read it as JSON ({why}); give "
-                            f"a JSON object such as {{\"l\": \"2x\", \"t1\": 0.5}}")
+            if isinstance(exc, OSError):
+                what = f"cannot open it ({(exc.strerror or str(exc)).lower()})"
+            else:
+                what = f"cannot read it as JSON ({exc})"
+            raise MpetUsage(f"--edits {args.edits_file}: {what}; give a file holding a JSON "
+                            f"object such as {{\"l\": \"2x\", \"t1\": 0.5}}")
         if not isinstance(obj, dict) or not all(isinstance(v, (str, int, float))
                                                 and not isinstance(v, bool)
                                                 for v in obj.values()):

@@ -223,8 +223,7 @@ def test_predict_edits_file_missing_names_the_file_once(tmp_path):
     and the path twice."""
     p = run("opptune", "predict", "--workload", "a", "--on", "p", "--edits", "missing.json",
             cwd=tmp_path)
-    one_line_error(p, "--edits missing.json: cannot read it as JSON (No such file or "
-                      "directory)")
+    one_line_error(p, "--edits missing.json: cannot open it (no such file or directory)")
     assert "Errno" not in p.stderr and p.stderr.count("missing.json") == 1
 
 

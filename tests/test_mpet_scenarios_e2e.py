@@ -200,7 +200,8 @@ def test_scenario_c_edited_lock_wait_moves_the_prediction(cluster, tmp_path):
     (("--workload", "triad", "--on", "nowhere"),
      "opptune predict: --on 'nowhere' is no platform with measurements"),
     (("--workload", "triad", "--on", "test-agent", "--edits", "/nonexistent/e.json"),
-     "opptune predict: --edits /nonexistent/e.json: cannot read it as JSON"),
+     "opptune predict: --edits /nonexistent/e.json: cannot open it (no such file or "
+     "directory)"),
 ])
 def test_bad_input_is_one_line(cluster, argv, msg):
     p = predict(cluster, *argv)
