@@ -159,8 +159,7 @@ class Remeasure:
             self._set_never_clean(key, points, key in never, now)
             log.warning("%s of %s on %s: no clean measurement after %d retries: %s",
                         job["workload"], job["size"], agent, attempt,
-                        "; ".join(never_clean_text(p).replace("no clean measurement at ", "at ",
-                                                              1) for p in points))
+                        "; ".join(marked_point_text(p) for p in points))
             return False
         points = [job["points"][i] for i in sorted(marks)]
         again = {k: job[k] for k in ("workload", "size", "reps", "warmup")}
@@ -278,9 +277,14 @@ def marked_points(points: list[dict[str, Any]], records: list[Any]) -> dict[int,
     return out
 
 
-def never_clean_text(p: dict[str, Any]) -> str:
-    """'no clean measurement at 2 cores: interference: 48 % of cpu 1 used by pid 4711 (sh)'."""
+def marked_point_text(p: dict[str, Any]) -> str:
+    """'at 2 cores: interference: 48 % of cpu 1 used by pid 4711 (sh)'."""
     at = f"{p['cores']} core{'s' if p['cores'] != 1 else ''}"
     if p.get("freq_khz"):
         at += f" at {p['freq_khz'] / 1000:g} MHz"
-    return f"no clean measurement at {at}: {p.get('reason') or 'marked'}"
+    return f"at {at}: {p.get('reason') or 'marked'}"
+
+
+def never_clean_text(p: dict[str, Any]) -> str:
+    """'no clean measurement at 2 cores: interference: 48 % of cpu 1 used by pid 4711 (sh)'."""
+    return f"no clean measurement {marked_point_text(p)}"

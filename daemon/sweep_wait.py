@@ -101,10 +101,9 @@ def state_text(job: dict[str, Any], agent: dict[str, Any] | None) -> str:
 def remeasure_note(m: dict[str, Any]) -> str:
     """What the daemon does with a job's points whose runs were marked (status ``remeasure``):
     '1 point marked (at 2 cores: interference: ...): measured again in 10 s (retry 1); ...'."""
-    from .remeasure import never_clean_text
+    from .remeasure import marked_point_text
     pts = m.get("points") or []
-    what = "; ".join(never_clean_text(p).replace("no clean measurement at ", "at ", 1)
-                     for p in pts[:3]) + ("; ..." if len(pts) > 3 else "")
+    what = "; ".join(marked_point_text(p) for p in pts[:3]) + ("; ..." if len(pts) > 3 else "")
     head = f"{len(pts)} point{'s' if len(pts) != 1 else ''} marked ({what})"
     if m["state"] == "never clean":
         return f"{head}: never measured clean; 'opptune status' says what it rests on"
