@@ -86,11 +86,10 @@ def characterize(d: Daemon, args: dict[str, Any]) -> dict[str, Any]:
     opts["warmup"] = counts["warmup"] or 0
     # decided once from the board's description (its last hello, kept in the store across a
     # restart), whether or not anything is queued: the line printed says what is measured
-    grid = frequency_grid(d, info.platform, size, opts)
+    grid, planned = planned_grid(d, info.platform, opts)
     done, under_way, todo = [], [], {}
     for k in sorted(sizes):
         mine = [j for j in d.store.jobs_for(agent, k) if j["size"] == sizes[k]]
-        planned = _planned_points(d, info.platform, k, sizes[k], opts, grid)
         # asking for more repetitions than a job ran measures again (resuming without --reps
         # takes any job that covered the points)
         covering = [j for j in mine if planned <= _points(j["points"])
@@ -110,7 +109,7 @@ def characterize(d: Daemon, args: dict[str, Any]) -> dict[str, Any]:
     return {"agent": agent, "size": size, "kernels": kernels, "commands": sorted(commands),
             "command_sizes": {c: sizes[c] for c in sorted(commands)}, "skipped": done,
             "under_way": under_way, "queued": queued,
-            "frequencies": frequencies_text(d, info.platform, size, opts, grid)}
+            "frequencies": frequencies_text(grid, planned)}
 
 
 def _points(points: Any) -> set[tuple]:
@@ -119,45 +118,36 @@ def _points(points: Any) -> set[tuple]:
              str(p.get("variant", ""))) for p in points or [] if isinstance(p, dict)}
 
 
-def frequency_grid(d: Daemon, platform: dict[str, Any] | None, size: str,
-                   opts: dict[str, Any]) -> str | int:
-    """``FREQ_STEPS`` where the board's cpufreq offers frequencies for every point of the
-    sweep, else "none" (cores only, at the board's own frequency: nothing it cannot set)."""
-    try:
-        plan_sweep(platform or {}, "", d.config.sweep, size=size, reps=opts.get("reps"),
-                   max_cores=opts.get("max_cores"), frequency_grid=FREQ_STEPS)
-    except (PlanError, ValueError):
-        return "none"
-    return FREQ_STEPS
+def planned_grid(d: Daemon, platform: dict[str, Any] | None,
+                 opts: dict[str, Any]) -> tuple[str | int, set[tuple]]:
+    """(grid, points) characterize measures every workload at (a sweep's points depend on the
+    board and the counts, not on the workload or its size): ``FREQ_STEPS`` where the board's
+    cpufreq offers frequencies for every point, else "none" (cores only, at the board's own
+    frequency: nothing it cannot set). A done job counts as this characterisation only when
+    it covered these points (a tune's one-point jobs, an import or a sweep of fewer cores do
+    not)."""
+    for grid in (FREQ_STEPS, "none"):
+        try:
+            job = plan_sweep(platform or {}, "", d.config.sweep, reps=opts.get("reps"),
+                             max_cores=opts.get("max_cores"), frequency_grid=grid)
+        except (PlanError, ValueError):
+            continue
+        return grid, _points(job["points"])
+    return "none", set()
 
 
-def frequencies_text(d: Daemon, platform: dict[str, Any] | None, size: str,
-                     opts: dict[str, Any], grid: str | int) -> str:
+def frequencies_text(grid: str | int, planned: set[tuple]) -> str:
     """What the grid measures a policy at, counted from the planned points: a policy that
     gives only its range (intel_pstate: no frequency table) gets its two ends, not three."""
     if grid == "none":
         return "board's own"
     per_cpu: dict[tuple, set] = {}
-    for cpus, _, freq, _ in _planned_points(d, platform, "", size, opts, grid):
+    for cpus, _, freq, _ in planned:
         if len(cpus) == 1:  # one cpu: one policy's frequencies
             per_cpu.setdefault(cpus, set()).add(freq)
     n = max((len(f) for f in per_cpu.values()), default=0)
     names = {1: "(max)", 2: "(min, max)", 3: "(min, mid, max)"}
     return f"{n} per policy {names.get(n, '(spread over its range)')}"
-
-
-def _planned_points(d: Daemon, platform: dict[str, Any] | None, workload: str, size: str,
-                    opts: dict[str, Any], grid: str | int) -> set[tuple]:
-    """The points characterize would measure ``workload`` at: a done job counts as this
-    characterisation only when it covered them all (a tune's one-point jobs, an import or a
-    sweep of fewer cores do not)."""
-    try:
-        job = plan_sweep(platform or {}, workload, d.config.sweep, size=size,
-                         reps=opts.get("reps"), max_cores=opts.get("max_cores"),
-                         frequency_grid=grid)
-    except (PlanError, ValueError):
-        return set()
-    return _points(job["points"])
 
 
 def _job(j: dict[str, Any]) -> dict[str, Any]:
