@@ -80,7 +80,13 @@ def _running_agent(paths: list[str]) -> tuple[int, str] | None:
 
 
 def _restore(config) -> int:
-    from .knobs.state import CPUSET_FILENAME, STATE_FILENAME
+    try:
+        from .knobs.state import (CPUSET_FILENAME, STATE_FILENAME, restore_cpusets_from_file,
+                                  restore_from_state_file)
+    except ImportError as exc:
+        print(f"opptune-agent: no cpufreq state module ({exc}); nothing to restore",
+              file=sys.stderr)
+        return 0
     running = _running_agent([os.path.join(config.state_dir, name)
                               for name in (STATE_FILENAME, CPUSET_FILENAME)])
     if running:
@@ -90,19 +96,12 @@ def _restore(config) -> int:
               f"running and holds these settings; stop it (it puts them back itself) and run "
               f"--restore only if it was killed; nothing restored", file=sys.stderr)
         return 1
-    try:
-        from .knobs.state import STATE_FILENAME, restore_from_state_file
-    except ImportError as exc:
-        print(f"opptune-agent: no cpufreq state module ({exc}); nothing to restore",
-              file=sys.stderr)
-        return 0
     path = os.path.join(config.state_dir, STATE_FILENAME)
     try:
         res = restore_from_state_file(path, config.sysfs_root)
     except Exception as exc:
         print(f"opptune-agent: restoring from {path} failed: {exc}", file=sys.stderr)
         return 1
-    from .knobs.state import CPUSET_FILENAME, restore_cpusets_from_file
     cpath = os.path.join(config.state_dir, CPUSET_FILENAME)
     try:
         cres = restore_cpusets_from_file(cpath, config.sysfs_root)
