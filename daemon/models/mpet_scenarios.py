@@ -117,16 +117,16 @@ def edited_curve(t1: float, sc: np.ndarray, ns, n_nu: int | None,
     ns = list(ns)
     if runtime_params_valid(sc):
         arr = np.asarray(ns, dtype=float)
-        for p in dict.fromkeys(e.name for e in edits if e.name in PARAMS[1:]):
-            curve = eval_curve(sc[_slot(p): _slot(p) + 6], arr, n_nu, n_ht, gauss(p))
+        shares = {p: eval_curve(sc[_slot(p): _slot(p) + 6], arr, n_nu, n_ht, gauss(p))
+                  for p in PARAMS[1:]}
+        for p in dict.fromkeys(e.name for e in edits if e.name in shares):
             # a share fitted to 0 at n = 1 evaluates to -1e-16: rounding, not an edit
-            below = [(n, v) for n, v in zip(ns, curve) if v < -1e-9]
+            below = [(n, v) for n, v in zip(ns, shares[p]) if v < -1e-9]
             if below:
                 n, v = below[0]
                 raise EditError(f"the edits make {p}(n) negative at n = {n} ({v:.3g}): it is a "
                                 f"share of time; give elements that keep it >= 0")
-        over = sum(eval_curve(sc[_slot(p): _slot(p) + 6], arr, n_nu, n_ht, gauss(p))
-                   for p in PARAMS[1:])
+        over = sum(shares.values())
         r = eval_curve(sc[0:6], arr, n_nu, n_ht)
         for n, o, rn in zip(ns, over, r):
             if o >= 1 or rn <= 0:
