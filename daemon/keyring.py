@@ -35,6 +35,11 @@ ACTIONS = {"accept": "accepted", "reject": "rejected", "revoke": "revoked"}
 RELOAD_S = 1.0
 
 
+def _stamp(st: os.stat_result) -> tuple[int, int, int]:
+    """What tells that the file changed: another daemon's replace (a new inode), a write."""
+    return st.st_ino, st.st_mtime_ns, st.st_size
+
+
 class KeyRing:
     def __init__(self, path: Path, operator_key: str):
         self.path = path
@@ -58,7 +63,7 @@ class KeyRing:
             keys = {e["key"]: e for e in json.loads(self.path.read_text()).get("keys", [])}
         except (OSError, ValueError, AttributeError, TypeError, KeyError) as exc:
             raise self._unreadable(exc) from None
-        return keys, (st.st_ino, st.st_mtime_ns, st.st_size)
+        return keys, _stamp(st)
 
     def _unreadable(self, exc: Exception) -> KeyFileError:
         return KeyFileError(
@@ -75,8 +80,7 @@ class KeyRing:
             return
         self._looked = now
         try:
-            st = self.path.stat()
-            stamp = (st.st_ino, st.st_mtime_ns, st.st_size)
+            stamp = _stamp(self.path.stat())
         except OSError:
             return
         if stamp == self._stamp:
@@ -108,8 +112,7 @@ class KeyRing:
             with os.fdopen(fd, "w") as fh:
                 json.dump({"keys": list(keys.values())}, fh, indent=1)
             os.replace(tmp, self.path)
-            st = self.path.stat()
-            self.keys, self._stamp = keys, (st.st_ino, st.st_mtime_ns, st.st_size)
+            self.keys, self._stamp = keys, _stamp(self.path.stat())
         finally:
             os.close(lock)
         return entry
