@@ -379,6 +379,34 @@ def test_t1_validated_basis_trusts_the_tuples_whose_transfer_held_where_data_res
     assert again.t1 == pytest.approx(predict_migration(db, "A", "T", DEFAULT_T1).t1, rel=1e-12)
 
 
+def test_t1_validated_trusts_the_workload_that_also_scales_like_a():
+    """B1 and B2 run at speed ratios to A that deviate alike on A's two references (x1.1 and
+    /1.1 on P2), but only B1 scales like A there (the same q(2)). Which workloads behave like A is
+    read from both tables, so the transfers checked on B1 count more than those checked on
+    B2: the tuples through B1 validate better and weigh more, and the t(1) predicted on T lies
+    nearer B1's transfers. With the t(1) table alone the two are symmetric: equal weights."""
+    t1 = {"A": {"P1": 1.0, "P2": 2.0}, "B1": {"P1": 1.0, "P2": 2.2}, "B2": {"P1": 1.0, "P2": 2 / 1.1}}
+    q2 = {"A": {"P1": 1.2, "P2": 1.5}, "B1": {"P1": 1.2, "P2": 1.5}, "B2": {"P1": 1.2, "P2": 1.2}}
+    t1["B1"]["T"], t1["B2"]["T"] = 4.0, 5.2
+    q2["B1"]["T"] = q2["B2"]["T"] = 1.3
+    profiles = {(w, p): {"t": {1: v, 2: v * q2[w][p] / 2}} for w, by in t1.items()
+                for p, v in by.items()}
+    platforms = {p: {"n_nu": None, "n_ht": None, "nmax": 2} for p in ("P1", "P2", "T")}
+    got = predict_migration(MpetDatabase(profiles, platforms), "A", "T", DEFAULT_T1)
+    weight = {b: sum(c.weight for c in got.t1_candidates if c.workload == b)
+              for b in ("B1", "B2")}
+    assert weight["B1"] > 1.1 * weight["B2"]
+    for p in ("P1", "P2"):
+        one = {c.workload: c.var for c in got.t1_candidates if c.platform == p}
+        assert one["B1"] < one["B2"]
+
+    def transfers(b):
+        return [math.log(t1["A"][p] * t1[b]["T"] / t1[b][p]) for p in ("P1", "P2")]
+
+    mid1, mid2 = np.mean(transfers("B1")), np.mean(transfers("B2"))
+    assert abs(math.log(got.t1) - mid1) < abs(math.log(got.t1) - mid2)
+
+
 def test_t1_validated_interval_is_the_validated_error_not_the_candidates_spread():
     """Where every transfer held exactly (each workload's t(1) a constant times a platform
     speed) the t(1) interval is a point even though the candidates' P and B differ a lot;

@@ -498,21 +498,41 @@ def _likeness(s: float) -> float:
     return 1.0 / (s ** 4 + VALIDATION_FLOOR ** 4)
 
 
+def _both(*devs: float) -> float:
+    """One deviation from the known ones of the t(1) and q(n) tables: their root sum of
+    squares (log deviations of two views of a row, added as independent errors); inf where
+    neither is known."""
+    known = [s for s in devs if math.isfinite(s)]
+    return math.sqrt(sum(s * s for s in known)) if known else math.inf
+
+
 def _kernels(db: MpetDatabase, workload, target, refs) -> tuple[dict, dict, dict, dict, dict]:
-    """(own, tgt, s_p, kern_p, kern_a) for validated transfers, from the t(1) table: A's t(1)
-    on its references, the suite's on T, each reference's deviation s_p from T (ratio distance
-    of the suite) and its likeness weight, each suite workload's likeness to A (ratio distance
-    over A's references). t1-validated and q-validated share them: one definition of which
-    platforms behave like T and which workloads like A."""
+    """(own, tgt, s_p, kern_p, kern_a) for validated transfers: A's t(1) on its references,
+    the suite's on T, each reference's deviation s_p from T and its likeness weight, each
+    suite workload's likeness to A. t1-validated and q-validated share them: one definition of
+    which platforms behave like T and which workloads like A.
+
+    A deviation is the ratio distance's (``ratio_distance``) over the t(1) table and over the
+    q(n) table together (``_both``): of the suite between P and T, of A and B' over A's
+    references. A workload that scales like A on the references (alike in the memory and
+    synchronisation its q(n) shows) is likelier to change speed like A between platforms than
+    one that only ran at the same speed ratios there; a platform whose suite scales as on T
+    is likelier to behave like T. Measured against the t(1) table alone (docs/mpet.md):
+    full prediction 21.7 -> 20.8 (loghin), 16.3 -> 15.7 (xplat), 18.6 -> 16.8 and 21.7 ->
+    20.5 (the bench_suite sets), t(1) 14.9 -> 14.5, 9.0 -> 9.1, 8.2 -> 7.9, 9.5 -> 9.2."""
     by_w, by_p = db.t1_table()
     own = {p: v for p, v in by_w.get(workload, {}).items() if p in refs and p != target}
     tgt = {b: v for b, v in by_p.get(target, {}).items() if b != workload}
     others = lambda r: r != workload  # noqa: E731
-    s_p = {p: _log_deviation(d) for p, d in zip(own, db.ratio_from("t1", list(own), target,
-                                                                    others))}
+    refs_l = list(own)
+    s_p = {p: _both(_log_deviation(d1), _log_deviation(dq)) for p, d1, dq in zip(
+        refs_l, db.ratio_from("t1", refs_l, target, others),
+        db.ratio_from("q", refs_l, target, others))}
     mine = lambda r: r in refs and r != target  # noqa: E731
-    kern_a = {b: _likeness(_log_deviation(d))
-              for b, d in zip(tgt, db.ratio("t1", "w", workload, list(tgt), mine))}
+    suite = list(tgt)
+    kern_a = {b: _likeness(_both(_log_deviation(d1), _log_deviation(dq))) for b, d1, dq in zip(
+        suite, db.ratio("t1", "w", workload, suite, mine),
+        db.ratio("q", "w", workload, suite, mine))}
     return own, tgt, s_p, {p: _likeness(s) for p, s in s_p.items()}, kern_a
 
 
