@@ -4,7 +4,7 @@ Starts a daemon and one agent per board (this machine's real kernels and the vir
 asked) in a temporary directory or --workdir, characterises each, waits for the re-measures of
 points marked for interference, and writes
 ``OUT/bench_suite_<name>/data.csv`` per board (the shape ``opptune eval-mpet`` reads; see
-daemon/characterize_cli.py:store_rows). Usage::
+daemon/mpet_answer.py:store_rows). Usage::
 
     python benchmarks/bench_suite_data.py --out data --local-size default --reps 3 \\
         --virtual rpi4 --virtual odroid-xu4
@@ -64,7 +64,7 @@ def main(argv=None) -> int:
                     help="measure nothing: export the store of an earlier run (a copy of it)")
     args = ap.parse_args(argv)
     from opptune.agent.virtual_board import make_tree
-    from opptune.daemon.characterize_cli import store_rows, write_store_csv
+    from opptune.daemon.mpet_answer import store_rows, write_store_csv
     from opptune.daemon.client import query
 
     if args.workdir:

@@ -32,7 +32,8 @@ from pathlib import Path
 import numpy as np
 
 from opptune.daemon.models.mpet_curve import PARAMS
-from opptune.daemon.models.mpet_predict import MpetDatabase, predict_migration
+from opptune.daemon.models.mpet_database import MpetDatabase
+from opptune.daemon.models.mpet_predict import predict_migration
 from opptune.daemon.mpet_cli import DEFAULT_DATA, combine_csvs, format_table, run
 
 ROOT = Path(__file__).resolve().parent.parent

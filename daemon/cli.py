@@ -4,55 +4,16 @@ from __future__ import annotations
 
 import argparse
 import json
-import re
 import sys
 import time
 from typing import Any
 
-from ..shared.config import DEFAULT_DAEMON_CONFIG, ConfigError, load_daemon_config
-from ..shared.curve import curve_enabled
-
-
-def _endpoint(args: argparse.Namespace) -> str:
-    """The daemon's endpoint; with CURVE on for the configuration's bind, this process's
-    queries use the operator key from the daemon's keys directory."""
-    config = load_daemon_config(args.config)
-    if curve_enabled(config.curve, config.bind):
-        _use_operator_key(config)
-    if args.daemon:
-        return args.daemon
-    if re.search(r":0/?$", config.bind):
-        # the daemon took some free port, which only it knows: waiting on port 0 never ends
-        # in an answer
-        raise ConfigError(f"{args.config or DEFAULT_DAEMON_CONFIG}: bind {config.bind} asks for "
-                          "a free port, so the daemon's port is not in the file: give --daemon "
-                          "tcp://HOST:PORT (its log's 'listening on' line, or its "
-                          "--endpoint-file)")
-    # A daemon bound to every interface is reached on loopback from the same machine.
-    return config.bind.replace("0.0.0.0", "127.0.0.1").replace("*", "127.0.0.1")
-
-
-def _use_operator_key(config: Any) -> None:
-    from ..shared.curve import KeyFileError, load_keypair, read_public_key
-    from .client import use_curve
-    keys = config.keys_path()
-    if not (keys / "server.pub").exists():
-        raise ConfigError(f"CURVE is on for {config.bind} but {keys / 'server.pub'} does not "
-                          "exist: start opptune-daemon first (it makes its keys there), and run "
-                          "this on the daemon's host as its user")
-    try:
-        server = read_public_key(str(keys / "server.pub"), "the daemon's public key")
-        public, secret = load_keypair(keys / "operator.key")
-    except KeyFileError as exc:
-        raise ConfigError(f"CURVE is on for {config.bind} and the operator key is needed: {exc} "
-                          f"(run this as the daemon's user, on its host; keys_dir = {keys})"
-                          ) from None
-    use_curve((server, public, secret))
+from ..shared.config import ConfigError, load_daemon_config
 
 
 def cmd_keys(args: argparse.Namespace) -> int:
     """List agents' keys, decide about one, or print the daemon's public key."""
-    from .client import ask
+    from .client import ask, daemon_endpoint
     if args.action in ("list", "server") and args.id:
         print(f"opptune keys {args.action}: takes no ID (got {args.id!r}); to decide about one "
               f"key: opptune keys accept|reject|revoke ID", file=sys.stderr)
@@ -75,7 +36,7 @@ def cmd_keys(args: argparse.Namespace) -> int:
         return 2
     q = {"action": args.action} if args.action == "list" else {"action": args.action,
                                                               "id": args.id}
-    data, rc = ask(f"opptune keys {args.action}", _endpoint(args), "keys", q,
+    data, rc = ask(f"opptune keys {args.action}", daemon_endpoint(args), "keys", q,
                    timeout_s=args.timeout)
     if rc is not None:
         return rc
@@ -96,9 +57,9 @@ def cmd_keys(args: argparse.Namespace) -> int:
 
 
 def cmd_status(args: argparse.Namespace) -> int:
-    from .client import ask
+    from .client import ask, daemon_endpoint
     from .status_view import print_status
-    data, rc = ask("opptune status", _endpoint(args), "status", timeout_s=args.timeout)
+    data, rc = ask("opptune status", daemon_endpoint(args), "status", timeout_s=args.timeout)
     if rc is not None:
         return rc
     if args.json:
@@ -120,7 +81,7 @@ def _reps(text: str) -> int | str:
 
 
 def cmd_sweep(args: argparse.Namespace) -> int:
-    from .client import ask
+    from .client import ask, daemon_endpoint
     sweep_args: dict[str, Any] = {"agent": args.agent}
     for key in ("size", "reps", "warmup", "max_cores"):
         if getattr(args, key) is not None:
@@ -137,7 +98,7 @@ def cmd_sweep(args: argparse.Namespace) -> int:
             print(f"opptune sweep: --freq {args.freq!r} must be kHz integers separated by "
                   "commas, e.g. 1000000,1400000", file=sys.stderr)
             return 2
-    endpoint = _endpoint(args)
+    endpoint = daemon_endpoint(args)
     data, rc = ask("opptune sweep", endpoint, "sweep", sweep_args, timeout_s=args.timeout)
     if rc is not None:
         return rc

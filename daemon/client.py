@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import re
 import sys
 import time
 from typing import Any, Callable
@@ -10,6 +11,8 @@ from typing import Any, Callable
 import zmq
 
 from ..shared import protocol as P
+from ..shared.config import DEFAULT_DAEMON_CONFIG, ConfigError, load_daemon_config
+from ..shared.curve import curve_enabled
 
 
 class DaemonUnreachable(RuntimeError):
@@ -42,6 +45,42 @@ def use_curve(keys: tuple[str, str, str] | None) -> None:
     """Make this process's queries use CURVE with these keys (None: plain)."""
     global _CURVE
     _CURVE = keys
+
+
+def daemon_endpoint(args: Any) -> str:
+    """The daemon's endpoint; with CURVE on for the configuration's bind, this process's
+    queries use the operator key from the daemon's keys directory."""
+    config = load_daemon_config(args.config)
+    if curve_enabled(config.curve, config.bind):
+        _use_operator_key(config)
+    if args.daemon:
+        return args.daemon
+    if re.search(r":0/?$", config.bind):
+        # the daemon took some free port, which only it knows: waiting on port 0 never ends
+        # in an answer
+        raise ConfigError(f"{args.config or DEFAULT_DAEMON_CONFIG}: bind {config.bind} asks for "
+                          "a free port, so the daemon's port is not in the file: give --daemon "
+                          "tcp://HOST:PORT (its log's 'listening on' line, or its "
+                          "--endpoint-file)")
+    # A daemon bound to every interface is reached on loopback from the same machine.
+    return config.bind.replace("0.0.0.0", "127.0.0.1").replace("*", "127.0.0.1")
+
+
+def _use_operator_key(config: Any) -> None:
+    from ..shared.curve import KeyFileError, load_keypair, read_public_key
+    keys = config.keys_path()
+    if not (keys / "server.pub").exists():
+        raise ConfigError(f"CURVE is on for {config.bind} but {keys / 'server.pub'} does not "
+                          "exist: start opptune-daemon first (it makes its keys there), and run "
+                          "this on the daemon's host as its user")
+    try:
+        server = read_public_key(str(keys / "server.pub"), "the daemon's public key")
+        public, secret = load_keypair(keys / "operator.key")
+    except KeyFileError as exc:
+        raise ConfigError(f"CURVE is on for {config.bind} and the operator key is needed: {exc} "
+                          f"(run this as the daemon's user, on its host; keys_dir = {keys})"
+                          ) from None
+    use_curve((server, public, secret))
 
 
 def ask(command: str, endpoint: str, what: str, args: dict[str, Any] | None = None,

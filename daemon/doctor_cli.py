@@ -44,9 +44,9 @@ def cmd_doctor(args: argparse.Namespace) -> int:
         else:
             print(_text(report, "this machine:"))
         return _exit(report)
-    from .cli import _endpoint
+    from .client import daemon_endpoint
     from .client import ask
-    data, rc = ask("opptune doctor", _endpoint(args), "doctor", {"agent": args.agent},
+    data, rc = ask("opptune doctor", daemon_endpoint(args), "doctor", {"agent": args.agent},
                    timeout_s=args.timeout)
     if rc is not None:
         return EXIT_ERROR

@@ -64,10 +64,10 @@ def add_parsers(sub: argparse._SubParsersAction, add_link_options) -> None:
 # -- export -------------------------------------------------------------------------------------
 
 def cmd_export(args: argparse.Namespace) -> int:
-    from .cli import _endpoint
+    from .client import daemon_endpoint
     from .client import ask
     q = {k: getattr(args, k) for k in ("workload", "agent") if getattr(args, k)}
-    data, rc = ask("opptune export", _endpoint(args), "runs", q, timeout_s=args.timeout)
+    data, rc = ask("opptune export", daemon_endpoint(args), "runs", q, timeout_s=args.timeout)
     if rc is not None:
         return rc
     try:
@@ -221,7 +221,7 @@ def load_pyperf(path: str) -> Any:
 
 
 def cmd_import(args: argparse.Namespace) -> int:
-    from .cli import _endpoint
+    from .client import daemon_endpoint
     from .client import ask
     try:
         suite = load_pyperf(args.file)
@@ -243,7 +243,7 @@ def cmd_import(args: argparse.Namespace) -> int:
                                    "commas, e.g. 0,1", 2)
     if args.freq is not None and args.freq <= 0:
         return _fail("import", f"--freq {args.freq}: give a frequency in kHz > 0", 2)
-    endpoint = _endpoint(args)
+    endpoint = daemon_endpoint(args)
     done: list[dict[str, Any]] = []
     for bench in benchmarks:
         stored = []

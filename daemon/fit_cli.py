@@ -77,7 +77,7 @@ def add_parsers(subparsers: Any) -> None:
     p.add_argument("--group", help="only groups whose label contains this text")
     p.add_argument("--json", action="store_true",
                    help="print JSON instead of a table (shape: docs/json-output.md)")
-    from .characterize_cli import add_predict_options
+    from .mpet_predict_cli import add_predict_options
     add_predict_options(p)
     p.set_defaults(func=cmd_predict)
 
@@ -428,7 +428,7 @@ def cmd_predict(args: argparse.Namespace) -> int:
     mpet = (args.source, args.target, args.workload, getattr(args, "on", None),
             getattr(args, "edits", None), getattr(args, "edits_file", None))
     if args.fit is None or any(mpet):
-        from .characterize_cli import cmd_predict_mpet
+        from .mpet_predict_cli import cmd_predict_mpet
         if args.fit is not None:
             print("opptune predict: give either --fit FILE --cores N (a saved fit) or "
                   "--workload A with --from P --to T or --on P (MPET), not both",

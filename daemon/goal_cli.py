@@ -127,7 +127,7 @@ def recommendation_table(r: dict[str, Any], title: str | None = None) -> Table:
 
 
 def cmd_recommend(args: argparse.Namespace) -> int:
-    from .cli import _endpoint
+    from .client import daemon_endpoint
     from .client import ask
     q = goal_args("recommend", args)
     if q is None:
@@ -142,7 +142,7 @@ def cmd_recommend(args: argparse.Namespace) -> int:
         q["target"] = {"kind": "pid", "pid": args.pid}
     elif args.unit:
         q["target"] = {"kind": "unit", "unit": args.unit}
-    data, rc = ask("opptune recommend", _endpoint(args), "recommend", q, timeout_s=args.timeout)
+    data, rc = ask("opptune recommend", daemon_endpoint(args), "recommend", q, timeout_s=args.timeout)
     if rc is not None:
         return rc
     if args.json:
@@ -201,7 +201,7 @@ def add_parsers(sub: Any, link_options: Any) -> None:
 
 
 def cmd_tune(args: argparse.Namespace) -> int:
-    from .cli import _endpoint
+    from .client import daemon_endpoint
     from .client import ask
     q = goal_args("tune", args)
     if q is None:
@@ -213,7 +213,7 @@ def cmd_tune(args: argparse.Namespace) -> int:
             return 2
         if v is not None:
             q[key] = v
-    endpoint = _endpoint(args)
+    endpoint = daemon_endpoint(args)
     session, rc = ask("opptune tune", endpoint, "tune", q, timeout_s=args.timeout)
     if rc is not None:
         return rc

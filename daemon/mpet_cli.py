@@ -1,7 +1,7 @@
 """`opptune eval-mpet`: seed 000's leave-one-out evaluation over CSVs of measurements.
 
 Reads the repository's tidy CSVs (platform, workload, variant, cores, time_s, hw_* columns),
-turns them into the MPET database (daemon.models.mpet_predict) and prints Table 5's figures for
+turns them into the MPET database (daemon.models.mpet_database) and prints Table 5's figures for
 MPET beside the naive t(1)/n and the source platform's curve.
 
 Platform = ``platform`` (with ``:variant`` when the variant is not empty or "all": XU3 big/little
@@ -19,6 +19,7 @@ the profile; repeated runs of one core count are reduced to their median.
 
 from __future__ import annotations
 
+import argparse
 import csv
 import dataclasses
 import json
@@ -33,8 +34,10 @@ import numpy as np
 
 from .models.mpet_curve import PARAMS
 from .models.mpet_eval import KINDS, METHODS, evaluate, evaluate_nested
+from .models.mpet_database import MpetDatabase
 from .models.mpet_predict import (DEFAULT_SC, DEFAULT_T1, RATIO_SC, RATIO_T1, SEED_SC,
-                                  SEED_T1, MpetDatabase)
+                                  SEED_T1)
+from .mpet_answer import store_rows, write_store_csv
 
 DEFAULT_DATA = ("data/loghin_multicore_energy/data.csv", "data/xplat_npb_minife/data.csv")
 SEED_TABLE5 = {"t1": 0.154, "scaling": 0.127, "full": 0.199}
@@ -204,8 +207,6 @@ def add_parser(subparsers: Any) -> None:
                         "[1/X, X] or is negative (X > 1; default: no bound; not with "
                         "--setup nested)")
     p.add_argument("--json", action="store_true", help="print JSON")
-    p.set_defaults(func=cmd_eval_mpet)
-    from .characterize_cli import add_eval_sources  # --combine, --daemon (the store)
     add_eval_sources(p)
 
 
@@ -329,3 +330,84 @@ def print_results(results: list[dict], as_json: bool) -> None:
         print()
     else:
         print("\n\n".join(format_table(r) for r in results))
+
+
+# -- eval-mpet over combined CSVs or the daemon's store ----------------------------------------
+def add_eval_sources(p: argparse.ArgumentParser) -> None:
+    """``opptune eval-mpet``'s other sources: several CSVs as one database, the store."""
+    g = p.add_argument_group("other sources")
+    g.add_argument("--combine", action="store_true",
+                   help="evaluate the --data files as one database (e.g. the per-board "
+                        "data/bench_suite_*/data.csv, each holding one platform)")
+    g.add_argument("--daemon", metavar="ENDPOINT",
+                   help="evaluate the measurements in this running daemon's store (what "
+                        "'opptune characterize' measured; with --data and --combine, beside "
+                        "those files; default with --config: the bind address of --config)")
+    g.add_argument("--config",
+                   help="the daemon's configuration: the store of the daemon it describes, "
+                        "queried with its operator key where CURVE is on")
+    g.add_argument("--size", help="with --daemon: only this size class")
+    g.add_argument("--save-csv", metavar="FILE.csv",
+                   help="with --daemon: also write the store's measurements as a CSV that "
+                        "--data reads")
+    g.add_argument("--timeout", type=float, default=30.0,
+                   help="with --daemon: seconds to wait for its answer")
+    p.set_defaults(func=cmd_eval_sources)
+
+
+def cmd_eval_sources(args: argparse.Namespace) -> int:
+    import tempfile
+    # --config alone names the daemon too (its bind), as for 'opptune status'
+    store = bool(args.daemon or args.config)
+    if not args.combine and not store:
+        if args.size or args.save_csv:
+            print("opptune eval-mpet: --size and --save-csv go with --daemon ENDPOINT or --config",
+                  file=sys.stderr)
+            return 2
+        return cmd_eval_mpet(args)
+    if args.combine and not args.data and not store:
+        print("opptune eval-mpet: --combine needs --data FILE.csv (two or more) or --daemon",
+              file=sys.stderr)
+        return 2
+    rows: list[dict[str, Any]] = []
+    label = []
+    if store:
+        from .client import ask, daemon_endpoint
+        endpoint = daemon_endpoint(args)  # with CURVE on: the operator key from --config's keys_dir
+        data, rc = ask("opptune eval-mpet", endpoint, "mpet_data",
+                       {"size": args.size} if args.size else {}, timeout_s=args.timeout)
+        if rc is not None:
+            return rc
+        rows = store_rows(data, args.size)
+        if not rows:
+            print(f"opptune eval-mpet: the daemon at {endpoint} has no measurements"
+                  + (f" of size {args.size}" if args.size else "") + "; run 'opptune "
+                  "characterize --agent AGENT' first", file=sys.stderr)
+            return 2
+        label.append(f"store of {endpoint}")
+        if args.save_csv:
+            try:
+                write_store_csv(args.save_csv, rows)
+            except OSError as exc:
+                print(f"opptune eval-mpet: --save-csv {args.save_csv}: cannot write: "
+                      f"{exc.strerror or exc}", file=sys.stderr)
+                return 2
+    paths = list(args.data or []) if (args.combine or not store) else []
+    if args.data and store and not args.combine:
+        print("opptune eval-mpet: --data with --daemon needs --combine (one database of both)",
+              file=sys.stderr)
+        return 2
+    label += paths
+    with tempfile.TemporaryDirectory(prefix="opptune-eval-mpet-") as tmp:
+        merged = Path(tmp) / "combined.csv"
+        try:
+            combine_csvs(paths, rows, merged)
+            results = run([str(merged)], args.max_factor, args.setup)
+        except MpetInputError as exc:
+            print(f"opptune eval-mpet: {str(exc).replace(str(merged), ' + '.join(label))}",
+                  file=sys.stderr)
+            return 2
+    for r in results:
+        r["data"] = " + ".join(label)
+    print_results(results, args.json)
+    return 0

@@ -316,8 +316,8 @@ def test_mpet_profiles_carry_the_derived_counters_into_sc_and_the_csv(tmp_path):
     one that not every run counted stays out (invalid). The exported CSV carries them as
     counter.NAME and eval-mpet's reader takes them back."""
     from opptune.daemon.characterize import mpet_data
-    from opptune.daemon.characterize_cli import build_database, store_rows, write_store_csv
-    from opptune.daemon.models.mpet_predict import MpetDatabase
+    from opptune.daemon.mpet_answer import build_database, store_rows, write_store_csv
+    from opptune.daemon.models.mpet_database import MpetDatabase
     from opptune.daemon.mpet_cli import load_csv
     from opptune.daemon.service import Daemon
     from opptune.daemon.store import ResultIn
@@ -363,7 +363,7 @@ def test_a_workload_whose_runs_are_all_marked_is_named_so_not_unmeasured(tmp_pat
     measured on P. The query names such groups; the CLI says why and what to do."""
     import argparse
     from opptune.daemon.characterize import mpet_data
-    from opptune.daemon.characterize_cli import MpetUsage, _measured_db
+    from opptune.daemon.mpet_predict_cli import MpetUsage, _measured_db
     from opptune.daemon.service import Daemon
     from opptune.daemon.store import ResultIn
     from opptune.shared.config import DaemonConfig

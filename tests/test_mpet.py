@@ -17,11 +17,12 @@ from opptune.daemon.models.mpet_distance import (Distances, distance, normalise,
                                                   tuple_distance)
 from opptune.daemon.models.mpet_eval import (choose_settings, evaluate, evaluate_nested,
                                              summarise)
+from opptune.daemon.models.mpet_database import MpetDatabase
 from opptune.daemon.models.mpet_predict import (DEFAULT_SC, DEFAULT_T1, SEED_SC, SEED_T1,
                                                 SINGLE_CANDIDATE_FACTOR, choose_sc,
-                                                MpetDatabase, NoCandidates, Selection,
-                                                penalty, predict_migration,
-                                                predict_scalability, reconstruct)
+                                                NoCandidates, Selection, penalty,
+                                                predict_migration, predict_scalability,
+                                                reconstruct)
 
 
 # ---- eq. 5-9 -------------------------------------------------------------------------------

@@ -11,7 +11,8 @@ import numpy as np
 import pytest
 
 from opptune.daemon.models.mpet_curve import PARAMS, time_curve
-from opptune.daemon.models.mpet_predict import MpetDatabase, predict_scalability
+from opptune.daemon.models.mpet_database import MpetDatabase
+from opptune.daemon.models.mpet_predict import predict_scalability
 from opptune.daemon.models.mpet_scenarios import (Edit, EditError, apply_edits, candidate_band,
                                                   edited_curve, parse_edit, serial_profile)
 

@@ -22,8 +22,9 @@ from typing import Hashable
 
 import numpy as np
 
-from .mpet_predict import (DEFAULT_SC, DEFAULT_T1, RATIO_SC, SEED_SC, SEED_T1, MpetDatabase,
-                           NoCandidates, Selection, predict_migration)
+from .mpet_database import MpetDatabase
+from .mpet_predict import (DEFAULT_SC, DEFAULT_T1, RATIO_SC, SEED_SC, SEED_T1, NoCandidates,
+                           Selection, predict_migration)
 
 KINDS = ("t1", "scaling", "full")
 METHODS = ("mpet", "naive", "same_curve")

@@ -1,7 +1,7 @@
 """MPET candidate selection and reconstruction (seed 000, section 3.2.2-3.2.3, eq. 21-23, 4.1).
 
-Pure. The database is a plain mapping ``(workload, platform) -> profile`` (see mpet_curve) plus
-``platform -> {"n_nu", "n_ht", "nmax"}`` (breakpoints from the topology; None = absent).
+Pure. Predictions read an ``MpetDatabase`` (mpet_database: profiles, their sc, the t(1) and
+q(n) tables); the validated bases rate candidates with mpet_validate.
 
 Scenario (a), migration: workload A profiled on reference platforms P, predicted on a target T
 known through the other workloads (the suite) measured there. Scenario (b), scalability: A has
@@ -13,14 +13,14 @@ from __future__ import annotations
 import dataclasses
 import math
 from dataclasses import dataclass, field
-from typing import Hashable, Mapping
+from typing import Hashable
 
 import numpy as np
 
-from .mpet_curve import (PARAMS, cpu_time_ratio, eval_curve, feature_names, feature_vector,
-                         fit_curve, time_curve)
-from .mpet_distance import (Distances, normalise, ratio_distance_rows,
-                            tuple_distance)
+from .mpet_curve import PARAMS, fit_curve, time_curve
+from .mpet_database import MpetDatabase
+from .mpet_distance import Distances, tuple_distance
+from .mpet_validate import VALIDATION_FLOOR, validate_q, validate_t1
 
 
 BASES = ("sc", "t1-ratio", "q-ratio", "t1-validated", "q-validated", "q-chosen")
@@ -58,9 +58,9 @@ class Selection:
     "t1-validated" (for t(1)) rates each (P, B) tuple by how well its own eq. 21 transfer
     predicted the known t(1) nearest the prediction (A on its other references like T, the
     suite on T like A) and weights candidates by the inverse of that error variance instead of
-    eq. 22's r(w) (see ``_validated``); where no tuple can be checked it is "t1-ratio".
+    eq. 22's r(w) (see mpet_validate.validate_t1); where no tuple can be checked it is "t1-ratio".
     "q-validated" (for sc, space "curve") does the same with q(n) at T's core counts
-    (``_validated_q``; where nothing can be checked it is "q-ratio"). "q-chosen" (for sc)
+    (``mpet_validate.validate_q``; where nothing can be checked it is "q-ratio"). "q-chosen" (for sc)
     takes, per prediction, the seed's "sc" where the instrumented runtime gave the scaling
     parameters (``runtime_parameters``), else whichever of q-ratio and q-validated predicted
     T's other workloads better in a leave-one-out over T's suite (``choose_sc``).
@@ -114,7 +114,7 @@ SEED_SC = Selection(n_platforms=3, n_workloads=10, workload_distance="individual
 # stay the seed's: docs/mpet.md gives this setup's figures beside the seed's and beside the
 # nested setup, which chooses them inside the leave-one-out.
 RATIO_T1 = dataclasses.replace(SEED_T1, mean="geometric", basis="t1-ratio")
-# t(1) by validated transfers (``_validated``); the seed's counts, geometric mean.
+# t(1) by validated transfers (``mpet_validate.validate_t1``); the seed's counts, geometric mean.
 DEFAULT_T1 = dataclasses.replace(RATIO_T1, basis="t1-validated")
 # sc by ratio distances (the default before "q-chosen"), and the default: per prediction,
 # whichever of q-ratio and q-validated predicted T's other workloads better (``choose_sc``)
@@ -138,7 +138,7 @@ class Candidate:
     d_t: float
     weight: float = math.nan  # r(w) of eq. 22 (t1-validated: inverse error variance)
     # t1-validated: the weighted mean squared log error of this tuple's transfer on the known
-    # t(1) nearest the prediction (see mpet_predict._validated); NaN where none was checked
+    # t(1) nearest the prediction (see mpet_validate.validate_t1); NaN where none was checked
     var: float = math.nan
     # whether it gave an estimate (set by the interval): a profile lacking t(1) or a valid
     # curve on one side of the transfer is listed but adds nothing
@@ -173,264 +173,6 @@ class Prediction:
 
 class NoCandidates(ValueError):
     """The database holds no candidate for this prediction."""
-
-
-class MpetDatabase:
-    """Profiles with their fitted sc (eq. 5-9), computed once; ``without`` hides one profile."""
-
-    def __init__(self, profiles: Mapping, platforms: Mapping, _sc=None, _counters=None):
-        self.profiles = dict(profiles)
-        self.platforms = {p: dict(v) for p, v in platforms.items()}
-        if _counters is None:
-            names = set()
-            for prof in self.profiles.values():
-                for per_n in (prof.get("counters") or {}).values():
-                    names.update((per_n or {}).keys())
-            _counters = sorted(names)
-        self.counters = _counters
-        if _sc is None:
-            _sc = {}
-            for key, prof in self.profiles.items():
-                topo = self.platforms.get(key[1], {})
-                _sc[key] = feature_vector(prof, topo.get("n_nu"), topo.get("n_ht"), _counters)
-        self.sc = _sc
-
-    @property
-    def names(self) -> list[str]:
-        return feature_names(self.counters)
-
-    def t1(self, key) -> float:
-        t = self.profiles[key].get("t") or {}
-        v = t.get(1, t.get(1.0))
-        return float(v) if v is not None else math.nan
-
-    def q_values(self, key, ns) -> np.ndarray:
-        """q(n) = n t(n)/t(1) of a profile at ``ns``: measured where it was, else its fitted
-        curve (eq. 5-7 on its platform's breakpoints), which extrapolates beyond its cores,
-        never below the least q the profile measured (a line through q(1) = 1 and a superlinear
-        q(2) < 1 turns negative: merge_sort on the 2-core machine at 10 cores)."""
-        return self._q_values(key, tuple(float(n) for n in ns))
-
-    def _q_values(self, key, ns: tuple[float, ...]) -> np.ndarray:
-        """``q_values`` at ``ns`` already a tuple of floats."""
-        # a profile's values do not change: cached, and shared with the ``without`` copies
-        cache = self.__dict__.setdefault("_q_cache", {})
-        got = cache.get((key, ns))
-        if got is None:
-            meas = cpu_time_ratio(self.profiles[key].get("t") or {})
-            topo = self.platforms.get(key[1], {})
-            off = 6 * len(PARAMS)
-            fitted = eval_curve(self.sc[key][off: off + 6], np.asarray(ns), topo.get("n_nu"),
-                                topo.get("n_ht"))
-            floor = min(meas.values(), default=0.0)
-            got = cache[(key, ns)] = np.array([meas.get(n, max(f, floor))
-                                               for n, f in zip(ns, fitted)])
-            got.setflags(write=False)
-        return got
-
-    def without(self, key) -> "MpetDatabase":
-        profiles = {k: v for k, v in self.profiles.items() if k != key}
-        out = MpetDatabase(profiles, self.platforms, {k: v for k, v in self.sc.items()
-                                                      if k != key}, self.counters)
-        out._q_cache = self.__dict__.setdefault("_q_cache", {})
-        # the log ratios of the database this one was cut from, less what is hidden
-        out._ratio_rows = self.ratio_rows()
-        out._removed = self.removed | {key}
-        # the t(1) and q(n) tables less that profile, instead of rebuilding them
-        w, p = key
-        for name, table in (("_t1_table", self.t1_table), ("_q_table", self.q_table)):
-            got = table()  # built once on this database, then shared
-            by_w = {a: ({k: v for k, v in d.items() if _plat(k) != p} if a == w else d)
-                    for a, d in got[0].items()}
-            by_p = {b: ({k: v for k, v in d.items() if _plat(k) != w} if b == p else d)
-                    for b, d in got[1].items()}
-            setattr(out, name, (by_w, by_p))
-        return out
-
-    @property
-    def removed(self) -> frozenset:
-        """The profiles ``without`` hid since the database ``ratio_rows`` was built on."""
-        return self.__dict__.get("_removed", frozenset())
-
-    def ratio_rows(self) -> "RatioRows":
-        """Log ratios between the rows of the t(1) and q(n) tables, built once and shared
-        with the ``without`` copies (they only hide profiles)."""
-        got = self.__dict__.get("_ratio_rows")
-        if got is None:
-            got = self._ratio_rows = RatioRows(self.t1_table(), self.q_table())
-        return got
-
-    def ratio(self, kind: str, axis: str, x, ys, keep, weight=None) -> list[float]:
-        """``ratio_distance`` of table ``kind`` ("t1" or "q") between x's entries and each
-        y's (axis "p": platforms x and y, rows = workloads; "w": workloads, rows = platforms),
-        rows restricted to ``keep`` (a predicate) and to the profiles this database has;
-        ``weight``: {row: weight} (None: unweighted)."""
-        if not ys:
-            return []
-        rows, index, v, ok, pos = self.ratio_rows().block(kind, axis, x)
-        known = [y for y in ys if y in index]  # a y not in the table shares nothing: NaN
-        if len(known) < len(ys):
-            got = dict(zip(known, self.ratio(kind, axis, x, known, keep, weight)))
-            return [got.get(y, math.nan) for y in ys]
-        pick = [index[y] for y in ys]
-        v, ok, pos = v[pick], ok[pick], pos[pick]
-        gone = self.removed
-        mask = np.array([[keep(r) and ((r, x) if axis == "p" else (x, r)) not in gone
-                          and ((r, y) if axis == "p" else (y, r)) not in gone for r in rows]
-                         for y in ys], dtype=bool).reshape(len(ys), len(rows))
-        w = None if weight is None else \
-            np.broadcast_to(np.array([weight.get(r, 0.0) for r in rows]), mask.shape)
-        return ratio_distance_rows(v, ok & mask[:, :, None], pos, w)
-
-    def ratio_from(self, kind: str, xs, y, keep) -> list[float]:
-        """``ratio`` on axis "p" (unweighted) of each platform of ``xs`` against ``y``, in one
-        batch: each x's rows in its own order, padded at the end with invalid rows (they add
-        0.0 after the others, so each sum is the one ratio_distance makes)."""
-        blocks = [self.ratio_rows().block(kind, "p", x) for x in xs]
-        if not blocks or y not in blocks[0][1]:  # y not in the table shares nothing: NaN
-            return [math.nan] * len(xs)
-        width = max(len(b[0]) for b in blocks)
-        groups = blocks[0][2].shape[2]
-        v = np.full((len(xs), width, groups), np.nan)
-        ok = np.zeros(v.shape, dtype=bool)
-        pos = np.zeros(v.shape, dtype=np.int64)
-        gone = self.removed
-        for i, (x, (rows, index, bv, bok, bpos)) in enumerate(zip(xs, blocks)):
-            n = len(rows)
-            v[i, :n], pos[i, :n] = bv[index[y]], bpos[index[y]]
-            mask = np.array([keep(r) and (r, x) not in gone and (r, y) not in gone
-                             for r in rows], dtype=bool).reshape(n)
-            ok[i, :n] = bok[index[y]] & mask[:, None]
-        return ratio_distance_rows(v, ok, pos)
-
-    def distances(self) -> Distances:
-        # eq. 10-12 over the database and the query (the query's profiles are in it); computed
-        # once per database (the profiles do not change after construction)
-        got = getattr(self, "_dist", None)
-        if got is None:
-            got = self._dist = Distances(lambda: normalise(self.sc), list(self.sc))
-        return got
-
-    def t1_table(self) -> tuple[dict, dict]:
-        """t(1) by workload ({w: {platform: t1}}) and by platform ({p: {workload: t1}})."""
-        got = getattr(self, "_t1_table", None)
-        if got is None:
-            by_w: dict = {}
-            by_p: dict = {}
-            for w, p in self.profiles:
-                v = self.t1((w, p))
-                if math.isfinite(v) and v > 0:
-                    by_w.setdefault(w, {})[p] = v
-                    by_p.setdefault(p, {})[w] = v
-            got = self._t1_table = (by_w, by_p)
-        return got
-
-    def q_table(self) -> tuple[dict, dict]:
-        """Measured q(n), n >= 2, by workload ({w: {(platform, n): q}}) and by platform
-        ({p: {(workload, n): q}})."""
-        got = getattr(self, "_q_table", None)
-        if got is None:
-            by_w: dict = {}
-            by_p: dict = {}
-            for w, p in self.profiles:
-                for n, q in cpu_time_ratio(self.profiles[(w, p)].get("t") or {}).items():
-                    if n >= 2 and math.isfinite(q) and q > 0:
-                        by_w.setdefault(w, {})[(p, n)] = q
-                        by_p.setdefault(p, {})[(w, n)] = q
-            got = self._q_table = (by_w, by_p)
-        return got
-
-
-class RatioRows:
-    """Log ratios log(x[k] / y[k]) between the rows of a database's t(1) or q(n) table (by
-    workload or by platform), as arrays computed once per row x against every y, for
-    ``ratio_distance_rows``; held by the database and shared with its ``without`` copies.
-
-    Keys of a table row are a label (t(1)) or (label, n) (q(n), grouped per n); the arrays
-    keep x's order (``pos``) so that the distance is ratio_distance's float exactly.
-    """
-
-    def __init__(self, t1_table: tuple[dict, dict], q_table: tuple[dict, dict]):
-        self.tables = {"t1": t1_table, "q": q_table}
-        self._pairs: dict = {}
-
-    def log_q_on(self, platform) -> dict:
-        """{workload: {n: log q(n)}} measured on ``platform`` (n >= 2), in table order."""
-        got = self._pairs.get(("log q", platform))
-        if got is None:
-            got = {}
-            for (b, n), v in self.tables["q"][1].get(platform, {}).items():
-                got.setdefault(b, {})[n] = math.log(v)
-            self._pairs[("log q", platform)] = got
-        return got
-
-    def _dense(self, kind: str):
-        """Table ``kind`` as arrays: workload and platform labels (table order), group labels,
-        values [w, p, g] (NaN: none) and each entry's place in by_w[w] and in by_p[p]."""
-        got = self._pairs.get(("dense", kind))
-        if got is None:
-            by_w, by_p = self.tables[kind]
-            ws = {w: i for i, w in enumerate(by_w)}
-            ps = {p: i for i, p in enumerate(by_p)}
-            gs: dict = {}
-            for d in by_w.values():
-                for k in d:
-                    gs.setdefault(k[1] if isinstance(k, tuple) else None, len(gs))
-            val = np.full((len(ws), len(ps), max(len(gs), 1)), np.nan)
-            pos_w = np.zeros(val.shape, dtype=np.int64)
-            pos_p = np.zeros(val.shape, dtype=np.int64)
-            for pos, table in ((pos_w, by_w), (pos_p, by_p)):
-                at = []
-                for x, d in table.items():
-                    for i, (k, v) in enumerate(d.items()):
-                        r, g = k if isinstance(k, tuple) else (k, None)
-                        w, p = (x, r) if table is by_w else (r, x)
-                        at.append((ws[w], ps[p], gs[g], i, v))
-                if at:
-                    a = np.array(at, dtype=object)
-                    idx = tuple(a[:, j].astype(np.int64) for j in range(3))
-                    pos[idx] = a[:, 3].astype(np.int64)
-                    val[idx] = a[:, 4].astype(float)
-            got = self._pairs[("dense", kind)] = (list(ws), list(ps), val, pos_w, pos_p)
-        return got
-
-    def block(self, kind: str, axis: str, x):
-        """(x's row labels in x's order, {y: index}, v, ok, pos), each [y, row, group] over
-        every y of the table: v = log(x/y) (math.log on each quotient, as ratio_distance takes
-        it), ok where both have the entry, pos = its place in x's iteration order."""
-        ck = ("block", kind, axis, x)
-        got = self._pairs.get(ck)
-        if got is None:
-            ws, ps, val, pos_w, pos_p = self._dense(kind)
-            labels = ps if axis == "p" else ws
-            if x not in labels:
-                got = self._pairs[ck] = ([], {y: i for i, y in enumerate(labels)},
-                                         np.zeros((len(labels), 0, 1)),
-                                         np.zeros((len(labels), 0, 1), dtype=bool),
-                                         np.zeros((len(labels), 0, 1), dtype=np.int64))
-                return got
-            xi = labels.index(x)
-            # rows = the other axis: [rows, y, g] views of the values
-            if axis == "p":
-                mine, pos, other = val[:, xi, :], pos_p[:, xi, :], ws
-                theirs = val.transpose(1, 0, 2)  # [y, rows, g]
-            else:
-                mine, pos, other = val[xi], pos_w[xi], ps
-                theirs = val  # [y, rows, g]
-            present = np.isfinite(mine)
-            first = np.where(present, pos, np.iinfo(np.int64).max).min(axis=1)
-            order = [r for r in np.argsort(first, kind="stable").tolist()
-                     if present[r].any()]
-            rows = [other[r] for r in order]
-            mine, pos = mine[order], pos[order]
-            with np.errstate(all="ignore"):
-                q = mine[None, :, :] / theirs[:, order, :]
-            ok = np.isfinite(q)
-            v = np.full(q.shape, np.nan)
-            v[ok] = list(map(math.log, q[ok].tolist()))
-            got = self._pairs[ck] = (rows, {y: i for i, y in enumerate(labels)}, v, ok,
-                                     np.ascontiguousarray(np.broadcast_to(pos, v.shape)))
-        return got
 
 
 def penalty(w: np.ndarray, k: int) -> np.ndarray:
@@ -474,215 +216,9 @@ def reconstruct(target_vals: np.ndarray, ref_a: np.ndarray, ref_b: np.ndarray,
     return np.exp(out) if mean == "geometric" else out
 
 
-def _plat(key):
-    """The platform (or workload) of a t1_table/q_table key: itself or (it, n)."""
-    return key[0] if isinstance(key, tuple) else key
-
-
-# t1-validated: the noise floor of a log t(1) (single runs vary by a few %), so a tuple that
-# happened to transfer exactly on the references is not weighted without bound.
-VALIDATION_FLOOR = 0.03
 # t1-validated: the t(1) interval, in standard deviations of the validated log error (about
 # 95 % for a normal error)
 SIGMAS = 2.0
-
-
-def _log_deviation(d: float) -> float:
-    """The deviation s behind a ratio distance d = 1 - exp(-s); inf where d is unknown."""
-    return -math.log(1.0 - d) if math.isfinite(d) and d < 1 else math.inf
-
-
-def _likeness(s: float) -> float:
-    """Weight of a known entry whose row or column deviates by s from the predicted one's:
-    1 / (s^4 + floor^4) (4th power: squared errors are averaged; see _validated)."""
-    return 1.0 / (s ** 4 + VALIDATION_FLOOR ** 4)
-
-
-def _both(*devs: float) -> float:
-    """One deviation from the known ones of the t(1) and q(n) tables: their root sum of
-    squares (log deviations of two views of a row, added as independent errors); inf where
-    neither is known."""
-    known = [s for s in devs if math.isfinite(s)]
-    return math.sqrt(sum(s * s for s in known)) if known else math.inf
-
-
-def _kernels(db: MpetDatabase, workload, target, refs) -> tuple[dict, dict, dict, dict, dict]:
-    """(own, tgt, s_p, kern_p, kern_a) for validated transfers: A's t(1) on its references,
-    the suite's on T, each reference's deviation s_p from T and its likeness weight, each
-    suite workload's likeness to A. t1-validated and q-validated share them: one definition of
-    which platforms behave like T and which workloads like A.
-
-    A deviation is the ratio distance's (``ratio_distance``) over the t(1) table and over the
-    q(n) table together (``_both``): of the suite between P and T, of A and B' over A's
-    references. A workload that scales like A on the references (alike in the memory and
-    synchronisation its q(n) shows) is likelier to change speed like A between platforms than
-    one that only ran at the same speed ratios there; a platform whose suite scales as on T
-    is likelier to behave like T. Measured against the t(1) table alone (docs/mpet.md):
-    full prediction 21.7 -> 20.8 (loghin), 16.3 -> 15.7 (xplat), 18.6 -> 16.8 and 21.7 ->
-    20.5 (the bench_suite sets), t(1) 14.9 -> 14.5, 9.0 -> 9.1, 8.2 -> 7.9, 9.5 -> 9.2."""
-    by_w, by_p = db.t1_table()
-    own = {p: v for p, v in by_w.get(workload, {}).items() if p in refs and p != target}
-    tgt = {b: v for b, v in by_p.get(target, {}).items() if b != workload}
-    others = lambda r: r != workload  # noqa: E731
-    refs_l = list(own)
-    s_p = {p: _both(_log_deviation(d1), _log_deviation(dq)) for p, d1, dq in zip(
-        refs_l, db.ratio_from("t1", refs_l, target, others),
-        db.ratio_from("q", refs_l, target, others))}
-    mine = lambda r: r in refs and r != target  # noqa: E731
-    suite = list(tgt)
-    kern_a = {b: _likeness(_both(_log_deviation(d1), _log_deviation(dq))) for b, d1, dq in zip(
-        suite, db.ratio("t1", "w", workload, suite, mine),
-        db.ratio("q", "w", workload, suite, mine))}
-    return own, tgt, s_p, {p: _likeness(s) for p, s in s_p.items()}, kern_a
-
-
-def _set_var(c: Candidate, terms) -> bool:
-    """c.var = the weighted mean of (weight, squared log error) ``terms``; d_a from it."""
-    num = den = 0.0
-    for w, e2 in terms:
-        num += w * e2
-        den += w
-    c.var = num / den if den > 0 else math.nan
-    c.d_a = 1.0 - math.exp(-math.sqrt(c.var)) if math.isfinite(c.var) else math.nan
-    return math.isfinite(c.var)
-
-
-def _validated(db: MpetDatabase, workload, target, pairs: list[Candidate], refs) -> bool:
-    """Set ``var`` and the distances of each t(1) candidate (P, B) by validating its transfer.
-
-    Departs from eq. 20-22 (the seed rates (P, B) by D_p and D_a and weights by r(1 - D)).
-    Eq. 21 makes log t1(A, T) = log t1(A, P) + [log t1(B, T) - log t1(B, P)]: one entry of the
-    log t(1) matrix (workloads x platforms) from three known ones. The same tuple can be
-    checked on known entries along both axes, without A's profile on T:
-    - A on its other references P': predicted log t1(A, P') - log t1(B, P') + the shift
-      log t1(A, P) - log t1(B, P), each P' weighted by how much it behaves like T;
-    - the other suite workloads B' on T: P's factor log t1(B, T) - log t1(B, P) applied to
-      B', each B' weighted by how much it behaves like A.
-    "Behaves like" is the ratio distance's deviation s (mpet_distance.ratio_distance: of the
-    suite between P' and T, of A and B' over A's references), weight 1 / (s^4 + floor^4) (the
-    4th power: squared errors are averaged). ``var`` = the weighted mean squared error of both:
-    the tuple's error where the data resemble the prediction's. ``_weights`` then uses
-    1 / (var + floor^2), the inverse variance, for eq. 23's (geometric) mean. d_a = 1 -
-    exp(-sqrt(var)) (what D_a stands for: how good a proxy of A the tuple is here), d_p = the
-    ratio D_p of P to T, d_t = eq. 20. False where no tuple could be checked.
-    """
-    by_w, by_p = db.t1_table()
-    own, tgt, s_p, kern, kern_a = _kernels(db, workload, target, refs)
-    any_var = False
-    for c in pairs:
-        tb = by_w.get(c.workload, {})
-        c.d_p = 1.0 - math.exp(-s_p.get(c.platform, math.inf))
-        if c.platform not in own or c.platform not in tb or c.workload not in tgt:
-            continue  # a profile without t(1): nothing to transfer (var stays NaN)
-        shift = math.log(own[c.platform]) - math.log(tb[c.platform])
-        terms = [(kern[q], (math.log(aq) - math.log(tb[q]) - shift) ** 2)
-                 for q, aq in own.items() if q != c.platform and q in tb]
-        # the same tuple's factor applied to the other suite workloads B' on T
-        tp = by_p.get(c.platform, {})
-        fac = math.log(tgt[c.workload]) - math.log(tb[c.platform])
-        terms += [(kern_a[b2], (math.log(vt) - math.log(tp[b2]) - fac) ** 2)
-                  for b2, vt in tgt.items() if b2 != c.workload and b2 in tp]
-        any_var |= _set_var(c, terms)
-    return any_var
-
-
-def _validated_q(db: MpetDatabase, workload, target, pairs: list[Candidate], refs) -> bool:
-    """``_validated`` for sc in the curve space (departs from eq. 20-22 alike).
-
-    Eq. 21 per n: log q(A, T, n) = log q(A, P, n) + log q(B, T, n) - log q(B, P, n), at T's
-    core counts, each curve measured there or fitted (``q_values``, as the prediction takes
-    them). Each (P, B) tuple is checked the same way at the same n: A on its other references
-    P' (log q(A, P') - log q(B, P') against the tuple's shift), the other suite workloads B'
-    on T (their measured q on T against q(B', P) times the tuple's factor), the squared log
-    errors averaged over n per entry, entries weighted by ``_kernels``' likeness (the same as
-    for t(1)). ``var`` and the weights as in ``_validated``. False where nothing was checked.
-    """
-    _, _, s_p, kern, kern_a = _kernels(db, workload, target, refs)
-    # suite workload -> {n: log q measured on T}
-    gone = db.removed
-    tgt_n = {b: d for b, d in db.ratio_rows().log_q_on(target).items()
-             if b != workload and (b, target) not in gone}
-    ns = tuple(sorted({n for d in tgt_n.values() for n in d}))  # T's core counts, n >= 2
-    if not ns:
-        return False
-    suite = sorted(tgt_n, key=str)
-    # the suite's measured log q on T (NaN where not measured) and its likeness to A
-    on_t = np.array([[tgt_n[b].get(n, np.nan) for n in ns] for b in suite])
-    w_a = np.array([kern_a.get(b, 0.0) for b in suite])
-    ref_list = sorted(kern, key=str)
-
-    nsf = tuple(float(n) for n in ns)
-    memo: dict = {}
-
-    shared = db.__dict__.setdefault("_q_cache", {})
-    nan_row = np.full(len(ns), np.nan)
-
-    def logq(key):
-        got = memo.get(key)
-        if got is None:
-            if key in db.sc:  # a profile's log q does not change: shared like q_values
-                got = shared.get(("log", key, nsf))
-                if got is None:
-                    got = shared[("log", key, nsf)] = np.log(db._q_values(key, nsf))
-            else:
-                got = nan_row
-            memo[key] = got
-        return got
-
-    # every candidate (P, B) at once; the sums as _set_var adds them
-    by_plat: dict = {}
-    for c in pairs:
-        c.d_p = 1.0 - math.exp(-s_p.get(c.platform, math.inf))
-        if (workload, c.platform) in db.sc and (c.workload, c.platform) in db.sc \
-                and c.workload in tgt_n:
-            by_plat.setdefault(c.platform, []).append(c)
-    k_ref = np.array([kern[q] for q in ref_list])
-    a_ref = np.array([(workload, q) in db.sc for q in ref_list], dtype=bool)
-    l_ref = np.array([logq((workload, q)) for q in ref_list]).reshape(len(ref_list), len(ns))
-    # the suite's log q on every platform involved (NaN: no profile), and who has one
-    plats = sorted(set(ref_list) | set(by_plat), key=str)
-    col = {q: i for i, q in enumerate(plats)}
-    ref_i = [col[q] for q in ref_list]
-    lq = np.array([[logq((b, q)) for q in plats] for b in suite]
-                  ).reshape(len(suite), len(plats), len(ns))
-    has_b = np.array([[(b, q) in db.sc for q in plats] for b in suite], dtype=bool
-                     ).reshape(len(suite), len(plats))
-    at = {b: i for i, b in enumerate(suite)}
-    cs = [c for group in by_plat.values() for c in group]
-    if not cs:
-        return False
-    idx = np.array([at[c.workload] for c in cs])
-    pc = np.array([col[c.platform] for c in cs])
-    # A on its other references P': log q(A, P') - log q(B, P') against the shift
-    dm = l_ref[None, :, :] - lq[idx][:, ref_i, :]  # NaN where a profile is missing
-    has = has_b[idx][:, ref_i] & a_ref[None, :] & \
-        (np.array(ref_i)[None, :] != pc[:, None])
-    l_a = np.array([logq((workload, q)) for q in plats]).reshape(len(plats), len(ns))
-    shift = l_a[pc] - lq[idx, pc, :]
-    e_ref = np.mean((dm - shift[:, None, :]) ** 2, axis=2)
-    # log q(B', T) - log q(B', P) against the tuple's factor, per B' (NaN: not measured)
-    dev = on_t[None, :, :] - lq.transpose(1, 0, 2)  # per platform
-    sq = (dev[pc] - dev[pc, idx][:, None, :]) ** 2
-    cnt = np.isfinite(sq).sum(axis=2)
-    with np.errstate(all="ignore"):
-        e_s = np.where(np.isfinite(sq), sq, 0.0).sum(axis=2) / cnt
-        ok = (cnt > 0) & (w_a > 0)[None, :]
-        ok[np.arange(len(cs)), idx] = False
-        mask = np.concatenate([has, ok], axis=1)
-        w = np.concatenate([np.broadcast_to(k_ref, has.shape),
-                            np.broadcast_to(w_a, ok.shape)], axis=1)
-        e = np.concatenate([e_ref, e_s], axis=1)
-        # summed in _set_var's order: one term after the other
-        num = np.add.accumulate(np.where(mask, w * e, 0.0), axis=1)[:, -1].tolist() \
-            if mask.shape[1] else [0.0] * len(cs)
-        den = np.add.accumulate(np.where(mask, w, 0.0), axis=1)[:, -1].tolist() \
-            if mask.shape[1] else [0.0] * len(cs)
-    any_var = False
-    for c, nu, de in zip(cs, num, den):
-        c.var = nu / de if de > 0 else math.nan
-        c.d_a = 1.0 - math.exp(-math.sqrt(c.var)) if math.isfinite(c.var) else math.nan
-        any_var |= math.isfinite(c.var)
-    return any_var
 
 
 def _candidates(dist: Distances, db: MpetDatabase, workload, target, sel: Selection,
@@ -707,7 +243,7 @@ def _candidates(dist: Distances, db: MpetDatabase, workload, target, sel: Select
                     else dist.d_p(c.workload, c.platform, target)
 
     if sel.basis in VALIDATED:
-        check = _validated if sel.basis == "t1-validated" else _validated_q
+        check = validate_t1 if sel.basis == "t1-validated" else validate_q
         if not check(db, workload, target, pairs, refs):
             return _candidates(dist, db, workload, target,
                                dataclasses.replace(sel, basis=VALIDATED[sel.basis]), refs, used)
@@ -771,7 +307,7 @@ def _candidates(dist: Distances, db: MpetDatabase, workload, target, sel: Select
 
 def _weights(cands: list[Candidate], sel: Selection) -> np.ndarray:
     if sel.basis in VALIDATED and any(math.isfinite(c.var) for c in cands):
-        # inverse variance in place of eq. 22 (see _validated); an unvalidated candidate
+        # inverse variance in place of eq. 22 (see mpet_validate); an unvalidated candidate
         # counts as the worst validated one; scaled to a largest weight of 1
         v = np.array([c.var for c in cands], dtype=float)
         v = np.where(np.isfinite(v), v, np.nanmax(v))
@@ -948,7 +484,7 @@ def _interval(pred: Prediction, rows: dict, t1_sel: Selection, sc_sel: Selection
     t1s = t1s or [pred.t1]
     var = [(c.weight, c.var) for c in pred.t1_candidates if math.isfinite(c.var)]
     if t1_sel.basis == "t1-validated" and var:
-        # validated transfers measured their own error (log t(1), see _validated): the t(1)
+        # validated transfers measured their own error (log t(1), see mpet_validate.validate_t1): the t(1)
         # band is SIGMAS standard deviations of it (the candidates' weighted mean variance)
         # instead of the candidates' min..max, which says nothing about how wrong they are
         sd = math.sqrt(sum(w * v for w, v in var) / sum(w for w, _ in var))

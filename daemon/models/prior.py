@@ -36,7 +36,7 @@ from typing import NamedTuple, Sequence
 import numpy as np
 
 from .base import FittedModel, Modeler, NotEnoughData, Observations, Prediction, fit_quality
-from .mpet_predict import MpetDatabase
+from .mpet_database import MpetDatabase
 from .speedup_fit import LEVEL
 
 MIN_GROUPS = 2     # fewer other workloads than this: no prior

@@ -29,7 +29,7 @@ def add_parser(sub: argparse._SubParsersAction, add_link_options) -> None:
 
 
 def cmd_report(args: argparse.Namespace) -> int:
-    from ..cli import _endpoint
+    from ..client import daemon_endpoint
     from ..client import BadEndpoint, DaemonUnreachable, QueryFailed, query
     out = Path(args.out)
     if not args.timeout > 0:  # zmq would wait forever on a negative poll
@@ -37,7 +37,7 @@ def cmd_report(args: argparse.Namespace) -> int:
     if out.exists() and not out.is_dir():
         return _fail(f"--out {args.out}: is a file, not a directory; name a directory", 2)
     try:
-        data = query(_endpoint(args), "report", timeout_s=args.timeout)
+        data = query(daemon_endpoint(args), "report", timeout_s=args.timeout)
     except BadEndpoint as exc:
         return _fail(str(exc), 2)
     except QueryFailed as exc:

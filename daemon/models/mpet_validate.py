@@ -1,0 +1,220 @@
+"""Validated transfers (departs from seed 000's eq. 20-22; docs/mpet.md, "Departures"). Pure.
+
+Each candidate tuple (P, B) of a migration of A to T is rated by how well its own eq. 21
+transfer reproduced the known entries nearest the one predicted: A on its other references
+(weighted by how much each behaves like T) and the other suite workloads on T (weighted by how
+much each behaves like A). ``validate_t1`` does it on the t(1) table, ``validate_q`` on q(n) at
+T's core counts; each sets the candidates' ``var`` (the weighted mean squared log error),
+``d_a`` and ``d_p``, which mpet_predict orders and weighs them by.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from .mpet_database import MpetDatabase
+
+
+# t1-validated: the noise floor of a log t(1) (single runs vary by a few %), so a tuple that
+# happened to transfer exactly on the references is not weighted without bound.
+VALIDATION_FLOOR = 0.03
+
+
+def _log_deviation(d: float) -> float:
+    """The deviation s behind a ratio distance d = 1 - exp(-s); inf where d is unknown."""
+    return -math.log(1.0 - d) if math.isfinite(d) and d < 1 else math.inf
+
+
+def _likeness(s: float) -> float:
+    """Weight of a known entry whose row or column deviates by s from the predicted one's:
+    1 / (s^4 + floor^4) (4th power: squared errors are averaged; see validate_t1)."""
+    return 1.0 / (s ** 4 + VALIDATION_FLOOR ** 4)
+
+
+def _both(*devs: float) -> float:
+    """One deviation from the known ones of the t(1) and q(n) tables: their root sum of
+    squares (log deviations of two views of a row, added as independent errors); inf where
+    neither is known."""
+    known = [s for s in devs if math.isfinite(s)]
+    return math.sqrt(sum(s * s for s in known)) if known else math.inf
+
+
+def _kernels(db: MpetDatabase, workload, target, refs) -> tuple[dict, dict, dict, dict, dict]:
+    """(own, tgt, s_p, kern_p, kern_a) for validated transfers: A's t(1) on its references,
+    the suite's on T, each reference's deviation s_p from T and its likeness weight, each
+    suite workload's likeness to A. t1-validated and q-validated share them: one definition of
+    which platforms behave like T and which workloads like A.
+
+    A deviation is the ratio distance's (``ratio_distance``) over the t(1) table and over the
+    q(n) table together (``_both``): of the suite between P and T, of A and B' over A's
+    references. A workload that scales like A on the references (alike in the memory and
+    synchronisation its q(n) shows) is likelier to change speed like A between platforms than
+    one that only ran at the same speed ratios there; a platform whose suite scales as on T
+    is likelier to behave like T. Measured against the t(1) table alone (docs/mpet.md):
+    full prediction 21.7 -> 20.8 (loghin), 16.3 -> 15.7 (xplat), 18.6 -> 16.8 and 21.7 ->
+    20.5 (the bench_suite sets), t(1) 14.9 -> 14.5, 9.0 -> 9.1, 8.2 -> 7.9, 9.5 -> 9.2."""
+    by_w, by_p = db.t1_table()
+    own = {p: v for p, v in by_w.get(workload, {}).items() if p in refs and p != target}
+    tgt = {b: v for b, v in by_p.get(target, {}).items() if b != workload}
+    others = lambda r: r != workload  # noqa: E731
+    refs_l = list(own)
+    s_p = {p: _both(_log_deviation(d1), _log_deviation(dq)) for p, d1, dq in zip(
+        refs_l, db.ratio_from("t1", refs_l, target, others),
+        db.ratio_from("q", refs_l, target, others))}
+    mine = lambda r: r in refs and r != target  # noqa: E731
+    suite = list(tgt)
+    kern_a = {b: _likeness(_both(_log_deviation(d1), _log_deviation(dq))) for b, d1, dq in zip(
+        suite, db.ratio("t1", "w", workload, suite, mine),
+        db.ratio("q", "w", workload, suite, mine))}
+    return own, tgt, s_p, {p: _likeness(s) for p, s in s_p.items()}, kern_a
+
+
+def _set_var(c, terms) -> bool:
+    """c.var = the weighted mean of (weight, squared log error) ``terms``; d_a from it."""
+    num = den = 0.0
+    for w, e2 in terms:
+        num += w * e2
+        den += w
+    c.var = num / den if den > 0 else math.nan
+    c.d_a = 1.0 - math.exp(-math.sqrt(c.var)) if math.isfinite(c.var) else math.nan
+    return math.isfinite(c.var)
+
+
+def validate_t1(db: MpetDatabase, workload, target, pairs: list, refs) -> bool:
+    """Set ``var`` and the distances of each t(1) candidate (P, B) by validating its transfer.
+
+    Departs from eq. 20-22 (the seed rates (P, B) by D_p and D_a and weights by r(1 - D)).
+    Eq. 21 makes log t1(A, T) = log t1(A, P) + [log t1(B, T) - log t1(B, P)]: one entry of the
+    log t(1) matrix (workloads x platforms) from three known ones. The same tuple can be
+    checked on known entries along both axes, without A's profile on T:
+    - A on its other references P': predicted log t1(A, P') - log t1(B, P') + the shift
+      log t1(A, P) - log t1(B, P), each P' weighted by how much it behaves like T;
+    - the other suite workloads B' on T: P's factor log t1(B, T) - log t1(B, P) applied to
+      B', each B' weighted by how much it behaves like A.
+    "Behaves like" is the ratio distance's deviation s (mpet_distance.ratio_distance: of the
+    suite between P' and T, of A and B' over A's references), weight 1 / (s^4 + floor^4) (the
+    4th power: squared errors are averaged). ``var`` = the weighted mean squared error of both:
+    the tuple's error where the data resemble the prediction's. ``_weights`` then uses
+    1 / (var + floor^2), the inverse variance, for eq. 23's (geometric) mean. d_a = 1 -
+    exp(-sqrt(var)) (what D_a stands for: how good a proxy of A the tuple is here), d_p = the
+    ratio D_p of P to T, d_t = eq. 20. False where no tuple could be checked.
+    """
+    by_w, by_p = db.t1_table()
+    own, tgt, s_p, kern, kern_a = _kernels(db, workload, target, refs)
+    any_var = False
+    for c in pairs:
+        tb = by_w.get(c.workload, {})
+        c.d_p = 1.0 - math.exp(-s_p.get(c.platform, math.inf))
+        if c.platform not in own or c.platform not in tb or c.workload not in tgt:
+            continue  # a profile without t(1): nothing to transfer (var stays NaN)
+        shift = math.log(own[c.platform]) - math.log(tb[c.platform])
+        terms = [(kern[q], (math.log(aq) - math.log(tb[q]) - shift) ** 2)
+                 for q, aq in own.items() if q != c.platform and q in tb]
+        # the same tuple's factor applied to the other suite workloads B' on T
+        tp = by_p.get(c.platform, {})
+        fac = math.log(tgt[c.workload]) - math.log(tb[c.platform])
+        terms += [(kern_a[b2], (math.log(vt) - math.log(tp[b2]) - fac) ** 2)
+                  for b2, vt in tgt.items() if b2 != c.workload and b2 in tp]
+        any_var |= _set_var(c, terms)
+    return any_var
+
+
+def validate_q(db: MpetDatabase, workload, target, pairs: list, refs) -> bool:
+    """``validate_t1`` for sc in the curve space (departs from eq. 20-22 alike).
+
+    Eq. 21 per n: log q(A, T, n) = log q(A, P, n) + log q(B, T, n) - log q(B, P, n), at T's
+    core counts, each curve measured there or fitted (``q_values``, as the prediction takes
+    them). Each (P, B) tuple is checked the same way at the same n: A on its other references
+    P' (log q(A, P') - log q(B, P') against the tuple's shift), the other suite workloads B'
+    on T (their measured q on T against q(B', P) times the tuple's factor), the squared log
+    errors averaged over n per entry, entries weighted by ``_kernels``' likeness (the same as
+    for t(1)). ``var`` and the weights as in ``validate_t1``. False where nothing was checked.
+    """
+    _, _, s_p, kern, kern_a = _kernels(db, workload, target, refs)
+    # suite workload -> {n: log q measured on T}
+    gone = db.removed
+    tgt_n = {b: d for b, d in db.ratio_rows().log_q_on(target).items()
+             if b != workload and (b, target) not in gone}
+    ns = tuple(sorted({n for d in tgt_n.values() for n in d}))  # T's core counts, n >= 2
+    if not ns:
+        return False
+    suite = sorted(tgt_n, key=str)
+    # the suite's measured log q on T (NaN where not measured) and its likeness to A
+    on_t = np.array([[tgt_n[b].get(n, np.nan) for n in ns] for b in suite])
+    w_a = np.array([kern_a.get(b, 0.0) for b in suite])
+    ref_list = sorted(kern, key=str)
+
+    nsf = tuple(float(n) for n in ns)
+    memo: dict = {}
+
+    shared = db.__dict__.setdefault("_q_cache", {})
+    nan_row = np.full(len(ns), np.nan)
+
+    def logq(key):
+        got = memo.get(key)
+        if got is None:
+            if key in db.sc:  # a profile's log q does not change: shared like q_values
+                got = shared.get(("log", key, nsf))
+                if got is None:
+                    got = shared[("log", key, nsf)] = np.log(db._q_values(key, nsf))
+            else:
+                got = nan_row
+            memo[key] = got
+        return got
+
+    # every candidate (P, B) at once; the sums as _set_var adds them
+    by_plat: dict = {}
+    for c in pairs:
+        c.d_p = 1.0 - math.exp(-s_p.get(c.platform, math.inf))
+        if (workload, c.platform) in db.sc and (c.workload, c.platform) in db.sc \
+                and c.workload in tgt_n:
+            by_plat.setdefault(c.platform, []).append(c)
+    k_ref = np.array([kern[q] for q in ref_list])
+    a_ref = np.array([(workload, q) in db.sc for q in ref_list], dtype=bool)
+    l_ref = np.array([logq((workload, q)) for q in ref_list]).reshape(len(ref_list), len(ns))
+    # the suite's log q on every platform involved (NaN: no profile), and who has one
+    plats = sorted(set(ref_list) | set(by_plat), key=str)
+    col = {q: i for i, q in enumerate(plats)}
+    ref_i = [col[q] for q in ref_list]
+    lq = np.array([[logq((b, q)) for q in plats] for b in suite]
+                  ).reshape(len(suite), len(plats), len(ns))
+    has_b = np.array([[(b, q) in db.sc for q in plats] for b in suite], dtype=bool
+                     ).reshape(len(suite), len(plats))
+    at = {b: i for i, b in enumerate(suite)}
+    cs = [c for group in by_plat.values() for c in group]
+    if not cs:
+        return False
+    idx = np.array([at[c.workload] for c in cs])
+    pc = np.array([col[c.platform] for c in cs])
+    # A on its other references P': log q(A, P') - log q(B, P') against the shift
+    dm = l_ref[None, :, :] - lq[idx][:, ref_i, :]  # NaN where a profile is missing
+    has = has_b[idx][:, ref_i] & a_ref[None, :] & \
+        (np.array(ref_i)[None, :] != pc[:, None])
+    l_a = np.array([logq((workload, q)) for q in plats]).reshape(len(plats), len(ns))
+    shift = l_a[pc] - lq[idx, pc, :]
+    e_ref = np.mean((dm - shift[:, None, :]) ** 2, axis=2)
+    # log q(B', T) - log q(B', P) against the tuple's factor, per B' (NaN: not measured)
+    dev = on_t[None, :, :] - lq.transpose(1, 0, 2)  # per platform
+    sq = (dev[pc] - dev[pc, idx][:, None, :]) ** 2
+    cnt = np.isfinite(sq).sum(axis=2)
+    with np.errstate(all="ignore"):
+        e_s = np.where(np.isfinite(sq), sq, 0.0).sum(axis=2) / cnt
+        ok = (cnt > 0) & (w_a > 0)[None, :]
+        ok[np.arange(len(cs)), idx] = False
+        mask = np.concatenate([has, ok], axis=1)
+        w = np.concatenate([np.broadcast_to(k_ref, has.shape),
+                            np.broadcast_to(w_a, ok.shape)], axis=1)
+        e = np.concatenate([e_ref, e_s], axis=1)
+        # summed in _set_var's order: one term after the other
+        num = np.add.accumulate(np.where(mask, w * e, 0.0), axis=1)[:, -1].tolist() \
+            if mask.shape[1] else [0.0] * len(cs)
+        den = np.add.accumulate(np.where(mask, w, 0.0), axis=1)[:, -1].tolist() \
+            if mask.shape[1] else [0.0] * len(cs)
+    any_var = False
+    for c, nu, de in zip(cs, num, den):
+        c.var = nu / de if de > 0 else math.nan
+        c.d_a = 1.0 - math.exp(-math.sqrt(c.var)) if math.isfinite(c.var) else math.nan
+        any_var |= math.isfinite(c.var)
+    return any_var

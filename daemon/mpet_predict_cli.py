@@ -1,0 +1,394 @@
+"""The MPET modes of ``opptune predict`` over a running daemon's measurements (seed 000):
+(a) ``--workload A --from P --to T``, migration; (b) ``--on P``, scalability from 1-core runs;
+(c) ``--set``/``--edits``, a virtual workload with edited parameters."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import sys
+from typing import Any
+
+from .mpet_answer import build_database
+
+
+def add_predict_options(p: argparse.ArgumentParser) -> None:
+    """``opptune predict``'s MPET modes, beside its --fit mode."""
+    g = p.add_argument_group(
+        "MPET (a running daemon's measurements; seed 000 scenarios): "
+        "(a) --workload A --from P --to T: migration to a platform known through its suite; "
+        "(b) --workload A --on P: scaling on P from A's 1-core runs only; "
+        "(c) add --set NAME=VALUE (or --edits FILE.json) to either: a virtual workload, A with "
+        "edited parameters")
+    g.add_argument("--workload", help="workload measured on --from (or --on)")
+    g.add_argument("--from", dest="source", metavar="P",
+                   help="platform id or agent name where the workload was measured")
+    g.add_argument("--to", dest="target", metavar="T",
+                   help="platform id or agent name known through its suite "
+                        "('opptune characterize')")
+    g.add_argument("--on", dest="on", metavar="P",
+                   help="platform id or agent name: predict on the platform the workload was "
+                        "measured on: from its 1-core runs only (scenario b), or, with --set, "
+                        "from its whole measured profile edited (scenario c)")
+    g.add_argument("--set", dest="edits", action="append", default=[], metavar="NAME=VALUE",
+                   help="edit a parameter of the workload's profile before predicting "
+                        "(repeatable): NAME one of R l w c d s j (MPET Table 1), q (cpu-time "
+                        "ratio, for workloads without runtime parameters) or t1; NAME.ELEMENT "
+                        "edits one element (m_base b_base m_nu b_nu m_ht b_ht); VALUE a number "
+                        "(constant curve / that element) or a factor such as 2x")
+    g.add_argument("--edits", dest="edits_file", metavar="FILE.json",
+                   help="edits as a JSON object {\"NAME\": VALUE, ...} (same forms as --set, "
+                        "applied before them)")
+    g.add_argument("--size", help="only measurements of this size class")
+    g.add_argument("--daemon", help="daemon endpoint (default: the bind address of --config)")
+    g.add_argument("--config", help="daemon configuration (default /etc/opptune/daemon.toml)")
+    g.add_argument("--timeout", type=float, default=5.0, help="seconds to wait for an answer")
+
+
+class MpetUsage(ValueError):
+    pass
+
+
+def _resolve(name: str, data: dict[str, Any], flag: str, size: str | None = None) -> str:
+    if name in data["platforms"]:
+        return name
+    if name in data["agents"] and data["agents"][name] in data["platforms"]:
+        return data["agents"][name]
+    if size is not None and (name in data["agents"] or name in data["agents"].values()):
+        # the daemon answered for that size only: the board is known, the size is not
+        raise MpetUsage(f"{flag} {name!r} has no measurements of size {size!r}: leave out "
+                        "--size, or give a size measured there")
+    known = sorted(set(data["platforms"]) | {a for a, p in data["agents"].items()
+                                             if p in data["platforms"]})
+    raise MpetUsage(f"{flag} {name!r} is no platform with measurements; give a platform id or "
+                    f"an agent name: {', '.join(known) or 'none measured yet'}")
+
+
+def _agent_of(data: dict[str, Any], platform: str) -> str:
+    """The agent name(s) the daemon knows for ``platform``, for advice ('AGENT' if none)."""
+    return " / ".join(sorted(a for a, p in data["agents"].items() if p == platform)) or "AGENT"
+
+
+def _read_edits(args: argparse.Namespace) -> list[Any]:
+    """The --edits file's and --set edits, parsed (MpetUsage on bad input)."""
+    from .models.mpet_scenarios import EditError, parse_edit
+    texts: list[str] = []
+    if args.edits_file:
+        try:
+            with open(args.edits_file) as fh:
+                obj = json.load(fh)
+        except (OSError, UnicodeDecodeError, ValueError) as exc:
+            if isinstance(exc, OSError):
+                what = f"cannot open it ({(exc.strerror or str(exc)).lower()})"
+            else:
+                what = f"cannot read it as JSON ({exc})"
+            raise MpetUsage(f"--edits {args.edits_file}: {what}; give a file holding a JSON "
+                            f"object such as {{\"l\": \"2x\", \"t1\": 0.5}}")
+        if not isinstance(obj, dict) or not all(isinstance(v, (str, int, float))
+                                                and not isinstance(v, bool)
+                                                for v in obj.values()):
+            raise MpetUsage(f"--edits {args.edits_file}: give a JSON object of NAME: VALUE "
+                            f"(number or text such as \"2x\"), e.g. {{\"l\": \"2x\"}}")
+        texts += [f"{k}={v}" for k, v in obj.items()]
+    texts += list(args.edits or [])
+    try:
+        return [parse_edit(t) for t in texts]
+    except EditError as exc:
+        raise MpetUsage(str(exc)) from None
+
+
+def cmd_predict_mpet(args: argparse.Namespace) -> int:
+    from .client import ask, daemon_endpoint
+    from .models.mpet_predict import NoCandidates
+    from .models.mpet_scenarios import EditError
+    on = getattr(args, "on", None)
+    if on and (args.source or args.target):
+        print("opptune predict: give either --on P (scaling on the measured platform) or "
+              "--from P --to T (migration), not both", file=sys.stderr)
+        return 2
+    if on:
+        missing = [] if args.workload else ["--workload"]
+        usage = "--workload A --on P"
+    else:
+        missing = [f for f, v in (("--workload", args.workload), ("--from", args.source),
+                                  ("--to", args.target)) if not v]
+        usage = "--workload A --from P --to T"
+    if len(missing) == 3:
+        print("opptune predict: give --fit FILE --cores N (predict from a saved fit), "
+              "--workload A --from P --to T (MPET migration) or --workload A --on P (MPET "
+              "scaling of a 1-core workload)", file=sys.stderr)
+        return 2
+    if missing:
+        what = "MPET scaling" if on else "MPET migration"
+        print(f"opptune predict: {what} needs {', '.join(missing)} too ({usage})",
+              file=sys.stderr)
+        return 2
+    try:
+        edits = _read_edits(args)
+    except MpetUsage as exc:
+        print(f"opptune predict: {exc}", file=sys.stderr)
+        return 2
+    data, rc = ask("opptune predict", daemon_endpoint(args), "mpet_data",
+                   {"size": args.size} if args.size else {}, timeout_s=args.timeout)
+    if rc is not None:
+        return rc
+    try:
+        out = (_predict_on(data, args, edits) if on
+               else _predict_migration(data, args, edits))
+    except (MpetUsage, NoCandidates, EditError) as exc:
+        print(f"opptune predict: {exc}", file=sys.stderr)
+        return 2
+    if args.json:
+        json.dump(_clean(out), sys.stdout, indent=2, sort_keys=True)
+        print()
+        return 0
+    _print_prediction(out)
+    return 0
+
+
+def _note_mixed_sizes(data: dict[str, Any], sizes: dict[tuple, str], plats: list[str]) -> None:
+    """Without --size a profile is taken at whichever size has most core counts: say so on
+    stderr when the platforms the prediction reads mix sizes (times of different inputs)."""
+    if not sizes or len({s for (_, p), s in sizes.items() if p in plats}) < 2:
+        return
+    parts = []
+    for plat in plats:
+        mine = {w: s for (w, p), s in sorted(sizes.items()) if p == plat}
+        text = (next(iter(mine.values())) if len(set(mine.values())) == 1
+                else ", ".join(f"{w} {s}" for w, s in mine.items()))
+        parts.append(f"{data['platforms'][plat]['board']}: {text}")
+    print(f"opptune predict: note: the profiles used mix sizes ({'; '.join(parts)}); give "
+          f"--size S to use one", file=sys.stderr)
+
+
+def _measured_db(data: dict[str, Any], args: argparse.Namespace, plat: str, flag: str,
+                 sizes: dict[tuple, str] | None = None):
+    profiles, platforms = build_database(data, args.size, sizes)
+    if (args.workload, plat) not in profiles:
+        marked = sum(m["runs"] for m in data.get("marked_only") or ()
+                     if m["workload"] == args.workload and m["platform"] == plat)
+        if marked:
+            raise MpetUsage(f"workload {args.workload!r} on {getattr(args, flag)} has only runs "
+                            f"marked for interference ({marked}), left out as in fits: wait "
+                            f"until its points are measured again clean ('opptune status' "
+                            f"shows remeasure), or set accept_load = true in the daemon's "
+                            f"configuration to use them")
+        on = sorted(w for w, p in profiles if p == plat)
+        raise MpetUsage(f"workload {args.workload!r} is not measured on {getattr(args, flag)}: "
+                        f"it has {', '.join(on) or 'nothing'}")
+    return profiles, platforms
+
+
+def _candidates(pred: Any) -> dict[str, list[dict[str, Any]]]:
+    return {name: [{"platform": c.platform, "workload": c.workload, "d_a": c.d_a,
+                    "d_p": c.d_p, "d_t": c.d_t, "weight": c.weight, "usable": c.usable}
+                   for c in cs]
+            for name, cs in (("t1", pred.t1_candidates), ("sc", pred.sc_candidates))}
+
+
+def _method(pred: Any) -> dict[str, Any]:
+    """Which transfer rated the candidates (docs/mpet.md, docs/json-output.md)."""
+    return {"t1_basis": pred.t1_basis, "sc_basis": pred.sc_basis, "sc_choice": pred.sc_choice}
+
+
+def _rows(ns, t, lo, hi, measured, before=None) -> list[dict[str, Any]]:
+    rows = []
+    for i, n in enumerate(ns):
+        r = {"n": n, "time_s": t[i], "lower_s": lo[i], "upper_s": hi[i],
+             "measured_s": measured.get(n)}
+        if before is not None:
+            r["unedited_s"] = before[i]
+        rows.append(r)
+    return rows
+
+
+def _predict_migration(data: dict[str, Any], args: argparse.Namespace,
+                       edits: list[Any]) -> dict[str, Any]:
+    """Scenario (a); with edits, of the virtual workload (c): A's profile on P edited first."""
+    from .models.mpet_database import MpetDatabase
+    from .models.mpet_predict import SINGLE_CANDIDATE_FACTOR, predict_migration
+    from .models.mpet_curve import time_curve
+    from .models.mpet_scenarios import apply_edits, edited_curve
+    src = _resolve(args.source, data, "--from", args.size)
+    dst = _resolve(args.target, data, "--to", args.size)
+    if src == dst:
+        raise MpetUsage("--from and --to name the same platform (for a prediction on the "
+                        "measured platform use --on P)")
+    sizes: dict[tuple, str] = {}
+    profiles, platforms = _measured_db(data, args, src, "source", sizes)
+    suite = sorted(w for w, p in profiles if p == dst and w != args.workload)
+    if not suite:
+        raise MpetUsage(f"{args.target} has no suite measured: run 'opptune characterize "
+                        f"--agent {_agent_of(data, dst)}' on it first")
+    if not any(p == src and w != args.workload for w, p in profiles):
+        raise MpetUsage(f"{args.workload!r} is the only workload measured on {args.source}: "
+                        f"MPET relates it to other workloads measured on both {args.source} "
+                        f"and {args.target}; run 'opptune characterize --agent "
+                        f"{_agent_of(data, src)}' first")
+    db = MpetDatabase(profiles, platforms)
+    before = None
+    if edits:
+        before = predict_migration(db, args.workload, dst, refs=[src]).t
+        key = (args.workload, src)
+        topo = platforms[src]
+        t1, sc = db.t1(key), db.sc[key]
+        t1e, sce = apply_edits(t1, sc, edits)
+        # the measured times carry the edits' relative effect (eq. 3-4 before and after), so
+        # the default prediction, which reads q(n) from the times, sees them as sc does
+        ns = sorted(profiles[key]["t"])
+        old = time_curve(t1, sc, ns, topo.get("n_nu"), topo.get("n_ht"))
+        new = edited_curve(t1e, sce, ns, topo.get("n_nu"), topo.get("n_ht"), edits)
+        prof = {**profiles[key], "t": {n: profiles[key]["t"][n] * b / a
+                                       for n, a, b in zip(ns, old, new)}}
+        db = MpetDatabase({**profiles, key: prof}, platforms, {**db.sc, key: sce}, db.counters)
+    pred = predict_migration(db, args.workload, dst, refs=[src])
+    lo, hi = pred.lower, pred.upper
+    measured = {} if edits else (profiles.get((args.workload, dst)) or {}).get("t") or {}
+    scen = "c (virtual workload), migrated as in a" if edits else "a (migration)"
+    _note_mixed_sizes(data, sizes, [src, dst])
+    return {"scenario": scen, "workload": args.workload, "from": src, "to": dst,
+            "from_board": data["platforms"][src]["board"],
+            "to_board": data["platforms"][dst]["board"], "t1_s": pred.t1,
+            "edits": [str(e) for e in edits],
+            "prediction": _rows(pred.ns, pred.t, lo, hi, measured, before),
+            "candidates": _candidates(pred), "single_candidate": pred.single_candidate,
+            "method": _method(pred),
+            "interval": "min..max of the single candidates' predictions around the weighted one"
+                        + (f", at least x{SINGLE_CANDIDATE_FACTOR:g} either way: it rests on "
+                           f"a single candidate" if pred.single_candidate else "")}
+
+
+def _predict_on(data: dict[str, Any], args: argparse.Namespace,
+                edits: list[Any]) -> dict[str, Any]:
+    """On the measured platform: scenario (b) from the 1-core runs, or with edits (c)."""
+    from .models.mpet_curve import time_curve
+    from .models.mpet_database import MpetDatabase
+    from .models.mpet_predict import predict_scalability
+    from .models.mpet_scenarios import (apply_edits, candidate_band, edited_curve,
+                                        serial_profile)
+    plat = _resolve(args.on, data, "--on", args.size)
+    sizes: dict[tuple, str] = {}
+    profiles, platforms = _measured_db(data, args, plat, "on", sizes)
+    key = (args.workload, plat)
+    topo = platforms[plat]
+    ns = list(range(1, int(topo.get("nmax") or 1) + 1))
+    measured_t = profiles[key]["t"]
+    if 1 not in measured_t:
+        raise MpetUsage(f"workload {args.workload!r} has no 1-core run on {args.on}: MPET "
+                        f"starts from t(1); sweep it from 1 core")
+    parallel = any(n > 1 for n in measured_t)
+    common = {"workload": args.workload, "on": plat, "board": data["platforms"][plat]["board"],
+              "edits": [str(e) for e in edits]}
+    if edits and parallel:
+        # (c) on the whole measured profile: no candidates, the profile's own curve edited
+        db = MpetDatabase(profiles, platforms)
+        t1, sc = db.t1(key), db.sc[key]
+        before = [float(x) for x in time_curve(t1, sc, ns, topo.get("n_nu"), topo.get("n_ht"))]
+        t1e, sce = apply_edits(t1, sc, edits)
+        t = edited_curve(t1e, sce, ns, topo.get("n_nu"), topo.get("n_ht"), edits)
+        return {**common, "scenario": "c (virtual workload: the measured profile edited)",
+                "t1_s": t1e, "prediction": _rows(ns, t, t, t, {}, before),
+                "candidates": {"t1": [], "sc": []}, "method": None,
+                "interval": "none: the edited profile's own curve (eq. 3-4), no candidates"}
+    if not any(p == plat and w != args.workload for w, p in profiles):
+        raise MpetUsage(f"{args.workload!r} is the only workload measured on {args.on}: "
+                        f"scenario b takes the scaling of the other workloads there; run "
+                        f"'opptune characterize --agent {_agent_of(data, plat)}' first")
+    profiles = {**profiles, key: serial_profile(profiles[key])}
+    db = MpetDatabase(profiles, platforms)
+    pred = predict_scalability(db, args.workload, plat, ns=ns)
+    t, before = pred.t, None
+    if edits:
+        before = t
+        t1e, sce = apply_edits(pred.t1, pred.sc, edits)
+        t = edited_curve(t1e, sce, ns, topo.get("n_nu"), topo.get("n_ht"), edits)
+    lo, hi = candidate_band(db, pred, topo, t, tuple(edits))
+    scen = ("c (virtual workload: the scaling predicted as in b, edited)" if edits
+            else "b (scalability from the 1-core runs)")
+    _note_mixed_sizes(data, sizes, [plat])
+    measured = {} if edits else {n: v for n, v in measured_t.items() if n > 1}
+    return {**common, "scenario": scen, "t1_s": pred.t1,
+            "prediction": _rows(ns, t, lo, hi, measured, before),
+            "candidates": _candidates(pred), "single_candidate": pred.single_candidate,
+            "method": _method(pred),
+            "interval": "min..max of the curves each single candidate's scaling gives, around "
+                        "the weighted one"
+                        + (" (it rests on a single candidate)" if pred.single_candidate else "")}
+
+
+def _print_prediction(out: dict[str, Any]) -> None:
+    if "on" in out:
+        print(f"{out['workload']}: on {out['board']} ({out['on']}), MPET scenario "
+              f"{out['scenario']}")
+    else:
+        print(f"{out['workload']}: measured on {out['from_board']} ({out['from']}), predicted "
+              f"on {out['to_board']} ({out['to']}) by MPET scenario {out['scenario']}")
+    if out["edits"]:
+        print("edits: " + ", ".join(out["edits"]))
+    rows = out["prediction"]
+    measured = any(r["measured_s"] is not None for r in rows)
+    edited = any("unedited_s" in r for r in rows)
+    print(f"{'n':>3}  {'t(n) s':>10}  {'interval s':>23}" +
+          (f"  {'unedited s':>10}" if edited else "") +
+          (f"  {'measured s':>10}" if measured else ""))
+    for r in rows:
+        line = f"{r['n']:>3}  {r['time_s']:>10.4g}  [{r['lower_s']:>10.4g}, {r['upper_s']:>10.4g}]"
+        if edited:
+            line += f"  {r['unedited_s']:>10.4g}"
+        if measured:
+            m = r["measured_s"]
+            line += f"  {m:>10.4g}" if m is not None else f"  {'-':>10}"
+        print(line)
+    print("interval: " + out["interval"])
+    if out.get("single_candidate"):
+        print("note: a single candidate carries this prediction; measure more of the suite on "
+              "the target (opptune characterize) for a narrower one")
+    if out.get("method"):
+        print(_method_line(out["method"]))
+    # the candidates' platforms by their boards' names, as the first line names them
+    boards = {out.get(k): out.get(b) for k, b in (("from", "from_board"), ("to", "to_board"),
+                                                   ("on", "board")) if out.get(b)}
+    for name, label in (("t1", "t(1)"), ("sc", "scaling")):
+        if not out["candidates"][name]:
+            continue
+        print(f"{label} candidates (platform, workload: D_a, D_p, D_t, weight):")
+        for c in out["candidates"][name]:
+            plat = boards.get(c["platform"], c["platform"])
+            print(f"  {plat}, {c['workload']}: {_num(c['d_a'])}, {_num(c['d_p'])}, "
+                  f"{_num(c['d_t'])}, {_num(c['weight'], 2)}"
+                  + ("" if c.get("usable", True) else "  (no estimate: a measurement it "
+                                                      "needs is missing; not used)"))
+    if measured:
+        print("(measured: the workload's own runs, which the prediction did not use)")
+
+
+def _method_line(m: dict[str, Any]) -> str:
+    line = f"method: t(1) by {m['t1_basis']}, scaling by {m['sc_basis']}"
+    ch = m.get("sc_choice")
+    if ch and ch.get("runtime_parameters"):
+        line += (" (q-chosen: sc, the seed's distances, since the workload's profiles and the "
+                 "target's suite carry the runtime parameters)")
+    elif ch:
+        errs = ", ".join(f"{b} {_num(100 * e, 1) if e is not None else '-'} %"
+                         for b, e in ch["errors"].items())
+        line += (f" (q-chosen: {ch['chosen']}, by the geometric-mean error predicting "
+                 f"{ch['checked']} other workloads on the target: {errs})" if ch["checked"]
+                 else f" (q-chosen: {ch['chosen']}, no other workload on the target to "
+                      f"score the options)")
+    return line
+
+
+def _num(v: Any, digits: int = 3) -> str:
+    return "-" if v is None or not math.isfinite(v) else f"{v:.{digits}f}"
+
+
+def _clean(v: Any) -> Any:
+    """NaN (an invalid distance or weight) as null: JSON has no NaN."""
+    if isinstance(v, dict):
+        return {k: _clean(x) for k, x in v.items()}
+    if isinstance(v, list):
+        return [_clean(x) for x in v]
+    if isinstance(v, float) and not math.isfinite(v):
+        return None
+    return v
