@@ -408,6 +408,31 @@ def test_t1_validated_trusts_the_workload_that_also_scales_like_a():
     assert abs(math.log(got.t1) - mid1) < abs(math.log(got.t1) - mid2)
 
 
+def test_t1_validated_with_one_reference_trusts_factors_of_workloads_that_scale_like_a():
+    """A profiled on P alone (``opptune predict --from P``): no ratio deviation exists, so
+    which suite workloads behave like A is the seed's D_a over sc on P (eq. 16). B1 scales
+    exactly like A there; each tuple's P -> T factor is checked against the other workloads'
+    factors, B1's counting most, so B2's outlying factor (x1.65) weighs least and the t(1)
+    lands near B1's and B3's factors (x1.0, x1.1), not at the plain mean of the three."""
+    f = {"B1": 1.0, "B2": math.exp(0.5), "B3": math.exp(0.1)}
+    q = {"A": (1.0, 1.1, 1.3, 1.6), "B1": (1.0, 1.1, 1.3, 1.6), "B2": (1.0, 1.6, 2.4, 3.5),
+         "B3": (1.0, 1.4, 2.0, 2.8)}
+    t1 = {"A": 2.0, "B1": 1.0, "B2": 3.0, "B3": 5.0}
+    profiles = {}
+    for w, qs in q.items():
+        plats = ("P",) if w == "A" else ("P", "T")
+        for p in plats:
+            v = t1[w] * (f[w] if p == "T" else 1.0)
+            profiles[(w, p)] = {"t": {n: v * qn / n for n, qn in zip((1, 2, 3, 4), qs)}}
+    platforms = {p: {"n_nu": None, "n_ht": None, "nmax": 4} for p in ("P", "T")}
+    got = predict_migration(MpetDatabase(profiles, platforms), "A", "T", DEFAULT_T1, refs=["P"])
+    assert got.t1_basis == "t1-validated"
+    var = {c.workload: c.var for c in got.t1_candidates}
+    assert var["B2"] > var["B1"] > var["B3"]
+    plain = t1["A"] * math.exp(np.mean(np.log(list(f.values()))))
+    assert abs(math.log(got.t1 / t1["A"])) < 0.5 * abs(math.log(plain / t1["A"]))
+
+
 def test_t1_validated_interval_is_the_validated_error_not_the_candidates_spread():
     """Where every transfer held exactly (each workload's t(1) a constant times a platform
     speed) the t(1) interval is a point even though the candidates' P and B differ a lot;

@@ -52,7 +52,9 @@ def _kernels(db: MpetDatabase, workload, target, refs) -> tuple[dict, dict, dict
     references. A workload that scales like A on the references (alike in the memory and
     synchronisation its q(n) shows) is likelier to change speed like A between platforms than
     one that only ran at the same speed ratios there; a platform whose suite scales as on T
-    is likelier to behave like T. Measured against the t(1) table alone (docs/mpet.md):
+    is likelier to behave like T. Where A and B' share fewer than two references, B''s
+    likeness is the seed's D_a (eq. 16) instead. Measured against the t(1) table alone
+    (docs/mpet.md):
     full prediction 21.7 -> 20.8 (loghin), 16.3 -> 15.7 (xplat), 18.6 -> 16.8 and 21.7 ->
     20.5 (the bench_suite sets), t(1) 14.9 -> 14.5, 9.0 -> 9.1, 8.2 -> 7.9, 9.5 -> 9.2."""
     by_w, by_p = db.t1_table()
@@ -65,7 +67,19 @@ def _kernels(db: MpetDatabase, workload, target, refs) -> tuple[dict, dict, dict
         db.ratio_from("q", refs_l, target, others))}
     mine = lambda r: r in refs and r != target  # noqa: E731
     suite = list(tgt)
-    kern_a = {b: _likeness(_both(_log_deviation(d1), _log_deviation(dq))) for b, d1, dq in zip(
+    dist = db.distances()
+
+    def like_a(b, d1, dq) -> float:
+        s = _both(_log_deviation(d1), _log_deviation(dq))
+        if math.isinf(s):
+            # A and B' share fewer than two references (A profiled on one platform: the
+            # seed's case of 3.2.2): the seed's D_a over sc there (eq. 16), mean over A's
+            # references, is what tells how much B' behaves like A
+            ds = [d for d in (dist.d_a(p, workload, b) for p in own) if math.isfinite(d)]
+            s = _log_deviation(sum(ds) / len(ds)) if ds else math.inf
+        return _likeness(s)
+
+    kern_a = {b: like_a(b, d1, dq) for b, d1, dq in zip(
         suite, db.ratio("t1", "w", workload, suite, mine),
         db.ratio("q", "w", workload, suite, mine))}
     return own, tgt, s_p, {p: _likeness(s) for p, s in s_p.items()}, kern_a
