@@ -206,6 +206,11 @@ def add_parser(subparsers: Any) -> None:
                         "candidate whose transformation factor (eq. 21) lies outside "
                         "[1/X, X] or is negative (X > 1; default: no bound; not with "
                         "--setup nested)")
+    p.add_argument("--single-reference", action="store_true",
+                   help="predict each profile from each of the workload's other platforms "
+                        "alone (as 'opptune predict --from P' does with one P), not from all "
+                        "of them at once (the seed's evaluation, the default); one prediction "
+                        "per workload, target and reference")
     p.add_argument("--json", action="store_true", help="print JSON")
     add_eval_sources(p)
 
@@ -230,13 +235,18 @@ def combine_csvs(paths: list[str], rows: list[dict[str, Any]], out: Any) -> None
         w.writerows(every)
 
 
-def run(paths: list[str], max_factor: float | None = None, setup: str = "default") -> list[dict]:
-    """Evaluate each CSV with one of SETUPS (optionally bounded sc factors)."""
+def run(paths: list[str], max_factor: float | None = None, setup: str = "default",
+        single_reference: bool = False) -> list[dict]:
+    """Evaluate each CSV with one of SETUPS (optionally bounded sc factors; with
+    ``single_reference`` each profile from each other platform of its workload alone)."""
     if max_factor is not None and not max_factor > 1:
         raise MpetInputError(f"--max-factor {max_factor:g}: give a number above 1, or leave "
                              f"it out for eq. 21 as written")
     if setup not in SETUPS:
         raise MpetInputError(f"--setup {setup}: use one of {', '.join(sorted(SETUPS))}")
+    if setup == "nested" and single_reference:
+        raise MpetInputError("--single-reference does not apply to --setup nested (its "
+                             "settings are chosen with every reference); leave one of them out")
     if setup == "nested" and max_factor is not None:
         raise MpetInputError("--max-factor does not apply to --setup nested (its grid fixes "
                              "the settings); leave one of them out")
@@ -254,7 +264,8 @@ def run(paths: list[str], max_factor: float | None = None, setup: str = "default
         profiles, platforms = load_csv(path)
         db = MpetDatabase(profiles, platforms)
         start = time.perf_counter()
-        res = evaluate_nested(db) if setup == "nested" else evaluate(db, t1_sel, sc_sel)
+        res = evaluate_nested(db) if setup == "nested" else \
+            evaluate(db, t1_sel, sc_sel, single_reference=single_reference)
         elapsed = time.perf_counter() - start
         n = len(res["cases"])
         if n == 0:
@@ -271,7 +282,8 @@ def run(paths: list[str], max_factor: float | None = None, setup: str = "default
                         "summary": res["summary"], "interval": res["interval"],
                         "chosen": res.get("chosen"), "skipped": res["skipped"],
                         "cases": res["cases"], "breakpoints": platforms,
-                        "max_factor": max_factor, "seed_table5_gmean": SEED_TABLE5})
+                        "max_factor": max_factor, "seed_table5_gmean": SEED_TABLE5,
+                        "references": "one" if single_reference else "all"})
     return results
 
 
@@ -283,6 +295,9 @@ def format_table(res: dict) -> str:
     setup = f"setup {res['setup']} ({SETUPS[res['setup']]})"
     if res["max_factor"]:
         setup += f", sc factors bounded to [1/{res['max_factor']:g}, {res['max_factor']:g}]"
+    if res["references"] == "one":
+        setup += (", each from one reference platform at a time (as 'opptune predict --from P' "
+                  "with one P)")
     lines = [f"{res['data']}: {res['predictions']} predictions, {res['workloads']} workloads, "
              f"{res['platforms']} platforms, {setup}, {res['ms_per_prediction']:.1f} ms per "
              f"prediction (evaluation time / predictions)",
@@ -312,7 +327,7 @@ def cmd_eval_mpet(args) -> int:
     repo = Path(__file__).resolve().parents[1]
     paths = args.data or [p if Path(p).exists() else str(repo / p) for p in DEFAULT_DATA]
     try:
-        results = run(paths, args.max_factor, args.setup)
+        results = run(paths, args.max_factor, args.setup, args.single_reference)
     except MpetInputError as exc:
         print(f"opptune eval-mpet: {exc}", file=sys.stderr)
         return 2
@@ -402,7 +417,7 @@ def cmd_eval_sources(args: argparse.Namespace) -> int:
         merged = Path(tmp) / "combined.csv"
         try:
             combine_csvs(paths, rows, merged)
-            results = run([str(merged)], args.max_factor, args.setup)
+            results = run([str(merged)], args.max_factor, args.setup, args.single_reference)
         except MpetInputError as exc:
             print(f"opptune eval-mpet: {str(exc).replace(str(merged), ' + '.join(label))}",
                   file=sys.stderr)

@@ -22,8 +22,11 @@ def add_predict_options(p: argparse.ArgumentParser) -> None:
         "(c) add --set NAME=VALUE (or --edits FILE.json) to either: a virtual workload, A with "
         "edited parameters")
     g.add_argument("--workload", help="workload measured on --from (or --on)")
-    g.add_argument("--from", dest="source", metavar="P",
-                   help="platform id or agent name where the workload was measured")
+    g.add_argument("--from", dest="source", metavar="P[,P2...]",
+                   help="platform id or agent name where the workload was measured; several, "
+                        "comma-separated, or 'all' (every platform it was measured on but "
+                        "--to): the seed's multiple reference platforms, which let MPET check "
+                        "its transfers (docs/mpet.md: much closer than from one)")
     g.add_argument("--to", dest="target", metavar="T",
                    help="platform id or agent name known through its suite "
                         "('opptune characterize')")
@@ -164,20 +167,62 @@ def _note_mixed_sizes(data: dict[str, Any], sizes: dict[tuple, str], plats: list
 
 def _measured_db(data: dict[str, Any], args: argparse.Namespace, plat: str, flag: str,
                  sizes: dict[tuple, str] | None = None):
+    """(profiles, platforms) of the answer, with the workload measured on ``plat`` (named
+    on the command line by option ``flag``)."""
     profiles, platforms = build_database(data, args.size, sizes)
-    if (args.workload, plat) not in profiles:
-        marked = sum(m["runs"] for m in data.get("marked_only") or ()
-                     if m["workload"] == args.workload and m["platform"] == plat)
-        if marked:
-            raise MpetUsage(f"workload {args.workload!r} on {getattr(args, flag)} has only runs "
-                            f"marked for interference ({marked}), left out as in fits: wait "
-                            f"until its points are measured again clean ('opptune status' "
-                            f"shows remeasure), or set accept_load = true in the daemon's "
-                            f"configuration to use them")
-        on = sorted(w for w, p in profiles if p == plat)
-        raise MpetUsage(f"workload {args.workload!r} is not measured on {getattr(args, flag)}: "
-                        f"it has {', '.join(on) or 'nothing'}")
+    _check_measured(data, profiles, args.workload, plat, getattr(args, flag))
     return profiles, platforms
+
+
+def _check_measured(data: dict[str, Any], profiles: dict, workload: str, plat: str,
+                    given: str) -> None:
+    """MpetUsage unless ``workload`` has a profile on ``plat`` (``given``: its name as the
+    user wrote it)."""
+    if (workload, plat) in profiles:
+        return
+    marked = sum(m["runs"] for m in data.get("marked_only") or ()
+                 if m["workload"] == workload and m["platform"] == plat)
+    if marked:
+        raise MpetUsage(f"workload {workload!r} on {given} has only runs "
+                        f"marked for interference ({marked}), left out as in fits: wait "
+                        f"until its points are measured again clean ('opptune status' "
+                        f"shows remeasure), or set accept_load = true in the daemon's "
+                        f"configuration to use them")
+    on = sorted(w for w, p in profiles if p == plat)
+    raise MpetUsage(f"workload {workload!r} is not measured on {given}: "
+                    f"it has {', '.join(on) or 'nothing'}")
+
+
+def _named_sources(args: argparse.Namespace, data: dict[str, Any]) -> list[tuple[str, str]] | None:
+    """--from's platforms as (platform id, name as given), in its order, each once; None for
+    'all' (known only with the profiles and the target: ``_sources``)."""
+    names = [n.strip() for n in args.source.split(",") if n.strip()]
+    if names == ["all"]:
+        return None
+    if not names or "all" in names:
+        raise MpetUsage(f"--from {args.source!r}: give platform ids or agent names, "
+                        f"comma-separated, or 'all'")
+    out: list[tuple[str, str]] = []
+    for n in names:
+        p = _resolve(n, data, "--from", args.size)
+        if p not in (q for q, _ in out):
+            out.append((p, n))
+    return out
+
+
+def _sources(args: argparse.Namespace, data: dict[str, Any], profiles: dict, dst: str,
+             named: list[tuple[str, str]] | None) -> list[tuple[str, str]]:
+    """The reference platforms: ``named``, each checked to hold the workload, or for 'all'
+    every platform the workload was measured on but the target."""
+    if named is None:
+        got = sorted(p for w, p in profiles if w == args.workload and p != dst)
+        if not got:
+            raise MpetUsage(f"--from all: workload {args.workload!r} is measured on no platform "
+                            f"but {args.target}")
+        return [(p, data["platforms"][p].get("board") or p) for p in got]
+    for p, n in named:
+        _check_measured(data, profiles, args.workload, p, n)
+    return named
 
 
 def _candidates(pred: Any) -> dict[str, list[dict[str, Any]]]:
@@ -210,45 +255,52 @@ def _predict_migration(data: dict[str, Any], args: argparse.Namespace,
     from .models.mpet_predict import SINGLE_CANDIDATE_FACTOR, predict_migration
     from .models.mpet_curve import time_curve
     from .models.mpet_scenarios import apply_edits, edited_curve
-    src = _resolve(args.source, data, "--from", args.size)
+    named = _named_sources(args, data)
     dst = _resolve(args.target, data, "--to", args.size)
-    if src == dst:
+    sizes: dict[tuple, str] = {}
+    profiles, platforms = build_database(data, args.size, sizes)
+    given = _sources(args, data, profiles, dst, named)
+    srcs = [p for p, _ in given]
+    if dst in srcs:
         raise MpetUsage("--from and --to name the same platform (for a prediction on the "
                         "measured platform use --on P)")
-    sizes: dict[tuple, str] = {}
-    profiles, platforms = _measured_db(data, args, src, "source", sizes)
     suite = sorted(w for w, p in profiles if p == dst and w != args.workload)
     if not suite:
         raise MpetUsage(f"{args.target} has no suite measured: run 'opptune characterize "
                         f"--agent {_agent_of(data, dst)}' on it first")
-    if not any(p == src and w != args.workload for w, p in profiles):
-        raise MpetUsage(f"{args.workload!r} is the only workload measured on {args.source}: "
-                        f"MPET relates it to other workloads measured on both {args.source} "
-                        f"and {args.target}; run 'opptune characterize --agent "
-                        f"{_agent_of(data, src)}' first")
+    for src, name in given:
+        if not any(p == src and w != args.workload for w, p in profiles):
+            raise MpetUsage(f"{args.workload!r} is the only workload measured on {name}: "
+                            f"MPET relates it to other workloads measured on both {name} "
+                            f"and {args.target}; run 'opptune characterize --agent "
+                            f"{_agent_of(data, src)}' first")
     db = MpetDatabase(profiles, platforms)
     before = None
     if edits:
-        before = predict_migration(db, args.workload, dst, refs=[src]).t
-        key = (args.workload, src)
-        topo = platforms[src]
-        t1, sc = db.t1(key), db.sc[key]
-        t1e, sce = apply_edits(t1, sc, edits)
-        # the measured times carry the edits' relative effect (eq. 3-4 before and after), so
-        # the default prediction, which reads q(n) from the times, sees them as sc does
-        ns = sorted(profiles[key]["t"])
-        old = time_curve(t1, sc, ns, topo.get("n_nu"), topo.get("n_ht"))
-        new = edited_curve(t1e, sce, ns, topo.get("n_nu"), topo.get("n_ht"), edits)
-        prof = {**profiles[key], "t": {n: profiles[key]["t"][n] * b / a
-                                       for n, a, b in zip(ns, old, new)}}
-        db = MpetDatabase({**profiles, key: prof}, platforms, {**db.sc, key: sce}, db.counters)
-    pred = predict_migration(db, args.workload, dst, refs=[src])
+        # the virtual workload: A's profile edited alike on every reference
+        before = predict_migration(db, args.workload, dst, refs=srcs).t
+        edited, sc_all = dict(profiles), dict(db.sc)
+        for src in srcs:
+            key = (args.workload, src)
+            topo = platforms[src]
+            t1, sc = db.t1(key), db.sc[key]
+            t1e, sce = apply_edits(t1, sc, edits)
+            # the measured times carry the edits' relative effect (eq. 3-4 before and after),
+            # so the default prediction, which reads q(n) from the times, sees them as sc does
+            ns = sorted(profiles[key]["t"])
+            old = time_curve(t1, sc, ns, topo.get("n_nu"), topo.get("n_ht"))
+            new = edited_curve(t1e, sce, ns, topo.get("n_nu"), topo.get("n_ht"), edits)
+            edited[key] = {**profiles[key], "t": {n: profiles[key]["t"][n] * b / a
+                                                  for n, a, b in zip(ns, old, new)}}
+            sc_all[key] = sce
+        db = MpetDatabase(edited, platforms, sc_all, db.counters)
+    pred = predict_migration(db, args.workload, dst, refs=srcs)
     lo, hi = pred.lower, pred.upper
     measured = {} if edits else (profiles.get((args.workload, dst)) or {}).get("t") or {}
     scen = "c (virtual workload), migrated as in a" if edits else "a (migration)"
-    _note_mixed_sizes(data, sizes, [src, dst])
-    return {"scenario": scen, "workload": args.workload, "from": src, "to": dst,
-            "from_board": data["platforms"][src]["board"],
+    _note_mixed_sizes(data, sizes, [*srcs, dst])
+    return {"scenario": scen, "workload": args.workload, "from": srcs, "to": dst,
+            "from_boards": [data["platforms"][p]["board"] for p in srcs],
             "to_board": data["platforms"][dst]["board"], "t1_s": pred.t1,
             "edits": [str(e) for e in edits],
             "prediction": _rows(pred.ns, pred.t, lo, hi, measured, before),
@@ -322,8 +374,10 @@ def _print_prediction(out: dict[str, Any]) -> None:
         print(f"{out['workload']}: on {out['board']} ({out['on']}), MPET scenario "
               f"{out['scenario']}")
     else:
-        print(f"{out['workload']}: measured on {out['from_board']} ({out['from']}), predicted "
-              f"on {out['to_board']} ({out['to']}) by MPET scenario {out['scenario']}")
+        print(f"{out['workload']}: measured on " + ", ".join(
+            f"{b} ({p})" for b, p in zip(out["from_boards"], out["from"]))
+              + f", predicted on {out['to_board']} ({out['to']}) by MPET scenario "
+              f"{out['scenario']}")
     if out["edits"]:
         print("edits: " + ", ".join(out["edits"]))
     rows = out["prediction"]
@@ -347,8 +401,9 @@ def _print_prediction(out: dict[str, Any]) -> None:
     if out.get("method"):
         print(_method_line(out["method"]))
     # the candidates' platforms by their boards' names, as the first line names them
-    boards = {out.get(k): out.get(b) for k, b in (("from", "from_board"), ("to", "to_board"),
-                                                   ("on", "board")) if out.get(b)}
+    boards = {out.get(k): out.get(b) for k, b in (("to", "to_board"), ("on", "board"))
+              if out.get(b)}
+    boards.update(zip(out.get("from") or (), out.get("from_boards") or ()))
     for name, label in (("t1", "t(1)"), ("sc", "scaling")):
         if not out["candidates"][name]:
             continue

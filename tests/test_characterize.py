@@ -96,7 +96,8 @@ def test_characterize_resumes_and_predict_migrates(two_boards):
         assert r["lower_s"] <= r["measured_s"] <= r["upper_s"], rows
     assert 1 / 1.5 < rows[0]["time_s"] / rows[0]["measured_s"] < 1.5, rows
     assert [(c["platform"], c["workload"]) for c in out["candidates"]["sc"]] == \
-        [(out["from"], "pi_integrate")]
+        [(out["from"][0], "pi_integrate")]
+    assert out["from_boards"] == ["rpi4 (virtual)"]
     assert out["to_board"] == "odroid-xu4 (virtual)"
     # the virtual boards' kernels carry the runtime parameters: sc by the seed's distances
     assert out["method"]["sc_choice"] == {"chosen": "sc", "checked": 0, "errors": {},

@@ -780,6 +780,33 @@ def test_eval_mpet_cli_ratio_setup_is_the_default_without_validated_transfers(tm
     assert got["default"]["t1"]["gmean"] < 0.5 * got["ratio"]["t1"]["gmean"]
 
 
+def test_eval_mpet_cli_single_reference_predicts_from_each_reference_alone(tmp_path, capsys):
+    """--single-reference: one prediction per (workload, target, reference), as 'opptune
+    predict --from P' makes them; from one reference nothing can check A's relation to the
+    suite elsewhere, so t(1) is further off than from all of A's references at once."""
+    profiles, _ = _local_proxy()
+    path = tmp_path / "m.csv"
+    _write_csv(path, profiles)
+    on = {}
+    for w, p in profiles:
+        on.setdefault(w, set()).add(p)
+    expected = sum(len(on[w]) - 1 for w, _ in profiles if len(on[w]) > 1)
+    got = {}
+    for flag in ([], ["--single-reference"]):
+        assert main(["eval-mpet", "--data", str(path), "--json", *flag]) == 0
+        got[bool(flag)] = json.loads(capsys.readouterr().out)["results"][0]
+    assert got[True]["references"] == "one" and got[False]["references"] == "all"
+    assert got[True]["predictions"] == expected > got[False]["predictions"] == 30
+    assert got[True]["summary"]["mpet"]["t1"]["gmean"] > \
+        2 * got[False]["summary"]["mpet"]["t1"]["gmean"]
+    assert main(["eval-mpet", "--data", str(path), "--single-reference"]) == 0
+    assert "each from one reference platform at a time" in capsys.readouterr().out
+    assert main(["eval-mpet", "--data", str(path), "--single-reference", "--setup",
+                 "nested"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "--single-reference does not apply to --setup nested" in err[0]
+
+
 def test_eval_mpet_cli_default_chooses_the_sc_basis_per_prediction(tmp_path, capsys):
     profiles, _ = _q_local_proxy()
     path = tmp_path / "q.csv"

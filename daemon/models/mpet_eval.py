@@ -159,10 +159,13 @@ def choose_settings(db: MpetDatabase, t1_grid=None, sc_grid=None) -> tuple[Selec
 
 
 def evaluate(db: MpetDatabase, t1_sel: Selection = DEFAULT_T1, sc_sel: Selection = DEFAULT_SC,
-             only: set | None = None, settings=None) -> dict:
+             only: set | None = None, settings=None, single_reference: bool = False) -> dict:
     """Leave-one-out over every (workload, platform) with the workload on >= 2 platforms.
 
     ``settings``: workload -> (t1_sel, sc_sel), overriding the two for that workload.
+    ``single_reference``: each profile predicted once from each of the workload's other
+    platforms alone (what ``opptune predict --from P`` does with one P), instead of once from
+    all of them (section 4.1); the source-curve baseline is then that reference's.
     Returns {"summary": {method: {kind: summarise(...)}}, "cases": [...], "skipped": [...],
     "interval": {count, covered, single}} (covered: cases whose measured t(n) lay inside the
     predicted interval at every n; single: cases resting on one candidate).
@@ -172,12 +175,12 @@ def evaluate(db: MpetDatabase, t1_sel: Selection = DEFAULT_T1, sc_sel: Selection
     cases, skipped = _cases(db, only)
     rows = []
     covered = single = 0
-    for key, ns, meas in cases:
+    for key, ns, meas, refs in _runs(db, cases, on, single_reference):
         a, target = key
         rest = db.without(key)
         s1, ss = (settings or {}).get(a, (t1_sel, sc_sel))
         try:
-            pred = predict_migration(rest, a, target, s1, ss, ns=ns)
+            pred = predict_migration(rest, a, target, s1, ss, refs=refs, ns=ns)
         except NoCandidates as exc:
             skipped.append({"workload": a, "platform": target, "why": str(exc)})
             continue
@@ -185,7 +188,6 @@ def evaluate(db: MpetDatabase, t1_sel: Selection = DEFAULT_T1, sc_sel: Selection
         shape = np.asarray(pred.t) / pred.t1
         nsa = np.asarray(ns, dtype=float)
         dist = rest.distances()
-        refs = sorted(p for p in on[a] if p != target)
         dpm = [dist.d_p_mean(p, target) for p in refs]
         source = refs[int(np.argmin([d if math.isfinite(d) else 2.0 for d in dpm]))]
         src_q = rest.q_values((a, source), nsa)
@@ -193,7 +195,7 @@ def evaluate(db: MpetDatabase, t1_sel: Selection = DEFAULT_T1, sc_sel: Selection
         inside = bool(np.all((np.asarray(pred.lower) <= meas) & (meas <= np.asarray(pred.upper))))
         covered += inside
         single += pred.single_candidate
-        row = {"workload": a, "platform": target, "source": source, "ns": ns,
+        row = {"workload": a, "platform": target, "references": refs, "source": source, "ns": ns,
                "measured": meas.tolist(), "predicted": pred.t, "lower": pred.lower,
                "upper": pred.upper, "single_candidate": pred.single_candidate,
                "inside": inside}
@@ -214,6 +216,15 @@ def evaluate(db: MpetDatabase, t1_sel: Selection = DEFAULT_T1, sc_sel: Selection
     summary = {m: {k: summarise(errs[m][k]) for k in KINDS} for m in METHODS}
     return {"summary": summary, "cases": rows, "skipped": skipped,
             "interval": {"count": len(rows), "covered": covered, "single": single}}
+
+
+def _runs(db: MpetDatabase, cases, on: dict, single_reference: bool):
+    """(key, ns, measured, references) of each prediction: one per case from all of the
+    workload's other platforms, or one per case and reference."""
+    for key, ns, meas in cases:
+        refs = sorted((p for p in on[key[0]] if p != key[1]), key=str)
+        for group in ([[p] for p in refs] if single_reference else [refs]):
+            yield key, ns, meas, group
 
 
 def evaluate_nested(db: MpetDatabase, t1_grid=None, sc_grid=None) -> dict:

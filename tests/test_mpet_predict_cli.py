@@ -1,0 +1,78 @@
+"""``opptune predict --from``'s reference platforms, on a daemon's mpet_data answer (the shape
+daemon/characterize.py:mpet_data returns; the end-to-end path over real processes is in
+tests/test_characterize.py)."""
+
+import argparse
+
+import pytest
+
+from opptune.daemon.models.mpet_database import MpetDatabase
+from opptune.daemon.models.mpet_predict import predict_migration
+from opptune.daemon.mpet_answer import build_database
+from opptune.daemon.mpet_predict_cli import MpetUsage, _predict_migration
+
+SPEED = {"p1": 1.0, "p2": 2.5, "p3": 0.7, "t": 1.6}
+BASE = {"a": 2.0, "b1": 1.0, "b2": 3.0, "b3": 0.5}
+# A slows down on p2 and t alike, unlike the suite: only a reference besides p1 shows it
+OWN = {("a", "p2"): 1.3, ("a", "t"): 1.3}
+
+
+def answer(skip=()):
+    profiles = []
+    for w, b in BASE.items():
+        for p, sp in SPEED.items():
+            if (w, p) in skip:
+                continue
+            t1 = b * sp * OWN.get((w, p), 1.0)
+            q2 = 1.2 if w == "a" else 1.1 + 0.1 * len(w)
+            profiles.append({"workload": w, "platform": p, "size": "small", "freq_mhz": None,
+                             "t": {1: t1, 2: t1 * q2 / 2}, "params": {}, "counters": {}})
+    return {"platforms": {p: {"board": f"board-{p}", "n_nu": None, "n_ht": None, "nmax": 2}
+                          for p in SPEED},
+            "agents": {f"agent-{p}": p for p in SPEED}, "profiles": profiles, "marked_only": []}
+
+
+def args(source, target="t"):
+    return argparse.Namespace(workload="a", source=source, target=target, size=None)
+
+
+def test_from_takes_several_references_and_all():
+    """Several comma-separated references (platform ids or agent names) and 'all' (every
+    platform A was measured on but the target) are what the model predicts from: the same
+    t(n) as predict_migration with those references, which differ from one reference's."""
+    data = answer()
+    profiles, platforms = build_database(data, None)
+    db = MpetDatabase(profiles, platforms)
+    both = predict_migration(db, "a", "t", refs=["p1", "p2"]).t
+    one = predict_migration(db, "a", "t", refs=["p1"]).t
+    assert abs(both[0] - one[0]) / one[0] > 0.05
+    got = _predict_migration(data, args("p1,agent-p2"), [])
+    assert got["from"] == ["p1", "p2"]
+    assert got["from_boards"] == ["board-p1", "board-p2"]
+    assert [r["time_s"] for r in got["prediction"]] == pytest.approx(both, rel=1e-12)
+    every = _predict_migration(data, args("all"), [])
+    assert every["from"] == ["p1", "p2", "p3"]
+    assert [r["time_s"] for r in every["prediction"]] == pytest.approx(
+        predict_migration(db, "a", "t", refs=["p1", "p2", "p3"]).t, rel=1e-12)
+    # a repeated name counts once; the measured t(n) on the target is shown, not used
+    again = _predict_migration(data, args("p1, p1 ,p2"), [])
+    assert again["from"] == ["p1", "p2"]
+    assert [r["measured_s"] for r in again["prediction"]] == [
+        p["t"][n] for p in data["profiles"] if (p["workload"], p["platform"]) == ("a", "t")
+        for n in (1, 2)]
+
+
+@pytest.mark.parametrize("source, skip, message", [
+    ("p1,nosuch", (), r"--from 'nosuch' is no platform with measurements; give a platform id "
+                      r"or an agent name: agent-p1, .*"),
+    ("p1,p3", {("a", "p3")}, r"workload 'a' is not measured on p3: it has b1, b2, b3"),
+    ("all", {("a", "p1"), ("a", "p2"), ("a", "p3")}, r"--from all: workload 'a' is measured "
+                                                    r"on no platform but t"),
+    ("p1,all", (), r"--from 'p1,all': give platform ids or agent names, comma-separated, or "
+                   r"'all'"),
+    (",", (), r"--from ',': give platform ids"),
+    ("p1,t", (), r"--from and --to name the same platform"),
+])
+def test_from_refuses_what_it_cannot_use(source, skip, message):
+    with pytest.raises(MpetUsage, match=message):
+        _predict_migration(answer(skip), args(source), [])
