@@ -12,7 +12,9 @@
    distances or validated transfers of q(n), whichever predicted the target's other workloads
    better), q-ratio (sc by ratio distances only, the default before),
    ratio (q-ratio with t(1) candidates by ratio distances), sc-distance (the seed's distances over sc), seed (section 4.1 as written)
-   and nested (settings chosen per workload without that workload's data).
+   and nested (settings chosen per workload without that workload's data); then the default
+   with each prediction from one reference platform at a time (`eval-mpet
+   --single-reference`: what `opptune predict --from P` with one P gives).
 2. Time of one migration prediction (t(1) and sc, section 4.1's setup) with a database of
    20 workloads x 5 platforms, each profile with all seven runtime parameters and six
    counters over 1..16 cores (sc of 84 elements, as the seed's), NUMA at 8 and SMT at 12:
@@ -87,8 +89,9 @@ def main(argv=None) -> int:
         with tempfile.TemporaryDirectory() as tmp:
             for name, path in datasets(Path(tmp)):
                 setups = ("default", "q-ratio", "ratio", "sc-distance", "seed", "nested")
-                for setup in setups:
-                    for res in run([str(path)], setup=setup):
+                # the default from one reference at a time too: what 'predict --from P' gives
+                for setup, one in [(s, False) for s in setups] + [("default", True)]:
+                    for res in run([str(path)], setup=setup, single_reference=one):
                         res["data"] = name
                         print(format_table(res))
                         print()
