@@ -261,9 +261,12 @@ def _predict_migration(data: dict[str, Any], args: argparse.Namespace,
     profiles, platforms = build_database(data, args.size, sizes)
     given = _sources(args, data, profiles, dst, named)
     srcs = [p for p, _ in given]
-    if dst in srcs:
+    if srcs == [dst]:
         raise MpetUsage("--from and --to name the same platform (for a prediction on the "
                         "measured platform use --on P)")
+    if dst in srcs:
+        raise MpetUsage(f"--from {args.source} includes --to's platform {args.target}: leave "
+                        f"it out (the prediction is for a platform the references are not)")
     suite = sorted(w for w, p in profiles if p == dst and w != args.workload)
     if not suite:
         raise MpetUsage(f"{args.target} has no suite measured: run 'opptune characterize "

@@ -71,7 +71,8 @@ def test_from_takes_several_references_and_all():
     ("p1,all", (), r"--from 'p1,all': give platform ids or agent names, comma-separated, or "
                    r"'all'"),
     (",", (), r"--from ',': give platform ids"),
-    ("p1,t", (), r"--from and --to name the same platform"),
+    ("t", (), r"--from and --to name the same platform"),
+    ("p1,agent-t", (), r"--from p1,agent-t includes --to's platform t: leave it out"),
 ])
 def test_from_refuses_what_it_cannot_use(source, skip, message):
     with pytest.raises(MpetUsage, match=message):
