@@ -1,4 +1,5 @@
-"""`opptune eval-mpet`: seed 000's leave-one-out evaluation over CSVs of measurements.
+"""`opptune eval-mpet`: seed 000's leave-one-out evaluation over CSVs of measurements, several
+CSVs as one database (``--combine``) or a running daemon's store (``--daemon``).
 
 Reads the repository's tidy CSVs (platform, workload, variant, cores, time_s, hw_* columns),
 turns them into the MPET database (daemon.models.mpet_database) and prints Table 5's figures for

@@ -54,9 +54,9 @@ def _kernels(db: MpetDatabase, workload, target, refs) -> tuple[dict, dict, dict
     one that only ran at the same speed ratios there; a platform whose suite scales as on T
     is likelier to behave like T. Where A and B' share fewer than two references, B''s
     likeness is the seed's D_a (eq. 16) instead. Measured against the t(1) table alone
-    (docs/mpet.md):
-    full prediction 21.7 -> 20.8 (loghin), 16.3 -> 15.7 (xplat), 18.6 -> 16.8 and 21.7 ->
-    20.5 (the bench_suite sets), t(1) 14.9 -> 14.5, 9.0 -> 9.1, 8.2 -> 7.9, 9.5 -> 9.2."""
+    (docs/mpet.md): full prediction 21.7 -> 20.8 (loghin), 16.3 -> 15.7 (xplat), 18.6 -> 16.8
+    and 21.7 -> 20.5 (the bench_suite sets), t(1) 14.9 -> 14.5, 9.0 -> 9.1, 8.2 -> 7.9, 9.5 ->
+    9.2."""
     by_w, by_p = db.t1_table()
     own = {p: v for p, v in by_w.get(workload, {}).items() if p in refs and p != target}
     tgt = {b: v for b, v in by_p.get(target, {}).items() if b != workload}
