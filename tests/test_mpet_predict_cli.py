@@ -77,3 +77,18 @@ def test_from_takes_several_references_and_all():
 def test_from_refuses_what_it_cannot_use(source, skip, message):
     with pytest.raises(MpetUsage, match=message):
         _predict_migration(answer(skip), args(source), [])
+
+
+def test_edits_apply_on_every_reference():
+    """Scenario (c) migrated from several references: the virtual workload is A edited on
+    each of them, so halving t(1) halves the predicted t(n) (every transfer is a ratio), and
+    the unedited prediction is printed beside."""
+    from opptune.daemon.models.mpet_scenarios import parse_edit
+    data = answer()
+    plain = _predict_migration(data, args("p1,p2"), [])
+    got = _predict_migration(data, args("p1,p2"), [parse_edit("t1=0.5x")])
+    assert got["from"] == ["p1", "p2"] and got["edits"] == ["t1=0.5x"]
+    for r, p in zip(got["prediction"], plain["prediction"]):
+        assert r["time_s"] == pytest.approx(0.5 * p["time_s"], rel=1e-9)
+        assert r["unedited_s"] == pytest.approx(p["time_s"], rel=1e-12)
+        assert r["measured_s"] is None
