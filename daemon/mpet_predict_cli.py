@@ -174,6 +174,20 @@ def _measured_db(data: dict[str, Any], args: argparse.Namespace, plat: str, flag
     return profiles, platforms
 
 
+def _note_more_references(data: dict[str, Any], profiles: dict, args: argparse.Namespace,
+                          srcs: list[str], dst: str) -> None:
+    """Say on stderr where the workload was measured besides the references given: from more
+    references MPET checks its transfers (docs/mpet.md: loghin's full error 40 % from one, 21 %
+    from all)."""
+    more = sorted(p for w, p in profiles if w == args.workload and p != dst and p not in srcs)
+    if not more:
+        return
+    names = [data["platforms"][p].get("board") or p for p in more]
+    print(f"opptune predict: note: {args.workload} is also measured on {', '.join(names)}: "
+          f"--from {args.source},{','.join(more)} (or --from all) predicts from those too, "
+          f"which is usually much closer (docs/mpet.md)", file=sys.stderr)
+
+
 def _check_measured(data: dict[str, Any], profiles: dict, workload: str, plat: str,
                     given: str) -> None:
     """MpetUsage unless ``workload`` has a profile on ``plat`` (``given``: its name as the
@@ -302,6 +316,7 @@ def _predict_migration(data: dict[str, Any], args: argparse.Namespace,
     measured = {} if edits else (profiles.get((args.workload, dst)) or {}).get("t") or {}
     scen = "c (virtual workload), migrated as in a" if edits else "a (migration)"
     _note_mixed_sizes(data, sizes, [*srcs, dst])
+    _note_more_references(data, profiles, args, srcs, dst)
     return {"scenario": scen, "workload": args.workload, "from": srcs, "to": dst,
             "from_boards": [data["platforms"][p]["board"] for p in srcs],
             "to_board": data["platforms"][dst]["board"], "t1_s": pred.t1,

@@ -92,3 +92,17 @@ def test_edits_apply_on_every_reference():
         assert r["time_s"] == pytest.approx(0.5 * p["time_s"], rel=1e-9)
         assert r["unedited_s"] == pytest.approx(p["time_s"], rel=1e-12)
         assert r["measured_s"] is None
+
+
+def test_a_note_names_the_references_left_out(capsys):
+    """From one reference while A was measured on others too, stderr says which and how to
+    use them; with every one of them given, nothing is said."""
+    data = answer()
+    _predict_migration(data, args("p1"), [])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err == ["opptune predict: note: a is also measured on board-p2, board-p3: --from "
+                   "p1,p2,p3 (or --from all) predicts from those too, which is usually much "
+                   "closer (docs/mpet.md)"]
+    _predict_migration(data, args("all"), [])
+    _predict_migration(data, args("p3,p2,p1"), [])
+    assert capsys.readouterr().err == ""
