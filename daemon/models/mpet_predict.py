@@ -484,9 +484,10 @@ def _interval(pred: Prediction, rows: dict, t1_sel: Selection, sc_sel: Selection
     t1s = t1s or [pred.t1]
     var = [(c.weight, c.var) for c in pred.t1_candidates if math.isfinite(c.var)]
     if t1_sel.basis == "t1-validated" and var:
-        # validated transfers measured their own error (log t(1), see mpet_validate.validate_t1): the t(1)
-        # band is SIGMAS standard deviations of it (the candidates' weighted mean variance)
-        # instead of the candidates' min..max, which says nothing about how wrong they are
+        # validated transfers measured their own error (log t(1), mpet_validate.validate_t1):
+        # the t(1) band is SIGMAS standard deviations of it (the candidates' weighted mean
+        # variance) instead of the candidates' min..max, which says nothing about how wrong
+        # they are
         sd = math.sqrt(sum(w * v for w, v in var) / sum(w for w, _ in var))
         t1s = [pred.t1 * math.exp(-SIGMAS * sd), pred.t1 * math.exp(SIGMAS * sd)]
     base = np.asarray(pred.t) / pred.t1
