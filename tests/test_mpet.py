@@ -433,6 +433,29 @@ def test_t1_validated_with_one_reference_trusts_factors_of_workloads_that_scale_
     assert abs(math.log(got.t1 / t1["A"])) < 0.5 * abs(math.log(plain / t1["A"]))
 
 
+def test_a_candidate_without_weight_is_not_in_the_band():
+    """Eq. 22 with k = 3 gives the farthest candidate no weight: it takes no part in the
+    prediction, so its curve (here B2's, which rises on T) does not stretch the interval;
+    the prediction then rests on one weighted curve and is flagged and widened as such."""
+    prof = lambda t1, s, ns=(1, 2, 3, 4): {"t": {n: t1 / n ** s for n in ns}}  # noqa: E731
+    profiles = {("A", "P"): prof(10, 0.9), ("B1", "P"): prof(5, 0.9), ("B1", "T"): prof(7, 0.8),
+                ("B2", "P"): prof(3, 0.2), ("B2", "T"): prof(4, -2.0)}
+    plats = {p: {"n_nu": None, "n_ht": None, "nmax": 4} for p in ("P", "T")}
+    db = MpetDatabase(profiles, plats)
+    sc_sel = Selection(1, 2, k=3, space="curve", mean="geometric")
+    got = predict_migration(db, "A", "T", Selection(1, 2, k=0, mean="geometric"), sc_sel)
+    w = {c.workload: c.weight for c in got.sc_candidates}
+    assert w["B1"] == pytest.approx(1.0) and w["B2"] == 0.0
+    assert got.t == pytest.approx([got.t1 / n ** 0.8 for n in (1, 2, 3, 4)], rel=1e-9)
+    assert got.single_candidate
+    f = SINGLE_CANDIDATE_FACTOR
+    assert all(lo <= t / f * (1 + 1e-12) and hi >= t * f * (1 - 1e-12)
+               for lo, t, hi in zip(got.lower, got.t, got.upper))
+    # B2's transfer alone would put t(4) near 4^2 times t(1); the band stays far below it
+    b2 = got.t1 * 4 ** 2.0 * 4 ** 0.9 / 4 ** 0.2 / 4
+    assert got.upper[-1] < 0.1 * b2
+
+
 def test_t1_validated_interval_is_the_validated_error_not_the_candidates_spread():
     """Where every transfer held exactly (each workload's t(1) a constant times a platform
     speed) the t(1) interval is a point even though the candidates' P and B differ a lot;

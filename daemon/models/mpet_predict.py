@@ -471,13 +471,16 @@ def _interval(pred: Prediction, rows: dict, t1_sel: Selection, sc_sel: Selection
               nsa: np.ndarray) -> None:
     """Fill pred.lower/upper: each single candidate's t(1) times each single candidate's
     curve shape, around the weighted prediction; widened where one usable candidate is all
-    there is."""
+    there is. A candidate eq. 22 gives no weight (k > 0 zeroes the farthest) takes no part in
+    the prediction, nor in its band, unless no usable candidate has weight (then
+    ``reconstruct`` averages them all, and so does the band)."""
     one = np.ones(1)
     t1s = [float(reconstruct(*(x[i: i + 1] for x in rows["t1"]), one, t1_sel.max_factor)[0])
            for i in range(len(pred.t1_candidates))]
     for c, v in zip(pred.t1_candidates, t1s):
         c.usable = math.isfinite(v) and v > 0
-    t1s = [v for v in t1s if math.isfinite(v) and v > 0]
+    t1s = [v for c, v in zip(pred.t1_candidates, t1s)
+           if c.usable and _counts(c, pred.t1_candidates)]
     # a listed candidate without a usable estimate (a profile lacking t(1), an invalid curve)
     # adds nothing: what counts is how many estimates the prediction rests on
     usable_t1 = len(t1s)
@@ -501,8 +504,9 @@ def _interval(pred: Prediction, rows: dict, t1_sel: Selection, sc_sel: Selection
             sc = np.where(np.isfinite(sc), sc, pred.sc)
             shape = time_curve(1.0, sc, nsa, topo.get("n_nu"), topo.get("n_ht"))
         pred.sc_candidates[i].usable = bool(np.all(np.isfinite(shape)) and np.all(shape > 0))
-        if pred.sc_candidates[i].usable:
-            shapes.append(shape)
+        shapes.append(shape)
+    shapes = [base] + [x for c, x in zip(pred.sc_candidates, shapes[1:])
+                       if c.usable and _counts(c, pred.sc_candidates)]
     usable_sc = len(shapes) - 1
     shapes = np.vstack(shapes)
     t = np.asarray(pred.t)
@@ -516,6 +520,12 @@ def _interval(pred: Prediction, rows: dict, t1_sel: Selection, sc_sel: Selection
         hi = np.maximum(hi, t * SINGLE_CANDIDATE_FACTOR)
     pred.lower = [float(x) for x in lo]
     pred.upper = [float(x) for x in hi]
+
+
+def _counts(c: Candidate, cands: list[Candidate]) -> bool:
+    """Whether usable candidate ``c`` takes part in the weighted prediction: it has weight, or
+    no usable candidate has (``reconstruct`` then averages them unweighted)."""
+    return c.weight > 0 or not any(x.usable and x.weight > 0 for x in cands)
 
 
 def predict_scalability(db: MpetDatabase, workload, platform, sel: Selection = SEED_SC,
