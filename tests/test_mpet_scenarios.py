@@ -130,6 +130,11 @@ def test_scalability_from_the_serial_profile():
     for a, t, b in zip(lo, pred.t, hi):
         assert a <= t <= b
     assert lo[3] < hi[3]  # the candidates differ: a band, not a point
-    # every candidate curve lies within the band, and the band is no wider than they are
-    curves = [time_curve(pred.t1, db.sc[(w, "P")], NS, None, None) for w in "abc"]
+    # the curve of every candidate with weight lies within the band, and the band is no wider
+    # than they are; eq. 22's k = 3 leaves the farthest without weight, and out of the band
+    weighted = [c.workload for c in pred.sc_candidates if c.weight > 0]
+    assert len(weighted) == 2
+    curves = [time_curve(pred.t1, db.sc[(w, "P")], NS, None, None) for w in weighted]
     assert hi[3] == pytest.approx(max(c[3] for c in curves), rel=1e-6)
+    (far,) = {"a", "b", "c"} - set(weighted)
+    assert time_curve(pred.t1, db.sc[(far, "P")], NS, None, None)[3] > 1.2 * hi[3]

@@ -480,7 +480,7 @@ def _interval(pred: Prediction, rows: dict, t1_sel: Selection, sc_sel: Selection
     for c, v in zip(pred.t1_candidates, t1s):
         c.usable = math.isfinite(v) and v > 0
     t1s = [v for c, v in zip(pred.t1_candidates, t1s)
-           if c.usable and _counts(c, pred.t1_candidates)]
+           if c.usable and takes_part(c, pred.t1_candidates)]
     # a listed candidate without a usable estimate (a profile lacking t(1), an invalid curve)
     # adds nothing: what counts is how many estimates the prediction rests on
     usable_t1 = len(t1s)
@@ -506,7 +506,7 @@ def _interval(pred: Prediction, rows: dict, t1_sel: Selection, sc_sel: Selection
         pred.sc_candidates[i].usable = bool(np.all(np.isfinite(shape)) and np.all(shape > 0))
         shapes.append(shape)
     shapes = [base] + [x for c, x in zip(pred.sc_candidates, shapes[1:])
-                       if c.usable and _counts(c, pred.sc_candidates)]
+                       if c.usable and takes_part(c, pred.sc_candidates)]
     usable_sc = len(shapes) - 1
     shapes = np.vstack(shapes)
     t = np.asarray(pred.t)
@@ -522,7 +522,7 @@ def _interval(pred: Prediction, rows: dict, t1_sel: Selection, sc_sel: Selection
     pred.upper = [float(x) for x in hi]
 
 
-def _counts(c: Candidate, cands: list[Candidate]) -> bool:
+def takes_part(c: Candidate, cands: list[Candidate]) -> bool:
     """Whether usable candidate ``c`` takes part in the weighted prediction: it has weight, or
     no usable candidate has (``reconstruct`` then averages them unweighted)."""
     return c.weight > 0 or not any(x.usable and x.weight > 0 for x in cands)

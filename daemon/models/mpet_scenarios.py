@@ -23,6 +23,7 @@ import numpy as np
 
 from .mpet_curve import ELEMENTS, PARAMS, eval_curve, gauss, \
     runtime_params_valid, time_curve
+from .mpet_predict import takes_part
 
 EDITABLE = (*PARAMS, "q", "t1")
 
@@ -152,10 +153,13 @@ def serial_profile(profile: Mapping[str, Any]) -> dict[str, Any]:
 def candidate_band(db: Any, pred: Any, topo: Mapping[str, Any], t: list[float],
                    edits: tuple[Edit, ...] = ()) -> tuple[list[float], list[float]]:
     """Scenario (b)'s interval: min..max over the curves each single candidate's elements give
-    (with the workload's own t(1), and the same edits), around the prediction ``t``."""
+    (with the workload's own t(1), and the same edits), around the prediction ``t``; a
+    candidate without weight takes no part (``mpet_predict.takes_part``)."""
     own = db.sc[(pred.workload, pred.target)]
     curves = [np.asarray(t, dtype=float)]
     for c in pred.sc_candidates:
+        if not takes_part(c, pred.sc_candidates):
+            continue
         sc = np.array(db.sc[(c.workload, pred.target)], dtype=float)
         sc = np.where(np.isfinite(sc), sc, own)
         try:
