@@ -1,4 +1,5 @@
-"""The operator's side of the link: ask a running daemon a query and wait for its reply."""
+"""The operator's side of the link: which daemon to ask (``daemon_endpoint``, with the operator
+key where CURVE is on), a query to it, and its reply."""
 
 from __future__ import annotations
 
