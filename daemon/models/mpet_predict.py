@@ -58,12 +58,13 @@ class Selection:
     "t1-validated" (for t(1)) rates each (P, B) tuple by how well its own eq. 21 transfer
     predicted the known t(1) nearest the prediction (A on its other references like T, the
     suite on T like A) and weights candidates by the inverse of that error variance instead of
-    eq. 22's r(w) (see mpet_validate.validate_t1); where no tuple can be checked it is "t1-ratio".
+    eq. 22's r(w) (see mpet_validate.validate_t1); where no tuple can be checked it is
+    "t1-ratio".
     "q-validated" (for sc, space "curve") does the same with q(n) at T's core counts
-    (``mpet_validate.validate_q``; where nothing can be checked it is "q-ratio"). "q-chosen" (for sc)
-    takes, per prediction, the seed's "sc" where the instrumented runtime gave the scaling
-    parameters (``runtime_parameters``), else whichever of q-ratio and q-validated predicted
-    T's other workloads better in a leave-one-out over T's suite (``choose_sc``).
+    (``mpet_validate.validate_q``; where nothing can be checked it is "q-ratio"). "q-chosen"
+    (for sc) takes, per prediction, the seed's "sc" where the instrumented runtime gave the
+    scaling parameters (``runtime_parameters``), else whichever of q-ratio and q-validated
+    predicted T's other workloads better in a leave-one-out over T's suite (``choose_sc``).
     """
     n_platforms: int = 3
     n_workloads: int = 10
@@ -494,7 +495,7 @@ def _interval(pred: Prediction, rows: dict, t1_sel: Selection, sc_sel: Selection
         sd = math.sqrt(sum(w * v for w, v in var) / sum(w for w, _ in var))
         t1s = [pred.t1 * math.exp(-SIGMAS * sd), pred.t1 * math.exp(SIGMAS * sd)]
     base = np.asarray(pred.t) / pred.t1
-    shapes = [base]
+    curves = []
     for i in range(len(pred.sc_candidates)):
         if sc_sel.space == "curve":
             q = reconstruct(*(x[i: i + 1] for x in rows["q"]), one, sc_sel.max_factor)
@@ -504,11 +505,11 @@ def _interval(pred: Prediction, rows: dict, t1_sel: Selection, sc_sel: Selection
             sc = np.where(np.isfinite(sc), sc, pred.sc)
             shape = time_curve(1.0, sc, nsa, topo.get("n_nu"), topo.get("n_ht"))
         pred.sc_candidates[i].usable = bool(np.all(np.isfinite(shape)) and np.all(shape > 0))
-        shapes.append(shape)
-    shapes = [base] + [x for c, x in zip(pred.sc_candidates, shapes[1:])
-                       if c.usable and takes_part(c, pred.sc_candidates)]
-    usable_sc = len(shapes) - 1
-    shapes = np.vstack(shapes)
+        curves.append(shape)
+    kept = [x for c, x in zip(pred.sc_candidates, curves)
+            if c.usable and takes_part(c, pred.sc_candidates)]
+    usable_sc = len(kept)
+    shapes = np.vstack([base, *kept])
     t = np.asarray(pred.t)
     lo = np.minimum(shapes.min(axis=0) * min(t1s), t)
     hi = np.maximum(shapes.max(axis=0) * max(t1s), t)
