@@ -108,7 +108,8 @@ def main(argv=None) -> int:
     print(f"database 20 workloads x 5 platforms, sc of {len(db.names)} elements: built "
           f"(curve fits) in {build_ms:.0f} ms; one prediction: median {med:.1f} ms, max "
           f"{max(times):.1f} ms over 20 (target < {TARGET_MS:.0f} ms; seed 1.6 s); "
-          f"{len(pred.sc_candidates)} sc candidates, {len(pred.t1_candidates)} t(1) candidates; "
+          f"{len(pred.sc_candidates)} sc candidates, {len(pred.t1_candidates)} t(1) candidates, "
+          f"interval calibrated on {pred.calibrated} workloads; "
           f"load average {load:.1f} on {os.cpu_count()} cpus")
     return 0 if med < TARGET_MS else 1
 

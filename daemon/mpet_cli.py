@@ -314,9 +314,17 @@ def format_table(res: dict) -> str:
                          f"{_pct(s['p70']):>6} {_pct(s['p80']):>6} {_pct(s['p95']):>6} "
                          f"{_pct(s['max']):>7}  {seed}")
     iv = res["interval"]
-    lines.append(f"interval: the measured t(n) inside the predicted interval at every n in "
-                 f"{iv['covered']} of {iv['count']} predictions; {iv['single']} rest on one "
-                 f"candidate (interval at least [t/2, 2t])")
+    line = (f"interval: the measured t(n) inside the predicted interval at every n in "
+            f"{iv['covered']} of {iv['count']} predictions")
+    if iv.get("width") is not None:
+        line += f" (median width x{iv['width']:.1f}, the largest upper/lower over n)"
+    if iv.get("calibrated"):
+        line += (f"; {iv['calibrated']} calibrated on the target's other workloads "
+                 f"(mean nominal level {100 * iv['level']:.0f} %)")
+    if iv["count"] - iv.get("calibrated", 0):
+        line += (f"; {iv['count'] - iv.get('calibrated', 0)} the candidates' band, of which "
+                 f"{iv['single']} rest on one candidate (at least [t/2, 2t])")
+    lines.append(line)
     if res["skipped"]:
         lines.append(f"skipped {len(res['skipped'])}: " + "; ".join(
             f"{s['workload']} on {s['platform']} ({s['why']})" for s in res["skipped"][:3]))

@@ -266,7 +266,7 @@ def _predict_migration(data: dict[str, Any], args: argparse.Namespace,
                        edits: list[Any]) -> dict[str, Any]:
     """Scenario (a); with edits, of the virtual workload (c): A's profile on P edited first."""
     from .models.mpet_database import MpetDatabase
-    from .models.mpet_predict import SINGLE_CANDIDATE_FACTOR, predict_migration
+    from .models.mpet_predict import predict_migration
     from .models.mpet_curve import time_curve
     from .models.mpet_scenarios import apply_edits, edited_curve
     named = _named_sources(args, data)
@@ -295,7 +295,7 @@ def _predict_migration(data: dict[str, Any], args: argparse.Namespace,
     before = None
     if edits:
         # the virtual workload: A's profile edited alike on every reference
-        before = predict_migration(db, args.workload, dst, refs=srcs).t
+        before = predict_migration(db, args.workload, dst, refs=srcs, interval="none").t
         edited, sc_all = dict(profiles), dict(db.sc)
         for src in srcs:
             key = (args.workload, src)
@@ -323,10 +323,29 @@ def _predict_migration(data: dict[str, Any], args: argparse.Namespace,
             "edits": [str(e) for e in edits],
             "prediction": _rows(pred.ns, pred.t, lo, hi, measured, before),
             "candidates": _candidates(pred), "single_candidate": pred.single_candidate,
-            "method": _method(pred),
-            "interval": "min..max of the single candidates' predictions around the weighted one"
-                        + (f", at least x{SINGLE_CANDIDATE_FACTOR:g} either way: it rests on "
-                           f"a single candidate" if pred.single_candidate else "")}
+            "method": _method(pred), "interval": _interval_text(pred, data),
+            "interval_level": pred.level, "interval_calibrated_on": pred.calibrated}
+
+
+def _calibrated_text(factor: float, m: int, board: str, how: str) -> str:
+    """A calibrated interval (``mpet_predict.calibrate``, ``scalability_band``) in words."""
+    return (f"t(n) times or divided by {factor:.3g}: the largest error at any n of the same "
+            f"prediction for each of the {m} other workloads measured on {board}{how}; where "
+            f"they are alike it holds the measured t(n) at every n with probability "
+            f"{100 * m / (m + 1):.0f} %")
+
+
+def _interval_text(pred: Any, data: dict[str, Any]) -> str:
+    """What scenario (a)'s interval is (docs/mpet.md)."""
+    from .models.mpet_predict import SINGLE_CANDIDATE_FACTOR
+    if pred.calibrated:
+        return _calibrated_text(pred.upper[0] / pred.t[0], pred.calibrated,
+                                data["platforms"][pred.target]["board"], " (each left out in "
+                                "turn)")
+    return ("min..max of the single candidates' predictions around the weighted one (too few "
+            "other workloads on the target to calibrate it, no stated level)"
+            + (f", at least x{SINGLE_CANDIDATE_FACTOR:g} either way: it rests on a single "
+               f"candidate" if pred.single_candidate else ""))
 
 
 def _predict_on(data: dict[str, Any], args: argparse.Namespace,
@@ -335,7 +354,7 @@ def _predict_on(data: dict[str, Any], args: argparse.Namespace,
     from .models.mpet_curve import time_curve
     from .models.mpet_database import MpetDatabase
     from .models.mpet_predict import predict_scalability
-    from .models.mpet_scenarios import (apply_edits, candidate_band, edited_curve,
+    from .models.mpet_scenarios import (apply_edits, edited_curve, scalability_band,
                                         serial_profile)
     plat = _resolve(args.on, data, "--on", args.size)
     sizes: dict[tuple, str] = {}
@@ -360,7 +379,8 @@ def _predict_on(data: dict[str, Any], args: argparse.Namespace,
         return {**common, "scenario": "c (virtual workload: the measured profile edited)",
                 "t1_s": t1e, "prediction": _rows(ns, t, t, t, {}, before),
                 "candidates": {"t1": [], "sc": []}, "method": None,
-                "interval": "none: the edited profile's own curve (eq. 3-4), no candidates"}
+                "interval": "none: the edited profile's own curve (eq. 3-4), no candidates",
+                "interval_level": None, "interval_calibrated_on": 0}
     if not any(p == plat and w != args.workload for w, p in profiles):
         raise MpetUsage(f"{args.workload!r} is the only workload measured on {args.on}: "
                         f"scenario b takes the scaling of the other workloads there; run "
@@ -373,7 +393,7 @@ def _predict_on(data: dict[str, Any], args: argparse.Namespace,
         before = t
         t1e, sce = apply_edits(pred.t1, pred.sc, edits)
         t = edited_curve(t1e, sce, ns, topo.get("n_nu"), topo.get("n_ht"), edits)
-    lo, hi = candidate_band(db, pred, topo, t, tuple(edits))
+    lo, hi, calibrated = scalability_band(db, pred, topo, t, tuple(edits))
     scen = ("c (virtual workload: the scaling predicted as in b, edited)" if edits
             else "b (scalability from the 1-core runs)")
     _note_mixed_sizes(data, sizes, [plat])
@@ -382,9 +402,16 @@ def _predict_on(data: dict[str, Any], args: argparse.Namespace,
             "prediction": _rows(ns, t, lo, hi, measured, before),
             "candidates": _candidates(pred), "single_candidate": pred.single_candidate,
             "method": _method(pred),
-            "interval": "min..max of the curves each single candidate's scaling gives, around "
-                        "the weighted one"
-                        + (" (it rests on a single candidate)" if pred.single_candidate else "")}
+            "interval": (_calibrated_text(hi[0] / t[0], calibrated, data["platforms"][plat]
+                                          ["board"], " at more than one core (each from its "
+                                          "own 1-core runs)") if calibrated else
+                         "min..max of the curves each single candidate's scaling gives, around "
+                         "the weighted one (too few other workloads measured there at more "
+                         "than one core to calibrate it, no stated level)"
+                         + (" (it rests on a single candidate)" if pred.single_candidate
+                            else "")),
+            "interval_level": calibrated / (calibrated + 1) if calibrated else None,
+            "interval_calibrated_on": calibrated}
 
 
 def _print_prediction(out: dict[str, Any]) -> None:
@@ -413,7 +440,7 @@ def _print_prediction(out: dict[str, Any]) -> None:
             line += f"  {m:>10.4g}" if m is not None else f"  {'-':>10}"
         print(line)
     print("interval: " + out["interval"])
-    if out.get("single_candidate"):
+    if out.get("single_candidate") and not out.get("interval_calibrated_on"):
         print("note: a single candidate carries this prediction; measure more of the suite on "
               "the target (opptune characterize) for a narrower one")
     if out.get("method"):

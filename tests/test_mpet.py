@@ -18,8 +18,10 @@ from opptune.daemon.models.mpet_distance import (Distances, distance, normalise,
 from opptune.daemon.models.mpet_eval import (choose_settings, evaluate, evaluate_nested,
                                              summarise)
 from opptune.daemon.models.mpet_database import MpetDatabase
-from opptune.daemon.models.mpet_predict import (DEFAULT_SC, DEFAULT_T1, SEED_SC, SEED_T1,
-                                                SINGLE_CANDIDATE_FACTOR, choose_sc,
+from opptune.daemon.models.mpet_validate import VALIDATION_FLOOR
+from opptune.daemon.models.mpet_predict import (DEFAULT_SC, DEFAULT_T1, MIN_CALIBRATION,
+                                                SEED_SC, SEED_T1, SINGLE_CANDIDATE_FACTOR,
+                                                calibration_errors, choose_sc,
                                                 NoCandidates, Selection, penalty,
                                                 predict_migration, predict_scalability,
                                                 reconstruct)
@@ -196,7 +198,8 @@ def test_migration_prediction_scenario_a():
     assert not pred.single_candidate
     assert all(lo <= t <= hi for lo, t, hi in zip(pred.lower, pred.t, pred.upper))
     # one platform, one workload: a single candidate, flagged, its interval not a point
-    one = predict_migration(db, "A", "T", Selection(1, 1, k=0), Selection(1, 1, k=0))
+    one = predict_migration(db, "A", "T", Selection(1, 1, k=0), Selection(1, 1, k=0),
+                           interval="candidates")
     assert len(one.t1_candidates) == 1 and len(one.sc_candidates) == 1
     assert one.single_candidate
     f = SINGLE_CANDIDATE_FACTOR
@@ -209,7 +212,8 @@ def test_migration_prediction_scenario_a():
     two = {("A", "P"): prof(10, 0.9), ("B", "P"): prof(5, 0.8), ("B", "T"): prof(7, 0.7),
            ("C", "P"): prof(3, 0.5), ("C", "T"): prof(4, 0.6, (2, 3, 4))}
     plats = {p: {"n_nu": None, "n_ht": None, "nmax": 4} for p in ("P", "T")}
-    half = predict_migration(MpetDatabase(two, plats), "A", "T", refs=["P"])
+    half = predict_migration(MpetDatabase(two, plats), "A", "T", refs=["P"],
+                            interval="candidates")
     assert {c.workload for c in half.t1_candidates} == {"B", "C"}
     # listed, and said to give no estimate (predict's table marks it)
     assert {c.workload: c.usable for c in half.t1_candidates} == {"B": True, "C": False}
@@ -443,7 +447,8 @@ def test_a_candidate_without_weight_is_not_in_the_band():
     plats = {p: {"n_nu": None, "n_ht": None, "nmax": 4} for p in ("P", "T")}
     db = MpetDatabase(profiles, plats)
     sc_sel = Selection(1, 2, k=3, space="curve", mean="geometric")
-    got = predict_migration(db, "A", "T", Selection(1, 2, k=0, mean="geometric"), sc_sel)
+    got = predict_migration(db, "A", "T", Selection(1, 2, k=0, mean="geometric"), sc_sel,
+                          interval="candidates")
     w = {c.workload: c.weight for c in got.sc_candidates}
     assert w["B1"] == pytest.approx(1.0) and w["B2"] == 0.0
     assert got.t == pytest.approx([got.t1 / n ** 0.8 for n in (1, 2, 3, 4)], rel=1e-9)
@@ -456,6 +461,46 @@ def test_a_candidate_without_weight_is_not_in_the_band():
     assert got.upper[-1] < 0.1 * b2
 
 
+def test_interval_is_calibrated_on_the_targets_other_workloads():
+    """The interval is t exp(+-e), e = the largest log error over n of the same prediction for
+    each other workload on T (left out in turn, from the references A has): it narrows where
+    the suite's transfers hold and widens by the error a suite workload shows; level m/(m+1)."""
+    profiles, platforms = synthetic()
+    db = MpetDatabase(profiles, platforms)
+    pred = predict_migration(db, "A", "T")
+    assert pred.calibrated == 4 and pred.level == pytest.approx(0.8)  # B1..B4 on T
+    errs = calibration_errors(db.without(("A", "T")), "A", "T")
+    assert len(errs) == 4
+    # B3's error, predicted here the way the interval does it
+    rest = db.without(("A", "T")).without(("B3", "T"))
+    b3 = predict_migration(rest, "B3", "T", refs=["P1", "P2", "P3"], ns=range(1, 13),
+                           interval="none")
+    truth3 = profiles[("B3", "T")]["t"]
+    assert max(abs(math.log(v / truth3[n])) for n, v in zip(b3.ns, b3.t)) == pytest.approx(
+        errs[2], rel=1e-12)
+    f = math.exp(max(max(errs), VALIDATION_FLOOR))  # at least the noise of one run
+    assert pred.upper == pytest.approx([t * f for t in pred.t], rel=1e-12)
+    assert pred.lower == pytest.approx([t / f for t in pred.t], rel=1e-12)
+    assert f < 1.1  # separable: every transfer nearly holds
+    truth = profiles[("A", "T")]["t"]
+    assert all(lo <= truth[n] <= hi for n, lo, hi in zip(pred.ns, pred.lower, pred.upper))
+    # B3 runs 1.5x slower on T than the separable case: its own prediction is that far off,
+    # and the interval takes that error in; A's truth stays inside
+    slow = dict(profiles)
+    slow[("B3", "T")] = {"t": {n: 1.5 * v for n, v in truth3.items()}}
+    wide = predict_migration(MpetDatabase(slow, platforms), "A", "T")
+    assert 1.4 < wide.upper[0] / wide.t[0] < 1.7
+    assert all(lo <= truth[n] <= hi for n, lo, hi in zip(wide.ns, wide.lower, wide.upper))
+    # fewer than MIN_CALIBRATION other workloads on T: the candidates' band, no level
+    few = {k: v for k, v in profiles.items() if k[1] != "T" or k[0] in ("A", "B1")}
+    assert MIN_CALIBRATION == 2
+    got = predict_migration(MpetDatabase(few, platforms), "A", "T")
+    band = predict_migration(MpetDatabase(few, platforms), "A", "T", interval="candidates")
+    assert (got.calibrated, got.level) == (0, None)
+    assert (got.lower, got.upper) == (band.lower, band.upper)
+    assert predict_migration(db, "A", "T", interval="none").lower == []
+
+
 def test_t1_validated_interval_is_the_validated_error_not_the_candidates_spread():
     """Where every transfer held exactly (each workload's t(1) a constant times a platform
     speed) the t(1) interval is a point even though the candidates' P and B differ a lot;
@@ -465,13 +510,15 @@ def test_t1_validated_interval_is_the_validated_error_not_the_candidates_spread(
     platforms = {p: {"n_nu": None, "n_ht": None, "nmax": 2} for p in speed}
     exact = {(w, p): {"t": {1: b * sp, 2: b * sp * 0.6}} for w, b in base.items()
              for p, sp in speed.items()}
-    got = predict_migration(MpetDatabase(exact, platforms), "A", "T", DEFAULT_T1)
+    got = predict_migration(MpetDatabase(exact, platforms), "A", "T", DEFAULT_T1,
+                            interval="candidates")
     assert got.t1 == pytest.approx(3.0 * 1.7, rel=1e-9)
     assert got.lower[0] == pytest.approx(got.t1, rel=1e-9)
     assert got.upper[0] == pytest.approx(got.t1, rel=1e-9)
     profiles, platforms = _local_proxy()
     truth = profiles[("A", "T")]["t"][1]
-    got = predict_migration(MpetDatabase(profiles, platforms), "A", "T", DEFAULT_T1)
+    got = predict_migration(MpetDatabase(profiles, platforms), "A", "T", DEFAULT_T1,
+                            interval="candidates")
     assert got.upper[0] / got.lower[0] > 1.1
     assert got.lower[0] <= truth <= got.upper[0]
     # the candidates' own estimates span 2.1 .. 17.1 (x 8) here; the validated band is narrower
@@ -704,6 +751,9 @@ def test_leave_one_out_evaluation_beats_naive_on_separable_data():
     iv = res["interval"]
     assert iv["count"] == len(res["cases"]) and 0 <= iv["covered"] <= iv["count"]
     assert iv["single"] == 0
+    # every target has 4 other workloads: each interval calibrated at level 4/5
+    assert iv["calibrated"] == iv["count"] and iv["level"] == pytest.approx(0.8)
+    assert iv["width"] >= 1.0
 
 
 SMALL_T1 = [SEED_T1, Selection(1, 1, "mean", k=0, mean="geometric")]

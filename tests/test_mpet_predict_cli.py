@@ -3,11 +3,13 @@ daemon/characterize.py:mpet_data returns; the end-to-end path over real processe
 tests/test_characterize.py)."""
 
 import argparse
+import math
 
 import pytest
 
 from opptune.daemon.models.mpet_database import MpetDatabase
 from opptune.daemon.models.mpet_predict import predict_migration
+from opptune.daemon.models.mpet_validate import VALIDATION_FLOOR
 from opptune.daemon.mpet_answer import build_database
 from opptune.daemon.mpet_predict_cli import MpetUsage, _predict_migration
 
@@ -106,3 +108,29 @@ def test_a_note_names_the_references_left_out(capsys):
     _predict_migration(data, args("all"), [])
     _predict_migration(data, args("p3,p2,p1"), [])
     assert capsys.readouterr().err == ""
+
+
+def test_interval_says_what_it_rests_on(capsys):
+    """With three other workloads on the target the interval is calibrated on them (level
+    3/4) and says so; with one, it is the candidates' band and says that it has no level."""
+    from opptune.daemon.mpet_predict_cli import _print_prediction
+    got = _predict_migration(answer(), args("all"), [])
+    assert got["interval_calibrated_on"] == 3 and got["interval_level"] == pytest.approx(0.75)
+    # the suite's transfers hold exactly here: the interval is the noise of one run
+    f = got["prediction"][0]["upper_s"] / got["prediction"][0]["time_s"]
+    assert f == pytest.approx(math.exp(VALIDATION_FLOOR), rel=1e-12)
+    for r in got["prediction"]:
+        assert r["lower_s"] == pytest.approx(r["time_s"] / f, rel=1e-9)
+        assert r["upper_s"] == pytest.approx(r["time_s"] * f, rel=1e-9)
+    assert got["interval"] == (
+        f"t(n) times or divided by {f:.3g}: the largest error at any n of the same prediction "
+        f"for each of the 3 other workloads measured on board-t (each left out in turn); where "
+        f"they are alike it holds the measured t(n) at every n with probability 75 %")
+    _print_prediction(got)
+    assert "interval: t(n) times or divided by" in capsys.readouterr().out
+    skip = {("b2", "t"), ("b3", "t")}
+    few = _predict_migration(answer(skip), args("all"), [])
+    assert few["interval_calibrated_on"] == 0 and few["interval_level"] is None
+    assert few["interval"].startswith("min..max of the single candidates' predictions around "
+                                      "the weighted one (too few other workloads on the target "
+                                      "to calibrate it, no stated level)")

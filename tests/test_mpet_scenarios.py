@@ -14,7 +14,8 @@ from opptune.daemon.models.mpet_curve import PARAMS, time_curve
 from opptune.daemon.models.mpet_database import MpetDatabase
 from opptune.daemon.models.mpet_predict import predict_scalability
 from opptune.daemon.models.mpet_scenarios import (Edit, EditError, apply_edits, candidate_band,
-                                                  edited_curve, parse_edit, serial_profile)
+                                                  edited_curve, parse_edit, scalability_band,
+                                                  serial_errors, serial_profile)
 
 NS = [1, 2, 3, 4]
 
@@ -138,3 +139,36 @@ def test_scalability_from_the_serial_profile():
     assert hi[3] == pytest.approx(max(c[3] for c in curves), rel=1e-6)
     (far,) = {"a", "b", "c"} - set(weighted)
     assert time_curve(pred.t1, db.sc[(far, "P")], NS, None, None)[3] > 1.2 * hi[3]
+
+
+def test_scalability_interval_is_calibrated_on_the_platforms_other_workloads():
+    """Scenario (b)'s interval: t exp(+-e), e = the largest log error of each other workload
+    on P predicted from its own 1-core run the same way (level m/(m+1)); with fewer than two
+    such workloads, the candidates' band."""
+    full = profile(2.0, 0.04, 0.01)
+    db = database({("new", "P"): serial_profile(full), ("d", "P"): profile(1.5, 0.02, 0.0)})
+    pred = predict_scalability(db, "new", "P", ns=NS)
+    errs = serial_errors(db, "new", "P")
+    assert len(errs) == 4  # a, b, c, d; not the sequential profile itself
+    # c's error, predicted from its 1-core run alone among the others (new left out)
+    rest = {k: v for k, v in db.profiles.items() if k != ("new", "P")}
+    c_serial = MpetDatabase({**rest, ("c", "P"): serial_profile(rest[("c", "P")])},
+                            db.platforms)
+    c_pred = predict_scalability(c_serial, "c", "P", ns=NS)
+    c_true = rest[("c", "P")]["t"]
+    assert max(abs(math.log(v / c_true[n])) for n, v in zip(NS, c_pred.t)) == pytest.approx(
+        errs[2], rel=1e-9)
+    lo, hi, m = scalability_band(db, pred, db.platforms["P"], pred.t)
+    assert m == 4
+    f = math.exp(max(errs))
+    assert f > 1.05  # the lock-bound c is far from its candidates' scaling
+    assert hi == pytest.approx([t * f for t in pred.t]) and lo == pytest.approx(
+        [t / f for t in pred.t])
+    assert all(a <= full["t"][n] <= b for n, a, b in zip(NS, lo, hi))
+    # one other workload measured beyond one core: the candidates' band, no calibration
+    few = MpetDatabase({("new", "P"): serial_profile(full), ("a", "P"): profile(2.0, 0.04, 0.01),
+                        ("b", "P"): serial_profile(profile(1.0, 0.0, 0.02))},
+                       db.platforms)
+    got = predict_scalability(few, "new", "P", ns=NS)
+    lo, hi, m = scalability_band(few, got, few.platforms["P"], got.t)
+    assert m == 0 and (lo, hi) == tuple(candidate_band(few, got, few.platforms["P"], got.t))

@@ -102,6 +102,12 @@ def test_scenario_b_scaling_from_the_one_core_run(cluster):
     assert [r["n"] for r in rows] == [1, 2]
     for r in rows:
         assert 0 < r["lower_s"] <= r["time_s"] <= r["upper_s"]
+    # the interval is calibrated on the four other workloads measured on 1 and 2 cores, each
+    # predicted from its own 1-core run: one factor either way at every n
+    assert out["interval_calibrated_on"] == 4 and out["interval_level"] == pytest.approx(0.8)
+    f = rows[0]["upper_s"] / rows[0]["time_s"]
+    assert all(r["lower_s"] == pytest.approx(r["time_s"] / f, rel=1e-9) and
+               r["upper_s"] == pytest.approx(r["time_s"] * f, rel=1e-9) for r in rows)
     # t(1) is the measured one; t(2), not used, is there to compare
     assert rows[0]["measured_s"] is None and rows[1]["measured_s"] > 0
     cands = out["candidates"]["sc"]
@@ -117,7 +123,11 @@ def test_scenario_b_scaling_from_the_one_core_run(cluster):
     assert lines[0].startswith("locked_update: on ") and "scenario b (scalability" in lines[0]
     assert lines[1].split() == ["n", "t(n)", "s", "interval", "s", "measured", "s"]
     assert [ln.split()[0] for ln in lines[2:4]] == ["1", "2"]
-    assert lines[4].startswith("interval: min..max of the curves each single candidate")
+    assert lines[4].startswith(f"interval: t(n) times or divided by {f:.3g}: the largest "
+                               f"error at any n of the same prediction for each of the 4 "
+                               f"other workloads measured on {out['board']} at more than one "
+                               f"core (each from its own 1-core runs); ")
+    assert lines[4].endswith("with probability 80 %")
     assert lines[5] == "method: t(1) by measured, scaling by sc"
     assert lines[6] == "scaling candidates (platform, workload: D_a, D_p, D_t, weight):"
     # the candidates' platform by its board's name, as the first line names it (not its id)

@@ -135,7 +135,8 @@ def _score(db: MpetDatabase, t1_grid: list[Selection], sc_grid: list[Selection])
         for i in range(max(len(t1_grid), len(sc_grid))):
             t1_sel, sc_sel = t1_grid[i % len(t1_grid)], sc_grid[i % len(sc_grid)]
             try:
-                pred = predict_migration(rest, key[0], key[1], t1_sel, sc_sel, ns=ns)
+                pred = predict_migration(rest, key[0], key[1], t1_sel, sc_sel, ns=ns,
+                                         interval="none")
             except NoCandidates:
                 break
             if i < len(t1_grid):
@@ -167,14 +168,18 @@ def evaluate(db: MpetDatabase, t1_sel: Selection = DEFAULT_T1, sc_sel: Selection
     platforms alone (what ``opptune predict --from P`` does with one P), instead of once from
     all of them (section 4.1); the source-curve baseline is then that reference's.
     Returns {"summary": {method: {kind: summarise(...)}}, "cases": [...], "skipped": [...],
-    "interval": {count, covered, single}} (covered: cases whose measured t(n) lay inside the
-    predicted interval at every n; single: cases resting on one candidate).
+    "interval": {count, covered, single, calibrated, level, width}} (covered: cases whose
+    measured t(n) lay inside the predicted interval at every n; single: cases resting on one
+    candidate; calibrated: cases whose interval was calibrated on the target's other
+    workloads, level: their mean nominal level, null without any; width: the median over the
+    cases of the largest upper/lower over n).
     """
     on = _platforms_of(db)
     errs = {m: {k: [] for k in KINDS} for m in METHODS}
     cases, skipped = _cases(db, only)
     rows = []
     covered = single = 0
+    levels, widths = [], []
     for key, ns, meas, refs in _runs(db, cases, on, single_reference):
         a, target = key
         rest = db.without(key)
@@ -195,10 +200,13 @@ def evaluate(db: MpetDatabase, t1_sel: Selection = DEFAULT_T1, sc_sel: Selection
         inside = bool(np.all((np.asarray(pred.lower) <= meas) & (meas <= np.asarray(pred.upper))))
         covered += inside
         single += pred.single_candidate
+        if pred.level is not None:
+            levels.append(pred.level)
+        widths.append(float(np.max(np.asarray(pred.upper) / np.asarray(pred.lower))))
         row = {"workload": a, "platform": target, "references": refs, "source": source, "ns": ns,
                "measured": meas.tolist(), "predicted": pred.t, "lower": pred.lower,
                "upper": pred.upper, "single_candidate": pred.single_candidate,
-               "inside": inside}
+               "level": pred.level, "inside": inside}
         found = {
             "mpet": (abs(pred.t1 - t1) / t1, trend_error(t1 * shape, meas),
                      trend_error(pred.t, meas)),
@@ -215,7 +223,10 @@ def evaluate(db: MpetDatabase, t1_sel: Selection = DEFAULT_T1, sc_sel: Selection
         rows.append(row)
     summary = {m: {k: summarise(errs[m][k]) for k in KINDS} for m in METHODS}
     return {"summary": summary, "cases": rows, "skipped": skipped,
-            "interval": {"count": len(rows), "covered": covered, "single": single}}
+            "interval": {"count": len(rows), "covered": covered, "single": single,
+                         "calibrated": len(levels),
+                         "level": float(np.mean(levels)) if levels else None,
+                         "width": float(np.median(widths)) if widths else None}}
 
 
 def _runs(db: MpetDatabase, cases, on: dict, single_reference: bool):

@@ -156,12 +156,17 @@ class Prediction:
     t: list[float]
     t1_candidates: list[Candidate] = field(default_factory=list)
     sc_candidates: list[Candidate] = field(default_factory=list)
-    # Interval per n: min..max of the single candidates' predictions around the weighted one
+    # Interval per n. Calibrated (``calibrated`` > 0, scenario (a)): t exp(+-e), e = the
+    # largest log error of the same prediction made for each of the target's other workloads,
+    # which holds a new one with probability ``level`` = m/(m+1) where the m are alike (split
+    # conformal). Else min..max of the single candidates' predictions around the weighted one
     # (t1-validated: t(1) within SIGMAS of its validated error), at least [t/f, t f]
-    # (SINGLE_CANDIDATE_FACTOR) where t(1) or sc rests on one candidate.
+    # (SINGLE_CANDIDATE_FACTOR) where t(1) or sc rests on one candidate; ``level`` None.
     lower: list[float] = field(default_factory=list)
     upper: list[float] = field(default_factory=list)
     single_candidate: bool = False
+    calibrated: int = 0
+    level: float | None = None
     # the bases that rated the candidates (Selection.basis), after any fallback: "t1-validated"
     # and "q-validated" become "t1-ratio"/"q-ratio" where no tuple could be checked; scenario
     # (b): t1_basis "measured" (its own t(1))
@@ -407,15 +412,19 @@ def score_sc(db: MpetDatabase, workload, target, sel: Selection) -> dict:
 
 
 def predict_migration(db: MpetDatabase, workload, target, t1_sel: Selection = DEFAULT_T1,
-                      sc_sel: Selection = DEFAULT_SC, refs=None, ns=None) -> Prediction:
+                      sc_sel: Selection = DEFAULT_SC, refs=None, ns=None,
+                      interval: str = "calibrated") -> Prediction:
     """Scenario (a): t(1) and sc of ``workload`` on ``target`` from its profiles on ``refs``
     (default: every platform it is profiled on but the target) and the target's suite.
 
     t(1) and sc use separate selections (section 4.1; ``SEED_T1``/``SEED_SC`` = the seed as
     written). The profile (workload, target), if present, is not used: call on
-    ``db.without((workload, target))`` to be sure.
+    ``db.without((workload, target))`` to be sure. ``interval``: "calibrated" (on the
+    target's other workloads, ``calibrate``; the candidates' band where fewer than
+    ``MIN_CALIBRATION`` can be predicted), "candidates", or "none".
     """
     db = db.without((workload, target)) if (workload, target) in db.sc else db
+    asked_sc = sc_sel
     dist = db.distances()
     topo = db.platforms.get(target, {})
     if ns is None:
@@ -464,8 +473,63 @@ def predict_migration(db: MpetDatabase, workload, target, t1_sel: Selection = DE
     pred = Prediction(workload, target, t1, sc, [int(n) for n in nsa], [float(x) for x in t],
                       cands["t1"], cands["sc"], t1_basis=used[0], sc_basis=used[1],
                       sc_choice=choice)
-    _interval(pred, rows, t1_sel, sc_sel, topo, nsa)
+    if interval != "none":
+        _interval(pred, rows, t1_sel, sc_sel, topo, nsa)
+    if interval == "calibrated":
+        calibrate(pred, db, refs, t1_sel, asked_sc)
     return pred
+
+
+# the fewest of the target's other workloads a calibrated interval rests on (level 2/3)
+MIN_CALIBRATION = 2
+
+
+def calibration_errors(db: MpetDatabase, workload, target, refs=None,
+                       t1_sel: Selection = DEFAULT_T1,
+                       sc_sel: Selection = DEFAULT_SC) -> list[float]:
+    """The largest |log(predicted / measured t(n))| over n of each other workload B on
+    ``target``, predicted as ``workload`` is: from its profiles on the references (those of
+    ``refs``, default ``workload``'s, that B was measured on), without (B, target)."""
+    if refs is None:
+        refs = db.distances().platforms_of.get(workload, set()) - {target}
+    errors = []
+    for b in sorted({w for w, p in db.profiles if p == target and w != workload}, key=str):
+        mine = sorted((p for p in refs if (b, p) in db.profiles), key=str)
+        meas = {int(n): float(v) for n, v in (db.profiles[(b, target)].get("t") or {}).items()
+                if float(v) > 0}
+        if not mine or not meas:
+            continue
+        ns = sorted(meas)
+        try:
+            pb = predict_migration(db.without((b, target)), b, target, t1_sel, sc_sel,
+                                   refs=mine, ns=ns, interval="none")
+        except NoCandidates:
+            continue
+        with np.errstate(all="ignore"):
+            e = np.abs(np.log(np.asarray(pb.t) / np.array([meas[n] for n in ns])))
+        if np.all(np.isfinite(e)):
+            errors.append(float(e.max()))
+    return errors
+
+
+def calibrate(pred: Prediction, db: MpetDatabase, refs, t1_sel: Selection,
+              sc_sel: Selection) -> None:
+    """The interval t exp(+-e), e = the largest of ``calibration_errors`` (split conformal:
+    where the target's m other workloads and this one are alike, the measured t(n) lies inside
+    at every n with probability m/(m+1)), at least the noise of one run (VALIDATION_FLOOR:
+    a suite whose transfers all held exactly says nothing finer than the measurements). Left
+    as it is (the candidates' band) with fewer than MIN_CALIBRATION errors. Why: the
+    candidates' spread says how much they disagree, not how wrong the transfer is; the errors
+    on the target's own suite measure the latter."""
+    errors = calibration_errors(db, pred.workload, pred.target, refs, t1_sel, sc_sel)
+    if len(errors) < MIN_CALIBRATION:
+        return
+    t = np.asarray(pred.t)
+    f = math.exp(max(max(errors), VALIDATION_FLOOR))
+    pred.lower = [float(x) for x in t / f]
+    pred.upper = [float(x) for x in t * f]
+    pred.calibrated = len(errors)
+    pred.level = len(errors) / (len(errors) + 1)
 
 
 def _interval(pred: Prediction, rows: dict, t1_sel: Selection, sc_sel: Selection, topo: dict,

@@ -1,8 +1,9 @@
 """MPET scenarios (b) and (c) around mpet_predict (seed 000, section 3.2, Figure 7).
 
 Pure. (b) scalability of a not-yet-parallel workload: its profile reduced to n = 1
-(``serial_profile``) and ``mpet_predict.predict_scalability``; ``candidate_band`` gives the
-spread of the single candidates' curves. (c) a virtual workload: the user edits the scaling
+(``serial_profile``) and ``mpet_predict.predict_scalability``; ``scalability_band`` gives its
+interval, calibrated on the platform's other workloads (``serial_errors``) or, with too few,
+the spread of the single candidates' curves (``candidate_band``). (c) a virtual workload: the user edits the scaling
 parameters of a measured (or predicted) workload (``parse_edit``, ``apply_edits``) and t(n)
 follows from eq. 3-4 (``edited_curve``).
 
@@ -21,9 +22,12 @@ from typing import Any, Mapping
 
 import numpy as np
 
-from .mpet_curve import ELEMENTS, PARAMS, eval_curve, gauss, \
+from .mpet_curve import ELEMENTS, PARAMS, eval_curve, feature_vector, gauss, \
     runtime_params_valid, time_curve
-from .mpet_predict import takes_part
+from .mpet_database import MpetDatabase
+from .mpet_predict import (MIN_CALIBRATION, SEED_SC, NoCandidates, Selection,
+                           predict_scalability, takes_part)
+from .mpet_validate import VALIDATION_FLOOR
 
 EDITABLE = (*PARAMS, "q", "t1")
 
@@ -174,5 +178,47 @@ def candidate_band(db: Any, pred: Any, topo: Mapping[str, Any], t: list[float],
     return [float(x) for x in stack.min(axis=0)], [float(x) for x in stack.max(axis=0)]
 
 
+def serial_errors(db: MpetDatabase, workload, platform,
+                  sel: Selection = SEED_SC) -> list[float]:
+    """The largest |log(predicted / measured t(n))| over n of each other workload B measured
+    on ``platform`` at more than one core, predicted by scenario (b) from its own 1-core runs
+    as ``workload`` is (without ``workload``'s profile, which is the sequential one)."""
+    topo = db.platforms.get(platform, {})
+    rest = {k: v for k, v in db.profiles.items() if k != (workload, platform)}
+    sc = {k: v for k, v in db.sc.items() if k != (workload, platform)}
+    errors = []
+    for b in sorted({w for w, p in rest if p == platform}, key=str):
+        key = (b, platform)
+        meas = {int(n): float(v) for n, v in (rest[key].get("t") or {}).items() if float(v) > 0}
+        if 1 not in meas or len(meas) < 2:
+            continue
+        serial = serial_profile(rest[key])
+        sub = MpetDatabase({**rest, key: serial}, db.platforms, {**sc, key: feature_vector(
+            serial, topo.get("n_nu"), topo.get("n_ht"), db.counters)}, db.counters)
+        ns = sorted(meas)
+        try:
+            pred = predict_scalability(sub, b, platform, sel, ns=ns)
+        except NoCandidates:
+            continue
+        with np.errstate(all="ignore"):
+            e = np.abs(np.log(np.asarray(pred.t) / np.array([meas[n] for n in ns])))
+        if np.all(np.isfinite(e)):
+            errors.append(float(e.max()))
+    return errors
+
+
+def scalability_band(db: MpetDatabase, pred: Any, topo: Mapping[str, Any], t: list[float],
+                     edits: tuple[Edit, ...] = ()) -> tuple[list[float], list[float], int]:
+    """Scenario (b)'s interval around ``t`` and how many workloads calibrated it: t exp(+-e),
+    e = the largest of ``serial_errors`` (at least VALIDATION_FLOOR), as scenario (a)'s
+    (``mpet_predict.calibrate``: level m/(m+1)); ``candidate_band`` and 0 with fewer than
+    MIN_CALIBRATION."""
+    errors = serial_errors(db, pred.workload, pred.target)
+    if len(errors) < MIN_CALIBRATION:
+        return (*candidate_band(db, pred, topo, t, edits), 0)
+    f = math.exp(max(max(errors), VALIDATION_FLOOR))
+    return [float(x) / f for x in t], [float(x) * f for x in t], len(errors)
+
+
 __all__ = ["EDITABLE", "Edit", "EditError", "apply_edits", "candidate_band", "edited_curve",
-           "parse_edit", "serial_profile"]
+           "parse_edit", "scalability_band", "serial_errors", "serial_profile"]
