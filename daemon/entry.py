@@ -22,6 +22,13 @@ def missing_daemon_extra() -> list[str]:
             if importlib.util.find_spec(module) is None]
 
 
+def _version(prog: str) -> int:
+    # answered here: the parsers' modules import the extra (a board asks what it has too)
+    from .. import __version__
+    print(f"{prog} {__version__}")
+    return 0
+
+
 def _refuse(prog: str, missing: list[str]) -> int:
     print(f"{prog}: needs the daemon extra ({', '.join(missing)} not installed): "
           "pip install 'opptune[daemon]'", file=sys.stderr)
@@ -37,8 +44,8 @@ def operator(argv: list[str] | None = None) -> int:
         # checking this machine is what a board needs, and needs no daemon extra
         from .doctor_cli import board_main
         return board_main(argv[1:])
-    if missing and argv != ["--version"]:
-        return _refuse("opptune", missing)
+    if missing:
+        return _version("opptune") if argv == ["--version"] else _refuse("opptune", missing)
     try:
         from .cli import main  # scipy and the rest load here: a second Ctrl-C may land in it
         code = main(argv)
@@ -55,9 +62,11 @@ def operator(argv: list[str] | None = None) -> int:
 
 
 def daemon(argv: list[str] | None = None) -> int:
-    """`opptune-daemon`."""
+    """`opptune-daemon`; ``--version`` answers without the extra."""
+    argv = sys.argv[1:] if argv is None else argv
     missing = missing_daemon_extra()
     if missing:
-        return _refuse("opptune-daemon", missing)
+        return _version("opptune-daemon") if argv == ["--version"] else _refuse(
+            "opptune-daemon", missing)
     from .service import main
     return main(argv)

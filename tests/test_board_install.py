@@ -47,6 +47,14 @@ def test_central_scripts_name_the_extra(script, argv):
     assert "numpy" in out.stderr
 
 
+@pytest.mark.parametrize("script", ["opptune", "opptune-daemon", "opptune-agent"])
+def test_version_answers_without_the_extra(script):
+    # 'opptune --version' had gone through the parser, whose board list imports rich
+    from opptune import __version__
+    out = run_script(PYPROJECT["project"]["scripts"][script], ["--version"])
+    assert (out.returncode, out.stdout, out.stderr) == (0, f"{script} {__version__}\n", "")
+
+
 def test_agent_script_works_without_extra(tmp_path):
     entry = PYPROJECT["project"]["scripts"]["opptune-agent"]
     out = run_script(entry, ["--help"])
