@@ -495,39 +495,51 @@ def calibration_errors(db: MpetDatabase, workload, target, refs=None,
     errors = []
     for b in sorted({w for w, p in db.profiles if p == target and w != workload}, key=str):
         mine = sorted((p for p in refs if (b, p) in db.profiles), key=str)
-        meas = {int(n): float(v) for n, v in (db.profiles[(b, target)].get("t") or {}).items()
-                if float(v) > 0}
-        if not mine or not meas:
-            continue
-        ns = sorted(meas)
-        try:
-            pb = predict_migration(db.without((b, target)), b, target, t1_sel, sc_sel,
-                                   refs=mine, ns=ns, interval="none")
-        except NoCandidates:
-            continue
-        with np.errstate(all="ignore"):
-            e = np.abs(np.log(np.asarray(pb.t) / np.array([meas[n] for n in ns])))
-        if np.all(np.isfinite(e)):
-            errors.append(float(e.max()))
-    return errors
+        if mine:
+            errors.append(largest_log_error(db.profiles[(b, target)], lambda ns: predict_migration(
+                db.without((b, target)), b, target, t1_sel, sc_sel, refs=mine, ns=ns,
+                interval="none")))
+    return [e for e in errors if e is not None]
+
+
+def largest_log_error(profile: dict, predict) -> float | None:
+    """max over the profile's measured n of |log(predicted / measured t(n))|, the prediction
+    ``predict(ns)`` at those n; None where it cannot be made or is not finite."""
+    meas = {int(n): float(v) for n, v in (profile.get("t") or {}).items() if float(v) > 0}
+    if not meas:
+        return None
+    ns = sorted(meas)
+    try:
+        pred = predict(ns)
+    except NoCandidates:
+        return None
+    with np.errstate(all="ignore"):
+        e = np.abs(np.log(np.asarray(pred.t) / np.array([meas[n] for n in ns])))
+    return float(e.max()) if np.all(np.isfinite(e)) else None
+
+
+def calibrated_band(t, errors: list[float]) -> tuple[list[float], list[float]] | None:
+    """t exp(+-e), e = the largest of ``errors``, at least VALIDATION_FLOOR (a suite whose
+    transfers all held exactly says nothing finer than the noise of one run); None with fewer
+    than MIN_CALIBRATION errors."""
+    if len(errors) < MIN_CALIBRATION:
+        return None
+    f = math.exp(max(max(errors), VALIDATION_FLOOR))
+    return [float(x) / f for x in t], [float(x) * f for x in t]
 
 
 def calibrate(pred: Prediction, db: MpetDatabase, refs, t1_sel: Selection,
               sc_sel: Selection) -> None:
-    """The interval t exp(+-e), e = the largest of ``calibration_errors`` (split conformal:
-    where the target's m other workloads and this one are alike, the measured t(n) lies inside
-    at every n with probability m/(m+1)), at least the noise of one run (VALIDATION_FLOOR:
-    a suite whose transfers all held exactly says nothing finer than the measurements). Left
-    as it is (the candidates' band) with fewer than MIN_CALIBRATION errors. Why: the
-    candidates' spread says how much they disagree, not how wrong the transfer is; the errors
-    on the target's own suite measure the latter."""
+    """The interval ``calibrated_band`` of ``calibration_errors`` (split conformal: where the
+    target's m other workloads and this one are alike, the measured t(n) lies inside at every
+    n with probability m/(m+1)); left as it is (the candidates' band) with fewer than
+    MIN_CALIBRATION errors. Why: the candidates' spread says how much they disagree, not how
+    wrong the transfer is; the errors on the target's own suite measure the latter."""
     errors = calibration_errors(db, pred.workload, pred.target, refs, t1_sel, sc_sel)
-    if len(errors) < MIN_CALIBRATION:
+    band = calibrated_band(pred.t, errors)
+    if band is None:
         return
-    t = np.asarray(pred.t)
-    f = math.exp(max(max(errors), VALIDATION_FLOOR))
-    pred.lower = [float(x) for x in t / f]
-    pred.upper = [float(x) for x in t * f]
+    pred.lower, pred.upper = band
     pred.calibrated = len(errors)
     pred.level = len(errors) / (len(errors) + 1)
 

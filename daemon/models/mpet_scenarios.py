@@ -25,9 +25,8 @@ import numpy as np
 from .mpet_curve import ELEMENTS, PARAMS, eval_curve, feature_vector, gauss, \
     runtime_params_valid, time_curve
 from .mpet_database import MpetDatabase
-from .mpet_predict import (MIN_CALIBRATION, SEED_SC, NoCandidates, Selection,
+from .mpet_predict import (SEED_SC, Selection, calibrated_band, largest_log_error,
                            predict_scalability, takes_part)
-from .mpet_validate import VALIDATION_FLOOR
 
 EDITABLE = (*PARAMS, "q", "t1")
 
@@ -189,35 +188,27 @@ def serial_errors(db: MpetDatabase, workload, platform,
     errors = []
     for b in sorted({w for w, p in rest if p == platform}, key=str):
         key = (b, platform)
-        meas = {int(n): float(v) for n, v in (rest[key].get("t") or {}).items() if float(v) > 0}
-        if 1 not in meas or len(meas) < 2:
+        t = rest[key].get("t") or {}
+        if 1 not in t or len(t) < 2:
             continue
         serial = serial_profile(rest[key])
         sub = MpetDatabase({**rest, key: serial}, db.platforms, {**sc, key: feature_vector(
             serial, topo.get("n_nu"), topo.get("n_ht"), db.counters)}, db.counters)
-        ns = sorted(meas)
-        try:
-            pred = predict_scalability(sub, b, platform, sel, ns=ns)
-        except NoCandidates:
-            continue
-        with np.errstate(all="ignore"):
-            e = np.abs(np.log(np.asarray(pred.t) / np.array([meas[n] for n in ns])))
-        if np.all(np.isfinite(e)):
-            errors.append(float(e.max()))
-    return errors
+        errors.append(largest_log_error(
+            rest[key], lambda ns: predict_scalability(sub, b, platform, sel, ns=ns)))
+    return [e for e in errors if e is not None]
 
 
 def scalability_band(db: MpetDatabase, pred: Any, topo: Mapping[str, Any], t: list[float],
                      edits: tuple[Edit, ...] = ()) -> tuple[list[float], list[float], int]:
-    """Scenario (b)'s interval around ``t`` and how many workloads calibrated it: t exp(+-e),
-    e = the largest of ``serial_errors`` (at least VALIDATION_FLOOR), as scenario (a)'s
-    (``mpet_predict.calibrate``: level m/(m+1)); ``candidate_band`` and 0 with fewer than
-    MIN_CALIBRATION."""
+    """Scenario (b)'s interval around ``t`` and how many workloads calibrated it:
+    ``mpet_predict.calibrated_band`` of ``serial_errors``, as scenario (a)'s (level m/(m+1));
+    ``candidate_band`` and 0 with too few errors."""
     errors = serial_errors(db, pred.workload, pred.target)
-    if len(errors) < MIN_CALIBRATION:
+    band = calibrated_band(t, errors)
+    if band is None:
         return (*candidate_band(db, pred, topo, t, edits), 0)
-    f = math.exp(max(max(errors), VALIDATION_FLOOR))
-    return [float(x) / f for x in t], [float(x) * f for x in t], len(errors)
+    return (*band, len(errors))
 
 
 __all__ = ["EDITABLE", "Edit", "EditError", "apply_edits", "candidate_band", "edited_curve",
