@@ -9,8 +9,8 @@ estimated optimal weights, the "forecast combination puzzle"). Averaging log tim
 opposite errors of the members cancel; where one member validates far better it takes
 nearly all the weight.
 
-State (``to_state``/``CombineModeler.from_state``) holds each member's own saved state, so a
-combination is saved and reloaded like the analytic models.
+State (``to_state``/``combine_modeler.CombineModeler.from_state``) holds each member's own
+saved state, so a combination is saved and reloaded like the analytic models.
 """
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ import numpy as np
 from scipy import stats
 
 from .anchors import anchor_correction, end_anchors
-from .base import FittedModel, Modeler, NotEnoughData, Observations, Prediction, fit_quality
+from .base import FittedModel, NotEnoughData, Observations, Prediction, fit_quality
 from .speedup_fit import LEVEL
 
 NAME = "combo"
@@ -131,7 +131,8 @@ class CombinedFit(FittedModel):
         self.quality["shape_mape"] = fit_quality(o.time_s, raw)["mape"]
 
     def to_state(self) -> dict[str, Any]:
-        """JSON-ready state that ``CombineModeler.from_state`` turns back into this model."""
+        """JSON-ready state that ``combine_modeler.CombineModeler.from_state`` turns back into
+        this model."""
         return {"members": [{"model": m.name, "weight": w, "anchors": a,
                              "state": m.to_state()} for m, w, a in self.members],
                 "quality": dict(self.quality), "options": {}}
@@ -146,36 +147,3 @@ class CombinedFit(FittedModel):
 def can_save(model: FittedModel) -> bool:
     """True when ``model`` has a saved state (a member must, so the combination has one)."""
     return callable(getattr(model, "to_state", None))
-
-
-class CombineModeler(Modeler):
-    """The cross-validated combination of the analytic models as a model of its own."""
-    name = NAME
-
-    def __init__(self, candidates: tuple[str, ...] | None = None) -> None:
-        self.candidates = candidates
-
-    def fit(self, obs: Observations) -> CombinedFit:
-        # k-fold weights (no target known here); a single winner becomes a one-member mix
-        from . import select
-        sel = select.choose(obs, list(self.candidates or select.ANALYTIC), rule="combine",
-                            calibrate=False)
-        if isinstance(sel.model, CombinedFit):
-            return sel.model
-        fit = CombinedFit([(sel.model, 1.0, None)])
-        fit.set_quality(obs)
-        return fit
-
-    def from_state(self, state: dict[str, Any]) -> CombinedFit:
-        """A combination back from ``CombinedFit.to_state()`` (for saved fits)."""
-        from . import registry
-        members = []
-        for m in state["members"]:
-            modeler = registry.get(m["model"])
-            for key, val in m["state"].get("options", {}).items():
-                setattr(modeler, key, val)
-            members.append((modeler.from_state(m["state"]), float(m["weight"]),
-                            m.get("anchors")))
-        fit = CombinedFit(members)
-        fit.quality = dict(state.get("quality", {}))
-        return fit

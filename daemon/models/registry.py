@@ -13,7 +13,7 @@ MODELERS: dict[str, str] = {
     "usl": "usl:USLModeler",
     "memwall": "memwall:MemWallModeler",
     "hold": "hold:HoldModeler",            # persistence baseline (last value held)
-    "combo": "combine:CombineModeler",     # forecast combination (select rule "combine")
+    "combo": "combine_modeler:CombineModeler",  # forecast combination (select rule "combine")
     "prior": "prior:PriorModeler",         # other workloads' curves (reload only; fit_prior)
     # seed 002 regression family
     "modelLog": "regression:ModelLog",
