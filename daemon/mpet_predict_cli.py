@@ -327,19 +327,22 @@ def _predict_migration(data: dict[str, Any], args: argparse.Namespace,
             "interval_level": pred.level, "interval_calibrated_on": pred.calibrated}
 
 
-def _calibrated_text(factor: float, m: int, board: str, how: str) -> str:
+def _calibrated_text(factor: float, m: int, level: float, board: str, how: str) -> str:
     """A calibrated interval (``mpet_predict.calibrate``, ``scalability_band``) in words."""
+    failed = m - round(level * (m + 1))
     return (f"t(n) times or divided by {factor:.3g}: the largest error at any n of the same "
-            f"prediction for each of the {m} other workloads measured on {board}{how}; where "
-            f"they are alike it holds the measured t(n) at every n with probability "
-            f"{100 * m / (m + 1):.0f} %")
+            f"prediction for each of the {m} other workloads measured on {board}{how}"
+            + (f" ({failed} of them gave no positive time: counted as outside)" if failed
+               else "")
+            + f"; where they are alike it holds the measured t(n) at every n with probability "
+              f"{100 * level:.0f} %")
 
 
 def _interval_text(pred: Any, data: dict[str, Any]) -> str:
     """What scenario (a)'s interval is (docs/mpet.md)."""
     from .models.mpet_predict import SINGLE_CANDIDATE_FACTOR
     if pred.calibrated:
-        return _calibrated_text(pred.upper[0] / pred.t[0], pred.calibrated,
+        return _calibrated_text(pred.upper[0] / pred.t[0], pred.calibrated, pred.level,
                                 data["platforms"][pred.target]["board"], " (each left out in "
                                 "turn)")
     return ("min..max of the single candidates' predictions around the weighted one (too few "
@@ -393,7 +396,7 @@ def _predict_on(data: dict[str, Any], args: argparse.Namespace,
         before = t
         t1e, sce = apply_edits(pred.t1, pred.sc, edits)
         t = edited_curve(t1e, sce, ns, topo.get("n_nu"), topo.get("n_ht"), edits)
-    lo, hi, calibrated = scalability_band(db, pred, topo, t, tuple(edits))
+    lo, hi, calibrated, level = scalability_band(db, pred, topo, t, tuple(edits))
     scen = ("c (virtual workload: the scaling predicted as in b, edited)" if edits
             else "b (scalability from the 1-core runs)")
     _note_mixed_sizes(data, sizes, [plat])
@@ -402,16 +405,16 @@ def _predict_on(data: dict[str, Any], args: argparse.Namespace,
             "prediction": _rows(ns, t, lo, hi, measured, before),
             "candidates": _candidates(pred), "single_candidate": pred.single_candidate,
             "method": _method(pred),
-            "interval": (_calibrated_text(hi[0] / t[0], calibrated, data["platforms"][plat]
-                                          ["board"], " at more than one core (each from its "
-                                          "own 1-core runs)") if calibrated else
+            "interval": (_calibrated_text(hi[0] / t[0], calibrated, level,
+                                          data["platforms"][plat]["board"], " at more than one "
+                                          "core (each from its own 1-core runs)")
+                         if calibrated else
                          "min..max of the curves each single candidate's scaling gives, around "
                          "the weighted one (too few other workloads measured there at more "
                          "than one core to calibrate it, no stated level)"
                          + (" (it rests on a single candidate)" if pred.single_candidate
                             else "")),
-            "interval_level": calibrated / (calibrated + 1) if calibrated else None,
-            "interval_calibrated_on": calibrated}
+            "interval_level": level, "interval_calibrated_on": calibrated}
 
 
 def _print_prediction(out: dict[str, Any]) -> None:

@@ -21,7 +21,8 @@ from opptune.daemon.models.mpet_database import MpetDatabase
 from opptune.daemon.models.mpet_validate import VALIDATION_FLOOR
 from opptune.daemon.models.mpet_predict import (DEFAULT_SC, DEFAULT_T1, MIN_CALIBRATION,
                                                 SEED_SC, SEED_T1, SINGLE_CANDIDATE_FACTOR,
-                                                calibration_errors, choose_sc,
+                                                calibrated_band, calibration_errors,
+                                                choose_sc, largest_log_error,
                                                 NoCandidates, Selection, penalty,
                                                 predict_migration, predict_scalability,
                                                 reconstruct)
@@ -499,6 +500,28 @@ def test_interval_is_calibrated_on_the_targets_other_workloads():
     assert (got.calibrated, got.level) == (0, None)
     assert (got.lower, got.upper) == (band.lower, band.upper)
     assert predict_migration(db, "A", "T", interval="none").lower == []
+
+
+def test_a_calibration_prediction_that_fails_counts_as_outside():
+    """A suite workload whose prediction gives no positive time (eq. 21 on elements can) is an
+    infinite error: the band is the largest finite one and the level counts it as outside,
+    (m - j)/(m + 1), instead of leaving it out (which overstated the seed setup's level)."""
+    class Pred:
+        def __init__(self, t):
+            self.t = t
+    prof = {"t": {1: 2.0, 2: 1.0}}
+    assert largest_log_error(prof, lambda ns: Pred([2.0, -0.5])) == math.inf
+    assert largest_log_error(prof, lambda ns: Pred([2.0, 2.0])) == pytest.approx(math.log(2))
+    assert largest_log_error({"t": {}}, lambda ns: Pred([])) is None
+    def cannot(ns):
+        raise NoCandidates("none")
+    assert largest_log_error(prof, cannot) is None
+    lo, hi, level = calibrated_band([1.0, 0.5], [0.1, 0.2, math.inf])
+    assert level == pytest.approx(2 / 4)
+    assert hi == pytest.approx([math.exp(0.2), 0.5 * math.exp(0.2)])
+    assert lo == pytest.approx([math.exp(-0.2), 0.5 * math.exp(-0.2)])
+    assert calibrated_band([1.0], [0.1, math.inf]) is None  # one finite error: too few
+    assert calibrated_band([1.0], [0.0, 0.01])[1] == [pytest.approx(math.exp(VALIDATION_FLOOR))]
 
 
 def test_t1_validated_interval_is_the_validated_error_not_the_candidates_spread():

@@ -134,3 +134,13 @@ def test_interval_says_what_it_rests_on(capsys):
     assert few["interval"].startswith("min..max of the single candidates' predictions around "
                                       "the weighted one (too few other workloads on the target "
                                       "to calibrate it, no stated level)")
+
+
+def test_interval_text_counts_the_suite_predictions_that_failed():
+    from opptune.daemon.mpet_predict_cli import _calibrated_text
+    text = _calibrated_text(1.5, 3, 2 / 4, "board-t", " (each left out in turn)")
+    assert text == ("t(n) times or divided by 1.5: the largest error at any n of the same "
+                    "prediction for each of the 3 other workloads measured on board-t (each "
+                    "left out in turn) (1 of them gave no positive time: counted as outside); "
+                    "where they are alike it holds the measured t(n) at every n with "
+                    "probability 50 %")

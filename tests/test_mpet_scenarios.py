@@ -158,8 +158,8 @@ def test_scalability_interval_is_calibrated_on_the_platforms_other_workloads():
     c_true = rest[("c", "P")]["t"]
     assert max(abs(math.log(v / c_true[n])) for n, v in zip(NS, c_pred.t)) == pytest.approx(
         errs[2], rel=1e-9)
-    lo, hi, m = scalability_band(db, pred, db.platforms["P"], pred.t)
-    assert m == 4
+    lo, hi, m, level = scalability_band(db, pred, db.platforms["P"], pred.t)
+    assert m == 4 and level == pytest.approx(0.8)
     f = math.exp(max(errs))
     assert f > 1.05  # the lock-bound c is far from its candidates' scaling
     assert hi == pytest.approx([t * f for t in pred.t]) and lo == pytest.approx(
@@ -170,5 +170,6 @@ def test_scalability_interval_is_calibrated_on_the_platforms_other_workloads():
                         ("b", "P"): serial_profile(profile(1.0, 0.0, 0.02))},
                        db.platforms)
     got = predict_scalability(few, "new", "P", ns=NS)
-    lo, hi, m = scalability_band(few, got, few.platforms["P"], got.t)
-    assert m == 0 and (lo, hi) == tuple(candidate_band(few, got, few.platforms["P"], got.t))
+    lo, hi, m, level = scalability_band(few, got, few.platforms["P"], got.t)
+    assert (m, level) == (0, None)
+    assert (lo, hi) == tuple(candidate_band(few, got, few.platforms["P"], got.t))

@@ -156,10 +156,10 @@ class Prediction:
     t: list[float]
     t1_candidates: list[Candidate] = field(default_factory=list)
     sc_candidates: list[Candidate] = field(default_factory=list)
-    # Interval per n. Calibrated (``calibrated`` > 0, scenario (a)): t exp(+-e), e = the
+    # Interval per n. Calibrated (``calibrated`` = m > 0, scenario (a)): t exp(+-e), e = the
     # largest log error of the same prediction made for each of the target's other workloads,
     # which holds a new one with probability ``level`` = m/(m+1) where the m are alike (split
-    # conformal). Else min..max of the single candidates' predictions around the weighted one
+    # conformal; (m - j)/(m + 1) where j of them could not give a positive time). Else min..max of the single candidates' predictions around the weighted one
     # (t1-validated: t(1) within SIGMAS of its validated error), at least [t/f, t f]
     # (SINGLE_CANDIDATE_FACTOR) where t(1) or sc rests on one candidate; ``level`` None.
     lower: list[float] = field(default_factory=list)
@@ -504,7 +504,8 @@ def calibration_errors(db: MpetDatabase, workload, target, refs=None,
 
 def largest_log_error(profile: dict, predict) -> float | None:
     """max over the profile's measured n of |log(predicted / measured t(n))|, the prediction
-    ``predict(ns)`` at those n; None where it cannot be made or is not finite."""
+    ``predict(ns)`` at those n; inf where it was made but is not a positive time at some n
+    (eq. 21 on elements can give one), None where it cannot be made."""
     meas = {int(n): float(v) for n, v in (profile.get("t") or {}).items() if float(v) > 0}
     if not meas:
         return None
@@ -515,17 +516,21 @@ def largest_log_error(profile: dict, predict) -> float | None:
         return None
     with np.errstate(all="ignore"):
         e = np.abs(np.log(np.asarray(pred.t) / np.array([meas[n] for n in ns])))
-    return float(e.max()) if np.all(np.isfinite(e)) else None
+    return float(e.max()) if np.all(np.isfinite(e)) else math.inf
 
 
-def calibrated_band(t, errors: list[float]) -> tuple[list[float], list[float]] | None:
-    """t exp(+-e), e = the largest of ``errors``, at least VALIDATION_FLOOR (a suite whose
-    transfers all held exactly says nothing finer than the noise of one run); None with fewer
-    than MIN_CALIBRATION errors."""
-    if len(errors) < MIN_CALIBRATION:
+def calibrated_band(t, errors: list[float]) -> tuple[list[float], list[float], float] | None:
+    """(lower, upper, level): t exp(+-e), e = the largest finite one of ``errors``, at least
+    VALIDATION_FLOOR (a suite whose transfers all held exactly says nothing finer than the
+    noise of one run); level (m - j)/(m + 1), j of the m errors infinite (a prediction that
+    failed counts as outside: split conformal with e the (m - j)-th smallest). None with fewer
+    than MIN_CALIBRATION finite errors."""
+    finite = [e for e in errors if math.isfinite(e)]
+    if len(finite) < MIN_CALIBRATION:
         return None
-    f = math.exp(max(max(errors), VALIDATION_FLOOR))
-    return [float(x) / f for x in t], [float(x) * f for x in t]
+    f = math.exp(max(max(finite), VALIDATION_FLOOR))
+    return ([float(x) / f for x in t], [float(x) * f for x in t],
+            len(finite) / (len(errors) + 1))
 
 
 def calibrate(pred: Prediction, db: MpetDatabase, refs, t1_sel: Selection,
@@ -539,9 +544,8 @@ def calibrate(pred: Prediction, db: MpetDatabase, refs, t1_sel: Selection,
     band = calibrated_band(pred.t, errors)
     if band is None:
         return
-    pred.lower, pred.upper = band
+    pred.lower, pred.upper, pred.level = band
     pred.calibrated = len(errors)
-    pred.level = len(errors) / (len(errors) + 1)
 
 
 def _interval(pred: Prediction, rows: dict, t1_sel: Selection, sc_sel: Selection, topo: dict,

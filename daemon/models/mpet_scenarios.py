@@ -200,15 +200,17 @@ def serial_errors(db: MpetDatabase, workload, platform,
 
 
 def scalability_band(db: MpetDatabase, pred: Any, topo: Mapping[str, Any], t: list[float],
-                     edits: tuple[Edit, ...] = ()) -> tuple[list[float], list[float], int]:
-    """Scenario (b)'s interval around ``t`` and how many workloads calibrated it:
+                     edits: tuple[Edit, ...] = ()) -> tuple[list[float], list[float], int,
+                                                            float | None]:
+    """Scenario (b)'s interval around ``t``, how many workloads calibrated it and its level:
     ``mpet_predict.calibrated_band`` of ``serial_errors``, as scenario (a)'s (level m/(m+1));
-    ``candidate_band`` and 0 with too few errors."""
+    ``candidate_band``, 0 and None with too few errors."""
     errors = serial_errors(db, pred.workload, pred.target)
     band = calibrated_band(t, errors)
     if band is None:
-        return (*candidate_band(db, pred, topo, t, edits), 0)
-    return (*band, len(errors))
+        return (*candidate_band(db, pred, topo, t, edits), 0, None)
+    lo, hi, level = band
+    return lo, hi, len(errors), level
 
 
 __all__ = ["EDITABLE", "Edit", "EditError", "apply_edits", "candidate_band", "edited_curve",
