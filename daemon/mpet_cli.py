@@ -34,7 +34,7 @@ from typing import Any
 import numpy as np
 
 from .models.mpet_curve import PARAMS
-from .models.mpet_eval import KINDS, METHODS, evaluate, evaluate_nested
+from .models.mpet_eval import KINDS, METHODS, evaluate, evaluate_nested, evaluate_scalability
 from .models.mpet_database import MpetDatabase
 from .models.mpet_predict import (DEFAULT_SC, DEFAULT_T1, RATIO_SC, RATIO_T1, SEED_SC,
                                   SEED_T1)
@@ -212,6 +212,13 @@ def add_parser(subparsers: Any) -> None:
                         "alone (as 'opptune predict --from P' does with one P), not from all "
                         "of them at once (the seed's evaluation, the default); one prediction "
                         "per workload, target and reference")
+    p.add_argument("--scenario", choices=("a", "b"), default="a",
+                   help="a: migration to another platform (the seed's evaluation, the "
+                        "default); b: scalability of a not-yet-parallel workload: each "
+                        "profile cut to its 1-core runs and its t(n) predicted from the other "
+                        "workloads on its platform (as 'opptune predict --on P'), scaling "
+                        "error beside t(1)/n (not with --setup, --max-factor or "
+                        "--single-reference)")
     p.add_argument("--json", action="store_true", help="print JSON")
     add_eval_sources(p)
 
@@ -237,9 +244,19 @@ def combine_csvs(paths: list[str], rows: list[dict[str, Any]], out: Any) -> None
 
 
 def run(paths: list[str], max_factor: float | None = None, setup: str = "default",
-        single_reference: bool = False) -> list[dict]:
+        single_reference: bool = False, scenario: str = "a") -> list[dict]:
     """Evaluate each CSV with one of SETUPS (optionally bounded sc factors; with
-    ``single_reference`` each profile from each other platform of its workload alone)."""
+    ``single_reference`` each profile from each other platform of its workload alone); with
+    ``scenario`` "b", scenario (b) instead (``evaluate_scalability``)."""
+    if scenario == "b":
+        given = [opt for opt, on in (("--setup", setup != "default"),
+                                     ("--max-factor", max_factor is not None),
+                                     ("--single-reference", single_reference)) if on]
+        if given:
+            raise MpetInputError(f"{', '.join(given)} {'does' if len(given) == 1 else 'do'} "
+                                 f"not apply to --scenario b (it "
+                                 f"predicts on the measured platform from the 1-core runs, "
+                                 f"with the seed's scaling candidates); leave it out")
     if max_factor is not None and not max_factor > 1:
         raise MpetInputError(f"--max-factor {max_factor:g}: give a number above 1, or leave "
                              f"it out for eq. 21 as written")
@@ -265,10 +282,17 @@ def run(paths: list[str], max_factor: float | None = None, setup: str = "default
         profiles, platforms = load_csv(path)
         db = MpetDatabase(profiles, platforms)
         start = time.perf_counter()
-        res = evaluate_nested(db) if setup == "nested" else \
-            evaluate(db, t1_sel, sc_sel, single_reference=single_reference)
+        if scenario == "b":
+            res = evaluate_scalability(db)
+        elif setup == "nested":
+            res = evaluate_nested(db)
+        else:
+            res = evaluate(db, t1_sel, sc_sel, single_reference=single_reference)
         elapsed = time.perf_counter() - start
         n = len(res["cases"])
+        if n == 0 and scenario == "b":
+            raise MpetInputError(f"{path}: no platform holds two workloads measured at one "
+                                 f"core and more; nothing to evaluate for scenario b")
         if n == 0:
             k = len(platforms)
             raise MpetInputError(f"{path}: no workload is measured on two platforms that share "
@@ -284,7 +308,8 @@ def run(paths: list[str], max_factor: float | None = None, setup: str = "default
                         "chosen": res.get("chosen"), "skipped": res["skipped"],
                         "cases": res["cases"], "breakpoints": platforms,
                         "max_factor": max_factor, "seed_table5_gmean": SEED_TABLE5,
-                        "references": "one" if single_reference else "all"})
+                        "references": "one" if single_reference else "all",
+                        "scenario": scenario})
     return results
 
 
@@ -294,6 +319,10 @@ def _pct(v) -> str:
 
 def format_table(res: dict) -> str:
     setup = f"setup {res['setup']} ({SETUPS[res['setup']]})"
+    if res.get("scenario") == "b":
+        setup = ("scenario b (scalability from the 1-core runs: each profile cut to n = 1 and "
+                 "predicted from the other workloads on its platform; its own t(1), so the "
+                 "full error is the scaling error)")
     if res["max_factor"]:
         setup += f", sc factors bounded to [1/{res['max_factor']:g}, {res['max_factor']:g}]"
     if res["references"] == "one":
@@ -309,7 +338,9 @@ def format_table(res: dict) -> str:
             s = res["summary"][m][k]
             if not s.get("count"):
                 continue
-            seed = f"{100 * SEED_TABLE5[k]:.1f}" if m == "mpet" else ""
+            # the seed's Table 5 is of migration (scenario a) only
+            seed = f"{100 * SEED_TABLE5[k]:.1f}" if m == "mpet" and res.get(
+                "scenario") != "b" else ""
             lines.append(f"{k:<8} {m:<11} {_pct(s['gmean']):>7} {_pct(s['median']):>8} "
                          f"{_pct(s['p70']):>6} {_pct(s['p80']):>6} {_pct(s['p95']):>6} "
                          f"{_pct(s['max']):>7}  {seed}")
@@ -319,11 +350,13 @@ def format_table(res: dict) -> str:
     if iv.get("width") is not None:
         line += f" (median width x{iv['width']:.1f}, the largest upper/lower over n)"
     if iv.get("calibrated"):
-        line += (f"; {iv['calibrated']} calibrated on the target's other workloads "
+        line += (f"; {iv['calibrated']} calibrated on the "
+                 f"{'platform' if res.get('scenario') == 'b' else 'target'}'s other workloads "
                  f"(mean nominal level {100 * iv['level']:.0f} %)")
     if iv["count"] - iv.get("calibrated", 0):
-        line += (f"; {iv['count'] - iv.get('calibrated', 0)} the candidates' band, of which "
-                 f"{iv['single']} rest on one candidate (at least [t/2, 2t])")
+        line += f"; {iv['count'] - iv.get('calibrated', 0)} the candidates' band"
+        if res.get("scenario") != "b":
+            line += f", of which {iv['single']} rest on one candidate (at least [t/2, 2t])"
     lines.append(line)
     if res["skipped"]:
         lines.append(f"skipped {len(res['skipped'])}: " + "; ".join(
@@ -336,7 +369,7 @@ def cmd_eval_mpet(args) -> int:
     repo = Path(__file__).resolve().parents[1]
     paths = args.data or [p if Path(p).exists() else str(repo / p) for p in DEFAULT_DATA]
     try:
-        results = run(paths, args.max_factor, args.setup, args.single_reference)
+        results = run(paths, args.max_factor, args.setup, args.single_reference, args.scenario)
     except MpetInputError as exc:
         print(f"opptune eval-mpet: {exc}", file=sys.stderr)
         return 2

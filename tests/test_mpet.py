@@ -859,6 +859,51 @@ def test_eval_mpet_cli_real_run(tmp_path, capsys):
     assert len(err) == 1 and "--max-factor" in err[0]
 
 
+def test_scenario_b_evaluation_predicts_each_profile_from_its_one_core_run():
+    """eval-mpet --scenario b: every profile measured at 1 core and more, cut to n = 1 and
+    predicted from the other workloads on its platform; its own t(1), so only scaling is
+    scored, beside t(1)/n. The counters at n = 1 find the workload of the nearest scaling."""
+    from opptune.daemon.models.mpet_eval import evaluate_scalability
+    profiles, platforms = synthetic(counters=True)
+    res = evaluate_scalability(MpetDatabase(profiles, platforms))
+    assert len(res["cases"]) == len(profiles) == 20
+    s = res["summary"]
+    assert s["mpet"]["t1"] == {"count": 0} and s["mpet"]["full"] == {"count": 0}
+    assert s["mpet"]["scaling"]["count"] == s["naive"]["scaling"]["count"] == 20
+    assert s["mpet"]["scaling"]["gmean"] < 0.5 * s["naive"]["scaling"]["gmean"]
+    case = next(c for c in res["cases"] if (c["workload"], c["platform"]) == ("B3", "T"))
+    truth = profiles[("B3", "T")]["t"]
+    assert case["ns"] == list(range(1, 13))
+    assert case["predicted"][0] == pytest.approx(truth[1], rel=1e-9)
+    assert case["naive"]["scaling"] == pytest.approx(
+        np.mean([abs(truth[1] / n - truth[n]) / truth[n] for n in range(1, 13)]))
+    iv = res["interval"]
+    assert iv["calibrated"] == 20 and iv["level"] == pytest.approx(0.8)
+
+
+def test_eval_mpet_cli_scenario_b(tmp_path, capsys):
+    profiles, _ = synthetic()
+    path = tmp_path / "m.csv"
+    _write_csv(path, profiles)
+    assert main(["eval-mpet", "--data", str(path), "--scenario", "b", "--json"]) == 0
+    r = json.loads(capsys.readouterr().out)["results"][0]
+    assert r["scenario"] == "b" and r["predictions"] == 20
+    assert r["summary"]["mpet"]["scaling"]["count"] == 20
+    assert main(["eval-mpet", "--data", str(path), "--scenario", "b"]) == 0
+    text = capsys.readouterr().out.splitlines()
+    assert "scenario b (scalability from the 1-core runs" in text[0]
+    assert [ln.split()[:2] for ln in text[2:4]] == [["scaling", "mpet"], ["scaling", "naive"]]
+    assert len(text[2].split()) == 8  # no seed figure: Table 5 is of migration only
+    assert "calibrated on the platform's other workloads" in text[4]
+    for flags, named in ((["--setup", "seed"], "--setup does"),
+                         (["--single-reference", "--max-factor", "5"],
+                          "--max-factor, --single-reference do")):
+        assert main(["eval-mpet", "--data", str(path), "--scenario", "b", *flags]) == 2
+        err = capsys.readouterr().err.strip().splitlines()
+        assert len(err) == 1 and err[0].startswith(f"opptune eval-mpet: {named} not apply to "
+                                                   f"--scenario b"), err
+
+
 def test_eval_mpet_cli_ratio_setup_is_the_default_without_validated_transfers(tmp_path, capsys):
     profiles, _ = _local_proxy()
     path = tmp_path / "m.csv"

@@ -8,6 +8,10 @@ per kind (t(1), scaling with the true t(1), full) the table gives the geometric 
 t(n) = t(1)/n and the same curve as on the source platform (the reference closest to T by
 mean platform distance, eq. 19).
 
+``evaluate_scalability`` does the same for scenario (b) (not evaluated in the seed): each
+profile measured at one core and more is cut to its 1-core runs and its t(n) predicted from the
+other workloads on its platform; scaling error (its own t(1)) beside t(1)/n.
+
 ``evaluate_nested`` chooses the selection settings inside the leave-one-out: for each workload
 A, the settings of a fixed grid are scored by leave-one-out over the database without any of
 A's profiles, and A's predictions use the best (t(1) and sc chosen separately). A's own
@@ -24,7 +28,8 @@ import numpy as np
 
 from .mpet_database import MpetDatabase
 from .mpet_predict import (DEFAULT_SC, DEFAULT_T1, RATIO_SC, SEED_SC, SEED_T1, NoCandidates,
-                           Selection, predict_migration)
+                           Selection, predict_migration, predict_scalability)
+from .mpet_scenarios import scalability_band, with_serial
 
 KINDS = ("t1", "scaling", "full")
 METHODS = ("mpet", "naive", "same_curve")
@@ -221,6 +226,51 @@ def evaluate(db: MpetDatabase, t1_sel: Selection = DEFAULT_T1, sc_sel: Selection
             for k, v in zip(KINDS, vals):
                 errs[m][k].append(v)
         rows.append(row)
+    summary = {m: {k: summarise(errs[m][k]) for k in KINDS} for m in METHODS}
+    return {"summary": summary, "cases": rows, "skipped": skipped,
+            "interval": {"count": len(rows), "covered": covered, "single": single,
+                         "calibrated": len(levels),
+                         "level": float(np.mean(levels)) if levels else None,
+                         "width": float(np.median(widths)) if widths else None}}
+
+
+def evaluate_scalability(db: MpetDatabase, sel: Selection = SEED_SC) -> dict:
+    """Scenario (b) left one out: every profile with t(1) and at least one more core count is
+    cut to its 1-core runs and predicted from the other workloads on its platform
+    (``predict_scalability``, interval ``scalability_band``). Returns ``evaluate``'s shape;
+    only "scaling" is filled (t(1) is the measured one, so the full error is the scaling
+    error), for "mpet" and "naive" (t(1)/n)."""
+    errs = {m: {k: [] for k in KINDS} for m in METHODS}
+    rows, skipped = [], []
+    covered = single = 0
+    levels, widths = [], []
+    for key in sorted(db.profiles, key=str):
+        a, plat = key
+        t = db.profiles[key].get("t") or {}
+        ns = sorted(int(n) for n in t if t[n] is not None)
+        if 1 not in ns or len(ns) < 2:
+            continue
+        meas = np.array([float(t.get(n, t.get(float(n)))) for n in ns])
+        sub = with_serial(db, key)
+        try:
+            pred = predict_scalability(sub, a, plat, sel, ns=ns)
+        except NoCandidates as exc:
+            skipped.append({"workload": a, "platform": plat, "why": str(exc)})
+            continue
+        lo, hi, _, level = scalability_band(sub, pred, db.platforms.get(plat, {}), pred.t)
+        inside = bool(np.all((np.asarray(lo) <= meas) & (meas <= np.asarray(hi))))
+        covered += inside
+        single += pred.single_candidate
+        if level is not None:
+            levels.append(level)
+        widths.append(float(np.max(np.asarray(hi) / np.asarray(lo))))
+        found = {"mpet": trend_error(pred.t, meas),
+                 "naive": trend_error(meas[0] / np.asarray(ns, dtype=float), meas)}
+        for m, v in found.items():
+            errs[m]["scaling"].append(v)
+        rows.append({"workload": a, "platform": plat, "ns": ns, "measured": meas.tolist(),
+                     "predicted": pred.t, "lower": lo, "upper": hi, "level": level,
+                     "inside": inside, **{m: {"scaling": v} for m, v in found.items()}})
     summary = {m: {k: summarise(errs[m][k]) for k in KINDS} for m in METHODS}
     return {"summary": summary, "cases": rows, "skipped": skipped,
             "interval": {"count": len(rows), "covered": covered, "single": single,

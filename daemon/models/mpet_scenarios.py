@@ -177,25 +177,31 @@ def candidate_band(db: Any, pred: Any, topo: Mapping[str, Any], t: list[float],
     return [float(x) for x in stack.min(axis=0)], [float(x) for x in stack.max(axis=0)]
 
 
+def with_serial(db: MpetDatabase, key, without=None) -> MpetDatabase:
+    """``db`` with profile ``key`` cut to its 1-core runs (``serial_profile``; its sc refitted,
+    the others' kept) and the profile ``without``, if given, left out."""
+    topo = db.platforms.get(key[1], {})
+    serial = serial_profile(db.profiles[key])
+    profiles = {k: v for k, v in db.profiles.items() if k != without}
+    sc = {k: v for k, v in db.sc.items() if k != without}
+    sc[key] = feature_vector(serial, topo.get("n_nu"), topo.get("n_ht"), db.counters)
+    return MpetDatabase({**profiles, key: serial}, db.platforms, sc, db.counters)
+
+
 def serial_errors(db: MpetDatabase, workload, platform,
                   sel: Selection = SEED_SC) -> list[float]:
     """The largest |log(predicted / measured t(n))| over n of each other workload B measured
     on ``platform`` at more than one core, predicted by scenario (b) from its own 1-core runs
     as ``workload`` is (without ``workload``'s profile, which is the sequential one)."""
-    topo = db.platforms.get(platform, {})
-    rest = {k: v for k, v in db.profiles.items() if k != (workload, platform)}
-    sc = {k: v for k, v in db.sc.items() if k != (workload, platform)}
     errors = []
-    for b in sorted({w for w, p in rest if p == platform}, key=str):
+    for b in sorted({w for w, p in db.profiles if p == platform and w != workload}, key=str):
         key = (b, platform)
-        t = rest[key].get("t") or {}
+        t = db.profiles[key].get("t") or {}
         if 1 not in t or len(t) < 2:
             continue
-        serial = serial_profile(rest[key])
-        sub = MpetDatabase({**rest, key: serial}, db.platforms, {**sc, key: feature_vector(
-            serial, topo.get("n_nu"), topo.get("n_ht"), db.counters)}, db.counters)
+        sub = with_serial(db, key, without=(workload, platform))
         errors.append(largest_log_error(
-            rest[key], lambda ns: predict_scalability(sub, b, platform, sel, ns=ns)))
+            db.profiles[key], lambda ns: predict_scalability(sub, b, platform, sel, ns=ns)))
     return [e for e in errors if e is not None]
 
 
@@ -214,4 +220,4 @@ def scalability_band(db: MpetDatabase, pred: Any, topo: Mapping[str, Any], t: li
 
 
 __all__ = ["EDITABLE", "Edit", "EditError", "apply_edits", "candidate_band", "edited_curve",
-           "parse_edit", "scalability_band", "serial_errors", "serial_profile"]
+           "parse_edit", "scalability_band", "serial_errors", "serial_profile", "with_serial"]
