@@ -1,4 +1,4 @@
-"""Leave-one-out evaluation of MPET migration (seed 000, section 4.1, Table 5). Pure.
+"""Leave-one-out evaluation of MPET (seed 000, section 4.1, Table 5; and scenario (b)). Pure.
 
 Each profile (A, T) of a workload measured on at least two platforms is removed and predicted
 from the rest (A on the other platforms, the suite on T) as scenario (a). The error of one
@@ -183,8 +183,6 @@ def evaluate(db: MpetDatabase, t1_sel: Selection = DEFAULT_T1, sc_sel: Selection
     errs = {m: {k: [] for k in KINDS} for m in METHODS}
     cases, skipped = _cases(db, only)
     rows = []
-    covered = single = 0
-    levels, widths = [], []
     for key, ns, meas, refs in _runs(db, cases, on, single_reference):
         a, target = key
         rest = db.without(key)
@@ -203,11 +201,6 @@ def evaluate(db: MpetDatabase, t1_sel: Selection = DEFAULT_T1, sc_sel: Selection
         src_q = rest.q_values((a, source), nsa)
         src_t1 = rest.t1((a, source))
         inside = bool(np.all((np.asarray(pred.lower) <= meas) & (meas <= np.asarray(pred.upper))))
-        covered += inside
-        single += pred.single_candidate
-        if pred.level is not None:
-            levels.append(pred.level)
-        widths.append(float(np.max(np.asarray(pred.upper) / np.asarray(pred.lower))))
         row = {"workload": a, "platform": target, "references": refs, "source": source, "ns": ns,
                "measured": meas.tolist(), "predicted": pred.t, "lower": pred.lower,
                "upper": pred.upper, "single_candidate": pred.single_candidate,
@@ -228,10 +221,7 @@ def evaluate(db: MpetDatabase, t1_sel: Selection = DEFAULT_T1, sc_sel: Selection
         rows.append(row)
     summary = {m: {k: summarise(errs[m][k]) for k in KINDS} for m in METHODS}
     return {"summary": summary, "cases": rows, "skipped": skipped,
-            "interval": {"count": len(rows), "covered": covered, "single": single,
-                         "calibrated": len(levels),
-                         "level": float(np.mean(levels)) if levels else None,
-                         "width": float(np.median(widths)) if widths else None}}
+            "interval": _interval_summary(rows)}
 
 
 def evaluate_scalability(db: MpetDatabase, sel: Selection = SEED_SC) -> dict:
@@ -242,8 +232,6 @@ def evaluate_scalability(db: MpetDatabase, sel: Selection = SEED_SC) -> dict:
     error), for "mpet" and "naive" (t(1)/n)."""
     errs = {m: {k: [] for k in KINDS} for m in METHODS}
     rows, skipped = [], []
-    covered = single = 0
-    levels, widths = [], []
     for key in sorted(db.profiles, key=str):
         a, plat = key
         t = db.profiles[key].get("t") or {}
@@ -259,24 +247,27 @@ def evaluate_scalability(db: MpetDatabase, sel: Selection = SEED_SC) -> dict:
             continue
         lo, hi, _, level = scalability_band(sub, pred, db.platforms.get(plat, {}), pred.t)
         inside = bool(np.all((np.asarray(lo) <= meas) & (meas <= np.asarray(hi))))
-        covered += inside
-        single += pred.single_candidate
-        if level is not None:
-            levels.append(level)
-        widths.append(float(np.max(np.asarray(hi) / np.asarray(lo))))
         found = {"mpet": trend_error(pred.t, meas),
                  "naive": trend_error(meas[0] / np.asarray(ns, dtype=float), meas)}
         for m, v in found.items():
             errs[m]["scaling"].append(v)
         rows.append({"workload": a, "platform": plat, "ns": ns, "measured": meas.tolist(),
                      "predicted": pred.t, "lower": lo, "upper": hi, "level": level,
-                     "inside": inside, **{m: {"scaling": v} for m, v in found.items()}})
+                     "single_candidate": pred.single_candidate, "inside": inside,
+                     **{m: {"scaling": v} for m, v in found.items()}})
     summary = {m: {k: summarise(errs[m][k]) for k in KINDS} for m in METHODS}
     return {"summary": summary, "cases": rows, "skipped": skipped,
-            "interval": {"count": len(rows), "covered": covered, "single": single,
-                         "calibrated": len(levels),
-                         "level": float(np.mean(levels)) if levels else None,
-                         "width": float(np.median(widths)) if widths else None}}
+            "interval": _interval_summary(rows)}
+
+
+def _interval_summary(rows: list[dict]) -> dict:
+    """The cases' intervals: {count, covered, single, calibrated, level, width} (``evaluate``)."""
+    levels = [r["level"] for r in rows if r["level"] is not None]
+    widths = [float(np.max(np.asarray(r["upper"]) / np.asarray(r["lower"]))) for r in rows]
+    return {"count": len(rows), "covered": sum(r["inside"] for r in rows),
+            "single": sum(r["single_candidate"] for r in rows), "calibrated": len(levels),
+            "level": float(np.mean(levels)) if levels else None,
+            "width": float(np.median(widths)) if widths else None}
 
 
 def _runs(db: MpetDatabase, cases, on: dict, single_reference: bool):

@@ -159,8 +159,9 @@ class Prediction:
     # Interval per n. Calibrated (``calibrated`` = m > 0, scenario (a)): t exp(+-e), e = the
     # largest log error of the same prediction made for each of the target's other workloads,
     # which holds a new one with probability ``level`` = m/(m+1) where the m are alike (split
-    # conformal; (m - j)/(m + 1) where j of them could not give a positive time). Else min..max of the single candidates' predictions around the weighted one
-    # (t1-validated: t(1) within SIGMAS of its validated error), at least [t/f, t f]
+    # conformal; (m - j)/(m + 1) where j of them could not give a positive time). Else
+    # min..max of the single candidates' predictions around the weighted one (t1-validated:
+    # t(1) within SIGMAS of its validated error), at least [t/f, t f]
     # (SINGLE_CANDIDATE_FACTOR) where t(1) or sc rests on one candidate; ``level`` None.
     lower: list[float] = field(default_factory=list)
     upper: list[float] = field(default_factory=list)

@@ -3,9 +3,9 @@
 Pure. (b) scalability of a not-yet-parallel workload: its profile reduced to n = 1
 (``serial_profile``) and ``mpet_predict.predict_scalability``; ``scalability_band`` gives its
 interval, calibrated on the platform's other workloads (``serial_errors``) or, with too few,
-the spread of the single candidates' curves (``candidate_band``). (c) a virtual workload: the user edits the scaling
-parameters of a measured (or predicted) workload (``parse_edit``, ``apply_edits``) and t(n)
-follows from eq. 3-4 (``edited_curve``).
+the spread of the single candidates' curves (``candidate_band``). (c) a virtual workload: the
+user edits the scaling parameters of a measured (or predicted) workload (``parse_edit``,
+``apply_edits``) and t(n) follows from eq. 3-4 (``edited_curve``).
 
 An edit is ``NAME=VALUE`` or ``NAME.ELEMENT=VALUE``: NAME one of R l w c d s j (Table 1),
 ``q`` (the cpu-time ratio n t(n)/t(1), the trend of workloads without runtime parameters) or
