@@ -121,7 +121,7 @@ def main() -> None:
                          statistics.median(t for t, _ in samples)))
             # The fake tree emulates the kernel's cpufreq reaction in Python on every write;
             # on a board the kernel does that. The agent's own share excludes it.
-            rows.append((f"  of which the agent's own work (fake-kernel time excluded)",
+            rows.append(("  of which the agent's own work (fake-kernel time excluded)",
                          statistics.median(t - e for t, e in samples)))
             cf.close()
             m = EnergyMeter.discover(root, sample_interval_s=0.01)
