@@ -459,7 +459,8 @@ def cmd_eval_sources(args: argparse.Namespace) -> int:
         merged = Path(tmp) / "combined.csv"
         try:
             combine_csvs(paths, rows, merged)
-            results = run([str(merged)], args.max_factor, args.setup, args.single_reference)
+            results = run([str(merged)], args.max_factor, args.setup, args.single_reference,
+                          args.scenario)
         except MpetInputError as exc:
             print(f"opptune eval-mpet: {str(exc).replace(str(merged), ' + '.join(label))}",
                   file=sys.stderr)

@@ -38,6 +38,14 @@ def test_combined_evaluation():
     assert res["data"] == " + ".join(FILES)
     for kind in ("t1", "scaling", "full"):
         assert res["summary"]["mpet"][kind]["count"] == 39
+    # scenario (b) on the combined files: every kernel on every board from its 1-core runs
+    p = eval_mpet("--combine", *[x for f in FILES for x in ("--data", f)], "--scenario", "b",
+                  "--json")
+    assert p.returncode == 0, p.stderr
+    (res,) = json.loads(p.stdout)["results"]
+    assert res["scenario"] == "b" and res["predictions"] == 39
+    assert res["summary"]["mpet"]["scaling"]["count"] == 39
+    assert res["summary"]["mpet"]["t1"] == {"count": 0}
 
 
 @pytest.mark.parametrize("argv, msg", [
