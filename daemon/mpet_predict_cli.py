@@ -340,7 +340,7 @@ def _calibrated_text(factor: float, m: int, level: float, board: str, how: str) 
 
 def _interval_text(pred: Any, data: dict[str, Any]) -> str:
     """What scenario (a)'s interval is (docs/mpet.md)."""
-    from .models.mpet_predict import SINGLE_CANDIDATE_FACTOR
+    from .models.mpet_interval import SINGLE_CANDIDATE_FACTOR
     if pred.calibrated:
         return _calibrated_text(pred.upper[0] / pred.t[0], pred.calibrated, pred.level,
                                 data["platforms"][pred.target]["board"], " (each left out in "

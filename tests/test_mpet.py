@@ -19,13 +19,13 @@ from opptune.daemon.models.mpet_eval import (choose_settings, evaluate, evaluate
                                              summarise)
 from opptune.daemon.models.mpet_database import MpetDatabase
 from opptune.daemon.models.mpet_validate import VALIDATION_FLOOR
-from opptune.daemon.models.mpet_predict import (DEFAULT_SC, DEFAULT_T1, MIN_CALIBRATION,
-                                                SEED_SC, SEED_T1, SINGLE_CANDIDATE_FACTOR,
-                                                calibrated_band, calibration_errors,
-                                                choose_sc, largest_log_error,
-                                                NoCandidates, Selection, penalty,
-                                                predict_migration, predict_scalability,
-                                                reconstruct)
+from opptune.daemon.models.mpet_interval import (MIN_CALIBRATION, SINGLE_CANDIDATE_FACTOR,
+                                                 calibrated_band)
+from opptune.daemon.models.mpet_predict import (DEFAULT_SC, DEFAULT_T1, SEED_SC, SEED_T1,
+                                                calibration_errors, choose_sc,
+                                                largest_log_error, NoCandidates, Selection,
+                                                predict_migration, predict_scalability)
+from opptune.daemon.models.mpet_reconstruct import penalty, reconstruct
 
 
 # ---- eq. 5-9 -------------------------------------------------------------------------------

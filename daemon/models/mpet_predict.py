@@ -1,7 +1,10 @@
-"""MPET candidate selection and reconstruction (seed 000, section 3.2.2-3.2.3, eq. 21-23, 4.1).
+"""MPET candidate selection and the predictions of scenarios (a) and (b) (seed 000, section
+3.2.2-3.2.3, 4.1).
 
 Pure. Predictions read an ``MpetDatabase`` (mpet_database: profiles, their sc, the t(1) and
-q(n) tables); the validated bases rate candidates with mpet_validate.
+q(n) tables); the validated bases rate candidates with mpet_validate; the candidates' transfers
+are combined by mpet_reconstruct (eq. 21-23); the interval is mpet_interval's, calibrated on
+the errors ``calibration_errors`` gathers.
 
 Scenario (a), migration: workload A profiled on reference platforms P, predicted on a target T
 known through the other workloads (the suite) measured there. Scenario (b), scalability: A has
@@ -20,6 +23,8 @@ import numpy as np
 from .mpet_curve import PARAMS, fit_curve, time_curve
 from .mpet_database import MpetDatabase
 from .mpet_distance import Distances, tuple_distance
+from .mpet_interval import calibrated_band, candidates_band
+from .mpet_reconstruct import penalty, reconstruct
 from .mpet_validate import VALIDATION_FLOOR, validate_q, validate_t1
 
 
@@ -124,12 +129,6 @@ DEFAULT_SC = dataclasses.replace(RATIO_SC, basis="q-chosen")
 # "q-chosen": the sc bases it chooses between, per prediction (``choose_sc``); the first
 # is kept on a tie or where nothing can be scored
 SC_OPTIONS = ("q-ratio", "q-validated")
-# Beside a single candidate the spread of candidates says nothing: the interval is at least
-# [t/f, t f] with this f (the leave-one-out full-prediction errors' 80 % percentile is 50-75 %
-# on the two datasets, docs/mpet.md).
-SINGLE_CANDIDATE_FACTOR = 2.0
-
-
 @dataclass
 class Candidate:
     platform: Hashable
@@ -180,52 +179,6 @@ class Prediction:
 
 class NoCandidates(ValueError):
     """The database holds no candidate for this prediction."""
-
-
-def penalty(w: np.ndarray, k: int) -> np.ndarray:
-    """Eq. 22: r(w) = ((w - w_min) / (w_max - w_min))^k; all 1 when every w is equal."""
-    w = np.asarray(w, dtype=float)
-    lo, hi = float(np.min(w)), float(np.max(w))
-    if hi - lo <= 1e-12:
-        return np.ones_like(w)
-    return ((w - lo) / (hi - lo)) ** k
-
-
-def reconstruct(target_vals: np.ndarray, ref_a: np.ndarray, ref_b: np.ndarray,
-                r: np.ndarray, max_factor: float | None = None,
-                mean: str = "arithmetic") -> np.ndarray:
-    """Eq. 21 and 23 per element: sum_C[sc(T,B) f(C) r] / sum_C r, f = sc(P,A) / sc(P,B).
-
-    Rows are candidates, columns elements. A candidate without a usable factor for an element
-    (invalid value, zero denominator; with ``mean="geometric"`` also a value <= 0) is left out
-    of that element's sum; an element no candidate can give stays invalid. Where the penalty
-    zeroes every usable candidate (k > 0 leaves only the farthest), they are averaged
-    unweighted. ``mean="geometric"``: exp of the same weighted mean of the logarithms.
-    """
-    tv, ra, rb = (np.atleast_2d(np.asarray(x, dtype=float)) for x in (target_vals, ref_a, ref_b))
-    with np.errstate(all="ignore"):
-        f = ra / rb
-        val = tv * f
-        if max_factor is not None:
-            val = np.where((f > 0) & (np.abs(np.log(f)) <= math.log(max_factor)), val, np.nan)
-        if mean == "geometric":
-            val = np.where(val > 0, np.log(val), np.nan)
-    ok = np.isfinite(val)
-    rr = np.broadcast_to(np.asarray(r, dtype=float)[:, None], val.shape)
-    wsum = np.where(ok, rr, 0.0).sum(axis=0)
-    num = np.where(ok, np.where(ok, val, 0.0) * rr, 0.0).sum(axis=0)
-    cnt = ok.sum(axis=0)
-    plain = np.where(ok, val, 0.0).sum(axis=0)
-    with np.errstate(all="ignore"):
-        out = np.where(wsum > 0, num / np.where(wsum > 0, wsum, 1.0),
-                       plain / np.where(cnt > 0, cnt, 1))
-    out[cnt == 0] = np.nan
-    return np.exp(out) if mean == "geometric" else out
-
-
-# t1-validated: the t(1) interval, in standard deviations of the validated log error (about
-# 95 % for a normal error)
-SIGMAS = 2.0
 
 
 def _candidates(dist: Distances, db: MpetDatabase, workload, target, sel: Selection,
@@ -475,14 +428,10 @@ def predict_migration(db: MpetDatabase, workload, target, t1_sel: Selection = DE
                       cands["t1"], cands["sc"], t1_basis=used[0], sc_basis=used[1],
                       sc_choice=choice)
     if interval != "none":
-        _interval(pred, rows, t1_sel, sc_sel, topo, nsa)
+        candidates_band(pred, rows, t1_sel, sc_sel, topo, nsa)
     if interval == "calibrated":
         calibrate(pred, db, refs, t1_sel, asked_sc)
     return pred
-
-
-# the fewest of the target's other workloads a calibrated interval rests on (level 2/3)
-MIN_CALIBRATION = 2
 
 
 def calibration_errors(db: MpetDatabase, workload, target, refs=None,
@@ -520,20 +469,6 @@ def largest_log_error(profile: dict, predict) -> float | None:
     return float(e.max()) if np.all(np.isfinite(e)) else math.inf
 
 
-def calibrated_band(t, errors: list[float]) -> tuple[list[float], list[float], float] | None:
-    """(lower, upper, level): t exp(+-e), e = the largest finite one of ``errors``, at least
-    VALIDATION_FLOOR (a suite whose transfers all held exactly says nothing finer than the
-    noise of one run); level (m - j)/(m + 1), j of the m errors infinite (a prediction that
-    failed counts as outside: split conformal with e the (m - j)-th smallest). None with fewer
-    than MIN_CALIBRATION finite errors."""
-    finite = [e for e in errors if math.isfinite(e)]
-    if len(finite) < MIN_CALIBRATION:
-        return None
-    f = math.exp(max(max(finite), VALIDATION_FLOOR))
-    return ([float(x) / f for x in t], [float(x) * f for x in t],
-            len(finite) / (len(errors) + 1))
-
-
 def calibrate(pred: Prediction, db: MpetDatabase, refs, t1_sel: Selection,
               sc_sel: Selection) -> None:
     """The interval ``calibrated_band`` of ``calibration_errors`` (split conformal: where the
@@ -547,67 +482,6 @@ def calibrate(pred: Prediction, db: MpetDatabase, refs, t1_sel: Selection,
         return
     pred.lower, pred.upper, pred.level = band
     pred.calibrated = len(errors)
-
-
-def _interval(pred: Prediction, rows: dict, t1_sel: Selection, sc_sel: Selection, topo: dict,
-              nsa: np.ndarray) -> None:
-    """Fill pred.lower/upper: each single candidate's t(1) times each single candidate's
-    curve shape, around the weighted prediction; widened where one usable candidate is all
-    there is. A candidate eq. 22 gives no weight (k > 0 zeroes the farthest) takes no part in
-    the prediction, nor in its band, unless no usable candidate has weight (then
-    ``reconstruct`` averages them all, and so does the band)."""
-    one = np.ones(1)
-    t1s = [float(reconstruct(*(x[i: i + 1] for x in rows["t1"]), one, t1_sel.max_factor)[0])
-           for i in range(len(pred.t1_candidates))]
-    for c, v in zip(pred.t1_candidates, t1s):
-        c.usable = math.isfinite(v) and v > 0
-    t1s = [v for c, v in zip(pred.t1_candidates, t1s)
-           if c.usable and takes_part(c, pred.t1_candidates)]
-    # a listed candidate without a usable estimate (a profile lacking t(1), an invalid curve)
-    # adds nothing: what counts is how many estimates the prediction rests on
-    usable_t1 = len(t1s)
-    t1s = t1s or [pred.t1]
-    var = [(c.weight, c.var) for c in pred.t1_candidates if math.isfinite(c.var)]
-    if t1_sel.basis == "t1-validated" and var:
-        # validated transfers measured their own error (log t(1), mpet_validate.validate_t1):
-        # the t(1) band is SIGMAS standard deviations of it (the candidates' weighted mean
-        # variance) instead of the candidates' min..max, which says nothing about how wrong
-        # they are
-        sd = math.sqrt(sum(w * v for w, v in var) / sum(w for w, _ in var))
-        t1s = [pred.t1 * math.exp(-SIGMAS * sd), pred.t1 * math.exp(SIGMAS * sd)]
-    base = np.asarray(pred.t) / pred.t1
-    curves = []
-    for i in range(len(pred.sc_candidates)):
-        if sc_sel.space == "curve":
-            q = reconstruct(*(x[i: i + 1] for x in rows["q"]), one, sc_sel.max_factor)
-            shape = q / nsa
-        else:
-            sc = reconstruct(*(x[i: i + 1] for x in rows["sc"]), one, sc_sel.max_factor)
-            sc = np.where(np.isfinite(sc), sc, pred.sc)
-            shape = time_curve(1.0, sc, nsa, topo.get("n_nu"), topo.get("n_ht"))
-        pred.sc_candidates[i].usable = bool(np.all(np.isfinite(shape)) and np.all(shape > 0))
-        curves.append(shape)
-    kept = [x for c, x in zip(pred.sc_candidates, curves)
-            if c.usable and takes_part(c, pred.sc_candidates)]
-    usable_sc = len(kept)
-    shapes = np.vstack([base, *kept])
-    t = np.asarray(pred.t)
-    lo = np.minimum(shapes.min(axis=0) * min(t1s), t)
-    hi = np.maximum(shapes.max(axis=0) * max(t1s), t)
-    # one usable estimate (however many candidates are listed) has no spread: min..max would
-    # be the point itself, an interval that claims certainty
-    pred.single_candidate = usable_t1 < 2 or usable_sc < 2
-    if pred.single_candidate:
-        lo = np.minimum(lo, t / SINGLE_CANDIDATE_FACTOR)
-        hi = np.maximum(hi, t * SINGLE_CANDIDATE_FACTOR)
-    pred.lower = [float(x) for x in lo]
-    pred.upper = [float(x) for x in hi]
-
-
-def takes_part(c: Candidate, cands: list[Candidate]) -> bool:
-    """Whether usable candidate ``c`` takes part in the weighted prediction: it has weight, or
-    no usable candidate has (``reconstruct`` then averages them unweighted)."""
-    return c.weight > 0 or not any(x.usable and x.weight > 0 for x in cands)
 
 
 def predict_scalability(db: MpetDatabase, workload, platform, sel: Selection = SEED_SC,

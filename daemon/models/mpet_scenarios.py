@@ -25,8 +25,8 @@ import numpy as np
 from .mpet_curve import ELEMENTS, PARAMS, eval_curve, feature_vector, gauss, \
     runtime_params_valid, time_curve
 from .mpet_database import MpetDatabase
-from .mpet_predict import (SEED_SC, Selection, calibrated_band, largest_log_error,
-                           predict_scalability, takes_part)
+from .mpet_interval import calibrated_band, takes_part
+from .mpet_predict import SEED_SC, Selection, largest_log_error, predict_scalability
 
 EDITABLE = (*PARAMS, "q", "t1")
 
@@ -157,7 +157,7 @@ def candidate_band(db: Any, pred: Any, topo: Mapping[str, Any], t: list[float],
                    edits: tuple[Edit, ...] = ()) -> tuple[list[float], list[float]]:
     """Scenario (b)'s interval: min..max over the curves each single candidate's elements give
     (with the workload's own t(1), and the same edits), around the prediction ``t``; a
-    candidate without weight takes no part (``mpet_predict.takes_part``)."""
+    candidate without weight takes no part (``mpet_interval.takes_part``)."""
     own = db.sc[(pred.workload, pred.target)]
     curves = [np.asarray(t, dtype=float)]
     for c in pred.sc_candidates:
@@ -209,7 +209,7 @@ def scalability_band(db: MpetDatabase, pred: Any, topo: Mapping[str, Any], t: li
                      edits: tuple[Edit, ...] = ()) -> tuple[list[float], list[float], int,
                                                             float | None]:
     """Scenario (b)'s interval around ``t``, how many workloads calibrated it and its level:
-    ``mpet_predict.calibrated_band`` of ``serial_errors``, as scenario (a)'s (level m/(m+1));
+    ``mpet_interval.calibrated_band`` of ``serial_errors``, as scenario (a)'s (level m/(m+1));
     ``candidate_band``, 0 and None with too few errors."""
     errors = serial_errors(db, pred.workload, pred.target)
     band = calibrated_band(t, errors)
