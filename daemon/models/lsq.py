@@ -222,7 +222,6 @@ def compass_search(fun_many: Callable[[np.ndarray], np.ndarray], x: np.ndarray, 
     lo = np.asarray(lo, float)
     hi = np.asarray(hi, float)
     x = np.asarray(x, float).copy()
-    m = x.size
     free = lo < hi
     moves = 0
     for h in steps:
