@@ -85,12 +85,9 @@ def _kernels(db: MpetDatabase, workload, target, refs) -> tuple[dict, dict, dict
     return own, tgt, s_p, {p: _likeness(s) for p, s in s_p.items()}, kern_a
 
 
-def _set_var(c, terms) -> bool:
-    """c.var = the weighted mean of (weight, squared log error) ``terms``; d_a from it."""
-    num = den = 0.0
-    for w, e2 in terms:
-        num += w * e2
-        den += w
+def _set_var(c, num: float, den: float) -> bool:
+    """c.var = num / den, the weighted mean squared log error (weights summing to ``den``);
+    d_a from it. False where there was nothing to weigh."""
     c.var = num / den if den > 0 else math.nan
     c.d_a = 1.0 - math.exp(-math.sqrt(c.var)) if math.isfinite(c.var) else math.nan
     return math.isfinite(c.var)
@@ -131,7 +128,11 @@ def validate_t1(db: MpetDatabase, workload, target, pairs: list, refs) -> bool:
         fac = math.log(tgt[c.workload]) - math.log(tb[c.platform])
         terms += [(kern_a[b2], (math.log(vt) - math.log(tp[b2]) - fac) ** 2)
                   for b2, vt in tgt.items() if b2 != c.workload and b2 in tp]
-        any_var |= _set_var(c, terms)
+        num = den = 0.0
+        for w, e2 in terms:
+            num += w * e2
+            den += w
+        any_var |= _set_var(c, num, den)
     return any_var
 
 
@@ -178,7 +179,7 @@ def validate_q(db: MpetDatabase, workload, target, pairs: list, refs) -> bool:
             memo[key] = got
         return got
 
-    # every candidate (P, B) at once; the sums as _set_var adds them
+    # every candidate (P, B) at once; the sums as validate_t1 adds them
     by_plat: dict = {}
     for c in pairs:
         c.d_p = 1.0 - math.exp(-s_p.get(c.platform, math.inf))
@@ -221,14 +222,12 @@ def validate_q(db: MpetDatabase, workload, target, pairs: list, refs) -> bool:
         w = np.concatenate([np.broadcast_to(k_ref, has.shape),
                             np.broadcast_to(w_a, ok.shape)], axis=1)
         e = np.concatenate([e_ref, e_s], axis=1)
-        # summed in _set_var's order: one term after the other
+        # summed in validate_t1's order: one term after the other
         num = np.add.accumulate(np.where(mask, w * e, 0.0), axis=1)[:, -1].tolist() \
             if mask.shape[1] else [0.0] * len(cs)
         den = np.add.accumulate(np.where(mask, w, 0.0), axis=1)[:, -1].tolist() \
             if mask.shape[1] else [0.0] * len(cs)
     any_var = False
     for c, nu, de in zip(cs, num, den):
-        c.var = nu / de if de > 0 else math.nan
-        c.d_a = 1.0 - math.exp(-math.sqrt(c.var)) if math.isfinite(c.var) else math.nan
-        any_var |= math.isfinite(c.var)
+        any_var |= _set_var(c, nu, de)
     return any_var
