@@ -358,7 +358,7 @@ def _predict_on(data: dict[str, Any], args: argparse.Namespace,
     from .models.mpet_database import MpetDatabase
     from .models.mpet_predict import predict_scalability
     from .models.mpet_scenarios import (apply_edits, edited_curve, scalability_band,
-                                        serial_profile)
+                                        with_serial)
     plat = _resolve(args.on, data, "--on", args.size)
     sizes: dict[tuple, str] = {}
     profiles, platforms = _measured_db(data, args, plat, "on", sizes)
@@ -388,8 +388,8 @@ def _predict_on(data: dict[str, Any], args: argparse.Namespace,
         raise MpetUsage(f"{args.workload!r} is the only workload measured on {args.on}: "
                         f"scenario b takes the scaling of the other workloads there; run "
                         f"'opptune characterize --agent {_agent_of(data, plat)}' first")
-    profiles = {**profiles, key: serial_profile(profiles[key])}
-    db = MpetDatabase(profiles, platforms)
+    # as eval-mpet --scenario b cuts each profile (mpet_eval.evaluate_scalability)
+    db = with_serial(MpetDatabase(profiles, platforms), key)
     pred = predict_scalability(db, args.workload, plat, ns=ns)
     t, before = pred.t, None
     if edits:
