@@ -17,10 +17,12 @@
    --single-reference`: what `opptune predict --from P` with one P gives), and scenario (b)
    (`eval-mpet --scenario b`: each profile from its 1-core runs, `opptune predict --on P`).
 2. Time of one migration prediction (t(1), sc and the interval calibrated on the target's
-   other workloads, section 4.1's setup) with a database of
+   other workloads, the default setup) with a database of
    20 workloads x 5 platforms, each profile with all seven runtime parameters and six
-   counters over 1..16 cores (sc of 84 elements, as the seed's), NUMA at 8 and SMT at 12:
-   the target is under 100 ms (the seed reports 1.6 s). The first prediction builds the
+   counters over 1..16 cores (sc of 84 elements, as the seed's), NUMA at 8 and SMT at 12;
+   then the same profiles without the runtime parameters (external workloads, the CSV
+   datasets), where sc's basis is chosen by a leave-one-out over the target's suite: the
+   target is under 100 ms for both (the seed reports 1.6 s). The first prediction builds the
    database's log-ratio tables (MpetDatabase.ratio_rows), so the max is that one.
 """
 
@@ -44,7 +46,8 @@ ROOT = Path(__file__).resolve().parent.parent
 TARGET_MS = 100.0
 
 
-def synthetic_database(n_workloads=20, n_platforms=5, nmax=16, seed=1) -> MpetDatabase:
+def synthetic_database(n_workloads=20, n_platforms=5, nmax=16, seed=1,
+                       runtime_parameters=True) -> MpetDatabase:
     rng = np.random.default_rng(seed)
     profiles, platforms = {}, {}
     for j in range(n_platforms):
@@ -60,7 +63,8 @@ def synthetic_database(n_workloads=20, n_platforms=5, nmax=16, seed=1) -> MpetDa
             t1 = rng.uniform(1, 10)
             t = {n: t1 * params[n]["R"] / (n * (1 - sum(params[n][p] for p in PARAMS[1:])))
                  for n in ns}
-            profiles[(f"W{i}", f"P{j}")] = {"t": t, "params": params, "counters": ctr}
+            profiles[(f"W{i}", f"P{j}")] = {"t": t, "params": params if runtime_parameters
+                                            else {}, "counters": ctr}
     return MpetDatabase(profiles, platforms)
 
 
@@ -102,23 +106,27 @@ def main(argv=None) -> int:
                     res["data"] = name
                     print(format_table(res))
                     print()
-    start = time.perf_counter()
-    db = synthetic_database()
-    build_ms = 1000 * (time.perf_counter() - start)
-    times = []
-    load = os.getloadavg()[0]
-    for i in range(20):
+    worst = 0.0
+    for runtime in (True, False):
         start = time.perf_counter()
-        pred = predict_migration(db, f"W{i}", f"P{i % 5}")
-        times.append(1000 * (time.perf_counter() - start))
-    med = float(np.median(times))
-    print(f"database 20 workloads x 5 platforms, sc of {len(db.names)} elements: built "
-          f"(curve fits) in {build_ms:.0f} ms; one prediction: median {med:.1f} ms, max "
-          f"{max(times):.1f} ms over 20 (target < {TARGET_MS:.0f} ms; seed 1.6 s); "
-          f"{len(pred.sc_candidates)} sc candidates, {len(pred.t1_candidates)} t(1) candidates, "
-          f"interval calibrated on {pred.calibrated} workloads; "
-          f"load average {load:.1f} on {os.cpu_count()} cpus")
-    return 0 if med < TARGET_MS else 1
+        db = synthetic_database(runtime_parameters=runtime)
+        build_ms = 1000 * (time.perf_counter() - start)
+        times = []
+        load = os.getloadavg()[0]
+        for i in range(20):
+            start = time.perf_counter()
+            pred = predict_migration(db, f"W{i}", f"P{i % 5}")
+            times.append(1000 * (time.perf_counter() - start))
+        med = float(np.median(times))
+        worst = max(worst, med)
+        print(f"database 20 workloads x 5 platforms, "
+              f"{'with' if runtime else 'without'} the runtime parameters (sc basis "
+              f"{pred.sc_basis}), sc of {len(db.names)} elements: built (curve fits) in "
+              f"{build_ms:.0f} ms; one prediction: median {med:.1f} ms, max {max(times):.1f} ms "
+              f"over 20 (target < {TARGET_MS:.0f} ms; seed 1.6 s); {len(pred.sc_candidates)} sc "
+              f"candidates, {len(pred.t1_candidates)} t(1) candidates, interval calibrated on "
+              f"{pred.calibrated} workloads; load average {load:.1f} on {os.cpu_count()} cpus")
+    return 0 if worst < TARGET_MS else 1
 
 
 if __name__ == "__main__":

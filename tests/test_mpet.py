@@ -24,7 +24,8 @@ from opptune.daemon.models.mpet_interval import (MIN_CALIBRATION, SINGLE_CANDIDA
 from opptune.daemon.models.mpet_predict import (DEFAULT_SC, DEFAULT_T1, SEED_SC, SEED_T1,
                                                 calibration_errors, choose_sc,
                                                 largest_log_error, NoCandidates, Selection,
-                                                predict_migration, predict_scalability)
+                                                predict_migration, predict_scalability,
+                                                suite_scores)
 from opptune.daemon.models.mpet_reconstruct import penalty, reconstruct
 
 
@@ -667,6 +668,31 @@ def test_q_validated_basis_trusts_the_curves_whose_transfer_held_where_data_rese
     again = predict_migration(MpetDatabase(wild, platforms), "A", "T", sc_sel=DEFAULT_SC)
     assert again.t == pytest.approx(predict_migration(db, "A", "T", sc_sel=DEFAULT_SC).t,
                                     rel=1e-12)
+
+
+def test_calibration_chooses_each_suite_workloads_sc_basis_without_its_own_score():
+    """Without the runtime parameters each suite workload B the interval is calibrated on is
+    predicted with the sc basis that T's other workloads' scores choose: A's leave-one-out
+    over T's suite, computed once, with B's own row left out (B's error on T never chooses
+    how B is predicted)."""
+    profiles, platforms = _q_local_proxy()
+    db = MpetDatabase(profiles, platforms).without(("A", "T"))
+    suite = ["B1", "B2", "S0", "S1", "S2"]
+    scores = suite_scores(db, "A", "T", DEFAULT_SC)
+    assert sorted(scores) == suite and all(len(e) == 2 for e in scores.values())
+    # B2's row alone makes q-validated win: B2 is predicted with q-ratio, the others with it
+    rigged = {b: ([0.3, 0.001] if b == "B2" else [0.1, 0.2]) for b in suite}
+    fixed = {basis: calibration_errors(db, "A", "T", sc_sel=dataclasses.replace(
+        DEFAULT_SC, basis=basis)) for basis in ("q-ratio", "q-validated")}
+    assert fixed["q-ratio"] != pytest.approx(fixed["q-validated"], rel=1e-6)
+    got = calibration_errors(db, "A", "T", scores=rigged)
+    assert got == pytest.approx([fixed["q-validated"][0], fixed["q-ratio"][1],
+                                 *fixed["q-validated"][2:]], rel=1e-12)
+    # the prediction's own interval is calibrated on A's scores, computed once
+    pred = predict_migration(db, "A", "T")
+    errs = calibration_errors(db, "A", "T", scores=scores)
+    f = math.exp(max(max(errs), VALIDATION_FLOOR))
+    assert pred.upper == pytest.approx([t * f for t in pred.t], rel=1e-12)
 
 
 def test_q_chosen_keeps_q_ratio_with_nothing_to_score_and_q_validated_falls_back():

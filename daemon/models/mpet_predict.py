@@ -315,6 +315,10 @@ def choose_sc(db: MpetDatabase, workload, target, sel: Selection) -> Selection:
     return dataclasses.replace(sel, basis=score_sc(db, workload, target, sel)["chosen"])
 
 
+# score_sc's answer where the runtime parameters are there
+RUNTIME_CHOICE = {"chosen": "sc", "errors": {}, "checked": 0, "runtime_parameters": True}
+
+
 def score_sc(db: MpetDatabase, workload, target, sel: Selection) -> dict:
     """Basis "q-chosen": "sc" (the seed's distances over sc, eq. 16-19) where the runtime
     parameters are there (``runtime_parameters``): they tell apart behaviours that q(n) on
@@ -322,20 +326,25 @@ def score_sc(db: MpetDatabase, workload, target, sel: Selection) -> dict:
     1.2x; on the 16-core one triad scales 8.8x and locked_update slows down, and only the lock
     wait l(n) differs beforehand). Measured on the bench_suite sets, scaling / full: 7.0 / 18.7
     -> 7.2 / 18.6 (3 platforms), 14.6 / 25.4 -> 11.6 / 21.7 (with the 16-core machine);
-    docs/mpet.md. Else the basis, of SC_OPTIONS, whose scaling predictions of
-    the target's other workloads were best, without A's profile on T (leave-one-out over T's
-    suite: each suite workload B' on T removed in turn and predicted from its other
-    platforms; geometric mean of the trend errors of t(1) q(n)/n against the measured t(n),
-    over the B' that every option could predict). The first option where none could be scored
-    or on a tie. Not in the seed: which transfer suits T is decided on T's own data.
+    docs/mpet.md. Else the basis, of SC_OPTIONS, whose scaling predictions of the target's
+    other workloads were best (``suite_scores``, ``sc_choice``). Not in the seed: which
+    transfer suits T is decided on T's own data.
 
     Returns {"chosen": basis, "errors": {basis: the geometric-mean error, None where none
     could be scored}, "checked": how many B' were scored}; with the runtime parameters
-    {"chosen": "sc", "errors": {}, "checked": 0, "runtime_parameters": True}."""
+    RUNTIME_CHOICE."""
     if runtime_parameters(db, workload, target):
-        return {"chosen": "sc", "errors": {}, "checked": 0, "runtime_parameters": True}
+        return dict(RUNTIME_CHOICE)
+    return sc_choice(suite_scores(db, workload, target, sel))
+
+
+def suite_scores(db: MpetDatabase, workload, target, sel: Selection) -> dict:
+    """The leave-one-out over T's suite that "q-chosen" chooses by: each suite workload B' on
+    T (but ``workload``) removed in turn and its q(n) predicted from its other platforms with
+    each basis of SC_OPTIONS; {B': [trend error of t(1) q(n)/n against the measured t(n), per
+    option]} over the B' that every option could predict."""
     options = [dataclasses.replace(sel, basis=b) for b in SC_OPTIONS]
-    logs = [[] for _ in options]
+    scores = {}
     dist = db.distances()
     for b in sorted(dist.workloads_on.get(target, set()) - {workload}, key=str):
         t = db.profiles[(b, target)].get("t") or {}
@@ -356,12 +365,19 @@ def score_sc(db: MpetDatabase, workload, target, sel: Selection) -> dict:
                 break
             got.append(float(np.mean(np.abs(meas[0] * q / nsa - meas) / meas)))
         if len(got) == len(options):
-            for acc, e in zip(logs, got):
-                acc.append(math.log(max(e, 1e-9)))
-    if not logs[0]:
+            scores[b] = got
+    return scores
+
+
+def sc_choice(scores: dict, leave_out=None) -> dict:
+    """The option of SC_OPTIONS with the lowest geometric mean of ``suite_scores``' errors
+    (over its B' but ``leave_out``); the first where none could be scored or on a tie."""
+    rows = [e for b, e in sorted(scores.items(), key=lambda kv: str(kv[0])) if b != leave_out]
+    if not rows:
         return {"chosen": SC_OPTIONS[0], "errors": {b: None for b in SC_OPTIONS}, "checked": 0}
-    means = [sum(x) / len(x) for x in logs]
-    return {"chosen": SC_OPTIONS[int(np.argmin(means))], "checked": len(logs[0]),
+    means = [sum(math.log(max(r[i], 1e-9)) for r in rows) / len(rows)
+             for i in range(len(SC_OPTIONS))]
+    return {"chosen": SC_OPTIONS[int(np.argmin(means))], "checked": len(rows),
             "errors": {b: math.exp(m) for b, m in zip(SC_OPTIONS, means)}}
 
 
@@ -384,9 +400,13 @@ def predict_migration(db: MpetDatabase, workload, target, t1_sel: Selection = DE
     if ns is None:
         ns = list(range(1, int(topo.get("nmax") or 1) + 1))
     nsa = np.asarray(list(ns), dtype=float)
-    choice = None
+    choice = scores = None
     if sc_sel.basis == "q-chosen":
-        choice = score_sc(db, workload, target, sc_sel)
+        if runtime_parameters(db, workload, target):
+            choice = dict(RUNTIME_CHOICE)
+        else:
+            scores = suite_scores(db, workload, target, sc_sel)
+            choice = sc_choice(scores)
         sc_sel = dataclasses.replace(sc_sel, basis=choice["chosen"])
     cands, rows, used = {}, {}, []
     for name, sel in (("t1", t1_sel), ("sc", sc_sel)):
@@ -430,25 +450,36 @@ def predict_migration(db: MpetDatabase, workload, target, t1_sel: Selection = DE
     if interval != "none":
         candidates_band(pred, rows, t1_sel, sc_sel, topo, nsa)
     if interval == "calibrated":
-        calibrate(pred, db, refs, t1_sel, asked_sc)
+        calibrate(pred, db, refs, t1_sel, asked_sc, scores)
     return pred
 
 
 def calibration_errors(db: MpetDatabase, workload, target, refs=None,
-                       t1_sel: Selection = DEFAULT_T1,
-                       sc_sel: Selection = DEFAULT_SC) -> list[float]:
+                       t1_sel: Selection = DEFAULT_T1, sc_sel: Selection = DEFAULT_SC,
+                       scores: dict | None = None) -> list[float]:
     """The largest |log(predicted / measured t(n))| over n of each other workload B on
     ``target``, predicted as ``workload`` is: from its profiles on the references (those of
-    ``refs``, default ``workload``'s, that B was measured on), without (B, target)."""
+    ``refs``, default ``workload``'s, that B was measured on), without (B, target).
+
+    ``scores``: ``workload``'s ``suite_scores`` (sc "q-chosen" without the runtime
+    parameters). B's choice is then ``sc_choice`` of them without B's own row, instead of a
+    leave-one-out of its own over T's suite without B: the same rows but for B's profile on T
+    as a candidate of the others. The nested one costs m^2 sc predictions (20 workloads x 5
+    platforms: 609 ms a prediction, 73 ms reused; benchmarks/mpet.py; docs/mpet.md)."""
     if refs is None:
         refs = db.distances().platforms_of.get(workload, set()) - {target}
     errors = []
     for b in sorted({w for w, p in db.profiles if p == target and w != workload}, key=str):
         mine = sorted((p for p in refs if (b, p) in db.profiles), key=str)
-        if mine:
-            errors.append(largest_log_error(db.profiles[(b, target)], lambda ns: predict_migration(
-                db.without((b, target)), b, target, t1_sel, sc_sel, refs=mine, ns=ns,
-                interval="none")))
+        if not mine:
+            continue
+        sub = db.without((b, target))
+        sel = sc_sel
+        if scores is not None and sc_sel.basis == "q-chosen" and not runtime_parameters(
+                sub, b, target):
+            sel = dataclasses.replace(sc_sel, basis=sc_choice(scores, leave_out=b)["chosen"])
+        errors.append(largest_log_error(db.profiles[(b, target)], lambda ns: predict_migration(
+            sub, b, target, t1_sel, sel, refs=mine, ns=ns, interval="none")))
     return [e for e in errors if e is not None]
 
 
@@ -470,13 +501,13 @@ def largest_log_error(profile: dict, predict) -> float | None:
 
 
 def calibrate(pred: Prediction, db: MpetDatabase, refs, t1_sel: Selection,
-              sc_sel: Selection) -> None:
+              sc_sel: Selection, scores: dict | None = None) -> None:
     """The interval ``calibrated_band`` of ``calibration_errors`` (split conformal: where the
     target's m other workloads and this one are alike, the measured t(n) lies inside at every
     n with probability m/(m+1)); left as it is (the candidates' band) with fewer than
     MIN_CALIBRATION errors. Why: the candidates' spread says how much they disagree, not how
     wrong the transfer is; the errors on the target's own suite measure the latter."""
-    errors = calibration_errors(db, pred.workload, pred.target, refs, t1_sel, sc_sel)
+    errors = calibration_errors(db, pred.workload, pred.target, refs, t1_sel, sc_sel, scores)
     band = calibrated_band(pred.t, errors)
     if band is None:
         return
