@@ -150,3 +150,20 @@ def test_a_path_the_daemon_cannot_create_names_the_file_and_key(tmp_path, capsys
     (line,) = out.err.strip().splitlines()
     assert line.startswith(f"opptune-daemon: {path}: key '{key}' ({blocker}/"), line
     assert "Errno" not in line and "may create and write" in line
+
+
+@pytest.mark.parametrize("program", ["daemon", "agent", "operator"])
+def test_a_file_that_is_not_text_is_refused_in_one_line(tmp_path, capsys, program):
+    """A binary file given as --config (was a UnicodeDecodeError traceback from tomllib, in
+    every program): one line naming the file, exit 2."""
+    from opptune.daemon.cli import main as operator_main
+    path = tmp_path / "c.toml"
+    path.write_bytes(b"bind = \"tcp://\xd0\x00\xff\"\n\x7fELF\x02\x01")
+    if program == "operator":
+        code, err = operator_main(["status", "--config", str(path)]), capsys.readouterr().err
+    else:
+        code, err = _run(program, path, tmp_path, capsys)
+    assert code == 2
+    (line,) = err.strip().splitlines()
+    assert "Traceback" not in err and str(path) in line
+    assert "not valid TOML" in line and "UTF-8" in line
