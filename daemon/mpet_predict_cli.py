@@ -379,8 +379,9 @@ def _predict_on(data: dict[str, Any], args: argparse.Namespace,
         before = [float(x) for x in time_curve(t1, sc, ns, topo.get("n_nu"), topo.get("n_ht"))]
         t1e, sce = apply_edits(t1, sc, edits)
         t = edited_curve(t1e, sce, ns, topo.get("n_nu"), topo.get("n_ht"), edits)
+        none = [None] * len(ns)
         return {**common, "scenario": "c (virtual workload: the measured profile edited)",
-                "t1_s": t1e, "prediction": _rows(ns, t, t, t, {}, before),
+                "t1_s": t1e, "prediction": _rows(ns, t, none, none, {}, before),
                 "candidates": {"t1": [], "sc": []}, "method": None,
                 "interval": "none: the edited profile's own curve (eq. 3-4), no candidates",
                 "interval_level": None, "interval_calibrated_on": 0}
@@ -435,7 +436,9 @@ def _print_prediction(out: dict[str, Any]) -> None:
           (f"  {'unedited s':>10}" if edited else "") +
           (f"  {'measured s':>10}" if measured else ""))
     for r in rows:
-        line = f"{r['n']:>3}  {r['time_s']:>10.4g}  [{r['lower_s']:>10.4g}, {r['upper_s']:>10.4g}]"
+        line = f"{r['n']:>3}  {r['time_s']:>10.4g}  " + (
+            f"{'-':>23}" if r["lower_s"] is None
+            else f"[{r['lower_s']:>10.4g}, {r['upper_s']:>10.4g}]")
         if edited:
             line += f"  {r['unedited_s']:>10.4g}"
         if measured:

@@ -144,3 +144,21 @@ def test_interval_text_counts_the_suite_predictions_that_failed():
                     "left out in turn) (1 of them gave no positive time: counted as outside); "
                     "where they are alike it holds the measured t(n) at every n with "
                     "probability 50 %")
+
+
+def test_an_edited_measured_profile_shows_no_interval(capsys):
+    """--on P with edits of a profile measured beyond one core: its own curve, no interval
+    (docs/mpet.md). It had printed [t, t] and given lower_s = upper_s = time_s, a zero-width
+    interval beside 'interval: none'."""
+    from opptune.daemon.models.mpet_scenarios import parse_edit
+    from opptune.daemon.mpet_predict_cli import _predict_on, _print_prediction
+    on = argparse.Namespace(workload="a", on="t", size=None)
+    got = _predict_on(answer(), on, [parse_edit("q=2x")])
+    assert got["interval_level"] is None and got["interval"].startswith("none")
+    for r in got["prediction"]:
+        assert r["time_s"] > 0 and r["lower_s"] is None and r["upper_s"] is None
+    _print_prediction(got)
+    rows = capsys.readouterr().out.splitlines()[3:5]
+    assert [r.split()[2:4] for r in rows] == [["-", f"{r['unedited_s']:.4g}"]
+                                              for r in got["prediction"]]
+
