@@ -93,6 +93,14 @@ def _read_edits(args: argparse.Namespace) -> list[Any]:
                                                 for v in obj.values()):
             raise MpetUsage(f"--edits {args.edits_file}: give a JSON object of NAME: VALUE "
                             f"(number or text such as \"2x\"), e.g. {{\"l\": \"2x\"}}")
+        for k, v in obj.items():
+            try:
+                parse_edit(f"{k}={v}")
+            except EditError as exc:
+                # parse_edit names the edit as a --set; this one is the file's entry
+                why = str(exc).removeprefix(f"--set {f'{k}={v}'!r}: ")
+                raise MpetUsage(f"--edits {args.edits_file}: {json.dumps(k)}: "
+                                f"{json.dumps(v)}: {why}") from None
         texts += [f"{k}={v}" for k, v in obj.items()]
     texts += list(args.edits or [])
     try:

@@ -162,3 +162,17 @@ def test_an_edited_measured_profile_shows_no_interval(capsys):
     assert [r.split()[2:4] for r in rows] == [["-", f"{r['unedited_s']:.4g}"]
                                               for r in got["prediction"]]
 
+
+def test_a_bad_edit_in_the_edits_file_names_the_file(tmp_path):
+    """A bad entry of --edits FILE is named as the file's, not as a --set the user never
+    gave."""
+    from opptune.daemon.mpet_predict_cli import _read_edits
+    path = tmp_path / "e.json"
+    path.write_text('{"l": "2x", "zz": 1}')
+    ns = argparse.Namespace(edits_file=str(path), edits=[])
+    with pytest.raises(MpetUsage) as exc:
+        _read_edits(ns)
+    assert str(exc.value) == (f"--edits {path}: \"zz\": 1: unknown parameter 'zz'; editable: "
+                              "R, l, w, c, d, s, j, q, t1")
+    with pytest.raises(MpetUsage, match=r"^--set 'l=two': give a number"):
+        _read_edits(argparse.Namespace(edits_file=None, edits=["l=two"]))
