@@ -73,6 +73,16 @@ def _agent_of(data: dict[str, Any], platform: str) -> str:
     return " / ".join(sorted(a for a, p in data["agents"].items() if p == platform)) or "AGENT"
 
 
+def _at_size(args: argparse.Namespace) -> str:
+    """' at size S' where --size narrowed the daemon's answer (the suite may be measured at
+    another size), else ''."""
+    return f" at size {args.size!r}" if args.size else ""
+
+
+def _size_opt(args: argparse.Namespace) -> str:
+    return f" --size {args.size}" if args.size else ""
+
+
 def _read_edits(args: argparse.Namespace) -> list[Any]:
     """The --edits file's and --set edits, parsed (MpetUsage on bad input)."""
     from .models.mpet_scenarios import EditError, parse_edit
@@ -291,14 +301,15 @@ def _predict_migration(data: dict[str, Any], args: argparse.Namespace,
                         f"it out (the prediction is for a platform the references are not)")
     suite = sorted(w for w, p in profiles if p == dst and w != args.workload)
     if not suite:
-        raise MpetUsage(f"{args.target} has no suite measured: run 'opptune characterize "
-                        f"--agent {_agent_of(data, dst)}' on it first")
+        raise MpetUsage(f"{args.target} has no suite measured{_at_size(args)}: run 'opptune "
+                        f"characterize --agent {_agent_of(data, dst)}{_size_opt(args)}' on it "
+                        f"first")
     for src, name in given:
         if not any(p == src and w != args.workload for w, p in profiles):
-            raise MpetUsage(f"{args.workload!r} is the only workload measured on {name}: "
-                            f"MPET relates it to other workloads measured on both {name} "
-                            f"and {args.target}; run 'opptune characterize --agent "
-                            f"{_agent_of(data, src)}' first")
+            raise MpetUsage(f"{args.workload!r} is the only workload measured on {name}"
+                            f"{_at_size(args)}: MPET relates it to other workloads measured "
+                            f"on both {name} and {args.target}; run 'opptune characterize "
+                            f"--agent {_agent_of(data, src)}{_size_opt(args)}' first")
     db = MpetDatabase(profiles, platforms)
     before = None
     if edits:
@@ -394,9 +405,10 @@ def _predict_on(data: dict[str, Any], args: argparse.Namespace,
                 "interval": "none: the edited profile's own curve (eq. 3-4), no candidates",
                 "interval_level": None, "interval_calibrated_on": 0}
     if not any(p == plat and w != args.workload for w, p in profiles):
-        raise MpetUsage(f"{args.workload!r} is the only workload measured on {args.on}: "
-                        f"scenario b takes the scaling of the other workloads there; run "
-                        f"'opptune characterize --agent {_agent_of(data, plat)}' first")
+        raise MpetUsage(f"{args.workload!r} is the only workload measured on {args.on}"
+                        f"{_at_size(args)}: scenario b takes the scaling of the other "
+                        f"workloads there; run 'opptune characterize --agent "
+                        f"{_agent_of(data, plat)}{_size_opt(args)}' first")
     # as eval-mpet --scenario b cuts each profile (mpet_eval.evaluate_scalability)
     db = with_serial(MpetDatabase(profiles, platforms), key)
     pred = predict_scalability(db, args.workload, plat, ns=ns)

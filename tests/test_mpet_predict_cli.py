@@ -176,3 +176,25 @@ def test_a_bad_edit_in_the_edits_file_names_the_file(tmp_path):
                               "R, l, w, c, d, s, j, q, t1")
     with pytest.raises(MpetUsage, match=r"^--set 'l=two': give a number"):
         _read_edits(argparse.Namespace(edits_file=None, edits=["l=two"]))
+
+
+def test_the_only_workload_at_the_size_asked_says_the_size():
+    """With --size, 'the only workload measured on P' is at that size: the suite may be
+    measured there at another one, so the line names the size and characterize's --size (it
+    had said to characterize a board that was characterised, at another size)."""
+    from opptune.daemon.mpet_predict_cli import _predict_on
+    alone = {(b, "p1") for b in ("b1", "b2", "b3")}
+    ns = argparse.Namespace(workload="a", source="p1", target="t", size="small")
+    with pytest.raises(MpetUsage, match=r"^'a' is the only workload measured on p1 at size "
+                                        r"'small': .*; run 'opptune characterize --agent "
+                                        r"agent-p1 --size small' first$"):
+        _predict_migration(answer(alone), ns, [])
+    on = argparse.Namespace(workload="a", on="t", size="small")
+    with pytest.raises(MpetUsage, match=r"^'a' is the only workload measured on t at size "
+                                        r"'small': .*; run 'opptune characterize --agent "
+                                        r"agent-t --size small' first$"):
+        _predict_on(answer({(b, "t") for b in ("b1", "b2", "b3")}), on, [])
+    ns.size = on.size = None
+    with pytest.raises(MpetUsage, match=r"^'a' is the only workload measured on p1: .*"
+                                        r"--agent agent-p1' first$"):
+        _predict_migration(answer(alone), ns, [])
