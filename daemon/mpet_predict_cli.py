@@ -201,8 +201,12 @@ def _note_more_references(data: dict[str, Any], profiles: dict, args: argparse.N
     if not more:
         return
     names = [data["platforms"][p].get("board") or p for p in more]
+    # the --from to copy names the boards as the user did: by agent where they gave agents
+    by_agent = all(a.strip() in data["agents"] for a in args.source.split(",") if a.strip())
+    agents = {p: [a for a, q in data["agents"].items() if q == p] for p in more}
+    ids = [agents[p][0] if by_agent and len(agents[p]) == 1 else p for p in more]
     print(f"opptune predict: note: {args.workload} is also measured on {', '.join(names)}: "
-          f"--from {args.source},{','.join(more)} (or --from all) predicts from those too, "
+          f"--from {args.source},{','.join(ids)} (or --from all) predicts from those too, "
           f"which is usually much closer (docs/mpet.md)", file=sys.stderr)
 
 

@@ -108,6 +108,11 @@ def test_a_note_names_the_references_left_out(capsys):
     _predict_migration(data, args("all"), [])
     _predict_migration(data, args("p3,p2,p1"), [])
     assert capsys.readouterr().err == ""
+    # given by agent name, the --from to copy names the others by agent too (it had mixed
+    # the agent given with the others' platform ids)
+    _predict_migration(data, args("agent-p1"), [])
+    err = capsys.readouterr().err
+    assert "--from agent-p1,agent-p2,agent-p3 (or --from all)" in err, err
 
 
 def test_interval_says_what_it_rests_on(capsys):
