@@ -188,7 +188,7 @@ def _measured_db(data: dict[str, Any], args: argparse.Namespace, plat: str, flag
     """(profiles, platforms) of the answer, with the workload measured on ``plat`` (named
     on the command line by option ``flag``)."""
     profiles, platforms = build_database(data, args.size, sizes)
-    _check_measured(data, profiles, args.workload, plat, getattr(args, flag))
+    _check_measured(data, profiles, args.workload, plat, getattr(args, flag), args.size)
     return profiles, platforms
 
 
@@ -211,9 +211,9 @@ def _note_more_references(data: dict[str, Any], profiles: dict, args: argparse.N
 
 
 def _check_measured(data: dict[str, Any], profiles: dict, workload: str, plat: str,
-                    given: str) -> None:
+                    given: str, size: str | None = None) -> None:
     """MpetUsage unless ``workload`` has a profile on ``plat`` (``given``: its name as the
-    user wrote it)."""
+    user wrote it; ``size``: --size, which narrowed the daemon's answer)."""
     if (workload, plat) in profiles:
         return
     marked = sum(m["runs"] for m in data.get("marked_only") or ()
@@ -225,8 +225,9 @@ def _check_measured(data: dict[str, Any], profiles: dict, workload: str, plat: s
                         f"shows remeasure), or set accept_load = true in the daemon's "
                         f"configuration to use them")
     on = sorted(w for w, p in profiles if p == plat)
-    raise MpetUsage(f"workload {workload!r} is not measured on {given}: "
-                    f"it has {', '.join(on) or 'nothing'}")
+    at = f" at size {size!r}" if size else ""
+    raise MpetUsage(f"workload {workload!r} is not measured on {given}{at}: "
+                    f"it has {', '.join(on) or 'nothing'}{at}")
 
 
 def _named_sources(args: argparse.Namespace, data: dict[str, Any]) -> list[tuple[str, str]] | None:
@@ -257,7 +258,7 @@ def _sources(args: argparse.Namespace, data: dict[str, Any], profiles: dict, dst
                             f"but {args.target}")
         return [(p, data["platforms"][p].get("board") or p) for p in got]
     for p, n in named:
-        _check_measured(data, profiles, args.workload, p, n)
+        _check_measured(data, profiles, args.workload, p, n, args.size)
     return named
 
 

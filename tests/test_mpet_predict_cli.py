@@ -203,3 +203,11 @@ def test_the_only_workload_at_the_size_asked_says_the_size():
     with pytest.raises(MpetUsage, match=r"^'a' is the only workload measured on p1: .*"
                                         r"--agent agent-p1' first$"):
         _predict_migration(answer(alone), ns, [])
+
+
+def test_a_workload_not_measured_at_the_size_asked_says_the_size():
+    """'workload A is not measured on P' with --size: at that size (it may be at another)."""
+    ns = argparse.Namespace(workload="zz", source="p1", target="t", size="small")
+    with pytest.raises(MpetUsage, match=r"^workload 'zz' is not measured on p1 at size "
+                                        r"'small': it has a, b1, b2, b3 at size 'small'$"):
+        _predict_migration(answer(), ns, [])
