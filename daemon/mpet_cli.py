@@ -29,7 +29,7 @@ import re
 import sys
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 import numpy as np
 
@@ -244,10 +244,12 @@ def combine_csvs(paths: list[str], rows: list[dict[str, Any]], out: Any) -> None
 
 
 def run(paths: list[str], max_factor: float | None = None, setup: str = "default",
-        single_reference: bool = False, scenario: str = "a") -> list[dict]:
+        single_reference: bool = False, scenario: str = "a",
+        progress: Callable[[str], None] | None = None) -> list[dict]:
     """Evaluate each CSV with one of SETUPS (optionally bounded sc factors; with
     ``single_reference`` each profile from each other platform of its workload alone); with
-    ``scenario`` "b", scenario (b) instead (``evaluate_scalability``)."""
+    ``scenario`` "b", scenario (b) instead (``evaluate_scalability``). ``progress`` is told
+    what each evaluation is about to do (it takes seconds to minutes)."""
     if scenario == "b":
         given = [opt for opt, on in (("--setup", setup != "default"),
                                      ("--max-factor", max_factor is not None),
@@ -281,6 +283,10 @@ def run(paths: list[str], max_factor: float | None = None, setup: str = "default
     for path in paths:
         profiles, platforms = load_csv(path)
         db = MpetDatabase(profiles, platforms)
+        if progress:
+            progress(f"{path}: leave-one-out over {len(profiles)} profiles of "
+                     f"{len({w for w, _ in profiles})} workloads on {len(platforms)} "
+                     f"platforms...")
         start = time.perf_counter()
         if scenario == "b":
             res = evaluate_scalability(db)
@@ -369,12 +375,26 @@ def cmd_eval_mpet(args) -> int:
     repo = Path(__file__).resolve().parents[1]
     paths = args.data or [p if Path(p).exists() else str(repo / p) for p in DEFAULT_DATA]
     try:
-        results = run(paths, args.max_factor, args.setup, args.single_reference, args.scenario)
+        results = run(paths, args.max_factor, args.setup, args.single_reference, args.scenario,
+                      _tty_progress())
     except MpetInputError as exc:
         print(f"opptune eval-mpet: {exc}", file=sys.stderr)
         return 2
     print_results(results, args.json)
     return 0
+
+
+def _tty_progress(rename: tuple[str, str] | None = None) -> Callable[[str], None] | None:
+    """A line on stderr per evaluation, where stderr is a terminal (a person waits for it);
+    ``rename``: (temporary file, what to call it)."""
+    if not sys.stderr.isatty():
+        return None
+
+    def say(what: str) -> None:
+        if rename:
+            what = what.replace(*rename)
+        print(f"opptune eval-mpet: {what}", file=sys.stderr, flush=True)
+    return say
 
 
 def print_results(results: list[dict], as_json: bool) -> None:
@@ -460,7 +480,7 @@ def cmd_eval_sources(args: argparse.Namespace) -> int:
         try:
             combine_csvs(paths, rows, merged)
             results = run([str(merged)], args.max_factor, args.setup, args.single_reference,
-                          args.scenario)
+                          args.scenario, _tty_progress((str(merged), " + ".join(label))))
         except MpetInputError as exc:
             print(f"opptune eval-mpet: {str(exc).replace(str(merged), ' + '.join(label))}",
                   file=sys.stderr)
