@@ -406,7 +406,7 @@ def _predict_on(data: dict[str, Any], args: argparse.Namespace,
         none = [None] * len(ns)
         return {**common, "scenario": "c (virtual workload: the measured profile edited)",
                 "t1_s": t1e, "prediction": _rows(ns, t, none, none, {}, before),
-                "candidates": {"t1": [], "sc": []}, "method": None,
+                "candidates": {"t1": [], "sc": []}, "single_candidate": False, "method": None,
                 "interval": "none: the edited profile's own curve (eq. 3-4), no candidates",
                 "interval_level": None, "interval_calibrated_on": 0}
     if not any(p == plat and w != args.workload for w, p in profiles):

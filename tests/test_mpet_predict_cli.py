@@ -160,6 +160,9 @@ def test_an_edited_measured_profile_shows_no_interval(capsys):
     on = argparse.Namespace(workload="a", on="t", size=None)
     got = _predict_on(answer(), on, [parse_edit("q=2x")])
     assert got["interval_level"] is None and got["interval"].startswith("none")
+    # the same keys as every other form (docs/json-output.md): it had no single_candidate
+    plain = _predict_on(answer(), argparse.Namespace(workload="a", on="t", size=None), [])
+    assert set(got) == set(plain) and got["single_candidate"] is False
     for r in got["prediction"]:
         assert r["time_s"] > 0 and r["lower_s"] is None and r["upper_s"] is None
     _print_prediction(got)
