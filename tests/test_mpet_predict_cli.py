@@ -214,3 +214,17 @@ def test_a_workload_not_measured_at_the_size_asked_says_the_size():
     with pytest.raises(MpetUsage, match=r"^workload 'zz' is not measured on p1 at size "
                                         r"'small': it has a, b1, b2, b3 at size 'small'$"):
         _predict_migration(answer(), ns, [])
+
+
+def test_predict_help_describes_both_forms(capsys):
+    """'opptune predict --help' opened with the --fit form alone ('with a 90 % interval'),
+    which the MPET forms' intervals are not."""
+    from opptune.daemon.cli import main
+    with pytest.raises(SystemExit):
+        main(["predict", "--help"])
+    text = " ".join(capsys.readouterr().out.split())
+    assert "With --fit FILE: run time (with a 90 % interval)" in text
+    assert ("With --workload: MPET from a running daemon's measurements (below): t(n) with an "
+            "interval, calibrated on the target's other workloads where it can be (its level "
+            "stated)") in text
+    assert "Exit 1 when nothing can be predicted or the daemon does not answer" in text
