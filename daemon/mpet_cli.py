@@ -64,6 +64,10 @@ class MpetInputError(ValueError):
     """Unusable input; the message says what and what to do."""
 
 
+# optional numeric columns besides counter.*: the runtime parameters and the topology
+NUMERIC_COLUMNS = frozenset((*PARAMS, "n_nu", "n_ht", "hw_phys_cores", "hw_l3_shared_by"))
+
+
 def _float(text: str | None) -> float | None:
     if text is None or not str(text).strip():
         return None
@@ -72,6 +76,14 @@ def _float(text: str | None) -> float | None:
     except ValueError:
         return None
     return v if math.isfinite(v) else None
+
+
+def _number_or_empty(text: str | None) -> bool:
+    try:
+        float(text or "nan")
+    except ValueError:
+        return False
+    return True
 
 
 def read_error(path, exc: Exception) -> MpetInputError:
@@ -120,6 +132,13 @@ def load_csv(path: str | Path) -> tuple[dict, dict]:
             raise MpetInputError(f"{path} line {i}: need a platform, a workload, cores >= 1 "
                                  f"(integer) and time_s > 0; fix or remove the row")
         n = int(cores)
+        for col, val in r.items():
+            # an optional number given as text would otherwise read as missing, unsaid (nan,
+            # as the store's CSV may write an uncounted value, stays missing)
+            if (col in NUMERIC_COLUMNS or (col or "").startswith("counter.")) and \
+                    not _number_or_empty(val):
+                raise MpetInputError(f"{path} line {i}: {col} {val!r} is not a number; give "
+                                     f"a number or leave the cell empty")
         times.setdefault((work, plat), {}).setdefault(n, []).append(t)
         for col, val in r.items():
             if col in PARAMS or (col or "").startswith("counter."):

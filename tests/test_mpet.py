@@ -859,6 +859,22 @@ def test_eval_mpet_cli_real_run(tmp_path, capsys):
     assert len(err) == 1 and "--max-factor" in err[0]
 
 
+@pytest.mark.parametrize("column, value", [("n_nu", "abc"), ("R", "x"), ("counter.ipc", "zz"),
+                                           ("l", "n/a")])
+def test_eval_mpet_refuses_a_cell_that_is_not_a_number(tmp_path, capsys, column, value):
+    """A text in an optional numeric column (breakpoint, runtime parameter, counter) had been
+    read as missing without a word: one line naming the file, line and column now, exit 2."""
+    rows = [f"p{p},{w},{n},{t * (p + 1) / n:.3f},{1 if n == 1 else 2}"
+            for p in (1, 2) for w, t in (("a", 1.0), ("b", 2.0)) for n in (1, 2)]
+    rows[1] = rows[1].rsplit(",", 1)[0] + f",{value}"
+    path = tmp_path / "m.csv"
+    path.write_text(f"platform,workload,cores,time_s,{column}\n" + "\n".join(rows) + "\n")
+    assert main(["eval-mpet", "--data", str(path)]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err == [f"opptune eval-mpet: {path} line 3: {column} {value!r} is not a number; "
+                   f"give a number or leave the cell empty"]
+
+
 def test_eval_mpet_says_what_it_evaluates_on_a_terminal(tmp_path):
     """On a terminal, eval-mpet says on stderr which file it evaluates before the leave-one-out
     (it had been silent for 10 s on loghin, 85 s with --single-reference, minutes nested,
