@@ -183,6 +183,28 @@ def _note_mixed_sizes(data: dict[str, Any], sizes: dict[tuple, str], plats: list
           f"--size S to use one", file=sys.stderr)
 
 
+def _note_marked(data: dict[str, Any], sizes: dict[tuple, str], plats: list[str]) -> None:
+    """Say on stderr which core counts of the profiles used on ``plats`` are missing because
+    every run there was marked for interference (the daemon's ``marked_points``): t(n) stops
+    short of the board's cores, or a curve has a gap, for that reason."""
+    left: dict[str, dict[str, set[int]]] = {}
+    for m in data.get("marked_points") or ():
+        if m["platform"] in plats and sizes.get((m["workload"], m["platform"])) == m["size"]:
+            left.setdefault(m["platform"], {}).setdefault(m["workload"], set()).update(
+                m["cores"])
+    if not left:
+        return
+    parts = []
+    for plat in (p for p in plats if p in left):
+        works = sorted(left[plat])
+        ns = sorted(set().union(*left[plat].values()))
+        parts.append(f"on {data['platforms'][plat]['board']} n = {', '.join(map(str, ns))} of "
+                     f"{len(works)} workload{'s' * (len(works) != 1)} ({', '.join(works)})")
+    print(f"opptune predict: note: left out, every run there marked for interference: "
+          f"{'; '.join(parts)}; 'opptune status' shows their re-measurement (accept_load "
+          f"= true in the daemon's configuration uses them)", file=sys.stderr)
+
+
 def _measured_db(data: dict[str, Any], args: argparse.Namespace, plat: str, flag: str,
                  sizes: dict[tuple, str] | None = None):
     """(profiles, platforms) of the answer, with the workload measured on ``plat`` (named
@@ -340,6 +362,7 @@ def _predict_migration(data: dict[str, Any], args: argparse.Namespace,
     measured = {} if edits else (profiles.get((args.workload, dst)) or {}).get("t") or {}
     scen = "c (virtual workload), migrated as in a" if edits else "a (migration)"
     _note_mixed_sizes(data, sizes, [*srcs, dst])
+    _note_marked(data, sizes, [*srcs, dst])
     _note_more_references(data, profiles, args, srcs, dst)
     return {"scenario": scen, "workload": args.workload, "from": srcs, "to": dst,
             "from_boards": [data["platforms"][p]["board"] for p in srcs],
@@ -426,6 +449,7 @@ def _predict_on(data: dict[str, Any], args: argparse.Namespace,
     scen = ("c (virtual workload: the scaling predicted as in b, edited)" if edits
             else "b (scalability from the 1-core runs)")
     _note_mixed_sizes(data, sizes, [plat])
+    _note_marked(data, sizes, [plat])
     measured = {} if edits else {n: v for n, v in measured_t.items() if n > 1}
     return {**common, "scenario": scen, "t1_s": pred.t1,
             "prediction": _rows(ns, t, lo, hi, measured, before),

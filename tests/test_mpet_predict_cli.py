@@ -228,3 +228,28 @@ def test_predict_help_describes_both_forms(capsys):
             "interval, calibrated on the target's other workloads where it can be (its level "
             "stated)") in text
     assert "Exit 1 when nothing can be predicted or the daemon does not answer" in text
+
+
+def test_a_note_says_which_core_counts_every_run_was_marked_at(capsys):
+    """Walking issue 19 on the loaded 2-core machine: every run at 2 cores was marked for
+    interference, and 'predict --on' printed t(n) for n = 1 alone without a word on why.
+    The daemon's answer lists such points (mpet_data's marked_points, tests/
+    test_characterize.py); the prediction says on stderr which it left out."""
+    from opptune.daemon.mpet_predict_cli import _predict_on
+    data = answer()
+    data["marked_points"] = [
+        {"workload": "b1", "platform": "t", "size": "small", "cores": [3, 4]},
+        {"workload": "b2", "platform": "t", "size": "small", "cores": [4]},
+        {"workload": "b1", "platform": "p1", "size": "small", "cores": [2]},  # not on --on t
+        {"workload": "b3", "platform": "t", "size": "large", "cores": [2]}]   # nor this size
+    _predict_on(data, argparse.Namespace(workload="a", on="t", size=None), [])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err == ["opptune predict: note: left out, every run there marked for interference: "
+                   "on board-t n = 3, 4 of 2 workloads (b1, b2); 'opptune status' shows their "
+                   "re-measurement (accept_load = true in the daemon's configuration uses "
+                   "them)"]
+    _predict_migration(data, args("all"), [])
+    assert "on board-t n = 3, 4 of 2 workloads" in capsys.readouterr().err
+    data["marked_points"] = []
+    _predict_on(data, argparse.Namespace(workload="a", on="t", size=None), [])
+    assert capsys.readouterr().err == ""
