@@ -384,8 +384,13 @@ def format_table(res: dict) -> str:
             line += f", of which {iv['single']} rest on one candidate (at least [t/2, 2t])"
     lines.append(line)
     if res["skipped"]:
+        # --single-reference skips a profile once per reference, in the same words
+        seen: dict[str, int] = {}
+        for s in res["skipped"]:
+            text = f"{s['workload']} on {s['platform']} ({s['why']})"
+            seen[text] = seen.get(text, 0) + 1
         lines.append(f"skipped {len(res['skipped'])}: " + "; ".join(
-            f"{s['workload']} on {s['platform']} ({s['why']})" for s in res["skipped"][:3]))
+            text + (f" x{k}" if k > 1 else "") for text, k in list(seen.items())[:3]))
     return "\n".join(lines)
 
 

@@ -875,6 +875,22 @@ def test_eval_mpet_refuses_a_cell_that_is_not_a_number(tmp_path, capsys, column,
                    f"give a number or leave the cell empty"]
 
 
+def test_eval_mpet_table_counts_repeated_skips_once(tmp_path):
+    """--single-reference skips a profile once per reference (xplat: 34 skips, the first
+    three lines 'minife on akm_desktop/... (no candidate ...)' twice, then another): the table
+    lists each skip once with how often it happened."""
+    from opptune.daemon.mpet_cli import format_table, run
+    profiles, _ = synthetic()
+    path = tmp_path / "m.csv"
+    _write_csv(path, profiles)
+    (res,) = run([str(path)])
+    why = "no candidate: 'a' shares no platform with a workload measured on 'T'"
+    res["skipped"] = [{"workload": "a", "platform": "T", "why": why}] * 3 + [
+        {"workload": "b", "platform": "T", "why": "no t(1)"}]
+    last = format_table(res).splitlines()[-1]
+    assert last == f"skipped 4: a on T ({why}) x3; b on T (no t(1))"
+
+
 def test_eval_mpet_says_what_it_evaluates_on_a_terminal(tmp_path):
     """On a terminal, eval-mpet says on stderr which file it evaluates before the leave-one-out
     (it had been silent for 10 s on loghin, 85 s with --single-reference, minutes nested,
