@@ -162,17 +162,19 @@ def build_meters(config, platform: dict) -> list:
     return meters
 
 
-def _attach_virtual_board(config, config_path: str | None) -> None:
+def _attach_virtual_board(config, config_path: str | None, option: bool) -> None:
     """A configured virtual board: its tree's kernel emulation serves this process's writes.
     Without a ``sysfs_root`` of its own, the board's tree is made (once) in the state
-    directory, so ``opptune-agent --virtual-board NAME`` alone is enough."""
+    directory, so ``opptune-agent --virtual-board NAME`` alone is enough. ``option``: the
+    board was named by --virtual-board (an error names that, not the file's key)."""
+    where = "--virtual-board" if option else f"{config_path or 'configuration'}: key " \
+                                             "'virtual_board'"
     from .virtual_board import FAKE_MARKER, attach, board_spec, load_spec, make_tree
     if os.path.abspath(config.sysfs_root or "/") == "/":
         try:
             board_spec(config.virtual_board)
         except ValueError as exc:
-            raise ConfigError(f"{config_path or 'configuration'}: key 'virtual_board': "
-                              f"{exc}") from None
+            raise ConfigError(f"{where}: {exc}") from None
         root = os.path.join(os.path.abspath(config.state_dir),
                             f"virtual-board-{config.virtual_board}")
         try:
@@ -189,9 +191,8 @@ def _attach_virtual_board(config, config_path: str | None) -> None:
     try:
         attach(config.sysfs_root)
     except ValueError as exc:
-        raise ConfigError(f"{config_path or 'configuration'}: key 'virtual_board' "
-                          f"({config.virtual_board}) needs 'sysfs_root' to be its tree: "
-                          f"{exc}") from None
+        raise ConfigError(f"{where} ({config.virtual_board}) needs 'sysfs_root' to be its "
+                          f"tree: {exc}") from None
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -202,7 +203,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         config = load_agent_config(args.config, **overrides)  # checks every value
         if config.virtual_board:
-            _attach_virtual_board(config, args.config)
+            _attach_virtual_board(config, args.config, bool(args.virtual_board))
         if not os.path.isdir(config.sysfs_root or "/"):
             # read as an empty board (0 cpus, no knobs), it would say hello as such
             where = ("--sysfs-root" if args.sysfs_root else

@@ -219,23 +219,38 @@ def mpet_data(d: Daemon, args: dict[str, Any]) -> dict[str, Any]:
         desc = d.store.platform(plat) or {}
         platforms[plat] = {**breakpoints(desc), "board": board_name(desc, plat)}
     agents = {a.agent_id: a.platform_id for a in d.registry.all()}
+    only, points = ([], []) if d.store.accept_load else _marked(d, groups, size)
     return {"profiles": profiles, "platforms": platforms, "agents": agents,
-            "marked_only": [] if d.store.accept_load else _marked_only(d, groups, size)}
+            "marked_only": only, "marked_points": points}
 
 
 def _finite(v: Any) -> bool:
     return isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
 
 
-def _marked_only(d: Daemon, groups: dict[tuple, Any], size: str | None) -> list[dict[str, Any]]:
-    """Groups measured with every run marked (so no profile): the CLI says so instead of
-    "not measured"."""
+def _marked(d: Daemon, groups: dict[tuple, Any],
+            size: str | None) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """Groups measured with every run marked (so no profile), and the core counts of the
+    other groups' profiles (their frequency) with every run marked (so missing from them):
+    the CLI says so instead of "not measured", or of nothing."""
     counts: dict[tuple, int] = {}
-    for plat, work, inp in d.store.db.execute(
-            "SELECT platform, workload, input FROM runs WHERE ok=1 AND throttled=0 AND "
-            "time_s > 0 AND variant='' AND marked IS NOT NULL "
+    cores: dict[tuple, set[int]] = {}
+    for plat, work, inp, n, freq in d.store.db.execute(
+            "SELECT platform, workload, input, cores, freq_mhz FROM runs WHERE ok=1 AND "
+            "throttled=0 AND time_s > 0 AND variant='' AND marked IS NOT NULL "
             "AND job_id IN (SELECT job_id FROM jobs)"):
-        if (size is None or inp == size) and (work, plat, inp) not in groups:
-            counts[(work, plat, inp)] = counts.get((work, plat, inp), 0) + 1
-    return [{"workload": w, "platform": p, "size": i, "runs": n}
-            for (w, p, i), n in sorted(counts.items())]
+        key = (work, plat, inp)
+        if size is not None and inp != size:
+            continue
+        if key not in groups:
+            counts[key] = counts.get(key, 0) + 1
+            continue
+        by_freq = groups[key]
+        # the profile's frequency, as mpet_data takes it
+        top = max((f for f in by_freq if f is not None), default=None)
+        if freq == top and int(n) not in by_freq[top]:
+            cores.setdefault(key, set()).add(int(n))
+    return ([{"workload": w, "platform": p, "size": i, "runs": n}
+             for (w, p, i), n in sorted(counts.items())],
+            [{"workload": w, "platform": p, "size": i, "cores": sorted(ns)}
+             for (w, p, i), ns in sorted(cores.items())])

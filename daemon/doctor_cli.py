@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 from typing import Any
 
@@ -38,11 +39,22 @@ def _exit(report: dict[str, Any]) -> int:
 def cmd_doctor(args: argparse.Namespace) -> int:
     if args.agent is None:
         from ..agent.doctor import collect
-        report = collect(args.sysfs_root)
+        root = args.sysfs_root
+        # a tree that is not there reads as a board with nothing to warn about: "ready"
+        why = ("no such directory" if not os.path.isdir(root) else
+               "holds no sys/ or proc/" if not any(os.path.isdir(os.path.join(root, d))
+                                                   for d in ("sys", "proc")) else None)
+        if why:
+            print(f"opptune doctor: --sysfs-root {root}: {why}; give the directory that holds "
+                  "the board's sys/ and proc/ (a virtual board's tree), or leave it out for "
+                  "this machine", file=sys.stderr)
+            return EXIT_ERROR
+        report = collect(root)
         if args.json:
             print(json.dumps(report, indent=2, sort_keys=True))
         else:
-            print(_text(report, "this machine:"))
+            print(_text(report, "this machine:" if os.path.realpath(root) == "/"
+                        else f"the tree at {root}:"))
         return _exit(report)
     from .client import daemon_endpoint
     from .client import ask

@@ -61,10 +61,13 @@ def add_parsers(subparsers: Any) -> None:
     _zero_times_option(p)
     p.set_defaults(func=cmd_fit)
 
-    desc = ("Predict run time (with a 90 % interval), and power, energy and energy-delay "
-            "product where the fit has a power model, at the core counts and frequencies "
-            "asked. Warns where a query lies outside the measured core counts or frequencies. "
-            "Exit 1 when nothing can be predicted, 2 on unusable input.")
+    desc = ("With --fit FILE: run time (with a 90 % interval), and power, energy and "
+            "energy-delay product where the fit has a power model, at the core counts and "
+            "frequencies asked; warns where a query lies outside the measured core counts or "
+            "frequencies. With --workload: MPET from a running daemon's measurements (below): "
+            "t(n) with an interval, calibrated on the target's other workloads where it can "
+            "be (its level stated). Exit 1 when nothing can be predicted or the daemon does not answer, 2 "
+            "on unusable input.")
     p = subparsers.add_parser("predict", help="predict time (and energy) from a saved fit; "
                               "with --workload, a workload on a platform it never ran on "
                               "(--from P --to T) or beyond one core (--on P) by MPET",

@@ -29,7 +29,7 @@ import re
 import sys
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 import numpy as np
 
@@ -64,6 +64,10 @@ class MpetInputError(ValueError):
     """Unusable input; the message says what and what to do."""
 
 
+# optional numeric columns besides counter.*: the runtime parameters and the topology
+NUMERIC_COLUMNS = frozenset((*PARAMS, "n_nu", "n_ht", "hw_phys_cores", "hw_l3_shared_by"))
+
+
 def _float(text: str | None) -> float | None:
     if text is None or not str(text).strip():
         return None
@@ -72,6 +76,14 @@ def _float(text: str | None) -> float | None:
     except ValueError:
         return None
     return v if math.isfinite(v) else None
+
+
+def _number_or_empty(text: str | None) -> bool:
+    try:
+        float(text or "nan")
+    except ValueError:
+        return False
+    return True
 
 
 def read_error(path, exc: Exception) -> MpetInputError:
@@ -120,6 +132,13 @@ def load_csv(path: str | Path) -> tuple[dict, dict]:
             raise MpetInputError(f"{path} line {i}: need a platform, a workload, cores >= 1 "
                                  f"(integer) and time_s > 0; fix or remove the row")
         n = int(cores)
+        for col, val in r.items():
+            # an optional number given as text would otherwise read as missing, unsaid (nan,
+            # as the store's CSV may write an uncounted value, stays missing)
+            if (col in NUMERIC_COLUMNS or (col or "").startswith("counter.")) and \
+                    not _number_or_empty(val):
+                raise MpetInputError(f"{path} line {i}: {col} {val!r} is not a number; give "
+                                     f"a number or leave the cell empty")
         times.setdefault((work, plat), {}).setdefault(n, []).append(t)
         for col, val in r.items():
             if col in PARAMS or (col or "").startswith("counter."):
@@ -244,10 +263,12 @@ def combine_csvs(paths: list[str], rows: list[dict[str, Any]], out: Any) -> None
 
 
 def run(paths: list[str], max_factor: float | None = None, setup: str = "default",
-        single_reference: bool = False, scenario: str = "a") -> list[dict]:
+        single_reference: bool = False, scenario: str = "a",
+        progress: Callable[[str], None] | None = None) -> list[dict]:
     """Evaluate each CSV with one of SETUPS (optionally bounded sc factors; with
     ``single_reference`` each profile from each other platform of its workload alone); with
-    ``scenario`` "b", scenario (b) instead (``evaluate_scalability``)."""
+    ``scenario`` "b", scenario (b) instead (``evaluate_scalability``). ``progress`` is told
+    what each evaluation is about to do (it takes seconds to minutes)."""
     if scenario == "b":
         given = [opt for opt, on in (("--setup", setup != "default"),
                                      ("--max-factor", max_factor is not None),
@@ -281,6 +302,10 @@ def run(paths: list[str], max_factor: float | None = None, setup: str = "default
     for path in paths:
         profiles, platforms = load_csv(path)
         db = MpetDatabase(profiles, platforms)
+        if progress:
+            progress(f"{path}: leave-one-out over {len(profiles)} profiles of "
+                     f"{len({w for w, _ in profiles})} workloads on {len(platforms)} "
+                     f"platforms...")
         start = time.perf_counter()
         if scenario == "b":
             res = evaluate_scalability(db)
@@ -359,8 +384,13 @@ def format_table(res: dict) -> str:
             line += f", of which {iv['single']} rest on one candidate (at least [t/2, 2t])"
     lines.append(line)
     if res["skipped"]:
+        # --single-reference skips a profile once per reference, in the same words
+        seen: dict[str, int] = {}
+        for s in res["skipped"]:
+            text = f"{s['workload']} on {s['platform']} ({s['why']})"
+            seen[text] = seen.get(text, 0) + 1
         lines.append(f"skipped {len(res['skipped'])}: " + "; ".join(
-            f"{s['workload']} on {s['platform']} ({s['why']})" for s in res["skipped"][:3]))
+            text + (f" x{k}" if k > 1 else "") for text, k in list(seen.items())[:3]))
     return "\n".join(lines)
 
 
@@ -369,12 +399,26 @@ def cmd_eval_mpet(args) -> int:
     repo = Path(__file__).resolve().parents[1]
     paths = args.data or [p if Path(p).exists() else str(repo / p) for p in DEFAULT_DATA]
     try:
-        results = run(paths, args.max_factor, args.setup, args.single_reference, args.scenario)
+        results = run(paths, args.max_factor, args.setup, args.single_reference, args.scenario,
+                      _tty_progress())
     except MpetInputError as exc:
         print(f"opptune eval-mpet: {exc}", file=sys.stderr)
         return 2
     print_results(results, args.json)
     return 0
+
+
+def _tty_progress(rename: tuple[str, str] | None = None) -> Callable[[str], None] | None:
+    """A line on stderr per evaluation, where stderr is a terminal (a person waits for it);
+    ``rename``: (temporary file, what to call it)."""
+    if not sys.stderr.isatty():
+        return None
+
+    def say(what: str) -> None:
+        if rename:
+            what = what.replace(*rename)
+        print(f"opptune eval-mpet: {what}", file=sys.stderr, flush=True)
+    return say
 
 
 def print_results(results: list[dict], as_json: bool) -> None:
@@ -460,7 +504,7 @@ def cmd_eval_sources(args: argparse.Namespace) -> int:
         try:
             combine_csvs(paths, rows, merged)
             results = run([str(merged)], args.max_factor, args.setup, args.single_reference,
-                          args.scenario)
+                          args.scenario, _tty_progress((str(merged), " + ".join(label))))
         except MpetInputError as exc:
             print(f"opptune eval-mpet: {str(exc).replace(str(merged), ' + '.join(label))}",
                   file=sys.stderr)

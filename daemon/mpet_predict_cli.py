@@ -73,6 +73,16 @@ def _agent_of(data: dict[str, Any], platform: str) -> str:
     return " / ".join(sorted(a for a, p in data["agents"].items() if p == platform)) or "AGENT"
 
 
+def _at_size(args: argparse.Namespace) -> str:
+    """' at size S' where --size narrowed the daemon's answer (the suite may be measured at
+    another size), else ''."""
+    return f" at size {args.size!r}" if args.size else ""
+
+
+def _size_opt(args: argparse.Namespace) -> str:
+    return f" --size {args.size}" if args.size else ""
+
+
 def _read_edits(args: argparse.Namespace) -> list[Any]:
     """The --edits file's and --set edits, parsed (MpetUsage on bad input)."""
     from .models.mpet_scenarios import EditError, parse_edit
@@ -93,6 +103,14 @@ def _read_edits(args: argparse.Namespace) -> list[Any]:
                                                 for v in obj.values()):
             raise MpetUsage(f"--edits {args.edits_file}: give a JSON object of NAME: VALUE "
                             f"(number or text such as \"2x\"), e.g. {{\"l\": \"2x\"}}")
+        for k, v in obj.items():
+            try:
+                parse_edit(f"{k}={v}")
+            except EditError as exc:
+                # parse_edit names the edit as a --set; this one is the file's entry
+                why = str(exc).removeprefix(f"--set {f'{k}={v}'!r}: ")
+                raise MpetUsage(f"--edits {args.edits_file}: {json.dumps(k)}: "
+                                f"{json.dumps(v)}: {why}") from None
         texts += [f"{k}={v}" for k, v in obj.items()]
     texts += list(args.edits or [])
     try:
@@ -165,12 +183,34 @@ def _note_mixed_sizes(data: dict[str, Any], sizes: dict[tuple, str], plats: list
           f"--size S to use one", file=sys.stderr)
 
 
+def _note_marked(data: dict[str, Any], sizes: dict[tuple, str], plats: list[str]) -> None:
+    """Say on stderr which core counts of the profiles used on ``plats`` are missing because
+    every run there was marked for interference (the daemon's ``marked_points``): t(n) stops
+    short of the board's cores, or a curve has a gap, for that reason."""
+    left: dict[str, dict[str, set[int]]] = {}
+    for m in data.get("marked_points") or ():
+        if m["platform"] in plats and sizes.get((m["workload"], m["platform"])) == m["size"]:
+            left.setdefault(m["platform"], {}).setdefault(m["workload"], set()).update(
+                m["cores"])
+    if not left:
+        return
+    parts = []
+    for plat in (p for p in plats if p in left):
+        works = sorted(left[plat])
+        ns = sorted(set().union(*left[plat].values()))
+        parts.append(f"on {data['platforms'][plat]['board']} n = {', '.join(map(str, ns))} of "
+                     f"{len(works)} workload{'s' * (len(works) != 1)} ({', '.join(works)})")
+    print(f"opptune predict: note: left out, every run there marked for interference: "
+          f"{'; '.join(parts)}; 'opptune status' shows their re-measurement (accept_load "
+          f"= true in the daemon's configuration uses them)", file=sys.stderr)
+
+
 def _measured_db(data: dict[str, Any], args: argparse.Namespace, plat: str, flag: str,
                  sizes: dict[tuple, str] | None = None):
     """(profiles, platforms) of the answer, with the workload measured on ``plat`` (named
     on the command line by option ``flag``)."""
     profiles, platforms = build_database(data, args.size, sizes)
-    _check_measured(data, profiles, args.workload, plat, getattr(args, flag))
+    _check_measured(data, profiles, args.workload, plat, getattr(args, flag), args.size)
     return profiles, platforms
 
 
@@ -183,15 +223,19 @@ def _note_more_references(data: dict[str, Any], profiles: dict, args: argparse.N
     if not more:
         return
     names = [data["platforms"][p].get("board") or p for p in more]
+    # the --from to copy names the boards as the user did: by agent where they gave agents
+    by_agent = all(a.strip() in data["agents"] for a in args.source.split(",") if a.strip())
+    agents = {p: [a for a, q in data["agents"].items() if q == p] for p in more}
+    ids = [agents[p][0] if by_agent and len(agents[p]) == 1 else p for p in more]
     print(f"opptune predict: note: {args.workload} is also measured on {', '.join(names)}: "
-          f"--from {args.source},{','.join(more)} (or --from all) predicts from those too, "
+          f"--from {args.source},{','.join(ids)} (or --from all) predicts from those too, "
           f"which is usually much closer (docs/mpet.md)", file=sys.stderr)
 
 
 def _check_measured(data: dict[str, Any], profiles: dict, workload: str, plat: str,
-                    given: str) -> None:
+                    given: str, size: str | None = None) -> None:
     """MpetUsage unless ``workload`` has a profile on ``plat`` (``given``: its name as the
-    user wrote it)."""
+    user wrote it; ``size``: --size, which narrowed the daemon's answer)."""
     if (workload, plat) in profiles:
         return
     marked = sum(m["runs"] for m in data.get("marked_only") or ()
@@ -203,8 +247,9 @@ def _check_measured(data: dict[str, Any], profiles: dict, workload: str, plat: s
                         f"shows remeasure), or set accept_load = true in the daemon's "
                         f"configuration to use them")
     on = sorted(w for w, p in profiles if p == plat)
-    raise MpetUsage(f"workload {workload!r} is not measured on {given}: "
-                    f"it has {', '.join(on) or 'nothing'}")
+    at = f" at size {size!r}" if size else ""
+    raise MpetUsage(f"workload {workload!r} is not measured on {given}{at}: "
+                    f"it has {', '.join(on) or 'nothing'}{at}")
 
 
 def _named_sources(args: argparse.Namespace, data: dict[str, Any]) -> list[tuple[str, str]] | None:
@@ -235,7 +280,7 @@ def _sources(args: argparse.Namespace, data: dict[str, Any], profiles: dict, dst
                             f"but {args.target}")
         return [(p, data["platforms"][p].get("board") or p) for p in got]
     for p, n in named:
-        _check_measured(data, profiles, args.workload, p, n)
+        _check_measured(data, profiles, args.workload, p, n, args.size)
     return named
 
 
@@ -283,14 +328,15 @@ def _predict_migration(data: dict[str, Any], args: argparse.Namespace,
                         f"it out (the prediction is for a platform the references are not)")
     suite = sorted(w for w, p in profiles if p == dst and w != args.workload)
     if not suite:
-        raise MpetUsage(f"{args.target} has no suite measured: run 'opptune characterize "
-                        f"--agent {_agent_of(data, dst)}' on it first")
+        raise MpetUsage(f"{args.target} has no suite measured{_at_size(args)}: run 'opptune "
+                        f"characterize --agent {_agent_of(data, dst)}{_size_opt(args)}' on it "
+                        f"first")
     for src, name in given:
         if not any(p == src and w != args.workload for w, p in profiles):
-            raise MpetUsage(f"{args.workload!r} is the only workload measured on {name}: "
-                            f"MPET relates it to other workloads measured on both {name} "
-                            f"and {args.target}; run 'opptune characterize --agent "
-                            f"{_agent_of(data, src)}' first")
+            raise MpetUsage(f"{args.workload!r} is the only workload measured on {name}"
+                            f"{_at_size(args)}: MPET relates it to other workloads measured "
+                            f"on both {name} and {args.target}; run 'opptune characterize "
+                            f"--agent {_agent_of(data, src)}{_size_opt(args)}' first")
     db = MpetDatabase(profiles, platforms)
     before = None
     if edits:
@@ -316,6 +362,7 @@ def _predict_migration(data: dict[str, Any], args: argparse.Namespace,
     measured = {} if edits else (profiles.get((args.workload, dst)) or {}).get("t") or {}
     scen = "c (virtual workload), migrated as in a" if edits else "a (migration)"
     _note_mixed_sizes(data, sizes, [*srcs, dst])
+    _note_marked(data, sizes, [*srcs, dst])
     _note_more_references(data, profiles, args, srcs, dst)
     return {"scenario": scen, "workload": args.workload, "from": srcs, "to": dst,
             "from_boards": [data["platforms"][p]["board"] for p in srcs],
@@ -379,15 +426,17 @@ def _predict_on(data: dict[str, Any], args: argparse.Namespace,
         before = [float(x) for x in time_curve(t1, sc, ns, topo.get("n_nu"), topo.get("n_ht"))]
         t1e, sce = apply_edits(t1, sc, edits)
         t = edited_curve(t1e, sce, ns, topo.get("n_nu"), topo.get("n_ht"), edits)
+        none = [None] * len(ns)
         return {**common, "scenario": "c (virtual workload: the measured profile edited)",
-                "t1_s": t1e, "prediction": _rows(ns, t, t, t, {}, before),
-                "candidates": {"t1": [], "sc": []}, "method": None,
+                "t1_s": t1e, "prediction": _rows(ns, t, none, none, {}, before),
+                "candidates": {"t1": [], "sc": []}, "single_candidate": False, "method": None,
                 "interval": "none: the edited profile's own curve (eq. 3-4), no candidates",
                 "interval_level": None, "interval_calibrated_on": 0}
     if not any(p == plat and w != args.workload for w, p in profiles):
-        raise MpetUsage(f"{args.workload!r} is the only workload measured on {args.on}: "
-                        f"scenario b takes the scaling of the other workloads there; run "
-                        f"'opptune characterize --agent {_agent_of(data, plat)}' first")
+        raise MpetUsage(f"{args.workload!r} is the only workload measured on {args.on}"
+                        f"{_at_size(args)}: scenario b takes the scaling of the other "
+                        f"workloads there; run 'opptune characterize --agent "
+                        f"{_agent_of(data, plat)}{_size_opt(args)}' first")
     # as eval-mpet --scenario b cuts each profile (mpet_eval.evaluate_scalability)
     db = with_serial(MpetDatabase(profiles, platforms), key)
     pred = predict_scalability(db, args.workload, plat, ns=ns)
@@ -400,6 +449,7 @@ def _predict_on(data: dict[str, Any], args: argparse.Namespace,
     scen = ("c (virtual workload: the scaling predicted as in b, edited)" if edits
             else "b (scalability from the 1-core runs)")
     _note_mixed_sizes(data, sizes, [plat])
+    _note_marked(data, sizes, [plat])
     measured = {} if edits else {n: v for n, v in measured_t.items() if n > 1}
     return {**common, "scenario": scen, "t1_s": pred.t1,
             "prediction": _rows(ns, t, lo, hi, measured, before),
@@ -435,7 +485,9 @@ def _print_prediction(out: dict[str, Any]) -> None:
           (f"  {'unedited s':>10}" if edited else "") +
           (f"  {'measured s':>10}" if measured else ""))
     for r in rows:
-        line = f"{r['n']:>3}  {r['time_s']:>10.4g}  [{r['lower_s']:>10.4g}, {r['upper_s']:>10.4g}]"
+        line = f"{r['n']:>3}  {r['time_s']:>10.4g}  " + (
+            f"{'-':>23}" if r["lower_s"] is None
+            else f"[{r['lower_s']:>10.4g}, {r['upper_s']:>10.4g}]")
         if edited:
             line += f"  {r['unedited_s']:>10.4g}"
         if measured:

@@ -394,8 +394,22 @@ def test_a_workload_whose_runs_are_all_marked_is_named_so_not_unmeasured(tmp_pat
         args.workload = "nosuch"
         with pytest.raises(MpetUsage, match="'nosuch' is not measured on p: it has clean"):
             _measured_db(data, args, "p", "on")
+        assert data["marked_points"] == []
+        # a point of a measured group with every run marked: missing from the profile, listed
+        d.store.insert_results([ResultIn(f"n{i}", "a", "j1", 10 + i, r, r.to_dict()) for i, r in
+                                enumerate(RunRecord(platform="p", workload="clean",
+                                                    input="small", cores=2, cpus=[0, 1],
+                                                    threads=2, rep=i, time_s=0.6,
+                                                    marked="interference: 50 % of cpu 1")
+                                          for i in range(2))], 3.0)
+        data = mpet_data(d, {})
+        assert [p["t"] for p in data["profiles"]] == [{"1": 1.0}]
+        assert data["marked_points"] == [{"workload": "clean", "platform": "p",
+                                          "size": "small", "cores": [2]}]
+        assert mpet_data(d, {"size": "large"})["marked_points"] == []
         d.store.accept_load = True
         assert mpet_data(d, {})["marked_only"] == []
+        assert mpet_data(d, {})["marked_points"] == []
     finally:
         d.close()
 

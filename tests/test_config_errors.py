@@ -150,3 +150,37 @@ def test_a_path_the_daemon_cannot_create_names_the_file_and_key(tmp_path, capsys
     (line,) = out.err.strip().splitlines()
     assert line.startswith(f"opptune-daemon: {path}: key '{key}' ({blocker}/"), line
     assert "Errno" not in line and "may create and write" in line
+
+
+@pytest.mark.parametrize("program", ["daemon", "agent", "operator"])
+def test_a_file_that_is_not_text_is_refused_in_one_line(tmp_path, capsys, program):
+    """A binary file given as --config (was a UnicodeDecodeError traceback from tomllib, in
+    every program): one line naming the file, exit 2."""
+    from opptune.daemon.cli import main as operator_main
+    path = tmp_path / "c.toml"
+    path.write_bytes(b"bind = \"tcp://\xd0\x00\xff\"\n\x7fELF\x02\x01")
+    if program == "operator":
+        code, err = operator_main(["status", "--config", str(path)]), capsys.readouterr().err
+    else:
+        code, err = _run(program, path, tmp_path, capsys)
+    assert code == 2
+    (line,) = err.strip().splitlines()
+    assert "Traceback" not in err and str(path) in line
+    assert "not valid TOML" in line and "UTF-8" in line
+
+
+def test_an_unknown_virtual_board_is_named_as_the_option_given(tmp_path, capsys):
+    """--virtual-board NAME on the command line had been reported as "configuration: key
+    'virtual_board'", a file and key the user never wrote; the file's key stays named so."""
+    state = str(tmp_path / "state")
+    assert agent_main(["--virtual-board", "rpi5", "--config", "/dev/null",
+                       "--state-dir", state]) == 2
+    (line,) = capsys.readouterr().err.strip().splitlines()
+    assert line == ("opptune-agent: configuration error: --virtual-board: unknown virtual "
+                    "board 'rpi5'; known: odroid-xu4, x86-2numa, rpi4")
+    path = tmp_path / "agent.toml"
+    path.write_text("virtual_board = 'rpi5'\n")
+    assert agent_main(["--config", str(path), "--state-dir", state]) == 2
+    (line,) = capsys.readouterr().err.strip().splitlines()
+    assert line.startswith(f"opptune-agent: configuration error: {path}: key 'virtual_board': "
+                           "unknown virtual board 'rpi5'")

@@ -156,6 +156,24 @@ def test_cli_on_a_tree_text_and_exit(tmp_path):
     assert proc.stdout.rstrip().endswith("verdict: 1 warning (governor ondemand)")
 
 
+def test_cli_on_a_tree_that_is_not_there_exits_1(tmp_path):
+    """A mistyped --sysfs-root had every check 'unavailable', then 'verdict: ready for
+    measuring' and exit 0 under 'this machine:': one line naming it now, exit 1 (no report
+    could be made); a real tree is titled with its path, not as this machine."""
+    (tmp_path / "a-file").write_text("")
+    (tmp_path / "empty").mkdir()
+    for root, why in ((tmp_path / "nowhere", "no such directory"),
+                      (tmp_path / "a-file", "no such directory"),
+                      (tmp_path / "empty", "holds no sys/ or proc/")):
+        proc = _opptune("doctor", "--sysfs-root", str(root))
+        assert proc.returncode == 1 and proc.stdout == "", proc.stdout
+        (line,) = proc.stderr.strip().splitlines()
+        assert line.startswith(f"opptune doctor: --sysfs-root {root}: {why}"), line
+    tree = fake_tree(tmp_path, "rpi4")
+    proc = _opptune("doctor", "--sysfs-root", tree)
+    assert proc.stdout.splitlines()[0] == f"the tree at {tree}:"
+
+
 def test_cli_agent_errors_exit_1_without_traceback(tmp_path):
     proc = _opptune("doctor", "--agent", "nobody", "--daemon", "tcp://127.0.0.1:9",
                     "--timeout", "0.3")

@@ -885,6 +885,73 @@ def test_eval_mpet_cli_real_run(tmp_path, capsys):
     assert len(err) == 1 and "--max-factor" in err[0]
 
 
+@pytest.mark.parametrize("column, value", [("n_nu", "abc"), ("R", "x"), ("counter.ipc", "zz"),
+                                           ("l", "n/a")])
+def test_eval_mpet_refuses_a_cell_that_is_not_a_number(tmp_path, capsys, column, value):
+    """A text in an optional numeric column (breakpoint, runtime parameter, counter) had been
+    read as missing without a word: one line naming the file, line and column now, exit 2."""
+    rows = [f"p{p},{w},{n},{t * (p + 1) / n:.3f},{1 if n == 1 else 2}"
+            for p in (1, 2) for w, t in (("a", 1.0), ("b", 2.0)) for n in (1, 2)]
+    rows[1] = rows[1].rsplit(",", 1)[0] + f",{value}"
+    path = tmp_path / "m.csv"
+    path.write_text(f"platform,workload,cores,time_s,{column}\n" + "\n".join(rows) + "\n")
+    assert main(["eval-mpet", "--data", str(path)]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err == [f"opptune eval-mpet: {path} line 3: {column} {value!r} is not a number; "
+                   f"give a number or leave the cell empty"]
+
+
+def test_eval_mpet_table_counts_repeated_skips_once(tmp_path):
+    """--single-reference skips a profile once per reference (xplat: 34 skips, the first
+    three lines 'minife on akm_desktop/... (no candidate ...)' twice, then another): the table
+    lists each skip once with how often it happened."""
+    from opptune.daemon.mpet_cli import format_table, run
+    profiles, _ = synthetic()
+    path = tmp_path / "m.csv"
+    _write_csv(path, profiles)
+    (res,) = run([str(path)])
+    why = "no candidate: 'a' shares no platform with a workload measured on 'T'"
+    res["skipped"] = [{"workload": "a", "platform": "T", "why": why}] * 3 + [
+        {"workload": "b", "platform": "T", "why": "no t(1)"}]
+    last = format_table(res).splitlines()[-1]
+    assert last == f"skipped 4: a on T ({why}) x3; b on T (no t(1))"
+
+
+def test_eval_mpet_says_what_it_evaluates_on_a_terminal(tmp_path):
+    """On a terminal, eval-mpet says on stderr which file it evaluates before the leave-one-out
+    (it had been silent for 10 s on loghin, 85 s with --single-reference, minutes nested,
+    until every table at once); piped, stderr stays as it was (empty), stdout JSON only."""
+    import os
+    import pty
+    import subprocess
+    import sys
+    profiles, _ = synthetic()
+    path = tmp_path / "m.csv"
+    _write_csv(path, profiles)
+    cmd = [sys.executable, "-m", "opptune.daemon.cli", "eval-mpet", "--data", str(path)]
+    master, slave = pty.openpty()
+    try:
+        p = subprocess.run([*cmd, "--json"], stdout=subprocess.PIPE, stderr=slave, timeout=120)
+        os.close(slave)
+        seen = b""
+        while True:
+            try:
+                chunk = os.read(master, 4096)
+            except OSError:  # EIO: the terminal's other end is closed and read out
+                break
+            if not chunk:
+                break
+            seen += chunk
+    finally:
+        os.close(master)
+    assert p.returncode == 0 and json.loads(p.stdout)["results"][0]["predictions"] == 20
+    assert seen.decode().strip().splitlines() == [
+        f"opptune eval-mpet: {path}: leave-one-out over 20 profiles of 5 workloads on 4 "
+        f"platforms..."]
+    piped = subprocess.run(cmd, capture_output=True, text=True, timeout=120)
+    assert piped.returncode == 0 and piped.stderr == "" and "interval:" in piped.stdout
+
+
 def test_scenario_b_evaluation_predicts_each_profile_from_its_one_core_run():
     """eval-mpet --scenario b: every profile measured at 1 core and more, cut to n = 1 and
     predicted from the other workloads on its platform; its own t(1), so only scaling is

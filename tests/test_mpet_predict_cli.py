@@ -108,6 +108,11 @@ def test_a_note_names_the_references_left_out(capsys):
     _predict_migration(data, args("all"), [])
     _predict_migration(data, args("p3,p2,p1"), [])
     assert capsys.readouterr().err == ""
+    # given by agent name, the --from to copy names the others by agent too (it had mixed
+    # the agent given with the others' platform ids)
+    _predict_migration(data, args("agent-p1"), [])
+    err = capsys.readouterr().err
+    assert "--from agent-p1,agent-p2,agent-p3 (or --from all)" in err, err
 
 
 def test_interval_says_what_it_rests_on(capsys):
@@ -144,3 +149,107 @@ def test_interval_text_counts_the_suite_predictions_that_failed():
                     "left out in turn) (1 of them gave no positive time: counted as outside); "
                     "where they are alike it holds the measured t(n) at every n with "
                     "probability 50 %")
+
+
+def test_an_edited_measured_profile_shows_no_interval(capsys):
+    """--on P with edits of a profile measured beyond one core: its own curve, no interval
+    (docs/mpet.md). It had printed [t, t] and given lower_s = upper_s = time_s, a zero-width
+    interval beside 'interval: none'."""
+    from opptune.daemon.models.mpet_scenarios import parse_edit
+    from opptune.daemon.mpet_predict_cli import _predict_on, _print_prediction
+    on = argparse.Namespace(workload="a", on="t", size=None)
+    got = _predict_on(answer(), on, [parse_edit("q=2x")])
+    assert got["interval_level"] is None and got["interval"].startswith("none")
+    # the same keys as every other form (docs/json-output.md): it had no single_candidate
+    plain = _predict_on(answer(), argparse.Namespace(workload="a", on="t", size=None), [])
+    assert set(got) == set(plain) and got["single_candidate"] is False
+    for r in got["prediction"]:
+        assert r["time_s"] > 0 and r["lower_s"] is None and r["upper_s"] is None
+    _print_prediction(got)
+    rows = capsys.readouterr().out.splitlines()[3:5]
+    assert [r.split()[2:4] for r in rows] == [["-", f"{r['unedited_s']:.4g}"]
+                                              for r in got["prediction"]]
+
+
+def test_a_bad_edit_in_the_edits_file_names_the_file(tmp_path):
+    """A bad entry of --edits FILE is named as the file's, not as a --set the user never
+    gave."""
+    from opptune.daemon.mpet_predict_cli import _read_edits
+    path = tmp_path / "e.json"
+    path.write_text('{"l": "2x", "zz": 1}')
+    ns = argparse.Namespace(edits_file=str(path), edits=[])
+    with pytest.raises(MpetUsage) as exc:
+        _read_edits(ns)
+    assert str(exc.value) == (f"--edits {path}: \"zz\": 1: unknown parameter 'zz'; editable: "
+                              "R, l, w, c, d, s, j, q, t1")
+    with pytest.raises(MpetUsage, match=r"^--set 'l=two': give a number"):
+        _read_edits(argparse.Namespace(edits_file=None, edits=["l=two"]))
+
+
+def test_the_only_workload_at_the_size_asked_says_the_size():
+    """With --size, 'the only workload measured on P' is at that size: the suite may be
+    measured there at another one, so the line names the size and characterize's --size (it
+    had said to characterize a board that was characterised, at another size)."""
+    from opptune.daemon.mpet_predict_cli import _predict_on
+    alone = {(b, "p1") for b in ("b1", "b2", "b3")}
+    ns = argparse.Namespace(workload="a", source="p1", target="t", size="small")
+    with pytest.raises(MpetUsage, match=r"^'a' is the only workload measured on p1 at size "
+                                        r"'small': .*; run 'opptune characterize --agent "
+                                        r"agent-p1 --size small' first$"):
+        _predict_migration(answer(alone), ns, [])
+    on = argparse.Namespace(workload="a", on="t", size="small")
+    with pytest.raises(MpetUsage, match=r"^'a' is the only workload measured on t at size "
+                                        r"'small': .*; run 'opptune characterize --agent "
+                                        r"agent-t --size small' first$"):
+        _predict_on(answer({(b, "t") for b in ("b1", "b2", "b3")}), on, [])
+    ns.size = on.size = None
+    with pytest.raises(MpetUsage, match=r"^'a' is the only workload measured on p1: .*"
+                                        r"--agent agent-p1' first$"):
+        _predict_migration(answer(alone), ns, [])
+
+
+def test_a_workload_not_measured_at_the_size_asked_says_the_size():
+    """'workload A is not measured on P' with --size: at that size (it may be at another)."""
+    ns = argparse.Namespace(workload="zz", source="p1", target="t", size="small")
+    with pytest.raises(MpetUsage, match=r"^workload 'zz' is not measured on p1 at size "
+                                        r"'small': it has a, b1, b2, b3 at size 'small'$"):
+        _predict_migration(answer(), ns, [])
+
+
+def test_predict_help_describes_both_forms(capsys):
+    """'opptune predict --help' opened with the --fit form alone ('with a 90 % interval'),
+    which the MPET forms' intervals are not."""
+    from opptune.daemon.cli import main
+    with pytest.raises(SystemExit):
+        main(["predict", "--help"])
+    text = " ".join(capsys.readouterr().out.split())
+    assert "With --fit FILE: run time (with a 90 % interval)" in text
+    assert ("With --workload: MPET from a running daemon's measurements (below): t(n) with an "
+            "interval, calibrated on the target's other workloads where it can be (its level "
+            "stated)") in text
+    assert "Exit 1 when nothing can be predicted or the daemon does not answer" in text
+
+
+def test_a_note_says_which_core_counts_every_run_was_marked_at(capsys):
+    """Walking issue 19 on the loaded 2-core machine: every run at 2 cores was marked for
+    interference, and 'predict --on' printed t(n) for n = 1 alone without a word on why.
+    The daemon's answer lists such points (mpet_data's marked_points, tests/
+    test_characterize.py); the prediction says on stderr which it left out."""
+    from opptune.daemon.mpet_predict_cli import _predict_on
+    data = answer()
+    data["marked_points"] = [
+        {"workload": "b1", "platform": "t", "size": "small", "cores": [3, 4]},
+        {"workload": "b2", "platform": "t", "size": "small", "cores": [4]},
+        {"workload": "b1", "platform": "p1", "size": "small", "cores": [2]},  # not on --on t
+        {"workload": "b3", "platform": "t", "size": "large", "cores": [2]}]   # nor this size
+    _predict_on(data, argparse.Namespace(workload="a", on="t", size=None), [])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err == ["opptune predict: note: left out, every run there marked for interference: "
+                   "on board-t n = 3, 4 of 2 workloads (b1, b2); 'opptune status' shows their "
+                   "re-measurement (accept_load = true in the daemon's configuration uses "
+                   "them)"]
+    _predict_migration(data, args("all"), [])
+    assert "on board-t n = 3, 4 of 2 workloads" in capsys.readouterr().err
+    data["marked_points"] = []
+    _predict_on(data, argparse.Namespace(workload="a", on="t", size=None), [])
+    assert capsys.readouterr().err == ""
