@@ -352,7 +352,7 @@ def _predict_migration(data: dict[str, Any], args: argparse.Namespace,
             # so the default prediction, which reads q(n) from the times, sees them as sc does
             ns = sorted(profiles[key]["t"])
             old = time_curve(t1, sc, ns, topo.get("n_nu"), topo.get("n_ht"))
-            new = edited_curve(t1e, sce, ns, topo.get("n_nu"), topo.get("n_ht"), edits)
+            new = edited_curve(t1e, sce, ns, topo.get("n_nu"), topo.get("n_ht"), edits, sc)
             edited[key] = {**profiles[key], "t": {n: profiles[key]["t"][n] * b / a
                                                   for n, a, b in zip(ns, old, new)}}
             sc_all[key] = sce
@@ -425,7 +425,7 @@ def _predict_on(data: dict[str, Any], args: argparse.Namespace,
         t1, sc = db.t1(key), db.sc[key]
         before = [float(x) for x in time_curve(t1, sc, ns, topo.get("n_nu"), topo.get("n_ht"))]
         t1e, sce = apply_edits(t1, sc, edits)
-        t = edited_curve(t1e, sce, ns, topo.get("n_nu"), topo.get("n_ht"), edits)
+        t = edited_curve(t1e, sce, ns, topo.get("n_nu"), topo.get("n_ht"), edits, sc)
         none = [None] * len(ns)
         return {**common, "scenario": "c (virtual workload: the measured profile edited)",
                 "t1_s": t1e, "prediction": _rows(ns, t, none, none, {}, before),
@@ -444,7 +444,7 @@ def _predict_on(data: dict[str, Any], args: argparse.Namespace,
     if edits:
         before = t
         t1e, sce = apply_edits(pred.t1, pred.sc, edits)
-        t = edited_curve(t1e, sce, ns, topo.get("n_nu"), topo.get("n_ht"), edits)
+        t = edited_curve(t1e, sce, ns, topo.get("n_nu"), topo.get("n_ht"), edits, pred.sc)
     lo, hi, calibrated, level = scalability_band(db, pred, topo, t, tuple(edits))
     scen = ("c (virtual workload: the scaling predicted as in b, edited)" if edits
             else "b (scalability from the 1-core runs)")

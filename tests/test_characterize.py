@@ -137,7 +137,7 @@ def test_characterize_resumes_and_predict_migrates(two_boards):
 
     for argv, msg in [
         (("--workload", "triad", "--from", "pi", "--to", "xu4", "--set", "q=2x"),
-         "opptune predict: --set q=2x: this workload's t(n) follows its runtime parameters"),
+         "opptune predict: --set q=2x: this profile's t(n) follows the runtime parameters"),
         (("--workload", "triad", "--from", "nowhere", "--to", "xu4"),
          "opptune predict: --from 'nowhere' is no platform with measurements; give a platform "
          "id or an agent name: "),

@@ -103,6 +103,28 @@ def test_edits_that_leave_no_time_are_refused():
     gentle = [parse_edit("l.m_base=0.02"), parse_edit("l.b_base=-0.02")]  # l(1) = 0
     t1, sc = apply_edits(db.t1(("a", "P")), db.sc[("a", "P")], gentle)
     assert all(x > 0 for x in edited_curve(t1, sc, NS, None, None, gentle))
+    # a fitted lock wait a little below 0 at n = 1 (a least-squares line): doubling or
+    # zeroing the whole curve is the user's edit of what was measured, not a negative share
+    # the edit made (found by the walk: the docs' 'locked_update --set l=2x' was refused);
+    # an element edit is refused only below the fit's own dip
+    dip = db.sc[("a", "P")].copy()
+    lo = 6 * PARAMS.index("l")  # its six elements in sc (eq. 8)
+    assert dip[lo: lo + 2] == pytest.approx([0.04, -0.04])  # l(n) = 0.04 (n - 1)
+    dip[lo + 1] = -0.047  # the fit's l(1) = -0.007
+    for text in ("l=2x", "l=1x", "l=0"):
+        edits = [parse_edit(text)]
+        t1, sc = apply_edits(db.t1(("a", "P")), dip, edits)
+        assert all(x > 0 for x in edited_curve(t1, sc, NS, None, None, edits, dip))
+    # l(1) = 0.0405 - 0.047 = -0.0065, above the fit's dip: the element edit is taken
+    above = [parse_edit("l.m_base=0.0405")]
+    t1, sc = apply_edits(db.t1(("a", "P")), dip, above)
+    assert all(x > 0 for x in edited_curve(t1, sc, NS, None, None, above, dip))
+    # l(1) = 0.0385 - 0.047 = -0.0085, below it: refused, as without the unedited fit
+    deeper = [parse_edit("l.m_base=0.0385")]
+    t1, sc = apply_edits(db.t1(("a", "P")), dip, deeper)
+    for ref in (dip, None):
+        with pytest.raises(EditError, match=r"make l\(n\) negative at n = 1 \(-0.0085\)"):
+            edited_curve(t1, sc, NS, None, None, deeper, ref)
 
 
 def test_external_workload_takes_only_q_and_t1():
@@ -116,6 +138,21 @@ def test_external_workload_takes_only_q_and_t1():
     base = edited_curve(t1, sc, NS, None, None)
     worse = edited_curve(*apply_edits(t1, sc, [parse_edit("q=1.5x")]), NS, None, None)
     assert worse == pytest.approx([1.5 * x for x in base])
+
+
+def test_a_serial_profile_without_runtime_parameters_is_edited_by_its_candidates_ones():
+    """Scenario (b) for a workload that has no runtime parameters (an imported 1-core run):
+    its scaling is the candidates', which carry R..j, so those are what --set edits (found by
+    the walk: the refusal of q=2x said the workload had runtime parameters of its own)."""
+    serial = serial_profile(profile(2.0, 0.04, 0.01, with_params=False))
+    db = database({("new", "P"): serial})
+    pred = predict_scalability(db, "new", "P", ns=NS)
+    with pytest.raises(EditError, match=r"this profile's t\(n\) follows the runtime "
+                                        r"parameters .* the candidates'"):
+        apply_edits(pred.t1, pred.sc, [parse_edit("q=2x")])
+    edits = [parse_edit("l=2x")]
+    more = edited_curve(*apply_edits(pred.t1, pred.sc, edits), NS, None, None, edits, pred.sc)
+    assert more[0] == pytest.approx(pred.t[0]) and more[3] > pred.t[3]
 
 
 def test_scalability_from_the_serial_profile():

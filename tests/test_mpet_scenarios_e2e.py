@@ -197,7 +197,7 @@ def test_scenario_c_edited_lock_wait_moves_the_prediction(cluster, tmp_path):
     (("--workload", "locked_update", "--on", "test-agent", "--set", "l=two"),
      "opptune predict: --set 'l=two': give a number, or a factor like 2x (>= 0)"),
     (("--workload", "omp_like", "--on", "test-agent", "--set", "l=2x"),
-     "opptune predict: --set l=2x: this workload has no runtime parameters (an external "
+     "opptune predict: --set l=2x: this profile has no runtime parameters (an external "
      "command"),
     (("--workload", "locked_update", "--on", "test-agent", "--set", "w=1.5"),
      "opptune predict: the edits leave no useful time at n = 1"),

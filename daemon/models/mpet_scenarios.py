@@ -87,13 +87,17 @@ def apply_edits(t1: float, sc: np.ndarray, edits: list[Edit]) -> tuple[float, np
         if e.name == "t1":
             t1 = t1 * e.value if e.factor else e.value
             continue
+        # the profile edited: A's own, or in scenario (b) the one predicted from the
+        # candidates' scaling, which has their runtime parameters or none
         if e.name != "q" and not valid:
-            raise EditError(f"--set {e}: this workload has no runtime parameters (an external "
-                            f"command, or runs without MPET accounting); edit q (the cpu-time "
-                            f"ratio n t(n)/t(1)) or t1 instead")
+            raise EditError(f"--set {e}: this profile has no runtime parameters (an external "
+                            f"command or runs without MPET accounting; from only its 1-core "
+                            f"runs, candidates without them); edit q (the cpu-time ratio n "
+                            f"t(n)/t(1)) or t1 instead")
         if e.name == "q" and valid:
-            raise EditError(f"--set {e}: this workload's t(n) follows its runtime parameters "
-                            f"R l w c d s j; edit those (q only drives workloads without them)")
+            raise EditError(f"--set {e}: this profile's t(n) follows the runtime parameters R l "
+                            f"w c d s j (from only its 1-core runs, the candidates'); edit "
+                            f"those (q only drives profiles without them)")
         i = _slot(e.name)
         part = sc[i: i + 6]
         if e.element is None:
@@ -112,20 +116,26 @@ def apply_edits(t1: float, sc: np.ndarray, edits: list[Edit]) -> tuple[float, np
     return t1, sc
 
 
-def edited_curve(t1: float, sc: np.ndarray, ns, n_nu: int | None,
-                 n_ht: int | None, edits: list[Edit] = ()) -> list[float]:
+def edited_curve(t1: float, sc: np.ndarray, ns, n_nu: int | None, n_ht: int | None,
+                 edits: list[Edit] = (), unedited: np.ndarray | None = None) -> list[float]:
     """t(n) of eq. 3-4 for an edited profile; EditError where the edits leave no time, i.e.
     U(n) = 1 - (l + w + c + d + s + j)(n) <= 0, R(n) <= 0, or t(n) not finite and positive,
-    or where an edited parameter of ``edits`` goes below 0 at some n (a share of time: a
-    negative lock wait would raise U(n) above 1 and shorten t(n))."""
+    or where an element edit of ``edits`` takes a share below 0 at some n (a share of time: a
+    negative lock wait would raise U(n) above 1 and shorten t(n)), or, where the fitted
+    ``unedited`` sc is already below 0 there (the least-squares line through a measured lock
+    wait of 0, 0.15, 0.29, 0.47 at n = 1..4 has l(1) = -0.007), below that. A whole curve's factor or constant (>= 0) makes
+    no share negative that the fit had not."""
     ns = list(ns)
     if runtime_params_valid(sc):
         arr = np.asarray(ns, dtype=float)
         shares = {p: eval_curve(sc[_slot(p): _slot(p) + 6], arr, n_nu, n_ht, gauss(p))
                   for p in PARAMS[1:]}
-        for p in dict.fromkeys(e.name for e in edits if e.name in shares):
+        for p in dict.fromkeys(e.name for e in edits
+                               if e.name in shares and e.element is not None):
+            floor = np.zeros(len(ns)) if unedited is None else np.minimum(0.0, eval_curve(
+                unedited[_slot(p): _slot(p) + 6], arr, n_nu, n_ht, gauss(p)))
             # a share fitted to 0 at n = 1 evaluates to -1e-16: rounding, not an edit
-            below = [(n, v) for n, v in zip(ns, shares[p]) if v < -1e-9]
+            below = [(n, v) for n, v, f in zip(ns, shares[p], floor) if v < f - 1e-9]
             if below:
                 n, v = below[0]
                 raise EditError(f"the edits make {p}(n) negative at n = {n} ({v:.3g}): it is a "
