@@ -240,6 +240,29 @@ def assert_delivery(state_dir: str | Path, db: str | Path, *, complete: bool = F
     return d
 
 
+def run_on_terminal_stderr(cmd: list[str], timeout: float = 120
+                           ) -> tuple[subprocess.CompletedProcess, str]:
+    """Run ``cmd`` with stderr on a pseudo-terminal (what a person at a shell has), stdout
+    captured: the process and what it wrote to the terminal."""
+    import pty
+    master, slave = pty.openpty()
+    try:
+        proc = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=slave, timeout=timeout)
+        os.close(slave)
+        seen = b""
+        while True:
+            try:
+                chunk = os.read(master, 4096)
+            except OSError:  # EIO: the terminal's other end is closed and read out
+                break
+            if not chunk:
+                break
+            seen += chunk
+    finally:
+        os.close(master)
+    return proc, seen.decode()
+
+
 def wait_until(cond: Callable[[], Any], what: str, timeout: float = 60.0,
                context: Callable[[], str] = lambda: "", poll_s: float = 0.05) -> Any:
     """Poll ``cond`` until it returns something true; fail naming ``what`` after ``timeout``."""

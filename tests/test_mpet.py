@@ -921,31 +921,16 @@ def test_eval_mpet_says_what_it_evaluates_on_a_terminal(tmp_path):
     """On a terminal, eval-mpet says on stderr which file it evaluates before the leave-one-out
     (it had been silent for 10 s on loghin, 85 s with --single-reference, minutes nested,
     until every table at once); piped, stderr stays as it was (empty), stdout JSON only."""
-    import os
-    import pty
     import subprocess
     import sys
+    from procs import run_on_terminal_stderr
     profiles, _ = synthetic()
     path = tmp_path / "m.csv"
     _write_csv(path, profiles)
     cmd = [sys.executable, "-m", "opptune.daemon.cli", "eval-mpet", "--data", str(path)]
-    master, slave = pty.openpty()
-    try:
-        p = subprocess.run([*cmd, "--json"], stdout=subprocess.PIPE, stderr=slave, timeout=120)
-        os.close(slave)
-        seen = b""
-        while True:
-            try:
-                chunk = os.read(master, 4096)
-            except OSError:  # EIO: the terminal's other end is closed and read out
-                break
-            if not chunk:
-                break
-            seen += chunk
-    finally:
-        os.close(master)
+    p, seen = run_on_terminal_stderr([*cmd, "--json"])
     assert p.returncode == 0 and json.loads(p.stdout)["results"][0]["predictions"] == 20
-    assert seen.decode().strip().splitlines() == [
+    assert seen.strip().splitlines() == [
         f"opptune eval-mpet: {path}: leave-one-out over 20 profiles of 5 workloads on 4 "
         f"platforms..."]
     piped = subprocess.run(cmd, capture_output=True, text=True, timeout=120)

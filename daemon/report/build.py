@@ -9,7 +9,7 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 from . import page, plots
 from .analysis import (GroupView, analyse_groups, fleet_rows, kernel_traits,
@@ -87,8 +87,11 @@ def _group_section(view: GroupView, out: Path, images: list[Path]) -> page.Secti
     return sec
 
 
-def build_report(data: dict[str, Any], out: Path) -> Built:
-    """Write the report of the daemon's ``report`` answer into ``out``."""
+def build_report(data: dict[str, Any], out: Path,
+                 progress: Callable[[str], None] | None = None) -> Built:
+    """Write the report of the daemon's ``report`` answer into ``out``; ``progress`` is told
+    what it does (the refits and the figures: 32 s for 66 groups on the 2-cpu machine)."""
+    say = progress or (lambda what: None)
     t0 = time.perf_counter()
     out.mkdir(parents=True, exist_ok=True)
     for old in out.glob("fig-*.png"):
@@ -114,6 +117,7 @@ def build_report(data: dict[str, Any], out: Path) -> Built:
         html = page.render(TITLE, intro, [], empty=empty)
         return _write(out, html, images, [], t0)
 
+    say(f"refitting the models of {len(entries)} workload groups")
     views = analyse_groups(entries, platforms, boards, recs)
 
     fleet = page.Section("Fleet", "fleet", tables=[page.Table(
@@ -146,6 +150,7 @@ def build_report(data: dict[str, Any], out: Path) -> Built:
                   t["freq_exponent"], t["memory_bound"], t["model"]] for t in traits]))
         board_secs.append(sec)
     boards_sec = page.Section("Boards", "boards", subsections=board_secs)
+    say(f"drawing {len(views)} workload groups' figures into {out}")
     work_sec = page.Section("Workloads", "workloads", subsections=[
         _group_section(v, out, images) for v in views])
     html = page.render(TITLE, intro, [fleet, boards_sec, work_sec])
