@@ -65,6 +65,8 @@ class MpetInputError(ValueError):
 
 
 # optional numeric columns besides counter.*: the runtime parameters and the topology
+# the most cpus a Linux kernel can run (CONFIG_NR_CPUS at most 8192): more is a typo
+MAX_CORES = 8192
 NUMERIC_COLUMNS = frozenset((*PARAMS, "n_nu", "n_ht", "hw_phys_cores", "hw_l3_shared_by"))
 
 
@@ -127,10 +129,11 @@ def load_csv(path: str | Path) -> tuple[dict, dict]:
         plat = r["platform"].strip() + (f":{variant}" if variant and variant != "all" else "")
         work = (r["workload"] or "").strip()
         cores, t = _float(r.get("cores")), _float(r.get("time_s"))
-        if not plat or not work or cores is None or cores < 1 or cores != int(cores) \
-                or t is None or t <= 0:
-            raise MpetInputError(f"{path} line {i}: need a platform, a workload, cores >= 1 "
-                                 f"(integer) and time_s > 0; fix or remove the row")
+        if not plat or not work or cores is None or not 1 <= cores <= MAX_CORES \
+                or cores != int(cores) or t is None or t <= 0:
+            raise MpetInputError(f"{path} line {i}: need a platform, a workload, cores from 1 "
+                                 f"to {MAX_CORES} (integer) and time_s > 0; fix or remove the "
+                                 f"row")
         n = int(cores)
         for col, val in r.items():
             # an optional number given as text would otherwise read as missing, unsaid (nan,

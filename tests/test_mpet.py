@@ -1150,9 +1150,14 @@ def test_eval_mpet_combine_checks_each_file_with_its_own_line_numbers(tmp_path, 
     bad = tmp_path / "bad.csv"
     bad.write_text("platform,workload,cores,time_s\nT,A,1,2\nT,B,x,1\n")
     assert main(["eval-mpet", "--combine", "--data", str(good), "--data", str(bad)]) == 2
-    assert capsys.readouterr().err == (f"opptune eval-mpet: {bad} line 3: need a platform, a "
-                                       f"workload, cores >= 1 (integer) and time_s > 0; fix or "
-                                       f"remove the row\n")
+    need = ("need a platform, a workload, cores from 1 to 8192 (integer) and time_s > 0; fix "
+            "or remove the row\n")
+    assert capsys.readouterr().err == f"opptune eval-mpet: {bad} line 3: {need}"
+    # a typo of a thousand million cores: no numpy overflow warning, the same line (the walk)
+    huge = tmp_path / "huge.csv"
+    huge.write_text("platform,workload,cores,time_s\nT,A,1,2\nT,A,1e9,1\n")
+    assert main(["eval-mpet", "--combine", "--data", str(good), "--data", str(huge)]) == 2
+    assert capsys.readouterr().err == f"opptune eval-mpet: {huge} line 3: {need}"
     nocol = tmp_path / "nocol.csv"
     nocol.write_text("platform,workload,cores\nT,A,1\n")
     assert main(["eval-mpet", "--combine", "--data", str(good), "--data", str(nocol)]) == 2
