@@ -33,7 +33,7 @@ def cmd_characterize(args: argparse.Namespace) -> int:
         print(f"under way: job {j['job_id']} {j['workload']} ({j['state']})", file=out)
     for j in data["queued"]:
         print(f"queued: job {j['job_id']} {j['workload']} ({j['n_points']} points x "
-              f"{j['reps']} reps)", file=out)
+              f"{j['reps']} rep{'s' * (j['reps'] != 1)})", file=out)
     if not data["queued"] and not data["under_way"]:
         print("nothing to queue: every workload is already measured", file=out)
     ids = [j["job_id"] for j in data["under_way"] + data["queued"]]
