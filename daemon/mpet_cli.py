@@ -34,11 +34,13 @@ from typing import Any, Callable
 import numpy as np
 
 from .models.mpet_curve import PARAMS
-from .models.mpet_eval import KINDS, METHODS, evaluate, evaluate_nested, evaluate_scalability
+from .models.mpet_eval import (KINDS, METHODS, evaluate, evaluate_nested, evaluate_scalability,
+                               operating_points)
 from .models.mpet_database import MpetDatabase
 from .models.mpet_predict import (DEFAULT_SC, DEFAULT_T1, RATIO_SC, RATIO_T1, SEED_SC,
                                   SEED_T1)
 from .mpet_answer import store_rows, write_store_csv
+from .recommend import fewest_within
 
 DEFAULT_DATA = ("data/loghin_multicore_energy/data.csv", "data/xplat_npb_minife/data.csv")
 SEED_TABLE5 = {"t1": 0.154, "scaling": 0.127, "full": 0.199}
@@ -337,8 +339,19 @@ def run(paths: list[str], max_factor: float | None = None, setup: str = "default
                         "cases": res["cases"], "breakpoints": platforms,
                         "max_factor": max_factor, "seed_table5_gmean": SEED_TABLE5,
                         "references": "one" if single_reference else "all",
-                        "scenario": scenario})
+                        "scenario": scenario,
+                        "operating_point": {
+                            "tolerance": TOLERANCE,
+                            **operating_points(res["cases"], _choose, TOLERANCE)}})
     return results
+
+
+# the recommender's default (DaemonConfig.tolerance): the fewest cores within 5 % of the best
+TOLERANCE = 0.05
+
+
+def _choose(ns, t, tolerance: float) -> int:
+    return fewest_within(ns, t, tolerance)
 
 
 def _pct(v) -> str:
@@ -386,6 +399,17 @@ def format_table(res: dict) -> str:
         if res.get("scenario") != "b":
             line += f", of which {iv['single']} rest on one candidate (at least [t/2, 2t])"
     lines.append(line)
+    op = res.get("operating_point")
+    if op:
+        names = {"mpet": "MPET", "naive": "t(1)/n", "same_curve": "the source's curve",
+                 "measured": "the measured t(n)"}
+        lines.append(
+            f"operating point (the fewest cores within {100 * op['tolerance']:.0f} % of the best "
+            f"predicted t(n)): measured there within {100 * op['tolerance']:.0f} % of the "
+            f"measured best in " + "; ".join(
+                f"{names[m]} {100 * op[m]['within']:.0f} % (slower by {_pct(op[m]['mean'])} % "
+                f"on average, {_pct(op[m]['p95'])} % at the 95th percentile)"
+                for m in names if m in op))
     if res["skipped"]:
         # --single-reference skips a profile once per reference, in the same words
         seen: dict[str, int] = {}

@@ -160,12 +160,29 @@ def cmd_predict_mpet(args: argparse.Namespace) -> int:
     except (MpetUsage, NoCandidates, EditError) as exc:
         print(f"opptune predict: {exc}", file=sys.stderr)
         return 2
+    out["operating_point"] = _operating_point(out["prediction"])
     if args.json:
         json.dump(_clean(out), sys.stdout, indent=2, sort_keys=True)
         print()
         return 0
     _print_prediction(out)
     return 0
+
+
+def _operating_point(rows: list[dict[str, Any]]) -> dict[str, Any] | None:
+    """The core count the recommender's rule takes from the predicted t(n): the fewest cores
+    within TOLERANCE of the fastest predicted (eval-mpet's "operating point" says how often
+    such a choice held on the evidence sets); None without a positive predicted time."""
+    from .mpet_cli import TOLERANCE
+    from .recommend import fewest_within
+    ns, t = [r["n"] for r in rows], [r["time_s"] for r in rows]
+    try:
+        i = fewest_within(ns, t, TOLERANCE)
+    except ValueError:
+        return None
+    b = min((k for k in range(len(t)) if math.isfinite(t[k]) and t[k] > 0), key=t.__getitem__)
+    return {"cores": ns[i], "time_s": t[i], "fastest_cores": ns[b], "fastest_s": t[b],
+            "tolerance": TOLERANCE}
 
 
 def _note_mixed_sizes(data: dict[str, Any], sizes: dict[tuple, str], plats: list[str]) -> None:
@@ -495,6 +512,11 @@ def _print_prediction(out: dict[str, Any]) -> None:
             line += f"  {m:>10.4g}" if m is not None else f"  {'-':>10}"
         print(line)
     print("interval: " + out["interval"])
+    op = out.get("operating_point")
+    if op:
+        print(f"cores: {op['cores']} ({op['time_s']:.4g} s), the fewest within "
+              f"{100 * op['tolerance']:.0f} % of the fastest predicted ({op['fastest_cores']} "
+              f"cores, {op['fastest_s']:.4g} s)")
     if out.get("single_candidate") and not out.get("interval_calibrated_on"):
         print("note: a single candidate carries this prediction; measure more of the suite on "
               "the target (opptune characterize) for a narrower one")

@@ -104,6 +104,11 @@ def test_characterize_resumes_and_predict_migrates(two_boards):
                                           "runtime_parameters": True}
     assert out["method"]["sc_basis"] == "sc"
     assert out["method"]["t1_basis"] in ("t1-validated", "t1-ratio")
+    # the core count the recommender's rule takes from the predicted t(n)
+    op, times = out["operating_point"], {r["n"]: r["time_s"] for r in rows}
+    assert op["tolerance"] == 0.05 and op["fastest_s"] == min(times.values())
+    assert op["cores"] == min(n for n, v in times.items() if v <= 1.05 * op["fastest_s"])
+    assert op["time_s"] == times[op["cores"]] and times[op["fastest_cores"]] == op["fastest_s"]
 
     p = opptune("predict", "--daemon", ep, "--workload", "triad", "--from", "pi", "--to", "xu4")
     assert p.returncode == 0, p.stderr
@@ -112,6 +117,9 @@ def test_characterize_resumes_and_predict_migrates(two_boards):
     assert lines[1].split() == ["n", "t(n)", "s", "interval", "s", "measured", "s"]
     assert [ln.split()[0] for ln in lines[2:6]] == ["1", "2", "3", "4"]
     assert lines[6].startswith("interval: min..max of the single candidates' predictions")
+    assert lines[7] == (f"cores: {op['cores']} ({op['time_s']:.4g} s), the fewest within 5 % of "
+                        f"the fastest predicted ({op['fastest_cores']} cores, "
+                        f"{op['fastest_s']:.4g} s)"), lines
     assert f"method: t(1) by {out['method']['t1_basis']}, scaling by sc (q-chosen: sc, the " \
         "seed's distances, since the workload's profiles and the target's suite carry the " \
         "runtime parameters)" in lines, lines

@@ -869,10 +869,17 @@ def test_eval_mpet_cli_real_run(tmp_path, capsys):
     assert r["summary"]["mpet"]["t1"]["gmean"] < 0.001
     assert r["breakpoints"]["T"] == {"n_nu": None, "n_ht": None, "nmax": 12}
     assert r["setup"] == "default" and r["interval"]["count"] == 20
+    # the synthetic workloads' exact predictions pick what the measured times pick
+    op = r["operating_point"]
+    assert op["tolerance"] == 0.05 and op["mpet"]["count"] == 20
+    assert op["mpet"]["within"] == op["measured"]["within"] == 1.0
+    assert set(op) == {"tolerance", "mpet", "naive", "same_curve", "measured"}
     assert main(["eval-mpet", "--data", str(path), "--max-factor", "5"]) == 0
     text = capsys.readouterr().out
     assert "scaling" in text and "naive" in text and "same_curve" in text
     assert "setup default" in text and "interval:" in text
+    assert "operating point (the fewest cores within 5 % of the best predicted t(n)): " \
+           "measured there within 5 % of the measured best in MPET 100 % (slower by " in text
     assert main(["eval-mpet", "--data", str(path), "--setup", "seed", "--json"]) == 0
     seed = json.loads(capsys.readouterr().out)["results"][0]
     assert seed["setup"] == "seed" and seed["summary"]["mpet"]["t1"]["gmean"] < 0.001
@@ -935,6 +942,27 @@ def test_eval_mpet_says_what_it_evaluates_on_a_terminal(tmp_path):
         f"platforms..."]
     piped = subprocess.run(cmd, capture_output=True, text=True, timeout=120)
     assert piped.returncode == 0 and piped.stderr == "" and "interval:" in piped.stdout
+
+
+def test_operating_point_is_judged_on_the_measured_times():
+    """Each method's curve picks a core count by the recommender's rule (the fewest within 5 %
+    of its best); the measured time there against the measured best says how good a choice
+    it was: within the tolerance or not, and the slowdown."""
+    from opptune.daemon.models.mpet_eval import operating_points
+    from opptune.daemon.recommend import fewest_within
+    rows = [{"ns": [1, 2, 4], "measured": [4.0, 2.5, 2.0],
+             "curves": {"mpet": [4.0, 2.0, 1.0], "naive": [1.0, 0.5, 0.25],
+                        "same_curve": [1.0, 0.5, 0.6]}},
+            {"ns": [1, 2, 4], "measured": [4.0, 2.0, 3.0],  # slows down beyond 2 cores
+             "curves": {"mpet": [4.0, 2.0, 2.5], "naive": [1.0, 0.5, 0.25],
+                        "same_curve": [1.0, 0.5, 0.26]}}]
+    op = operating_points(rows, lambda ns, t, tol: fewest_within(ns, t, tol), 0.05)
+    assert op["mpet"]["within"] == 1.0 and op["mpet"]["max"] == 0.0
+    assert op["naive"]["within"] == 0.5 and op["naive"]["max"] == pytest.approx(0.5)
+    assert op["same_curve"]["within"] == 0.0  # n = 2 (25 % slow), then n = 4 (50 % slow)
+    assert op["same_curve"]["mean"] == pytest.approx((0.25 + 0.5) / 2)
+    assert op["measured"] == {"count": 2, "within": 1.0, "mean": 0.0, "median": 0.0,
+                              "p95": 0.0, "max": 0.0}
 
 
 def test_scenario_b_evaluation_predicts_each_profile_from_its_one_core_run():

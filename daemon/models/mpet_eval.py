@@ -204,7 +204,9 @@ def evaluate(db: MpetDatabase, t1_sel: Selection = DEFAULT_T1, sc_sel: Selection
         row = {"workload": a, "platform": target, "references": refs, "source": source, "ns": ns,
                "measured": meas.tolist(), "predicted": pred.t, "lower": pred.lower,
                "upper": pred.upper, "single_candidate": pred.single_candidate,
-               "level": pred.level, "inside": inside}
+               "level": pred.level, "inside": inside,
+               "curves": {"mpet": pred.t, "naive": (1.0 / nsa).tolist(),
+                          "same_curve": (src_q / nsa).tolist()}}
         found = {
             "mpet": (abs(pred.t1 - t1) / t1, trend_error(t1 * shape, meas),
                      trend_error(pred.t, meas)),
@@ -254,10 +256,35 @@ def evaluate_scalability(db: MpetDatabase, sel: Selection = SEED_SC) -> dict:
         rows.append({"workload": a, "platform": plat, "ns": ns, "measured": meas.tolist(),
                      "predicted": pred.t, "lower": lo, "upper": hi, "level": level,
                      "single_candidate": pred.single_candidate, "inside": inside,
-                     **{m: {"scaling": v} for m, v in found.items()}})
+                     **{m: {"scaling": v} for m, v in found.items()},
+                     "curves": {"mpet": pred.t,
+                                "naive": (1.0 / np.asarray(ns, dtype=float)).tolist()}})
     summary = {m: {k: summarise(errs[m][k]) for k in KINDS} for m in METHODS}
     return {"summary": summary, "cases": rows, "skipped": skipped,
             "interval": _interval_summary(rows)}
+
+
+def operating_points(rows: list[dict], choose, tolerance: float) -> dict:
+    """What each method's predicted curve would have run the workload at: the core count
+    ``choose(ns, curve, tolerance)`` picks from it (the recommender's rule: the fewest cores
+    within ``tolerance`` of the best predicted time), judged on the measured times. Per method
+    of the cases' "curves": {count, within: the share of cases whose measured time there is
+    within ``tolerance`` of the measured best (the rule's own criterion met), mean / median /
+    p95 / max of the slowdown measured t(chosen) / min measured t - 1, and the same rule on
+    the measured times themselves as "measured" (its slowdown is at most ``tolerance``)}."""
+    slow: dict[str, list[float]] = {}
+    for r in rows:
+        meas = np.asarray(r["measured"], dtype=float)
+        for m, curve in {**r.get("curves", {}), "measured": meas}.items():
+            i = choose(r["ns"], curve, tolerance)
+            slow.setdefault(m, []).append(float(meas[i] / meas.min() - 1.0))
+    out = {}
+    for m, s in slow.items():
+        e = np.asarray(s)
+        out[m] = {"count": int(e.size), "within": float(np.mean(e <= tolerance + 1e-12)),
+                  "mean": float(e.mean()), "median": float(np.median(e)),
+                  "p95": float(np.percentile(e, 95)), "max": float(e.max())}
+    return out
 
 
 def _interval_summary(rows: list[dict]) -> dict:
