@@ -44,6 +44,9 @@ from .recommend import fewest_within
 
 DEFAULT_DATA = ("data/loghin_multicore_energy/data.csv", "data/xplat_npb_minife/data.csv")
 SEED_TABLE5 = {"t1": 0.154, "scaling": 0.127, "full": 0.199}
+# the operating point's rule: the recommender's default (DaemonConfig.tolerance), the fewest
+# cores within 5 % of the best
+TOLERANCE = 0.05
 SETUPS = {
     "default": "seed counts, eq. 21/23 on q(n) values, geometric mean, t(1) candidates by "
                "validated transfers, sc candidates by the seed's distances (eq. 16-19) where "
@@ -342,16 +345,8 @@ def run(paths: list[str], max_factor: float | None = None, setup: str = "default
                         "scenario": scenario,
                         "operating_point": {
                             "tolerance": TOLERANCE,
-                            **operating_points(res["cases"], _choose, TOLERANCE)}})
+                            **operating_points(res["cases"], fewest_within, TOLERANCE)}})
     return results
-
-
-# the recommender's default (DaemonConfig.tolerance): the fewest cores within 5 % of the best
-TOLERANCE = 0.05
-
-
-def _choose(ns, t, tolerance: float) -> int:
-    return fewest_within(ns, t, tolerance)
 
 
 def _pct(v) -> str:
