@@ -39,14 +39,15 @@ from .models.mpet_eval import (KINDS, METHODS, evaluate, evaluate_nested, evalua
 from .models.mpet_database import MpetDatabase
 from .models.mpet_predict import (DEFAULT_SC, DEFAULT_T1, RATIO_SC, RATIO_T1, SEED_SC,
                                   SEED_T1)
+from ..shared.config import DaemonConfig
 from .mpet_answer import store_rows, write_store_csv
 from .recommend import fewest_within
 
 DEFAULT_DATA = ("data/loghin_multicore_energy/data.csv", "data/xplat_npb_minife/data.csv")
 SEED_TABLE5 = {"t1": 0.154, "scaling": 0.127, "full": 0.199}
-# the operating point's rule: the recommender's default (DaemonConfig.tolerance), the fewest
-# cores within 5 % of the best
-TOLERANCE = 0.05
+# the operating point's rule, the recommender's: the fewest cores within its default
+# tolerance (5 %) of the best
+TOLERANCE = DaemonConfig.tolerance
 SETUPS = {
     "default": "seed counts, eq. 21/23 on q(n) values, geometric mean, t(1) candidates by "
                "validated transfers, sc candidates by the seed's distances (eq. 16-19) where "
