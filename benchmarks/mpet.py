@@ -16,6 +16,9 @@
    with each prediction from one reference platform at a time (`eval-mpet
    --single-reference`: what `opptune predict --from P` with one P gives), and scenario (b)
    (`eval-mpet --scenario b`: each profile from its 1-core runs, `opptune predict --on P`).
+   Each table ends with its intervals' coverage and the operating point: how often the core
+   count the predicted curve picks (the fewest within 5 % of its best) ran within 5 % of the
+   measured best, beside all cores (t(1)/n) and the source's curve.
 2. Time of one migration prediction (t(1), sc and the interval calibrated on the target's
    other workloads, the default setup) with a database of
    20 workloads x 5 platforms, each profile with all seven runtime parameters and six
