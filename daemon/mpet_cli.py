@@ -41,7 +41,7 @@ from .models.mpet_predict import (DEFAULT_SC, DEFAULT_T1, RATIO_SC, RATIO_T1, SE
                                   SEED_T1)
 from ..shared.config import DaemonConfig
 from .mpet_answer import store_rows, write_store_csv
-from .recommend import fewest_within
+from .objectives import fewest_within
 
 DEFAULT_DATA = ("data/loghin_multicore_energy/data.csv", "data/xplat_npb_minife/data.csv")
 SEED_TABLE5 = {"t1": 0.154, "scaling": 0.127, "full": 0.199}

@@ -174,7 +174,7 @@ def _operating_point(rows: list[dict[str, Any]]) -> dict[str, Any] | None:
     within TOLERANCE of the fastest predicted (eval-mpet's "operating point" says how often
     such a choice held on the evidence sets); None without a positive predicted time."""
     from .mpet_cli import TOLERANCE
-    from .recommend import fewest_within
+    from .objectives import fewest_within
     ns, t = [r["n"] for r in rows], [r["time_s"] for r in rows]
     try:
         i = fewest_within(ns, t, TOLERANCE)

@@ -133,6 +133,22 @@ def feasible(goal: Goal, time_s: Sequence[float], power_w: Sequence[float] | Non
     return ok
 
 
+def fewest_within(cores: Sequence[float], times: Sequence[float], tolerance: float,
+                  freqs: Sequence[float] | None = None) -> int:
+    """Index of the point with the fewest cores (then lowest frequency) whose time (or other
+    value to minimise) is within ``tolerance`` (relative) of the minimum: cores and cycles that
+    buy less than that are better left idle. ValueError when no value is finite and > 0."""
+    c = np.asarray(cores, dtype=float)
+    t = np.asarray(times, dtype=float)
+    f = np.zeros_like(c) if freqs is None else np.nan_to_num(np.asarray(freqs, dtype=float))
+    ok = np.isfinite(t) & (t > 0)
+    if not ok.any():
+        raise ValueError("no finite positive predicted time to recommend from")
+    best = t[ok].min()
+    within = np.flatnonzero(ok & (t <= best * (1.0 + tolerance)))
+    return int(within[np.lexsort((f[within], c[within]))[0]])
+
+
 @dataclass
 class Choice:
     """The chosen configuration (an index into the arrays given to :func:`choose`)."""
@@ -170,8 +186,7 @@ def choose(goal: Goal, time_s: Sequence[float], power_w: Sequence[float] | None,
     if not mask.any():
         return _closest(goal, t, p, value, usable)
     best = float(value[mask].min())
-    within = np.flatnonzero(mask & (value <= best * (1.0 + tolerance)))
-    i = int(within[np.lexsort((f[within], c[within]))[0]])
+    i = fewest_within(c, np.where(mask, value, np.nan), tolerance, f)
     b = int(np.flatnonzero(mask & (value == best))[0])
     others = np.flatnonzero(mask)
     others = others[others != i]

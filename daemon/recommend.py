@@ -15,6 +15,7 @@ import numpy as np
 
 from .fitter import fit_rows
 from .models.base import FittedModel, Observations
+from .objectives import fewest_within
 from .planner import cluster_order, offered_frequencies, physical_cores, sweep_order
 
 
@@ -34,21 +35,6 @@ class Recommendation:
 
     def as_dict(self) -> dict[str, Any]:
         return asdict(self)
-
-
-def fewest_within(cores: Sequence[float], times: Sequence[float], tolerance: float,
-                  freqs: Sequence[float] | None = None) -> int:
-    """Index of the point with the fewest cores (then lowest frequency) whose time is within
-    ``tolerance`` (relative) of the minimum; ValueError when no time is finite."""
-    c = np.asarray(cores, dtype=float)
-    t = np.asarray(times, dtype=float)
-    f = np.zeros_like(c) if freqs is None else np.nan_to_num(np.asarray(freqs, dtype=float))
-    ok = np.isfinite(t) & (t > 0)
-    if not ok.any():
-        raise ValueError("no finite positive predicted time to recommend from")
-    best = t[ok].min()
-    within = np.flatnonzero(ok & (t <= best * (1.0 + tolerance)))
-    return int(within[np.lexsort((f[within], c[within]))[0]])
 
 
 def candidate_grid(platform: dict[str, Any], frequencies_khz: Sequence[int] | None = None,

@@ -949,7 +949,7 @@ def test_operating_point_is_judged_on_the_measured_times():
     of its best); the measured time there against the measured best says how good a choice
     it was: within the tolerance or not, and the slowdown."""
     from opptune.daemon.models.mpet_eval import operating_points
-    from opptune.daemon.recommend import fewest_within
+    from opptune.daemon.objectives import fewest_within
     rows = [{"ns": [1, 2, 4], "measured": [4.0, 2.5, 2.0],
              "curves": {"mpet": [4.0, 2.0, 1.0], "naive": [1.0, 0.5, 0.25],
                         "same_curve": [1.0, 0.5, 0.6]}},

@@ -5,7 +5,8 @@ import pytest
 
 from opptune.daemon.models.base import FittedModel, Observations, Prediction
 from opptune.daemon.planner import plan_sweep
-from opptune.daemon.recommend import fewest_within, fit_setting, recommend
+from opptune.daemon.objectives import fewest_within
+from opptune.daemon.recommend import fit_setting, recommend
 from opptune.shared.config import SweepDefaults
 
 
