@@ -20,7 +20,7 @@ older commit) and compares its costs with this run's fits (full and default).
 
 ``--poet`` also replays the fits of ``opptune eval`` on poet_bard_configs, Xeon groups (random
 training subsets of 8, 16, 32, 64 configurations, 10 draws, the same seeds as
-``python3 -m opptune.daemon.fit_cli eval --data data/poet_bard_configs/data.csv
+``opptune eval --data data/poet_bard_configs/data.csv
 --time-from-speedup --group xeon --train-sizes 8,16,32,64 --reps 10``): the default fit's wall
 time per training size (median, p95, max, count over 50 ms), its median test MAPE / MSE of
 speedup (must equal the eval's), and its training cost for ``--compare``.
@@ -47,8 +47,8 @@ import numpy as np
 
 from peer_baselines import DATA, _load_groups, _pick, _warm_up
 
-from opptune.daemon.fit_cli import (_groups, _t1_ref, relative_time_from_speedup,
-                                    training_mask)
+from opptune.daemon.eval_cli import _t1_ref, relative_time_from_speedup, training_mask
+from opptune.daemon.fit_cli import _groups
 from opptune.daemon.models.amdahl import AmdahlModeler
 from opptune.daemon.models.base import NotEnoughData
 from opptune.daemon.models.memwall import MemWallModeler
@@ -113,7 +113,7 @@ POET_SIZES = (8, 16, 32, 64)
 
 def poet_sets(sizes: tuple[int, ...] = POET_SIZES, reps: int = 10, seed: int = 0):
     """(label, rep, size, all observations, training mask) of each poet Xeon fit of
-    ``opptune eval`` (same groups, draws and seeds as fit_cli.run_eval)."""
+    ``opptune eval`` (same groups, draws and seeds as eval_cli.run_eval)."""
     groups = [(lab, relative_time_from_speedup(o)) for lab, o in _groups(str(POET))
               if "xeon" in lab]
     for gi, (label, obs) in enumerate(groups):

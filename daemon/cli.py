@@ -230,6 +230,8 @@ def build_parser() -> argparse.ArgumentParser:
                          "pip install 'opptune[daemon]'")
     else:
         add_parsers(sub)
+        from .eval_cli import add_parser as add_eval
+        add_eval(sub)
         from .mpet_cli import add_parser as add_mpet
         add_mpet(sub)
     return parser

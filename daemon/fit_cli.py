@@ -1,4 +1,5 @@
-"""Operator subcommands `opptune fit`, `opptune predict` and `opptune eval` (eval: seed 003 sec. 4.3).
+"""Operator subcommands `opptune fit` and `opptune predict` (its --fit form; the MPET forms
+are mpet_predict_cli's), and the helpers `opptune eval` (eval_cli) shares with them.
 
 ``add_parsers(subparsers)`` registers them; each sets ``func(args) -> exit code``.
 Saved fits hold parameters (JSON), never pickles: only models with ``to_state`` (the analytic
@@ -25,11 +26,10 @@ from .models.energy import PowerModeler, predict_energy
 from .fitter import candidates_for, with_pooled
 from .models.calibrate import interval_state, with_interval
 from .models.pooled import ReplayCache
-from .models.select import ANALYTIC, choose
+from .models.select import choose
 from .recommend import platform_others
 from .tidy import ZERO_TIME, TidyError, median_reps, read_tidy
 
-SEED003_LEARNERS = ("krr", "svr", "dtree")
 CV_KEYS = ("name", "cv_mape", "fit_ms", "error")  # one row of a fit's "cv" list
 
 
@@ -38,7 +38,7 @@ TIDY_HELP = ("CSV file, one row per run: platform, workload, input, variant, cor
 
 
 def add_parsers(subparsers: Any) -> None:
-    """Add fit, predict and eval to an argparse subparsers object."""
+    """Add fit and predict to an argparse subparsers object."""
     desc = ("Fit a performance model (time over cores and CPU frequency) to each "
             "platform/workload/input/variant group of a CSV of measurements, and a power model "
             "where the runs carry power or energy. Prints a table, or JSON with --json; --save "
@@ -83,32 +83,6 @@ def add_parsers(subparsers: Any) -> None:
     from .mpet_predict_cli import add_predict_options
     add_predict_options(p)
     p.set_defaults(func=cmd_predict)
-
-    desc = ("How prediction error falls with the number of measurements: for each training "
-            "size, fit each model on random subsets of each group's configurations and measure "
-            "its error on the rest (median MAPE of time, MSE of speedup). Says which sizes, "
-            "groups and fits it left out and why.")
-    p = subparsers.add_parser("eval", help="prediction error vs number of measurements",
-                              description=desc)
-    p.add_argument("--data", required=True, metavar="FILE.csv", help=TIDY_HELP)
-    p.add_argument("--train-sizes", default="4,8,16,32,64,128", metavar="N1,N2",
-                   help="numbers of training configurations (default: %(default)s)")
-    p.add_argument("--reps", type=int, default=10,
-                   help="random subsets per size (default: %(default)s)")
-    p.add_argument("--seed", type=int, default=0, help="seed of the random subsets")
-    p.add_argument("--models", default="", metavar="M1,M2",
-                   help="models to compare (default: amdahl, usl, memwall, and the krr, svr "
-                        "and dtree learners where scikit-learn is installed)")
-    p.add_argument("--json", action="store_true",
-                   help="print one JSON object (summary, what was left out, every fit) instead "
-                        "of the table (shape: docs/json-output.md)")
-    p.add_argument("--out", metavar="DIR", help="also write eval.jsonl and a plot, eval.png")
-    p.add_argument("--time-from-speedup", action="store_true",
-                   help="where time_s is empty, use 1/speedup from a 'speedup' column as a "
-                        "relative time")
-    p.add_argument("--group", default="", help="only groups whose label contains this text")
-    _zero_times_option(p)
-    p.set_defaults(func=cmd_eval)
 
 
 def _zero_times_option(p: argparse.ArgumentParser) -> None:
@@ -524,256 +498,3 @@ def cmd_predict(args: argparse.Namespace) -> int:
             cols, rows = cols[:6], [r[:6] for r in rows]
         _table("predicted time (s)", cols, rows)
     return 0
-
-
-# -- eval (seed 003 section 4.3) --------------------------------------------------------------
-
-def _speedup(times: np.ndarray, obs: Observations, ref: np.ndarray) -> np.ndarray:
-    return ref / times
-
-
-def _t1_ref(obs: Observations) -> np.ndarray:
-    """Measured single-core time at each row's frequency (speedup reference, eq. 1); where a
-    frequency has no p = 1 row, the smallest core count's time times its cores."""
-    fq = np.nan_to_num(obs.freq_mhz if obs.freq_mhz is not None else np.zeros(len(obs)), nan=0.0)
-    ref = np.empty(len(obs))
-    for f in np.unique(fq):
-        at = fq == f
-        i = np.flatnonzero(at)[np.argmin(obs.cores[at])]
-        ref[at] = obs.time_s[i] * obs.cores[i]
-    return ref
-
-
-def default_eval_models() -> list[str]:
-    avail = set(registry.available())
-    return [m for m in (*ANALYTIC, *SEED003_LEARNERS) if m in avail]
-
-
-def training_mask(n: int, size: int, seed: int, group_index: int, rep: int) -> np.ndarray:
-    """The random training subset of one draw of ``eval``: ``size`` of ``n`` configurations,
-    seeded by (seed, group index, size, rep) so every model and every later run sees the same
-    draw."""
-    rng = np.random.default_rng([seed, group_index, size, rep])
-    train = np.zeros(n, bool)
-    train[rng.choice(n, size, replace=False)] = True
-    return train
-
-
-def run_eval(groups: list[tuple[str, Observations]], sizes: list[int], reps: int, seed: int,
-             models: list[str]) -> list[dict[str, Any]]:
-    """One record per (group, model, size, rep): test MSE of speedup and MAPE of time on all
-    configurations outside the random training subset (seeded per group, size and rep)."""
-    records = []
-    for gi, (label, obs) in enumerate(groups):
-        ok = np.isfinite(obs.time_s) & (obs.time_s > 0)
-        obs = obs.subset(ok)
-        n = len(obs)
-        ref = _t1_ref(obs) if n else np.array([])
-        for size in sizes:
-            if size >= n:
-                continue
-            for rep in range(reps):
-                train = training_mask(n, size, seed, gi, rep)
-                test = obs.subset(~train)
-                for name in models:
-                    rec = {"group": label, "model": name, "size": size, "rep": rep,
-                           "n_test": int((~train).sum()), "fit_s": None, "mape": None,
-                           "mse_speedup": None, "error": None}
-                    try:
-                        t0 = time.perf_counter()
-                        fitted = registry.get(name).fit(obs.subset(train))
-                        rec["fit_s"] = time.perf_counter() - t0
-                        pred = fitted.predict(test).value
-                        truth = test.time_s
-                        rec["mape"] = float(np.mean(100 * np.abs(pred - truth) / truth))
-                        rec["mse_speedup"] = float(np.mean((ref[~train] / pred - ref[~train] / truth) ** 2))
-                    except NotEnoughData as exc:
-                        rec["error"] = str(exc)
-                    records.append(rec)
-    return records
-
-
-def eval_drops(groups: list[tuple[str, Observations]], sizes: list[int],
-               records: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """What ``run_eval`` left out and why: one entry per (group, size) it skipped, per group
-    whose rows without a time > 0 it left out, and per (group, model, size) whose fits failed
-    (keys group, size, model, reason; None where an entry is about every size or model)."""
-    drops: list[dict[str, Any]] = []
-    for label, obs in groups:
-        ok = np.isfinite(obs.time_s) & (obs.time_s > 0)
-        n = int(ok.sum())
-        if n < len(obs):
-            drops.append({"group": label, "size": None, "model": None,
-                          "reason": f"{len(obs) - n} of {len(obs)} configurations have no "
-                                    "time > 0 and were left out"})
-        for size in sizes:
-            if size >= n:
-                drops.append({"group": label, "size": size, "model": None,
-                              "reason": f"size {size} >= the group's {n} configurations with a "
-                                        "time: none would be left to test"})
-    failed: dict[tuple[str, int, str], list[dict[str, Any]]] = {}
-    for r in records:
-        if r.get("error") is not None:
-            failed.setdefault((r["group"], r["size"], r["model"]), []).append(r)
-    reps = {}
-    for r in records:
-        k = (r["group"], r["size"], r["model"])
-        reps[k] = reps.get(k, 0) + 1
-    for (label, size, model), rs in failed.items():
-        drops.append({"group": label, "size": size, "model": model,
-                      "reason": f"{len(rs)} of {reps[(label, size, model)]} fits failed: "
-                                f"{rs[0]['error']}"})
-    return drops
-
-
-def _say_drops(drops: list[dict[str, Any]], n_groups: int) -> None:
-    """The drops on stderr, one line per size and model (or reason) rather than per group."""
-    lines: dict[tuple, list[dict[str, Any]]] = {}
-    for d in drops:
-        if d["model"] is not None:
-            key: tuple = (d["size"], d["model"], "")
-        elif d["size"] is not None:
-            key = (d["size"], None, "it has fewer configurations with a time than the size, "
-                                    "so none would be left to test")
-        else:
-            key = (None, None, "configurations without a time > 0 left out")
-        lines.setdefault(key, []).append(d)
-    for (size, model, reason), ds in lines.items():
-        who = "; ".join(d["group"] for d in ds[:4]) + (" ..." if len(ds) > 4 else "")
-        if model is not None:
-            print(f"note: eval size {size}, model {model}: fits failed in {len(ds)} of "
-                  f"{n_groups} groups ({ds[0]['reason']}): {who}", file=sys.stderr)
-        elif size is not None:
-            print(f"note: eval left out size {size} for {len(ds)} of {n_groups} groups "
-                  f"({reason}): {who}", file=sys.stderr)
-        else:
-            print(f"note: eval: {reason} in {len(ds)} of {n_groups} groups: "
-                  + "; ".join(f"{d['group']} ({d['reason'].split(' have')[0]})" for d in ds[:4])
-                  + (" ..." if len(ds) > 4 else ""), file=sys.stderr)
-
-
-def summarise(records: list[dict[str, Any]]) -> dict[tuple[str, int], dict[str, float]]:
-    """Median over groups and reps per (model, size) of MAPE and speedup MSE."""
-    acc: dict[tuple[str, int], dict[str, list[float]]] = {}
-    for r in records:
-        if r.get("mape") is not None:
-            a = acc.setdefault((r["model"], r["size"]), {"mape": [], "mse_speedup": []})
-            a["mape"].append(r["mape"])
-            a["mse_speedup"].append(r["mse_speedup"])
-    return {k: {"median_mape": float(np.median(v["mape"])),
-                "median_mse_speedup": float(np.median(v["mse_speedup"])), "fits": len(v["mape"])}
-            for k, v in sorted(acc.items())}
-
-
-def plot_eval(summary: dict[tuple[str, int], dict[str, float]], path: Path) -> None:
-    """Median error vs number of measurements (log x), one line per model (Agg backend)."""
-    import matplotlib
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-    fig, axes = plt.subplots(1, 2, figsize=(10, 4))
-    for model in sorted({m for m, _ in summary}):
-        pts = sorted((s, v) for (m, s), v in summary.items() if m == model)
-        xs = [s for s, _ in pts]
-        axes[0].plot(xs, [v["median_mse_speedup"] for _, v in pts], marker="o", label=model)
-        axes[1].plot(xs, [v["median_mape"] for _, v in pts], marker="o", label=model)
-    for ax, title in zip(axes, ("median MSE of speedup", "median MAPE of time (%)")):
-        ax.set_xscale("log", base=2)
-        ax.set_yscale("log")
-        ax.set_xlabel("number of measurements (training set)")
-        ax.set_title(title)
-        ax.grid(True, which="both", alpha=0.3)
-    axes[1].legend()
-    fig.tight_layout()
-    fig.savefig(path, dpi=100)
-    plt.close(fig)
-
-
-def relative_time_from_speedup(obs: Observations) -> Observations:
-    """Rows without a time get 1/speedup (time relative to the reference configuration; MAPE
-    and speedup ratios do not depend on the unit)."""
-    sp = obs.counters.get("speedup")
-    if sp is None:
-        return obs
-    out = obs.subset(np.arange(len(obs)))
-    miss = ~np.isfinite(out.time_s) & np.isfinite(sp) & (sp > 0)
-    out.time_s = np.where(miss, 1.0 / np.where(sp > 0, sp, 1.0), out.time_s)
-    return out
-
-
-def cmd_eval(args: argparse.Namespace) -> int:
-    try:
-        groups = _groups(args.data, args.zero_times)
-    except TidyError as exc:
-        print(f"opptune eval: {exc}", file=sys.stderr)
-        return 2
-    if getattr(args, "group", ""):
-        labels = [lab for lab, _ in groups]
-        groups = [(lab, o) for lab, o in groups if args.group in lab]
-        if not groups:
-            print(f"opptune eval: no group of {args.data} contains {args.group!r}; groups: "
-                  f"{', '.join(labels)}", file=sys.stderr)
-            return 2
-    if getattr(args, "time_from_speedup", False):
-        groups = [(lab, relative_time_from_speedup(o)) for lab, o in groups]
-    models = [m for m in args.models.split(",") if m] or default_eval_models()
-    for m in models:
-        try:
-            registry.get(m)
-        except (ValueError, ImportError, AttributeError) as exc:
-            print(f"opptune eval: model {m}: {exc}", file=sys.stderr)
-            return 2
-    try:
-        sizes = [int(s) for s in _numbers(args.train_sizes, "--train-sizes", whole=True)]
-        if args.reps < 1:
-            raise UsageError(f"--reps needs a whole number >= 1 (random subsets per size), "
-                             f"got {args.reps}")
-    except UsageError as exc:
-        print(f"opptune eval: {exc}", file=sys.stderr)
-        return 2
-    records = run_eval(groups, sizes, args.reps, args.seed, models)
-    if not records:
-        largest = max(int(np.sum(np.isfinite(o.time_s) & (o.time_s > 0))) for _, o in groups)
-        print(f"opptune eval: every training size ({args.train_sizes}) leaves no test configuration: "
-              f"the largest group has {largest} configurations with a time; give smaller sizes",
-              file=sys.stderr)
-        return 2
-    summary = summarise(records)
-    if not summary:
-        print(f"opptune eval: no fit succeeded ({len(records)} tried); e.g. {records[0]['model']} on "
-              f"{records[0]['group']} at size {records[0]['size']}: {records[0]['error']}",
-              file=sys.stderr)
-        return 1
-    drops = eval_drops(groups, sizes, records)
-    if args.json:
-        print(dump_json({
-            "data": args.data, "models": models, "sizes": sizes, "reps": args.reps,
-            "seed": args.seed,
-            "summary": [{"model": m, "size": s, **v} for (m, s), v in summary.items()],
-            "dropped": drops, "records": records}))
-    else:
-        _say_drops(drops, len(groups))
-        _table(f"median over groups x {args.reps} reps",
-               ["model", "size", "MAPE %", "MSE speedup", "fits"],
-               [[m, s, f"{v['median_mape']:.2f}", f"{v['median_mse_speedup']:.4g}", v["fits"]]
-                for (m, s), v in summary.items()])
-    if args.out:
-        out = Path(args.out)
-        out.mkdir(parents=True, exist_ok=True)
-        with (out / "eval.jsonl").open("w") as fh:
-            for r in records:
-                fh.write(dump_json(r) + "\n")
-        if summary:
-            plot_eval(summary, out / "eval.png")
-    return 0
-
-
-def main(argv: list[str] | None = None) -> int:
-    """Stand-alone entry (python3 -m opptune.daemon.fit_cli fit ...)."""
-    ap = argparse.ArgumentParser(prog="opptune")
-    add_parsers(ap.add_subparsers(dest="cmd", required=True))
-    args = ap.parse_args(argv)
-    return args.func(args)
-
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -105,9 +105,8 @@ def test_predict_skips_a_damaged_entry_with_a_warning(tmp_path):
     assert "warning: group g: cannot load its fit" in proc.stderr
 
 
-INTERNAL = ("``", "auto_x", "combo", "seed 003", "fit_cli", "ROUTER", "poet_bard", "opptune.daemon",
-            "opptune.agent",
-            "Traceback", "%%")
+INTERNAL = ("``", "auto_x", "combo", "seed 003", "fit_cli", "eval_cli", "ROUTER", "poet_bard",
+            "opptune.daemon", "opptune.agent", "Traceback", "%%")
 
 
 @pytest.mark.parametrize("argv", [

@@ -1,21 +1,13 @@
 """opptune fit / predict / eval on a small CSV."""
 
-import argparse
 import json
 
 import numpy as np
 import pytest
 
-from opptune.daemon.fit_cli import add_parsers
+from opptune.daemon.cli import main as run
 from opptune.daemon.models.base import Observations
 from opptune.daemon.models.memwall import speedup
-
-
-def run(argv):
-    ap = argparse.ArgumentParser()
-    add_parsers(ap.add_subparsers(dest="cmd", required=True))
-    args = ap.parse_args(argv)
-    return args.func(args)
 
 
 def small_csv(tmp_path):
@@ -72,7 +64,7 @@ def test_eval_writes_records_and_plot(tmp_path, capsys):
 
 def test_relative_time_from_speedup_fills_only_missing_times():
     import numpy as np
-    from opptune.daemon.fit_cli import relative_time_from_speedup
+    from opptune.daemon.eval_cli import relative_time_from_speedup
     from opptune.daemon.models.base import Observations
     obs = Observations(cores=[1.0, 2.0, 4.0], time_s=[np.nan, np.nan, 3.0],
                        counters={"speedup": np.array([1.0, 1.6, 2.5])})
