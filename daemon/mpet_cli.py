@@ -404,7 +404,9 @@ def format_table(res: dict) -> str:
             f"predicted t(n)): measured there within {100 * op['tolerance']:.0f} % of the "
             f"measured best in " + "; ".join(
                 f"{names[m]} {100 * op[m]['within']:.0f} % (slower by {_pct(op[m]['mean'])} % "
-                f"on average, {_pct(op[m]['p95'])} % at the 95th percentile)"
+                f"on average, {_pct(op[m]['p95'])} % at the 95th percentile"
+                + (f"; no choice from {op[m]['failed']} curve{'s' * (op[m]['failed'] != 1)} "
+                   f"without a positive time" if op[m].get("failed") else "") + ")"
                 for m in names if m in op))
     if res["skipped"]:
         # --single-reference skips a profile once per reference, in the same words

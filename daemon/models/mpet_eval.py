@@ -271,19 +271,28 @@ def operating_points(rows: list[dict], choose, tolerance: float) -> dict:
     of the cases' "curves": {count, within: the share of cases whose measured time there is
     within ``tolerance`` of the measured best (the rule's own criterion met), mean / median /
     p95 / max of the slowdown measured t(chosen) / min measured t - 1, and the same rule on
-    the measured times themselves as "measured" (its slowdown is at most ``tolerance``)}."""
+    the measured times themselves as "measured" (its slowdown is at most ``tolerance``)}.
+    A curve with no positive time to choose by (eq. 21 on elements can give one) is a choice
+    not made: counted in "failed" and as not within, left out of the slowdowns."""
     slow: dict[str, list[float]] = {}
     for r in rows:
         meas = np.asarray(r["measured"], dtype=float)
         for m, curve in {**r.get("curves", {}), "measured": meas}.items():
-            i = choose(r["ns"], curve, tolerance)
+            try:
+                i = choose(r["ns"], curve, tolerance)
+            except ValueError:
+                slow.setdefault(m, []).append(math.nan)
+                continue
             slow.setdefault(m, []).append(float(meas[i] / meas.min() - 1.0))
     out = {}
     for m, s in slow.items():
         e = np.asarray(s)
-        out[m] = {"count": int(e.size), "within": float(np.mean(e <= tolerance + 1e-12)),
-                  "mean": float(e.mean()), "median": float(np.median(e)),
-                  "p95": float(np.percentile(e, 95)), "max": float(e.max())}
+        made = e[np.isfinite(e)]
+        out[m] = {"count": int(e.size), "failed": int(e.size - made.size),
+                  "within": float(np.sum(made <= tolerance + 1e-12) / e.size)}
+        out[m].update({k: None for k in ("mean", "median", "p95", "max")} if not made.size else
+                      {"mean": float(made.mean()), "median": float(np.median(made)),
+                       "p95": float(np.percentile(made, 95)), "max": float(made.max())})
     return out
 
 
