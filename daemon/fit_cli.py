@@ -66,8 +66,8 @@ def add_parsers(subparsers: Any) -> None:
             "frequencies asked; warns where a query lies outside the measured core counts or "
             "frequencies. With --workload: MPET from a running daemon's measurements (below): "
             "t(n) with an interval, calibrated on the target's other workloads where it can "
-            "be (its level stated). Exit 1 when nothing can be predicted or the daemon does not answer, 2 "
-            "on unusable input.")
+            "be (its level stated), and the core count to run at there. Exit 1 when nothing "
+            "can be predicted or the daemon does not answer, 2 on unusable input.")
     p = subparsers.add_parser("predict", help="predict time (and energy) from a saved fit; "
                               "with --workload, a workload on a platform it never ran on "
                               "(--from P --to T) or beyond one core (--on P) by MPET",

@@ -123,8 +123,8 @@ def edited_curve(t1: float, sc: np.ndarray, ns, n_nu: int | None, n_ht: int | No
     or where an element edit of ``edits`` takes a share below 0 at some n (a share of time: a
     negative lock wait would raise U(n) above 1 and shorten t(n)), or, where the fitted
     ``unedited`` sc is already below 0 there (the least-squares line through a measured lock
-    wait of 0, 0.15, 0.29, 0.47 at n = 1..4 has l(1) = -0.007), below that. A whole curve's factor or constant (>= 0) makes
-    no share negative that the fit had not."""
+    wait of 0, 0.15, 0.29, 0.47 at n = 1..4 has l(1) = -0.007), below that. A whole curve's
+    factor or constant (>= 0) makes no share negative that the fit had not."""
     ns = list(ns)
     if runtime_params_valid(sc):
         arr = np.asarray(ns, dtype=float)
