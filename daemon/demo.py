@@ -292,7 +292,14 @@ def run_demo(args: argparse.Namespace) -> int:
         console.print(f"[red]opptune demo: {run_dir} already holds a demo's database "
                       "(opptune.db); name a new --dir, or remove that directory first[/red]")
         return 2
-    run_dir.mkdir(parents=True, exist_ok=True)
+    try:
+        run_dir.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:  # a file of that name, a read-only or missing parent
+        why = ("a file of that name exists" if isinstance(exc, FileExistsError)
+               else exc.strerror or str(exc))
+        print(f"opptune demo: cannot make --dir {run_dir}: {why}; name another directory",
+              file=sys.stderr)
+        return 2
     console.print(f"opptune demo: everything goes to [bold]{run_dir}[/bold]")
     if args.virtual_board:
         console.print(f"[yellow]VIRTUAL BOARD '{args.virtual_board}': times and energies come "

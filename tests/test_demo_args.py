@@ -44,6 +44,20 @@ def test_bad_options_are_one_line_and_start_nothing(tmp_path, extra, said):
     assert list(tmp_path.iterdir()) == []  # not even the --dir
 
 
+def test_a_dir_that_cannot_be_made_is_one_line(tmp_path):
+    """--dir naming a file (or under one) was a FileExistsError traceback, exit 1."""
+    (tmp_path / "afile").write_text("x")
+    for where in (tmp_path / "afile", tmp_path / "afile" / "sub"):
+        argv = [sys.executable, "-m", "opptune.daemon.cli", "demo", "--dir", str(where),
+                "--no-progress", "--virtual-board", "rpi4"]
+        proc = subprocess.run(argv, capture_output=True, text=True, timeout=30, cwd=tmp_path)
+        assert proc.returncode == 2, proc.stderr
+        assert proc.stderr.startswith(f"opptune demo: cannot make --dir {where}: ")
+        assert proc.stderr.endswith("; name another directory\n")
+        assert proc.stderr.count("\n") == 1 and proc.stdout == ""
+    assert (tmp_path / "afile").read_text() == "x"
+
+
 def test_help_lists_the_virtual_boards():
     text = " ".join(build_parser()._subparsers._group_actions[0].choices["demo"]
                     .format_help().split())
