@@ -62,6 +62,21 @@ def test_eval_writes_records_and_plot(tmp_path, capsys):
     assert (out / "eval.png").stat().st_size > 1000
 
 
+def test_eval_out_that_cannot_be_made_is_refused_before_the_eval(tmp_path, capsys):
+    """--out naming a file was a FileExistsError traceback after the whole eval ran."""
+    data, afile = small_csv(tmp_path), tmp_path / "afile"
+    afile.write_text("x")
+    for out, why in ((afile, "is a file, not a directory; name a directory"),
+                     (afile / "sub", "cannot write: Not a directory")):
+        rc = run(["eval", "--data", str(data), "--train-sizes", "4", "--reps", "1",
+                  "--models", "amdahl", "--out", str(out)])
+        captured = capsys.readouterr()
+        assert rc == 2
+        assert captured.err == f"opptune eval: --out {out}: {why}\n"
+        assert captured.out == ""  # refused before the eval, not after its table
+    assert afile.read_text() == "x"
+
+
 def test_relative_time_from_speedup_fills_only_missing_times():
     import numpy as np
     from opptune.daemon.eval_cli import relative_time_from_speedup
