@@ -112,8 +112,10 @@ def recommendation_table(r: dict[str, Any], title: str | None = None) -> Table:
         ru = r["runner_up"]
         t.add_row("runner-up", f"{config_text(ru)}: {ru['objective_value']:.4g} {r['unit']} "
                                f"({r['margin'] * 100:+.1f} %)")
-    else:
+    elif r["met"]:
         t.add_row("runner-up", "none (a single candidate meets the goal)")
+    else:  # the closest configuration is shown; "a candidate meets it" would contradict limits
+        t.add_row("runner-up", "none (no configuration meets the limits)")
     t.add_row("rests on", f"{r['n_measurements']} runs of {r['n_configurations']} "
                           f"configurations ({r['n_candidates']} candidates)")
     basis = r.get("rests_on") or {}
