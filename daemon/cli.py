@@ -234,12 +234,16 @@ def build_parser() -> argparse.ArgumentParser:
         add_eval(sub)
         from .mpet_cli import add_parser as add_mpet
         add_mpet(sub)
+    for command in sub.choices.values():  # main() shows an unknown option with its usage
+        command.set_defaults(command_parser=command)
     return parser
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
-    args = parser.parse_args(argv)
+    args, unknown = parser.parse_known_args(argv)
+    if unknown:  # parse_args would print the top-level usage, not the command's
+        args.command_parser.error(f"unrecognized arguments: {' '.join(unknown)}")
     try:
         return int(args.func(args) or 0)
     except ConfigError as exc:

@@ -295,3 +295,15 @@ def test_a_long_wait_for_a_daemon_that_is_not_there_says_so_before_it_ends(monke
     # a short wait (the status commands' 5 s) ends with the one line only
     data, rc = client.ask("opptune status", f"tcp://127.0.0.1:{port}", "status", timeout_s=0.2)
     assert rc == 1 and len(capsys.readouterr().err.strip().splitlines()) == 1
+
+
+@pytest.mark.parametrize("argv", [["sweep", "--agent", "a", "--no-progress"],
+                                  ["status", "--bogus"], ["fit", "--data", "x.csv", "extra"]])
+def test_an_unknown_option_of_a_command_shows_that_commands_usage(tmp_path, argv):
+    """'opptune sweep --no-progress' printed the top-level usage ('usage: opptune [-h]
+    [--version] COMMAND ...') and 'opptune: error:', not the usage of sweep."""
+    proc = run("opptune", *argv, cwd=tmp_path)
+    assert proc.returncode == 2 and proc.stdout == ""
+    assert proc.stderr.startswith(f"usage: opptune {argv[0]} "), proc.stderr
+    assert proc.stderr.splitlines()[-1] == (
+        f"opptune {argv[0]}: error: unrecognized arguments: {argv[-1]}")
