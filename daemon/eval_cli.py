@@ -266,6 +266,14 @@ def cmd_eval(args: argparse.Namespace) -> int:
             print(f"opptune eval: --out {args.out}: cannot write: {exc.strerror or exc}",
                   file=sys.stderr)
             return 2
+    if sys.stderr.isatty():  # a person waits (minutes on a large CSV): say what takes the time
+        fits = args.reps * len(models) * sum(
+            sum(1 for size in sizes if size < int(np.sum(np.isfinite(o.time_s) & (o.time_s > 0))))
+            for _, o in groups)
+        print(f"opptune eval: {fits} fits: models {', '.join(models)} at training sizes "
+              f"{', '.join(map(str, sizes))}, {args.reps} random subsets each, on "
+              f"{len(groups)} group{'s' if len(groups) != 1 else ''}...", file=sys.stderr,
+              flush=True)
     records = run_eval(groups, sizes, args.reps, args.seed, models)
     if not records:
         largest = max(int(np.sum(np.isfinite(o.time_s) & (o.time_s > 0))) for _, o in groups)
