@@ -356,6 +356,8 @@ def run_demo(args: argparse.Namespace) -> int:
         console.print(f"[red]agent exited {rc_agent}, daemon exited {rc_daemon}; logs in "
                       f"{run_dir}[/red]")
         return 1
+    if not ok and closing_note(table, run_dir):
+        console.print(closing_note(table, run_dir), markup=False)
     return 0 if ok else 1
 
 
@@ -554,9 +556,9 @@ def print_table(table: list[dict[str, Any]], console: Console) -> None:
         if w.get("virtual"):
             console.print("  records are VIRTUAL: times and energies follow the board's model "
                           "(docs/virtual-board.md), not this machine's hardware", markup=False)
-        params = params_text(w["model"], w["model_params"])
         mape = w["model_mape_pct"]
-        line = f"  model: {w['model'] or '-'} ({params})"
+        line = (f"  model: {w['model']} ({params_text(w['model'], w['model_params'])})"
+                if w["model"] else "  model: none")
         if mape is not None:
             line += f"; training MAPE {mape:.2f} %"
         runners = [r.get("model") for r in w["runners_up"] or [] if isinstance(r, dict)]
@@ -587,6 +589,17 @@ def print_table(table: list[dict[str, Any]], console: Console) -> None:
         elif w.get("energy_recommendation_error"):
             console.print(f"  for minimum energy: none ({w['energy_recommendation_error']})",
                           markup=False)
+
+
+def closing_note(table: list[dict[str, Any]], run_dir: Path) -> str | None:
+    """The demo's last word when it ends without a recommendation for some workload."""
+    if not table:
+        return f"opptune demo: nothing was measured; the logs are in {run_dir}"
+    missing = [w["workload"] for w in table if w.get("recommended_cores") is None]
+    if not missing:
+        return None
+    return (f"opptune demo: no recommendation for {', '.join(missing)} (the notes above say "
+            f"why); the logs and the database are in {run_dir}")
 
 
 def energy_line(e: dict[str, Any], w: dict[str, Any]) -> str:

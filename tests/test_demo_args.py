@@ -172,3 +172,25 @@ def test_the_summary_rests_on_clean_runs_and_counts_the_marked_ones(tmp_path):
     assert "3 (2 marked)" in text and "0.9000 *" in text
     (under,) = summarise(db, {}, accept_load=True)
     assert under["points"][1]["median_time_s"] == 1.1
+
+
+def test_a_workload_without_a_model_says_none_and_the_demo_says_why_it_failed(tmp_path):
+    """A busy machine left every point marked: the table said 'model: - ()' and the demo
+    exited 1 after 'recommended: none' without a last word."""
+    from rich.console import Console
+
+    from opptune.daemon.demo import closing_note, print_table
+    w = {"workload": "triad", "input": "default", "variant": "", "virtual": False,
+         "points": [], "model": None, "model_params": None, "model_mape_pct": None,
+         "runners_up": None, "recommended_cores": None}
+    console = Console(record=True, width=200)
+    print_table([w], console)
+    text = console.export_text()
+    assert "  model: none\n" in text and "()" not in text
+    done = {**w, "workload": "pi_integrate", "recommended_cores": 2}
+    assert closing_note([done, w], tmp_path) == (
+        f"opptune demo: no recommendation for triad (the notes above say why); the logs and "
+        f"the database are in {tmp_path}")
+    assert closing_note([], tmp_path) == (
+        f"opptune demo: nothing was measured; the logs are in {tmp_path}")
+    assert closing_note([done], tmp_path) is None
