@@ -307,3 +307,26 @@ def test_an_unknown_option_of_a_command_shows_that_commands_usage(tmp_path, argv
     assert proc.stderr.startswith(f"usage: opptune {argv[0]} "), proc.stderr
     assert proc.stderr.splitlines()[-1] == (
         f"opptune {argv[0]}: error: unrecognized arguments: {argv[-1]}")
+
+
+def test_report_waiting_for_a_daemon_that_is_not_there_says_so_before_it_ends(monkeypatch,
+                                                                               capsys, tmp_path):
+    """'opptune report' (10 s by default) was silent until its timeout, unlike the commands
+    that go through client.ask: now it says after a few seconds that no answer came yet."""
+    import socket
+
+    from opptune.daemon import client
+    from opptune.daemon.cli import main
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]  # nothing listens there once closed
+    monkeypatch.setattr(client, "WAIT_NOTE_S", 0.2)
+    rc = main(["report", "--daemon", f"tcp://127.0.0.1:{port}", "--timeout", "0.8",
+               "--out", str(tmp_path / "r")])
+    lines = capsys.readouterr().err.strip().splitlines()
+    assert rc == 1 and len(lines) == 2, lines
+    assert lines[0] == (f"opptune report: no answer from the daemon at tcp://127.0.0.1:{port} "
+                        "yet; waiting up to 0.8 s (--timeout; Ctrl-C stops)")
+    assert lines[1].startswith("opptune report: no answer from the daemon") and \
+        "within 0.8 s" in lines[1]
