@@ -235,6 +235,10 @@ def cmd_fit(args: argparse.Namespace) -> int:
         return 2
     named = None if args.candidates in ("all", "daemon") else [
         c for c in args.candidates.split(",") if c]
+    if named == []:
+        print(f"opptune fit: --candidates {args.candidates!r} names no model; give model names "
+              "separated by commas, 'daemon' (the default) or 'all'", file=sys.stderr)
+        return 2
     out, rows, power_rows = [], [], []
     # the platform's other groups replayed through each group's split size its interval,
     # as in the daemon (fitter.fit_group); replays of this run's choice only

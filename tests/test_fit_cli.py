@@ -430,3 +430,16 @@ def test_eval_says_what_it_fits_on_a_terminal(tmp_path):
         "subsets each, on 1 group...")
     piped = subprocess.run(cmd, capture_output=True, text=True, timeout=120)
     assert piped.returncode == 0 and "8 fits" not in piped.stderr
+
+
+def test_fit_candidates_naming_no_model_is_refused(tmp_path, capsys):
+    """'--candidates ,' fitted every group with no candidate: 'no candidate model could be
+    fitted ()' per group, exit 1."""
+    data = small_csv(tmp_path)
+    for value in (",", ""):
+        assert run(["fit", "--data", str(data), "--candidates", value]) == 2
+        captured = capsys.readouterr()
+        assert captured.err == (f"opptune fit: --candidates {value!r} names no model; give "
+                                "model names separated by commas, 'daemon' (the default) or "
+                                "'all'\n")
+        assert captured.out == ""
