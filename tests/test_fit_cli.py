@@ -154,6 +154,18 @@ def test_power_model_fitted_alongside_gives_energy_and_edp(tmp_path, capsys):
         assert r["energy_j"]["lower"] <= r["energy_j"]["value"] <= r["energy_j"]["upper"]
     assert run(["predict", "--fit", str(fit), "--cores", "5", "--freq", "1200"]) == 0
     assert "energy" in capsys.readouterr().out                 # the table shows it too
+    # without --freq a group fitted over frequencies has a time at no frequency (between the
+    # measured ones) and no power: the table said 'nan' for power, energy and EDP, silently
+    assert run(["predict", "--fit", str(fit), "--cores", "2"]) == 0
+    captured = capsys.readouterr()
+    assert "nan" not in captured.out
+    assert captured.err == (
+        "warning: group board/kern/v was fitted over 1000-2000 MHz: without --freq its time is "
+        "at no particular frequency and it has no power, energy or EDP; give --freq, e.g. "
+        "--freq 1000,2000\n")
+    assert run(["predict", "--fit", str(fit), "--cores", "2", "--json"]) == 0
+    (r,) = json.loads(capsys.readouterr().out)  # stdout JSON only, as before
+    assert r["freq_mhz"] is None and r["power_w"]["value"] is None
     # without energy columns: no power entry, no energy columns
     assert run(["fit", "--data", str(small_csv(tmp_path)), "--json"]) == 0
     assert json.loads(capsys.readouterr().out)[0]["power"] is None
