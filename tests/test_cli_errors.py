@@ -330,3 +330,15 @@ def test_report_waiting_for_a_daemon_that_is_not_there_says_so_before_it_ends(mo
                         "yet; waiting up to 0.8 s (--timeout; Ctrl-C stops)")
     assert lines[1].startswith("opptune report: no answer from the daemon") and \
         "within 0.8 s" in lines[1]
+
+
+def test_every_option_of_every_command_says_what_it_does():
+    """'opptune sweep --help' listed --size, --warmup and --max-cores with no word (and keys
+    its action), where characterize and demo say what they mean and their defaults."""
+    import argparse
+
+    from opptune.daemon.cli import build_parser
+    sub = next(a for a in build_parser()._actions if isinstance(a, argparse._SubParsersAction))
+    silent = [f"{name} {a.option_strings or a.dest}" for name, p in sub.choices.items()
+              for a in p._actions if a.help is None]
+    assert silent == []
