@@ -84,6 +84,13 @@ def energy_text(r: dict[str, Any]) -> str:
     return "no power data: time only"
 
 
+def measuring_text(step: dict[str, Any]) -> str:
+    """The tune progress line's state while a configuration is measured."""
+    n = step["cores"]
+    return (f"measuring {n} core{'s' if n != 1 else ''} at {_freq(step['freq_khz'])} "
+            f"({step['reason']})")
+
+
 def config_text(r: dict[str, Any]) -> str:
     """E.g. "4 cores (cpus 0,1,2,3, cluster 0) at 800 MHz"."""
     where = f"cpus {','.join(map(str, r['cpus']))}"
@@ -272,8 +279,7 @@ def follow_tune(endpoint: str, session: dict[str, Any], timeout_s: float,
             step = (session["steps"] or [{}])[-1]
             state = session["state"]
             if state == "measuring" and step:
-                state += (f" {step['cores']} cores at "
-                          f"{_freq(step['freq_khz'])} ({step['reason']})")
+                state = measuring_text(step)
             progress.update(task, total=of, completed=session["measured"],
                             of=f"{of}" + (" (budget)" if session["budget"] else " at most"),
                             state=state, eta="" if eta is None else f"ETA {eta:.0f} s")

@@ -189,3 +189,12 @@ def test_the_table_of_an_unmet_limit_does_not_say_a_candidate_meets_it():
     assert "meets the goal" not in text
     assert "runner-up │ none (no configuration meets the limits)" in " ".join(text.split())
     assert "no configuration meets the limits; the closest takes" in text
+
+
+def test_tune_progress_says_one_core_not_one_cores():
+    """The tune progress line said 'measuring 1 cores at 200 MHz (...)'."""
+    from opptune.daemon.goal_cli import measuring_text
+    step = {"cores": 1, "freq_khz": 200_000, "reason": "first"}
+    assert measuring_text(step) == "measuring 1 core at 200 MHz (first)"
+    assert measuring_text({**step, "cores": 4, "freq_khz": None}) == (
+        "measuring 4 cores at governor's choice (first)")
