@@ -406,7 +406,8 @@ def _follow(args: argparse.Namespace, console: Console, endpoint: str,
         for reason in reasons:  # the daemon's own words, e.g. why no model fits
             console.print(f"opptune demo: {reason}", style="red", markup=False, soft_wrap=True)
         return not reasons, status
-    console.print(f"[red]gave up after {args.timeout:g} s; logs in {run_dir}[/red]")
+    console.print(f"[red]opptune demo: gave up after {args.timeout:g} s (--timeout); a longer "
+                  f"--timeout lets it finish; logs in {run_dir}[/red]")
     return False, status
 
 

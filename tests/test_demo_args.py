@@ -194,3 +194,14 @@ def test_a_workload_without_a_model_says_none_and_the_demo_says_why_it_failed(tm
     assert closing_note([], tmp_path) == (
         f"opptune demo: nothing was measured; the logs are in {tmp_path}")
     assert closing_note([done], tmp_path) is None
+
+
+def test_a_demo_that_runs_out_of_time_says_which_option_gives_it_more(tmp_path):
+    """At --timeout the demo said 'gave up after 1 s; logs in DIR': no command name, no word
+    on what to do."""
+    proc = _demo(tmp_path, "--virtual-board", "rpi4", "--timeout", "1")
+    assert proc.returncode == 1
+    said = " ".join(proc.stderr.split())
+    assert (f"opptune demo: gave up after 1 s (--timeout); a longer --timeout lets it finish; "
+            f"logs in {tmp_path / 'demo'}") in said
+    assert "no recommendation for pi_integrate" in said
