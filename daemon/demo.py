@@ -357,7 +357,7 @@ def run_demo(args: argparse.Namespace) -> int:
                       f"{run_dir}[/red]")
         return 1
     if not ok and closing_note(table, run_dir):
-        console.print(closing_note(table, run_dir), markup=False)
+        console.print(closing_note(table, run_dir), markup=False, soft_wrap=True)
     return 0 if ok else 1
 
 
