@@ -217,7 +217,8 @@ def main(argv: list[str] | None = None) -> int:
                         format=LOG_FORMAT, stream=sys.stderr)
     if args.restore:
         return _restore(config)
-    return run_agent(config, config_path=args.config)
+    return run_agent(config, config_path=args.config,
+                     state_dir_option=args.state_dir is not None)
 
 
 def workload_user(config, where: str):
@@ -272,7 +273,9 @@ def link_keys(config, where: str) -> tuple[str, str, str] | None:
     return server, public, secret
 
 
-def run_agent(config, config_path: str | None = None) -> int:
+def run_agent(config, config_path: str | None = None, state_dir_option: bool = False) -> int:
+    """Run the agent until stopped; ``state_dir_option``: the state directory came from
+    --state-dir (an error about it names the option, not a key)."""
     from .apply import Executor, JobLimits, Worker
     from .doctor import collect as doctor_report
     from .link import Link
@@ -298,8 +301,8 @@ def run_agent(config, config_path: str | None = None) -> int:
     try:
         outbox = Outbox(config.state_dir, max_bytes=int(config.outbox_max_mb * (1 << 20)))
     except Exception as exc:
-        print(f"opptune-agent: configuration error: {where}: key 'state_dir' "
-              f"({config.state_dir}) is not usable: "
+        named = "--state-dir" if state_dir_option else f"{where}: key 'state_dir'"
+        print(f"opptune-agent: configuration error: {named} ({config.state_dir}) is not usable: "
               f"{exc.strerror if isinstance(exc, OSError) and exc.strerror else exc}; give a "
               f"directory the agent may create and write", file=sys.stderr)
         return EXIT_CONFIG

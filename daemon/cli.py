@@ -184,11 +184,14 @@ def build_parser() -> argparse.ArgumentParser:
     _add_link_options(p)
     p.add_argument("--agent", required=True, help="agent id")
     p.add_argument("--workload", action="append", help="workload (repeatable; default all)")
-    p.add_argument("--size")
+    p.add_argument("--size", help="size class (default: [sweep] size of the daemon's "
+                                   "configuration)")
     p.add_argument("--reps", type=_reps, help="repetitions per point (>= 1), or auto: "
                    "adaptive, until the median's 95 %% interval is within [sweep] target_ci")
-    p.add_argument("--warmup", type=int)
-    p.add_argument("--max-cores", type=int)
+    p.add_argument("--warmup", type=int, help="warm-up runs per point, not stored (>= 0; "
+                                              "default: [sweep] warmup)")
+    p.add_argument("--max-cores", type=int, help="sweep 1..N cores (0 = all; default: [sweep] "
+                                                 "max_cores)")
     p.add_argument("--freq", help="frequencies in kHz, comma-separated (default: [sweep] of "
                                   "the daemon's configuration)")
     p.add_argument("--wait", action="store_true",
@@ -198,7 +201,9 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("keys", help="agents' CURVE keys: list, accept, reject or revoke one; "
                                     "'server' prints the daemon's public key")
-    p.add_argument("action", choices=("list", "accept", "reject", "revoke", "server"))
+    p.add_argument("action", choices=("list", "accept", "reject", "revoke", "server"),
+                   help="list the keys; accept, reject or revoke the key ID; server: print the "
+                        "daemon's public key for the agents' daemon_public_key")
     p.add_argument("id", nargs="?", help="the key's ID from 'opptune keys list' (or its "
                                          "agent id when that names one key)")
     _add_link_options(p)
@@ -234,12 +239,16 @@ def build_parser() -> argparse.ArgumentParser:
         add_eval(sub)
         from .mpet_cli import add_parser as add_mpet
         add_mpet(sub)
+    for command in sub.choices.values():  # main() shows an unknown option with its usage
+        command.set_defaults(command_parser=command)
     return parser
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
-    args = parser.parse_args(argv)
+    args, unknown = parser.parse_known_args(argv)
+    if unknown:  # parse_args would print the top-level usage, not the command's
+        args.command_parser.error(f"unrecognized arguments: {' '.join(unknown)}")
     try:
         return int(args.func(args) or 0)
     except ConfigError as exc:

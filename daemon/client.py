@@ -84,6 +84,14 @@ def _use_operator_key(config: Any) -> None:
     use_curve((server, public, secret))
 
 
+def waiting_note(command: str, endpoint: str, timeout_s: float) -> Callable[[], None]:
+    """:func:`query`'s ``on_wait`` for an operator command: one line saying it still waits."""
+    def note() -> None:
+        print(f"{command}: no answer from the daemon at {endpoint} yet; waiting up to "
+              f"{timeout_s:g} s (--timeout; Ctrl-C stops)", file=sys.stderr, flush=True)
+    return note
+
+
 def ask(command: str, endpoint: str, what: str, args: dict[str, Any] | None = None,
         timeout_s: float = 5.0) -> tuple[Any, int | None]:
     """:func:`query` for an operator command: (data, None), or (None, exit code) after one
@@ -93,12 +101,9 @@ def ask(command: str, endpoint: str, what: str, args: dict[str, Any] | None = No
         print(f"{command}: --timeout {timeout_s:g}: give a number of seconds > 0",
               file=sys.stderr)
         return None, 2
-    def note() -> None:
-        print(f"{command}: no answer from the daemon at {endpoint} yet; waiting up to "
-              f"{timeout_s:g} s (--timeout; Ctrl-C stops)", file=sys.stderr, flush=True)
-
     try:
-        return query(endpoint, what, args, timeout_s=timeout_s, on_wait=note), None
+        return query(endpoint, what, args, timeout_s=timeout_s,
+                     on_wait=waiting_note(command, endpoint, timeout_s)), None
     except BadEndpoint as exc:
         print(f"{command}: {exc}", file=sys.stderr)
         return None, 2

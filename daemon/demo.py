@@ -292,7 +292,14 @@ def run_demo(args: argparse.Namespace) -> int:
         console.print(f"[red]opptune demo: {run_dir} already holds a demo's database "
                       "(opptune.db); name a new --dir, or remove that directory first[/red]")
         return 2
-    run_dir.mkdir(parents=True, exist_ok=True)
+    try:
+        run_dir.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:  # a file of that name, a read-only or missing parent
+        why = ("a file of that name exists" if isinstance(exc, FileExistsError)
+               else exc.strerror or str(exc))
+        print(f"opptune demo: cannot make --dir {run_dir}: {why}; name another directory",
+              file=sys.stderr)
+        return 2
     console.print(f"opptune demo: everything goes to [bold]{run_dir}[/bold]")
     if args.virtual_board:
         console.print(f"[yellow]VIRTUAL BOARD '{args.virtual_board}': times and energies come "
@@ -349,6 +356,8 @@ def run_demo(args: argparse.Namespace) -> int:
         console.print(f"[red]agent exited {rc_agent}, daemon exited {rc_daemon}; logs in "
                       f"{run_dir}[/red]")
         return 1
+    if not ok and closing_note(table, run_dir):
+        console.print(closing_note(table, run_dir), markup=False, soft_wrap=True)
     return 0 if ok else 1
 
 
@@ -397,7 +406,8 @@ def _follow(args: argparse.Namespace, console: Console, endpoint: str,
         for reason in reasons:  # the daemon's own words, e.g. why no model fits
             console.print(f"opptune demo: {reason}", style="red", markup=False, soft_wrap=True)
         return not reasons, status
-    console.print(f"[red]gave up after {args.timeout:g} s; logs in {run_dir}[/red]")
+    console.print(f"[red]opptune demo: gave up after {args.timeout:g} s (--timeout); a longer "
+                  f"--timeout lets it finish; logs in {run_dir}[/red]")
     return False, status
 
 
@@ -547,9 +557,9 @@ def print_table(table: list[dict[str, Any]], console: Console) -> None:
         if w.get("virtual"):
             console.print("  records are VIRTUAL: times and energies follow the board's model "
                           "(docs/virtual-board.md), not this machine's hardware", markup=False)
-        params = params_text(w["model"], w["model_params"])
         mape = w["model_mape_pct"]
-        line = f"  model: {w['model'] or '-'} ({params})"
+        line = (f"  model: {w['model']} ({params_text(w['model'], w['model_params'])})"
+                if w["model"] else "  model: none")
         if mape is not None:
             line += f"; training MAPE {mape:.2f} %"
         runners = [r.get("model") for r in w["runners_up"] or [] if isinstance(r, dict)]
@@ -580,6 +590,17 @@ def print_table(table: list[dict[str, Any]], console: Console) -> None:
         elif w.get("energy_recommendation_error"):
             console.print(f"  for minimum energy: none ({w['energy_recommendation_error']})",
                           markup=False)
+
+
+def closing_note(table: list[dict[str, Any]], run_dir: Path) -> str | None:
+    """The demo's last word when it ends without a recommendation for some workload."""
+    if not table:
+        return f"opptune demo: nothing was measured; the logs are in {run_dir}"
+    missing = [w["workload"] for w in table if w.get("recommended_cores") is None]
+    if not missing:
+        return None
+    return (f"opptune demo: no recommendation for {', '.join(missing)} (the notes above say "
+            f"why); the logs and the database are in {run_dir}")
 
 
 def energy_line(e: dict[str, Any], w: dict[str, Any]) -> str:

@@ -30,8 +30,11 @@ def _version(prog: str) -> int:
 
 
 def _refuse(prog: str, missing: list[str]) -> int:
+    # a board's 'opptune --help' must not read as if nothing worked there
+    board = "; without it, 'opptune doctor' (no --agent) checks this board" \
+        if prog == "opptune" else ""
     print(f"{prog}: needs the daemon extra ({', '.join(missing)} not installed): "
-          "pip install 'opptune[daemon]'", file=sys.stderr)
+          f"pip install 'opptune[daemon]'{board}", file=sys.stderr)
     return 2
 
 

@@ -254,6 +254,26 @@ def cmd_eval(args: argparse.Namespace) -> int:
     except UsageError as exc:
         print(f"opptune eval: {exc}", file=sys.stderr)
         return 2
+    out = Path(args.out) if args.out else None
+    if out is not None:  # before the eval, which may take minutes
+        if out.exists() and not out.is_dir():
+            print(f"opptune eval: --out {args.out}: is a file, not a directory; name a "
+                  "directory", file=sys.stderr)
+            return 2
+        try:
+            out.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            print(f"opptune eval: --out {args.out}: cannot write: {exc.strerror or exc}",
+                  file=sys.stderr)
+            return 2
+    if sys.stderr.isatty():  # a person waits (minutes on a large CSV): say what takes the time
+        fits = args.reps * len(models) * sum(
+            sum(1 for size in sizes if size < int(np.sum(np.isfinite(o.time_s) & (o.time_s > 0))))
+            for _, o in groups)
+        print(f"opptune eval: {fits} fits: models {', '.join(models)} at training sizes "
+              f"{', '.join(map(str, sizes))}, {args.reps} random subsets each, on "
+              f"{len(groups)} group{'s' if len(groups) != 1 else ''}...", file=sys.stderr,
+              flush=True)
     records = run_eval(groups, sizes, args.reps, args.seed, models)
     if not records:
         largest = max(int(np.sum(np.isfinite(o.time_s) & (o.time_s > 0))) for _, o in groups)
@@ -280,9 +300,7 @@ def cmd_eval(args: argparse.Namespace) -> int:
                ["model", "size", "MAPE %", "MSE speedup", "fits"],
                [[m, s, f"{v['median_mape']:.2f}", f"{v['median_mse_speedup']:.4g}", v["fits"]]
                 for (m, s), v in summary.items()])
-    if args.out:
-        out = Path(args.out)
-        out.mkdir(parents=True, exist_ok=True)
+    if out is not None:
         with (out / "eval.jsonl").open("w") as fh:
             for r in records:
                 fh.write(dump_json(r) + "\n")

@@ -235,6 +235,10 @@ def cmd_fit(args: argparse.Namespace) -> int:
         return 2
     named = None if args.candidates in ("all", "daemon") else [
         c for c in args.candidates.split(",") if c]
+    if named == []:
+        print(f"opptune fit: --candidates {args.candidates!r} names no model; give model names "
+              "separated by commas, 'daemon' (the default) or 'all'", file=sys.stderr)
+        return 2
     out, rows, power_rows = [], [], []
     # the platform's other groups replayed through each group's split size its interval,
     # as in the daemon (fitter.fit_group); replays of this run's choice only
@@ -461,6 +465,12 @@ def cmd_predict(args: argparse.Namespace) -> int:
         beyond = [outside(e.get("measured"), query.cores[i], query.freq_mhz[i])
                   for i in range(len(query))]
         warn_extrapolation(e, query, beyond)
+        measured_f = sorted(set((e.get("measured") or {}).get("freq_mhz") or []))
+        if not args.freq and len(measured_f) > 1:
+            lo, hi = f"{measured_f[0]:g}", f"{measured_f[-1]:g}"
+            print(f"warning: group {e['group']} was fitted over {lo}-{hi} MHz: without --freq "
+                  "its time is at no particular frequency and it has no power, energy or EDP; "
+                  f"give --freq, e.g. --freq {lo},{hi}", file=sys.stderr)
         for i in range(len(query)):
             rec = {"group": e["group"], "model": e["model"], "cores": int(query.cores[i]),
                    "freq_mhz": None if math.isnan(query.freq_mhz[i]) else query.freq_mhz[i],
@@ -473,8 +483,8 @@ def cmd_predict(args: argparse.Namespace) -> int:
             out.append(rec)
             rows.append([e["group"], e["model"], int(rec["cores"]), rec["freq_mhz"] or "-",
                          f"{rec['time_s']:.4g}", f"[{rec['lower']:.4g}, {rec['upper']:.4g}]"]
-                        + [f"{rec[k]['value']:.4g}" if rec[k] else "-"
-                           for k in ("power_w", "energy_j", "edp")])
+                        + [f"{rec[k]['value']:.4g}" if rec[k] and math.isfinite(
+                            rec[k]["value"]) else "-" for k in ("power_w", "energy_j", "edp")])
     if not out:
         fitted = [e["group"] for e in entries if not e.get("error")]
         if not fitted:

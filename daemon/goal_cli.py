@@ -84,6 +84,13 @@ def energy_text(r: dict[str, Any]) -> str:
     return "no power data: time only"
 
 
+def measuring_text(step: dict[str, Any]) -> str:
+    """The tune progress line's state while a configuration is measured."""
+    n = step["cores"]
+    return (f"measuring {n} core{'s' if n != 1 else ''} at {_freq(step['freq_khz'])} "
+            f"({step['reason']})")
+
+
 def config_text(r: dict[str, Any]) -> str:
     """E.g. "4 cores (cpus 0,1,2,3, cluster 0) at 800 MHz"."""
     where = f"cpus {','.join(map(str, r['cpus']))}"
@@ -112,8 +119,10 @@ def recommendation_table(r: dict[str, Any], title: str | None = None) -> Table:
         ru = r["runner_up"]
         t.add_row("runner-up", f"{config_text(ru)}: {ru['objective_value']:.4g} {r['unit']} "
                                f"({r['margin'] * 100:+.1f} %)")
-    else:
+    elif r["met"]:
         t.add_row("runner-up", "none (a single candidate meets the goal)")
+    else:  # the closest configuration is shown; "a candidate meets it" would contradict limits
+        t.add_row("runner-up", "none (no configuration meets the limits)")
     t.add_row("rests on", f"{r['n_measurements']} runs of {r['n_configurations']} "
                           f"configurations ({r['n_candidates']} candidates)")
     basis = r.get("rests_on") or {}
@@ -270,8 +279,7 @@ def follow_tune(endpoint: str, session: dict[str, Any], timeout_s: float,
             step = (session["steps"] or [{}])[-1]
             state = session["state"]
             if state == "measuring" and step:
-                state += (f" {step['cores']} cores at "
-                          f"{_freq(step['freq_khz'])} ({step['reason']})")
+                state = measuring_text(step)
             progress.update(task, total=of, completed=session["measured"],
                             of=f"{of}" + (" (budget)" if session["budget"] else " at most"),
                             state=state, eta="" if eta is None else f"ETA {eta:.0f} s")

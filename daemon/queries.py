@@ -181,6 +181,12 @@ def status(d: Daemon) -> dict[str, Any]:
         "daemon": {"instance": d.instance, "uptime_s": round(now - d.started, 3),
                    "endpoint": d.endpoint, "database": redact_url(d.config.database),
                    "stats": dict(d.stats),
+                   # agents' keys that wait for 'opptune keys accept' (CURVE on): their agents
+                   # are nowhere else in the status until then
+                   "keys_pending": [{"id": k["id"], "agent": k["agent"],
+                                     "first_seen": k["first_seen"]}
+                                    for k in (d.keyring.rows() if d.keyring else [])
+                                    if k["state"] == "pending"],
                    # every refusal by reason, and how many of them the bounded log left out
                    "refusals": {"by_code": dict(d.link.refusals.by_code),
                                 "total": d.link.refusals.total,

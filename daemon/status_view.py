@@ -69,6 +69,9 @@ def print_status(data: dict[str, Any], console: Console | None = None) -> None:
                   _fmt(a.get("outbox")) + (f" FULL: {a['outbox_full']}"
                                            if a.get("outbox_full") else ""))
     console.print(t)
+    for k in d.get("keys_pending") or []:
+        console.print(f"key {k['id']} of agent {k['agent']} waits for approval: opptune keys "
+                      f"accept {k['id']}", markup=False, soft_wrap=True)
     for a in data.get("agents", []):
         if a.get("doctor"):  # agents older than the doctor report send none
             age = a.get("doctor_age_s")

@@ -45,6 +45,9 @@ def test_central_scripts_name_the_extra(script, argv):
     assert out.stderr.startswith(f"{script}: needs the daemon extra")
     assert "pip install 'opptune[daemon]'" in out.stderr
     assert "numpy" in out.stderr
+    # what a board can do with 'opptune' as it is ('opptune --help' named only the extra)
+    assert (script == "opptune") == out.stderr.endswith(
+        "; without it, 'opptune doctor' (no --agent) checks this board\n")
 
 
 @pytest.mark.parametrize("script", ["opptune", "opptune-daemon", "opptune-agent"])

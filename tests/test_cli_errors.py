@@ -295,3 +295,50 @@ def test_a_long_wait_for_a_daemon_that_is_not_there_says_so_before_it_ends(monke
     # a short wait (the status commands' 5 s) ends with the one line only
     data, rc = client.ask("opptune status", f"tcp://127.0.0.1:{port}", "status", timeout_s=0.2)
     assert rc == 1 and len(capsys.readouterr().err.strip().splitlines()) == 1
+
+
+@pytest.mark.parametrize("argv", [["sweep", "--agent", "a", "--no-progress"],
+                                  ["status", "--bogus"], ["fit", "--data", "x.csv", "extra"]])
+def test_an_unknown_option_of_a_command_shows_that_commands_usage(tmp_path, argv):
+    """'opptune sweep --no-progress' printed the top-level usage ('usage: opptune [-h]
+    [--version] COMMAND ...') and 'opptune: error:', not the usage of sweep."""
+    proc = run("opptune", *argv, cwd=tmp_path)
+    assert proc.returncode == 2 and proc.stdout == ""
+    assert proc.stderr.startswith(f"usage: opptune {argv[0]} "), proc.stderr
+    assert proc.stderr.splitlines()[-1] == (
+        f"opptune {argv[0]}: error: unrecognized arguments: {argv[-1]}")
+
+
+def test_report_waiting_for_a_daemon_that_is_not_there_says_so_before_it_ends(monkeypatch,
+                                                                               capsys, tmp_path):
+    """'opptune report' (10 s by default) was silent until its timeout, unlike the commands
+    that go through client.ask: now it says after a few seconds that no answer came yet."""
+    import socket
+
+    from opptune.daemon import client
+    from opptune.daemon.cli import main
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]  # nothing listens there once closed
+    monkeypatch.setattr(client, "WAIT_NOTE_S", 0.2)
+    rc = main(["report", "--daemon", f"tcp://127.0.0.1:{port}", "--timeout", "0.8",
+               "--out", str(tmp_path / "r")])
+    lines = capsys.readouterr().err.strip().splitlines()
+    assert rc == 1 and len(lines) == 2, lines
+    assert lines[0] == (f"opptune report: no answer from the daemon at tcp://127.0.0.1:{port} "
+                        "yet; waiting up to 0.8 s (--timeout; Ctrl-C stops)")
+    assert lines[1].startswith("opptune report: no answer from the daemon") and \
+        "within 0.8 s" in lines[1]
+
+
+def test_every_option_of_every_command_says_what_it_does():
+    """'opptune sweep --help' listed --size, --warmup and --max-cores with no word (and keys
+    its action), where characterize and demo say what they mean and their defaults."""
+    import argparse
+
+    from opptune.daemon.cli import build_parser
+    sub = next(a for a in build_parser()._actions if isinstance(a, argparse._SubParsersAction))
+    silent = [f"{name} {a.option_strings or a.dest}" for name, p in sub.choices.items()
+              for a in p._actions if a.help is None]
+    assert silent == []

@@ -111,6 +111,17 @@ def test_a_state_dir_the_agent_cannot_create_names_the_key_without_errno(tmp_pat
                                                  "write")
 
 
+def test_a_state_dir_given_as_option_is_named_as_the_option(tmp_path, capsys):
+    """'opptune-agent --state-dir FILE' said "configuration: key 'state_dir' (FILE) is not
+    usable", naming a key of no file."""
+    blocker = tmp_path / "a-file"
+    blocker.write_text("")
+    assert agent_main(["--daemon", "tcp://127.0.0.1:9", "--state-dir", str(blocker)]) == 2
+    (line,) = capsys.readouterr().err.strip().splitlines()
+    assert line.startswith(f"opptune-agent: configuration error: --state-dir ({blocker}) is "
+                           "not usable: ")
+
+
 def test_command_line_values_are_named_as_options(capsys):
     assert agent_main(["--config", "/nonexistent-dir/none.toml"]) == 2
     assert "configuration file not found" in capsys.readouterr().err

@@ -87,6 +87,13 @@ def test_agent_key_waits_for_accept_then_results_stored_and_revoke_refuses(tmp_p
         # agent, sends it no job and stores nothing.
         st = c.wait_for(lambda st: st["daemon"]["stats"]["refused"] >= 3, what="refusals")
         assert st["agents"] == [] and st["jobs"] == []
+        # 'opptune status' showed an empty agents table and nothing of the key that waits
+        assert [(k["id"], k["agent"]) for k in st["daemon"]["keys_pending"]] == [
+            (key_id, "test-agent")]
+        out = opptune("status", "--config", str(c.daemon_toml))
+        assert out.returncode == 0, out.stderr
+        assert (f"key {key_id} of agent test-agent waits for approval: opptune keys accept "
+                f"{key_id}") in " ".join(out.stdout.split())
         assert c.rows("SELECT COUNT(*) FROM runs") == [(0,)]
         # An agent's key may not ask for the status (only the operator's may).
         agent_keys = (c.operator[0], *load_keypair(tmp_path / "agent-state" / "agent.key"))
@@ -109,6 +116,7 @@ def test_agent_key_waits_for_accept_then_results_stored_and_revoke_refuses(tmp_p
         # the acceptance in one line, not a second "daemon accepted this agent's key: ..."
         assert log.count("accepts this agent's key now") == 1, log
         assert "accepted this agent's key" not in log, log
+        assert c.status()["daemon"]["keys_pending"] == []
         out = c.keys_cli("revoke", key_id)
         assert out.returncode == 0 and "revoked" in out.stdout, out.stderr
         wait_until(lambda: "key_revoked" in c.agent_log(), "the revoked key refused", c)

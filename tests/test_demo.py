@@ -133,9 +133,12 @@ def test_demo_with_nothing_to_fit_exits_1_at_once_with_the_daemons_reason(tmp_pa
     took = time.monotonic() - start
     assert proc.returncode == 1, proc.stdout + proc.stderr
     assert took < 30, took  # not the --timeout: it ends when the daemon says no model fits
-    last = proc.stderr.strip().splitlines()[-1]
-    assert last.startswith("opptune demo: ") and "/pi_integrate/small: no model: " in last
-    assert "need at least 2" in last
+    *_, reason, last = proc.stderr.strip().splitlines()
+    assert reason.startswith("opptune demo: ") and "/pi_integrate/small: no model: " in reason
+    assert "need at least 2" in reason
+    # the last word says where to look (it had ended on the reason, then exit 1)
+    assert last == ("opptune demo: no recommendation for pi_integrate (the notes above say "
+                    f"why); the logs and the database are in {run_dir}")
     (w,) = json.loads(proc.stdout)
     assert w["model"] is None and w["recommended_cores"] is None
 

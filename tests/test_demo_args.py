@@ -44,6 +44,20 @@ def test_bad_options_are_one_line_and_start_nothing(tmp_path, extra, said):
     assert list(tmp_path.iterdir()) == []  # not even the --dir
 
 
+def test_a_dir_that_cannot_be_made_is_one_line(tmp_path):
+    """--dir naming a file (or under one) was a FileExistsError traceback, exit 1."""
+    (tmp_path / "afile").write_text("x")
+    for where in (tmp_path / "afile", tmp_path / "afile" / "sub"):
+        argv = [sys.executable, "-m", "opptune.daemon.cli", "demo", "--dir", str(where),
+                "--no-progress", "--virtual-board", "rpi4"]
+        proc = subprocess.run(argv, capture_output=True, text=True, timeout=30, cwd=tmp_path)
+        assert proc.returncode == 2, proc.stderr
+        assert proc.stderr.startswith(f"opptune demo: cannot make --dir {where}: ")
+        assert proc.stderr.endswith("; name another directory\n")
+        assert proc.stderr.count("\n") == 1 and proc.stdout == ""
+    assert (tmp_path / "afile").read_text() == "x"
+
+
 def test_help_lists_the_virtual_boards():
     text = " ".join(build_parser()._subparsers._group_actions[0].choices["demo"]
                     .format_help().split())
@@ -158,3 +172,36 @@ def test_the_summary_rests_on_clean_runs_and_counts_the_marked_ones(tmp_path):
     assert "3 (2 marked)" in text and "0.9000 *" in text
     (under,) = summarise(db, {}, accept_load=True)
     assert under["points"][1]["median_time_s"] == 1.1
+
+
+def test_a_workload_without_a_model_says_none_and_the_demo_says_why_it_failed(tmp_path):
+    """A busy machine left every point marked: the table said 'model: - ()' and the demo
+    exited 1 after 'recommended: none' without a last word."""
+    from rich.console import Console
+
+    from opptune.daemon.demo import closing_note, print_table
+    w = {"workload": "triad", "input": "default", "variant": "", "virtual": False,
+         "points": [], "model": None, "model_params": None, "model_mape_pct": None,
+         "runners_up": None, "recommended_cores": None}
+    console = Console(record=True, width=200)
+    print_table([w], console)
+    text = console.export_text()
+    assert "  model: none\n" in text and "()" not in text
+    done = {**w, "workload": "pi_integrate", "recommended_cores": 2}
+    assert closing_note([done, w], tmp_path) == (
+        f"opptune demo: no recommendation for triad (the notes above say why); the logs and "
+        f"the database are in {tmp_path}")
+    assert closing_note([], tmp_path) == (
+        f"opptune demo: nothing was measured; the logs are in {tmp_path}")
+    assert closing_note([done], tmp_path) is None
+
+
+def test_a_demo_that_runs_out_of_time_says_which_option_gives_it_more(tmp_path):
+    """At --timeout the demo said 'gave up after 1 s; logs in DIR': no command name, no word
+    on what to do."""
+    proc = _demo(tmp_path, "--virtual-board", "rpi4", "--timeout", "1")
+    assert proc.returncode == 1
+    said = " ".join(proc.stderr.split())
+    assert (f"opptune demo: gave up after 1 s (--timeout); a longer --timeout lets it finish; "
+            f"logs in {tmp_path / 'demo'}") in said
+    assert "no recommendation for pi_integrate" in said

@@ -62,6 +62,21 @@ def test_eval_writes_records_and_plot(tmp_path, capsys):
     assert (out / "eval.png").stat().st_size > 1000
 
 
+def test_eval_out_that_cannot_be_made_is_refused_before_the_eval(tmp_path, capsys):
+    """--out naming a file was a FileExistsError traceback after the whole eval ran."""
+    data, afile = small_csv(tmp_path), tmp_path / "afile"
+    afile.write_text("x")
+    for out, why in ((afile, "is a file, not a directory; name a directory"),
+                     (afile / "sub", "cannot write: Not a directory")):
+        rc = run(["eval", "--data", str(data), "--train-sizes", "4", "--reps", "1",
+                  "--models", "amdahl", "--out", str(out)])
+        captured = capsys.readouterr()
+        assert rc == 2
+        assert captured.err == f"opptune eval: --out {out}: {why}\n"
+        assert captured.out == ""  # refused before the eval, not after its table
+    assert afile.read_text() == "x"
+
+
 def test_relative_time_from_speedup_fills_only_missing_times():
     import numpy as np
     from opptune.daemon.eval_cli import relative_time_from_speedup
@@ -139,6 +154,18 @@ def test_power_model_fitted_alongside_gives_energy_and_edp(tmp_path, capsys):
         assert r["energy_j"]["lower"] <= r["energy_j"]["value"] <= r["energy_j"]["upper"]
     assert run(["predict", "--fit", str(fit), "--cores", "5", "--freq", "1200"]) == 0
     assert "energy" in capsys.readouterr().out                 # the table shows it too
+    # without --freq a group fitted over frequencies has a time at no frequency (between the
+    # measured ones) and no power: the table said 'nan' for power, energy and EDP, silently
+    assert run(["predict", "--fit", str(fit), "--cores", "2"]) == 0
+    captured = capsys.readouterr()
+    assert "nan" not in captured.out
+    assert captured.err == (
+        "warning: group board/kern/v was fitted over 1000-2000 MHz: without --freq its time is "
+        "at no particular frequency and it has no power, energy or EDP; give --freq, e.g. "
+        "--freq 1000,2000\n")
+    assert run(["predict", "--fit", str(fit), "--cores", "2", "--json"]) == 0
+    (r,) = json.loads(capsys.readouterr().out)  # stdout JSON only, as before
+    assert r["freq_mhz"] is None and r["power_w"]["value"] is None
     # without energy columns: no power entry, no energy columns
     assert run(["fit", "--data", str(small_csv(tmp_path)), "--json"]) == 0
     assert json.loads(capsys.readouterr().out)[0]["power"] is None
@@ -395,3 +422,36 @@ def test_predict_naming_no_group_of_a_large_fit_lists_the_first_few(tmp_path, ca
     assert line.endswith("no fitted group contains 'nope'; fitted groups: b/w00, b/w01, b/w02, "
                          "b/w03, b/w04, b/w05, b/w06, b/w07, ... (4 more; 'opptune fit' lists "
                          "them)")
+
+
+def test_eval_says_what_it_fits_on_a_terminal(tmp_path):
+    """On a terminal, eval says on stderr what takes the time before it fits (it was silent
+    for 171 s on loghin_multicore_energy, until the table); piped, stderr stays empty."""
+    import subprocess
+    import sys
+
+    from procs import run_on_terminal_stderr
+    data = small_csv(tmp_path)
+    cmd = [sys.executable, "-m", "opptune.daemon.cli", "eval", "--data", str(data),
+           "--train-sizes", "4,8,40", "--reps", "2", "--models", "amdahl,usl"]
+    p, seen = run_on_terminal_stderr(cmd)
+    assert p.returncode == 0 and b"amdahl" in p.stdout
+    # size 40 >= the group's 18 configurations: left out of the count (and noted below it)
+    assert seen.splitlines()[0] == (
+        "opptune eval: 8 fits: models amdahl, usl at training sizes 4, 8, 40, 2 random "
+        "subsets each, on 1 group...")
+    piped = subprocess.run(cmd, capture_output=True, text=True, timeout=120)
+    assert piped.returncode == 0 and "8 fits" not in piped.stderr
+
+
+def test_fit_candidates_naming_no_model_is_refused(tmp_path, capsys):
+    """'--candidates ,' fitted every group with no candidate: 'no candidate model could be
+    fitted ()' per group, exit 1."""
+    data = small_csv(tmp_path)
+    for value in (",", ""):
+        assert run(["fit", "--data", str(data), "--candidates", value]) == 2
+        captured = capsys.readouterr()
+        assert captured.err == (f"opptune fit: --candidates {value!r} names no model; give "
+                                "model names separated by commas, 'daemon' (the default) or "
+                                "'all'\n")
+        assert captured.out == ""

@@ -171,3 +171,30 @@ def test_a_measured_recommendation_carries_the_run_to_run_noise():
     rec = recommend_goal(make_goal("time"), platform_of(spec), {"": noisy})
     t = rec.time_s
     assert t.lower < 0.985 * t.value and t.upper > 1.015 * t.value
+
+
+def test_the_table_of_an_unmet_limit_does_not_say_a_candidate_meets_it():
+    """A deadline nothing meets: the table said 'runner-up: none (a single candidate meets the
+    goal)' above 'limits: no configuration meets the limits'."""
+    from rich.console import Console
+
+    from opptune.daemon.goal_cli import recommendation_table
+    plat = platform_of(XU4)
+    runs = {"": rows(XU4, XU4_ORDER, SHARED)}
+    never = recommend_goal(make_goal("energy", deadline="1ms"), plat, runs).as_dict()
+    never.update(agent="xu4", workload="pi_integrate", size="small", rests_on=None)
+    console = Console(record=True, width=300)
+    console.print(recommendation_table(never))
+    text = console.export_text()
+    assert "meets the goal" not in text
+    assert "runner-up │ none (no configuration meets the limits)" in " ".join(text.split())
+    assert "no configuration meets the limits; the closest takes" in text
+
+
+def test_tune_progress_says_one_core_not_one_cores():
+    """The tune progress line said 'measuring 1 cores at 200 MHz (...)'."""
+    from opptune.daemon.goal_cli import measuring_text
+    step = {"cores": 1, "freq_khz": 200_000, "reason": "first"}
+    assert measuring_text(step) == "measuring 1 core at 200 MHz (first)"
+    assert measuring_text({**step, "cores": 4, "freq_khz": None}) == (
+        "measuring 4 cores at governor's choice (first)")

@@ -215,3 +215,26 @@ def test_pareto_front_keeps_only_undominated_points_fastest_first():
     t = np.array([1.0, 2.0, 3.0, 2.5, np.nan, 4.0])
     e = np.array([9.0, 5.0, 4.0, 6.0, 1.0, 4.0])
     assert pareto_front(t, e) == [0, 1, 2]
+
+
+def test_energy_of_a_kernel_energy_model_is_not_called_measured(tmp_path):
+    """A board whose energy comes from the kernel's energy model (an estimate, no meter): the
+    page said 'energy measured by the board's meter at N configurations' where 'opptune
+    recommend' says 'modelled, not measured' of the same runs."""
+    g = {"platform": "p1", "input": "small", "variant": "", "workload": "dvfs"}
+    plat = {"n_cpus": 4, "sweep_order": [0, 1, 2, 3], "clusters": [[0, 1, 2, 3]],
+            "energy": {"available": True, "reason": None,
+                       "source": "energy-model-estimate (kernel EM x /proc/stat busy time)"}}
+    data = {"agents": [{"id": "a", "board": "pi", "platform": "p1", "alive": True,
+                        "last_seen_s": 1.0}],
+            "platforms": {"p1": plat},
+            "points": [{"group": g, "runs": _runs([1000.0, 2000.0], True)}],
+            "recommendations": [], "runs": [{"agent": "a", "count": 8}]}
+    html = build_report(data, tmp_path / "est").index.read_text()
+    assert "measured by the board" not in html
+    assert "energy estimated by the kernel&#x27;s energy model (no meter) at 8 configurations" \
+        in html
+    # a real meter keeps its wording
+    plat["energy"]["source"] = "rapl:package-0"
+    html = build_report(data, tmp_path / "rapl").index.read_text()
+    assert "energy measured by the board&#x27;s meter at 8 configurations" in html

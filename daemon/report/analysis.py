@@ -20,6 +20,7 @@ import numpy as np
 from ...bench_suite.catalogue import KERNELS
 from ...shared.point_stats import point_stats
 from ..fitter import fit_group, observations, other_observations
+from ..goal_recommend import ESTIMATE_SOURCES
 from ..models.base import FittedModel, Observations
 from ..models.energy import PowerModeler
 from ..recommend import (FitSetting, candidate_grid, fit_setting, platform_others,
@@ -230,7 +231,11 @@ def _grid(view: GroupView, model: FittedModel, platform: dict[str, Any], axis: l
     flat = pareto_front(time.ravel(), energy.ravel())
     front = [(cores[k // len(freqs)], freqs[k % len(freqs)]) for k in flat]
     n_meas, n_all = int(measured.sum()), int(np.isfinite(energy).sum())
-    note = (f"energy measured by the board's meter at {n_meas} configurations; at the other "
+    # the kernel's energy model is an estimate, as 'opptune recommend' says ("modelled")
+    source = str(((platform or {}).get("energy") or {}).get("source") or "")
+    how = ("estimated by the kernel's energy model (no meter)"
+           if source.startswith(ESTIMATE_SOURCES) else "measured by the board's meter")
+    note = (f"energy {how} at {n_meas} configurations; at the other "
             f"{n_all - n_meas} it is modelled: time model x power model ({power.name}, fitted "
             f"to the {len(with_energy)} runs with energy)")
     return Grid(cores, freqs, time, energy, measured, front, note)

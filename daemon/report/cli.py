@@ -30,14 +30,16 @@ def add_parser(sub: argparse._SubParsersAction, add_link_options) -> None:
 
 def cmd_report(args: argparse.Namespace) -> int:
     from ..client import daemon_endpoint
-    from ..client import BadEndpoint, DaemonUnreachable, QueryFailed, query
+    from ..client import BadEndpoint, DaemonUnreachable, QueryFailed, query, waiting_note
     out = Path(args.out)
     if not args.timeout > 0:  # zmq would wait forever on a negative poll
         return _fail(f"--timeout {args.timeout:g}: give a number of seconds > 0", 2)
     if out.exists() and not out.is_dir():
         return _fail(f"--out {args.out}: is a file, not a directory; name a directory", 2)
     try:
-        data = query(daemon_endpoint(args), "report", timeout_s=args.timeout)
+        endpoint = daemon_endpoint(args)
+        data = query(endpoint, "report", timeout_s=args.timeout,
+                     on_wait=waiting_note("opptune report", endpoint, args.timeout))
     except BadEndpoint as exc:
         return _fail(str(exc), 2)
     except QueryFailed as exc:
