@@ -129,6 +129,8 @@ DEFAULT_SC = dataclasses.replace(RATIO_SC, basis="q-chosen")
 # "q-chosen": the sc bases it chooses between, per prediction (``choose_sc``); the first
 # is kept on a tie or where nothing can be scored
 SC_OPTIONS = ("q-ratio", "q-validated")
+
+
 @dataclass
 class Candidate:
     platform: Hashable
@@ -333,9 +335,16 @@ def score_sc(db: MpetDatabase, workload, target, sel: Selection) -> dict:
     Returns {"chosen": basis, "errors": {basis: the geometric-mean error, None where none
     could be scored}, "checked": how many B' were scored}; with the runtime parameters
     RUNTIME_CHOICE."""
+    return _q_chosen(db, workload, target, sel)[0]
+
+
+def _q_chosen(db: MpetDatabase, workload, target, sel: Selection) -> tuple[dict, dict | None]:
+    """``score_sc``'s answer and the ``suite_scores`` it rests on (None with the runtime
+    parameters, where nothing is scored): the calibration reuses them."""
     if runtime_parameters(db, workload, target):
-        return dict(RUNTIME_CHOICE)
-    return sc_choice(suite_scores(db, workload, target, sel))
+        return dict(RUNTIME_CHOICE), None
+    scores = suite_scores(db, workload, target, sel)
+    return sc_choice(scores), scores
 
 
 def suite_scores(db: MpetDatabase, workload, target, sel: Selection) -> dict:
@@ -402,11 +411,7 @@ def predict_migration(db: MpetDatabase, workload, target, t1_sel: Selection = DE
     nsa = np.asarray(list(ns), dtype=float)
     choice = scores = None
     if sc_sel.basis == "q-chosen":
-        if runtime_parameters(db, workload, target):
-            choice = dict(RUNTIME_CHOICE)
-        else:
-            scores = suite_scores(db, workload, target, sc_sel)
-            choice = sc_choice(scores)
+        choice, scores = _q_chosen(db, workload, target, sc_sel)
         sc_sel = dataclasses.replace(sc_sel, basis=choice["chosen"])
     cands, rows, used = {}, {}, []
     for name, sel in (("t1", t1_sel), ("sc", sc_sel)):
