@@ -73,10 +73,10 @@ def _agent_of(data: dict[str, Any], platform: str) -> str:
     return " / ".join(sorted(a for a, p in data["agents"].items() if p == platform)) or "AGENT"
 
 
-def _at_size(args: argparse.Namespace) -> str:
+def _at_size(size: str | None) -> str:
     """' at size S' where --size narrowed the daemon's answer (the suite may be measured at
     another size), else ''."""
-    return f" at size {args.size!r}" if args.size else ""
+    return f" at size {size!r}" if size else ""
 
 
 def _size_opt(args: argparse.Namespace) -> str:
@@ -171,18 +171,20 @@ def cmd_predict_mpet(args: argparse.Namespace) -> int:
 
 def _operating_point(rows: list[dict[str, Any]]) -> dict[str, Any] | None:
     """The core count the recommender's rule takes from the predicted t(n): the fewest cores
-    within TOLERANCE of the fastest predicted (eval-mpet's "operating point" says how often
-    such a choice held on the evidence sets); None without a positive predicted time."""
-    from .mpet_cli import TOLERANCE
+    within the daemon's default tolerance of the fastest predicted (eval-mpet's "operating
+    point" says how often such a choice held on the evidence sets); None without a positive
+    predicted time."""
+    from ..shared.config import DaemonConfig
     from .objectives import fewest_within
+    tolerance = DaemonConfig.tolerance  # the recommender's default, as eval-mpet judges it
     ns, t = [r["n"] for r in rows], [r["time_s"] for r in rows]
     try:
-        i = fewest_within(ns, t, TOLERANCE)
+        i = fewest_within(ns, t, tolerance)
     except ValueError:
         return None
     b = min((k for k in range(len(t)) if math.isfinite(t[k]) and t[k] > 0), key=t.__getitem__)
     return {"cores": ns[i], "time_s": t[i], "fastest_cores": ns[b], "fastest_s": t[b],
-            "tolerance": TOLERANCE}
+            "tolerance": tolerance}
 
 
 def _note_mixed_sizes(data: dict[str, Any], sizes: dict[tuple, str], plats: list[str]) -> None:
@@ -264,7 +266,7 @@ def _check_measured(data: dict[str, Any], profiles: dict, workload: str, plat: s
                         f"shows remeasure), or set accept_load = true in the daemon's "
                         f"configuration to use them")
     on = sorted(w for w, p in profiles if p == plat)
-    at = f" at size {size!r}" if size else ""
+    at = _at_size(size)
     raise MpetUsage(f"workload {workload!r} is not measured on {given}{at}: "
                     f"it has {', '.join(on) or 'nothing'}{at}")
 
@@ -345,14 +347,14 @@ def _predict_migration(data: dict[str, Any], args: argparse.Namespace,
                         f"it out (the prediction is for a platform the references are not)")
     suite = sorted(w for w, p in profiles if p == dst and w != args.workload)
     if not suite:
-        raise MpetUsage(f"{args.target} has no suite measured{_at_size(args)}: run 'opptune "
-                        f"characterize --agent {_agent_of(data, dst)}{_size_opt(args)}' on it "
-                        f"first")
+        raise MpetUsage(f"{args.target} has no suite measured{_at_size(args.size)}: run "
+                        f"'opptune characterize --agent {_agent_of(data, dst)}{_size_opt(args)}' "
+                        f"on it first")
     for src, name in given:
         if not any(p == src and w != args.workload for w, p in profiles):
             raise MpetUsage(f"{args.workload!r} is the only workload measured on {name}"
-                            f"{_at_size(args)}: MPET relates it to other workloads measured "
-                            f"on both {name} and {args.target}; run 'opptune characterize "
+                            f"{_at_size(args.size)}: MPET relates it to other workloads "
+                            f"measured on both {name} and {args.target}; run 'opptune characterize "
                             f"--agent {_agent_of(data, src)}{_size_opt(args)}' first")
     db = MpetDatabase(profiles, platforms)
     before = None
@@ -451,7 +453,7 @@ def _predict_on(data: dict[str, Any], args: argparse.Namespace,
                 "interval_level": None, "interval_calibrated_on": 0}
     if not any(p == plat and w != args.workload for w, p in profiles):
         raise MpetUsage(f"{args.workload!r} is the only workload measured on {args.on}"
-                        f"{_at_size(args)}: scenario b takes the scaling of the other "
+                        f"{_at_size(args.size)}: scenario b takes the scaling of the other "
                         f"workloads there; run 'opptune characterize --agent "
                         f"{_agent_of(data, plat)}{_size_opt(args)}' first")
     # as eval-mpet --scenario b cuts each profile (mpet_eval.evaluate_scalability)
