@@ -356,8 +356,9 @@ def run_demo(args: argparse.Namespace) -> int:
         console.print(f"[red]agent exited {rc_agent}, daemon exited {rc_daemon}; logs in "
                       f"{run_dir}[/red]")
         return 1
-    if not ok and closing_note(table, run_dir):
-        console.print(closing_note(table, run_dir), markup=False, soft_wrap=True)
+    note = None if ok else closing_note(table, run_dir)
+    if note:
+        console.print(note, markup=False, soft_wrap=True)
     return 0 if ok else 1
 
 
