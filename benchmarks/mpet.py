@@ -6,7 +6,8 @@
 1. `opptune eval-mpet`'s table (Table 5's columns: geometric mean, median, 70/80/95 % of the
    error over the trend) on data/loghin_multicore_energy and data/xplat_npb_minife, and on the
    bench_suite measured by opptune (`--combine` of data/bench_suite_*: this machine and the
-   two virtual boards, then with the 16-core machine `device` lent), for each
+   two virtual boards, then with the 16-core machine `device` lent), and across the clocks
+   of one board (data/armpm_xu3_parsec: each frequency a platform), for each
    setup: default (eq. 21/23 on q(n) values, geometric mean, t(1) candidates by validated
    transfers, sc by the seed's distances where the runtime parameters are there, else by ratio
    distances or validated transfers of q(n), whichever predicted the target's other workloads
@@ -78,14 +79,20 @@ BENCH_SUITE_SETS = {
 }
 
 
+# one board at three clocks (each frequency a platform: a workload at a clock it never ran at,
+# from its other clocks and the suite at that clock)
+DVFS_SET = "data/armpm_xu3_parsec/data.csv"
+
+
 def datasets(tmp: Path) -> list[tuple[str, Path]]:
     """(name, CSV) of every evidence set: the two cross-platform sets as shipped, each
-    bench_suite set combined into one CSV under ``tmp``."""
+    bench_suite set combined into one CSV under ``tmp``, then the DVFS set."""
     out = [(p.split("/")[-2], ROOT / p) for p in DEFAULT_DATA]
     for i, (name, boards) in enumerate(BENCH_SUITE_SETS.items()):
         merged = tmp / f"bench_suite_{i}.csv"
         combine_csvs([str(ROOT / f"data/bench_suite_{b}/data.csv") for b in boards], [], merged)
         out.append((name, merged))
+    out.append(("armpm_xu3_parsec (one board, 3 frequencies)", ROOT / DVFS_SET))
     return out
 
 

@@ -6,7 +6,9 @@ turns them into the MPET database (daemon.models.mpet_database) and prints Table
 MPET beside the naive t(1)/n and the source platform's curve.
 
 Platform = ``platform`` (with ``:variant`` when the variant is not empty or "all": XU3 big/little
-are different cores). Breakpoints (seed 000 section 3.1), unless the CSV has ``n_nu``/``n_ht``:
+are different cores), and ``@<freq_mhz>MHz`` where that platform's rows carry more than one
+``freq_mhz``: each frequency is a platform of its own (a workload's speed and scaling change with
+the clock; its runs at several frequencies are no repeats). Breakpoints (seed 000 section 3.1), unless the CSV has ``n_nu``/``n_ht``:
 - n_ht = hw_phys_cores when more threads than physical cores were run (SMT or oversubscription);
 - n_nu = physical cores / sockets when hw_cpu says "(N sockets)" or the board is a known
   dual-socket one (KNOWN_SOCKETS), else hw_l3_shared_by when
@@ -130,9 +132,14 @@ def load_csv(path: str | Path) -> tuple[dict, dict]:
     times: dict[tuple, dict[int, list[float]]] = {}
     extra: dict[tuple, dict[int, dict[str, list[float]]]] = {}
     hw: dict[str, dict] = {}
+    freqs: dict[str, set[str]] = {}
+    for r in rows:
+        freqs.setdefault(_platform_name(r), set()).add(_freq_label(r))
     for i, r in enumerate(rows, start=2):
         variant = (r.get("variant") or "").strip()
-        plat = r["platform"].strip() + (f":{variant}" if variant and variant != "all" else "")
+        plat = _platform_name(r)
+        if len(freqs[plat]) > 1 and _freq_label(r):
+            plat += f"@{_freq_label(r)}MHz"
         work = (r["workload"] or "").strip()
         cores, t = _float(r.get("cores")), _float(r.get("time_s"))
         if not plat or not work or cores is None or not 1 <= cores <= MAX_CORES \
@@ -156,7 +163,7 @@ def load_csv(path: str | Path) -> tuple[dict, dict]:
                     extra.setdefault((work, plat), {}).setdefault(n, {}).setdefault(
                         col, []).append(v)
         info = hw.setdefault(plat, {"row": r, "variant": variant, "base": r["platform"].strip(),
-                                    "nmax": 0})
+                                    "at": plat[len(_platform_name(r)):], "nmax": 0})
         info["nmax"] = max(info["nmax"], n)
     profiles = {}
     for key, per_n in times.items():
@@ -169,6 +176,18 @@ def load_csv(path: str | Path) -> tuple[dict, dict]:
                 prof[where].setdefault(n, {})[name] = float(np.median(vals))
         profiles[key] = prof
     return profiles, _breakpoints(hw)
+
+
+def _platform_name(r: dict) -> str:
+    variant = (r.get("variant") or "").strip()
+    return r["platform"].strip() + (f":{variant}" if variant and variant != "all" else "")
+
+
+def _freq_label(r: dict) -> str:
+    """The row's frequency as a platform name's suffix ("1800", "1.5e+03" -> "1500"); "" where
+    the cell is empty or not a number."""
+    f = _float(r.get("freq_mhz"))
+    return f"{f:g}" if f is not None and f > 0 else ""
 
 
 def _breakpoints(hw: dict) -> dict:
@@ -188,7 +207,7 @@ def _breakpoints(hw: dict) -> dict:
             elif l3 and phys and l3 < phys:
                 n_nu = l3
             elif info["variant"].startswith("all-"):
-                big = hw.get(f"{info['base']}:big")
+                big = hw.get(f"{info['base']}:big{info['at']}")
                 n_nu = big["nmax"] if big and big["nmax"] < nmax else None
         out[plat] = {"n_nu": int(n_nu) if n_nu else None, "n_ht": int(n_ht) if n_ht else None,
                      "nmax": nmax}

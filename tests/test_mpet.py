@@ -1113,6 +1113,36 @@ def test_breakpoints_from_the_datasets_hw_columns(tmp_path):
     assert plats["xu3:all-static"]["n_nu"] == 4 and plats["xu3:big"]["n_nu"] is None
 
 
+def test_each_frequency_of_a_platform_is_a_platform_of_its_own(tmp_path, capsys):
+    """A DVFS sweep in one CSV: the runs of a workload at 1000 and 1800 MHz are no repeats of
+    one profile (their median would be a time at no frequency) but two platforms, which
+    eval-mpet transfers between; a platform measured at one frequency keeps its name."""
+    from opptune.daemon.mpet_cli import load_csv
+    rows = ["platform,workload,variant,cores,freq_mhz,time_s"]
+    for f, speed in ((1000, 1.0), (1400, 1.4), (1800, 1.8)):
+        for w, t1 in (("A", 10.0), ("B", 20.0), ("C", 30.0)):
+            rows += [f"xu3,{w},big,1,{f},{t1 / speed:.4f}",
+                     f"xu3,{w},big,2,{f},{t1 / speed / 1.9:.4f}",
+                     *(f"xu3,{w},all-static,{n},{f},{t1 / speed / (0.9 * n + 0.1):.4f}"
+                       for n in (1, 2, 3, 4))]
+    rows += ["pi,A,,1,,12", "pi,B,,1,,24"]
+    path = tmp_path / "dvfs.csv"
+    path.write_text("\n".join(rows) + "\n")
+    profiles, plats = load_csv(path)
+    assert set(plats) == {"xu3:big@1000MHz", "xu3:big@1400MHz", "xu3:big@1800MHz", "pi",
+                          "xu3:all-static@1000MHz", "xu3:all-static@1400MHz",
+                          "xu3:all-static@1800MHz"}
+    assert profiles[("A", "xu3:big@1800MHz")]["t"][1] == pytest.approx(10 / 1.8, rel=1e-3)
+    assert profiles[("B", "xu3:big@1000MHz")]["t"][2] == pytest.approx(20 / 1.9, rel=1e-3)
+    # the heterogeneous variant's breakpoint is its own frequency's big cluster's core count
+    assert plats["xu3:all-static@1400MHz"]["n_nu"] == 2
+    assert main(["eval-mpet", "--data", str(path), "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)["results"][0]
+    assert out["platforms"] == 7 and out["predictions"] > 0
+    # transfers between frequencies of a proportional clock are near exact
+    assert out["summary"]["mpet"]["t1"]["gmean"] < 0.01
+
+
 def test_batched_ratio_distances_are_the_scalar_ones_to_the_last_bit():
     """MpetDatabase.ratio / ratio_from (dense tables, batches, padded rows) give exactly
     ratio_distance's floats, weighted or not, per n or not, on a database and on a copy
