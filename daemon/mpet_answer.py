@@ -9,9 +9,11 @@ from typing import Any
 
 
 def build_database(data: dict[str, Any], size: str | None,
-                   sizes: dict[tuple, str] | None = None):
-    """(profiles, platforms) for MpetDatabase from the daemon's mpet_data answer; ``sizes``,
-    when given, receives the size class each (workload, platform) profile was taken from."""
+                   sizes: dict[tuple, str] | None = None,
+                   clocks: dict[tuple, float | None] | None = None):
+    """(profiles, platforms) for MpetDatabase from the daemon's mpet_data answer; ``sizes``
+    and ``clocks``, when given, receive the size class and the frequency (MHz, None where the
+    board has no cpufreq) each (workload, platform) profile was taken at."""
     profiles = {}
     for p in data["profiles"]:
         if size is not None and p["size"] != size:
@@ -25,6 +27,8 @@ def build_database(data: dict[str, Any], size: str | None,
                          "counters": {int(n): v for n, v in (p.get("counters") or {}).items()}}
         if sizes is not None:
             sizes[key] = p["size"]
+        if clocks is not None:
+            clocks[key] = p.get("freq_mhz")
     platforms = {}
     for k, v in data["platforms"].items():
         # t(n) up to the most cores the platform's suite was measured on, not beyond

@@ -202,6 +202,44 @@ def _note_mixed_sizes(data: dict[str, Any], sizes: dict[tuple, str], plats: list
           f"--size S to use one", file=sys.stderr)
 
 
+def _mhz(f: Any) -> str:
+    return f"{f:g} MHz" if isinstance(f, (int, float)) else "its own clock (no cpufreq)"
+
+
+def _clocks_on(clocks: dict[tuple, Any], plat: str, skip: str | None = None) -> list[float]:
+    """The frequencies (MHz) the profiles on ``plat`` (but ``skip``'s) were taken at: one
+    where they agree, none where the board has no cpufreq, several where they mix clocks
+    (``_note_mixed_clocks`` says so)."""
+    return sorted({f for (w, p), f in clocks.items()
+                   if p == plat and w != skip and isinstance(f, (int, float))})
+
+
+def _clocks_text(fs: list[float]) -> str:
+    if len(fs) > 1:
+        return f"{', '.join(f'{f:g}' for f in fs)} MHz (its profiles mix clocks)"
+    return _mhz(fs[0] if fs else None)
+
+
+def _note_mixed_clocks(data: dict[str, Any], clocks: dict[tuple, Any], plats: list[str],
+                       skip: tuple | None = None) -> None:
+    """Each profile is taken at the highest frequency its workload was measured at on the
+    board: say on stderr where the profiles of one platform the prediction reads were taken
+    at different clocks (a workload swept at a lower clock only), so their times are no
+    transfer of one platform."""
+    parts = []
+    for plat in plats:
+        mine = {w: f for (w, p), f in sorted(clocks.items(), key=str)
+                if p == plat and (w, p) != skip}
+        if len(set(mine.values())) > 1:
+            parts.append(f"{data['platforms'][plat]['board']}: " + ", ".join(
+                f"{w} {_mhz(f)}" for w, f in mine.items()))
+    if parts:
+        print(f"opptune predict: note: the profiles used were taken at different clocks "
+              f"({'; '.join(parts)}): each at the highest its workload was measured at; "
+              f"sweep the others at the board's highest clock for a prediction at one",
+              file=sys.stderr)
+
+
 def _note_marked(data: dict[str, Any], sizes: dict[tuple, str], plats: list[str]) -> None:
     """Say on stderr which core counts of the profiles used on ``plats`` are missing because
     every run there was marked for interference (the daemon's ``marked_points``): t(n) stops
@@ -225,10 +263,11 @@ def _note_marked(data: dict[str, Any], sizes: dict[tuple, str], plats: list[str]
 
 
 def _measured_db(data: dict[str, Any], args: argparse.Namespace, plat: str, flag: str,
-                 sizes: dict[tuple, str] | None = None):
+                 sizes: dict[tuple, str] | None = None,
+                 clocks: dict[tuple, Any] | None = None):
     """(profiles, platforms) of the answer, with the workload measured on ``plat`` (named
     on the command line by option ``flag``)."""
-    profiles, platforms = build_database(data, args.size, sizes)
+    profiles, platforms = build_database(data, args.size, sizes, clocks)
     _check_measured(data, profiles, args.workload, plat, getattr(args, flag), args.size)
     return profiles, platforms
 
@@ -336,7 +375,8 @@ def _predict_migration(data: dict[str, Any], args: argparse.Namespace,
     named = _named_sources(args, data)
     dst = _resolve(args.target, data, "--to", args.size)
     sizes: dict[tuple, str] = {}
-    profiles, platforms = build_database(data, args.size, sizes)
+    clocks: dict[tuple, Any] = {}
+    profiles, platforms = build_database(data, args.size, sizes, clocks)
     given = _sources(args, data, profiles, dst, named)
     srcs = [p for p, _ in given]
     if srcs == [dst]:
@@ -381,11 +421,14 @@ def _predict_migration(data: dict[str, Any], args: argparse.Namespace,
     measured = {} if edits else (profiles.get((args.workload, dst)) or {}).get("t") or {}
     scen = "c (virtual workload), migrated as in a" if edits else "a (migration)"
     _note_mixed_sizes(data, sizes, [*srcs, dst])
+    _note_mixed_clocks(data, clocks, [*srcs, dst], skip=(args.workload, dst))
     _note_marked(data, sizes, [*srcs, dst])
     _note_more_references(data, profiles, args, srcs, dst)
     return {"scenario": scen, "workload": args.workload, "from": srcs, "to": dst,
             "from_boards": [data["platforms"][p]["board"] for p in srcs],
-            "to_board": data["platforms"][dst]["board"], "t1_s": pred.t1,
+            "to_board": data["platforms"][dst]["board"],
+            "from_mhz": [clocks.get((args.workload, p)) for p in srcs],
+            "to_mhz": _clocks_on(clocks, dst, skip=args.workload), "t1_s": pred.t1,
             "edits": [str(e) for e in edits],
             "prediction": _rows(pred.ns, pred.t, lo, hi, measured, before),
             "candidates": _candidates(pred), "single_candidate": pred.single_candidate,
@@ -427,7 +470,8 @@ def _predict_on(data: dict[str, Any], args: argparse.Namespace,
                                         with_serial)
     plat = _resolve(args.on, data, "--on", args.size)
     sizes: dict[tuple, str] = {}
-    profiles, platforms = _measured_db(data, args, plat, "on", sizes)
+    clocks: dict[tuple, Any] = {}
+    profiles, platforms = _measured_db(data, args, plat, "on", sizes, clocks)
     key = (args.workload, plat)
     topo = platforms[plat]
     ns = list(range(1, int(topo.get("nmax") or 1) + 1))
@@ -437,7 +481,7 @@ def _predict_on(data: dict[str, Any], args: argparse.Namespace,
                         f"starts from t(1); sweep it from 1 core")
     parallel = any(n > 1 for n in measured_t)
     common = {"workload": args.workload, "on": plat, "board": data["platforms"][plat]["board"],
-              "edits": [str(e) for e in edits]}
+              "on_mhz": clocks.get(key), "edits": [str(e) for e in edits]}
     if edits and parallel:
         # (c) on the whole measured profile: no candidates, the profile's own curve edited
         db = MpetDatabase(profiles, platforms)
@@ -468,6 +512,7 @@ def _predict_on(data: dict[str, Any], args: argparse.Namespace,
     scen = ("c (virtual workload: the scaling predicted as in b, edited)" if edits
             else "b (scalability from the 1-core runs)")
     _note_mixed_sizes(data, sizes, [plat])
+    _note_mixed_clocks(data, clocks, [plat])
     _note_marked(data, sizes, [plat])
     measured = {} if edits else {n: v for n, v in measured_t.items() if n > 1}
     return {**common, "scenario": scen, "t1_s": pred.t1,
@@ -488,13 +533,14 @@ def _predict_on(data: dict[str, Any], args: argparse.Namespace,
 
 def _print_prediction(out: dict[str, Any]) -> None:
     if "on" in out:
-        print(f"{out['workload']}: on {out['board']} ({out['on']}), MPET scenario "
-              f"{out['scenario']}")
+        print(f"{out['workload']}: on {out['board']} ({out['on']}) at {_mhz(out['on_mhz'])}, "
+              f"MPET scenario {out['scenario']}")
     else:
         print(f"{out['workload']}: measured on " + ", ".join(
-            f"{b} ({p})" for b, p in zip(out["from_boards"], out["from"]))
-              + f", predicted on {out['to_board']} ({out['to']}) by MPET scenario "
-              f"{out['scenario']}")
+            f"{b} ({p}) at {_mhz(f)}" for b, p, f in zip(out["from_boards"], out["from"],
+                                                        out["from_mhz"]))
+              + f", predicted on {out['to_board']} ({out['to']}) at "
+              + _clocks_text(out["to_mhz"]) + f" by MPET scenario {out['scenario']}")
     if out["edits"]:
         print("edits: " + ", ".join(out["edits"]))
     rows = out["prediction"]

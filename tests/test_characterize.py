@@ -99,6 +99,9 @@ def test_characterize_resumes_and_predict_migrates(two_boards):
         [(out["from"][0], "pi_integrate")]
     assert out["from_boards"] == ["rpi4 (virtual)"]
     assert out["to_board"] == "odroid-xu4 (virtual)"
+    # the clocks of the profiles: each board's highest (the xu4's first 4 cpus are its
+    # LITTLE cluster, 1400 MHz at most)
+    assert out["from_mhz"] == [1500.0] and out["to_mhz"] == [1400.0]
     # the virtual boards' kernels carry the runtime parameters: sc by the seed's distances
     assert out["method"]["sc_choice"] == {"chosen": "sc", "checked": 0, "errors": {},
                                           "runtime_parameters": True}
@@ -114,6 +117,8 @@ def test_characterize_resumes_and_predict_migrates(two_boards):
     assert p.returncode == 0, p.stderr
     lines = p.stdout.splitlines()
     assert lines[0].startswith("triad: measured on rpi4 (virtual)")
+    assert " at 1500 MHz, predicted on odroid-xu4 (virtual) " in lines[0], lines[0]
+    assert " at 1400 MHz by MPET scenario a (migration)" in lines[0], lines[0]
     assert lines[1].split() == ["n", "t(n)", "s", "interval", "s", "measured", "s"]
     assert [ln.split()[0] for ln in lines[2:6]] == ["1", "2", "3", "4"]
     assert lines[6].startswith("interval: min..max of the single candidates' predictions")

@@ -253,3 +253,41 @@ def test_a_note_says_which_core_counts_every_run_was_marked_at(capsys):
     data["marked_points"] = []
     _predict_on(data, argparse.Namespace(workload="a", on="t", size=None), [])
     assert capsys.readouterr().err == ""
+
+
+def test_the_prediction_says_the_clocks_its_profiles_were_taken_at(capsys):
+    """Each profile is taken at the highest frequency its workload was measured at on the
+    board: the first line says the clocks (the workload's on each reference, the suite's on
+    the target; a board without cpufreq at its own clock), JSON holds them, and where the
+    suite's profiles on one board were taken at different clocks a note says so."""
+    from opptune.daemon.mpet_predict_cli import _print_prediction
+    clock = {"p1": 1500.0, "p2": None, "p3": 1200.0, "t": 2000.0}
+    data = answer()
+    for p in data["profiles"]:
+        p["freq_mhz"] = clock[p["platform"]]
+    got = _predict_migration(data, args("p1,p2"), [])
+    assert got["from_mhz"] == [1500.0, None] and got["to_mhz"] == [2000.0]
+    capsys.readouterr()
+    _print_prediction(got)
+    first = capsys.readouterr().out.splitlines()[0]
+    assert first == ("a: measured on board-p1 (p1) at 1500 MHz, board-p2 (p2) at its own clock "
+                     "(no cpufreq), predicted on board-t (t) at 2000 MHz by MPET scenario a "
+                     "(migration)")
+    # one suite workload on t swept at a lower clock only
+    for p in data["profiles"]:
+        if (p["workload"], p["platform"]) == ("b2", "t"):
+            p["freq_mhz"] = 1400.0
+    got = _predict_migration(data, args("p1,p2,p3"), [])
+    assert got["to_mhz"] == [1400.0, 2000.0]
+    err = capsys.readouterr().err
+    assert ("note: the profiles used were taken at different clocks (board-t: b1 2000 MHz, "
+            "b2 1400 MHz, b3 2000 MHz)") in err, err
+    _print_prediction(got)
+    assert "predicted on board-t (t) at 1400, 2000 MHz (its profiles mix clocks)" in \
+        capsys.readouterr().out
+    # A's own profile on the target is not one the prediction reads: no note for its clock
+    data = answer()
+    for p in data["profiles"]:
+        p["freq_mhz"] = 600.0 if (p["workload"], p["platform"]) == ("a", "t") else 1000.0
+    got = _predict_migration(data, args("all"), [])
+    assert got["to_mhz"] == [1000.0] and "clocks" not in capsys.readouterr().err
