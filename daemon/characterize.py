@@ -15,8 +15,8 @@ once from the board's description (its last hello, which the store keeps across 
 so the line printed says what is measured even when nothing is queued.
 
 ``mpet_data``: the MPET database of the store: per (workload, platform) the median time per core
-count (at the highest frequency measured for that group; runs at the board's own frequency when
-there is none), the mean MPET parameters per core count (rec.extra["mpet"], where recorded; R(n)
+count (at the highest frequency measured for that group, or at the clock asked for that
+platform; runs at the board's own frequency when there is none), the mean MPET parameters per core count (rec.extra["mpet"], where recorded; R(n)
 of a parallel run = its exec_s over the group's median t(1), as bench_suite.accounting says), and
 per platform its breakpoints from its description (n_nu: cpus of the sweep order on the first
 NUMA node when the order spans more; n_ht: physical cores filled before SMT siblings).
@@ -168,11 +168,39 @@ def breakpoints(platform: dict[str, Any]) -> dict[str, Any]:
     return {"n_nu": n_nu, "n_ht": physical_cores(platform, order), "nmax": len(order)}
 
 
+# a group with no runs at the clock asked for its platform: no profile there
+_ABSENT = object()
+
+
+def _profile_freq(by_freq: dict, platform: str, clock: dict) -> Any:
+    """The frequency a group's profile is taken at: ``clock``'s for its platform where it names
+    one (``_ABSENT`` where the group has no runs there), else the highest it was measured at
+    (None: the board's own frequency, no cpufreq)."""
+    if platform in clock:
+        want = clock[platform]
+        return next((f for f in by_freq if f is not None and abs(f - want) < 0.5), _ABSENT)
+    return max((f for f in by_freq if f is not None), default=None)
+
+
+def _clock_arg(args: dict[str, Any]) -> dict[str, float]:
+    """args.clock, ``{platform: MHz}``, checked (HandlerError names what is wrong)."""
+    clock = args.get("clock") or {}
+    if not isinstance(clock, dict) or not all(
+            isinstance(k, str) and isinstance(v, (int, float)) and not isinstance(v, bool)
+            and math.isfinite(v) and v > 0 for k, v in clock.items()):
+        raise HandlerError("bad_args", "clock must map platform ids to a frequency in MHz > 0")
+    return {k: float(v) for k, v in clock.items()}
+
+
 def mpet_data(d: Daemon, args: dict[str, Any]) -> dict[str, Any]:
     """Profiles as ``[{workload, platform, size, freq_mhz, t: {n: s}, params: {n: {..}},
     counters: {n: {name: value}}}]`` (counters: the derived ones, ``DERIVED_COUNTERS``)
-    and ``platforms: {id: {n_nu, n_ht, nmax, board}}``; args.size keeps one size class."""
+    and ``platforms: {id: {n_nu, n_ht, nmax, board, clocks}}`` (clocks: every frequency, MHz,
+    its profiles could be taken at); args.size keeps one size class; args.clock
+    ``{platform: MHz}`` takes that platform's profiles at that frequency (a group not measured
+    there has none) instead of each at its highest."""
     size = args.get("size")
+    clock = _clock_arg(args)
     groups: dict[tuple, dict[Any, dict[int, list]]] = {}
     # runs marked for a neighbour on their cpus are no profile either, unless the load is
     # accepted (the daemon's accept_load), as in fits
@@ -192,8 +220,12 @@ def mpet_data(d: Daemon, args: dict[str, Any]) -> dict[str, Any]:
                                     {k: float(v) for k, v in ctrs.items()
                                      if k in DERIVED_COUNTERS and _finite(v)}))
     profiles = []
+    clocks: dict[str, set[float]] = {}
     for (work, plat, inp), by_freq in sorted(groups.items(), key=lambda kv: str(kv[0])):
-        freq = max((f for f in by_freq if f is not None), default=None)
+        clocks.setdefault(plat, set()).update(f for f in by_freq if f is not None)
+        freq = _profile_freq(by_freq, plat, clock)
+        if freq is _ABSENT:
+            continue
         per_n = by_freq[freq]
         prof: dict[str, Any] = {"workload": work, "platform": plat, "size": inp,
                                 "freq_mhz": freq, "t": {}, "params": {}, "counters": {}}
@@ -215,11 +247,12 @@ def mpet_data(d: Daemon, args: dict[str, Any]) -> dict[str, Any]:
                 prof["counters"][str(n)] = ctrs
         profiles.append(prof)
     platforms = {}
-    for plat in {p["platform"] for p in profiles}:
+    for plat in {p["platform"] for p in profiles} | set(clock) & set(clocks):
         desc = d.store.platform(plat) or {}
-        platforms[plat] = {**breakpoints(desc), "board": board_name(desc, plat)}
+        platforms[plat] = {**breakpoints(desc), "board": board_name(desc, plat),
+                           "clocks": sorted(clocks.get(plat, ()))}
     agents = {a.agent_id: a.platform_id for a in d.registry.all()}
-    only, points = ([], []) if d.store.accept_load else _marked(d, groups, size)
+    only, points = ([], []) if d.store.accept_load else _marked(d, groups, size, clock)
     return {"profiles": profiles, "platforms": platforms, "agents": agents,
             "marked_only": only, "marked_points": points}
 
@@ -228,8 +261,8 @@ def _finite(v: Any) -> bool:
     return isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
 
 
-def _marked(d: Daemon, groups: dict[tuple, Any],
-            size: str | None) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+def _marked(d: Daemon, groups: dict[tuple, Any], size: str | None,
+            clock: dict[str, float]) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
     """Groups measured with every run marked (so no profile), and the core counts of the
     other groups' profiles (their frequency) with every run marked (so missing from them):
     the CLI says so instead of "not measured", or of nothing."""
@@ -247,8 +280,8 @@ def _marked(d: Daemon, groups: dict[tuple, Any],
             continue
         by_freq = groups[key]
         # the profile's frequency, as mpet_data takes it
-        top = max((f for f in by_freq if f is not None), default=None)
-        if freq == top and int(n) not in by_freq[top]:
+        top = _profile_freq(by_freq, plat, clock)
+        if top is not _ABSENT and freq == top and int(n) not in by_freq[top]:
             cores.setdefault(key, set()).add(int(n))
     return ([{"workload": w, "platform": p, "size": i, "runs": n}
              for (w, p, i), n in sorted(counts.items())],

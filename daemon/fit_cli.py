@@ -76,7 +76,10 @@ def add_parsers(subparsers: Any) -> None:
                    help="file written by 'opptune fit --save'")
     p.add_argument("--cores", metavar="1,2,4", help="core counts (with --fit)")
     p.add_argument("--freq", default="", metavar="MHz,MHz",
-                   help="CPU frequencies in MHz; every core count is predicted at each")
+                   help="CPU frequencies in MHz; every core count is predicted at each (with "
+                        "--fit); with the MPET forms one frequency, the clock of the platform "
+                        "predicted on (--to or --on; default: the highest its profiles were "
+                        "measured at)")
     p.add_argument("--group", help="only groups whose label contains this text")
     p.add_argument("--json", action="store_true",
                    help="print JSON instead of a table (shape: docs/json-output.md)")
@@ -415,11 +418,10 @@ def cmd_predict(args: argparse.Namespace) -> int:
                   "--workload A with --from P --to T or --on P (MPET), not both",
                   file=sys.stderr)
             return 2
-        fit_opts = [o for o, v in (("--cores", args.cores), ("--freq", args.freq),
-                                   ("--group", args.group)) if v]
+        fit_opts = [o for o, v in (("--cores", args.cores), ("--group", args.group)) if v]
         if fit_opts:
-            # MPET predicts n = 1..the target's cores at its measured frequency: ignoring
-            # them would print something other than what was asked
+            # MPET predicts n = 1..the target's cores: ignoring them would print something
+            # other than what was asked (--freq MHz picks the target's clock)
             print(f"opptune predict: {', '.join(fit_opts)} "
                   f"{'goes' if len(fit_opts) == 1 else 'go'} with --fit FILE, not with the "
                   "MPET forms (they predict n = 1 up to the cores the target was measured on)",

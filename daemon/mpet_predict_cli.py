@@ -73,10 +73,11 @@ def _agent_of(data: dict[str, Any], platform: str) -> str:
     return " / ".join(sorted(a for a, p in data["agents"].items() if p == platform)) or "AGENT"
 
 
-def _at_size(size: str | None) -> str:
+def _at_size(size: str | None, freq: float | None = None) -> str:
     """' at size S' where --size narrowed the daemon's answer (the suite may be measured at
-    another size), else ''."""
-    return f" at size {size!r}" if size else ""
+    another size), ' at F MHz' where --freq took the platform's profiles at that clock, else
+    ''."""
+    return (f" at size {size!r}" if size else "") + (f" at {freq:g} MHz" if freq else "")
 
 
 def _size_opt(args: argparse.Namespace) -> str:
@@ -147,14 +148,25 @@ def cmd_predict_mpet(args: argparse.Namespace) -> int:
         return 2
     try:
         edits = _read_edits(args)
+        freq = _freq_arg(args)
     except MpetUsage as exc:
         print(f"opptune predict: {exc}", file=sys.stderr)
         return 2
-    data, rc = ask("opptune predict", daemon_endpoint(args), "mpet_data",
-                   {"size": args.size} if args.size else {}, timeout_s=args.timeout)
+    query = {"size": args.size} if args.size else {}
+    data, rc = ask("opptune predict", daemon_endpoint(args), "mpet_data", query,
+                   timeout_s=args.timeout)
     if rc is not None:
         return rc
     try:
+        if freq is not None:
+            # the platform's profiles at that clock: asked again once the name is resolved
+            flag, name = ("--on", on) if on else ("--to", args.target)
+            plat = _resolve(name, data, flag, args.size)
+            _check_clock(data, plat, name, freq)
+            data, rc = ask("opptune predict", daemon_endpoint(args), "mpet_data",
+                           {**query, "clock": {plat: freq}}, timeout_s=args.timeout)
+            if rc is not None:
+                return rc
         out = (_predict_on(data, args, edits) if on
                else _predict_migration(data, args, edits))
     except (MpetUsage, NoCandidates, EditError) as exc:
@@ -167,6 +179,34 @@ def cmd_predict_mpet(args: argparse.Namespace) -> int:
         return 0
     _print_prediction(out)
     return 0
+
+
+def _freq_arg(args: argparse.Namespace) -> float | None:
+    """--freq with the MPET forms: one frequency in MHz, or None."""
+    text = (getattr(args, "freq", "") or "").strip()
+    if not text:
+        return None
+    try:
+        f = float(text)
+    except ValueError:
+        f = math.nan
+    if not (math.isfinite(f) and f > 0):
+        raise MpetUsage(f"--freq {text!r}: with --workload give one frequency in MHz, the "
+                        f"clock of the platform predicted on (e.g. --freq 1400)")
+    return f
+
+
+def _check_clock(data: dict[str, Any], plat: str, name: str, freq: float) -> None:
+    """MpetUsage unless ``plat``'s profiles were measured at ``freq`` MHz."""
+    clocks = data["platforms"][plat].get("clocks") or []
+    if any(abs(f - freq) < 0.5 for f in clocks):
+        return
+    if not clocks:
+        raise MpetUsage(f"--freq {freq:g}: {name} has no cpufreq (its runs are at its own "
+                        f"clock); leave out --freq")
+    raise MpetUsage(f"--freq {freq:g}: {name} was measured at "
+                    f"{', '.join(f'{f:g}' for f in clocks)} MHz; give one of them ('opptune "
+                    f"characterize' measures the min, mid and max of each policy)")
 
 
 def _operating_point(rows: list[dict[str, Any]]) -> dict[str, Any] | None:
@@ -268,7 +308,8 @@ def _measured_db(data: dict[str, Any], args: argparse.Namespace, plat: str, flag
     """(profiles, platforms) of the answer, with the workload measured on ``plat`` (named
     on the command line by option ``flag``)."""
     profiles, platforms = build_database(data, args.size, sizes, clocks)
-    _check_measured(data, profiles, args.workload, plat, getattr(args, flag), args.size)
+    _check_measured(data, profiles, args.workload, plat, getattr(args, flag), args.size,
+                    _freq_arg(args))
     return profiles, platforms
 
 
@@ -291,7 +332,7 @@ def _note_more_references(data: dict[str, Any], profiles: dict, args: argparse.N
 
 
 def _check_measured(data: dict[str, Any], profiles: dict, workload: str, plat: str,
-                    given: str, size: str | None = None) -> None:
+                    given: str, size: str | None = None, freq: float | None = None) -> None:
     """MpetUsage unless ``workload`` has a profile on ``plat`` (``given``: its name as the
     user wrote it; ``size``: --size, which narrowed the daemon's answer)."""
     if (workload, plat) in profiles:
@@ -305,7 +346,7 @@ def _check_measured(data: dict[str, Any], profiles: dict, workload: str, plat: s
                         f"shows remeasure), or set accept_load = true in the daemon's "
                         f"configuration to use them")
     on = sorted(w for w, p in profiles if p == plat)
-    at = _at_size(size)
+    at = _at_size(size, freq)
     raise MpetUsage(f"workload {workload!r} is not measured on {given}{at}: "
                     f"it has {', '.join(on) or 'nothing'}{at}")
 
@@ -387,7 +428,8 @@ def _predict_migration(data: dict[str, Any], args: argparse.Namespace,
                         f"it out (the prediction is for a platform the references are not)")
     suite = sorted(w for w, p in profiles if p == dst and w != args.workload)
     if not suite:
-        raise MpetUsage(f"{args.target} has no suite measured{_at_size(args.size)}: run "
+        raise MpetUsage(f"{args.target} has no suite measured"
+                        f"{_at_size(args.size, _freq_arg(args))}: run "
                         f"'opptune characterize --agent {_agent_of(data, dst)}{_size_opt(args)}' "
                         f"on it first")
     for src, name in given:
@@ -497,8 +539,9 @@ def _predict_on(data: dict[str, Any], args: argparse.Namespace,
                 "interval_level": None, "interval_calibrated_on": 0}
     if not any(p == plat and w != args.workload for w, p in profiles):
         raise MpetUsage(f"{args.workload!r} is the only workload measured on {args.on}"
-                        f"{_at_size(args.size)}: scenario b takes the scaling of the other "
-                        f"workloads there; run 'opptune characterize --agent "
+                        f"{_at_size(args.size, _freq_arg(args))}: scenario b takes the "
+                        f"scaling of the other workloads there; run 'opptune characterize "
+                        f"--agent "
                         f"{_agent_of(data, plat)}{_size_opt(args)}' first")
     # as eval-mpet --scenario b cuts each profile (mpet_eval.evaluate_scalability)
     db = with_serial(MpetDatabase(profiles, platforms), key)

@@ -7,6 +7,7 @@ the other and compared with what was measured there."""
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import sys
 
@@ -112,6 +113,28 @@ def test_characterize_resumes_and_predict_migrates(two_boards):
     assert op["tolerance"] == 0.05 and op["fastest_s"] == min(times.values())
     assert op["cores"] == min(n for n, v in times.items() if v <= 1.05 * op["fastest_s"])
     assert op["time_s"] == times[op["cores"]] and times[op["fastest_cores"]] == op["fastest_s"]
+
+    # at another clock of the target: its suite's profiles at that clock; the clocks it was
+    # measured at are what a wrong --freq is told
+    p = opptune("predict", "--daemon", ep, "--workload", "triad", "--from", "pi", "--to",
+                "xu4", "--freq", "1")
+    assert p.returncode == 2, p.stderr
+    m = re.fullmatch(r"opptune predict: --freq 1: xu4 was measured at ([\d, ]+) MHz; give one "
+                     r"of them \('opptune characterize' measures the min, mid and max of each "
+                     r"policy\)\n", p.stderr)
+    assert m, p.stderr
+    clocks = [float(f) for f in m.group(1).split(", ")]
+    assert len(clocks) == 3 and clocks[-1] == 1400.0
+    p = opptune("predict", "--daemon", ep, "--workload", "triad", "--from", "pi", "--to",
+                "xu4", "--freq", f"{clocks[0]:g}", "--json")
+    assert p.returncode == 0, p.stderr
+    low = json.loads(p.stdout)
+    assert low["to_mhz"] == [clocks[0]] and low["from_mhz"] == [1500.0]
+    # the lowest clock's suite and triad's own runs there: slower than at 1400 MHz
+    assert low["prediction"][0]["time_s"] > 1.2 * rows[0]["time_s"]
+    assert low["prediction"][0]["measured_s"] > 1.2 * rows[0]["measured_s"]
+    # (how much slower is pi_integrate's clock ratio, the one candidate: compute-bound, it
+    # slows with the clock where memory-bound triad does less, so no interval is asserted)
 
     p = opptune("predict", "--daemon", ep, "--workload", "triad", "--from", "pi", "--to", "xu4")
     assert p.returncode == 0, p.stderr
@@ -300,6 +323,50 @@ def test_asking_for_more_repetitions_measures_again(two_boards):
     data = json.loads(p.stdout)
     assert data["skipped"] == [] and [(j["workload"], j["reps"]) for j in data["queued"]] == \
         [("pi_integrate", 2), ("triad", 2)], p.stdout
+
+
+def test_mpet_profiles_at_the_clock_asked_for_a_platform(tmp_path):
+    """Each group's profile is taken at its highest frequency; args.clock {platform: MHz}
+    takes that platform's at that clock instead (a group not measured there has none), other
+    platforms unchanged; each platform lists the clocks it was measured at. A bad clock is a
+    HandlerError, not a traceback in the server loop."""
+    from opptune.daemon.characterize import mpet_data
+    from opptune.daemon.errors import HandlerError
+    from opptune.daemon.service import Daemon
+    from opptune.daemon.store import ResultIn
+    from opptune.shared.config import DaemonConfig
+    from opptune.shared.records import RunRecord
+
+    d = Daemon(DaemonConfig(bind="tcp://127.0.0.1:0", database=str(tmp_path / "d.db")))
+    try:
+        for plat in ("p", "q"):
+            d.store.save_platform(plat, {"sweep_order": [0, 1]}, 1.0)
+        d.store.save_job("a", {"job_id": "j", "workload": "k", "size": "small", "reps": 1,
+                               "warmup": 0, "points": [{"cpus": [0], "threads": 1}]}, 1.0)
+        runs = [("p", "k", 1000.0, 2.0), ("p", "k", 2000.0, 1.0), ("p", "m", 2000.0, 3.0),
+                ("q", "k", 1500.0, 1.5), ("q", "k", 500.0, 4.5)]
+        recs = [RunRecord(platform=plat, workload=w, input="small", cores=1, cpus=[0],
+                          threads=1, rep=0, time_s=t, freq_mhz=f) for plat, w, f, t in runs]
+        d.store.insert_results([ResultIn(f"m{i}", "a", "j", i, r, r.to_dict())
+                                for i, r in enumerate(recs)], 2.0)
+        t1 = lambda data: {(x["workload"], x["platform"]): (x["freq_mhz"], x["t"]["1"])  # noqa
+                           for x in data["profiles"]}
+        data = mpet_data(d, {})
+        assert t1(data) == {("k", "p"): (2000.0, 1.0), ("m", "p"): (2000.0, 3.0),
+                            ("k", "q"): (1500.0, 1.5)}
+        assert data["platforms"]["p"]["clocks"] == [1000.0, 2000.0]
+        assert data["platforms"]["q"]["clocks"] == [500.0, 1500.0]
+        data = mpet_data(d, {"clock": {"p": 1000}})
+        assert t1(data) == {("k", "p"): (1000.0, 2.0), ("k", "q"): (1500.0, 1.5)}
+        # a clock nothing of q was measured at: q stays listed, with its clocks, no profile
+        data = mpet_data(d, {"clock": {"q": 800}})
+        assert ("k", "q") not in t1(data) and data["platforms"]["q"]["clocks"] == [500.0, 1500.0]
+        for bad in ({"p": -1}, {"p": "fast"}, ["p"], {"p": True}):
+            with pytest.raises(HandlerError, match="clock must map platform ids to a "
+                                                   "frequency in MHz > 0"):
+                mpet_data(d, {"clock": bad})
+    finally:
+        d.close()
 
 
 def test_mpet_profiles_leave_out_runs_marked_for_a_neighbour(tmp_path):

@@ -397,17 +397,30 @@ def test_predict_from_a_fit_with_daemon_options_is_refused_naming_them(tmp_path,
 
 
 @pytest.mark.parametrize("extra, named", [
-    (["--cores", "3"], "--cores goes"), (["--cores", "2", "--freq", "1000"], "--cores, --freq go"),
+    (["--cores", "3"], "--cores goes"), (["--cores", "2", "--group", "x"], "--cores, --group go"),
     (["--group", "triad"], "--group goes")])
 def test_predict_mpet_with_fit_options_is_refused_naming_them(capsys, extra, named):
     # MPET predicts n = 1..the target's cores: --cores 3 printed every n and --freq was
-    # silently ignored (found walking issue 19 as a new user)
+    # silently ignored (found walking issue 19 as a new user; --freq now picks the target's
+    # clock: test_mpet_freq_takes_one_frequency)
     assert run(["predict", "--workload", "triad", "--from", "a", "--to", "b",
                 "--daemon", "tcp://127.0.0.1:9", *extra]) == 2
     out = capsys.readouterr()
     assert out.out == "" and out.err == (
         f"opptune predict: {named} with --fit FILE, not with the MPET forms (they predict "
         "n = 1 up to the cores the target was measured on)\n")
+
+
+@pytest.mark.parametrize("freq", ["1000,2000", "fast", "-5", "0", "nan"])
+def test_mpet_freq_takes_one_frequency(capsys, freq):
+    """With --workload, --freq is the clock of the platform predicted on: one number of MHz,
+    refused before the daemon is asked (none answers at this endpoint)."""
+    assert run(["predict", "--workload", "triad", "--from", "a", "--to", "b",
+                "--daemon", "tcp://127.0.0.1:9", f"--freq={freq}"]) == 2
+    out = capsys.readouterr()
+    assert out.out == "" and out.err == (
+        f"opptune predict: --freq {freq!r}: with --workload give one frequency in MHz, the "
+        "clock of the platform predicted on (e.g. --freq 1400)\n")
 
 
 def test_predict_naming_no_group_of_a_large_fit_lists_the_first_few(tmp_path, capsys):

@@ -291,3 +291,26 @@ def test_the_prediction_says_the_clocks_its_profiles_were_taken_at(capsys):
         p["freq_mhz"] = 600.0 if (p["workload"], p["platform"]) == ("a", "t") else 1000.0
     got = _predict_migration(data, args("all"), [])
     assert got["to_mhz"] == [1000.0] and "clocks" not in capsys.readouterr().err
+
+
+def test_a_clock_the_platform_was_not_measured_at_is_refused_with_its_clocks():
+    """--freq names the predicted-on platform's clock: one it was not measured at gets its
+    clocks; a board without cpufreq says so; the checks after the daemon took the profiles
+    at that clock say the clock where nothing was measured there."""
+    from opptune.daemon.mpet_predict_cli import _check_clock, _measured_db
+    data = answer()
+    data["platforms"]["t"]["clocks"] = [600.0, 1400.0]
+    data["platforms"]["p1"]["clocks"] = []
+    _check_clock(data, "t", "agent-t", 1400)
+    with pytest.raises(MpetUsage, match=r"^--freq 1000: agent-t was measured at 600, 1400 MHz; "
+                                        r"give one of them"):
+        _check_clock(data, "t", "agent-t", 1000)
+    with pytest.raises(MpetUsage, match=r"^--freq 1000: p1 has no cpufreq \(its runs are at its "
+                                        r"own clock\); leave out --freq$"):
+        _check_clock(data, "p1", "p1", 1000)
+    # the daemon's answer at 600 MHz on t holds no profile of a there
+    at600 = answer(skip={("a", "t")})
+    ns = argparse.Namespace(workload="a", size=None, on="t", freq="600")
+    with pytest.raises(MpetUsage, match=r"'a' is not measured on t at 600 MHz: it has b1, b2, "
+                                        r"b3 at 600 MHz"):
+        _measured_db(at600, ns, "t", "on")
