@@ -10,6 +10,7 @@ import math
 import sys
 from typing import Any
 
+from . import mpet_predict_text as text
 from .mpet_answer import build_database
 
 
@@ -174,10 +175,10 @@ def cmd_predict_mpet(args: argparse.Namespace) -> int:
         return 2
     out["operating_point"] = _operating_point(out["prediction"])
     if args.json:
-        json.dump(_clean(out), sys.stdout, indent=2, sort_keys=True)
+        json.dump(text.clean(out), sys.stdout, indent=2, sort_keys=True)
         print()
         return 0
-    _print_prediction(out)
+    text.print_prediction(out)
     return 0
 
 
@@ -227,79 +228,12 @@ def _operating_point(rows: list[dict[str, Any]]) -> dict[str, Any] | None:
             "tolerance": tolerance}
 
 
-def _note_mixed_sizes(data: dict[str, Any], sizes: dict[tuple, str], plats: list[str]) -> None:
-    """Without --size a profile is taken at whichever size has most core counts: say so on
-    stderr when the platforms the prediction reads mix sizes (times of different inputs)."""
-    if not sizes or len({s for (_, p), s in sizes.items() if p in plats}) < 2:
-        return
-    parts = []
-    for plat in plats:
-        mine = {w: s for (w, p), s in sorted(sizes.items()) if p == plat}
-        text = (next(iter(mine.values())) if len(set(mine.values())) == 1
-                else ", ".join(f"{w} {s}" for w, s in mine.items()))
-        parts.append(f"{data['platforms'][plat]['board']}: {text}")
-    print(f"opptune predict: note: the profiles used mix sizes ({'; '.join(parts)}); give "
-          f"--size S to use one", file=sys.stderr)
-
-
-def _mhz(f: Any) -> str:
-    return f"{f:g} MHz" if isinstance(f, (int, float)) else "its own clock (no cpufreq)"
-
-
 def _clocks_on(clocks: dict[tuple, Any], plat: str, skip: str | None = None) -> list[float]:
     """The frequencies (MHz) the profiles on ``plat`` (but ``skip``'s) were taken at: one
     where they agree, none where the board has no cpufreq, several where they mix clocks
-    (``_note_mixed_clocks`` says so)."""
+    (``mpet_predict_text.note_mixed_clocks`` says so)."""
     return sorted({f for (w, p), f in clocks.items()
                    if p == plat and w != skip and isinstance(f, (int, float))})
-
-
-def _clocks_text(fs: list[float]) -> str:
-    if len(fs) > 1:
-        return f"{', '.join(f'{f:g}' for f in fs)} MHz (its profiles mix clocks)"
-    return _mhz(fs[0] if fs else None)
-
-
-def _note_mixed_clocks(data: dict[str, Any], clocks: dict[tuple, Any], plats: list[str],
-                       skip: tuple | None = None) -> None:
-    """Each profile is taken at the highest frequency its workload was measured at on the
-    board: say on stderr where the profiles of one platform the prediction reads were taken
-    at different clocks (a workload swept at a lower clock only), so their times are no
-    transfer of one platform."""
-    parts = []
-    for plat in plats:
-        mine = {w: f for (w, p), f in sorted(clocks.items(), key=str)
-                if p == plat and (w, p) != skip}
-        if len(set(mine.values())) > 1:
-            parts.append(f"{data['platforms'][plat]['board']}: " + ", ".join(
-                f"{w} {_mhz(f)}" for w, f in mine.items()))
-    if parts:
-        print(f"opptune predict: note: the profiles used were taken at different clocks "
-              f"({'; '.join(parts)}): each at the highest its workload was measured at; "
-              f"sweep the others at the board's highest clock for a prediction at one",
-              file=sys.stderr)
-
-
-def _note_marked(data: dict[str, Any], sizes: dict[tuple, str], plats: list[str]) -> None:
-    """Say on stderr which core counts of the profiles used on ``plats`` are missing because
-    every run there was marked for interference (the daemon's ``marked_points``): t(n) stops
-    short of the board's cores, or a curve has a gap, for that reason."""
-    left: dict[str, dict[str, set[int]]] = {}
-    for m in data.get("marked_points") or ():
-        if m["platform"] in plats and sizes.get((m["workload"], m["platform"])) == m["size"]:
-            left.setdefault(m["platform"], {}).setdefault(m["workload"], set()).update(
-                m["cores"])
-    if not left:
-        return
-    parts = []
-    for plat in (p for p in plats if p in left):
-        works = sorted(left[plat])
-        ns = sorted(set().union(*left[plat].values()))
-        parts.append(f"on {data['platforms'][plat]['board']} n = {', '.join(map(str, ns))} of "
-                     f"{len(works)} workload{'s' * (len(works) != 1)} ({', '.join(works)})")
-    print(f"opptune predict: note: left out, every run there marked for interference: "
-          f"{'; '.join(parts)}; 'opptune status' shows their re-measurement (accept_load "
-          f"= true in the daemon's configuration uses them)", file=sys.stderr)
 
 
 def _measured_db(data: dict[str, Any], args: argparse.Namespace, plat: str, flag: str,
@@ -311,24 +245,6 @@ def _measured_db(data: dict[str, Any], args: argparse.Namespace, plat: str, flag
     _check_measured(data, profiles, args.workload, plat, getattr(args, flag), args.size,
                     _freq_arg(args))
     return profiles, platforms
-
-
-def _note_more_references(data: dict[str, Any], profiles: dict, args: argparse.Namespace,
-                          srcs: list[str], dst: str) -> None:
-    """Say on stderr where the workload was measured besides the references given: from more
-    references MPET checks its transfers (docs/mpet.md: loghin's full error 40 % from one, 21 %
-    from all)."""
-    more = sorted(p for w, p in profiles if w == args.workload and p != dst and p not in srcs)
-    if not more:
-        return
-    names = [data["platforms"][p].get("board") or p for p in more]
-    # the --from to copy names the boards as the user did: by agent where they gave agents
-    by_agent = all(a.strip() in data["agents"] for a in args.source.split(",") if a.strip())
-    agents = {p: [a for a, q in data["agents"].items() if q == p] for p in more}
-    ids = [agents[p][0] if by_agent and len(agents[p]) == 1 else p for p in more]
-    print(f"opptune predict: note: {args.workload} is also measured on {', '.join(names)}: "
-          f"--from {args.source},{','.join(ids)} (or --from all) predicts from those too, "
-          f"which is usually much closer (docs/mpet.md)", file=sys.stderr)
 
 
 def _check_measured(data: dict[str, Any], profiles: dict, workload: str, plat: str,
@@ -462,10 +378,10 @@ def _predict_migration(data: dict[str, Any], args: argparse.Namespace,
     lo, hi = pred.lower, pred.upper
     measured = {} if edits else (profiles.get((args.workload, dst)) or {}).get("t") or {}
     scen = "c (virtual workload), migrated as in a" if edits else "a (migration)"
-    _note_mixed_sizes(data, sizes, [*srcs, dst])
-    _note_mixed_clocks(data, clocks, [*srcs, dst], skip=(args.workload, dst))
-    _note_marked(data, sizes, [*srcs, dst])
-    _note_more_references(data, profiles, args, srcs, dst)
+    text.note_mixed_sizes(data, sizes, [*srcs, dst])
+    text.note_mixed_clocks(data, clocks, [*srcs, dst], skip=(args.workload, dst))
+    text.note_marked(data, sizes, [*srcs, dst])
+    text.note_more_references(data, profiles, args, srcs, dst)
     return {"scenario": scen, "workload": args.workload, "from": srcs, "to": dst,
             "from_boards": [data["platforms"][p]["board"] for p in srcs],
             "to_board": data["platforms"][dst]["board"],
@@ -474,32 +390,8 @@ def _predict_migration(data: dict[str, Any], args: argparse.Namespace,
             "edits": [str(e) for e in edits],
             "prediction": _rows(pred.ns, pred.t, lo, hi, measured, before),
             "candidates": _candidates(pred), "single_candidate": pred.single_candidate,
-            "method": _method(pred), "interval": _interval_text(pred, data),
+            "method": _method(pred), "interval": text.interval_text(pred, data),
             "interval_level": pred.level, "interval_calibrated_on": pred.calibrated}
-
-
-def _calibrated_text(factor: float, m: int, level: float, board: str, how: str) -> str:
-    """A calibrated interval (``mpet_predict.calibrate``, ``scalability_band``) in words."""
-    failed = m - round(level * (m + 1))
-    return (f"t(n) times or divided by {factor:.3g}: the largest error at any n of the same "
-            f"prediction for each of the {m} other workloads measured on {board}{how}"
-            + (f" ({failed} of them gave no positive time: counted as outside)" if failed
-               else "")
-            + f"; where they are alike it holds the measured t(n) at every n with probability "
-              f"{100 * level:.0f} %")
-
-
-def _interval_text(pred: Any, data: dict[str, Any]) -> str:
-    """What scenario (a)'s interval is (docs/mpet.md)."""
-    from .models.mpet_interval import SINGLE_CANDIDATE_FACTOR
-    if pred.calibrated:
-        return _calibrated_text(pred.upper[0] / pred.t[0], pred.calibrated, pred.level,
-                                data["platforms"][pred.target]["board"], " (each left out in "
-                                "turn)")
-    return ("min..max of the single candidates' predictions around the weighted one (too few "
-            "other workloads on the target to calibrate it, no stated level)"
-            + (f", at least x{SINGLE_CANDIDATE_FACTOR:g} either way: it rests on a single "
-               f"candidate" if pred.single_candidate else ""))
 
 
 def _predict_on(data: dict[str, Any], args: argparse.Namespace,
@@ -554,15 +446,15 @@ def _predict_on(data: dict[str, Any], args: argparse.Namespace,
     lo, hi, calibrated, level = scalability_band(db, pred, topo, t, tuple(edits))
     scen = ("c (virtual workload: the scaling predicted as in b, edited)" if edits
             else "b (scalability from the 1-core runs)")
-    _note_mixed_sizes(data, sizes, [plat])
-    _note_mixed_clocks(data, clocks, [plat])
-    _note_marked(data, sizes, [plat])
+    text.note_mixed_sizes(data, sizes, [plat])
+    text.note_mixed_clocks(data, clocks, [plat])
+    text.note_marked(data, sizes, [plat])
     measured = {} if edits else {n: v for n, v in measured_t.items() if n > 1}
     return {**common, "scenario": scen, "t1_s": pred.t1,
             "prediction": _rows(ns, t, lo, hi, measured, before),
             "candidates": _candidates(pred), "single_candidate": pred.single_candidate,
             "method": _method(pred),
-            "interval": (_calibrated_text(hi[0] / t[0], calibrated, level,
+            "interval": (text.calibrated_text(hi[0] / t[0], calibrated, level,
                                           data["platforms"][plat]["board"], " at more than one "
                                           "core (each from its own 1-core runs)")
                          if calibrated else
@@ -572,91 +464,3 @@ def _predict_on(data: dict[str, Any], args: argparse.Namespace,
                          + (" (it rests on a single candidate)" if pred.single_candidate
                             else "")),
             "interval_level": level, "interval_calibrated_on": calibrated}
-
-
-def _print_prediction(out: dict[str, Any]) -> None:
-    if "on" in out:
-        print(f"{out['workload']}: on {out['board']} ({out['on']}) at {_mhz(out['on_mhz'])}, "
-              f"MPET scenario {out['scenario']}")
-    else:
-        print(f"{out['workload']}: measured on " + ", ".join(
-            f"{b} ({p}) at {_mhz(f)}" for b, p, f in zip(out["from_boards"], out["from"],
-                                                        out["from_mhz"]))
-              + f", predicted on {out['to_board']} ({out['to']}) at "
-              + _clocks_text(out["to_mhz"]) + f" by MPET scenario {out['scenario']}")
-    if out["edits"]:
-        print("edits: " + ", ".join(out["edits"]))
-    rows = out["prediction"]
-    measured = any(r["measured_s"] is not None for r in rows)
-    edited = any("unedited_s" in r for r in rows)
-    print(f"{'n':>3}  {'t(n) s':>10}  {'interval s':>23}" +
-          (f"  {'unedited s':>10}" if edited else "") +
-          (f"  {'measured s':>10}" if measured else ""))
-    for r in rows:
-        line = f"{r['n']:>3}  {r['time_s']:>10.4g}  " + (
-            f"{'-':>23}" if r["lower_s"] is None
-            else f"[{r['lower_s']:>10.4g}, {r['upper_s']:>10.4g}]")
-        if edited:
-            line += f"  {r['unedited_s']:>10.4g}"
-        if measured:
-            m = r["measured_s"]
-            line += f"  {m:>10.4g}" if m is not None else f"  {'-':>10}"
-        print(line)
-    print("interval: " + out["interval"])
-    op = out.get("operating_point")
-    if op:
-        print(f"cores: {op['cores']} ({op['time_s']:.4g} s), the fewest within "
-              f"{100 * op['tolerance']:.0f} % of the fastest predicted ({op['fastest_cores']} "
-              f"cores, {op['fastest_s']:.4g} s)")
-    if out.get("single_candidate") and not out.get("interval_calibrated_on"):
-        print("note: a single candidate carries this prediction; measure more of the suite on "
-              "the target (opptune characterize) for a narrower one")
-    if out.get("method"):
-        print(_method_line(out["method"]))
-    # the candidates' platforms by their boards' names, as the first line names them
-    boards = {out.get(k): out.get(b) for k, b in (("to", "to_board"), ("on", "board"))
-              if out.get(b)}
-    boards.update(zip(out.get("from") or (), out.get("from_boards") or ()))
-    for name, label in (("t1", "t(1)"), ("sc", "scaling")):
-        if not out["candidates"][name]:
-            continue
-        print(f"{label} candidates (platform, workload: D_a, D_p, D_t, weight):")
-        for c in out["candidates"][name]:
-            plat = boards.get(c["platform"], c["platform"])
-            print(f"  {plat}, {c['workload']}: {_num(c['d_a'])}, {_num(c['d_p'])}, "
-                  f"{_num(c['d_t'])}, {_num(c['weight'], 2)}"
-                  + ("" if c.get("usable", True) else "  (no estimate: a measurement it "
-                                                      "needs is missing; not used)"))
-    if measured:
-        print("(measured: the workload's own runs, which the prediction did not use)")
-
-
-def _method_line(m: dict[str, Any]) -> str:
-    line = f"method: t(1) by {m['t1_basis']}, scaling by {m['sc_basis']}"
-    ch = m.get("sc_choice")
-    if ch and ch.get("runtime_parameters"):
-        line += (" (q-chosen: sc, the seed's distances, since the workload's profiles and the "
-                 "target's suite carry the runtime parameters)")
-    elif ch:
-        errs = ", ".join(f"{b} {_num(100 * e, 1) if e is not None else '-'} %"
-                         for b, e in ch["errors"].items())
-        line += (f" (q-chosen: {ch['chosen']}, by the geometric-mean error predicting "
-                 f"{ch['checked']} other workloads on the target: {errs})" if ch["checked"]
-                 else f" (q-chosen: {ch['chosen']}, no other workload on the target to "
-                      f"score the options)")
-    return line
-
-
-def _num(v: Any, digits: int = 3) -> str:
-    return "-" if v is None or not math.isfinite(v) else f"{v:.{digits}f}"
-
-
-def _clean(v: Any) -> Any:
-    """NaN (an invalid distance or weight) as null: JSON has no NaN."""
-    if isinstance(v, dict):
-        return {k: _clean(x) for k, x in v.items()}
-    if isinstance(v, list):
-        return [_clean(x) for x in v]
-    if isinstance(v, float) and not math.isfinite(v):
-        return None
-    return v

@@ -118,7 +118,7 @@ def test_a_note_names_the_references_left_out(capsys):
 def test_interval_says_what_it_rests_on(capsys):
     """With three other workloads on the target the interval is calibrated on them (level
     3/4) and says so; with one, it is the candidates' band and says that it has no level."""
-    from opptune.daemon.mpet_predict_cli import _print_prediction
+    from opptune.daemon.mpet_predict_text import print_prediction
     got = _predict_migration(answer(), args("all"), [])
     assert got["interval_calibrated_on"] == 3 and got["interval_level"] == pytest.approx(0.75)
     # the suite's transfers hold exactly here: the interval is the noise of one run
@@ -131,7 +131,7 @@ def test_interval_says_what_it_rests_on(capsys):
         f"t(n) times or divided by {f:.3g}: the largest error at any n of the same prediction "
         f"for each of the 3 other workloads measured on board-t (each left out in turn); where "
         f"they are alike it holds the measured t(n) at every n with probability 75 %")
-    _print_prediction(got)
+    print_prediction(got)
     assert "interval: t(n) times or divided by" in capsys.readouterr().out
     skip = {("b2", "t"), ("b3", "t")}
     few = _predict_migration(answer(skip), args("all"), [])
@@ -142,8 +142,8 @@ def test_interval_says_what_it_rests_on(capsys):
 
 
 def test_interval_text_counts_the_suite_predictions_that_failed():
-    from opptune.daemon.mpet_predict_cli import _calibrated_text
-    text = _calibrated_text(1.5, 3, 2 / 4, "board-t", " (each left out in turn)")
+    from opptune.daemon.mpet_predict_text import calibrated_text
+    text = calibrated_text(1.5, 3, 2 / 4, "board-t", " (each left out in turn)")
     assert text == ("t(n) times or divided by 1.5: the largest error at any n of the same "
                     "prediction for each of the 3 other workloads measured on board-t (each "
                     "left out in turn) (1 of them gave no positive time: counted as outside); "
@@ -156,7 +156,8 @@ def test_an_edited_measured_profile_shows_no_interval(capsys):
     (docs/mpet.md). It had printed [t, t] and given lower_s = upper_s = time_s, a zero-width
     interval beside 'interval: none'."""
     from opptune.daemon.models.mpet_scenarios import parse_edit
-    from opptune.daemon.mpet_predict_cli import _predict_on, _print_prediction
+    from opptune.daemon.mpet_predict_cli import _predict_on
+    from opptune.daemon.mpet_predict_text import print_prediction
     on = argparse.Namespace(workload="a", on="t", size=None)
     got = _predict_on(answer(), on, [parse_edit("q=2x")])
     assert got["interval_level"] is None and got["interval"].startswith("none")
@@ -165,7 +166,7 @@ def test_an_edited_measured_profile_shows_no_interval(capsys):
     assert set(got) == set(plain) and got["single_candidate"] is False
     for r in got["prediction"]:
         assert r["time_s"] > 0 and r["lower_s"] is None and r["upper_s"] is None
-    _print_prediction(got)
+    print_prediction(got)
     rows = capsys.readouterr().out.splitlines()[3:5]
     assert [r.split()[2:4] for r in rows] == [["-", f"{r['unedited_s']:.4g}"]
                                               for r in got["prediction"]]
@@ -260,7 +261,7 @@ def test_the_prediction_says_the_clocks_its_profiles_were_taken_at(capsys):
     board: the first line says the clocks (the workload's on each reference, the suite's on
     the target; a board without cpufreq at its own clock), JSON holds them, and where the
     suite's profiles on one board were taken at different clocks a note says so."""
-    from opptune.daemon.mpet_predict_cli import _print_prediction
+    from opptune.daemon.mpet_predict_text import print_prediction
     clock = {"p1": 1500.0, "p2": None, "p3": 1200.0, "t": 2000.0}
     data = answer()
     for p in data["profiles"]:
@@ -268,7 +269,7 @@ def test_the_prediction_says_the_clocks_its_profiles_were_taken_at(capsys):
     got = _predict_migration(data, args("p1,p2"), [])
     assert got["from_mhz"] == [1500.0, None] and got["to_mhz"] == [2000.0]
     capsys.readouterr()
-    _print_prediction(got)
+    print_prediction(got)
     first = capsys.readouterr().out.splitlines()[0]
     assert first == ("a: measured on board-p1 (p1) at 1500 MHz, board-p2 (p2) at its own clock "
                      "(no cpufreq), predicted on board-t (t) at 2000 MHz by MPET scenario a "
@@ -282,7 +283,7 @@ def test_the_prediction_says_the_clocks_its_profiles_were_taken_at(capsys):
     err = capsys.readouterr().err
     assert ("note: the profiles used were taken at different clocks (board-t: b1 2000 MHz, "
             "b2 1400 MHz, b3 2000 MHz)") in err, err
-    _print_prediction(got)
+    print_prediction(got)
     assert "predicted on board-t (t) at 1400, 2000 MHz (its profiles mix clocks)" in \
         capsys.readouterr().out
     # A's own profile on the target is not one the prediction reads: no note for its clock
