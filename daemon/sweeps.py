@@ -169,14 +169,21 @@ def check_sweep_args(agent: str, info: AgentInfo, names: list[str], size: str | 
             if sizes and size not in sizes:
                 raise HandlerError("unknown_size", f"agent '{agent}' has no size '{size}' for "
                                                    f"{name}; it offers {', '.join(sizes)}")
-    n_cpus = len(sweep_order(info.platform))
-    if max_cores and max_cores > n_cpus:
-        raise HandlerError("bad_args", f"max_cores {max_cores} is more than the {n_cpus} "
-                                       f"cpus of board {board}; use 1..{n_cpus} (0 = all)")
+    check_max_cores(info, max_cores)
     if frequencies:
         why = frequency_refusal(info.platform, board, frequencies)
         if why:
             raise HandlerError("bad_args", why)
+
+
+def check_max_cores(info: AgentInfo, max_cores: int | None) -> None:
+    """Refuse a core count beyond the cpus of the agent's board (sweep, recommend, tune)."""
+    n_cpus = len(sweep_order(info.platform or {}))
+    if max_cores and max_cores > n_cpus:
+        raise HandlerError("bad_args", f"max_cores {max_cores} is more than the {n_cpus} "
+                                       f"cpus of board "
+                                       f"{board_name(info.platform, info.platform_id)}; use "
+                                       f"1..{n_cpus} (0 = all)")
 
 
 def offline_text(agent: str, keyring: Any, what: str = "") -> str:

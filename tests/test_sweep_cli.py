@@ -216,3 +216,22 @@ def test_a_board_without_cpufreq_is_swept_over_cores_and_says_why_once(no_cpufre
     # frequencies the user names are still refused: they were asked for, not configured
     p = opptune("sweep", "--daemon", ep, "--agent", "test-agent", "--freq", "1000000")
     assert p.returncode == 2 and "cannot run at 1000000 kHz" in p.stderr, p.stderr
+
+
+@pytest.mark.parametrize("command", ["recommend", "tune"])
+def test_recommend_and_tune_refuse_more_cores_than_the_board_as_sweep_does(cluster, command):
+    """The walk: 'opptune recommend --max-cores 99' on a 2-cpu board was accepted (tune even
+    ran), where 'opptune sweep --max-cores 99' is refused."""
+    ep = cluster.endpoint
+    sweep = opptune("sweep", "--daemon", ep, "--agent", "test-agent", "--max-cores", "99")
+    assert sweep.returncode == 2
+    n = len(cluster.status()["platforms"][cluster.status()["agents"][0]["platform"]]
+            ["sweep_order"])
+    assert f"max_cores 99 is more than the {n} cpus of board " in sweep.stderr, sweep.stderr
+    p = opptune(command, "--daemon", ep, "--agent", "test-agent", "--workload", "pi_integrate",
+                "--max-cores", "99")
+    assert p.returncode == 2, p.stderr
+    assert p.stderr.strip().splitlines() == [
+        sweep.stderr.strip().replace("opptune sweep:", f"opptune {command}:")]
+    assert p.stdout == ""
+    assert cluster.status()["jobs"] == []
