@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import re
 import sys
 import time
 from typing import Any
@@ -247,9 +248,28 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+# a negative quantity: "-1s", "-.5s", "-3W" (no opptune option starts with a digit)
+_NEGATIVE = re.compile(r"-\.?\d")
+
+
+def join_negative_values(argv: list[str]) -> list[str]:
+    """``--deadline -1s`` as ``--deadline=-1s``. argparse reads a word that starts with '-'
+    as an option unless it is a plain number, so such a value met "expected one argument"
+    and never reached the command's own check, which says what is wrong with it."""
+    out: list[str] = []
+    for word in argv:
+        if (out and out[-1].startswith("--") and "=" not in out[-1] and "--" not in out
+                and _NEGATIVE.match(word)):
+            out[-1] += "=" + word
+        else:
+            out.append(word)
+    return out
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
-    args, unknown = parser.parse_known_args(argv)
+    args, unknown = parser.parse_known_args(
+        join_negative_values(sys.argv[1:] if argv is None else list(argv)))
     if unknown:  # parse_args would print the top-level usage, not the command's
         args.command_parser.error(f"unrecognized arguments: {' '.join(unknown)}")
     try:

@@ -139,6 +139,11 @@ def test_eval_refuses_zero_reps(tmp_path):
     (["--objective", "speed"], ["unknown objective 'speed'", "time, energy, edp, ed2p"]),
     (["--deadline", "5 parsecs"], ["cannot read the deadline '5 parsecs'", "2.5s"]),
     (["--power-cap=-3W"], ["the power cap must be positive, not '-3W'"]),
+    # argparse takes a word starting with '-' for an option unless it is a plain number:
+    # these met "expected one argument" instead of the goal's own message
+    (["--power-cap", "-3W"], ["the power cap must be positive, not '-3W'"]),
+    (["--deadline", "-1s"], ["the deadline must be positive, not '-1s'"]),
+    (["--deadline", "-.5s"], ["the deadline must be positive, not '-.5s'"]),
     (["--deadline", "0s"], ["the deadline must be positive"]),
     (["--max-cores", "-1"], ["--max-cores must be >= 0"]),
 ])
