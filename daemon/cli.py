@@ -81,8 +81,23 @@ def _reps(text: str) -> int | str:
         raise argparse.ArgumentTypeError(f"{text!r} is neither a whole number nor auto") from None
 
 
+def below_least(cmd: str, args: argparse.Namespace, least: dict[str, int]) -> bool:
+    """Whether an option of ``least`` (its dest -> its least value) was given below it; the
+    first such is said in one line naming the option typed (the daemon checks them too, for
+    other clients, but names its own keys)."""
+    for key, low in least.items():
+        v = getattr(args, key)
+        if isinstance(v, int) and v < low:
+            print(f"opptune {cmd}: --{key.replace('_', '-')} must be >= {low}, not {v}",
+                  file=sys.stderr)
+            return True
+    return False
+
+
 def cmd_sweep(args: argparse.Namespace) -> int:
     from .client import ask, daemon_endpoint
+    if below_least("sweep", args, {"reps": 1, "warmup": 0, "max_cores": 0}):
+        return 2
     sweep_args: dict[str, Any] = {"agent": args.agent}
     for key in ("size", "reps", "warmup", "max_cores"):
         if getattr(args, key) is not None:

@@ -154,6 +154,18 @@ def test_goal_options_refused_before_asking_the_daemon(tmp_path, command, extra,
                    *needles)
 
 
+@pytest.mark.parametrize("command, option, value, least", [
+    ("sweep", "--reps", "0", 1), ("sweep", "--reps", "-2", 1), ("sweep", "--max-cores", "-1", 0),
+    ("sweep", "--warmup", "-1", 0), ("characterize", "--reps", "0", 1),
+    ("characterize", "--max-cores", "-1", 0)])
+def test_sweep_counts_refused_naming_the_option_typed(tmp_path, command, option, value, least):
+    """The walk: '--reps 0' came back from the daemon as "reps must be a whole number >= 1",
+    naming its key, not the option typed. No daemon listens: the command says it at once."""
+    one_line_error(run("opptune", command, "--daemon", "tcp://127.0.0.1:9", "--agent", "a",
+                       option, value, cwd=tmp_path),
+                   f"opptune {command}: {option} must be >= {least}, not {value}")
+
+
 def test_tune_budget_refused_before_asking_the_daemon(tmp_path):
     one_line_error(run("opptune", "tune", "--daemon", "tcp://127.0.0.1:9", "--agent", "a",
                        "--workload", "w", "--budget", "0", cwd=tmp_path), "--budget must be >= 1")
