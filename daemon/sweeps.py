@@ -67,9 +67,9 @@ class Sweeps:
         if why and frequencies is None and grid_asks_frequencies(self.config.sweep,
                                                                  frequency_grid):
             frequency_grid = "none"
-            not_swept = (f"frequencies not swept: board "
-                         f"{board_name(info.platform, info.platform_id)} cannot set "
-                         f"frequencies ({why}); the cores are swept at its own frequency")
+            not_swept = (f"frequencies not swept on board "
+                         f"{board_name(info.platform, info.platform_id)}: {why}; its cores "
+                         "are swept at its own frequency")
             log.warning("sweep of %s for %s: %s", ", ".join(names), agent, not_swept)
         ids: list[dict[str, Any]] = []
         jobs: list[dict[str, Any]] = []

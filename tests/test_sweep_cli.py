@@ -192,9 +192,9 @@ def test_a_board_without_cpufreq_is_swept_over_cores_and_says_why_once(no_cpufre
     cpufreq fail ("frequency_grid 'all' needs frequencies"). A missing knob is reported as
     unavailable and the sweep goes on: cores only, at the board's own frequency."""
     ep = no_cpufreq.endpoint
-    why = ("frequencies not swept: board {} cannot set frequencies (no cpufreq policies "
-           "under /sys/devices/system/cpu/cpufreq (kernel without cpufreq or a virtual "
-           "machine)); the cores are swept at its own frequency")
+    why = ("frequencies not swept on board {}: no cpufreq policies under "
+           "/sys/devices/system/cpu/cpufreq (kernel without cpufreq or a virtual machine); its "
+           "cores are swept at its own frequency")
     p = opptune("sweep", "--daemon", ep, "--agent", "test-agent", "--json")
     assert p.returncode == 0, p.stderr
     data = json.loads(p.stdout)
