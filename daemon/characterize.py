@@ -105,7 +105,7 @@ def characterize(d: Daemon, args: dict[str, Any]) -> dict[str, Any]:
     queued: list[dict[str, Any]] = []
     for sz, names in sorted(todo.items()):
         queued += d.sweeps.query({"agent": agent, "workloads": names, "size": sz, **opts,
-                                  "frequency_grid": grid})
+                                  "frequency_grid": grid})["jobs"]
     return {"agent": agent, "size": size, "kernels": kernels, "commands": sorted(commands),
             "command_sizes": {c: sizes[c] for c in sorted(commands)}, "skipped": done,
             "under_way": under_way, "queued": queued,

@@ -9,7 +9,10 @@ from typing import Any
 
 
 def cmd_characterize(args: argparse.Namespace) -> int:
+    from .cli import below_least
     from .client import ask, daemon_endpoint
+    if below_least("characterize", args, {"reps": 1, "max_cores": 0}):
+        return 2
     q: dict[str, Any] = {"agent": args.agent}
     for key in ("size", "reps", "max_cores"):
         if getattr(args, key) is not None:

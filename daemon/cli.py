@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import re
 import sys
 import time
 from typing import Any
@@ -80,8 +81,23 @@ def _reps(text: str) -> int | str:
         raise argparse.ArgumentTypeError(f"{text!r} is neither a whole number nor auto") from None
 
 
+def below_least(cmd: str, args: argparse.Namespace, least: dict[str, int]) -> bool:
+    """Whether an option of ``least`` (its dest -> its least value) was given below it; the
+    first such is said in one line naming the option typed (the daemon checks them too, for
+    other clients, but names its own keys)."""
+    for key, low in least.items():
+        v = getattr(args, key)
+        if isinstance(v, int) and v < low:
+            print(f"opptune {cmd}: --{key.replace('_', '-')} must be >= {low}, not {v}",
+                  file=sys.stderr)
+            return True
+    return False
+
+
 def cmd_sweep(args: argparse.Namespace) -> int:
     from .client import ask, daemon_endpoint
+    if below_least("sweep", args, {"reps": 1, "warmup": 0, "max_cores": 0}):
+        return 2
     sweep_args: dict[str, Any] = {"agent": args.agent}
     for key in ("size", "reps", "warmup", "max_cores"):
         if getattr(args, key) is not None:
@@ -102,6 +118,9 @@ def cmd_sweep(args: argparse.Namespace) -> int:
     data, rc = ask("opptune sweep", endpoint, "sweep", sweep_args, timeout_s=args.timeout)
     if rc is not None:
         return rc
+    if data.get("frequencies_not_swept") and (args.wait or not args.json):
+        # said once for the whole sweep; --json alone carries it in its field
+        print(data["frequencies_not_swept"], file=sys.stderr if args.wait else sys.stdout)
     if args.wait:
         from .sweep_wait import wait_for_jobs
         return wait_for_jobs(endpoint, [j["job_id"] for j in data.get("jobs", [])],
@@ -244,9 +263,28 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+# a negative quantity: "-1s", "-.5s", "-3W" (no opptune option starts with a digit)
+_NEGATIVE = re.compile(r"-\.?\d")
+
+
+def join_negative_values(argv: list[str]) -> list[str]:
+    """``--deadline -1s`` as ``--deadline=-1s``. argparse reads a word that starts with '-'
+    as an option unless it is a plain number, so such a value met "expected one argument"
+    and never reached the command's own check, which says what is wrong with it."""
+    out: list[str] = []
+    for word in argv:
+        if (out and out[-1].startswith("--") and "=" not in out[-1] and "--" not in out
+                and _NEGATIVE.match(word)):
+            out[-1] += "=" + word
+        else:
+            out.append(word)
+    return out
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
-    args, unknown = parser.parse_known_args(argv)
+    args, unknown = parser.parse_known_args(
+        join_negative_values(sys.argv[1:] if argv is None else list(argv)))
     if unknown:  # parse_args would print the top-level usage, not the command's
         args.command_parser.error(f"unrecognized arguments: {' '.join(unknown)}")
     try:

@@ -253,19 +253,27 @@ def cmd_import(args: argparse.Namespace) -> int:
                  "file": args.file, "benchmark": bench.get_name(), "runs": runs}
             data, rc = ask("opptune import", endpoint, "import", q, timeout_s=args.timeout)
             if rc is not None:
-                if done or stored:
+                before = [d["job_id"] for d in done + stored if d["job_id"]]
+                if before:
                     print("opptune import: stored before that: " + ", ".join(
-                        f"job {d['job_id']}" for d in done + stored), file=sys.stderr)
+                        f"job {j}" for j in before), file=sys.stderr)
                 return rc
             stored.append(data)
         done += stored
         if not args.json:
             freq = f"{args.freq} kHz" if args.freq else "the board's own frequency"
             last = stored[-1]
-            print(f"imported {sum(d['runs'] for d in stored)} values of {bench.get_name()} "
-                  f"as workload {last['group']['workload']} on agent {args.agent} (cpus "
-                  f"{','.join(map(str, last['cpus']))}, {freq}): job "
-                  f"{', '.join(d['job_id'] for d in stored)}")
+            new = sum(d["runs"] for d in stored)
+            # a daemon before idempotent imports does not say
+            already = sum(d.get("already_stored") or 0 for d in stored)
+            what = (f"imported {new} new values of {bench.get_name()} as workload "
+                    f"{last['group']['workload']} on agent {args.agent}")
+            if not new:
+                print(f"{what}: all {already} were already stored (skipped)")
+                continue
+            print(f"{what} (cpus {','.join(map(str, last['cpus']))}, {freq}): job "
+                  f"{', '.join(d['job_id'] for d in stored if d['job_id'])}"
+                  + (f"; {already} already stored (skipped)" if already else ""))
     if args.json:
         json.dump(done, sys.stdout, indent=2, sort_keys=True)
         print()

@@ -44,12 +44,9 @@ def goal_args(cmd: str, args: argparse.Namespace) -> dict[str, Any] | None:
     except ValueError as exc:
         print(f"opptune {cmd}: {exc}", file=sys.stderr)
         return None
-    for key in ("cluster", "max_cores"):
-        v = getattr(args, key)
-        if v is not None and v < 0:
-            print(f"opptune {cmd}: --{key.replace('_', '-')} must be >= 0, not {v}",
-                  file=sys.stderr)
-            return None
+    from .cli import below_least
+    if below_least(cmd, args, {"cluster": 0, "max_cores": 0}):
+        return None
     out: dict[str, Any] = {"agent": args.agent, "workload": args.workload,
                            "objective": args.objective.lower()}
     for key in ("size", "deadline", "power_cap", "cluster", "max_cores"):
@@ -215,13 +212,12 @@ def cmd_tune(args: argparse.Namespace) -> int:
     q = goal_args("tune", args)
     if q is None:
         return 2
+    from .cli import below_least
+    if below_least("tune", args, {"budget": 1, "reps": 1}):
+        return 2
     for key in ("budget", "reps"):
-        v = getattr(args, key)
-        if v is not None and v < 1:
-            print(f"opptune tune: --{key} must be >= 1, not {v}", file=sys.stderr)
-            return 2
-        if v is not None:
-            q[key] = v
+        if getattr(args, key) is not None:
+            q[key] = getattr(args, key)
     endpoint = daemon_endpoint(args)
     session, rc = ask("opptune tune", endpoint, "tune", q, timeout_s=args.timeout)
     if rc is not None:

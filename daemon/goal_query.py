@@ -12,6 +12,7 @@ from .objectives import Goal, make_goal
 from .query_worker import Deferred
 from .recommender import rests_on
 from .store import Group
+from .sweeps import check_max_cores
 
 if TYPE_CHECKING:
     from .service import Daemon
@@ -85,6 +86,9 @@ def _recommend_steps(d: Daemon, agent: str, workload: str, goal: Goal, size: str
                      accept_load: bool | None = None
                      ) -> tuple[Callable[[], Any], Callable[[Any], dict[str, Any]]]:
     """(the fit, which needs neither store nor socket; the map made of its result)."""
+    info = d.registry.get(agent)
+    if info is not None:  # an unknown agent is named by workload_groups
+        check_max_cores(info, max_cores)
     platform, size, runs = workload_groups(d, agent, workload, size, accept_load)
     tolerance = d.config.tolerance if goal.objective == "time" else 0.0
     verify_runs = d.config.verify_reps

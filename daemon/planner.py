@@ -135,6 +135,23 @@ def frequency_refusal(platform: dict[str, Any], board: str, freqs: list[int]) ->
             + (f"it offers {', '.join(map(str, offered))} kHz" if offered else reason))
 
 
+def cpufreq_unavailable(platform: dict[str, Any]) -> str | None:
+    """Why the board cannot set frequencies, in the words of its agent's hello (the cpufreq
+    fact the doctor's knobs check reports too); None when it can, or says nothing."""
+    cf = platform.get("cpufreq")
+    if not isinstance(cf, dict) or cf.get("available"):
+        return None
+    return cf.get("reason") or "no cpufreq"
+
+
+def grid_asks_frequencies(defaults: SweepDefaults, frequency_grid: str | int | None) -> bool:
+    """Whether ``frequency_grid`` (None: ``defaults``') measures at set frequencies, rather
+    than leaving the frequency alone ("none", or "list" with an empty list)."""
+    grid = SweepDefaults.parse_grid(defaults.frequency_grid if frequency_grid is None
+                                    else frequency_grid, "frequency_grid")
+    return not (grid == "none" or (grid == "list" and not defaults.frequencies))
+
+
 def spread(table: list[int], n: int) -> list[int]:
     """``n`` entries of the ascending ``table`` evenly spread by index, both ends included
     (n = 1: the highest); the whole table when n >= its length."""
@@ -233,6 +250,7 @@ def plan_sweep(platform: dict[str, Any], workload: str, defaults: SweepDefaults,
     }
 
 
-__all__ = ["ConfigError", "PlanError", "cluster_order", "cluster_orders", "grid_frequencies",
+__all__ = ["ConfigError", "PlanError", "cluster_order", "cluster_orders", "cpufreq_unavailable",
+           "grid_asks_frequencies", "grid_frequencies",
            "new_job_id", "offered_frequencies", "plan_sweep", "spread", "sweep_order",
            "unoffered_frequencies", "frequency_refusal"]

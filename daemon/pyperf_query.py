@@ -8,6 +8,8 @@ recommendations take them like a sweep's."""
 
 from __future__ import annotations
 
+import hashlib
+import json
 import math
 import time
 import uuid
@@ -95,7 +97,11 @@ def import_runs(d: Daemon, args: dict[str, Any]) -> dict[str, Any]:
         raise HandlerError("bad_args", "import needs runs: [{values: [...], metadata: {...}}]")
     job_id = IMPORT_PREFIX + uuid.uuid4().hex[:20]
     now = time.time()
-    items: list[ResultIn] = []
+    stated = [info.platform_id, workload, size, sorted(cpus), freq_khz,
+              str(args.get("benchmark") or "")]
+    parsed: list[tuple[int, dict[str, Any], list[float], str]] = []  # (k, meta, values, id)
+    seen: dict[str, int] = {}
+    n_values = 0
     for k, run in enumerate(pyruns):
         values = run.get("values") if isinstance(run, dict) else None
         meta = run.get("metadata") if isinstance(run, dict) else None
@@ -105,6 +111,19 @@ def import_runs(d: Daemon, args: dict[str, Any]) -> dict[str, Any]:
             if (type(value) not in (int, float) or not 0 < value < math.inf):
                 raise HandlerError("bad_args", f"run {k + 1}: value {value!r} is not a time "
                                                "in seconds > 0")
+        n_values += len(values)
+        if n_values > MAX_IMPORT_VALUES:
+            raise HandlerError("bad_args", f"more than {MAX_IMPORT_VALUES} values in one "
+                                           "import: split the file")
+        parsed.append((k, meta or {}, values, _run_id(stated, meta or {}, values, seen)))
+    known = d.store.stored_ids([f"{r}:{i}" for _, _, values, r in parsed
+                                for i in range(len(values))])
+    items: list[ResultIn] = []
+    for k, meta, values, run_id in parsed:
+        for i, value in enumerate(values):
+            msg_id = f"{run_id}:{i}"
+            if msg_id in known:
+                continue
             seq = len(items)
             rec = RunRecord(platform=info.platform_id, workload=workload, input=size,
                             cores=cores, cpus=list(cpus), threads=cores, rep=seq,
@@ -112,15 +131,17 @@ def import_runs(d: Daemon, args: dict[str, Any]) -> dict[str, Any]:
                             time_s=float(value), started_at=now,
                             extra={"pyperf": {"file": str(args.get("file") or ""),
                                               "benchmark": str(args.get("benchmark") or ""),
-                                              "run": k, "metadata": meta or {}}})
+                                              "run": k, "metadata": meta}})
             try:
                 rec.validate()
             except RecordError as exc:
                 raise HandlerError("bad_args", f"run {k + 1}: {exc}") from None
-            items.append(ResultIn(f"{job_id}:{seq}", agent, job_id, seq, rec, rec.to_dict()))
-            if len(items) > MAX_IMPORT_VALUES:
-                raise HandlerError("bad_args", f"more than {MAX_IMPORT_VALUES} values in one "
-                                               "import: split the file")
+            items.append(ResultIn(msg_id, agent, job_id, seq, rec, rec.to_dict()))
+    already = len(known)
+    group = Group(info.platform_id, workload, size, "")
+    if not items and already:  # every value was stored before: no new job, nothing to fit
+        return {"job_id": None, "runs": 0, "already_stored": already,
+                "group": group.as_dict(), "cpus": list(cpus), "freq_khz": freq_khz}
     if not items:
         raise HandlerError("bad_args", "the benchmark has no values (only warmups?)")
     # the runs first: a failure here stores nothing; the job row (what status and the
@@ -132,7 +153,18 @@ def import_runs(d: Daemon, args: dict[str, Any]) -> dict[str, Any]:
                      state="done")
     d.store.set_job_state(job_id, "done", f"imported from {args.get('file') or 'a pyperf file'}"
                           f" ({args.get('benchmark') or 'benchmark'})", now)
-    group = Group(info.platform_id, workload, size, "")
     d.recommender.request_fit(group, recommend_after=False)
-    return {"job_id": job_id, "runs": len(items), "group": group.as_dict(),
-            "cpus": list(cpus), "freq_khz": freq_khz}
+    return {"job_id": job_id, "runs": len(items), "already_stored": already,
+            "group": group.as_dict(), "cpus": list(cpus), "freq_khz": freq_khz}
+
+
+def _run_id(stated: list[Any], meta: dict[str, Any], values: list[float],
+            seen: dict[str, int]) -> str:
+    """The id of a pyperf run stated at one configuration (``stated``: platform, workload,
+    size, cpus, frequency, benchmark): a hash of that, the run's metadata (pyperf's include
+    the run's date, to the microsecond) and its values, so the same run imported again is
+    the same stored run. Runs alike in all that (no metadata, equal values) are told apart
+    by their order among the ones alike in this import (``seen`` counts them)."""
+    text = json.dumps([stated, meta, values], sort_keys=True, default=str)
+    n = seen[text] = seen.get(text, -1) + 1
+    return "pyperf-" + hashlib.sha256(f"{text}#{n}".encode()).hexdigest()[:32]

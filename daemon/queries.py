@@ -59,7 +59,7 @@ def answer(d: Daemon, what: str, args: dict[str, Any]) -> dict[str, Any] | Defer
     if what == "status":
         return status(d)
     if what == "sweep":
-        return {"jobs": d.sweeps.query(args)}
+        return d.sweeps.query(args)
     if what == "fit":
         return {"queued": refit(d, args)}
     if what == "report":

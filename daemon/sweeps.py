@@ -10,7 +10,8 @@ from typing import Any
 from ..shared.config import ConfigError, DaemonConfig, SweepDefaults
 from .errors import HandlerError
 from .jobs import JobTracker
-from .planner import PlanError, frequency_refusal, plan_sweep, sweep_order
+from .planner import (PlanError, cpufreq_unavailable, frequency_refusal, grid_asks_frequencies,
+                      plan_sweep, sweep_order)
 from .registry import AgentInfo, Registry, board_name
 
 log = logging.getLogger("opptune.daemon")
@@ -32,7 +33,22 @@ class Sweeps:
               ) -> list[dict[str, Any]]:
         """Plan and send one sweep job per workload to ``agent``; returns for each job its
         job_id, workload, size, n_points, reps. Options left None take ``[sweep]``'s; a grid
-        the platform cannot honour raises HandlerError("bad_args") before anything is sent."""
+        the platform cannot honour raises HandlerError("bad_args") before anything is sent,
+        except a board that cannot set frequencies at all: its cores are swept at its own
+        frequency (:meth:`sweep`)."""
+        return self.sweep(agent, workloads, size, reps, warmup, max_cores, frequency_grid,
+                          per_cluster, frequencies, adaptive)[0]
+
+    def sweep(self, agent: str, workloads: list[str] | None = None,
+              size: str | None = None, reps: int | None = None,
+              warmup: int | None = None, max_cores: int | None = None,
+              frequency_grid: str | int | None = None, per_cluster: bool | None = None,
+              frequencies: list[int] | None = None, adaptive: bool | None = None
+              ) -> tuple[list[dict[str, Any]], str | None]:
+        """:meth:`start`'s jobs, and why frequencies were not swept where a grid asked for
+        them and the board cannot set any (None otherwise). Frequencies named in
+        ``frequencies`` are still refused on such a board: a missing knob is reported and
+        the sweep goes on, but what the user names explicitly is not quietly dropped."""
         info = self.registry.get(agent)
         if info is None:
             raise HandlerError("unknown_agent", self.registry.unknown(agent))
@@ -46,6 +62,15 @@ class Sweeps:
                                                    f"{', '.join(bad)}; it offers "
                                                    f"{', '.join(sorted(offered)) or 'nothing'}")
         check_sweep_args(agent, info, names, size, max_cores, frequencies)
+        not_swept = None
+        why = cpufreq_unavailable(info.platform or {})
+        if why and frequencies is None and grid_asks_frequencies(self.config.sweep,
+                                                                 frequency_grid):
+            frequency_grid = "none"
+            not_swept = (f"frequencies not swept on board "
+                         f"{board_name(info.platform, info.platform_id)}: {why}; its cores "
+                         "are swept at its own frequency")
+            log.warning("sweep of %s for %s: %s", ", ".join(names), agent, not_swept)
         ids: list[dict[str, Any]] = []
         jobs: list[dict[str, Any]] = []
         for name in names:
@@ -68,7 +93,7 @@ class Sweeps:
             ids.append({"job_id": job["job_id"], "workload": job["workload"],
                         "size": job["size"], "n_points": len(job["points"]),
                         "reps": job["reps"]})
-        return ids
+        return ids, not_swept
 
     def auto(self, agent: str, workload: str) -> None:
         """Sweep ``workload`` as configured; on a board that cannot honour the configured
@@ -80,8 +105,9 @@ class Sweeps:
                         "board's own frequency", workload, agent, exc)
             self.start(agent, [workload], frequency_grid="none")
 
-    def query(self, args: dict[str, Any]) -> list[dict[str, Any]]:
-        """The ``sweep`` query: check its arguments' types, then :meth:`start`."""
+    def query(self, args: dict[str, Any]) -> dict[str, Any]:
+        """The ``sweep`` query: check its arguments' types, then :meth:`sweep`; the answer's
+        ``jobs`` and ``frequencies_not_swept`` (why, or None)."""
         agent = args.get("agent")
         if not isinstance(agent, str):
             raise HandlerError("bad_args", "sweep needs args.agent (an agent id)")
@@ -112,9 +138,10 @@ class Sweeps:
                 isinstance(f, int) and not isinstance(f, bool) and f > 0 for f in freqs)):
             raise HandlerError("bad_args", "sweep args.frequencies must be a list of kHz "
                                            "integers")
-        return self.start(agent, workloads, size=size, frequency_grid=grid,
-                          per_cluster=per_cluster, frequencies=freqs, adaptive=adaptive,
-                          **ints)
+        jobs, not_swept = self.sweep(agent, workloads, size=size, frequency_grid=grid,
+                                     per_cluster=per_cluster, frequencies=freqs,
+                                     adaptive=adaptive, **ints)
+        return {"jobs": jobs, "frequencies_not_swept": not_swept}
 
 
 def sweep_counts(args: dict[str, Any], query: str) -> dict[str, int | None]:
@@ -142,14 +169,21 @@ def check_sweep_args(agent: str, info: AgentInfo, names: list[str], size: str | 
             if sizes and size not in sizes:
                 raise HandlerError("unknown_size", f"agent '{agent}' has no size '{size}' for "
                                                    f"{name}; it offers {', '.join(sizes)}")
-    n_cpus = len(sweep_order(info.platform))
-    if max_cores and max_cores > n_cpus:
-        raise HandlerError("bad_args", f"max_cores {max_cores} is more than the {n_cpus} "
-                                       f"cpus of board {board}; use 1..{n_cpus} (0 = all)")
+    check_max_cores(info, max_cores)
     if frequencies:
         why = frequency_refusal(info.platform, board, frequencies)
         if why:
             raise HandlerError("bad_args", why)
+
+
+def check_max_cores(info: AgentInfo, max_cores: int | None) -> None:
+    """Refuse a core count beyond the cpus of the agent's board (sweep, recommend, tune)."""
+    n_cpus = len(sweep_order(info.platform or {}))
+    if max_cores and max_cores > n_cpus:
+        raise HandlerError("bad_args", f"max_cores {max_cores} is more than the {n_cpus} "
+                                       f"cpus of board "
+                                       f"{board_name(info.platform, info.platform_id)}; use "
+                                       f"1..{n_cpus} (0 = all)")
 
 
 def offline_text(agent: str, keyring: Any, what: str = "") -> str:

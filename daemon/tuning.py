@@ -42,6 +42,7 @@ from .recommender import rests_on, verdict
 from .registry import board_name
 from .sampling import Grid, Measured, Proposal, Sampler, fit_minimum
 from .store import Group
+from .sweeps import check_max_cores
 
 if TYPE_CHECKING:
     from .service import Daemon
@@ -224,6 +225,7 @@ class Tuner:
         if info.identity is None or not info.alive(d.config.agent_timeout_s):
             raise HandlerError("agent_offline", f"agent '{agent}' is not connected to this "
                                                 "daemon; start opptune-agent on the board")
+        check_max_cores(info, ints["max_cores"])
         offered = info.workload_names()
         if workload not in offered:
             raise HandlerError("unknown_workload", f"agent '{agent}' does not offer {workload}; "

@@ -139,6 +139,11 @@ def test_eval_refuses_zero_reps(tmp_path):
     (["--objective", "speed"], ["unknown objective 'speed'", "time, energy, edp, ed2p"]),
     (["--deadline", "5 parsecs"], ["cannot read the deadline '5 parsecs'", "2.5s"]),
     (["--power-cap=-3W"], ["the power cap must be positive, not '-3W'"]),
+    # argparse takes a word starting with '-' for an option unless it is a plain number:
+    # these met "expected one argument" instead of the goal's own message
+    (["--power-cap", "-3W"], ["the power cap must be positive, not '-3W'"]),
+    (["--deadline", "-1s"], ["the deadline must be positive, not '-1s'"]),
+    (["--deadline", "-.5s"], ["the deadline must be positive, not '-.5s'"]),
     (["--deadline", "0s"], ["the deadline must be positive"]),
     (["--max-cores", "-1"], ["--max-cores must be >= 0"]),
 ])
@@ -147,6 +152,18 @@ def test_goal_options_refused_before_asking_the_daemon(tmp_path, command, extra,
     one_line_error(run("opptune", command, "--daemon", "tcp://127.0.0.1:9", "--agent", "a",
                        "--workload", "w", *extra, cwd=tmp_path), f"opptune {command}: ",
                    *needles)
+
+
+@pytest.mark.parametrize("command, option, value, least", [
+    ("sweep", "--reps", "0", 1), ("sweep", "--reps", "-2", 1), ("sweep", "--max-cores", "-1", 0),
+    ("sweep", "--warmup", "-1", 0), ("characterize", "--reps", "0", 1),
+    ("characterize", "--max-cores", "-1", 0)])
+def test_sweep_counts_refused_naming_the_option_typed(tmp_path, command, option, value, least):
+    """The walk: '--reps 0' came back from the daemon as "reps must be a whole number >= 1",
+    naming its key, not the option typed. No daemon listens: the command says it at once."""
+    one_line_error(run("opptune", command, "--daemon", "tcp://127.0.0.1:9", "--agent", "a",
+                       option, value, cwd=tmp_path),
+                   f"opptune {command}: {option} must be >= {least}, not {value}")
 
 
 def test_tune_budget_refused_before_asking_the_daemon(tmp_path):

@@ -143,6 +143,60 @@ def test_import_stores_each_value_as_a_run_of_the_agents_board(cluster, pyperf_f
         stats.stdout + stats.stderr
 
 
+def test_import_of_the_same_runs_again_stores_only_the_new_ones(cluster, tmp_path):
+    """The walk: importing one file twice stored its runs twice. A run is identified by the
+    configuration it is stored at and its pyperf run (metadata, with the run's date, and
+    values): a repeat is skipped and said, and a file grown by pyperf's --append adds only
+    its new runs."""
+    (tmp_path / "bench.py").write_text(FIXED_SCRIPT)
+    out = tmp_path / "grown.json"
+
+    def measure(how):
+        subprocess.run([sys.executable, str(tmp_path / "bench.py"), "--processes", "2",
+                        "--values", "3", "--warmups", "1", "--loops", "4", "--quiet", how,
+                        str(out)], check=True, capture_output=True, timeout=120)
+
+    def stored():
+        return cluster.rows("SELECT msg_id, job_id, seq, cores, time_s FROM runs WHERE "
+                            "workload='grown' ORDER BY job_id, seq")
+
+    def imported(*extra):
+        p = opptune("import", str(out), "--daemon", cluster.endpoint, "--agent", "test-agent",
+                    "--cores", "1", "--workload", "grown", *extra)
+        assert p.returncode == 0, p.stderr
+        return p
+
+    measure("-o")
+    (first,) = json.loads(imported("--json").stdout)
+    assert (first["runs"], first["already_stored"]) == (6, 0)
+    before = stored()
+    assert len(before) == 6
+    jobs = [j["job_id"] for j in cluster.status()["jobs"]]
+
+    p = imported("--json")
+    (again,) = json.loads(p.stdout)
+    assert (again["job_id"], again["runs"], again["already_stored"]) == (None, 0, 6)
+    p = imported()
+    assert p.stdout.strip().splitlines() == [
+        "imported 0 new values of fixed as workload grown on agent test-agent: all 6 were "
+        "already stored (skipped)"]
+    assert stored() == before  # nothing stored twice, nothing changed
+    assert [j["job_id"] for j in cluster.status()["jobs"]] == jobs  # no empty job either
+
+    measure("--append")  # 2 more worker processes: 6 more values in the same file
+    p = imported()
+    (line,) = p.stdout.strip().splitlines()
+    assert line.startswith("imported 6 new values of fixed as workload grown on agent "
+                           "test-agent (cpus 0, the board's own frequency): job import-"), line
+    assert line.endswith("; 6 already stored (skipped)"), line
+    after = stored()
+    assert len(after) == 12 and set(before) <= set(after)
+
+    # the same runs stated at another configuration are another claim, stored as asked
+    (two,) = json.loads(imported("--cores", "2", "--json").stdout)  # (replaces --cores 1)
+    assert (two["runs"], two["already_stored"]) == (12, 0)
+
+
 def test_import_refuses_a_bad_file_or_agent_with_one_line(cluster, pyperf_file, tmp_path):
     before = cluster.rows("SELECT COUNT(*) FROM runs")
     bad = tmp_path / "bad.json"

@@ -69,6 +69,16 @@ def test_insert_is_idempotent_and_acks_all(location):
     st.close()
 
 
+def test_stored_ids_names_the_runs_stored_among_many(location):
+    """opptune import skips the values it stored before by asking for their ids."""
+    st = open_store(location)
+    st.insert_results([item(f"m{k}", seq=k) for k in range(0, 1200, 3)], now=1.0)
+    asked = [f"m{k}" for k in range(1200)] + ["other"]  # more than one query's worth
+    assert st.stored_ids(asked) == {f"m{k}" for k in range(0, 1200, 3)}
+    assert st.stored_ids([]) == set()
+    st.close()
+
+
 def test_failed_batch_stores_nothing(location):
     st = open_store(location)
     bad = item("m2")

@@ -171,3 +171,67 @@ def test_wait_bars_say_when_the_jobs_wait_on_an_offline_agent():
     assert state_text({"state": "expired", "agent": "x86"},
                       {"id": "x86", "alive": False, "last_seen_s": 70}) == "expired"
     assert state_text(job, None) == "queued"
+
+
+@pytest.fixture
+def no_cpufreq(tmp_path):
+    """This machine (no cpufreq) under a daemon whose [sweep] asks for every frequency."""
+    c = Cluster(tmp_path, kernels=("pi_integrate", "triad"), auto_sweep=False, max_cores=1,
+                reps=1)
+    with open(c.daemon_toml, "a") as fh:  # the file ends in its [sweep] table
+        fh.write('frequency_grid = "all"\n')
+    c.start_daemon()
+    c.start_agent()
+    c.wait_for(lambda s: any(a["alive"] for a in s["agents"]), timeout=30, what="the agent")
+    yield c
+    c.stop()
+
+
+def test_a_board_without_cpufreq_is_swept_over_cores_and_says_why_once(no_cpufreq):
+    """The walk: [sweep] frequency_grid = "all" made 'opptune sweep' of a board without
+    cpufreq fail ("frequency_grid 'all' needs frequencies"). A missing knob is reported as
+    unavailable and the sweep goes on: cores only, at the board's own frequency."""
+    ep = no_cpufreq.endpoint
+    why = ("frequencies not swept on board {}: no cpufreq policies under "
+           "/sys/devices/system/cpu/cpufreq (kernel without cpufreq or a virtual machine); its "
+           "cores are swept at its own frequency")
+    p = opptune("sweep", "--daemon", ep, "--agent", "test-agent", "--json")
+    assert p.returncode == 0, p.stderr
+    data = json.loads(p.stdout)
+    board = no_cpufreq.status()["agents"][0]["board"]
+    assert data["frequencies_not_swept"] == why.format(board)
+    assert sorted(j["workload"] for j in data["jobs"]) == ["pi_integrate", "triad"]
+    assert [j["n_points"] for j in data["jobs"]] == [1, 1]
+
+    p = opptune("sweep", "--daemon", ep, "--agent", "test-agent", "--workload", "pi_integrate",
+                "--workload", "triad", "--wait")
+    assert p.returncode == 0, p.stderr
+    lines = (p.stdout + p.stderr).splitlines()
+    assert sum(why.format(board) in line for line in lines) == 1, p.stdout + p.stderr
+    points = no_cpufreq.rows("SELECT points FROM jobs")
+    assert len(points) == 4
+    assert all(pt["freq_khz"] is None for (text,) in points for pt in json.loads(text))
+    assert all(j["state"] == "done" for j in no_cpufreq.status()["jobs"])
+
+    # frequencies the user names are still refused: they were asked for, not configured
+    p = opptune("sweep", "--daemon", ep, "--agent", "test-agent", "--freq", "1000000")
+    assert p.returncode == 2 and "cannot run at 1000000 kHz" in p.stderr, p.stderr
+
+
+@pytest.mark.parametrize("command", ["recommend", "tune"])
+def test_recommend_and_tune_refuse_more_cores_than_the_board_as_sweep_does(cluster, command):
+    """The walk: 'opptune recommend --max-cores 99' on a 2-cpu board was accepted (tune even
+    ran), where 'opptune sweep --max-cores 99' is refused."""
+    ep = cluster.endpoint
+    sweep = opptune("sweep", "--daemon", ep, "--agent", "test-agent", "--max-cores", "99")
+    assert sweep.returncode == 2
+    n = len(cluster.status()["platforms"][cluster.status()["agents"][0]["platform"]]
+            ["sweep_order"])
+    assert f"max_cores 99 is more than the {n} cpus of board " in sweep.stderr, sweep.stderr
+    p = opptune(command, "--daemon", ep, "--agent", "test-agent", "--workload", "pi_integrate",
+                "--max-cores", "99")
+    assert p.returncode == 2, p.stderr
+    assert p.stderr.strip().splitlines() == [
+        sweep.stderr.strip().replace("opptune sweep:", f"opptune {command}:")]
+    assert p.stdout == ""
+    assert cluster.status()["jobs"] == []

@@ -123,6 +123,10 @@ class Store(ABC):
         """Store ``result_row``'s rows idempotently in one transaction."""
 
     @abstractmethod
+    def stored_ids(self, msg_ids: Sequence[str]) -> set[str]:
+        """The ids of ``msg_ids`` that name a stored run."""
+
+    @abstractmethod
     def run_records(self, job_id: str) -> list[tuple[str, RunRecord]]:
         """(message id, the whole record as received) of a job's runs, in sequence order."""
 

@@ -323,6 +323,16 @@ class SQLiteStore(Store):
                            "(?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?) "
                            "ON CONFLICT DO NOTHING", rows)
 
+    def stored_ids(self, msg_ids: Sequence[str]) -> set[str]:
+        ids = list(msg_ids)
+        found: set[str] = set()
+        for k in range(0, len(ids), 500):  # within SQLite's limit of bound parameters
+            part = ids[k:k + 500]
+            found.update(r[0] for r in self.db.execute(
+                f"SELECT msg_id FROM runs WHERE msg_id IN ({','.join('?' * len(part))})",
+                part))
+        return found
+
     def run_records(self, job_id: str) -> list[tuple[str, RunRecord]]:
         out = []
         for msg_id, text, packed in self.db.execute(
