@@ -1182,6 +1182,13 @@ def test_batched_ratio_distances_are_the_scalar_ones_to_the_last_bit():
                     for p in ("P1", "P2", "P3")]
             assert _same(db.ratio_from(kind, ["P1", "P2", "P3"], "T", lambda r: r != "A"),
                          want)
+    # a platform measured at one core only has no q(n) row: first in the batch, it had set
+    # the batch's group count (1) and the others' rows (several n) did not fit
+    one = MpetDatabase({**profiles, **{(w, "P0"): {"t": {1: 2.0}} for w in ("A", "B1")}},
+                       {**platforms, "P0": {"nmax": 1}})
+    got = one.ratio_from("q", ["P0", "P1", "P2"], "T", lambda r: r != "A")
+    assert math.isnan(got[0]) and _same(got[1:], one.ratio_from("q", ["P1", "P2"], "T",
+                                                                lambda r: r != "A"))
 
 
 def _same(got, want):

@@ -134,7 +134,9 @@ class MpetDatabase:
         if not blocks or y not in blocks[0][1]:  # y not in the table shares nothing: NaN
             return [math.nan] * len(xs)
         width = max(len(b[0]) for b in blocks)
-        groups = blocks[0][2].shape[2]
+        # an x without a row in the table (a platform measured at one core has no q(n)) has
+        # an empty block of one group: the others' count is the table's
+        groups = max(b[2].shape[2] for b in blocks)
         v = np.full((len(xs), width, groups), np.nan)
         ok = np.zeros(v.shape, dtype=bool)
         pos = np.zeros(v.shape, dtype=np.int64)
