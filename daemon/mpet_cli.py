@@ -42,6 +42,7 @@ from .models.mpet_predict import (DEFAULT_SC, DEFAULT_T1, RATIO_SC, RATIO_T1, SE
 from ..shared.config import DaemonConfig
 from .mpet_answer import store_rows, write_store_csv
 from .objectives import fewest_within
+from .progress import terminal_progress
 
 DEFAULT_DATA = ("data/loghin_multicore_energy/data.csv", "data/xplat_npb_minife/data.csv")
 SEED_TABLE5 = {"t1": 0.154, "scaling": 0.127, "full": 0.199}
@@ -434,16 +435,12 @@ def cmd_eval_mpet(args) -> int:
 
 
 def _tty_progress(rename: tuple[str, str] | None = None) -> Callable[[str], None] | None:
-    """A line on stderr per evaluation, where stderr is a terminal (a person waits for it);
-    ``rename``: (temporary file, what to call it)."""
-    if not sys.stderr.isatty():
-        return None
-
-    def say(what: str) -> None:
-        if rename:
-            what = what.replace(*rename)
-        print(f"opptune eval-mpet: {what}", file=sys.stderr, flush=True)
-    return say
+    """A line on stderr per evaluation, where stderr is a terminal; ``rename``: (temporary
+    file, what to call it)."""
+    say = terminal_progress("opptune eval-mpet")
+    if say is None or rename is None:
+        return say
+    return lambda what: say(what.replace(*rename))
 
 
 def print_results(results: list[dict], as_json: bool) -> None:

@@ -942,6 +942,11 @@ def test_eval_mpet_says_what_it_evaluates_on_a_terminal(tmp_path):
         f"platforms..."]
     piped = subprocess.run(cmd, capture_output=True, text=True, timeout=120)
     assert piped.returncode == 0 and piped.stderr == "" and "interval:" in piped.stdout
+    # --combine evaluates a temporary merged CSV: the line names the files it came from
+    p, seen = run_on_terminal_stderr([*cmd, "--combine", "--json"])
+    assert p.returncode == 0 and seen.strip().splitlines() == [
+        f"opptune eval-mpet: {path}: leave-one-out over 20 profiles of 5 workloads on 4 "
+        f"platforms..."]
 
 
 def test_operating_point_is_judged_on_the_measured_times():

@@ -49,12 +49,9 @@ def cmd_report(args: argparse.Namespace) -> int:
     except DaemonUnreachable as exc:
         return _fail(str(exc), 1)
     from .build import build_report
-    progress = None
-    if sys.stderr.isatty():  # a person waits: say what takes the time
-        def progress(what: str) -> None:
-            print(f"opptune report: {what}", file=sys.stderr, flush=True)
+    from ..progress import terminal_progress
     try:
-        built = build_report(data, out, progress)
+        built = build_report(data, out, terminal_progress("opptune report"))
     except OSError as exc:
         return _fail(f"--out {args.out}: cannot write: {exc.strerror or exc}", 2)
     summary = {"index": str(built.index), "groups": built.groups, "images": len(built.images),
