@@ -62,6 +62,11 @@ SETUPS = {
     "seed": "seed setup of section 4.1, eq. 21/23 as written",
     "nested": "settings chosen per workload by leave-one-out without that workload",
 }
+# --scenario b's one setup (predict_scalability with the seed's sc selection), named in its
+# results as the SETUPS are in scenario a's
+SCENARIO_B_SETUP = ("scalability", "the seed's sc selection: up to 10 other workloads on the "
+                    "platform by D_a, eq. 16, over the 1-core profile's elements, weighted "
+                    "with k = 3, eq. 22; f = 1 in eq. 21")
 # Sockets the CSV columns do not tell: xplat_npb_minife's SOURCE.md lists these boards as
 # "2x Xeon" while their hw_l3_shared_by column counts both sockets' cores.
 KNOWN_SOCKETS = {"Supermicro_X10DRi": 2, "Supermicro_X9DR3-F": 2}
@@ -338,7 +343,8 @@ def run(paths: list[str], max_factor: float | None = None, setup: str = "default
         results.append({"data": str(path), "profiles": len(profiles),
                         "platforms": len(platforms),
                         "workloads": len({w for w, _ in profiles}), "predictions": n,
-                        "setup": setup, "ms_per_prediction": 1000 * elapsed / n,
+                        "setup": SCENARIO_B_SETUP[0] if scenario == "b" else setup,
+                        "ms_per_prediction": 1000 * elapsed / n,
                         "summary": res["summary"], "interval": res["interval"],
                         "chosen": res.get("chosen"), "skipped": res["skipped"],
                         "cases": res["cases"], "breakpoints": platforms,
@@ -356,11 +362,13 @@ def _pct(v) -> str:
 
 
 def format_table(res: dict) -> str:
-    setup = f"setup {res['setup']} ({SETUPS[res['setup']]})"
-    if res.get("scenario") == "b":
-        setup = ("scenario b (scalability from the 1-core runs: each profile cut to n = 1 and "
-                 "predicted from the other workloads on its platform; its own t(1), so the "
-                 "full error is the scaling error)")
+    scenario_b = res.get("scenario") == "b"
+    setups = dict([SCENARIO_B_SETUP]) if scenario_b else SETUPS
+    setup = f"setup {res['setup']} ({setups[res['setup']]})"
+    if scenario_b:
+        setup = ("scenario b (from the 1-core runs: each profile cut to n = 1 and predicted "
+                 "from the other workloads on its platform; its own t(1), so the full error "
+                 f"is the scaling error), {setup}")
     if res["max_factor"]:
         setup += f", sc factors bounded to [1/{res['max_factor']:g}, {res['max_factor']:g}]"
     if res["references"] == "one":
@@ -374,11 +382,11 @@ def format_table(res: dict) -> str:
     for k in KINDS:
         for m in METHODS:
             s = res["summary"][m][k]
-            if not s.get("count"):
+            # scenario b's full rows would repeat its scaling rows: the header says so
+            if not s.get("count") or (scenario_b and k == "full"):
                 continue
             # the seed's Table 5 is of migration (scenario a) only
-            seed = f"{100 * SEED_TABLE5[k]:.1f}" if m == "mpet" and res.get(
-                "scenario") != "b" else ""
+            seed = f"{100 * SEED_TABLE5[k]:.1f}" if m == "mpet" and not scenario_b else ""
             lines.append(f"{k:<8} {m:<11} {_pct(s['gmean']):>7} {_pct(s['median']):>8} "
                          f"{_pct(s['p70']):>6} {_pct(s['p80']):>6} {_pct(s['p95']):>6} "
                          f"{_pct(s['max']):>7}  {seed}")
@@ -389,11 +397,11 @@ def format_table(res: dict) -> str:
         line += f" (median width x{iv['width']:.1f}, the largest upper/lower over n)"
     if iv.get("calibrated"):
         line += (f"; {iv['calibrated']} calibrated on the "
-                 f"{'platform' if res.get('scenario') == 'b' else 'target'}'s other workloads "
+                 f"{'platform' if scenario_b else 'target'}'s other workloads "
                  f"(mean nominal level {100 * iv['level']:.0f} %)")
     if iv["count"] - iv.get("calibrated", 0):
         line += f"; {iv['count'] - iv.get('calibrated', 0)} the candidates' band"
-        if res.get("scenario") != "b":
+        if not scenario_b:
             line += f", of which {iv['single']} rest on one candidate (at least [t/2, 2t])"
     lines.append(line)
     op = res.get("operating_point")

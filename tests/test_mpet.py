@@ -978,15 +978,18 @@ def test_operating_point_is_judged_on_the_measured_times():
 
 def test_scenario_b_evaluation_predicts_each_profile_from_its_one_core_run():
     """eval-mpet --scenario b: every profile measured at 1 core and more, cut to n = 1 and
-    predicted from the other workloads on its platform; its own t(1), so only scaling is
-    scored, beside t(1)/n. The counters at n = 1 find the workload of the nearest scaling."""
+    predicted from the other workloads on its platform; its own t(1), so the full error is the
+    scaling error (no t(1) error), beside t(1)/n. The counters at n = 1 find the workload of
+    the nearest scaling."""
     from opptune.daemon.models.mpet_eval import evaluate_scalability
     profiles, platforms = synthetic(counters=True)
     res = evaluate_scalability(MpetDatabase(profiles, platforms))
     assert len(res["cases"]) == len(profiles) == 20
     s = res["summary"]
-    assert s["mpet"]["t1"] == {"count": 0} and s["mpet"]["full"] == {"count": 0}
+    assert s["mpet"]["t1"] == {"count": 0}
     assert s["mpet"]["scaling"]["count"] == s["naive"]["scaling"]["count"] == 20
+    for m in ("mpet", "naive"):
+        assert s[m]["full"] == s[m]["scaling"]
     assert s["mpet"]["scaling"]["gmean"] < 0.5 * s["naive"]["scaling"]["gmean"]
     case = next(c for c in res["cases"] if (c["workload"], c["platform"]) == ("B3", "T"))
     truth = profiles[("B3", "T")]["t"]
@@ -999,16 +1002,24 @@ def test_scenario_b_evaluation_predicts_each_profile_from_its_one_core_run():
 
 
 def test_eval_mpet_cli_scenario_b(tmp_path, capsys):
+    """Text and JSON say the same: scenario b's own setup by its name (not scenario a's
+    "default", which --setup refuses with it), and full = scaling (its own t(1)): the text in
+    words beside the scaling rows, the JSON in the same figures."""
     profiles, _ = synthetic()
     path = tmp_path / "m.csv"
     _write_csv(path, profiles)
     assert main(["eval-mpet", "--data", str(path), "--scenario", "b", "--json"]) == 0
     r = json.loads(capsys.readouterr().out)["results"][0]
     assert r["scenario"] == "b" and r["predictions"] == 20
+    assert r["setup"] == "scalability"
     assert r["summary"]["mpet"]["scaling"]["count"] == 20
+    for m in ("mpet", "naive"):
+        assert r["summary"][m]["full"] == r["summary"][m]["scaling"]
     assert main(["eval-mpet", "--data", str(path), "--scenario", "b"]) == 0
     text = capsys.readouterr().out.splitlines()
-    assert "scenario b (scalability from the 1-core runs" in text[0]
+    assert "scenario b (from the 1-core runs" in text[0]
+    assert "so the full error is the scaling error" in text[0]
+    assert "setup scalability (" in text[0] and "setup default" not in text[0]
     assert [ln.split()[:2] for ln in text[2:4]] == [["scaling", "mpet"], ["scaling", "naive"]]
     assert len(text[2].split()) == 8  # no seed figure: Table 5 is of migration only
     assert "calibrated on the platform's other workloads" in text[4]
