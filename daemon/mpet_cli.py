@@ -40,6 +40,7 @@ from .models.mpet_database import MpetDatabase
 from .models.mpet_predict import (DEFAULT_SC, DEFAULT_T1, RATIO_SC, RATIO_T1, SEED_SC,
                                   SEED_T1)
 from ..shared.config import DaemonConfig
+from .datasets import find_data, not_found_hint
 from .mpet_answer import store_rows, write_store_csv
 from .objectives import fewest_within
 from .progress import terminal_progress
@@ -109,7 +110,8 @@ def read_error(path, exc: Exception) -> MpetInputError:
                f"are not UTF-8)")
     else:
         why = exc.strerror.lower() if isinstance(exc, OSError) and exc.strerror else str(exc)
-    return MpetInputError(f"cannot read {path}: {why}; give a CSV of measurements")
+    hint = not_found_hint(str(path)) if isinstance(exc, FileNotFoundError) else ""
+    return MpetInputError(f"cannot read {path}: {why}; give a CSV of measurements{hint}")
 
 
 def load_csv(path: str | Path) -> tuple[dict, dict]:
@@ -214,7 +216,9 @@ def add_parser(subparsers: Any) -> None:
     p.add_argument("--data", action="append", metavar="FILE.csv",
                    help="CSV: platform, workload, [variant], cores, time_s, [hw_phys_cores, hw_system, "
                         "hw_cpu, hw_l3_shared_by, n_nu, n_ht, R..j, counter.X] "
-                        f"(repeatable; default: {' and '.join(DEFAULT_DATA)})")
+                        f"(repeatable; a dataset shipped with opptune also by its folder "
+                        f"name, from any directory: bench_suite_rpi4 or "
+                        f"data/bench_suite_rpi4/data.csv; default: {' and '.join(DEFAULT_DATA)})")
     p.add_argument("--setup", choices=sorted(SETUPS), default="default",
                    help="default: the seed's candidate counts and weights (section 4.1) with "
                         "eq. 21/23 applied to q(n) = n t(n)/t(1) at each core count, a "
@@ -429,9 +433,7 @@ def format_table(res: dict) -> str:
 
 
 def cmd_eval_mpet(args) -> int:
-    # the repository's datasets, from the working directory or beside the package (editable)
-    repo = Path(__file__).resolve().parents[1]
-    paths = args.data or [p if Path(p).exists() else str(repo / p) for p in DEFAULT_DATA]
+    paths = args.data or [find_data(p) for p in DEFAULT_DATA]
     try:
         results = run(paths, args.max_factor, args.setup, args.single_reference, args.scenario,
                       _tty_progress())
@@ -488,6 +490,8 @@ def add_eval_sources(p: argparse.ArgumentParser) -> None:
 
 def cmd_eval_sources(args: argparse.Namespace) -> int:
     import tempfile
+    if args.data:  # the docs' data/NAME/data.csv from any directory: the shipped copy
+        args.data = [find_data(p) for p in args.data]
     # --config alone names the daemon too (its bind), as for 'opptune status'
     store = bool(args.daemon or args.config)
     if not args.combine and not store:

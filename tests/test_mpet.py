@@ -858,6 +858,58 @@ def test_eval_mpet_default_datasets_are_installed_with_the_package():
             assert any(fnmatch.fnmatch(inside, g) for g in globs), (inside, globs)
 
 
+def test_eval_mpet_bench_suite_sets_are_installed_with_the_package():
+    """docs/mpet.md and docs/virtual-board.md give eval-mpet commands over
+    data/bench_suite_*: an installed copy carries those sets too (opptune's own measurements,
+    each with its SOURCE.md; tests/test_packaging.py runs them from an install)."""
+    import fnmatch
+    import tomllib
+    from pathlib import Path
+    root = Path(__file__).resolve().parents[1]
+    globs = tomllib.loads((root / "pyproject.toml").read_text())["tool"]["setuptools"][
+        "package-data"]["opptune.data"]
+    sets = sorted((root / "data").glob("bench_suite_*"))
+    assert len(sets) >= 4
+    for folder in sets:
+        assert (folder / "SOURCE.md").exists()
+        for f in folder.iterdir():
+            inside = f.relative_to(root / "data").as_posix()
+            assert any(fnmatch.fnmatch(inside, g) for g in globs), (inside, globs)
+
+
+def test_eval_mpet_finds_a_shipped_dataset_by_its_folder_from_any_directory(
+        tmp_path, monkeypatch, capsys):
+    """--data as the docs write it (data/NAME/data.csv), data/NAME or NAME reads the shipped
+    set from a directory without data/; a file of that path in the directory, or any absolute
+    path, is the user's own and wins; a missing relative path's message names the shipped
+    sets."""
+    from pathlib import Path
+    from opptune.daemon.datasets import DATA_DIR
+    monkeypatch.chdir(tmp_path)
+    shipped = str(DATA_DIR / "bench_suite_rpi4" / "data.csv")
+    for given in ("data/bench_suite_rpi4/data.csv", "data/bench_suite_rpi4", "bench_suite_rpi4"):
+        assert main(["eval-mpet", "--data", given, "--scenario", "b", "--json"]) == 0
+        r = json.loads(capsys.readouterr().out)["results"][0]
+        assert r["data"] == shipped and r["platforms"] == 1 and r["predictions"] > 0
+    profiles, _ = synthetic()
+    own = Path("data/bench_suite_rpi4/data.csv")
+    own.parent.mkdir(parents=True)
+    _write_csv(own, profiles)
+    assert main(["eval-mpet", "--data", str(own), "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["results"][0]["platforms"] == 4
+    absolute = str(tmp_path / "bench_suite_rpi4")
+    assert main(["eval-mpet", "--data", absolute]) == 2
+    assert capsys.readouterr().err == (f"opptune eval-mpet: cannot read {absolute}: no such "
+                                       f"file or directory; give a CSV of measurements\n")
+    assert main(["eval-mpet", "--data", "data/no_such_set/data.csv"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith(
+        "opptune eval-mpet: cannot read data/no_such_set/data.csv: no such file or directory; "
+        "give a CSV of measurements; the datasets opptune carries, found by name from any "
+        "directory: "), err
+    assert "bench_suite_rpi4, " in err[0]
+
+
 def test_eval_mpet_cli_real_run(tmp_path, capsys):
     profiles, _ = synthetic()
     path = tmp_path / "m.csv"
