@@ -378,8 +378,9 @@ def format_table(res: dict) -> str:
     if res["references"] == "one":
         setup += (", each from one reference platform at a time (as 'opptune predict --from P' "
                   "with one P)")
-    lines = [f"{res['data']}: {res['predictions']} predictions, {res['workloads']} workloads, "
-             f"{res['platforms']} platforms, {setup}, {res['ms_per_prediction']:.1f} ms per "
+    counts = ", ".join(f"{res[k]} {k[:-1] if res[k] == 1 else k}"
+                       for k in ("predictions", "workloads", "platforms"))
+    lines = [f"{res['data']}: {counts}, {setup}, {res['ms_per_prediction']:.1f} ms per "
              f"prediction (evaluation time / predictions)",
              f"{'kind':<8} {'method':<11} {'gmean%':>7} {'median%':>8} {'p70%':>6} {'p80%':>6} "
              f"{'p95%':>6} {'max%':>7}  seed gmean%"]

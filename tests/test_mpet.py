@@ -891,6 +891,10 @@ def test_eval_mpet_finds_a_shipped_dataset_by_its_folder_from_any_directory(
         assert main(["eval-mpet", "--data", given, "--scenario", "b", "--json"]) == 0
         r = json.loads(capsys.readouterr().out)["results"][0]
         assert r["data"] == shipped and r["platforms"] == 1 and r["predictions"] > 0
+    assert main(["eval-mpet", "--data", "bench_suite_rpi4", "--scenario", "b"]) == 0
+    # one platform in words that agree with the number (found by the README walk)
+    assert capsys.readouterr().out.startswith(
+        f"{shipped}: {r['predictions']} predictions, {r['workloads']} workloads, 1 platform, ")
     profiles, _ = synthetic()
     own = Path("data/bench_suite_rpi4/data.csv")
     own.parent.mkdir(parents=True)
