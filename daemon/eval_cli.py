@@ -17,6 +17,7 @@ from .fit_cli import (TIDY_HELP, UsageError, _groups, _numbers, _table, _zero_ti
 from .models import registry
 from .models.base import NotEnoughData, Observations
 from .models.select import ANALYTIC
+from .progress import terminal_progress
 from .tidy import TidyError
 
 # seed 003's learners, compared beside the analytic models where scikit-learn is installed
@@ -266,14 +267,14 @@ def cmd_eval(args: argparse.Namespace) -> int:
             print(f"opptune eval: --out {args.out}: cannot write: {exc.strerror or exc}",
                   file=sys.stderr)
             return 2
-    if sys.stderr.isatty():  # a person waits (minutes on a large CSV): say what takes the time
+    say = terminal_progress("opptune eval")  # minutes on a large CSV
+    if say:
         fits = args.reps * len(models) * sum(
             sum(1 for size in sizes if size < int(np.sum(np.isfinite(o.time_s) & (o.time_s > 0))))
             for _, o in groups)
-        print(f"opptune eval: {fits} fits: models {', '.join(models)} at training sizes "
-              f"{', '.join(map(str, sizes))}, {args.reps} random subsets each, on "
-              f"{len(groups)} group{'s' if len(groups) != 1 else ''}...", file=sys.stderr,
-              flush=True)
+        say(f"{fits} fits: models {', '.join(models)} at training sizes "
+            f"{', '.join(map(str, sizes))}, {args.reps} random subsets each, on "
+            f"{len(groups)} group{'s' if len(groups) != 1 else ''}...")
     records = run_eval(groups, sizes, args.reps, args.seed, models)
     if not records:
         largest = max(int(np.sum(np.isfinite(o.time_s) & (o.time_s > 0))) for _, o in groups)

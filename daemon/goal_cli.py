@@ -322,10 +322,19 @@ def print_verdict(s: dict[str, Any], con: Console) -> None:
     if s.get("recommendation"):
         con.print(recommendation_table(s["recommendation"]))
     v = s.get("verification")
+    reason = s["reason"]
     if v:
-        line = (f"verification: {v['state']}, measured {v['verified_time_s']:.4g} s, predicted "
-                f"{v['predicted_time_s']:.4g} s" if v.get("verified_time_s") is not None
-                else f"verification: {v['state']}")
-        con.print(line + (f" ({v['error']})" if v.get("error") else ""), markup=False,
-                  soft_wrap=True)
-    con.print(f"{s['state']}: {s['reason']}", markup=False, soft_wrap=True)
+        error = v.get("error")
+        if error and error.startswith("off by"):  # it gives the measured and predicted times
+            line = f"verification: {error}"
+        else:
+            line = (f"verification: {v['state']}, measured {v['verified_time_s']:.4g} s, "
+                    f"predicted {v['predicted_time_s']:.4g} s"
+                    if v.get("verified_time_s") is not None else f"verification: {v['state']}")
+            line += f" ({error})" if error else ""
+        con.print(line, markup=False, soft_wrap=True)
+        # the daemon's reason repeats the verification's error: said on the line above
+        said = f"applied and {v['state']}"
+        if reason == said + (f" ({error})" if error else ""):
+            reason = said
+    con.print(f"{s['state']}: {reason}", markup=False, soft_wrap=True)

@@ -42,8 +42,10 @@ from .models.mpet_database import MpetDatabase
 from .models.mpet_predict import (DEFAULT_SC, DEFAULT_T1, RATIO_SC, RATIO_T1, SEED_SC,
                                   SEED_T1)
 from ..shared.config import DaemonConfig
+from .datasets import find_data, not_found_hint
 from .mpet_answer import store_rows, write_store_csv
 from .objectives import fewest_within
+from .progress import terminal_progress
 
 DEFAULT_DATA = ("data/loghin_multicore_energy/data.csv", "data/xplat_npb_minife/data.csv")
 SEED_TABLE5 = {"t1": 0.154, "scaling": 0.127, "full": 0.199}
@@ -63,6 +65,11 @@ SETUPS = {
     "seed": "seed setup of section 4.1, eq. 21/23 as written",
     "nested": "settings chosen per workload by leave-one-out without that workload",
 }
+# --scenario b's one setup (predict_scalability with the seed's sc selection), named in its
+# results as the SETUPS are in scenario a's
+SCENARIO_B_SETUP = ("scalability", "the seed's sc selection: up to 10 other workloads on the "
+                    "platform by D_a, eq. 16, over the 1-core profile's elements, weighted "
+                    "with k = 3, eq. 22; f = 1 in eq. 21")
 # Sockets the CSV columns do not tell: xplat_npb_minife's SOURCE.md lists these boards as
 # "2x Xeon" while their hw_l3_shared_by column counts both sockets' cores.
 KNOWN_SOCKETS = {"Supermicro_X10DRi": 2, "Supermicro_X9DR3-F": 2}
@@ -105,7 +112,8 @@ def read_error(path, exc: Exception) -> MpetInputError:
                f"are not UTF-8)")
     else:
         why = exc.strerror.lower() if isinstance(exc, OSError) and exc.strerror else str(exc)
-    return MpetInputError(f"cannot read {path}: {why}; give a CSV of measurements")
+    hint = not_found_hint(str(path)) if isinstance(exc, FileNotFoundError) else ""
+    return MpetInputError(f"cannot read {path}: {why}; give a CSV of measurements{hint}")
 
 
 def load_csv(path: str | Path) -> tuple[dict, dict]:
@@ -227,7 +235,9 @@ def add_parser(subparsers: Any) -> None:
     p.add_argument("--data", action="append", metavar="FILE.csv",
                    help="CSV: platform, workload, [variant], cores, time_s, [hw_phys_cores, hw_system, "
                         "hw_cpu, hw_l3_shared_by, n_nu, n_ht, R..j, counter.X] "
-                        f"(repeatable; default: {' and '.join(DEFAULT_DATA)})")
+                        f"(repeatable; a dataset shipped with opptune also by its folder "
+                        f"name, from any directory: bench_suite_rpi4 or "
+                        f"data/bench_suite_rpi4/data.csv; default: {' and '.join(DEFAULT_DATA)})")
     p.add_argument("--setup", choices=sorted(SETUPS), default="default",
                    help="default: the seed's candidate counts and weights (section 4.1) with "
                         "eq. 21/23 applied to q(n) = n t(n)/t(1) at each core count, a "
@@ -356,7 +366,8 @@ def run(paths: list[str], max_factor: float | None = None, setup: str = "default
         results.append({"data": str(path), "profiles": len(profiles),
                         "platforms": len(platforms),
                         "workloads": len({w for w, _ in profiles}), "predictions": n,
-                        "setup": setup, "ms_per_prediction": 1000 * elapsed / n,
+                        "setup": SCENARIO_B_SETUP[0] if scenario == "b" else setup,
+                        "ms_per_prediction": 1000 * elapsed / n,
                         "summary": res["summary"], "interval": res["interval"],
                         "chosen": res.get("chosen"), "skipped": res["skipped"],
                         "cases": res["cases"], "breakpoints": platforms,
@@ -374,29 +385,32 @@ def _pct(v) -> str:
 
 
 def format_table(res: dict) -> str:
-    setup = f"setup {res['setup']} ({SETUPS[res['setup']]})"
-    if res.get("scenario") == "b":
-        setup = ("scenario b (scalability from the 1-core runs: each profile cut to n = 1 and "
-                 "predicted from the other workloads on its platform; its own t(1), so the "
-                 "full error is the scaling error)")
+    scenario_b = res.get("scenario") == "b"
+    setups = dict([SCENARIO_B_SETUP]) if scenario_b else SETUPS
+    setup = f"setup {res['setup']} ({setups[res['setup']]})"
+    if scenario_b:
+        setup = ("scenario b (from the 1-core runs: each profile cut to n = 1 and predicted "
+                 "from the other workloads on its platform; its own t(1), so the full error "
+                 f"is the scaling error), {setup}")
     if res["max_factor"]:
         setup += f", sc factors bounded to [1/{res['max_factor']:g}, {res['max_factor']:g}]"
     if res["references"] == "one":
         setup += (", each from one reference platform at a time (as 'opptune predict --from P' "
                   "with one P)")
-    lines = [f"{res['data']}: {res['predictions']} predictions, {res['workloads']} workloads, "
-             f"{res['platforms']} platforms, {setup}, {res['ms_per_prediction']:.1f} ms per "
+    counts = ", ".join(f"{res[k]} {k[:-1] if res[k] == 1 else k}"
+                       for k in ("predictions", "workloads", "platforms"))
+    lines = [f"{res['data']}: {counts}, {setup}, {res['ms_per_prediction']:.1f} ms per "
              f"prediction (evaluation time / predictions)",
              f"{'kind':<8} {'method':<11} {'gmean%':>7} {'median%':>8} {'p70%':>6} {'p80%':>6} "
              f"{'p95%':>6} {'max%':>7}  seed gmean%"]
     for k in KINDS:
         for m in METHODS:
             s = res["summary"][m][k]
-            if not s.get("count"):
+            # scenario b's full rows would repeat its scaling rows: the header says so
+            if not s.get("count") or (scenario_b and k == "full"):
                 continue
             # the seed's Table 5 is of migration (scenario a) only
-            seed = f"{100 * SEED_TABLE5[k]:.1f}" if m == "mpet" and res.get(
-                "scenario") != "b" else ""
+            seed = f"{100 * SEED_TABLE5[k]:.1f}" if m == "mpet" and not scenario_b else ""
             lines.append(f"{k:<8} {m:<11} {_pct(s['gmean']):>7} {_pct(s['median']):>8} "
                          f"{_pct(s['p70']):>6} {_pct(s['p80']):>6} {_pct(s['p95']):>6} "
                          f"{_pct(s['max']):>7}  {seed}")
@@ -407,11 +421,11 @@ def format_table(res: dict) -> str:
         line += f" (median width x{iv['width']:.1f}, the largest upper/lower over n)"
     if iv.get("calibrated"):
         line += (f"; {iv['calibrated']} calibrated on the "
-                 f"{'platform' if res.get('scenario') == 'b' else 'target'}'s other workloads "
+                 f"{'platform' if scenario_b else 'target'}'s other workloads "
                  f"(mean nominal level {100 * iv['level']:.0f} %)")
     if iv["count"] - iv.get("calibrated", 0):
         line += f"; {iv['count'] - iv.get('calibrated', 0)} the candidates' band"
-        if res.get("scenario") != "b":
+        if not scenario_b:
             line += f", of which {iv['single']} rest on one candidate (at least [t/2, 2t])"
     lines.append(line)
     op = res.get("operating_point")
@@ -439,9 +453,7 @@ def format_table(res: dict) -> str:
 
 
 def cmd_eval_mpet(args) -> int:
-    # the repository's datasets, from the working directory or beside the package (editable)
-    repo = Path(__file__).resolve().parents[1]
-    paths = args.data or [p if Path(p).exists() else str(repo / p) for p in DEFAULT_DATA]
+    paths = args.data or [find_data(p) for p in DEFAULT_DATA]
     try:
         results = run(paths, args.max_factor, args.setup, args.single_reference, args.scenario,
                       _tty_progress())
@@ -453,16 +465,12 @@ def cmd_eval_mpet(args) -> int:
 
 
 def _tty_progress(rename: tuple[str, str] | None = None) -> Callable[[str], None] | None:
-    """A line on stderr per evaluation, where stderr is a terminal (a person waits for it);
-    ``rename``: (temporary file, what to call it)."""
-    if not sys.stderr.isatty():
-        return None
-
-    def say(what: str) -> None:
-        if rename:
-            what = what.replace(*rename)
-        print(f"opptune eval-mpet: {what}", file=sys.stderr, flush=True)
-    return say
+    """A line on stderr per evaluation, where stderr is a terminal; ``rename``: (temporary
+    file, what to call it)."""
+    say = terminal_progress("opptune eval-mpet")
+    if say is None or rename is None:
+        return say
+    return lambda what: say(what.replace(*rename))
 
 
 def print_results(results: list[dict], as_json: bool) -> None:
@@ -502,6 +510,8 @@ def add_eval_sources(p: argparse.ArgumentParser) -> None:
 
 def cmd_eval_sources(args: argparse.Namespace) -> int:
     import tempfile
+    if args.data:  # the docs' data/NAME/data.csv from any directory: the shipped copy
+        args.data = [find_data(p) for p in args.data]
     # --config alone names the daemon too (its bind), as for 'opptune status'
     store = bool(args.daemon or args.config)
     if not args.combine and not store:

@@ -177,7 +177,10 @@ def print_prediction(out: dict[str, Any]) -> None:
 
 
 def _method_line(m: dict[str, Any]) -> str:
-    line = f"method: t(1) by {m['t1_basis']}, scaling by {m['sc_basis']}"
+    # scenario b's t(1) is the workload's own ("t(1) by measured" read as a transfer's name)
+    t1 = ("t(1) measured (its own 1-core runs)" if m["t1_basis"] == "measured"
+          else f"t(1) by {m['t1_basis']}")
+    line = f"method: {t1}, scaling by {m['sc_basis']}"
     ch = m.get("sc_choice")
     if ch and ch.get("runtime_parameters"):
         line += (" (q-chosen: sc, the seed's distances, since the workload's profiles and the "

@@ -46,6 +46,15 @@ def _table(title: str, columns: tuple[str, ...]) -> Table:
     return t
 
 
+def _print_table(console: Console, t: Table) -> None:
+    """The table, or one line where it has no rows: a grid of headers alone reads as a
+    display fault on a new daemon's status."""
+    if t.row_count:
+        console.print(t)
+    else:
+        console.print(f"{t.title}: none", markup=False)
+
+
 def print_status(data: dict[str, Any], console: Console | None = None) -> None:
     console = console or Console()
     d = data.get("daemon", {})
@@ -68,7 +77,7 @@ def print_status(data: dict[str, Any], console: Console | None = None) -> None:
                   _fmt(a.get("last_seen_s"), ".1f"),
                   _fmt(a.get("outbox")) + (f" FULL: {a['outbox_full']}"
                                            if a.get("outbox_full") else ""))
-    console.print(t)
+    _print_table(console, t)
     for k in d.get("keys_pending") or []:
         console.print(f"key {k['id']} of agent {k['agent']} waits for approval: opptune keys "
                       f"accept {k['id']}", markup=False, soft_wrap=True)
@@ -84,7 +93,7 @@ def print_status(data: dict[str, Any], console: Console | None = None) -> None:
     for r in data.get("runs", []):
         t.add_row(str(r.get("agent")), str(r.get("workload")), str(r.get("input")),
                   _fmt(r.get("count")), _fmt(r.get("marked")))
-    console.print(t)
+    _print_table(console, t)
 
     t = _table("jobs", ("job", "board", "workload", "size", "runs received/expected",
                         "state"))
@@ -96,7 +105,7 @@ def print_status(data: dict[str, Any], console: Console | None = None) -> None:
                                             or j.get("agent")),
                   str(j.get("workload")), _fmt(j.get("size")),
                   f"{j.get('received')}/{j.get('expected')}", state)
-    console.print(t)
+    _print_table(console, t)
 
     t = _table("fits", ("group", "model", "parameters", "MAPE %", "runners-up"))
     for f in data.get("fits", []):
@@ -105,7 +114,7 @@ def print_status(data: dict[str, Any], console: Console | None = None) -> None:
                             for r in (f.get("runners_up") or []))
         t.add_row(_group(f.get("group"), names), str(f.get("model")), params,
                   _fmt((f.get("quality") or {}).get("mape"), ".2f"), runners)
-    console.print(t)
+    _print_table(console, t)
     for e in data.get("fit_errors") or []:
         console.print(f"fit failed for {_group(e.get('group'), names)}: {e.get('error')}", markup=False)
 
@@ -121,7 +130,7 @@ def print_status(data: dict[str, Any], console: Console | None = None) -> None:
                   + (f" ({_fmt(lo)}..{_fmt(hi)})" if lo is not None and hi is not None else ""),
                   str(r.get("state")) + (f" ({r['error']})" if r.get("error") else ""),
                   _fmt(r.get("verified_time_s")))
-    console.print(t)
+    _print_table(console, t)
     for r in data.get("recommendations", []):  # what each rests on, when not clean runs only
         basis = r.get("rests_on") or {}
         if basis.get("marked_runs") or basis.get("outliers_left_out"):

@@ -198,3 +198,43 @@ def test_tune_progress_says_one_core_not_one_cores():
     assert measuring_text(step) == "measuring 1 core at 200 MHz (first)"
     assert measuring_text({**step, "cores": 4, "freq_khz": None}) == (
         "measuring 4 cores at governor's choice (first)")
+
+
+def test_tune_verdict_says_the_verification_once():
+    """'verification: off, measured 0.6567 s, predicted 0.6686 s (off by -1.8 % (measured
+    0.6567 s, predicted 0.6686 s, ...))' then 'done: applied and off (off by ...)' said the
+    same figures three times (found by the README walk): the verification line says them
+    once, the last line the session's end."""
+    from rich.console import Console
+
+    from opptune.daemon.goal_cli import print_verdict
+    off = "off by -1.8 % (measured 0.6567 s, predicted 0.6686 s, interval 0.6573..0.6801 s)"
+    s = {"tune_id": "tune-1", "goal_text": "minimum energy-delay product", "workload": "stencil",
+         "size": "large", "agent": "vm", "measured": 8, "grid": 20, "elapsed_s": 32.6,
+         "segments": [], "recommendation": None, "state": "done",
+         "reason": f"applied and off ({off})",
+         "verification": {"state": "off", "verified_time_s": 0.6567,
+                          "predicted_time_s": 0.6686, "error": off}}
+    con = Console(record=True, width=300)
+    print_verdict(s, con)
+    lines = con.export_text().splitlines()
+    assert lines[1:] == [f"verification: {off}", "done: applied and off"]
+    s.update(reason="applied and verified", verification={
+        "state": "verified", "verified_time_s": 0.66, "predicted_time_s": 0.6686, "error": None})
+    con = Console(record=True, width=300)
+    print_verdict(s, con)
+    assert con.export_text().splitlines()[1:] == [
+        "verification: verified, measured 0.66 s, predicted 0.6686 s",
+        "done: applied and verified"]
+    marked = "not verified: 2 of 2 verification runs marked (interference: 48 % of cpu 1)"
+    s.update(reason=f"applied and marked ({marked})", verification={
+        "state": "marked", "verified_time_s": 0.7, "predicted_time_s": 0.6686, "error": marked})
+    con = Console(record=True, width=300)
+    print_verdict(s, con)
+    assert con.export_text().splitlines()[1:] == [
+        f"verification: marked, measured 0.7 s, predicted 0.6686 s ({marked})",
+        "done: applied and marked"]
+    s.update(state="failed", reason="the agent went away", verification=None)
+    con = Console(record=True, width=300)
+    print_verdict(s, con)
+    assert con.export_text().splitlines()[1:] == ["failed: the agent went away"]

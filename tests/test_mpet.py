@@ -858,6 +858,62 @@ def test_eval_mpet_default_datasets_are_installed_with_the_package():
             assert any(fnmatch.fnmatch(inside, g) for g in globs), (inside, globs)
 
 
+def test_eval_mpet_bench_suite_sets_are_installed_with_the_package():
+    """docs/mpet.md and docs/virtual-board.md give eval-mpet commands over
+    data/bench_suite_*: an installed copy carries those sets too (opptune's own measurements,
+    each with its SOURCE.md; tests/test_packaging.py runs them from an install)."""
+    import fnmatch
+    import tomllib
+    from pathlib import Path
+    root = Path(__file__).resolve().parents[1]
+    globs = tomllib.loads((root / "pyproject.toml").read_text())["tool"]["setuptools"][
+        "package-data"]["opptune.data"]
+    sets = sorted((root / "data").glob("bench_suite_*"))
+    assert len(sets) >= 4
+    for folder in sets:
+        assert (folder / "SOURCE.md").exists()
+        for f in folder.iterdir():
+            inside = f.relative_to(root / "data").as_posix()
+            assert any(fnmatch.fnmatch(inside, g) for g in globs), (inside, globs)
+
+
+def test_eval_mpet_finds_a_shipped_dataset_by_its_folder_from_any_directory(
+        tmp_path, monkeypatch, capsys):
+    """--data as the docs write it (data/NAME/data.csv), data/NAME or NAME reads the shipped
+    set from a directory without data/; a file of that path in the directory, or any absolute
+    path, is the user's own and wins; a missing relative path's message names the shipped
+    sets."""
+    from pathlib import Path
+    from opptune.daemon.datasets import DATA_DIR
+    monkeypatch.chdir(tmp_path)
+    shipped = str(DATA_DIR / "bench_suite_rpi4" / "data.csv")
+    for given in ("data/bench_suite_rpi4/data.csv", "data/bench_suite_rpi4", "bench_suite_rpi4"):
+        assert main(["eval-mpet", "--data", given, "--scenario", "b", "--json"]) == 0
+        r = json.loads(capsys.readouterr().out)["results"][0]
+        assert r["data"] == shipped and r["platforms"] == 1 and r["predictions"] > 0
+    assert main(["eval-mpet", "--data", "bench_suite_rpi4", "--scenario", "b"]) == 0
+    # one platform in words that agree with the number (found by the README walk)
+    assert capsys.readouterr().out.startswith(
+        f"{shipped}: {r['predictions']} predictions, {r['workloads']} workloads, 1 platform, ")
+    profiles, _ = synthetic()
+    own = Path("data/bench_suite_rpi4/data.csv")
+    own.parent.mkdir(parents=True)
+    _write_csv(own, profiles)
+    assert main(["eval-mpet", "--data", str(own), "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["results"][0]["platforms"] == 4
+    absolute = str(tmp_path / "bench_suite_rpi4")
+    assert main(["eval-mpet", "--data", absolute]) == 2
+    assert capsys.readouterr().err == (f"opptune eval-mpet: cannot read {absolute}: no such "
+                                       f"file or directory; give a CSV of measurements\n")
+    assert main(["eval-mpet", "--data", "data/no_such_set/data.csv"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith(
+        "opptune eval-mpet: cannot read data/no_such_set/data.csv: no such file or directory; "
+        "give a CSV of measurements; the datasets opptune carries, found by name from any "
+        "directory: "), err
+    assert "bench_suite_rpi4, " in err[0]
+
+
 def test_eval_mpet_cli_real_run(tmp_path, capsys):
     profiles, _ = synthetic()
     path = tmp_path / "m.csv"
@@ -942,6 +998,11 @@ def test_eval_mpet_says_what_it_evaluates_on_a_terminal(tmp_path):
         f"platforms..."]
     piped = subprocess.run(cmd, capture_output=True, text=True, timeout=120)
     assert piped.returncode == 0 and piped.stderr == "" and "interval:" in piped.stdout
+    # --combine evaluates a temporary merged CSV: the line names the files it came from
+    p, seen = run_on_terminal_stderr([*cmd, "--combine", "--json"])
+    assert p.returncode == 0 and seen.strip().splitlines() == [
+        f"opptune eval-mpet: {path}: leave-one-out over 20 profiles of 5 workloads on 4 "
+        f"platforms..."]
 
 
 def test_operating_point_is_judged_on_the_measured_times():
@@ -973,15 +1034,18 @@ def test_operating_point_is_judged_on_the_measured_times():
 
 def test_scenario_b_evaluation_predicts_each_profile_from_its_one_core_run():
     """eval-mpet --scenario b: every profile measured at 1 core and more, cut to n = 1 and
-    predicted from the other workloads on its platform; its own t(1), so only scaling is
-    scored, beside t(1)/n. The counters at n = 1 find the workload of the nearest scaling."""
+    predicted from the other workloads on its platform; its own t(1), so the full error is the
+    scaling error (no t(1) error), beside t(1)/n. The counters at n = 1 find the workload of
+    the nearest scaling."""
     from opptune.daemon.models.mpet_eval import evaluate_scalability
     profiles, platforms = synthetic(counters=True)
     res = evaluate_scalability(MpetDatabase(profiles, platforms))
     assert len(res["cases"]) == len(profiles) == 20
     s = res["summary"]
-    assert s["mpet"]["t1"] == {"count": 0} and s["mpet"]["full"] == {"count": 0}
+    assert s["mpet"]["t1"] == {"count": 0}
     assert s["mpet"]["scaling"]["count"] == s["naive"]["scaling"]["count"] == 20
+    for m in ("mpet", "naive"):
+        assert s[m]["full"] == s[m]["scaling"]
     assert s["mpet"]["scaling"]["gmean"] < 0.5 * s["naive"]["scaling"]["gmean"]
     case = next(c for c in res["cases"] if (c["workload"], c["platform"]) == ("B3", "T"))
     truth = profiles[("B3", "T")]["t"]
@@ -994,16 +1058,24 @@ def test_scenario_b_evaluation_predicts_each_profile_from_its_one_core_run():
 
 
 def test_eval_mpet_cli_scenario_b(tmp_path, capsys):
+    """Text and JSON say the same: scenario b's own setup by its name (not scenario a's
+    "default", which --setup refuses with it), and full = scaling (its own t(1)): the text in
+    words beside the scaling rows, the JSON in the same figures."""
     profiles, _ = synthetic()
     path = tmp_path / "m.csv"
     _write_csv(path, profiles)
     assert main(["eval-mpet", "--data", str(path), "--scenario", "b", "--json"]) == 0
     r = json.loads(capsys.readouterr().out)["results"][0]
     assert r["scenario"] == "b" and r["predictions"] == 20
+    assert r["setup"] == "scalability"
     assert r["summary"]["mpet"]["scaling"]["count"] == 20
+    for m in ("mpet", "naive"):
+        assert r["summary"][m]["full"] == r["summary"][m]["scaling"]
     assert main(["eval-mpet", "--data", str(path), "--scenario", "b"]) == 0
     text = capsys.readouterr().out.splitlines()
-    assert "scenario b (scalability from the 1-core runs" in text[0]
+    assert "scenario b (from the 1-core runs" in text[0]
+    assert "so the full error is the scaling error" in text[0]
+    assert "setup scalability (" in text[0] and "setup default" not in text[0]
     assert [ln.split()[:2] for ln in text[2:4]] == [["scaling", "mpet"], ["scaling", "naive"]]
     assert len(text[2].split()) == 8  # no seed figure: Table 5 is of migration only
     assert "calibrated on the platform's other workloads" in text[4]

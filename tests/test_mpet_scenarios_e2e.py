@@ -132,7 +132,7 @@ def test_scenario_b_scaling_from_the_one_core_run(cluster):
     assert lines[5] == (f"cores: {op['cores']} ({op['time_s']:.4g} s), the fewest within 5 % of "
                         f"the fastest predicted ({op['fastest_cores']} cores, "
                         f"{op['fastest_s']:.4g} s)")
-    assert lines[6] == "method: t(1) by measured, scaling by sc"
+    assert lines[6] == "method: t(1) measured (its own 1-core runs), scaling by sc"
     assert lines[7] == "scaling candidates (platform, workload: D_a, D_p, D_t, weight):"
     # the candidates' platform by its board's name, as the first line names it (not its id)
     assert lines[8].startswith(f"  {out['board']}, "), lines[8]

@@ -78,3 +78,28 @@ def test_installed_copy_carries_eval_mpets_default_datasets(plain_install):
     for path in DEFAULT_DATA:
         shipped = target / "opptune" / Path(path).parent
         assert (shipped / "data.csv").stat().st_size > 0 and (shipped / "SOURCE.md").exists()
+
+
+def test_installed_copy_runs_the_docs_eval_mpet_commands_from_any_directory(plain_install,
+                                                                           tmp_path):
+    """docs/virtual-board.md's `opptune eval-mpet --combine --data data/bench_suite_*/data.csv`
+    from a directory that is not a clone: the installed copy ships the bench_suite sets and
+    --data finds them by folder name (as data/NAME/data.csv, data/NAME or NAME)."""
+    import json
+    _, target = plain_install
+    for name in ("bench_suite_local", "bench_suite_rpi4", "bench_suite_odroid_xu4",
+                 "bench_suite_xeon16"):
+        shipped = target / "opptune" / "data" / name
+        assert (shipped / "data.csv").stat().st_size > 0 and (shipped / "SOURCE.md").exists()
+    env = dict(os.environ, PYTHONPATH=str(target))
+    out = subprocess.run(
+        [sys.executable, "-m", "opptune.daemon.cli", "eval-mpet", "--combine", "--json",
+         "--data", "data/bench_suite_local/data.csv", "--data", "data/bench_suite_rpi4",
+         "--data", "bench_suite_odroid_xu4"],
+        cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    r = json.loads(out.stdout)["results"][0]
+    assert r["platforms"] == 3 and r["predictions"] > 0
+    assert r["data"] == " + ".join(str(target / "opptune" / "data" / n / "data.csv") for n in
+                                   ("bench_suite_local", "bench_suite_rpi4",
+                                    "bench_suite_odroid_xu4"))

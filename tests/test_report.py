@@ -211,6 +211,20 @@ def test_figures_follow_what_the_group_has(tmp_path):
     assert "2.0 h ago" in html
 
 
+def test_wrote_line_counts_in_words_that_agree_with_the_number():
+    """A store with one group said "1 workload groups, 1 figures" (found by the README walk)."""
+    from types import SimpleNamespace
+    from opptune.daemon.report.cli import wrote_line
+    built = SimpleNamespace(index=Path("r/index.html"), groups=["g"], images=["a.png"],
+                            bytes=37 * 1024, seconds=0.21)
+    assert wrote_line(built) == "wrote r/index.html: 1 workload group, 1 figure, 37 KiB in 0.2 s"
+    built.groups, built.images = ["g", "h"], ["a.png", "b.png", "c.png"]
+    assert wrote_line(built).startswith("wrote r/index.html: 2 workload groups, 3 figures, ")
+    built.groups, built.images = [], []
+    assert wrote_line(built) == ("wrote r/index.html: nothing measured yet (the page says how "
+                                 "to start), 37 KiB in 0.2 s")
+
+
 def test_pareto_front_keeps_only_undominated_points_fastest_first():
     t = np.array([1.0, 2.0, 3.0, 2.5, np.nan, 4.0])
     e = np.array([9.0, 5.0, 4.0, 6.0, 1.0, 4.0])

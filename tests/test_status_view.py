@@ -115,3 +115,25 @@ def test_status_says_why_a_group_is_measured_again():
             "again: cfg-7") in text
     assert ("drift on rpi4/triad/small: 2 consecutive; cannot re-characterise: agent 'a1' has "
             "not connected") in text
+
+
+def test_a_new_daemons_status_says_none_instead_of_empty_tables():
+    """A daemon with nothing yet printed five grids of headers without a row (found by the
+    README walk); each says 'none' in one line, and a table with rows is still a table."""
+    from rich.console import Console
+
+    from opptune.daemon.status_view import print_status
+    data = {"daemon": {"instance": "i1", "endpoint": "tcp://127.0.0.1:5555", "uptime_s": 3.0,
+                       "database": "d.db"},
+            "agents": [], "runs": [], "jobs": [], "fits": [], "recommendations": []}
+    con = Console(record=True, width=200)
+    print_status(data, con)
+    assert con.export_text().splitlines() == [
+        "daemon i1 at tcp://127.0.0.1:5555, up 3 s, database d.db", "agents: none",
+        "runs: none", "jobs: none", "fits: none", "recommendations: none"]
+    data["runs"] = [{"agent": "a1", "workload": "triad", "input": "small", "count": 3,
+                     "marked": 0}]
+    con = Console(record=True, width=200)
+    print_status(data, con)
+    text = con.export_text()
+    assert "runs: none" not in text and "┃ agent ┃ workload ┃ input ┃ runs ┃ marked ┃" in text

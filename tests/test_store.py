@@ -241,6 +241,33 @@ def test_a_version_1_store_is_migrated_with_every_row_intact(location):
     st.close()
 
 
+def test_migration_is_logged_in_one_line(location, caplog):
+    """A fresh store said 'migrated to schema version N' once per version, ten lines at the
+    daemon's first start (found by the README walk): one line now, and none when the store
+    is already current."""
+    import logging
+    caplog.set_level(logging.INFO, logger="opptune.daemon.store")
+    st = open_store(location)
+    shown = st.path
+    st.close()
+    said = [r.getMessage() for r in caplog.records if "schema version" in r.getMessage()]
+    assert said == [f"store {shown} created (schema version {SCHEMA_VERSION})"]
+    caplog.clear()
+    open_store(location).close()
+    assert not [r for r in caplog.records if "schema version" in r.getMessage()]
+
+
+def test_a_version_1_store_logs_its_migration_in_one_line(location, caplog):
+    import logging
+    OldStore(location, 1).close()
+    caplog.set_level(logging.INFO, logger="opptune.daemon.store")
+    st = open_store(location)
+    shown = st.path
+    st.close()
+    said = [r.getMessage() for r in caplog.records if "schema version" in r.getMessage()]
+    assert said == [f"store {shown} migrated from schema version 1 to {SCHEMA_VERSION}"]
+
+
 def test_a_version_2_store_gets_job_states_and_keeps_its_jobs(location):
     db = OldStore(location, 2)
     for job_id, state in (("job-1", "complete"), ("job-2", "sent")):

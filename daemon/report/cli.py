@@ -49,12 +49,9 @@ def cmd_report(args: argparse.Namespace) -> int:
     except DaemonUnreachable as exc:
         return _fail(str(exc), 1)
     from .build import build_report
-    progress = None
-    if sys.stderr.isatty():  # a person waits: say what takes the time
-        def progress(what: str) -> None:
-            print(f"opptune report: {what}", file=sys.stderr, flush=True)
+    from ..progress import terminal_progress
     try:
-        built = build_report(data, out, progress)
+        built = build_report(data, out, terminal_progress("opptune report"))
     except OSError as exc:
         return _fail(f"--out {args.out}: cannot write: {exc.strerror or exc}", 2)
     summary = {"index": str(built.index), "groups": built.groups, "images": len(built.images),
@@ -63,11 +60,16 @@ def cmd_report(args: argparse.Namespace) -> int:
         json.dump(summary, sys.stdout, indent=2)
         print()
     else:
-        what = (f"{len(built.groups)} workload groups, {len(built.images)} figures"
-                if built.groups else "nothing measured yet (the page says how to start)")
-        print(f"wrote {built.index}: {what}, {built.bytes / 1024:.0f} KiB in "
-              f"{built.seconds:.1f} s")
+        print(wrote_line(built))
     return 0
+
+
+def wrote_line(built) -> str:
+    """What ``build_report`` wrote, in one line (1 workload group, 2 figures, ...)."""
+    g, i = len(built.groups), len(built.images)
+    what = (f"{g} workload group{'s' * (g != 1)}, {i} figure{'s' * (i != 1)}" if g else
+            "nothing measured yet (the page says how to start)")
+    return f"wrote {built.index}: {what}, {built.bytes / 1024:.0f} KiB in {built.seconds:.1f} s"
 
 
 def _fail(message: str, code: int) -> int:

@@ -21,7 +21,7 @@ import psycopg
 from ...shared.config import redact_url as redact
 from . import Group
 from .schema import MIGRATIONS, SCHEMA_VERSION
-from .sqlite import SQLiteStore, _dumps, _json_safe
+from .sqlite import SQLiteStore, _dumps, _json_safe, migrated_text
 
 log = logging.getLogger("opptune.daemon.store")
 
@@ -94,6 +94,7 @@ class PostgresStore(SQLiteStore):
             yield self.db
 
     def _migrate(self) -> None:
+        start = None  # the version this daemon found; another daemon may migrate beside it
         while True:
             with self._tx() as db:
                 db.execute("SELECT pg_advisory_xact_lock(?)", (_MIGRATE_LOCK,))
@@ -105,12 +106,14 @@ class PostgresStore(SQLiteStore):
                                        f"newer than this daemon's ({SCHEMA_VERSION}); upgrade "
                                        "opptune")
                 if current == SCHEMA_VERSION:
-                    return
+                    break
+                start = current if start is None else start
                 version = current + 1
                 for stmt in MIGRATIONS[version]:
                     db.execute(pg_sql(stmt))
                 db.execute("INSERT INTO schema_version VALUES (?, ?)", (version, time.time()))
-            log.info("store %s migrated to schema version %d", self.path, version)
+        if start is not None:
+            log.info(migrated_text(self.path, start))
 
     def journal_mode(self) -> str:
         return "postgresql"

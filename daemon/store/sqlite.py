@@ -163,7 +163,8 @@ class SQLiteStore(Store):
                 for stmt in MIGRATIONS[version]:
                     db.execute(stmt)
                 db.execute("INSERT INTO schema_version VALUES (?, ?)", (version, time.time()))
-            log.info("store %s migrated to schema version %d", self.path, version)
+        if current < SCHEMA_VERSION:
+            log.info(migrated_text(self.path, current))
 
     def _rows(self, sql: str, args: Sequence[Any] = ()) -> list[dict[str, Any]]:
         cur = self.db.execute(sql, args)
@@ -636,6 +637,13 @@ def _cpus_text(cpus: list[int]) -> str:
             _CPUS_TEXT.clear()
         text = _CPUS_TEXT[key] = "[" + ",".join(map(str, cpus)) + "]"
     return text
+
+
+def migrated_text(path: str, before: int) -> str:
+    """One log line for a store brought from schema version ``before`` to this daemon's (a
+    line per version step told a new user of a fresh store ten times over)."""
+    return (f"store {path} created (schema version {SCHEMA_VERSION})" if before == 0 else
+            f"store {path} migrated from schema version {before} to {SCHEMA_VERSION}")
 
 
 def _json_safe(value: Any) -> str:
