@@ -88,7 +88,7 @@ def test_installed_copy_runs_the_docs_eval_mpet_commands_from_any_directory(plai
     import json
     _, target = plain_install
     for name in ("bench_suite_local", "bench_suite_rpi4", "bench_suite_odroid_xu4",
-                 "bench_suite_xeon16"):
+                 "bench_suite_xeon16", "armpm_xu3_parsec"):
         shipped = target / "opptune" / "data" / name
         assert (shipped / "data.csv").stat().st_size > 0 and (shipped / "SOURCE.md").exists()
     env = dict(os.environ, PYTHONPATH=str(target))
