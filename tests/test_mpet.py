@@ -1354,3 +1354,24 @@ def test_opptune_help_names_the_mpet_commands_and_what_predict_reads(capsys):
     assert ("MPET (seed 000): 'characterize' measures a board's whole bench_suite, 'predict "
             "--workload' predicts a workload on a platform it never ran on from a daemon's "
             "measurements, 'eval-mpet' evaluates that by leave-one-out") in text
+
+
+def test_a_profile_without_t1_has_no_q_and_raises_no_warning():
+    """A profile measured at 2 and 3 cores but not at 1 has no q(n) = n t(n)/t(1): its values
+    are unknown (NaN), not 0, whose log (-inf) made numpy warn on the user's terminal during
+    eval-mpet and weighed its candidates as infinitely wrong."""
+    import warnings
+    rng = np.random.default_rng(3)
+    profiles = {}
+    for w in ("A", "B", "C", "D"):
+        for p in ("P0", "P1", "P2"):
+            t1 = rng.uniform(1, 5)
+            profiles[(w, p)] = {"t": {n: t1 * rng.uniform(1.0, 1.6) / n if n > 1 else t1
+                                      for n in (1, 2, 3)}}
+    profiles[("B", "P0")] = {"t": {2: 4.3, 3: 4.2}}
+    db = MpetDatabase(profiles, {p: {"nmax": 3} for p in ("P0", "P1", "P2")})
+    assert np.isnan(db.q_values(("B", "P0"), [1, 2, 3])).all()
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        res = evaluate(db)
+    assert res["summary"]["mpet"]["full"]["count"] > 0

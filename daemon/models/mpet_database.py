@@ -62,11 +62,15 @@ class MpetDatabase:
         got = cache.get((key, ns))
         if got is None:
             meas = cpu_time_ratio(self.profiles[key].get("t") or {})
+            if not meas:  # no t(1): q(n) is not known at any n (not 0, whose log is -inf)
+                got = cache[(key, ns)] = np.full(len(ns), np.nan)
+                got.setflags(write=False)
+                return got
             topo = self.platforms.get(key[1], {})
             off = 6 * len(PARAMS)
             fitted = eval_curve(self.sc[key][off: off + 6], np.asarray(ns), topo.get("n_nu"),
                                 topo.get("n_ht"))
-            floor = min(meas.values(), default=0.0)
+            floor = min(meas.values())
             got = cache[(key, ns)] = np.array([meas.get(n, max(f, floor))
                                                for n, f in zip(ns, fitted)])
             got.setflags(write=False)
