@@ -1375,3 +1375,19 @@ def test_a_profile_without_t1_has_no_q_and_raises_no_warning():
         warnings.simplefilter("error")
         res = evaluate(db)
     assert res["summary"]["mpet"]["full"]["count"] > 0
+
+
+def test_interval_width_is_over_the_predictions_that_have_one():
+    """A prediction without a positive time (the seed setup's eq. 21 on elements) has no
+    interval width: 0/0 had made numpy warn and the median NaN, which eval-mpet --json
+    (allow_nan=False) could not print."""
+    import warnings
+    from opptune.daemon.models.mpet_eval import _interval_summary
+    row = {"level": 0.5, "inside": False, "single_candidate": False}
+    rows = [{**row, "lower": [0.0, 0.0], "upper": [0.0, 0.0]},
+            {**row, "lower": [1.0, 0.5], "upper": [2.0, 1.5], "inside": True}]
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        got = _interval_summary(rows)
+    assert got["width"] == 3.0 and got["count"] == 2 and got["covered"] == 1
+    assert _interval_summary(rows[:1])["width"] is None

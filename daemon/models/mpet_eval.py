@@ -300,7 +300,12 @@ def operating_points(rows: list[dict], choose, tolerance: float) -> dict:
 def _interval_summary(rows: list[dict]) -> dict:
     """The cases' intervals: {count, covered, single, calibrated, level, width} (``evaluate``)."""
     levels = [r["level"] for r in rows if r["level"] is not None]
-    widths = [float(np.max(np.asarray(r["upper"]) / np.asarray(r["lower"]))) for r in rows]
+    # a prediction without a positive time (eq. 21 on elements can give none) has no width:
+    # the median is over those that have one
+    with np.errstate(all="ignore"):
+        ratios = [np.asarray(r["upper"], dtype=float) / np.asarray(r["lower"], dtype=float)
+                  for r in rows]
+    widths = [float(np.max(x)) for x in ratios if x.size and np.all(np.isfinite(x) & (x > 0))]
     return {"count": len(rows), "covered": sum(r["inside"] for r in rows),
             "single": sum(r["single_candidate"] for r in rows), "calibrated": len(levels),
             "level": float(np.mean(levels)) if levels else None,
