@@ -7,9 +7,10 @@ import json
 import sys
 from typing import Any
 
+from .options import below_least
+
 
 def cmd_characterize(args: argparse.Namespace) -> int:
-    from .cli import below_least
     from .client import ask, daemon_endpoint
     if below_least("characterize", args, {"reps": 1, "max_cores": 0}):
         return 2

@@ -10,6 +10,7 @@ import time
 from typing import Any
 
 from ..shared.config import ConfigError, load_daemon_config
+from .options import below_least
 
 
 def cmd_keys(args: argparse.Namespace) -> int:
@@ -79,19 +80,6 @@ def _reps(text: str) -> int | str:
         return int(text)
     except ValueError:
         raise argparse.ArgumentTypeError(f"{text!r} is neither a whole number nor auto") from None
-
-
-def below_least(cmd: str, args: argparse.Namespace, least: dict[str, int]) -> bool:
-    """Whether an option of ``least`` (its dest -> its least value) was given below it; the
-    first such is said in one line naming the option typed (the daemon checks them too, for
-    other clients, but names its own keys)."""
-    for key, low in least.items():
-        v = getattr(args, key)
-        if isinstance(v, int) and v < low:
-            print(f"opptune {cmd}: --{key.replace('_', '-')} must be >= {low}, not {v}",
-                  file=sys.stderr)
-            return True
-    return False
 
 
 def cmd_sweep(args: argparse.Namespace) -> int:

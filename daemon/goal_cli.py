@@ -12,6 +12,7 @@ from rich.table import Table
 from rich.text import Text
 
 from .objectives import OBJECTIVES, make_goal
+from .options import below_least
 
 
 def add_goal_options(p: argparse.ArgumentParser, tune: bool = False) -> None:
@@ -44,7 +45,6 @@ def goal_args(cmd: str, args: argparse.Namespace) -> dict[str, Any] | None:
     except ValueError as exc:
         print(f"opptune {cmd}: {exc}", file=sys.stderr)
         return None
-    from .cli import below_least
     if below_least(cmd, args, {"cluster": 0, "max_cores": 0}):
         return None
     out: dict[str, Any] = {"agent": args.agent, "workload": args.workload,
@@ -212,7 +212,6 @@ def cmd_tune(args: argparse.Namespace) -> int:
     q = goal_args("tune", args)
     if q is None:
         return 2
-    from .cli import below_least
     if below_least("tune", args, {"budget": 1, "reps": 1}):
         return 2
     for key in ("budget", "reps"):
