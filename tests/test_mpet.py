@@ -1391,3 +1391,52 @@ def test_interval_width_is_over_the_predictions_that_have_one():
         got = _interval_summary(rows)
     assert got["width"] == 3.0 and got["count"] == 2 and got["covered"] == 1
     assert _interval_summary(rows[:1])["width"] is None
+
+
+def _random_database(seed: int) -> MpetDatabase:
+    """A small database of the shapes users' data take: platforms of 1-8 cores with or
+    without breakpoints, workloads missing on some platforms, profiles without t(1) or with
+    one core count only, runtime parameters or counters on some."""
+    import random
+    rng = random.Random(seed)
+    plats = {}
+    for j in range(rng.randint(2, 5)):
+        nmax = rng.choice([1, 2, 3, 4, 8])
+        nu = rng.choice([None, 2, 4]) if nmax > 4 else None
+        plats[f"P{j}"] = {"n_nu": nu, "n_ht": rng.choice([None, nmax // 2]) if nmax > 2 else None,
+                          "nmax": nmax}
+    params = rng.random() < 0.3
+    profiles = {}
+    for i in range(rng.randint(2, 6)):
+        for p, topo in plats.items():
+            if rng.random() < 0.25:
+                continue
+            t1 = rng.uniform(0.1, 10)
+            ns = sorted(rng.sample(range(1, topo["nmax"] + 1), rng.randint(1, topo["nmax"])))
+            ns = sorted({1, *ns}) if rng.random() < 0.8 else ns
+            prof = {"t": {n: t1 / n * rng.uniform(0.8, 3.0) if n > 1 else t1 for n in ns},
+                    "params": {}, "counters": {}}
+            if params:
+                prof["params"] = {n: {"R": rng.uniform(1, 1.5), "l": rng.uniform(0, 0.3),
+                                      "w": rng.uniform(0, 0.2), "c": 0.01, "d": 0.0,
+                                      "s": 0.0, "j": 0.01} for n in ns}
+            if rng.random() < 0.2:
+                prof["counters"] = {n: {"ipc": rng.uniform(0.5, 2)} for n in ns}
+            profiles[(f"W{i}", p)] = prof
+    return MpetDatabase(profiles, plats)
+
+
+@pytest.mark.parametrize("seed", [3, 13, 17, 25, 33, 50, 75, 89, 101, 150])
+def test_random_databases_evaluate_without_errors_or_warnings(seed):
+    """What eval-mpet runs (every setup's evaluate, one reference at a time, scenario b) on
+    odd but valid data: no exception and no numpy warning on the user's terminal (seeds 3-33
+    made log(0) warnings before q without t(1) was NaN)."""
+    import warnings
+    from opptune.daemon.models.mpet_eval import evaluate_scalability
+    db = _random_database(seed)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        for kw in ({}, {"t1_sel": SEED_T1, "sc_sel": SEED_SC}, {"single_reference": True}):
+            res = evaluate(db, **kw)
+            assert res["interval"]["count"] == len(res["cases"])
+        evaluate_scalability(db)
