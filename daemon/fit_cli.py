@@ -186,6 +186,8 @@ def _table(title: str, head: list[str], rows: list[list[Any]], fold: tuple[str, 
     try:
         from rich.console import Console
         from rich.table import Table
+
+        from .console import make_console
     except ImportError:
         print(title)
         for r in [head, *cells]:
@@ -206,7 +208,7 @@ def _table(title: str, head: list[str], rows: list[list[Any]], fold: tuple[str, 
             need += widest + 3
     for r in cells:
         t.add_row(*r)
-    console = Console()
+    console = make_console()
     if console.width < need:
         console = Console(width=need)
     console.print(t)

@@ -11,6 +11,7 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
+from .console import make_console
 from .objectives import OBJECTIVES, make_goal
 
 
@@ -155,7 +156,7 @@ def cmd_recommend(args: argparse.Namespace) -> int:
         json.dump(data, sys.stdout, indent=2, sort_keys=True)
         print()
         return 0
-    con = Console()
+    con = make_console()
     con.print(recommendation_table(data))
     if data.get("applied"):
         a, agent = data["applied"], data["agent"]
@@ -237,7 +238,7 @@ def cmd_tune(args: argparse.Namespace) -> int:
         json.dump(final, sys.stdout, indent=2, sort_keys=True)
         print()
     else:
-        print_verdict(final, Console())
+        print_verdict(final, make_console())
     if final["state"] != "done":
         print(f"opptune tune: {final['tune_id']} failed: {final['reason']}", file=sys.stderr)
         return 1
@@ -258,7 +259,7 @@ def follow_tune(endpoint: str, session: dict[str, Any], timeout_s: float,
 
     from .client import DaemonUnreachable, QueryFailed, query
     from .sweep_wait import POLL_S
-    console = Console(stderr=True)
+    console = make_console(stderr=True)
     with Progress(TextColumn("{task.description}"), BarColumn(),
                   TextColumn("{task.completed} of {task.fields[of]} configurations"),
                   TextColumn("{task.fields[state]}"), TimeElapsedColumn(),
