@@ -71,15 +71,36 @@ def _freq(f: int | None) -> str:
     return "governor's choice" if f is None else f"{f / 1000:g} MHz"
 
 
+# What each energy_source (agent/meters/energy.py, agent/run_output.py) is, in a user's words
+ENERGY_SOURCE_WORDS = {
+    "rapl": "the CPU's RAPL energy counters",
+    "hwmon-energy": "energy counters (hwmon)",
+    "hwmon-power": "power sensors (hwmon), integrated over each run",
+    "energy-model-estimate": "the kernel's energy model x each cpu's busy time (an estimate: "
+                             "no power sensor)",
+    "workload": "the workload's own figure (energy_j in its output)",
+}
+
+
+def _source_words(label: str) -> str:
+    """``rapl:package-0+dram`` and the like: the meter's kind in words (the label if unknown)."""
+    kind = label.split(":")[0].split(" ")[0]
+    return ENERGY_SOURCE_WORDS.get(kind, label)
+
+
 def energy_text(r: dict[str, Any]) -> str:
-    if r["energy"] == "measured":
-        meter = (r.get("meter") or "").split(":")[0]
-        src = r["energy_source"] or "?"
-        return f"measured ({src}" + (f"; board meter {meter})" if meter and meter != src
-                                     else ")")
-    if r["energy"] == "modelled":
-        return f"modelled, not measured ({r['energy_source']})"
-    return "no power data: time only"
+    """Whether the energy figure is measured or modelled, and where it comes from: the runs'
+    energy sources, and the board's meter where the runs' figure is another's."""
+    if r["energy"] not in ("measured", "modelled"):
+        return "no power data: time only"
+    sources = [s for s in (r.get("energy_source") or "").split(", ") if s]
+    said = {_source_words(s) for s in sources}
+    text = ("measured: " if r["energy"] == "measured" else "modelled, not measured: ") + \
+        ("; ".join(sorted(said)) or "source unknown")
+    meter = _source_words(r.get("meter") or "") if r.get("meter") else None
+    if meter and meter not in said:
+        text += f"; the board's meter: {meter}"
+    return text
 
 
 def measuring_text(step: dict[str, Any]) -> str:
