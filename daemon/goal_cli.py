@@ -29,7 +29,9 @@ def add_goal_options(p: argparse.ArgumentParser, tune: bool = False) -> None:
     p.add_argument("--cluster", type=int,
                    help="only this cluster (index into the board's clusters)" if tune else
                    "only this cluster (index; needs a per-cluster sweep or tune)")
-    p.add_argument("--max-cores", type=int, help="at most this many cores")
+    p.add_argument("--max-cores", type=int,
+                   help="at most this many cores: 1 to the board's cpus, or the cluster's with "
+                        "--cluster")
     p.add_argument("--accept-load", action="store_true",
                    help="count the runs marked for interference too: the "
                         + ("measurements and the recommendation then hold" if tune else
