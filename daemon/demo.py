@@ -22,6 +22,7 @@ from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
 from .client import DaemonUnreachable, QueryFailed, query
+from .console import make_console
 from .jobs import UNSUCCESSFUL_JOB_STATES
 from .status_view import params_text
 
@@ -284,7 +285,7 @@ def run_demo(args: argparse.Namespace) -> int:
         # one plain line (rich would wrap it), before any directory or process exists
         print(f"opptune demo: {problem}", file=sys.stderr)
         return 2
-    console = Console(stderr=True)
+    console = make_console(stderr=True)
     run_dir = Path(args.dir or f"opptune-demo-{time.strftime('%Y%m%d-%H%M%S')}").resolve()
     if (run_dir / "opptune.db").exists():
         # A demo is one fresh run: reusing a store would print the old sweep's results under
@@ -347,7 +348,7 @@ def run_demo(args: argparse.Namespace) -> int:
         json.dump(table, sys.stdout, indent=2, sort_keys=True)
         print()
     else:
-        print_table(table, Console())
+        print_table(table, make_console())
     if stopped_by is not None:
         console.print(f"[red]opptune demo: stopped by {signal.Signals(stopped_by).name} before "
                       f"the end; what was measured is in {run_dir}[/red]")

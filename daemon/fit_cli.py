@@ -23,6 +23,7 @@ import numpy as np
 from .models import registry
 from .models.base import NotEnoughData, Observations
 from .models.energy import PowerModeler, predict_energy
+from .datasets import find_data, not_found_hint
 from .fitter import candidates_for, with_pooled
 from .models.calibrate import interval_state, with_interval
 from .models.pooled import ReplayCache
@@ -34,7 +35,9 @@ CV_KEYS = ("name", "cv_mape", "fit_ms", "error")  # one row of a fit's "cv" list
 
 
 TIDY_HELP = ("CSV file, one row per run: platform, workload, input, variant, cores, freq_mhz, "
-             "rep, time_s (optional: energy_j, power_w, counters)")
+             "rep, time_s (optional: energy_j, power_w, counters); a dataset shipped with "
+             "opptune also by its folder name, from any directory: loghin_multicore_energy or "
+             "data/loghin_multicore_energy/data.csv (xplat_npb_minife, armpm_xu3_parsec too)")
 
 
 def add_parsers(subparsers: Any) -> None:
@@ -95,7 +98,16 @@ def _zero_times_option(p: argparse.ArgumentParser) -> None:
 
 
 def _groups(path: str, zero_time: str = "error") -> list[tuple[str, Observations]]:
-    return [(g.label, median_reps(g.obs)) for g in read_tidy(path, zero_time=zero_time)]
+    """The groups of ``path`` (fit, eval): a file, or a shipped dataset named as the docs
+    write it; a file that is not there is refused with the datasets found by name."""
+    found = find_data(path)
+    try:
+        groups = read_tidy(found, zero_time=zero_time)
+    except TidyError as exc:
+        if not Path(found).exists():
+            raise TidyError(f"{exc}{not_found_hint(path)}") from None
+        raise
+    return [(g.label, median_reps(g.obs)) for g in groups]
 
 
 def _prior(label: str, obs: Observations, groups: list[tuple[str, Observations]]
@@ -186,6 +198,8 @@ def _table(title: str, head: list[str], rows: list[list[Any]], fold: tuple[str, 
     try:
         from rich.console import Console
         from rich.table import Table
+
+        from .console import make_console
     except ImportError:
         print(title)
         for r in [head, *cells]:
@@ -206,7 +220,7 @@ def _table(title: str, head: list[str], rows: list[list[Any]], fold: tuple[str, 
             need += widest + 3
     for r in cells:
         t.add_row(*r)
-    console = Console()
+    console = make_console()
     if console.width < need:
         console = Console(width=need)
     console.print(t)

@@ -11,6 +11,7 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
+from .console import make_console
 from .objectives import OBJECTIVES, make_goal
 from .options import below_least
 
@@ -29,7 +30,9 @@ def add_goal_options(p: argparse.ArgumentParser, tune: bool = False) -> None:
     p.add_argument("--cluster", type=int,
                    help="only this cluster (index into the board's clusters)" if tune else
                    "only this cluster (index; needs a per-cluster sweep or tune)")
-    p.add_argument("--max-cores", type=int, help="at most this many cores")
+    p.add_argument("--max-cores", type=int,
+                   help="at most this many cores: 1 to the board's cpus, or the cluster's with "
+                        "--cluster")
     p.add_argument("--accept-load", action="store_true",
                    help="count the runs marked for interference too: the "
                         + ("measurements and the recommendation then hold" if tune else
@@ -70,15 +73,36 @@ def _freq(f: int | None) -> str:
     return "governor's choice" if f is None else f"{f / 1000:g} MHz"
 
 
+# What each energy_source (agent/meters/energy.py, agent/run_output.py) is, in a user's words
+ENERGY_SOURCE_WORDS = {
+    "rapl": "the CPU's RAPL energy counters",
+    "hwmon-energy": "energy counters (hwmon)",
+    "hwmon-power": "power sensors (hwmon), integrated over each run",
+    "energy-model-estimate": "the kernel's energy model x each cpu's busy time (an estimate: "
+                             "no power sensor)",
+    "workload": "the workload's own figure (energy_j in its output)",
+}
+
+
+def _source_words(label: str) -> str:
+    """``rapl:package-0+dram`` and the like: the meter's kind in words (the label if unknown)."""
+    kind = label.split(":")[0].split(" ")[0]
+    return ENERGY_SOURCE_WORDS.get(kind, label)
+
+
 def energy_text(r: dict[str, Any]) -> str:
-    if r["energy"] == "measured":
-        meter = (r.get("meter") or "").split(":")[0]
-        src = r["energy_source"] or "?"
-        return f"measured ({src}" + (f"; board meter {meter})" if meter and meter != src
-                                     else ")")
-    if r["energy"] == "modelled":
-        return f"modelled, not measured ({r['energy_source']})"
-    return "no power data: time only"
+    """Whether the energy figure is measured or modelled, and where it comes from: the runs'
+    energy sources, and the board's meter where the runs' figure is another's."""
+    if r["energy"] not in ("measured", "modelled"):
+        return "no power data: time only"
+    sources = [s for s in (r.get("energy_source") or "").split(", ") if s]
+    said = {_source_words(s) for s in sources}
+    text = ("measured: " if r["energy"] == "measured" else "modelled, not measured: ") + \
+        ("; ".join(sorted(said)) or "source unknown")
+    meter = _source_words(r.get("meter") or "") if r.get("meter") else None
+    if meter and meter not in said:
+        text += f"; the board's meter: {meter}"
+    return text
 
 
 def measuring_text(step: dict[str, Any]) -> str:
@@ -155,7 +179,7 @@ def cmd_recommend(args: argparse.Namespace) -> int:
         json.dump(data, sys.stdout, indent=2, sort_keys=True)
         print()
         return 0
-    con = Console()
+    con = make_console()
     con.print(recommendation_table(data))
     if data.get("applied"):
         a, agent = data["applied"], data["agent"]
@@ -236,7 +260,7 @@ def cmd_tune(args: argparse.Namespace) -> int:
         json.dump(final, sys.stdout, indent=2, sort_keys=True)
         print()
     else:
-        print_verdict(final, Console())
+        print_verdict(final, make_console())
     if final["state"] != "done":
         print(f"opptune tune: {final['tune_id']} failed: {final['reason']}", file=sys.stderr)
         return 1
@@ -257,7 +281,7 @@ def follow_tune(endpoint: str, session: dict[str, Any], timeout_s: float,
 
     from .client import DaemonUnreachable, QueryFailed, query
     from .sweep_wait import POLL_S
-    console = Console(stderr=True)
+    console = make_console(stderr=True)
     with Progress(TextColumn("{task.description}"), BarColumn(),
                   TextColumn("{task.completed} of {task.fields[of]} configurations"),
                   TextColumn("{task.fields[state]}"), TimeElapsedColumn(),

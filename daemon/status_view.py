@@ -7,6 +7,8 @@ from typing import Any
 from rich.console import Console
 from rich.table import Table
 
+from .console import make_console
+
 
 def _fmt(value: Any, spec: str = ".4g") -> str:
     if value is None:
@@ -56,7 +58,7 @@ def _print_table(console: Console, t: Table) -> None:
 
 
 def print_status(data: dict[str, Any], console: Console | None = None) -> None:
-    console = console or Console()
+    console = console or make_console()
     d = data.get("daemon", {})
     console.print(f"daemon {d.get('instance', '?')} at {d.get('endpoint', '?')}, "
                   f"up {_fmt(d.get('uptime_s'), '.0f')} s, database {d.get('database', '?')}")

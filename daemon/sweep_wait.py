@@ -17,6 +17,7 @@ from rich.console import Console
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
 from .client import DaemonUnreachable, QueryFailed, query
+from .console import make_console
 from .jobs import FINAL_JOB_STATES
 
 POLL_S = 0.5  # how often the display is refreshed from the daemon's status
@@ -25,7 +26,7 @@ POLL_S = 0.5  # how often the display is refreshed from the daemon's status
 def wait_for_jobs(endpoint: str, job_ids: list[str], timeout_s: float = 5.0,
                   as_json: bool = False, console: Console | None = None,
                   prog: str = "opptune sweep") -> int:
-    console = console or Console(stderr=True)
+    console = console or make_console(stderr=True)
     try:
         return _wait(endpoint, job_ids, timeout_s, as_json, console, prog)
     except KeyboardInterrupt:

@@ -10,8 +10,8 @@ from typing import Any
 from ..shared.config import ConfigError, DaemonConfig, SweepDefaults
 from .errors import HandlerError
 from .jobs import JobTracker
-from .planner import (PlanError, cpufreq_unavailable, frequency_refusal, grid_asks_frequencies,
-                      plan_sweep, sweep_order)
+from .planner import (PlanError, cluster_orders, cpufreq_unavailable, frequency_refusal,
+                      grid_asks_frequencies, plan_sweep, sweep_order)
 from .registry import AgentInfo, Registry, board_name
 
 log = logging.getLogger("opptune.daemon")
@@ -176,12 +176,19 @@ def check_sweep_args(agent: str, info: AgentInfo, names: list[str], size: str | 
             raise HandlerError("bad_args", why)
 
 
-def check_max_cores(info: AgentInfo, max_cores: int | None) -> None:
-    """Refuse a core count beyond the cpus of the agent's board (sweep, recommend, tune)."""
-    n_cpus = len(sweep_order(info.platform or {}))
+def check_max_cores(info: AgentInfo, max_cores: int | None, cluster: int | None = None
+                    ) -> None:
+    """Refuse a core count beyond the cpus of the agent's board, or of its cluster ``cluster``
+    where one is asked for (sweep, recommend, tune; a cluster the board lacks is theirs to
+    refuse)."""
+    orders = cluster_orders(info.platform or {})
+    if cluster is not None and len(orders) > 1 and 0 <= cluster < len(orders):
+        n_cpus, of = len(orders[cluster]), f"cluster {cluster} of board"
+    else:
+        n_cpus, of = len(sweep_order(info.platform or {})), "board"
     if max_cores and max_cores > n_cpus:
         raise HandlerError("bad_args", f"max_cores {max_cores} is more than the {n_cpus} "
-                                       f"cpus of board "
+                                       f"cpus of {of} "
                                        f"{board_name(info.platform, info.platform_id)}; use "
                                        f"1..{n_cpus} (0 = all)")
 

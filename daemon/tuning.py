@@ -225,7 +225,7 @@ class Tuner:
         if info.identity is None or not info.alive(d.config.agent_timeout_s):
             raise HandlerError("agent_offline", f"agent '{agent}' is not connected to this "
                                                 "daemon; start opptune-agent on the board")
-        check_max_cores(info, ints["max_cores"])
+        check_max_cores(info, ints["max_cores"], ints["cluster"])
         offered = info.workload_names()
         if workload not in offered:
             raise HandlerError("unknown_workload", f"agent '{agent}' does not offer {workload}; "

@@ -126,12 +126,15 @@ def test_the_table_puts_the_energy_recommendation_beside_the_time_one():
     print_table([w], console)
     text = console.export_text()
     assert ("for minimum energy: 4 cores (cpus 0,1,2,3) at 800 MHz, predicted 0.0160 J "
-            "(0.0150..0.0170) in 0.0300 s; energy measured (hwmon-power); the time "
+            "(0.0150..0.0170) in 0.0300 s; energy measured: power sensors (hwmon), integrated over "
+            "each run; the time "
             "recommendation measured 0.0640 J (4.0x)") in text
     e = {**w["energy_recommendation"], "energy": "modelled",
-         "energy_source": "energy-model-estimate"}
+         "energy_source": "energy-model-estimate", "meter": "energy-model-estimate"}
     print_table([{**w, "energy_recommendation": e}], console)
-    assert "energy modelled, not measured (energy-model-estimate)" in console.export_text()
+    assert ("energy modelled, not measured: the kernel's energy model x each cpu's busy time "
+            "(an estimate: no power sensor); the time recommendation's runs report"
+            ) in console.export_text()
     print_table([{**w, "energy_recommendation": None,
                   "energy_recommendation_error": "no model"}], console)
     assert "for minimum energy: none (no model)" in console.export_text()

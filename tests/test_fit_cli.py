@@ -468,3 +468,31 @@ def test_fit_candidates_naming_no_model_is_refused(tmp_path, capsys):
                                 "model names separated by commas, 'daemon' (the default) or "
                                 "'all'\n")
         assert captured.out == ""
+
+
+def test_fit_and_eval_find_a_shipped_dataset_by_its_folder_from_any_directory(
+        tmp_path, monkeypatch, capsys):
+    """'opptune fit --data data/armpm_xu3_parsec/data.csv' (as eval-mpet takes it) said 'cannot
+    open' outside a clone; the shipped set is found as data/NAME/data.csv, data/NAME or NAME,
+    and a missing relative file's message names the shipped sets."""
+    from opptune.daemon.datasets import DATA_DIR
+    monkeypatch.chdir(tmp_path)
+    shipped = str(DATA_DIR / "armpm_xu3_parsec" / "data.csv")
+    assert run(["fit", "--data", shipped, "--model", "amdahl", "--json"]) == 0
+    want = [(g["group"], g["quality"]["n"]) for g in json.loads(capsys.readouterr().out)]
+    assert want
+    for given in ("data/armpm_xu3_parsec/data.csv", "data/armpm_xu3_parsec", "armpm_xu3_parsec"):
+        assert run(["fit", "--data", given, "--model", "amdahl", "--json"]) == 0
+        got = json.loads(capsys.readouterr().out)
+        assert [(g["group"], g["quality"]["n"]) for g in got] == want, given
+    assert run(["eval", "--data", "armpm_xu3_parsec", "--train-sizes", "4", "--reps", "1",
+                "--seed", "1", "--models", "amdahl", "--json"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    assert {r["group"] for r in doc["records"]} <= {g for g, _ in want} and doc["records"]
+    for command in (["fit"], ["eval", "--train-sizes", "4"]):
+        assert run([*command, "--data", "data/no_such_set/data.csv"]) == 2
+        err = capsys.readouterr().err.strip().splitlines()
+        assert len(err) == 1 and err[0].startswith(
+            f"opptune {command[0]}: data/no_such_set/data.csv: cannot open: No such file or "
+            "directory; the datasets opptune carries, found by name from any directory: "), err
+        assert "armpm_xu3_parsec, " in err[0]

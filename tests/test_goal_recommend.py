@@ -142,6 +142,31 @@ def test_kernel_energy_model_estimates_are_modelled_not_measured():
     assert recommend_goal(make_goal("energy"), plat, runs).energy == "measured"
 
 
+def test_the_table_says_where_the_energy_figure_comes_from():
+    """'energy is: modelled, not measured (workload)' left a user to guess what 'workload' was
+    and why a figure that came from somewhere is 'not measured'."""
+    from opptune.daemon.goal_cli import energy_text
+    plat = platform_of(XU4)
+    estimate = {**plat, "energy": {"available": True, "reason": None,
+                                   "source": "energy-model-estimate (kernel EM x busy time)"}}
+
+    def said(platform, source):
+        runs = {"": rows(XU4, XU4_ORDER, SHARED, source=source)}
+        return energy_text(recommend_goal(make_goal("energy"), platform, runs).as_dict())
+    assert said(estimate, "workload") == (
+        "modelled, not measured: the workload's own figure (energy_j in its output); the "
+        "board's meter: the kernel's energy model x each cpu's busy time (an estimate: no "
+        "power sensor)")
+    assert said(plat, "workload") == (
+        "measured: the workload's own figure (energy_j in its output); the board's meter: "
+        "power sensors (hwmon), integrated over each run")
+    assert said(plat, "hwmon-power:/sys/class/hwmon/hwmon0/power1_input") == (
+        "measured: power sensors (hwmon), integrated over each run")
+    assert said(estimate, "energy-model-estimate (kernel EM x busy time)") == (
+        "modelled, not measured: the kernel's energy model x each cpu's busy time (an "
+        "estimate: no power sensor)")
+
+
 def test_repeated_runs_are_one_measurement_and_their_noise_widens_the_interval():
     from opptune.daemon.goal_recommend import noise_half_width, per_configuration
     from opptune.daemon.sampling import Measured

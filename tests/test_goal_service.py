@@ -8,6 +8,7 @@ import time
 import pytest
 import zmq
 
+from opptune.daemon.registry import board_name
 from opptune.daemon.service import Daemon
 from opptune.shared import protocol as P
 from opptune.shared.config import DaemonConfig, SweepDefaults
@@ -358,5 +359,31 @@ def test_a_budget_too_small_to_fit_each_cluster_is_refused_at_once(daemon):
         assert daemon.tuning.sessions == {}
         ok = a.query("tune", {"agent": "q1", "workload": "wl", "budget": 6})
         assert ok["type"] == "reply", ok
+    finally:
+        a.close()
+
+
+@pytest.mark.parametrize("what", ["tune", "recommend"])
+def test_more_cores_than_the_cluster_asked_for_are_refused_as_sweep_words_it(daemon, what):
+    """``opptune tune --cluster 0 --max-cores 6`` on an ODROID-XU4 (4 cpus a cluster) was
+    checked against the board's 8 cpus only, and tuned 4 cores at most without a word."""
+    bl = {**METER, "id": "plat-bl2", "clusters": [[0, 1], [2, 3]]}
+    a = Agent(daemon.endpoint, bl)
+    try:
+        err = a.query(what, {"agent": "q1", "workload": "wl", "cluster": 1, "max_cores": 3})
+        assert err["type"] == "error" and err["body"]["code"] == "bad_args", err
+        board = daemon.registry.get("q1")
+        assert err["body"]["message"] == (
+            f"max_cores 3 is more than the 2 cpus of cluster 1 of board "
+            f"{board_name(board.platform, board.platform_id)}; use 1..2 (0 = all)")
+        # the board's own bound stays as it was without --cluster
+        err = a.query(what, {"agent": "q1", "workload": "wl", "max_cores": 5})
+        assert err["body"]["message"].startswith("max_cores 5 is more than the 4 cpus of "
+                                                 "board "), err
+        if what == "tune":
+            assert daemon.tuning.sessions == {}
+            ok = a.query("tune", {"agent": "q1", "workload": "wl", "cluster": 1,
+                                  "max_cores": 2})
+            assert ok["type"] == "reply", ok
     finally:
         a.close()

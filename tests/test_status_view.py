@@ -137,3 +137,33 @@ def test_a_new_daemons_status_says_none_instead_of_empty_tables():
     print_status(data, con)
     text = con.export_text()
     assert "runs: none" not in text and "┃ agent ┃ workload ┃ input ┃ runs ┃ marked ┃" in text
+
+
+def _piped_status(capsys) -> str:
+    from opptune.daemon.status_view import print_status
+    print_status({"daemon": {}, "platforms": {"p1": {
+        "arch": "armv7l", "kernel": "6.1.0-21-armmp-lpae",
+        "distribution": {"pretty_name": "Debian GNU/Linux 12 (bookworm)"}}},
+        "agents": [{"id": "odroid-7-in-rack-3", "board": "odroid-xu4 (virtual)",
+                    "platform": "p1", "alive": True, "last_seen_s": 0.1, "outbox": 0}]})
+    return capsys.readouterr().out
+
+
+def test_piped_status_keeps_every_cell_on_one_line(capsys, monkeypatch):
+    """`opptune status | grep`, a log or a CI transcript: stdout is no terminal, and rich's
+    80 columns split 'distribu/tion' and the board's name over lines."""
+    monkeypatch.delenv("COLUMNS", raising=False)
+    out = _piped_status(capsys)
+    head = next(ln for ln in out.splitlines() if "agent" in ln and "alive" in ln)
+    assert "distribution" in head and "last seen (s)" in head, out
+    row = next(ln for ln in out.splitlines() if "odroid-7-in-rack-3" in ln)
+    assert "odroid-xu4 (virtual)" in row and "Debian GNU/Linux 12 (bookworm)" in row, out
+    lines = out.splitlines()
+    # title, top rule, head, rule, row, bottom rule: one line each
+    assert lines.index("runs: none") - lines.index(head) == 4, out
+
+
+def test_piped_status_keeps_the_width_the_user_set(capsys, monkeypatch):
+    monkeypatch.setenv("COLUMNS", "60")
+    out = _piped_status(capsys)
+    assert max(len(ln) for ln in out.splitlines()) <= 60, out
