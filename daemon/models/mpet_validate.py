@@ -114,25 +114,55 @@ def validate_t1(db: MpetDatabase, workload, target, pairs: list, refs) -> bool:
     """
     by_w, by_p = db.t1_table()
     own, tgt, s_p, kern, kern_a = _kernels(db, workload, target, refs)
-    any_var = False
+    # the tuples that can be checked, by platform: every (P, B) of one P at once, as arrays
+    # over A's references and T's suite (math.log per entry and sums term by term in the
+    # order of own and tgt: the floats a loop over the terms makes)
+    by_plat: dict = {}
     for c in pairs:
-        tb = by_w.get(c.workload, {})
         c.d_p = 1.0 - math.exp(-s_p.get(c.platform, math.inf))
-        if c.platform not in own or c.platform not in tb or c.workload not in tgt:
-            continue  # a profile without t(1): nothing to transfer (var stays NaN)
-        shift = math.log(own[c.platform]) - math.log(tb[c.platform])
-        terms = [(kern[q], (math.log(aq) - math.log(tb[q]) - shift) ** 2)
-                 for q, aq in own.items() if q != c.platform and q in tb]
-        # the same tuple's factor applied to the other suite workloads B' on T
-        tp = by_p.get(c.platform, {})
-        fac = math.log(tgt[c.workload]) - math.log(tb[c.platform])
-        terms += [(kern_a[b2], (math.log(vt) - math.log(tp[b2]) - fac) ** 2)
-                  for b2, vt in tgt.items() if b2 != c.workload and b2 in tp]
-        num = den = 0.0
-        for w, e2 in terms:
-            num += w * e2
-            den += w
-        any_var |= _set_var(c, num, den)
+        if c.platform in own and c.platform in by_w.get(c.workload, {}) and c.workload in tgt:
+            by_plat.setdefault(c.platform, []).append(c)
+    if not by_plat:
+        return False  # a profile without t(1): nothing to transfer (var stays NaN)
+    own_l = list(own)
+    suite = list(tgt)
+    l_own = np.array([math.log(v) for v in own.values()])
+    k_own = np.array([kern[q] for q in own_l])
+    l_tgt = np.array([math.log(v) for v in tgt.values()])
+    k_suite = np.array([kern_a[b] for b in suite])
+    at_suite = {b: i for i, b in enumerate(suite)}
+
+    def logs(b, cols) -> np.ndarray:
+        row = by_w.get(b, {})
+        return np.array([math.log(row[q]) if q in row else math.nan for q in cols])
+
+    any_var = False
+    for plat, cs in by_plat.items():
+        i_p = own_l.index(plat)
+        bs = [c.workload for c in cs]
+        l_b = np.array([logs(b, own_l) for b in bs]).reshape(len(bs), len(own_l))
+        # A on its other references P': log t1(A, P') - log t1(B, P') against the shift
+        shift = l_own[i_p] - l_b[:, i_p]
+        e_ref = ((l_own[None, :] - l_b) - shift[:, None]) ** 2
+        m_ref = np.isfinite(l_b)
+        m_ref[:, i_p] = False
+        # the tuple's factor log t1(B, T) - log t1(B, P) applied to the other suite workloads
+        # B' on T
+        on_p = by_p.get(plat, {})
+        l_p = np.array([math.log(on_p[b2]) if b2 in on_p else math.nan for b2 in suite])
+        fac = l_tgt[[at_suite[b] for b in bs]] - l_b[:, i_p]
+        e_s = ((l_tgt - l_p)[None, :] - fac[:, None]) ** 2
+        m_s = np.broadcast_to(np.isfinite(l_p), e_s.shape).copy()
+        m_s[np.arange(len(bs)), [at_suite[b] for b in bs]] = False
+        mask = np.concatenate([m_ref, m_s], axis=1)
+        w = np.concatenate([np.broadcast_to(k_own, m_ref.shape),
+                            np.broadcast_to(k_suite, m_s.shape)], axis=1)
+        with np.errstate(invalid="ignore"):
+            e = np.concatenate([e_ref, e_s], axis=1)
+            num = np.add.accumulate(np.where(mask, w * e, 0.0), axis=1)[:, -1]
+            den = np.add.accumulate(np.where(mask, w, 0.0), axis=1)[:, -1]
+        for c, nu, de in zip(cs, num.tolist(), den.tolist()):
+            any_var |= _set_var(c, nu, de)
     return any_var
 
 
