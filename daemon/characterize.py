@@ -16,10 +16,11 @@ so the line printed says what is measured even when nothing is queued.
 
 ``mpet_data``: the MPET database of the store: per (workload, platform) the median time per core
 count (at the highest frequency measured for that group, or at the clock asked for that
-platform; runs at the board's own frequency when there is none), the mean MPET parameters per core count (rec.extra["mpet"], where recorded; R(n)
-of a parallel run = its exec_s over the group's median t(1), as bench_suite.accounting says), and
-per platform its breakpoints from its description (n_nu: cpus of the sweep order on the first
-NUMA node when the order spans more; n_ht: physical cores filled before SMT siblings).
+platform; runs at the board's own frequency when there is none), the mean MPET parameters per
+core count (rec.extra["mpet"], where recorded; R(n) of a parallel run = its exec_s over the
+group's median t(1), as bench_suite.accounting says), and per platform its breakpoints from its
+description (n_nu: cpus of the sweep order on the first NUMA node when the order spans more;
+n_ht: physical cores filled before SMT siblings) and the clocks it was measured at.
 """
 
 from __future__ import annotations

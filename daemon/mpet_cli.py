@@ -8,7 +8,8 @@ MPET beside the naive t(1)/n and the source platform's curve.
 Platform = ``platform`` (with ``:variant`` when the variant is not empty or "all": XU3 big/little
 are different cores), and ``@<freq_mhz>MHz`` where that platform's rows carry more than one
 ``freq_mhz``: each frequency is a platform of its own (a workload's speed and scaling change with
-the clock; its runs at several frequencies are no repeats). Breakpoints (seed 000 section 3.1), unless the CSV has ``n_nu``/``n_ht``:
+the clock; its runs at several frequencies are no repeats). Breakpoints (seed 000 section 3.1),
+unless the CSV has ``n_nu``/``n_ht``:
 - n_ht = hw_phys_cores when more threads than physical cores were run (SMT or oversubscription);
 - n_nu = physical cores / sockets when hw_cpu says "(N sockets)" or the board is a known
   dual-socket one (KNOWN_SOCKETS), else hw_l3_shared_by when
