@@ -2,16 +2,16 @@
 
 ``characterize``: one sweep job per bench_suite kernel the agent offers (kind "kernel" in its
 hello) and, unless args.commands is false, per command workload of its configuration (kind
-"command": external programs, e.g. OpenMP binaries, which get t(n) but no MPET runtime
-parameters; each runs at the size asked where it has it, else at its first size), over all
-of the board's cores and, where the board has cpufreq, ``FREQ_STEPS`` frequencies spread over
-its range (min, mid, max; a policy with a range and no table gets its two ends), else at the
-board's own frequency. A kernel with a done job of the same size that covered every point it
-would measure, with at least the repetitions asked (``--reps``), is skipped (resuming after an
-interruption; a tune's one-point jobs or an import do not count); one with such a job still under way (or expired, which is resent at the agent's hello) is
-reported, not sent twice; one whose job failed is queued again. The frequency grid is chosen
-once from the board's description (its last hello, which the store keeps across a restart),
-so the line printed says what is measured even when nothing is queued.
+"command": external programs, e.g. OpenMP binaries, which get t(n) but no MPET runtime parameters;
+each runs at the size asked where it has it, else at its first size), over all of the board's cores
+and, where the board has cpufreq, ``FREQ_STEPS`` frequencies spread over its range (min, mid, max;
+a policy with a range and no table gets its two ends), else at the board's own frequency. A kernel
+with a done job of the same size that covered every point it would measure, with at least the
+repetitions asked (``--reps``), is skipped (resuming after an interruption; a tune's one-point jobs
+or an import do not count); one with such a job still under way (or expired, which is resent at the
+agent's hello) is reported, not sent twice; one whose job failed is queued again. The frequency
+grid is chosen once from the board's description (its last hello, which the store keeps across a
+restart), so the line printed says what is measured even when nothing is queued.
 
 ``mpet_data``: the MPET database of the store: per (workload, platform) the median time per core
 count (at the highest frequency measured for that group, or at the clock asked for that
