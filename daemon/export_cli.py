@@ -13,6 +13,7 @@ from __future__ import annotations
 import argparse
 import datetime
 import json
+import re
 import sys
 from typing import Any
 
@@ -95,6 +96,11 @@ def _scope(args: argparse.Namespace) -> str:
     return f" (for {', '.join(parts)})" if parts else ""
 
 
+def _numbers_in_order(name: str) -> list:
+    """A name as text and numbers ("w/small/10cores" after "w/small/2cores", not before)."""
+    return [int(t) if t.isdigit() else t for t in re.split(r"(\d+)", name)]
+
+
 def build_suite(runs: list[dict[str, Any]], boards: dict[str, str]) -> tuple[Any, dict]:
     """(pyperf.BenchmarkSuite, summary) of the daemon's exported runs; ValueError when none."""
     import pyperf
@@ -114,7 +120,7 @@ def build_suite(runs: list[dict[str, Any]], boards: dict[str, str]) -> tuple[Any
     names = {key: _name(key, boards, several_boards) for key in groups}
     clash = {n for n in names.values() if list(names.values()).count(n) > 1}
     benchmarks, marked, values = [], 0, 0
-    for key in sorted(groups, key=lambda k: (names[k], k[5])):
+    for key in sorted(groups, key=lambda k: (_numbers_in_order(names[k]), k[5])):
         name = names[key]
         if name in clash:  # the same cores on different cpus
             name += "/cpus" + "-".join(map(str, key[5]))

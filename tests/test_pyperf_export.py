@@ -318,3 +318,16 @@ def test_import_refuses_a_frequency_the_boards_cpufreq_does_not_offer(tmp_path):
     finally:
         a.close()
         d.stop()
+
+
+def test_benchmarks_are_listed_in_the_order_of_their_numbers():
+    """A board of 10 or more cores listed 10cores before 2cores (names sorted as text); core
+    counts and clocks are in numeric order now."""
+    rows = [{"agent": "a", "job_id": "job-1", "source": "sweep",
+             "record": {"platform": "p1", "workload": "w", "input": "small", "cores": n,
+                        "cpus": list(range(n)), "threads": n, "freq_mhz": f, "rep": 0,
+                        "time_s": 1.0 / n}}
+            for n in (10, 2, 1, 12) for f in (800.0, 1400.0)]
+    _, summary = build_suite(rows, {"p1": "board-x"})
+    assert summary["names"] == [f"w/small/{n}cores@{f}MHz" for n in (1, 2, 10, 12)
+                                for f in (800, 1400)]
