@@ -36,7 +36,7 @@ def _clocks_text(fs: list[float]) -> str:
 
 
 def note_mixed_clocks(data: dict[str, Any], clocks: dict[tuple, Any], plats: list[str],
-                       skip: tuple | None = None) -> None:
+                      skip: tuple | None = None) -> None:
     """Each profile is taken at the highest frequency its workload was measured at on the
     board: say on stderr where the profiles of one platform the prediction reads were taken
     at different clocks (a workload swept at a lower clock only), so their times are no
@@ -78,7 +78,7 @@ def note_marked(data: dict[str, Any], sizes: dict[tuple, str], plats: list[str])
 
 
 def note_more_references(data: dict[str, Any], profiles: dict, args: argparse.Namespace,
-                          srcs: list[str], dst: str) -> None:
+                         srcs: list[str], dst: str) -> None:
     """Say on stderr where the workload was measured besides the references given: from more
     references MPET checks its transfers (docs/mpet.md: loghin's full error 40 % from one, 21 %
     from all)."""
@@ -120,6 +120,7 @@ def interval_text(pred: Any, data: dict[str, Any]) -> str:
 
 
 def print_prediction(out: dict[str, Any]) -> None:
+    """A prediction (``_predict_migration``'s or ``_predict_on``'s answer) as text."""
     if "on" in out:
         print(f"{out['workload']}: on {out['board']} ({out['on']}) at {_mhz(out['on_mhz'])}, "
               f"MPET scenario {out['scenario']}")
