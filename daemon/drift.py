@@ -57,7 +57,7 @@ class Drift:
         job_ids: list[str] = []
         error = None
         try:
-            jobs = self._sweep(agent, group)
+            jobs = self.sweeps.auto(agent, group.workload, size=group.input)
             job_ids = [j["job_id"] for j in jobs]
         except HandlerError as exc:
             error = f"cannot re-characterise: {exc}"
@@ -70,16 +70,6 @@ class Drift:
                         "recommending again after it", name, agent, reason, ", ".join(job_ids))
         return True
 
-    def _sweep(self, agent: str, group: Group) -> list[dict[str, Any]]:
-        try:
-            return self.sweeps.start(agent, [group.workload], size=group.input)
-        except HandlerError as exc:
-            if exc.code in ("unknown_agent", "agent_offline", "unknown_workload"):
-                raise
-            log.warning("sweep of %s as configured: %s; sweeping cores only", group.workload,
-                        exc)
-            return self.sweeps.start(agent, [group.workload], size=group.input,
-                                     frequency_grid="none")
 
 
 def status_rows(store: Store, jobs: list[dict[str, Any]]) -> list[dict[str, Any]]:

@@ -95,15 +95,19 @@ class Sweeps:
                         "reps": job["reps"]})
         return ids, not_swept
 
-    def auto(self, agent: str, workload: str) -> None:
-        """Sweep ``workload`` as configured; on a board that cannot honour the configured
-        frequency grid, sweep cores only and say why."""
+    def auto(self, agent: str, workload: str, size: str | None = None) -> list[dict[str, Any]]:
+        """Sweep ``workload`` as configured (the daemon's own sweeps: a new agent's, a drift's
+        re-characterisation); on a board that cannot honour the configured frequency grid,
+        sweep cores only and say why. An agent unknown or offline, or a workload it does not
+        offer, is raised: no grid would do."""
         try:
-            self.start(agent, [workload])
+            return self.start(agent, [workload], size=size)
         except HandlerError as exc:
+            if exc.code in ("unknown_agent", "agent_offline", "unknown_workload"):
+                raise
             log.warning("sweep of %s for %s as configured: %s; sweeping cores only at the "
                         "board's own frequency", workload, agent, exc)
-            self.start(agent, [workload], frequency_grid="none")
+            return self.start(agent, [workload], size=size, frequency_grid="none")
 
     def query(self, args: dict[str, Any]) -> dict[str, Any]:
         """The ``sweep`` query: check its arguments' types, then :meth:`sweep`; the answer's

@@ -36,8 +36,8 @@ class FakeSweeps:
     def __init__(self, error=None):
         self.calls, self.error = [], error
 
-    def start(self, agent, workloads, size=None, **kw):
-        self.calls.append((agent, workloads, size))
+    def auto(self, agent, workload, size=None):
+        self.calls.append((agent, [workload], size))
         if self.error:
             raise HandlerError("agent_offline", self.error)
         return [{"job_id": f"job-{len(self.calls)}"}]
