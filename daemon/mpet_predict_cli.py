@@ -308,7 +308,9 @@ def _candidates(pred: Any) -> dict[str, list[dict[str, Any]]]:
 
 def _method(pred: Any) -> dict[str, Any]:
     """Which transfer rated the candidates (docs/mpet.md, docs/json-output.md)."""
-    return {"t1_basis": pred.t1_basis, "sc_basis": pred.sc_basis, "sc_choice": pred.sc_choice}
+    considered, of = pred.suite or (None, None)
+    return {"t1_basis": pred.t1_basis, "sc_basis": pred.sc_basis, "sc_choice": pred.sc_choice,
+            "suite_considered": considered, "suite_measured": of}
 
 
 def _rows(ns, t, lo, hi, measured, before=None) -> list[dict[str, Any]]:

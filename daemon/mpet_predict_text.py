@@ -193,6 +193,9 @@ def _method_line(m: dict[str, Any]) -> str:
                  f"{ch['checked']} other workloads on the target: {errs})" if ch["checked"]
                  else f" (q-chosen: {ch['chosen']}, no other workload on the target to "
                       f"score the options)")
+    if (m.get("suite_considered") or 0) < (m.get("suite_measured") or 0):
+        line += (f"; candidates, checks and interval from the {m['suite_considered']} of the "
+                 f"target's {m['suite_measured']} other workloads most alike it")
     return line
 
 

@@ -23,7 +23,8 @@ from opptune.daemon.models.mpet_interval import (MIN_CALIBRATION, SINGLE_CANDIDA
                                                  calibrated_band)
 from opptune.daemon.models.mpet_predict import (DEFAULT_SC, DEFAULT_T1, SEED_SC, SEED_T1,
                                                 calibration_errors, choose_sc,
-                                                largest_log_error, NoCandidates, Selection,
+                                                largest_log_error, nearest_suite,
+                                                NEIGHBOURS, NoCandidates, Selection,
                                                 predict_migration, predict_scalability,
                                                 suite_scores)
 from opptune.daemon.models.mpet_reconstruct import penalty, reconstruct
@@ -227,6 +228,49 @@ def test_migration_prediction_scenario_a():
         predict_migration(MpetDatabase({k: v for k, v in profiles.items() if k[1] in ("T", "P1")
                                         and k[0] != "A" or k == ("A", "P2")}, platforms),
                           "A", "T")
+
+
+def _crowded_suite(alike=8, unalike=22, seed=0):
+    """A on P1-P3; on every platform ``alike`` workloads proportional to A (the same speed
+    ratios, the same scaling) and ``unalike`` ones whose speed ratios and scaling scatter."""
+    rng = np.random.default_rng(seed)
+    profiles, platforms = {}, {}
+    for p, (pi, c, nmax) in PLATFORMS.items():
+        platforms[p] = {"n_nu": None, "n_ht": None, "nmax": nmax}
+    kinds = {"A": (3.0, 0.04, None)}
+    kinds.update({f"near{i}": (1.0 + i, 0.04, None) for i in range(alike)})
+    kinds.update({f"far{i}": (2.0 + i, 0.02 * (i % 5), rng.lognormal(0, 0.4, len(PLATFORMS)))
+                  for i in range(unalike)})
+    for w, (tau, s, noise) in kinds.items():
+        for j, (p, (pi, c, nmax)) in enumerate(PLATFORMS.items()):
+            if w == "A" and p == "T":
+                continue
+            t1 = tau * pi * (noise[j] if noise is not None else 1.0)
+            profiles[(w, p)] = {"t": {n: t1 * (1 + s * c * (n - 1)) / n
+                                      for n in range(1, nmax + 1)}}
+    return profiles, platforms
+
+
+def test_a_migration_considers_the_targets_workloads_most_alike_a():
+    """Past NEIGHBOURS other workloads on T, candidates, checks, choice and interval come
+    from those most alike A (their cost grows with the cube of T's suite otherwise): here
+    the 8 proportional to A rank first, the prediction is the one made with only the nearest
+    NEIGHBOURS in the database, and it says how many of how many it considered."""
+    profiles, platforms = _crowded_suite()
+    db = MpetDatabase(profiles, platforms)
+    near = nearest_suite(db, "A", "T", k=8)
+    assert {w for w, _ in near.profiles} == {"A"} | {f"near{i}" for i in range(8)}
+    assert nearest_suite(db, "A", "T", k=30) is db  # no more than k: the database itself
+    pred = predict_migration(db, "A", "T")
+    assert pred.suite == (NEIGHBOURS, 30)
+    kept = {w for w, _ in nearest_suite(db, "A", "T").profiles}
+    assert {f"near{i}" for i in range(8)} <= kept and len(kept) == NEIGHBOURS + 1
+    alone = predict_migration(db.only_workloads(kept), "A", "T")
+    assert alone.suite == (NEIGHBOURS, NEIGHBOURS)
+    assert pred.t == alone.t and pred.lower == alone.lower and pred.upper == alone.upper
+    assert {c.workload for c in pred.t1_candidates + pred.sc_candidates} <= kept
+    truth = 3.0 * PLATFORMS["T"][0]
+    assert pred.t1 == pytest.approx(truth, rel=1e-6)
 
 
 def test_curve_space_survives_a_flat_candidate_that_eq21_on_elements_blows_up():

@@ -141,6 +141,31 @@ def test_interval_says_what_it_rests_on(capsys):
                                       "to calibrate it, no stated level)")
 
 
+def test_the_method_line_says_how_many_of_the_targets_workloads_it_considered(capsys):
+    """Past NEIGHBOURS other workloads on the target, the prediction says it took its
+    candidates, checks and interval from the most alike of them, in text and JSON; with
+    fewer it considers them all and the line says nothing of it."""
+    from opptune.daemon.models.mpet_predict import NEIGHBOURS
+    from opptune.daemon.mpet_predict_text import print_prediction
+    data = answer()
+    small = _predict_migration(data, args("all"), [])
+    assert (small["method"]["suite_considered"], small["method"]["suite_measured"]) == (3, 3)
+    for i in range(NEIGHBOURS):
+        for p, sp in SPEED.items():
+            t1 = (1.0 + 0.1 * i) * sp
+            data["profiles"].append({"workload": f"x{i}", "platform": p, "size": "small",
+                                     "freq_mhz": None, "t": {1: t1, 2: t1 * 0.6},
+                                     "params": {}, "counters": {}})
+    big = _predict_migration(data, args("all"), [])
+    m = NEIGHBOURS + 3
+    assert (big["method"]["suite_considered"], big["method"]["suite_measured"]) == (NEIGHBOURS, m)
+    print_prediction(small)
+    assert "most alike" not in capsys.readouterr().out
+    print_prediction(big)
+    assert (f"candidates, checks and interval from the {NEIGHBOURS} of the target's {m} other "
+            f"workloads most alike it") in capsys.readouterr().out
+
+
 def test_interval_text_counts_the_suite_predictions_that_failed():
     from opptune.daemon.mpet_predict_text import calibrated_text
     text = calibrated_text(1.5, 3, 2 / 4, "board-t", " (each left out in turn)")

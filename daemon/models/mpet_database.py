@@ -95,6 +95,16 @@ class MpetDatabase:
             setattr(out, name, (by_w, by_p))
         return out
 
+    def only_workloads(self, keep) -> "MpetDatabase":
+        """A database of the profiles of the workloads in ``keep``: their fitted sc and q(n)
+        reused, the tables, log ratios and distances (eq. 10-12) over them alone."""
+        keep = set(keep)
+        out = MpetDatabase({k: v for k, v in self.profiles.items() if k[0] in keep},
+                           self.platforms, {k: v for k, v in self.sc.items() if k[0] in keep},
+                           self.counters)
+        out._q_cache = self.__dict__.setdefault("_q_cache", {})
+        return out
+
     @property
     def removed(self) -> frozenset:
         """The profiles ``without`` hid since the database ``ratio_rows`` was built on."""

@@ -25,7 +25,7 @@ from .mpet_database import MpetDatabase
 from .mpet_distance import Distances, tuple_distance
 from .mpet_interval import calibrated_band, candidates_band
 from .mpet_reconstruct import penalty, reconstruct
-from .mpet_validate import VALIDATION_FLOOR, validate_q, validate_t1
+from .mpet_validate import VALIDATION_FLOOR, likeness_to, validate_q, validate_t1
 
 
 BASES = ("sc", "t1-ratio", "q-ratio", "t1-validated", "q-validated", "q-chosen")
@@ -131,6 +131,14 @@ DEFAULT_SC = dataclasses.replace(RATIO_SC, basis="q-chosen")
 SC_OPTIONS = ("q-ratio", "q-validated")
 
 
+# The most of the target's other workloads one migration considers: those most alike A
+# (``nearest_suite``). Its validations check each tuple on T's suite and its choice and
+# calibration predict each suite workload again, so without a bound a prediction costs m^3 in
+# the m workloads on T (60 workloads x 9 platforms: 0.8 s); twice the bench_suite's kernels,
+# so the suite and a user's first workloads are all considered.
+NEIGHBOURS = 24
+
+
 @dataclass
 class Candidate:
     platform: Hashable
@@ -177,6 +185,8 @@ class Prediction:
     # sc basis "q-chosen": why (``score_sc``): {"chosen", "errors": {basis: geometric-mean
     # trend error on T's other workloads, or None}, "checked": how many were predicted}
     sc_choice: dict | None = None
+    # scenario (a): (considered, measured) of the target's other workloads (``nearest_suite``)
+    suite: tuple[int, int] | None = None
 
 
 class NoCandidates(ValueError):
@@ -390,6 +400,24 @@ def sc_choice(scores: dict, leave_out=None) -> dict:
             "errors": {b: math.exp(m) for b, m in zip(SC_OPTIONS, means)}}
 
 
+def nearest_suite(db: MpetDatabase, workload, target, refs=None,
+                  k: int = NEIGHBOURS) -> MpetDatabase:
+    """``db`` with, of the workloads measured on ``target``, only the ``k`` that behave most
+    like ``workload`` on its references (``likeness_to``; ties by name) and ``workload``
+    itself; ``db`` where T has no more than k others. Not in the seed: its candidates are the
+    nearest workloads anyway (5 for t(1), 10 for sc), and a workload far from A gets almost no
+    weight in the validations (1 / s^4)."""
+    dist = db.distances()
+    suite = dist.workloads_on.get(target, set()) - {workload}
+    if len(suite) <= k:
+        return db
+    if refs is None:
+        refs = dist.platforms_of.get(workload, set())
+    like = likeness_to(db, workload, target, set(refs))
+    near = sorted(suite, key=lambda b: (-like.get(b, 0.0), str(b)))[:k]
+    return db.only_workloads({workload, *near})
+
+
 def predict_migration(db: MpetDatabase, workload, target, t1_sel: Selection = DEFAULT_T1,
                       sc_sel: Selection = DEFAULT_SC, refs=None, ns=None,
                       interval: str = "calibrated") -> Prediction:
@@ -403,6 +431,8 @@ def predict_migration(db: MpetDatabase, workload, target, t1_sel: Selection = DE
     ``MIN_CALIBRATION`` can be predicted), "candidates", or "none".
     """
     db = db.without((workload, target)) if (workload, target) in db.sc else db
+    m = len(db.distances().workloads_on.get(target, set()) - {workload})
+    db = nearest_suite(db, workload, target, refs)
     asked_sc = sc_sel
     dist = db.distances()
     topo = db.platforms.get(target, {})
@@ -451,7 +481,7 @@ def predict_migration(db: MpetDatabase, workload, target, t1_sel: Selection = DE
         t = time_curve(t1, sc, nsa, topo.get("n_nu"), topo.get("n_ht"))
     pred = Prediction(workload, target, t1, sc, [int(n) for n in nsa], [float(x) for x in t],
                       cands["t1"], cands["sc"], t1_basis=used[0], sc_basis=used[1],
-                      sc_choice=choice)
+                      sc_choice=choice, suite=(min(m, NEIGHBOURS), m))
     if interval != "none":
         candidates_band(pred, rows, t1_sel, sc_sel, topo, nsa)
     if interval == "calibrated":

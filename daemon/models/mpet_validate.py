@@ -85,6 +85,12 @@ def _kernels(db: MpetDatabase, workload, target, refs) -> tuple[dict, dict, dict
     return own, tgt, s_p, {p: _likeness(s) for p, s in s_p.items()}, kern_a
 
 
+def likeness_to(db: MpetDatabase, workload, target, refs) -> dict:
+    """{B': weight} of each other workload B' with a t(1) on ``target``: how much it behaves
+    like ``workload`` over its references ``refs`` (the weight both validations give B')."""
+    return _kernels(db, workload, target, refs)[4]
+
+
 def _set_var(c, num: float, den: float) -> bool:
     """c.var = num / den, the weighted mean squared log error (weights summing to ``den``);
     d_a from it. False where there was nothing to weigh."""
