@@ -538,16 +538,19 @@ def _fmt(v: Any, spec: str) -> str:
     return "-" if v is None else format(v, spec)
 
 
+# what the tables' runs column and medians count, said once after them
+RUNS_NOTE = ("runs: sweep and verification runs, all counted; the medians and the model leave "
+             "out runs marked for interference (unless --accept-load; * a point measured only "
+             "under interference) and the model outliers")
+
+
 def print_table(table: list[dict[str, Any]], console: Console) -> None:
     for w in table:
         title = f"{w['workload']} (input {w['input']}"
         title += f", {w['variant']})" if w.get("variant") else ")"
         if w.get("virtual"):
             title += f" [VIRTUAL board {w.get('virtual_board') or '?'}]"
-        t = Table(title=title, caption="runs: sweep and verification runs, all counted; the "
-                  "medians and the model leave out runs marked for interference (unless "
-                  "--accept-load; * a point measured only under interference) and the model "
-                  "outliers")
+        t = Table(title=title)
         for col in ("cores", "freq MHz", "median time s", "speedup", "energy J", "runs"):
             t.add_column(col, justify="right")
         for p in w["points"]:
@@ -592,6 +595,8 @@ def print_table(table: list[dict[str, Any]], console: Console) -> None:
         elif w.get("energy_recommendation_error"):
             console.print(f"  for minimum energy: none ({w['energy_recommendation_error']})",
                           markup=False)
+    if table:
+        console.print(RUNS_NOTE, markup=False)
 
 
 def closing_note(table: list[dict[str, Any]], run_dir: Path) -> str | None:

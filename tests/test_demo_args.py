@@ -103,6 +103,22 @@ def test_the_table_says_one_core_not_one_cores():
     assert "recommended: 2 cores (cpus 0,1)" in console.export_text()
 
 
+def test_the_note_on_what_runs_count_comes_once_after_the_tables():
+    from rich.console import Console
+
+    from opptune.daemon.demo import RUNS_NOTE, print_table
+    w = {"workload": "x", "input": "s", "variant": "", "virtual": False, "points": [
+            {"cores": 1, "freq_mhz": None, "median_time_s": 1.0, "speedup": 1.0, "runs": 3}],
+         "model": None, "model_params": {}, "model_mape_pct": None, "runners_up": [],
+         "recommended_cores": None}
+    console = Console(record=True, width=300)
+    print_table([w, {**w, "workload": "y"}, {**w, "workload": "z"}], console)
+    lines = console.export_text().splitlines()
+    at = [i for i, line in enumerate(lines) if line.startswith("runs: sweep and verification")]
+    assert len(at) == 1 and lines[at[0]] == RUNS_NOTE  # one line, from the left margin
+    assert at[0] > max(i for i, line in enumerate(lines) if "recommended: none" in line)
+
+
 def test_the_table_puts_the_energy_recommendation_beside_the_time_one():
     from rich.console import Console
 
