@@ -115,7 +115,8 @@ def test_scenario_b_scaling_from_the_one_core_run(cluster):
                                               "omp_like"}
     assert all(0 <= c["d_a"] <= 1 for c in cands)
     # scenario (b): its own t(1), scaling rated by D_a over sc (eq. 16)
-    assert out["method"] == {"t1_basis": "measured", "sc_basis": "sc", "sc_choice": None}
+    assert out["method"] == {"t1_basis": "measured", "sc_basis": "sc", "sc_choice": None,
+                             "suite_considered": None, "suite_measured": None}
 
     p = predict(cluster, "--workload", "locked_update", "--on", "test-agent")
     assert p.returncode == 0, p.stderr
