@@ -164,7 +164,7 @@ def cmd_predict_mpet(args: argparse.Namespace) -> int:
     try:
         if freq is not None:
             plat = _resolve(name, data, flag, args.size)
-            _check_clock(data, plat, name, freq)
+            _check_clock(data, plat, name, freq, args)
             if any(not _same_clock(p["freq_mhz"], freq) for p in data["profiles"]
                    if p["platform"] == plat):
                 # a daemon older than agent names in args.clock took the name for a platform
@@ -207,15 +207,24 @@ def _same_clock(f: float | None, freq: float) -> bool:
     return f is not None and abs(f - freq) < 0.5
 
 
-def _check_clock(data: dict[str, Any], plat: str, name: str, freq: float) -> None:
-    """MpetUsage unless ``plat``'s profiles were measured at ``freq`` MHz."""
+def _check_clock(data: dict[str, Any], plat: str, name: str, freq: float,
+                 args: argparse.Namespace) -> None:
+    """MpetUsage unless ``plat``'s profiles (of --size where given) were measured at ``freq``
+    MHz."""
     clocks = data["platforms"][plat].get("clocks") or []
     if any(_same_clock(f, freq) for f in clocks):
         return
     if not clocks:
         raise MpetUsage(f"--freq {freq:g}: {name} has no cpufreq (its runs are at its own "
                         f"clock); leave out --freq")
-    raise MpetUsage(f"--freq {freq:g}: {name} was measured at "
+    at = _at_size(args.size)
+    if len(clocks) == 1:
+        # "give one of them" of one clock: what to do is leave it out, or measure the others
+        raise MpetUsage(f"--freq {freq:g}: {name} was measured{at} at {clocks[0]:g} MHz only; "
+                        f"leave out --freq, or run 'opptune characterize --agent "
+                        f"{_agent_of(data, plat)}{_size_opt(args)}' to measure the min, mid "
+                        f"and max of each policy")
+    raise MpetUsage(f"--freq {freq:g}: {name} was measured{at} at "
                     f"{', '.join(f'{f:g}' for f in clocks)} MHz; give one of them ('opptune "
                     f"characterize' measures the min, mid and max of each policy)")
 

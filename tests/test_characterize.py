@@ -677,3 +677,22 @@ def test_predict_at_a_clock_asks_the_daemon_once(tmp_path, monkeypatch, capsys):
         assert old == out
     finally:
         d.close()
+
+
+def test_a_freq_on_a_board_measured_at_one_clock_says_what_to_do():
+    """'give one of them' of a single clock (a board swept at one frequency, or at that
+    --size): leave --freq out, or characterise; a wrong --freq names the size it looked at."""
+    import argparse
+    from opptune.daemon.mpet_predict_cli import MpetUsage, _check_clock
+    data = {"platforms": {"p": {"clocks": [1500.0]}, "q": {"clocks": [600.0, 1500.0]}},
+            "agents": {"pi": "p", "xu4": "q"}}
+    args = argparse.Namespace(size="medium")
+    with pytest.raises(MpetUsage) as exc:
+        _check_clock(data, "p", "pi", 600.0, args)
+    assert str(exc.value) == ("--freq 600: pi was measured at size 'medium' at 1500 MHz only; "
+                              "leave out --freq, or run 'opptune characterize --agent pi "
+                              "--size medium' to measure the min, mid and max of each policy")
+    with pytest.raises(MpetUsage, match=r"^--freq 700: xu4 was measured at size 'medium' at "
+                                        r"600, 1500 MHz; give one of them"):
+        _check_clock(data, "q", "xu4", 700.0, args)
+    _check_clock(data, "q", "xu4", 600.2, args)  # within the daemon's 0.5 MHz
