@@ -192,13 +192,21 @@ def _clock_arg(args: dict[str, Any]) -> dict[str, float]:
     return {k: float(v) for k, v in clock.items()}
 
 
+def _by_platform(clock: dict[str, float], measured: set[str],
+                 agents: dict[str, str]) -> dict[str, float]:
+    """args.clock with each agent name (a key that is no platform measured) as its platform
+    id, as ``opptune predict`` resolves --to and --on: the client asks in one query, before
+    it knows the id."""
+    return {k if k in measured or k not in agents else agents[k]: v for k, v in clock.items()}
+
+
 def mpet_data(d: Daemon, args: dict[str, Any]) -> dict[str, Any]:
     """Profiles as ``[{workload, platform, size, freq_mhz, t: {n: s}, params: {n: {..}},
     counters: {n: {name: value}}}]`` (counters: the derived ones, ``DERIVED_COUNTERS``)
     and ``platforms: {id: {n_nu, n_ht, nmax, board, clocks}}`` (clocks: every frequency, MHz,
     its profiles could be taken at); args.size keeps one size class; args.clock
-    ``{platform: MHz}`` takes that platform's profiles at that frequency (a group not measured
-    there has none) instead of each at its highest."""
+    ``{platform: MHz}`` (a platform id or an agent name) takes that platform's profiles at that
+    frequency (a group not measured there has none) instead of each at its highest."""
     size = args.get("size")
     clock = _clock_arg(args)
     groups: dict[tuple, dict[Any, dict[int, list]]] = {}
@@ -219,6 +227,8 @@ def mpet_data(d: Daemon, args: dict[str, Any]) -> dict[str, Any]:
             int(cores), []).append((t, mpet if isinstance(mpet, dict) else None,
                                     {k: float(v) for k, v in ctrs.items()
                                      if k in DERIVED_COUNTERS and _finite(v)}))
+    agents = {a.agent_id: a.platform_id for a in d.registry.all()}
+    clock = _by_platform(clock, {plat for _, plat, _ in groups}, agents)
     profiles = []
     clocks: dict[str, set[float]] = {}
     for (work, plat, inp), by_freq in sorted(groups.items(), key=lambda kv: str(kv[0])):
@@ -251,7 +261,6 @@ def mpet_data(d: Daemon, args: dict[str, Any]) -> dict[str, Any]:
         desc = d.store.platform(plat) or {}
         platforms[plat] = {**breakpoints(desc), "board": board_name(desc, plat),
                            "clocks": sorted(clocks.get(plat, ()))}
-    agents = {a.agent_id: a.platform_id for a in d.registry.all()}
     only, points = ([], []) if d.store.accept_load else _marked(d, groups, size, clock)
     return {"profiles": profiles, "platforms": platforms, "agents": agents,
             "marked_only": only, "marked_points": points}

@@ -44,7 +44,7 @@ from .models.mpet_predict import (DEFAULT_SC, DEFAULT_T1, RATIO_SC, RATIO_T1, SE
                                   SEED_T1)
 from ..shared.config import DaemonConfig
 from .datasets import find_data, not_found_hint
-from .mpet_answer import store_rows, write_store_csv
+from .mpet_answer import clock_queries, merge_answer, store_rows, write_store_csv
 from .objectives import fewest_within
 from .progress import terminal_progress
 
@@ -495,8 +495,9 @@ def add_eval_sources(p: argparse.ArgumentParser) -> None:
                         "data/bench_suite_*/data.csv, each holding one platform)")
     g.add_argument("--daemon", metavar="ENDPOINT",
                    help="evaluate the measurements in this running daemon's store (what "
-                        "'opptune characterize' measured; with --data and --combine, beside "
-                        "those files; default with --config: the bind address of --config)")
+                        "'opptune characterize' measured, each clock a platform NAME@MHzMHz "
+                        "as in a CSV; with --data and --combine, beside those files; default "
+                        "with --config: the bind address of --config)")
     g.add_argument("--config",
                    help="the daemon's configuration: the store of the daemon it describes, "
                         "queried with its operator key where CURVE is on")
@@ -530,10 +531,18 @@ def cmd_eval_sources(args: argparse.Namespace) -> int:
     if store:
         from .client import ask, daemon_endpoint
         endpoint = daemon_endpoint(args)  # with CURVE on: the operator key from --config's keys_dir
-        data, rc = ask("opptune eval-mpet", endpoint, "mpet_data",
-                       {"size": args.size} if args.size else {}, timeout_s=args.timeout)
+        query = {"size": args.size} if args.size else {}
+        data, rc = ask("opptune eval-mpet", endpoint, "mpet_data", query,
+                       timeout_s=args.timeout)
         if rc is not None:
             return rc
+        # every clock characterize measured, as a CSV of the same runs holds it
+        for clock in clock_queries(data):
+            more, rc = ask("opptune eval-mpet", endpoint, "mpet_data",
+                           {**query, "clock": clock}, timeout_s=args.timeout)
+            if rc is not None:
+                return rc
+            merge_answer(data, more)
         rows = store_rows(data, args.size)
         if not rows:
             print(f"opptune eval-mpet: the daemon at {endpoint} has no measurements"

@@ -154,20 +154,25 @@ def cmd_predict_mpet(args: argparse.Namespace) -> int:
         print(f"opptune predict: {exc}", file=sys.stderr)
         return 2
     query = {"size": args.size} if args.size else {}
-    data, rc = ask("opptune predict", daemon_endpoint(args), "mpet_data", query,
+    flag, name = ("--on", on) if on else ("--to", args.target)
+    # the platform's profiles at that clock, named as given: the daemon takes an agent name
+    data, rc = ask("opptune predict", daemon_endpoint(args), "mpet_data",
+                   {**query, "clock": {name: freq}} if freq is not None else query,
                    timeout_s=args.timeout)
     if rc is not None:
         return rc
     try:
         if freq is not None:
-            # the platform's profiles at that clock: asked again once the name is resolved
-            flag, name = ("--on", on) if on else ("--to", args.target)
             plat = _resolve(name, data, flag, args.size)
-            _check_clock(data, plat, name, freq)
-            data, rc = ask("opptune predict", daemon_endpoint(args), "mpet_data",
-                           {**query, "clock": {plat: freq}}, timeout_s=args.timeout)
-            if rc is not None:
-                return rc
+            _check_clock(data, plat, name, freq, args)
+            if any(not _same_clock(p["freq_mhz"], freq) for p in data["profiles"]
+                   if p["platform"] == plat):
+                # a daemon older than agent names in args.clock took the name for a platform
+                # id and answered each group at its highest clock: asked again by the id
+                data, rc = ask("opptune predict", daemon_endpoint(args), "mpet_data",
+                               {**query, "clock": {plat: freq}}, timeout_s=args.timeout)
+                if rc is not None:
+                    return rc
         out = (_predict_on(data, args, edits) if on
                else _predict_migration(data, args, edits))
     except (MpetUsage, NoCandidates, EditError) as exc:
@@ -197,15 +202,29 @@ def _freq_arg(args: argparse.Namespace) -> float | None:
     return f
 
 
-def _check_clock(data: dict[str, Any], plat: str, name: str, freq: float) -> None:
-    """MpetUsage unless ``plat``'s profiles were measured at ``freq`` MHz."""
+def _same_clock(f: float | None, freq: float) -> bool:
+    """Whether ``f`` MHz is ``freq`` MHz, as the daemon matches args.clock (within 0.5)."""
+    return f is not None and abs(f - freq) < 0.5
+
+
+def _check_clock(data: dict[str, Any], plat: str, name: str, freq: float,
+                 args: argparse.Namespace) -> None:
+    """MpetUsage unless ``plat``'s profiles (of --size where given) were measured at ``freq``
+    MHz."""
     clocks = data["platforms"][plat].get("clocks") or []
-    if any(abs(f - freq) < 0.5 for f in clocks):
+    if any(_same_clock(f, freq) for f in clocks):
         return
     if not clocks:
         raise MpetUsage(f"--freq {freq:g}: {name} has no cpufreq (its runs are at its own "
                         f"clock); leave out --freq")
-    raise MpetUsage(f"--freq {freq:g}: {name} was measured at "
+    at = _at_size(args.size)
+    if len(clocks) == 1:
+        # "give one of them" of one clock: what to do is leave it out, or measure the others
+        raise MpetUsage(f"--freq {freq:g}: {name} was measured{at} at {clocks[0]:g} MHz only; "
+                        f"leave out --freq, or run 'opptune characterize --agent "
+                        f"{_agent_of(data, plat)}{_size_opt(args)}' to measure the min, mid "
+                        f"and max of each policy")
+    raise MpetUsage(f"--freq {freq:g}: {name} was measured{at} at "
                     f"{', '.join(f'{f:g}' for f in clocks)} MHz; give one of them ('opptune "
                     f"characterize' measures the min, mid and max of each policy)")
 

@@ -144,6 +144,16 @@ def cpufreq_unavailable(platform: dict[str, Any]) -> str | None:
     return cf.get("reason") or "no cpufreq"
 
 
+def frequencies_not_swept(platform: dict[str, Any], board: str) -> str | None:
+    """What ``opptune sweep`` and ``opptune status`` say of a board that cannot set
+    frequencies (its sweeps and characterisation go over cores only); None when it can."""
+    why = cpufreq_unavailable(platform)
+    if why is None:
+        return None
+    return (f"frequencies not swept on board {board}: {why}; its cores are swept at its own "
+            "frequency")
+
+
 def grid_asks_frequencies(defaults: SweepDefaults, frequency_grid: str | int | None) -> bool:
     """Whether ``frequency_grid`` (None: ``defaults``') measures at set frequencies, rather
     than leaving the frequency alone ("none", or "list" with an empty list)."""

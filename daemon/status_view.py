@@ -8,6 +8,7 @@ from rich.console import Console
 from rich.table import Table
 
 from .console import make_console
+from .planner import frequencies_not_swept
 
 
 def _fmt(value: Any, spec: str = ".4g") -> str:
@@ -90,6 +91,14 @@ def print_status(data: dict[str, Any], console: Console | None = None) -> None:
                 f" (as of its last hello, {age:.0f} s ago)"
             console.print(f"board {boards[a.get('id')]} (agent {a.get('id')}): {a['doctor']}"
                           f"{when}", markup=False, soft_wrap=True)
+    said = set()
+    for a in data.get("agents", []):  # once per board: several agents may share one
+        plat = platforms.get(a.get("platform"))
+        why = frequencies_not_swept(plat, str(boards[a.get("id")])) \
+            if isinstance(plat, dict) and a.get("platform") not in said else None
+        if why:
+            said.add(a.get("platform"))
+            console.print(why, markup=False, soft_wrap=True)
 
     t = _table("runs", ("agent", "workload", "input", "runs", "marked"))
     for r in data.get("runs", []):

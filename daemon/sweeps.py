@@ -10,7 +10,7 @@ from typing import Any
 from ..shared.config import ConfigError, DaemonConfig, SweepDefaults
 from .errors import HandlerError
 from .jobs import JobTracker
-from .planner import (PlanError, cluster_orders, cpufreq_unavailable, frequency_refusal,
+from .planner import (PlanError, cluster_orders, frequencies_not_swept, frequency_refusal,
                       grid_asks_frequencies, plan_sweep, sweep_order)
 from .registry import AgentInfo, Registry, board_name
 
@@ -63,13 +63,12 @@ class Sweeps:
                                                    f"{', '.join(sorted(offered)) or 'nothing'}")
         check_sweep_args(agent, info, names, size, max_cores, frequencies)
         not_swept = None
-        why = cpufreq_unavailable(info.platform or {})
+        why = frequencies_not_swept(info.platform or {},
+                                    board_name(info.platform, info.platform_id))
         if why and frequencies is None and grid_asks_frequencies(self.config.sweep,
                                                                  frequency_grid):
             frequency_grid = "none"
-            not_swept = (f"frequencies not swept on board "
-                         f"{board_name(info.platform, info.platform_id)}: {why}; its cores "
-                         "are swept at its own frequency")
+            not_swept = why
             log.warning("sweep of %s for %s: %s", ", ".join(names), agent, not_swept)
         ids: list[dict[str, Any]] = []
         jobs: list[dict[str, Any]] = []

@@ -519,3 +519,180 @@ def test_the_frequencies_line_counts_what_a_range_only_board_is_measured_at(tmp_
                                             "frequencies: 2 per policy (min, max)")
     finally:
         c.stop()
+
+
+def _mpet_data(ep: str, args: dict) -> dict:
+    """The daemon's mpet_data answer, asked from another process as the CLI asks it."""
+    return json.loads(subprocess.run(
+        [sys.executable, "-c", "import json,sys; from opptune.daemon.client import query; "
+         f"print(json.dumps(query({ep!r}, 'mpet_data', {args!r}, timeout_s=30)))"],
+        capture_output=True, text=True, check=True).stdout)
+
+
+def test_eval_mpet_over_the_store_evaluates_every_clock_characterize_measured(tmp_path):
+    """characterize measures min, mid and max; 'eval-mpet --daemon' took each (workload, board)
+    at its highest clock only, where the same runs as a CSV ('--data') give one platform per
+    clock. Now the store is evaluated as its CSV is: one platform per clock of each board with
+    cpufreq (name@MHz), the board without cpufreq under its plain name. 'opptune status' says
+    that board's sweeps go over cores only."""
+    c = Cluster(tmp_path, kernels=KERNELS, auto_sweep=False, max_cores=2, extra_agent={
+        "agent_id": "pi", "virtual_board": "rpi4",
+        "sysfs_root": make_tree("rpi4", str(tmp_path / "rpi4"))})
+    others = [write_toml(tmp_path / "xu4.toml", {
+        "agent_id": "xu4", "daemon": c.endpoint, "state_dir": str(tmp_path / "xu4-state"),
+        "heartbeat_s": 0.5, "bench_kernels": list(KERNELS), "virtual_board": "odroid-xu4",
+        "sysfs_root": make_tree("odroid-xu4", str(tmp_path / "xu4"))}),
+        # this machine: no cpufreq
+        write_toml(tmp_path / "here.toml", {
+            "agent_id": "here", "daemon": c.endpoint, "state_dir": str(tmp_path / "here-state"),
+            "heartbeat_s": 0.5, "bench_kernels": list(KERNELS)})]
+    c.start_daemon()
+    c.start_agent()
+    procs = [c._spawn("opptune.agent", toml, f"{toml.stem}.log") for toml in others]
+    ep = c.endpoint
+    try:
+        c.wait_for(lambda s: sum(a["alive"] for a in s["agents"]) == 3, timeout=30,
+                   what="three agents")
+        for agent in ("pi", "xu4", "here"):
+            p = opptune("characterize", "--daemon", ep, "--agent", agent, "--size", "small",
+                        "--reps", "1", "--max-cores", "2", "--wait")
+            assert p.returncode == 0, p.stderr + c.logs()
+        boards = {a["id"]: a["board"] for a in c.status()["agents"]}
+        plats = {a["id"]: a["platform"] for a in c.status()["agents"]}
+        clocks = {k: v["clocks"] for k, v in _mpet_data(ep, {})["platforms"].items()}
+        assert clocks[plats["pi"]] == [600.0, 1000.0, 1500.0]
+        assert len(clocks[plats["xu4"]]) == 3 and clocks[plats["xu4"]][-1] == 1400.0
+        assert clocks[plats["here"]] == []
+        names = {f"{boards[a]}@{f:g}MHz" for a in ("pi", "xu4") for f in clocks[plats[a]]}
+        names.add(boards["here"])
+
+        saved = tmp_path / "store.csv"
+        p = opptune("eval-mpet", "--daemon", ep, "--save-csv", str(saved), "--json")
+        assert p.returncode == 0, p.stderr
+        (res,) = json.loads(p.stdout)["results"]
+        assert set(res["breakpoints"]) == names and res["platforms"] == 7
+        # each kernel on each platform, from the same kernel on the six others
+        assert res["predictions"] == len(KERNELS) * 7 and res["skipped"] == []
+        import csv
+        rows = list(csv.DictReader(saved.open()))
+        assert sorted({(r["board"], r["freq_mhz"]) for r in rows}) == sorted(
+            [(boards[a], f"{f}") for a in ("pi", "xu4") for f in clocks[plats[a]]]
+            + [(boards["here"], "")])
+        assert len(rows) == 7 * len(KERNELS) * 2  # 7 platforms x kernels x 1-2 cores
+        # the store's CSV evaluated as a CSV: the same platforms, the same figures
+        p = opptune("eval-mpet", "--data", str(saved), "--json")
+        assert p.returncode == 0, p.stderr
+        (again,) = json.loads(p.stdout)["results"]
+        assert again["summary"] == res["summary"] and again["breakpoints"] == \
+            res["breakpoints"]
+
+        # --size narrows every clock's query alike
+        p = opptune("eval-mpet", "--daemon", ep, "--size", "small", "--json")
+        assert p.returncode == 0, p.stderr
+        assert json.loads(p.stdout)["results"][0]["summary"] == res["summary"]
+
+        # --freq on the board without cpufreq, or at a clock not measured: one line each
+        for argv, msg in [
+            (("--to", "here", "--freq", "1000"),
+             "opptune predict: --freq 1000: here has no cpufreq (its runs are at its own "
+             "clock); leave out --freq"),
+            (("--to", "pi", "--freq", "700"),
+             "opptune predict: --freq 700: pi was measured at 600, 1000, 1500 MHz; give one of "
+             "them ('opptune characterize' measures the min, mid and max of each policy)")]:
+            src = "xu4" if argv[1] == "pi" else "pi"
+            p = opptune("predict", "--daemon", ep, "--workload", "triad", "--from", src, *argv)
+            assert p.returncode == 2 and p.stdout == "", p.stdout
+            assert p.stderr.splitlines() == [msg]
+
+        # status: the board without cpufreq, once; not the two with it
+        p = opptune("status", "--daemon", ep)
+        assert p.returncode == 0, p.stderr
+        said = [ln for ln in p.stdout.splitlines() if "frequencies not swept" in ln]
+        assert said == [f"frequencies not swept on board {boards['here']}: no cpufreq "
+                        "policies under /sys/devices/system/cpu/cpufreq (kernel without "
+                        "cpufreq or a virtual machine); its cores are swept at its own "
+                        "frequency"], p.stdout
+    finally:
+        for proc in procs:
+            proc.terminate()
+            proc.wait(20)
+        c.stop()
+
+
+def test_predict_at_a_clock_asks_the_daemon_once(tmp_path, monkeypatch, capsys):
+    """'predict --freq' asked twice (the first answer only resolved --to's agent name to its
+    platform id); the daemon takes the agent name in args.clock, so once. A daemon older than
+    that (which took the name for a platform id and answered at the highest clocks) is asked
+    again by the id, with the same prediction."""
+    import argparse
+    from opptune.daemon import client
+    from opptune.daemon.characterize import mpet_data
+    from opptune.daemon.mpet_predict_cli import cmd_predict_mpet
+    from opptune.daemon.service import Daemon
+    from opptune.daemon.store import ResultIn
+    from opptune.shared.config import DaemonConfig
+    from opptune.shared.records import RunRecord
+
+    d = Daemon(DaemonConfig(bind="tcp://127.0.0.1:0", database=str(tmp_path / "d.db")))
+    try:
+        for agent, plat in (("a", "p"), ("b", "q")):
+            desc = {"sweep_order": [0, 1], "hostname": plat}
+            d.store.save_platform(plat, desc, 1.0)
+            d.registry.hello(agent, agent.encode(), plat, desc, [], now=1.0)
+        d.store.save_job("a", {"job_id": "j", "workload": "k", "size": "small", "reps": 1,
+                               "warmup": 0, "points": [{"cpus": [0], "threads": 1}]}, 1.0)
+        # k and m at two clocks of q (time in proportion to 1/f), p at its one
+        recs = [RunRecord(platform=plat, workload=w, input="small", cores=n,
+                          cpus=list(range(n)), threads=n, rep=0, freq_mhz=f,
+                          time_s=base * 2000 / f / n ** 0.8)
+                for plat, f in (("p", 2000.0), ("q", 1000.0), ("q", 2000.0))
+                for w, base in (("k", 1.0), ("m", 2.0)) for n in (1, 2)]
+        d.store.insert_results([ResultIn(f"m{i}", "a", "j", i, r, r.to_dict())
+                                for i, r in enumerate(recs)], 2.0)
+
+        def predict(answer):
+            asked = []
+
+            def ask(command, endpoint, what, args=None, timeout_s=5.0):
+                asked.append(args)
+                return answer(args), None
+            monkeypatch.setattr(client, "ask", ask)
+            monkeypatch.setattr(client, "daemon_endpoint", lambda args: "tcp://127.0.0.1:9")
+            args = argparse.Namespace(workload="k", source="a", target="b", on=None, edits=[],
+                                      edits_file=None, size=None, daemon=None, config=None,
+                                      timeout=5.0, json=True, freq="1000")
+            assert cmd_predict_mpet(args) == 0
+            return asked, json.loads(capsys.readouterr().out)
+
+        asked, out = predict(lambda args: mpet_data(d, args))
+        assert asked == [{"clock": {"b": 1000.0}}]
+        assert out["to"] == "q" and out["to_mhz"] == [1000.0] and out["from_mhz"] == [2000.0]
+        assert out["prediction"][0]["measured_s"] == pytest.approx(2.0)  # k's t(1) at 1000
+
+        def older(args):  # an agent name in args.clock named no platform
+            clock = {k: v for k, v in (args.get("clock") or {}).items() if k in ("p", "q")}
+            return mpet_data(d, {**args, "clock": clock})
+        asked, old = predict(older)
+        assert asked == [{"clock": {"b": 1000.0}}, {"clock": {"q": 1000.0}}]
+        assert old == out
+    finally:
+        d.close()
+
+
+def test_a_freq_on_a_board_measured_at_one_clock_says_what_to_do():
+    """'give one of them' of a single clock (a board swept at one frequency, or at that
+    --size): leave --freq out, or characterise; a wrong --freq names the size it looked at."""
+    import argparse
+    from opptune.daemon.mpet_predict_cli import MpetUsage, _check_clock
+    data = {"platforms": {"p": {"clocks": [1500.0]}, "q": {"clocks": [600.0, 1500.0]}},
+            "agents": {"pi": "p", "xu4": "q"}}
+    args = argparse.Namespace(size="medium")
+    with pytest.raises(MpetUsage) as exc:
+        _check_clock(data, "p", "pi", 600.0, args)
+    assert str(exc.value) == ("--freq 600: pi was measured at size 'medium' at 1500 MHz only; "
+                              "leave out --freq, or run 'opptune characterize --agent pi "
+                              "--size medium' to measure the min, mid and max of each policy")
+    with pytest.raises(MpetUsage, match=r"^--freq 700: xu4 was measured at size 'medium' at "
+                                        r"600, 1500 MHz; give one of them"):
+        _check_clock(data, "q", "xu4", 700.0, args)
+    _check_clock(data, "q", "xu4", 600.2, args)  # within the daemon's 0.5 MHz

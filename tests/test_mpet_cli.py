@@ -30,3 +30,29 @@ def test_eval_mpet_reaches_a_curve_daemon_with_its_config(tmp_path):
                                 "first\n"), p.stderr + c.logs()
     finally:
         c.stop()
+
+
+def test_every_clock_is_asked_once_and_merged_once():
+    """eval-mpet --daemon's further mpet_data queries: each platform's clocks below its
+    highest, one query per rank; an answer naming what the first held adds nothing."""
+    from opptune.daemon.mpet_answer import clock_queries, merge_answer, store_rows
+    prof = lambda w, p, f: {"workload": w, "platform": p, "size": "small",  # noqa: E731
+                            "freq_mhz": f, "t": {"1": 2000 / (f or 1000)}, "params": {},
+                            "counters": {}}
+    topo = {"n_nu": None, "n_ht": None, "nmax": 1}
+    data = {"profiles": [prof("k", "p", 1500.0), prof("k", "q", 1400.0), prof("k", "r", None)],
+            "platforms": {"p": {**topo, "board": "pi", "clocks": [600.0, 1000.0, 1500.0]},
+                          "q": {**topo, "board": "xu", "clocks": [1000.0, 1400.0]},
+                          "r": {**topo, "board": "vm", "clocks": []}}}
+    assert clock_queries(data) == [{"p": 1000.0, "q": 1000.0}, {"p": 600.0}]
+    # a platform not named is answered at its highest again: once in the merged answer
+    merge_answer(data, {"profiles": [prof("k", "p", 1000.0), prof("k", "q", 1000.0),
+                                     prof("k", "r", None)], "platforms": {}})
+    merge_answer(data, {"profiles": [prof("k", "p", 600.0), prof("k", "q", 1400.0),
+                                     prof("k", "r", None)], "platforms": {}})
+    rows = store_rows(data)
+    assert [(r["platform"], r["freq_mhz"]) for r in rows] == [
+        ("pi", 600.0), ("pi", 1000.0), ("pi", 1500.0), ("vm", ""), ("xu", 1000.0),
+        ("xu", 1400.0)]
+    # a daemon older than 'clocks' in its answer: nothing more to ask
+    assert clock_queries({"profiles": [], "platforms": {"p": topo}}) == []

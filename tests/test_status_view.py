@@ -167,3 +167,23 @@ def test_piped_status_keeps_the_width_the_user_set(capsys, monkeypatch):
     monkeypatch.setenv("COLUMNS", "60")
     out = _piped_status(capsys)
     assert max(len(ln) for ln in out.splitlines()) <= 60, out
+
+
+def test_status_says_once_per_board_that_one_without_cpufreq_is_swept_over_cores_only():
+    from rich.console import Console
+
+    from opptune.daemon.status_view import print_status
+    off = {"available": False, "reason": "no cpufreq policies under "
+                                         "/sys/devices/system/cpu/cpufreq"}
+    data = {"daemon": {}, "agents": [
+        {"id": "a1", "board": "vm", "platform": "p1", "alive": True, "outbox": 0},
+        {"id": "a2", "board": "vm", "platform": "p1", "alive": True, "outbox": 0},
+        {"id": "a3", "board": "rpi4", "platform": "p2", "alive": True, "outbox": 0},
+        {"id": "a4", "board": "old", "platform": "p3", "alive": True, "outbox": 0}],
+        "platforms": {"p1": {"cpufreq": off}, "p2": {"cpufreq": {"available": True}},
+                      "p3": {"hostname": "old"}}}
+    console = Console(record=True, width=250)
+    print_status(data, console)
+    said = [ln for ln in console.export_text().splitlines() if "not swept" in ln]
+    assert said == ["frequencies not swept on board vm: no cpufreq policies under "
+                    "/sys/devices/system/cpu/cpufreq; its cores are swept at its own frequency"]
