@@ -327,13 +327,17 @@ def test_a_clock_the_platform_was_not_measured_at_is_refused_with_its_clocks():
     data = answer()
     data["platforms"]["t"]["clocks"] = [600.0, 1400.0]
     data["platforms"]["p1"]["clocks"] = []
-    _check_clock(data, "t", "agent-t", 1400)
+    plain = argparse.Namespace(size=None)
+    _check_clock(data, "t", "agent-t", 1400, plain)
     with pytest.raises(MpetUsage, match=r"^--freq 1000: agent-t was measured at 600, 1400 MHz; "
                                         r"give one of them"):
-        _check_clock(data, "t", "agent-t", 1000)
+        _check_clock(data, "t", "agent-t", 1000, plain)
+    with pytest.raises(MpetUsage, match=r"^--freq 1000: agent-t was measured at size 'small' "
+                                        r"at 600, 1400 MHz"):
+        _check_clock(data, "t", "agent-t", 1000, argparse.Namespace(size="small"))
     with pytest.raises(MpetUsage, match=r"^--freq 1000: p1 has no cpufreq \(its runs are at its "
                                         r"own clock\); leave out --freq$"):
-        _check_clock(data, "p1", "p1", 1000)
+        _check_clock(data, "p1", "p1", 1000, plain)
     # the daemon's answer at 600 MHz on t holds no profile of a there
     at600 = answer(skip={("a", "t")})
     ns = argparse.Namespace(workload="a", size=None, on="t", freq="600")
