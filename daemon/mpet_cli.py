@@ -46,7 +46,7 @@ from ..shared.config import DaemonConfig
 from .datasets import find_data, not_found_hint
 from .mpet_answer import clock_queries, merge_answer, store_rows, write_store_csv
 from .objectives import fewest_within
-from .progress import terminal_progress
+from .progress import terminal_counter, terminal_progress
 
 DEFAULT_DATA = ("data/loghin_multicore_energy/data.csv", "data/xplat_npb_minife/data.csv")
 SEED_TABLE5 = {"t1": 0.154, "scaling": 0.127, "full": 0.199}
@@ -303,11 +303,13 @@ def combine_csvs(paths: list[str], rows: list[dict[str, Any]], out: Any) -> None
 
 def run(paths: list[str], max_factor: float | None = None, setup: str = "default",
         single_reference: bool = False, scenario: str = "a",
-        progress: Callable[[str], None] | None = None) -> list[dict]:
+        progress: Callable[[str], None] | None = None,
+        count: Callable[[str, int, int], None] | None = None) -> list[dict]:
     """Evaluate each CSV with one of SETUPS (optionally bounded sc factors; with
     ``single_reference`` each profile from each other platform of its workload alone); with
     ``scenario`` "b", scenario (b) instead (``evaluate_scalability``). ``progress`` is told
-    what each evaluation is about to do (it takes seconds to minutes)."""
+    what each evaluation is about to do (it takes seconds to minutes), ``count(what, i, n)``
+    how far it is."""
     if scenario == "b":
         given = [opt for opt, on in (("--setup", setup != "default"),
                                      ("--max-factor", max_factor is not None),
@@ -346,12 +348,13 @@ def run(paths: list[str], max_factor: float | None = None, setup: str = "default
                      f"{len({w for w, _ in profiles})} workloads on {len(platforms)} "
                      f"platforms...")
         start = time.perf_counter()
+        done = (lambda i, n: count("predictions", i, n)) if count else None
         if scenario == "b":
-            res = evaluate_scalability(db)
+            res = evaluate_scalability(db, done=done)
         elif setup == "nested":
-            res = evaluate_nested(db)
+            res = evaluate_nested(db, done=count)
         else:
-            res = evaluate(db, t1_sel, sc_sel, single_reference=single_reference)
+            res = evaluate(db, t1_sel, sc_sel, single_reference=single_reference, done=done)
         elapsed = time.perf_counter() - start
         n = len(res["cases"])
         if n == 0 and scenario == "b":
@@ -457,7 +460,7 @@ def cmd_eval_mpet(args) -> int:
     paths = args.data or [find_data(p) for p in DEFAULT_DATA]
     try:
         results = run(paths, args.max_factor, args.setup, args.single_reference, args.scenario,
-                      _tty_progress())
+                      _tty_progress(), terminal_counter("opptune eval-mpet"))
     except MpetInputError as exc:
         print(f"opptune eval-mpet: {exc}", file=sys.stderr)
         return 2
@@ -568,7 +571,8 @@ def cmd_eval_sources(args: argparse.Namespace) -> int:
         try:
             combine_csvs(paths, rows, merged)
             results = run([str(merged)], args.max_factor, args.setup, args.single_reference,
-                          args.scenario, _tty_progress((str(merged), " + ".join(label))))
+                          args.scenario, _tty_progress((str(merged), " + ".join(label))),
+                          terminal_counter("opptune eval-mpet"))
         except MpetInputError as exc:
             print(f"opptune eval-mpet: {str(exc).replace(str(merged), ' + '.join(label))}",
                   file=sys.stderr)

@@ -4,6 +4,7 @@ minutes (eval, eval-mpet, report) tell a person who waits what they are doing.""
 from __future__ import annotations
 
 import sys
+import time
 from typing import Callable
 
 
@@ -16,3 +17,21 @@ def terminal_progress(prog: str) -> Callable[[str], None] | None:
     def say(what: str) -> None:
         print(f"{prog}: {what}", file=sys.stderr, flush=True)
     return say
+
+
+def terminal_counter(prog: str, every_s: float = 0.5) -> Callable[[str, int, int], None] | None:
+    """``count(what, i, n)``: ``prog: what i/n`` rewritten in place on stderr, at most every
+    ``every_s`` and at i = n (then the line is ended), or None where stderr is not a
+    terminal; a count that takes minutes shows it is moving."""
+    if not sys.stderr.isatty():
+        return None
+    last = [0.0]
+
+    def count(what: str, i: int, n: int) -> None:
+        now = time.monotonic()
+        if i < n and now - last[0] < every_s:
+            return
+        last[0] = now
+        print(f"\r{prog}: {what} {i}/{n}", end="\n" if i >= n else "", file=sys.stderr,
+              flush=True)
+    return count

@@ -1024,10 +1024,16 @@ def test_eval_mpet_table_counts_repeated_skips_once(tmp_path):
     assert last == f"skipped 4: a on T ({why}) x3; b on T (no t(1))"
 
 
+def _terminal_lines(seen: str) -> list[str]:
+    """What a terminal shows of ``seen``: each line as its last carriage return left it."""
+    return [line.split("\r")[-1] for line in seen.split("\r\n") if line]
+
+
 def test_eval_mpet_says_what_it_evaluates_on_a_terminal(tmp_path):
     """On a terminal, eval-mpet says on stderr which file it evaluates before the leave-one-out
     (it had been silent for 10 s on loghin, 85 s with --single-reference, minutes nested,
-    until every table at once); piped, stderr stays as it was (empty), stdout JSON only."""
+    until every table at once), then counts the predictions in place on one line (powmon's
+    540 took 75 s); piped, stderr stays as it was (empty), stdout JSON only."""
     import subprocess
     import sys
     from procs import run_on_terminal_stderr
@@ -1037,16 +1043,21 @@ def test_eval_mpet_says_what_it_evaluates_on_a_terminal(tmp_path):
     cmd = [sys.executable, "-m", "opptune.daemon.cli", "eval-mpet", "--data", str(path)]
     p, seen = run_on_terminal_stderr([*cmd, "--json"])
     assert p.returncode == 0 and json.loads(p.stdout)["results"][0]["predictions"] == 20
-    assert seen.strip().splitlines() == [
-        f"opptune eval-mpet: {path}: leave-one-out over 20 profiles of 5 workloads on 4 "
-        f"platforms..."]
+    said = (f"opptune eval-mpet: {path}: leave-one-out over 20 profiles of 5 workloads on 4 "
+            f"platforms...")
+    assert _terminal_lines(seen) == [said, "opptune eval-mpet: predictions 20/20"]
+    assert "\ropptune eval-mpet: predictions 0/20" in seen  # from the start, in place
     piped = subprocess.run(cmd, capture_output=True, text=True, timeout=120)
     assert piped.returncode == 0 and piped.stderr == "" and "interval:" in piped.stdout
     # --combine evaluates a temporary merged CSV: the line names the files it came from
     p, seen = run_on_terminal_stderr([*cmd, "--combine", "--json"])
-    assert p.returncode == 0 and seen.strip().splitlines() == [
-        f"opptune eval-mpet: {path}: leave-one-out over 20 profiles of 5 workloads on 4 "
-        f"platforms..."]
+    assert p.returncode == 0 and _terminal_lines(seen) == [
+        said, "opptune eval-mpet: predictions 20/20"]
+    # nested: the settings chosen per workload first, then the predictions
+    p, seen = run_on_terminal_stderr([*cmd, "--setup", "nested", "--json"])
+    assert p.returncode == 0 and _terminal_lines(seen) == [
+        said, "opptune eval-mpet: workloads' settings chosen 5/5",
+        "opptune eval-mpet: predictions 20/20"]
 
 
 def test_operating_point_is_judged_on_the_measured_times():

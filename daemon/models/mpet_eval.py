@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from typing import Hashable
+from typing import Callable, Hashable
 
 import numpy as np
 
@@ -165,7 +165,8 @@ def choose_settings(db: MpetDatabase, t1_grid=None, sc_grid=None) -> tuple[Selec
 
 
 def evaluate(db: MpetDatabase, t1_sel: Selection = DEFAULT_T1, sc_sel: Selection = DEFAULT_SC,
-             only: set | None = None, settings=None, single_reference: bool = False) -> dict:
+             only: set | None = None, settings=None, single_reference: bool = False,
+             done: Callable[[int, int], None] | None = None) -> dict:
     """Leave-one-out over every (workload, platform) with the workload on >= 2 platforms.
 
     ``settings``: workload -> (t1_sel, sc_sel), overriding the two for that workload.
@@ -183,7 +184,10 @@ def evaluate(db: MpetDatabase, t1_sel: Selection = DEFAULT_T1, sc_sel: Selection
     errs = {m: {k: [] for k in KINDS} for m in METHODS}
     cases, skipped = _cases(db, only)
     rows = []
-    for key, ns, meas, refs in _runs(db, cases, on, single_reference):
+    runs = list(_runs(db, cases, on, single_reference))
+    for i, (key, ns, meas, refs) in enumerate(runs):
+        if done:
+            done(i, len(runs))
         a, target = key
         rest = db.without(key)
         s1, ss = (settings or {}).get(a, (t1_sel, sc_sel))
@@ -221,12 +225,15 @@ def evaluate(db: MpetDatabase, t1_sel: Selection = DEFAULT_T1, sc_sel: Selection
             for k, v in zip(KINDS, vals):
                 errs[m][k].append(v)
         rows.append(row)
+    if done:
+        done(len(runs), len(runs))
     summary = {m: {k: summarise(errs[m][k]) for k in KINDS} for m in METHODS}
     return {"summary": summary, "cases": rows, "skipped": skipped,
             "interval": _interval_summary(rows)}
 
 
-def evaluate_scalability(db: MpetDatabase, sel: Selection = SEED_SC) -> dict:
+def evaluate_scalability(db: MpetDatabase, sel: Selection = SEED_SC,
+                         done: Callable[[int, int], None] | None = None) -> dict:
     """Scenario (b) left one out: every profile with t(1) and at least one more core count is
     cut to its 1-core runs and predicted from the other workloads on its platform
     (``predict_scalability``, interval ``scalability_band``). Returns ``evaluate``'s shape,
@@ -234,12 +241,16 @@ def evaluate_scalability(db: MpetDatabase, sel: Selection = SEED_SC) -> dict:
     "full" holds the same errors as "scaling"."""
     errs = {m: {k: [] for k in KINDS} for m in METHODS}
     rows, skipped = [], []
+    keys = []
     for key in sorted(db.profiles, key=str):
-        a, plat = key
         t = db.profiles[key].get("t") or {}
         ns = sorted(int(n) for n in t if t[n] is not None)
-        if 1 not in ns or len(ns) < 2:
-            continue
+        if 1 in ns and len(ns) >= 2:
+            keys.append((key, t, ns))
+    for i, (key, t, ns) in enumerate(keys):
+        if done:
+            done(i, len(keys))
+        a, plat = key
         meas = np.array([float(t.get(n, t.get(float(n)))) for n in ns])
         sub = with_serial(db, key)
         try:
@@ -260,6 +271,8 @@ def evaluate_scalability(db: MpetDatabase, sel: Selection = SEED_SC) -> dict:
                      **{m: {"scaling": v, "full": v} for m, v in found.items()},
                      "curves": {"mpet": pred.t,
                                 "naive": (1.0 / np.asarray(ns, dtype=float)).tolist()}})
+    if done:
+        done(len(keys), len(keys))
     summary = {m: {k: summarise(errs[m][k]) for k in KINDS} for m in METHODS}
     return {"summary": summary, "cases": rows, "skipped": skipped,
             "interval": _interval_summary(rows)}
@@ -321,18 +334,26 @@ def _runs(db: MpetDatabase, cases, on: dict, single_reference: bool):
             yield key, ns, meas, group
 
 
-def evaluate_nested(db: MpetDatabase, t1_grid=None, sc_grid=None) -> dict:
+def evaluate_nested(db: MpetDatabase, t1_grid=None, sc_grid=None,
+                    done: Callable[[str, int, int], None] | None = None) -> dict:
     """``evaluate`` with each workload's settings chosen by ``choose_settings`` on the
-    database without that workload (see the module docstring); "chosen" lists them."""
+    database without that workload (see the module docstring); "chosen" lists them.
+    ``done(what, i, n)`` is told each step of the two phases."""
     chosen = {}
-    for a in sorted(_platforms_of(db), key=str):
+    names = sorted(_platforms_of(db), key=str)
+    for i, a in enumerate(names):
+        if done:
+            done("workloads' settings chosen", i, len(names))
         train = MpetDatabase({k: v for k, v in db.profiles.items() if k[0] != a}, db.platforms,
                              {k: v for k, v in db.sc.items() if k[0] != a}, db.counters)
         if not _cases(train)[0]:
             chosen[a] = (DEFAULT_T1, DEFAULT_SC)
             continue
         chosen[a] = choose_settings(train, t1_grid, sc_grid)
-    res = evaluate(db, settings=chosen)
+    if done:
+        done("workloads' settings chosen", len(names), len(names))
+    res = evaluate(db, settings=chosen,
+                   done=(lambda i, n: done("predictions", i, n)) if done else None)
     res["chosen"] = {a: {"t1": dataclasses.asdict(s1), "sc": dataclasses.asdict(ss)}
                      for a, (s1, ss) in chosen.items()}
     return res
