@@ -34,7 +34,8 @@ import msgpack
 from ..shared.records import DERIVED_COUNTERS
 from .errors import HandlerError
 from .jobs import ACTIVE_JOB_STATES
-from .planner import PlanError, physical_cores, plan_sweep, sweep_order
+from .planner import (PlanError, cpufreq_unavailable, physical_cores, plan_sweep,
+                      sweep_order)
 from .registry import board_name
 from .sweeps import check_sweep_args, sweep_counts
 
@@ -203,8 +204,9 @@ def _by_platform(clock: dict[str, float], measured: set[str],
 def mpet_data(d: Daemon, args: dict[str, Any]) -> dict[str, Any]:
     """Profiles as ``[{workload, platform, size, freq_mhz, t: {n: s}, params: {n: {..}},
     counters: {n: {name: value}}}]`` (counters: the derived ones, ``DERIVED_COUNTERS``)
-    and ``platforms: {id: {n_nu, n_ht, nmax, board, clocks}}`` (clocks: every frequency, MHz,
-    its profiles could be taken at); args.size keeps one size class; args.clock
+    and ``platforms: {id: {n_nu, n_ht, nmax, board, clocks, cpufreq}}`` (clocks: every
+    frequency, MHz, its profiles could be taken at; cpufreq: false where the board cannot set
+    one); args.size keeps one size class; args.clock
     ``{platform: MHz}`` (a platform id or an agent name) takes that platform's profiles at that
     frequency (a group not measured there has none) instead of each at its highest."""
     size = args.get("size")
@@ -260,7 +262,8 @@ def mpet_data(d: Daemon, args: dict[str, Any]) -> dict[str, Any]:
     for plat in {p["platform"] for p in profiles} | set(clock) & set(clocks):
         desc = d.store.platform(plat) or {}
         platforms[plat] = {**breakpoints(desc), "board": board_name(desc, plat),
-                           "clocks": sorted(clocks.get(plat, ()))}
+                           "clocks": sorted(clocks.get(plat, ())),
+                           "cpufreq": cpufreq_unavailable(desc) is None}
     only, points = ([], []) if d.store.accept_load else _marked(d, groups, size, clock)
     return {"profiles": profiles, "platforms": platforms, "agents": agents,
             "marked_only": only, "marked_points": points}

@@ -214,6 +214,12 @@ def _check_clock(data: dict[str, Any], plat: str, name: str, freq: float,
     clocks = data["platforms"][plat].get("clocks") or []
     if any(_same_clock(f, freq) for f in clocks):
         return
+    if not clocks and data["platforms"][plat].get("cpufreq"):
+        # a board that can set frequencies, swept at the governor's choice only
+        raise MpetUsage(f"--freq {freq:g}: {name} was measured{_at_size(args.size)} at the "
+                        f"governor's clock only; leave out --freq, or run 'opptune "
+                        f"characterize --agent {_agent_of(data, plat)}{_size_opt(args)}' to "
+                        f"measure the min, mid and max of each policy")
     if not clocks:
         raise MpetUsage(f"--freq {freq:g}: {name} has no cpufreq (its runs are at its own "
                         f"clock); leave out --freq")

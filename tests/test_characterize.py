@@ -559,7 +559,10 @@ def test_eval_mpet_over_the_store_evaluates_every_clock_characterize_measured(tm
             assert p.returncode == 0, p.stderr + c.logs()
         boards = {a["id"]: a["board"] for a in c.status()["agents"]}
         plats = {a["id"]: a["platform"] for a in c.status()["agents"]}
-        clocks = {k: v["clocks"] for k, v in _mpet_data(ep, {})["platforms"].items()}
+        answer = _mpet_data(ep, {})["platforms"]
+        clocks = {k: v["clocks"] for k, v in answer.items()}
+        assert {a: answer[plats[a]]["cpufreq"] for a in plats} == {
+            "pi": True, "xu4": True, "here": False}
         assert clocks[plats["pi"]] == [600.0, 1000.0, 1500.0]
         assert len(clocks[plats["xu4"]]) == 3 and clocks[plats["xu4"]][-1] == 1400.0
         assert clocks[plats["here"]] == []

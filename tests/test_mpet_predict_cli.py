@@ -338,6 +338,12 @@ def test_a_clock_the_platform_was_not_measured_at_is_refused_with_its_clocks():
     with pytest.raises(MpetUsage, match=r"^--freq 1000: p1 has no cpufreq \(its runs are at its "
                                         r"own clock\); leave out --freq$"):
         _check_clock(data, "p1", "p1", 1000, plain)
+    # a board that can set its clock, measured at the governor's choice only
+    data["platforms"]["p1"]["cpufreq"] = True
+    with pytest.raises(MpetUsage, match=r"^--freq 1000: p1 was measured at the governor's clock "
+                                        r"only; leave out --freq, or run 'opptune characterize "
+                                        r"--agent agent-p1' to measure"):
+        _check_clock(data, "p1", "p1", 1000, plain)
     # the daemon's answer at 600 MHz on t holds no profile of a there
     at600 = answer(skip={("a", "t")})
     ns = argparse.Namespace(workload="a", size=None, on="t", freq="600")
