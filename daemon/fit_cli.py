@@ -34,10 +34,11 @@ from .tidy import ZERO_TIME, TidyError, median_reps, read_tidy
 CV_KEYS = ("name", "cv_mape", "fit_ms", "error")  # one row of a fit's "cv" list
 
 
-TIDY_HELP = ("CSV file, one row per run: platform, workload, input, variant, cores, freq_mhz, "
-             "rep, time_s (optional: energy_j, power_w, counters); a dataset shipped with "
-             "opptune also by its folder name, from any directory: loghin_multicore_energy or "
-             "data/loghin_multicore_energy/data.csv (xplat_npb_minife, armpm_xu3_parsec too)")
+TIDY_HELP = ("CSV file, one row per run: platform, workload, variant, cores, freq_mhz, time_s "
+             "(optional: input, or size where there is no input column; rep, energy_j, "
+             "power_w, counters); a dataset shipped with opptune also by its folder name, from "
+             "any directory: loghin_multicore_energy or data/loghin_multicore_energy/data.csv "
+             "(xplat_npb_minife, armpm_xu3_parsec, bench_suite_* too)")
 
 
 def add_parsers(subparsers: Any) -> None:

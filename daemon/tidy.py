@@ -1,7 +1,9 @@
 """Reader for the tidy CSV exchange format (one row per measurement) -> Observations per group.
 
-Columns: platform, workload, input, variant, cores, freq_mhz, rep, time_s (required), energy_j,
-power_w (optional) and any other columns. Extra columns whose non-empty cells are all numbers
+Columns: platform, workload, variant, cores, freq_mhz, time_s (required), input, rep, energy_j,
+power_w (optional) and any other columns. Without an ``input`` column the ``size`` column of the
+layout eval-mpet reads (data/bench_suite_*) names the input, and without either each group is
+one input; ``rep`` is never needed (rows of one configuration are repetitions either way). Extra columns whose non-empty cells are all numbers
 become counters; text columns (hardware descriptions, sources) are ignored. Empty cell = missing.
 The file is UTF-8 (a byte-order mark is allowed). Core counts are whole numbers >= 1, times are
 > 0 (``zero_time="missing"`` reads a time of 0, a run shorter than its timer's resolution, as
@@ -22,7 +24,8 @@ import numpy as np
 from .models.base import Observations
 
 KEY = ("platform", "workload", "input", "variant")
-REQUIRED = KEY + ("cores", "freq_mhz", "rep", "time_s")
+REQUIRED = ("platform", "workload", "variant", "cores", "freq_mhz", "time_s")
+INPUT_COLUMNS = ("input", "size")  # the first present names a group's input
 NUMERIC = ("cores", "freq_mhz", "rep", "time_s", "energy_j", "power_w")
 
 
@@ -109,7 +112,9 @@ def parse_tidy(lines: Iterable[str], name: str = "<csv>", zero_time: str = "erro
         raise TidyError(f"{name}: line 1: missing column(s) {', '.join(missing)}; "
                         f"header is {', '.join(header)}")
     col = {h: i for i, h in enumerate(header)}
-    extra = [h for h in header if h not in REQUIRED and h not in NUMERIC and h]
+    input_col = next((c for c in INPUT_COLUMNS if c in col), None)
+    extra = [h for h in header if h not in REQUIRED and h not in NUMERIC and h
+             and h not in ("input", input_col)]
     rows: list[list[str]] = []
     numbers: list[list[float]] = []
     line_no: list[int] = []
@@ -130,15 +135,15 @@ def parse_tidy(lines: Iterable[str], name: str = "<csv>", zero_time: str = "erro
                         f"(one row per run with {', '.join(REQUIRED)})")
     counters = _counter_columns(rows, extra, col)
     num = np.array(numbers, dtype=float).reshape(-1, len(NUMERIC))
-    keys = [tuple(r[col[k]].strip() for k in KEY) for r in rows]
+    keys = [tuple(r[col[k]].strip() if k != "input" else
+                  (r[col[input_col]].strip() if input_col else "") for k in KEY) for r in rows]
     order: dict[tuple, list[int]] = {}
     for i, k in enumerate(keys):
         order.setdefault(k, []).append(i)
     groups = []
     for key, idx in order.items():
         ix = np.array(idx)
-        inputs = [rows[i][col["input"]].strip() for i in idx]
-        size = np.array([_maybe_float(s) for s in inputs])
+        size = np.array([_maybe_float(keys[i][2]) for i in idx])
         obs = Observations(
             cores=num[ix, 0], time_s=num[ix, 3], freq_mhz=num[ix, 1],
             input_size=size, variant=np.array([key[3]] * len(idx), dtype=object),

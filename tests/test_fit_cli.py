@@ -48,6 +48,14 @@ def test_fit_named_model_and_bad_csv(tmp_path, capsys):
     assert "missing column" in capsys.readouterr().err
 
 
+def test_fit_takes_a_shipped_bench_suite_set_by_name(capsys):
+    # the layout eval-mpet reads (no input or rep column) was refused with "missing column(s)"
+    assert run(["fit", "--data", "bench_suite_rpi4", "--model", "amdahl", "--json"]) == 0
+    fits = json.loads(capsys.readouterr().out)
+    assert len(fits) == 13 and all(f["group"].endswith("/small") for f in fits)
+    assert all(f["quality"]["mape"] < 10 for f in fits)
+
+
 def test_eval_writes_records_and_plot(tmp_path, capsys):
     data, out = small_csv(tmp_path), tmp_path / "ev"
     rc = run(["eval", "--data", str(data), "--train-sizes", "4,8", "--reps", "2", "--seed", "1",

@@ -71,3 +71,29 @@ def test_zero_time_is_an_error_or_missing_on_request(tmp_path):
     with pytest.raises(TidyError, match=r"d.csv: line 3: column 'time_s': '0'"):
         read_tidy(path)
     assert np.isnan(read_tidy(path, zero_time="missing")[0].obs.time_s[1])
+
+
+def test_without_input_and_rep_each_row_is_a_run_of_one_input(tmp_path):
+    path = write(tmp_path, "b,w,,1,1000,10\nb,w,,1,1000,12\nb,w,,2,1000,6\n",
+                 head="platform,workload,variant,cores,freq_mhz,time_s\n")
+    (g,) = read_tidy(path)
+    assert g.key == ("b", "w", "", "") and g.label == "b/w"
+    m = median_reps(g.obs)
+    assert m.cores.tolist() == [1.0, 2.0] and m.time_s.tolist() == [11.0, 6.0]
+
+
+def test_size_column_names_the_input_without_an_input_column(tmp_path):
+    # the layout eval-mpet reads (data/bench_suite_*): size, no input, no rep
+    path = write(tmp_path, "b,w,,1,10,small,1000,1\nb,w,,1,4,large,1000,1\n",
+                 head="platform,workload,variant,cores,time_s,size,freq_mhz,R\n")
+    groups = read_tidy(path)
+    assert [g.key for g in groups] == [("b", "w", "small", ""), ("b", "w", "large", "")]
+    assert "size" not in groups[0].obs.counters and "R" in groups[0].obs.counters
+
+
+def test_reads_shipped_bench_suite_set():
+    from pathlib import Path
+    groups = read_tidy(Path(__file__).resolve().parent.parent / "data/bench_suite_rpi4/data.csv")
+    assert len(groups) == 13
+    assert all(g.key[2] == "small" and median_reps(g.obs).cores.tolist() == [1, 2, 3, 4]
+               for g in groups)
