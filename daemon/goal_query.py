@@ -88,7 +88,7 @@ def _recommend_steps(d: Daemon, agent: str, workload: str, goal: Goal, size: str
     """(the fit, which needs neither store nor socket; the map made of its result)."""
     info = d.registry.get(agent)
     if info is not None:  # an unknown agent is named by workload_groups
-        check_max_cores(info, max_cores, cluster)
+        check_max_cores(info, max_cores, cluster, measures=False)
     platform, size, runs = workload_groups(d, agent, workload, size, accept_load)
     tolerance = d.config.tolerance if goal.objective == "time" else 0.0
     verify_runs = d.config.verify_reps

@@ -42,6 +42,15 @@ def sweep_order(platform: dict[str, Any]) -> list[int]:
     return list(range(n)) if isinstance(n, int) and n > 0 else [0]
 
 
+def cpu_count_known(platform: dict[str, Any]) -> bool:
+    """Whether the platform names its cpus (``sweep_order``, ``cpus_online`` or ``n_cpus``);
+    without them ``sweep_order`` falls back to cpu 0 alone."""
+    return any(isinstance(platform.get(k), list) and platform[k]
+               and all(isinstance(c, int) for c in platform[k])
+               for k in ("sweep_order", "cpus_online")) or (
+        isinstance(platform.get("n_cpus"), int) and platform["n_cpus"] > 0)
+
+
 def cluster_orders(platform: dict[str, Any]) -> list[list[int]]:
     """Per cluster (index into ``platform["clusters"]``), its cpus in sweep order: the
     platform's ``cluster_sweep_orders`` when it sent them, else the board-wide sweep order

@@ -11,7 +11,7 @@ from ..shared.config import ConfigError, DaemonConfig, SweepDefaults
 from .errors import HandlerError
 from .jobs import JobTracker
 from .planner import (PlanError, cluster_orders, frequencies_not_swept, frequency_refusal,
-                      grid_asks_frequencies, plan_sweep, sweep_order)
+                      cpu_count_known, grid_asks_frequencies, plan_sweep, sweep_order)
 from .registry import AgentInfo, Registry, board_name
 
 log = logging.getLogger("opptune.daemon")
@@ -179,21 +179,31 @@ def check_sweep_args(agent: str, info: AgentInfo, names: list[str], size: str | 
             raise HandlerError("bad_args", why)
 
 
-def check_max_cores(info: AgentInfo, max_cores: int | None, cluster: int | None = None
-                    ) -> None:
+def check_max_cores(info: AgentInfo, max_cores: int | None, cluster: int | None = None,
+                    measures: bool = True) -> None:
     """Refuse a core count beyond the cpus of the agent's board, or of its cluster ``cluster``
     where one is asked for (sweep, recommend, tune; a cluster the board lacks is theirs to
-    refuse)."""
-    orders = cluster_orders(info.platform or {})
+    refuse). Where the board's cpu count is unknown (a hello without cpus) only a request
+    that ``measures`` (sweep, tune: their plan has cpu 0 alone then) is refused, and for
+    that reason; recommend caps what was measured and needs no count."""
+    platform = info.platform or {}
+    name = board_name(info.platform, info.platform_id)
+    if not cpu_count_known(platform):
+        if measures and max_cores and max_cores > 1:
+            raise HandlerError("bad_args", f"max_cores {max_cores}: the cpu count of board "
+                                           f"{name} is unknown (its agent's hello names no "
+                                           f"cpus), so only 1 core can be measured there; "
+                                           f"leave out max_cores, or start an opptune-agent "
+                                           f"that describes the board")
+        return
+    orders = cluster_orders(platform)
     if cluster is not None and len(orders) > 1 and 0 <= cluster < len(orders):
         n_cpus, of = len(orders[cluster]), f"cluster {cluster} of board"
     else:
-        n_cpus, of = len(sweep_order(info.platform or {})), "board"
+        n_cpus, of = len(sweep_order(platform)), "board"
     if max_cores and max_cores > n_cpus:
         raise HandlerError("bad_args", f"max_cores {max_cores} is more than the {n_cpus} "
-                                       f"cpus of {of} "
-                                       f"{board_name(info.platform, info.platform_id)}; use "
-                                       f"1..{n_cpus} (0 = all)")
+                                       f"cpus of {of} {name}; use 1..{n_cpus} (0 = all)")
 
 
 def offline_text(agent: str, keyring: Any, what: str = "") -> str:

@@ -387,3 +387,35 @@ def test_more_cores_than_the_cluster_asked_for_are_refused_as_sweep_words_it(dae
             assert ok["type"] == "reply", ok
     finally:
         a.close()
+
+
+def test_an_unknown_cpu_count_refuses_only_what_it_cannot_measure(daemon):
+    """A hello whose platform names no cpus counted as 1 cpu: ``opptune recommend
+    --max-cores 2`` was refused with "max_cores 2 is more than the 1 cpus". Now recommend
+    answers as without the cap; tune and sweep, whose plan then holds cpu 0 alone, say the
+    cpu count is unknown."""
+    bare = {"id": "plat-e"}
+    a = Agent(daemon.endpoint, {**NO_METER, "id": "plat-e"})
+    try:
+        job_id = a.issued_job()
+        for seq, cores in enumerate((1, 2, 3, 4)):
+            a.send("result", {"job_id": job_id, "seq": seq, "of": 4,
+                              "record": record(bare, cores, energy=False)})
+            a.expect("ack")
+        # the same board says hello again, now without a description (an agent that cannot
+        # read its topology); one socket's messages are handled in order
+        a.send("hello", {"platform": bare, "workloads": ["wl"], "agent_version": "t"})
+        # recommend answers as it does without --max-cores (its fit is recommend's business)
+        plain = a.query("recommend", {"agent": "q1", "workload": "wl"})
+        capped = a.query("recommend", {"agent": "q1", "workload": "wl", "max_cores": 2})
+        assert capped["type"] == plain["type"]
+        assert capped["body"].get("code") == plain["body"].get("code") != "bad_args", capped
+        for what in ("tune", "sweep"):
+            err = a.query(what, {"agent": "q1", "workload": "wl", "workloads": ["wl"],
+                                 "max_cores": 2})
+            assert err["type"] == "error" and err["body"]["code"] == "bad_args", err
+            assert err["body"]["message"].startswith("max_cores 2: the cpu count of board "), err
+            assert "is unknown" in err["body"]["message"]
+        assert daemon.tuning.sessions == {}
+    finally:
+        a.close()
