@@ -32,6 +32,7 @@ from .recommend import platform_others
 from .tidy import ZERO_TIME, TidyError, median_reps, read_tidy
 
 CV_KEYS = ("name", "cv_mape", "fit_ms", "error")  # one row of a fit's "cv" list
+PIPED_WIDTH = 120  # the width a table with a fold column keeps to where output is piped
 
 
 TIDY_HELP = ("CSV file, one row per run: platform, workload, variant, cores, freq_mhz, time_s "
@@ -200,12 +201,18 @@ def _table(title: str, head: list[str], rows: list[list[Any]], fold: tuple[str, 
         from rich.console import Console
         from rich.table import Table
 
-        from .console import make_console
+        from .console import UNBOUNDED_WIDTH, make_console
     except ImportError:
         print(title)
         for r in [head, *cells]:
             print("  ".join(r))
         return
+    console = make_console()
+    # piped (no screen, console.py's unbounded width) a fold column would stretch to its
+    # longest cell, one very wide line per row; it wraps to keep the table near PIPED_WIDTH
+    piped = console.width >= UNBOUNDED_WIDTH
+    fixed = 1 + sum(max([len(h), *(len(r[j]) for r in cells)]) + 3
+                    for j, h in enumerate(head) if h not in fold)
     t = Table(title=title)
     need = 1
     for j, h in enumerate(head):
@@ -214,14 +221,14 @@ def _table(title: str, head: list[str], rows: list[list[Any]], fold: tuple[str, 
             # wide enough for its longest comma-separated item, so folds fall between items
             item = max([len(h), *(len(x) for r in cells for x in r[j].split(", "))])
             width = min(max(item + 1, 24), 48)
-            t.add_column(h, overflow="fold", min_width=width)
+            most = max(width, PIPED_WIDTH - fixed - 3) if piped else None
+            t.add_column(h, overflow="fold", min_width=width, max_width=most)
             need += width + 3
         else:
             t.add_column(h, no_wrap=True, min_width=widest, overflow="ignore")
             need += widest + 3
     for r in cells:
         t.add_row(*r)
-    console = make_console()
     if console.width < need:
         console = Console(width=need)
     console.print(t)

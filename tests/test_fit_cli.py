@@ -56,6 +56,30 @@ def test_fit_takes_a_shipped_bench_suite_set_by_name(capsys):
     assert all(f["quality"]["mape"] < 10 for f in fits)
 
 
+def test_piped_fit_table_wraps_its_parameters_not_its_lines(capsys, monkeypatch):
+    """Piped, the table was one line of some 350 columns per group (the parameters column
+    stretched to its longest cell); now that column wraps between its items and the table
+    keeps to 120 columns, while the other cells stay whole on one line."""
+    monkeypatch.delenv("COLUMNS", raising=False)
+    assert run(["fit", "--data", "bench_suite_rpi4", "--json"]) == 0
+    fits = json.loads(capsys.readouterr().out)
+    assert run(["fit", "--data", "bench_suite_rpi4"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert max(len(line) for line in lines) <= 120
+    bfs = next(f for f in fits if f["group"].endswith("/bfs/small"))
+    start = next(i for i, line in enumerate(lines) if bfs["group"] in line)
+    assert bfs["model"] in lines[start]
+    # the row's parameter cells, read down the last column, in order and unbroken
+    row = [lines[start]]
+    for line in lines[start + 1:]:
+        if "│" not in line or line.split("│")[1].strip():  # the border or the next group
+            break
+        row.append(line)
+    cell = " ".join(line.split("│")[-2].strip() for line in row)
+    items = cell.split(", ")
+    assert len(items) == len(bfs["params"]) and all("=" in x and " " not in x for x in items)
+
+
 def test_eval_writes_records_and_plot(tmp_path, capsys):
     data, out = small_csv(tmp_path), tmp_path / "ev"
     rc = run(["eval", "--data", str(data), "--train-sizes", "4,8", "--reps", "2", "--seed", "1",
