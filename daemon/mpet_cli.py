@@ -187,6 +187,24 @@ def load_csv(path: str | Path) -> tuple[dict, dict]:
     return profiles, _breakpoints(hw)
 
 
+# a set whose every time stays this close to its fewest-core time did not time completions
+FLAT_TOLERANCE = 0.10
+
+
+def flat_note(path: str | Path, profiles: dict) -> str | None:
+    """Why the figures of ``path`` mean nothing where no workload's time changes with the
+    cores (every profile of two core counts or more within FLAT_TOLERANCE of its time at the
+    fewest cores, on every platform: a fixed measurement window, not a completion time);
+    None where any does."""
+    spans = [p["t"] for p in profiles.values() if len(p["t"]) > 1]
+    if not spans or any(abs(t[n] / t[min(t)] - 1) > FLAT_TOLERANCE for t in spans for n in t):
+        return None
+    return (f"{path}: no workload's time changes with the cores (within "
+            f"{FLAT_TOLERANCE:.0%} of its time at the fewest cores, on every platform): its "
+            f"time_s is not a completion time (a fixed measurement window?), so its "
+            f"evaluation says nothing about scaling")
+
+
 def _platform_name(r: dict) -> str:
     variant = (r.get("variant") or "").strip()
     return r["platform"].strip() + (f":{variant}" if variant and variant != "all" else "")
@@ -304,12 +322,13 @@ def combine_csvs(paths: list[str], rows: list[dict[str, Any]], out: Any) -> None
 def run(paths: list[str], max_factor: float | None = None, setup: str = "default",
         single_reference: bool = False, scenario: str = "a",
         progress: Callable[[str], None] | None = None,
-        count: Callable[[str, int, int], None] | None = None) -> list[dict]:
+        count: Callable[[str, int, int], None] | None = None,
+        note: Callable[[str], None] | None = None) -> list[dict]:
     """Evaluate each CSV with one of SETUPS (optionally bounded sc factors; with
     ``single_reference`` each profile from each other platform of its workload alone); with
     ``scenario`` "b", scenario (b) instead (``evaluate_scalability``). ``progress`` is told
     what each evaluation is about to do (it takes seconds to minutes), ``count(what, i, n)``
-    how far it is."""
+    how far it is, ``note`` a warning about a set's figures (flat_note)."""
     if scenario == "b":
         given = [opt for opt, on in (("--setup", setup != "default"),
                                      ("--max-factor", max_factor is not None),
@@ -343,6 +362,9 @@ def run(paths: list[str], max_factor: float | None = None, setup: str = "default
     for path in paths:
         profiles, platforms = load_csv(path)
         db = MpetDatabase(profiles, platforms)
+        flat = flat_note(path, profiles)
+        if flat and note:
+            note(flat)
         if progress:
             progress(f"{path}: leave-one-out over {len(profiles)} profiles of "
                      f"{len({w for w, _ in profiles})} workloads on {len(platforms)} "
@@ -460,7 +482,9 @@ def cmd_eval_mpet(args) -> int:
     paths = args.data or [find_data(p) for p in DEFAULT_DATA]
     try:
         results = run(paths, args.max_factor, args.setup, args.single_reference, args.scenario,
-                      _tty_progress(), terminal_counter("opptune eval-mpet"))
+                      _tty_progress(), terminal_counter("opptune eval-mpet"),
+                      note=lambda text: print(f"opptune eval-mpet: note: {text}",
+                                              file=sys.stderr))
     except MpetInputError as exc:
         print(f"opptune eval-mpet: {exc}", file=sys.stderr)
         return 2
@@ -572,7 +596,10 @@ def cmd_eval_sources(args: argparse.Namespace) -> int:
             combine_csvs(paths, rows, merged)
             results = run([str(merged)], args.max_factor, args.setup, args.single_reference,
                           args.scenario, _tty_progress((str(merged), " + ".join(label))),
-                          terminal_counter("opptune eval-mpet"))
+                          terminal_counter("opptune eval-mpet"),
+                          note=lambda text: print(
+                              "opptune eval-mpet: note: "
+                              + text.replace(str(merged), " + ".join(label)), file=sys.stderr))
         except MpetInputError as exc:
             print(f"opptune eval-mpet: {str(exc).replace(str(merged), ' + '.join(label))}",
                   file=sys.stderr)

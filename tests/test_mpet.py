@@ -1495,3 +1495,39 @@ def test_random_databases_evaluate_without_errors_or_warnings(seed):
             res = evaluate(db, **kw)
             assert res["interval"]["count"] == len(res["cases"])
         evaluate_scalability(db)
+
+
+def test_a_set_whose_times_do_not_change_with_the_cores_gets_one_note(tmp_path, capsys):
+    """`eval-mpet --data powmon_xu3_a15` (30 s windows, not completion times) printed errors
+    near 0 % as if they meant something; now one note on stderr names the set and why. A set
+    that scales gets none, the figures on stdout unchanged."""
+    profiles, _ = synthetic()
+    scaling, flat = tmp_path / "scaling.csv", tmp_path / "flat.csv"
+    _write_csv(scaling, profiles)
+    # every time a fixed window of about 30 s, whatever the cores (within 3 %)
+    _write_csv(flat, {k: {"t": {n: 30.0 * (1 + 0.01 * (n % 4)) for n in p["t"]}}
+                      for k, p in profiles.items()})
+    assert main(["eval-mpet", "--data", str(scaling), "--json"]) == 0
+    out = capsys.readouterr()
+    assert json.loads(out.out)["results"][0]["predictions"] > 0 and "note" not in out.err
+    assert main(["eval-mpet", "--data", str(flat), "--json"]) == 0
+    out = capsys.readouterr()
+    assert json.loads(out.out)["results"][0]["predictions"] > 0
+    notes = [line for line in out.err.splitlines() if "note:" in line]
+    assert len(notes) == 1 and notes[0].startswith(f"opptune eval-mpet: note: {flat}: no "
+                                                   "workload's time changes with the cores")
+
+
+def test_of_the_shipped_sets_only_powmon_times_do_not_change_with_the_cores():
+    from opptune.daemon.datasets import DATA_DIR
+    from opptune.daemon.mpet_cli import MpetInputError, flat_note, load_csv
+    flat, read = [], 0
+    for path in sorted(DATA_DIR.glob("*/data.csv")):
+        try:
+            profiles, _ = load_csv(path)
+        except MpetInputError:  # a layout eval-mpet does not read (poet, relearn)
+            continue
+        read += 1
+        if flat_note(path, profiles):
+            flat.append(path.parent.name)
+    assert flat == ["powmon_xu3_a15"] and read >= 8
