@@ -3,8 +3,9 @@
 Columns: platform, workload, variant, cores, freq_mhz, time_s (required), input, rep, energy_j,
 power_w (optional) and any other columns. Without an ``input`` column the ``size`` column of the
 layout eval-mpet reads (data/bench_suite_*) names the input, and without either each group is
-one input; ``rep`` is never needed (rows of one configuration are repetitions either way). Extra columns whose non-empty cells are all numbers
-become counters; text columns (hardware descriptions, sources) are ignored. Empty cell = missing.
+one input; ``rep`` is never needed (rows of one configuration are repetitions either way).
+Extra columns whose non-empty cells are all numbers become counters; text columns (hardware
+descriptions, sources) are ignored. Empty cell = missing.
 The file is UTF-8 (a byte-order mark is allowed). Core counts are whole numbers >= 1, times are
 > 0 (``zero_time="missing"`` reads a time of 0, a run shorter than its timer's resolution, as
 missing instead), frequencies > 0; anything else is an error naming the line.
