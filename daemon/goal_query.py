@@ -158,7 +158,8 @@ def apply(d: Daemon, rec: dict[str, Any], target: dict[str, Any] | None = None
     if info is None or info.identity is None:
         from .sweeps import offline_text
         raise HandlerError("agent_offline", offline_text(rec["agent"], d.keyring,
-                                                         "; nothing was pushed"))
+                                                         "; nothing was pushed",
+                                                         d.registry.via(rec["agent"])))
     group = Group(info.platform_id, rec["workload"], rec["size"], rec["variant"])
     t = rec["time_s"]
     stored = d.recommender.send_config(rec["agent"], group, rec["cpus"], rec["freq_khz"],

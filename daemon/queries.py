@@ -146,10 +146,15 @@ def refit(d: Daemon, args: dict[str, Any]) -> list[dict[str, str]]:
 
 def status(d: Daemon) -> dict[str, Any]:
     now = time.time()
+    # agents online through another daemon sharing the store (read before the list: it adds
+    # those this daemon never knew); their last_seen is that daemon's
+    via = d.registry.elsewhere(now)
     agents = [{"id": a.agent_id, "board": board_name(a.platform, a.platform_id),
                "platform": a.platform_id,
                "alive": a.alive(d.config.agent_timeout_s, now),
-               "last_seen_s": round(now - a.last_seen, 3) if a.last_seen else None,
+               "via": via[a.agent_id].endpoint if a.agent_id in via else None,
+               "last_seen_s": _age(max(a.last_seen, via[a.agent_id].last_seen
+                                       if a.agent_id in via else 0.0), now),
                "outbox": a.outbox, "outbox_full": a.outbox_full,
                "doctor": (a.doctor or {}).get("summary"),
                # how old the verdict is: after a restart it is the stored one of the last hello
@@ -206,6 +211,10 @@ def status(d: Daemon) -> dict[str, Any]:
         # marked points waiting to be measured again, being measured, or never clean
         "remeasure": d.remeasure.status(now),
     }
+
+
+def _age(when: float, now: float) -> float | None:
+    return round(now - when, 3) if when else None
 
 
 def group_basis(d: Daemon, fits: list[dict[str, Any]]) -> Any:

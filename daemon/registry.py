@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, NamedTuple
 
 
 @dataclass
@@ -41,12 +41,24 @@ class AgentInfo:
         return []
 
 
+class Via(NamedTuple):
+    """Where an agent not connected to this daemon is online: the endpoint of the daemon of
+    the fleet that holds it, and when that daemon last heard it (the store's last_seen)."""
+    endpoint: str
+    last_seen: float
+
+
 class Registry:
     """Agents by id. Loaded from the store at start so results of agents that said hello to an
-    earlier daemon instance are still accepted."""
+    earlier daemon instance are still accepted.
 
-    def __init__(self, timeout_s: float):
+    With ``store`` and ``instance`` (this daemon's), :meth:`elsewhere` reads from the store
+    which agents other daemons sharing it hold: the store is where daemons of a fleet learn
+    of each other's agents, when asked (status, a refusal), not on the ingest path."""
+
+    def __init__(self, timeout_s: float, store: Any = None, instance: str | None = None):
         self.timeout_s = timeout_s
+        self.store, self.instance = store, instance
         self._agents: dict[str, AgentInfo] = {}
         self._dirty: dict[str, float] = {}  # last_seen updates not yet written to the store
 
@@ -63,9 +75,36 @@ class Registry:
         return sorted(self._agents.values(), key=lambda a: a.agent_id)
 
     def unknown(self, agent: Any) -> str:
-        """"no agent 'X' (known agents: a, b)": the refusal of a query naming no known agent."""
+        """"no agent 'X' (known agents: a, b)": the refusal of a query naming no known agent;
+        where another daemon of the fleet holds it, where to send the request instead."""
+        via = self.via(agent) if isinstance(agent, str) else None
+        if via is not None:
+            return elsewhere_text(agent, via.endpoint)
         known = ", ".join(a.agent_id for a in self.all()) or "none yet"
         return f"no agent '{str(agent)[:64]}' (known agents: {known})"
+
+    def elsewhere(self, now: float | None = None) -> dict[str, Via]:
+        """The agents online through another daemon sharing the store (it heard them and
+        beat within ``timeout_s``) and not alive here, by id. An agent this daemon did not
+        know yet (its hello went to the other daemon after this one started) is added, not
+        connected here."""
+        if self.store is None:
+            return {}
+        now = time.time() if now is None else now
+        out = {}
+        for a in self.store.agents_elsewhere(self.instance, now - self.timeout_s):
+            info = self._agents.get(a["id"])
+            if info is None:
+                self.load(a["id"], a["platform"], self.store.platform(a["platform"]) or {},
+                          a["workloads"], a["last_seen"], a["doctor"], a["doctor_at"])
+            elif info.alive(self.timeout_s, now):
+                continue  # it moved away only now: it answers here until it times out
+            out[a["id"]] = Via(a["endpoint"], a["last_seen"])
+        return out
+
+    def via(self, agent_id: str, now: float | None = None) -> Via | None:
+        """Where ``agent_id`` is online if through another daemon (:meth:`elsewhere`)."""
+        return self.elsewhere(now).get(agent_id)
 
     def load(self, agent_id: str, platform_id: str, platform: dict[str, Any],
              workloads: list[Any], last_seen: float, doctor: dict[str, Any] | None = None,
@@ -103,6 +142,13 @@ class Registry:
     def alive(self, agent_id: str, now: float | None = None) -> bool:
         info = self._agents.get(agent_id)
         return info is not None and info.alive(self.timeout_s, now)
+
+
+def elsewhere_text(agent: str, endpoint: str, what: str = "") -> str:
+    """The refusal of a request that needs ``agent`` connected here, where another daemon of
+    the fleet holds its connection: daemons do not forward requests to each other."""
+    return (f"agent '{agent}' is connected to the daemon at {endpoint}, not to this one"
+            f"{what}: send the request there (opptune ... --daemon {endpoint})")
 
 
 def platform_id_of(agent_id: str, platform: dict[str, Any]) -> str:

@@ -19,6 +19,7 @@ import argparse
 import gc
 import logging
 import signal
+import socket
 import sqlite3
 import sys
 import threading
@@ -61,6 +62,15 @@ DAEMON_ID = "daemon"
 # an issued job as results are checked against it: agent, workload, input, and its points as
 # (cpus, threads, variant), the cpus both as sent and sorted
 _Issued = tuple[str, str, str, frozenset[tuple[tuple[int, ...], Any, str]]]
+
+
+def reachable_endpoint(endpoint: str) -> str:
+    """``endpoint`` as other hosts name it: a wildcard address (tcp://0.0.0.0:5555, what a bind
+    to tcp://*:5555 reports) becomes this host's name."""
+    for wildcard in ("tcp://0.0.0.0:", "tcp://[::]:", "tcp://*:"):
+        if endpoint.startswith(wildcard):
+            return f"tcp://{socket.gethostname()}:{endpoint[len(wildcard):]}"
+    return endpoint
 
 
 def _wrong_group(rec: RecordColumns, platform: str, job: _Issued, job_id: str) -> str:
@@ -189,7 +199,8 @@ class Daemon:
             raise
         self.endpoint = self.link.endpoint
         self._result_row = self.store.result_row
-        self.registry = Registry(config.agent_timeout_s)
+        # the store tells this daemon which agents the others of a fleet hold
+        self.registry = Registry(config.agent_timeout_s, self.store, self.instance)
         for a in self.store.agents():
             self.registry.load(a["id"], a["platform"], self.store.platform(a["platform"]) or {},
                                a["workloads"], a["last_seen"], a["doctor"], a["doctor_at"])
@@ -257,6 +268,11 @@ class Daemon:
         self.metrics.refresh(sum(a.alive(self.config.agent_timeout_s, now) for a in agents),
                              len(agents), counts["jobs"], counts["recommendations"])
 
+    def _beat(self, now: float) -> None:
+        """Tell the daemons sharing the store that this one is alive, and where it listens
+        (what they name to the operator for the agents it holds)."""
+        self.store.save_daemon(self.instance, reachable_endpoint(self.endpoint), now)
+
     # -- running ----------------------------------------------------------------------------
     def serve(self, stop_event: threading.Event | None = None) -> None:
         stop = stop_event or self.stop_event
@@ -266,6 +282,7 @@ class Daemon:
             log.info("metrics on http://%s/metrics", self.metrics_server.endpoint)
         next_flush = time.monotonic() + 1.0
         self._refresh_metrics(time.time())
+        self._beat(time.time())
         while not stop.is_set() and not self.stop_event.is_set():
             try:
                 if self.link.poll(50):
@@ -279,11 +296,12 @@ class Daemon:
                 self.tuning.poll(time.time(), full)
                 if full:
                     next_flush = time.monotonic() + 1.0
-                    self.store.touch_agents(self.registry.take_dirty())
+                    self.store.touch_agents(self.registry.take_dirty(), self.instance)
                     self.jobs.expire(time.time())
                     self.remeasure.tick(time.time())  # marked points, once the board is quiet
                     self.recommender.retry_waiting()  # groups another daemon was fitting
                     self._refresh_metrics(time.time())
+                    self._beat(time.time())
             except Exception as exc:  # the loop outlives any one failure
                 # the same error again and again (a full disk) is logged once a minute
                 text, at = self._loop_error
@@ -330,8 +348,9 @@ class Daemon:
             self.metrics_server.close()
         self.tuning.close()
         try:
-            self.store.touch_agents(self.registry.take_dirty())
+            self.store.touch_agents(self.registry.take_dirty(), self.instance)
             self.recommender.release_claims()
+            self.store.drop_daemon(self.instance)  # its agents are online through it no more
         except Exception:
             log.exception("saving last-seen times and fit claims at shutdown")
         self.link.close()
@@ -544,7 +563,7 @@ class Daemon:
         pid = platform_id_of(agent, platform)
         self.store.save_platform(pid, platform, now)
         self.store.save_agent(agent, pid, list(body["workloads"]), body["agent_version"], now,
-                              body.get("doctor"))
+                              body.get("doctor"), self.instance)
         info = self.registry.hello(agent, identity, pid, platform, list(body["workloads"]), now,
                                    doctor=body.get("doctor"))
         log.info("hello from agent %s (platform %s, %d workloads)", agent, pid,

@@ -40,6 +40,14 @@ def board_facts(platform: Any) -> tuple[str, str, str]:
                  for v in (p.get("arch"), p.get("kernel"), name))
 
 
+def alive_text(agent: dict[str, Any]) -> str:
+    """The agents table's "alive" cell: yes (connected to this daemon), online through
+    another daemon of the fleet (its endpoint: where to send requests for it), or no."""
+    if agent.get("alive"):
+        return "yes"
+    return f"no; online through {agent['via']}" if agent.get("via") else "no"
+
+
 def _table(title: str, columns: tuple[str, ...]) -> Table:
     """A table whose cells wrap in a narrow terminal instead of being cut with an ellipsis:
     ids, labels and reasons are what a user copies into the next command."""
@@ -76,7 +84,7 @@ def print_status(data: dict[str, Any], console: Console | None = None) -> None:
             names[a["platform"]] = str(a["board"])
         t.add_row(str(a.get("id")), str(boards[a.get("id")]),
                   *board_facts(platforms.get(a.get("platform"))),
-                  "yes" if a.get("alive") else "no",
+                  alive_text(a),
                   _fmt(a.get("last_seen_s"), ".1f"),
                   _fmt(a.get("outbox")) + (f" FULL: {a['outbox_full']}"
                                            if a.get("outbox_full") else ""))

@@ -12,7 +12,7 @@ from .errors import HandlerError
 from .jobs import JobTracker
 from .planner import (PlanError, cluster_orders, frequencies_not_swept, frequency_refusal,
                       cpu_count_known, grid_asks_frequencies, plan_sweep, sweep_order)
-from .registry import AgentInfo, Registry, board_name
+from .registry import AgentInfo, Registry, Via, board_name, elsewhere_text
 
 log = logging.getLogger("opptune.daemon")
 
@@ -52,8 +52,11 @@ class Sweeps:
         info = self.registry.get(agent)
         if info is None:
             raise HandlerError("unknown_agent", self.registry.unknown(agent))
-        if info.identity is None:
-            raise HandlerError("agent_offline", offline_text(agent, self.keyring))
+        if info.identity is None or not info.alive(self.registry.timeout_s):
+            # gone from here: another daemon of the fleet may hold it now (no forwarding)
+            via = self.registry.via(agent)
+            if info.identity is None or via is not None:
+                raise HandlerError("agent_offline", offline_text(agent, self.keyring, via=via))
         names = workloads if workloads else info.workload_names()
         offered = set(info.workload_names())
         bad = [w for w in names if w not in offered]
@@ -206,9 +209,12 @@ def check_max_cores(info: AgentInfo, max_cores: int | None, cluster: int | None 
                                        f"cpus of {of} {name}; use 1..{n_cpus} (0 = all)")
 
 
-def offline_text(agent: str, keyring: Any, what: str = "") -> str:
-    """Why nothing can be sent to ``agent`` now: its key (with the command that lets it in),
+def offline_text(agent: str, keyring: Any, what: str = "", via: Via | None = None) -> str:
+    """Why nothing can be sent to ``agent`` now: another daemon of the fleet holds it (``via``,
+    Registry.via: where to send the request), its key (with the command that lets it in),
     else that it has not said hello to this daemon since it started."""
+    if via is not None:
+        return elsewhere_text(agent, via.endpoint, what)
     why = keyring.refusal_of(agent) if keyring is not None else None
     return (f"agent '{agent}' is not connected: {why}{what}" if why
             else f"agent '{agent}' has not connected to this daemon instance{what}: start "

@@ -39,7 +39,7 @@ from .objectives import Goal
 from .planner import cluster_orders, new_job_id, offered_frequencies, sweep_order
 from .recommend import candidate_grid
 from .recommender import rests_on, verdict
-from .registry import board_name
+from .registry import board_name, elsewhere_text
 from .sampling import Grid, Measured, Proposal, Sampler, fit_minimum
 from .store import Group
 from .sweeps import check_max_cores
@@ -223,8 +223,10 @@ class Tuner:
         if info is None:
             raise HandlerError("unknown_agent", d.registry.unknown(agent))
         if info.identity is None or not info.alive(d.config.agent_timeout_s):
-            raise HandlerError("agent_offline", f"agent '{agent}' is not connected to this "
-                                                "daemon; start opptune-agent on the board")
+            via = d.registry.via(agent)  # another daemon of the fleet holds it
+            raise HandlerError("agent_offline", elsewhere_text(agent, via.endpoint) if via else
+                               f"agent '{agent}' is not connected to this daemon; start "
+                               "opptune-agent on the board")
         check_max_cores(info, ints["max_cores"], ints["cluster"])
         offered = info.workload_names()
         if workload not in offered:

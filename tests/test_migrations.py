@@ -26,7 +26,10 @@ ROWS: dict[str, list[dict]] = {
                    "first_seen": 1.0, "last_seen": 2.0}],
     "agents": [{"id": "a1", "platform": "p1", "workloads": json.dumps(["w"]),
                 "agent_version": "0.9", "first_seen": 1.0, "last_seen": 2.0,
-                "doctor": json.dumps({"summary": "ok: nothing to fix"}), "doctor_at": 2.0}],
+                "doctor": json.dumps({"summary": "ok: nothing to fix"}), "doctor_at": 2.0,
+                "daemon": "d1"}],
+    "daemons": [{"instance": "d1", "endpoint": "tcp://db1:5555", "started": 1.0,
+                 "last_seen": 2.0}],
     "workloads": [{"name": "w", "description": json.dumps({"kind": "bench"}), "first_seen": 1.0}],
     "jobs": [{"job_id": f"job-{i}", "agent": "a1", "workload": "w", "size": "small",
               "points": json.dumps([[2, 1800000]]), "n_points": 1, "reps": 2, "warmup": 0,
@@ -146,6 +149,8 @@ def test_every_row_survives_and_the_schema_is_current(tmp_path, version, current
         assert [i["id"] for i in st.remeasure_items()] == (["rm-1"] if stored9 else [])
         assert [(a["id"], a["doctor"]) for a in st.agents()] == [
             ("a1", {"summary": "ok: nothing to fix"} if stored9 else None)]
+        # schema 11: no daemon holds an agent stored before (the first to hear it will)
+        assert [a["daemon"] for a in st.agents()] == [None]
         assert [f["model"] for f in st.fits()] == ["amdahl"]
         assert [r["config_id"] for r in st.recommendations()] == ["c1"]
         # a new result lands beside the old ones

@@ -417,3 +417,46 @@ def test_the_doctor_report_and_remeasure_items_survive_a_reopen(location):
         assert [a["doctor"] for a in st.agents()] == [None, None]
     finally:
         st.close()
+
+
+def test_which_daemon_holds_an_agent_is_recorded(location):
+    """Schema 11: the daemon an agent's hello and messages came to holds it; another daemon
+    sharing the store reads it back with that daemon's endpoint while both are recent, and not
+    once that daemon stopped or fell silent."""
+    st = open_store(location)
+    try:
+        st.save_platform("p", {}, 1.0)
+        st.save_daemon("A", "tcp://a:5555", 10.0)
+        st.save_daemon("B", "tcp://b:5555", 10.0)
+        st.save_agent("a1", "p", ["w"], "t", 10.0, daemon="A")
+        st.save_agent("a2", "p", ["w"], "t", 10.0, daemon="B")
+        st.save_agent("a3", "p", ["w"], "t", 10.0)  # stored by a daemon before schema 11
+        assert {a["id"]: a["daemon"] for a in st.agents()} == {"a1": "A", "a2": "B", "a3": None}
+
+        def elsewhere(instance, since):
+            return {a["id"]: (a["endpoint"], a["last_seen"], a["workloads"])
+                    for a in st.agents_elsewhere(instance, since)}
+        assert elsewhere("B", 5.0) == {"a1": ("tcp://a:5555", 10.0, ["w"])}
+        assert elsewhere("A", 5.0) == {"a2": ("tcp://b:5555", 10.0, ["w"])}
+        # B hears a1 later (it failed over): B holds it; A's older news changes nothing
+        st.touch_agents({"a1": 12.0}, "B")
+        st.touch_agents({"a1": 11.0}, "A")
+        st.save_daemon("B", "tcp://b:5555", 12.0)
+        assert {a["id"]: (a["daemon"], a["last_seen"]) for a in st.agents()}["a1"] == ("B", 12.0)
+        assert elsewhere("A", 11.5) == {"a1": ("tcp://b:5555", 12.0, ["w"])}
+        assert elsewhere("B", 5.0) == {}
+        # a touch naming no daemon keeps the holder
+        st.touch_agents({"a1": 13.0})
+        assert {a["id"]: a["daemon"] for a in st.agents()}["a1"] == "B"
+        # B silent since 12: not online through it; B stopped: neither
+        assert elsewhere("A", 12.5) == {}
+        st.drop_daemon("B")
+        assert elsewhere("A", 5.0) == {}
+        # A killed, a new daemon C at its endpoint: A's agents are online through none
+        st.touch_agents({"a2": 14.0}, "A")
+        st.save_daemon("A", "tcp://a:5555", 14.0)
+        assert elsewhere("B", 12.0) == {"a2": ("tcp://a:5555", 14.0, ["w"])}
+        st.save_daemon("C", "tcp://a:5555", 14.5)
+        assert elsewhere("B", 12.0) == elsewhere("C", 12.0) == {}
+    finally:
+        st.close()

@@ -54,16 +54,37 @@ class Store(ABC):
     @abstractmethod
     def save_agent(self, agent_id: str, platform_id: str, workloads: list[Any],
                    agent_version: str, now: float,
-                   doctor: dict[str, Any] | None = None) -> None:
+                   doctor: dict[str, Any] | None = None, daemon: str | None = None) -> None:
         """Insert or update an agent at its hello; ``doctor`` (its report, agent/doctor.py)
-        replaces the stored one with ``now`` as its time, None clears it."""
+        replaces the stored one with ``now`` as its time, None clears it; ``daemon``: the
+        instance the hello came to."""
 
     @abstractmethod
-    def touch_agents(self, last_seen: dict[str, float]) -> None: ...
+    def touch_agents(self, last_seen: dict[str, float], daemon: str | None = None) -> None:
+        """Raise agents' last_seen; ``daemon`` (an instance) becomes the holder of each agent
+        it heard no earlier than the stored last_seen (another daemon heard it later: it
+        holds it)."""
 
     @abstractmethod
     def agents(self) -> list[dict[str, Any]]:
-        """Every known agent: id, platform, workloads, first_seen, last_seen."""
+        """Every known agent: id, platform, workloads, first_seen, last_seen, doctor,
+        doctor_at, daemon (the instance that last heard it; None: unknown)."""
+
+    # daemons sharing the store: which one holds an agent's connection
+    @abstractmethod
+    def save_daemon(self, instance: str, endpoint: str, now: float) -> None:
+        """Record daemon ``instance`` at ``endpoint`` as alive at ``now`` (its heartbeat); an
+        earlier daemon recorded at the same endpoint is forgotten (it was killed)."""
+
+    @abstractmethod
+    def drop_daemon(self, instance: str) -> None:
+        """Forget ``instance`` (it stops): its agents are no longer online through it."""
+
+    @abstractmethod
+    def agents_elsewhere(self, instance: str, since: float) -> list[dict[str, Any]]:
+        """The agents (as :meth:`agents` gives them, plus ``endpoint``) held by a daemon other
+        than ``instance`` that heard them at ``since`` or later and whose own heartbeat is
+        that recent."""
 
     @abstractmethod
     def workloads(self) -> list[str]: ...

@@ -119,12 +119,7 @@ class PostgresStore(SQLiteStore):
         return "postgresql"
 
     # -- the statements whose SQL differs from SQLite's ------------------------------------------
-    def touch_agents(self, last_seen: dict[str, float]) -> None:
-        if not last_seen:
-            return
-        with self._tx() as db:
-            db.executemany("UPDATE agents SET last_seen=GREATEST(last_seen, ?) WHERE id=?",
-                           [(ts, a) for a, ts in last_seen.items()])
+    _greatest = "GREATEST"
 
     # SQLite sorts NULL first, PostgreSQL last: the fits see rows in the same order on both
     _fit_order = "cores, freq_mhz NULLS FIRST"

@@ -48,11 +48,17 @@ Version 10 drops the index ``runs_job`` (job_id, seq): since version 6 the uniqu
 ``runs_job_seq`` on the same columns serves every query by job, and each insert kept both up to
 date (measured: 24.2-24.3 against 26.5-28.3 us of daemon CPU per stored result,
 benchmarks/ingest.py).
+
+Version 11 records which daemon of a fleet holds each agent's connection: ``daemons`` (each
+running daemon's ``instance``, the ``endpoint`` agents and operators reach it at, when it
+started and its last heartbeat, ``last_seen``, written each second; a daemon stopping deletes
+its row) and ``agents.daemon`` (the instance that last heard the agent; NULL for rows stored
+before). A daemon asked about an agent another daemon holds says where it is online.
 """
 
 from __future__ import annotations
 
-SCHEMA_VERSION = 10
+SCHEMA_VERSION = 11
 
 MIGRATIONS: dict[int, list[str]] = {
     1: [
@@ -241,5 +247,13 @@ MIGRATIONS: dict[int, list[str]] = {
     ],
     10: [
         "DROP INDEX runs_job",
+    ],
+    11: [
+        "ALTER TABLE agents ADD COLUMN daemon TEXT",
+        """CREATE TABLE daemons (
+               instance TEXT PRIMARY KEY,
+               endpoint TEXT NOT NULL,
+               started REAL NOT NULL,
+               last_seen REAL NOT NULL)""",
     ],
 }

@@ -48,11 +48,16 @@ _packb = msgpack.Packer(use_bin_type=True).pack
 
 WAL_RESTART_BYTES = 64 << 20
 # an agent at its hello (both back ends): the columns named, as schema 9 added the doctor's
+# (and schema 11 the daemon that holds it)
 SAVE_AGENT = ("INSERT INTO agents (id, platform, workloads, agent_version, first_seen, last_seen, "
-              "doctor, doctor_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT(id) DO UPDATE SET "
-              "platform=excluded.platform, workloads=excluded.workloads, "
+              "doctor, doctor_at, daemon) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT(id) DO "
+              "UPDATE SET platform=excluded.platform, workloads=excluded.workloads, "
               "agent_version=excluded.agent_version, last_seen=excluded.last_seen, "
-              "doctor=excluded.doctor, doctor_at=excluded.doctor_at")
+              "doctor=excluded.doctor, doctor_at=excluded.doctor_at, daemon=excluded.daemon")
+# the agents a daemon heard (both back ends; the SQL of the greater of two values differs):
+# the holder changes only with a time no earlier than the stored one
+TOUCH_AGENT = ("UPDATE agents SET daemon=CASE WHEN ? >= last_seen THEN COALESCE(?, daemon) "
+               "ELSE daemon END, last_seen={greatest}(last_seen, ?) WHERE id=?")
 # below this much free disk the log restarts at a quarter of the free space, and is truncated
 LOW_ROOM_BYTES = 4 * WAL_RESTART_BYTES
 LOW_ROOM_POLL_FRACTION = 0.1  # ...and is looked at ten times as often
@@ -192,26 +197,51 @@ class SQLiteStore(Store):
 
     def save_agent(self, agent_id: str, platform_id: str, workloads: list[Any],
                    agent_version: str, now: float,
-                   doctor: dict[str, Any] | None = None) -> None:
+                   doctor: dict[str, Any] | None = None, daemon: str | None = None) -> None:
         with self._tx() as db:
             db.execute(SAVE_AGENT, (agent_id, platform_id, _dumps(workloads), agent_version, now,
                                     now, None if doctor is None else _json_safe(doctor),
-                                    None if doctor is None else now))
+                                    None if doctor is None else now, daemon))
             for w in workloads:
                 name = w.get("name") if isinstance(w, dict) else w
                 if isinstance(name, str):
                     db.execute("INSERT INTO workloads VALUES (?, ?, ?) ON CONFLICT DO NOTHING",
                                (name, _dumps(w if isinstance(w, dict) else {}), now))
 
-    def touch_agents(self, last_seen: dict[str, float]) -> None:
+    _greatest = "MAX"  # the greater of two values (PostgreSQL: GREATEST)
+
+    def touch_agents(self, last_seen: dict[str, float], daemon: str | None = None) -> None:
         if not last_seen:
             return
         with self._tx() as db:
-            db.executemany("UPDATE agents SET last_seen=MAX(last_seen, ?) WHERE id=?",
-                           [(ts, a) for a, ts in last_seen.items()])
+            db.executemany(TOUCH_AGENT.format(greatest=self._greatest),
+                           [(ts, daemon, ts, a) for a, ts in last_seen.items()])
 
     def agents(self) -> list[dict[str, Any]]:
-        rows = self._rows("SELECT * FROM agents ORDER BY id")
+        return self._agent_rows("SELECT * FROM agents ORDER BY id")
+
+    def save_daemon(self, instance: str, endpoint: str, now: float) -> None:
+        with self._tx() as db:
+            # an earlier daemon at this endpoint was killed (two cannot listen on one): none of
+            # its agents is online through it
+            db.execute("DELETE FROM daemons WHERE endpoint=? AND instance<>?",
+                       (endpoint, instance))
+            db.execute("INSERT INTO daemons VALUES (?, ?, ?, ?) ON CONFLICT(instance) DO UPDATE "
+                       "SET endpoint=excluded.endpoint, last_seen=excluded.last_seen",
+                       (instance, endpoint, now, now))
+
+    def drop_daemon(self, instance: str) -> None:
+        with self._tx() as db:
+            db.execute("DELETE FROM daemons WHERE instance=?", (instance,))
+
+    def agents_elsewhere(self, instance: str, since: float) -> list[dict[str, Any]]:
+        return self._agent_rows(
+            "SELECT a.*, d.endpoint FROM agents a JOIN daemons d ON d.instance = a.daemon "
+            "WHERE a.daemon <> ? AND a.last_seen >= ? AND d.last_seen >= ? ORDER BY a.id",
+            (instance, since, since))
+
+    def _agent_rows(self, sql: str, args: Sequence[Any] = ()) -> list[dict[str, Any]]:
+        rows = self._rows(sql, args)
         for r in rows:
             r["workloads"] = json.loads(r["workloads"])
             try:
