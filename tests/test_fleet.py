@@ -18,8 +18,10 @@ from opptune.daemon.service import Daemon
 from opptune.daemon.store import Group, ResultIn
 from opptune.shared.config import DaemonConfig
 from opptune.shared.records import RunRecord
+from opptune.daemon.client import QueryFailed, query
 from procs import Cluster, all_jobs_complete, db_rows, expected, free_endpoint, received, \
     recommendations_final, write_toml
+from test_sweep_cli import opptune
 
 KERNELS = ("pi_integrate", "triad")
 CORES = min(2, os.cpu_count() or 1)
@@ -60,8 +62,9 @@ def test_a_sweep_is_stored_fitted_and_recommended_on_postgresql(tmp_path, pg_url
 class Fleet(Cluster):
     """Two daemons on one PostgreSQL database; the agent lists both."""
 
-    def __init__(self, tmp, url):
-        super().__init__(tmp, kernels=KERNELS, reps=6, max_cores=CORES, database=url)
+    def __init__(self, tmp, url, auto_sweep=True):
+        super().__init__(tmp, kernels=KERNELS, reps=6, max_cores=CORES, database=url,
+                         auto_sweep=auto_sweep)
         self.endpoints = [self.endpoint, free_endpoint()]
         self.tomls = [self.daemon_toml, tmp / "daemon2.toml"]
         text = self.daemon_toml.read_text().replace(self.endpoints[0], self.endpoints[1])
@@ -122,6 +125,64 @@ def test_the_agent_fails_over_to_the_second_daemon_and_loses_nothing(tmp_path, p
     # results came through both daemons: some before the kill, the rest after
     assert 0 < len(db_rows(pg_url, "SELECT msg_id FROM runs WHERE received < ?",
                            killed_at)) < n_expected
+
+
+def _agent(st, agent="test-agent"):
+    return next((a for a in st["agents"] if a["id"] == agent), None)
+
+
+@pytest.mark.integration
+def test_each_daemon_says_through_which_daemon_an_agent_is_online(tmp_path, pg_url):
+    """Two daemons on one database, the agent connected to daemon 0 (its hello after daemon 1
+    started): daemon 1's status says the agent is online through daemon 0, and a sweep or
+    characterize through daemon 1 says to send it there; once the agent moves to daemon 1
+    (daemon 0 stopped) daemon 1 has it connected."""
+    f = Fleet(tmp_path, pg_url, auto_sweep=False)
+    f.start_daemons()
+    f.use(1)
+    f.wait_for(lambda s: True, timeout=30, what="daemon 1 up")
+    f.use(0)
+    f.start_agent()
+    try:
+        st = f.wait_for(lambda s: (_agent(s) or {}).get("alive"), timeout=60,
+                        what="the agent connected to daemon 0")
+        assert _agent(st)["via"] is None
+        f.use(1)
+        st = f.wait_for(lambda s: _agent(s) is not None and _agent(s)["via"], timeout=30,
+                        what="daemon 1 seeing the agent online through daemon 0")
+        a = _agent(st)
+        assert a["alive"] is False and a["via"] == f.endpoints[0]
+        assert a["last_seen_s"] is not None and a["last_seen_s"] <= 3.0
+        assert a["board"] == _agent(query(f.endpoints[0], "status"))["board"]
+        out = subprocess.run([sys.executable, "-m", "opptune.daemon.cli", "status", "--daemon",
+                              f.endpoints[1]], capture_output=True, text=True, timeout=60,
+                             env={**os.environ, "COLUMNS": "300"})  # a row on one line
+        assert out.returncode == 0, out.stderr
+        row = next(ln for ln in out.stdout.splitlines() if "test-agent" in ln and "│" in ln)
+        assert f"no; online through {f.endpoints[0]}" in row, out.stdout
+        said = (f"agent 'test-agent' is connected to the daemon at {f.endpoints[0]}, not to "
+                f"this one: send the request there (opptune ... --daemon {f.endpoints[0]})")
+        out = opptune("sweep", "--daemon", f.endpoints[1], "--agent", "test-agent",
+                      "--workload", "pi_integrate")
+        assert out.returncode == 1
+        assert out.stderr.strip().splitlines() == [
+            f"opptune sweep: daemon refused the query: {said}"]
+        with pytest.raises(QueryFailed) as refused:
+            query(f.endpoints[1], "characterize", {"agent": "test-agent"})
+        assert said in str(refused.value)
+        assert db_rows(pg_url, "SELECT job_id FROM jobs") == []  # nothing was sent
+        # daemon 0 stops (its row goes with it); the agent fails over to daemon 1
+        f.use(0)
+        f.daemon.send_signal(signal.SIGTERM)
+        assert f.daemon.wait(20) == 0
+        f.use(1)
+        st = f.wait_for(lambda s: (_agent(s) or {}).get("alive"), timeout=60,
+                        what="the agent connected to daemon 1")
+        assert _agent(st)["via"] is None
+        assert db_rows(pg_url, "SELECT endpoint FROM daemons") == [(f.endpoints[1],)]
+    finally:
+        codes = f.stop()
+    assert codes == {"agent": 0, "daemon": 0}, f.logs()
 
 
 def test_a_bad_failover_endpoint_is_refused_naming_the_key(tmp_path):

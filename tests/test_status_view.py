@@ -187,3 +187,13 @@ def test_status_says_once_per_board_that_one_without_cpufreq_is_swept_over_cores
     said = [ln for ln in console.export_text().splitlines() if "not swept" in ln]
     assert said == ["frequencies not swept on board vm: no cpufreq policies under "
                     "/sys/devices/system/cpu/cpufreq; its cores are swept at its own frequency"]
+
+
+def test_an_agent_online_through_another_daemon_says_where():
+    """alive: connected here; via: the endpoint of the fleet's daemon that holds it."""
+    from opptune.daemon.status_view import alive_text
+    assert alive_text({"alive": True, "via": None}) == "yes"
+    assert alive_text({"alive": False, "via": None}) == "no"
+    assert alive_text({"alive": False}) == "no"  # a daemon older than the field
+    assert alive_text({"alive": False, "via": "tcp://d1:5555"}) == \
+        "no; online through tcp://d1:5555"
