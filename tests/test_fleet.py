@@ -185,6 +185,43 @@ def test_each_daemon_says_through_which_daemon_an_agent_is_online(tmp_path, pg_u
     assert codes == {"agent": 0, "daemon": 0}, f.logs()
 
 
+def test_requests_for_an_agent_another_daemon_holds_name_that_daemon(pg_url):
+    """Every request that needs the agent connected (sweep, tune, recommend --apply, and one
+    naming an agent this daemon never knew) names the daemon that holds it; once that daemon
+    stopped, the usual refusals."""
+    from opptune.daemon.errors import HandlerError
+    from opptune.daemon.goal_query import apply
+    d1, d2 = _daemon(pg_url), _daemon(pg_url)
+    try:
+        now = time.time()
+        d1._beat(now)
+        d2._beat(now)
+        d1.store.save_platform("p1", {"n_cpus": 2}, now)
+        d1.store.save_agent("a1", "p1", ["w"], "t", now, daemon=d1.instance)
+        said = f"agent 'a1' is connected to the daemon at {d1.endpoint}, not to this one"
+        # d2 started before a1's hello: it learns of it from the store
+        with pytest.raises(HandlerError) as refused:
+            d2.start_sweep("a1", ["w"])
+        assert refused.value.code == "unknown_agent" and said in str(refused.value)
+        assert d2.registry.get("a1") is not None  # now known, not connected here
+        for request in (lambda: d2.start_sweep("a1", ["w"]),
+                        lambda: d2.tuning.start({"agent": "a1", "workload": "w"}),
+                        lambda: apply(d2, {"agent": "a1"})):
+            with pytest.raises(HandlerError) as refused:
+                request()
+            assert refused.value.code == "agent_offline" and said in str(refused.value)
+        assert "; nothing was pushed: send the request there" in str(refused.value)
+        assert [(a["id"], a["via"]) for a in d2.status()["agents"]] == [("a1", d1.endpoint)]
+        d1.close()  # its row goes: a1 is online through no daemon
+        with pytest.raises(HandlerError) as refused:
+            d2.start_sweep("a1", ["w"])
+        assert "has not connected to this daemon instance" in str(refused.value)
+        assert [a["via"] for a in d2.status()["agents"]] == [None]
+    finally:
+        d1.close()
+        d2.close()
+
+
 def test_a_bad_failover_endpoint_is_refused_naming_the_key(tmp_path):
     cfg = write_toml(tmp_path / "agent.toml", {"daemon": "tcp://127.0.0.1:5555",
                                                "failover_daemons": ["localhost:5556"]})
