@@ -66,8 +66,8 @@ _Issued = tuple[str, str, str, frozenset[tuple[tuple[int, ...], Any, str]]]
 
 def reachable_endpoint(endpoint: str) -> str:
     """``endpoint`` as other hosts name it: a wildcard address (tcp://0.0.0.0:5555, what a bind
-    to tcp://*:5555 reports) becomes this host's name."""
-    for wildcard in ("tcp://0.0.0.0:", "tcp://[::]:", "tcp://*:"):
+    to tcp://*:5555 reports; tcp://[::]:5555 with IPv6) becomes this host's name."""
+    for wildcard in ("tcp://0.0.0.0:", "tcp://[::]:"):
         if endpoint.startswith(wildcard):
             return f"tcp://{socket.gethostname()}:{endpoint[len(wildcard):]}"
     return endpoint

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import os
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -220,6 +221,16 @@ def test_requests_for_an_agent_another_daemon_holds_name_that_daemon(pg_url):
     finally:
         d1.close()
         d2.close()
+
+
+def test_a_wildcard_bind_is_recorded_with_the_hosts_name():
+    """What other daemons name to the operator must reach this one from another host."""
+    from opptune.daemon.service import reachable_endpoint
+    host = socket.gethostname()
+    assert reachable_endpoint("tcp://0.0.0.0:5555") == f"tcp://{host}:5555"
+    assert reachable_endpoint("tcp://[::]:5556") == f"tcp://{host}:5556"
+    assert reachable_endpoint("tcp://10.1.2.3:5555") == "tcp://10.1.2.3:5555"
+    assert reachable_endpoint("ipc:///run/opptune.sock") == "ipc:///run/opptune.sock"
 
 
 def test_a_bad_failover_endpoint_is_refused_naming_the_key(tmp_path):

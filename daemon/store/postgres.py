@@ -3,9 +3,9 @@ several daemons sharing one database.
 
 The schema is schema.py's, translated where the dialects differ (:func:`pg_sql`); the queries
 are the SQLite back end's, run through :class:`_Conn`, which turns ``?`` placeholders into
-psycopg's ``%s``. Only the statements whose SQL differs (INSERT OR IGNORE/REPLACE, scalar MAX,
-rowids) are written here again. Migrations take an advisory lock, so daemons started together
-migrate once.
+psycopg's ``%s``. Only the statements whose SQL differs (INSERT OR IGNORE/REPLACE, rowids)
+are written here again; the greater of two values is ``_greatest``. Migrations take an
+advisory lock, so daemons started together migrate once.
 """
 
 from __future__ import annotations
