@@ -63,9 +63,9 @@ def test_a_sweep_is_stored_fitted_and_recommended_on_postgresql(tmp_path, pg_url
 class Fleet(Cluster):
     """Two daemons on one PostgreSQL database; the agent lists both."""
 
-    def __init__(self, tmp, url, auto_sweep=True):
+    def __init__(self, tmp, url, **options):
         super().__init__(tmp, kernels=KERNELS, reps=6, max_cores=CORES, database=url,
-                         auto_sweep=auto_sweep)
+                         **options)
         self.endpoints = [self.endpoint, free_endpoint()]
         self.tomls = [self.daemon_toml, tmp / "daemon2.toml"]
         text = self.daemon_toml.read_text().replace(self.endpoints[0], self.endpoints[1])
@@ -138,7 +138,8 @@ def test_each_daemon_says_through_which_daemon_an_agent_is_online(tmp_path, pg_u
     started): daemon 1's status says the agent is online through daemon 0, and a sweep or
     characterize through daemon 1 says to send it there; once the agent moves to daemon 1
     (daemon 0 stopped) daemon 1 has it connected."""
-    f = Fleet(tmp_path, pg_url, auto_sweep=False)
+    # a loaded machine may hold a daemon's store writes back for seconds: not what this tests
+    f = Fleet(tmp_path, pg_url, auto_sweep=False, extra_daemon={"agent_timeout_s": 10.0})
     f.start_daemons()
     f.use(1)
     f.wait_for(lambda s: True, timeout=30, what="daemon 1 up")
@@ -153,7 +154,7 @@ def test_each_daemon_says_through_which_daemon_an_agent_is_online(tmp_path, pg_u
                         what="daemon 1 seeing the agent online through daemon 0")
         a = _agent(st)
         assert a["alive"] is False and a["via"] == f.endpoints[0]
-        assert a["last_seen_s"] is not None and a["last_seen_s"] <= 3.0
+        assert a["last_seen_s"] is not None and a["last_seen_s"] <= 10.0
         assert a["board"] == _agent(query(f.endpoints[0], "status"))["board"]
         out = subprocess.run([sys.executable, "-m", "opptune.daemon.cli", "status", "--daemon",
                               f.endpoints[1]], capture_output=True, text=True, timeout=60,
