@@ -102,6 +102,21 @@ def test_per_cluster_groups_are_compared_and_the_cluster_named():
         recommend_goal(make_goal("energy"), plat, runs, cluster=3)
 
 
+def test_a_cluster_not_measured_says_how_to_measure_it_and_which_clusters_exist():
+    """recommend --cluster 1 on an ODROID-XU4 swept as a whole said 'no per-cluster
+    measurements for cluster 1; measured clusters: none (the board was swept as a whole)'
+    and --cluster 5 the same, without what to do or that the board has clusters 0 and 1."""
+    plat = platform_of(XU4)
+    whole = {"": rows(XU4, XU4_ORDER, SHARED)}
+    with pytest.raises(NotMeasured) as one:
+        recommend_goal(make_goal("time"), plat, whole, cluster=1)
+    assert "opptune tune --cluster 1" in str(one.value)
+    assert "the board was swept as a whole" in str(one.value)
+    with pytest.raises(NotMeasured) as five:
+        recommend_goal(make_goal("time"), plat, whole, cluster=5)
+    assert "has no cluster 5: its clusters are 0, 1" in str(five.value)
+
+
 def test_limits_deadline_power_cap_and_core_budget():
     plat = platform_of(XU4)
     runs = {"": rows(XU4, XU4_ORDER, SHARED)}
