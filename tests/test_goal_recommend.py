@@ -231,6 +231,27 @@ def test_the_table_of_an_unmet_limit_does_not_say_a_candidate_meets_it():
     assert "no configuration meets the limits; the closest takes" in text
 
 
+def test_a_better_runner_up_says_why_it_was_not_chosen():
+    """recommend --power-cap 2W printed 'runner-up: 5 cores at 1200 MHz: 0.01952 s (-4.7 %)'
+    under a 4-core choice: a runner-up better than the choice, without a word that the
+    daemon's tolerance prefers fewer cores or a lower clock within it."""
+    from rich.console import Console
+
+    from opptune.daemon.goal_cli import recommendation_table
+    plat = platform_of(XU4)
+    runs = {"": rows(XU4, XU4_ORDER, SHARED)}
+    # the daemon's tolerance applies to time goals (goal_query), here under a 3 W cap
+    rec = recommend_goal(make_goal("time", power_cap="3W"), plat, runs,
+                         tolerance=0.05).as_dict()
+    assert rec["margin"] < 0
+    rec.update(agent="xu4", workload="pi_integrate", size="small", rests_on=None)
+    console = Console(record=True, width=300)
+    console.print(recommendation_table(rec))
+    text = " ".join(console.export_text().split())
+    assert (f"({rec['margin'] * 100:+.1f} %: better, but within the daemon's tolerance the "
+            "fewest cores, then the lowest clock, are chosen)") in text
+
+
 def test_tune_progress_says_one_core_not_one_cores():
     """The tune progress line said 'measuring 1 cores at 200 MHz (...)'."""
     from opptune.daemon.goal_cli import measuring_text
