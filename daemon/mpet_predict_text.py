@@ -19,10 +19,24 @@ def note_mixed_sizes(data: dict[str, Any], sizes: dict[tuple, str], plats: list[
     for plat in plats:
         mine = {w: s for (w, p), s in sorted(sizes.items()) if p == plat}
         text = (next(iter(mine.values())) if len(set(mine.values())) == 1
-                else ", ".join(f"{w} {s}" for w, s in mine.items()))
+                else _per_workload(mine, str))
         parts.append(f"{data['platforms'][plat]['board']}: {text}")
     print(f"opptune predict: note: the profiles used mix sizes ({'; '.join(parts)}); give "
           f"--size S to use one", file=sys.stderr)
+
+
+def _per_workload(mine: dict[str, Any], word: Any) -> str:
+    """'w1 small, w2 medium' for a few workloads; past 8 counted per value with three names
+    each (a board holding hundreds of workloads made a note of 40 kB)."""
+    if len(mine) <= 8:
+        return ", ".join(f"{w} {word(v)}" for w, v in mine.items())
+    groups: dict[str, list[str]] = {}
+    for w, v in mine.items():
+        groups.setdefault(word(v), []).append(w)
+    return ", ".join(
+        f"{v} for {len(ws)} workload{'s' if len(ws) != 1 else ''} ({', '.join(ws[:3])}"
+        f"{', ...' if len(ws) > 3 else ''})"
+        for v, ws in sorted(groups.items(), key=lambda g: -len(g[1])))
 
 
 def _mhz(f: Any) -> str:
@@ -46,8 +60,8 @@ def note_mixed_clocks(data: dict[str, Any], clocks: dict[tuple, Any], plats: lis
         mine = {w: f for (w, p), f in sorted(clocks.items(), key=str)
                 if p == plat and (w, p) != skip}
         if len(set(mine.values())) > 1:
-            parts.append(f"{data['platforms'][plat]['board']}: " + ", ".join(
-                f"{w} {_mhz(f)}" for w, f in mine.items()))
+            parts.append(f"{data['platforms'][plat]['board']}: "
+                         + _per_workload(mine, _mhz))
     if parts:
         print(f"opptune predict: note: the profiles used were taken at different clocks "
               f"({'; '.join(parts)}): each at the highest its workload was measured at; "

@@ -350,3 +350,26 @@ def test_a_clock_the_platform_was_not_measured_at_is_refused_with_its_clocks():
     with pytest.raises(MpetUsage, match=r"'a' is not measured on t at 600 MHz: it has b1, b2, "
                                         r"b3 at 600 MHz"):
         _measured_db(at600, ns, "t", "on")
+
+
+def test_the_mixed_size_and_clock_notes_stay_short_on_a_long_suite(capsys):
+    """On a board holding 200 workloads (a whole store exported and imported into one agent)
+    'opptune predict' printed a 40 kB note naming every workload with its size and clock;
+    past 8 workloads a board's entry now counts them per size (clock), naming three each."""
+    from opptune.daemon.mpet_predict_text import note_mixed_clocks, note_mixed_sizes
+    data = {"platforms": {"t": {"board": "board-t"}, "p": {"board": "board-p"}}}
+    names = [f"w{i:03d}" for i in range(200)]
+    sizes = {(w, "t"): ("medium" if i < 150 else "small") for i, w in enumerate(names)}
+    sizes.update({("a", "p"): "small"})
+    note_mixed_sizes(data, sizes, ["t", "p"])
+    err = capsys.readouterr().err
+    assert err.strip() == (
+        "opptune predict: note: the profiles used mix sizes (board-t: medium for 150 "
+        "workloads (w000, w001, w002, ...), small for 50 workloads (w150, w151, w152, ...); "
+        "board-p: small); give --size S to use one")
+    clocks = {(w, "t"): (1500.0 if i else None) for i, w in enumerate(names)}
+    note_mixed_clocks(data, clocks, ["t"])
+    err = capsys.readouterr().err
+    assert "(board-t: 1500 MHz for 199 workloads (w001, w002, w003, ...), its own clock " \
+           "(no cpufreq) for 1 workload (w000)): each at the highest" in err, err
+    assert len(err) < 400
