@@ -162,6 +162,10 @@ def print_prediction(out: dict[str, Any]) -> None:
             m = r["measured_s"]
             line += f"  {m:>10.4g}" if m is not None else f"  {'-':>10}"
         print(line)
+    if edited and all(math.isclose(r["time_s"], r["unedited_s"], rel_tol=1e-12)
+                      for r in rows):
+        print("note: the edits change no t(n): an edited curve that is 0 at every n stays 0 "
+              "under a factor; set a value instead (e.g. l=0.1) or edit another parameter")
     print("interval: " + out["interval"])
     op = out.get("operating_point")
     if op:

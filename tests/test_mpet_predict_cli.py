@@ -373,3 +373,20 @@ def test_the_mixed_size_and_clock_notes_stay_short_on_a_long_suite(capsys):
     assert "(board-t: 1500 MHz for 199 workloads (w001, w002, w003, ...), its own clock " \
            "(no cpufreq) for 1 workload (w000)): each at the highest" in err, err
     assert len(err) < 400
+
+
+def test_an_edit_that_changes_nothing_says_so(capsys):
+    """'predict --workload triad --on rpi4 --set l=2x' printed a t(n) column equal to the
+    unedited one at every n (triad's lock share is 0: twice 0 is 0) without a word, as if
+    MPET had found doubling the lock wait harmless."""
+    from opptune.daemon.models.mpet_scenarios import parse_edit
+    from opptune.daemon.mpet_predict_cli import _predict_on
+    from opptune.daemon.mpet_predict_text import print_prediction
+    on = argparse.Namespace(workload="a", on="t", size=None)
+    same = _predict_on(answer(), on, [parse_edit("q=1x")])
+    print_prediction(same)
+    out = capsys.readouterr().out
+    assert ("note: the edits change no t(n): an edited curve that is 0 at every n stays 0 "
+            "under a factor; set a value instead (e.g. l=0.1) or edit another parameter") in out
+    print_prediction(_predict_on(answer(), on, [parse_edit("q=2x")]))
+    assert "change no t(n)" not in capsys.readouterr().out
