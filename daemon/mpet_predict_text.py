@@ -171,7 +171,7 @@ def print_prediction(out: dict[str, Any]) -> None:
     if op:
         print(f"cores: {op['cores']} ({op['time_s']:.4g} s), the fewest within "
               f"{100 * op['tolerance']:.0f} % of the fastest predicted ({op['fastest_cores']} "
-              f"cores, {op['fastest_s']:.4g} s)")
+              f"core{'s' if op['fastest_cores'] != 1 else ''}, {op['fastest_s']:.4g} s)")
     if out.get("single_candidate") and not out.get("interval_calibrated_on"):
         print("note: a single candidate carries this prediction; measure more of the suite on "
               "the target (opptune characterize) for a narrower one")

@@ -390,3 +390,16 @@ def test_an_edit_that_changes_nothing_says_so(capsys):
             "under a factor; set a value instead (e.g. l=0.1) or edit another parameter") in out
     print_prediction(_predict_on(answer(), on, [parse_edit("q=2x")]))
     assert "change no t(n)" not in capsys.readouterr().out
+
+
+def test_the_operating_point_says_one_core_not_one_cores(capsys):
+    """A target measured at one core only ('predict --from all --to vm', every 2-core run
+    marked) printed 'the fewest within 5 % of the fastest predicted (1 cores, 0.01152 s)'."""
+    from opptune.daemon.mpet_predict_cli import _predict_on
+    from opptune.daemon.mpet_predict_text import print_prediction
+    got = _predict_on(answer(), argparse.Namespace(workload="a", on="t", size=None), [])
+    got["operating_point"] = {"cores": 1, "time_s": 0.01152, "fastest_cores": 1,
+                              "fastest_s": 0.01152, "tolerance": 0.05}
+    print_prediction(got)
+    (line,) = [x for x in capsys.readouterr().out.splitlines() if x.startswith("cores:")]
+    assert "predicted (1 core, " in line, line
