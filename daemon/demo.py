@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import signal
 import socket
 import statistics
@@ -103,7 +104,21 @@ def check_args(args: argparse.Namespace) -> str | None:
             return f"--{name.replace('_', '-')} must be {what}{extra}, got {value}"
     if not args.timeout > 0:
         return f"--timeout must be more than 0 seconds, got {args.timeout:g}"
+    n_cpus, where = _board_cpus(args.virtual_board)
+    if n_cpus and args.max_cores > n_cpus:  # as 'opptune sweep' refuses it (sweeps.py)
+        return (f"--max-cores {args.max_cores} is more than the {n_cpus} cpus of {where}; "
+                f"use 1..{n_cpus} (0 = all)")
     return None
+
+
+def _board_cpus(virtual_board: str | None) -> tuple[int, str]:
+    """The cpus the demo's agent sweeps over (0: unknown) and the board's name in words."""
+    if virtual_board:
+        from ..agent.virtual_board import board_spec
+        spec = board_spec(virtual_board)
+        return (sum(len(c["cpus"]) for c in spec["clusters"]),
+                f"virtual board {virtual_board}")
+    return os.cpu_count() or 0, "this machine"
 
 
 def _free_port() -> int:

@@ -272,7 +272,8 @@ def cmd_import(args: argparse.Namespace) -> int:
             new = sum(d["runs"] for d in stored)
             # a daemon before idempotent imports does not say
             already = sum(d.get("already_stored") or 0 for d in stored)
-            what = (f"imported {new} new values of {bench.get_name()} as workload "
+            what = (f"imported {new} new value{'s' if new != 1 else ''} of "
+                    f"{bench.get_name()} as workload "
                     f"{last['group']['workload']} on agent {args.agent}")
             if not new:
                 print(f"{what}: all {already} were already stored (skipped)")

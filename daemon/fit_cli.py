@@ -419,8 +419,9 @@ def warn_extrapolation(entry: dict[str, Any], query: Observations,
         if out:
             lo, hi = min(m[axis]), max(m[axis])
             name = "cores" if axis == "cores" else "frequency"
-            parts.append(f"{name} {', '.join(f'{v:g}' for v in out)}{unit} outside the "
-                         f"measured {lo:g}-{hi:g}{unit}")
+            asked = f"{name} {', '.join(f'{v:g}' for v in out)}{unit}"
+            parts.append(f"{asked} outside the measured {lo:g}-{hi:g}{unit}" if lo < hi
+                         else f"{asked}, where only {lo:g}{unit} was measured")
     if parts:
         print(f"warning: group {entry['group']}: {'; '.join(parts)}: those predictions are "
               "extrapolated (less reliable; measure there to be sure)", file=sys.stderr)

@@ -138,8 +138,12 @@ def recommendation_table(r: dict[str, Any], title: str | None = None) -> Table:
     t.add_row("objective", f"{r['objective_value']:.4g} {r['unit']}")
     if r.get("runner_up"):
         ru = r["runner_up"]
+        why = ""
+        if r["margin"] < 0:  # objectives.choose: fewest cores, then lowest clock within tolerance
+            why = (": better, but within the daemon's tolerance the fewest cores, then the "
+                   "lowest clock, are chosen")
         t.add_row("runner-up", f"{config_text(ru)}: {ru['objective_value']:.4g} {r['unit']} "
-                               f"({r['margin'] * 100:+.1f} %)")
+                               f"({r['margin'] * 100:+.1f} %{why})")
     elif r["met"]:
         t.add_row("runner-up", "none (a single candidate meets the goal)")
     else:  # the closest configuration is shown; "a candidate meets it" would contradict limits

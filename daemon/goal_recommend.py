@@ -215,9 +215,14 @@ def recommend_goal(goal: Goal, platform: dict[str, Any], groups: dict[str, Seque
     if cluster is not None:
         name = f"cluster{cluster}"
         if name not in per_cluster:
+            n_clusters = len(cluster_orders(platform))
+            if not 0 <= cluster < n_clusters:
+                raise NotMeasured(f"the board has no cluster {cluster}: its clusters are "
+                                  f"{', '.join(map(str, range(n_clusters)))}")
             have = ", ".join(sorted(per_cluster)) or "none (the board was swept as a whole)"
             raise NotMeasured(f"no per-cluster measurements for cluster {cluster}; "
-                              f"measured clusters: {have}")
+                              f"measured clusters: {have}; 'opptune tune --cluster {cluster}' "
+                              "measures that cluster alone")
         chosen = {name: per_cluster[name]}
     elif per_cluster:
         chosen = per_cluster

@@ -19,10 +19,24 @@ def note_mixed_sizes(data: dict[str, Any], sizes: dict[tuple, str], plats: list[
     for plat in plats:
         mine = {w: s for (w, p), s in sorted(sizes.items()) if p == plat}
         text = (next(iter(mine.values())) if len(set(mine.values())) == 1
-                else ", ".join(f"{w} {s}" for w, s in mine.items()))
+                else _per_workload(mine, str))
         parts.append(f"{data['platforms'][plat]['board']}: {text}")
     print(f"opptune predict: note: the profiles used mix sizes ({'; '.join(parts)}); give "
           f"--size S to use one", file=sys.stderr)
+
+
+def _per_workload(mine: dict[str, Any], word: Any) -> str:
+    """'w1 small, w2 medium' for a few workloads; past 8 counted per value with three names
+    each (a board holding hundreds of workloads made a note of 40 kB)."""
+    if len(mine) <= 8:
+        return ", ".join(f"{w} {word(v)}" for w, v in mine.items())
+    groups: dict[str, list[str]] = {}
+    for w, v in mine.items():
+        groups.setdefault(word(v), []).append(w)
+    return ", ".join(
+        f"{v} for {len(ws)} workload{'s' if len(ws) != 1 else ''} ({', '.join(ws[:3])}"
+        f"{', ...' if len(ws) > 3 else ''})"
+        for v, ws in sorted(groups.items(), key=lambda g: -len(g[1])))
 
 
 def _mhz(f: Any) -> str:
@@ -46,8 +60,8 @@ def note_mixed_clocks(data: dict[str, Any], clocks: dict[tuple, Any], plats: lis
         mine = {w: f for (w, p), f in sorted(clocks.items(), key=str)
                 if p == plat and (w, p) != skip}
         if len(set(mine.values())) > 1:
-            parts.append(f"{data['platforms'][plat]['board']}: " + ", ".join(
-                f"{w} {_mhz(f)}" for w, f in mine.items()))
+            parts.append(f"{data['platforms'][plat]['board']}: "
+                         + _per_workload(mine, _mhz))
     if parts:
         print(f"opptune predict: note: the profiles used were taken at different clocks "
               f"({'; '.join(parts)}): each at the highest its workload was measured at; "
@@ -148,12 +162,16 @@ def print_prediction(out: dict[str, Any]) -> None:
             m = r["measured_s"]
             line += f"  {m:>10.4g}" if m is not None else f"  {'-':>10}"
         print(line)
+    if edited and all(math.isclose(r["time_s"], r["unedited_s"], rel_tol=1e-12)
+                      for r in rows):
+        print("note: the edits change no t(n): an edited curve that is 0 at every n stays 0 "
+              "under a factor; set a value instead (e.g. l=0.1) or edit another parameter")
     print("interval: " + out["interval"])
     op = out.get("operating_point")
     if op:
         print(f"cores: {op['cores']} ({op['time_s']:.4g} s), the fewest within "
               f"{100 * op['tolerance']:.0f} % of the fastest predicted ({op['fastest_cores']} "
-              f"cores, {op['fastest_s']:.4g} s)")
+              f"core{'s' if op['fastest_cores'] != 1 else ''}, {op['fastest_s']:.4g} s)")
     if out.get("single_candidate") and not out.get("interval_calibrated_on"):
         print("note: a single candidate carries this prediction; measure more of the suite on "
               "the target (opptune characterize) for a narrower one")

@@ -3,6 +3,7 @@ no directory made and no daemon or agent started."""
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 
@@ -35,6 +36,15 @@ def _demo(tmp_path, *extra: str) -> subprocess.CompletedProcess:
     (["--warmup", "-1"], "--warmup must be 0 or more, got -1"),
     (["--max-cores", "-2"], "--max-cores must be 0 or more (0 = all cores), got -2"),
     (["--workload", "pi"], f"unknown workload 'pi'; workloads: {ALL_KERNELS}"),
+    # were taken and swept the board's 4 (8, this machine's) cores without a word, where
+    # 'opptune sweep' refuses them
+    (["--max-cores", "9", "--virtual-board", "rpi4"],
+     "--max-cores 9 is more than the 4 cpus of virtual board rpi4; use 1..4 (0 = all)"),
+    (["--max-cores", "33", "--virtual-board", "x86-2numa"],
+     "--max-cores 33 is more than the 32 cpus of virtual board x86-2numa; use 1..32 (0 = all)"),
+    (["--max-cores", str(os.cpu_count() + 1)],
+     f"--max-cores {os.cpu_count() + 1} is more than the {os.cpu_count()} cpus of this "
+     f"machine; use 1..{os.cpu_count()} (0 = all)"),
 ])
 def test_bad_options_are_one_line_and_start_nothing(tmp_path, extra, said):
     proc = _demo(tmp_path, *extra)

@@ -259,6 +259,20 @@ def test_predict_warns_when_it_extrapolates(tmp_path, capsys):
     assert "warning" not in capsys.readouterr().err
 
 
+def test_a_single_measured_frequency_is_named_once(tmp_path, capsys):
+    """'predict --fit' of data swept at one clock (bench_suite_rpi4) at another warned
+    'frequency 600 MHz outside the measured 1500-1500 MHz'."""
+    data, fit = small_csv(tmp_path), tmp_path / "fit.json"
+    rows = data.read_text().splitlines()
+    data.write_text("\n".join([rows[0]] + [r for r in rows[1:] if ",1500," in r]) + "\n")
+    assert run(["fit", "--data", str(data), "--save", str(fit)]) == 0
+    capsys.readouterr()
+    assert run(["predict", "--fit", str(fit), "--cores", "2", "--freq", "600", "--json"]) == 0
+    (line,) = capsys.readouterr().err.strip().splitlines()
+    assert line.startswith("warning: group board/kern/v: frequency 600 MHz, where only "
+                           "1500 MHz was measured: those predictions are extrapolated"), line
+
+
 def test_eval_says_what_it_left_out_and_json_is_one_object(tmp_path, capsys):
     data = small_csv(tmp_path)
     with data.open("a") as fh:                       # a group with only 3 configurations

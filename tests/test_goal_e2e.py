@@ -144,7 +144,7 @@ def test_tune_energy_then_recommend_energy_beside_time(tmp_path):
                          "--workload", "triad", "--objective", "energy", cwd=elsewhere), 2,
                  "no measurements of triad", "opptune sweep")
         one_line(opptune("recommend", *base, "--cluster", "5", cwd=elsewhere), 2,
-                 "cluster 5", "cluster0, cluster1")
+                 "has no cluster 5", "its clusters are 0, 1")
         one_line(opptune("tune", *base, "--budget", "0", cwd=elsewhere), 2, "--budget")
         one_line(opptune("tune", *base, "--cluster", "7", cwd=elsewhere), 2,
                  "--cluster must be 0..1")

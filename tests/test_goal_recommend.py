@@ -102,6 +102,21 @@ def test_per_cluster_groups_are_compared_and_the_cluster_named():
         recommend_goal(make_goal("energy"), plat, runs, cluster=3)
 
 
+def test_a_cluster_not_measured_says_how_to_measure_it_and_which_clusters_exist():
+    """recommend --cluster 1 on an ODROID-XU4 swept as a whole said 'no per-cluster
+    measurements for cluster 1; measured clusters: none (the board was swept as a whole)'
+    and --cluster 5 the same, without what to do or that the board has clusters 0 and 1."""
+    plat = platform_of(XU4)
+    whole = {"": rows(XU4, XU4_ORDER, SHARED)}
+    with pytest.raises(NotMeasured) as one:
+        recommend_goal(make_goal("time"), plat, whole, cluster=1)
+    assert "opptune tune --cluster 1" in str(one.value)
+    assert "the board was swept as a whole" in str(one.value)
+    with pytest.raises(NotMeasured) as five:
+        recommend_goal(make_goal("time"), plat, whole, cluster=5)
+    assert "has no cluster 5: its clusters are 0, 1" in str(five.value)
+
+
 def test_limits_deadline_power_cap_and_core_budget():
     plat = platform_of(XU4)
     runs = {"": rows(XU4, XU4_ORDER, SHARED)}
@@ -214,6 +229,27 @@ def test_the_table_of_an_unmet_limit_does_not_say_a_candidate_meets_it():
     assert "meets the goal" not in text
     assert "runner-up │ none (no configuration meets the limits)" in " ".join(text.split())
     assert "no configuration meets the limits; the closest takes" in text
+
+
+def test_a_better_runner_up_says_why_it_was_not_chosen():
+    """recommend --power-cap 2W printed 'runner-up: 5 cores at 1200 MHz: 0.01952 s (-4.7 %)'
+    under a 4-core choice: a runner-up better than the choice, without a word that the
+    daemon's tolerance prefers fewer cores or a lower clock within it."""
+    from rich.console import Console
+
+    from opptune.daemon.goal_cli import recommendation_table
+    plat = platform_of(XU4)
+    runs = {"": rows(XU4, XU4_ORDER, SHARED)}
+    # the daemon's tolerance applies to time goals (goal_query), here under a 3 W cap
+    rec = recommend_goal(make_goal("time", power_cap="3W"), plat, runs,
+                         tolerance=0.05).as_dict()
+    assert rec["margin"] < 0
+    rec.update(agent="xu4", workload="pi_integrate", size="small", rests_on=None)
+    console = Console(record=True, width=300)
+    console.print(recommendation_table(rec))
+    text = " ".join(console.export_text().split())
+    assert (f"({rec['margin'] * 100:+.1f} %: better, but within the daemon's tolerance the "
+            "fewest cores, then the lowest clock, are chosen)") in text
 
 
 def test_tune_progress_says_one_core_not_one_cores():

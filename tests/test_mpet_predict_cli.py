@@ -350,3 +350,56 @@ def test_a_clock_the_platform_was_not_measured_at_is_refused_with_its_clocks():
     with pytest.raises(MpetUsage, match=r"'a' is not measured on t at 600 MHz: it has b1, b2, "
                                         r"b3 at 600 MHz"):
         _measured_db(at600, ns, "t", "on")
+
+
+def test_the_mixed_size_and_clock_notes_stay_short_on_a_long_suite(capsys):
+    """On a board holding 200 workloads (a whole store exported and imported into one agent)
+    'opptune predict' printed a 40 kB note naming every workload with its size and clock;
+    past 8 workloads a board's entry now counts them per size (clock), naming three each."""
+    from opptune.daemon.mpet_predict_text import note_mixed_clocks, note_mixed_sizes
+    data = {"platforms": {"t": {"board": "board-t"}, "p": {"board": "board-p"}}}
+    names = [f"w{i:03d}" for i in range(200)]
+    sizes = {(w, "t"): ("medium" if i < 150 else "small") for i, w in enumerate(names)}
+    sizes.update({("a", "p"): "small"})
+    note_mixed_sizes(data, sizes, ["t", "p"])
+    err = capsys.readouterr().err
+    assert err.strip() == (
+        "opptune predict: note: the profiles used mix sizes (board-t: medium for 150 "
+        "workloads (w000, w001, w002, ...), small for 50 workloads (w150, w151, w152, ...); "
+        "board-p: small); give --size S to use one")
+    clocks = {(w, "t"): (1500.0 if i else None) for i, w in enumerate(names)}
+    note_mixed_clocks(data, clocks, ["t"])
+    err = capsys.readouterr().err
+    assert "(board-t: 1500 MHz for 199 workloads (w001, w002, w003, ...), its own clock " \
+           "(no cpufreq) for 1 workload (w000)): each at the highest" in err, err
+    assert len(err) < 400
+
+
+def test_an_edit_that_changes_nothing_says_so(capsys):
+    """'predict --workload triad --on rpi4 --set l=2x' printed a t(n) column equal to the
+    unedited one at every n (triad's lock share is 0: twice 0 is 0) without a word, as if
+    MPET had found doubling the lock wait harmless."""
+    from opptune.daemon.models.mpet_scenarios import parse_edit
+    from opptune.daemon.mpet_predict_cli import _predict_on
+    from opptune.daemon.mpet_predict_text import print_prediction
+    on = argparse.Namespace(workload="a", on="t", size=None)
+    same = _predict_on(answer(), on, [parse_edit("q=1x")])
+    print_prediction(same)
+    out = capsys.readouterr().out
+    assert ("note: the edits change no t(n): an edited curve that is 0 at every n stays 0 "
+            "under a factor; set a value instead (e.g. l=0.1) or edit another parameter") in out
+    print_prediction(_predict_on(answer(), on, [parse_edit("q=2x")]))
+    assert "change no t(n)" not in capsys.readouterr().out
+
+
+def test_the_operating_point_says_one_core_not_one_cores(capsys):
+    """A target measured at one core only ('predict --from all --to vm', every 2-core run
+    marked) printed 'the fewest within 5 % of the fastest predicted (1 cores, 0.01152 s)'."""
+    from opptune.daemon.mpet_predict_cli import _predict_on
+    from opptune.daemon.mpet_predict_text import print_prediction
+    got = _predict_on(answer(), argparse.Namespace(workload="a", on="t", size=None), [])
+    got["operating_point"] = {"cores": 1, "time_s": 0.01152, "fastest_cores": 1,
+                              "fastest_s": 0.01152, "tolerance": 0.05}
+    print_prediction(got)
+    (line,) = [x for x in capsys.readouterr().out.splitlines() if x.startswith("cores:")]
+    assert "predicted (1 core, " in line, line

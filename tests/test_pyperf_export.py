@@ -197,6 +197,20 @@ def test_import_of_the_same_runs_again_stores_only_the_new_ones(cluster, tmp_pat
     assert (two["runs"], two["already_stored"]) == (12, 0)
 
 
+def test_import_of_one_value_says_one_value(cluster, tmp_path):
+    """Importing a benchmark with one value printed 'imported 1 new values of ...'."""
+    (tmp_path / "bench.py").write_text(FIXED_SCRIPT)
+    out = tmp_path / "one.json"
+    subprocess.run([sys.executable, str(tmp_path / "bench.py"), "--processes", "1",
+                    "--values", "1", "--warmups", "1", "--loops", "4", "--quiet", "-o",
+                    str(out)], check=True, capture_output=True, timeout=120)
+    p = opptune("import", str(out), "--daemon", cluster.endpoint, "--agent", "test-agent",
+                "--cores", "1", "--workload", "single")
+    assert p.returncode == 0, p.stderr
+    assert p.stdout.startswith("imported 1 new value of fixed as workload single on agent "
+                               "test-agent (cpus 0, "), p.stdout
+
+
 def test_import_refuses_a_bad_file_or_agent_with_one_line(cluster, pyperf_file, tmp_path):
     before = cluster.rows("SELECT COUNT(*) FROM runs")
     bad = tmp_path / "bad.json"
