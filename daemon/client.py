@@ -155,7 +155,7 @@ def query(endpoint: str, what: str, args: dict[str, Any] | None = None,
                     on_wait()
                 continue
             try:
-                reply = P.decode(sock.recv())
+                reply = P.decode(sock.recv(), P.MAX_REPLY_BYTES)
             except P.ProtocolError:
                 continue
             ref = reply["body"].get("ref")

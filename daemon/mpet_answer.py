@@ -94,9 +94,9 @@ def clock_queries(data: dict[str, Any]) -> list[dict[str, float]]:
     (an answer without one: each group at its highest clock), every other clock its platforms
     were measured at: the i-th holds each platform's (i+1)-th highest. One query per clock,
     not one answer with all: each answer stays the size of the first, where all clocks in one
-    would be about three times it (characterize measures 3 per policy) against the reply's
-    1 MiB limit (shared/protocol.py MAX_MESSAGE_BYTES). An answer without ``clocks`` (a
-    daemon older than them) asks nothing more."""
+    would be about three times it (characterize measures 3 per policy; the daemon builds and
+    sends a reply in its loop, shared/protocol.py MAX_REPLY_BYTES). An answer without
+    ``clocks`` (a daemon older than them) asks nothing more."""
     ranks = {pid: sorted(v.get("clocks") or (), reverse=True)
              for pid, v in data["platforms"].items()}
     most = max((len(r) for r in ranks.values()), default=0)

@@ -624,7 +624,7 @@ class Daemon:
         operator hears why instead of a timeout."""
         reply = protocol.make("reply", DAEMON_ID, {"ref": ref, "data": data})
         try:
-            encoded = protocol.encode(reply)
+            encoded = protocol.encode(reply, protocol.MAX_REPLY_BYTES)
         except protocol.ProtocolError as exc:
             raise HandlerError(exc.code, f"the reply to '{what[:40]}' cannot be sent: "
                                          f"{exc}") from None

@@ -61,6 +61,11 @@ import msgpack
 
 PROTOCOL_VERSION = 1
 MAX_MESSAGE_BYTES = 1 << 20  # 1 MiB: a run record is a few KiB; anything larger is hostile.
+# A daemon's reply to an operator's query (status, report, export, mpet_data) carries the
+# store's jobs, fits and runs, which grow with every sweep: a store of 837 jobs and 771 groups
+# answered 'report' in 1.08 MB. Replies go only to the operator that asked, over its own
+# (authenticated) connection, so they may be larger than what anyone may send to the daemon.
+MAX_REPLY_BYTES = 64 << 20
 MAX_ID_LEN = 64
 # Integer fields are stored in 64-bit columns (SQLite, PostgreSQL bigint); msgpack carries up
 # to 2**64-1, and one such value would fail a whole batch's insert.
@@ -203,23 +208,24 @@ def make(msg_type: str, agent: str, body: dict[str, Any] | None = None, msg_id: 
     return msg
 
 
-def encode(msg: dict[str, Any]) -> bytes:
-    """Validate and pack one message."""
+def encode(msg: dict[str, Any], limit: int = MAX_MESSAGE_BYTES) -> bytes:
+    """Validate and pack one message (``limit``: MAX_REPLY_BYTES for a query's reply)."""
     validate(msg)
     data = msgpack.packb(msg, use_bin_type=True)
-    if len(data) > MAX_MESSAGE_BYTES:
+    if len(data) > limit:
         raise ProtocolError("too_large", f"message of {len(data)} bytes exceeds the limit of "
-                                         f"{MAX_MESSAGE_BYTES} bytes", msg.get("id"))
+                                         f"{limit} bytes", msg.get("id"))
     return data
 
 
-def decode(data: bytes) -> dict[str, Any]:
-    """Unpack and validate one message; raises ProtocolError for anything that must be refused."""
+def decode(data: bytes, limit: int = MAX_MESSAGE_BYTES) -> dict[str, Any]:
+    """Unpack and validate one message; raises ProtocolError for anything that must be refused
+    (``limit``: MAX_REPLY_BYTES for a query's reply)."""
     if not isinstance(data, (bytes, bytearray, memoryview)):
         raise ProtocolError("bad_frame", f"expected bytes, got {type(data).__name__}")
-    if len(data) > MAX_MESSAGE_BYTES:
+    if len(data) > limit:
         raise ProtocolError("too_large", f"message of {len(data)} bytes exceeds the limit of "
-                                         f"{MAX_MESSAGE_BYTES} bytes")
+                                         f"{limit} bytes")
     try:
         msg = msgpack.unpackb(bytes(data), raw=False, strict_map_key=True)
     except Exception as exc:  # msgpack raises several unrelated types for corrupt input
