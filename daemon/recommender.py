@@ -290,7 +290,8 @@ class Recommender:
             # (which would count towards drift)
             state, note = "marked", (
                 f"not verified: {len(marks)} of {len(stored)} verification runs marked "
-                f"({marks[-1]}); {note or 'within the prediction interval'}")
+                f"({marks[-1]}); under that load its time was "
+                f"{note or 'within the prediction interval'}")
         self.store.update_recommendation(body["config_id"], state, now,
                                          verified_time_s=verified, error=note)
         log.info("config %s measured by %s: %s s (predicted %s s): %s%s", body["config_id"],
