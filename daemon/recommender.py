@@ -134,8 +134,11 @@ class Recommender:
         req = out.request
         name = "/".join(req.group)
         if out.error or out.model is None:
-            log.warning("no model for %s: %s", name, out.error)
             why = f"no model: {out.error or 'the fit gave none'}" + self._marked_note(req.group)
+            # a group refitted as its runs arrive fails alike each time: said once, until
+            # its reason changes (it read 'no successful runs' where all were marked)
+            same = (self._fit_errors.get(req.group) or {}).get("error") == why
+            log.log(logging.DEBUG if same else logging.WARNING, "%s: %s", name, why)
             self._fit_failed(req.group, why, req.agent, req.job_id)
             return
         self._fit_errors.pop(req.group, None)

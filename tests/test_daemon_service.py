@@ -413,6 +413,35 @@ def test_one_core_count_gets_a_prior_based_prediction_flagged_and_not_pushed(dae
     a.close()
 
 
+def test_a_group_whose_runs_were_all_marked_logs_why_once(daemon, caplog):
+    """Every run of a group marked: the log said 'no model for ...: no successful runs in
+    this group' at each refit (4 times a group on the new-user walk's daemon); it says once
+    that its runs were marked, and again only when the reason changes."""
+    import logging
+    from procs import wait_until
+    caplog.set_level(logging.DEBUG, logger="opptune")
+    why = "interference: 70 % of cpu 0 used by pid 7 (make)"
+    a = Agent(daemon.endpoint)
+    jobs = _sweep_jobs(a, ("m",))
+    for seq, cores in enumerate((1, 2)):
+        rec = _run_record("m", cores, 6.0 / cores)
+        rec["marked"] = why
+        a.send("result", {"job_id": jobs["m"], "seq": seq, "of": 2, "record": rec})
+        a.expect("ack")
+    group = {"platform": "plat-test", "workload": "m", "input": "small", "variant": ""}
+
+    def failed_fits():
+        return [r for r in caplog.records if r.getMessage().startswith("plat-test/m/small/")
+                and "no model" in r.getMessage()]
+    for n in (1, 2):  # two fits at least, each failing alike
+        assert query(a, "fit", {"workload": "m"})["queued"] == [group]
+        wait_until(lambda: len(failed_fits()) >= n, "the failed fit's log line")
+    warned = [r for r in failed_fits() if r.levelno >= logging.WARNING]
+    assert len(warned) == 1 and "2 runs marked for interference were left out" in \
+        warned[0].getMessage(), [r.getMessage() for r in failed_fits()]
+    a.close()
+
+
 def test_a_prior_for_marked_runs_says_they_were_marked_not_unmeasured(daemon):
     # 2 and 4 cores measured, every run of them marked: the prior's "measure a second core
     # count" told the user to do what was done; the reason is the busy board
