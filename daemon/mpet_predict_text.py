@@ -40,7 +40,9 @@ def _per_workload(mine: dict[str, Any], word: Any) -> str:
 
 
 def _mhz(f: Any) -> str:
-    return f"{f:g} MHz" if isinstance(f, (int, float)) else "its own clock (no cpufreq)"
+    # no frequency set: a board without cpufreq, or runs left to the governor (imported
+    # runs, a sweep with frequency_grid "none"), so nothing more is claimed
+    return f"{f:g} MHz" if isinstance(f, (int, float)) else "its own clock (no frequency set)"
 
 
 def _clocks_text(fs: list[float]) -> str:

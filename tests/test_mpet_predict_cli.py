@@ -297,7 +297,7 @@ def test_the_prediction_says_the_clocks_its_profiles_were_taken_at(capsys):
     print_prediction(got)
     first = capsys.readouterr().out.splitlines()[0]
     assert first == ("a: measured on board-p1 (p1) at 1500 MHz, board-p2 (p2) at its own clock "
-                     "(no cpufreq), predicted on board-t (t) at 2000 MHz by MPET scenario a "
+                     "(no frequency set), predicted on board-t (t) at 2000 MHz by MPET scenario a "
                      "(migration)")
     # one suite workload on t swept at a lower clock only
     for p in data["profiles"]:
@@ -371,7 +371,7 @@ def test_the_mixed_size_and_clock_notes_stay_short_on_a_long_suite(capsys):
     note_mixed_clocks(data, clocks, ["t"])
     err = capsys.readouterr().err
     assert "(board-t: 1500 MHz for 199 workloads (w001, w002, w003, ...), its own clock " \
-           "(no cpufreq) for 1 workload (w000)): each at the highest" in err, err
+           "(no frequency set) for 1 workload (w000)): each at the highest" in err, err
     assert len(err) < 400
 
 
