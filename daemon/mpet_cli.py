@@ -482,9 +482,7 @@ def cmd_eval_mpet(args) -> int:
     paths = args.data or [find_data(p) for p in DEFAULT_DATA]
     try:
         results = run(paths, args.max_factor, args.setup, args.single_reference, args.scenario,
-                      _tty_progress(), terminal_counter("opptune eval-mpet"),
-                      note=lambda text: print(f"opptune eval-mpet: note: {text}",
-                                              file=sys.stderr))
+                      _tty_progress(), terminal_counter("opptune eval-mpet"), _stderr_note())
     except MpetInputError as exc:
         print(f"opptune eval-mpet: {exc}", file=sys.stderr)
         return 2
@@ -499,6 +497,16 @@ def _tty_progress(rename: tuple[str, str] | None = None) -> Callable[[str], None
     if say is None or rename is None:
         return say
     return lambda what: say(what.replace(*rename))
+
+
+def _stderr_note(rename: tuple[str, str] | None = None) -> Callable[[str], None]:
+    """``run``'s note on a set's figures as a line on stderr; ``rename`` as for
+    ``_tty_progress``."""
+    def note(text: str) -> None:
+        if rename is not None:
+            text = text.replace(*rename)
+        print(f"opptune eval-mpet: note: {text}", file=sys.stderr)
+    return note
 
 
 def print_results(results: list[dict], as_json: bool) -> None:
@@ -597,9 +605,7 @@ def cmd_eval_sources(args: argparse.Namespace) -> int:
             results = run([str(merged)], args.max_factor, args.setup, args.single_reference,
                           args.scenario, _tty_progress((str(merged), " + ".join(label))),
                           terminal_counter("opptune eval-mpet"),
-                          note=lambda text: print(
-                              "opptune eval-mpet: note: "
-                              + text.replace(str(merged), " + ".join(label)), file=sys.stderr))
+                          _stderr_note((str(merged), " + ".join(label))))
         except MpetInputError as exc:
             print(f"opptune eval-mpet: {str(exc).replace(str(merged), ' + '.join(label))}",
                   file=sys.stderr)
