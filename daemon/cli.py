@@ -281,6 +281,8 @@ def main(argv: list[str] | None = None) -> int:
         print(f"opptune {args.command}: {exc}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
+        if sys.stderr.isatty():  # end a progress line counted in place (progress.py)
+            print(file=sys.stderr)
         return 130
 
 

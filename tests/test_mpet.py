@@ -1060,6 +1060,44 @@ def test_eval_mpet_says_what_it_evaluates_on_a_terminal(tmp_path):
         "opptune eval-mpet: predictions 20/20"]
 
 
+def test_ctrl_c_during_the_count_ends_its_line(tmp_path):
+    """Ctrl-C while eval-mpet counts in place: exit 130 and the count's line ended, so the
+    shell's prompt does not land after 'predictions 30/540'."""
+    import os
+    import pty
+    import signal
+    import subprocess
+    import sys
+    from procs import wait_until
+    master, slave = pty.openpty()
+    cmd = [sys.executable, "-m", "opptune.daemon.cli", "eval-mpet", "--data", "powmon_xu3_a15"]
+    p = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=slave, cwd=tmp_path,
+                         preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
+    os.close(slave)
+    seen = b""
+    try:
+        def counting():
+            nonlocal seen
+            seen += os.read(master, 4096)
+            return b"\ropptune eval-mpet: predictions " in seen
+        wait_until(counting, "eval-mpet's count on the terminal", timeout=120)
+        p.send_signal(signal.SIGINT)
+        assert p.wait(30) == 130
+        while True:
+            try:
+                chunk = os.read(master, 4096)
+            except OSError:  # the other end is closed and read out
+                break
+            if not chunk:
+                break
+            seen += chunk
+    finally:
+        if p.poll() is None:
+            p.kill()
+        os.close(master)
+    assert seen.endswith(b"\r\n") and b"Traceback" not in seen, seen[-200:]
+
+
 def test_operating_point_is_judged_on_the_measured_times():
     """Each method's curve picks a core count by the recommender's rule (the fewest within 5 %
     of its best); the measured time there against the measured best says how good a choice
