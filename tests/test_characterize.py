@@ -146,7 +146,8 @@ def test_characterize_resumes_and_predict_migrates(two_boards):
     assert [ln.split()[0] for ln in lines[2:6]] == ["1", "2", "3", "4"]
     assert lines[6].startswith("interval: min..max of the single candidates' predictions")
     assert lines[7] == (f"cores: {op['cores']} ({op['time_s']:.4g} s), the fewest within 5 % of "
-                        f"the fastest predicted ({op['fastest_cores']} cores, "
+                        f"the fastest predicted ({op['fastest_cores']} "
+                        f"{'core' if op['fastest_cores'] == 1 else 'cores'}, "
                         f"{op['fastest_s']:.4g} s)"), lines
     assert f"method: t(1) by {out['method']['t1_basis']}, scaling by sc (q-chosen: sc, the " \
         "seed's distances, since the workload's profiles and the target's suite carry the " \

@@ -131,7 +131,8 @@ def test_scenario_b_scaling_from_the_one_core_run(cluster):
     assert lines[4].endswith("with probability 80 %")
     op = out["operating_point"]
     assert lines[5] == (f"cores: {op['cores']} ({op['time_s']:.4g} s), the fewest within 5 % of "
-                        f"the fastest predicted ({op['fastest_cores']} cores, "
+                        f"the fastest predicted ({op['fastest_cores']} "
+                        f"{'core' if op['fastest_cores'] == 1 else 'cores'}, "
                         f"{op['fastest_s']:.4g} s)")
     assert lines[6] == "method: t(1) measured (its own 1-core runs), scaling by sc"
     assert lines[7] == "scaling candidates (platform, workload: D_a, D_p, D_t, weight):"
