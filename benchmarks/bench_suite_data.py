@@ -64,7 +64,8 @@ def main(argv=None) -> int:
                     help="measure nothing: export the store of an earlier run (a copy of it)")
     args = ap.parse_args(argv)
     from opptune.agent.virtual_board import make_tree
-    from opptune.daemon.mpet_answer import store_rows, write_store_csv
+    from opptune.daemon.mpet_answer import (clock_queries, merge_answer, store_rows,
+                                            write_store_csv)
     from opptune.daemon.client import query
 
     if args.workdir:
@@ -136,6 +137,9 @@ def main(argv=None) -> int:
                 break
             time.sleep(1.0)  # a polling interval, not synchronisation
         data = query(ep, "mpet_data", {}, timeout_s=30)
+        # every clock characterize measured (min, mid, max per policy), not the highest alone
+        for clock in clock_queries(data):
+            merge_answer(data, query(ep, "mpet_data", {"clock": clock}, timeout_s=30))
         rows = store_rows(data)
         names = {pid: a for a, pid in data["agents"].items()}
         for pid in sorted({r["platform_id"] for r in rows}):
