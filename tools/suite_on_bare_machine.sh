@@ -9,7 +9,8 @@
 # is measured). data/bench_suite_xeon16/SOURCE.md was made this way.
 #
 #   bash tools/suite_on_bare_machine.sh [SIZE [REPS [SECONDS [AGENT_ID]]]]
-#   (defaults: default 3 420 dev16; WHL=.whl, OUT=/tmp/out)
+#   (defaults: default 3 420 dev16; WHL=.whl, OUT=/tmp/out; PROBE="fib_tasks wavefront" first
+#   runs tools/cpu_probe.py on each of those kernels, cpu by cpu, into OUT/probe.log)
 #
 # Wheels, prepared where pip has the network (here: .whl is ignored by git):
 #   pip download --no-deps --only-binary=:all: --python-version 3.12 --implementation cp \
@@ -32,6 +33,9 @@ export PYTHONPATH=/tmp/site PATH=/tmp/site/bin:$PATH
 echo "== installed in $(( $(date +%s) - t0 )) s"
 lscpu 2>/dev/null | head -25
 timeout 60 opptune doctor 2>&1 | head -40
+for k in ${PROBE:-}; do
+    timeout 300 python3 tools/cpu_probe.py "$k" --size "$SIZE" --reps 1 | tee -a "$OUT/probe.log"
+done
 W=/tmp/suite
 timeout --kill-after=10 "$SECS" python3 benchmarks/bench_suite_data.py --out "$OUT" \
     --local-size "$SIZE" --reps "$REPS" --local-id "$AGENT" --run-timeout 60 --workdir "$W"
