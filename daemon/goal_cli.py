@@ -188,8 +188,8 @@ def cmd_recommend(args: argparse.Namespace) -> int:
     if data.get("applied"):
         a, agent = data["applied"], data["agent"]
         if a["state"] == "unsent":
-            if a.get("error"):  # a pid/unit target's: never sent later
-                con.print(f"{a['config_id']} for {agent}: {a['error']}")
+            if a.get("reason"):  # a pid/unit target's: never sent later
+                con.print(f"{a['config_id']} for {agent}: {a['reason']}")
             else:
                 con.print(f"not sent: stored for {agent} as {a['config_id']} (unsent); {agent} "
                           f"is not connected: it is sent when {agent} says hello again (the "

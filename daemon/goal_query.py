@@ -165,4 +165,5 @@ def apply(d: Daemon, rec: dict[str, Any], target: dict[str, Any] | None = None
     stored = d.recommender.send_config(rec["agent"], group, rec["cpus"], rec["freq_khz"],
                                        t["value"], t["lower"], t["upper"], rec["model"],
                                        target=target)
-    return {"config_id": stored["config_id"], "state": stored["state"]}
+    return {"config_id": stored["config_id"], "state": stored["state"],
+            "reason": stored.get("error")}

@@ -162,6 +162,15 @@ def test_tune_energy_then_recommend_energy_beside_time(tmp_path):
         assert "pushed to" not in text
         assert re.search(r"not sent: stored for test-agent as cfg-\w+ \(unsent\); test-agent "
                          r"is not connected: it is sent when test-agent says hello again", text)
+        # for a running process it is never sent later, and the line says so (the reason
+        # was dropped from the answer, and the line above was printed instead)
+        p = opptune("recommend", *apply, "--pid", "1", cwd=elsewhere)
+        assert p.returncode == 0, p.stderr
+        text = " ".join(p.stdout.split())
+        assert "it is sent when" not in text
+        assert re.search(r"cfg-\w+ for test-agent: not sent: the agent was not reachable; a "
+                         r"configuration for a running process is not sent later, apply it "
+                         r"again", text), text
     finally:
         c.stop()
 
