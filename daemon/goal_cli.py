@@ -15,6 +15,10 @@ from .console import make_console
 from .objectives import OBJECTIVES, make_goal
 from .options import below_least
 
+# exit status of recommend and tune when no configuration meets the deadline / power cap: the
+# answer (the closest configuration) is printed, nothing is applied
+UNMET = 3
+
 
 def add_goal_options(p: argparse.ArgumentParser, tune: bool = False) -> None:
     p.add_argument("--agent", required=True, help="agent id (see opptune status)")
@@ -179,15 +183,19 @@ def cmd_recommend(args: argparse.Namespace) -> int:
     data, rc = ask("opptune recommend", daemon_endpoint(args), "recommend", q, timeout_s=args.timeout)
     if rc is not None:
         return rc
+    # 3: answered, but the limits are not met (the closest configuration, never pushed)
+    rc = 0 if data["met"] else UNMET
     if args.json:
         json.dump(data, sys.stdout, indent=2, sort_keys=True)
         print()
-        return 0
+        return rc
     con = make_console()
     con.print(recommendation_table(data))
     if data.get("applied"):
         a, agent = data["applied"], data["agent"]
-        if a["state"] == "unsent":
+        if a["state"] == "withheld":
+            con.print(f"not applied: {a['reason']}", markup=False, soft_wrap=True)
+        elif a["state"] == "unsent":
             if a.get("reason"):  # a pid/unit target's: never sent later
                 con.print(f"{a['config_id']} for {agent}: {a['reason']}")
             else:
@@ -197,14 +205,16 @@ def cmd_recommend(args: argparse.Namespace) -> int:
         else:
             con.print(f"pushed to {agent} as {a['config_id']} ({a['state']}); 'opptune "
                       "status' shows its verification")
-    return 0
+    return rc
 
 
 def add_parsers(sub: Any, link_options: Any) -> None:
     p = sub.add_parser("recommend", help="the best configuration for a goal (time, energy, "
                                          "EDP, ED2P; deadline, power cap) from what was measured",
                        description="Ask the daemon which cores and frequencies best serve a "
-                                   "goal for an agent's workload, from the runs it stored.")
+                                   "goal for an agent's workload, from the runs it stored. "
+                                   "When no configuration meets --deadline / --power-cap it "
+                                   "shows the closest, applies nothing and exits 3.")
     link_options(p)
     add_goal_options(p)
     p.add_argument("--apply", action="store_true",
@@ -225,7 +235,9 @@ def add_parsers(sub: Any, link_options: Any) -> None:
                                    "where it most helps to find the goal's optimum, stops "
                                    "when one more would not change the answer, recommends, "
                                    "and has the agent apply and verify it. The session lives "
-                                   "in the daemon: interrupting this command does not stop it.")
+                                   "in the daemon: interrupting this command does not stop it. "
+                                   "When no configuration meets --deadline / --power-cap it "
+                                   "shows the closest, applies nothing and exits 3.")
     link_options(p)
     add_goal_options(p, tune=True)
     p.add_argument("--budget", type=int, help="at most this many configurations")
@@ -265,6 +277,8 @@ def cmd_tune(args: argparse.Namespace) -> int:
         print()
     else:
         print_verdict(final, make_console())
+    if final["state"] == "unmet":
+        return UNMET
     if final["state"] != "done":
         print(f"opptune tune: {final['tune_id']} failed: {final['reason']}", file=sys.stderr)
         return 1
@@ -284,6 +298,7 @@ def follow_tune(endpoint: str, session: dict[str, Any], timeout_s: float,
     from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
     from .client import DaemonUnreachable, QueryFailed, query
+    from .store import TUNE_FINAL_STATES
     from .sweep_wait import POLL_S
     console = make_console(stderr=True)
     with Progress(TextColumn("{task.description}"), BarColumn(),
@@ -295,7 +310,7 @@ def follow_tune(endpoint: str, session: dict[str, Any], timeout_s: float,
                                  total=None, of="?", state="", eta="")
         silent_since: float | None = None  # when the daemon stopped answering
         while True:
-            if session["state"] in ("done", "failed"):
+            if session["state"] in TUNE_FINAL_STATES:
                 break
             of = session["budget"] or session["grid"]
             eta = session.get("eta_s")

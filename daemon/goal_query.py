@@ -143,7 +143,8 @@ def answer_recommend(d: Daemon, args: dict[str, Any]) -> Deferred:
     def finish(r: Any) -> dict[str, Any]:
         out = make_out(r)
         if args.get("apply"):
-            out["applied"] = apply(d, out, target)
+            # a configuration that breaks the user's limits is never pushed (withheld)
+            out["applied"] = apply(d, out, target) if out["met"] else withheld(out)
         return out
 
     return Deferred(compute, finish)
@@ -167,3 +168,51 @@ def apply(d: Daemon, rec: dict[str, Any], target: dict[str, Any] | None = None
                                        target=target)
     return {"config_id": stored["config_id"], "state": stored["state"],
             "reason": stored.get("error")}
+
+
+# the goal's limits: (Goal.as_dict key, the command-line option, the unit it is typed with)
+LIMITS = (("deadline_s", "--deadline", "s"), ("power_cap_w", "--power-cap", "W"))
+
+
+def _goal_args(rec: dict[str, Any]) -> str:
+    """The options that ask for ``rec``'s goal again, e.g. "--size small --deadline 0.001s"."""
+    goal = rec["goal"]
+    words = [f"--size {rec['size']}"]
+    if goal["objective"] != "time":
+        words.append(f"--objective {goal['objective']}")
+    words += [f"{opt} {goal[key]:g}{unit}" for key, opt, unit in LIMITS
+              if goal.get(key) is not None]
+    return " ".join(words)
+
+
+def _broken(rec: dict[str, Any]) -> list[str]:
+    """The options of the limits ``rec``'s predicted (or measured) time and power break; all
+    the goal sets where none does by its value (broken by its interval's bound)."""
+    goal = rec["goal"]
+    given = [(key, opt) for key, opt, _ in LIMITS if goal.get(key) is not None]
+    value = {"deadline_s": rec["time_s"]["value"], "power_cap_w": rec["power_w"]["value"]}
+    broken = [opt for key, opt in given
+              if value[key] is not None and value[key] > goal[key]]
+    return broken or [opt for _, opt in given]
+
+
+def withheld(rec: dict[str, Any], tune: bool = False, budget_spent: bool = False
+             ) -> dict[str, Any]:
+    """The ``applied`` of a recommendation that breaks its goal's limits (``met`` false):
+    nothing is pushed, and the reason says what to do instead. ``tune``: said for ``opptune
+    tune``, which has measured what it found worth measuring, or what ``budget_spent``
+    let it."""
+    opts = " or ".join(_broken(rec))
+    todo = [f"relax {opts}"]
+    if tune and budget_spent:
+        todo.append("tune again with a larger --budget")
+    if not tune and rec["n_configurations"] < rec["n_candidates"]:
+        # configurations not measured yet may meet the limits where predictions do not
+        todo.append(f"measure more configurations with 'opptune tune --agent {rec['agent']} "
+                    f"--workload {rec['workload']} {_goal_args(rec)}'")
+    alone = Goal(rec["goal"]["objective"]).describe()
+    todo.append(f"leave {opts} out for the best configuration for {alone} alone")
+    where = "applied" if tune else f"pushed to {rec['agent']}"
+    return {"config_id": None, "state": "withheld",
+            "reason": f"{rec['note']}; nothing was {where}: {', '.join(todo[:-1])}"
+                      f"{', or ' if len(todo) > 2 else ' or '}{todo[-1]}"}

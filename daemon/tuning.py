@@ -1,6 +1,8 @@
 """Tune sessions (``opptune tune``): measure few configurations, chosen one at a time by the
 :class:`sampling.Sampler`, until it says stop; then recommend for the goal, push the
-configuration to the agent and wait for its verification.
+configuration to the agent and wait for its verification. When no configuration meets the
+goal's deadline or power cap the session ends ``unmet``, the closest one shown, nothing
+applied.
 
 A session lives in the daemon (the CLI only starts and follows it: a CLI that goes away does
 not stop it). Each configuration is a one-point job on the sweep path (jobs.py): its runs are
@@ -32,7 +34,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from .errors import HandlerError
-from .goal_query import apply, parse_goal, recommend_for
+from .goal_query import apply, parse_goal, recommend_for, withheld
 from .goal_recommend import Part, fill_part, per_configuration
 from .jobs import ACTIVE_JOB_STATES, UNSUCCESSFUL_JOB_STATES
 from .objectives import Goal
@@ -41,7 +43,7 @@ from .recommend import candidate_grid
 from .recommender import rests_on, verdict
 from .registry import board_name, elsewhere_text
 from .sampling import Grid, Measured, Proposal, Sampler, fit_minimum
-from .store import Group
+from .store import TUNE_FINAL_STATES, Group
 from .sweeps import check_max_cores
 
 if TYPE_CHECKING:
@@ -50,7 +52,8 @@ if TYPE_CHECKING:
 log = logging.getLogger("opptune.daemon")
 
 ACTIVE = ("measuring", "verifying")
-FINAL = ("done", "failed")
+# unmet: nothing meets the goal's limits; the closest configuration is shown, not applied
+FINAL = TUNE_FINAL_STATES
 # finished sessions the store could not take, kept in memory for tune_status (the oldest go)
 UNSAVED_FINISHED_MAX = 32
 VERDICT_STATES = ("verified", "off", "marked", "refused", "failed")
@@ -79,7 +82,7 @@ class Session:
     cluster: int | None
     max_cores: int | None
     started: float
-    state: str = "measuring"  # measuring, verifying, done, failed
+    state: str = "measuring"  # measuring, verifying, done, failed, unmet
     reason: str | None = None
     current: int = 0  # index into segments
     job_id: str | None = None
@@ -508,6 +511,15 @@ class Tuner:
         try:
             rec = recommend_for(self.d, s.agent, s.workload, s.goal, s.size, s.cluster,
                                 s.max_cores, s.accept_load)
+            if not rec["met"]:
+                # the closest configuration breaks the user's limits: shown, never applied
+                rec["applied"] = withheld(rec, tune=True, budget_spent=any(
+                    g.budget is not None and len(g.grid) > g.measured >= g.budget
+                    for g in s.segments))
+                s.recommendation = rec
+                self._end(s, "unmet", rec["applied"]["reason"])
+                log.warning("tune %s: %s", s.tune_id, s.reason)
+                return
             rec["applied"] = apply(self.d, rec)
         except HandlerError as exc:
             self._fail(s, f"no recommendation: {exc}{self._marked_note(s)}")

@@ -25,6 +25,10 @@ class Group(NamedTuple):
         return self._asdict()
 
 
+# states of a finished tune session (daemon/tuning.py): never resumed
+TUNE_FINAL_STATES = ("done", "failed", "unmet")
+
+
 class ResultIn(NamedTuple):
     """One validated result message ready to store."""
     msg_id: str
@@ -249,8 +253,8 @@ class Store(ABC):
 
     @abstractmethod
     def open_tune_sessions(self) -> list[dict[str, Any]]:
-        """Every session neither done nor failed, oldest first (one whose stored body
-        cannot be read is logged and left out)."""
+        """Every session not in a final state (``TUNE_FINAL_STATES``), oldest first (one
+        whose stored body cannot be read is logged and left out)."""
 
     # re-measurement of marked points (daemon/remeasure.py), kept across restarts
     @abstractmethod
@@ -294,4 +298,4 @@ def open_store(location: str) -> Store:
     return SQLiteStore(location)
 
 
-__all__ = ["Group", "ResultIn", "Store", "is_url", "open_store"]
+__all__ = ["Group", "ResultIn", "Store", "TUNE_FINAL_STATES", "is_url", "open_store"]

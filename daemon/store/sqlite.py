@@ -37,7 +37,7 @@ from typing import Any, Iterator, Sequence
 import msgpack
 
 from ...shared.records import RecordColumns, RunRecord, columns_of
-from . import Group, ResultIn, Store
+from . import TUNE_FINAL_STATES, Group, ResultIn, Store
 from .schema import MIGRATIONS, SCHEMA_VERSION
 
 log = logging.getLogger("opptune.daemon.store")
@@ -594,9 +594,10 @@ class SQLiteStore(Store):
 
     def open_tune_sessions(self) -> list[dict[str, Any]]:
         out = []
+        final = ", ".join("?" * len(TUNE_FINAL_STATES))
         for tune_id, body in self.db.execute(
-                "SELECT tune_id, body FROM tune_sessions WHERE state NOT IN ('done', 'failed') "
-                "ORDER BY started, tune_id").fetchall():
+                f"SELECT tune_id, body FROM tune_sessions WHERE state NOT IN ({final}) "
+                "ORDER BY started, tune_id", TUNE_FINAL_STATES).fetchall():
             try:
                 out.append(json.loads(body))
             except ValueError as exc:  # one unreadable row must not keep the others back
