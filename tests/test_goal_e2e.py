@@ -50,7 +50,11 @@ def start(tmp: Path, kernels=("pi_integrate", "triad")) -> Cluster:
                 extra_agent={"virtual_board": "odroid-xu4", "sysfs_root": root})
     c.start_daemon()
     c.start_agent()
-    c.wait_for(lambda s: any(a["alive"] for a in s["agents"]), 30, "the agent's hello")
+    try:
+        c.wait_for(lambda s: any(a["alive"] for a in s["agents"]), 30, "the agent's hello")
+    except BaseException:  # the callers' finally is not entered yet: stop both here
+        c.stop()
+        raise
     return c
 
 
