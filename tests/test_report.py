@@ -358,3 +358,23 @@ def test_workload_and_agent_choose_the_groups_or_say_what_exists(tmp_path):
             build_report(data, tmp_path / "none", **kw)
         assert str(exc.value) == said
         assert not (tmp_path / "none").exists()  # refused before anything is written
+
+
+def test_benchmark_times_a_real_daemon_and_command_on_a_built_store(tmp_path):
+    """benchmarks/report.py: a store written through the store's API, a real daemon on it,
+    the installed command drawing part of it; the figures it prints add up."""
+    bench = Path(__file__).resolve().parent.parent / "benchmarks" / "report.py"
+    proc = subprocess.run([sys.executable, str(bench), "--groups", "7", "--max-groups", "2",
+                           "--json", "--keep", str(tmp_path)], capture_output=True, text=True,
+                          timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    fig = json.loads(proc.stdout)
+    # 3 boards round robin: 3 rpi4 groups (4 cores), 2 xu4 (4 of a cluster), 2 x86-2numa
+    # (its first cluster), each 3 clocks x 2 runs; recommendations for groups 0 and 4
+    assert (fig["groups"], fig["reply_points"], fig["listed"]) == (7, 7, 7)
+    assert fig["recommendations"] == 2 and fig["drawn"] == 2 and fig["images"] >= 2
+    assert fig["runs"] == fig["stored_runs"] > 0  # every run written is the daemon's
+    assert fig["query_s"] > 0 and fig["command_s"] >= fig["build_s"] > 0
+    html = (tmp_path / "site" / "index.html").read_text()
+    assert "Figures for 2 of the 7 workload groups" in html
+    assert html.count("(the daemon&#x27;s fit)") == 5  # the stored fits of the 5 not drawn

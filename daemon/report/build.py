@@ -130,7 +130,7 @@ def build_report(data: dict[str, Any], out: Path,
                  max_groups: int = DEFAULT_MAX_GROUPS, workload: str | None = None,
                  agent: str | None = None) -> Built:
     """Write the report of the daemon's ``report`` answer into ``out``; ``progress`` is told
-    what it does, ``count(what, i, n)`` how far the refits and figures are (about 2 s a
+    what it does, ``count(what, i, n)`` how far the refits and figures are (1-2 s a
     group on the 2-cpu machine). Every group (of ``workload`` and ``agent``'s board where
     given: select_entries, NoGroups before anything is written) is listed in a table; at
     most ``max_groups`` (0: all; analysis.drawn_groups picks them) are refitted and drawn."""
@@ -228,7 +228,7 @@ def _partial_note(n: int, total: int, max_groups: int, workload: str | None,
             "in the order of the table below, which lists every group with the daemon's "
             "own model. For the others: 'opptune report --workload W' or '--agent ID' draws "
             f"one workload's or one board's groups, '--max-groups 0' draws all {total} "
-            "(about 2 s a group).")
+            "(1-2 s a group).")
 
 
 def _group_table(views: list[GroupView], drawn: set[int]) -> page.Table:

@@ -11,7 +11,7 @@ from pathlib import Path
 from ..options import below_least
 
 DEFAULT_OUT = "opptune-report"
-# groups refitted and drawn by default: a refit and 4 figures take about 2 s a group on the
+# groups refitted and drawn by default: a refit and 4 figures take 1-2 s a group on the
 # 2-cpu machine, and nobody reads a page of hundreds of groups' figures (a table lists them)
 DEFAULT_MAX_GROUPS = 20
 
@@ -35,8 +35,8 @@ def add_parser(sub: argparse._SubParsersAction, add_link_options) -> None:
     p.add_argument("--workload", help="only this workload's groups")
     p.add_argument("--agent", metavar="ID", help="only the groups of this agent's board")
     p.add_argument("--max-groups", type=int, metavar="N", default=DEFAULT_MAX_GROUPS,
-                   help=f"refit and draw at most N groups (default {DEFAULT_MAX_GROUPS}; about "
-                        "2 s each; 0 = all); the page lists the others in a table")
+                   help=f"refit and draw at most N groups (default {DEFAULT_MAX_GROUPS}; "
+                        "1-2 s each; 0 = all); the page lists the others in a table")
     p.set_defaults(func=cmd_report, timeout=10.0)
 
 
