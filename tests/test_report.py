@@ -358,6 +358,9 @@ def test_workload_and_agent_choose_the_groups_or_say_what_exists(tmp_path):
             build_report(data, tmp_path / "none", **kw)
         assert str(exc.value) == said
         assert not (tmp_path / "none").exists()  # refused before anything is written
+    with pytest.raises(NoGroups, match=r"^--workload w03: no runs of it; nothing is measured "
+                                       r"there yet$"):
+        build_report({**data, "points": []}, tmp_path / "none", workload="w03")
 
 
 def test_benchmark_times_a_real_daemon_and_command_on_a_built_store(tmp_path):

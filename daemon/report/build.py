@@ -112,7 +112,8 @@ def select_entries(data: dict[str, Any], workload: str | None = None,
         if not entries:
             raise NoGroups(f"--workload {workload}: no runs of it"
                            + (f" on agent {agent}'s board" if agent else "")
-                           + (f"; measured: {_some(names)}" if names else ""))
+                           + (f"; measured: {_some(names)}" if names else
+                              "; nothing is measured there yet"))
     return entries
 
 
