@@ -76,16 +76,25 @@ def report(tmp_path_factory):
         proc = subprocess.run([str(BIN / "opptune"), "report", "--daemon", c.endpoint,
                                "--out", str(out), "--json"], capture_output=True, text=True,
                               timeout=120)
-        # a person at a terminal is told what takes the time (32 s for 66 groups)
+        # a person at a terminal is told what takes the time (32 s for 66 groups), counted
         again, said = run_on_terminal_stderr([str(BIN / "opptune"), "report", "--daemon",
                                               c.endpoint, "--out", str(tmp / "again")])
+        # a workload the daemon never measured: one line naming those it did, nothing written
+        nope = subprocess.run([str(BIN / "opptune"), "report", "--daemon", c.endpoint,
+                               "--out", str(tmp / "nope"), "--workload", "nope"],
+                              capture_output=True, text=True, timeout=120)
     finally:
         codes = c.stop()
     assert codes == {"agent": 0, "daemon": 0}, c.logs()
     assert proc.returncode == 0, proc.stderr
-    assert again.returncode == 0 and said.splitlines() == [
-        "opptune report: refitting the models of 2 workload groups",
-        f"opptune report: drawing 2 workload groups' figures into {tmp / 'again'}"], said
+    # each count rewritten in place (\r) and its line ended at the last
+    lines = said.replace("\r\n", "\n").split("\n")
+    assert again.returncode == 0 and [line.split("\r")[-1] for line in lines] == [
+        "opptune report: refitting models 2/2",
+        f"opptune report: drawing figures into {tmp / 'again'} 2/2", ""], said
+    assert nope.returncode == 2 and nope.stderr == ("opptune report: --workload nope: no runs "
+                                                    "of it; measured: pi_integrate\n")
+    assert not (tmp / "nope").exists()
     return {"status": st, "summary": json.loads(proc.stdout), "out": out, "tmp": tmp}
 
 
@@ -98,7 +107,7 @@ def test_report_names_groups_recommendations_and_fleet(report):
     # time map, energy map, time x energy = 4 figures
     assert summary["groups"] == [f"pi_integrate (small, {v}) on odroid-xu4 (virtual)"
                                  for v in ("cluster0", "cluster1")]
-    assert summary["images"] == 8
+    assert summary["images"] == 8 and summary["listed"] == 2
     srcs = re.findall(r'<img src="([^"]+)"', html)
     assert len(srcs) == 8 and sorted(srcs) == sorted(p.name for p in out.glob("fig-*.png"))
     for label in summary["groups"]:
@@ -167,6 +176,7 @@ def test_unreachable_daemon_is_one_line_and_writes_nothing(tmp_path):
     (["--daemon", "127.0.0.1:5555"], "not a valid daemon endpoint"),
     (["--out", "FILE"], "is a file, not a directory"),
     (["--timeout", "-1"], "seconds > 0"),
+    (["--max-groups", "-1"], "--max-groups must be >= 0, not -1"),
 ])
 def test_bad_input_is_one_line_exit_2(tmp_path, argv, needle):
     (tmp_path / "FILE").write_text("x")
@@ -216,11 +226,14 @@ def test_wrote_line_counts_in_words_that_agree_with_the_number():
     from types import SimpleNamespace
     from opptune.daemon.report.cli import wrote_line
     built = SimpleNamespace(index=Path("r/index.html"), groups=["g"], images=["a.png"],
-                            bytes=37 * 1024, seconds=0.21)
+                            bytes=37 * 1024, seconds=0.21, listed=1)
     assert wrote_line(built) == "wrote r/index.html: 1 workload group, 1 figure, 37 KiB in 0.2 s"
-    built.groups, built.images = ["g", "h"], ["a.png", "b.png", "c.png"]
+    built.groups, built.images, built.listed = ["g", "h"], ["a.png", "b.png", "c.png"], 2
     assert wrote_line(built).startswith("wrote r/index.html: 2 workload groups, 3 figures, ")
-    built.groups, built.images = [], []
+    built.listed = 771  # a large store: the page draws some and lists all
+    assert wrote_line(built).startswith("wrote r/index.html: 2 of 771 workload groups drawn "
+                                        "(the page lists all), 3 figures, ")
+    built.groups, built.images, built.listed = [], [], 0
     assert wrote_line(built) == ("wrote r/index.html: nothing measured yet (the page says how "
                                  "to start), 37 KiB in 0.2 s")
 
@@ -252,3 +265,119 @@ def test_energy_of_a_kernel_energy_model_is_not_called_measured(tmp_path):
     plat["energy"]["source"] = "rapl:package-0"
     html = build_report(data, tmp_path / "rapl").index.read_text()
     assert "energy measured by the board&#x27;s meter at 8 configurations" in html
+
+
+def _store(n_groups):
+    """The report query's answer for ``n_groups`` groups on two boards (one agent each), the
+    daemon's fit stored for each, recommendations (oldest first) for groups 1, 4 and 2."""
+    plat = {"n_cpus": 4, "sweep_order": [0, 1, 2, 3], "clusters": [[0, 1, 2, 3]]}
+    groups = [{"platform": f"p{i % 2}", "workload": f"w{i:02d}", "input": "small",
+               "variant": ""} for i in range(n_groups)]
+    return {"agents": [{"id": f"a{k}", "board": f"box{k}", "platform": f"p{k}",
+                        "alive": True, "last_seen_s": 1.0} for k in (0, 1)],
+            "platforms": {"p0": plat, "p1": plat},
+            "points": [{"group": g, "runs": _runs([None], False)} for g in groups],
+            "fits": [{"group": g, "model": "amdahl", "params": {}, "quality": {"cv_mape": 2.5},
+                      "runners_up": []} for g in groups],
+            "recommendations": [{"group": groups[i], "agent": f"a{i % 2}", "cores": 4,
+                                 "cpus": [0, 1, 2, 3], "freq_khz": None,
+                                 "predicted_time_s": 0.4, "state": "verified"}
+                                for i in (1, 4, 2) if i < n_groups],
+            "runs": [{"agent": "a0", "count": 4 * n_groups}]}
+
+
+def test_a_large_store_draws_the_newest_recommendations_groups_and_lists_every_group(tmp_path):
+    """A store of 771 groups took minutes: a refit and up to 4 figures per group. At most
+    --max-groups are drawn, those of the newest recommendations first, then in order; the
+    page says so, says how to get the others, and lists every group with the daemon's
+    model (no refit) and a link to the figures of the drawn ones."""
+    data = _store(7)
+    counted = []
+    built = build_report(data, tmp_path, count=lambda what, i, n: counted.append((what, i, n)),
+                         max_groups=3)
+    label = "w{:02d} (small) on box{}".format
+    assert built.groups == [label(1, 1), label(2, 0), label(4, 0)]  # the page's order
+    assert built.listed == 7 and len(built.images) == 3
+    assert sorted(p.name for p in tmp_path.glob("fig-*.png")) == sorted(
+        p.name for p in built.images)
+    # the refits and the figures are counted, each up to the groups drawn
+    assert [c for c in counted if c[0] == "refitting models"] == [
+        ("refitting models", i, 3) for i in (1, 2, 3)]
+    assert [c[1:] for c in counted if c[0].startswith("drawing figures")] == [
+        (i, 3) for i in (1, 2, 3)]
+    html = built.index.read_text()
+    assert ("Figures for 3 of the 7 workload groups (--max-groups 3): those of the newest "
+            "recommendations first") in html
+    assert "&#x27;--max-groups 0&#x27; draws all 7" in html
+    rows = re.findall(r"<tr><td>(?:<a href=\"([^\"]+)\">)?(w\d\d \(small\) on box\d)(?:</a>)?"
+                      r"</td>(.*?)</tr>", html)
+    assert [r[1] for r in rows] == [label(i, i % 2) for i in range(7)]
+    assert {r[1] for r in rows if r[0]} == set(built.groups)
+    for href, _, _ in rows:  # each link leads to its group's figures
+        assert not href or f'id="{href[1:]}"' in html
+    # the groups not drawn show the daemon's stored fit, the drawn ones their refit
+    listed = {r[1]: r[2] for r in rows}
+    assert "amdahl, cross-validated MAPE 2.5 % (the daemon&#x27;s fit)" in listed[label(0, 0)]
+    assert "the daemon" not in listed[label(1, 1)]
+    assert "4 cores, verified" in listed[label(4, 0)]
+
+
+def test_max_groups_0_draws_every_group_and_a_small_store_has_no_table(tmp_path):
+    built = build_report(_store(5), tmp_path / "all", max_groups=0)
+    assert len(built.groups) == built.listed == 5
+    html = built.index.read_text()
+    assert "Figures for" not in html and "<th>workload group</th>" not in html
+
+
+def test_drawn_groups_order():
+    from opptune.daemon.report.analysis import drawn_groups
+    data = _store(7)
+    entries, recs = data["points"], data["recommendations"]
+    assert drawn_groups(entries, recs, 2) == [2, 4]  # the two newest recommendations
+    assert drawn_groups(entries, recs, 5) == [0, 1, 2, 3, 4]  # then in order: 0, 3
+    assert drawn_groups(entries, recs, 0) == list(range(7))
+    assert drawn_groups(entries, [], 2) == [0, 1]
+
+
+def test_workload_and_agent_choose_the_groups_or_say_what_exists(tmp_path):
+    from opptune.daemon.report.build import NoGroups
+    data = _store(7)
+    built = build_report(data, tmp_path / "w", workload="w03")
+    assert built.groups == ["w03 (small) on box1"] and built.listed == 1
+    built = build_report(data, tmp_path / "a", agent="a0", max_groups=2)
+    assert built.listed == 4 and built.groups == ["w02 (small) on box0", "w04 (small) on box0"]
+    assert "of the 4 workload groups of --agent a0" in built.index.read_text()
+    for kw, said in [({"workload": "nope"}, "--workload nope: no runs of it; measured: w00, "
+                                            "w01, w02, w03, w04, w05, w06"),
+                     ({"workload": "w03", "agent": "a0"}, "--workload w03: no runs of it on "
+                                                          "agent a0's board; measured: w00, "
+                                                          "w02, w04, w06"),
+                     ({"agent": "zz"}, "--agent zz: the daemon knows no such agent; known: "
+                                       "a0, a1 ('opptune status' lists them)")]:
+        with pytest.raises(NoGroups) as exc:
+            build_report(data, tmp_path / "none", **kw)
+        assert str(exc.value) == said
+        assert not (tmp_path / "none").exists()  # refused before anything is written
+    with pytest.raises(NoGroups, match=r"^--workload w03: no runs of it; nothing is measured "
+                                       r"there yet$"):
+        build_report({**data, "points": []}, tmp_path / "none", workload="w03")
+
+
+def test_benchmark_times_a_real_daemon_and_command_on_a_built_store(tmp_path):
+    """benchmarks/report.py: a store written through the store's API, a real daemon on it,
+    the installed command drawing part of it; the figures it prints add up."""
+    bench = Path(__file__).resolve().parent.parent / "benchmarks" / "report.py"
+    proc = subprocess.run([sys.executable, str(bench), "--groups", "7", "--max-groups", "2",
+                           "--json", "--keep", str(tmp_path)], capture_output=True, text=True,
+                          timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    fig = json.loads(proc.stdout)
+    # 3 boards round robin: 3 rpi4 groups (4 cores), 2 xu4 (4 of a cluster), 2 x86-2numa
+    # (its first cluster), each 3 clocks x 2 runs; recommendations for groups 0 and 4
+    assert (fig["groups"], fig["reply_points"], fig["listed"]) == (7, 7, 7)
+    assert fig["recommendations"] == 2 and fig["drawn"] == 2 and fig["images"] >= 2
+    assert fig["runs"] == fig["stored_runs"] > 0  # every run written is the daemon's
+    assert fig["query_s"] > 0 and fig["command_s"] >= fig["build_s"] > 0
+    html = (tmp_path / "site" / "index.html").read_text()
+    assert "Figures for 2 of the 7 workload groups" in html
+    assert html.count("(the daemon&#x27;s fit)") == 5  # the stored fits of the 5 not drawn

@@ -5,20 +5,21 @@ the daemon's own choice (``fitter.fit_group``, same target grid and seed), its c
 prediction intervals, and where the group has a frequency axis the cores x frequency grid of the
 configurations the board offers with predicted time, energy (measured where measured, else the
 time model x the power model of models/energy.py fitted to the measured energy) and the
-time/energy Pareto front. Per board: topology rows and the bench_suite kernels' traits. The
-fleet: one row per agent.
+time/energy Pareto front; a group the page only lists (``drawn_groups`` picks the others) keeps
+its points and the daemon's stored fit, unrefitted. Per board: topology rows and the
+bench_suite kernels' traits. The fleet: one row per agent.
 """
 
 from __future__ import annotations
 
 import statistics
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Callable
 
 import numpy as np
 
 from ...bench_suite.catalogue import KERNELS
-from ...shared.point_stats import point_stats
+from ...shared.point_stats import benchmark
 from ..fitter import fit_group, observations, other_observations
 from ..goal_recommend import ESTIMATE_SOURCES
 from ..models.base import FittedModel, Observations
@@ -95,8 +96,10 @@ def median_points(runs: list[list[Any]]) -> list[Point]:
     out = []
     for (c, f), rs in sorted(by.items(), key=lambda kv: (kv[0][0], kv[0][1] or 0.0)):
         energies = [r[3] for r in rs if r[3] is not None and r[3] > 0]
-        # the time's median is pyperf's (shared/point_stats.py)
-        out.append(Point(c, f, point_stats([r[2] for r in rs]).median or
+        times = [float(r[2]) for r in rs if r[2] is not None and r[2] > 0]
+        # the time's median is pyperf's (shared/point_stats.py); only the median: point_stats'
+        # interval and stability checks took 0.36 ms a point, 3 s for a store's 8,224
+        out.append(Point(c, f, benchmark(times).median() if times else
                          statistics.median(r[2] for r in rs),
                          statistics.median(energies) if energies else None, len(rs)))
     return out
@@ -165,18 +168,69 @@ def analyse_group(entry: dict[str, Any], platform: dict[str, Any], board: str,
     return view
 
 
+def group_key(group: dict[str, Any]) -> tuple:
+    """(platform, workload, input, variant): how the query's lists name a group."""
+    return tuple(group.get(k) for k in ("platform", "workload", "input", "variant"))
+
+
 def analyse_groups(entries: list[dict[str, Any]], platforms: dict[str, dict[str, Any]],
-                   boards: dict[str, str], recs: dict[tuple, dict[str, Any]]
-                   ) -> list[GroupView]:
-    """The view of each of the report query's groups (``analyse_group``), each refitted with
-    its platform's other groups as the daemon fits it (recommend.platform_others)."""
-    keys = [tuple(e["group"].get(k) for k in ("platform", "workload", "input", "variant"))
-            for e in entries]
+                   boards: dict[str, str], recs: dict[tuple, dict[str, Any]],
+                   refit: set[int] | None = None, fits: dict[tuple, dict[str, Any]] | None = None,
+                   count: Callable[[int, int], None] | None = None) -> list[GroupView]:
+    """The view of each of the report query's groups. Those in ``refit`` (indices; None: all)
+    are refitted (``analyse_group``) with their platform's other groups as the daemon fits
+    them (recommend.platform_others); the others get their points and the daemon's stored fit
+    as their note (``fits``: key -> the status's fit), no model: a refit costs 0.1-0.5 s.
+    ``count(i, n)`` is told after each refit."""
+    keys = [group_key(e["group"]) for e in entries]
+    todo = set(range(len(entries))) if refit is None else set(refit)
     settings = [(k, fit_setting(platforms.get(k[0]) or {}, k[3] or "", _fit_rows(e)))
-                for k, e in zip(keys, entries)]
-    return [analyse_group(e, platforms.get(k[0]) or {}, boards.get(k[0], k[0]),
-                          recs.get(k), platform_others(k, settings))
-            for e, k in zip(entries, keys)]
+                for k, e in zip(keys, entries)] if todo else []
+    views, done = [], 0
+    for i, (e, k) in enumerate(zip(entries, keys)):
+        board = boards.get(k[0], k[0])
+        if i in todo:
+            views.append(analyse_group(e, platforms.get(k[0]) or {}, board, recs.get(k),
+                                       platform_others(k, settings)))
+            done += 1
+            if count:
+                count(done, len(todo))
+        else:
+            views.append(listed_group(e, board, recs.get(k), (fits or {}).get(k)))
+    return views
+
+
+def listed_group(entry: dict[str, Any], board: str, recommendation: dict[str, Any] | None,
+                 fit: dict[str, Any] | None) -> GroupView:
+    """A group listed without a refit: its measured points and the daemon's stored fit."""
+    runs = [r for r in entry["runs"] if r[2] is not None and r[2] > 0]
+    view = GroupView(entry["group"], board, median_points(runs), recommendation=recommendation)
+    view.model_note = stored_fit_note(fit) if runs else "no successful runs"
+    return view
+
+
+def stored_fit_note(fit: dict[str, Any] | None) -> str:
+    """The daemon's latest fit of a group in words (the status's ``fits`` entry)."""
+    if not fit:
+        return "none stored by the daemon"
+    cv = (fit.get("quality") or {}).get("cv_mape")
+    return f"{fit.get('model')}" + (f", cross-validated MAPE {cv:.1f} %" if cv else "") \
+        + " (the daemon's fit)"
+
+
+def drawn_groups(entries: list[dict[str, Any]], recs: list[dict[str, Any]], most: int
+                 ) -> list[int]:
+    """Indices of the entries a report draws, at most ``most`` (0: all): the groups of the
+    newest recommendations first (``recs``: oldest first, as the query lists them), then
+    the others in the entries' order; returned in the entries' order."""
+    if most <= 0 or most >= len(entries):
+        return list(range(len(entries)))
+    where = {group_key(e["group"]): i for i, e in enumerate(entries)}
+    ranked = [where[k] for k in dict.fromkeys(group_key(r.get("group") or {})
+                                              for r in reversed(recs)) if k in where]
+    first = set(ranked)
+    ranked += [i for i in range(len(entries)) if i not in first]
+    return sorted(ranked[:most])
 
 
 def _fit_rows(entry: dict[str, Any]) -> list[tuple[int, Any, float]]:
@@ -243,11 +297,7 @@ def _grid(view: GroupView, model: FittedModel, platform: dict[str, Any], axis: l
 
 def latest_recommendations(recs: list[dict[str, Any]]) -> dict[tuple, dict[str, Any]]:
     """The last recommendation per group (the query lists them oldest first)."""
-    out = {}
-    for r in recs:
-        g = r.get("group") or {}
-        out[tuple(g.get(k) for k in ("platform", "workload", "input", "variant"))] = r
-    return out
+    return {group_key(r.get("group") or {}): r for r in recs}
 
 
 def topology_rows(platform: dict[str, Any]) -> list[tuple[str, str]]:

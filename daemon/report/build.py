@@ -12,19 +12,25 @@ from pathlib import Path
 from typing import Any, Callable
 
 from . import page, plots
-from .analysis import (GroupView, analyse_groups, fleet_rows, kernel_traits,
-                       latest_recommendations, topology_rows)
+from .analysis import (GroupView, analyse_groups, drawn_groups, fleet_rows, group_key,
+                       kernel_traits, latest_recommendations, topology_rows)
+from .cli import DEFAULT_MAX_GROUPS
 
 TITLE = "opptune report"
+
+
+class NoGroups(ValueError):
+    """--workload / --agent name nothing the daemon measured (the message says what does)."""
 
 
 @dataclass
 class Built:
     index: Path
     images: list[Path]
-    groups: list[str]
+    groups: list[str]  # the groups drawn, as labelled
     bytes: int
     seconds: float
+    listed: int = 0  # the groups the page lists (drawn or not)
 
 
 def _ago(seconds: float | None) -> str:
@@ -87,12 +93,51 @@ def _group_section(view: GroupView, out: Path, images: list[Path]) -> page.Secti
     return sec
 
 
+def select_entries(data: dict[str, Any], workload: str | None = None,
+                   agent: str | None = None) -> list[dict[str, Any]]:
+    """The query's groups with runs, those of ``workload`` and of ``agent``'s board where
+    given; NoGroups when a filter matches none of them."""
+    entries = [e for e in data.get("points") or [] if e.get("runs")]
+    if agent is not None:
+        known = {a["id"]: a["platform"] for a in data.get("agents") or []}
+        if agent not in known:
+            raise NoGroups(f"--agent {agent}: the daemon knows no such agent; known: "
+                           f"{_some(sorted(known))} ('opptune status' lists them)")
+        entries = [e for e in entries if e["group"]["platform"] == known[agent]]
+        if not entries:
+            raise NoGroups(f"--agent {agent}: nothing measured on its board yet")
+    if workload is not None:
+        names = sorted({e["group"]["workload"] for e in entries})
+        entries = [e for e in entries if e["group"]["workload"] == workload]
+        if not entries:
+            raise NoGroups(f"--workload {workload}: no runs of it"
+                           + (f" on agent {agent}'s board" if agent else "")
+                           + (f"; measured: {_some(names)}" if names else
+                              "; nothing is measured there yet"))
+    return entries
+
+
+def _some(names: list[str], most: int = 8) -> str:
+    """``a, b, c`` or ``a, b, ... (N in all)``: a list a line can hold."""
+    if not names:
+        return "none"
+    more = len(names) - most
+    return ", ".join(names[:most]) + (f", ... ({len(names)} in all)" if more > 0 else "")
+
+
 def build_report(data: dict[str, Any], out: Path,
-                 progress: Callable[[str], None] | None = None) -> Built:
+                 progress: Callable[[str], None] | None = None,
+                 count: Callable[[str, int, int], None] | None = None,
+                 max_groups: int = DEFAULT_MAX_GROUPS, workload: str | None = None,
+                 agent: str | None = None) -> Built:
     """Write the report of the daemon's ``report`` answer into ``out``; ``progress`` is told
-    what it does (the refits and the figures: 32 s for 66 groups on the 2-cpu machine)."""
+    what it does, ``count(what, i, n)`` how far the refits and figures are (1-2 s a
+    group on the 2-cpu machine). Every group (of ``workload`` and ``agent``'s board where
+    given: select_entries, NoGroups before anything is written) is listed in a table; at
+    most ``max_groups`` (0: all; analysis.drawn_groups picks them) are refitted and drawn."""
     say = progress or (lambda what: None)
     t0 = time.perf_counter()
+    entries = select_entries(data, workload, agent)
     out.mkdir(parents=True, exist_ok=True)
     for old in out.glob("fig-*.png"):
         old.unlink()
@@ -103,7 +148,6 @@ def build_report(data: dict[str, Any], out: Path,
                                                                 or time.time()))
     d = data.get("daemon") or {}
     intro = [f"Daemon {d.get('instance', '?')} at {d.get('endpoint', '?')}, {when}."]
-    entries = [e for e in data.get("points") or [] if e.get("runs")]
     images: list[Path] = []
     if not entries:
         known = ", ".join(f"{a['id']} ({a['board']})" for a in data.get("agents") or [])
@@ -117,8 +161,17 @@ def build_report(data: dict[str, Any], out: Path,
         html = page.render(TITLE, intro, [], empty=empty)
         return _write(out, html, images, [], t0)
 
-    say(f"refitting the models of {len(entries)} workload groups")
-    views = analyse_groups(entries, platforms, boards, recs)
+    drawn = drawn_groups(entries, data.get("recommendations") or [], max_groups)
+    n = len(drawn)
+    if n < len(entries):
+        say(f"{len(entries)} workload groups: drawing {n} (--max-groups {max_groups}), "
+            "listing all")
+    fits = {group_key(f["group"]): f for f in data.get("fits") or []}
+    refitting = (lambda i, k: count("refitting models", i, k)) if count else None
+    if not count:
+        say(f"refitting the models of {n} workload groups")
+    views = analyse_groups(entries, platforms, boards, recs, refit=set(drawn), fits=fits,
+                           count=refitting)
 
     fleet = page.Section("Fleet", "fleet", tables=[page.Table(
         ["agent", "board", "platform", "online", "last seen", "runs", "recommendations",
@@ -150,17 +203,56 @@ def build_report(data: dict[str, Any], out: Path,
                   t["freq_exponent"], t["memory_bound"], t["model"]] for t in traits]))
         board_secs.append(sec)
     boards_sec = page.Section("Boards", "boards", subsections=board_secs)
-    say(f"drawing {len(views)} workload groups' figures into {out}")
-    work_sec = page.Section("Workloads", "workloads", subsections=[
-        _group_section(v, out, images) for v in views])
+    if not count:
+        say(f"drawing {n} workload groups' figures into {out}")
+    shown = [views[i] for i in drawn]
+    subsections = []
+    for k, v in enumerate(shown, 1):
+        subsections.append(_group_section(v, out, images))
+        if count:
+            count(f"drawing figures into {out}", k, n)
+    work_sec = page.Section("Workloads", "workloads", subsections=subsections)
+    if n < len(views):
+        work_sec.notes.append(_partial_note(n, len(views), max_groups, workload, agent))
+        work_sec.tables.append(_group_table(views, set(drawn)))
     html = page.render(TITLE, intro, [fleet, boards_sec, work_sec])
-    return _write(out, html, images, [v.label for v in views], t0)
+    return _write(out, html, images, [v.label for v in shown], t0, listed=len(views))
 
 
-def _write(out: Path, html: str, images: list[Path], groups: list[str], t0: float) -> Built:
+def _partial_note(n: int, total: int, max_groups: int, workload: str | None,
+                  agent: str | None) -> str:
+    """What the page shows of a large store, and how to get the rest."""
+    scope = " ".join(x for x in (f"--workload {workload}" if workload else "",
+                                 f"--agent {agent}" if agent else "") if x)
+    return (f"Figures for {n} of the {total} workload groups{' of ' + scope if scope else ''}"
+            f" (--max-groups {max_groups}): those of the newest recommendations first, then "
+            "in the order of the table below, which lists every group with the daemon's "
+            "own model. For the others: 'opptune report --workload W' or '--agent ID' draws "
+            f"one workload's or one board's groups, '--max-groups 0' draws all {total} "
+            "(1-2 s a group).")
+
+
+def _group_table(views: list[GroupView], drawn: set[int]) -> page.Table:
+    """Every listed group: board, runs, model, recommendation, and a link to its figures."""
+    rows = []
+    for i, v in enumerate(views):
+        r = v.recommendation
+        rec = "" if not r else (
+            f"{r['cores']} cores" + ("" if r.get("freq_khz") is None
+                                     else f" at {r['freq_khz'] / 1000:g} MHz")
+            + f", {r['state']}")
+        rows.append([page.Link(v.label, f"#g-{v.slug}") if i in drawn else v.label,
+                     sum(p.runs for p in v.points), len(v.points),
+                     v.model_note or "none", rec])
+    return page.Table(["workload group", "runs", "configurations", "model", "recommendation"],
+                      rows)
+
+
+def _write(out: Path, html: str, images: list[Path], groups: list[str], t0: float,
+           listed: int = 0) -> Built:
     index = out / "index.html"
     tmp = out / "index.html.tmp"
     tmp.write_text(html, encoding="utf-8")
     tmp.replace(index)
     size = index.stat().st_size + sum(p.stat().st_size for p in images)
-    return Built(index, images, groups, size, time.perf_counter() - t0)
+    return Built(index, images, groups, size, time.perf_counter() - t0, listed)

@@ -8,7 +8,12 @@ import json
 import sys
 from pathlib import Path
 
+from ..options import below_least
+
 DEFAULT_OUT = "opptune-report"
+# groups refitted and drawn by default: a refit and 4 figures take 1-2 s a group on the
+# 2-cpu machine, and nobody reads a page of hundreds of groups' figures (a table lists them)
+DEFAULT_MAX_GROUPS = 20
 
 
 def add_parser(sub: argparse._SubParsersAction, add_link_options) -> None:
@@ -20,11 +25,18 @@ def add_parser(sub: argparse._SubParsersAction, add_link_options) -> None:
                     "and energy maps over cores x frequency with the recommended point and the "
                     "time/energy Pareto front; per board its topology and the bench_suite "
                     "kernels' traits; the fleet of agents. Models are refitted here from the "
-                    "runs the daemon sends.")
+                    "runs the daemon sends. With more workload groups than --max-groups the "
+                    "page lists every group in a table with the daemon's model and draws those "
+                    "of the newest recommendations; --workload and --agent choose the groups.")
     add_link_options(p)
     p.add_argument("--out", metavar="DIR", default=DEFAULT_OUT,
                    help=f"directory to write (default ./{DEFAULT_OUT}); its index.html and "
                         "fig-*.png are replaced, nothing else in it is touched")
+    p.add_argument("--workload", help="only this workload's groups")
+    p.add_argument("--agent", metavar="ID", help="only the groups of this agent's board")
+    p.add_argument("--max-groups", type=int, metavar="N", default=DEFAULT_MAX_GROUPS,
+                   help=f"refit and draw at most N groups (default {DEFAULT_MAX_GROUPS}; "
+                        "1-2 s each; 0 = all); the page lists the others in a table")
     p.set_defaults(func=cmd_report, timeout=10.0)
 
 
@@ -34,6 +46,8 @@ def cmd_report(args: argparse.Namespace) -> int:
     out = Path(args.out)
     if not args.timeout > 0:  # zmq would wait forever on a negative poll
         return _fail(f"--timeout {args.timeout:g}: give a number of seconds > 0", 2)
+    if below_least("report", args, {"max_groups": 0}):
+        return 2
     if out.exists() and not out.is_dir():
         return _fail(f"--out {args.out}: is a file, not a directory; name a directory", 2)
     try:
@@ -48,14 +62,19 @@ def cmd_report(args: argparse.Namespace) -> int:
         return _fail(f"{exc}{hint}", 1)
     except DaemonUnreachable as exc:
         return _fail(str(exc), 1)
-    from .build import build_report
-    from ..progress import terminal_progress
+    from .build import NoGroups, build_report
+    from ..progress import terminal_counter, terminal_progress
     try:
-        built = build_report(data, out, terminal_progress("opptune report"))
+        built = build_report(data, out, terminal_progress("opptune report"),
+                             terminal_counter("opptune report"), max_groups=args.max_groups,
+                             workload=args.workload, agent=args.agent)
+    except NoGroups as exc:
+        return _fail(str(exc), 2)
     except OSError as exc:
         return _fail(f"--out {args.out}: cannot write: {exc.strerror or exc}", 2)
-    summary = {"index": str(built.index), "groups": built.groups, "images": len(built.images),
-               "bytes": built.bytes, "seconds": round(built.seconds, 3)}
+    summary = {"index": str(built.index), "groups": built.groups, "listed": built.listed,
+               "images": len(built.images), "bytes": built.bytes,
+               "seconds": round(built.seconds, 3)}
     if args.json:
         json.dump(summary, sys.stdout, indent=2)
         print()
@@ -66,8 +85,10 @@ def cmd_report(args: argparse.Namespace) -> int:
 
 def wrote_line(built) -> str:
     """What ``build_report`` wrote, in one line (1 workload group, 2 figures, ...)."""
-    g, i = len(built.groups), len(built.images)
-    what = (f"{g} workload group{'s' * (g != 1)}, {i} figure{'s' * (i != 1)}" if g else
+    g, i, n = len(built.groups), len(built.images), built.listed
+    drawn = f"{g} of {n} workload groups drawn (the page lists all)" if n > g else \
+        f"{g} workload group{'s' * (g != 1)}"
+    what = (f"{drawn}, {i} figure{'s' * (i != 1)}" if g else
             "nothing measured yet (the page says how to start)")
     return f"wrote {built.index}: {what}, {built.bytes / 1024:.0f} KiB in {built.seconds:.1f} s"
 

@@ -31,6 +31,13 @@ class Figure:
 
 
 @dataclass
+class Link:
+    """A table cell that links within the page (``href``: ``#anchor``)."""
+    text: str
+    href: str
+
+
+@dataclass
 class Table:
     head: Sequence[str]
     rows: Sequence[Sequence[Any]]
@@ -47,6 +54,8 @@ class Section:
 
 
 def _cell(v: Any) -> str:
+    if isinstance(v, Link):
+        return f'<td><a href="{escape(v.href)}">{escape(v.text)}</a></td>'
     if isinstance(v, float):
         return f'<td class="num">{v:.4g}</td>'
     if isinstance(v, int) and not isinstance(v, bool):
