@@ -187,6 +187,35 @@ def test_rests_on_leaves_out_the_runs_left_to_the_governor_as_the_fit_does(tmp_p
         st.close()
 
 
+def test_a_point_never_clean_at_a_clock_is_cleared_only_by_a_clean_run_at_that_clock(tmp_path):
+    """A point never measured clean at 600 MHz stays reported after a clean sweep of the same
+    cpus left to the governor (or at another clock): before, a clean job at the same cpus
+    cleared it whatever its frequency, and the status stopped saying the 600 MHz point had
+    no clean run (the fit still had none there)."""
+    from opptune.daemon.remeasure import Remeasure
+    from opptune.shared.config import DaemonConfig
+    why = "interference: 48 % of cpu 1 used by pid 4711 (sh)"
+    st = open_store(str(tmp_path / "s.db"))
+    try:
+        st.save_remeasure("never:a1/w/s", "a1", "never_clean", {
+            "workload": "w", "size": "s", "points": [
+                {"cores": 2, "cpus": [0, 1], "freq_khz": 600_000, "reason": why, "retries": 3}]},
+            now=1.0)
+        rm = Remeasure(DaemonConfig(remeasure_backoff_s=[0.1]), st, None, None)
+        for i, khz in enumerate([None, 1_500_000, 600_000]):
+            job = {"job_id": f"j{i}", "workload": "w", "size": "s", "reps": 1, "warmup": 0,
+                   "points": [{"cpus": [0, 1], "threads": 2, "freq_khz": khz}]}
+            st.save_job("a1", job, now=2.0 + i)
+            r = rec(2, [0, 1], 1.0)
+            r.freq_mhz = khz and khz / 1000
+            st.insert_results([ResultIn(f"m{i}", "a1", f"j{i}", 0, r, r.to_dict())], now=2.0 + i)
+            assert rm.job_done(f"j{i}", "a1", now=2.5 + i) is False
+            never = rm.never_clean.get(("a1", "w", "s"), [])
+            assert [p["freq_khz"] for p in never] == ([] if khz == 600_000 else [600_000]), khz
+    finally:
+        st.close()
+
+
 @pytest.fixture
 def daemon(tmp_path):
     d = daemon_on(tmp_path / "d.db", remeasure_backoff_s=[0.1])
