@@ -110,7 +110,7 @@ def characterize(d: Daemon, args: dict[str, Any]) -> dict[str, Any]:
     return {"agent": agent, "size": size, "kernels": kernels, "commands": sorted(commands),
             "command_sizes": {c: sizes[c] for c in sorted(commands)}, "skipped": done,
             "under_way": under_way, "queued": queued,
-            "frequencies": frequencies_text(grid, planned)}
+            "frequencies": frequencies_text(grid, planned, info.platform)}
 
 
 def _points(points: Any) -> set[tuple]:
@@ -137,9 +137,12 @@ def planned_grid(d: Daemon, platform: dict[str, Any] | None,
     return "none", set()
 
 
-def frequencies_text(grid: str | int, planned: set[tuple]) -> str:
+def frequencies_text(grid: str | int, planned: set[tuple],
+                     platform: dict[str, Any] | None = None) -> str:
     """What the grid measures a policy at, counted from the planned points: a policy that
-    gives only its range (intel_pstate: no frequency table) gets its two ends, not three."""
+    gives only its range (intel_pstate: no frequency table) gets its two ends, not three. A
+    policy whose own top clock is left out (a big.LITTLE board swept as a whole: a point's
+    cpus run at one clock that all their policies offer) is named with what it gets."""
     if grid == "none":
         return "board's own"
     per_cpu: dict[tuple, set] = {}
@@ -148,7 +151,25 @@ def frequencies_text(grid: str | int, planned: set[tuple]) -> str:
             per_cpu.setdefault(cpus, set()).add(freq)
     n = max((len(f) for f in per_cpu.values()), default=0)
     names = {1: "(max)", 2: "(min, max)", 3: "(min, mid, max)"}
-    return f"{n} per policy {names.get(n, '(spread over its range)')}"
+    text = f"{n} per policy {names.get(n, '(spread over its range)')}"
+    tables = ((platform or {}).get("cpufreq") or {}).get("frequencies_khz") or {}
+    for pol in (platform or {}).get("policies") or []:
+        cpus = set(pol.get("related_cpus") or pol.get("cpus") or [])
+        top = max(tables.get(pol.get("name")) or [0])
+        got = sorted({f for c, _, f, _ in planned if f and cpus & set(c)})
+        if got and top > got[-1]:
+            text += (f"; {pol['name']} (cpus {_cpus_text(sorted(cpus))}) at "
+                     f"{', '.join(f'{f / 1000:g}' for f in got)} MHz, not up to its "
+                     f"{top / 1000:g} MHz: a point runs its cpus at one clock, one every "
+                     "policy among them offers")
+    return text
+
+
+def _cpus_text(cpus: list[int]) -> str:
+    """[4, 5, 6, 7] -> "4-7"; [0, 2] -> "0,2"."""
+    if cpus and cpus == list(range(cpus[0], cpus[-1] + 1)) and len(cpus) > 2:
+        return f"{cpus[0]}-{cpus[-1]}"
+    return ",".join(map(str, cpus))
 
 
 def _job(j: dict[str, Any]) -> dict[str, Any]:

@@ -98,9 +98,11 @@ def cmd_sweep(args: argparse.Namespace) -> int:
     if args.freq:
         try:
             sweep_args["frequencies"] = [int(f) for f in args.freq.split(",")]
+            if min(sweep_args["frequencies"]) <= 0:
+                raise ValueError(args.freq)
         except ValueError:
-            print(f"opptune sweep: --freq {args.freq!r} must be kHz integers separated by "
-                  "commas, e.g. 1000000,1400000", file=sys.stderr)
+            print(f"opptune sweep: --freq {args.freq!r} must be kHz integers above 0 separated "
+                  "by commas, e.g. 1000000,1400000", file=sys.stderr)
             return 2
     endpoint = daemon_endpoint(args)
     data, rc = ask("opptune sweep", endpoint, "sweep", sweep_args, timeout_s=args.timeout)

@@ -4,8 +4,9 @@ update, thermal throttling, a new version of the workload) is measured again.
 After ``[daemon] drift_off_count`` consecutive "off" verdicts of the same group on the same
 agent (a "verified" one resets the count; refused or failed ones do not count), the daemon
 records a drift event with the reason, sends a new sweep of the group's workload (sweeps.py)
-and, from then on, fits the group only from runs received after the event: the measurements of
-the old behaviour no longer describe it. The sweep's completion fits and recommends again
+at the clocks the group was measured at (none set: the daemon's [sweep] grid) and, from then
+on, fits the group only from runs received after the event: the measurements of the old
+behaviour no longer describe it. The sweep's completion fits and recommends again
 through the usual job path. ``opptune status`` lists the events (``drift``).
 """
 
@@ -56,8 +57,13 @@ class Drift:
                   f"(last: {offs[0].get('error') or 'off'})")
         job_ids: list[str] = []
         error = None
+        # the clocks the group was measured at: the daemon's [sweep] grid (by default the
+        # governor's) would turn a group recommended at set clocks into one without them
+        clocks = sorted({int(round(f * 1000)) for _, f, _ in self.store.group_runs(group)
+                         if f is not None and f == f}) or None
         try:
-            jobs = self.sweeps.auto(agent, group.workload, size=group.input)
+            jobs = self.sweeps.auto(agent, group.workload, size=group.input,
+                                    frequencies=clocks)
             job_ids = [j["job_id"] for j in jobs]
         except HandlerError as exc:
             error = f"cannot re-characterise: {exc}"

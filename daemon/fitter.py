@@ -95,15 +95,22 @@ def without_outliers(rows: Sequence[tuple[int, float | None, float]]
     return [r for i, r in enumerate(rows) if i not in drop], len(drop)
 
 
+def set_clock_rows(rows: Sequence[Any]) -> list[Any]:
+    """The runs of a group that a model may take together: those at a set frequency (a row's
+    second item, MHz) as soon as any run has one, else all (left to the governor, or a board
+    without cpufreq). A run without a set frequency ran at the governor's clock, unknown, so it
+    can stand neither on the frequency axis nor pooled as if measured at another. The one rule
+    of the daemon's fits (``fit_rows``) and of a goal's recommendation (goal_recommend)."""
+    known = [r for r in rows if r[1] is not None and r[1] == r[1]]
+    return list(known or rows)
+
+
 def fit_rows(rows: Sequence[tuple[int, float | None, float]]
              ) -> tuple[list[tuple[int, float | None, float]], int]:
-    """(the runs a fit uses, how many the MAD rule left out). Runs without a recorded
-    frequency are left out as soon as any run carries one: their frequency is unknown, so
-    they can stand neither on the frequency axis nor pooled as if measured at another. The
-    rule of a group's own runs (recommend.fit_setting) and of the other groups pooled for its
-    interval (``other_observations``) alike."""
-    known = [r for r in rows if r[1] is not None and r[1] == r[1]]
-    return without_outliers(list(known or rows))
+    """(the runs a fit uses, how many the MAD rule left out): ``set_clock_rows``, then
+    ``without_outliers``. The rule of a group's own runs (recommend.fit_setting) and of the
+    other groups pooled for its interval (``other_observations``) alike."""
+    return without_outliers(set_clock_rows(rows))
 
 
 def other_observations(settings: Sequence[Any]) -> list[Observations]:

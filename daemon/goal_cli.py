@@ -285,10 +285,6 @@ def cmd_tune(args: argparse.Namespace) -> int:
     return 0
 
 
-# how long ``opptune tune`` keeps asking a daemon that stopped answering (restarting)
-RECONNECT_S = 60.0
-
-
 def follow_tune(endpoint: str, session: dict[str, Any], timeout_s: float,
                 quiet: bool = False) -> dict[str, Any] | None:
     """Show the session's progress on stderr until it is done or failed; its last view, or
@@ -299,7 +295,7 @@ def follow_tune(endpoint: str, session: dict[str, Any], timeout_s: float,
 
     from .client import DaemonUnreachable, QueryFailed, query
     from .store import TUNE_FINAL_STATES
-    from .sweep_wait import POLL_S
+    from .sweep_wait import POLL_S, RECONNECT_S
     console = make_console(stderr=True)
     with Progress(TextColumn("{task.description}"), BarColumn(),
                   TextColumn("{task.completed} of {task.fields[of]} configurations"),

@@ -15,6 +15,7 @@ from typing import Any, Sequence
 
 import numpy as np
 
+from .fitter import set_clock_rows
 from .objectives import Goal, choose, feasible
 from .planner import cluster_order, cluster_orders
 from .recommend import candidate_grid
@@ -87,6 +88,9 @@ class Part:
     measured: Measured
     allowed: np.ndarray  # grid points this part offers (an anchor point may be fitted only)
     sources: set[str] = field(default_factory=set)
+    # the one frequency every run of a grid without a frequency axis was set at (kHz; None:
+    # left to the governor, or no cpufreq): the configuration is recommended there
+    clock_khz: int | None = None
 
 
 def grid_for(platform: dict[str, Any], variant: str, freqs_mhz: Sequence[float | None]
@@ -115,21 +119,27 @@ def _parts(platform: dict[str, Any], variant: str, rows: Sequence[Row]) -> list[
     """One part per segment of the group's cpu order between cluster boundaries. A
     whole-board sweep of a big.LITTLE board is two regimes (power per core jumps where the
     big cores join): each segment is fitted on its own runs, the one below it (the cores
-    already filled) as its anchor."""
+    already filled) as its anchor. Runs left to the governor are left out where any run has a
+    set frequency (fitter.set_clock_rows: as the daemon's fit leaves them out)."""
+    rows = set_clock_rows(rows)
     order, grid = grid_for(platform, variant, [r[1] for r in rows])
+    clocks = {int(round(r[1] * 1000)) for r in rows if r[1] is not None and r[1] == r[1]}
+    clock = next(iter(clocks)) if grid.freq_mhz is None and len(clocks) == 1 else None
     bounds = cluster_bounds(platform, order) if not variant else [len(order)]
     parts, lo = [], 0
     for hi in bounds:
         keep = (grid.cores >= max(lo, 1)) & (grid.cores <= hi)
         sub = Grid(grid.cores[keep], None if grid.freq_mhz is None else grid.freq_mhz[keep])
-        part = fill_part(Part(variant, order, sub, Measured(), sub.cores > lo), rows)
+        part = fill_part(Part(variant, order, sub, Measured(), sub.cores > lo,
+                              clock_khz=clock), rows)
         parts.append(part)
         lo = hi
     fitted = [p for p in parts if len(set(p.measured.index)) >= 4]
     if len(fitted) == len(parts):
         return parts
     # too few runs in a segment to fit it alone: the whole group as one part
-    return [fill_part(Part(variant, order, grid, Measured(), np.ones(len(grid), bool)), rows)]
+    return [fill_part(Part(variant, order, grid, Measured(), np.ones(len(grid), bool),
+                           clock_khz=clock), rows)]
 
 
 def fill_part(part: Part, rows: Sequence[Row]) -> Part:
@@ -266,7 +276,7 @@ def recommend_goal(goal: Goal, platform: dict[str, Any], groups: dict[str, Seque
     p_val, p_lo, p_hi = (cat("power_w"), cat("power_lower"), cat("power_upper"))
     cores = np.concatenate([p.grid.cores for p, _ in ests])
     freq = np.concatenate([p.grid.freq_khz if p.grid.freq_khz is not None
-                           else np.full(len(p.grid), np.nan) for p, _ in ests])
+                           else np.full(len(p.grid), p.clock_khz or np.nan) for p, _ in ests])
     owner = np.concatenate([np.full(len(p.grid), k) for k, (p, _) in enumerate(ests)])
     allowed = np.concatenate([p.allowed for p, _ in ests])
     if max_cores:

@@ -140,8 +140,11 @@ def frequency_refusal(platform: dict[str, Any], board: str, freqs: list[int]) ->
     bad, offered, reason = unoffered_frequencies(platform, freqs)
     if not bad:
         return None
+    # below 100 MHz in kHz no board clocks: MHz typed (predict --freq takes MHz)
+    mhz = (f" (frequencies here are in kHz: {bad[0]} MHz is {bad[0] * 1000})"
+           if offered and all(0 < f < 100_000 for f in bad) else "")
     return (f"board {board} cannot run at {', '.join(map(str, bad))} kHz: "
-            + (f"it offers {', '.join(map(str, offered))} kHz" if offered else reason))
+            + (f"it offers {', '.join(map(str, offered))} kHz" if offered else reason) + mhz)
 
 
 def cpufreq_unavailable(platform: dict[str, Any]) -> str | None:

@@ -13,7 +13,7 @@ from typing import Any, Callable
 
 from ..shared.config import DaemonConfig
 from ..shared.records import RecordError, RunRecord
-from .fitter import FitOutcome, FitRequest, Fitter, workload_key
+from .fitter import FitOutcome, FitRequest, Fitter, set_clock_rows, workload_key
 from .recommend import (FitSetting, fit_setting, platform_others, recommend,
                         target_observations)
 from .registry import Registry
@@ -317,6 +317,12 @@ def rests_on(store: Store, group: Group, quality: dict[str, Any] | None = None,
     (``never_clean``, daemon/remeasure.py); ``text`` says it in one line."""
     accept = store.accept_load if accept_load is None else accept_load
     points = store.point_marks(group)
+    # the fit's rule (fitter.set_clock_rows): runs left to the governor leave it where any
+    # run had a set clock, so they are not what it rests on
+    at_set_clock = set_clock_rows([(p["cores"], p["freq_mhz"]) for p in points])
+    governor = sum(p["clean"] + p["marked"] for p in points) - sum(
+        p["clean"] + p["marked"] for p in points if (p["cores"], p["freq_mhz"]) in at_set_clock)
+    points = [p for p in points if (p["cores"], p["freq_mhz"]) in at_set_clock]
     clean = sum(p["clean"] for p in points)
     marked = sum(p["marked"] for p in points)
     reasons = list(dict.fromkeys(p["reason"] for p in points if p["reason"]))[:3]
@@ -330,6 +336,9 @@ def rests_on(store: Store, group: Group, quality: dict[str, Any] | None = None,
     elif marked:
         parts.append(f"{marked} marked run{'s' if marked != 1 else ''} left out "
                      f"({'; '.join(reasons)})")
+    if governor:
+        parts.append(f"{governor} run{'s' if governor != 1 else ''} left to the governor left "
+                     "out (their clock is unknown where other runs were at a set one)")
     if outliers:
         parts.append(f"{outliers} outlier{'s' if outliers != 1 else ''} left out")
     if unclean and not accept:
@@ -342,7 +351,8 @@ def rests_on(store: Store, group: Group, quality: dict[str, Any] | None = None,
                      "those points out; with --accept-load (accept_load = true) it holds for "
                      "the board under that load")
     return {"clean_runs": clean, "marked_runs": marked, "marked_used": bool(marked and accept),
-            "outliers_left_out": outliers, "offenders": reasons, "unclean_points": unclean,
+            "outliers_left_out": outliers, "governor_runs_left_out": governor,
+            "offenders": reasons, "unclean_points": unclean,
             "never_clean": list(never_clean or []), "accept_load": bool(accept),
             "text": "; ".join(parts)}
 

@@ -144,11 +144,12 @@ class Remeasure:
         if not marks:
             if attempt:
                 log.info("re-measure job %s of %s: every point measured clean", job_id, agent)
-            # measured clean since (a retry, a new sweep): no longer reported
-            done = {tuple(p["cpus"]) for p in job["points"]}
+            # measured clean since (a retry, a new sweep) at its cpus and clock: no longer
+            # reported; a clean run at another clock (or the governor's) says nothing of it
+            done = {(tuple(p["cpus"]), p.get("freq_khz")) for p in job["points"]}
             if key in never:
-                self._set_never_clean(key, [p for p in never[key]
-                                            if tuple(p["cpus"]) not in done], True, now)
+                self._set_never_clean(key, [p for p in never[key] if (
+                    tuple(p["cpus"]), p.get("freq_khz")) not in done], True, now)
             return False
         backoff = list(self.config.remeasure_backoff_s)
         if attempt >= len(backoff):

@@ -1,7 +1,8 @@
 """``opptune sweep --wait``: follow the jobs of a sweep to their final state.
 
 A progress bar per job on stderr (runs received of expected); exit 0 when every job is done,
-1 with each reason when one failed or expired (or the daemon stopped answering); a done job
+1 with each reason when one failed or expired (or the daemon did not answer for
+``RECONNECT_S``: one that restarts sooner is followed on); a done job
 whose points had marked runs says which and when the daemon measures them again. With
 ``--json``, stdout holds only the final job entries of the daemon's status (a JSON list).
 """
@@ -21,6 +22,9 @@ from .console import make_console
 from .jobs import FINAL_JOB_STATES
 
 POLL_S = 0.5  # how often the display is refreshed from the daemon's status
+# how long a follower (sweep/characterize --wait, tune) keeps asking a daemon that stopped
+# answering: a restarted daemon goes on with the jobs (or session) of its store
+RECONNECT_S = 60.0
 
 
 def wait_for_jobs(endpoint: str, job_ids: list[str], timeout_s: float = 5.0,
@@ -47,10 +51,22 @@ def _wait(endpoint: str, job_ids: list[str], timeout_s: float, as_json: bool,
                   TextColumn("{task.fields[state]}"),
                   TimeElapsedColumn(), console=console) as progress:
         tasks = {j: progress.add_task(j, total=None, state="") for j in job_ids}
+        silent_since: float | None = None  # when the daemon stopped answering
         while True:
             try:
                 status = query(endpoint, "status", timeout_s=timeout_s)
             except (DaemonUnreachable, QueryFailed) as exc:
+                now = time.monotonic()
+                if isinstance(exc, DaemonUnreachable):
+                    if silent_since is None:
+                        silent_since = now
+                        progress.console.print(
+                            f"{prog}: {exc}; retrying for up to {RECONNECT_S:g} s (a "
+                            "restarted daemon goes on with the jobs of its store)",
+                            markup=False, soft_wrap=True)
+                    if now - silent_since < RECONNECT_S:
+                        time.sleep(POLL_S)  # a polling interval, not synchronisation
+                        continue
                 progress.stop()
                 again = ("run it again to follow them" if prog == "opptune characterize"
                          else "'opptune status' follows them")
@@ -58,6 +74,10 @@ def _wait(endpoint: str, job_ids: list[str], timeout_s: float, as_json: bool,
                               f"go on when it runs again: {again}", markup=False,
                               soft_wrap=True)
                 return 1
+            if silent_since is not None:
+                progress.console.print(f"{prog}: the daemon answers again; following the "
+                                       "jobs", markup=False, soft_wrap=True)
+                silent_since = None
             jobs = {j["job_id"]: j for j in status.get("jobs") or [] if j["job_id"] in tasks}
             agents = {a["id"]: a for a in status.get("agents") or []}
             for job_id, task in tasks.items():

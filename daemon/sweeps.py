@@ -97,13 +97,14 @@ class Sweeps:
                         "reps": job["reps"]})
         return ids, not_swept
 
-    def auto(self, agent: str, workload: str, size: str | None = None) -> list[dict[str, Any]]:
-        """Sweep ``workload`` as configured (the daemon's own sweeps: a new agent's, a drift's
-        re-characterisation); on a board that cannot honour the configured frequency grid,
-        sweep cores only and say why. An agent unknown or offline, or a workload it does not
-        offer, is raised: no grid would do."""
+    def auto(self, agent: str, workload: str, size: str | None = None,
+             frequencies: list[int] | None = None) -> list[dict[str, Any]]:
+        """Sweep ``workload`` as configured, or at ``frequencies`` (kHz) where given (the
+        daemon's own sweeps: a new agent's, a drift's re-characterisation at the group's
+        clocks); on a board that cannot honour them, sweep cores only and say why. An agent
+        unknown or offline, or a workload it does not offer, is raised: no grid would do."""
         try:
-            return self.start(agent, [workload], size=size)
+            return self.start(agent, [workload], size=size, frequencies=frequencies)
         except HandlerError as exc:
             if exc.code in ("unknown_agent", "agent_offline", "unknown_workload"):
                 raise

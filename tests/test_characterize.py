@@ -700,3 +700,30 @@ def test_a_freq_on_a_board_measured_at_one_clock_says_what_to_do():
                                         r"600, 1500 MHz; give one of them"):
         _check_clock(data, "q", "xu4", 700.0, args)
     _check_clock(data, "q", "xu4", 600.2, args)  # within the daemon's 0.5 MHz
+
+
+def test_the_frequencies_line_says_where_a_policy_is_not_measured_to_its_max():
+    """The DVFS walk: 'characterize --agent xu4' said 'frequencies: 3 per policy (min, mid,
+    max)', but a whole-board point runs every cpu at one clock that both policies offer, so
+    the big cores (policy4, 200-2000 MHz) were measured at 200, 800 and 1400 MHz only, and
+    'predict --freq 2000' then said to run characterize, which had run."""
+    from types import SimpleNamespace
+
+    from opptune.daemon.characterize import frequencies_text, planned_grid
+    from opptune.shared.config import DaemonConfig
+    little = [f * 100_000 for f in range(2, 15)]
+    big = [f * 100_000 for f in range(2, 21)]
+    xu4 = {"n_cpus": 8, "cpus_online": list(range(8)), "clusters": [[0, 1, 2, 3], [4, 5, 6, 7]],
+           "sweep_order": list(range(8)),
+           "policies": [{"name": "policy0", "cpus": [0, 1, 2, 3], "related_cpus": [0, 1, 2, 3]},
+                        {"name": "policy4", "cpus": [4, 5, 6, 7], "related_cpus": [4, 5, 6, 7]}],
+           "cpufreq": {"available": True, "frequencies_khz": {"policy0": little,
+                                                              "policy4": big}}}
+    d = SimpleNamespace(config=DaemonConfig())
+    grid, planned = planned_grid(d, xu4, {})
+    assert frequencies_text(grid, planned, xu4) == (
+        "3 per policy (min, mid, max); policy4 (cpus 4-7) at 200, 800, 1400 MHz, not up to "
+        "its 2000 MHz: a point runs its cpus at one clock, one every policy among them offers")
+    # the LITTLE cluster alone: its own min, mid and max, nothing to add
+    grid, planned = planned_grid(d, xu4, {"max_cores": 4})
+    assert frequencies_text(grid, planned, xu4) == "3 per policy (min, mid, max)"

@@ -166,6 +166,16 @@ def test_sweep_counts_refused_naming_the_option_typed(tmp_path, command, option,
                    f"opptune {command}: {option} must be >= {least}, not {value}")
 
 
+@pytest.mark.parametrize("value", ["-600000", "0", "600000,-1"])
+def test_sweep_freq_not_positive_is_refused_naming_the_option(tmp_path, value):
+    """The DVFS walk: 'sweep --freq -600000' went to the daemon and came back as 'sweep
+    args.frequencies must be a list of kHz integers', naming its protocol key."""
+    one_line_error(run("opptune", "sweep", "--daemon", "tcp://127.0.0.1:9", "--agent", "a",
+                       f"--freq={value}", cwd=tmp_path),
+                   f"opptune sweep: --freq {value!r} must be kHz integers above 0 separated "
+                   "by commas, e.g. 1000000,1400000")
+
+
 def test_tune_budget_refused_before_asking_the_daemon(tmp_path):
     one_line_error(run("opptune", "tune", "--daemon", "tcp://127.0.0.1:9", "--agent", "a",
                        "--workload", "w", "--budget", "0", cwd=tmp_path), "--budget must be >= 1")

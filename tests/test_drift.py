@@ -12,8 +12,9 @@ from opptune.agent.virtual_board import BOARDS, make_tree, model_time_s, update_
 from opptune.daemon.client import query
 from opptune.daemon.drift import Drift, consecutive_off
 from opptune.daemon.errors import HandlerError
-from opptune.daemon.store import Group, open_store
+from opptune.daemon.store import Group, ResultIn, open_store
 from opptune.shared.config import ConfigError, DaemonConfig, load_daemon_config
+from opptune.shared.records import RunRecord
 from procs import Cluster, check_verdict, write_toml
 
 G = Group("p", "w", "s", "")
@@ -36,8 +37,9 @@ class FakeSweeps:
     def __init__(self, error=None):
         self.calls, self.error = [], error
 
-    def auto(self, agent, workload, size=None):
+    def auto(self, agent, workload, size=None, frequencies=None):
         self.calls.append((agent, [workload], size))
+        self.frequencies = frequencies
         if self.error:
             raise HandlerError("agent_offline", self.error)
         return [{"job_id": f"job-{len(self.calls)}"}]
@@ -72,6 +74,33 @@ def test_the_second_off_verdict_re_characterises_once(tmp_path):
     st.update_recommendation("c10", "off", now=15, error="off")
     assert drift.verdict("a1", G, "off", now=16) is False
     st.close()
+
+
+def test_the_re_characterisation_sweeps_the_clocks_the_group_was_measured_at(tmp_path):
+    """A group swept at 600 and 1500 MHz (and once left to the governor) drifts: the new
+    sweep measures it at those clocks again. Before, it took the daemon's [sweep] grid (by
+    default none: the governor's clock), so the group recommended at set clocks came back
+    recommended at 'the governor's frequency' and an energy goal lost its clock axis (the
+    walk of 2026-11-26, pi_integrate on the virtual rpi4)."""
+    st = store_with(tmp_path, ["off", "off"])
+    items = []
+    for i, khz in enumerate([600_000, 1_500_000, 600_000, None]):
+        r = RunRecord(platform="p", workload="w", input="s", cores=1, cpus=[0], threads=1,
+                      rep=i, time_s=0.05, freq_mhz=khz and khz / 1000)
+        items.append(ResultIn(f"m{i}", "a1", "job-1", i, r, r.to_dict()))
+    st.insert_results(items, now=0.1)
+    sweeps = FakeSweeps()
+    assert Drift(DaemonConfig(drift_off_count=2), st, sweeps).verdict("a1", G, "off", 5)
+    assert sweeps.calls == [("a1", ["w"], "s")]
+    assert sweeps.frequencies == [600_000, 1_500_000]
+    # a group left to the governor only: the daemon's own grid, as before
+    (tmp_path / "gov").mkdir()
+    st2 = store_with(tmp_path / "gov", ["off", "off"])
+    sweeps2 = FakeSweeps()
+    assert Drift(DaemonConfig(drift_off_count=2), st2, sweeps2).verdict("a1", G, "off", 5)
+    assert sweeps2.frequencies is None
+    st.close()
+    st2.close()
 
 
 def test_drift_off_when_configured_so_and_an_offline_agent_is_reported(tmp_path):

@@ -299,3 +299,43 @@ def test_tune_verdict_says_the_verification_once():
     con = Console(record=True, width=300)
     print_verdict(s, con)
     assert con.export_text().splitlines()[1:] == ["failed: the agent went away"]
+
+
+PI4 = board_spec("rpi4")
+PI4_ORDER = [0, 1, 2, 3]
+
+
+def test_a_group_measured_at_one_set_clock_is_recommended_at_that_clock():
+    """A group swept at one clock (sweep --freq 600000) has no frequency axis, but its runs
+    were not the governor's: the daemon's own recommendation keeps that clock
+    (recommender.push), and so does a goal's. Before, the goal said 'governor's choice'
+    with the 600 MHz time as its prediction; applied, the governor ran it at 1500 MHz, the
+    verification was off by -59 % twice and the daemon reported a drift that was only the
+    clock (the walk of 2026-11-26)."""
+    plat = platform_of(PI4)
+    rec = recommend_goal(make_goal("time"), plat, {"": rows(PI4, PI4_ORDER, [600_000])})
+    assert rec.freq_khz == 600_000
+    assert rec.freq_per_policy == {"policy0": 600_000}
+    t600, _ = truth(PI4, PI4_ORDER[:rec.cores], 600_000)
+    assert rec.time_s.value == pytest.approx(t600, rel=0.01)
+
+
+def test_runs_left_to_the_governor_do_not_pool_with_runs_at_a_set_clock():
+    """A group swept at 600 MHz and then left to the governor (which runs the virtual Pi at
+    1500 MHz): the runs without a set frequency stand on no frequency axis, so they are left
+    out as the daemon's fit leaves them out (fitter.fit_rows); pooled as one configuration
+    with the 600 MHz runs, the goal predicted a time between the two clocks for 'governor's
+    choice' (matmul: 0.0256 s, interval 0.0152..0.0431, measured 0.0162)."""
+    plat = platform_of(PI4)
+    governor = [(k, None, t, e, src)
+                for k, _, t, e, src in rows(PI4, PI4_ORDER, [1_500_000], reps=3)]
+    runs = {"": rows(PI4, PI4_ORDER, [600_000], reps=3) + governor}
+    rec = recommend_goal(make_goal("time"), plat, runs)
+    t600, _ = truth(PI4, PI4_ORDER[:rec.cores], 600_000)
+    assert rec.freq_khz == 600_000
+    assert rec.time_s.value == pytest.approx(t600, rel=0.01)
+    assert rec.n_measurements == 12  # the 600 MHz runs only
+    # only runs left to the governor: recommended at the governor's choice, from them
+    alone = recommend_goal(make_goal("time"), plat, {"": governor})
+    t1500, _ = truth(PI4, PI4_ORDER[:alone.cores], 1_500_000)
+    assert alone.freq_khz is None and alone.time_s.value == pytest.approx(t1500, rel=0.01)

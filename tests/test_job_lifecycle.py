@@ -69,6 +69,11 @@ def test_a_sweep_the_agent_cannot_run_is_refused_at_once(daemon):
     err = refused(op, {"frequencies": [1400000, 2000000]})
     assert err["message"] == ("board odroid-7 cannot run at 2000000 kHz: it offers 1000000, "
                               "1400000, 1800000 kHz")
+    # MHz typed where kHz are asked (predict --freq takes MHz; the DVFS walk typed 700)
+    err = refused(op, {"frequencies": [1400]})
+    assert err["message"] == ("board odroid-7 cannot run at 1400 kHz: it offers 1000000, "
+                              "1400000, 1800000 kHz (frequencies here are in kHz: 1400 MHz is "
+                              "1400000)")
     no_cpufreq = {**PLATFORM, "cpufreq": {"available": False, "reason": "no cpufreq in sysfs"}}
     hello(a, platform=no_cpufreq)
     err = refused(op, {"frequencies": [1400000]})

@@ -326,7 +326,8 @@ def test_import_refuses_a_frequency_the_boards_cpufreq_does_not_offer(tmp_path):
         err = a.query("import", {**args, "freq_khz": 123})
         assert err["type"] == "error" and err["body"]["code"] == "bad_args"
         assert err["body"]["message"].endswith(
-            "cannot run at 123 kHz: it offers 500000, 1000000, 1500000 kHz")
+            "cannot run at 123 kHz: it offers 500000, 1000000, 1500000 kHz (frequencies here "
+            "are in kHz: 123 MHz is 123000)")
         ok = a.query("import", {**args, "freq_khz": 1000000})
         assert ok["type"] == "reply" and ok["body"]["data"]["runs"] == 2
     finally:

@@ -157,6 +157,65 @@ def test_runs_are_matched_to_their_points_and_rests_on_counts_them(tmp_path):
         st.close()
 
 
+def test_rests_on_leaves_out_the_runs_left_to_the_governor_as_the_fit_does(tmp_path):
+    """The DVFS walk: pi_integrate swept at 600/1000/1500 MHz, then left to the governor;
+    'opptune status' said 'rests on 54 clean runs' where the fit had 42: the 12 runs without a
+    set frequency leave the fit (fitter.set_clock_rows) but were counted, marked ones too."""
+    why = "interference: 40 % of cpu 1 used by pid 4711 (sh)"
+    recs = [rec(1, [0], 2.0), rec(2, [0, 1], 1.1), rec(1, [0], 1.0), rec(2, [0, 1], 0.6),
+            rec(2, [0, 1], 0.7, why)]
+    for r, mhz in zip(recs, [600.0, 600.0, None, None, None]):
+        r.freq_mhz = mhz
+    st = open_store(str(tmp_path / "s.db"))
+    try:
+        st.insert_results([ResultIn(f"m{i}", "a", "j", i, r, r.to_dict())
+                           for i, r in enumerate(recs)], now=1.0)
+        g = Group("p", "w", "s", "")
+        b = rests_on(st, g, {"outliers_left_out": 0})
+        assert (b["clean_runs"], b["marked_runs"], b["governor_runs_left_out"]) == (2, 0, 3)
+        assert b["unclean_points"] == [] and b["offenders"] == []
+        assert b["text"] == ("rests on 2 clean runs; 3 runs left to the governor left out "
+                             "(their clock is unknown where other runs were at a set one)")
+        # only runs left to the governor: they are the fit's, none left out
+        st2 = open_store(str(tmp_path / "s2.db"))
+        st2.insert_results([ResultIn(f"m{i}", "a", "j", i, r, r.to_dict())
+                            for i, r in enumerate(recs[2:])], now=1.0)
+        b2 = rests_on(st2, g)
+        assert (b2["clean_runs"], b2["marked_runs"], b2["governor_runs_left_out"]) == (2, 1, 0)
+        st2.close()
+    finally:
+        st.close()
+
+
+def test_a_point_never_clean_at_a_clock_is_cleared_only_by_a_clean_run_at_that_clock(tmp_path):
+    """A point never measured clean at 600 MHz stays reported after a clean sweep of the same
+    cpus left to the governor (or at another clock): before, a clean job at the same cpus
+    cleared it whatever its frequency, and the status stopped saying the 600 MHz point had
+    no clean run (the fit still had none there)."""
+    from opptune.daemon.remeasure import Remeasure
+    from opptune.shared.config import DaemonConfig
+    why = "interference: 48 % of cpu 1 used by pid 4711 (sh)"
+    st = open_store(str(tmp_path / "s.db"))
+    try:
+        st.save_remeasure("never:a1/w/s", "a1", "never_clean", {
+            "workload": "w", "size": "s", "points": [
+                {"cores": 2, "cpus": [0, 1], "freq_khz": 600_000, "reason": why, "retries": 3}]},
+            now=1.0)
+        rm = Remeasure(DaemonConfig(remeasure_backoff_s=[0.1]), st, None, None)
+        for i, khz in enumerate([None, 1_500_000, 600_000]):
+            job = {"job_id": f"j{i}", "workload": "w", "size": "s", "reps": 1, "warmup": 0,
+                   "points": [{"cpus": [0, 1], "threads": 2, "freq_khz": khz}]}
+            st.save_job("a1", job, now=2.0 + i)
+            r = rec(2, [0, 1], 1.0)
+            r.freq_mhz = khz and khz / 1000
+            st.insert_results([ResultIn(f"m{i}", "a1", f"j{i}", 0, r, r.to_dict())], now=2.0 + i)
+            assert rm.job_done(f"j{i}", "a1", now=2.5 + i) is False
+            never = rm.never_clean.get(("a1", "w", "s"), [])
+            assert [p["freq_khz"] for p in never] == ([] if khz == 600_000 else [600_000]), khz
+    finally:
+        st.close()
+
+
 @pytest.fixture
 def daemon(tmp_path):
     d = daemon_on(tmp_path / "d.db", remeasure_backoff_s=[0.1])

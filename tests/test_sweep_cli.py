@@ -81,13 +81,17 @@ def test_sweep_refused_at_once_wait_done_and_wait_failed(cluster):
         "lists the agents connected) and try again"]
 
 
-def test_wait_says_the_jobs_are_kept_when_the_daemon_goes_away(tmp_path):
-    """--wait on a daemon that dies: exit 1, and the user learns the jobs are kept and how to
-    follow them again (it said only 'no answer from the daemon')."""
+def test_wait_follows_a_daemon_restarted_under_it(tmp_path):
+    """The DVFS walk: 'characterize --wait' (and 'sweep --wait') gave up with exit 1 as soon
+    as one status query went unanswered (5 s), so a daemon restarted in the middle ended the
+    command though the jobs went on; 'tune' follows a restarting daemon for up to 60 s, and
+    so do they now."""
+    go = tmp_path / "go"
     c = Cluster(tmp_path, kernels=("pi_integrate",), auto_sweep=False, max_cores=1)
-    with open(c.agent_toml, "a") as fh:  # a run that outlasts the test's steps
+    with open(c.agent_toml, "a") as fh:  # a run that lasts until the test lets it end
         fh.write(f'[[workloads]]\nname = "slow"\ncommand = ["{sys.executable}", "-c", '
-                 '"import time; time.sleep(120)"]\n')
+                 f'"import os, time\\nwhile not os.path.exists({str(go)!r}): '
+                 'time.sleep(0.05)"]\n')
     c.start_daemon()
     c.start_agent()
     try:
@@ -99,14 +103,52 @@ def test_wait_says_the_jobs_are_kept_when_the_daemon_goes_away(tmp_path):
         c.wait_for(lambda s: any(j["workload"] == "slow" and j["state"] in ("sent", "running")
                                  for j in s["jobs"]), timeout=30, what="the slow job out")
         c.kill("daemon")
+        seen = []
+        for line in cli.stderr:  # until the command notices the daemon is gone
+            seen.append(line)
+            if "no answer from the daemon" in line:
+                break
+        assert seen and seen[-1].startswith("opptune sweep: no answer from the daemon"), seen
+        assert seen[-1].rstrip().endswith("; retrying for up to 60 s (a restarted daemon goes "
+                                          "on with the jobs of its store)"), seen
+        c.start_daemon()
+        go.write_text("")
         out, err = cli.communicate(timeout=60)
-        assert cli.returncode == 1, err
+        assert cli.returncode == 0, "".join(seen) + err
+        assert "opptune sweep: the daemon answers again; following the jobs" in err, err
         last = err.strip().splitlines()[-1]
-        assert last.startswith("opptune sweep: no answer from the daemon"), err
-        assert last.endswith("; the jobs are kept in the daemon's store and go on when it runs "
-                             "again: 'opptune status' follows them"), err
+        assert last.startswith("job ") and last.endswith(") done: 1/1 runs"), err
     finally:
+        go.write_text("")
         c.stop()
+
+
+def test_wait_says_the_jobs_are_kept_when_the_daemon_stays_away(monkeypatch):
+    """A daemon that does not come back within the follow window: exit 1, and the user learns
+    the jobs are kept and how to follow them again (it said only 'no answer from the
+    daemon')."""
+    from rich.console import Console
+
+    from opptune.daemon import sweep_wait
+    from opptune.daemon.client import DaemonUnreachable
+
+    def gone(*a, **k):
+        raise DaemonUnreachable("no answer from the daemon at tcp://127.0.0.1:9 within 5 s")
+    monkeypatch.setattr(sweep_wait, "query", gone)
+    monkeypatch.setattr(sweep_wait, "RECONNECT_S", 0.3)
+    monkeypatch.setattr(sweep_wait, "POLL_S", 0.05)
+    for prog, again in (("opptune sweep", "'opptune status' follows them"),
+                        ("opptune characterize", "run it again to follow them")):
+        con = Console(record=True, width=400)
+        assert sweep_wait.wait_for_jobs("tcp://127.0.0.1:9", ["job-1"], console=con,
+                                        prog=prog) == 1
+        lines = con.export_text().strip().splitlines()
+        assert lines[0] == (f"{prog}: no answer from the daemon at tcp://127.0.0.1:9 within "
+                            "5 s; retrying for up to 0.3 s (a restarted daemon goes on with the "
+                            "jobs of its store)")
+        assert lines[-1] == (f"{prog}: no answer from the daemon at tcp://127.0.0.1:9 within "
+                             "5 s; the jobs are kept in the daemon's store and go on when it "
+                             f"runs again: {again}")
 
 
 def test_wait_exits_1_when_the_agent_goes_away(tmp_path):
