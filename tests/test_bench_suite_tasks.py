@@ -1,6 +1,7 @@
 """Task pool, task-parallel kernels and MPET accounting of the instrumented runtime."""
 import json
 import os
+import statistics
 import subprocess
 import sys
 
@@ -140,18 +141,22 @@ def test_lock_free_compute_kernel_has_no_lock_wait_and_little_redundancy():
     # R compares wall times of two runs, so it is only meaningful for runs no other process
     # preempted (this machine is shared): look for such a pair, check l, c, s on every one.
     size = 10_000_000  # ~10 ms a run
+    ratios = []
     for _ in range(40):
         one = run_kernel("pi_integrate", 1, TWO[:1], size)
         r = run_kernel("pi_integrate", 2, TWO, size)
         p = with_redundancy(r["mpet"], one["time_s"])
         assert p["l"] == 0 and p["c"] == 0 and p["s"] == 0  # no locks, no spawned tasks
-        # The same work in CPU time, which preemption does not inflate: no redundancy.
-        cpu2 = sum(s["cpu_s"] for s in r["thread_stats"])
-        assert 0.8 < cpu2 / one["thread_stats"][0]["cpu_s"] < 1.25
+        ratios.append(sum(s["cpu_s"] for s in r["thread_stats"])
+                      / one["thread_stats"][0]["cpu_s"])
         if _undisturbed(one) and _undisturbed(r):
             break
     else:
         pytest.skip("the machine is too loaded: no run pair without preemption in 40 tries")
+    # The same work in CPU time: no redundancy. The median over the pairs tried, since a VM's
+    # cpu time is inflated too when the host's other tenants slow its cpus (one pair read
+    # 1.37x at load 3 on this shared machine); redundant work would show in every pair.
+    assert 0.8 < statistics.median(ratios) < 1.25, ratios
     assert 0.85 < p["R"] < 1.2, p
 
 
