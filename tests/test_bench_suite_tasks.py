@@ -164,7 +164,11 @@ def test_lock_free_compute_kernel_has_no_lock_wait_and_little_redundancy():
 
 @pytest.mark.skipif(len(CPUS) < 2, reason="needs two cpus")
 def test_parameters_tell_kernels_apart():
-    lock = run_kernel("locked_update", 2, TWO, "small")["mpet"]
+    # up to 5 runs: a host may run the two threads one after the other (test_bench_suite.py)
+    for _ in range(5):
+        lock = run_kernel("locked_update", 2, TWO, "small")["mpet"]
+        if lock["l"] > 0:
+            break
     assert lock["l"] > 0
     tasks = run_kernel("fib_tasks", 2, TWO, "small")
     p = tasks["mpet"]
