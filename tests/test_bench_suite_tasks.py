@@ -140,24 +140,25 @@ def _undisturbed(r):
 def test_lock_free_compute_kernel_has_no_lock_wait_and_little_redundancy():
     # R compares wall times of two runs, so it is only meaningful for runs no other process
     # preempted (this machine is shared): look for such a pair, check l, c, s on every one.
-    size = 10_000_000  # ~10 ms a run
+    size = 10_000_000  # ~10 ms a run: a longer one is rarely undisturbed on a busy machine
     ratios, rs = [], []
     for _ in range(60):
         one = run_kernel("pi_integrate", 1, TWO[:1], size)
         r = run_kernel("pi_integrate", 2, TWO, size)
         p = with_redundancy(r["mpet"], one["time_s"])
         assert p["l"] == 0 and p["c"] == 0 and p["s"] == 0  # no locks, no spawned tasks
-        ratios.append(sum(s["cpu_s"] for s in r["thread_stats"])
-                      / one["thread_stats"][0]["cpu_s"])
         if _undisturbed(one) and _undisturbed(r):
+            ratios.append(sum(s["cpu_s"] for s in r["thread_stats"])
+                          / one["thread_stats"][0]["cpu_s"])
             rs.append(p["R"])
-        if len(rs) >= 3 and len(ratios) >= 5:
+        if len(rs) >= 5:
             break
-    if not rs:
-        pytest.skip("the machine is too loaded: no run pair without preemption in 60 tries")
-    # Medians over the pairs: a VM's cpus are also slowed by the host's other tenants, which
-    # no guest figure shows (one undisturbed pair read R = 0.75, another a cpu-time ratio of
-    # 1.37, at load 2-3 on this shared machine); redundant work would show in every pair.
+    if len(rs) < 3:
+        pytest.skip(f"the machine is too loaded: {len(rs)} run pairs without preemption in "
+                    "60 tries")
+    # Medians over undisturbed pairs: a VM's cpus are also slowed by the host's other tenants,
+    # which no guest figure shows (single 10 ms pairs read R = 0.75 and a cpu-time ratio of
+    # 1.37 at load 2-3 on this shared machine); redundant work would move every pair.
     assert 0.8 < statistics.median(ratios) < 1.25, ratios  # the same work in cpu time
     assert 0.85 < statistics.median(rs) < 1.2, rs
 
