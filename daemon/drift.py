@@ -17,6 +17,7 @@ from typing import Any
 
 from ..shared.config import DaemonConfig
 from .errors import HandlerError
+from .fitter import set_clocks_khz
 from .store import Group, Store
 from .sweeps import Sweeps
 
@@ -59,8 +60,7 @@ class Drift:
         error = None
         # the clocks the group was measured at: the daemon's [sweep] grid (by default the
         # governor's) would turn a group recommended at set clocks into one without them
-        clocks = sorted({int(round(f * 1000)) for _, f, _ in self.store.group_runs(group)
-                         if f is not None and f == f}) or None
+        clocks = set_clocks_khz(self.store.group_runs(group)) or None
         try:
             jobs = self.sweeps.auto(agent, group.workload, size=group.input,
                                     frequencies=clocks)

@@ -105,6 +105,13 @@ def set_clock_rows(rows: Sequence[Any]) -> list[Any]:
     return list(known or rows)
 
 
+def set_clocks_khz(rows: Sequence[Any]) -> list[int]:
+    """The set frequencies (kHz, ascending) of a group's runs (a row's second item, MHz; None
+    or NaN: left to the governor)."""
+    return sorted({int(round(float(r[1]) * 1000)) for r in rows
+                   if r[1] is not None and r[1] == r[1]})
+
+
 def fit_rows(rows: Sequence[tuple[int, float | None, float]]
              ) -> tuple[list[tuple[int, float | None, float]], int]:
     """(the runs a fit uses, how many the MAD rule left out): ``set_clock_rows``, then

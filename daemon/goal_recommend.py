@@ -15,7 +15,7 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from .fitter import set_clock_rows
+from .fitter import set_clock_rows, set_clocks_khz
 from .objectives import Goal, choose, feasible
 from .planner import cluster_order, cluster_orders
 from .recommend import candidate_grid
@@ -123,8 +123,8 @@ def _parts(platform: dict[str, Any], variant: str, rows: Sequence[Row]) -> list[
     set frequency (fitter.set_clock_rows: as the daemon's fit leaves them out)."""
     rows = set_clock_rows(rows)
     order, grid = grid_for(platform, variant, [r[1] for r in rows])
-    clocks = {int(round(r[1] * 1000)) for r in rows if r[1] is not None and r[1] == r[1]}
-    clock = next(iter(clocks)) if grid.freq_mhz is None and len(clocks) == 1 else None
+    clocks = set_clocks_khz(rows)
+    clock = clocks[0] if grid.freq_mhz is None and len(clocks) == 1 else None
     bounds = cluster_bounds(platform, order) if not variant else [len(order)]
     parts, lo = [], 0
     for hi in bounds:

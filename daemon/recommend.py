@@ -13,7 +13,7 @@ from typing import Any, Iterable, Sequence, TypeVar
 
 import numpy as np
 
-from .fitter import fit_rows
+from .fitter import fit_rows, set_clocks_khz
 from .models.base import FittedModel, Observations
 from .objectives import fewest_within
 from .planner import cluster_order, offered_frequencies, physical_cores, sweep_order
@@ -100,8 +100,7 @@ def fit_setting(platform: dict[str, Any], variant: str, rows: Sequence[Row]) -> 
     order = cluster_order(platform, variant) if platform else []
     if not order and kept:
         order = list(range(max(int(r[0]) for r in kept)))
-    freqs = sorted({int(round(float(r[1]) * 1000)) for r in kept
-                    if r[1] is not None and r[1] == r[1]}) or None
+    freqs = set_clocks_khz(kept) or None
     return FitSetting(kept, order, freqs, physical_cores(platform, order) if platform else None,
                       left_out)
 
