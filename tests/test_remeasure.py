@@ -128,6 +128,14 @@ def rec(cores, cpus, t, marked=None):
     return r
 
 
+def _store_with(path, recs):
+    """A store at ``path`` holding ``recs`` as the runs of one job of agent "a"."""
+    st = open_store(str(path))
+    st.insert_results([ResultIn(f"m{i}", "a", "j", i, r, r.to_dict())
+                       for i, r in enumerate(recs)], now=1.0)
+    return st
+
+
 def test_runs_are_matched_to_their_points_and_rests_on_counts_them(tmp_path):
     points = [{"cpus": [0], "threads": 1, "freq_khz": None},
               {"cpus": [0, 1], "threads": 2, "freq_khz": None}]
@@ -136,10 +144,8 @@ def test_runs_are_matched_to_their_points_and_rests_on_counts_them(tmp_path):
             rec(2, [0, 1], 1.8, why)]
     assert marked_points(points, recs) == {1: why}
     assert marked_points(points, recs[:2]) == {}
-    st = open_store(str(tmp_path / "s.db"))
+    st = _store_with(tmp_path / "s.db", recs)
     try:
-        st.insert_results([ResultIn(f"m{i}", "a", "j", i, r, r.to_dict())
-                           for i, r in enumerate(recs)], now=1.0)
         g = Group("p", "w", "s", "")
         b = rests_on(st, g, {"outliers_left_out": 1})
         assert (b["clean_runs"], b["marked_runs"], b["outliers_left_out"]) == (2, 2, 1)
@@ -166,10 +172,8 @@ def test_rests_on_leaves_out_the_runs_left_to_the_governor_as_the_fit_does(tmp_p
             rec(2, [0, 1], 0.7, why)]
     for r, mhz in zip(recs, [600.0, 600.0, None, None, None]):
         r.freq_mhz = mhz
-    st = open_store(str(tmp_path / "s.db"))
+    st = _store_with(tmp_path / "s.db", recs)
     try:
-        st.insert_results([ResultIn(f"m{i}", "a", "j", i, r, r.to_dict())
-                           for i, r in enumerate(recs)], now=1.0)
         g = Group("p", "w", "s", "")
         b = rests_on(st, g, {"outliers_left_out": 0})
         assert (b["clean_runs"], b["marked_runs"], b["governor_runs_left_out"]) == (2, 0, 3)
@@ -177,9 +181,7 @@ def test_rests_on_leaves_out_the_runs_left_to_the_governor_as_the_fit_does(tmp_p
         assert b["text"] == ("rests on 2 clean runs; 3 runs left to the governor left out "
                              "(their clock is unknown where other runs were at a set one)")
         # only runs left to the governor: they are the fit's, none left out
-        st2 = open_store(str(tmp_path / "s2.db"))
-        st2.insert_results([ResultIn(f"m{i}", "a", "j", i, r, r.to_dict())
-                            for i, r in enumerate(recs[2:])], now=1.0)
+        st2 = _store_with(tmp_path / "s2.db", recs[2:])
         b2 = rests_on(st2, g)
         assert (b2["clean_runs"], b2["marked_runs"], b2["governor_runs_left_out"]) == (2, 1, 0)
         st2.close()
