@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING, Any, Callable
 
 from .errors import HandlerError
 from .goal_recommend import GoalError, NoPowerData, NotMeasured, recommend_goal
-from .objectives import Goal, make_goal
+from .objectives import Goal, format_seconds, format_watts, make_goal
 from .query_worker import Deferred
 from .recommender import rests_on
 from .store import Group
@@ -170,8 +170,9 @@ def apply(d: Daemon, rec: dict[str, Any], target: dict[str, Any] | None = None
             "reason": stored.get("error")}
 
 
-# the goal's limits: (Goal.as_dict key, the command-line option, the unit it is typed with)
-LIMITS = (("deadline_s", "--deadline", "s"), ("power_cap_w", "--power-cap", "W"))
+# the goal's limits: (Goal.as_dict key, the command-line option, its value as it is typed)
+LIMITS = (("deadline_s", "--deadline", format_seconds),
+          ("power_cap_w", "--power-cap", format_watts))
 
 
 def _goal_args(rec: dict[str, Any]) -> str:
@@ -180,7 +181,7 @@ def _goal_args(rec: dict[str, Any]) -> str:
     words = [f"--size {rec['size']}"]
     if goal["objective"] != "time":
         words.append(f"--objective {goal['objective']}")
-    words += [f"{opt} {goal[key]:g}{unit}" for key, opt, unit in LIMITS
+    words += [f"{opt} {fmt(goal[key]).replace(' ', '')}" for key, opt, fmt in LIMITS
               if goal.get(key) is not None]
     return " ".join(words)
 

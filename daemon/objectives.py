@@ -52,9 +52,9 @@ class Goal:
         """E.g. "minimum energy under a 2.5 s deadline"."""
         limits = []
         if self.deadline_s is not None:
-            limits.append(f"a {self.deadline_s:g} s deadline")
+            limits.append(f"a {format_seconds(self.deadline_s)} deadline")
         if self.power_cap_w is not None:
-            limits.append(f"a {self.power_cap_w:g} W power cap")
+            limits.append(f"a {format_watts(self.power_cap_w)} power cap")
         return _NAMES[self.objective] + (" under " + " and ".join(limits) if limits else "")
 
     def as_dict(self) -> dict:
@@ -95,6 +95,26 @@ def parse_duration(text: str | float) -> float:
 def parse_power(text: str | float) -> float:
     """Watts from "4W", "500mW" or a bare number of watts."""
     return _quantity(text, _WATTS, "the power cap", "4W or 500mW")
+
+
+def _scaled(value: float, units: tuple[tuple[float, str], ...]) -> str:
+    if not math.isfinite(value) or value == 0:
+        return f"{value:.4g} {units[0][1]}"
+    for factor, unit in units:
+        if abs(value) >= factor:
+            return f"{value / factor:.4g} {unit}"
+    factor, unit = units[-1]
+    return f"{value / factor:.4g} {unit}"
+
+
+def format_seconds(value: float) -> str:
+    """A duration in the unit parse_duration reads back: "2.5 s", "300 ms", "40 us"."""
+    return _scaled(float(value), ((1.0, "s"), (1e-3, "ms"), (1e-6, "us")))
+
+
+def format_watts(value: float) -> str:
+    """A power in the unit parse_power reads back: "4 W", "500 mW"."""
+    return _scaled(float(value), ((1.0, "W"), (1e-3, "mW")))
 
 
 def make_goal(objective: str = "time", deadline: str | float | None = None,
@@ -206,9 +226,13 @@ def _closest(goal: Goal, t: np.ndarray, p: np.ndarray | None, value: np.ndarray,
     over[~usable] = np.inf
     i = int(np.argmin(over))
     parts = []
-    if goal.deadline_s is not None:
-        parts.append(f"takes {t[i]:.4g} s (deadline {goal.deadline_s:g} s)")
-    if goal.power_cap_w is not None and p is not None:
-        parts.append(f"draws {p[i]:.4g} W (cap {goal.power_cap_w:g} W)")
+    # the limit the closest one meets is not news: name only what it breaks (or both when
+    # it is closest without meeting either, e.g. both unknown)
+    broke_t = goal.deadline_s is not None and not t[i] <= goal.deadline_s
+    broke_p = goal.power_cap_w is not None and p is not None and not p[i] <= goal.power_cap_w
+    if broke_t or (goal.deadline_s is not None and not broke_p):
+        parts.append(f"takes {format_seconds(t[i])} (deadline {format_seconds(goal.deadline_s)})")
+    if broke_p or (goal.power_cap_w is not None and p is not None and not broke_t):
+        parts.append(f"draws {format_watts(p[i])} (cap {format_watts(goal.power_cap_w)})")
     note = "no configuration meets the limits; the closest " + " and ".join(parts)
     return Choice(i, float(value[i]), i, None, None, 0, False, note)

@@ -116,7 +116,7 @@ def test_tune_energy_then_recommend_energy_beside_time(tmp_path):
         p = opptune("recommend", "--daemon", c.endpoint, "--agent", "test-agent", "--workload",
                     "pi_integrate", "--objective", "edp", "--deadline", "50ms", cwd=elsewhere)
         assert p.returncode == 0, p.stderr
-        for needle in ("energy-delay product under a 0.05 s deadline", "cluster", "policy",
+        for needle in ("energy-delay product under a 50 ms deadline", "cluster", "policy",
                        "runner-up", "rests on",
                        "measured: the workload's own figure (energy_j in its output); the "
                        "board's meter: power sensors (hwmon)"):

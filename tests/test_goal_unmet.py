@@ -28,7 +28,7 @@ def rec(**over):
            "time_s": {"value": 0.0128, "lower": 0.0126, "upper": 0.013},
            "power_w": {"value": 1.9, "lower": 1.8, "upper": 2.0},
            "note": "no configuration meets the limits; the closest takes 0.0128 s "
-                   "(deadline 0.001 s)"}
+                   "(deadline 1 ms)"}
     out.update(over)
     return out
 
@@ -37,9 +37,9 @@ def test_withheld_names_the_limit_and_what_to_do():
     a = withheld(rec())
     assert a["config_id"] is None and a["state"] == "withheld"
     assert a["reason"] == (
-        "no configuration meets the limits; the closest takes 0.0128 s (deadline 0.001 s); "
+        "no configuration meets the limits; the closest takes 0.0128 s (deadline 1 ms); "
         "nothing was pushed to pi: relax --deadline, measure more configurations with "
-        "'opptune tune --agent pi --workload triad --size small --deadline 0.001s', or leave "
+        "'opptune tune --agent pi --workload triad --size small --deadline 1ms', or leave "
         "--deadline out for the best configuration for minimum time alone")
 
 
@@ -53,7 +53,7 @@ def test_withheld_with_every_configuration_measured_suggests_no_tune():
     # the command given to measure more asks for the same goal
     reason = withheld(rec(goal=goal))["reason"]
     assert ("'opptune tune --agent pi --workload triad --size small --objective edp "
-            "--deadline 0.01s --power-cap 0.5W'") in reason
+            "--deadline 10ms --power-cap 500mW'") in reason
 
 
 def test_withheld_names_the_limit_the_closest_breaks():
@@ -163,7 +163,7 @@ def test_limits_no_configuration_meets_exit_3_and_push_nothing(tmp_path):
         assert p.returncode == 3, p.stdout + p.stderr + c.logs()
         text = " ".join(p.stdout.split())
         assert re.search(r"unmet: no configuration meets the limits; the closest draws "
-                         r"[0-9.]+ W \(cap 0.001 W\); nothing was applied: relax --power-cap, "
+                         r"[0-9.]+ m?W \(cap 1 mW\); nothing was applied: relax --power-cap, "
                          r"tune again with a larger --budget, or leave --power-cap out for the "
                          r"best configuration for minimum time alone", text), text
         assert "Traceback" not in p.stderr and "verification" not in text
@@ -186,10 +186,10 @@ def test_limits_no_configuration_meets_exit_3_and_push_nothing(tmp_path):
         text = " ".join(p.stdout.split())
         assert "limits │ no configuration meets the limits; the closest takes" in text
         assert re.search(r"not applied: no configuration meets the limits; the closest takes "
-                         r"[0-9.]+ s \(deadline 1e-06 s\); nothing was pushed to test-agent: "
+                         r"[0-9.]+ m?s \(deadline 1 us\); nothing was pushed to test-agent: "
                          r"relax --deadline, measure more configurations with 'opptune tune "
                          r"--agent test-agent --workload pi_integrate --size small --deadline "
-                         r"1e-06s', or leave --deadline out for the best configuration for "
+                         r"1us', or leave --deadline out for the best configuration for "
                          r"minimum time alone", text), text
         assert "pushed to test-agent as" not in text and "Traceback" not in p.stderr
 

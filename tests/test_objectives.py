@@ -3,8 +3,8 @@
 import numpy as np
 import pytest
 
-from opptune.daemon.objectives import (Goal, choose, feasible, make_goal, objective_values,
-                                       parse_duration, parse_power)
+from opptune.daemon.objectives import (Goal, choose, feasible, format_seconds, make_goal,
+                                       objective_values, parse_duration, parse_power)
 from opptune.daemon.sampling import Grid, Measured, Sampler, space_filling
 
 
@@ -53,9 +53,21 @@ def test_nothing_feasible_gives_the_closest_and_says_so():
     t, p = np.array([1.0, 2.0]), np.array([8.0, 3.0])
     c = choose(Goal("energy", deadline_s=0.5), t, p, [2, 1])
     assert (c.index, c.met) == (0, False)
-    assert "deadline 0.5 s" in c.note
+    assert "takes 1 s (deadline 500 ms)" in c.note
     c = choose(Goal("time", power_cap_w=1.0), t, p, [2, 1])
     assert (c.index, c.met) == (1, False) and "cap 1 W" in c.note
+
+
+def test_limits_print_in_units_they_are_given_in_and_only_the_broken_one():
+    t, p = np.array([1.0, 2.0]), np.array([8.0, 3.0])
+    c = choose(Goal("time", deadline_s=1e-6), t, p, [2, 1])
+    assert "(deadline 1 us)" in c.note and "e-06" not in c.note
+    # the closest to the cap meets the deadline: only the cap is named
+    c = choose(Goal("time", deadline_s=5.0, power_cap_w=0.01), t, p, [2, 1])
+    assert c.note.endswith("draws 3 W (cap 10 mW)") and "deadline" not in c.note
+    g = make_goal("energy", "40us", "500mW")
+    assert g.describe() == "minimum energy under a 40 us deadline and a 500 mW power cap"
+    assert parse_duration(format_seconds(g.deadline_s).replace(" ", "")) == pytest.approx(4e-5)
 
 
 def test_tolerance_prefers_fewer_cores_then_lower_frequency():
