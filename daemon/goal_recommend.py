@@ -93,12 +93,12 @@ class Part:
     clock_khz: int | None = None
 
 
-def grid_for(platform: dict[str, Any], variant: str, freqs_mhz: Sequence[float | None]
+def grid_for(platform: dict[str, Any], variant: str, clocks_khz: Sequence[int]
              ) -> tuple[list[int], Grid]:
     """The candidate grid of one group: its cpu order and every (cores, frequency) it offers;
-    with a frequency axis when the group was measured at two or more frequencies."""
+    with a frequency axis when its runs were set at two or more clocks (fitter.set_clocks_khz)."""
     order = cluster_order(platform, variant)
-    fitted = sorted({int(round(f * 1000)) for f in freqs_mhz if f is not None and f == f})
+    fitted = list(clocks_khz)
     order, cc, ff = candidate_grid(platform, fitted if len(fitted) >= 2 else None, order=order)
     return order, Grid(cc, None if ff is None else ff / 1000.0)
 
@@ -122,8 +122,8 @@ def _parts(platform: dict[str, Any], variant: str, rows: Sequence[Row]) -> list[
     already filled) as its anchor. Runs left to the governor are left out where any run has a
     set frequency (fitter.set_clock_rows: as the daemon's fit leaves them out)."""
     rows = set_clock_rows(rows)
-    order, grid = grid_for(platform, variant, [r[1] for r in rows])
     clocks = set_clocks_khz(rows)
+    order, grid = grid_for(platform, variant, clocks)
     clock = clocks[0] if grid.freq_mhz is None and len(clocks) == 1 else None
     bounds = cluster_bounds(platform, order) if not variant else [len(order)]
     parts, lo = [], 0
