@@ -108,9 +108,10 @@ def cmd_sweep(args: argparse.Namespace) -> int:
     data, rc = ask("opptune sweep", endpoint, "sweep", sweep_args, timeout_s=args.timeout)
     if rc is not None:
         return rc
-    if data.get("frequencies_not_swept") and (args.wait or not args.json):
-        # said once for the whole sweep; --json alone carries it in its field
-        print(data["frequencies_not_swept"], file=sys.stderr if args.wait else sys.stdout)
+    for key in ("cores_not_swept", "frequencies_not_swept"):
+        if data.get(key) and (args.wait or not args.json):
+            # said once for the whole sweep; --json alone carries it in its field
+            print(data[key], file=sys.stderr if args.wait else sys.stdout)
     if args.wait:
         from .sweep_wait import wait_for_jobs
         return wait_for_jobs(endpoint, [j["job_id"] for j in data.get("jobs", [])],

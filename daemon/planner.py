@@ -166,6 +166,15 @@ def frequencies_not_swept(platform: dict[str, Any], board: str) -> str | None:
             "frequency")
 
 
+def cores_not_swept(platform: dict[str, Any], board: str) -> str | None:
+    """What ``opptune sweep`` says of a board whose agent's hello names no cpus (an older or
+    foreign agent): its sweeps measure cpu 0 alone; None when the cpus are known."""
+    if cpu_count_known(platform):
+        return None
+    return (f"cores not swept on board {board}: its agent's hello names no cpus, so only 1 "
+            "core is measured; start an opptune-agent that describes the board")
+
+
 def grid_asks_frequencies(defaults: SweepDefaults, frequency_grid: str | int | None) -> bool:
     """Whether ``frequency_grid`` (None: ``defaults``') measures at set frequencies, rather
     than leaving the frequency alone ("none", or "list" with an empty list)."""

@@ -10,8 +10,9 @@ from typing import Any
 from ..shared.config import ConfigError, DaemonConfig, SweepDefaults
 from .errors import HandlerError
 from .jobs import JobTracker
-from .planner import (PlanError, cluster_orders, frequencies_not_swept, frequency_refusal,
-                      cpu_count_known, grid_asks_frequencies, plan_sweep, sweep_order)
+from .planner import (PlanError, cluster_orders, cores_not_swept, cpu_count_known,
+                      frequencies_not_swept, frequency_refusal, grid_asks_frequencies,
+                      plan_sweep, sweep_order)
 from .registry import AgentInfo, Registry, Via, board_name, elsewhere_text
 
 log = logging.getLogger("opptune.daemon")
@@ -114,7 +115,7 @@ class Sweeps:
 
     def query(self, args: dict[str, Any]) -> dict[str, Any]:
         """The ``sweep`` query: check its arguments' types, then :meth:`sweep`; the answer's
-        ``jobs`` and ``frequencies_not_swept`` (why, or None)."""
+        ``jobs``, ``frequencies_not_swept`` and ``cores_not_swept`` (why, or None)."""
         agent = args.get("agent")
         if not isinstance(agent, str):
             raise HandlerError("bad_args", "sweep needs args.agent (an agent id)")
@@ -148,7 +149,10 @@ class Sweeps:
         jobs, not_swept = self.sweep(agent, workloads, size=size, frequency_grid=grid,
                                      per_cluster=per_cluster, frequencies=freqs,
                                      adaptive=adaptive, **ints)
-        return {"jobs": jobs, "frequencies_not_swept": not_swept}
+        info = self.registry.get(agent)
+        return {"jobs": jobs, "frequencies_not_swept": not_swept,
+                "cores_not_swept": cores_not_swept(info.platform or {},
+                                                   board_name(info.platform, info.platform_id))}
 
 
 def sweep_counts(args: dict[str, Any], query: str) -> dict[str, int | None]:

@@ -416,6 +416,13 @@ def test_an_unknown_cpu_count_refuses_only_what_it_cannot_measure(daemon):
             assert err["type"] == "error" and err["body"]["code"] == "bad_args", err
             assert err["body"]["message"].startswith("max_cores 2: the cpu count of board "), err
             assert "is unknown" in err["body"]["message"]
+        # without --max-cores the sweep measures cpu 0 alone, and now says so
+        ok = a.query("sweep", {"agent": "q1", "workloads": ["wl"]})
+        assert ok["type"] == "reply", ok
+        assert [j["n_points"] for j in ok["body"]["data"]["jobs"]] == [1], ok
+        why = ok["body"]["data"]["cores_not_swept"]
+        assert why.startswith("cores not swept on board ") and "names no cpus, so only 1 core " \
+            "is measured; start an opptune-agent that describes the board" in why, why
         assert daemon.tuning.sessions == {}
     finally:
         a.close()

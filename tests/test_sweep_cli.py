@@ -242,6 +242,7 @@ def test_a_board_without_cpufreq_is_swept_over_cores_and_says_why_once(no_cpufre
     data = json.loads(p.stdout)
     board = no_cpufreq.status()["agents"][0]["board"]
     assert data["frequencies_not_swept"] == why.format(board)
+    assert data["cores_not_swept"] is None  # the hello names this machine's cpus
     assert sorted(j["workload"] for j in data["jobs"]) == ["pi_integrate", "triad"]
     assert [j["n_points"] for j in data["jobs"]] == [1, 1]
 
