@@ -10,7 +10,7 @@ import time
 from typing import Any
 
 from ..shared.config import ConfigError, load_daemon_config
-from .options import below_least
+from .options import below_least, parse_frequencies
 
 
 def cmd_keys(args: argparse.Namespace) -> int:
@@ -97,12 +97,10 @@ def cmd_sweep(args: argparse.Namespace) -> int:
         sweep_args["workloads"] = args.workload
     if args.freq:
         try:
-            sweep_args["frequencies"] = [int(f) for f in args.freq.split(",")]
-            if min(sweep_args["frequencies"]) <= 0:
-                raise ValueError(args.freq)
-        except ValueError:
-            print(f"opptune sweep: --freq {args.freq!r} must be kHz integers above 0 separated "
-                  "by commas, e.g. 1000000,1400000", file=sys.stderr)
+            sweep_args["frequencies"] = [int(round(f)) for f in parse_frequencies(args.freq,
+                                                                                  "kHz")]
+        except ValueError as exc:
+            print(f"opptune sweep: --freq {exc}", file=sys.stderr)
             return 2
     endpoint = daemon_endpoint(args)
     data, rc = ask("opptune sweep", endpoint, "sweep", sweep_args, timeout_s=args.timeout)
@@ -202,8 +200,9 @@ def build_parser() -> argparse.ArgumentParser:
                                               "default: [sweep] warmup)")
     p.add_argument("--max-cores", type=int, help="sweep 1..N cores (0 = all; default: [sweep] "
                                                  "max_cores)")
-    p.add_argument("--freq", help="frequencies in kHz, comma-separated (default: [sweep] of "
-                                  "the daemon's configuration)")
+    p.add_argument("--freq", help="frequencies, comma-separated: kHz as sysfs counts them, or "
+                                  "with a unit (1.4GHz, 1400MHz); default: [sweep] of the "
+                                  "daemon's configuration")
     p.add_argument("--wait", action="store_true",
                    help="show progress until every job is done; exit 1 with the reason when "
                         "one fails or expires")

@@ -54,8 +54,9 @@ def add_parsers(sub: argparse._SubParsersAction, add_link_options) -> None:
     p.add_argument("--cores", type=int, required=True, help="how many cores they ran on")
     p.add_argument("--cpus", help="which cpus, comma-separated (default: the first --cores "
                                   "of the board's sweep order)")
-    p.add_argument("--freq", type=int, metavar="KHZ",
-                   help="the frequency they ran at, in kHz (default: the board's own)")
+    p.add_argument("--freq", metavar="KHZ",
+                   help="the frequency they ran at, in kHz or with a unit (1.4GHz) (default: "
+                        "the board's own)")
     p.add_argument("--workload", help="workload name (only for a file with one benchmark; "
                                       "default: the benchmark's name)")
     p.add_argument("--size", default="default", help="the input size class (default: default)")
@@ -229,6 +230,7 @@ def load_pyperf(path: str) -> Any:
 def cmd_import(args: argparse.Namespace) -> int:
     from .client import daemon_endpoint
     from .client import ask
+    from .options import parse_frequencies
     try:
         suite = load_pyperf(args.file)
     except ValueError as exc:
@@ -247,15 +249,21 @@ def cmd_import(args: argparse.Namespace) -> int:
         except ValueError:
             return _fail("import", f"--cpus {args.cpus!r}: give cpu numbers separated by "
                                    "commas, e.g. 0,1", 2)
-    if args.freq is not None and args.freq <= 0:
-        return _fail("import", f"--freq {args.freq}: give a frequency in kHz > 0", 2)
+    freq_khz = None
+    if args.freq is not None:
+        try:
+            freq_khz, = (int(round(f)) for f in parse_frequencies(args.freq, "kHz"))
+        except ValueError as exc:
+            text = (f"{args.freq!r}: give one frequency, the one they ran at"
+                    if "," in args.freq else str(exc))
+            return _fail("import", f"--freq {text}", 2)
     endpoint = daemon_endpoint(args)
     done: list[dict[str, Any]] = []
     for bench in benchmarks:
         stored = []
         for runs in _chunks(_pyperf_runs(bench)):
             q = {"agent": args.agent, "workload": args.workload or bench.get_name(),
-                 "size": args.size, "cores": args.cores, "cpus": cpus, "freq_khz": args.freq,
+                 "size": args.size, "cores": args.cores, "cpus": cpus, "freq_khz": freq_khz,
                  "file": args.file, "benchmark": bench.get_name(), "runs": runs}
             data, rc = ask("opptune import", endpoint, "import", q, timeout_s=args.timeout)
             if rc is not None:
@@ -267,7 +275,7 @@ def cmd_import(args: argparse.Namespace) -> int:
             stored.append(data)
         done += stored
         if not args.json:
-            freq = f"{args.freq} kHz" if args.freq else "the board's own frequency"
+            freq = f"{freq_khz} kHz" if freq_khz else "the board's own frequency"
             last = stored[-1]
             new = sum(d["runs"] for d in stored)
             # a daemon before idempotent imports does not say

@@ -29,6 +29,7 @@ from .models.calibrate import interval_state, with_interval
 from .models.pooled import ReplayCache
 from .models.select import choose
 from .recommend import platform_others
+from .options import parse_frequencies
 from .tidy import ZERO_TIME, TidyError, median_reps, read_tidy
 
 CV_KEYS = ("name", "cv_mape", "fit_ms", "error")  # one row of a fit's "cv" list
@@ -81,7 +82,8 @@ def add_parsers(subparsers: Any) -> None:
                    help="file written by 'opptune fit --save'")
     p.add_argument("--cores", metavar="1,2,4", help="core counts (with --fit)")
     p.add_argument("--freq", default="", metavar="MHz,MHz",
-                   help="CPU frequencies in MHz; every core count is predicted at each (with "
+                   help="CPU frequencies in MHz, or with a unit (1.4GHz); every core count is "
+                        "predicted at each (with "
                         "--fit); with the MPET forms one frequency, the clock of the platform "
                         "predicted on (--to or --on; default: the highest its profiles were "
                         "measured at)")
@@ -465,7 +467,10 @@ def cmd_predict(args: argparse.Namespace) -> int:
     try:
         entries = read_fits(args.fit)
         cores = _numbers(args.cores, "--cores", whole=True)
-        freqs = _numbers(args.freq, "--freq") if args.freq else [math.nan]
+        freqs = parse_frequencies(args.freq, "MHz") if args.freq else [math.nan]
+    except ValueError as exc:  # parse_frequencies' (its text does not name the option)
+        print(f"opptune predict: --freq {exc}", file=sys.stderr)
+        return 2
     except UsageError as exc:
         print(f"opptune predict: {exc}", file=sys.stderr)
         return 2

@@ -12,6 +12,7 @@ from typing import Any
 
 from . import mpet_predict_text as text
 from .mpet_answer import build_database
+from .options import parse_frequencies
 
 
 def add_predict_options(p: argparse.ArgumentParser) -> None:
@@ -193,12 +194,12 @@ def _freq_arg(args: argparse.Namespace) -> float | None:
     if not text:
         return None
     try:
-        f = float(text)
+        f, = parse_frequencies(text, "MHz")
     except ValueError:
         f = math.nan
     if not (math.isfinite(f) and f > 0):
         raise MpetUsage(f"--freq {text!r}: with --workload give one frequency in MHz, the "
-                        f"clock of the platform predicted on (e.g. --freq 1400)")
+                        f"clock of the platform predicted on (e.g. --freq 1400 or --freq 1.4GHz)")
     return f
 
 

@@ -4,6 +4,8 @@ modules and ``cli`` import it; it imports none of them)."""
 from __future__ import annotations
 
 import argparse
+import math
+import re
 import sys
 
 
@@ -18,3 +20,26 @@ def below_least(cmd: str, args: argparse.Namespace, least: dict[str, int]) -> bo
                   file=sys.stderr)
             return True
     return False
+
+
+_FREQUENCY = re.compile(r"^([0-9]*\.?[0-9]+(?:[eE][-+]?[0-9]+)?)([kmg]hz)?$")
+_HZ = {"khz": 1e3, "mhz": 1e6, "ghz": 1e9}
+
+
+def parse_frequencies(text: str, unit: str) -> list[float]:
+    """Comma-separated frequencies in ``unit`` ("kHz" or "MHz": what a bare number means to
+    the command; sysfs counts kHz, the tables print MHz). Each may carry its own unit, so
+    "1.4GHz", "1400MHz" and "1400000kHz" are one clock to every command. ValueError saying
+    what was wrong, for the caller to prefix with its option."""
+    out = []
+    for part in text.split(","):
+        m = _FREQUENCY.match(part.strip().lower().replace(" ", ""))
+        value = float(m.group(1)) * _HZ[m.group(2) or unit.lower()] / _HZ[unit.lower()] \
+            if m else math.nan
+        if not (math.isfinite(value) and value > 0):
+            raise ValueError(f"{part.strip()!r} is not a frequency: give numbers above 0 in "
+                             f"{unit} or with a unit, separated by commas, e.g. "
+                             f"{'1400000,1800000' if unit == 'kHz' else '1400,1800'} or "
+                             f"1.4GHz,1.8GHz")
+        out.append(value)
+    return out

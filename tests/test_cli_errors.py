@@ -172,8 +172,9 @@ def test_sweep_freq_not_positive_is_refused_naming_the_option(tmp_path, value):
     args.frequencies must be a list of kHz integers', naming its protocol key."""
     one_line_error(run("opptune", "sweep", "--daemon", "tcp://127.0.0.1:9", "--agent", "a",
                        f"--freq={value}", cwd=tmp_path),
-                   f"opptune sweep: --freq {value!r} must be kHz integers above 0 separated "
-                   "by commas, e.g. 1000000,1400000")
+                   f"opptune sweep: --freq {value.split(',')[-1]!r} is not a frequency: give "
+                   "numbers above 0 in kHz or with a unit, separated by commas, e.g. "
+                   "1400000,1800000 or 1.4GHz,1.8GHz")
 
 
 def test_tune_budget_refused_before_asking_the_daemon(tmp_path):

@@ -36,6 +36,11 @@ def test_fit_save_predict_round_trip(tmp_path, capsys):
         truth = (4 + 12000 / r["freq_mhz"]) / speedup(0.95, 1.0, 0.02, 0.1, r["cores"], r["freq_mhz"] / 1000)
         assert abs(r["time_s"] / truth - 1) < 0.03
         assert r["lower"] <= r["time_s"] <= r["upper"]
+    # a frequency with its unit is the same clock (sweep and import count kHz: 1.4GHz is
+    # understood by every command)
+    assert run(["predict", "--fit", str(fit), "--cores", "1,8", "--freq", "1GHz,2000MHz",
+                "--json"]) == 0
+    assert json.loads(capsys.readouterr().out) == preds
 
 
 def test_fit_named_model_and_bad_csv(tmp_path, capsys):
@@ -151,7 +156,8 @@ def test_eval_and_predict_reject_impossible_requests(tmp_path, capsys):
     assert run(["fit", "--data", str(data), "--model", "amdahl", "--save", str(fit)]) == 0
     capsys.readouterr()
     for extra, needle in ((["--cores", "0,4"], "--cores needs comma-separated whole numbers"),
-                          (["--cores", "4", "--freq", "-1000"], "--freq needs comma-separated numbers > 0")):
+                          (["--cores", "4", "--freq", "-1000"],
+                           "--freq '-1000' is not a frequency: give numbers above 0 in MHz")):
         assert run(["predict", "--fit", str(fit), *extra]) == 2
         assert needle in capsys.readouterr().err
 
@@ -466,7 +472,7 @@ def test_mpet_freq_takes_one_frequency(capsys, freq):
     out = capsys.readouterr()
     assert out.out == "" and out.err == (
         f"opptune predict: --freq {freq!r}: with --workload give one frequency in MHz, the "
-        "clock of the platform predicted on (e.g. --freq 1400)\n")
+        "clock of the platform predicted on (e.g. --freq 1400 or --freq 1.4GHz)\n")
 
 
 def test_predict_naming_no_group_of_a_large_fit_lists_the_first_few(tmp_path, capsys):

@@ -109,9 +109,9 @@ def test_export_is_read_by_pyperf_stats_hist_and_compare_to(cluster, tmp_path):
 
 def test_import_stores_each_value_as_a_run_of_the_agents_board(cluster, pyperf_file, tmp_path):
     (platform,) = {a["platform"] for a in cluster.status()["agents"]}
-    for cores in (1, 2):
+    for cores, freq in ((1, "1400000"), (2, "1.4GHz")):  # kHz, or with a unit: one clock
         p = opptune("import", str(pyperf_file), "--daemon", cluster.endpoint, "--agent",
-                    "test-agent", "--cores", str(cores), "--freq", "1400000", "--json")
+                    "test-agent", "--cores", str(cores), "--freq", freq, "--json")
         assert p.returncode == 0, p.stderr
         (done,) = json.loads(p.stdout)
         assert done["runs"] == 6 and done["cpus"] == [0, 1][:cores]

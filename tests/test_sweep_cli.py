@@ -259,6 +259,9 @@ def test_a_board_without_cpufreq_is_swept_over_cores_and_says_why_once(no_cpufre
     # frequencies the user names are still refused: they were asked for, not configured
     p = opptune("sweep", "--daemon", ep, "--agent", "test-agent", "--freq", "1000000")
     assert p.returncode == 2 and "cannot run at 1000000 kHz" in p.stderr, p.stderr
+    # a frequency with its unit is the same clock
+    p = opptune("sweep", "--daemon", ep, "--agent", "test-agent", "--freq", "1GHz")
+    assert p.returncode == 2 and "cannot run at 1000000 kHz" in p.stderr, p.stderr
 
 
 @pytest.mark.parametrize("command", ["recommend", "tune"])
