@@ -10,6 +10,10 @@ error}``.
 Accepted jobs and configs are saved in the outbox's database before they run, so an agent
 killed before or while running them resumes them after a restart; a saved config this board
 can no longer run (its workload or cpus gone) is reported as refused, with the reason.
+
+The knobs rest between work: when the queue runs empty the worker puts them back to the board's
+original (:meth:`Executor.rest`), or to the configuration a user applied and that stands (a
+config without ``keep: false``), so no measurement point's clock is left behind.
 """
 
 from __future__ import annotations
@@ -125,6 +129,9 @@ class Executor:
         self.state_dir = state_dir
         self.targets = targets
         self.limits = limits or JobLimits.of(AgentConfig())
+        # the last configuration applied to stay in force (a config not sent with keep: false)
+        self.standing: RunSpec | None = None
+        self._knobs_moved = False  # by work since the knobs last rested
         # jobs and configs refused: the first line of each kind, then one a minute
         self.refusals = RefusalLog(log, 60.0, line="refused a %s from the daemon: %s (%s)%s",
                                    more="more refused")
@@ -205,11 +212,43 @@ class Executor:
                 raise Refused(str(exc)) from None
 
     # -- execution (worker thread) ------------------------------------------------------------
+    def rest(self) -> None:
+        """No work left: the knobs back to the standing configuration, or to the board's
+        original where none stands. Nothing happens when no work moved them."""
+        if not self._knobs_moved:
+            return
+        self._knobs_moved = False
+        if not self.runner.knobs:
+            return  # a board without cpufreq: nothing was changed
+        self.runner.rest(self.standing)
+        s = self.standing
+        if s is not None and s.freq_khz is not None:
+            log.info("idle: knobs back to the applied configuration (%d kHz on cpus %s)",
+                     s.freq_khz, ",".join(map(str, s.cpus)))
+        else:
+            log.info("idle: knobs back to the board's original settings")
+
+    def _stand(self, body: dict[str, Any], spec: RunSpec, at_rest: bool) -> None:
+        """A configuration applied and verified stays in force unless sent with keep: false
+        (the daemon's own verification of a recommendation after a sweep). ``at_rest``: the
+        knobs rested before it was applied."""
+        if not body.get("keep", True):
+            return
+        prev = self.standing
+        covered = (spec.freq_khz is None or prev is None or prev.freq_khz is None
+                   or set(prev.cpus) <= set(spec.cpus))
+        self.standing = spec
+        if at_rest and covered:
+            # applied over the rest state, replacing all of the last clock: the board holds
+            # what it should rest at, and setting it again would only flicker
+            self._knobs_moved = False
+
     def run_job(self, job_id: str) -> None:
         """Run (or resume) a saved job from its first point without a stored result."""
         job = self.outbox.job(job_id)
         if job is None or job["done"]:
             return
+        self._knobs_moved = True
         body = job["body"]
         reps, warmup, points = body["reps"], body["warmup"], body["points"]
         total = len(points) * reps
@@ -334,8 +373,9 @@ class Executor:
         cid = body["config_id"]
         spec = RunSpec(body["workload"], body["size"], list(body["cpus"]), body["threads"],
                        body.get("freq_khz"), variant=str(body.get("variant", "")))
+        at_rest, self._knobs_moved = not self._knobs_moved, True
         if kind_of(body.get("target")) != "command":
-            return self._apply_to_target(body, spec)
+            return self._apply_to_target(body, spec, at_rest)
         self.wait_for_room()
         recs = self.runner.run_point(spec, body["reps"], warmup=CONFIG_WARMUP)
         times = [r.time_s for r in recs if r.ok and r.time_s is not None]
@@ -343,6 +383,7 @@ class Executor:
         if times:
             out.update(ok=True, time_s=point_stats(times).median, error=None)
             self._remember(body, out["time_s"])
+            self._stand(body, spec, at_rest)
         else:
             errs = "; ".join(sorted({r.error or "?" for r in recs}))
             out.update(ok=False, time_s=None, error=f"every verification run failed: {errs}")
@@ -351,7 +392,7 @@ class Executor:
         self.notify()
         log.info("config %s applied: ok=%s time_s=%s", cid, out["ok"], out["time_s"])
 
-    def _apply_to_target(self, body: dict[str, Any], spec: RunSpec) -> None:
+    def _apply_to_target(self, body: dict[str, Any], spec: RunSpec, at_rest: bool) -> None:
         """Confine a running pid or unit to the config's cpus, set the frequencies, and
         measure it over the verification window (it has no run time to verify)."""
         assert self.targets is not None  # validate_config refused it otherwise
@@ -381,6 +422,7 @@ class Executor:
                 measured["energy_unavailable"] = rec.invalid.get("energy_j") or "no meter"
             out.update(ok=True, error=None, measured=measured)
             self._remember(body, None, measured)
+            self._stand(body, spec, at_rest)
         reply = P.make("applied", self.agent_id, out)
         self.durably(lambda: self.outbox.finish_config(cid, reply))
         self.notify()
@@ -531,6 +573,8 @@ class Worker(threading.Thread):
     def run(self) -> None:
         while not self._stopping:
             if self._queue.empty():
+                # here, not per point: restoring between a job's points would slow sweeps
+                self.executor.rest()
                 self.idle.set()
             item = self._queue.get()
             if item is None or self._stopping:

@@ -67,6 +67,18 @@ class Runner:
             except Exception as exc:
                 log.error("restoring knob %s failed: %s", getattr(knob, "name", knob), exc)
 
+    def rest(self, standing: RunSpec | None = None) -> None:
+        """No work left: every knob back to the board's original, then ``standing`` (the
+        configuration a user applied, still in force) applied again; errors logged, never
+        raised. Between the points of a job nothing is restored: a sweep keeps its pace."""
+        self.restore()
+        if standing is None:
+            return
+        try:
+            self.apply_knobs(standing)
+        except Exception as exc:
+            log.error("applying the standing configuration again failed: %s", exc)
+
     def wait(self, seconds: float) -> None:
         """Sleep ``seconds`` (a verification window); raises Aborted when stopped meanwhile."""
         import select

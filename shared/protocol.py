@@ -149,6 +149,10 @@ BODY_SCHEMAS: dict[str, dict[str, tuple[tuple[type, ...], bool]]] = {
         # where to apply it: {"kind": "command"|"pid"|"unit", "pid": int, "unit": str,
         # "window_s": float}; absent = run the workload (agent/targets.py)
         "target": (_MAP, False),
+        # true or absent: it stays in force (frequencies) until another config replaces it
+        # or the agent stops; false: verified, then the board goes back to rest (the daemon's
+        # own verification of a recommendation after a sweep, agent/apply.py)
+        "keep": (_BOOL, False),
     },
     "applied": {
         "config_id": (_STR, True),
