@@ -460,3 +460,68 @@ def test_which_daemon_holds_an_agent_is_recorded(location):
         assert elsewhere("B", 12.0) == elsewhere("C", 12.0) == {}
     finally:
         st.close()
+
+
+def _run(workload, cores, time_s, **kw):
+    return RunRecord(platform="p", workload=workload, input="s", cores=cores,
+                     cpus=list(range(cores)), threads=cores, rep=0, time_s=time_s, **kw)
+
+
+def test_status_pages_pick_the_rows_that_need_a_look_and_count_them_all(location):
+    """A page of jobs: the unfinished, then the latest updated, in creation order; of fits
+    and recommendations: the newest; of run counts: the latest received. Each with how many
+    rows there are in all, for one agent or all."""
+    st = open_store(location)
+    try:
+        for i, (agent, state, updated) in enumerate([
+                ("a1", "done", 10.0), ("a1", "running", 2.0), ("a1", "done", 30.0),
+                ("a1", "failed", 20.0), ("a2", "queued", 1.0), ("a2", "done", 40.0)]):
+            st.save_job(agent, {"job_id": f"job-{i}", "workload": "w", "size": "s", "reps": 1,
+                                "warmup": 0, "points": [{"cpus": [0], "threads": 1,
+                                                         "freq_khz": None}]}, float(i),
+                        state=state)
+            st.set_job_state(f"job-{i}", state, now=updated)
+        rows, total = st.jobs_page(limit=3)
+        assert [j["job_id"] for j in rows] == ["job-1", "job-4", "job-5"] and total == 6
+        rows, total = st.jobs_page("a1", limit=2)
+        assert [j["job_id"] for j in rows] == ["job-1", "job-2"] and total == 4
+        assert st.jobs_page(job_ids=["job-3", "nope"])[1] == 1
+        assert st.jobs_page(job_ids=[]) == ([], 0)
+        assert st.jobs_page() == (st.jobs(), 6)
+
+        groups = [Group("p", f"w{i}", "s", "") for i in range(4)] + [Group("q", "w0", "s", "")]
+        for i, g in enumerate(groups):
+            st.save_fit(g, "amdahl", {"s": i}, {}, [], float(i))
+        st.save_fit(groups[0], "usl", {"c": 1}, {}, [], 9.0)  # refitted last: the newest
+        rows, total = st.fits_page(limit=2)
+        assert [(f["workload"], f["model"]) for f in rows] == [("w0", "usl"), ("w0", "amdahl")]
+        assert [f["platform"] for f in rows] == ["p", "q"] and total == 5
+        rows, total = st.fits_page("p", limit=2)
+        assert [f["workload"] for f in rows] == ["w0", "w3"] and total == 4
+        rows, total = st.fits_page(groups=[groups[1], groups[4]])
+        assert [(f["platform"], f["workload"]) for f in rows] == [("p", "w1"), ("q", "w0")]
+        assert st.fits_page() == (st.fits(), 5)
+
+        for i, agent in enumerate(["a1", "a2", "a1", "a1"]):
+            st.save_recommendation({"config_id": f"cfg-{i}", "agent": agent,
+                                    **groups[i].as_dict(), "cores": 1, "cpus": [0],
+                                    "threads": 1}, float(i))
+        rows, total = st.recommendations_page(limit=2)
+        assert [r["config_id"] for r in rows] == ["cfg-2", "cfg-3"] and total == 4
+        rows, total = st.recommendations_page("a1", limit=5)
+        assert [r["config_id"] for r in rows] == ["cfg-0", "cfg-2", "cfg-3"] and total == 3
+        assert st.recommendations_page() == (st.recommendations(), 4)
+
+        for i, (agent, workload) in enumerate([("a1", "w0"), ("a2", "w1"), ("a1", "w2")]):
+            r = _run(workload, 1, 1.0)
+            st.insert_results([ResultIn(f"m{i}", agent, None, None, r, r.to_dict())],
+                              float(i))
+        rows, total = st.run_counts_page(limit=2)
+        assert [(r["agent"], r["workload"]) for r in rows] == [("a1", "w2"), ("a2", "w1")]
+        assert total == 3
+        rows, total = st.run_counts_page("a1")
+        assert [r["workload"] for r in rows] == ["w0", "w2"] and total == 2
+        assert st.run_counts_page() == (st.run_counts(), 3)
+        assert st.run_counts_page("nobody", limit=1) == ([], 0)
+    finally:
+        st.close()

@@ -117,6 +117,13 @@ class Store(ABC):
         """Every job with its received count (distinct seq stored)."""
 
     @abstractmethod
+    def jobs_page(self, agent: str | None = None, job_ids: Sequence[str] | None = None,
+                  limit: int | None = None) -> tuple[list[dict[str, Any]], int]:
+        """(rows as :meth:`jobs` gives them, how many match) for ``agent``'s jobs and those
+        named in ``job_ids`` (each None: all); with ``limit``, at most that many: the
+        unfinished first, then the most recently updated, listed in creation order."""
+
+    @abstractmethod
     def active_jobs(self) -> list[dict[str, Any]]:
         """job_id, agent, state of every job queued, sent or running."""
 
@@ -159,6 +166,12 @@ class Store(ABC):
     def run_counts(self) -> list[dict[str, Any]]: ...
 
     @abstractmethod
+    def run_counts_page(self, agent: str | None = None, limit: int | None = None
+                        ) -> tuple[list[dict[str, Any]], int]:
+        """(rows as :meth:`run_counts` gives them, how many there are) of ``agent``'s runs
+        (None: all); with ``limit``, the rows of the most recently received runs."""
+
+    @abstractmethod
     def groups(self) -> list[Group]:
         """Every group that has runs."""
 
@@ -198,6 +211,13 @@ class Store(ABC):
         """The latest fit of every group."""
 
     @abstractmethod
+    def fits_page(self, platform: str | None = None, limit: int | None = None,
+                  groups: Sequence[Group] | None = None) -> tuple[list[dict[str, Any]], int]:
+        """(the latest fit of each of ``platform``'s groups (None: every group; ``groups``:
+        of those only), how many groups have one); with ``limit``, the newest that many, in
+        the groups' order."""
+
+    @abstractmethod
     def save_recommendation(self, rec: dict[str, Any], now: float) -> None: ...
 
     @abstractmethod
@@ -210,6 +230,12 @@ class Store(ABC):
 
     @abstractmethod
     def recommendations(self) -> list[dict[str, Any]]: ...
+
+    @abstractmethod
+    def recommendations_page(self, agent: str | None = None, limit: int | None = None
+                             ) -> tuple[list[dict[str, Any]], int]:
+        """(``agent``'s recommendations (None: all), oldest first, how many there are); with
+        ``limit``, the newest that many."""
 
     @abstractmethod
     def take_unsent(self, agent: str, now: float) -> list[dict[str, Any]]:
