@@ -125,8 +125,8 @@ def report(d: Daemon) -> dict[str, Any]:
     # throttled, not marked unless the load is accepted, since the last drift), so the
     # report's refit rests on what the daemon's does
     data["points"] = [{"group": g.as_dict(), "runs": [list(r[:4]) for r in runs],
-                       "fit_runs": [list(r) for r in d.store.group_runs(g)]}
-                      for g, runs in sorted(d.store.run_points().items())]
+                       "fit_runs": [list(r) for r in fit_runs]}
+                      for g, (runs, fit_runs) in sorted(d.store.report_runs().items())]
     return data
 
 

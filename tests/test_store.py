@@ -467,6 +467,43 @@ def _run(workload, cores, time_s, **kw):
                      cpus=list(range(cores)), threads=cores, rep=0, time_s=time_s, **kw)
 
 
+def test_report_runs_are_run_points_and_group_runs_in_one_pass(location):
+    """The report query reads every group's runs and fit rows in one statement; per group
+    they are exactly run_points' and group_runs' (marked, throttled, failed, an off
+    verification and runs from before a drift left out of the fit rows as group_runs does)."""
+    st = open_store(location)
+    try:
+        g1, g2 = Group("p", "w1", "s", ""), Group("p", "w2", "s", "")
+        st.save_recommendation({"config_id": "cfg-off", "agent": "a1", **g1.as_dict(),
+                                "cores": 2, "cpus": [0, 1], "threads": 2, "state": "off"}, 1.0)
+        old = [_run("w1", 1, 3.0), _run("w1", 2, 9.9)]  # before the drift below
+        st.insert_results([ResultIn(f"o{i}", "a1", "job-old", i, r, r.to_dict())
+                           for i, r in enumerate(old)], 1.0)
+        st.save_drift("a1", g1, "off twice", [], None, 2.0)
+        new = [_run("w1", 1, 2.0), _run("w1", 2, 1.1), _run("w1", 2, 1.2, marked="busy"),
+               _run("w1", 4, 0.9, throttled=True), _run("w2", 1, 5.0),
+               _run("w2", 3, 2.0, freq_mhz=1800.0), _run("w2", 2, None, ok=False, error="x")]
+        st.insert_results([ResultIn(f"n{i}", "a1", "job-new", i, r, r.to_dict())
+                           for i, r in enumerate(new)], 3.0)
+        verification = _run("w1", 2, 7.0)
+        st.insert_results([ResultIn("v", "a1", "cfg-off", 0, verification,
+                                    verification.to_dict())], 3.0)
+        both = st.report_runs()
+        assert list(both) == [g1, g2]
+        points = st.run_points()
+        for g in (g1, g2):  # in (cores, freq) order; runs of one configuration in any order
+            assert [sorted(rows) for rows in both[g]] == [sorted(points[g]),
+                                                         sorted(st.group_runs(g))]
+            assert [r[:2] for r in both[g][0]] == [r[:2] for r in points[g]]
+        assert both[g1][1] == [(1, None, 2.0), (2, None, 1.1)]  # the rest is left out
+        loaded = st.report_runs(accept_load=True)
+        assert [sorted(loaded[g][1]) for g in (g1, g2)] == \
+            [sorted(st.group_runs(g, accept_load=True)) for g in (g1, g2)]
+        assert (2, None, 1.2) in loaded[g1][1]
+    finally:
+        st.close()
+
+
 def test_status_pages_pick_the_rows_that_need_a_look_and_count_them_all(location):
     """A page of jobs: the unfinished, then the latest updated, in creation order; of fits
     and recommendations: the newest; of run counts: the latest received. Each with how many

@@ -31,6 +31,7 @@ import sqlite3
 import threading
 import time
 from contextlib import contextmanager
+from itertools import groupby
 from pathlib import Path
 from typing import Any, Iterator, Sequence
 
@@ -430,12 +431,16 @@ class SQLiteStore(Store):
     # its marked runs are fitted too. The daemon sets this from its configuration.
     accept_load = False
 
+    # the runs a fit may use: successful, not throttled, not a verification judged off (and
+    # received since the group's last drift event: _fit_where, report_runs)
+    _FIT_OK = ("ok=1 AND throttled=0 AND time_s IS NOT NULL AND (job_id IS NULL OR job_id NOT "
+               "IN (SELECT id FROM recommendations WHERE state='off'))")
+
     def _fit_where(self) -> str:
-        """The runs a fit may use: successful, not throttled, not a verification judged off,
-        received since the group's last drift event."""
-        return ("platform=? AND workload=? AND input=? AND variant=? AND ok=1 AND throttled=0 "
-                "AND time_s IS NOT NULL AND received >= ? AND (job_id IS NULL OR job_id NOT IN "
-                "(SELECT id FROM recommendations WHERE state='off'))")
+        """The runs of one group (4 arguments) a fit may use (:attr:`_FIT_OK`), received
+        since the 5th argument (its last drift event)."""
+        return ("platform=? AND workload=? AND input=? AND variant=? AND received >= ? AND "
+                + self._FIT_OK)
 
     def _fit_rows(self, group: Group, columns: str, accept_load: bool | None = None
                   ) -> list[tuple]:
@@ -453,6 +458,30 @@ class SQLiteStore(Store):
     def group_runs(self, group: Group, accept_load: bool | None = None
                    ) -> list[tuple[int, float | None, float]]:
         return self._fit_rows(group, "cores, freq_mhz, time_s", accept_load)
+
+    def report_runs(self, accept_load: bool | None = None
+                    ) -> dict[Group, tuple[list[tuple[int, float | None, float, float | None,
+                                                      bool, bool]],
+                                           list[tuple[int, float | None, float]]]]:
+        accept = self.accept_load if accept_load is None else accept_load
+        out: dict[Group, tuple[list[Any], list[Any]]] = {}
+        rows = self.db.execute(
+            "SELECT platform, workload, input, variant, cores, freq_mhz, time_s, energy_j, "
+            "virtual, marked IS NOT NULL, CASE WHEN received >= COALESCE(d.since, 0) AND "
+            + self._FIT_OK + ("" if accept else " AND marked IS NULL") + " THEN 1 ELSE 0 END "
+            "FROM runs LEFT JOIN (SELECT platform, workload, input, variant, MAX(since) AS "
+            "since FROM drift GROUP BY platform, workload, input, variant) AS d USING "
+            "(platform, workload, input, variant) WHERE ok=1 AND time_s IS NOT NULL "
+            f"ORDER BY platform, workload, input, variant, {self._fit_order}")
+        for key, group_rows in groupby(rows, key=lambda r: r[:4]):
+            points: list[Any] = []
+            fit: list[Any] = []
+            for r in group_rows:
+                points.append((r[4], r[5], r[6], r[7], bool(r[8]), bool(r[9])))
+                if r[10]:
+                    fit.append((r[4], r[5], r[6]))
+            out[Group(*key)] = (points, fit)
+        return out
 
     def point_marks(self, group: Group) -> list[dict[str, Any]]:
         """Per point (cores, freq_mhz) of the group's fit-eligible runs: clean and marked
