@@ -27,6 +27,7 @@ if TYPE_CHECKING:
 SECTIONS = ("agents", "platforms", "workloads", "runs", "jobs", "fits", "fit_errors",
             "recommendations", "drift", "remeasure")
 MAX_JOB_IDS = 4096  # a sweep --wait follows one job per workload and clock of one board
+MAX_LIMIT = 2**31 - 1
 
 
 class Page(NamedTuple):
@@ -49,10 +50,13 @@ def parse_page(args: dict[str, Any]) -> Page:
                              or not all(isinstance(j, str) for j in jobs)):
         raise HandlerError("bad_args", f"status args.jobs must be a list of at most "
                                        f"{MAX_JOB_IDS} job ids")
-    if only is not None and (not isinstance(only, list) or not set(only) <= set(SECTIONS)
-                             or not all(isinstance(s, str) for s in only)):
+    if only is not None and (not isinstance(only, list) or not all(isinstance(s, str)
+                                                                    for s in only)
+                             or not set(only) <= set(SECTIONS)):
         raise HandlerError("bad_args", f"status args.only must be a list of {', '.join(SECTIONS)}")
-    return Page(limit, agent, None if jobs is None else tuple(jobs),
+    # a limit beyond any list is no limit; the store's LIMIT takes a 64-bit integer at most
+    return Page(None if limit is None else min(limit, MAX_LIMIT), agent,
+                None if jobs is None else tuple(jobs),
                 frozenset(SECTIONS if only is None else only))
 
 
@@ -126,12 +130,7 @@ def status(d: Daemon, args: dict[str, Any] | None = None) -> dict[str, Any]:
     if want("recommendations"):
         rows, total["recommendations"] = d.store.recommendations_page(page.agent, page.limit)
         recs = [_rec_row(r) for r in rows]
-        quality = {Group(**f["group"]): f["quality"] for f in fits}
-        missing = sorted({Group(**r["group"]) for r in recs} - quality.keys())
-        for i in range(0, len(missing), 200):  # groups of fits not listed (bound: ? per query)
-            quality.update((Group(**_fit_row(f)["group"]), f["quality"])
-                           for f in d.store.fits_page(groups=missing[i:i + 200])[0])
-        basis = group_basis(d, quality)
+        basis = group_basis(d, _fit_quality(d, fits, recs))
         for r in recs:  # the listed ones only: each reads its group's points
             r["rests_on"] = basis(r["agent"], Group(**r["group"]))
 
@@ -205,6 +204,18 @@ def _rec_row(r: dict[str, Any]) -> dict[str, Any]:
             "verified_time_s": r["verified_time_s"],
             "off_pct": off_pct(r["verified_time_s"], r["predicted_time_s"])
             if r["state"] == "off" else None, "error": r["error"]}
+
+
+def _fit_quality(d: Daemon, fits: list[dict[str, Any]], recs: list[dict[str, Any]]
+                 ) -> dict[Group, dict[str, Any]]:
+    """The fit quality of each recommendation's group (what its rests_on counts as outliers
+    left out): from the listed fits, the others read for those groups alone."""
+    quality = {Group(**f["group"]): f["quality"] for f in fits}
+    missing = sorted({Group(**r["group"]) for r in recs} - quality.keys())
+    for i in range(0, len(missing), 200):  # 4 arguments a group: well within SQLite's bound
+        quality.update((Group(*(f[k] for k in Group._fields)), f["quality"])
+                       for f in d.store.fits_page(groups=missing[i:i + 200])[0])
+    return quality
 
 
 def _daemon_row(d: Daemon, now: float) -> dict[str, Any]:

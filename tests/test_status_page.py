@@ -131,11 +131,18 @@ def test_following_jobs_reads_those_jobs_the_agents_and_re_measurements_only(dae
     ({"agent": 7}, "args.agent must be an agent id"),
     ({"jobs": "job-1"}, "args.jobs must be a list"),
     ({"only": ["jobs", "everything"]}, "args.only must be a list of agents, platforms"),
+    ({"only": [{"a": 1}]}, "args.only must be a list"),
+    ({"jobs": [1, 2]}, "args.jobs must be a list of at most 4096 job ids"),
 ])
 def test_wrong_page_arguments_are_refused_naming_the_argument(daemon, args, says):
     with pytest.raises(HandlerError, match=says) as exc:
         answer(daemon, "status", args)
     assert exc.value.code == "bad_args"
+
+
+def test_a_limit_beyond_any_list_is_every_row(daemon):
+    st = answer(daemon, "status", {"limit": 2**64 - 1})  # msgpack's largest integer
+    assert len(st["jobs"]) == 7 and st["page"]["total"]["jobs"] == 7
 
 
 def test_an_unknown_agent_is_refused_naming_the_known_ones(daemon):
