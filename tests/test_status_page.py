@@ -184,3 +184,21 @@ def test_opptune_status_prints_a_page_and_json_every_row(tmp_path):
             assert "Traceback" not in proc.stderr
     finally:
         assert c.stop() == {"daemon": 0}, c.logs()
+
+
+def test_the_benchmark_answers_each_query_on_a_built_store(tmp_path):
+    """benchmarks/loop_queries.py: each client's query answered on benchmarks/report.py's
+    store; a page is smaller than every row, and sweep --wait's poll smaller still."""
+    bench = Path(__file__).resolve().parent.parent / "benchmarks" / "loop_queries.py"
+    proc = subprocess.run([sys.executable, str(bench), "--groups", "45", "--rounds", "1",
+                           "--json", "--keep", str(tmp_path)], capture_output=True, text=True,
+                          timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    fig = json.loads(proc.stdout)
+    assert fig["store"]["groups"] == 45
+    q = {name: v["bytes"] for name, v in fig["queries"].items()}
+    assert list(q) == ["status, every row", "status page", "status, one board",
+                       "sweep --wait poll", "report"]
+    assert q["sweep --wait poll"] < q["status, one board"] < q["status page"] \
+        < q["status, every row"] < q["report"]
+    assert all(v["ms"] > 0 for v in fig["queries"].values())
