@@ -117,6 +117,20 @@ def test_one_agents_page_holds_its_rows_only(daemon):
     assert st["page"]["total"]["jobs"] == 4
 
 
+def test_a_page_of_agents_shows_the_offline_first_and_drift_keeps_to_its_agent(daemon):
+    import time
+    daemon.registry.hello("a1", b"a1", "p-a1", {}, [], now=time.time())  # connected: alive
+    st = answer(daemon, "status", {"limit": 1})
+    assert [(a["id"], a["alive"]) for a in st["agents"]] == [("a2", False)]
+    assert st["page"]["total"]["agents"] == 2 and list(st["platforms"]) == ["p-a2"]
+    daemon.store.save_drift("a2", Group("p-a2", "w0", "s", ""), "off twice", ["job-a2-0"],
+                            None, 50.0)
+    assert answer(daemon, "status", {"agent": "a1"})["drift"] == []
+    (e,) = answer(daemon, "status", {"agent": "a2", "limit": 1})["drift"]
+    assert e["job_states"] == ["done"]  # the job read although it is off the page
+    assert e["reason"] == "off twice"
+
+
 def test_following_jobs_reads_those_jobs_the_agents_and_re_measurements_only(daemon):
     st = answer(daemon, "status", jobs_query(["job-a1-0", "job-a2-2", "job-gone"]))
     assert [j["job_id"] for j in st["jobs"]] == ["job-a1-0", "job-a2-2"]
