@@ -44,7 +44,7 @@ def cmd_characterize(args: argparse.Namespace) -> int:
     rc = 0
     if args.wait and ids:
         from .client import query
-        from .sweep_wait import wait_for_jobs
+        from .sweep_wait import jobs_query, wait_for_jobs
         try:
             rc = wait_for_jobs(endpoint, ids, timeout_s=args.timeout,
                                prog="opptune characterize")
@@ -54,7 +54,7 @@ def cmd_characterize(args: argparse.Namespace) -> int:
                 print()
             raise
         if args.json:
-            st = query(endpoint, "status", timeout_s=args.timeout)
+            st = query(endpoint, "status", jobs_query(ids), timeout_s=args.timeout)
             data["jobs"] = [j for j in st.get("jobs") or [] if j["job_id"] in ids]
     if args.json:
         json.dump(data, sys.stdout, indent=2, sort_keys=True)

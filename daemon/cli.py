@@ -60,15 +60,22 @@ def cmd_keys(args: argparse.Namespace) -> int:
 
 def cmd_status(args: argparse.Namespace) -> int:
     from .client import ask, daemon_endpoint
-    from .status_view import print_status
-    data, rc = ask("opptune status", daemon_endpoint(args), "status", timeout_s=args.timeout)
+    from .status_view import DEFAULT_ROWS, print_status
+    if below_least("status", args, {"limit": 1}):
+        return 2
+    # the terminal gets DEFAULT_ROWS of each list; --json every row (scripts read it whole)
+    # unless --limit says otherwise
+    limit = None if args.all else args.limit or (None if args.json else DEFAULT_ROWS)
+    query = {k: v for k, v in (("limit", limit), ("agent", args.agent)) if v is not None}
+    data, rc = ask("opptune status", daemon_endpoint(args), "status", query or None,
+                   timeout_s=args.timeout)
     if rc is not None:
         return rc
     if args.json:
         json.dump(data, sys.stdout, indent=2, sort_keys=True, default=str)
         print()
     else:
-        print_status(data)
+        print_status(data, limit=limit, agent=args.agent)
     return 0
 
 
@@ -184,8 +191,22 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(func=cmd_demo)
 
     p = sub.add_parser("status", help="agents, workloads, runs, fits and recommendations of a "
-                                      "running daemon")
+                                      "running daemon",
+                       description="What a running daemon knows: its agents and boards, runs, "
+                                   "jobs, fits, recommendations, drift and re-measurements. "
+                                   "Each table shows at most --limit rows (the ones that need "
+                                   "a look: offline agents, unfinished and newest jobs, newest "
+                                   "fits and recommendations) and says how many more there "
+                                   "are; --json prints every row unless --limit or --agent is "
+                                   "given.")
     _add_link_options(p)
+    rows = p.add_mutually_exclusive_group()
+    rows.add_argument("--limit", type=int, metavar="N",
+                      help="rows of each table at most (default 20 on the terminal, every row "
+                           "with --json)")
+    rows.add_argument("--all", action="store_true", help="every row of every table")
+    p.add_argument("--agent", metavar="ID", help="only this agent's board: its runs, jobs, "
+                                                 "fits, recommendations")
     p.set_defaults(func=cmd_status)
 
     p = sub.add_parser("sweep", help="ask the daemon to sweep an agent")

@@ -13,7 +13,7 @@ through the usual job path. ``opptune status`` lists the events (``drift``).
 from __future__ import annotations
 
 import logging
-from typing import Any
+from typing import Any, Callable
 
 from ..shared.config import DaemonConfig
 from .errors import HandlerError
@@ -78,18 +78,19 @@ class Drift:
 
 
 
-def status_rows(store: Store, jobs: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """Drift events for ``opptune status``: why, the sweep's state, and the recommendation
-    made after it (null until there is one)."""
-    state_of = {j["job_id"]: j["state"] for j in jobs}
-    recs = store.recommendations()
+def status_rows(store: Store, state_of: Callable[[str], str | None]
+                ) -> list[dict[str, Any]]:
+    """Drift events for ``opptune status``: why, the sweep's state (``state_of(job_id)``),
+    and the recommendation made after it (null until there is one)."""
+    events = store.drift_events()
+    recs = store.recommendations() if events else []
     out = []
-    for e in store.drift_events():
+    for e in events:
         group = {k: e[k] for k in ("platform", "workload", "input", "variant")}
         after = [r for r in recs if r["agent"] == e["agent"] and r["created"] >= e["since"]
                  and all(r[k] == v for k, v in group.items())]
         out.append({"agent": e["agent"], "group": group, "reason": e["reason"],
                     "since": e["since"], "job_ids": e["job_ids"],
-                    "job_states": [state_of.get(j) for j in e["job_ids"]], "error": e["error"],
+                    "job_states": [state_of(j) for j in e["job_ids"]], "error": e["error"],
                     "recommendation": after[-1]["config_id"] if after else None})
     return out

@@ -66,8 +66,52 @@ def _print_table(console: Console, t: Table) -> None:
         console.print(f"{t.title}: none", markup=False)
 
 
-def print_status(data: dict[str, Any], console: Console | None = None) -> None:
+DEFAULT_ROWS = 20  # rows of each table on the terminal: a fleet's status fits a screen or two
+
+# the lists whose newest rows are last (a daemon that predates paging sends them whole: the
+# view keeps the newest, as a paging daemon picks them)
+_NEWEST_LAST = ("jobs", "recommendations", "drift")
+
+
+def rows_of(data: dict[str, Any], key: str, limit: int | None) -> tuple[list[Any], int]:
+    """(the rows of list ``key`` to print, how many the daemon has): a paging daemon has cut
+    the list already and says its total in ``page.total``; an older one sends every row."""
+    rows = list(data.get(key) or [])
+    total = ((data.get("page") or {}).get("total") or {}).get(key)
+    if not isinstance(total, int):
+        total = len(rows)
+    if limit is not None and len(rows) > limit:
+        rows = rows[-limit:] if key in _NEWEST_LAST else rows[:limit]
+    return rows, total
+
+
+def more_text(key: str, shown: int, total: int, agent: str | None) -> str | None:
+    """'751 more jobs (of 771): opptune status --all for every row, --agent ID for one
+    board's'; None when nothing is left out."""
+    if total <= shown:
+        return None
+    how = "--all for every row" + ("" if agent else ", --agent ID for one board's")
+    return f"{total - shown} more {_NAMES.get(key, key)} (of {total}): opptune status {how}"
+
+
+_NAMES = {"runs": "rows of runs", "fit_errors": "fit errors", "remeasure": "re-measurements",
+          "drift": "drift events"}
+
+
+def print_status(data: dict[str, Any], console: Console | None = None,
+                 limit: int | None = None, agent: str | None = None) -> None:
+    """The status as tables; ``limit``: rows of each at most (the rest counted in a line
+    naming --all and --agent; ``agent``: the one asked for)."""
     console = console or make_console()
+    lists = {k: rows_of(data, k, limit) for k in ("agents", "runs", "jobs", "fits",
+                                                  "fit_errors", "recommendations",
+                                                  "remeasure", "drift")}
+    data = {**data, **{k: rows for k, (rows, _) in lists.items()}}
+
+    def more(key: str) -> None:
+        line = more_text(key, len(lists[key][0]), lists[key][1], agent)
+        if line:
+            console.print(line, markup=False, soft_wrap=True)
     d = data.get("daemon", {})
     console.print(f"daemon {d.get('instance', '?')} at {d.get('endpoint', '?')}, "
                   f"up {_fmt(d.get('uptime_s'), '.0f')} s, database {d.get('database', '?')}")
@@ -89,6 +133,7 @@ def print_status(data: dict[str, Any], console: Console | None = None) -> None:
                   _fmt(a.get("outbox")) + (f" FULL: {a['outbox_full']}"
                                            if a.get("outbox_full") else ""))
     _print_table(console, t)
+    more("agents")
     for k in d.get("keys_pending") or []:
         console.print(f"key {k['id']} of agent {k['agent']} waits for approval: opptune keys "
                       f"accept {k['id']}", markup=False, soft_wrap=True)
@@ -113,6 +158,7 @@ def print_status(data: dict[str, Any], console: Console | None = None) -> None:
         t.add_row(str(r.get("agent")), str(r.get("workload")), str(r.get("input")),
                   _fmt(r.get("count")), _fmt(r.get("marked")))
     _print_table(console, t)
+    more("runs")
 
     t = _table("jobs", ("job", "board", "workload", "size", "runs received/expected",
                         "state"))
@@ -125,6 +171,7 @@ def print_status(data: dict[str, Any], console: Console | None = None) -> None:
                   str(j.get("workload")), _fmt(j.get("size")),
                   f"{j.get('received')}/{j.get('expected')}", state)
     _print_table(console, t)
+    more("jobs")
 
     t = _table("fits", ("group", "model", "parameters", "MAPE %", "runners-up"))
     for f in data.get("fits", []):
@@ -134,8 +181,10 @@ def print_status(data: dict[str, Any], console: Console | None = None) -> None:
         t.add_row(_group(f.get("group"), names), str(f.get("model")), params,
                   _fmt((f.get("quality") or {}).get("mape"), ".2f"), runners)
     _print_table(console, t)
+    more("fits")
     for e in data.get("fit_errors") or []:
         console.print(f"fit failed for {_group(e.get('group'), names)}: {e.get('error')}", markup=False)
+    more("fit_errors")
 
     t = _table("recommendations", ("group", "cores", "cpus", "frequency",
                                    "predicted s (interval)", "state", "measured s"))
@@ -150,6 +199,7 @@ def print_status(data: dict[str, Any], console: Console | None = None) -> None:
                   str(r.get("state")) + (f" ({r['error']})" if r.get("error") else ""),
                   _fmt(r.get("verified_time_s")))
     _print_table(console, t)
+    more("recommendations")
     for r in data.get("recommendations", []):  # what each rests on, when not clean runs only
         basis = r.get("rests_on") or {}
         if basis.get("marked_runs") or basis.get("outliers_left_out"):
@@ -166,6 +216,7 @@ def print_status(data: dict[str, Any], console: Console | None = None) -> None:
                           f"(retry {m.get('retry')}"
                           + (f", in {m['due_in_s']:g} s)" if m.get("due_in_s") is not None
                              else ")"), markup=False)
+    more("remeasure")
     for e in data.get("drift") or []:
         jobs = ", ".join(f"{j} {s}" for j, s in zip(e.get("job_ids") or [],
                                                      e.get("job_states") or []))
@@ -174,6 +225,7 @@ def print_status(data: dict[str, Any], console: Console | None = None) -> None:
             then += f"; recommended again: {e['recommendation']}"
         console.print(f"drift on {_group(e.get('group'), names)}: {e.get('reason')}; {then}",
                       markup=False)
+    more("drift")
 
 
 def _group(group: Any, names: dict[Any, str] | None = None) -> str:

@@ -54,7 +54,7 @@ def _wait(endpoint: str, job_ids: list[str], timeout_s: float, as_json: bool,
         silent_since: float | None = None  # when the daemon stopped answering
         while True:
             try:
-                status = query(endpoint, "status", timeout_s=timeout_s)
+                status = query(endpoint, "status", jobs_query(job_ids), timeout_s=timeout_s)
             except (DaemonUnreachable, QueryFailed) as exc:
                 now = time.monotonic()
                 if isinstance(exc, DaemonUnreachable):
@@ -107,6 +107,13 @@ def _wait(endpoint: str, job_ids: list[str], timeout_s: float, as_json: bool,
         console.print((f"{prog}: " if j in bad else "") + line, markup=False,
                       soft_wrap=True)
     return 1 if bad else 0
+
+
+def jobs_query(job_ids: list[str]) -> dict[str, Any]:
+    """The status query's arguments for following ``job_ids``: those jobs, the agents (is one
+    offline?) and the re-measurements, nothing else (the whole status of a large store held
+    the daemon's loop 0.2 s, every POLL_S; a daemon that predates them sends it all)."""
+    return {"jobs": list(job_ids), "only": ["agents", "jobs", "remeasure"]}
 
 
 def state_text(job: dict[str, Any], agent: dict[str, Any] | None) -> str:

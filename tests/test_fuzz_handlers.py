@@ -270,11 +270,11 @@ def test_a_reply_too_large_to_send_is_refused_by_name(world, errors, monkeypatch
     d, _ = world
     from opptune.daemon import queries
     monkeypatch.setattr(P, "MAX_REPLY_BYTES", 2 * P.MAX_MESSAGE_BYTES)  # a test-sized limit
-    monkeypatch.setattr(queries, "status", lambda _d: {"blob": "x" * (P.MAX_REPLY_BYTES + 1)})
+    monkeypatch.setattr(queries, "status", lambda _d, _a=None: {"blob": "x" * (P.MAX_REPLY_BYTES + 1)})
     assert feed(d, wire("query", {"what": "status"})) == "too_large"
     sent = []
     monkeypatch.setattr(d.link, "send_encoded", lambda _i, data, _w: sent.append(data))
-    monkeypatch.setattr(queries, "status", lambda _d: {"blob": "x" * (P.MAX_MESSAGE_BYTES + 1)})
+    monkeypatch.setattr(queries, "status", lambda _d, _a=None: {"blob": "x" * (P.MAX_MESSAGE_BYTES + 1)})
     assert feed(d, wire("query", {"what": "status"})) is None
     reply = P.decode(sent[-1], P.MAX_REPLY_BYTES)
     assert len(reply["body"]["data"]["blob"]) == P.MAX_MESSAGE_BYTES + 1

@@ -381,3 +381,42 @@ def test_benchmark_times_a_real_daemon_and_command_on_a_built_store(tmp_path):
     html = (tmp_path / "site" / "index.html").read_text()
     assert "Figures for 2 of the 7 workload groups" in html
     assert html.count("(the daemon&#x27;s fit)") == 5  # the stored fits of the 5 not drawn
+
+
+def test_the_report_query_gives_each_groups_runs_and_fit_rows_from_one_pass(tmp_path):
+    """The report query read each group's fit rows with a statement of its own (771 on the
+    benchmark's store); now one pass gives every group's runs and fit rows: the same runs,
+    medians and fit rows, marked runs and runs from before a drift left out of the fit."""
+    from opptune.daemon.queries import answer
+    from opptune.daemon.report.analysis import median_points
+    from opptune.daemon.service import Daemon
+    from opptune.daemon.store import Group, ResultIn
+    from opptune.shared.config import DaemonConfig
+    from opptune.shared.records import RunRecord
+
+    d = Daemon(DaemonConfig(bind="tcp://127.0.0.1:0", database=str(tmp_path / "d.db")))
+    try:
+        def runs(workload, rows, received, tag):
+            recs = [RunRecord(platform="p", workload=workload, input="s", cores=c,
+                              cpus=list(range(c)), threads=c, rep=i, time_s=t, marked=m)
+                    for i, (c, t, m) in enumerate(rows)]
+            d.store.insert_results([ResultIn(f"{tag}{i}", "a1", None, None, r, r.to_dict())
+                                    for i, r in enumerate(recs)], received)
+        runs("w1", [(1, 9.0, None), (2, 8.0, None)], 1.0, "old")  # before w1's drift
+        d.store.save_drift("a1", Group("p", "w1", "s", ""), "off twice", [], None, 2.0)
+        runs("w1", [(1, 2.0, None), (1, 2.2, None), (2, 1.1, None), (2, 1.0, "busy")], 3.0,
+             "w1-")
+        runs("w2", [(1, 4.0, None), (3, 1.5, None)], 3.0, "w2-")
+        data = answer(d, "report", {})
+        assert [e["group"]["workload"] for e in data["points"]] == ["w1", "w2"]
+        for e in data["points"]:
+            g = Group(**e["group"])
+            assert sorted(map(tuple, e["runs"])) == sorted(r[:4] for r in d.store.run_points()[g])
+            assert sorted(map(tuple, e["fit_runs"])) == sorted(d.store.group_runs(g))
+        w1 = data["points"][0]
+        assert sorted(map(tuple, w1["fit_runs"])) == [(1, None, 2.0), (1, None, 2.2),
+                                                      (2, None, 1.1)]
+        assert [(p.cores, p.time_s) for p in median_points(w1["runs"])] == \
+            [(1, 2.2), (2, 1.1)]  # every run drawn, pre-drift and marked too
+    finally:
+        d.close()

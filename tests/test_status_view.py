@@ -197,3 +197,45 @@ def test_an_agent_online_through_another_daemon_says_where():
     assert alive_text({"alive": False}) == "no"  # a daemon older than the field
     assert alive_text({"alive": False, "via": "tcp://d1:5555"}) == \
         "no; online through tcp://d1:5555"
+
+
+def _jobs(n: int) -> list[dict]:
+    return [{"job_id": f"job-{i}", "agent": "a1", "board": "b", "workload": "w", "size": "s",
+             "expected": 2, "received": 2, "state": "done", "reason": None} for i in range(n)]
+
+
+def test_a_page_says_how_many_rows_it_left_out_and_how_to_see_them():
+    from rich.console import Console
+
+    from opptune.daemon.status_view import print_status
+    data = {"daemon": {}, "agents": [], "runs": [], "jobs": _jobs(2), "fits": [],
+            "recommendations": [], "page": {"limit": 2, "agent": None,
+                                            "total": {"jobs": 30, "runs": 0}}}
+    con = Console(record=True, width=200)
+    print_status(data, con, limit=2)
+    lines = con.export_text().splitlines()
+    assert lines[lines.index("runs: none") + 1].strip() == "jobs"  # nothing left out there
+    assert "28 more jobs (of 30): opptune status --all for every row, --agent ID for one "\
+           "board's" in lines
+    con = Console(record=True, width=200)
+    print_status(data, con, limit=2, agent="a1")
+    assert "28 more jobs (of 30): opptune status --all for every row" in \
+        con.export_text().splitlines()
+
+
+def test_an_older_daemons_whole_lists_are_cut_to_the_newest_rows_here():
+    """A daemon that predates paging ignores the limit and sends every row (no ``page``):
+    the terminal gets the same page, the newest jobs, and the same line."""
+    from rich.console import Console
+
+    from opptune.daemon.status_view import print_status
+    data = {"daemon": {}, "agents": [], "runs": [], "jobs": _jobs(5), "fits": [],
+            "recommendations": []}
+    con = Console(record=True, width=200)
+    print_status(data, con, limit=2)
+    text = con.export_text()
+    assert "job-3" in text and "job-4" in text and "job-2" not in text
+    assert "3 more jobs (of 5): opptune status --all" in text
+    con = Console(record=True, width=200)
+    print_status(data, con)  # --all: every row, no line
+    assert "job-0" in con.export_text() and "more" not in con.export_text()

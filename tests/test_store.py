@@ -460,3 +460,105 @@ def test_which_daemon_holds_an_agent_is_recorded(location):
         assert elsewhere("B", 12.0) == elsewhere("C", 12.0) == {}
     finally:
         st.close()
+
+
+def _run(workload, cores, time_s, **kw):
+    return RunRecord(platform="p", workload=workload, input="s", cores=cores,
+                     cpus=list(range(cores)), threads=cores, rep=0, time_s=time_s, **kw)
+
+
+def test_report_runs_are_run_points_and_group_runs_in_one_pass(location):
+    """The report query reads every group's runs and fit rows in one statement; per group
+    they are exactly run_points' and group_runs' (marked, throttled, failed, an off
+    verification and runs from before a drift left out of the fit rows as group_runs does)."""
+    st = open_store(location)
+    try:
+        g1, g2 = Group("p", "w1", "s", ""), Group("p", "w2", "s", "")
+        st.save_recommendation({"config_id": "cfg-off", "agent": "a1", **g1.as_dict(),
+                                "cores": 2, "cpus": [0, 1], "threads": 2, "state": "off"}, 1.0)
+        old = [_run("w1", 1, 3.0), _run("w1", 2, 9.9)]  # before the drift below
+        st.insert_results([ResultIn(f"o{i}", "a1", "job-old", i, r, r.to_dict())
+                           for i, r in enumerate(old)], 1.0)
+        st.save_drift("a1", g1, "off twice", [], None, 2.0)
+        new = [_run("w1", 1, 2.0), _run("w1", 2, 1.1), _run("w1", 2, 1.2, marked="busy"),
+               _run("w1", 4, 0.9, throttled=True), _run("w2", 1, 5.0),
+               _run("w2", 3, 2.0, freq_mhz=1800.0), _run("w2", 2, None, ok=False, error="x")]
+        st.insert_results([ResultIn(f"n{i}", "a1", "job-new", i, r, r.to_dict())
+                           for i, r in enumerate(new)], 3.0)
+        verification = _run("w1", 2, 7.0)
+        st.insert_results([ResultIn("v", "a1", "cfg-off", 0, verification,
+                                    verification.to_dict())], 3.0)
+        both = st.report_runs()
+        assert list(both) == [g1, g2]
+        points = st.run_points()
+        for g in (g1, g2):  # in (cores, freq) order; runs of one configuration in any order
+            assert [sorted(rows) for rows in both[g]] == [sorted(points[g]),
+                                                         sorted(st.group_runs(g))]
+            assert [r[:2] for r in both[g][0]] == [r[:2] for r in points[g]]
+        assert both[g1][1] == [(1, None, 2.0), (2, None, 1.1)]  # the rest is left out
+        loaded = st.report_runs(accept_load=True)
+        assert [sorted(loaded[g][1]) for g in (g1, g2)] == \
+            [sorted(st.group_runs(g, accept_load=True)) for g in (g1, g2)]
+        assert (2, None, 1.2) in loaded[g1][1]
+    finally:
+        st.close()
+
+
+def test_status_pages_pick_the_rows_that_need_a_look_and_count_them_all(location):
+    """A page of jobs: the unfinished, then the latest updated, in creation order; of fits
+    and recommendations: the newest; of run counts: the latest received. Each with how many
+    rows there are in all, for one agent or all."""
+    st = open_store(location)
+    try:
+        for i, (agent, state, updated) in enumerate([
+                ("a1", "done", 10.0), ("a1", "running", 2.0), ("a1", "done", 30.0),
+                ("a1", "failed", 20.0), ("a2", "queued", 1.0), ("a2", "done", 40.0)]):
+            st.save_job(agent, {"job_id": f"job-{i}", "workload": "w", "size": "s", "reps": 1,
+                                "warmup": 0, "points": [{"cpus": [0], "threads": 1,
+                                                         "freq_khz": None}]}, float(i),
+                        state=state)
+            st.set_job_state(f"job-{i}", state, now=updated)
+        rows, total = st.jobs_page(limit=3)
+        assert [j["job_id"] for j in rows] == ["job-1", "job-4", "job-5"] and total == 6
+        rows, total = st.jobs_page("a1", limit=2)
+        assert [j["job_id"] for j in rows] == ["job-1", "job-2"] and total == 4
+        assert st.jobs_page(job_ids=["job-3", "nope"])[1] == 1
+        assert st.jobs_page(job_ids=[]) == ([], 0)
+        assert st.jobs_page() == (st.jobs(), 6)
+
+        groups = [Group("p", f"w{i}", "s", "") for i in range(4)] + [Group("q", "w0", "s", "")]
+        for i, g in enumerate(groups):
+            st.save_fit(g, "amdahl", {"s": i}, {}, [], float(i))
+        st.save_fit(groups[0], "usl", {"c": 1}, {}, [], 9.0)  # refitted last: the newest
+        rows, total = st.fits_page(limit=2)
+        assert [(f["workload"], f["model"]) for f in rows] == [("w0", "usl"), ("w0", "amdahl")]
+        assert [f["platform"] for f in rows] == ["p", "q"] and total == 5
+        rows, total = st.fits_page("p", limit=2)
+        assert [f["workload"] for f in rows] == ["w0", "w3"] and total == 4
+        rows, total = st.fits_page(groups=[groups[1], groups[4]])
+        assert [(f["platform"], f["workload"]) for f in rows] == [("p", "w1"), ("q", "w0")]
+        assert st.fits_page() == (st.fits(), 5)
+
+        for i, agent in enumerate(["a1", "a2", "a1", "a1"]):
+            st.save_recommendation({"config_id": f"cfg-{i}", "agent": agent,
+                                    **groups[i].as_dict(), "cores": 1, "cpus": [0],
+                                    "threads": 1}, float(i))
+        rows, total = st.recommendations_page(limit=2)
+        assert [r["config_id"] for r in rows] == ["cfg-2", "cfg-3"] and total == 4
+        rows, total = st.recommendations_page("a1", limit=5)
+        assert [r["config_id"] for r in rows] == ["cfg-0", "cfg-2", "cfg-3"] and total == 3
+        assert st.recommendations_page() == (st.recommendations(), 4)
+
+        for i, (agent, workload) in enumerate([("a1", "w0"), ("a2", "w1"), ("a1", "w2")]):
+            r = _run(workload, 1, 1.0)
+            st.insert_results([ResultIn(f"m{i}", agent, None, None, r, r.to_dict())],
+                              float(i))
+        rows, total = st.run_counts_page(limit=2)
+        assert [(r["agent"], r["workload"]) for r in rows] == [("a1", "w2"), ("a2", "w1")]
+        assert total == 3
+        rows, total = st.run_counts_page("a1")
+        assert [r["workload"] for r in rows] == ["w0", "w2"] and total == 2
+        assert st.run_counts_page() == (st.run_counts(), 3)
+        assert st.run_counts_page("nobody", limit=1) == ([], 0)
+    finally:
+        st.close()

@@ -31,6 +31,7 @@ import sqlite3
 import threading
 import time
 from contextlib import contextmanager
+from itertools import groupby
 from pathlib import Path
 from typing import Any, Iterator, Sequence
 
@@ -301,10 +302,29 @@ class SQLiteStore(Store):
         return self._job_row(rows[0]) if rows else None
 
     def jobs(self) -> list[dict[str, Any]]:
-        return self._rows(
+        return self.jobs_page()[0]
+
+    def jobs_page(self, agent: str | None = None, job_ids: Sequence[str] | None = None,
+                  limit: int | None = None) -> tuple[list[dict[str, Any]], int]:
+        where, args = _where(agent=agent, job_id=job_ids)
+        picked = f"SELECT * FROM jobs{where}"
+        if limit is not None:
+            picked += (" ORDER BY CASE WHEN state IN ('queued', 'sent', 'running') THEN 0 "
+                       "ELSE 1 END, updated DESC, created DESC LIMIT ?")
+        # received is counted for the rows picked only (an index lookup each)
+        rows = self._rows(
             "SELECT j.job_id, j.agent, j.workload, j.size, j.expected, j.state, j.reason, "
-            "j.created, j.updated, (SELECT COUNT(DISTINCT seq) FROM runs r WHERE r.job_id = j.job_id) AS received "
-            "FROM jobs j ORDER BY j.created")
+            "j.created, j.updated, (SELECT COUNT(DISTINCT seq) FROM runs r WHERE r.job_id = "
+            f"j.job_id) AS received FROM ({picked}) AS j ORDER BY j.created",
+            args + ([] if limit is None else [limit]))
+        return rows, self._total(rows, limit, f"SELECT COUNT(*) FROM jobs{where}", args)
+
+    def _total(self, rows: list[Any], limit: int | None, count_sql: str,
+               args: Sequence[Any]) -> int:
+        """How many rows match: those given unless ``limit`` may have cut them."""
+        if limit is None or len(rows) < limit:
+            return len(rows)
+        return int(self.db.execute(count_sql, args).fetchone()[0])
 
     def active_jobs(self) -> list[dict[str, Any]]:
         return self._rows("SELECT job_id, agent, state FROM jobs "
@@ -374,9 +394,23 @@ class SQLiteStore(Store):
         return out
 
     def run_counts(self) -> list[dict[str, Any]]:
-        return self._rows("SELECT agent, platform, workload, input, COUNT(*) AS count, "
-                          "SUM(CASE WHEN marked IS NULL THEN 0 ELSE 1 END) AS marked FROM runs "
-                          "GROUP BY agent, platform, workload, input ORDER BY 1, 2, 3, 4")
+        return self.run_counts_page()[0]
+
+    def run_counts_page(self, agent: str | None = None, limit: int | None = None
+                        ) -> tuple[list[dict[str, Any]], int]:
+        where, args = _where(agent=agent)
+        # one pass over the runs either way: the window counts the rows before the limit
+        rows = self._rows(
+            "SELECT agent, platform, workload, input, count, marked, total FROM ("
+            "SELECT agent, platform, workload, input, COUNT(*) AS count, "
+            "SUM(CASE WHEN marked IS NULL THEN 0 ELSE 1 END) AS marked, COUNT(*) OVER () AS "
+            f"total FROM runs{where} GROUP BY agent, platform, workload, input"
+            + ("" if limit is None else " ORDER BY MAX(received) DESC LIMIT ?")
+            + ") AS c ORDER BY 1, 2, 3, 4", args + ([] if limit is None else [limit]))
+        total = int(rows[0]["total"]) if rows else 0
+        for r in rows:
+            del r["total"]
+        return rows, total
 
     def groups(self) -> list[Group]:
         return [Group(*r) for r in self.db.execute(
@@ -397,12 +431,16 @@ class SQLiteStore(Store):
     # its marked runs are fitted too. The daemon sets this from its configuration.
     accept_load = False
 
+    # the runs a fit may use: successful, not throttled, not a verification judged off (and
+    # received since the group's last drift event: _fit_where, report_runs)
+    _FIT_OK = ("ok=1 AND throttled=0 AND time_s IS NOT NULL AND (job_id IS NULL OR job_id NOT "
+               "IN (SELECT id FROM recommendations WHERE state='off'))")
+
     def _fit_where(self) -> str:
-        """The runs a fit may use: successful, not throttled, not a verification judged off,
-        received since the group's last drift event."""
-        return ("platform=? AND workload=? AND input=? AND variant=? AND ok=1 AND throttled=0 "
-                "AND time_s IS NOT NULL AND received >= ? AND (job_id IS NULL OR job_id NOT IN "
-                "(SELECT id FROM recommendations WHERE state='off'))")
+        """The runs of one group (4 arguments) a fit may use (:attr:`_FIT_OK`), received
+        since the 5th argument (its last drift event)."""
+        return ("platform=? AND workload=? AND input=? AND variant=? AND received >= ? AND "
+                + self._FIT_OK)
 
     def _fit_rows(self, group: Group, columns: str, accept_load: bool | None = None
                   ) -> list[tuple]:
@@ -420,6 +458,30 @@ class SQLiteStore(Store):
     def group_runs(self, group: Group, accept_load: bool | None = None
                    ) -> list[tuple[int, float | None, float]]:
         return self._fit_rows(group, "cores, freq_mhz, time_s", accept_load)
+
+    def report_runs(self, accept_load: bool | None = None
+                    ) -> dict[Group, tuple[list[tuple[int, float | None, float, float | None,
+                                                      bool, bool]],
+                                           list[tuple[int, float | None, float]]]]:
+        accept = self.accept_load if accept_load is None else accept_load
+        out: dict[Group, tuple[list[Any], list[Any]]] = {}
+        rows = self.db.execute(
+            "SELECT platform, workload, input, variant, cores, freq_mhz, time_s, energy_j, "
+            "virtual, marked IS NOT NULL, CASE WHEN received >= COALESCE(d.since, 0) AND "
+            + self._FIT_OK + ("" if accept else " AND marked IS NULL") + " THEN 1 ELSE 0 END "
+            "FROM runs LEFT JOIN (SELECT platform, workload, input, variant, MAX(since) AS "
+            "since FROM drift GROUP BY platform, workload, input, variant) AS d USING "
+            "(platform, workload, input, variant) WHERE ok=1 AND time_s IS NOT NULL "
+            f"ORDER BY platform, workload, input, variant, {self._fit_order}")
+        for key, group_rows in groupby(rows, key=lambda r: r[:4]):
+            points: list[Any] = []
+            fit: list[Any] = []
+            for r in group_rows:
+                points.append((r[4], r[5], r[6], r[7], bool(r[8]), bool(r[9])))
+                if r[10]:
+                    fit.append((r[4], r[5], r[6]))
+            out[Group(*key)] = (points, fit)
+        return out
 
     def point_marks(self, group: Group) -> list[dict[str, Any]]:
         """Per point (cores, freq_mhz) of the group's fit-eligible runs: clean and marked
@@ -484,14 +546,29 @@ class SQLiteStore(Store):
             return int(cur.lastrowid)
 
     def fits(self) -> list[dict[str, Any]]:
-        rows = self._rows(
-            "SELECT * FROM fits f WHERE id = (SELECT MAX(id) FROM fits g WHERE "
-            "g.platform=f.platform AND g.workload=f.workload AND g.input=f.input AND "
-            "g.variant=f.variant) ORDER BY platform, workload, input, variant")
-        for r in rows:
+        return self.fits_page()[0]
+
+    def fits_page(self, platform: str | None = None, limit: int | None = None,
+                  groups: Sequence[Group] | None = None) -> tuple[list[dict[str, Any]], int]:
+        where, args = _where(platform=platform)
+        if groups is not None:
+            where += (" AND " if where else " WHERE ") + "(" + (" OR ".join(
+                ["(platform=? AND workload=? AND input=? AND variant=?)"] * len(groups))
+                or "0=1") + ")"
+            args += [v for g in groups for v in g]
+        latest = ("SELECT * FROM fits f WHERE id = (SELECT MAX(id) FROM fits g WHERE "
+                  "g.platform=f.platform AND g.workload=f.workload AND g.input=f.input AND "
+                  "g.variant=f.variant)" + where.replace(" WHERE ", " AND "))
+        if limit is not None:
+            latest += " ORDER BY id DESC LIMIT ?"
+        rows = self._rows(f"SELECT * FROM ({latest}) AS f ORDER BY platform, workload, input, "
+                          "variant", args + ([] if limit is None else [limit]))
+        for r in rows:  # decoded for the rows given only: most of a status's time at 771 fits
             for k in ("params", "quality", "runners_up"):
                 r[k] = json.loads(r[k])
-        return rows
+        return rows, self._total(rows, limit, "SELECT COUNT(*) FROM (SELECT DISTINCT platform, "
+                                              f"workload, input, variant FROM fits{where}) AS g",
+                                 args)
 
     def save_recommendation(self, rec: dict[str, Any], now: float) -> None:
         cols = ("agent", "platform", "workload", "input", "variant", "cores", "cpus", "threads",
@@ -527,8 +604,19 @@ class SQLiteStore(Store):
         return self._rec_row(rows[0]) if rows else None
 
     def recommendations(self) -> list[dict[str, Any]]:
-        return [self._rec_row(r) for r in
-                self._rows("SELECT * FROM recommendations ORDER BY created")]
+        return self.recommendations_page()[0]
+
+    def recommendations_page(self, agent: str | None = None, limit: int | None = None
+                             ) -> tuple[list[dict[str, Any]], int]:
+        where, args = _where(agent=agent)
+        picked = f"SELECT * FROM recommendations{where}"
+        if limit is not None:
+            picked += " ORDER BY created DESC LIMIT ?"
+        rows = [self._rec_row(r) for r in self._rows(
+            f"SELECT * FROM ({picked}) AS r ORDER BY created",
+            args + ([] if limit is None else [limit]))]
+        return rows, self._total(rows, limit, f"SELECT COUNT(*) FROM recommendations{where}",
+                                 args)
 
     def take_unsent(self, agent: str, now: float) -> list[dict[str, Any]]:
         taken = []
@@ -695,3 +783,19 @@ def _clean(v: Any) -> Any:
         except (TypeError, ValueError):
             return str(v)
     return v
+
+
+def _where(**equal: Any) -> tuple[str, list[Any]]:
+    """`` WHERE a=? AND b IN (?, ?)`` and its arguments for the filters that are not None (a
+    sequence: one of its values)."""
+    parts, args = [], []
+    for column, value in equal.items():
+        if value is None:
+            continue
+        if isinstance(value, (list, tuple)):
+            parts.append(f"{column} IN ({', '.join('?' * len(value))})" if value else "0=1")
+            args += list(value)
+        else:
+            parts.append(f"{column}=?")
+            args.append(value)
+    return (" WHERE " + " AND ".join(parts) if parts else ""), args
