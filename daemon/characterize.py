@@ -15,7 +15,8 @@ restart), so the line printed says what is measured even when nothing is queued.
 
 ``mpet_data``: the MPET database of the store: per (workload, platform) the median time per core
 count (at the highest frequency measured for that group, or at the clock asked for that
-platform; runs at the board's own frequency when there is none), the mean MPET parameters per
+platform; runs at the board's own frequency when there is none; of the runs received since the
+group's last drift, as its fits take them: store.profile_runs), the mean MPET parameters per
 core count (rec.extra["mpet"], where recorded; R(n) of a parallel run = its exec_s over the
 group's median t(1), as bench_suite.accounting says), and per platform its breakpoints from its
 description (n_nu: cpus of the sweep order on the first NUMA node when the order spans more;
@@ -235,12 +236,8 @@ def mpet_data(d: Daemon, args: dict[str, Any]) -> dict[str, Any]:
     groups: dict[tuple, dict[Any, dict[int, list]]] = {}
     # runs marked for a neighbour on their cpus are no profile either, unless the load is
     # accepted (the daemon's accept_load), as in fits
-    clean = "" if d.store.accept_load else "AND marked IS NULL "
-    for plat, work, inp, cores, freq, t, text, packed in d.store.db.execute(
-            "SELECT platform, workload, input, cores, freq_mhz, time_s, record, record_msgpack "
-            "FROM runs WHERE ok=1 AND throttled=0 AND time_s > 0 AND variant='' " + clean +
-            # sweep jobs' runs only: a recommendation's verification runs are no profile
-            "AND job_id IN (SELECT job_id FROM jobs)"):
+    for plat, work, inp, cores, freq, t, text, packed in d.store.profile_runs(
+            None if d.store.accept_load else False):
         if size is not None and inp != size:
             continue
         raw = json.loads(text) if packed is None else msgpack.unpackb(packed)
@@ -301,10 +298,7 @@ def _marked(d: Daemon, groups: dict[tuple, Any], size: str | None,
     the CLI says so instead of "not measured", or of nothing."""
     counts: dict[tuple, int] = {}
     cores: dict[tuple, set[int]] = {}
-    for plat, work, inp, n, freq in d.store.db.execute(
-            "SELECT platform, workload, input, cores, freq_mhz FROM runs WHERE ok=1 AND "
-            "throttled=0 AND time_s > 0 AND variant='' AND marked IS NOT NULL "
-            "AND job_id IN (SELECT job_id FROM jobs)"):
+    for plat, work, inp, n, freq, *_ in d.store.profile_runs(marked=True):
         key = (work, plat, inp)
         if size is not None and inp != size:
             continue

@@ -396,6 +396,46 @@ def test_mpet_profiles_leave_out_runs_marked_for_a_neighbour(tmp_path):
         d.close()
 
 
+def test_mpet_profiles_take_only_runs_received_since_their_groups_drift(tmp_path):
+    """A group found drifting is fitted from the runs received since (store.group_runs); its
+    MPET profile (eval-mpet --daemon, predict) took every run of it, before the drift and
+    after, and named a point measured before the drift only, marked, as measured marked.
+    It takes the fit's rule now; a group that did not drift keeps all its runs."""
+    from opptune.daemon.characterize import mpet_data
+    from opptune.daemon.service import Daemon
+    from opptune.daemon.store import Group, ResultIn
+    from opptune.shared.config import DaemonConfig
+    from opptune.shared.records import RunRecord
+
+    d = Daemon(DaemonConfig(bind="tcp://127.0.0.1:0", database=str(tmp_path / "d.db")))
+    try:
+        d.store.save_platform("p", {"sweep_order": [0, 1, 2]}, 1.0)
+        d.store.save_job("a", {"job_id": "j", "workload": "k", "size": "small", "reps": 1,
+                               "warmup": 0, "points": [{"cpus": [0], "threads": 1}]}, 1.0)
+
+        def runs(rows, now):
+            recs = [RunRecord(platform="p", workload=w, input="small", cores=n,
+                              cpus=list(range(n)), threads=n, rep=0, time_s=t, marked=m)
+                    for w, n, t, m in rows]
+            # seqs of their own: a seq stored already is a result sent again
+            d.store.insert_results([ResultIn(f"m{now}-{i}", "a", "j", int(now) * 10 + i, r,
+                                             r.to_dict()) for i, r in enumerate(recs)], now)
+
+        runs([("k", 1, 2.0, None), ("k", 2, 1.0, None), ("k", 3, 0.7, "interference: 60 %"),
+              ("m", 1, 3.0, None)], now=2.0)
+        group = Group("p", "k", "small", "")
+        d.store.save_drift("a", group, "2 consecutive verifications off", [], None, now=5.0)
+        runs([("k", 1, 4.0, None)], now=6.0)
+        data = mpet_data(d, {})
+        assert {x["workload"]: x["t"] for x in data["profiles"]} == {"k": {"1": 4.0},
+                                                                     "m": {"1": 3.0}}
+        assert data["marked_points"] == [] and data["marked_only"] == []
+        # the fit's runs of the group are the profile's
+        assert [(n, t) for n, _, t in d.store.group_runs(group)] == [(1, 4.0)]
+    finally:
+        d.close()
+
+
 def test_mpet_profiles_carry_the_derived_counters_into_sc_and_the_csv(tmp_path):
     """The seed's sc holds counters beside the runtime parameters (eq. 8-9): the store's runs
     give their derived counters (relative values) per core count, mean over the point's runs;

@@ -8,7 +8,7 @@ path.
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from typing import Any, NamedTuple, Sequence
+from typing import Any, Iterator, NamedTuple, Sequence
 
 from ...shared.config import is_database_url as is_url
 from ...shared.records import RecordColumns, RunRecord
@@ -176,6 +176,14 @@ class Store(ABC):
         ``accept_load``), not the verification of a recommendation judged "off" (suspect:
         noise or drift; folded in, it widens the interval until drift can no longer be seen),
         and received after the group's last drift event."""
+
+    @abstractmethod
+    def profile_runs(self, marked: bool | None) -> Iterator[tuple]:
+        """(platform, workload, input, cores, freq_mhz, time_s, record, record_msgpack) of the
+        runs MPET's profiles take (characterize.mpet_data): the sweep jobs' successful runs
+        without variant, not throttled, received since their group's last drift event (the
+        rule of ``group_runs``); ``marked`` True: the marked ones only, False: the unmarked
+        ones only, None: both."""
 
     @abstractmethod
     def point_marks(self, group: Group) -> list[dict[str, Any]]:

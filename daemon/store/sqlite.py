@@ -64,6 +64,14 @@ LOW_ROOM_POLL_FRACTION = 0.1  # ...and is looked at ten times as often
 CACHE_KIB = 32 << 10  # the writer's page cache: RSS grows by this much at most, then stays
 
 
+# A run received before its group's last drift event measured the old behaviour: the group's
+# fits and MPET's profiles of it leave it out. One condition on the row's own group, so that a
+# query over every group (profile_runs) takes the rule a group's fit does.
+_SINCE_DRIFT = ("received >= COALESCE((SELECT MAX(d.since) FROM drift d WHERE "
+                "d.platform = runs.platform AND d.workload = runs.workload AND "
+                "d.input = runs.input AND d.variant = runs.variant), 0)")
+
+
 class SQLiteStore(Store):
     # the writer's wal_autocheckpoint (see _bound_log); -1: left alone (PostgreSQL's subclass)
     _autockpt = -1
@@ -401,8 +409,17 @@ class SQLiteStore(Store):
         """The runs a fit may use: successful, not throttled, not a verification judged off,
         received since the group's last drift event."""
         return ("platform=? AND workload=? AND input=? AND variant=? AND ok=1 AND throttled=0 "
-                "AND time_s IS NOT NULL AND received >= ? AND (job_id IS NULL OR job_id NOT IN "
-                "(SELECT id FROM recommendations WHERE state='off'))")
+                f"AND time_s IS NOT NULL AND {_SINCE_DRIFT} AND (job_id IS NULL OR job_id "
+                "NOT IN (SELECT id FROM recommendations WHERE state='off'))")
+
+    def profile_runs(self, marked: bool | None) -> Iterator[tuple]:
+        which = ("" if marked is None else " AND marked IS NOT NULL" if marked
+                 else " AND marked IS NULL")
+        # sweep jobs' runs only: a recommendation's verification runs are no profile
+        return iter(self.db.execute(
+            "SELECT platform, workload, input, cores, freq_mhz, time_s, record, record_msgpack "
+            "FROM runs WHERE ok=1 AND throttled=0 AND time_s > 0 AND variant='' AND "
+            f"{_SINCE_DRIFT} AND job_id IN (SELECT job_id FROM jobs)" + which))
 
     def _fit_rows(self, group: Group, columns: str, accept_load: bool | None = None
                   ) -> list[tuple]:
@@ -413,7 +430,7 @@ class SQLiteStore(Store):
         return [tuple(r) for r in self.db.execute(
             f"SELECT {columns} FROM runs WHERE {self._fit_where()}"
             + ("" if accept else " AND marked IS NULL") + f" ORDER BY {self._fit_order}",
-            (*group, self.drift_since(group) or 0.0))]
+            tuple(group))]
 
     _fit_order = "cores, freq_mhz"
 
@@ -434,8 +451,7 @@ class SQLiteStore(Store):
                 "r2.freq_mhz IS NOT DISTINCT FROM runs.freq_mhz AND r2.marked IS NOT NULL "
                 "ORDER BY r2.received DESC LIMIT 1) "
                 f"FROM runs WHERE {self._fit_where()} GROUP BY platform, workload, input, "
-                f"variant, cores, freq_mhz ORDER BY {self._fit_order}",
-                (*group, self.drift_since(group) or 0.0)):
+                f"variant, cores, freq_mhz ORDER BY {self._fit_order}", tuple(group)):
             out.append({"cores": int(cores), "freq_mhz": freq, "clean": int(clean or 0),
                         "marked": int(marked or 0), "reason": reason})
         return out
