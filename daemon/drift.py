@@ -8,9 +8,10 @@ workload and size at the clocks the group was measured at (none set: the daemon'
 grid), on the cpus it was measured on (a ``cluster<i>`` group on that cluster alone, as a
 per-cluster sweep measured it; a group without variant over the whole board). From then on the
 group is fitted, and profiled for MPET (characterize.mpet_data), only from runs received after
-the event (store.group_runs, store.profile_runs: one rule): the measurements of the old
-behaviour no longer describe it. The sweep's completion fits and recommends again through the usual job path.
-``opptune status`` lists the events (``drift``).
+the event (store.group_runs, store.profile_runs: one rule), and ``opptune characterize`` counts
+only jobs sent after it: the measurements of the old behaviour no longer describe it. The
+sweep's completion fits and recommends again through the usual job path. ``opptune status``
+lists the events (``drift``).
 """
 
 from __future__ import annotations
