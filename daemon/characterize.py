@@ -8,14 +8,17 @@ and, where the board has cpufreq, ``FREQ_STEPS`` frequencies spread over its ran
 a policy with a range and no table gets its two ends), else at the board's own frequency. A kernel
 with a done job of the same size that covered every point it would measure, with at least the
 repetitions asked (``--reps``), is skipped (resuming after an interruption; a tune's one-point jobs
-or an import do not count); one with such a job still under way (or expired, which is resent at the
-agent's hello) is reported, not sent twice; one whose job failed is queued again. The frequency
-grid is chosen once from the board's description (its last hello, which the store keeps across a
-restart), so the line printed says what is measured even when nothing is queued.
+or an import do not count, nor a job sent before the last drift of a group it measures: its runs
+no longer count, ``drifted`` says which kernels are measured again for that reason); one with
+such a job still under way (or expired, which is resent at the agent's hello) is reported, not
+sent twice; one whose job failed is queued again. The frequency grid is chosen once from the
+board's description (its last hello, which the store keeps across a restart), so the line printed
+says what is measured even when nothing is queued.
 
 ``mpet_data``: the MPET database of the store: per (workload, platform) the median time per core
 count (at the highest frequency measured for that group, or at the clock asked for that
-platform; runs at the board's own frequency when there is none), the mean MPET parameters per
+platform; runs at the board's own frequency when there is none; of the runs received since the
+group's last drift, as its fits take them: store.profile_runs), the mean MPET parameters per
 core count (rec.extra["mpet"], where recorded; R(n) of a parallel run = its exec_s over the
 group's median t(1), as bench_suite.accounting says), and per platform its breakpoints from its
 description (n_nu: cpus of the sweep order on the first NUMA node when the order spans more;
@@ -37,6 +40,7 @@ from .jobs import ACTIVE_JOB_STATES
 from .planner import (PlanError, cpufreq_unavailable, physical_cores, plan_sweep,
                       sweep_order)
 from .registry import board_name
+from .store import Group
 from .sweeps import check_sweep_args, sweep_counts
 
 if TYPE_CHECKING:
@@ -88,29 +92,44 @@ def characterize(d: Daemon, args: dict[str, Any]) -> dict[str, Any]:
     # decided once from the board's description (its last hello, kept in the store across a
     # restart), whether or not anything is queued: the line printed says what is measured
     grid, planned = planned_grid(d, info.platform, opts)
-    done, under_way, todo = [], [], {}
+    done, under_way, todo, drifted = [], [], {}, []
     for k in sorted(sizes):
         mine = [j for j in d.store.jobs_for(agent, k) if j["size"] == sizes[k]]
         # asking for more repetitions than a job ran measures again (resuming without --reps
         # takes any job that covered the points)
         covering = [j for j in mine if planned <= _points(j["points"])
                     and int(j.get("reps") or 0) >= int(opts.get("reps") or 0)]
-        if any(j["state"] == "done" for j in covering):
+        # a job sent before a drift of a group it measures no longer counts: the group's
+        # fits and MPET's profiles leave out the runs received before the drift
+        since = _drift_since(d, info.platform_id, k, sizes[k], planned)
+        current = [j for j in covering if j["created"] >= since]
+        if any(j["state"] == "done" for j in current):
             done.append(k)
-        elif any(j["state"] in FOLLOWED for j in covering):
+        elif any(j["state"] in FOLLOWED for j in current):
             # only a job that measures it all is "under way" for the user (not a sweep of
             # fewer cores or frequencies: waiting on that one would not characterise it)
-            under_way += [_job(j) for j in covering if j["state"] in FOLLOWED]
+            under_way += [_job(j) for j in current if j["state"] in FOLLOWED]
         else:
             todo.setdefault(sizes[k], []).append(k)
+            if any(j["state"] == "done" for j in covering):
+                drifted.append(k)
     queued: list[dict[str, Any]] = []
     for sz, names in sorted(todo.items()):
         queued += d.sweeps.query({"agent": agent, "workloads": names, "size": sz, **opts,
                                   "frequency_grid": grid})["jobs"]
     return {"agent": agent, "size": size, "kernels": kernels, "commands": sorted(commands),
             "command_sizes": {c: sizes[c] for c in sorted(commands)}, "skipped": done,
-            "under_way": under_way, "queued": queued,
+            "drifted": drifted, "under_way": under_way, "queued": queued,
             "frequencies": frequencies_text(grid, planned, info.platform)}
+
+
+def _drift_since(d: Daemon, platform: str, workload: str, size: str,
+                 planned: set[tuple]) -> float:
+    """The last drift of a group ``planned``'s points measure (one per variant: a per-cluster
+    grid measures a group per cluster), 0 where none drifted."""
+    variants = {variant for *_, variant in planned} or {""}
+    return max(d.store.drift_since(Group(platform, workload, size, v)) or 0.0
+               for v in variants)
 
 
 def _points(points: Any) -> set[tuple]:
@@ -235,12 +254,8 @@ def mpet_data(d: Daemon, args: dict[str, Any]) -> dict[str, Any]:
     groups: dict[tuple, dict[Any, dict[int, list]]] = {}
     # runs marked for a neighbour on their cpus are no profile either, unless the load is
     # accepted (the daemon's accept_load), as in fits
-    clean = "" if d.store.accept_load else "AND marked IS NULL "
-    for plat, work, inp, cores, freq, t, text, packed in d.store.db.execute(
-            "SELECT platform, workload, input, cores, freq_mhz, time_s, record, record_msgpack "
-            "FROM runs WHERE ok=1 AND throttled=0 AND time_s > 0 AND variant='' " + clean +
-            # sweep jobs' runs only: a recommendation's verification runs are no profile
-            "AND job_id IN (SELECT job_id FROM jobs)"):
+    for plat, work, inp, cores, freq, t, text, packed in d.store.profile_runs(
+            None if d.store.accept_load else False):
         if size is not None and inp != size:
             continue
         raw = json.loads(text) if packed is None else msgpack.unpackb(packed)
@@ -301,10 +316,7 @@ def _marked(d: Daemon, groups: dict[tuple, Any], size: str | None,
     the CLI says so instead of "not measured", or of nothing."""
     counts: dict[tuple, int] = {}
     cores: dict[tuple, set[int]] = {}
-    for plat, work, inp, n, freq in d.store.db.execute(
-            "SELECT platform, workload, input, cores, freq_mhz FROM runs WHERE ok=1 AND "
-            "throttled=0 AND time_s > 0 AND variant='' AND marked IS NOT NULL "
-            "AND job_id IN (SELECT job_id FROM jobs)"):
+    for plat, work, inp, n, freq, *_ in d.store.profile_runs(marked=True):
         key = (work, plat, inp)
         if size is not None and inp != size:
             continue

@@ -33,6 +33,9 @@ def cmd_characterize(args: argparse.Namespace) -> int:
             f"{c} (size {data['command_sizes'][c]})" for c in data["commands"]), file=out)
     if data["skipped"]:
         print(f"skipped (already measured): {', '.join(data['skipped'])}", file=out)
+    if data.get("drifted"):  # absent from an older daemon's answer
+        print(f"measured again, their runs from before a drift no longer count ('opptune "
+              f"status' lists the drift): {', '.join(data['drifted'])}", file=out)
     for j in data["under_way"]:
         print(f"under way: job {j['job_id']} {j['workload']} ({j['state']})", file=out)
     for j in data["queued"]:

@@ -3,11 +3,15 @@ update, thermal throttling, a new version of the workload) is measured again.
 
 After ``[daemon] drift_off_count`` consecutive "off" verdicts of the same group on the same
 agent (a "verified" one resets the count; refused or failed ones do not count), the daemon
-records a drift event with the reason, sends a new sweep of the group's workload (sweeps.py)
-at the clocks the group was measured at (none set: the daemon's [sweep] grid) and, from then
-on, fits the group only from runs received after the event: the measurements of the old
-behaviour no longer describe it. The sweep's completion fits and recommends again
-through the usual job path. ``opptune status`` lists the events (``drift``).
+records a drift event with the reason, sends a new sweep of the group's points (sweeps.py): its
+workload and size at the clocks the group was measured at (none set: the daemon's [sweep]
+grid), on the cpus it was measured on (a ``cluster<i>`` group on that cluster alone, as a
+per-cluster sweep measured it; a group without variant over the whole board). From then on the
+group is fitted, and profiled for MPET (characterize.mpet_data), only from runs received after
+the event (store.group_runs, store.profile_runs: one rule), and ``opptune characterize`` counts
+only jobs sent after it: the measurements of the old behaviour no longer describe it. The
+sweep's completion fits and recommends again through the usual job path. ``opptune status``
+lists the events (``drift``).
 """
 
 from __future__ import annotations
@@ -62,8 +66,10 @@ class Drift:
         # governor's) would turn a group recommended at set clocks into one without them
         clocks = set_clocks_khz(self.store.group_runs(group)) or None
         try:
+            # the group's own points: a cluster<i> group on its cluster, a whole-board one
+            # over the board, whatever [sweep] per_cluster says (else no run joins it)
             jobs = self.sweeps.auto(agent, group.workload, size=group.input,
-                                    frequencies=clocks)
+                                    frequencies=clocks, variant=group.variant)
             job_ids = [j["job_id"] for j in jobs]
         except HandlerError as exc:
             error = f"cannot re-characterise: {exc}"

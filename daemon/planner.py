@@ -71,11 +71,18 @@ def cluster_orders(platform: dict[str, Any]) -> list[list[int]]:
     return out or [order]
 
 
+def variant_cluster(variant: str) -> int | None:
+    """The cluster index a group's variant names (``cluster<i>``: i); None for any other."""
+    if variant.startswith("cluster") and variant[7:].isdigit():
+        return int(variant[7:])
+    return None
+
+
 def cluster_order(platform: dict[str, Any], variant: str) -> list[int]:
     """Sweep order for a group's variant: the cluster's for ``cluster<i>``, else the board's."""
-    if variant.startswith("cluster") and variant[7:].isdigit():
+    i = variant_cluster(variant)
+    if i is not None:
         orders = cluster_orders(platform)
-        i = int(variant[7:])
         if i < len(orders):
             return orders[i]
     return sweep_order(platform)
@@ -233,8 +240,12 @@ def plan_sweep(platform: dict[str, Any], workload: str, defaults: SweepDefaults,
                size: str | None = None, reps: int | None = None, warmup: int | None = None,
                max_cores: int | None = None, frequencies: list[int] | None = None,
                frequency_grid: str | int | None = None, per_cluster: bool | None = None,
-               adaptive: bool | None = None) -> dict[str, Any]:
+               adaptive: bool | None = None, cluster: int | None = None) -> dict[str, Any]:
     """A ``job`` body for ``workload`` on ``platform``; arguments left None take the defaults.
+
+    ``cluster`` (an index into the platform's clusters) sweeps that cluster alone, its points
+    carrying its variant, as a per-cluster sweep measures it (a drifted ``cluster<i>`` group
+    measured again); PlanError where the board has no such cluster.
 
     ``adaptive`` (default ``defaults.adaptive``): each point carries the stop rule ``until``
     (target_ci, min_reps, point_budget_s) and ``reps`` is ``max_reps``, the most runs of a
@@ -251,9 +262,15 @@ def plan_sweep(platform: dict[str, Any], workload: str, defaults: SweepDefaults,
     listed = list(defaults.frequencies if frequencies is None else frequencies)
     per = defaults.per_cluster if per_cluster is None else bool(per_cluster)
     limit = defaults.max_cores if max_cores is None else max_cores
-    orders = cluster_orders(platform) if per else []
+    orders = cluster_orders(platform) if per or cluster is not None else []
     segments = ([(f"cluster{i}", o) for i, o in enumerate(orders)] if len(orders) > 1
                 else [("", sweep_order(platform))])
+    if cluster is not None:
+        if len(orders) < 2 or not 0 <= cluster < len(orders):
+            have = (f"its clusters are 0-{len(orders) - 1}" if len(orders) > 1
+                    else "it describes one cluster only")
+            raise PlanError(f"the board has no cluster {cluster}: {have}")
+        segments = [segments[cluster]]
     until = None
     if defaults.adaptive if adaptive is None else adaptive:
         until = {"ci": defaults.target_ci, "min_reps": defaults.min_reps,
@@ -284,4 +301,4 @@ def plan_sweep(platform: dict[str, Any], workload: str, defaults: SweepDefaults,
 __all__ = ["ConfigError", "PlanError", "cluster_order", "cluster_orders", "cpufreq_unavailable",
            "grid_asks_frequencies", "grid_frequencies",
            "new_job_id", "offered_frequencies", "plan_sweep", "spread", "sweep_order",
-           "unoffered_frequencies", "frequency_refusal"]
+           "unoffered_frequencies", "frequency_refusal", "variant_cluster"]

@@ -12,7 +12,7 @@ from .errors import HandlerError
 from .jobs import JobTracker
 from .planner import (PlanError, cluster_orders, cores_not_swept, cpu_count_known,
                       frequencies_not_swept, frequency_refusal, grid_asks_frequencies,
-                      plan_sweep, sweep_order)
+                      plan_sweep, sweep_order, variant_cluster)
 from .registry import AgentInfo, Registry, Via, board_name, elsewhere_text
 
 log = logging.getLogger("opptune.daemon")
@@ -30,26 +30,28 @@ class Sweeps:
               size: str | None = None, reps: int | None = None,
               warmup: int | None = None, max_cores: int | None = None,
               frequency_grid: str | int | None = None, per_cluster: bool | None = None,
-              frequencies: list[int] | None = None, adaptive: bool | None = None
-              ) -> list[dict[str, Any]]:
+              frequencies: list[int] | None = None, adaptive: bool | None = None,
+              cluster: int | None = None) -> list[dict[str, Any]]:
         """Plan and send one sweep job per workload to ``agent``; returns for each job its
         job_id, workload, size, n_points, reps. Options left None take ``[sweep]``'s; a grid
         the platform cannot honour raises HandlerError("bad_args") before anything is sent,
         except a board that cannot set frequencies at all: its cores are swept at its own
         frequency (:meth:`sweep`)."""
         return self.sweep(agent, workloads, size, reps, warmup, max_cores, frequency_grid,
-                          per_cluster, frequencies, adaptive)[0]
+                          per_cluster, frequencies, adaptive, cluster)[0]
 
     def sweep(self, agent: str, workloads: list[str] | None = None,
               size: str | None = None, reps: int | None = None,
               warmup: int | None = None, max_cores: int | None = None,
               frequency_grid: str | int | None = None, per_cluster: bool | None = None,
-              frequencies: list[int] | None = None, adaptive: bool | None = None
+              frequencies: list[int] | None = None, adaptive: bool | None = None,
+              cluster: int | None = None
               ) -> tuple[list[dict[str, Any]], str | None]:
         """:meth:`start`'s jobs, and why frequencies were not swept where a grid asked for
         them and the board cannot set any (None otherwise). Frequencies named in
         ``frequencies`` are still refused on such a board: a missing knob is reported and
-        the sweep goes on, but what the user names explicitly is not quietly dropped."""
+        the sweep goes on, but what the user names explicitly is not quietly dropped.
+        ``cluster`` sweeps that cluster of the board alone (planner.plan_sweep)."""
         info = self.registry.get(agent)
         if info is None:
             raise HandlerError("unknown_agent", self.registry.unknown(agent))
@@ -86,7 +88,7 @@ class Sweeps:
                 job = plan_sweep(info.platform, name, self.config.sweep, size=job_size,
                                  reps=reps, warmup=warmup, max_cores=max_cores,
                                  frequencies=frequencies, frequency_grid=frequency_grid,
-                                 per_cluster=per_cluster, adaptive=adaptive)
+                                 per_cluster=per_cluster, adaptive=adaptive, cluster=cluster)
             except (PlanError, ValueError) as exc:
                 raise HandlerError("bad_args", f"cannot plan a sweep of {name} for {agent}: "
                                                f"{exc}") from None
@@ -99,19 +101,26 @@ class Sweeps:
         return ids, not_swept
 
     def auto(self, agent: str, workload: str, size: str | None = None,
-             frequencies: list[int] | None = None) -> list[dict[str, Any]]:
+             frequencies: list[int] | None = None, variant: str | None = None
+             ) -> list[dict[str, Any]]:
         """Sweep ``workload`` as configured, or at ``frequencies`` (kHz) where given (the
         daemon's own sweeps: a new agent's, a drift's re-characterisation at the group's
-        clocks); on a board that cannot honour them, sweep cores only and say why. An agent
-        unknown or offline, or a workload it does not offer, is raised: no grid would do."""
+        clocks); on a board that cannot honour them, sweep cores only and say why. A
+        ``variant`` (a drifted group's) is measured as such whatever [sweep] per_cluster
+        says: ``cluster<i>`` on that cluster alone, "" over the whole board. An agent unknown
+        or offline, or a workload it does not offer, is raised: no grid would do."""
+        cluster = variant_cluster(variant) if variant else None
+        per_cluster = None if variant is None or cluster is not None else False
         try:
-            return self.start(agent, [workload], size=size, frequencies=frequencies)
+            return self.start(agent, [workload], size=size, frequencies=frequencies,
+                              per_cluster=per_cluster, cluster=cluster)
         except HandlerError as exc:
             if exc.code in ("unknown_agent", "agent_offline", "unknown_workload"):
                 raise
             log.warning("sweep of %s for %s as configured: %s; sweeping cores only at the "
                         "board's own frequency", workload, agent, exc)
-            return self.start(agent, [workload], size=size, frequency_grid="none")
+            return self.start(agent, [workload], size=size, frequency_grid="none",
+                              per_cluster=per_cluster, cluster=cluster)
 
     def query(self, args: dict[str, Any]) -> dict[str, Any]:
         """The ``sweep`` query: check its arguments' types, then :meth:`sweep`; the answer's

@@ -266,6 +266,89 @@ def test_a_done_job_counts_as_characterised_only_when_it_covered_the_whole_grid(
         d.close()
 
 
+def test_a_job_sent_before_its_groups_drift_no_longer_counts_as_characterised(tmp_path):
+    """After a drift of triad's group the runs before it are out of its fits and profiles, but
+    characterize still said triad was measured ("skipped") on its job from before: the
+    user's characterize ended "done" on stale data. Now that job does not count: triad is
+    queued again and said why; a job sent after the drift counts (skipped, or followed while
+    it runs); a drift of another workload's group, or of another size's, changes nothing."""
+    from opptune.daemon.characterize import characterize
+    from opptune.daemon.planner import plan_sweep
+    from opptune.daemon.service import Daemon
+    from opptune.daemon.store import Group
+    from opptune.shared.config import DaemonConfig
+
+    d = Daemon(DaemonConfig(bind="tcp://127.0.0.1:0", database=str(tmp_path / "d.db")))
+    try:
+        platform = {"sweep_order": [0, 1, 2, 3], "n_cpus": 4}
+        d.store.save_platform("p", platform, 1.0)
+        d.registry.hello("a", b"a", "p", platform,
+                         [{"name": k, "kind": "kernel", "sizes": ["small", "large"]}
+                          for k in ("pi_integrate", "triad")], now=1.0)
+        for k in ("pi_integrate", "triad"):
+            job = plan_sweep(platform, k, d.config.sweep, size="small", frequency_grid="none")
+            d.store.save_job("a", job, 2.0, state="done")
+        out = characterize(d, {"agent": "a", "size": "small"})
+        assert out["skipped"] == ["pi_integrate", "triad"] and out["drifted"] == []
+        d.store.save_drift("a", Group("p", "triad", "small", ""), "off twice", [], None, 5.0)
+        d.store.save_drift("a", Group("p", "pi_integrate", "large", ""), "off", [], None, 5.0)
+        out = characterize(d, {"agent": "a", "size": "small"})
+        assert out["skipped"] == ["pi_integrate"] and out["drifted"] == ["triad"]
+        (job,) = out["queued"]
+        assert job["workload"] == "triad"
+        # the job sent now was created after the drift: followed, then done and skipped
+        again = characterize(d, {"agent": "a", "size": "small"})
+        assert [j["job_id"] for j in again["under_way"]] == [job["job_id"]]
+        assert again["queued"] == [] and again["drifted"] == []
+        d.store.set_job_state(job["job_id"], "done")
+        again = characterize(d, {"agent": "a", "size": "small"})
+        assert again["skipped"] == ["pi_integrate", "triad"] and again["queued"] == []
+    finally:
+        d.close()
+
+
+def test_characterize_measures_a_drifted_kernel_again_and_says_why(tmp_path):
+    """Real daemon, agent and CLI: the suite characterised on a virtual rpi4, then a drift of
+    triad's group recorded in the daemon's store (as the daemon records one): characterize
+    says triad is measured again and why, queues it alone, and after that job it is done."""
+    import time
+
+    from opptune.daemon.store import Group, open_store
+
+    c = Cluster(tmp_path, kernels=KERNELS, auto_sweep=False, extra_daemon={
+        "auto_recommend": False}, extra_agent={
+        "agent_id": "pi", "virtual_board": "rpi4",
+        "sysfs_root": make_tree("rpi4", str(tmp_path / "rpi4"))})
+    c.start_daemon()
+    c.start_agent()
+    try:
+        st = c.wait_for(lambda s: any(a["alive"] for a in s["agents"]), timeout=30,
+                        what="agent")
+        p = characterize(c.endpoint, "pi", "--wait")
+        assert p.returncode == 0, p.stderr + c.logs()
+        store = open_store(str(c.db))
+        store.save_drift("pi", Group(st["agents"][0]["platform"], "triad", "small", ""),
+                         "2 consecutive verifications outside the prediction interval", [],
+                         None, time.time())
+        store.close()
+        p = characterize(c.endpoint, "pi")
+        assert p.returncode == 0 and not p.stderr, p.stderr
+        lines = p.stdout.splitlines()
+        assert lines[1:3] == [
+            "skipped (already measured): pi_integrate",
+            "measured again, their runs from before a drift no longer count ('opptune "
+            "status' lists the drift): triad"], lines
+        assert re.fullmatch(r"queued: job \S+ triad \(12 points x 1 rep\)", lines[3]), lines
+        p = characterize(c.endpoint, "pi", "--wait")
+        assert p.returncode == 0 and "queued" not in p.stdout, p.stdout
+        p = characterize(c.endpoint, "pi")
+        assert p.stdout.splitlines()[1:] == [
+            "skipped (already measured): pi_integrate, triad",
+            "nothing to queue: every workload is already measured"], p.stdout
+    finally:
+        c.stop()
+
+
 def test_bad_reps_or_cores_are_refused_even_when_every_kernel_is_measured(tmp_path):
     """'opptune characterize --max-cores 99' (or --reps 0) on a board already characterised
     said 'nothing to queue' (exit 0): the arguments were checked only for what was queued."""
@@ -392,6 +475,46 @@ def test_mpet_profiles_leave_out_runs_marked_for_a_neighbour(tmp_path):
         d.store.accept_load = True
         (prof,) = mpet_data(d, {})["profiles"]
         assert prof["t"] == {"1": 2.0}  # the median of both
+    finally:
+        d.close()
+
+
+def test_mpet_profiles_take_only_runs_received_since_their_groups_drift(tmp_path):
+    """A group found drifting is fitted from the runs received since (store.group_runs); its
+    MPET profile (eval-mpet --daemon, predict) took every run of it, before the drift and
+    after, and named a point measured before the drift only, marked, as measured marked.
+    It takes the fit's rule now; a group that did not drift keeps all its runs."""
+    from opptune.daemon.characterize import mpet_data
+    from opptune.daemon.service import Daemon
+    from opptune.daemon.store import Group, ResultIn
+    from opptune.shared.config import DaemonConfig
+    from opptune.shared.records import RunRecord
+
+    d = Daemon(DaemonConfig(bind="tcp://127.0.0.1:0", database=str(tmp_path / "d.db")))
+    try:
+        d.store.save_platform("p", {"sweep_order": [0, 1, 2]}, 1.0)
+        d.store.save_job("a", {"job_id": "j", "workload": "k", "size": "small", "reps": 1,
+                               "warmup": 0, "points": [{"cpus": [0], "threads": 1}]}, 1.0)
+
+        def runs(rows, now):
+            recs = [RunRecord(platform="p", workload=w, input="small", cores=n,
+                              cpus=list(range(n)), threads=n, rep=0, time_s=t, marked=m)
+                    for w, n, t, m in rows]
+            # seqs of their own: a seq stored already is a result sent again
+            d.store.insert_results([ResultIn(f"m{now}-{i}", "a", "j", int(now) * 10 + i, r,
+                                             r.to_dict()) for i, r in enumerate(recs)], now)
+
+        runs([("k", 1, 2.0, None), ("k", 2, 1.0, None), ("k", 3, 0.7, "interference: 60 %"),
+              ("m", 1, 3.0, None)], now=2.0)
+        group = Group("p", "k", "small", "")
+        d.store.save_drift("a", group, "2 consecutive verifications off", [], None, now=5.0)
+        runs([("k", 1, 4.0, None)], now=6.0)
+        data = mpet_data(d, {})
+        assert {x["workload"]: x["t"] for x in data["profiles"]} == {"k": {"1": 4.0},
+                                                                     "m": {"1": 3.0}}
+        assert data["marked_points"] == [] and data["marked_only"] == []
+        # the fit's runs of the group are the profile's
+        assert [(n, t) for n, _, t in d.store.group_runs(group)] == [(1, 4.0)]
     finally:
         d.close()
 

@@ -4,6 +4,7 @@ workload again and recommend again, saying why."""
 from __future__ import annotations
 
 import json
+import time
 from pathlib import Path
 
 import pytest
@@ -37,9 +38,9 @@ class FakeSweeps:
     def __init__(self, error=None):
         self.calls, self.error = [], error
 
-    def auto(self, agent, workload, size=None, frequencies=None):
+    def auto(self, agent, workload, size=None, frequencies=None, variant=None):
         self.calls.append((agent, [workload], size))
-        self.frequencies = frequencies
+        self.frequencies, self.variant = frequencies, variant
         if self.error:
             raise HandlerError("agent_offline", self.error)
         return [{"job_id": f"job-{len(self.calls)}"}]
@@ -176,6 +177,68 @@ def test_a_slower_workload_is_re_characterised_and_recommended_again(tmp_path: P
     assert "drift on " in (tmp_path / "daemon.log").read_text()
 
 
+@pytest.mark.integration
+def test_a_drifting_cluster_is_measured_again_there_and_recommended_again(tmp_path: Path):
+    """Real daemon and agent on a virtual odroid-xu4, pi_integrate swept per cluster at 1 and
+    2 GHz ([sweep] per_cluster left off: the sweep asked for it), then twice as slow: the big
+    cluster's group drifts, is measured again on cpus 4-7 at its clocks as cluster1, and
+    recommended again from those runs. Before, the whole board was swept without variant
+    (2 GHz dropped), cluster1 got no new run and no recommendation came after the drift."""
+    board = "odroid-xu4"
+    root = make_tree(board, str(tmp_path / "board"))
+    c = Cluster(tmp_path, kernels=("pi_integrate",), auto_sweep=False,
+                extra_agent={"virtual_board": board, "sysfs_root": root},
+                extra_daemon={"drift_off_count": 2})
+    truth = dict(BOARDS[board]["truth"])
+    c.start_daemon()
+    c.start_agent()
+    try:
+        c.wait_for(lambda s: any(a["alive"] for a in s["agents"]), timeout=30, what="agent")
+        query(c.endpoint, "sweep", {"agent": "test-agent", "workloads": ["pi_integrate"],
+                                    "per_cluster": True,
+                                    "frequencies": [1_000_000, 2_000_000]})
+
+        def final(n):
+            return lambda s: bool(s["drift"]) or len(
+                [r for r in s["recommendations"] if r["group"]["variant"] == "cluster1"
+                 and r["state"] in ("verified", "off")]) >= n
+        c.wait_for(final(1), timeout=60, what="cluster1's first verification")
+        update_spec(root, truth={**truth, "work_s": 2 * truth["work_s"]})
+        st = None
+        for n in (2, 3):
+            query(c.endpoint, "fit", {"workload": "pi_integrate", "variant": "cluster1",
+                                      "recommend": True, "agent": "test-agent"})
+            st = c.wait_for(final(n), timeout=30, what=f"cluster1's verification {n}")
+            if st["drift"]:
+                break
+        assert st and st["drift"], c.logs()
+        st = c.wait_for(lambda s: s["drift"][0]["recommendation"] is not None and any(
+            r["config_id"] == s["drift"][0]["recommendation"] and r["state"] in
+            ("verified", "off") for r in s["recommendations"]), timeout=60,
+            what="the recommendation after the new sweep")
+    finally:
+        codes = c.stop()
+    assert codes == {"agent": 0, "daemon": 0}, c.logs()
+    (d,) = st["drift"]
+    assert d["group"]["variant"] == "cluster1" and d["job_states"] == ["done"], d
+    (points,) = c.rows("SELECT points FROM jobs WHERE job_id = ?", d["job_ids"][0])[0]
+    points = json.loads(points)
+    # the clocks cluster1 was measured at: its sweep's and its recommendations' (a
+    # verification at a clock between them is a measurement there too)
+    clocks = {round(f * 1000) for (f,) in c.rows(
+        "SELECT DISTINCT freq_mhz FROM runs WHERE variant = 'cluster1' AND received < ?",
+        d["since"])}
+    assert {1_000_000, 2_000_000} <= clocks
+    assert {(tuple(p["cpus"]), p["freq_khz"], p["variant"]) for p in points} == {
+        (cpus, f, "cluster1") for cpus in ((4,), (4, 5)) for f in clocks}
+    new = next(r for r in st["recommendations"] if r["config_id"] == d["recommendation"])
+    assert new["group"]["variant"] == "cluster1" and set(new["cpus"]) <= {4, 5, 6, 7}, new
+    # the first fit of cluster1 after the drift rests on the new sweep only (2 reps a point)
+    (quality,) = c.rows("SELECT quality FROM fits WHERE variant = 'cluster1' AND created >= ? "
+                        "ORDER BY id LIMIT 1", d["since"])[0]
+    assert json.loads(quality)["n"] == 2 * len(points)
+
+
 def test_a_target_window_is_recorded_as_applied_and_off_verifications_stay_out_of_fits(
         tmp_path):
     from opptune.daemon.recommender import Recommender
@@ -217,3 +280,80 @@ def test_a_target_window_is_recorded_as_applied_and_off_verifications_stay_out_o
     assert st.group_runs(G) == []
     assert fitter.requests[-1].rows == []
     st.close()
+
+
+def xu4_daemon(tmp_path, per_cluster: bool = False):
+    """An in-process daemon (real sweeps and planner) that an odroid-xu4's agent said hello to,
+    with the board's description as that agent makes it; the store kept on disk."""
+    from opptune.agent.platform import discover
+    from opptune.daemon.service import Daemon
+    from opptune.shared.config import AgentConfig, SweepDefaults
+
+    root = make_tree("odroid-xu4", str(tmp_path / "xu4"))
+    platform = discover(AgentConfig(agent_id="xu4", bench_kernels=[], state_dir=str(tmp_path),
+                                    sysfs_root=root, virtual_board="odroid-xu4"))
+    d = Daemon(DaemonConfig(bind="tcp://127.0.0.1:0", database=str(tmp_path / "d.db"),
+                            drift_off_count=2,
+                            sweep=SweepDefaults(per_cluster=per_cluster)))
+    d.store.save_platform(platform["id"], platform, 1.0)
+    d.registry.hello("xu4", b"xu4", platform["id"], platform,
+                     [{"name": "pi_integrate", "kind": "kernel", "sizes": ["small"]}],
+                     now=time.time())
+    return d, platform["id"]
+
+
+def measured_and_off(d, group: Group, khz: list[int], cpus: list[int]) -> None:
+    """Runs of ``group`` on ``cpus`` at ``khz``, then two of its recommendations judged off."""
+    items = []
+    for i, (n, f) in enumerate((n, f) for n in range(1, len(cpus) + 1) for f in khz):
+        r = RunRecord(platform=group.platform, workload=group.workload, input=group.input,
+                      variant=group.variant, cores=n, cpus=cpus[:n], threads=n, rep=0,
+                      time_s=1.0 / n, freq_mhz=f / 1000)
+        items.append(ResultIn(f"m-{group.variant}-{i}", "xu4", "job-0", i, r, r.to_dict()))
+    d.store.insert_results(items, now=2.0)
+    for i in range(2):
+        cid = f"c-{group.variant}-{i}"
+        d.store.save_recommendation({"config_id": cid, "agent": "xu4", **group.as_dict(),
+                                     "cores": 1, "cpus": cpus[:1], "threads": 1}, now=3 + i)
+        d.store.update_recommendation(cid, "off", now=3.5 + i, error="off by +60.0 % (...)")
+
+
+@pytest.mark.parametrize("per_cluster", [False, True])
+def test_a_cluster_group_that_drifts_is_measured_again_on_its_cluster_only(tmp_path,
+                                                                          per_cluster):
+    """A group swept on the big cluster of a big.LITTLE board (variant cluster1, cpus 4-7 at
+    1 and 2 GHz) drifts: the new sweep measures that cluster's cpus at those clocks, as
+    cluster1, whatever [sweep] per_cluster says. Before, it swept the whole board (cpus
+    0-7, variant "", 2 GHz dropped: the LITTLE cores lack it), so the drifted group got no
+    new run and never settled; with per_cluster on, it swept the LITTLE cluster too."""
+    d, plat = xu4_daemon(tmp_path, per_cluster)
+    try:
+        group = Group(plat, "pi_integrate", "small", "cluster1")
+        measured_and_off(d, group, [1_000_000, 2_000_000], [4, 5])
+        assert d.recommender.drift.verdict("xu4", group, "off", time.time()) is True
+        (event,) = d.store.drift_events()
+        assert event["error"] is None, event
+        (job_id,) = event["job_ids"]
+        points = d.store.job(job_id)["points"]
+        assert {p.get("variant") for p in points} == {"cluster1"}
+        assert set().union(*(p["cpus"] for p in points)) <= {4, 5, 6, 7}
+        assert {p["freq_khz"] for p in points} == {1_000_000, 2_000_000}
+    finally:
+        d.close()
+
+
+def test_a_whole_board_group_that_drifts_is_not_measured_per_cluster(tmp_path):
+    """The converse: a group measured over the whole board (no variant) with [sweep]
+    per_cluster on is measured again over the whole board, not as cluster0 and cluster1
+    groups it would never see the runs of."""
+    d, plat = xu4_daemon(tmp_path, per_cluster=True)
+    try:
+        group = Group(plat, "pi_integrate", "small", "")
+        measured_and_off(d, group, [1_000_000], [0, 1, 2, 3, 4, 5, 6, 7])
+        assert d.recommender.drift.verdict("xu4", group, "off", time.time()) is True
+        (job_id,) = d.store.drift_events()[0]["job_ids"]
+        points = d.store.job(job_id)["points"]
+        assert {p.get("variant", "") for p in points} == {""}
+        assert max(len(p["cpus"]) for p in points) == 8
+    finally:
+        d.close()

@@ -562,3 +562,33 @@ def test_status_pages_pick_the_rows_that_need_a_look_and_count_them_all(location
         assert st.run_counts_page("nobody", limit=1) == ([], 0)
     finally:
         st.close()
+
+
+def test_fits_and_profiles_take_the_runs_since_their_groups_last_drift(location):
+    """One rule on both back ends: a group's runs received before its last drift event are
+    out of its fit (group_runs, point_marks) and of MPET's profiles (profile_runs); another
+    group's stay."""
+    st = open_store(location)
+    g, other = Group("p", "w", "s", ""), Group("p", "v", "s", "")
+    st.save_job("a1", {"job_id": "job-1", "workload": "w", "size": "s", "reps": 1,
+                       "warmup": 0, "points": [{"cpus": [0], "threads": 1}]}, 0.5)
+
+    def put(msg_id, seq, workload, time_s, now):
+        rec = RunRecord(platform="p", workload=workload, input="s", cores=1, cpus=[0],
+                        threads=1, rep=0, time_s=time_s)
+        st.insert_results([ResultIn(msg_id, "a1", "job-1", seq, rec, rec.to_dict())], now)
+
+    put("m1", 0, "w", 2.0, 1.0)
+    put("m2", 1, "v", 3.0, 1.0)
+    st.save_drift("a1", g, "off twice", [], None, 5.0)
+    st.save_drift("a1", g, "off twice again", [], None, 7.0)  # the last one counts
+    put("m3", 2, "w", 4.0, 6.0)
+    put("m4", 3, "w", 5.0, 7.0)
+    assert [t for _, _, t in st.group_runs(g)] == [5.0]
+    assert [t for _, _, t in st.group_runs(other)] == [3.0]
+    assert [(m["cores"], m["clean"]) for m in st.point_marks(g)] == [(1, 1)]
+    assert sorted((w, t) for _, w, _, _, _, t, *_ in st.profile_runs(None)) == \
+        [("v", 3.0), ("w", 5.0)]
+    assert sorted(w for _, w, *_ in st.profile_runs(False)) == ["v", "w"]
+    assert list(st.profile_runs(True)) == []
+    st.close()

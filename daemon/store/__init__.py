@@ -8,7 +8,7 @@ path.
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from typing import Any, NamedTuple, Sequence
+from typing import Any, Iterator, NamedTuple, Sequence
 
 from ...shared.config import is_database_url as is_url
 from ...shared.records import RecordColumns, RunRecord
@@ -198,6 +198,14 @@ class Store(ABC):
         """Per group: (:meth:`run_points`' rows, :meth:`group_runs`' rows), in one pass over
         the runs (the report lists every group: a statement per group held the daemon's loop
         0.1 s at 771 groups, beside 0.1 s for the pass of run_points)."""
+
+    @abstractmethod
+    def profile_runs(self, marked: bool | None) -> Iterator[tuple]:
+        """(platform, workload, input, cores, freq_mhz, time_s, record, record_msgpack) of the
+        runs MPET's profiles take (characterize.mpet_data): the sweep jobs' successful runs
+        without variant, not throttled, received since their group's last drift event (the
+        rule of ``group_runs``); ``marked`` True: the marked ones only, False: the unmarked
+        ones only, None: both."""
 
     @abstractmethod
     def point_marks(self, group: Group) -> list[dict[str, Any]]:
