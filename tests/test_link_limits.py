@@ -193,11 +193,16 @@ def test_defaults_are_valid_and_documented():
 
 
 def test_agent_resends_rate_limited_results_nothing_lost(tmp_path):
-    c = Cluster(tmp_path, kernels=("pi_integrate", "triad"), reps=3, max_cores=2)
+    # Under load the results came slower than 4 a second besides the agent's 2 heartbeats,
+    # and nothing was refused: heartbeats every 2 s leave the limit to the results, 2 a
+    # second with a burst of 2, which the 3 repetitions of one point exceed at any pace
+    # the machine measures small runs at.
+    c = Cluster(tmp_path, kernels=("pi_integrate", "triad"), reps=3, max_cores=2,
+                extra_agent={"heartbeat_s": 2.0})
     write_toml(c.daemon_toml, {
-        "bind": c.endpoint, "database": str(c.db), "heartbeat_s": 0.5, "agent_timeout_s": 3.0,
-        "auto_sweep": True, "auto_recommend": False, "rate_limit_per_s": 4.0,
-        "rate_limit_burst": 3, "accept_load": True,  # a loaded machine: no re-measure jobs
+        "bind": c.endpoint, "database": str(c.db), "heartbeat_s": 0.5, "agent_timeout_s": 8.0,
+        "auto_sweep": True, "auto_recommend": False, "rate_limit_per_s": 2.0,
+        "rate_limit_burst": 2, "accept_load": True,  # a loaded machine: no re-measure jobs
     }, {"sweep": {"size": "small", "reps": 3, "warmup": 0, "max_cores": 2}})
     c.start_daemon()
     c.start_agent()
