@@ -86,12 +86,12 @@ def rows_of(data: dict[str, Any], key: str, limit: int | None) -> tuple[list[Any
 
 
 def more_text(key: str, shown: int, total: int, agent: str | None) -> str | None:
-    """'751 more jobs (of 771): opptune status --all for every row, --agent ID for one
+    """'751 more of 771 jobs: opptune status --all for every row, --agent ID for one
     board's'; None when nothing is left out."""
     if total <= shown:
         return None
     how = "--all for every row" + ("" if agent else ", --agent ID for one board's")
-    return f"{total - shown} more {_NAMES.get(key, key)} (of {total}): opptune status {how}"
+    return f"{total - shown} more of {total} {_NAMES.get(key, key)}: opptune status {how}"
 
 
 _NAMES = {"runs": "rows of runs", "fit_errors": "fit errors", "remeasure": "re-measurements",

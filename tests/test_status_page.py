@@ -180,11 +180,11 @@ def test_opptune_status_prints_a_page_and_json_every_row(tmp_path):
             assert proc.returncode == 0, proc.stderr
             return proc.stdout
         text = status()
-        assert "7 more jobs (of 27): opptune status --all for every row, --agent ID for one " \
+        assert "7 more of 27 jobs: opptune status --all for every row, --agent ID for one " \
                "board's" in text
         assert "job-a1-24" in text and "job-a2-1" in text  # the running ones
         assert "more" not in status("--all")
-        assert "5 more jobs (of 25): opptune status --all for every row\n" in \
+        assert "5 more of 25 jobs: opptune status --all for every row\n" in \
             status("--agent", "a1")
         st = json.loads(status("--json"))
         assert len(st["jobs"]) == 27 and st["page"]["limit"] is None

@@ -215,11 +215,11 @@ def test_a_page_says_how_many_rows_it_left_out_and_how_to_see_them():
     print_status(data, con, limit=2)
     lines = con.export_text().splitlines()
     assert lines[lines.index("runs: none") + 1].strip() == "jobs"  # nothing left out there
-    assert "28 more jobs (of 30): opptune status --all for every row, --agent ID for one "\
+    assert "28 more of 30 jobs: opptune status --all for every row, --agent ID for one "\
            "board's" in lines
     con = Console(record=True, width=200)
     print_status(data, con, limit=2, agent="a1")
-    assert "28 more jobs (of 30): opptune status --all for every row" in \
+    assert "28 more of 30 jobs: opptune status --all for every row" in \
         con.export_text().splitlines()
 
 
@@ -235,7 +235,7 @@ def test_an_older_daemons_whole_lists_are_cut_to_the_newest_rows_here():
     print_status(data, con, limit=2)
     text = con.export_text()
     assert "job-3" in text and "job-4" in text and "job-2" not in text
-    assert "3 more jobs (of 5): opptune status --all" in text
+    assert "3 more of 5 jobs: opptune status --all" in text
     con = Console(record=True, width=200)
     print_status(data, con)  # --all: every row, no line
     assert "job-0" in con.export_text() and "more" not in con.export_text()
