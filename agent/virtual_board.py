@@ -495,6 +495,9 @@ def install_hooks(fs: SysFS) -> None:
         if d is None or leaf not in ("scaling_governor", "scaling_min_freq", "scaling_max_freq",
                                      "scaling_setspeed"):
             return
+        # the kernel reads an attribute back with its newline, whatever was written
+        with open(fs.path(rel), "w") as fh:
+            fh.write(f"{data.strip()}\n")
         lo = fs.read_int(f"{d}/scaling_min_freq")
         hi = fs.read_int(f"{d}/scaling_max_freq")
         gov = fs.read_text(f"{d}/scaling_governor")

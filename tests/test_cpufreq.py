@@ -68,6 +68,10 @@ def test_setspeed_path_and_verify(tmp_path):
     assert os.path.exists(tmp_path / "state" / STATE_FILENAME)
     assert cf.close() == []
     assert _state(fs, "policy4") == orig
+    # as the kernel does, the tree reads back what was written with its newline ('cat' of
+    # the virtual board's governor printed 'ondemand' run into the next line)
+    with open(fs.path(f"{P4}/scaling_governor")) as fh:
+        assert fh.read() == "ondemand\n"
     assert not os.path.exists(tmp_path / "state" / STATE_FILENAME)
 
 
