@@ -23,8 +23,9 @@ UNMET = 3
 def add_goal_options(p: argparse.ArgumentParser, tune: bool = False) -> None:
     p.add_argument("--agent", required=True, help="agent id (see opptune status)")
     p.add_argument("--workload", required=True, help="workload name")
-    p.add_argument("--size", help="input size class (default: [sweep] size of the daemon's "
-                                  "configuration)" if tune else
+    p.add_argument("--size", help="input size class (default: the one measured, where the "
+                                  "workload was measured at one; else [sweep] size of the "
+                                  "daemon's configuration)" if tune else
                                   "input size class (default: the one measured)")
     p.add_argument("--objective", default="time",
                    help=f"what to minimise: {', '.join(OBJECTIVES)} (default time; edp = "

@@ -241,7 +241,14 @@ class Tuner:
             raise HandlerError("unknown_size", f"agent '{agent}' has no size {size!r} for "
                                                f"{workload}; it offers {', '.join(sizes)}")
         if size is None:
-            size = d.config.sweep.size if not sizes or d.config.sweep.size in sizes else sizes[0]
+            # the size the workload was measured at on this board, where it was at one only
+            # (what recommend takes: a tune goes on from those runs rather than starting a
+            # group of its own); else the daemon's [sweep] size, as a sweep takes
+            measured = sorted({g.input for g in d.store.groups()
+                               if g.platform == info.platform_id and g.workload == workload
+                               and (not sizes or g.input in sizes)})
+            size = measured[0] if len(measured) == 1 else (
+                d.config.sweep.size if not sizes or d.config.sweep.size in sizes else sizes[0])
         platform = info.platform or {}
         meter = platform.get("energy") if isinstance(platform.get("energy"), dict) else {}
         if goal.needs_power and not meter.get("available"):

@@ -69,10 +69,10 @@ class Agent:
         self.sock.close(0)
 
 
-def record(platform, cores, freq_khz=None, energy=True):
+def record(platform, cores, freq_khz=None, energy=True, size="small"):
     t = 8.0 * (0.2 + 0.8 / cores)
     power = 2.0 + 1.0 * cores  # watts: static + per core
-    return RunRecord(platform=platform["id"], workload="wl", input="small", cores=cores,
+    return RunRecord(platform=platform["id"], workload="wl", input=size, cores=cores,
                      cpus=list(range(cores)), threads=cores, rep=0, time_s=t,
                      energy_j=power * t if energy else None,
                      energy_source="rapl:package-0" if energy else None).to_dict()
@@ -138,6 +138,29 @@ def test_tune_measures_one_configuration_per_job_then_pushes_and_verifies(daemon
         assert s["tune_id"] not in daemon.tuning.sessions
         err = a.query("tune_status", {"tune_id": "tune-nothing"})
         assert err["body"]["code"] == "bad_args"
+    finally:
+        a.close()
+
+
+def test_tune_without_a_size_goes_on_from_the_one_measured(daemon):
+    """tune without --size started a group of the daemon's [sweep] size ("small") beside the
+    one the workload was measured at ("large", what recommend takes), measuring again what
+    was there; it now takes the one measured size, and the stored runs count."""
+    a = Agent(daemon.endpoint, METER)
+    try:
+        reply = a.query("sweep", {"agent": "q1", "workloads": ["wl"], "size": "large"})
+        job_id = reply["body"]["data"]["jobs"][0]["job_id"]
+        for seq, cores in enumerate((1, 2, 3, 4)):
+            a.send("result", {"job_id": job_id, "seq": seq, "of": 4,
+                              "record": record(METER, cores, size="large")})
+            a.expect("ack")
+        s = a.query("tune", {"agent": "q1", "workload": "wl", "objective": "energy"})
+        s = s["body"]["data"]
+        assert s["size"] == "large", s
+        # every configuration of the grid is measured already: recommended without a job
+        msg = a.expect(("job", "config"))
+        assert msg["type"] == "config" and msg["body"]["cpus"] == [0, 1, 2], msg
+        assert msg["body"]["size"] == "large"
     finally:
         a.close()
 
