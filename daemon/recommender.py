@@ -199,8 +199,10 @@ class Recommender:
         if r.freq_khz is None and freqs and len(freqs) == 1:
             r.freq_khz = r.best_freq_khz = freqs[0]  # measured there only: keep it there
         # nobody asked for it to stay: verified, then the board goes back to rest
+        basis = rests_on(self.store, group, {"outliers_left_out": setting.outliers_left_out})
         rec = self.send_config(agent, group, r.cpus, r.freq_khz, r.predicted_time_s, r.lower_s,
-                               r.upper_s, getattr(model, "name", None), keep=False)
+                               r.upper_s, getattr(model, "name", None), keep=False,
+                               basis=basis)
         log.info("recommend %s for %s: %d cores at %s, predicted %.4g s (best %d cores, "
                  "%.4g s)%s", rec["config_id"], "/".join(group), r.cores, freq_text(r.freq_khz),
                  r.predicted_time_s, r.best_cores, r.best_time_s,
@@ -210,17 +212,20 @@ class Recommender:
     def send_config(self, agent: str, group: Group, cpus: list[int], freq_khz: int | None,
                     predicted: float | None, lower: float | None, upper: float | None,
                     model: str | None, target: dict[str, Any] | None = None,
-                    keep: bool = True) -> dict[str, Any]:
+                    keep: bool = True, basis: dict[str, Any] | None = None
+                    ) -> dict[str, Any]:
         """Push a configuration to ``agent`` for it to apply and verify (its ``applied`` is
         judged by :meth:`applied`), to ``target`` where given (agent/targets.py: a pid or a
         systemd unit); store it as a recommendation ("pushed" or "unsent"). ``keep``: it stays
-        in force on the board after its verification (a user applied it)."""
+        in force on the board after its verification (a user applied it); stored, so a
+        recommendation sent later (:meth:`send_unsent`) keeps it. ``basis``: what it rests on
+        (:func:`rests_on`), stored for the status."""
         info = self.registry.get(agent)
         rec = {"config_id": "cfg-" + uuid.uuid4().hex[:20], "agent": agent, **group.as_dict(),
                "cores": len(cpus), "cpus": list(cpus), "threads": len(cpus),
                "freq_khz": freq_khz, "predicted_time_s": predicted, "predicted_lower_s": lower,
-               "predicted_upper_s": upper, "model": model}
-        body = {**self._config_body(rec), "keep": keep}
+               "predicted_upper_s": upper, "model": model, "keep": keep, "rests_on": basis}
+        body = self._config_body(rec)
         if target is not None:
             body["target"] = target
         sent = info is not None and info.identity is not None and self.send(
@@ -243,13 +248,14 @@ class Recommender:
                 "predicted_time_s": rec["predicted_time_s"]}
         if rec["variant"]:
             body["variant"] = rec["variant"]  # verification runs join the group they came from
+        if rec.get("keep") is not None:  # stored before keep was: absent, it stays
+            body["keep"] = bool(rec["keep"])
         return body
 
     def send_unsent(self, agent: str, identity: bytes) -> int:
         """Send ``agent`` (just connected) the recommendations made while it was away: the
-        newest of each group, once (without ``keep``, which is not stored: the agent keeps
-        them in force, as a user's ``recommend --apply`` made while it was away asks). Returns
-        how many were sent."""
+        newest of each group, once, each with its stored ``keep``. Returns how many were
+        sent."""
         sent = 0
         for rec in self.store.take_unsent(agent, time.time()):
             if self.send(identity, "config", self._config_body(rec)):

@@ -553,6 +553,9 @@ def test_a_recommendation_made_while_the_agent_was_away_is_sent_when_it_returns(
     back.hello()
     cfg = back.expect("config")["body"]
     assert cfg["config_id"] == newest and cfg["cpus"] == [0, 2, 1, 3]
+    # the daemon's own push is verified, then the board rests, sent later too (the field is
+    # stored; it went without it, and the push stayed in force on the board)
+    assert cfg["keep"] is False
     states = {r["config_id"]: r["state"] for r in query(op, "status")["recommendations"]}
     assert states[newest] == "pushed"
     # the earlier unsent ones are not sent: a newer one replaced them

@@ -58,7 +58,7 @@ before). A daemon asked about an agent another daemon holds says where it is onl
 
 from __future__ import annotations
 
-SCHEMA_VERSION = 11
+SCHEMA_VERSION = 12
 
 MIGRATIONS: dict[int, list[str]] = {
     1: [
@@ -255,5 +255,12 @@ MIGRATIONS: dict[int, list[str]] = {
                endpoint TEXT NOT NULL,
                started REAL NOT NULL,
                last_seen REAL NOT NULL)""",
+    ],
+    12: [
+        # what a recommendation rested on when it was made (JSON; NULL before: the status
+        # shows the group's state now), and whether it stays in force on the board after its
+        # verification (NULL before: it stayed)
+        "ALTER TABLE recommendations ADD COLUMN rests_on TEXT",
+        "ALTER TABLE recommendations ADD COLUMN keep INTEGER",
     ],
 }
