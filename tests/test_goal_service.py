@@ -158,9 +158,15 @@ def test_tune_without_a_size_goes_on_from_the_one_measured(daemon):
         s = s["body"]["data"]
         assert s["size"] == "large", s
         # every configuration of the grid is measured already: recommended without a job
-        msg = a.expect(("job", "config"))
-        assert msg["type"] == "config" and msg["body"]["cpus"] == [0, 1, 2], msg
-        assert msg["body"]["size"] == "large"
+        # (the daemon's own push after the sweep's fit may come first: not the tune's)
+        deadline = time.monotonic() + 20
+        while True:
+            msg = a.expect(("job", "config"), timeout_s=max(0.1, deadline - time.monotonic()))
+            assert msg["type"] == "config", msg
+            st = a.query("tune_status", {"tune_id": s["tune_id"]})["body"]["data"]
+            if st.get("config_id") == msg["body"]["config_id"]:
+                break
+        assert msg["body"]["cpus"] == [0, 1, 2] and msg["body"]["size"] == "large", msg
     finally:
         a.close()
 
