@@ -200,7 +200,8 @@ class Daemon:
         self.endpoint = self.link.endpoint
         self._result_row = self.store.result_row
         # the store tells this daemon which agents the others of a fleet hold
-        self.registry = Registry(config.agent_timeout_s, self.store, self.instance)
+        self.registry = Registry(config.agent_timeout_s, self.store, self.instance,
+                                 self.keyring)
         for a in self.store.agents():
             self.registry.load(a["id"], a["platform"], self.store.platform(a["platform"]) or {},
                                a["workloads"], a["last_seen"], a["doctor"], a["doctor_at"])

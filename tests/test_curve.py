@@ -95,6 +95,10 @@ def test_agent_key_waits_for_accept_then_results_stored_and_revoke_refuses(tmp_p
         assert (f"key {key_id} of agent test-agent waits for approval: opptune keys accept "
                 f"{key_id}") in " ".join(out.stdout.split())
         assert c.rows("SELECT COUNT(*) FROM runs") == [(0,)]
+        # A sweep of it said "no agent 'test-agent' (known agents: none yet)": now the key
+        with pytest.raises(QueryFailed, match=f"key {key_id} is pending.*"
+                                              f"'opptune keys accept {key_id}' lets it in"):
+            query(c.endpoint, "sweep", {"agent": "test-agent"}, timeout_s=5, curve=c.operator)
         # An agent's key may not ask for the status (only the operator's may).
         agent_keys = (c.operator[0], *load_keypair(tmp_path / "agent-state" / "agent.key"))
         with pytest.raises(QueryFailed, match="operator"):
