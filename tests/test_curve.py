@@ -229,6 +229,13 @@ def test_daemons_sharing_a_keys_dir_see_each_others_decisions(tmp_path):
         import json
         ring = json.loads((c.keys / "agents.json").read_text())["keys"]
         assert [(e["agent"], e["state"]) for e in ring] == [("test-agent", "accepted")]
+        # Revoked through A, B went on sending it jobs until agent_timeout_s ran out (the
+        # agent ran them; its results were refused): B now stops at its first refusal.
+        out = c.keys_cli("revoke", "test-agent")
+        assert out.returncode == 0 and "revoked" in out.stdout, out.stderr
+        wait_until(lambda: "key_revoked" in c.agent_log(), "the revoked key refused at B", c)
+        with pytest.raises(QueryFailed, match="is revoked by the operator"):
+            query(b_endpoint, "sweep", {"agent": "test-agent"}, timeout_s=5, curve=c.operator)
     finally:
         if b is not None:
             b.terminate()
