@@ -92,6 +92,7 @@ class Link:
         os.set_blocking(self._wake_r, False)
         os.set_blocking(self._wake_w, False)
         self._last_rx = time.monotonic()
+        self._heard = False  # anything received on the current connection
         self._next_hb = 0.0
         self._gone = False
         self._daemon_instance: str | None = None
@@ -165,6 +166,7 @@ class Link:
         self._sock = s
         self._poller.register(s, zmq.POLLIN)
         self._last_rx = time.monotonic()
+        self._heard = False
 
     def _fail_over(self) -> None:
         """The daemon is gone: connect to the next endpoint, say hello, resend what is
@@ -242,8 +244,13 @@ class Link:
         now = time.monotonic()
         if not self._gone and now - self._last_rx > GONE_AFTER_HEARTBEATS * self.heartbeat_s:
             self._gone = True
-            log.warning("no message from the daemon at %s for %.1f s: considering it gone",
-                        self.endpoint, now - self._last_rx)
+            # a CURVE handshake with the wrong server key fails without a word on either
+            # side: silence from the first message on is the only sign the agent gets
+            hint = ("; nothing has come from it over CURVE: if it runs, check that "
+                    "daemon_public_key is the key 'opptune keys server' prints on its host"
+                    if self.curve is not None and not self._heard else "")
+            log.warning("no message from the daemon at %s for %.1f s: considering it gone%s",
+                        self.endpoint, now - self._last_rx, hint)
             if len(self.endpoints) > 1:
                 self._fail_over()
         if now >= self._next_hb:
@@ -435,6 +442,7 @@ class Link:
         now = time.monotonic()
         was_gone = self._gone
         self._last_rx = now
+        self._heard = True
         if was_gone:
             self._daemon_back("is back")
         data = frames[-1] if frames else b""  # tolerate a REQ-style empty delimiter frame

@@ -43,12 +43,22 @@ def check_local(d: Daemon, identity: bytes) -> None:
     addr = addrs.get(identity)
     if is_loopback_address(addr):
         return
-    raise HandlerError("not_local", f"status and control queries are answered only on a local "
-                                    f"socket (ipc:// or loopback) or for the operator's key "
-                                    f"with CURVE on; this one came over plain TCP from "
-                                    f"{addr or 'an unknown address'}: run opptune on the "
-                                    "daemon's host, or set curve = \"on\" in its configuration "
-                                    "and give opptune its --config")
+    head = ("status and control queries are answered only on a local socket (ipc:// or "
+            "loopback) or for the operator's key with CURVE on; this one came over plain TCP "
+            f"from {addr or 'an unknown address'}")
+    endpoint = str(getattr(d, "endpoint", "") or "")
+    host, _, port = endpoint.partition("//")[2].rpartition(":")
+    if addr and host.strip("[]") == addr:
+        # 'run opptune on the daemon's host' told an operator who did just that: a bind to
+        # one non-loopback address is reached from its own host over that address too
+        raise HandlerError("not_local", f"{head}, the address the daemon is bound to, so no "
+                                        "query is answered even on its own host: bind it to "
+                                        f"tcp://0.0.0.0:{port} (opptune on its host then asks "
+                                        "over loopback), or set curve = \"on\" in its "
+                                        "configuration and give opptune its --config")
+    raise HandlerError("not_local", f"{head}: run opptune on the daemon's host, or set "
+                                    "curve = \"on\" in its configuration and give opptune "
+                                    "its --config")
 
 
 def answer(d: Daemon, what: str, args: dict[str, Any]) -> dict[str, Any] | Deferred:

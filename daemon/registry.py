@@ -56,8 +56,10 @@ class Registry:
     which agents other daemons sharing it hold: the store is where daemons of a fleet learn
     of each other's agents, when asked (status, a refusal), not on the ingest path."""
 
-    def __init__(self, timeout_s: float, store: Any = None, instance: str | None = None):
+    def __init__(self, timeout_s: float, store: Any = None, instance: str | None = None,
+                 keyring: Any = None):
         self.timeout_s = timeout_s
+        self.keyring = keyring  # with CURVE: an unknown agent may be one whose key waits
         self.store, self.instance = store, instance
         self._agents: dict[str, AgentInfo] = {}
         self._dirty: dict[str, float] = {}  # last_seen updates not yet written to the store
@@ -76,10 +78,16 @@ class Registry:
 
     def unknown(self, agent: Any) -> str:
         """"no agent 'X' (known agents: a, b)": the refusal of a query naming no known agent;
-        where another daemon of the fleet holds it, where to send the request instead."""
+        where another daemon of the fleet holds it, where to send the request instead; where
+        its key is not accepted, the command that lets it in."""
         via = self.via(agent) if isinstance(agent, str) else None
         if via is not None:
             return elsewhere_text(agent, via.endpoint)
+        # its hello was refused (key pending, rejected, revoked): say so, with the command
+        why = (self.keyring.refusal_of(agent) if self.keyring is not None
+               and isinstance(agent, str) else None)
+        if why:
+            return f"agent '{agent[:64]}' has not been let in: {why}"
         known = ", ".join(a.agent_id for a in self.all()) or "none yet"
         return f"no agent '{str(agent)[:64]}' (known agents: {known})"
 

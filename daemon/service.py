@@ -200,7 +200,8 @@ class Daemon:
         self.endpoint = self.link.endpoint
         self._result_row = self.store.result_row
         # the store tells this daemon which agents the others of a fleet hold
-        self.registry = Registry(config.agent_timeout_s, self.store, self.instance)
+        self.registry = Registry(config.agent_timeout_s, self.store, self.instance,
+                                 self.keyring)
         for a in self.store.agents():
             self.registry.load(a["id"], a["platform"], self.store.platform(a["platform"]) or {},
                                a["workloads"], a["last_seen"], a["doctor"], a["doctor_at"])
@@ -400,6 +401,8 @@ class Daemon:
                                        f"the daemon does not accept '{msg['type']}' messages")
                 handler(identity, msg)
             except HandlerError as exc:
+                if exc.code in ("key_rejected", "key_revoked"):
+                    self._key_withdrawn(identity, msg["agent"])
                 self.refuse(identity, exc.code, str(exc), msg.get("id"))
             except Exception as exc:
                 log.exception("handling %s %s", msg.get("type"), msg.get("id"))
@@ -407,6 +410,14 @@ class Daemon:
                             msg.get("id"))
         if rows:
             self._commit_results(rows, acks, touched, now)
+
+    def _key_withdrawn(self, identity: bytes, agent: str) -> None:
+        """The agent on this connection speaks with a key the operator rejected or revoked,
+        maybe through another daemon sharing keys_dir: nothing more goes to it, as after
+        'opptune keys revoke' here (queries.keys), instead of jobs sent until it times out."""
+        info = self.registry.get(agent)
+        if info is not None and info.identity == identity:
+            info.identity = None
 
     def _take_results(self, identity: bytes, msg: dict[str, Any], now: float,
                       rows: list[tuple], acks: dict[bytes, list[str]],

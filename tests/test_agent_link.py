@@ -449,3 +449,46 @@ def test_result_over_the_daemons_message_size_is_parked_not_resent_forever(ctx, 
     assert [(p["id"], p["code"]) for p in parked] == [(big["id"], "too_large")]
     assert "2048" in parked[0]["reason"] and "max_message_bytes" in parked[0]["reason"]
     assert [i for i, _ in ob.pending()] == [small["id"]]
+
+
+def test_silence_over_curve_names_daemon_public_key_as_the_likely_cause(ctx, tmp_path, caplog):
+    """Walking a fleet: an agent given a wrong daemon_public_key only logged that the daemon
+    was gone (the handshake fails silently on both sides). Now the warning says to check the
+    key when nothing ever came over CURVE; a plain link's silence says nothing of keys."""
+    import logging
+    server_pub, server_sec = zmq.curve_keypair()
+    wrong_pub, _ = zmq.curve_keypair()
+    own_pub, own_sec = zmq.curve_keypair()
+    router = Router(ctx)
+    router.sock.curve_server = True  # set before a peer connects: it applies per connection
+    router.sock.curve_secretkey = server_sec
+
+    def gone_warnings(endpoint, **kw):
+        caplog.clear()
+        with caplog.at_level(logging.WARNING, logger="opptune.agent.link"):
+            lt = LinkThread(ctx, endpoint, Outbox(str(tmp_path / str(len(kw)))), **kw)
+            try:
+                deadline = time.monotonic() + 10
+                while time.monotonic() < deadline:
+                    found = [r.getMessage() for r in caplog.records
+                             if "considering it gone" in r.getMessage()]
+                    if found:
+                        return found
+                    time.sleep(HB)  # polling interval for the log, not synchronisation
+            finally:
+                lt.close()
+        raise AssertionError("no 'considering it gone' warning within 10 s")
+
+    try:
+        (msg,) = gone_warnings(router.endpoint,
+                               curve=(wrong_pub.decode(), own_pub.decode(), own_sec.decode()))
+        assert "daemon_public_key" in msg and "opptune keys server" in msg
+    finally:
+        router.close()
+    silent = Router(ctx)
+    silent.alive = False
+    try:
+        (msg,) = gone_warnings(silent.endpoint)
+        assert "daemon_public_key" not in msg
+    finally:
+        silent.close()

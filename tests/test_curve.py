@@ -95,6 +95,10 @@ def test_agent_key_waits_for_accept_then_results_stored_and_revoke_refuses(tmp_p
         assert (f"key {key_id} of agent test-agent waits for approval: opptune keys accept "
                 f"{key_id}") in " ".join(out.stdout.split())
         assert c.rows("SELECT COUNT(*) FROM runs") == [(0,)]
+        # A sweep of it said "no agent 'test-agent' (known agents: none yet)": now the key
+        with pytest.raises(QueryFailed, match=f"key {key_id} is pending.*"
+                                              f"'opptune keys accept {key_id}' lets it in"):
+            query(c.endpoint, "sweep", {"agent": "test-agent"}, timeout_s=5, curve=c.operator)
         # An agent's key may not ask for the status (only the operator's may).
         agent_keys = (c.operator[0], *load_keypair(tmp_path / "agent-state" / "agent.key"))
         with pytest.raises(QueryFailed, match="operator"):
@@ -225,6 +229,13 @@ def test_daemons_sharing_a_keys_dir_see_each_others_decisions(tmp_path):
         import json
         ring = json.loads((c.keys / "agents.json").read_text())["keys"]
         assert [(e["agent"], e["state"]) for e in ring] == [("test-agent", "accepted")]
+        # Revoked through A, B went on sending it jobs until agent_timeout_s ran out (the
+        # agent ran them; its results were refused): B now stops at its first refusal.
+        out = c.keys_cli("revoke", "test-agent")
+        assert out.returncode == 0 and "revoked" in out.stdout, out.stderr
+        wait_until(lambda: "key_revoked" in c.agent_log(), "the revoked key refused at B", c)
+        with pytest.raises(QueryFailed, match="is revoked by the operator"):
+            query(b_endpoint, "sweep", {"agent": "test-agent"}, timeout_s=5, curve=c.operator)
     finally:
         if b is not None:
             b.terminate()

@@ -10,11 +10,12 @@ from __future__ import annotations
 import socket
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
 
-from opptune.daemon.client import QueryFailed, query
+from opptune.daemon.client import DaemonUnreachable, QueryFailed, query
 from opptune.daemon.queries import is_loopback_address
 from procs import Cluster, write_toml
 
@@ -83,3 +84,36 @@ def test_the_cli_prints_the_refusal_in_one_line(open_daemon, tmp_path):
     ok = subprocess.run([OPPTUNE, "status", "--daemon", c.endpoint, "--json"],
                         capture_output=True, text=True, timeout=60, cwd=tmp_path)
     assert ok.returncode == 0 and ok.stdout.lstrip().startswith("{"), ok.stderr
+
+
+def test_a_daemon_bound_to_its_own_address_says_why_its_host_is_refused(tmp_path):
+    """Walking a fleet: a daemon bound to the host's eth0 address with curve = "off" refused
+    'opptune status --config' run on its own host, advising to run opptune on the daemon's
+    host. The refusal now says the bind is the cause and what to bind instead."""
+    addr = own_address()
+    if addr is None:
+        pytest.skip("this machine has no non-loopback IPv4 address to connect from")
+    c = Cluster(tmp_path, auto_sweep=False)
+    port = c.endpoint.rsplit(":", 1)[1]
+    c.endpoint = f"tcp://{addr}:{port}"
+    write_toml(c.daemon_toml, {"bind": c.endpoint, "database": str(c.db), "curve": "off",
+                               "heartbeat_s": 0.5})
+    c.start_daemon()
+    try:
+        with pytest.raises(QueryFailed) as err:
+            deadline = time.monotonic() + 30
+            while True:  # the daemon may not be listening yet
+                try:
+                    query(c.endpoint, "status", timeout_s=2)
+                    break
+                except QueryFailed:
+                    raise
+                except DaemonUnreachable:
+                    if time.monotonic() > deadline:
+                        raise
+        assert err.value.code == "not_local", err.value
+        text = str(err.value)
+        assert "the address the daemon is bound to" in text and f"tcp://0.0.0.0:{port}" in text
+        assert "run opptune on the daemon's host" not in text
+    finally:
+        assert c.stop() == {"daemon": 0}, c.logs()
