@@ -165,7 +165,7 @@ def apply(d: Daemon, rec: dict[str, Any], target: dict[str, Any] | None = None
     t = rec["time_s"]
     stored = d.recommender.send_config(rec["agent"], group, rec["cpus"], rec["freq_khz"],
                                        t["value"], t["lower"], t["upper"], rec["model"],
-                                       target=target, basis=rec.get("rests_on"))
+                                       target=target)
     return {"config_id": stored["config_id"], "state": stored["state"],
             "reason": stored.get("error")}
 

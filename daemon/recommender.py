@@ -199,10 +199,8 @@ class Recommender:
         if r.freq_khz is None and freqs and len(freqs) == 1:
             r.freq_khz = r.best_freq_khz = freqs[0]  # measured there only: keep it there
         # nobody asked for it to stay: verified, then the board goes back to rest
-        basis = rests_on(self.store, group, {"outliers_left_out": setting.outliers_left_out})
         rec = self.send_config(agent, group, r.cpus, r.freq_khz, r.predicted_time_s, r.lower_s,
-                               r.upper_s, getattr(model, "name", None), keep=False,
-                               basis=basis)
+                               r.upper_s, getattr(model, "name", None), keep=False)
         log.info("recommend %s for %s: %d cores at %s, predicted %.4g s (best %d cores, "
                  "%.4g s)%s", rec["config_id"], "/".join(group), r.cores, freq_text(r.freq_khz),
                  r.predicted_time_s, r.best_cores, r.best_time_s,
@@ -212,19 +210,17 @@ class Recommender:
     def send_config(self, agent: str, group: Group, cpus: list[int], freq_khz: int | None,
                     predicted: float | None, lower: float | None, upper: float | None,
                     model: str | None, target: dict[str, Any] | None = None,
-                    keep: bool = True, basis: dict[str, Any] | None = None
-                    ) -> dict[str, Any]:
+                    keep: bool = True) -> dict[str, Any]:
         """Push a configuration to ``agent`` for it to apply and verify (its ``applied`` is
         judged by :meth:`applied`), to ``target`` where given (agent/targets.py: a pid or a
         systemd unit); store it as a recommendation ("pushed" or "unsent"). ``keep``: it stays
         in force on the board after its verification (a user applied it); stored, so a
-        recommendation sent later (:meth:`send_unsent`) keeps it. ``basis``: what it rests on
-        (:func:`rests_on`), stored for the status."""
+        recommendation sent later (:meth:`send_unsent`) keeps it."""
         info = self.registry.get(agent)
         rec = {"config_id": "cfg-" + uuid.uuid4().hex[:20], "agent": agent, **group.as_dict(),
                "cores": len(cpus), "cpus": list(cpus), "threads": len(cpus),
                "freq_khz": freq_khz, "predicted_time_s": predicted, "predicted_lower_s": lower,
-               "predicted_upper_s": upper, "model": model, "keep": keep, "rests_on": basis}
+               "predicted_upper_s": upper, "model": model, "keep": keep}
         body = self._config_body(rec)
         if target is not None:
             body["target"] = target

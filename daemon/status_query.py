@@ -130,12 +130,9 @@ def status(d: Daemon, args: dict[str, Any] | None = None) -> dict[str, Any]:
     if want("recommendations"):
         rows, total["recommendations"] = d.store.recommendations_page(page.agent, page.limit)
         recs = [_rec_row(r) for r in rows]
-        # what each rested on when made; a recommendation stored before that was kept shows
-        # its group's state now (the listed ones only: each reads its group's points)
-        older = [(r, row) for r, row in zip(recs, rows) if row.get("rests_on") is None]
-        basis = group_basis(d, _fit_quality(d, fits, [r for r, _ in older])) if older else None
-        for r, row in zip(recs, rows):
-            r["rests_on"] = row.get("rests_on") or basis(r["agent"], Group(**r["group"]))
+        basis = group_basis(d, _fit_quality(d, fits, recs))
+        for r in recs:  # the listed ones only: each reads its group's points
+            r["rests_on"] = basis(r["agent"], Group(**r["group"]))
 
     drift: list[dict[str, Any]] = []
     if want("drift"):

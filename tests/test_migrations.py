@@ -152,10 +152,8 @@ def test_every_row_survives_and_the_schema_is_current(tmp_path, version, current
         # schema 11: no daemon holds an agent stored before (the first to hear it will)
         assert [a["daemon"] for a in st.agents()] == (["d1"] if version >= 11 else [None])
         assert [f["model"] for f in st.fits()] == ["amdahl"]
-        # schema 12: what a recommendation stored before rested on is unknown (the status
-        # shows its group now), and it stays in force as it did
-        assert [(r["config_id"], r["rests_on"], r["keep"]) for r in st.recommendations()] == \
-            [("c1", None, None)]
+        # schema 12: a recommendation stored before stays in force as it did
+        assert [(r["config_id"], r["keep"]) for r in st.recommendations()] == [("c1", None)]
         # a new result lands beside the old ones
         st.insert_results([ResultIn("m9", "a1", "job-1", 9, REC, REC.to_dict())], now=20.0)
         assert st.job_received("job-1") == 3

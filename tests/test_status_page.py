@@ -102,22 +102,6 @@ def test_a_page_cuts_every_list_and_counts_what_it_left_out(daemon):
     assert st["recommendations"][0]["rests_on"]["outliers_left_out"] == 3
 
 
-def test_a_recommendation_rests_on_what_it_rested_on_when_made(daemon):
-    """The status showed each recommendation's group as it is now (runs measured after it,
-    marks since): one made with its basis stored shows that basis; one stored before shows
-    its group's state now, as before."""
-    g = Group("p-a1", "w0", "s", "")
-    made = {"clean_runs": 2, "marked_runs": 0, "text": "rests on 2 clean runs"}
-    daemon.store.save_recommendation({"config_id": "cfg-made", "agent": "a1", **g.as_dict(),
-                                      "cores": 2, "cpus": [0, 1], "threads": 2,
-                                      "predicted_time_s": 0.5, "rests_on": made}, 50.0)
-    st = answer(daemon, "status", {})
-    recs = {r["config_id"]: r["rests_on"] for r in st["recommendations"]}
-    assert recs["cfg-made"] == made
-    # the group holds 4 clean runs now: the older recommendation of it says so
-    assert recs["cfg-a1-0"]["clean_runs"] == 4 and recs["cfg-a1-0"]["outliers_left_out"] == 1
-
-
 def test_one_agents_page_holds_its_rows_only(daemon):
     st = answer(daemon, "status", {"agent": "a2"})
     assert [a["id"] for a in st["agents"]] == ["a2"] and list(st["platforms"]) == ["p-a2"]

@@ -237,7 +237,6 @@ class Store(ABC):
     @abstractmethod
     def save_recommendation(self, rec: dict[str, Any], now: float) -> None:
         """Store (or replace) recommendation ``rec`` (recommender.send_config's map), with
-        what it rested on when made (``rests_on``, recommender.rests_on; None: unknown) and
         whether it stays in force on the board (``keep``; None: it does, as before)."""
 
     @abstractmethod

@@ -257,10 +257,8 @@ MIGRATIONS: dict[int, list[str]] = {
                last_seen REAL NOT NULL)""",
     ],
     12: [
-        # what a recommendation rested on when it was made (JSON; NULL before: the status
-        # shows the group's state now), and whether it stays in force on the board after its
-        # verification (NULL before: it stayed)
-        "ALTER TABLE recommendations ADD COLUMN rests_on TEXT",
+        # whether a recommendation stays in force on the board after its verification (NULL
+        # before: it stayed), kept for one sent when its agent returns
         "ALTER TABLE recommendations ADD COLUMN keep INTEGER",
     ],
 }

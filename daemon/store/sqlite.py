@@ -591,12 +591,11 @@ class SQLiteStore(Store):
     def save_recommendation(self, rec: dict[str, Any], now: float) -> None:
         cols = ("agent", "platform", "workload", "input", "variant", "cores", "cpus", "threads",
                 "freq_khz", "predicted_time_s", "predicted_lower_s", "predicted_upper_s",
-                "model", "state", "verified_time_s", "error", "created", "updated", "rests_on",
-                "keep")
+                "model", "state", "verified_time_s", "error", "created", "updated", "keep")
         keep = rec.get("keep")
         with self._tx() as db:
             db.execute(
-                "INSERT INTO recommendations VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?) "
+                "INSERT INTO recommendations VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?) "
                 "ON CONFLICT(id) DO UPDATE SET "
                 + ", ".join(f"{c}=excluded.{c}" for c in cols),
                 (rec["config_id"], rec["agent"], rec["platform"], rec["workload"], rec["input"],
@@ -604,7 +603,6 @@ class SQLiteStore(Store):
                  rec.get("freq_khz"), rec.get("predicted_time_s"), rec.get("predicted_lower_s"),
                  rec.get("predicted_upper_s"), rec.get("model"), rec.get("state", "pushed"),
                  rec.get("verified_time_s"), rec.get("error"), now, now,
-                 None if rec.get("rests_on") is None else _dumps(rec["rests_on"]),
                  None if keep is None else int(bool(keep))))
 
     def update_recommendation(self, config_id: str, state: str, now: float,
@@ -619,7 +617,6 @@ class SQLiteStore(Store):
     def _rec_row(self, r: dict[str, Any]) -> dict[str, Any]:
         r["config_id"] = r.pop("id")
         r["cpus"] = json.loads(r["cpus"])
-        r["rests_on"] = None if r.get("rests_on") is None else json.loads(r["rests_on"])
         r["keep"] = None if r.get("keep") is None else bool(r["keep"])
         return r
 
