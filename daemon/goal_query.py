@@ -35,6 +35,11 @@ def _int_arg(args: dict[str, Any], key: str) -> int | None:
     return v
 
 
+def measured_groups(d: Daemon, platform_id: str, workload: str) -> list[Group]:
+    """The store's groups of ``workload`` on the board ``platform_id`` (every size, variant)."""
+    return [g for g in d.store.groups() if g.platform == platform_id and g.workload == workload]
+
+
 def workload_groups(d: Daemon, agent: str, workload: str, size: str | None,
                     accept_load: bool | None = None
                     ) -> tuple[dict[str, Any], str, dict[str, list]]:
@@ -44,8 +49,7 @@ def workload_groups(d: Daemon, agent: str, workload: str, size: str | None,
     info = d.registry.get(agent)
     if info is None:
         raise HandlerError("unknown_agent", d.registry.unknown(agent))
-    groups = [g for g in d.store.groups()
-              if g.platform == info.platform_id and g.workload == workload]
+    groups = measured_groups(d, info.platform_id, workload)
     if not groups:
         offered = info.workload_names()
         if offered and workload not in offered:

@@ -194,12 +194,11 @@ def _freq_arg(args: argparse.Namespace) -> float | None:
     if not text:
         return None
     try:
-        f, = parse_frequencies(text, "MHz")
+        f, = parse_frequencies(text, "MHz")  # positive and finite, or ValueError
     except ValueError:
-        f = math.nan
-    if not (math.isfinite(f) and f > 0):
         raise MpetUsage(f"--freq {text!r}: with --workload give one frequency in MHz, the "
-                        f"clock of the platform predicted on (e.g. --freq 1400 or --freq 1.4GHz)")
+                        f"clock of the platform predicted on (e.g. --freq 1400 or --freq 1.4GHz)"
+                        ) from None
     return f
 
 

@@ -34,7 +34,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from .errors import HandlerError
-from .goal_query import apply, parse_goal, recommend_for, withheld
+from .goal_query import apply, measured_groups, parse_goal, recommend_for, withheld
 from .goal_recommend import Part, fill_part, per_configuration
 from .jobs import ACTIVE_JOB_STATES, UNSUCCESSFUL_JOB_STATES
 from .objectives import Goal
@@ -244,9 +244,8 @@ class Tuner:
             # the size the workload was measured at on this board, where it was at one only
             # (what recommend takes: a tune goes on from those runs rather than starting a
             # group of its own); else the daemon's [sweep] size, as a sweep takes
-            measured = sorted({g.input for g in d.store.groups()
-                               if g.platform == info.platform_id and g.workload == workload
-                               and (not sizes or g.input in sizes)})
+            measured = sorted({g.input for g in measured_groups(d, info.platform_id, workload)
+                               if not sizes or g.input in sizes})
             size = measured[0] if len(measured) == 1 else (
                 d.config.sweep.size if not sizes or d.config.sweep.size in sizes else sizes[0])
         platform = info.platform or {}
