@@ -4,6 +4,7 @@
 hello) and, unless args.commands is false, per command workload of its configuration (kind
 "command": external programs, e.g. OpenMP binaries, which get t(n) but no MPET runtime parameters;
 each runs at the size asked where it has it, else at its first size), over all of the board's cores
+(as one platform, whatever [sweep] per_cluster says: MPET's profiles are the runs without variant)
 and, where the board has cpufreq, ``FREQ_STEPS`` frequencies spread over its range (min, mid, max;
 a policy with a range and no table gets its two ends), else at the board's own frequency. A kernel
 with a done job of the same size that covered every point it would measure, with at least the
@@ -116,7 +117,7 @@ def characterize(d: Daemon, args: dict[str, Any]) -> dict[str, Any]:
     queued: list[dict[str, Any]] = []
     for sz, names in sorted(todo.items()):
         queued += d.sweeps.query({"agent": agent, "workloads": names, "size": sz, **opts,
-                                  "frequency_grid": grid})["jobs"]
+                                  "frequency_grid": grid, "per_cluster": False})["jobs"]
     return {"agent": agent, "size": size, "kernels": kernels, "commands": sorted(commands),
             "command_sizes": {c: sizes[c] for c in sorted(commands)}, "skipped": done,
             "drifted": drifted, "under_way": under_way, "queued": queued,
@@ -145,11 +146,13 @@ def planned_grid(d: Daemon, platform: dict[str, Any] | None,
     cpufreq offers frequencies for every point, else "none" (cores only, at the board's own
     frequency: nothing it cannot set). A done job counts as this characterisation only when
     it covered these points (a tune's one-point jobs, an import or a sweep of fewer cores do
-    not)."""
+    not). The whole board, whatever [sweep] per_cluster says: MPET profiles a platform over
+    its cores 1..nmax from the runs without variant."""
     for grid in (FREQ_STEPS, "none"):
         try:
             job = plan_sweep(platform or {}, "", d.config.sweep, reps=opts.get("reps"),
-                             max_cores=opts.get("max_cores"), frequency_grid=grid)
+                             max_cores=opts.get("max_cores"), frequency_grid=grid,
+                             per_cluster=False)
         except (PlanError, ValueError):
             continue
         return grid, _points(job["points"])

@@ -850,3 +850,36 @@ def test_the_frequencies_line_says_where_a_policy_is_not_measured_to_its_max():
     # the LITTLE cluster alone: its own min, mid and max, nothing to add
     grid, planned = planned_grid(d, xu4, {"max_cores": 4})
     assert frequencies_text(grid, planned, xu4) == "3 per policy (min, mid, max)"
+
+
+def test_characterize_measures_the_whole_board_whatever_per_cluster_says(tmp_path):
+    """MPET profiles a platform over its cores 1..nmax from runs without variant; with
+    [sweep] per_cluster on (a big.LITTLE daemon's setting) characterize planned a sweep per
+    cluster, every point carrying cluster<i>: the board was measured and yet had no profile,
+    so `predict --to` it said it was not characterised. Its jobs now cover the whole board."""
+    from opptune.daemon.characterize import characterize
+    from opptune.daemon.service import Daemon
+    from opptune.shared.config import DaemonConfig
+
+    cfg = DaemonConfig(bind="tcp://127.0.0.1:0", database=str(tmp_path / "d.db"))
+    cfg.sweep.per_cluster = True
+    d = Daemon(cfg)
+    try:
+        platform = {"sweep_order": list(range(8)), "n_cpus": 8,
+                    "clusters": [[0, 1, 2, 3], [4, 5, 6, 7]]}
+        d.store.save_platform("p", platform, 1.0)
+        d.registry.hello("a", b"a", "p", platform,
+                         [{"name": "triad", "kind": "kernel", "sizes": ["small"]}], now=1.0)
+        out = characterize(d, {"agent": "a", "size": "small"})
+        (job,) = out["queued"]
+        (sent,) = d.store.jobs_for("a", "triad")
+        points = sent["points"]
+        assert job["n_points"] == len(points) == 8
+        assert {p.get("variant", "") for p in points} == {""}
+        assert sorted(len(p["cpus"]) for p in points) == list(range(1, 9))
+        # the job just sent counts as this characterisation: nothing queued twice
+        again = characterize(d, {"agent": "a", "size": "small"})
+        assert again["queued"] == [] and [j["job_id"] for j in again["under_way"]] == \
+            [job["job_id"]]
+    finally:
+        d.close()
