@@ -314,3 +314,27 @@ def test_a_refused_key_is_listed_while_it_is_its_agents_newest():
     assert [k["id"] for k in refused_keys(rows)] == ["k4"]
     rows.append(key("k6", "xu4", "revoked", 4.0))  # and its new key revoked too
     assert [k["id"] for k in refused_keys(rows)] == ["k4", "k6"]
+
+
+@pytest.mark.parametrize("bind, curve, warned", [
+    ("tcp://0.0.0.0:0", "off", True), ("tcp://0.0.0.0:0", "auto", False),
+    ("tcp://127.0.0.1:0", "off", False), ("ipc://{tmp}/d.sock", "off", False)])
+def test_curve_off_on_an_address_others_reach_warns_once_at_start(tmp_path, caplog, bind,
+                                                                    curve, warned):
+    """A daemon told curve = "off" on a public bind started without a word: agents'
+    messages travel in clear and anyone reaching the port may speak as any agent. One
+    warning names the risk and the setting; loopback, ipc:// and CURVE on say nothing."""
+    import logging
+
+    from opptune.daemon.service import Daemon
+    from opptune.shared.config import DaemonConfig
+    with caplog.at_level(logging.WARNING, logger="opptune.daemon"):
+        d = Daemon(DaemonConfig(bind=bind.format(tmp=tmp_path), curve=curve,
+                                database=str(tmp_path / "d.db"),
+                                keys_dir=str(tmp_path / "keys")))
+        d.close()
+    said = [r.getMessage() for r in caplog.records if "CURVE is off" in r.getMessage()]
+    assert len(said) == int(warned), said
+    if warned:
+        assert 'curve = "off"' in said[0] and "tcp://0.0.0.0:0" in said[0]
+        assert 'set curve = "auto"' in said[0] and "unencrypted" in said[0]
