@@ -117,6 +117,9 @@ def test_agent_key_waits_for_accept_then_results_stored_and_revoke_refuses(tmp_p
         log = c.agent_log()
         # logged once while pending, not per refused message
         assert log.count("daemon refuses this agent's messages") == 1, log
+        # the command that accepts the key: once, with the refusal (its start line said it
+        # too, and says it at every start of an agent whose key was accepted long ago)
+        assert log.count(f"opptune keys accept {key_id}") == 1, log
         # the acceptance in one line, not a second "daemon accepted this agent's key: ..."
         assert log.count("accepts this agent's key now") == 1, log
         assert "accepted this agent's key" not in log, log
