@@ -268,8 +268,10 @@ def link_keys(config, where: str) -> tuple[str, str, str] | None:
         public, secret = ensure_keypair(os.path.join(config.state_dir, "agent.key"))
     except KeyFileError as exc:
         raise ConfigError(str(exc)) from None
-    log.info("CURVE on: this agent's key is %s; the operator accepts it on the daemon's host "
-             "with: opptune keys accept %s", fingerprint(public), fingerprint(public))
+    # the key only: a key that waits is said by the daemon's refusal, with the command that
+    # accepts it (logged once per refusal); an accepted key needs no word to the operator
+    log.info("CURVE on: this agent's key is %s (%s)", fingerprint(public),
+             os.path.join(config.state_dir, "agent.key"))
     return server, public, secret
 
 

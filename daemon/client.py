@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 import re
+import socket
 import sys
 import time
 from typing import Any, Callable
@@ -56,6 +57,13 @@ def daemon_endpoint(args: Any) -> str:
         _use_operator_key(config)
     if args.daemon:
         return args.daemon
+    if not args.config and not DEFAULT_DAEMON_CONFIG.exists() and _refused(config.bind):
+        # nothing said where the daemon is and nothing listens where it is assumed: waiting
+        # for an answer there would only be silent until the timeout
+        raise ConfigError(f"no daemon listens at {config.bind}, the default endpoint (no "
+                          f"--config given and no {DEFAULT_DAEMON_CONFIG}): give the daemon's "
+                          "configuration (--config daemon.toml, on its host) or its endpoint "
+                          "(--daemon tcp://HOST:PORT)")
     if re.search(r":0/?$", config.bind):
         # the daemon took some free port, which only it knows: waiting on port 0 never ends
         # in an answer
@@ -65,6 +73,22 @@ def daemon_endpoint(args: Any) -> str:
                           "--endpoint-file)")
     # A daemon bound to every interface is reached on loopback from the same machine.
     return config.bind.replace("0.0.0.0", "127.0.0.1").replace("*", "127.0.0.1")
+
+
+def _refused(endpoint: str) -> bool:
+    """True when a TCP connection to ``endpoint`` (tcp://HOST:PORT) is refused at once: no
+    process listens there. Anything else (it listens, a timeout, another transport) is left
+    to the query."""
+    m = re.fullmatch(r"tcp://\[?([^\]]+?)\]?:(\d+)", endpoint)
+    if not m:
+        return False
+    try:
+        with socket.create_connection((m.group(1), int(m.group(2))), timeout=1.0):
+            return False
+    except ConnectionRefusedError:
+        return True
+    except (OSError, ValueError):
+        return False
 
 
 def _use_operator_key(config: Any) -> None:

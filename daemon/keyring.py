@@ -196,3 +196,14 @@ class KeyRing:
         log.warning("key %s of agent %r %s by the operator", entry["id"], entry["agent"],
                     entry["state"])
         return dict(entry)
+
+
+def refused_keys(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Of the ring's ``rows``, the rejected and revoked keys that are still their agent's
+    newest (an agent whose newer key was accepted is let in), oldest first."""
+    newest: dict[str, dict[str, Any]] = {}
+    for e in rows:
+        if e["agent"] not in newest or e["updated"] >= newest[e["agent"]]["updated"]:
+            newest[e["agent"]] = e
+    return sorted((e for e in newest.values() if e["state"] in ("rejected", "revoked")),
+                  key=lambda e: e["first_seen"])

@@ -33,7 +33,7 @@ import zmq
 from ..shared import protocol
 from ..shared.config import (DEFAULT_DAEMON_CONFIG, ConfigError, DaemonConfig,
                              is_database_url, load_daemon_config, redact_url)
-from ..shared.curve import KeyFileError, curve_enabled, ensure_keypair
+from ..shared.curve import KeyFileError, curve_enabled, ensure_keypair, is_loopback
 from ..shared.records import (RecordColumns, RecordError, RunRecord, columns_of,
                               record_columns)
 from . import queries
@@ -198,6 +198,12 @@ class Daemon:
             self._stop_auth()
             raise
         self.endpoint = self.link.endpoint
+        if config.curve == "off" and not is_loopback(config.bind):
+            log.warning("CURVE is off (curve = \"off\") on %s, an address other machines "
+                        "reach: agents' messages travel unencrypted and unauthenticated, so "
+                        "anyone who reaches the port can read them or send results as any "
+                        "agent; set curve = \"auto\" (CURVE on every non-loopback link) or "
+                        "bind a loopback address", config.bind)
         self._result_row = self.store.result_row
         # the store tells this daemon which agents the others of a fleet hold
         self.registry = Registry(config.agent_timeout_s, self.store, self.instance,

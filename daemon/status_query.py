@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 from ..shared.config import redact_url
 from .drift import status_rows as drift_rows
 from .errors import HandlerError
+from .keyring import refused_keys
 from .recommender import off_pct, rests_on
 from .registry import board_name
 from .store import Group
@@ -219,6 +220,7 @@ def _fit_quality(d: Daemon, fits: list[dict[str, Any]], recs: list[dict[str, Any
 
 
 def _daemon_row(d: Daemon, now: float) -> dict[str, Any]:
+    keys = d.keyring.rows() if d.keyring else []
     return {"instance": d.instance, "uptime_s": round(now - d.started, 3),
             "endpoint": d.endpoint, "database": redact_url(d.config.database),
             "stats": dict(d.stats),
@@ -226,8 +228,19 @@ def _daemon_row(d: Daemon, now: float) -> dict[str, Any]:
             # nowhere else in the status until then
             "keys_pending": [{"id": k["id"], "agent": k["agent"],
                               "first_seen": k["first_seen"]}
-                             for k in (d.keyring.rows() if d.keyring else [])
-                             if k["state"] == "pending"],
+                             for k in keys if k["state"] == "pending"],
+            # agents refused since the operator rejected or revoked their (newest) key: they
+            # look offline in the agents list, this says why and how to let one in again
+            "keys_refused": [{"id": k["id"], "agent": k["agent"], "state": k["state"],
+                              "first_seen": k["first_seen"], "updated": k["updated"]}
+                             for k in refused_keys(keys)],
+            # every daemon sharing the store; one whose heartbeat is older than
+            # agent_timeout_s is not answering (killed, or its host is down): its row stays
+            "fleet": [{"instance": r["instance"], "endpoint": r["endpoint"],
+                       "started": r["started"], "last_seen_s": _age(r["last_seen"], now),
+                       "answering": r["instance"] == d.instance
+                       or now - r["last_seen"] <= d.config.agent_timeout_s}
+                      for r in d.store.daemons()],
             # every refusal by reason, and how many of them the bounded log left out
             "refusals": {"by_code": dict(d.link.refusals.by_code),
                          "total": d.link.refusals.total,

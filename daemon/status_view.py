@@ -40,12 +40,41 @@ def board_facts(platform: Any) -> tuple[str, str, str]:
                  for v in (p.get("arch"), p.get("kernel"), name))
 
 
-def alive_text(agent: dict[str, Any]) -> str:
+def alive_text(agent: dict[str, Any], refused: dict[str, str] | None = None) -> str:
     """The agents table's "alive" cell: yes (connected to this daemon), online through
-    another daemon of the fleet (its endpoint: where to send requests for it), or no."""
+    another daemon of the fleet (its endpoint: where to send requests for it), or no (with
+    its key's state where the operator ``refused`` it: agent id -> rejected/revoked)."""
     if agent.get("alive"):
         return "yes"
-    return f"no; online through {agent['via']}" if agent.get("via") else "no"
+    if agent.get("via"):
+        return f"no; online through {agent['via']}"
+    state = (refused or {}).get(agent.get("id"))  # type: ignore[arg-type]
+    return f"no; key {state}" if state else "no"
+
+
+def fleet_lines(daemon: dict[str, Any]) -> list[str]:
+    """One line per other daemon sharing the store (none for a daemon alone): answering, or
+    not, since when, and what that means for its agents."""
+    out = []
+    for f in daemon.get("fleet") or []:
+        if f.get("instance") == daemon.get("instance"):
+            continue
+        head = f"fleet: daemon {f.get('instance')} at {f.get('endpoint')}"
+        age = f.get("last_seen_s")
+        if f.get("answering"):
+            out.append(f"{head} answering (heartbeat {_fmt(age, '.0f')} s ago)")
+        else:
+            out.append(f"{head} not answering: no heartbeat for {_fmt(age, '.0f')} s (killed, "
+                       "or its host is down; its agents fail over to the daemons that answer; "
+                       "its row stays until a daemon starts at that endpoint)")
+    return out
+
+
+def refused_key_lines(daemon: dict[str, Any]) -> list[str]:
+    """One line per agent key the operator rejected or revoked (status keys_refused)."""
+    return [f"key {k.get('id')} of agent {k.get('agent')} was {k.get('state')} by the operator: "
+            "its messages are refused and it gets no jobs; to let it in again: opptune keys "
+            f"accept {k.get('id')}" for k in daemon.get("keys_refused") or []]
 
 
 def _table(title: str, columns: tuple[str, ...]) -> Table:
@@ -115,6 +144,8 @@ def print_status(data: dict[str, Any], console: Console | None = None,
     d = data.get("daemon", {})
     console.print(f"daemon {d.get('instance', '?')} at {d.get('endpoint', '?')}, "
                   f"up {_fmt(d.get('uptime_s'), '.0f')} s, database {d.get('database', '?')}")
+    for line in fleet_lines(d):
+        console.print(line, markup=False, soft_wrap=True)
 
     t = _table("agents", ("agent", "board", "arch", "kernel", "distribution", "alive",
                           "last seen (s)", "outbox"))
@@ -122,13 +153,14 @@ def print_status(data: dict[str, Any], console: Console | None = None,
     platforms = data.get("platforms") or {}
     # groups are keyed by the platform's hash: show the board's name instead
     names: dict[Any, str] = {}
+    refused = {k.get("agent"): k.get("state") for k in d.get("keys_refused") or []}
     for a in data.get("agents", []):
         boards[a.get("id")] = a.get("board") or a.get("platform")
         if a.get("platform") and a.get("board"):
             names[a["platform"]] = str(a["board"])
         t.add_row(str(a.get("id")), str(boards[a.get("id")]),
                   *board_facts(platforms.get(a.get("platform"))),
-                  alive_text(a),
+                  alive_text(a, refused),
                   _fmt(a.get("last_seen_s"), ".1f"),
                   _fmt(a.get("outbox")) + (f" FULL: {a['outbox_full']}"
                                            if a.get("outbox_full") else ""))
@@ -137,6 +169,8 @@ def print_status(data: dict[str, Any], console: Console | None = None,
     for k in d.get("keys_pending") or []:
         console.print(f"key {k['id']} of agent {k['agent']} waits for approval: opptune keys "
                       f"accept {k['id']}", markup=False, soft_wrap=True)
+    for line in refused_key_lines(d):
+        console.print(line, markup=False, soft_wrap=True)
     for a in data.get("agents", []):
         if a.get("doctor"):  # agents older than the doctor report send none
             age = a.get("doctor_age_s")

@@ -2,7 +2,9 @@
 
 A progress bar per job on stderr (runs received of expected); exit 0 when every job is done,
 1 with each reason when one failed or expired (or the daemon did not answer for
-``RECONNECT_S``: one that restarts sooner is followed on); a done job
+``RECONNECT_S``: one that restarts sooner is followed on; where another daemon of its fleet
+answered, the jobs are followed through that one at once, since the fleet shares the
+store and the agents fail over); a done job
 whose points had marked runs says which and when the daemon measures them again. With
 ``--json``, stdout holds only the final job entries of the daemon's status (a JSON list).
 """
@@ -52,11 +54,22 @@ def _wait(endpoint: str, job_ids: list[str], timeout_s: float, as_json: bool,
                   TimeElapsedColumn(), console=console) as progress:
         tasks = {j: progress.add_task(j, total=None, state="") for j in job_ids}
         silent_since: float | None = None  # when the daemon stopped answering
+        others: list[str] = []  # the fleet's other daemons that answered at the last poll
         while True:
             try:
                 status = query(endpoint, "status", jobs_query(job_ids), timeout_s=timeout_s)
             except (DaemonUnreachable, QueryFailed) as exc:
                 now = time.monotonic()
+                if isinstance(exc, DaemonUnreachable) and others:
+                    # the daemons of a fleet share the store and the agents fail over to
+                    # them: another answers for the same jobs (a daemon alone: wait for it)
+                    gone, endpoint = endpoint, others.pop(0)
+                    progress.console.print(
+                        f"{prog}: no answer from the daemon at {gone} within {timeout_s:g} s; "
+                        f"following the jobs through the fleet's daemon at {endpoint} (the "
+                        f"agents fail over to it; 'opptune status --daemon {endpoint}' shows "
+                        "them)", markup=False, soft_wrap=True)
+                    continue
                 if isinstance(exc, DaemonUnreachable):
                     if silent_since is None:
                         silent_since = now
@@ -78,6 +91,7 @@ def _wait(endpoint: str, job_ids: list[str], timeout_s: float, as_json: bool,
                 progress.console.print(f"{prog}: the daemon answers again; following the "
                                        "jobs", markup=False, soft_wrap=True)
                 silent_since = None
+            others = fleet_others(status.get("daemon") or {}, endpoint)
             jobs = {j["job_id"]: j for j in status.get("jobs") or [] if j["job_id"] in tasks}
             agents = {a["id"]: a for a in status.get("agents") or []}
             for job_id, task in tasks.items():
@@ -114,6 +128,14 @@ def jobs_query(job_ids: list[str]) -> dict[str, Any]:
     offline?) and the re-measurements, nothing else (the whole status of a large store held
     the daemon's loop 0.2 s, every POLL_S; a daemon that predates them sends it all)."""
     return {"jobs": list(job_ids), "only": ["agents", "jobs", "remeasure"]}
+
+
+def fleet_others(daemon: dict[str, Any], endpoint: str) -> list[str]:
+    """The endpoints of the other daemons of the fleet that answer (status daemon.fleet;
+    none from a daemon alone or one that predates the field)."""
+    return [f["endpoint"] for f in daemon.get("fleet") or []
+            if f.get("answering") and f.get("instance") != daemon.get("instance")
+            and isinstance(f.get("endpoint"), str) and f["endpoint"] != endpoint]
 
 
 def state_text(job: dict[str, Any], agent: dict[str, Any] | None) -> str:

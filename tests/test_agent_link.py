@@ -492,3 +492,41 @@ def test_silence_over_curve_names_daemon_public_key_as_the_likely_cause(ctx, tmp
         assert "daemon_public_key" not in msg
     finally:
         silent.close()
+
+
+def test_a_refused_key_is_logged_once_across_fail_overs(ctx, tmp_path, caplog):
+    """Checked walking a fleet: the agent whose key waits says so once, not again at each
+    reconnect. Two daemons refuse its key; each falls silent in turn, so the agent fails over
+    A -> B -> A -> B; the refusal is logged once for the three refusing connections."""
+    import logging
+    a, b = Router(ctx), Router(ctx)
+    refusal = "this agent's key 0123abcd waits for approval; on the daemon's host run: " \
+              "opptune keys accept 0123abcd"
+    try:
+        with caplog.at_level(logging.INFO, logger="opptune.agent.link"):
+            lt = LinkThread(ctx, [a.endpoint, b.endpoint], Outbox(str(tmp_path / "ob")))
+            try:
+                # A refuses three messages, then falls silent: the agent fails over to B,
+                # which does the same, and back to A
+                for serving, fail_overs in ((a, 1), (b, 2), (a, 3)):
+                    deadline = time.monotonic() + 10
+                    refused = 0
+                    while lt.link.stats["failovers"] < fail_overs or refused < 3:
+                        assert time.monotonic() < deadline, lt.link.stats
+                        for r in (a, b):
+                            if not r.sock.poll(10):
+                                continue
+                            ident, data = r.sock.recv_multipart()
+                            if r is serving and refused < 3:
+                                msg = P.decode(data)
+                                r.send(P.error_reply("daemon", "key_pending", refusal,
+                                                     msg["id"]), ident)
+                                refused += 1
+            finally:
+                lt.close()
+    finally:
+        a.close()
+        b.close()
+    logged = [r.getMessage() for r in caplog.records]
+    assert sum("daemon refuses this agent's messages" in m for m in logged) == 1, logged
+    assert sum("failing over" in m for m in logged) >= 3, logged

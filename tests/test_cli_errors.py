@@ -370,3 +370,38 @@ def test_every_option_of_every_command_says_what_it_does():
     silent = [f"{name} {a.option_strings or a.dest}" for name, p in sub.choices.items()
               for a in p._actions if a.help is None]
     assert silent == []
+
+
+@pytest.mark.parametrize("argv", [["keys", "list"], ["status"]])
+def test_no_daemon_named_and_none_at_the_default_fails_at_once_saying_what_to_pass(
+        monkeypatch, capsys, tmp_path, argv):
+    """'opptune keys list' with no --config and no /etc/opptune/daemon.toml waited 5 s
+    without a word for the default endpoint, where nothing listened. A refused connection
+    there now ends it at once (exit 2) naming --config and --daemon; where something listens
+    it is asked as before."""
+    import socket
+
+    from opptune.daemon import client
+    from opptune.daemon.cli import main
+    from opptune.shared.config import DaemonConfig
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]  # nothing listens there once closed
+    default = f"tcp://127.0.0.1:{port}"
+    monkeypatch.setattr(client, "DEFAULT_DAEMON_CONFIG", tmp_path / "none.toml")
+    monkeypatch.setattr(client, "load_daemon_config", lambda path: DaemonConfig(bind=default))
+    assert main(argv) == 2
+    out = capsys.readouterr()
+    assert out.out == ""
+    assert out.err.splitlines() == [
+        f"opptune {argv[0]}: no daemon listens at {default}, the default endpoint (no --config "
+        f"given and no {tmp_path / 'none.toml'}): give the daemon's configuration (--config "
+        "daemon.toml, on its host) or its endpoint (--daemon tcp://HOST:PORT)"]
+    # something listens there (not answering): the query goes out and times out as before
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", port))
+        s.listen()
+        assert main([*argv, "--timeout", "0.3"]) == 1
+    err = capsys.readouterr().err
+    assert "no daemon listens" not in err and f"no answer from the daemon at {default}" in err

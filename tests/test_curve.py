@@ -117,6 +117,9 @@ def test_agent_key_waits_for_accept_then_results_stored_and_revoke_refuses(tmp_p
         log = c.agent_log()
         # logged once while pending, not per refused message
         assert log.count("daemon refuses this agent's messages") == 1, log
+        # the command that accepts the key: once, with the refusal (its start line said it
+        # too, and says it at every start of an agent whose key was accepted long ago)
+        assert log.count(f"opptune keys accept {key_id}") == 1, log
         # the acceptance in one line, not a second "daemon accepted this agent's key: ..."
         assert log.count("accepts this agent's key now") == 1, log
         assert "accepted this agent's key" not in log, log
@@ -130,6 +133,14 @@ def test_agent_key_waits_for_accept_then_results_stored_and_revoke_refuses(tmp_p
                                               f"'opptune keys accept {key_id}' lets it in"):
             query(c.endpoint, "sweep", {"agent": "test-agent"}, timeout_s=5, curve=c.operator)
         assert not [a for a in c.status()["agents"] if a["alive"]]
+        # 'opptune status' showed the agent offline and said nothing of its key
+        assert [(k["id"], k["agent"], k["state"]) for k in
+                c.status()["daemon"]["keys_refused"]] == [(key_id, "test-agent", "revoked")]
+        out = opptune("status", "--config", str(c.daemon_toml))
+        assert out.returncode == 0, out.stderr
+        assert (f"key {key_id} of agent test-agent was revoked by the operator: its messages "
+                f"are refused and it gets no jobs; to let it in again: opptune keys accept "
+                f"{key_id}") in " ".join(out.stdout.split()), out.stdout
         assert c.rows("SELECT COUNT(*) FROM runs")[0][0] == stored
         out = c.keys_cli("accept", "nope")
         assert out.returncode == 2 and "no key 'nope'" in out.stderr
@@ -291,3 +302,42 @@ def test_a_plain_agent_with_a_daemon_key_warns_that_a_curve_daemon_never_answers
     on = AgentConfig(daemon="tcp://127.0.0.1:5555", state_dir=str(tmp_path / "s"),
                      daemon_public_key=str(pub), curve="on")
     assert link_keys(on, "agent.toml")[0] == read_public_key(str(pub), "k")
+
+
+def test_a_refused_key_is_listed_while_it_is_its_agents_newest():
+    """A board given a new key (reinstalled) whose old one was revoked is let in by the new
+    one: status must not tell the operator to accept the old key."""
+    from opptune.daemon.keyring import refused_keys
+
+    def key(id_, agent, state, at):
+        return {"id": id_, "agent": agent, "state": state, "first_seen": at, "updated": at}
+    rows = [key("k1", "xu4", "revoked", 1.0), key("k2", "xu4", "accepted", 2.0),
+            key("k3", "rpi", "accepted", 1.0), key("k4", "rpi", "rejected", 3.0),
+            key("k5", "c2", "pending", 1.0)]
+    assert [k["id"] for k in refused_keys(rows)] == ["k4"]
+    rows.append(key("k6", "xu4", "revoked", 4.0))  # and its new key revoked too
+    assert [k["id"] for k in refused_keys(rows)] == ["k4", "k6"]
+
+
+@pytest.mark.parametrize("bind, curve, warned", [
+    ("tcp://0.0.0.0:0", "off", True), ("tcp://0.0.0.0:0", "auto", False),
+    ("tcp://127.0.0.1:0", "off", False), ("ipc://{tmp}/d.sock", "off", False)])
+def test_curve_off_on_an_address_others_reach_warns_once_at_start(tmp_path, caplog, bind,
+                                                                    curve, warned):
+    """A daemon told curve = "off" on a public bind started without a word: agents'
+    messages travel in clear and anyone reaching the port may speak as any agent. One
+    warning names the risk and the setting; loopback, ipc:// and CURVE on say nothing."""
+    import logging
+
+    from opptune.daemon.service import Daemon
+    from opptune.shared.config import DaemonConfig
+    with caplog.at_level(logging.WARNING, logger="opptune.daemon"):
+        d = Daemon(DaemonConfig(bind=bind.format(tmp=tmp_path), curve=curve,
+                                database=str(tmp_path / "d.db"),
+                                keys_dir=str(tmp_path / "keys")))
+        d.close()
+    said = [r.getMessage() for r in caplog.records if "CURVE is off" in r.getMessage()]
+    assert len(said) == int(warned), said
+    if warned:
+        assert 'curve = "off"' in said[0] and "tcp://0.0.0.0:0" in said[0]
+        assert 'set curve = "auto"' in said[0] and "unencrypted" in said[0]

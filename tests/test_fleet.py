@@ -224,6 +224,31 @@ def test_requests_for_an_agent_another_daemon_holds_name_that_daemon(pg_url):
         d2.close()
 
 
+@pytest.mark.parametrize("backend", ["sqlite", "postgresql"])
+def test_a_daemon_without_a_heartbeat_is_shown_not_answering(tmp_path, request, backend):
+    """A daemon killed (no clean stop) kept its row in ``daemons`` and nothing said it was
+    gone: the status lists the fleet, a daemon whose heartbeat is older than
+    agent_timeout_s as not answering, its row kept; its next heartbeat makes it answer."""
+    url = (str(tmp_path / "fleet.db") if backend == "sqlite"
+           else request.getfixturevalue("pg_url"))
+    d1, d2 = _daemon(url), _daemon(url)
+    try:
+        now = time.time()
+        d1._beat(now - 30)  # its last heartbeat: killed 30 s ago (agent_timeout_s 10)
+        d2._beat(now)
+        fleet = {f["instance"]: f for f in d2.status()["daemon"]["fleet"]}
+        assert set(fleet) == {d1.instance, d2.instance}
+        assert fleet[d1.instance]["endpoint"] == d1.endpoint
+        assert fleet[d1.instance]["answering"] is False
+        assert fleet[d1.instance]["last_seen_s"] >= 30
+        assert fleet[d2.instance]["answering"] is True
+        d1._beat(time.time())
+        assert all(f["answering"] for f in d2.status()["daemon"]["fleet"])
+    finally:
+        d1.close()
+        d2.close()
+
+
 def test_a_wildcard_bind_is_recorded_with_the_hosts_name():
     """What other daemons name to the operator must reach this one from another host."""
     from opptune.daemon.service import reachable_endpoint

@@ -239,3 +239,42 @@ def test_an_older_daemons_whole_lists_are_cut_to_the_newest_rows_here():
     con = Console(record=True, width=200)
     print_status(data, con)  # --all: every row, no line
     assert "job-0" in con.export_text() and "more" not in con.export_text()
+
+
+def test_status_names_the_fleets_silent_daemons_and_the_refused_keys():
+    """A killed daemon of a fleet (its row stays in the store) and an agent whose key was
+    revoked: the status said nothing of either (the agent only looked offline). Each gets a
+    line saying what it is and what to do; a daemon alone prints no fleet line."""
+    from rich.console import Console
+
+    from opptune.daemon.status_view import print_status
+    daemon = {"instance": "i2", "endpoint": "tcp://d2:5555", "uptime_s": 30.0,
+              "database": "postgresql://db/o", "keys_pending": [],
+              "keys_refused": [{"id": "0e074b55e13c", "agent": "xu4", "state": "revoked",
+                                "first_seen": 1.0, "updated": 2.0}],
+              "fleet": [{"instance": "i1", "endpoint": "tcp://d1:5555", "started": 1.0,
+                         "last_seen_s": 132.4, "answering": False},
+                        {"instance": "i2", "endpoint": "tcp://d2:5555", "started": 1.0,
+                         "last_seen_s": 0.3, "answering": True},
+                        {"instance": "i3", "endpoint": "tcp://d3:5555", "started": 1.0,
+                         "last_seen_s": 0.6, "answering": True}]}
+    data = {"daemon": daemon, "runs": [], "jobs": [], "fits": [], "recommendations": [],
+            "agents": [{"id": "xu4", "board": "odroid-xu4", "platform": "p", "alive": False,
+                        "last_seen_s": 20.0, "outbox": 0}]}
+    con = Console(record=True, width=300)
+    print_status(data, con)
+    lines = con.export_text().splitlines()
+    assert lines[1:3] == [
+        "fleet: daemon i1 at tcp://d1:5555 not answering: no heartbeat for 132 s (killed, or "
+        "its host is down; its agents fail over to the daemons that answer; its row stays "
+        "until a daemon starts at that endpoint)",
+        "fleet: daemon i3 at tcp://d3:5555 answering (heartbeat 1 s ago)"]
+    assert ("key 0e074b55e13c of agent xu4 was revoked by the operator: its messages are "
+            "refused and it gets no jobs; to let it in again: opptune keys accept "
+            "0e074b55e13c") in lines
+    row = next(ln for ln in lines if "xu4" in ln and "│" in ln)
+    assert "no; key revoked" in row
+    daemon["fleet"] = daemon["fleet"][1:2]
+    con = Console(record=True, width=300)
+    print_status(data, con)
+    assert not [ln for ln in con.export_text().splitlines() if ln.startswith("fleet:")]

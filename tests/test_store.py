@@ -467,6 +467,26 @@ def test_which_daemon_holds_an_agent_is_recorded(location):
         st.close()
 
 
+def test_the_fleets_daemons_are_listed_with_their_last_heartbeat(location):
+    """Status shows every daemon of the fleet (one killed keeps its row, its heartbeat ageing:
+    nothing is deleted behind the operator's back) until a daemon starts at its endpoint."""
+    st = open_store(location)
+    try:
+        assert st.daemons() == []
+        st.save_daemon("B", "tcp://b:5555", 10.0)
+        st.save_daemon("A", "tcp://a:5555", 10.0)
+        st.save_daemon("A", "tcp://a:5555", 11.0)  # A's next heartbeat
+        assert [(d["instance"], d["endpoint"], d["started"], d["last_seen"])
+                for d in st.daemons()] == [("A", "tcp://a:5555", 10.0, 11.0),
+                                           ("B", "tcp://b:5555", 10.0, 10.0)]
+        st.save_daemon("C", "tcp://a:5555", 20.0)  # A was killed; C listens there now
+        assert [d["instance"] for d in st.daemons()] == ["C", "B"]
+        st.drop_daemon("B")  # B stopped
+        assert [d["instance"] for d in st.daemons()] == ["C"]
+    finally:
+        st.close()
+
+
 def _run(workload, cores, time_s, **kw):
     return RunRecord(platform="p", workload=workload, input="s", cores=cores,
                      cpus=list(range(cores)), threads=cores, rep=0, time_s=time_s, **kw)

@@ -151,6 +151,47 @@ def test_wait_says_the_jobs_are_kept_when_the_daemon_stays_away(monkeypatch):
                              f"runs again: {again}")
 
 
+def test_wait_follows_the_jobs_through_another_daemon_of_the_fleet(monkeypatch):
+    """Walking a fleet: the daemon a 'sweep --wait' asked was killed; the agent failed over
+    and its jobs went on through the other daemon, but the command retried the dead one for
+    60 s and ended (exit 1) saying only that the jobs go on 'when it runs again'. The fleet
+    is in the status (daemon.fleet): the command goes on through a daemon that answers."""
+    from rich.console import Console
+
+    from opptune.daemon import sweep_wait
+    from opptune.daemon.client import DaemonUnreachable
+
+    def fleet(me):
+        return {"instance": me, "fleet": [
+            {"instance": "A", "endpoint": "tcp://a:1", "answering": me == "A"},
+            {"instance": "B", "endpoint": "tcp://b:1", "answering": True},
+            {"instance": "C", "endpoint": "tcp://c:1", "answering": False}]}
+    job = {"job_id": "job-1", "agent": "xu4", "workload": "triad", "board": "xu4",
+           "size": "small", "expected": 4, "reason": None}
+    asked = []
+
+    def query(endpoint, what, args, timeout_s):
+        asked.append(endpoint)
+        if endpoint == "tcp://a:1":
+            if len(asked) > 1:  # killed after its first answer
+                raise DaemonUnreachable(f"no answer from the daemon at {endpoint} within 5 s")
+            return {"daemon": fleet("A"), "agents": [],
+                    "jobs": [{**job, "received": 1, "state": "running"}]}
+        return {"daemon": fleet("B"), "agents": [],
+                "jobs": [{**job, "received": 4, "state": "done"}]}
+    monkeypatch.setattr(sweep_wait, "query", query)
+    monkeypatch.setattr(sweep_wait, "POLL_S", 0.01)
+    con = Console(record=True, width=400)
+    assert sweep_wait.wait_for_jobs("tcp://a:1", ["job-1"], console=con) == 0
+    assert asked == ["tcp://a:1", "tcp://a:1", "tcp://b:1"]  # never the silent C
+    lines = con.export_text().strip().splitlines()
+    assert lines[0] == ("opptune sweep: no answer from the daemon at tcp://a:1 within 5 s; "
+                        "following the jobs through the fleet's daemon at tcp://b:1 (the "
+                        "agents fail over to it; 'opptune status --daemon tcp://b:1' shows "
+                        "them)")
+    assert lines[-1] == "job job-1 (triad on xu4) done: 4/4 runs"
+
+
 def test_wait_exits_1_when_the_agent_goes_away(tmp_path):
     c = Cluster(tmp_path, kernels=("pi_integrate",), auto_sweep=False, max_cores=1)
     with open(c.daemon_toml) as fh:

@@ -85,6 +85,12 @@ class Store(ABC):
         """Forget ``instance`` (it stops): its agents are no longer online through it."""
 
     @abstractmethod
+    def daemons(self) -> list[dict[str, Any]]:
+        """Every daemon recorded as sharing the store: instance, endpoint, started,
+        last_seen (its last heartbeat), by endpoint. A killed daemon's row stays (its
+        heartbeat ages) until a daemon starts at its endpoint."""
+
+    @abstractmethod
     def agents_elsewhere(self, instance: str, since: float) -> list[dict[str, Any]]:
         """The agents (as :meth:`agents` gives them, plus ``endpoint``) held by a daemon other
         than ``instance`` that heard them at ``since`` or later and whose own heartbeat is

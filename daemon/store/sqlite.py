@@ -244,6 +244,10 @@ class SQLiteStore(Store):
         with self._tx() as db:
             db.execute("DELETE FROM daemons WHERE instance=?", (instance,))
 
+    def daemons(self) -> list[dict[str, Any]]:
+        return self._rows("SELECT instance, endpoint, started, last_seen FROM daemons "
+                          "ORDER BY endpoint, instance")
+
     def agents_elsewhere(self, instance: str, since: float) -> list[dict[str, Any]]:
         return self._agent_rows(
             "SELECT a.*, d.endpoint FROM agents a JOIN daemons d ON d.instance = a.daemon "
