@@ -597,3 +597,25 @@ def test_fits_and_profiles_take_the_runs_since_their_groups_last_drift(location)
     assert sorted(w for _, w, *_ in st.profile_runs(False)) == ["v", "w"]
     assert list(st.profile_runs(True)) == []
     st.close()
+
+
+def test_swept_clocks_are_those_of_jobs_not_of_verifications(location):
+    """The clocks a drift measures again, on both back ends: the group's runs of jobs (marked
+    and from before a drift too), not a recommendation's verification runs nor another
+    group's or a failed run's."""
+    st = open_store(location)
+    g = Group("p", "w", "s", "")
+    st.save_recommendation({"config_id": "c1", "agent": "a1", **g.as_dict(), "cores": 1,
+                            "cpus": [0], "threads": 1, "freq_khz": 1_200_000}, now=0.5)
+    runs = [("job-1", "w", 600.0, None, True), ("job-1", "w", 1500.0, "busy", True),
+            ("c1", "w", 1200.0, None, True), ("job-1", "v", 900.0, None, True),
+            ("job-1", "w", 800.0, None, False), ("job-1", "w", None, None, True)]
+    for i, (job, workload, mhz, marked, ok) in enumerate(runs):
+        rec = RunRecord(platform="p", workload=workload, input="s", cores=1, cpus=[0],
+                        threads=1, rep=0, time_s=1.0 if ok else None, freq_mhz=mhz,
+                        marked=marked, ok=ok, error=None if ok else "crashed")
+        st.insert_results([ResultIn(f"m{i}", "a1", job, i, rec, rec.to_dict())], now=1.0)
+    st.save_drift("a1", g, "off twice", [], None, 2.0)
+    assert st.swept_clocks_khz(g) == [600_000, 1_500_000]
+    assert st.swept_clocks_khz(Group("p", "x", "s", "")) == []
+    st.close()

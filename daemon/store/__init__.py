@@ -277,6 +277,12 @@ class Store(ABC):
     def drift_events(self) -> list[dict[str, Any]]:
         """Every drift event, oldest first."""
 
+    @abstractmethod
+    def swept_clocks_khz(self, group: Group) -> list[int]:
+        """The set clocks (kHz, ascending) the group was measured at by its jobs (sweeps,
+        characterize, tune, imports: marked and before a drift too), not by the verification
+        of a recommendation: the grid a drift measures again."""
+
     # fitting claims: daemons sharing one database never fit the same group at once
     @abstractmethod
     def claim_fit(self, group: Group, owner: str, now: float, lease_s: float) -> bool:

@@ -540,6 +540,14 @@ class SQLiteStore(Store):
             r["job_ids"] = json.loads(r["job_ids"])
         return rows
 
+    def swept_clocks_khz(self, group: Group) -> list[int]:
+        # a verification's runs carry its recommendation's id as their job_id
+        rows = self.db.execute(
+            "SELECT DISTINCT freq_mhz FROM runs WHERE platform=? AND workload=? AND input=? "
+            "AND variant=? AND ok=1 AND freq_mhz IS NOT NULL AND (job_id IS NULL OR job_id "
+            "NOT IN (SELECT id FROM recommendations))", tuple(group))
+        return sorted({int(round(float(f) * 1000)) for (f,) in rows if f == f})
+
     def group_energy_runs(self, group: Group, accept_load: bool | None = None
                           ) -> list[tuple[int, float | None, float, float | None, str | None]]:
         out = []
