@@ -9,7 +9,9 @@ verification ran at; none set: the daemon's [sweep] grid), on the cpus it was me
 per-cluster sweep measured it; a group without variant over the whole board). From then on the
 group is fitted, and profiled for MPET (characterize.mpet_data), only from runs received after
 the event (store.group_runs, store.profile_runs: one rule), and ``opptune characterize`` counts
-only jobs sent after it: the measurements of the old behaviour no longer describe it. The
+only jobs sent after it: the measurements of the old behaviour no longer describe it. A
+``cluster<i>`` group's drift counts for the workload's whole-board group too (its runs ran on
+that cluster; store.drift_since): its next ``characterize`` measures it again. The
 sweep's completion fits and recommends again through the usual job path. ``opptune status``
 lists the events (``drift``).
 """

@@ -271,7 +271,8 @@ class Store(ABC):
 
     @abstractmethod
     def drift_since(self, group: Group) -> float | None:
-        """When the group was last found drifting (None: never)."""
+        """When the group was last found drifting (None: never); for a whole-board group (no
+        variant) a drift of one of its ``cluster<i>`` groups too: its runs ran there."""
 
     @abstractmethod
     def drift_events(self) -> list[dict[str, Any]]:
