@@ -456,3 +456,16 @@ def test_the_report_query_reads_only_what_the_page_draws_and_draws_the_same(tmp_
     pages = [build_report(data, tmp_path / name, max_groups=3).index.read_text()
              for name, data in (("new", new), ("whole", whole))]
     assert pages[0] == pages[1]
+
+
+def test_a_group_whose_runs_all_predate_a_drift_is_not_said_to_be_marked():
+    """Runs but no fit rows: a drift (of the group, or of one of its clusters for a
+    whole-board group) as well as marks leave them out; the page said 'every run is marked
+    for interference or throttled' of a drifted group."""
+    from opptune.daemon.report.analysis import analyse_group
+    entry = {"group": {"platform": "p1", "workload": "w", "input": "small", "variant": ""},
+             "runs": _runs([1000.0], False), "fit_runs": []}
+    view = analyse_group(entry, {"n_cpus": 4, "sweep_order": [0, 1, 2, 3]}, "box", None)
+    assert view.model_note.startswith("no runs a fit may use: every run is marked for "
+                                      "interference, throttled, or from before a drift of the "
+                                      "group (of one of its clusters, for a whole-board group")
