@@ -26,6 +26,11 @@ status 255 / 192 ms, 406,669 bytes (before: 429 / 209 ms); the page 80 / 63 ms, 
 (before, answered whole: 303 / 176 ms, 406,540 bytes); one board 46 / 25 ms, 18,246 bytes;
 the sweep --wait poll 0.4 / 0.3 ms, 1,261 bytes (before: the whole status, 307 / 133 ms);
 report 472 / 314 ms, 1.28 MB (before, a read per group: 898 / 483 ms).
+
+2026-11-27 05:28-05:31 (load 3.1-3.3), the report query asking the status for the lists the
+page reads, without the recommendations' rests_on: report 262 / 249 ms, 1,123,245 bytes
+(before, alternating: 266 / 395 ms, 1,281,523 bytes); its status part alone, 15 interleaved in
+one process: 67 ms median, 36 min (before: 168 / 93 ms).
 """
 
 from __future__ import annotations

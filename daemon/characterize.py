@@ -9,8 +9,9 @@ and, where the board has cpufreq, ``FREQ_STEPS`` frequencies spread over its ran
 a policy with a range and no table gets its two ends), else at the board's own frequency. A kernel
 with a done job of the same size that covered every point it would measure, with at least the
 repetitions asked (``--reps``), is skipped (resuming after an interruption; a tune's one-point jobs
-or an import do not count, nor a job sent before the last drift of a group it measures: its runs
-no longer count, ``drifted`` says which kernels are measured again for that reason); one with
+or an import do not count, nor a job sent before the last drift of the kernel's group or of one
+of its clusters' groups, whose cpus its runs used: its runs no longer count, ``drifted`` says
+which kernels are measured again for that reason); one with
 such a job still under way (or expired, which is resent at the agent's hello) is reported, not
 sent twice; one whose job failed is queued again. The frequency grid is chosen once from the
 board's description (its last hello, which the store keeps across a restart), so the line printed
@@ -127,7 +128,8 @@ def characterize(d: Daemon, args: dict[str, Any]) -> dict[str, Any]:
 def _drift_since(d: Daemon, platform: str, workload: str, size: str,
                  planned: set[tuple]) -> float:
     """The last drift of a group ``planned``'s points measure (one per variant: a per-cluster
-    grid measures a group per cluster), 0 where none drifted."""
+    grid measures a group per cluster; a whole-board group's counts its clusters' drifts,
+    store.drift_since), 0 where none drifted."""
     variants = {variant for *_, variant in planned} or {""}
     return max(d.store.drift_since(Group(platform, workload, size, v)) or 0.0
                for v in variants)

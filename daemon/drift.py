@@ -4,12 +4,14 @@ update, thermal throttling, a new version of the workload) is measured again.
 After ``[daemon] drift_off_count`` consecutive "off" verdicts of the same group on the same
 agent (a "verified" one resets the count; refused or failed ones do not count), the daemon
 records a drift event with the reason, sends a new sweep of the group's points (sweeps.py): its
-workload and size at the clocks the group was measured at (none set: the daemon's [sweep]
-grid), on the cpus it was measured on (a ``cluster<i>`` group on that cluster alone, as a
+workload and size at the clocks its jobs measured it at (not those only a recommendation's
+verification ran at; none set: the daemon's [sweep] grid), on the cpus it was measured on (a ``cluster<i>`` group on that cluster alone, as a
 per-cluster sweep measured it; a group without variant over the whole board). From then on the
 group is fitted, and profiled for MPET (characterize.mpet_data), only from runs received after
 the event (store.group_runs, store.profile_runs: one rule), and ``opptune characterize`` counts
-only jobs sent after it: the measurements of the old behaviour no longer describe it. The
+only jobs sent after it: the measurements of the old behaviour no longer describe it. A
+``cluster<i>`` group's drift counts for the workload's whole-board group too (its runs ran on
+that cluster; store.drift_since): its next ``characterize`` measures it again. The
 sweep's completion fits and recommends again through the usual job path. ``opptune status``
 lists the events (``drift``).
 """
@@ -21,7 +23,6 @@ from typing import Any, Callable
 
 from ..shared.config import DaemonConfig
 from .errors import HandlerError
-from .fitter import set_clocks_khz
 from .store import Group, Store
 from .sweeps import Sweeps
 
@@ -62,9 +63,10 @@ class Drift:
                   f"(last: {offs[0].get('error') or 'off'})")
         job_ids: list[str] = []
         error = None
-        # the clocks the group was measured at: the daemon's [sweep] grid (by default the
-        # governor's) would turn a group recommended at set clocks into one without them
-        clocks = set_clocks_khz(self.store.group_runs(group)) or None
+        # the clocks the group was swept at: the daemon's [sweep] grid (by default the
+        # governor's) would turn a group recommended at set clocks into one without them; a
+        # verification's clock would add a clock at every core count
+        clocks = self.store.swept_clocks_khz(group) or None
         try:
             # the group's own points: a cluster<i> group on its cluster, a whole-board one
             # over the board, whatever [sweep] per_cluster says (else no run joins it)

@@ -124,12 +124,17 @@ def doctor(d: Daemon, args: dict[str, Any]) -> dict[str, Any]:
             "report": info.doctor}
 
 
+# the status's lists the report reads (daemon/report): every row of each
+REPORT_SECTIONS = ["agents", "platforms", "runs", "fits", "recommendations"]
+
+
 def report(d: Daemon) -> dict[str, Any]:
-    """What ``opptune report`` draws: the status (agents with their platforms, fits,
-    recommendations, jobs) plus every group's successful runs as
-    ``points: [{group, runs: [[cores, freq_mhz, time_s, energy_j], ...], fit_runs: [[cores,
-    freq_mhz, time_s], ...]}]``."""
-    data = status(d)  # every row: the page lists every group
+    """What ``opptune report`` draws: the status's agents with their platforms, run counts,
+    fits and recommendations (every row: the page lists every group; without the other lists
+    and the recommendations' ``rests_on``, which it does not draw) plus every group's
+    successful runs as ``points: [{group, runs: [[cores, freq_mhz, time_s, energy_j], ...],
+    fit_runs: [[cores, freq_mhz, time_s], ...]}]``."""
+    data = status(d, {"only": REPORT_SECTIONS}, bases=False)
     data["generated"] = time.time()
     # runs: every successful run (the plots); fit_runs: those the daemon's fit may use (not
     # throttled, not marked unless the load is accepted, since the last drift), so the

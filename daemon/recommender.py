@@ -371,12 +371,18 @@ def freq_text(freq_khz: int | None) -> str:
 def verdict(measured: float | None, predicted: float | None, lower: float | None,
             upper: float | None) -> tuple[str, str | None]:
     """A recommendation's state after its verification runs: "verified" only when the measured
-    time lies within the prediction interval stored with it; otherwise "off" with how far
-    off, relative to the prediction ("failed" when nothing was measured)."""
+    time lies within the prediction interval stored with it, saying how far from the
+    prediction and within what (an extrapolated prediction's interval can take a time twice
+    the predicted one); otherwise "off" with how far off, relative to the prediction
+    ("failed" when nothing was measured)."""
     if measured is None:
         return "failed", "no verification run gave a time"
     if lower is not None and upper is not None and lower <= measured <= upper:
-        return "verified", None
+        if not predicted:
+            return "verified", f"within its interval {lower:.4g}..{upper:.4g} s"
+        rel = [(v - predicted) / predicted * 100 for v in (measured, lower, upper)]
+        return "verified", (f"{rel[0]:+.1f} % of the prediction, within its interval "
+                            f"{rel[1]:+.0f}..{rel[2]:+.0f} %")
     if not predicted:
         return "off", "no prediction interval to compare with"
     pct = (measured - predicted) / predicted * 100

@@ -61,8 +61,11 @@ def parse_page(args: dict[str, Any]) -> Page:
                 frozenset(SECTIONS if only is None else only))
 
 
-def status(d: Daemon, args: dict[str, Any] | None = None) -> dict[str, Any]:
-    """The status reply for ``args`` (none: every row of every list)."""
+def status(d: Daemon, args: dict[str, Any] | None = None, bases: bool = True
+           ) -> dict[str, Any]:
+    """The status reply for ``args`` (none: every row of every list); ``bases`` False leaves
+    out each recommendation's ``rests_on`` (a read of its group's points: the report's query
+    does not draw it)."""
     page = parse_page(args or {})
     now = time.time()
     total: dict[str, int | None] = dict.fromkeys(SECTIONS)
@@ -131,8 +134,8 @@ def status(d: Daemon, args: dict[str, Any] | None = None) -> dict[str, Any]:
     if want("recommendations"):
         rows, total["recommendations"] = d.store.recommendations_page(page.agent, page.limit)
         recs = [_rec_row(r) for r in rows]
-        basis = group_basis(d, _fit_quality(d, fits, recs))
-        for r in recs:  # the listed ones only: each reads its group's points
+        basis = group_basis(d, _fit_quality(d, fits, recs)) if bases else None
+        for r in recs if basis else []:  # the listed ones only: each reads its group's points
             r["rests_on"] = basis(r["agent"], Group(**r["group"]))
 
     drift: list[dict[str, Any]] = []

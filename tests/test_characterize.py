@@ -307,6 +307,40 @@ def test_a_job_sent_before_its_groups_drift_no_longer_counts_as_characterised(tm
         d.close()
 
 
+def test_a_drift_of_one_cluster_makes_a_whole_board_characterisation_stale(tmp_path):
+    """A big.LITTLE board characterised over the whole board (no variant); triad's group on
+    its big cluster (cluster1, measured by a per-cluster sweep) drifts. The whole-board runs
+    of triad ran on that cluster too: they are out of triad's whole-board fits and profiles,
+    and characterize measures triad again, saying why. Before, it said triad was measured
+    ("skipped") on its job from before the drift. A cluster's drift of another workload
+    changes nothing."""
+    from opptune.daemon.characterize import characterize
+    from opptune.daemon.planner import plan_sweep
+    from opptune.daemon.service import Daemon
+    from opptune.daemon.store import Group
+    from opptune.shared.config import DaemonConfig
+
+    d = Daemon(DaemonConfig(bind="tcp://127.0.0.1:0", database=str(tmp_path / "d.db")))
+    try:
+        platform = {"sweep_order": [0, 1, 2, 3], "n_cpus": 4}
+        d.store.save_platform("p", platform, 1.0)
+        d.registry.hello("a", b"a", "p", platform,
+                         [{"name": k, "kind": "kernel", "sizes": ["small"]}
+                          for k in ("pi_integrate", "triad")], now=1.0)
+        for k in ("pi_integrate", "triad"):
+            job = plan_sweep(platform, k, d.config.sweep, size="small", frequency_grid="none")
+            d.store.save_job("a", job, 2.0, state="done")
+        d.store.save_drift("a", Group("p", "triad", "small", "cluster1"), "off twice", [],
+                           None, 5.0)
+        d.store.save_drift("a", Group("p", "pi_integrate", "large", "cluster1"), "off", [],
+                           None, 5.0)
+        out = characterize(d, {"agent": "a", "size": "small"})
+        assert out["skipped"] == ["pi_integrate"] and out["drifted"] == ["triad"]
+        assert [j["workload"] for j in out["queued"]] == ["triad"]
+    finally:
+        d.close()
+
+
 def test_characterize_measures_a_drifted_kernel_again_and_says_why(tmp_path):
     """Real daemon, agent and CLI: the suite characterised on a virtual rpi4, then a drift of
     triad's group recorded in the daemon's store (as the daemon records one): characterize

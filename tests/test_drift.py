@@ -104,6 +104,32 @@ def test_the_re_characterisation_sweeps_the_clocks_the_group_was_measured_at(tmp
     st2.close()
 
 
+def test_the_re_characterisation_leaves_out_clocks_only_a_verification_measured(tmp_path):
+    """A group swept at 600 and 1500 MHz was recommended at 1200 MHz (a clock of the board's
+    table between them) and verified there; a clock whose runs were all marked belongs to
+    the grid. The drift's sweep measures 600, 1000 and 1500 MHz: before, it took the clocks of
+    the runs the fit used, so the verification added 1200 MHz (one more clock at every core
+    count: 4 more points on a 4-core board, 6 with a 6-core one) and the marked 1000 MHz was
+    dropped."""
+    st = store_with(tmp_path, ["off", "off"])
+    st.save_recommendation({"config_id": "ok", "agent": "a1", **G.as_dict(), "cores": 2,
+                            "cpus": [0, 1], "threads": 2, "freq_khz": 1_200_000}, now=0.2)
+    st.update_recommendation("ok", "verified", now=0.3)
+    items = []
+    runs = [("job-1", 600_000, None), ("job-1", 1_500_000, None),
+            ("job-1", 1_000_000, "interference: cpu 1 busy"), ("ok", 1_200_000, None)]
+    for i, (job, khz, marked) in enumerate(runs):
+        r = RunRecord(platform="p", workload="w", input="s", cores=2, cpus=[0, 1], threads=2,
+                      rep=i, time_s=0.05, freq_mhz=khz / 1000, marked=marked)
+        items.append(ResultIn(f"m{i}", "a1", job, i, r, r.to_dict()))
+    st.insert_results(items, now=0.1)
+    assert {f for _, f, _ in st.group_runs(G)} == {600.0, 1200.0, 1500.0}  # what a fit uses
+    sweeps = FakeSweeps()
+    assert Drift(DaemonConfig(drift_off_count=2), st, sweeps).verdict("a1", G, "off", 5)
+    assert sweeps.frequencies == [600_000, 1_000_000, 1_500_000]
+    st.close()
+
+
 def test_drift_off_when_configured_so_and_an_offline_agent_is_reported(tmp_path):
     st = store_with(tmp_path, ["off", "off", "off"])
     assert Drift(DaemonConfig(drift_off_count=0), st, FakeSweeps()).verdict(
@@ -223,14 +249,10 @@ def test_a_drifting_cluster_is_measured_again_there_and_recommended_again(tmp_pa
     assert d["group"]["variant"] == "cluster1" and d["job_states"] == ["done"], d
     (points,) = c.rows("SELECT points FROM jobs WHERE job_id = ?", d["job_ids"][0])[0]
     points = json.loads(points)
-    # the clocks cluster1 was measured at: its sweep's and its recommendations' (a
-    # verification at a clock between them is a measurement there too)
-    clocks = {round(f * 1000) for (f,) in c.rows(
-        "SELECT DISTINCT freq_mhz FROM runs WHERE variant = 'cluster1' AND received < ?",
-        d["since"])}
-    assert {1_000_000, 2_000_000} <= clocks
+    # the clocks cluster1 was swept at, not those its recommendations were verified at (1.9
+    # GHz in a run of 2026-11-27: 2 more points)
     assert {(tuple(p["cpus"]), p["freq_khz"], p["variant"]) for p in points} == {
-        (cpus, f, "cluster1") for cpus in ((4,), (4, 5)) for f in clocks}
+        (cpus, f, "cluster1") for cpus in ((4,), (4, 5)) for f in (1_000_000, 2_000_000)}
     new = next(r for r in st["recommendations"] if r["config_id"] == d["recommendation"])
     assert new["group"]["variant"] == "cluster1" and set(new["cpus"]) <= {4, 5, 6, 7}, new
     # the first fit of cluster1 after the drift rests on the new sweep only (2 reps a point)

@@ -163,7 +163,12 @@ def test_a_job_of_an_agent_gone_expires_and_is_resent_when_it_returns(tmp_path):
 
 
 def test_verdict_is_verified_only_within_the_interval():
-    assert verdict(1.0, 1.0, 0.9, 1.1) == ("verified", None)
+    assert verdict(1.0, 1.0, 0.9, 1.1) == (
+        "verified", "+0.0 % of the prediction, within its interval -10..+10 %")
+    # an extrapolated prediction's wide interval takes a time 90 % above it: "verified"
+    # alone read as "as predicted"; the note says within what
+    assert verdict(1.9, 1.0, 0.4, 3.3) == (
+        "verified", "+90.0 % of the prediction, within its interval -60..+230 %")
     state, note = verdict(1.25, 1.0, 0.9, 1.1)
     assert state == "off"
     assert note == "off by +25.0 % (measured 1.25 s, predicted 1 s, interval 0.9..1.1 s)"
@@ -183,6 +188,7 @@ def test_a_recommendation_within_its_interval_is_verified(daemon):
                        "records": [record(2, r, 4.9) for r in range(2)]})
     a.expect("ack")
     (r,) = query(op, "status")["recommendations"]
+    # within what it was verified, relative to the prediction
     assert (r["state"], r["verified_time_s"], r["off_pct"], r["error"]) == \
-        ("verified", 4.9, None, None)
+        ("verified", 4.9, None, "+2.1 % of the prediction, within its interval -4..+4 %")
     assert (r["predicted_lower_s"], r["predicted_upper_s"]) == (4.6, 5.0)

@@ -617,3 +617,59 @@ def test_fits_and_profiles_take_the_runs_since_their_groups_last_drift(location)
     assert sorted(w for _, w, *_ in st.profile_runs(False)) == ["v", "w"]
     assert list(st.profile_runs(True)) == []
     st.close()
+
+
+def test_swept_clocks_are_those_of_jobs_not_of_verifications(location):
+    """The clocks a drift measures again, on both back ends: the group's runs of jobs (marked
+    and from before a drift too), not a recommendation's verification runs nor another
+    group's or a failed run's."""
+    st = open_store(location)
+    g = Group("p", "w", "s", "")
+    st.save_recommendation({"config_id": "c1", "agent": "a1", **g.as_dict(), "cores": 1,
+                            "cpus": [0], "threads": 1, "freq_khz": 1_200_000}, now=0.5)
+    runs = [("job-1", "w", 600.0, None, True), ("job-1", "w", 1500.0, "busy", True),
+            ("c1", "w", 1200.0, None, True), ("job-1", "v", 900.0, None, True),
+            ("job-1", "w", 800.0, None, False), ("job-1", "w", None, None, True)]
+    for i, (job, workload, mhz, marked, ok) in enumerate(runs):
+        rec = RunRecord(platform="p", workload=workload, input="s", cores=1, cpus=[0],
+                        threads=1, rep=0, time_s=1.0 if ok else None, freq_mhz=mhz,
+                        marked=marked, ok=ok, error=None if ok else "crashed")
+        st.insert_results([ResultIn(f"m{i}", "a1", job, i, rec, rec.to_dict())], now=1.0)
+    st.save_drift("a1", g, "off twice", [], None, 2.0)
+    assert st.swept_clocks_khz(g) == [600_000, 1_500_000]
+    assert st.swept_clocks_khz(Group("p", "x", "s", "")) == []
+    st.close()
+
+
+def test_a_clusters_drift_ends_the_whole_board_groups_old_runs(location):
+    """A drift of cluster1's group: the whole-board group (no variant) of that workload and
+    size ran on cluster1 too, so its runs from before are out of its fit (group_runs,
+    point_marks, report_runs) and of MPET's profiles, on both back ends; cluster0's group
+    keeps its runs (it never ran on cluster1), and a whole-board drift leaves the cluster
+    groups alone."""
+    st = open_store(location)
+    st.save_job("a1", {"job_id": "job-1", "workload": "w", "size": "s", "reps": 1,
+                       "warmup": 0, "points": [{"cpus": [0], "threads": 1}]}, 0.5)
+    board, c0, c1 = (Group("p", "w", "s", v) for v in ("", "cluster0", "cluster1"))
+
+    def put(seq, group, time_s, now):
+        rec = RunRecord(platform="p", workload="w", input="s", variant=group.variant,
+                        cores=1, cpus=[0], threads=1, rep=0, time_s=time_s)
+        st.insert_results([ResultIn(f"m{seq}", "a1", "job-1", seq, rec, rec.to_dict())], now)
+
+    put(0, board, 2.0, 1.0)
+    put(1, c0, 3.0, 1.0)
+    put(2, c1, 4.0, 1.0)
+    st.save_drift("a1", c1, "off twice", [], None, 5.0)
+    put(3, board, 2.5, 6.0)
+    assert st.drift_since(board) == 5.0 and st.drift_since(c0) is None
+    assert [t for _, _, t in st.group_runs(board)] == [2.5]
+    assert [t for _, _, t in st.group_runs(c0)] == [3.0]
+    assert st.group_runs(c1) == []
+    assert [m["clean"] for m in st.point_marks(board)] == [1]
+    assert {g.variant: [t for _, _, t in fit] for g, (_, fit) in st.report_runs().items()} \
+        == {"": [2.5], "cluster0": [3.0], "cluster1": []}
+    assert [r[5] for r in st.profile_runs(None)] == [2.5]
+    st.save_drift("a1", board, "off twice", [], None, 7.0)
+    assert [t for _, _, t in st.group_runs(c0)] == [3.0]
+    st.close()

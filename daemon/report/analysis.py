@@ -132,9 +132,12 @@ def analyse_group(entry: dict[str, Any], platform: dict[str, Any], board: str,
         return view
     rows = _fit_rows(entry)
     if not rows:
-        view.model_note = ("no runs a fit may use: every run is marked for interference or "
-                           "throttled (the daemon re-measures such points when the board is "
-                           "quiet; accept_load = true fits them)")
+        view.model_note = ("no runs a fit may use: every run is marked for interference, "
+                           "throttled, or from before a drift of the group (of one of its "
+                           "clusters, for a whole-board group: 'opptune status' lists drifts, "
+                           "'opptune characterize' measures it again); the daemon re-measures "
+                           "marked points when the board is quiet, accept_load = true fits "
+                           "them")
         return view
     setting = fit_setting(platform, view.group.get("variant", ""), rows)
     order, axis = setting.order, setting.axis

@@ -277,11 +277,18 @@ class Store(ABC):
 
     @abstractmethod
     def drift_since(self, group: Group) -> float | None:
-        """When the group was last found drifting (None: never)."""
+        """When the group was last found drifting (None: never); for a whole-board group (no
+        variant) a drift of one of its ``cluster<i>`` groups too: its runs ran there."""
 
     @abstractmethod
     def drift_events(self) -> list[dict[str, Any]]:
         """Every drift event, oldest first."""
+
+    @abstractmethod
+    def swept_clocks_khz(self, group: Group) -> list[int]:
+        """The set clocks (kHz, ascending) the group was measured at by its jobs (sweeps,
+        characterize, tune, imports: marked and before a drift too), not by the verification
+        of a recommendation: the grid a drift measures again."""
 
     # fitting claims: daemons sharing one database never fit the same group at once
     @abstractmethod

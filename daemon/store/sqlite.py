@@ -66,12 +66,14 @@ CACHE_KIB = 32 << 10  # the writer's page cache: RSS grows by this much at most,
 
 
 # A run received before its group's last drift event measured the old behaviour: the group's
-# fits and MPET's profiles of it leave it out. The condition on the row's own group, for a
-# query over every group (profile_runs); a query of one group reads drift_since once and
-# compares (_fit_where: the same rule, 1.5-2x faster on a 20,000-run group).
+# fits and MPET's profiles of it leave it out; a whole-board group (no variant) ran on every
+# cluster, so a drift of one of its cluster<i> groups counts for it too (drift_since). The
+# condition on the row's own group, for a query over every group (profile_runs); a query of
+# one group reads drift_since once and compares (_fit_where: the same rule, 1.5-2x faster on
+# a 20,000-run group).
 _SINCE_DRIFT = ("received >= COALESCE((SELECT MAX(d.since) FROM drift d WHERE "
                 "d.platform = runs.platform AND d.workload = runs.workload AND "
-                "d.input = runs.input AND d.variant = runs.variant), 0)")
+                "d.input = runs.input AND (d.variant = runs.variant OR runs.variant = '')), 0)")
 
 
 class SQLiteStore(Store):
@@ -489,11 +491,14 @@ class SQLiteStore(Store):
         out: dict[Group, tuple[list[Any], list[Any]]] = {}
         rows = self.db.execute(
             "SELECT platform, workload, input, variant, cores, freq_mhz, time_s, energy_j, "
-            "virtual, marked IS NOT NULL, CASE WHEN received >= COALESCE(d.since, 0) AND "
+            "virtual, marked IS NOT NULL, CASE WHEN received >= COALESCE(CASE WHEN "
+            "variant = '' THEN b.since ELSE d.since END, 0) AND "
             + self._FIT_OK + ("" if accept else " AND marked IS NULL") + " THEN 1 ELSE 0 END "
             "FROM runs LEFT JOIN (SELECT platform, workload, input, variant, MAX(since) AS "
             "since FROM drift GROUP BY platform, workload, input, variant) AS d USING "
-            "(platform, workload, input, variant) WHERE ok=1 AND time_s IS NOT NULL "
+            "(platform, workload, input, variant) LEFT JOIN (SELECT platform, workload, "
+            "input, MAX(since) AS since FROM drift GROUP BY platform, workload, input) AS b "
+            "USING (platform, workload, input) WHERE ok=1 AND time_s IS NOT NULL "
             f"ORDER BY platform, workload, input, variant, {self._fit_order}")
         for key, group_rows in groupby(rows, key=lambda r: r[:4]):
             points: list[Any] = []
@@ -535,7 +540,8 @@ class SQLiteStore(Store):
 
     def drift_since(self, group: Group) -> float | None:
         row = self.db.execute("SELECT MAX(since) FROM drift WHERE platform=? AND workload=? "
-                              "AND input=? AND variant=?", tuple(group)).fetchone()
+                              "AND input=? AND (variant=? OR ?='')",
+                              (*group, group.variant)).fetchone()
         return row[0] if row else None
 
     def drift_events(self) -> list[dict[str, Any]]:
@@ -543,6 +549,14 @@ class SQLiteStore(Store):
         for r in rows:
             r["job_ids"] = json.loads(r["job_ids"])
         return rows
+
+    def swept_clocks_khz(self, group: Group) -> list[int]:
+        # a verification's runs carry its recommendation's id as their job_id
+        rows = self.db.execute(
+            "SELECT DISTINCT freq_mhz FROM runs WHERE platform=? AND workload=? AND input=? "
+            "AND variant=? AND ok=1 AND freq_mhz IS NOT NULL AND (job_id IS NULL OR job_id "
+            "NOT IN (SELECT id FROM recommendations))", tuple(group))
+        return sorted({int(round(float(f) * 1000)) for (f,) in rows if f == f})
 
     def group_energy_runs(self, group: Group, accept_load: bool | None = None
                           ) -> list[tuple[int, float | None, float, float | None, str | None]]:
