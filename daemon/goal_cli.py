@@ -226,10 +226,8 @@ def cmd_recommend(args: argparse.Namespace) -> int:
             con.print(f"pushed to {agent} as {a['config_id']} ({a['state']}); 'opptune "
                       "status' shows its verification")
         else:
-            con.print(f"{a['state']} on {agent} as {a['config_id']}"
-                      + (f": {a['reason']}" if a.get("reason") else "")
-                      + "; 'opptune status' shows what it measured", markup=False,
-                      soft_wrap=True)
+            con.print(f"{a['config_id']} on {agent}: {a.get('reason') or a['state']}; "
+                      "'opptune status' shows what it measured", markup=False, soft_wrap=True)
     return rc
 
 
