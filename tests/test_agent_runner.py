@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import re
 import sys
 import time
 
@@ -115,6 +116,22 @@ def test_a_point_whose_run_timed_out_runs_no_more(tmp_path, warmup, started, fir
     skipped = "warmup 0" if warmup else "repetition 0"
     assert [rec.error for rec in recs[1:]] == [
         f"not run: {skipped} of this point timed out after 1 s"] * 2
+
+
+def test_the_stderr_of_a_chatty_failure_is_cut_at_a_whole_line():
+    """Walking a board: a program that wrote 50,000 lines to stderr, then its error, failed
+    with the reason 'workload failed with exit status 3: a chatty program\nnoise line 49947
+    ...': the kept tail began mid-line."""
+    chatty = CommandWorkload("chatty", [PY, "-c", "import sys\nfor i in range(50000): "
+                                        "sys.stderr.write(f'noise line {i} of a chatty "
+                                        "program\\n')\nsys.stderr.write('fatal: out of "
+                                        "memory\\n')\nsys.exit(3)"])
+    rec = Runner(make_workloads([chatty]), "p").run_once(RunSpec("chatty", "default", CPUS, 1))
+    head, _, rest = rec.error.partition(": ")
+    assert head == "workload failed with exit status 3"
+    lines = rest.splitlines()
+    assert lines[0] == "[...]" and lines[-1] == "fatal: out of memory"
+    assert all(re.fullmatch(r"noise line \d+ of a chatty program", ln) for ln in lines[1:-1])
 
 
 def test_failures_are_records_not_exceptions():
