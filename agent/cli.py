@@ -22,6 +22,7 @@ from ..shared.config import DEFAULT_AGENT_CONFIG, ConfigError, load_agent_config
 log = logging.getLogger("opptune.agent")
 
 EXIT_CONFIG = 2
+EXIT_BUSY = 1  # another agent runs on the state directory
 LOG_FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
 
 
@@ -284,6 +285,8 @@ def run_agent(config, config_path: str | None = None, state_dir_option: bool = F
     from .outbox import Outbox
     from .platform import discover
     from .runner import Runner
+    from .state_lock import StateDirBusy
+    from .state_lock import hold as hold_state_dir
     from .sysfs import SysFS
     from .targets import Targets
     from .workloads import WorkloadError, Workloads
@@ -300,10 +303,21 @@ def run_agent(config, config_path: str | None = None, state_dir_option: bool = F
     except ConfigError as exc:
         print(f"opptune-agent: configuration error: {exc}", file=sys.stderr)
         return EXIT_CONFIG
+    named = "--state-dir" if state_dir_option else f"{where}: key 'state_dir'"
+    state_lock = None
     try:
+        state_lock = hold_state_dir(config.state_dir)
         outbox = Outbox(config.state_dir, max_bytes=int(config.outbox_max_mb * (1 << 20)))
+    except StateDirBusy as exc:
+        by = f"pid {exc.pid}" if exc.pid else "another process"
+        print(f"opptune-agent: the state directory {config.state_dir} ({named}) is in use by "
+              f"another agent ({by}): its outbox and saved cpufreq settings are that agent's; "
+              "stop it first, or give this agent a state directory of its own",
+              file=sys.stderr)
+        return EXIT_BUSY
     except Exception as exc:
-        named = "--state-dir" if state_dir_option else f"{where}: key 'state_dir'"
+        if state_lock is not None:
+            state_lock.close()
         print(f"opptune-agent: configuration error: {named} ({config.state_dir}) is not usable: "
               f"{exc.strerror if isinstance(exc, OSError) and exc.strerror else exc}; give a "
               f"directory the agent may create and write", file=sys.stderr)
@@ -312,6 +326,7 @@ def run_agent(config, config_path: str | None = None, state_dir_option: bool = F
         curve = link_keys(config, where)
     except ConfigError as exc:
         print(f"opptune-agent: configuration error: {exc}", file=sys.stderr)
+        state_lock.close()
         return EXIT_CONFIG
     # Before reading the platform: a previous agent killed with knobs changed left records of
     # the originals; put them back so nothing pinned is measured or saved as original.
@@ -379,6 +394,7 @@ def run_agent(config, config_path: str | None = None, state_dir_option: bool = F
         link.close()
         outbox.close()
         log.info("agent stopped")
+        state_lock.close()
     return 0
 
 

@@ -246,9 +246,18 @@ class Link:
             self._gone = True
             # a CURVE handshake with the wrong server key fails without a word on either
             # side: silence from the first message on is the only sign the agent gets
-            hint = ("; nothing has come from it over CURVE: if it runs, check that "
-                    "daemon_public_key is the key 'opptune keys server' prints on its host"
-                    if self.curve is not None and not self._heard else "")
+            hint = ""
+            if self.curve is not None and not self._heard:
+                hint = ("; nothing has come from it over CURVE: if it runs, check that "
+                        "daemon_public_key is the key 'opptune keys server' prints on its host")
+            elif not self._heard:
+                # the daemon's socket keeps the first connection of an id and drops a later
+                # one unread, the daemon logging nothing: two boards of one host name (the
+                # default id) are the usual case
+                hint = (f"; nothing has come from it since this agent connected: if it runs, "
+                        f"another agent with the id '{self.agent_id}' may be connected to it, "
+                        f"and it answers only the first: give each board its own agent_id "
+                        f"(default: the host name)")
             log.warning("no message from the daemon at %s for %.1f s: considering it gone%s",
                         self.endpoint, now - self._last_rx, hint)
             if len(self.endpoints) > 1:

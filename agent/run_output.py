@@ -19,8 +19,15 @@ def read_captured(out: BinaryIO, err: BinaryIO) -> tuple[str, str]:
     out.seek(0)
     stdout = out.read(MAX_STDOUT).decode("utf-8", "replace")
     err.seek(0, os.SEEK_END)
-    err.seek(max(0, err.tell() - MAX_ERR_TEXT))
-    return stdout, err.read().decode("utf-8", "replace").strip()
+    start = max(0, err.tell() - MAX_ERR_TEXT)
+    err.seek(start)
+    tail = err.read()
+    nl = tail.find(b"\n")
+    if start and 0 <= nl < len(tail.rstrip()) - 1:
+        # the tail of a chatty program began the failure's reason with a fragment ("a chatty
+        # program\nnoise line 49947 ..."): it starts at the next whole line, marked as cut
+        tail = b"[...]\n" + tail[nl + 1:]
+    return stdout, tail.decode("utf-8", "replace").strip()
 
 
 def last_json(stdout: str) -> tuple[dict[str, Any] | None, str | None]:

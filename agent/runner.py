@@ -118,17 +118,33 @@ class Runner:
                 if on_record:
                     on_record(rec)
             return recs
+        # a run of the point that timed out: its other runs would time out too (a hanging
+        # program took run_timeout_s, 600 s, for each warmup and repetition of every point)
+        timed_out = None
         for i in range(warmup):
             rec = self.run_once(spec, rep=0, knob_fields=knob_fields)
             if not rec.ok:
                 log.warning("warmup %d of %s failed: %s", i, spec.workload, rec.error)
+                if rec.error == self._timeout_text:
+                    timed_out = f"warmup {i}"
+                    break
         out = []
         for rep in range(first_rep, reps):
-            rec = self.run_once(spec, rep=rep, knob_fields=knob_fields)
+            if timed_out is None:
+                rec = self.run_once(spec, rep=rep, knob_fields=knob_fields)
+                if rec.error == self._timeout_text:
+                    timed_out = f"repetition {rep}"
+            else:
+                rec = self._failed(spec, rep, f"not run: {timed_out} of this point "
+                                              f"{self._timeout_text}")
             out.append(rec)
             if on_record:
                 on_record(rec)
         return out
+
+    @property
+    def _timeout_text(self) -> str:
+        return f"timed out after {self.timeout_s:g} s"
 
     def _base(self, spec: RunSpec, rep: int) -> RunRecord:
         return RunRecord(platform=self.platform_id, workload=spec.workload, input=spec.size,
@@ -225,7 +241,7 @@ class Runner:
                data: dict[str, Any] | None, json_err: str | None, expects_json: bool) -> None:
         """ok / error of a reaped run, and the workload's own numbers when it succeeded."""
         if why == "timeout":
-            rec.ok, rec.error = False, f"timed out after {self.timeout_s:g} s"
+            rec.ok, rec.error = False, self._timeout_text
             return
         code = os.waitstatus_to_exitcode(status)
         if code != 0:

@@ -150,6 +150,11 @@ class Targets:
             if not isinstance(unit, str) or not unit or "/" in unit or not unit.isprintable() \
                     or len(unit) > 256:
                 raise TargetError(f"target unit must be a systemd unit name, got {unit!r}")
+            if self.virtual:
+                # it was looked for in the board's tree, which has no cgroups: "no unit ...:
+                # is it running? cgroup v2 mounted?" sent the user after the wrong cause
+                raise TargetError("a unit target needs a real board: the cpus of a virtual "
+                                  "board are not this machine's")
             self._unit_how(unit)
 
     def _unit_how(self, unit: str) -> tuple[str, str | None]:

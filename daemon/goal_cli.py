@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+import time
 from typing import Any
 
 from rich.console import Console
@@ -18,6 +19,10 @@ from .options import below_least
 # exit status of recommend and tune when no configuration meets the deadline / power cap: the
 # answer (the closest configuration) is printed, nothing is applied
 UNMET = 3
+# how long recommend --pid/--unit waits for the agent to apply or refuse the configuration: it
+# checks the target at once and measures it over a 2 s window, unless a job runs before it
+FOLLOW_TARGET_S = 20.0
+FOLLOW_POLL_S = 0.2
 
 
 def add_goal_options(p: argparse.ArgumentParser, tune: bool = False) -> None:
@@ -186,6 +191,17 @@ def cmd_recommend(args: argparse.Namespace) -> int:
         return rc
     # 3: answered, but the limits are not met (the closest configuration, never pushed)
     rc = 0 if data["met"] else UNMET
+    applied = data.get("applied") or {}
+    if "target" in q and applied.get("state") == "pushed":
+        # a process or unit is checked by the agent at once (gone, the agent's own, a virtual
+        # board): "pushed" and exit 0 would hide the refusal behind 'opptune status'
+        outcome = follow_target(daemon_endpoint(args), data["agent"], applied["config_id"],
+                                args.timeout)
+        if outcome is not None:
+            applied["state"] = outcome["state"]
+            applied["reason"] = outcome["error"]
+            if outcome["state"] == "refused":
+                rc = 1
     if args.json:
         json.dump(data, sys.stdout, indent=2, sort_keys=True)
         print()
@@ -203,10 +219,37 @@ def cmd_recommend(args: argparse.Namespace) -> int:
                 con.print(f"not sent: stored for {agent} as {a['config_id']} (unsent); {agent} "
                           f"is not connected: it is sent when {agent} says hello again (the "
                           "newest of its group only); 'opptune status' shows its state")
-        else:
+        elif a["state"] == "refused":
+            con.print(f"refused by {agent} ({a['config_id']}): {a['reason']}", markup=False,
+                      soft_wrap=True)
+        elif a["state"] == "pushed":
             con.print(f"pushed to {agent} as {a['config_id']} ({a['state']}); 'opptune "
                       "status' shows its verification")
+        else:
+            con.print(f"{a['config_id']} on {agent}: {a.get('reason') or a['state']}; "
+                      "'opptune status' shows what it measured", markup=False, soft_wrap=True)
     return rc
+
+
+def follow_target(endpoint: str, agent: str, config_id: str,
+                  timeout_s: float) -> dict[str, Any] | None:
+    """``config_id``'s status row once the agent has applied or refused it; None when it is
+    still pushed after FOLLOW_TARGET_S (a job runs before it) or the daemon stops answering
+    (the push stands: 'opptune status' follows it)."""
+    from .client import DaemonUnreachable, QueryFailed, query
+    deadline = time.monotonic() + FOLLOW_TARGET_S
+    while time.monotonic() < deadline:
+        try:
+            page = query(endpoint, "status", {"agent": agent, "limit": 20,
+                                              "only": ["recommendations"]},
+                         timeout_s=timeout_s)
+        except (DaemonUnreachable, QueryFailed):
+            return None
+        for r in page["recommendations"]:
+            if r["config_id"] == config_id and r["state"] not in ("pushed", "unsent"):
+                return r
+        time.sleep(FOLLOW_POLL_S)  # poll interval of the daemon's status
+    return None
 
 
 def add_parsers(sub: Any, link_options: Any) -> None:

@@ -31,6 +31,12 @@ class GoalError(ValueError):
     """No recommendation for this goal; the message names what is missing."""
 
 
+# a board whose meter counted none of a workload's runs: a real command on a virtual board
+# (its counters move for the modelled runs only), or runs shorter than the meter's resolution
+SILENT_METER = ("the board's meter ({meter}) counted none of them (a real command on a "
+                "virtual board, or runs shorter than its resolution)")
+
+
 class NoPowerData(GoalError):
     """The goal needs power or energy and no run has any."""
 
@@ -248,6 +254,10 @@ def recommend_goal(goal: Goal, platform: dict[str, Any], groups: dict[str, Seque
     meter_info = platform.get("energy") if isinstance(platform.get("energy"), dict) else {}
     meter = meter_info.get("source") if meter_info.get("available") else None
     if goal.needs_power and not has_power:
+        if meter:  # a real command on a virtual board, or runs too short for the meter
+            raise NoPowerData(f"{goal.describe()} needs energy or power, and no run of this "
+                              f"workload has any: {SILENT_METER.format(meter=meter)}; use "
+                              "--objective time")
         why = f" ({meter_info['reason']})" if meter_info.get("reason") else ""
         raise NoPowerData(f"{goal.describe()} needs energy or power, and no run of this "
                           f"workload has any: the board has no energy meter{why}; use "

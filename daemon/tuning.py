@@ -35,7 +35,7 @@ import numpy as np
 
 from .errors import HandlerError
 from .goal_query import apply, measured_groups, parse_goal, recommend_for, withheld
-from .goal_recommend import Part, fill_part, per_configuration
+from .goal_recommend import SILENT_METER, Part, fill_part, per_configuration
 from .jobs import ACTIVE_JOB_STATES, UNSUCCESSFUL_JOB_STATES
 from .objectives import Goal
 from .planner import cluster_orders, new_job_id, offered_frequencies, sweep_order
@@ -258,6 +258,19 @@ class Tuner:
                                            "has no energy meter"
                                            + (f" ({meter['reason']})" if meter.get("reason")
                                               else "") + "; use --objective time")
+        if goal.needs_power and meter.get("available"):
+            # a meter that saw none of the workload's runs at this size would see none of the
+            # tune's either: it measured 8 configurations, then failed for want of power
+            rows = [r for g in measured_groups(d, info.platform_id, workload) if g.input == size
+                    for r in d.store.group_energy_runs(g, True)]
+            if rows and not any(r[3] is not None and r[3] > 0 for r in rows):
+                raise HandlerError("no_power", f"{goal.describe()} needs energy or power, and "
+                                               f"none of the {len(rows)} runs of {workload} "
+                                               f"({size}) on board "
+                                               f"{board_name(platform, info.platform_id)} has "
+                                               "any: " + SILENT_METER.format(
+                                                   meter=meter.get("source")) +
+                                               "; use --objective time")
         orders = cluster_orders(platform)
         cluster = ints["cluster"]
         if cluster is not None:

@@ -381,6 +381,14 @@ def _workload(path: Path, i: int, data: Any) -> CommandWorkload:
     where = f"{path}: [[workloads]] entry {i + 1}"
     if not isinstance(data, dict):
         raise ConfigError(f"{where} must be a table")
+    # first: a misspelt 'command' was reported as a missing one, the typo never named
+    known = [f.name for f in dataclasses.fields(CommandWorkload)]
+    unknown = sorted(set(data) - set(known))
+    if unknown:
+        close = difflib.get_close_matches(str(unknown[0]), known, n=1, cutoff=0.6)
+        hint = f"did you mean '{close[0]}'? " if close else ""
+        raise ConfigError(f"{where}: unknown key '{unknown[0]}'; {hint}known keys: "
+                          f"{', '.join(sorted(known))}")
     if "command" not in data and "pyperf" not in data:
         raise ConfigError(f"{where} lacks 'command' (an argv array) or 'pyperf' (a pyperf "
                           "benchmark script's path)")
@@ -397,11 +405,6 @@ def _workload(path: Path, i: int, data: Any) -> CommandWorkload:
         data = {"name": Path(script).stem, **data, "pyperf": script}
     if "name" not in data:
         raise ConfigError(f"{where} lacks 'name'")
-    known = [f.name for f in dataclasses.fields(CommandWorkload)]
-    unknown = sorted(set(data) - set(known))
-    if unknown:
-        raise ConfigError(f"{where}: unknown key '{unknown[0]}'; known keys: "
-                          f"{', '.join(sorted(known))}")
     if not isinstance(data["name"], str) or not data["name"].strip():
         raise ConfigError(f"{where}: 'name' must be a non-empty name, got {_show(data['name'])}")
     sizes = data.get("sizes", ["default"])

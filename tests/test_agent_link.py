@@ -530,3 +530,37 @@ def test_a_refused_key_is_logged_once_across_fail_overs(ctx, tmp_path, caplog):
     logged = [r.getMessage() for r in caplog.records]
     assert sum("daemon refuses this agent's messages" in m for m in logged) == 1, logged
     assert sum("failing over" in m for m in logged) >= 3, logged
+
+
+def test_silence_on_a_plain_link_names_an_agent_id_already_connected(ctx, tmp_path, caplog):
+    """Walking a board: a second agent with the id of one already connected (two boards of one
+    host name, the default id) only logged that the daemon was gone: the daemon's socket drops
+    a second connection of an id unread, logging nothing. The warning now names the id as the
+    likely cause when nothing ever came on the connection."""
+    import logging
+    router = Router(ctx)
+    first = ctx.socket(zmq.DEALER)
+    first.setsockopt(zmq.LINGER, 0)
+    first.setsockopt(zmq.IDENTITY, b"agent-t")
+    first.connect(router.endpoint)
+    try:
+        first.send(P.encode(P.make("heartbeat", "agent-t", {})))
+        assert router.recv() is not None  # the id is the first agent's now
+        router.alive = False  # answer nothing more: the stand-in must not reply to the first
+        caplog.set_level(logging.WARNING, logger="opptune.agent.link")
+        lt = LinkThread(ctx, router.endpoint, Outbox(str(tmp_path / "ob")))
+        try:
+            deadline = time.monotonic() + 10
+            found = []
+            while not found and time.monotonic() < deadline:
+                found = [r.getMessage() for r in caplog.records
+                         if "considering it gone" in r.getMessage()]
+                time.sleep(HB)  # polling interval for the log, not synchronisation
+        finally:
+            lt.close()
+        (msg,) = found
+        assert "another agent with the id 'agent-t' may be connected to it" in msg
+        assert "agent_id" in msg and "daemon_public_key" not in msg
+    finally:
+        first.close()
+        router.close()

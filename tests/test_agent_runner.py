@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import re
 import sys
 import time
 
@@ -95,6 +96,42 @@ def test_threads_substituted_and_exported():
     assert env["MYTHREADS"] == "7"
     argv, env = wl.argv_for("busy", "10", 3, CPUS)
     assert argv[-1] == "10"
+
+
+@pytest.mark.parametrize("warmup,started,first_error", [
+    (1, 1, "not run: warmup 0 of this point timed out after 1 s"),
+    (0, 1, "timed out after 1 s"),
+])
+def test_a_point_whose_run_timed_out_runs_no_more(tmp_path, warmup, started, first_error):
+    """Walking a board with a program that hangs: every warmup and repetition of every point
+    waited run_timeout_s (600 s by default: 8 hours for a 4-core x 3-clock sweep) before the
+    job failed. Once a run of a point times out, its other runs are recorded not run."""
+    log = tmp_path / "starts"
+    hang = CommandWorkload("hang", ["sh", "-c", f"echo start >> {log}; exec sleep 30"])
+    r = Runner(make_workloads([hang]), "p", timeout_s=1.0)
+    recs = r.run_point(RunSpec("hang", "default", CPUS, 1), 3, warmup=warmup)
+    assert log.read_text().count("start") == started
+    assert [rec.rep for rec in recs] == [0, 1, 2] and not any(rec.ok for rec in recs)
+    assert recs[0].error == first_error
+    skipped = "warmup 0" if warmup else "repetition 0"
+    assert [rec.error for rec in recs[1:]] == [
+        f"not run: {skipped} of this point timed out after 1 s"] * 2
+
+
+def test_the_stderr_of_a_chatty_failure_is_cut_at_a_whole_line():
+    """Walking a board: a program that wrote 50,000 lines to stderr, then its error, failed
+    with the reason 'workload failed with exit status 3: a chatty program\nnoise line 49947
+    ...': the kept tail began mid-line."""
+    chatty = CommandWorkload("chatty", [PY, "-c", "import sys\nfor i in range(50000): "
+                                        "sys.stderr.write(f'noise line {i} of a chatty "
+                                        "program\\n')\nsys.stderr.write('fatal: out of "
+                                        "memory\\n')\nsys.exit(3)"])
+    rec = Runner(make_workloads([chatty]), "p").run_once(RunSpec("chatty", "default", CPUS, 1))
+    head, _, rest = rec.error.partition(": ")
+    assert head == "workload failed with exit status 3"
+    lines = rest.splitlines()
+    assert lines[0] == "[...]" and lines[-1] == "fatal: out of memory"
+    assert all(re.fullmatch(r"noise line \d+ of a chatty program", ln) for ln in lines[1:-1])
 
 
 def test_failures_are_records_not_exceptions():

@@ -50,6 +50,9 @@ CASES = [
     ("daemon", "[sweep]\nrepz = 2", ["unknown key 'sweep.repz'", "did you mean 'sweep.reps'?"]),
     ("agent", "[[workloads]]\nname = 'w'\ncommand = ['x']\nsize = ['s']",
      ["[[workloads]] entry 1", "unknown key 'size'"]),
+    # a misspelt 'command' was "entry 1 lacks 'command'", the typo never named
+    ("agent", "[[workloads]]\nname = 'w'\ncomand = ['./app']",
+     ["[[workloads]] entry 1", "unknown key 'comand'", "did you mean 'command'?"]),
     # bad endpoint
     ("agent", "daemon = 'daemon-host:5555'", ["key 'daemon'", "write it as \"tcp://"]),
     ("daemon", "bind = 'udp://0.0.0.0:5555'", ["key 'bind'", "unknown transport"]),

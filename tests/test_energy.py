@@ -102,3 +102,21 @@ def test_no_sensor_is_invalid_not_zero(tmp_path):
     assert e is None and src is None and "no energy sensor" in reason
     e, src, reason = EnergyMeter.discover("/").start().stop()  # this machine: no sensors
     assert (e is None) == (reason is not None)
+
+
+def test_a_run_the_meter_did_not_see_is_invalid_not_zero(tmp_path):
+    """Walking a virtual rpi4 with a real command (a C OpenMP loop): its runs moved none of the
+    board's /proc/stat, and every run was stored with energy_j 0.0 as if measured; the report
+    then said 'the board has no meter'. A reading of 0 J is now no reading, with the reason."""
+    from opptune.agent.meters.energy import EnergyRunMeter
+    from opptune.shared.records import RunRecord
+    root = fake_tree(tmp_path, "rpi4")
+    e, src, reason = EnergyMeter.discover(root).start().stop()  # nothing ran on the board
+    assert e is None and src.startswith("energy-model-estimate")
+    assert "counted 0 J over the run" in reason and "virtual board" in reason
+    meter = EnergyRunMeter(root)
+    rec = RunRecord(platform="p", workload="w", input="default", cores=1, cpus=[0],
+                    threads=1, rep=0, time_s=0.1)
+    meter.start(None)
+    meter.stop(rec, {})
+    assert rec.energy_j is None and "counted 0 J" in rec.invalid["energy_j"]

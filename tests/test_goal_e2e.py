@@ -154,6 +154,19 @@ def test_tune_energy_then_recommend_energy_beside_time(tmp_path):
                  "--cluster must be 0..1")
         assert len(c.status()["recommendations"]) == n_recs
 
+        # a process on a virtual board: the agent refuses it at once, and the command says so
+        # (it printed "pushed ... 'opptune status' shows its verification" and exited 0)
+        p = opptune("recommend", *base, "--pid", str(os.getpid()), cwd=elsewhere)
+        assert p.returncode == 1, p.stdout + p.stderr
+        text = " ".join(p.stdout.split())
+        assert "pushed to" not in text
+        assert re.search(r"refused by test-agent \(cfg-\w+\): a pid target needs a real board",
+                         text), text
+        p = opptune("recommend", *base, "--pid", str(os.getpid()), "--json", cwd=elsewhere)
+        assert p.returncode == 1, p.stderr
+        applied = json.loads(p.stdout)["applied"]
+        assert applied["state"] == "refused" and "needs a real board" in applied["reason"]
+
         # the agent gone: --apply stores it unsent, and says so rather than "pushed"
         c.kill("agent")
         apply = [*base, "--objective", "time", "--apply"]

@@ -103,6 +103,32 @@ def test_goals_needing_power_are_refused_without_a_meter(daemon):
         a.close()
 
 
+def test_goals_needing_power_are_refused_when_the_meter_saw_no_run(daemon):
+    """Walking a virtual rpi4 (a meter: the kernel's energy model) with a real command: none
+    of its runs carried energy. tune --objective energy measured 8 configurations, then failed
+    for want of power, and recommend said 'the board has no energy meter'."""
+    a = Agent(daemon.endpoint, METER)
+    try:
+        job_id = a.issued_job()
+        for seq, cores in enumerate((1, 2, 3, 4)):
+            a.send("result", {"job_id": job_id, "seq": seq, "of": 4,
+                              "record": record(METER, cores, energy=False)})
+            a.expect("ack")
+        err = a.query("tune", {"agent": "q1", "workload": "wl", "objective": "energy"})
+        assert err["type"] == "error" and err["body"]["code"] == "no_power", err
+        assert ("none of the 4 runs of wl (small) on board plat-m has any: the board's meter "
+                "(rapl:package-0) counted none of them (a real command on a virtual board, or "
+                "runs shorter than its resolution); use --objective time"
+                in err["body"]["message"])
+        err = a.query("recommend", {"agent": "q1", "workload": "wl", "objective": "edp"})
+        assert err["body"]["code"] == "no_power"
+        assert "the board has no energy meter" not in err["body"]["message"]
+        assert "the board's meter (rapl:package-0) counted none of them" in \
+            err["body"]["message"]
+    finally:
+        a.close()
+
+
 def test_tune_measures_one_configuration_per_job_then_pushes_and_verifies(daemon):
     a = Agent(daemon.endpoint, METER)
     try:

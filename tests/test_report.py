@@ -217,8 +217,15 @@ def test_figures_follow_what_the_group_has(tmp_path):
     assert told == ["refitting the models of 2 workload groups",
                     f"drawing 2 workload groups' figures into {tmp_path}"]
     html = built.index.read_text()
-    assert "no run of this group carries energy" in html
+    assert "no run of this group carries energy (the board has no meter)" in html
     assert "2.0 h ago" in html
+    # walking a virtual rpi4 with a real command: its board has a meter (the kernel's energy
+    # model), which saw none of its runs; the page said "the board has no meter"
+    data["platforms"]["p1"]["energy"] = {"available": True,
+                                         "source": "energy-model-estimate"}
+    html = build_report(data, tmp_path / "metered", told.append).index.read_text()
+    assert "no run of this group carries energy (the board has a meter, but it counted none " \
+           "of these runs)" in html
 
 
 def test_wrote_line_counts_in_words_that_agree_with_the_number():

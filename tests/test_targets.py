@@ -177,6 +177,21 @@ def test_bad_targets_are_refused_with_the_reason(tmp_path, target, reason):
         ob.close()
 
 
+@pytest.mark.parametrize("target", [{"kind": "pid", "pid": 1}, {"kind": "unit", "unit": "web"}])
+def test_a_virtual_board_refuses_process_and_unit_targets_alike(tmp_path, target):
+    """Walking a virtual rpi4: a pid target was refused as needing a real board, a unit
+    target with 'no unit nosuch.service: no cgroup named so under .../virtual-board-rpi4/sys/
+    fs/cgroup (is it running? cgroup v2 mounted?)', the board's tree having no cgroups."""
+    root = tmp_path / "root"
+    cgroup_tree(root)  # even a tree with the unit: its cpus are the board's
+    ex, ob = make_env(tmp_path, Targets(SysFS(str(root)), virtual=True, systemd=False))
+    try:
+        with pytest.raises(Refused, match=f"a {target['kind']} target needs a real board"):
+            ex.validate_config(config(target)["body"])
+    finally:
+        ob.close()
+
+
 def test_an_agent_without_targets_refuses_pid_targets(tmp_path):
     ex, ob = make_env(tmp_path, None)
     try:

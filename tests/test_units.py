@@ -11,6 +11,7 @@ from __future__ import annotations
 import re
 import shutil
 import subprocess
+import sys
 import tomllib
 from pathlib import Path
 
@@ -114,3 +115,19 @@ def test_daemon_unit_is_unprivileged():
     k = unit_keys(UNITS / "opptune-daemon.service")
     assert k["User"] != ["root"] and k["CapabilityBoundingSet"] == [""]
     assert k["ProtectSystem"] == ["strict"]
+
+
+@pytest.mark.parametrize("name,module", [("opptune-agent.service", "opptune.agent"),
+                                         ("opptune-daemon.service", "opptune.daemon.service")])
+def test_a_configuration_error_is_not_restarted_forever(name, module, tmp_path):
+    """Restart=on-failure restarted a unit whose configuration had a typo every 2 s: 5 starts
+    in the 10 s start limit are never reached at that pace, so it repeated its one error line
+    for good. The exit status of a configuration error is the one the unit does not restart."""
+    k = unit_keys(UNITS / name)
+    assert k["Restart"] == ["on-failure"]
+    bad = tmp_path / "bad.toml"
+    bad.write_text("run_timeout = 5\n")  # a typo'd key, refused by both programs
+    res = subprocess.run([sys.executable, "-m", module, "--config", str(bad)],
+                         capture_output=True, text=True, timeout=60)
+    assert "unknown key 'run_timeout'" in res.stderr
+    assert str(res.returncode) in words(k, "RestartPreventExitStatus")

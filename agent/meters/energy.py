@@ -249,9 +249,17 @@ class EnergyMeter:
         if not self.backend:
             return None, None, self.reason
         try:
-            return self.backend.stop(), self.backend.label, None
+            joules = self.backend.stop()
         except KnobUnavailable as exc:
             return None, self.backend.label, f"energy sensor failed at stop: {exc}"
+        if joules <= 0:
+            # no run costs nothing: the meter did not see it (a real command on a virtual
+            # board, whose counters move for its modelled runs only) or ticked too coarsely
+            return None, self.backend.label, (
+                f"{self.backend.label} counted 0 J over the run: the run was shorter than "
+                "its resolution, or the meter does not see it (a real command on a virtual "
+                "board, whose counters move for its modelled runs only)")
+        return joules, self.backend.label, None
 
 
 class EnergyRunMeter:

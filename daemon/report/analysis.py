@@ -265,9 +265,14 @@ def _grid(view: GroupView, model: FittedModel, platform: dict[str, Any], axis: l
             time[ci[pt.cores], fi[pt.freq_mhz]] = pt.time_s
     with_energy = [r for r in runs if r[3] is not None and r[3] > 0 and r[1] is not None]
     if not with_energy:
+        # a board with a meter whose runs carry none: a real command on a virtual board, or
+        # runs too short for the meter; "the board has no meter" contradicted its topology
+        metered = (platform.get("energy") or {}).get("available")
+        why = ("the board has a meter, but it counted none of these runs" if metered
+               else "the board has no meter")
         return Grid(cores, freqs, time, None, None, [],
-                    "no run of this group carries energy (the board has no meter): no energy "
-                    "map and no time/energy front")
+                    f"no run of this group carries energy ({why}): no energy map and no "
+                    "time/energy front")
     try:
         power = PowerModeler().fit(Observations(
             cores=np.array([r[0] for r in with_energy], float),

@@ -1,0 +1,80 @@
+"""One agent per state directory. A second opptune-agent started on the directory of a running
+one (found walking a board: the first started from a shell that lost its pid) logged "cpufreq
+restored from .../cpufreq-state.json (left by pid N)" while N still ran, putting the originals
+back under the first agent's sweep, shared its outbox, and was never answered by the daemon
+(same agent id): it is now refused at start, naming the other agent."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+from opptune.agent.cli import main as agent_main
+from opptune.agent.state_lock import StateDirBusy, hold
+
+
+def test_a_held_state_dir_is_refused_with_the_holders_pid(tmp_path):
+    first = hold(str(tmp_path))
+    try:
+        with pytest.raises(StateDirBusy) as info:
+            hold(str(tmp_path))
+        assert info.value.pid == os.getpid()
+    finally:
+        first.close()
+    hold(str(tmp_path)).close()  # let go: the next one gets it
+
+
+def _config(tmp_path, state):
+    path = tmp_path / "agent.toml"
+    path.write_text(f"daemon = 'tcp://127.0.0.1:9'\nstate_dir = '{state}'\n"
+                    "virtual_board = 'rpi4'\nbench_kernels = ['pi_integrate']\n")
+    return path
+
+
+def test_a_second_agent_on_a_running_agents_state_dir_exits_naming_it(tmp_path):
+    state = tmp_path / "state"
+    config = _config(tmp_path, state)
+    first = subprocess.Popen([sys.executable, "-m", "opptune.agent", "--config", str(config)],
+                             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    try:
+        # the first agent is up once it connects (its own start-up restore is behind it)
+        said = []
+        while not said or "connecting to" not in said[-1]:
+            said.append(first.stderr.readline())
+            assert said[-1], "".join(said)  # it exited
+        # what the first agent saved before changing a knob: the second must not restore it
+        saved = state / "cpufreq-state.json"
+        saved.write_text(json.dumps({"pid": first.pid, "policies": {}}))
+        second = subprocess.run([sys.executable, "-m", "opptune.agent", "--config", str(config)],
+                                capture_output=True, text=True, timeout=60)
+        assert second.returncode == 1
+        (line,) = [ln for ln in second.stderr.splitlines() if ln.startswith("opptune-agent:")]
+        assert line == (f"opptune-agent: the state directory {state} ({config}: key "
+                        f"'state_dir') is in use by another agent (pid {first.pid}): its outbox "
+                        "and saved cpufreq settings are that agent's; stop it first, or give "
+                        "this agent a state directory of its own")
+        assert saved.exists() and first.poll() is None
+    finally:
+        first.terminate()
+        first.wait(timeout=30)
+    # the lock went with the process: the directory is free again
+    hold(str(state)).close()
+
+
+def test_the_option_is_named_when_the_state_dir_came_from_it(tmp_path, capsys):
+    state = tmp_path / "state"
+    holder = hold(str(state))
+    try:
+        assert agent_main(["--daemon", "tcp://127.0.0.1:9", "--state-dir", str(state),
+                           "--virtual-board", "rpi4"]) == 1
+    finally:
+        holder.close()
+    err = capsys.readouterr().err
+    (line,) = [ln for ln in err.splitlines() if ln.startswith("opptune-agent:")]
+    assert line.startswith(f"opptune-agent: the state directory {state} (--state-dir) is in "
+                           f"use by another agent (pid {os.getpid()})")
+    assert not (state / "outbox.db").exists()

@@ -1,0 +1,58 @@
+"""``opptune recommend --pid`` on this machine (a real board to the agent): the command waits
+for the agent's answer and prints it. It printed "pushed ... 'opptune status' shows its
+verification" and exited 0 whatever the agent did, a refusal included (walking a board:
+``--pid 999999``, a process that had exited)."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from procs import Cluster
+
+pytestmark = pytest.mark.integration
+
+OPPTUNE = str(Path(sys.executable).parent / "opptune")
+
+
+def opptune(*argv: str, cwd: Path) -> subprocess.CompletedProcess:
+    env = {**os.environ, "COLUMNS": "200"}
+    return subprocess.run([OPPTUNE, *argv], capture_output=True, text=True, cwd=cwd,
+                          timeout=120, env=env)
+
+
+def test_recommend_pid_says_what_the_agent_did(tmp_path):
+    c = Cluster(tmp_path, kernels=("pi_integrate",), max_cores=2, reps=2)
+    target = subprocess.Popen(["sleep", "300"])
+    gone = subprocess.Popen(["true"])
+    gone.wait()  # a pid that no longer runs
+    c.start_daemon()
+    c.start_agent()
+    try:
+        c.wait_for(lambda s: s["recommendations"], 120, "the sweep's recommendation")
+        base = ["--daemon", c.endpoint, "--agent", "test-agent", "--workload", "pi_integrate"]
+        p = opptune("recommend", *base, "--pid", str(target.pid), cwd=tmp_path)
+        assert p.returncode == 0, p.stdout + p.stderr + c.logs()
+        text = " ".join(p.stdout.split())
+        m = re.search(rf"(cfg-\w+) on test-agent: applied to pid {target.pid}; .* cpus busy "
+                      r"over [\d.]+ s; 'opptune status' shows what it measured", text)
+        assert m, text
+        (rec,) = [r for r in c.status()["recommendations"] if r["config_id"] == m.group(1)]
+        assert rec["state"] == "applied"
+        assert os.sched_getaffinity(target.pid) == set(rec["cpus"])  # 1 or 2 cpus, by load
+
+        p = opptune("recommend", *base, "--pid", str(gone.pid), "--json", cwd=tmp_path)
+        assert p.returncode == 1, p.stdout + p.stderr
+        applied = json.loads(p.stdout)["applied"]
+        assert applied["state"] == "refused"
+        assert applied["reason"].startswith(f"no process {gone.pid} on this machine")
+    finally:
+        target.kill()
+        target.wait()
+        c.stop()
