@@ -155,9 +155,15 @@ def test_an_applied_configuration_stands_through_later_work_until_the_agent_stop
     work(w, config("c1", 1_000_000))  # as `recommend --apply` sends it (keep: true)
     assert pinned_at(root, 1_000_000)
     assert knob.restores == 0  # applied over the originals: nothing to put back
+    knob.cf.fs.write_log = writes = []
     work(w, job("j1", [([0], 600_000), ([2, 3], 1_500_000)]))
     assert pinned_at(root, 1_000_000)  # back at the applied clock, not the governor
-    assert knob.restores == 1
+    # straight from the job's last clock to the applied one: the policy it covers never
+    # passes through its original governor (the clock would dip or peak between jobs)
+    assert knob.restores == 0
+    assert [v for p, v in writes if p.endswith("/scaling_governor")] == []
+    assert [v for p, v in writes if p.endswith("/scaling_setspeed")] == [
+        "600000", "1500000", "1000000"]
     # the daemon's own verification of a recommendation after a sweep does not replace it
     work(w, config("c2", 600_000, keep=False))
     applied = [P.decode(d)["body"] for _, d in ex.outbox.pending()
