@@ -10,7 +10,8 @@ finds a stale file, so a crashed run's pinned limits are never mistaken for the 
 Cpu sets the agent changes (a pid target's thread affinity, a unit's cpuset or AllowedCPUs) are
 recorded the same way in ``cpuset-state.json`` (:class:`CpusetRecord`). :func:`restore_at_start`
 puts both records back when the agent starts, before it reads the platform, and says so in the
-log: after a kill -9 nothing stays pinned, and nothing pinned is taken for the original.
+log: after a kill -9 nothing stays pinned, and nothing pinned is taken for the original. The
+configuration a user applied is then set again by agent/standing.py, on the originals.
 """
 
 from __future__ import annotations
