@@ -222,3 +222,15 @@ def test_a_process_gone_or_another_is_dropped_with_the_reason(tmp_path, sleeper,
             assert os.sched_getaffinity(pid) != {0}  # not confined: it may not be ours
     finally:
         ex.outbox.close()
+
+
+@pytest.mark.parametrize("text", ['{"config": {"cpus": [0', '[1, 2]', '{"config": 5}',
+                                  '{"config": {"config_id": "c1", "workload": "w", "size": '
+                                  '"default", "cpus": [0], "threads": 1, "freq_khz": "fast"}}'])
+def test_a_damaged_record_applies_nothing_and_is_dropped(tmp_path, caplog, text):
+    from opptune.agent.standing import StandingFile
+    (tmp_path / FILENAME).write_text(text)
+    with caplog.at_level(logging.WARNING, "opptune.agent.standing"):
+        assert StandingFile(str(tmp_path)).load() is None
+    assert f"the applied configuration in {tmp_path / FILENAME} cannot be read (" in caplog.text
+    assert not (tmp_path / FILENAME).exists()
