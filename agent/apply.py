@@ -13,7 +13,9 @@ can no longer run (its workload or cpus gone) is reported as refused, with the r
 
 The knobs rest between work: when the queue runs empty the worker puts them back to the board's
 original (:meth:`Executor.rest`), or to the configuration a user applied and that stands (a
-config without ``keep: false``), so no measurement point's clock is left behind.
+config without ``keep: false``), so no measurement point's clock is left behind. That
+configuration is kept in the state directory and applied again when the agent starts
+(agent/standing.py).
 """
 
 from __future__ import annotations
@@ -32,8 +34,9 @@ from ..shared.config import AgentConfig
 from ..shared.point_stats import StopRule, point_stats, stop_reason
 from ..shared.records import RunRecord
 from ..shared.refusals import RefusalLog
+from . import standing
 from .outbox import FULL_RETRY_S, Outbox, OutboxFull
-from .platform import offered_frequencies
+from .platform import clock_problem, cpus_problem
 from .runner import Aborted, Runner, RunSpec
 from .targets import DEFAULT_WINDOW_S, TargetError, Targets, kind_of, measure_window
 from .workloads import WorkloadError, Workloads
@@ -83,33 +86,18 @@ def check_point(platform: dict[str, Any], workloads: Workloads, workload: str, s
         workloads.check(workload, size)
     except WorkloadError as exc:
         raise Refused(str(exc)) from None
-    online = set(platform.get("cpus_online") or [])
-    if not cpus:
-        raise Refused("cpus is empty")
-    missing = sorted(set(cpus) - online)
-    if missing:
-        raise Refused(f"cpus {missing} are not online on this board (online: "
-                      f"{sorted(online)}); asked for {len(cpus)} cpus, "
-                      f"{len(online)} are online")
+    problem = cpus_problem(platform, cpus)
+    if problem:
+        raise Refused(problem)
     if not isinstance(threads, int) or threads < 1:
         raise Refused(f"threads must be >= 1, got {threads!r}")
     if max_threads_per_cpu is not None and threads > max_threads_per_cpu * len(cpus):
         raise Refused(f"threads {threads} on {len(cpus)} cpus is over this agent's limit of "
                       f"{max_threads_per_cpu} per cpu ('max_threads_per_cpu' in its "
                       "configuration)")
-    if freq_khz is not None:
-        offered = offered_frequencies(platform, cpus)
-        if offered is None:
-            reason = (platform.get("cpufreq") or {}).get("reason") or "cpufreq unavailable"
-            raise Refused(f"frequency {freq_khz} kHz cannot be set: {reason}")
-        if len(offered) == 2 and offered[0] < offered[1] and freq_khz not in offered:
-            # only a range is known (no scaling_available_frequencies): accept within it
-            if not offered[0] <= freq_khz <= offered[1]:
-                raise Refused(f"frequency {freq_khz} kHz is outside {offered[0]}..{offered[1]}"
-                              " kHz")
-        elif freq_khz not in offered:
-            raise Refused(f"frequency {freq_khz} kHz is not offered for cpus {sorted(cpus)}; "
-                          f"offered: {offered}")
+    problem = clock_problem(platform, cpus, freq_khz) if freq_khz is not None else None
+    if problem:
+        raise Refused(problem)
 
 
 class Executor:
@@ -129,8 +117,12 @@ class Executor:
         self.state_dir = state_dir
         self.targets = targets
         self.limits = limits or JobLimits.of(AgentConfig())
-        # the last configuration applied to stay in force (a config not sent with keep: false)
+        # the last configuration applied to stay in force (a config not sent with keep: false),
+        # kept in state_dir for the agent's next start (agent/standing.py)
         self.standing: RunSpec | None = None
+        self.standing_config: dict[str, Any] | None = None  # its body; None: nothing stands
+        self.standing_dropped: str | None = None  # why the one before a restart was dropped
+        self._standing_file = standing.StandingFile(state_dir) if state_dir else None
         self._knobs_moved = False  # by work since the knobs last rested
         # jobs and configs refused: the first line of each kind, then one a minute
         self.refusals = RefusalLog(log, 60.0, line="refused a %s from the daemon: %s (%s)%s",
@@ -228,16 +220,38 @@ class Executor:
         else:
             log.info("idle: knobs back to the board's original settings")
 
+    def stand_again(self) -> None:
+        """At start: the configuration in force before the agent stopped, applied again."""
+        if self._standing_file is None:
+            return
+        out = standing.stand_again(self._standing_file, self.platform, self.runner,
+                                   self.targets)
+        self.standing, self.standing_config, self.standing_dropped = \
+            out.spec, out.config, out.dropped
+
+    def standing_wire(self) -> dict[str, Any] | None:
+        """The configuration in force, as the hello says it (None: none)."""
+        return standing.wire(self.standing_config)
+
     def _stand(self, body: dict[str, Any], spec: RunSpec, at_rest: bool) -> None:
         """A configuration applied and verified stays in force unless sent with keep: false
-        (the daemon's own verification of a recommendation after a sweep). ``at_rest``: the
-        knobs rested before it was applied."""
+        (the daemon's own verification of a recommendation after a sweep), and is kept for
+        the agent's next start. ``at_rest``: the knobs rested before it was applied."""
         if not body.get("keep", True):
             return
         prev = self.standing
         covered = (spec.freq_khz is None or prev is None or prev.freq_khz is None
                    or set(prev.cpus) <= set(spec.cpus))
         self.standing = spec
+        self.standing_config = None if standing.leaves_nothing(body) else body
+        self.standing_dropped = None
+        if self._standing_file is not None:
+            try:
+                self._standing_file.keep(body)
+            except OSError as exc:
+                log.warning("cannot keep the applied configuration %s in %s (%s): it stands "
+                            "until the agent stops", body.get("config_id"),
+                            self._standing_file.path, exc)
         if at_rest and covered:
             # applied over the rest state, replacing all of the last clock: the board holds
             # what it should rest at, and setting it again would only flicker

@@ -32,8 +32,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         description="Run the opptune agent on this board: it connects to the daemon, runs the "
                     "benchmarks and workloads of its configuration at the core counts and CPU "
                     "frequencies the daemon asks for, sends every result and applies the "
-                    "configuration the daemon recommends. With --restore it puts back the "
-                    "CPU frequency settings and cpu sets it saved, then exits.")
+                    "configuration the daemon recommends; one a user applied is kept in the "
+                    "state directory and applied again at the next start. With --restore it "
+                    "puts back the CPU frequency settings and cpu sets it saved, then exits.")
     ap.add_argument("--version", action="version", version=f"opptune-agent {__version__}")
     ap.add_argument("--config", metavar="FILE.toml",
                     help="agent configuration (default /etc/opptune/agent.toml; etc/agent.toml "
@@ -42,8 +43,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                     help="where the daemon listens, e.g. tcp://10.0.0.1:5555")
     ap.add_argument("--agent-id", metavar="NAME", help="name of this board (default: hostname)")
     ap.add_argument("--state-dir", metavar="DIR",
-                    help="directory for unsent results and the saved CPU frequency settings "
-                         "and cpu sets")
+                    help="directory for unsent results, the saved CPU frequency settings "
+                         "and cpu sets, and the configuration applied to stay in force")
     ap.add_argument("--sysfs-root", metavar="DIR",
                     help="read /sys and /proc under this directory instead (for testing)")
     ap.add_argument("--virtual-board", metavar="NAME",
@@ -354,6 +355,11 @@ def run_agent(config, config_path: str | None = None, state_dir_option: bool = F
                         notify=lambda: link_holder["link"].notify_outbox(),
                         state_dir=config.state_dir, targets=targets,
                         limits=JobLimits.of(config))
+    # the configuration a user applied before the agent stopped: in force again (or dropped,
+    # saying why) before the hello, which tells the daemon what stands
+    executor.stand_again()
+    hello.update(standing=executor.standing_wire,
+                 standing_dropped=lambda: executor.standing_dropped)
     worker = Worker(executor)
     link = Link(config.agent_id, config.daemon_endpoints(), hello, outbox, worker.submit,
                 heartbeat_s=config.heartbeat_s, curve=curve,

@@ -283,12 +283,14 @@ class Link:
         body.setdefault("agent_version", AGENT_VERSION)
         body.setdefault("pid", os.getpid())
         body["instance"] = self.instance
-        if callable(body.get("doctor")):  # made at each hello: the board's state now
-            try:
-                body["doctor"] = body["doctor"]()
+        for key, make in list(body.items()):
+            if not callable(make):
+                continue
+            try:  # made at each hello: the board's state now, what stands now
+                body[key] = make()
             except Exception as exc:  # the hello matters more than its report
-                log.warning("doctor report failed: %s", exc)
-                del body["doctor"]
+                log.warning("hello's %s failed: %s", key, exc)
+                del body[key]
         self.stats["hellos"] += 1
         # a new hello, maybe to another daemon (fail-over) or a restarted, older one: frames
         # wait for its answer

@@ -225,6 +225,35 @@ def discover(config: AgentConfig) -> dict[str, Any]:
     return facts
 
 
+def cpus_problem(facts: dict[str, Any], cpus: list[int]) -> str | None:
+    """Why ``cpus`` cannot be used on this board (empty, or some not online); None if they can."""
+    online = set(facts.get("cpus_online") or [])
+    if not cpus:
+        return "cpus is empty"
+    missing = sorted(set(cpus) - online)
+    if missing:
+        return (f"cpus {missing} are not online on this board (online: {sorted(online)}); "
+                f"asked for {len(cpus)} cpus, {len(online)} are online")
+    return None
+
+
+def clock_problem(facts: dict[str, Any], cpus: list[int], freq_khz: int) -> str | None:
+    """Why ``cpus`` cannot be set to ``freq_khz`` here (no cpufreq, a clock not offered);
+    None if they can."""
+    offered = offered_frequencies(facts, cpus)
+    if offered is None:
+        reason = (facts.get("cpufreq") or {}).get("reason") or "cpufreq unavailable"
+        return f"frequency {freq_khz} kHz cannot be set: {reason}"
+    if len(offered) == 2 and offered[0] < offered[1] and freq_khz not in offered:
+        # only a range is known (no scaling_available_frequencies): accept within it
+        if not offered[0] <= freq_khz <= offered[1]:
+            return f"frequency {freq_khz} kHz is outside {offered[0]}..{offered[1]} kHz"
+    elif freq_khz not in offered:
+        return (f"frequency {freq_khz} kHz is not offered for cpus {sorted(cpus)}; "
+                f"offered: {offered}")
+    return None
+
+
 def offered_frequencies(facts: dict[str, Any], cpus: list[int]) -> list[int] | None:
     """Frequencies (kHz) the domains of ``cpus`` offer; None when cpufreq is unavailable."""
     cf = facts.get("cpufreq") or {}

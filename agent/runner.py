@@ -68,16 +68,24 @@ class Runner:
                 log.error("restoring knob %s failed: %s", getattr(knob, "name", knob), exc)
 
     def rest(self, standing: RunSpec | None = None) -> None:
-        """No work left: every knob back to the board's original, then ``standing`` (the
-        configuration a user applied, still in force) applied again; errors logged, never
-        raised. Between the points of a job nothing is restored: a sweep keeps its pace."""
-        self.restore()
+        """No work left: every knob back to the board's original, or, under ``standing`` (the
+        configuration a user applied, still in force), to it: a knob with ``rest(spec)`` sets
+        it directly, another is restored and applied again. Errors logged, never raised.
+        Between the points of a job nothing is restored: a sweep keeps its pace."""
         if standing is None:
+            self.restore()
             return
-        try:
-            self.apply_knobs(standing)
-        except Exception as exc:
-            log.error("applying the standing configuration again failed: %s", exc)
+        for knob in self.knobs:
+            try:
+                rest = getattr(knob, "rest", None)
+                if rest is not None:
+                    rest(standing)
+                else:
+                    knob.restore()
+                    knob.apply(standing)
+            except Exception as exc:
+                log.error("applying the standing configuration again failed (knob %s): %s",
+                          getattr(knob, "name", knob), exc)
 
     def wait(self, seconds: float) -> None:
         """Sleep ``seconds`` (a verification window); raises Aborted when stopped meanwhile."""

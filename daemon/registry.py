@@ -20,6 +20,10 @@ class AgentInfo:
     instance: str | None = None
     doctor: dict[str, Any] | None = None  # its last hello's report (agent/doctor.py)
     doctor_at: float | None = None
+    # the configuration a user applied that is in force on the board (its hello's, then the
+    # last one applied to stay); None: none, or an older agent that does not say
+    standing: dict[str, Any] | None = None
+    standing_dropped: str | None = None  # why its restart dropped the one before
 
     def alive(self, timeout_s: float, now: float | None = None) -> bool:
         return self.identity is not None and ((now or time.time()) - self.last_seen) <= timeout_s
@@ -126,13 +130,15 @@ class Registry:
 
     def hello(self, agent_id: str, identity: bytes, platform_id: str, platform: dict[str, Any],
               workloads: list[Any], now: float,
-              doctor: dict[str, Any] | None = None) -> AgentInfo:
+              doctor: dict[str, Any] | None = None, standing: dict[str, Any] | None = None,
+              standing_dropped: str | None = None) -> AgentInfo:
         info = self._agents.get(agent_id)
         if info is None:
             info = self._agents[agent_id] = AgentInfo(agent_id, platform_id)
         info.platform_id, info.platform, info.workloads = platform_id, platform, workloads
         info.identity, info.last_seen = identity, now
         info.doctor, info.doctor_at = (doctor, now) if doctor else (None, None)
+        info.standing, info.standing_dropped = standing, standing_dropped
         return info
 
     def seen(self, agent_id: str, identity: bytes, now: float) -> AgentInfo | None:
@@ -150,6 +156,20 @@ class Registry:
     def alive(self, agent_id: str, now: float | None = None) -> bool:
         info = self._agents.get(agent_id)
         return info is not None and info.alive(self.timeout_s, now)
+
+
+def standing_of(rec: dict[str, Any], applied: dict[str, Any]) -> dict[str, Any] | None:
+    """What stands on the board once recommendation ``rec`` is applied and verified (its
+    ``applied`` body), as the agent's hello says it (agent/standing.py); None: nothing stays
+    in force (run as a command, left to the governor)."""
+    target = (applied.get("measured") or {}).get("target")
+    if rec.get("freq_khz") is None and not isinstance(target, dict):
+        return None
+    out = {"config_id": rec["config_id"], "workload": rec["workload"], "size": rec["input"],
+           "cpus": list(rec["cpus"]), "freq_khz": rec["freq_khz"]}
+    if isinstance(target, dict):
+        out["target"] = {k: target[k] for k in ("kind", "pid", "unit") if k in target}
+    return out
 
 
 def elsewhere_text(agent: str, endpoint: str, what: str = "") -> str:

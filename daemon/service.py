@@ -45,7 +45,7 @@ from .link import Link
 from .query_worker import Deferred, QueryWorker
 from .recommender import Recommender, freq_text, off_pct, verdict
 from ..shared.refusals import RefusalLog
-from .registry import Registry, platform_id_of
+from .registry import Registry, platform_id_of, standing_of
 from .remeasure import Remeasure
 from .store import open_store
 from .drift import Drift
@@ -582,7 +582,8 @@ class Daemon:
         self.store.save_agent(agent, pid, list(body["workloads"]), body["agent_version"], now,
                               body.get("doctor"), self.instance)
         info = self.registry.hello(agent, identity, pid, platform, list(body["workloads"]), now,
-                                   doctor=body.get("doctor"))
+                                   doctor=body.get("doctor"), standing=body.get("standing"),
+                                   standing_dropped=body.get("standing_dropped"))
         log.info("hello from agent %s (platform %s, %d workloads)", agent, pid,
                  len(info.workloads))
         self.send(identity, "heartbeat", self._welcome)
@@ -612,7 +613,8 @@ class Daemon:
 
     def _on_applied(self, identity: bytes, msg: dict[str, Any]) -> None:
         agent, body, now = msg["agent"], msg["body"], time.time()
-        if self.registry.seen(agent, identity, now) is None:
+        info = self.registry.seen(agent, identity, now)
+        if info is None:
             raise HandlerError("unknown_agent", f"agent '{agent}' has not said hello")
         rec = self.store.recommendation(body["config_id"])
         if rec is None or rec["agent"] != agent:
@@ -626,6 +628,10 @@ class Daemon:
                                                   "(platform, workload, input, variant, cpus or "
                                                   "threads differ); nothing of it is stored")
         self.recommender.applied(agent, msg, rec, now)
+        if body["ok"] and rec.get("keep") is not False:
+            # the agent's rule (agent/apply.py): applied and verified, it stands
+            info.standing = standing_of(rec, body)
+            info.standing_dropped = None
         self.send(identity, "ack", {"ids": [msg["id"]]})
 
     def _on_query(self, identity: bytes, msg: dict[str, Any]) -> None:

@@ -190,7 +190,8 @@ def _agent_row(d: Daemon, a: Any, via: dict[str, Any], now: float) -> dict[str, 
             "outbox": a.outbox, "outbox_full": a.outbox_full,
             "doctor": (a.doctor or {}).get("summary"),
             # how old the verdict is: after a restart it is the stored one of the last hello
-            "doctor_age_s": round(now - a.doctor_at, 1) if a.doctor_at else None}
+            "doctor_age_s": round(now - a.doctor_at, 1) if a.doctor_at else None,
+            "standing": a.standing, "standing_dropped": a.standing_dropped}
 
 
 def _fit_row(f: dict[str, Any]) -> dict[str, Any]:

@@ -77,6 +77,26 @@ def refused_key_lines(daemon: dict[str, Any]) -> list[str]:
             f"accept {k.get('id')}" for k in daemon.get("keys_refused") or []]
 
 
+def standing_text(agent: dict[str, Any], board: str) -> str | None:
+    """The line on what a user applied that stands on the board, or why the agent's restart
+    dropped it; None when neither is known (nothing applied, or an older agent)."""
+    s = agent.get("standing")
+    who = f"board {board} (agent {agent.get('id')})"
+    if isinstance(s, dict):
+        clock = (f"{s['freq_khz'] / 1000:g} MHz" if isinstance(s.get("freq_khz"), int)
+                 else "the governor's clock")
+        target = s.get("target") if isinstance(s.get("target"), dict) else {}
+        where = (f", process {target.get('pid')}" if target.get("kind") == "pid" else
+                 f", unit {target.get('unit')}" if target.get("kind") == "unit" else "")
+        cpus = ",".join(map(str, s.get("cpus") or []))
+        return (f"{who}: applied configuration {s.get('config_id')} in force: "
+                f"{s.get('workload')} on cpus {cpus} at {clock}{where}")
+    if agent.get("standing_dropped"):
+        return (f"{who}: the applied configuration was dropped when the agent restarted: "
+                f"{agent['standing_dropped']}; the board is at its original settings")
+    return None
+
+
 def _table(title: str, columns: tuple[str, ...]) -> Table:
     """A table whose cells wrap in a narrow terminal instead of being cut with an ellipsis:
     ids, labels and reasons are what a user copies into the next command."""
@@ -178,6 +198,10 @@ def print_status(data: dict[str, Any], console: Console | None = None,
                 f" (as of its last hello, {age:.0f} s ago)"
             console.print(f"board {boards[a.get('id')]} (agent {a.get('id')}): {a['doctor']}"
                           f"{when}", markup=False, soft_wrap=True)
+    for a in data.get("agents", []):
+        line = standing_text(a, str(boards[a.get("id")]))
+        if line:
+            console.print(line, markup=False, soft_wrap=True)
     said = set()
     for a in data.get("agents", []):  # once per board: several agents may share one
         plat = platforms.get(a.get("platform"))

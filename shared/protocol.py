@@ -104,6 +104,12 @@ BODY_SCHEMAS: dict[str, dict[str, tuple[tuple[type, ...], bool]]] = {
         "pid": (_INT, False),
         # agent/doctor.py's report: {"checks": [...], "warnings": int, "summary": str}
         "doctor": (_MAP, False),
+        # the configuration a user applied that is in force on the board now (agent/standing
+        # .py): {"config_id", "workload", "size", "cpus", "freq_khz", "target"?}; nil: none;
+        # absent: an older agent, which does not say
+        "standing": ((dict, type(None)), False),
+        # why the configuration in force before the agent restarted was dropped
+        "standing_dropped": (_OPT_STR, False),
     },
     "heartbeat": {
         "outbox": (_INT, False),  # results waiting for an ack on the agent
@@ -149,9 +155,10 @@ BODY_SCHEMAS: dict[str, dict[str, tuple[tuple[type, ...], bool]]] = {
         # where to apply it: {"kind": "command"|"pid"|"unit", "pid": int, "unit": str,
         # "window_s": float}; absent = run the workload (agent/targets.py)
         "target": (_MAP, False),
-        # true or absent: it stays in force (frequencies) until another config replaces it
-        # or the agent stops; false: verified, then the board goes back to rest (the daemon's
-        # own verification of a recommendation after a sweep, agent/apply.py)
+        # true or absent: it stays in force (frequencies) until another config replaces it,
+        # kept across agent restarts (agent/standing.py); false: verified, then the board
+        # goes back to rest (the daemon's own verification of a recommendation after a
+        # sweep, agent/apply.py)
         "keep": (_BOOL, False),
     },
     "applied": {

@@ -144,6 +144,8 @@ def test_hello_job_results_fit_config_verify(daemon):
     assert rec["off_pct"] == pytest.approx((2.85 - 3.2) / 3.2 * 100, abs=0.5)
     assert rec["error"].startswith("off by -1") and "kHz" not in rec["error"]
     assert rec["cores"] == 4 and rec["group"]["workload"] == "wl"
+    # the daemon's own push (keep: false) is verified only: nothing stands on the board
+    assert st["agents"][0]["standing"] is None
     assert rows(daemon.config.database, "SELECT COUNT(*) FROM runs WHERE job_id=?",
                 (cfg["config_id"],)) == [(3,)]
     assert query(a, "fit", {"workload": "wl"})["queued"] == [fit["group"]]
@@ -574,3 +576,31 @@ def test_a_recommendation_made_while_the_agent_was_away_is_sent_when_it_returns(
     assert "config" not in seen
     back.close()
     op.close()
+
+
+def test_the_hello_says_what_stands_on_the_board_or_why_it_was_dropped(tmp_path):
+    cfg = DaemonConfig(bind="tcp://127.0.0.1:0", database=str(tmp_path / "d.db"),
+                       auto_sweep=False, agent_timeout_s=30)
+    d = Daemon(cfg)
+    d.start_thread()
+    a = Agent(d.endpoint)
+    try:
+        stands = {"config_id": "cfg-1", "workload": "wl", "size": "small", "cpus": [0, 1],
+                  "freq_khz": 1_500_000}
+        a.send("hello", {"platform": PLATFORM, "workloads": ["wl"], "agent_version": "t",
+                         "standing": stands, "standing_dropped": None})
+        a.expect("heartbeat")
+        (row,) = query(a, "status")["agents"]
+        assert row["standing"] == stands and row["standing_dropped"] is None
+        a.send("hello", {"platform": PLATFORM, "workloads": ["wl"], "agent_version": "t",
+                         "standing": None, "standing_dropped": "cfg-1: process 42 is gone"})
+        a.expect("heartbeat")
+        (row,) = query(a, "status")["agents"]
+        assert row["standing"] is None and row["standing_dropped"].endswith("is gone")
+        a.hello()  # an agent older than the fields says nothing of it
+        a.expect("heartbeat")
+        (row,) = query(a, "status")["agents"]
+        assert row["standing"] is None and row["standing_dropped"] is None
+    finally:
+        a.close()
+        d.stop()

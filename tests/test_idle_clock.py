@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -155,9 +156,15 @@ def test_an_applied_configuration_stands_through_later_work_until_the_agent_stop
     work(w, config("c1", 1_000_000))  # as `recommend --apply` sends it (keep: true)
     assert pinned_at(root, 1_000_000)
     assert knob.restores == 0  # applied over the originals: nothing to put back
+    knob.cf.fs.write_log = writes = []
     work(w, job("j1", [([0], 600_000), ([2, 3], 1_500_000)]))
     assert pinned_at(root, 1_000_000)  # back at the applied clock, not the governor
-    assert knob.restores == 1
+    # straight from the job's last clock to the applied one: the policy it covers never
+    # passes through its original governor (the clock would dip or peak between jobs)
+    assert knob.restores == 0
+    assert [v for p, v in writes if p.endswith("/scaling_governor")] == []
+    assert [v for p, v in writes if p.endswith("/scaling_setspeed")] == [
+        "600000", "1500000", "1000000"]
     # the daemon's own verification of a recommendation after a sweep does not replace it
     work(w, config("c2", 600_000, keep=False))
     applied = [P.decode(d)["body"] for _, d in ex.outbox.pending()
@@ -217,7 +224,8 @@ def test_without_cpufreq_the_worker_rests_and_goes_on(tmp_path):
 @pytest.mark.integration
 def test_walk_on_a_virtual_rpi4_sweep_apply_sweep_stop(tmp_path):
     """`opptune sweep --freq` leaves the board at its governor; `recommend --apply` keeps its
-    clock through a later sweep and the daemon's verification after it; the agent stopped
+    clock through a later sweep and the daemon's verification after it, and through a
+    restart of the agent, whose hello tells the daemon (status says it); the agent stopped
     puts the original back."""
     root = make_tree("rpi4", str(tmp_path / "board"))
     c = Cluster(tmp_path, kernels=("pi_integrate", "triad"), auto_sweep=False,
@@ -256,6 +264,27 @@ def test_walk_on_a_virtual_rpi4_sweep_apply_sweep_stop(tmp_path):
         board_is(lambda st: pinned_at(root, 1_500_000), "the applied clock after the sweep")
         assert "idle: knobs back to the applied configuration (1500000 kHz" in \
             (tmp_path / "agent.log").read_text()
+        st = c.status()
+        (agent,) = st["agents"]
+        cid = pushed["applied"]["config_id"]
+        assert agent["standing"]["config_id"] == cid, agent
+        # restarted (systemd, an upgrade), the agent puts the originals back, then the
+        # applied clock again, and its hello tells the daemon so
+        c.agent.send_signal(signal.SIGTERM)
+        assert c.agent.wait(30) == 0
+        assert cpufreq_state(root) == before
+        c.start_agent()
+        # the daemon's record of the applied configuration is what the new hello says
+        wait_until(lambda: (tmp_path / "daemon.log").read_text().count(
+            "hello from agent test-agent") == 2, "the restarted agent's hello", 30, c.logs)
+        assert "in force again" in (tmp_path / "agent.log").read_text()
+        board_is(lambda st: pinned_at(root, 1_500_000), "the applied clock after the restart")
+        (agent,) = c.status()["agents"]
+        assert agent["standing"]["config_id"] == cid and \
+            agent["standing"]["freq_khz"] == 1_500_000, agent
+        shown = opptune("status", "--agent", "test-agent").stdout
+        assert f"applied configuration {cid} in force: pi_integrate on cpus " \
+               f"{','.join(map(str, pushed['cpus']))} at 1500 MHz" in shown, shown
     finally:
         codes = c.stop()
     assert codes == {"agent": 0, "daemon": 0}, c.logs()

@@ -271,3 +271,12 @@ def test_check_item_accepts_what_a_single_result_passes():
     for mid, body in frame["body"]["items"]:
         P.check_item(frame, mid, body)
         P.validate(P.make("result", "a1", body, msg_id=mid))
+
+
+def test_a_hello_may_say_what_stands_and_an_older_one_need_not():
+    base = {"platform": {}, "workloads": [], "agent_version": "t"}
+    P.make("hello", "a1", base)
+    P.make("hello", "a1", {**base, "standing": None, "standing_dropped": "c1: gone"})
+    P.make("hello", "a1", {**base, "standing": {"config_id": "c1", "cpus": [0]}})
+    with pytest.raises(P.ProtocolError, match="hello field 'standing' must be"):
+        P.make("hello", "a1", {**base, "standing": "c1"})

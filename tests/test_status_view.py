@@ -278,3 +278,20 @@ def test_status_names_the_fleets_silent_daemons_and_the_refused_keys():
     con = Console(record=True, width=300)
     print_status(data, con)
     assert not [ln for ln in con.export_text().splitlines() if ln.startswith("fleet:")]
+
+
+def test_status_says_what_a_user_applied_stands_or_why_a_restart_dropped_it():
+    from opptune.daemon.status_view import standing_text
+    a = {"id": "a1", "standing": {"config_id": "cfg-1", "workload": "triad", "size": "small",
+                                  "cpus": [4, 5], "freq_khz": 1_800_000}}
+    assert standing_text(a, "odroid-7") == ("board odroid-7 (agent a1): applied configuration "
+                                            "cfg-1 in force: triad on cpus 4,5 at 1800 MHz")
+    a["standing"].update(freq_khz=None, target={"kind": "pid", "pid": 4242})
+    assert standing_text(a, "odroid-7").endswith("at the governor's clock, process 4242")
+    dropped = {"id": "a1", "standing": None, "standing_dropped": "cfg-1: process 4242 is gone"}
+    assert standing_text(dropped, "odroid-7") == (
+        "board odroid-7 (agent a1): the applied configuration was dropped when the agent "
+        "restarted: cfg-1: process 4242 is gone; the board is at its original settings")
+    # nothing applied, or an agent older than the field
+    assert standing_text({"id": "a1", "standing": None}, "b") is None
+    assert standing_text({"id": "a1"}, "b") is None

@@ -231,9 +231,10 @@ class CpuFreq:
             time.sleep(min(delay, max(0.0, timeout_s - waited)))
             delay = min(delay * 2, 0.02)
 
-    def restore(self) -> list[str]:
-        """Put back the original governors and limits; returns problems (empty on success)."""
-        return self.keeper.restore()
+    def restore(self, keep: frozenset[str] = frozenset()) -> list[str]:
+        """Put back the original governors and limits of every policy but those in ``keep``;
+        returns problems (empty on success)."""
+        return self.keeper.restore(keep)
 
     def close(self) -> list[str]:
         problems = self.restore()
@@ -276,6 +277,19 @@ class CpuFreqKnob:
                 observed[pol] = cur / 1000.0
         fields["freq_observed_mhz"] = observed or None
         return fields
+
+    def rest(self, spec: "RunSpec") -> None:
+        """The board at rest under a standing configuration: its policies set to its clock
+        straight from whatever the last point left (passing through the original governor
+        would move the clock twice between jobs), every other policy back to its original."""
+        if spec.freq_khz is None:
+            self.restore()
+            return
+        keep = frozenset(self.cf.policies_of_cpus(spec.cpus))
+        problems = self.cf.restore(keep)
+        if problems:
+            log.error("cpufreq restore problems: %s", "; ".join(problems))
+        self.cf.set_for_cpus(spec.cpus, int(spec.freq_khz))
 
     def restore(self) -> None:
         problems = self.cf.restore()

@@ -10,7 +10,8 @@ finds a stale file, so a crashed run's pinned limits are never mistaken for the 
 Cpu sets the agent changes (a pid target's thread affinity, a unit's cpuset or AllowedCPUs) are
 recorded the same way in ``cpuset-state.json`` (:class:`CpusetRecord`). :func:`restore_at_start`
 puts both records back when the agent starts, before it reads the platform, and says so in the
-log: after a kill -9 nothing stays pinned, and nothing pinned is taken for the original.
+log: after a kill -9 nothing stays pinned, and nothing pinned is taken for the original. The
+configuration a user applied is then set again by agent/standing.py, on the originals.
 """
 
 from __future__ import annotations
@@ -33,7 +34,7 @@ log = logging.getLogger("opptune.agent.knobs.state")
 CPUFREQ = "/sys/devices/system/cpu/cpufreq"
 
 
-def _atomic_write_json(path: str, data: dict) -> None:
+def atomic_write_json(path: str, data: dict) -> None:
     d = os.path.dirname(os.path.abspath(path))
     os.makedirs(d, exist_ok=True)
     tmp = f"{path}.tmp.{os.getpid()}"
@@ -196,14 +197,17 @@ class StateKeeper:
     def _persist(self) -> None:
         self.state["saved_at"] = time.time()
         if self.state_path:
-            _atomic_write_json(self.state_path, self.state)
+            atomic_write_json(self.state_path, self.state)
 
-    def restore(self) -> list[str]:
-        """Restore everything saved; returns problems (empty on success). Idempotent."""
+    def restore(self, keep: frozenset[str] = frozenset()) -> list[str]:
+        """Restore everything saved but the policies in ``keep`` (they stay as set, their
+        originals still recorded); returns problems (empty on success). Idempotent."""
         with self._lock:
             problems = []
             done = []
             for policy, snap in sorted(self.state["policies"].items()):
+                if policy in keep:
+                    continue
                 p = restore_policy(self.fs, policy, snap)
                 problems += p
                 if not p:
@@ -218,7 +222,7 @@ class StateKeeper:
                 del self.state["policies"][policy]
             if self.state_path:
                 if self.changed:
-                    _atomic_write_json(self.state_path, self.state)
+                    atomic_write_json(self.state_path, self.state)
                 elif os.path.exists(self.state_path):
                     os.unlink(self.state_path)
             return problems
@@ -300,7 +304,7 @@ class CpusetRecord:
                 return
             self.state["entries"] += new
             if self.path:
-                _atomic_write_json(self.path, self.state)
+                atomic_write_json(self.path, self.state)
 
     def clear(self) -> None:
         """Everything is back: forget the record."""
@@ -351,7 +355,7 @@ def restore_cpusets_from_file(path: str, sysfs_root: str | None = None) -> dict:
             problems.append(f"restoring {e}: {exc}")
             left.append(e)
     if left:
-        _atomic_write_json(path, dict(state, entries=list(reversed(left))))
+        atomic_write_json(path, dict(state, entries=list(reversed(left))))
     else:
         os.unlink(path)
     return {"restored": restored, "problems": problems, "pid": state.get("pid")}

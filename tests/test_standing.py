@@ -1,0 +1,236 @@
+"""A configuration a user applied outlives the agent: kept in its state directory, applied
+again when the agent starts (after the originals are restored), dropped with the reason when
+it cannot be (a process gone, no cpufreq).
+
+The configuration is applied by the agent's real executor and worker on a virtual rpi4 (as in
+tests/test_idle_clock.py); the restart is a real ``opptune-agent`` process on the same state
+directory and tree (no daemon: the start-up does not wait for one). Pid targets use this
+machine's /proc with the executor's parts in this process."""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import shutil
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from opptune.agent.apply import Executor, Worker
+from opptune.agent.outbox import Outbox
+from opptune.agent.platform import discover
+from opptune.agent.runner import Runner
+
+from opptune.agent.sysfs import SysFS
+from opptune.agent.targets import Targets
+from opptune.agent.workloads import Workloads
+from opptune.shared import protocol as P
+from opptune.shared.config import AgentConfig, CommandWorkload
+from procs import free_endpoint, wait_until
+from test_idle_clock import config, pinned_at, work, worker_on
+from test_virtual_e2e import cpufreq_state
+
+PY = sys.executable
+FILENAME = "standing.json"  # in the state directory
+
+
+class AgentProc:
+    """A real opptune-agent on ``state`` and the virtual rpi4 tree ``root``; no daemon."""
+
+    def __init__(self, tmp: Path, state: Path, root: str):
+        self.log = tmp / "agent.log"
+        with open(self.log, "ab") as fh:
+            self.proc = subprocess.Popen(
+                [PY, "-m", "opptune.agent", "--daemon", free_endpoint(), "--agent-id", "a1",
+                 "--state-dir", str(state), "--sysfs-root", root, "--virtual-board", "rpi4",
+                 "--heartbeat", "0.5"], stdout=fh, stderr=subprocess.STDOUT,
+                stdin=subprocess.DEVNULL)
+
+    def text(self) -> str:
+        return self.log.read_text(errors="replace")
+
+    def started(self) -> None:
+        """Wait until the agent is past its start-up (its line naming the platform)."""
+        wait_until(lambda: "agent a1 on platform" in self.text() or self.proc.poll() is not None,
+                   "the agent's start", 60, self.text)
+        assert self.proc.poll() is None, self.text()
+
+    def stop(self) -> int:
+        self.proc.send_signal(signal.SIGTERM)
+        return self.proc.wait(30)
+
+
+def applied_before_restart(tmp_path, freq_khz=1_000_000) -> tuple[str, dict[str, str], Path]:
+    """Apply a configuration at ``freq_khz`` on cpus 0,1 (as `recommend --apply` sends it),
+    then stop that agent's parts: the board is back at its original (returned)."""
+    with worker_on(tmp_path, "rpi4") as (ex, w, knob, root, _):
+        before = cpufreq_state(root)
+        work(w, config("c1", freq_khz))
+        assert pinned_at(root, freq_khz)
+    assert cpufreq_state(root) == before  # the agent stopped puts the originals back
+    return root, before, tmp_path / "state"
+
+
+def test_the_applied_clock_is_in_force_again_after_the_agent_restarts(tmp_path):
+    root, before, state = applied_before_restart(tmp_path)
+    assert json.loads((state / FILENAME).read_text())["config"]["freq_khz"] == 1_000_000
+    agent = AgentProc(tmp_path, state, root)
+    try:
+        agent.started()
+        assert pinned_at(root, 1_000_000), cpufreq_state(root)
+        assert "applied configuration c1 (w on cpus 0,1 at 1000000 kHz) in force again after " \
+               "the agent's start" in agent.text()
+    finally:
+        assert agent.stop() == 0, agent.text()
+    # stopped, it puts the originals back, and keeps the configuration for its next start
+    assert cpufreq_state(root) == before
+    assert (state / FILENAME).exists()
+
+
+def test_without_cpufreq_after_the_restart_it_is_dropped_and_the_agent_goes_on(tmp_path):
+    root, _, state = applied_before_restart(tmp_path)
+    shutil.rmtree(Path(root) / "sys/devices/system/cpu/cpufreq")  # a kernel without the driver
+    agent = AgentProc(tmp_path, state, root)
+    try:
+        agent.started()
+        (line,) = [ln for ln in agent.text().splitlines() if "dropped" in ln]
+        assert "applied configuration c1 (w on cpus 0,1 at 1000000 kHz) dropped: frequency " \
+               "1000000 kHz cannot be set" in line, line
+        assert not (state / FILENAME).exists()
+        assert "Traceback" not in agent.text()
+    finally:
+        assert agent.stop() == 0, agent.text()
+
+
+def test_a_clock_no_longer_offered_is_dropped(tmp_path):
+    root, before, state = applied_before_restart(tmp_path)
+    table = Path(root) / "sys/devices/system/cpu/cpufreq/policy0/scaling_available_frequencies"
+    table.write_text(" ".join(t for t in table.read_text().split() if t != "1000000") + "\n")
+    agent = AgentProc(tmp_path, state, root)
+    try:
+        agent.started()
+        assert "dropped: frequency 1000000 kHz is not offered for cpus [0, 1]" in agent.text()
+        assert cpufreq_state(root) == before
+    finally:
+        assert agent.stop() == 0, agent.text()
+
+
+def test_ended_by_a_configuration_left_to_the_governor_not_by_a_verification(tmp_path):
+    with worker_on(tmp_path, "rpi4") as (ex, w, knob, root, _):
+        kept = tmp_path / "state" / FILENAME
+        work(w, config("c1", 1_200_000))
+        assert json.loads(kept.read_text())["config"]["config_id"] == "c1"
+        # the daemon's own verification after a sweep (keep: false) leaves it standing
+        work(w, config("c2", 600_000, keep=False))
+        assert json.loads(kept.read_text())["config"]["config_id"] == "c1"
+        assert ex.standing_wire()["config_id"] == "c1"
+        work(w, config("c3", None))
+        assert not kept.exists() and ex.standing_wire() is None
+
+
+# -- a running process (this machine's /proc) ---------------------------------------------------
+
+def pid_agent(tmp_path):
+    """An executor's real parts on this machine, as the agent builds them at start."""
+    cfg = AgentConfig(agent_id="a1", bench_kernels=[], state_dir=str(tmp_path / "state"),
+                      workloads=[CommandWorkload("w", [PY, "-c", "print('{\"time_s\": 1}')"])])
+    platform = discover(cfg)
+    wl = Workloads(cfg, catalogue={})
+    targets = Targets(SysFS("/"), systemd=False)
+    ex = Executor("a1", platform, wl, Runner(wl, platform["id"]), Outbox(cfg.state_dir),
+                  send=lambda m: None, state_dir=cfg.state_dir, targets=targets)
+    return ex, targets
+
+
+@pytest.fixture
+def sleeper():
+    proc = subprocess.Popen([PY, "-c", "import time; time.sleep(600)"])
+    yield proc
+    proc.kill()
+    proc.wait()
+
+
+def confine(tmp_path, pid: int) -> None:
+    """Apply a config to process ``pid`` (cpu 0), then stop that agent's parts."""
+    ex, targets = pid_agent(tmp_path)
+    w = Worker(ex)
+    w.start()
+    try:
+        work(w, P.make("config", "daemon", {
+            "config_id": "c1", "workload": "w", "size": "default", "cpus": [0], "threads": 1,
+            "freq_khz": None, "reps": 1, "target": {"kind": "pid", "pid": pid,
+                                                    "window_s": 0.05}}))
+        assert os.sched_getaffinity(pid) == {0}
+    finally:
+        w.stop(abort=True)
+        w.join(timeout=30)
+        assert targets.restore() == []
+        ex.outbox.close()
+
+
+needs_two_cpus = pytest.mark.skipif(len(os.sched_getaffinity(0)) < 2,
+                                    reason="confining to cpu 0 changes nothing on one cpu")
+
+
+@needs_two_cpus
+def test_the_same_process_is_confined_again(tmp_path, sleeper, caplog):
+    everywhere = os.sched_getaffinity(sleeper.pid)
+    confine(tmp_path, sleeper.pid)
+    assert os.sched_getaffinity(sleeper.pid) == everywhere  # the agent stopped: put back
+    ex, targets = pid_agent(tmp_path)
+    with caplog.at_level(logging.INFO, "opptune.agent.standing"):
+        ex.stand_again()
+    try:
+        assert os.sched_getaffinity(sleeper.pid) == {0}
+        assert f"applied configuration c1 (w on cpus 0 at the governor's clock, process " \
+               f"{sleeper.pid}) in force again" in caplog.text
+        assert ex.standing_wire()["target"] == {"kind": "pid", "pid": sleeper.pid}
+    finally:
+        targets.restore()
+        ex.outbox.close()
+
+
+@needs_two_cpus
+@pytest.mark.parametrize("change, why", [
+    (None, "process {pid} is gone"),
+    ({"pid_start": -1}, "process {pid} is gone (its pid now names another process)"),
+    ({"boot_id": "another-boot"}, "process {pid} was one of the previous boot"),
+])
+def test_a_process_gone_or_another_is_dropped_with_the_reason(tmp_path, sleeper, caplog,
+                                                              change, why):
+    pid = sleeper.pid
+    confine(tmp_path, pid)
+    kept = tmp_path / "state" / FILENAME
+    if change is None:
+        sleeper.kill()
+        sleeper.wait()
+    else:
+        kept.write_text(json.dumps({**json.loads(kept.read_text()), **change}))
+    ex, targets = pid_agent(tmp_path)
+    try:
+        with caplog.at_level(logging.INFO, "opptune.agent.standing"):
+            ex.stand_again()
+        assert f"applied configuration c1 (w on cpus 0 at the governor's clock, process " \
+               f"{pid}) dropped: {why.format(pid=pid)}" in caplog.text
+        assert not kept.exists()
+        assert ex.standing_wire() is None and ex.standing_dropped.startswith("c1: ")
+        if change is not None:
+            assert os.sched_getaffinity(pid) != {0}  # not confined: it may not be ours
+    finally:
+        ex.outbox.close()
+
+
+@pytest.mark.parametrize("text", ['{"config": {"cpus": [0', '[1, 2]', '{"config": 5}',
+                                  '{"config": {"config_id": "c1", "workload": "w", "size": '
+                                  '"default", "cpus": [0], "threads": 1, "freq_khz": "fast"}}'])
+def test_a_damaged_record_applies_nothing_and_is_dropped(tmp_path, caplog, text):
+    from opptune.agent.standing import StandingFile
+    (tmp_path / FILENAME).write_text(text)
+    with caplog.at_level(logging.WARNING, "opptune.agent.standing"):
+        assert StandingFile(str(tmp_path)).load() is None
+    assert f"the applied configuration in {tmp_path / FILENAME} cannot be read (" in caplog.text
+    assert not (tmp_path / FILENAME).exists()
