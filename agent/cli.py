@@ -1,4 +1,5 @@
-"""``opptune-agent``: run the agent on a board (or restore cpufreq state with --restore).
+"""``opptune-agent``: run the agent on a board (or restore cpufreq state with --restore, or
+forget the configuration a user applied with --forget-applied).
 
 Threads: the link (ZeroMQ, heartbeats, outbox resends) runs in the main thread; accepted jobs
 and configs run one by one in a worker thread, so heartbeats go on during long runs.
@@ -33,8 +34,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                     "benchmarks and workloads of its configuration at the core counts and CPU "
                     "frequencies the daemon asks for, sends every result and applies the "
                     "configuration the daemon recommends; one a user applied is kept in the "
-                    "state directory and applied again at the next start. With --restore it "
-                    "puts back the CPU frequency settings and cpu sets it saved, then exits.")
+                    "state directory and applied again at the next start (--forget-applied ends "
+                    "it). With --restore it puts back the CPU frequency settings and cpu sets "
+                    "it saved, then exits.")
     ap.add_argument("--version", action="version", version=f"opptune-agent {__version__}")
     ap.add_argument("--config", metavar="FILE.toml",
                     help="agent configuration (default /etc/opptune/agent.toml; etc/agent.toml "
@@ -54,10 +56,54 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                     help="how often to tell the daemon the agent is alive")
     ap.add_argument("--log-level", choices=["DEBUG", "INFO", "WARNING", "ERROR"],
                     help="how much to log on stderr (default INFO)")
-    ap.add_argument("--restore", action="store_true",
+    once = ap.add_mutually_exclusive_group()
+    once.add_argument("--restore", action="store_true",
                     help="put back the CPU frequency settings and cpu sets saved in the state "
                          "directory, then exit")
+    once.add_argument("--forget-applied", action="store_true",
+                    help="end the configuration a user applied (recommend --apply, --pid, "
+                         "--unit, tune): forget it, so the next start leaves the board at its "
+                         "original settings; the agent must be stopped (it puts the originals "
+                         "back when it stops), then exit")
     return ap.parse_args(argv)
+
+
+def _forget_applied(config) -> int:
+    """Remove the configuration kept in force (agent/standing.py) while no agent runs on the
+    state directory: a running one holds it in memory and would keep applying it."""
+    from .standing import StandingFile, describe
+    from .state_lock import StateDirBusy
+    from .state_lock import hold as hold_state_dir
+    if not os.path.isdir(config.state_dir):
+        print(f"opptune-agent: no applied configuration is kept in {config.state_dir} (no such "
+              "directory); nothing to forget", file=sys.stderr)
+        return 0
+    try:
+        lock = hold_state_dir(config.state_dir)
+    except StateDirBusy as exc:
+        by = f"pid {exc.pid}" if exc.pid else "another process"
+        print(f"opptune-agent: the agent on {config.state_dir} is running ({by}) and holds "
+              "the applied configuration; stop it (it puts the board's original settings "
+              "back), then run --forget-applied; nothing forgotten", file=sys.stderr)
+        return EXIT_BUSY
+    except OSError as exc:
+        print(f"opptune-agent: the state directory {config.state_dir} is not usable: "
+              f"{exc.strerror or exc}", file=sys.stderr)
+        return EXIT_CONFIG
+    try:
+        file = StandingFile(config.state_dir)
+        saved = file.load()  # a damaged record is said and removed by load itself
+        if saved is None:
+            print(f"opptune-agent: no applied configuration is kept in {config.state_dir}; "
+                  "nothing to forget", file=sys.stderr)
+            return 0
+        file.end()
+        print(f"opptune-agent: forgot the applied configuration {describe(saved['config'])}: "
+              "the agent's next start leaves the board at its original settings",
+              file=sys.stderr)
+        return 0
+    finally:
+        lock.close()
 
 
 def _running_agent(paths: list[str]) -> tuple[int, str] | None:
@@ -219,6 +265,8 @@ def main(argv: list[str] | None = None) -> int:
                         format=LOG_FORMAT, stream=sys.stderr)
     if args.restore:
         return _restore(config)
+    if args.forget_applied:
+        return _forget_applied(config)
     return run_agent(config, config_path=args.config,
                      state_dir_option=args.state_dir is not None)
 

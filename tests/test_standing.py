@@ -234,3 +234,44 @@ def test_a_damaged_record_applies_nothing_and_is_dropped(tmp_path, caplog, text)
         assert StandingFile(str(tmp_path)).load() is None
     assert f"the applied configuration in {tmp_path / FILENAME} cannot be read (" in caplog.text
     assert not (tmp_path / FILENAME).exists()
+
+
+def test_forget_applied_ends_it_while_the_agent_is_stopped_and_refuses_under_a_running_one(
+        tmp_path):
+    """No command ended an applied configuration: the user had to find and delete the file.
+    `opptune-agent --forget-applied` removes it with the agent stopped (the next start leaves
+    the board at its originals); beside a running agent it refuses (that agent holds it and
+    would apply it again), and without one kept it says so."""
+    root, before, state = applied_before_restart(tmp_path)
+
+    def forget() -> subprocess.CompletedProcess:
+        return subprocess.run([PY, "-m", "opptune.agent", "--state-dir", str(state),
+                               "--sysfs-root", root, "--forget-applied"],
+                              capture_output=True, text=True, timeout=60)
+
+    agent = AgentProc(tmp_path, state, root)
+    try:
+        agent.started()
+        p = forget()
+        assert p.returncode == 1 and p.stdout == "", p.stderr
+        assert f"the agent on {state} is running (pid {agent.proc.pid})" in p.stderr
+        assert "nothing forgotten" in p.stderr and (state / FILENAME).exists()
+        assert pinned_at(root, 1_000_000)
+    finally:
+        assert agent.stop() == 0, agent.text()
+    p = forget()
+    assert p.returncode == 0, p.stderr
+    assert p.stderr == ("opptune-agent: forgot the applied configuration c1 (w on cpus 0,1 at "
+                        "1000000 kHz): the agent's next start leaves the board at its original "
+                        "settings\n")
+    assert not (state / FILENAME).exists()
+    (tmp_path / "next").mkdir()  # a log of its own: the first agent's says it started
+    agent = AgentProc(tmp_path / "next", state, root)
+    try:
+        agent.started()
+        assert "in force again" not in agent.text()
+        assert cpufreq_state(root) == before
+    finally:
+        assert agent.stop() == 0, agent.text()
+    p = forget()
+    assert p.returncode == 0 and "no applied configuration is kept in" in p.stderr, p.stderr
