@@ -25,6 +25,8 @@ log = logging.getLogger("opptune.daemon")
 # A daemon's claim on a group it is fitting; a claim this old is taken over by another daemon
 # (its holder died mid-fit). Fits take seconds.
 FIT_LEASE_S = 300.0
+# the note on a recommendation the agent's restart dropped from the board (its error text)
+DROPPED = "dropped at the agent's restart: "
 
 
 class Recommender:
@@ -311,6 +313,22 @@ class Recommender:
             return  # re-characterising: the sweep's fit recommends again
         # Verification runs are measurements too: refit, but do not push again.
         self.request_fit(group, recommend_after=False)
+
+    def dropped(self, agent: str, text: str) -> None:
+        """The agent's hello says its restart dropped the configuration in force (``text``:
+        'CONFIG_ID: why', agent/standing.py): note it on that recommendation. Its state stays
+        the verdict of its verification (drift and tune read it); the note says it is no
+        longer in force. Noted once, however many hellos repeat it."""
+        config_id, sep, why = text.partition(": ")
+        rec = self.store.recommendation(config_id) if sep else None
+        if rec is None or rec["agent"] != agent or DROPPED in (rec.get("error") or ""):
+            return
+        note = f"{DROPPED}{why}; the board is at its original settings"
+        # ``updated`` kept: the verdict is as old as it was (drift orders verdicts by it)
+        self.store.update_recommendation(
+            config_id, rec["state"], rec["updated"], verified_time_s=rec["verified_time_s"],
+            error=f"{rec['error']}; {note}" if rec.get("error") else note)
+        log.info("config %s of agent %s no longer in force: %s", config_id, agent, note)
 
 
 def rests_on(store: Store, group: Group, quality: dict[str, Any] | None = None,

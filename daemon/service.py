@@ -587,6 +587,8 @@ class Daemon:
         log.info("hello from agent %s (platform %s, %d workloads)", agent, pid,
                  len(info.workloads))
         self.send(identity, "heartbeat", self._welcome)
+        if isinstance(body.get("standing_dropped"), str):
+            self.recommender.dropped(agent, body["standing_dropped"])
         swept = self.jobs.resume(agent)
         self.recommender.send_unsent(agent, identity)
         if self.config.auto_sweep:

@@ -108,7 +108,8 @@ BODY_SCHEMAS: dict[str, dict[str, tuple[tuple[type, ...], bool]]] = {
         # .py): {"config_id", "workload", "size", "cpus", "freq_khz", "target"?}; nil: none;
         # absent: an older agent, which does not say
         "standing": ((dict, type(None)), False),
-        # why the configuration in force before the agent restarted was dropped
+        # why the configuration in force before the agent restarted was dropped: 'CONFIG_ID:
+        # why' (the daemon notes it on that recommendation)
         "standing_dropped": (_OPT_STR, False),
     },
     "heartbeat": {

@@ -604,3 +604,37 @@ def test_the_hello_says_what_stands_on_the_board_or_why_it_was_dropped(tmp_path)
     finally:
         a.close()
         d.stop()
+
+
+def test_a_configuration_dropped_at_the_agents_restart_is_noted_on_its_recommendation(
+        tmp_path):
+    """Its state stays the verification's verdict; status (and so --json and the report,
+    which read it) says it is no longer in force, once however many hellos repeat it."""
+    cfg = DaemonConfig(bind="tcp://127.0.0.1:0", database=str(tmp_path / "d.db"),
+                       auto_sweep=False, agent_timeout_s=30)
+    d = Daemon(cfg)
+    group = {"platform": "plat-test", "workload": "wl", "input": "small", "variant": ""}
+    for cid, agent in (("cfg-1", "a1"), ("cfg-2", "a2")):
+        d.store.save_recommendation({"config_id": cid, "agent": agent, **group, "cores": 2,
+                                     "cpus": [0, 2], "threads": 2}, now=100.0)
+        d.store.update_recommendation(cid, "verified", 101.0, verified_time_s=4.0,
+                                      error="+1.0 % of the prediction")
+    d.start_thread()
+    a = Agent(d.endpoint)
+    try:
+        for dropped in ("cfg-1: process 42 is gone", "cfg-1: process 42 is gone",
+                        "cfg-2: process 7 is gone", "no config id"):  # a2's is not a1's
+            a.send("hello", {"platform": PLATFORM, "workloads": ["wl"], "agent_version": "t",
+                             "standing": None, "standing_dropped": dropped})
+            a.expect("heartbeat")
+        recs = {r["config_id"]: r for r in query(a, "status")["recommendations"]}
+        assert recs["cfg-1"]["state"] == "verified"
+        assert recs["cfg-1"]["error"] == (
+            "+1.0 % of the prediction; dropped at the agent's restart: process 42 is gone; "
+            "the board is at its original settings")
+        assert recs["cfg-2"]["error"] == "+1.0 % of the prediction"
+        # the verdict keeps its time: drift orders verdicts by it
+        assert d.store.recommendation("cfg-1")["updated"] == 101.0
+    finally:
+        a.close()
+        d.stop()
