@@ -336,6 +336,25 @@ def test_max_groups_0_draws_every_group_and_a_small_store_has_no_table(tmp_path)
     assert "Figures for" not in html and "<th>workload group</th>" not in html
 
 
+def test_the_fleet_says_what_stands_on_each_board_as_the_status_does(tmp_path):
+    data = _store(2)
+    a0, a1 = data["agents"]
+    a0["standing"] = {"config_id": "cfg-1", "workload": "w00", "size": "small",
+                      "cpus": [0, 1], "freq_khz": 1_500_000}
+    a1["standing_dropped"] = "cfg-2: process 42 is gone"
+    html = build_report(data, tmp_path, max_groups=0).index.read_text()
+    fleet = html[html.index('id="fleet"'):html.index('id="boards"')]
+    assert ("board box0 (agent a0): applied configuration cfg-1 in force: w00 on cpus 0,1 "
+            "at 1500 MHz") in fleet
+    assert ("board box1 (agent a1): the applied configuration was dropped when the agent "
+            "restarted: cfg-2: process 42 is gone; the board is at its original settings"
+            ) in fleet
+    # an agent that says neither (none applied, or older than the fields): no line
+    del a0["standing"]
+    html = build_report(data, tmp_path, max_groups=0).index.read_text()
+    assert "board box0 (agent a0)" not in html
+
+
 def test_drawn_groups_order():
     from opptune.daemon.report.analysis import drawn_groups
     data = _store(7)

@@ -14,6 +14,7 @@ from typing import Any, Callable
 from . import page, plots
 from .analysis import (GroupView, analyse_groups, drawn_groups, fleet_rows, group_key,
                        kernel_traits, latest_recommendations, topology_rows)
+from ..status_view import standing_text
 from .cli import DEFAULT_MAX_GROUPS
 
 TITLE = "opptune report"
@@ -181,7 +182,7 @@ def build_report(data: dict[str, Any], out: Path,
           r["verified"], r["off"]] for r in fleet_rows(data)])],
         notes=["applied: the agent ran the recommended configuration and measured it; "
                "verified: the measured time lay within the prediction interval; off: it "
-               "did not."])
+               "did not."] + standing_lines(data))
     board_secs = []
     for pid in sorted({v.group["platform"] for v in views}):
         name = boards.get(pid, pid)
@@ -217,6 +218,13 @@ def build_report(data: dict[str, Any], out: Path,
         work_sec.tables.append(_group_table(views, set(drawn)))
     html = page.render(TITLE, intro, [fleet, boards_sec, work_sec])
     return _write(out, html, images, [v.label for v in shown], t0, listed=len(views))
+
+
+def standing_lines(data: dict[str, Any]) -> list[str]:
+    """What a user applied that stands on each board, or why the agent's restart dropped it:
+    the lines of 'opptune status' (none for a board of which neither is known)."""
+    return [line for a in data.get("agents") or []
+            for line in [standing_text(a, str(a.get("board") or a.get("platform")))] if line]
 
 
 def _partial_note(n: int, total: int, max_groups: int, workload: str | None,
