@@ -349,6 +349,9 @@ def test_the_fleet_says_what_stands_on_each_board_as_the_status_does(tmp_path):
     assert ("board box1 (agent a1): the applied configuration was dropped when the agent "
             "restarted: cfg-2: process 42 is gone; the board is at its original settings"
             ) in fleet
+    # a store with nothing measured yet: the page that says how to start lists them too
+    empty = build_report({**data, "points": []}, tmp_path / "empty").index.read_text()
+    assert "board box1 (agent a1): the applied configuration was dropped" in empty
     # an agent that says neither (none applied, or older than the fields): no line
     del a0["standing"]
     html = build_report(data, tmp_path, max_groups=0).index.read_text()

@@ -159,6 +159,7 @@ def build_report(data: dict[str, Any], out: Path,
                  "again. 'opptune demo' shows the whole loop on this machine."]
         if known:
             empty.append(f"Agents known to the daemon: {known}.")
+        empty += standing_lines(data)
         html = page.render(TITLE, intro, [], empty=empty)
         return _write(out, html, images, [], t0)
 
