@@ -86,6 +86,19 @@ class Drift:
 
 
 
+def fit_predates(fit: dict[str, Any], events: list[dict[str, Any]]) -> dict[str, Any] | None:
+    """The newest drift event after stored fit ``fit`` was made that leaves its runs out (one
+    of its group, or of one of its clusters' groups for a whole-board group: the store's
+    rule), as ``{agent, variant, since}``; None when the fit is as current as its runs."""
+    later = [e for e in events if e["since"] > fit["created"]
+             and all(e[k] == fit[k] for k in ("platform", "workload", "input"))
+             and (e["variant"] == fit["variant"] or fit["variant"] == "")]
+    if not later:
+        return None
+    e = max(later, key=lambda e: e["since"])
+    return {"agent": e["agent"], "variant": e["variant"], "since": e["since"]}
+
+
 def status_rows(store: Store, state_of: Callable[[str], str | None]
                 ) -> list[dict[str, Any]]:
     """Drift events for ``opptune status``: why, the sweep's state (``state_of(job_id)``),

@@ -14,7 +14,7 @@ import time
 from typing import TYPE_CHECKING, Any, NamedTuple
 
 from ..shared.config import redact_url
-from .drift import status_rows as drift_rows
+from .drift import fit_predates, status_rows as drift_rows
 from .errors import HandlerError
 from .keyring import refused_keys
 from .recommender import off_pct, rests_on
@@ -120,7 +120,8 @@ def status(d: Daemon, args: dict[str, Any] | None = None, bases: bool = True
     fits: list[dict[str, Any]] = []
     if want("fits"):
         rows, total["fits"] = d.store.fits_page(platform, page.limit)
-        fits = [_fit_row(f) for f in rows]
+        events = d.store.drift_events() if rows else []
+        fits = [{**_fit_row(f), "predates_drift": fit_predates(f, events)} for f in rows]
 
     fit_errors: list[dict[str, Any]] = []
     if want("fit_errors"):

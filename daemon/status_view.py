@@ -97,6 +97,23 @@ def standing_text(agent: dict[str, Any], board: str) -> str | None:
     return None
 
 
+def predates_text(fit: dict[str, Any], names: dict[Any, str] | None = None) -> str | None:
+    """The line under the fits table on a stored fit made before a drift that leaves its
+    runs out (status fits[].predates_drift), and what measures the group again; None for a
+    current one."""
+    e = fit.get("predates_drift")
+    if not isinstance(e, dict):
+        return None
+    group = fit.get("group") if isinstance(fit.get("group"), dict) else {}
+    head = f"the fit of {_group(group, names)} predates "
+    if e.get("variant") == group.get("variant"):
+        return (head + f"its drift on agent {e.get('agent')}: its runs from before no longer "
+                "count; the drift's sweep measures it again and refits it")
+    return (head + f"the drift of its {e.get('variant')} group on agent {e.get('agent')}: its "
+            "runs from before no longer count (they ran on that cluster too); opptune "
+            f"characterize --agent {e.get('agent')} measures it again")
+
+
 def _table(title: str, columns: tuple[str, ...]) -> Table:
     """A table whose cells wrap in a narrow terminal instead of being cut with an ellipsis:
     ids, labels and reasons are what a user copies into the next command."""
@@ -236,10 +253,15 @@ def print_status(data: dict[str, Any], console: Console | None = None,
         params = params_text(f.get("model"), f.get("params"))
         runners = ", ".join(str(r.get("model", r)) if isinstance(r, dict) else str(r)
                             for r in (f.get("runners_up") or []))
-        t.add_row(_group(f.get("group"), names), str(f.get("model")), params,
+        t.add_row(_group(f.get("group"), names), str(f.get("model"))
+                  + (" (predates a drift)" if f.get("predates_drift") else ""), params,
                   _fmt((f.get("quality") or {}).get("mape"), ".2f"), runners)
     _print_table(console, t)
     more("fits")
+    for f in data.get("fits", []):
+        line = predates_text(f, names)
+        if line:
+            console.print(line, markup=False, soft_wrap=True)
     for e in data.get("fit_errors") or []:
         console.print(f"fit failed for {_group(e.get('group'), names)}: {e.get('error')}", markup=False)
     more("fit_errors")

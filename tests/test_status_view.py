@@ -295,3 +295,59 @@ def test_status_says_what_a_user_applied_stands_or_why_a_restart_dropped_it():
     # nothing applied, or an agent older than the field
     assert standing_text({"id": "a1", "standing": None}, "b") is None
     assert standing_text({"id": "a1"}, "b") is None
+
+
+def test_a_fit_made_before_a_drift_says_so_and_what_measures_it_again(tmp_path):
+    """A cluster group's drift leaves the whole-board group's earlier runs out too: its stored
+    fit is kept (what the recommendations made then rest on) but no longer reads as current."""
+    from opptune.daemon.service import Daemon
+    from opptune.daemon.status_query import status
+    from rich.console import Console
+
+    from opptune.daemon.status_view import predates_text, print_status
+    from opptune.daemon.store import Group
+    from opptune.shared.config import DaemonConfig
+    d = Daemon(DaemonConfig(bind="tcp://127.0.0.1:0", database=str(tmp_path / "d.db"),
+                            curve="off", auto_sweep=False))
+    try:
+        for v in ("", "cluster0", "cluster1"):
+            d.store.save_fit(Group("p1", "w", "small", v), "amdahl", {}, {}, [], now=10.0)
+        d.store.save_drift("a1", Group("p1", "w", "small", "cluster1"), "2 off verdicts",
+                           [], None, now=20.0)
+        d.store.save_fit(Group("p1", "w2", "small", ""), "amdahl", {}, {}, [], now=10.0)
+        d.store.save_fit(Group("p1", "w", "small", "cluster1"), "amdahl", {}, {}, [], now=30.0)
+        d.store.save_drift("a1", Group("p1", "w2", "small", ""), "2 off verdicts", [], None,
+                           now=5.0)  # older than w2's fit
+        fits = {(f["group"]["workload"], f["group"]["variant"]): f
+                for f in status(d, {})["fits"]}
+    finally:
+        d.close()
+    assert fits["w", ""]["predates_drift"] == {"agent": "a1", "variant": "cluster1",
+                                               "since": 20.0}
+    # refitted after its own drift; another cluster's; a drift before the fit: current
+    assert fits["w", "cluster1"]["predates_drift"] is None
+    assert fits["w", "cluster0"]["predates_drift"] is None
+    assert fits["w2", ""]["predates_drift"] is None
+    names = {"p1": "box"}
+    assert predates_text(fits["w", ""], names) == (
+        "the fit of box/w/small predates the drift of its cluster1 group on agent a1: its "
+        "runs from before no longer count (they ran on that cluster too); opptune "
+        "characterize --agent a1 measures it again")
+    own = {**fits["w", "cluster1"], "predates_drift": {"agent": "a1", "variant": "cluster1",
+                                                       "since": 40.0}}
+    assert predates_text(own, names) == (
+        "the fit of box/w/small/cluster1 predates its drift on agent a1: its runs from "
+        "before no longer count; the drift's sweep measures it again and refits it")
+    console = Console(record=True, width=200)
+    print_status({"agents": [{"id": "a1", "board": "box", "platform": "p1"}],
+                  "fits": [fits["w", ""], fits["w", "cluster0"]]}, console)
+    out = console.export_text()
+    assert "amdahl (predates a drift)" in out and out.count("predates") == 2
+    # the report's table of groups says it of the stored fit too
+    from opptune.daemon.report.analysis import stored_fit_note
+    assert stored_fit_note(fits["w", ""]) == (
+        "amdahl (the daemon's fit, made before a drift of its cluster1 group: the runs it "
+        "rests on no longer count)")
+    assert stored_fit_note(own).endswith("made before a drift of the group: the runs it rests "
+                                         "on no longer count)")
+    assert stored_fit_note(fits["w", "cluster0"]) == "amdahl (the daemon's fit)"

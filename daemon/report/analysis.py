@@ -217,8 +217,13 @@ def stored_fit_note(fit: dict[str, Any] | None) -> str:
     if not fit:
         return "none stored by the daemon"
     cv = (fit.get("quality") or {}).get("cv_mape")
+    drift = fit.get("predates_drift")
     return f"{fit.get('model')}" + (f", cross-validated MAPE {cv:.1f} %" if cv else "") \
-        + " (the daemon's fit)"
+        + (" (the daemon's fit, made before a drift of "
+           + ("the group" if drift.get("variant") == (fit.get("group") or {}).get("variant")
+              else f"its {drift.get('variant')} group")
+           + ": the runs it rests on no longer count)" if isinstance(drift, dict)
+           else " (the daemon's fit)")
 
 
 def drawn_groups(entries: list[dict[str, Any]], recs: list[dict[str, Any]], most: int
