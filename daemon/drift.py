@@ -85,7 +85,6 @@ class Drift:
         return True
 
 
-
 def fit_predates(fit: dict[str, Any], events: list[dict[str, Any]]) -> dict[str, Any] | None:
     """The newest drift event after stored fit ``fit`` was made that leaves its runs out (one
     of its group, or of one of its clusters' groups for a whole-board group: the store's
