@@ -391,11 +391,16 @@ def follow_tune(endpoint: str, session: dict[str, Any], timeout_s: float,
 
 
 def print_verdict(s: dict[str, Any], con: Console) -> None:
-    segs = "; ".join(f"{x['variant'] or 'board'}: {x['measured']} measured of {x['grid']}"
-                     f" ({x['stop_reason'] or 'not finished'})" for x in s["segments"])
+    # the sampler's stop reason counts the configurations stored before the session too
+    segs = "; ".join(f"{x['variant'] or 'board'}: {x['measured']} measured"
+                     + (f" + {x['measured_before']} before" if x.get("measured_before") else "")
+                     + f" of {x['grid']} ({x['stop_reason'] or 'not finished'})"
+                     for x in s["segments"])
+    before = (f" ({s['measured_before']} more measured before this session)"
+              if s.get("measured_before") else "")
     con.print(f"tune {s['tune_id']}: {s['goal_text']} of {s['workload']} ({s['size']}) on "
-              f"{s['agent']}: measured {s['measured']} of {s['grid']} configurations in "
-              f"{s['elapsed_s']:.1f} s ({segs})", markup=False, soft_wrap=True)
+              f"{s['agent']}: measured {s['measured']} of {s['grid']} configurations{before} "
+              f"in {s['elapsed_s']:.1f} s ({segs})", markup=False, soft_wrap=True)
     basis = (s.get("recommendation") or {}).get("rests_on") or {}
     if s.get("accept_load") and basis.get("marked_used"):  # said only when it changed something
         con.print("--accept-load: runs marked for interference count; what follows holds for "
