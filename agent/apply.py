@@ -34,6 +34,7 @@ from ..shared.config import AgentConfig
 from ..shared.point_stats import StopRule, point_stats, stop_reason
 from ..shared.records import RunRecord
 from ..shared.refusals import RefusalLog
+from ..shared.target_text import measured_text, target_name
 from . import standing
 from .outbox import FULL_RETRY_S, Outbox, OutboxFull
 from .platform import clock_problem, cpus_problem
@@ -440,8 +441,10 @@ class Executor:
         reply = P.make("applied", self.agent_id, out)
         self.durably(lambda: self.outbox.finish_config(cid, reply))
         self.notify()
-        log.info("config %s applied to %s: ok=%s %s", cid, target, out["ok"],
-                 out.get("measured") or out.get("error"))
+        if out["ok"]:
+            log.info("config %s %s", cid, measured_text(out["measured"]))
+        else:
+            log.warning("config %s not applied to %s: %s", cid, target_name(target), out["error"])
 
     def _policy_freqs(self, cpus: list[int]) -> dict[str, float]:
         """Current MHz of each cpufreq policy holding one of ``cpus`` (empty without a knob)."""

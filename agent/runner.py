@@ -16,7 +16,7 @@ import tempfile
 import time
 from typing import Any, Callable
 
-from ..shared.records import RunRecord
+from ..shared.records import NOT_RUN, RunRecord
 from .child import AbortSignal, RunAs, observed_affinity, spawn, wait
 from .meters.interference import mark_reason
 from .meters.rusage import RusageMeter
@@ -143,7 +143,7 @@ class Runner:
                 if rec.error == self._timeout_text:
                     timed_out = f"repetition {rep}"
             else:
-                rec = self._failed(spec, rep, f"not run: {timed_out} of this point "
+                rec = self._failed(spec, rep, f"{NOT_RUN}{timed_out} of this point "
                                               f"{self._timeout_text}")
             out.append(rec)
             if on_record:

@@ -132,6 +132,9 @@ def config_text(r: dict[str, Any]) -> str:
 
 
 def recommendation_table(r: dict[str, Any], title: str | None = None) -> Table:
+    """The recommendation's figures, one short cell each; what takes a sentence (why the
+    runner-up was not chosen, the load, the broken limits) is in :func:`recommendation_notes`,
+    printed under the table: in a cell it widened the table past 200 columns."""
     t = Table(title=title or f"{r['workload']} ({r['size']}) on {r['agent']}: "
                              f"{r['goal_text']}", show_header=False)
     t.add_column(style="bold")
@@ -148,10 +151,7 @@ def recommendation_table(r: dict[str, Any], title: str | None = None) -> Table:
     t.add_row("objective", f"{r['objective_value']:.4g} {r['unit']}")
     if r.get("runner_up"):
         ru = r["runner_up"]
-        why = ""
-        if r["margin"] < 0:  # objectives.choose: fewest cores, then lowest clock within tolerance
-            why = (": better, but within the daemon's tolerance the fewest cores, then the "
-                   "lowest clock, are chosen")
+        why = ", see below" if r["margin"] < 0 else ""
         t.add_row("runner-up", f"{config_text(ru)}: {ru['objective_value']:.4g} {r['unit']} "
                                f"({r['margin'] * 100:+.1f} %{why})")
     elif r["met"]:
@@ -162,12 +162,46 @@ def recommendation_table(r: dict[str, Any], title: str | None = None) -> Table:
                           f"configurations ({r['n_candidates']} candidates)")
     basis = r.get("rests_on") or {}
     if basis.get("marked_runs") or basis.get("outliers_left_out"):
-        style = "yellow" if basis.get("marked_used") or basis.get("unclean_points") else ""
-        t.add_row("load", Text(basis["text"], style=style))
+        t.add_row("load", Text(_load_cell(basis), style=_load_style(basis)))
     t.add_row("model", f"time {r['model']}; power {r['power_model'] or '-'}")
     if not r["met"]:
-        t.add_row("[red]limits[/red]", f"[red]{r['note']}[/red]")
+        t.add_row("[red]limits[/red]", "[red]not met, see below[/red]")
     return t
+
+
+def _load_cell(basis: dict[str, Any]) -> str:
+    marked = basis.get("marked_runs") or 0
+    parts = [f"{basis.get('clean_runs') or 0} clean runs"]
+    if marked:
+        parts.append(f"{marked} marked {'used' if basis.get('marked_used') else 'left out'}")
+    if basis.get("outliers_left_out"):
+        parts.append(f"{basis['outliers_left_out']} outliers left out")
+    return ", ".join(parts) + ", see below"
+
+
+def _load_style(basis: dict[str, Any]) -> str:
+    return "yellow" if basis.get("marked_used") or basis.get("unclean_points") else ""
+
+
+def recommendation_notes(r: dict[str, Any]) -> list[Text]:
+    """The lines under :func:`recommendation_table` its ``see below`` cells point to."""
+    out = []
+    if r.get("runner_up") and r["margin"] < 0:
+        # objectives.choose: fewest cores, then lowest clock within tolerance
+        out.append(Text(f"runner-up ({r['margin'] * 100:+.1f} %): better, but within the "
+                        "daemon's tolerance the fewest cores, then the lowest clock, are chosen"))
+    basis = r.get("rests_on") or {}
+    if basis.get("marked_runs") or basis.get("outliers_left_out"):
+        out.append(Text(f"load: {basis['text']}", style=_load_style(basis)))
+    if not r["met"]:
+        out.append(Text(f"limits: {r['note']}", style="red"))
+    return out
+
+
+def print_recommendation(con: Console, r: dict[str, Any]) -> None:
+    con.print(recommendation_table(r))
+    for line in recommendation_notes(r):
+        con.print(line, soft_wrap=True)
 
 
 def cmd_recommend(args: argparse.Namespace) -> int:
@@ -207,7 +241,7 @@ def cmd_recommend(args: argparse.Namespace) -> int:
         print()
         return rc
     con = make_console()
-    con.print(recommendation_table(data))
+    print_recommendation(con, data)
     if data.get("applied"):
         a, agent = data["applied"], data["agent"]
         if a["state"] == "withheld":
@@ -391,18 +425,23 @@ def follow_tune(endpoint: str, session: dict[str, Any], timeout_s: float,
 
 
 def print_verdict(s: dict[str, Any], con: Console) -> None:
-    segs = "; ".join(f"{x['variant'] or 'board'}: {x['measured']} measured of {x['grid']}"
-                     f" ({x['stop_reason'] or 'not finished'})" for x in s["segments"])
+    # the sampler's stop reason counts the configurations stored before the session too
+    segs = "; ".join(f"{x['variant'] or 'board'}: {x['measured']} measured"
+                     + (f" + {x['measured_before']} before" if x.get("measured_before") else "")
+                     + f" of {x['grid']} ({x['stop_reason'] or 'not finished'})"
+                     for x in s["segments"])
+    before = (f" ({s['measured_before']} more measured before this session)"
+              if s.get("measured_before") else "")
     con.print(f"tune {s['tune_id']}: {s['goal_text']} of {s['workload']} ({s['size']}) on "
-              f"{s['agent']}: measured {s['measured']} of {s['grid']} configurations in "
-              f"{s['elapsed_s']:.1f} s ({segs})", markup=False, soft_wrap=True)
+              f"{s['agent']}: measured {s['measured']} of {s['grid']} configurations{before} "
+              f"in {s['elapsed_s']:.1f} s ({segs})", markup=False, soft_wrap=True)
     basis = (s.get("recommendation") or {}).get("rests_on") or {}
     if s.get("accept_load") and basis.get("marked_used"):  # said only when it changed something
         con.print("--accept-load: runs marked for interference count; what follows holds for "
                   "the board under the load it was measured under, not for a quiet board",
                   markup=False, soft_wrap=True)
     if s.get("recommendation"):
-        con.print(recommendation_table(s["recommendation"]))
+        print_recommendation(con, s["recommendation"])
     v = s.get("verification")
     reason = s["reason"]
     if v:

@@ -21,6 +21,7 @@ from typing import Any, Callable, Iterable
 
 from ..shared import protocol
 from ..shared.config import DaemonConfig
+from ..shared.records import NOT_RUN
 from .link import Link
 from .registry import Registry
 from .store import Store
@@ -30,6 +31,22 @@ log = logging.getLogger("opptune.daemon")
 ACTIVE_JOB_STATES = ("queued", "sent", "running")
 FINAL_JOB_STATES = ("done", "failed", "expired")
 UNSUCCESSFUL_JOB_STATES = ("failed", "expired")  # final; the status carries the reason
+
+
+def failure_text(errors: list[str]) -> str:
+    """The causes among the distinct error texts of a job's runs, first first: the runs the
+    agent skipped after a timeout ("not run: ...") repeat a cause, or, when the run that timed
+    out was an unrecorded warmup, name it ("warmup 0 of this point timed out after 5 s")."""
+    causes = [e for e in errors if not e.startswith(NOT_RUN)]
+    if causes:
+        return "; ".join(causes)
+    named = []
+    for e in errors:
+        run, sep, why = e[len(NOT_RUN):].partition(" of this point ")
+        text = f"{why} (at {run}; the rest of the point was not run)" if sep else e
+        if text not in named:
+            named.append(text)
+    return "; ".join(named) or "no error text"
 
 
 class JobTracker:
@@ -142,7 +159,7 @@ class JobTracker:
         self._running.discard(job_id)
         ok, errors = self.store.job_failures(job_id)
         if not ok:
-            reason = f"every run of the job failed: {'; '.join(errors) or 'no error text'}"
+            reason = f"every run of the job failed: {failure_text(errors)}"
             self.store.set_job_state(job_id, "failed", reason)
             log.warning("job %s of %s failed: %s", job_id, agent, reason)
             self._finished(agent, job_id)

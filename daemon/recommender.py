@@ -13,6 +13,7 @@ from typing import Any, Callable
 
 from ..shared.config import DaemonConfig
 from ..shared.records import RecordError, RunRecord
+from ..shared.target_text import measured_text
 from .fitter import FitOutcome, FitRequest, Fitter, set_clock_rows, workload_key
 from .recommend import (FitSetting, fit_setting, platform_others, recommend,
                         target_observations)
@@ -408,20 +409,6 @@ def verdict(measured: float | None, predicted: float | None, lower: float | None
                 else "no interval")
     return "off", (f"off by {pct:+.1f} % (measured {measured:.4g} s, predicted "
                    f"{predicted:.4g} s, {interval})")
-
-
-def measured_text(m: dict[str, Any]) -> str:
-    """One line of what a pid/unit target's verification window measured."""
-    t = m.get("target") or {}
-    what = f"pid {t['pid']}" if "pid" in t else t.get("unit", "target")
-    parts = [f"applied to {what}"]
-    if m.get("cpus_busy") is not None:
-        parts.append(f"{m['cpus_busy']:.2f} cpus busy over {m.get('window_s')} s")
-    if m.get("freq_mhz"):
-        parts.append("at " + ", ".join(f"{p} {f:g} MHz" for p, f in sorted(m["freq_mhz"].items())))
-    if m.get("energy_j") is not None:
-        parts.append(f"{m['energy_j']:.4g} J")
-    return "; ".join(parts)
 
 
 def off_pct(measured: float | None, predicted: float | None) -> float | None:

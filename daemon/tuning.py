@@ -67,6 +67,9 @@ class Segment:
     budget: int | None
     measured: int = 0  # configurations measured by this session
     stop_reason: str | None = None
+    # configurations of the grid the store held when the session began it (None: not begun,
+    # or a session saved before this was kept)
+    before: int | None = None
 
 
 @dataclass
@@ -104,7 +107,8 @@ class Session:
         return {"tune_id": self.tune_id, "agent": self.agent, "workload": self.workload,
                 "size": self.size, "goal": self.goal.as_dict(),
                 "segments": [{"variant": g.variant, "order": g.order, "budget": g.budget,
-                              "measured": g.measured, "stop_reason": g.stop_reason}
+                              "measured": g.measured, "stop_reason": g.stop_reason,
+                              "measured_before": g.before}
                              for g in self.segments],
                 "reps": self.reps, "warmup": self.warmup, "cluster": self.cluster,
                 "max_cores": self.max_cores, "started": self.started, "state": self.state,
@@ -119,7 +123,8 @@ class Session:
         """The session :meth:`record` gave, its grids from the board's ``platform``."""
         segments = [Segment(g["variant"], list(g["order"]),
                             segment_grid(platform, list(g["order"]), r["max_cores"]),
-                            g["budget"], g["measured"], g["stop_reason"])
+                            g["budget"], g["measured"], g["stop_reason"],
+                            g.get("measured_before"))
                     for g in r["segments"]]
         return cls(r["tune_id"], r["agent"], r["workload"], r["size"],
                    Goal.from_dict(r["goal"]), segments, r["reps"], r["warmup"], r["cluster"],
@@ -135,15 +140,18 @@ class Session:
         budget = sum(s.budget for s in self.segments) if all(
             s.budget for s in self.segments) else None
         measured = sum(s.measured for s in self.segments)
+        before = [s.before for s in self.segments if s.before is not None]
         per = float(np.median(self.job_seconds)) if self.job_seconds else None
         # ETA: the remaining budget (or, without one, one more measurement) at the median pace
         left = (budget - measured) if budget else (1 if self.state == "measuring" else 0)
         return {"tune_id": self.tune_id, "agent": self.agent, "workload": self.workload,
                 "size": self.size, "goal": self.goal.as_dict(), "goal_text":
                 self.goal.describe(), "state": self.state, "reason": self.reason,
-                "measured": measured, "budget": budget, "grid": grid,
+                "measured": measured, "measured_before": sum(before) if before else None,
+                "budget": budget, "grid": grid,
                 "segments": [{"variant": s.variant, "cpus": s.order, "grid": len(s.grid),
-                              "measured": s.measured, "stop_reason": s.stop_reason}
+                              "measured": s.measured, "measured_before": s.before,
+                              "stop_reason": s.stop_reason}
                              for s in self.segments],
                 "steps": self.steps, "job_id": self.job_id,
                 "eta_s": None if per is None or self.state not in ACTIVE else
@@ -484,6 +492,8 @@ class Tuner:
                                              "spent"))
             return
         measured = self._stored(self._platform_id(s), s.workload, s.size, seg, s.accept_load)
+        if seg.before is None:  # the sampler counts these too: "every configuration is measured"
+            seg.before = max(0, len(set(measured.index)) - seg.measured)
         s.pending = self._pool.submit(_propose, Sampler(s.goal), seg.grid, measured)
 
     def _stored(self, platform_id: str, workload: str, size: str, seg: Segment,

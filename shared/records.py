@@ -31,6 +31,11 @@ DERIVED_COUNTERS = {
 }
 
 
+# the error text of a run the agent skipped after an earlier run of its point timed out
+# ("not run: warmup 0 of this point timed out after 5 s"): a follow-on, not a cause
+NOT_RUN = "not run: "
+
+
 class RecordError(ValueError):
     """A record that cannot be accepted; the message names the field."""
 

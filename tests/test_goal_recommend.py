@@ -218,13 +218,13 @@ def test_the_table_of_an_unmet_limit_does_not_say_a_candidate_meets_it():
     goal)' above 'limits: no configuration meets the limits'."""
     from rich.console import Console
 
-    from opptune.daemon.goal_cli import recommendation_table
+    from opptune.daemon.goal_cli import print_recommendation
     plat = platform_of(XU4)
     runs = {"": rows(XU4, XU4_ORDER, SHARED)}
     never = recommend_goal(make_goal("energy", deadline="1ms"), plat, runs).as_dict()
     never.update(agent="xu4", workload="pi_integrate", size="small", rests_on=None)
     console = Console(record=True, width=300)
-    console.print(recommendation_table(never))
+    print_recommendation(console, never)
     text = console.export_text()
     assert "meets the goal" not in text
     assert "runner-up │ none (no configuration meets the limits)" in " ".join(text.split())
@@ -234,22 +234,33 @@ def test_the_table_of_an_unmet_limit_does_not_say_a_candidate_meets_it():
 def test_a_better_runner_up_says_why_it_was_not_chosen():
     """recommend --power-cap 2W printed 'runner-up: 5 cores at 1200 MHz: 0.01952 s (-4.7 %)'
     under a 4-core choice: a runner-up better than the choice, without a word that the
-    daemon's tolerance prefers fewer cores or a lower clock within it."""
+    daemon's tolerance prefers fewer cores or a lower clock within it. That sentence and the
+    load's were cells: the table grew past 200 columns; they are lines under it now."""
     from rich.console import Console
 
-    from opptune.daemon.goal_cli import recommendation_table
+    from opptune.daemon.goal_cli import print_recommendation
     plat = platform_of(XU4)
     runs = {"": rows(XU4, XU4_ORDER, SHARED)}
     # the daemon's tolerance applies to time goals (goal_query), here under a 3 W cap
     rec = recommend_goal(make_goal("time", power_cap="3W"), plat, runs,
                          tolerance=0.05).as_dict()
     assert rec["margin"] < 0
-    rec.update(agent="xu4", workload="pi_integrate", size="small", rests_on=None)
+    load = ("holds for the board under its load: 12 clean and 7 marked runs used (load "
+            "average 3.2 on 4 cpus; another process on cpu 2; throttled at 80 C)")
+    rec.update(agent="xu4", workload="pi_integrate", size="small",
+               rests_on={"clean_runs": 12, "marked_runs": 7, "marked_used": True,
+                         "outliers_left_out": None, "unclean_points": [], "text": load})
     console = Console(record=True, width=300)
-    console.print(recommendation_table(rec))
-    text = " ".join(console.export_text().split())
-    assert (f"({rec['margin'] * 100:+.1f} %: better, but within the daemon's tolerance the "
-            "fewest cores, then the lowest clock, are chosen)") in text
+    print_recommendation(console, rec)
+    lines = console.export_text().splitlines()
+    table, notes = lines[:-2], lines[-2:]
+    assert max(map(len, table)) < 120, "\n".join(table)
+    assert notes == [f"runner-up ({rec['margin'] * 100:+.1f} %): better, but within the "
+                     "daemon's tolerance the fewest cores, then the lowest clock, are chosen",
+                     f"load: {load}"]
+    text = " ".join(" ".join(table).split())
+    assert f"({rec['margin'] * 100:+.1f} %, see below)" in text
+    assert "load │ 12 clean runs, 7 marked used, see below" in text
 
 
 def test_tune_progress_says_one_core_not_one_cores():

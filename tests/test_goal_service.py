@@ -7,7 +7,9 @@ import time
 
 import pytest
 import zmq
+from rich.console import Console
 
+from opptune.daemon.goal_cli import print_verdict
 from opptune.daemon.registry import board_name
 from opptune.daemon.service import Daemon
 from opptune.shared import protocol as P
@@ -193,6 +195,17 @@ def test_tune_without_a_size_goes_on_from_the_one_measured(daemon):
             st = a.query("tune_status", {"tune_id": s["tune_id"]})["body"]["data"]
         assert st["steps"] == [] and st["size"] == "large", st
         assert st["recommendation"]["cpus"] == [0, 1, 2], st["recommendation"]
+        # the verdict said "measured 0 of 4 configurations ... (every configuration is
+        # measured)": the stop reason counted the sweep's runs, the count did not
+        (seg,) = st["segments"]
+        assert (st["measured"], st["measured_before"], seg["measured_before"]) == (0, 4, 4)
+        assert seg["stop_reason"] == "every configuration is measured"
+        con = Console(record=True, width=300)
+        print_verdict(st, con)
+        head = con.export_text().splitlines()[0]
+        assert ": measured 0 of 4 configurations (4 more measured before this session) in " \
+            in head and head.endswith("(board: 0 measured + 4 before of 4 (every configuration "
+                                      "is measured))"), head
     finally:
         a.close()
 

@@ -184,7 +184,8 @@ def test_limits_no_configuration_meets_exit_3_and_push_nothing(tmp_path):
         p = opptune("recommend", *base, "--deadline", "1us", "--apply", cwd=elsewhere)
         assert p.returncode == 3, p.stdout + p.stderr
         text = " ".join(p.stdout.split())
-        assert "limits │ no configuration meets the limits; the closest takes" in text
+        assert "limits │ not met, see below" in text
+        assert "limits: no configuration meets the limits; the closest takes" in text
         assert re.search(r"not applied: no configuration meets the limits; the closest takes "
                          r"[0-9.]+ m?s \(deadline 1 us\); nothing was pushed to test-agent: "
                          r"relax --deadline, measure more configurations with 'opptune tune "

@@ -119,6 +119,31 @@ def test_a_job_whose_every_run_failed_is_failed_with_the_runs_errors(daemon):
     assert j["board"] == "odroid-7"
 
 
+@pytest.mark.parametrize("errors,reason", [
+    # the hanging program timed out in its warmup (unrecorded): each repetition says not run
+    (["not run: warmup 0 of this point timed out after 5 s"] * 2,
+     "timed out after 5 s (at warmup 0; the rest of the point was not run)"),
+    (["timed out after 5 s", "not run: repetition 0 of this point timed out after 5 s"],
+     "timed out after 5 s"),
+])
+def test_a_job_that_timed_out_fails_with_the_timeout_not_the_runs_skipped(daemon, errors,
+                                                                          reason):
+    """Walking a board with a program that hangs: the sweep failed with 'every run of the job
+    failed: not run: warmup 0 of this point timed out after 5 s', the follow-on of the skipped
+    runs rather than what happened (the timeout)."""
+    a, op = Agent(daemon.endpoint), Agent(daemon.endpoint, "operator-1")
+    hello(a)
+    (sent,) = query(op, "sweep", {"agent": "a1", "max_cores": 2})["jobs"]
+    job = a.expect("job")["body"]
+    for seq, (p, error) in enumerate(zip(job["points"], errors)):
+        rec = record(len(p["cpus"]), ok=False, error=error)
+        rec["time_s"] = None
+        a.send("result", {"job_id": job["job_id"], "seq": seq, "of": 2, "record": rec})
+        a.expect("ack")
+    j = wait_state(op, sent["job_id"], "failed")
+    assert j["reason"] == f"every run of the job failed: {reason}"
+
+
 def test_fit_errors_name_the_group_and_the_reason(daemon):
     a, op = Agent(daemon.endpoint), Agent(daemon.endpoint, "operator-1")
     hello(a)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import os
 import stat
 import subprocess
@@ -114,7 +115,8 @@ def test_a_running_process_gets_every_thread_pinned_and_is_measured(tmp_path, bu
         ob.close()
 
 
-def test_a_unit_cgroup_gets_its_cpuset_written_and_restored(tmp_path):
+def test_a_unit_cgroup_gets_its_cpuset_written_and_restored(tmp_path, caplog):
+    caplog.set_level(logging.INFO, logger="opptune.agent.apply")
     root = tmp_path / "root"
     d = cgroup_tree(root)
     targets = Targets(SysFS(str(root)), systemd=False)
@@ -132,6 +134,10 @@ def test_a_unit_cgroup_gets_its_cpuset_written_and_restored(tmp_path):
         assert t == {"kind": "unit", "unit": "web.service", "method": "cgroup cpuset.cpus",
                      "cgroup": "/sys/fs/cgroup/system.slice/web.service", "allowed_cpus": "0"}
         assert body["measured"]["cpu_s"] == 0.0  # the fake counter does not move
+        # the log says it in one line, not as the dicts sent ("applied to {'kind': 'unit', ...")
+        (line,) = [r.getMessage() for r in caplog.records if "applied" in r.getMessage()]
+        assert line.startswith("config c1 applied to web.service; 0.00 cpus busy over "), line
+        assert "{" not in line and "ok=" not in line
         assert targets.restore() == []
         assert (d / "cpuset.cpus").read_text() == "0-1"
     finally:

@@ -1,0 +1,23 @@
+"""One readable line for a configuration applied to a running pid or unit (the agent's log,
+the daemon's verdict note): what, where, and what its verification window measured."""
+
+from __future__ import annotations
+
+from typing import Any
+
+
+def target_name(t: dict[str, Any]) -> str:
+    """'pid 42', the unit's name, or 'target' for a description without either."""
+    return f"pid {t['pid']}" if "pid" in t else str(t.get("unit", "target"))
+
+
+def measured_text(m: dict[str, Any]) -> str:
+    """'applied to pid 42; 0.95 cpus busy over 2.0 s; at policy0 1500 MHz; 3.1 J'."""
+    parts = [f"applied to {target_name(m.get('target') or {})}"]
+    if m.get("cpus_busy") is not None:
+        parts.append(f"{m['cpus_busy']:.2f} cpus busy over {m.get('window_s')} s")
+    if m.get("freq_mhz"):
+        parts.append("at " + ", ".join(f"{p} {f:g} MHz" for p, f in sorted(m["freq_mhz"].items())))
+    if m.get("energy_j") is not None:
+        parts.append(f"{m['energy_j']:.4g} J")
+    return "; ".join(parts)
