@@ -395,9 +395,9 @@ def test_no_daemon_named_and_none_at_the_default_fails_at_once_saying_what_to_pa
     out = capsys.readouterr()
     assert out.out == ""
     assert out.err.splitlines() == [
-        f"opptune {argv[0]}: no daemon listens at {default}, the default endpoint (no --config "
-        f"given and no {tmp_path / 'none.toml'}): give the daemon's configuration (--config "
-        "daemon.toml, on its host) or its endpoint (--daemon tcp://HOST:PORT)"]
+        f"opptune {' '.join(argv)}: no daemon listens at {default}, the default endpoint (no "
+        f"--config given and no {tmp_path / 'none.toml'}): give the daemon's configuration "
+        "(--config daemon.toml, on its host) or its endpoint (--daemon tcp://HOST:PORT)"]
     # something listens there (not answering): the query goes out and times out as before
     with socket.socket() as s:
         s.bind(("127.0.0.1", port))
