@@ -302,7 +302,10 @@ def main(argv: list[str] | None = None) -> int:
     try:
         return int(args.func(args) or 0)
     except ConfigError as exc:
-        print(f"opptune {args.command}: {exc}", file=sys.stderr)
+        # a command's own errors name its subcommand ('opptune keys list: ...'): so does this
+        action = getattr(args, "action", None)
+        print(f"opptune {args.command}{f' {action}' if isinstance(action, str) else ''}: "
+              f"{exc}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
         if sys.stderr.isatty():  # end a progress line counted in place (progress.py)

@@ -75,7 +75,7 @@ def daemon_endpoint(args: Any) -> str:
     return config.bind.replace("0.0.0.0", "127.0.0.1").replace("*", "127.0.0.1")
 
 
-def _refused(endpoint: str) -> bool:
+def _refused(endpoint: str, timeout_s: float = 1.0) -> bool:
     """True when a TCP connection to ``endpoint`` (tcp://HOST:PORT) is refused at once: no
     process listens there. Anything else (it listens, a timeout, another transport) is left
     to the query."""
@@ -83,7 +83,7 @@ def _refused(endpoint: str) -> bool:
     if not m:
         return False
     try:
-        with socket.create_connection((m.group(1), int(m.group(2))), timeout=1.0):
+        with socket.create_connection((m.group(1), int(m.group(2))), timeout=timeout_s):
             return False
     except ConnectionRefusedError:
         return True
@@ -126,7 +126,7 @@ def ask(command: str, endpoint: str, what: str, args: dict[str, Any] | None = No
               file=sys.stderr)
         return None, 2
     try:
-        return query(endpoint, what, args, timeout_s=timeout_s,
+        return query(endpoint, what, args, timeout_s=timeout_s, first=True,
                      on_wait=waiting_note(command, endpoint, timeout_s)), None
     except BadEndpoint as exc:
         print(f"{command}: {exc}", file=sys.stderr)
@@ -139,11 +139,18 @@ def ask(command: str, endpoint: str, what: str, args: dict[str, Any] | None = No
 def query(endpoint: str, what: str, args: dict[str, Any] | None = None,
           timeout_s: float = 5.0, context: zmq.Context | None = None,
           curve: tuple[str, str, str] | None = None,
-          on_wait: Callable[[], None] | None = None) -> dict[str, Any]:
+          on_wait: Callable[[], None] | None = None, first: bool = False) -> dict[str, Any]:
     """Send one ``query`` to the daemon at ``endpoint`` and return the reply's data;
     ``curve`` (default: what use_curve set) = (server public, own public, own secret).
     ``on_wait`` is called once when no answer came within WAIT_NOTE_S of a longer timeout
-    (a daemon that is not running is otherwise silent until the timeout)."""
+    (a daemon that is not running is otherwise silent until the timeout). ``first``: a
+    command's first query, which fails at once where a TCP endpoint refuses the connection
+    (a follower's queries wait out a daemon that restarts instead)."""
+    if first and _refused(endpoint, min(1.0, timeout_s)):
+        # the query would be silent for the whole timeout: nothing listens to take it
+        raise DaemonUnreachable(f"no daemon listens at {endpoint} (the connection was "
+                                "refused): check that opptune-daemon runs on that host and "
+                                "that the port is its log's 'listening on' one")
     ctx = context or zmq.Context.instance()
     sock = ctx.socket(zmq.DEALER)
     keys = curve if curve is not None else _CURVE

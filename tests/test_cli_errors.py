@@ -309,12 +309,13 @@ def test_a_long_wait_for_a_daemon_that_is_not_there_says_so_before_it_ends(monke
 
     from opptune.daemon import client
 
-    with socket.socket() as s:
+    with socket.socket() as s:  # listens, never answers (a refused one fails at once)
         s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]  # nothing listens there once closed
-    monkeypatch.setattr(client, "WAIT_NOTE_S", 0.2)
-    data, rc = client.ask("opptune eval-mpet", f"tcp://127.0.0.1:{port}", "mpet_data",
-                          timeout_s=0.8)
+        s.listen()
+        port = s.getsockname()[1]
+        monkeypatch.setattr(client, "WAIT_NOTE_S", 0.2)
+        data, rc = client.ask("opptune eval-mpet", f"tcp://127.0.0.1:{port}", "mpet_data",
+                              timeout_s=0.8)
     lines = capsys.readouterr().err.strip().splitlines()
     assert (data, rc) == (None, 1)
     assert len(lines) == 2, lines
@@ -346,18 +347,51 @@ def test_report_waiting_for_a_daemon_that_is_not_there_says_so_before_it_ends(mo
     from opptune.daemon import client
     from opptune.daemon.cli import main
 
-    with socket.socket() as s:
+    with socket.socket() as s:  # listens, never answers (a refused one fails at once)
         s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]  # nothing listens there once closed
-    monkeypatch.setattr(client, "WAIT_NOTE_S", 0.2)
-    rc = main(["report", "--daemon", f"tcp://127.0.0.1:{port}", "--timeout", "0.8",
-               "--out", str(tmp_path / "r")])
+        s.listen()
+        port = s.getsockname()[1]
+        monkeypatch.setattr(client, "WAIT_NOTE_S", 0.2)
+        rc = main(["report", "--daemon", f"tcp://127.0.0.1:{port}", "--timeout", "0.8",
+                   "--out", str(tmp_path / "r")])
     lines = capsys.readouterr().err.strip().splitlines()
     assert rc == 1 and len(lines) == 2, lines
     assert lines[0] == (f"opptune report: no answer from the daemon at tcp://127.0.0.1:{port} "
                         "yet; waiting up to 0.8 s (--timeout; Ctrl-C stops)")
     assert lines[1].startswith("opptune report: no answer from the daemon") and \
         "within 0.8 s" in lines[1]
+
+
+@pytest.mark.parametrize("prog,argv", [("keys list", ["keys", "list"]), ("status", ["status"]),
+                                       ("report", ["report"]),
+                                       ("sweep", ["sweep", "--agent", "a", "--wait"])])
+@pytest.mark.parametrize("how", ["--daemon", "--config"])
+def test_a_named_endpoint_where_nothing_listens_fails_at_once(monkeypatch, capsys, tmp_path,
+                                                               prog, argv, how):
+    """An explicit --daemon tcp://HOST:PORT (or --config's bind) where nothing listened waited
+    the whole --timeout, then said 'no answer'. A refused connection at a command's first
+    query now ends it at once (exit 1, as a timeout), saying what to check."""
+    import socket
+
+    from opptune.daemon import client
+    from opptune.daemon.cli import main
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]  # nothing listens there once closed
+    endpoint = f"tcp://127.0.0.1:{port}"
+    cfg = tmp_path / "daemon.toml"
+    cfg.write_text(f'bind = "{endpoint}"\ncurve = "off"\n')
+    monkeypatch.setattr(client, "WAIT_NOTE_S", 0.1)  # a wait would say so, a line more
+    where = [how, endpoint if how == "--daemon" else str(cfg)]
+    extra = ["--out", str(tmp_path / "r")] if argv == ["report"] else []
+    assert main([*argv, *where, "--timeout", "30", *extra]) == 1
+    out = capsys.readouterr()
+    assert out.out == ""
+    assert out.err.splitlines() == [
+        f"opptune {prog}: no daemon listens at {endpoint} (the connection was refused): "
+        "check that opptune-daemon runs on that host and that the port is its log's "
+        "'listening on' one"]
 
 
 def test_every_option_of_every_command_says_what_it_does():
@@ -395,9 +429,9 @@ def test_no_daemon_named_and_none_at_the_default_fails_at_once_saying_what_to_pa
     out = capsys.readouterr()
     assert out.out == ""
     assert out.err.splitlines() == [
-        f"opptune {argv[0]}: no daemon listens at {default}, the default endpoint (no --config "
-        f"given and no {tmp_path / 'none.toml'}): give the daemon's configuration (--config "
-        "daemon.toml, on its host) or its endpoint (--daemon tcp://HOST:PORT)"]
+        f"opptune {' '.join(argv)}: no daemon listens at {default}, the default endpoint (no "
+        f"--config given and no {tmp_path / 'none.toml'}): give the daemon's configuration "
+        "(--config daemon.toml, on its host) or its endpoint (--daemon tcp://HOST:PORT)"]
     # something listens there (not answering): the query goes out and times out as before
     with socket.socket() as s:
         s.bind(("127.0.0.1", port))

@@ -52,7 +52,7 @@ def cmd_report(args: argparse.Namespace) -> int:
         return _fail(f"--out {args.out}: is a file, not a directory; name a directory", 2)
     try:
         endpoint = daemon_endpoint(args)
-        data = query(endpoint, "report", timeout_s=args.timeout,
+        data = query(endpoint, "report", timeout_s=args.timeout, first=True,
                      on_wait=waiting_note("opptune report", endpoint, args.timeout))
     except BadEndpoint as exc:
         return _fail(str(exc), 2)
