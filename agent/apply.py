@@ -386,8 +386,7 @@ class Executor:
     def apply_config(self, msg: dict[str, Any]) -> None:
         body = msg["body"]
         cid = body["config_id"]
-        spec = RunSpec(body["workload"], body["size"], list(body["cpus"]), body["threads"],
-                       body.get("freq_khz"), variant=str(body.get("variant", "")))
+        spec = RunSpec.of_config(body)
         at_rest, self._knobs_moved = not self._knobs_moved, True
         if kind_of(body.get("target")) != "command":
             return self._apply_to_target(body, spec, at_rest)

@@ -29,6 +29,12 @@ class RunSpec:
     freq_khz: int | None = None
     variant: str = ""
 
+    @classmethod
+    def of_config(cls, body: dict[str, Any]) -> RunSpec:
+        """The run a pushed config's body describes (one applied now, or kept in force)."""
+        return cls(body["workload"], body["size"], list(body["cpus"]), body["threads"],
+                   body.get("freq_khz"), variant=str(body.get("variant", "")))
+
 
 class Knob(Protocol):
     name: str

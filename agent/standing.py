@@ -44,11 +44,6 @@ def boot_id() -> str | None:
         return None
 
 
-def spec_of(config: dict[str, Any]) -> RunSpec:
-    return RunSpec(config["workload"], config["size"], list(config["cpus"]), config["threads"],
-                   config.get("freq_khz"), variant=str(config.get("variant", "")))
-
-
 def leaves_nothing(config: dict[str, Any]) -> bool:
     """A command's configuration left to the governor: nothing of it stays in force."""
     return config.get("freq_khz") is None and kind_of(config.get("target")) == "command"
@@ -151,7 +146,7 @@ def stand_again(file: StandingFile, platform: dict[str, Any], runner: Any,
     if saved is None:
         return Outcome()
     config = saved["config"]
-    spec = spec_of(config)
+    spec = RunSpec.of_config(config)
     kind = kind_of(config.get("target"))
     try:
         why = cpus_problem(platform, spec.cpus)
