@@ -10,7 +10,12 @@ daemon/mpet_answer.py:store_rows). Usage::
         --virtual rpi4 --virtual odroid-xu4
 
 ``--local-size ''`` leaves this machine out (only the virtual boards, each kernel modelled by
-agent/virtual_workload.py: about 2 minutes at size small).
+agent/virtual_workload.py: about 2 minutes at size small). Beside each data.csv, runs.csv
+keeps every run of the board as stored (the marked ones too).
+
+``--from-db A.db --from-db B.db --name xeon16`` measures nothing: it exports stores of earlier
+runs, several sessions on one machine pooled into one store (each point's median over the
+runs of every session), its platform column and folder named NAME.
 """
 
 from __future__ import annotations
@@ -39,6 +44,47 @@ def _toml(path: Path, values: dict, tables: dict | None = None) -> Path:
     return path
 
 
+RUN_COLUMNS = ("workload", "cores", "rep", "time_s", "wall_s", "user_s", "sys_s", "marked",
+               "received_utc", "agent")
+
+
+def _pool_stores(stores: list[str], into: Path) -> None:
+    """Copy the first SQLite store to ``into`` and add the others' agents, jobs and runs (the
+    same machine measured in several sessions: one platform id, other agent ids and jobs)."""
+    import shutil
+    import sqlite3
+    shutil.copy(stores[0], into)
+    con = sqlite3.connect(into)
+    try:
+        for i, other in enumerate(stores[1:]):
+            con.execute(f"ATTACH DATABASE ? AS s{i}", (other,))
+            for table in ("platforms", "workloads", "agents", "jobs", "runs"):
+                con.execute(f"INSERT OR IGNORE INTO {table} SELECT * FROM s{i}.{table}")
+            con.commit()
+            con.execute(f"DETACH DATABASE s{i}")
+    finally:
+        con.close()
+
+
+def _write_runs_csv(db: Path, path: Path, platform_id: str) -> int:
+    """Every run of one platform as stored, in the order received."""
+    import csv
+    import sqlite3
+    con = sqlite3.connect(f"file:{db}?mode=ro", uri=True)
+    try:
+        rows = con.execute(
+            "SELECT workload, cores, rep, time_s, wall_s, user_s, sys_s, marked, "
+            "datetime(received, 'unixepoch'), agent FROM runs WHERE platform = ? "
+            "ORDER BY received, msg_id", (platform_id,)).fetchall()
+    finally:
+        con.close()
+    with open(path, "w", newline="") as fh:
+        w = csv.writer(fh)
+        w.writerow(RUN_COLUMNS)
+        w.writerows(rows)
+    return len(rows)
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--out", default="data",
@@ -60,8 +106,11 @@ def main(argv=None) -> int:
     ap.add_argument("--timeout", type=float, default=3600,
                     help="longest wait, s, for the re-measures of marked points after the "
                          "sweeps (default 3600)")
-    ap.add_argument("--from-db", metavar="FILE",
-                    help="measure nothing: export the store of an earlier run (a copy of it)")
+    ap.add_argument("--from-db", metavar="FILE", action="append", default=[],
+                    help="measure nothing: export the store of an earlier run (a copy of it); "
+                         "repeat it to pool sessions on the same machine")
+    ap.add_argument("--name", help="with --from-db of one platform: its platform column and "
+                                   "folder name (default: the board's and the agent's)")
     args = ap.parse_args(argv)
     from opptune.agent.virtual_board import make_tree
     from opptune.daemon.mpet_answer import (clock_queries, merge_answer, store_rows,
@@ -84,8 +133,7 @@ def main(argv=None) -> int:
 
     agents = {}  # agent id -> (size, reps)
     if args.from_db:
-        import shutil
-        shutil.copy(args.from_db, tmp / "opptune.db")
+        _pool_stores(args.from_db, tmp / "opptune.db")
         args.local_size, args.virtual = "", []
     try:
         spawn("opptune.daemon.service", _toml(tmp / "daemon.toml", {
@@ -142,13 +190,19 @@ def main(argv=None) -> int:
             merge_answer(data, query(ep, "mpet_data", {"clock": clock}, timeout_s=30))
         rows = store_rows(data)
         names = {pid: a for a, pid in data["agents"].items()}
-        for pid in sorted({r["platform_id"] for r in rows}):
-            agent = names.get(pid, pid[:12])
+        pids = sorted({r["platform_id"] for r in rows})
+        if args.name and len(pids) != 1:
+            raise SystemExit(f"--name names one platform; the store has {len(pids)}")
+        for pid in pids:
+            agent = args.name or names.get(pid, pid[:12])
             mine = [r for r in rows if r["platform_id"] == pid]
+            if args.name:
+                mine = [{**r, "platform": args.name} for r in mine]
             out = Path(args.out) / f"bench_suite_{agent.replace('-', '_')}"
             out.mkdir(parents=True, exist_ok=True)
             write_store_csv(out / "data.csv", mine)
-            print(f"{out / 'data.csv'}: {len(mine)} rows", file=sys.stderr)
+            n = _write_runs_csv(tmp / "opptune.db", out / "runs.csv", pid)
+            print(f"{out / 'data.csv'}: {len(mine)} rows; runs.csv: {n} runs", file=sys.stderr)
     finally:
         for p in procs:
             p.terminate()

@@ -88,3 +88,65 @@ def test_virtual_boards_tell_kernels_apart_and_close_eq3(board):
             float(r["time_s"]), rel=1e-4), r
     assert max(float(r["l"]) for r in rows if r["workload"] == "locked_update") > 0.2
     assert all(float(r["l"]) == 0 for r in rows if r["workload"] == "pi_integrate")
+
+
+def test_the_16_core_set_is_whole_and_its_medians_are_its_runs():
+    """data/bench_suite_xeon16: every kernel at 1..16 cores, each point's time the median of
+    its runs in runs.csv (two sessions, one run each)."""
+    import csv
+    import statistics
+    rows = _rows("xeon16")
+    assert {(r["workload"], int(r["cores"])) for r in rows} == {
+        (k, n) for k in {r["workload"] for r in rows} for n in range(1, 17)}
+    assert len({r["workload"] for r in rows}) == 13
+    with open(REPO / "data/bench_suite_xeon16/runs.csv") as fh:
+        runs = list(csv.DictReader(fh))
+    by_point: dict = {}
+    for r in runs:
+        if r["marked"] == "":
+            by_point.setdefault((r["workload"], int(r["cores"])), []).append(float(r["time_s"]))
+    assert {len(v) for v in by_point.values()} == {2}
+    assert {r["agent"] for r in runs} == {"dev16", "dev16b"}
+    for r in rows:
+        assert float(r["time_s"]) == pytest.approx(
+            statistics.median(by_point[r["workload"], int(r["cores"])]), rel=1e-5)
+
+
+def test_export_pools_the_stores_of_several_sessions(tmp_path):
+    """``benchmarks/bench_suite_data.py --from-db A --from-db B --name N``: one platform
+    measured in two sessions (two agents, one platform id) exported as one set: each point's
+    median over both sessions' runs, runs.csv with every run, the platform named N."""
+    import csv
+    from opptune.daemon.store import ResultIn, open_store
+    from opptune.shared.records import RunRecord
+    topo = {"hostname": "vm", "n_cpus": 2, "smt_siblings": [[0], [1]], "numa_nodes": [[0, 1]],
+            "n_nu": None, "n_ht": None}
+    stores = []
+    for agent, times in (("s1", {1: 1.0, 2: 0.6}), ("s2", {1: 3.0, 2: 0.8})):
+        path = tmp_path / f"{agent}.db"
+        st = open_store(str(path))
+        try:
+            st.save_platform("pid", topo, 1.0)
+            st.save_agent(agent, "pid", [], "test", 1.0)
+            st.save_job(agent, {"job_id": f"job-{agent}", "workload": "w", "size": "default",
+                                "points": [], "reps": 1, "warmup": 0}, 1.0, state="done")
+            runs = [RunRecord(platform="pid", workload="w", input="default", cores=n,
+                              cpus=list(range(n)), threads=n, rep=0, time_s=t)
+                    for n, t in times.items()]
+            st.insert_results([ResultIn(f"{agent}-{i}", agent, f"job-{agent}", i, r,
+                                        r.to_dict()) for i, r in enumerate(runs)], 2.0)
+        finally:
+            st.close()
+        stores += ["--from-db", str(path)]
+    p = subprocess.run([sys.executable, str(REPO / "benchmarks/bench_suite_data.py"), *stores,
+                        "--name", "box", "--out", str(tmp_path / "out")],
+                       capture_output=True, text=True, timeout=120, cwd=tmp_path)
+    assert p.returncode == 0, p.stderr
+    with open(tmp_path / "out/bench_suite_box/data.csv") as fh:
+        rows = list(csv.DictReader(fh))
+    assert [(r["platform"], r["cores"], float(r["time_s"])) for r in rows] == [
+        ("box", "1", 2.0), ("box", "2", 0.7)]
+    with open(tmp_path / "out/bench_suite_box/runs.csv") as fh:
+        runs = list(csv.DictReader(fh))
+    assert sorted((r["agent"], r["cores"], float(r["time_s"])) for r in runs) == [
+        ("s1", "1", 1.0), ("s1", "2", 0.6), ("s2", "1", 3.0), ("s2", "2", 0.8)]
