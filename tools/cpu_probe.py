@@ -5,8 +5,10 @@ On the 16-core machine (data/bench_suite_xeon16/SOURCE.md) fib_tasks and wavefro
 and 2.9x faster on 2 cores than on 1, with more cpu time on 1 core than on 2 together, while
 the other kernels doubled. A cpu the host shares (its time counted as the guest's user time
 where steal is not accounted) would show here as one cpu slower than the others for every
-kernel; a kernel effect as the same time on every cpu. Prints one line per run and, per cpu
-set, the median time, the threads' cpu time and the steal the kernel saw (/proc/stat).
+kernel; a kernel effect as the same time on every cpu. On 2026-11-27 it showed a third case:
+single-cpu times that differ between cpus and over minutes, the slow cpu not the same for two
+kernels, without steal (the guest's single-thread speed wanders). Prints one line per run and,
+per cpu set, the median time, the threads' cpu time and the steal the kernel saw (/proc/stat).
 
     python tools/cpu_probe.py fib_tasks [--size default] [--reps 2] [--cpus 0-15] [--json]
 """
