@@ -279,6 +279,12 @@ class Daemon:
         """Tell the daemons sharing the store that this one is alive, and where it listens
         (what they name to the operator for the agents it holds)."""
         self.store.save_daemon(self.instance, reachable_endpoint(self.endpoint), now)
+        if self.config.fleet_forget_s > 0:
+            for gone in self.store.forget_daemons(now - self.config.fleet_forget_s):
+                log.info("forgot daemon %s at %s of the fleet: no heartbeat since %s (over "
+                         "fleet_forget_s = %g s)", gone["instance"], gone["endpoint"],
+                         time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(gone["last_seen"])),
+                         self.config.fleet_forget_s)
 
     # -- running ----------------------------------------------------------------------------
     def serve(self, stop_event: threading.Event | None = None) -> None:

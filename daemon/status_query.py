@@ -241,6 +241,8 @@ def _daemon_row(d: Daemon, now: float) -> dict[str, Any]:
                              for k in refused_keys(keys)],
             # every daemon sharing the store; one whose heartbeat is older than
             # agent_timeout_s is not answering (killed, or its host is down): its row stays
+            # until fleet_forget_s (0: until a daemon starts at its endpoint)
+            "fleet_forget_s": d.config.fleet_forget_s,
             "fleet": [{"instance": r["instance"], "endpoint": r["endpoint"],
                        "started": r["started"], "last_seen_s": _age(r["last_seen"], now),
                        "answering": r["instance"] == d.instance

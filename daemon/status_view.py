@@ -66,8 +66,26 @@ def fleet_lines(daemon: dict[str, Any]) -> list[str]:
         else:
             out.append(f"{head} not answering: no heartbeat for {_fmt(age, '.0f')} s (killed, "
                        "or its host is down; its agents fail over to the daemons that answer; "
-                       "its row stays until a daemon starts at that endpoint)")
+                       f"{_forget_text(daemon.get('fleet_forget_s'))})")
     return out
+
+
+def _forget_text(forget_s: Any) -> str:
+    """When a silent daemon's row goes (status daemon.fleet_forget_s; absent from an older
+    daemon, which kept it)."""
+    if not isinstance(forget_s, (int, float)) or forget_s <= 0:
+        return "its row stays until a daemon starts at that endpoint"
+    return (f"its row is dropped once it is silent for {duration_text(forget_s)} "
+            "(fleet_forget_s), or when a daemon starts at that endpoint")
+
+
+def duration_text(seconds: float) -> str:
+    """``seconds`` in the largest whole unit that fits: "1 day", "36 h", "90 min", "45 s"."""
+    for unit, size in (("day", 86400), ("h", 3600), ("min", 60)):
+        if seconds >= size and seconds % size == 0:
+            n = int(seconds // size)
+            return f"{n} {unit}{'s' if unit == 'day' and n > 1 else ''}"
+    return f"{seconds:g} s"
 
 
 def refused_key_lines(daemon: dict[str, Any]) -> list[str]:

@@ -274,6 +274,16 @@ def test_status_names_the_fleets_silent_daemons_and_the_refused_keys():
             "0e074b55e13c") in lines
     row = next(ln for ln in lines if "xu4" in ln and "│" in ln)
     assert "no; key revoked" in row
+    # a daemon that drops silent rows says when (fleet_forget_s)
+    for forget_s, when in ((86400.0, "1 day"), (5400.0, "90 min"), (30.0, "30 s")):
+        daemon["fleet_forget_s"] = forget_s
+        con = Console(record=True, width=300)
+        print_status(data, con)
+        assert con.export_text().splitlines()[1] == (
+            "fleet: daemon i1 at tcp://d1:5555 not answering: no heartbeat for 132 s (killed, "
+            "or its host is down; its agents fail over to the daemons that answer; its row is "
+            f"dropped once it is silent for {when} (fleet_forget_s), or when a daemon starts "
+            "at that endpoint)")
     daemon["fleet"] = daemon["fleet"][1:2]
     con = Console(record=True, width=300)
     print_status(data, con)
