@@ -95,6 +95,26 @@ def refused_key_lines(daemon: dict[str, Any]) -> list[str]:
             f"accept {k.get('id')}" for k in daemon.get("keys_refused") or []]
 
 
+def clash_text(agent: dict[str, Any]) -> str | None:
+    """The line on an agent id two connected agents use at once (status agents[].id_clash),
+    naming both boards and the key that parts them; None without a clash."""
+    c = agent.get("id_clash")
+    boards = c.get("boards") if isinstance(c, dict) else None
+    if not isinstance(boards, list) or len(boards) != 2:
+        return None
+    held, other = ({k: b.get(k) if isinstance(b, dict) else None
+                    for k in ("board", "platform", "instance")} for b in boards)
+
+    def name(b: dict[str, Any]) -> str:
+        same = held["platform"] == other["platform"]  # then the agent process parts them
+        return (f"{b['board']} (platform {b['platform']}"
+                + (f", agent instance {b['instance']})" if same else ")"))
+    return (f"agent {agent.get('id')}: two agents use this id at once: {name(held)} holds it "
+            f"and gets the jobs, {name(other)} is connected too (its results are stored, "
+            f"it gets no jobs); set {c.get('key') or 'agent_id'} in each board's agent.toml "
+            "to a name of its own (default: the host name) and restart its agent")
+
+
 def standing_text(agent: dict[str, Any], board: str) -> str | None:
     """The line on what a user applied that stands on the board, or why the agent's restart
     dropped it; None when neither is known (nothing applied, or an older agent)."""
@@ -225,6 +245,8 @@ def print_status(data: dict[str, Any], console: Console | None = None,
         console.print(f"key {k['id']} of agent {k['agent']} waits for approval: opptune keys "
                       f"accept {k['id']}", markup=False, soft_wrap=True)
     for line in refused_key_lines(d):
+        console.print(line, markup=False, soft_wrap=True)
+    for line in filter(None, map(clash_text, data.get("agents", []))):
         console.print(line, markup=False, soft_wrap=True)
     for a in data.get("agents", []):
         if a.get("doctor"):  # agents older than the doctor report send none
