@@ -151,7 +151,10 @@ class Link:
 
     def _connect(self) -> None:
         s = self._ctx.socket(zmq.DEALER)
-        s.setsockopt(zmq.IDENTITY, self.agent_id.encode())
+        # one routing id per agent process: the daemon's socket keeps the first connection of
+        # an id and drops a later one unread, so two boards of one agent_id (one host name,
+        # the default) would leave the second unheard, where the daemon can name the clash
+        s.setsockopt(zmq.IDENTITY, f"{self.agent_id}/{self.instance}".encode())
         s.setsockopt(zmq.LINGER, 1000)  # bounded close; unacked results live on in the outbox
         s.setsockopt(zmq.SNDHWM, self.window + 100)
         s.setsockopt(zmq.RCVHWM, 1000)
@@ -250,14 +253,6 @@ class Link:
             if self.curve is not None and not self._heard:
                 hint = ("; nothing has come from it over CURVE: if it runs, check that "
                         "daemon_public_key is the key 'opptune keys server' prints on its host")
-            elif not self._heard:
-                # the daemon's socket keeps the first connection of an id and drops a later
-                # one unread, the daemon logging nothing: two boards of one host name (the
-                # default id) are the usual case
-                hint = (f"; nothing has come from it since this agent connected: if it runs, "
-                        f"another agent with the id '{self.agent_id}' may be connected to it, "
-                        f"and it answers only the first: give each board its own agent_id "
-                        f"(default: the host name)")
             log.warning("no message from the daemon at %s for %.1f s: considering it gone%s",
                         self.endpoint, now - self._last_rx, hint)
             if len(self.endpoints) > 1:

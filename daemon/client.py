@@ -52,18 +52,24 @@ def use_curve(keys: tuple[str, str, str] | None) -> None:
 def daemon_endpoint(args: Any) -> str:
     """The daemon's endpoint; with CURVE on for the configuration's bind, this process's
     queries use the operator key from the daemon's keys directory."""
+    _PROBED.clear()  # a new command: what an earlier one probed is no news
     config = load_daemon_config(args.config)
     if curve_enabled(config.curve, config.bind):
         _use_operator_key(config)
     if args.daemon:
         return args.daemon
-    if not args.config and not DEFAULT_DAEMON_CONFIG.exists() and _refused(config.bind):
-        # nothing said where the daemon is and nothing listens where it is assumed: waiting
-        # for an answer there would only be silent until the timeout
-        raise ConfigError(f"no daemon listens at {config.bind}, the default endpoint (no "
-                          f"--config given and no {DEFAULT_DAEMON_CONFIG}): give the daemon's "
-                          "configuration (--config daemon.toml, on its host) or its endpoint "
-                          "(--daemon tcp://HOST:PORT)")
+    # A daemon bound to every interface is reached on loopback from the same machine.
+    endpoint = config.bind.replace("0.0.0.0", "127.0.0.1").replace("*", "127.0.0.1")
+    probed = False
+    if not args.config and not DEFAULT_DAEMON_CONFIG.exists():
+        if _refused(endpoint):
+            # nothing said where the daemon is and nothing listens where it is assumed:
+            # waiting for an answer there would only be silent until the timeout
+            raise ConfigError(f"no daemon listens at {config.bind}, the default endpoint (no "
+                              f"--config given and no {DEFAULT_DAEMON_CONFIG}): give the "
+                              "daemon's configuration (--config daemon.toml, on its host) or "
+                              "its endpoint (--daemon tcp://HOST:PORT)")
+        probed = True
     if re.search(r":0/?$", config.bind):
         # the daemon took some free port, which only it knows: waiting on port 0 never ends
         # in an answer
@@ -71,8 +77,21 @@ def daemon_endpoint(args: Any) -> str:
                           "a free port, so the daemon's port is not in the file: give --daemon "
                           "tcp://HOST:PORT (its log's 'listening on' line, or its "
                           "--endpoint-file)")
-    # A daemon bound to every interface is reached on loopback from the same machine.
-    return config.bind.replace("0.0.0.0", "127.0.0.1").replace("*", "127.0.0.1")
+    if probed:
+        _PROBED.add(endpoint)  # the command's first query need not connect again
+    return endpoint
+
+
+# Endpoints daemon_endpoint has just found listening: the next first query to one of them
+# skips its own probe (taken once, so a later command's query probes afresh)
+_PROBED: set[str] = set()
+
+
+def _take_probe(endpoint: str) -> bool:
+    """True (once) where daemon_endpoint has just found ``endpoint`` listening."""
+    found = endpoint in _PROBED
+    _PROBED.discard(endpoint)
+    return found
 
 
 def _refused(endpoint: str, timeout_s: float = 1.0) -> bool:
@@ -146,7 +165,7 @@ def query(endpoint: str, what: str, args: dict[str, Any] | None = None,
     (a daemon that is not running is otherwise silent until the timeout). ``first``: a
     command's first query, which fails at once where a TCP endpoint refuses the connection
     (a follower's queries wait out a daemon that restarts instead)."""
-    if first and _refused(endpoint, min(1.0, timeout_s)):
+    if first and not _take_probe(endpoint) and _refused(endpoint, min(1.0, timeout_s)):
         # the query would be silent for the whole timeout: nothing listens to take it
         raise DaemonUnreachable(f"no daemon listens at {endpoint} (the connection was "
                                 "refused): check that opptune-daemon runs on that host and "

@@ -2,9 +2,23 @@
 
 from __future__ import annotations
 
+import logging
 import time
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple
+
+log = logging.getLogger("opptune.daemon")
+
+
+@dataclass
+class Claim:
+    """A connection that said hello as an agent: which agent process (``instance``) on which
+    board, and when it last spoke."""
+    hello_at: float
+    instance: str | None
+    platform_id: str
+    board: str
+    last_seen: float
 
 
 @dataclass
@@ -24,6 +38,11 @@ class AgentInfo:
     # last one applied to stay); None: none, or an older agent that does not say
     standing: dict[str, Any] | None = None
     standing_dropped: str | None = None  # why its restart dropped the one before
+    # the connections that said hello with this id, by identity (two live ones: two boards
+    # or agents share the id); ``clash``: the identity of the other one while they do
+    claims: dict[bytes, Claim] = field(default_factory=dict)
+    clash: bytes | None = None
+    clash_since: float | None = None
 
     def alive(self, timeout_s: float, now: float | None = None) -> bool:
         return self.identity is not None and ((now or time.time()) - self.last_seen) <= timeout_s
@@ -128,13 +147,69 @@ class Registry:
         self._agents[agent_id] = info
         return info
 
+    def claim(self, agent_id: str, identity: bytes, platform_id: str, platform: dict[str, Any],
+              instance: str | None, now: float) -> Claim | None:
+        """Note a hello of ``agent_id`` from ``identity``; the claim of the connection that
+        holds the id where another board (another platform) holds it and is alive: the id
+        clashes, the hello is not to replace it. A hello of the same platform replaces the
+        holder (an agent's restart looks so; the old one speaking on shows the clash)."""
+        info = self._agents.get(agent_id)
+        if info is None:
+            return None
+        for ident in [i for i, c in info.claims.items()
+                      if i != info.identity and now - c.last_seen > self.timeout_s]:
+            del info.claims[ident]  # gone agent processes (restarts)
+        info.claims[identity] = Claim(now, instance, platform_id,
+                                      board_name(platform, platform_id), now)
+        holder = self._live_holder(info, identity, now)
+        if holder is None or holder.platform_id == platform_id:
+            return None
+        self._clashes(info, identity, now)
+        return holder
+
+    def _live_holder(self, info: AgentInfo, identity: bytes, now: float) -> Claim | None:
+        """The claim of the connection holding ``info``'s id, where it is another one than
+        ``identity`` and alive."""
+        holder = info.claims.get(info.identity) if info.identity is not None else None
+        if (info.identity == identity or holder is None
+                or now - holder.last_seen > self.timeout_s):
+            return None
+        return holder
+
+    def _clashes(self, info: AgentInfo, identity: bytes, now: float) -> None:
+        if info.clash == identity:
+            return
+        info.clash, info.clash_since = identity, now
+        held, other = info.claims[info.identity], info.claims[identity]  # type: ignore[index]
+        log.warning("agent id '%s' is used by two agents at once: %s holds it, %s connected "
+                    "too; jobs and configurations go to the first only, the results of both "
+                    "are stored (each run under its own platform); set agent_id in each "
+                    "board's agent.toml to a name of its own (default: the host name) and "
+                    "restart its agent", info.agent_id, claim_text(held), claim_text(other))
+
+    def clash(self, agent_id: str, now: float | None = None) -> tuple[Claim, Claim] | None:
+        """(holder, other) while two live connections say they are ``agent_id``."""
+        info = self._agents.get(agent_id)
+        if info is None or info.clash is None:
+            return None
+        now = time.time() if now is None else now
+        other = info.claims.get(info.clash)
+        holder = self._live_holder(info, info.clash, now)
+        if holder is None or other is None or now - other.last_seen > self.timeout_s:
+            info.clash = info.clash_since = None  # one of them stopped
+            return None
+        return holder, other
+
     def hello(self, agent_id: str, identity: bytes, platform_id: str, platform: dict[str, Any],
               workloads: list[Any], now: float,
               doctor: dict[str, Any] | None = None, standing: dict[str, Any] | None = None,
-              standing_dropped: str | None = None) -> AgentInfo:
+              standing_dropped: str | None = None, instance: str | None = None) -> AgentInfo:
         info = self._agents.get(agent_id)
         if info is None:
             info = self._agents[agent_id] = AgentInfo(agent_id, platform_id)
+        if identity not in info.claims:
+            info.claims[identity] = Claim(now, instance, platform_id,
+                                          board_name(platform, platform_id), now)
         info.platform_id, info.platform, info.workloads = platform_id, platform, workloads
         info.identity, info.last_seen = identity, now
         info.doctor, info.doctor_at = (doctor, now) if doctor else (None, None)
@@ -142,11 +217,30 @@ class Registry:
         return info
 
     def seen(self, agent_id: str, identity: bytes, now: float) -> AgentInfo | None:
-        """Note that ``agent_id`` spoke from ``identity``; None when it is unknown."""
+        """Note that ``agent_id`` spoke from ``identity``; None when it is unknown, or must
+        say hello again (its hello lost to another board's, which is gone now).
+
+        A connection other than the holder's that said hello as ``agent_id`` while the
+        holder is alive is a clash: it is heard (its results are stored) but does not take
+        the id over."""
         info = self._agents.get(agent_id)
-        if info is not None:
-            info.identity, info.last_seen = identity, now
-            self._dirty[agent_id] = now
+        if info is None:
+            return None
+        claim = info.claims.get(identity)
+        if claim is not None:
+            claim.last_seen = now
+            if identity != info.identity:
+                holder = self._live_holder(info, identity, now)
+                if holder is not None and (claim.hello_at <= holder.hello_at
+                                           or claim.platform_id != info.platform_id):
+                    self._clashes(info, identity, now)
+                    self._dirty[agent_id] = now
+                    return info
+                if claim.platform_id != info.platform_id:
+                    del info.claims[identity]  # its hello was not taken: it says it again
+                    return None
+        info.identity, info.last_seen = identity, now
+        self._dirty[agent_id] = now
         return info
 
     def take_dirty(self) -> dict[str, float]:
@@ -199,3 +293,9 @@ def board_name(platform: dict[str, Any] | None, fallback: str = "?") -> str:
         if isinstance(p.get(key), str) and p[key] and p[key] != "unknown":
             return p[key]
     return fallback
+
+
+def claim_text(c: Claim) -> str:
+    """A connection claiming an agent id, as the clash's log line and status name it."""
+    inst = f", agent instance {c.instance}" if c.instance else ""
+    return f"board {c.board} (platform {c.platform_id}{inst})"

@@ -45,7 +45,7 @@ from .link import Link
 from .query_worker import Deferred, QueryWorker
 from .recommender import Recommender, freq_text, off_pct, verdict
 from ..shared.refusals import RefusalLog
-from .registry import Registry, platform_id_of, standing_of
+from .registry import Registry, claim_text, platform_id_of, standing_of
 from .remeasure import Remeasure
 from .store import open_store
 from .drift import Drift
@@ -279,6 +279,12 @@ class Daemon:
         """Tell the daemons sharing the store that this one is alive, and where it listens
         (what they name to the operator for the agents it holds)."""
         self.store.save_daemon(self.instance, reachable_endpoint(self.endpoint), now)
+        if self.config.fleet_forget_s > 0:
+            for gone in self.store.forget_daemons(now - self.config.fleet_forget_s):
+                log.info("forgot daemon %s at %s of the fleet: no heartbeat since %s (over "
+                         "fleet_forget_s = %g s)", gone["instance"], gone["endpoint"],
+                         time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(gone["last_seen"])),
+                         self.config.fleet_forget_s)
 
     # -- running ----------------------------------------------------------------------------
     def serve(self, stop_event: threading.Event | None = None) -> None:
@@ -579,11 +585,25 @@ class Daemon:
         platform = body["platform"]
         pid = platform_id_of(agent, platform)
         self.store.save_platform(pid, platform, now)
+        instance = body.get("instance") if isinstance(body.get("instance"), str) else None
+        holder = self.registry.claim(agent, identity, pid, platform, instance, now)
+        if holder is not None:
+            # another board holds the id and is alive (registry logs it): this one is heard,
+            # its results stored, but it does not take over the holder's jobs and record;
+            # the refusal of its hello puts the clash in its own log too
+            self.send(identity, "heartbeat", self._welcome)
+            self.refuse(identity, "agent_id_in_use",
+                        f"agent id '{agent}' is held by another agent connected to this daemon, "
+                        f"{claim_text(holder)}: this board gets no jobs (its results are "
+                        "stored); set agent_id in its agent.toml to a name of its own (default: "
+                        "the host name) and restart the agent", msg["id"])
+            return
         self.store.save_agent(agent, pid, list(body["workloads"]), body["agent_version"], now,
                               body.get("doctor"), self.instance)
         info = self.registry.hello(agent, identity, pid, platform, list(body["workloads"]), now,
                                    doctor=body.get("doctor"), standing=body.get("standing"),
-                                   standing_dropped=body.get("standing_dropped"))
+                                   standing_dropped=body.get("standing_dropped"),
+                                   instance=instance)
         log.info("hello from agent %s (platform %s, %d workloads)", agent, pid,
                  len(info.workloads))
         self.send(identity, "heartbeat", self._welcome)
@@ -598,7 +618,12 @@ class Daemon:
 
     def _on_heartbeat(self, identity: bytes, msg: dict[str, Any]) -> None:
         info = self.registry.seen(msg["agent"], identity, time.time())
-        if info is not None:
+        if info is None and msg["agent"] in self.registry:
+            # its hello lost to another board's that is gone now: the error makes it say
+            # hello again, and take the id
+            raise HandlerError("unknown_agent", f"agent '{msg['agent']}': say hello again (the "
+                                                "board that held this id is gone)")
+        if info is not None and info.identity == identity:  # not another board's of the id
             if "outbox" in msg["body"]:
                 info.outbox = msg["body"]["outbox"]
             info.outbox_full = msg["body"].get("outbox_full")

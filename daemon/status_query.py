@@ -192,7 +192,20 @@ def _agent_row(d: Daemon, a: Any, via: dict[str, Any], now: float) -> dict[str, 
             "doctor": (a.doctor or {}).get("summary"),
             # how old the verdict is: after a restart it is the stored one of the last hello
             "doctor_age_s": round(now - a.doctor_at, 1) if a.doctor_at else None,
-            "standing": a.standing, "standing_dropped": a.standing_dropped}
+            "standing": a.standing, "standing_dropped": a.standing_dropped,
+            "id_clash": _clash_row(d, a.agent_id, now)}
+
+
+def _clash_row(d: Daemon, agent: str, now: float) -> dict[str, Any] | None:
+    """Two agents connected with one id (two boards of one host name, the default id): the
+    one that holds it (gets the jobs) and the other, while both speak; None otherwise."""
+    clash = d.registry.clash(agent, now)
+    if clash is None:
+        return None
+    info = d.registry.get(agent)
+    return {"since_s": _age(info.clash_since or now, now) if info else None, "key": "agent_id",
+            "boards": [{"board": c.board, "platform": c.platform_id, "instance": c.instance,
+                        "holds": holds} for c, holds in zip(clash, (True, False))]}
 
 
 def _fit_row(f: dict[str, Any]) -> dict[str, Any]:
@@ -241,6 +254,8 @@ def _daemon_row(d: Daemon, now: float) -> dict[str, Any]:
                              for k in refused_keys(keys)],
             # every daemon sharing the store; one whose heartbeat is older than
             # agent_timeout_s is not answering (killed, or its host is down): its row stays
+            # until fleet_forget_s (0: until a daemon starts at its endpoint)
+            "fleet_forget_s": d.config.fleet_forget_s,
             "fleet": [{"instance": r["instance"], "endpoint": r["endpoint"],
                        "started": r["started"], "last_seen_s": _age(r["last_seen"], now),
                        "answering": r["instance"] == d.instance

@@ -66,8 +66,26 @@ def fleet_lines(daemon: dict[str, Any]) -> list[str]:
         else:
             out.append(f"{head} not answering: no heartbeat for {_fmt(age, '.0f')} s (killed, "
                        "or its host is down; its agents fail over to the daemons that answer; "
-                       "its row stays until a daemon starts at that endpoint)")
+                       f"{_forget_text(daemon.get('fleet_forget_s'))})")
     return out
+
+
+def _forget_text(forget_s: Any) -> str:
+    """When a silent daemon's row goes (status daemon.fleet_forget_s; absent from an older
+    daemon, which kept it)."""
+    if not isinstance(forget_s, (int, float)) or forget_s <= 0:
+        return "its row stays until a daemon starts at that endpoint"
+    return (f"its row is dropped once it is silent for {duration_text(forget_s)} "
+            "(fleet_forget_s), or when a daemon starts at that endpoint")
+
+
+def duration_text(seconds: float) -> str:
+    """``seconds`` in the largest whole unit that fits: "1 day", "36 h", "90 min", "45 s"."""
+    for unit, size in (("day", 86400), ("h", 3600), ("min", 60)):
+        if seconds >= size and seconds % size == 0:
+            n = int(seconds // size)
+            return f"{n} {unit}{'s' if unit == 'day' and n > 1 else ''}"
+    return f"{seconds:g} s"
 
 
 def refused_key_lines(daemon: dict[str, Any]) -> list[str]:
@@ -75,6 +93,26 @@ def refused_key_lines(daemon: dict[str, Any]) -> list[str]:
     return [f"key {k.get('id')} of agent {k.get('agent')} was {k.get('state')} by the operator: "
             "its messages are refused and it gets no jobs; to let it in again: opptune keys "
             f"accept {k.get('id')}" for k in daemon.get("keys_refused") or []]
+
+
+def clash_text(agent: dict[str, Any]) -> str | None:
+    """The line on an agent id two connected agents use at once (status agents[].id_clash),
+    naming both boards and the key that parts them; None without a clash."""
+    c = agent.get("id_clash")
+    boards = c.get("boards") if isinstance(c, dict) else None
+    if not isinstance(boards, list) or len(boards) != 2:
+        return None
+    held, other = ({k: b.get(k) if isinstance(b, dict) else None
+                    for k in ("board", "platform", "instance")} for b in boards)
+
+    def name(b: dict[str, Any]) -> str:
+        same = held["platform"] == other["platform"]  # then the agent process parts them
+        return (f"{b['board']} (platform {b['platform']}"
+                + (f", agent instance {b['instance']})" if same else ")"))
+    return (f"agent {agent.get('id')}: two agents use this id at once: {name(held)} holds it "
+            f"and gets the jobs, {name(other)} is connected too (its results are stored, "
+            f"it gets no jobs); set {c.get('key') or 'agent_id'} in each board's agent.toml "
+            "to a name of its own (default: the host name) and restart its agent")
 
 
 def standing_text(agent: dict[str, Any], board: str) -> str | None:
@@ -207,6 +245,8 @@ def print_status(data: dict[str, Any], console: Console | None = None,
         console.print(f"key {k['id']} of agent {k['agent']} waits for approval: opptune keys "
                       f"accept {k['id']}", markup=False, soft_wrap=True)
     for line in refused_key_lines(d):
+        console.print(line, markup=False, soft_wrap=True)
+    for line in filter(None, map(clash_text, data.get("agents", []))):
         console.print(line, markup=False, soft_wrap=True)
     for a in data.get("agents", []):
         if a.get("doctor"):  # agents older than the doctor report send none

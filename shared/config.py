@@ -183,6 +183,10 @@ class DaemonConfig:
     # a queued, sent or running job expires when its agent has not been seen for this long;
     # 0: jobs for an offline agent wait for it (never expire)
     job_expiry_s: float = 60.0
+    # a daemon of the fleet (sharing the database) with no heartbeat for this long is gone for
+    # good: its row is dropped from the store (and from 'opptune status'); 0: kept until a
+    # daemon starts at its endpoint
+    fleet_forget_s: float = 86400.0
     tolerance: float = 0.05  # recommend the fewest cores within this of the best predicted time
     auto_sweep: bool = False  # send a sweep to every agent that says hello
     auto_recommend: bool = True  # push a config once a sweep is complete and fitted
@@ -297,6 +301,7 @@ FORMS = {
     "agent_timeout_s": "a number of seconds > 0, e.g. 10.0",
     "run_timeout_s": "a number of seconds > 0, e.g. 600.0",
     "job_expiry_s": "a number of seconds >= 0 (0: jobs for an offline agent wait for it)",
+    "fleet_forget_s": "a number of seconds >= 0 (0: a silent daemon's row is kept)",
     "tolerance": "a fraction of the best time from 0 to 1, e.g. 0.05 for 5 %",
     "verify_reps": "a whole number >= 1",
     "drift_off_count": "a whole number >= 0 (consecutive off verifications before "
@@ -554,6 +559,10 @@ def _load(cls: type, path: Any, default: Path, overrides: dict[str, Any]) -> Any
     if expiry is not None and not expiry >= 0:
         raise ConfigError(f"{p}: key 'job_expiry_s' must be a number of seconds >= 0 (0: jobs "
                           f"for an offline agent wait for it), got {expiry!r}")
+    forget = getattr(config, "fleet_forget_s", None)
+    if forget is not None and not forget >= 0:
+        raise ConfigError(f"{p}: key 'fleet_forget_s' must be {FORMS['fleet_forget_s']}, got "
+                          f"{forget!r}")
     for key in NON_NEGATIVE_KEYS:
         value = getattr(config, key, None)
         if value is not None and not 0 <= value <= 1:

@@ -439,3 +439,29 @@ def test_no_daemon_named_and_none_at_the_default_fails_at_once_saying_what_to_pa
         assert main([*argv, "--timeout", "0.3"]) == 1
     err = capsys.readouterr().err
     assert "no daemon listens" not in err and f"no answer from the daemon at {default}" in err
+
+
+@pytest.mark.parametrize("argv", [["keys", "list"], ["status"]])
+def test_the_default_endpoint_is_probed_once_per_command(monkeypatch, capsys, tmp_path, argv):
+    """A command with no daemon named connected to the default endpoint twice before its
+    query (daemon_endpoint's check, then the first query's): once now; a second command
+    probes afresh."""
+    import socket
+
+    from opptune.daemon import client
+    from opptune.daemon.cli import main
+    from opptune.shared.config import DaemonConfig
+
+    probes = []
+    refused = client._refused
+    monkeypatch.setattr(client, "_refused", lambda ep, *a: probes.append(ep) or refused(ep, *a))
+    with socket.socket() as s:  # listens, never answers
+        s.bind(("127.0.0.1", 0))
+        s.listen()
+        default = f"tcp://127.0.0.1:{s.getsockname()[1]}"
+        monkeypatch.setattr(client, "DEFAULT_DAEMON_CONFIG", tmp_path / "none.toml")
+        monkeypatch.setattr(client, "load_daemon_config", lambda path: DaemonConfig(bind=default))
+        for n in (1, 2):
+            assert main([*argv, "--timeout", "0.2"]) == 1
+            assert probes == [default] * n
+    assert f"no answer from the daemon at {default}" in capsys.readouterr().err

@@ -111,8 +111,9 @@ def test_agent_key_waits_for_accept_then_results_stored_and_revoke_refuses(tmp_p
         assert stored >= 1
         # The daemon refused every message while the key waited, but logged few lines.
         refused = c.status()["daemon"]["stats"]["refused"]
+        # (the agent's routing id: its id and its process's instance)
         lines = (tmp_path / "daemon.log").read_text().count("refused a message from "
-                                                            "b'test-agent'")
+                                                            "b'test-agent/")
         assert refused >= 3 and 1 <= lines <= 1 + (time.monotonic() - t0) / 10 < refused
         log = c.agent_log()
         # logged once while pending, not per refused message

@@ -249,6 +249,42 @@ def test_a_daemon_without_a_heartbeat_is_shown_not_answering(tmp_path, request, 
         d2.close()
 
 
+@pytest.mark.parametrize("forget_s", [3600.0, 0.0])
+def test_a_daemon_silent_past_fleet_forget_s_is_dropped_and_logged(tmp_path, caplog,
+                                                                    forget_s):
+    """A daemon stopped for good at an endpoint never used again was listed, not answering,
+    in every status forever. A daemon's heartbeat now drops the rows silent for longer than
+    fleet_forget_s, with a log line naming it; 0 keeps them (until a daemon starts at the
+    endpoint); one silent for less stays either way."""
+    import logging
+
+    url = str(tmp_path / "fleet.db")
+    config = DaemonConfig(bind="tcp://127.0.0.1:0", database=url, auto_recommend=False,
+                          fleet_forget_s=forget_s)
+    d1, d2, d3 = _daemon(url), _daemon(url), Daemon(config)
+    try:
+        now = time.time()
+        d1._beat(now - 7200)  # gone for 2 h
+        d2._beat(now - 60)  # silent for a minute
+        with caplog.at_level(logging.INFO, logger="opptune.daemon"):
+            d3._beat(now)
+        fleet = d3.status()["daemon"]["fleet"]
+        kept = {d2.instance, d3.instance} | ({d1.instance} if forget_s == 0 else set())
+        assert {f["instance"] for f in fleet} == kept
+        assert d3.status()["daemon"]["fleet_forget_s"] == forget_s
+        forgot = [r.getMessage() for r in caplog.records if "forgot daemon" in r.getMessage()]
+        if forget_s:
+            assert len(forgot) == 1 and forgot[0].startswith(
+                f"forgot daemon {d1.instance} at {d1.endpoint} of the fleet: no heartbeat "
+                "since ")
+            assert forgot[0].endswith("(over fleet_forget_s = 3600 s)")
+        else:
+            assert forgot == []
+    finally:
+        for d in (d1, d2, d3):
+            d.close()
+
+
 def test_a_wildcard_bind_is_recorded_with_the_hosts_name():
     """What other daemons name to the operator must reach this one from another host."""
     from opptune.daemon.service import reachable_endpoint

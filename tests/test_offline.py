@@ -51,6 +51,19 @@ def test_a_negative_expiry_is_a_configuration_error(tmp_path):
     assert not (tmp_path / "d.db").exists()
 
 
+def test_a_negative_fleet_forget_s_is_a_configuration_error(tmp_path):
+    toml = write_toml(tmp_path / "daemon.toml", {"bind": "tcp://127.0.0.1:0",
+                                                 "database": str(tmp_path / "d.db"),
+                                                 "fleet_forget_s": -5})
+    res = subprocess.run([sys.executable, "-m", "opptune.daemon.service", "--config", str(toml)],
+                         capture_output=True, text=True, timeout=60)
+    assert res.returncode == 2 and "Traceback" not in res.stderr
+    assert res.stderr.strip().splitlines() == [
+        f"opptune-daemon: {toml}: key 'fleet_forget_s' must be a number of seconds >= 0 (0: a "
+        "silent daemon's row is kept), got -5.0"], res.stderr
+    assert not (tmp_path / "d.db").exists()
+
+
 def _alive(st) -> list[bool]:
     return [a["alive"] for a in st["agents"]]
 

@@ -274,6 +274,16 @@ def test_status_names_the_fleets_silent_daemons_and_the_refused_keys():
             "0e074b55e13c") in lines
     row = next(ln for ln in lines if "xu4" in ln and "│" in ln)
     assert "no; key revoked" in row
+    # a daemon that drops silent rows says when (fleet_forget_s)
+    for forget_s, when in ((86400.0, "1 day"), (5400.0, "90 min"), (30.0, "30 s")):
+        daemon["fleet_forget_s"] = forget_s
+        con = Console(record=True, width=300)
+        print_status(data, con)
+        assert con.export_text().splitlines()[1] == (
+            "fleet: daemon i1 at tcp://d1:5555 not answering: no heartbeat for 132 s (killed, "
+            "or its host is down; its agents fail over to the daemons that answer; its row is "
+            f"dropped once it is silent for {when} (fleet_forget_s), or when a daemon starts "
+            "at that endpoint)")
     daemon["fleet"] = daemon["fleet"][1:2]
     con = Console(record=True, width=300)
     print_status(data, con)
@@ -351,3 +361,28 @@ def test_a_fit_made_before_a_drift_says_so_and_what_measures_it_again(tmp_path):
     assert stored_fit_note(own).endswith("made before a drift of the group: the runs it rests "
                                          "on no longer count)")
     assert stored_fit_note(fits["w", "cluster0"]) == "amdahl (the daemon's fit)"
+
+
+def test_status_names_both_agents_of_one_id_and_the_key_that_parts_them():
+    """Two agents connected with one id (status agents[].id_clash): one line naming both
+    boards, which gets the jobs, and agent_id; the agent processes where the platforms are
+    the same; none without a clash."""
+    from rich.console import Console
+
+    from opptune.daemon.status_view import clash_text, print_status
+    boards = [{"board": "raspberrypi", "platform": "p1", "instance": "aa11", "holds": True},
+              {"board": "raspberrypi", "platform": "p2", "instance": "bb22", "holds": False}]
+    a = {"id": "raspberrypi", "board": "raspberrypi", "platform": "p1", "alive": True,
+         "last_seen_s": 0.2, "outbox": 0,
+         "id_clash": {"since_s": 4.0, "key": "agent_id", "boards": boards}}
+    con = Console(record=True, width=400)
+    print_status({"daemon": {}, "agents": [a]}, con)
+    line = ("agent raspberrypi: two agents use this id at once: raspberrypi (platform p1) holds "
+            "it and gets the jobs, raspberrypi (platform p2) is connected too (its results are "
+            "stored, it gets no jobs); set agent_id in each board's agent.toml to a name of its "
+            "own (default: the host name) and restart its agent")
+    assert line in con.export_text().splitlines()
+    boards[1]["platform"] = "p1"  # two VMs of one kind: the agent processes tell them apart
+    assert "raspberrypi (platform p1, agent instance aa11) holds it" in clash_text(a)
+    assert "raspberrypi (platform p1, agent instance bb22) is connected" in clash_text(a)
+    assert clash_text({"id": "x", "id_clash": None}) is None

@@ -487,6 +487,25 @@ def test_the_fleets_daemons_are_listed_with_their_last_heartbeat(location):
         st.close()
 
 
+def test_daemons_silent_past_an_age_are_forgotten(location):
+    """A daemon stopped for good at an endpoint never used again kept its row (and its
+    'not answering' line in every status) forever: forget_daemons drops the rows whose last
+    heartbeat is older than the bound and returns them; the others stay."""
+    st = open_store(location)
+    try:
+        st.save_daemon("A", "tcp://a:5555", 10.0)
+        st.save_daemon("B", "tcp://b:5555", 10.0)
+        st.save_daemon("B", "tcp://b:5555", 100.0)  # B beats on; A fell silent at 10
+        assert st.forget_daemons(10.0) == []  # not older than the bound: kept
+        assert [d["instance"] for d in st.daemons()] == ["A", "B"]
+        assert st.forget_daemons(50.0) == [{"instance": "A", "endpoint": "tcp://a:5555",
+                                            "started": 10.0, "last_seen": 10.0}]
+        assert [d["instance"] for d in st.daemons()] == ["B"]
+        assert st.forget_daemons(50.0) == []
+    finally:
+        st.close()
+
+
 def _run(workload, cores, time_s, **kw):
     return RunRecord(platform="p", workload=workload, input="s", cores=cores,
                      cpus=list(range(cores)), threads=cores, rep=0, time_s=time_s, **kw)

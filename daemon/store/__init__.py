@@ -88,7 +88,13 @@ class Store(ABC):
     def daemons(self) -> list[dict[str, Any]]:
         """Every daemon recorded as sharing the store: instance, endpoint, started,
         last_seen (its last heartbeat), by endpoint. A killed daemon's row stays (its
-        heartbeat ages) until a daemon starts at its endpoint."""
+        heartbeat ages) until a daemon starts at its endpoint or :meth:`forget_daemons`."""
+
+    @abstractmethod
+    def forget_daemons(self, before: float) -> list[dict[str, Any]]:
+        """Drop the daemons whose last heartbeat is older than ``before`` (gone for good:
+        a daemon that starts again writes a row of its own); the rows dropped, as
+        :meth:`daemons` gives them."""
 
     @abstractmethod
     def agents_elsewhere(self, instance: str, since: float) -> list[dict[str, Any]]:

@@ -250,6 +250,17 @@ class SQLiteStore(Store):
         return self._rows("SELECT instance, endpoint, started, last_seen FROM daemons "
                           "ORDER BY endpoint, instance")
 
+    def forget_daemons(self, before: float) -> list[dict[str, Any]]:
+        sql = ("SELECT instance, endpoint, started, last_seen FROM daemons WHERE last_seen < ? "
+               "ORDER BY endpoint, instance")
+        if not self._rows(sql, (before,)):  # the usual case, each heartbeat: no write lock
+            return []
+        with self._tx() as db:
+            cur = db.execute(sql, (before,))
+            gone = [dict(zip([d[0] for d in cur.description], r)) for r in cur.fetchall()]
+            db.execute("DELETE FROM daemons WHERE last_seen < ?", (before,))
+        return gone
+
     def agents_elsewhere(self, instance: str, since: float) -> list[dict[str, Any]]:
         return self._agent_rows(
             "SELECT a.*, d.endpoint FROM agents a JOIN daemons d ON d.instance = a.daemon "
