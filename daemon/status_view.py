@@ -114,6 +114,26 @@ def predates_text(fit: dict[str, Any], names: dict[Any, str] | None = None) -> s
             f"characterize --agent {e.get('agent')} measures it again")
 
 
+def drift_text(e: dict[str, Any], names: dict[Any, str] | None = None) -> str:
+    """The status's line on a drift event: why, and the sweep that measures the group again
+    (its jobs' states), why none could be sent, or that none was (what measures it then)."""
+    jobs = ", ".join(f"{j} {s}" for j, s in zip(e.get("job_ids") or [],
+                                                 e.get("job_states") or []))
+    group = e.get("group") if isinstance(e.get("group"), dict) else {}
+    if jobs:
+        then = f"re-characterising ({jobs})"
+    elif e.get("error"):
+        then = str(e["error"])
+    else:
+        then = (f"no sweep was sent to measure it again: opptune sweep --agent {e.get('agent')} "
+                f"--workload {group.get('workload')} --size {group.get('input')}")
+        if group.get("variant"):  # the sweep measures a cluster alone only where so configured
+            then += " with [sweep] per_cluster = true in the daemon's configuration"
+    if e.get("recommendation"):
+        then += f"; recommended again: {e['recommendation']}"
+    return f"drift on {_group(group, names)}: {e.get('reason')}; {then}"
+
+
 def _table(title: str, columns: tuple[str, ...]) -> Table:
     """A table whose cells wrap in a narrow terminal instead of being cut with an ellipsis:
     ids, labels and reasons are what a user copies into the next command."""
@@ -298,13 +318,7 @@ def print_status(data: dict[str, Any], console: Console | None = None,
                              else ")"), markup=False)
     more("remeasure")
     for e in data.get("drift") or []:
-        jobs = ", ".join(f"{j} {s}" for j, s in zip(e.get("job_ids") or [],
-                                                     e.get("job_states") or []))
-        then = (f"re-characterising ({jobs})" if jobs else str(e.get("error")))
-        if e.get("recommendation"):
-            then += f"; recommended again: {e['recommendation']}"
-        console.print(f"drift on {_group(e.get('group'), names)}: {e.get('reason')}; {then}",
-                      markup=False)
+        console.print(drift_text(e, names), markup=False)
     more("drift")
 
 

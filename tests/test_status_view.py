@@ -117,6 +117,30 @@ def test_status_says_why_a_group_is_measured_again():
             "not connected") in text
 
 
+def test_a_drift_without_a_sweep_or_an_error_says_what_measures_it_again():
+    """A drift event that sent no sweep and recorded no error printed '; None'. It says none
+    was sent and the sweep that measures the group again; a cluster's group needs the daemon
+    to sweep per cluster."""
+    from rich.console import Console
+
+    from opptune.daemon.status_view import print_status
+    data = {"daemon": {}, "agents": [{"id": "a1", "board": "rpi4", "platform": "p1",
+                                      "alive": True, "last_seen_s": 0.1, "outbox": 0}],
+            "drift": [{"agent": "a1", "since": 5.0, "reason": "2 consecutive", "job_ids": [],
+                       "job_states": [], "error": None, "recommendation": None,
+                       "group": {"platform": "p1", "workload": "triad", "input": "small",
+                                 "variant": v}} for v in ("", "cluster1")]}
+    console = Console(record=True, width=250)
+    print_status(data, console)
+    text = console.export_text()
+    assert "None" not in text
+    assert ("drift on rpi4/triad/small: 2 consecutive; no sweep was sent to measure it "
+            "again: opptune sweep --agent a1 --workload triad --size small\n") in text
+    assert ("drift on rpi4/triad/small/cluster1: 2 consecutive; no sweep was sent to measure "
+            "it again: opptune sweep --agent a1 --workload triad --size small with [sweep] "
+            "per_cluster = true in the daemon's configuration\n") in text
+
+
 def test_a_new_daemons_status_says_none_instead_of_empty_tables():
     """A daemon with nothing yet printed five grids of headers without a row (found by the
     README walk); each says 'none' in one line, and a table with rows is still a table."""
