@@ -109,9 +109,23 @@ def predates_text(fit: dict[str, Any], names: dict[Any, str] | None = None) -> s
     if e.get("variant") == group.get("variant"):
         return (head + f"its drift on agent {e.get('agent')}: its runs from before no longer "
                 "count; the drift's sweep measures it again and refits it")
+    if not e.get("variant"):  # a cluster's group, after the whole board's drift
+        return (head + f"the drift of its whole-board group on agent {e.get('agent')}: its "
+                "runs from before no longer count (they ran on the cores that drifted); "
+                + sweep_hint(e.get("agent"), group) + " measures it again")
     return (head + f"the drift of its {e.get('variant')} group on agent {e.get('agent')}: its "
             "runs from before no longer count (they ran on that cluster too); opptune "
             f"characterize --agent {e.get('agent')} measures it again")
+
+
+def sweep_hint(agent: Any, group: dict[str, Any]) -> str:
+    """The command that measures ``group`` again by hand; a ``cluster<i>`` group is swept
+    alone only where the daemon sweeps per cluster."""
+    text = (f"opptune sweep --agent {agent} --workload {group.get('workload')} "
+            f"--size {group.get('input')}")
+    if group.get("variant"):
+        text += " with [sweep] per_cluster = true in the daemon's configuration"
+    return text
 
 
 def drift_text(e: dict[str, Any], names: dict[Any, str] | None = None) -> str:
@@ -125,10 +139,7 @@ def drift_text(e: dict[str, Any], names: dict[Any, str] | None = None) -> str:
     elif e.get("error"):
         then = str(e["error"])
     else:
-        then = (f"no sweep was sent to measure it again: opptune sweep --agent {e.get('agent')} "
-                f"--workload {group.get('workload')} --size {group.get('input')}")
-        if group.get("variant"):  # the sweep measures a cluster alone only where so configured
-            then += " with [sweep] per_cluster = true in the daemon's configuration"
+        then = "no sweep was sent to measure it again: " + sweep_hint(e.get("agent"), group)
     if e.get("recommendation"):
         then += f"; recommended again: {e['recommendation']}"
     return f"drift on {_group(group, names)}: {e.get('reason')}; {then}"

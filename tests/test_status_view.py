@@ -375,3 +375,38 @@ def test_a_fit_made_before_a_drift_says_so_and_what_measures_it_again(tmp_path):
     assert stored_fit_note(own).endswith("made before a drift of the group: the runs it rests "
                                          "on no longer count)")
     assert stored_fit_note(fits["w", "cluster0"]) == "amdahl (the daemon's fit)"
+
+
+def test_a_clusters_fit_made_before_a_whole_board_drift_says_so(tmp_path):
+    """A drift of the whole-board group leaves its cluster groups' earlier runs out too (they
+    ran on the cores that drifted): their stored fits read as predating it, with the sweep that
+    measures them again; another size's cluster stays current. Before, only the whole-board
+    group's fit did."""
+    from opptune.daemon.report.analysis import stored_fit_note
+    from opptune.daemon.service import Daemon
+    from opptune.daemon.status_query import status
+    from opptune.daemon.status_view import predates_text
+    from opptune.daemon.store import Group
+    from opptune.shared.config import DaemonConfig
+    d = Daemon(DaemonConfig(bind="tcp://127.0.0.1:0", database=str(tmp_path / "d.db"),
+                            curve="off", auto_sweep=False))
+    try:
+        for size, v in (("small", ""), ("small", "cluster0"), ("large", "cluster0")):
+            d.store.save_fit(Group("p1", "w", size, v), "amdahl", {}, {}, [], now=10.0)
+        d.store.save_drift("a1", Group("p1", "w", "small", ""), "2 off verdicts", [], None,
+                           now=20.0)
+        fits = {(f["group"]["input"], f["group"]["variant"]): f
+                for f in status(d, {})["fits"]}
+    finally:
+        d.close()
+    assert fits["small", "cluster0"]["predates_drift"] == {"agent": "a1", "variant": "",
+                                                           "since": 20.0}
+    assert fits["large", "cluster0"]["predates_drift"] is None
+    assert predates_text(fits["small", "cluster0"], {"p1": "box"}) == (
+        "the fit of box/w/small/cluster0 predates the drift of its whole-board group on agent "
+        "a1: its runs from before no longer count (they ran on the cores that drifted); "
+        "opptune sweep --agent a1 --workload w --size small with [sweep] per_cluster = true "
+        "in the daemon's configuration measures it again")
+    assert stored_fit_note(fits["small", "cluster0"]) == (
+        "amdahl (the daemon's fit, made before a drift of its whole-board group: the runs it "
+        "rests on no longer count)")
