@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 from typing import Any
 
 from rich.console import Console
@@ -116,6 +117,20 @@ def predates_text(fit: dict[str, Any], names: dict[Any, str] | None = None) -> s
     return (head + f"the drift of its {e.get('variant')} group on agent {e.get('agent')}: its "
             "runs from before no longer count (they ran on that cluster too); opptune "
             f"characterize --agent {e.get('agent')} measures it again")
+
+
+def state_text(rec: dict[str, Any]) -> str:
+    """A recommendation's state as the status and the report say it: the verdict, its note,
+    and the newer configuration that replaced it on the board (status recommendations[].
+    replaced), which the verdict no longer describes as in force."""
+    text = str(rec.get("state")) + (f" ({rec['error']})" if rec.get("error") else "")
+    replaced = rec.get("replaced")
+    if isinstance(replaced, dict):
+        at = replaced.get("at")
+        when = (f" at {time.strftime('%Y-%m-%d %H:%M:%S', time.localtime(at))}"
+                if isinstance(at, (int, float)) else "")
+        text += f"; replaced by {replaced.get('by')}{when}: no longer in force"
+    return text
 
 
 def sweep_hint(agent: Any, group: dict[str, Any]) -> str:
@@ -307,8 +322,7 @@ def print_status(data: dict[str, Any], console: Console | None = None,
                   f"{freq / 1000:.0f} MHz" if freq else "governor's",
                   _fmt(r.get("predicted_time_s"))
                   + (f" ({_fmt(lo)}..{_fmt(hi)})" if lo is not None and hi is not None else ""),
-                  str(r.get("state")) + (f" ({r['error']})" if r.get("error") else ""),
-                  _fmt(r.get("verified_time_s")))
+                  state_text(r), _fmt(r.get("verified_time_s")))
     _print_table(console, t)
     more("recommendations")
     for r in data.get("recommendations", []):  # what each rests on, when not clean runs only

@@ -705,3 +705,25 @@ def test_a_whole_board_drift_ends_its_cluster_groups_old_runs(location):
     assert {g.variant + g.input: len(points) for g, (points, _) in st.report_runs().items()} \
         == {"s": 1, "cluster0s": 1, "cluster1s": 2, "cluster0l": 1}
     st.close()
+
+
+def test_a_replaced_recommendation_keeps_its_verdict(location):
+    """set_replaced notes the configuration that took a recommendation's place on its board,
+    on both back ends; its state, verdict and time stay, a save of the row again keeps the
+    note, and (None, None) clears it (applied again)."""
+    st = open_store(location)
+    rec = {"config_id": "cfg-1", "agent": "a1", "platform": "p", "workload": "w", "input": "s",
+           "variant": "", "cores": 2, "cpus": [0, 1], "threads": 2, "keep": True}
+    st.save_recommendation(rec, 1.0)
+    st.update_recommendation("cfg-1", "verified", 2.0, verified_time_s=1.5, error="+1 %")
+    assert st.recommendation("cfg-1")["replaced_by"] is None
+    assert st.set_replaced("cfg-1", "cfg-2", 3.0) and not st.set_replaced("cfg-9", "x", 3.0)
+    got = st.recommendation("cfg-1")
+    assert (got["state"], got["verified_time_s"], got["error"], got["updated"]) == \
+        ("verified", 1.5, "+1 %", 2.0)
+    assert (got["replaced_by"], got["replaced_at"]) == ("cfg-2", 3.0)
+    st.save_recommendation({**rec, "state": "verified"}, 4.0)
+    assert st.recommendation("cfg-1")["replaced_by"] == "cfg-2"
+    st.set_replaced("cfg-1", None, None)
+    assert st.recommendations()[0]["replaced_by"] is None
+    st.close()

@@ -260,6 +260,12 @@ class Store(ABC):
                               error: str | None = None) -> bool: ...
 
     @abstractmethod
+    def set_replaced(self, config_id: str, by: str | None, at: float | None) -> bool:
+        """Note that recommendation ``config_id``, in force on its board, was replaced there
+        by recommendation ``by`` at ``at`` (None, None: in force again); its state, verdict
+        and ``updated`` stay. False when there is no such recommendation."""
+
+    @abstractmethod
     def recommendation(self, config_id: str) -> dict[str, Any] | None: ...
 
     @abstractmethod

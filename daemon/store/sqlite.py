@@ -622,8 +622,8 @@ class SQLiteStore(Store):
         keep = rec.get("keep")
         with self._tx() as db:
             db.execute(
-                "INSERT INTO recommendations VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?) "
-                "ON CONFLICT(id) DO UPDATE SET "
+                f"INSERT INTO recommendations (id, {', '.join(cols)}) VALUES "
+                f"({', '.join('?' * (len(cols) + 1))}) ON CONFLICT(id) DO UPDATE SET "
                 + ", ".join(f"{c}=excluded.{c}" for c in cols),
                 (rec["config_id"], rec["agent"], rec["platform"], rec["workload"], rec["input"],
                  rec["variant"], rec["cores"], _dumps(list(rec["cpus"])), rec["threads"],
@@ -640,6 +640,11 @@ class SQLiteStore(Store):
                              "updated=? WHERE id=?",
                              (state, verified_time_s, error, now, config_id))
             return cur.rowcount > 0
+
+    def set_replaced(self, config_id: str, by: str | None, at: float | None) -> bool:
+        with self._tx() as db:
+            return db.execute("UPDATE recommendations SET replaced_by=?, replaced_at=? "
+                              "WHERE id=?", (by, at, config_id)).rowcount > 0
 
     def _rec_row(self, r: dict[str, Any]) -> dict[str, Any]:
         r["config_id"] = r.pop("id")
