@@ -11,7 +11,9 @@ group is fitted, and profiled for MPET (characterize.mpet_data), only from runs 
 the event (store.group_runs, store.profile_runs: one rule), and ``opptune characterize`` counts
 only jobs sent after it: the measurements of the old behaviour no longer describe it. A
 ``cluster<i>`` group's drift counts for the workload's whole-board group too (its runs ran on
-that cluster; store.drift_since): its next ``characterize`` measures it again. The
+that cluster): its next ``characterize`` measures it again; and a whole-board group's drift
+for each of its ``cluster<i>`` groups (they ran on the cores that drifted; a per-cluster sweep
+measures them again). One rule, store.drift_ends. The
 sweep's completion fits and recommends again through the usual job path. ``opptune status``
 lists the events (``drift``).
 """
@@ -23,7 +25,7 @@ from typing import Any, Callable
 
 from ..shared.config import DaemonConfig
 from .errors import HandlerError
-from .store import Group, Store
+from .store import Group, Store, drift_ends
 from .sweeps import Sweeps
 
 log = logging.getLogger("opptune.daemon")
@@ -86,12 +88,13 @@ class Drift:
 
 
 def fit_predates(fit: dict[str, Any], events: list[dict[str, Any]]) -> dict[str, Any] | None:
-    """The newest drift event after stored fit ``fit`` was made that leaves its runs out (one
-    of its group, or of one of its clusters' groups for a whole-board group: the store's
-    rule), as ``{agent, variant, since}``; None when the fit is as current as its runs."""
+    """The newest drift event after stored fit ``fit`` was made that leaves its runs out
+    (store.drift_ends: its group's, a whole-board group's clusters', a cluster group's
+    whole-board group's), as ``{agent, variant, since}``; None when the fit is as current as
+    its runs."""
     later = [e for e in events if e["since"] > fit["created"]
              and all(e[k] == fit[k] for k in ("platform", "workload", "input"))
-             and (e["variant"] == fit["variant"] or fit["variant"] == "")]
+             and drift_ends(e["variant"], fit["variant"])]
     if not later:
         return None
     e = max(later, key=lambda e: e["since"])

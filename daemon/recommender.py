@@ -331,6 +331,23 @@ class Recommender:
             error=f"{rec['error']}; {note}" if rec.get("error") else note)
         log.info("config %s of agent %s no longer in force: %s", config_id, agent, note)
 
+    def replaced(self, agent: str, before: str | None, rec: dict[str, Any], now: float) -> None:
+        """Recommendation ``rec`` was applied on ``agent``'s board to stay in force, where
+        ``before`` (a config id; None: nothing) stood: the board holds one configuration in
+        force (agent/apply.py), so ``before`` is noted replaced by it, its state kept (drift
+        and tune read the verdict). ``rec`` itself stands, applied again after a replacement
+        too."""
+        if rec.get("replaced_by") is not None:
+            self.store.set_replaced(rec["config_id"], None, None)
+        if before is None or before == rec["config_id"]:
+            return
+        old = self.store.recommendation(before)
+        if old is None or old["agent"] != agent:
+            return
+        self.store.set_replaced(before, rec["config_id"], now)
+        log.info("config %s of agent %s no longer in force: replaced by %s", before, agent,
+                 rec["config_id"])
+
 
 def rests_on(store: Store, group: Group, quality: dict[str, Any] | None = None,
              never_clean: list[dict[str, Any]] | None = None,

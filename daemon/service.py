@@ -656,7 +656,9 @@ class Daemon:
                                                   "threads differ); nothing of it is stored")
         self.recommender.applied(agent, msg, rec, now)
         if body["ok"] and rec.get("keep") is not False:
-            # the agent's rule (agent/apply.py): applied and verified, it stands
+            # the agent's rule (agent/apply.py): applied and verified, it stands, in place of
+            # the one that stood (its hello's, or the last applied here)
+            self.recommender.replaced(agent, (info.standing or {}).get("config_id"), rec, now)
             info.standing = standing_of(rec, body)
             info.standing_dropped = None
         self.send(identity, "ack", {"ids": [msg["id"]]})

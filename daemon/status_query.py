@@ -222,7 +222,10 @@ def _rec_row(r: dict[str, Any]) -> dict[str, Any]:
             "predicted_upper_s": r["predicted_upper_s"], "state": r["state"],
             "verified_time_s": r["verified_time_s"],
             "off_pct": off_pct(r["verified_time_s"], r["predicted_time_s"])
-            if r["state"] == "off" else None, "error": r["error"]}
+            if r["state"] == "off" else None, "error": r["error"],
+            # in force on its board until a newer one applied there took its place
+            "replaced": {"by": r["replaced_by"], "at": r["replaced_at"]}
+            if r.get("replaced_by") else None}
 
 
 def _fit_quality(d: Daemon, fits: list[dict[str, Any]], recs: list[dict[str, Any]]

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 from typing import Any
 
 from rich.console import Console
@@ -147,9 +148,54 @@ def predates_text(fit: dict[str, Any], names: dict[Any, str] | None = None) -> s
     if e.get("variant") == group.get("variant"):
         return (head + f"its drift on agent {e.get('agent')}: its runs from before no longer "
                 "count; the drift's sweep measures it again and refits it")
+    if not e.get("variant"):  # a cluster's group, after the whole board's drift
+        return (head + f"the drift of its whole-board group on agent {e.get('agent')}: its "
+                "runs from before no longer count (they ran on the cores that drifted); "
+                + sweep_hint(e.get("agent"), group) + " measures it again")
     return (head + f"the drift of its {e.get('variant')} group on agent {e.get('agent')}: its "
             "runs from before no longer count (they ran on that cluster too); opptune "
             f"characterize --agent {e.get('agent')} measures it again")
+
+
+def state_text(rec: dict[str, Any]) -> str:
+    """A recommendation's state as the status and the report say it: the verdict, its note,
+    and the newer configuration that replaced it on the board (status recommendations[].
+    replaced), which the verdict no longer describes as in force."""
+    text = str(rec.get("state")) + (f" ({rec['error']})" if rec.get("error") else "")
+    replaced = rec.get("replaced")
+    if isinstance(replaced, dict):
+        at = replaced.get("at")
+        when = (f" at {time.strftime('%Y-%m-%d %H:%M:%S', time.localtime(at))}"
+                if isinstance(at, (int, float)) else "")
+        text += f"; replaced by {replaced.get('by')}{when}: no longer in force"
+    return text
+
+
+def sweep_hint(agent: Any, group: dict[str, Any]) -> str:
+    """The command that measures ``group`` again by hand; a ``cluster<i>`` group is swept
+    alone only where the daemon sweeps per cluster."""
+    text = (f"opptune sweep --agent {agent} --workload {group.get('workload')} "
+            f"--size {group.get('input')}")
+    if group.get("variant"):
+        text += " with [sweep] per_cluster = true in the daemon's configuration"
+    return text
+
+
+def drift_text(e: dict[str, Any], names: dict[Any, str] | None = None) -> str:
+    """The status's line on a drift event: why, and the sweep that measures the group again
+    (its jobs' states), why none could be sent, or that none was (what measures it then)."""
+    jobs = ", ".join(f"{j} {s}" for j, s in zip(e.get("job_ids") or [],
+                                                 e.get("job_states") or []))
+    group = e.get("group") if isinstance(e.get("group"), dict) else {}
+    if jobs:
+        then = f"re-characterising ({jobs})"
+    elif e.get("error"):
+        then = str(e["error"])
+    else:
+        then = "no sweep was sent to measure it again: " + sweep_hint(e.get("agent"), group)
+    if e.get("recommendation"):
+        then += f"; recommended again: {e['recommendation']}"
+    return f"drift on {_group(group, names)}: {e.get('reason')}; {then}"
 
 
 def _table(title: str, columns: tuple[str, ...]) -> Table:
@@ -316,8 +362,7 @@ def print_status(data: dict[str, Any], console: Console | None = None,
                   f"{freq / 1000:.0f} MHz" if freq else "governor's",
                   _fmt(r.get("predicted_time_s"))
                   + (f" ({_fmt(lo)}..{_fmt(hi)})" if lo is not None and hi is not None else ""),
-                  str(r.get("state")) + (f" ({r['error']})" if r.get("error") else ""),
-                  _fmt(r.get("verified_time_s")))
+                  state_text(r), _fmt(r.get("verified_time_s")))
     _print_table(console, t)
     more("recommendations")
     for r in data.get("recommendations", []):  # what each rests on, when not clean runs only
@@ -338,13 +383,7 @@ def print_status(data: dict[str, Any], console: Console | None = None,
                              else ")"), markup=False)
     more("remeasure")
     for e in data.get("drift") or []:
-        jobs = ", ".join(f"{j} {s}" for j, s in zip(e.get("job_ids") or [],
-                                                     e.get("job_states") or []))
-        then = (f"re-characterising ({jobs})" if jobs else str(e.get("error")))
-        if e.get("recommendation"):
-            then += f"; recommended again: {e['recommendation']}"
-        console.print(f"drift on {_group(e.get('group'), names)}: {e.get('reason')}; {then}",
-                      markup=False)
+        console.print(drift_text(e, names), markup=False)
     more("drift")
 
 

@@ -638,3 +638,77 @@ def test_a_configuration_dropped_at_the_agents_restart_is_noted_on_its_recommend
     finally:
         a.close()
         d.stop()
+
+
+def test_a_configuration_replaced_on_its_board_says_so_and_keeps_its_verdict(tmp_path):
+    """cfg-1 applied to stay and verified, then cfg-2 applied to stay on the same board: the
+    board holds one configuration in force, so cfg-1 read 'verified' as if in force. It keeps
+    its verdict (state, note, time: drift and tune read them) and says which replaced it and
+    when, in --json and in the table; a verification only (keep: false), a refusal and
+    another board's configuration replace nothing; applied again, cfg-1 stands again. An
+    agent's hello names what stands after a daemon restart: that one is replaced too."""
+    from rich.console import Console
+
+    from opptune.daemon.report.build import _rec_text
+    from opptune.daemon.status_view import print_status
+    cfg = DaemonConfig(bind="tcp://127.0.0.1:0", database=str(tmp_path / "d.db"),
+                       auto_sweep=False, agent_timeout_s=30)
+    d = Daemon(cfg)
+    group = {"platform": "plat-test", "workload": "wl", "input": "small", "variant": ""}
+    for cid, agent, keep in (("cfg-1", "a1", True), ("cfg-2", "a1", True),
+                             ("cfg-3", "a1", False), ("cfg-4", "a1", True),
+                             ("cfg-5", "a2", True), ("cfg-6", "a2", True)):
+        d.store.save_recommendation({"config_id": cid, "agent": agent, **group, "cores": 2,
+                                     "cpus": [0, 2], "threads": 2, "freq_khz": 1_500_000,
+                                     "predicted_time_s": 4.0, "predicted_lower_s": 3.5,
+                                     "predicted_upper_s": 4.5, "keep": keep}, now=100.0)
+    d.start_thread()
+    a, b = Agent(d.endpoint), Agent(d.endpoint, "a2")
+    try:
+        a.hello()
+        a.expect("heartbeat")
+        # a2 says cfg-5 stands (as after a daemon restart: this daemon never saw it applied)
+        b.send("hello", {"platform": PLATFORM, "workloads": ["wl"], "agent_version": "t",
+                         "standing": {"config_id": "cfg-5", "workload": "wl", "size": "small",
+                                      "cpus": [0, 2], "freq_khz": 1_500_000}})
+        b.expect("heartbeat")
+
+        def apply(agent, cid, ok=True):
+            body = {"config_id": cid, "ok": ok, "time_s": 4.1} if ok else \
+                {"config_id": cid, "ok": False, "error": "no such clock"}
+            agent.send("applied", body)
+            agent.expect("ack")
+            return {r["config_id"]: r for r in query(a, "status")["recommendations"]}
+
+        before = time.time()
+        recs = apply(a, "cfg-1")
+        assert recs["cfg-1"]["state"] == "verified" and recs["cfg-1"]["replaced"] is None
+        verdict = {k: recs["cfg-1"][k] for k in ("state", "error", "verified_time_s")}
+        updated = d.store.recommendation("cfg-1")["updated"]
+        recs = apply(a, "cfg-2")
+        after = time.time()
+        assert {k: recs["cfg-1"][k] for k in verdict} == verdict
+        assert d.store.recommendation("cfg-1")["updated"] == updated
+        assert recs["cfg-1"]["replaced"]["by"] == "cfg-2"
+        assert before <= recs["cfg-1"]["replaced"]["at"] <= after
+        assert recs["cfg-2"]["replaced"] is None
+        apply(a, "cfg-3")  # the daemon's verification: the board rests at cfg-2 after it
+        recs = apply(a, "cfg-4", ok=False)
+        assert recs["cfg-2"]["replaced"] is None and recs["cfg-4"]["replaced"] is None
+        recs = apply(b, "cfg-6")
+        assert recs["cfg-5"]["replaced"]["by"] == "cfg-6"
+        assert recs["cfg-2"]["replaced"] is None  # a1's stands still
+        console = Console(record=True, width=300)
+        print_status({"agents": [], "recommendations": [recs["cfg-1"]]}, console)
+        when = time.strftime("%Y-%m-%d %H:%M:%S",
+                             time.localtime(recs["cfg-1"]["replaced"]["at"]))
+        line = f"verified ({verdict['error']}); replaced by cfg-2 at {when}: no longer in force"
+        assert line in console.export_text()
+        assert _rec_text(recs["cfg-1"]).endswith(f"; state {line}")
+        assert "replaced" not in _rec_text(recs["cfg-2"])
+        recs = apply(a, "cfg-1")  # applied again: it stands, cfg-2 does not
+        assert recs["cfg-1"]["replaced"] is None and recs["cfg-2"]["replaced"]["by"] == "cfg-1"
+    finally:
+        a.close()
+        b.close()
+        d.stop()

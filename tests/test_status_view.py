@@ -117,6 +117,30 @@ def test_status_says_why_a_group_is_measured_again():
             "not connected") in text
 
 
+def test_a_drift_without_a_sweep_or_an_error_says_what_measures_it_again():
+    """A drift event that sent no sweep and recorded no error printed '; None'. It says none
+    was sent and the sweep that measures the group again; a cluster's group needs the daemon
+    to sweep per cluster."""
+    from rich.console import Console
+
+    from opptune.daemon.status_view import print_status
+    data = {"daemon": {}, "agents": [{"id": "a1", "board": "rpi4", "platform": "p1",
+                                      "alive": True, "last_seen_s": 0.1, "outbox": 0}],
+            "drift": [{"agent": "a1", "since": 5.0, "reason": "2 consecutive", "job_ids": [],
+                       "job_states": [], "error": None, "recommendation": None,
+                       "group": {"platform": "p1", "workload": "triad", "input": "small",
+                                 "variant": v}} for v in ("", "cluster1")]}
+    console = Console(record=True, width=250)
+    print_status(data, console)
+    text = console.export_text()
+    assert "None" not in text
+    assert ("drift on rpi4/triad/small: 2 consecutive; no sweep was sent to measure it "
+            "again: opptune sweep --agent a1 --workload triad --size small\n") in text
+    assert ("drift on rpi4/triad/small/cluster1: 2 consecutive; no sweep was sent to measure "
+            "it again: opptune sweep --agent a1 --workload triad --size small with [sweep] "
+            "per_cluster = true in the daemon's configuration\n") in text
+
+
 def test_a_new_daemons_status_says_none_instead_of_empty_tables():
     """A daemon with nothing yet printed five grids of headers without a row (found by the
     README walk); each says 'none' in one line, and a table with rows is still a table."""
@@ -386,3 +410,38 @@ def test_status_names_both_agents_of_one_id_and_the_key_that_parts_them():
     assert "raspberrypi (platform p1, agent instance aa11) holds it" in clash_text(a)
     assert "raspberrypi (platform p1, agent instance bb22) is connected" in clash_text(a)
     assert clash_text({"id": "x", "id_clash": None}) is None
+
+
+def test_a_clusters_fit_made_before_a_whole_board_drift_says_so(tmp_path):
+    """A drift of the whole-board group leaves its cluster groups' earlier runs out too (they
+    ran on the cores that drifted): their stored fits read as predating it, with the sweep that
+    measures them again; another size's cluster stays current. Before, only the whole-board
+    group's fit did."""
+    from opptune.daemon.report.analysis import stored_fit_note
+    from opptune.daemon.service import Daemon
+    from opptune.daemon.status_query import status
+    from opptune.daemon.status_view import predates_text
+    from opptune.daemon.store import Group
+    from opptune.shared.config import DaemonConfig
+    d = Daemon(DaemonConfig(bind="tcp://127.0.0.1:0", database=str(tmp_path / "d.db"),
+                            curve="off", auto_sweep=False))
+    try:
+        for size, v in (("small", ""), ("small", "cluster0"), ("large", "cluster0")):
+            d.store.save_fit(Group("p1", "w", size, v), "amdahl", {}, {}, [], now=10.0)
+        d.store.save_drift("a1", Group("p1", "w", "small", ""), "2 off verdicts", [], None,
+                           now=20.0)
+        fits = {(f["group"]["input"], f["group"]["variant"]): f
+                for f in status(d, {})["fits"]}
+    finally:
+        d.close()
+    assert fits["small", "cluster0"]["predates_drift"] == {"agent": "a1", "variant": "",
+                                                           "since": 20.0}
+    assert fits["large", "cluster0"]["predates_drift"] is None
+    assert predates_text(fits["small", "cluster0"], {"p1": "box"}) == (
+        "the fit of box/w/small/cluster0 predates the drift of its whole-board group on agent "
+        "a1: its runs from before no longer count (they ran on the cores that drifted); "
+        "opptune sweep --agent a1 --workload w --size small with [sweep] per_cluster = true "
+        "in the daemon's configuration measures it again")
+    assert stored_fit_note(fits["small", "cluster0"]) == (
+        "amdahl (the daemon's fit, made before a drift of its whole-board group: the runs it "
+        "rests on no longer count)")

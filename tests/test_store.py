@@ -664,8 +664,7 @@ def test_a_clusters_drift_ends_the_whole_board_groups_old_runs(location):
     """A drift of cluster1's group: the whole-board group (no variant) of that workload and
     size ran on cluster1 too, so its runs from before are out of its fit (group_runs,
     point_marks, report_runs) and of MPET's profiles, on both back ends; cluster0's group
-    keeps its runs (it never ran on cluster1), and a whole-board drift leaves the cluster
-    groups alone."""
+    keeps its runs (it never ran on cluster1)."""
     st = open_store(location)
     st.save_job("a1", {"job_id": "job-1", "workload": "w", "size": "s", "reps": 1,
                        "warmup": 0, "points": [{"cpus": [0], "threads": 1}]}, 0.5)
@@ -689,6 +688,61 @@ def test_a_clusters_drift_ends_the_whole_board_groups_old_runs(location):
     assert {g.variant: [t for _, _, t in fit] for g, (_, fit) in st.report_runs().items()} \
         == {"": [2.5], "cluster0": [3.0], "cluster1": []}
     assert [r[5] for r in st.profile_runs(None)] == [2.5]
-    st.save_drift("a1", board, "off twice", [], None, 7.0)
-    assert [t for _, _, t in st.group_runs(c0)] == [3.0]
+    st.close()
+
+
+def test_a_whole_board_drift_ends_its_cluster_groups_old_runs(location):
+    """The reverse: a drift of the whole-board group (no variant). Its cluster<i> groups of
+    that workload and size measured the same cores before it: their runs from before are out
+    of their fits (group_runs, point_marks, report_runs) on both back ends, those after it
+    count. Before, only the whole-board group lost them. Another size's clusters keep
+    theirs."""
+    st = open_store(location)
+    st.save_job("a1", {"job_id": "job-1", "workload": "w", "size": "s", "reps": 1,
+                       "warmup": 0, "points": [{"cpus": [0], "threads": 1}]}, 0.5)
+    board, c0, c1, other = (Group("p", "w", size, v) for size, v in (
+        ("s", ""), ("s", "cluster0"), ("s", "cluster1"), ("l", "cluster0")))
+
+    def put(seq, group, time_s, now):
+        rec = RunRecord(platform="p", workload="w", input=group.input, variant=group.variant,
+                        cores=1, cpus=[0], threads=1, rep=0, time_s=time_s)
+        st.insert_results([ResultIn(f"m{seq}", "a1", "job-1", seq, rec, rec.to_dict())], now)
+
+    for seq, (group, time_s) in enumerate([(board, 2.0), (c0, 3.0), (c1, 4.0), (other, 5.0)]):
+        put(seq, group, time_s, 1.0)
+    st.save_drift("a1", board, "off twice", [], None, 5.0)
+    put(4, c1, 4.5, 6.0)
+    assert [st.drift_since(g) for g in (board, c0, c1, other)] == [5.0, 5.0, 5.0, None]
+    assert st.group_runs(board) == [] and st.group_runs(c0) == []
+    assert [t for _, _, t in st.group_runs(c1)] == [4.5]
+    assert [t for _, _, t in st.group_runs(other)] == [5.0]
+    assert st.point_marks(c0) == [] and [m["clean"] for m in st.point_marks(c1)] == [1]
+    assert {(g.input, g.variant): [t for _, _, t in fit]
+            for g, (_, fit) in st.report_runs().items()} == \
+        {("s", ""): [], ("s", "cluster0"): [], ("s", "cluster1"): [4.5], ("l", "cluster0"): [5.0]}
+    # every run is still drawn: only the fit leaves them out
+    assert {g.variant + g.input: len(points) for g, (points, _) in st.report_runs().items()} \
+        == {"s": 1, "cluster0s": 1, "cluster1s": 2, "cluster0l": 1}
+    st.close()
+
+
+def test_a_replaced_recommendation_keeps_its_verdict(location):
+    """set_replaced notes the configuration that took a recommendation's place on its board,
+    on both back ends; its state, verdict and time stay, a save of the row again keeps the
+    note, and (None, None) clears it (applied again)."""
+    st = open_store(location)
+    rec = {"config_id": "cfg-1", "agent": "a1", "platform": "p", "workload": "w", "input": "s",
+           "variant": "", "cores": 2, "cpus": [0, 1], "threads": 2, "keep": True}
+    st.save_recommendation(rec, 1.0)
+    st.update_recommendation("cfg-1", "verified", 2.0, verified_time_s=1.5, error="+1 %")
+    assert st.recommendation("cfg-1")["replaced_by"] is None
+    assert st.set_replaced("cfg-1", "cfg-2", 3.0) and not st.set_replaced("cfg-9", "x", 3.0)
+    got = st.recommendation("cfg-1")
+    assert (got["state"], got["verified_time_s"], got["error"], got["updated"]) == \
+        ("verified", 1.5, "+1 %", 2.0)
+    assert (got["replaced_by"], got["replaced_at"]) == ("cfg-2", 3.0)
+    st.save_recommendation({**rec, "state": "verified"}, 4.0)
+    assert st.recommendation("cfg-1")["replaced_by"] == "cfg-2"
+    st.set_replaced("cfg-1", None, None)
+    assert st.recommendations()[0]["replaced_by"] is None
     st.close()

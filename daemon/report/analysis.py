@@ -134,8 +134,9 @@ def analyse_group(entry: dict[str, Any], platform: dict[str, Any], board: str,
     if not rows:
         view.model_note = ("no runs a fit may use: every run is marked for interference, "
                            "throttled, or from before a drift of the group (of one of its "
-                           "clusters, for a whole-board group: 'opptune status' lists drifts, "
-                           "'opptune characterize' measures it again); the daemon re-measures "
+                           "clusters, for a whole-board group, of the whole-board group, for a "
+                           "cluster's: 'opptune status' lists drifts and what measures the "
+                           "group again); the daemon re-measures "
                            "marked points when the board is quiet, accept_load = true fits "
                            "them")
         return view
@@ -221,7 +222,7 @@ def stored_fit_note(fit: dict[str, Any] | None) -> str:
     return f"{fit.get('model')}" + (f", cross-validated MAPE {cv:.1f} %" if cv else "") \
         + (" (the daemon's fit, made before a drift of "
            + ("the group" if drift.get("variant") == (fit.get("group") or {}).get("variant")
-              else f"its {drift.get('variant')} group")
+              else f"its {drift.get('variant') or 'whole-board'} group")
            + ": the runs it rests on no longer count)" if isinstance(drift, dict)
            else " (the daemon's fit)")
 

@@ -14,7 +14,7 @@ from typing import Any, Callable
 from . import page, plots
 from .analysis import (GroupView, analyse_groups, drawn_groups, fleet_rows, group_key,
                        kernel_traits, latest_recommendations, topology_rows)
-from ..status_view import standing_text
+from ..status_view import standing_text, state_text
 from .cli import DEFAULT_MAX_GROUPS
 
 TITLE = "opptune report"
@@ -54,7 +54,7 @@ def _rec_text(r: dict[str, Any] | None) -> str:
         text += f" ({r['predicted_lower_s']:.4g}..{r['predicted_upper_s']:.4g} s)"
     if r.get("verified_time_s") is not None:
         text += f"; measured {r['verified_time_s']:.4g} s"
-    return text + f"; state {r['state']}" + (f" ({r['error']})" if r.get("error") else "")
+    return text + f"; state {state_text(r)}"
 
 
 def _group_section(view: GroupView, out: Path, images: list[Path]) -> page.Section:

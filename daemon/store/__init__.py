@@ -25,6 +25,15 @@ class Group(NamedTuple):
         return self._asdict()
 
 
+def drift_ends(drift_variant: str, variant: str) -> bool:
+    """Whether a drift of the group with ``drift_variant`` ends the runs from before it of the
+    group with ``variant`` (same platform, workload and input): the group's own, and between
+    the whole-board group (no variant) and its ``cluster<i>`` groups either way, as both
+    measured the same cores before the drift; two clusters' groups stay apart. The store's
+    SQL (sqlite.drift_ends_sql) says the same."""
+    return drift_variant == variant or "" in (drift_variant, variant)
+
+
 # states of a finished tune session (daemon/tuning.py): never resumed
 TUNE_FINAL_STATES = ("done", "failed", "unmet")
 
@@ -257,6 +266,12 @@ class Store(ABC):
                               error: str | None = None) -> bool: ...
 
     @abstractmethod
+    def set_replaced(self, config_id: str, by: str | None, at: float | None) -> bool:
+        """Note that recommendation ``config_id``, in force on its board, was replaced there
+        by recommendation ``by`` at ``at`` (None, None: in force again); its state, verdict
+        and ``updated`` stay. False when there is no such recommendation."""
+
+    @abstractmethod
     def recommendation(self, config_id: str) -> dict[str, Any] | None: ...
 
     @abstractmethod
@@ -283,8 +298,9 @@ class Store(ABC):
 
     @abstractmethod
     def drift_since(self, group: Group) -> float | None:
-        """When the group was last found drifting (None: never); for a whole-board group (no
-        variant) a drift of one of its ``cluster<i>`` groups too: its runs ran there."""
+        """When the group was last found drifting (None: never), counting the drifts that
+        end its runs (:func:`drift_ends`: for a whole-board group its clusters' groups', for
+        a ``cluster<i>`` group the whole-board group's)."""
 
     @abstractmethod
     def drift_events(self) -> list[dict[str, Any]]:

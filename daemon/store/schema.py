@@ -54,11 +54,15 @@ running daemon's ``instance``, the ``endpoint`` agents and operators reach it at
 started and its last heartbeat, ``last_seen``, written each second; a daemon stopping deletes
 its row) and ``agents.daemon`` (the instance that last heard the agent; NULL for rows stored
 before). A daemon asked about an agent another daemon holds says where it is online.
+
+Version 13 notes a recommendation in force on its board that a newer one applied there replaced
+(``recommendations.replaced_by``, its config id, and ``replaced_at``, when; NULL: not replaced,
+or stored before): its state keeps the verdict of its verification.
 """
 
 from __future__ import annotations
 
-SCHEMA_VERSION = 12
+SCHEMA_VERSION = 13
 
 MIGRATIONS: dict[int, list[str]] = {
     1: [
@@ -260,5 +264,9 @@ MIGRATIONS: dict[int, list[str]] = {
         # whether a recommendation stays in force on the board after its verification (NULL
         # before: it stayed), kept for one sent when its agent returns
         "ALTER TABLE recommendations ADD COLUMN keep INTEGER",
+    ],
+    13: [
+        "ALTER TABLE recommendations ADD COLUMN replaced_by TEXT",
+        "ALTER TABLE recommendations ADD COLUMN replaced_at REAL",
     ],
 }

@@ -65,15 +65,21 @@ LOW_ROOM_POLL_FRACTION = 0.1  # ...and is looked at ten times as often
 CACHE_KIB = 32 << 10  # the writer's page cache: RSS grows by this much at most, then stays
 
 
+def drift_ends_sql(drift: str, variant: str) -> str:
+    """store.drift_ends in SQL: whether the drift row ``drift`` (an alias) ends the runs of
+    the group whose variant is the SQL expression ``variant``."""
+    return f"({drift}.variant = {variant} OR {drift}.variant = '' OR {variant} = '')"
+
+
 # A run received before its group's last drift event measured the old behaviour: the group's
-# fits and MPET's profiles of it leave it out; a whole-board group (no variant) ran on every
-# cluster, so a drift of one of its cluster<i> groups counts for it too (drift_since). The
-# condition on the row's own group, for a query over every group (profile_runs); a query of
-# one group reads drift_since once and compares (_fit_where: the same rule, 1.5-2x faster on
-# a 20,000-run group).
+# fits and MPET's profiles of it leave it out; the whole-board group (no variant) and its
+# cluster<i> groups ran on the same cores, so a drift of either ends the other's runs too
+# (store.drift_ends). The condition on the row's own group, for a query over every group
+# (profile_runs); a query of one group reads drift_since once and compares (_fit_where: the
+# same rule, 1.5-2x faster on a 20,000-run group).
 _SINCE_DRIFT = ("received >= COALESCE((SELECT MAX(d.since) FROM drift d WHERE "
                 "d.platform = runs.platform AND d.workload = runs.workload AND "
-                "d.input = runs.input AND (d.variant = runs.variant OR runs.variant = '')), 0)")
+                "d.input = runs.input AND " + drift_ends_sql("d", "runs.variant") + "), 0)")
 
 
 class SQLiteStore(Store):
@@ -500,16 +506,19 @@ class SQLiteStore(Store):
                                            list[tuple[int, float | None, float]]]]:
         accept = self.accept_load if accept_load is None else accept_load
         out: dict[Group, tuple[list[Any], list[Any]]] = {}
+        # each group's last drift that ends its runs (drift_since of every group at once;
+        # the groups from the runs_group index)
+        since = ("SELECT g.platform, g.workload, g.input, g.variant, MAX(d.since) AS since "
+                 "FROM (SELECT DISTINCT platform, workload, input, variant FROM runs) AS g "
+                 "JOIN drift d ON d.platform = g.platform AND d.workload = g.workload AND "
+                 "d.input = g.input AND " + drift_ends_sql("d", "g.variant")
+                 + " GROUP BY g.platform, g.workload, g.input, g.variant")
         rows = self.db.execute(
             "SELECT platform, workload, input, variant, cores, freq_mhz, time_s, energy_j, "
-            "virtual, marked IS NOT NULL, CASE WHEN received >= COALESCE(CASE WHEN "
-            "variant = '' THEN b.since ELSE d.since END, 0) AND "
+            "virtual, marked IS NOT NULL, CASE WHEN received >= COALESCE(s.since, 0) AND "
             + self._FIT_OK + ("" if accept else " AND marked IS NULL") + " THEN 1 ELSE 0 END "
-            "FROM runs LEFT JOIN (SELECT platform, workload, input, variant, MAX(since) AS "
-            "since FROM drift GROUP BY platform, workload, input, variant) AS d USING "
-            "(platform, workload, input, variant) LEFT JOIN (SELECT platform, workload, "
-            "input, MAX(since) AS since FROM drift GROUP BY platform, workload, input) AS b "
-            "USING (platform, workload, input) WHERE ok=1 AND time_s IS NOT NULL "
+            f"FROM runs LEFT JOIN ({since}) AS s USING (platform, workload, input, variant) "
+            "WHERE ok=1 AND time_s IS NOT NULL "
             f"ORDER BY platform, workload, input, variant, {self._fit_order}")
         for key, group_rows in groupby(rows, key=lambda r: r[:4]):
             points: list[Any] = []
@@ -550,8 +559,8 @@ class SQLiteStore(Store):
             return int(cur.lastrowid)
 
     def drift_since(self, group: Group) -> float | None:
-        row = self.db.execute("SELECT MAX(since) FROM drift WHERE platform=? AND workload=? "
-                              "AND input=? AND (variant=? OR ?='')",
+        row = self.db.execute("SELECT MAX(since) FROM drift d WHERE platform=? AND workload=? "
+                              "AND input=? AND " + drift_ends_sql("d", "?"),
                               (*group, group.variant)).fetchone()
         return row[0] if row else None
 
@@ -624,8 +633,8 @@ class SQLiteStore(Store):
         keep = rec.get("keep")
         with self._tx() as db:
             db.execute(
-                "INSERT INTO recommendations VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?) "
-                "ON CONFLICT(id) DO UPDATE SET "
+                f"INSERT INTO recommendations (id, {', '.join(cols)}) VALUES "
+                f"({', '.join('?' * (len(cols) + 1))}) ON CONFLICT(id) DO UPDATE SET "
                 + ", ".join(f"{c}=excluded.{c}" for c in cols),
                 (rec["config_id"], rec["agent"], rec["platform"], rec["workload"], rec["input"],
                  rec["variant"], rec["cores"], _dumps(list(rec["cpus"])), rec["threads"],
@@ -642,6 +651,11 @@ class SQLiteStore(Store):
                              "updated=? WHERE id=?",
                              (state, verified_time_s, error, now, config_id))
             return cur.rowcount > 0
+
+    def set_replaced(self, config_id: str, by: str | None, at: float | None) -> bool:
+        with self._tx() as db:
+            return db.execute("UPDATE recommendations SET replaced_by=?, replaced_at=? "
+                              "WHERE id=?", (by, at, config_id)).rowcount > 0
 
     def _rec_row(self, r: dict[str, Any]) -> dict[str, Any]:
         r["config_id"] = r.pop("id")
