@@ -24,9 +24,6 @@ def fleet(tmp_path, pg_url) -> Fleet:
         "virtual_board": "odroid-xu4", "sysfs_root": make_tree("odroid-xu4",
                                                                str(tmp_path / "board"))})
     f.start_daemons()
-    for i in (1, 0):  # both up before the agent, which would fail over from one starting
-        f.use(i)
-        f.wait_for(lambda s: True, 60, f"daemon {i} to answer")
     f.start_agent()
     f.wait_for(lambda s: any(a["alive"] for a in s["agents"]), 30, "the agent's hello")
     return f
