@@ -23,6 +23,9 @@ UNMET = 3
 # checks the target at once and measures it over a 2 s window, unless a job runs before it
 FOLLOW_TARGET_S = 20.0
 FOLLOW_POLL_S = 0.2
+# how often tune looks again which daemons of the fleet answer (its way on if its own falls
+# silent): a status query, every few polls rather than each
+FLEET_LOOK_S = 5.0
 
 
 def add_goal_options(p: argparse.ArgumentParser, tune: bool = False) -> None:
@@ -313,7 +316,9 @@ def add_parsers(sub: Any, link_options: Any) -> None:
                                    "where it most helps to find the goal's optimum, stops "
                                    "when one more would not change the answer, recommends, "
                                    "and has the agent apply and verify it. The session lives "
-                                   "in the daemon: interrupting this command does not stop it. "
+                                   "in the daemon: interrupting this command does not stop it; "
+                                   "in a fleet, it is followed through another daemon when "
+                                   "this one stops answering. "
                                    "When no configuration meets --deadline / --power-cap it "
                                    "shows the closest, applies nothing and exits 3.")
     link_options(p)
@@ -366,14 +371,43 @@ def cmd_tune(args: argparse.Namespace) -> int:
 def follow_tune(endpoint: str, session: dict[str, Any], timeout_s: float,
                 quiet: bool = False) -> dict[str, Any] | None:
     """Show the session's progress on stderr until it is done or failed; its last view, or
-    None (after one line) when the daemon does not answer for ``RECONNECT_S``."""
+    None (after one line) when no daemon answers for ``RECONNECT_S``. Where the daemon is one
+    of a fleet, the session is followed through another that answers as soon as it stops
+    answering (as sweep --wait follows its jobs): the fleet shares the store, and the daemon
+    the agent fails over to takes the session up; while none answers, each daemon of the
+    fleet is asked in turn."""
     import time
 
     from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
     from .client import DaemonUnreachable, QueryFailed, query
     from .store import TUNE_FINAL_STATES
-    from .sweep_wait import POLL_S, RECONNECT_S
+    from .sweep_wait import POLL_S, RECONNECT_S, fail_over, fleet_others
+
+    tune_id = session["tune_id"]
+    others: list[str] = []  # the fleet's other daemons that answered at the last look
+    known: list[str] = []  # every other daemon the fleet named, answering or not
+    looked = 0.0
+
+    def look(at: str, leave: str | None = None) -> None:
+        """Read the fleet from the status of the daemon at ``at`` (tune_status has no daemon
+        row); ``leave``: one that just fell silent, whose heartbeat may still look recent."""
+        nonlocal others, looked
+        try:
+            daemon = query(at, "status", {"only": []}, timeout_s=timeout_s)["daemon"] or {}
+        except DaemonUnreachable:
+            return  # the last look stands, looked again next poll
+        except (QueryFailed, KeyError, TypeError):  # a daemon that predates the fleet
+            others, looked = [], time.monotonic()
+            return
+        looked = time.monotonic()
+        others = [e for e in fleet_others(daemon, at) if e != leave]
+        for f in daemon.get("fleet") or []:
+            e = f.get("endpoint")
+            if isinstance(e, str) and e != at and e not in known \
+                    and f.get("instance") != daemon.get("instance"):
+                known.append(e)
+
     console = make_console(stderr=True)
     with Progress(TextColumn("{task.description}"), BarColumn(),
                   TextColumn("{task.completed} of {task.fields[of]} configurations"),
@@ -382,10 +416,16 @@ def follow_tune(endpoint: str, session: dict[str, Any], timeout_s: float,
                   disable=quiet) as progress:
         task = progress.add_task(f"tune {session['workload']} on {session['agent']}",
                                  total=None, of="?", state="", eta="")
-        silent_since: float | None = None  # when the daemon stopped answering
+        say = progress.console.print
+        silent_since: float | None = None  # when no daemon answered any more
+        silent_at = endpoint  # the daemon that fell silent then
+        ring: list[str] = []  # while none answers: the daemons asked in turn
+        look(endpoint)
         while True:
             if session["state"] in TUNE_FINAL_STATES:
                 break
+            if silent_since is None and time.monotonic() - looked >= FLEET_LOOK_S:
+                look(endpoint)  # daemons join and leave the fleet during a long session
             of = session["budget"] or session["grid"]
             eta = session.get("eta_s")
             step = (session["steps"] or [{}])[-1]
@@ -397,25 +437,48 @@ def follow_tune(endpoint: str, session: dict[str, Any], timeout_s: float,
                             state=state, eta="" if eta is None else f"ETA {eta:.0f} s")
             time.sleep(POLL_S)  # a polling interval for the display, not synchronisation
             try:
-                session = query(endpoint, "tune_status", {"tune_id": session["tune_id"]},
+                session = query(endpoint, "tune_status", {"tune_id": tune_id},
                                 timeout_s=timeout_s)
                 if silent_since is not None:
-                    progress.console.print(f"opptune tune: the daemon answers again; "
-                                           f"following {session['tune_id']}")
+                    say(f"opptune tune: the daemon answers again; following {tune_id}"
+                        if endpoint == silent_at else
+                        f"opptune tune: the fleet's daemon at {endpoint} answers; following "
+                        f"{tune_id} through it", markup=False, soft_wrap=True)
                     silent_since = None
+                    look(endpoint)
             except DaemonUnreachable as exc:
-                # a restarting daemon resumes the session from its store: wait for it
+                if silent_since is None:
+                    nxt = fail_over(others, endpoint, timeout_s, "opptune tune", tune_id,
+                                    "it", progress.console)
+                    if nxt is not None:
+                        gone, endpoint = endpoint, nxt
+                        look(endpoint, leave=gone)
+                        continue
+                # a restarting daemon resumes the session from its store, and a fleet's
+                # daemon takes it up when the agent fails over to it: wait for either
                 now = time.monotonic()
                 if silent_since is None:
-                    silent_since = now
-                    progress.console.print(f"opptune tune: {exc}; retrying for up to "
-                                           f"{RECONNECT_S:g} s (a restarted daemon resumes "
-                                           "the session)")
+                    silent_since, silent_at = now, endpoint
+                    ring = [endpoint] + [e for e in known if e != endpoint]
+                    say(f"opptune tune: {exc}; retrying for up to {RECONNECT_S:g} s (a "
+                        "restarted daemon resumes the session" + (
+                            f"; the fleet's other daemons are asked in turn: "
+                            f"{', '.join(ring[1:])}" if len(ring) > 1 else "") + ")",
+                        markup=False, soft_wrap=True)
                 if now - silent_since < RECONNECT_S:
+                    ring.append(ring.pop(0))
+                    endpoint = ring[0]
                     continue
                 progress.stop()
-                print(f"opptune tune: {exc} for {now - silent_since:.0f} s; the session "
-                      f"{session['tune_id']} may go on in the daemon", file=sys.stderr)
+                if len(ring) > 1:
+                    print(f"opptune tune: no answer from the daemon at {silent_at} nor from "
+                          f"the other daemons of its fleet ({', '.join(ring[1:])}) for "
+                          f"{now - silent_since:.0f} s; the session {tune_id} is kept in the "
+                          "store and goes on through the daemon its agent connects to",
+                          file=sys.stderr)
+                else:
+                    print(f"opptune tune: {exc} for {now - silent_since:.0f} s; the session "
+                          f"{tune_id} may go on in the daemon", file=sys.stderr)
                 return None
             except QueryFailed as exc:  # e.g. a daemon on another store: no such session
                 progress.stop()

@@ -236,13 +236,19 @@ class JobTracker:
             self.check(j["job_id"], j["expected"], agent, 0)
             if j["job_id"] in self._complete:
                 continue
-            job = self.store.job(j["job_id"])
-            if job is not None:
-                log.info("resending unfinished job %s (%s) to %s", j["job_id"], j["state"],
-                         agent)
-                self.send(agent, {k: job[k] for k in ("job_id", "workload", "size", "points",
-                                                      "reps", "warmup")}, save=False)
+            self.resend(agent, j["job_id"], j["state"])
         return workloads
+
+    def resend(self, agent: str, job_id: str, state: str) -> None:
+        """Send an unfinished job of the store to ``agent`` again, unless it is out with it
+        through this daemon already (the agent ignores a job it has)."""
+        if job_id in self._out.get(agent, ()):
+            return
+        job = self.store.job(job_id)
+        if job is not None:
+            log.info("resending unfinished job %s (%s) to %s", job_id, state, agent)
+            self.send(agent, {k: job[k] for k in ("job_id", "workload", "size", "points",
+                                                  "reps", "warmup")}, save=False)
 
     def expire(self, now: float) -> None:
         """Expiry policy: a queued, sent or running job expires when its agent has not been

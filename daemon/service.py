@@ -609,6 +609,8 @@ class Daemon:
         self.send(identity, "heartbeat", self._welcome)
         if isinstance(body.get("standing_dropped"), str):
             self.recommender.dropped(agent, body["standing_dropped"])
+        # the agent's tune sessions first: its jobs resent below may complete one of theirs
+        self.tuning.take_up(agent)
         swept = self.jobs.resume(agent)
         self.recommender.send_unsent(agent, identity)
         if self.config.auto_sweep:

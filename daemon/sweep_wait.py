@@ -60,15 +60,10 @@ def _wait(endpoint: str, job_ids: list[str], timeout_s: float, as_json: bool,
                 status = query(endpoint, "status", jobs_query(job_ids), timeout_s=timeout_s)
             except (DaemonUnreachable, QueryFailed) as exc:
                 now = time.monotonic()
-                if isinstance(exc, DaemonUnreachable) and others:
-                    # the daemons of a fleet share the store and the agents fail over to
-                    # them: another answers for the same jobs (a daemon alone: wait for it)
-                    gone, endpoint = endpoint, others.pop(0)
-                    progress.console.print(
-                        f"{prog}: no answer from the daemon at {gone} within {timeout_s:g} s; "
-                        f"following the jobs through the fleet's daemon at {endpoint} (the "
-                        f"agents fail over to it; 'opptune status --daemon {endpoint}' shows "
-                        "them)", markup=False, soft_wrap=True)
+                nxt = fail_over(others, endpoint, timeout_s, prog, "the jobs", "them",
+                                progress.console) if isinstance(exc, DaemonUnreachable) else None
+                if nxt is not None:
+                    endpoint = nxt
                     continue
                 if isinstance(exc, DaemonUnreachable):
                     if silent_since is None:
@@ -136,6 +131,23 @@ def fleet_others(daemon: dict[str, Any], endpoint: str) -> list[str]:
     return [f["endpoint"] for f in daemon.get("fleet") or []
             if f.get("answering") and f.get("instance") != daemon.get("instance")
             and isinstance(f.get("endpoint"), str) and f["endpoint"] != endpoint]
+
+
+def fail_over(others: list[str], gone: str, timeout_s: float, prog: str, what: str,
+              them: str, console: Console) -> str | None:
+    """The fleet's next daemon to follow ``what`` through (taken from ``others``, said in one
+    line) once the one at ``gone`` stopped answering; None where no other answered at the last
+    look (a daemon alone is waited for: a restarted one goes on from its store). The daemons
+    of a fleet share the store and the agents fail over to them, so another answers for the
+    same jobs and sessions."""
+    if not others:
+        return None
+    endpoint = others.pop(0)
+    console.print(f"{prog}: no answer from the daemon at {gone} within {timeout_s:g} s; "
+                  f"following {what} through the fleet's daemon at {endpoint} (the agents "
+                  f"fail over to it; 'opptune status --daemon {endpoint}' shows {them})",
+                  markup=False, soft_wrap=True)
+    return endpoint
 
 
 def state_text(job: dict[str, Any], agent: dict[str, Any] | None) -> str:

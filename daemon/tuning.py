@@ -17,9 +17,16 @@ Each session is saved in the store at each state change (a few saves per configu
 daemon started on that store resumes the sessions neither done nor failed: one waiting for its
 job keeps waiting (the job's results come in as the agent reconnects), one whose job finished
 meanwhile, or that had no job, asks the Sampler again, and one verifying keeps waiting for the
-verdict. The session is taken up when its agent connects to the daemon (of daemons sharing a
-database, the one that has the agent drives it); the agent has ``agent_timeout_s`` from the
-daemon's start to reconnect.
+verdict. The session is taken up when its agent connects to the daemon; the agent has
+``agent_timeout_s`` from the daemon's start to reconnect.
+
+Of daemons sharing a database (a fleet), the one the agent is connected to drives its sessions,
+as it sends the agent's unfinished jobs: at the agent's hello (after a daemon's restart, or its
+fail-over from a daemon of the fleet that went silent) the daemon takes up the agent's open
+sessions from the store, as stored. A daemon lets a session go once its agent is online
+through another daemon, or another daemon saved it since; each save is conditional on the row
+being as this daemon last saw it, so of two daemons that both think they hold the agent only
+one moves the session on (the other reads it again or lets it go).
 """
 
 from __future__ import annotations
@@ -101,6 +108,9 @@ class Session:
     # True: marked runs (interference) count too, the result holds for the board under that
     # load (--accept-load); None: the daemon's accept_load key
     accept_load: bool | None = None
+    # the stored row's ``updated`` as this daemon last read or wrote it (None: not stored)
+    stored: float | None = None
+    taken: bool = False  # another daemon saved it since: it drives it, this one let it go
 
     def record(self) -> dict[str, Any]:
         """What the store keeps (the grids are recomputed from the platform at loading)."""
@@ -185,23 +195,53 @@ class Tuner:
         self._load()
 
     def _load(self) -> None:
-        """Take up the sessions a previous daemon on this store left unfinished. A job still
-        out is registered at once: the agent's hello may complete it before the first poll."""
+        """Load the sessions a previous daemon on this store left unfinished; each is taken
+        up when its agent talks to this daemon."""
         for r in self.d.store.open_tune_sessions():
-            try:
-                s = self._restore(r)
-            except (KeyError, TypeError, ValueError) as exc:
-                log.error("tune %s: cannot resume the stored session (%s); it is left as it "
-                          "is", r.get("tune_id"), exc)
+            self._adopt(r, "resumed")
+
+    def take_up(self, agent: str) -> None:
+        """At ``agent``'s hello, before its jobs are resent: adopt its open sessions as the
+        store has them, unless this daemon drives one as stored (the agent reconnected). One
+        another daemon of the fleet drove (and went silent) goes on from its stored state."""
+        for r in self.d.store.open_tune_sessions():
+            if r.get("agent") != agent:
                 continue
-            s.resumed = True
-            s.job_started = None  # a job out across the restart: its duration is no pace
-            self.sessions[s.tune_id] = s
-            if s.job_id is not None:
-                self._by_job[s.job_id] = s.tune_id
-            log.info("tune %s: resumed (%s, %d measured%s)", s.tune_id, s.state,
-                     sum(g.measured for g in s.segments),
-                     f", waiting for job {s.job_id}" if s.job_id else "")
+            s = self.sessions.get(r.get("tune_id"))
+            if s is not None and s.stored == r.get("updated"):
+                continue
+            if s is not None:
+                self._forget(s)  # stale: another daemon moved it on since
+            self._adopt(r, "taken up from the store")
+
+    def _adopt(self, r: dict[str, Any], how: str) -> None:
+        """Hold the stored session ``r``, to be taken up at the next poll where its agent is
+        connected here. A job still out is registered at once: the agent's hello may complete
+        it before that poll."""
+        try:
+            s = self._restore(r)
+        except (KeyError, TypeError, ValueError) as exc:
+            log.error("tune %s: cannot resume the stored session (%s); it is left as it "
+                      "is", r.get("tune_id"), exc)
+            return
+        s.resumed = True
+        s.job_started = None  # a job out across the restart: its duration is no pace
+        s.stored = r.get("updated")
+        self.sessions[s.tune_id] = s
+        if s.job_id is not None:
+            self._by_job[s.job_id] = s.tune_id
+        log.info("tune %s: %s (%s, %d measured%s)", s.tune_id, how, s.state,
+                 sum(g.measured for g in s.segments),
+                 f", waiting for job {s.job_id}" if s.job_id else "")
+
+    def _forget(self, s: Session) -> None:
+        """Stop driving ``s`` here (another daemon does)."""
+        if self.sessions.get(s.tune_id) is s:
+            del self.sessions[s.tune_id]
+        if s.job_id and self._by_job.get(s.job_id) == s.tune_id:
+            del self._by_job[s.job_id]
+        if s.pending is not None:
+            s.pending.cancel()
 
     def _restore(self, r: dict[str, Any]) -> Session:
         info = self.d.registry.get(r["agent"])
@@ -340,6 +380,13 @@ class Tuner:
         tune_id = args.get("tune_id")
         s = (self.sessions.get(tune_id) or self._unsaved.get(tune_id)) \
             if isinstance(tune_id, str) else None
+        if s is not None and self.sessions.get(tune_id) is s:
+            try:
+                r = self.d.store.tune_session(tune_id)
+            except Exception:  # the store fails: this daemon's copy answers
+                r = None
+            if r is not None and r.get("updated") != s.stored:
+                s = None  # another daemon of the fleet moved it on since: the store answers
         if s is None and isinstance(tune_id, str):
             # a session of another daemon sharing the store, or one that could not resume
             try:
@@ -366,8 +413,8 @@ class Tuner:
             s.job_seconds.append(time.time() - s.job_started)
         s.segments[s.current].measured += 1
         s.job_id, s.updated = None, time.time()
-        self._save(s)
-        self._next(s)
+        if self._save(s) or not s.taken:
+            self._next(s)
 
     def poll(self, now: float, full: bool = True) -> None:
         """Take the Sampler's finished proposals; with ``full`` (about once a second) also
@@ -398,18 +445,18 @@ class Tuner:
                 continue
             info = self.d.registry.get(s.agent)
             timeout = self.d.config.agent_timeout_s
-            if s.resumed:
-                # taken up only once its agent talks to this daemon: of daemons sharing one
-                # database, the one the agent is connected to drives the session
-                if info is not None and info.alive(timeout, now):
+            if info is not None and info.alive(timeout, now):
+                if s.resumed:
+                    # taken up only once its agent talks to this daemon: of daemons sharing
+                    # one database, the one the agent is connected to drives the session
                     s.resumed = False
                     self._resume(s)
-                    if s.state in FINAL or s.pending is not None:
+                    if s.state in FINAL or s.pending is not None or s.taken:
                         continue
-                elif now - self.d.started <= timeout:
-                    continue  # agents reconnect a few seconds after a daemon restart
-                elif self._driven_elsewhere(s):
-                    continue
+            elif s.resumed and now - self.d.started <= timeout:
+                continue  # agents reconnect a few seconds after a daemon restart
+            elif self._driven_elsewhere(s):
+                continue
             if info is None or (not info.alive(timeout, now) and
                                 not (held_up or time.time() - now > 0.5) and
                                 # agents reconnect a few seconds after a daemon restart
@@ -448,15 +495,17 @@ class Tuner:
                                       f"{rec['error']}")
 
     def _driven_elsewhere(self, s: Session) -> bool:
-        """True (and the session forgotten here) when another daemon sharing the store saved
-        the session since this one loaded it: that daemon has its agent."""
-        r = self.d.store.tune_session(s.tune_id)
-        if r is None or r.get("updated") == s.updated:
-            return False
-        log.info("tune %s: driven by another daemon sharing the store", s.tune_id)
-        del self.sessions[s.tune_id]
-        if s.job_id:
-            self._by_job.pop(s.job_id, None)
+        """True (and the session let go here) when its agent, gone from this daemon, is
+        online through another daemon sharing the store (that one took the session up at the
+        agent's hello), or another daemon saved the session since this one did."""
+        via = self.d.registry.via(s.agent)
+        if via is None:
+            r = self.d.store.tune_session(s.tune_id)
+            if r is None or r.get("updated") == s.stored:
+                return False
+        log.info("tune %s: left to the daemon %s, which has agent %s", s.tune_id,
+                 f"at {via.endpoint}" if via else "that saved it since", s.agent)
+        self._forget(s)
         return True
 
     def _resume(self, s: Session) -> None:
@@ -481,6 +530,8 @@ class Tuner:
             self.job_done(s.job_id)
         elif job["state"] in ACTIVE_JOB_STATES:
             self._by_job[s.job_id] = s.tune_id
+            # sent by a daemon that lost the agent after its hello here: this one sends it
+            self.d.jobs.resend(s.agent, s.job_id, job["state"])
         # failed or expired: poll fails the session with the job's reason
 
     def _next(self, s: Session) -> None:
@@ -514,8 +565,8 @@ class Tuner:
             if s.current + 1 < len(s.segments):
                 s.current += 1
                 s.updated = time.time()
-                self._save(s)
-                self._next(s)
+                if self._save(s) or not s.taken:
+                    self._next(s)
             else:
                 self._recommend(s)
             return
@@ -532,9 +583,10 @@ class Tuner:
         s.job_id, s.job_started, s.updated = job["job_id"], time.time(), time.time()
         self._by_job[job["job_id"]] = s.tune_id
         # saved before the job: a session never forgets a job that went out (a job id the
-        # store does not know at resumption was never sent)
-        self._save(s)
-        self.d.jobs.send(s.agent, job)
+        # store does not know at resumption was never sent); nor is it sent where another
+        # daemon moved the session on meanwhile
+        if self._save(s) or not s.taken:
+            self.d.jobs.send(s.agent, job)
 
     def _recommend(self, s: Session) -> None:
         try:
@@ -588,21 +640,40 @@ class Tuner:
         if s.pending is not None:
             s.pending.cancel()
         saved = self._save(s)
-        self.sessions.pop(s.tune_id, None)
-        if not saved:
+        if self.sessions.get(s.tune_id) is s:
+            del self.sessions[s.tune_id]
+        if not saved and not s.taken:
             self._unsaved[s.tune_id] = s
             while len(self._unsaved) > UNSAVED_FINISHED_MAX:
                 del self._unsaved[next(iter(self._unsaved))]
 
     def _save(self, s: Session) -> bool:
         """Keep the session in the store; a failure is logged and the session goes on in
-        memory (the measurements themselves are stored by ingest, not here)."""
+        memory (the measurements themselves are stored by ingest, not here). Where another
+        daemon of the fleet saved it since (False, ``taken``), this one's change is dropped:
+        it reads the session again if the agent is connected here, else lets it go."""
         try:
-            self.d.store.save_tune_session(s.record())
-            return True
+            saved = self.d.store.save_tune_session(s.record(), expect=s.stored)
         except Exception:
             log.exception("tune %s: saving the session", s.tune_id)
             return False
+        if saved:
+            s.stored = s.updated
+            return True
+        s.taken = True
+        self._forget(s)
+        info = self.d.registry.get(s.agent)
+        try:
+            r = self.d.store.tune_session(s.tune_id)
+        except Exception:  # read again at the agent's next hello
+            log.exception("tune %s: reading the session again", s.tune_id)
+            r = None
+        if info is not None and info.alive(self.d.config.agent_timeout_s) and r is not None \
+                and r.get("state") not in FINAL:
+            self._adopt(r, "read again: another daemon saved it since")
+        else:
+            log.info("tune %s: left to the daemon that saved it since", s.tune_id)
+        return False
 
     def _platform_id(self, s: Session) -> str:
         info = self.d.registry.get(s.agent)

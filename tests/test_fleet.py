@@ -75,9 +75,15 @@ class Fleet(Cluster):
         self.daemons: list[subprocess.Popen | None] = [None, None]
 
     def start_daemons(self) -> None:
+        """Start both and wait until each answers: an agent started sooner fails over from
+        the one still starting (under load, 1.6 s), and the test's daemon 0 never has it."""
         for i in (0, 1):
             self.daemons[i] = self._spawn("opptune.daemon.service", self.tomls[i],
                                           f"daemon{i}.log")
+        for i in (0, 1):
+            self.use(i)
+            self.wait_for(lambda s: True, 60, f"daemon {i} to answer")
+        self.use(0)
 
     def use(self, i: int) -> None:
         """Query (and stop) daemon ``i`` from now on."""

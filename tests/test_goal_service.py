@@ -369,10 +369,11 @@ def test_finished_tune_sessions_leave_memory_and_unsaved_ones_are_bounded():
         def open_tune_sessions(self):
             return []
 
-        def save_tune_session(self, r):
+        def save_tune_session(self, r, expect=None):
             if self.fail:
                 raise OSError("disk full")
             self.saved[r["tune_id"]] = r
+            return True
 
         def tune_session(self, tune_id):
             return self.saved.get(tune_id)
@@ -403,6 +404,70 @@ def test_finished_tune_sessions_leave_memory_and_unsaved_ones_are_bounded():
         assert tuner.status({"tune_id": f"tune-{n}"})["reason"] == f"finished {n}"
         with pytest.raises(Exception, match="no tune session 'tune-1'"):
             tuner.status({"tune_id": "tune-1"})  # the oldest unsaved one went
+    finally:
+        tuner.close()
+
+
+def test_a_save_another_daemon_of_the_fleet_beat_sends_no_job():
+    """Two daemons of a fleet that both think they hold the agent (it moved to the other
+    within agent_timeout_s): the one whose save finds the stored row moved on since sends no
+    job for the session; where the agent is connected to it, it reads the session again as
+    stored, else it lets the session go."""
+    import copy
+    from types import SimpleNamespace
+
+    from opptune.agent.virtual_board import board_spec
+    from opptune.daemon.objectives import Goal
+    from opptune.daemon.sampling import Proposal
+    from opptune.daemon.tuning import Segment, Session, Tuner, segment_grid
+    from test_goal_recommend import platform_of
+
+    platform = platform_of(board_spec("odroid-xu4"))
+    order = platform["clusters"][1]
+
+    class Store:
+        rows: dict = {}
+
+        def open_tune_sessions(self):
+            return []
+
+        def save_tune_session(self, r, expect=None):
+            row = self.rows.get(r["tune_id"])
+            if expect is not None and (row is None or row["updated"] != expect):
+                return False
+            self.rows[r["tune_id"]] = copy.deepcopy(r)
+            return True
+
+        def tune_session(self, tune_id):
+            return copy.deepcopy(self.rows.get(tune_id))
+
+    info = SimpleNamespace(platform=platform, connected=True)
+    info.alive = lambda timeout_s, now=None: info.connected
+    sent = []
+    d = SimpleNamespace(store=Store(), config=SimpleNamespace(agent_timeout_s=3.0),
+                        registry=SimpleNamespace(get=lambda _: info),
+                        jobs=SimpleNamespace(send=lambda agent, job: sent.append(job)))
+    tuner = Tuner(d)
+    try:
+        s = Session("tune-a", "q1", "wl", "small", Goal("time"),
+                    [Segment("cluster1", order, segment_grid(platform, order, None), 4)], 1, 0,
+                    1, None, 1.0, updated=1.0)
+        tuner.sessions[s.tune_id] = s
+        assert tuner._save(s) and s.stored == 1.0
+        # the other daemon took the session up at the agent's hello and sent job-b
+        moved = {**d.store.rows["tune-a"], "job_id": "job-b", "updated": 2.0}
+        d.store.rows["tune-a"] = moved
+        tuner._proposed(s, Proposal(0, "first"))
+        assert sent == [] and d.store.rows["tune-a"] == moved
+        back = tuner.sessions["tune-a"]
+        assert back is not s and back.resumed and (back.job_id, back.stored) == ("job-b", 2.0)
+        assert tuner.owns("job-b") and not tuner.owns(s.job_id)
+        # moved on again, the agent no longer connected here: let go
+        info.connected = False
+        d.store.rows["tune-a"] = {**moved, "job_id": None, "updated": 3.0}
+        back.job_id = None
+        tuner._proposed(back, Proposal(1, "second"))
+        assert sent == [] and tuner.sessions == {} and d.store.rows["tune-a"]["updated"] == 3.0
     finally:
         tuner.close()
 

@@ -394,6 +394,30 @@ def test_a_tune_session_round_trips_and_only_unfinished_ones_are_open(location):
         st.close()
 
 
+def test_a_tune_session_save_can_be_conditional_on_the_row_as_last_seen(location):
+    """Daemons of a fleet move a session on only from the row they last saw: a save that
+    expects another ``updated`` changes nothing and says so."""
+    from opptune.daemon.objectives import Goal
+    from opptune.daemon.tuning import Session
+
+    s = Session("tune-a", "a1", "w", "small", Goal(), [], 1, 0, None, None, 1.0,
+                updated=2.0, job_id="job-1")
+    st = open_store(location)
+    try:
+        assert st.save_tune_session(s.record()) is True
+        s.job_id, s.updated = "job-2", 3.0  # another daemon moved it on from 2.0
+        assert st.save_tune_session(s.record(), expect=2.0) is True
+        s.job_id, s.updated = "job-3", 4.0  # this one still expects 2.0: refused
+        assert st.save_tune_session(s.record(), expect=2.0) is False
+        assert st.tune_session("tune-a")["job_id"] == "job-2"
+        assert st.save_tune_session(s.record(), expect=3.0) is True
+        assert st.tune_session("tune-a")["job_id"] == "job-3"
+        assert st.save_tune_session({**s.record(), "tune_id": "tune-none"}, expect=1.0) is False
+        assert st.tune_session("tune-none") is None
+    finally:
+        st.close()
+
+
 def test_the_doctor_report_and_remeasure_items_survive_a_reopen(location):
     """Schema 9: an agent's last doctor report (cleared by a hello without one) and the
     re-measure items (replaced by id, deleted, an unreadable one left out) are read back by

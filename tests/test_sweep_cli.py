@@ -192,6 +192,84 @@ def test_wait_follows_the_jobs_through_another_daemon_of_the_fleet(monkeypatch):
     assert lines[-1] == "job job-1 (triad on xu4) done: 4/4 runs"
 
 
+def test_tune_follows_its_session_through_another_daemon_of_the_fleet(monkeypatch, capsys):
+    """As sweep --wait: 'opptune tune' retried its killed daemon for 60 s and gave up although
+    the fleet had another that answers for the same store; it now goes on through that one
+    at once (sweep_wait.fail_over, one place for both), never through a silent one."""
+    from opptune.daemon import client, goal_cli, sweep_wait
+    from opptune.daemon.client import DaemonUnreachable
+
+    def fleet(me):
+        return {"instance": me, "fleet": [
+            {"instance": "A", "endpoint": "tcp://a:1", "answering": me == "A"},
+            {"instance": "C", "endpoint": "tcp://c:1", "answering": False},
+            {"instance": "B", "endpoint": "tcp://b:1", "answering": True}]}
+    session = {"tune_id": "tune-1", "workload": "triad", "agent": "xu4", "budget": None,
+               "grid": 8, "eta_s": None, "steps": [], "measured": 1, "state": "measuring"}
+    asked = []
+
+    def query(endpoint, what, args, timeout_s):
+        asked.append((endpoint, what))
+        if what == "status":
+            assert args == {"only": []}  # the daemon row alone
+            return {"daemon": fleet(endpoint[6].upper())}
+        if endpoint == "tcp://a:1":
+            raise DaemonUnreachable(f"no answer from the daemon at {endpoint} within 5 s")
+        return {**session, "measured": 3, "state": "done"}
+    monkeypatch.setattr(client, "query", query)
+    monkeypatch.setattr(sweep_wait, "POLL_S", 0.01)
+    monkeypatch.setattr(sweep_wait, "RECONNECT_S", 0.3)
+    final = goal_cli.follow_tune("tcp://a:1", session, 5.0, quiet=True)
+    assert final is not None and final["state"] == "done" and final["measured"] == 3
+    assert asked == [("tcp://a:1", "status"), ("tcp://a:1", "tune_status"),
+                     ("tcp://b:1", "status"), ("tcp://b:1", "tune_status")]  # never C
+    assert capsys.readouterr().err.split() == (
+        "opptune tune: no answer from the daemon at tcp://a:1 within 5 s; following tune-1 "
+        "through the fleet's daemon at tcp://b:1 (the agents fail over to it; 'opptune "
+        "status --daemon tcp://b:1' shows it)").split()
+
+
+def test_tune_does_not_fail_back_at_once_to_the_daemon_that_fell_silent(monkeypatch, capsys):
+    """Walking a fleet: the daemon tune failed over to held its loop a few seconds and the
+    command went straight back to the killed one, which that daemon's status still showed
+    answering (its heartbeat was recent), and waited there 60 s. The one it left is asked
+    again only in turn with the others, while none answers."""
+    from opptune.daemon import client, goal_cli, sweep_wait
+    from opptune.daemon.client import DaemonUnreachable
+
+    def fleet(me):  # both answer, as each one's status says
+        return {"instance": me, "fleet": [
+            {"instance": "A", "endpoint": "tcp://a:1", "answering": True},
+            {"instance": "B", "endpoint": "tcp://b:1", "answering": True}]}
+    session = {"tune_id": "tune-1", "workload": "triad", "agent": "xu4", "budget": None,
+               "grid": 8, "eta_s": None, "steps": [], "measured": 1, "state": "measuring"}
+    asked, b_silent = [], [True]
+
+    def query(endpoint, what, args, timeout_s):
+        asked.append((endpoint[6], what))
+        if what == "status":
+            return {"daemon": fleet(endpoint[6].upper())}
+        if endpoint == "tcp://a:1":
+            raise DaemonUnreachable(f"no answer from the daemon at {endpoint} within 1 s")
+        if b_silent.pop() if b_silent else False:
+            raise DaemonUnreachable(f"no answer from the daemon at {endpoint} within 1 s")
+        return {**session, "measured": 3, "state": "done"}
+    monkeypatch.setattr(client, "query", query)
+    monkeypatch.setattr(sweep_wait, "POLL_S", 0.01)
+    final = goal_cli.follow_tune("tcp://a:1", session, 1.0, quiet=True)
+    assert final is not None and final["state"] == "done"
+    assert asked == [("a", "status"), ("a", "tune_status"), ("b", "status"),
+                     ("b", "tune_status"), ("a", "tune_status"), ("b", "tune_status"),
+                     ("b", "status")]
+    err = [" ".join(line.split()) for line in capsys.readouterr().err.splitlines()]
+    assert err[0].startswith("opptune tune: no answer from the daemon at tcp://a:1 within "
+                             "1 s; following tune-1 through the fleet's daemon at tcp://b:1")
+    assert err[1] == ("opptune tune: no answer from the daemon at tcp://b:1 within 1 s; "
+                      "retrying for up to 60 s (a restarted daemon resumes the session; the "
+                      "fleet's other daemons are asked in turn: tcp://a:1)")
+    assert err[2:] == ["opptune tune: the daemon answers again; following tune-1"]
+
+
 def test_wait_exits_1_when_the_agent_goes_away(tmp_path):
     c = Cluster(tmp_path, kernels=("pi_integrate",), auto_sweep=False, max_cores=1)
     with open(c.daemon_toml) as fh:

@@ -249,6 +249,39 @@ def test_a_daemon_sharing_the_store_leaves_a_session_driven_by_the_one_with_its_
         d.stop()
 
 
+def test_the_daemon_the_agent_moves_to_takes_the_session_up_from_the_store(tmp_path):
+    """Two daemons on one store, both started before the session: its agent leaves the one
+    that runs it for the other, which takes the session up at the agent's hello (the job out
+    resent) and ends it, each configuration measured once; the first still holds its copy
+    (the agent left it within agent_timeout_s) and answers tune_status from the store."""
+    d1 = daemon_on(tmp_path / "d.db")
+    d2 = daemon_on(tmp_path / "d.db")
+    a = Agent(d1.endpoint, METER)
+    try:
+        tune_id = a.query("tune", {"agent": "q1", "workload": "wl", "objective": "energy"}
+                          )["body"]["data"]["tune_id"]
+        job = a.expect("job")["body"]
+        assert tune_id not in d2.tuning.sessions
+        a.close()
+        a = Agent(d2.endpoint, METER)  # its hello: d2 takes the session up
+        assert a.expect("job")["body"]["job_id"] == job["job_id"]
+        answer(a, job)
+        nxt = a.expect(("job", "config"))
+        assert status(a, tune_id)["measured"] == 1
+        end = finish(a, tune_id, nxt)
+        assert end["state"] == "done" and end["steps"][0]["job_id"] == job["job_id"]
+        assert end["measured"] == len(end["steps"]) == len({x["cores"] for x in end["steps"]})
+        assert d1.tuning.sessions[tune_id].state == "measuring"  # its stale copy
+        st = query(d1.endpoint, "tune_status", {"tune_id": tune_id}, timeout_s=5.0)
+        assert st["state"] == "done" and st["steps"] == end["steps"]
+        assert [r["state"] for r in open_store(str(tmp_path / "d.db")).open_tune_sessions()
+                ] == []
+    finally:
+        a.close()
+        d2.stop()
+        d1.stop()
+
+
 def test_an_unreadable_stored_session_is_left_out_and_the_others_resume(tmp_path):
     d, a, tune_id = started_tune(tmp_path)
     job = a.expect("job")["body"]

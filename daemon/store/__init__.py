@@ -324,9 +324,11 @@ class Store(ABC):
 
     # tune sessions (``opptune tune``), kept so that a restarted daemon resumes them
     @abstractmethod
-    def save_tune_session(self, session: dict[str, Any]) -> None:
+    def save_tune_session(self, session: dict[str, Any], expect: float | None = None) -> bool:
         """Insert or replace a session (its ``tune_id``, ``agent``, ``state``, ``started``
-        and ``updated`` are also columns; the whole dict is stored as JSON)."""
+        and ``updated`` are also columns; the whole dict is stored as JSON). With ``expect``,
+        only replace the row whose ``updated`` is still that (False: another daemon of the
+        fleet saved it since, or there is no such row)."""
 
     @abstractmethod
     def tune_session(self, tune_id: str) -> dict[str, Any] | None: ...

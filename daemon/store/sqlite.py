@@ -731,13 +731,19 @@ class SQLiteStore(Store):
                        "input=? AND variant=? AND owner=?", (*group, owner))
 
     # -- tune sessions ----------------------------------------------------------------------------
-    def save_tune_session(self, session: dict[str, Any]) -> None:
+    def save_tune_session(self, session: dict[str, Any], expect: float | None = None) -> bool:
         with self._tx() as db:
+            if expect is not None:
+                return db.execute("UPDATE tune_sessions SET agent=?, state=?, body=?, updated=? "
+                                  "WHERE tune_id=? AND updated=?",
+                                  (session["agent"], session["state"], _json_safe(session),
+                                   session["updated"], session["tune_id"], expect)).rowcount > 0
             db.execute("INSERT INTO tune_sessions VALUES (?, ?, ?, ?, ?, ?) "
                        "ON CONFLICT(tune_id) DO UPDATE SET agent=excluded.agent, "
                        "state=excluded.state, body=excluded.body, updated=excluded.updated",
                        (session["tune_id"], session["agent"], session["state"],
                         _json_safe(session), session["started"], session["updated"]))
+            return True
 
     def tune_session(self, tune_id: str) -> dict[str, Any] | None:
         row = self.db.execute("SELECT body FROM tune_sessions WHERE tune_id=?",
