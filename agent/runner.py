@@ -116,6 +116,8 @@ class Runner:
                   on_record: Callable[[RunRecord], None] | None = None) -> list[RunRecord]:
         """Apply knobs, run ``warmup`` unrecorded runs, then reps ``first_rep..reps-1``.
 
+        A warmup that timed out is recorded, in the place of repetition ``first_rep`` (never
+        run), with ``extra["warmup"]`` its index: the store keeps what happened at the point.
         Raises :class:`Aborted` when stopped; everything else ends up in the records."""
         try:
             knob_fields = self.apply_knobs(spec)
@@ -129,16 +131,20 @@ class Runner:
         # a run of the point that timed out: its other runs would time out too (a hanging
         # program took run_timeout_s, 600 s, for each warmup and repetition of every point)
         timed_out = None
+        hung: RunRecord | None = None  # the warmup that timed out, stored as a failed run
         for i in range(warmup):
-            rec = self.run_once(spec, rep=0, knob_fields=knob_fields)
+            rec = self.run_once(spec, rep=first_rep, knob_fields=knob_fields)
             if not rec.ok:
                 log.warning("warmup %d of %s failed: %s", i, spec.workload, rec.error)
                 if rec.error == self._timeout_text:
-                    timed_out = f"warmup {i}"
+                    timed_out, hung = f"warmup {i}", rec
+                    rec.extra["warmup"] = i
                     break
         out = []
         for rep in range(first_rep, reps):
-            if timed_out is None:
+            if hung is not None:
+                rec, hung = hung, None
+            elif timed_out is None:
                 rec = self.run_once(spec, rep=rep, knob_fields=knob_fields)
                 if rec.error == self._timeout_text:
                     timed_out = f"repetition {rep}"

@@ -34,19 +34,22 @@ UNSUCCESSFUL_JOB_STATES = ("failed", "expired")  # final; the status carries the
 
 
 def failure_text(errors: list[str]) -> str:
-    """The causes among the distinct error texts of a job's runs, first first: the runs the
-    agent skipped after a timeout ("not run: ...") repeat a cause, or, when the run that timed
-    out was an unrecorded warmup, name it ("warmup 0 of this point timed out after 5 s")."""
-    causes = [e for e in errors if not e.startswith(NOT_RUN)]
-    if causes:
-        return "; ".join(causes)
-    named = []
+    """The causes among the distinct error texts of a job's runs, first first. The runs the
+    agent skipped after a timeout ("not run: warmup 0 of this point timed out after 5 s")
+    repeat a cause: they only say where it happened, added to it ("timed out after 5 s (at
+    warmup 0; the rest of the point was not run)"), and stand for it where the run that timed
+    out is not stored (an agent from before the timed-out warmup was recorded)."""
+    causes: list[str] = []
+    where: dict[str, list[str]] = {}
     for e in errors:
         run, sep, why = e[len(NOT_RUN):].partition(" of this point ")
-        text = f"{why} (at {run}; the rest of the point was not run)" if sep else e
-        if text not in named:
-            named.append(text)
-    return "; ".join(named) or "no error text"
+        if not e.startswith(NOT_RUN) or not sep:
+            causes.append(e)
+        elif run not in where.setdefault(why, []):
+            where[why].append(run)
+    named = causes + [why for why in where if why not in causes]
+    return "; ".join(f"{c} (at {', '.join(where[c])}; the rest of the point was not run)"
+                     if c in where else c for c in named) or "no error text"
 
 
 class JobTracker:

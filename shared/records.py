@@ -48,7 +48,9 @@ class RunRecord:
     cores: int  # number of cpus in the cpu set
     cpus: list[int]
     threads: int
-    rep: int  # repetition index, 0-based; warmups are not recorded
+    # repetition index, 0-based; warmups are not recorded, but for one that timed out: it
+    # takes the place of the point's first repetition (not run), extra["warmup"] its index
+    rep: int
     ok: bool = True
     error: str | None = None
     variant: str = ""  # categorical knobs, "k=v;k=v"

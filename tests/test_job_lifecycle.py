@@ -124,7 +124,15 @@ def test_a_job_whose_every_run_failed_is_failed_with_the_runs_errors(daemon):
     (["not run: warmup 0 of this point timed out after 5 s"] * 2,
      "timed out after 5 s (at warmup 0; the rest of the point was not run)"),
     (["timed out after 5 s", "not run: repetition 0 of this point timed out after 5 s"],
-     "timed out after 5 s"),
+     "timed out after 5 s (at repetition 0; the rest of the point was not run)"),
+    # an agent that stores the warmup that timed out: the cause, and where it happened
+    (["timed out after 5 s", "not run: warmup 0 of this point timed out after 5 s",
+      "not run: warmup 0 of this point timed out after 5 s"],
+     "timed out after 5 s (at warmup 0; the rest of the point was not run)"),
+    (["workload failed with exit status 3", "timed out after 5 s",
+      "not run: repetition 1 of this point timed out after 5 s"],
+     "workload failed with exit status 3; timed out after 5 s (at repetition 1; the rest of "
+     "the point was not run)"),
 ])
 def test_a_job_that_timed_out_fails_with_the_timeout_not_the_runs_skipped(daemon, errors,
                                                                           reason):
@@ -133,13 +141,16 @@ def test_a_job_that_timed_out_fails_with_the_timeout_not_the_runs_skipped(daemon
     runs rather than what happened (the timeout)."""
     a, op = Agent(daemon.endpoint), Agent(daemon.endpoint, "operator-1")
     hello(a)
-    (sent,) = query(op, "sweep", {"agent": "a1", "max_cores": 2})["jobs"]
+    (sent,) = query(op, "sweep", {"agent": "a1", "max_cores": 2, "reps": len(errors)})["jobs"]
     job = a.expect("job")["body"]
-    for seq, (p, error) in enumerate(zip(job["points"], errors)):
-        rec = record(len(p["cpus"]), ok=False, error=error)
-        rec["time_s"] = None
-        a.send("result", {"job_id": job["job_id"], "seq": seq, "of": 2, "record": rec})
-        a.expect("ack")
+    of = len(job["points"]) * len(errors)
+    for i, p in enumerate(job["points"]):
+        for rep, error in enumerate(errors):
+            rec = record(len(p["cpus"]), ok=False, error=error, rep=rep)
+            rec["time_s"] = None
+            a.send("result", {"job_id": job["job_id"], "seq": i * len(errors) + rep, "of": of,
+                              "record": rec})
+            a.expect("ack")
     j = wait_state(op, sent["job_id"], "failed")
     assert j["reason"] == f"every run of the job failed: {reason}"
 
