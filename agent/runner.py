@@ -181,6 +181,11 @@ class Runner:
         rec = self._base(spec, rep)
         for key, value in (knob_fields or {}).items():
             setattr(rec, key, copy.deepcopy(value))  # records must not share mutable fields
+        off_board = self.workloads.off_board(spec.workload)
+        if off_board and rec.freq_observed_mhz is not None:
+            # the clock read from the virtual board's tree, not the one the command ran at
+            rec.freq_observed_mhz = None
+            rec.invalid["freq_observed_mhz"] = f"{off_board}; its clock is not observed"
         try:
             argv, env = self.workloads.argv_for(spec.workload, spec.size, spec.threads,
                                                 spec.cpus)
