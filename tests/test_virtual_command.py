@@ -9,10 +9,6 @@ import sys
 
 import pytest
 
-from opptune.agent.apply import Refused, check_point
-from opptune.agent.platform import discover
-from opptune.agent.workloads import Workloads
-from opptune.shared.config import AgentConfig, CommandWorkload
 from opptune.shared.records import RunRecord
 from procs import Cluster
 
@@ -23,28 +19,6 @@ WHY = ("a command runs on the agent's own machine, not on board rpi4 (virtual), 
 def opptune(*argv: str) -> subprocess.CompletedProcess:
     return subprocess.run([sys.executable, "-m", "opptune.daemon.cli", *argv],
                           capture_output=True, text=True, timeout=120)
-
-
-def test_the_agent_refuses_a_clock_for_a_command_on_a_virtual_board(tmp_path):
-    """The agent's own check, whatever asked (a tune over clocks, an older daemon's sweep)."""
-    cfg = AgentConfig(bench_kernels=[], state_dir=str(tmp_path), virtual_board="rpi4",
-                      workloads=[CommandWorkload("mine", ["true"])])
-    platform = dict(discover(AgentConfig(state_dir=str(tmp_path))),
-                    cpufreq={"available": True, "frequencies_khz": {"policy0": [600000]}})
-    platform["policies"] = [{"name": "policy0", "related_cpus": platform["cpus_online"]}]
-    cpus = platform["cpus_online"][:1]
-    wl = Workloads(cfg, catalogue={})
-    with pytest.raises(Refused) as err:
-        check_point(platform, wl, "mine", "default", cpus, 1, 600000)
-    assert str(err.value) == (
-        "workload 'mine' is a command: it runs on this machine, not on virtual board rpi4, so "
-        "the board's clock 600000 kHz never applies to it; measure it at no set frequency "
-        "(opptune sweep leaves its frequencies out)")
-    check_point(platform, wl, "mine", "default", cpus, 1, None)  # at no set clock: runs
-    # on a real board the same command takes the board's clocks
-    real = Workloads(AgentConfig(bench_kernels=[], workloads=[CommandWorkload("mine", ["true"])]),
-                     catalogue={})
-    check_point(platform, real, "mine", "default", cpus, 1, 600000)
 
 
 @pytest.fixture
