@@ -32,9 +32,12 @@ def board(tmp_path):
         fh.write('frequency_grid = "2"\n')
     c.start_daemon()
     c.start_agent()
-    c.wait_for(lambda s: any(a["alive"] for a in s["agents"]), timeout=30, what="the agent")
-    yield c
-    c.stop()
+    try:  # stopped even when they never came up
+        c.wait_for(lambda s: any(a["alive"] for a in s["agents"]), timeout=30,
+                   what="the agent")
+        yield c
+    finally:
+        c.stop()
 
 
 @pytest.mark.integration
