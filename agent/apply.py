@@ -32,7 +32,7 @@ from typing import Any, Callable
 from ..shared import protocol as P
 from ..shared.config import AgentConfig
 from ..shared.point_stats import StopRule, point_stats, stop_reason
-from ..shared.records import RunRecord
+from ..shared.records import JOB_STOPPED, NOT_RUN, RunRecord
 from ..shared.refusals import RefusalLog
 from ..shared.target_text import measured_text, target_name
 from . import standing
@@ -68,6 +68,7 @@ class JobLimits:
     max_points: int
     max_threads_per_cpu: int
     max_job_runs: int
+    stop_after_timeouts: int  # points in a row with a run that timed out (0: never stop)
 
     @classmethod
     def of(cls, config: AgentConfig) -> "JobLimits":
@@ -125,6 +126,7 @@ class Executor:
         self.standing_dropped: str | None = None  # why the one before a restart was dropped
         self._standing_file = standing.StandingFile(state_dir) if state_dir else None
         self._knobs_moved = False  # by work since the knobs last rested
+        self._timed_out = False  # a run of the job's point under way timed out
         # jobs and configs refused: the first line of each kind, then one a minute
         self.refusals = RefusalLog(log, 60.0, line="refused a %s from the daemon: %s (%s)%s",
                                    more="more refused")
@@ -270,23 +272,56 @@ class Executor:
         seq = job["next_seq"]
         if seq:
             log.info("resuming job %s at run %d of %d", job_id, seq, total)
+        timed_out: list[int] = []  # the points in a row, up to the last, with a run timed out
         while seq < total:
             idx, first_rep = divmod(seq, reps)
             pt = points[idx]
-            spec = RunSpec(body["workload"], body["size"], list(pt["cpus"]), pt["threads"],
-                           pt.get("freq_khz"), variant=str(pt.get("variant", "")))
+            spec = self._spec(body, pt)
             self.wait_for_room()
+            self._timed_out = False
             if isinstance(pt.get("until"), dict):
                 self._run_adaptive(job_id, total, reps, warmup, idx, first_rep, spec,
                                    StopRule.from_wire(pt["until"], reps))
             else:
                 self._run_fixed(job_id, total, reps, warmup, idx, first_rep, spec)
             seq = (idx + 1) * reps
+            timed_out = timed_out + [idx] if self._timed_out else []
+            limit = self.limits.stop_after_timeouts
+            if limit and len(timed_out) >= limit and seq < total:
+                self._stop_job(job_id, body, total, idx + 1, timed_out)
+                break
         self._drop_point_state()
         self.durably(lambda: self.outbox.finish_job(job_id))
         log.info("job %s done (%d runs)", job_id, total)
 
+    @staticmethod
+    def _spec(body: dict[str, Any], pt: dict[str, Any]) -> RunSpec:
+        return RunSpec(body["workload"], body["size"], list(pt["cpus"]), pt["threads"],
+                       pt.get("freq_khz"), variant=str(pt.get("variant", "")))
+
+    def _stop_job(self, job_id: str, body: dict[str, Any], total: int, first: int,
+                  timed_out: list[int]) -> None:
+        """Record every run of points ``first``.. not run: the points ``timed_out`` (in a
+        row) each had a run that timed out, and a program that hangs would wait
+        run_timeout_s at each point left. Every seq gets its record, so the job completes
+        and the daemon gives the reason."""
+        points, reps = body["points"], body["reps"]
+        n = self.limits.stop_after_timeouts
+        left = len(points) - first
+        why = (f"{NOT_RUN}{JOB_STOPPED}{n} points in a row timed out (points "
+               f"{', '.join(str(i) for i in timed_out[-n:])} of {len(points)}; "
+               f"stop_after_timeouts = {n} in the agent's configuration): {left} of "
+               f"{len(points)} points not run")
+        log.warning("job %s: %s", job_id, why[len(NOT_RUN):])
+        for idx in range(first, len(points)):
+            spec = self._spec(body, points[idx])
+            for rep in range(reps):
+                self._store_result(job_id, total, idx * reps + rep,
+                                   self.runner.failed_record(spec, rep, why))
+
     def _store_result(self, job_id: str, total: int, s: int, rec: RunRecord) -> None:
+        if rec.error == self.runner.timeout_text:
+            self._timed_out = True  # the point under way had a run that timed out
         msg = P.make("result", self.agent_id, {"job_id": job_id, "seq": s, "of": total,
                                                "record": rec.to_dict()})
         self.durably(lambda: self.outbox.add_result(job_id, s, msg))

@@ -116,12 +116,15 @@ class Runner:
                   on_record: Callable[[RunRecord], None] | None = None) -> list[RunRecord]:
         """Apply knobs, run ``warmup`` unrecorded runs, then reps ``first_rep..reps-1``.
 
+        A warmup that timed out is recorded, in the place of repetition ``first_rep`` (never
+        run), with ``extra["warmup"]`` its index: the store keeps what happened at the point.
         Raises :class:`Aborted` when stopped; everything else ends up in the records."""
         try:
             knob_fields = self.apply_knobs(spec)
         except Exception as exc:
             log.error("point %s refused by knobs: %s", spec, exc)
-            recs = [self._failed(spec, rep, f"knob: {exc}") for rep in range(first_rep, reps)]
+            recs = [self.failed_record(spec, rep, f"knob: {exc}")
+                    for rep in range(first_rep, reps)]
             for rec in recs:
                 if on_record:
                     on_record(rec)
@@ -129,29 +132,34 @@ class Runner:
         # a run of the point that timed out: its other runs would time out too (a hanging
         # program took run_timeout_s, 600 s, for each warmup and repetition of every point)
         timed_out = None
+        hung: RunRecord | None = None  # the warmup that timed out, stored as a failed run
         for i in range(warmup):
-            rec = self.run_once(spec, rep=0, knob_fields=knob_fields)
+            rec = self.run_once(spec, rep=first_rep, knob_fields=knob_fields)
             if not rec.ok:
                 log.warning("warmup %d of %s failed: %s", i, spec.workload, rec.error)
-                if rec.error == self._timeout_text:
-                    timed_out = f"warmup {i}"
+                if rec.error == self.timeout_text:
+                    timed_out, hung = f"warmup {i}", rec
+                    rec.extra["warmup"] = i
                     break
         out = []
         for rep in range(first_rep, reps):
-            if timed_out is None:
+            if hung is not None:
+                rec, hung = hung, None
+            elif timed_out is None:
                 rec = self.run_once(spec, rep=rep, knob_fields=knob_fields)
-                if rec.error == self._timeout_text:
+                if rec.error == self.timeout_text:
                     timed_out = f"repetition {rep}"
             else:
-                rec = self._failed(spec, rep, f"{NOT_RUN}{timed_out} of this point "
-                                              f"{self._timeout_text}")
+                rec = self.failed_record(spec, rep, f"{NOT_RUN}{timed_out} of this point "
+                                                    f"{self.timeout_text}")
             out.append(rec)
             if on_record:
                 on_record(rec)
         return out
 
     @property
-    def _timeout_text(self) -> str:
+    def timeout_text(self) -> str:
+        """The error of a run that timed out."""
         return f"timed out after {self.timeout_s:g} s"
 
     def _base(self, spec: RunSpec, rep: int) -> RunRecord:
@@ -160,7 +168,8 @@ class Runner:
                          rep=rep, variant=spec.variant, virtual=self.virtual,
                          freq_mhz=(spec.freq_khz / 1000.0 if spec.freq_khz else None))
 
-    def _failed(self, spec: RunSpec, rep: int, error: str) -> RunRecord:
+    def failed_record(self, spec: RunSpec, rep: int, error: str) -> RunRecord:
+        """A record of run ``rep`` of ``spec`` that failed with ``error`` without running."""
         rec = self._base(spec, rep)
         rec.ok = False
         rec.error = error[:MAX_ERR_TEXT]
@@ -175,6 +184,11 @@ class Runner:
         rec = self._base(spec, rep)
         for key, value in (knob_fields or {}).items():
             setattr(rec, key, copy.deepcopy(value))  # records must not share mutable fields
+        off_board = self.workloads.off_board(spec.workload)
+        if off_board and rec.freq_observed_mhz is not None:
+            # the clock read from the virtual board's tree, not the one the command ran at
+            rec.freq_observed_mhz = None
+            rec.invalid["freq_observed_mhz"] = f"{off_board}; its clock is not observed"
         try:
             argv, env = self.workloads.argv_for(spec.workload, spec.size, spec.threads,
                                                 spec.cpus)
@@ -249,7 +263,7 @@ class Runner:
                data: dict[str, Any] | None, json_err: str | None, expects_json: bool) -> None:
         """ok / error of a reaped run, and the workload's own numbers when it succeeded."""
         if why == "timeout":
-            rec.ok, rec.error = False, self._timeout_text
+            rec.ok, rec.error = False, self.timeout_text
             return
         code = os.waitstatus_to_exitcode(status)
         if code != 0:

@@ -113,6 +113,16 @@ class Workloads:
             raise WorkloadError(f"unknown workload '{name}': this agent only runs "
                                 f"{', '.join(self.names()) or '(none configured)'}") from None
 
+    def off_board(self, name: str) -> str | None:
+        """Where a workload runs off the board the agent describes: a command of the
+        configuration on a virtual board runs on this machine, where the board's clocks and
+        meters never reach it (None: it runs on the board, or is a modelled kernel)."""
+        w = self._items.get(name)
+        if not self.virtual_board or w is None or w.kind != "command":
+            return None
+        return (f"workload '{name}' is a command: it runs on this machine, not on virtual "
+                f"board {self.virtual_board}")
+
     def check(self, name: str, size: str) -> Workload:
         w = self.get(name)
         if size not in w.sizes:

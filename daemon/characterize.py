@@ -39,8 +39,8 @@ import msgpack
 from ..shared.records import DERIVED_COUNTERS
 from .errors import HandlerError
 from .jobs import ACTIVE_JOB_STATES
-from .planner import (PlanError, cpufreq_unavailable, physical_cores, plan_sweep,
-                      sweep_order)
+from .planner import (PlanError, clocks_never_apply, cpufreq_unavailable, physical_cores,
+                      plan_sweep, sweep_order)
 from .registry import board_name
 from .store import Group
 from .sweeps import check_sweep_args, sweep_counts
@@ -94,16 +94,23 @@ def characterize(d: Daemon, args: dict[str, Any]) -> dict[str, Any]:
     # decided once from the board's description (its last hello, kept in the store across a
     # restart), whether or not anything is queued: the line printed says what is measured
     grid, planned = planned_grid(d, info.platform, opts)
+    # a command on a virtual board runs off the board: its sweep leaves the board's clocks out
+    # (Sweeps.sweep), and so must what counts as having measured it
+    board = board_name(info.platform, info.platform_id)
+    why_off = clocks_never_apply(info.platform or {}, "command", board)
+    off_board = set(commands) if why_off else set()
+    unclocked = planned_grid(d, info.platform, opts, ("none",))[1] if off_board else planned
     done, under_way, todo, drifted = [], [], {}, []
     for k in sorted(sizes):
+        pts = unclocked if k in off_board else planned
         mine = [j for j in d.store.jobs_for(agent, k) if j["size"] == sizes[k]]
         # asking for more repetitions than a job ran measures again (resuming without --reps
         # takes any job that covered the points)
-        covering = [j for j in mine if planned <= _points(j["points"])
+        covering = [j for j in mine if pts <= _points(j["points"])
                     and int(j.get("reps") or 0) >= int(opts.get("reps") or 0)]
         # a job sent before a drift of a group it measures no longer counts: the group's
         # fits and MPET's profiles leave out the runs received before the drift
-        since = _drift_since(d, info.platform_id, k, sizes[k], planned)
+        since = _drift_since(d, info.platform_id, k, sizes[k], pts)
         current = [j for j in covering if j["created"] >= since]
         if any(j["state"] == "done" for j in current):
             done.append(k)
@@ -122,7 +129,9 @@ def characterize(d: Daemon, args: dict[str, Any]) -> dict[str, Any]:
     return {"agent": agent, "size": size, "kernels": kernels, "commands": sorted(commands),
             "command_sizes": {c: sizes[c] for c in sorted(commands)}, "skipped": done,
             "drifted": drifted, "under_way": under_way, "queued": queued,
-            "frequencies": frequencies_text(grid, planned, info.platform)}
+            "frequencies": frequencies_text(grid, planned, info.platform),
+            "commands_at_no_clock": ({"workloads": sorted(off_board), "why": why_off}
+                                     if off_board and grid != "none" else None)}
 
 
 def _drift_since(d: Daemon, platform: str, workload: str, size: str,
@@ -141,8 +150,9 @@ def _points(points: Any) -> set[tuple]:
              str(p.get("variant", ""))) for p in points or [] if isinstance(p, dict)}
 
 
-def planned_grid(d: Daemon, platform: dict[str, Any] | None,
-                 opts: dict[str, Any]) -> tuple[str | int, set[tuple]]:
+def planned_grid(d: Daemon, platform: dict[str, Any] | None, opts: dict[str, Any],
+                 grids: tuple[str | int, ...] = (FREQ_STEPS, "none")
+                 ) -> tuple[str | int, set[tuple]]:
     """(grid, points) characterize measures every workload at (a sweep's points depend on the
     board and the counts, not on the workload or its size): ``FREQ_STEPS`` where the board's
     cpufreq offers frequencies for every point, else "none" (cores only, at the board's own
@@ -150,7 +160,7 @@ def planned_grid(d: Daemon, platform: dict[str, Any] | None,
     it covered these points (a tune's one-point jobs, an import or a sweep of fewer cores do
     not). The whole board, whatever [sweep] per_cluster says: MPET profiles a platform over
     its cores 1..nmax from the runs without variant."""
-    for grid in (FREQ_STEPS, "none"):
+    for grid in grids:
         try:
             job = plan_sweep(platform or {}, "", d.config.sweep, reps=opts.get("reps"),
                              max_cores=opts.get("max_cores"), frequency_grid=grid,

@@ -31,6 +31,10 @@ def cmd_characterize(args: argparse.Namespace) -> int:
     if data.get("commands"):
         print("command workloads (t(n) only, MPET runtime parameters invalid): " + ", ".join(
             f"{c} (size {data['command_sizes'][c]})" for c in data["commands"]), file=out)
+    if data.get("commands_at_no_clock"):  # absent from an older daemon's answer
+        off = data["commands_at_no_clock"]
+        print(f"{', '.join(off['workloads'])}: measured over the cores at no set clock "
+              f"({off['why']})", file=out)
     if data["skipped"]:
         print(f"skipped (already measured): {', '.join(data['skipped'])}", file=out)
     if data.get("drifted"):  # absent from an older daemon's answer

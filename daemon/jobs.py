@@ -21,7 +21,7 @@ from typing import Any, Callable, Iterable
 
 from ..shared import protocol
 from ..shared.config import DaemonConfig
-from ..shared.records import NOT_RUN
+from ..shared.records import JOB_STOPPED, NOT_RUN
 from .link import Link
 from .registry import Registry
 from .store import Store
@@ -34,19 +34,26 @@ UNSUCCESSFUL_JOB_STATES = ("failed", "expired")  # final; the status carries the
 
 
 def failure_text(errors: list[str]) -> str:
-    """The causes among the distinct error texts of a job's runs, first first: the runs the
-    agent skipped after a timeout ("not run: ...") repeat a cause, or, when the run that timed
-    out was an unrecorded warmup, name it ("warmup 0 of this point timed out after 5 s")."""
-    causes = [e for e in errors if not e.startswith(NOT_RUN)]
-    if causes:
-        return "; ".join(causes)
-    named = []
+    """The causes among the distinct error texts of a job's runs, first first. The runs the
+    agent skipped after a timeout ("not run: warmup 0 of this point timed out after 5 s")
+    repeat a cause: they only say where it happened, added to it ("timed out after 5 s (at
+    warmup 0; the rest of the point was not run)"), and stand for it where the run that timed
+    out is not stored (an agent from before the timed-out warmup was recorded). The agent's
+    line for a job it stopped ("not run: the job stopped after 2 points in a row timed out
+    ...") is a cause of its own."""
+    causes: list[str] = []
+    where: dict[str, list[str]] = {}
     for e in errors:
         run, sep, why = e[len(NOT_RUN):].partition(" of this point ")
-        text = f"{why} (at {run}; the rest of the point was not run)" if sep else e
-        if text not in named:
-            named.append(text)
-    return "; ".join(named) or "no error text"
+        if e.startswith(NOT_RUN + JOB_STOPPED):
+            causes.append(e[len(NOT_RUN):])
+        elif not e.startswith(NOT_RUN) or not sep:
+            causes.append(e)
+        elif run not in where.setdefault(why, []):
+            where[why].append(run)
+    named = causes + [why for why in where if why not in causes]
+    return "; ".join(f"{c} (at {', '.join(where[c])}; the rest of the point was not run)"
+                     if c in where else c for c in named) or "no error text"
 
 
 class JobTracker:
@@ -164,8 +171,13 @@ class JobTracker:
             log.warning("job %s of %s failed: %s", job_id, agent, reason)
             self._finished(agent, job_id)
             return
-        self.store.set_job_state(job_id, "done")
-        log.info("job %s of %s done (%d runs, %d successful)", job_id, agent, received, ok)
+        # a job the agent stopped for its timeouts is done with what it measured, and says why
+        # the rest is missing
+        errors = self.store.job_errors(job_id) if ok < received else []
+        stopped = any(e.startswith(NOT_RUN + JOB_STOPPED) for e in errors)
+        self.store.set_job_state(job_id, "done", failure_text(errors) if stopped else None)
+        log.info("job %s of %s done (%d runs, %d successful)%s", job_id, agent, received, ok,
+                 f": {failure_text(errors)}" if stopped else "")
         self._finished(agent, job_id)
         self.on_done(job_id, agent)
 

@@ -173,6 +173,16 @@ def frequencies_not_swept(platform: dict[str, Any], board: str) -> str | None:
             "frequency")
 
 
+def clocks_never_apply(platform: dict[str, Any], kind: str | None, board: str) -> str | None:
+    """Why the board's clocks never reach a workload of ``kind``: a command of the agent's
+    own configuration on a virtual board runs on the agent's machine, so a run "at" a
+    board's clock would be stored at a clock that never applied to it; None otherwise."""
+    if not platform.get("virtual") or kind != "command":
+        return None
+    return (f"a command runs on the agent's own machine, not on board {board}, whose clocks "
+            "never reach it")
+
+
 def cores_not_swept(platform: dict[str, Any], board: str) -> str | None:
     """What ``opptune sweep`` says of a board whose agent's hello names no cpus (an older or
     foreign agent): its sweeps measure cpu 0 alone; None when the cpus are known."""
@@ -298,7 +308,8 @@ def plan_sweep(platform: dict[str, Any], workload: str, defaults: SweepDefaults,
     }
 
 
-__all__ = ["ConfigError", "PlanError", "cluster_order", "cluster_orders", "cpufreq_unavailable",
+__all__ = ["ConfigError", "PlanError", "clocks_never_apply", "cluster_order", "cluster_orders",
+           "cpufreq_unavailable",
            "grid_asks_frequencies", "grid_frequencies",
            "new_job_id", "offered_frequencies", "plan_sweep", "spread", "sweep_order",
            "unoffered_frequencies", "frequency_refusal", "variant_cluster"]

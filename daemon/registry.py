@@ -55,6 +55,14 @@ class AgentInfo:
                 names.append(name)
         return names
 
+    def workload_kind(self, name: str) -> str | None:
+        """"kernel" or "command", as the hello describes ``name``; None when it does not."""
+        for w in self.workloads:
+            if isinstance(w, dict) and w.get("name") == name:
+                kind = w.get("kind")
+                return kind if isinstance(kind, str) else None
+        return None
+
     def workload_sizes(self, name: str) -> list[str]:
         for w in self.workloads:
             if isinstance(w, dict) and w.get("name") == name:

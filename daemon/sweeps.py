@@ -10,7 +10,8 @@ from typing import Any
 from ..shared.config import ConfigError, DaemonConfig, SweepDefaults
 from .errors import HandlerError
 from .jobs import JobTracker
-from .planner import (PlanError, cluster_orders, cores_not_swept, cpu_count_known,
+from .planner import (PlanError, clocks_never_apply, cluster_orders, cores_not_swept,
+                      cpu_count_known,
                       frequencies_not_swept, frequency_refusal, grid_asks_frequencies,
                       plan_sweep, sweep_order, variant_cluster)
 from .registry import AgentInfo, Registry, Via, board_name, elsewhere_text
@@ -76,9 +77,20 @@ class Sweeps:
             frequency_grid = "none"
             not_swept = why
             log.warning("sweep of %s for %s: %s", ", ".join(names), agent, not_swept)
+        board = board_name(info.platform, info.platform_id)
+        asks = frequency_grid != "none" and grid_asks_frequencies(self.config.sweep,
+                                                                  frequency_grid)
         ids: list[dict[str, Any]] = []
         jobs: list[dict[str, Any]] = []
         for name in names:
+            grid = frequency_grid
+            off = clocks_never_apply(info.platform or {}, info.workload_kind(name), board)
+            if off and asks:
+                grid = "none"
+                note = (f"frequencies not swept for {name}: {off}; its cores are swept at no "
+                        "set clock")
+                not_swept = f"{not_swept}\n{note}" if not_swept else note
+                log.warning("sweep of %s for %s: %s", name, agent, note)
             job_size = size
             if job_size is None:
                 sizes = info.workload_sizes(name)
@@ -87,7 +99,8 @@ class Sweeps:
             try:
                 job = plan_sweep(info.platform, name, self.config.sweep, size=job_size,
                                  reps=reps, warmup=warmup, max_cores=max_cores,
-                                 frequencies=frequencies, frequency_grid=frequency_grid,
+                                 frequencies=None if grid == "none" else frequencies,
+                                 frequency_grid=grid,
                                  per_cluster=per_cluster, adaptive=adaptive, cluster=cluster)
             except (PlanError, ValueError) as exc:
                 raise HandlerError("bad_args", f"cannot plan a sweep of {name} for {agent}: "
@@ -194,6 +207,12 @@ def check_sweep_args(agent: str, info: AgentInfo, names: list[str], size: str | 
         why = frequency_refusal(info.platform, board, frequencies)
         if why:
             raise HandlerError("bad_args", why)
+        for name in names:
+            off = clocks_never_apply(info.platform or {}, info.workload_kind(name), board)
+            if off:
+                raise HandlerError("bad_args", f"cannot sweep {name} at set frequencies: {off}; "
+                                               "sweep it without --freq (over its cores at no "
+                                               "set clock)")
 
 
 def check_max_cores(info: AgentInfo, max_cores: int | None, cluster: int | None = None,

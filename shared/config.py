@@ -93,6 +93,10 @@ class AgentConfig:
     workloads: list[CommandWorkload] = field(default_factory=list)
     virtual_board: str = ""  # name of a virtual board (tests and demos only)
     run_timeout_s: float = 600.0
+    # a job stops after this many of its points in a row had a run that timed out (a program
+    # that hangs would wait run_timeout_s at every point); its other runs are recorded not
+    # run with the reason. 0: never stop
+    stop_after_timeouts: int = 2
     # a run whose cpu set other processes used for more than this share of its capacity is
     # marked (stored, left out of fits)
     interference_max_share: float = 0.05
@@ -333,6 +337,8 @@ FORMS = {
                               "0.05 for 5 %",
     "max_reps": "a repetition count from 1 to 1000000, e.g. 1000",
     "max_warmup": "a warm-up run count from 0 to 1000000, e.g. 100",
+    "stop_after_timeouts": "a point count from 0 to 1000000, e.g. 2 (0: never stop a job "
+                           "for its timeouts)",
     "max_points": "a point count from 1 to 1000000, e.g. 10000",
     "max_threads_per_cpu": "a thread count per cpu from 1 to 4096, e.g. 8",
     "max_job_runs": "a run count from 1 to 1000000000, e.g. 100000",
@@ -485,6 +491,7 @@ LIMIT_KEYS = (
     # the agent's bounds on the jobs it accepts
     ("max_reps", 1, 1_000_000, FORMS["max_reps"]),
     ("max_warmup", 0, 1_000_000, FORMS["max_warmup"]),
+    ("stop_after_timeouts", 0, 1_000_000, FORMS["stop_after_timeouts"]),
     ("max_points", 1, 1_000_000, FORMS["max_points"]),
     ("max_threads_per_cpu", 1, 4096, FORMS["max_threads_per_cpu"]),
     ("max_job_runs", 1, 1_000_000_000, FORMS["max_job_runs"]),

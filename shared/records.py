@@ -34,6 +34,9 @@ DERIVED_COUNTERS = {
 # the error text of a run the agent skipped after an earlier run of its point timed out
 # ("not run: warmup 0 of this point timed out after 5 s"): a follow-on, not a cause
 NOT_RUN = "not run: "
+# what follows NOT_RUN in the runs the agent skipped when it stopped a job whose points timed
+# out in a row (agent configuration stop_after_timeouts): the job's reason, done or failed
+JOB_STOPPED = "the job stopped after "
 
 
 class RecordError(ValueError):
@@ -48,7 +51,9 @@ class RunRecord:
     cores: int  # number of cpus in the cpu set
     cpus: list[int]
     threads: int
-    rep: int  # repetition index, 0-based; warmups are not recorded
+    # repetition index, 0-based; warmups are not recorded, but for one that timed out: it
+    # takes the place of the point's first repetition (not run), extra["warmup"] its index
+    rep: int
     ok: bool = True
     error: str | None = None
     variant: str = ""  # categorical knobs, "k=v;k=v"

@@ -98,21 +98,22 @@ def test_threads_substituted_and_exported():
     assert argv[-1] == "10"
 
 
-@pytest.mark.parametrize("warmup,started,first_error", [
-    (1, 1, "not run: warmup 0 of this point timed out after 1 s"),
-    (0, 1, "timed out after 1 s"),
-])
-def test_a_point_whose_run_timed_out_runs_no_more(tmp_path, warmup, started, first_error):
+@pytest.mark.parametrize("warmup", [1, 0])
+def test_a_point_whose_run_timed_out_runs_no_more(tmp_path, warmup):
     """Walking a board with a program that hangs: every warmup and repetition of every point
     waited run_timeout_s (600 s by default: 8 hours for a 4-core x 3-clock sweep) before the
-    job failed. Once a run of a point times out, its other runs are recorded not run."""
+    job failed. Once a run of a point times out, its other runs are recorded not run. A
+    warmup that timed out was not stored at all, only the 'not run' lines after it: it is
+    now, as the point's first record, marked as the warmup."""
     log = tmp_path / "starts"
     hang = CommandWorkload("hang", ["sh", "-c", f"echo start >> {log}; exec sleep 30"])
     r = Runner(make_workloads([hang]), "p", timeout_s=1.0)
     recs = r.run_point(RunSpec("hang", "default", CPUS, 1), 3, warmup=warmup)
-    assert log.read_text().count("start") == started
+    assert log.read_text().count("start") == 1
     assert [rec.rep for rec in recs] == [0, 1, 2] and not any(rec.ok for rec in recs)
-    assert recs[0].error == first_error
+    assert recs[0].error == "timed out after 1 s" and recs[0].time_s is None
+    assert recs[0].wall_s >= 1.0  # the run that hung, measured
+    assert [rec.extra.get("warmup") for rec in recs] == [0 if warmup else None, None, None]
     skipped = "warmup 0" if warmup else "repetition 0"
     assert [rec.error for rec in recs[1:]] == [
         f"not run: {skipped} of this point timed out after 1 s"] * 2
@@ -155,6 +156,19 @@ def test_missing_executable_is_a_failed_record():
     wl = make_workloads([CommandWorkload("ghost", ["/nonexistent/bin/x"])])
     rec = Runner(wl, "p").run_once(RunSpec("ghost", "default", CPUS, 1))
     assert not rec.ok and "cannot start" in rec.error
+
+
+def test_a_timed_out_warmup_takes_the_first_repetition_left(tmp_path):
+    """A point resumed at repetition 2 (the agent restarted): its warmup that timed out is
+    stored as repetition 2's record, so the job's sequence numbers stay as they were."""
+    hang = CommandWorkload("hang", ["sh", "-c", "exec sleep 30"])
+    r = Runner(make_workloads([hang]), "p", timeout_s=1.0)
+    got = []
+    recs = r.run_point(RunSpec("hang", "default", CPUS, 1), 4, warmup=2, first_rep=2,
+                       on_record=got.append)
+    assert got == recs and [rec.rep for rec in recs] == [2, 3]
+    assert [(rec.error, rec.extra.get("warmup")) for rec in recs] == [
+        ("timed out after 1 s", 0), ("not run: warmup 0 of this point timed out after 1 s", None)]
 
 
 def test_run_point_warmups_not_recorded_and_invalid_defaults():

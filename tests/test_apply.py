@@ -238,3 +238,41 @@ def test_saved_config_resumes_after_restart(env):
     w.join(timeout=30)
     (reply,) = applied(ex)
     assert reply["body"]["ok"] is True and runner.runs == 1 + 3
+
+
+@pytest.mark.parametrize("stop_after", [2, 0])
+def test_a_job_stops_after_points_in_a_row_timed_out(tmp_path, stop_after):
+    """A program that hangs waited run_timeout_s at every point of the sweep (16 timeouts
+    for a 16-point one). After stop_after_timeouts points in a row timed out, the job's
+    other runs are recorded not run with the reason; 0 runs every point as before."""
+    from opptune.agent.apply import JobLimits
+    starts = tmp_path / "starts"
+    cfg = AgentConfig(agent_id="a1", bench_kernels=[], state_dir=str(tmp_path),
+                      stop_after_timeouts=stop_after, workloads=[CommandWorkload(
+                          "hangs", ["sh", "-c", f"echo {{threads}} >> {starts}; test "
+                                    "{threads} -lt 2 && echo '{\"time_s\": 0.01}' && exit 0; "
+                                    "exec sleep 30"])])
+    platform = discover(cfg)
+    wl = Workloads(cfg, catalogue={})
+    ob = Outbox(str(tmp_path))
+    ex = Executor("a1", platform, wl, Runner(wl, platform["id"], timeout_s=1.0), ob,
+                  send=[].append, state_dir=str(tmp_path), limits=JobLimits.of(cfg))
+    cpus = platform["cpus_online"][:1]
+    run_worker(ex, [P.make("job", "daemon", {
+        "job_id": "j1", "workload": "hangs", "size": "default", "reps": 2, "warmup": 1,
+        "points": [{"cpus": cpus, "threads": t} for t in range(1, 6)]})])
+    recs = [RunRecord.from_dict(P.decode(d)["body"]["record"]) for _, d in ob.pending()]
+    ob.close()
+    assert [r.threads for r in recs] == [1, 1, 2, 2, 3, 3, 4, 4, 5, 5]
+    assert [r.ok for r in recs[:2]] == [True, True]
+    timed_out = ["timed out after 1 s", "not run: warmup 0 of this point timed out after 1 s"]
+    if stop_after:
+        # point 0 ran (1 warmup + 2 reps), points 1 and 2 hung in their warmup
+        assert starts.read_text().split() == ["1", "1", "1", "2", "3"]
+        assert [r.error for r in recs[2:6]] == timed_out * 2
+        assert [r.error for r in recs[6:]] == [
+            "not run: the job stopped after 2 points in a row timed out (points 1, 2 of 5; "
+            "stop_after_timeouts = 2 in the agent's configuration): 2 of 5 points not run"] * 4
+    else:
+        assert starts.read_text().split() == ["1", "1", "1", "2", "3", "4", "5"]
+        assert [r.error for r in recs[2:]] == timed_out * 4

@@ -9,6 +9,7 @@ with real daemon and agent processes and the ``opptune`` command."""
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import json
 import signal
 import subprocess
@@ -62,11 +63,13 @@ def _agent(tmp_path, board: str | None):
     platform = discover(cfg)
     knobs = [CountingKnob(CpuFreq(root, state_dir=state, install_handlers=False))] if root \
         else []
-    runner = Runner(Workloads(cfg, catalogue={}), platform["id"], virtual=bool(board),
-                    knobs=knobs)
+    # the command stands for a workload of the board: its records keep the clock the knob
+    # reads back (a real agent's command on a virtual board runs off it, and has none)
+    wl = Workloads(dataclasses.replace(cfg, virtual_board=""), catalogue={})
+    runner = Runner(wl, platform["id"], virtual=bool(board), knobs=knobs)
     sent: list = []
-    ex = Executor("a1", platform, Workloads(cfg, catalogue={}), runner, Outbox(state),
-                  send=sent.append, state_dir=state)
+    ex = Executor("a1", platform, wl, runner, Outbox(state), send=sent.append,
+                  state_dir=state)
     return ex, (knobs[0] if knobs else None), root, sent
 
 

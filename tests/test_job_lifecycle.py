@@ -124,7 +124,15 @@ def test_a_job_whose_every_run_failed_is_failed_with_the_runs_errors(daemon):
     (["not run: warmup 0 of this point timed out after 5 s"] * 2,
      "timed out after 5 s (at warmup 0; the rest of the point was not run)"),
     (["timed out after 5 s", "not run: repetition 0 of this point timed out after 5 s"],
-     "timed out after 5 s"),
+     "timed out after 5 s (at repetition 0; the rest of the point was not run)"),
+    # an agent that stores the warmup that timed out: the cause, and where it happened
+    (["timed out after 5 s", "not run: warmup 0 of this point timed out after 5 s",
+      "not run: warmup 0 of this point timed out after 5 s"],
+     "timed out after 5 s (at warmup 0; the rest of the point was not run)"),
+    (["workload failed with exit status 3", "timed out after 5 s",
+      "not run: repetition 1 of this point timed out after 5 s"],
+     "workload failed with exit status 3; timed out after 5 s (at repetition 1; the rest of "
+     "the point was not run)"),
 ])
 def test_a_job_that_timed_out_fails_with_the_timeout_not_the_runs_skipped(daemon, errors,
                                                                           reason):
@@ -133,15 +141,68 @@ def test_a_job_that_timed_out_fails_with_the_timeout_not_the_runs_skipped(daemon
     runs rather than what happened (the timeout)."""
     a, op = Agent(daemon.endpoint), Agent(daemon.endpoint, "operator-1")
     hello(a)
-    (sent,) = query(op, "sweep", {"agent": "a1", "max_cores": 2})["jobs"]
+    (sent,) = query(op, "sweep", {"agent": "a1", "max_cores": 2, "reps": len(errors)})["jobs"]
     job = a.expect("job")["body"]
-    for seq, (p, error) in enumerate(zip(job["points"], errors)):
-        rec = record(len(p["cpus"]), ok=False, error=error)
-        rec["time_s"] = None
-        a.send("result", {"job_id": job["job_id"], "seq": seq, "of": 2, "record": rec})
-        a.expect("ack")
+    of = len(job["points"]) * len(errors)
+    for i, p in enumerate(job["points"]):
+        for rep, error in enumerate(errors):
+            rec = record(len(p["cpus"]), ok=False, error=error, rep=rep)
+            rec["time_s"] = None
+            a.send("result", {"job_id": job["job_id"], "seq": i * len(errors) + rep, "of": of,
+                              "record": rec})
+            a.expect("ack")
     j = wait_state(op, sent["job_id"], "failed")
     assert j["reason"] == f"every run of the job failed: {reason}"
+
+
+STOPPED = ("not run: the job stopped after 2 points in a row timed out (points 1, 2 of 4; "
+           "stop_after_timeouts = 2 in the agent's configuration): 1 of 4 points not run")
+
+
+@pytest.mark.parametrize("first_ok,state,reason", [
+    # what was measured before the timeouts stays: done, and the reason says why runs lack
+    (True, "done", "timed out after 5 s (at warmup 0; the rest of the point was not run); "
+                   + STOPPED[len("not run: "):]),
+    (False, "failed", "every run of the job failed: workload failed with exit status 3; "
+                      "timed out after 5 s (at warmup 0; the rest of the point was not run); "
+                      + STOPPED[len("not run: "):]),
+])
+def test_a_job_the_agent_stopped_for_its_timeouts_says_so(daemon, first_ok, state, reason):
+    """A job the agent stopped after points in a row timed out (stop_after_timeouts) ended
+    'done' with no word of the points it never ran."""
+    a, op = Agent(daemon.endpoint), Agent(daemon.endpoint, "operator-1")
+    hello(a)
+    (sent,) = query(op, "sweep", {"agent": "a1", "max_cores": 4, "reps": 2,
+                                  "frequencies": [1800000]})["jobs"]
+    job = a.expect("job")["body"]
+    assert len(job["points"]) == 4
+    errors = ([None if first_ok else "workload failed with exit status 3"] * 2
+              + ["timed out after 5 s", "not run: warmup 0 of this point timed out after 5 s"] * 2
+              + [STOPPED] * 2)
+    for seq, error in enumerate(errors):
+        p = job["points"][seq // 2]
+        rec = record(len(p["cpus"]), rep=seq % 2, ok=error is None, error=error,
+                     freq_mhz=1800.0)
+        if error:
+            rec["time_s"] = None
+        a.send("result", {"job_id": job["job_id"], "seq": seq, "of": 8, "record": rec})
+        a.expect("ack")
+    j = wait_state(op, sent["job_id"], state)
+    assert (j["state"], j["reason"]) == (state, reason)
+
+
+def test_a_job_with_a_failed_run_is_done_without_a_reason(daemon):
+    a, op = Agent(daemon.endpoint), Agent(daemon.endpoint, "operator-1")
+    hello(a)
+    (sent,) = query(op, "sweep", {"agent": "a1", "max_cores": 1, "reps": 2,
+                                  "frequencies": [1800000]})["jobs"]
+    job = a.expect("job")["body"]
+    for seq, error in enumerate([None, "workload failed with exit status 3"]):
+        rec = record(1, rep=seq, ok=error is None, error=error, freq_mhz=1800.0)
+        a.send("result", {"job_id": job["job_id"], "seq": seq, "of": 2, "record": rec})
+        a.expect("ack")
+    j = wait_state(op, sent["job_id"], "done")
+    assert (j["state"], j["reason"]) == ("done", None)
 
 
 def test_fit_errors_name_the_group_and_the_reason(daemon):

@@ -83,6 +83,9 @@ def test_jobs_and_configs_over_the_agents_limits_are_refused_with_the_reason(ctx
     ("max_points", "\"many\"", "a point count from 1 to 1000000"),
     ("max_threads_per_cpu", "5000", "a thread count per cpu from 1 to 4096"),
     ("max_job_runs", "1.5", "a run count from 1 to 1000000000"),
+    ("stop_after_timeouts", "-1", "a point count from 0 to 1000000, e.g. 2 (0: never stop a "
+                                  "job for its timeouts)"),
+    ("stop_after_timeouts", "true", "a point count from 0 to 1000000"),
 ])
 def test_bad_limit_values_name_the_file_key_and_form(tmp_path, key, value, form):
     path = tmp_path / "agent.toml"

@@ -131,6 +131,10 @@ class Store(ABC):
         succeeded)."""
 
     @abstractmethod
+    def job_errors(self, job_id: str) -> list[str]:
+        """The distinct error texts of the job's failed runs, in sequence order."""
+
+    @abstractmethod
     def job(self, job_id: str) -> dict[str, Any] | None: ...
 
     @abstractmethod

@@ -318,12 +318,18 @@ class SQLiteStore(Store):
     def job_failures(self, job_id: str) -> tuple[int, list[str]]:
         ok = int(self.db.execute("SELECT COUNT(*) FROM runs WHERE job_id=? AND ok=1",
                                  (job_id,)).fetchone()[0])
+        return ok, ([] if ok else self.job_errors(job_id))
+
+    def job_errors(self, job_id: str) -> list[str]:
         errors: list[str] = []
-        if not ok:
-            for _, rec in self.run_records(job_id):
-                if rec.error and rec.error not in errors:
-                    errors.append(rec.error)
-        return ok, errors
+        for text, packed in self.db.execute(
+                "SELECT record, record_msgpack FROM runs WHERE job_id=? AND ok=0 ORDER BY seq",
+                (job_id,)):
+            error = (json.loads(text) if packed is None else msgpack.unpackb(packed)).get(
+                "error")
+            if isinstance(error, str) and error and error not in errors:
+                errors.append(error)
+        return errors
 
     def _job_row(self, r: dict[str, Any]) -> dict[str, Any]:
         r["points"] = json.loads(r["points"])

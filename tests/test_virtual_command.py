@@ -1,0 +1,93 @@
+"""A command workload of the agent's configuration on a virtual board runs on this machine:
+the board's clocks never reach it, so it is swept over its cores at no set clock (walk28)."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+from opptune.shared.records import RunRecord
+from procs import Cluster
+
+WHY = ("a command runs on the agent's own machine, not on board rpi4 (virtual), whose clocks "
+       "never reach it")
+
+
+def opptune(*argv: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "opptune.daemon.cli", *argv],
+                          capture_output=True, text=True, timeout=120)
+
+
+@pytest.fixture
+def board(tmp_path):
+    c = Cluster(tmp_path, kernels=("pi_integrate",), auto_sweep=False, max_cores=1, reps=1,
+                extra_agent={"virtual_board": "rpi4"})
+    with open(c.agent_toml, "a") as fh:
+        fh.write(f'[[workloads]]\nname = "mine"\ncommand = ["{sys.executable}", "-c", '
+                 '"print(1)"]\n')
+    with open(c.daemon_toml, "a") as fh:  # the file ends in its [sweep] table
+        fh.write('frequency_grid = "2"\n')
+    c.start_daemon()
+    c.start_agent()
+    try:  # stopped even when they never came up
+        c.wait_for(lambda s: any(a["alive"] for a in s["agents"]), timeout=30,
+                   what="the agent")
+        yield c
+    finally:
+        c.stop()
+
+
+@pytest.mark.integration
+def test_a_command_on_a_virtual_board_is_swept_at_no_set_clock(board):
+    """The walk: a C OpenMP loop as [[workloads]] on a virtual rpi4 ran on this machine while
+    the agent set the board's fake clocks, and its runs were stored at 600 and 1500 MHz,
+    clocks that never applied to it (a recommended 1200 MHz meant nothing)."""
+    ep = board.endpoint
+    p = opptune("sweep", "--daemon", ep, "--agent", "test-agent", "--workload", "mine",
+                "--workload", "pi_integrate", "--json")
+    assert p.returncode == 0, p.stderr
+    data = json.loads(p.stdout)
+    assert data["frequencies_not_swept"] == (
+        f"frequencies not swept for mine: {WHY}; its cores are swept at no set clock")
+    assert {j["workload"]: j["n_points"] for j in data["jobs"]} == {"mine": 1,
+                                                                    "pi_integrate": 2}
+    board.wait_for(lambda s: len(s["jobs"]) == 2 and all(j["state"] == "done"
+                                                         for j in s["jobs"]),
+                   timeout=60, what="both jobs done")
+    stored = {}
+    for workload, freq, text, packed in board.rows(
+            "SELECT workload, freq_mhz, record, record_msgpack FROM runs"):
+        import msgpack
+        rec = RunRecord.from_dict(json.loads(text) if packed is None
+                                  else msgpack.unpackb(packed))
+        stored.setdefault(workload, []).append((freq, rec))
+    (freq, rec), = stored["mine"]
+    assert freq is None and rec.ok and rec.freq_observed_mhz is None
+    assert rec.invalid["freq_observed_mhz"] == (
+        "workload 'mine' is a command: it runs on this machine, not on virtual board rpi4; "
+        "its clock is not observed")
+    # the modelled kernel runs at the board's clocks as before
+    assert sorted(f for f, _ in stored["pi_integrate"]) == [600.0, 1500.0]
+    assert all(r.freq_observed_mhz for _, r in stored["pi_integrate"])
+
+    # a clock asked for by name is refused at once, nothing sent
+    p = opptune("sweep", "--daemon", ep, "--agent", "test-agent", "--workload", "mine",
+                "--freq", "1.5GHz")
+    assert p.returncode == 2
+    assert p.stderr.strip() == (
+        f"opptune sweep: daemon refused the query: cannot sweep mine at set frequencies: "
+        f"{WHY}; sweep it without --freq (over its cores at no set clock)")
+
+    # characterize counts the sweep at no set clock as the command's measurement, says why,
+    # and queues the kernel's min/mid/max only
+    p = opptune("characterize", "--daemon", ep, "--agent", "test-agent", "--reps", "1",
+                "--max-cores", "1", "--json")
+    assert p.returncode == 0, p.stderr
+    data = json.loads(p.stdout)
+    assert data["commands_at_no_clock"] == {"workloads": ["mine"], "why": WHY}
+    assert data["skipped"] == ["mine"]
+    assert [j["workload"] for j in data["queued"]] == ["pi_integrate"]
+    assert f"mine: measured over the cores at no set clock ({WHY})" in p.stderr
