@@ -64,10 +64,17 @@ def _resolve(name: str, data: dict[str, Any], flag: str, size: str | None = None
         # the daemon answered for that size only: the board is known, the size is not
         raise MpetUsage(f"{flag} {name!r} has no measurements of size {size!r}: leave out "
                         "--size, or give a size measured there")
+    idle = sorted(a for a, p in data["agents"].items() if name in (a, p))
+    if idle:
+        # a board that said hello but has no runs yet: the cure is to measure it, not to
+        # pick another name
+        raise MpetUsage(f"{flag} {name!r}: nothing is measured on agent {idle[0]}'s board "
+                        f"yet; run 'opptune characterize --agent {idle[0]} --wait' first")
     known = sorted(set(data["platforms"]) | {a for a, p in data["agents"].items()
                                              if p in data["platforms"]})
     raise MpetUsage(f"{flag} {name!r} is no platform with measurements; give a platform id or "
-                    f"an agent name: {', '.join(known) or 'none measured yet'}")
+                    f"an agent name: " + (', '.join(known) or "none measured yet; run 'opptune "
+                                                 "characterize --agent AGENT --wait' first"))
 
 
 def _agent_of(data: dict[str, Any], platform: str) -> str:

@@ -81,6 +81,31 @@ def test_from_refuses_what_it_cannot_use(source, skip, message):
         _predict_migration(answer(skip), args(source), [])
 
 
+@pytest.mark.parametrize("name", ["agent-idle", "idle-platform"])
+@pytest.mark.parametrize("source, target", [("{}", "t"), ("p1", "{}")])
+def test_a_board_known_but_not_measured_says_to_characterize_it(name, source, target):
+    """An agent that said hello but has no runs yet, named by its agent name or platform id,
+    is told to be characterised; it had read 'is no platform with measurements; give a
+    platform id or an agent name', of a name that was one."""
+    data = answer()
+    data["agents"]["agent-idle"] = "idle-platform"
+    with pytest.raises(MpetUsage) as exc:
+        _predict_migration(data, args(source.format(name), target.format(name)), [])
+    flag = "--from" if source == "{}" else "--to"
+    assert str(exc.value) == (f"{flag} {name!r}: nothing is measured on agent agent-idle's "
+                              f"board yet; run 'opptune characterize --agent agent-idle "
+                              f"--wait' first")
+
+
+def test_a_daemon_with_nothing_measured_says_what_to_run():
+    data = {**answer(), "profiles": [], "platforms": {}, "agents": {}}
+    with pytest.raises(MpetUsage) as exc:
+        _predict_migration(data, args("pi", "xu4"), [])
+    assert str(exc.value) == ("--from 'pi' is no platform with measurements; give a platform "
+                              "id or an agent name: none measured yet; run 'opptune "
+                              "characterize --agent AGENT --wait' first")
+
+
 def test_edits_apply_on_every_reference():
     """Scenario (c) migrated from several references: the virtual workload is A edited on
     each of them, so halving t(1) halves the predicted t(n) (every transfer is a ratio), and
