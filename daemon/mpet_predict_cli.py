@@ -415,6 +415,7 @@ def _predict_migration(data: dict[str, Any], args: argparse.Namespace,
     text.note_mixed_sizes(data, sizes, [*srcs, dst])
     text.note_mixed_clocks(data, clocks, [*srcs, dst], skip=(args.workload, dst))
     text.note_marked(data, sizes, [*srcs, dst])
+    text.note_under_way(data, [*srcs, dst])
     text.note_more_references(data, profiles, args, srcs, dst)
     return {"scenario": scen, "workload": args.workload, "from": srcs, "to": dst,
             "from_boards": [data["platforms"][p]["board"] for p in srcs],
@@ -483,6 +484,7 @@ def _predict_on(data: dict[str, Any], args: argparse.Namespace,
     text.note_mixed_sizes(data, sizes, [plat])
     text.note_mixed_clocks(data, clocks, [plat])
     text.note_marked(data, sizes, [plat])
+    text.note_under_way(data, [plat])
     measured = {} if edits else {n: v for n, v in measured_t.items() if n > 1}
     return {**common, "scenario": scen, "t1_s": pred.t1,
             "prediction": _rows(ns, t, lo, hi, measured, before),

@@ -977,3 +977,24 @@ def test_eval_mpet_over_a_store_without_that_size_names_the_sizes_it_has(
         assert "--data with --daemon needs --combine" in out.err
     finally:
         d.close()
+
+
+def test_mpet_data_counts_each_agents_jobs_under_way(tmp_path):
+    """mpet_data's under_way: the jobs of each agent queued, sent or running (what predict's
+    note names); a done job is not counted."""
+    from opptune.daemon.characterize import mpet_data
+    from opptune.daemon.service import Daemon
+    from opptune.shared.config import DaemonConfig
+
+    d = Daemon(DaemonConfig(bind="tcp://127.0.0.1:0", database=str(tmp_path / "d.db")))
+    try:
+        assert mpet_data(d, {})["under_way"] == {}
+        for i, (agent, state) in enumerate((("a", "queued"), ("a", "running"), ("b", "sent"),
+                                            ("b", "done"), ("c", "failed"))):
+            d.store.save_job(agent, {"job_id": f"j{i}", "workload": "k", "size": "small",
+                                     "reps": 1, "warmup": 0,
+                                     "points": [{"cpus": [0], "threads": 1}]}, 1.0)
+            d.store.set_job_state(f"j{i}", state)
+        assert mpet_data(d, {})["under_way"] == {"a": 2, "b": 1}
+    finally:
+        d.close()

@@ -428,3 +428,19 @@ def test_the_operating_point_says_one_core_not_one_cores(capsys):
     print_prediction(got)
     (line,) = [x for x in capsys.readouterr().out.splitlines() if x.startswith("cores:")]
     assert "predicted (1 core, " in line, line
+
+
+def test_a_note_says_when_a_board_read_has_jobs_under_way(capsys):
+    """Predicted while the target's characterisation ran, the prediction read its suite as
+    measured so far (once: one kernel at 200 MHz on 1 core, 'cores: 1') without a word; the
+    daemon's under_way now makes a note name the agents of the boards read with jobs not
+    done. Another board's jobs say nothing."""
+    data = {**answer(), "under_way": {"agent-t": 3, "agent-p3": 1}}
+    _predict_migration(data, args("p1"), [])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err[0] == ("opptune predict: note: jobs still queued or running: 3 of agent "
+                      "agent-t (board-t); this prediction rests on what is measured so far: "
+                      "predict again once they are done ('opptune characterize --agent "
+                      "agent-t --wait' follows them)")
+    _predict_migration({**data, "under_way": {"agent-p3": 1}}, args("p1,p2"), [])
+    assert "queued or running" not in capsys.readouterr().err
