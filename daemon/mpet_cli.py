@@ -450,9 +450,11 @@ def format_table(res: dict) -> str:
                  f"{'platform' if scenario_b else 'target'}'s other workloads "
                  f"(mean nominal level {100 * iv['level']:.0f} %)")
     if iv["count"] - iv.get("calibrated", 0):
-        line += f"; {iv['count'] - iv.get('calibrated', 0)} the candidates' band"
+        line += (f"; {iv['count'] - iv.get('calibrated', 0)} by the candidates' band (too "
+                 f"few other workloads to calibrate on: no stated level)")
         if not scenario_b:
-            line += f", of which {iv['single']} rest on one candidate (at least [t/2, 2t])"
+            line += (f", {iv['single']} of them resting on one candidate (at least [t/2, "
+                     f"2t])")
     lines.append(line)
     op = res.get("operating_point")
     if op:
