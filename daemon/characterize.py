@@ -263,7 +263,8 @@ def mpet_data(d: Daemon, args: dict[str, Any]) -> dict[str, Any]:
     frequency, MHz, its profiles could be taken at; cpufreq: false where the board cannot set
     one); args.size keeps one size class; args.clock
     ``{platform: MHz}`` (a platform id or an agent name) takes that platform's profiles at that
-    frequency (a group not measured there has none) instead of each at its highest."""
+    frequency (a group not measured there has none) instead of each at its highest;
+    under_way: {agent: its jobs queued, sent or running}."""
     size = args.get("size")
     clock = _clock_arg(args)
     groups: dict[tuple, dict[Any, dict[int, list]]] = {}
@@ -316,8 +317,12 @@ def mpet_data(d: Daemon, args: dict[str, Any]) -> dict[str, Any]:
                            "clocks": sorted(clocks.get(plat, ())),
                            "cpufreq": cpufreq_unavailable(desc) is None}
     only, points = ([], []) if d.store.accept_load else _marked(d, groups, size, clock)
+    # jobs not finished yet: a prediction made meanwhile rests on part of what they measure
+    under_way: dict[str, int] = {}
+    for j in d.store.active_jobs():
+        under_way[j["agent"]] = under_way.get(j["agent"], 0) + 1
     return {"profiles": profiles, "platforms": platforms, "agents": agents,
-            "marked_only": only, "marked_points": points}
+            "marked_only": only, "marked_points": points, "under_way": under_way}
 
 
 def _finite(v: Any) -> bool:

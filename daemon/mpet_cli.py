@@ -450,9 +450,11 @@ def format_table(res: dict) -> str:
                  f"{'platform' if scenario_b else 'target'}'s other workloads "
                  f"(mean nominal level {100 * iv['level']:.0f} %)")
     if iv["count"] - iv.get("calibrated", 0):
-        line += f"; {iv['count'] - iv.get('calibrated', 0)} the candidates' band"
+        line += (f"; {iv['count'] - iv.get('calibrated', 0)} by the candidates' band (too "
+                 f"few other workloads to calibrate on: no stated level)")
         if not scenario_b:
-            line += f", of which {iv['single']} rest on one candidate (at least [t/2, 2t])"
+            line += (f", {iv['single']} of them resting on one candidate (at least [t/2, "
+                     f"2t])")
     lines.append(line)
     op = res.get("operating_point")
     if op:
@@ -561,6 +563,11 @@ def cmd_eval_sources(args: argparse.Namespace) -> int:
         print("opptune eval-mpet: --combine needs --data FILE.csv (two or more) or --daemon",
               file=sys.stderr)
         return 2
+    if args.data and store and not args.combine:
+        # said before asking the daemon, which may be down or slow to answer
+        print("opptune eval-mpet: --data with --daemon needs --combine (one database of both)",
+              file=sys.stderr)
+        return 2
     rows: list[dict[str, Any]] = []
     label = []
     if store:
@@ -579,10 +586,22 @@ def cmd_eval_sources(args: argparse.Namespace) -> int:
                 return rc
             merge_answer(data, more)
         rows = store_rows(data, args.size)
+        if not rows and args.size:
+            # what to do depends on whether other sizes are there: one more query, on this
+            # error only
+            every, rc = ask("opptune eval-mpet", endpoint, "mpet_data", {},
+                            timeout_s=args.timeout)
+            if rc is not None:
+                return rc
+            sizes = sorted({p["size"] for p in every["profiles"]})
+            if sizes:
+                print(f"opptune eval-mpet: the daemon at {endpoint} has no measurements of "
+                      f"size {args.size!r}; it has {', '.join(sizes)}: give one of them, or "
+                      f"leave out --size", file=sys.stderr)
+                return 2
         if not rows:
-            print(f"opptune eval-mpet: the daemon at {endpoint} has no measurements"
-                  + (f" of size {args.size}" if args.size else "") + "; run 'opptune "
-                  "characterize --agent AGENT' first", file=sys.stderr)
+            print(f"opptune eval-mpet: the daemon at {endpoint} has no measurements; run "
+                  "'opptune characterize --agent AGENT --wait' first", file=sys.stderr)
             return 2
         label.append(f"store of {endpoint}")
         if args.save_csv:
@@ -593,10 +612,6 @@ def cmd_eval_sources(args: argparse.Namespace) -> int:
                       f"{exc.strerror or exc}", file=sys.stderr)
                 return 2
     paths = list(args.data or []) if (args.combine or not store) else []
-    if args.data and store and not args.combine:
-        print("opptune eval-mpet: --data with --daemon needs --combine (one database of both)",
-              file=sys.stderr)
-        return 2
     label += paths
     with tempfile.TemporaryDirectory(prefix="opptune-eval-mpet-") as tmp:
         merged = Path(tmp) / "combined.csv"

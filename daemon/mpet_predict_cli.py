@@ -64,10 +64,17 @@ def _resolve(name: str, data: dict[str, Any], flag: str, size: str | None = None
         # the daemon answered for that size only: the board is known, the size is not
         raise MpetUsage(f"{flag} {name!r} has no measurements of size {size!r}: leave out "
                         "--size, or give a size measured there")
+    idle = sorted(a for a, p in data["agents"].items() if name in (a, p))
+    if idle:
+        # a board that said hello but has no runs yet: the cure is to measure it, not to
+        # pick another name
+        raise MpetUsage(f"{flag} {name!r}: nothing is measured on agent {idle[0]}'s board "
+                        f"yet; run 'opptune characterize --agent {idle[0]} --wait' first")
     known = sorted(set(data["platforms"]) | {a for a, p in data["agents"].items()
                                              if p in data["platforms"]})
     raise MpetUsage(f"{flag} {name!r} is no platform with measurements; give a platform id or "
-                    f"an agent name: {', '.join(known) or 'none measured yet'}")
+                    f"an agent name: " + (', '.join(known) or "none measured yet; run 'opptune "
+                                                 "characterize --agent AGENT --wait' first"))
 
 
 def _agent_of(data: dict[str, Any], platform: str) -> str:
@@ -408,6 +415,7 @@ def _predict_migration(data: dict[str, Any], args: argparse.Namespace,
     text.note_mixed_sizes(data, sizes, [*srcs, dst])
     text.note_mixed_clocks(data, clocks, [*srcs, dst], skip=(args.workload, dst))
     text.note_marked(data, sizes, [*srcs, dst])
+    text.note_under_way(data, [*srcs, dst])
     text.note_more_references(data, profiles, args, srcs, dst)
     return {"scenario": scen, "workload": args.workload, "from": srcs, "to": dst,
             "from_boards": [data["platforms"][p]["board"] for p in srcs],
@@ -476,6 +484,7 @@ def _predict_on(data: dict[str, Any], args: argparse.Namespace,
     text.note_mixed_sizes(data, sizes, [plat])
     text.note_mixed_clocks(data, clocks, [plat])
     text.note_marked(data, sizes, [plat])
+    text.note_under_way(data, [plat])
     measured = {} if edits else {n: v for n, v in measured_t.items() if n > 1}
     return {**common, "scenario": scen, "t1_s": pred.t1,
             "prediction": _rows(ns, t, lo, hi, measured, before),

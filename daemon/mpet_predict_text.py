@@ -93,6 +93,23 @@ def note_marked(data: dict[str, Any], sizes: dict[tuple, str], plats: list[str])
           f"= true in the daemon's configuration uses them)", file=sys.stderr)
 
 
+def note_under_way(data: dict[str, Any], plats: list[str]) -> None:
+    """Say on stderr where a board the prediction reads has jobs not done yet (a
+    characterisation under way): its suite or the workload is read as measured so far, at
+    the highest clock reached so far, so the prediction may change once they are done."""
+    busy = data.get("under_way") or {}
+    parts = [f"{n} of agent {a} ({data['platforms'][p]['board']})"
+             for p in plats for a, q in sorted(data["agents"].items())
+             if q == p and (n := busy.get(a))]
+    if not parts:
+        return
+    agents = sorted(a for p in plats for a, q in data["agents"].items()
+                    if q == p and busy.get(a))
+    print(f"opptune predict: note: jobs still queued or running: {'; '.join(parts)}; this "
+          f"prediction rests on what is measured so far: predict again once they are done "
+          f"('opptune characterize --agent {agents[0]} --wait' follows them)", file=sys.stderr)
+
+
 def note_more_references(data: dict[str, Any], profiles: dict, args: argparse.Namespace,
                          srcs: list[str], dst: str) -> None:
     """Say on stderr where the workload was measured besides the references given: from more

@@ -49,10 +49,13 @@ def _wait(endpoint: str, job_ids: list[str], timeout_s: float, as_json: bool,
           console: Console, prog: str) -> int:
     jobs: dict[str, dict[str, Any]] = {}
     with Progress(TextColumn("{task.description}"), BarColumn(),
-                  TextColumn("{task.completed}/{task.total} runs"),
+                  # "?" until the daemon's first answer says how many (rich's None read
+                  # "0/None runs" under a job id while a busy daemon took seconds)
+                  TextColumn("{task.completed}/{task.fields[expected]} runs"),
                   TextColumn("{task.fields[state]}"),
                   TimeElapsedColumn(), console=console) as progress:
-        tasks = {j: progress.add_task(j, total=None, state="") for j in job_ids}
+        tasks = {j: progress.add_task(j, total=None, state="", expected="?")
+                 for j in job_ids}
         silent_since: float | None = None  # when the daemon stopped answering
         others: list[str] = []  # the fleet's other daemons that answered at the last poll
         while True:
@@ -94,6 +97,7 @@ def _wait(endpoint: str, job_ids: list[str], timeout_s: float, as_json: bool,
                 if j is not None:
                     progress.update(task, description=f"{j['workload']} on {j['board']}",
                                     total=j["expected"] or None, completed=j["received"],
+                                    expected=j["expected"] or "?",
                                     state=state_text(j, agents.get(j.get("agent"))))
             if len(jobs) == len(tasks) and all(j["state"] in FINAL_JOB_STATES
                                                for j in jobs.values()):

@@ -917,3 +917,84 @@ def test_characterize_measures_the_whole_board_whatever_per_cluster_says(tmp_pat
             [job["job_id"]]
     finally:
         d.close()
+
+
+def test_eval_mpet_over_a_store_without_that_size_names_the_sizes_it_has(
+        tmp_path, monkeypatch, capsys):
+    """'eval-mpet --daemon --size huge' on a store measured at size small said 'has no
+    measurements of size huge; run opptune characterize first', as of an empty store: it now
+    names the sizes there are. --data beside --daemon without --combine is refused before
+    the daemon is asked."""
+    import argparse
+    from opptune.daemon import client
+    from opptune.daemon.characterize import mpet_data
+    from opptune.daemon.mpet_cli import cmd_eval_sources
+    from opptune.daemon.service import Daemon
+    from opptune.daemon.store import ResultIn
+    from opptune.shared.config import DaemonConfig
+    from opptune.shared.records import RunRecord
+
+    d = Daemon(DaemonConfig(bind="tcp://127.0.0.1:0", database=str(tmp_path / "d.db")))
+    asked = []
+
+    def ask(command, endpoint, what, args=None, timeout_s=5.0):
+        asked.append(args)
+        return mpet_data(d, args or {}), None
+    monkeypatch.setattr(client, "ask", ask)
+    monkeypatch.setattr(client, "daemon_endpoint", lambda args: "tcp://127.0.0.1:9")
+
+    def eval_mpet(size, data=None):
+        args = argparse.Namespace(data=data, combine=False, daemon="tcp://127.0.0.1:9",
+                                  config=None, size=size, save_csv=None, timeout=5.0,
+                                  max_factor=None, setup="default", single_reference=False,
+                                  scenario="a", json=True)
+        rc = cmd_eval_sources(args)
+        return rc, capsys.readouterr()
+    try:
+        rc, out = eval_mpet("huge")
+        assert (rc, out.out) == (2, "")
+        assert out.err == ("opptune eval-mpet: the daemon at tcp://127.0.0.1:9 has no "
+                           "measurements; run 'opptune characterize --agent AGENT --wait' "
+                           "first\n")
+        d.store.save_platform("p", {"sweep_order": [0, 1], "hostname": "p"}, 1.0)
+        d.registry.hello("a", b"a", "p", {"sweep_order": [0, 1]}, [], now=1.0)
+        d.store.save_job("a", {"job_id": "j", "workload": "k", "size": "small", "reps": 1,
+                               "warmup": 0, "points": [{"cpus": [0], "threads": 1}]}, 1.0)
+        recs = [RunRecord(platform="p", workload="k", input=size, cores=1, cpus=[0],
+                          threads=1, rep=0, time_s=1.0) for size in ("small", "medium")]
+        d.store.insert_results([ResultIn(f"m{i}", "a", "j", i, r, r.to_dict())
+                                for i, r in enumerate(recs)], 2.0)
+        asked.clear()
+        rc, out = eval_mpet("huge")
+        assert (rc, out.out) == (2, "")
+        assert out.err == ("opptune eval-mpet: the daemon at tcp://127.0.0.1:9 has no "
+                           "measurements of size 'huge'; it has medium, small: give one of "
+                           "them, or leave out --size\n")
+        assert asked == [{"size": "huge"}, {}]
+        asked.clear()
+        rc, out = eval_mpet(None, data=[str(tmp_path / "x.csv")])
+        assert rc == 2 and asked == []
+        assert "--data with --daemon needs --combine" in out.err
+    finally:
+        d.close()
+
+
+def test_mpet_data_counts_each_agents_jobs_under_way(tmp_path):
+    """mpet_data's under_way: the jobs of each agent queued, sent or running (what predict's
+    note names); a done job is not counted."""
+    from opptune.daemon.characterize import mpet_data
+    from opptune.daemon.service import Daemon
+    from opptune.shared.config import DaemonConfig
+
+    d = Daemon(DaemonConfig(bind="tcp://127.0.0.1:0", database=str(tmp_path / "d.db")))
+    try:
+        assert mpet_data(d, {})["under_way"] == {}
+        for i, (agent, state) in enumerate((("a", "queued"), ("a", "running"), ("b", "sent"),
+                                            ("b", "done"), ("c", "failed"))):
+            d.store.save_job(agent, {"job_id": f"j{i}", "workload": "k", "size": "small",
+                                     "reps": 1, "warmup": 0,
+                                     "points": [{"cpus": [0], "threads": 1}]}, 1.0)
+            d.store.set_job_state(f"j{i}", state)
+        assert mpet_data(d, {})["under_way"] == {"a": 2, "b": 1}
+    finally:
+        d.close()

@@ -1024,6 +1024,25 @@ def test_eval_mpet_table_counts_repeated_skips_once(tmp_path):
     assert last == f"skipped 4: a on T ({why}) x3; b on T (no t(1))"
 
 
+def test_eval_mpet_interval_line_says_how_many_have_the_candidates_band(tmp_path):
+    """The interval line of a set with predictions too few workloads calibrate read
+    '...; 4 the candidates' band, of which 4 rest on one candidate': a count and a noun with
+    no verb. It says by what, why, and that the band has no level."""
+    from opptune.daemon.mpet_cli import format_table, run
+    profiles, _ = synthetic()
+    path = tmp_path / "m.csv"
+    _write_csv(path, profiles)
+    (res,) = run([str(path)])
+    res["interval"] = {"count": 5, "covered": 4, "single": 2, "calibrated": 1, "level": 0.5,
+                       "width": 3.0}
+    line, = [x for x in format_table(res).splitlines() if x.startswith("interval:")]
+    assert line == ("interval: the measured t(n) inside the predicted interval at every n in 4 "
+                    "of 5 predictions (median width x3.0, the largest upper/lower over n); 1 "
+                    "calibrated on the target's other workloads (mean nominal level 50 %); 4 by "
+                    "the candidates' band (too few other workloads to calibrate on: no stated "
+                    "level), 2 of them resting on one candidate (at least [t/2, 2t])")
+
+
 def _terminal_lines(seen: str) -> list[str]:
     """What a terminal shows of ``seen``: each line as its last carriage return left it."""
     return [line.split("\r")[-1] for line in seen.split("\r\n") if line]

@@ -26,7 +26,7 @@ def test_eval_mpet_reaches_a_curve_daemon_with_its_config(tmp_path):
             p = opptune("eval-mpet", *argv, "--timeout", "10")
             assert p.returncode == 2 and p.stdout == "", p.stdout
             assert p.stderr == (f"opptune eval-mpet: the daemon at {c.endpoint} has no "
-                                "measurements; run 'opptune characterize --agent AGENT' "
+                                "measurements; run 'opptune characterize --agent AGENT --wait' "
                                 "first\n"), p.stderr + c.logs()
     finally:
         c.stop()

@@ -81,6 +81,31 @@ def test_from_refuses_what_it_cannot_use(source, skip, message):
         _predict_migration(answer(skip), args(source), [])
 
 
+@pytest.mark.parametrize("name", ["agent-idle", "idle-platform"])
+@pytest.mark.parametrize("source, target", [("{}", "t"), ("p1", "{}")])
+def test_a_board_known_but_not_measured_says_to_characterize_it(name, source, target):
+    """An agent that said hello but has no runs yet, named by its agent name or platform id,
+    is told to be characterised; it had read 'is no platform with measurements; give a
+    platform id or an agent name', of a name that was one."""
+    data = answer()
+    data["agents"]["agent-idle"] = "idle-platform"
+    with pytest.raises(MpetUsage) as exc:
+        _predict_migration(data, args(source.format(name), target.format(name)), [])
+    flag = "--from" if source == "{}" else "--to"
+    assert str(exc.value) == (f"{flag} {name!r}: nothing is measured on agent agent-idle's "
+                              f"board yet; run 'opptune characterize --agent agent-idle "
+                              f"--wait' first")
+
+
+def test_a_daemon_with_nothing_measured_says_what_to_run():
+    data = {**answer(), "profiles": [], "platforms": {}, "agents": {}}
+    with pytest.raises(MpetUsage) as exc:
+        _predict_migration(data, args("pi", "xu4"), [])
+    assert str(exc.value) == ("--from 'pi' is no platform with measurements; give a platform "
+                              "id or an agent name: none measured yet; run 'opptune "
+                              "characterize --agent AGENT --wait' first")
+
+
 def test_edits_apply_on_every_reference():
     """Scenario (c) migrated from several references: the virtual workload is A edited on
     each of them, so halving t(1) halves the predicted t(n) (every transfer is a ratio), and
@@ -403,3 +428,19 @@ def test_the_operating_point_says_one_core_not_one_cores(capsys):
     print_prediction(got)
     (line,) = [x for x in capsys.readouterr().out.splitlines() if x.startswith("cores:")]
     assert "predicted (1 core, " in line, line
+
+
+def test_a_note_says_when_a_board_read_has_jobs_under_way(capsys):
+    """Predicted while the target's characterisation ran, the prediction read its suite as
+    measured so far (once: one kernel at 200 MHz on 1 core, 'cores: 1') without a word; the
+    daemon's under_way now makes a note name the agents of the boards read with jobs not
+    done. Another board's jobs say nothing."""
+    data = {**answer(), "under_way": {"agent-t": 3, "agent-p3": 1}}
+    _predict_migration(data, args("p1"), [])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err[0] == ("opptune predict: note: jobs still queued or running: 3 of agent "
+                      "agent-t (board-t); this prediction rests on what is measured so far: "
+                      "predict again once they are done ('opptune characterize --agent "
+                      "agent-t --wait' follows them)")
+    _predict_migration({**data, "under_way": {"agent-p3": 1}}, args("p1,p2"), [])
+    assert "queued or running" not in capsys.readouterr().err

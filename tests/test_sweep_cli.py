@@ -146,6 +146,10 @@ def test_wait_says_the_jobs_are_kept_when_the_daemon_stays_away(monkeypatch):
         assert lines[0] == (f"{prog}: no answer from the daemon at tcp://127.0.0.1:9 within "
                             "5 s; retrying for up to 0.3 s (a restarted daemon goes on with the "
                             "jobs of its store)")
+        # the bar of a job the daemon never described: how many runs is not known yet (it
+        # read '0/None runs')
+        bar, = [line for line in lines if line.startswith("job-1 ")]
+        assert "0/? runs" in bar and "None" not in bar, bar
         assert lines[-1] == (f"{prog}: no answer from the daemon at tcp://127.0.0.1:9 within "
                              "5 s; the jobs are kept in the daemon's store and go on when it "
                              f"runs again: {again}")
