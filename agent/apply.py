@@ -31,6 +31,7 @@ from typing import Any, Callable
 
 from ..shared import protocol as P
 from ..shared.config import AgentConfig
+from ..shared.cpus import format_cpu_list
 from ..shared.point_stats import StopRule, point_stats, stop_reason
 from ..shared.records import JOB_STOPPED, NOT_RUN, RunRecord
 from ..shared.refusals import RefusalLog
@@ -219,7 +220,7 @@ class Executor:
         s = self.standing
         if s is not None and s.freq_khz is not None:
             log.info("idle: knobs back to the applied configuration (%d kHz on cpus %s)",
-                     s.freq_khz, ",".join(map(str, s.cpus)))
+                     s.freq_khz, format_cpu_list(s.cpus))
         else:
             log.info("idle: knobs back to the board's original settings")
 

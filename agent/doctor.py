@@ -18,9 +18,10 @@ import os
 import re
 from typing import Any
 
+from ..shared.cpus import format_cpu_list
 from .knobs.cpufreq import BOOST_FILES, read_boost
 from .meters.thermal import THERMAL, passive_trip_mc, zone_names
-from .sysfs import KnobUnavailable, SysFS, format_cpu_list
+from .sysfs import KnobUnavailable, SysFS
 
 CPU = "/sys/devices/system/cpu"
 ASLR = "/proc/sys/kernel/randomize_va_space"

@@ -17,6 +17,7 @@ import socket
 from typing import Any
 
 from ..shared.config import AgentConfig
+from ..shared.cpus import format_cpu_list
 
 log = logging.getLogger("opptune.agent.platform")
 
@@ -232,7 +233,8 @@ def cpus_problem(facts: dict[str, Any], cpus: list[int]) -> str | None:
         return "cpus is empty"
     missing = sorted(set(cpus) - online)
     if missing:
-        return (f"cpus {missing} are not online on this board (online: {sorted(online)}); "
+        return (f"cpus {format_cpu_list(missing)} are not online on this board (online: "
+                f"{format_cpu_list(online)}); "
                 f"asked for {len(cpus)} cpus, {len(online)} are online")
     return None
 
@@ -249,7 +251,7 @@ def clock_problem(facts: dict[str, Any], cpus: list[int], freq_khz: int) -> str 
         if not offered[0] <= freq_khz <= offered[1]:
             return f"frequency {freq_khz} kHz is outside {offered[0]}..{offered[1]} kHz"
     elif freq_khz not in offered:
-        return (f"frequency {freq_khz} kHz is not offered for cpus {sorted(cpus)}; "
+        return (f"frequency {freq_khz} kHz is not offered for cpus {format_cpu_list(cpus)}; "
                 f"offered: {offered}")
     return None
 

@@ -12,6 +12,8 @@ import errno
 import os
 from typing import Callable
 
+from ..shared.cpus import parse_cpu_list
+
 # Write drivers by root: ``attach(fs)`` sets the ``before_write``/``after_write`` of every SysFS
 # opened on that root in this process. A tree that is not the kernel's has no kernel reacting
 # to writes; whoever serves it (chosen by configuration) registers the emulation here.
@@ -36,42 +38,6 @@ class KnobUnavailable(OSError):
 
     def __str__(self) -> str:
         return f"{self.path}: {self.reason}"
-
-
-def parse_cpu_list(text: str) -> list[int]:
-    """Parse a kernel cpu list ("0-3,8,10-11", stride "0-7:2", or cpufreq's "0 1 2 3")."""
-    out: set[int] = set()
-    text = ",".join(text.split())
-    if not text:
-        return []
-    for part in text.split(","):
-        part = part.strip()
-        if not part:
-            continue
-        stride = 1
-        if ":" in part:
-            part, s = part.split(":", 1)
-            stride = int(s.split("/")[0])
-        if "-" in part:
-            lo, hi = part.split("-", 1)
-            out.update(range(int(lo), int(hi) + 1, max(1, stride)))
-        else:
-            out.add(int(part))
-    return sorted(out)
-
-
-def format_cpu_list(cpus) -> str:
-    """Inverse of :func:`parse_cpu_list`: [0,1,2,3,8] -> "0-3,8"."""
-    cpus = sorted(set(int(c) for c in cpus))
-    parts = []
-    i = 0
-    while i < len(cpus):
-        j = i
-        while j + 1 < len(cpus) and cpus[j + 1] == cpus[j] + 1:
-            j += 1
-        parts.append(str(cpus[i]) if i == j else f"{cpus[i]}-{cpus[j]}")
-        i = j + 1
-    return ",".join(parts)
 
 
 class SysFS:

@@ -36,8 +36,9 @@ import subprocess
 import time
 from typing import Any, Callable
 
+from ..shared.cpus import format_cpu_list
 from .knobs.state import thread_start_time
-from .sysfs import KnobUnavailable, SysFS, format_cpu_list
+from .sysfs import KnobUnavailable, SysFS
 
 KINDS = ("command", "pid", "unit")
 CGROUP = "/sys/fs/cgroup"

@@ -17,6 +17,7 @@ from __future__ import annotations
 import os
 import re
 
+from ..shared.cpus import format_cpu_list
 from .sysfs import KnobUnavailable, SysFS
 
 CPU_DIR = "/sys/devices/system/cpu"
@@ -294,6 +295,6 @@ def cluster_sweep_order(topology: dict, cluster: int | list[int]) -> list[int]:
         want = set(cluster)
         match = [cl for cl in clusters if want & set(cl)]
         if not match:
-            raise ValueError(f"no cluster holds cpus {sorted(want)}")
+            raise ValueError(f"no cluster holds cpus {format_cpu_list(want)}")
         chosen = match[0]
     return cluster_sweep_order_from(topology["sweep_order"], chosen)

@@ -26,7 +26,8 @@ import os
 import re
 import time
 
-from .sysfs import KnobUnavailable, SysFS, format_cpu_list, register_driver
+from ..shared.cpus import format_cpu_list
+from .sysfs import KnobUnavailable, SysFS, register_driver
 
 CPUFREQ = "/sys/devices/system/cpu/cpufreq"
 _POLICY_FILE = re.compile(r"^/?sys/devices/system/cpu/cpufreq/(policy\d+)/(\w+)$")

@@ -26,7 +26,8 @@ import sys
 import time
 from typing import Any
 
-from .sysfs import SysFS, parse_cpu_list
+from ..shared.cpus import parse_cpu_list
+from .sysfs import SysFS
 from .virtual_board import (CPUFREQ, SIZES, cpu_cluster, dynamic_power_w, load_spec,
                             model_time_s, policy_of, run_model, write_proc_stat)
 from ..bench_suite.accounting import run_parameters

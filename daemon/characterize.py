@@ -36,6 +36,7 @@ from typing import TYPE_CHECKING, Any
 
 import msgpack
 
+from ..shared.cpus import format_cpu_list
 from ..shared.records import DERIVED_COUNTERS
 from .errors import HandlerError
 from .jobs import ACTIVE_JOB_STATES
@@ -192,18 +193,11 @@ def frequencies_text(grid: str | int, planned: set[tuple],
         top = max(tables.get(pol.get("name")) or [0])
         got = sorted({f for c, _, f, _ in planned if f and cpus & set(c)})
         if got and top > got[-1]:
-            text += (f"; {pol['name']} (cpus {_cpus_text(sorted(cpus))}) at "
+            text += (f"; {pol['name']} (cpus {format_cpu_list(cpus)}) at "
                      f"{', '.join(f'{f / 1000:g}' for f in got)} MHz, not up to its "
                      f"{top / 1000:g} MHz: a point runs its cpus at one clock, one every "
                      "policy among them offers")
     return text
-
-
-def _cpus_text(cpus: list[int]) -> str:
-    """[4, 5, 6, 7] -> "4-7"; [0, 2] -> "0,2"."""
-    if cpus and cpus == list(range(cpus[0], cpus[-1] + 1)) and len(cpus) > 2:
-        return f"{cpus[0]}-{cpus[-1]}"
-    return ",".join(map(str, cpus))
 
 
 def _job(j: dict[str, Any]) -> dict[str, Any]:

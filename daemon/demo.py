@@ -22,6 +22,7 @@ from rich.console import Console
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
+from ..shared.cpus import format_cpu_list
 from .client import DaemonUnreachable, QueryFailed, query
 from .console import make_console
 from .jobs import UNSUCCESSFUL_JOB_STATES
@@ -592,7 +593,7 @@ def print_table(table: list[dict[str, Any]], console: Console) -> None:
             freq = w["recommended_freq_khz"]
             console.print(f"  recommended: {w['recommended_cores']} "
                           + ("core " if w["recommended_cores"] == 1 else "cores ")
-                          + f"(cpus {','.join(map(str, w['recommended_cpus'] or []))})"
+                          + f"(cpus {format_cpu_list(w['recommended_cpus'] or [])})"
                           + (f" at {freq / 1000:.0f} MHz" if freq
                              else " at the governor's frequency")
                           + f", predicted {pred:.4f} s, measured "

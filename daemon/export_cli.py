@@ -17,6 +17,8 @@ import re
 import sys
 from typing import Any
 
+from ..shared.cpus import format_cpu_list
+
 # Run-record fields that mark a run as not clean, each exported as opptune_<field> in the run's
 # metadata where set ("marked": why, since records carry it; "throttled": older records).
 MARK_FIELDS = ("throttled", "marked")
@@ -286,7 +288,7 @@ def cmd_import(args: argparse.Namespace) -> int:
             if not new:
                 print(f"{what}: all {already} were already stored (skipped)")
                 continue
-            print(f"{what} (cpus {','.join(map(str, last['cpus']))}, {freq}): job "
+            print(f"{what} (cpus {format_cpu_list(last['cpus'])}, {freq}): job "
                   f"{', '.join(d['job_id'] for d in stored if d['job_id'])}"
                   + (f"; {already} already stored (skipped)" if already else ""))
     if args.json:

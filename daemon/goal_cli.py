@@ -12,6 +12,7 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
+from ..shared.cpus import format_cpu_list, policies_text
 from .console import make_console
 from .objectives import OBJECTIVES, make_goal
 from .options import below_least
@@ -126,8 +127,8 @@ def measuring_text(step: dict[str, Any]) -> str:
 
 
 def config_text(r: dict[str, Any]) -> str:
-    """E.g. "4 cores (cpus 0,1,2,3, cluster 0) at 800 MHz"."""
-    where = f"cpus {','.join(map(str, r['cpus']))}"
+    """E.g. "4 cores (cpus 0-3, cluster 0) at 800 MHz"."""
+    where = f"cpus {format_cpu_list(r['cpus'])}"
     if r.get("cluster") is not None:
         where += f", cluster {r['cluster']}"
     return (f"{r['cores']} core{'s' if r['cores'] != 1 else ''} ({where}) at "
@@ -145,8 +146,7 @@ def recommendation_table(r: dict[str, Any], title: str | None = None) -> Table:
     t.add_row("configuration", config_text(r))
     pols = r.get("freq_per_policy") or {}
     if pols:
-        t.add_row("frequency per policy",
-                  ", ".join(f"{k} {_freq(v)}" for k, v in sorted(pols.items())))
+        t.add_row("frequency per policy", policies_text(pols, _freq))
     t.add_row("time", _iv(r["time_s"], "s"))
     t.add_row("power", _iv(r["power_w"], "W", ".3g"))
     t.add_row("energy", _iv(r["energy_j"], "J"))

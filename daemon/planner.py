@@ -24,6 +24,7 @@ import uuid
 from typing import Any
 
 from ..shared.config import ConfigError, SweepDefaults
+from ..shared.cpus import format_cpu_list
 
 
 class PlanError(ValueError):
@@ -230,12 +231,12 @@ def grid_frequencies(platform: dict[str, Any], cpus: list[int], grid: str | int,
         reason = (platform.get("cpufreq") or {}).get("reason") or "no cpufreq frequencies " \
                                                                   "described"
         raise PlanError(f"frequency_grid {grid!r} needs frequencies, but cpus "
-                        f"{sorted(cpus)} offer none: {reason}")
+                        f"{format_cpu_list(cpus)} offer none: {reason}")
     if grid == "list":
         chosen = sorted({int(f) for f in listed if _within(table, int(f))})
         if not chosen:
             raise PlanError(f"none of the frequencies {sorted(listed)} kHz is offered for cpus "
-                            f"{sorted(cpus)}; offered: {table}")
+                            f"{format_cpu_list(cpus)}; offered: {table}")
         return list(chosen)
     if grid == "all":
         return list(table)

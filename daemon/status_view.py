@@ -8,6 +8,7 @@ from typing import Any
 from rich.console import Console
 from rich.table import Table
 
+from ..shared.cpus import format_cpu_list
 from .console import make_console
 from .planner import frequencies_not_swept
 
@@ -127,9 +128,12 @@ def standing_text(agent: dict[str, Any], board: str) -> str | None:
         target = s.get("target") if isinstance(s.get("target"), dict) else {}
         where = (f", process {target.get('pid')}" if target.get("kind") == "pid" else
                  f", unit {target.get('unit')}" if target.get("kind") == "unit" else "")
-        cpus = ",".join(map(str, s.get("cpus") or []))
+        cpus = s.get("cpus") if isinstance(s.get("cpus"), list) else []
+        # the agent's word, not checked as a job's points are: shown as sent when not numbers
+        shown = (format_cpu_list(cpus) if all(type(c) is int for c in cpus)
+                 else ",".join(map(str, cpus)))
         return (f"{who}: applied configuration {s.get('config_id')} in force: "
-                f"{s.get('workload')} on cpus {cpus} at {clock}{where}")
+                f"{s.get('workload')} on cpus {shown} at {clock}{where}")
     if agent.get("standing_dropped"):
         return (f"{who}: the applied configuration was dropped when the agent restarted: "
                 f"{agent['standing_dropped']}; the board is at its original settings")
@@ -358,7 +362,7 @@ def print_status(data: dict[str, Any], console: Console | None = None,
         freq = r.get("freq_khz")
         lo, hi = r.get("predicted_lower_s"), r.get("predicted_upper_s")
         t.add_row(_group(r.get("group"), names), _fmt(r.get("cores")),
-                  ",".join(map(str, r.get("cpus") or [])),
+                  format_cpu_list(r.get("cpus") or []),
                   f"{freq / 1000:.0f} MHz" if freq else "governor's",
                   _fmt(r.get("predicted_time_s"))
                   + (f" ({_fmt(lo)}..{_fmt(hi)})" if lo is not None and hi is not None else ""),

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from .cpus import policies_text
+
 
 def target_name(t: dict[str, Any]) -> str:
     """'pid 42', the unit's name, or 'target' for a description without either."""
@@ -17,7 +19,7 @@ def measured_text(m: dict[str, Any]) -> str:
     if m.get("cpus_busy") is not None:
         parts.append(f"{m['cpus_busy']:.2f} cpus busy over {m.get('window_s')} s")
     if m.get("freq_mhz"):
-        parts.append("at " + ", ".join(f"{p} {f:g} MHz" for p, f in sorted(m["freq_mhz"].items())))
+        parts.append("at " + policies_text(m["freq_mhz"], lambda f: f"{f:g} MHz"))
     if m.get("energy_j") is not None:
         parts.append(f"{m['energy_j']:.4g} J")
     return "; ".join(parts)

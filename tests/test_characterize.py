@@ -6,19 +6,31 @@ the other and compared with what was measured there."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import re
 import subprocess
 import sys
+import time
+from pathlib import Path
 
 import pytest
 
 from opptune.agent.virtual_board import make_tree
+from opptune.daemon.characterize import characterize, mpet_data
+from opptune.daemon.errors import HandlerError
+from opptune.daemon.planner import plan_sweep
+from opptune.daemon.service import Daemon
+from opptune.daemon.store import Group, ResultIn, open_store
+from opptune.shared.config import DaemonConfig
+from opptune.shared.records import RunRecord
 from procs import Cluster, write_toml
 
 pytestmark = pytest.mark.integration
 
 KERNELS = ("pi_integrate", "triad")
+# a 4-cpu board without clusters, what the characterize queries below plan for
+FOUR_CPUS = {"sweep_order": [0, 1, 2, 3], "n_cpus": 4}
 
 
 def opptune(*argv: str, timeout: float = 120) -> subprocess.CompletedProcess:
@@ -26,29 +38,87 @@ def opptune(*argv: str, timeout: float = 120) -> subprocess.CompletedProcess:
                           capture_output=True, text=True, timeout=timeout)
 
 
-@pytest.fixture
-def two_boards(tmp_path):
-    c = Cluster(tmp_path, kernels=KERNELS, auto_sweep=False, max_cores=4, extra_agent={
-        "agent_id": "pi", "virtual_board": "rpi4",
-        "sysfs_root": make_tree("rpi4", str(tmp_path / "rpi4"))})
-    xu4 = write_toml(tmp_path / "xu4.toml", {
-        "agent_id": "xu4", "daemon": c.endpoint, "state_dir": str(tmp_path / "xu4-state"),
-        "heartbeat_s": 0.5, "bench_kernels": list(KERNELS), "virtual_board": "odroid-xu4",
-        "sysfs_root": make_tree("odroid-xu4", str(tmp_path / "xu4"))})
+def virtual_agent(tmp_path: Path, agent_id: str, board: str) -> dict:
+    """Agent keys for a virtual ``board`` in a tree of its own under ``tmp_path``."""
+    return {"agent_id": agent_id, "virtual_board": board,
+            "sysfs_root": make_tree(board, str(tmp_path / agent_id))}
+
+
+def other_agent(c: Cluster, agent_id: str, board: str | None = None) -> Path:
+    """The configuration of one more agent of ``c``'s daemon (this machine's own cpus without
+    ``board``)."""
+    tmp = c.tmp
+    keys = {"agent_id": agent_id, "daemon": c.endpoint, "state_dir": str(tmp / f"{agent_id}-state"),
+            "heartbeat_s": 0.5, "bench_kernels": list(KERNELS)}
+    if board:
+        keys.update(virtual_agent(tmp, agent_id, board))
+    return write_toml(tmp / f"{agent_id}.toml", keys)
+
+
+@contextlib.contextmanager
+def running(c: Cluster, *others: Path):
+    """``c``'s daemon and agent, and an agent per configuration in ``others``, until each has
+    said hello (the status then, yielded); all stopped after."""
     c.start_daemon()
     c.start_agent()
-    other = c._spawn("opptune.agent", xu4, "xu4.log")
+    procs = [c._spawn("opptune.agent", toml, f"{toml.stem}.log") for toml in others]
     try:
-        c.wait_for(lambda s: sum(a["alive"] for a in s["agents"]) == 2, timeout=30,
-                   what="both agents")
-        yield c
+        n = 1 + len(others)
+        yield c.wait_for(lambda s: sum(a["alive"] for a in s["agents"]) == n, timeout=30,
+                         what=f"{n} agents")
     finally:
-        other.terminate()
-        other.wait(20)
+        for proc in procs:
+            proc.terminate()
+            proc.wait(20)
         c.stop()
 
 
-def characterize(ep: str, agent: str, *extra: str) -> subprocess.CompletedProcess:
+@pytest.fixture
+def two_boards(tmp_path):
+    c = Cluster(tmp_path, kernels=KERNELS, auto_sweep=False, max_cores=4,
+                extra_agent=virtual_agent(tmp_path, "pi", "rpi4"))
+    with running(c, other_agent(c, "xu4", "odroid-xu4")):
+        yield c
+
+
+@pytest.fixture
+def daemon(tmp_path):
+    """A daemon in this process (its queries called directly) on an empty store."""
+    d = Daemon(DaemonConfig(bind="tcp://127.0.0.1:0", database=str(tmp_path / "d.db")))
+    yield d
+    d.close()
+
+
+def hello(d: Daemon, kernels, sizes=("small",), platform: dict = FOUR_CPUS) -> dict:
+    """Platform p and agent a on it, offering ``kernels`` at ``sizes``; the platform."""
+    d.store.save_platform("p", platform, 1.0)
+    d.registry.hello("a", b"a", "p", platform,
+                     [{"name": k, "kind": "kernel", "sizes": list(sizes)} for k in kernels],
+                     now=1.0)
+    return platform
+
+
+def measured(d: Daemon, platform: dict, *kernels: str) -> None:
+    """A done job of agent a over the whole grid of each kernel (a characterisation)."""
+    for k in kernels:
+        job = plan_sweep(platform, k, d.config.sweep, size="small", frequency_grid="none")
+        d.store.save_job("a", job, 2.0, state="done")
+
+
+def save_job(d: Daemon, job_id: str = "j", workload: str = "k", reps: int = 1,
+        points: tuple = ({"cpus": [0], "threads": 1},)) -> None:
+    """Agent a's job ``job_id`` at small size, which the runs stored below belong to."""
+    d.store.save_job("a", {"job_id": job_id, "workload": workload, "size": "small",
+                           "reps": reps, "warmup": 0, "points": list(points)}, 1.0)
+
+
+def store_runs(d: Daemon, recs, job_id: str = "j", now: float = 2.0, seq0: int = 0) -> None:
+    """``recs`` as agent a's results of ``job_id``, seq from ``seq0`` on."""
+    d.store.insert_results([ResultIn(f"m{seq0 + i}", "a", job_id, seq0 + i, r, r.to_dict())
+                            for i, r in enumerate(recs)], now)
+
+
+def run_characterize(ep: str, agent: str, *extra: str) -> subprocess.CompletedProcess:
     return opptune("characterize", "--daemon", ep, "--agent", agent, "--size", "small",
                    "--reps", "1", "--max-cores", "4", *extra)
 
@@ -61,7 +131,7 @@ def test_characterize_resumes_and_predict_migrates(two_boards):
                 "600000,1000000,1500000", "--wait")
     assert p.returncode == 0, p.stderr
 
-    p = characterize(ep, "pi", "--wait", "--json")
+    p = run_characterize(ep, "pi", "--wait", "--json")
     assert p.returncode == 0, p.stderr
     data = json.loads(p.stdout)
     assert data["kernels"] == list(KERNELS) and data["skipped"] == ["pi_integrate"]
@@ -72,14 +142,14 @@ def test_characterize_resumes_and_predict_migrates(two_boards):
         [("triad", "done", 12)]
     assert "skipped (already measured): pi_integrate" in p.stderr
 
-    p = characterize(ep, "pi")
+    p = run_characterize(ep, "pi")
     assert p.returncode == 0, p.stderr
     assert p.stdout.splitlines()[1:] == [
         "skipped (already measured): pi_integrate, triad",
         "nothing to queue: every workload is already measured"]
     assert len(two_boards.status()["jobs"]) == 2
 
-    p = characterize(ep, "xu4", "--wait")
+    p = run_characterize(ep, "xu4", "--wait")
     assert p.returncode == 0, p.stderr
     assert p.stdout.count("queued: job ") == 2
 
@@ -232,140 +302,85 @@ def test_predict_names_the_board_to_characterize_when_the_suite_is_missing(two_b
 
 
 def test_characterize_an_unknown_agent_is_one_line(two_boards):
-    p = characterize(two_boards.endpoint, "nobody")
+    p = run_characterize(two_boards.endpoint, "nobody")
     assert p.returncode == 2 and p.stdout == ""
     assert p.stderr.strip().splitlines() == [
         "opptune characterize: daemon refused the query: no agent 'nobody' (known agents: "
         "pi, xu4)"]
 
 
-def test_a_done_job_counts_as_characterised_only_when_it_covered_the_whole_grid(tmp_path):
+def test_a_done_job_counts_as_characterised_only_when_it_covered_the_whole_grid(daemon):
     """A tune's one-point job or an import (a done job at one configuration) does not make
     characterize skip the kernel; its own earlier job, which covered every point, does."""
-    from opptune.daemon.characterize import characterize
-    from opptune.daemon.planner import plan_sweep
-    from opptune.daemon.service import Daemon
-    from opptune.shared.config import DaemonConfig
-
-    d = Daemon(DaemonConfig(bind="tcp://127.0.0.1:0", database=str(tmp_path / "d.db")))
-    try:
-        platform = {"sweep_order": [0, 1, 2, 3], "n_cpus": 4}
-        d.store.save_platform("p", platform, 1.0)
-        d.registry.hello("a", b"a", "p", platform,
-                         [{"name": k, "kind": "kernel", "sizes": ["small"]}
-                          for k in ("pi_integrate", "triad")], now=1.0)
-        one = {"job_id": "tune-1", "workload": "pi_integrate", "size": "small", "reps": 2,
-               "warmup": 0, "points": [{"cpus": [0, 1], "threads": 2, "freq_khz": None}]}
-        full = plan_sweep(platform, "triad", d.config.sweep, size="small", frequency_grid="none")
-        for job in (one, full):
-            d.store.save_job("a", job, 2.0, state="done")
-        out = characterize(d, {"agent": "a", "size": "small"})
-        assert out["skipped"] == ["triad"]
-        assert [q["workload"] for q in out["queued"]] == ["pi_integrate"]
-    finally:
-        d.close()
+    platform = hello(daemon, KERNELS)
+    one = {"job_id": "tune-1", "workload": "pi_integrate", "size": "small", "reps": 2,
+           "warmup": 0, "points": [{"cpus": [0, 1], "threads": 2, "freq_khz": None}]}
+    daemon.store.save_job("a", one, 2.0, state="done")
+    measured(daemon, platform, "triad")
+    out = characterize(daemon, {"agent": "a", "size": "small"})
+    assert out["skipped"] == ["triad"]
+    assert [q["workload"] for q in out["queued"]] == ["pi_integrate"]
 
 
-def test_a_job_sent_before_its_groups_drift_no_longer_counts_as_characterised(tmp_path):
+def test_a_job_sent_before_its_groups_drift_no_longer_counts_as_characterised(daemon):
     """After a drift of triad's group the runs before it are out of its fits and profiles, but
     characterize still said triad was measured ("skipped") on its job from before: the
     user's characterize ended "done" on stale data. Now that job does not count: triad is
     queued again and said why; a job sent after the drift counts (skipped, or followed while
     it runs); a drift of another workload's group, or of another size's, changes nothing."""
-    from opptune.daemon.characterize import characterize
-    from opptune.daemon.planner import plan_sweep
-    from opptune.daemon.service import Daemon
-    from opptune.daemon.store import Group
-    from opptune.shared.config import DaemonConfig
-
-    d = Daemon(DaemonConfig(bind="tcp://127.0.0.1:0", database=str(tmp_path / "d.db")))
-    try:
-        platform = {"sweep_order": [0, 1, 2, 3], "n_cpus": 4}
-        d.store.save_platform("p", platform, 1.0)
-        d.registry.hello("a", b"a", "p", platform,
-                         [{"name": k, "kind": "kernel", "sizes": ["small", "large"]}
-                          for k in ("pi_integrate", "triad")], now=1.0)
-        for k in ("pi_integrate", "triad"):
-            job = plan_sweep(platform, k, d.config.sweep, size="small", frequency_grid="none")
-            d.store.save_job("a", job, 2.0, state="done")
-        out = characterize(d, {"agent": "a", "size": "small"})
-        assert out["skipped"] == ["pi_integrate", "triad"] and out["drifted"] == []
-        d.store.save_drift("a", Group("p", "triad", "small", ""), "off twice", [], None, 5.0)
-        d.store.save_drift("a", Group("p", "pi_integrate", "large", ""), "off", [], None, 5.0)
-        out = characterize(d, {"agent": "a", "size": "small"})
-        assert out["skipped"] == ["pi_integrate"] and out["drifted"] == ["triad"]
-        (job,) = out["queued"]
-        assert job["workload"] == "triad"
-        # the job sent now was created after the drift: followed, then done and skipped
-        again = characterize(d, {"agent": "a", "size": "small"})
-        assert [j["job_id"] for j in again["under_way"]] == [job["job_id"]]
-        assert again["queued"] == [] and again["drifted"] == []
-        d.store.set_job_state(job["job_id"], "done")
-        again = characterize(d, {"agent": "a", "size": "small"})
-        assert again["skipped"] == ["pi_integrate", "triad"] and again["queued"] == []
-    finally:
-        d.close()
+    d = daemon
+    measured(d, hello(d, KERNELS, sizes=("small", "large")), *KERNELS)
+    out = characterize(d, {"agent": "a", "size": "small"})
+    assert out["skipped"] == ["pi_integrate", "triad"] and out["drifted"] == []
+    d.store.save_drift("a", Group("p", "triad", "small", ""), "off twice", [], None, 5.0)
+    d.store.save_drift("a", Group("p", "pi_integrate", "large", ""), "off", [], None, 5.0)
+    out = characterize(d, {"agent": "a", "size": "small"})
+    assert out["skipped"] == ["pi_integrate"] and out["drifted"] == ["triad"]
+    (job,) = out["queued"]
+    assert job["workload"] == "triad"
+    # the job sent now was created after the drift: followed, then done and skipped
+    again = characterize(d, {"agent": "a", "size": "small"})
+    assert [j["job_id"] for j in again["under_way"]] == [job["job_id"]]
+    assert again["queued"] == [] and again["drifted"] == []
+    d.store.set_job_state(job["job_id"], "done")
+    again = characterize(d, {"agent": "a", "size": "small"})
+    assert again["skipped"] == ["pi_integrate", "triad"] and again["queued"] == []
 
 
-def test_a_drift_of_one_cluster_makes_a_whole_board_characterisation_stale(tmp_path):
+def test_a_drift_of_one_cluster_makes_a_whole_board_characterisation_stale(daemon):
     """A big.LITTLE board characterised over the whole board (no variant); triad's group on
     its big cluster (cluster1, measured by a per-cluster sweep) drifts. The whole-board runs
     of triad ran on that cluster too: they are out of triad's whole-board fits and profiles,
     and characterize measures triad again, saying why. Before, it said triad was measured
     ("skipped") on its job from before the drift. A cluster's drift of another workload
     changes nothing."""
-    from opptune.daemon.characterize import characterize
-    from opptune.daemon.planner import plan_sweep
-    from opptune.daemon.service import Daemon
-    from opptune.daemon.store import Group
-    from opptune.shared.config import DaemonConfig
-
-    d = Daemon(DaemonConfig(bind="tcp://127.0.0.1:0", database=str(tmp_path / "d.db")))
-    try:
-        platform = {"sweep_order": [0, 1, 2, 3], "n_cpus": 4}
-        d.store.save_platform("p", platform, 1.0)
-        d.registry.hello("a", b"a", "p", platform,
-                         [{"name": k, "kind": "kernel", "sizes": ["small"]}
-                          for k in ("pi_integrate", "triad")], now=1.0)
-        for k in ("pi_integrate", "triad"):
-            job = plan_sweep(platform, k, d.config.sweep, size="small", frequency_grid="none")
-            d.store.save_job("a", job, 2.0, state="done")
-        d.store.save_drift("a", Group("p", "triad", "small", "cluster1"), "off twice", [],
-                           None, 5.0)
-        d.store.save_drift("a", Group("p", "pi_integrate", "large", "cluster1"), "off", [],
-                           None, 5.0)
-        out = characterize(d, {"agent": "a", "size": "small"})
-        assert out["skipped"] == ["pi_integrate"] and out["drifted"] == ["triad"]
-        assert [j["workload"] for j in out["queued"]] == ["triad"]
-    finally:
-        d.close()
+    d = daemon
+    measured(d, hello(d, KERNELS), *KERNELS)
+    d.store.save_drift("a", Group("p", "triad", "small", "cluster1"), "off twice", [],
+                       None, 5.0)
+    d.store.save_drift("a", Group("p", "pi_integrate", "large", "cluster1"), "off", [],
+                       None, 5.0)
+    out = characterize(d, {"agent": "a", "size": "small"})
+    assert out["skipped"] == ["pi_integrate"] and out["drifted"] == ["triad"]
+    assert [j["workload"] for j in out["queued"]] == ["triad"]
 
 
 def test_characterize_measures_a_drifted_kernel_again_and_says_why(tmp_path):
     """Real daemon, agent and CLI: the suite characterised on a virtual rpi4, then a drift of
     triad's group recorded in the daemon's store (as the daemon records one): characterize
     says triad is measured again and why, queues it alone, and after that job it is done."""
-    import time
-
-    from opptune.daemon.store import Group, open_store
-
-    c = Cluster(tmp_path, kernels=KERNELS, auto_sweep=False, extra_daemon={
-        "auto_recommend": False}, extra_agent={
-        "agent_id": "pi", "virtual_board": "rpi4",
-        "sysfs_root": make_tree("rpi4", str(tmp_path / "rpi4"))})
-    c.start_daemon()
-    c.start_agent()
-    try:
-        st = c.wait_for(lambda s: any(a["alive"] for a in s["agents"]), timeout=30,
-                        what="agent")
-        p = characterize(c.endpoint, "pi", "--wait")
+    c = Cluster(tmp_path, kernels=KERNELS, auto_sweep=False,
+                extra_daemon={"auto_recommend": False},
+                extra_agent=virtual_agent(tmp_path, "pi", "rpi4"))
+    with running(c) as st:
+        p = run_characterize(c.endpoint, "pi", "--wait")
         assert p.returncode == 0, p.stderr + c.logs()
         store = open_store(str(c.db))
         store.save_drift("pi", Group(st["agents"][0]["platform"], "triad", "small", ""),
                          "2 consecutive verifications outside the prediction interval", [],
                          None, time.time())
         store.close()
-        p = characterize(c.endpoint, "pi")
+        p = run_characterize(c.endpoint, "pi")
         assert p.returncode == 0 and not p.stderr, p.stderr
         lines = p.stdout.splitlines()
         assert lines[1:3] == [
@@ -373,51 +388,35 @@ def test_characterize_measures_a_drifted_kernel_again_and_says_why(tmp_path):
             "measured again, their runs from before a drift no longer count ('opptune "
             "status' lists the drift): triad"], lines
         assert re.fullmatch(r"queued: job \S+ triad \(12 points x 1 rep\)", lines[3]), lines
-        p = characterize(c.endpoint, "pi", "--wait")
+        p = run_characterize(c.endpoint, "pi", "--wait")
         assert p.returncode == 0 and "queued" not in p.stdout, p.stdout
-        p = characterize(c.endpoint, "pi")
+        p = run_characterize(c.endpoint, "pi")
         assert p.stdout.splitlines()[1:] == [
             "skipped (already measured): pi_integrate, triad",
             "nothing to queue: every workload is already measured"], p.stdout
-    finally:
-        c.stop()
 
 
-def test_bad_reps_or_cores_are_refused_even_when_every_kernel_is_measured(tmp_path):
+def test_bad_reps_or_cores_are_refused_even_when_every_kernel_is_measured(daemon):
     """'opptune characterize --max-cores 99' (or --reps 0) on a board already characterised
     said 'nothing to queue' (exit 0): the arguments were checked only for what was queued."""
-    from opptune.daemon.characterize import characterize
-    from opptune.daemon.errors import HandlerError
-    from opptune.daemon.planner import plan_sweep
-    from opptune.daemon.service import Daemon
-    from opptune.shared.config import DaemonConfig
-
-    d = Daemon(DaemonConfig(bind="tcp://127.0.0.1:0", database=str(tmp_path / "d.db")))
-    try:
-        platform = {"sweep_order": [0, 1, 2, 3], "n_cpus": 4}
-        d.store.save_platform("p", platform, 1.0)
-        d.registry.hello("a", b"a", "p", platform,
-                         [{"name": "triad", "kind": "kernel", "sizes": ["small"]}], now=1.0)
-        full = plan_sweep(platform, "triad", d.config.sweep, size="small", frequency_grid="none")
-        d.store.save_job("a", full, 2.0, state="done")
-        assert characterize(d, {"agent": "a", "size": "small"})["skipped"] == ["triad"]
-        for bad, message in (({"max_cores": 99}, "max_cores 99 is more than the 4 cpus"),
-                             ({"reps": 0}, "reps must be a whole number >= 1, got 0"),
-                             ({"max_cores": -1}, "max_cores must be a whole number >= 0")):
-            with pytest.raises(HandlerError, match=message) as exc:
-                characterize(d, {"agent": "a", "size": "small", **bad})
-            assert exc.value.code == "bad_args"
-        assert len(d.store.jobs_for("a", "triad")) == 1  # nothing queued
-        # without --size the daemon's [sweep] size ("default") is not one the board offers:
-        # the refusal says where that size came from and what to give
-        with pytest.raises(HandlerError, match=r"no size 'default' for triad; it offers small "
-                                               r"\(size 'default' is the \[sweep\] size of "
-                                               r"the daemon's configuration\): give --size"):
-            characterize(d, {"agent": "a"})
-        with pytest.raises(HandlerError, match=r"no size 'large' for triad; it offers small$"):
-            characterize(d, {"agent": "a", "size": "large"})
-    finally:
-        d.close()
+    d = daemon
+    measured(d, hello(d, ("triad",)), "triad")
+    assert characterize(d, {"agent": "a", "size": "small"})["skipped"] == ["triad"]
+    for bad, message in (({"max_cores": 99}, "max_cores 99 is more than the 4 cpus"),
+                         ({"reps": 0}, "reps must be a whole number >= 1, got 0"),
+                         ({"max_cores": -1}, "max_cores must be a whole number >= 0")):
+        with pytest.raises(HandlerError, match=message) as exc:
+            characterize(d, {"agent": "a", "size": "small", **bad})
+        assert exc.value.code == "bad_args"
+    assert len(d.store.jobs_for("a", "triad")) == 1  # nothing queued
+    # without --size the daemon's [sweep] size ("default") is not one the board offers:
+    # the refusal says where that size came from and what to give
+    with pytest.raises(HandlerError, match=r"no size 'default' for triad; it offers small "
+                                           r"\(size 'default' is the \[sweep\] size of "
+                                           r"the daemon's configuration\): give --size"):
+        characterize(d, {"agent": "a"})
+    with pytest.raises(HandlerError, match=r"no size 'large' for triad; it offers small$"):
+        characterize(d, {"agent": "a", "size": "large"})
 
 
 def test_asking_for_more_repetitions_measures_again(two_boards):
@@ -428,7 +427,7 @@ def test_asking_for_more_repetitions_measures_again(two_boards):
                 "--size", "small", "--reps", "1", "--max-cores", "4", "--freq",
                 "600000,1000000,1500000", "--wait")
     assert p.returncode == 0, p.stderr
-    p = characterize(ep, "pi", "--json")
+    p = run_characterize(ep, "pi", "--json")
     assert json.loads(p.stdout)["skipped"] == ["pi_integrate"], p.stdout
     p = opptune("characterize", "--daemon", ep, "--agent", "pi", "--size", "small",
                 "--max-cores", "4", "--json")
@@ -437,235 +436,174 @@ def test_asking_for_more_repetitions_measures_again(two_boards):
     assert again["queued"] == [] and "pi_integrate" in again["skipped"], p.stdout
     assert sorted(again["skipped"] + [j["workload"] for j in again["under_way"]]) == \
         ["pi_integrate", "triad"], p.stdout
-    p = characterize(ep, "pi", "--reps", "2", "--json")
+    p = run_characterize(ep, "pi", "--reps", "2", "--json")
     data = json.loads(p.stdout)
     assert data["skipped"] == [] and [(j["workload"], j["reps"]) for j in data["queued"]] == \
         [("pi_integrate", 2), ("triad", 2)], p.stdout
 
 
-def test_mpet_profiles_at_the_clock_asked_for_a_platform(tmp_path):
+def test_mpet_profiles_at_the_clock_asked_for_a_platform(daemon):
     """Each group's profile is taken at its highest frequency; args.clock {platform: MHz}
     takes that platform's at that clock instead (a group not measured there has none), other
     platforms unchanged; each platform lists the clocks it was measured at. A bad clock is a
     HandlerError, not a traceback in the server loop."""
-    from opptune.daemon.characterize import mpet_data
-    from opptune.daemon.errors import HandlerError
-    from opptune.daemon.service import Daemon
-    from opptune.daemon.store import ResultIn
-    from opptune.shared.config import DaemonConfig
-    from opptune.shared.records import RunRecord
-
-    d = Daemon(DaemonConfig(bind="tcp://127.0.0.1:0", database=str(tmp_path / "d.db")))
-    try:
-        for plat in ("p", "q"):
-            d.store.save_platform(plat, {"sweep_order": [0, 1]}, 1.0)
-        d.store.save_job("a", {"job_id": "j", "workload": "k", "size": "small", "reps": 1,
-                               "warmup": 0, "points": [{"cpus": [0], "threads": 1}]}, 1.0)
-        runs = [("p", "k", 1000.0, 2.0), ("p", "k", 2000.0, 1.0), ("p", "m", 2000.0, 3.0),
-                ("q", "k", 1500.0, 1.5), ("q", "k", 500.0, 4.5)]
-        recs = [RunRecord(platform=plat, workload=w, input="small", cores=1, cpus=[0],
-                          threads=1, rep=0, time_s=t, freq_mhz=f) for plat, w, f, t in runs]
-        d.store.insert_results([ResultIn(f"m{i}", "a", "j", i, r, r.to_dict())
-                                for i, r in enumerate(recs)], 2.0)
-        t1 = lambda data: {(x["workload"], x["platform"]): (x["freq_mhz"], x["t"]["1"])  # noqa
-                           for x in data["profiles"]}
-        data = mpet_data(d, {})
-        assert t1(data) == {("k", "p"): (2000.0, 1.0), ("m", "p"): (2000.0, 3.0),
-                            ("k", "q"): (1500.0, 1.5)}
-        assert data["platforms"]["p"]["clocks"] == [1000.0, 2000.0]
-        assert data["platforms"]["q"]["clocks"] == [500.0, 1500.0]
-        data = mpet_data(d, {"clock": {"p": 1000}})
-        assert t1(data) == {("k", "p"): (1000.0, 2.0), ("k", "q"): (1500.0, 1.5)}
-        # a clock nothing of q was measured at: q stays listed, with its clocks, no profile
-        data = mpet_data(d, {"clock": {"q": 800}})
-        assert ("k", "q") not in t1(data) and data["platforms"]["q"]["clocks"] == [500.0, 1500.0]
-        for bad in ({"p": -1}, {"p": "fast"}, ["p"], {"p": True}):
-            with pytest.raises(HandlerError, match="clock must map platform ids to a "
-                                                   "frequency in MHz > 0"):
-                mpet_data(d, {"clock": bad})
-    finally:
-        d.close()
+    d = daemon
+    for plat in ("p", "q"):
+        d.store.save_platform(plat, {"sweep_order": [0, 1]}, 1.0)
+    save_job(d)
+    runs = [("p", "k", 1000.0, 2.0), ("p", "k", 2000.0, 1.0), ("p", "m", 2000.0, 3.0),
+            ("q", "k", 1500.0, 1.5), ("q", "k", 500.0, 4.5)]
+    store_runs(d, [RunRecord(platform=plat, workload=w, input="small", cores=1, cpus=[0],
+                             threads=1, rep=0, time_s=t, freq_mhz=f) for plat, w, f, t in runs])
+    t1 = lambda data: {(x["workload"], x["platform"]): (x["freq_mhz"], x["t"]["1"])  # noqa
+                       for x in data["profiles"]}
+    data = mpet_data(d, {})
+    assert t1(data) == {("k", "p"): (2000.0, 1.0), ("m", "p"): (2000.0, 3.0),
+                        ("k", "q"): (1500.0, 1.5)}
+    assert data["platforms"]["p"]["clocks"] == [1000.0, 2000.0]
+    assert data["platforms"]["q"]["clocks"] == [500.0, 1500.0]
+    data = mpet_data(d, {"clock": {"p": 1000}})
+    assert t1(data) == {("k", "p"): (1000.0, 2.0), ("k", "q"): (1500.0, 1.5)}
+    # a clock nothing of q was measured at: q stays listed, with its clocks, no profile
+    data = mpet_data(d, {"clock": {"q": 800}})
+    assert ("k", "q") not in t1(data) and data["platforms"]["q"]["clocks"] == [500.0, 1500.0]
+    for bad in ({"p": -1}, {"p": "fast"}, ["p"], {"p": True}):
+        with pytest.raises(HandlerError, match="clock must map platform ids to a "
+                                               "frequency in MHz > 0"):
+            mpet_data(d, {"clock": bad})
 
 
-def test_mpet_profiles_leave_out_runs_marked_for_a_neighbour(tmp_path):
-    from opptune.daemon.characterize import mpet_data
-    from opptune.daemon.service import Daemon
-    from opptune.daemon.store import ResultIn
-    from opptune.shared.config import DaemonConfig
-    from opptune.shared.records import RunRecord
-
-    d = Daemon(DaemonConfig(bind="tcp://127.0.0.1:0", database=str(tmp_path / "d.db")))
-    try:
-        d.store.save_platform("p", {"sweep_order": [0, 1]}, 1.0)
-        d.store.save_job("a", {"job_id": "j", "workload": "k", "size": "small", "reps": 2,
-                               "warmup": 0, "points": [{"cpus": [0], "threads": 1}]}, 1.0)
-        recs = [RunRecord(platform="p", workload="k", input="small", cores=1, cpus=[0],
-                          threads=1, rep=i, time_s=t, marked=m)
-                for i, (t, m) in enumerate(((1.0, None), (3.0, "interference: 60 % of cpu 0")))]
-        d.store.insert_results([ResultIn(f"m{i}", "a", "j", i, r, r.to_dict())
-                                for i, r in enumerate(recs)], 2.0)
-        (prof,) = mpet_data(d, {})["profiles"]
-        assert prof["t"] == {"1": 1.0}
-        d.store.accept_load = True
-        (prof,) = mpet_data(d, {})["profiles"]
-        assert prof["t"] == {"1": 2.0}  # the median of both
-    finally:
-        d.close()
+def test_mpet_profiles_leave_out_runs_marked_for_a_neighbour(daemon):
+    d = daemon
+    d.store.save_platform("p", {"sweep_order": [0, 1]}, 1.0)
+    save_job(d, reps=2)
+    store_runs(d, [RunRecord(platform="p", workload="k", input="small", cores=1, cpus=[0],
+                             threads=1, rep=i, time_s=t, marked=m)
+                   for i, (t, m) in enumerate(((1.0, None),
+                                               (3.0, "interference: 60 % of cpu 0")))])
+    (prof,) = mpet_data(d, {})["profiles"]
+    assert prof["t"] == {"1": 1.0}
+    d.store.accept_load = True
+    (prof,) = mpet_data(d, {})["profiles"]
+    assert prof["t"] == {"1": 2.0}  # the median of both
 
 
-def test_mpet_profiles_take_only_runs_received_since_their_groups_drift(tmp_path):
+def test_mpet_profiles_take_only_runs_received_since_their_groups_drift(daemon):
     """A group found drifting is fitted from the runs received since (store.group_runs); its
     MPET profile (eval-mpet --daemon, predict) took every run of it, before the drift and
     after, and named a point measured before the drift only, marked, as measured marked.
     It takes the fit's rule now; a group that did not drift keeps all its runs."""
-    from opptune.daemon.characterize import mpet_data
-    from opptune.daemon.service import Daemon
-    from opptune.daemon.store import Group, ResultIn
-    from opptune.shared.config import DaemonConfig
-    from opptune.shared.records import RunRecord
+    d = daemon
+    d.store.save_platform("p", {"sweep_order": [0, 1, 2]}, 1.0)
+    save_job(d)
 
-    d = Daemon(DaemonConfig(bind="tcp://127.0.0.1:0", database=str(tmp_path / "d.db")))
-    try:
-        d.store.save_platform("p", {"sweep_order": [0, 1, 2]}, 1.0)
-        d.store.save_job("a", {"job_id": "j", "workload": "k", "size": "small", "reps": 1,
-                               "warmup": 0, "points": [{"cpus": [0], "threads": 1}]}, 1.0)
+    def runs(rows, now):
+        recs = [RunRecord(platform="p", workload=w, input="small", cores=n,
+                          cpus=list(range(n)), threads=n, rep=0, time_s=t, marked=m)
+                for w, n, t, m in rows]
+        # seqs of their own: a seq stored already is a result sent again
+        store_runs(d, recs, now=now, seq0=int(now) * 10)
 
-        def runs(rows, now):
-            recs = [RunRecord(platform="p", workload=w, input="small", cores=n,
-                              cpus=list(range(n)), threads=n, rep=0, time_s=t, marked=m)
-                    for w, n, t, m in rows]
-            # seqs of their own: a seq stored already is a result sent again
-            d.store.insert_results([ResultIn(f"m{now}-{i}", "a", "j", int(now) * 10 + i, r,
-                                             r.to_dict()) for i, r in enumerate(recs)], now)
-
-        runs([("k", 1, 2.0, None), ("k", 2, 1.0, None), ("k", 3, 0.7, "interference: 60 %"),
-              ("m", 1, 3.0, None)], now=2.0)
-        group = Group("p", "k", "small", "")
-        d.store.save_drift("a", group, "2 consecutive verifications off", [], None, now=5.0)
-        runs([("k", 1, 4.0, None)], now=6.0)
-        data = mpet_data(d, {})
-        assert {x["workload"]: x["t"] for x in data["profiles"]} == {"k": {"1": 4.0},
-                                                                     "m": {"1": 3.0}}
-        assert data["marked_points"] == [] and data["marked_only"] == []
-        # the fit's runs of the group are the profile's
-        assert [(n, t) for n, _, t in d.store.group_runs(group)] == [(1, 4.0)]
-    finally:
-        d.close()
+    runs([("k", 1, 2.0, None), ("k", 2, 1.0, None), ("k", 3, 0.7, "interference: 60 %"),
+          ("m", 1, 3.0, None)], now=2.0)
+    group = Group("p", "k", "small", "")
+    d.store.save_drift("a", group, "2 consecutive verifications off", [], None, now=5.0)
+    runs([("k", 1, 4.0, None)], now=6.0)
+    data = mpet_data(d, {})
+    assert {x["workload"]: x["t"] for x in data["profiles"]} == {"k": {"1": 4.0},
+                                                                 "m": {"1": 3.0}}
+    assert data["marked_points"] == [] and data["marked_only"] == []
+    # the fit's runs of the group are the profile's
+    assert [(n, t) for n, _, t in d.store.group_runs(group)] == [(1, 4.0)]
 
 
-def test_mpet_profiles_carry_the_derived_counters_into_sc_and_the_csv(tmp_path):
+def test_mpet_profiles_carry_the_derived_counters_into_sc_and_the_csv(daemon, tmp_path):
     """The seed's sc holds counters beside the runtime parameters (eq. 8-9): the store's runs
     give their derived counters (relative values) per core count, mean over the point's runs;
     one that not every run counted stays out (invalid). The exported CSV carries them as
     counter.NAME and eval-mpet's reader takes them back."""
-    from opptune.daemon.characterize import mpet_data
-    from opptune.daemon.mpet_answer import build_database, store_rows, write_store_csv
     from opptune.daemon.models.mpet_database import MpetDatabase
+    from opptune.daemon.mpet_answer import build_database, store_rows, write_store_csv
     from opptune.daemon.mpet_cli import load_csv
-    from opptune.daemon.service import Daemon
-    from opptune.daemon.store import ResultIn
-    from opptune.shared.config import DaemonConfig
-    from opptune.shared.records import RunRecord
 
-    d = Daemon(DaemonConfig(bind="tcp://127.0.0.1:0", database=str(tmp_path / "d.db")))
-    try:
-        d.store.save_platform("p", {"sweep_order": [0, 1], "hostname": "b"}, 1.0)
-        d.store.save_job("a", {"job_id": "j", "workload": "k", "size": "small", "reps": 2,
-                               "warmup": 0, "points": [{"cpus": [0], "threads": 1},
-                                                       {"cpus": [0, 1], "threads": 2}]}, 1.0)
-        ctrs = [{"ipc": 2.0, "llc_miss_rate": 0.1, "task-clock": 1e9},
-                {"ipc": 1.0, "llc_miss_rate": None, "cycles": 5.0},
-                {"ipc": 1.5}, {"ipc": 0.5, "llc_miss_rate": 0.3}]
-        recs = [RunRecord(platform="p", workload="k", input="small", cores=1 + i // 2,
-                          cpus=list(range(1 + i // 2)), threads=1 + i // 2, rep=i % 2,
-                          time_s=1.0 / (1 + i // 2), counters=c) for i, c in enumerate(ctrs)]
-        d.store.insert_results([ResultIn(f"m{i}", "a", "j", i, r, r.to_dict())
-                                for i, r in enumerate(recs)], 2.0)
-        data = mpet_data(d, {})
-        (prof,) = data["profiles"]
-        # raw events (task-clock, cycles) are no relative value; llc_miss_rate had a None run
-        assert prof["counters"] == {"1": {"ipc": 1.5}, "2": {"ipc": 1.0}}
-        profiles, platforms = build_database(data, None)
-        db = MpetDatabase(profiles, platforms)
-        assert db.counters == ["ipc"]
-        at = dict(zip(db.names, db.sc[("k", "p")]))
-        assert at["ipc.m_base"] == pytest.approx(-0.5) and at["ipc.b_base"] == pytest.approx(2.0)
-        rows = store_rows(data)
-        write_store_csv(tmp_path / "k.csv", rows)
-        header = (tmp_path / "k.csv").read_text().splitlines()[0].split(",")
-        assert header[-1] == "counter.ipc" and "counter.llc_miss_rate" not in header
-        back, _ = load_csv(tmp_path / "k.csv")
-        assert back[("k", "b")]["counters"] == {1: {"ipc": 1.5}, 2: {"ipc": 1.0}}
-    finally:
-        d.close()
+    d = daemon
+    d.store.save_platform("p", {"sweep_order": [0, 1], "hostname": "b"}, 1.0)
+    save_job(d, reps=2, points=({"cpus": [0], "threads": 1}, {"cpus": [0, 1], "threads": 2}))
+    ctrs = [{"ipc": 2.0, "llc_miss_rate": 0.1, "task-clock": 1e9},
+            {"ipc": 1.0, "llc_miss_rate": None, "cycles": 5.0},
+            {"ipc": 1.5}, {"ipc": 0.5, "llc_miss_rate": 0.3}]
+    store_runs(d, [RunRecord(platform="p", workload="k", input="small", cores=1 + i // 2,
+                             cpus=list(range(1 + i // 2)), threads=1 + i // 2, rep=i % 2,
+                             time_s=1.0 / (1 + i // 2), counters=c)
+                   for i, c in enumerate(ctrs)])
+    data = mpet_data(d, {})
+    (prof,) = data["profiles"]
+    # raw events (task-clock, cycles) are no relative value; llc_miss_rate had a None run
+    assert prof["counters"] == {"1": {"ipc": 1.5}, "2": {"ipc": 1.0}}
+    profiles, platforms = build_database(data, None)
+    db = MpetDatabase(profiles, platforms)
+    assert db.counters == ["ipc"]
+    at = dict(zip(db.names, db.sc[("k", "p")]))
+    assert at["ipc.m_base"] == pytest.approx(-0.5) and at["ipc.b_base"] == pytest.approx(2.0)
+    rows = store_rows(data)
+    write_store_csv(tmp_path / "k.csv", rows)
+    header = (tmp_path / "k.csv").read_text().splitlines()[0].split(",")
+    assert header[-1] == "counter.ipc" and "counter.llc_miss_rate" not in header
+    back, _ = load_csv(tmp_path / "k.csv")
+    assert back[("k", "b")]["counters"] == {1: {"ipc": 1.5}, 2: {"ipc": 1.0}}
 
 
-def test_a_workload_whose_runs_are_all_marked_is_named_so_not_unmeasured(tmp_path):
+def test_a_workload_whose_runs_are_all_marked_is_named_so_not_unmeasured(daemon):
     """Walking issue 19 on the loaded 2-core machine: every run of a command workload was
     marked for interference, and 'opptune predict --workload W --on P' said W was not
     measured on P. The query names such groups; the CLI says why and what to do."""
     import argparse
-    from opptune.daemon.characterize import mpet_data
-    from opptune.daemon.mpet_predict_cli import MpetUsage, _measured_db
-    from opptune.daemon.service import Daemon
-    from opptune.daemon.store import ResultIn
-    from opptune.shared.config import DaemonConfig
-    from opptune.shared.records import RunRecord
 
-    d = Daemon(DaemonConfig(bind="tcp://127.0.0.1:0", database=str(tmp_path / "d.db")))
-    try:
-        d.store.save_platform("p", {"sweep_order": [0, 1]}, 1.0)
-        for job, work in (("j1", "clean"), ("j2", "busy")):
-            d.store.save_job("a", {"job_id": job, "workload": work, "size": "small", "reps": 2,
-                                   "warmup": 0, "points": [{"cpus": [0], "threads": 1}]}, 1.0)
-        recs = [("j1", RunRecord(platform="p", workload="clean", input="small", cores=1,
-                                 cpus=[0], threads=1, rep=0, time_s=1.0))]
-        recs += [("j2", RunRecord(platform="p", workload="busy", input="small", cores=1,
-                                  cpus=[0], threads=1, rep=i, time_s=2.0,
-                                  marked="interference: 60 % of cpu 0")) for i in range(2)]
-        d.store.insert_results([ResultIn(f"m{i}", "a", j, i, r, r.to_dict())
-                                for i, (j, r) in enumerate(recs)], 2.0)
-        data = mpet_data(d, {})
-        assert [p["workload"] for p in data["profiles"]] == ["clean"]
-        assert data["marked_only"] == [{"workload": "busy", "platform": "p", "size": "small",
-                                        "runs": 2}]
-        args = argparse.Namespace(workload="busy", size=None, on="p")
-        with pytest.raises(MpetUsage, match=r"'busy' on p has only runs marked for "
-                                            r"interference \(2\).*accept_load = true"):
-            _measured_db(data, args, "p", "on")
-        args.workload = "nosuch"
-        with pytest.raises(MpetUsage, match="'nosuch' is not measured on p: it has clean"):
-            _measured_db(data, args, "p", "on")
-        assert data["marked_points"] == []
-        # a point of a measured group with every run marked: missing from the profile, listed
-        d.store.insert_results([ResultIn(f"n{i}", "a", "j1", 10 + i, r, r.to_dict()) for i, r in
-                                enumerate(RunRecord(platform="p", workload="clean",
-                                                    input="small", cores=2, cpus=[0, 1],
-                                                    threads=2, rep=i, time_s=0.6,
-                                                    marked="interference: 50 % of cpu 1")
-                                          for i in range(2))], 3.0)
-        data = mpet_data(d, {})
-        assert [p["t"] for p in data["profiles"]] == [{"1": 1.0}]
-        assert data["marked_points"] == [{"workload": "clean", "platform": "p",
-                                          "size": "small", "cores": [2]}]
-        assert mpet_data(d, {"size": "large"})["marked_points"] == []
-        d.store.accept_load = True
-        assert mpet_data(d, {})["marked_only"] == []
-        assert mpet_data(d, {})["marked_points"] == []
-    finally:
-        d.close()
+    from opptune.daemon.mpet_predict_cli import MpetUsage, _measured_db
+
+    d = daemon
+    d.store.save_platform("p", {"sweep_order": [0, 1]}, 1.0)
+    for job_id, work in (("j1", "clean"), ("j2", "busy")):
+        save_job(d, job_id, work, reps=2)
+    store_runs(d, [RunRecord(platform="p", workload="clean", input="small", cores=1,
+                             cpus=[0], threads=1, rep=0, time_s=1.0)], "j1")
+    store_runs(d, [RunRecord(platform="p", workload="busy", input="small", cores=1,
+                             cpus=[0], threads=1, rep=i, time_s=2.0,
+                             marked="interference: 60 % of cpu 0") for i in range(2)], "j2",
+               seq0=1)
+    data = mpet_data(d, {})
+    assert [p["workload"] for p in data["profiles"]] == ["clean"]
+    assert data["marked_only"] == [{"workload": "busy", "platform": "p", "size": "small",
+                                    "runs": 2}]
+    args = argparse.Namespace(workload="busy", size=None, on="p")
+    with pytest.raises(MpetUsage, match=r"'busy' on p has only runs marked for "
+                                        r"interference \(2\).*accept_load = true"):
+        _measured_db(data, args, "p", "on")
+    args.workload = "nosuch"
+    with pytest.raises(MpetUsage, match="'nosuch' is not measured on p: it has clean"):
+        _measured_db(data, args, "p", "on")
+    assert data["marked_points"] == []
+    # a point of a measured group with every run marked: missing from the profile, listed
+    store_runs(d, [RunRecord(platform="p", workload="clean", input="small", cores=2,
+                             cpus=[0, 1], threads=2, rep=i, time_s=0.6,
+                             marked="interference: 50 % of cpu 1") for i in range(2)], "j1",
+               now=3.0, seq0=10)
+    data = mpet_data(d, {})
+    assert [p["t"] for p in data["profiles"]] == [{"1": 1.0}]
+    assert data["marked_points"] == [{"workload": "clean", "platform": "p",
+                                      "size": "small", "cores": [2]}]
+    assert mpet_data(d, {"size": "large"})["marked_points"] == []
+    d.store.accept_load = True
+    assert mpet_data(d, {})["marked_only"] == []
+    assert mpet_data(d, {})["marked_points"] == []
 
 
 def test_the_frequencies_line_counts_what_a_range_only_board_is_measured_at(tmp_path):
     """intel_pstate gives a range, not a table: the planner measures its min and max only, and
     the line said '3 per policy (min, mid, max)' all the same."""
-    c = Cluster(tmp_path, kernels=("pi_integrate",), auto_sweep=False, extra_agent={
-        "agent_id": "x86", "virtual_board": "x86-2numa",
-        "sysfs_root": make_tree("x86-2numa", str(tmp_path / "x86"))})
-    c.start_daemon()
-    c.start_agent()
-    try:
-        c.wait_for(lambda s: any(a["alive"] for a in s["agents"]), timeout=30, what="agent")
+    c = Cluster(tmp_path, kernels=("pi_integrate",), auto_sweep=False,
+                extra_agent=virtual_agent(tmp_path, "x86", "x86-2numa"))
+    with running(c):
         p = opptune("characterize", "--daemon", c.endpoint, "--agent", "x86", "--size", "small",
                     "--reps", "1", "--max-cores", "2", "--json")
         assert p.returncode == 0, p.stderr
@@ -675,8 +613,6 @@ def test_the_frequencies_line_counts_what_a_range_only_board_is_measured_at(tmp_
         assert data["frequencies"] == "2 per policy (min, max)"
         assert p.stderr.splitlines()[0] == ("characterize x86: 1 kernel at size small, "
                                             "frequencies: 2 per policy (min, max)")
-    finally:
-        c.stop()
 
 
 def _mpet_data(ep: str, args: dict) -> dict:
@@ -693,24 +629,11 @@ def test_eval_mpet_over_the_store_evaluates_every_clock_characterize_measured(tm
     clock. Now the store is evaluated as its CSV is: one platform per clock of each board with
     cpufreq (name@MHz), the board without cpufreq under its plain name. 'opptune status' says
     that board's sweeps go over cores only."""
-    c = Cluster(tmp_path, kernels=KERNELS, auto_sweep=False, max_cores=2, extra_agent={
-        "agent_id": "pi", "virtual_board": "rpi4",
-        "sysfs_root": make_tree("rpi4", str(tmp_path / "rpi4"))})
-    others = [write_toml(tmp_path / "xu4.toml", {
-        "agent_id": "xu4", "daemon": c.endpoint, "state_dir": str(tmp_path / "xu4-state"),
-        "heartbeat_s": 0.5, "bench_kernels": list(KERNELS), "virtual_board": "odroid-xu4",
-        "sysfs_root": make_tree("odroid-xu4", str(tmp_path / "xu4"))}),
-        # this machine: no cpufreq
-        write_toml(tmp_path / "here.toml", {
-            "agent_id": "here", "daemon": c.endpoint, "state_dir": str(tmp_path / "here-state"),
-            "heartbeat_s": 0.5, "bench_kernels": list(KERNELS)})]
-    c.start_daemon()
-    c.start_agent()
-    procs = [c._spawn("opptune.agent", toml, f"{toml.stem}.log") for toml in others]
+    c = Cluster(tmp_path, kernels=KERNELS, auto_sweep=False, max_cores=2,
+                extra_agent=virtual_agent(tmp_path, "pi", "rpi4"))
     ep = c.endpoint
-    try:
-        c.wait_for(lambda s: sum(a["alive"] for a in s["agents"]) == 3, timeout=30,
-                   what="three agents")
+    # "here": this machine, no cpufreq
+    with running(c, other_agent(c, "xu4", "odroid-xu4"), other_agent(c, "here")):
         for agent in ("pi", "xu4", "here"):
             p = opptune("characterize", "--daemon", ep, "--agent", agent, "--size", "small",
                         "--reps", "1", "--max-cores", "2", "--wait")
@@ -773,71 +696,57 @@ def test_eval_mpet_over_the_store_evaluates_every_clock_characterize_measured(tm
                         "policies under /sys/devices/system/cpu/cpufreq (kernel without "
                         "cpufreq or a virtual machine); its cores are swept at its own "
                         "frequency"], p.stdout
-    finally:
-        for proc in procs:
-            proc.terminate()
-            proc.wait(20)
-        c.stop()
 
 
-def test_predict_at_a_clock_asks_the_daemon_once(tmp_path, monkeypatch, capsys):
+def test_predict_at_a_clock_asks_the_daemon_once(daemon, monkeypatch, capsys):
     """'predict --freq' asked twice (the first answer only resolved --to's agent name to its
     platform id); the daemon takes the agent name in args.clock, so once. A daemon older than
     that (which took the name for a platform id and answered at the highest clocks) is asked
     again by the id, with the same prediction."""
     import argparse
+
     from opptune.daemon import client
-    from opptune.daemon.characterize import mpet_data
     from opptune.daemon.mpet_predict_cli import cmd_predict_mpet
-    from opptune.daemon.service import Daemon
-    from opptune.daemon.store import ResultIn
-    from opptune.shared.config import DaemonConfig
-    from opptune.shared.records import RunRecord
 
-    d = Daemon(DaemonConfig(bind="tcp://127.0.0.1:0", database=str(tmp_path / "d.db")))
-    try:
-        for agent, plat in (("a", "p"), ("b", "q")):
-            desc = {"sweep_order": [0, 1], "hostname": plat}
-            d.store.save_platform(plat, desc, 1.0)
-            d.registry.hello(agent, agent.encode(), plat, desc, [], now=1.0)
-        d.store.save_job("a", {"job_id": "j", "workload": "k", "size": "small", "reps": 1,
-                               "warmup": 0, "points": [{"cpus": [0], "threads": 1}]}, 1.0)
-        # k and m at two clocks of q (time in proportion to 1/f), p at its one
-        recs = [RunRecord(platform=plat, workload=w, input="small", cores=n,
-                          cpus=list(range(n)), threads=n, rep=0, freq_mhz=f,
-                          time_s=base * 2000 / f / n ** 0.8)
-                for plat, f in (("p", 2000.0), ("q", 1000.0), ("q", 2000.0))
-                for w, base in (("k", 1.0), ("m", 2.0)) for n in (1, 2)]
-        d.store.insert_results([ResultIn(f"m{i}", "a", "j", i, r, r.to_dict())
-                                for i, r in enumerate(recs)], 2.0)
+    d = daemon
+    for agent, plat in (("a", "p"), ("b", "q")):
+        desc = {"sweep_order": [0, 1], "hostname": plat}
+        d.store.save_platform(plat, desc, 1.0)
+        d.registry.hello(agent, agent.encode(), plat, desc, [], now=1.0)
+    save_job(d)
+    # k and m at two clocks of q (time in proportion to 1/f), p at its one
+    recs = [RunRecord(platform=plat, workload=w, input="small", cores=n,
+                      cpus=list(range(n)), threads=n, rep=0, freq_mhz=f,
+                      time_s=base * 2000 / f / n ** 0.8)
+            for plat, f in (("p", 2000.0), ("q", 1000.0), ("q", 2000.0))
+            for w, base in (("k", 1.0), ("m", 2.0)) for n in (1, 2)]
+    store_runs(d, recs)
 
-        def predict(answer):
-            asked = []
+    def predict(answer):
+        asked = []
 
-            def ask(command, endpoint, what, args=None, timeout_s=5.0):
-                asked.append(args)
-                return answer(args), None
-            monkeypatch.setattr(client, "ask", ask)
-            monkeypatch.setattr(client, "daemon_endpoint", lambda args: "tcp://127.0.0.1:9")
-            args = argparse.Namespace(workload="k", source="a", target="b", on=None, edits=[],
-                                      edits_file=None, size=None, daemon=None, config=None,
-                                      timeout=5.0, json=True, freq="1000")
-            assert cmd_predict_mpet(args) == 0
-            return asked, json.loads(capsys.readouterr().out)
+        def ask(command, endpoint, what, args=None, timeout_s=5.0):
+            asked.append(args)
+            return answer(args), None
+        monkeypatch.setattr(client, "ask", ask)
+        monkeypatch.setattr(client, "daemon_endpoint", lambda args: "tcp://127.0.0.1:9")
+        args = argparse.Namespace(workload="k", source="a", target="b", on=None, edits=[],
+                                  edits_file=None, size=None, daemon=None, config=None,
+                                  timeout=5.0, json=True, freq="1000")
+        assert cmd_predict_mpet(args) == 0
+        return asked, json.loads(capsys.readouterr().out)
 
-        asked, out = predict(lambda args: mpet_data(d, args))
-        assert asked == [{"clock": {"b": 1000.0}}]
-        assert out["to"] == "q" and out["to_mhz"] == [1000.0] and out["from_mhz"] == [2000.0]
-        assert out["prediction"][0]["measured_s"] == pytest.approx(2.0)  # k's t(1) at 1000
+    asked, out = predict(lambda args: mpet_data(d, args))
+    assert asked == [{"clock": {"b": 1000.0}}]
+    assert out["to"] == "q" and out["to_mhz"] == [1000.0] and out["from_mhz"] == [2000.0]
+    assert out["prediction"][0]["measured_s"] == pytest.approx(2.0)  # k's t(1) at 1000
 
-        def older(args):  # an agent name in args.clock named no platform
-            clock = {k: v for k, v in (args.get("clock") or {}).items() if k in ("p", "q")}
-            return mpet_data(d, {**args, "clock": clock})
-        asked, old = predict(older)
-        assert asked == [{"clock": {"b": 1000.0}}, {"clock": {"q": 1000.0}}]
-        assert old == out
-    finally:
-        d.close()
+    def older(args):  # an agent name in args.clock named no platform
+        clock = {k: v for k, v in (args.get("clock") or {}).items() if k in ("p", "q")}
+        return mpet_data(d, {**args, "clock": clock})
+    asked, old = predict(older)
+    assert asked == [{"clock": {"b": 1000.0}}, {"clock": {"q": 1000.0}}]
+    assert old == out
 
 
 def test_a_freq_on_a_board_measured_at_one_clock_says_what_to_do():
@@ -867,7 +776,6 @@ def test_the_frequencies_line_says_where_a_policy_is_not_measured_to_its_max():
     from types import SimpleNamespace
 
     from opptune.daemon.characterize import frequencies_text, planned_grid
-    from opptune.shared.config import DaemonConfig
     little = [f * 100_000 for f in range(2, 15)]
     big = [f * 100_000 for f in range(2, 21)]
     xu4 = {"n_cpus": 8, "cpus_online": list(range(8)), "clusters": [[0, 1, 2, 3], [4, 5, 6, 7]],
@@ -886,37 +794,26 @@ def test_the_frequencies_line_says_where_a_policy_is_not_measured_to_its_max():
     assert frequencies_text(grid, planned, xu4) == "3 per policy (min, mid, max)"
 
 
-def test_characterize_measures_the_whole_board_whatever_per_cluster_says(tmp_path):
+def test_characterize_measures_the_whole_board_whatever_per_cluster_says(daemon):
     """MPET profiles a platform over its cores 1..nmax from runs without variant; with
     [sweep] per_cluster on (a big.LITTLE daemon's setting) characterize planned a sweep per
     cluster, every point carrying cluster<i>: the board was measured and yet had no profile,
     so `predict --to` it said it was not characterised. Its jobs now cover the whole board."""
-    from opptune.daemon.characterize import characterize
-    from opptune.daemon.service import Daemon
-    from opptune.shared.config import DaemonConfig
-
-    cfg = DaemonConfig(bind="tcp://127.0.0.1:0", database=str(tmp_path / "d.db"))
-    cfg.sweep.per_cluster = True
-    d = Daemon(cfg)
-    try:
-        platform = {"sweep_order": list(range(8)), "n_cpus": 8,
-                    "clusters": [[0, 1, 2, 3], [4, 5, 6, 7]]}
-        d.store.save_platform("p", platform, 1.0)
-        d.registry.hello("a", b"a", "p", platform,
-                         [{"name": "triad", "kind": "kernel", "sizes": ["small"]}], now=1.0)
-        out = characterize(d, {"agent": "a", "size": "small"})
-        (job,) = out["queued"]
-        (sent,) = d.store.jobs_for("a", "triad")
-        points = sent["points"]
-        assert job["n_points"] == len(points) == 8
-        assert {p.get("variant", "") for p in points} == {""}
-        assert sorted(len(p["cpus"]) for p in points) == list(range(1, 9))
-        # the job just sent counts as this characterisation: nothing queued twice
-        again = characterize(d, {"agent": "a", "size": "small"})
-        assert again["queued"] == [] and [j["job_id"] for j in again["under_way"]] == \
-            [job["job_id"]]
-    finally:
-        d.close()
+    d = daemon
+    d.config.sweep.per_cluster = True  # read at each query, as the daemon's own setting
+    hello(d, ("triad",), platform={"sweep_order": list(range(8)), "n_cpus": 8,
+                                   "clusters": [[0, 1, 2, 3], [4, 5, 6, 7]]})
+    out = characterize(d, {"agent": "a", "size": "small"})
+    (job,) = out["queued"]
+    (sent,) = d.store.jobs_for("a", "triad")
+    points = sent["points"]
+    assert job["n_points"] == len(points) == 8
+    assert {p.get("variant", "") for p in points} == {""}
+    assert sorted(len(p["cpus"]) for p in points) == list(range(1, 9))
+    # the job just sent counts as this characterisation: nothing queued twice
+    again = characterize(d, {"agent": "a", "size": "small"})
+    assert again["queued"] == [] and [j["job_id"] for j in again["under_way"]] == \
+        [job["job_id"]]
 
 
 def test_eval_mpet_over_a_store_without_that_size_names_the_sizes_it_has(

@@ -110,7 +110,7 @@ def test_the_table_says_one_core_not_one_cores():
     text = console.export_text()
     assert "recommended: 1 core (cpus 0) at the governor's frequency" in text
     print_table([{**w, "recommended_cores": 2, "recommended_cpus": [0, 1]}], console)
-    assert "recommended: 2 cores (cpus 0,1)" in console.export_text()
+    assert "recommended: 2 cores (cpus 0-1)" in console.export_text()
 
 
 def test_the_note_on_what_runs_count_comes_once_after_the_tables():
@@ -151,7 +151,7 @@ def test_the_table_puts_the_energy_recommendation_beside_the_time_one():
     console = Console(record=True, width=300)
     print_table([w], console)
     text = console.export_text()
-    assert ("for minimum energy: 4 cores (cpus 0,1,2,3) at 800 MHz, predicted 0.0160 J "
+    assert ("for minimum energy: 4 cores (cpus 0-3) at 800 MHz, predicted 0.0160 J "
             "(0.0150..0.0170) in 0.0300 s; energy measured: power sensors (hwmon), integrated over "
             "each run; the time "
             "recommendation measured 0.0640 J (4.0x)") in text

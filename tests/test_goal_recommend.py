@@ -263,6 +263,40 @@ def test_a_better_runner_up_says_why_it_was_not_chosen():
     assert "load │ 12 clean runs, 7 marked used, see below" in text
 
 
+def test_a_many_cpu_boards_cpus_and_policies_are_written_as_ranges(tmp_path):
+    """On the virtual x86-2numa (32 cpus, a cpufreq policy per cpu) recommend's table listed
+    every cpu ('cpus 0,1,2,...,12') and every policy ('policy0 3200 MHz, policy1 3200 MHz,
+    ...'): a cell of 200 columns. They read as the kernel writes a cpu list now; --json keeps
+    the lists."""
+    from rich.console import Console
+
+    from opptune.agent.platform import discover
+    from opptune.agent.virtual_board import make_tree
+    from opptune.daemon.goal_cli import print_recommendation
+    from opptune.shared.config import AgentConfig
+
+    root = make_tree("x86-2numa", str(tmp_path / "x86"))
+    plat = discover(AgentConfig(agent_id="x86", bench_kernels=[], state_dir=str(tmp_path),
+                                sysfs_root=root, virtual_board="x86-2numa"))
+    order = plat["sweep_order"][:16]
+    assert len(plat["policies"]) == 32 and order == list(range(16))
+    runs = {"": rows(board_spec("x86-2numa"), order, [1_200_000, 3_200_000], source="rapl")}
+    rec = recommend_goal(make_goal("time"), plat, runs, tolerance=0.05).as_dict()
+    n = rec["cores"]
+    assert n > 8 and rec["cpus"] == list(range(n)) and rec["freq_khz"] == 3_200_000
+    assert rec["freq_per_policy"] == {f"policy{c}": 3_200_000 for c in range(n)}
+    rec.update(agent="x86", workload="pi_integrate", size="small", rests_on=None)
+    console = Console(record=True, width=400)
+    print_recommendation(console, rec)
+    table = [ln for ln in console.export_text().splitlines() if "│" in ln]
+    assert max(map(len, table)) < 100, "\n".join(table)
+    text = " ".join(" ".join(table).split())
+    assert f"configuration │ {n} cores (cpus 0-{n - 1}) at 3200 MHz" in text
+    assert f"frequency per policy │ policy0-{n - 1} 3200 MHz │" in text
+    ru = rec["runner_up"]
+    assert f"runner-up │ {ru['cores']} cores (cpus 0-{ru['cores'] - 1}) at 3200 MHz" in text
+
+
 def test_tune_progress_says_one_core_not_one_cores():
     """The tune progress line said 'measuring 1 cores at 200 MHz (...)'."""
     from opptune.daemon.goal_cli import measuring_text

@@ -11,6 +11,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import json
+import re
 import signal
 import subprocess
 import sys
@@ -28,6 +29,7 @@ from opptune.agent.virtual_board import attach, make_tree
 from opptune.agent.workloads import Workloads
 from opptune.shared import protocol as P
 from opptune.shared.config import AgentConfig, CommandWorkload
+from opptune.shared.cpus import parse_cpu_list
 from opptune.shared.records import RunRecord
 from procs import Cluster, recommendations_final, wait_until
 from test_virtual_e2e import cpufreq_state
@@ -286,8 +288,10 @@ def test_walk_on_a_virtual_rpi4_sweep_apply_sweep_stop(tmp_path):
         assert agent["standing"]["config_id"] == cid and \
             agent["standing"]["freq_khz"] == 1_500_000, agent
         shown = opptune("status", "--agent", "test-agent").stdout
-        assert f"applied configuration {cid} in force: pi_integrate on cpus " \
-               f"{','.join(map(str, pushed['cpus']))} at 1500 MHz" in shown, shown
+        # the cpus as the kernel lists them ("0-1")
+        said = re.search(rf"applied configuration {cid} in force: pi_integrate on cpus "
+                         r"([0-9,-]+) at 1500 MHz", shown)
+        assert said and parse_cpu_list(said.group(1)) == sorted(pushed["cpus"]), shown
     finally:
         codes = c.stop()
     assert codes == {"agent": 0, "daemon": 0}, c.logs()

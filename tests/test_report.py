@@ -19,6 +19,7 @@ import pytest
 from opptune.agent.virtual_board import make_tree
 from opptune.daemon.report.analysis import pareto_front
 from opptune.daemon.report.build import build_report
+from opptune.shared.cpus import parse_cpu_list
 from procs import Cluster, recommendations_final, run_on_terminal_stderr, write_toml
 
 BIN = Path(sys.executable).parent
@@ -113,8 +114,10 @@ def test_report_names_groups_recommendations_and_fleet(report):
     for label in summary["groups"]:
         assert label in html
     for rec in st["recommendations"]:
-        assert (f"recommended: {rec['cores']} cores (cpus {rec['cpus']}) at "
-                f"{rec['freq_khz'] / 1000:g} MHz") in html
+        # the cpus as the kernel lists them ("4-7"), not a Python list
+        said = re.search(rf"recommended: {rec['cores']} cores \(cpus ([0-9,-]+)\) at "
+                         rf"{rec['freq_khz'] / 1000:g} MHz", html)
+        assert said and parse_cpu_list(said.group(1)) == sorted(rec["cpus"]), rec
         assert f"state {rec['state']}" in html
     # the fleet: the agent with 2 recommendations applied
     row = re.search(r"<tr><td>test-agent</td>(.*?)</tr>", html).group(1)
@@ -122,7 +125,7 @@ def test_report_names_groups_recommendations_and_fleet(report):
     assert cells[0] == "odroid-xu4 (virtual)" and cells[2] == "yes"
     assert cells[5:7] == ["2", "2"]  # recommendations, applied
     # the board: topology and the kernel's traits
-    assert "policy0" in html and "policy4" in html and "{0,1,2,3} {4,5,6,7}" in html
+    assert "policy0" in html and "policy4" in html and "{0-3} {4-7}" in html
     assert "frequency exponent" in html
     # energy measured at the 6 swept configurations, plus the recommended one where it was
     # not swept (its verification runs carry energy too)
@@ -345,7 +348,7 @@ def test_the_fleet_says_what_stands_on_each_board_as_the_status_does(tmp_path):
     a1["standing_dropped"] = "cfg-2: process 42 is gone"
     html = build_report(data, tmp_path, max_groups=0).index.read_text()
     fleet = html[html.index('id="fleet"'):html.index('id="boards"')]
-    assert ("board box0 (agent a0): applied configuration cfg-1 in force: w00 on cpus 0,1 "
+    assert ("board box0 (agent a0): applied configuration cfg-1 in force: w00 on cpus 0-1 "
             "at 1500 MHz") in fleet
     assert ("board box1 (agent a1): the applied configuration was dropped when the agent "
             "restarted: cfg-2: process 42 is gone; the board is at its original settings"

@@ -82,7 +82,7 @@ def test_the_applied_clock_is_in_force_again_after_the_agent_restarts(tmp_path):
     try:
         agent.started()
         assert pinned_at(root, 1_000_000), cpufreq_state(root)
-        assert "applied configuration c1 (w on cpus 0,1 at 1000000 kHz) in force again after " \
+        assert "applied configuration c1 (w on cpus 0-1 at 1000000 kHz) in force again after " \
                "the agent's start" in agent.text()
     finally:
         assert agent.stop() == 0, agent.text()
@@ -98,7 +98,7 @@ def test_without_cpufreq_after_the_restart_it_is_dropped_and_the_agent_goes_on(t
     try:
         agent.started()
         (line,) = [ln for ln in agent.text().splitlines() if "dropped" in ln]
-        assert "applied configuration c1 (w on cpus 0,1 at 1000000 kHz) dropped: frequency " \
+        assert "applied configuration c1 (w on cpus 0-1 at 1000000 kHz) dropped: frequency " \
                "1000000 kHz cannot be set" in line, line
         assert not (state / FILENAME).exists()
         assert "Traceback" not in agent.text()
@@ -113,7 +113,7 @@ def test_a_clock_no_longer_offered_is_dropped(tmp_path):
     agent = AgentProc(tmp_path, state, root)
     try:
         agent.started()
-        assert "dropped: frequency 1000000 kHz is not offered for cpus [0, 1]" in agent.text()
+        assert "dropped: frequency 1000000 kHz is not offered for cpus 0-1" in agent.text()
         assert cpufreq_state(root) == before
     finally:
         assert agent.stop() == 0, agent.text()
@@ -261,7 +261,7 @@ def test_forget_applied_ends_it_while_the_agent_is_stopped_and_refuses_under_a_r
         assert agent.stop() == 0, agent.text()
     p = forget()
     assert p.returncode == 0, p.stderr
-    assert p.stderr == ("opptune-agent: forgot the applied configuration c1 (w on cpus 0,1 at "
+    assert p.stderr == ("opptune-agent: forgot the applied configuration c1 (w on cpus 0-1 at "
                         "1000000 kHz): the agent's next start leaves the board at its original "
                         "settings\n")
     assert not (state / FILENAME).exists()

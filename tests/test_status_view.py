@@ -56,6 +56,38 @@ def test_status_shows_boards_job_states_fit_errors_and_off_recommendations():
     assert "\u2026" not in narrow.export_text()  # cells wrap; none is cut with an ellipsis
 
 
+def test_status_writes_a_many_cpu_boards_cpu_sets_as_ranges():
+    """A configuration on one NUMA node of the virtual x86-2numa (its 8 cores and their 8 SMT
+    siblings) filled the recommendations table's cpus cell and the applied configuration's
+    line with 16 numbers."""
+    from rich.console import Console
+
+    from opptune.daemon.status_view import print_status
+    node0 = [*range(8), *range(16, 24)]
+    group = {"platform": "p-x86", "workload": "triad", "input": "small", "variant": ""}
+    data = {"daemon": {}, "runs": [], "jobs": [], "fits": [],
+            "agents": [{"id": "x86", "board": "x86-2numa", "platform": "p-x86", "alive": True,
+                        "last_seen_s": 0.5, "outbox": 0,
+                        "standing": {"config_id": "cfg-1", "workload": "triad",
+                                     "size": "small", "cpus": node0, "freq_khz": 2_400_000}}],
+            "recommendations": [{"config_id": "cfg-1", "agent": "x86", "group": group,
+                                 "cores": 16, "cpus": node0, "freq_khz": 2_400_000,
+                                 "predicted_time_s": 1.0, "state": "verified",
+                                 "verified_time_s": 1.01}]}
+    console = Console(record=True, width=250)
+    print_status(data, console)
+    text = console.export_text()
+    assert "board x86-2numa (agent x86): applied configuration cfg-1 in force: triad on cpus " \
+           "0-7,16-23 at 2400 MHz" in text
+    (row,) = [ln for ln in text.splitlines() if "cfg-1" not in ln and "triad" in ln
+              and "│" in ln]
+    assert [c.strip() for c in row.split("│")][2:5] == ["16", "0-7,16-23", "2400 MHz"], row
+    # an agent's hello is not checked as a job's points are: what is not a cpu list is shown
+    from opptune.daemon.status_view import standing_text
+    odd = {"id": "x86", "standing": {"config_id": "cfg-2", "workload": "triad", "cpus": ["a", 1]}}
+    assert standing_text(odd, "b").endswith("triad on cpus a,1 at the governor's clock")
+
+
 def _agents_table(platforms):
     from rich.console import Console
 
@@ -319,7 +351,7 @@ def test_status_says_what_a_user_applied_stands_or_why_a_restart_dropped_it():
     a = {"id": "a1", "standing": {"config_id": "cfg-1", "workload": "triad", "size": "small",
                                   "cpus": [4, 5], "freq_khz": 1_800_000}}
     assert standing_text(a, "odroid-7") == ("board odroid-7 (agent a1): applied configuration "
-                                            "cfg-1 in force: triad on cpus 4,5 at 1800 MHz")
+                                            "cfg-1 in force: triad on cpus 4-5 at 1800 MHz")
     a["standing"].update(freq_khz=None, target={"kind": "pid", "pid": 4242})
     assert standing_text(a, "odroid-7").endswith("at the governor's clock, process 4242")
     dropped = {"id": "a1", "standing": None, "standing_dropped": "cfg-1: process 4242 is gone"}

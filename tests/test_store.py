@@ -20,6 +20,14 @@ def location(request, tmp_path):
     return request.getfixturevalue("pg_url")
 
 
+@pytest.fixture
+def st(location):
+    """A fresh store at ``location``, closed after the test (one that failed too)."""
+    store = open_store(location)
+    yield store
+    store.close()
+
+
 def count(st, sql, *args):
     return st.db.execute(sql, args).fetchone()[0]
 
@@ -51,8 +59,7 @@ def test_wal_and_schema_version(tmp_path):  # SQLite only: WAL
         list(range(1, SCHEMA_VERSION + 1))
 
 
-def test_insert_is_idempotent_and_acks_all(location):
-    st = open_store(location)
+def test_insert_is_idempotent_and_acks_all(st):
     assert st.insert_results([item("m1"), item("m2", seq=1)], now=1.0) == ["m1", "m2"]
     # The same id again (a lost ack), alone and inside a batch with a new one.
     assert st.insert_results([item("m1")], now=2.0) == ["m1"]
@@ -66,21 +73,17 @@ def test_insert_is_idempotent_and_acks_all(location):
     st.db.execute("DELETE FROM runs WHERE msg_id='m4'")
     assert st.run_counts() == [{"agent": "a1", "platform": "p", "workload": "w", "input": "s",
                                 "count": 3, "marked": 0}]
-    st.close()
 
 
-def test_stored_ids_names_the_runs_stored_among_many(location):
+def test_stored_ids_names_the_runs_stored_among_many(st):
     """opptune import skips the values it stored before by asking for their ids."""
-    st = open_store(location)
     st.insert_results([item(f"m{k}", seq=k) for k in range(0, 1200, 3)], now=1.0)
     asked = [f"m{k}" for k in range(1200)] + ["other"]  # more than one query's worth
     assert st.stored_ids(asked) == {f"m{k}" for k in range(0, 1200, 3)}
     assert st.stored_ids([]) == set()
-    st.close()
 
 
-def test_failed_batch_stores_nothing(location):
-    st = open_store(location)
+def test_failed_batch_stores_nothing(st):
     bad = item("m2")
     bad = bad._replace(record=record(cores=1, time_s=1.0), agent=None)  # NOT NULL violated
     with pytest.raises(Exception, match="(?i)not.null"):
@@ -89,11 +92,9 @@ def test_failed_batch_stores_nothing(location):
     # the store still works after the failed transaction
     assert st.insert_results([item("m1")], now=2.0) == ["m1"]
     assert st.job_received("job-1") == 1
-    st.close()
 
 
-def test_jobs_groups_fits_recommendations(location):
-    st = open_store(location)
+def test_jobs_groups_fits_recommendations(st):
     st.save_platform("p", {"sweep_order": [1, 0]}, 1.0)
     st.save_agent("a1", "p", ["w", {"name": "w2", "sizes": ["s"]}], "0.1", 1.0)
     assert st.platform("p") == {"sweep_order": [1, 0]}
@@ -128,11 +129,9 @@ def test_jobs_groups_fits_recommendations(location):
     st.save_recommendation({**rec, "config_id": "cfg-2", "keep": False}, 8.0)
     assert st.recommendation("cfg-2")["keep"] is False
     assert st.take_unsent("a1", 9.0) == [] and st.recommendations()[-1]["keep"] is False
-    st.close()
 
 
-def test_unsent_recommendations_are_taken_once_newest_per_group(location):
-    st = open_store(location)
+def test_unsent_recommendations_are_taken_once_newest_per_group(st):
     g, g2 = Group("p", "w", "s", ""), Group("p", "w2", "s", "")
 
     def rec(cid, group, state, agent="a1", error=None):
@@ -154,7 +153,6 @@ def test_unsent_recommendations_are_taken_once_newest_per_group(location):
     assert "newer recommendation" in st.recommendation("old")["error"]
     # a second daemon on the same store (or the same agent's next hello) takes nothing again
     assert st.take_unsent("a1", 6.0) == []
-    st.close()
 
 
 def test_run_points_per_group_with_energy_virtual_and_marked_flags(location):
@@ -185,15 +183,13 @@ def full_record(cores=2, rep=0):
                   extra={"note": "x"})
 
 
-def test_the_whole_record_is_kept_and_read_back(location):
-    st = open_store(location)
+def test_the_whole_record_is_kept_and_read_back(st):
     recs = [full_record(2, rep) for rep in range(3)]
     st.insert_results([ResultIn(f"m{i}", "a1", "job-1", i, r, r.to_dict())
                        for i, r in enumerate(recs)], now=1.0)
     got = st.run_records("job-1")
     assert [m for m, _ in got] == ["m0", "m1", "m2"]
     assert [g for _, g in got] == recs
-    st.close()
 
 
 class OldStore:
@@ -448,67 +444,59 @@ def test_the_doctor_report_and_remeasure_items_survive_a_reopen(location):
         st.close()
 
 
-def test_which_daemon_holds_an_agent_is_recorded(location):
+def test_which_daemon_holds_an_agent_is_recorded(st):
     """Schema 11: the daemon an agent's hello and messages came to holds it; another daemon
     sharing the store reads it back with that daemon's endpoint while both are recent, and not
     once that daemon stopped or fell silent."""
-    st = open_store(location)
-    try:
-        st.save_platform("p", {}, 1.0)
-        st.save_daemon("A", "tcp://a:5555", 10.0)
-        st.save_daemon("B", "tcp://b:5555", 10.0)
-        st.save_agent("a1", "p", ["w"], "t", 10.0, daemon="A")
-        st.save_agent("a2", "p", ["w"], "t", 10.0, daemon="B")
-        st.save_agent("a3", "p", ["w"], "t", 10.0)  # stored by a daemon before schema 11
-        assert {a["id"]: a["daemon"] for a in st.agents()} == {"a1": "A", "a2": "B", "a3": None}
+    st.save_platform("p", {}, 1.0)
+    st.save_daemon("A", "tcp://a:5555", 10.0)
+    st.save_daemon("B", "tcp://b:5555", 10.0)
+    st.save_agent("a1", "p", ["w"], "t", 10.0, daemon="A")
+    st.save_agent("a2", "p", ["w"], "t", 10.0, daemon="B")
+    st.save_agent("a3", "p", ["w"], "t", 10.0)  # stored by a daemon before schema 11
+    assert {a["id"]: a["daemon"] for a in st.agents()} == {"a1": "A", "a2": "B", "a3": None}
 
-        def elsewhere(instance, since):
-            return {a["id"]: (a["endpoint"], a["last_seen"], a["workloads"])
-                    for a in st.agents_elsewhere(instance, since)}
-        assert elsewhere("B", 5.0) == {"a1": ("tcp://a:5555", 10.0, ["w"])}
-        assert elsewhere("A", 5.0) == {"a2": ("tcp://b:5555", 10.0, ["w"])}
-        # B hears a1 later (it failed over): B holds it; A's older news changes nothing
-        st.touch_agents({"a1": 12.0}, "B")
-        st.touch_agents({"a1": 11.0}, "A")
-        st.save_daemon("B", "tcp://b:5555", 12.0)
-        assert {a["id"]: (a["daemon"], a["last_seen"]) for a in st.agents()}["a1"] == ("B", 12.0)
-        assert elsewhere("A", 11.5) == {"a1": ("tcp://b:5555", 12.0, ["w"])}
-        assert elsewhere("B", 5.0) == {}
-        # a touch naming no daemon keeps the holder
-        st.touch_agents({"a1": 13.0})
-        assert {a["id"]: a["daemon"] for a in st.agents()}["a1"] == "B"
-        # B silent since 12: not online through it; B stopped: neither
-        assert elsewhere("A", 12.5) == {}
-        st.drop_daemon("B")
-        assert elsewhere("A", 5.0) == {}
-        # A killed, a new daemon C at its endpoint: A's agents are online through none
-        st.touch_agents({"a2": 14.0}, "A")
-        st.save_daemon("A", "tcp://a:5555", 14.0)
-        assert elsewhere("B", 12.0) == {"a2": ("tcp://a:5555", 14.0, ["w"])}
-        st.save_daemon("C", "tcp://a:5555", 14.5)
-        assert elsewhere("B", 12.0) == elsewhere("C", 12.0) == {}
-    finally:
-        st.close()
+    def elsewhere(instance, since):
+        return {a["id"]: (a["endpoint"], a["last_seen"], a["workloads"])
+                for a in st.agents_elsewhere(instance, since)}
+    assert elsewhere("B", 5.0) == {"a1": ("tcp://a:5555", 10.0, ["w"])}
+    assert elsewhere("A", 5.0) == {"a2": ("tcp://b:5555", 10.0, ["w"])}
+    # B hears a1 later (it failed over): B holds it; A's older news changes nothing
+    st.touch_agents({"a1": 12.0}, "B")
+    st.touch_agents({"a1": 11.0}, "A")
+    st.save_daemon("B", "tcp://b:5555", 12.0)
+    assert {a["id"]: (a["daemon"], a["last_seen"]) for a in st.agents()}["a1"] == ("B", 12.0)
+    assert elsewhere("A", 11.5) == {"a1": ("tcp://b:5555", 12.0, ["w"])}
+    assert elsewhere("B", 5.0) == {}
+    # a touch naming no daemon keeps the holder
+    st.touch_agents({"a1": 13.0})
+    assert {a["id"]: a["daemon"] for a in st.agents()}["a1"] == "B"
+    # B silent since 12: not online through it; B stopped: neither
+    assert elsewhere("A", 12.5) == {}
+    st.drop_daemon("B")
+    assert elsewhere("A", 5.0) == {}
+    # A killed, a new daemon C at its endpoint: A's agents are online through none
+    st.touch_agents({"a2": 14.0}, "A")
+    st.save_daemon("A", "tcp://a:5555", 14.0)
+    assert elsewhere("B", 12.0) == {"a2": ("tcp://a:5555", 14.0, ["w"])}
+    st.save_daemon("C", "tcp://a:5555", 14.5)
+    assert elsewhere("B", 12.0) == elsewhere("C", 12.0) == {}
 
 
-def test_the_fleets_daemons_are_listed_with_their_last_heartbeat(location):
+def test_the_fleets_daemons_are_listed_with_their_last_heartbeat(st):
     """Status shows every daemon of the fleet (one killed keeps its row, its heartbeat ageing:
     nothing is deleted behind the operator's back) until a daemon starts at its endpoint."""
-    st = open_store(location)
-    try:
-        assert st.daemons() == []
-        st.save_daemon("B", "tcp://b:5555", 10.0)
-        st.save_daemon("A", "tcp://a:5555", 10.0)
-        st.save_daemon("A", "tcp://a:5555", 11.0)  # A's next heartbeat
-        assert [(d["instance"], d["endpoint"], d["started"], d["last_seen"])
-                for d in st.daemons()] == [("A", "tcp://a:5555", 10.0, 11.0),
-                                           ("B", "tcp://b:5555", 10.0, 10.0)]
-        st.save_daemon("C", "tcp://a:5555", 20.0)  # A was killed; C listens there now
-        assert [d["instance"] for d in st.daemons()] == ["C", "B"]
-        st.drop_daemon("B")  # B stopped
-        assert [d["instance"] for d in st.daemons()] == ["C"]
-    finally:
-        st.close()
+    assert st.daemons() == []
+    st.save_daemon("B", "tcp://b:5555", 10.0)
+    st.save_daemon("A", "tcp://a:5555", 10.0)
+    st.save_daemon("A", "tcp://a:5555", 11.0)  # A's next heartbeat
+    assert [(d["instance"], d["endpoint"], d["started"], d["last_seen"])
+            for d in st.daemons()] == [("A", "tcp://a:5555", 10.0, 11.0),
+                                       ("B", "tcp://b:5555", 10.0, 10.0)]
+    st.save_daemon("C", "tcp://a:5555", 20.0)  # A was killed; C listens there now
+    assert [d["instance"] for d in st.daemons()] == ["C", "B"]
+    st.drop_daemon("B")  # B stopped
+    assert [d["instance"] for d in st.daemons()] == ["C"]
 
 
 def test_daemons_silent_past_an_age_are_forgotten(location):
@@ -535,108 +523,99 @@ def _run(workload, cores, time_s, **kw):
                      cpus=list(range(cores)), threads=cores, rep=0, time_s=time_s, **kw)
 
 
-def test_report_runs_are_run_points_and_group_runs_in_one_pass(location):
+def test_report_runs_are_run_points_and_group_runs_in_one_pass(st):
     """The report query reads every group's runs and fit rows in one statement; per group
     they are exactly run_points' and group_runs' (marked, throttled, failed, an off
     verification and runs from before a drift left out of the fit rows as group_runs does)."""
-    st = open_store(location)
-    try:
-        g1, g2 = Group("p", "w1", "s", ""), Group("p", "w2", "s", "")
-        st.save_recommendation({"config_id": "cfg-off", "agent": "a1", **g1.as_dict(),
-                                "cores": 2, "cpus": [0, 1], "threads": 2, "state": "off"}, 1.0)
-        old = [_run("w1", 1, 3.0), _run("w1", 2, 9.9)]  # before the drift below
-        st.insert_results([ResultIn(f"o{i}", "a1", "job-old", i, r, r.to_dict())
-                           for i, r in enumerate(old)], 1.0)
-        st.save_drift("a1", g1, "off twice", [], None, 2.0)
-        new = [_run("w1", 1, 2.0), _run("w1", 2, 1.1), _run("w1", 2, 1.2, marked="busy"),
-               _run("w1", 4, 0.9, throttled=True), _run("w2", 1, 5.0),
-               _run("w2", 3, 2.0, freq_mhz=1800.0), _run("w2", 2, None, ok=False, error="x")]
-        st.insert_results([ResultIn(f"n{i}", "a1", "job-new", i, r, r.to_dict())
-                           for i, r in enumerate(new)], 3.0)
-        verification = _run("w1", 2, 7.0)
-        st.insert_results([ResultIn("v", "a1", "cfg-off", 0, verification,
-                                    verification.to_dict())], 3.0)
-        both = st.report_runs()
-        assert list(both) == [g1, g2]
-        points = st.run_points()
-        for g in (g1, g2):  # in (cores, freq) order; runs of one configuration in any order
-            assert [sorted(rows) for rows in both[g]] == [sorted(points[g]),
-                                                         sorted(st.group_runs(g))]
-            assert [r[:2] for r in both[g][0]] == [r[:2] for r in points[g]]
-        assert both[g1][1] == [(1, None, 2.0), (2, None, 1.1)]  # the rest is left out
-        loaded = st.report_runs(accept_load=True)
-        assert [sorted(loaded[g][1]) for g in (g1, g2)] == \
-            [sorted(st.group_runs(g, accept_load=True)) for g in (g1, g2)]
-        assert (2, None, 1.2) in loaded[g1][1]
-    finally:
-        st.close()
+    g1, g2 = Group("p", "w1", "s", ""), Group("p", "w2", "s", "")
+    st.save_recommendation({"config_id": "cfg-off", "agent": "a1", **g1.as_dict(),
+                            "cores": 2, "cpus": [0, 1], "threads": 2, "state": "off"}, 1.0)
+    old = [_run("w1", 1, 3.0), _run("w1", 2, 9.9)]  # before the drift below
+    st.insert_results([ResultIn(f"o{i}", "a1", "job-old", i, r, r.to_dict())
+                       for i, r in enumerate(old)], 1.0)
+    st.save_drift("a1", g1, "off twice", [], None, 2.0)
+    new = [_run("w1", 1, 2.0), _run("w1", 2, 1.1), _run("w1", 2, 1.2, marked="busy"),
+           _run("w1", 4, 0.9, throttled=True), _run("w2", 1, 5.0),
+           _run("w2", 3, 2.0, freq_mhz=1800.0), _run("w2", 2, None, ok=False, error="x")]
+    st.insert_results([ResultIn(f"n{i}", "a1", "job-new", i, r, r.to_dict())
+                       for i, r in enumerate(new)], 3.0)
+    verification = _run("w1", 2, 7.0)
+    st.insert_results([ResultIn("v", "a1", "cfg-off", 0, verification,
+                                verification.to_dict())], 3.0)
+    both = st.report_runs()
+    assert list(both) == [g1, g2]
+    points = st.run_points()
+    for g in (g1, g2):  # in (cores, freq) order; runs of one configuration in any order
+        assert [sorted(rows) for rows in both[g]] == [sorted(points[g]),
+                                                     sorted(st.group_runs(g))]
+        assert [r[:2] for r in both[g][0]] == [r[:2] for r in points[g]]
+    assert both[g1][1] == [(1, None, 2.0), (2, None, 1.1)]  # the rest is left out
+    loaded = st.report_runs(accept_load=True)
+    assert [sorted(loaded[g][1]) for g in (g1, g2)] == \
+        [sorted(st.group_runs(g, accept_load=True)) for g in (g1, g2)]
+    assert (2, None, 1.2) in loaded[g1][1]
 
 
-def test_status_pages_pick_the_rows_that_need_a_look_and_count_them_all(location):
+def test_status_pages_pick_the_rows_that_need_a_look_and_count_them_all(st):
     """A page of jobs: the unfinished, then the latest updated, in creation order; of fits
     and recommendations: the newest; of run counts: the latest received. Each with how many
     rows there are in all, for one agent or all."""
-    st = open_store(location)
-    try:
-        for i, (agent, state, updated) in enumerate([
-                ("a1", "done", 10.0), ("a1", "running", 2.0), ("a1", "done", 30.0),
-                ("a1", "failed", 20.0), ("a2", "queued", 1.0), ("a2", "done", 40.0)]):
-            st.save_job(agent, {"job_id": f"job-{i}", "workload": "w", "size": "s", "reps": 1,
-                                "warmup": 0, "points": [{"cpus": [0], "threads": 1,
-                                                         "freq_khz": None}]}, float(i),
-                        state=state)
-            st.set_job_state(f"job-{i}", state, now=updated)
-        rows, total = st.jobs_page(limit=3)
-        assert [j["job_id"] for j in rows] == ["job-1", "job-4", "job-5"] and total == 6
-        rows, total = st.jobs_page("a1", limit=2)
-        assert [j["job_id"] for j in rows] == ["job-1", "job-2"] and total == 4
-        assert st.jobs_page(job_ids=["job-3", "nope"])[1] == 1
-        assert st.jobs_page(job_ids=[]) == ([], 0)
-        assert st.jobs_page() == (st.jobs(), 6)
+    for i, (agent, state, updated) in enumerate([
+            ("a1", "done", 10.0), ("a1", "running", 2.0), ("a1", "done", 30.0),
+            ("a1", "failed", 20.0), ("a2", "queued", 1.0), ("a2", "done", 40.0)]):
+        st.save_job(agent, {"job_id": f"job-{i}", "workload": "w", "size": "s", "reps": 1,
+                            "warmup": 0, "points": [{"cpus": [0], "threads": 1,
+                                                     "freq_khz": None}]}, float(i),
+                    state=state)
+        st.set_job_state(f"job-{i}", state, now=updated)
+    rows, total = st.jobs_page(limit=3)
+    assert [j["job_id"] for j in rows] == ["job-1", "job-4", "job-5"] and total == 6
+    rows, total = st.jobs_page("a1", limit=2)
+    assert [j["job_id"] for j in rows] == ["job-1", "job-2"] and total == 4
+    assert st.jobs_page(job_ids=["job-3", "nope"])[1] == 1
+    assert st.jobs_page(job_ids=[]) == ([], 0)
+    assert st.jobs_page() == (st.jobs(), 6)
 
-        groups = [Group("p", f"w{i}", "s", "") for i in range(4)] + [Group("q", "w0", "s", "")]
-        for i, g in enumerate(groups):
-            st.save_fit(g, "amdahl", {"s": i}, {}, [], float(i))
-        st.save_fit(groups[0], "usl", {"c": 1}, {}, [], 9.0)  # refitted last: the newest
-        rows, total = st.fits_page(limit=2)
-        assert [(f["workload"], f["model"]) for f in rows] == [("w0", "usl"), ("w0", "amdahl")]
-        assert [f["platform"] for f in rows] == ["p", "q"] and total == 5
-        rows, total = st.fits_page("p", limit=2)
-        assert [f["workload"] for f in rows] == ["w0", "w3"] and total == 4
-        rows, total = st.fits_page(groups=[groups[1], groups[4]])
-        assert [(f["platform"], f["workload"]) for f in rows] == [("p", "w1"), ("q", "w0")]
-        assert st.fits_page() == (st.fits(), 5)
+    groups = [Group("p", f"w{i}", "s", "") for i in range(4)] + [Group("q", "w0", "s", "")]
+    for i, g in enumerate(groups):
+        st.save_fit(g, "amdahl", {"s": i}, {}, [], float(i))
+    st.save_fit(groups[0], "usl", {"c": 1}, {}, [], 9.0)  # refitted last: the newest
+    rows, total = st.fits_page(limit=2)
+    assert [(f["workload"], f["model"]) for f in rows] == [("w0", "usl"), ("w0", "amdahl")]
+    assert [f["platform"] for f in rows] == ["p", "q"] and total == 5
+    rows, total = st.fits_page("p", limit=2)
+    assert [f["workload"] for f in rows] == ["w0", "w3"] and total == 4
+    rows, total = st.fits_page(groups=[groups[1], groups[4]])
+    assert [(f["platform"], f["workload"]) for f in rows] == [("p", "w1"), ("q", "w0")]
+    assert st.fits_page() == (st.fits(), 5)
 
-        for i, agent in enumerate(["a1", "a2", "a1", "a1"]):
-            st.save_recommendation({"config_id": f"cfg-{i}", "agent": agent,
-                                    **groups[i].as_dict(), "cores": 1, "cpus": [0],
-                                    "threads": 1}, float(i))
-        rows, total = st.recommendations_page(limit=2)
-        assert [r["config_id"] for r in rows] == ["cfg-2", "cfg-3"] and total == 4
-        rows, total = st.recommendations_page("a1", limit=5)
-        assert [r["config_id"] for r in rows] == ["cfg-0", "cfg-2", "cfg-3"] and total == 3
-        assert st.recommendations_page() == (st.recommendations(), 4)
+    for i, agent in enumerate(["a1", "a2", "a1", "a1"]):
+        st.save_recommendation({"config_id": f"cfg-{i}", "agent": agent,
+                                **groups[i].as_dict(), "cores": 1, "cpus": [0],
+                                "threads": 1}, float(i))
+    rows, total = st.recommendations_page(limit=2)
+    assert [r["config_id"] for r in rows] == ["cfg-2", "cfg-3"] and total == 4
+    rows, total = st.recommendations_page("a1", limit=5)
+    assert [r["config_id"] for r in rows] == ["cfg-0", "cfg-2", "cfg-3"] and total == 3
+    assert st.recommendations_page() == (st.recommendations(), 4)
 
-        for i, (agent, workload) in enumerate([("a1", "w0"), ("a2", "w1"), ("a1", "w2")]):
-            r = _run(workload, 1, 1.0)
-            st.insert_results([ResultIn(f"m{i}", agent, None, None, r, r.to_dict())],
-                              float(i))
-        rows, total = st.run_counts_page(limit=2)
-        assert [(r["agent"], r["workload"]) for r in rows] == [("a1", "w2"), ("a2", "w1")]
-        assert total == 3
-        rows, total = st.run_counts_page("a1")
-        assert [r["workload"] for r in rows] == ["w0", "w2"] and total == 2
-        assert st.run_counts_page() == (st.run_counts(), 3)
-        assert st.run_counts_page("nobody", limit=1) == ([], 0)
-    finally:
-        st.close()
+    for i, (agent, workload) in enumerate([("a1", "w0"), ("a2", "w1"), ("a1", "w2")]):
+        r = _run(workload, 1, 1.0)
+        st.insert_results([ResultIn(f"m{i}", agent, None, None, r, r.to_dict())],
+                          float(i))
+    rows, total = st.run_counts_page(limit=2)
+    assert [(r["agent"], r["workload"]) for r in rows] == [("a1", "w2"), ("a2", "w1")]
+    assert total == 3
+    rows, total = st.run_counts_page("a1")
+    assert [r["workload"] for r in rows] == ["w0", "w2"] and total == 2
+    assert st.run_counts_page() == (st.run_counts(), 3)
+    assert st.run_counts_page("nobody", limit=1) == ([], 0)
 
 
-def test_fits_and_profiles_take_the_runs_since_their_groups_last_drift(location):
+def test_fits_and_profiles_take_the_runs_since_their_groups_last_drift(st):
     """One rule on both back ends: a group's runs received before its last drift event are
     out of its fit (group_runs, point_marks) and of MPET's profiles (profile_runs); another
     group's stay."""
-    st = open_store(location)
     g, other = Group("p", "w", "s", ""), Group("p", "v", "s", "")
     st.save_job("a1", {"job_id": "job-1", "workload": "w", "size": "s", "reps": 1,
                        "warmup": 0, "points": [{"cpus": [0], "threads": 1}]}, 0.5)
@@ -659,14 +638,12 @@ def test_fits_and_profiles_take_the_runs_since_their_groups_last_drift(location)
         [("v", 3.0), ("w", 5.0)]
     assert sorted(w for _, w, *_ in st.profile_runs(False)) == ["v", "w"]
     assert list(st.profile_runs(True)) == []
-    st.close()
 
 
-def test_swept_clocks_are_those_of_jobs_not_of_verifications(location):
+def test_swept_clocks_are_those_of_jobs_not_of_verifications(st):
     """The clocks a drift measures again, on both back ends: the group's runs of jobs (marked
     and from before a drift too), not a recommendation's verification runs nor another
     group's or a failed run's."""
-    st = open_store(location)
     g = Group("p", "w", "s", "")
     st.save_recommendation({"config_id": "c1", "agent": "a1", **g.as_dict(), "cores": 1,
                             "cpus": [0], "threads": 1, "freq_khz": 1_200_000}, now=0.5)
@@ -681,15 +658,13 @@ def test_swept_clocks_are_those_of_jobs_not_of_verifications(location):
     st.save_drift("a1", g, "off twice", [], None, 2.0)
     assert st.swept_clocks_khz(g) == [600_000, 1_500_000]
     assert st.swept_clocks_khz(Group("p", "x", "s", "")) == []
-    st.close()
 
 
-def test_a_clusters_drift_ends_the_whole_board_groups_old_runs(location):
+def test_a_clusters_drift_ends_the_whole_board_groups_old_runs(st):
     """A drift of cluster1's group: the whole-board group (no variant) of that workload and
     size ran on cluster1 too, so its runs from before are out of its fit (group_runs,
     point_marks, report_runs) and of MPET's profiles, on both back ends; cluster0's group
     keeps its runs (it never ran on cluster1)."""
-    st = open_store(location)
     st.save_job("a1", {"job_id": "job-1", "workload": "w", "size": "s", "reps": 1,
                        "warmup": 0, "points": [{"cpus": [0], "threads": 1}]}, 0.5)
     board, c0, c1 = (Group("p", "w", "s", v) for v in ("", "cluster0", "cluster1"))
@@ -712,16 +687,14 @@ def test_a_clusters_drift_ends_the_whole_board_groups_old_runs(location):
     assert {g.variant: [t for _, _, t in fit] for g, (_, fit) in st.report_runs().items()} \
         == {"": [2.5], "cluster0": [3.0], "cluster1": []}
     assert [r[5] for r in st.profile_runs(None)] == [2.5]
-    st.close()
 
 
-def test_a_whole_board_drift_ends_its_cluster_groups_old_runs(location):
+def test_a_whole_board_drift_ends_its_cluster_groups_old_runs(st):
     """The reverse: a drift of the whole-board group (no variant). Its cluster<i> groups of
     that workload and size measured the same cores before it: their runs from before are out
     of their fits (group_runs, point_marks, report_runs) on both back ends, those after it
     count. Before, only the whole-board group lost them. Another size's clusters keep
     theirs."""
-    st = open_store(location)
     st.save_job("a1", {"job_id": "job-1", "workload": "w", "size": "s", "reps": 1,
                        "warmup": 0, "points": [{"cpus": [0], "threads": 1}]}, 0.5)
     board, c0, c1, other = (Group("p", "w", size, v) for size, v in (
@@ -747,14 +720,12 @@ def test_a_whole_board_drift_ends_its_cluster_groups_old_runs(location):
     # every run is still drawn: only the fit leaves them out
     assert {g.variant + g.input: len(points) for g, (points, _) in st.report_runs().items()} \
         == {"s": 1, "cluster0s": 1, "cluster1s": 2, "cluster0l": 1}
-    st.close()
 
 
-def test_a_replaced_recommendation_keeps_its_verdict(location):
+def test_a_replaced_recommendation_keeps_its_verdict(st):
     """set_replaced notes the configuration that took a recommendation's place on its board,
     on both back ends; its state, verdict and time stay, a save of the row again keeps the
     note, and (None, None) clears it (applied again)."""
-    st = open_store(location)
     rec = {"config_id": "cfg-1", "agent": "a1", "platform": "p", "workload": "w", "input": "s",
            "variant": "", "cores": 2, "cpus": [0, 1], "threads": 2, "keep": True}
     st.save_recommendation(rec, 1.0)
@@ -769,4 +740,3 @@ def test_a_replaced_recommendation_keeps_its_verdict(location):
     assert st.recommendation("cfg-1")["replaced_by"] == "cfg-2"
     st.set_replaced("cfg-1", None, None)
     assert st.recommendations()[0]["replaced_by"] is None
-    st.close()

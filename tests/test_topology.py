@@ -6,9 +6,10 @@ import os
 import msgpack
 import pytest
 
-from opptune.agent.sysfs import KnobUnavailable, SysFS, format_cpu_list, parse_cpu_list
+from opptune.agent.sysfs import KnobUnavailable, SysFS
 from opptune.agent.topology import cluster_sweep_order, read_topology, sweep_order_from
 from opptune.agent.virtual_board import make_tree
+from opptune.shared.cpus import format_cpu_list, parse_cpu_list, policies_text
 
 from fake_trees import fake_tree, interleaved_smt_spec
 
@@ -19,6 +20,21 @@ def test_cpu_list_parsing_round_trip():
     assert parse_cpu_list("") == []
     assert parse_cpu_list("4 5 6 7\n") == [4, 5, 6, 7]
     assert format_cpu_list([3, 0, 1, 2, 8, 10, 11]) == "0-3,8,10-11"
+    assert format_cpu_list([12, *range(8)]) == "0-7,12" and format_cpu_list([]) == ""
+
+
+def test_policies_sharing_a_value_are_named_once():
+    """A board with a policy per cpu (intel_pstate) listed 'policy0 3200 MHz, policy1 3200
+    MHz, ...' in recommend's table and a target's measured clocks."""
+    mhz = lambda f: f"{f:g} MHz"  # noqa: E731
+    per_cpu = {f"policy{c}": 3200 for c in [*range(8), *range(16, 24)]}
+    assert policies_text(per_cpu, mhz) == "policy0-7,16-23 3200 MHz"
+    # numbered in order (policy10 after policy4), a value per group; other names whole
+    xu4 = {"policy4": 2000, "policy10": 2000, "policy0": 1400, "boost": 1400}
+    assert policies_text(xu4, mhz) == "policy0 1400 MHz, boost 1400 MHz, policy4,10 2000 MHz"
+    assert policies_text({"policy0": None}, lambda f: "governor's choice") == \
+        "policy0 governor's choice"
+    assert policies_text({}, mhz) == ""
 
 
 def test_sysfs_errors_name_the_path(tmp_path):

@@ -30,7 +30,8 @@ import threading
 import time
 from typing import TYPE_CHECKING, Any
 
-from ..sysfs import SysFS, format_cpu_list, parse_cpu_list
+from ...shared.cpus import format_cpu_list, parse_cpu_list
+from ..sysfs import SysFS
 
 if TYPE_CHECKING:
     from ...shared.records import RunRecord

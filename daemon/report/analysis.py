@@ -19,6 +19,7 @@ from typing import Any, Callable
 import numpy as np
 
 from ...bench_suite.catalogue import KERNELS
+from ...shared.cpus import format_cpu_list
 from ...shared.point_stats import benchmark
 from ..fitter import fit_group, observations, other_observations
 from ..goal_recommend import ESTIMATE_SOURCES
@@ -320,7 +321,7 @@ def topology_rows(platform: dict[str, Any]) -> list[tuple[str, str]]:
     freqs = ((p.get("cpufreq") or {}).get("frequencies_khz")) or {}
 
     def cpus(xs: Any) -> str:
-        return " ".join("{" + ",".join(str(c) for c in x) + "}" for x in xs or [])
+        return " ".join("{" + format_cpu_list(x) + "}" for x in xs or [])
     rows = [("model", str(p.get("model_name") or "?")),
             ("architecture, kernel", f"{p.get('arch') or '?'}, {p.get('kernel') or '?'}"),
             ("cpus online", f"{p.get('n_cpus') or '?'}"),

@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable
 
+from ...shared.cpus import format_cpu_list
 from . import page, plots
 from .analysis import (GroupView, analyse_groups, drawn_groups, fleet_rows, group_key,
                        kernel_traits, latest_recommendations, topology_rows)
@@ -48,7 +49,8 @@ def _rec_text(r: dict[str, Any] | None) -> str:
         return "no recommendation stored for this group yet"
     freq = "the governor's frequency" if r.get("freq_khz") is None else \
         f"{r['freq_khz'] / 1000:g} MHz"
-    text = (f"recommended: {r['cores']} cores (cpus {r['cpus']}) at {freq}, predicted "
+    text = (f"recommended: {r['cores']} cores (cpus {format_cpu_list(r['cpus'])}) at {freq}, "
+            f"predicted "
             f"{r['predicted_time_s']:.4g} s")
     if r.get("predicted_lower_s") is not None:
         text += f" ({r['predicted_lower_s']:.4g}..{r['predicted_upper_s']:.4g} s)"
