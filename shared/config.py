@@ -562,14 +562,10 @@ def _load(cls: type, path: Any, default: Path, overrides: dict[str, Any]) -> Any
     if curve not in ("auto", "on", "off"):
         raise ConfigError(f"{p}: key 'curve' must be \"auto\" (encrypt unless loopback), "
                           f"\"on\" or \"off\", got {curve!r}")
-    expiry = getattr(config, "job_expiry_s", None)
-    if expiry is not None and not expiry >= 0:
-        raise ConfigError(f"{p}: key 'job_expiry_s' must be a number of seconds >= 0 (0: jobs "
-                          f"for an offline agent wait for it), got {expiry!r}")
-    forget = getattr(config, "fleet_forget_s", None)
-    if forget is not None and not forget >= 0:
-        raise ConfigError(f"{p}: key 'fleet_forget_s' must be {FORMS['fleet_forget_s']}, got "
-                          f"{forget!r}")
+    for key in ("job_expiry_s", "fleet_forget_s"):  # 0 means never: no lower bound above 0
+        value = getattr(config, key, None)
+        if value is not None and not value >= 0:
+            raise ConfigError(f"{p}: key '{key}' must be {FORMS[key]}, got {value!r}")
     for key in NON_NEGATIVE_KEYS:
         value = getattr(config, key, None)
         if value is not None and not 0 <= value <= 1:

@@ -38,29 +38,19 @@ def test_jobs_of_an_offline_agent_wait_or_expire_by_policy(tmp_path, expiry, aft
         d.stop()
 
 
-def test_a_negative_expiry_is_a_configuration_error(tmp_path):
+@pytest.mark.parametrize("key, value, form", [
+    ("job_expiry_s", -1, "(0: jobs for an offline agent wait for it)"),
+    ("fleet_forget_s", -5, "(0: a silent daemon's row is kept)")])
+def test_a_negative_seconds_key_is_a_configuration_error(tmp_path, key, value, form):
     toml = write_toml(tmp_path / "daemon.toml", {"bind": "tcp://127.0.0.1:0",
                                                  "database": str(tmp_path / "d.db"),
-                                                 "job_expiry_s": -1})
+                                                 key: value})
     res = subprocess.run([sys.executable, "-m", "opptune.daemon.service", "--config", str(toml)],
                          capture_output=True, text=True, timeout=60)
     assert res.returncode == 2 and "Traceback" not in res.stderr
     assert res.stderr.strip().splitlines() == [
-        f"opptune-daemon: {toml}: key 'job_expiry_s' must be a number of seconds >= 0 (0: jobs "
-        "for an offline agent wait for it), got -1.0"], res.stderr
-    assert not (tmp_path / "d.db").exists()
-
-
-def test_a_negative_fleet_forget_s_is_a_configuration_error(tmp_path):
-    toml = write_toml(tmp_path / "daemon.toml", {"bind": "tcp://127.0.0.1:0",
-                                                 "database": str(tmp_path / "d.db"),
-                                                 "fleet_forget_s": -5})
-    res = subprocess.run([sys.executable, "-m", "opptune.daemon.service", "--config", str(toml)],
-                         capture_output=True, text=True, timeout=60)
-    assert res.returncode == 2 and "Traceback" not in res.stderr
-    assert res.stderr.strip().splitlines() == [
-        f"opptune-daemon: {toml}: key 'fleet_forget_s' must be a number of seconds >= 0 (0: a "
-        "silent daemon's row is kept), got -5.0"], res.stderr
+        f"opptune-daemon: {toml}: key '{key}' must be a number of seconds >= 0 {form}, got "
+        f"{float(value)}"], res.stderr
     assert not (tmp_path / "d.db").exists()
 
 
