@@ -66,6 +66,22 @@ def _pool_stores(stores: list[str], into: Path) -> None:
         con.close()
 
 
+def _store_problem(path: str) -> str | None:
+    """Why ``path`` is not an opptune SQLite store to export, or None."""
+    import sqlite3
+    if not Path(path).is_file():
+        return "no such file"
+    try:
+        con = sqlite3.connect(f"file:{path}?mode=ro", uri=True)
+        try:
+            con.execute("SELECT 1 FROM runs LIMIT 1").fetchall()
+        finally:
+            con.close()
+    except sqlite3.Error as exc:
+        return f"not an opptune store (SQLite: {exc})"
+    return None
+
+
 def _write_runs_csv(db: Path, path: Path, platform_id: str) -> int:
     """Every run of one platform as stored, in the order received."""
     import csv
@@ -112,6 +128,12 @@ def main(argv=None) -> int:
     ap.add_argument("--name", help="with --from-db of one platform: its platform column and "
                                    "folder name (default: the board's and the agent's)")
     args = ap.parse_args(argv)
+    for path in args.from_db:
+        if (why := _store_problem(path)) is not None:
+            ap.error(f"--from-db {path}: {why} (give the opptune.db of a --workdir, or the "
+                     "store.db tools/suite_on_bare_machine.sh copies out)")
+    if args.name and not args.from_db:
+        ap.error("--name goes with --from-db")
     from opptune.agent.virtual_board import make_tree
     from opptune.daemon.mpet_answer import (clock_queries, merge_answer, store_rows,
                                             write_store_csv)

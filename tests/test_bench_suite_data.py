@@ -150,3 +150,18 @@ def test_export_pools_the_stores_of_several_sessions(tmp_path):
         runs = list(csv.DictReader(fh))
     assert sorted((r["agent"], r["cores"], float(r["time_s"])) for r in runs) == [
         ("s1", "1", 1.0), ("s1", "2", 0.6), ("s2", "1", 3.0), ("s2", "2", 0.8)]
+
+
+@pytest.mark.parametrize("argv, msg", [
+    (["--from-db", "/nonexistent.db"], "--from-db /nonexistent.db: no such file"),
+    (["--from-db", "NOTDB"], "not an opptune store"),
+    (["--name", "x"], "--name goes with --from-db")])
+def test_export_refuses_what_is_no_store(tmp_path, argv, msg):
+    (tmp_path / "NOTDB").write_text("not a database\n")
+    argv = [str(tmp_path / a) if a == "NOTDB" else a for a in argv]
+    p = subprocess.run([sys.executable, str(REPO / "benchmarks/bench_suite_data.py"), *argv,
+                        "--out", str(tmp_path / "out")],
+                       capture_output=True, text=True, timeout=60, cwd=tmp_path)
+    assert p.returncode == 2 and "Traceback" not in p.stderr
+    assert msg in p.stderr.strip().splitlines()[-1]
+    assert not (tmp_path / "out").exists()
