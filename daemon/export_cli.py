@@ -54,7 +54,7 @@ def add_parsers(sub: argparse._SubParsersAction, add_link_options) -> None:
     p.add_argument("file", metavar="FILE.json", help="a pyperf JSON file (.json or .json.gz)")
     p.add_argument("--agent", required=True, help="the agent whose board measured them")
     p.add_argument("--cores", type=int, required=True, help="how many cores they ran on")
-    p.add_argument("--cpus", help="which cpus, comma-separated (default: the first --cores "
+    p.add_argument("--cpus", help="which cpus, e.g. 0,1 or 0-3 (default: the first --cores "
                                   "of the board's sweep order)")
     p.add_argument("--freq", metavar="KHZ",
                    help="the frequency they ran at, in kHz or with a unit (1.4GHz) (default: "
@@ -229,6 +229,20 @@ def load_pyperf(path: str) -> Any:
     return suite
 
 
+def cpus_arg(text: str) -> list[int]:
+    """--cpus as given: numbers and ranges ("0-3,8", as status and recommend write cpu sets),
+    in their order and with any repeat kept, so the daemon's check (as many as cores, none
+    twice) sees what the user wrote; ValueError where a part is neither."""
+    out: list[int] = []
+    for part in text.split(","):
+        lo, sep, hi = part.strip().partition("-")
+        first, last = int(lo), int(hi) if sep else int(lo)
+        if last < first:
+            raise ValueError(part)
+        out.extend(range(first, last + 1))
+    return out
+
+
 def cmd_import(args: argparse.Namespace) -> int:
     from .client import daemon_endpoint
     from .client import ask
@@ -247,10 +261,10 @@ def cmd_import(args: argparse.Namespace) -> int:
     cpus = None
     if args.cpus:
         try:
-            cpus = [int(c) for c in args.cpus.split(",")]
+            cpus = cpus_arg(args.cpus)
         except ValueError:
-            return _fail("import", f"--cpus {args.cpus!r}: give cpu numbers separated by "
-                                   "commas, e.g. 0,1", 2)
+            return _fail("import", f"--cpus {args.cpus!r}: give cpu numbers and ranges "
+                                   "separated by commas, e.g. 0,1 or 0-3,8", 2)
     freq_khz = None
     if args.freq is not None:
         try:

@@ -346,3 +346,15 @@ def test_benchmarks_are_listed_in_the_order_of_their_numbers():
     _, summary = build_suite(rows, {"p1": "board-x"})
     assert summary["names"] == [f"w/small/{n}cores@{f}MHz" for n in (1, 2, 10, 12)
                                 for f in (800, 1400)]
+
+
+def test_import_cpus_take_ranges_as_status_writes_them():
+    """Status and recommend write cpu sets as ranges ('0-3,8'): import --cpus takes them back,
+    in the order given and with a repeat kept for the daemon's check; a part that is no
+    number or range is refused."""
+    from opptune.daemon.export_cli import cpus_arg
+    assert cpus_arg("0-3,8") == [0, 1, 2, 3, 8]
+    assert cpus_arg("7, 2") == [7, 2] and cpus_arg("1,1") == [1, 1]
+    for bad in ("a", "3-1", "0-", "1,,2", ""):
+        with pytest.raises(ValueError):
+            cpus_arg(bad)
