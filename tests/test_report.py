@@ -502,3 +502,12 @@ def test_a_group_whose_runs_all_predate_a_drift_is_not_said_to_be_marked():
     assert view.model_note.startswith("no runs a fit may use: every run is marked for "
                                       "interference, throttled, or from before a drift of the "
                                       "group (of one of its clusters, for a whole-board group")
+
+
+def test_a_one_core_recommendation_reads_one_core():
+    """The report's recommendation line said '1 cores'."""
+    from opptune.daemon.report.build import _rec_text
+    rec = {"cores": 1, "cpus": [3], "freq_khz": 600000, "predicted_time_s": 2.0}
+    assert _rec_text(rec).startswith("recommended: 1 core (cpus 3) at 600 MHz, predicted 2 s")
+    assert _rec_text({**rec, "cores": 4, "cpus": [0, 1, 2, 3]}).startswith(
+        "recommended: 4 cores (cpus 0-3) at 600 MHz")

@@ -49,7 +49,9 @@ def _rec_text(r: dict[str, Any] | None) -> str:
         return "no recommendation stored for this group yet"
     freq = "the governor's frequency" if r.get("freq_khz") is None else \
         f"{r['freq_khz'] / 1000:g} MHz"
-    text = (f"recommended: {r['cores']} cores (cpus {format_cpu_list(r['cpus'])}) at {freq}, "
+    n = r["cores"]
+    text = (f"recommended: {n} core{'s' if n != 1 else ''} (cpus {format_cpu_list(r['cpus'])}) "
+            f"at {freq}, "
             f"predicted "
             f"{r['predicted_time_s']:.4g} s")
     if r.get("predicted_lower_s") is not None:
