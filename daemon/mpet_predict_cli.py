@@ -46,9 +46,11 @@ def add_predict_options(p: argparse.ArgumentParser) -> None:
                    help="edits as a JSON object {\"NAME\": VALUE, ...} (same forms as --set, "
                         "applied before them)")
     g.add_argument("--size", help="only measurements of this size class")
-    g.add_argument("--daemon", help="daemon endpoint (default: the bind address of --config)")
+    g.add_argument("--daemon", help="daemon endpoint (default: the bind address of --config; "
+                                    "without one tcp://127.0.0.1:5555)")
     g.add_argument("--config", help="daemon configuration (default /etc/opptune/daemon.toml)")
-    g.add_argument("--timeout", type=float, default=5.0, help="seconds to wait for an answer")
+    g.add_argument("--timeout", type=float, default=5.0,
+                   help="seconds to wait for an answer (default %(default)g)")
 
 
 class MpetUsage(ValueError):

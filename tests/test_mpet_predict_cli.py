@@ -279,6 +279,10 @@ def test_predict_help_describes_both_forms(capsys):
             "interval, calibrated on the target's other workloads where it can be (its level "
             "stated)") in text
     assert "Exit 1 when nothing can be predicted or the daemon does not answer" in text
+    # the link options say their defaults, as status's do
+    assert ("--daemon DAEMON daemon endpoint (default: the bind address of --config; without "
+            "one tcp://127.0.0.1:5555)") in text
+    assert "--timeout TIMEOUT seconds to wait for an answer (default 5)" in text
 
 
 def test_a_note_says_which_core_counts_every_run_was_marked_at(capsys):
