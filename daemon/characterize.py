@@ -13,7 +13,9 @@ or an import do not count, nor a job sent before the last drift of the kernel's 
 of its clusters' groups, whose cpus its runs used: its runs no longer count, ``drifted`` says
 which kernels are measured again for that reason); one with
 such a job still under way (or expired, which is resent at the agent's hello) is reported, not
-sent twice; one whose job failed is queued again. The frequency grid is chosen once from the
+sent twice; one whose last job failed, or was stopped by the agent for its timeouts (done with
+the points before the stop, the rest never run), is queued again, and ``again`` names that job
+and its reason. The frequency grid is chosen once from the
 board's description (its last hello, which the store keeps across a restart), so the line printed
 says what is measured even when nothing is queued.
 
@@ -39,7 +41,7 @@ import msgpack
 from ..shared.cpus import format_cpu_list
 from ..shared.records import DERIVED_COUNTERS
 from .errors import HandlerError
-from .jobs import ACTIVE_JOB_STATES
+from .jobs import ACTIVE_JOB_STATES, stopped_early
 from .planner import (PlanError, clocks_never_apply, cpufreq_unavailable, physical_cores,
                       plan_sweep, sweep_order)
 from .registry import board_name
@@ -101,7 +103,7 @@ def characterize(d: Daemon, args: dict[str, Any]) -> dict[str, Any]:
     why_off = clocks_never_apply(info.platform or {}, "command", board)
     off_board = set(commands) if why_off else set()
     unclocked = planned_grid(d, info.platform, opts, ("none",))[1] if off_board else planned
-    done, under_way, todo, drifted = [], [], {}, []
+    done, under_way, todo, drifted, again = [], [], {}, [], []
     for k in sorted(sizes):
         pts = unclocked if k in off_board else planned
         mine = [j for j in d.store.jobs_for(agent, k) if j["size"] == sizes[k]]
@@ -113,7 +115,7 @@ def characterize(d: Daemon, args: dict[str, Any]) -> dict[str, Any]:
         # fits and MPET's profiles leave out the runs received before the drift
         since = _drift_since(d, info.platform_id, k, sizes[k], pts)
         current = [j for j in covering if j["created"] >= since]
-        if any(j["state"] == "done" for j in current):
+        if any(_measured_all(j) for j in current):
             done.append(k)
         elif any(j["state"] in FOLLOWED for j in current):
             # only a job that measures it all is "under way" for the user (not a sweep of
@@ -121,15 +123,21 @@ def characterize(d: Daemon, args: dict[str, Any]) -> dict[str, Any]:
             under_way += [_job(j) for j in current if j["state"] in FOLLOWED]
         else:
             todo.setdefault(sizes[k], []).append(k)
-            if any(j["state"] == "done" for j in covering):
+            if any(_measured_all(j) for j in covering):
                 drifted.append(k)
+            elif current:
+                # its last job stopped early or failed: measured again, and the user is told
+                # why it was not done (a program that hangs stops again, after as many points)
+                last = current[-1]  # jobs_for lists them as created
+                again.append({"workload": k, "job_id": last["job_id"], "state": last["state"],
+                              "reason": last.get("reason")})
     queued: list[dict[str, Any]] = []
     for sz, names in sorted(todo.items()):
         queued += d.sweeps.query({"agent": agent, "workloads": names, "size": sz, **opts,
                                   "frequency_grid": grid, "per_cluster": False})["jobs"]
     return {"agent": agent, "size": size, "kernels": kernels, "commands": sorted(commands),
             "command_sizes": {c: sizes[c] for c in sorted(commands)}, "skipped": done,
-            "drifted": drifted, "under_way": under_way, "queued": queued,
+            "drifted": drifted, "again": again, "under_way": under_way, "queued": queued,
             "frequencies": frequencies_text(grid, planned, info.platform),
             "commands_at_no_clock": ({"workloads": sorted(off_board), "why": why_off}
                                      if off_board and grid != "none" else None)}
@@ -143,6 +151,11 @@ def _drift_since(d: Daemon, platform: str, workload: str, size: str,
     variants = {variant for *_, variant in planned} or {""}
     return max(d.store.drift_since(Group(platform, workload, size, v)) or 0.0
                for v in variants)
+
+
+def _measured_all(job: dict[str, Any]) -> bool:
+    """Done over every point it was sent with (not stopped early by the agent)."""
+    return job["state"] == "done" and not stopped_early(job)
 
 
 def _points(points: Any) -> set[tuple]:

@@ -40,6 +40,10 @@ def cmd_characterize(args: argparse.Namespace) -> int:
     if data.get("drifted"):  # absent from an older daemon's answer
         print(f"measured again, their runs from before a drift no longer count ('opptune "
               f"status' lists the drift): {', '.join(data['drifted'])}", file=out)
+    for j in data.get("again") or []:  # absent from an older daemon's answer
+        how = "stopped before all its points ran" if j["state"] == "done" else j["state"]
+        print(f"measured again: {j['workload']}: its last job {j['job_id']} {how}: "
+              f"{j['reason'] or 'no reason given'}", file=out)
     for j in data["under_way"]:
         print(f"under way: job {j['job_id']} {j['workload']} ({j['state']})", file=out)
     for j in data["queued"]:

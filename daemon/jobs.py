@@ -33,6 +33,12 @@ FINAL_JOB_STATES = ("done", "failed", "expired")
 UNSUCCESSFUL_JOB_STATES = ("failed", "expired")  # final; the status carries the reason
 
 
+def stopped_early(job: dict[str, Any]) -> bool:
+    """A job done with what it measured before the agent stopped it for its timeouts
+    (stop_after_timeouts): its points after the stop were never run."""
+    return job.get("state") == "done" and JOB_STOPPED in (job.get("reason") or "")
+
+
 def failure_text(errors: list[str]) -> str:
     """The causes among the distinct error texts of a job's runs, first first. The runs the
     agent skipped after a timeout ("not run: warmup 0 of this point timed out after 5 s")

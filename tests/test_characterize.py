@@ -322,6 +322,54 @@ def test_a_done_job_counts_as_characterised_only_when_it_covered_the_whole_grid(
     assert [q["workload"] for q in out["queued"]] == ["pi_integrate"]
 
 
+STOPPED = ("timed out after 5 s (at warmup 0; the rest of the point was not run); the job "
+           "stopped after 2 points in a row timed out (points 0, 1 of 12; stop_after_timeouts "
+           "= 2 in the agent's configuration): 10 of 12 points not run")
+FAILED = "every run of the job failed: workload failed with exit status 3"
+
+
+def test_a_kernel_whose_job_stopped_early_or_failed_is_measured_again_and_says_why(
+        daemon, monkeypatch, capsys):
+    """A job the agent stopped for its timeouts (stop_after_timeouts) is done with the points
+    it measured before, most of them never run; characterize counted it as covering them all
+    and skipped the kernel from then on. A kernel whose job failed was queued again without
+    a word. Both are measured again now, and the line says which job and why."""
+    import argparse
+
+    from opptune.daemon import client
+    from opptune.daemon.characterize_cli import cmd_characterize
+
+    d = daemon
+    measured(d, hello(d, KERNELS), *KERNELS)
+    first = {k: d.store.jobs_for("a", k)[0]["job_id"] for k in KERNELS}
+    d.store.set_job_state(first["triad"], "done", STOPPED)
+    d.store.set_job_state(first["pi_integrate"], "failed", FAILED)
+    monkeypatch.setattr(client, "ask", lambda cmd, ep, what, args, timeout_s: (
+        characterize(d, args), None))
+    monkeypatch.setattr(client, "daemon_endpoint", lambda args: "tcp://127.0.0.1:9")
+    args = argparse.Namespace(agent="a", size="small", reps=None, max_cores=None,
+                              no_commands=False, daemon=None, config=None, timeout=5.0,
+                              json=False, wait=False)
+    assert cmd_characterize(args) == 0
+    lines = capsys.readouterr().out.splitlines()
+    queued = {j["workload"]: j["job_id"] for j in d.store.jobs() if j["state"] != "done"
+              and j["job_id"] not in first.values()}
+    assert lines[1:] == [
+        f"measured again: pi_integrate: its last job {first['pi_integrate']} failed: {FAILED}",
+        f"measured again: triad: its last job {first['triad']} stopped before all its points "
+        f"ran: {STOPPED}",
+        f"queued: job {queued['pi_integrate']} pi_integrate (4 points x 3 reps)",
+        f"queued: job {queued['triad']} triad (4 points x 3 reps)"]
+    # the jobs sent now are followed, and once done over every point, skipped
+    out = characterize(d, {"agent": "a", "size": "small"})
+    assert sorted(j["job_id"] for j in out["under_way"]) == sorted(queued.values())
+    assert out["queued"] == [] and out["again"] == [] and out["skipped"] == []
+    for job_id in queued.values():
+        d.store.set_job_state(job_id, "done")
+    out = characterize(d, {"agent": "a", "size": "small"})
+    assert out["skipped"] == list(KERNELS) and out["queued"] == out["again"] == []
+
+
 def test_a_job_sent_before_its_groups_drift_no_longer_counts_as_characterised(daemon):
     """After a drift of triad's group the runs before it are out of its fits and profiles, but
     characterize still said triad was measured ("skipped") on its job from before: the
