@@ -202,6 +202,23 @@ def drift_text(e: dict[str, Any], names: dict[Any, str] | None = None) -> str:
     return f"drift on {_group(group, names)}: {e.get('reason')}; {then}"
 
 
+REASON_CELL = 20  # characters of a job's state and reason kept in its cell: the table keeps
+# to 120 columns with 24-character job ids and a board named "odroid-xu4 (virtual)"
+
+
+def job_state_cell(job: dict[str, Any]) -> tuple[str, str | None]:
+    """(the jobs table's state cell, the line under the table or None): a reason that takes a
+    sentence (a stopped job's made the table 240 columns wide) is printed whole under the
+    table, and its cell points there."""
+    state = str(job.get("state"))
+    reason = job.get("reason")
+    if not reason:
+        return state, None
+    if len(state) + 2 + len(str(reason)) <= REASON_CELL:
+        return f"{state}: {reason}", None
+    return f"{state}, see below", f"job {job.get('job_id')} {state}: {reason}"
+
+
 def _table(title: str, columns: tuple[str, ...]) -> Table:
     """A table whose cells wrap in a narrow terminal instead of being cut with an ellipsis:
     ids, labels and reasons are what a user copies into the next command."""
@@ -327,15 +344,18 @@ def print_status(data: dict[str, Any], console: Console | None = None,
 
     t = _table("jobs", ("job", "board", "workload", "size", "runs received/expected",
                         "state"))
+    below = []
     for j in data.get("jobs", []):
-        state = str(j.get("state"))
-        if j.get("reason"):
-            state += f": {j['reason']}"
+        state, line = job_state_cell(j)
+        if line:
+            below.append(line)
         t.add_row(str(j.get("job_id")), str(j.get("board") or boards.get(j.get("agent"))
                                             or j.get("agent")),
                   str(j.get("workload")), _fmt(j.get("size")),
                   f"{j.get('received')}/{j.get('expected')}", state)
     _print_table(console, t)
+    for line in below:
+        console.print(line, markup=False, soft_wrap=True)
     more("jobs")
 
     t = _table("fits", ("group", "model", "parameters", "MAPE %", "runners-up"))

@@ -255,6 +255,40 @@ def test_an_agent_online_through_another_daemon_says_where():
         "no; online through tcp://d1:5555"
 
 
+def test_a_jobs_long_reason_goes_under_the_table_which_keeps_to_120_columns():
+    """The reason of a job the agent stopped for its timeouts (stop_after_timeouts) filled
+    the state cell: the jobs table was 328 columns wide on a pipe, and on a 120-column
+    terminal the cell folded into 12 lines and the job ids were cut in two. The cell says
+    'done, see below' and the whole reason is one line under the table; a short one stays."""
+    from rich.console import Console
+
+    from opptune.daemon.console import UNBOUNDED_WIDTH
+    from opptune.daemon.status_view import print_status
+    reason = ("timed out after 600 s (at warmup 0; the rest of the point was not run); the "
+              "job stopped after 2 points in a row timed out (points 0, 1 of 12; "
+              "stop_after_timeouts = 2 in the agent's configuration): 10 of 12 points not run")
+    job = {"agent": "xu4", "board": "odroid-xu4 (virtual)", "workload": "pi_integrate",
+           "size": "small", "expected": 24, "received": 24}
+    data = {"daemon": {}, "agents": [], "runs": [], "fits": [], "recommendations": [],
+            "jobs": [{**job, "job_id": "job-75be4d9ff3f14b5283aa", "state": "done",
+                      "reason": reason},
+                     {**job, "job_id": "job-58ad30cf9a02462a90fd", "state": "failed",
+                      "reason": "no answer"}]}
+    for width in (UNBOUNDED_WIDTH, 120):
+        console = Console(record=True, width=width)
+        print_status(data, console)
+        lines = console.export_text().splitlines()
+        start = next(i for i, ln in enumerate(lines) if ln.strip() == "jobs")
+        end = next(i for i, ln in enumerate(lines) if ln.startswith("\u2514"))
+        table = lines[start:end + 1]
+        assert max(map(len, table)) <= 120, table
+        assert len(table) == 7, table  # title, header (3 lines), 2 rows, bottom: none folded
+        assert "job-75be4d9ff3f14b5283aa" in table[4] and "done, see below" in table[4]
+        assert "failed: no answer" in table[5]
+        assert lines[end + 1] == f"job job-75be4d9ff3f14b5283aa done: {reason}"
+        assert lines[end + 2] == "fits: none"
+
+
 def _jobs(n: int) -> list[dict]:
     return [{"job_id": f"job-{i}", "agent": "a1", "board": "b", "workload": "w", "size": "s",
              "expected": 2, "received": 2, "state": "done", "reason": None} for i in range(n)]
