@@ -49,6 +49,8 @@ CONFIG_WARMUP = 1  # one unrecorded run before verifying, as sweeps do
 
 
 POINT_STATE = "adaptive-point.json"  # in state_dir: the values of the adaptive point under way
+# in state_dir: the job's points in a row, up to the last, with a run that timed out
+TIMEOUTS_STATE = "timed-out-points.json"
 
 
 class Refused(ValueError):
@@ -273,8 +275,14 @@ class Executor:
         seq = job["next_seq"]
         if seq:
             log.info("resuming job %s at run %d of %d", job_id, seq, total)
-        timed_out: list[int] = []  # the points in a row, up to the last, with a run timed out
+        # the points in a row, up to the last, with a run timed out: kept in state_dir, so a
+        # restart between them, or while the lines of a stop are written, still stops the job
+        timed_out = self._load_timeouts(job_id) if seq else []
+        limit = self.limits.stop_after_timeouts
         while seq < total:
+            if limit and len(timed_out) >= limit:
+                self._stop_job(job_id, body, total, seq, timed_out)
+                break
             idx, first_rep = divmod(seq, reps)
             pt = points[idx]
             spec = self._spec(body, pt)
@@ -286,12 +294,14 @@ class Executor:
             else:
                 self._run_fixed(job_id, total, reps, warmup, idx, first_rep, spec)
             seq = (idx + 1) * reps
+            if idx in timed_out:  # resumed after the point's last result: counted before
+                continue
+            was = timed_out
             timed_out = timed_out + [idx] if self._timed_out else []
-            limit = self.limits.stop_after_timeouts
-            if limit and len(timed_out) >= limit and seq < total:
-                self._stop_job(job_id, body, total, idx + 1, timed_out)
-                break
+            if timed_out or was:
+                self._keep_timeouts(job_id, timed_out)
         self._drop_point_state()
+        self._keep_timeouts(job_id, [])
         self.durably(lambda: self.outbox.finish_job(job_id))
         log.info("job %s done (%d runs)", job_id, total)
 
@@ -300,25 +310,26 @@ class Executor:
         return RunSpec(body["workload"], body["size"], list(pt["cpus"]), pt["threads"],
                        pt.get("freq_khz"), variant=str(pt.get("variant", "")))
 
-    def _stop_job(self, job_id: str, body: dict[str, Any], total: int, first: int,
+    def _stop_job(self, job_id: str, body: dict[str, Any], total: int, seq: int,
                   timed_out: list[int]) -> None:
-        """Record every run of points ``first``.. not run: the points ``timed_out`` (in a
-        row) each had a run that timed out, and a program that hangs would wait
-        run_timeout_s at each point left. Every seq gets its record, so the job completes
-        and the daemon gives the reason."""
+        """Record every run from ``seq`` on not run: the points ``timed_out`` (in a row) each
+        had a run that timed out, and a program that hangs would wait run_timeout_s at each
+        point left. Every seq gets its record, so the job completes and the daemon gives the
+        reason (the same text after a restart part-way: it counts from the last of
+        ``timed_out``, not from ``seq``)."""
         points, reps = body["points"], body["reps"]
         n = self.limits.stop_after_timeouts
+        first = timed_out[-1] + 1
         left = len(points) - first
         why = (f"{NOT_RUN}{JOB_STOPPED}{n} points in a row timed out (points "
                f"{', '.join(str(i) for i in timed_out[-n:])} of {len(points)}; "
                f"stop_after_timeouts = {n} in the agent's configuration): {left} of "
                f"{len(points)} points not run")
         log.warning("job %s: %s", job_id, why[len(NOT_RUN):])
-        for idx in range(first, len(points)):
-            spec = self._spec(body, points[idx])
-            for rep in range(reps):
-                self._store_result(job_id, total, idx * reps + rep,
-                                   self.runner.failed_record(spec, rep, why))
+        for s in range(seq, total):
+            idx, rep = divmod(s, reps)
+            self._store_result(job_id, total, s, self.runner.failed_record(
+                self._spec(body, points[idx]), rep, why))
 
     def _store_result(self, job_id: str, total: int, s: int, rec: RunRecord) -> None:
         if rec.error == self.runner.timeout_text:
@@ -409,6 +420,41 @@ class Executor:
                 json.dump({"job_id": job_id, "index": idx,
                            "runs": {str(r): list(v) for r, v in runs.items()}}, fh)
             os.replace(path + ".tmp", path)
+        except OSError as exc:
+            log.warning("cannot write %s: %s", path, exc)
+
+    def _load_timeouts(self, job_id: str) -> list[int]:
+        """The points in a row with a run timed out that an earlier life of the agent kept
+        for ``job_id``; empty for another job or none."""
+        if not self.state_dir:
+            return []
+        path = os.path.join(self.state_dir, TIMEOUTS_STATE)
+        try:
+            with open(path) as fh:
+                saved = json.load(fh)
+            if saved.get("job_id") == job_id:
+                return [int(i) for i in saved["points"]]
+        except FileNotFoundError:
+            pass
+        except (OSError, ValueError, TypeError, KeyError, AttributeError) as exc:
+            # the count starts again: at most stop_after_timeouts more points time out
+            log.warning("cannot read %s: %s", path, exc)
+        return []
+
+    def _keep_timeouts(self, job_id: str, timed_out: list[int]) -> None:
+        """Keep ``timed_out`` for a restart; an empty list removes the file."""
+        if not self.state_dir:
+            return
+        path = os.path.join(self.state_dir, TIMEOUTS_STATE)
+        try:
+            if not timed_out:
+                os.unlink(path)
+                return
+            with open(path + ".tmp", "w") as fh:
+                json.dump({"job_id": job_id, "points": timed_out}, fh)
+            os.replace(path + ".tmp", path)
+        except FileNotFoundError:
+            pass
         except OSError as exc:
             log.warning("cannot write %s: %s", path, exc)
 

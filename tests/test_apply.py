@@ -276,3 +276,58 @@ def test_a_job_stops_after_points_in_a_row_timed_out(tmp_path, stop_after):
     else:
         assert starts.read_text().split() == ["1", "1", "1", "2", "3", "4", "5"]
         assert [r.error for r in recs[2:]] == timed_out * 4
+
+
+class _Killed(BaseException):
+    """The agent killed (SIGKILL) where it is raised: nothing after it runs."""
+
+
+def test_a_stop_survives_a_restart_while_its_not_run_lines_are_written(tmp_path):
+    """The agent killed after the first of the 'not run' lines of a stopped job was stored
+    started again without memory of the stop (its count of points timed out in a row began
+    at 0) and ran the points left, each waiting run_timeout_s. The count is kept in the
+    state directory: after the restart the stop's lines are written on from where they
+    stopped, with the same text, each seq once, and nothing more is started."""
+    from opptune.agent.apply import JobLimits
+    starts = tmp_path / "starts"
+    cfg = AgentConfig(agent_id="a1", bench_kernels=[], state_dir=str(tmp_path),
+                      stop_after_timeouts=2, workloads=[CommandWorkload(
+                          "hangs", ["sh", "-c", f"echo {{threads}} >> {starts}; test "
+                                    "{threads} -lt 2 && echo '{\"time_s\": 0.01}' && exit 0; "
+                                    "exec sleep 30"])])
+    platform = discover(cfg)
+    wl = Workloads(cfg, catalogue={})
+    cpus = platform["cpus_online"][:1]
+    body = {"job_id": "j1", "workload": "hangs", "size": "default", "reps": 2, "warmup": 1,
+            "points": [{"cpus": cpus, "threads": t} for t in range(1, 6)]}
+
+    def executor(ob):
+        return Executor("a1", platform, wl, Runner(wl, platform["id"], timeout_s=1.0), ob,
+                        send=[].append, state_dir=str(tmp_path), limits=JobLimits.of(cfg))
+
+    ob = Outbox(str(tmp_path))
+    assert ob.save_job("j1", body)
+    stored = ob.add_result
+
+    def dies_at_the_second_stop_line(job_id, seq, msg):
+        if "the job stopped after" in str(msg["body"]["record"].get("error")) and seq == 7:
+            raise _Killed
+        return stored(job_id, seq, msg)
+    ob.add_result = dies_at_the_second_stop_line
+    with pytest.raises(_Killed):
+        executor(ob).run_job("j1")
+    ob.close()
+    assert starts.read_text().split() == ["1", "1", "1", "2", "3"]
+
+    ob = Outbox(str(tmp_path))  # the agent's next start
+    assert ob.job("j1")["next_seq"] == 7
+    executor(ob).run_job("j1")
+    recs = [P.decode(d)["body"] for _, d in ob.pending()]
+    assert ob.job("j1")["done"]
+    ob.close()
+    assert starts.read_text().split() == ["1", "1", "1", "2", "3"]  # nothing run again
+    assert [r["seq"] for r in recs] == list(range(10))
+    assert [r["record"]["error"] for r in recs[6:]] == [
+        "not run: the job stopped after 2 points in a row timed out (points 1, 2 of 5; "
+        "stop_after_timeouts = 2 in the agent's configuration): 2 of 5 points not run"] * 4
+    assert not os.path.exists(tmp_path / "timed-out-points.json")
