@@ -172,6 +172,17 @@ class Session:
                 "verification": self.verification, "accept_load": self.accept_load}
 
 
+def open_row(r: dict[str, Any]) -> dict[str, Any]:
+    """An open session's line in ``opptune status`` (``tunes``) from its stored record."""
+    segs = r.get("segments") or []
+    budgets = [g.get("budget") for g in segs]
+    return {"tune_id": r["tune_id"], "agent": r["agent"], "workload": r["workload"],
+            "size": r["size"], "goal_text": Goal.from_dict(r["goal"]).describe(),
+            "state": r["state"], "measured": sum(g.get("measured") or 0 for g in segs),
+            "budget": sum(budgets) if budgets and all(budgets) else None,
+            "started": r["started"], "updated": r["updated"]}
+
+
 def segment_grid(platform: dict[str, Any], order: list[int], max_cores: int | None) -> Grid:
     """Every (cores, frequency) the cpus of ``order`` offer (cores only without cpufreq)."""
     table = offered_frequencies(platform, order) or []
@@ -375,6 +386,19 @@ class Tuner:
                  f", budget {budget}" if budget else "")
         self._next(s)
         return s.view(now)
+
+    def open_sessions(self, agent: str | None = None) -> list[dict[str, Any]]:
+        """The open sessions in the store (of every daemon sharing it), oldest first, as
+        :func:`open_row` gives them; ``agent``: only that agent's."""
+        out = []
+        for r in self.d.store.open_tune_sessions():
+            if agent is None or r.get("agent") == agent:
+                try:
+                    out.append(open_row(r))
+                except (KeyError, TypeError, ValueError) as exc:  # one bad row, not the page
+                    log.error("tune %s: stored session unreadable (%s); not listed",
+                              r.get("tune_id"), exc)
+        return out
 
     def status(self, args: dict[str, Any]) -> dict[str, Any]:
         tune_id = args.get("tune_id")

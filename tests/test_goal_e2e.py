@@ -240,7 +240,7 @@ def test_ctrl_c_stops_following_and_says_what_goes_on_in_the_daemon(tmp_path):
                   "--objective", "energy", "--no-progress"], "small",
                  r"opptune tune: stopped following tune-\w+; the session goes on in the daemon "
                  r"\(it measures, recommends and applies on its own\); 'opptune status' "
-                 r"follows it"),
+                 r"lists it under 'tune sessions \(open\)' until it ends"),
                 (["sweep", "--agent", "test-agent", "--size", "large", "--wait"], "large",
                  r"opptune sweep: stopped waiting; the jobs go on in the daemon: job-\w+; "
                  r"'opptune status' follows them")):
@@ -255,5 +255,18 @@ def test_ctrl_c_stops_following_and_says_what_goes_on_in_the_daemon(tmp_path):
             assert proc.returncode == 130, out + err
             assert "Traceback" not in err
             assert re.search(needle, " ".join(err.split())), err
+            if argv[0] == "tune":
+                # what the message says is so: status lists the session it names
+                tune_id = re.search(r"tune-\w+", err).group(0)
+                p = opptune("status", "--daemon", c.endpoint, cwd=tmp_path)
+                assert p.returncode == 0, p.stdout + p.stderr
+                table = p.stdout.split("tune sessions (open)")[1]
+                assert tune_id in table and "pi_integrate (small)" in table, p.stdout
+                p = opptune("status", "--daemon", c.endpoint, "--json", cwd=tmp_path)
+                tunes = json.loads(p.stdout)["tunes"]
+                assert [t["tune_id"] for t in tunes] == [tune_id]
+                assert tunes[0]["agent"] == "test-agent" and tunes[0]["state"] in (
+                    "measuring", "verifying")
     finally:
         c.stop()
+
