@@ -319,7 +319,8 @@ def add_parsers(sub: Any, link_options: Any) -> None:
                                    "in the daemon: interrupting this command does not stop it; "
                                    "in a fleet, it is followed through another daemon when "
                                    "this one stops answering; 'opptune status' lists the "
-                                   "open sessions. "
+                                   "open sessions. One session per agent at a time (one "
+                                   "board, one set of clocks): a second is refused. "
                                    "When no configuration meets --deadline / --power-cap it "
                                    "shows the closest, applies nothing and exits 3.")
     link_options(p)

@@ -270,3 +270,40 @@ def test_ctrl_c_stops_following_and_says_what_goes_on_in_the_daemon(tmp_path):
     finally:
         c.stop()
 
+
+def test_a_second_tune_of_one_agent_is_refused_naming_the_open_one(tmp_path):
+    # two sessions on one board each set its cores and clocks under the other's runs: the
+    # second was started all the same. The rule is per agent (one board, one clock), so
+    # another workload is refused too
+    c = start(tmp_path)
+    try:
+        first = subprocess.Popen([OPPTUNE, "tune", "--daemon", c.endpoint, "--agent",
+                                  "test-agent", "--workload", "pi_integrate", "--objective",
+                                  "energy", "--no-progress"], stdout=subprocess.PIPE,
+                                 stderr=subprocess.PIPE, text=True, cwd=tmp_path)
+        c.wait_for(lambda s: bool(s["jobs"]), 60, "the tune session's first job")
+        tunes = json.loads(opptune("status", "--daemon", c.endpoint, "--json",
+                                   cwd=tmp_path).stdout)["tunes"]
+        assert len(tunes) == 1, tunes
+        p = opptune("tune", "--daemon", c.endpoint, "--agent", "test-agent", "--workload",
+                    "triad", "--objective", "time", cwd=tmp_path)
+        one_line(p, 1, f"agent 'test-agent' has a tune session open: {tunes[0]['tune_id']} "
+                       "(pi_integrate (small), ", " UTC)", "'opptune status' shows it",
+                 "agent_timeout_s")
+        p = opptune("tune", "--daemon", c.endpoint, "--agent", "test-agent", "--workload",
+                    "pi_integrate", "--objective", "time", "--json", cwd=tmp_path)
+        one_line(p, 1, tunes[0]["tune_id"])
+        # the first goes on to its end, untouched by the refusals; then a tune is taken again
+        out, err = first.communicate(timeout=240)
+        assert first.returncode == 0, out + err + c.logs()
+        assert json.loads(opptune("status", "--daemon", c.endpoint, "--json",
+                                  cwd=tmp_path).stdout)["tunes"] == []
+        p = opptune("tune", "--daemon", c.endpoint, "--agent", "test-agent", "--workload",
+                    "triad", "--objective", "time", "--cluster", "1", "--budget", "3",
+                    "--no-progress", cwd=tmp_path)
+        assert p.returncode == 0, p.stdout + p.stderr
+    finally:
+        if first.poll() is None:
+            first.kill()
+            first.communicate()
+        c.stop()
