@@ -195,7 +195,8 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("status", help="agents, workloads, runs, fits and recommendations of a "
                                       "running daemon",
                        description="What a running daemon knows: its agents and boards, runs, "
-                                   "jobs, fits, recommendations, drift and re-measurements. "
+                                   "jobs, fits, recommendations, drift, re-measurements "
+                                   "and open tune sessions. "
                                    "Each table shows at most --limit rows (the ones that need "
                                    "a look: offline agents, unfinished and newest jobs, newest "
                                    "fits and recommendations) and says how many more there "

@@ -318,7 +318,9 @@ def add_parsers(sub: Any, link_options: Any) -> None:
                                    "and has the agent apply and verify it. The session lives "
                                    "in the daemon: interrupting this command does not stop it; "
                                    "in a fleet, it is followed through another daemon when "
-                                   "this one stops answering. "
+                                   "this one stops answering; 'opptune status' lists the "
+                                   "open sessions. One session per agent at a time (one "
+                                   "board, one set of clocks): a second is refused. "
                                    "When no configuration meets --deadline / --power-cap it "
                                    "shows the closest, applies nothing and exits 3.")
     link_options(p)
@@ -351,7 +353,7 @@ def cmd_tune(args: argparse.Namespace) -> int:
         # applies a configuration to the board
         print(f"opptune tune: stopped following {session['tune_id']}; the session goes on in "
               "the daemon (it measures, recommends and applies on its own); 'opptune status' "
-              "follows it", file=sys.stderr)
+              "lists it under 'tune sessions (open)' until it ends", file=sys.stderr)
         raise
     if final is None:
         return 1

@@ -26,7 +26,7 @@ if TYPE_CHECKING:
 
 # the lists a page cuts, in the reply's order (``page.total`` has one count for each)
 SECTIONS = ("agents", "platforms", "workloads", "runs", "jobs", "fits", "fit_errors",
-            "recommendations", "drift", "remeasure")
+            "recommendations", "drift", "remeasure", "tunes")
 MAX_JOB_IDS = 4096  # a sweep --wait follows one job per workload and clock of one board
 MAX_LIMIT = 2**31 - 1
 
@@ -161,6 +161,12 @@ def status(d: Daemon, args: dict[str, Any] | None = None, bases: bool = True
         total["remeasure"] = len(remeasure)
         remeasure = remeasure[:page.limit]
 
+    tunes: list[dict[str, Any]] = []
+    if want("tunes"):
+        tunes = d.tuning.open_sessions(page.agent)
+        total["tunes"] = len(tunes)
+        tunes = tunes[:page.limit]
+
     return {
         "daemon": _daemon_row(d, now),
         "agents": agents,
@@ -176,6 +182,8 @@ def status(d: Daemon, args: dict[str, Any] | None = None, bases: bool = True
         "drift": drift,
         # marked points waiting to be measured again, being measured, or never clean
         "remeasure": remeasure,
+        # open tune sessions (opptune tune), oldest first
+        "tunes": tunes,
         # what was asked, and each list's rows in all (null: a list not asked for)
         "page": {"limit": page.limit, "agent": page.agent, "total": total},
     }

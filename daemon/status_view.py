@@ -265,7 +265,7 @@ def more_text(key: str, shown: int, total: int, agent: str | None) -> str | None
     return f"{total - shown} more of {total} {_NAMES.get(key, key)}: opptune status {how}"
 
 
-_NAMES = {"runs": "rows of runs", "fit_errors": "fit errors", "remeasure": "re-measurements",
+_NAMES = {"tunes": "open tune sessions", "runs": "rows of runs", "fit_errors": "fit errors", "remeasure": "re-measurements",
           "drift": "drift events"}
 
 
@@ -357,6 +357,22 @@ def print_status(data: dict[str, Any], console: Console | None = None,
     for line in below:
         console.print(line, markup=False, soft_wrap=True)
     more("jobs")
+
+    tunes, total = rows_of(data, "tunes", limit)
+    if tunes:  # open sessions only, and only when there are any (a daemon before them: none)
+        t = _table("tune sessions (open)", ("session", "agent", "workload", "goal", "state",
+                                            "measured", "since"))
+        for r in tunes:
+            t.add_row(str(r.get("tune_id")), str(r.get("agent")),
+                      f"{r.get('workload')} ({r.get('size')})", str(r.get("goal_text")),
+                      str(r.get("state")), _fmt(r.get("measured"))
+                      + (f" of {r['budget']} (budget)" if r.get("budget") else ""),
+                      time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(r["started"]))
+                      if isinstance(r.get("started"), (int, float)) else "-")
+        _print_table(console, t)
+        line = more_text("tunes", len(tunes), total, agent)
+        if line:
+            console.print(line, markup=False, soft_wrap=True)
 
     t = _table("fits", ("group", "model", "parameters", "MAPE %", "runners-up"))
     for f in data.get("fits", []):

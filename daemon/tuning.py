@@ -172,6 +172,25 @@ class Session:
                 "verification": self.verification, "accept_load": self.accept_load}
 
 
+def open_row(r: dict[str, Any]) -> dict[str, Any]:
+    """An open session's line in ``opptune status`` (``tunes``) from its stored record."""
+    segs = r.get("segments") or []
+    budgets = [g.get("budget") for g in segs]
+    return {"tune_id": r["tune_id"], "agent": r["agent"], "workload": r["workload"],
+            "size": r["size"], "goal_text": Goal.from_dict(r["goal"]).describe(),
+            "state": r["state"], "measured": sum(g.get("measured") or 0 for g in segs),
+            "budget": sum(budgets) if budgets and all(budgets) else None,
+            "started": r["started"], "updated": r["updated"]}
+
+
+def open_text(row: dict[str, Any]) -> str:
+    """'tune-... (triad (small), measuring, 3 measured, since 2026-11-27 10:15:02 UTC)'."""
+    since = time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime(row["started"]))
+    return (f"{row['tune_id']} ({row['workload']} ({row['size']}), {row['state']}, "
+            f"{row['measured']} configuration{'s' if row['measured'] != 1 else ''} measured, "
+            f"since {since})")
+
+
 def segment_grid(platform: dict[str, Any], order: list[int], max_cores: int | None) -> Grid:
     """Every (cores, frequency) the cpus of ``order`` offer (cores only without cpufreq)."""
     table = offered_frequencies(platform, order) or []
@@ -364,6 +383,7 @@ class Tuner:
                                   else "cores") + f"): give --budget {least} or more"
                                + (", or tune one cluster (--cluster)" if len(parts) > 1
                                   else ""))
+        self._refuse_second(agent)  # last: what was asked wrong is said first
         now = time.time()
         s = Session("tune-" + uuid.uuid4().hex[:16], agent, workload, size, goal, segments,
                     ints["reps"] or d.config.sweep.reps, d.config.sweep.warmup, cluster,
@@ -375,6 +395,36 @@ class Tuner:
                  f", budget {budget}" if budget else "")
         self._next(s)
         return s.view(now)
+
+    def _refuse_second(self, agent: str) -> None:
+        """Refuse a session where ``agent`` has one open: the board has one set of clocks and
+        cores, and two sessions would each measure under the other's settings. The rule is
+        per agent, not per workload, for that reason. This daemon holds every open session
+        of an agent connected to it (taken up at its hello), so memory answers."""
+        s = next((s for s in self.sessions.values()
+                  if s.agent == agent and s.state not in FINAL and not s.taken), None)
+        if s is None:
+            return
+        raise HandlerError("tune_open", f"agent '{agent}' has a tune session open: "
+                           f"{open_text(open_row(s.record()))}; a second one would fight it "
+                           "over the board's cores and clocks. 'opptune status' shows it; no "
+                           "command stops it: it ends once it has applied and verified a "
+                           "configuration (or found none that meets its goal), or fails when "
+                           f"the agent is silent for agent_timeout_s "
+                           f"({self.d.config.agent_timeout_s:g} s); tune again then")
+
+    def open_sessions(self, agent: str | None = None) -> list[dict[str, Any]]:
+        """The open sessions in the store (of every daemon sharing it), oldest first, as
+        :func:`open_row` gives them; ``agent``: only that agent's."""
+        out = []
+        for r in self.d.store.open_tune_sessions():
+            if agent is None or r.get("agent") == agent:
+                try:
+                    out.append(open_row(r))
+                except (KeyError, TypeError, ValueError) as exc:  # one bad row, not the page
+                    log.error("tune %s: stored session unreadable (%s); not listed",
+                              r.get("tune_id"), exc)
+        return out
 
     def status(self, args: dict[str, Any]) -> dict[str, Any]:
         tune_id = args.get("tune_id")

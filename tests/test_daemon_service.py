@@ -265,7 +265,8 @@ def test_status_structure_and_sweep_query(daemon):
     a.expect("ack")
     st = query(op, "status")
     assert set(st) == {"daemon", "agents", "platforms", "workloads", "runs", "jobs", "fits",
-                       "fit_errors", "recommendations", "drift", "remeasure", "page"}
+                       "fit_errors", "recommendations", "drift", "remeasure", "tunes",
+                       "page"}
     assert st["page"]["limit"] is None and st["page"]["total"]["jobs"] == 3  # every row
     assert st["drift"] == [] and st["remeasure"] == []
     assert st["daemon"]["instance"] == daemon.instance

@@ -240,7 +240,7 @@ def test_ctrl_c_stops_following_and_says_what_goes_on_in_the_daemon(tmp_path):
                   "--objective", "energy", "--no-progress"], "small",
                  r"opptune tune: stopped following tune-\w+; the session goes on in the daemon "
                  r"\(it measures, recommends and applies on its own\); 'opptune status' "
-                 r"follows it"),
+                 r"lists it under 'tune sessions \(open\)' until it ends"),
                 (["sweep", "--agent", "test-agent", "--size", "large", "--wait"], "large",
                  r"opptune sweep: stopped waiting; the jobs go on in the daemon: job-\w+; "
                  r"'opptune status' follows them")):
@@ -255,5 +255,55 @@ def test_ctrl_c_stops_following_and_says_what_goes_on_in_the_daemon(tmp_path):
             assert proc.returncode == 130, out + err
             assert "Traceback" not in err
             assert re.search(needle, " ".join(err.split())), err
+            if argv[0] == "tune":
+                # what the message says is so: status lists the session it names
+                tune_id = re.search(r"tune-\w+", err).group(0)
+                p = opptune("status", "--daemon", c.endpoint, cwd=tmp_path)
+                assert p.returncode == 0, p.stdout + p.stderr
+                table = p.stdout.split("tune sessions (open)")[1]
+                assert tune_id in table and "pi_integrate (small)" in table, p.stdout
+                p = opptune("status", "--daemon", c.endpoint, "--json", cwd=tmp_path)
+                tunes = json.loads(p.stdout)["tunes"]
+                assert [t["tune_id"] for t in tunes] == [tune_id]
+                assert tunes[0]["agent"] == "test-agent" and tunes[0]["state"] in (
+                    "measuring", "verifying")
     finally:
+        c.stop()
+
+
+def test_a_second_tune_of_one_agent_is_refused_naming_the_open_one(tmp_path):
+    # two sessions on one board each set its cores and clocks under the other's runs: the
+    # second was started all the same. The rule is per agent (one board, one clock), so
+    # another workload is refused too
+    c = start(tmp_path)
+    try:
+        first = subprocess.Popen([OPPTUNE, "tune", "--daemon", c.endpoint, "--agent",
+                                  "test-agent", "--workload", "pi_integrate", "--objective",
+                                  "energy", "--no-progress"], stdout=subprocess.PIPE,
+                                 stderr=subprocess.PIPE, text=True, cwd=tmp_path)
+        c.wait_for(lambda s: bool(s["jobs"]), 60, "the tune session's first job")
+        tunes = json.loads(opptune("status", "--daemon", c.endpoint, "--json",
+                                   cwd=tmp_path).stdout)["tunes"]
+        assert len(tunes) == 1, tunes
+        p = opptune("tune", "--daemon", c.endpoint, "--agent", "test-agent", "--workload",
+                    "triad", "--objective", "time", cwd=tmp_path)
+        one_line(p, 1, f"agent 'test-agent' has a tune session open: {tunes[0]['tune_id']} "
+                       "(pi_integrate (small), ", " UTC)", "'opptune status' shows it",
+                 "agent_timeout_s")
+        p = opptune("tune", "--daemon", c.endpoint, "--agent", "test-agent", "--workload",
+                    "pi_integrate", "--objective", "time", "--json", cwd=tmp_path)
+        one_line(p, 1, tunes[0]["tune_id"])
+        # the first goes on to its end, untouched by the refusals; then a tune is taken again
+        out, err = first.communicate(timeout=240)
+        assert first.returncode == 0, out + err + c.logs()
+        assert json.loads(opptune("status", "--daemon", c.endpoint, "--json",
+                                  cwd=tmp_path).stdout)["tunes"] == []
+        p = opptune("tune", "--daemon", c.endpoint, "--agent", "test-agent", "--workload",
+                    "triad", "--objective", "time", "--cluster", "1", "--budget", "3",
+                    "--no-progress", cwd=tmp_path)
+        assert p.returncode == 0, p.stdout + p.stderr
+    finally:
+        if first.poll() is None:
+            first.kill()
+            first.communicate()
         c.stop()

@@ -22,7 +22,7 @@ from opptune.shared.records import RunRecord
 
 OPPTUNE = str(Path(sys.executable).parent / "opptune")
 LISTS = ("agents", "platforms", "workloads", "runs", "jobs", "fits", "fit_errors",
-         "recommendations", "drift", "remeasure")
+         "recommendations", "drift", "remeasure", "tunes")
 
 
 def fill(db: Path, agents: dict[str, int]) -> None:
@@ -77,6 +77,35 @@ def test_a_client_that_sends_no_arguments_gets_every_row(daemon):
                                                              for i in range(3)}
     assert st["page"] == {"limit": None, "agent": None,
                           "total": {k: len(st[k]) for k in LISTS}}
+
+
+def test_open_tune_sessions_are_listed_by_agent_and_cut_by_the_limit(daemon):
+    # 'opptune tune' interrupted said "'opptune status' follows it", and status had no word of
+    # tune sessions
+    from opptune.daemon.objectives import Goal
+    from opptune.daemon.tuning import Segment, Session
+    from opptune.daemon.sampling import Grid
+    seg = Segment("", [0, 1], Grid([1, 2], None), 4, 3)
+    for tid, agent, state, started in (("tune-1", "a1", "measuring", 10.0),
+                                       ("tune-2", "a2", "verifying", 11.0),
+                                       ("tune-3", "a1", "done", 12.0)):
+        daemon.store.save_tune_session(Session(tid, agent, "w0", "small", Goal("edp"), [seg],
+                                               2, 0, None, None, started, state=state,
+                                               updated=started).record())
+    st = answer(daemon, "status", {})
+    assert st["tunes"] == [
+        {"tune_id": "tune-1", "agent": "a1", "workload": "w0", "size": "small",
+         "goal_text": Goal("edp").describe(), "state": "measuring", "measured": 3,
+         "budget": 4, "started": 10.0, "updated": 10.0},
+        {"tune_id": "tune-2", "agent": "a2", "workload": "w0", "size": "small",
+         "goal_text": Goal("edp").describe(), "state": "verifying", "measured": 3,
+         "budget": 4, "started": 11.0, "updated": 11.0}]
+    assert [t["tune_id"] for t in answer(daemon, "status", {"agent": "a2"})["tunes"]] == \
+        ["tune-2"]
+    st = answer(daemon, "status", {"limit": 1})
+    assert [t["tune_id"] for t in st["tunes"]] == ["tune-1"] and \
+        st["page"]["total"]["tunes"] == 2
+    assert answer(daemon, "status", {"only": ["jobs"]})["tunes"] == []
 
 
 def test_a_page_cuts_every_list_and_counts_what_it_left_out(daemon):

@@ -195,6 +195,34 @@ def test_a_new_daemons_status_says_none_instead_of_empty_tables():
     assert "runs: none" not in text and "┃ agent ┃ workload ┃ input ┃ runs ┃ marked ┃" in text
 
 
+def test_open_tune_sessions_are_a_table_after_the_jobs_and_only_while_there_are_any():
+    import time
+
+    from rich.console import Console
+
+    from opptune.daemon.status_view import print_status
+    row = {"tune_id": "tune-4f1c", "agent": "xu4", "workload": "triad", "size": "small",
+           "goal_text": "minimum energy", "state": "measuring", "measured": 3, "budget": 8,
+           "started": 1800000000.0, "updated": 1800000005.0}
+    data = {"daemon": {}, "agents": [], "runs": [], "jobs": [], "fits": [],
+            "recommendations": [], "tunes": [row, {**row, "tune_id": "tune-77aa"}],
+            "page": {"total": {"tunes": 3}}}
+    con = Console(record=True, width=200)
+    print_status(data, con, limit=2)
+    text = con.export_text()
+    since = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(1800000000.0))
+    assert text.index("jobs: none") < text.index("tune sessions (open)") < \
+        text.index("fits: none")
+    assert any(all(w in line for w in ("tune-4f1c", "xu4", "triad (small)", "minimum energy",
+                                       "measuring", "3 of 8 (budget)", since))
+               for line in text.splitlines()), text
+    assert "1 more of 3 open tune sessions: opptune status --all" in text
+    data["tunes"] = []
+    con = Console(record=True, width=200)
+    print_status(data, con)
+    assert "tune" not in con.export_text()
+
+
 def _piped_status(capsys) -> str:
     from opptune.daemon.status_view import print_status
     print_status({"daemon": {}, "platforms": {"p1": {
