@@ -21,7 +21,10 @@ def cmd_characterize(args: argparse.Namespace) -> int:
     if args.no_commands:
         q["commands"] = False
     endpoint = daemon_endpoint(args)
-    data, rc = ask("opptune characterize", endpoint, "characterize", q, timeout_s=args.timeout)
+    data, rc = ask("opptune characterize", endpoint, "characterize", q, timeout_s=args.timeout,
+                   changes=f"'opptune status --agent {args.agent}' lists the jobs it queued; "
+                           "running this again is safe (it skips what is measured or under "
+                           "way)")
     if rc is not None:
         return rc
     out = sys.stderr if args.json else sys.stdout

@@ -39,7 +39,9 @@ def cmd_keys(args: argparse.Namespace) -> int:
     q = {"action": args.action} if args.action == "list" else {"action": args.action,
                                                               "id": args.id}
     data, rc = ask(f"opptune keys {args.action}", daemon_endpoint(args), "keys", q,
-                   timeout_s=args.timeout)
+                   timeout_s=args.timeout,
+                   changes=None if args.action == "list" else
+                   "'opptune keys list' shows the key's state; running this again is safe")
     if rc is not None:
         return rc
     if args.json:
@@ -110,7 +112,9 @@ def cmd_sweep(args: argparse.Namespace) -> int:
             print(f"opptune sweep: --freq {exc}", file=sys.stderr)
             return 2
     endpoint = daemon_endpoint(args)
-    data, rc = ask("opptune sweep", endpoint, "sweep", sweep_args, timeout_s=args.timeout)
+    data, rc = ask("opptune sweep", endpoint, "sweep", sweep_args, timeout_s=args.timeout,
+                   changes=f"'opptune status --agent {args.agent}' lists the jobs it queued; "
+                           "running this again would queue them a second time")
     if rc is not None:
         return rc
     for key in ("cores_not_swept", "frequencies_not_swept"):

@@ -18,7 +18,12 @@ from ..shared.curve import curve_enabled
 
 
 class DaemonUnreachable(RuntimeError):
-    """No reply from the daemon within the timeout."""
+    """No reply from the daemon within the timeout. ``reached``: the connection was made and
+    the query went out, so the daemon may act on it still (a busy one answers late)."""
+
+    def __init__(self, message: str, reached: bool = False):
+        super().__init__(message)
+        self.reached = reached
 
 
 class QueryFailed(RuntimeError):
@@ -136,10 +141,15 @@ def waiting_note(command: str, endpoint: str, timeout_s: float) -> Callable[[], 
 
 
 def ask(command: str, endpoint: str, what: str, args: dict[str, Any] | None = None,
-        timeout_s: float = 5.0) -> tuple[Any, int | None]:
+        timeout_s: float = 5.0, changes: str | None = None) -> tuple[Any, int | None]:
     """:func:`query` for an operator command: (data, None), or (None, exit code) after one
     line on stderr that names ``command``: 2 for a bad endpoint or timeout and for refusals
-    caused by what was asked (USER_ERRORS), 1 when the daemon does not answer or refuses."""
+    caused by what was asked (USER_ERRORS), 1 when the daemon does not answer or refuses.
+
+    ``changes``, for a request that changes something: how to see whether it was carried out
+    and whether asking again is safe, said when it reached the daemon and no answer came.
+    Such a request is never sent twice: the daemon does not recognise a query sent again
+    (each has a new id), so a second sweep, push or tune session would follow the first."""
     if not timeout_s > 0:  # zmq's poll waits forever on a negative timeout
         print(f"{command}: --timeout {timeout_s:g}: give a number of seconds > 0",
               file=sys.stderr)
@@ -150,7 +160,15 @@ def ask(command: str, endpoint: str, what: str, args: dict[str, Any] | None = No
     except BadEndpoint as exc:
         print(f"{command}: {exc}", file=sys.stderr)
         return None, 2
-    except (DaemonUnreachable, QueryFailed) as exc:
+    except DaemonUnreachable as exc:
+        if changes and exc.reached:
+            print(f"{command}: no answer from the daemon at {endpoint} within {timeout_s:g} s, "
+                  "but the request reached it and may have been carried out (a busy daemon "
+                  f"answers late): {changes}", file=sys.stderr)
+        else:
+            print(f"{command}: {exc}", file=sys.stderr)
+        return None, 1
+    except QueryFailed as exc:
         print(f"{command}: {exc}", file=sys.stderr)
         return None, 2 if getattr(exc, "code", None) in USER_ERRORS else 1
 
@@ -180,6 +198,9 @@ def query(endpoint: str, what: str, args: dict[str, Any] | None = None,
     operator = f"operator-{os.getpid()}-{os.urandom(4).hex()}"
     sock.setsockopt(zmq.IDENTITY, operator.encode())
     sock.setsockopt(zmq.LINGER, 0)
+    # whether the query left: a timeout after the handshake may be a daemon that acts late,
+    # one before it is a daemon that never saw the query (none there, a wrong key)
+    handshakes = sock.get_monitor_socket(zmq.EVENT_HANDSHAKE_SUCCEEDED)
     try:
         try:
             sock.connect(endpoint)
@@ -216,6 +237,9 @@ def query(endpoint: str, what: str, args: dict[str, Any] | None = None,
                                   reply["body"].get("code"))
         raise DaemonUnreachable(f"no answer from the daemon at {endpoint} within {timeout_s:g} s; "
                                 "is opptune-daemon running and is the endpoint right? (with CURVE "
-                                "on it answers only its operator key: give its --config)")
+                                "on it answers only its operator key: give its --config)",
+                                reached=bool(handshakes.poll(0)))
     finally:
+        sock.disable_monitor()
+        handshakes.close(0)
         sock.close(0)

@@ -281,7 +281,10 @@ def cmd_import(args: argparse.Namespace) -> int:
             q = {"agent": args.agent, "workload": args.workload or bench.get_name(),
                  "size": args.size, "cores": args.cores, "cpus": cpus, "freq_khz": freq_khz,
                  "file": args.file, "benchmark": bench.get_name(), "runs": runs}
-            data, rc = ask("opptune import", endpoint, "import", q, timeout_s=args.timeout)
+            data, rc = ask("opptune import", endpoint, "import", q, timeout_s=args.timeout,
+                           changes=f"'opptune status --agent {args.agent}' lists the import's "
+                                   "job; running this again is safe (values already stored "
+                                   "are skipped)")
             if rc is not None:
                 before = [d["job_id"] for d in done + stored if d["job_id"]]
                 if before:

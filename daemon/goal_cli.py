@@ -223,7 +223,11 @@ def cmd_recommend(args: argparse.Namespace) -> int:
         q["target"] = {"kind": "pid", "pid": args.pid}
     elif args.unit:
         q["target"] = {"kind": "unit", "unit": args.unit}
-    data, rc = ask("opptune recommend", daemon_endpoint(args), "recommend", q, timeout_s=args.timeout)
+    data, rc = ask("opptune recommend", daemon_endpoint(args), "recommend", q,
+                   timeout_s=args.timeout,
+                   changes=f"'opptune status --agent {args.agent}' lists the configurations "
+                           "pushed to it; running this again would push another" if q.get("apply")
+                   else None)
     if rc is not None:
         return rc
     # 3: answered, but the limits are not met (the closest configuration, never pushed)
@@ -343,7 +347,9 @@ def cmd_tune(args: argparse.Namespace) -> int:
         if getattr(args, key) is not None:
             q[key] = getattr(args, key)
     endpoint = daemon_endpoint(args)
-    session, rc = ask("opptune tune", endpoint, "tune", q, timeout_s=args.timeout)
+    session, rc = ask("opptune tune", endpoint, "tune", q, timeout_s=args.timeout,
+                      changes=f"'opptune status --agent {args.agent}' lists the jobs of a "
+                              "session; running this again would start a second one")
     if rc is not None:
         return rc
     try:
