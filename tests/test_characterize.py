@@ -344,7 +344,7 @@ def test_a_kernel_whose_job_stopped_early_or_failed_is_measured_again_and_says_w
     first = {k: d.store.jobs_for("a", k)[0]["job_id"] for k in KERNELS}
     d.store.set_job_state(first["triad"], "done", STOPPED)
     d.store.set_job_state(first["pi_integrate"], "failed", FAILED)
-    monkeypatch.setattr(client, "ask", lambda cmd, ep, what, args, timeout_s: (
+    monkeypatch.setattr(client, "ask", lambda cmd, ep, what, args, timeout_s, **kw: (
         characterize(d, args), None))
     monkeypatch.setattr(client, "daemon_endpoint", lambda args: "tcp://127.0.0.1:9")
     args = argparse.Namespace(agent="a", size="small", reps=None, max_cores=None,
