@@ -141,6 +141,7 @@ def test_lock_free_compute_kernel_has_no_lock_wait_and_little_redundancy():
     # preempted (this machine is shared): look for such a pair, check l, c, s on every one.
     size = 10_000_000  # ~10 ms a run: a longer one is rarely undisturbed on a busy machine
     seen = []  # (cpu-time ratio 2 threads / 1, R) of the undisturbed pairs
+    shared = 0  # of them, pairs the control found the host running both cpus on one
     for _ in range(60):
         one = run_kernel("pi_integrate", 1, TWO[:1], size)
         r = run_kernel("pi_integrate", 2, TWO, size)
@@ -153,13 +154,36 @@ def test_lock_free_compute_kernel_has_no_lock_wait_and_little_redundancy():
         # the same work in cpu time, and R near 1: redundant work would show in every pair
         if 0.8 < ratio < 1.25 and 0.85 < p["R"] < 1.2:
             return
+        if _cpus_shared_by_the_host(size, one["time_s"]):
+            shared += 1  # no evidence either way: two independent runs slow each other too
         if len(seen) >= 5:
             break
     if not seen:
         pytest.skip("the machine is too loaded: no run pair without preemption in 60 tries")
-    # A VM's host may also run the two vcpus on one cpu, which no guest figure shows (CI
-    # tonight: 3 undisturbed pairs at 1.97x the cpu time, then 0.99x): 5 such pairs in a row fail
+    if shared == len(seen):
+        # a VM's host may run the two vcpus on one cpu, which no guest figure shows (CI 49:
+        # five undisturbed pairs at 1.86-1.99x the cpu time) and which looks like redundant
+        # work; the control above tells them apart
+        pytest.skip(f"the host runs both cpus on one: two independent 1-thread runs at once "
+                    f"slow each other as much as the pairs show (cpu ratio, R): {seen}")
     pytest.fail(f"every undisturbed pair shows redundant work (cpu ratio, R): {seen}")
+
+
+def _cpus_shared_by_the_host(size: int, alone_s: float) -> bool:
+    """Control: one single-thread run on each of the two cpus at the same time (the kernel
+    releases the GIL). Where the cpus are the guest's own, each takes about what one alone
+    does; where the host runs both on one cpu, each takes about twice as long."""
+    import threading
+    times: list[float] = []
+
+    def one_on(cpu: int) -> None:
+        times.append(run_kernel("pi_integrate", 1, [cpu], size)["time_s"])
+    threads = [threading.Thread(target=one_on, args=(cpu,)) for cpu in TWO]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    return min(times) > 1.5 * alone_s
 
 
 @pytest.mark.skipif(len(CPUS) < 2, reason="needs two cpus")
