@@ -44,6 +44,15 @@ def grid_energies() -> dict[tuple[int, ...], float]:
     return out
 
 
+def tune_in_background(c: Cluster, cwd: Path) -> subprocess.Popen:
+    """`opptune tune` of pi_integrate for energy on the test agent, running while the test
+    watches the daemon."""
+    return subprocess.Popen([OPPTUNE, "tune", "--daemon", c.endpoint, "--agent", "test-agent",
+                             "--workload", "pi_integrate", "--objective", "energy",
+                             "--no-progress"], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True, cwd=cwd)
+
+
 def start(tmp: Path, kernels=("pi_integrate", "triad")) -> Cluster:
     root = make_tree("odroid-xu4", str(tmp / "board"))
     c = Cluster(tmp, kernels=kernels, auto_sweep=False, max_cores=0,
@@ -210,10 +219,7 @@ def test_tune_with_a_budget_ends_with_a_verdict(tmp_path):
 def test_tune_fails_with_the_reason_when_the_agent_is_gone(tmp_path):
     c = start(tmp_path, kernels=("pi_integrate",))
     try:
-        proc = subprocess.Popen([OPPTUNE, "tune", "--daemon", c.endpoint, "--agent",
-                                 "test-agent", "--workload", "pi_integrate", "--objective",
-                                 "energy", "--no-progress"], stdout=subprocess.PIPE,
-                                stderr=subprocess.PIPE, text=True, cwd=tmp_path)
+        proc = tune_in_background(c, tmp_path)
         # the session has sent its first configuration: the agent stops answering (alive for
         # agent_timeout_s more, then gone); frozen before, the tune would be refused at start
         c.wait_for(lambda s: bool(s["jobs"]), 60, "the tune session's first job")
@@ -277,10 +283,7 @@ def test_a_second_tune_of_one_agent_is_refused_naming_the_open_one(tmp_path):
     # another workload is refused too
     c = start(tmp_path)
     try:
-        first = subprocess.Popen([OPPTUNE, "tune", "--daemon", c.endpoint, "--agent",
-                                  "test-agent", "--workload", "pi_integrate", "--objective",
-                                  "energy", "--no-progress"], stdout=subprocess.PIPE,
-                                 stderr=subprocess.PIPE, text=True, cwd=tmp_path)
+        first = tune_in_background(c, tmp_path)
         c.wait_for(lambda s: bool(s["jobs"]), 60, "the tune session's first job")
         tunes = json.loads(opptune("status", "--daemon", c.endpoint, "--json",
                                    cwd=tmp_path).stdout)["tunes"]
