@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import signal
 import socket
 import subprocess
 import sys
@@ -128,6 +129,9 @@ def main(argv=None) -> int:
     ap.add_argument("--name", help="with --from-db of one platform: its platform column and "
                                    "folder name (default: the board's and the agent's)")
     args = ap.parse_args(argv)
+    # `timeout` (tools/suite_on_bare_machine.sh) ends this with SIGTERM: leave through the
+    # finally below, which stops the daemon and agents it started, not around it
+    signal.signal(signal.SIGTERM, lambda signum, frame: sys.exit(128 + signum))
     for path in args.from_db:
         if (why := _store_problem(path)) is not None:
             ap.error(f"--from-db {path}: {why} (give the opptune.db of a --workdir, or the "
@@ -237,4 +241,9 @@ def main(argv=None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    try:
+        sys.exit(main())
+    except KeyboardInterrupt:
+        print("interrupted: the daemon and agents it started are stopped; what was stored is "
+              "in --workdir's opptune.db where one was given", file=sys.stderr)
+        sys.exit(130)

@@ -165,3 +165,32 @@ def test_export_refuses_what_is_no_store(tmp_path, argv, msg):
     assert p.returncode == 2 and "Traceback" not in p.stderr
     assert msg in p.stderr.strip().splitlines()[-1]
     assert not (tmp_path / "out").exists()
+
+
+def test_sigterm_stops_the_daemon_the_export_started(tmp_path):
+    """`timeout` ends the script with SIGTERM (tools/suite_on_bare_machine.sh): the daemon it
+    started was left running; it is stopped on the way out, exit 143."""
+    import os
+    import signal
+    import time
+    work = tmp_path / "w"
+    p = subprocess.Popen([sys.executable, str(REPO / "benchmarks/bench_suite_data.py"),
+                          "--local-size", "default", "--local-id", "x", "--workdir", str(work),
+                          "--out", str(tmp_path / "out")], stdout=subprocess.DEVNULL,
+                         stderr=subprocess.DEVNULL, cwd=tmp_path)
+    daemon_pid = None
+    deadline = time.monotonic() + 60
+    while daemon_pid is None and time.monotonic() < deadline:  # polls the process table
+        for pid in os.listdir("/proc"):
+            try:
+                cmd = open(f"/proc/{pid}/cmdline", "rb").read().split(b"\0")
+            except OSError:
+                continue
+            if str(work / "daemon.toml").encode() in cmd:
+                daemon_pid = int(pid)
+        time.sleep(0.05)  # a polling interval
+    assert daemon_pid is not None
+    p.send_signal(signal.SIGTERM)
+    assert p.wait(60) == 143
+    with pytest.raises(ProcessLookupError):  # its finally waited for the daemon to end
+        os.kill(daemon_pid, 0)
