@@ -15,7 +15,9 @@ The knobs rest between work: when the queue runs empty the worker puts them back
 original (:meth:`Executor.rest`), or to the configuration a user applied and that stands (a
 config without ``keep: false``), so no measurement point's clock is left behind. That
 configuration is kept in the state directory and applied again when the agent starts
-(agent/standing.py).
+(agent/standing.py). A process or unit it confined is let go (its cpu set put back) when
+another configuration replaces it; one that does not stand (``keep: false``, failed) has its
+own target changes undone once verified.
 """
 
 from __future__ import annotations
@@ -467,11 +469,53 @@ class Executor:
 
     def apply_config(self, msg: dict[str, Any]) -> None:
         body = msg["body"]
-        cid = body["config_id"]
         spec = RunSpec.of_config(body)
         at_rest, self._knobs_moved = not self._knobs_moved, True
-        if kind_of(body.get("target")) != "command":
-            return self._apply_to_target(body, spec, at_rest)
+        replaced = self._let_go(body)
+        ok = aborted = False
+        try:
+            if kind_of(body.get("target")) != "command":
+                ok = self._apply_to_target(body, spec, at_rest)
+            else:
+                ok = self._apply_to_command(body, spec, at_rest)
+        except Aborted:
+            aborted = True  # the agent stops: it undoes every change, and resumes this config
+            raise
+        finally:
+            if not aborted:
+                self._targets_after(body, ok, replaced)
+
+    def _let_go(self, body: dict[str, Any]) -> bool:
+        """Before a configuration that is to stand (``keep`` not false) is applied: undo the
+        target changes in force (the standing configuration's, newest first). Returns
+        whether there were any.
+
+        Before, not after: the new target may be the same process or unit, and its change
+        must record the original (undone after, the replaced configuration's undo would put
+        back that original over the new cpu set); and where the two share cpus, the new
+        one's verification must not measure it beside the old target still pinned onto them,
+        which the board will not hold once the old one is let go."""
+        if not body.get("keep", True) or self.targets is None or not self.targets.owners():
+            return False
+        for problem in self.targets.restore():
+            log.warning("configuration %s replaces the one in force: %s", body["config_id"],
+                        problem)
+        return True
+
+    def _targets_after(self, body: dict[str, Any], ok: bool, replaced: bool) -> None:
+        """A configuration that does not stand (failed, or ``keep: false``) leaves no target
+        change behind, as its clocks go back at rest; where one that was to stand failed,
+        the target of the configuration still in force is confined again."""
+        if self.targets is None or (ok and body.get("keep", True)):
+            return
+        for problem in self.targets.release(body["config_id"]):
+            log.warning("undoing configuration %s: %s", body["config_id"], problem)
+        if replaced and self.standing_config is not None:
+            standing.confine_again(self._standing_file, self.standing_config, self.targets)
+
+    def _apply_to_command(self, body: dict[str, Any], spec: RunSpec, at_rest: bool) -> bool:
+        """Run the config's workload in its configuration (its verification)."""
+        cid = body["config_id"]
         self.wait_for_room()
         recs = self.runner.run_point(spec, body["reps"], warmup=CONFIG_WARMUP)
         times = [r.time_s for r in recs if r.ok and r.time_s is not None]
@@ -487,8 +531,9 @@ class Executor:
         self.durably(lambda: self.outbox.finish_config(cid, reply))
         self.notify()
         log.info("config %s applied: ok=%s time_s=%s", cid, out["ok"], out["time_s"])
+        return out["ok"]
 
-    def _apply_to_target(self, body: dict[str, Any], spec: RunSpec, at_rest: bool) -> None:
+    def _apply_to_target(self, body: dict[str, Any], spec: RunSpec, at_rest: bool) -> bool:
         """Confine a running pid or unit to the config's cpus, set the frequencies, and
         measure it over the verification window (it has no run time to verify)."""
         assert self.targets is not None  # validate_config refused it otherwise
@@ -497,7 +542,7 @@ class Executor:
         try:
             self.targets.check(target)  # it may have gone since it was accepted
             knob_fields = self.runner.apply_knobs(spec)
-            done = self.targets.apply(target, spec.cpus)
+            done = self.targets.apply(target, spec.cpus, owner=cid)
         except Exception as exc:  # TargetError, and knob errors of many types
             out.update(ok=False, error=f"cannot apply to the target: {exc}")
         else:
@@ -526,6 +571,7 @@ class Executor:
             log.info("config %s %s", cid, measured_text(out["measured"]))
         else:
             log.warning("config %s not applied to %s: %s", cid, target_name(target), out["error"])
+        return out["ok"]
 
     def _policy_freqs(self, cpus: list[int]) -> dict[str, float]:
         """Current MHz of each cpufreq policy holding one of ``cpus`` (empty without a knob)."""

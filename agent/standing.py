@@ -163,7 +163,7 @@ def stand_again(file: StandingFile, platform: dict[str, Any], runner: Any,
         if why is None:
             runner.apply_knobs(spec)
             if kind != "command":
-                targets.apply(config["target"], spec.cpus)
+                targets.apply(config["target"], spec.cpus, owner=config.get("config_id"))
     except Exception as exc:  # TargetError, knob errors of many kinds: the agent goes on
         why = str(exc) or type(exc).__name__
         runner.restore()
@@ -177,3 +177,30 @@ def stand_again(file: StandingFile, platform: dict[str, Any], runner: Any,
     log.info("applied configuration %s in force again after the agent's start",
              describe(config))
     return Outcome(config=config, spec=spec)
+
+
+def confine_again(file: StandingFile | None, config: dict[str, Any], targets: Any) -> None:
+    """The target of ``config``, the configuration in force, confined again: one meant to
+    replace it was not applied, after its target had been let go (agent/apply.py). A process
+    gone (or its pid another's) or a unit gone is logged: nothing is confined then. Never
+    raises."""
+    if kind_of(config.get("target")) == "command" or targets is None:
+        return
+    owner = config.get("config_id")
+    try:
+        saved = file.load() if file is not None else None
+        why = None
+        if kind_of(config["target"]) == "pid" and saved is not None \
+                and saved["config"].get("config_id") == owner:
+            why = _same_process(saved)
+        if why is None:
+            targets.check(config["target"])
+            targets.apply(config["target"], list(config["cpus"]), owner=owner)
+    except Exception as exc:  # TargetError, OSError: the agent goes on
+        why = str(exc) or type(exc).__name__
+        targets.release(owner)
+    if why is not None:
+        log.warning("applied configuration %s: its target cannot be confined again (%s); "
+                    "it is free of its cpu set", describe(config), why)
+    else:
+        log.info("applied configuration %s: its target confined again", describe(config))

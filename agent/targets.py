@@ -17,11 +17,14 @@ What is guaranteed:
   trees), the unit's cgroup v2 ``cpuset.cpus`` under /sys/fs/cgroup is written directly.
   Every process of the unit, present and future, is confined by the cgroup.
 
-Every change is recorded with the value it replaced and undone by :meth:`Targets.restore`
-(the agent calls it when it stops, as it restores cpufreq). With a ``record``
+Every change is recorded with the value it replaced and the configuration it was made for
+(its ``owner``, a config id). :meth:`Targets.release` undoes one configuration's changes,
+newest first, when another replaces it (agent/apply.py); :meth:`Targets.restore` undoes them
+all when the agent stops (as it restores cpufreq). With a ``record``
 (:class:`~.knobs.state.CpusetRecord`) each original is also saved in the state directory before
-the change, so the next agent puts it back after a kill -9. Frequencies are set by the
-runner's cpufreq knob, which keeps its own originals.
+the change, and forgotten once put back, so the next agent puts back after a kill -9 what is
+still changed, and only that. Frequencies are set by the runner's cpufreq knob, which keeps its
+own originals.
 
 "Verify" for a target that is not a finite run: over ``window_s`` the agent measures the
 target's CPU time (utilisation), the frequency of each cpufreq policy of its cpus, and the
@@ -105,6 +108,14 @@ def cpu_time_pid(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / _CLK_TCK
 
 
+def _set_back(tid: int, cpus: list[int], start: int | None) -> None:
+    """Thread ``tid``'s affinity back to ``cpus``, unless the thread has ended: its tid may
+    name another thread by now (a replaced configuration is let go long after its change)."""
+    if thread_start_time(tid) != start:
+        raise ProcessLookupError(tid)
+    os.sched_setaffinity(tid, cpus)
+
+
 class Targets:
     """Validates, applies, measures and rolls back pid and unit targets."""
 
@@ -117,7 +128,8 @@ class Targets:
         self.systemctl = systemctl if systemctl is not None else shutil.which("systemctl")
         self.systemd = _systemd_running(fs) if systemd is None else systemd
         self.self_pid = os.getpid() if self_pid is None else self_pid
-        self._undo: list[tuple[str, Callable[[], None]]] = []
+        # oldest first: (owner, what, the record's key of the thing, how to put it back)
+        self._undo: list[tuple[str | None, str, tuple, Callable[[], None]]] = []
 
     # -- validation (link thread) ---------------------------------------------------------------
     def check(self, target: dict[str, Any] | None) -> None:
@@ -175,16 +187,22 @@ class Targets:
         return "cgroup", cg
 
     # -- applying (worker thread) ---------------------------------------------------------------
-    def apply(self, target: dict[str, Any], cpus: list[int]) -> dict[str, Any]:
-        """Confine the target to ``cpus``; returns what was done (for the report)."""
+    def apply(self, target: dict[str, Any], cpus: list[int],
+              owner: str | None = None) -> dict[str, Any]:
+        """Confine the target to ``cpus`` for configuration ``owner``; returns what was done
+        (for the report)."""
         kind = kind_of(target)
         if kind == "pid":
-            return self._apply_pid(target["pid"], cpus)
+            return self._apply_pid(target["pid"], cpus, owner)
         if kind == "unit":
-            return self._apply_unit(target["unit"], cpus)
+            return self._apply_unit(target["unit"], cpus, owner)
         raise TargetError(f"target kind {kind!r} is not applied by Targets")
 
-    def _apply_pid(self, pid: int, cpus: list[int]) -> dict[str, Any]:
+    def owners(self) -> set[str | None]:
+        """The configurations whose changes are in force."""
+        return {owner for owner, *_ in self._undo}
+
+    def _apply_pid(self, pid: int, cpus: list[int], owner: str | None) -> dict[str, Any]:
         want = set(cpus)
         done: dict[int, list[int]] = {}
         while True:  # threads may start while we pin: repeat until a pass finds none new
@@ -201,8 +219,9 @@ class Targets:
                     raise TargetError(f"cannot read the affinity of thread {tid} of process "
                                       f"{pid}: {exc.strerror or exc}") from None
             # one durable record of this pass's originals before any of them changes
-            self._save(*({"kind": "affinity", "tid": t, "cpus": b,
-                          "start": thread_start_time(t)} for t, b in befores.items()))
+            starts = {t: thread_start_time(t) for t in befores}
+            self._save(owner, *({"kind": "affinity", "tid": t, "cpus": b, "start": starts[t]}
+                                for t, b in befores.items()))
             for tid, before in befores.items():
                 try:
                     os.sched_setaffinity(tid, want)
@@ -213,12 +232,12 @@ class Targets:
                     raise TargetError(f"cannot set the affinity of thread {tid} of process "
                                       f"{pid}: {exc.strerror or exc}") from None
                 done[tid] = before
-                self._undo.append((f"affinity of thread {tid}",
-                                   lambda t=tid, b=before: os.sched_setaffinity(t, b)))
+                self._undo.append((owner, f"affinity of thread {tid}", ("affinity", tid),
+                                   lambda t=tid, b=before, s=starts[tid]: _set_back(t, b, s)))
         tids = sorted(t for t, b in done.items() if b)
         return {"kind": "pid", "pid": pid, "tids": tids, "method": "sched_setaffinity"}
 
-    def _apply_unit(self, unit: str, cpus: list[int]) -> dict[str, Any]:
+    def _apply_unit(self, unit: str, cpus: list[int], owner: str | None) -> dict[str, Any]:
         name = unit_name(unit)
         how, cg = self._unit_how(unit)
         text = format_cpu_list(cpus)
@@ -226,9 +245,10 @@ class Targets:
             before = subprocess.run([self.systemctl, "show", "-p", "AllowedCPUs", "--value",
                                      name], capture_output=True, text=True, timeout=10)
             old = before.stdout.strip()
-            self._save({"kind": "systemctl", "unit": name, "value": old})
+            self._save(owner, {"kind": "systemctl", "unit": name, "value": old})
             self._systemctl_set(name, text)
-            self._undo.append((f"AllowedCPUs of {name}", lambda: self._systemctl_set(name, old)))
+            self._undo.append((owner, f"AllowedCPUs of {name}", ("systemctl", name),
+                               lambda: self._systemctl_set(name, old)))
             return {"kind": "unit", "unit": name, "method": "systemctl set-property --runtime",
                     "allowed_cpus": text}
         rel = f"{cg}/cpuset.cpus"
@@ -236,12 +256,13 @@ class Targets:
             raise TargetError(f"the cgroup of {name} ({cg}) has no cpuset.cpus: enable the "
                               f"cpuset controller in its parent's cgroup.subtree_control")
         old = self.fs.read_text(rel)
-        self._save({"kind": "cgroup", "path": rel, "value": old})
+        self._save(owner, {"kind": "cgroup", "path": rel, "value": old})
         try:
             self.fs.write(rel, text)
         except KnobUnavailable as exc:
             raise TargetError(f"cannot confine {name}: {exc}") from None
-        self._undo.append((f"{rel}", lambda: self.fs.write(rel, old if old else "")))
+        self._undo.append((owner, f"{rel}", ("cgroup", rel),
+                           lambda: self.fs.write(rel, old if old else "")))
         return {"kind": "unit", "unit": name, "method": "cgroup cpuset.cpus", "cgroup": cg,
                 "allowed_cpus": text}
 
@@ -270,23 +291,38 @@ class Targets:
             return None
         return None
 
-    def _save(self, *entries: dict[str, Any]) -> None:
+    def _save(self, owner: str | None, *entries: dict[str, Any]) -> None:
         if self.record is not None and entries:
-            self.record.save(*entries)
+            self.record.save(*({**e, "owner": owner} for e in entries))
+
+    def release(self, owner: str | None) -> list[str]:
+        """Undo the changes made for configuration ``owner``, newest first (another replaced
+        it); returns the problems (empty on success). A thread that has exited needs
+        nothing."""
+        return self._undo_where(lambda o: o == owner)
 
     def restore(self) -> list[str]:
         """Undo every change, newest first; returns the problems (empty on success)."""
-        problems = []
-        while self._undo:
-            what, undo = self._undo.pop()
+        return self._undo_where(lambda o: True)
+
+    def _undo_where(self, chosen: Callable[[str | None], bool]) -> list[str]:
+        problems, failed = [], set()
+        for i in range(len(self._undo) - 1, -1, -1):
+            owner, what, key, undo = self._undo[i]
+            if not chosen(owner):
+                continue
+            del self._undo[i]
             try:
                 undo()
             except ProcessLookupError:
                 pass  # the thread is gone: nothing to restore
             except Exception as exc:
                 problems.append(f"restoring {what}: {exc}")
-        if not problems and self.record is not None:
-            self.record.clear()
+                failed.add(key)  # its original stays recorded: the next start tries again
+        if self.record is not None:
+            # what is back is forgotten, or the next start would put it back over whatever
+            # is there by then (the next configuration's change, the user's own)
+            self.record.forget(chosen, keep=failed)
         return problems
 
 

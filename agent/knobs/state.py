@@ -25,6 +25,7 @@ import signal
 import subprocess
 import threading
 import time
+from typing import Callable
 
 from ..sysfs import KnobUnavailable, SysFS
 
@@ -283,7 +284,8 @@ class CpusetRecord:
 
     Entries: ``{"kind": "affinity", "tid", "start", "cpus"}``, ``{"kind": "cgroup", "path",
     "value"}`` (a kernel path under the sysfs root) and ``{"kind": "systemctl", "unit",
-    "value"}``. Only the first change of a thing or file is kept: that is the original.
+    "value"}``, each with the ``owner`` (config id) it was changed for. Only the first change
+    of a thing or file is kept: that is the original, until :meth:`forget` says it is back.
     """
 
     def __init__(self, path: str | None, sysfs_root: str = "/"):
@@ -293,7 +295,8 @@ class CpusetRecord:
 
     @staticmethod
     def _key(e: dict) -> tuple:
-        return (e["kind"], e.get("tid"), e.get("path"), e.get("unit"))
+        """The thing an entry is about, as Targets names it: (kind, tid | path | unit)."""
+        return (e["kind"], e.get("tid", e.get("path", e.get("unit"))))
 
     def save(self, *entries: dict) -> None:
         """Record ``entries`` (one durable write for all of them) before they are changed."""
@@ -306,11 +309,21 @@ class CpusetRecord:
             if self.path:
                 atomic_write_json(self.path, self.state)
 
-    def clear(self) -> None:
-        """Everything is back: forget the record."""
+    def forget(self, owned: Callable[[str | None], bool], keep: set[tuple] = frozenset()
+               ) -> None:
+        """The things changed for the owners ``owned`` selects are back, but those in
+        ``keep`` (keys, as :meth:`_key`): forget their originals (one durable write)."""
         with self._lock:
-            self.state["entries"] = []
-            if self.path and os.path.exists(self.path):
+            left = [e for e in self.state["entries"]
+                    if not owned(e.get("owner")) or self._key(e) in keep]
+            if len(left) == len(self.state["entries"]):
+                return
+            self.state["entries"] = left
+            if not self.path:
+                return
+            if left:
+                atomic_write_json(self.path, self.state)
+            elif os.path.exists(self.path):
                 os.unlink(self.path)
 
 
