@@ -592,11 +592,8 @@ class Daemon:
             # its results stored, but it does not take over the holder's jobs and record;
             # the refusal of its hello puts the clash in its own log too
             self.send(identity, "heartbeat", self._welcome)
-            self.refuse(identity, "agent_id_in_use",
-                        f"agent id '{agent}' is held by another agent connected to this daemon, "
-                        f"{claim_text(holder)}: this board gets no jobs (its results are "
-                        "stored); set agent_id in its agent.toml to a name of its own (default: "
-                        "the host name) and restart the agent", msg["id"])
+            self.refuse(identity, "agent_id_in_use", _id_in_use(
+                agent, holder, "this board gets no jobs (its results are stored)"), msg["id"])
             return
         self.store.save_agent(agent, pid, list(body["workloads"]), body["agent_version"], now,
                               body.get("doctor"), self.instance)
@@ -645,6 +642,13 @@ class Daemon:
         info = self.registry.seen(agent, identity, now)
         if info is None:
             raise HandlerError("unknown_agent", f"agent '{agent}' has not said hello")
+        if info.identity != identity:
+            # another board of the id (a clash): configurations are the holder's, and this
+            # board's verification would mark the holder's applied, verified, even standing
+            raise HandlerError("agent_id_in_use", _id_in_use(
+                agent, info.claims.get(info.identity),
+                f"its verification of configuration '{str(body['config_id'])[:80]}' is not "
+                "stored: the configurations of this id are the holder's"))
         rec = self.store.recommendation(body["config_id"])
         if rec is None or rec["agent"] != agent:
             # verification runs are stored only for a configuration pushed to this agent
@@ -712,6 +716,15 @@ class Daemon:
 
     def push_recommendation(self, *args: Any, **kw: Any) -> dict[str, Any] | None:
         return self.recommender.push(*args, **kw)
+
+
+def _id_in_use(agent: str, holder: Any, what: str) -> str:
+    """The refusal of a board that says it is ``agent`` while ``holder`` (a registry Claim)
+    holds the id: names the holder, what is not taken, and what to do."""
+    held = f", {claim_text(holder)}" if holder is not None else ""
+    return (f"agent id '{agent}' is held by another agent connected to this daemon{held}: "
+            f"{what}; set agent_id in its agent.toml to a name of its own (default: the host "
+            "name) and restart the agent")
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -1,13 +1,21 @@
 """Two boards with one agent id (the default id is the host name: two fresh images both
 "raspberrypi", two VMs named "vm"), with a real daemon and two real agents on their own state
-directories and virtual boards."""
+directories, on virtual boards (or this machine, where a process is to be confined)."""
 
 from __future__ import annotations
 
+import subprocess
+import sys
+from pathlib import Path
+
 import pytest
 
+from opptune.agent.outbox import Outbox
 from opptune.daemon.client import query
+from opptune.shared import protocol as P
 from procs import Cluster, write_toml
+
+OPPTUNE = str(Path(sys.executable).parent / "opptune")
 
 
 def _clash(st):
@@ -74,3 +82,72 @@ def test_two_boards_of_one_agent_id_are_named_and_both_keep_their_runs(tmp_path)
         if other is not None and other.poll() is None:
             other.terminate()
             other.wait(30)
+
+
+@pytest.mark.integration
+def test_a_verification_from_the_board_that_does_not_hold_the_id_is_refused(tmp_path):
+    """The second board of the id had a configuration of the id in its outbox (pushed when it
+    held the id, say): its ``applied`` marked the holder's configuration applied and made it
+    the one in force there. It is refused now (agent_id_in_use, naming the holder), nothing
+    of it stored, and the daemon goes on."""
+    c = Cluster(tmp_path, kernels=("pi_integrate",), reps=1, max_cores=2,
+                extra_agent={"agent_id": "vm", "virtual_board": "rpi4"})
+    state2 = tmp_path / "agent2-state"
+    second = write_toml(tmp_path / "agent2.toml", {
+        "agent_id": "vm", "daemon": c.endpoint, "state_dir": str(state2),
+        "heartbeat_s": 0.5, "bench_kernels": ["pi_integrate"]})  # this machine: pids work
+    sleeper = subprocess.Popen([sys.executable, "-c", "import sys; sys.stdin.read()"],
+                               stdin=subprocess.PIPE)
+    c.start_daemon()
+    c.start_agent()
+    other = None
+    try:
+        c.wait_for(lambda s: s["jobs"] and all(j["state"] == "done" for j in s["jobs"]),
+                   timeout=120, what="the first board's sweep")
+        # a configuration for a process, pushed to the holder: a virtual board refuses it
+        res = subprocess.run([OPPTUNE, "recommend", "--agent", "vm", "--workload",
+                              "pi_integrate", "--pid", str(sleeper.pid), "--daemon",
+                              c.endpoint], capture_output=True, text=True, timeout=60)
+        assert res.returncode == 1 and "needs a real board" in res.stdout + res.stderr, res
+        (cid, before), = c.rows("SELECT id, state FROM recommendations WHERE state = "
+                                "'refused'")
+        # the second board kept it from before; it applies it as it starts
+        ob = Outbox(str(state2))
+        ob.save_config(cid, P.make("config", "daemon", {
+            "config_id": cid, "workload": "pi_integrate", "size": "small", "cpus": [0],
+            "threads": 1, "freq_khz": None, "reps": 1,
+            "target": {"kind": "pid", "pid": sleeper.pid, "window_s": 0.1}}))
+        ob.close()
+        other = c._spawn("opptune.agent", second, "agent2.log")
+        c.wait_for(lambda s: f"config {cid} applied" in (tmp_path / "agent2.log").read_text(),
+                   what="the second board applying it")
+
+        def rec_of(s):
+            return next(r for r in s["recommendations"] if r["config_id"] == cid)
+
+        # refused each time it is sent (the hello's refusal first, then at least two)
+        st = c.wait_for(lambda s: s["daemon"]["refusals"]["by_code"].get("agent_id_in_use", 0) >= 3
+                        or rec_of(s)["state"] != before,
+                        what="the second board's verification refused")
+        rec = rec_of(st)
+        assert (rec["config_id"], rec["state"], rec["replaced"]) == (cid, before, None), rec
+        (agent,) = st["agents"]
+        assert agent["standing"] is None, agent
+        assert c.rows("SELECT COUNT(*) FROM runs WHERE job_id = ?", cid) == [(0,)]
+        # the daemon's line names the holder (its refusals are logged at most every 10 s a
+        # board, and the hello's came first)
+        log = tmp_path / "daemon.log"
+        c.wait_for(lambda s: f"its verification of configuration '{cid}' is not stored"
+                   in log.read_text(), timeout=30, what="the refusal in the daemon's log")
+        (line,) = [ln for ln in log.read_text().splitlines()
+                   if f"its verification of configuration '{cid}'" in ln]
+        assert "agent_id_in_use" in line and "board rpi4 (virtual)" in line, line
+        assert "Traceback" not in log.read_text()
+        assert other.poll() is None and c.daemon.poll() is None
+    finally:
+        c.stop()
+        if other is not None and other.poll() is None:
+            other.terminate()
+            other.wait(30)
+        sleeper.kill()
+        sleeper.wait()
