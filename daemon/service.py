@@ -490,13 +490,16 @@ class Daemon:
                 raise HandlerError("bad_record", f"invalid run record: {exc}") from None
             cols = columns_of(rec)
         # ...and only in the group the job measures: the agent's platform, the job's workload
-        # and input, one of its points (cpus, threads, variant).
-        if (cols.platform != info.platform_id or cols.workload != job[1]
+        # and input, one of its points (cpus, threads, variant). The platform is the speaking
+        # connection's: where two boards share the id, the one not holding it is heard too,
+        # its runs under its own platform (a job it was sent while it held the id)
+        claim = info.claims.get(identity)
+        platform = claim.platform_id if claim is not None else info.platform_id
+        if (cols.platform != platform or cols.workload != job[1]
                 or cols.input != job[2]
                 or ((tuple(cols.cpus), cols.threads, cols.variant) not in job[3]
                     and (tuple(sorted(cols.cpus)), cols.threads, cols.variant) not in job[3])):
-            raise HandlerError("wrong_group", _wrong_group(cols, info.platform_id, job,
-                                                           body["job_id"]))
+            raise HandlerError("wrong_group", _wrong_group(cols, platform, job, body["job_id"]))
         job_id = body["job_id"]
         # only an adaptive point's last record says it closes it (in extra: a record with
         # extra is built in full)

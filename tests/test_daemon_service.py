@@ -713,3 +713,60 @@ def test_a_configuration_replaced_on_its_board_says_so_and_keeps_its_verdict(tmp
         a.close()
         b.close()
         d.stop()
+
+
+def test_a_board_not_holding_its_shared_id_has_its_earlier_jobs_results_stored(tmp_path):
+    """Two boards with one agent_id: board B was sent a job while it held the id, went quiet,
+    and board A took the id. B's results of that job, sent after its hello was refused
+    (the clash), were checked against A's platform and refused as wrong_group (parked on B),
+    although the daemon's clash line says the results of both are stored."""
+    cfg = DaemonConfig(bind="tcp://127.0.0.1:0", database=str(tmp_path / "d.db"),
+                       auto_sweep=True, agent_timeout_s=1.0,
+                       sweep=SweepDefaults(size="small", reps=1, warmup=0))
+    d = Daemon(cfg)
+    d.start_thread()
+    b, a = Agent(d.endpoint), Agent(d.endpoint)  # both say they are 'a1'
+    for who, ident in ((b, b"a1/b"), (a, b"a1/a")):
+        who.sock.close(0)
+        who.sock = who.ctx.socket(zmq.DEALER)
+        who.sock.setsockopt(zmq.IDENTITY, ident)
+        who.sock.setsockopt(zmq.LINGER, 0)
+        who.sock.connect(d.endpoint)
+    plat_b = {**PLATFORM, "id": "plat-b"}
+    hello_b = {"platform": plat_b, "workloads": ["wl"], "agent_version": "test"}
+    try:
+        b.send("hello", hello_b)
+        job = b.expect("job")["body"]
+        # A says hello until B counts as gone (agent_timeout_s) and A takes the id: a job
+        deadline = time.monotonic() + 30
+        while True:
+            assert time.monotonic() < deadline, "board A never took the id"
+            a.hello()
+            msg = {"type": "heartbeat"}
+            while msg["type"] not in ("job", "error"):  # the daemon's heartbeats between
+                assert a.sock.poll(10_000), "no answer to board A's hello"
+                msg = P.decode(a.sock.recv())
+            if msg["type"] == "job":
+                break
+            assert msg["body"]["code"] == "agent_id_in_use", msg
+        # B comes back: its hello refused (A holds the id), then its results of the old job
+        b.send("hello", hello_b)
+        assert b.expect("error")["body"]["code"] == "agent_id_in_use"
+        of = len(job["points"])
+        sent = []
+        for seq, p in enumerate(job["points"]):
+            rec = {**record(len(p["cpus"])), "platform": "plat-b"}
+            sent.append(b.send("result", {"job_id": job["job_id"], "seq": seq, "of": of,
+                                          "record": rec}))
+            assert b.expect("ack")["body"]["ids"] == [sent[-1]]
+        assert rows(cfg.database, "SELECT platform, COUNT(*) FROM runs WHERE job_id = ? "
+                    "GROUP BY platform", (job["job_id"],)) == [("plat-b", of)]
+        # A's own job is still checked against A's platform
+        mine = a.send("result", {"job_id": job["job_id"], "seq": 0, "of": of,
+                                 "record": {**record(1), "platform": "plat-b"}})
+        err = a.expect("error", ref=mine)["body"]
+        assert err["code"] == "wrong_group" and "plat-test" in err["message"], err
+    finally:
+        a.close()
+        b.close()
+        d.stop()
