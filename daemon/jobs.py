@@ -226,6 +226,9 @@ class JobTracker:
             job_id = ref
         if job_id is None:
             return
+        job = self.store.job(job_id)
+        if job is None or job["agent"] != agent:
+            return  # a job id another agent named: only the agent sent it can refuse it
         reason = f"agent {agent} refused the job: {body['message']} ({body['code']})"
         if self.store.set_job_state(job_id, "failed", reason,
                                     only_from=ACTIVE_JOB_STATES + ("expired",)):

@@ -770,3 +770,29 @@ def test_a_board_not_holding_its_shared_id_has_its_earlier_jobs_results_stored(t
         a.close()
         b.close()
         d.stop()
+
+
+def test_an_agent_error_fails_only_a_job_of_its_own(daemon):
+    """An agent's ``error`` naming a job id failed that job whichever agent sent it: another
+    agent (a bug, or a board not holding a shared id) could fail a job it was never sent."""
+    a, other = Agent(daemon.endpoint), Agent(daemon.endpoint, "a2")
+    try:
+        a.hello()
+        job = a.expect("job")["body"]
+        other.hello()
+        other.expect("job")
+        other.send("error", {"code": "bad_job", "message": "not mine", "ref": job["job_id"]})
+        query(other, "status")  # answered in order: the daemon has handled the error
+
+        def state():
+            return rows(daemon.config.database, "SELECT state FROM jobs WHERE job_id = ?",
+                        (job["job_id"],))
+        assert state() != [("failed",)]
+        a.send("error", {"code": "bad_job", "message": "cannot run it", "ref": job["job_id"]})
+        deadline = time.monotonic() + 10
+        while state() != [("failed",)]:
+            assert time.monotonic() < deadline, state()
+            a.sock.poll(100)
+    finally:
+        a.close()
+        other.close()
