@@ -172,8 +172,9 @@ class Daemon:
             self._stop_auth()
             raise BindError(f"cannot listen on {config.bind}: {why}") from None
         # failed batch commits (a full disk): logged once a minute, with their count
-        self._store_failures = 0
+        self._store_failures = 0  # batches failed since the last one stored
         self._store_failure_logged = -STORE_FAILURE_LOG_S
+        self._store_failure_told = False  # a line of this run of failures was logged
         self._loop_error: tuple[str, float] = ("", 0.0)  # last error the loop logged, when
         # errors agents report: one line per agent per 10 s (a flood writes no more)
         self._agent_errors = RefusalLog(log, line="agent %s reports: %s (%s)%s",
@@ -546,20 +547,25 @@ class Daemon:
             # Nothing is acked: every agent keeps its results and sends them again.
             self._store_failures += 1
             mono = time.monotonic()
+            # one line a minute however the failures come: a nearly full disk lets a small
+            # batch through now and then, and each such success must not start a new line
+            # (and traceback) of its own
             if mono - self._store_failure_logged >= STORE_FAILURE_LOG_S:
                 self._store_failure_logged = mono
                 log.error("storing a batch of %d results failed (%d failed batches so far; "
                           "none acked, the agents resend them): %s", len(rows),
-                          self._store_failures, exc, exc_info=self._store_failures == 1)
+                          self._store_failures, exc, exc_info=not self._store_failure_told)
+                self._store_failure_told = True
             for identity in acks:
                 self.link.send(identity, protocol.error_reply(
                     DAEMON_ID, "store_failed", f"results not stored: {exc}", None))
             return
         if self._store_failures:
-            log.warning("storing results works again after %d failed batches",
-                        self._store_failures)
+            if self._store_failure_told:
+                log.warning("storing results works again after %d failed batches",
+                            self._store_failures)
+                self._store_failure_told = False
             self._store_failures = 0
-            self._store_failure_logged = -STORE_FAILURE_LOG_S
         self.stats["results"] += len(rows)
         self.stats["batches"] += 1
         send_ack = self.link.send_ack

@@ -183,3 +183,36 @@ def test_a_batch_whose_commit_fails_is_not_acked_and_its_resend_is_stored_once(d
         assert count(daemon, "SELECT COUNT(*) FROM runs") == 3
     finally:
         a.close()
+
+
+def test_failures_between_stored_batches_write_one_line_a_minute(daemon, caplog):
+    """A nearly full disk lets a small batch through now and then: each such success reset
+    the once-a-minute limit, so every failure after one logged its line and a traceback again
+    and every success 'works again' (tests/test_disk_full.py saw 3 tracebacks). Now the lines
+    stay at one a minute however failures and successes alternate."""
+    db = daemon.config.database
+    install, remove = _FAULT["postgresql" if db.startswith("postgresql://") else "sqlite"]
+    a = Agent(daemon.endpoint)
+    try:
+        a.hello()
+        job = a.expect("job")["body"]
+        deadline = time.monotonic() + 10
+        while not db_rows(db, "SELECT 1 FROM jobs WHERE job_id = ?", job["job_id"]):
+            assert time.monotonic() < deadline, "the job was never stored"
+            time.sleep(0.01)
+        caplog.set_level("WARNING", logger="opptune")
+        for i in range(3):  # fail, then stored, three times over
+            _ddl(db, install)
+            body = {"job_id": job["job_id"], "seq": i, "of": 8, "record": record(1, i)}
+            mid = a.send("result", body)
+            assert a.expect("error")["body"]["code"] == "store_failed"  # names no message
+            _ddl(db, remove)
+            a.send("result", body, msg_id=mid)
+            assert a.expect("ack")["body"]["ids"] == [mid]
+        assert count(daemon, "SELECT COUNT(*) FROM runs") == 3
+        failed = [r for r in caplog.records if "failed batches so far" in r.getMessage()]
+        again = [r for r in caplog.records if "works again" in r.getMessage()]
+        assert len(failed) == 1 and failed[0].exc_info is not None, failed
+        assert len(again) == 1, again
+    finally:
+        a.close()
