@@ -38,6 +38,9 @@ class AgentInfo:
     # last one applied to stay); None: none, or an older agent that does not say
     standing: dict[str, Any] | None = None
     standing_dropped: str | None = None  # why its restart dropped the one before
+    # whether its hello says what stands (the field, even nil): an agent older than the field
+    # keeps nothing in force after a verification, whatever the daemon pushed
+    keeps: bool = False
     # the connections that said hello with this id, by identity (two live ones: two boards
     # or agents share the id); ``clash``: the identity of the other one while they do
     claims: dict[bytes, Claim] = field(default_factory=dict)
@@ -211,7 +214,8 @@ class Registry:
     def hello(self, agent_id: str, identity: bytes, platform_id: str, platform: dict[str, Any],
               workloads: list[Any], now: float,
               doctor: dict[str, Any] | None = None, standing: dict[str, Any] | None = None,
-              standing_dropped: str | None = None, instance: str | None = None) -> AgentInfo:
+              standing_dropped: str | None = None, instance: str | None = None,
+              keeps: bool = False) -> AgentInfo:
         info = self._agents.get(agent_id)
         if info is None:
             info = self._agents[agent_id] = AgentInfo(agent_id, platform_id)
@@ -222,6 +226,7 @@ class Registry:
         info.identity, info.last_seen = identity, now
         info.doctor, info.doctor_at = (doctor, now) if doctor else (None, None)
         info.standing, info.standing_dropped = standing, standing_dropped
+        info.keeps = keeps
         return info
 
     def seen(self, agent_id: str, identity: bytes, now: float) -> AgentInfo | None:

@@ -609,7 +609,7 @@ class Daemon:
         info = self.registry.hello(agent, identity, pid, platform, list(body["workloads"]), now,
                                    doctor=body.get("doctor"), standing=body.get("standing"),
                                    standing_dropped=body.get("standing_dropped"),
-                                   instance=instance)
+                                   instance=instance, keeps="standing" in body)
         log.info("hello from agent %s (platform %s, %d workloads)", agent, pid,
                  len(info.workloads))
         self.send(identity, "heartbeat", self._welcome)
@@ -670,9 +670,10 @@ class Daemon:
                                                   "(platform, workload, input, variant, cpus or "
                                                   "threads differ); nothing of it is stored")
         self.recommender.applied(agent, msg, rec, now)
-        if body["ok"] and rec.get("keep") is not False:
+        if body["ok"] and rec.get("keep") is not False and info.keeps:
             # the agent's rule (agent/apply.py): applied and verified, it stands, in place of
-            # the one that stood (its hello's, or the last applied here)
+            # the one that stood (its hello's, or the last applied here); an agent older
+            # than that rule left the board to its next job's clocks: nothing stands
             self.recommender.replaced(agent, (info.standing or {}).get("config_id"), rec, now)
             info.standing = standing_of(rec, body)
             info.standing_dropped = None

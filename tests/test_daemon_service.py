@@ -641,6 +641,39 @@ def test_a_configuration_dropped_at_the_agents_restart_is_noted_on_its_recommend
         d.stop()
 
 
+def test_an_agent_older_than_standing_configurations_is_not_said_to_hold_one(tmp_path):
+    """An agent whose hello has no 'standing' field (older than it: it leaves the clocks to
+    its next job after a verification) applied cfg-1 and then cfg-2: status said 'applied
+    configuration cfg-2 in force' while a sweep had since left the board at another clock
+    (seen with the agent of 8371ffa), and marked cfg-1 replaced. Neither is said of it."""
+    cfg = DaemonConfig(bind="tcp://127.0.0.1:0", database=str(tmp_path / "d.db"),
+                       auto_sweep=False, agent_timeout_s=30)
+    d = Daemon(cfg)
+    group = {"platform": "plat-test", "workload": "wl", "input": "small", "variant": ""}
+    for cid in ("cfg-1", "cfg-2"):
+        d.store.save_recommendation({"config_id": cid, "agent": "a1", **group, "cores": 2,
+                                     "cpus": [0, 2], "threads": 2, "freq_khz": 1_500_000,
+                                     "predicted_time_s": 4.0, "predicted_lower_s": 3.5,
+                                     "predicted_upper_s": 4.5, "keep": True}, now=100.0)
+    d.start_thread()
+    a = Agent(d.endpoint)
+    try:
+        a.hello()  # no 'standing' field
+        a.expect("heartbeat")
+        for cid in ("cfg-1", "cfg-2"):
+            a.send("applied", {"config_id": cid, "ok": True, "time_s": 4.1})
+            a.expect("ack")
+        st = query(a, "status")
+        (row,) = st["agents"]
+        assert row["standing"] is None
+        recs = {r["config_id"]: r for r in st["recommendations"]}
+        assert [recs[c]["state"] for c in ("cfg-1", "cfg-2")] == ["verified", "verified"]
+        assert recs["cfg-1"]["replaced"] is None and recs["cfg-2"]["replaced"] is None
+    finally:
+        a.close()
+        d.stop()
+
+
 def test_a_configuration_replaced_on_its_board_says_so_and_keeps_its_verdict(tmp_path):
     """cfg-1 applied to stay and verified, then cfg-2 applied to stay on the same board: the
     board holds one configuration in force, so cfg-1 read 'verified' as if in force. It keeps
@@ -666,7 +699,9 @@ def test_a_configuration_replaced_on_its_board_says_so_and_keeps_its_verdict(tmp
     d.start_thread()
     a, b = Agent(d.endpoint), Agent(d.endpoint, "a2")
     try:
-        a.hello()
+        # an agent that keeps what it applies says what stands, here nothing yet
+        a.send("hello", {"platform": PLATFORM, "workloads": ["wl"], "agent_version": "t",
+                         "standing": None})
         a.expect("heartbeat")
         # a2 says cfg-5 stands (as after a daemon restart: this daemon never saw it applied)
         b.send("hello", {"platform": PLATFORM, "workloads": ["wl"], "agent_version": "t",
