@@ -21,7 +21,7 @@ import pytest
 from opptune.daemon import tuning
 from opptune.daemon.client import query
 from opptune.daemon.store import open_store
-from opptune.daemon.sampling import Proposal
+from opptune.shared import protocol as P
 from opptune.agent.virtual_board import make_tree
 from procs import Cluster, wait_until
 from test_goal_e2e import OPPTUNE, one_line, opptune
@@ -311,27 +311,42 @@ def test_a_session_another_daemon_drives_is_stopped_there_and_let_go(tmp_path, c
 
 
 def test_a_stop_while_the_sampler_works_elsewhere_pushes_nothing(tmp_path, monkeypatch):
-    # the window between a job's end and the recommendation: d1's sampler says "stop
-    # measuring" after d2 stopped the session; d1 must not apply a configuration
-    go = threading.Event()
+    # the window between the last job's end and the recommendation: d1's sampler says "stop
+    # measuring" after d2 stopped the session; d1 must not apply the configuration
+    reached, go = threading.Event(), threading.Event()
+    propose = tuning._propose
 
     def held(sampler, grid, measured):
-        assert go.wait(30)
-        return Proposal(None, "held by the test")
+        out = propose(sampler, grid, measured)
+        if out.index is None:  # measured enough: held until the stop is saved
+            reached.set()
+            assert go.wait(30)
+        return out
     monkeypatch.setattr(tuning, "_propose", held)
     d1 = daemon_on(tmp_path / "d.db")
     d2 = daemon_on(tmp_path / "d.db")
     a = Agent(d1.endpoint, METER)
+
+    def next_job() -> dict | None:
+        """The next job d1 sends; None once its sampler has said stop."""
+        while not reached.is_set():
+            if a.sock.poll(50):
+                msg = P.decode(a.sock.recv())
+                if msg["type"] == "job":
+                    return msg["body"]
+        return None
     try:
-        tune_id = a.query("tune", {"agent": "q1", "workload": "wl", "objective": "energy"}
-                          )["body"]["data"]["tune_id"]
-        wait_until(lambda: d1.tuning.sessions[tune_id].pending is not None, "the sampler", 10)
+        tune_id, job = start_on(d1, a)
+        while job is not None:
+            answer(a, job)
+            job = next_job()
+        assert status(a, tune_id)["measured"] >= 2  # enough for a recommendation
         assert stop_via(d2, tune_id)["stopped"] is True
         go.set()
         wait_until(lambda: tune_id not in d1.tuning.sessions, "d1 letting the session go", 15)
         st = open_store(str(tmp_path / "d.db"))
         assert st.tune_session(tune_id)["state"] == "stopped"
-        assert st.recommendations() == []
+        assert st.recommendations() == []  # nothing applied: no configuration stored or sent
     finally:
         go.set()
         a.close()
