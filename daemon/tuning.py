@@ -485,14 +485,17 @@ class Tuner:
         s = self.sessions.get(tune_id)
         if s is not None and not s.taken:
             job = s.job_id if s.state == "measuring" else None
-            self._end(s, "stopped", self._stop_reason(said, s.state, s.config_id))
-            if s.stored == s.updated:
-                self._unsaved.pop(tune_id, None)
+            before = s.state, s.reason, s.updated
+            s.state, s.reason, s.updated = ("stopped", self._stop_reason(
+                said, s.state, s.config_id), time.time())
+            if self._save(s):  # stored first: a stop the store lost would be resumed
+                self._end(s, s.state, s.reason)
                 return self._stopped(s, job, True)
-            if not s.taken:  # the store failed: said, so the user stops it again
-                raise HandlerError("store", f"tune session {tune_id} is stopped in this daemon "
-                                            "but the store did not take it (see the daemon's "
-                                            "log); run 'opptune tune --stop' again")
+            if not s.taken:
+                s.state, s.reason, s.updated = before  # it goes on, as the store has it
+                raise HandlerError("store", f"tune session {tune_id} goes on: the store did "
+                                            "not take its stop (the daemon's log says why); "
+                                            "run 'opptune tune --stop' again")
         # the store's copy: another daemon of the fleet drives the session, or none does
         for _ in range(STOP_TRIES):
             r = self.d.store.tune_session(tune_id)

@@ -352,3 +352,29 @@ def test_a_stop_while_the_sampler_works_elsewhere_pushes_nothing(tmp_path, monke
         a.close()
         d2.stop()
         d1.stop()
+
+
+def test_a_stop_the_store_does_not_take_leaves_the_session_going_on(tmp_path):
+    d = daemon_on(tmp_path / "d.db")
+    a = Agent(d.endpoint, METER)
+    try:
+        tune_id, job = start_on(d, a)
+        save = d.store.save_tune_session
+
+        def refused(*args, **kwargs):
+            raise OSError("disk full")
+        d.store.save_tune_session = refused
+        err = a.query("tune_stop", {"tune_id": tune_id})
+        assert err["type"] == "error" and err["body"]["code"] == "store", err
+        assert err["body"]["message"] == (f"tune session {tune_id} goes on: the store did not "
+                                          "take its stop (the daemon's log says why); run "
+                                          "'opptune tune --stop' again")
+        assert status(a, tune_id)["state"] == "measuring"
+        d.store.save_tune_session = save
+        data = a.query("tune_stop", {"tune_id": tune_id})["body"]["data"]
+        assert data["stopped"] is True and data["job_left"]["job_id"] == job["job_id"]
+        assert open_store(str(tmp_path / "d.db")).tune_session(tune_id)["state"] == "stopped"
+        assert tune_id not in d.tuning.sessions
+    finally:
+        a.close()
+        d.stop()
