@@ -18,11 +18,11 @@ import time
 
 import pytest
 
+from opptune.agent.virtual_board import make_tree
 from opptune.daemon import tuning
 from opptune.daemon.client import query
 from opptune.daemon.store import open_store
 from opptune.shared import protocol as P
-from opptune.agent.virtual_board import make_tree
 from procs import Cluster, wait_until
 from test_goal_e2e import OPPTUNE, one_line, opptune
 from test_goal_service import METER, Agent
@@ -232,7 +232,8 @@ def test_follow_takes_a_session_up_again_after_ctrl_c_and_wrong_ids_are_one_line
 
 # -- a fleet: daemon loops in threads on one SQLite store, a test agent --------------------------
 
-def start_on(d1, a) -> tuple[str, dict]:
+def start_on(a) -> tuple[str, dict]:
+    """A tune session of the test agent: its id and first job."""
     tune_id = a.query("tune", {"agent": "q1", "workload": "wl", "objective": "energy"}
                       )["body"]["data"]["tune_id"]
     return tune_id, a.expect("job")["body"]
@@ -247,7 +248,7 @@ def test_a_session_only_in_the_store_is_stopped_and_not_resumed(tmp_path):
     d2 = daemon_on(tmp_path / "d.db")  # started before the session: it holds no copy
     a = Agent(d1.endpoint, METER)
     try:
-        tune_id, job = start_on(d1, a)
+        tune_id, job = start_on(a)
         a.close()
         d1.stop()  # no daemon drives the session now: it is in the store only
         assert tune_id not in d2.tuning.sessions
@@ -282,7 +283,7 @@ def test_a_session_another_daemon_drives_is_stopped_there_and_let_go(tmp_path, c
     d2 = daemon_on(tmp_path / "d.db")
     a = Agent(d1.endpoint, METER)
     try:
-        tune_id, job = start_on(d1, a)
+        tune_id, job = start_on(a)
         assert tune_id in d1.tuning.sessions and tune_id not in d2.tuning.sessions
         data = stop_via(d2, tune_id)
         assert data["stopped"] is True and data["job_left"]["job_id"] == job["job_id"]
@@ -336,7 +337,7 @@ def test_a_stop_while_the_sampler_works_elsewhere_pushes_nothing(tmp_path, monke
                     return msg["body"]
         return None
     try:
-        tune_id, job = start_on(d1, a)
+        tune_id, job = start_on(a)
         while job is not None:
             answer(a, job)
             job = next_job()
@@ -358,7 +359,7 @@ def test_a_stop_the_store_does_not_take_leaves_the_session_going_on(tmp_path):
     d = daemon_on(tmp_path / "d.db")
     a = Agent(d.endpoint, METER)
     try:
-        tune_id, job = start_on(d, a)
+        tune_id, job = start_on(a)
         save = d.store.save_tune_session
 
         def refused(*args, **kwargs):
