@@ -30,13 +30,14 @@ FLEET_LOOK_S = 5.0
 
 
 def add_goal_options(p: argparse.ArgumentParser, tune: bool = False) -> None:
-    p.add_argument("--agent", required=True, help="agent id (see opptune status)")
-    p.add_argument("--workload", required=True, help="workload name")
+    # tune checks --agent and --workload itself: --follow and --stop take neither
+    p.add_argument("--agent", required=not tune, help="agent id (see opptune status)")
+    p.add_argument("--workload", required=not tune, help="workload name")
     p.add_argument("--size", help="input size class (default: the one measured, where the "
                                   "workload was measured at one; else [sweep] size of the "
                                   "daemon's configuration)" if tune else
                                   "input size class (default: the one measured)")
-    p.add_argument("--objective", default="time",
+    p.add_argument("--objective", default=None if tune else "time",  # None: not given
                    help=f"what to minimise: {', '.join(OBJECTIVES)} (default time; edp = "
                         "energy x time, ed2p = energy x time²)")
     p.add_argument("--deadline", help="at most this time per run, e.g. 2.5s or 300ms")
@@ -57,15 +58,16 @@ def add_goal_options(p: argparse.ArgumentParser, tune: bool = False) -> None:
 
 def goal_args(cmd: str, args: argparse.Namespace) -> dict[str, Any] | None:
     """The query args for the goal options; None after printing one line when they are bad."""
+    objective = args.objective or "time"
     try:
-        make_goal(args.objective, args.deadline, args.power_cap)
+        make_goal(objective, args.deadline, args.power_cap)
     except ValueError as exc:
         print(f"opptune {cmd}: {exc}", file=sys.stderr)
         return None
     if below_least(cmd, args, {"cluster": 0, "max_cores": 0}):
         return None
     out: dict[str, Any] = {"agent": args.agent, "workload": args.workload,
-                           "objective": args.objective.lower()}
+                           "objective": objective.lower()}
     for key in ("size", "deadline", "power_cap", "cluster", "max_cores"):
         if getattr(args, key) is not None:
             out[key] = getattr(args, key)
@@ -323,21 +325,68 @@ def add_parsers(sub: Any, link_options: Any) -> None:
                                    "in the daemon: interrupting this command does not stop it; "
                                    "in a fleet, it is followed through another daemon when "
                                    "this one stops answering; 'opptune status' lists the "
-                                   "open sessions. One session per agent at a time (one "
+                                   "open sessions; --follow ID follows one again, --stop "
+                                   "ID ends it. One session per agent at a time (one "
                                    "board, one set of clocks): a second is refused. "
                                    "When no configuration meets --deadline / --power-cap it "
-                                   "shows the closest, applies nothing and exits 3.")
+                                   "shows the closest, applies nothing and exits 3.",
+                       usage="opptune tune --agent ID --workload W [goal and session "
+                             "options] [link options] [--json]\n"
+                             "       opptune tune --follow TUNE_ID [--no-progress] "
+                             "[link options] [--json]\n"
+                             "       opptune tune --stop TUNE_ID [link options] [--json]")
     link_options(p)
     add_goal_options(p, tune=True)
     p.add_argument("--budget", type=int, help="at most this many configurations")
     p.add_argument("--reps", type=int, help="runs per configuration (default: [sweep] reps)")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
+    which = p.add_mutually_exclusive_group()
+    which.add_argument("--follow", metavar="TUNE_ID",
+                       help="follow a session going on (after Ctrl-C, or from another "
+                            "terminal) until it ends: the same progress, verdict and exit "
+                            "status as the tune that started it")
+    which.add_argument("--stop", metavar="TUNE_ID",
+                       help="end a session going on (state 'stopped'): it measures no more "
+                            "configurations and applies nothing; a configuration it already "
+                            "pushed stays. 'opptune status' lists the open sessions")
     p.set_defaults(func=cmd_tune)
+
+
+# what --follow and --stop leave out: the options that start a session (dest, as typed)
+STARTING_OPTIONS = (("agent", "--agent"), ("workload", "--workload"), ("size", "--size"),
+                    ("objective", "--objective"), ("deadline", "--deadline"),
+                    ("power_cap", "--power-cap"), ("cluster", "--cluster"),
+                    ("max_cores", "--max-cores"), ("accept_load", "--accept-load"),
+                    ("budget", "--budget"), ("reps", "--reps"))
 
 
 def cmd_tune(args: argparse.Namespace) -> int:
     from .client import daemon_endpoint
     from .client import ask
+    tune_id = args.follow if args.follow is not None else args.stop
+    if tune_id is not None:
+        flag = "--follow" if args.follow is not None else "--stop"
+        given = [typed for dest, typed in STARTING_OPTIONS if getattr(args, dest)]
+        if given:
+            print(f"opptune tune: {flag} takes a session's id only; leave out "
+                  f"{', '.join(given)} (they start a session)", file=sys.stderr)
+            return 2
+        if not tune_id.strip():
+            print(f"opptune tune: {flag} needs a session's id (tune-...: 'opptune status' "
+                  "lists the open ones)", file=sys.stderr)
+            return 2
+        if args.stop is not None:
+            return stop_tune(args, daemon_endpoint(args), tune_id.strip())
+        endpoint = daemon_endpoint(args)
+        session, rc = ask("opptune tune", endpoint, "tune_status",
+                          {"tune_id": tune_id.strip()}, timeout_s=args.timeout)
+        return rc if rc is not None else follow_to_end(args, endpoint, session)
+    missing = [typed for dest, typed in STARTING_OPTIONS[:2] if getattr(args, dest) is None]
+    if missing:
+        print(f"opptune tune: {' and '.join(missing)} {'is' if len(missing) == 1 else 'are'} "
+              "needed to start a session (--follow TUNE_ID or --stop TUNE_ID for one going "
+              "on)", file=sys.stderr)
+        return 2
     q = goal_args("tune", args)
     if q is None:
         return 2
@@ -352,14 +401,23 @@ def cmd_tune(args: argparse.Namespace) -> int:
                               "session; running this again would start a second one")
     if rc is not None:
         return rc
+    return follow_to_end(args, endpoint, session)
+
+
+def follow_to_end(args: argparse.Namespace, endpoint: str, session: dict[str, Any]) -> int:
+    """Follow ``session`` (a ``tune_status`` view) until it ends, print its verdict, and
+    return tune's exit status: 0 done, 3 unmet, 1 failed or stopped (or no daemon answers)."""
+    tune_id = session["tune_id"]
     try:
         final = follow_tune(endpoint, session, args.timeout, args.no_progress)
     except KeyboardInterrupt:
         # the session is the daemon's: leaving without a word would hide that it still
         # applies a configuration to the board
-        print(f"opptune tune: stopped following {session['tune_id']}; the session goes on in "
-              "the daemon (it measures, recommends and applies on its own); 'opptune status' "
-              "lists it under 'tune sessions (open)' until it ends", file=sys.stderr)
+        print(f"opptune tune: stopped following {tune_id}; the session goes on in the daemon "
+              "(it measures, recommends and applies on its own); 'opptune status' lists it "
+              "under 'tune sessions (open)' until it ends; 'opptune tune --follow "
+              f"{tune_id}' follows it again, 'opptune tune --stop {tune_id}' ends it",
+              file=sys.stderr)
         raise
     if final is None:
         return 1
@@ -371,8 +429,38 @@ def cmd_tune(args: argparse.Namespace) -> int:
     if final["state"] == "unmet":
         return UNMET
     if final["state"] != "done":
-        print(f"opptune tune: {final['tune_id']} failed: {final['reason']}", file=sys.stderr)
+        print(f"opptune tune: {final['tune_id']} "
+              f"{'stopped' if final['state'] == 'stopped' else 'failed'}: {final['reason']}",
+              file=sys.stderr)
         return 1
+    return 0
+
+
+def stop_tune(args: argparse.Namespace, endpoint: str, tune_id: str) -> int:
+    """``tune --stop``: 0 when the session is stopped now or had ended before."""
+    from .client import ask
+    data, rc = ask("opptune tune", endpoint, "tune_stop", {"tune_id": tune_id},
+                   timeout_s=args.timeout,
+                   changes=f"'opptune tune --follow {tune_id}' shows whether it stopped; "
+                           "running this again is safe")
+    if rc is not None:
+        return rc
+    if args.json:
+        json.dump(data, sys.stdout, indent=2, sort_keys=True)
+        print()
+        return 0
+    if not data["stopped"]:
+        print(f"opptune tune: {tune_id} had already ended: {data['state']}: {data['reason']}")
+        return 0
+    n = data["measured"]
+    print(f"opptune tune: {tune_id} ({data['workload']} ({data['size']}) on {data['agent']}, "
+          f"{n} configuration{'s' if n != 1 else ''} measured) is stopped: "
+          f"{data['reason']}; nothing more is measured or applied for it")
+    job = data.get("job_left")
+    if job:
+        print(f"its job {job['job_id']} ({job['state']}, one configuration) runs to its end "
+              f"on {data['agent']}: a job sent cannot be called back; its runs are stored, and "
+              "count for later tunes and recommendations")
     return 0
 
 
@@ -392,6 +480,8 @@ def follow_tune(endpoint: str, session: dict[str, Any], timeout_s: float,
     from .store import TUNE_FINAL_STATES
     from .sweep_wait import POLL_S, RECONNECT_S, fail_over, fleet_others
 
+    if session["state"] in TUNE_FINAL_STATES:
+        return session  # --follow of a session that has ended: its verdict, no progress
     tune_id = session["tune_id"]
     others: list[str] = []  # the fleet's other daemons that answered at the last look
     known: list[str] = []  # every other daemon the fleet named, answering or not

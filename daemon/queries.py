@@ -79,6 +79,8 @@ def answer(d: Daemon, what: str, args: dict[str, Any]) -> dict[str, Any] | Defer
         return d.tuning.start(args)
     if what == "tune_status":
         return d.tuning.status(args)
+    if what == "tune_stop":
+        return d.tuning.stop(args)
     if what == "keys":
         return keys(d, args)
     if what == "doctor":
@@ -93,8 +95,8 @@ def answer(d: Daemon, what: str, args: dict[str, Any]) -> dict[str, Any] | Defer
         from . import characterize
         return getattr(characterize, what)(d, args)
     raise HandlerError("unknown_query", f"unknown query '{what[:40]}'; known: status, sweep, "
-                                        "fit, recommend, tune, tune_status, report, keys, "
-                                        "doctor, characterize, mpet_data, runs, import")
+                                        "fit, recommend, tune, tune_status, tune_stop, report, "
+                                        "keys, doctor, characterize, mpet_data, runs, import")
 
 
 def keys(d: Daemon, args: dict[str, Any]) -> dict[str, Any]:

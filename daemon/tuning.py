@@ -27,6 +27,13 @@ sessions from the store, as stored. A daemon lets a session go once its agent is
 through another daemon, or another daemon saved it since; each save is conditional on the row
 being as this daemon last saw it, so of two daemons that both think they hold the agent only
 one moves the session on (the other reads it again or lets it go).
+
+``opptune tune --stop`` (the ``tune_stop`` query, :meth:`Tuner.stop`) may reach any daemon of
+the fleet: one that holds the session ends it; else the stored row is ended with the same
+conditional save, and the daemon that drives it lets it go at its next save (it sends no job
+and pushes no configuration without one). A job out with the agent cannot be called back (the
+protocol has no such message): it runs to its end, its runs are stored, and its completion
+starts no fit or push here.
 """
 
 from __future__ import annotations
@@ -63,6 +70,11 @@ ACTIVE = ("measuring", "verifying")
 FINAL = TUNE_FINAL_STATES
 # finished sessions the store could not take, kept in memory for tune_status (the oldest go)
 UNSAVED_FINISHED_MAX = 32
+# jobs of stopped sessions still out with their agent: their end is the session's, not a
+# sweep's (no fit, no push); the oldest go
+STOPPED_JOBS_MAX = 256
+# tries of a stop against a row other daemons of the fleet keep saving meanwhile
+STOP_TRIES = 5
 VERDICT_STATES = ("verified", "off", "marked", "refused", "failed")
 
 
@@ -92,7 +104,7 @@ class Session:
     cluster: int | None
     max_cores: int | None
     started: float
-    state: str = "measuring"  # measuring, verifying, done, failed, unmet
+    state: str = "measuring"  # measuring, verifying, done, failed, unmet, stopped
     reason: str | None = None
     current: int = 0  # index into segments
     job_id: str | None = None
@@ -209,6 +221,7 @@ class Tuner:
         # from the store): bounded, oldest first
         self._unsaved: dict[str, Session] = {}
         self._by_job: dict[str, str] = {}
+        self._stopped_jobs: dict[str, str] = {}  # job id -> its stopped session (bounded)
         self._polled = time.time()  # when the last poll returned
         self._pool = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="opptune-tune")
         self._load()
@@ -400,18 +413,25 @@ class Tuner:
         """Refuse a session where ``agent`` has one open: the board has one set of clocks and
         cores, and two sessions would each measure under the other's settings. The rule is
         per agent, not per workload, for that reason. This daemon holds every open session
-        of an agent connected to it (taken up at its hello), so memory answers."""
-        s = next((s for s in self.sessions.values()
-                  if s.agent == agent and s.state not in FINAL and not s.taken), None)
-        if s is None:
-            return
-        raise HandlerError("tune_open", f"agent '{agent}' has a tune session open: "
-                           f"{open_text(open_row(s.record()))}; a second one would fight it "
-                           "over the board's cores and clocks. 'opptune status' shows it; no "
-                           "command stops it: it ends once it has applied and verified a "
-                           "configuration (or found none that meets its goal), or fails when "
-                           f"the agent is silent for agent_timeout_s "
-                           f"({self.d.config.agent_timeout_s:g} s); tune again then")
+        of an agent connected to it (taken up at its hello), so memory answers; the store
+        says whether another daemon of the fleet ended one since (tune --stop there)."""
+        for s in [s for s in self.sessions.values()
+                  if s.agent == agent and s.state not in FINAL and not s.taken]:
+            r = self.d.store.tune_session(s.tune_id) if s.stored is not None else None
+            if r is not None and r.get("updated") != s.stored and r.get("state") in FINAL:
+                self._forget(s)  # ended through another daemon of the fleet (tune --stop)
+                if s.job_id:
+                    self._job_left(s.job_id, s.tune_id)
+                continue
+            raise HandlerError("tune_open", f"agent '{agent}' has a tune session open: "
+                               f"{open_text(open_row(s.record()))}; a second one would fight "
+                               "it over the board's cores and clocks. 'opptune status' shows "
+                               f"it, 'opptune tune --follow {s.tune_id}' follows it, 'opptune "
+                               f"tune --stop {s.tune_id}' ends it; else it ends once it has "
+                               "applied and verified a configuration (or found none that "
+                               "meets its goal), or fails when the agent is silent for "
+                               "agent_timeout_s "
+                               f"({self.d.config.agent_timeout_s:g} s)")
 
     def open_sessions(self, agent: str | None = None) -> list[dict[str, Any]]:
         """The open sessions in the store (of every daemon sharing it), oldest first, as
@@ -450,12 +470,95 @@ class Tuner:
                                            "instance")
         return s.view(time.time())
 
+    def stop(self, args: dict[str, Any]) -> dict[str, Any]:
+        """The ``tune_stop`` query: end the session ``args.tune_id`` (state ``stopped``). This
+        daemon ends the one it holds; else the stored row, conditionally, so that whichever
+        daemon of the fleet drives it (or none) it stays ended. The reply is the session's
+        view with ``stopped`` (False: it had ended before) and ``job_left`` (the job still
+        out with the agent, which cannot be called back; None if none)."""
+        tune_id = args.get("tune_id")
+        if not isinstance(tune_id, str) or not tune_id:
+            raise HandlerError("bad_args", "tune_stop needs args.tune_id (text)")
+        now = time.time()
+        said = "stopped by the user at " + time.strftime("%Y-%m-%d %H:%M:%S UTC",
+                                                         time.gmtime(now))
+        s = self.sessions.get(tune_id)
+        if s is not None and not s.taken:
+            job = s.job_id if s.state == "measuring" else None
+            before = s.state, s.reason, s.updated
+            s.state, s.reason, s.updated = ("stopped", self._stop_reason(
+                said, s.state, s.config_id), time.time())
+            if self._save(s):  # stored first: a stop the store lost would be resumed
+                self._end(s, s.state, s.reason)
+                return self._stopped(s, job, True)
+            if not s.taken:
+                s.state, s.reason, s.updated = before  # it goes on, as the store has it
+                raise HandlerError("store", f"tune session {tune_id} goes on: the store did "
+                                            "not take its stop (the daemon's log says why); "
+                                            "run 'opptune tune --stop' again")
+        # the store's copy: another daemon of the fleet drives the session, or none does
+        for _ in range(STOP_TRIES):
+            r = self.d.store.tune_session(tune_id)
+            if r is None:
+                raise HandlerError("bad_args", f"no tune session {tune_id!r} in the store of "
+                                               "this daemon; 'opptune status' lists the open "
+                                               "ones")
+            try:
+                s = self._restore(r)
+            except (KeyError, TypeError, ValueError) as exc:
+                raise HandlerError("internal", f"tune session {tune_id} is stored but cannot "
+                                               f"be read: {exc}") from None
+            if s.state in FINAL:
+                return self._stopped(s, None, False)
+            job = s.job_id if s.state == "measuring" else None
+            s.state, s.reason, s.updated = ("stopped", self._stop_reason(
+                said, s.state, s.config_id), time.time())
+            if self.d.store.save_tune_session(s.record(), expect=r.get("updated")):
+                held = self.sessions.get(tune_id)
+                if held is not None:
+                    self._forget(held)  # a stale copy here: it must not go on
+                self._unsaved.pop(tune_id, None)
+                return self._stopped(s, job, True)
+        raise HandlerError("busy", f"tune session {tune_id} was saved by another daemon each "
+                                   f"of {STOP_TRIES} times this one tried to stop it; run "
+                                   "'opptune tune --stop' again")
+
+    @staticmethod
+    def _stop_reason(said: str, state: str, config_id: str | None) -> str:
+        if state == "verifying" and config_id:
+            # pushed before the stop: the agent applies and verifies it all the same
+            return f"{said}; configuration {config_id} was pushed before and stays in force"
+        return said
+
+    def _stopped(self, s: Session, job_id: str | None, now: bool) -> dict[str, Any]:
+        """The stop's reply; the job still out is remembered so that its end starts no fit
+        or push (it measures for a session that is over)."""
+        out = s.view(time.time())
+        out["stopped"] = now
+        job = self.d.store.job(job_id) if job_id else None
+        out["job_left"] = None
+        if job is not None and job["state"] in ACTIVE_JOB_STATES:
+            out["job_left"] = {"job_id": job_id, "state": job["state"]}
+            self._job_left(job_id, s.tune_id)
+        return out
+
+    def _job_left(self, job_id: str, tune_id: str) -> None:
+        """Own the job ``job_id`` of the stopped session ``tune_id``: its end is no sweep's."""
+        self._stopped_jobs[job_id] = tune_id
+        while len(self._stopped_jobs) > STOPPED_JOBS_MAX:
+            del self._stopped_jobs[next(iter(self._stopped_jobs))]
+
     # -- the loop -----------------------------------------------------------------------------
     def owns(self, job_id: str) -> bool:
-        return job_id in self._by_job
+        return job_id in self._by_job or job_id in self._stopped_jobs
 
     def job_done(self, job_id: str) -> None:
         """A session's one-point job has all its runs: ask for the next configuration."""
+        stopped = self._stopped_jobs.pop(job_id, None)
+        if stopped is not None:
+            log.info("tune %s: job %s, out when the session was stopped, is done; its runs "
+                     "are stored", stopped, job_id)
+            return
         s = self.sessions.get(self._by_job.pop(job_id, ""))
         if s is None or s.state != "measuring" or s.job_id != job_id:
             return
@@ -639,6 +742,9 @@ class Tuner:
             self.d.jobs.send(s.agent, job)
 
     def _recommend(self, s: Session) -> None:
+        s.updated = time.time()
+        if not self._save(s) and s.taken:
+            return  # another daemon saved it since (stopped it, say): nothing is pushed
         try:
             rec = recommend_for(self.d, s.agent, s.workload, s.goal, s.size, s.cluster,
                                 s.max_cores, s.accept_load)

@@ -199,11 +199,13 @@ def test_daemon_refuses_hostile_records_without_storing(world, errors, data):
 def test_daemon_query_args_are_checked(world, errors, data):
     d, _ = world
     what = data.draw(st.sampled_from(["status", "sweep", "fit", "report", "recommend",
-                                      "tune_status", "keys", "characterize", "mpet_data"])
+                                      "tune_status", "tune_stop", "keys", "characterize",
+                                      "mpet_data"])
                      | st.text(max_size=20))
     args = data.draw(st.dictionaries(st.sampled_from(
         ["agent", "workloads", "workload", "reps", "warmup", "max_cores", "platform", "goal",
-         "id", "action", "session", "frequencies", "frequency_grid", "size", "input"])
+         "id", "action", "session", "frequencies", "frequency_grid", "size", "input",
+         "tune_id"])
         | st.text(max_size=6), hostile, max_size=4))
     feed(d, wire("query", {"what": what, "args": args}))
     assert errors.lines == []

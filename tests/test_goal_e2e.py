@@ -244,9 +244,10 @@ def test_ctrl_c_stops_following_and_says_what_goes_on_in_the_daemon(tmp_path):
         for argv, size, needle in (
                 (["tune", "--agent", "test-agent", "--workload", "pi_integrate",
                   "--objective", "energy", "--no-progress"], "small",
-                 r"opptune tune: stopped following tune-\w+; the session goes on in the daemon "
-                 r"\(it measures, recommends and applies on its own\); 'opptune status' "
-                 r"lists it under 'tune sessions \(open\)' until it ends"),
+                 r"opptune tune: stopped following (tune-\w+); the session goes on in the "
+                 r"daemon \(it measures, recommends and applies on its own\); 'opptune status' "
+                 r"lists it under 'tune sessions \(open\)' until it ends; 'opptune tune "
+                 r"--follow \1' follows it again, 'opptune tune --stop \1' ends it"),
                 (["sweep", "--agent", "test-agent", "--size", "large", "--wait"], "large",
                  r"opptune sweep: stopped waiting; the jobs go on in the daemon: job-\w+; "
                  r"'opptune status' follows them")):

@@ -34,8 +34,9 @@ def drift_ends(drift_variant: str, variant: str) -> bool:
     return drift_variant == variant or "" in (drift_variant, variant)
 
 
-# states of a finished tune session (daemon/tuning.py): never resumed
-TUNE_FINAL_STATES = ("done", "failed", "unmet")
+# states of a finished tune session (daemon/tuning.py): never resumed (stopped: by
+# 'opptune tune --stop')
+TUNE_FINAL_STATES = ("done", "failed", "unmet", "stopped")
 
 
 class ResultIn(NamedTuple):
