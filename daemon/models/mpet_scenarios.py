@@ -123,7 +123,7 @@ def edited_curve(t1: float, sc: np.ndarray, ns, n_nu: int | None, n_ht: int | No
     or where an element edit of ``edits`` takes a share below 0 at some n (a share of time: a
     negative lock wait would raise U(n) above 1 and shorten t(n)), or, where the fitted
     ``unedited`` sc is already below 0 there (the least-squares line through a measured lock
-    wait of 0, 0.15, 0.29, 0.47 at n = 1..4 has l(1) = -0.007), below that. A whole curve's
+    wait of 0, 0.15, 0.29, 0.47 at n = 1..4 has l(1) = -0.005), below that. A whole curve's
     factor or constant (>= 0) makes no share negative that the fit had not."""
     ns = list(ns)
     if runtime_params_valid(sc):
@@ -158,7 +158,7 @@ def backwards_edits(t1: float, sc: np.ndarray, edits: list[Edit], ns, n_nu: int 
     """A sentence per factor edit of a whole share (``l=2x``; l w c d s j) that scales it
     where it is below 0: F times it moves it the other way there, so t(n) shortens under
     F > 1 (lengthens under F < 1), the reverse of what the edit reads as. A fitted line may
-    dip below 0 (the lock wait 0, 0.15, 0.29, 0.47 at n = 1..4 fits l(1) = -0.007), which
+    dip below 0 (the lock wait 0, 0.15, 0.29, 0.47 at n = 1..4 fits l(1) = -0.005), which
     eq. 3 takes as it is. Each edit is judged on the profile as the edits before it left it."""
     if not runtime_params_valid(sc):
         return []
