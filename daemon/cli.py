@@ -10,6 +10,7 @@ import time
 from typing import Any
 
 from ..shared.config import ConfigError, load_daemon_config
+from .entry import DAEMON_EXTRA, LOAD_INTERRUPTED
 from .options import below_least, parse_frequencies
 
 
@@ -260,14 +261,15 @@ def build_parser() -> argparse.ArgumentParser:
 
     try:
         from .goal_cli import add_parsers as add_goal_parsers
-    except ImportError:  # the modelling extra is not installed
-        pass
+    except ImportError as exc:
+        raise_unless_extra_missing(exc)
     else:
         add_goal_parsers(sub, _add_link_options)
 
     try:
         from .fit_cli import add_parsers
-    except ImportError:  # the modelling extra is not installed
+    except ImportError as exc:
+        raise_unless_extra_missing(exc)
         parser.epilog = ("fit, predict and eval need the daemon extra: "
                          "pip install 'opptune[daemon]'")
     else:
@@ -279,6 +281,22 @@ def build_parser() -> argparse.ArgumentParser:
     for command in sub.choices.values():  # main() shows an unknown option with its usage
         command.set_defaults(command_parser=command)
     return parser
+
+
+def raise_unless_extra_missing(exc: ImportError) -> None:
+    """Raise ``exc`` again unless it says a module of the daemon extra is not installed, the
+    one case that leaves out the commands needing it; a Ctrl-C that a library's import turned
+    into an ImportError (the interrupt in its chain) is raised as the KeyboardInterrupt it is.
+    Read as the missing extra, such an interrupt answered 'invalid choice' for the command."""
+    seen, cause = set(), exc
+    while cause is not None and id(cause) not in seen:
+        if isinstance(cause, KeyboardInterrupt):
+            raise KeyboardInterrupt from exc
+        seen.add(id(cause))
+        cause = cause.__cause__ or cause.__context__
+    if not (isinstance(exc, ModuleNotFoundError)
+            and (exc.name or "").partition(".")[0] in DAEMON_EXTRA.values()):
+        raise exc
 
 
 # a negative quantity: "-1s", "-.5s", "-3W" (no opptune option starts with a digit)
@@ -300,7 +318,15 @@ def join_negative_values(argv: list[str]) -> list[str]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = build_parser()
+    try:
+        parser = build_parser()
+    except KeyboardInterrupt:
+        print(LOAD_INTERRUPTED, file=sys.stderr)
+        return 130
+    except ImportError as exc:
+        print(f"opptune: cannot load its commands: {type(exc).__name__}: {exc}; reinstall: "
+              "pip install --force-reinstall 'opptune[daemon]'", file=sys.stderr)
+        return 1
     args, unknown = parser.parse_known_args(
         join_negative_values(sys.argv[1:] if argv is None else list(argv)))
     if unknown:  # parse_args would print the top-level usage, not the command's

@@ -177,6 +177,9 @@ def _start(argv: list[str], log: Path) -> subprocess.Popen:
 
 
 def _stop(proc: subprocess.Popen, timeout: float = 20.0) -> int | None:
+    """SIGTERM, then SIGKILL after ``timeout``; the child's exit status, None where that
+    SIGTERM ended it: a daemon or agent still starting (its handler not yet set) dies of it,
+    which is the stop asked for, not a failure to report ('daemon exited -15')."""
     if proc.poll() is None:
         proc.send_signal(signal.SIGTERM)
         try:
@@ -184,6 +187,9 @@ def _stop(proc: subprocess.Popen, timeout: float = 20.0) -> int | None:
         except subprocess.TimeoutExpired:
             proc.kill()
             proc.wait()
+        else:
+            if proc.returncode == -signal.SIGTERM:
+                return None
     return proc.returncode
 
 

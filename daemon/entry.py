@@ -15,6 +15,9 @@ DAEMON_EXTRA = {"numpy": "numpy", "scipy": "scipy", "scikit-learn": "sklearn", "
                 "matplotlib": "matplotlib", "prometheus_client": "prometheus_client",
                 "psycopg": "psycopg"}
 
+# Ctrl-C before a command ran, as 'opptune' loaded (about a second: scipy, the parsers)
+LOAD_INTERRUPTED = "opptune: interrupted while loading, before the command ran"
+
 
 def missing_daemon_extra() -> list[str]:
     """Distributions of the daemon extra that cannot be imported here."""
@@ -51,10 +54,14 @@ def operator(argv: list[str] | None = None) -> int:
         return _version("opptune") if argv == ["--version"] else _refuse("opptune", missing)
     try:
         from .cli import main  # scipy and the rest load here: a second Ctrl-C may land in it
+    except KeyboardInterrupt:
+        print(LOAD_INTERRUPTED, file=sys.stderr)
+        return 130
+    try:
         code = main(argv)
         sys.stdout.flush()
         return code
-    except KeyboardInterrupt:  # main answers the ones in a command; these came before
+    except KeyboardInterrupt:  # main answers those while loading and in a command
         return 130
     except BrokenPipeError:
         # the reader went away (`opptune status | head`): not an error of ours. Point stdout

@@ -524,6 +524,9 @@ def print_results(results: list[dict], as_json: bool) -> None:
 
 
 # -- eval-mpet over combined CSVs or the daemon's store ----------------------------------------
+STORE_TIMEOUT_S = 30.0  # a store's profiles and every clock's: more than a status query
+
+
 def add_eval_sources(p: argparse.ArgumentParser) -> None:
     """``opptune eval-mpet``'s other sources: several CSVs as one database, the store."""
     g = p.add_argument_group("other sources")
@@ -542,8 +545,10 @@ def add_eval_sources(p: argparse.ArgumentParser) -> None:
     g.add_argument("--save-csv", metavar="FILE.csv",
                    help="with --daemon: also write the store's measurements as a CSV that "
                         "--data reads")
-    g.add_argument("--timeout", type=float, default=30.0,
-                   help="with --daemon: seconds to wait for its answer")
+    # None: not given, so that given without a daemon it is refused (it would mean nothing)
+    g.add_argument("--timeout", type=float, default=None,
+                   help=f"with --daemon: seconds to wait for its answer (default "
+                        f"{STORE_TIMEOUT_S:g})")
     p.set_defaults(func=cmd_eval_sources)
 
 
@@ -553,11 +558,16 @@ def cmd_eval_sources(args: argparse.Namespace) -> int:
         args.data = [find_data(p) for p in args.data]
     # --config alone names the daemon too (its bind), as for 'opptune status'
     store = bool(args.daemon or args.config)
+    given = [o for o, v in (("--size", args.size), ("--save-csv", args.save_csv),
+                            ("--timeout", args.timeout)) if v is not None]
+    if given and not store:
+        named = " and ".join([", ".join(given[:-1]), given[-1]] if len(given) > 1 else given)
+        print(f"opptune eval-mpet: {named} "
+              f"{'goes' if len(given) == 1 else 'go'} with --daemon ENDPOINT or --config "
+              "(without either no daemon is asked): give one, or leave "
+              f"{'it' if len(given) == 1 else 'them'} out", file=sys.stderr)
+        return 2
     if not args.combine and not store:
-        if args.size or args.save_csv:
-            print("opptune eval-mpet: --size and --save-csv go with --daemon ENDPOINT or --config",
-                  file=sys.stderr)
-            return 2
         return cmd_eval_mpet(args)
     if args.combine and not args.data and not store:
         print("opptune eval-mpet: --combine needs --data FILE.csv (two or more) or --daemon",
@@ -570,6 +580,8 @@ def cmd_eval_sources(args: argparse.Namespace) -> int:
         return 2
     rows: list[dict[str, Any]] = []
     label = []
+    if args.timeout is None:
+        args.timeout = STORE_TIMEOUT_S
     if store:
         from .client import ask, daemon_endpoint
         endpoint = daemon_endpoint(args)  # with CURVE on: the operator key from --config's keys_dir

@@ -364,7 +364,7 @@ def _predict_migration(data: dict[str, Any], args: argparse.Namespace,
     from .models.mpet_database import MpetDatabase
     from .models.mpet_predict import predict_migration
     from .models.mpet_curve import time_curve
-    from .models.mpet_scenarios import apply_edits, edited_curve
+    from .models.mpet_scenarios import apply_edits, backwards_edits, edited_curve
     named = _named_sources(args, data)
     dst = _resolve(args.target, data, "--to", args.size)
     sizes: dict[tuple, str] = {}
@@ -391,7 +391,7 @@ def _predict_migration(data: dict[str, Any], args: argparse.Namespace,
                             f"measured on both {name} and {args.target}; run 'opptune characterize "
                             f"--agent {_agent_of(data, src)}{_size_opt(args)}' first")
     db = MpetDatabase(profiles, platforms)
-    before = None
+    before, notes = None, []
     if edits:
         # the virtual workload: A's profile edited alike on every reference
         before = predict_migration(db, args.workload, dst, refs=srcs, interval="none").t
@@ -401,6 +401,9 @@ def _predict_migration(data: dict[str, Any], args: argparse.Namespace,
             topo = platforms[src]
             t1, sc = db.t1(key), db.sc[key]
             t1e, sce = apply_edits(t1, sc, edits)
+            notes += [f"{args.workload} on {data['platforms'][src]['board']}: {why}"
+                      for why in backwards_edits(t1, sc, edits, sorted(profiles[key]["t"]),
+                                                 topo.get("n_nu"), topo.get("n_ht"))]
             # the measured times carry the edits' relative effect (eq. 3-4 before and after),
             # so the default prediction, which reads q(n) from the times, sees them as sc does
             ns = sorted(profiles[key]["t"])
@@ -424,7 +427,7 @@ def _predict_migration(data: dict[str, Any], args: argparse.Namespace,
             "to_board": data["platforms"][dst]["board"],
             "from_mhz": [clocks.get((args.workload, p)) for p in srcs],
             "to_mhz": _clocks_on(clocks, dst, skip=args.workload), "t1_s": pred.t1,
-            "edits": [str(e) for e in edits],
+            "edits": [str(e) for e in edits], "edit_notes": notes,
             "prediction": _rows(pred.ns, pred.t, lo, hi, measured, before),
             "candidates": _candidates(pred), "single_candidate": pred.single_candidate,
             "method": _method(pred), "interval": text.interval_text(pred, data),
@@ -437,8 +440,8 @@ def _predict_on(data: dict[str, Any], args: argparse.Namespace,
     from .models.mpet_curve import time_curve
     from .models.mpet_database import MpetDatabase
     from .models.mpet_predict import predict_scalability
-    from .models.mpet_scenarios import (apply_edits, edited_curve, scalability_band,
-                                        with_serial)
+    from .models.mpet_scenarios import (apply_edits, backwards_edits, edited_curve,
+                                        scalability_band, with_serial)
     plat = _resolve(args.on, data, "--on", args.size)
     sizes: dict[tuple, str] = {}
     clocks: dict[tuple, Any] = {}
@@ -452,7 +455,7 @@ def _predict_on(data: dict[str, Any], args: argparse.Namespace,
                         f"starts from t(1); sweep it from 1 core")
     parallel = any(n > 1 for n in measured_t)
     common = {"workload": args.workload, "on": plat, "board": data["platforms"][plat]["board"],
-              "on_mhz": clocks.get(key), "edits": [str(e) for e in edits]}
+              "on_mhz": clocks.get(key), "edits": [str(e) for e in edits], "edit_notes": []}
     if edits and parallel:
         # (c) on the whole measured profile: no candidates, the profile's own curve edited
         db = MpetDatabase(profiles, platforms)
@@ -461,6 +464,8 @@ def _predict_on(data: dict[str, Any], args: argparse.Namespace,
         t1e, sce = apply_edits(t1, sc, edits)
         t = edited_curve(t1e, sce, ns, topo.get("n_nu"), topo.get("n_ht"), edits, sc)
         none = [None] * len(ns)
+        common["edit_notes"] = backwards_edits(t1, sc, edits, ns, topo.get("n_nu"),
+                                               topo.get("n_ht"))
         return {**common, "scenario": "c (virtual workload: the measured profile edited)",
                 "t1_s": t1e, "prediction": _rows(ns, t, none, none, {}, before),
                 "candidates": {"t1": [], "sc": []}, "single_candidate": False, "method": None,
@@ -480,6 +485,8 @@ def _predict_on(data: dict[str, Any], args: argparse.Namespace,
         before = t
         t1e, sce = apply_edits(pred.t1, pred.sc, edits)
         t = edited_curve(t1e, sce, ns, topo.get("n_nu"), topo.get("n_ht"), edits, pred.sc)
+        common["edit_notes"] = backwards_edits(pred.t1, pred.sc, edits, ns, topo.get("n_nu"),
+                                               topo.get("n_ht"))
     lo, hi, calibrated, level = scalability_band(db, pred, topo, t, tuple(edits))
     scen = ("c (virtual workload: the scaling predicted as in b, edited)" if edits
             else "b (scalability from the 1-core runs)")

@@ -185,6 +185,8 @@ def print_prediction(out: dict[str, Any]) -> None:
                       for r in rows):
         print("note: the edits change no t(n): an edited curve that is 0 at every n stays 0 "
               "under a factor; set a value instead (e.g. l=0.1) or edit another parameter")
+    for why in out.get("edit_notes") or ():
+        print(f"note: {why}")
     print("interval: " + out["interval"])
     op = out.get("operating_point")
     if op:

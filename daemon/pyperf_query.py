@@ -15,6 +15,7 @@ import time
 import uuid
 from typing import TYPE_CHECKING, Any
 
+from ..shared.cpus import format_cpu_list
 from ..shared.records import RecordError, RunRecord
 from .errors import HandlerError
 from .planner import frequency_refusal, sweep_order
@@ -76,9 +77,10 @@ def import_runs(d: Daemon, args: dict[str, Any]) -> dict[str, Any]:
         cpus = order[:cores]
     elif (not isinstance(cpus, list) or len(cpus) != cores or len(set(cpus)) != cores
           or not all(type(c) is int and c in order for c in cpus)):
+        # an order, as given: a cpu named twice is what may be wrong with it
         got = ",".join(map(str, cpus)) if isinstance(cpus, list) else repr(cpus)
         raise HandlerError("bad_args", f"cpus must name {cores} cpu{'s' if cores != 1 else ''}"
-                                       f" of agent '{agent}' ({','.join(map(str, order))}), as "
+                                       f" of agent '{agent}' ({format_cpu_list(order)}), as "
                                        f"many as cores and none twice; got {got[:64]}")
     freq_khz = args.get("freq_khz")
     if freq_khz is not None and (type(freq_khz) is not int or freq_khz <= 0):

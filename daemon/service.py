@@ -33,6 +33,7 @@ import zmq
 from ..shared import protocol
 from ..shared.config import (DEFAULT_DAEMON_CONFIG, ConfigError, DaemonConfig,
                              is_database_url, load_daemon_config, redact_url)
+from ..shared.cpus import format_cpu_list
 from ..shared.curve import KeyFileError, curve_enabled, ensure_keypair, is_loopback
 from ..shared.records import (RecordColumns, RecordError, RunRecord, columns_of,
                               record_columns)
@@ -81,8 +82,12 @@ def _wrong_group(rec: RecordColumns, platform: str, job: _Issued, job_id: str) -
         what = (f"workload '{rec.workload[:80]}' input '{rec.input[:80]}', not the job's "
                 f"'{job[1]}' input '{job[2]}'")
     else:
-        what = (f"cpus {rec.cpus[:64]} with {rec.threads} threads variant '{rec.variant[:80]}', "
-                "none of the job's points")
+        # a set: a point matches in any order of its cpus (Daemon._issued)
+        cpus = format_cpu_list(rec.cpus)
+        cpus = cpus if len(cpus) <= 80 else cpus[:77] + "..."
+        twice = ", a cpu twice" if len(set(rec.cpus)) < len(rec.cpus) else ""
+        what = (f"cpus {cpus}{twice} with {rec.threads} threads variant "
+                f"'{rec.variant[:80]}', none of the job's points")
     return f"a result of job '{job_id[:80]}' names {what}; it is not stored"
 
 

@@ -54,7 +54,13 @@ def test_combined_evaluation():
                            "platform's measurements (--combine evaluates several --data files "
                            "and the store as one database)"),
     (("--combine",), "--combine needs --data FILE.csv"),
-    (("--save-csv", "x.csv"), "--size and --save-csv go with --daemon ENDPOINT"),
+    (("--save-csv", "x.csv"), "--save-csv goes with --daemon ENDPOINT or --config (without "
+                              "either no daemon is asked): give one, or leave it out"),
+    # the wait for a daemon's answer means nothing without one (it was accepted and ignored)
+    (("--timeout", "5"), "--timeout goes with --daemon ENDPOINT or --config"),
+    (("--combine", "--data", FILES[0], "--data", FILES[1], "--size", "small", "--timeout", "5"),
+     "--size and --timeout go with --daemon ENDPOINT or --config (without either no daemon "
+     "is asked): give one, or leave them out"),
     (("--combine", "--data", FILES[0], "--data", "/nonexistent.csv"),
      "cannot read /nonexistent.csv"),
 ])

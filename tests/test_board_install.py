@@ -102,4 +102,65 @@ def test_ctrl_c_while_the_cli_loads_exits_130_without_a_traceback(monkeypatch, c
 
     monkeypatch.setattr(cli, "build_parser", interrupted)
     assert operator(["status"]) == 130
-    assert capsys.readouterr().err == ""
+    assert capsys.readouterr().err == "opptune: interrupted while loading, before the command ran\n"
+
+
+class FailingImport:
+    """A meta path finder under which importing ``name`` calls ``fail``, which raises."""
+
+    def __init__(self, name, fail):
+        self.name, self.fail = name, fail
+
+    def find_spec(self, fullname, path=None, target=None):
+        if fullname == self.name:
+            self.fail()
+        return None
+
+
+def interrupt_as_import_error():
+    # what a library that turns any failure of its own import into an ImportError makes of a
+    # Ctrl-C landing in it
+    try:
+        raise KeyboardInterrupt
+    except KeyboardInterrupt:
+        raise ImportError("numpy's C extension failed to load")
+
+
+def broken_install():
+    raise ImportError("cannot import name 'x' from 'scipy.stats'")
+
+
+def extra_missing():
+    raise ModuleNotFoundError("No module named 'scipy'", name="scipy")
+
+
+@pytest.mark.parametrize("fail, code, line", [
+    (interrupt_as_import_error, 130,
+     "opptune: interrupted while loading, before the command ran"),
+    (broken_install, 1,
+     "opptune: cannot load its commands: ImportError: cannot import name 'x' from "
+     "'scipy.stats'; reinstall: pip install --force-reinstall 'opptune[daemon]'"),
+])
+def test_an_import_error_while_loading_is_said_as_what_it_is(monkeypatch, capsys, fail, code,
+                                                              line):
+    """Every ImportError while the parser loaded its commands read as 'the daemon extra is
+    missing': a Ctrl-C there once answered 'invalid choice: eval-mpet'. Only a missing module
+    of the extra reads so; an interrupt is one (exit 130), anything else a broken install."""
+    from opptune.daemon.cli import main
+    monkeypatch.delitem(sys.modules, "opptune.daemon.fit_cli", raising=False)
+    monkeypatch.setattr(sys, "meta_path",
+                        [FailingImport("opptune.daemon.fit_cli", fail), *sys.meta_path])
+    assert main(["eval-mpet", "--help"]) == code
+    assert capsys.readouterr() == ("", line + "\n")
+
+
+def test_a_missing_module_of_the_extra_leaves_its_commands_out(monkeypatch):
+    from opptune.daemon.cli import build_parser
+    monkeypatch.delitem(sys.modules, "opptune.daemon.fit_cli", raising=False)
+    monkeypatch.setattr(sys, "meta_path",
+                        [FailingImport("opptune.daemon.fit_cli", extra_missing), *sys.meta_path])
+    parser = build_parser()
+    assert parser.epilog == "fit, predict and eval need the daemon extra: pip install " \
+                            "'opptune[daemon]'"
+    with pytest.raises(SystemExit):
+        parser.parse_args(["eval-mpet"])

@@ -448,3 +448,30 @@ def test_a_note_says_when_a_board_read_has_jobs_under_way(capsys):
                       "agent-t --wait' follows them)")
     _predict_migration({**data, "under_way": {"agent-p3": 1}}, args("p1,p2"), [])
     assert "queued or running" not in capsys.readouterr().err
+
+
+def test_an_edit_that_reads_backwards_says_so_in_text_and_json(capsys):
+    """'predict --on P --set l=2x' of a workload whose lock wait is fitted a little below 0 at
+    n = 1 printed a t(1) shorter than the unedited one without a word (docs/mpet.md)."""
+    from opptune.daemon.models.mpet_curve import PARAMS
+    from opptune.daemon.models.mpet_scenarios import parse_edit
+    from opptune.daemon.mpet_predict_cli import _predict_on
+    from opptune.daemon.mpet_predict_text import print_prediction
+    # a lock wait measured 0, 0.15, 0.29, 0.47: its least-squares line has l(1) = -0.005
+    lock = {1: 0.0, 2: 0.15, 3: 0.29, 4: 0.47}
+    params = {n: {**dict.fromkeys(PARAMS, 0.0), "R": 1.0, "l": lock[n]} for n in lock}
+    data = {"platforms": {"t": {"board": "board-t", "n_nu": None, "n_ht": None, "nmax": 4}},
+            "agents": {"agent-t": "t"}, "marked_only": [],
+            "profiles": [{"workload": "a", "platform": "t", "size": "small", "freq_mhz": None,
+                          "t": {n: 2.0 / (n * (1 - lock[n])) for n in lock}, "params": params,
+                          "counters": {}}]}
+    on = argparse.Namespace(workload="a", on="t", size=None)
+    got = _predict_on(data, on, [parse_edit("l=2x")])
+    first = got["prediction"][0]
+    assert first["time_s"] < first["unedited_s"]
+    (note,) = got["edit_notes"]
+    assert note.startswith("l=2x: l(n) is below 0 at n = 1 (l(1) = -0.005") and \
+        note.endswith("t(n) shorter: the edit reads backwards at those n")
+    print_prediction(got)
+    assert f"\nnote: {note}\n" in capsys.readouterr().out
+    assert _predict_on(data, on, [parse_edit("l=0.3")])["edit_notes"] == []

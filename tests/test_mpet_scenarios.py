@@ -13,7 +13,8 @@ import pytest
 from opptune.daemon.models.mpet_curve import PARAMS, time_curve
 from opptune.daemon.models.mpet_database import MpetDatabase
 from opptune.daemon.models.mpet_predict import predict_scalability
-from opptune.daemon.models.mpet_scenarios import (Edit, EditError, apply_edits, candidate_band,
+from opptune.daemon.models.mpet_scenarios import (Edit, EditError, apply_edits,
+                                                  backwards_edits, candidate_band,
                                                   edited_curve, parse_edit, scalability_band,
                                                   serial_errors, serial_profile)
 
@@ -125,6 +126,32 @@ def test_edits_that_leave_no_time_are_refused():
     for ref in (dip, None):
         with pytest.raises(EditError, match=r"make l\(n\) negative at n = 1 \(-0.0085\)"):
             edited_curve(t1, sc, NS, None, None, deeper, ref)
+
+
+def test_a_factor_on_a_share_fitted_below_0_is_said_to_read_backwards():
+    """'l=2x' on a lock wait fitted a little below 0 at n = 1 (l(1) = -0.007, a least-squares
+    line) took it further below: t(1) shortened, as if doubling the lock wait sped the
+    workload up, without a word. The edit stands (it is what was asked of what was fitted)
+    and a sentence says where and which way it reads backwards."""
+    db = database()
+    t1, fitted = db.t1(("a", "P")), db.sc[("a", "P")].copy()
+    fitted[6 * PARAMS.index("l") + 1] = -0.047  # l(n) = 0.04 (n - 1) - 0.007
+    base = edited_curve(t1, fitted, NS, None, None)
+    doubled = [parse_edit("l=2x")]
+    t = edited_curve(*apply_edits(t1, fitted, doubled), NS, None, None, doubled, fitted)
+    assert t[0] < base[0] and t[1] > base[1]  # what the note is about: backwards at n = 1 only
+    assert backwards_edits(t1, fitted, doubled, NS, None, None) == [
+        "l=2x: l(n) is below 0 at n = 1 (l(1) = -0.007: a fitted line dipping below a share "
+        "measured near 0), so 2 times it is further below 0 there and t(n) shorter: the edit "
+        "reads backwards at those n"]
+    (half,) = backwards_edits(t1, fitted, [parse_edit("l=0.5x")], NS, None, None)
+    assert "0.5 times it is nearer 0 there and t(n) longer" in half
+    # nothing to say: no factor, a factor of 1, a share not below 0, an element, and a
+    # factor after a value that lifted the curve
+    for texts in (["l=0.1"], ["l=1x"], ["w=2x"], ["l.m_base=2x"], ["l=0.1", "l=2x"]):
+        assert backwards_edits(t1, fitted, [parse_edit(x) for x in texts], NS, None,
+                               None) == [], texts
+    assert backwards_edits(t1, db.sc[("a", "P")], doubled, NS, None, None) == []
 
 
 def test_external_workload_takes_only_q_and_t1():

@@ -235,7 +235,7 @@ def test_import_refuses_a_bad_file_or_agent_with_one_line(cluster, pyperf_file, 
     p = opptune("import", str(pyperf_file), "--daemon", cluster.endpoint, "--agent",
                 "test-agent", "--cores", "1", "--cpus", "7")
     assert p.returncode == 2 and p.stderr.strip().endswith(
-        "cpus must name 1 cpu of agent 'test-agent' (0,1), as many as cores and none "
+        "cpus must name 1 cpu of agent 'test-agent' (0-1), as many as cores and none "
         "twice; got 7"), p.stderr
     assert cluster.rows("SELECT COUNT(*) FROM runs") == before
 
@@ -358,3 +358,25 @@ def test_import_cpus_take_ranges_as_status_writes_them():
     for bad in ("a", "3-1", "0-", "1,,2", ""):
         with pytest.raises(ValueError):
             cpus_arg(bad)
+
+
+def test_import_names_the_boards_cpus_as_a_set_and_what_was_given_as_given(tmp_path):
+    """The refusal of --cpus listed the board's cpus one by one (32 numbers on the virtual
+    x86-2numa): they are a set, written as ranges; what was given stays an order with its
+    repeat, which is what is wrong with it."""
+    from types import SimpleNamespace
+
+    from opptune.agent.platform import discover
+    from opptune.agent.virtual_board import make_tree
+    from opptune.daemon.errors import HandlerError
+    from opptune.daemon.pyperf_query import import_runs
+    from opptune.shared.config import AgentConfig
+    root = make_tree("x86-2numa", str(tmp_path / "x86"))
+    plat = discover(AgentConfig(agent_id="x86", bench_kernels=[], state_dir=str(tmp_path),
+                                sysfs_root=root, virtual_board="x86-2numa"))
+    info = SimpleNamespace(platform=plat, platform_id="p-x86")
+    daemon = SimpleNamespace(registry=SimpleNamespace(get={"x86": info}.get))
+    with pytest.raises(HandlerError) as exc:
+        import_runs(daemon, {"agent": "x86", "workload": "w", "cores": 2, "cpus": [17, 17]})
+    assert str(exc.value).endswith("cpus must name 2 cpus of agent 'x86' (0-31), as many as "
+                                   "cores and none twice; got 17,17")

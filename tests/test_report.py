@@ -511,3 +511,35 @@ def test_a_one_core_recommendation_reads_one_core():
     assert _rec_text(rec).startswith("recommended: 1 core (cpus 3) at 600 MHz, predicted 2 s")
     assert _rec_text({**rec, "cores": 4, "cpus": [0, 1, 2, 3]}).startswith(
         "recommended: 4 cores (cpus 0-3) at 600 MHz")
+
+
+@pytest.mark.parametrize("board, expected", [
+    ("x86-2numa", [("cpufreq policy0-31",
+                    "cpus 0-31, a policy per cpu, intel_pstate, 2 frequencies 1200-3200 MHz")]),
+    ("odroid-xu4", [("cpufreq policy0", "cpus {0-3}, cpufreq-dt, 13 frequencies 200-1400 MHz"),
+                    ("cpufreq policy4", "cpus {4-7}, cpufreq-dt, 19 frequencies 200-2000 MHz")]),
+])
+def test_the_boards_policies_that_read_the_same_are_one_row(tmp_path, board, expected):
+    """The board table had a row per cpufreq policy: 32 alike on the x86-2numa (intel_pstate
+    makes one per cpu). Policies with the same driver and clocks are one row, their cpus as
+    ranges; a big.LITTLE board's two policies differ and stay two."""
+    from opptune.agent.platform import discover
+    from opptune.daemon.report.analysis import topology_rows
+    from opptune.shared.config import AgentConfig
+    root = make_tree(board, str(tmp_path / "board"))
+    plat = discover(AgentConfig(agent_id="b", bench_kernels=[], state_dir=str(tmp_path),
+                                sysfs_root=root, virtual_board=board))
+    rows = [r for r in topology_rows(plat) if r[0].startswith("cpufreq ")]
+    assert rows == expected
+
+
+def test_alike_policies_of_several_cpus_each_keep_their_sets():
+    from opptune.daemon.report.analysis import policy_rows
+    pol = {"driver": "cpufreq-dt", "cpuinfo_min_khz": 600_000, "cpuinfo_max_khz": 1_800_000}
+    policies = [{**pol, "name": "policy0", "cpus": [0, 1]},
+                {**pol, "name": "policy2", "cpus": [2, 3]},
+                {**pol, "name": "policy4", "cpus": [4, 5], "driver": "scmi"}]
+    table = [600_000, 1_200_000, 1_800_000]
+    assert policy_rows(policies, {p["name"]: table for p in policies}) == [
+        ("cpufreq policy0,2", "cpus {0-1} {2-3}, cpufreq-dt, 3 frequencies 600-1800 MHz"),
+        ("cpufreq policy4", "cpus {4-5}, scmi, 3 frequencies 600-1800 MHz")]

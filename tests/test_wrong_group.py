@@ -45,8 +45,8 @@ def test_results_outside_the_jobs_group_are_refused_and_not_stored(cluster, tmp_
                                               "'plat-test'"),
                  ({"workload": "evil"}, "workload 'evil' input 'small', not the job's 'wl'"),
                  ({"input": "large"}, "input 'large', not the job's 'wl' input 'small'"),
-                 ({"cpus": [1, 3]}, "cpus [1, 3] with 2 threads"),
-                 ({"threads": 64}, "cpus [0, 2] with 64 threads"),
+                 ({"cpus": [1, 3]}, "cpus 1,3 with 2 threads"),
+                 ({"threads": 64}, "cpus 0,2 with 64 threads"),
                  ({"variant": "cluster9"}, "variant 'cluster9', none of the job's points")]
         for changes, why in wrong:
             mid = client.send("result", body(3, **changes))
@@ -128,3 +128,21 @@ def test_verification_records_that_do_not_measure_the_config_are_refused(cluster
         assert len(db_rows(c.db, "SELECT msg_id FROM runs WHERE job_id = 'cfg-1'")) == 2
     finally:
         client.sock.close(0)
+
+
+def test_a_wrong_points_cpus_read_as_a_cpu_set():
+    """The refusal wrote the result's cpus as a Python list ('cpus [0, 1, 2, ...]'); they are
+    a set (a point matches in any order of them), written as the kernel lists one."""
+    from opptune.daemon.service import _wrong_group
+    from opptune.shared.records import record_columns
+    job = ("a1", "wl", "small", frozenset())
+
+    def why(cpus):
+        rec = record_columns({**record(len(cpus)), "cpus": cpus, "threads": len(cpus)})
+        return _wrong_group(rec, "plat-test", job, "job-1")
+    assert why([*range(8, 16), *range(0, 8)]) == (
+        "a result of job 'job-1' names cpus 0-15 with 16 threads variant '', none of the "
+        "job's points; it is not stored")
+    assert "names cpus 3, a cpu twice with 2 threads" in why([3, 3])
+    odd = why(list(range(1, 200, 2)))
+    assert "names cpus 1,3,5," in odd and "... with 100 threads" in odd and len(odd) < 200

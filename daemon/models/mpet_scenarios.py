@@ -123,7 +123,7 @@ def edited_curve(t1: float, sc: np.ndarray, ns, n_nu: int | None, n_ht: int | No
     or where an element edit of ``edits`` takes a share below 0 at some n (a share of time: a
     negative lock wait would raise U(n) above 1 and shorten t(n)), or, where the fitted
     ``unedited`` sc is already below 0 there (the least-squares line through a measured lock
-    wait of 0, 0.15, 0.29, 0.47 at n = 1..4 has l(1) = -0.007), below that. A whole curve's
+    wait of 0, 0.15, 0.29, 0.47 at n = 1..4 has l(1) = -0.005), below that. A whole curve's
     factor or constant (>= 0) makes no share negative that the fit had not."""
     ns = list(ns)
     if runtime_params_valid(sc):
@@ -151,6 +151,36 @@ def edited_curve(t1: float, sc: np.ndarray, ns, n_nu: int | None, n_ht: int | No
     if bad:
         raise EditError(f"the edits give no positive time at n = {bad[0]}; undo or soften them")
     return t
+
+
+def backwards_edits(t1: float, sc: np.ndarray, edits: list[Edit], ns, n_nu: int | None,
+                    n_ht: int | None) -> list[str]:
+    """A sentence per factor edit of a whole share (``l=2x``; l w c d s j) that scales it
+    where it is below 0: F times it moves it the other way there, so t(n) shortens under
+    F > 1 (lengthens under F < 1), the reverse of what the edit reads as. A fitted line may
+    dip below 0 (the lock wait 0, 0.15, 0.29, 0.47 at n = 1..4 fits l(1) = -0.005), which
+    eq. 3 takes as it is. Each edit is judged on the profile as the edits before it left it."""
+    if not runtime_params_valid(sc):
+        return []
+    arr = np.asarray(list(ns), dtype=float)
+    out = []
+    for i, e in enumerate(edits):
+        if not e.factor or e.value == 1 or e.element is not None or e.name not in PARAMS[1:]:
+            continue
+        before = apply_edits(t1, sc, edits[:i])[1]
+        curve = eval_curve(before[_slot(e.name): _slot(e.name) + 6], arr, n_nu, n_ht,
+                           gauss(e.name))
+        below = [(int(n), float(v)) for n, v in zip(arr, curve) if v < -1e-9]
+        if below:
+            at = ", ".join(str(n) for n, _ in below[:6]) + (", ..." if len(below) > 6 else "")
+            n0, v0 = below[0]
+            way, t = (("further below 0", "shorter") if e.value > 1
+                      else ("nearer 0" if e.value > 0 else "0", "longer"))
+            out.append(f"{e}: {e.name}(n) is below 0 at n = {at} ({e.name}({n0}) = {v0:.3g}: "
+                       f"a fitted line dipping below a share measured near 0), so {e.value:g} "
+                       f"times it is {way} there and t(n) {t}: the edit reads backwards at "
+                       f"those n")
+    return out
 
 
 def serial_profile(profile: Mapping[str, Any]) -> dict[str, Any]:

@@ -12,6 +12,7 @@ bench_suite kernels' traits. The fleet: one row per agent.
 
 from __future__ import annotations
 
+import re
 import statistics
 from dataclasses import dataclass, field
 from typing import Any, Callable
@@ -329,13 +330,7 @@ def topology_rows(platform: dict[str, Any]) -> list[tuple[str, str]]:
             ("NUMA nodes", cpus(p.get("numa_nodes"))),
             ("SMT siblings", cpus([s for s in p.get("smt_siblings") or [] if len(s) > 1])
              or "none (one thread per core)")]
-    for pol in p.get("policies") or []:
-        table = freqs.get(pol.get("name")) or []
-        span = (f"{len(table)} frequencies {min(table) // 1000}-{max(table) // 1000} MHz"
-                if table else f"{(pol.get('cpuinfo_min_khz') or 0) // 1000}-"
-                              f"{(pol.get('cpuinfo_max_khz') or 0) // 1000} MHz")
-        rows.append((f"cpufreq {pol.get('name')}",
-                     f"cpus {cpus([pol.get('cpus') or []])}, {pol.get('driver') or '?'}, {span}"))
+    rows += policy_rows(p.get("policies") or [], freqs)
     for knob in ("cpufreq", "perf", "energy"):
         info = p.get(knob) or {}
         # the source's kind, not its sysfs paths (those fill a line each)
@@ -344,6 +339,33 @@ def topology_rows(platform: dict[str, Any]) -> list[tuple[str, str]]:
                      if info.get("available") else f"not available: {info.get('reason') or '?'}"))
     if p.get("virtual"):
         rows.append(("note", "a simulated (virtual) board: tests and demos"))
+    return rows
+
+
+def policy_rows(policies: list[dict[str, Any]],
+                freqs: dict[str, list[int]]) -> list[tuple[str, str]]:
+    """One row per set of cpufreq policies that read the same (driver, min-max, frequency
+    table), their cpus as ranges: intel_pstate's policy per cpu made 32 identical rows on a
+    32-cpu board. (The platform names no governor: it is the doctor's, as of a hello.)"""
+    groups: dict[tuple, list[dict[str, Any]]] = {}
+    for pol in policies:
+        table = tuple(freqs.get(pol.get("name")) or ())
+        key = (pol.get("driver"), table, pol.get("cpuinfo_min_khz"), pol.get("cpuinfo_max_khz"))
+        groups.setdefault(key, []).append(pol)
+    rows = []
+    for (driver, table, lo, hi), pols in groups.items():
+        span = (f"{len(table)} frequencies {min(table) // 1000}-{max(table) // 1000} MHz"
+                if table else f"{(lo or 0) // 1000}-{(hi or 0) // 1000} MHz")
+        sets = [p.get("cpus") or [] for p in pols]
+        if len(sets) > 1 and all(len(s) == 1 for s in sets):
+            where = format_cpu_list([s[0] for s in sets]) + ", a policy per cpu"
+        else:  # policies of several cpus each keep their sets apart, as the clusters row
+            where = " ".join("{" + format_cpu_list(s) + "}" for s in sets)
+        names = [str(p.get("name")) for p in pols]
+        numbered = [int(n[6:]) for n in names if re.fullmatch(r"policy\d+", n)]
+        label = (f"policy{format_cpu_list(numbered)}" if len(numbered) == len(names) > 1
+                 else ", ".join(names))
+        rows.append((f"cpufreq {label}", f"cpus {where}, {driver or '?'}, {span}"))
     return rows
 
 
