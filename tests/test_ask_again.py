@@ -93,16 +93,28 @@ def test_a_change_that_reached_the_daemon_unanswered_is_asked_about_again_then_m
     assert again["from"] == first["from"]  # the daemon knows the request by its sender too
 
 
-def test_a_daemon_that_does_not_know_again_is_not_asked_twice(capsys):
-    """An older daemon refuses 'again' (unknown query) rather than carrying the request out a
-    second time; the command says it could not tell and where to look."""
+FORGOTTEN = ("this daemon does not remember request R (it keeps the answers of its last 1000 "
+             "change requests, each for 600 s, since it started at 12:00:00): nothing was done "
+             "now")
+
+
+@pytest.mark.parametrize("code,message,tail", [
+    ("unknown_query", "unknown query 'again'; known: status, sweep",
+     "the daemon did not recognise it: it is older than this opptune and cannot tell a "
+     "request sent again from a new one"),
+    ("unknown_request", FORGOTTEN, f"the daemon did not know it: {FORGOTTEN}")],
+    ids=["older daemon", "restarted daemon"])
+def test_a_daemon_that_cannot_tell_is_not_asked_twice(capsys, code, message, tail):
+    """An older daemon refuses 'again' (unknown query), a restarted one does not know the
+    request; neither carries it out a second time, and the command says it could not tell
+    and where to look."""
     ctx = zmq.Context()
     sock = ctx.socket(zmq.ROUTER)
     sock.setsockopt(zmq.LINGER, 0)
     port = sock.bind_to_random_port("tcp://127.0.0.1")
     seen, stop = [], threading.Event()
 
-    def older_daemon():  # silent to the sweep, refuses the unknown 'again' at once
+    def daemon():  # silent to the sweep, refuses 'again' at once
         while not stop.is_set():
             if not sock.poll(50):
                 continue
@@ -111,10 +123,9 @@ def test_a_daemon_that_does_not_know_again_is_not_asked_twice(capsys):
             seen.append(msg["body"]["what"])
             if msg["body"]["what"] == "again":
                 sock.send_multipart([identity, P.encode(P.error_reply(
-                    "daemon", "unknown_query", "unknown query 'again'; known: status, sweep",
-                    msg["id"]))])
+                    "daemon", code, message, msg["id"]))])
 
-    server = threading.Thread(target=older_daemon)
+    server = threading.Thread(target=daemon)
     server.start()
     try:
         endpoint = f"tcp://127.0.0.1:{port}"
@@ -129,8 +140,7 @@ def test_a_daemon_that_does_not_know_again_is_not_asked_twice(capsys):
         f"opptune sweep: no answer from the daemon at {endpoint} within 0.5 s, but the request "
         "reached it and may have been carried out (a busy daemon answers late): 'opptune "
         "status --agent a' lists the jobs it queued; running this again would queue them a "
-        "second time (asked again, the daemon did not recognise it: it is older than this "
-        "opptune and cannot tell a request sent again from a new one)")
+        f"second time (asked again, {tail})")
 
 
 @pytest.mark.parametrize("argv,prog", [
