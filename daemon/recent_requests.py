@@ -21,7 +21,7 @@ CHANGES = frozenset({"sweep", "characterize", "tune", "import"})
 
 MAX_REQUESTS = 1000  # operators send a few a minute; a script's loop a few per second
 MAX_AGE_S = 600.0  # the client asks again after its --timeout (default 5 s)
-MAX_BYTES = 16 << 20  # answers are a few KiB (a characterize's jobs: about 20)
+MAX_BYTES = 16 << 20  # answers name jobs, a session or a key: bounded whatever they hold
 
 
 def is_change(what: str, args: dict[str, Any]) -> bool:
