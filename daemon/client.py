@@ -19,11 +19,13 @@ from ..shared.curve import curve_enabled
 
 class DaemonUnreachable(RuntimeError):
     """No reply from the daemon within the timeout. ``reached``: the connection was made and
-    the query went out, so the daemon may act on it still (a busy one answers late)."""
+    the query went out, so the daemon may act on it still (a busy one answers late).
+    ``again``: why the daemon, asked again about a change request, could not answer it."""
 
-    def __init__(self, message: str, reached: bool = False):
+    def __init__(self, message: str, reached: bool = False, again: str | None = None):
         super().__init__(message)
         self.reached = reached
+        self.again = again
 
 
 class QueryFailed(RuntimeError):
@@ -140,6 +142,15 @@ def waiting_note(command: str, endpoint: str, timeout_s: float) -> Callable[[], 
     return note
 
 
+def again_note(command: str, endpoint: str, timeout_s: float) -> Callable[[], None]:
+    """:func:`query`'s ``on_again`` for an operator command: one line saying it asks again."""
+    def note() -> None:
+        print(f"{command}: no answer from the daemon at {endpoint} within {timeout_s:g} s; "
+              "asking it once more about the same request, which it carries out once however "
+              "often it is asked", file=sys.stderr, flush=True)
+    return note
+
+
 def ask(command: str, endpoint: str, what: str, args: dict[str, Any] | None = None,
         timeout_s: float = 5.0, changes: str | None = None) -> tuple[Any, int | None]:
     """:func:`query` for an operator command: (data, None), or (None, exit code) after one
@@ -147,24 +158,29 @@ def ask(command: str, endpoint: str, what: str, args: dict[str, Any] | None = No
     caused by what was asked (USER_ERRORS), 1 when the daemon does not answer or refuses.
 
     ``changes``, for a request that changes something: how to see whether it was carried out
-    and whether asking again is safe, said when it reached the daemon and no answer came.
-    Such a request is never sent twice: the daemon does not recognise a query sent again
-    (each has a new id), so a second sweep, push or tune session would follow the first."""
+    and whether asking again is safe. Such a request that reached the daemon unanswered is
+    asked about once more (the ``again`` query: the daemon answers it as it answered the
+    first, never carrying it out twice), over the same connection to the same daemon: never
+    to another daemon of a fleet, which does not know what this one was asked. Where that
+    gets no answer either, the line says it may have been carried out and names ``changes``."""
     if not timeout_s > 0:  # zmq's poll waits forever on a negative timeout
         print(f"{command}: --timeout {timeout_s:g}: give a number of seconds > 0",
               file=sys.stderr)
         return None, 2
     try:
         return query(endpoint, what, args, timeout_s=timeout_s, first=True,
-                     on_wait=waiting_note(command, endpoint, timeout_s)), None
+                     on_wait=waiting_note(command, endpoint, timeout_s),
+                     on_again=again_note(command, endpoint, timeout_s) if changes else None
+                     ), None
     except BadEndpoint as exc:
         print(f"{command}: {exc}", file=sys.stderr)
         return None, 2
     except DaemonUnreachable as exc:
         if changes and exc.reached:
+            why = f" (asked again, {exc.again})" if exc.again else ""
             print(f"{command}: no answer from the daemon at {endpoint} within {timeout_s:g} s, "
                   "but the request reached it and may have been carried out (a busy daemon "
-                  f"answers late): {changes}", file=sys.stderr)
+                  f"answers late): {changes}{why}", file=sys.stderr)
         else:
             print(f"{command}: {exc}", file=sys.stderr)
         return None, 1
@@ -176,13 +192,17 @@ def ask(command: str, endpoint: str, what: str, args: dict[str, Any] | None = No
 def query(endpoint: str, what: str, args: dict[str, Any] | None = None,
           timeout_s: float = 5.0, context: zmq.Context | None = None,
           curve: tuple[str, str, str] | None = None,
-          on_wait: Callable[[], None] | None = None, first: bool = False) -> dict[str, Any]:
+          on_wait: Callable[[], None] | None = None, first: bool = False,
+          on_again: Callable[[], None] | None = None) -> dict[str, Any]:
     """Send one ``query`` to the daemon at ``endpoint`` and return the reply's data;
     ``curve`` (default: what use_curve set) = (server public, own public, own secret).
     ``on_wait`` is called once when no answer came within WAIT_NOTE_S of a longer timeout
     (a daemon that is not running is otherwise silent until the timeout). ``first``: a
     command's first query, which fails at once where a TCP endpoint refuses the connection
-    (a follower's queries wait out a daemon that restarts instead)."""
+    (a follower's queries wait out a daemon that restarts instead). ``on_again``, for a change
+    request: where it reached the daemon and no answer came within the timeout, the daemon
+    is asked about it once more (``again``, same connection) and waited for as long again;
+    ``on_again`` is called as that goes out."""
     if first and not _take_probe(endpoint) and _refused(endpoint, min(1.0, timeout_s)):
         # the query would be silent for the whole timeout: nothing listens to take it
         raise DaemonUnreachable(f"no daemon listens at {endpoint} (the connection was "
@@ -195,6 +215,8 @@ def query(endpoint: str, what: str, args: dict[str, Any] | None = None,
         sock.curve_serverkey = keys[0].encode()
         sock.curve_publickey = keys[1].encode()
         sock.curve_secretkey = keys[2].encode()
+    # the daemon remembers a change request's answer under this identity: asked again over
+    # this socket, it recognises the request
     operator = f"operator-{os.getpid()}-{os.urandom(4).hex()}"
     sock.setsockopt(zmq.IDENTITY, operator.encode())
     sock.setsockopt(zmq.LINGER, 0)
@@ -213,28 +235,18 @@ def query(endpoint: str, what: str, args: dict[str, Any] | None = None,
         msg = P.make("query", operator, body)
         sock.send(P.encode(msg))
         start = time.monotonic()
-        deadline = start + timeout_s
         note_at = start + WAIT_NOTE_S if on_wait and timeout_s > WAIT_NOTE_S else None
-        while True:
-            now = time.monotonic()
-            if now >= deadline:
-                break
-            until = deadline if note_at is None else min(deadline, note_at)
-            if not sock.poll(max(1, int((until - now) * 1000))):
-                if note_at is not None and time.monotonic() >= note_at:
-                    note_at = None
-                    on_wait()
-                continue
-            try:
-                reply = P.decode(sock.recv(), P.MAX_REPLY_BYTES)
-            except P.ProtocolError:
-                continue
-            ref = reply["body"].get("ref")
-            if reply["type"] == "reply" and ref == msg["id"]:
-                return reply["body"]["data"]
-            if reply["type"] == "error" and ref in (msg["id"], None):
-                raise QueryFailed(f"daemon refused the query: {reply['body']['message']}",
-                                  reply["body"].get("code"))
+        found = _await(sock, msg["id"], None, start + timeout_s, note_at, on_wait)
+        if found is None and on_again is not None and handshakes.poll(0):
+            # Only this daemon knows what it was asked: another of a fleet (which it does not
+            # tell) would carry the request out a second time, so none is asked
+            again = P.make("query", operator, {"what": "again", "args": {"request": msg["id"]}})
+            sock.send(P.encode(again))
+            on_again()
+            found = _await(sock, msg["id"], again["id"], time.monotonic() + timeout_s,
+                           None, None)
+        if found is not None:
+            return found
         raise DaemonUnreachable(f"no answer from the daemon at {endpoint} within {timeout_s:g} s; "
                                 "is opptune-daemon running and is the endpoint right? (with CURVE "
                                 "on it answers only its operator key: give its --config)",
@@ -243,3 +255,43 @@ def query(endpoint: str, what: str, args: dict[str, Any] | None = None,
         sock.disable_monitor()
         handshakes.close(0)
         sock.close(0)
+
+
+# refusals of an 'again' that say the daemon cannot tell whether it carried the request out
+_AGAIN_UNKNOWN = {
+    "unknown_query": "the daemon did not recognise it: it is older than this opptune and "
+                     "cannot tell a request sent again from a new one",
+    "unknown_request": "the daemon did not know it: {message}",
+}
+
+
+def _await(sock: zmq.Socket, ref: str, again: str | None, deadline: float,
+           note_at: float | None, on_wait: Callable[[], None] | None) -> dict[str, Any] | None:
+    """The data of the reply to query ``ref`` (or to ``again``, the query asking about it
+    once more) that arrives before ``deadline``; None when none did. QueryFailed for a
+    refusal; DaemonUnreachable where the daemon refuses ``again`` without knowing ``ref``."""
+    while True:
+        now = time.monotonic()
+        if now >= deadline:
+            return None
+        until = deadline if note_at is None else min(deadline, note_at)
+        if not sock.poll(max(1, int((until - now) * 1000))):
+            if note_at is not None and on_wait is not None and time.monotonic() >= note_at:
+                note_at = None
+                on_wait()
+            continue
+        try:
+            reply = P.decode(sock.recv(), P.MAX_REPLY_BYTES)
+        except P.ProtocolError:
+            continue
+        got = reply["body"].get("ref")
+        if reply["type"] == "reply" and got in (ref, again):
+            return reply["body"]["data"]
+        if reply["type"] != "error":
+            continue
+        code, message = reply["body"].get("code"), reply["body"]["message"]
+        if again is not None and got == again and code in _AGAIN_UNKNOWN:
+            raise DaemonUnreachable(message, reached=True,
+                                    again=_AGAIN_UNKNOWN[code].format(message=message))
+        if got in (ref, again, None):  # an 'again' refused as the request was
+            raise QueryFailed(f"daemon refused the query: {message}", code)

@@ -96,7 +96,8 @@ def answer(d: Daemon, what: str, args: dict[str, Any]) -> dict[str, Any] | Defer
         return getattr(characterize, what)(d, args)
     raise HandlerError("unknown_query", f"unknown query '{what[:40]}'; known: status, sweep, "
                                         "fit, recommend, tune, tune_status, tune_stop, report, "
-                                        "keys, doctor, characterize, mpet_data, runs, import")
+                                        "keys, doctor, characterize, mpet_data, runs, import, "
+                                        "again")
 
 
 def keys(d: Daemon, args: dict[str, Any]) -> dict[str, Any]:

@@ -29,6 +29,7 @@ class Finished:
     identity: bytes
     ref: str
     deferred: Deferred
+    key: Any = None  # a change request's key in the daemon's RecentRequests, else None
     value: Any = None
     error: BaseException | None = None
 
@@ -40,8 +41,8 @@ class QueryWorker:
         self._thread = threading.Thread(target=self._work, name="opptune-queries", daemon=True)
         self._thread.start()
 
-    def submit(self, identity: bytes, ref: str, deferred: Deferred) -> None:
-        self._todo.put(Finished(identity, ref, deferred))
+    def submit(self, identity: bytes, ref: str, deferred: Deferred, key: Any = None) -> None:
+        self._todo.put(Finished(identity, ref, deferred, key))
 
     def done(self) -> list[Finished]:
         """The answers computed since the last call (never waits)."""

@@ -44,6 +44,7 @@ from .keyring import KeyRing
 from .jobs import ACTIVE_JOB_STATES, FINAL_JOB_STATES, JobTracker, closing_point
 from .link import Link
 from .query_worker import Deferred, QueryWorker
+from .recent_requests import RecentRequests, is_change
 from .recommender import Recommender, freq_text, off_pct, verdict
 from ..shared.refusals import RefusalLog
 from .registry import Registry, claim_text, platform_id_of, standing_of
@@ -99,6 +100,21 @@ def _runs_config(raw: dict[str, Any], config: dict[str, Any]) -> bool:
             and raw.get("variant", "") == config["variant"]
             and raw.get("threads") == config["threads"] and isinstance(cpus, list)
             and all(type(c) is int for c in cpus) and sorted(cpus) == sorted(config["cpus"]))
+
+
+def _refusal(exc: Exception) -> tuple[str, str]:
+    """The (code, message) of the error reply that answers a query which raised ``exc``."""
+    if isinstance(exc, HandlerError):
+        return exc.code, str(exc)
+    return "internal", f"daemon error: {type(exc).__name__}: {exc}"
+
+
+def _forgotten(request: str, recent: RecentRequests, started: float) -> str:
+    """Why a request asked about again is not answered."""
+    return (f"this daemon does not remember request {request[:64]} (it keeps the answers of "
+            f"its last {recent.max_count} change requests, each for {recent.max_age_s:g} s, "
+            f"since it started at {time.strftime('%H:%M:%S', time.localtime(started))}): "
+            "nothing was done now")
 
 
 class BindError(RuntimeError):
@@ -159,7 +175,8 @@ class Daemon:
         self.stats = {"results": 0, "duplicates_acked": 0, "batches": 0, "refused": 0,
                       "fits": 0, "fit_errors": 0, "configs_pushed": 0,
                       "refused_unknown_job": 0, "refused_too_large": 0,
-                      "refused_rate_limited": 0, "jobs_held": 0, "results_frames": 0}
+                      "refused_rate_limited": 0, "jobs_held": 0, "results_frames": 0,
+                      "requests_asked_again": 0}
         # Bind first: a daemon that cannot listen (address in use, bad endpoint) stops before
         # it creates a database file or directory.
         try:
@@ -219,6 +236,7 @@ class Daemon:
                                a["workloads"], a["last_seen"], a["doctor"], a["doctor_at"])
         self.fitter = Fitter().start()
         self.query_worker = QueryWorker()
+        self.recent = RecentRequests()  # change requests' answers, for a client asking again
         self.stop_event = threading.Event()
         self._thread: threading.Thread | None = None
         self._closed = False
@@ -686,15 +704,57 @@ class Daemon:
 
     def _on_query(self, identity: bytes, msg: dict[str, Any]) -> None:
         queries.check_local(self, identity)
-        data = queries.answer(self, msg["body"]["what"], msg["body"].get("args") or {})
-        if isinstance(data, Deferred):  # a fit: answered when the worker is done
-            self.query_worker.submit(identity, msg["id"], data)
+        what, args = msg["body"]["what"], msg["body"].get("args") or {}
+        if what == "again":  # a client that got no answer asks once more about its request
+            self._answer_again(identity, msg["id"], args.get("request"))
             return
-        self._reply(identity, msg["id"], msg["body"]["what"], data)
+        if not is_change(what, args):
+            self._answer(identity, msg["id"], what, args, None)
+            return
+        key = (identity, msg["id"])
+        if self.recent.get(key) is not None:  # the same message again: answered as before
+            self._answer_again(identity, msg["id"], msg["id"])
+            return
+        self.recent.begin(key)
+        self._answer(identity, msg["id"], what, args, key)
 
-    def _reply(self, identity: bytes, ref: str, what: str, data: Any) -> None:
-        """Send a query's reply; HandlerError when it cannot be sent (too large, say): the
-        operator hears why instead of a timeout."""
+    def _answer(self, identity: bytes, ref: str, what: str, args: dict[str, Any],
+                key: tuple[bytes, str] | None) -> None:
+        """Answer a query; with ``key``, a change request, remember the answer (the reply's
+        data or the refusal) for the client that asks again."""
+        try:
+            data = queries.answer(self, what, args)
+            if isinstance(data, Deferred):  # a fit: answered when the worker is done
+                self.query_worker.submit(identity, ref, data, key)
+                return
+            size = self._reply(identity, ref, what, data)
+        except Exception as exc:
+            if key is not None:
+                self.recent.done(key, error=_refusal(exc))
+            raise
+        if key is not None:
+            self.recent.done(key, data, size)
+
+    def _answer_again(self, identity: bytes, ref: str, request: Any) -> None:
+        """Answer request ``request`` of this client, asked about again (message ``ref``),
+        as it was answered: never carried out a second time."""
+        if not isinstance(request, str) or not request:
+            raise HandlerError("bad_args", "again needs args.request, the id of the request "
+                                           "asked about again")
+        entry = self.recent.get((identity, request))
+        if entry is None:
+            raise HandlerError("unknown_request", _forgotten(request, self.recent,
+                                                             self.started))
+        self.stats["requests_asked_again"] += 1
+        if entry.pending:
+            return  # under way: its answer goes to this client under the request's id
+        if entry.error is not None:
+            raise HandlerError(*entry.error)
+        self._reply(identity, ref, "again", entry.data)
+
+    def _reply(self, identity: bytes, ref: str, what: str, data: Any) -> int:
+        """Send a query's reply and return its size in bytes; HandlerError when it cannot be
+        sent (too large, say): the operator hears why instead of a timeout."""
         reply = protocol.make("reply", DAEMON_ID, {"ref": ref, "data": data})
         try:
             encoded = protocol.encode(reply, protocol.MAX_REPLY_BYTES)
@@ -702,21 +762,27 @@ class Daemon:
             raise HandlerError(exc.code, f"the reply to '{what[:40]}' cannot be sent: "
                                          f"{exc}") from None
         self.link.send_encoded(identity, encoded, "reply")
+        return len(encoded)
 
     def _finish_queries(self) -> None:
-        """Send the replies of the queries the worker has computed."""
+        """Send the replies of the queries the worker has computed (and remember those of
+        change requests)."""
         for job in self.query_worker.done():
             try:
                 if job.error is not None:
                     raise job.error
-                self._reply(job.identity, job.ref, "the query",
-                            job.deferred.finish(job.value))
-            except HandlerError as exc:
-                self.refuse(job.identity, exc.code, str(exc), job.ref)
+                data = job.deferred.finish(job.value)
+                size = self._reply(job.identity, job.ref, "the query", data)
+                if job.key is not None:
+                    self.recent.done(job.key, data, size)
+                continue
             except Exception as exc:
-                log.error("answering query %s: %s: %s", job.ref, type(exc).__name__, exc)
-                self.refuse(job.identity, "internal",
-                            f"daemon error: {type(exc).__name__}: {exc}", job.ref)
+                error = _refusal(exc)
+                if job.key is not None:
+                    self.recent.done(job.key, error=error)
+                if not isinstance(exc, HandlerError):
+                    log.error("answering query %s: %s: %s", job.ref, type(exc).__name__, exc)
+            self.refuse(job.identity, *error, job.ref)
 
     # -- the parts' entry points, for callers of the daemon object ----------------------------
     def status(self) -> dict[str, Any]:

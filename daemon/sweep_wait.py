@@ -143,7 +143,8 @@ def fail_over(others: list[str], gone: str, timeout_s: float, prog: str, what: s
     line) once the one at ``gone`` stopped answering; None where no other answered at the last
     look (a daemon alone is waited for: a restarted one goes on from its store). The daemons
     of a fleet share the store and the agents fail over to them, so another answers for the
-    same jobs and sessions."""
+    same jobs and sessions. Only reads go there: a change request unanswered is asked about
+    again at its own daemon alone (client.ask), since the others do not know it."""
     if not others:
         return None
     endpoint = others.pop(0)

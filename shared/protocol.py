@@ -48,6 +48,17 @@ transient ones and parks them for the permanent ones, see agent/link.py):
 - Per-agent limits (read before decoding): ``rate_limited`` (over the sender's token bucket;
   transient: the agent pauses and resends) and ``too_large`` (over the daemon's
   ``max_message_bytes``; permanent).
+
+A ``query`` that changes something (sweep, characterize, tune, import, recommend with
+``apply``, keys accept/reject/revoke: daemon/recent_requests.py) is a request whose id is its
+envelope id. The daemon remembers its answer (reply data or refusal) by (sender identity, id),
+a bounded number for a bounded time. The same message again, or ``{"what": "again", "args":
+{"request": ID}}`` from the same sender (the operator's retry after a timeout, on the same
+connection), is answered with that answer (``ref`` = the asking message's id), or, while the
+request is under way, not at all: the request's own reply follows. It is never carried out a
+second time; one not remembered is refused ``unknown_request``. Older clients send neither and
+are answered as before; an older daemon refuses ``again`` as ``unknown_query`` (nothing is
+carried out twice there either).
 """
 
 from __future__ import annotations

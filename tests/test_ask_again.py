@@ -1,7 +1,8 @@
 """A request that changes something and gets no answer in time: it reached the daemon, which
-may still carry it out (a busy daemon answers late), so the command says so and how to check,
-not 'is opptune-daemon running'; and it is sent once, never again behind the user's back (the
-daemon does not recognise a query sent twice)."""
+may still carry it out (a busy daemon answers late), so the command asks it once more about the
+same request (the ``again`` query: the daemon answers it as it answered the first, never
+carrying it out twice), and where that is unanswered too says it may have been carried out and
+how to check, not 'is opptune-daemon running'."""
 
 from __future__ import annotations
 
@@ -18,7 +19,8 @@ from opptune.shared import protocol as P
 @pytest.fixture
 def silent_daemon():
     """A ROUTER that takes the queries (the handshake is made) and never answers; yields
-    (endpoint, a function returning the queries it received)."""
+    (endpoint, a function returning the queries it received, each with its sender's
+    identity as ``from``)."""
     ctx = zmq.Context()
     sock = ctx.socket(zmq.ROUTER)
     sock.setsockopt(zmq.LINGER, 0)
@@ -27,8 +29,8 @@ def silent_daemon():
     def received() -> list[dict]:
         out = []
         while sock.poll(300):
-            _identity, frame = sock.recv_multipart()
-            out.append(P.decode(frame))
+            identity, frame = sock.recv_multipart()
+            out.append({**P.decode(frame), "from": identity})
         return out
 
     yield f"tcp://127.0.0.1:{port}", received
@@ -72,7 +74,7 @@ MUTATING = [
 @pytest.mark.parametrize("argv,prog,what,check", MUTATING,
                          ids=["sweep", "characterize", "recommend --apply", "recommend --pid",
                               "tune", "keys accept", "import"])
-def test_a_change_that_reached_the_daemon_unanswered_says_it_may_be_done_and_is_sent_once(
+def test_a_change_that_reached_the_daemon_unanswered_is_asked_about_again_then_may_be_done(
         silent_daemon, pyperf_json, capsys, argv, prog, what, check):
     endpoint, received = silent_daemon
     argv = [a.format(file=pyperf_json) for a in argv]
@@ -80,10 +82,65 @@ def test_a_change_that_reached_the_daemon_unanswered_says_it_may_be_done_and_is_
     out = capsys.readouterr()
     assert out.out == ""
     assert out.err.splitlines() == [
+        f"{prog}: no answer from the daemon at {endpoint} within 0.5 s; asking it once more "
+        "about the same request, which it carries out once however often it is asked",
         f"{prog}: no answer from the daemon at {endpoint} within 0.5 s, but the request "
         f"reached it and may have been carried out (a busy daemon answers late): {check}"]
-    queries = received()
-    assert [(q["type"], q["body"]["what"]) for q in queries] == [("query", what)]
+    first, again = received()  # the request once, then the question about it, nothing more
+    assert (first["type"], first["body"]["what"]) == ("query", what)
+    assert (again["type"], again["body"]) == ("query", {"what": "again",
+                                                        "args": {"request": first["id"]}})
+    assert again["from"] == first["from"]  # the daemon knows the request by its sender too
+
+
+FORGOTTEN = ("this daemon does not remember request R (it keeps the answers of its last 1000 "
+             "change requests, each for 600 s, since it started at 12:00:00): nothing was done "
+             "now")
+
+
+@pytest.mark.parametrize("code,message,tail", [
+    ("unknown_query", "unknown query 'again'; known: status, sweep",
+     "the daemon did not recognise it: it is older than this opptune and cannot tell a "
+     "request sent again from a new one"),
+    ("unknown_request", FORGOTTEN, f"the daemon did not know it: {FORGOTTEN}")],
+    ids=["older daemon", "restarted daemon"])
+def test_a_daemon_that_cannot_tell_is_not_asked_twice(capsys, code, message, tail):
+    """An older daemon refuses 'again' (unknown query), a restarted one does not know the
+    request; neither carries it out a second time, and the command says it could not tell
+    and where to look."""
+    ctx = zmq.Context()
+    sock = ctx.socket(zmq.ROUTER)
+    sock.setsockopt(zmq.LINGER, 0)
+    port = sock.bind_to_random_port("tcp://127.0.0.1")
+    seen, stop = [], threading.Event()
+
+    def daemon():  # silent to the sweep, refuses 'again' at once
+        while not stop.is_set():
+            if not sock.poll(50):
+                continue
+            identity, frame = sock.recv_multipart()
+            msg = P.decode(frame)
+            seen.append(msg["body"]["what"])
+            if msg["body"]["what"] == "again":
+                sock.send_multipart([identity, P.encode(P.error_reply(
+                    "daemon", code, message, msg["id"]))])
+
+    server = threading.Thread(target=daemon)
+    server.start()
+    try:
+        endpoint = f"tcp://127.0.0.1:{port}"
+        assert main(["sweep", "--agent", "a", "--daemon", endpoint, "--timeout", "0.5"]) == 1
+    finally:
+        stop.set()
+        server.join()
+        sock.close(0)
+        ctx.term()
+    assert seen == ["sweep", "again"]
+    assert capsys.readouterr().err.splitlines()[-1] == (
+        f"opptune sweep: no answer from the daemon at {endpoint} within 0.5 s, but the request "
+        "reached it and may have been carried out (a busy daemon answers late): 'opptune "
+        "status --agent a' lists the jobs it queued; running this again would queue them a "
+        f"second time (asked again, {tail})")
 
 
 @pytest.mark.parametrize("argv,prog", [
@@ -115,43 +172,65 @@ def test_a_change_that_never_reached_a_daemon_keeps_asking_whether_it_runs(capsy
     assert "is opptune-daemon running" in err and "may have been carried out" not in err
 
 
-def test_a_sweep_a_busy_daemon_answers_too_late_is_queued_and_the_line_says_where_to_look(
+def test_a_sweep_a_busy_daemon_answers_too_late_is_queued_once_and_the_command_gets_it(
         tmp_path, monkeypatch, capsys):
-    """The case seen under load: a real daemon, busy past the client's --timeout, carries the
-    sweep out after the client gave up; the line told the user to look, not that it was down."""
-    from opptune.daemon import queries
+    """The case seen under load: a real daemon whose loop is held past the client's
+    --timeout. The client asks it again about the same request; the daemon carries the sweep
+    out once, the client gets its answer (exit 0, the job's id), and the question sent again
+    queues nothing more."""
+    from opptune.daemon import client, queries
     from opptune.daemon.service import Daemon
     from opptune.shared.config import DaemonConfig, SweepDefaults
     from test_daemon_service import Agent
 
-    client_gave_up = threading.Event()
-    answer = queries.answer
+    asked_again, again_handled = threading.Event(), threading.Event()
+    answer, note = queries.answer, client.again_note
 
     def busy(d, what, args):
-        if what == "sweep":  # the loop is held until the client has timed out
-            client_gave_up.wait(30)
+        if what == "sweep":  # the loop is held until the client has timed out and asks again
+            asked_again.wait(30)
         return answer(d, what, args)
 
+    def noting(*a):
+        said = note(*a)
+
+        def asking():
+            said()
+            asked_again.set()
+        return asking
+
     monkeypatch.setattr(queries, "answer", busy)
+    monkeypatch.setattr(client, "again_note", noting)
     d = Daemon(DaemonConfig(bind="tcp://127.0.0.1:0", database=str(tmp_path / "d.db"),
                             sweep=SweepDefaults(size="small", reps=1, warmup=0)))
+    on_query = d._handlers["query"]
+
+    def watching(identity, msg):
+        try:
+            on_query(identity, msg)
+        finally:
+            if msg["body"]["what"] == "again":
+                again_handled.set()
+
+    d._handlers["query"] = watching
     d.start_thread()
     agent = Agent(d.endpoint)
     try:
         agent.hello()
         agent.expect("heartbeat")  # the hello was taken: the agent is known
         rc = main(["sweep", "--agent", "a1", "--workload", "wl", "--daemon", d.endpoint,
-                   "--timeout", "0.5"])
-        client_gave_up.set()
-        assert rc == 1
-        assert "but the request reached it and may have been carried out" in \
-            capsys.readouterr().err
-        job = agent.expect("job")["body"]  # carried out all the same
-        assert job["workload"] == "wl"
+                   "--timeout", "2"])
+        out = capsys.readouterr()
+        assert rc == 0
+        assert "asking it once more about the same request" in out.err
+        job = agent.expect("job")["body"]
+        assert out.out.splitlines() == [f"job {job['job_id']} sent: wl"]
+        assert again_handled.wait(30)  # the question about it was answered, not carried out
+        assert d.stats["requests_asked_again"] == 1
         assert main(["status", "--json", "--daemon", d.endpoint]) == 0
         st = json.loads(capsys.readouterr().out)
         assert [j["job_id"] for j in st["jobs"]] == [job["job_id"]]
     finally:
-        client_gave_up.set()
+        asked_again.set()
         agent.close()
         d.stop()
