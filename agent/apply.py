@@ -328,10 +328,14 @@ class Executor:
                f"stop_after_timeouts = {n} in the agent's configuration): {left} of "
                f"{len(points)} points not run")
         log.warning("job %s: %s", job_id, why[len(NOT_RUN):])
+        # the same, for the daemon to keep with the job (shared/records.job_stop)
+        stop = {"after_timeouts": n, "points_not_run": left, "points": len(points),
+                "definition": self.workloads.definition(body["workload"])}
         for s in range(seq, total):
             idx, rep = divmod(s, reps)
-            self._store_result(job_id, total, s, self.runner.failed_record(
-                self._spec(body, points[idx]), rep, why))
+            rec = self.runner.failed_record(self._spec(body, points[idx]), rep, why)
+            rec.extra["stopped"] = stop
+            self._store_result(job_id, total, s, rec)
 
     def _store_result(self, job_id: str, total: int, s: int, rec: RunRecord) -> None:
         if rec.error == self.runner.timeout_text:

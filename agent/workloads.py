@@ -7,12 +7,15 @@ other workload is refused before anything starts.
 
 from __future__ import annotations
 
+import hashlib
+import json
 import logging
 import os
 import sys
 from dataclasses import dataclass, field
 from typing import Any
 
+from .. import __version__
 from ..shared.config import AgentConfig, CommandWorkload
 
 log = logging.getLogger("opptune.agent.workloads")
@@ -30,10 +33,11 @@ class Workload:
     description: str = ""
     expects_json: bool = False  # kernels must print their JSON line; commands may
     command: CommandWorkload | None = field(default=None, repr=False)
+    definition: str = ""  # digest of what runs (see Workloads.definition_of)
 
     def describe(self) -> dict[str, Any]:
         return {"name": self.name, "kind": self.kind, "sizes": list(self.sizes),
-                "description": self.description}
+                "description": self.description, "definition": self.definition}
 
 
 def _catalogue() -> dict[str, Any] | None:
@@ -98,9 +102,31 @@ class Workloads:
                 raise WorkloadError(f"workload '{w.name}' has an empty command")
             self._items[w.name] = Workload(w.name, "command", list(w.sizes) or ["default"],
                                            " ".join(w.command), command=w)
+        for w in self._items.values():
+            w.definition = self.definition_of(w)
+
+    def definition_of(self, w: Workload) -> str:
+        """A digest of what a run of ``w`` executes and how long it may take: its command
+        (or pyperf script), environment and sizes, or a kernel's name and the agent's version
+        (the kernels ship with it), the virtual board, and run_timeout_s. The daemon tells a
+        job of a changed workload from one of the same (characterize gives up on a workload
+        only while it is unchanged)."""
+        cw = w.command
+        what = {"name": w.name, "kind": w.kind, "sizes": w.sizes,
+                "timeout_s": self.config.run_timeout_s, "virtual_board": self.virtual_board,
+                **({"command": cw.command, "env": cw.env, "threads_env": cw.threads_env,
+                    "pyperf": cw.pyperf, "pyperf_args": cw.pyperf_args} if cw is not None
+                   else {"version": __version__})}
+        text = json.dumps(what, sort_keys=True, separators=(",", ":"))
+        return hashlib.sha256(text.encode()).hexdigest()[:16]
 
     def names(self) -> list[str]:
         return sorted(self._items)
+
+    def definition(self, name: str) -> str | None:
+        """The digest of workload ``name`` (None when unknown)."""
+        w = self._items.get(name)
+        return w.definition if w is not None else None
 
     def describe(self) -> list[dict[str, Any]]:
         """What hello carries: one map per workload (name, kind, sizes, description)."""

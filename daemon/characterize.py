@@ -15,7 +15,12 @@ which kernels are measured again for that reason); one with
 such a job still under way (or expired, which is resent at the agent's hello) is reported, not
 sent twice; one whose last job failed, or was stopped by the agent for its timeouts (done with
 the points before the stop, the rest never run), is queued again, and ``again`` names that job
-and its reason. The frequency grid is chosen once from the
+and its reason; but one whose last two jobs at that size were both stopped for their timeouts
+while the workload was defined as it is now (its command or kernel, environment, sizes and the
+agent's run_timeout_s: the digest of the agent's hello) is not (``not_retried``): it would
+hang again, costing stop_after_timeouts x run_timeout_s each time; args.retry_stopped queues it
+all the same, and a changed definition counts as a new workload. The frequency grid is chosen
+once from the
 board's description (its last hello, which the store keeps across a restart), so the line printed
 says what is measured even when nothing is queued.
 
@@ -69,6 +74,12 @@ def characterize(d: Daemon, args: dict[str, Any]) -> dict[str, Any]:
     with_commands = args.get("commands", True)
     if not isinstance(with_commands, bool):
         raise HandlerError("bad_args", "characterize args.commands must be true or false")
+    retry_stopped = args.get("retry_stopped", False)
+    if not isinstance(retry_stopped, bool):
+        raise HandlerError("bad_args", "characterize args.retry_stopped must be true or false")
+    # what each workload runs now (a digest, in the agent's hello; absent from an older agent)
+    definitions = {w["name"]: w.get("definition") for w in info.workloads
+                   if isinstance(w, dict) and isinstance(w.get("name"), str)}
     commands = {w["name"]: list(w.get("sizes") or ["default"]) for w in info.workloads
                 if with_commands and isinstance(w, dict) and w.get("kind") == "command"
                 and isinstance(w.get("name"), str)}
@@ -103,7 +114,7 @@ def characterize(d: Daemon, args: dict[str, Any]) -> dict[str, Any]:
     why_off = clocks_never_apply(info.platform or {}, "command", board)
     off_board = set(commands) if why_off else set()
     unclocked = planned_grid(d, info.platform, opts, ("none",))[1] if off_board else planned
-    done, under_way, todo, drifted, again = [], [], {}, [], []
+    done, under_way, todo, drifted, again, not_retried = [], [], {}, [], [], []
     for k in sorted(sizes):
         pts = unclocked if k in off_board else planned
         mine = [j for j in d.store.jobs_for(agent, k) if j["size"] == sizes[k]]
@@ -122,6 +133,13 @@ def characterize(d: Daemon, args: dict[str, Any]) -> dict[str, Any]:
             # fewer cores or frequencies: waiting on that one would not characterise it)
             under_way += [_job(j) for j in current if j["state"] in FOLLOWED]
         else:
+            stops = stopped_twice(mine, definitions.get(k))
+            if stops and not retry_stopped:
+                # it would hang again, at the cost of stop_after_timeouts x run_timeout_s
+                not_retried.append({"workload": k, "size": sizes[k],
+                                    "job_ids": [j["job_id"] for j in stops],
+                                    "after_timeouts": stops[-1]["stopped"]["after_timeouts"]})
+                continue
             todo.setdefault(sizes[k], []).append(k)
             if any(_measured_all(j) for j in covering):
                 drifted.append(k)
@@ -137,7 +155,8 @@ def characterize(d: Daemon, args: dict[str, Any]) -> dict[str, Any]:
                                   "frequency_grid": grid, "per_cluster": False})["jobs"]
     return {"agent": agent, "size": size, "kernels": kernels, "commands": sorted(commands),
             "command_sizes": {c: sizes[c] for c in sorted(commands)}, "skipped": done,
-            "drifted": drifted, "again": again, "under_way": under_way, "queued": queued,
+            "drifted": drifted, "again": again, "not_retried": not_retried,
+            "under_way": under_way, "queued": queued,
             "frequencies": frequencies_text(grid, planned, info.platform),
             "commands_at_no_clock": ({"workloads": sorted(off_board), "why": why_off}
                                      if off_board and grid != "none" else None)}
@@ -151,6 +170,18 @@ def _drift_since(d: Daemon, platform: str, workload: str, size: str,
     variants = {variant for *_, variant in planned} or {""}
     return max(d.store.drift_since(Group(platform, workload, size, v)) or 0.0
                for v in variants)
+
+
+def stopped_twice(jobs: list[dict[str, Any]], definition: Any) -> list[dict[str, Any]]:
+    """The last two of a workload's ``jobs`` at a size (in creation order) where the agent
+    stopped both for their timeouts while the workload was defined as it is now
+    (``definition``, its hello's digest); [] otherwise: a job after them that did not stop,
+    a changed command or run_timeout_s, or an agent (or a stored job) that gives no digest."""
+    last = jobs[-2:]
+    if len(last) < 2 or not isinstance(definition, str) or not definition:
+        return []
+    same = all((j.get("stopped") or {}).get("definition") == definition for j in last)
+    return last if same else []
 
 
 def _measured_all(job: dict[str, Any]) -> bool:

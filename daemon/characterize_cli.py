@@ -20,6 +20,8 @@ def cmd_characterize(args: argparse.Namespace) -> int:
             q[key] = getattr(args, key)
     if args.no_commands:
         q["commands"] = False
+    if args.retry_stopped:
+        q["retry_stopped"] = True
     endpoint = daemon_endpoint(args)
     data, rc = ask("opptune characterize", endpoint, "characterize", q, timeout_s=args.timeout,
                    changes=f"'opptune status --agent {args.agent}' lists the jobs it queued; "
@@ -47,13 +49,21 @@ def cmd_characterize(args: argparse.Namespace) -> int:
         how = "stopped before all its points ran" if j["state"] == "done" else j["state"]
         print(f"measured again: {j['workload']}: its last job {j['job_id']} {how}: "
               f"{j['reason'] or 'no reason given'}", file=out)
+    left_out = data.get("not_retried") or []  # absent from an older daemon's answer
+    for j in left_out:
+        print(f"not measured again: {j['workload']} (size {j['size']}): its last 2 jobs "
+              f"({', '.join(j['job_ids'])}) each stopped after {j['after_timeouts']} points in "
+              "a row timed out, with the workload defined as it is now; change its command or "
+              "run_timeout_s in the agent's configuration, or give --retry-stopped to measure "
+              "it anyway", file=out)
     for j in data["under_way"]:
         print(f"under way: job {j['job_id']} {j['workload']} ({j['state']})", file=out)
     for j in data["queued"]:
         print(f"queued: job {j['job_id']} {j['workload']} ({j['n_points']} points x "
               f"{j['reps']} rep{'s' * (j['reps'] != 1)})", file=out)
     if not data["queued"] and not data["under_way"]:
-        print("nothing to queue: every workload is already measured", file=out)
+        print("nothing to queue: " + ("the other workloads are already measured" if left_out
+                                      else "every workload is already measured"), file=out)
     ids = [j["job_id"] for j in data["under_way"] + data["queued"]]
     rc = 0
     if args.wait and ids:
@@ -70,6 +80,14 @@ def cmd_characterize(args: argparse.Namespace) -> int:
         if args.json:
             st = query(endpoint, "status", jobs_query(ids), timeout_s=args.timeout)
             data["jobs"] = [j for j in st.get("jobs") or [] if j["job_id"] in ids]
+    if args.wait and left_out and rc == 0:
+        # a workload left out is not characterised either: as a job stopped early
+        from .sweep_wait import STOPPED_EXIT
+        n = len(left_out)
+        print(f"opptune characterize: exit {STOPPED_EXIT}: {n} workload{'s' * (n != 1)} not "
+              f"measured again, {'its' if n == 1 else 'their'} last jobs having stopped for "
+              "their timeouts (above)", file=sys.stderr)
+        rc = STOPPED_EXIT
     if args.json:
         json.dump(data, sys.stdout, indent=2, sort_keys=True)
         print()
@@ -92,7 +110,15 @@ def add_parser(sub: Any, add_link_options: Any) -> None:
                         "OMP_NUM_THREADS or their threads_env = the core count); default: "
                         "they are characterised too, at --size where they have it, else at "
                         "their first size")
+    p.add_argument("--retry-stopped", action="store_true",
+                   help="measure again a workload whose last two jobs at this size the agent "
+                        "stopped for their timeouts (stop_after_timeouts) while it was defined "
+                        "as it is now; without it such a workload is left out, saying so (a "
+                        "changed command or run_timeout_s counts as new)")
     p.add_argument("--wait", action="store_true",
-                   help="show progress until every job is done; exit 1 when one fails "
-                        "(Ctrl-C stops waiting, not the jobs; run it again to resume)")
+                   help="show progress until every job is done; exit 0 when every workload "
+                        "is measured over all its points, 3 when the agent stopped a job "
+                        "after points in a row timed out or a workload was left out for that, "
+                        "1 when one fails (Ctrl-C stops waiting, not the jobs; run it again "
+                        "to resume)")
     p.set_defaults(func=cmd_characterize)

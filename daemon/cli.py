@@ -233,8 +233,10 @@ def build_parser() -> argparse.ArgumentParser:
                                   "with a unit (1.4GHz, 1400MHz); default: [sweep] of the "
                                   "daemon's configuration")
     p.add_argument("--wait", action="store_true",
-                   help="show progress until every job is done; exit 1 with the reason when "
-                        "one fails or expires")
+                   help="show progress until every job is done; exit 0 when every job "
+                        "measured all its points, 3 when each is done but the agent stopped "
+                        "one or more after points in a row timed out (stop_after_timeouts: the "
+                        "rest never ran), 1 with the reason when one fails or expires")
     p.set_defaults(func=cmd_sweep)
 
     p = sub.add_parser("keys", help="agents' CURVE keys: list, accept, reject or revoke one; "

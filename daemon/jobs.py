@@ -21,7 +21,7 @@ from typing import Any, Callable, Iterable
 
 from ..shared import protocol
 from ..shared.config import DaemonConfig
-from ..shared.records import JOB_STOPPED, NOT_RUN
+from ..shared.records import JOB_STOPPED, NOT_RUN, job_stop
 from .link import Link
 from .registry import Registry
 from .store import Store
@@ -35,8 +35,11 @@ UNSUCCESSFUL_JOB_STATES = ("failed", "expired")  # final; the status carries the
 
 def stopped_early(job: dict[str, Any]) -> bool:
     """A job done with what it measured before the agent stopped it for its timeouts
-    (stop_after_timeouts): its points after the stop were never run."""
-    return job.get("state") == "done" and JOB_STOPPED in (job.get("reason") or "")
+    (stop_after_timeouts): its points after the stop were never run. ``stopped`` is the
+    store's (read from the reason of a row stored before it); a row without the key (an
+    older daemon's status) says it in its reason."""
+    stop = job["stopped"] if "stopped" in job else job_stop(job.get("reason"))
+    return job.get("state") == "done" and stop is not None
 
 
 def failure_text(errors: list[str]) -> str:
@@ -173,19 +176,29 @@ class JobTracker:
         ok, errors = self.store.job_failures(job_id)
         if not ok:
             reason = f"every run of the job failed: {failure_text(errors)}"
-            self.store.set_job_state(job_id, "failed", reason)
+            self.store.set_job_state(job_id, "failed", reason, stopped=self._stop(job_id, errors))
             log.warning("job %s of %s failed: %s", job_id, agent, reason)
             self._finished(agent, job_id)
             return
         # a job the agent stopped for its timeouts is done with what it measured, and says why
         # the rest is missing
         errors = self.store.job_errors(job_id) if ok < received else []
-        stopped = any(e.startswith(NOT_RUN + JOB_STOPPED) for e in errors)
-        self.store.set_job_state(job_id, "done", failure_text(errors) if stopped else None)
+        stop = self._stop(job_id, errors)
+        stopped = stop is not None
+        self.store.set_job_state(job_id, "done", failure_text(errors) if stopped else None,
+                                 stopped=stop)
         log.info("job %s of %s done (%d runs, %d successful)%s", job_id, agent, received, ok,
                  f": {failure_text(errors)}" if stopped else "")
         self._finished(agent, job_id)
         self.on_done(job_id, agent)
+
+    def _stop(self, job_id: str, errors: list[str]) -> dict[str, Any] | None:
+        """The agent's stop of a complete job for its timeouts, from its last run (the stop's
+        records run to the job's last seq), when its ``errors`` hold the stop's text."""
+        text = next((e for e in errors if e.startswith(NOT_RUN + JOB_STOPPED)), None)
+        if text is None:
+            return None
+        return job_stop(text, (self.store.job_last_run(job_id) or {}).get("extra"))
 
     def _shape(self, job_id: str) -> tuple[int, int] | None:
         """(points, fewest runs to close them) of an adaptive job; None for a fixed one."""

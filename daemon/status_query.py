@@ -114,8 +114,8 @@ def status(d: Daemon, args: dict[str, Any] | None = None, bases: bool = True
         jobs = [{"job_id": j["job_id"], "agent": j["agent"],
                  "board": boards.get(j["agent"], j["agent"]), "workload": j["workload"],
                  "size": j["size"], "expected": j["expected"], "received": j["received"],
-                 "state": j["state"], "reason": j["reason"], "created": j["created"],
-                 "updated": j["updated"]} for j in rows]
+                 "state": j["state"], "reason": j["reason"], "stopped": j["stopped"],
+                 "created": j["created"], "updated": j["updated"]} for j in rows]
 
     fits: list[dict[str, Any]] = []
     if want("fits"):

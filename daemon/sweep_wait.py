@@ -1,7 +1,10 @@
 """``opptune sweep --wait``: follow the jobs of a sweep to their final state.
 
-A progress bar per job on stderr (runs received of expected); exit 0 when every job is done,
-1 with each reason when one failed or expired (or the daemon did not answer for
+A progress bar per job on stderr (runs received of expected); exit 0 when every job is done
+over all its points, ``STOPPED_EXIT`` (3) when each is done but one or more the agent stopped
+after points in a row timed out (stop_after_timeouts: what ran before is stored, the rest never
+ran; one line says so), 1 with each reason when one failed or expired (or the daemon did not
+answer for
 ``RECONNECT_S``: one that restarts sooner is followed on; where another daemon of its fleet
 answered, the jobs are followed through that one at once, since the fleet shares the
 store and the agents fail over); a done job
@@ -21,12 +24,15 @@ from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
 from .client import DaemonUnreachable, QueryFailed, query
 from .console import make_console
-from .jobs import FINAL_JOB_STATES
+from .jobs import FINAL_JOB_STATES, stopped_early
 
 POLL_S = 0.5  # how often the display is refreshed from the daemon's status
 # how long a follower (sweep/characterize --wait, tune) keeps asking a daemon that stopped
 # answering: a restarted daemon goes on with the jobs (or session) of its store
 RECONNECT_S = 60.0
+# every job done, one or more stopped by the agent for its timeouts before all points ran (as
+# recommend's 3: the command did its work, and the result falls short of what was asked)
+STOPPED_EXIT = 3
 
 
 def wait_for_jobs(endpoint: str, job_ids: list[str], timeout_s: float = 5.0,
@@ -108,6 +114,7 @@ def _wait(endpoint: str, job_ids: list[str], timeout_s: float, as_json: bool,
         json.dump(final, sys.stdout, indent=2, sort_keys=True)
         print()
     bad = [j for j in final if j["state"] != "done"]
+    short = [j for j in final if j["state"] == "done" and stopped_early(j)]
     again = {(m["agent"], m["workload"], m["size"]): m for m in status.get("remeasure") or []}
     for j in final:
         line = (f"job {j['job_id']} ({j['workload']} on {j['board']}) {j['state']}: "
@@ -117,9 +124,23 @@ def _wait(endpoint: str, job_ids: list[str], timeout_s: float, as_json: bool,
         m = again.get((j.get("agent"), j["workload"], j["size"]))
         if j["state"] == "done" and m is not None:
             line += "; " + remeasure_note(m)
-        console.print((f"{prog}: " if j in bad else "") + line, markup=False,
+        console.print((f"{prog}: " if j in bad or j in short else "") + line, markup=False,
                       soft_wrap=True)
+    if short and not bad:
+        console.print(stopped_line(prog, short, len(final)), markup=False, soft_wrap=True)
+        return STOPPED_EXIT
     return 1 if bad else 0
+
+
+def stopped_line(prog: str, short: list[dict[str, Any]], of: int) -> str:
+    """The one line that says why the exit status is ``STOPPED_EXIT``."""
+    n = len(short)
+    names = ", ".join(f"{j['workload']} ({j['job_id']})" for j in short[:3]) + (
+        f" and {n - 3} more" if n > 3 else "")
+    return (f"{prog}: exit {STOPPED_EXIT}: {n} of {of} job{'s' * (of != 1)} stopped before all "
+            f"{'its' if n == 1 else 'their'} points ran: {names}; the agent stops a job after "
+            "stop_after_timeouts points in a row timed out, keeping what ran before (where "
+            "the workload is only slow, raise run_timeout_s in the agent's configuration)")
 
 
 def jobs_query(job_ids: list[str]) -> dict[str, Any]:

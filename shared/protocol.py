@@ -110,6 +110,8 @@ _BOOL = (bool,)
 BODY_SCHEMAS: dict[str, dict[str, tuple[tuple[type, ...], bool]]] = {
     "hello": {
         "platform": (_MAP, True),
+        # each {"name", "kind", "sizes", "description", "definition"}; definition: a digest
+        # of what runs and its run_timeout_s (agent/workloads.py; absent from older agents)
         "workloads": (_LIST, True),
         "agent_version": (_STR, True),
         "pid": (_INT, False),
@@ -146,7 +148,9 @@ BODY_SCHEMAS: dict[str, dict[str, tuple[tuple[type, ...], bool]]] = {
         "job_id": (_STR, True),
         "seq": (_INT, True),  # index of this run within the job
         "of": (_INT, True),  # number of runs the job will produce
-        "record": (_MAP, True),  # shared.records.RunRecord.to_dict()
+        # shared.records.RunRecord.to_dict(); the runs an agent did not run because it stopped
+        # the job for its timeouts carry the stop in extra["stopped"] (records.job_stop)
+        "record": (_MAP, True),
     },
     "results": {
         # [[id, body], ...]: each a result's message id and body (see check_item)

@@ -39,6 +39,23 @@ NOT_RUN = "not run: "
 JOB_STOPPED = "the job stopped after "
 
 
+def job_stop(error: Any, extra: Any = None) -> dict[str, Any] | None:
+    """The stop of a job a 'not run' record carries: ``extra["stopped"]`` as the agent sends
+    it (``{"after_timeouts": n, "points_not_run": k, "points": m, "definition": d}``), else,
+    from an agent that sent only the text (or a job stored before the field), what its text
+    says: ``{"after_timeouts": n}``; None for any other record or text. ``error`` may be a
+    job's reason, which holds the agent's text after other causes."""
+    stop = extra.get("stopped") if isinstance(extra, dict) else None
+    if isinstance(stop, dict) and type(stop.get("after_timeouts")) is int:
+        return stop
+    text = error if isinstance(error, str) else ""
+    at = text.find(JOB_STOPPED)
+    if at < 0:
+        return None
+    n = text[at + len(JOB_STOPPED):].split(" ", 1)[0]
+    return {"after_timeouts": int(n) if n.isdigit() else None}
+
+
 class RecordError(ValueError):
     """A record that cannot be accepted; the message names the field."""
 

@@ -140,6 +140,26 @@ class Cluster:
         return db_rows(self.db, sql, *params)
 
 
+# threads 1 answers at once; from 2 threads on the program hangs (until run_timeout_s)
+HANGS_FROM_2 = ["sh", "-c", "test {threads} -lt 2 && echo '{\"time_s\": 0.01}' && exit 0; "
+                "exec sleep 30"]
+
+
+def hanging_board(tmp_path: Path, hangs: list[str]) -> Cluster:
+    """A daemon and an agent on a virtual rpi4 (4 cores) with two command workloads: 'hangs'
+    running ``hangs``, 'quick' that always answers; each run times out after 1 s and a job
+    stops after 2 points in a row timed out. Not started."""
+    c = Cluster(tmp_path, kernels=(), auto_sweep=False, max_cores=4, reps=1,
+                extra_daemon={"auto_recommend": False},
+                extra_agent={"virtual_board": "rpi4", "run_timeout_s": 1.0,
+                             "stop_after_timeouts": 2})
+    text = c.agent_toml.read_text()
+    c.agent_toml.write_text(text + "".join(
+        f"[[workloads]]\nname = \"{name}\"\ncommand = {json.dumps(cmd)}\n"
+        for name, cmd in (("hangs", hangs), ("quick", ["true"]))))
+    return c
+
+
 def db_rows(db: str | Path, sql: str, *params) -> list[tuple]:
     """Rows of ``sql`` (``?`` placeholders) from an SQLite file or a PostgreSQL URL."""
     if str(db).startswith("postgresql://"):

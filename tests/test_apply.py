@@ -273,9 +273,37 @@ def test_a_job_stops_after_points_in_a_row_timed_out(tmp_path, stop_after):
         assert [r.error for r in recs[6:]] == [
             "not run: the job stopped after 2 points in a row timed out (points 1, 2 of 5; "
             "stop_after_timeouts = 2 in the agent's configuration): 2 of 5 points not run"] * 4
+        # the same for the daemon to keep, with the workload's definition as the hello said
+        (hangs,) = wl.describe()
+        assert [r.extra for r in recs[6:]] == [{"stopped": {
+            "after_timeouts": 2, "points_not_run": 2, "points": 5,
+            "definition": hangs["definition"]}}] * 4
+        assert all("stopped" not in r.extra for r in recs[:6])
     else:
         assert starts.read_text().split() == ["1", "1", "1", "2", "3", "4", "5"]
         assert [r.error for r in recs[2:]] == timed_out * 4
+
+
+def test_a_workloads_definition_changes_with_what_runs_and_its_timeout():
+    """The digest the hello gives each workload (and a stop carries) changes with its
+    command, environment, sizes or the agent's run_timeout_s, not with the rest of the
+    agent's configuration; a kernel's with the virtual board."""
+    def definitions(**kw):
+        cmd = kw.pop("command", ["prog", "{threads}"])
+        env = kw.pop("env", {})
+        cfg = AgentConfig(agent_id="a1", bench_kernels=["k"], workloads=[
+            CommandWorkload("c", cmd, env=env)], **kw)
+        return {w["name"]: w["definition"] for w in Workloads(cfg, catalogue={
+            "k": type("K", (), {"sizes": {"small": 1}})()}).describe()}
+
+    base = definitions()
+    assert len(base["c"]) == 16 and base["c"] != base["k"]
+    assert definitions(heartbeat_s=9.0, stop_after_timeouts=5) == base
+    assert definitions(command=["prog", "--fixed", "{threads}"])["c"] != base["c"]
+    assert definitions(env={"OMP_PROC_BIND": "true"})["c"] != base["c"]
+    longer = definitions(run_timeout_s=1200.0)
+    assert longer["c"] != base["c"] and longer["k"] != base["k"]
+    assert definitions(command=["prog", "--fixed", "{threads}"])["k"] == base["k"]
 
 
 class _Killed(BaseException):

@@ -24,7 +24,7 @@ from opptune.daemon.service import Daemon
 from opptune.daemon.store import Group, ResultIn, open_store
 from opptune.shared.config import DaemonConfig
 from opptune.shared.records import RunRecord
-from procs import Cluster, write_toml
+from procs import HANGS_FROM_2, Cluster, hanging_board, write_toml
 
 pytestmark = pytest.mark.integration
 
@@ -348,8 +348,8 @@ def test_a_kernel_whose_job_stopped_early_or_failed_is_measured_again_and_says_w
         characterize(d, args), None))
     monkeypatch.setattr(client, "daemon_endpoint", lambda args: "tcp://127.0.0.1:9")
     args = argparse.Namespace(agent="a", size="small", reps=None, max_cores=None,
-                              no_commands=False, daemon=None, config=None, timeout=5.0,
-                              json=False, wait=False)
+                              no_commands=False, retry_stopped=False, daemon=None, config=None,
+                              timeout=5.0, json=False, wait=False)
     assert cmd_characterize(args) == 0
     lines = capsys.readouterr().out.splitlines()
     queued = {j["workload"]: j["job_id"] for j in d.store.jobs() if j["state"] != "done"
@@ -368,6 +368,50 @@ def test_a_kernel_whose_job_stopped_early_or_failed_is_measured_again_and_says_w
         d.store.set_job_state(job_id, "done")
     out = characterize(d, {"agent": "a", "size": "small"})
     assert out["skipped"] == list(KERNELS) and out["queued"] == out["again"] == []
+
+
+def test_a_kernel_stopped_twice_as_defined_now_is_left_out_unless_asked(daemon):
+    """The rule of characterize for a workload that keeps hanging: left out once its last two
+    jobs at the size were stopped for their timeouts with the definition the agent's hello
+    gives now; queued with retry_stopped, with another definition in either job, after a job
+    that did not stop, or when the agent (or a stored stop) gives no definition."""
+    d = daemon
+    platform = hello(d, KERNELS)
+    measured(d, platform, *KERNELS, *KERNELS)  # two jobs of each, in creation order
+    ids = {k: [j["job_id"] for j in d.store.jobs_for("a", k)] for k in KERNELS}
+
+    def stop(definition):
+        return {"after_timeouts": 2, "points_not_run": 2, "points": 4, "definition": definition}
+
+    def defined(**defs):
+        d.registry.hello("a", b"a", "p", platform, [
+            {"name": k, "kind": "kernel", "sizes": ["small"], **({"definition": defs[k]}
+                                                                  if k in defs else {})}
+            for k in KERNELS], now=1.0)
+    for k in KERNELS:
+        for job_id in ids[k]:
+            d.store.set_job_state(job_id, "done", STOPPED, stopped=stop("def1"))
+    d.store.set_job_state(ids["pi_integrate"][0], "failed", FAILED, stopped=stop("def0"))
+    cases = [  # (definitions now, args, left out)
+        ({"pi_integrate": "def1", "triad": "def1"}, {}, ["triad"]),
+        ({"pi_integrate": "def1", "triad": "def1"}, {"retry_stopped": True}, []),
+        ({"triad": "def2"}, {}, []),  # changed; an older agent's pi_integrate says nothing
+    ]
+    for defs, extra, left in cases:
+        defined(**defs)
+        before = {j["job_id"] for j in d.store.jobs()}
+        out = characterize(d, {"agent": "a", "size": "small", **extra})
+        assert [n["workload"] for n in out["not_retried"]] == left, (defs, extra)
+        assert sorted(q["workload"] for q in out["queued"]) == sorted(set(KERNELS) - set(left))
+        if left:
+            assert out["not_retried"] == [{"workload": "triad", "size": "small",
+                                           "job_ids": ids["triad"], "after_timeouts": 2}]
+        for j in d.store.jobs():  # put before the others: each case looks at the same two
+            if j["job_id"] not in before:
+                d.store.save_job("a", d.store.job(j["job_id"]), 0.5, state="failed")
+    with pytest.raises(HandlerError) as err:
+        characterize(d, {"agent": "a", "size": "small", "retry_stopped": "yes"})
+    assert str(err.value) == "characterize args.retry_stopped must be true or false"
 
 
 def test_a_job_sent_before_its_groups_drift_no_longer_counts_as_characterised(daemon):
@@ -943,3 +987,85 @@ def test_mpet_data_counts_each_agents_jobs_under_way(tmp_path):
         assert mpet_data(d, {})["under_way"] == {"a": 2, "b": 1}
     finally:
         d.close()
+
+
+def test_a_workload_that_keeps_hanging_is_left_out_until_it_changes(tmp_path):
+    """Real daemon, agent and CLI. A workload that hangs was queued again by every
+    characterize, each time waiting stop_after_timeouts x run_timeout_s before the agent
+    stopped it, and 'characterize --wait' exited 0 as for a complete characterisation. Now
+    the stop is in the job (``stopped``), --wait exits 3 saying why; after two stopped jobs
+    with the workload as defined now it is left out, saying how to force it
+    (--retry-stopped, which queues it); once its command changed it is measured again."""
+    c = hanging_board(tmp_path, HANGS_FROM_2)
+    c.start_daemon()
+    c.start_agent()
+    try:
+        c.wait_for(lambda s: any(a["alive"] for a in s["agents"]), timeout=30, what="the agent")
+        ep = c.endpoint
+        p = run_characterize(ep, "test-agent", "--wait", "--json")
+        assert p.returncode == 3, p.stderr
+        first = json.loads(p.stdout)
+        jobs = {j["workload"]: j for j in first["jobs"]}
+        assert jobs["quick"]["stopped"] is None and jobs["quick"]["state"] == "done"
+        stop = jobs["hangs"]["stopped"]
+        assert jobs["hangs"]["state"] == "done"  # point 0 (1 thread) ran
+        assert {k: stop[k] for k in ("after_timeouts", "points_not_run", "points")} == {
+            "after_timeouts": 2, "points_not_run": 1, "points": 4}
+        assert len(stop["definition"]) == 16  # the digest the agent's hello gave 'hangs'
+        j1 = jobs["hangs"]["job_id"]
+        last = p.stderr.strip().splitlines()[-1]
+        assert last == (
+            f"opptune characterize: exit 3: 1 of 2 jobs stopped before all its points ran: "
+            f"hangs ({j1}); the agent stops a job after stop_after_timeouts points in a row "
+            "timed out, keeping what ran before (where the workload is only slow, raise "
+            "run_timeout_s in the agent's configuration)")
+
+        # the first stop: measured again, saying why; quick is done
+        p = run_characterize(ep, "test-agent", "--wait")
+        assert p.returncode == 3, p.stderr
+        lines = p.stdout.splitlines()
+        assert "skipped (already measured): quick" in lines
+        assert any(line.startswith(f"measured again: hangs: its last job {j1} stopped before "
+                                   "all its points ran: ") for line in lines), lines
+        (j2,) = [line.split()[2] for line in lines if line.startswith("queued: job ")]
+
+        # two stops in a row, the workload unchanged: left out, and --wait says it is short
+        p = run_characterize(ep, "test-agent", "--wait", "--json")
+        assert p.returncode == 3, p.stderr
+        out = json.loads(p.stdout)
+        assert out["not_retried"] == [{"workload": "hangs", "size": "default",
+                                       "job_ids": [j1, j2], "after_timeouts": 2}]
+        assert out["queued"] == [] and out["again"] == [] and out["skipped"] == ["quick"]
+        assert p.stderr.strip().splitlines()[-3:] == [
+            f"not measured again: hangs (size default): its last 2 jobs ({j1}, {j2}) each "
+            "stopped after 2 points in a row timed out, with the workload defined as it is "
+            "now; change its command or run_timeout_s in the agent's configuration, or give "
+            "--retry-stopped to measure it anyway",
+            "nothing to queue: the other workloads are already measured",
+            "opptune characterize: exit 3: 1 workload not measured again, its last jobs "
+            "having stopped for their timeouts (above)"]
+        # forced: queued, and said why it had not been measured
+        p = run_characterize(ep, "test-agent", "--retry-stopped", "--json")
+        assert p.returncode == 0, p.stderr
+        forced = json.loads(p.stdout)
+        assert [j["workload"] for j in forced["queued"]] == ["hangs"]
+        assert [a["job_id"] for a in forced["again"]] == [j2] and forced["not_retried"] == []
+        j3 = forced["queued"][0]["job_id"]
+        c.wait_for(lambda s: any(j["job_id"] == j3 and j["state"] == "done"
+                                 for j in s["jobs"]), timeout=60, what="the forced job")
+
+        # its command changed (it no longer hangs): a new workload, measured, exit 0
+        c.stop()
+        c.agent_toml.write_text(c.agent_toml.read_text().replace(
+            json.dumps(HANGS_FROM_2), json.dumps(["true"])))
+        c.start_daemon()
+        c.start_agent()
+        c.wait_for(lambda s: any(a["alive"] for a in s["agents"]), timeout=30,
+                   what="the agent with hangs changed")
+        p = run_characterize(ep, "test-agent", "--wait", "--json")
+        assert p.returncode == 0, p.stderr
+        out = json.loads(p.stdout)
+        assert out["not_retried"] == [] and [j["workload"] for j in out["queued"]] == ["hangs"]
+        assert [(j["state"], j["stopped"]) for j in out["jobs"]] == [("done", None)]
+    finally:
+        c.stop()

@@ -159,6 +159,9 @@ STOPPED = ("not run: the job stopped after 2 points in a row timed out (points 1
            "stop_after_timeouts = 2 in the agent's configuration): 1 of 4 points not run")
 
 
+STOP = {"after_timeouts": 2, "points_not_run": 1, "points": 4, "definition": "0123abcd"}
+
+
 @pytest.mark.parametrize("first_ok,state,reason", [
     # what was measured before the timeouts stays: done, and the reason says why runs lack
     (True, "done", "timed out after 5 s (at warmup 0; the rest of the point was not run); "
@@ -167,13 +170,17 @@ STOPPED = ("not run: the job stopped after 2 points in a row timed out (points 1
                       "timed out after 5 s (at warmup 0; the rest of the point was not run); "
                       + STOPPED[len("not run: "):]),
 ])
-def test_a_job_the_agent_stopped_for_its_timeouts_says_so(daemon, first_ok, state, reason):
+# the agent's stop as it sends it in its records, and from an older agent: the text alone
+@pytest.mark.parametrize("sent,stopped", [(STOP, STOP), (None, {"after_timeouts": 2})])
+def test_a_job_the_agent_stopped_for_its_timeouts_says_so(daemon, first_ok, state, reason,
+                                                          sent, stopped):
     """A job the agent stopped after points in a row timed out (stop_after_timeouts) ended
-    'done' with no word of the points it never ran."""
+    'done' with no word of the points it never ran. The status says it in a field too,
+    ``stopped``, as the agent sent it (or what an older agent's text says)."""
     a, op = Agent(daemon.endpoint), Agent(daemon.endpoint, "operator-1")
     hello(a)
-    (sent,) = query(op, "sweep", {"agent": "a1", "max_cores": 4, "reps": 2,
-                                  "frequencies": [1800000]})["jobs"]
+    (job_sent,) = query(op, "sweep", {"agent": "a1", "max_cores": 4, "reps": 2,
+                                      "frequencies": [1800000]})["jobs"]
     job = a.expect("job")["body"]
     assert len(job["points"]) == 4
     errors = ([None if first_ok else "workload failed with exit status 3"] * 2
@@ -185,10 +192,12 @@ def test_a_job_the_agent_stopped_for_its_timeouts_says_so(daemon, first_ok, stat
                      freq_mhz=1800.0)
         if error:
             rec["time_s"] = None
+        if error == STOPPED and sent:
+            rec["extra"] = {"stopped": sent}
         a.send("result", {"job_id": job["job_id"], "seq": seq, "of": 8, "record": rec})
         a.expect("ack")
-    j = wait_state(op, sent["job_id"], state)
-    assert (j["state"], j["reason"]) == (state, reason)
+    j = wait_state(op, job_sent["job_id"], state)
+    assert (j["state"], j["reason"], j["stopped"]) == (state, reason, stopped)
 
 
 def test_a_job_with_a_failed_run_is_done_without_a_reason(daemon):
@@ -202,7 +211,7 @@ def test_a_job_with_a_failed_run_is_done_without_a_reason(daemon):
         a.send("result", {"job_id": job["job_id"], "seq": seq, "of": 2, "record": rec})
         a.expect("ack")
     j = wait_state(op, sent["job_id"], "done")
-    assert (j["state"], j["reason"]) == ("done", None)
+    assert (j["state"], j["reason"], j["stopped"]) == ("done", None, None)
 
 
 def test_fit_errors_name_the_group_and_the_reason(daemon):

@@ -33,8 +33,12 @@ ROWS: dict[str, list[dict]] = {
     "workloads": [{"name": "w", "description": json.dumps({"kind": "bench"}), "first_seen": 1.0}],
     "jobs": [{"job_id": f"job-{i}", "agent": "a1", "workload": "w", "size": "small",
               "points": json.dumps([[2, 1800000]]), "n_points": 1, "reps": 2, "warmup": 0,
-              "expected": 2, "created": 5.0 + i, "state": state, "reason": None,
-              "updated": 6.0 + i} for i, state in ((1, "complete"), (2, "sent"))],
+              "expected": 2, "created": 5.0 + i, "state": state, "reason": reason,
+              "updated": 6.0 + i} for i, state, reason in (
+                  (1, "complete", None), (2, "sent", None),
+                  # stopped by the agent for its timeouts before the stop had a column
+                  (3, "done", "timed out after 5 s; the job stopped after 2 points in a row "
+                              "timed out (points 0, 1 of 4; ...): 2 of 4 points not run"))],
     "runs": [{"msg_id": f"m{i}", "agent": "a1", "job_id": "job-1", "seq": i, "platform": "p1",
               "workload": "w", "input": "s", "variant": "", "cores": 2, "cpus": "[0,1]",
               "threads": 2, "freq_mhz": 1800.0, "rep": i, "time_s": 0.5, "wall_s": 0.5,
@@ -50,7 +54,8 @@ ROWS: dict[str, list[dict]] = {
                          "freq_khz": 1800000, "predicted_time_s": 0.5,
                          "predicted_lower_s": 0.45, "predicted_upper_s": 0.55, "model": "amdahl",
                          "state": "verified", "verified_time_s": 0.51, "error": None,
-                         "created": 8.0, "updated": 9.0, "keep": None}],
+                         "created": 8.0, "updated": 9.0, "keep": None, "replaced_by": None,
+                         "replaced_at": None}],
     "drift": [{"agent": "a1", "platform": "p1", "workload": "w", "input": "s", "variant": "",
                "reason": "3 verifications outside the interval", "job_ids": "[]",
                "error": "off by 20 %", "since": 2.5}],  # before the runs: they stay in fits
@@ -139,8 +144,15 @@ def test_every_row_survives_and_the_schema_is_current(tmp_path, version, current
     try:
         assert st.schema_version() == SCHEMA_VERSION
         # through the store's own API
-        assert [j["job_id"] for j in st.jobs()] == ["job-1", "job-2"]
-        assert {j["job_id"]: j["state"] for j in st.jobs()} == {"job-1": "done", "job-2": "sent"}
+        assert [j["job_id"] for j in st.jobs()] == ["job-1", "job-2", "job-3"]
+        assert {j["job_id"]: j["state"] for j in st.jobs()} == {"job-1": "done", "job-2": "sent",
+                                                               "job-3": "done"}
+        # schema 14: a job stopped for its timeouts reads as stopped from its reason (kept
+        # from version 3 on), with the count its text gives; no other job does
+        stop = {"after_timeouts": 2} if version >= 3 else None
+        assert {j["job_id"]: j["stopped"] for j in st.jobs()} == {
+            "job-1": None, "job-2": None, "job-3": stop}
+        assert [j["stopped"] for j in st.jobs_for("a1", "w")] == [None, None, stop]
         assert [r for _, r in st.run_records("job-1")] == [REC, REC]
         marked = version >= 8  # from version 8 on the second run is marked: out of fits
         assert st.group_runs(Group("p1", "w", "s", "")) == [(2, 1800.0, 0.5)] * (1 if marked
@@ -187,7 +199,11 @@ def test_a_daemon_started_on_an_old_database_serves_it(tmp_path, version):
     try:
         st = c.wait_for(lambda s: bool(s["jobs"]), timeout=30, what="the daemon's status")
         assert {j["job_id"]: j["state"] for j in st["jobs"]} == {"job-1": "done",
-                                                               "job-2": "sent"}
+                                                               "job-2": "sent",
+                                                               "job-3": "done"}
+        # the stop of a row stored before its column, in the status the daemon sends
+        assert [j["stopped"] for j in st["jobs"] if j["job_id"] == "job-3"] == [
+            {"after_timeouts": 2} if version >= 3 else None]
         assert st["workloads"] == ["w"]
         assert [(r["agent"], r["count"]) for r in st["runs"]] == [("a1", 2)]
         assert [f["model"] for f in st["fits"]] == ["amdahl"]

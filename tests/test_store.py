@@ -131,6 +131,29 @@ def test_jobs_groups_fits_recommendations(st):
     assert st.take_unsent("a1", 9.0) == [] and st.recommendations()[-1]["keep"] is False
 
 
+def test_a_jobs_stop_for_its_timeouts_is_kept_and_read_back(st):
+    """Schema 14: the agent's stop of a job (``stopped``) is kept with its state and read
+    back by every job query; another state change clears it. The job's last run is the
+    record of its highest seq, as sent."""
+    stop = {"after_timeouts": 2, "points_not_run": 3, "points": 5, "definition": "ab12"}
+    for created, job_id in enumerate(("job-1", "job-2")):
+        st.save_job("a1", {"job_id": job_id, "workload": "w", "size": "s", "reps": 1,
+                           "warmup": 0, "points": [{"cpus": [0], "threads": 1}] * 5}, created)
+    assert st.job_last_run("job-1") is None
+    last = record(time_s=None, ok=False, error="not run: the job stopped after 2 points ...",
+                  extra={"stopped": stop})
+    st.insert_results([item("m1", 0), ResultIn("m2", "a1", "job-1", 4, last, last.to_dict())],
+                      now=2.0)
+    assert st.job_last_run("job-1") == last.to_dict()
+    assert st.set_job_state("job-1", "done", "the job stopped after 2 points ...", stopped=stop)
+    assert st.job("job-1")["stopped"] == stop and st.job("job-2")["stopped"] is None
+    assert [j["stopped"] for j in st.jobs()] == [stop, None]
+    assert [j["stopped"] for j in st.jobs_page(job_ids=["job-1"], limit=1)[0]] == [stop]
+    assert [j["stopped"] for j in st.jobs_for("a1", "w")] == [stop, None]
+    st.set_job_state("job-1", "expired", "agent a1 not seen for 61 s")
+    assert st.job("job-1")["stopped"] is None
+
+
 def test_unsent_recommendations_are_taken_once_newest_per_group(st):
     g, g2 = Group("p", "w", "s", ""), Group("p", "w2", "s", "")
 

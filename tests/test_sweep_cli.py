@@ -1,6 +1,7 @@
 """``opptune sweep`` and ``opptune status`` as a user runs them, against a real daemon and
 agent: a sweep the agent cannot run is refused at once; ``--wait`` follows the jobs to done
-(exit 0) or to failed/expired (exit 1 with the reason); bad endpoints are one line, exit 2."""
+(exit 0), to done with a job the agent stopped for its timeouts (exit 3) or to failed/expired
+(exit 1 with the reason); bad endpoints are one line, exit 2."""
 
 from __future__ import annotations
 
@@ -10,7 +11,7 @@ import sys
 
 import pytest
 
-from procs import Cluster, free_endpoint
+from procs import Cluster, free_endpoint, hanging_board
 
 pytestmark = pytest.mark.integration
 
@@ -31,6 +32,36 @@ def cluster(tmp_path):
     c.wait_for(lambda s: any(a["alive"] for a in s["agents"]), timeout=30, what="the agent")
     yield c
     c.stop()
+
+
+def test_wait_tells_a_job_the_agent_stopped_for_its_timeouts_by_its_exit_status(tmp_path):
+    """A sweep whose job the agent stopped after 2 points in a row timed out (the rest never
+    ran) ended 'done' and exit 0, as a complete one: a script could not tell. It exits 3 and
+    says why in one line; --json gives each job's ``stopped``."""
+    c = hanging_board(tmp_path, ["sh", "-c", "test {threads} -lt 2 && exit 0; exec sleep 30"])
+    c.start_daemon()
+    c.start_agent()
+    try:
+        c.wait_for(lambda s: any(a["alive"] for a in s["agents"]), timeout=30, what="the agent")
+        p = opptune("sweep", "--daemon", c.endpoint, "--agent", "test-agent", "--workload",
+                    "hangs", "--workload", "quick", "--wait", "--json")
+        assert p.returncode == 3, p.stderr
+        jobs = {j["workload"]: j for j in json.loads(p.stdout)}
+        assert [j["state"] for j in jobs.values()] == ["done", "done"]
+        assert jobs["quick"]["stopped"] is None
+        hangs = jobs["hangs"]
+        assert {k: v for k, v in hangs["stopped"].items() if k != "definition"} == {
+            "after_timeouts": 2, "points_not_run": 1, "points": 4}
+        lines = p.stderr.strip().splitlines()
+        assert lines[-3].startswith(f"opptune sweep: job {hangs['job_id']} (hangs on rpi4 "
+                                    "(virtual)) done: 4/4 runs; timed out after 1 s")
+        assert lines[-1] == (
+            f"opptune sweep: exit 3: 1 of 2 jobs stopped before all its points ran: hangs "
+            f"({hangs['job_id']}); the agent stops a job after stop_after_timeouts points in "
+            "a row timed out, keeping what ran before (where the workload is only slow, raise "
+            "run_timeout_s in the agent's configuration)")
+    finally:
+        c.stop()
 
 
 def test_sweep_refused_at_once_wait_done_and_wait_failed(cluster):

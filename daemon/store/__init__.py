@@ -122,8 +122,10 @@ class Store(ABC):
 
     @abstractmethod
     def set_job_state(self, job_id: str, state: str, reason: str | None = None,
-                      now: float | None = None, only_from: Sequence[str] | None = None) -> bool:
-        """Set a job's state (and reason); with ``only_from``, only when its state is one of
+                      now: float | None = None, only_from: Sequence[str] | None = None,
+                      stopped: dict[str, Any] | None = None) -> bool:
+        """Set a job's state (and reason, and ``stopped``: the agent's stop of it for its
+        timeouts, shared/records.job_stop); with ``only_from``, only when its state is one of
         those. True when a row changed."""
 
     @abstractmethod
@@ -136,7 +138,14 @@ class Store(ABC):
         """The distinct error texts of the job's failed runs, in sequence order."""
 
     @abstractmethod
-    def job(self, job_id: str) -> dict[str, Any] | None: ...
+    def job_last_run(self, job_id: str) -> dict[str, Any] | None:
+        """The record (as sent) of the job's run with the highest sequence number; None
+        when none is stored."""
+
+    @abstractmethod
+    def job(self, job_id: str) -> dict[str, Any] | None:
+        """The job's row; ``stopped`` is None or the agent's stop of it (also read from the
+        reason of a row stored before the column)."""
 
     @abstractmethod
     def jobs(self) -> list[dict[str, Any]]:

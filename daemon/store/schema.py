@@ -58,11 +58,15 @@ before). A daemon asked about an agent another daemon holds says where it is onl
 Version 13 notes a recommendation in force on its board that a newer one applied there replaced
 (``recommendations.replaced_by``, its config id, and ``replaced_at``, when; NULL: not replaced,
 or stored before): its state keeps the verdict of its verification.
+Version 14 keeps the stop of a job the agent stopped for its timeouts (``jobs.stopped``: JSON,
+``{"after_timeouts": n, "points_not_run": k, "points": m, "definition": d}`` as the agent's
+records of the runs it did not run say it; NULL for any other job). A row stored before
+reads its stop from its reason, as the agent's text gave it (shared/records.job_stop).
 """
 
 from __future__ import annotations
 
-SCHEMA_VERSION = 13
+SCHEMA_VERSION = 14
 
 MIGRATIONS: dict[int, list[str]] = {
     1: [
@@ -268,5 +272,8 @@ MIGRATIONS: dict[int, list[str]] = {
     13: [
         "ALTER TABLE recommendations ADD COLUMN replaced_by TEXT",
         "ALTER TABLE recommendations ADD COLUMN replaced_at REAL",
+    ],
+    14: [
+        "ALTER TABLE jobs ADD COLUMN stopped TEXT",
     ],
 }

@@ -37,7 +37,7 @@ from typing import Any, Iterator, Sequence
 
 import msgpack
 
-from ...shared.records import RecordColumns, RunRecord, columns_of
+from ...shared.records import RecordColumns, RunRecord, columns_of, job_stop
 from . import TUNE_FINAL_STATES, Group, ResultIn, Store
 from .schema import MIGRATIONS, SCHEMA_VERSION
 
@@ -292,23 +292,28 @@ class SQLiteStore(Store):
     def save_job(self, agent_id: str, job: dict[str, Any], now: float, state: str = "sent") -> None:
         points = job["points"]
         with self._tx() as db:
-            db.execute("INSERT INTO jobs VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) "
+            db.execute("INSERT INTO jobs (job_id, agent, workload, size, points, n_points, "
+                       "reps, warmup, expected, created, state, reason, updated, stopped) "
+                       "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) "
                        "ON CONFLICT(job_id) DO UPDATE SET agent=excluded.agent, "
                        "workload=excluded.workload, size=excluded.size, points=excluded.points, "
                        "n_points=excluded.n_points, reps=excluded.reps, "
                        "warmup=excluded.warmup, expected=excluded.expected, "
                        "created=excluded.created, state=excluded.state, "
-                       "reason=excluded.reason, updated=excluded.updated",
+                       "reason=excluded.reason, updated=excluded.updated, "
+                       "stopped=excluded.stopped",
                        (job["job_id"], agent_id, job["workload"], job["size"], _dumps(points),
                         len(points), job["reps"], job["warmup"], len(points) * job["reps"],
-                        now, state, None, now))
+                        now, state, None, now, None))
             db.execute("INSERT INTO workloads(name, first_seen) VALUES (?, ?) "
                        "ON CONFLICT DO NOTHING", (job["workload"], now))
 
     def set_job_state(self, job_id: str, state: str, reason: str | None = None,
-                      now: float | None = None, only_from: Sequence[str] | None = None) -> bool:
-        sql = "UPDATE jobs SET state=?, reason=?, updated=? WHERE job_id=?"
-        args: list[Any] = [state, reason, time.time() if now is None else now, job_id]
+                      now: float | None = None, only_from: Sequence[str] | None = None,
+                      stopped: dict[str, Any] | None = None) -> bool:
+        sql = "UPDATE jobs SET state=?, reason=?, updated=?, stopped=? WHERE job_id=?"
+        args: list[Any] = [state, reason, time.time() if now is None else now,
+                           None if stopped is None else _dumps(stopped), job_id]
         if only_from:
             sql += f" AND state IN ({','.join('?' * len(only_from))})"
             args += list(only_from)
@@ -331,8 +336,21 @@ class SQLiteStore(Store):
                 errors.append(error)
         return errors
 
+    def job_last_run(self, job_id: str) -> dict[str, Any] | None:
+        row = self.db.execute("SELECT record, record_msgpack FROM runs WHERE job_id=? "
+                              "ORDER BY seq DESC LIMIT 1", (job_id,)).fetchone()
+        if row is None:
+            return None
+        data = json.loads(row[0]) if row[1] is None else msgpack.unpackb(row[1])
+        return data if isinstance(data, dict) else None
+
     def _job_row(self, r: dict[str, Any]) -> dict[str, Any]:
-        r["points"] = json.loads(r["points"])
+        if "points" in r:
+            r["points"] = json.loads(r["points"])
+        # a row stored before the column (or by a daemon that read only the agent's text)
+        # says its stop in its reason
+        r["stopped"] = (json.loads(r["stopped"]) if r["stopped"] else
+                        job_stop(r["reason"]) if r["state"] in ("done", "failed") else None)
         return r
 
     def job(self, job_id: str) -> dict[str, Any] | None:
@@ -350,11 +368,11 @@ class SQLiteStore(Store):
             picked += (" ORDER BY CASE WHEN state IN ('queued', 'sent', 'running') THEN 0 "
                        "ELSE 1 END, updated DESC, created DESC LIMIT ?")
         # received is counted for the rows picked only (an index lookup each)
-        rows = self._rows(
+        rows = [self._job_row(r) for r in self._rows(
             "SELECT j.job_id, j.agent, j.workload, j.size, j.expected, j.state, j.reason, "
-            "j.created, j.updated, (SELECT COUNT(DISTINCT seq) FROM runs r WHERE r.job_id = "
-            f"j.job_id) AS received FROM ({picked}) AS j ORDER BY j.created",
-            args + ([] if limit is None else [limit]))
+            "j.created, j.updated, j.stopped, (SELECT COUNT(DISTINCT seq) FROM runs r WHERE "
+            f"r.job_id = j.job_id) AS received FROM ({picked}) AS j ORDER BY j.created",
+            args + ([] if limit is None else [limit]))]
         return rows, self._total(rows, limit, f"SELECT COUNT(*) FROM jobs{where}", args)
 
     def _total(self, rows: list[Any], limit: int | None, count_sql: str,
