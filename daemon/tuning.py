@@ -10,8 +10,9 @@ stored, counted and failed like a sweep's. On a board of several clusters each c
 tuned in turn (variant ``cluster<i>``, its own grid and cpu order) and the recommendation
 compares them; configurations spanning clusters are not tuned.
 
-The Sampler fits models; it runs in a worker thread so that ingest never waits on it. The
-store is read only from the service loop.
+The Sampler fits models, and so does the session's final recommendation; both run in a worker
+thread so that ingest, heartbeats and queries never wait on them. The store is read only from
+the service loop.
 
 Each session is saved in the store at each state change (a few saves per configuration). A
 daemon started on that store resumes the sessions neither done nor failed: one waiting for its
@@ -36,12 +37,12 @@ import logging
 import time
 import uuid
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Callable
 
 import numpy as np
 
 from .errors import HandlerError
-from .goal_query import apply, measured_groups, parse_goal, recommend_for, withheld
+from .goal_query import apply, measured_groups, parse_goal, recommend_steps, withheld
 from .goal_recommend import SILENT_METER, Part, fill_part, per_configuration
 from .jobs import ACTIVE_JOB_STATES, UNSUCCESSFUL_JOB_STATES
 from .objectives import Goal
@@ -100,6 +101,8 @@ class Session:
     job_seconds: list[float] = field(default_factory=list)
     steps: list[dict[str, Any]] = field(default_factory=list)
     pending: concurrent.futures.Future | None = None
+    # while ``pending`` is the recommendation's fit: what makes the recommendation of its result
+    finish: Callable[[Any], dict[str, Any]] | None = None
     recommendation: dict[str, Any] | None = None
     config_id: str | None = None
     verification: dict[str, Any] | None = None
@@ -469,9 +472,8 @@ class Tuner:
     def poll(self, now: float, full: bool = True) -> None:
         """Take the Sampler's finished proposals; with ``full`` (about once a second) also
         look at each session's agent, job and verification."""
-        # The loop was held up since the last poll or in this one (a recommendation fitted in
-        # it, a large batch): agents' heartbeats may be waiting unread, so none is judged gone
-        # this turn.
+        # The loop was held up since the last poll or in this one (a large batch, a slow
+        # store): agents' heartbeats may be waiting unread, so none is judged gone this turn.
         held_up = now - self._polled > 0.5
         try:
             self._poll(now, full, held_up)
@@ -485,11 +487,16 @@ class Tuner:
             if s.pending is not None:
                 if s.pending.done():
                     fut, s.pending = s.pending, None
+                    finish, s.finish = s.finish, None
                     try:
-                        self._proposed(s, fut.result())
+                        if finish is None:
+                            self._proposed(s, fut.result())
+                        else:
+                            self._recommended(s, fut, finish)
                     except Exception as exc:
                         log.exception("tune %s", s.tune_id)
-                        self._fail(s, f"the sampler failed: {type(exc).__name__}: {exc}")
+                        what = "the sampler" if finish is None else "the recommendation"
+                        self._fail(s, f"{what} failed: {type(exc).__name__}: {exc}")
                 continue
             if not full:
                 continue
@@ -639,9 +646,22 @@ class Tuner:
             self.d.jobs.send(s.agent, job)
 
     def _recommend(self, s: Session) -> None:
+        """Fit the recommendation off the loop (seconds on a loaded daemon: agents that heard
+        nothing that long took the daemon for gone); poll takes it up in
+        :meth:`_recommended`. The runs are read from the store here, on the loop."""
         try:
-            rec = recommend_for(self.d, s.agent, s.workload, s.goal, s.size, s.cluster,
-                                s.max_cores, s.accept_load)
+            compute, s.finish = recommend_steps(self.d, s.agent, s.workload, s.goal, s.size,
+                                                s.cluster, s.max_cores, s.accept_load)
+        except HandlerError as exc:
+            self._fail(s, f"no recommendation: {exc}{self._marked_note(s)}")
+            return
+        s.pending = self._pool.submit(compute)
+
+    def _recommended(self, s: Session, fit: concurrent.futures.Future,
+                     finish: Callable[[Any], dict[str, Any]]) -> None:
+        """The recommendation's fit is done: push its configuration, or end ``unmet``."""
+        try:
+            rec = finish(fit.result())  # the fit's HandlerError (nothing to fit) comes here
             if not rec["met"]:
                 # the closest configuration breaks the user's limits: shown, never applied
                 rec["applied"] = withheld(rec, tune=True, budget_spent=any(
