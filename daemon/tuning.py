@@ -64,6 +64,8 @@ ACTIVE = ("measuring", "verifying")
 FINAL = TUNE_FINAL_STATES
 # finished sessions the store could not take, kept in memory for tune_status (the oldest go)
 UNSAVED_FINISHED_MAX = 32
+# what reading a damaged stored session raises
+DAMAGED = (AttributeError, KeyError, TypeError, ValueError)
 VERDICT_STATES = ("verified", "off", "marked", "refused", "failed")
 
 
@@ -242,9 +244,8 @@ class Tuner:
         it before that poll."""
         try:
             s = self._restore(r)
-        except (KeyError, TypeError, ValueError) as exc:
-            log.error("tune %s: cannot resume the stored session (%s); it is left as it "
-                      "is", r.get("tune_id"), exc)
+        except DAMAGED as exc:
+            self._close_unresumable(r, exc)
             return
         s.resumed = True
         s.job_started = None  # a job out across the restart: its duration is no pace
@@ -255,6 +256,24 @@ class Tuner:
         log.info("tune %s: %s (%s, %d measured%s)", s.tune_id, how, s.state,
                  sum(g.measured for g in s.segments),
                  f", waiting for job {s.job_id}" if s.job_id else "")
+
+    def _close_unresumable(self, r: dict[str, Any], exc: Exception) -> None:
+        """Close the stored session ``r`` that no daemon can resume (a damaged record) as
+        failed: left open, 'opptune status' listed it for good. Conditional on the row as
+        read: of daemons sharing the store one closes it and logs it; where the row changed
+        since, it is read again at its agent's next hello."""
+        why = r.get("unreadable") or (f"its record has no {exc}" if isinstance(exc, KeyError)
+                                      else f"{type(exc).__name__}: {exc}")
+        reason = f"the stored session cannot be resumed: {why}"
+        try:
+            closed = self.d.store.fail_tune_session(r.get("tune_id"), r.get("updated"),
+                                                    reason, time.time())
+        except Exception:  # tried again at the agent's next hello
+            log.exception("tune %s: closing the session that cannot be resumed",
+                          r.get("tune_id"))
+            return
+        if closed:
+            log.error("tune %s failed: %s", r.get("tune_id"), reason)
 
     def _forget(self, s: Session) -> None:
         """Stop driving ``s`` here (another daemon does)."""
@@ -424,7 +443,7 @@ class Tuner:
             if agent is None or r.get("agent") == agent:
                 try:
                     out.append(open_row(r))
-                except (KeyError, TypeError, ValueError) as exc:  # one bad row, not the page
+                except DAMAGED as exc:  # one bad row, not the page
                     log.error("tune %s: stored session unreadable (%s); not listed",
                               r.get("tune_id"), exc)
         return out
@@ -445,7 +464,7 @@ class Tuner:
             try:
                 r = self.d.store.tune_session(tune_id)
                 s = self._restore(r) if r is not None else None
-            except (KeyError, TypeError, ValueError) as exc:
+            except DAMAGED as exc:
                 raise HandlerError("internal", f"tune session {tune_id} is stored but cannot "
                                                f"be read: {exc}") from None
         if s is None:
