@@ -352,6 +352,9 @@ def cmd_tune(args: argparse.Namespace) -> int:
                               "session; running this again would start a second one")
     if rc is not None:
         return rc
+    if session.get("frequencies_not_tuned"):  # absent from an older daemon's answer
+        # said once, as sweep says it; stdout holds the verdict (with --json, its field)
+        print(session["frequencies_not_tuned"], file=sys.stderr)
     try:
         final = follow_tune(endpoint, session, args.timeout, args.no_progress)
     except KeyboardInterrupt:

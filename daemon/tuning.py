@@ -46,7 +46,8 @@ from .goal_query import apply, measured_groups, parse_goal, recommend_steps, wit
 from .goal_recommend import SILENT_METER, Part, fill_part, per_configuration
 from .jobs import ACTIVE_JOB_STATES, UNSUCCESSFUL_JOB_STATES
 from .objectives import Goal
-from .planner import cluster_orders, new_job_id, offered_frequencies, sweep_order
+from .planner import (clocks_never_apply, cluster_orders, new_job_id, offered_frequencies,
+                      sweep_order)
 from .recommend import candidate_grid
 from .recommender import rests_on, verdict
 from .registry import board_name, elsewhere_text
@@ -116,6 +117,9 @@ class Session:
     # the stored row's ``updated`` as this daemon last read or wrote it (None: not stored)
     stored: float | None = None
     taken: bool = False  # another daemon saved it since: it drives it, this one let it go
+    # why its grids have no frequency axis on a board that sets clocks (a command on a
+    # virtual board: planner.clocks_never_apply); None: the board's clocks are tuned
+    no_clock: str | None = None
 
     def record(self) -> dict[str, Any]:
         """What the store keeps (the grids are recomputed from the platform at loading)."""
@@ -131,13 +135,16 @@ class Session:
                 "job_started": self.job_started, "job_seconds": self.job_seconds,
                 "steps": self.steps, "recommendation": self.recommendation,
                 "config_id": self.config_id, "verification": self.verification,
-                "updated": self.updated, "accept_load": self.accept_load}
+                "updated": self.updated, "accept_load": self.accept_load,
+                "frequencies_not_tuned": self.no_clock}
 
     @classmethod
     def from_record(cls, r: dict[str, Any], platform: dict[str, Any]) -> Session:
         """The session :meth:`record` gave, its grids from the board's ``platform``."""
+        no_clock = r.get("frequencies_not_tuned")  # absent in sessions saved before it
         segments = [Segment(g["variant"], list(g["order"]),
-                            segment_grid(platform, list(g["order"]), r["max_cores"]),
+                            segment_grid(platform, list(g["order"]), r["max_cores"],
+                                         clocks=no_clock is None),
                             g["budget"], g["measured"], g["stop_reason"],
                             g.get("measured_before"))
                     for g in r["segments"]]
@@ -148,7 +155,8 @@ class Session:
                    job_seconds=list(r["job_seconds"]), steps=list(r["steps"]),
                    recommendation=r["recommendation"], config_id=r["config_id"],
                    verification=r["verification"], updated=r["updated"],
-                   accept_load=r.get("accept_load"))  # absent in sessions saved before it
+                   accept_load=r.get("accept_load"),  # absent in sessions saved before it
+                   no_clock=no_clock)
 
     def view(self, now: float) -> dict[str, Any]:
         grid = sum(len(s.grid) for s in self.segments)
@@ -174,7 +182,8 @@ class Session:
                 "elapsed_s": round((self.updated if self.state in FINAL else now)
                                    - self.started, 3),
                 "recommendation": self.recommendation, "config_id": self.config_id,
-                "verification": self.verification, "accept_load": self.accept_load}
+                "verification": self.verification, "accept_load": self.accept_load,
+                "frequencies_not_tuned": self.no_clock}
 
 
 def open_row(r: dict[str, Any]) -> dict[str, Any]:
@@ -196,9 +205,11 @@ def open_text(row: dict[str, Any]) -> str:
             f"since {since})")
 
 
-def segment_grid(platform: dict[str, Any], order: list[int], max_cores: int | None) -> Grid:
-    """Every (cores, frequency) the cpus of ``order`` offer (cores only without cpufreq)."""
-    table = offered_frequencies(platform, order) or []
+def segment_grid(platform: dict[str, Any], order: list[int], max_cores: int | None,
+                 clocks: bool = True) -> Grid:
+    """Every (cores, frequency) the cpus of ``order`` offer (cores only without cpufreq, or
+    without ``clocks``)."""
+    table = (offered_frequencies(platform, order) if clocks else None) or []
     _, cc, ff = candidate_grid(platform, table if len(table) >= 2 else None,
                                max_cores=max_cores or None, order=order)
     return Grid(cc, None if ff is None else ff / 1000.0)
@@ -382,9 +393,20 @@ class Tuner:
         def share(k: int, total: int | None) -> int | None:
             return None if total is None else total // len(parts) + (
                 1 if k < total % len(parts) else 0)
+        # a command on a virtual board runs on the agent's machine: tuned over its cores at
+        # no set clock, as sweep and characterize measure it
+        no_clock = clocks_never_apply(platform, info.workload_kind(workload),
+                                      board_name(platform, info.platform_id))
+        if no_clock and not any(segment_grid(platform, order, ints["max_cores"]).freq_mhz
+                                is not None for _, order in parts):
+            no_clock = None  # the board sets no clock anyway: nothing to say
+        if no_clock:
+            no_clock = (f"frequencies not tuned for {workload}: {no_clock}; its cores are "
+                        "tuned at no set clock")
         segments, needs = [], []
         for k, (variant, order) in enumerate(parts):
-            seg = Segment(variant, order, segment_grid(platform, order, ints["max_cores"]),
+            seg = Segment(variant, order, segment_grid(platform, order, ints["max_cores"],
+                                                       clocks=no_clock is None),
                           share(k, budget))
             segments.append(seg)
             # the fewest parameters of a model, less the configurations stored before
@@ -409,12 +431,15 @@ class Tuner:
         now = time.time()
         s = Session("tune-" + uuid.uuid4().hex[:16], agent, workload, size, goal, segments,
                     ints["reps"] or d.config.sweep.reps, d.config.sweep.warmup, cluster,
-                    ints["max_cores"], now, updated=now, accept_load=accept_load)
+                    ints["max_cores"], now, updated=now, accept_load=accept_load,
+                    no_clock=no_clock)
         self.sessions[s.tune_id] = s
         self._save(s)
         log.info("tune %s: %s of %s (%s) on %s over %d configurations%s", s.tune_id,
                  goal.describe(), workload, size, agent, sum(len(g.grid) for g in segments),
                  f", budget {budget}" if budget else "")
+        if no_clock:
+            log.warning("tune %s: %s", s.tune_id, no_clock)
         self._next(s)
         return s.view(now)
 
