@@ -408,6 +408,9 @@ def follow_to_end(args: argparse.Namespace, endpoint: str, session: dict[str, An
     """Follow ``session`` (a ``tune_status`` view) until it ends, print its verdict, and
     return tune's exit status: 0 done, 3 unmet, 1 failed or stopped (or no daemon answers)."""
     tune_id = session["tune_id"]
+    if session.get("frequencies_not_tuned"):  # absent from an older daemon's answer
+        # said once, as sweep says it; stdout holds the verdict (with --json, its field)
+        print(session["frequencies_not_tuned"], file=sys.stderr)
     try:
         final = follow_tune(endpoint, session, args.timeout, args.no_progress)
     except KeyboardInterrupt:

@@ -76,20 +76,14 @@ def workload_groups(d: Daemon, agent: str, workload: str, size: str | None,
     return platform, size, runs
 
 
-def recommend_for(d: Daemon, agent: str, workload: str, goal: Goal, size: str | None = None,
-                  cluster: int | None = None, max_cores: int | None = None,
-                  accept_load: bool | None = None) -> dict[str, Any]:
-    """The recommendation as a JSON-able map (see docs/json-output.md)."""
-    compute, finish = _recommend_steps(d, agent, workload, goal, size, cluster, max_cores,
-                                       accept_load)
-    return finish(compute())
-
-
-def _recommend_steps(d: Daemon, agent: str, workload: str, goal: Goal, size: str | None,
-                     cluster: int | None, max_cores: int | None,
-                     accept_load: bool | None = None
-                     ) -> tuple[Callable[[], Any], Callable[[Any], dict[str, Any]]]:
-    """(the fit, which needs neither store nor socket; the map made of its result)."""
+def recommend_steps(d: Daemon, agent: str, workload: str, goal: Goal, size: str | None,
+                    cluster: int | None, max_cores: int | None,
+                    accept_load: bool | None = None
+                    ) -> tuple[Callable[[], Any], Callable[[Any], dict[str, Any]]]:
+    """(the fit, which needs neither store nor socket: it runs off the service loop; the
+    recommendation as a JSON-able map made of its result, see docs/json-output.md). The runs
+    are read from the store here, on the loop; HandlerError naming what is unknown or not
+    measured."""
     info = d.registry.get(agent)
     if info is not None:  # an unknown agent is named by workload_groups
         check_max_cores(info, max_cores, cluster, measures=False)
@@ -140,7 +134,7 @@ def answer_recommend(d: Daemon, args: dict[str, Any]) -> Deferred:
     accept_load = args.get("accept_load")
     if accept_load is not None and not isinstance(accept_load, bool):
         raise HandlerError("bad_args", "recommend args.accept_load must be true or false")
-    compute, make_out = _recommend_steps(d, agent, workload, goal, size,
+    compute, make_out = recommend_steps(d, agent, workload, goal, size,
                                          _int_arg(args, "cluster"), _int_arg(args, "max_cores"),
                                          accept_load)
 
@@ -156,7 +150,7 @@ def answer_recommend(d: Daemon, args: dict[str, Any]) -> Deferred:
 
 def apply(d: Daemon, rec: dict[str, Any], target: dict[str, Any] | None = None
           ) -> dict[str, Any]:
-    """Push ``rec`` (from :func:`recommend_for`) to its agent to apply and verify, to
+    """Push ``rec`` (from :func:`recommend_steps`) to its agent to apply and verify, to
     ``target`` (a running pid or a systemd unit; None: run the workload); the stored
     recommendation (config_id, state "pushed" or "unsent") follows in the status."""
     info = d.registry.get(rec["agent"])

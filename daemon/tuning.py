@@ -10,8 +10,9 @@ stored, counted and failed like a sweep's. On a board of several clusters each c
 tuned in turn (variant ``cluster<i>``, its own grid and cpu order) and the recommendation
 compares them; configurations spanning clusters are not tuned.
 
-The Sampler fits models; it runs in a worker thread so that ingest never waits on it. The
-store is read only from the service loop.
+The Sampler fits models, and so does the session's final recommendation; both run in a worker
+thread so that ingest, heartbeats and queries never wait on them. The store is read only from
+the service loop.
 
 Each session is saved in the store at each state change (a few saves per configuration). A
 daemon started on that store resumes the sessions neither done nor failed: one waiting for its
@@ -43,16 +44,17 @@ import logging
 import time
 import uuid
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Callable
 
 import numpy as np
 
 from .errors import HandlerError
-from .goal_query import apply, measured_groups, parse_goal, recommend_for, withheld
+from .goal_query import apply, measured_groups, parse_goal, recommend_steps, withheld
 from .goal_recommend import SILENT_METER, Part, fill_part, per_configuration
 from .jobs import ACTIVE_JOB_STATES, UNSUCCESSFUL_JOB_STATES
 from .objectives import Goal
-from .planner import cluster_orders, new_job_id, offered_frequencies, sweep_order
+from .planner import (clocks_never_apply, cluster_orders, new_job_id, offered_frequencies,
+                      sweep_order)
 from .recommend import candidate_grid
 from .recommender import rests_on, verdict
 from .registry import board_name, elsewhere_text
@@ -75,6 +77,8 @@ UNSAVED_FINISHED_MAX = 32
 STOPPED_JOBS_MAX = 256
 # tries of a stop against a row other daemons of the fleet keep saving meanwhile
 STOP_TRIES = 5
+# what reading a damaged stored session raises
+DAMAGED = (AttributeError, KeyError, TypeError, ValueError)
 VERDICT_STATES = ("verified", "off", "marked", "refused", "failed")
 
 
@@ -112,6 +116,8 @@ class Session:
     job_seconds: list[float] = field(default_factory=list)
     steps: list[dict[str, Any]] = field(default_factory=list)
     pending: concurrent.futures.Future | None = None
+    # while ``pending`` is the recommendation's fit: what makes the recommendation of its result
+    finish: Callable[[Any], dict[str, Any]] | None = None
     recommendation: dict[str, Any] | None = None
     config_id: str | None = None
     verification: dict[str, Any] | None = None
@@ -123,6 +129,9 @@ class Session:
     # the stored row's ``updated`` as this daemon last read or wrote it (None: not stored)
     stored: float | None = None
     taken: bool = False  # another daemon saved it since: it drives it, this one let it go
+    # why its grids have no frequency axis on a board that sets clocks (a command on a
+    # virtual board: planner.clocks_never_apply); None: the board's clocks are tuned
+    no_clock: str | None = None
 
     def record(self) -> dict[str, Any]:
         """What the store keeps (the grids are recomputed from the platform at loading)."""
@@ -138,13 +147,16 @@ class Session:
                 "job_started": self.job_started, "job_seconds": self.job_seconds,
                 "steps": self.steps, "recommendation": self.recommendation,
                 "config_id": self.config_id, "verification": self.verification,
-                "updated": self.updated, "accept_load": self.accept_load}
+                "updated": self.updated, "accept_load": self.accept_load,
+                "frequencies_not_tuned": self.no_clock}
 
     @classmethod
     def from_record(cls, r: dict[str, Any], platform: dict[str, Any]) -> Session:
         """The session :meth:`record` gave, its grids from the board's ``platform``."""
+        no_clock = r.get("frequencies_not_tuned")  # absent in sessions saved before it
         segments = [Segment(g["variant"], list(g["order"]),
-                            segment_grid(platform, list(g["order"]), r["max_cores"]),
+                            segment_grid(platform, list(g["order"]), r["max_cores"],
+                                         clocks=no_clock is None),
                             g["budget"], g["measured"], g["stop_reason"],
                             g.get("measured_before"))
                     for g in r["segments"]]
@@ -155,7 +167,8 @@ class Session:
                    job_seconds=list(r["job_seconds"]), steps=list(r["steps"]),
                    recommendation=r["recommendation"], config_id=r["config_id"],
                    verification=r["verification"], updated=r["updated"],
-                   accept_load=r.get("accept_load"))  # absent in sessions saved before it
+                   accept_load=r.get("accept_load"),  # absent in sessions saved before it
+                   no_clock=no_clock)
 
     def view(self, now: float) -> dict[str, Any]:
         grid = sum(len(s.grid) for s in self.segments)
@@ -181,7 +194,8 @@ class Session:
                 "elapsed_s": round((self.updated if self.state in FINAL else now)
                                    - self.started, 3),
                 "recommendation": self.recommendation, "config_id": self.config_id,
-                "verification": self.verification, "accept_load": self.accept_load}
+                "verification": self.verification, "accept_load": self.accept_load,
+                "frequencies_not_tuned": self.no_clock}
 
 
 def open_row(r: dict[str, Any]) -> dict[str, Any]:
@@ -203,9 +217,11 @@ def open_text(row: dict[str, Any]) -> str:
             f"since {since})")
 
 
-def segment_grid(platform: dict[str, Any], order: list[int], max_cores: int | None) -> Grid:
-    """Every (cores, frequency) the cpus of ``order`` offer (cores only without cpufreq)."""
-    table = offered_frequencies(platform, order) or []
+def segment_grid(platform: dict[str, Any], order: list[int], max_cores: int | None,
+                 clocks: bool = True) -> Grid:
+    """Every (cores, frequency) the cpus of ``order`` offer (cores only without cpufreq, or
+    without ``clocks``)."""
+    table = (offered_frequencies(platform, order) if clocks else None) or []
     _, cc, ff = candidate_grid(platform, table if len(table) >= 2 else None,
                                max_cores=max_cores or None, order=order)
     return Grid(cc, None if ff is None else ff / 1000.0)
@@ -252,9 +268,8 @@ class Tuner:
         it before that poll."""
         try:
             s = self._restore(r)
-        except (KeyError, TypeError, ValueError) as exc:
-            log.error("tune %s: cannot resume the stored session (%s); it is left as it "
-                      "is", r.get("tune_id"), exc)
+        except DAMAGED as exc:
+            self._close_unresumable(r, exc)
             return
         s.resumed = True
         s.job_started = None  # a job out across the restart: its duration is no pace
@@ -265,6 +280,24 @@ class Tuner:
         log.info("tune %s: %s (%s, %d measured%s)", s.tune_id, how, s.state,
                  sum(g.measured for g in s.segments),
                  f", waiting for job {s.job_id}" if s.job_id else "")
+
+    def _close_unresumable(self, r: dict[str, Any], exc: Exception) -> None:
+        """Close the stored session ``r`` that no daemon can resume (a damaged record) as
+        failed: left open, 'opptune status' listed it for good. Conditional on the row as
+        read: of daemons sharing the store one closes it and logs it; where the row changed
+        since, it is read again at its agent's next hello."""
+        why = r.get("unreadable") or (f"its record has no {exc}" if isinstance(exc, KeyError)
+                                      else f"{type(exc).__name__}: {exc}")
+        reason = f"the stored session cannot be resumed: {why}"
+        try:
+            closed = self.d.store.fail_tune_session(r.get("tune_id"), r.get("updated"),
+                                                    reason, time.time())
+        except Exception:  # tried again at the agent's next hello
+            log.exception("tune %s: closing the session that cannot be resumed",
+                          r.get("tune_id"))
+            return
+        if closed:
+            log.error("tune %s failed: %s", r.get("tune_id"), reason)
 
     def _forget(self, s: Session) -> None:
         """Stop driving ``s`` here (another daemon does)."""
@@ -373,9 +406,20 @@ class Tuner:
         def share(k: int, total: int | None) -> int | None:
             return None if total is None else total // len(parts) + (
                 1 if k < total % len(parts) else 0)
+        # a command on a virtual board runs on the agent's machine: tuned over its cores at
+        # no set clock, as sweep and characterize measure it
+        no_clock = clocks_never_apply(platform, info.workload_kind(workload),
+                                      board_name(platform, info.platform_id))
+        if no_clock and not any(segment_grid(platform, order, ints["max_cores"]).freq_mhz
+                                is not None for _, order in parts):
+            no_clock = None  # the board sets no clock anyway: nothing to say
+        if no_clock:
+            no_clock = (f"frequencies not tuned for {workload}: {no_clock}; its cores are "
+                        "tuned at no set clock")
         segments, needs = [], []
         for k, (variant, order) in enumerate(parts):
-            seg = Segment(variant, order, segment_grid(platform, order, ints["max_cores"]),
+            seg = Segment(variant, order, segment_grid(platform, order, ints["max_cores"],
+                                                       clocks=no_clock is None),
                           share(k, budget))
             segments.append(seg)
             # the fewest parameters of a model, less the configurations stored before
@@ -400,12 +444,15 @@ class Tuner:
         now = time.time()
         s = Session("tune-" + uuid.uuid4().hex[:16], agent, workload, size, goal, segments,
                     ints["reps"] or d.config.sweep.reps, d.config.sweep.warmup, cluster,
-                    ints["max_cores"], now, updated=now, accept_load=accept_load)
+                    ints["max_cores"], now, updated=now, accept_load=accept_load,
+                    no_clock=no_clock)
         self.sessions[s.tune_id] = s
         self._save(s)
         log.info("tune %s: %s of %s (%s) on %s over %d configurations%s", s.tune_id,
                  goal.describe(), workload, size, agent, sum(len(g.grid) for g in segments),
                  f", budget {budget}" if budget else "")
+        if no_clock:
+            log.warning("tune %s: %s", s.tune_id, no_clock)
         self._next(s)
         return s.view(now)
 
@@ -441,7 +488,7 @@ class Tuner:
             if agent is None or r.get("agent") == agent:
                 try:
                     out.append(open_row(r))
-                except (KeyError, TypeError, ValueError) as exc:  # one bad row, not the page
+                except DAMAGED as exc:  # one bad row, not the page
                     log.error("tune %s: stored session unreadable (%s); not listed",
                               r.get("tune_id"), exc)
         return out
@@ -462,7 +509,7 @@ class Tuner:
             try:
                 r = self.d.store.tune_session(tune_id)
                 s = self._restore(r) if r is not None else None
-            except (KeyError, TypeError, ValueError) as exc:
+            except DAMAGED as exc:
                 raise HandlerError("internal", f"tune session {tune_id} is stored but cannot "
                                                f"be read: {exc}") from None
         if s is None:
@@ -572,9 +619,8 @@ class Tuner:
     def poll(self, now: float, full: bool = True) -> None:
         """Take the Sampler's finished proposals; with ``full`` (about once a second) also
         look at each session's agent, job and verification."""
-        # The loop was held up since the last poll or in this one (a recommendation fitted in
-        # it, a large batch): agents' heartbeats may be waiting unread, so none is judged gone
-        # this turn.
+        # The loop was held up since the last poll or in this one (a large batch, a slow
+        # store): agents' heartbeats may be waiting unread, so none is judged gone this turn.
         held_up = now - self._polled > 0.5
         try:
             self._poll(now, full, held_up)
@@ -588,11 +634,16 @@ class Tuner:
             if s.pending is not None:
                 if s.pending.done():
                     fut, s.pending = s.pending, None
+                    finish, s.finish = s.finish, None
                     try:
-                        self._proposed(s, fut.result())
+                        if finish is None:
+                            self._proposed(s, fut.result())
+                        else:
+                            self._recommended(s, fut, finish)
                     except Exception as exc:
                         log.exception("tune %s", s.tune_id)
-                        self._fail(s, f"the sampler failed: {type(exc).__name__}: {exc}")
+                        what = "the sampler" if finish is None else "the recommendation"
+                        self._fail(s, f"{what} failed: {type(exc).__name__}: {exc}")
                 continue
             if not full:
                 continue
@@ -742,12 +793,25 @@ class Tuner:
             self.d.jobs.send(s.agent, job)
 
     def _recommend(self, s: Session) -> None:
+        """Fit the recommendation off the loop (seconds on a loaded daemon: agents that heard
+        nothing that long took the daemon for gone); poll takes it up in
+        :meth:`_recommended`. The runs are read from the store here, on the loop."""
+        try:
+            compute, s.finish = recommend_steps(self.d, s.agent, s.workload, s.goal, s.size,
+                                                s.cluster, s.max_cores, s.accept_load)
+        except HandlerError as exc:
+            self._fail(s, f"no recommendation: {exc}{self._marked_note(s)}")
+            return
+        s.pending = self._pool.submit(compute)
+
+    def _recommended(self, s: Session, fit: concurrent.futures.Future,
+                     finish: Callable[[Any], dict[str, Any]]) -> None:
+        """The recommendation's fit is done: push its configuration, or end ``unmet``."""
         s.updated = time.time()
         if not self._save(s) and s.taken:
             return  # another daemon saved it since (stopped it, say): nothing is pushed
         try:
-            rec = recommend_for(self.d, s.agent, s.workload, s.goal, s.size, s.cluster,
-                                s.max_cores, s.accept_load)
+            rec = finish(fit.result())  # the fit's HandlerError (nothing to fit) comes here
             if not rec["met"]:
                 # the closest configuration breaks the user's limits: shown, never applied
                 rec["applied"] = withheld(rec, tune=True, budget_spent=any(

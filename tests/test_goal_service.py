@@ -283,6 +283,57 @@ def test_a_recommendation_being_fitted_holds_up_no_acks(daemon, monkeypatch):
         a.close()
 
 
+def test_a_tune_sessions_recommendation_is_fitted_off_the_loop(daemon, monkeypatch):
+    """The session's final fit ran inside the daemon's loop (3.7 s on PostgreSQL at load 14:
+    long enough for an agent to take the daemon for gone and fail over). While it is held,
+    the daemon answers a heartbeat and tune_status; released, the configuration is pushed and
+    the session ends."""
+    import threading
+
+    from opptune.daemon import goal_query
+
+    fitting, release = threading.Event(), threading.Event()
+    real = goal_query.recommend_goal
+
+    def held(*args, **kw):
+        fitting.set()
+        assert release.wait(30), "the test never released the fit"
+        return real(*args, **kw)
+
+    monkeypatch.setattr(goal_query, "recommend_goal", held)
+    a = Agent(daemon.endpoint, METER)
+    try:
+        tune_id = a.query("tune", {"agent": "q1", "workload": "wl", "objective": "energy",
+                                   "budget": 2})["body"]["data"]["tune_id"]
+        for _ in range(2):  # the budget: then the recommendation is fitted
+            job = a.expect("job")["body"]
+            (point,) = job["points"]
+            a.send("result", {"job_id": job["job_id"], "seq": 0, "of": 1,
+                              "record": record(METER, len(point["cpus"]))})
+        assert fitting.wait(20), "the recommendation was never fitted"
+        a.send("heartbeat", {})
+        assert a.expect("heartbeat")["type"] == "heartbeat"
+        st = a.query("tune_status", {"tune_id": tune_id})
+        assert st["type"] == "reply" and not release.is_set()
+        st = st["body"]["data"]
+        assert st["state"] == "measuring" and st["measured"] == 2 and st["config_id"] is None
+        assert all(g["stop_reason"] for g in st["segments"]), st["segments"]
+        release.set()
+        cfg = a.expect("config")
+        assert cfg["type"] == "config", cfg
+        a.send("applied", {"config_id": cfg["body"]["config_id"], "ok": True,
+                           "records": [record(METER, len(cfg["body"]["cpus"]))]})
+        deadline = time.monotonic() + 10
+        while st["state"] in ("measuring", "verifying") and time.monotonic() < deadline:
+            st = a.query("tune_status", {"tune_id": tune_id})["body"]["data"]
+        assert st["state"] == "done", st
+        assert st["config_id"] == cfg["body"]["config_id"]
+        assert st["recommendation"]["cpus"] == cfg["body"]["cpus"]
+    finally:
+        release.set()
+        a.close()
+
+
 def _tune_marked(daemon, a, args):
     """Run a tune session whose every run is marked (a neighbour on the board) to its end,
     answering its jobs and its configuration's verification; its last view."""

@@ -21,7 +21,7 @@ from test_tune_restart import answer, daemon_on, status
 
 
 def rec(**over):
-    """A recommendation map as recommend_for gives it, reduced to what ``withheld`` reads."""
+    """A recommendation map as recommend_steps gives it, reduced to what ``withheld`` reads."""
     out = {"agent": "pi", "workload": "triad", "size": "small",
            "goal": {"objective": "time", "deadline_s": 0.001, "power_cap_w": None},
            "met": False, "n_configurations": 3, "n_candidates": 20,

@@ -763,3 +763,30 @@ def test_a_replaced_recommendation_keeps_its_verdict(st):
     assert st.recommendation("cfg-1")["replaced_by"] == "cfg-2"
     st.set_replaced("cfg-1", None, None)
     assert st.recommendations()[0]["replaced_by"] is None
+
+
+def test_a_tune_session_that_cannot_be_resumed_is_closed_only_as_last_seen(st):
+    """A damaged session is closed as failed, its unreadable body kept as it was; of daemons
+    sharing the store, one that read the row before another saved it changes nothing."""
+    st.db.execute("INSERT INTO tune_sessions VALUES ('tune-x', 'q1', 'measuring', "
+                  "'{not json', 1.0, 2.0)")
+    (r,) = st.open_tune_sessions()  # the columns stand in for the body
+    assert r == {"tune_id": "tune-x", "agent": "q1", "state": "measuring", "started": 1.0,
+                 "updated": 2.0, "unreadable": r["unreadable"]}
+    assert r["unreadable"].startswith("its stored body is not JSON (")
+    assert st.fail_tune_session("tune-x", 1.0, "why", 3.0) is False
+    assert st.fail_tune_session("tune-none", 2.0, "why", 3.0) is False
+    assert [r["tune_id"] for r in st.open_tune_sessions()] == ["tune-x"]
+    assert st.fail_tune_session("tune-x", 2.0, "why", 3.0) is True
+    assert st.open_tune_sessions() == []
+    assert [tuple(x) for x in st.db.execute("SELECT state, body, updated FROM tune_sessions"
+                                            ).fetchall()] == [("failed", "{not json", 3.0)]
+    # a readable body takes the state and the reason; the rest is kept
+    st.db.execute("INSERT INTO tune_sessions VALUES ('tune-y', 'q1', 'measuring', "
+                  "'{\"tune_id\": \"tune-y\", \"steps\": [1], \"updated\": 4.0}', 1.0, 4.0)")
+    (r,) = st.open_tune_sessions()
+    assert r == {"tune_id": "tune-y", "steps": [1], "updated": 4.0, "agent": "q1",
+                 "state": "measuring", "started": 1.0}
+    assert st.fail_tune_session("tune-y", 4.0, "why", 5.0) is True
+    assert st.tune_session("tune-y") == {"tune_id": "tune-y", "steps": [1], "updated": 5.0,
+                                         "state": "failed", "reason": "why"}

@@ -282,26 +282,86 @@ def test_the_daemon_the_agent_moves_to_takes_the_session_up_from_the_store(tmp_p
         d1.stop()
 
 
-def test_an_unreadable_stored_session_is_left_out_and_the_others_resume(tmp_path):
-    d, a, tune_id = started_tune(tmp_path)
-    job = a.expect("job")["body"]
-    d.stop()
-    a.close()
-    st = open_store(str(tmp_path / "d.db"))
-    st.db.execute("INSERT INTO tune_sessions VALUES ('tune-bad', 'q1', 'measuring', "
-                  "'{not json', 1.0, 1.0)")
-    st.db.execute("INSERT INTO tune_sessions VALUES ('tune-old', 'q1', 'measuring', "
-                  "'{\"tune_id\": \"tune-old\"}', 2.0, 2.0)")  # keys missing
-    st.close()
-    d = daemon_on(tmp_path / "d.db")
+@pytest.fixture(params=["sqlite", "postgresql"])
+def location(request, tmp_path):
+    """Where the daemons' store lives: an SQLite file, or a new database on the test server."""
+    if request.param == "sqlite":
+        return str(tmp_path / "d.db")
+    return request.getfixturevalue("pg_url")
+
+
+def test_a_stored_session_that_cannot_be_resumed_is_closed_as_failed(location, caplog):
+    """A session whose stored record could not be resumed was left open for good: 'opptune
+    status' listed it among the open ones, and the restarted daemon said so again at each
+    hello of its agent. It is closed as failed with the reason, said once, and the others
+    resume."""
+    import logging
+
+    caplog.set_level(logging.ERROR, logger="opptune.daemon")
+    d = daemon_on(location)
+    a = Agent(d.endpoint, METER)
     try:
-        assert set(d.tuning.sessions) == {tune_id}
-        a = Agent(d.endpoint, METER)
-        assert a.expect("job")["body"]["job_id"] == job["job_id"]
-        for bad in ("tune-bad", "tune-old"):
-            err = a.query("tune_status", {"tune_id": bad})
-            assert err["type"] == "error" and "cannot be read" in err["body"]["message"]
-        assert status(a, tune_id)["state"] == "measuring"
+        ids = [a.query("tune", {"agent": "q1", "workload": "wl", "objective": "energy"}
+                       )["body"]["data"]["tune_id"]]
+        job = a.expect("job")["body"]
+    finally:
+        a.close()
+        d.stop()
+    st = open_store(location)
+    try:
+        good = st.tune_session(ids[0])
+        damaged = {**good, "tune_id": "tune-damaged", "started": 1.0,
+                   "updated": 5.0, "segments": [{**good["segments"][0], "order": None}]}
+        st.save_tune_session(damaged)
+        lacking = {**damaged, "tune_id": "tune-lacking", "segments": [
+            {k: v for k, v in good["segments"][0].items() if k != "budget"}]}
+        st.save_tune_session(lacking)
+        st.db.execute("INSERT INTO tune_sessions VALUES ('tune-bad', 'q1', 'measuring', "
+                      "'{not json', 1.0, 1.0)")
+        before = {r["tune_id"] for r in st.open_tune_sessions()}
+        assert before == {ids[0], "tune-damaged", "tune-lacking", "tune-bad"}
+    finally:
+        st.close()
+
+    d = daemon_on(location)
+    try:
+        st = open_store(location)
+        try:
+            rows = {t: st.tune_session(t) for t in ("tune-damaged", "tune-lacking")}
+            assert [r["tune_id"] for r in st.open_tune_sessions()] == ids
+            state = dict(st.db.execute("SELECT tune_id, state FROM tune_sessions").fetchall())
+        finally:
+            st.close()
+        assert state["tune-bad"] == "failed"
+        assert rows["tune-damaged"]["state"] == "failed" and rows["tune-damaged"]["reason"] \
+            == "the stored session cannot be resumed: TypeError: 'NoneType' object is not " \
+               "iterable"
+        assert rows["tune-lacking"]["reason"] == \
+            "the stored session cannot be resumed: its record has no 'budget'"
+        # the rest of the record is kept as it was
+        assert rows["tune-lacking"]["steps"] == good["steps"]
+        said = [r.getMessage() for r in caplog.records if "cannot be resumed" in r.getMessage()]
+        assert said == ["tune tune-bad failed: the stored session cannot be resumed: its "
+                        "stored body is not JSON (Expecting property name enclosed in double "
+                        "quotes: line 1 column 2 (char 1))",
+                        "tune tune-damaged failed: the stored session cannot be resumed: "
+                        "TypeError: 'NoneType' object is not iterable",
+                        "tune tune-lacking failed: the stored session cannot be resumed: its "
+                        "record has no 'budget'"]
+        a = Agent(d.endpoint, METER)  # its hello takes its sessions up from the store again
+        resent = a.expect("job")
+        assert resent["body"]["job_id"] == job["job_id"]
+        err = a.query("tune_status", {"tune_id": "tune-bad"})
+        assert err["type"] == "error" and "cannot be read" in err["body"]["message"]
+        assert status(a, ids[0])["state"] == "measuring"
+        st = a.query("status", {})["body"]["data"]
+        assert [t["tune_id"] for t in st["tunes"]] == ids
+        # said once: not again at the hello
+        assert len([r for r in caplog.records if "cannot be resumed" in r.getMessage()]) == 3
+        # the board's one open session is the resumed one: once it ends, a tune starts
+        assert finish(a, ids[0], resent)["state"] == "done"
+        again = a.query("tune", {"agent": "q1", "workload": "wl", "objective": "energy"})
+        assert again["type"] == "reply", again
     finally:
         a.close()
         d.stop()

@@ -91,3 +91,28 @@ def test_a_command_on_a_virtual_board_is_swept_at_no_set_clock(board):
     assert data["skipped"] == ["mine"]
     assert [j["workload"] for j in data["queued"]] == ["pi_integrate"]
     assert f"mine: measured over the cores at no set clock ({WHY})" in p.stderr
+
+
+@pytest.mark.integration
+def test_a_command_on_a_virtual_board_is_tuned_at_no_set_clock(board):
+    """tune planned the board's cores x clocks for the command, as sweep did before walk28:
+    its jobs set fake clocks that never applied to it, and the recommendation named one."""
+    p = opptune("tune", "--daemon", board.endpoint, "--agent", "test-agent", "--workload",
+                "mine", "--budget", "2", "--json", "--no-progress")
+    assert p.returncode == 0, p.stderr
+    s = json.loads(p.stdout)  # stdout holds only JSON
+    why = f"frequencies not tuned for mine: {WHY}; its cores are tuned at no set clock"
+    assert s["frequencies_not_tuned"] == why and p.stderr.count(why) == 1, p.stderr
+    assert s["state"] == "done" and s["grid"] == 4 and s["measured"] == 2, s
+    assert [x["freq_khz"] for x in s["steps"]] == [None, None]
+    assert s["recommendation"]["freq_khz"] is None
+    # its runs and the verification's, at no clock
+    clocks = [f for w, f in board.rows("SELECT workload, freq_mhz FROM runs") if w == "mine"]
+    assert len(clocks) >= len(s["steps"]) and set(clocks) == {None}, clocks
+    # a modelled kernel is tuned over the board's clocks, with nothing said
+    p = opptune("tune", "--daemon", board.endpoint, "--agent", "test-agent", "--workload",
+                "pi_integrate", "--budget", "3", "--json", "--no-progress")
+    assert p.returncode == 0, p.stderr
+    s = json.loads(p.stdout)
+    assert s["frequencies_not_tuned"] is None and "not tuned" not in p.stderr
+    assert s["grid"] > 4 and all(x["freq_khz"] for x in s["steps"]), s

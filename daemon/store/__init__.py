@@ -349,8 +349,17 @@ class Store(ABC):
 
     @abstractmethod
     def open_tune_sessions(self) -> list[dict[str, Any]]:
-        """Every session not in a final state (``TUNE_FINAL_STATES``), oldest first (one
-        whose stored body cannot be read is logged and left out)."""
+        """Every session not in a final state (``TUNE_FINAL_STATES``), oldest first. The
+        row's columns (``tune_id``, ``agent``, ``state``, ``started``, ``updated``) fill the
+        keys its body lacks; a body that is no JSON object comes as those columns and
+        ``unreadable`` (why), so that the daemon can close it (:meth:`fail_tune_session`)."""
+
+    @abstractmethod
+    def fail_tune_session(self, tune_id: str, expect: float, reason: str, now: float) -> bool:
+        """Close a stored session that cannot be resumed: state "failed", ``updated`` ``now``,
+        only where its ``updated`` is still ``expect`` (False: changed since, or no such row).
+        A body that is a JSON object takes the state, ``reason`` and ``updated``; any other
+        is kept as stored."""
 
     # re-measurement of marked points (daemon/remeasure.py), kept across restarts
     @abstractmethod

@@ -777,15 +777,39 @@ class SQLiteStore(Store):
     def open_tune_sessions(self) -> list[dict[str, Any]]:
         out = []
         final = ", ".join("?" * len(TUNE_FINAL_STATES))
-        for tune_id, body in self.db.execute(
-                f"SELECT tune_id, body FROM tune_sessions WHERE state NOT IN ({final}) "
-                "ORDER BY started, tune_id", TUNE_FINAL_STATES).fetchall():
+        for tune_id, agent, state, body, started, updated in self.db.execute(
+                "SELECT tune_id, agent, state, body, started, updated FROM tune_sessions "
+                f"WHERE state NOT IN ({final}) ORDER BY started, tune_id",
+                TUNE_FINAL_STATES).fetchall():
             try:
-                out.append(json.loads(body))
-            except ValueError as exc:  # one unreadable row must not keep the others back
-                log.error("tune session %s: stored body is not JSON (%s); not resumed",
-                          tune_id, exc)
+                r = json.loads(body)
+            except ValueError as exc:
+                r = {"unreadable": f"its stored body is not JSON ({exc})"}
+            if not isinstance(r, dict):
+                r = {"unreadable": "its stored body is not a JSON object"}
+            # the columns stand in for what a damaged body lacks: closing it needs them
+            for key, value in (("tune_id", tune_id), ("agent", agent), ("state", state),
+                               ("started", started), ("updated", updated)):
+                r.setdefault(key, value)
+            out.append(r)
         return out
+
+    def fail_tune_session(self, tune_id: str, expect: float, reason: str, now: float) -> bool:
+        with self._tx() as db:
+            row = db.execute("SELECT body FROM tune_sessions WHERE tune_id=? AND updated=?",
+                             (tune_id, expect)).fetchone()
+            if row is None:
+                return False
+            try:
+                r = json.loads(row[0])
+            except ValueError:
+                r = None
+            # an unreadable body is kept as it is: what was stored is not lost
+            body = _json_safe({**r, "state": "failed", "reason": reason, "updated": now}) \
+                if isinstance(r, dict) else row[0]
+            return db.execute("UPDATE tune_sessions SET state=?, body=?, updated=? "
+                              "WHERE tune_id=? AND updated=?",
+                              ("failed", body, now, tune_id, expect)).rowcount > 0
 
     def save_remeasure(self, item_id: str, agent: str, state: str, body: dict[str, Any],
                        now: float) -> None:
