@@ -141,7 +141,9 @@ class Outbox:
         self.reserve_path = self.path + ".reserve"
         self.reserve_bytes = reserve_bytes
         self._full_why: str | None = None  # the last disk-full error, while the reserve is out
-        self._full_logged = self._room_logged = -FULL_LOG_EVERY_S
+        self._full_logged = -FULL_LOG_EVERY_S
+        # the last line logged about the outbox said it is full: the next room is logged
+        self._full_said = False
         self._full_since: float | None = None
         self._reserve_tried = -FULL_RETRY_S
         self._reserve_held = self._make_reserve()
@@ -180,8 +182,11 @@ class Outbox:
         now = time.monotonic()
         if reason is None:
             if self._full_since is not None:
-                if now - self._room_logged >= FULL_LOG_EVERY_S:
-                    self._room_logged = now
+                # not rate-limited on its own: a room line held back left the log saying
+                # the outbox was full while the agent measured. Full lines are at most one
+                # a minute, and so are these.
+                if self._full_said:
+                    self._full_said = False
                     log.warning("outbox has room again after %.0f s: measuring resumes",
                                 now - self._full_since)
                 self._full_since = None
@@ -190,6 +195,7 @@ class Outbox:
             self._full_since = now
         if now - self._full_logged >= FULL_LOG_EVERY_S:
             self._full_logged = now
+            self._full_said = True
             log.warning("outbox full: %s; no new run starts until there is room (acks free "
                         "it; nothing is dropped)", reason)
 

@@ -11,8 +11,10 @@ import errno
 import os
 import sqlite3
 import subprocess
+import time
 from contextlib import contextmanager
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Iterator
 
 import pytest
@@ -170,6 +172,40 @@ def test_outbox_on_a_full_disk_waits_for_room(tmp_path, small_fs, monkeypatch):
     ob = Outbox(str(state))
     assert ob._db.execute("PRAGMA integrity_check").fetchone() == ("ok",)
     assert ob.count() == 0 and ob.job("j")["next_seq"] == 2 + len(ids)
+    ob.close()
+
+
+def test_each_full_line_in_the_log_is_followed_by_a_room_line(tmp_path, monkeypatch, caplog):
+    """A second full spell within a minute of the first room line (found by filling a tmpfs
+    twice): its room line was held back by a limit of one a minute of its own, and the log
+    ended on 'outbox full ... no new run starts' while the agent measured. Each full line
+    logged is followed by a room line; a spell with no full line logged gets none."""
+    clock = [1000.0]
+    monkeypatch.setattr(outbox_mod, "time", SimpleNamespace(monotonic=lambda: clock[0],
+                                                            time=time.time))
+    monkeypatch.setattr(outbox_mod, "FULL_RETRY_S", 0.0)
+    ob = Outbox(str(tmp_path))
+    room = [False]
+    monkeypatch.setattr(ob, "_make_reserve", lambda: room[0])
+    caplog.set_level("WARNING", logger="opptune.agent.outbox")
+
+    def spell(full_at: float, room_at: float) -> None:
+        clock[0], room[0] = full_at, False
+        ob._full_why = "database or disk is full"
+        ob._give_up_reserve()  # what a write that met the full disk does
+        assert ob.full_reason() is not None
+        clock[0], room[0] = room_at, True
+        assert ob.full_reason() is None
+
+    def said() -> list[str]:
+        return [r.getMessage().split(":")[0] for r in caplog.records]
+
+    spell(1000, 1041)
+    spell(1070, 1080)  # its full line is logged (70 s after the first): so is its room line
+    assert said() == ["outbox full", "outbox has room again after 41 s",
+                      "outbox full", "outbox has room again after 10 s"]
+    spell(1085, 1086)  # within a minute of the last full line: neither is logged
+    assert len(said()) == 4
     ob.close()
 
 
