@@ -373,18 +373,26 @@ def test_a_job_the_full_disk_cannot_keep_is_refused_with_outbox_full(tmp_path, s
 
 
 def test_status_shows_why_an_agent_outbox_is_full():
+    """The reason is a sentence with a path (330 columns in the outbox cell, folded into 12
+    lines at 120): the cell says FULL and points under the table, where the reason is whole."""
     from rich.console import Console
 
+    from opptune.daemon.console import UNBOUNDED_WIDTH
     from opptune.daemon.status_view import print_status
-    console = Console(record=True, width=250)
-    print_status({"agents": [{"id": "board-1", "alive": True, "outbox": 812,
-                              "outbox_full": "outbox holds 262479 bytes of unacknowledged "
-                                             "results, at its bound of 262144 (outbox_max_mb)"},
-                             {"id": "board-2", "alive": True, "outbox": 0}]}, console)
-    text = console.export_text()
-    full = [line for line in text.splitlines() if "board-1" in line]
-    assert "812 FULL: outbox holds 262479 bytes" in full[0]
-    assert "FULL" not in "".join(line for line in text.splitlines() if "board-2" in line)
+    reason = ("the disk holding /var/lib/opptune-agent/outbox.db is full (database or disk is "
+              "full); its reserve of 1048576 bytes is in use")
+    data = {"agents": [{"id": "board-1", "alive": True, "outbox": 812, "outbox_full": reason},
+                       {"id": "board-2", "alive": True, "outbox": 0}]}
+    for width in (UNBOUNDED_WIDTH, 120):
+        console = Console(record=True, width=width)
+        print_status(data, console)
+        lines = console.export_text().splitlines()
+        start = next(i for i, ln in enumerate(lines) if ln.strip() == "agents")
+        end = next(i for i, ln in enumerate(lines) if ln.startswith("\u2514"))
+        table = lines[start:end + 1]
+        assert max(map(len, table)) <= 120 and len(table) == 7, table  # no row folded
+        assert "812, FULL, see below" in table[4] and "FULL" not in table[5]
+        assert lines[end + 1] == "agent board-1 starts no new run: " + reason
 
 
 def test_a_config_refusal_the_full_disk_cannot_keep_is_still_sent(tmp_path, small_fs):
