@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import errno
 import os
+import re
 import sqlite3
 import subprocess
 import time
@@ -172,6 +173,26 @@ def test_outbox_on_a_full_disk_waits_for_room(tmp_path, small_fs, monkeypatch):
     ob = Outbox(str(state))
     assert ob._db.execute("PRAGMA integrity_check").fetchone() == ("ok",)
     assert ob.count() == 0 and ob.job("j")["next_seq"] == 2 + len(ids)
+    ob.close()
+
+
+def test_a_disk_short_of_the_reserve_from_the_start_says_the_room_it_lacks(
+        tmp_path, small_fs, monkeypatch):
+    """An agent started on a disk with 1.5 MiB free (under the 2 MiB its reserve needs) said
+    "the disk ... is full (no room for the outbox's reserve ...); its reserve of 1048576 bytes
+    is in use": the disk was not full, no reserve had been made, and the room wanted was not
+    said. The reason gives what is free and what is needed."""
+    monkeypatch.setattr(outbox_mod, "FULL_RETRY_S", 0.0)
+    state = small_fs(tmp_path / "state", "4m")
+    filler = fill(state, leave=3 << 19)
+    ob = Outbox(str(state))
+    reason = ob.full_reason()
+    assert reason is not None and "is full" not in reason and "in use" not in reason, reason
+    free = re.search(r"has (\d+\.\d) MiB free, under the 2\.0 MiB the outbox needs", reason)
+    assert free and 1.0 <= float(free.group(1)) < 2.0, reason
+    assert str(state / "outbox.db") in reason
+    filler.unlink()
+    assert ob.full_reason() is None
     ob.close()
 
 
