@@ -61,6 +61,10 @@ class OutboxFull(Exception):
     """The outbox cannot take this write now (disk full); nothing of it was stored."""
 
 
+def _mib(n: int) -> str:
+    return f"{n / (1 << 20):.1f} MiB"
+
+
 def _disk_full(exc: BaseException) -> bool:
     if isinstance(exc, sqlite3.Error):
         return (getattr(exc, "sqlite_errorcode", None) == sqlite3.SQLITE_FULL
@@ -141,12 +145,14 @@ class Outbox:
         self.reserve_path = self.path + ".reserve"
         self.reserve_bytes = reserve_bytes
         self._full_why: str | None = None  # the last disk-full error, while the reserve is out
-        self._full_logged = self._room_logged = -FULL_LOG_EVERY_S
+        self._spent = False  # the reserve was given up to a full disk (and not made since)
+        self._no_reserve: str | None = None  # why the reserve could not be made, last try
+        self._full_logged = -FULL_LOG_EVERY_S
+        # the last line logged about the outbox said it is full: the next room is logged
+        self._full_said = False
         self._full_since: float | None = None
         self._reserve_tried = -FULL_RETRY_S
         self._reserve_held = self._make_reserve()
-        if not self._reserve_held:
-            self._full_why = f"no room for the outbox's reserve of {reserve_bytes} bytes"
 
     # -- full or not ----------------------------------------------------------------------------
     @property
@@ -162,10 +168,15 @@ class Outbox:
                 self._reserve_tried = now
                 self._vacuum()
                 self._reserve_held = self._make_reserve()
+                self._spent = self._spent and not self._reserve_held
             if self.max_bytes is not None:
                 limit = self.max_bytes * (RESUME_FRACTION if self._over_bound else 1.0)
                 self._over_bound = self._bytes >= limit
-            if not self._reserve_held:
+            if not self._reserve_held and not self._spent:
+                # never made (short of room from the start): "full" and "in use" would be
+                # untrue, and the operator needs the room it waits for
+                reason = self._no_reserve or "the outbox's reserve cannot be made"
+            elif not self._reserve_held:
                 reason = (f"the disk holding {self.path} is full ({self._full_why}); its "
                           f"reserve of {self.reserve_bytes} bytes is in use")
             elif self._over_bound:
@@ -180,8 +191,11 @@ class Outbox:
         now = time.monotonic()
         if reason is None:
             if self._full_since is not None:
-                if now - self._room_logged >= FULL_LOG_EVERY_S:
-                    self._room_logged = now
+                # not rate-limited on its own: a room line held back left the log saying
+                # the outbox was full while the agent measured. Full lines are at most one
+                # a minute, and so are these.
+                if self._full_said:
+                    self._full_said = False
                     log.warning("outbox has room again after %.0f s: measuring resumes",
                                 now - self._full_since)
                 self._full_since = None
@@ -190,6 +204,7 @@ class Outbox:
             self._full_since = now
         if now - self._full_logged >= FULL_LOG_EVERY_S:
             self._full_logged = now
+            self._full_said = True
             log.warning("outbox full: %s; no new run starts until there is room (acks free "
                         "it; nothing is dropped)", reason)
 
@@ -205,7 +220,14 @@ class Outbox:
         try:
             # room for the reserve and a full WAL besides: a disk that takes back just the
             # reserve (or the WAL's own slack) would be full again after the next results
-            if self._free_bytes() < self.reserve_bytes + ROOM_BESIDE_RESERVE:
+            free, need = self._free_bytes(), self.reserve_bytes + ROOM_BESIDE_RESERVE
+            if free < need:
+                self._no_reserve = (
+                    f"the disk holding {self.path} has {_mib(free)} free, under the "
+                    f"{_mib(need)} the outbox needs before a run (a reserve of "
+                    f"{_mib(self.reserve_bytes)} for acks on a full disk and "
+                    f"{_mib(ROOM_BESIDE_RESERVE)} beside it): free space there or give "
+                    "state_dir a larger disk")
                 return False
             fd = os.open(self.reserve_path, os.O_WRONLY | os.O_CREAT, 0o600)
             try:
@@ -221,6 +243,8 @@ class Outbox:
                 os.close(fd)
             return True
         except OSError as exc:
+            self._no_reserve = (f"the outbox's reserve {self.reserve_path} cannot be made: "
+                                f"{exc.strerror or exc}")
             if not _disk_full(exc):
                 log.warning("cannot keep the outbox's reserve %s: %s", self.reserve_path, exc)
             try:
@@ -310,6 +334,7 @@ class Outbox:
     def _give_up_reserve(self) -> None:
         """The disk is full: its reserve goes back to it, for the writes that must get through."""
         self._reserve_held = False
+        self._spent = True
         self._reserve_tried = time.monotonic()
         try:
             os.unlink(self.reserve_path)

@@ -40,9 +40,11 @@ STAT_COUNTERS = (
     ("opptune_recommend_pushed", "configs_pushed", "Recommended configurations sent to agents"),
 )
 
-# recommendation states in the store -> counters; "applied" = the agent ran it and reported
+# recommendation states in the store -> counters; "applied" = the agent ran it and reported:
+# a verdict on its run time (verified, off; marked: its runs were disturbed), or what it
+# measured of a running process or unit (state "applied"), or that it failed
 RECOMMEND_COUNTERS = (
-    ("opptune_recommend_applied", ("verified", "off", "failed"),
+    ("opptune_recommend_applied", ("verified", "off", "marked", "applied", "failed"),
      "Recommendations the agent applied and measured"),
     ("opptune_recommend_verified", ("verified",),
      "Recommendations whose measured time lay within the prediction interval"),

@@ -304,10 +304,14 @@ def print_status(data: dict[str, Any], console: Console | None = None,
                   *board_facts(platforms.get(a.get("platform"))),
                   alive_text(a, refused),
                   _fmt(a.get("last_seen_s"), ".1f"),
-                  _fmt(a.get("outbox")) + (f" FULL: {a['outbox_full']}"
-                                           if a.get("outbox_full") else ""))
+                  _fmt(a.get("outbox")) + (", FULL, see below" if a.get("outbox_full") else ""))
     _print_table(console, t)
     more("agents")
+    for a in data.get("agents", []):
+        # a sentence with a path: in the cell it made the table 330 columns wide
+        if a.get("outbox_full"):
+            console.print(f"agent {a.get('id')} starts no new run: {a['outbox_full']}",
+                          markup=False, soft_wrap=True)
     for k in d.get("keys_pending") or []:
         console.print(f"key {k['id']} of agent {k['agent']} waits for approval: opptune keys "
                       f"accept {k['id']}", markup=False, soft_wrap=True)

@@ -287,7 +287,9 @@ def _coerce(path: Path, key: str, value: Any, default: Any, tp: Any) -> Any:
     elif isinstance(default, int):
         ok = isinstance(value, int) and not isinstance(value, bool)
     elif isinstance(default, str):
-        ok = isinstance(value, str)
+        # a key that checks itself takes a whole number too (frequency_grid = 3)
+        ok = isinstance(value, str) or (key in SELF_CHECKED and isinstance(value, int)
+                                        and not isinstance(value, bool))
     elif isinstance(default, list):
         ok = isinstance(value, list)
     else:
@@ -296,6 +298,10 @@ def _coerce(path: Path, key: str, value: Any, default: Any, tp: Any) -> Any:
         raise ConfigError(f"{path}: key '{key}' must be {form_of(key, default)}, "
                           f"got {_show(value)}")
     return value
+
+
+# keys whose value its dataclass checks when it is set (SweepDefaults.parse_grid)
+SELF_CHECKED = ("sweep.frequency_grid",)
 
 
 # What a key's value must look like, in the words of the error messages (keys not listed get
@@ -315,6 +321,8 @@ FORMS = {
     "sweep.max_cores": "a whole number >= 0 (0 = all cores the agent reports)",
     "sweep.size": "a size name, e.g. \"small\"",
     "sweep.frequencies": "an array of frequencies in kHz, e.g. [1200000, 1800000]",
+    "sweep.frequency_grid": "\"none\", \"all\", \"list\" or a number of evenly spread "
+                            "frequencies >= 1, e.g. 3",
     "sweep.target_ci": "a fraction of the median between 0 and 1, e.g. 0.02 for +-2 %",
     "sweep.max_reps": "a whole number >= 3 (the most runs of an adaptive point)",
     "sweep.min_reps": "a whole number >= 3 (fewer values have no 95 % interval)",

@@ -41,6 +41,11 @@ CASES = [
     ("daemon", "[sweep]\nfrequencies = ['1.2GHz']", ["key 'sweep.frequencies'",
                                                     "frequencies in kHz"]),
     ("daemon", "[sweep]\nfrequency_grid = 'some'", ["'sweep.frequency_grid'", "\"none\""]),
+    # a number is a grid too (3 below), but not 0 nor a fraction: the message gives the form
+    ("daemon", "[sweep]\nfrequency_grid = 0", ["'sweep.frequency_grid' must be \"none\"",
+                                               "got 0"]),
+    ("daemon", "[sweep]\nfrequency_grid = 2.5", ["'sweep.frequency_grid' must be \"none\"",
+                                                 "got number 2.5"]),
     ("agent", "agent_id = ''", ["key 'agent_id'", "1 to 64 characters"]),
     ("agent", f"agent_id = '{'b' * 65}'", ["key 'agent_id'", "1 to 64 characters"]),
     ("daemon", "log_level = 'loud'", ["key 'log_level'", "\"DEBUG\", \"INFO\""]),
@@ -198,3 +203,16 @@ def test_an_unknown_virtual_board_is_named_as_the_option_given(tmp_path, capsys)
     (line,) = capsys.readouterr().err.strip().splitlines()
     assert line.startswith(f"opptune-agent: configuration error: {path}: key 'virtual_board': "
                            "unknown virtual board 'rpi5'")
+
+
+def test_a_frequency_grid_of_a_number_is_taken_as_the_quoted_one(tmp_path):
+    """'frequency_grid = 3' was refused ("must be text, got integer 3") while its form says
+    "a number of evenly spread frequencies" and the planner takes a number."""
+    from opptune.daemon.planner import grid_asks_frequencies
+    from opptune.shared.config import load_daemon_config
+    for value, want in (("3", 3), ('"3"', "3"), ('"all"', "all")):
+        path = tmp_path / "daemon.toml"
+        path.write_text(f"[sweep]\nfrequency_grid = {value}\n")
+        sweep = load_daemon_config(path).sweep
+        assert sweep.frequency_grid == want
+        assert grid_asks_frequencies(sweep, None) is True

@@ -1,5 +1,8 @@
 """Configuration loading (errors name file and key) and run-record validation."""
 
+import re
+from pathlib import Path
+
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -104,6 +107,58 @@ def test_shipped_example_configs_load():
     daemon = load_daemon_config(etc / "daemon.toml")
     assert agent.daemon.startswith("tcp://") and agent.bench_kernels == ["all"]
     assert daemon.tolerance == 0.05 and daemon.sweep.frequencies == []
+
+
+def _example_keys(text: str) -> tuple[dict[str, set[str]], str]:
+    """({section: keys named in it, live or in a '# key = value' comment}, the text with those
+    comments made live where the section has no live key of that name): what etc/ shows."""
+    named: dict[str, set[str]] = {}
+    live: dict[str, set[str]] = {}
+    section, out = "", []
+    for line in text.splitlines():
+        bare = re.sub(r"^#\s?", "", line) if line.startswith("#") else line
+        head = re.match(r"\[+([a-z_]+)\]+\s*(#.*)?$", bare)
+        key = re.match(r"([a-z_]+)\s*=", bare)
+        if head:
+            section = head.group(1)
+            out.append(bare)
+            continue
+        if key:
+            named.setdefault(section, set()).add(key.group(1))
+            if line is bare:
+                live.setdefault(section, set()).add(key.group(1))
+            elif key.group(1) in live.get(section, set()):
+                continue  # another value of a key set above (database = postgresql://...)
+            out.append(bare)
+    return named, "\n".join(out) + "\n"
+
+
+@pytest.mark.parametrize("name", ["agent", "daemon"])
+def test_every_key_is_shown_in_the_shipped_example_and_its_examples_load(name, tmp_path):
+    """etc/ left out keys an operator can set (the daemon's [sweep] frequency_grid,
+    per_cluster and adaptive repetitions, log_level, the agent's interference_max_share, a
+    pyperf workload's keys), known only from the README's prose or the code. Each key of
+    each table is named in its example, and the example with its commented values made live
+    loads."""
+    import dataclasses
+
+    from opptune.shared.config import AgentConfig, CommandWorkload, DaemonConfig, SweepDefaults
+    text = (Path(__file__).resolve().parent.parent / "etc" / f"{name}.toml").read_text()
+    named, uncommented = _example_keys(text)
+    tables = ({"": AgentConfig, "workloads": CommandWorkload} if name == "agent"
+              else {"": DaemonConfig, "sweep": SweepDefaults})
+    for section, cls in tables.items():
+        fields = {f.name for f in dataclasses.fields(cls)} - set(tables)
+        assert fields - named.get(section, set()) == set(), f"[{section}] of etc/{name}.toml"
+        assert named.get(section, set()) <= fields
+    path = tmp_path / f"{name}.toml"
+    path.write_text(uncommented)
+    (tmp_path / "bench.py").write_text("")  # the pyperf workload's script
+    config = (load_agent_config if name == "agent" else load_daemon_config)(path)
+    if name == "agent":
+        assert [w.name for w in config.workloads] == ["ffmpeg-h264", "bench"]
+    else:
+        assert config.sweep.frequency_grid == "list" and config.sweep.adaptive is False
 
 
 def test_compact_form_leaves_out_defaults_and_round_trips():

@@ -9,10 +9,13 @@ from __future__ import annotations
 
 import errno
 import os
+import re
 import sqlite3
 import subprocess
+import time
 from contextlib import contextmanager
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Iterator
 
 import pytest
@@ -170,6 +173,60 @@ def test_outbox_on_a_full_disk_waits_for_room(tmp_path, small_fs, monkeypatch):
     ob = Outbox(str(state))
     assert ob._db.execute("PRAGMA integrity_check").fetchone() == ("ok",)
     assert ob.count() == 0 and ob.job("j")["next_seq"] == 2 + len(ids)
+    ob.close()
+
+
+def test_a_disk_short_of_the_reserve_from_the_start_says_the_room_it_lacks(
+        tmp_path, small_fs, monkeypatch):
+    """An agent started on a disk with 1.5 MiB free (under the 2 MiB its reserve needs) said
+    "the disk ... is full (no room for the outbox's reserve ...); its reserve of 1048576 bytes
+    is in use": the disk was not full, no reserve had been made, and the room wanted was not
+    said. The reason gives what is free and what is needed."""
+    monkeypatch.setattr(outbox_mod, "FULL_RETRY_S", 0.0)
+    state = small_fs(tmp_path / "state", "4m")
+    filler = fill(state, leave=3 << 19)
+    ob = Outbox(str(state))
+    reason = ob.full_reason()
+    assert reason is not None and "is full" not in reason and "in use" not in reason, reason
+    free = re.search(r"has (\d+\.\d) MiB free, under the 2\.0 MiB the outbox needs", reason)
+    assert free and 1.0 <= float(free.group(1)) < 2.0, reason
+    assert str(state / "outbox.db") in reason
+    filler.unlink()
+    assert ob.full_reason() is None
+    ob.close()
+
+
+def test_each_full_line_in_the_log_is_followed_by_a_room_line(tmp_path, monkeypatch, caplog):
+    """A second full spell within a minute of the first room line (found by filling a tmpfs
+    twice): its room line was held back by a limit of one a minute of its own, and the log
+    ended on 'outbox full ... no new run starts' while the agent measured. Each full line
+    logged is followed by a room line; a spell with no full line logged gets none."""
+    clock = [1000.0]
+    monkeypatch.setattr(outbox_mod, "time", SimpleNamespace(monotonic=lambda: clock[0],
+                                                            time=time.time))
+    monkeypatch.setattr(outbox_mod, "FULL_RETRY_S", 0.0)
+    ob = Outbox(str(tmp_path))
+    room = [False]
+    monkeypatch.setattr(ob, "_make_reserve", lambda: room[0])
+    caplog.set_level("WARNING", logger="opptune.agent.outbox")
+
+    def spell(full_at: float, room_at: float) -> None:
+        clock[0], room[0] = full_at, False
+        ob._full_why = "database or disk is full"
+        ob._give_up_reserve()  # what a write that met the full disk does
+        assert ob.full_reason() is not None
+        clock[0], room[0] = room_at, True
+        assert ob.full_reason() is None
+
+    def said() -> list[str]:
+        return [r.getMessage().split(":")[0] for r in caplog.records]
+
+    spell(1000, 1041)
+    spell(1070, 1080)  # its full line is logged (70 s after the first): so is its room line
+    assert said() == ["outbox full", "outbox has room again after 41 s",
+                      "outbox full", "outbox has room again after 10 s"]
+    spell(1085, 1086)  # within a minute of the last full line: neither is logged
+    assert len(said()) == 4
     ob.close()
 
 
@@ -337,18 +394,26 @@ def test_a_job_the_full_disk_cannot_keep_is_refused_with_outbox_full(tmp_path, s
 
 
 def test_status_shows_why_an_agent_outbox_is_full():
+    """The reason is a sentence with a path (330 columns in the outbox cell, folded into 12
+    lines at 120): the cell says FULL and points under the table, where the reason is whole."""
     from rich.console import Console
 
+    from opptune.daemon.console import UNBOUNDED_WIDTH
     from opptune.daemon.status_view import print_status
-    console = Console(record=True, width=250)
-    print_status({"agents": [{"id": "board-1", "alive": True, "outbox": 812,
-                              "outbox_full": "outbox holds 262479 bytes of unacknowledged "
-                                             "results, at its bound of 262144 (outbox_max_mb)"},
-                             {"id": "board-2", "alive": True, "outbox": 0}]}, console)
-    text = console.export_text()
-    full = [line for line in text.splitlines() if "board-1" in line]
-    assert "812 FULL: outbox holds 262479 bytes" in full[0]
-    assert "FULL" not in "".join(line for line in text.splitlines() if "board-2" in line)
+    reason = ("the disk holding /var/lib/opptune-agent/outbox.db is full (database or disk is "
+              "full); its reserve of 1048576 bytes is in use")
+    data = {"agents": [{"id": "board-1", "alive": True, "outbox": 812, "outbox_full": reason},
+                       {"id": "board-2", "alive": True, "outbox": 0}]}
+    for width in (UNBOUNDED_WIDTH, 120):
+        console = Console(record=True, width=width)
+        print_status(data, console)
+        lines = console.export_text().splitlines()
+        start = next(i for i, ln in enumerate(lines) if ln.strip() == "agents")
+        end = next(i for i, ln in enumerate(lines) if ln.startswith("\u2514"))
+        table = lines[start:end + 1]
+        assert max(map(len, table)) <= 120 and len(table) == 7, table  # no row folded
+        assert "812, FULL, see below" in table[4] and "FULL" not in table[5]
+        assert lines[end + 1] == "agent board-1 starts no new run: " + reason
 
 
 def test_a_config_refusal_the_full_disk_cannot_keep_is_still_sent(tmp_path, small_fs):

@@ -101,6 +101,36 @@ def test_two_daemons_metrics_do_not_share_a_registry():
     assert b"opptune_ingest_results_total 5.0" in b.exposition()
 
 
+def test_applied_counts_every_recommendation_the_agent_applied_and_measured():
+    """A configuration applied to a running process or unit is stored 'applied' (what the
+    agent measured over its window), one whose verification runs were disturbed 'marked':
+    both were applied and measured, and opptune_recommend_applied_total left them out."""
+    m = DaemonMetrics({})
+    m.refresh(1, 1, {}, {"verified": 2, "off": 1, "marked": 1, "applied": 3, "failed": 1,
+                         "refused": 4, "pushed": 5, "unsent": 6, "superseded": 7})
+    got = {(s.name): s.value for f in text_string_to_metric_families(m.exposition().decode())
+           for s in f.samples}
+    assert got["opptune_recommend_applied_total"] == 2 + 1 + 1 + 3 + 1
+    assert got["opptune_recommend_verified_total"] == 2
+    assert got["opptune_recommend_off_total"] == 1
+    assert got["opptune_recommend_refused_total"] == 4
+
+
+def test_every_metric_served_is_named_in_the_readme_metrics_section():
+    """The section listed the counters 'since the daemon's start' without the two of frames
+    refused unread (named only in "The link's security"): a scraper's list from the section
+    missed them."""
+    readme = (Path(__file__).resolve().parent.parent / "README.md").read_text()
+    section = readme.split("### Metrics", 1)[1].split("\n### ", 1)[0]
+    m = DaemonMetrics({})
+    served = {f.name for f in text_string_to_metric_families(m.exposition().decode())
+              if not f.name.endswith("_created")}  # prometheus_client's, of each histogram
+    missing = sorted(n for n in served
+                     if n not in section and f"{n}_total" not in section
+                     and f"_{n.rsplit('_', 1)[-1]}_total" not in section)
+    assert missing == []
+
+
 def run_daemon(tmp_path, *extra, config_text=None):
     cfg = tmp_path / "daemon.toml"
     cfg.write_text(config_text or f'bind = "{free_endpoint()}"\n'

@@ -131,3 +131,29 @@ def test_a_configuration_error_is_not_restarted_forever(name, module, tmp_path):
                          capture_output=True, text=True, timeout=60)
     assert "unknown key 'run_timeout'" in res.stderr
     assert str(res.returncode) in words(k, "RestartPreventExitStatus")
+
+
+def test_the_readme_installs_each_program_where_its_unit_runs_it():
+    """The README's install lines ran 'pip install .' (refused as root on Debian 12:
+    externally-managed-environment) and left the programs where they fell, while each unit
+    runs /usr/local/bin/opptune-* with /etc/opptune/*.toml; a venv in a home directory cannot
+    be run by either unit (ProtectHome=yes; the agent lacks CAP_DAC_READ_SEARCH for a 0700
+    home). Each unit's program and configuration are put where its ExecStart names them, from a
+    venv outside /home and /root."""
+    readme = (ROOT / "README.md").read_text()
+    block = readme.split("#### Installing the units", 1)[1].split("```")[1]
+    lines = [ln.split("#", 1)[0].strip() for ln in block.splitlines()]
+    for name in MAX_SCORE:
+        program, _, config = unit_keys(UNITS / name)["ExecStart"][0].partition(" --config ")
+        link = next((ln.split() for ln in lines if ln.startswith("ln -s ")
+                     and any(w.endswith("/bin/" + Path(program).name) for w in ln.split())),
+                    None)
+        assert link, f"no 'ln -s' puts {program} in place: {lines}"
+        assert link[-1].rstrip("/") == str(Path(program).parent), link
+        venv = next(w for w in link if w.endswith("/bin/" + Path(program).name)).split("/bin/")[0]
+        assert not venv.startswith(("/home", "/root", "~")), venv
+        assert any(f"{venv}/bin/pip install" in ln and "python3 -m venv" in ln
+                   for ln in lines), lines
+        assert any(ln.startswith("install ") and ln.endswith(" " + config.split()[0])
+                   for ln in lines), (config, lines)
+        assert any(f"cp systemd/{name} /etc/systemd/system/" in ln for ln in lines)
