@@ -243,8 +243,18 @@ def grid_frequencies(platform: dict[str, Any], cpus: list[int], grid: str | int,
     return spread(table, int(grid))
 
 
-def new_job_id() -> str:
-    return "job-" + uuid.uuid4().hex[:20]
+# a tune session's one-point jobs: told apart by their id where no session here knows them (a
+# restarted daemon, a session stopped with its job out), so that their end starts no sweep's
+# fit and push
+TUNE_JOB_PREFIX = "job-tune-"
+
+
+def new_job_id(prefix: str = "job-") -> str:
+    return prefix + uuid.uuid4().hex[:20]
+
+
+def is_tune_job(job_id: str) -> bool:
+    return job_id.startswith(TUNE_JOB_PREFIX)
 
 
 def plan_sweep(platform: dict[str, Any], workload: str, defaults: SweepDefaults,

@@ -53,8 +53,8 @@ from .goal_query import apply, measured_groups, parse_goal, recommend_steps, wit
 from .goal_recommend import SILENT_METER, Part, fill_part, per_configuration
 from .jobs import ACTIVE_JOB_STATES, UNSUCCESSFUL_JOB_STATES
 from .objectives import Goal
-from .planner import (clocks_never_apply, cluster_orders, new_job_id, offered_frequencies,
-                      sweep_order)
+from .planner import (TUNE_JOB_PREFIX, clocks_never_apply, cluster_orders, is_tune_job,
+                      new_job_id, offered_frequencies, sweep_order)
 from .recommend import candidate_grid
 from .recommender import rests_on, verdict
 from .registry import board_name, elsewhere_text
@@ -597,7 +597,9 @@ class Tuner:
 
     # -- the loop -----------------------------------------------------------------------------
     def owns(self, job_id: str) -> bool:
-        return job_id in self._by_job or job_id in self._stopped_jobs
+        """Whether ``job_id`` is a tune session's: one held here, or any tune job (its session
+        stopped or ended while it was out, here or before a restart): its end is not a sweep's."""
+        return job_id in self._by_job or job_id in self._stopped_jobs or is_tune_job(job_id)
 
     def job_done(self, job_id: str) -> None:
         """A session's one-point job has all its runs: ask for the next configuration."""
@@ -606,7 +608,12 @@ class Tuner:
             log.info("tune %s: job %s, out when the session was stopped, is done; its runs "
                      "are stored", stopped, job_id)
             return
-        s = self.sessions.get(self._by_job.pop(job_id, ""))
+        tune_id = self._by_job.pop(job_id, None)
+        if tune_id is None:
+            log.info("job %s of a tune session not driven here (stopped or ended while it was "
+                     "out) is done; its runs are stored, nothing is fitted for it", job_id)
+            return
+        s = self.sessions.get(tune_id)
         if s is None or s.state != "measuring" or s.job_id != job_id:
             return
         if s.job_started is not None:
@@ -780,7 +787,7 @@ class Tuner:
         point: dict[str, Any] = {"cpus": seg.order[:k], "threads": k, "freq_khz": f}
         if seg.variant:
             point["variant"] = seg.variant
-        job = {"job_id": new_job_id(), "workload": s.workload, "size": s.size,
+        job = {"job_id": new_job_id(TUNE_JOB_PREFIX), "workload": s.workload, "size": s.size,
                "points": [point], "reps": s.reps, "warmup": s.warmup}
         s.steps.append({"variant": seg.variant, "cores": k, "cpus": point["cpus"],
                         "freq_khz": f, "reason": proposal.reason, "job_id": job["job_id"]})

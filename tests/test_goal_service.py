@@ -610,3 +610,44 @@ def test_an_unknown_cpu_count_refuses_only_what_it_cannot_measure(daemon):
         assert daemon.tuning.sessions == {}
     finally:
         a.close()
+
+
+def test_a_stopped_sessions_job_ends_after_a_restart_with_nothing_fitted(tmp_path):
+    """tune --stop with the session's job out: the job runs to its end. Where the daemon that
+    stopped it was restarted meanwhile, nothing in memory said the job was a tune session's,
+    and its end was taken for a sweep's: fitted and (auto_recommend) a configuration pushed."""
+    cfg = DaemonConfig(bind="tcp://127.0.0.1:0", database=str(tmp_path / "d.db"),
+                       auto_sweep=False, auto_recommend=True, agent_timeout_s=30,
+                       sweep=SweepDefaults(size="small", reps=1, warmup=0))
+    d = Daemon(cfg)
+    d.start_thread()
+    a = Agent(d.endpoint, METER)
+    try:
+        s = a.query("tune", {"agent": "q1", "workload": "wl", "objective": "energy"})
+        tune_id = s["body"]["data"]["tune_id"]
+        job = a.expect("job")["body"]
+        stop = a.query("tune_stop", {"tune_id": tune_id})["body"]["data"]
+        assert stop["job_left"]["job_id"] == job["job_id"], stop
+    finally:
+        a.close()
+        d.stop()
+    d = Daemon(cfg)  # the same store
+    fits = []
+    d._fit_job = lambda *args: fits.append(args)  # a sweep's end: fit, then push
+    d.start_thread()
+    a = Agent(d.endpoint, METER)
+    try:
+        again = a.expect("job")["body"]  # unfinished: sent again at the hello
+        assert again["job_id"] == job["job_id"]
+        (point,) = again["points"]
+        a.send("result", {"job_id": job["job_id"], "seq": 0, "of": 1,
+                          "record": record(METER, len(point["cpus"]))})
+        a.expect("ack")
+        st = a.query("status", {})["body"]["data"]  # answered after the batch was handled
+        assert [j["state"] for j in st["jobs"] if j["job_id"] == job["job_id"]] == ["done"]
+        assert fits == [] and st["recommendations"] == []
+        assert a.query("tune_status", {"tune_id": tune_id})["body"]["data"]["state"] == \
+            "stopped"
+    finally:
+        a.close()
+        d.stop()
