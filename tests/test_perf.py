@@ -1,6 +1,7 @@
 """perf_event_open via ctypes on this machine: no hardware PMU, real software events."""
 
 import errno
+import json
 import os
 import struct
 import subprocess
@@ -192,3 +193,38 @@ def test_default_events_are_generic_ones_the_arm_pmu_drivers_map():
     assert set(hw.values()) <= set(range(0, 10))  # enum perf_hw_id
     assert all(t in (perf.PERF_TYPE_HARDWARE, perf.PERF_TYPE_HW_CACHE, perf.PERF_TYPE_SOFTWARE)
                for t, _ in EVENTS.values())
+
+
+_DROPPED = r"""
+import json, os, sys
+from opptune.agent.child import resolve_run_as, spawn
+from opptune.agent.meters.perf import PerfSession
+s = PerfSession().start()
+proc = spawn(json.loads(sys.argv[1]), dict(os.environ), None, None, None,
+             resolve_run_as("nobody"))
+_, status, ru = os.wait4(proc.pid, 0)
+counters, invalid, _ = s.stop()
+print(json.dumps({"task_clock": counters["task-clock"], "cpu_s": ru.ru_utime + ru.ru_stime,
+                  "status": status, "effective": open("/proc/self/status").read()
+                  .split("CapEff:")[1].split()[0]}))
+"""
+
+
+@pytest.mark.skipif(os.geteuid() != 0 or not os.path.exists("/usr/bin/setpriv"),
+                    reason="needs root and setpriv (util-linux) to drop capabilities")
+def test_perf_counters_follow_a_workload_dropped_to_run_as_without_ptrace():
+    """The agent's unit kept CAP_SYS_PTRACE "to attach perf counters to a workload of another
+    user", which lets uid 0 write any process's memory through /proc/PID/mem. The runner opens
+    the counters on its own thread and the child inherits them before it drops to run_as:
+    counted with the unit's capabilities only (systemd/opptune-agent.service)."""
+    caps = "-all,+setuid,+setgid,+kill,+sys_nice"
+    # a shell loop: this interpreter may sit where nobody cannot reach it (a 0700 home)
+    busy = ["/bin/sh", "-c", "i=0; while [ $i -lt 400000 ]; do i=$((i+1)); done"]
+    res = subprocess.run(["/usr/bin/setpriv", "--bounding-set", caps, "--inh-caps=-all",
+                          sys.executable, "-c", _DROPPED, json.dumps(busy)],
+                         capture_output=True, text=True, timeout=120)
+    assert res.returncode == 0, res.stderr
+    got = json.loads(res.stdout)
+    assert got["status"] == 0 and int(got["effective"], 16) & (1 << 19) == 0  # no SYS_PTRACE
+    assert got["cpu_s"] > 0.1
+    assert got["task_clock"] / 1e9 == pytest.approx(got["cpu_s"], rel=0.2, abs=0.05)

@@ -84,6 +84,9 @@ def test_agent_unit_keeps_what_the_agent_needs():
     # run_as (setuid/setgid), stopping workloads of another user, pid targets' affinity
     assert {"CAP_SETUID", "CAP_SETGID", "CAP_KILL", "CAP_SYS_NICE"} <= caps
     assert "CAP_SYS_ADMIN" not in caps and "CAP_DAC_OVERRIDE" not in caps
+    # uid 0 with SYS_PTRACE writes any process's /proc/PID/mem; counters need no attach
+    # (test_perf_counters_follow_a_workload_dropped_to_run_as_without_ptrace)
+    assert "CAP_SYS_PTRACE" not in caps
     assert "perf_event_open" in words(k, "SystemCallFilter")
     assert k["ProtectSystem"] == ["strict"] and k["ProtectKernelTunables"] == ["yes"]
     assert set(FREQ_MANAGERS) <= set(words(k, "Conflicts"))
