@@ -4,10 +4,11 @@ How a run is counted. Two ways, both counting the workload, all its threads and 
 (``inherit=1``; one fd per event because inherited counters cannot be read as a group):
 
 * ``spawn(argv)`` (precise; the caller must be allowed to attach to the child): the workload
-  starts behind a gate, a ``/bin/sh`` that blocks reading a pipe and then ``exec``s the workload. While it blocks the
-  agent opens the counters on the shell's pid with ``enable_on_exec=1`` and opens the gate; the
-  counters switch on at the exec, so only the workload is counted. ``stop()`` after the process
-  has been waited for reads the totals (children's counts fold into the parent's at exit).
+  starts behind a gate, a ``/bin/sh`` that blocks reading a pipe and then ``exec``s the
+  workload. While it blocks the agent opens the counters on the shell's pid with
+  ``enable_on_exec=1`` and opens the gate; the counters switch on at the exec, so only the
+  workload is counted. ``stop()`` after the process has been waited for reads the totals
+  (children's counts fold into the parent's at exit).
 * ``start()`` / ``stop()`` around the fork (what the runner's PerfMeter does; no attach, so no
   CAP_SYS_PTRACE over a workload dropped to run_as): counters on the calling thread,
   enabled at start; the child tree created afterwards inherits them. The agent thread's own
