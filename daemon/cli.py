@@ -150,7 +150,8 @@ def _add_link_options(p: argparse.ArgumentParser) -> None:
                                     "without one tcp://127.0.0.1:5555)")
     p.add_argument("--config", help="daemon configuration (default /etc/opptune/daemon.toml)")
     p.add_argument("--timeout", type=float, default=5.0,
-                   help="seconds to wait for an answer (default %(default)g)")
+                   help="seconds to wait for an answer (default %(default)g); a change "
+                        "request left unanswered is asked about once more, so up to twice that")
     p.add_argument("--json", action="store_true", help="print JSON")
 
 

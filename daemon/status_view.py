@@ -210,7 +210,9 @@ def job_state_cell(job: dict[str, Any]) -> tuple[str, str | None]:
     """(the jobs table's state cell, the line under the table or None): a reason that takes a
     sentence (a stopped job's made the table 240 columns wide) is printed whole under the
     table, and its cell points there."""
-    state = str(job.get("state"))
+    # done, but the agent stopped it early: its points not measured are in the reason
+    state = "stopped" if job.get("stopped") and job.get("state") == "done" else str(
+        job.get("state"))
     reason = job.get("reason")
     if not reason:
         return state, None

@@ -506,15 +506,19 @@ class Tuner:
                 s = None  # another daemon of the fleet moved it on since: the store answers
         if s is None and isinstance(tune_id, str):
             # a session of another daemon sharing the store, or one that could not resume
+            r = None
             try:
                 r = self.d.store.tune_session(tune_id)
                 s = self._restore(r) if r is not None else None
             except DAMAGED as exc:
+                if isinstance(r, dict) and r.get("state") in FINAL:  # closed as unresumable
+                    raise HandlerError("internal", f"tune session {tune_id} {r['state']}: "
+                                                   f"{r.get('reason')}") from None
                 raise HandlerError("internal", f"tune session {tune_id} is stored but cannot "
                                                f"be read: {exc}") from None
         if s is None:
-            raise HandlerError("bad_args", f"no tune session {tune_id!r} in this daemon "
-                                           "instance")
+            raise HandlerError("bad_args", f"no tune session {tune_id!r} in the store of this "
+                                           "daemon; 'opptune status' lists the open ones")
         return s.view(time.time())
 
     def stop(self, args: dict[str, Any]) -> dict[str, Any]:
@@ -750,8 +754,9 @@ class Tuner:
         seg = s.segments[s.current]
         if seg.budget is not None and seg.measured >= seg.budget:
             # the session's budget counts its own measurements, not runs stored before it
-            self._proposed(s, Proposal(None, f"the budget of {seg.budget} configurations is "
-                                             "spent"))
+            plural = "s" if seg.budget != 1 else ""
+            self._proposed(s, Proposal(None, f"the budget of {seg.budget} configuration{plural} "
+                                             "is spent"))
             return
         measured = self._stored(self._platform_id(s), s.workload, s.size, seg, s.accept_load)
         if seg.before is None:  # the sampler counts these too: "every configuration is measured"

@@ -287,7 +287,8 @@ def test_a_jobs_long_reason_goes_under_the_table_which_keeps_to_120_columns():
     """The reason of a job the agent stopped for its timeouts (stop_after_timeouts) filled
     the state cell: the jobs table was 328 columns wide on a pipe, and on a 120-column
     terminal the cell folded into 12 lines and the job ids were cut in two. The cell says
-    'done, see below' and the whole reason is one line under the table; a short one stays."""
+    'stopped, see below' (it read 'done' where the agent stopped it) and the whole reason is
+    one line under the table; a short one stays."""
     from rich.console import Console
 
     from opptune.daemon.console import UNBOUNDED_WIDTH
@@ -299,7 +300,7 @@ def test_a_jobs_long_reason_goes_under_the_table_which_keeps_to_120_columns():
            "size": "small", "expected": 24, "received": 24}
     data = {"daemon": {}, "agents": [], "runs": [], "fits": [], "recommendations": [],
             "jobs": [{**job, "job_id": "job-75be4d9ff3f14b5283aa", "state": "done",
-                      "reason": reason},
+                      "reason": reason, "stopped": {"after_timeouts": 2}},
                      {**job, "job_id": "job-58ad30cf9a02462a90fd", "state": "failed",
                       "reason": "no answer"}]}
     for width in (UNBOUNDED_WIDTH, 120):
@@ -311,9 +312,9 @@ def test_a_jobs_long_reason_goes_under_the_table_which_keeps_to_120_columns():
         table = lines[start:end + 1]
         assert max(map(len, table)) <= 120, table
         assert len(table) == 7, table  # title, header (3 lines), 2 rows, bottom: none folded
-        assert "job-75be4d9ff3f14b5283aa" in table[4] and "done, see below" in table[4]
+        assert "job-75be4d9ff3f14b5283aa" in table[4] and "stopped, see below" in table[4]
         assert "failed: no answer" in table[5]
-        assert lines[end + 1] == f"job job-75be4d9ff3f14b5283aa done: {reason}"
+        assert lines[end + 1] == f"job job-75be4d9ff3f14b5283aa stopped: {reason}"
         assert lines[end + 2] == "fits: none"
 
 

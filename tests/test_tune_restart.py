@@ -353,6 +353,12 @@ def test_a_stored_session_that_cannot_be_resumed_is_closed_as_failed(location, c
         assert resent["body"]["job_id"] == job["job_id"]
         err = a.query("tune_status", {"tune_id": "tune-bad"})
         assert err["type"] == "error" and "cannot be read" in err["body"]["message"]
+        err = a.query("tune_status", {"tune_id": "tune-damaged"})  # closed: its verdict
+        assert err["body"]["message"] == "tune session tune-damaged failed: the stored " \
+            "session cannot be resumed: TypeError: 'NoneType' object is not iterable"
+        err = a.query("tune_status", {"tune_id": "tune-nothing"})
+        assert err["body"]["code"] == "bad_args" and "in the store of this daemon; 'opptune " \
+            "status' lists the open ones" in err["body"]["message"]
         assert status(a, ids[0])["state"] == "measuring"
         st = a.query("status", {})["body"]["data"]
         assert [t["tune_id"] for t in st["tunes"]] == ids
