@@ -536,11 +536,21 @@ VALUE_CHECKS: tuple[tuple[str, Any], ...] = (
 )
 
 
+# keys naming a file or directory: a relative one in a file is taken from the file's directory
+# (as a pyperf script is), not from wherever the program was started (/ under systemd)
+PATH_KEYS = ("state_dir", "sysfs_root", "database", "keys_dir")
+
+
 def _load(cls: type, path: Any, default: Path, overrides: dict[str, Any]) -> Any:
     p = Path(path) if path else default
     if path and not p.exists():
         raise ConfigError(f"{p}: configuration file not found; create it or drop --config")
     data = _read(p)
+    for key in PATH_KEYS:
+        value = data.get(key)
+        if isinstance(value, str) and value and not Path(value).is_absolute() \
+                and "://" not in value:  # a URL (or a wrong one, which the checks name)
+            data[key] = os.path.normpath(p.parent.absolute() / value)
     given = {k: v for k, v in overrides.items() if v is not None}
     data.update(given)
     config = _build(cls, data, p)

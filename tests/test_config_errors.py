@@ -216,3 +216,29 @@ def test_a_frequency_grid_of_a_number_is_taken_as_the_quoted_one(tmp_path):
         sweep = load_daemon_config(path).sweep
         assert sweep.frequency_grid == want
         assert grid_asks_frequencies(sweep, None) is True
+
+
+def test_relative_paths_in_a_file_are_taken_from_its_directory(tmp_path, monkeypatch):
+    """A relative state_dir (or database) was taken from the working directory: started from
+    /tmp it made /tmp/relative-state, under systemd (working directory /) a path on the
+    read-only root. Now from the file's directory, as a pyperf script's path already was; a
+    command-line option stays relative to where the command runs, a URL is left alone."""
+    from opptune.shared.config import load_agent_config, load_daemon_config
+    conf = tmp_path / "etc"
+    conf.mkdir()
+    (conf / "agent.toml").write_text('state_dir = "state"\nsysfs_root = "../fake"\n')
+    (conf / "daemon.toml").write_text('database = "db/opptune.db"\nkeys_dir = "keys"\n')
+    (conf / "pg.toml").write_text('database = "postgresql://u@h/db"\n')
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    monkeypatch.chdir(elsewhere)
+    agent = load_agent_config(conf / "agent.toml")
+    assert agent.state_dir == str(conf / "state")
+    assert agent.sysfs_root == str(tmp_path / "fake")
+    daemon = load_daemon_config(conf / "daemon.toml")
+    assert daemon.database == str(conf / "db/opptune.db") and daemon.keys_dir == str(
+        conf / "keys")
+    assert load_daemon_config(conf / "pg.toml").database == "postgresql://u@h/db"
+    assert load_agent_config(conf / "agent.toml", state_dir="mine").state_dir == "mine"
+    # the same through a relative --config path
+    assert load_agent_config("../etc/agent.toml").state_dir == str(conf / "state")
