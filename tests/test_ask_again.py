@@ -179,9 +179,8 @@ def test_a_sweep_a_busy_daemon_answers_too_late_is_queued_once_and_the_command_g
     out once, the client gets its answer (exit 0, the job's id), and the question sent again
     queues nothing more."""
     from opptune.daemon import client, queries
-    from opptune.daemon.service import Daemon
-    from opptune.shared.config import DaemonConfig, SweepDefaults
     from test_daemon_service import Agent
+    from test_recent_requests import daemon_noting_again
 
     asked_again, again_handled = threading.Event(), threading.Event()
     answer, note = queries.answer, client.again_note
@@ -201,19 +200,7 @@ def test_a_sweep_a_busy_daemon_answers_too_late_is_queued_once_and_the_command_g
 
     monkeypatch.setattr(queries, "answer", busy)
     monkeypatch.setattr(client, "again_note", noting)
-    d = Daemon(DaemonConfig(bind="tcp://127.0.0.1:0", database=str(tmp_path / "d.db"),
-                            sweep=SweepDefaults(size="small", reps=1, warmup=0)))
-    on_query = d._handlers["query"]
-
-    def watching(identity, msg):
-        try:
-            on_query(identity, msg)
-        finally:
-            if msg["body"]["what"] == "again":
-                again_handled.set()
-
-    d._handlers["query"] = watching
-    d.start_thread()
+    d = daemon_noting_again(tmp_path, again_handled)
     agent = Agent(d.endpoint)
     try:
         agent.hello()

@@ -242,9 +242,9 @@ def test_recommend_applied_to_a_running_process_sends_the_target(daemon):
         a.close()
 
 
-def test_a_recommendation_being_fitted_holds_up_no_acks(daemon, monkeypatch):
-    """The fit of a ``recommend`` runs off the loop: while it is held, results are still
-    stored and acked; the reply comes when it is done."""
+@pytest.fixture
+def held_fit(monkeypatch):
+    """(fitting, release): a recommendation's fit sets ``fitting`` and waits for ``release``."""
     import threading
 
     from opptune.daemon import goal_query
@@ -258,6 +258,14 @@ def test_a_recommendation_being_fitted_holds_up_no_acks(daemon, monkeypatch):
         return real(*args, **kw)
 
     monkeypatch.setattr(goal_query, "recommend_goal", held)
+    yield fitting, release
+    release.set()
+
+
+def test_a_recommendation_being_fitted_holds_up_no_acks(daemon, held_fit):
+    """The fit of a ``recommend`` runs off the loop: while it is held, results are still
+    stored and acked; the reply comes when it is done."""
+    fitting, release = held_fit
     a = Agent(daemon.endpoint, NO_METER)
     try:
         job_id = a.issued_job()
@@ -283,24 +291,12 @@ def test_a_recommendation_being_fitted_holds_up_no_acks(daemon, monkeypatch):
         a.close()
 
 
-def test_a_tune_sessions_recommendation_is_fitted_off_the_loop(daemon, monkeypatch):
+def test_a_tune_sessions_recommendation_is_fitted_off_the_loop(daemon, held_fit):
     """The session's final fit ran inside the daemon's loop (3.7 s on PostgreSQL at load 14:
     long enough for an agent to take the daemon for gone and fail over). While it is held,
     the daemon answers a heartbeat and tune_status; released, the configuration is pushed and
     the session ends."""
-    import threading
-
-    from opptune.daemon import goal_query
-
-    fitting, release = threading.Event(), threading.Event()
-    real = goal_query.recommend_goal
-
-    def held(*args, **kw):
-        fitting.set()
-        assert release.wait(30), "the test never released the fit"
-        return real(*args, **kw)
-
-    monkeypatch.setattr(goal_query, "recommend_goal", held)
+    fitting, release = held_fit
     a = Agent(daemon.endpoint, METER)
     try:
         tune_id = a.query("tune", {"agent": "q1", "workload": "wl", "objective": "energy",

@@ -89,6 +89,24 @@ def test_which_queries_are_change_requests(what, args, change):
     assert is_change(what, args) is change
 
 
+def daemon_noting_again(tmp_path, handled) -> Daemon:
+    """A daemon (started in a thread) that sets ``handled`` once it has handled an ``again``."""
+    d = Daemon(DaemonConfig(bind="tcp://127.0.0.1:0", database=str(tmp_path / "d.db"),
+                            sweep=SweepDefaults(size="small", reps=1, warmup=0)))
+    on_query = d._handlers["query"]
+
+    def watching(identity, msg):
+        try:
+            on_query(identity, msg)
+        finally:
+            if msg["body"]["what"] == "again":
+                handled.set()
+
+    d._handlers["query"] = watching
+    d.start_thread()
+    return d
+
+
 @pytest.fixture
 def daemon(tmp_path, monkeypatch):
     """A daemon whose 'sweep' answers come from ``answers`` (a list the test fills: a value,
@@ -107,19 +125,7 @@ def daemon(tmp_path, monkeypatch):
         return out
 
     monkeypatch.setattr(queries, "answer", answer)
-    d = Daemon(DaemonConfig(bind="tcp://127.0.0.1:0", database=str(tmp_path / "d.db"),
-                            sweep=SweepDefaults(size="small", reps=1, warmup=0)))
-    on_query = d._handlers["query"]
-
-    def watching(identity, msg):
-        try:
-            on_query(identity, msg)
-        finally:
-            if msg["body"]["what"] == "again":
-                handled.set()
-
-    d._handlers["query"] = watching
-    d.start_thread()
+    d = daemon_noting_again(tmp_path, handled)
     op = Agent(d.endpoint, "operator-test")
     try:
         yield d, op, calls, answers, handled

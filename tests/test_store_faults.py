@@ -139,6 +139,17 @@ def _ddl(location: str, statements: list[str]) -> None:
         con.close()
 
 
+def stored_job(a: Agent, db: str) -> dict:
+    """The job the daemon sends ``a`` at its hello, once the store holds it."""
+    a.hello()
+    job = a.expect("job")["body"]
+    deadline = time.monotonic() + 10
+    while not db_rows(db, "SELECT 1 FROM jobs WHERE job_id = ?", job["job_id"]):
+        assert time.monotonic() < deadline, "the job was never stored"
+        time.sleep(0.01)
+    return job
+
+
 def test_a_batch_whose_commit_fails_is_not_acked_and_its_resend_is_stored_once(daemon):
     """The ingest writer's commit fails (a trigger aborts it): the agent hears store_failed
     and no ack, nothing is stored; sent again once the fault is gone, it is acked and stored
@@ -147,12 +158,7 @@ def test_a_batch_whose_commit_fails_is_not_acked_and_its_resend_is_stored_once(d
     install, remove = _FAULT["postgresql" if db.startswith("postgresql://") else "sqlite"]
     a = Agent(daemon.endpoint)
     try:
-        a.hello()
-        job = a.expect("job")["body"]
-        deadline = time.monotonic() + 10
-        while not db_rows(db, "SELECT 1 FROM jobs WHERE job_id = ?", job["job_id"]):
-            assert time.monotonic() < deadline, "the job was never stored"
-            time.sleep(0.01)
+        job = stored_job(a, db)
         _ddl(db, install)
         bodies = [{"job_id": job["job_id"], "seq": i, "of": 8, "record": record(1, i)}
                   for i in range(3)]
@@ -194,12 +200,7 @@ def test_failures_between_stored_batches_write_one_line_a_minute(daemon, caplog)
     install, remove = _FAULT["postgresql" if db.startswith("postgresql://") else "sqlite"]
     a = Agent(daemon.endpoint)
     try:
-        a.hello()
-        job = a.expect("job")["body"]
-        deadline = time.monotonic() + 10
-        while not db_rows(db, "SELECT 1 FROM jobs WHERE job_id = ?", job["job_id"]):
-            assert time.monotonic() < deadline, "the job was never stored"
-            time.sleep(0.01)
+        job = stored_job(a, db)
         caplog.set_level("WARNING", logger="opptune")
         for i in range(3):  # fail, then stored, three times over
             _ddl(db, install)
