@@ -80,10 +80,13 @@ def test_demo_on_virtual_board(tmp_path):
     grid = {(p["cores"], p["freq_mhz"]) for p in w["points"]}
     swept = {(n, f) for n in range(1, CORES + 1) for f in (600.0, 1000.0, 1500.0)}
     assert swept <= grid
-    # beyond the sweep only the verification of the recommendation (it may extrapolate to
-    # more of the board's 4 cores than --max-cores swept)
+    # beyond the sweep only the verification of the recommendation (at a clock of the table
+    # the sweep left out, maybe), which stays within the cores --max-cores swept (of 4)
     rec = (w["recommended_cores"], w["recommended_freq_khz"] / 1000.0)
-    assert grid - swept <= {rec}
+    assert grid - swept <= {rec} and rec[0] <= CORES, (rec, grid)
+    # and so does the one for energy beside it (the board's meter measured every point)
+    e = w["energy_recommendation"]
+    assert e is not None and 1 <= e["cores"] <= CORES and len(e["cpus"]) == e["cores"], e
     assert all(p["median_energy_j"] > 0 for p in w["points"])
     assert w["model"] in ("amdahl", "usl", "memwall", "combo")
     assert w["recommendation_state"] in ("verified", "off")

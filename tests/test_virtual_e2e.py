@@ -164,3 +164,26 @@ def test_per_cluster_sweep_on_big_little(tmp_path):
     assert recs["cluster0"]["freq_khz"] <= 1_400_000
     # verification runs join their cluster's group
     assert not c.rows("SELECT 1 FROM runs WHERE variant = ''")
+
+
+def test_auto_recommendation_stays_within_the_swept_cores(tmp_path):
+    """x86-2numa has 32 cpus; a sweep capped at 2 cores once had 29 pushed (a 15x
+    extrapolation, "verified" only because its interval was -2..+863 %). What the daemon pushes
+    by itself stays within the cores measured, and its log says where the model's best lies."""
+    board = "x86-2numa"
+    c, _ = start(tmp_path, board, {"max_cores": 2, "frequency_grid": "2"})
+    c.start_daemon()
+    c.start_agent()
+    try:
+        st = c.wait_for(lambda s: recommendations_final(s, 1), timeout=50,
+                        what="a verified recommendation")
+    finally:
+        codes = c.stop()
+    assert codes == {"agent": 0, "daemon": 0}, c.logs()
+    assert {n for (n,) in c.rows("SELECT cores FROM runs WHERE job_id IN "
+                                 "(SELECT job_id FROM jobs)")} == {1, 2}
+    (rec,) = st["recommendations"]
+    check_verdict(rec)
+    assert 1 <= rec["cores"] <= 2 and len(rec["cpus"]) == rec["cores"], rec
+    # compute-bound: the model's best is many more cores than were swept; said, not pushed
+    assert "lies beyond the 2 cores measured: not pushed" in (c.tmp / "daemon.log").read_text()
