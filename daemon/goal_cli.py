@@ -200,6 +200,8 @@ def recommendation_notes(r: dict[str, Any]) -> list[Text]:
         out.append(Text(f"load: {basis['text']}", style=_load_style(basis)))
     if not r["met"]:
         out.append(Text(f"limits: {r['note']}", style="red"))
+    if r.get("beyond"):  # absent from an older daemon's answer
+        out.append(Text(f"beyond: {r['beyond']}"))
     return out
 
 

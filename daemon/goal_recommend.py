@@ -80,6 +80,9 @@ class GoalRecommendation:
     meter: str | None  # the board's energy meter (its platform description), if any
     model: str
     power_model: str | None
+    # the model's best lies beyond the most cores measured and was not recommended (None: it
+    # did not, or --max-cores allowed it)
+    beyond: str | None = None
 
     def as_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -289,8 +292,27 @@ def recommend_goal(goal: Goal, platform: dict[str, Any], groups: dict[str, Seque
                            else np.full(len(p.grid), p.clock_khz or np.nan) for p, _ in ests])
     owner = np.concatenate([np.full(len(p.grid), k) for k, (p, _) in enumerate(ests)])
     allowed = np.concatenate([p.allowed for p, _ in ests])
+    beyond = None
     if max_cores:
         allowed &= cores <= max_cores
+    else:
+        # Without a --max-cores, no more cores than a part measured: a model fitted on 1..k
+        # cores predicts n >> k with an interval that knows nothing of what happens there
+        # (x86-2numa measured at 1-2 cores: 31 cores "0.0008 s (0.0007..0.0011)", truly
+        # about 0.0048 s). Between measured counts it interpolates as before.
+        most = np.concatenate([np.full(len(p.grid), max(int(p.grid.cores[j])
+                                                         for j in p.measured.index))
+                               for p, _ in ests])
+        within = allowed & (cores <= most)
+        if within.any() and (within != allowed).any():
+            free = choose(goal, np.where(allowed, t, np.nan), p_val if power_ok else None,
+                          cores, freq, tolerance,
+                          ok=feasible(goal, t, p_val if power_ok else None) & allowed)
+            if cores[free.index] > most[free.index]:
+                beyond = (f"the model's best, {int(cores[free.index])} cores, lies beyond the "
+                          f"{int(most[free.index])} measured: not recommended (measure more "
+                          "cores, or give --max-cores to allow a prediction there)")
+            allowed = within
     if not allowed.any():
         raise NotMeasured(f"no candidate has at most {max_cores} cores")
     ok = feasible(goal, t, p_val if power_ok else None) & allowed
@@ -353,4 +375,4 @@ def recommend_goal(goal: Goal, platform: dict[str, Any], groups: dict[str, Seque
         energy=energy, energy_source=", ".join(sorted(sources)) or None, meter=meter,
         model=", ".join(sorted({e.model for _, e in ests})),
         power_model=", ".join(sorted({e.power_model for _, e in ests if e.power_model}))
-        or None)
+        or None, beyond=beyond)

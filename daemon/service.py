@@ -43,6 +43,7 @@ from .fitter import Fitter
 from .keyring import KeyRing
 from .jobs import ACTIVE_JOB_STATES, FINAL_JOB_STATES, JobTracker, closing_point
 from .link import Link
+from .planner import is_tune_job
 from .query_worker import Deferred, QueryWorker
 from .recent_requests import RecentRequests, is_change
 from .recommender import Recommender, freq_text, off_pct, verdict
@@ -597,7 +598,9 @@ class Daemon:
         self.jobs.results_stored(touched, now)
 
     def _job_done(self, job_id: str, agent: str) -> None:
-        if self.tuning.owns(job_id):  # a tune session's measurement: the session goes on
+        # a tune session's measurement: the session goes on; a tune job no session here holds
+        # (stopped or ended while it was out, before a restart too) is no sweep to fit
+        if self.tuning.owns(job_id) or is_tune_job(job_id):
             self.tuning.job_done(job_id)
             return
         # marked points to be measured again: fit now, recommend once they are clean

@@ -53,8 +53,8 @@ from .goal_query import apply, measured_groups, parse_goal, recommend_steps, wit
 from .goal_recommend import SILENT_METER, Part, fill_part, per_configuration
 from .jobs import ACTIVE_JOB_STATES, UNSUCCESSFUL_JOB_STATES
 from .objectives import Goal
-from .planner import (TUNE_JOB_PREFIX, clocks_never_apply, cluster_orders, is_tune_job,
-                      new_job_id, offered_frequencies, sweep_order)
+from .planner import (TUNE_JOB_PREFIX, clocks_never_apply, cluster_orders, new_job_id,
+                      offered_frequencies, sweep_order)
 from .recommend import candidate_grid
 from .recommender import rests_on, verdict
 from .registry import board_name, elsewhere_text
@@ -601,9 +601,8 @@ class Tuner:
 
     # -- the loop -----------------------------------------------------------------------------
     def owns(self, job_id: str) -> bool:
-        """Whether ``job_id`` is a tune session's: one held here, or any tune job (its session
-        stopped or ended while it was out, here or before a restart): its end is not a sweep's."""
-        return job_id in self._by_job or job_id in self._stopped_jobs or is_tune_job(job_id)
+        """Whether ``job_id`` is the job of a session held here (or stopped here while out)."""
+        return job_id in self._by_job or job_id in self._stopped_jobs
 
     def job_done(self, job_id: str) -> None:
         """A session's one-point job has all its runs: ask for the next configuration."""

@@ -384,3 +384,22 @@ def test_runs_left_to_the_governor_do_not_pool_with_runs_at_a_set_clock():
     alone = recommend_goal(make_goal("time"), plat, {"": governor})
     t1500, _ = truth(PI4, PI4_ORDER[:alone.cores], 1_500_000)
     assert alone.freq_khz is None and alone.time_s.value == pytest.approx(t1500, rel=0.01)
+
+
+def test_no_more_cores_than_measured_without_max_cores():
+    """Measured at 1-2 cores of 8, the time goal was recommended at the model's best beyond
+    them (x86-2numa: 31 cores predicted 0.0008 s with a narrow interval, truly ~6x slower):
+    now the most cores measured, and the recommendation says where the model's best lies;
+    --max-cores allows a prediction beyond."""
+    plat = platform_of(XU4)
+    runs = {"": rows(XU4, XU4_ORDER[:2], SHARED)}
+    rec = recommend_goal(make_goal("time"), plat, runs, tolerance=0.05)
+    assert rec.cores == 2 and rec.beyond is not None
+    assert rec.beyond.startswith("the model's best, ") and "lies beyond the 2 measured" in \
+        rec.beyond and "--max-cores" in rec.beyond
+    wide = recommend_goal(make_goal("time"), plat, runs, tolerance=0.05, max_cores=8)
+    assert wide.cores > 2 and wide.beyond is None
+    # measured on every core: nothing is beyond
+    full = recommend_goal(make_goal("time"), plat, {"": rows(XU4, XU4_ORDER, SHARED)},
+                          tolerance=0.05)
+    assert full.beyond is None
