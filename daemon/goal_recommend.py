@@ -309,9 +309,10 @@ def recommend_goal(goal: Goal, platform: dict[str, Any], groups: dict[str, Seque
                           cores, freq, tolerance,
                           ok=feasible(goal, t, p_val if power_ok else None) & allowed)
             if cores[free.index] > most[free.index]:
+                seen = int(most[free.index])
                 beyond = (f"the model's best, {int(cores[free.index])} cores, lies beyond the "
-                          f"{int(most[free.index])} measured: not recommended (measure more "
-                          "cores, or give --max-cores to allow a prediction there)")
+                          f"{seen} core{'s' if seen != 1 else ''} measured: not recommended (measure "
+                          "more cores, or give --max-cores to allow a prediction there)")
             allowed = within
     if not allowed.any():
         raise NotMeasured(f"no candidate has at most {max_cores} cores")

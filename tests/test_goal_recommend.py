@@ -395,7 +395,7 @@ def test_no_more_cores_than_measured_without_max_cores():
     runs = {"": rows(XU4, XU4_ORDER[:2], SHARED)}
     rec = recommend_goal(make_goal("time"), plat, runs, tolerance=0.05)
     assert rec.cores == 2 and rec.beyond is not None
-    assert rec.beyond.startswith("the model's best, ") and "lies beyond the 2 measured" in \
+    assert rec.beyond.startswith("the model's best, ") and "lies beyond the 2 cores measured" in \
         rec.beyond and "--max-cores" in rec.beyond
     wide = recommend_goal(make_goal("time"), plat, runs, tolerance=0.05, max_cores=8)
     assert wide.cores > 2 and wide.beyond is None
