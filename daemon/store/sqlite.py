@@ -65,6 +65,12 @@ LOW_ROOM_POLL_FRACTION = 0.1  # ...and is looked at ten times as often
 CACHE_KIB = 32 << 10  # the writer's page cache: RSS grows by this much at most, then stays
 
 
+def _stored_record(text: str | None, packed: bytes | None) -> Any:
+    """A run's record as the agent sent it: from its msgpack column where the row has one,
+    else from its JSON text."""
+    return json.loads(text) if packed is None else msgpack.unpackb(packed)
+
+
 def drift_ends_sql(drift: str, variant: str) -> str:
     """store.drift_ends in SQL: whether the drift row ``drift`` (an alias) ends the runs of
     the group whose variant is the SQL expression ``variant``."""
@@ -330,8 +336,7 @@ class SQLiteStore(Store):
         for text, packed in self.db.execute(
                 "SELECT record, record_msgpack FROM runs WHERE job_id=? AND ok=0 ORDER BY seq",
                 (job_id,)):
-            error = (json.loads(text) if packed is None else msgpack.unpackb(packed)).get(
-                "error")
+            error = _stored_record(text, packed).get("error")
             if isinstance(error, str) and error and error not in errors:
                 errors.append(error)
         return errors
@@ -341,7 +346,7 @@ class SQLiteStore(Store):
                               "ORDER BY seq DESC LIMIT 1", (job_id,)).fetchone()
         if row is None:
             return None
-        data = json.loads(row[0]) if row[1] is None else msgpack.unpackb(row[1])
+        data = _stored_record(row[0], row[1])
         return data if isinstance(data, dict) else None
 
     def _job_row(self, r: dict[str, Any]) -> dict[str, Any]:
@@ -445,8 +450,7 @@ class SQLiteStore(Store):
         for msg_id, text, packed in self.db.execute(
                 "SELECT msg_id, record, record_msgpack FROM runs WHERE job_id=? ORDER BY seq",
                 (job_id,)):
-            raw = json.loads(text) if packed is None else msgpack.unpackb(packed)
-            out.append((msg_id, RunRecord.from_dict(raw)))
+            out.append((msg_id, RunRecord.from_dict(_stored_record(text, packed))))
         return out
 
     def run_counts(self) -> list[dict[str, Any]]:
@@ -610,8 +614,7 @@ class SQLiteStore(Store):
                 accept_load):
             source = None
             if e is not None:  # the source is not a column: read it from the stored record
-                raw = json.loads(text) if packed is None else msgpack.unpackb(packed)
-                source = raw.get("energy_source")
+                source = _stored_record(text, packed).get("energy_source")
             out.append((c, f, t, e, source))
         return out
 
