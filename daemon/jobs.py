@@ -184,11 +184,10 @@ class JobTracker:
         # the rest is missing
         errors = self.store.job_errors(job_id) if ok < received else []
         stop = self._stop(job_id, errors)
-        stopped = stop is not None
-        self.store.set_job_state(job_id, "done", failure_text(errors) if stopped else None,
-                                 stopped=stop)
+        reason = failure_text(errors) if stop is not None else None
+        self.store.set_job_state(job_id, "done", reason, stopped=stop)
         log.info("job %s of %s done (%d runs, %d successful)%s", job_id, agent, received, ok,
-                 f": {failure_text(errors)}" if stopped else "")
+                 f": {reason}" if reason else "")
         self._finished(agent, job_id)
         self.on_done(job_id, agent)
 
