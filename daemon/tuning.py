@@ -504,22 +504,28 @@ class Tuner:
                 r = None
             if r is not None and r.get("updated") != s.stored:
                 s = None  # another daemon of the fleet moved it on since: the store answers
-        if s is None and isinstance(tune_id, str):
-            # a session of another daemon sharing the store, or one that could not resume
-            r = None
-            try:
-                r = self.d.store.tune_session(tune_id)
-                s = self._restore(r) if r is not None else None
-            except DAMAGED as exc:
-                if isinstance(r, dict) and r.get("state") in FINAL:  # closed as unresumable
-                    raise HandlerError("internal", f"tune session {tune_id} {r['state']}: "
-                                                   f"{r.get('reason')}") from None
-                raise HandlerError("internal", f"tune session {tune_id} is stored but cannot "
-                                               f"be read: {exc}") from None
         if s is None:
+            # a session of another daemon sharing the store, or one that could not resume
+            s = self._stored_session(tune_id)[1]
+        return s.view(time.time())
+
+    def _stored_session(self, tune_id: Any) -> tuple[dict[str, Any], Session]:
+        """The stored row of session ``tune_id`` and its Session; HandlerError where there is
+        none, or its record cannot be read (one closed as unresumable gives its verdict)."""
+        r, s = None, None
+        try:
+            r = self.d.store.tune_session(tune_id) if isinstance(tune_id, str) else None
+            s = self._restore(r) if r is not None else None
+        except DAMAGED as exc:
+            if isinstance(r, dict) and r.get("state") in FINAL:  # closed as unresumable
+                raise HandlerError("internal", f"tune session {tune_id} {r['state']}: "
+                                               f"{r.get('reason')}") from None
+            raise HandlerError("internal", f"tune session {tune_id} is stored but cannot "
+                                           f"be read: {exc}") from None
+        if r is None or s is None:
             raise HandlerError("bad_args", f"no tune session {tune_id!r} in the store of this "
                                            "daemon; 'opptune status' lists the open ones")
-        return s.view(time.time())
+        return r, s
 
     def stop(self, args: dict[str, Any]) -> dict[str, Any]:
         """The ``tune_stop`` query: end the session ``args.tune_id`` (state ``stopped``). This
@@ -549,16 +555,7 @@ class Tuner:
                                             "run 'opptune tune --stop' again")
         # the store's copy: another daemon of the fleet drives the session, or none does
         for _ in range(STOP_TRIES):
-            r = self.d.store.tune_session(tune_id)
-            if r is None:
-                raise HandlerError("bad_args", f"no tune session {tune_id!r} in the store of "
-                                               "this daemon; 'opptune status' lists the open "
-                                               "ones")
-            try:
-                s = self._restore(r)
-            except (KeyError, TypeError, ValueError) as exc:
-                raise HandlerError("internal", f"tune session {tune_id} is stored but cannot "
-                                               f"be read: {exc}") from None
+            r, s = self._stored_session(tune_id)
             if s.state in FINAL:
                 return self._stopped(s, None, False)
             job = s.job_id if s.state == "measuring" else None
