@@ -543,3 +543,33 @@ def test_alike_policies_of_several_cpus_each_keep_their_sets():
     assert policy_rows(policies, {p["name"]: table for p in policies}) == [
         ("cpufreq policy0,2", "cpus {0-1} {2-3}, cpufreq-dt, 3 frequencies 600-1800 MHz"),
         ("cpufreq policy4", "cpus {4-5}, scmi, 3 frequencies 600-1800 MHz")]
+
+
+def test_the_scaling_legend_hides_no_measured_point_nor_the_star(tmp_path, monkeypatch):
+    """The legend sat inside the axes, upper right, as wide as them (the model's whole note):
+    on a virtual rpi4 it covered the one-core point of the slowest clock and the recommended
+    star (found by walk31's screenshots). It goes below the axes."""
+    from opptune.daemon.report import plots
+    from opptune.daemon.report.analysis import analyse_group
+    entry = {"group": {"platform": "p1", "workload": "pi_integrate", "input": "small",
+                       "variant": ""}, "runs": _runs([600.0, 1000.0, 1500.0], True)}
+    plat = {"n_cpus": 4, "sweep_order": [0, 1, 2, 3], "clusters": [[0, 1, 2, 3]]}
+    rec = {"cores": 2, "cpus": [0, 1], "freq_khz": 600_000, "predicted_time_s": 0.92,
+           "state": "verified", "verified_time_s": 0.92}
+    view = analyse_group(entry, plat, "rpi4 (virtual)", rec)
+    assert view.curves, view.model_note
+    figs = []
+    monkeypatch.setattr(plots.plt, "close", figs.append)  # keep the figure to look at
+    plots.scaling(view, tmp_path / "scaling.png")
+    fig, = figs
+    fig.canvas.draw()
+    ax, = fig.axes
+    legend = ax.get_legend().get_window_extent()
+    markers = [xy for line in ax.get_lines() if line.get_marker() not in (None, "None", "")
+               for xy in ax.transData.transform(line.get_xydata())]
+    assert len(markers) == 12 + 1  # 4 cores x 3 clocks, the star
+    hidden = [xy for xy in markers if legend.contains(*xy)]
+    assert not hidden
+    assert not legend.overlaps(ax.get_window_extent())
+    assert fig.bbox.contains(legend.x0, legend.y0) and fig.bbox.contains(legend.x1, legend.y1)
+    plots.plt.close(fig)
