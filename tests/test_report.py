@@ -276,6 +276,14 @@ def test_energy_of_a_kernel_energy_model_is_not_called_measured(tmp_path):
     plat["energy"]["source"] = "rapl:package-0"
     html = build_report(data, tmp_path / "rapl").index.read_text()
     assert "energy measured by the board&#x27;s meter at 8 configurations" in html
+    # every configuration measured: the captions said "at the other 0 it is modelled" (walk31)
+    assert "at the other 0" not in html
+    assert html.count("at 8 configurations, every one offered: none modelled") == 2
+    # half of them measured: the other half is the time model x the power model
+    data["points"][0]["runs"] = _runs([1000.0], True) + _runs([2000.0], False)
+    html = build_report(data, tmp_path / "half").index.read_text()
+    assert html.count("nergy measured by the board&#x27;s meter at 4 configurations; at the "
+                      "other 4 it is modelled: time model x power model (") == 2
 
 
 def _store(n_groups):

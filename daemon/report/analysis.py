@@ -305,9 +305,12 @@ def _grid(view: GroupView, model: FittedModel, platform: dict[str, Any], axis: l
     source = str(((platform or {}).get("energy") or {}).get("source") or "")
     how = ("estimated by the kernel's energy model (no meter)"
            if source.startswith(ESTIMATE_SOURCES) else "measured by the board's meter")
-    note = (f"energy {how} at {n_meas} configurations; at the other "
-            f"{n_all - n_meas} it is modelled: time model x power model ({power.name}, fitted "
-            f"to the {len(with_energy)} runs with energy)")
+    note = f"energy {how} at {n_meas} configuration{'s' if n_meas != 1 else ''}"
+    if n_meas < n_all:  # "at the other 0 it is modelled" where every one was measured
+        note += (f"; at the other {n_all - n_meas} it is modelled: time model x power model "
+                 f"({power.name}, fitted to the {len(with_energy)} runs with energy)")
+    else:
+        note += ", every one offered: none modelled"
     return Grid(cores, freqs, time, energy, measured, front, note)
 
 
