@@ -134,11 +134,21 @@ def answer_recommend(d: Daemon, args: dict[str, Any]) -> Deferred:
     accept_load = args.get("accept_load")
     if accept_load is not None and not isinstance(accept_load, bool):
         raise HandlerError("bad_args", "recommend args.accept_load must be true or false")
-    compute, make_out = recommend_steps(d, agent, workload, goal, size,
-                                         _int_arg(args, "cluster"), _int_arg(args, "max_cores"),
-                                         accept_load)
+    fit, make_out = recommend_steps(d, agent, workload, goal, size,
+                                    _int_arg(args, "cluster"), _int_arg(args, "max_cores"),
+                                    accept_load)
+
+    def compute() -> Any:
+        try:
+            return fit()
+        except HandlerError as exc:
+            if exc.code != "no_model":
+                raise
+            return exc  # finish, on the loop, says which runs the fit was without
 
     def finish(r: Any) -> dict[str, Any]:
+        if isinstance(r, HandlerError):
+            raise HandlerError(r.code, f"{r}{marked_note(d, agent, workload, size, accept_load)}")
         out = make_out(r)
         if args.get("apply"):
             # a configuration that breaks the user's limits is never pushed (withheld)
@@ -146,6 +156,30 @@ def answer_recommend(d: Daemon, args: dict[str, Any]) -> Deferred:
         return out
 
     return Deferred(compute, finish)
+
+
+def marked_note(d: Daemon, agent: str, workload: str, size: str | None,
+                accept_load: bool | None) -> str:
+    """Why a fit had too few runs where the board was busy: '; N runs marked ... left out
+    (...)' and what to do (empty when none was, or the load is accepted)."""
+    try:
+        _, size, runs = workload_groups(d, agent, workload, size, accept_load)
+    except HandlerError:
+        return ""
+    platform_id = d.registry.get(agent).platform_id
+    n, offenders = 0, []
+    for variant in runs:
+        basis = rests_on(d.store, Group(platform_id, workload, size, variant),
+                         accept_load=accept_load)
+        if not basis["marked_used"]:
+            n += basis["marked_runs"]
+            offenders += basis["offenders"]
+    if not n:
+        return ""
+    return (f"; {n} run{'s' if n != 1 else ''} marked for interference left out "
+            f"({'; '.join(dict.fromkeys(offenders))}): the daemon measures those points again "
+            "when the board is quiet ('opptune status' follows them); or --accept-load for a "
+            "recommendation that holds for the board under that load")
 
 
 def apply(d: Daemon, rec: dict[str, Any], target: dict[str, Any] | None = None
