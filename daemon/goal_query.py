@@ -232,9 +232,17 @@ def _broken(rec: dict[str, Any]) -> list[str]:
 def withheld(rec: dict[str, Any], tune: bool = False, budget_spent: bool = False
              ) -> dict[str, Any]:
     """The ``applied`` of a recommendation that breaks its goal's limits (``met`` false):
-    nothing is pushed, and the reason says what to do instead. ``tune``: said for ``opptune
-    tune``, which has measured what it found worth measuring, or what ``budget_spent``
-    let it."""
+    nothing is pushed, and the reason says what to do instead (:func:`advice`)."""
+    where = "applied" if tune else f"pushed to {rec['agent']}"
+    return {"config_id": None, "state": "withheld",
+            "reason": f"{rec['note']}; nothing was {where}: "
+                      f"{advice(rec, tune, budget_spent)}"}
+
+
+def advice(rec: dict[str, Any], tune: bool = False, budget_spent: bool = False) -> str:
+    """What to do about a recommendation that breaks its goal's limits: relax them, measure
+    more, or leave them out. ``tune``: said for ``opptune tune``, which has measured what it
+    found worth measuring, or what ``budget_spent`` let it."""
     opts = " or ".join(_broken(rec))
     todo = [f"relax {opts}"]
     if tune and budget_spent:
@@ -245,7 +253,4 @@ def withheld(rec: dict[str, Any], tune: bool = False, budget_spent: bool = False
                     f"--workload {rec['workload']} {_goal_args(rec)}'")
     alone = Goal(rec["goal"]["objective"]).describe()
     todo.append(f"leave {opts} out for the best configuration for {alone} alone")
-    where = "applied" if tune else f"pushed to {rec['agent']}"
-    return {"config_id": None, "state": "withheld",
-            "reason": f"{rec['note']}; nothing was {where}: {', '.join(todo[:-1])}"
-                      f"{', or ' if len(todo) > 2 else ' or '}{todo[-1]}"}
+    return f"{', '.join(todo[:-1])}{', or ' if len(todo) > 2 else ' or '}{todo[-1]}"
