@@ -581,3 +581,21 @@ def test_the_scaling_legend_hides_no_measured_point_nor_the_star(tmp_path, monke
     assert not legend.overlaps(ax.get_window_extent())
     assert fig.bbox.contains(legend.x0, legend.y0) and fig.bbox.contains(legend.x1, legend.y1)
     plots.plt.close(fig)
+
+
+def test_a_group_whose_clean_runs_are_at_one_core_count_says_why_there_is_no_model():
+    """Measured at 1 and 2 cores on a loaded machine, every 2-core run marked: the page said
+    "no model: no candidate model could be fitted (amdahl: fold 0: need at least 2 distinct
+    core counts to fit a speedup curve; usl: ...; hold: ...)" of a group measured at two
+    (walk31, this machine at load 10)."""
+    from opptune.daemon.report.analysis import analyse_group
+    runs = [[1, None, 0.003, None]] * 3 + [[2, None, 0.0015, None]] * 3
+    entry = {"group": {"platform": "p1", "workload": "w", "input": "small", "variant": ""},
+             "runs": runs, "fit_runs": [r[:3] for r in runs[:3]]}
+    view = analyse_group(entry, {"n_cpus": 2, "sweep_order": [0, 1]}, "vm", None)
+    assert view.model is None
+    assert view.model_note == (
+        "no model: the runs a fit may use are at 1 core only, and a fit needs two core "
+        "counts; 3 of the 6 runs are left out: marked for interference, throttled, or from "
+        "before a drift ('opptune status' says which; the daemon re-measures marked points "
+        "when the board is quiet, accept_load = true fits them)")
