@@ -31,8 +31,9 @@ def add_parsers(sub: argparse._SubParsersAction, add_link_options) -> None:
         description="One benchmark per workload x configuration, named like "
                     "'pi_integrate/small/4cores@1400MHz' (the board is prefixed when the runs "
                     "come from several boards); cores, cpus, frequencies, board, agent and "
-                    "variant are in its metadata. Every successful run is a value; marked "
-                    "runs (throttled, ...) are included with the mark in their metadata.")
+                    "variant are in its metadata. Every successful run is a value, its energy "
+                    "(where measured) in its metadata; marked runs (throttled, ...) are "
+                    "included with the mark in their metadata.")
     add_link_options(p)
     p.add_argument("--format", choices=("pyperf",), default="pyperf",
                    help="the file's format (pyperf, the default)")
@@ -172,6 +173,11 @@ def _run_metadata(name: str, row: dict[str, Any], boards: dict[str, str]) -> dic
     for policy, mhz in sorted((r.get("freq_observed_mhz") or {}).items()):
         if isinstance(mhz, (int, float)) and mhz > 0:
             meta[f"opptune_freq_observed_{_key(policy)}_mhz"] = mhz
+    energy = r.get("energy_j")
+    if isinstance(energy, (int, float)) and energy > 0:
+        # the run's energy beside its time: what an energy goal was chosen from
+        meta["opptune_energy_j"] = energy
+        meta["opptune_energy_source"] = r.get("energy_source") or "unknown"
     if r.get("virtual"):
         meta["opptune_virtual"] = "yes (simulated board)"
     if r.get("started_at"):

@@ -253,6 +253,10 @@ def cmd_recommend(args: argparse.Namespace) -> int:
         return rc
     con = make_console()
     print_recommendation(con, data)
+    if not data["met"] and not data.get("applied"):
+        # without --apply the limits' line said what is broken, not what to do about it
+        from .goal_query import advice
+        con.print(f"to meet the limits: {advice(data)}", markup=False, soft_wrap=True)
     if data.get("applied"):
         a, agent = data["applied"], data["agent"]
         if a["state"] == "withheld":

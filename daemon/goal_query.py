@@ -134,11 +134,21 @@ def answer_recommend(d: Daemon, args: dict[str, Any]) -> Deferred:
     accept_load = args.get("accept_load")
     if accept_load is not None and not isinstance(accept_load, bool):
         raise HandlerError("bad_args", "recommend args.accept_load must be true or false")
-    compute, make_out = recommend_steps(d, agent, workload, goal, size,
-                                         _int_arg(args, "cluster"), _int_arg(args, "max_cores"),
-                                         accept_load)
+    fit, make_out = recommend_steps(d, agent, workload, goal, size,
+                                    _int_arg(args, "cluster"), _int_arg(args, "max_cores"),
+                                    accept_load)
+
+    def compute() -> Any:
+        try:
+            return fit()
+        except HandlerError as exc:
+            if exc.code != "no_model":
+                raise
+            return exc  # finish, on the loop, says which runs the fit was without
 
     def finish(r: Any) -> dict[str, Any]:
+        if isinstance(r, HandlerError):
+            raise HandlerError(r.code, f"{r}{marked_note(d, agent, workload, size, accept_load)}")
         out = make_out(r)
         if args.get("apply"):
             # a configuration that breaks the user's limits is never pushed (withheld)
@@ -146,6 +156,30 @@ def answer_recommend(d: Daemon, args: dict[str, Any]) -> Deferred:
         return out
 
     return Deferred(compute, finish)
+
+
+def marked_note(d: Daemon, agent: str, workload: str, size: str | None,
+                accept_load: bool | None) -> str:
+    """Why a fit had too few runs where the board was busy: '; N runs marked ... left out
+    (...)' and what to do (empty when none was, or the load is accepted)."""
+    try:
+        _, size, runs = workload_groups(d, agent, workload, size, accept_load)
+    except HandlerError:
+        return ""
+    platform_id = d.registry.get(agent).platform_id
+    n, offenders = 0, []
+    for variant in runs:
+        basis = rests_on(d.store, Group(platform_id, workload, size, variant),
+                         accept_load=accept_load)
+        if not basis["marked_used"]:
+            n += basis["marked_runs"]
+            offenders += basis["offenders"]
+    if not n:
+        return ""
+    return (f"; {n} run{'s' if n != 1 else ''} marked for interference left out "
+            f"({'; '.join(dict.fromkeys(offenders))}): the daemon measures those points again "
+            "when the board is quiet ('opptune status' follows them); or --accept-load for a "
+            "recommendation that holds for the board under that load")
 
 
 def apply(d: Daemon, rec: dict[str, Any], target: dict[str, Any] | None = None
@@ -198,9 +232,17 @@ def _broken(rec: dict[str, Any]) -> list[str]:
 def withheld(rec: dict[str, Any], tune: bool = False, budget_spent: bool = False
              ) -> dict[str, Any]:
     """The ``applied`` of a recommendation that breaks its goal's limits (``met`` false):
-    nothing is pushed, and the reason says what to do instead. ``tune``: said for ``opptune
-    tune``, which has measured what it found worth measuring, or what ``budget_spent``
-    let it."""
+    nothing is pushed, and the reason says what to do instead (:func:`advice`)."""
+    where = "applied" if tune else f"pushed to {rec['agent']}"
+    return {"config_id": None, "state": "withheld",
+            "reason": f"{rec['note']}; nothing was {where}: "
+                      f"{advice(rec, tune, budget_spent)}"}
+
+
+def advice(rec: dict[str, Any], tune: bool = False, budget_spent: bool = False) -> str:
+    """What to do about a recommendation that breaks its goal's limits: relax them, measure
+    more, or leave them out. ``tune``: said for ``opptune tune``, which has measured what it
+    found worth measuring, or what ``budget_spent`` let it."""
     opts = " or ".join(_broken(rec))
     todo = [f"relax {opts}"]
     if tune and budget_spent:
@@ -211,7 +253,4 @@ def withheld(rec: dict[str, Any], tune: bool = False, budget_spent: bool = False
                     f"--workload {rec['workload']} {_goal_args(rec)}'")
     alone = Goal(rec["goal"]["objective"]).describe()
     todo.append(f"leave {opts} out for the best configuration for {alone} alone")
-    where = "applied" if tune else f"pushed to {rec['agent']}"
-    return {"config_id": None, "state": "withheld",
-            "reason": f"{rec['note']}; nothing was {where}: {', '.join(todo[:-1])}"
-                      f"{', or ' if len(todo) > 2 else ' or '}{todo[-1]}"}
+    return f"{', '.join(todo[:-1])}{', or ' if len(todo) > 2 else ' or '}{todo[-1]}"

@@ -131,6 +131,33 @@ def test_goals_needing_power_are_refused_when_the_meter_saw_no_run(daemon):
         a.close()
 
 
+def test_recommend_without_enough_clean_runs_says_which_were_marked_and_what_to_do(daemon):
+    """Walking this 2-cpu machine at load 10: 15 of 18 runs marked for interference, the clean
+    ones all at 1 core. 'opptune recommend' said only 'no model to recommend from: board: no
+    time family fits 1 measurement(s)' (exit 1), where the status names the marked runs and
+    tune says what to do (walk31)."""
+    why = "interference: 89 % of cpus 0-1; pid 8306 (python) used 35 % of cpu 0"
+    a = Agent(daemon.endpoint, NO_METER)
+    try:
+        job_id = a.issued_job()
+        for seq, cores in enumerate((1, 2, 2, 2)):
+            r = record(NO_METER, cores, energy=False)
+            if cores == 2:
+                r["marked"] = why
+            a.send("result", {"job_id": job_id, "seq": seq, "of": 4, "record": r})
+            a.expect("ack")
+        err = a.query("recommend", {"agent": "q1", "workload": "wl"})
+        assert err["body"]["code"] == "no_model", err
+        assert err["body"]["message"].endswith(
+            f"; 3 runs marked for interference left out ({why}): the daemon measures those "
+            "points again when the board is quiet ('opptune status' follows them); or "
+            "--accept-load for a recommendation that holds for the board under that load"), err
+        rec = a.query("recommend", {"agent": "q1", "workload": "wl", "accept_load": True})
+        assert rec["body"]["data"]["cores"] == 2, rec
+    finally:
+        a.close()
+
+
 def test_tune_measures_one_configuration_per_job_then_pushes_and_verifies(daemon):
     a = Agent(daemon.endpoint, METER)
     try:

@@ -193,6 +193,17 @@ def test_limits_no_configuration_meets_exit_3_and_push_nothing(tmp_path):
                          r"1us', or leave --deadline out for the best configuration for "
                          r"minimum time alone", text), text
         assert "pushed to test-agent as" not in text and "Traceback" not in p.stderr
+        # without --apply: the same advice (the limits' line alone said what is broken, not
+        # what to do; walk31)
+        p = opptune("recommend", *base, "--deadline", "1us", cwd=elsewhere)
+        assert p.returncode == 3, p.stdout + p.stderr
+        text = " ".join(p.stdout.split())
+        assert re.search(r"limits: no configuration meets the limits; the closest takes "
+                         r"[0-9.]+ m?s \(deadline 1 us\) to meet the limits: relax --deadline, "
+                         r"measure more configurations with 'opptune tune --agent test-agent "
+                         r"--workload pi_integrate --size small --deadline 1us', or leave "
+                         r"--deadline out for the best configuration for minimum time alone$",
+                         text), text
 
         # neither the daemon's store nor the agent has any configuration
         assert c.rows("SELECT count(*) FROM recommendations") == [(0,)]

@@ -72,3 +72,31 @@ def test_saved_state_round_trips_through_json():
     a, b = fit.predict(q), back.predict(q)
     assert np.allclose(a.value, b.value) and np.allclose(a.upper, b.upper)
     assert back.quality == fit.quality
+
+
+def test_a_frequency_measured_at_one_core_count_follows_the_others_shape():
+    """A recommendation verified at a clock no sweep measured adds that clock at one core
+    count. Held flat, its one point was its time at every core count: triad on a virtual
+    odroid-xu4, 4 cores at 1200 MHz verified at 0.038 s, was predicted 0.038 s at one core,
+    where 800 and 1400 MHz measured 0.17 and 0.14 s (walk31: the report's curve, and the
+    combination in which hold weighed 0.54). It takes the other clocks' shape through its
+    point; those clocks and an unseen one are predicted as before from the measured curves."""
+    p = np.tile([1.0, 2, 4, 8], 2)
+    f = np.repeat([800.0, 1400.0], 4)
+    t = (0.05 + 80.0 / f) / np.array([1, 1.9, 3.4, 4.0] * 2)
+    law = HoldModeler().fit(Observations(cores=p, time_s=t, freq_mhz=f))
+    t1200 = law.predict(Observations.query([4.0], [1200.0])).value[0]
+    fit = HoldModeler().fit(Observations(cores=np.append(p, 4.0),
+                                         time_s=np.append(t, t1200 * 1.02),
+                                         freq_mhz=np.append(f, 1200.0)))
+    q = Observations.query([1, 2, 4, 8], [1200.0] * 4)
+    assert np.allclose(fit.predict(q).value, law.predict(q).value * 1.02)
+    # the measured clocks keep their own curves; the single point is predicted as measured
+    assert np.allclose(fit.predict(Observations.query(p, f)).value, t)
+    assert fit.predict(Observations.query([4.0], [1200.0])).value[0] == pytest.approx(
+        t1200 * 1.02)
+    # with one shaped curve the single point takes its shape (1/F across clocks)
+    one = HoldModeler().fit(Observations(cores=[1.0, 2, 4, 2], time_s=[8.0, 4.4, 2.6, 3.0],
+                                         freq_mhz=[1000.0, 1000, 1000, 2000]))
+    assert np.allclose(one.predict(Observations.query([1, 2, 4], [2000.0] * 3)).value,
+                       np.array([8.0, 4.4, 2.6]) * 3.0 / 4.4)

@@ -274,6 +274,28 @@ def test_marked_runs_stay_in_the_export_with_their_mark(tmp_path):
     assert dump.stdout.count("opptune_throttled: cpu-thermal reached 85 C (passive)") == 1
 
 
+def test_each_runs_energy_is_in_its_metadata(tmp_path):
+    """The export carried each run's time only: a board's energy, from which 'opptune
+    recommend --objective energy' chose, was nowhere in the file (walk31, virtual rpi4)."""
+    base = {"platform": "p1", "workload": "w", "input": "small", "cores": 2, "cpus": [0, 1],
+            "threads": 2, "freq_mhz": 600.0}
+    rows = [{"agent": "a", "job_id": "job-1", "source": "sweep",
+             "record": {**base, "rep": 0, "time_s": 0.05, "energy_j": 0.0169,
+                        "energy_source": "rapl:package-0"}},
+            {"agent": "a", "job_id": "job-1", "source": "sweep",
+             "record": {**base, "rep": 1, "time_s": 0.051, "energy_j": None}}]
+    suite, _ = build_suite(rows, {"p1": "board-x"})
+    path = tmp_path / "e.json"
+    suite.dump(str(path))
+    (bench,) = pyperf.BenchmarkSuite.load(str(path)).get_benchmarks()
+    metas = [r.get_metadata() for r in bench.get_runs()]
+    assert [(m.get("opptune_energy_j"), m.get("opptune_energy_source")) for m in metas] == [
+        (0.0169, "rapl:package-0"), (None, None)]
+    dump = pyperf_cli("dump", "--verbose", str(path))
+    assert dump.returncode == 0, dump.stderr
+    assert dump.stdout.count("opptune_energy_j: 0.0169") == 1
+
+
 def test_a_suite_imports_each_benchmark_as_its_workload(cluster, tmp_path):
     """A pyperformance-like file: several benchmarks, each its own workload; a calibration
     run (warmups only) adds nothing."""

@@ -276,6 +276,14 @@ def test_energy_of_a_kernel_energy_model_is_not_called_measured(tmp_path):
     plat["energy"]["source"] = "rapl:package-0"
     html = build_report(data, tmp_path / "rapl").index.read_text()
     assert "energy measured by the board&#x27;s meter at 8 configurations" in html
+    # every configuration measured: the captions said "at the other 0 it is modelled" (walk31)
+    assert "at the other 0" not in html
+    assert html.count("at 8 configurations, every one offered: none modelled") == 2
+    # half of them measured: the other half is the time model x the power model
+    data["points"][0]["runs"] = _runs([1000.0], True) + _runs([2000.0], False)
+    html = build_report(data, tmp_path / "half").index.read_text()
+    assert html.count("nergy measured by the board&#x27;s meter at 4 configurations; at the "
+                      "other 4 it is modelled: time model x power model (") == 2
 
 
 def _store(n_groups):
@@ -543,3 +551,51 @@ def test_alike_policies_of_several_cpus_each_keep_their_sets():
     assert policy_rows(policies, {p["name"]: table for p in policies}) == [
         ("cpufreq policy0,2", "cpus {0-1} {2-3}, cpufreq-dt, 3 frequencies 600-1800 MHz"),
         ("cpufreq policy4", "cpus {4-5}, scmi, 3 frequencies 600-1800 MHz")]
+
+
+def test_the_scaling_legend_hides_no_measured_point_nor_the_star(tmp_path, monkeypatch):
+    """The legend sat inside the axes, upper right, as wide as them (the model's whole note):
+    on a virtual rpi4 it covered the one-core point of the slowest clock and the recommended
+    star (found by walk31's screenshots). It goes below the axes."""
+    from opptune.daemon.report import plots
+    from opptune.daemon.report.analysis import analyse_group
+    entry = {"group": {"platform": "p1", "workload": "pi_integrate", "input": "small",
+                       "variant": ""}, "runs": _runs([600.0, 1000.0, 1500.0], True)}
+    plat = {"n_cpus": 4, "sweep_order": [0, 1, 2, 3], "clusters": [[0, 1, 2, 3]]}
+    rec = {"cores": 2, "cpus": [0, 1], "freq_khz": 600_000, "predicted_time_s": 0.92,
+           "state": "verified", "verified_time_s": 0.92}
+    view = analyse_group(entry, plat, "rpi4 (virtual)", rec)
+    assert view.curves, view.model_note
+    figs = []
+    monkeypatch.setattr(plots.plt, "close", figs.append)  # keep the figure to look at
+    plots.scaling(view, tmp_path / "scaling.png")
+    fig, = figs
+    fig.canvas.draw()
+    ax, = fig.axes
+    legend = ax.get_legend().get_window_extent()
+    markers = [xy for line in ax.get_lines() if line.get_marker() not in (None, "None", "")
+               for xy in ax.transData.transform(line.get_xydata())]
+    assert len(markers) == 12 + 1  # 4 cores x 3 clocks, the star
+    hidden = [xy for xy in markers if legend.contains(*xy)]
+    assert not hidden
+    assert not legend.overlaps(ax.get_window_extent())
+    assert fig.bbox.contains(legend.x0, legend.y0) and fig.bbox.contains(legend.x1, legend.y1)
+    plots.plt.close(fig)
+
+
+def test_a_group_whose_clean_runs_are_at_one_core_count_says_why_there_is_no_model():
+    """Measured at 1 and 2 cores on a loaded machine, every 2-core run marked: the page said
+    "no model: no candidate model could be fitted (amdahl: fold 0: need at least 2 distinct
+    core counts to fit a speedup curve; usl: ...; hold: ...)" of a group measured at two
+    (walk31, this machine at load 10)."""
+    from opptune.daemon.report.analysis import analyse_group
+    runs = [[1, None, 0.003, None]] * 3 + [[2, None, 0.0015, None]] * 3
+    entry = {"group": {"platform": "p1", "workload": "w", "input": "small", "variant": ""},
+             "runs": runs, "fit_runs": [r[:3] for r in runs[:3]]}
+    view = analyse_group(entry, {"n_cpus": 2, "sweep_order": [0, 1]}, "vm", None)
+    assert view.model is None
+    assert view.model_note == (
+        "no model: the runs a fit may use are at 1 core only, and a fit needs two core "
+        "counts; 3 of the 6 runs are left out: marked for interference, throttled, or from "
+        "before a drift ('opptune status' says which; the daemon re-measures marked points "
+        "when the board is quiet, accept_load = true fits them)")

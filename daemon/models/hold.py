@@ -5,7 +5,11 @@ cores (the median over repetitions at each core count); beyond the largest (smal
 count the time stays at the value measured there. A frequency not in training: with two or more
 training frequencies, the times of that core count at each follow t = a + b / F (``dvfs_law``:
 a part bound by the core clock and one that is not, a, b >= 0); with one, the curve is scaled
-by F_train / F (CPU-bound assumption 3 of seed 003: t_c ~ 1/F).
+by F_train / F (CPU-bound assumption 3 of seed 003: t_c ~ 1/F). A frequency measured at one
+core count only (a recommendation's verification at a clock no sweep measured) has no curve
+of its own to hold: its times follow the other frequencies' curves, as an unseen frequency's
+do, scaled to pass through its measured point (held flat, its one point became its time at
+every core count: 0.038 s at one core where the neighbouring clocks measured 0.14 s).
 
 This is the zero-order forecast of time-series practice and what the tree learners of the peer
 table effectively do outside their data (relearn: gradient boosting = last value). It has no
@@ -84,6 +88,24 @@ class HoldFit(FittedModel):
         self.params = {"max_cores": max(last.values()), "n_curves": float(len(curves))}
         self.quality = {}
 
+    def _across(self, c: float, f: float) -> float:
+        """Time at ``c`` cores and frequency ``f`` from the curves measured at two or more core
+        counts: the two-part law over their frequencies, or the one curve scaled by 1/F."""
+        shaped = [g for g in self.freqs if self.curves[float(g)][0].size > 1]
+        at = np.array([np.exp(np.interp(np.log(c), *self.curves[float(g)])) for g in shaped])
+        if len(shaped) == 1:
+            return float(at[0] * shaped[0] / f)
+        return dvfs_law(np.array(shaped), at, f)
+
+    def _on_curve(self, c: float, g: float) -> float:
+        """Time at ``c`` cores on the curve of training frequency ``g``; one measured at a
+        single core count takes the shape of the others' (:meth:`_across`) through its point."""
+        lx, ly = self.curves[float(g)]
+        if lx.size > 1 or not any(self.curves[float(h)][0].size > 1 for h in self.freqs):
+            return float(np.exp(np.interp(np.log(c), lx, ly)))
+        c0 = float(np.exp(lx[0]))
+        return self._across(c, g) * float(np.exp(ly[0])) / self._across(c0, g)
+
     def predict_time(self, p: Any, freq: Any) -> np.ndarray:
         p = np.maximum(np.asarray(p, float), 1.0)
         out = np.empty(p.size)
@@ -96,11 +118,9 @@ class HoldFit(FittedModel):
             known = np.isclose(self.freqs, f, rtol=1e-9, atol=0)
             if known.any() or self.freqs.size < 2:
                 near = self.freqs[np.argmin(np.abs(np.log(self.freqs) - np.log(f)))]
-                lx, ly = self.curves[float(near)]
-                out[i] = np.exp(np.interp(np.log(c), lx, ly)) * near / f
+                out[i] = self._on_curve(c, near) * near / f
                 continue
-            at = np.array([np.exp(np.interp(np.log(c), *self.curves[float(g)]))
-                           for g in self.freqs])
+            at = np.array([self._on_curve(c, g) for g in self.freqs])
             out[i] = dvfs_law(self.freqs, at, f)
         return out
 

@@ -142,6 +142,18 @@ def analyse_group(entry: dict[str, Any], platform: dict[str, Any], board: str,
                            "marked points when the board is quiet, accept_load = true fits "
                            "them")
         return view
+    counts = sorted({r[0] for r in rows})
+    if len(counts) < 2 and len({int(r[0]) for r in runs}) >= 2:
+        # the fit's own words were "amdahl: fold 0: need at least 2 distinct core counts ...;
+        # usl: ...; hold: ..." of a group measured at two, whose runs at one were all marked
+        left = len(runs) - len(rows)
+        view.model_note = (
+            f"no model: the runs a fit may use are at {counts[0]} core"
+            f"{'s' if counts[0] != 1 else ''} only, and a fit needs two core counts; "
+            f"{left} of the {len(runs)} runs are left out: marked for interference, "
+            "throttled, or from before a drift ('opptune status' says which; the daemon "
+            "re-measures marked points when the board is quiet, accept_load = true fits them)")
+        return view
     setting = fit_setting(platform, view.group.get("variant", ""), rows)
     order, axis = setting.order, setting.axis
     try:
@@ -305,9 +317,12 @@ def _grid(view: GroupView, model: FittedModel, platform: dict[str, Any], axis: l
     source = str(((platform or {}).get("energy") or {}).get("source") or "")
     how = ("estimated by the kernel's energy model (no meter)"
            if source.startswith(ESTIMATE_SOURCES) else "measured by the board's meter")
-    note = (f"energy {how} at {n_meas} configurations; at the other "
-            f"{n_all - n_meas} it is modelled: time model x power model ({power.name}, fitted "
-            f"to the {len(with_energy)} runs with energy)")
+    note = f"energy {how} at {n_meas} configuration{'s' if n_meas != 1 else ''}"
+    if n_meas < n_all:  # "at the other 0 it is modelled" where every one was measured
+        note += (f"; at the other {n_all - n_meas} it is modelled: time model x power model "
+                 f"({power.name}, fitted to the {len(with_energy)} runs with energy)")
+    else:
+        note += ", every one offered: none modelled"
     return Grid(cores, freqs, time, energy, measured, front, note)
 
 

@@ -25,12 +25,16 @@ MAP = {"left": 0.1, "right": 0.97, "bottom": 0.2, "top": 0.93}  # the legend bel
 PLANE = {"left": 0.14, "right": 0.95, "bottom": 0.12, "top": 0.92}
 
 
-def _save(fig: plt.Figure, path: Path, margins: dict[str, float] | None = None) -> None:
+def _lay_out(fig: plt.Figure, margins: dict[str, float] | None = None) -> plt.Figure:
     if margins is None:
         fig.tight_layout()
     else:
         fig.subplots_adjust(**margins)
-    fig.savefig(path, dpi=DPI)
+    return fig
+
+
+def _save(fig: plt.Figure, path: Path, margins: dict[str, float] | None = None) -> None:
+    _lay_out(fig, margins).savefig(path, dpi=DPI)
     plt.close(fig)
 
 
@@ -45,6 +49,11 @@ def _rec_point(view: GroupView) -> tuple[int, float | None] | None:
 def scaling(view: GroupView, path: Path) -> None:
     """Time over cores: medians and single runs measured, the model's curve with its
     prediction interval, one colour per measured frequency; the recommendation as a star."""
+    _save(scaling_figure(view), path)
+
+
+def scaling_figure(view: GroupView) -> plt.Figure:
+    """:func:`scaling`'s figure, laid out and not yet saved."""
     fig, ax = plt.subplots(figsize=(6.4, 4.0))
     colours = plt.get_cmap("viridis")
     curves = view.curves or []
@@ -66,7 +75,10 @@ def scaling(view: GroupView, path: Path) -> None:
         ax.plot([rec[0]], [y], "*", ms=16, color="crimson", mec="black",
                 label=f"recommended: {rec[0]} cores" + (f" at {rec[1]:g} MHz" if rec[1] else ""))
     if curves:
-        ax.plot([], [], "-", color="grey", label=f"model: {view.model_note}")
+        # the model's name only: the page says its validation and outliers above the figure,
+        # and the whole note made the legend as wide as the axes
+        ax.plot([], [], "-", color="grey",
+                label=f"model: {view.model.name if view.model else view.model_note}")
         ax.fill_between([], [], [], color="grey", alpha=0.18, label="90 % prediction interval")
     ax.set_xlabel("cores")
     ax.set_ylabel("time (s, log scale)")
@@ -74,8 +86,14 @@ def scaling(view: GroupView, path: Path) -> None:
     ax.xaxis.get_major_locator().set_params(integer=True)
     ax.set_title(view.label, fontsize=10)
     ax.grid(alpha=0.3)
-    ax.legend(fontsize=7, loc="upper right")
-    _save(fig, path)
+    # below the axes: inside (upper right) it hid the one-core points of the slowest clock
+    # and the recommended star under it; the figure grows by the legend's rows
+    n = len(ax.get_legend_handles_labels()[1])
+    ncol = min(n, 3) or 1
+    fig.set_size_inches(6.4, 4.0 + 0.17 * -(-n // ncol))
+    ax.legend(fontsize=7, loc="upper center", bbox_to_anchor=(0.5, -0.14), ncol=ncol,
+              frameon=False)
+    return _lay_out(fig)
 
 
 def heatmap(view: GroupView, which: str, path: Path) -> None:
