@@ -4,6 +4,7 @@ expected form, no traceback, nothing started."""
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 
@@ -242,3 +243,56 @@ def test_relative_paths_in_a_file_are_taken_from_its_directory(tmp_path, monkeyp
     assert load_agent_config(conf / "agent.toml", state_dir="mine").state_dir == "mine"
     # the same through a relative --config path
     assert load_agent_config("../etc/agent.toml").state_dir == str(conf / "state")
+
+
+@pytest.fixture
+def read_only_dir(tmp_path):
+    """(directory, its source, seal): ``seal()`` makes the directory one the test's user
+    cannot write: mode 0555, or for root (whom modes do not stop) a read-only bind mount of
+    the source, unmounted afterwards. Files made in the source before show through."""
+    made = tmp_path / "ro-src"
+    made.mkdir()
+    if os.geteuid() != 0:
+        yield made, made, lambda: made.chmod(0o555)
+        made.chmod(0o755)
+        return
+    ro = tmp_path / "ro"
+    ro.mkdir()
+
+    def seal() -> None:
+        for argv in (["mount", "--bind", str(made), str(ro)],
+                     ["mount", "-o", "remount,bind,ro", str(ro)]):
+            res = subprocess.run(argv, capture_output=True, text=True)
+            if res.returncode:
+                pytest.skip(f"cannot make a read-only bind mount: {res.stderr.strip()}")
+
+    yield ro, made, seal
+    # the daemon's refused store held the database open: umount said 'target is busy'
+    res = subprocess.run(["umount", str(ro)], capture_output=True, text=True)
+    assert res.returncode == 0 or "not mounted" in res.stderr, res.stderr
+
+
+@pytest.mark.parametrize("existing", [False, True])
+def test_a_database_in_a_read_only_directory_says_the_directory_and_what_to_do(
+        tmp_path, capsys, read_only_dir, existing):
+    """A database in a directory the daemon may not write reported only SQLite's text
+    ('unable to open database file', or for a writable file 'attempt to write a readonly
+    database'). The line now names the directory, why SQLite needs it writable (its
+    journal beside the database) and what to do."""
+    import sqlite3
+    where, source, seal = read_only_dir
+    if existing:  # made before the directory became read-only
+        sqlite3.connect(source / "opptune.db").close()
+    seal()
+    path = tmp_path / "daemon.toml"
+    path.write_text(f"bind = 'tcp://127.0.0.1:0'\ndatabase = '{where / 'opptune.db'}'\n")
+    code = daemon_main(["--config", str(path)])
+    out = capsys.readouterr()
+    assert code == 2 and out.out == ""
+    (line,) = out.err.strip().splitlines()
+    assert line.startswith(f"opptune-daemon: {path}: key 'database' ({where}/opptune.db): "
+                           "cannot open the SQLite database: "), line
+    assert f"the directory {where} is not writable" in line, line
+    assert "opptune.db-wal, opptune.db-shm" in line and "make the directory writable" in line
+    assert ("creates its journal" in line) == existing, line
+    assert sorted(p.name for p in where.iterdir()) == (["opptune.db"] if existing else [])
