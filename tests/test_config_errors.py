@@ -12,6 +12,7 @@ import pytest
 
 from opptune.agent.cli import main as agent_main
 from opptune.daemon.service import main as daemon_main
+from procs import RUN_AS_OPTION
 
 # (program, TOML text, what the one line must say besides the file's path)
 CASES = [
@@ -81,7 +82,11 @@ def _run(program: str, path, tmp_path, capsys) -> tuple[int, str]:
     if program == "daemon":
         code = daemon_main(["--config", str(path)])
     else:
-        code = agent_main(["--config", str(path), "--state-dir", str(tmp_path / "state")])
+        # as root, the workloads' user given (unless the case is about it): the cases are
+        # refused for their own key
+        user = [] if "run_as" in path.read_text() else RUN_AS_OPTION
+        code = agent_main(["--config", str(path), "--state-dir", str(tmp_path / "state"),
+                           *user])
     out = capsys.readouterr()
     assert out.out == ""
     return code, out.err
@@ -111,7 +116,7 @@ def test_a_state_dir_the_agent_cannot_create_names_the_key_without_errno(tmp_pat
     blocker.write_text("")
     path = tmp_path / "agent.toml"
     path.write_text(f"daemon = 'tcp://127.0.0.1:9'\nstate_dir = '{blocker}/state'\n")
-    assert agent_main(["--config", str(path)]) == 2
+    assert agent_main(["--config", str(path), *RUN_AS_OPTION]) == 2
     out = capsys.readouterr()
     (line,) = out.err.strip().splitlines()
     assert line.startswith(f"opptune-agent: configuration error: {path}: key 'state_dir' "
@@ -125,7 +130,8 @@ def test_a_state_dir_given_as_option_is_named_as_the_option(tmp_path, capsys):
     usable", naming a key of no file."""
     blocker = tmp_path / "a-file"
     blocker.write_text("")
-    assert agent_main(["--daemon", "tcp://127.0.0.1:9", "--state-dir", str(blocker)]) == 2
+    assert agent_main(["--daemon", "tcp://127.0.0.1:9", "--state-dir", str(blocker),
+                       *RUN_AS_OPTION]) == 2
     (line,) = capsys.readouterr().err.strip().splitlines()
     assert line.startswith(f"opptune-agent: configuration error: --state-dir ({blocker}) is "
                            "not usable: ")
