@@ -9,6 +9,7 @@ import pwd
 import select
 import signal
 import subprocess
+import sys
 import time
 from dataclasses import dataclass
 from typing import Any
@@ -58,16 +59,38 @@ class RunAs:
 
 
 def resolve_run_as(name: str) -> RunAs:
-    """The user ``name`` with its primary and supplementary groups; ValueError when unknown."""
+    """The user ``name`` with its primary and supplementary groups; ValueError when unknown
+    or root (running workloads as root is asked for as run_as = "root", not resolved)."""
     try:
         pw = pwd.getpwnam(name)
     except KeyError:
-        raise ValueError(f"user {name!r} does not exist; create it (e.g. useradd --system "
-                         f"{name}) or set run_as to an existing unprivileged user") from None
+        raise ValueError(f"user {name!r} does not exist: create it (useradd --system "
+                         f"--no-create-home --shell /usr/sbin/nologin {name})") from None
     if pw.pw_uid == 0:
-        raise ValueError(f"user {name!r} is root; run_as must name an unprivileged user")
+        raise ValueError(f"user {name!r} is root (uid 0)")
     groups = tuple(sorted(set(os.getgrouplist(name, pw.pw_gid))))
     return RunAs(name, pw.pw_uid, pw.pw_gid, groups, pw.pw_dir)
+
+
+def interpreter_refused(run_as: RunAs) -> str | None:
+    """Why ``run_as`` cannot run this agent's Python with opptune importable (None: it can).
+    The kernels, virtual and pyperf workloads run with it, and an interpreter installed
+    under a home of mode 0700 (/root) would fail every one of their runs."""
+    try:
+        proc = spawn([sys.executable, "-c", "import opptune"], dict(os.environ), None,
+                     subprocess.DEVNULL, subprocess.PIPE, run_as)
+    except OSError as exc:
+        return exc.strerror or str(exc)
+    try:
+        _, err = proc.communicate(timeout=120)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.communicate()
+        return "it did not finish starting within 120 s"
+    if proc.returncode == 0:
+        return None
+    lines = err.decode(errors="replace").strip().splitlines()
+    return lines[-1] if lines else f"exit status {proc.returncode}"
 
 
 def spawn(argv: list[str], env: dict[str, str], cpus: list[int] | None, out: Any,

@@ -25,6 +25,9 @@ log = logging.getLogger("opptune.agent")
 EXIT_CONFIG = 2
 EXIT_BUSY = 1  # another agent runs on the state directory
 LOG_FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
+# the user the workloads of an agent running as root run as, unless run_as says otherwise
+# (the README's install creates it)
+DEFAULT_RUN_AS = "opptune"
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -56,6 +59,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                     help="how often to tell the daemon the agent is alive")
     ap.add_argument("--log-level", choices=["DEBUG", "INFO", "WARNING", "ERROR"],
                     help="how much to log on stderr (default INFO)")
+    ap.add_argument("--run-as", metavar="USER",
+                    help="the user the workloads run as when the agent runs as root (default "
+                         f"{DEFAULT_RUN_AS!r}; \"root\": as root, on purpose)")
     once = ap.add_mutually_exclusive_group()
     once.add_argument("--restore", action="store_true",
                     help="put back the CPU frequency settings and cpu sets saved in the state "
@@ -247,7 +253,8 @@ def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     overrides = {"daemon": args.daemon, "agent_id": args.agent_id, "state_dir": args.state_dir,
                  "sysfs_root": args.sysfs_root, "virtual_board": args.virtual_board,
-                 "log_level": args.log_level, "heartbeat_s": args.heartbeat_s}
+                 "log_level": args.log_level, "heartbeat_s": args.heartbeat_s,
+                 "run_as": args.run_as}
     try:
         config = load_agent_config(args.config, **overrides)  # checks every value
         if config.virtual_board:
@@ -268,27 +275,49 @@ def main(argv: list[str] | None = None) -> int:
     if args.forget_applied:
         return _forget_applied(config)
     return run_agent(config, config_path=args.config,
-                     state_dir_option=args.state_dir is not None)
+                     state_dir_option=args.state_dir is not None,
+                     run_as_option=args.run_as is not None)
 
 
-def workload_user(config, where: str):
-    """The user the workloads run as: ``run_as`` when the agent is root; None (the agent's own
-    user, said once in the log) when it is not root or run_as is empty. ConfigError names an
-    unknown or privileged user."""
-    from .child import resolve_run_as
-    if not config.run_as:
-        if os.geteuid() == 0:
-            log.warning("workloads run as root: set run_as (e.g. \"opptune\") in the "
-                        "configuration to run them as an unprivileged user")
-        return None
-    try:
-        user = resolve_run_as(config.run_as)
-    except ValueError as exc:
-        raise ConfigError(f"{where}: key 'run_as': {exc}") from None
+def workload_user(config, where: str, python_workloads: list[str] | None = None,
+                  option: bool = False):
+    """The user the workloads run as: for an agent running as root, ``run_as`` (unset: the
+    unprivileged DEFAULT_RUN_AS; "root": root, on purpose, said once in the log). None: the
+    agent's own user, as for an agent that is not root. ConfigError names an unknown or
+    privileged user, and a user that cannot run this agent's Python while
+    ``python_workloads`` (the workloads that run it) are offered; ``option``: run_as came
+    from --run-as (an error names that)."""
+    from .child import interpreter_refused, resolve_run_as
     if os.geteuid() != 0:
-        log.warning("run_as = %r ignored: the agent is not root, so workloads run as its own "
-                    "user (uid %d)", config.run_as, os.geteuid())
+        if config.run_as:
+            log.warning("run_as = %r ignored: the agent is not root, so workloads run as its "
+                        "own user (uid %d)", config.run_as, os.geteuid())
         return None
+    if config.run_as == "root":
+        log.warning("workloads run as root (run_as = \"root\"): every command of this "
+                    "configuration runs with the agent's privileges; set run_as to an "
+                    "unprivileged user unless they need root")
+        return None
+    name = config.run_as or DEFAULT_RUN_AS
+    # one line says which key, whether it was set, and how to opt in to root
+    key = "--run-as" if option else f"{where}: key 'run_as'" if config.run_as else \
+        f"{where}: key 'run_as' (not set: an agent running as root runs its workloads as " \
+        f"{name!r})"
+    try:
+        user = resolve_run_as(name)
+    except ValueError as exc:
+        raise ConfigError(f"{key}: {exc}; or set run_as (--run-as) to another unprivileged "
+                          "user, or to \"root\" to run the workloads as root") from None
+    if python_workloads:
+        why = interpreter_refused(user)
+        if why:
+            shown = ", ".join(python_workloads[:3]) + (", ..." if len(python_workloads) > 3
+                                                       else "")
+            raise ConfigError(
+                f"{key}: user {name!r} cannot run this agent's Python ({sys.executable}: "
+                f"{why}), which the kernels and pyperf workloads ({shown}) run with: install "
+                "the agent where that user may read it (/opt/opptune, as in the README), or "
+                "set run_as to a user who may")
     log.info("workloads run as %s (uid %d, gid %d)", user.name, user.uid, user.gid)
     return user
 
@@ -325,9 +354,11 @@ def link_keys(config, where: str) -> tuple[str, str, str] | None:
     return server, public, secret
 
 
-def run_agent(config, config_path: str | None = None, state_dir_option: bool = False) -> int:
-    """Run the agent until stopped; ``state_dir_option``: the state directory came from
-    --state-dir (an error about it names the option, not a key)."""
+def run_agent(config, config_path: str | None = None, state_dir_option: bool = False,
+              run_as_option: bool = False) -> int:
+    """Run the agent until stopped; ``state_dir_option``, ``run_as_option``: the state
+    directory, the workloads' user came from --state-dir, --run-as (an error about it names
+    the option, not a key)."""
     from .apply import Executor, JobLimits, Worker
     from .doctor import collect as doctor_report
     from .link import Link
@@ -348,7 +379,7 @@ def run_agent(config, config_path: str | None = None, state_dir_option: bool = F
         return EXIT_CONFIG
     # before anything is written to the state directory: a refused configuration leaves none
     try:
-        run_as = workload_user(config, where)
+        run_as = workload_user(config, where, workloads.run_by_python(), run_as_option)
     except ConfigError as exc:
         print(f"opptune-agent: configuration error: {exc}", file=sys.stderr)
         return EXIT_CONFIG

@@ -205,8 +205,17 @@ class Outbox:
         if now - self._full_logged >= FULL_LOG_EVERY_S:
             self._full_logged = now
             self._full_said = True
-            log.warning("outbox full: %s; no new run starts until there is room (acks free "
-                        "it; nothing is dropped)", reason)
+            log.warning("outbox full: %s; no new run starts until there is room (%s; "
+                        "nothing is dropped)", reason, self._what_frees())
+
+    def _what_frees(self) -> str:
+        """What brings the room back: acks only help where results wait for them."""
+        if self._over_bound:
+            return "acks free it"
+        if self._bytes:
+            return "acks free it, or space freed on that disk"
+        # an empty outbox on a full disk: no ack will come, the operator must act
+        return "nothing waits for an ack, so only space freed on that disk frees it"
 
     def _make_reserve(self) -> bool:
         """Hold ``reserve_bytes`` of disk in a file; False when the disk has no room."""

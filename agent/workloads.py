@@ -132,6 +132,12 @@ class Workloads:
         """What hello carries: one map per workload (name, kind, sizes, description)."""
         return [self._items[n].describe() for n in self.names()]
 
+    def run_by_python(self) -> list[str]:
+        """The workloads whose runs start this agent's Python: kernels (virtual ones too) and
+        pyperf scripts."""
+        return [n for n in self.names() if self._items[n].kind == "kernel"
+                or (self._items[n].command is not None and self._items[n].command.pyperf)]
+
     def get(self, name: str) -> Workload:
         try:
             return self._items[name]

@@ -158,6 +158,11 @@ def prepare(args: argparse.Namespace, run_dir: Path) -> tuple[str, Path, Path]:
         "agent_id": "demo-agent", "daemon": endpoint, "state_dir": str(run_dir / "agent"),
         "heartbeat_s": 1.0, "bench_kernels": args.workload or ["all"],
     }
+    if os.geteuid() == 0:
+        # The demo runs only opptune's own kernels, with this interpreter, which the
+        # unprivileged default user may not be able to read (a venv under /root): as root,
+        # they run as root on purpose (the agent says so once in its log).
+        agent["run_as"] = "root"
     if args.virtual_board:
         from ..agent.virtual_board import make_tree
         agent["virtual_board"] = args.virtual_board

@@ -56,6 +56,9 @@ RECOMMEND_COUNTERS = (
 JOB_STATES = ACTIVE_JOB_STATES + FINAL_JOB_STATES
 
 
+ALLOWED_METHODS = "GET, HEAD"
+
+
 class MetricsError(RuntimeError):
     """The metrics endpoint cannot be served; the message says why and what to do."""
 
@@ -121,7 +124,8 @@ class _Collector:
 
 
 class MetricsServer:
-    """HTTP server answering GET /metrics (and /) from ``exposition`` in a thread of its own."""
+    """HTTP server answering GET and HEAD of /metrics (and /) from ``exposition`` in a thread
+    of its own; other standard methods get 405 with Allow."""
 
     def __init__(self, endpoint: str, exposition: Callable[[], bytes]):
         host, port = parse_endpoint(endpoint)
@@ -136,7 +140,25 @@ class MetricsServer:
                 self.send_header("Content-Type", CONTENT_TYPE_LATEST)
                 self.send_header("Content-Length", str(len(body)))
                 self.end_headers()
+                if self.command != "HEAD":
+                    self.wfile.write(body)
+
+            # a monitor's health check asks HEAD: the same answer without the body
+            do_HEAD = do_GET
+
+            def refuse(self) -> None:
+                """405 with Allow: http.server answers a method it has no do_ for with 501
+                (not implemented), which reads as a broken server, not a wrong request."""
+                body = f"{self.command} is not served here: use GET /metrics\n".encode()
+                self.send_response(405)
+                self.send_header("Allow", ALLOWED_METHODS)
+                self.send_header("Content-Type", "text/plain; charset=utf-8")
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
                 self.wfile.write(body)
+
+            do_POST = do_PUT = do_DELETE = do_PATCH = do_OPTIONS = do_TRACE = do_CONNECT = \
+                refuse
 
             def log_message(self, fmt: str, *args: Any) -> None:
                 log.debug("metrics %s: " + fmt, self.client_address[0], *args)

@@ -131,10 +131,13 @@ class PathError(BindError):
         self.key = key
 
 
-def _path_error(key: str, path: Any, exc: Exception, what: str) -> PathError:
+def _path_error(key: str, path: Any, exc: Exception, what: str,
+                fix: str | None = None) -> PathError:
+    """``fix``: what is wrong with the path and what to do, where known (else the advice is
+    generic)."""
     why = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
-    return PathError(key, f"({path}): cannot {what}: {why}; give a path the daemon's user may "
-                          f"create and write")
+    return PathError(key, f"({path}): cannot {what}: {why}; " + (
+        fix or "give a path the daemon's user may create and write"))
 
 
 __all__ = ["ACTIVE_JOB_STATES", "FINAL_JOB_STATES", "BindError", "Daemon", "HandlerError",
@@ -212,8 +215,10 @@ class Daemon:
             except (OSError, sqlite3.Error) as exc:
                 if is_database_url(config.database):
                     raise  # PostgreSQL's own message says what to check
+                from .store.sqlite import why_not_writable
                 raise _path_error("database", config.database, exc,
-                                  "open the SQLite database") from None
+                                  "open the SQLite database",
+                                  why_not_writable(config.database)) from None
             self.store.accept_load = config.accept_load
         except Exception:
             if self.metrics_server is not None:

@@ -16,6 +16,12 @@ from typing import Any, Callable
 from opptune.daemon.client import DaemonUnreachable, QueryFailed, query
 
 
+# The tests' agents run their kernels with this interpreter, which other users may not be able
+# to read (a home of mode 0700): running as root, they run their workloads as root on purpose.
+AGENT_RUN_AS: dict[str, str] = {"run_as": "root"} if os.geteuid() == 0 else {}
+RUN_AS_OPTION: list[str] = ["--run-as", "root"] if os.geteuid() == 0 else []
+
+
 def free_endpoint() -> str:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -55,7 +61,7 @@ class Cluster:
         }, {"sweep": {"size": size, "reps": reps, "warmup": warmup, "max_cores": max_cores}})
         agent = {"agent_id": "test-agent", "daemon": self.endpoint,
                  "state_dir": str(tmp / "agent-state"), "heartbeat_s": 0.5,
-                 "bench_kernels": list(kernels)}
+                 "bench_kernels": list(kernels), **AGENT_RUN_AS}
         agent.update(extra_agent or {})
         self.agent_toml = write_toml(tmp / "agent.toml", agent)
         self.agent_prefix = list(agent_prefix or [])

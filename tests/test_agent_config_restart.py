@@ -12,6 +12,7 @@ import time
 import pytest
 
 from opptune.shared import protocol as P
+from procs import AGENT_RUN_AS
 from test_agent_link import Router, ctx, router  # noqa: F401 (fixtures)
 
 # Holds (sleeps) while the ARM file exists, after writing its pid: the agent is then killed
@@ -30,7 +31,8 @@ def agent_toml(tmp_path, endpoint, with_hold=True):
     script = tmp_path / "hold.py"
     script.write_text(HOLD)
     lines = ['agent_id = "board-c"', f'daemon = "{endpoint}"', "heartbeat_s = 0.2",
-             "bench_kernels = []", f'state_dir = "{tmp_path / "state"}"']
+             "bench_kernels = []", f'state_dir = "{tmp_path / "state"}"',
+             *(f'{k} = "{v}"' for k, v in AGENT_RUN_AS.items())]
     name = "hold" if with_hold else "other"
     lines += ["[[workloads]]", f'name = "{name}"',
               f'command = ["{sys.executable}", "{script}", "{{size}}"]', 'sizes = ["1"]',

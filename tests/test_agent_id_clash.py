@@ -13,7 +13,7 @@ import pytest
 from opptune.agent.outbox import Outbox
 from opptune.daemon.client import query
 from opptune.shared import protocol as P
-from procs import Cluster, write_toml
+from procs import AGENT_RUN_AS, Cluster, write_toml
 
 OPPTUNE = str(Path(sys.executable).parent / "opptune")
 
@@ -34,7 +34,7 @@ def test_two_boards_of_one_agent_id_are_named_and_both_keep_their_runs(tmp_path)
     second = write_toml(tmp_path / "agent2.toml", {
         "agent_id": "vm", "daemon": c.endpoint, "state_dir": str(tmp_path / "agent2-state"),
         "heartbeat_s": 0.5, "bench_kernels": ["pi_integrate"],
-        "virtual_board": "odroid-xu4"})
+        "virtual_board": "odroid-xu4", **AGENT_RUN_AS})
     c.start_daemon()
     c.start_agent()
     other = None
@@ -95,7 +95,8 @@ def test_a_verification_from_the_board_that_does_not_hold_the_id_is_refused(tmp_
     state2 = tmp_path / "agent2-state"
     second = write_toml(tmp_path / "agent2.toml", {
         "agent_id": "vm", "daemon": c.endpoint, "state_dir": str(state2),
-        "heartbeat_s": 0.5, "bench_kernels": ["pi_integrate"]})  # this machine: pids work
+        "heartbeat_s": 0.5, "bench_kernels": ["pi_integrate"],
+        **AGENT_RUN_AS})  # this machine: pids work
     sleeper = subprocess.Popen([sys.executable, "-c", "import sys; sys.stdin.read()"],
                                stdin=subprocess.PIPE)
     c.start_daemon()

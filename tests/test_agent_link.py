@@ -16,6 +16,7 @@ from opptune.agent.link import Link
 from opptune.agent.outbox import Outbox
 from opptune.shared import protocol as P
 from opptune.shared.records import RunRecord
+from procs import RUN_AS_OPTION
 
 HB = 0.1  # fast heartbeats keep the tests short
 
@@ -292,7 +293,7 @@ def start_agent(tmp_path, endpoint, extra=(), keys=""):
     cfg.write_text(keys + AGENT_TOML.format(py=sys.executable, mark=tmp_path / "runs.txt"))
     return subprocess.Popen([sys.executable, "-m", "opptune.agent", "--config", str(cfg),
                              "--daemon", endpoint, "--state-dir", str(tmp_path / "state"),
-                             "--log-level", "DEBUG", *extra],
+                             "--log-level", "DEBUG", *RUN_AS_OPTION, *extra],
                             stdout=subprocess.DEVNULL, stderr=open(tmp_path / "agent.log", "a"))
 
 

@@ -11,7 +11,7 @@ import pytest
 import zmq
 
 from opptune.shared import protocol as P
-from procs import write_toml
+from procs import AGENT_RUN_AS, write_toml
 
 pytestmark = pytest.mark.integration
 
@@ -25,7 +25,7 @@ def agent_and_router(tmp_path):
     endpoint = router.getsockopt_string(zmq.LAST_ENDPOINT)
     cfg = write_toml(tmp_path / "agent.toml", {
         "agent_id": "refusing-agent", "daemon": endpoint, "state_dir": str(tmp_path / "state"),
-        "heartbeat_s": 0.5, "bench_kernels": ["pi_integrate"]})
+        "heartbeat_s": 0.5, "bench_kernels": ["pi_integrate"], **AGENT_RUN_AS})
     log = open(tmp_path / "agent.log", "wb")
     proc = subprocess.Popen([sys.executable, "-m", "opptune.agent", "--config", str(cfg)],
                             stdout=log, stderr=subprocess.STDOUT)

@@ -15,6 +15,7 @@ import pytest
 
 from opptune.agent.cli import main as agent_main
 from opptune.agent.state_lock import StateDirBusy, hold
+from procs import AGENT_RUN_AS, RUN_AS_OPTION
 
 
 def test_a_held_state_dir_is_refused_with_the_holders_pid(tmp_path):
@@ -31,7 +32,8 @@ def test_a_held_state_dir_is_refused_with_the_holders_pid(tmp_path):
 def _config(tmp_path, state):
     path = tmp_path / "agent.toml"
     path.write_text(f"daemon = 'tcp://127.0.0.1:9'\nstate_dir = '{state}'\n"
-                    "virtual_board = 'rpi4'\nbench_kernels = ['pi_integrate']\n")
+                    "virtual_board = 'rpi4'\nbench_kernels = ['pi_integrate']\n"
+                    + "".join(f"{k} = '{v}'\n" for k, v in AGENT_RUN_AS.items()))
     return path
 
 
@@ -70,7 +72,7 @@ def test_the_option_is_named_when_the_state_dir_came_from_it(tmp_path, capsys):
     holder = hold(str(state))
     try:
         assert agent_main(["--daemon", "tcp://127.0.0.1:9", "--state-dir", str(state),
-                           "--virtual-board", "rpi4"]) == 1
+                           "--virtual-board", "rpi4", *RUN_AS_OPTION]) == 1
     finally:
         holder.close()
     err = capsys.readouterr().err

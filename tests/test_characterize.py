@@ -24,7 +24,7 @@ from opptune.daemon.service import Daemon
 from opptune.daemon.store import Group, ResultIn, open_store
 from opptune.shared.config import DaemonConfig
 from opptune.shared.records import RunRecord
-from procs import HANGS_FROM_2, Cluster, hanging_board, write_toml
+from procs import AGENT_RUN_AS, HANGS_FROM_2, Cluster, hanging_board, write_toml
 
 pytestmark = pytest.mark.integration
 
@@ -49,7 +49,7 @@ def other_agent(c: Cluster, agent_id: str, board: str | None = None) -> Path:
     ``board``)."""
     tmp = c.tmp
     keys = {"agent_id": agent_id, "daemon": c.endpoint, "state_dir": str(tmp / f"{agent_id}-state"),
-            "heartbeat_s": 0.5, "bench_kernels": list(KERNELS)}
+            "heartbeat_s": 0.5, "bench_kernels": list(KERNELS), **AGENT_RUN_AS}
     if board:
         keys.update(virtual_agent(tmp, agent_id, board))
     return write_toml(tmp / f"{agent_id}.toml", keys)

@@ -9,6 +9,8 @@ from pathlib import Path
 
 import pytest
 
+from procs import RUN_AS_OPTION
+
 BIN = Path(sys.executable).parent
 
 
@@ -273,7 +275,8 @@ def test_restore_leaves_a_running_agents_settings_and_record_alone(tmp_path):
     log = open(tmp_path / "agent.log", "wb")
     agent = subprocess.Popen([str(BIN / "opptune-agent"), "--virtual-board", "rpi4",
                               "--state-dir", str(state), "--daemon", "tcp://127.0.0.1:9",
-                              "--agent-id", "running"], stdout=subprocess.DEVNULL,
+                              "--agent-id", "running", *RUN_AS_OPTION],
+                             stdout=subprocess.DEVNULL,
                              stderr=log, cwd=tmp_path)
     try:
         deadline = time.monotonic() + 60

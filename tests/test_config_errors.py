@@ -4,6 +4,7 @@ expected form, no traceback, nothing started."""
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 
@@ -11,6 +12,7 @@ import pytest
 
 from opptune.agent.cli import main as agent_main
 from opptune.daemon.service import main as daemon_main
+from procs import RUN_AS_OPTION
 
 # (program, TOML text, what the one line must say besides the file's path)
 CASES = [
@@ -80,7 +82,11 @@ def _run(program: str, path, tmp_path, capsys) -> tuple[int, str]:
     if program == "daemon":
         code = daemon_main(["--config", str(path)])
     else:
-        code = agent_main(["--config", str(path), "--state-dir", str(tmp_path / "state")])
+        # as root, the workloads' user given (unless the case is about it): the cases are
+        # refused for their own key
+        user = [] if "run_as" in path.read_text() else RUN_AS_OPTION
+        code = agent_main(["--config", str(path), "--state-dir", str(tmp_path / "state"),
+                           *user])
     out = capsys.readouterr()
     assert out.out == ""
     return code, out.err
@@ -110,7 +116,7 @@ def test_a_state_dir_the_agent_cannot_create_names_the_key_without_errno(tmp_pat
     blocker.write_text("")
     path = tmp_path / "agent.toml"
     path.write_text(f"daemon = 'tcp://127.0.0.1:9'\nstate_dir = '{blocker}/state'\n")
-    assert agent_main(["--config", str(path)]) == 2
+    assert agent_main(["--config", str(path), *RUN_AS_OPTION]) == 2
     out = capsys.readouterr()
     (line,) = out.err.strip().splitlines()
     assert line.startswith(f"opptune-agent: configuration error: {path}: key 'state_dir' "
@@ -124,7 +130,8 @@ def test_a_state_dir_given_as_option_is_named_as_the_option(tmp_path, capsys):
     usable", naming a key of no file."""
     blocker = tmp_path / "a-file"
     blocker.write_text("")
-    assert agent_main(["--daemon", "tcp://127.0.0.1:9", "--state-dir", str(blocker)]) == 2
+    assert agent_main(["--daemon", "tcp://127.0.0.1:9", "--state-dir", str(blocker),
+                       *RUN_AS_OPTION]) == 2
     (line,) = capsys.readouterr().err.strip().splitlines()
     assert line.startswith(f"opptune-agent: configuration error: --state-dir ({blocker}) is "
                            "not usable: ")
@@ -242,3 +249,56 @@ def test_relative_paths_in_a_file_are_taken_from_its_directory(tmp_path, monkeyp
     assert load_agent_config(conf / "agent.toml", state_dir="mine").state_dir == "mine"
     # the same through a relative --config path
     assert load_agent_config("../etc/agent.toml").state_dir == str(conf / "state")
+
+
+@pytest.fixture
+def read_only_dir(tmp_path):
+    """(directory, its source, seal): ``seal()`` makes the directory one the test's user
+    cannot write: mode 0555, or for root (whom modes do not stop) a read-only bind mount of
+    the source, unmounted afterwards. Files made in the source before show through."""
+    made = tmp_path / "ro-src"
+    made.mkdir()
+    if os.geteuid() != 0:
+        yield made, made, lambda: made.chmod(0o555)
+        made.chmod(0o755)
+        return
+    ro = tmp_path / "ro"
+    ro.mkdir()
+
+    def seal() -> None:
+        for argv in (["mount", "--bind", str(made), str(ro)],
+                     ["mount", "-o", "remount,bind,ro", str(ro)]):
+            res = subprocess.run(argv, capture_output=True, text=True)
+            if res.returncode:
+                pytest.skip(f"cannot make a read-only bind mount: {res.stderr.strip()}")
+
+    yield ro, made, seal
+    # the daemon's refused store held the database open: umount said 'target is busy'
+    res = subprocess.run(["umount", str(ro)], capture_output=True, text=True)
+    assert res.returncode == 0 or "not mounted" in res.stderr, res.stderr
+
+
+@pytest.mark.parametrize("existing", [False, True])
+def test_a_database_in_a_read_only_directory_says_the_directory_and_what_to_do(
+        tmp_path, capsys, read_only_dir, existing):
+    """A database in a directory the daemon may not write reported only SQLite's text
+    ('unable to open database file', or for a writable file 'attempt to write a readonly
+    database'). The line now names the directory, why SQLite needs it writable (its
+    journal beside the database) and what to do."""
+    import sqlite3
+    where, source, seal = read_only_dir
+    if existing:  # made before the directory became read-only
+        sqlite3.connect(source / "opptune.db").close()
+    seal()
+    path = tmp_path / "daemon.toml"
+    path.write_text(f"bind = 'tcp://127.0.0.1:0'\ndatabase = '{where / 'opptune.db'}'\n")
+    code = daemon_main(["--config", str(path)])
+    out = capsys.readouterr()
+    assert code == 2 and out.out == ""
+    (line,) = out.err.strip().splitlines()
+    assert line.startswith(f"opptune-daemon: {path}: key 'database' ({where}/opptune.db): "
+                           "cannot open the SQLite database: "), line
+    assert f"the directory {where} is not writable" in line, line
+    assert "opptune.db-wal, opptune.db-shm" in line and "make the directory writable" in line
+    assert ("creates its journal" in line) == existing, line
+    assert sorted(p.name for p in where.iterdir()) == (["opptune.db"] if existing else [])

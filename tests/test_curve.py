@@ -13,7 +13,7 @@ import pytest
 from opptune.daemon.client import DaemonUnreachable, QueryFailed, query
 from opptune.shared.curve import load_keypair, read_public_key
 
-from procs import Cluster, write_toml
+from procs import AGENT_RUN_AS, Cluster, write_toml
 
 
 def opptune(*args, timeout=60):
@@ -171,13 +171,14 @@ def test_key_files_wider_than_0600_are_refused_with_the_fix(tmp_path):
     assert f"0640" in a.stderr and f"chmod 600 {key}" in a.stderr and "Traceback" not in a.stderr
     # without the daemon's public key the agent says where to get it
     write_toml(c.agent_toml, {"agent_id": "x", "daemon": "tcp://10.1.2.3:5555",
-                              "state_dir": str(tmp_path / "s2")})
+                              "state_dir": str(tmp_path / "s2"), **AGENT_RUN_AS})
     a = subprocess.run([sys.executable, "-m", "opptune.agent", "--config", str(c.agent_toml)],
                        capture_output=True, text=True, timeout=60)
     assert a.returncode == 2 and "daemon_public_key" in a.stderr
     assert "opptune keys server" in a.stderr
     write_toml(c.agent_toml, {"agent_id": "x", "daemon": "tcp://10.1.2.3:5555",
-                              "state_dir": str(tmp_path / "s2"), "daemon_public_key": "garbage"})
+                              "state_dir": str(tmp_path / "s2"), "daemon_public_key": "garbage",
+                              **AGENT_RUN_AS})
     a = subprocess.run([sys.executable, "-m", "opptune.agent", "--config", str(c.agent_toml)],
                        capture_output=True, text=True, timeout=60)
     assert a.returncode == 2 and "key 'daemon_public_key'" in a.stderr

@@ -450,3 +450,41 @@ def test_the_store_log_does_not_fill_a_small_disk(tmp_path, small_fs):
         store.close()
     assert sqlite3.connect(dbdir / "opptune.db").execute(
         "PRAGMA integrity_check").fetchone() == ("ok",)
+
+
+def test_the_full_line_says_what_frees_the_outbox(tmp_path, monkeypatch, caplog):
+    """The full line said 'acks free it' whatever the reason: an empty outbox on a full disk
+    waits for no ack, and only space freed on the disk brings the room back."""
+    monkeypatch.setattr(outbox_mod, "FULL_RETRY_S", 0.0)
+    caplog.set_level("WARNING", logger="opptune.agent.outbox")
+
+    def full_line(ob: Outbox) -> str:
+        caplog.clear()
+        ob._full_logged = -outbox_mod.FULL_LOG_EVERY_S  # each case logs its own line
+        ob._full_why = "database or disk is full"
+        ob._give_up_reserve()  # what a write that met the full disk does
+        assert ob.full_reason() is not None
+        (line,) = [r.getMessage() for r in caplog.records if "outbox full" in r.getMessage()]
+        return line
+
+    empty = Outbox(str(tmp_path / "empty"))
+    monkeypatch.setattr(empty, "_make_reserve", lambda: False)
+    line = full_line(empty)
+    assert "acks free it" not in line and "nothing waits for an ack" in line, line
+    assert "space freed on that disk" in line, line
+    empty.close()
+
+    waiting = Outbox(str(tmp_path / "waiting"))
+    waiting.put(result(0))
+    monkeypatch.setattr(waiting, "_make_reserve", lambda: False)
+    line = full_line(waiting)
+    assert "acks free it, or space freed on that disk" in line, line
+    waiting.close()
+
+    bound = Outbox(str(tmp_path / "bound"), max_bytes=1)
+    bound.put(result(0))
+    caplog.clear()
+    assert "outbox_max_mb" in bound.full_reason()
+    (line,) = [r.getMessage() for r in caplog.records if "outbox full" in r.getMessage()]
+    assert "(acks free it; nothing is dropped)" in line, line
+    bound.close()

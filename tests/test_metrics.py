@@ -164,3 +164,39 @@ def test_bad_metrics_endpoint_in_config_names_the_key(tmp_path, value):
                                             f'database = "{tmp_path / "db" / "o.db"}"\n')
     one_line(proc, "key 'metrics_endpoint'", "HOST:PORT", "127.0.0.1:9464")
     assert not (tmp_path / "db").exists()
+
+
+def test_head_is_answered_as_get_without_a_body_and_other_methods_get_405():
+    """HEAD (a monitor's health check) was answered 501 'Unsupported method': the server
+    looked broken. Now HEAD has GET's status and headers and no body; POST and the other
+    standard methods get 405 with Allow, the way to ask."""
+    import http.client
+
+    from opptune.daemon.metrics import MetricsServer
+    body = b"opptune_up 1.0\n"
+    server = MetricsServer(f"127.0.0.1:{free_port()}", lambda: body)
+    host, port = server.endpoint.rsplit(":", 1)
+
+    def ask(method: str, path: str = "/metrics") -> tuple[int, dict[str, str], bytes]:
+        conn = http.client.HTTPConnection(host, int(port), timeout=5)
+        try:
+            conn.request(method, path)
+            resp = conn.getresponse()
+            return resp.status, dict(resp.getheaders()), resp.read()
+        finally:
+            conn.close()
+
+    try:
+        status, got, text = ask("GET")
+        assert (status, text) == (200, body)
+        status, head, text = ask("HEAD")
+        assert (status, text) == (200, b"")
+        assert head["Content-Type"] == got["Content-Type"]
+        assert head["Content-Length"] == str(len(body))
+        assert ask("HEAD", "/other")[0] == 404
+        for method in ("POST", "PUT", "DELETE", "PATCH", "OPTIONS"):
+            status, headers, text = ask(method)
+            assert status == 405 and headers["Allow"] == "GET, HEAD", (method, status)
+            assert b"use GET /metrics" in text
+    finally:
+        server.close()

@@ -1,7 +1,9 @@
-"""The agent's workloads run as the unprivileged ``run_as`` user when the agent is root: the
-child's uid, gid and supplementary groups are that user's; an unknown user stops the agent at
-start with one line naming the key."""
+"""The agent's workloads run as the unprivileged ``run_as`` user when the agent is root (unset:
+"opptune"; "root" runs them as root on purpose, said once): the child's uid, gid and
+supplementary groups are that user's; an unknown user, or one that cannot run the agent's
+Python, stops the agent at start with one line naming the key."""
 
+import logging
 import os
 import pwd
 import subprocess
@@ -10,11 +12,13 @@ import tempfile
 
 import pytest
 
-from opptune.agent.child import resolve_run_as, spawn
+from opptune.agent import child as child_mod
+from opptune.agent import cli as agent_cli
+from opptune.agent.child import interpreter_refused, resolve_run_as, spawn
 from opptune.agent.runner import Runner
 from opptune.agent.runspec import RunSpec
 from opptune.agent.workloads import Workloads
-from opptune.shared.config import AgentConfig, CommandWorkload
+from opptune.shared.config import AgentConfig, CommandWorkload, ConfigError
 from procs import free_endpoint, write_toml
 
 # a system python: the test's own interpreter may live where 'nobody' cannot read (/root)
@@ -61,7 +65,7 @@ def test_runner_runs_workloads_as_run_as_and_as_root_without_it():
 def test_root_user_and_unknown_user_refused():
     with pytest.raises(ValueError, match="does not exist"):
         resolve_run_as("no-such-user-opptune-test")
-    with pytest.raises(ValueError, match="unprivileged"):
+    with pytest.raises(ValueError, match="is root"):
         resolve_run_as("root")
 
 
@@ -75,3 +79,121 @@ def test_agent_with_unknown_run_as_stops_with_one_line(tmp_path):
     lines = r.stderr.strip().splitlines()
     assert len(lines) == 1 and "key 'run_as'" in lines[0] and str(toml) in lines[0], r.stderr
     assert "Traceback" not in r.stderr
+
+
+def _as_root(monkeypatch) -> None:
+    monkeypatch.setattr(agent_cli.os, "geteuid", lambda: 0)
+
+
+def _user(monkeypatch, name: str) -> None:
+    """A user ``name`` (uid 4242) that pwd knows, whatever this machine has."""
+    real = pwd.getpwnam
+
+    def getpwnam(n: str):
+        if n == name:
+            return pwd.struct_passwd((name, "x", 4242, 4242, "", f"/home/{name}",
+                                      "/usr/sbin/nologin"))
+        return real(n)
+    monkeypatch.setattr(child_mod.pwd, "getpwnam", getpwnam)
+
+
+def test_a_root_agent_without_run_as_runs_workloads_as_opptune(monkeypatch, caplog):
+    """run_as = "" (etc/agent.toml's old default) ran every workload of a root agent as root,
+    with a warning. Unset, the workloads now run as the unprivileged user 'opptune'."""
+    _as_root(monkeypatch)
+    _user(monkeypatch, "opptune")
+    with caplog.at_level(logging.WARNING, logger="opptune.agent"):
+        user = agent_cli.workload_user(AgentConfig(), "agent.toml")
+    assert (user.name, user.uid, user.gid, user.home) == ("opptune", 4242, 4242,
+                                                           "/home/opptune")
+    assert caplog.records == []
+
+
+def test_a_root_agent_whose_default_user_is_missing_says_the_key_and_the_ways_out(monkeypatch):
+    _as_root(monkeypatch)
+    monkeypatch.setattr(child_mod.pwd, "getpwnam",
+                        lambda n: (_ for _ in ()).throw(KeyError(n)))
+    with pytest.raises(ConfigError) as info:
+        agent_cli.workload_user(AgentConfig(), "agent.toml")
+    text = str(info.value)
+    assert text.startswith("agent.toml: key 'run_as' (not set: an agent running as root runs "
+                           "its workloads as 'opptune'): user 'opptune' does not exist"), text
+    assert "useradd --system" in text and 'or to "root" to run the workloads as root' in text
+
+
+def test_run_as_root_is_an_opt_in_said_once(monkeypatch, caplog):
+    _as_root(monkeypatch)
+    with caplog.at_level(logging.INFO, logger="opptune.agent"):
+        assert agent_cli.workload_user(AgentConfig(run_as="root"), "agent.toml") is None
+    (said,) = [r for r in caplog.records]
+    assert said.levelname == "WARNING" and 'workloads run as root (run_as = "root")' in \
+        said.getMessage()
+
+
+def test_an_agent_that_is_not_root_is_unchanged(monkeypatch, caplog):
+    """Not root: the workloads run as the agent's own user; unset says nothing, a user set
+    is said to be ignored (as before)."""
+    monkeypatch.setattr(agent_cli.os, "geteuid", lambda: 1000)
+    with caplog.at_level(logging.INFO, logger="opptune.agent"):
+        assert agent_cli.workload_user(AgentConfig(), "agent.toml") is None
+        assert caplog.records == []
+        assert agent_cli.workload_user(AgentConfig(run_as="opptune"), "agent.toml") is None
+    (said,) = caplog.records
+    assert "run_as = 'opptune' ignored" in said.getMessage()
+
+
+@root_only
+@need_nobody
+@need_py
+def test_a_user_that_cannot_import_opptune_is_said_with_pythons_own_line(monkeypatch):
+    monkeypatch.setattr(child_mod.sys, "executable", SYS_PY)  # opptune is not installed there
+    why = interpreter_refused(resolve_run_as("nobody"))
+    assert why is not None and "No module named 'opptune'" in why, why
+
+
+def _closed_to_others(path: str) -> bool:
+    """A directory on the way to ``path`` that other users may not enter."""
+    d = os.path.dirname(os.path.realpath(path))
+    while d != "/":
+        if not os.stat(d).st_mode & 0o001:
+            return True
+        d = os.path.dirname(d)
+    return False
+
+
+@root_only
+def test_a_root_agent_without_its_default_user_stops_at_start(tmp_path):
+    """The process: before, it started and ran its workloads as root; now one line, exit 2,
+    nothing made in the state directory."""
+    if any(p.pw_name == "opptune" for p in pwd.getpwall()):
+        pytest.skip("this machine has a user 'opptune'")
+    toml = write_toml(tmp_path / "agent.toml", {
+        "agent_id": "t", "daemon": free_endpoint(), "state_dir": str(tmp_path / "s"),
+        "bench_kernels": ["triad"]})
+    r = subprocess.run([sys.executable, "-m", "opptune.agent", "--config", str(toml)],
+                       capture_output=True, text=True, timeout=60)
+    assert r.returncode == 2, r.stderr
+    (line,) = r.stderr.strip().splitlines()
+    assert line.startswith(f"opptune-agent: configuration error: {toml}: key 'run_as' (not "
+                           "set"), line
+    assert "'opptune' does not exist" in line and '"root"' in line
+    assert not (tmp_path / "s").exists()
+
+
+@root_only
+@need_nobody
+@pytest.mark.skipif(not _closed_to_others(sys.executable),
+                    reason="this interpreter is readable by other users")
+def test_a_user_that_cannot_run_the_agents_python_stops_it_at_start(tmp_path):
+    """This interpreter lies under a directory closed to others (/root): every kernel run as
+    'nobody' would fail at the first job with 'Permission denied'. The start says so."""
+    toml = write_toml(tmp_path / "agent.toml", {
+        "agent_id": "t", "daemon": free_endpoint(), "state_dir": str(tmp_path / "s"),
+        "bench_kernels": ["triad"], "run_as": "nobody"})
+    r = subprocess.run([sys.executable, "-m", "opptune.agent", "--config", str(toml)],
+                       capture_output=True, text=True, timeout=60)
+    assert r.returncode == 2, r.stderr
+    (line,) = r.stderr.strip().splitlines()
+    assert line.startswith(f"opptune-agent: configuration error: {toml}: key 'run_as': user "
+                           f"'nobody' cannot run this agent's Python ({sys.executable}: "), line
+    assert "triad" in line and "/opt/opptune" in line

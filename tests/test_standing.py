@@ -30,7 +30,7 @@ from opptune.agent.targets import Targets
 from opptune.agent.workloads import Workloads
 from opptune.shared import protocol as P
 from opptune.shared.config import AgentConfig, CommandWorkload
-from procs import free_endpoint, wait_until
+from procs import RUN_AS_OPTION, free_endpoint, wait_until
 from test_idle_clock import config, pinned_at, work, worker_on
 from test_virtual_e2e import cpufreq_state
 
@@ -47,7 +47,7 @@ class AgentProc:
             self.proc = subprocess.Popen(
                 [PY, "-m", "opptune.agent", "--daemon", free_endpoint(), "--agent-id", "a1",
                  "--state-dir", str(state), "--sysfs-root", root, "--virtual-board", "rpi4",
-                 "--heartbeat", "0.5"], stdout=fh, stderr=subprocess.STDOUT,
+                 "--heartbeat", "0.5", *RUN_AS_OPTION], stdout=fh, stderr=subprocess.STDOUT,
                 stdin=subprocess.DEVNULL)
 
     def text(self) -> str:

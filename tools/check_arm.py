@@ -426,9 +426,11 @@ def step_loop(ch: Chroot, arch: str, procs: Procs, cpus: int, reps: int, timeout
     agent_id = f"check-{arch}"
     agent_toml = ch.path(CHECK_DIR) / "agent.toml"
     agent_toml.parent.mkdir(parents=True, exist_ok=True)
+    # run_as = "root": the agent runs as the userland's root from ~/opptune-venv (/root), which
+    # the unprivileged default user could not read, and the userland has no such user anyway
     agent_toml.write_text(f'agent_id = "{agent_id}"\ndaemon = "{endpoint}"\n'
                           f'state_dir = "{CHECK_DIR}/state"\nheartbeat_s = 1.0\n'
-                          f'bench_kernels = ["{KERNEL}"]\n')
+                          f'bench_kernels = ["{KERNEL}"]\nrun_as = "root"\n')
     with open(logdir / "daemon.log", "wb") as dlog, open(logdir / "agent.log", "wb") as alog:
         procs.start([str(bin_dir / "opptune-daemon"), "--config", str(daemon_toml)],
                     stdout=dlog, stderr=subprocess.STDOUT)

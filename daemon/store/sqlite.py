@@ -65,6 +65,32 @@ LOW_ROOM_POLL_FRACTION = 0.1  # ...and is looked at ten times as often
 CACHE_KIB = 32 << 10  # the writer's page cache: RSS grows by this much at most, then stays
 
 
+def why_not_writable(path: str) -> str | None:
+    """Why SQLite cannot write a database at ``path`` where its place is to blame, with what
+    to do; None when the directory and the file are writable (the error is another one).
+    SQLite creates its journal files (``-wal``, ``-shm``) beside the database, so a writable
+    file in a read-only directory fails too, as "attempt to write a readonly database"."""
+    p = Path(path).expanduser().absolute()
+    where = p.parent
+    user = f"uid {os.geteuid()}"
+    if where.is_dir() and not os.access(where, os.W_OK):
+        try:
+            how = ("it is on a read-only file system"
+                   if os.statvfs(where).f_flag & os.ST_RDONLY else f"its mode forbids {user}")
+        except OSError:
+            how = f"{user} may not write it"
+        journal = f"{p.name}-wal, {p.name}-shm"
+        made = (f"SQLite creates its journal ({journal}) beside the database" if p.exists()
+                else f"SQLite creates the database there, with its journal ({journal})")
+        return (f"the directory {where} is not writable ({how}), and {made}: make the "
+                f"directory writable for the daemon's user ({user}), or move the database "
+                "to a directory that is")
+    if p.is_file() and not os.access(p, os.W_OK):
+        return (f"the file is not writable for the daemon's user ({user}): give that user "
+                "write access to it (chown or chmod), or move the database")
+    return None
+
+
 def _stored_record(text: str | None, packed: bytes | None) -> Any:
     """A run's record as the agent sent it: from its msgpack column where the row has one,
     else from its JSON text."""
@@ -99,17 +125,23 @@ class SQLiteStore(Store):
         # Autocommit mode: transactions are opened explicitly so that a batch is exactly one.
         self.db = sqlite3.connect(path, isolation_level=None, timeout=busy_timeout_s,
                                   check_same_thread=False)
-        self.db.execute("PRAGMA journal_mode=WAL")
-        self.db.execute("PRAGMA synchronous=NORMAL")
-        self.db.execute("PRAGMA foreign_keys=ON")
-        # Each batch of results inserts at one place per open job in the (job_id, seq) index:
-        # with 500 agents, 500 leaf pages that SQLite's default 2 MiB cache keeps evicting and
-        # reading back. 32 MiB holds them (and what the msg_id index appends to).
-        self.db.execute(f"PRAGMA cache_size=-{CACHE_KIB}")
-        # a restarted WAL file is cut back to this size instead of staying at its largest
-        self.db.execute(f"PRAGMA journal_size_limit={WAL_RESTART_BYTES}")
-        self._migrate()
-        self._page = self.db.execute("PRAGMA page_size").fetchone()[0]
+        try:
+            self.db.execute("PRAGMA journal_mode=WAL")
+            self.db.execute("PRAGMA synchronous=NORMAL")
+            self.db.execute("PRAGMA foreign_keys=ON")
+            # Each batch of results inserts at one place per open job in the (job_id, seq)
+            # index: with 500 agents, 500 leaf pages that SQLite's default 2 MiB cache keeps
+            # evicting and reading back. 32 MiB holds them (and what the msg_id index appends
+            # to).
+            self.db.execute(f"PRAGMA cache_size=-{CACHE_KIB}")
+            # a restarted WAL file is cut back to this size instead of staying at its largest
+            self.db.execute(f"PRAGMA journal_size_limit={WAL_RESTART_BYTES}")
+            self._migrate()
+            self._page = self.db.execute("PRAGMA page_size").fetchone()[0]
+        except BaseException:
+            # a store refused (read-only place, newer schema) holds the file open no longer
+            self.db.close()
+            raise
         self._ckpt_stop = threading.Event()
         self._ckpt: threading.Thread | None = None
         if checkpoint_s and path != ":memory:":
