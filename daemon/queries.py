@@ -98,8 +98,8 @@ def answer(d: Daemon, what: str, args: dict[str, Any]) -> dict[str, Any] | Defer
         return getattr(characterize, what)(d, args)
     raise HandlerError("unknown_query", f"unknown query '{what[:40]}'; known: status, sweep, "
                                         "fit, recommend, tune, tune_status, tune_stop, cancel, "
-                                        "report, keys, doctor, characterize, mpet_data, runs, import, "
-                                        "again")
+                                        "report, keys, doctor, characterize, mpet_data, runs, "
+                                        "import, again")
 
 
 def cancel(d: Daemon, args: dict[str, Any]) -> dict[str, Any]:

@@ -56,8 +56,8 @@ transient ones and parks them for the permanent ones, see agent/link.py):
   ``max_message_bytes``; permanent).
 
 A ``query`` that changes something (sweep, characterize, tune, tune_stop, cancel, import,
-recommend with ``apply``, keys accept/reject/revoke: daemon/recent_requests.py) is a request whose id is its
-envelope id. The daemon remembers its answer (reply data or refusal) by (sender identity, id),
+recommend with ``apply``, keys accept/reject/revoke: daemon/recent_requests.py) is a request
+whose id is its envelope id. The daemon remembers its answer (reply data or refusal) by (sender identity, id),
 a bounded number for a bounded time. The same message again, or ``{"what": "again", "args":
 {"request": ID}}`` from the same sender (the operator's retry after a timeout, on the same
 connection), is answered with that answer (``ref`` = the asking message's id), or, while the
