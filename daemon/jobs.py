@@ -384,8 +384,9 @@ class JobTracker:
         self._cancelling.discard(job_id)
         self.store.set_job_state(job_id, "cancelled", job["reason"], only_from=("cancelled",),
                                  stopped={**stop, "held": False})
-        log.info("job %s cancelled: its agent has ended it (%d of %d runs stored, those it "
-                 "did not run included)", job_id, received, job["expected"])
+        # the agent's lines of the runs it did not run may still be on their way: no count
+        log.info("job %s cancelled: its agent has ended it (it records the runs it did not "
+                 "run)", job_id)
         return True
 
     def _cancel_refused(self, agent: str, job_id: str, body: dict[str, Any]) -> None:
