@@ -11,6 +11,13 @@ Accepted jobs and configs are saved in the outbox's database before they run, so
 killed before or while running them resumes them after a restart; a saved config this board
 can no longer run (its workload or cpus gone) is reported as refused, with the reason.
 
+A ``cancel`` from the daemon marks the job cancelled in the outbox (never run again, also
+after a restart) and, where it is the job under way, kills its run (the child's process group,
+as a timeout does). The worker then records its runs not run, as a stopped job's are (with
+``extra["stopped"]["cancelled"]``), and goes on with its next work; a job only queued here is
+dropped that way when its turn comes. A cancel of a job this agent does not hold, or that has
+ended, does nothing.
+
 The knobs rest between work: when the queue runs empty the worker puts them back to the board's
 original (:meth:`Executor.rest`), or to the configuration a user applied and that stands (a
 config without ``keep: false``), so no measurement point's clock is left behind. That
@@ -35,13 +42,13 @@ from ..shared import protocol as P
 from ..shared.config import AgentConfig
 from ..shared.cpus import format_cpu_list
 from ..shared.point_stats import StopRule, point_stats, stop_reason
-from ..shared.records import JOB_STOPPED, NOT_RUN, RunRecord
+from ..shared.records import JOB_CANCELLED, JOB_STOPPED, NOT_RUN, RunRecord
 from ..shared.refusals import RefusalLog
 from ..shared.target_text import measured_text, target_name
 from . import standing
 from .outbox import FULL_RETRY_S, Outbox, OutboxFull
 from .platform import clock_problem, cpus_problem
-from .runner import Aborted, Runner, RunSpec
+from .runner import Aborted, Cancelled, Runner, RunSpec
 from .targets import DEFAULT_WINDOW_S, TargetError, Targets, kind_of, measure_window
 from .workloads import WorkloadError, Workloads
 
@@ -132,6 +139,11 @@ class Executor:
         self._standing_file = standing.StandingFile(state_dir) if state_dir else None
         self._knobs_moved = False  # by work since the knobs last rested
         self._timed_out = False  # a run of the job's point under way timed out
+        # the job the worker runs now, and the lock that orders a cancel (link thread) with
+        # the job's start and end (worker thread): a cancel is never lost between them, nor
+        # taken by the next job
+        self._job_lock = threading.Lock()
+        self.current_job: str | None = None
         # jobs and configs refused: the first line of each kind, then one a minute
         self.refusals = RefusalLog(log, 60.0, line="refused a %s from the daemon: %s (%s)%s",
                                    more="more refused")
@@ -265,16 +277,87 @@ class Executor:
             # what it should rest at, and setting it again would only flicker
             self._knobs_moved = False
 
+    def cancel(self, job_id: str) -> str:
+        """The daemon cancelled ``job_id`` (link thread): kept in the outbox, so that it never
+        runs again (also after a restart), and the run under way killed when it is this job's.
+        The worker then records the runs not run (:meth:`run_job`). Returns what it did, for
+        the log."""
+        with self._job_lock:
+            try:
+                cancelled = self.outbox.cancel_job(job_id)
+            except OutboxFull as exc:
+                cancelled = False
+                log.warning("cannot keep the cancel of job %s (%s): stopping it all the same; "
+                            "a restart would resume it", job_id, exc)
+                if self.current_job != job_id:
+                    return "not kept: the disk is full"
+            if self.current_job == job_id:
+                self.runner.cancel()
+                return "running: its run under way is stopped"
+        if cancelled:
+            return "queued here: dropped"
+        job = self.outbox.job(job_id)
+        if job is None:
+            return "not held by this agent: nothing to stop"
+        return "ended before" if job["done"] else "cancelled before"
+
     def run_job(self, job_id: str) -> None:
-        """Run (or resume) a saved job from its first point without a stored result."""
+        """Run (or resume) a saved job from its first point without a stored result; of a
+        cancelled one, only record the runs not run."""
         job = self.outbox.job(job_id)
         if job is None or job["done"]:
             return
-        self._knobs_moved = True
         body = job["body"]
-        reps, warmup, points = body["reps"], body["warmup"], body["points"]
+        reps, points = body["reps"], body["points"]
         total = len(points) * reps
-        seq = job["next_seq"]
+        with self._job_lock:
+            # read again under the lock: a cancel before this point is seen here, one after it
+            # finds the job current and stops its run
+            job = self.outbox.job(job_id) or job
+            if not job["cancelled"]:
+                self.current_job = job_id
+        if job["cancelled"]:
+            self._end_cancelled(job_id, body, total, job["next_seq"])
+            return
+        try:
+            self._run_points(job_id, body, total, job["next_seq"])
+        except Cancelled:
+            now = self.outbox.job(job_id)
+            self._end_cancelled(job_id, body, total, now["next_seq"] if now else total)
+            return
+        finally:
+            with self._job_lock:
+                self.current_job = None
+                self.runner.uncancel()
+        self._drop_point_state()
+        self._keep_timeouts(job_id, [])
+        self.durably(lambda: self.outbox.finish_job(job_id))
+        log.info("job %s done (%d runs)", job_id, total)
+
+    def _end_cancelled(self, job_id: str, body: dict[str, Any], total: int, seq: int) -> None:
+        """Record every run from ``seq`` on not run, as a stopped job's are (the run killed
+        under way included: it measured nothing), marked ``extra["stopped"]["cancelled"]``,
+        and finish the job. What was measured before is stored already."""
+        points, reps = body["points"], body["reps"]
+        first_whole = -(-seq // reps)  # points from here on have no run at all
+        why = f"{NOT_RUN}{JOB_CANCELLED}by the daemon before run {seq + 1} of {total}"
+        stop = {"cancelled": True, "runs_not_run": total - seq, "points": len(points),
+                "points_not_run": len(points) - first_whole}
+        for s in range(seq, total):
+            idx, rep = divmod(s, reps)
+            rec = self.runner.failed_record(self._spec(body, points[idx]), rep, why)
+            rec.extra["stopped"] = stop
+            self._store_result(job_id, total, s, rec)
+        self._drop_point_state()
+        self._keep_timeouts(job_id, [])
+        self.durably(lambda: self.outbox.finish_job(job_id))
+        log.warning("job %s cancelled by the daemon: %d of %d runs not run (%d measured before "
+                    "are kept)", job_id, total - seq, total, seq)
+
+    def _run_points(self, job_id: str, body: dict[str, Any], total: int, seq: int) -> None:
+        """Run the job's points from run ``seq`` on; raises Cancelled when it is cancelled."""
+        self._knobs_moved = True
+        reps, warmup, points = body["reps"], body["warmup"], body["points"]
         if seq:
             log.info("resuming job %s at run %d of %d", job_id, seq, total)
         # the points in a row, up to the last, with a run timed out: kept in state_dir, so a
@@ -302,10 +385,6 @@ class Executor:
             timed_out = timed_out + [idx] if self._timed_out else []
             if timed_out or was:
                 self._keep_timeouts(job_id, timed_out)
-        self._drop_point_state()
-        self._keep_timeouts(job_id, [])
-        self.durably(lambda: self.outbox.finish_job(job_id))
-        log.info("job %s done (%d runs)", job_id, total)
 
     @staticmethod
     def _spec(body: dict[str, Any], pt: dict[str, Any]) -> RunSpec:
@@ -658,6 +737,9 @@ class Worker(threading.Thread):
                              "done" if job and job["done"] else "queued")
                     return
             self.submit_job(job_id)
+        elif kind == "cancel":
+            job_id = body["job_id"]
+            log.info("daemon cancels job %s: %s", job_id[:80], ex.cancel(job_id))
         elif kind == "config":
             try:
                 ex.validate_config(body)

@@ -33,6 +33,13 @@ class AbortSignal:
         """Read away a wake-up byte that no abort goes with."""
         os.read(self._r, 64)
 
+    def clear(self) -> None:
+        """Unset the flag and read away its wake-up bytes (a cancel, once its job ended)."""
+        self.is_set = False
+        while select.select([self._r], [], [], 0)[0]:
+            if not os.read(self._r, 64):
+                break
+
     def set(self) -> None:
         self.is_set = True
         try:
@@ -127,13 +134,15 @@ def observed_affinity(pid: int) -> list[int] | None:
         return None
 
 
-def wait(proc: subprocess.Popen, timeout_s: float,
-         abort: AbortSignal) -> tuple[int, Any, str]:
-    """Wait for the child with the timeout, waking at once on abort. Returns
-    (status, rusage, why) with why in {"exit", "timeout", "aborted"}."""
+def wait(proc: subprocess.Popen, timeout_s: float, abort: AbortSignal,
+         cancel: AbortSignal | None = None) -> tuple[int, Any, str]:
+    """Wait for the child with the timeout, waking at once on abort (the agent stops) or
+    ``cancel`` (the daemon cancelled the job). Returns (status, rusage, why) with why in
+    {"exit", "timeout", "aborted", "cancelled"}; the last three killed the child's group."""
     deadline = time.monotonic() + timeout_s
     why = "exit"
     pidfd = None
+    signals = [abort] + ([cancel] if cancel is not None else [])
     try:
         pidfd = os.pidfd_open(proc.pid)
     except (AttributeError, OSError):
@@ -153,17 +162,20 @@ def wait(proc: subprocess.Popen, timeout_s: float,
                 why = "aborted"
                 kill_group(proc.pid)
                 continue
-            fds = [abort.fd] + ([pidfd] if pidfd is not None else [])
+            if why == "exit" and cancel is not None and cancel.is_set:
+                why = "cancelled"
+                kill_group(proc.pid)
+                continue
+            fds = [s.fd for s in signals] + ([pidfd] if pidfd is not None else [])
             # Without a pidfd fall back to a coarse tick; with one, sleep until exit/abort.
             tick = (max(0.0, time_left) if pidfd is not None
                     else min(max(0.0, time_left), TICK_S))
             if why != "exit":
                 tick = TICK_S
             r, _, _ = select.select(fds, [], [], tick)
-            if abort.fd in r and why == "exit":
-                if abort.is_set:
-                    continue
-                abort.drain()
+            for s in signals:
+                if s.fd in r and why == "exit" and not s.is_set:
+                    s.drain()
     finally:
         if pidfd is not None:
             os.close(pidfd)

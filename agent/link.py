@@ -518,7 +518,7 @@ class Link:
                 self._daemon_refused_log.refused(
                     self.endpoint, body["code"],
                     f"{str(body.get('ref'))[:80]}: {body['message'][:500]}")
-        elif kind in ("job", "config"):
+        elif kind in ("job", "config", "cancel"):
             try:
                 self.on_message(msg)
             except Exception as exc:

@@ -89,6 +89,8 @@ CREATE TABLE IF NOT EXISTS rejected (
     code     TEXT NOT NULL,
     reason   TEXT NOT NULL
 );
+-- done: 0 open, 1 finished, 2 cancelled by the daemon with its end not yet recorded (never
+-- run again: the worker only records the runs it skips)
 CREATE TABLE IF NOT EXISTS jobs (
     job_id   TEXT PRIMARY KEY,
     body     TEXT NOT NULL,
@@ -556,13 +558,14 @@ class Outbox:
         if row is None:
             return None
         return {"job_id": job_id, "body": json.loads(row[0]), "next_seq": row[1],
-                "done": bool(row[2]), "ref": row[3]}
+                "done": row[2] == 1, "cancelled": row[2] == 2, "ref": row[3]}
 
     def open_jobs(self) -> list[dict[str, Any]]:
-        """Jobs not finished, oldest first (to resume after a restart)."""
+        """Jobs not finished, oldest first (to resume after a restart; a cancelled one only
+        to record its end)."""
         with self._lock:
             rows = list(self._db.execute(
-                "SELECT job_id FROM jobs WHERE done=0 ORDER BY created, rowid"))
+                "SELECT job_id FROM jobs WHERE done<>1 ORDER BY created, rowid"))
         return [j for j in (self.job(r[0]) for r in rows) if j]
 
     def add_result(self, job_id: str, seq: int, msg: dict[str, Any] | bytes) -> str:
@@ -572,6 +575,13 @@ class Outbox:
             self._insert(mid, data, lambda db: db.execute(
                 "UPDATE jobs SET next_seq=MAX(next_seq, ?) WHERE job_id=?", (seq + 1, job_id)))
         return mid
+
+    def cancel_job(self, job_id: str) -> bool:
+        """Mark an open job cancelled: it never runs again, also after a restart. False when
+        it is not open (unknown, finished or cancelled before)."""
+        with self._lock:
+            return self._write(lambda db: db.execute(
+                "UPDATE jobs SET done=2 WHERE job_id=? AND done=0", (job_id,)).rowcount) == 1
 
     def finish_job(self, job_id: str) -> None:
         def statements(db):

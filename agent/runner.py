@@ -24,13 +24,18 @@ from .run_output import MAX_ERR_TEXT, last_json, merge_json, read_captured
 from .runspec import Knob, Meter, RunSpec
 from .workloads import WorkloadError, Workloads
 
-__all__ = ["Aborted", "Knob", "Meter", "RunSpec", "Runner"]
+__all__ = ["Aborted", "Cancelled", "Knob", "Meter", "RunSpec", "Runner"]
 
 log = logging.getLogger("opptune.agent.runner")
 
 
 class Aborted(Exception):
     """The run was stopped by :meth:`Runner.abort` (agent shutting down)."""
+
+
+class Cancelled(Exception):
+    """The run was stopped by :meth:`Runner.cancel`: the daemon cancelled its job (the agent
+    goes on with its next work)."""
 
 
 class Runner:
@@ -52,12 +57,22 @@ class Runner:
         # fields no meter can fill on this platform -> reason (e.g. energy_j: "no sensor")
         self.invalid_defaults = dict(invalid_defaults or {})
         self._abort = AbortSignal()
+        self._cancel = AbortSignal()  # the job under way was cancelled by the daemon
         self.run_as = run_as
 
     # -- control ------------------------------------------------------------------------------
     def abort(self) -> None:
         """Kill the current child (if any) and make the current/next run end as Aborted."""
         self._abort.set()
+
+    def cancel(self) -> None:
+        """Kill the current child (if any, its whole process group, as a timeout does) and
+        make the current/next run end as Cancelled, until :meth:`uncancel`."""
+        self._cancel.set()
+
+    def uncancel(self) -> None:
+        """The cancelled job has ended: the next runs go ahead."""
+        self._cancel.clear()
 
     def restore(self) -> None:
         """Restore every knob; errors are logged, never raised."""
@@ -99,6 +114,7 @@ class Runner:
     def close(self) -> None:
         self.restore()
         self._abort.close()
+        self._cancel.close()
 
     # -- runs ---------------------------------------------------------------------------------
     def apply_knobs(self, spec: RunSpec) -> dict[str, Any]:
@@ -118,7 +134,8 @@ class Runner:
 
         A warmup that timed out is recorded, in the place of repetition ``first_rep`` (never
         run), with ``extra["warmup"]`` its index: the store keeps what happened at the point.
-        Raises :class:`Aborted` when stopped; everything else ends up in the records."""
+        Raises :class:`Aborted` when stopped, :class:`Cancelled` when its job was cancelled;
+        everything else ends up in the records."""
         try:
             knob_fields = self.apply_knobs(spec)
         except Exception as exc:
@@ -178,9 +195,12 @@ class Runner:
 
     def run_once(self, spec: RunSpec, rep: int = 0,
                  knob_fields: dict[str, Any] | None = None) -> RunRecord:
-        """One child process on ``spec.cpus``. Raises only :class:`Aborted`."""
+        """One child process on ``spec.cpus``. Raises only :class:`Aborted` and
+        :class:`Cancelled`."""
         if self._abort.is_set:
             raise Aborted("agent stopping")
+        if self._cancel.is_set:
+            raise Cancelled("job cancelled")
         rec = self._base(spec, rep)
         for key, value in (knob_fields or {}).items():
             setattr(rec, key, copy.deepcopy(value))  # records must not share mutable fields
@@ -197,7 +217,7 @@ class Runner:
             return rec
         try:
             self._execute(spec, rec, argv, env)
-        except Aborted:
+        except (Aborted, Cancelled):
             raise
         except Exception as exc:  # the runner's promise: a record, never an exception
             log.exception("run of %s failed", spec.workload)
@@ -231,10 +251,14 @@ class Runner:
                 rec.ok, rec.error = False, f"cannot start {argv[0]}: {exc.strerror or exc}"
                 return
             affinity = None if self.virtual else observed_affinity(proc.pid)
-            status, ru, why = wait(proc, self.timeout_s, self._abort)
+            status, ru, why = wait(proc, self.timeout_s, self._abort, self._cancel)
             wall = time.perf_counter() - t0
             if why == "aborted":
                 raise Aborted("agent stopping")
+            if why == "cancelled":
+                self._stop_meters(rec, {"pid": proc.pid, "rusage": ru, "wall_s": wall,
+                                        "json": None})  # meters left running would leak
+                raise Cancelled("job cancelled")
             rec.wall_s = wall
             if affinity is not None and affinity != sorted(spec.cpus):
                 rec.extra["affinity_observed"] = affinity

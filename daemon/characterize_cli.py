@@ -119,6 +119,7 @@ def add_parser(sub: Any, add_link_options: Any) -> None:
                    help="show progress until every job is done; exit 0 when every workload "
                         "is measured over all its points, 3 when the agent stopped a job "
                         "after points in a row timed out or a workload was left out for that, "
+                        "4 when a job was cancelled (opptune cancel), "
                         "1 when one fails (Ctrl-C stops waiting, not the jobs; run it again "
                         "to resume)")
     p.set_defaults(func=cmd_characterize)

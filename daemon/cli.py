@@ -237,7 +237,8 @@ def build_parser() -> argparse.ArgumentParser:
                    help="show progress until every job is done; exit 0 when every job "
                         "measured all its points, 3 when each is done but the agent stopped "
                         "one or more after points in a row timed out (stop_after_timeouts: the "
-                        "rest never ran), 1 with the reason when one fails or expires")
+                        "rest never ran), 4 when one or more was cancelled (opptune cancel) "
+                        "and none failed, 1 with the reason when one fails or expires")
     p.set_defaults(func=cmd_sweep)
 
     p = sub.add_parser("keys", help="agents' CURVE keys: list, accept, reject or revoke one; "
@@ -249,6 +250,9 @@ def build_parser() -> argparse.ArgumentParser:
                                          "agent id when that names one key)")
     _add_link_options(p)
     p.set_defaults(func=cmd_keys)
+
+    from .cancel_cli import add_parser as add_cancel
+    add_cancel(sub, _add_link_options)
 
     from .doctor_cli import add_parser as add_doctor
     add_doctor(sub, _add_link_options)

@@ -465,7 +465,15 @@ def stop_tune(args: argparse.Namespace, endpoint: str, tune_id: str) -> int:
     print(f"opptune tune: {tune_id} ({data['workload']} ({data['size']}) on {data['agent']}, "
           f"{n} configuration{'s' if n != 1 else ''} measured) is stopped: "
           f"{data['reason']}; nothing more is measured or applied for it")
-    job = data.get("job_left")
+    job = data.get("job_cancelled")
+    if job:
+        how = ("the agent stops it now" if job.get("told") else
+               f"{data['agent']} is told at its next hello" if job["state"] != "queued" else
+               "it had not been sent")
+        print(f"its job {job['job_id']} ({job['state']}, one configuration) is cancelled: "
+              f"{how}; the runs it measured are stored, and count for later tunes and "
+              "recommendations")
+    job = data.get("job_left")  # an older daemon's: it could not cancel the job
     if job:
         print(f"its job {job['job_id']} ({job['state']}, one configuration) runs to its end "
               f"on {data['agent']}: a job sent cannot be called back; its runs are stored, and "

@@ -1,12 +1,19 @@
 """Job tracking: the lifecycle of the jobs the daemon sends (queued, sent, running, done,
-failed, expired), kept in the store.
+failed, expired, cancelled), kept in the store.
 
 A job is "sent" when its message left (else "queued", delivered at the agent's next hello),
 "running" from its first stored result, "done" once every run is stored, or for a job of
 adaptive points (points with ``until``, shared/protocol.py) once every point is closed: its
 closing record (``extra["point"]["done"]``) is stored, or all its reps are (then ``on_done``
-asks for fits), "failed" when the agent refuses it or every run failed, and "expired" when its
-agent has not been seen for ``job_expiry_s``.
+asks for fits), "failed" when the agent refuses it or every run failed, "expired" when its
+agent has not been seen for ``job_expiry_s``, and "cancelled" when the user cancelled it
+(``opptune cancel``, ``tune --stop``): final at once, never resent nor resumed. A job the
+agent may hold (sent, running, expired) gets a ``cancel`` message; the agent stops it and
+records the runs not run (``extra["stopped"]["cancelled"]``), which are stored as any results
+are, with the runs measured before. The job's ``stopped`` column keeps the cancel
+(``{"cancelled": true, "at", "held"}``): ``held`` while the agent's end has not been seen, so
+that the cancel is sent again at the agent's next hello (it may have been offline, or this
+daemon restarted); an older agent that refuses the message runs the job to its end.
 
 At most ``max_outstanding_jobs`` jobs are out with an agent at a time (sent or running): the
 others are held "queued" in the daemon and go out one by one as earlier ones finish, so a sweep
@@ -22,15 +29,31 @@ from typing import Any, Callable, Iterable
 from ..shared import protocol
 from ..shared.config import DaemonConfig
 from ..shared.records import JOB_STOPPED, NOT_RUN, job_stop
+from .errors import HandlerError
 from .link import Link
 from .registry import Registry
 from .store import Store
 
 log = logging.getLogger("opptune.daemon")
 
+CANCELS_KEPT = 1024  # sent cancel messages remembered, for an older agent's refusal of one
+
 ACTIVE_JOB_STATES = ("queued", "sent", "running")
-FINAL_JOB_STATES = ("done", "failed", "expired")
-UNSUCCESSFUL_JOB_STATES = ("failed", "expired")  # final; the status carries the reason
+FINAL_JOB_STATES = ("done", "failed", "expired", "cancelled")
+# final; the status carries the reason
+UNSUCCESSFUL_JOB_STATES = ("failed", "expired", "cancelled")
+# what a job's results may still change: every state but cancelled, which stays
+NOT_CANCELLED = ACTIVE_JOB_STATES + ("done", "failed", "expired")
+# the states in which the agent may hold the job (sent it, maybe running it): a cancel is sent
+HELD_JOB_STATES = ("sent", "running", "expired")
+
+
+def cancelled_by_agent(record: dict[str, Any] | None) -> bool:
+    """Whether a stored run record is one of the runs an agent skipped when it cancelled the
+    job (its end of a cancelled job)."""
+    extra = (record or {}).get("extra")
+    stop = extra.get("stopped") if isinstance(extra, dict) else None
+    return isinstance(stop, dict) and stop.get("cancelled") is True
 
 
 def stopped_early(job: dict[str, Any]) -> bool:
@@ -91,6 +114,8 @@ class JobTracker:
         # job id -> indexes of its closed adaptive points: read from the store once, then kept
         # up to date from each batch, so a large job is not re-read per batch
         self._closed: dict[str, set[int]] = {}
+        self._cancels: dict[str, str] = {}  # id of a sent cancel message -> its job id
+        self._cancelling: set[str] = set()  # cancelled jobs whose agent's end is awaited
 
     def _limit(self) -> int:
         return max(1, int(getattr(self.config, "max_outstanding_jobs", 8)))
@@ -139,6 +164,8 @@ class JobTracker:
                 # an expired job whose agent came back with results runs again
                 self.store.set_job_state(job_id, "running", now=now,
                                          only_from=("queued", "sent", "expired"))
+            if job_id in self._cancelling:
+                self._cancel_end(job_id)
             self.check(job_id, of, agent, new, closing or ())
 
     def check(self, job_id: str, of: int, agent: str, new: int,
@@ -176,8 +203,11 @@ class JobTracker:
         ok, errors = self.store.job_failures(job_id)
         if not ok:
             reason = f"every run of the job failed: {failure_text(errors)}"
-            self.store.set_job_state(job_id, "failed", reason, stopped=self._stop(job_id, errors))
-            log.warning("job %s of %s failed: %s", job_id, agent, reason)
+            if not self.store.set_job_state(job_id, "failed", reason, only_from=NOT_CANCELLED,
+                                            stopped=self._stop(job_id, errors)):
+                self._cancel_end(job_id)  # cancelled before: it stays so
+            else:
+                log.warning("job %s of %s failed: %s", job_id, agent, reason)
             self._finished(agent, job_id)
             return
         # a job the agent stopped for its timeouts is done with what it measured, and says why
@@ -185,7 +215,12 @@ class JobTracker:
         errors = self.store.job_errors(job_id) if ok < received else []
         stop = self._stop(job_id, errors)
         reason = failure_text(errors) if stop is not None else None
-        self.store.set_job_state(job_id, "done", reason, stopped=stop)
+        if not self.store.set_job_state(job_id, "done", reason, stopped=stop,
+                                        only_from=NOT_CANCELLED):
+            # cancelled while its last runs were on their way: no fit for it, it stays so
+            self._cancel_end(job_id)
+            self._finished(agent, job_id)
+            return
         log.info("job %s of %s done (%d runs, %d successful)%s", job_id, agent, received, ok,
                  f": {reason}" if reason else "")
         self._finished(agent, job_id)
@@ -233,6 +268,9 @@ class JobTracker:
         """An agent's ``error`` about a job it was sent (by message id, or naming the job)
         fails the job with the agent's reason."""
         ref = body.get("ref")
+        if ref in self._cancels:
+            self._cancel_refused(agent, self._cancels.pop(ref), body)
+            return
         job_id = self._msgs.get(ref) if ref else None
         if job_id is None and ref and ref.startswith("job-"):
             job_id = ref
@@ -263,6 +301,11 @@ class JobTracker:
                       key=lambda j: order.get(j["state"], 4))
         for j in mine:
             workloads.add(j["workload"])
+            if j["state"] == "cancelled" and (j.get("stopped") or {}).get("held"):
+                # it may still hold the job (offline at the cancel, or this daemon restarted
+                # since): told again until its end is stored
+                if not self._cancel_end(j["job_id"]):
+                    self.tell_cancel(agent, j["job_id"])
             if j["state"] in FINAL_JOB_STATES and j["state"] != "expired":
                 continue
             # all runs stored, or every adaptive point closed: complete rather than resend
@@ -271,6 +314,96 @@ class JobTracker:
                 continue
             self.resend(agent, j["job_id"], j["state"])
         return workloads
+
+    def cancel(self, job_id: str, reason: str) -> dict[str, Any]:
+        """Cancel job ``job_id`` for good, ``reason`` its reason ('cancelled by the user at
+        ...'): final in the store at once (never resent nor resumed), its place among the
+        agent's outstanding jobs given to the next; a job the agent may hold is sent a
+        ``cancel``. Returns the job's row (``received`` counted) with ``was`` (its state
+        before), ``cancelled`` (False: it had ended before) and ``told`` (the cancel went to
+        the agent's connection; None: the agent does not hold it). HandlerError
+        ``unknown_job`` for an id the store does not know."""
+        job = self.store.job(job_id)
+        if job is None:
+            raise HandlerError("unknown_job", f"no job {job_id[:80]} in this daemon's store; "
+                                              "'opptune status' lists the jobs")
+        was, now = job["state"], time.time()
+        held = was in HELD_JOB_STATES
+        cancelled = was not in FINAL_JOB_STATES or was == "expired"
+        if cancelled and not self.store.set_job_state(
+                job_id, "cancelled", reason, now=now, only_from=ACTIVE_JOB_STATES + ("expired",),
+                stopped={"cancelled": True, "at": now, "held": held}):
+            cancelled = False  # it ended meanwhile (another daemon of a fleet): as it ended
+        told = None
+        if cancelled:
+            self._complete.add(job_id)
+            for table in (self._progress, self._adaptive, self._closed):
+                table.pop(job_id, None)
+            self._running.discard(job_id)
+            owner = next((a for a, out in self._out.items() if job_id in out), None)
+            if owner is not None:
+                self._finished(owner, job_id)
+            if held:
+                self._cancelling.add(job_id)
+                told = self.tell_cancel(job["agent"], job_id)
+            log.info("job %s of %s cancelled (%s): %s", job_id, job["agent"], was,
+                     "the agent is told to stop it" if told else
+                     "the agent is told at its next hello" if held else "it was not sent")
+        rows = self.store.jobs_page(job_ids=[job_id])[0]  # with its runs counted
+        out = dict(rows[0]) if rows else dict(job)
+        out.update(was=was, cancelled=cancelled, told=told)
+        return out
+
+    def tell_cancel(self, agent: str, job_id: str) -> bool:
+        """Send ``cancel`` of ``job_id`` to ``agent``; False when it is not connected here
+        (its next hello brings the cancel again)."""
+        info = self.registry.get(agent)
+        if info is None or info.identity is None:
+            return False
+        msg = protocol.make("cancel", self.sender, {"job_id": job_id})
+        if not self.link.send(info.identity, msg):
+            return False
+        self._cancels[msg["id"]] = job_id  # an older agent's refusal names this id
+        while len(self._cancels) > CANCELS_KEPT:
+            del self._cancels[next(iter(self._cancels))]
+        self._cancelling.add(job_id)
+        return True
+
+    def _cancel_end(self, job_id: str) -> bool:
+        """Whether the agent's end of the cancelled job ``job_id`` is stored (its runs not
+        run, or every run): then the job is no longer held (no cancel is sent again)."""
+        job = self.store.job(job_id)
+        stop = (job or {}).get("stopped") or {}
+        if job is None or job["state"] != "cancelled" or not stop.get("held"):
+            self._cancelling.discard(job_id)
+            return True
+        received = self.store.job_received(job_id)
+        if received < job["expected"] and not cancelled_by_agent(
+                self.store.job_last_run(job_id)):
+            return False
+        self._cancelling.discard(job_id)
+        self.store.set_job_state(job_id, "cancelled", job["reason"], only_from=("cancelled",),
+                                 stopped={**stop, "held": False})
+        # the agent's lines of the runs it did not run may still be on their way: no count
+        log.info("job %s cancelled: its agent has ended it (it records the runs it did not "
+                 "run)", job_id)
+        return True
+
+    def _cancel_refused(self, agent: str, job_id: str, body: dict[str, Any]) -> None:
+        """The agent refused the cancel of ``job_id`` (an older agent: ``unknown_type``): the
+        job runs to its end there; its reason says so and the cancel is not sent again."""
+        self._cancelling.discard(job_id)
+        job = self.store.job(job_id)
+        if job is None or job["state"] != "cancelled":
+            return
+        why = (f"agent {agent} cannot cancel a job (an older agent)" if body["code"] ==
+               "unknown_type" else f"agent {agent} refused the cancel: {body['message'][:200]} "
+               f"({body['code']})")
+        reason = f"{job['reason']}; {why}: the job runs to its end there, its runs are stored"
+        self.store.set_job_state(job_id, "cancelled", reason, only_from=("cancelled",),
+                                 stopped={**(job.get("stopped") or {}), "held": False,
+                                          "refused": body["code"]})
+        log.warning("job %s: %s", job_id, reason)
 
     def resend(self, agent: str, job_id: str, state: str) -> None:
         """Send an unfinished job of the store to ``agent`` again, unless it is out with it

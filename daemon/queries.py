@@ -81,6 +81,8 @@ def answer(d: Daemon, what: str, args: dict[str, Any]) -> dict[str, Any] | Defer
         return d.tuning.status(args)
     if what == "tune_stop":
         return d.tuning.stop(args)
+    if what == "cancel":
+        return cancel(d, args)
     if what == "keys":
         return keys(d, args)
     if what == "doctor":
@@ -95,9 +97,29 @@ def answer(d: Daemon, what: str, args: dict[str, Any]) -> dict[str, Any] | Defer
         from . import characterize
         return getattr(characterize, what)(d, args)
     raise HandlerError("unknown_query", f"unknown query '{what[:40]}'; known: status, sweep, "
-                                        "fit, recommend, tune, tune_status, tune_stop, report, "
-                                        "keys, doctor, characterize, mpet_data, runs, import, "
-                                        "again")
+                                        "fit, recommend, tune, tune_status, tune_stop, cancel, "
+                                        "report, keys, doctor, characterize, mpet_data, runs, "
+                                        "import, again")
+
+
+def cancel(d: Daemon, args: dict[str, Any]) -> dict[str, Any]:
+    """``opptune cancel``: cancel the job ``args.job_id``, or every unfinished job (queued,
+    sent, running, expired) of the agent ``args.agent``. ``{"jobs": [...]}``: each job's row
+    with ``was``, ``cancelled`` and ``told`` (daemon/jobs.py JobTracker.cancel)."""
+    job_id, agent = args.get("job_id"), args.get("agent")
+    if (job_id is None) == (agent is None):
+        raise HandlerError("bad_args", "cancel needs args.job_id or args.agent (text), not both")
+    for name, value in (("job_id", job_id), ("agent", agent)):
+        if value is not None and (not isinstance(value, str) or not value):
+            raise HandlerError("bad_args", f"cancel args.{name} must be non-empty text")
+    said = "cancelled by the user at " + time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime())
+    if job_id is not None:
+        return {"jobs": [d.jobs.cancel(job_id, said)]}
+    mine = d.store.jobs_page(agent=agent)[0]
+    if not mine and d.registry.get(agent) is None:
+        raise HandlerError("unknown_agent", d.registry.unknown(agent))
+    return {"jobs": [d.jobs.cancel(j["job_id"], said) for j in mine
+                     if j["state"] in ("queued", "sent", "running", "expired")]}
 
 
 def keys(d: Daemon, args: dict[str, Any]) -> dict[str, Any]:

@@ -3,7 +3,9 @@
 A progress bar per job on stderr (runs received of expected); exit 0 when every job is done
 over all its points, ``STOPPED_EXIT`` (3) when each is done but one or more the agent stopped
 after points in a row timed out (stop_after_timeouts: what ran before is stored, the rest never
-ran; one line says so), 1 with each reason when one failed or expired (or the daemon did not
+ran; one line says so), ``CANCELLED_EXIT`` (4) when one or more was cancelled by the user
+(opptune cancel, tune --stop) and none failed, 1 with each reason when one failed or expired
+(or the daemon did not
 answer for
 ``RECONNECT_S``: one that restarts sooner is followed on; where another daemon of its fleet
 answered, the jobs are followed through that one at once, since the fleet shares the
@@ -33,6 +35,8 @@ RECONNECT_S = 60.0
 # every job done, one or more stopped by the agent for its timeouts before all points ran (as
 # recommend's 3: the command did its work, and the result falls short of what was asked)
 STOPPED_EXIT = 3
+# every job ended, one or more cancelled by the user before all its points ran (none failed)
+CANCELLED_EXIT = 4
 
 
 def wait_for_jobs(endpoint: str, job_ids: list[str], timeout_s: float = 5.0,
@@ -113,7 +117,8 @@ def _wait(endpoint: str, job_ids: list[str], timeout_s: float, as_json: bool,
     if as_json:
         json.dump(final, sys.stdout, indent=2, sort_keys=True)
         print()
-    bad = [j for j in final if j["state"] != "done"]
+    cancelled = [j for j in final if j["state"] == "cancelled"]
+    bad = [j for j in final if j["state"] not in ("done", "cancelled")]
     short = [j for j in final if j["state"] == "done" and stopped_early(j)]
     again = {(m["agent"], m["workload"], m["size"]): m for m in status.get("remeasure") or []}
     for j in final:
@@ -124,8 +129,14 @@ def _wait(endpoint: str, job_ids: list[str], timeout_s: float, as_json: bool,
         m = again.get((j.get("agent"), j["workload"], j["size"]))
         if j["state"] == "done" and m is not None:
             line += "; " + remeasure_note(m)
-        console.print((f"{prog}: " if j in bad or j in short else "") + line, markup=False,
-                      soft_wrap=True)
+        console.print((f"{prog}: " if j in bad or j in short or j in cancelled else "")
+                      + line, markup=False, soft_wrap=True)
+    if cancelled and not bad:
+        n = len(cancelled)
+        console.print(f"{prog}: exit {CANCELLED_EXIT}: {n} of {len(final)} job"
+                      f"{'s' * (len(final) != 1)} cancelled (opptune cancel, tune --stop); "
+                      "the runs measured before are kept", markup=False, soft_wrap=True)
+        return CANCELLED_EXIT
     if short and not bad:
         console.print(stopped_line(prog, short, len(final)), markup=False, soft_wrap=True)
         return STOPPED_EXIT

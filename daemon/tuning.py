@@ -531,8 +531,8 @@ class Tuner:
         """The ``tune_stop`` query: end the session ``args.tune_id`` (state ``stopped``). This
         daemon ends the one it holds; else the stored row, conditionally, so that whichever
         daemon of the fleet drives it (or none) it stays ended. The reply is the session's
-        view with ``stopped`` (False: it had ended before) and ``job_left`` (the job still
-        out with the agent, which cannot be called back; None if none)."""
+        view with ``stopped`` (False: it had ended before) and ``job_cancelled`` (the job it
+        had out, cancelled: daemon/jobs.py JobTracker.cancel; None if none)."""
         tune_id = args.get("tune_id")
         if not isinstance(tune_id, str) or not tune_id:
             raise HandlerError("bad_args", "tune_stop needs args.tune_id (text)")
@@ -584,9 +584,15 @@ class Tuner:
         out = s.view(time.time())
         out["stopped"] = now
         job = self.d.store.job(job_id) if job_id else None
-        out["job_left"] = None
+        out["job_cancelled"] = None
         if job is not None and job["state"] in ACTIVE_JOB_STATES:
-            out["job_left"] = {"job_id": job_id, "state": job["state"]}
+            # it would measure for a session that is over, holding the board
+            c = self.d.jobs.cancel(job_id, f"cancelled: its tune session {s.tune_id} was "
+                                           f"{s.reason}")
+            if c["cancelled"]:
+                out["job_cancelled"] = {"job_id": job_id, "state": c["was"],
+                                        "told": c["told"]}
+            # an older agent runs it to its end all the same: that end is no sweep's
             self._job_left(job_id, s.tune_id)
         return out
 

@@ -26,6 +26,12 @@ results    agent      up to MAX_RESULTS_ITEMS results in one frame: ``items`` = 
                       result. Sent only to a daemon whose heartbeat carries ``results_max``
 ack        daemon     these result message ids are committed to the store
 config     daemon     apply this recommended configuration and verify it
+cancel     daemon     stop job ``job_id`` for good: the agent kills the run under way (its
+                      process group), skips the rest and records every run not run with
+                      ``extra["stopped"] = {"cancelled": true, ...}``; a job it only queued
+                      is dropped the same way; one it does not hold (unknown, ended) is
+                      ignored. An older agent refuses the type (``unknown_type``, ``ref`` =
+                      the cancel's id): the job then runs to its end there
 applied    agent      outcome of a config: verified records, or why it was refused
 error      both       something received was refused; ``ref`` names its message id
 query      operator   ask the daemon for its state (``opptune status``)
@@ -49,9 +55,9 @@ transient ones and parks them for the permanent ones, see agent/link.py):
   transient: the agent pauses and resends) and ``too_large`` (over the daemon's
   ``max_message_bytes``; permanent).
 
-A ``query`` that changes something (sweep, characterize, tune, import, recommend with
-``apply``, keys accept/reject/revoke: daemon/recent_requests.py) is a request whose id is its
-envelope id. The daemon remembers its answer (reply data or refusal) by (sender identity, id),
+A ``query`` that changes something (sweep, characterize, tune, tune_stop, cancel, import,
+recommend with ``apply``, keys accept/reject/revoke: daemon/recent_requests.py) is a request
+whose id is its envelope id. The daemon remembers its answer (reply data or refusal) by (sender identity, id),
 a bounded number for a bounded time. The same message again, or ``{"what": "again", "args":
 {"request": ID}}`` from the same sender (the operator's retry after a timeout, on the same
 connection), is answered with that answer (``ref`` = the asking message's id), or, while the
@@ -176,6 +182,9 @@ BODY_SCHEMAS: dict[str, dict[str, tuple[tuple[type, ...], bool]]] = {
         # goes back to rest (the daemon's own verification of a recommendation after a
         # sweep, agent/apply.py)
         "keep": (_BOOL, False),
+    },
+    "cancel": {
+        "job_id": (_STR, True),
     },
     "applied": {
         "config_id": (_STR, True),

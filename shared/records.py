@@ -37,6 +37,9 @@ NOT_RUN = "not run: "
 # what follows NOT_RUN in the runs the agent skipped when it stopped a job whose points timed
 # out in a row (agent configuration stop_after_timeouts): the job's reason, done or failed
 JOB_STOPPED = "the job stopped after "
+# what follows NOT_RUN in the runs the agent skipped when the daemon cancelled the job
+# (opptune cancel, tune --stop); their extra["stopped"] is {"cancelled": true, ...}
+JOB_CANCELLED = "the job was cancelled "
 
 
 def job_stop(error: Any, extra: Any = None) -> dict[str, Any] | None:

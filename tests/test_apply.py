@@ -359,3 +359,32 @@ def test_a_stop_survives_a_restart_while_its_not_run_lines_are_written(tmp_path)
         "not run: the job stopped after 2 points in a row timed out (points 1, 2 of 5; "
         "stop_after_timeouts = 2 in the agent's configuration): 2 of 5 points not run"] * 4
     assert not os.path.exists(tmp_path / "timed-out-points.json")
+
+
+def test_a_cancelled_job_is_dropped_recorded_not_run_and_never_resumed(env):
+    """A cancel for a job only queued here: the job runs nothing, each of its runs is
+    recorded not run (marked cancelled), and a restart does not resume it; a cancel for a job
+    the agent never had, or one that ended, does nothing."""
+    ex, sent, runner, platform = env
+    j = job_msg(platform, reps=2)
+    ex.outbox.save_job("j1", j["body"])
+    cancel = P.make("cancel", "daemon", {"job_id": "j1"})
+    assert ex.cancel("nope") == "not held by this agent: nothing to stop"
+    w = Worker(ex)
+    w.submit(cancel)  # before the worker takes it up: it stays cancelled on disk
+    assert ex.outbox.job("j1")["cancelled"] and not ex.outbox.job("j1")["done"]
+    w.start()
+    assert w.resume() == 1  # its end is still to be recorded
+    w.stop(abort=False)
+    w.join(timeout=30)
+    assert runner.runs == 0
+    msgs = [P.decode(d)["body"] for _, d in ex.outbox.pending()]
+    assert [m["seq"] for m in msgs] == [0, 1, 2, 3]
+    recs = [RunRecord.from_dict(m["record"]) for m in msgs]
+    assert {r.error for r in recs} == {"not run: the job was cancelled by the daemon before "
+                                       "run 1 of 4"}
+    assert all(not r.ok and r.extra["stopped"] == {"cancelled": True, "runs_not_run": 4,
+                                                   "points": 2, "points_not_run": 2}
+               for r in recs)
+    assert ex.outbox.job("j1")["done"] and ex.outbox.open_jobs() == []
+    assert ex.cancel("j1") == "ended before" and sent == []

@@ -635,10 +635,12 @@ def test_an_unknown_cpu_count_refuses_only_what_it_cannot_measure(daemon):
         a.close()
 
 
-def test_a_stopped_sessions_job_ends_after_a_restart_with_nothing_fitted(tmp_path):
-    """tune --stop with the session's job out: the job runs to its end. Where the daemon that
-    stopped it was restarted meanwhile, nothing in memory said the job was a tune session's,
-    and its end was taken for a sweep's: fitted and (auto_recommend) a configuration pushed."""
+def test_a_stopped_sessions_job_is_cancelled_and_stays_so_after_a_restart(tmp_path):
+    """tune --stop with the session's job out: the job is cancelled, and the agent told. Where
+    the daemon that stopped it was restarted meanwhile, the job is not sent again: the cancel
+    is (the agent may have been away), and runs the agent sends anyway (an older agent runs
+    the job to its end) are stored with nothing fitted or pushed (before cancels, its end
+    was taken for a sweep's after such a restart: fitted and a configuration pushed)."""
     cfg = DaemonConfig(bind="tcp://127.0.0.1:0", database=str(tmp_path / "d.db"),
                        auto_sweep=False, auto_recommend=True, agent_timeout_s=30,
                        sweep=SweepDefaults(size="small", reps=1, warmup=0))
@@ -649,8 +651,12 @@ def test_a_stopped_sessions_job_ends_after_a_restart_with_nothing_fitted(tmp_pat
         s = a.query("tune", {"agent": "q1", "workload": "wl", "objective": "energy"})
         tune_id = s["body"]["data"]["tune_id"]
         job = a.expect("job")["body"]
-        stop = a.query("tune_stop", {"tune_id": tune_id})["body"]["data"]
-        assert stop["job_left"]["job_id"] == job["job_id"], stop
+        a.send("query", {"what": "tune_stop", "args": {"tune_id": tune_id}})
+        # the cancel goes to the agent before the reply to the operator
+        got = {m["type"]: m for m in (a.expect(("cancel", "reply")) for _ in range(2))}
+        assert got["reply"]["body"]["data"]["job_cancelled"] == {
+            "job_id": job["job_id"], "state": "sent", "told": True}, got
+        assert got["cancel"]["body"] == {"job_id": job["job_id"]}
     finally:
         a.close()
         d.stop()
@@ -660,14 +666,16 @@ def test_a_stopped_sessions_job_ends_after_a_restart_with_nothing_fitted(tmp_pat
     d.start_thread()
     a = Agent(d.endpoint, METER)
     try:
-        again = a.expect("job")["body"]  # unfinished: sent again at the hello
-        assert again["job_id"] == job["job_id"]
-        (point,) = again["points"]
+        # not ended by the agent: the cancel again at the hello, not the job
+        assert a.expect(("cancel", "job"))["body"] == {"job_id": job["job_id"]}
+        (point,) = job["points"]
         a.send("result", {"job_id": job["job_id"], "seq": 0, "of": 1,
                           "record": record(METER, len(point["cpus"]))})
         a.expect("ack")
         st = a.query("status", {})["body"]["data"]  # answered after the batch was handled
-        assert [j["state"] for j in st["jobs"] if j["job_id"] == job["job_id"]] == ["done"]
+        (row,) = [j for j in st["jobs"] if j["job_id"] == job["job_id"]]
+        assert (row["state"], row["received"]) == ("cancelled", 1), row
+        assert row["stopped"]["held"] is False  # its end seen: not told again
         assert fits == [] and st["recommendations"] == []
         assert a.query("tune_status", {"tune_id": tune_id})["body"]["data"]["state"] == \
             "stopped"

@@ -318,6 +318,16 @@ def test_a_jobs_long_reason_goes_under_the_table_which_keeps_to_120_columns():
         assert lines[end + 2] == "fits: none"
 
 
+def test_a_cancelled_job_reads_cancelled_not_stopped():
+    """A cancelled job (opptune cancel) carries its cancel in ``stopped``: its cell says
+    'cancelled' (not 'stopped', which is a job the agent stopped for its timeouts)."""
+    from opptune.daemon.status_view import job_state_cell
+    reason = "cancelled by the user at 2026-11-27 15:20:01 UTC"
+    job = {"job_id": "job-1", "state": "cancelled", "reason": reason,
+           "stopped": {"cancelled": True, "at": 1.0, "held": False}}
+    assert job_state_cell(job) == ("cancelled, see below", f"job job-1 cancelled: {reason}")
+
+
 def _jobs(n: int) -> list[dict]:
     return [{"job_id": f"job-{i}", "agent": "a1", "board": "b", "workload": "w", "size": "s",
              "expected": 2, "received": 2, "state": "done", "reason": None} for i in range(n)]

@@ -99,9 +99,10 @@ def test_stop_ends_the_session_its_job_runs_out_and_nothing_is_pushed(tmp_path):
                             r"\d+ configurations? measured\) is stopped: stopped by the user at "
                             r"\d{4}-\d\d-\d\d \d\d:\d\d:\d\d UTC; nothing more is measured or "
                             r"applied for it", lines[0]), lines[0]
-        job_id = re.search(r"its job (job-\S+) \((sent|running), one configuration\) runs to "
-                           r"its end on test-agent: a job sent cannot be called back",
-                           lines[1]).group(1)
+        job_id = re.fullmatch(r"its job (job-\S+) \((sent|running), one configuration\) is "
+                              r"cancelled: the agent stops it now; the runs it measured are "
+                              r"stored, and count for later tunes and recommendations",
+                              lines[1]).group(1)
         # the command that started it ends, saying why
         out, err = first.communicate(timeout=60)
         assert first.returncode == 1, out + err
@@ -112,13 +113,17 @@ def test_stop_ends_the_session_its_job_runs_out_and_nothing_is_pushed(tmp_path):
         (body,) = c.rows("SELECT body FROM tune_sessions")
         assert json.loads(body[0])["state"] == "stopped"
         assert open_tunes(c) == []
-        # the job runs out on the agent; its end starts no fit and pushes nothing
-        wait_until(lambda: f"job {job_id}, out when the session was stopped, is done"
+        # the job is cancelled on the agent (its end recorded); nothing is fitted or pushed
+        wait_until(lambda: f"job {job_id} cancelled: its agent has ended it"
                    in (tmp_path / "daemon.log").read_text(), "the stopped session's job", 60,
                    c.logs)
         st = c.wait_for(lambda s: True)
         assert st["recommendations"] == [], st["recommendations"]
-        assert [j["state"] for j in st["jobs"] if j["job_id"] == job_id] == ["done"]
+        (job,) = [j for j in st["jobs"] if j["job_id"] == job_id]
+        assert job["state"] == "cancelled", job
+        assert job["reason"].startswith(f"cancelled: its tune session {tune_id} was stopped by "
+                                        "the user at "), job
+        assert f"job {job_id} cancelled by the daemon" in (tmp_path / "agent.log").read_text()
 
         # stopped again: said in one line, exit 0; followed: its verdict, exit 1
         p = opptune("tune", "--stop", tune_id, "--daemon", c.endpoint, cwd=tmp_path)
@@ -141,7 +146,8 @@ def test_stop_ends_the_session_its_job_runs_out_and_nothing_is_pushed(tmp_path):
         data = json.loads(p.stdout)
         assert data["tune_id"] == new[0]["tune_id"] and data["state"] == "stopped"
         assert data["stopped"] is True and data["reason"].startswith("stopped by the user at ")
-        assert data["job_left"] is None or set(data["job_left"]) == {"job_id", "state"}
+        assert data["job_cancelled"] is None or set(data["job_cancelled"]) == {
+            "job_id", "state", "told"}
         p = opptune("tune", "--stop", new[0]["tune_id"], "--daemon", c.endpoint, "--json",
                     cwd=tmp_path)
         assert p.returncode == 0 and json.loads(p.stdout)["stopped"] is False
@@ -254,17 +260,19 @@ def test_a_session_only_in_the_store_is_stopped_and_not_resumed(tmp_path):
         assert tune_id not in d2.tuning.sessions
         data = stop_via(d2, tune_id)
         assert data["stopped"] is True and data["state"] == "stopped"
-        assert data["job_left"] == {"job_id": job["job_id"], "state": "sent"}
+        # the agent is not connected to d2: it is told at its next hello
+        assert data["job_cancelled"] == {"job_id": job["job_id"], "state": "sent",
+                                         "told": False}
         row = open_store(str(tmp_path / "d.db")).tune_session(tune_id)
         assert row["state"] == "stopped" and row["reason"] == data["reason"]
         assert stop_via(d2, tune_id)["stopped"] is False
         # a daemon started on the store does not resume it; the agent's hello there gets the
-        # job out again (it cannot be called back), whose end asks nothing more
+        # cancel of its job, not the job
         d3 = daemon_on(tmp_path / "d.db")
         try:
             assert tune_id not in d3.tuning.sessions
             a = Agent(d3.endpoint, METER)
-            assert a.expect("job")["body"]["job_id"] == job["job_id"]
+            assert a.expect(("cancel", "job"))["body"] == {"job_id": job["job_id"]}
             assert status(a, tune_id)["state"] == "stopped"
             assert a.query("tune", {"agent": "q1", "workload": "wl", "objective": "energy"}
                            )["type"] == "reply"  # the board is free
@@ -286,7 +294,7 @@ def test_a_session_another_daemon_drives_is_stopped_there_and_let_go(tmp_path, c
         tune_id, job = start_on(a)
         assert tune_id in d1.tuning.sessions and tune_id not in d2.tuning.sessions
         data = stop_via(d2, tune_id)
-        assert data["stopped"] is True and data["job_left"]["job_id"] == job["job_id"]
+        assert data["stopped"] is True and data["job_cancelled"]["job_id"] == job["job_id"]
         # d1, which has the agent, still holds its copy: a new tune of the board is taken
         # all the same (the store says the session ended), and status answers from the store
         assert status(a, tune_id)["state"] == "stopped"
@@ -294,10 +302,11 @@ def test_a_session_another_daemon_drives_is_stopped_there_and_let_go(tmp_path, c
         assert reply["type"] == "reply", reply
         new_id = reply["body"]["data"]["tune_id"]
         assert tune_id not in d1.tuning.sessions
-        # the stopped session's job ends: d1 saves nothing over the stop, and fits and
+        # the stopped session's job, cancelled by d2 (which the agent does not talk to),
+        # ends at the agent all the same: d1 saves nothing over the stop, and fits and
         # pushes nothing for it; the next job is the new session's
         answer(a, job)
-        wait_until(lambda: f"job {job['job_id']}, out when the session was stopped, is done"
+        wait_until(lambda: f"job {job['job_id']} cancelled: its agent has ended it"
                    in caplog.text, "the stopped session's job", 20)
         nxt = a.expect("job")["body"]
         assert nxt["job_id"] != job["job_id"]
@@ -373,7 +382,7 @@ def test_a_stop_the_store_does_not_take_leaves_the_session_going_on(tmp_path):
         assert status(a, tune_id)["state"] == "measuring"
         d.store.save_tune_session = save
         data = a.query("tune_stop", {"tune_id": tune_id})["body"]["data"]
-        assert data["stopped"] is True and data["job_left"]["job_id"] == job["job_id"]
+        assert data["stopped"] is True and data["job_cancelled"]["job_id"] == job["job_id"]
         assert open_store(str(tmp_path / "d.db")).tune_session(tune_id)["state"] == "stopped"
         assert tune_id not in d.tuning.sessions
     finally:

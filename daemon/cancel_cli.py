@@ -1,0 +1,76 @@
+"""``opptune cancel``: stop a job for good, or every unfinished job of one agent.
+
+The daemon cancels a job it has not sent at once; one the agent may hold is sent a ``cancel``
+(the agent kills the run under way and skips the rest; daemon/jobs.py). Either way the job is
+``cancelled``, never sent again, and the runs it measured stay stored."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from typing import Any
+
+HELP = ("cancel a job (or every unfinished job of an agent): one not sent is dropped, one "
+        "running is stopped on the board; the runs it measured are kept")
+
+
+def job_line(j: dict[str, Any]) -> str:
+    """What became of one job the command named."""
+    head = f"job {j['job_id']} ({j['workload']} on {j['agent']})"
+    if not j["cancelled"]:
+        return (f"{head} had already ended: {j['state']}" +
+                (f": {j['reason']}" if j.get("reason") else ""))
+    runs = f"{j.get('received') or 0}/{j['expected']} runs"
+    if j["was"] == "queued":
+        how = "it had not been sent to the agent: nothing of it ran"
+    elif j.get("told"):
+        how = (f"{j['agent']} stops it now; the runs it measured are kept, and those under way "
+               "are stored as they arrive")
+    else:
+        how = (f"{j['agent']} is not connected to this daemon: it is told at its next hello, "
+               "and the job never runs again; the runs it measured are kept")
+    return f"{head} cancelled ({j['was']}, {runs}): {how}"
+
+
+def cmd_cancel(args: argparse.Namespace) -> int:
+    from .client import ask, daemon_endpoint
+    if (args.job_id is None) == (args.agent is None):
+        print("opptune cancel: give a JOB_ID or --agent ID (not both); 'opptune status' lists "
+              "the jobs", file=sys.stderr)
+        return 2
+    q = {"job_id": args.job_id} if args.job_id is not None else {"agent": args.agent}
+    data, rc = ask("opptune cancel", daemon_endpoint(args), "cancel", q,
+                   timeout_s=args.timeout,
+                   changes="'opptune status' shows whether it is cancelled; running this "
+                           "again is safe")
+    if rc is not None:
+        return rc
+    if args.json:
+        json.dump(data, sys.stdout, indent=2, sort_keys=True)
+        print()
+        return 0
+    jobs = data.get("jobs") or []
+    if not jobs:
+        print(f"opptune cancel: agent {args.agent} has no unfinished job: nothing to cancel")
+    for j in jobs:
+        print(f"opptune cancel: {job_line(j)}")
+    return 0
+
+
+def add_parser(sub: Any, add_link_options: Any) -> None:
+    p = sub.add_parser("cancel", help=HELP, description=(
+        HELP + ". A job the agent had queued is dropped; one running has its workload's "
+        "process group killed, its other points are recorded as not run, and the agent goes "
+        "on with its next job. The job's state becomes 'cancelled' for good (also after a "
+        "daemon or agent restart); 'sweep --wait' and 'characterize --wait' exit 4 for it. "
+        "An older agent cannot cancel: the job then runs to its end there, which 'opptune "
+        "status' says in the job's reason. Exit 0 when cancelled or already ended, 1 for an "
+        "unknown job or when the daemon does not answer, 2 on bad input."))
+    p.add_argument("job_id", nargs="?", metavar="JOB_ID",
+                   help="the job to cancel ('opptune status' lists them)")
+    p.add_argument("--agent", metavar="ID",
+                   help="cancel every unfinished job (queued, sent, running, expired) of this "
+                        "agent instead")
+    add_link_options(p)
+    p.set_defaults(func=cmd_cancel)

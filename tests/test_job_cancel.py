@@ -1,0 +1,203 @@
+"""``opptune cancel``: a job stopped for good, end to end. Real daemon and agent processes on
+a virtual rpi4 with command workloads: 'slow' answers at 1 thread and from 2 threads on sleeps
+(each run writes its pid first, so the test can see the process), 'quick' always answers.
+
+A running job's process is killed, its runs measured before stay stored, the rest are
+recorded as not run, the job is ``cancelled`` (exit 4 of ``sweep --wait``) and stays so across
+daemon and agent restarts; the agent goes on with its next job. A job queued in the daemon is
+cancelled without the agent; one queued on the agent is dropped there; an unknown id is one
+line, exit 1."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+from opptune.daemon.store import open_store
+from procs import Cluster, wait_until
+
+pytestmark = pytest.mark.integration
+
+
+def opptune(*argv: str, timeout: float = 120) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "opptune.daemon.cli", *argv],
+                          capture_output=True, text=True, timeout=timeout)
+
+
+def board(tmp_path, **daemon) -> Cluster:
+    """The daemon and agent (started) of the virtual rpi4 with 'slow' and 'quick'."""
+    pids = tmp_path / "pids"
+    pids.mkdir()
+    slow = ["sh", "-c", f"echo $$ > {pids}/{{threads}}; test {{threads}} -lt 2 && "
+                        "echo '{\"time_s\": 0.01}' && exit 0; exec sleep 300"]
+    c = Cluster(tmp_path, kernels=(), auto_sweep=False, max_cores=4, reps=1,
+                extra_daemon={"auto_recommend": False, **daemon},
+                extra_agent={"virtual_board": "rpi4", "run_timeout_s": 240.0})
+    c.agent_toml.write_text(c.agent_toml.read_text() + "".join(
+        f"[[workloads]]\nname = \"{name}\"\ncommand = {json.dumps(cmd)}\n"
+        for name, cmd in (("slow", slow), ("quick", ["true"]))))
+    c.start_daemon()
+    c.start_agent()
+    try:
+        c.wait_for(lambda s: any(a["alive"] for a in s["agents"]), 30, "the agent's hello")
+    except BaseException:
+        c.stop()
+        raise
+    return c
+
+
+def sweep(c, workload: str) -> str:
+    p = opptune("sweep", "--daemon", c.endpoint, "--agent", "test-agent", "--workload",
+                workload, "--json")
+    assert p.returncode == 0, p.stderr
+    (job,) = json.loads(p.stdout)["jobs"]
+    return job["job_id"]
+
+
+def job_of(st: dict, job_id: str) -> dict:
+    return next(j for j in st["jobs"] if j["job_id"] == job_id)
+
+
+def gone(pid: int) -> bool:
+    """Whether neither the process nor anything of its process group is left."""
+    for probe in (os.kill, os.killpg):
+        try:
+            probe(pid, 0)
+            return False
+        except ProcessLookupError:
+            pass
+    return True
+
+
+def test_cancel_a_running_job_kills_its_process_keeps_its_runs_and_stays_cancelled(tmp_path):
+    c = board(tmp_path)
+    waiting = None
+    try:
+        waiting = subprocess.Popen([sys.executable, "-m", "opptune.daemon.cli", "sweep",
+                                    "--daemon", c.endpoint, "--agent", "test-agent",
+                                    "--workload", "slow", "--wait", "--json"],
+                                   stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        st = c.wait_for(lambda s: any(j["received"] >= 1 for j in s["jobs"]), 60,
+                        "the first run of the slow job")
+        (slow,) = [j["job_id"] for j in st["jobs"]]
+        quick = sweep(c, "quick")  # waits on the agent behind the slow job
+        pidfile = tmp_path / "pids" / "2"
+        pid = int(wait_until(lambda: pidfile.exists() and pidfile.read_text().strip(),
+                             "the hanging run's process", 60, c.logs))
+        assert not gone(pid)
+
+        p = opptune("cancel", slow, "--daemon", c.endpoint)
+        assert p.returncode == 0 and p.stderr == "", p.stdout + p.stderr
+        assert p.stdout.splitlines() == [
+            f"opptune cancel: job {slow} (slow on test-agent) cancelled (running, 1/4 runs): "
+            "test-agent stops it now; the runs it measured are kept, and those under way are "
+            "stored as they arrive"]
+        wait_until(lambda: gone(pid), "the cancelled run's process to be gone", 30, c.logs)
+
+        st = c.wait_for(lambda s: job_of(s, slow)["received"] == 4
+                        and job_of(s, quick)["state"] == "done", 60,
+                        "the agent's end of the cancelled job and the next job")
+        j = job_of(st, slow)
+        assert j["state"] == "cancelled"
+        assert j["reason"].startswith("cancelled by the user at ")
+        assert j["stopped"]["cancelled"] is True
+        # the run measured before is stored; the three others are recorded as not run
+        rows = c.rows("SELECT seq, ok FROM runs WHERE job_id=? ORDER BY seq", slow)
+        assert rows == [(0, 1), (1, 0), (2, 0), (3, 0)]
+        store = open_store(str(c.db))
+        try:
+            last = store.job_last_run(slow)
+        finally:
+            store.close()
+        assert last["error"] == "not run: the job was cancelled by the daemon before run 2 of 4"
+        assert last["extra"]["stopped"] == {"cancelled": True, "runs_not_run": 3, "points": 4,
+                                            "points_not_run": 3}
+        # the agent's end seen: the cancel is not sent again
+        wait_until(lambda: "its agent has ended it" in (tmp_path / "daemon.log").read_text(),
+                   "the daemon to see the agent's end", 30, c.logs)
+
+        out, err = waiting.communicate(timeout=60)
+        assert waiting.returncode == 4, out + err
+        assert [j["state"] for j in json.loads(out)] == ["cancelled"]
+        assert err.strip().splitlines()[-1] == (
+            "opptune sweep: exit 4: 1 of 1 job cancelled (opptune cancel, tune --stop); the "
+            "runs measured before are kept")
+
+        # cancelled again: said in one line, exit 0
+        p = opptune("cancel", slow, "--daemon", c.endpoint)
+        assert p.returncode == 0, p.stdout + p.stderr
+        assert p.stdout.startswith(f"opptune cancel: job {slow} (slow on test-agent) had "
+                                   "already ended: cancelled: cancelled by the user at ")
+
+        # restarts: neither the daemon nor the agent runs it again
+        mark = len((tmp_path / "agent.log").read_text())
+        c.stop()
+        c.start_daemon()
+        c.start_agent()
+        st = c.wait_for(lambda s: any(a["alive"] for a in s["agents"]), 30, "the agent again")
+        assert job_of(st, slow)["state"] == "cancelled"
+        quick2 = sweep(c, "quick")  # a job after the hello: the agent has resumed what it had
+        c.wait_for(lambda s: job_of(s, quick2)["state"] == "done", 60, "a job after restarts")
+        assert job_of(c.status(), slow)["state"] == "cancelled"
+        assert f"resending unfinished job {slow}" not in (tmp_path / "daemon.log").read_text()
+        assert slow not in (tmp_path / "agent.log").read_text()[mark:]
+        assert c.rows("SELECT COUNT(*) FROM runs WHERE job_id=?", slow) == [(4,)]
+    finally:
+        if waiting is not None and waiting.poll() is None:
+            waiting.kill()
+            waiting.communicate()
+        c.stop()
+
+
+def test_cancel_queued_jobs_in_the_daemon_and_on_the_agent_and_an_unknown_id(tmp_path):
+    # one job out with the agent at a time: the third waits in the daemon
+    c = board(tmp_path, max_outstanding_jobs=2)
+    try:
+        slow = sweep(c, "slow")
+        on_agent = sweep(c, "quick")
+        in_daemon = sweep(c, "quick")
+        wait_until(lambda: (tmp_path / "pids" / "2").exists(), "the slow job's hanging run",
+                   60, c.logs)
+        st = c.wait_for(lambda s: job_of(s, on_agent)["state"] == "sent"
+                        and job_of(s, in_daemon)["state"] == "queued", 30, "the queues")
+
+        p = opptune("cancel", in_daemon, "--daemon", c.endpoint, "--json")
+        assert p.returncode == 0, p.stderr
+        (j,) = json.loads(p.stdout)["jobs"]
+        assert (j["job_id"], j["was"], j["state"], j["cancelled"], j["told"]) == \
+            (in_daemon, "queued", "cancelled", True, None)
+
+        p = opptune("cancel", on_agent, "--daemon", c.endpoint)
+        assert p.returncode == 0, p.stderr
+        assert p.stdout.startswith(f"opptune cancel: job {on_agent} (quick on test-agent) "
+                                   "cancelled (sent, 0/4 runs): test-agent stops it now")
+
+        # every unfinished job of the agent: the slow one
+        p = opptune("cancel", "--agent", "test-agent", "--daemon", c.endpoint, "--json")
+        assert p.returncode == 0, p.stderr
+        assert [j["job_id"] for j in json.loads(p.stdout)["jobs"]] == [slow]
+        st = c.wait_for(lambda s: job_of(s, slow)["received"] == 4
+                        and job_of(s, on_agent)["received"] == 4, 60, "the agent's ends")
+        assert [job_of(st, j)["state"] for j in (slow, on_agent, in_daemon)] == \
+            ["cancelled"] * 3
+        # the job queued on the agent never ran: its runs are all recorded as not run
+        assert c.rows("SELECT COUNT(*) FROM runs WHERE job_id=? AND ok=1", on_agent) == [(0,)]
+        assert c.rows("SELECT COUNT(*) FROM runs WHERE job_id=?", in_daemon) == [(0,)]
+        p = opptune("cancel", "--agent", "test-agent", "--daemon", c.endpoint)
+        assert (p.returncode, p.stdout) == (0, "opptune cancel: agent test-agent has no "
+                                               "unfinished job: nothing to cancel\n")
+
+        # an unknown id: one line, exit 1; bad input: exit 2
+        p = opptune("cancel", "job-nope", "--daemon", c.endpoint)
+        assert p.returncode == 1 and p.stdout == "", p.stdout + p.stderr
+        assert p.stderr.splitlines() == [
+            "opptune cancel: daemon refused the query: no job job-nope in this daemon's "
+            "store; 'opptune status' lists the jobs"]
+        p = opptune("cancel", "--daemon", c.endpoint)
+        assert p.returncode == 2 and len(p.stderr.splitlines()) == 1, p.stderr
+    finally:
+        c.stop()

@@ -1,0 +1,63 @@
+"""The daemon's side of ``cancel`` against a test DEALER agent (the daemon loop in a thread,
+real sockets): an older agent that refuses the message runs the job to its end, which the
+job's reason says, and is not asked again; the request is remembered as a change request
+(asked again, it is answered as before, never carried out twice)."""
+
+from __future__ import annotations
+
+from opptune.shared import protocol as P
+from test_goal_service import METER, Agent, daemon, record  # noqa: F401 (a fixture)
+
+
+def test_an_older_agent_refuses_the_cancel_and_runs_the_job_to_its_end(daemon):
+    a = Agent(daemon.endpoint, METER)
+    try:
+        job_id = a.issued_job()
+        a.send("query", {"what": "cancel", "args": {"job_id": job_id}})
+        # the cancel goes to the agent before the reply to the operator
+        got = {m["type"]: m for m in (a.expect(("cancel", "reply")) for _ in range(2))}
+        (j,) = got["reply"]["body"]["data"]["jobs"]
+        assert (j["was"], j["state"], j["cancelled"], j["told"]) == \
+            ("sent", "cancelled", True, True)
+        cancel = got["cancel"]
+        assert cancel["body"] == {"job_id": job_id}
+        # what an agent without the type answers (agent/link.py: the decoder's refusal)
+        a.send("error", {"code": "unknown_type", "message": "unknown message type 'cancel'",
+                         "ref": cancel["id"]})
+        job = a.query("status", {})["body"]["data"]["jobs"][0]
+        assert job["state"] == "cancelled"
+        assert job["reason"].endswith("; agent q1 cannot cancel a job (an older agent): the job "
+                                      "runs to its end there, its runs are stored"), job
+        assert job["stopped"]["held"] is False and job["stopped"]["refused"] == "unknown_type"
+        # it runs to its end: every run is stored, the job stays cancelled
+        for seq, cores in enumerate((1, 2, 3, 4)):
+            a.send("result", {"job_id": job_id, "seq": seq, "of": 4,
+                              "record": record(METER, cores)})
+            a.expect("ack")
+        job = a.query("status", {})["body"]["data"]["jobs"][0]
+        assert (job["state"], job["received"]) == ("cancelled", 4)
+        assert daemon.store.job(job_id)["reason"] == job["reason"]
+    finally:
+        a.close()
+
+
+def test_a_cancel_asked_again_is_answered_as_before(daemon):
+    a = Agent(daemon.endpoint, METER)
+    try:
+        job_id = a.issued_job()
+        first = a.send("query", {"what": "cancel", "args": {"job_id": job_id}})
+        answer = a.expect("reply", ref=first)["body"]["data"]
+        assert answer["jobs"][0]["cancelled"] is True
+        again = a.query("again", {"request": first})["body"]["data"]
+        assert again == answer  # not carried out a second time: it would say 'had ended'
+        assert daemon.stats["requests_asked_again"] == 1
+        for args, why in (({}, "cancel needs args.job_id or args.agent"),
+                          ({"job_id": ""}, "cancel args.job_id must be non-empty text"),
+                          ({"agent": "nobody"}, "no agent 'nobody'")):
+            err = a.query("cancel", args)
+            assert err["type"] == "error", err
+            assert err["body"]["message"].startswith(why), err
+        assert P.decode(P.encode(P.make("cancel", "daemon", {"job_id": job_id})))["body"] == \
+            {"job_id": job_id}
+    finally:
+        a.close()
