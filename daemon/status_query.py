@@ -13,7 +13,9 @@ from __future__ import annotations
 import time
 from typing import TYPE_CHECKING, Any, NamedTuple
 
+from .. import __version__
 from ..shared.config import redact_url
+from ..shared.versions import older
 from .drift import fit_predates, status_rows as drift_rows
 from .errors import HandlerError
 from .keyring import refused_keys
@@ -201,6 +203,9 @@ def _agent_row(d: Daemon, a: Any, via: dict[str, Any], now: float) -> dict[str, 
             # how old the verdict is: after a restart it is the stored one of the last hello
             "doctor_age_s": round(now - a.doctor_at, 1) if a.doctor_at else None,
             "standing": a.standing, "standing_dropped": a.standing_dropped,
+            # what its last hello said it runs, and whether that is an earlier release than
+            # this daemon's (None: not a release number)
+            "version": a.version, "older": older(a.version, __version__),
             "id_clash": _clash_row(d, a.agent_id, now)}
 
 
@@ -250,7 +255,8 @@ def _fit_quality(d: Daemon, fits: list[dict[str, Any]], recs: list[dict[str, Any
 
 def _daemon_row(d: Daemon, now: float) -> dict[str, Any]:
     keys = d.keyring.rows() if d.keyring else []
-    return {"instance": d.instance, "uptime_s": round(now - d.started, 3),
+    return {"instance": d.instance, "version": __version__,
+            "uptime_s": round(now - d.started, 3),
             "endpoint": d.endpoint, "database": redact_url(d.config.database),
             "stats": dict(d.stats),
             # agents' keys that wait for 'opptune keys accept' (CURVE on): their agents are
@@ -269,6 +275,9 @@ def _daemon_row(d: Daemon, now: float) -> dict[str, Any]:
             "fleet_forget_s": d.config.fleet_forget_s,
             "fleet": [{"instance": r["instance"], "endpoint": r["endpoint"],
                        "started": r["started"], "last_seen_s": _age(r["last_seen"], now),
+                       # a daemon that records no version predates schema 15: older than this
+                       "version": r["version"], "older": True if r["version"] is None
+                       else older(r["version"], __version__),
                        "answering": r["instance"] == d.instance
                        or now - r["last_seen"] <= d.config.agent_timeout_s}
                       for r in d.store.daemons()],

@@ -534,9 +534,36 @@ def test_daemons_silent_past_an_age_are_forgotten(location):
         assert st.forget_daemons(10.0) == []  # not older than the bound: kept
         assert [d["instance"] for d in st.daemons()] == ["A", "B"]
         assert st.forget_daemons(50.0) == [{"instance": "A", "endpoint": "tcp://a:5555",
-                                            "started": 10.0, "last_seen": 10.0}]
+                                            "started": 10.0, "last_seen": 10.0,
+                                            "version": None}]
         assert [d["instance"] for d in st.daemons()] == ["B"]
         assert st.forget_daemons(50.0) == []
+    finally:
+        st.close()
+
+
+def test_daemons_record_their_version_beside_an_older_daemons_row(location):
+    """Each daemon's heartbeat records its version; a daemon of an earlier version still
+    running on the migrated store writes its row as it always did (INSERT without column
+    names: one more column in ``daemons`` made it fail) and reads back with no version."""
+    st = open_store(location)
+    try:
+        st.save_daemon("new", "tcp://n:5555", 10.0, "0.2.0")
+        with st._tx() as db:  # the older daemon's statement (daemon/store/sqlite.py at 6a4cca1)
+            db.execute("INSERT INTO daemons VALUES (?, ?, ?, ?) ON CONFLICT(instance) DO "
+                       "UPDATE SET endpoint=excluded.endpoint, last_seen=excluded.last_seen",
+                       ("old", "tcp://o:5555", 10.0, 10.0))
+        assert [(d["instance"], d["version"]) for d in st.daemons()] == [
+            ("new", "0.2.0"), ("old", None)]
+        st.save_daemon("new", "tcp://n:5555", 11.0, "0.3.0")  # restarted on newer code
+        st.save_daemon("later", "tcp://o:5555", 12.0, "0.3.0")  # old was killed: its row goes
+        assert [(d["instance"], d["version"]) for d in st.daemons()] == [
+            ("new", "0.3.0"), ("later", "0.3.0")]
+        st.drop_daemon("new")
+        assert st.forget_daemons(20.0)[0]["version"] == "0.3.0"
+        assert st.daemons() == []
+        with st._tx() as db:  # nothing left of them in the version table either
+            assert db.execute("SELECT COUNT(*) FROM daemon_versions").fetchone()[0] == 0
     finally:
         st.close()
 

@@ -86,9 +86,11 @@ class Store(ABC):
 
     # daemons sharing the store: which one holds an agent's connection
     @abstractmethod
-    def save_daemon(self, instance: str, endpoint: str, now: float) -> None:
-        """Record daemon ``instance`` at ``endpoint`` as alive at ``now`` (its heartbeat); an
-        earlier daemon recorded at the same endpoint is forgotten (it was killed)."""
+    def save_daemon(self, instance: str, endpoint: str, now: float,
+                    version: str | None = None) -> None:
+        """Record daemon ``instance`` at ``endpoint`` (running opptune ``version``) as alive at
+        ``now`` (its heartbeat); an earlier daemon recorded at the same endpoint is forgotten
+        (it was killed)."""
 
     @abstractmethod
     def drop_daemon(self, instance: str) -> None:
@@ -97,7 +99,8 @@ class Store(ABC):
     @abstractmethod
     def daemons(self) -> list[dict[str, Any]]:
         """Every daemon recorded as sharing the store: instance, endpoint, started,
-        last_seen (its last heartbeat), by endpoint. A killed daemon's row stays (its
+        last_seen (its last heartbeat), version (None: a daemon older than schema 15, which
+        does not record it), by endpoint. A killed daemon's row stays (its
         heartbeat ages) until a daemon starts at its endpoint or :meth:`forget_daemons`."""
 
     @abstractmethod
