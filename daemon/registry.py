@@ -148,6 +148,29 @@ class Registry:
             out[a["id"]] = Via(a["endpoint"], a["last_seen"])
         return out
 
+    def heard_unrecorded(self, now: float, started: float) -> dict[str, float]:
+        """The agents online through a daemon sharing the store that does not say which (it
+        records no ``daemons`` row: one older than schema 11; it raises their last_seen
+        each second): heard within ``timeout_s``, after this daemon ``started`` (what was
+        heard before is no sign of it: an earlier instance of this one), not alive here and
+        held by no daemon that answers; their last_seen, by id. Unknown ones are added."""
+        if self.store is None:
+            return {}
+        out = {}
+        for a in self.store.agents_heard_unrecorded(self.instance,
+                                                    max(now - self.timeout_s, started)):
+            info = self._agents.get(a["id"])
+            if info is None:
+                self.load(a["id"], a["platform"], self.store.platform(a["platform"]) or {},
+                          a["workloads"], a["last_seen"], a["doctor"], a["doctor_at"],
+                          a["agent_version"])
+            elif info.alive(self.timeout_s, now):
+                continue
+            else:  # its hello went to that daemon, which stored what it runs
+                info.version = a["agent_version"]
+            out[a["id"]] = a["last_seen"]
+        return out
+
     def via(self, agent_id: str, now: float | None = None) -> Via | None:
         """Where ``agent_id`` is online if through another daemon (:meth:`elsewhere`)."""
         return self.elsewhere(now).get(agent_id)

@@ -75,6 +75,9 @@ def status(d: Daemon, args: dict[str, Any] | None = None, bases: bool = True
     # agents online through another daemon sharing the store (read before the list: it adds
     # those this daemon never knew); their last_seen is that daemon's
     via = d.registry.elsewhere(now)
+    # ...and through a daemon that does not say which (an older one: it records no row)
+    unrecorded = {k: v for k, v in d.registry.heard_unrecorded(now, d.started).items()
+                  if k not in via}
     known = d.registry.all()
     boards = {a.agent_id: board_name(a.platform, a.platform_id) for a in known}
     platform = None
@@ -86,11 +89,12 @@ def status(d: Daemon, args: dict[str, Any] | None = None, bases: bool = True
 
     agents: list[dict[str, Any]] = []
     if want("agents") or want("platforms"):
-        agents = [_agent_row(d, a, via, now) for a in known]
+        agents = [_agent_row(d, a, via, unrecorded, now) for a in known]
         total["agents"] = len(agents)
         if page.limit is not None and len(agents) > page.limit:
             # the agents that need a look first: offline, or with a full outbox
-            keep = sorted(agents, key=lambda a: (bool(a["alive"] or a["via"])
+            keep = sorted(agents, key=lambda a: (bool(a["alive"] or a["via"]
+                                                      or a["via_unrecorded"])
                                                  and not a["outbox_full"], a["id"]))
             agents = sorted(keep[:page.limit], key=lambda a: a["id"])
     platforms = {a["platform"]: d.store.platform(a["platform"])
@@ -191,13 +195,18 @@ def status(d: Daemon, args: dict[str, Any] | None = None, bases: bool = True
     }
 
 
-def _agent_row(d: Daemon, a: Any, via: dict[str, Any], now: float) -> dict[str, Any]:
+def _agent_row(d: Daemon, a: Any, via: dict[str, Any], unrecorded: dict[str, float],
+               now: float) -> dict[str, Any]:
     return {"id": a.agent_id, "board": board_name(a.platform, a.platform_id),
             "platform": a.platform_id,
             "alive": a.alive(d.config.agent_timeout_s, now),
             "via": via[a.agent_id].endpoint if a.agent_id in via else None,
+            # heard within agent_timeout_s through a daemon of the fleet that records no row
+            # (older than schema 11), or one that stopped since: online, but not known where
+            "via_unrecorded": a.agent_id in unrecorded,
             "last_seen_s": _age(max(a.last_seen, via[a.agent_id].last_seen
-                                    if a.agent_id in via else 0.0), now),
+                                    if a.agent_id in via else 0.0,
+                                    unrecorded.get(a.agent_id, 0.0)), now),
             "outbox": a.outbox, "outbox_full": a.outbox_full,
             "doctor": (a.doctor or {}).get("summary"),
             # how old the verdict is: after a restart it is the stored one of the last hello

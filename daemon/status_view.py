@@ -44,12 +44,15 @@ def board_facts(platform: Any) -> tuple[str, str, str]:
 
 def alive_text(agent: dict[str, Any], refused: dict[str, str] | None = None) -> str:
     """The agents table's "alive" cell: yes (connected to this daemon), online through
-    another daemon of the fleet (its endpoint: where to send requests for it), or no (with
-    its key's state where the operator ``refused`` it: agent id -> rejected/revoked)."""
+    another daemon of the fleet (its endpoint: where to send requests for it), ? (heard
+    through a daemon that does not say which: :func:`unrecorded_text` under the table), or
+    no (with its key's state where the operator ``refused`` it: agent id -> rejected/revoked)."""
     if agent.get("alive"):
         return "yes"
     if agent.get("via"):
         return f"no; online through {agent['via']}"
+    if agent.get("via_unrecorded"):
+        return "?; see below"
     state = (refused or {}).get(agent.get("id"))  # type: ignore[arg-type]
     return f"no; key {state}" if state else "no"
 
@@ -63,6 +66,19 @@ def version_text(row: dict[str, Any], daemon: dict[str, Any]) -> str:
     if row.get("older"):  # a fleet daemon that records none predates version records
         return f"not recorded (older than {daemon.get('version', 'this daemon')})"
     return "-"
+
+
+def unrecorded_text(agent: dict[str, Any]) -> str | None:
+    """The line under the agents table on an agent heard through a daemon of the fleet that
+    records neither itself nor its agents in the store (status agents[].via_unrecorded);
+    None for any other."""
+    if not agent.get("via_unrecorded") or agent.get("alive"):
+        return None
+    return (f"agent {agent.get('id')}: alive ?, heard {_fmt(agent.get('last_seen_s'), '.0f')} "
+            "s ago through another daemon sharing the store that does not record which agents "
+            "it holds (one from before the store recorded the fleet, schema 11, still "
+            "running on it; or one that stopped since): requests for it go to the daemon it "
+            "is connected to; upgrade that daemon to see it here")
 
 
 def fleet_lines(daemon: dict[str, Any]) -> list[str]:
@@ -333,6 +349,8 @@ def print_status(data: dict[str, Any], console: Console | None = None,
         console.print(f"key {k['id']} of agent {k['agent']} waits for approval: opptune keys "
                       f"accept {k['id']}", markup=False, soft_wrap=True)
     for line in refused_key_lines(d):
+        console.print(line, markup=False, soft_wrap=True)
+    for line in filter(None, map(unrecorded_text, data.get("agents", []))):
         console.print(line, markup=False, soft_wrap=True)
     for line in filter(None, map(clash_text, data.get("agents", []))):
         console.print(line, markup=False, soft_wrap=True)

@@ -18,6 +18,8 @@ import opptune
 from opptune.daemon.goal_cli import print_verdict
 from opptune.daemon.goal_query import not_kept_text
 from opptune.daemon.registry import AgentInfo
+from opptune.daemon.service import Daemon
+from opptune.shared.config import DaemonConfig
 from opptune.shared.versions import older, release
 from opptune.daemon import goal_cli
 from procs import Cluster
@@ -144,3 +146,50 @@ def test_nothing_is_said_where_nothing_would_stay_and_tune_says_it_under_its_ver
         con = Console(record=True, width=300)
         print_verdict({**session, "recommendation": {"applied": applied}}, con)
         assert con.export_text().splitlines()[-1] == last
+
+
+def test_an_agent_held_by_a_daemon_from_before_fleet_records_is_not_shown_offline(tmp_path):
+    """Mixed fleet: a daemon of 8371ffa (schema 9) still running on the store this one
+    migrated holds an agent. It raises the agent's last_seen each second but records
+    neither itself (no ``daemons`` row) nor the agent's holder, so this daemon said 'alive
+    no'; now '?', with a line saying why, and ``via_unrecorded`` in --json."""
+    from opptune.daemon.client import query
+    from opptune.daemon.status_view import print_status
+    from opptune.daemon.store import open_store
+    from test_store import OLD_SAVE_AGENT, OLD_TOUCH
+
+    db = str(tmp_path / "d.db")
+    open_store(db).close()  # migrated, as by this daemon's first start
+
+    def old_daemon_heard(agent, when):
+        con = sqlite3.connect(db)
+        with con:
+            con.execute("INSERT INTO platforms VALUES ('p', '{}', 0, 0) ON CONFLICT DO NOTHING")
+            con.execute(OLD_SAVE_AGENT, (agent, "p", OLD, when, when))
+            con.execute(OLD_TOUCH.format(greatest="MAX"), (when, agent))
+        con.close()
+    old_daemon_heard("rpi-gone", time.time() - 100)
+    # heard just before this daemon started: by an earlier instance of it, say
+    old_daemon_heard("rpi-before", time.time())
+    d = Daemon(DaemonConfig(bind="tcp://127.0.0.1:0", database=db, auto_sweep=False,
+                            agent_timeout_s=30))
+    d.start_thread()
+    try:
+        old_daemon_heard("rpi-old", time.time())  # the old daemon's agent, heard each second
+        st = query(d.endpoint, "status", timeout_s=10)
+    finally:
+        d.stop()
+    rows = {a["id"]: (a["alive"], a["via"], a["via_unrecorded"]) for a in st["agents"]}
+    assert rows == {"rpi-old": (False, None, True), "rpi-gone": (False, None, False),
+                    "rpi-before": (False, None, False)}
+    (old,) = [a for a in st["agents"] if a["id"] == "rpi-old"]
+    assert old["version"] == OLD and old["older"] and old["last_seen_s"] < 30
+    con = Console(record=True, width=300)
+    print_status(st, con)
+    text = con.export_text()
+    row = next(line for line in text.splitlines() if "rpi-old" in line and "│" in line)
+    assert "?; see below" in row
+    assert ("agent rpi-old: alive ?, heard " in text and " s ago through another daemon "
+            "sharing the store that does not record which agents it holds" in text)
+    row = next(line for line in text.splitlines() if "rpi-gone" in line and "│" in line)
+    assert "│ no " in row

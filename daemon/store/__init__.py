@@ -116,6 +116,14 @@ class Store(ABC):
         that recent."""
 
     @abstractmethod
+    def agents_heard_unrecorded(self, instance: str, since: float) -> list[dict[str, Any]]:
+        """The agents (as :meth:`agents` gives them) heard at ``since`` or later whose holder
+        is no other daemon answering in ``daemons``: none recorded, this ``instance``, or a
+        daemon whose heartbeat is older. Their last_seen was raised by a daemon that records
+        neither itself nor the agents it holds (one older than schema 11 still running on
+        the store), or by one that stopped since."""
+
+    @abstractmethod
     def workloads(self) -> list[str]: ...
 
     # jobs

@@ -290,6 +290,12 @@ class SQLiteStore(Store):
             "WHERE a.daemon <> ? AND a.last_seen >= ? AND d.last_seen >= ? ORDER BY a.id",
             (instance, since, since))
 
+    def agents_heard_unrecorded(self, instance: str, since: float) -> list[dict[str, Any]]:
+        return self._agent_rows(
+            "SELECT a.* FROM agents a LEFT JOIN daemons d ON d.instance = a.daemon "
+            "WHERE a.last_seen >= ? AND (d.instance IS NULL OR d.instance = ? "
+            "OR d.last_seen < ?) ORDER BY a.id", (since, instance, since))
+
     def _agent_rows(self, sql: str, args: Sequence[Any] = ()) -> list[dict[str, Any]]:
         rows = self._rows(sql, args)
         for r in rows:
