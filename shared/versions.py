@@ -12,9 +12,9 @@ _RELEASE = re.compile(r"(\d+(?:\.\d+)*)")
 
 
 def release(version: Any) -> tuple[int, ...] | None:
-    """``"0.2.0"`` as (0, 2, 0), trailing zeros dropped (0.2 and 0.2.0 are one release); None
-    for what is not such a number (a test's "t", a local build's "0.2.0+x" counts as 0.2.0's
-    release only if its suffix starts with "+")."""
+    """``"0.2.0"`` as (0, 2), trailing zeros dropped (0.2 and 0.2.0 are one release), a
+    local label after "+" ignored (0.2.0+board is 0.2.0); None for what is not such a number
+    (a test's "t", a pre-release "0.3.0rc1")."""
     if not isinstance(version, str):
         return None
     m = _RELEASE.fullmatch(version.split("+", 1)[0].strip())

@@ -15,13 +15,13 @@ import pytest
 from rich.console import Console
 
 import opptune
+from opptune.daemon import goal_cli
 from opptune.daemon.goal_cli import print_verdict
 from opptune.daemon.goal_query import not_kept_text
 from opptune.daemon.registry import AgentInfo
 from opptune.daemon.service import Daemon
 from opptune.shared.config import DaemonConfig
 from opptune.shared.versions import older, release
-from opptune.daemon import goal_cli
 from procs import Cluster
 from test_daemon_service import PLATFORM, Agent as DealerAgent
 from test_goal_service import METER, Agent as GoalAgent, daemon, record  # noqa: F401
@@ -34,6 +34,7 @@ def test_releases_compare_by_number_and_anything_else_is_not_compared():
     assert older("0.1.0", "0.2.0") and older("0.9", "0.10") and not older("0.2", "0.2.0")
     assert not older("0.3.0", "0.2.0") and older("0.2.0+local", "0.3") is True
     assert older("t", "0.2.0") is None and older(None, "0.2.0") is None
+    assert older("0.3.0rc1", "0.2.0") is None
 
 
 @pytest.mark.integration
