@@ -77,6 +77,10 @@ def test_status_shows_what_each_agent_and_daemon_runs_and_marks_the_older(tmp_pa
         line = next(line for line in text.splitlines() if "d-old" in line)
         assert line.startswith(f"fleet: daemon d-old at tcp://old-host:5555, version not "
                                f"recorded (older than {opptune.__version__}), "), line
+        # and each process says it at its start
+        logs = c.logs()
+        assert f"(opptune {opptune.__version__}) listening on {c.endpoint}" in logs
+        assert f"; opptune {opptune.__version__}; workloads: pi_integrate;" in logs
     finally:
         if old is not None:
             old.close()
