@@ -3,9 +3,10 @@ PYTHON ?= python3
 VENV ?= .venv
 PY := $(VENV)/bin/python
 # The editable install picks up Python edits by itself; it is redone only when what it builds
-# from changes: the package metadata or the C sources of the compiled extensions.
+# from changes: the package metadata (the version: src/opptune/__init__.py) or the C sources
+# of the compiled extensions.
 STAMP := $(VENV)/.opptune-installed
-BUILD_INPUTS := pyproject.toml setup.py MANIFEST.in \
+BUILD_INPUTS := pyproject.toml setup.py MANIFEST.in src/opptune/__init__.py \
 	$(wildcard bench_suite/*.c bench_suite/*.h bench_suite/kernels/*.c bench_suite/kernels/*.h \
 	daemon/models/*.c)
 

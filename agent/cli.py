@@ -456,10 +456,11 @@ def run_agent(config, config_path: str | None = None, state_dir_option: bool = F
     signal.signal(signal.SIGTERM, on_signal)
     signal.signal(signal.SIGINT, on_signal)
 
-    log.info("agent %s on platform %s (%s, %d cpus%s); workloads: %s; outbox: %d pending",
-             config.agent_id, platform["id"], platform["model_name"], platform["n_cpus"],
+    log.info("agent %s on platform %s (%s, %d cpus%s); opptune %s; workloads: %s; outbox: "
+             "%d pending", config.agent_id, platform["id"], platform["model_name"],
+             platform["n_cpus"],
              f", virtual board {config.virtual_board}" if config.virtual_board else "",
-             ", ".join(workloads.names()) or "(none)", outbox.count())
+             __version__, ", ".join(workloads.names()) or "(none)", outbox.count())
     outbox.other_platforms(platform["id"])
     try:
         link.start()

@@ -277,6 +277,8 @@ def cmd_recommend(args: argparse.Namespace) -> int:
         else:
             con.print(f"{a['config_id']} on {agent}: {a.get('reason') or a['state']}; "
                       "'opptune status' shows what it measured", markup=False, soft_wrap=True)
+        if a.get("not_kept") and a["state"] not in ("withheld", "refused"):
+            con.print(a["not_kept"], markup=False, soft_wrap=True)
     return rc
 
 
@@ -637,3 +639,6 @@ def print_verdict(s: dict[str, Any], con: Console) -> None:
         if reason == said + (f" ({error})" if error else ""):
             reason = said
     con.print(f"{s['state']}: {reason}", markup=False, soft_wrap=True)
+    not_kept = ((s.get("recommendation") or {}).get("applied") or {}).get("not_kept")
+    if s["state"] == "done" and not_kept:  # "applied and verified", but not for long
+        con.print(not_kept, markup=False, soft_wrap=True)

@@ -199,7 +199,21 @@ def apply(d: Daemon, rec: dict[str, Any], target: dict[str, Any] | None = None
                                        t["value"], t["lower"], t["upper"], rec["model"],
                                        target=target)
     return {"config_id": stored["config_id"], "state": stored["state"],
-            "reason": stored.get("error")}
+            "reason": stored.get("error"), "not_kept": not_kept_text(info, rec, target)}
+
+
+def not_kept_text(info: Any, rec: dict[str, Any], target: dict[str, Any] | None
+                  ) -> str | None:
+    """Why a configuration applied to stay will not stay on the board: its agent is older
+    than configurations kept in force (its hello says nothing of what stands, the daemon's
+    capability test, not a version compare); None where it keeps it, or where nothing of it
+    would stay anyway (the governor's clock, run as a command)."""
+    if info.keeps or (rec.get("freq_khz") is None and target is None):
+        return None
+    version = f"opptune {info.version}" if info.version else "an opptune of unknown version"
+    return (f"agent {info.agent_id} runs {version}, older than configurations kept in force: "
+            "it applies and verifies this one, then leaves the board to its next job's "
+            "clocks, and keeps nothing after its restart; upgrade that agent to keep it")
 
 
 # the goal's limits: (Goal.as_dict key, the command-line option, its value as it is typed)

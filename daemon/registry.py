@@ -41,6 +41,7 @@ class AgentInfo:
     # whether its hello says what stands (the field, even nil): an agent older than the field
     # keeps nothing in force after a verification, whatever the daemon pushed
     keeps: bool = False
+    version: str | None = None  # the opptune version its hello sent (agent_version)
     # the connections that said hello with this id, by identity (two live ones: two boards
     # or agents share the id); ``clash``: the identity of the other one while they do
     claims: dict[bytes, Claim] = field(default_factory=dict)
@@ -138,10 +139,36 @@ class Registry:
             info = self._agents.get(a["id"])
             if info is None:
                 self.load(a["id"], a["platform"], self.store.platform(a["platform"]) or {},
-                          a["workloads"], a["last_seen"], a["doctor"], a["doctor_at"])
+                          a["workloads"], a["last_seen"], a["doctor"], a["doctor_at"],
+                          a["agent_version"])
             elif info.alive(self.timeout_s, now):
                 continue  # it moved away only now: it answers here until it times out
+            else:  # its hello went to the other daemon: that one stored what it runs now
+                info.version = a["agent_version"]
             out[a["id"]] = Via(a["endpoint"], a["last_seen"])
+        return out
+
+    def heard_unrecorded(self, now: float, started: float) -> dict[str, float]:
+        """The agents online through a daemon sharing the store that does not say which (it
+        records no ``daemons`` row: one older than schema 11; it raises their last_seen
+        each second): heard within ``timeout_s``, after this daemon ``started`` (what was
+        heard before is no sign of it: an earlier instance of this one), not alive here and
+        held by no daemon that answers; their last_seen, by id. Unknown ones are added."""
+        if self.store is None:
+            return {}
+        out = {}
+        for a in self.store.agents_heard_unrecorded(self.instance,
+                                                    max(now - self.timeout_s, started)):
+            info = self._agents.get(a["id"])
+            if info is None:
+                self.load(a["id"], a["platform"], self.store.platform(a["platform"]) or {},
+                          a["workloads"], a["last_seen"], a["doctor"], a["doctor_at"],
+                          a["agent_version"])
+            elif info.alive(self.timeout_s, now):
+                continue
+            else:  # its hello went to that daemon, which stored what it runs
+                info.version = a["agent_version"]
+            out[a["id"]] = a["last_seen"]
         return out
 
     def via(self, agent_id: str, now: float | None = None) -> Via | None:
@@ -150,11 +177,11 @@ class Registry:
 
     def load(self, agent_id: str, platform_id: str, platform: dict[str, Any],
              workloads: list[Any], last_seen: float, doctor: dict[str, Any] | None = None,
-             doctor_at: float | None = None) -> AgentInfo:
+             doctor_at: float | None = None, version: str | None = None) -> AgentInfo:
         """Add an agent known from the store (not connected to this instance yet), with the
-        doctor report of its last hello."""
+        doctor report and the version of its last hello."""
         info = AgentInfo(agent_id, platform_id, platform, workloads, None, last_seen,
-                         doctor=doctor, doctor_at=doctor_at)
+                         doctor=doctor, doctor_at=doctor_at, version=version)
         self._agents[agent_id] = info
         return info
 
@@ -215,7 +242,7 @@ class Registry:
               workloads: list[Any], now: float,
               doctor: dict[str, Any] | None = None, standing: dict[str, Any] | None = None,
               standing_dropped: str | None = None, instance: str | None = None,
-              keeps: bool = False) -> AgentInfo:
+              keeps: bool = False, version: str | None = None) -> AgentInfo:
         info = self._agents.get(agent_id)
         if info is None:
             info = self._agents[agent_id] = AgentInfo(agent_id, platform_id)
@@ -226,7 +253,7 @@ class Registry:
         info.identity, info.last_seen = identity, now
         info.doctor, info.doctor_at = (doctor, now) if doctor else (None, None)
         info.standing, info.standing_dropped = standing, standing_dropped
-        info.keeps = keeps
+        info.keeps, info.version = keeps, version
         return info
 
     def seen(self, agent_id: str, identity: bytes, now: float) -> AgentInfo | None:

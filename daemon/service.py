@@ -30,6 +30,7 @@ from typing import Any, Callable
 
 import zmq
 
+from .. import __version__
 from ..shared import protocol
 from ..shared.config import (DEFAULT_DAEMON_CONFIG, ConfigError, DaemonConfig,
                              is_database_url, load_daemon_config, redact_url)
@@ -239,7 +240,8 @@ class Daemon:
                                  self.keyring)
         for a in self.store.agents():
             self.registry.load(a["id"], a["platform"], self.store.platform(a["platform"]) or {},
-                               a["workloads"], a["last_seen"], a["doctor"], a["doctor_at"])
+                               a["workloads"], a["last_seen"], a["doctor"], a["doctor_at"],
+                               a["agent_version"])
         self.fitter = Fitter().start()
         self.query_worker = QueryWorker()
         self.recent = RecentRequests()  # change requests' answers, for a client asking again
@@ -308,7 +310,8 @@ class Daemon:
     def _beat(self, now: float) -> None:
         """Tell the daemons sharing the store that this one is alive, and where it listens
         (what they name to the operator for the agents it holds)."""
-        self.store.save_daemon(self.instance, reachable_endpoint(self.endpoint), now)
+        self.store.save_daemon(self.instance, reachable_endpoint(self.endpoint), now,
+                               __version__)
         if self.config.fleet_forget_s > 0:
             for gone in self.store.forget_daemons(now - self.config.fleet_forget_s):
                 log.info("forgot daemon %s at %s of the fleet: no heartbeat since %s (over "
@@ -319,8 +322,8 @@ class Daemon:
     # -- running ----------------------------------------------------------------------------
     def serve(self, stop_event: threading.Event | None = None) -> None:
         stop = stop_event or self.stop_event
-        log.info("opptune-daemon %s listening on %s, store %s", self.instance, self.endpoint,
-                 redact_url(self.config.database))
+        log.info("opptune-daemon %s (opptune %s) listening on %s, store %s", self.instance,
+                 __version__, self.endpoint, redact_url(self.config.database))
         if self.metrics_server is not None:
             log.info("metrics on http://%s/metrics", self.metrics_server.endpoint)
         next_flush = time.monotonic() + 1.0
@@ -640,7 +643,8 @@ class Daemon:
         info = self.registry.hello(agent, identity, pid, platform, list(body["workloads"]), now,
                                    doctor=body.get("doctor"), standing=body.get("standing"),
                                    standing_dropped=body.get("standing_dropped"),
-                                   instance=instance, keeps="standing" in body)
+                                   instance=instance, keeps="standing" in body,
+                                   version=body["agent_version"])
         log.info("hello from agent %s (platform %s, %d workloads)", agent, pid,
                  len(info.workloads))
         self.send(identity, "heartbeat", self._welcome)
@@ -817,7 +821,6 @@ def _id_in_use(agent: str, holder: Any, what: str) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    from .. import __version__
     parser = argparse.ArgumentParser(
         prog="opptune-daemon",
         description="Run the opptune daemon: agents connect to it and send their results; it "

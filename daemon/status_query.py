@@ -13,7 +13,9 @@ from __future__ import annotations
 import time
 from typing import TYPE_CHECKING, Any, NamedTuple
 
+from .. import __version__
 from ..shared.config import redact_url
+from ..shared.versions import older
 from .drift import fit_predates, status_rows as drift_rows
 from .errors import HandlerError
 from .keyring import refused_keys
@@ -73,6 +75,9 @@ def status(d: Daemon, args: dict[str, Any] | None = None, bases: bool = True
     # agents online through another daemon sharing the store (read before the list: it adds
     # those this daemon never knew); their last_seen is that daemon's
     via = d.registry.elsewhere(now)
+    # ...and through a daemon that does not say which (an older one: it records no row)
+    unrecorded = {k: v for k, v in d.registry.heard_unrecorded(now, d.started).items()
+                  if k not in via}
     known = d.registry.all()
     boards = {a.agent_id: board_name(a.platform, a.platform_id) for a in known}
     platform = None
@@ -84,11 +89,12 @@ def status(d: Daemon, args: dict[str, Any] | None = None, bases: bool = True
 
     agents: list[dict[str, Any]] = []
     if want("agents") or want("platforms"):
-        agents = [_agent_row(d, a, via, now) for a in known]
+        agents = [_agent_row(d, a, via, unrecorded, now) for a in known]
         total["agents"] = len(agents)
         if page.limit is not None and len(agents) > page.limit:
             # the agents that need a look first: offline, or with a full outbox
-            keep = sorted(agents, key=lambda a: (bool(a["alive"] or a["via"])
+            keep = sorted(agents, key=lambda a: (bool(a["alive"] or a["via"]
+                                                      or a["via_unrecorded"])
                                                  and not a["outbox_full"], a["id"]))
             agents = sorted(keep[:page.limit], key=lambda a: a["id"])
     platforms = {a["platform"]: d.store.platform(a["platform"])
@@ -189,18 +195,26 @@ def status(d: Daemon, args: dict[str, Any] | None = None, bases: bool = True
     }
 
 
-def _agent_row(d: Daemon, a: Any, via: dict[str, Any], now: float) -> dict[str, Any]:
+def _agent_row(d: Daemon, a: Any, via: dict[str, Any], unrecorded: dict[str, float],
+               now: float) -> dict[str, Any]:
     return {"id": a.agent_id, "board": board_name(a.platform, a.platform_id),
             "platform": a.platform_id,
             "alive": a.alive(d.config.agent_timeout_s, now),
             "via": via[a.agent_id].endpoint if a.agent_id in via else None,
+            # heard within agent_timeout_s through a daemon of the fleet that records no row
+            # (older than schema 11), or one that stopped since: online, but not known where
+            "via_unrecorded": a.agent_id in unrecorded,
             "last_seen_s": _age(max(a.last_seen, via[a.agent_id].last_seen
-                                    if a.agent_id in via else 0.0), now),
+                                    if a.agent_id in via else 0.0,
+                                    unrecorded.get(a.agent_id, 0.0)), now),
             "outbox": a.outbox, "outbox_full": a.outbox_full,
             "doctor": (a.doctor or {}).get("summary"),
             # how old the verdict is: after a restart it is the stored one of the last hello
             "doctor_age_s": round(now - a.doctor_at, 1) if a.doctor_at else None,
             "standing": a.standing, "standing_dropped": a.standing_dropped,
+            # what its last hello said it runs, and whether that is an earlier release than
+            # this daemon's (None: not a release number)
+            "version": a.version, "older": older(a.version, __version__),
             "id_clash": _clash_row(d, a.agent_id, now)}
 
 
@@ -250,7 +264,8 @@ def _fit_quality(d: Daemon, fits: list[dict[str, Any]], recs: list[dict[str, Any
 
 def _daemon_row(d: Daemon, now: float) -> dict[str, Any]:
     keys = d.keyring.rows() if d.keyring else []
-    return {"instance": d.instance, "uptime_s": round(now - d.started, 3),
+    return {"instance": d.instance, "version": __version__,
+            "uptime_s": round(now - d.started, 3),
             "endpoint": d.endpoint, "database": redact_url(d.config.database),
             "stats": dict(d.stats),
             # agents' keys that wait for 'opptune keys accept' (CURVE on): their agents are
@@ -269,6 +284,9 @@ def _daemon_row(d: Daemon, now: float) -> dict[str, Any]:
             "fleet_forget_s": d.config.fleet_forget_s,
             "fleet": [{"instance": r["instance"], "endpoint": r["endpoint"],
                        "started": r["started"], "last_seen_s": _age(r["last_seen"], now),
+                       # a daemon that records no version predates schema 15: older than this
+                       "version": r["version"], "older": True if r["version"] is None
+                       else older(r["version"], __version__),
                        "answering": r["instance"] == d.instance
                        or now - r["last_seen"] <= d.config.agent_timeout_s}
                       for r in d.store.daemons()],

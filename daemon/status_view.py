@@ -44,24 +44,53 @@ def board_facts(platform: Any) -> tuple[str, str, str]:
 
 def alive_text(agent: dict[str, Any], refused: dict[str, str] | None = None) -> str:
     """The agents table's "alive" cell: yes (connected to this daemon), online through
-    another daemon of the fleet (its endpoint: where to send requests for it), or no (with
-    its key's state where the operator ``refused`` it: agent id -> rejected/revoked)."""
+    another daemon of the fleet (its endpoint: where to send requests for it), ? (heard
+    through a daemon that does not say which: :func:`unrecorded_text` under the table), or
+    no (with its key's state where the operator ``refused`` it: agent id -> rejected/revoked)."""
     if agent.get("alive"):
         return "yes"
     if agent.get("via"):
         return f"no; online through {agent['via']}"
+    if agent.get("via_unrecorded"):
+        return "?; see below"
     state = (refused or {}).get(agent.get("id"))  # type: ignore[arg-type]
     return f"no; key {state}" if state else "no"
 
 
+def version_text(row: dict[str, Any], daemon: dict[str, Any]) -> str:
+    """An agent's or a fleet daemon's version (status agents[].version, daemon.fleet[].
+    version), "older" where it is an earlier release than the ``daemon`` answering."""
+    mark = " (older)" if row.get("older") else ""
+    if row.get("version") is not None:
+        return f"{row['version']}{mark}"
+    if row.get("older"):  # a fleet daemon that records none predates version records
+        return f"not recorded (older than {daemon.get('version', 'this daemon')})"
+    return "-"
+
+
+def unrecorded_text(agent: dict[str, Any]) -> str | None:
+    """The line under the agents table on an agent heard through a daemon of the fleet that
+    records neither itself nor its agents in the store (status agents[].via_unrecorded);
+    None for any other."""
+    if not agent.get("via_unrecorded") or agent.get("alive"):
+        return None
+    return (f"agent {agent.get('id')}: alive ?, heard {_fmt(agent.get('last_seen_s'), '.0f')} "
+            "s ago through another daemon sharing the store that does not record which agents "
+            "it holds (one from before the store recorded the fleet, schema 11, still "
+            "running on it; or one that stopped since): requests for it go to the daemon it "
+            "is connected to; upgrade that daemon to see it here")
+
+
 def fleet_lines(daemon: dict[str, Any]) -> list[str]:
-    """One line per other daemon sharing the store (none for a daemon alone): answering, or
-    not, since when, and what that means for its agents."""
+    """One line per other daemon sharing the store (none for a daemon alone): its version,
+    answering or not, since when, and what that means for its agents."""
     out = []
     for f in daemon.get("fleet") or []:
         if f.get("instance") == daemon.get("instance"):
             continue
         head = f"fleet: daemon {f.get('instance')} at {f.get('endpoint')}"
+        if "version" in f:  # a daemon before versions in the status says nothing of them
+            head += f", version {version_text(f, daemon)},"
         age = f.get("last_seen_s")
         if f.get("answering"):
             out.append(f"{head} answering (heartbeat {_fmt(age, '.0f')} s ago)")
@@ -286,13 +315,15 @@ def print_status(data: dict[str, Any], console: Console | None = None,
         if line:
             console.print(line, markup=False, soft_wrap=True)
     d = data.get("daemon", {})
-    console.print(f"daemon {d.get('instance', '?')} at {d.get('endpoint', '?')}, "
-                  f"up {_fmt(d.get('uptime_s'), '.0f')} s, database {d.get('database', '?')}")
+    version = f"opptune {d['version']}, " if d.get("version") else ""
+    console.print(f"daemon {d.get('instance', '?')} at {d.get('endpoint', '?')}, {version}"
+                  f"up {_fmt(d.get('uptime_s'), '.0f')} s, database {d.get('database', '?')}",
+                  markup=False, soft_wrap=True)
     for line in fleet_lines(d):
         console.print(line, markup=False, soft_wrap=True)
 
-    t = _table("agents", ("agent", "board", "arch", "kernel", "distribution", "alive",
-                          "last seen (s)", "outbox"))
+    t = _table("agents", ("agent", "board", "arch", "kernel", "distribution", "version",
+                          "alive", "last seen (s)", "outbox"))
     boards = {}
     platforms = data.get("platforms") or {}
     # groups are keyed by the platform's hash: show the board's name instead
@@ -304,7 +335,7 @@ def print_status(data: dict[str, Any], console: Console | None = None,
             names[a["platform"]] = str(a["board"])
         t.add_row(str(a.get("id")), str(boards[a.get("id")]),
                   *board_facts(platforms.get(a.get("platform"))),
-                  alive_text(a, refused),
+                  version_text(a, d), alive_text(a, refused),
                   _fmt(a.get("last_seen_s"), ".1f"),
                   _fmt(a.get("outbox")) + (", FULL, see below" if a.get("outbox_full") else ""))
     _print_table(console, t)
@@ -318,6 +349,8 @@ def print_status(data: dict[str, Any], console: Console | None = None,
         console.print(f"key {k['id']} of agent {k['agent']} waits for approval: opptune keys "
                       f"accept {k['id']}", markup=False, soft_wrap=True)
     for line in refused_key_lines(d):
+        console.print(line, markup=False, soft_wrap=True)
+    for line in filter(None, map(unrecorded_text, data.get("agents", []))):
         console.print(line, markup=False, soft_wrap=True)
     for line in filter(None, map(clash_text, data.get("agents", []))):
         console.print(line, markup=False, soft_wrap=True)

@@ -10,7 +10,8 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
-INPUTS = ["pyproject.toml", "setup.py", "MANIFEST.in", "bench_suite/runtime.c",
+INPUTS = ["pyproject.toml", "setup.py", "MANIFEST.in", "src/opptune/__init__.py",
+          "bench_suite/runtime.c",
           "bench_suite/kernels/triad.c", "bench_suite/kernels/kernels.h",
           "daemon/models/_memwall_eq15.c"]
 

@@ -30,11 +30,12 @@ ROWS: dict[str, list[dict]] = {
                 "daemon": "d1"}],
     "daemons": [{"instance": "d1", "endpoint": "tcp://db1:5555", "started": 1.0,
                  "last_seen": 2.0}],
+    "daemon_versions": [{"instance": "d1", "version": "0.2.0"}],
     "workloads": [{"name": "w", "description": json.dumps({"kind": "bench"}), "first_seen": 1.0}],
     "jobs": [{"job_id": f"job-{i}", "agent": "a1", "workload": "w", "size": "small",
               "points": json.dumps([[2, 1800000]]), "n_points": 1, "reps": 2, "warmup": 0,
               "expected": 2, "created": 5.0 + i, "state": state, "reason": reason,
-              "updated": 6.0 + i} for i, state, reason in (
+              "updated": 6.0 + i, "stopped": None} for i, state, reason in (
                   (1, "complete", None), (2, "sent", None),
                   # stopped by the agent for its timeouts before the stop had a column
                   (3, "done", "timed out after 5 s; the job stopped after 2 points in a row "

@@ -19,6 +19,24 @@ _SKIP = shutil.ignore_patterns(".git", ".venv", "build", "dist", "*.egg-info", "
                                "run", "opptune-demo-*", "*.so")
 
 
+def _source_version() -> str:
+    """The version as written in src/opptune/__init__.py (read, not imported)."""
+    text = (ROOT / "src" / "opptune" / "__init__.py").read_text()
+    return re.search(r'^__version__ = "([^"]+)"$', text, re.M).group(1)
+
+
+def test_version_has_one_place():
+    """pyproject.toml takes the version from __version__ (no second copy to forget), and the
+    installed metadata agrees with the package (make venv reinstalls when it changes)."""
+    import importlib.metadata
+
+    import opptune
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text())
+    assert "version" not in project["project"] and "version" in project["project"]["dynamic"]
+    assert project["tool"]["setuptools"]["dynamic"]["version"] == {"attr": "opptune.__version__"}
+    assert importlib.metadata.version("opptune") == opptune.__version__ == _source_version()
+
+
 def test_repository_root_holds_no_importable_opptune():
     # Python puts the script's folder or the cwd first on sys.path: an opptune there would win
     assert PathFinder.find_spec("opptune", [str(ROOT)]) is None
@@ -57,14 +75,17 @@ def test_wheel_ships_no_c_sources(plain_install):
 def test_script_from_repository_root_imports_the_installed_package(plain_install):
     _, target = plain_install
     code = ("import opptune, opptune.daemon, opptune.agent.cli\n"
-            "print(opptune.__file__); print(opptune.daemon.__file__); print(opptune.__version__)")
+            "import importlib.metadata\n"
+            "print(opptune.__file__); print(opptune.daemon.__file__); print(opptune.__version__)\n"
+            "print(importlib.metadata.version('opptune'))")
     env = dict(os.environ, PYTHONPATH=str(target))
     out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, env=env,
                          capture_output=True, text=True)
     assert out.returncode == 0, out.stderr
-    first, daemon, version = out.stdout.split()
+    first, daemon, version, metadata = out.stdout.split()
     assert Path(first).is_relative_to(target) and Path(daemon).is_relative_to(target)
-    assert version == tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["version"]
+    # one source of the version: the built metadata is read from the package's __version__
+    assert metadata == version == _source_version()
     bench = subprocess.run([sys.executable, "benchmarks/agent_overhead.py", "--help"], cwd=ROOT,
                            env=env, capture_output=True, text=True)
     assert bench.returncode == 0 and "usage" in bench.stdout, bench.stderr

@@ -467,6 +467,48 @@ def test_the_doctor_report_and_remeasure_items_survive_a_reopen(location):
         st.close()
 
 
+# what a daemon before schema 11 (commit 8371ffa) wrote of the agents it held: at the hello,
+# and each second for those it heard; neither names the daemon
+OLD_SAVE_AGENT = ("INSERT INTO agents (id, platform, workloads, agent_version, first_seen, "
+                  "last_seen, doctor, doctor_at) VALUES (?, ?, '[]', ?, ?, ?, NULL, NULL) "
+                  "ON CONFLICT(id) DO UPDATE SET agent_version=excluded.agent_version, "
+                  "last_seen=excluded.last_seen")
+OLD_TOUCH = "UPDATE agents SET last_seen={greatest}(last_seen, ?) WHERE id=?"
+
+
+def old_daemon_heard(st, agent: str, when: float, version: str = "0.1.0") -> None:
+    """``agent`` said hello to a daemon of 8371ffa sharing ``st`` and was heard at ``when``."""
+    with st._tx() as db:
+        db.execute(OLD_SAVE_AGENT, (agent, "p", version, when, when))
+        db.execute(OLD_TOUCH.format(greatest=st._greatest), (when, agent))
+
+
+def test_agents_heard_through_a_daemon_that_records_no_row_are_found(st):
+    """A daemon older than schema 11 still running on the migrated store raises its agents'
+    last_seen and records neither itself nor them: those agents, heard recently and held by
+    no daemon that answers, are told apart from the gone ones."""
+    st.save_platform("p", {}, 1.0)
+    st.save_daemon("A", "tcp://a:5555", 10.0)
+    st.save_daemon("B", "tcp://b:5555", 10.0)
+    old_daemon_heard(st, "old1", 10.0)  # never held by a new daemon
+    st.save_agent("moved", "p", ["w"], "t", 5.0, daemon="A")  # A held it, then the old one
+    old_daemon_heard(st, "moved", 10.0)
+    st.save_agent("atB", "p", ["w"], "t", 10.0, daemon="B")  # online through B: not these
+    old_daemon_heard(st, "gone", 2.0)  # heard long ago
+    st.save_agent("deadC", "p", ["w"], "t", 4.0, daemon="C")
+    st.save_daemon("C", "tcp://c:5555", 4.0)  # C silent since 4; the old daemon hears it at 10
+    old_daemon_heard(st, "deadC", 10.0)
+
+    def heard(instance, since):
+        return {a["id"]: (a["last_seen"], a["agent_version"])
+                for a in st.agents_heard_unrecorded(instance, since)}
+    assert heard("A", 8.0) == {"old1": (10.0, "0.1.0"), "moved": (10.0, "0.1.0"),
+                               "deadC": (10.0, "0.1.0")}
+    # B's own atB is alive there; "moved" reads as A's, which still answers (A says "?")
+    assert set(heard("B", 8.0)) == {"old1", "deadC", "atB"}
+    assert heard("A", 10.5) == {}
+
+
 def test_which_daemon_holds_an_agent_is_recorded(st):
     """Schema 11: the daemon an agent's hello and messages came to holds it; another daemon
     sharing the store reads it back with that daemon's endpoint while both are recent, and not
@@ -534,9 +576,36 @@ def test_daemons_silent_past_an_age_are_forgotten(location):
         assert st.forget_daemons(10.0) == []  # not older than the bound: kept
         assert [d["instance"] for d in st.daemons()] == ["A", "B"]
         assert st.forget_daemons(50.0) == [{"instance": "A", "endpoint": "tcp://a:5555",
-                                            "started": 10.0, "last_seen": 10.0}]
+                                            "started": 10.0, "last_seen": 10.0,
+                                            "version": None}]
         assert [d["instance"] for d in st.daemons()] == ["B"]
         assert st.forget_daemons(50.0) == []
+    finally:
+        st.close()
+
+
+def test_daemons_record_their_version_beside_an_older_daemons_row(location):
+    """Each daemon's heartbeat records its version; a daemon of an earlier version still
+    running on the migrated store writes its row as it always did (INSERT without column
+    names: one more column in ``daemons`` made it fail) and reads back with no version."""
+    st = open_store(location)
+    try:
+        st.save_daemon("new", "tcp://n:5555", 10.0, "0.2.0")
+        with st._tx() as db:  # the older daemon's statement (daemon/store/sqlite.py at 6a4cca1)
+            db.execute("INSERT INTO daemons VALUES (?, ?, ?, ?) ON CONFLICT(instance) DO "
+                       "UPDATE SET endpoint=excluded.endpoint, last_seen=excluded.last_seen",
+                       ("old", "tcp://o:5555", 10.0, 10.0))
+        assert [(d["instance"], d["version"]) for d in st.daemons()] == [
+            ("new", "0.2.0"), ("old", None)]
+        st.save_daemon("new", "tcp://n:5555", 11.0, "0.3.0")  # restarted on newer code
+        st.save_daemon("later", "tcp://o:5555", 12.0, "0.3.0")  # old was killed: its row goes
+        assert [(d["instance"], d["version"]) for d in st.daemons()] == [
+            ("new", "0.3.0"), ("later", "0.3.0")]
+        st.drop_daemon("new")
+        assert st.forget_daemons(20.0)[0]["version"] == "0.3.0"
+        assert st.daemons() == []
+        with st._tx() as db:  # nothing left of them in the version table either
+            assert db.execute("SELECT COUNT(*) FROM daemon_versions").fetchone()[0] == 0
     finally:
         st.close()
 

@@ -86,9 +86,11 @@ class Store(ABC):
 
     # daemons sharing the store: which one holds an agent's connection
     @abstractmethod
-    def save_daemon(self, instance: str, endpoint: str, now: float) -> None:
-        """Record daemon ``instance`` at ``endpoint`` as alive at ``now`` (its heartbeat); an
-        earlier daemon recorded at the same endpoint is forgotten (it was killed)."""
+    def save_daemon(self, instance: str, endpoint: str, now: float,
+                    version: str | None = None) -> None:
+        """Record daemon ``instance`` at ``endpoint`` (running opptune ``version``) as alive at
+        ``now`` (its heartbeat); an earlier daemon recorded at the same endpoint is forgotten
+        (it was killed)."""
 
     @abstractmethod
     def drop_daemon(self, instance: str) -> None:
@@ -97,7 +99,8 @@ class Store(ABC):
     @abstractmethod
     def daemons(self) -> list[dict[str, Any]]:
         """Every daemon recorded as sharing the store: instance, endpoint, started,
-        last_seen (its last heartbeat), by endpoint. A killed daemon's row stays (its
+        last_seen (its last heartbeat), version (None: a daemon older than schema 15, which
+        does not record it), by endpoint. A killed daemon's row stays (its
         heartbeat ages) until a daemon starts at its endpoint or :meth:`forget_daemons`."""
 
     @abstractmethod
@@ -111,6 +114,14 @@ class Store(ABC):
         """The agents (as :meth:`agents` gives them, plus ``endpoint``) held by a daemon other
         than ``instance`` that heard them at ``since`` or later and whose own heartbeat is
         that recent."""
+
+    @abstractmethod
+    def agents_heard_unrecorded(self, instance: str, since: float) -> list[dict[str, Any]]:
+        """The agents (as :meth:`agents` gives them) heard at ``since`` or later whose holder
+        is no other daemon answering in ``daemons``: none recorded, this ``instance``, or a
+        daemon whose heartbeat is older. Their last_seen was raised by a daemon that records
+        neither itself nor the agents it holds (one older than schema 11 still running on
+        the store), or by one that stopped since."""
 
     @abstractmethod
     def workloads(self) -> list[str]: ...

@@ -62,11 +62,17 @@ Version 14 keeps the stop of a job the agent stopped for its timeouts (``jobs.st
 ``{"after_timeouts": n, "points_not_run": k, "points": m, "definition": d}`` as the agent's
 records of the runs it did not run say it; NULL for any other job). A row stored before
 reads its stop from its reason, as the agent's text gave it (shared/records.job_stop).
+
+Version 15 records each daemon's opptune version (``daemon_versions``: ``instance``,
+``version``), written with its heartbeat, so that a fleet's status says which daemons run older
+code. It is a table of its own and not a column of ``daemons``: a daemon of an earlier version
+still running on the migrated store inserts its ``daemons`` row without naming the columns,
+which one more column would make fail. A daemon with no row here predates this version.
 """
 
 from __future__ import annotations
 
-SCHEMA_VERSION = 14
+SCHEMA_VERSION = 15
 
 MIGRATIONS: dict[int, list[str]] = {
     1: [
@@ -275,5 +281,10 @@ MIGRATIONS: dict[int, list[str]] = {
     ],
     14: [
         "ALTER TABLE jobs ADD COLUMN stopped TEXT",
+    ],
+    15: [
+        """CREATE TABLE daemon_versions (
+               instance TEXT PRIMARY KEY,
+               version TEXT NOT NULL)""",
     ],
 }

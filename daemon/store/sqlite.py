@@ -276,7 +276,8 @@ class SQLiteStore(Store):
     def agents(self) -> list[dict[str, Any]]:
         return self._agent_rows("SELECT * FROM agents ORDER BY id")
 
-    def save_daemon(self, instance: str, endpoint: str, now: float) -> None:
+    def save_daemon(self, instance: str, endpoint: str, now: float,
+                    version: str | None = None) -> None:
         with self._tx() as db:
             # an earlier daemon at this endpoint was killed (two cannot listen on one): none of
             # its agents is online through it
@@ -285,24 +286,34 @@ class SQLiteStore(Store):
             db.execute("INSERT INTO daemons VALUES (?, ?, ?, ?) ON CONFLICT(instance) DO UPDATE "
                        "SET endpoint=excluded.endpoint, last_seen=excluded.last_seen",
                        (instance, endpoint, now, now))
+            if version is not None:
+                db.execute("INSERT INTO daemon_versions VALUES (?, ?) ON CONFLICT(instance) DO "
+                           "UPDATE SET version=excluded.version", (instance, version))
+            # the versions of daemons whose rows went (an older daemon removes rows too)
+            db.execute("DELETE FROM daemon_versions WHERE instance NOT IN "
+                       "(SELECT instance FROM daemons)")
 
     def drop_daemon(self, instance: str) -> None:
         with self._tx() as db:
             db.execute("DELETE FROM daemons WHERE instance=?", (instance,))
+            db.execute("DELETE FROM daemon_versions WHERE instance=?", (instance,))
+
+    _DAEMON_ROWS = ("SELECT d.instance, d.endpoint, d.started, d.last_seen, v.version FROM "
+                    "daemons d LEFT JOIN daemon_versions v ON v.instance = d.instance ")
 
     def daemons(self) -> list[dict[str, Any]]:
-        return self._rows("SELECT instance, endpoint, started, last_seen FROM daemons "
-                          "ORDER BY endpoint, instance")
+        return self._rows(self._DAEMON_ROWS + "ORDER BY d.endpoint, d.instance")
 
     def forget_daemons(self, before: float) -> list[dict[str, Any]]:
-        sql = ("SELECT instance, endpoint, started, last_seen FROM daemons WHERE last_seen < ? "
-               "ORDER BY endpoint, instance")
+        sql = self._DAEMON_ROWS + "WHERE d.last_seen < ? ORDER BY d.endpoint, d.instance"
         if not self._rows(sql, (before,)):  # the usual case, each heartbeat: no write lock
             return []
         with self._tx() as db:
             cur = db.execute(sql, (before,))
             gone = [dict(zip([d[0] for d in cur.description], r)) for r in cur.fetchall()]
             db.execute("DELETE FROM daemons WHERE last_seen < ?", (before,))
+            db.execute("DELETE FROM daemon_versions WHERE instance NOT IN "
+                       "(SELECT instance FROM daemons)")
         return gone
 
     def agents_elsewhere(self, instance: str, since: float) -> list[dict[str, Any]]:
@@ -310,6 +321,12 @@ class SQLiteStore(Store):
             "SELECT a.*, d.endpoint FROM agents a JOIN daemons d ON d.instance = a.daemon "
             "WHERE a.daemon <> ? AND a.last_seen >= ? AND d.last_seen >= ? ORDER BY a.id",
             (instance, since, since))
+
+    def agents_heard_unrecorded(self, instance: str, since: float) -> list[dict[str, Any]]:
+        return self._agent_rows(
+            "SELECT a.* FROM agents a LEFT JOIN daemons d ON d.instance = a.daemon "
+            "WHERE a.last_seen >= ? AND (d.instance IS NULL OR d.instance = ? "
+            "OR d.last_seen < ?) ORDER BY a.id", (since, instance, since))
 
     def _agent_rows(self, sql: str, args: Sequence[Any] = ()) -> list[dict[str, Any]]:
         rows = self._rows(sql, args)
