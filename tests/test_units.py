@@ -160,3 +160,36 @@ def test_the_readme_installs_each_program_where_its_unit_runs_it():
         assert any(ln.startswith("install ") and ln.endswith(" " + config.split()[0])
                    for ln in lines), (config, lines)
         assert any(f"cp systemd/{name} /etc/systemd/system/" in ln for ln in lines)
+
+
+
+# socket(2)'s first argument as strace prints it -> the name RestrictAddressFamilies= takes
+_FAMILY = re.compile(r"socket\((?:AF|PF)_([A-Z0-9]+)")
+# what each program does with its ZeroMQ socket: the daemon binds a ROUTER, the agent connects
+_ZMQ = {"opptune-daemon.service":
+        "s = c.socket(zmq.ROUTER); s.bind_to_random_port('tcp://127.0.0.1')",
+        "opptune-agent.service":
+        "s = c.socket(zmq.DEALER); s.connect('tcp://127.0.0.1:9'); s.send(b'x')"}
+
+
+@pytest.mark.parametrize("name", sorted(_ZMQ))
+def test_the_unit_allows_every_address_family_its_zmq_socket_opens(name, tmp_path):
+    """Under a real systemd the daemon died at its start with SIGABRT ('Address family not
+    supported by protocol (src/ip_resolver.cpp:542)') and was restarted every 2 s for good:
+    libzmq's bind lists the interfaces (getifaddrs: a netlink socket), and the unit's
+    RestrictAddressFamilies= had no AF_NETLINK. Every family the socket opens (strace) must be
+    one the unit allows."""
+    exe = shutil.which("strace")
+    if exe is None:
+        pytest.skip("strace is not installed")
+    code = (f"import time, zmq; c = zmq.Context(); {_ZMQ[name]}; time.sleep(0.5); "
+            "s.close(linger=0); c.term()")
+    trace = tmp_path / "trace"
+    res = subprocess.run([exe, "-f", "-qq", "-e", "trace=socket", "-o", str(trace),
+                          sys.executable, "-c", code], capture_output=True, text=True,
+                         timeout=60)
+    assert res.returncode == 0, res.stderr
+    opened = {"AF_" + f for f in _FAMILY.findall(trace.read_text())}
+    assert "AF_INET" in opened, opened  # the trace saw the tcp socket
+    allowed = set(words(unit_keys(UNITS / name), "RestrictAddressFamilies"))
+    assert opened <= allowed, f"{name} refuses {sorted(opened - allowed)}"
