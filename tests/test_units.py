@@ -193,3 +193,45 @@ def test_the_unit_allows_every_address_family_its_zmq_socket_opens(name, tmp_pat
     assert "AF_INET" in opened, opened  # the trace saw the tcp socket
     allowed = set(words(unit_keys(UNITS / name), "RestrictAddressFamilies"))
     assert opened <= allowed, f"{name} refuses {sorted(opened - allowed)}"
+
+
+def _proc_files(trace: str, pids: set[int]) -> set[str]:
+    """The /proc paths a trace names, a traced process's own pid written as ``self``."""
+    out = set()
+    for path in re.findall(r'"(/proc/[^"]*)"', trace):
+        m = re.match(r"/proc/(\d+)(/.*)?$", path)
+        if m and int(m.group(1)) in pids:
+            path = "/proc/self" + (m.group(2) or "")
+        out.add(re.sub(r"^/proc/(self|thread-self)/task/\d+", r"/proc/\1", path))
+    return out
+
+
+def test_the_daemon_reads_nothing_of_proc_the_unit_hides(tmp_path):
+    """The daemon's unit has ProtectProc=invisible and ProcSubset=pid: /proc shows it its own
+    processes only, without /proc/stat, /proc/cpuinfo, /proc/sys and the like. Traced through
+    a whole sweep, fit, recommendation and verification, every /proc file the daemon opens is
+    its own, but /proc/stat: psutil (imported by pyperf) reads it at its import and goes on
+    without it (the daemon ran so under systemd 252, its import and that loop included)."""
+    exe = shutil.which("strace")
+    if exe is None:
+        pytest.skip("strace is not installed")
+    from procs import Cluster
+    trace = tmp_path / "trace"
+    c = Cluster(tmp_path, kernels=("pi_integrate",), extra_agent={"virtual_board": "rpi4"},
+                daemon_prefix=[exe, "-f", "-qq", "-e", "trace=%file,%process",
+                               "-e", "signal=none", "-o", str(trace)])
+    c.start_daemon()
+    c.start_agent()
+    try:
+        c.wait_for(lambda st: any(r.get("state") in ("verified", "off")
+                                  for r in st.get("recommendations") or []),
+                   timeout=180, what="a verified recommendation")
+    finally:
+        c.stop()
+    text = trace.read_text(errors="replace")
+    pids = {int(p) for p in re.findall(r"^(\d+) ", text, re.M)}
+    read = _proc_files(text, pids)
+    hidden = sorted(p for p in read if not p.startswith("/proc/self"))
+    assert hidden == ["/proc/stat"], hidden
+    k = unit_keys(UNITS / "opptune-daemon.service")
+    assert k["ProtectProc"] == ["invisible"] and k["ProcSubset"] == ["pid"]
