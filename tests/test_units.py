@@ -235,3 +235,16 @@ def test_the_daemon_reads_nothing_of_proc_the_unit_hides(tmp_path):
     assert hidden == ["/proc/stat"], hidden
     k = unit_keys(UNITS / "opptune-daemon.service")
     assert k["ProtectProc"] == ["invisible"] and k["ProcSubset"] == ["pid"]
+
+
+@pytest.mark.parametrize("name", sorted(MAX_SCORE))
+def test_the_unit_cannot_write_its_configuration(name):
+    """A probe with the agent's sandbox under systemd 252 (make check-units) opened
+    /etc/opptune for writing: ConfigurationDirectory= re-opens its directory under
+    ProtectSystem=strict, so the root agent could rewrite its own agent.toml (run_as, daemon).
+    The units write only their state directory (and the agent the cpufreq files)."""
+    k = unit_keys(UNITS / name)
+    assert k["ProtectSystem"] == ["strict"]
+    reopened = {key: k[key] for key in ("ConfigurationDirectory", "ReadWritePaths")
+                if any("/etc" in v or key == "ConfigurationDirectory" for v in k.get(key, []))}
+    assert reopened == {}
