@@ -55,7 +55,8 @@ SWEPT_KHZ = (600000, 1500000)
 FIRST_GOVERNOR = "ondemand"
 MAX_SCORE = {"opptune-daemon.service": 3.0, "opptune-agent.service": 5.0}
 STEPS = ("userland", "boot", "install", "start", "sweep", "store", "recommendation", "cpufreq",
-         "pid target", "unit target", "sandbox daemon", "sandbox agent", "security", "journal")
+         "pid target", "unit target", "sandbox daemon", "sandbox agent", "security", "journal",
+         "stop")
 # What each unit's sandbox must let it do (True) and refuse (False): a path is written by
 # creating a file in it (a directory) or opening it for writing (a file); /proc/... entries
 # are read. Paths absent in that container are left out of the probe.
@@ -501,7 +502,8 @@ class Check:
             self.step(col, lambda name=name: self.sandbox(name))
         self.step("security", self.security)
         self.step("journal", self.journal)
-        self.step("cpufreq", self.cpufreq_restored)  # stops the agent: last
+        self.step("cpufreq", self.cpufreq_restored)  # stops the agent
+        self.step("stop", self.stopped)
 
     def install(self, commands: dict[str, list[str]]) -> str:
         """Each container's README lines but the start, at once (pip mostly waits)."""
@@ -721,6 +723,23 @@ class Check:
         if r.returncode != 0 or not (wrote and restored):
             return False, "FAIL " + text
         return True, text
+
+
+    def stopped(self) -> tuple[bool, str]:
+        """Each unit stops on its own SIGTERM, exit 0 (the agent was stopped just before)."""
+        self.daemon.run("systemctl stop opptune-daemon", 120)
+        out, ok = [], True
+        for unit, c in (("opptune-daemon", self.daemon), ("opptune-agent", self.board)):
+            r = c.run(f"systemctl show -p Result -p ExecMainStatus {unit}", 30)
+            props = dict(ln.partition("=")[::2] for ln in r.stdout.splitlines())
+            good = props.get("Result") == "success" and props.get("ExecMainStatus") == "0"
+            ok = ok and good
+            out.append(f"{unit} {props.get('Result')}, exit {props.get('ExecMainStatus')}")
+            log = c.run(f"journalctl -u {unit} -o cat --no-pager", 60).stdout
+            (self.logdir / f"{unit}.journal").write_text(log)
+            if not good:
+                out[-1] += f" ({log.strip().splitlines()[-3:]})"
+        return ok, ", ".join(out)
 
 
 class Interrupted(Exception):
