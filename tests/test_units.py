@@ -239,9 +239,10 @@ def test_the_daemon_reads_nothing_of_proc_the_unit_hides(tmp_path):
     pids = {int(p) for p in re.findall(r"^(\d+) ", text, re.M)}
     read = _proc_files(text, pids)
     hidden = sorted(p for p in read if not p.startswith("/proc/self"))
-    # glibc's malloc reads overcommit_memory once, when it first shrinks a thread's arena
-    # (at the daemon's stop here), and shrinks the usual way without it
-    assert hidden == ["/proc/stat", "/proc/sys/vm/overcommit_memory"], hidden
+    # glibc's malloc reads overcommit_memory once, if it shrinks a thread's arena (at the
+    # daemon's stop, in some runs), and shrinks the usual way without it
+    assert "/proc/stat" in hidden
+    assert set(hidden) <= {"/proc/stat", "/proc/sys/vm/overcommit_memory"}, hidden
     k = unit_keys(UNITS / "opptune-daemon.service")
     assert k["ProtectProc"] == ["invisible"] and k["ProcSubset"] == ["pid"]
 
