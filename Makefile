@@ -10,7 +10,7 @@ BUILD_INPUTS := pyproject.toml setup.py MANIFEST.in src/opptune/__init__.py \
 	$(wildcard bench_suite/*.c bench_suite/*.h bench_suite/kernels/*.c bench_suite/kernels/*.h \
 	daemon/models/*.c)
 
-.PHONY: venv demo test bench check-arm clean
+.PHONY: venv demo test bench check-arm check-units clean
 
 $(PY):
 	$(PYTHON) -m venv $(VENV)
@@ -43,6 +43,14 @@ check-arm:
 	$(PYTHON) tools/check_arm.py --arch $(ARCH) --preflight
 	$(MAKE) -s --no-print-directory venv
 	$(PY) tools/check_arm.py --arch $(ARCH) $(CHECK_ARM_ARGS)
+
+# The units under a real systemd: Debian 12 containers booted by systemd-nspawn, installed as
+# README's "Installing the units" says (root, systemd-container, mmdebstrap); the preflight
+# says what is missing before the venv is built
+check-units:
+	$(PYTHON) tools/check_units.py --preflight
+	$(MAKE) -s --no-print-directory venv
+	$(PY) tools/check_units.py $(CHECK_UNITS_ARGS)
 
 clean:
 	rm -rf $(VENV) build *.egg-info run

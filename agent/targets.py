@@ -40,7 +40,7 @@ import time
 from typing import Any, Callable
 
 from ..shared.cpus import format_cpu_list
-from .knobs.state import thread_start_time
+from .knobs.state import thread_start_time, unit_gone
 from .sysfs import KnobUnavailable, SysFS
 
 KINDS = ("command", "pid", "unit")
@@ -248,7 +248,7 @@ class Targets:
             self._save(owner, {"kind": "systemctl", "unit": name, "value": old})
             self._systemctl_set(name, text)
             self._undo.append((owner, f"AllowedCPUs of {name}", ("systemctl", name),
-                               lambda: self._systemctl_set(name, old)))
+                               lambda: self._systemctl_restore(name, old)))
             return {"kind": "unit", "unit": name, "method": "systemctl set-property --runtime",
                     "allowed_cpus": text}
         rel = f"{cg}/cpuset.cpus"
@@ -273,6 +273,16 @@ class Targets:
         if res.returncode != 0:
             raise TargetError(f"systemctl set-property {name} AllowedCPUs={cpus_text} failed: "
                               f"{(res.stderr or res.stdout).strip()[:200]}")
+
+    def _systemctl_restore(self, name: str, cpus_text: str) -> None:
+        """Put a unit's AllowedCPUs back; ProcessLookupError where systemd no longer knows the
+        unit (a transient one that stopped): nothing is left to restore, as for a thread."""
+        try:
+            self._systemctl_set(name, cpus_text)
+        except TargetError:
+            if unit_gone(self.systemctl, name):
+                raise ProcessLookupError(name) from None
+            raise
 
     # -- measuring ------------------------------------------------------------------------------
     def cpu_time(self, target: dict[str, Any]) -> float | None:

@@ -44,11 +44,13 @@ class Cluster:
                  size="small", reps=2,
                  warmup=0, max_cores=2, auto_sweep=True, extra_agent: dict | None = None,
                  database: str | None = None, extra_daemon: dict | None = None,
-                 agent_prefix: list[str] | None = None, endpoint: str | None = None):
+                 agent_prefix: list[str] | None = None, endpoint: str | None = None,
+                 daemon_prefix: list[str] | None = None):
         """``database``: a postgresql:// URL (default: an SQLite file in ``tmp``).
         ``extra_daemon``/``extra_agent``: configuration keys that replace or add to the
         defaults; ``agent_prefix``: a command the agent runs under (``ip netns exec NS``);
-        ``endpoint``: where the daemon answers this test (default: a free loopback port)."""
+        ``endpoint``: where the daemon answers this test (default: a free loopback port);
+        ``daemon_prefix``: the same for the daemon (``strace -f -o FILE``)."""
         self.tmp = tmp
         self.endpoint = endpoint or free_endpoint()
         self.db = database or tmp / "opptune.db"
@@ -65,6 +67,7 @@ class Cluster:
         agent.update(extra_agent or {})
         self.agent_toml = write_toml(tmp / "agent.toml", agent)
         self.agent_prefix = list(agent_prefix or [])
+        self.daemon_prefix = list(daemon_prefix or [])
         self.daemon: subprocess.Popen | None = None
         self.agent: subprocess.Popen | None = None
 
@@ -80,7 +83,8 @@ class Cluster:
             fh.close()
 
     def start_daemon(self) -> None:
-        self.daemon = self._spawn("opptune.daemon.service", self.daemon_toml, "daemon.log")
+        self.daemon = self._spawn("opptune.daemon.service", self.daemon_toml, "daemon.log",
+                                  self.daemon_prefix)
 
     def start_agent(self) -> None:
         self.agent = self._spawn("opptune.agent", self.agent_toml, "agent.log",

@@ -205,3 +205,58 @@ def test_an_agent_without_targets_refuses_pid_targets(tmp_path):
             ex.validate_config(config({"kind": "pid", "pid": 1})["body"])
     finally:
         ob.close()
+
+
+def _systemctl_of_a_unit_that_goes(tmp_path):
+    """A systemctl whose unit web.service is gone once the file ``gone`` exists: then
+    set-property fails as systemd's does and LoadState says not-found."""
+    gone = tmp_path / "gone"
+    fake = tmp_path / "bin" / "systemctl"
+    fake.parent.mkdir()
+    fake.write_text("#!/bin/sh\n"
+                    f"if [ -e {gone} ]; then case \"$*\" in\n"
+                    "  *LoadState*) echo not-found;;\n"
+                    "  set-property*) echo 'Failed to set unit properties on web.service: "
+                    "Unit web.service not found.' >&2; exit 1;;\n"
+                    "esac; exit 0; fi\n"
+                    "case \"$*\" in *LoadState*) echo loaded;; *AllowedCPUs\\ --value*) "
+                    "echo 0-1;; esac\n")
+    fake.chmod(fake.stat().st_mode | stat.S_IEXEC)
+    return fake, gone
+
+
+def test_a_unit_gone_before_the_restore_needs_nothing(tmp_path, monkeypatch):
+    """Under systemd 252 (make check-units) `recommend --unit` of a transient unit, stopped
+    afterwards, made the agent's stop log an ERROR and its ExecStopPost --restore exit 1
+    ('Unit check-units-target.service not found'), so `systemctl stop opptune-agent` left the
+    agent's unit failed, and every later --restore failed again. A unit systemd no longer knows
+    took its AllowedCPUs with it: as a thread that ended, nothing is left to put back."""
+    from opptune.agent.knobs.state import (CPUSET_FILENAME, CpusetRecord,
+                                           restore_cpusets_from_file)
+    fake, gone = _systemctl_of_a_unit_that_goes(tmp_path)
+    record = tmp_path / CPUSET_FILENAME
+    targets = Targets(SysFS("/"), systemctl=str(fake), systemd=True,
+                      record=CpusetRecord(str(record), "/"))
+    targets.apply({"kind": "unit", "unit": "web"}, [1])
+    assert record.exists()
+    gone.touch()
+    assert targets.restore() == []
+    assert not record.exists()  # forgotten: the next start has nothing to put back
+    # the same record left by an agent that was killed: --restore finds the unit gone too
+    monkeypatch.setenv("PATH", f"{fake.parent}{os.pathsep}{os.environ['PATH']}")
+    CpusetRecord(str(record), "/").save({"kind": "systemctl", "unit": "web.service",
+                                         "value": "", "owner": "cfg-1"})
+    res = restore_cpusets_from_file(str(record))
+    assert res["problems"] == [] and res["restored"] == [] and not record.exists()
+
+
+def test_a_unit_still_known_that_refuses_the_restore_is_a_problem(tmp_path):
+    fake = tmp_path / "systemctl"
+    fake.write_text("#!/bin/sh\ncase \"$*\" in *LoadState*) echo loaded;; "
+                    "*AllowedCPUs\\ --value*) echo 0-1;; *=0-1) echo 'Access denied' >&2; "
+                    "exit 1;; esac\n")
+    fake.chmod(fake.stat().st_mode | stat.S_IEXEC)
+    targets = Targets(SysFS("/"), systemctl=str(fake), systemd=True)
+    targets.apply({"kind": "unit", "unit": "web"}, [1])
+    (problem,) = targets.restore()
+    assert "AllowedCPUs of web.service" in problem and "Access denied" in problem

@@ -8,8 +8,10 @@ the fake trees, and its state directory with the example configuration.
 
 from __future__ import annotations
 
+import os
 import re
 import shutil
+import signal
 import subprocess
 import sys
 import tomllib
@@ -160,3 +162,99 @@ def test_the_readme_installs_each_program_where_its_unit_runs_it():
         assert any(ln.startswith("install ") and ln.endswith(" " + config.split()[0])
                    for ln in lines), (config, lines)
         assert any(f"cp systemd/{name} /etc/systemd/system/" in ln for ln in lines)
+
+
+
+# socket(2)'s first argument as strace prints it -> the name RestrictAddressFamilies= takes
+_FAMILY = re.compile(r"socket\((?:AF|PF)_([A-Z0-9]+)")
+# what each program does with its ZeroMQ socket: the daemon binds a ROUTER, the agent connects
+_ZMQ = {"opptune-daemon.service":
+        "s = c.socket(zmq.ROUTER); s.bind_to_random_port('tcp://127.0.0.1')",
+        "opptune-agent.service":
+        "s = c.socket(zmq.DEALER); s.connect('tcp://127.0.0.1:9'); s.send(b'x')"}
+
+
+@pytest.mark.parametrize("name", sorted(_ZMQ))
+def test_the_unit_allows_every_address_family_its_zmq_socket_opens(name, tmp_path):
+    """Under a real systemd the daemon died at its start with SIGABRT ('Address family not
+    supported by protocol (src/ip_resolver.cpp:542)') and was restarted every 2 s for good:
+    libzmq's bind lists the interfaces (getifaddrs: a netlink socket), and the unit's
+    RestrictAddressFamilies= had no AF_NETLINK. Every family the socket opens (strace) must be
+    one the unit allows."""
+    exe = shutil.which("strace")
+    if exe is None:
+        pytest.skip("strace is not installed")
+    code = (f"import time, zmq; c = zmq.Context(); {_ZMQ[name]}; time.sleep(0.5); "
+            "s.close(linger=0); c.term()")
+    trace = tmp_path / "trace"
+    res = subprocess.run([exe, "-f", "-qq", "-e", "trace=socket", "-o", str(trace),
+                          sys.executable, "-c", code], capture_output=True, text=True,
+                         timeout=60)
+    assert res.returncode == 0, res.stderr
+    opened = {"AF_" + f for f in _FAMILY.findall(trace.read_text())}
+    assert "AF_INET" in opened, opened  # the trace saw the tcp socket
+    allowed = set(words(unit_keys(UNITS / name), "RestrictAddressFamilies"))
+    assert opened <= allowed, f"{name} refuses {sorted(opened - allowed)}"
+
+
+def _proc_files(trace: str, pids: set[int]) -> set[str]:
+    """The /proc paths a trace names, a traced process's own pid written as ``self``."""
+    out = set()
+    for path in re.findall(r'"(/proc/[^"]*)"', trace):
+        m = re.match(r"/proc/(\d+)(/.*)?$", path)
+        if m and int(m.group(1)) in pids:
+            path = "/proc/self" + (m.group(2) or "")
+        out.add(re.sub(r"^/proc/(self|thread-self)/task/\d+", r"/proc/\1", path))
+    return out
+
+
+def test_the_daemon_reads_nothing_of_proc_the_unit_hides(tmp_path):
+    """The daemon's unit has ProtectProc=invisible and ProcSubset=pid: /proc shows it its own
+    processes only, without /proc/stat, /proc/cpuinfo, /proc/sys and the like. Traced through
+    a whole sweep, fit, recommendation, verification and its stop, every /proc file the daemon
+    opens is its own, but two whose absence is provided for: /proc/stat, which psutil (imported
+    by pyperf) reads at its import, and glibc's overcommit_memory (the daemon ran so under
+    systemd 252, its import, that loop and its stop included)."""
+    exe = shutil.which("strace")
+    if exe is None:
+        pytest.skip("strace is not installed")
+    from procs import Cluster
+    trace = tmp_path / "trace"
+    c = Cluster(tmp_path, kernels=("pi_integrate",), extra_agent={"virtual_board": "rpi4"},
+                daemon_prefix=[exe, "-f", "-qq", "-e", "trace=%file,%process",
+                               "-e", "signal=none", "-o", str(trace)])
+    c.start_daemon()
+    c.start_agent()
+    try:
+        c.wait_for(lambda st: any(r.get("state") in ("verified", "off")
+                                  for r in st.get("recommendations") or []),
+                   timeout=180, what="a verified recommendation")
+    finally:
+        # the daemon is strace's child: strace signalled alone detaches and leaves it running
+        tracer = c.daemon.pid
+        for pid in Path(f"/proc/{tracer}/task/{tracer}/children").read_text().split():
+            os.kill(int(pid), signal.SIGTERM)
+        c.stop()
+    text = trace.read_text(errors="replace")
+    pids = {int(p) for p in re.findall(r"^(\d+) ", text, re.M)}
+    read = _proc_files(text, pids)
+    hidden = sorted(p for p in read if not p.startswith("/proc/self"))
+    # glibc's malloc reads overcommit_memory once, if it shrinks a thread's arena (at the
+    # daemon's stop, in some runs), and shrinks the usual way without it
+    assert "/proc/stat" in hidden
+    assert set(hidden) <= {"/proc/stat", "/proc/sys/vm/overcommit_memory"}, hidden
+    k = unit_keys(UNITS / "opptune-daemon.service")
+    assert k["ProtectProc"] == ["invisible"] and k["ProcSubset"] == ["pid"]
+
+
+@pytest.mark.parametrize("name", sorted(MAX_SCORE))
+def test_the_unit_cannot_write_its_configuration(name):
+    """A probe with the agent's sandbox under systemd 252 (make check-units) opened
+    /etc/opptune for writing: ConfigurationDirectory= re-opens its directory under
+    ProtectSystem=strict, so the root agent could rewrite its own agent.toml (run_as, daemon).
+    The units write only their state directory (and the agent the cpufreq files)."""
+    k = unit_keys(UNITS / name)
+    assert k["ProtectSystem"] == ["strict"]
+    reopened = {key: k[key] for key in ("ConfigurationDirectory", "ReadWritePaths")
+                if any("/etc" in v or key == "ConfigurationDirectory" for v in k.get(key, []))}
+    assert reopened == {}

@@ -327,20 +327,35 @@ class CpusetRecord:
                 os.unlink(self.path)
 
 
+def unit_gone(systemctl: str, unit: str) -> bool:
+    """Whether systemd no longer knows ``unit`` (a transient unit that stopped, a unit file
+    removed): its AllowedCPUs went with it, so there is nothing to put back."""
+    try:
+        res = subprocess.run([systemctl, "show", "-p", "LoadState", "--value", unit],
+                             capture_output=True, text=True, timeout=30)
+    except (OSError, subprocess.SubprocessError):
+        return False
+    return res.returncode == 0 and res.stdout.strip() == "not-found"
+
+
 def _systemctl_allowed_cpus(unit: str, value: str) -> None:
+    """Raises ProcessLookupError where the unit is gone, as a thread that ended does."""
     exe = shutil.which("systemctl")
     if exe is None:
         raise OSError("systemctl not found")
     res = subprocess.run([exe, "set-property", "--runtime", unit, f"AllowedCPUs={value}"],
                          capture_output=True, text=True, timeout=30)
     if res.returncode != 0:
+        if unit_gone(exe, unit):
+            raise ProcessLookupError(unit)
         raise OSError((res.stderr or res.stdout).strip()[:200])
 
 
 def restore_cpusets_from_file(path: str, sysfs_root: str | None = None) -> dict:
     """Put back the cpu sets recorded in ``path``; removes it when nothing is left to retry.
 
-    A thread that is gone, or whose tid now names another thread, needs nothing. Returns
+    A thread that is gone, or whose tid now names another thread, needs nothing, nor does a
+    unit systemd no longer knows. Returns
     ``{"restored": [what..], "problems": [..], "pid": recorder}``.
     """
     if not os.path.exists(path):
