@@ -286,7 +286,8 @@ def workload_user(config, where: str, python_workloads: list[str] | None = None,
     agent's own user, as for an agent that is not root. ConfigError names an unknown or
     privileged user, and a user that cannot run this agent's Python while
     ``python_workloads`` (the workloads that run it) are offered; ``option``: run_as came
-    from --run-as (an error names that)."""
+    from --run-as (an error names that). A virtual board's workloads run as the agent's own
+    user (their runs use the board's tree); run_as set beside one is refused."""
     from .child import interpreter_refused, resolve_run_as
     if os.geteuid() != 0:
         if config.run_as:
@@ -297,6 +298,18 @@ def workload_user(config, where: str, python_workloads: list[str] | None = None,
         log.warning("workloads run as root (run_as = \"root\"): every command of this "
                     "configuration runs with the agent's privileges; set run_as to an "
                     "unprivileged user unless they need root")
+        return None
+    if config.virtual_board:
+        # a virtual board's runs read and write its emulated tree (the board's energy
+        # counters among them), which the agent made for itself, in its state directory
+        if config.run_as:
+            raise ConfigError(
+                f"{'--run-as' if option else where + ': key ' + repr('run_as')}: a virtual "
+                f"board ({config.virtual_board}) cannot run its workloads as "
+                f"{config.run_as!r}: their runs use the board's tree, which is the agent's "
+                "own; leave run_as unset (they run as the agent's user) or use a real board")
+        log.info("a virtual board: workloads run as the agent's own user (uid %d), since "
+                 "their runs use the board's tree", os.geteuid())
         return None
     name = config.run_as or DEFAULT_RUN_AS
     # one line says which key, whether it was set, and how to opt in to root

@@ -197,3 +197,33 @@ def test_a_user_that_cannot_run_the_agents_python_stops_it_at_start(tmp_path):
     assert line.startswith(f"opptune-agent: configuration error: {toml}: key 'run_as': user "
                            f"'nobody' cannot run this agent's Python ({sys.executable}: "), line
     assert "triad" in line and "/opt/opptune" in line
+
+
+def test_a_virtual_board_runs_its_workloads_as_the_agent(monkeypatch, caplog):
+    """A virtual board's runs use its tree, made in the agent's (root-only) state directory:
+    as 'opptune' every run failed with a PermissionError, and where no such user exists the
+    agent would not start. Unset, they run as the agent's own user, said in the log."""
+    _as_root(monkeypatch)
+    monkeypatch.setattr(child_mod.pwd, "getpwnam",
+                        lambda n: (_ for _ in ()).throw(KeyError(n)))
+    with caplog.at_level(logging.INFO, logger="opptune.agent"):
+        assert agent_cli.workload_user(AgentConfig(virtual_board="rpi4"), "agent.toml") is None
+    assert any("a virtual board: workloads run as the agent's own user" in r.getMessage()
+               for r in caplog.records)
+
+
+def test_run_as_beside_a_virtual_board_is_refused_at_start(monkeypatch):
+    _as_root(monkeypatch)
+    _user(monkeypatch, "opptune")
+    with pytest.raises(ConfigError) as info:
+        agent_cli.workload_user(AgentConfig(virtual_board="rpi4", run_as="opptune"),
+                                "agent.toml")
+    assert str(info.value).startswith("agent.toml: key 'run_as': a virtual board (rpi4) cannot "
+                                      "run its workloads as 'opptune'"), info.value
+    with pytest.raises(ConfigError) as info:
+        agent_cli.workload_user(AgentConfig(virtual_board="rpi4", run_as="opptune"),
+                                "agent.toml", option=True)
+    assert str(info.value).startswith("--run-as: a virtual board"), info.value
+    # root on purpose stays allowed (the demo runs its virtual boards so)
+    assert agent_cli.workload_user(AgentConfig(virtual_board="rpi4", run_as="root"),
+                                   "agent.toml") is None
