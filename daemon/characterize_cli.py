@@ -45,6 +45,12 @@ def cmd_characterize(args: argparse.Namespace) -> int:
     if data.get("drifted"):  # absent from an older daemon's answer
         print(f"measured again, their runs from before a drift no longer count ('opptune "
               f"status' lists the drift): {', '.join(data['drifted'])}", file=out)
+    if data.get("redefined"):  # absent from an older daemon's answer
+        n = len(data["redefined"])
+        print(f"measured again, {n} workload{'s' * (n != 1)} whose program changed in the "
+              f"agent's configuration (command, arguments or environment; the runs from "
+              f"before stay stored but no longer count): {', '.join(data['redefined'])}",
+              file=out)
     for j in data.get("again") or []:  # absent from an older daemon's answer
         how = "stopped before all its points ran" if j["state"] == "done" else j["state"]
         print(f"measured again: {j['workload']}: its last job {j['job_id']} {how}: "

@@ -87,6 +87,10 @@ class Store(ABC):
         """Every known agent: id, platform, workloads, first_seen, last_seen, doctor,
         doctor_at, daemon (the instance that last heard it; None: unknown)."""
 
+    @abstractmethod
+    def agent(self, agent_id: str) -> dict[str, Any] | None:
+        """Agent ``agent_id`` as :meth:`agents` gives it (None: never said hello)."""
+
     # daemons sharing the store: which one holds an agent's connection
     @abstractmethod
     def save_daemon(self, instance: str, endpoint: str, now: float) -> None:
