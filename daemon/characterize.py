@@ -16,8 +16,9 @@ change of their program in the agent's configuration, drift.REDEFINED); one with
 such a job still under way (or expired, which is resent at the agent's hello) is reported, not
 sent twice; one whose last job failed, or was stopped by the agent for its timeouts (done with
 the points before the stop, the rest never run), is queued again, and ``again`` names that job
-and its reason; but one whose last two jobs at that size were both stopped for their timeouts
-while the workload was defined as it is now (its command or kernel, environment, sizes and the
+and its reason; but one whose last two jobs at that size over the points it would send (whoever
+sent them: characterize, or a sweep of the same points; a sweep of other points counts neither
+way) were both stopped for their timeouts while the workload was defined as it is now (its command or kernel, environment, sizes and the
 agent's run_timeout_s: the digest of the agent's hello) is not (``not_retried``): it would
 hang again, costing stop_after_timeouts x run_timeout_s each time; args.retry_stopped queues it
 all the same, and a changed definition counts as a new workload. The frequency grid is chosen
@@ -136,7 +137,10 @@ def characterize(d: Daemon, args: dict[str, Any]) -> dict[str, Any]:
             # fewer cores or frequencies: waiting on that one would not characterise it)
             under_way += [_job(j) for j in current if j["state"] in FOLLOWED]
         else:
-            stops = stopped_twice(mine, definitions.get(k))
+            # the jobs over the points characterize sends now only: a sweep of other points
+            # (the user's, a tune's) that stopped, or did not, says nothing of these
+            stops = stopped_twice([j for j in mine if _points(j["points"]) == pts],
+                                  definitions.get(k))
             if stops and not retry_stopped:
                 # it would hang again, at the cost of stop_after_timeouts x run_timeout_s
                 not_retried.append({"workload": k, "size": sizes[k],
@@ -190,10 +194,11 @@ def _last_drift(events: list[dict[str, Any]], platform: str, workload: str, size
 
 
 def stopped_twice(jobs: list[dict[str, Any]], definition: Any) -> list[dict[str, Any]]:
-    """The last two of a workload's ``jobs`` at a size (in creation order) where the agent
-    stopped both for their timeouts while the workload was defined as it is now
-    (``definition``, its hello's digest); [] otherwise: a job after them that did not stop,
-    a changed command or run_timeout_s, or an agent (or a stored job) that gives no digest."""
+    """The last two of a workload's ``jobs`` (at a size, over the points characterize would
+    send, in creation order) where the agent stopped both for their timeouts while the
+    workload was defined as it is now (``definition``, its hello's digest); [] otherwise: a
+    job after them that did not stop, a changed command or run_timeout_s, or an agent (or a
+    stored job) that gives no digest."""
     last = jobs[-2:]
     if len(last) < 2 or not isinstance(definition, str) or not definition:
         return []

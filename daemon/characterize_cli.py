@@ -57,11 +57,11 @@ def cmd_characterize(args: argparse.Namespace) -> int:
               f"{j['reason'] or 'no reason given'}", file=out)
     left_out = data.get("not_retried") or []  # absent from an older daemon's answer
     for j in left_out:
-        print(f"not measured again: {j['workload']} (size {j['size']}): its last 2 jobs "
-              f"({', '.join(j['job_ids'])}) each stopped after {j['after_timeouts']} points in "
-              "a row timed out, with the workload defined as it is now; change its command or "
-              "run_timeout_s in the agent's configuration, or give --retry-stopped to measure "
-              "it anyway", file=out)
+        print(f"not measured again: {j['workload']} (size {j['size']}): its last 2 jobs over "
+              f"the points characterize measures ({', '.join(j['job_ids'])}, whoever sent them) "
+              f"each stopped after {j['after_timeouts']} points in a row timed out, with the "
+              "workload defined as it is now; change its command or run_timeout_s in the "
+              "agent's configuration, or give --retry-stopped to measure it anyway", file=out)
     for j in data["under_way"]:
         print(f"under way: job {j['job_id']} {j['workload']} ({j['state']})", file=out)
     for j in data["queued"]:
@@ -117,10 +117,12 @@ def add_parser(sub: Any, add_link_options: Any) -> None:
                         "they are characterised too, at --size where they have it, else at "
                         "their first size")
     p.add_argument("--retry-stopped", action="store_true",
-                   help="measure again a workload whose last two jobs at this size the agent "
-                        "stopped for their timeouts (stop_after_timeouts) while it was defined "
-                        "as it is now; without it such a workload is left out, saying so (a "
-                        "changed command or run_timeout_s counts as new)")
+                   help="measure again a workload whose last two jobs at this size over the "
+                        "points characterize measures (its own, or sweeps of those points; a "
+                        "sweep of other points does not count) the agent stopped for their "
+                        "timeouts (stop_after_timeouts) while it was defined as it is now; "
+                        "without it such a workload is left out, saying so (a changed command "
+                        "or run_timeout_s counts as new)")
     p.add_argument("--wait", action="store_true",
                    help="show progress until every job is done; exit 0 when every workload "
                         "is measured over all its points, 3 when the agent stopped a job "

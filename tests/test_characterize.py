@@ -414,6 +414,46 @@ def test_a_kernel_stopped_twice_as_defined_now_is_left_out_unless_asked(daemon):
     assert str(err.value) == "characterize args.retry_stopped must be true or false"
 
 
+def test_the_stop_rule_counts_only_jobs_over_the_points_characterize_measures(daemon):
+    """The rule of two stops counted any two last jobs of the workload at the size: a user's
+    sweep of 2 cores that stopped, after one stopped characterisation, left the workload out
+    of characterize; and a user's sweep that did not stop, after two stopped
+    characterisations, had it queued to hang again. Only the jobs over the points
+    characterize would send count now (a sweep of those points too, whoever sent it)."""
+    d = daemon
+    platform = hello(d, ["hangs"])
+    d.registry.hello("a", b"a", "p", platform, [{"name": "hangs", "kind": "kernel", "sizes": [
+        "small"], "definition": "def1"}], now=1.0)
+    stop = {"after_timeouts": 2, "points_not_run": 2, "points": 4, "definition": "def1"}
+    few = [{"cpus": [0], "threads": 1}, {"cpus": [0, 1], "threads": 2}]
+
+    def job(job_id, points=None, stopped=True):
+        if points is None:
+            d.store.save_job("a", {**plan_sweep(platform, "hangs", d.config.sweep,
+                                                size="small", frequency_grid="none"),
+                                   "job_id": job_id}, float(len(d.store.jobs())), "done")
+        else:
+            save_job(d, job_id, "hangs", points=points)
+        d.store.set_job_state(job_id, "done", STOPPED if stopped else None,
+                              stopped=stop if stopped else None)
+
+    def left_out():
+        out = characterize(d, {"agent": "a", "size": "small"})
+        for j in out["queued"]:  # the job it sends counts no more in the next case
+            d.store.set_job_state(j["job_id"], "failed", "test")
+            d.store.save_job("a", d.store.job(j["job_id"]), -1.0, state="failed")
+        return [n["job_ids"] for n in out["not_retried"]]
+
+    job("c1")
+    job("user", few)  # a user's sweep of 2 points that stopped too
+    assert left_out() == []
+    job("c2")
+    job("user-ok", few, stopped=False)  # and one that did not stop
+    assert left_out() == [["c1", "c2"]]
+    job("same", None, stopped=False)  # a sweep of the same points that ran them all
+    assert left_out() == []
+
+
 def test_a_job_sent_before_its_groups_drift_no_longer_counts_as_characterised(daemon):
     """After a drift of triad's group the runs before it are out of its fits and profiles, but
     characterize still said triad was measured ("skipped") on its job from before: the
@@ -1086,10 +1126,11 @@ def test_a_workload_that_keeps_hanging_is_left_out_until_it_changes(tmp_path):
                                        "job_ids": [j1, j2], "after_timeouts": 2}]
         assert out["queued"] == [] and out["again"] == [] and out["skipped"] == ["quick"]
         assert p.stderr.strip().splitlines()[-3:] == [
-            f"not measured again: hangs (size default): its last 2 jobs ({j1}, {j2}) each "
-            "stopped after 2 points in a row timed out, with the workload defined as it is "
-            "now; change its command or run_timeout_s in the agent's configuration, or give "
-            "--retry-stopped to measure it anyway",
+            f"not measured again: hangs (size default): its last 2 jobs over the points "
+            f"characterize measures ({j1}, {j2}, whoever sent them) each stopped after 2 points "
+            "in a row timed out, with the workload defined as it is now; change its command or "
+            "run_timeout_s in the agent's configuration, or give --retry-stopped to measure it "
+            "anyway",
             "nothing to queue: the other workloads are already measured",
             "opptune characterize: exit 3: 1 workload not measured again, its last jobs "
             "having stopped for their timeouts (above)"]
