@@ -18,13 +18,13 @@ sent twice; one whose last job failed, or was stopped by the agent for its timeo
 the points before the stop, the rest never run), is queued again, and ``again`` names that job
 and its reason; but one whose last two jobs at that size over the points it would send (whoever
 sent them: characterize, or a sweep of the same points; a sweep of other points counts neither
-way) were both stopped for their timeouts while the workload was defined as it is now (its command or kernel, environment, sizes and the
-agent's run_timeout_s: the digest of the agent's hello) is not (``not_retried``): it would
-hang again, costing stop_after_timeouts x run_timeout_s each time; args.retry_stopped queues it
-all the same, and a changed definition counts as a new workload. The frequency grid is chosen
-once from the
-board's description (its last hello, which the store keeps across a restart), so the line printed
-says what is measured even when nothing is queued.
+way) were both stopped for their timeouts while the workload was defined as it is now (its
+command or kernel, environment, sizes and the agent's run_timeout_s: the digest of the agent's
+hello) is not (``not_retried``): it would hang again, costing stop_after_timeouts x
+run_timeout_s each time; args.retry_stopped queues it all the same, and a changed definition
+counts as a new workload. The frequency grid is chosen once from the board's description (its
+last hello, which the store keeps across a restart), so the line printed says what is measured
+even when nothing is queued.
 
 ``mpet_data``: the MPET database of the store: per (workload, platform) the median time per core
 count (at the highest frequency measured for that group, or at the clock asked for that
