@@ -148,15 +148,16 @@ def last_event(events: list[dict[str, Any]], group: Group) -> dict[str, Any] | N
 def fit_predates(fit: dict[str, Any], events: list[dict[str, Any]]) -> dict[str, Any] | None:
     """The newest drift event after stored fit ``fit`` was made that leaves its runs out
     (store.drift_ends: its group's, a whole-board group's clusters', a cluster group's
-    whole-board group's), as ``{agent, variant, since}``; None when the fit is as current as
-    its runs."""
+    whole-board group's), as ``{agent, variant, since, job_ids}`` (job_ids: its sweep's, []
+    where it sent none); None when the fit is as current as its runs."""
     later = [e for e in events if e["since"] > fit["created"]
              and all(e[k] == fit[k] for k in ("platform", "workload", "input"))
              and drift_ends(e["variant"], fit["variant"])]
     if not later:
         return None
     e = max(later, key=lambda e: e["since"])
-    return {"agent": e["agent"], "variant": e["variant"], "since": e["since"]}
+    return {"agent": e["agent"], "variant": e["variant"], "since": e["since"],
+            "job_ids": e["job_ids"]}
 
 
 def status_rows(store: Store, state_of: Callable[[str], str | None]
