@@ -34,10 +34,12 @@ class Workload:
     expects_json: bool = False  # kernels must print their JSON line; commands may
     command: CommandWorkload | None = field(default=None, repr=False)
     definition: str = ""  # digest of what runs (see Workloads.definition_of)
+    program: str = ""  # digest of the program a run executes (see Workloads.definition_of)
 
     def describe(self) -> dict[str, Any]:
         return {"name": self.name, "kind": self.kind, "sizes": list(self.sizes),
-                "description": self.description, "definition": self.definition}
+                "description": self.description, "definition": self.definition,
+                "program": self.program}
 
 
 def _catalogue() -> dict[str, Any] | None:
@@ -56,6 +58,11 @@ def _virtual_sizes() -> list[str] | None:
         log.warning("virtual board module unavailable (%s)", exc)
         return None
     return sorted(SIZES)
+
+
+def _digest(what: dict[str, Any]) -> str:
+    text = json.dumps(what, sort_keys=True, separators=(",", ":"))
+    return hashlib.sha256(text.encode()).hexdigest()[:16]
 
 
 class Workloads:
@@ -103,22 +110,25 @@ class Workloads:
             self._items[w.name] = Workload(w.name, "command", list(w.sizes) or ["default"],
                                            " ".join(w.command), command=w)
         for w in self._items.values():
-            w.definition = self.definition_of(w)
+            w.definition, w.program = self.definition_of(w)
 
-    def definition_of(self, w: Workload) -> str:
-        """A digest of what a run of ``w`` executes and how long it may take: its command
-        (or pyperf script), environment and sizes, or a kernel's name and the agent's version
-        (the kernels ship with it), the virtual board, and run_timeout_s. The daemon tells a
-        job of a changed workload from one of the same (characterize gives up on a workload
-        only while it is unchanged)."""
+    def definition_of(self, w: Workload) -> tuple[str, str]:
+        """Two digests of ``w``: its definition, of what a run executes and how long it may
+        take: its command (or pyperf script), environment and sizes, or a kernel's name and
+        the agent's version (the kernels ship with it), the virtual board, and run_timeout_s
+        (characterize gives up on a workload that keeps hanging only while it is unchanged);
+        and its program, the same less run_timeout_s, the sizes and the version: what its runs
+        measured (the daemon no longer counts a workload's runs from before its program
+        changed; a longer timeout, one more size or an upgraded agent leave them measuring the
+        same thing)."""
         cw = w.command
-        what = {"name": w.name, "kind": w.kind, "sizes": w.sizes,
-                "timeout_s": self.config.run_timeout_s, "virtual_board": self.virtual_board,
+        runs = {"name": w.name, "kind": w.kind, "virtual_board": self.virtual_board,
                 **({"command": cw.command, "env": cw.env, "threads_env": cw.threads_env,
                     "pyperf": cw.pyperf, "pyperf_args": cw.pyperf_args} if cw is not None
-                   else {"version": __version__})}
-        text = json.dumps(what, sort_keys=True, separators=(",", ":"))
-        return hashlib.sha256(text.encode()).hexdigest()[:16]
+                   else {})}
+        what = {**runs, "sizes": w.sizes, "timeout_s": self.config.run_timeout_s,
+                **({} if cw is not None else {"version": __version__})}
+        return _digest(what), _digest(runs)
 
     def names(self) -> list[str]:
         return sorted(self._items)
@@ -129,7 +139,8 @@ class Workloads:
         return w.definition if w is not None else None
 
     def describe(self) -> list[dict[str, Any]]:
-        """What hello carries: one map per workload (name, kind, sizes, description)."""
+        """What hello carries: one map per workload (name, kind, sizes, description,
+        definition, program)."""
         return [self._items[n].describe() for n in self.names()]
 
     def run_by_python(self) -> list[str]:

@@ -11,18 +11,20 @@ with a done job of the same size that covered every point it would measure, with
 repetitions asked (``--reps``), is skipped (resuming after an interruption; a tune's one-point jobs
 or an import do not count, nor a job sent before the last drift of the kernel's group or of one
 of its clusters' groups, whose cpus its runs used: its runs no longer count, ``drifted`` says
-which kernels are measured again for that reason); one with
+which kernels are measured again for that reason, ``redefined`` which for a drift that is the
+change of their program in the agent's configuration, drift.REDEFINED); one with
 such a job still under way (or expired, which is resent at the agent's hello) is reported, not
 sent twice; one whose last job failed, or was stopped by the agent for its timeouts (done with
 the points before the stop, the rest never run), is queued again, and ``again`` names that job
-and its reason; but one whose last two jobs at that size were both stopped for their timeouts
-while the workload was defined as it is now (its command or kernel, environment, sizes and the
-agent's run_timeout_s: the digest of the agent's hello) is not (``not_retried``): it would
-hang again, costing stop_after_timeouts x run_timeout_s each time; args.retry_stopped queues it
-all the same, and a changed definition counts as a new workload. The frequency grid is chosen
-once from the
-board's description (its last hello, which the store keeps across a restart), so the line printed
-says what is measured even when nothing is queued.
+and its reason; but one whose last two jobs at that size over the points it would send (whoever
+sent them: characterize, or a sweep of the same points; a sweep of other points counts neither
+way) were both stopped for their timeouts while the workload was defined as it is now (its
+command or kernel, environment, sizes and the agent's run_timeout_s: the digest of the agent's
+hello) is not (``not_retried``): it would hang again, costing stop_after_timeouts x
+run_timeout_s each time; args.retry_stopped queues it all the same, and a changed definition
+counts as a new workload. The frequency grid is chosen once from the board's description (its
+last hello, which the store keeps across a restart), so the line printed says what is measured
+even when nothing is queued.
 
 ``mpet_data``: the MPET database of the store: per (workload, platform) the median time per core
 count (at the highest frequency measured for that group, or at the clock asked for that
@@ -45,6 +47,7 @@ import msgpack
 
 from ..shared.cpus import format_cpu_list
 from ..shared.records import DERIVED_COUNTERS
+from .drift import REDEFINED, last_event
 from .errors import HandlerError
 from .jobs import ACTIVE_JOB_STATES, stopped_early
 from .planner import (PlanError, clocks_never_apply, cpufreq_unavailable, physical_cores,
@@ -114,7 +117,8 @@ def characterize(d: Daemon, args: dict[str, Any]) -> dict[str, Any]:
     why_off = clocks_never_apply(info.platform or {}, "command", board)
     off_board = set(commands) if why_off else set()
     unclocked = planned_grid(d, info.platform, opts, ("none",))[1] if off_board else planned
-    done, under_way, todo, drifted, again, not_retried = [], [], {}, [], [], []
+    done, under_way, todo, drifted, redefined, again, not_retried = [], [], {}, [], [], [], []
+    events: list[dict[str, Any]] | None = None  # read once, where a kernel is measured again
     for k in sorted(sizes):
         pts = unclocked if k in off_board else planned
         mine = [j for j in d.store.jobs_for(agent, k) if j["size"] == sizes[k]]
@@ -133,7 +137,10 @@ def characterize(d: Daemon, args: dict[str, Any]) -> dict[str, Any]:
             # fewer cores or frequencies: waiting on that one would not characterise it)
             under_way += [_job(j) for j in current if j["state"] in FOLLOWED]
         else:
-            stops = stopped_twice(mine, definitions.get(k))
+            # the jobs over the points characterize sends now only: a sweep of other points
+            # (the user's, a tune's) that stopped, or did not, says nothing of these
+            stops = stopped_twice([j for j in mine if _points(j["points"]) == pts],
+                                  definitions.get(k))
             if stops and not retry_stopped:
                 # it would hang again, at the cost of stop_after_timeouts x run_timeout_s
                 not_retried.append({"workload": k, "size": sizes[k],
@@ -142,7 +149,10 @@ def characterize(d: Daemon, args: dict[str, Any]) -> dict[str, Any]:
                 continue
             todo.setdefault(sizes[k], []).append(k)
             if any(_measured_all(j) for j in covering):
-                drifted.append(k)
+                # the runs measured another program, or the workload's behaviour drifted
+                events = d.store.drift_events() if events is None else events
+                last = _last_drift(events, info.platform_id, k, sizes[k], pts)
+                (redefined if last and last["reason"] == REDEFINED else drifted).append(k)
             elif current:
                 # its last job stopped early or failed: measured again, and the user is told
                 # why it was not done (a program that hangs stops again, after as many points)
@@ -155,7 +165,8 @@ def characterize(d: Daemon, args: dict[str, Any]) -> dict[str, Any]:
                                   "frequency_grid": grid, "per_cluster": False})["jobs"]
     return {"agent": agent, "size": size, "kernels": kernels, "commands": sorted(commands),
             "command_sizes": {c: sizes[c] for c in sorted(commands)}, "skipped": done,
-            "drifted": drifted, "again": again, "not_retried": not_retried,
+            "drifted": drifted, "redefined": redefined, "again": again,
+            "not_retried": not_retried,
             "under_way": under_way, "queued": queued,
             "frequencies": frequencies_text(grid, planned, info.platform),
             "commands_at_no_clock": ({"workloads": sorted(off_board), "why": why_off}
@@ -172,11 +183,22 @@ def _drift_since(d: Daemon, platform: str, workload: str, size: str,
                for v in variants)
 
 
+def _last_drift(events: list[dict[str, Any]], platform: str, workload: str, size: str,
+                planned: set[tuple]) -> dict[str, Any] | None:
+    """The newest of the drift ``events`` that ends the runs of a group ``planned``'s points
+    measure (the one ``_drift_since`` dates)."""
+    variants = {variant for *_, variant in planned} or {""}
+    found = [e for v in variants
+             if (e := last_event(events, Group(platform, workload, size, v))) is not None]
+    return max(found, key=lambda e: e["since"], default=None)
+
+
 def stopped_twice(jobs: list[dict[str, Any]], definition: Any) -> list[dict[str, Any]]:
-    """The last two of a workload's ``jobs`` at a size (in creation order) where the agent
-    stopped both for their timeouts while the workload was defined as it is now
-    (``definition``, its hello's digest); [] otherwise: a job after them that did not stop,
-    a changed command or run_timeout_s, or an agent (or a stored job) that gives no digest."""
+    """The last two of a workload's ``jobs`` (at a size, over the points characterize would
+    send, in creation order) where the agent stopped both for their timeouts while the
+    workload was defined as it is now (``definition``, its hello's digest); [] otherwise: a
+    job after them that did not stop, a changed command or run_timeout_s, or an agent (or a
+    stored job) that gives no digest."""
     last = jobs[-2:]
     if len(last) < 2 or not isinstance(definition, str) or not definition:
         return []

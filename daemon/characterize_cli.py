@@ -45,17 +45,23 @@ def cmd_characterize(args: argparse.Namespace) -> int:
     if data.get("drifted"):  # absent from an older daemon's answer
         print(f"measured again, their runs from before a drift no longer count ('opptune "
               f"status' lists the drift): {', '.join(data['drifted'])}", file=out)
+    if data.get("redefined"):  # absent from an older daemon's answer
+        n = len(data["redefined"])
+        print(f"measured again, {n} workload{'s' * (n != 1)} whose program changed in the "
+              f"agent's configuration (command, arguments or environment; the runs from "
+              f"before stay stored but no longer count): {', '.join(data['redefined'])}",
+              file=out)
     for j in data.get("again") or []:  # absent from an older daemon's answer
         how = "stopped before all its points ran" if j["state"] == "done" else j["state"]
         print(f"measured again: {j['workload']}: its last job {j['job_id']} {how}: "
               f"{j['reason'] or 'no reason given'}", file=out)
     left_out = data.get("not_retried") or []  # absent from an older daemon's answer
     for j in left_out:
-        print(f"not measured again: {j['workload']} (size {j['size']}): its last 2 jobs "
-              f"({', '.join(j['job_ids'])}) each stopped after {j['after_timeouts']} points in "
-              "a row timed out, with the workload defined as it is now; change its command or "
-              "run_timeout_s in the agent's configuration, or give --retry-stopped to measure "
-              "it anyway", file=out)
+        print(f"not measured again: {j['workload']} (size {j['size']}): its last 2 jobs over "
+              f"the points characterize measures ({', '.join(j['job_ids'])}, whoever sent them) "
+              f"each stopped after {j['after_timeouts']} points in a row timed out, with the "
+              "workload defined as it is now; change its command or run_timeout_s in the "
+              "agent's configuration, or give --retry-stopped to measure it anyway", file=out)
     for j in data["under_way"]:
         print(f"under way: job {j['job_id']} {j['workload']} ({j['state']})", file=out)
     for j in data["queued"]:
@@ -111,10 +117,12 @@ def add_parser(sub: Any, add_link_options: Any) -> None:
                         "they are characterised too, at --size where they have it, else at "
                         "their first size")
     p.add_argument("--retry-stopped", action="store_true",
-                   help="measure again a workload whose last two jobs at this size the agent "
-                        "stopped for their timeouts (stop_after_timeouts) while it was defined "
-                        "as it is now; without it such a workload is left out, saying so (a "
-                        "changed command or run_timeout_s counts as new)")
+                   help="measure again a workload whose last two jobs at this size over the "
+                        "points characterize measures (its own, or sweeps of those points; a "
+                        "sweep of other points does not count) the agent stopped for their "
+                        "timeouts (stop_after_timeouts) while it was defined as it is now; "
+                        "without it such a workload is left out, saying so (a changed command "
+                        "or run_timeout_s counts as new)")
     p.add_argument("--wait", action="store_true",
                    help="show progress until every job is done; exit 0 when every workload "
                         "is measured over all its points, 3 when the agent stopped a job "

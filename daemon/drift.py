@@ -16,6 +16,13 @@ for each of its ``cluster<i>`` groups (they ran on the cores that drifted; a per
 measures them again). One rule, store.drift_ends. The
 sweep's completion fits and recommends again through the usual job path. ``opptune status``
 lists the events (``drift``).
+
+A workload whose program changed (its command, arguments or environment in the agent's
+configuration: the ``program`` digest of its hello, agent/workloads.py) is a new version of it
+that nothing needs to detect: at the hello that says so the daemon records a drift event of its
+own reason (``REDEFINED``) for each size with runs of it on the agent's platform, without a
+sweep. The runs from before stay stored but no longer count, by the same rule; ``opptune
+characterize`` measures it again (``redefined``).
 """
 
 from __future__ import annotations
@@ -29,6 +36,25 @@ from .store import Group, Store, drift_ends
 from .sweeps import Sweeps
 
 log = logging.getLogger("opptune.daemon")
+
+# the reason of the drift event of a workload whose program changed (Drift.redefined), by which
+# characterize tells it from a drift of the workload's behaviour
+REDEFINED = ("its program changed in the agent's configuration (command, arguments or "
+             "environment): the runs from before measured another program")
+
+
+def programs(workloads: Any) -> dict[str, str]:
+    """{name: program digest} of the workloads of a hello that give one (agent/workloads.py;
+    an older agent's give none)."""
+    return {w["name"]: w["program"] for w in workloads or []
+            if isinstance(w, dict) and isinstance(w.get("name"), str)
+            and isinstance(w.get("program"), str) and w["program"]}
+
+
+def changed_programs(before: Any, after: Any) -> list[str]:
+    """The workloads whose program differs between two hellos' workloads (both give one)."""
+    old, new = programs(before), programs(after)
+    return sorted(n for n in new if n in old and old[n] != new[n])
 
 
 def consecutive_off(recs: list[dict[str, Any]], agent: str, group: Group,
@@ -87,18 +113,51 @@ class Drift:
         return True
 
 
+    def redefined(self, agent: str, platform: str, before: Any, after: Any,
+                  now: float) -> list[str]:
+        """At a hello of ``agent`` on ``platform``: the workloads whose program changed since
+        its stored hello (``before``; ``after`` this one's workloads), each with a drift event
+        (``REDEFINED``, no sweep) per size it has runs of on ``platform``, without variant (it
+        ends its clusters' groups too, store.drift_ends)."""
+        names = changed_programs(before, after)
+        if not names:
+            return []
+        inputs: dict[str, set[str]] = {}
+        for g in self.store.groups():
+            if g.platform == platform and g.workload in names:
+                inputs.setdefault(g.workload, set()).add(g.input)
+        for name in names:
+            sizes = sorted(inputs.get(name, ()))
+            for size in sizes:
+                self.store.save_drift(agent, Group(platform, name, size, ""), REDEFINED, [],
+                                      None, now)
+            log.warning("agent %s: the program of workload %s changed: its runs from before "
+                        "(sizes %s) no longer count; opptune characterize measures it again",
+                        agent, name, ", ".join(sizes) or "none")
+        return names
+
+
+def last_event(events: list[dict[str, Any]], group: Group) -> dict[str, Any] | None:
+    """The newest of ``events`` (as store.drift_events gives them) that ends ``group``'s runs
+    from before it (store.drift_ends); None where none does."""
+    mine = [e for e in events if (e["platform"], e["workload"], e["input"]) == group[:3]
+            and drift_ends(e["variant"], group.variant)]
+    return max(mine, key=lambda e: e["since"], default=None)
+
+
 def fit_predates(fit: dict[str, Any], events: list[dict[str, Any]]) -> dict[str, Any] | None:
     """The newest drift event after stored fit ``fit`` was made that leaves its runs out
     (store.drift_ends: its group's, a whole-board group's clusters', a cluster group's
-    whole-board group's), as ``{agent, variant, since}``; None when the fit is as current as
-    its runs."""
+    whole-board group's), as ``{agent, variant, since, job_ids}`` (job_ids: its sweep's, []
+    where it sent none); None when the fit is as current as its runs."""
     later = [e for e in events if e["since"] > fit["created"]
              and all(e[k] == fit[k] for k in ("platform", "workload", "input"))
              and drift_ends(e["variant"], fit["variant"])]
     if not later:
         return None
     e = max(later, key=lambda e: e["since"])
-    return {"agent": e["agent"], "variant": e["variant"], "since": e["since"]}
+    return {"agent": e["agent"], "variant": e["variant"], "since": e["since"],
+            "job_ids": e["job_ids"]}
 
 
 def status_rows(store: Store, state_of: Callable[[str], str | None]

@@ -257,7 +257,7 @@ class Daemon:
         self.sweeps = Sweeps(config, self.registry, self.jobs, self.keyring)
         self.remeasure = Remeasure(config, self.store, self.jobs, self.registry,
                                    fit=self._fit_job)
-        self.recommender.drift = Drift(config, self.store, self.sweeps)
+        self.drift = self.recommender.drift = Drift(config, self.store, self.sweeps)
         self.tuning = Tuner(self)
         # every heartbeat says what this daemon takes: "results" frames of up to this many
         # items within this many bytes (an agent sends them only to a daemon that says so)
@@ -638,6 +638,12 @@ class Daemon:
             self.refuse(identity, "agent_id_in_use", _id_in_use(
                 agent, holder, "this board gets no jobs (its results are stored)"), msg["id"])
             return
+        # read from the store, not the registry: the hello before may have gone to another
+        # daemon of the fleet
+        stored = self.store.agent(agent)
+        if stored is not None and stored["platform"] == pid:
+            # a workload whose program changed: its runs from before no longer count
+            self.drift.redefined(agent, pid, stored["workloads"], body["workloads"], now)
         self.store.save_agent(agent, pid, list(body["workloads"]), body["agent_version"], now,
                               body.get("doctor"), self.instance)
         info = self.registry.hello(agent, identity, pid, platform, list(body["workloads"]), now,

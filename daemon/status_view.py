@@ -179,8 +179,13 @@ def predates_text(fit: dict[str, Any], names: dict[Any, str] | None = None) -> s
     group = fit.get("group") if isinstance(fit.get("group"), dict) else {}
     head = f"the fit of {_group(group, names)} predates "
     if e.get("variant") == group.get("variant"):
+        # none sent: a changed program's (drift.REDEFINED), or a sweep that could not be sent
+        again = ("the drift's sweep" if e.get("job_ids") != [] else
+                 f"opptune characterize --agent {e.get('agent')} --size {group.get('input')}"
+                 if not group.get("variant")
+                 else sweep_hint(e.get("agent"), group))
         return (head + f"its drift on agent {e.get('agent')}: its runs from before no longer "
-                "count; the drift's sweep measures it again and refits it")
+                f"count; {again} measures it again and refits it")
     if not e.get("variant"):  # a cluster's group, after the whole board's drift
         return (head + f"the drift of its whole-board group on agent {e.get('agent')}: its "
                 "runs from before no longer count (they ran on the cores that drifted); "

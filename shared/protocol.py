@@ -116,8 +116,9 @@ _BOOL = (bool,)
 BODY_SCHEMAS: dict[str, dict[str, tuple[tuple[type, ...], bool]]] = {
     "hello": {
         "platform": (_MAP, True),
-        # each {"name", "kind", "sizes", "description", "definition"}; definition: a digest
-        # of what runs and its run_timeout_s (agent/workloads.py; absent from older agents)
+        # each {"name", "kind", "sizes", "description", "definition", "program"}; definition:
+        # a digest of what runs and its run_timeout_s, program: of what runs only
+        # (agent/workloads.py; each absent from older agents)
         "workloads": (_LIST, True),
         "agent_version": (_STR, True),
         "pid": (_INT, False),

@@ -306,6 +306,37 @@ def test_a_workloads_definition_changes_with_what_runs_and_its_timeout():
     assert definitions(command=["prog", "--fixed", "{threads}"])["k"] == base["k"]
 
 
+def test_a_workloads_program_changes_with_what_runs_only():
+    """The second digest of the hello, ``program``, says what a workload's runs measured: it
+    changes with the command or environment (the daemon then leaves the runs from before out),
+    not with run_timeout_s, the sizes or the agent's version, which change the definition
+    only (a longer timeout does not make the runs already measured another program's)."""
+    import opptune.agent.workloads as wl
+
+    def programs(**kw):
+        cmd = kw.pop("command", ["prog", "{threads}"])
+        env = kw.pop("env", {})
+        sizes = kw.pop("sizes", [])
+        cfg = AgentConfig(agent_id="a1", bench_kernels=["k"], workloads=[
+            CommandWorkload("c", cmd, env=env, sizes=sizes)], **kw)
+        return {w["name"]: (w["program"], w["definition"]) for w in Workloads(
+            cfg, catalogue={"k": type("K", (), {"sizes": {"small": 1}})()}).describe()}
+
+    base = programs()
+    assert len(base["c"][0]) == 16 and base["c"][0] not in (base["k"][0], base["c"][1])
+    for same in (programs(run_timeout_s=1200.0), programs(sizes=["1", "2"])):
+        assert same["c"][0] == base["c"][0] and same["c"][1] != base["c"][1]
+    assert programs(command=["prog", "--fixed", "{threads}"])["c"][0] != base["c"][0]
+    assert programs(env={"OMP_PROC_BIND": "true"})["c"][0] != base["c"][0]
+    old = wl.__version__
+    try:
+        wl.__version__ = old + ".1"
+        upgraded = programs()
+    finally:
+        wl.__version__ = old
+    assert upgraded["k"][0] == base["k"][0] and upgraded["k"][1] != base["k"][1]
+
+
 class _Killed(BaseException):
     """The agent killed (SIGKILL) where it is raised: nothing after it runs."""
 

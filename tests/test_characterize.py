@@ -414,6 +414,46 @@ def test_a_kernel_stopped_twice_as_defined_now_is_left_out_unless_asked(daemon):
     assert str(err.value) == "characterize args.retry_stopped must be true or false"
 
 
+def test_the_stop_rule_counts_only_jobs_over_the_points_characterize_measures(daemon):
+    """The rule of two stops counted any two last jobs of the workload at the size: a user's
+    sweep of 2 cores that stopped, after one stopped characterisation, left the workload out
+    of characterize; and a user's sweep that did not stop, after two stopped
+    characterisations, had it queued to hang again. Only the jobs over the points
+    characterize would send count now (a sweep of those points too, whoever sent it)."""
+    d = daemon
+    platform = hello(d, ["hangs"])
+    d.registry.hello("a", b"a", "p", platform, [{"name": "hangs", "kind": "kernel", "sizes": [
+        "small"], "definition": "def1"}], now=1.0)
+    stop = {"after_timeouts": 2, "points_not_run": 2, "points": 4, "definition": "def1"}
+    few = [{"cpus": [0], "threads": 1}, {"cpus": [0, 1], "threads": 2}]
+
+    def job(job_id, points=None, stopped=True):
+        if points is None:
+            d.store.save_job("a", {**plan_sweep(platform, "hangs", d.config.sweep,
+                                                size="small", frequency_grid="none"),
+                                   "job_id": job_id}, float(len(d.store.jobs())), "done")
+        else:
+            save_job(d, job_id, "hangs", points=points)
+        d.store.set_job_state(job_id, "done", STOPPED if stopped else None,
+                              stopped=stop if stopped else None)
+
+    def left_out():
+        out = characterize(d, {"agent": "a", "size": "small"})
+        for j in out["queued"]:  # the job it sends counts no more in the next case
+            d.store.set_job_state(j["job_id"], "failed", "test")
+            d.store.save_job("a", d.store.job(j["job_id"]), -1.0, state="failed")
+        return [n["job_ids"] for n in out["not_retried"]]
+
+    job("c1")
+    job("user", few)  # a user's sweep of 2 points that stopped too
+    assert left_out() == []
+    job("c2")
+    job("user-ok", few, stopped=False)  # and one that did not stop
+    assert left_out() == [["c1", "c2"]]
+    job("same", None, stopped=False)  # a sweep of the same points that ran them all
+    assert left_out() == []
+
+
 def test_a_job_sent_before_its_groups_drift_no_longer_counts_as_characterised(daemon):
     """After a drift of triad's group the runs before it are out of its fits and profiles, but
     characterize still said triad was measured ("skipped") on its job from before: the
@@ -437,6 +477,55 @@ def test_a_job_sent_before_its_groups_drift_no_longer_counts_as_characterised(da
     d.store.set_job_state(job["job_id"], "done")
     again = characterize(d, {"agent": "a", "size": "small"})
     assert again["skipped"] == ["pi_integrate", "triad"] and again["queued"] == []
+
+
+def test_a_workload_whose_program_changed_is_measured_again_without_its_old_runs(daemon):
+    """A workload measured at every point was skipped by characterize after its command
+    changed in the agent's configuration, and its runs of the old command stayed in its fits
+    and MPET profiles beside the new one's. Now a hello whose ``program`` of it differs from
+    the stored hello's records a drift event (drift.REDEFINED) per size it has runs of: the
+    old runs stay stored, no longer counted by fits or profiles; characterize queues it again
+    and says why (``redefined``, apart from ``drifted``). An unchanged program, a workload
+    new to the hello, or a hello without programs (an older agent) records nothing."""
+    from opptune.daemon.drift import REDEFINED
+    d = daemon
+    platform = hello(d, KERNELS, sizes=("small", "large"))
+    measured(d, platform, *KERNELS)
+    save_job(d, "j", "triad")
+    store_runs(d, [RunRecord(platform="p", workload=k, input=size, cores=1, cpus=[0],
+                             threads=1, rep=0, time_s=1.0)
+                   for k in KERNELS for size in ("small", "large")])
+
+    def workloads(**progs):
+        return [{"name": k, "kind": "kernel", "sizes": ["small", "large"],
+                 **({"program": progs[k]} if k in progs else {})} for k in KERNELS]
+    before = workloads(pi_integrate="p1", triad="t1")
+    for after in (before, workloads(pi_integrate="p1", triad="t1", other="o"),
+                  workloads(), [{"name": "triad"}], ["triad"]):
+        assert d.drift.redefined("a", "p", before, after, 5.0) == []
+    assert d.store.drift_events() == []
+    assert characterize(d, {"agent": "a", "size": "small"})["skipped"] == list(KERNELS)
+
+    assert d.drift.redefined("a", "p", before, workloads(pi_integrate="p1", triad="t2"),
+                             5.0) == ["triad"]
+    assert [(e["workload"], e["input"], e["variant"], e["reason"], e["since"])
+            for e in d.store.drift_events()] == [("triad", "large", "", REDEFINED, 5.0),
+                                                 ("triad", "small", "", REDEFINED, 5.0)]
+    out = characterize(d, {"agent": "a", "size": "small"})
+    assert out["skipped"] == ["pi_integrate"] and out["redefined"] == ["triad"]
+    assert out["drifted"] == [] and [j["workload"] for j in out["queued"]] == ["triad"]
+    # the old runs stay stored, out of fits and profiles; pi_integrate's count
+    assert d.store.group_runs(Group("p", "triad", "small", "")) == []
+    assert d.store.group_runs(Group("p", "pi_integrate", "small", "")) == [(1, None, 1.0)]
+    assert sorted(p["workload"] for p in mpet_data(d, {"size": "small"})["profiles"]) == [
+        "pi_integrate"]
+    assert len(d.store.run_records("j")) == 4
+    # a drift of its behaviour after that is a drift again
+    d.store.set_job_state(out["queued"][0]["job_id"], "done")
+    assert characterize(d, {"agent": "a", "size": "small"})["skipped"] == list(KERNELS)
+    d.store.save_drift("a", Group("p", "triad", "small", ""), "off twice", [], None, 9e9)
+    out = characterize(d, {"agent": "a", "size": "small"})
+    assert out["drifted"] == ["triad"] and out["redefined"] == []
 
 
 def test_a_drift_of_one_cluster_makes_a_whole_board_characterisation_stale(daemon):
@@ -1037,10 +1126,11 @@ def test_a_workload_that_keeps_hanging_is_left_out_until_it_changes(tmp_path):
                                        "job_ids": [j1, j2], "after_timeouts": 2}]
         assert out["queued"] == [] and out["again"] == [] and out["skipped"] == ["quick"]
         assert p.stderr.strip().splitlines()[-3:] == [
-            f"not measured again: hangs (size default): its last 2 jobs ({j1}, {j2}) each "
-            "stopped after 2 points in a row timed out, with the workload defined as it is "
-            "now; change its command or run_timeout_s in the agent's configuration, or give "
-            "--retry-stopped to measure it anyway",
+            f"not measured again: hangs (size default): its last 2 jobs over the points "
+            f"characterize measures ({j1}, {j2}, whoever sent them) each stopped after 2 points "
+            "in a row timed out, with the workload defined as it is now; change its command or "
+            "run_timeout_s in the agent's configuration, or give --retry-stopped to measure it "
+            "anyway",
             "nothing to queue: the other workloads are already measured",
             "opptune characterize: exit 3: 1 workload not measured again, its last jobs "
             "having stopped for their timeouts (above)"]
@@ -1067,5 +1157,43 @@ def test_a_workload_that_keeps_hanging_is_left_out_until_it_changes(tmp_path):
         out = json.loads(p.stdout)
         assert out["not_retried"] == [] and [j["workload"] for j in out["queued"]] == ["hangs"]
         assert [(j["state"], j["stopped"]) for j in out["jobs"]] == [("done", None)]
+    finally:
+        c.stop()
+
+
+def test_a_workload_whose_command_changed_is_measured_again(tmp_path):
+    """Real daemon, agent and CLI: two command workloads characterised; then the agent
+    restarts with one's command changed and a longer run_timeout_s. The changed one was
+    skipped as measured (its runs of the old command kept in its fits); now the hello
+    records the change (status 'drift', its reason), characterize queues it alone and says
+    why. The other's definition changed too (the timeout), not its program: still measured."""
+    from opptune.daemon.drift import REDEFINED
+    c = hanging_board(tmp_path, ["true"])  # 'hangs' that does not hang, and 'quick'
+    c.start_daemon()
+    c.start_agent()
+    try:
+        c.wait_for(lambda s: any(a["alive"] for a in s["agents"]), timeout=30, what="the agent")
+        p = run_characterize(c.endpoint, "test-agent", "--wait")
+        assert p.returncode == 0, p.stdout + p.stderr
+
+        c.agent.terminate()
+        c.agent.wait(20)
+        text = c.agent_toml.read_text().replace(
+            'command = ["true"]', 'command = ["true", "changed"]', 1).replace(
+            "run_timeout_s = 1.0", "run_timeout_s = 2.0")
+        assert text.count('["true", "changed"]') == 1 and "run_timeout_s = 2.0" in text
+        c.agent_toml.write_text(text)
+        c.start_agent()
+        st = c.wait_for(lambda s: s.get("drift"), timeout=30, what="the changed hello")
+        assert [(e["group"]["workload"], e["group"]["input"], e["reason"], e["job_ids"])
+                for e in st["drift"]] == [("hangs", "default", REDEFINED, [])]
+        p = run_characterize(c.endpoint, "test-agent", "--json")
+        assert p.returncode == 0, p.stderr
+        out = json.loads(p.stdout)
+        assert out["redefined"] == ["hangs"] and out["skipped"] == ["quick"]
+        assert [j["workload"] for j in out["queued"]] == ["hangs"] and out["drifted"] == []
+        assert ("measured again, 1 workload whose program changed in the agent's "
+                "configuration (command, arguments or environment; the runs from before stay "
+                "stored but no longer count): hangs") in p.stderr.splitlines()
     finally:
         c.stop()

@@ -475,3 +475,12 @@ def test_an_edit_that_reads_backwards_says_so_in_text_and_json(capsys):
     print_prediction(got)
     assert f"\nnote: {note}\n" in capsys.readouterr().out
     assert _predict_on(data, on, [parse_edit("l=0.3")])["edit_notes"] == []
+    # one element of that share, its offset, below 0 (b_base = -0.16): halved, it lengthened
+    # t(n) at every n without a word
+    half = _predict_on(data, on, [parse_edit("l.b_base=0.5x")])
+    assert all(r["time_s"] > r["unedited_s"] for r in half["prediction"])
+    assert half["edit_notes"] == [
+        "l.b_base=0.5x: b_base of l(n) is below 0 (-0.16), so 0.5 times it raises l(n) at n = "
+        "1, 2, 3, 4 and t(n) is longer there: the edit reads backwards at those n"]
+    print_prediction(half)
+    assert f"\nnote: {half['edit_notes'][0]}\n" in capsys.readouterr().out

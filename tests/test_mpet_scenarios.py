@@ -146,12 +146,37 @@ def test_a_factor_on_a_share_fitted_below_0_is_said_to_read_backwards():
         "reads backwards at those n"]
     (half,) = backwards_edits(t1, fitted, [parse_edit("l=0.5x")], NS, None, None)
     assert "0.5 times it is nearer 0 there and t(n) longer" in half
-    # nothing to say: no factor, a factor of 1, a share not below 0, an element, and a
-    # factor after a value that lifted the curve
-    for texts in (["l=0.1"], ["l=1x"], ["w=2x"], ["l.m_base=2x"], ["l=0.1", "l=2x"]):
+    # nothing to say: no factor, a factor of 1, a share not below 0, an element not below 0,
+    # and a factor after a value that lifted the curve
+    for texts in (["l=0.1"], ["l=1x"], ["w=2x"], ["l.m_base=2x"], ["l=0.1", "l=2x"],
+                  ["l=0.1", "l.b_base=0.5x"], ["l.b_base=-0.01"]):
         assert backwards_edits(t1, fitted, [parse_edit(x) for x in texts], NS, None,
                                None) == [], texts
     assert backwards_edits(t1, db.sc[("a", "P")], doubled, NS, None, None) == []
+
+
+def test_a_factor_on_one_element_below_0_is_said_to_read_backwards():
+    """'l.b_base=0.5x' on the same lock wait, whose fitted line has its offset below 0
+    (b_base = -0.047: l(1) = -0.007), raised l(n) at every n and lengthened t(n), the reverse
+    of halving a lock wait, without a word: the note covered a whole share's factor only.
+    One element's factor that is below 0 is said alike, at every n it acts on."""
+    db = database()
+    t1, fitted = db.t1(("a", "P")), db.sc[("a", "P")].copy()
+    fitted[6 * PARAMS.index("l") + 1] = -0.047
+    base = edited_curve(t1, fitted, NS, None, None)
+    half = [parse_edit("l.b_base=0.5x")]
+    t = edited_curve(*apply_edits(t1, fitted, half), NS, None, None, half, fitted)
+    assert all(a > b for a, b in zip(t, base))  # longer at every n
+    assert backwards_edits(t1, fitted, half, NS, None, None) == [
+        "l.b_base=0.5x: b_base of l(n) is below 0 (-0.047), so 0.5 times it raises l(n) at "
+        "n = 1, 2, 3, 4 and t(n) is longer there: the edit reads backwards at those n"]
+    (more,) = backwards_edits(t1, fitted, [parse_edit("l.b_base=1.1x")], NS, None, None)
+    assert "1.1 times it lowers l(n) at n = 1, 2, 3, 4 and t(n) is shorter there" in more
+    # an element acting beyond a breakpoint only: the n it acts on
+    nu = fitted.copy()
+    nu[6 * PARAMS.index("l") + 3] = -0.02  # b_nu, beyond n_nu = 2
+    (beyond,) = backwards_edits(t1, nu, [parse_edit("l.b_nu=2x")], NS, 2, None)
+    assert "lowers l(n) at n = 3, 4 and" in beyond
 
 
 def test_external_workload_takes_only_q_and_t1():

@@ -462,7 +462,7 @@ def test_a_fit_made_before_a_drift_says_so_and_what_measures_it_again(tmp_path):
     finally:
         d.close()
     assert fits["w", ""]["predates_drift"] == {"agent": "a1", "variant": "cluster1",
-                                               "since": 20.0}
+                                               "since": 20.0, "job_ids": []}
     # refitted after its own drift; another cluster's; a drift before the fit: current
     assert fits["w", "cluster1"]["predates_drift"] is None
     assert fits["w", "cluster0"]["predates_drift"] is None
@@ -477,6 +477,17 @@ def test_a_fit_made_before_a_drift_says_so_and_what_measures_it_again(tmp_path):
     assert predates_text(own, names) == (
         "the fit of box/w/small/cluster1 predates its drift on agent a1: its runs from "
         "before no longer count; the drift's sweep measures it again and refits it")
+    # a drift that sent no sweep (a changed program, drift.REDEFINED) named one all the same
+    none_sent = {**fits["w", ""], "predates_drift": {"agent": "a1", "variant": "",
+                                                     "since": 40.0, "job_ids": []}}
+    assert predates_text(none_sent, names) == (
+        "the fit of box/w/small predates its drift on agent a1: its runs from before no "
+        "longer count; opptune characterize --agent a1 --size small measures it again and "
+        "refits it")
+    assert predates_text({**own, "predates_drift": {**own["predates_drift"], "job_ids": []}},
+                         names).endswith(
+        "opptune sweep --agent a1 --workload w --size small with [sweep] per_cluster = true in "
+        "the daemon's configuration measures it again and refits it")
     console = Console(record=True, width=200)
     print_status({"agents": [{"id": "a1", "board": "box", "platform": "p1"}],
                   "fits": [fits["w", ""], fits["w", "cluster0"]]}, console)
@@ -540,7 +551,7 @@ def test_a_clusters_fit_made_before_a_whole_board_drift_says_so(tmp_path):
     finally:
         d.close()
     assert fits["small", "cluster0"]["predates_drift"] == {"agent": "a1", "variant": "",
-                                                           "since": 20.0}
+                                                           "since": 20.0, "job_ids": []}
     assert fits["large", "cluster0"]["predates_drift"] is None
     assert predates_text(fits["small", "cluster0"], {"p1": "box"}) == (
         "the fit of box/w/small/cluster0 predates the drift of its whole-board group on agent "

@@ -155,21 +155,26 @@ def edited_curve(t1: float, sc: np.ndarray, ns, n_nu: int | None, n_ht: int | No
 
 def backwards_edits(t1: float, sc: np.ndarray, edits: list[Edit], ns, n_nu: int | None,
                     n_ht: int | None) -> list[str]:
-    """A sentence per factor edit of a whole share (``l=2x``; l w c d s j) that scales it
-    where it is below 0: F times it moves it the other way there, so t(n) shortens under
-    F > 1 (lengthens under F < 1), the reverse of what the edit reads as. A fitted line may
-    dip below 0 (the lock wait 0, 0.15, 0.29, 0.47 at n = 1..4 fits l(1) = -0.005), which
-    eq. 3 takes as it is. Each edit is judged on the profile as the edits before it left it."""
+    """A sentence per factor edit of a share (l w c d s j) that moves it the other way than
+    it reads at some n: F times it moves it against F where what it scales is below 0, so t(n)
+    shortens under F > 1 (lengthens under F < 1). A whole share (``l=2x``) where it is below 0:
+    a fitted line may dip below 0 (the lock wait 0, 0.15, 0.29, 0.47 at n = 1..4 fits l(1) =
+    -0.005), which eq. 3 takes as it is; one element (``l.b_base=0.5x``) that is below 0 (that
+    line's offset), at every n it acts on. Each edit is judged on the profile as the edits
+    before it left it."""
     if not runtime_params_valid(sc):
         return []
     arr = np.asarray(list(ns), dtype=float)
     out = []
     for i, e in enumerate(edits):
-        if not e.factor or e.value == 1 or e.element is not None or e.name not in PARAMS[1:]:
+        if not e.factor or e.value == 1 or e.name not in PARAMS[1:]:
             continue
         before = apply_edits(t1, sc, edits[:i])[1]
-        curve = eval_curve(before[_slot(e.name): _slot(e.name) + 6], arr, n_nu, n_ht,
-                           gauss(e.name))
+        part = before[_slot(e.name): _slot(e.name) + 6]
+        if e.element is not None:
+            out += _backwards_element(e, part, arr, n_nu, n_ht)
+            continue
+        curve = eval_curve(part, arr, n_nu, n_ht, gauss(e.name))
         below = [(int(n), float(v)) for n, v in zip(arr, curve) if v < -1e-9]
         if below:
             at = ", ".join(str(n) for n, _ in below[:6]) + (", ..." if len(below) > 6 else "")
@@ -181,6 +186,28 @@ def backwards_edits(t1: float, sc: np.ndarray, edits: list[Edit], ns, n_nu: int 
                        f"times it is {way} there and t(n) {t}: the edit reads backwards at "
                        f"those n")
     return out
+
+
+def _backwards_element(e: Edit, part: np.ndarray, arr: np.ndarray, n_nu: int | None,
+                       n_ht: int | None) -> list[str]:
+    """backwards_edits' sentence for a factor edit of one element of a share (``part``, its
+    six elements as the edits before left them): where the element is below 0, F times it
+    moves the share against F at every n it acts on."""
+    k = ELEMENTS.index(e.element or "")
+    value = float(part[k])
+    if not value < -1e-12:  # not below 0, or invalid (NaN: apply_edits refuses it)
+        return []
+    after = part.copy()
+    after[k] = value * e.value
+    moved = (eval_curve(after, arr, n_nu, n_ht, gauss(e.name))
+             - eval_curve(part, arr, n_nu, n_ht, gauss(e.name)))
+    at = [str(int(n)) for n, m in zip(arr, moved) if abs(m) > 1e-12]
+    if not at:
+        return []
+    way, t = ("lowers", "shorter") if e.value > 1 else ("raises", "longer")
+    return [f"{e}: {e.element} of {e.name}(n) is below 0 ({value:.3g}), so {e.value:g} times "
+            f"it {way} {e.name}(n) at n = {', '.join(at[:6])}{', ...' if len(at) > 6 else ''} "
+            f"and t(n) is {t} there: the edit reads backwards at those n"]
 
 
 def serial_profile(profile: Mapping[str, Any]) -> dict[str, Any]:

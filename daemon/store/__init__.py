@@ -35,7 +35,10 @@ def drift_ends(drift_variant: str, variant: str) -> bool:
 
 
 # states of a finished tune session (daemon/tuning.py): never resumed (stopped: by
-# 'opptune tune --stop')
+# 'opptune tune --stop'). A daemon older than "stopped" would resume such a session, but it
+# cannot open a store at schema version 14 (jobs.stopped), which came in the same round of
+# changes with no release between: it has schema 13 or less and refuses a newer store at its
+# start (README "Upgrading", which also has every daemon of a fleet stopped first)
 TUNE_FINAL_STATES = ("done", "failed", "unmet", "stopped")
 
 
@@ -83,6 +86,10 @@ class Store(ABC):
     def agents(self) -> list[dict[str, Any]]:
         """Every known agent: id, platform, workloads, first_seen, last_seen, doctor,
         doctor_at, daemon (the instance that last heard it; None: unknown)."""
+
+    @abstractmethod
+    def agent(self, agent_id: str) -> dict[str, Any] | None:
+        """Agent ``agent_id`` as :meth:`agents` gives it (None: never said hello)."""
 
     # daemons sharing the store: which one holds an agent's connection
     @abstractmethod

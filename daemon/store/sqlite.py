@@ -276,6 +276,10 @@ class SQLiteStore(Store):
     def agents(self) -> list[dict[str, Any]]:
         return self._agent_rows("SELECT * FROM agents ORDER BY id")
 
+    def agent(self, agent_id: str) -> dict[str, Any] | None:
+        rows = self._agent_rows("SELECT * FROM agents WHERE id=?", (agent_id,))
+        return rows[0] if rows else None
+
     def save_daemon(self, instance: str, endpoint: str, now: float,
                     version: str | None = None) -> None:
         with self._tx() as db:
