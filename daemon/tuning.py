@@ -56,7 +56,7 @@ from .objectives import Goal
 from .planner import (TUNE_JOB_PREFIX, clocks_never_apply, cluster_orders, new_job_id,
                       offered_frequencies, sweep_order)
 from .recommend import candidate_grid
-from .recommender import rests_on, verdict
+from .recommender import JUDGED, rests_on, verdict
 from .registry import board_name, elsewhere_text
 from .sampling import Grid, Measured, Proposal, Sampler, fit_minimum
 from .store import TUNE_FINAL_STATES, Group
@@ -79,7 +79,7 @@ STOPPED_JOBS_MAX = 256
 STOP_TRIES = 5
 # what reading a damaged stored session raises
 DAMAGED = (AttributeError, KeyError, TypeError, ValueError)
-VERDICT_STATES = ("verified", "off", "marked", "refused", "failed")
+VERDICT_STATES = (*JUDGED, "marked", "refused", "failed")
 
 
 @dataclass
@@ -697,7 +697,7 @@ class Tuner:
                         s.verification.update(state=state, error=(
                             f"under the accepted load ({rec['error']})" if note is None else
                             f"{note}; under the accepted load ({rec['error']})"))
-                    if rec["state"] in ("verified", "off", "marked"):
+                    if rec["state"] in (*JUDGED, "marked"):
                         v = s.verification
                         self._end(s, "done", f"applied and {v['state']}"
                                   + (f" ({v['error']})" if v["error"] else ""))

@@ -414,6 +414,8 @@ def fleet_rows(data: dict[str, Any]) -> list[dict[str, Any]]:
         out.append({"agent": a["id"], "board": a.get("board"), "platform": a.get("platform"),
                     "alive": a.get("alive"), "last_seen_s": a.get("last_seen_s"),
                     "runs": runs.get(a["id"], 0), "recommendations": sum(states.values()),
-                    "applied": sum(states.get(s, 0) for s in ("verified", "off", "failed")),
-                    "verified": states.get("verified", 0), "off": states.get("off", 0)})
+                    "applied": sum(states.get(s, 0) for s in ("verified", "unconfirmed", "off",
+                                                              "failed")),
+                    "verified": states.get("verified", 0),
+                    "unconfirmed": states.get("unconfirmed", 0), "off": states.get("off", 0)})
     return out
