@@ -81,6 +81,12 @@ class FitSetting:
     outliers_left_out: int = 0  # runs dropped by the MAD rule (fitter.without_outliers)
 
     @property
+    def measured_cores(self) -> int | None:
+        """The most cores of the runs (None: no runs): the daemon's own push stays within
+        them, so its model choice is validated for those (Recommender._submit)."""
+        return max((int(r[0]) for r in self.rows), default=0) or None
+
+    @property
     def axis(self) -> list[int] | None:
         """The frequency axis of the model and its candidate grid: two or more frequencies."""
         return self.freqs_khz if self.freqs_khz and len(self.freqs_khz) >= 2 else None

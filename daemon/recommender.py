@@ -98,8 +98,11 @@ class Recommender:
         rows = setting.rows
         target = None
         try:
+            # what the fit will be asked: the push's candidates, within the cores measured
+            # (push); the whole board's made the choice forward-chain to core counts never
+            # measured, which no push of this model predicts
             target = target_observations(self._platform(agent, group), setting.axis,
-                                         order=setting.order)
+                                         max_cores=setting.measured_cores, order=setting.order)
         except Exception as exc:  # no target: the choice falls back to k-fold validation
             log.warning("no query grid for %s: %s", "/".join(group), exc)
         # the platform's other groups: their replays size the interval (fitter.fit_group,
@@ -201,7 +204,7 @@ class Recommender:
         # A model fitted on 1..k cores does not support pushing n >> k unasked (a sweep capped
         # at 2 of 32 cpus had 29 pushed, its interval -2..+863 %): what the daemon pushes by
         # itself stays within the measured core counts; recommend/tune take explicit limits.
-        measured = max((int(c) for c, _, _ in setting.rows), default=0) or None
+        measured = setting.measured_cores
         try:
             r = recommend(model, platform, self.config.tolerance, setting.axis,
                           max_cores=measured, order=setting.order)

@@ -321,3 +321,23 @@ def test_only_the_platforms_groups_are_pooled_each_through_its_own_setting():
     planted = {**runs, g1: runs[g1] + [(2, None, 3 * runs[g1][2][2])] * 1}
     req = _daemon_request(plat, runs[next(iter(runs))], planted)
     assert req.others[0].outliers_left_out == 1 and len(req.others[0].rows) == len(runs[g1])
+
+
+def test_the_daemons_model_choice_is_validated_for_the_cores_its_push_keeps_within():
+    """The daemon's own push keeps within the cores measured (Recommender.push), but its
+    model choice was told the whole board's grid: a group measured at 1-3 of 8 cpus was
+    chosen by forward chaining towards 8 cores, a prediction no push of it makes. The target
+    is the push's candidates now, and the report's refit tells its choice the same."""
+    from opptune.daemon.fitter import Fitter
+    from opptune.daemon.report.analysis import analyse_group
+
+    plat = {"sweep_order": list(range(8))}
+    rows = [(c, None, (0.1 + 0.9 / c) * (1 + e)) for c in (1, 2, 3) for e in (-0.01, 0, 0.01)]
+    req = _daemon_request(plat, rows)
+    assert sorted(set(req.target.cores)) == [1.0, 2.0, 3.0]
+    model = Fitter().fit_one(req).model
+    assert model.quality["cv_scheme"] == "kfold", model.quality
+    view = analyse_group({"group": {"workload": "w", "variant": ""},
+                          "runs": [[c, f, t, None] for c, f, t in rows]}, plat, "b", None)
+    q = Observations.query(np.arange(1.0, 9.0))
+    assert np.allclose(view.model.predict(q).value, model.predict(q).value)

@@ -145,7 +145,9 @@ def analyse_group(entry: dict[str, Any], platform: dict[str, Any], board: str,
     setting = fit_setting(platform, view.group.get("variant", ""), rows)
     order, axis = setting.order, setting.axis
     try:
-        target = target_observations(platform, axis, order=order)
+        # the daemon's target (Recommender._submit): its push's candidates
+        target = target_observations(platform, axis, max_cores=setting.measured_cores,
+                                     order=order)
     except Exception:  # a platform the grid cannot be read from: validate by k-fold
         target = None
     try:
