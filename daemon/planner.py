@@ -184,6 +184,21 @@ def clocks_never_apply(platform: dict[str, Any], kind: str | None, board: str) -
             "never reach it")
 
 
+# what cpus run at where no frequency is set (a recommendation's or a tune step's ``clock``)
+GOVERNOR_CLOCK = "governor's choice"
+OWN_CLOCK = "no set frequency (the board's own clock)"
+
+
+def unset_clock(platform: dict[str, Any], cpus: list[int], reaches: bool = True) -> str:
+    """What ``cpus`` run at where no frequency is set: the governor's choice where a cpufreq
+    policy governs them and the board's clocks reach the workload (``reaches``: False for a
+    command on a virtual board, :func:`clocks_never_apply`), else the board's own clock."""
+    want = set(cpus)
+    governed = any(want & set(p.get("related_cpus") or p.get("cpus") or [])
+                   for p in platform.get("policies") or [])
+    return GOVERNOR_CLOCK if governed and reaches else OWN_CLOCK
+
+
 def cores_not_swept(platform: dict[str, Any], board: str) -> str | None:
     """What ``opptune sweep`` says of a board whose agent's hello names no cpus (an older or
     foreign agent): its sweeps measure cpu 0 alone; None when the cpus are known."""
@@ -319,7 +334,8 @@ def plan_sweep(platform: dict[str, Any], workload: str, defaults: SweepDefaults,
     }
 
 
-__all__ = ["ConfigError", "PlanError", "clocks_never_apply", "cluster_order", "cluster_orders",
+__all__ = ["ConfigError", "GOVERNOR_CLOCK", "OWN_CLOCK", "PlanError", "clocks_never_apply",
+           "cluster_order", "cluster_orders", "unset_clock",
            "cpufreq_unavailable",
            "grid_asks_frequencies", "grid_frequencies",
            "new_job_id", "offered_frequencies", "plan_sweep", "spread", "sweep_order",

@@ -54,7 +54,7 @@ from .goal_recommend import SILENT_METER, Part, fill_part, per_configuration
 from .jobs import ACTIVE_JOB_STATES, UNSUCCESSFUL_JOB_STATES
 from .objectives import Goal
 from .planner import (TUNE_JOB_PREFIX, clocks_never_apply, cluster_orders, new_job_id,
-                      offered_frequencies, sweep_order)
+                      offered_frequencies, sweep_order, unset_clock)
 from .recommend import candidate_grid
 from .recommender import JUDGED, rests_on, verdict
 from .registry import board_name, elsewhere_text
@@ -790,8 +790,13 @@ class Tuner:
             point["variant"] = seg.variant
         job = {"job_id": new_job_id(TUNE_JOB_PREFIX), "workload": s.workload, "size": s.size,
                "points": [point], "reps": s.reps, "warmup": s.warmup}
-        s.steps.append({"variant": seg.variant, "cores": k, "cpus": point["cpus"],
-                        "freq_khz": f, "reason": proposal.reason, "job_id": job["job_id"]})
+        step = {"variant": seg.variant, "cores": k, "cpus": point["cpus"], "freq_khz": f,
+                "reason": proposal.reason, "job_id": job["job_id"]}
+        if f is None:  # what the cpus run at instead (the progress line says it)
+            info = self.d.registry.get(s.agent)
+            step["clock"] = unset_clock((info.platform if info else None) or {},
+                                        point["cpus"], reaches=s.no_clock is None)
+        s.steps.append(step)
         s.job_id, s.job_started, s.updated = job["job_id"], time.time(), time.time()
         self._by_job[job["job_id"]] = s.tune_id
         # saved before the job: a session never forgets a job that went out (a job id the
@@ -837,7 +842,7 @@ class Tuner:
         s.state, s.updated = "verifying", time.time()
         self._save(s)
         log.info("tune %s: recommend %d cores at %s (config %s)", s.tune_id, rec["cores"],
-                 rec["freq_khz"], s.config_id)
+                 rec.get("clock") or f"{rec['freq_khz']} kHz", s.config_id)
 
     def _marked_note(self, s: Session) -> str:
         """Why runs are missing when the board was busy: '; N runs marked ... left out (...)'

@@ -403,3 +403,21 @@ def test_no_more_cores_than_measured_without_max_cores():
     full = recommend_goal(make_goal("time"), plat, {"": rows(XU4, XU4_ORDER, SHARED)},
                           tolerance=0.05)
     assert full.beyond is None
+
+
+def test_what_cpus_run_at_where_no_frequency_is_set():
+    """A recommendation or tune step at no set frequency read "governor's choice" everywhere,
+    also where no governor sets the clock: a board without cpufreq, or a command on a
+    virtual board (its agent's machine runs it: no policy of the board's applies)."""
+    from opptune.daemon.goal_cli import config_text
+    from opptune.daemon.planner import unset_clock
+
+    plat = platform_of(PI4)
+    assert unset_clock(plat, [0, 1]) == "governor's choice"
+    assert unset_clock(plat, [0, 1], reaches=False) == "no set frequency (the board's own clock)"
+    assert unset_clock({"sweep_order": [0, 1]}, [0]) == "no set frequency (the board's own clock)"
+    rec = {"cores": 2, "cpus": [0, 1], "freq_khz": None,
+           "clock": "no set frequency (the board's own clock)"}
+    assert config_text(rec) == "2 cores (cpus 0-1) at no set frequency (the board's own clock)"
+    # an older daemon's answer, without clock: the governor's choice, as it meant
+    assert config_text({**rec, "clock": None}) == "2 cores (cpus 0-1) at governor's choice"
