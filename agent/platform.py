@@ -66,6 +66,9 @@ def cpufreq_availability(root: str, topo: dict[str, Any]) -> dict[str, Any]:
                 if os.access(os.path.join(p, "scaling_setspeed"), os.W_OK)
                 or os.access(os.path.join(p, "scaling_max_freq"), os.W_OK)]
     freqs: dict[str, list[int]] = {}
+    # policies without a table (intel_pstate, amd-pstate active): any clock of [min, max],
+    # which frequencies_khz gives as its two ends (what an older daemon reads)
+    continuous: list[str] = []
     for p in policies:
         try:
             with open(os.path.join(p, "scaling_available_frequencies")) as fh:
@@ -75,10 +78,13 @@ def cpufreq_availability(root: str, topo: dict[str, Any]) -> dict[str, Any]:
                         if q.get("name") == os.path.basename(p)), {})
             lo, hi = pol.get("cpuinfo_min_khz"), pol.get("cpuinfo_max_khz")
             freqs[os.path.basename(p)] = [lo, hi] if lo and hi else []
+            if lo and hi:
+                continuous.append(os.path.basename(p))
     if not writable:
         return _avail(False, "cpufreq policies are read-only for this user (run as root or "
-                             "use the systemd unit)", frequencies_khz=freqs)
-    return _avail(True, frequencies_khz=freqs)
+                             "use the systemd unit)", frequencies_khz=freqs,
+                      continuous=continuous)
+    return _avail(True, frequencies_khz=freqs, continuous=continuous)
 
 
 def perf_availability(root: str) -> dict[str, Any]:

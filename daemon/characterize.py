@@ -6,7 +6,8 @@ hello) and, unless args.commands is false, per command workload of its configura
 each runs at the size asked where it has it, else at its first size), over all of the board's cores
 (as one platform, whatever [sweep] per_cluster says: MPET's profiles are the runs without variant)
 and, where the board has cpufreq, ``FREQ_STEPS`` frequencies spread over its range (min, mid, max;
-a policy with a range and no table gets its two ends), else at the board's own frequency. A kernel
+of a policy with a range and no table, intel_pstate, its ends and the 100 MHz step nearest
+their middle: planner.range_steps), else at the board's own frequency. A kernel
 with a done job of the same size that covered every point it would measure, with at least the
 repetitions asked (``--reps``), is skipped (resuming after an interruption; a tune's one-point jobs
 or an import do not count, nor a job sent before the last drift of the kernel's group or of one
@@ -240,8 +241,8 @@ def planned_grid(d: Daemon, platform: dict[str, Any] | None, opts: dict[str, Any
 
 def frequencies_text(grid: str | int, planned: set[tuple],
                      platform: dict[str, Any] | None = None) -> str:
-    """What the grid measures a policy at, counted from the planned points: a policy that
-    gives only its range (intel_pstate: no frequency table) gets its two ends, not three. A
+    """What the grid measures a policy at, counted from the planned points (a policy that
+    gives only its range, intel_pstate, gets three of its 100 MHz steps too). A
     policy whose own top clock is left out (a big.LITTLE board swept as a whole: a point's
     cpus run at one clock that all their policies offer) is named with what it gets."""
     if grid == "none":

@@ -28,7 +28,7 @@ from .console import make_console
 from .jobs import UNSUCCESSFUL_JOB_STATES
 from .status_view import params_text
 
-FINAL_STATES = {"verified", "off", "marked", "refused", "failed"}
+FINAL_STATES = {"verified", "unconfirmed", "off", "marked", "refused", "failed"}
 # On a virtual board the sweep is cores x this many frequencies, evenly spread over the board's
 # table (lowest and highest included): the whole grid on a Pi takes a few seconds.
 VIRTUAL_FREQUENCY_STEPS = 3

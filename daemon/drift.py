@@ -2,7 +2,8 @@
 update, thermal throttling, a new version of the workload) is measured again.
 
 After ``[daemon] drift_off_count`` consecutive "off" verdicts of the same group on the same
-agent (a "verified" one resets the count; refused or failed ones do not count), the daemon
+agent (a "verified" or "unconfirmed" one, whose time lay within the interval, resets the
+count; refused, failed or marked ones do not count), the daemon
 records a drift event with the reason, sends a new sweep of the group's points (sweeps.py): its
 workload and size at the clocks its jobs measured it at (not those only a recommendation's
 verification ran at; none set: the daemon's [sweep] grid), on the cpus it was measured on (a ``cluster<i>`` group on that cluster alone, as a
@@ -32,6 +33,7 @@ from typing import Any, Callable
 
 from ..shared.config import DaemonConfig
 from .errors import HandlerError
+from .recommender import JUDGED
 from .store import Group, Store, drift_ends
 from .sweeps import Sweeps
 
@@ -62,7 +64,7 @@ def consecutive_off(recs: list[dict[str, Any]], agent: str, group: Group,
     """The group's latest verdicts on ``agent`` after ``since``, newest first, while "off"."""
     mine = [r for r in recs if r["agent"] == agent and Group(r["platform"], r["workload"],
                                                                 r["input"], r["variant"]) == group
-            and r["state"] in ("verified", "off") and r["updated"] > (since or -1.0)]
+            and r["state"] in JUDGED and r["updated"] > (since or -1.0)]
     out = []
     for r in sorted(mine, key=lambda r: r["updated"], reverse=True):
         if r["state"] != "off":

@@ -16,6 +16,7 @@ from ..shared.cpus import format_cpu_list, policies_text
 from .console import make_console
 from .objectives import OBJECTIVES, make_goal
 from .options import below_least
+from .planner import GOVERNOR_CLOCK
 
 # exit status of recommend and tune when no configuration meets the deadline / power cap: the
 # answer (the closest configuration) is printed, nothing is applied
@@ -85,8 +86,10 @@ def _iv(iv: dict[str, Any], unit: str, spec: str = ".4g") -> str:
     return text
 
 
-def _freq(f: int | None) -> str:
-    return "governor's choice" if f is None else f"{f / 1000:g} MHz"
+def _freq(f: int | None, clock: str | None = None) -> str:
+    """A frequency; None: ``clock``, what the cpus run at then (the daemon's answer says it;
+    an older daemon's does not: the governor's choice, as it meant)."""
+    return (clock or GOVERNOR_CLOCK) if f is None else f"{f / 1000:g} MHz"
 
 
 # What each energy_source (agent/meters/energy.py, agent/run_output.py) is, in a user's words
@@ -124,17 +127,19 @@ def energy_text(r: dict[str, Any]) -> str:
 def measuring_text(step: dict[str, Any]) -> str:
     """The tune progress line's state while a configuration is measured."""
     n = step["cores"]
-    return (f"measuring {n} core{'s' if n != 1 else ''} at {_freq(step['freq_khz'])} "
+    return (f"measuring {n} core{'s' if n != 1 else ''} at "
+            f"{_freq(step['freq_khz'], step.get('clock'))} "
             f"({step['reason']})")
 
 
-def config_text(r: dict[str, Any]) -> str:
-    """E.g. "4 cores (cpus 0-3, cluster 0) at 800 MHz"."""
+def config_text(r: dict[str, Any], clock: str | None = None) -> str:
+    """E.g. "4 cores (cpus 0-3, cluster 0) at 800 MHz"; ``clock``: what applies where no
+    frequency is set (default ``r``'s own)."""
     where = f"cpus {format_cpu_list(r['cpus'])}"
     if r.get("cluster") is not None:
         where += f", cluster {r['cluster']}"
     return (f"{r['cores']} core{'s' if r['cores'] != 1 else ''} ({where}) at "
-            f"{_freq(r['freq_khz'])}")
+            f"{_freq(r['freq_khz'], clock or r.get('clock'))}")
 
 
 def recommendation_table(r: dict[str, Any], title: str | None = None) -> Table:
@@ -157,7 +162,8 @@ def recommendation_table(r: dict[str, Any], title: str | None = None) -> Table:
     if r.get("runner_up"):
         ru = r["runner_up"]
         why = ", see below" if r["margin"] < 0 else ""
-        t.add_row("runner-up", f"{config_text(ru)}: {ru['objective_value']:.4g} {r['unit']} "
+        t.add_row("runner-up", f"{config_text(ru, r.get('clock'))}: "
+                               f"{ru['objective_value']:.4g} {r['unit']} "
                                f"({r['margin'] * 100:+.1f} %{why})")
     elif r["met"]:
         t.add_row("runner-up", "none (a single candidate meets the goal)")

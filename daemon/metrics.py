@@ -41,13 +41,18 @@ STAT_COUNTERS = (
 )
 
 # recommendation states in the store -> counters; "applied" = the agent ran it and reported:
-# a verdict on its run time (verified, off; marked: its runs were disturbed), or what it
-# measured of a running process or unit (state "applied"), or that it failed
+# a verdict on its run time (verified, unconfirmed, off; marked: its runs were disturbed), or
+# what it measured of a running process or unit (state "applied"), or that it failed
 RECOMMEND_COUNTERS = (
-    ("opptune_recommend_applied", ("verified", "off", "marked", "applied", "failed"),
+    ("opptune_recommend_applied", ("verified", "unconfirmed", "off", "marked", "applied",
+                                   "failed"),
      "Recommendations the agent applied and measured"),
     ("opptune_recommend_verified", ("verified",),
-     "Recommendations whose measured time lay within the prediction interval"),
+     "Recommendations whose measured time lay within a prediction interval that confirms "
+     "the prediction"),
+    ("opptune_recommend_unconfirmed", ("unconfirmed",),
+     "Recommendations whose measured time lay within a prediction interval too wide to "
+     "confirm the prediction"),
     ("opptune_recommend_off", ("off",),
      "Recommendations whose measured time left the prediction interval"),
     ("opptune_recommend_refused", ("refused",), "Recommendations the agent refused"),

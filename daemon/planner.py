@@ -108,38 +108,113 @@ def physical_cores(platform: dict[str, Any], order: list[int]) -> int | None:
     return distinct
 
 
+# A policy without a frequency table (intel_pstate, amd-pstate active) takes any clock of its
+# [min, max] range. It is measured and recommended at steps of 100 MHz, both ends included:
+# Intel's P-states are multiples of the 100 MHz bus clock, and so a finer step sets nothing
+# new there.
+RANGE_STEP_KHZ = 100_000
+
+
+def frequency_ranges(platform: dict[str, Any]) -> dict[str, tuple[int, int]]:
+    """The cpufreq policies that offer a continuous range, not a table: name -> (min, max)
+    kHz. The agent names them (``cpufreq.continuous``) and gives each as its two ends in
+    ``frequencies_khz``; an older agent's hello names none, and a policy of two frequencies
+    is read as a range there, as before."""
+    cf = platform.get("cpufreq")
+    if not isinstance(cf, dict):
+        return {}
+    named = cf.get("continuous")
+    out = {}
+    for name, table in (cf.get("frequencies_khz") or {}).items():
+        ends = sorted({int(f) for f in table or [] if f})
+        if len(ends) == 2 and (named is None or name in named):
+            out[name] = (ends[0], ends[1])
+    return out
+
+
+def range_steps(lo: int, hi: int) -> list[int]:
+    """The clocks a range is measured and recommended at: both ends and every multiple of
+    RANGE_STEP_KHZ between them."""
+    first = -(-lo // RANGE_STEP_KHZ) * RANGE_STEP_KHZ
+    return sorted({lo, hi, *range(first, hi + 1, RANGE_STEP_KHZ)})
+
+
+def _offers(platform: dict[str, Any]) -> dict[str, list[int]]:
+    """Per policy, the clocks (kHz, ascending) it is measured and recommended at: its table,
+    or its range's steps."""
+    cf = platform.get("cpufreq") or {}
+    ranges = frequency_ranges(platform)
+    return {name: range_steps(*ranges[name]) if name in ranges
+            else sorted({int(f) for f in table or [] if f})
+            for name, table in (cf.get("frequencies_khz") or {}).items()}
+
+
+def _policies_of(platform: dict[str, Any], cpus: list[int], names: Any) -> list[str]:
+    """The policies (of ``names``) that govern any of ``cpus``; all of ``names`` when the
+    platform lists no policy covering them."""
+    want = set(cpus)
+    mine = [str(p["name"]) for p in platform.get("policies") or []
+            if p.get("name") in names and want & set(p.get("related_cpus") or p.get("cpus") or [])]
+    return mine or list(names)
+
+
 def offered_frequencies(platform: dict[str, Any], cpus: list[int]) -> list[int] | None:
     """Frequencies (kHz) every cpufreq policy of ``cpus`` offers, ascending; None when the
-    platform has no usable cpufreq. A policy without a table reports its [min, max] range."""
+    platform has no usable cpufreq. A policy without a table offers its range at
+    RANGE_STEP_KHZ steps (:func:`range_steps`)."""
     cf = platform.get("cpufreq")
     if not isinstance(cf, dict) or not cf.get("available"):
         return None
-    by_policy = cf.get("frequencies_khz") or {}
-    want = set(cpus)
-    sets = []
-    for pol in platform.get("policies") or []:
-        pcpus = set(pol.get("related_cpus") or pol.get("cpus") or [])
-        if pcpus & want and pol.get("name") in by_policy:
-            sets.append({int(f) for f in by_policy[pol["name"]] if f})
-    if not sets:
-        sets = [{int(f) for f in v if f} for v in by_policy.values()]
+    offers = _offers(platform)
+    sets = [set(offers[n]) for n in _policies_of(platform, cpus, offers)]
     return sorted(set.intersection(*sets)) if sets else None
 
 
+def offered_range(platform: dict[str, Any], cpus: list[int]) -> tuple[int, int] | None:
+    """The range (kHz) every policy of ``cpus`` takes any clock of, where each offers a range
+    (:func:`frequency_ranges`); None where any has a table, or there is no cpufreq."""
+    cf = platform.get("cpufreq")
+    if not isinstance(cf, dict) or not cf.get("available"):
+        return None
+    ranges = frequency_ranges(platform)
+    names = _policies_of(platform, cpus, (cf.get("frequencies_khz") or {}).keys())
+    if not names or any(n not in ranges for n in names):
+        return None
+    lo, hi = max(ranges[n][0] for n in names), min(ranges[n][1] for n in names)
+    return (lo, hi) if lo <= hi else None
+
+
+def offer_text(platform: dict[str, Any], name: str, driver: str | None = None) -> str:
+    """What policy ``name`` offers, for a person: "13 frequencies 200-1400 MHz", or
+    "1200..3200 MHz (continuous, intel_pstate)" for a range."""
+    rng = frequency_ranges(platform).get(name)
+    if rng is not None:
+        return (f"{rng[0] // 1000}..{rng[1] // 1000} MHz (continuous"
+                + (f", {driver})" if driver else ")"))
+    table = _offers(platform).get(name) or []
+    if not table:
+        return "no frequencies"
+    return (f"{len(table)} frequenc{'ies' if len(table) != 1 else 'y'} "
+            f"{table[0] // 1000}-{table[-1] // 1000} MHz")
+
+
 def unoffered_frequencies(platform: dict[str, Any], freqs: list[int]
-                          ) -> tuple[list[int], list[int], str]:
-    """(the frequencies of ``freqs`` that no cpufreq policy of the board offers, every
-    frequency some policy offers, why none is offered). Nothing is refused when the platform
-    says nothing about cpufreq (the agent decides)."""
+                          ) -> tuple[list[int], str, str]:
+    """(the frequencies of ``freqs`` that no cpufreq policy of the board offers, what the
+    policies offer in words, why none is offered). Nothing is refused when the platform says
+    nothing about cpufreq (the agent decides). A range takes any clock within it."""
     if "cpufreq" not in platform:
-        return [], [], ""
+        return [], "", ""
     cf = platform.get("cpufreq") or {}
-    tables = [sorted({int(f) for f in t if f}) for t in (cf.get("frequencies_khz") or {}).values()
-              ] if cf.get("available") else []
-    tables = [t for t in tables if t]
-    offered = sorted(set().union(*tables)) if tables else []
-    bad = [f for f in freqs if not any(_within(t, int(f)) for t in tables)]
-    return bad, offered, cf.get("reason") or "the board has no cpufreq frequencies"
+    offers = {n: t for n, t in _offers(platform).items() if t} if cf.get("available") else {}
+    ranges = frequency_ranges(platform)
+    bad = [f for f in freqs if not any(
+        int(f) in t or (n in ranges and ranges[n][0] <= int(f) <= ranges[n][1])
+        for n, t in offers.items())]
+    listed = sorted(set().union(*(set(t) for n, t in offers.items() if n not in ranges)))
+    said = ([f"{', '.join(map(str, listed))} kHz"] if listed else []) + sorted(
+        {f"{lo}..{hi} kHz (continuous)" for n, (lo, hi) in ranges.items() if n in offers})
+    return bad, "; ".join(said), cf.get("reason") or "the board has no cpufreq frequencies"
 
 
 def frequency_refusal(platform: dict[str, Any], board: str, freqs: list[int]) -> str | None:
@@ -152,7 +227,7 @@ def frequency_refusal(platform: dict[str, Any], board: str, freqs: list[int]) ->
     mhz = (f" (frequencies here are in kHz: {bad[0]} MHz is {bad[0] * 1000})"
            if offered and all(0 < f < 100_000 for f in bad) else "")
     return (f"board {board} cannot run at {', '.join(map(str, bad))} kHz: "
-            + (f"it offers {', '.join(map(str, offered))} kHz" if offered else reason) + mhz)
+            + (f"it offers {offered}" if offered else reason) + mhz)
 
 
 def cpufreq_unavailable(platform: dict[str, Any]) -> str | None:
@@ -184,6 +259,21 @@ def clocks_never_apply(platform: dict[str, Any], kind: str | None, board: str) -
             "never reach it")
 
 
+# what cpus run at where no frequency is set (a recommendation's or a tune step's ``clock``)
+GOVERNOR_CLOCK = "governor's choice"
+OWN_CLOCK = "no set frequency (the board's own clock)"
+
+
+def unset_clock(platform: dict[str, Any], cpus: list[int], reaches: bool = True) -> str:
+    """What ``cpus`` run at where no frequency is set: the governor's choice where a cpufreq
+    policy governs them and the board's clocks reach the workload (``reaches``: False for a
+    command on a virtual board, :func:`clocks_never_apply`), else the board's own clock."""
+    want = set(cpus)
+    governed = any(want & set(p.get("related_cpus") or p.get("cpus") or [])
+                   for p in platform.get("policies") or [])
+    return GOVERNOR_CLOCK if governed and reaches else OWN_CLOCK
+
+
 def cores_not_swept(platform: dict[str, Any], board: str) -> str | None:
     """What ``opptune sweep`` says of a board whose agent's hello names no cpus (an older or
     foreign agent): its sweeps measure cpu 0 alone; None when the cpus are known."""
@@ -212,11 +302,9 @@ def spread(table: list[int], n: int) -> list[int]:
     return [table[i] for i in idx]
 
 
-def _within(table: list[int], f: int) -> bool:
-    if f in table:
-        return True
-    # only a range is known (no scaling_available_frequencies): the agent accepts within it
-    return len(table) == 2 and table[0] <= f <= table[1]
+def _within(table: list[int], f: int, rng: tuple[int, int] | None) -> bool:
+    # a range (no scaling_available_frequencies): the agent accepts any clock within it
+    return f in table or (rng is not None and rng[0] <= f <= rng[1])
 
 
 def grid_frequencies(platform: dict[str, Any], cpus: list[int], grid: str | int,
@@ -233,10 +321,13 @@ def grid_frequencies(platform: dict[str, Any], cpus: list[int], grid: str | int,
         raise PlanError(f"frequency_grid {grid!r} needs frequencies, but cpus "
                         f"{format_cpu_list(cpus)} offer none: {reason}")
     if grid == "list":
-        chosen = sorted({int(f) for f in listed if _within(table, int(f))})
+        rng = offered_range(platform, cpus)
+        chosen = sorted({int(f) for f in listed if _within(table, int(f), rng)})
         if not chosen:
+            offered = (f"{rng[0]}..{rng[1]} kHz (continuous)" if rng
+                       else f"{', '.join(map(str, table))} kHz")
             raise PlanError(f"none of the frequencies {sorted(listed)} kHz is offered for cpus "
-                            f"{format_cpu_list(cpus)}; offered: {table}")
+                            f"{format_cpu_list(cpus)}; offered: {offered}")
         return list(chosen)
     if grid == "all":
         return list(table)
@@ -319,8 +410,10 @@ def plan_sweep(platform: dict[str, Any], workload: str, defaults: SweepDefaults,
     }
 
 
-__all__ = ["ConfigError", "PlanError", "clocks_never_apply", "cluster_order", "cluster_orders",
+__all__ = ["ConfigError", "GOVERNOR_CLOCK", "OWN_CLOCK", "PlanError", "clocks_never_apply",
+           "cluster_order", "cluster_orders", "unset_clock",
            "cpufreq_unavailable",
            "grid_asks_frequencies", "grid_frequencies",
-           "new_job_id", "offered_frequencies", "plan_sweep", "spread", "sweep_order",
+           "frequency_ranges", "new_job_id", "offer_text", "offered_frequencies",
+           "offered_range", "plan_sweep", "range_steps", "spread", "sweep_order",
            "unoffered_frequencies", "frequency_refusal", "variant_cluster"]

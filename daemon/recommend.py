@@ -16,7 +16,8 @@ import numpy as np
 from .fitter import fit_rows, set_clocks_khz
 from .models.base import FittedModel, Observations
 from .objectives import fewest_within
-from .planner import cluster_order, offered_frequencies, physical_cores, sweep_order
+from .planner import (cluster_order, offered_frequencies, offered_range, physical_cores,
+                      sweep_order)
 
 
 @dataclass
@@ -45,7 +46,8 @@ def candidate_grid(platform: dict[str, Any], frequencies_khz: Sequence[int] | No
     Cores run 1..len(order) (the board's sweep order unless ``order`` is given, e.g. one
     cluster's), capped by ``max_cores``. With ``frequencies_khz`` (the frequencies the model was
     fitted on) each core count is paired with every frequency the policies of its cpus offer
-    (the platform's cpufreq tables), plus the fitted ones the agent would accept; when the
+    (the platform's cpufreq tables; a range's 100 MHz steps, planner.range_steps), plus the
+    fitted ones the agent would accept; when the
     platform describes no cpufreq, with the fitted ones only. Without them, cores only."""
     order = list(order) if order else sweep_order(platform)
     n = len(order) if not max_cores else min(max_cores, len(order))
@@ -57,9 +59,10 @@ def candidate_grid(platform: dict[str, Any], frequencies_khz: Sequence[int] | No
     for k in range(1, n + 1):
         table = offered_frequencies(platform, order[:k])
         if table:
-            ranged = len(table) == 2  # maybe only [min, max] is known: fitted ones within it
+            # a range (no table) takes the fitted clocks within it too, off its steps
+            rng = offered_range(platform, order[:k])
             freqs = sorted(set(table) | {f for f in fitted
-                                         if ranged and table[0] <= f <= table[1]})
+                                         if rng and rng[0] <= f <= rng[1]})
         else:
             freqs = fitted
         cc += [float(k)] * len(freqs)
@@ -79,6 +82,12 @@ class FitSetting:
     freqs_khz: list[int] | None  # the measured frequencies, when the runs carry them
     phys_cores: int | None  # physical cores of ``order`` before SMT siblings (planner)
     outliers_left_out: int = 0  # runs dropped by the MAD rule (fitter.without_outliers)
+
+    @property
+    def measured_cores(self) -> int | None:
+        """The most cores of the runs (None: no runs): the daemon's own push stays within
+        them, so its model choice is validated for those (Recommender._submit)."""
+        return max((int(r[0]) for r in self.rows), default=0) or None
 
     @property
     def axis(self) -> list[int] | None:

@@ -1,6 +1,7 @@
 """Fits and recommendations: queue a group's fit, turn a fitted model into a configuration
-pushed to the agent, and judge the agent's verification of it ("verified" only within the
-prediction interval, else "off"). Groups whose fit or recommendation failed are kept with the
+pushed to the agent, and judge the agent's verification of it ("verified" only within a
+prediction interval narrow enough to confirm the prediction, "unconfirmed" within a wider one,
+else "off"). Groups whose fit or recommendation failed are kept with the
 reason for the status (``fit_errors``)."""
 
 from __future__ import annotations
@@ -28,6 +29,9 @@ log = logging.getLogger("opptune.daemon")
 FIT_LEASE_S = 300.0
 # the note on a recommendation the agent's restart dropped from the board (its error text)
 DROPPED = "dropped at the agent's restart: "
+# the states of a verification whose time was judged against the prediction (drift reads
+# them; "marked" was not judged: its board was busy)
+JUDGED = ("verified", "unconfirmed", "off")
 
 
 class Recommender:
@@ -94,8 +98,11 @@ class Recommender:
         rows = setting.rows
         target = None
         try:
+            # what the fit will be asked: the push's candidates, within the cores measured
+            # (push); the whole board's made the choice forward-chain to core counts never
+            # measured, which no push of this model predicts
             target = target_observations(self._platform(agent, group), setting.axis,
-                                         order=setting.order)
+                                         max_cores=setting.measured_cores, order=setting.order)
         except Exception as exc:  # no target: the choice falls back to k-fold validation
             log.warning("no query grid for %s: %s", "/".join(group), exc)
         # the platform's other groups: their replays size the interval (fitter.fit_group,
@@ -197,7 +204,7 @@ class Recommender:
         # A model fitted on 1..k cores does not support pushing n >> k unasked (a sweep capped
         # at 2 of 32 cpus had 29 pushed, its interval -2..+863 %): what the daemon pushes by
         # itself stays within the measured core counts; recommend/tune take explicit limits.
-        measured = max((int(c) for c, _, _ in setting.rows), default=0) or None
+        measured = setting.measured_cores
         try:
             r = recommend(model, platform, self.config.tolerance, setting.axis,
                           max_cores=measured, order=setting.order)
@@ -311,7 +318,7 @@ class Recommender:
         if verified is None and body.get("measured"):  # a running pid or unit: no run time
             state, note = "applied", measured_text(body["measured"])
         marks = [r.record.marked for r in stored if r.record.ok and r.record.marked]
-        if marks and state in ("verified", "off") and not self.config.accept_load:
+        if marks and state in JUDGED and not self.config.accept_load:
             # a busy board's time says nothing of the configuration: neither verified nor off
             # (which would count towards drift)
             state, note = "marked", (
@@ -418,21 +425,47 @@ def freq_text(freq_khz: int | None) -> str:
     return "the governor's frequency" if freq_khz is None else f"{freq_khz} kHz"
 
 
+# A prediction is confirmed only by an interval that could have refuted it. The choice it
+# backs is one of core counts, and one doubling of cores at most halves the time: an interval
+# reaching past twice the prediction, or below half of it, holds the times of configurations a
+# doubling away, so a time inside it says the model was not refuted, not that it was right.
+# (A push beyond the measured cores had -11..+862 %: "verified" at +266 %.)
+CONFIRMS_WITHIN = 2.0
+
+
+def confirms(predicted: float | None, lower: float, upper: float) -> bool:
+    """Whether the interval ``lower``..``upper`` is narrow enough that a time inside it confirms
+    ``predicted``: within a factor CONFIRMS_WITHIN of it both ways (without a prediction, an
+    interval no wider than that factor squared)."""
+    if lower <= 0:
+        return False
+    if not predicted or predicted <= 0:
+        return upper / lower <= CONFIRMS_WITHIN ** 2
+    return upper <= predicted * CONFIRMS_WITHIN and lower >= predicted / CONFIRMS_WITHIN
+
+
 def verdict(measured: float | None, predicted: float | None, lower: float | None,
             upper: float | None) -> tuple[str, str | None]:
     """A recommendation's state after its verification runs: "verified" only when the measured
-    time lies within the prediction interval stored with it, saying how far from the
-    prediction and within what (an extrapolated prediction's interval can take a time twice
-    the predicted one); otherwise "off" with how far off, relative to the prediction
+    time lies within the prediction interval stored with it and that interval confirms the
+    prediction (:func:`confirms`), saying how far from the prediction and within what;
+    "unconfirmed" when the time lies within an interval too wide to confirm anything (an
+    extrapolated prediction's); otherwise "off" with how far off, relative to the prediction
     ("failed" when nothing was measured)."""
     if measured is None:
         return "failed", "no verification run gave a time"
     if lower is not None and upper is not None and lower <= measured <= upper:
+        state = "verified" if confirms(predicted, lower, upper) else "unconfirmed"
         if not predicted:
-            return "verified", f"within its interval {lower:.4g}..{upper:.4g} s"
-        rel = [(v - predicted) / predicted * 100 for v in (measured, lower, upper)]
-        return "verified", (f"{rel[0]:+.1f} % of the prediction, within its interval "
-                            f"{rel[1]:+.0f}..{rel[2]:+.0f} %")
+            text = f"within its interval {lower:.4g}..{upper:.4g} s"
+        else:
+            rel = [(v - predicted) / predicted * 100 for v in (measured, lower, upper)]
+            text = (f"{rel[0]:+.1f} % of the prediction, within its interval "
+                    f"{rel[1]:+.0f}..{rel[2]:+.0f} %")
+        if state == "unconfirmed":
+            text += (", too wide to confirm the prediction (it reaches past twice or half "
+                     "of it): measure the core counts around this configuration to narrow it")
+        return state, text
     if not predicted:
         return "off", "no prediction interval to compare with"
     pct = (measured - predicted) / predicted * 100

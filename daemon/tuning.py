@@ -54,9 +54,9 @@ from .goal_recommend import SILENT_METER, Part, fill_part, per_configuration
 from .jobs import ACTIVE_JOB_STATES, UNSUCCESSFUL_JOB_STATES
 from .objectives import Goal
 from .planner import (TUNE_JOB_PREFIX, clocks_never_apply, cluster_orders, new_job_id,
-                      offered_frequencies, sweep_order)
+                      offered_frequencies, sweep_order, unset_clock)
 from .recommend import candidate_grid
-from .recommender import rests_on, verdict
+from .recommender import JUDGED, rests_on, verdict
 from .registry import board_name, elsewhere_text
 from .sampling import Grid, Measured, Proposal, Sampler, fit_minimum
 from .store import TUNE_FINAL_STATES, Group
@@ -79,7 +79,7 @@ STOPPED_JOBS_MAX = 256
 STOP_TRIES = 5
 # what reading a damaged stored session raises
 DAMAGED = (AttributeError, KeyError, TypeError, ValueError)
-VERDICT_STATES = ("verified", "off", "marked", "refused", "failed")
+VERDICT_STATES = (*JUDGED, "marked", "refused", "failed")
 
 
 @dataclass
@@ -703,7 +703,7 @@ class Tuner:
                         s.verification.update(state=state, error=(
                             f"under the accepted load ({rec['error']})" if note is None else
                             f"{note}; under the accepted load ({rec['error']})"))
-                    if rec["state"] in ("verified", "off", "marked"):
+                    if rec["state"] in (*JUDGED, "marked"):
                         v = s.verification
                         self._end(s, "done", f"applied and {v['state']}"
                                   + (f" ({v['error']})" if v["error"] else ""))
@@ -796,8 +796,13 @@ class Tuner:
             point["variant"] = seg.variant
         job = {"job_id": new_job_id(TUNE_JOB_PREFIX), "workload": s.workload, "size": s.size,
                "points": [point], "reps": s.reps, "warmup": s.warmup}
-        s.steps.append({"variant": seg.variant, "cores": k, "cpus": point["cpus"],
-                        "freq_khz": f, "reason": proposal.reason, "job_id": job["job_id"]})
+        step = {"variant": seg.variant, "cores": k, "cpus": point["cpus"], "freq_khz": f,
+                "reason": proposal.reason, "job_id": job["job_id"]}
+        if f is None:  # what the cpus run at instead (the progress line says it)
+            info = self.d.registry.get(s.agent)
+            step["clock"] = unset_clock((info.platform if info else None) or {},
+                                        point["cpus"], reaches=s.no_clock is None)
+        s.steps.append(step)
         s.job_id, s.job_started, s.updated = job["job_id"], time.time(), time.time()
         self._by_job[job["job_id"]] = s.tune_id
         # saved before the job: a session never forgets a job that went out (a job id the
@@ -843,7 +848,7 @@ class Tuner:
         s.state, s.updated = "verifying", time.time()
         self._save(s)
         log.info("tune %s: recommend %d cores at %s (config %s)", s.tune_id, rec["cores"],
-                 rec["freq_khz"], s.config_id)
+                 rec.get("clock") or f"{rec['freq_khz']} kHz", s.config_id)
 
     def _marked_note(self, s: Session) -> str:
         """Why runs are missing when the board was busy: '; N runs marked ... left out (...)'

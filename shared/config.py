@@ -139,9 +139,10 @@ class SweepDefaults:
     # offer are planned):
     #   "list" (default): the ``frequencies`` list; an empty list = leave the frequency alone
     #   "none": leave the frequency alone (the board's own governor)
-    #   "all":  every frequency the platform offers
+    #   "all":  every frequency the platform offers (a policy without a table, intel_pstate:
+    #           its range at 100 MHz steps)
     #   "N" (a whole number >= 1, e.g. "3"): N frequencies evenly spread over the offered
-    #           table, lowest and highest included ("1" = the highest only)
+    #           table (or range), lowest and highest included ("1" = the highest only)
     frequency_grid: str = "list"
     # Sweep each cluster (frequency domain) of a heterogeneous board on its own: each point's
     # cpus lie in one cluster, with that cluster's frequency table.

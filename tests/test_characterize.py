@@ -780,8 +780,10 @@ def test_a_workload_whose_runs_are_all_marked_is_named_so_not_unmeasured(daemon)
 
 
 def test_the_frequencies_line_counts_what_a_range_only_board_is_measured_at(tmp_path):
-    """intel_pstate gives a range, not a table: the planner measures its min and max only, and
-    the line said '3 per policy (min, mid, max)' all the same."""
+    """intel_pstate gives a range, not a table: the planner measured its min and max only
+    (the line said '3 per policy (min, mid, max)' all the same, then '2 per policy (min,
+    max)'). The range is measured at its 100 MHz steps now: min, mid and max as on a board
+    with a table."""
     c = Cluster(tmp_path, kernels=("pi_integrate",), auto_sweep=False,
                 extra_agent=virtual_agent(tmp_path, "x86", "x86-2numa"))
     with running(c):
@@ -790,10 +792,13 @@ def test_the_frequencies_line_counts_what_a_range_only_board_is_measured_at(tmp_
         assert p.returncode == 0, p.stderr
         data = json.loads(p.stdout)
         (job,) = data["queued"]
-        assert job["n_points"] == 2 * 2  # 2 core counts x the range's two ends
-        assert data["frequencies"] == "2 per policy (min, max)"
+        assert job["n_points"] == 2 * 3  # 2 core counts x min, mid, max of the range
+        assert data["frequencies"] == "3 per policy (min, mid, max)"
         assert p.stderr.splitlines()[0] == ("characterize x86: 1 kernel at size small, "
-                                            "frequencies: 2 per policy (min, max)")
+                                            "frequencies: 3 per policy (min, mid, max)")
+        (points,) = c.rows("SELECT points FROM jobs")[0]
+        assert sorted({pt["freq_khz"] for pt in json.loads(points)}) == [
+            1_200_000, 2_200_000, 3_200_000]
 
 
 def _mpet_data(ep: str, args: dict) -> dict:

@@ -34,6 +34,14 @@ def test_only_consecutive_off_verdicts_count():
     assert [r["config_id"] for r in consecutive_off(recs, "a1", G, since=3)] == ["c5"]
 
 
+def test_an_unconfirmed_verdict_breaks_a_run_of_off_ones():
+    """"unconfirmed": the time lay within the interval, too wide to confirm the prediction.
+    It left nothing, so it is no drift: it ends the run of off verdicts as "verified" did
+    before the state was split from it."""
+    recs = [rec("c1", "off", 1), rec("c2", "unconfirmed", 2), rec("c3", "off", 3)]
+    assert [r["config_id"] for r in consecutive_off(recs, "a1", G, None)] == ["c3"]
+
+
 class FakeSweeps:
     def __init__(self, error=None):
         self.calls, self.error = [], error
@@ -168,7 +176,7 @@ def test_a_slower_workload_is_re_characterised_and_recommended_again(tmp_path: P
     try:
         def final(n):
             return lambda s: len([r for r in s["recommendations"] if r["state"] in
-                                  ("verified", "off")]) >= n or bool(s["drift"])
+                                  ("verified", "unconfirmed", "off")]) >= n or bool(s["drift"])
         c.wait_for(final(1), timeout=40, what="the first verification")
         update_spec(root, truth={**truth, "work_s": 2 * truth["work_s"]})
         st = None
@@ -181,7 +189,8 @@ def test_a_slower_workload_is_re_characterised_and_recommended_again(tmp_path: P
         assert st and st["drift"], c.logs()
         st = c.wait_for(lambda s: s["drift"][0]["recommendation"] is not None and any(
             r["config_id"] == s["drift"][0]["recommendation"] and r["state"] in
-            ("verified", "off") for r in s["recommendations"]), timeout=40,
+            ("verified", "unconfirmed", "off") for r in s["recommendations"]),
+            timeout=40,
             what="the recommendation after the new sweep")
     finally:
         codes = c.stop()
@@ -227,7 +236,7 @@ def test_a_drifting_cluster_is_measured_again_there_and_recommended_again(tmp_pa
         def final(n):
             return lambda s: bool(s["drift"]) or len(
                 [r for r in s["recommendations"] if r["group"]["variant"] == "cluster1"
-                 and r["state"] in ("verified", "off")]) >= n
+                 and r["state"] in ("verified", "unconfirmed", "off")]) >= n
         c.wait_for(final(1), timeout=60, what="cluster1's first verification")
         update_spec(root, truth={**truth, "work_s": 2 * truth["work_s"]})
         st = None
@@ -240,7 +249,8 @@ def test_a_drifting_cluster_is_measured_again_there_and_recommended_again(tmp_pa
         assert st and st["drift"], c.logs()
         st = c.wait_for(lambda s: s["drift"][0]["recommendation"] is not None and any(
             r["config_id"] == s["drift"][0]["recommendation"] and r["state"] in
-            ("verified", "off") for r in s["recommendations"]), timeout=60,
+            ("verified", "unconfirmed", "off") for r in s["recommendations"]),
+            timeout=60,
             what="the recommendation after the new sweep")
     finally:
         codes = c.stop()

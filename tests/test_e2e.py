@@ -62,7 +62,7 @@ def test_sweep_fit_recommend_apply_verify(tmp_path):
         assert 1 <= rec["cores"] <= CORES and len(rec["cpus"]) == rec["cores"]
         assert rec["verified_time_s"] > 0 and rec["predicted_time_s"] > 0
     verified = c.rows("SELECT state, verified_time_s FROM recommendations")
-    assert len(verified) == len(KERNELS) and all(s in ("verified", "off") and t > 0
+    assert len(verified) == len(KERNELS) and all(s in ("verified", "unconfirmed", "off") and t > 0
                                                  for s, t in verified)
 
 

@@ -7,6 +7,7 @@ import time
 import pytest
 
 from opptune.daemon.service import Daemon, verdict
+from opptune.daemon.store import Group
 from opptune.shared.config import DaemonConfig, SweepDefaults
 from test_daemon_service import PLATFORM, Agent, query, record
 
@@ -260,15 +261,59 @@ def test_a_job_of_an_agent_gone_expires_and_is_resent_when_it_returns(tmp_path):
 def test_verdict_is_verified_only_within_the_interval():
     assert verdict(1.0, 1.0, 0.9, 1.1) == (
         "verified", "+0.0 % of the prediction, within its interval -10..+10 %")
-    # an extrapolated prediction's wide interval takes a time 90 % above it: "verified"
-    # alone read as "as predicted"; the note says within what
-    assert verdict(1.9, 1.0, 0.4, 3.3) == (
-        "verified", "+90.0 % of the prediction, within its interval -60..+230 %")
+    # up to twice and down to half the prediction an interval still confirms it
+    assert verdict(1.9, 1.0, 0.5, 2.0) == (
+        "verified", "+90.0 % of the prediction, within its interval -50..+100 %")
     state, note = verdict(1.25, 1.0, 0.9, 1.1)
     assert state == "off"
     assert note == "off by +25.0 % (measured 1.25 s, predicted 1 s, interval 0.9..1.1 s)"
     assert verdict(0.8, 1.0, None, None)[0] == "off"
     assert verdict(None, 1.0, 0.9, 1.1) == ("failed", "no verification run gave a time")
+
+
+def test_a_time_within_an_interval_too_wide_to_confirm_anything_is_unconfirmed():
+    """A push beyond the measured cores had the interval -11..+862 % and was "verified" at
+    +266 %: the time was 3.7 times the prediction. An interval past twice or half the
+    prediction holds the times of configurations a doubling of cores away: a time within it
+    is "unconfirmed", saying why and what narrows it."""
+    wide = ("+266.0 % of the prediction, within its interval -11..+862 %, too wide to "
+            "confirm the prediction (it reaches past twice or half of it): measure the core "
+            "counts around this configuration to narrow it")
+    assert verdict(3.66, 1.0, 0.89, 9.62) == ("unconfirmed", wide)
+    # wide on either side, and even where the time came out as predicted
+    assert verdict(1.0, 1.0, 0.4, 1.5)[0] == "unconfirmed"
+    assert verdict(1.0, 1.0, 0.9, 2.2)[0] == "unconfirmed"
+    assert verdict(1.0, 1.0, -0.5, 1.5)[0] == "unconfirmed"
+    # without a prediction, an interval wider than a factor 4 end to end
+    assert verdict(2.0, None, 1.0, 4.0)[0] == "verified"
+    assert verdict(2.0, None, 1.0, 4.5) == (
+        "unconfirmed", "within its interval 1..4.5 s, too wide to confirm the prediction (it "
+        "reaches past twice or half of it): measure the core counts around this "
+        "configuration to narrow it")
+    # outside it, however wide, a time is off
+    assert verdict(12.0, 1.0, 0.89, 9.62)[0] == "off"
+
+
+def test_a_time_within_a_too_wide_interval_is_stored_unconfirmed(daemon):
+    """A configuration pushed by hand beyond the measured cores (recommend --apply
+    --max-cores) came with the interval -11..+862 % and was stored "verified" at +266 %."""
+    a, op = Agent(daemon.endpoint), Agent(daemon.endpoint, "operator-1")
+    hello(a, platform=PLATFORM, workloads=["wl"])
+    rec = {"config_id": "cfg-w", "agent": "a1", "platform": "plat-test", "workload": "wl",
+           "input": "small", "variant": "", "cores": 4, "cpus": [0, 1, 2, 3], "threads": 4,
+           "freq_khz": None, "predicted_time_s": 1.0, "predicted_lower_s": 0.89,
+           "predicted_upper_s": 9.62, "model": "amdahl", "state": "pushed"}
+    daemon.store.save_recommendation(rec, time.time())
+    a.send("applied", {"config_id": "cfg-w", "ok": True, "time_s": 3.66,
+                       "records": [record(4, r, 3.66) for r in range(2)]})
+    a.expect("ack")
+    (r,) = query(op, "status")["recommendations"]
+    assert (r["state"], r["verified_time_s"], r["off_pct"]) == ("unconfirmed", 3.66, None)
+    assert r["error"].startswith("+266.0 % of the prediction, within its interval -11..+862 %, "
+                                 "too wide to confirm the prediction"), r["error"]
+    # its runs were within the interval: fitted, as a verified one's (an "off" one's are not)
+    assert (4, None, 3.66) in daemon.store.group_runs(
+        Group("plat-test", "wl", "small", ""))
 
 
 def test_a_recommendation_within_its_interval_is_verified(daemon):

@@ -107,11 +107,13 @@ def test_applied_counts_every_recommendation_the_agent_applied_and_measured():
     both were applied and measured, and opptune_recommend_applied_total left them out."""
     m = DaemonMetrics({})
     m.refresh(1, 1, {}, {"verified": 2, "off": 1, "marked": 1, "applied": 3, "failed": 1,
-                         "refused": 4, "pushed": 5, "unsent": 6, "superseded": 7})
+                         "refused": 4, "pushed": 5, "unsent": 6, "superseded": 7,
+                         "unconfirmed": 8})
     got = {(s.name): s.value for f in text_string_to_metric_families(m.exposition().decode())
            for s in f.samples}
-    assert got["opptune_recommend_applied_total"] == 2 + 1 + 1 + 3 + 1
+    assert got["opptune_recommend_applied_total"] == 2 + 1 + 1 + 3 + 1 + 8
     assert got["opptune_recommend_verified_total"] == 2
+    assert got["opptune_recommend_unconfirmed_total"] == 8
     assert got["opptune_recommend_off_total"] == 1
     assert got["opptune_recommend_refused_total"] == 4
 

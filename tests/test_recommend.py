@@ -321,3 +321,86 @@ def test_only_the_platforms_groups_are_pooled_each_through_its_own_setting():
     planted = {**runs, g1: runs[g1] + [(2, None, 3 * runs[g1][2][2])] * 1}
     req = _daemon_request(plat, runs[next(iter(runs))], planted)
     assert req.others[0].outliers_left_out == 1 and len(req.others[0].rows) == len(runs[g1])
+
+
+def test_the_daemons_model_choice_is_validated_for_the_cores_its_push_keeps_within():
+    """The daemon's own push keeps within the cores measured (Recommender.push), but its
+    model choice was told the whole board's grid: a group measured at 1-3 of 8 cpus was
+    chosen by forward chaining towards 8 cores, a prediction no push of it makes. The target
+    is the push's candidates now, and the report's refit tells its choice the same."""
+    from opptune.daemon.fitter import Fitter
+    from opptune.daemon.report.analysis import analyse_group
+
+    plat = {"sweep_order": list(range(8))}
+    rows = [(c, None, (0.1 + 0.9 / c) * (1 + e)) for c in (1, 2, 3) for e in (-0.01, 0, 0.01)]
+    req = _daemon_request(plat, rows)
+    assert sorted(set(req.target.cores)) == [1.0, 2.0, 3.0]
+    model = Fitter().fit_one(req).model
+    assert model.quality["cv_scheme"] == "kfold", model.quality
+    view = analyse_group({"group": {"workload": "w", "variant": ""},
+                          "runs": [[c, f, t, None] for c, f, t in rows]}, plat, "b", None)
+    q = Observations.query(np.arange(1.0, 9.0))
+    assert np.allclose(view.model.predict(q).value, model.predict(q).value)
+
+
+def _intel_pstate(tmp_path):
+    """The x86-2numa's fake sysfs tree (intel_pstate: scaling_min/max, no frequency table) as
+    its agent describes it."""
+    from opptune.agent.platform import discover
+    from opptune.agent.virtual_board import make_tree
+    from opptune.shared.config import AgentConfig
+
+    root = make_tree("x86-2numa", str(tmp_path / "x86"))
+    return discover(AgentConfig(agent_id="x86", bench_kernels=[], state_dir=str(tmp_path),
+                                sysfs_root=root, virtual_board="x86-2numa"))
+
+
+def test_intel_pstates_range_is_a_range_not_two_frequencies(tmp_path):
+    """intel_pstate exposes scaling_min/max_freq and no table: the agent gave its range as
+    [1200000, 3200000] and everything read it as two frequencies ("2 frequencies" on the
+    board's row, sweeps and characterize at both ends only, tune and recommend choosing
+    between them). The agent names such a policy continuous; the daemon offers the range at
+    100 MHz steps, takes any clock of it asked for, and says it as a range."""
+    from opptune.daemon.planner import (frequency_ranges, frequency_refusal, offer_text,
+                                        offered_frequencies, offered_range)
+    from opptune.daemon.recommend import candidate_grid
+
+    plat = _intel_pstate(tmp_path)
+    assert set(plat["cpufreq"]["continuous"]) == {f"policy{c}" for c in range(32)}
+    assert frequency_ranges(plat)["policy0"] == (1_200_000, 3_200_000)
+    steps = list(range(1_200_000, 3_200_001, 100_000))
+    assert offered_frequencies(plat, [0, 1]) == steps
+    assert offered_range(plat, [0, 1]) == (1_200_000, 3_200_000)
+    assert offer_text(plat, "policy0", "intel_pstate") == \
+        "1200..3200 MHz (continuous, intel_pstate)"
+    # sweeps: N spread over the range (min, mid, max), all = its steps, a listed clock within
+    # it kept though off the steps, one outside refused naming the range
+    def clocks(**kw):
+        job = plan_sweep(plat, "w", SweepDefaults(max_cores=1, **kw))
+        return [p["freq_khz"] for p in job["points"]]
+    assert clocks(frequency_grid="3") == [1_200_000, 2_200_000, 3_200_000]
+    assert clocks(frequency_grid="all") == steps
+    assert clocks(frequency_grid="list", frequencies=[2_250_000, 3_300_000]) == [2_250_000]
+    assert frequency_refusal(plat, "x86", [3_300_000]) == (
+        "board x86 cannot run at 3300000 kHz: it offers 1200000..3200000 kHz (continuous)")
+    assert frequency_refusal(plat, "x86", [2_250_000]) is None
+    # recommend/tune candidates: the steps, and a fitted clock off them
+    _, cc, ff = candidate_grid(plat, [1_200_000, 2_250_000], max_cores=2)
+    assert sorted(set(ff)) == sorted(steps + [2_250_000]) and sorted(set(cc)) == [1.0, 2.0]
+
+
+def test_an_older_agents_range_still_reads_as_one_and_a_two_clock_table_does_not():
+    """An agent before cpufreq.continuous gave a range as its two ends alone: read as a range,
+    as before. Where the agent names its ranges, a policy whose table has two clocks is
+    two clocks."""
+    from opptune.daemon.planner import frequency_ranges, offer_text, offered_frequencies
+
+    pol = {"name": "policy0", "cpus": [0, 1], "driver": "cpufreq-dt"}
+    old = {"policies": [pol], "cpufreq": {"available": True,
+                                          "frequencies_khz": {"policy0": [800_000, 1_000_000]}}}
+    assert frequency_ranges(old) == {"policy0": (800_000, 1_000_000)}
+    assert offered_frequencies(old, [0]) == [800_000, 900_000, 1_000_000]
+    new = {**old, "cpufreq": {**old["cpufreq"], "continuous": []}}
+    assert frequency_ranges(new) == {}
+    assert offered_frequencies(new, [0]) == [800_000, 1_000_000]
+    assert offer_text(new, "policy0") == "2 frequencies 800-1000 MHz"

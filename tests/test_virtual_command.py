@@ -8,7 +8,9 @@ import subprocess
 import sys
 
 import pytest
+from rich.console import Console
 
+from opptune.daemon.goal_cli import measuring_text, print_verdict
 from opptune.shared.records import RunRecord
 from procs import Cluster
 
@@ -106,6 +108,17 @@ def test_a_command_on_a_virtual_board_is_tuned_at_no_set_clock(board):
     assert s["state"] == "done" and s["grid"] == 4 and s["measured"] == 2, s
     assert [x["freq_khz"] for x in s["steps"]] == [None, None]
     assert s["recommendation"]["freq_khz"] is None
+    # no policy of the board sets its clock: the result said "policy0 governor's choice"
+    own = "no set frequency (the board's own clock)"
+    assert [x["clock"] for x in s["steps"]] == [own, own]
+    assert (s["recommendation"]["clock"], s["recommendation"]["freq_per_policy"]) == (own, {})
+    con = Console(record=True, width=300)
+    print_verdict(s, con)
+    out = con.export_text()
+    assert any(line.startswith("│ configuration") and f") at {own}" in line
+               for line in out.splitlines()), out
+    assert "governor" not in out and "frequency per policy" not in out, out
+    assert measuring_text(s["steps"][0]).startswith(f"measuring 1 core at {own} (")
     # its runs and the verification's, at no clock
     clocks = [f for w, f in board.rows("SELECT workload, freq_mhz FROM runs") if w == "mine"]
     assert len(clocks) >= len(s["steps"]) and set(clocks) == {None}, clocks
@@ -116,3 +129,4 @@ def test_a_command_on_a_virtual_board_is_tuned_at_no_set_clock(board):
     s = json.loads(p.stdout)
     assert s["frequencies_not_tuned"] is None and "not tuned" not in p.stderr
     assert s["grid"] > 4 and all(x["freq_khz"] for x in s["steps"]), s
+    assert s["recommendation"]["clock"] is None and "clock" not in s["steps"][0]

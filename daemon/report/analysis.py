@@ -26,6 +26,7 @@ from ..fitter import fit_group, observations, other_observations
 from ..goal_recommend import ESTIMATE_SOURCES
 from ..models.base import FittedModel, Observations
 from ..models.energy import PowerModeler
+from ..planner import offer_text
 from ..recommend import (FitSetting, candidate_grid, fit_setting, platform_others,
                          target_observations)
 
@@ -157,7 +158,9 @@ def analyse_group(entry: dict[str, Any], platform: dict[str, Any], board: str,
     setting = fit_setting(platform, view.group.get("variant", ""), rows)
     order, axis = setting.order, setting.axis
     try:
-        target = target_observations(platform, axis, order=order)
+        # the daemon's target (Recommender._submit): its push's candidates
+        target = target_observations(platform, axis, max_cores=setting.measured_cores,
+                                     order=order)
     except Exception:  # a platform the grid cannot be read from: validate by k-fold
         target = None
     try:
@@ -334,7 +337,6 @@ def latest_recommendations(recs: list[dict[str, Any]]) -> dict[tuple, dict[str, 
 def topology_rows(platform: dict[str, Any]) -> list[tuple[str, str]]:
     """(what, value) rows describing a board for people."""
     p = platform or {}
-    freqs = ((p.get("cpufreq") or {}).get("frequencies_khz")) or {}
 
     def cpus(xs: Any) -> str:
         return " ".join("{" + format_cpu_list(x) + "}" for x in xs or [])
@@ -345,7 +347,7 @@ def topology_rows(platform: dict[str, Any]) -> list[tuple[str, str]]:
             ("NUMA nodes", cpus(p.get("numa_nodes"))),
             ("SMT siblings", cpus([s for s in p.get("smt_siblings") or [] if len(s) > 1])
              or "none (one thread per core)")]
-    rows += policy_rows(p.get("policies") or [], freqs)
+    rows += policy_rows(p)
     for knob in ("cpufreq", "perf", "energy"):
         info = p.get(knob) or {}
         # the source's kind, not its sysfs paths (those fill a line each)
@@ -357,20 +359,21 @@ def topology_rows(platform: dict[str, Any]) -> list[tuple[str, str]]:
     return rows
 
 
-def policy_rows(policies: list[dict[str, Any]],
-                freqs: dict[str, list[int]]) -> list[tuple[str, str]]:
+def policy_rows(platform: dict[str, Any]) -> list[tuple[str, str]]:
     """One row per set of cpufreq policies that read the same (driver, min-max, frequency
-    table), their cpus as ranges: intel_pstate's policy per cpu made 32 identical rows on a
-    32-cpu board. (The platform names no governor: it is the doctor's, as of a hello.)"""
+    table or range), their cpus as ranges: intel_pstate's policy per cpu made 32 identical
+    rows on a 32-cpu board, and read "2 frequencies" for its range. (The platform names no
+    governor: it is the doctor's, as of a hello.)"""
+    freqs = ((platform.get("cpufreq") or {}).get("frequencies_khz")) or {}
     groups: dict[tuple, list[dict[str, Any]]] = {}
-    for pol in policies:
-        table = tuple(freqs.get(pol.get("name")) or ())
-        key = (pol.get("driver"), table, pol.get("cpuinfo_min_khz"), pol.get("cpuinfo_max_khz"))
-        groups.setdefault(key, []).append(pol)
+    for pol in platform.get("policies") or []:
+        name, driver = pol.get("name"), pol.get("driver")
+        span = (offer_text(platform, str(name), driver) if freqs.get(name) else
+                f"{(pol.get('cpuinfo_min_khz') or 0) // 1000}-"
+                f"{(pol.get('cpuinfo_max_khz') or 0) // 1000} MHz")
+        groups.setdefault((driver, span), []).append(pol)
     rows = []
-    for (driver, table, lo, hi), pols in groups.items():
-        span = (f"{len(table)} frequencies {min(table) // 1000}-{max(table) // 1000} MHz"
-                if table else f"{(lo or 0) // 1000}-{(hi or 0) // 1000} MHz")
+    for (driver, span), pols in groups.items():
         sets = [p.get("cpus") or [] for p in pols]
         if len(sets) > 1 and all(len(s) == 1 for s in sets):
             where = format_cpu_list([s[0] for s in sets]) + ", a policy per cpu"
@@ -380,7 +383,9 @@ def policy_rows(policies: list[dict[str, Any]],
         numbered = [int(n[6:]) for n in names if re.fullmatch(r"policy\d+", n)]
         label = (f"policy{format_cpu_list(numbered)}" if len(numbered) == len(names) > 1
                  else ", ".join(names))
-        rows.append((f"cpufreq {label}", f"cpus {where}, {driver or '?'}, {span}"))
+        # a range's text names its driver ("(continuous, intel_pstate)")
+        said = "" if span.endswith(f", {driver})") else f"{driver or '?'}, "
+        rows.append((f"cpufreq {label}", f"cpus {where}, {said}{span}"))
     return rows
 
 
@@ -429,6 +434,8 @@ def fleet_rows(data: dict[str, Any]) -> list[dict[str, Any]]:
         out.append({"agent": a["id"], "board": a.get("board"), "platform": a.get("platform"),
                     "alive": a.get("alive"), "last_seen_s": a.get("last_seen_s"),
                     "runs": runs.get(a["id"], 0), "recommendations": sum(states.values()),
-                    "applied": sum(states.get(s, 0) for s in ("verified", "off", "failed")),
-                    "verified": states.get("verified", 0), "off": states.get("off", 0)})
+                    "applied": sum(states.get(s, 0) for s in ("verified", "unconfirmed", "off",
+                                                              "failed")),
+                    "verified": states.get("verified", 0),
+                    "unconfirmed": states.get("unconfirmed", 0), "off": states.get("off", 0)})
     return out

@@ -181,13 +181,15 @@ def build_report(data: dict[str, Any], out: Path,
 
     fleet = page.Section("Fleet", "fleet", tables=[page.Table(
         ["agent", "board", "platform", "online", "last seen", "runs", "recommendations",
-         "applied", "verified", "off"],
+         "applied", "verified", "unconfirmed", "off"],
         [[r["agent"], r["board"], r["platform"], "yes" if r["alive"] else "no",
           _ago(r["last_seen_s"]), r["runs"], r["recommendations"], r["applied"],
-          r["verified"], r["off"]] for r in fleet_rows(data)])],
+          r["verified"], r["unconfirmed"], r["off"]] for r in fleet_rows(data)])],
         notes=["applied: the agent ran the recommended configuration and measured it; "
-               "verified: the measured time lay within the prediction interval; off: it "
-               "did not."] + standing_lines(data))
+               "verified: the measured time lay within the prediction interval, which was "
+               "narrow enough to confirm the prediction; unconfirmed: within an interval too "
+               "wide for that (past twice or half the prediction); off: outside it."]
+        + standing_lines(data))
     board_secs = []
     for pid in sorted({v.group["platform"] for v in views}):
         name = boards.get(pid, pid)
