@@ -487,7 +487,13 @@ def test_two_daemons_on_one_store_share_one_re_measure_state(tmp_path, pg_url):
             db.status()), "retry 2 waiting", 20)
         (m,) = st["remeasure"]
         assert [p["cpus"] for p in m["points"]] == [[0, 1, 2], [0, 1, 2, 3]]
-        assert da.status()["remeasure"] == st["remeasure"]
+        # the one stored state; due_in_s counts down from each daemon's own reading of the
+        # clock (58.8 and 60.3 s at load 14), so it is compared to within far less than the
+        # 57 s between the two backoff steps
+        (o,) = da.status()["remeasure"]
+        assert {k: v for k, v in o.items() if k != "due_in_s"} == \
+            {k: v for k, v in m.items() if k != "due_in_s"}
+        assert abs(o["due_in_s"] - m["due_in_s"]) < 5, (o, m)
         assert len(st["jobs"]) == 2
     finally:
         a.close()
