@@ -18,6 +18,7 @@ import sys
 from typing import Any
 
 from ..shared.cpus import format_cpu_list
+from .scope_text import unknown_agent, unknown_workload
 
 # Run-record fields that mark a run as not clean, each exported as opptune_<field> in the run's
 # metadata where set ("marked": why, since records carry it; "throttled": older records).
@@ -75,6 +76,9 @@ def cmd_export(args: argparse.Namespace) -> int:
     data, rc = ask("opptune export", daemon_endpoint(args), "runs", q, timeout_s=args.timeout)
     if rc is not None:
         return rc
+    refusal = _unknown_filter(args, data.get("known"))
+    if refusal:
+        return _fail("export", refusal, 2)
     try:
         suite, summary = build_suite(data["runs"], data["boards"])
     except ValueError as exc:  # nothing to export
@@ -93,6 +97,19 @@ def cmd_export(args: argparse.Namespace) -> int:
         print(f"wrote {args.output}: {summary['benchmarks']} benchmarks, {summary['values']} "
               f"values{marked}; read it with 'python -m pyperf stats {args.output}'")
     return 0
+
+
+def _unknown_filter(args: argparse.Namespace, known: dict[str, list[str]] | None) -> str:
+    """Why --agent/--workload name nothing the daemon has, as 'opptune report' says it;
+    empty when they do (or the daemon, older, does not say what it knows)."""
+    if not known:
+        return ""
+    if args.agent and args.agent not in known["agents"]:
+        return unknown_agent(args.agent, known["agents"])
+    if args.workload and args.workload not in known["workloads"]:
+        return unknown_workload(args.workload, known["workloads"],
+                                f" by agent {args.agent}" if args.agent else "")
+    return ""
 
 
 def _scope(args: argparse.Namespace) -> str:

@@ -320,12 +320,28 @@ def test_a_suite_imports_each_benchmark_as_its_workload(cluster, tmp_path):
     assert rows == [("float", 0.3), ("nbody", 0.2), ("nbody", 0.21)]
 
 
-def test_export_of_nothing_says_so(cluster, tmp_path):
+def test_export_of_an_unknown_agent_or_workload_lists_the_known_ones(cluster, tmp_path):
+    """It said 'no successful runs to export' (exit 1) and named nothing that exists, where
+    'opptune report' with the same names answers with the known ones and exit 2."""
     out = tmp_path / "none.json"
     p = opptune("export", "--daemon", cluster.endpoint, "--workload", "nothing", "-o", str(out))
-    assert p.returncode == 1 and not out.exists()
-    assert p.stderr == ("opptune export: the daemon has no successful runs to export (for "
-                        "workload nothing)\n")
+    assert p.returncode == 2 and not out.exists()
+    assert p.stderr.startswith("opptune export: --workload nothing: no runs of it; measured: ")
+    assert "pi_integrate" in p.stderr and p.stderr.count("\n") == 1
+    p = opptune("export", "--daemon", cluster.endpoint, "--agent", "nope", "-o", str(out))
+    assert p.returncode == 2 and not out.exists()
+    assert p.stderr == ("opptune export: --agent nope: the daemon knows no such agent; known: "
+                        "test-agent ('opptune status' lists them)\n")
+    p = opptune("export", "--daemon", cluster.endpoint, "--agent", "test-agent", "--workload",
+                "nope", "-o", str(out))
+    assert p.returncode == 2 and not out.exists()
+    assert p.stderr.startswith("opptune export: --workload nope: no runs of it by agent "
+                               "test-agent; measured: ")
+
+
+def test_export_of_nothing_says_so():
+    with pytest.raises(ValueError, match="the daemon has no successful runs to export"):
+        build_suite([], {})
 
 
 def test_import_refuses_a_frequency_the_boards_cpufreq_does_not_offer(tmp_path):
@@ -402,3 +418,4 @@ def test_import_names_the_boards_cpus_as_a_set_and_what_was_given_as_given(tmp_p
         import_runs(daemon, {"agent": "x86", "workload": "w", "cores": 2, "cpus": [17, 17]})
     assert str(exc.value).endswith("cpus must name 2 cpus of agent 'x86' (0-31), as many as "
                                    "cores and none twice; got 17,17")
+
