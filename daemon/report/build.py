@@ -76,7 +76,9 @@ def _group_section(view: GroupView, out: Path, images: list[Path]) -> page.Secti
         sec.figures.append(page.Figure(path.name, f"{kind} of {view.label}", caption))
 
     fig("scaling", lambda p: plots.scaling(view, p),
-        "Time over cores: measured medians (dots), the fitted model (line) with its 90 % "
+        "Time over cores: the medians of the runs not marked for interference (dots; "
+        "hollow where a configuration has marked runs only, which the fit leaves out), the "
+        "fitted model (line) with its 90 % "
         "prediction interval (band), one colour per measured frequency; the star is the "
         "recommended configuration at its measured (else predicted) time.")
     g = view.grid
