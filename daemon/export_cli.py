@@ -18,6 +18,7 @@ import sys
 from typing import Any
 
 from ..shared.cpus import format_cpu_list
+from .scope_text import unknown_agent, unknown_workload
 
 # Run-record fields that mark a run as not clean, each exported as opptune_<field> in the run's
 # metadata where set ("marked": why, since records carry it; "throttled": older records).
@@ -29,16 +30,23 @@ def add_parsers(sub: argparse._SubParsersAction, add_link_options) -> None:
         "export", help="write the daemon's measurements as a pyperf BenchmarkSuite (JSON) "
                        "that 'python -m pyperf stats/hist/compare_to' read",
         description="One benchmark per workload x configuration, named like "
-                    "'pi_integrate/small/4cores@1400MHz' (the board is prefixed when the runs "
-                    "come from several boards); cores, cpus, frequencies, board, agent and "
-                    "variant are in its metadata. Every successful run is a value, its energy "
-                    "(where measured) in its metadata; marked runs (throttled, ...) are "
-                    "included with the mark in their metadata.")
+                    "'pi_integrate/small/4cores@1400MHz' without the board, so that 'python "
+                    "-m pyperf compare_to a.json b.json' matches the exports of two boards "
+                    "(--agent A, then --agent B) configuration by configuration; cores, cpus, "
+                    "frequencies, board, agent and variant are in its metadata. Runs of "
+                    "several boards go in one file only with --board-in-name. Every "
+                    "successful run is a value, its energy (where measured) in its metadata; "
+                    "marked runs (throttled, ...) are included with the mark in their "
+                    "metadata.")
     add_link_options(p)
     p.add_argument("--format", choices=("pyperf",), default="pyperf",
                    help="the file's format (pyperf, the default)")
     p.add_argument("--workload", help="only this workload")
     p.add_argument("--agent", help="only this agent's runs")
+    p.add_argument("--board-in-name", action="store_true",
+                   help="prefix every benchmark's name with its board ('rpi4:pi_integrate/"
+                        "...'): needed to export several boards' runs into one file; names "
+                        "then match only exports made with it too")
     p.add_argument("-o", "--output", required=True, metavar="FILE.json",
                    help="file to write (replaced if it exists)")
     p.set_defaults(func=cmd_export, timeout=30.0)
@@ -75,8 +83,13 @@ def cmd_export(args: argparse.Namespace) -> int:
     data, rc = ask("opptune export", daemon_endpoint(args), "runs", q, timeout_s=args.timeout)
     if rc is not None:
         return rc
+    refusal = _unknown_filter(args, data.get("known"))
+    if refusal:
+        return _fail("export", refusal, 2)
     try:
-        suite, summary = build_suite(data["runs"], data["boards"])
+        suite, summary = build_suite(data["runs"], data["boards"], args.board_in_name)
+    except SeveralBoards as exc:
+        return _fail("export", str(exc), 2)
     except ValueError as exc:  # nothing to export
         return _fail("export", f"{exc}{_scope(args)}", 1)
     try:
@@ -95,6 +108,19 @@ def cmd_export(args: argparse.Namespace) -> int:
     return 0
 
 
+def _unknown_filter(args: argparse.Namespace, known: dict[str, list[str]] | None) -> str:
+    """Why --agent/--workload name nothing the daemon has, as 'opptune report' says it;
+    empty when they do (or the daemon, older, does not say what it knows)."""
+    if not known:
+        return ""
+    if args.agent and args.agent not in known["agents"]:
+        return unknown_agent(args.agent, known["agents"])
+    if args.workload and args.workload not in known["workloads"]:
+        return unknown_workload(args.workload, known["workloads"],
+                                f" by agent {args.agent}" if args.agent else "")
+    return ""
+
+
 def _scope(args: argparse.Namespace) -> str:
     parts = [f"{k} {getattr(args, k)}" for k in ("workload", "agent") if getattr(args, k)]
     return f" (for {', '.join(parts)})" if parts else ""
@@ -105,8 +131,16 @@ def _numbers_in_order(name: str) -> list:
     return [int(t) if t.isdigit() else t for t in re.split(r"(\d+)", name)]
 
 
-def build_suite(runs: list[dict[str, Any]], boards: dict[str, str]) -> tuple[Any, dict]:
-    """(pyperf.BenchmarkSuite, summary) of the daemon's exported runs; ValueError when none."""
+class SeveralBoards(ValueError):
+    """Runs of several boards without board_in_name: their names would clash."""
+
+
+def build_suite(runs: list[dict[str, Any]], boards: dict[str, str],
+                board_in_name: bool = False) -> tuple[Any, dict]:
+    """(pyperf.BenchmarkSuite, summary) of the daemon's exported runs; ValueError when none,
+    SeveralBoards when they are of several boards and ``board_in_name`` is not set. A name
+    carries the board only with ``board_in_name`` (whatever the runs), so that the names of
+    two exports match where their configurations do: compare_to pairs benchmarks by name."""
     import pyperf
     groups: dict[tuple, list[dict[str, Any]]] = {}
     skipped = 0
@@ -120,8 +154,14 @@ def build_suite(runs: list[dict[str, Any]], boards: dict[str, str]) -> tuple[Any
         groups.setdefault(key, []).append(row)
     if not groups:
         raise ValueError("the daemon has no successful runs to export")
-    several_boards = len({k[0] for k in groups}) > 1
-    names = {key: _name(key, boards, several_boards) for key in groups}
+    platforms = sorted({k[0] for k in groups})
+    if len(platforms) > 1 and not board_in_name:
+        names = ", ".join(boards.get(p, p) for p in platforms)
+        raise SeveralBoards(f"the runs are of {len(platforms)} boards ({names}): export each "
+                            "with --agent ID and compare the files ('python -m pyperf "
+                            "compare_to a.json b.json'), or give --board-in-name to put them "
+                            "in one file, each name prefixed with its board")
+    names = {key: _name(key, boards, board_in_name) for key in groups}
     clash = {n for n in names.values() if list(names.values()).count(n) > 1}
     benchmarks, marked, values = [], 0, 0
     for key in sorted(groups, key=lambda k: (_numbers_in_order(names[k]), k[5])):
@@ -142,14 +182,14 @@ def build_suite(runs: list[dict[str, Any]], boards: dict[str, str]) -> tuple[Any
     return pyperf.BenchmarkSuite(benchmarks), summary
 
 
-def _name(key: tuple, boards: dict[str, str], several_boards: bool) -> str:
+def _name(key: tuple, boards: dict[str, str], board_in_name: bool) -> str:
     platform, workload, size, variant, cores, _cpus, freq_mhz = key
     name = f"{workload}/{size}/{cores}cores"
     if freq_mhz:
         name += f"@{freq_mhz:g}MHz"
     if variant:
         name += f"/{variant}"
-    if several_boards:
+    if board_in_name:
         name = f"{boards.get(platform, platform)}:{name}"
     return name
 

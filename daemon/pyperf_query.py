@@ -32,14 +32,25 @@ IMPORT_PREFIX = "import-"
 
 
 def runs(d: Daemon, args: dict[str, Any]) -> dict[str, Any]:
-    """``{"runs": [{agent, job_id, source, record}], "boards": {platform: name}}``."""
+    """``{"runs": [{agent, job_id, source, record}], "boards": {platform: name},
+    "known": {"agents": [...], "workloads": [...]}}``: known names the agents the daemon
+    knows and the workloads measured (by args.agent where given), so the CLI refuses a
+    filter that names nothing as 'opptune report' does."""
     workload, agent = args.get("workload"), args.get("agent")
     sources: list[tuple[str, str, str]] = []  # (id, agent, source)
+    agents = {a.agent_id for a in d.registry.all()}
+    workloads: set[str] = set()
     for j in d.store.jobs():
+        agents.add(j["agent"])
+        if agent in (None, j["agent"]):
+            workloads.add(j["workload"])
         if workload in (None, j["workload"]) and agent in (None, j["agent"]):
             src = "import" if j["job_id"].startswith(IMPORT_PREFIX) else "sweep"
             sources.append((j["job_id"], j["agent"], src))
     for r in d.store.recommendations():
+        agents.add(r["agent"])
+        if agent in (None, r["agent"]):
+            workloads.add(r["workload"])
         if workload in (None, r["workload"]) and agent in (None, r["agent"]):
             sources.append((r["config_id"], r["agent"], "verification"))
     out, boards = [], {}
@@ -53,7 +64,8 @@ def runs(d: Daemon, args: dict[str, Any]) -> dict[str, Any]:
             out.append({"agent": who, "job_id": job_id, "source": source, "record": raw})
             if rec.platform not in boards:
                 boards[rec.platform] = board_name(d.store.platform(rec.platform), rec.platform)
-    return {"runs": out, "boards": boards}
+    return {"runs": out, "boards": boards,
+            "known": {"agents": sorted(agents), "workloads": sorted(workloads)}}
 
 
 def import_runs(d: Daemon, args: dict[str, Any]) -> dict[str, Any]:

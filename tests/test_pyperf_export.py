@@ -320,12 +320,28 @@ def test_a_suite_imports_each_benchmark_as_its_workload(cluster, tmp_path):
     assert rows == [("float", 0.3), ("nbody", 0.2), ("nbody", 0.21)]
 
 
-def test_export_of_nothing_says_so(cluster, tmp_path):
+def test_export_of_an_unknown_agent_or_workload_lists_the_known_ones(cluster, tmp_path):
+    """It said 'no successful runs to export' (exit 1) and named nothing that exists, where
+    'opptune report' with the same names answers with the known ones and exit 2."""
     out = tmp_path / "none.json"
     p = opptune("export", "--daemon", cluster.endpoint, "--workload", "nothing", "-o", str(out))
-    assert p.returncode == 1 and not out.exists()
-    assert p.stderr == ("opptune export: the daemon has no successful runs to export (for "
-                        "workload nothing)\n")
+    assert p.returncode == 2 and not out.exists()
+    assert p.stderr.startswith("opptune export: --workload nothing: no runs of it; measured: ")
+    assert "pi_integrate" in p.stderr and p.stderr.count("\n") == 1
+    p = opptune("export", "--daemon", cluster.endpoint, "--agent", "nope", "-o", str(out))
+    assert p.returncode == 2 and not out.exists()
+    assert p.stderr == ("opptune export: --agent nope: the daemon knows no such agent; known: "
+                        "test-agent ('opptune status' lists them)\n")
+    p = opptune("export", "--daemon", cluster.endpoint, "--agent", "test-agent", "--workload",
+                "nope", "-o", str(out))
+    assert p.returncode == 2 and not out.exists()
+    assert p.stderr.startswith("opptune export: --workload nope: no runs of it by agent "
+                               "test-agent; measured: ")
+
+
+def test_export_of_nothing_says_so():
+    with pytest.raises(ValueError, match="the daemon has no successful runs to export"):
+        build_suite([], {})
 
 
 def test_import_refuses_a_frequency_the_boards_cpufreq_does_not_offer(tmp_path):
@@ -402,3 +418,47 @@ def test_import_names_the_boards_cpus_as_a_set_and_what_was_given_as_given(tmp_p
         import_runs(daemon, {"agent": "x86", "workload": "w", "cores": 2, "cpus": [17, 17]})
     assert str(exc.value).endswith("cpus must name 2 cpus of agent 'x86' (0-31), as many as "
                                    "cores and none twice; got 17,17")
+
+
+def test_exports_of_two_boards_compare_by_configuration(tmp_path):
+    """A one-board export named 'w/...' and a fleet export 'board:w/...', so compare_to of
+    the two said "no benchmark in common". Names carry no board (two boards' exports compare
+    configuration by configuration); several boards in one file only with board_in_name,
+    which prefixes every name, one board's too."""
+    from opptune.daemon.export_cli import SeveralBoards
+
+    def rows(platform, times):
+        return [{"agent": platform, "job_id": "job-" + platform, "source": "sweep",
+                 "record": {"platform": platform, "workload": "w", "input": "small",
+                            "cores": 2, "cpus": [0, 1], "threads": 2, "freq_mhz": 1400.0,
+                            "rep": i, "time_s": t}} for i, t in enumerate(times)]
+    boards = {"pa": "rpi4", "pb": "rpi5"}
+    files = {}
+    for platform, times in (("pa", [2.0, 2.1, 2.05]), ("pb", [1.0, 1.05, 1.02])):
+        suite, summary = build_suite(rows(platform, times), boards)
+        assert summary["names"] == ["w/small/2cores@1400MHz"]
+        files[platform] = tmp_path / f"{platform}.json"
+        suite.dump(str(files[platform]))
+    p = pyperf_cli("compare_to", str(files["pa"]), str(files["pb"]))
+    assert p.returncode == 0, p.stderr
+    assert "Mean +- std dev: [pa] 2.05 sec +- 0.05 sec -> [pb] 1.02 sec" in p.stdout
+
+    both = rows("pa", [2.0]) + rows("pb", [1.0])
+    with pytest.raises(SeveralBoards, match=r"of 2 boards \(rpi4, rpi5\): export each with "
+                                            r"--agent ID .* or give --board-in-name"):
+        build_suite(both, boards)
+    _, summary = build_suite(both, boards, board_in_name=True)
+    assert summary["names"] == ["rpi4:w/small/2cores@1400MHz", "rpi5:w/small/2cores@1400MHz"]
+    _, summary = build_suite(rows("pa", [2.0]), boards, board_in_name=True)
+    assert summary["names"] == ["rpi4:w/small/2cores@1400MHz"]
+
+
+def test_export_board_in_name_prefixes_the_board(cluster, tmp_path):
+    out = tmp_path / "b.json"
+    p = opptune("export", "--daemon", cluster.endpoint, "--workload", "pi_integrate",
+                "--board-in-name", "-o", str(out), "--json")
+    assert p.returncode == 0, p.stderr
+    names = json.loads(p.stdout)["names"]
+    board = pyperf.BenchmarkSuite.load(str(out)).get_benchmarks()[0].get_metadata()[
+        "opptune_board"]
+    assert names == [f"{board}:pi_integrate/small/1cores", f"{board}:pi_integrate/small/2cores"]

@@ -452,13 +452,14 @@ def test_the_report_query_gives_each_groups_runs_and_fit_rows_from_one_pass(tmp_
         assert [e["group"]["workload"] for e in data["points"]] == ["w1", "w2"]
         for e in data["points"]:
             g = Group(**e["group"])
-            assert sorted(map(tuple, e["runs"])) == sorted(r[:4] for r in d.store.run_points()[g])
+            assert sorted(map(tuple, e["runs"])) == sorted((*r[:4], r[5])
+                                                           for r in d.store.run_points()[g])
             assert sorted(map(tuple, e["fit_runs"])) == sorted(d.store.group_runs(g))
         w1 = data["points"][0]
         assert sorted(map(tuple, w1["fit_runs"])) == [(1, None, 2.0), (1, None, 2.2),
                                                       (2, None, 1.1)]
-        assert [(p.cores, p.time_s) for p in median_points(w1["runs"])] == \
-            [(1, 2.2), (2, 1.1)]  # every run drawn, pre-drift and marked too
+        assert [(p.cores, p.time_s, p.runs) for p in median_points(w1["runs"])] == \
+            [(1, 2.2, 3), (2, 4.55, 2)]  # pre-drift runs drawn (9.0, 8.0), the marked not
     finally:
         d.close()
 
@@ -600,3 +601,37 @@ def test_a_group_whose_clean_runs_are_at_one_core_count_says_why_there_is_no_mod
         "counts; 3 of the 6 runs are left out: marked for interference, throttled, or from "
         "before a drift ('opptune status' says which; the daemon re-measures marked points "
         "when the board is quiet, accept_load = true fits them)")
+
+
+def test_the_plotted_medians_leave_marked_runs_out_as_the_fit_does(tmp_path, monkeypatch):
+    """The scaling figure's medians took every run, those marked for interference too, while
+    the fit left them out: a point sat off its curve for runs nobody trusts. A point's median
+    is of its clean runs; one with marked runs only is drawn hollow and said in the legend."""
+    from opptune.daemon.report import plots
+    from opptune.daemon.report.analysis import analyse_group, median_points
+    clean = [[c, None, 4.0 / c * k, None, False] for c in (1, 2, 4) for k in (1.0, 1.02, 0.99)]
+    busy = [[2, None, 9.0, None, True], [2, None, 9.5, None, True],
+            [3, None, 7.0, None, True]]
+    points = median_points(clean + busy)
+    assert [(p.cores, round(p.time_s, 6), p.runs, p.marked) for p in points] == [
+        (1, 4.0, 3, False), (2, 2.0, 3, False), (3, 7.0, 1, True), (4, 1.0, 3, False)]
+    # a daemon before the mark sends 4 fields: every run counts
+    assert [p.runs for p in median_points([r[:4] for r in clean + busy])] == [3, 5, 1, 3]
+
+    entry = {"group": {"platform": "p1", "workload": "w", "input": "small", "variant": ""},
+             "runs": clean + busy, "fit_runs": [r[:3] for r in clean]}
+    plat = {"n_cpus": 4, "sweep_order": [0, 1, 2, 3], "clusters": [[0, 1, 2, 3]]}
+    view = analyse_group(entry, plat, "board", None)
+    assert view.curves, view.model_note
+    figs = []
+    monkeypatch.setattr(plots.plt, "close", figs.append)
+    plots.scaling(view, tmp_path / "scaling.png")
+    fig, = figs
+    ax, = fig.axes
+    drawn = {(x, y, line.get_markerfacecolor() == "none")
+             for line in ax.get_lines() if line.get_marker() == "o"
+             for x, y in line.get_xydata()}
+    assert {(x, round(y, 6), hollow) for x, y, hollow in drawn} == {
+        (1.0, 4.0, False), (2.0, 2.0, False), (3.0, 7.0, True), (4.0, 1.0, False)}
+    assert "marked runs only (not fitted)" in ax.get_legend_handles_labels()[1]
+    plots.plt.close(fig)

@@ -40,6 +40,7 @@ class Point:
     time_s: float  # median of its runs
     energy_j: float | None  # median of the runs that have energy
     runs: int
+    marked: bool = False  # its runs are all marked for interference (no clean one)
 
 
 @dataclass
@@ -92,20 +93,28 @@ class GroupView:
 
 
 def median_points(runs: list[list[Any]]) -> list[Point]:
-    """Runs [cores, freq_mhz, time_s, energy_j] -> one point per configuration (medians)."""
+    """Runs [cores, freq_mhz, time_s, energy_j, marked] -> one point per configuration: the
+    medians of its clean runs, as the fit leaves marked ones out; of its marked runs where it
+    has no clean one (Point.marked). A daemon before the mark sends 4 fields: all clean."""
     by: dict[tuple[int, float | None], list[list[Any]]] = {}
     for r in runs:
         by.setdefault((int(r[0]), None if r[1] is None else float(r[1])), []).append(r)
     out = []
-    for (c, f), rs in sorted(by.items(), key=lambda kv: (kv[0][0], kv[0][1] or 0.0)):
+    for (c, f), every in sorted(by.items(), key=lambda kv: (kv[0][0], kv[0][1] or 0.0)):
+        rs = [r for r in every if not _marked(r)] or every
         energies = [r[3] for r in rs if r[3] is not None and r[3] > 0]
         times = [float(r[2]) for r in rs if r[2] is not None and r[2] > 0]
         # the time's median is pyperf's (shared/point_stats.py); only the median: point_stats'
         # interval and stability checks took 0.36 ms a point, 3 s for a store's 8,224
         out.append(Point(c, f, benchmark(times).median() if times else
                          statistics.median(r[2] for r in rs),
-                         statistics.median(energies) if energies else None, len(rs)))
+                         statistics.median(energies) if energies else None, len(rs),
+                         marked=_marked(rs[0])))
     return out
+
+
+def _marked(run: list[Any]) -> bool:
+    return len(run) > 4 and bool(run[4])
 
 
 def pareto_front(times: np.ndarray, energies: np.ndarray) -> list[int]:

@@ -16,6 +16,7 @@ from . import page, plots
 from .analysis import (GroupView, analyse_groups, drawn_groups, fleet_rows, group_key,
                        kernel_traits, latest_recommendations, topology_rows)
 from ..status_view import standing_text, state_text
+from ..scope_text import unknown_agent, unknown_workload
 from .cli import DEFAULT_MAX_GROUPS
 
 TITLE = "opptune report"
@@ -75,7 +76,9 @@ def _group_section(view: GroupView, out: Path, images: list[Path]) -> page.Secti
         sec.figures.append(page.Figure(path.name, f"{kind} of {view.label}", caption))
 
     fig("scaling", lambda p: plots.scaling(view, p),
-        "Time over cores: measured medians (dots), the fitted model (line) with its 90 % "
+        "Time over cores: the medians of the runs not marked for interference (dots; "
+        "hollow where a configuration has marked runs only, which the fit leaves out), the "
+        "fitted model (line) with its 90 % "
         "prediction interval (band), one colour per measured frequency; the star is the "
         "recommended configuration at its measured (else predicted) time.")
     g = view.grid
@@ -106,8 +109,7 @@ def select_entries(data: dict[str, Any], workload: str | None = None,
     if agent is not None:
         known = {a["id"]: a["platform"] for a in data.get("agents") or []}
         if agent not in known:
-            raise NoGroups(f"--agent {agent}: the daemon knows no such agent; known: "
-                           f"{_some(sorted(known))} ('opptune status' lists them)")
+            raise NoGroups(unknown_agent(agent, known))
         entries = [e for e in entries if e["group"]["platform"] == known[agent]]
         if not entries:
             raise NoGroups(f"--agent {agent}: nothing measured on its board yet")
@@ -115,19 +117,9 @@ def select_entries(data: dict[str, Any], workload: str | None = None,
         names = sorted({e["group"]["workload"] for e in entries})
         entries = [e for e in entries if e["group"]["workload"] == workload]
         if not entries:
-            raise NoGroups(f"--workload {workload}: no runs of it"
-                           + (f" on agent {agent}'s board" if agent else "")
-                           + (f"; measured: {_some(names)}" if names else
-                              "; nothing is measured there yet"))
+            raise NoGroups(unknown_workload(workload, names,
+                                            f" on agent {agent}'s board" if agent else ""))
     return entries
-
-
-def _some(names: list[str], most: int = 8) -> str:
-    """``a, b, c`` or ``a, b, ... (N in all)``: a list a line can hold."""
-    if not names:
-        return "none"
-    more = len(names) - most
-    return ", ".join(names[:most]) + (f", ... ({len(names)} in all)" if more > 0 else "")
 
 
 def build_report(data: dict[str, Any], out: Path,

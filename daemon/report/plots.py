@@ -61,13 +61,19 @@ def scaling_figure(view: GroupView) -> plt.Figure:
     for k, f in enumerate(freqs):
         colour = colours(k / max(len(freqs) - 1, 1))
         label = "governor" if f is None else f"{f:g} MHz"
-        pts = [p for p in view.points if p.freq_mhz == f]
+        pts = [p for p in view.points if p.freq_mhz == f and not p.marked]
         ax.plot([p.cores for p in pts], [p.time_s for p in pts], "o", color=colour,
                 label=f"measured, {label}")
+        # hollow: a configuration whose runs are all marked for interference, which the fit
+        # leaves out; its median is drawn so that the measurement is seen, not trusted
+        pts = [p for p in view.points if p.freq_mhz == f and p.marked]
+        ax.plot([p.cores for p in pts], [p.time_s for p in pts], "o", mfc="none", mec=colour)
         for c in curves:
             if c.freq_mhz == f or (len(curves) == 1 and len(freqs) == 1):
                 ax.plot(c.cores, c.value, "-", color=colour, lw=1.2)
                 ax.fill_between(c.cores, c.lower, c.upper, color=colour, alpha=0.18, lw=0)
+    if any(p.marked for p in view.points):
+        ax.plot([], [], "o", mfc="none", mec="grey", label="marked runs only (not fitted)")
     rec = _rec_point(view)
     if rec is not None and view.recommendation.get("predicted_time_s"):
         r = view.recommendation
