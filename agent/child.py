@@ -12,7 +12,7 @@ import subprocess
 import sys
 import time
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Mapping
 
 TICK_S = 0.05   # poll period where no pidfd can wake the wait, and while a killed child dies
 
@@ -84,7 +84,7 @@ def interpreter_refused(run_as: RunAs) -> str | None:
     The kernels, virtual and pyperf workloads run with it, and an interpreter installed
     under a home of mode 0700 (/root) would fail every one of their runs."""
     try:
-        proc = spawn([sys.executable, "-c", "import opptune"], dict(os.environ), None,
+        proc = spawn([sys.executable, "-c", "import opptune"], user_env(run_as), None,
                      subprocess.DEVNULL, subprocess.PIPE, run_as)
     except OSError as exc:
         return exc.strerror or str(exc)
@@ -100,10 +100,21 @@ def interpreter_refused(run_as: RunAs) -> str | None:
     return lines[-1] if lines else f"exit status {proc.returncode}"
 
 
+def user_env(run_as: RunAs | None, base: Mapping[str, str] | None = None) -> dict[str, str]:
+    """``base`` (None: this process's environment) with the HOME, USER and LOGNAME of
+    ``run_as`` (None: unchanged): what a workload's own ``env`` is laid over, so that a HOME
+    it configured wins over the user's (nobody's is /nonexistent)."""
+    env = dict(os.environ if base is None else base)
+    if run_as is not None:
+        env.update({"HOME": run_as.home, "USER": run_as.name, "LOGNAME": run_as.name})
+    return env
+
+
 def spawn(argv: list[str], env: dict[str, str], cpus: list[int] | None, out: Any,
           err: Any, run_as: RunAs | None = None) -> subprocess.Popen:
     """Start the child already bound to ``cpus`` (None: not pinned), as ``run_as`` when given
-    (its uid, gid and supplementary groups, set in the child between fork and exec).
+    (its uid, gid and supplementary groups, set in the child between fork and exec; ``env``
+    is used as given: :func:`user_env` makes the user's).
 
     Why not preexec_fn: it is unsafe in a threaded process. A forked child inherits the
     affinity of the *calling thread*, so this thread narrows its own mask around the fork and
@@ -112,7 +123,6 @@ def spawn(argv: list[str], env: dict[str, str], cpus: list[int] | None, out: Any
     kw: dict[str, Any] = {}
     if run_as is not None:
         kw = {"user": run_as.uid, "group": run_as.gid, "extra_groups": list(run_as.groups)}
-        env = {**env, "HOME": run_as.home, "USER": run_as.name, "LOGNAME": run_as.name}
     if cpus is None:
         return subprocess.Popen(argv, env=env, stdin=subprocess.DEVNULL, stdout=out,
                                 stderr=err, close_fds=True, start_new_session=True, **kw)

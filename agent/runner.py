@@ -17,7 +17,7 @@ import time
 from typing import Any, Callable
 
 from ..shared.records import NOT_RUN, RunRecord
-from .child import AbortSignal, RunAs, observed_affinity, spawn, wait
+from .child import AbortSignal, RunAs, observed_affinity, spawn, user_env, wait
 from .meters.interference import mark_reason
 from .meters.rusage import RusageMeter
 from .run_output import MAX_ERR_TEXT, last_json, merge_json, read_captured
@@ -211,7 +211,7 @@ class Runner:
             rec.invalid["freq_observed_mhz"] = f"{off_board}; its clock is not observed"
         try:
             argv, env = self.workloads.argv_for(spec.workload, spec.size, spec.threads,
-                                                spec.cpus)
+                                                spec.cpus, user_env(self.run_as))
         except WorkloadError as exc:
             rec.ok, rec.error, rec.started_at = False, str(exc), time.time()
             return rec
