@@ -201,3 +201,31 @@ def test_cancel_queued_jobs_in_the_daemon_and_on_the_agent_and_an_unknown_id(tmp
         assert p.returncode == 2 and len(p.stderr.splitlines()) == 1, p.stderr
     finally:
         c.stop()
+
+
+def dead(pid: int) -> bool:
+    """Whether the process has ended (a zombie not yet reaped by init counts as ended)."""
+    try:
+        with open(f"/proc/{pid}/stat") as fh:
+            return fh.read().rpartition(")")[2].split()[0] == "Z"
+    except FileNotFoundError:
+        return True
+
+
+def test_a_killed_agent_takes_its_running_workload_with_it(tmp_path):
+    """An agent killed with SIGKILL (the OOM killer, kill -9) left its workload's process
+    running: the restarted agent resumed the job and started a fresh run beside the orphan,
+    which skewed every measurement on the board until it ended (cancel never stopped it).
+    The child now dies with the agent (parent-death signal)."""
+    c = board(tmp_path)
+    try:
+        sweep(c, "slow")
+        pidfile = tmp_path / "pids" / "2"
+        pid = int(wait_until(lambda: pidfile.exists() and pidfile.read_text().strip(),
+                             "the hanging run's process", 60, c.logs))
+        assert not dead(pid)
+        c.kill("agent")
+        wait_until(lambda: dead(pid), "the run's process to die with the agent", 30, c.logs)
+    finally:
+        c.stop()
+
