@@ -1,9 +1,10 @@
 """The workload's child process: started already bound to its cpus in a session of its own,
-waited for with a timeout, woken at once by an abort from another thread, killed with its
+dying with the agent, waited for with a timeout, woken at once by an abort from another thread, killed with its
 whole process group, and reaped with ``os.wait4`` so its rusage is the child tree's own."""
 
 from __future__ import annotations
 
+import ctypes
 import os
 import pwd
 import select
@@ -12,9 +13,40 @@ import subprocess
 import sys
 import time
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Callable, Mapping
 
 TICK_S = 0.05   # poll period where no pidfd can wake the wait, and while a killed child dies
+PR_SET_PDEATHSIG = 1  # linux/prctl.h
+
+
+def _load_prctl() -> Callable[..., int] | None:
+    """libc's prctl, resolved once here: the child calls it between fork and exec, where
+    nothing may be looked up (None off Linux or without it)."""
+    if not sys.platform.startswith("linux"):
+        return None
+    try:
+        return ctypes.CDLL(None).prctl
+    except (OSError, AttributeError):
+        return None
+
+
+_PRCTL = _load_prctl()
+
+
+def _dies_with(parent: int) -> Callable[[], None] | None:
+    """What the child runs before exec so that it gets SIGKILL when the agent dies, however
+    it dies (kill -9, the OOM killer): a workload left running skews every later run on the
+    board. Set after the uid/gid change, which would clear it; if the agent already died
+    before it was set, the child is someone else's and kills itself."""
+    if _PRCTL is None:
+        return None
+    prctl, kill_sig = _PRCTL, int(signal.SIGKILL)
+
+    def die_with_parent() -> None:
+        prctl(PR_SET_PDEATHSIG, kill_sig, 0, 0, 0)
+        if os.getppid() != parent:
+            os.kill(os.getpid(), kill_sig)
+    return die_with_parent
 
 
 class AbortSignal:
@@ -84,7 +116,7 @@ def interpreter_refused(run_as: RunAs) -> str | None:
     The kernels, virtual and pyperf workloads run with it, and an interpreter installed
     under a home of mode 0700 (/root) would fail every one of their runs."""
     try:
-        proc = spawn([sys.executable, "-c", "import opptune"], dict(os.environ), None,
+        proc = spawn([sys.executable, "-c", "import opptune"], user_env(run_as), None,
                      subprocess.DEVNULL, subprocess.PIPE, run_as)
     except OSError as exc:
         return exc.strerror or str(exc)
@@ -100,19 +132,35 @@ def interpreter_refused(run_as: RunAs) -> str | None:
     return lines[-1] if lines else f"exit status {proc.returncode}"
 
 
+def user_env(run_as: RunAs | None, base: Mapping[str, str] | None = None) -> dict[str, str]:
+    """``base`` (None: this process's environment) with the HOME, USER and LOGNAME of
+    ``run_as`` (None: unchanged): what a workload's own ``env`` is laid over, so that a HOME
+    it configured wins over the user's (nobody's is /nonexistent)."""
+    env = dict(os.environ if base is None else base)
+    if run_as is not None:
+        env.update({"HOME": run_as.home, "USER": run_as.name, "LOGNAME": run_as.name})
+    return env
+
+
 def spawn(argv: list[str], env: dict[str, str], cpus: list[int] | None, out: Any,
           err: Any, run_as: RunAs | None = None) -> subprocess.Popen:
     """Start the child already bound to ``cpus`` (None: not pinned), as ``run_as`` when given
-    (its uid, gid and supplementary groups, set in the child between fork and exec).
+    (its uid, gid and supplementary groups, set in the child between fork and exec; ``env``
+    is used as given: :func:`user_env` makes the user's).
 
     Why not preexec_fn: it is unsafe in a threaded process. A forked child inherits the
     affinity of the *calling thread*, so this thread narrows its own mask around the fork and
     widens it again; the rest of the process is untouched. Popen's user/group/extra_groups
-    drop privileges in the same fork-safe C code."""
-    kw: dict[str, Any] = {}
+    drop privileges in the same fork-safe C code.
+
+    The one exception is the parent-death signal (:func:`_dies_with`), which only the child
+    can ask for: a single foreign call and getppid, no lock or import, so the hazard (a lock
+    another thread held at fork) does not arise. The kernel sends it when the *thread* that
+    forked ends, not the process: the caller must wait for the child in the same thread, as
+    the runner's worker does (:func:`wait`)."""
+    kw: dict[str, Any] = {"preexec_fn": _dies_with(os.getpid())}
     if run_as is not None:
-        kw = {"user": run_as.uid, "group": run_as.gid, "extra_groups": list(run_as.groups)}
-        env = {**env, "HOME": run_as.home, "USER": run_as.name, "LOGNAME": run_as.name}
+        kw.update(user=run_as.uid, group=run_as.gid, extra_groups=list(run_as.groups))
     if cpus is None:
         return subprocess.Popen(argv, env=env, stdin=subprocess.DEVNULL, stdout=out,
                                 stderr=err, close_fds=True, start_new_session=True, **kw)

@@ -421,6 +421,17 @@ def run_agent(config, config_path: str | None = None, state_dir_option: bool = F
         print(f"opptune-agent: configuration error: {exc}", file=sys.stderr)
         state_lock.close()
         return EXIT_CONFIG
+    # Before anything is measured: a previous agent killed during a run left the workload's
+    # own children running (the child itself died with it), which would skew every run.
+    from .leftover import kill_leftovers
+    try:
+        leftovers = kill_leftovers(config.state_dir)
+    except OSError as exc:
+        log.warning("cannot check for the processes of a run a killed agent left: %s", exc)
+        leftovers = []
+    if leftovers:
+        log.warning("killed %d process(es) left running by the run a killed agent did not "
+                    "finish: pid %s", len(leftovers), ", ".join(map(str, leftovers)))
     # Before reading the platform: a previous agent killed with knobs changed left records of
     # the originals; put them back so nothing pinned is measured or saved as original.
     from .knobs.state import CPUSET_FILENAME, CpusetRecord, restore_at_start
@@ -433,7 +444,7 @@ def run_agent(config, config_path: str | None = None, state_dir_option: bool = F
         invalid["energy_j"] = (platform.get("energy") or {}).get("reason") or "no energy meter"
     runner = Runner(workloads, platform["id"], timeout_s=config.run_timeout_s,
                     virtual=bool(config.virtual_board), knobs=knobs, meters=meters,
-                    invalid_defaults=invalid, run_as=run_as)
+                    invalid_defaults=invalid, run_as=run_as, state_dir=config.state_dir)
     targets = Targets(SysFS(config.sysfs_root), virtual=bool(config.virtual_board),
                       record=CpusetRecord(os.path.join(config.state_dir, CPUSET_FILENAME),
                                           config.sysfs_root or "/"))

@@ -17,7 +17,8 @@ import time
 from typing import Any, Callable
 
 from ..shared.records import NOT_RUN, RunRecord
-from .child import AbortSignal, RunAs, observed_affinity, spawn, wait
+from . import leftover
+from .child import AbortSignal, RunAs, observed_affinity, spawn, user_env, wait
 from .meters.interference import mark_reason
 from .meters.rusage import RusageMeter
 from .run_output import MAX_ERR_TEXT, last_json, merge_json, read_captured
@@ -46,8 +47,9 @@ class Runner:
                  virtual: bool = False, knobs: list[Knob] | None = None,
                  meters: list[Meter] | None = None,
                  invalid_defaults: dict[str, str] | None = None,
-                 run_as: RunAs | None = None):
-        """``run_as``: the user the workload children run as (None: the agent's own)."""
+                 run_as: RunAs | None = None, state_dir: str | None = None):
+        """``run_as``: the user the workload children run as (None: the agent's own);
+        ``state_dir``: where the run under way is kept for the next agent (leftover.py)."""
         self.workloads = workloads
         self.platform_id = platform_id
         self.timeout_s = timeout_s
@@ -59,6 +61,7 @@ class Runner:
         self._abort = AbortSignal()
         self._cancel = AbortSignal()  # the job under way was cancelled by the daemon
         self.run_as = run_as
+        self._under_way = leftover.UnderWay(state_dir)
 
     # -- control ------------------------------------------------------------------------------
     def abort(self) -> None:
@@ -211,7 +214,7 @@ class Runner:
             rec.invalid["freq_observed_mhz"] = f"{off_board}; its clock is not observed"
         try:
             argv, env = self.workloads.argv_for(spec.workload, spec.size, spec.threads,
-                                                spec.cpus)
+                                                spec.cpus, user_env(self.run_as))
         except WorkloadError as exc:
             rec.ok, rec.error, rec.started_at = False, str(exc), time.time()
             return rec
@@ -237,7 +240,10 @@ class Runner:
                  env: dict[str, str]) -> None:
         """Start the meters, run the child, stop the meters, judge the outcome."""
         expects_json = self.workloads.get(spec.workload).expects_json
+        token = leftover.new_token()
+        env = {**env, leftover.ENV: token}
         with tempfile.TemporaryFile() as out, tempfile.TemporaryFile() as err:
+            self._under_way.begin(token)
             self._start_meters(spec)
             rec.started_at = time.time()
             t0 = time.perf_counter()
@@ -248,11 +254,13 @@ class Runner:
                 proc = spawn(argv, env, None if self.virtual else spec.cpus, out, err,
                              self.run_as)
             except OSError as exc:
+                self._under_way.end()
                 rec.ok, rec.error = False, f"cannot start {argv[0]}: {exc.strerror or exc}"
                 return
             affinity = None if self.virtual else observed_affinity(proc.pid)
             status, ru, why = wait(proc, self.timeout_s, self._abort, self._cancel)
             wall = time.perf_counter() - t0
+            self._under_way.end()
             if why == "aborted":
                 raise Aborted("agent stopping")
             if why == "cancelled":

@@ -13,7 +13,7 @@ import logging
 import os
 import sys
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Mapping
 
 from .. import __version__
 from ..shared.config import AgentConfig, CommandWorkload
@@ -173,14 +173,15 @@ class Workloads:
                                 f"{', '.join(w.sizes)}")
         return w
 
-    def argv_for(self, name: str, size: str, threads: int,
-                 cpus: list[int]) -> tuple[list[str], dict[str, str]]:
-        """The argv and full environment of one run. Raises WorkloadError when unknown."""
+    def argv_for(self, name: str, size: str, threads: int, cpus: list[int],
+                 base_env: Mapping[str, str] | None = None) -> tuple[list[str], dict[str, str]]:
+        """The argv and full environment of one run: ``base_env`` (None: this process's)
+        with the workload's own ``env`` over it. Raises WorkloadError when unknown."""
         w = self.check(name, size)
         if threads < 1:
             raise WorkloadError(f"threads must be >= 1, got {threads}")
         cpu_text = ",".join(str(c) for c in cpus)
-        env = dict(os.environ)
+        env = dict(os.environ if base_env is None else base_env)
         if w.kind == "kernel":
             if self.virtual_board:
                 argv = [sys.executable, "-m", "opptune.agent.virtual_workload",

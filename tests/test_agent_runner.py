@@ -275,3 +275,20 @@ def test_perf_meter_plugs_in():
     for name, value in rec.counters.items():
         assert value is not None or f"counter:{name}" in rec.invalid
     assert rec.counters["task-clock"] and rec.counters["task-clock"] > 0
+
+
+def test_the_run_under_way_is_kept_while_it_runs_and_its_token_reaches_it(tmp_path):
+    """The token a killed agent's successor looks for (agent/leftover.py): in the run's
+    environment and in the state directory while the run goes on, gone once it is reaped; a
+    record whose processes have all ended kills nothing and is removed."""
+    from opptune.agent import leftover
+    record = tmp_path / leftover.FILENAME
+    probe = CommandWorkload("probe", [PY, "-c", "import os,sys; sys.exit(0 if open("
+                                      f"{str(record)!r}).read() == os.environ"
+                                      f"[{leftover.ENV!r}] else 3)"])
+    rec = Runner(make_workloads([probe]), "p", state_dir=str(tmp_path)).run_once(
+        RunSpec("probe", "default", CPUS, 1))
+    assert rec.ok, rec.error
+    assert not record.exists()
+    record.write_text(leftover.new_token())
+    assert leftover.kill_leftovers(str(tmp_path)) == [] and not record.exists()

@@ -34,12 +34,14 @@ def board(tmp_path, **daemon) -> Cluster:
     pids.mkdir()
     slow = ["sh", "-c", f"echo $$ > {pids}/{{threads}}; test {{threads}} -lt 2 && "
                         "echo '{\"time_s\": 0.01}' && exit 0; exec sleep 300"]
+    # a script whose own child hangs: the grandchild writes its pid
+    tree = ["sh", "-c", f"sleep 300 & echo $! > {pids}/tree; wait"]
     c = Cluster(tmp_path, kernels=(), auto_sweep=False, max_cores=4, reps=1,
                 extra_daemon={"auto_recommend": False, **daemon},
                 extra_agent={"virtual_board": "rpi4", "run_timeout_s": 240.0})
     c.agent_toml.write_text(c.agent_toml.read_text() + "".join(
         f"[[workloads]]\nname = \"{name}\"\ncommand = {json.dumps(cmd)}\n"
-        for name, cmd in (("slow", slow), ("quick", ["true"]))))
+        for name, cmd in (("slow", slow), ("quick", ["true"]), ("tree", tree))))
     c.start_daemon()
     c.start_agent()
     try:
@@ -199,5 +201,57 @@ def test_cancel_queued_jobs_in_the_daemon_and_on_the_agent_and_an_unknown_id(tmp
             "store; 'opptune status' lists the jobs"]
         p = opptune("cancel", "--daemon", c.endpoint)
         assert p.returncode == 2 and len(p.stderr.splitlines()) == 1, p.stderr
+    finally:
+        c.stop()
+
+
+def dead(pid: int) -> bool:
+    """Whether the process has ended (a zombie not yet reaped by init counts as ended)."""
+    try:
+        with open(f"/proc/{pid}/stat") as fh:
+            return fh.read().rpartition(")")[2].split()[0] == "Z"
+    except FileNotFoundError:
+        return True
+
+
+def test_a_killed_agent_takes_its_running_workload_with_it(tmp_path):
+    """An agent killed with SIGKILL (the OOM killer, kill -9) left its workload's process
+    running: the restarted agent resumed the job and started a fresh run beside the orphan,
+    which skewed every measurement on the board until it ended (cancel never stopped it).
+    The child now dies with the agent (parent-death signal)."""
+    c = board(tmp_path)
+    try:
+        sweep(c, "slow")
+        pidfile = tmp_path / "pids" / "2"
+        pid = int(wait_until(lambda: pidfile.exists() and pidfile.read_text().strip(),
+                             "the hanging run's process", 60, c.logs))
+        assert not dead(pid)
+        c.kill("agent")
+        wait_until(lambda: dead(pid), "the run's process to die with the agent", 30, c.logs)
+    finally:
+        c.stop()
+
+
+def test_a_restarted_agent_kills_what_the_killed_agents_run_left(tmp_path):
+    """The workload's own children (a script's commands) do not get the parent-death signal:
+    the agent started again on the state directory kills every process of the run left under
+    way, says so in its log, and goes on with the job."""
+    c = board(tmp_path)
+    try:
+        sweep(c, "tree")
+        pidfile = tmp_path / "pids" / "tree"
+        pid = int(wait_until(lambda: pidfile.exists() and pidfile.read_text().strip(),
+                             "the script's child", 60, c.logs))
+        c.kill("agent")
+        assert not dead(pid)  # the script died with the agent, its child did not
+        pidfile.unlink()
+        c.start_agent()
+        wait_until(lambda: dead(pid), "the restarted agent to kill the leftover", 60, c.logs)
+        assert (f"killed 1 process(es) left running by the run a killed agent did not finish: "
+                f"pid {pid}") in (tmp_path / "agent.log").read_text()
+        # the job resumed: its run started again, a new child
+        again = int(wait_until(lambda: pidfile.exists() and pidfile.read_text().strip(),
+                               "the resumed run's child", 60, c.logs))
+        assert again != pid and not dead(again)
     finally:
         c.stop()

@@ -14,7 +14,7 @@ import pytest
 
 from opptune.agent import child as child_mod
 from opptune.agent import cli as agent_cli
-from opptune.agent.child import interpreter_refused, resolve_run_as, spawn
+from opptune.agent.child import interpreter_refused, resolve_run_as, spawn, user_env
 from opptune.agent.runner import Runner
 from opptune.agent.runspec import RunSpec
 from opptune.agent.workloads import Workloads
@@ -37,7 +37,7 @@ def test_child_runs_with_the_users_ids():
     with tempfile.TemporaryFile() as out, tempfile.TemporaryFile() as err:
         proc = spawn([SYS_PY, "-c", "import os; print(os.getuid(), os.getgid(), "
                       "sorted(os.getgroups()), os.environ['HOME'])"],
-                     {"PATH": "/usr/bin:/bin"}, None, out, err, user)
+                     user_env(user, {"PATH": "/usr/bin:/bin"}), None, out, err, user)
         assert proc.wait(30) == 0, err.seek(0) or err.read()
         out.seek(0)
         text = out.read().decode()
@@ -227,3 +227,21 @@ def test_run_as_beside_a_virtual_board_is_refused_at_start(monkeypatch):
     # root on purpose stays allowed (the demo runs its virtual boards so)
     assert agent_cli.workload_user(AgentConfig(virtual_board="rpi4", run_as="root"),
                                    "agent.toml") is None
+
+
+@root_only
+@need_nobody
+@need_py
+def test_the_workloads_own_env_wins_over_the_run_as_identity(tmp_path):
+    """A ``[[workloads]] env = { HOME = ... }`` was silently replaced by run_as's HOME (and
+    USER, LOGNAME), set after the workload's env: the configuration says what the program
+    needs (a HOME it can write, where nobody's is /nonexistent), so it wins; the variables it
+    does not set are still the user's."""
+    cfg = AgentConfig(bench_kernels=[], workloads=[
+        CommandWorkload("env", [SYS_PY, "-c", "import os,sys; sys.exit(0 if (os.environ['HOME'],"
+                                " os.environ['USER'], os.environ['LOGNAME']) == "
+                                f"({str(tmp_path)!r}, 'nobody', 'runner') else 3)"],
+                        env={"HOME": str(tmp_path), "LOGNAME": "runner"})])
+    rec = Runner(Workloads(cfg, catalogue={}), "p", timeout_s=30,
+                 run_as=resolve_run_as("nobody")).run_once(RunSpec("env", "default", [0], 1))
+    assert rec.ok, rec.error
