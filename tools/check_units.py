@@ -35,8 +35,9 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from check_arm import (PASS_ENV, CheckFailed, Procs, apt_packages,  # noqa: E402
-                       board_commands, cache_key, copy_tree, mounts_under, prune_logs)
+from check_arm import (PASS_ENV, CheckFailed, Interrupted, Procs,  # noqa: E402
+                       _on_signal, apt_packages, board_commands, cache_key, copy_tree,
+                       mounts_under, prune_logs)
 
 ROOT = Path(__file__).resolve().parent.parent
 SUITE = "bookworm"
@@ -740,14 +741,6 @@ class Check:
             if not good:
                 out[-1] += f" ({log.strip().splitlines()[-3:]})"
         return ok, ", ".join(out)
-
-
-class Interrupted(Exception):
-    pass
-
-
-def _on_signal(signum, _frame):
-    raise Interrupted(signal.Signals(signum).name)
 
 
 def main(argv: list[str] | None = None) -> int:
