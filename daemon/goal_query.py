@@ -11,7 +11,7 @@ from .goal_recommend import GoalError, NoPowerData, NotMeasured, recommend_goal
 from .objectives import Goal, format_seconds, format_watts, make_goal
 from .planner import clocks_never_apply, unset_clock
 from .query_worker import Deferred
-from .recommender import rests_on
+from .recommender import marked_left_out, rests_on
 from .store import Group
 from .sweeps import check_max_cores
 
@@ -176,19 +176,11 @@ def marked_note(d: Daemon, agent: str, workload: str, size: str | None,
     except HandlerError:
         return ""
     platform_id = d.registry.get(agent).platform_id
-    n, offenders = 0, []
-    for variant in runs:
-        basis = rests_on(d.store, Group(platform_id, workload, size, variant),
-                         accept_load=accept_load)
-        if not basis["marked_used"]:
-            n += basis["marked_runs"]
-            offenders += basis["offenders"]
-    if not n:
-        return ""
-    return (f"; {n} run{'s' if n != 1 else ''} marked for interference left out "
-            f"({'; '.join(dict.fromkeys(offenders))}): the daemon measures those points again "
-            "when the board is quiet ('opptune status' follows them); or --accept-load for a "
-            "recommendation that holds for the board under that load")
+    return marked_left_out(
+        d.store, [Group(platform_id, workload, size, variant) for variant in runs],
+        "the daemon measures those points again when the board is quiet ('opptune status' "
+        "follows them); or --accept-load for a recommendation that holds for the board under "
+        "that load", accept_load)
 
 
 def apply(d: Daemon, rec: dict[str, Any], target: dict[str, Any] | None = None

@@ -420,6 +420,23 @@ def rests_on(store: Store, group: Group, quality: dict[str, Any] | None = None,
             "text": "; ".join(parts)}
 
 
+def marked_left_out(store: Store, groups: list[Group], advice: str,
+                    accept_load: bool | None = None) -> str:
+    """'; N runs marked for interference left out (who): ADVICE' over ``groups`` (the
+    runs a fit that came out short could not use), empty when none was or the load is
+    accepted: the note under a 'no recommendation' of recommend and tune."""
+    n, offenders = 0, []
+    for group in groups:
+        basis = rests_on(store, group, accept_load=accept_load)
+        if not basis["marked_used"]:
+            n += basis["marked_runs"]
+            offenders += basis["offenders"]
+    if not n:
+        return ""
+    return (f"; {n} run{'s' if n != 1 else ''} marked for interference left out "
+            f"({'; '.join(dict.fromkeys(offenders))}): {advice}")
+
+
 def freq_text(freq_khz: int | None) -> str:
     """A frequency for messages; None is the governor's choice, not "None kHz"."""
     return "the governor's frequency" if freq_khz is None else f"{freq_khz} kHz"

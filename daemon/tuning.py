@@ -56,7 +56,7 @@ from .objectives import Goal
 from .planner import (TUNE_JOB_PREFIX, clocks_never_apply, cluster_orders, new_job_id,
                       offered_frequencies, sweep_order, unset_clock)
 from .recommend import candidate_grid
-from .recommender import JUDGED, rests_on, verdict
+from .recommender import JUDGED, marked_left_out, verdict
 from .registry import board_name, elsewhere_text
 from .sampling import Grid, Measured, Proposal, Sampler, fit_minimum
 from .store import TUNE_FINAL_STATES, Group
@@ -853,18 +853,11 @@ class Tuner:
     def _marked_note(self, s: Session) -> str:
         """Why runs are missing when the board was busy: '; N runs marked ... left out (...)'
         (empty when none was, or the load is accepted)."""
-        n, offenders = 0, []
-        for seg in s.segments:
-            basis = rests_on(self.d.store, Group(self._platform_id(s), s.workload, s.size,
-                                                 seg.variant), accept_load=s.accept_load)
-            if not basis["marked_used"]:
-                n += basis["marked_runs"]
-                offenders += basis["offenders"]
-        if not n:
-            return ""
-        return (f"; {n} run{'s' if n != 1 else ''} marked for interference left out "
-                f"({'; '.join(dict.fromkeys(offenders))}): tune again when the board is quiet, "
-                "or with --accept-load for the board under that load")
+        return marked_left_out(
+            self.d.store, [Group(self._platform_id(s), s.workload, s.size, seg.variant)
+                           for seg in s.segments],
+            "tune again when the board is quiet, or with --accept-load for the board under "
+            "that load", s.accept_load)
 
     def _fail(self, s: Session, reason: str) -> None:
         self._end(s, "failed", reason)

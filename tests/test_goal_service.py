@@ -15,6 +15,7 @@ from opptune.daemon.service import Daemon
 from opptune.shared import protocol as P
 from opptune.shared.config import DaemonConfig, SweepDefaults
 from opptune.shared.records import RunRecord
+from procs import wait_until
 
 NO_METER = {"id": "plat-q", "sweep_order": [0, 1, 2, 3], "cpus_online": [0, 1, 2, 3],
             "energy": {"available": False, "reason": "no RAPL, hwmon or energy model"}}
@@ -214,7 +215,9 @@ def test_a_tune_verified_within_a_too_wide_interval_ends_unconfirmed(daemon):
             a.send("result", {"job_id": msg["body"]["job_id"], "seq": 0, "of": 1,
                               "record": record(METER, len(point["cpus"]))})
         cfg = msg["body"]
-        rec = daemon.store.recommendation(cfg["config_id"])
+        # the daemon's thread stores the recommendation right after sending it
+        rec = wait_until(lambda: daemon.store.recommendation(cfg["config_id"]),
+                         "the pushed recommendation stored", 10)
         p = rec["predicted_time_s"]
         daemon.store.save_recommendation({**rec, "predicted_lower_s": 0.9 * p,
                                           "predicted_upper_s": 9.6 * p}, time.time())
