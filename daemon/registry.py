@@ -136,17 +136,24 @@ class Registry:
         now = time.time() if now is None else now
         out = {}
         for a in self.store.agents_elsewhere(self.instance, now - self.timeout_s):
-            info = self._agents.get(a["id"])
-            if info is None:
-                self.load(a["id"], a["platform"], self.store.platform(a["platform"]) or {},
-                          a["workloads"], a["last_seen"], a["doctor"], a["doctor_at"],
-                          a["agent_version"])
-            elif info.alive(self.timeout_s, now):
-                continue  # it moved away only now: it answers here until it times out
-            else:  # its hello went to the other daemon: that one stored what it runs now
-                info.version = a["agent_version"]
-            out[a["id"]] = Via(a["endpoint"], a["last_seen"])
+            if self._held_elsewhere(a, now):
+                out[a["id"]] = Via(a["endpoint"], a["last_seen"])
         return out
+
+    def _held_elsewhere(self, a: dict[str, Any], now: float) -> bool:
+        """Whether the agent of stored row ``a``, which another daemon heard, is not alive
+        here; one this daemon did not know is added, and a known one takes the version its
+        hello there stored."""
+        info = self._agents.get(a["id"])
+        if info is None:
+            self.load(a["id"], a["platform"], self.store.platform(a["platform"]) or {},
+                      a["workloads"], a["last_seen"], a["doctor"], a["doctor_at"],
+                      a["agent_version"])
+        elif info.alive(self.timeout_s, now):
+            return False  # it moved away only now: it answers here until it times out
+        else:
+            info.version = a["agent_version"]
+        return True
 
     def heard_unrecorded(self, now: float, started: float) -> dict[str, float]:
         """The agents online through a daemon sharing the store that does not say which (it
@@ -159,16 +166,8 @@ class Registry:
         out = {}
         for a in self.store.agents_heard_unrecorded(self.instance,
                                                     max(now - self.timeout_s, started)):
-            info = self._agents.get(a["id"])
-            if info is None:
-                self.load(a["id"], a["platform"], self.store.platform(a["platform"]) or {},
-                          a["workloads"], a["last_seen"], a["doctor"], a["doctor_at"],
-                          a["agent_version"])
-            elif info.alive(self.timeout_s, now):
-                continue
-            else:  # its hello went to that daemon, which stored what it runs
-                info.version = a["agent_version"]
-            out[a["id"]] = a["last_seen"]
+            if self._held_elsewhere(a, now):
+                out[a["id"]] = a["last_seen"]
         return out
 
     def via(self, agent_id: str, now: float | None = None) -> Via | None:
