@@ -84,7 +84,7 @@ def _run(program: str, path, tmp_path, capsys) -> tuple[int, str]:
     else:
         # as root, the workloads' user given (unless the case is about it): the cases are
         # refused for their own key
-        user = [] if "run_as" in path.read_text() else RUN_AS_OPTION
+        user = [] if b"run_as" in path.read_bytes() else RUN_AS_OPTION  # some are not text
         code = agent_main(["--config", str(path), "--state-dir", str(tmp_path / "state"),
                            *user])
     out = capsys.readouterr()
