@@ -62,11 +62,17 @@ Version 14 keeps the stop of a job the agent stopped for its timeouts (``jobs.st
 ``{"after_timeouts": n, "points_not_run": k, "points": m, "definition": d}`` as the agent's
 records of the runs it did not run say it; NULL for any other job). A row stored before
 reads its stop from its reason, as the agent's text gave it (shared/records.job_stop).
+
+Version 15 keeps the goal of a recommendation pushed for one other than time
+(``recommendations.goal``: JSON, ``{"objective": o, "energy_j": {"value", "lower", "upper"}}``,
+the goal answer's predicted energy and interval; NULL for time goals, the daemon's own pushes
+and rows stored before) and the energy its verification runs measured (``verified_energy_j``,
+their median; NULL without a meter), so an energy goal is judged on energy as well as time.
 """
 
 from __future__ import annotations
 
-SCHEMA_VERSION = 14
+SCHEMA_VERSION = 15
 
 MIGRATIONS: dict[int, list[str]] = {
     1: [
@@ -275,5 +281,9 @@ MIGRATIONS: dict[int, list[str]] = {
     ],
     14: [
         "ALTER TABLE jobs ADD COLUMN stopped TEXT",
+    ],
+    15: [
+        "ALTER TABLE recommendations ADD COLUMN goal TEXT",
+        "ALTER TABLE recommendations ADD COLUMN verified_energy_j REAL",
     ],
 }
