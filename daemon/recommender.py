@@ -325,10 +325,12 @@ class Recommender:
         if marks and state in JUDGED and not self.config.accept_load:
             # a busy board's time says nothing of the configuration: neither verified nor off
             # (which would count towards drift)
+            judged = (f"under that load: {note}" if note and note.startswith("time ")
+                      else f"under that load its time was "
+                           f"{note or 'within the prediction interval'}")
             state, note = "marked", (
                 f"not verified: {len(marks)} of {len(stored)} verification runs marked "
-                f"({marks[-1]}); under that load its time was "
-                f"{note or 'within the prediction interval'}")
+                f"({marks[-1]}); {judged}")
         self.store.update_recommendation(body["config_id"], state, now,
                                          verified_time_s=verified, error=note,
                                          verified_energy_j=energy)

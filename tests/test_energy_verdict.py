@@ -74,6 +74,7 @@ def test_the_stored_verdict_of_an_energy_goal_carries_both_figures(daemon):  # n
     stored(daemon, "cfg-e", goal("energy")["goal"])
     stored(daemon, "cfg-n", goal("energy")["goal"])
     stored(daemon, "cfg-t", None)
+    stored(daemon, "cfg-m", goal("energy")["goal"])
     a, op = Agent(daemon.endpoint), Agent(daemon.endpoint, "operator-1")
     hello(a, platform=PLATFORM, workloads=["wl"])
     a.send("applied", {"config_id": "cfg-e", "ok": True, "time_s": 1.0,
@@ -83,7 +84,17 @@ def test_the_stored_verdict_of_an_energy_goal_carries_both_figures(daemon):  # n
     a.send("applied", {"config_id": "cfg-n", "ok": True, "time_s": 1.0,
                        "records": [record(4, r, 1.0) for r in range(2)]})
     a.expect("ack")
+    # a marked run (the daemon here does not accept load): not judged, both figures said
+    a.send("applied", {"config_id": "cfg-m", "ok": True, "time_s": 1.0,
+                       "records": [record(4, 0, 1.0, energy_j=10.0, energy_source="hwmon",
+                                          marked="interference: 40 % of cpu 1")]})
+    a.expect("ack")
     rows = {r["config_id"]: r for r in query(op, "status")["recommendations"]}
+    assert rows["cfg-m"]["state"] == "marked"
+    assert rows["cfg-m"]["error"] == (
+        "not verified: 1 of 1 verification runs marked (interference: 40 % of cpu 1); under "
+        "that load: time +0.0 % of the prediction, within its interval -10..+10 %; energy "
+        "+0.0 % of the prediction, within its interval -10..+10 %")
     e, n = rows["cfg-e"], rows["cfg-n"]
     assert (e["state"], e["objective"], e["verified_energy_j"]) == ("off", "energy", 13.0)
     assert e["predicted_energy_j"] == {"value": 10.0, "lower": 9.0, "upper": 11.0}
