@@ -187,6 +187,9 @@ def test_a_tune_verified_within_a_too_wide_interval_ends_unconfirmed(daemon):
             a.send("result", {"job_id": msg["body"]["job_id"], "seq": 0, "of": 1,
                               "record": record(METER, len(point["cpus"]))})
         cfg = msg["body"]
+        # the daemon stores the push just after sending it, on its loop: a query answered
+        # by that loop comes after the store
+        a.query("tune_status", {"tune_id": s["tune_id"]})
         rec = daemon.store.recommendation(cfg["config_id"])
         p = rec["predicted_time_s"]
         daemon.store.save_recommendation({**rec, "predicted_lower_s": 0.9 * p,
