@@ -638,6 +638,10 @@ def print_verdict(s: dict[str, Any], con: Console) -> None:
             line = (f"verification: {v['state']}, measured {v['verified_time_s']:.4g} s, "
                     f"predicted {v['predicted_time_s']:.4g} s"
                     if v.get("verified_time_s") is not None else f"verification: {v['state']}")
+            energy, predicted = v.get("verified_energy_j"), v.get("predicted_energy_j") or {}
+            if energy is not None and predicted.get("value") is not None:
+                # an energy goal's verdict judged the energy too (recommender.judge)
+                line += f"; {energy:.4g} J, predicted {predicted['value']:.4g} J"
             line += f" ({error})" if error else ""
         con.print(line, markup=False, soft_wrap=True)
         # the daemon's reason repeats the verification's error: said on the line above

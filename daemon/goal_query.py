@@ -196,9 +196,13 @@ def apply(d: Daemon, rec: dict[str, Any], target: dict[str, Any] | None = None
                                                          d.registry.via(rec["agent"])))
     group = Group(info.platform_id, rec["workload"], rec["size"], rec["variant"])
     t = rec["time_s"]
+    # a goal other than time is kept with it: an energy goal's verification is judged on the
+    # energy measured too (recommender.judge)
+    goal = None if rec["goal"]["objective"] == "time" else {
+        "objective": rec["goal"]["objective"], "energy_j": dict(rec["energy_j"])}
     stored = d.recommender.send_config(rec["agent"], group, rec["cpus"], rec["freq_khz"],
                                        t["value"], t["lower"], t["upper"], rec["model"],
-                                       target=target)
+                                       target=target, goal=goal)
     return {"config_id": stored["config_id"], "state": stored["state"],
             "reason": stored.get("error"), "not_kept": not_kept_text(info, rec, target)}
 

@@ -234,17 +234,19 @@ class Recommender:
     def send_config(self, agent: str, group: Group, cpus: list[int], freq_khz: int | None,
                     predicted: float | None, lower: float | None, upper: float | None,
                     model: str | None, target: dict[str, Any] | None = None,
-                    keep: bool = True) -> dict[str, Any]:
+                    keep: bool = True, goal: dict[str, Any] | None = None) -> dict[str, Any]:
         """Push a configuration to ``agent`` for it to apply and verify (its ``applied`` is
         judged by :meth:`applied`), to ``target`` where given (agent/targets.py: a pid or a
         systemd unit); store it as a recommendation ("pushed" or "unsent"). ``keep``: it stays
         in force on the board after its verification (a user applied it); stored, so a
-        recommendation sent later (:meth:`send_unsent`) keeps it."""
+        recommendation sent later (:meth:`send_unsent`) keeps it. ``goal``: the goal it was
+        chosen for when not time (``{"objective", "energy_j": {"value", "lower", "upper"}}``):
+        its verification is judged on energy too (:func:`judge`)."""
         info = self.registry.get(agent)
         rec = {"config_id": "cfg-" + uuid.uuid4().hex[:20], "agent": agent, **group.as_dict(),
                "cores": len(cpus), "cpus": list(cpus), "threads": len(cpus),
                "freq_khz": freq_khz, "predicted_time_s": predicted, "predicted_lower_s": lower,
-               "predicted_upper_s": upper, "model": model, "keep": keep}
+               "predicted_upper_s": upper, "model": model, "keep": keep, "goal": goal}
         body = self._config_body(rec)
         if target is not None:
             body["target"] = target
@@ -313,20 +315,25 @@ class Recommender:
             times = [r.record.time_s for r in stored if r.record.ok and r.record.time_s
                      is not None]
             verified = statistics.median(times) if times else None
-        state, note = verdict(verified, rec.get("predicted_time_s"),
-                              rec.get("predicted_lower_s"), rec.get("predicted_upper_s"))
+        energies = [r.record.energy_j for r in stored if r.record.ok and r.record.energy_j
+                    is not None]
+        energy = statistics.median(energies) if energies else None
+        state, note = judge(rec, verified, energy)
         if verified is None and body.get("measured"):  # a running pid or unit: no run time
             state, note = "applied", measured_text(body["measured"])
         marks = [r.record.marked for r in stored if r.record.ok and r.record.marked]
         if marks and state in JUDGED and not self.config.accept_load:
             # a busy board's time says nothing of the configuration: neither verified nor off
             # (which would count towards drift)
+            judged = (f"under that load: {note}" if note and note.startswith("time ")
+                      else f"under that load its time was "
+                           f"{note or 'within the prediction interval'}")
             state, note = "marked", (
                 f"not verified: {len(marks)} of {len(stored)} verification runs marked "
-                f"({marks[-1]}); under that load its time was "
-                f"{note or 'within the prediction interval'}")
+                f"({marks[-1]}); {judged}")
         self.store.update_recommendation(body["config_id"], state, now,
-                                         verified_time_s=verified, error=note)
+                                         verified_time_s=verified, error=note,
+                                         verified_energy_j=energy)
         log.info("config %s measured by %s: %s s (predicted %s s): %s%s", body["config_id"],
                  agent, verified, rec.get("predicted_time_s"), state,
                  f", {note}" if note else "")
@@ -349,7 +356,8 @@ class Recommender:
         # ``updated`` kept: the verdict is as old as it was (drift orders verdicts by it)
         self.store.update_recommendation(
             config_id, rec["state"], rec["updated"], verified_time_s=rec["verified_time_s"],
-            error=f"{rec['error']}; {note}" if rec.get("error") else note)
+            error=f"{rec['error']}; {note}" if rec.get("error") else note,
+            verified_energy_j=rec.get("verified_energy_j"))
         log.info("config %s of agent %s no longer in force: %s", config_id, agent, note)
 
     def replaced(self, agent: str, before: str | None, rec: dict[str, Any], now: float) -> None:
@@ -462,19 +470,20 @@ def confirms(predicted: float | None, lower: float, upper: float) -> bool:
 
 
 def verdict(measured: float | None, predicted: float | None, lower: float | None,
-            upper: float | None) -> tuple[str, str | None]:
+            upper: float | None, unit: str = "s", what: str = "time") -> tuple[str, str | None]:
     """A recommendation's state after its verification runs: "verified" only when the measured
     time lies within the prediction interval stored with it and that interval confirms the
     prediction (:func:`confirms`), saying how far from the prediction and within what;
     "unconfirmed" when the time lies within an interval too wide to confirm anything (an
     extrapolated prediction's); otherwise "off" with how far off, relative to the prediction
-    ("failed" when nothing was measured)."""
+    ("failed" when nothing was measured). ``unit`` and ``what``: of another quantity judged by
+    the same rule (energy: "J", "energy")."""
     if measured is None:
-        return "failed", "no verification run gave a time"
+        return "failed", f"no verification run gave a {what}"
     if lower is not None and upper is not None and lower <= measured <= upper:
         state = "verified" if confirms(predicted, lower, upper) else "unconfirmed"
         if not predicted:
-            text = f"within its interval {lower:.4g}..{upper:.4g} s"
+            text = f"within its interval {lower:.4g}..{upper:.4g} {unit}"
         else:
             rel = [(v - predicted) / predicted * 100 for v in (measured, lower, upper)]
             text = (f"{rel[0]:+.1f} % of the prediction, within its interval "
@@ -486,10 +495,41 @@ def verdict(measured: float | None, predicted: float | None, lower: float | None
     if not predicted:
         return "off", "no prediction interval to compare with"
     pct = (measured - predicted) / predicted * 100
-    interval = (f"interval {lower:.4g}..{upper:.4g} s" if lower is not None and upper is not None
-                else "no interval")
-    return "off", (f"off by {pct:+.1f} % (measured {measured:.4g} s, predicted "
-                   f"{predicted:.4g} s, {interval})")
+    interval = (f"interval {lower:.4g}..{upper:.4g} {unit}" if lower is not None
+                and upper is not None else "no interval")
+    return "off", (f"off by {pct:+.1f} % (measured {measured:.4g} {unit}, predicted "
+                   f"{predicted:.4g} {unit}, {interval})")
+
+
+# the objectives whose verification is judged on the energy measured as well as the time
+ENERGY_OBJECTIVES = ("energy", "edp", "ed2p")
+# worst first: the state of a verification judged on time and energy
+_WORST = ("off", "unconfirmed", "verified")
+
+
+def judge(rec: dict[str, Any], time_s: float | None, energy_j: float | None
+          ) -> tuple[str, str | None]:
+    """Stored recommendation ``rec``'s state after verification runs that measured ``time_s``
+    (their median) and ``energy_j`` (None: no meter): :func:`verdict` on time; for a goal of
+    energy, EDP or ED2P (``rec["goal"]``) on the energy too, against its predicted interval,
+    the worse of the two states, and the note says both ("time ...; energy ..."). The goal
+    answer has no interval of the E*t products: EDP and ED2P are judged on time and energy
+    each. Runs without energy are judged on time only, and the note says so."""
+    state, note = verdict(time_s, rec.get("predicted_time_s"), rec.get("predicted_lower_s"),
+                          rec.get("predicted_upper_s"))
+    goal = rec.get("goal") or {}
+    if goal.get("objective") not in ENERGY_OBJECTIVES or state not in _WORST:
+        return state, note
+    predicted = goal.get("energy_j") or {}
+    if energy_j is None:
+        return state, (f"time {note}; energy not measured (the verification runs had no "
+                       "energy meter): judged on time only")
+    if predicted.get("value") is None:
+        return state, (f"time {note}; energy {energy_j:.4g} J, no predicted energy to "
+                       "compare with: judged on time only")
+    e_state, e_note = verdict(energy_j, predicted["value"], predicted.get("lower"),
+                              predicted.get("upper"), unit="J", what="energy")
+    return min((state, e_state), key=_WORST.index), f"time {note}; energy {e_note}"
 
 
 def off_pct(measured: float | None, predicted: float | None) -> float | None:

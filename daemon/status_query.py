@@ -245,6 +245,11 @@ def _rec_row(r: dict[str, Any]) -> dict[str, Any]:
             "verified_time_s": r["verified_time_s"],
             "off_pct": off_pct(r["verified_time_s"], r["predicted_time_s"])
             if r["state"] == "off" else None, "error": r["error"],
+            # the goal it was pushed for (time where none was kept) and, for energy goals,
+            # the predicted energy interval and the energy measured (recommender.judge)
+            "objective": (r.get("goal") or {}).get("objective", "time"),
+            "predicted_energy_j": (r.get("goal") or {}).get("energy_j"),
+            "verified_energy_j": r.get("verified_energy_j"),
             # in force on its board until a newer one applied there took its place
             "replaced": {"by": r["replaced_by"], "at": r["replaced_at"]}
             if r.get("replaced_by") else None}

@@ -56,7 +56,7 @@ from .objectives import Goal
 from .planner import (TUNE_JOB_PREFIX, clocks_never_apply, cluster_orders, new_job_id,
                       offered_frequencies, sweep_order, unset_clock)
 from .recommend import candidate_grid
-from .recommender import JUDGED, marked_left_out, verdict
+from .recommender import JUDGED, judge, marked_left_out
 from .registry import board_name, elsewhere_text
 from .sampling import Grid, Measured, Proposal, Sampler, fit_minimum
 from .store import TUNE_FINAL_STATES, Group
@@ -693,13 +693,16 @@ class Tuner:
                     s.verification = {k: rec[k] for k in ("state", "verified_time_s", "error",
                                                           "predicted_time_s",
                                                           "predicted_lower_s",
-                                                          "predicted_upper_s")}
+                                                          "predicted_upper_s",
+                                                          "verified_energy_j")}
+                    s.verification["predicted_energy_j"] = (rec.get("goal") or {}).get(
+                        "energy_j")
                     if rec["state"] == "marked" and s.accept_load:
                         # the load is accepted: the time under it is judged against the
                         # prediction made from runs under it (the stored recommendation stays
                         # "marked": no drift is counted from a busy board)
-                        state, note = verdict(rec["verified_time_s"], rec["predicted_time_s"],
-                                              rec["predicted_lower_s"], rec["predicted_upper_s"])
+                        state, note = judge(rec, rec["verified_time_s"],
+                                            rec.get("verified_energy_j"))
                         s.verification.update(state=state, error=(
                             f"under the accepted load ({rec['error']})" if note is None else
                             f"{note}; under the accepted load ({rec['error']})"))

@@ -86,7 +86,11 @@ def test_tune_energy_then_recommend_energy_beside_time(tmp_path):
         assert proc.returncode == 0, proc.stdout + proc.stderr + c.logs()
         s = json.loads(proc.stdout)  # stdout holds only JSON
         assert s["state"] == "done"
-        assert s["verification"]["state"] in ("verified", "unconfirmed", "off")
+        v = s["verification"]
+        assert v["state"] in ("verified", "unconfirmed", "off")
+        # an energy goal is judged on the energy the verification runs measured too
+        assert v["error"].startswith("time ") and "; energy " in v["error"], v
+        assert v["verified_energy_j"] > 0 and v["predicted_energy_j"]["value"] > 0, v
         truth = grid_energies()
         assert s["grid"] == len(truth) == 13 * 4 + 19 * 4
         # each step is one configuration measured by the session, a one-point job
@@ -144,6 +148,23 @@ def test_tune_energy_then_recommend_energy_beside_time(tmp_path):
                                        ("verified", "unconfirmed", "off")
                                        for x in st["recommendations"]),
                         60, "the verification of the pushed configuration")
+
+        # an energy recommendation applied: its verification says time and energy
+        p = opptune("recommend", "--daemon", c.endpoint, "--agent", "test-agent", "--workload",
+                    "pi_integrate", "--objective", "energy", "--apply", "--json",
+                    cwd=elsewhere)
+        assert p.returncode == 0, p.stderr
+        pushed = json.loads(p.stdout)
+        cid = pushed["applied"]["config_id"]
+        st = c.wait_for(lambda st: any(x["config_id"] == cid and x["state"] in
+                                       ("verified", "unconfirmed", "off")
+                                       for x in st["recommendations"]),
+                        60, "the verification of the energy recommendation")
+        (row,) = [x for x in st["recommendations"] if x["config_id"] == cid]
+        assert row["objective"] == "energy" and row["verified_energy_j"] > 0, row
+        assert row["predicted_energy_j"] == pushed["energy_j"]
+        assert re.match(r"time ([+-]\d+\.\d %|off by).*; energy ([+-]\d+\.\d %|off by)",
+                        row["error"]), row
 
         # wrong input: one line, exit 2, nothing pushed
         n_recs = len(st["recommendations"])

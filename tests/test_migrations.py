@@ -56,7 +56,7 @@ ROWS: dict[str, list[dict]] = {
                          "predicted_lower_s": 0.45, "predicted_upper_s": 0.55, "model": "amdahl",
                          "state": "verified", "verified_time_s": 0.51, "error": None,
                          "created": 8.0, "updated": 9.0, "keep": None, "replaced_by": None,
-                         "replaced_at": None}],
+                         "replaced_at": None, "goal": None, "verified_energy_j": None}],
     "drift": [{"agent": "a1", "platform": "p1", "workload": "w", "input": "s", "variant": "",
                "reason": "3 verifications outside the interval", "job_ids": "[]",
                "error": "off by 20 %", "since": 2.5}],  # before the runs: they stay in fits
@@ -169,6 +169,9 @@ def test_every_row_survives_and_the_schema_is_current(tmp_path, version, current
         assert [(r["config_id"], r["keep"]) for r in st.recommendations()] == [("c1", None)]
         # schema 13: nothing stored before reads as replaced
         assert [(r["replaced_by"], r["replaced_at"]) for r in st.recommendations()] == \
+            [(None, None)]
+        # schema 15: one stored before was pushed for no goal but time, no energy measured
+        assert [(r["goal"], r["verified_energy_j"]) for r in st.recommendations()] == \
             [(None, None)]
         # a new result lands beside the old ones
         st.insert_results([ResultIn("m9", "a1", "job-1", 9, REC, REC.to_dict())], now=20.0)

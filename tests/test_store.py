@@ -131,6 +131,22 @@ def test_jobs_groups_fits_recommendations(st):
     assert st.take_unsent("a1", 9.0) == [] and st.recommendations()[-1]["keep"] is False
 
 
+def test_a_recommendations_goal_and_measured_energy_are_kept(st):
+    """Schema 15: the goal a recommendation was pushed for (with its predicted energy) and the
+    energy its verification measured are kept and read back; a time one's are None."""
+    g = Group("p", "w", "s", "")
+    goal = {"objective": "edp", "energy_j": {"value": 10.0, "lower": 9.0, "upper": 11.5}}
+    rec = {"config_id": "cfg-e", "agent": "a1", **g.as_dict(), "cores": 2, "cpus": [0, 1],
+           "threads": 2, "predicted_time_s": 1.1, "goal": goal}
+    st.save_recommendation(rec, 1.0)
+    st.save_recommendation({**rec, "config_id": "cfg-t", "goal": None}, 1.0)
+    assert st.update_recommendation("cfg-e", "verified", 2.0, verified_time_s=1.0,
+                                    verified_energy_j=10.4)
+    r, t = st.recommendation("cfg-e"), st.recommendation("cfg-t")
+    assert (r["goal"], r["verified_energy_j"]) == (goal, 10.4)
+    assert (t["goal"], t["verified_energy_j"]) == (None, None)
+
+
 def test_a_jobs_stop_for_its_timeouts_is_kept_and_read_back(st):
     """Schema 14: the agent's stop of a job (``stopped``) is kept with its state and read
     back by every job query; another state change clears it. The job's last run is the

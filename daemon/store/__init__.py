@@ -290,12 +290,16 @@ class Store(ABC):
     @abstractmethod
     def save_recommendation(self, rec: dict[str, Any], now: float) -> None:
         """Store (or replace) recommendation ``rec`` (recommender.send_config's map), with
-        whether it stays in force on the board (``keep``; None: it does, as before)."""
+        whether it stays in force on the board (``keep``; None: it does, as before) and the
+        goal it was pushed for (``goal``: a map, or None for time)."""
 
     @abstractmethod
     def update_recommendation(self, config_id: str, state: str, now: float,
                               verified_time_s: float | None = None,
-                              error: str | None = None) -> bool: ...
+                              error: str | None = None,
+                              verified_energy_j: float | None = None) -> bool:
+        """Set a recommendation's verdict: its state, the time (and energy: None where the
+        runs had no meter) its verification measured, its note. False when there is none."""
 
     @abstractmethod
     def set_replaced(self, config_id: str, by: str | None, at: float | None) -> bool:

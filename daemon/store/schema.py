@@ -68,11 +68,17 @@ Version 15 records each daemon's opptune version (``daemon_versions``: ``instanc
 code. It is a table of its own and not a column of ``daemons``: a daemon of an earlier version
 still running on the migrated store inserts its ``daemons`` row without naming the columns,
 which one more column would make fail. A daemon with no row here predates this version.
+
+Version 16 keeps the goal of a recommendation pushed for one other than time
+(``recommendations.goal``: JSON, ``{"objective": o, "energy_j": {"value", "lower", "upper"}}``,
+the goal answer's predicted energy and interval; NULL for time goals, the daemon's own pushes
+and rows stored before) and the energy its verification runs measured (``verified_energy_j``,
+their median; NULL without a meter), so an energy goal is judged on energy as well as time.
 """
 
 from __future__ import annotations
 
-SCHEMA_VERSION = 15
+SCHEMA_VERSION = 16
 
 MIGRATIONS: dict[int, list[str]] = {
     1: [
@@ -286,5 +292,9 @@ MIGRATIONS: dict[int, list[str]] = {
         """CREATE TABLE daemon_versions (
                instance TEXT PRIMARY KEY,
                version TEXT NOT NULL)""",
+    ],
+    16: [
+        "ALTER TABLE recommendations ADD COLUMN goal TEXT",
+        "ALTER TABLE recommendations ADD COLUMN verified_energy_j REAL",
     ],
 }

@@ -709,8 +709,9 @@ class SQLiteStore(Store):
     def save_recommendation(self, rec: dict[str, Any], now: float) -> None:
         cols = ("agent", "platform", "workload", "input", "variant", "cores", "cpus", "threads",
                 "freq_khz", "predicted_time_s", "predicted_lower_s", "predicted_upper_s",
-                "model", "state", "verified_time_s", "error", "created", "updated", "keep")
-        keep = rec.get("keep")
+                "model", "state", "verified_time_s", "error", "created", "updated", "keep",
+                "goal", "verified_energy_j")
+        keep, goal = rec.get("keep"), rec.get("goal")
         with self._tx() as db:
             db.execute(
                 f"INSERT INTO recommendations (id, {', '.join(cols)}) VALUES "
@@ -721,15 +722,18 @@ class SQLiteStore(Store):
                  rec.get("freq_khz"), rec.get("predicted_time_s"), rec.get("predicted_lower_s"),
                  rec.get("predicted_upper_s"), rec.get("model"), rec.get("state", "pushed"),
                  rec.get("verified_time_s"), rec.get("error"), now, now,
-                 None if keep is None else int(bool(keep))))
+                 None if keep is None else int(bool(keep)),
+                 None if goal is None else _dumps(goal), rec.get("verified_energy_j")))
 
     def update_recommendation(self, config_id: str, state: str, now: float,
                               verified_time_s: float | None = None,
-                              error: str | None = None) -> bool:
+                              error: str | None = None,
+                              verified_energy_j: float | None = None) -> bool:
         with self._tx() as db:
             cur = db.execute("UPDATE recommendations SET state=?, verified_time_s=?, error=?, "
-                             "updated=? WHERE id=?",
-                             (state, verified_time_s, error, now, config_id))
+                             "updated=?, verified_energy_j=? WHERE id=?",
+                             (state, verified_time_s, error, now, verified_energy_j,
+                              config_id))
             return cur.rowcount > 0
 
     def set_replaced(self, config_id: str, by: str | None, at: float | None) -> bool:
@@ -741,6 +745,7 @@ class SQLiteStore(Store):
         r["config_id"] = r.pop("id")
         r["cpus"] = json.loads(r["cpus"])
         r["keep"] = None if r.get("keep") is None else bool(r["keep"])
+        r["goal"] = None if r.get("goal") is None else json.loads(r["goal"])
         return r
 
     def recommendation(self, config_id: str) -> dict[str, Any] | None:
