@@ -170,7 +170,7 @@ def test_every_row_survives_and_the_schema_is_current(tmp_path, version, current
         # schema 13: nothing stored before reads as replaced
         assert [(r["replaced_by"], r["replaced_at"]) for r in st.recommendations()] == \
             [(None, None)]
-        # schema 15: one stored before was pushed for no goal but time, no energy measured
+        # schema 16: one stored before was pushed for no goal but time, no energy measured
         assert [(r["goal"], r["verified_energy_j"]) for r in st.recommendations()] == \
             [(None, None)]
         # a new result lands beside the old ones
