@@ -7,6 +7,7 @@ from __future__ import annotations
 import time
 
 from opptune.daemon.recommender import judge
+from opptune.daemon.store import open_store
 from test_daemon_service import PLATFORM, Agent, query, record
 from test_job_lifecycle import daemon, hello  # noqa: F401  (daemon: a fixture)
 
@@ -63,7 +64,13 @@ def stored(daemon, config_id, goal_map):
            "input": "small", "variant": "", "cores": 4, "cpus": [0, 1, 2, 3], "threads": 4,
            "freq_khz": None, "model": "amdahl", "state": "pushed", "goal": goal_map,
            **TIME}
-    daemon.store.save_recommendation(rec, time.time())
+    # through a connection of its own: the daemon's thread writes on its own meanwhile (its
+    # start's rows), and one SQLite connection takes one transaction at a time
+    st = open_store(daemon.config.database)
+    try:
+        st.save_recommendation(rec, time.time())
+    finally:
+        st.close()
 
 
 def test_the_stored_verdict_of_an_energy_goal_carries_both_figures(daemon):  # noqa: F811

@@ -12,6 +12,7 @@ from rich.console import Console
 from opptune.daemon.goal_cli import print_verdict
 from opptune.daemon.registry import board_name
 from opptune.daemon.service import Daemon
+from opptune.daemon.store import open_store
 from opptune.shared import protocol as P
 from opptune.shared.config import DaemonConfig, SweepDefaults
 from opptune.shared.records import RunRecord
@@ -219,8 +220,14 @@ def test_a_tune_verified_within_a_too_wide_interval_ends_unconfirmed(daemon):
         rec = wait_until(lambda: daemon.store.recommendation(cfg["config_id"]),
                          "the pushed recommendation stored", 10)
         p = rec["predicted_time_s"]
-        daemon.store.save_recommendation({**rec, "predicted_lower_s": 0.9 * p,
-                                          "predicted_upper_s": 9.6 * p}, time.time())
+        # through a connection of its own: one SQLite connection takes one transaction at a
+        # time, and the daemon's thread writes on its own meanwhile (its heartbeat row)
+        st = open_store(daemon.config.database)
+        try:
+            st.save_recommendation({**rec, "predicted_lower_s": 0.9 * p,
+                                    "predicted_upper_s": 9.6 * p}, time.time())
+        finally:
+            st.close()
         r = record(METER, len(cfg["cpus"]))
         r["time_s"] = 3 * p
         a.send("applied", {"config_id": cfg["config_id"], "ok": True, "records": [r]})
