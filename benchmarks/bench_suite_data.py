@@ -50,21 +50,34 @@ RUN_COLUMNS = ("workload", "cores", "rep", "time_s", "wall_s", "user_s", "sys_s"
 
 
 def _pool_stores(stores: list[str], into: Path) -> None:
-    """Copy the first SQLite store to ``into`` and add the others' agents, jobs and runs (the
-    same machine measured in several sessions: one platform id, other agent ids and jobs)."""
+    """Pool the SQLite stores into ``into`` (the same machine measured in several sessions:
+    one platform id, other agent ids and jobs). Each source is copied and brought to this
+    version's schema first, and rows are copied by column name: stores of different versions
+    order their columns differently (a migration appends), which a positional copy would mix
+    up. The sources are left as they were."""
     import shutil
     import sqlite3
-    shutil.copy(stores[0], into)
+    from opptune.daemon.store import open_store
+    copies = []
+    for i, path in enumerate(stores):
+        copy = into if i == 0 else into.with_name(f"{into.stem}-session{i}.db")
+        shutil.copy(path, copy)
+        open_store(str(copy)).close()
+        copies.append(copy)
     con = sqlite3.connect(into)
     try:
-        for i, other in enumerate(stores[1:]):
-            con.execute(f"ATTACH DATABASE ? AS s{i}", (other,))
+        for i, other in enumerate(copies[1:]):
+            con.execute(f"ATTACH DATABASE ? AS s{i}", (str(other),))
             for table in ("platforms", "workloads", "agents", "jobs", "runs"):
-                con.execute(f"INSERT OR IGNORE INTO {table} SELECT * FROM s{i}.{table}")
+                cols = ", ".join(r[1] for r in con.execute(f"PRAGMA main.table_info({table})"))
+                con.execute(f"INSERT OR IGNORE INTO {table} ({cols}) "
+                            f"SELECT {cols} FROM s{i}.{table}")
             con.commit()
             con.execute(f"DETACH DATABASE s{i}")
     finally:
         con.close()
+    for other in copies[1:]:
+        other.unlink()
 
 
 def _store_problem(path: str) -> str | None:

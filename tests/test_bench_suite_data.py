@@ -200,3 +200,39 @@ def test_sigterm_stops_the_daemon_the_export_started(tmp_path):
     assert p.wait(60) == 143
     with pytest.raises(ProcessLookupError):  # its finally waited for the daemon to end
         os.kill(daemon_pid, 0)
+
+
+def test_export_pools_a_store_of_an_older_version(tmp_path):
+    """A session's store written by an older opptune (fewer columns: a migration adds them)
+    pools with a current one: every run of both is exported, and the source is not changed."""
+    import csv
+    import hashlib
+    from opptune.daemon.store import ResultIn, open_store
+    from opptune.daemon.store.schema import SCHEMA_VERSION
+    from opptune.shared.records import RunRecord
+    from test_migrations import build
+    old = tmp_path / "old.db"
+    build(old, SCHEMA_VERSION - 3)
+    before = hashlib.sha256(old.read_bytes()).hexdigest()
+    new = tmp_path / "new.db"
+    st = open_store(str(new))
+    try:
+        st.save_platform("p1", {"hostname": "vm", "n_cpus": 2, "smt_siblings": [[0], [1]],
+                                "numa_nodes": [[0, 1]], "n_nu": None, "n_ht": None}, 1.0)
+        st.save_agent("s1", "p1", [], "test", 1.0)
+        st.save_job("s1", {"job_id": "job-s1", "workload": "w", "size": "s", "points": [],
+                           "reps": 1, "warmup": 0}, 1.0, state="done")
+        r = RunRecord(platform="p1", workload="w", input="s", cores=1, cpus=[0], threads=1,
+                      rep=0, time_s=1.0)
+        st.insert_results([ResultIn("s1-0", "s1", "job-s1", 0, r, r.to_dict())], 2.0)
+    finally:
+        st.close()
+    p = subprocess.run([sys.executable, str(REPO / "benchmarks/bench_suite_data.py"),
+                        "--from-db", str(new), "--from-db", str(old), "--name", "box",
+                        "--out", str(tmp_path / "out")],
+                       capture_output=True, text=True, timeout=120, cwd=tmp_path)
+    assert p.returncode == 0, p.stderr
+    with open(tmp_path / "out/bench_suite_box/runs.csv") as fh:
+        runs = sorted((r["agent"], r["cores"], float(r["time_s"])) for r in csv.DictReader(fh))
+    assert runs == [("a1", "2", 0.5), ("a1", "2", 0.5), ("s1", "1", 1.0)]
+    assert hashlib.sha256(old.read_bytes()).hexdigest() == before
