@@ -190,10 +190,8 @@ def apply(d: Daemon, rec: dict[str, Any], target: dict[str, Any] | None = None
     recommendation (config_id, state "pushed" or "unsent") follows in the status."""
     info = d.registry.get(rec["agent"])
     if info is None or info.identity is None:
-        from .sweeps import offline_text
-        raise HandlerError("agent_offline", offline_text(rec["agent"], d.keyring,
-                                                         "; nothing was pushed",
-                                                         d.registry.via(rec["agent"])))
+        raise HandlerError("agent_offline", d.registry.offline_text(rec["agent"],
+                                                                    "; nothing was pushed"))
     group = Group(info.platform_id, rec["workload"], rec["size"], rec["variant"])
     t = rec["time_s"]
     # a goal other than time is kept with it: an energy goal's verification is judged on the

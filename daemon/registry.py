@@ -92,8 +92,9 @@ class Registry:
     of each other's agents, when asked (status, a refusal), not on the ingest path."""
 
     def __init__(self, timeout_s: float, store: Any = None, instance: str | None = None,
-                 keyring: Any = None):
+                 keyring: Any = None, started: float | None = None):
         self.timeout_s = timeout_s
+        self.started = started  # the daemon's start (heard_unrecorded's lower bound)
         self.keyring = keyring  # with CURVE: an unknown agent may be one whose key waits
         self.store, self.instance = store, instance
         self._agents: dict[str, AgentInfo] = {}
@@ -115,14 +116,9 @@ class Registry:
         """"no agent 'X' (known agents: a, b)": the refusal of a query naming no known agent;
         where another daemon of the fleet holds it, where to send the request instead; where
         its key is not accepted, the command that lets it in."""
-        via = self.via(agent) if isinstance(agent, str) else None
-        if via is not None:
-            return elsewhere_text(agent, via.endpoint)
-        # its hello was refused (key pending, rejected, revoked): say so, with the command
-        why = (self.keyring.refusal_of(agent) if self.keyring is not None
-               and isinstance(agent, str) else None)
-        if why:
-            return f"agent '{agent[:64]}' has not been let in: {why}"
+        away = self._away_text(agent) if isinstance(agent, str) else None
+        if away is not None:
+            return away
         known = ", ".join(a.agent_id for a in self.all()) or "none yet"
         return f"no agent '{str(agent)[:64]}' (known agents: {known})"
 
@@ -169,6 +165,38 @@ class Registry:
             if self._held_elsewhere(a, now):
                 out[a["id"]] = a["last_seen"]
         return out
+
+    def offline_text(self, agent: str, what: str = "") -> str:
+        """Why nothing can be sent to ``agent`` now (:meth:`_away_text`), else that it has
+        not said hello to this daemon since it started. ``what`` follows the first clause."""
+        return self._away_text(agent, what) or (
+            f"agent '{agent}' has not connected to this daemon instance{what}: start its "
+            f"opptune-agent (or wait for its hello; 'opptune status' lists the agents "
+            f"connected) and try again")
+
+    def _away_text(self, agent: str, what: str = "") -> str | None:
+        """Why ``agent`` is not here, where that is known: another daemon of the fleet holds
+        it (send the request there); its hello was refused (key pending, rejected, revoked:
+        the command that lets it in); the daemon that last heard it records no address (an
+        older one, or one that stopped since: when it was heard and what to do). None
+        otherwise."""
+        now = time.time()
+        via = self.via(agent, now)
+        if via is not None:
+            return elsewhere_text(agent, via.endpoint, what)
+        why = self.keyring.refusal_of(agent) if self.keyring is not None else None
+        if why:
+            return f"agent '{agent[:64]}' has not been let in: {why}{what}"
+        heard = (self.heard_unrecorded(now, self.started).get(agent)
+                 if self.started is not None else None)
+        if heard is not None:
+            # status shows such an agent as alive '?': the two cases look alike in the store
+            return (f"agent '{agent}' was heard {max(0.0, now - heard):.0f} s ago through "
+                    f"another daemon sharing the store that does not record its address (an "
+                    f"older one), or through one that stopped since{what}: send the request "
+                    f"to the daemon the agent's configuration names (its 'daemon' setting), or "
+                    f"wait for its hello here ('opptune status' lists the agents connected)")
+        return None
 
     def via(self, agent_id: str, now: float | None = None) -> Via | None:
         """Where ``agent_id`` is online if through another daemon (:meth:`elsewhere`)."""

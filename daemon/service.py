@@ -237,7 +237,7 @@ class Daemon:
         self._result_row = self.store.result_row
         # the store tells this daemon which agents the others of a fleet hold
         self.registry = Registry(config.agent_timeout_s, self.store, self.instance,
-                                 self.keyring)
+                                 self.keyring, self.started)
         for a in self.store.agents():
             self.registry.load(a["id"], a["platform"], self.store.platform(a["platform"]) or {},
                                a["workloads"], a["last_seen"], a["doctor"], a["doctor_at"],
@@ -254,7 +254,7 @@ class Daemon:
         self.jobs = JobTracker(config, self.store, self.registry, self.link, DAEMON_ID,
                                self.started, self._job_done)
         self.jobs.stats = self.stats
-        self.sweeps = Sweeps(config, self.registry, self.jobs, self.keyring)
+        self.sweeps = Sweeps(config, self.registry, self.jobs)
         self.remeasure = Remeasure(config, self.store, self.jobs, self.registry,
                                    fit=self._fit_job)
         self.drift = self.recommender.drift = Drift(config, self.store, self.sweeps)

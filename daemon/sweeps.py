@@ -14,18 +14,16 @@ from .planner import (PlanError, clocks_never_apply, cluster_orders, cores_not_s
                       cpu_count_known,
                       frequencies_not_swept, frequency_refusal, grid_asks_frequencies,
                       plan_sweep, sweep_order, variant_cluster)
-from .registry import AgentInfo, Registry, Via, board_name, elsewhere_text
+from .registry import AgentInfo, Registry, board_name
 
 log = logging.getLogger("opptune.daemon")
 
 
 class Sweeps:
-    def __init__(self, config: DaemonConfig, registry: Registry, jobs: JobTracker,
-                 keyring: Any = None):
+    def __init__(self, config: DaemonConfig, registry: Registry, jobs: JobTracker):
         self.config = config
         self.registry = registry
         self.jobs = jobs
-        self.keyring = keyring  # with CURVE: says when the agent is away because of its key
 
     def start(self, agent: str, workloads: list[str] | None = None,
               size: str | None = None, reps: int | None = None,
@@ -58,9 +56,8 @@ class Sweeps:
             raise HandlerError("unknown_agent", self.registry.unknown(agent))
         if info.identity is None or not info.alive(self.registry.timeout_s):
             # gone from here: another daemon of the fleet may hold it now (no forwarding)
-            via = self.registry.via(agent)
-            if info.identity is None or via is not None:
-                raise HandlerError("agent_offline", offline_text(agent, self.keyring, via=via))
+            if info.identity is None or self.registry.via(agent) is not None:
+                raise HandlerError("agent_offline", self.registry.offline_text(agent))
         names = workloads if workloads else info.workload_names()
         offered = set(info.workload_names())
         bad = [w for w in names if w not in offered]
@@ -240,16 +237,3 @@ def check_max_cores(info: AgentInfo, max_cores: int | None, cluster: int | None 
     if max_cores and max_cores > n_cpus:
         raise HandlerError("bad_args", f"max_cores {max_cores} is more than the {n_cpus} "
                                        f"cpus of {of} {name}; use 1..{n_cpus} (0 = all)")
-
-
-def offline_text(agent: str, keyring: Any, what: str = "", via: Via | None = None) -> str:
-    """Why nothing can be sent to ``agent`` now: another daemon of the fleet holds it (``via``,
-    Registry.via: where to send the request), its key (with the command that lets it in),
-    else that it has not said hello to this daemon since it started."""
-    if via is not None:
-        return elsewhere_text(agent, via.endpoint, what)
-    why = keyring.refusal_of(agent) if keyring is not None else None
-    return (f"agent '{agent}' is not connected: {why}{what}" if why
-            else f"agent '{agent}' has not connected to this daemon instance{what}: start "
-                 f"its opptune-agent (or wait for its hello; 'opptune status' lists the agents "
-                 f"connected) and try again")

@@ -57,7 +57,7 @@ from .planner import (TUNE_JOB_PREFIX, clocks_never_apply, cluster_orders, new_j
                       offered_frequencies, sweep_order, unset_clock)
 from .recommend import candidate_grid
 from .recommender import JUDGED, judge, marked_left_out
-from .registry import board_name, elsewhere_text
+from .registry import board_name
 from .sampling import Grid, Measured, Proposal, Sampler, fit_minimum
 from .store import TUNE_FINAL_STATES, Group
 from .sweeps import check_max_cores
@@ -339,10 +339,7 @@ class Tuner:
         if info is None:
             raise HandlerError("unknown_agent", d.registry.unknown(agent))
         if info.identity is None or not info.alive(d.config.agent_timeout_s):
-            via = d.registry.via(agent)  # another daemon of the fleet holds it
-            raise HandlerError("agent_offline", elsewhere_text(agent, via.endpoint) if via else
-                               f"agent '{agent}' is not connected to this daemon; start "
-                               "opptune-agent on the board")
+            raise HandlerError("agent_offline", d.registry.offline_text(agent))
         check_max_cores(info, ints["max_cores"], ints["cluster"])
         offered = info.workload_names()
         if workload not in offered:

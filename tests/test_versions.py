@@ -153,6 +153,53 @@ def test_nothing_is_said_where_nothing_would_stay_and_tune_says_it_under_its_ver
         assert con.export_text().splitlines()[-1] == last
 
 
+def test_a_request_for_an_agent_held_by_a_daemon_from_before_fleet_records_says_so(tmp_path):
+    """Mixed fleet: sweep, tune and recommend --apply for an agent an older daemon holds (no
+    ``daemons`` row, so no address to send the request to) were refused as for an agent that
+    never connected ('start its opptune-agent'), though it is running; the refusal now says
+    where it is (also the first request, when this daemon did not know the agent yet). One
+    that went quiet keeps the usual refusal."""
+    from opptune.daemon.errors import HandlerError
+    from opptune.daemon.goal_query import apply
+    from opptune.daemon.store import open_store
+    from test_store import OLD_SAVE_AGENT, OLD_TOUCH
+
+    db = str(tmp_path / "d.db")
+    open_store(db).close()
+
+    def old_daemon_heard(agent, when):
+        con = sqlite3.connect(db)
+        with con:
+            con.execute("INSERT INTO platforms VALUES ('p', '{}', 0, 0) ON CONFLICT DO NOTHING")
+            con.execute(OLD_SAVE_AGENT, (agent, "p", OLD, when, when))
+            con.execute(OLD_TOUCH.format(greatest="MAX"), (when, agent))
+        con.close()
+    old_daemon_heard("rpi-gone", time.time() - 100)
+    d = Daemon(DaemonConfig(bind="tcp://127.0.0.1:0", database=db, auto_sweep=False,
+                            agent_timeout_s=30))
+    try:
+        old_daemon_heard("rpi-old", time.time())
+        said = {}
+        for agent in ("rpi-old", "rpi-gone"):
+            for what, request in (("sweep", lambda: d.start_sweep(agent, ["w"])),
+                                  ("tune", lambda: d.tuning.start({"agent": agent,
+                                                                   "workload": "w"})),
+                                  ("apply", lambda: apply(d, {"agent": agent}))):
+                with pytest.raises(HandlerError) as refused:
+                    request()
+                said[agent, what] = str(refused.value)
+    finally:
+        d.close()
+    for what in ("sweep", "tune", "apply"):
+        assert ("agent 'rpi-old' was heard 0 s ago through another daemon sharing the store "
+                "that does not record its address (an older one), or through one that stopped "
+                "since" in said["rpi-old", what])
+        assert "start its opptune-agent" not in said["rpi-old", what]
+        assert ("agent 'rpi-gone' has not connected to this daemon instance"
+                in said["rpi-gone", what])
+    assert "stopped since; nothing was pushed: send the request" in said["rpi-old", "apply"]
+
+
 def test_an_agent_held_by_a_daemon_from_before_fleet_records_is_not_shown_offline(tmp_path):
     """Mixed fleet: a daemon of 8371ffa (schema 9) still running on the store this one
     migrated holds an agent. It raises the agent's last_seen each second but records
