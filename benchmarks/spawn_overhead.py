@@ -130,7 +130,8 @@ def _cells(data: dict, key: str, add: str | None = None) -> str:
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap = argparse.ArgumentParser(description="What a command run's wall_s holds besides the "
+                                 "program (the agent's own start), against posix_spawn.")
     ap.add_argument("-n", type=int, default=200, help="runs per command and row (200)")
     ap.add_argument("--rounds", type=int, default=5,
                     help="the rows take turns this many times, n/rounds runs each (5)")
@@ -139,7 +140,11 @@ def main() -> None:
     args = ap.parse_args()
     if args.n < 1 or not 1 <= args.rounds <= args.n:
         ap.error("-n must be at least 1 and --rounds from 1 to n")
-    cpu = args.cpu if args.cpu is not None else max(os.sched_getaffinity(0))
+    allowed = os.sched_getaffinity(0)
+    if args.cpu is not None and args.cpu not in allowed:
+        ap.error(f"--cpu {args.cpu} is not a cpu this process may run on "
+                 f"({', '.join(map(str, sorted(allowed)))})")
+    cpu = args.cpu if args.cpu is not None else max(allowed)
     root = os.geteuid() == 0
     nobody = any(p.pw_name == "nobody" for p in pwd.getpwall())
     rows: list[tuple[str, object]] = []
