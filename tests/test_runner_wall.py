@@ -89,3 +89,15 @@ def test_a_child_that_gives_no_usable_time_measures_from_the_agents_start(monkey
     assert rec.wall_s >= PROGRAM_S + slow
     assert "start_cost_s" not in rec.extra and "wall_s" not in rec.invalid
     assert rec.time_s == rec.wall_s
+
+
+def test_a_points_budget_counts_the_start_wall_s_leaves_out():
+    """An adaptive point's budget is the board's time: wall_s and the agent's start."""
+    from opptune.agent.apply import board_seconds
+    rec = RunRecord(platform="p", workload="w", input="s", cores=1, cpus=[0], threads=1,
+                    rep=0, time_s=0.25, wall_s=0.5, extra={"start_cost_s": 0.125})
+    assert board_seconds(rec) == 0.625
+    rec.extra = {}  # an older agent's record: its wall_s holds the start
+    assert board_seconds(rec) == 0.5
+    rec.wall_s = None
+    assert board_seconds(rec) == 0.25
