@@ -62,6 +62,16 @@ POINT_STATE = "adaptive-point.json"  # in state_dir: the values of the adaptive 
 TIMEOUTS_STATE = "timed-out-points.json"
 
 
+
+def board_seconds(rec: RunRecord) -> float:
+    """What a run took of the board's time, as a point's budget counts it: its wall time
+    with the agent's start that wall_s leaves out (extra["start_cost_s"]), else its time."""
+    if rec.wall_s is None:
+        return float(rec.time_s or 0.0)
+    start = rec.extra.get("start_cost_s")
+    return float(rec.wall_s + (start if isinstance(start, (int, float)) else 0.0))
+
+
 class Refused(ValueError):
     """A job or config this agent will not run; the message says why."""
 
@@ -454,8 +464,7 @@ class Executor:
             return  # it closed before a restart; its closing result is stored
 
         def store(rec: RunRecord) -> None:
-            secs = rec.wall_s if rec.wall_s is not None else (rec.time_s or 0.0)
-            state[rec.rep] = (rec.time_s if rec.ok and rec.time_s else None, float(secs))
+            state[rec.rep] = (rec.time_s if rec.ok and rec.time_s else None, board_seconds(rec))
             self._save_point_state(job_id, idx, state)
             reason, rel = decide(rec.rep + 1)
             if reason is not None:

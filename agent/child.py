@@ -33,20 +33,46 @@ def _load_prctl() -> Callable[..., int] | None:
 _PRCTL = _load_prctl()
 
 
-def _dies_with(parent: int) -> Callable[[], None] | None:
-    """What the child runs before exec so that it gets SIGKILL when the agent dies, however
-    it dies (kill -9, the OOM killer): a workload left running skews every later run on the
-    board. Set after the uid/gid change, which would clear it; if the agent already died
-    before it was set, the child is someone else's and kills itself."""
-    if _PRCTL is None:
-        return None
-    prctl, kill_sig = _PRCTL, int(signal.SIGKILL)
+def _before_exec(parent: int, start_fd: int) -> Callable[[], None]:
+    """What the child runs last before exec (CPython calls it after the uid/gid change and
+    before closing fds and exec'ing: child_exec in _posixsubprocess.c, CPython 3.11 on).
 
-    def die_with_parent() -> None:
-        prctl(PR_SET_PDEATHSIG, kill_sig, 0, 0, 0)
-        if os.getppid() != parent:
-            os.kill(os.getpid(), kill_sig)
-    return die_with_parent
+    It asks for SIGKILL when the agent dies, however it dies (kill -9, the OOM killer): a
+    workload left running skews every later run on the board. Set after the uid/gid change,
+    which would clear it; if the agent already died before it was set, the child is someone
+    else's and kills itself. Then it writes CLOCK_MONOTONIC (system-wide) to ``start_fd``:
+    the start of the run's ``wall_s``, after the agent's fork and this Python code, which are
+    the agent's cost and not the program's. A failed write leaves the parent its own start."""
+    prctl, kill_sig = _PRCTL, int(signal.SIGKILL)
+    getppid, kill, getpid, write = os.getppid, os.kill, os.getpid, os.write
+    clock, monotonic = time.clock_gettime_ns, time.CLOCK_MONOTONIC
+
+    def before_exec() -> None:
+        if prctl is not None:
+            prctl(PR_SET_PDEATHSIG, kill_sig, 0, 0, 0)
+            if getppid() != parent:
+                kill(getpid(), kill_sig)
+        try:
+            write(start_fd, clock(monotonic).to_bytes(8, "little"))
+        except (OSError, OverflowError):
+            pass
+    return before_exec
+
+
+def _read_start(fd: int) -> int | None:
+    """The child's start written by :func:`_before_exec`; None when it wrote none. Popen
+    returns once the exec succeeded, after the write: nothing is waited for here."""
+    try:
+        data = os.read(fd, 16)
+    except OSError:  # EAGAIN: nothing written
+        return None
+    return int.from_bytes(data, "little") if len(data) == 8 else None
+
+
+def now_ns() -> int:
+    """The clock a child's start is taken with (CLOCK_MONOTONIC, one for every process):
+    the end of a run and the parent's own start are read with it too."""
+    return time.clock_gettime_ns(time.CLOCK_MONOTONIC)
 
 
 class AbortSignal:
@@ -142,8 +168,15 @@ def user_env(run_as: RunAs | None, base: Mapping[str, str] | None = None) -> dic
     return env
 
 
+class Child(subprocess.Popen):
+    """The workload's process, with ``exec_ns``: :func:`now_ns` in the child right before its
+    exec (None: the child did not say, and a run's wall time starts where the agent began the
+    spawn)."""
+    exec_ns: int | None = None
+
+
 def spawn(argv: list[str], env: dict[str, str], cpus: list[int] | None, out: Any,
-          err: Any, run_as: RunAs | None = None) -> subprocess.Popen:
+          err: Any, run_as: RunAs | None = None) -> Child:
     """Start the child already bound to ``cpus`` (None: not pinned), as ``run_as`` when given
     (its uid, gid and supplementary groups, set in the child between fork and exec; ``env``
     is used as given: :func:`user_env` makes the user's).
@@ -153,24 +186,32 @@ def spawn(argv: list[str], env: dict[str, str], cpus: list[int] | None, out: Any
     widens it again; the rest of the process is untouched. Popen's user/group/extra_groups
     drop privileges in the same fork-safe C code.
 
-    The one exception is the parent-death signal (:func:`_dies_with`), which only the child
-    can ask for: a single foreign call and getppid, no lock or import, so the hazard (a lock
-    another thread held at fork) does not arise. The kernel sends it when the *thread* that
+    The one exception is :func:`_before_exec`: the parent-death signal, which only the child
+    can ask for, and the child's start time, which only it can read (a foreign call, getppid,
+    a clock read and a pipe write; no lock or import, so the hazard, a lock another thread
+    held at fork, does not arise). The kernel sends the signal when the *thread* that
     forked ends, not the process: the caller must wait for the child in the same thread, as
     the runner's worker does (:func:`wait`)."""
-    kw: dict[str, Any] = {"preexec_fn": _dies_with(os.getpid())}
+    # close-on-exec: the exec (or close_fds) shuts the child's end, and a child another
+    # thread forks meanwhile never keeps it past its own exec
+    r, w = os.pipe2(os.O_CLOEXEC | os.O_NONBLOCK)
+    kw: dict[str, Any] = {"preexec_fn": _before_exec(os.getpid(), w)}
     if run_as is not None:
         kw.update(user=run_as.uid, group=run_as.gid, extra_groups=list(run_as.groups))
-    if cpus is None:
-        return subprocess.Popen(argv, env=env, stdin=subprocess.DEVNULL, stdout=out,
-                                stderr=err, close_fds=True, start_new_session=True, **kw)
-    old = os.sched_getaffinity(0)
-    os.sched_setaffinity(0, cpus)
+    old = None
     try:
-        return subprocess.Popen(argv, env=env, stdin=subprocess.DEVNULL, stdout=out,
-                                stderr=err, close_fds=True, start_new_session=True, **kw)
+        if cpus is not None:
+            old = os.sched_getaffinity(0)
+            os.sched_setaffinity(0, cpus)
+        proc = Child(argv, env=env, stdin=subprocess.DEVNULL, stdout=out, stderr=err,
+                     close_fds=True, start_new_session=True, **kw)
+        proc.exec_ns = _read_start(r)
+        return proc
     finally:
-        os.sched_setaffinity(0, old)
+        if old is not None:
+            os.sched_setaffinity(0, old)
+        os.close(r)
+        os.close(w)
 
 
 def observed_affinity(pid: int) -> list[int] | None:

@@ -18,7 +18,7 @@ from typing import Any, Callable
 
 from ..shared.records import NOT_RUN, RunRecord
 from . import leftover
-from .child import AbortSignal, RunAs, observed_affinity, spawn, user_env, wait
+from .child import AbortSignal, RunAs, now_ns, observed_affinity, spawn, user_env, wait
 from .meters.interference import mark_reason
 from .meters.rusage import RusageMeter
 from .run_output import MAX_ERR_TEXT, last_json, merge_json, read_captured
@@ -246,7 +246,7 @@ class Runner:
             self._under_way.begin(token)
             self._start_meters(spec)
             rec.started_at = time.time()
-            t0 = time.perf_counter()
+            t0 = now_ns()
             # on a virtual board the cpus are the board's, not this machine's (cpu 4 of an
             # ODROID-XU4 may not exist here): the virtual workload gets them as an argument
             # and its process is not pinned
@@ -259,7 +259,18 @@ class Runner:
                 return
             affinity = None if self.virtual else observed_affinity(proc.pid)
             status, ru, why = wait(proc, self.timeout_s, self._abort, self._cancel)
-            wall = time.perf_counter() - t0
+            # wall_s runs from the child's last step before exec to its reaping: the agent's
+            # fork and its Python in the child (a few ms, tens on a loaded machine:
+            # benchmarks/spawn_overhead.py) are its own cost, not the program's. The meters
+            # started before t0 and stop after t1, so their window still covers the
+            # program. Without the child's time (none written, or not within the run) the
+            # interval starts at t0, as agents before start_cost_s measured it.
+            t1 = now_ns()
+            exec_ns = proc.exec_ns
+            if exec_ns is not None and t0 <= exec_ns <= t1:
+                rec.extra["start_cost_s"] = (exec_ns - t0) / 1e9
+                t0 = exec_ns
+            wall = (t1 - t0) / 1e9
             self._under_way.end()
             if why == "aborted":
                 raise Aborted("agent stopping")

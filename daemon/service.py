@@ -534,8 +534,8 @@ class Daemon:
                     and (tuple(sorted(cols.cpus)), cols.threads, cols.variant) not in job[3])):
             raise HandlerError("wrong_group", _wrong_group(cols, platform, job, body["job_id"]))
         job_id = body["job_id"]
-        # only an adaptive point's last record says it closes it (in extra: a record with
-        # extra is built in full)
+        # only an adaptive point's last record says it closes it (in extra["point"]: such a
+        # record is built in full)
         point = closing_point(rec) if rec is not None and rec.extra else None
         rows.append(self._result_row(msg_id, agent, job_id, body["seq"], cols, raw, now))
         ids = acks.get(identity)

@@ -80,7 +80,10 @@ class RunRecord:
     freq_mhz: float | None = None  # frequency that was set (None: not set / not settable)
     freq_observed_mhz: dict[str, float] | None = None  # per cpufreq policy, read before the run
     time_s: float | None = None  # the workload's own timed region (or wall when it has none)
-    wall_s: float | None = None  # process wall time seen by the agent
+    # the child's wall time: from its last step before exec (the agent's fork and set-up
+    # left out, extra["start_cost_s"] their time) to its reaping; without start_cost_s (older
+    # agents, or the child said nothing) from before the fork
+    wall_s: float | None = None
     user_s: float | None = None
     sys_s: float | None = None
     ctx_voluntary: int | None = None
@@ -240,9 +243,12 @@ _EMPTY: dict[str, Any] = {}  # a default looked at, never changed
 
 def record_columns(data: Any) -> RecordColumns | None:
     """The stored columns of a decoded record that :meth:`RunRecord.from_dict` accepts, read
-    without building the record; None where the record needs the full path: one with
-    ``extra`` (an adaptive point's last record says there that it closes the point), and any
-    record that fails one of these checks, so that ``from_dict`` refuses it with its message.
+    without building the record; None where the record needs the full path: one whose
+    ``extra`` holds ``point`` (an adaptive point's last record says there that it closes the
+    point) or is not a map, and any record that fails one of these checks, so that
+    ``from_dict`` refuses it with its message. The rest of ``extra`` is stored as it came
+    (every run of an agent since 2026-11-27 has ``start_cost_s`` there: the full path took
+    2.7 times as long for a command's record).
 
     The daemon's ingest path runs this once per result (500 agents: 1.3 of 3.0 us per record,
     and no 32-entry ``__dict__`` with four fresh containers to build and free). Its checks are
@@ -260,7 +266,8 @@ def record_columns(data: Any) -> RecordColumns | None:
     wall, user, sys_, energy = get("wall_s"), get("user_s"), get("sys_s"), get("energy_j")
     ok, virtual, throttled = get("ok", True), get("virtual", False), get("throttled", False)
     marked, thermal, interf = get("marked"), get("thermal"), get("interference")
-    if (get("extra")
+    extra = get("extra")
+    if (extra and (type(extra) is not dict or "point" in extra)
             or type(platform) is not str or len(platform) > MAX_NAME_LEN
             or type(workload) is not str or len(workload) > MAX_NAME_LEN
             or type(inp) is not str or len(inp) > MAX_NAME_LEN

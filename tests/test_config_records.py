@@ -228,3 +228,8 @@ def test_record_columns_reads_a_plain_record_and_leaves_extra_to_from_dict():
     assert record_columns(data).energy_j == 3 and record_columns(data).marked == "load"
     data["extra"] = {"point": {"index": 0, "done": True}}
     assert record_columns(data) is None  # the closing point is read from the full record
+    # what else extra holds is stored as it came: every run of a newer agent has one
+    data["extra"] = {"start_cost_s": 0.0017, "mpet": {"R": 1.0}}
+    assert record_columns(data) == columns_of(RunRecord.from_dict(data))
+    data["extra"] = ["not", "a", "map"]
+    assert record_columns(data) is None

@@ -247,8 +247,11 @@ def test_a_restarted_agent_kills_what_the_killed_agents_run_left(tmp_path):
         pidfile.unlink()
         c.start_agent()
         wait_until(lambda: dead(pid), "the restarted agent to kill the leftover", 60, c.logs)
-        assert (f"killed 1 process(es) left running by the run a killed agent did not finish: "
-                f"pid {pid}") in (tmp_path / "agent.log").read_text()
+        # the agent logs the kill once kill_leftovers returned, a moment after the pid died
+        said = (f"killed 1 process(es) left running by the run a killed agent did not finish: "
+                f"pid {pid}")
+        wait_until(lambda: said in (tmp_path / "agent.log").read_text(), "the kill logged", 60,
+                   c.logs)
         # the job resumed: its run started again, a new child
         again = int(wait_until(lambda: pidfile.exists() and pidfile.read_text().strip(),
                                "the resumed run's child", 60, c.logs))
