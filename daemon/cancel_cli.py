@@ -27,6 +27,9 @@ def job_line(j: dict[str, Any]) -> str:
     elif j.get("told"):
         how = (f"{j['agent']} stops it now; the runs it measured are kept, and those under way "
                "are stored as they arrive")
+    elif j.get("via"):
+        how = (f"{j['agent']} is connected to the daemon at {j['via']}, which tells it to "
+               "stop it within a few seconds; the runs it measured are kept")
     else:
         how = (f"{j['agent']} is not connected to this daemon: it is told at its next hello, "
                "and the job never runs again; the runs it measured are kept")

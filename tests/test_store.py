@@ -94,6 +94,22 @@ def test_failed_batch_stores_nothing(st):
     assert st.job_received("job-1") == 1
 
 
+def test_held_cancels_are_the_cancelled_jobs_whose_agents_end_is_awaited(st):
+    """What a daemon of a fleet reads each second to tell its agents of the cancels another
+    daemon took (daemon/jobs.py tell_held_cancels)."""
+    for k in range(4):
+        st.save_job("a1", {"job_id": f"job-{k}", "workload": "w", "size": "s", "reps": 1,
+                           "warmup": 0, "points": [{"cpus": [0], "threads": 1}]}, float(k))
+    st.set_job_state("job-1", "cancelled", "by the user",
+                     stopped={"cancelled": True, "at": 1.0, "held": True})
+    st.set_job_state("job-2", "cancelled", "by the user",
+                     stopped={"cancelled": True, "at": 1.0, "held": False})  # its end stored
+    st.set_job_state("job-3", "cancelled", "by the user",
+                     stopped={"cancelled": True, "at": 1.0, "held": True})
+    assert st.held_cancels() == [{"job_id": "job-1", "agent": "a1"},
+                                 {"job_id": "job-3", "agent": "a1"}]
+
+
 def test_jobs_groups_fits_recommendations(st):
     st.save_platform("p", {"sweep_order": [1, 0]}, 1.0)
     st.save_agent("a1", "p", ["w", {"name": "w2", "sizes": ["s"]}], "0.1", 1.0)

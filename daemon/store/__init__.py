@@ -181,6 +181,11 @@ class Store(ABC):
         """job_id, agent, state of every job queued, sent or running."""
 
     @abstractmethod
+    def held_cancels(self) -> list[dict[str, Any]]:
+        """job_id, agent of every job cancelled whose agent's end is not stored yet
+        (``stopped.held``: the agent is to be told), oldest first."""
+
+    @abstractmethod
     def jobs_for(self, agent_id: str, workload: str) -> list[dict[str, Any]]: ...
 
     @abstractmethod

@@ -444,6 +444,13 @@ class SQLiteStore(Store):
         return self._rows("SELECT job_id, agent, state FROM jobs "
                           "WHERE state IN ('queued', 'sent', 'running') ORDER BY created")
 
+    def held_cancels(self) -> list[dict[str, Any]]:
+        # the text as _dumps writes it narrows the scan; the JSON read back decides
+        rows = self._rows("SELECT job_id, agent, stopped FROM jobs WHERE state='cancelled' "
+                          "AND stopped LIKE ? ORDER BY created", ('%"held":true%',))
+        return [{"job_id": r["job_id"], "agent": r["agent"]} for r in rows
+                if (json.loads(r["stopped"]) or {}).get("held") is True]
+
     def jobs_for(self, agent_id: str, workload: str) -> list[dict[str, Any]]:
         return [self._job_row(r) for r in self._rows(
             "SELECT * FROM jobs WHERE agent=? AND workload=? ORDER BY created",
