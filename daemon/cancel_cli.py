@@ -17,11 +17,12 @@ HELP = ("cancel a job (or every unfinished job of an agent): one not sent is dro
 
 def job_line(j: dict[str, Any]) -> str:
     """What became of one job the command named."""
+    from .jobs import runs_text
     head = f"job {j['job_id']} ({j['workload']} on {j['agent']})"
+    runs = runs_text(j)
     if not j["cancelled"]:
         return (f"{head} had already ended: {j['state']}" +
-                (f": {j['reason']}" if j.get("reason") else ""))
-    runs = f"{j.get('received') or 0}/{j['expected']} runs"
+                (f": {j['reason']}" if j.get("reason") else "") + f" ({runs})")
     if j["was"] == "queued":
         how = "it had not been sent to the agent: nothing of it ran"
     elif j.get("told"):

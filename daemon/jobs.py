@@ -65,6 +65,17 @@ def stopped_early(job: dict[str, Any]) -> bool:
     return job.get("state") == "done" and stop is not None
 
 
+def runs_text(job: dict[str, Any]) -> str:
+    """A job's runs for a person: '3/4 runs' (received of expected), or where the agent
+    recorded runs as not run at a cancel (``not_run``, counted in ``received``), '1 of 4 runs
+    measured, 3 not run (cancelled)'. A failed run was measured: it counts as received."""
+    received, not_run = job.get("received") or 0, job.get("not_run") or 0
+    if not not_run:
+        return f"{received}/{job.get('expected')} runs"
+    return (f"{received - not_run} of {job.get('expected')} runs measured, {not_run} not run "
+            "(cancelled)")
+
+
 def failure_text(errors: list[str]) -> str:
     """The causes among the distinct error texts of a job's runs, first first. The runs the
     agent skipped after a timeout ("not run: warmup 0 of this point timed out after 5 s")
@@ -374,7 +385,8 @@ class JobTracker:
                      "the agent is told at its next hello" if held else "it was not sent")
         rows = self.store.jobs_page(job_ids=[job_id])[0]  # with its runs counted
         out = dict(rows[0]) if rows else dict(job)
-        out.update(was=was, cancelled=cancelled, told=told, via=via)
+        out.update(was=was, cancelled=cancelled, told=told, via=via,
+                   not_run=self.store.cancelled_not_run(out))
         return out
 
     def tell_cancel(self, agent: str, job_id: str) -> bool:

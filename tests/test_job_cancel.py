@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import subprocess
 import sys
 
@@ -114,6 +115,7 @@ def test_cancel_a_running_job_kills_its_process_keeps_its_runs_and_stays_cancell
                         "the agent's end of the cancelled job and the next job")
         j = job_of(st, slow)
         assert j["state"] == "cancelled"
+        assert j["not_run"] == 3  # of the 4 runs stored, one was measured
         assert j["reason"].startswith("cancelled by the user at ")
         assert j["stopped"]["cancelled"] is True
         # the run measured before is stored; the three others are recorded as not run
@@ -133,7 +135,10 @@ def test_cancel_a_running_job_kills_its_process_keeps_its_runs_and_stays_cancell
 
         out, err = waiting.communicate(timeout=60)
         assert waiting.returncode == 4, out + err
-        assert [j["state"] for j in json.loads(out)] == ["cancelled"]
+        assert [(j["state"], j["received"], j["not_run"]) for j in json.loads(out)] == \
+            [("cancelled", 4, 3)]
+        assert (f"opptune sweep: job {slow} (slow on rpi4 (virtual)) cancelled: 1 of 4 runs "
+                "measured, 3 not run (cancelled); cancelled by the user at ") in err, err
         assert err.strip().splitlines()[-1] == (
             "opptune sweep: exit 4: 1 of 1 job cancelled (opptune cancel, tune --stop); the "
             "runs measured before are kept")
@@ -143,6 +148,7 @@ def test_cancel_a_running_job_kills_its_process_keeps_its_runs_and_stays_cancell
         assert p.returncode == 0, p.stdout + p.stderr
         assert p.stdout.startswith(f"opptune cancel: job {slow} (slow on test-agent) had "
                                    "already ended: cancelled: cancelled by the user at ")
+        assert p.stdout.endswith(" (1 of 4 runs measured, 3 not run (cancelled))\n"), p.stdout
 
         # restarts: neither the daemon nor the agent runs it again
         mark = len((tmp_path / "agent.log").read_text())
@@ -324,3 +330,55 @@ def test_a_cancel_through_another_daemon_of_the_fleet_stops_the_job_at_once(
     finally:
         codes = f.stop()
     assert codes == {"agent": 0, "daemon": 0}, f.logs()
+
+
+def test_a_cancel_while_the_agent_is_away_reaches_it_at_its_hello_and_an_ended_job_stays(
+        tmp_path):
+    """The agent is stopped with the slow job under way: the cancel is kept for it ('told at
+    its next hello'); started again, it resumes the job and is told at its hello: the job
+    ends cancelled with its measured run and the rest not run, which status and --json say.
+    A job that had ended is said so, exit 0; --json gives JSON alone."""
+    c = board(tmp_path)
+    try:
+        quick = sweep(c, "quick")
+        c.wait_for(lambda s: job_of(s, quick)["state"] == "done", 60, "the quick job")
+        slow = sweep(c, "slow")
+        hanging_run(c)
+        c.agent.send_signal(signal.SIGTERM)
+        assert c.agent.wait(30) == 0, c.logs()
+        c.agent = None  # stopped on purpose: the status waits below do not take it for a death
+        c.wait_for(lambda s: not any(a["alive"] for a in s["agents"]), 30, "the agent gone")
+        p = opptune("cancel", slow, "--daemon", c.endpoint)
+        assert (p.returncode, p.stderr) == (0, ""), p.stdout + p.stderr
+        assert p.stdout.splitlines() == [
+            f"opptune cancel: job {slow} (slow on test-agent) cancelled (running, 1/4 runs): "
+            "test-agent is not connected to this daemon: it is told at its next hello, and the "
+            "job never runs again; the runs it measured are kept"]
+        (tmp_path / "pids" / "2").unlink()
+        c.start_agent()
+        st = c.wait_for(lambda s: job_of(s, slow)["received"] == 4
+                        and not job_of(s, slow)["stopped"]["held"], 60,
+                        "the agent's end of the job cancelled while it was away")
+        j = job_of(st, slow)
+        assert (j["state"], j["not_run"]) == ("cancelled", 3)
+        assert c.rows("SELECT seq, ok FROM runs WHERE job_id=? ORDER BY seq", slow) == \
+            [(0, 1), (1, 0), (2, 0), (3, 0)]
+        out = subprocess.run([sys.executable, "-m", "opptune.daemon.cli", "status", "--daemon",
+                              c.endpoint], capture_output=True, text=True, timeout=60,
+                             env={**os.environ, "COLUMNS": "300"})  # a row on one line
+        row = next(ln for ln in out.stdout.splitlines() if slow in ln and "\u2502" in ln)
+        assert "1/4 measured, 3 not run" in row, out.stdout
+
+        # a job done: said in one line, exit 0; with --json, JSON alone on stdout
+        p = opptune("cancel", quick, "--daemon", c.endpoint)
+        assert (p.returncode, p.stderr) == (0, ""), p.stdout + p.stderr
+        assert p.stdout == (f"opptune cancel: job {quick} (quick on test-agent) had already "
+                            "ended: done (4/4 runs)\n")
+        p = opptune("cancel", quick, "--daemon", c.endpoint, "--json")
+        assert (p.returncode, p.stderr) == (0, ""), p.stdout + p.stderr
+        (j,) = json.loads(p.stdout)["jobs"]
+        assert (j["state"], j["cancelled"], j["told"], j["not_run"]) == \
+            ("done", False, None, 0)
+        assert c.rows("SELECT state FROM jobs WHERE job_id=?", quick) == [("done",)]
+    finally:
+        c.stop()

@@ -192,6 +192,14 @@ class Store(ABC):
     def job_received(self, job_id: str) -> int: ...
 
     @abstractmethod
+    def cancelled_not_run(self, job: dict[str, Any]) -> int:
+        """Of the runs stored for job row ``job`` (``job_id``, ``state``, ``expected``,
+        ``received``), those its agent recorded as not run when it was cancelled
+        (shared/records.runs_not_run: they count in ``received``, but nothing of them ran);
+        0 for a job not cancelled, or whose agent's end is not stored (or ran it to its
+        end)."""
+
+    @abstractmethod
     def job_groups(self, job_id: str) -> list[Group]: ...
 
     # runs
