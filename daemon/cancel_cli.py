@@ -21,8 +21,8 @@ def job_line(j: dict[str, Any]) -> str:
     head = f"job {j['job_id']} ({j['workload']} on {j['agent']})"
     runs = runs_text(j)
     if not j["cancelled"]:
-        return (f"{head} had already ended: {j['state']}" +
-                (f": {j['reason']}" if j.get("reason") else "") + f" ({runs})")
+        return (f"{head} had already ended: {j['state']}: {runs}" +
+                (f"; {j['reason']}" if j.get("reason") else ""))
     if j["was"] == "queued":
         how = "it had not been sent to the agent: nothing of it ran"
     elif j.get("told"):
@@ -69,8 +69,10 @@ def add_parser(sub: Any, add_link_options: Any) -> None:
         "on with its next job. The job's state becomes 'cancelled' for good (also after a "
         "daemon or agent restart); 'sweep --wait' and 'characterize --wait' exit 4 for it. "
         "An older agent cannot cancel: the job then runs to its end there, which 'opptune "
-        "status' says in the job's reason. Exit 0 when cancelled or already ended, 1 for an "
-        "unknown job or when the daemon does not answer, 2 on bad input."))
+        "status' says in the job's reason. Any daemon of a fleet takes the cancel: the one the "
+        "agent is connected to tells it within about a second. Exit 0 when cancelled or "
+        "already ended (said in one line), 1 for an unknown job or when the daemon does not "
+        "answer, 2 on bad input."))
     p.add_argument("job_id", nargs="?", metavar="JOB_ID",
                    help="the job to cancel ('opptune status' lists them)")
     p.add_argument("--agent", metavar="ID",

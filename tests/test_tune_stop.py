@@ -305,8 +305,8 @@ def test_a_session_another_daemon_drives_is_stopped_there_and_let_go(tmp_path, c
         assert reply["type"] == "reply", reply
         new_id = reply["body"]["data"]["tune_id"]
         assert tune_id not in d1.tuning.sessions
-        # the stopped session's job ends at the agent: d1 saves nothing over the stop, and fits and pushes nothing
-        # for it; the next job is the new session's
+        # the stopped session's job ends at the agent: d1 saves nothing over the stop, and
+        # fits and pushes nothing for it; the next job is the new session's
         answer(a, job)
         wait_until(lambda: f"job {job['job_id']} cancelled: its agent has ended it"
                    in caplog.text, "the stopped session's job", 20)
@@ -390,3 +390,23 @@ def test_a_stop_the_store_does_not_take_leaves_the_session_going_on(tmp_path):
     finally:
         a.close()
         d.stop()
+
+
+def test_stop_names_the_daemon_of_the_fleet_that_tells_the_agent(monkeypatch, capsys):
+    """A stop through a daemon the agent is not connected to: its job is cancelled at the
+    agent by the daemon that holds it (it said 'told at its next hello', a job of hours
+    running on)."""
+    import argparse
+
+    from opptune.daemon import client, goal_cli
+    data = {"tune_id": "tune-1", "stopped": True, "workload": "wl", "size": "small",
+            "agent": "q1", "measured": 2, "state": "stopped", "reason": "stopped by the user",
+            "job_cancelled": {"job_id": "job-1", "state": "running", "told": False,
+                              "via": "tcp://d1:5555"}}
+    monkeypatch.setattr(client, "ask", lambda *a, **k: (data, None))
+    args = argparse.Namespace(timeout=5.0, json=False)
+    assert goal_cli.stop_tune(args, "tcp://d2:5555", "tune-1") == 0
+    assert capsys.readouterr().out.splitlines()[-1] == (
+        "its job job-1 (running, one configuration) is cancelled: the daemon at tcp://d1:5555, "
+        "which q1 is connected to, tells it to stop it within a few seconds; the runs it "
+        "measured are stored, and count for later tunes and recommendations")
