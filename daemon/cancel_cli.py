@@ -17,16 +17,20 @@ HELP = ("cancel a job (or every unfinished job of an agent): one not sent is dro
 
 def job_line(j: dict[str, Any]) -> str:
     """What became of one job the command named."""
+    from .jobs import runs_text
     head = f"job {j['job_id']} ({j['workload']} on {j['agent']})"
+    runs = runs_text(j)
     if not j["cancelled"]:
-        return (f"{head} had already ended: {j['state']}" +
-                (f": {j['reason']}" if j.get("reason") else ""))
-    runs = f"{j.get('received') or 0}/{j['expected']} runs"
+        return (f"{head} had already ended: {j['state']}: {runs}" +
+                (f"; {j['reason']}" if j.get("reason") else ""))
     if j["was"] == "queued":
         how = "it had not been sent to the agent: nothing of it ran"
     elif j.get("told"):
         how = (f"{j['agent']} stops it now; the runs it measured are kept, and those under way "
                "are stored as they arrive")
+    elif j.get("via"):
+        how = (f"{j['agent']} is connected to the daemon at {j['via']}, which tells it to "
+               "stop it within a few seconds; the runs it measured are kept")
     else:
         how = (f"{j['agent']} is not connected to this daemon: it is told at its next hello, "
                "and the job never runs again; the runs it measured are kept")
@@ -65,8 +69,10 @@ def add_parser(sub: Any, add_link_options: Any) -> None:
         "on with its next job. The job's state becomes 'cancelled' for good (also after a "
         "daemon or agent restart); 'sweep --wait' and 'characterize --wait' exit 4 for it. "
         "An older agent cannot cancel: the job then runs to its end there, which 'opptune "
-        "status' says in the job's reason. Exit 0 when cancelled or already ended, 1 for an "
-        "unknown job or when the daemon does not answer, 2 on bad input."))
+        "status' says in the job's reason. Any daemon of a fleet takes the cancel: the one the "
+        "agent is connected to tells it within about a second. Exit 0 when cancelled or "
+        "already ended (said in one line), 1 for an unknown job or when the daemon does not "
+        "answer, 2 on bad input."))
     p.add_argument("job_id", nargs="?", metavar="JOB_ID",
                    help="the job to cancel ('opptune status' lists them)")
     p.add_argument("--agent", metavar="ID",

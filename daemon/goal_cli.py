@@ -476,6 +476,8 @@ def stop_tune(args: argparse.Namespace, endpoint: str, tune_id: str) -> int:
     job = data.get("job_cancelled")
     if job:
         how = ("the agent stops it now" if job.get("told") else
+               f"the daemon at {job['via']}, which {data['agent']} is connected to, tells it "
+               "to stop it within a few seconds" if job.get("via") else
                f"{data['agent']} is told at its next hello" if job["state"] != "queued" else
                "it had not been sent")
         print(f"its job {job['job_id']} ({job['state']}, one configuration) is cancelled: "

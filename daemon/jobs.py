@@ -65,6 +65,17 @@ def stopped_early(job: dict[str, Any]) -> bool:
     return job.get("state") == "done" and stop is not None
 
 
+def runs_text(job: dict[str, Any]) -> str:
+    """A job's runs for a person: '3/4 runs' (received of expected), or where the agent
+    recorded runs as not run at a cancel (``not_run``, counted in ``received``), '1 of 4 runs
+    measured, 3 not run (cancelled)'. A failed run was measured: it counts as received."""
+    received, not_run = job.get("received") or 0, job.get("not_run") or 0
+    if not not_run:
+        return f"{received}/{job.get('expected')} runs"
+    return (f"{received - not_run} of {job.get('expected')} runs measured, {not_run} not run "
+            "(cancelled)")
+
+
 def failure_text(errors: list[str]) -> str:
     """The causes among the distinct error texts of a job's runs, first first. The runs the
     agent skipped after a timeout ("not run: warmup 0 of this point timed out after 5 s")
@@ -145,7 +156,9 @@ class JobTracker:
             out.add(job["job_id"])
             # the agent's refusal (an ``error``) names this message id
             self._msgs[msg["id"]] = job["job_id"]
-            self.store.set_job_state(job["job_id"], "sent", only_from=("queued", "expired"))
+            if not self.store.set_job_state(job["job_id"], "sent",
+                                            only_from=("queued", "expired")):
+                self._sent_cancelled(agent, job["job_id"])
         if not sent:
             log.warning("job %s for %s not delivered; it is resent at the agent's next hello",
                         job["job_id"], agent)
@@ -153,6 +166,21 @@ class JobTracker:
             log.info("sent job %s (%s, %d points x %s%d reps) to %s", job["job_id"],
                      job["workload"], len(job["points"]), "up to " if any(
                          "until" in p for p in job["points"]) else "", job["reps"], agent)
+
+    def _sent_cancelled(self, agent: str, job_id: str) -> None:
+        """Job ``job_id`` went out to ``agent`` while another daemon of the fleet cancelled
+        it as not sent (queued: no agent to tell): the agent holds it now, so it is held
+        until the agent's end is stored, and told at once."""
+        job = self.store.job(job_id)
+        if job is None or job["state"] != "cancelled":
+            return
+        stop = job.get("stopped") or {}
+        if not stop.get("held"):
+            self.store.set_job_state(job_id, "cancelled", job["reason"],
+                                     only_from=("cancelled",), stopped={**stop, "held": True})
+        self.tell_cancel(agent, job_id)
+        log.info("job %s went out as another daemon cancelled it: %s is told to stop it",
+                 job_id, agent)
 
     def results_stored(self, touched: dict[str, list[Any]], now: float) -> None:
         """Results of the jobs in ``touched`` were committed: job id -> [runs expected, agent,
@@ -320,8 +348,10 @@ class JobTracker:
         ...'): final in the store at once (never resent nor resumed), its place among the
         agent's outstanding jobs given to the next; a job the agent may hold is sent a
         ``cancel``. Returns the job's row (``received`` counted) with ``was`` (its state
-        before), ``cancelled`` (False: it had ended before) and ``told`` (the cancel went to
-        the agent's connection; None: the agent does not hold it). HandlerError
+        before), ``cancelled`` (False: it had ended before), ``told`` (the cancel went to
+        the agent's connection; None: the agent does not hold it) and ``via`` (not told:
+        the endpoint of the daemon of the fleet that holds the agent, which tells it at its
+        next tick, :meth:`tell_held_cancels`; None otherwise). HandlerError
         ``unknown_job`` for an id the store does not know."""
         job = self.store.job(job_id)
         if job is None:
@@ -334,7 +364,7 @@ class JobTracker:
                 job_id, "cancelled", reason, now=now, only_from=ACTIVE_JOB_STATES + ("expired",),
                 stopped={"cancelled": True, "at": now, "held": held}):
             cancelled = False  # it ended meanwhile (another daemon of a fleet): as it ended
-        told = None
+        told = via = None
         if cancelled:
             self._complete.add(job_id)
             for table in (self._progress, self._adaptive, self._closed):
@@ -346,12 +376,17 @@ class JobTracker:
             if held:
                 self._cancelling.add(job_id)
                 told = self.tell_cancel(job["agent"], job_id)
+                if not told:  # the daemon of the fleet that holds it tells it (its tick)
+                    where = self.registry.via(job["agent"])
+                    via = where.endpoint if where is not None else None
             log.info("job %s of %s cancelled (%s): %s", job_id, job["agent"], was,
                      "the agent is told to stop it" if told else
+                     f"the daemon at {via}, which holds the agent, tells it" if via else
                      "the agent is told at its next hello" if held else "it was not sent")
         rows = self.store.jobs_page(job_ids=[job_id])[0]  # with its runs counted
         out = dict(rows[0]) if rows else dict(job)
-        out.update(was=was, cancelled=cancelled, told=told)
+        out.update(was=was, cancelled=cancelled, told=told, via=via,
+                   not_run=self.store.cancelled_not_run(out))
         return out
 
     def tell_cancel(self, agent: str, job_id: str) -> bool:
@@ -368,6 +403,26 @@ class JobTracker:
             del self._cancels[next(iter(self._cancels))]
         self._cancelling.add(job_id)
         return True
+
+    def tell_held_cancels(self, now: float) -> None:
+        """Send the cancel of each job cancelled but still held (``stopped.held``) whose
+        agent is connected here and was not told through this daemon: in a fleet, another
+        daemon took the cancel and cannot reach the agent. Run from the loop's
+        once-a-second tick, which reads the store afresh as the re-measure and tune steps
+        do (daemons of a fleet do not call each other), so the agent stops within about a
+        second instead of at its next hello."""
+        timeout = self.registry.timeout_s
+        if not any(a.alive(timeout, now) for a in self.registry.all()):
+            return
+        for j in self.store.held_cancels():
+            job_id, agent = j["job_id"], j["agent"]
+            if job_id in self._cancelling or not self.registry.alive(agent, now):
+                continue
+            if self._cancel_end(job_id):
+                continue  # its end is stored already (it reached another daemon)
+            if self.tell_cancel(agent, job_id):
+                log.info("job %s was cancelled through another daemon of the fleet: its "
+                         "agent %s, connected here, is told to stop it", job_id, agent)
 
     def _cancel_end(self, job_id: str) -> bool:
         """Whether the agent's end of the cancelled job ``job_id`` is stored (its runs not

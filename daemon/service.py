@@ -344,6 +344,7 @@ class Daemon:
                     next_flush = time.monotonic() + 1.0
                     self.store.touch_agents(self.registry.take_dirty(), self.instance)
                     self.jobs.expire(time.time())
+                    self.jobs.tell_held_cancels(time.time())  # cancels another daemon took
                     self.remeasure.tick(time.time())  # marked points, once the board is quiet
                     self.recommender.retry_waiting()  # groups another daemon was fitting
                     self._refresh_metrics(time.time())

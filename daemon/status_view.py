@@ -240,6 +240,16 @@ REASON_CELL = 20  # characters of a job's state and reason kept in its cell: the
 # to 120 columns with 24-character job ids and a board named "odroid-xu4 (virtual)"
 
 
+def runs_cell(job: dict[str, Any]) -> str:
+    """The jobs table's runs cell: received/expected, or for a cancelled job whose agent
+    recorded runs as not run (counted in received, nothing of them ran) '1/4 measured, 3 not
+    run'."""
+    received, not_run = job.get("received"), job.get("not_run") or 0
+    if not not_run or not isinstance(received, int):
+        return f"{received}/{job.get('expected')}"
+    return f"{received - not_run}/{job.get('expected')} measured, {not_run} not run"
+
+
 def job_state_cell(job: dict[str, Any]) -> tuple[str, str | None]:
     """(the jobs table's state cell, the line under the table or None): a reason that takes a
     sentence (a stopped job's made the table 240 columns wide) is printed whole under the
@@ -396,7 +406,7 @@ def print_status(data: dict[str, Any], console: Console | None = None,
         t.add_row(str(j.get("job_id")), str(j.get("board") or boards.get(j.get("agent"))
                                             or j.get("agent")),
                   str(j.get("workload")), _fmt(j.get("size")),
-                  f"{j.get('received')}/{j.get('expected')}", state)
+                  runs_cell(j), state)
     _print_table(console, t)
     for line in below:
         console.print(line, markup=False, soft_wrap=True)

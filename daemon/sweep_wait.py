@@ -26,7 +26,7 @@ from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
 from .client import DaemonUnreachable, QueryFailed, query
 from .console import make_console
-from .jobs import FINAL_JOB_STATES, stopped_early
+from .jobs import FINAL_JOB_STATES, runs_text, stopped_early
 
 POLL_S = 0.5  # how often the display is refreshed from the daemon's status
 # how long a follower (sweep/characterize --wait, tune) keeps asking a daemon that stopped
@@ -106,7 +106,9 @@ def _wait(endpoint: str, job_ids: list[str], timeout_s: float, as_json: bool,
                 j = jobs.get(job_id)
                 if j is not None:
                     progress.update(task, description=f"{j['workload']} on {j['board']}",
-                                    total=j["expected"] or None, completed=j["received"],
+                                    total=j["expected"] or None,
+                                    # the runs a cancel left not run ran not at all
+                                    completed=j["received"] - (j.get("not_run") or 0),
                                     expected=j["expected"] or "?",
                                     state=state_text(j, agents.get(j.get("agent"))))
             if len(jobs) == len(tasks) and all(j["state"] in FINAL_JOB_STATES
@@ -123,7 +125,7 @@ def _wait(endpoint: str, job_ids: list[str], timeout_s: float, as_json: bool,
     again = {(m["agent"], m["workload"], m["size"]): m for m in status.get("remeasure") or []}
     for j in final:
         line = (f"job {j['job_id']} ({j['workload']} on {j['board']}) {j['state']}: "
-                f"{j['received']}/{j['expected']} runs")
+                f"{runs_text(j)}")
         if j["reason"]:
             line += f"; {j['reason']}"
         m = again.get((j.get("agent"), j["workload"], j["size"]))

@@ -588,7 +588,7 @@ class Tuner:
                                            f"{s.reason}")
             if c["cancelled"]:
                 out["job_cancelled"] = {"job_id": job_id, "state": c["was"],
-                                        "told": c["told"]}
+                                        "told": c["told"], "via": c["via"]}
             # an older agent runs it to its end all the same: that end is no sweep's
             self._job_left(job_id, s.tune_id)
         return out

@@ -287,7 +287,7 @@ def test_status_structure_and_sweep_query(daemon):
     # the first result makes it running
     assert sweep == {"job_id": job["job_id"], "agent": "a1", "board": "plat-test",
                      "workload": "wl", "size": "small", "expected": 2, "received": 1,
-                     "state": "running", "reason": None, "stopped": None}
+                     "not_run": 0, "state": "running", "reason": None, "stopped": None}
     assert {j["state"] for j in st["jobs"] if j["job_id"] != job["job_id"]} == {"sent"}
     assert st["fits"] == [] and st["recommendations"] == []
     a.close()

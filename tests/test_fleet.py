@@ -61,11 +61,12 @@ def test_a_sweep_is_stored_fitted_and_recommended_on_postgresql(tmp_path, pg_url
 
 
 class Fleet(Cluster):
-    """Two daemons on one PostgreSQL database; the agent lists both."""
+    """Two daemons on one database (PostgreSQL's URL, or an SQLite file's path); the agent
+    lists both. ``options`` replace the defaults of :class:`Cluster`."""
 
     def __init__(self, tmp, url, **options):
-        super().__init__(tmp, kernels=KERNELS, reps=6, max_cores=CORES, database=url,
-                         **options)
+        super().__init__(tmp, **{"kernels": KERNELS, "reps": 6, "max_cores": CORES, **options},
+                         database=url)
         self.endpoints = [self.endpoint, free_endpoint()]
         self.tomls = [self.daemon_toml, tmp / "daemon2.toml"]
         text = self.daemon_toml.read_text().replace(self.endpoints[0], self.endpoints[1])

@@ -711,7 +711,7 @@ def test_a_stopped_sessions_job_is_cancelled_and_stays_so_after_a_restart(tmp_pa
         # the cancel goes to the agent before the reply to the operator
         got = {m["type"]: m for m in (a.expect(("cancel", "reply")) for _ in range(2))}
         assert got["reply"]["body"]["data"]["job_cancelled"] == {
-            "job_id": job["job_id"], "state": "sent", "told": True}, got
+            "job_id": job["job_id"], "state": "sent", "told": True, "via": None}, got
         assert got["cancel"]["body"] == {"job_id": job["job_id"]}
     finally:
         a.close()

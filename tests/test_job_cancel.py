@@ -12,11 +12,13 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import subprocess
 import sys
 
 import pytest
 
+from opptune.daemon.client import query
 from opptune.daemon.store import open_store
 from procs import Cluster, wait_until
 
@@ -28,20 +30,28 @@ def opptune(*argv: str, timeout: float = 120) -> subprocess.CompletedProcess:
                           capture_output=True, text=True, timeout=timeout)
 
 
-def board(tmp_path, **daemon) -> Cluster:
-    """The daemon and agent (started) of the virtual rpi4 with 'slow' and 'quick'."""
-    pids = tmp_path / "pids"
+# the cluster's options: the virtual rpi4's agent with the command workloads only
+OPTIONS = {"kernels": (), "auto_sweep": False, "max_cores": 4, "reps": 1,
+           "extra_agent": {"virtual_board": "rpi4", "run_timeout_s": 240.0}}
+
+
+def add_workloads(c: Cluster) -> None:
+    """'slow', 'quick' and 'tree' in the agent's configuration; their pids in tmp/pids."""
+    pids = c.tmp / "pids"
     pids.mkdir()
     slow = ["sh", "-c", f"echo $$ > {pids}/{{threads}}; test {{threads}} -lt 2 && "
                         "echo '{\"time_s\": 0.01}' && exit 0; exec sleep 300"]
     # a script whose own child hangs: the grandchild writes its pid
     tree = ["sh", "-c", f"sleep 300 & echo $! > {pids}/tree; wait"]
-    c = Cluster(tmp_path, kernels=(), auto_sweep=False, max_cores=4, reps=1,
-                extra_daemon={"auto_recommend": False, **daemon},
-                extra_agent={"virtual_board": "rpi4", "run_timeout_s": 240.0})
     c.agent_toml.write_text(c.agent_toml.read_text() + "".join(
         f"[[workloads]]\nname = \"{name}\"\ncommand = {json.dumps(cmd)}\n"
         for name, cmd in (("slow", slow), ("quick", ["true"]), ("tree", tree))))
+
+
+def board(tmp_path, **daemon) -> Cluster:
+    """The daemon and agent (started) of the virtual rpi4 with 'slow' and 'quick'."""
+    c = Cluster(tmp_path, **OPTIONS, extra_daemon={"auto_recommend": False, **daemon})
+    add_workloads(c)
     c.start_daemon()
     c.start_agent()
     try:
@@ -105,6 +115,7 @@ def test_cancel_a_running_job_kills_its_process_keeps_its_runs_and_stays_cancell
                         "the agent's end of the cancelled job and the next job")
         j = job_of(st, slow)
         assert j["state"] == "cancelled"
+        assert j["not_run"] == 3  # of the 4 runs stored, one was measured
         assert j["reason"].startswith("cancelled by the user at ")
         assert j["stopped"]["cancelled"] is True
         # the run measured before is stored; the three others are recorded as not run
@@ -124,7 +135,10 @@ def test_cancel_a_running_job_kills_its_process_keeps_its_runs_and_stays_cancell
 
         out, err = waiting.communicate(timeout=60)
         assert waiting.returncode == 4, out + err
-        assert [j["state"] for j in json.loads(out)] == ["cancelled"]
+        assert [(j["state"], j["received"], j["not_run"]) for j in json.loads(out)] == \
+            [("cancelled", 4, 3)]
+        assert (f"opptune sweep: job {slow} (slow on rpi4 (virtual)) cancelled: 1 of 4 runs "
+                "measured, 3 not run (cancelled); cancelled by the user at ") in err, err
         assert err.strip().splitlines()[-1] == (
             "opptune sweep: exit 4: 1 of 1 job cancelled (opptune cancel, tune --stop); the "
             "runs measured before are kept")
@@ -133,7 +147,8 @@ def test_cancel_a_running_job_kills_its_process_keeps_its_runs_and_stays_cancell
         p = opptune("cancel", slow, "--daemon", c.endpoint)
         assert p.returncode == 0, p.stdout + p.stderr
         assert p.stdout.startswith(f"opptune cancel: job {slow} (slow on test-agent) had "
-                                   "already ended: cancelled: cancelled by the user at ")
+                                   "already ended: cancelled: 1 of 4 runs measured, 3 not run "
+                                   "(cancelled); cancelled by the user at "), p.stdout
 
         # restarts: neither the daemon nor the agent runs it again
         mark = len((tmp_path / "agent.log").read_text())
@@ -256,5 +271,117 @@ def test_a_restarted_agent_kills_what_the_killed_agents_run_left(tmp_path):
         again = int(wait_until(lambda: pidfile.exists() and pidfile.read_text().strip(),
                                "the resumed run's child", 60, c.logs))
         assert again != pid and not dead(again)
+    finally:
+        c.stop()
+
+
+def hanging_run(c: Cluster) -> int:
+    """The pid of the slow job's run that hangs (its second point, 2 threads)."""
+    pidfile = c.tmp / "pids" / "2"
+    return int(wait_until(lambda: pidfile.exists() and pidfile.read_text().strip(),
+                          "the hanging run's process", 60, c.logs))
+
+
+@pytest.mark.parametrize("backend", ["sqlite", "postgresql"])
+def test_a_cancel_through_another_daemon_of_the_fleet_stops_the_job_at_once(
+        tmp_path, request, backend):
+    """Two daemon processes on one store, the agent connected to daemon 0; the cancel goes to
+    daemon 1, which cannot reach the agent. Daemon 0 reads it from the store at its next
+    tick and tells the agent: the run is killed within seconds, not at the agent's next
+    hello (before, a job of hours ran on to its end)."""
+    from test_fleet import Fleet
+    url = (str(tmp_path / "fleet.db") if backend == "sqlite"
+           else request.getfixturevalue("pg_url"))
+    # a loaded machine may hold a daemon back for seconds: the agent's failover (3 heartbeats
+    # unanswered) and the daemons' agent_timeout_s wait longer than the defaults of the tests
+    f = Fleet(tmp_path, url, **{**OPTIONS, "extra_agent": {
+        **OPTIONS["extra_agent"], "heartbeat_s": 2.0}}, extra_daemon={
+            "auto_recommend": False, "agent_timeout_s": 10.0})
+    add_workloads(f)
+    f.start_daemons()
+    f.start_agent()
+    try:
+        # the agent's hello goes to daemon 0, or to daemon 1 where 0 was slow to answer
+        holder = int(wait_until(lambda: next((str(i) for i in (0, 1) if any(
+            a["alive"] for a in (query(f.endpoints[i], "status") or {}).get("agents", []))),
+            None), "the agent's hello", 60, f.logs))
+        f.use(holder)
+        slow = sweep(f, "slow")
+        pid = hanging_run(f)
+        f.use(1 - holder)
+        f.wait_for(lambda s: any(a["via"] == f.endpoints[holder] for a in s["agents"]), 30,
+                   "the other daemon seeing the agent online through the holder")
+        p = opptune("cancel", slow, "--daemon", f.endpoints[1 - holder])
+        assert p.returncode == 0 and p.stderr == "", p.stdout + p.stderr
+        assert p.stdout.splitlines() == [
+            f"opptune cancel: job {slow} (slow on test-agent) cancelled (running, 1/4 runs): "
+            f"test-agent is connected to the daemon at {f.endpoints[holder]}, which tells it "
+            "to stop it within a few seconds; the runs it measured are kept"]
+        # the agent never said hello again: only the holder's tick can have told it
+        wait_until(lambda: gone(pid), "the cancelled run's process to be gone", 30, f.logs)
+        assert (f"job {slow} was cancelled through another daemon"
+                in (tmp_path / f"daemon{holder}.log").read_text())
+        said = (tmp_path / "agent.log").read_text()
+        assert "saying hello" not in said and "failing over" not in said, said
+        st = f.wait_for(lambda s: job_of(s, slow)["received"] == 4, 60,
+                        "the agent's end of the cancelled job")
+        assert job_of(st, slow)["state"] == "cancelled"
+        assert f.rows("SELECT seq, ok FROM runs WHERE job_id=? ORDER BY seq", slow) == \
+            [(0, 1), (1, 0), (2, 0), (3, 0)]
+        wait_until(lambda: not job_of(f.status(), slow)["stopped"]["held"],
+                   "the agent's end seen (the cancel is not sent again)", 30, f.logs)
+    finally:
+        codes = f.stop()
+    assert codes == {"agent": 0, "daemon": 0}, f.logs()
+
+
+def test_a_cancel_while_the_agent_is_away_reaches_it_at_its_hello_and_an_ended_job_stays(
+        tmp_path):
+    """The agent is stopped with the slow job under way: the cancel is kept for it ('told at
+    its next hello'); started again, it resumes the job and is told at its hello: the job
+    ends cancelled with its measured run and the rest not run, which status and --json say.
+    A job that had ended is said so, exit 0; --json gives JSON alone."""
+    c = board(tmp_path)
+    try:
+        quick = sweep(c, "quick")
+        c.wait_for(lambda s: job_of(s, quick)["state"] == "done", 60, "the quick job")
+        slow = sweep(c, "slow")
+        hanging_run(c)
+        c.agent.send_signal(signal.SIGTERM)
+        assert c.agent.wait(30) == 0, c.logs()
+        c.agent = None  # stopped on purpose: the status waits below do not take it for a death
+        c.wait_for(lambda s: not any(a["alive"] for a in s["agents"]), 30, "the agent gone")
+        p = opptune("cancel", slow, "--daemon", c.endpoint)
+        assert (p.returncode, p.stderr) == (0, ""), p.stdout + p.stderr
+        assert p.stdout.splitlines() == [
+            f"opptune cancel: job {slow} (slow on test-agent) cancelled (running, 1/4 runs): "
+            "test-agent is not connected to this daemon: it is told at its next hello, and the "
+            "job never runs again; the runs it measured are kept"]
+        (tmp_path / "pids" / "2").unlink()
+        c.start_agent()
+        st = c.wait_for(lambda s: job_of(s, slow)["received"] == 4
+                        and not job_of(s, slow)["stopped"]["held"], 60,
+                        "the agent's end of the job cancelled while it was away")
+        j = job_of(st, slow)
+        assert (j["state"], j["not_run"]) == ("cancelled", 3)
+        assert c.rows("SELECT seq, ok FROM runs WHERE job_id=? ORDER BY seq", slow) == \
+            [(0, 1), (1, 0), (2, 0), (3, 0)]
+        out = subprocess.run([sys.executable, "-m", "opptune.daemon.cli", "status", "--daemon",
+                              c.endpoint], capture_output=True, text=True, timeout=60,
+                             env={**os.environ, "COLUMNS": "300"})  # a row on one line
+        row = next(ln for ln in out.stdout.splitlines() if slow in ln and "\u2502" in ln)
+        assert "1/4 measured, 3 not run" in row, out.stdout
+
+        # a job done: said in one line, exit 0; with --json, JSON alone on stdout
+        p = opptune("cancel", quick, "--daemon", c.endpoint)
+        assert (p.returncode, p.stderr) == (0, ""), p.stdout + p.stderr
+        assert p.stdout == (f"opptune cancel: job {quick} (quick on test-agent) had already "
+                            "ended: done: 4/4 runs\n")
+        p = opptune("cancel", quick, "--daemon", c.endpoint, "--json")
+        assert (p.returncode, p.stderr) == (0, ""), p.stdout + p.stderr
+        (j,) = json.loads(p.stdout)["jobs"]
+        assert (j["state"], j["cancelled"], j["told"], j["not_run"]) == \
+            ("done", False, None, 0)
+        assert c.rows("SELECT state FROM jobs WHERE job_id=?", quick) == [("done",)]
     finally:
         c.stop()

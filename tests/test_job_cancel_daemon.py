@@ -61,3 +61,47 @@ def test_a_cancel_asked_again_is_answered_as_before(daemon):
             {"job_id": job_id}
     finally:
         a.close()
+
+
+def test_a_job_sent_while_another_daemon_cancels_it_as_queued_is_cancelled_at_the_agent(
+        tmp_path):
+    """Two daemons of a fleet on one store: daemon 1 stores a job 'queued', sends it, then
+    marks it 'sent'; daemon 2's cancel between the send and the mark found it queued (so
+    nobody was to tell the agent) while the agent held it and ran it to its end. The sender
+    now sees its mark refused and tells the agent."""
+    import time
+
+    from opptune.daemon.jobs import JobTracker
+    from opptune.daemon.registry import Registry
+    from opptune.daemon.store import open_store
+    from opptune.shared.config import DaemonConfig
+
+    db = str(tmp_path / "d.db")
+    stores = [open_store(db), open_store(db)]
+    job = {"job_id": "job-1", "workload": "wl", "size": "small", "reps": 1, "warmup": 0,
+           "points": [{"cpus": [0], "threads": 1, "freq_khz": None}]}
+    sent, answers = [], []
+
+    class Wire:  # daemon 1's socket: the other daemon's cancel comes as the job goes out
+        def send(self, identity, msg):
+            sent.append(msg["type"])
+            if msg["type"] == "job":
+                answers.append(daemon2.cancel("job-1", "cancelled by the user"))
+            return True
+
+    try:
+        holder = Registry(10.0)
+        holder.hello("a1", b"a1", "plat", {}, ["wl"], time.time())
+        daemon1 = JobTracker(DaemonConfig(), stores[0], holder, Wire(), "daemon", time.time(),
+                             lambda *a: None)
+        daemon2 = JobTracker(DaemonConfig(), stores[1], Registry(10.0), None, "daemon",
+                             time.time(), lambda *a: None)
+        daemon1.send("a1", job)
+        (answer,) = answers
+        assert (answer["was"], answer["told"]) == ("queued", None)  # as daemon 2 saw it
+        assert sent == ["job", "cancel"]
+        row = stores[0].job("job-1")
+        assert row["state"] == "cancelled" and row["stopped"]["held"] is True
+    finally:
+        for s in stores:
+            s.close()

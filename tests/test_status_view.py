@@ -561,3 +561,25 @@ def test_a_clusters_fit_made_before_a_whole_board_drift_says_so(tmp_path):
     assert stored_fit_note(fits["small", "cluster0"]) == (
         "amdahl (the daemon's fit, made before a drift of its whole-board group: the runs it "
         "rests on no longer count)")
+
+
+def test_a_cancelled_jobs_runs_not_run_are_not_shown_as_received():
+    """The runs an agent recorded as not run at a cancel count in ``received`` (stored), so a
+    cancelled job read '4/4' as if every run was measured. Its cell says how many were; a
+    job whose runs failed (measured) and a job from a daemon without ``not_run`` as before."""
+    from rich.console import Console
+
+    from opptune.daemon.console import UNBOUNDED_WIDTH
+    from opptune.daemon.status_view import print_status
+    job = {"job_id": "job-1", "agent": "a1", "board": "b", "workload": "w", "size": "s",
+           "expected": 4, "received": 4, "reason": None}
+    data = {"daemon": {}, "agents": [], "runs": [], "fits": [], "recommendations": [],
+            "jobs": [{**job, "job_id": "job-c", "state": "cancelled", "not_run": 3},
+                     {**job, "job_id": "job-f", "state": "failed", "not_run": 0},
+                     {**job, "job_id": "job-o", "state": "done"}]}
+    console = Console(record=True, width=UNBOUNDED_WIDTH)
+    print_status(data, console)
+    rows = {ln.split()[1]: ln for ln in console.export_text().splitlines()
+            if ln.startswith("\u2502 job-")}
+    assert "\u2502 1/4 measured, 3 not run \u2502 cancelled" in rows["job-c"], rows
+    assert "\u2502 4/4 " in rows["job-f"] and "\u2502 4/4 " in rows["job-o"], rows

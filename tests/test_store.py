@@ -94,6 +94,55 @@ def test_failed_batch_stores_nothing(st):
     assert st.job_received("job-1") == 1
 
 
+def test_held_cancels_are_the_cancelled_jobs_whose_agents_end_is_awaited(st):
+    """What a daemon of a fleet reads each second to tell its agents of the cancels another
+    daemon took (daemon/jobs.py tell_held_cancels)."""
+    for k in range(4):
+        st.save_job("a1", {"job_id": f"job-{k}", "workload": "w", "size": "s", "reps": 1,
+                           "warmup": 0, "points": [{"cpus": [0], "threads": 1}]}, float(k))
+    st.set_job_state("job-1", "cancelled", "by the user",
+                     stopped={"cancelled": True, "at": 1.0, "held": True})
+    st.set_job_state("job-2", "cancelled", "by the user",
+                     stopped={"cancelled": True, "at": 1.0, "held": False})  # its end stored
+    st.set_job_state("job-3", "cancelled", "by the user",
+                     stopped={"cancelled": True, "at": 1.0, "held": True})
+    assert st.held_cancels() == [{"job_id": "job-1", "agent": "a1"},
+                                 {"job_id": "job-3", "agent": "a1"}]
+
+
+def test_the_runs_a_cancel_left_not_run_are_told_from_those_measured(st):
+    """A cancelled job's runs the agent recorded as not run count in ``received`` (stored) but
+    were never measured; a failed run was measured. Counted on both back ends."""
+    st.save_job("a1", {"job_id": "job-1", "workload": "w", "size": "s", "reps": 1,
+                       "warmup": 0, "points": [{"cpus": [0], "threads": 1}] * 4}, 1.0)
+
+    def result(seq, error=None, stop=None):
+        rec = record(time_s=None if error else 1.0, ok=error is None, error=error,
+                     extra={"stopped": stop} if stop else {})
+        return ResultIn(f"m{seq}", "a1", "job-1", seq, rec, rec.to_dict())
+
+    def not_run():
+        (row,) = st.jobs_page(job_ids=["job-1"])[0]
+        return row["received"], st.cancelled_not_run(row)
+
+    st.insert_results([result(0), result(1, error="exit status 1")], now=2.0)
+    stop = {"cancelled": True, "runs_not_run": 2, "points": 4, "points_not_run": 2}
+    why = "not run: the job was cancelled by the daemon before run 3 of 4"
+    st.insert_results([result(3, why, stop)], now=3.0)  # run 2's record still on its way
+    assert not_run() == (3, 0)  # not cancelled: counted as any job's runs
+    st.set_job_state("job-1", "cancelled", "by the user",
+                     stopped={"cancelled": True, "at": 3.0, "held": False})
+    assert not_run() == (3, 1)
+    st.insert_results([result(2, why, stop)], now=4.0)
+    assert not_run() == (4, 2)  # one measured, one measured and failed, two not run
+    # a cancelled job the agent ran to its end (an older agent), or had not begun: none
+    st.save_job("a1", {"job_id": "job-2", "workload": "w", "size": "s", "reps": 1,
+                       "warmup": 0, "points": [{"cpus": [0], "threads": 1}]}, 5.0)
+    st.set_job_state("job-2", "cancelled", "by the user")
+    (row,) = st.jobs_page(job_ids=["job-2"])[0]
+    assert st.cancelled_not_run(row) == 0
+
+
 def test_jobs_groups_fits_recommendations(st):
     st.save_platform("p", {"sweep_order": [1, 0]}, 1.0)
     st.save_agent("a1", "p", ["w", {"name": "w2", "sizes": ["s"]}], "0.1", 1.0)

@@ -435,3 +435,28 @@ def test_recommend_and_tune_refuse_more_cores_than_the_board_as_sweep_does(clust
         sweep.stderr.strip().replace("opptune sweep:", f"opptune {command}:")]
     assert p.stdout == ""
     assert cluster.status()["jobs"] == []
+
+
+def test_wait_says_how_many_runs_of_a_cancelled_job_were_measured(monkeypatch):
+    """A cancelled job's runs the agent recorded as not run count in ``received``: the line
+    read 'cancelled: 4/4 runs', as if the job had measured everything. It says how many runs
+    were measured and how many not run; a job whose runs failed (measured) reads as before."""
+    from rich.console import Console
+
+    from opptune.daemon import sweep_wait
+    job = {"agent": "xu4", "workload": "triad", "board": "xu4", "size": "small",
+           "expected": 4, "received": 4}
+    jobs = [{**job, "job_id": "job-1", "state": "cancelled", "not_run": 3,
+             "reason": "cancelled by the user at 2026-11-27 19:00:00 UTC"},
+            {**job, "job_id": "job-2", "state": "done", "not_run": 0, "reason": None}]
+    monkeypatch.setattr(sweep_wait, "query", lambda *a, **k: {"daemon": {}, "agents": [],
+                                                               "jobs": jobs})
+    con = Console(record=True, width=400)
+    assert sweep_wait.wait_for_jobs("tcp://a:1", ["job-1", "job-2"], console=con) == 4
+    lines = con.export_text().strip().splitlines()
+    assert lines[-3:-1] == [
+        "opptune sweep: job job-1 (triad on xu4) cancelled: 1 of 4 runs measured, 3 not run "
+        "(cancelled); cancelled by the user at 2026-11-27 19:00:00 UTC",
+        "job job-2 (triad on xu4) done: 4/4 runs"]
+    bars = [ln for ln in lines if ln.startswith("triad on xu4")]
+    assert any("1/4 runs" in b for b in bars), lines

@@ -147,7 +147,7 @@ def test_stop_ends_the_session_its_job_runs_out_and_nothing_is_pushed(tmp_path):
         assert data["tune_id"] == new[0]["tune_id"] and data["state"] == "stopped"
         assert data["stopped"] is True and data["reason"].startswith("stopped by the user at ")
         assert data["job_cancelled"] is None or set(data["job_cancelled"]) == {
-            "job_id", "state", "told"}
+            "job_id", "state", "told", "via"}
         p = opptune("tune", "--stop", new[0]["tune_id"], "--daemon", c.endpoint, "--json",
                     cwd=tmp_path)
         assert p.returncode == 0 and json.loads(p.stdout)["stopped"] is False
@@ -260,9 +260,9 @@ def test_a_session_only_in_the_store_is_stopped_and_not_resumed(tmp_path):
         assert tune_id not in d2.tuning.sessions
         data = stop_via(d2, tune_id)
         assert data["stopped"] is True and data["state"] == "stopped"
-        # the agent is not connected to d2: it is told at its next hello
+        # the agent is not connected to d2 (nor to any daemon): it is told at its next hello
         assert data["job_cancelled"] == {"job_id": job["job_id"], "state": "sent",
-                                         "told": False}
+                                         "told": False, "via": None}
         row = open_store(str(tmp_path / "d.db")).tune_session(tune_id)
         assert row["state"] == "stopped" and row["reason"] == data["reason"]
         assert stop_via(d2, tune_id)["stopped"] is False
@@ -295,6 +295,9 @@ def test_a_session_another_daemon_drives_is_stopped_there_and_let_go(tmp_path, c
         assert tune_id in d1.tuning.sessions and tune_id not in d2.tuning.sessions
         data = stop_via(d2, tune_id)
         assert data["stopped"] is True and data["job_cancelled"]["job_id"] == job["job_id"]
+        # the job, cancelled by d2 (which the agent does not talk to), is cancelled at the
+        # agent by d1, which reads the cancel from the store: not only at its next hello
+        assert a.expect("cancel")["body"] == {"job_id": job["job_id"]}
         # d1, which has the agent, still holds its copy: a new tune of the board is taken
         # all the same (the store says the session ended), and status answers from the store
         assert status(a, tune_id)["state"] == "stopped"
@@ -302,9 +305,8 @@ def test_a_session_another_daemon_drives_is_stopped_there_and_let_go(tmp_path, c
         assert reply["type"] == "reply", reply
         new_id = reply["body"]["data"]["tune_id"]
         assert tune_id not in d1.tuning.sessions
-        # the stopped session's job, cancelled by d2 (which the agent does not talk to),
-        # ends at the agent all the same: d1 saves nothing over the stop, and fits and
-        # pushes nothing for it; the next job is the new session's
+        # the stopped session's job ends at the agent: d1 saves nothing over the stop, and
+        # fits and pushes nothing for it; the next job is the new session's
         answer(a, job)
         wait_until(lambda: f"job {job['job_id']} cancelled: its agent has ended it"
                    in caplog.text, "the stopped session's job", 20)
@@ -388,3 +390,23 @@ def test_a_stop_the_store_does_not_take_leaves_the_session_going_on(tmp_path):
     finally:
         a.close()
         d.stop()
+
+
+def test_stop_names_the_daemon_of_the_fleet_that_tells_the_agent(monkeypatch, capsys):
+    """A stop through a daemon the agent is not connected to: its job is cancelled at the
+    agent by the daemon that holds it (it said 'told at its next hello', a job of hours
+    running on)."""
+    import argparse
+
+    from opptune.daemon import client, goal_cli
+    data = {"tune_id": "tune-1", "stopped": True, "workload": "wl", "size": "small",
+            "agent": "q1", "measured": 2, "state": "stopped", "reason": "stopped by the user",
+            "job_cancelled": {"job_id": "job-1", "state": "running", "told": False,
+                              "via": "tcp://d1:5555"}}
+    monkeypatch.setattr(client, "ask", lambda *a, **k: (data, None))
+    args = argparse.Namespace(timeout=5.0, json=False)
+    assert goal_cli.stop_tune(args, "tcp://d2:5555", "tune-1") == 0
+    assert capsys.readouterr().out.splitlines()[-1] == (
+        "its job job-1 (running, one configuration) is cancelled: the daemon at tcp://d1:5555, "
+        "which q1 is connected to, tells it to stop it within a few seconds; the runs it "
+        "measured are stored, and count for later tunes and recommendations")

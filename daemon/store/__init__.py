@@ -181,10 +181,23 @@ class Store(ABC):
         """job_id, agent, state of every job queued, sent or running."""
 
     @abstractmethod
+    def held_cancels(self) -> list[dict[str, Any]]:
+        """job_id, agent of every job cancelled whose agent's end is not stored yet
+        (``stopped.held``: the agent is to be told), oldest first."""
+
+    @abstractmethod
     def jobs_for(self, agent_id: str, workload: str) -> list[dict[str, Any]]: ...
 
     @abstractmethod
     def job_received(self, job_id: str) -> int: ...
+
+    @abstractmethod
+    def cancelled_not_run(self, job: dict[str, Any]) -> int:
+        """Of the runs stored for job row ``job`` (``job_id``, ``state``, ``expected``,
+        ``received``), those its agent recorded as not run when it was cancelled
+        (shared/records.runs_not_run: they count in ``received``, but nothing of them ran);
+        0 for a job not cancelled, or whose agent's end is not stored (or ran it to its
+        end)."""
 
     @abstractmethod
     def job_groups(self, job_id: str) -> list[Group]: ...

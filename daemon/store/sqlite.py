@@ -37,7 +37,7 @@ from typing import Any, Iterator, Sequence
 
 import msgpack
 
-from ...shared.records import RecordColumns, RunRecord, columns_of, job_stop
+from ...shared.records import RecordColumns, RunRecord, columns_of, job_stop, runs_not_run
 from . import TUNE_FINAL_STATES, Group, ResultIn, Store
 from .schema import MIGRATIONS, SCHEMA_VERSION
 
@@ -444,6 +444,13 @@ class SQLiteStore(Store):
         return self._rows("SELECT job_id, agent, state FROM jobs "
                           "WHERE state IN ('queued', 'sent', 'running') ORDER BY created")
 
+    def held_cancels(self) -> list[dict[str, Any]]:
+        # the text as _dumps writes it narrows the scan; the JSON read back decides
+        rows = self._rows("SELECT job_id, agent, stopped FROM jobs WHERE state='cancelled' "
+                          "AND stopped LIKE ? ORDER BY created", ('%"held":true%',))
+        return [{"job_id": r["job_id"], "agent": r["agent"]} for r in rows
+                if (json.loads(r["stopped"]) or {}).get("held") is True]
+
     def jobs_for(self, agent_id: str, workload: str) -> list[dict[str, Any]]:
         return [self._job_row(r) for r in self._rows(
             "SELECT * FROM jobs WHERE agent=? AND workload=? ORDER BY created",
@@ -452,6 +459,17 @@ class SQLiteStore(Store):
     def job_received(self, job_id: str) -> int:
         return int(self.db.execute("SELECT COUNT(DISTINCT seq) FROM runs WHERE job_id=?",
                                    (job_id,)).fetchone()[0])
+
+    def cancelled_not_run(self, job: dict[str, Any]) -> int:
+        if job["state"] != "cancelled" or not job["received"]:
+            return 0
+        # the agent records them as the job's last runs: the last one says how many
+        n = runs_not_run(self.job_last_run(job["job_id"]))
+        if n == 0 or job["received"] >= job["expected"]:
+            return min(n, job["received"])
+        return int(self.db.execute(  # some are still on their way
+            "SELECT COUNT(DISTINCT seq) FROM runs WHERE job_id=? AND seq >= ?",
+            (job["job_id"], job["expected"] - n)).fetchone()[0])
 
     def job_groups(self, job_id: str) -> list[Group]:
         return [Group(*r) for r in self.db.execute(
