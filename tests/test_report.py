@@ -712,3 +712,40 @@ def test_runs_the_fit_leaves_out_for_a_drift_a_throttle_or_an_off_verdict_are_no
     for fig in figs:
         plots.plt.close(fig)
 
+
+def test_the_time_map_marks_a_configuration_measured_by_left_out_runs_only(tmp_path,
+                                                                           monkeypatch):
+    """The time map filled a configuration whose runs were all marked with their median,
+    drawn as 'measured' like any other: a hot cell the fit never saw. Such a cell shows the
+    model's prediction, as the fit sees it, with a cross of its own in the legend, said in
+    the caption; the energy there is modelled too."""
+    from opptune.daemon.report import plots
+    from opptune.daemon.report.analysis import analyse_group
+    runs = [[*r, False, None] for r in _runs([1000.0, 2000.0], True) if r[:2] != [3, 2000.0]]
+    busy = [[3, 2000.0, 5.0, 40.0, True, "marked"]] * 2
+    entry = {"group": {"platform": "p1", "workload": "w", "input": "small", "variant": ""},
+             "runs": runs + busy, "fit_runs": [r[:3] for r in runs]}
+    plat = {"n_cpus": 4, "sweep_order": [0, 1, 2, 3], "clusters": [[0, 1, 2, 3]]}
+    view = analyse_group(entry, plat, "box", None)
+    g = view.grid
+    assert g is not None and g.left_out == [(3, 2000.0)], view.model_note
+    i, j = g.cores.index(3), g.freqs_mhz.index(2000.0)
+    assert g.time_s[i, j] == pytest.approx(view.curves[1].value[2])  # the model's, not 5.0
+    assert not g.energy_measured[i, j] and g.energy_j[i, j] != 40.0
+    assert int(g.energy_measured.sum()) == 7
+    figs = []
+    monkeypatch.setattr(plots.plt, "close", figs.append)
+    plots.heatmap(view, "time", tmp_path / "time.png")
+    ax = figs[0].axes[0]
+    marks = {line.get_label(): [tuple(xy) for xy in line.get_xydata()]
+             for line in ax.get_lines()}
+    assert marks["not fitted: predicted"] == [(j, i)]
+    assert (j, i) not in marks["measured"] and len(marks["measured"]) == 7
+    monkeypatch.undo()
+    plots.plt.close(figs[0])
+    data = {"agents": [{"id": "a", "board": "box", "platform": "p1", "alive": True,
+                        "last_seen_s": 1.0}], "platforms": {"p1": plat},
+            "points": [entry], "recommendations": [], "runs": []}
+    html = build_report(data, tmp_path / "site").index.read_text()
+    assert ("else the model&#x27;s prediction (crosses: the 1 configuration measured only by "
+            "runs the fit leaves out)") in html

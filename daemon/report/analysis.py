@@ -64,6 +64,9 @@ class Grid:
     energy_measured: np.ndarray | None  # bool: the energy is the measured median
     pareto: list[tuple[int, float]]  # (cores, freq_mhz) on the time/energy front, fastest first
     energy_note: str
+    # (cores, freq_mhz) measured only by runs the fit leaves out: the maps show the model's
+    # prediction there, as the fit sees no measurement of it
+    left_out: list[tuple[int, float]] = field(default_factory=list)
 
 
 @dataclass
@@ -336,19 +339,25 @@ def _grid(view: GroupView, model: FittedModel, platform: dict[str, Any], axis: l
     time = np.full((len(cores), len(freqs)), np.nan)
     for c, f, t in zip(cc, ff / 1000.0, t_pred):
         time[ci[int(c)], fi[float(f)]] = t
-    for pt in view.points:  # measured configurations show their measured medians
-        if pt.freq_mhz in fi and pt.cores in ci:
+    shown = [pt for pt in view.points if pt.freq_mhz in fi and pt.cores in ci]
+    for pt in shown:  # measured configurations show their measured medians
+        if not pt.left_out:
             time[ci[pt.cores], fi[pt.freq_mhz]] = pt.time_s
-    with_energy = [r for r in runs if r[3] is not None and r[3] > 0 and r[1] is not None]
+    hollow = [(pt.cores, pt.freq_mhz) for pt in shown if pt.left_out]
+
+    def energy_of(rs: list[list[Any]]) -> list[list[Any]]:
+        return [r for r in rs if r[3] is not None and r[3] > 0 and r[1] is not None]
+    with_energy = energy_of([r for r in runs if left_out(r) is None])
     if not with_energy:
         # a board with a meter whose runs carry none: a real command on a virtual board, or
         # runs too short for the meter; "the board has no meter" contradicted its topology
         metered = (platform.get("energy") or {}).get("available")
-        why = ("the board has a meter, but it counted none of these runs" if metered
+        why = ("only runs the fit leaves out carry it" if energy_of(runs) else
+               "the board has a meter, but it counted none of these runs" if metered
                else "the board has no meter")
         return Grid(cores, freqs, time, None, None, [],
                     f"no run of this group carries energy ({why}): no energy map and no "
-                    "time/energy front")
+                    "time/energy front", hollow)
     try:
         power = PowerModeler().fit(Observations(
             cores=np.array([r[0] for r in with_energy], float),
@@ -357,13 +366,13 @@ def _grid(view: GroupView, model: FittedModel, platform: dict[str, Any], axis: l
             energy_j=np.array([r[3] for r in with_energy], float)))
         p_pred = np.asarray(power.predict(q).value, float)
     except Exception as exc:
-        return Grid(cores, freqs, time, None, None, [], f"no power model: {exc}")
+        return Grid(cores, freqs, time, None, None, [], f"no power model: {exc}", hollow)
     energy = np.full_like(time, np.nan)
     for c, f, t, p in zip(cc, ff / 1000.0, t_pred, p_pred):
         energy[ci[int(c)], fi[float(f)]] = t * p
     measured = np.zeros(time.shape, bool)
-    for pt in view.points:
-        if pt.freq_mhz in fi and pt.cores in ci and pt.energy_j is not None:
+    for pt in shown:
+        if pt.energy_j is not None and not pt.left_out:
             energy[ci[pt.cores], fi[pt.freq_mhz]] = pt.energy_j
             measured[ci[pt.cores], fi[pt.freq_mhz]] = True
     flat = pareto_front(time.ravel(), energy.ravel())
@@ -379,7 +388,7 @@ def _grid(view: GroupView, model: FittedModel, platform: dict[str, Any], axis: l
                  f"({power.name}, fitted to the {len(with_energy)} runs with energy)")
     else:
         note += ", every one offered: none modelled"
-    return Grid(cores, freqs, time, energy, measured, front, note)
+    return Grid(cores, freqs, time, energy, measured, front, note, hollow)
 
 
 def latest_recommendations(recs: list[dict[str, Any]]) -> dict[tuple, dict[str, Any]]:

@@ -89,8 +89,12 @@ def _group_section(view: GroupView, out: Path, images: list[Path]) -> page.Secti
         return sec
     fig("time", lambda p: plots.heatmap(view, "time", p),
         "Time over cores x the frequencies the board offers: the measured median where "
-        "measured (circles), else the model's prediction; the white diamonds are the "
-        "time/energy Pareto front, the star the recommendation.")
+        "the fit has runs of it (circles), else the model's prediction"
+        + (f" (crosses: the {len(g.left_out)} configuration"
+           f"{'s' if len(g.left_out) != 1 else ''} measured only by runs the fit leaves out)"
+           if g.left_out else "")
+        + "; the white diamonds are the time/energy Pareto front, the star the "
+        "recommendation.")
     if g.energy_j is None:
         sec.notes.append(g.energy_note)
         return sec

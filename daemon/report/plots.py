@@ -131,7 +131,7 @@ def heatmap(view: GroupView, which: str, path: Path) -> None:
     fx = {f: i for i, f in enumerate(g.freqs_mhz)}
     cy = {c: i for i, c in enumerate(g.cores)}
     meas = [(fx[p.freq_mhz], cy[p.cores]) for p in view.points
-            if p.freq_mhz in fx and p.cores in cy]
+            if p.freq_mhz in fx and p.cores in cy and not p.left_out]
     if meas:
         ax.plot(*zip(*meas), "o", mfc="none", mec="cyan", ms=8, label="measured")
     if g.pareto:
@@ -139,6 +139,11 @@ def heatmap(view: GroupView, which: str, path: Path) -> None:
         # markers only: joined in time order the front zigzags across the map
         ax.plot(px, py, "D", color="white", mec="black", ms=6,
                 label="time/energy Pareto front")
+    if g.left_out:
+        # measured by runs the fit leaves out only: the cell shows the prediction, and says
+        # so (over the front's diamonds, which such a cell may be on)
+        ax.plot(*zip(*[(fx[f], cy[c]) for c, f in g.left_out]), "x", color="cyan", ms=8,
+                mew=1.6, label="not fitted: predicted")
     rec = _rec_point(view)
     if rec is not None and rec[1] in fx and rec[0] in cy:
         ax.plot([fx[rec[1]]], [cy[rec[0]]], "*", ms=18, color="lime", mec="black",
