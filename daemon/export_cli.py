@@ -83,6 +83,9 @@ def cmd_export(args: argparse.Namespace) -> int:
     data, rc = ask("opptune export", daemon_endpoint(args), "runs", q, timeout_s=args.timeout)
     if rc is not None:
         return rc
+    failed = data.get("failed") or {}  # a daemon before it does not say
+    if args.workload and args.workload in failed:
+        return _fail("export", _all_failed(args, failed), 1)
     refusal = _unknown_filter(args, data.get("known"))
     if refusal:
         return _fail("export", refusal, 2)
@@ -91,7 +94,8 @@ def cmd_export(args: argparse.Namespace) -> int:
     except SeveralBoards as exc:
         return _fail("export", str(exc), 2)
     except ValueError as exc:  # nothing to export
-        return _fail("export", f"{exc}{_scope(args)}", 1)
+        return _fail("export", f"{exc}{_scope(args)}"
+                     + (f"; {_all_failed(args, failed)}" if failed else ""), 1)
     try:
         suite.dump(args.output, replace=True)
     except OSError as exc:
@@ -119,6 +123,23 @@ def _unknown_filter(args: argparse.Namespace, known: dict[str, list[str]] | None
         return unknown_workload(args.workload, known["workloads"],
                                 f" by agent {args.agent}" if args.agent else "")
     return ""
+
+
+def _all_failed(args: argparse.Namespace, failed: dict[str, dict[str, Any]]) -> str:
+    """The workloads (of --workload, by --agent) whose every stored run failed, why the last
+    of their jobs failed, and where to read each job's reason."""
+    by = f" by agent {args.agent}" if args.agent else ""
+    status = "opptune status" + (f" --agent {args.agent}" if args.agent else "")
+    parts = []
+    for name in sorted(failed)[:3]:
+        n, error = failed[name]["runs"], failed[name].get("error")
+        parts.append(f"{'--workload ' if args.workload else ''}{name}: "
+                     + (f"its {n} runs{by} all failed" if n != 1 else f"its one run{by} failed")
+                     + (f" ({error})" if error else ""))
+    more = len(failed) - len(parts)
+    return ("; ".join(parts) + (f"; {more} more workloads whose runs all failed" if more else "")
+            + f": nothing to export of {'it' if len(failed) == 1 else 'them'}; '{status}' "
+            "gives each job's reason (the jobs that failed under the table)")
 
 
 def _scope(args: argparse.Namespace) -> str:

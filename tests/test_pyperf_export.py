@@ -462,3 +462,67 @@ def test_export_board_in_name_prefixes_the_board(cluster, tmp_path):
     board = pyperf.BenchmarkSuite.load(str(out)).get_benchmarks()[0].get_metadata()[
         "opptune_board"]
     assert names == [f"{board}:pi_integrate/small/1cores", f"{board}:pi_integrate/small/2cores"]
+
+
+def test_export_of_a_workload_whose_runs_all_failed_says_why(tmp_path):
+    """The export took its 'measured' workloads from the jobs sent: a workload whose every
+    run failed passed the name check, then got 'no successful runs to export' (exit 1) with
+    no word of the failure. Measured now means a successful run stored; a workload whose
+    runs all failed is said so, with its jobs' failure and where to read each job's reason."""
+    from opptune.daemon.service import Daemon
+    from opptune.daemon.store import ResultIn
+    from opptune.shared.config import DaemonConfig
+    from opptune.shared.records import RunRecord
+
+    db = tmp_path / "opptune.db"
+    d = Daemon(DaemonConfig(bind="tcp://127.0.0.1:0", database=str(db), auto_sweep=False))
+    try:
+        d.store.save_platform("p", {"n_cpus": 1, "sweep_order": [0]}, 1.0)
+        d.store.save_agent("a1", "p", ["good", "broken"], "test", 1.0)
+        for job, workload, ok in (("j-good", "good", True), ("j-bad", "broken", False)):
+            d.store.save_job("a1", {"job_id": job, "workload": workload, "size": "small",
+                                    "points": [{"cpus": [0], "threads": 1}], "reps": 3,
+                                    "warmup": 0}, 1.0)
+            recs = [RunRecord(platform="p", workload=workload, input="small", cores=1,
+                              cpus=[0], threads=1, rep=i, time_s=0.5 if ok else None, ok=ok,
+                              error=None if ok else "exit status 127: nosuch: not found")
+                    for i in range(3)]
+            d.store.insert_results([ResultIn(f"{job}-{i}", "a1", job, i, r, r.to_dict())
+                                    for i, r in enumerate(recs)], 2.0)
+        d.store.set_job_state("j-bad", "failed", "every run of the job failed: exit status "
+                                                 "127: nosuch: not found", 3.0)
+    finally:
+        d.close()
+    c = Cluster(tmp_path, database=str(db), auto_sweep=False)
+    c.start_daemon()
+    try:
+        c.wait_for(lambda s: True, timeout=30, what="the daemon")
+        out = tmp_path / "x.json"
+        said = {}
+        for argv in ([], ["--agent", "a1"]):
+            p = opptune("export", "--daemon", c.endpoint, "--workload", "broken", *argv,
+                        "-o", str(out))
+            said[bool(argv)] = (p.returncode, p.stderr)
+        nope = opptune("export", "--daemon", c.endpoint, "--workload", "nope", "-o", str(out))
+        good = opptune("export", "--daemon", c.endpoint, "--workload", "good", "-o", str(out))
+        status = opptune("status", "--daemon", c.endpoint, "--agent", "a1")
+    finally:
+        codes = c.stop()
+    assert said[False] == (1, "opptune export: --workload broken: its 3 runs all failed (exit "
+                              "status 127: nosuch: not found): nothing to export of it; "
+                              "'opptune status' gives each job's reason (the jobs that "
+                              "failed under the table)\n")
+    assert said[True] == (1, "opptune export: --workload broken: its 3 runs by agent a1 all "
+                             "failed (exit status 127: nosuch: not found): nothing to export "
+                             "of it; 'opptune status --agent a1' gives each job's reason (the "
+                             "jobs that failed under the table)\n")
+    # 'measured' lists what has a successful run
+    assert nope.returncode == 2 and nope.stderr == (
+        "opptune export: --workload nope: no runs of it; measured: good\n")
+    assert good.returncode == 0, good.stderr
+    # where the message sends the user: the job's reason is there
+    assert status.returncode == 0, status.stderr
+    assert "job j-bad failed: every run of the job failed: exit status 127: nosuch: not " \
+           "found" in status.stdout
+    assert codes["daemon"] == 0, c.logs()
+

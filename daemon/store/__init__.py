@@ -232,6 +232,11 @@ class Store(ABC):
         (None: all); with ``limit``, the rows of the most recently received runs."""
 
     @abstractmethod
+    def workload_outcomes(self, agent: str | None = None) -> list[dict[str, Any]]:
+        """Per agent and workload with stored runs (of ``agent``; None: of every agent):
+        ``{agent, workload, runs, ok}``, how many runs are stored and how many succeeded."""
+
+    @abstractmethod
     def groups(self) -> list[Group]:
         """Every group that has runs."""
 

@@ -525,6 +525,13 @@ class SQLiteStore(Store):
             del r["total"]
         return rows, total
 
+    def workload_outcomes(self, agent: str | None = None) -> list[dict[str, Any]]:
+        where, args = _where(agent=agent)
+        return [{"agent": a, "workload": w, "runs": int(n), "ok": int(ok or 0)}
+                for a, w, n, ok in self.db.execute(
+                    f"SELECT agent, workload, COUNT(*), SUM(ok) FROM runs{where} "
+                    "GROUP BY agent, workload ORDER BY 1, 2", args)]
+
     def groups(self) -> list[Group]:
         return [Group(*r) for r in self.db.execute(
             "SELECT DISTINCT platform, workload, input, variant FROM runs ORDER BY 1, 2, 3, 4")]
