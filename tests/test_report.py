@@ -749,3 +749,8 @@ def test_the_time_map_marks_a_configuration_measured_by_left_out_runs_only(tmp_p
     html = build_report(data, tmp_path / "site").index.read_text()
     assert ("else the model&#x27;s prediction (crosses: the 1 configuration measured only by "
             "runs the fit leaves out)") in html
+    # one reason: its count once ('2 left out of the fit: 2 marked ...' said it twice)
+    assert "9 runs at 8 configurations (2 left out of the fit: marked for interference)" \
+        in html
+    assert ("Left out of the fit and of the dots: 2 of the 9 runs (marked for "
+            "interference); the 1 configuration that has no other runs is drawn hollow") in html

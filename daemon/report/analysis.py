@@ -150,8 +150,12 @@ def left_out_counts(runs: list[list[Any]]) -> dict[str, int]:
 
 
 def left_out_text(counts: dict[str, int]) -> str:
-    """``3 marked for interference, 2 throttled``: a count per reason, in words."""
-    return ", ".join(f"{n} {LEFT_OUT_WORDS.get(why, (why,))[0]}" for why, n in counts.items())
+    """``3 marked for interference, 2 throttled``: a count per reason, in words; of one
+    reason its words only (the caller says the count: '12 left out ...: 12 from before')."""
+    words = {why: LEFT_OUT_WORDS.get(why, (why,))[0] for why in counts}
+    if len(counts) == 1:
+        return next(iter(words.values()))
+    return ", ".join(f"{n} {words[why]}" for why, n in counts.items())
 
 
 def pareto_front(times: np.ndarray, energies: np.ndarray) -> list[int]:
