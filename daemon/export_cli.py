@@ -14,6 +14,7 @@ import argparse
 import datetime
 import json
 import re
+import statistics
 import sys
 from typing import Any
 
@@ -230,7 +231,6 @@ def fastest(groups: dict[tuple, list[dict[str, Any]]]
     core count, the one with the lowest median time, by its runs without a mark where it has
     any (a run slowed by a neighbour says nothing of the clock); what was chosen from, per
     chosen key, for its metadata)."""
-    import statistics
     by: dict[tuple, list[tuple[float, tuple]]] = {}
     for key, rows in groups.items():
         clean = [r for r in rows if not any(r["record"].get(f) for f in MARK_FIELDS)] or rows

@@ -219,11 +219,11 @@ def analyse_group(entry: dict[str, Any], platform: dict[str, Any], board: str,
         view.model_note = f"no model: {exc}"
         return view
     view.model = model
-    left_out = setting.outliers_left_out
+    outliers = setting.outliers_left_out  # not left_out(): the module's function
     cv = model.quality.get("cv_mape")
     view.model_note = f"{model.name}" + (f", cross-validated MAPE {cv:.1f} %" if cv else "") \
-        + (f", {left_out} outlier run{'s' if left_out != 1 else ''} (MAD rule) left out of "
-           "the fit" if left_out else "")
+        + (f", {outliers} outlier run{'s' if outliers != 1 else ''} (MAD rule) left out of "
+           "the fit" if outliers else "")
     n = len(order)
     cores = np.arange(1, n + 1, dtype=float)
     # the frequencies the fit has runs at: one measured only by runs it leaves out (before a
