@@ -14,6 +14,7 @@ import argparse
 import datetime
 import json
 import re
+import statistics
 import sys
 from typing import Any
 
@@ -33,7 +34,8 @@ def add_parsers(sub: argparse._SubParsersAction, add_link_options) -> None:
                     "'pi_integrate/small/4cores@1400MHz' without the board, so that 'python "
                     "-m pyperf compare_to a.json b.json' matches the exports of two boards "
                     "(--agent A, then --agent B) configuration by configuration; cores, cpus, "
-                    "frequencies, board, agent and variant are in its metadata. Runs of "
+                    "frequencies, board, agent and variant are in its metadata; boards "
+                    "measured at different clocks compare with --at-best. Runs of "
                     "several boards go in one file only with --board-in-name. Every "
                     "successful run is a value, its energy (where measured) in its metadata; "
                     "marked runs (throttled, ...) are included with the mark in their "
@@ -47,6 +49,13 @@ def add_parsers(sub: argparse._SubParsersAction, add_link_options) -> None:
                    help="prefix every benchmark's name with its board ('rpi4:pi_integrate/"
                         "...'): needed to export several boards' runs into one file; names "
                         "then match only exports made with it too")
+    p.add_argument("--at-best", action="store_true",
+                   help="one benchmark per workload x core count: the configuration measured "
+                        "fastest at that core count (lowest median time of its unmarked runs; "
+                        "its clock and cpus in the metadata), named without the frequency "
+                        "('pi_integrate/small/2cores'), so that two boards measured at "
+                        "different clocks compare core count by core count (export both with "
+                        "it); by default every clock is a benchmark of its own, named with it")
     p.add_argument("-o", "--output", required=True, metavar="FILE.json",
                    help="file to write (replaced if it exists)")
     p.set_defaults(func=cmd_export, timeout=30.0)
@@ -83,15 +92,20 @@ def cmd_export(args: argparse.Namespace) -> int:
     data, rc = ask("opptune export", daemon_endpoint(args), "runs", q, timeout_s=args.timeout)
     if rc is not None:
         return rc
+    failed = data.get("failed") or {}  # a daemon before it does not say
+    if args.workload and args.workload in failed:
+        return _fail("export", _all_failed(args, failed), 1)
     refusal = _unknown_filter(args, data.get("known"))
     if refusal:
         return _fail("export", refusal, 2)
     try:
-        suite, summary = build_suite(data["runs"], data["boards"], args.board_in_name)
+        suite, summary = build_suite(data["runs"], data["boards"], args.board_in_name,
+                                     args.at_best)
     except SeveralBoards as exc:
         return _fail("export", str(exc), 2)
     except ValueError as exc:  # nothing to export
-        return _fail("export", f"{exc}{_scope(args)}", 1)
+        return _fail("export", f"{exc}{_scope(args)}"
+                     + (f"; {_all_failed(args, failed)}" if failed else ""), 1)
     try:
         suite.dump(args.output, replace=True)
     except OSError as exc:
@@ -103,8 +117,11 @@ def cmd_export(args: argparse.Namespace) -> int:
     else:
         marked = (f", {summary['marked_runs']} of them marked (see opptune_* metadata)"
                   if summary["marked_runs"] else "")
-        print(f"wrote {args.output}: {summary['benchmarks']} benchmarks, {summary['values']} "
-              f"values{marked}; read it with 'python -m pyperf stats {args.output}'")
+        best = (f" (each core count's fastest of the {summary['configurations']} "
+                "configurations measured)" if args.at_best else "")
+        print(f"wrote {args.output}: {summary['benchmarks']} benchmarks{best}, "
+              f"{summary['values']} values{marked}; read it with 'python -m pyperf stats "
+              f"{args.output}'")
     return 0
 
 
@@ -119,6 +136,23 @@ def _unknown_filter(args: argparse.Namespace, known: dict[str, list[str]] | None
         return unknown_workload(args.workload, known["workloads"],
                                 f" by agent {args.agent}" if args.agent else "")
     return ""
+
+
+def _all_failed(args: argparse.Namespace, failed: dict[str, dict[str, Any]]) -> str:
+    """The workloads (of --workload, by --agent) whose every stored run failed, why the last
+    of their jobs failed, and where to read each job's reason."""
+    by = f" by agent {args.agent}" if args.agent else ""
+    status = "opptune status" + (f" --agent {args.agent}" if args.agent else "")
+    parts = []
+    for name in sorted(failed)[:3]:
+        n, error = failed[name]["runs"], failed[name].get("error")
+        parts.append(f"{'--workload ' if args.workload else ''}{name}: "
+                     + (f"its {n} runs{by} all failed" if n != 1 else f"its one run{by} failed")
+                     + (f" ({error})" if error else ""))
+    more = len(failed) - len(parts)
+    return ("; ".join(parts) + (f"; {more} more workloads whose runs all failed" if more else "")
+            + f": nothing to export of {'it' if len(failed) == 1 else 'them'}; '{status}' "
+            "gives each job's reason (the jobs that failed under the table)")
 
 
 def _scope(args: argparse.Namespace) -> str:
@@ -136,11 +170,13 @@ class SeveralBoards(ValueError):
 
 
 def build_suite(runs: list[dict[str, Any]], boards: dict[str, str],
-                board_in_name: bool = False) -> tuple[Any, dict]:
+                board_in_name: bool = False, at_best: bool = False) -> tuple[Any, dict]:
     """(pyperf.BenchmarkSuite, summary) of the daemon's exported runs; ValueError when none,
     SeveralBoards when they are of several boards and ``board_in_name`` is not set. A name
     carries the board only with ``board_in_name`` (whatever the runs), so that the names of
-    two exports match where their configurations do: compare_to pairs benchmarks by name."""
+    two exports match where their configurations do: compare_to pairs benchmarks by name.
+    ``at_best``: per workload x core count only its fastest configuration (:func:`fastest`),
+    named without the frequency, so that boards of different clocks compare."""
     import pyperf
     groups: dict[tuple, list[dict[str, Any]]] = {}
     skipped = 0
@@ -161,7 +197,11 @@ def build_suite(runs: list[dict[str, Any]], boards: dict[str, str],
                             "with --agent ID and compare the files ('python -m pyperf "
                             "compare_to a.json b.json'), or give --board-in-name to put them "
                             "in one file, each name prefixed with its board")
-    names = {key: _name(key, boards, board_in_name) for key in groups}
+    chosen: dict[tuple, str] = {}
+    measured = len(groups)
+    if at_best:
+        groups, chosen = fastest(groups)
+    names = {key: _name(key, boards, board_in_name, not at_best) for key in groups}
     clash = {n for n in names.values() if list(names.values()).count(n) > 1}
     benchmarks, marked, values = [], 0, 0
     for key in sorted(groups, key=lambda k: (_numbers_in_order(names[k]), k[5])):
@@ -172,20 +212,45 @@ def build_suite(runs: list[dict[str, Any]], boards: dict[str, str],
         for row in sorted(groups[key], key=lambda w: (w["record"].get("started_at") or 0,
                                                       w["record"].get("rep", 0))):
             meta = _run_metadata(name, row, boards)
+            if key in chosen:
+                meta["opptune_at_best"] = chosen[key]
             marked += any(k.removeprefix("opptune_") in MARK_FIELDS for k in meta)
             pyruns.append(pyperf.Run([float(row["record"]["time_s"])], metadata=meta,
                                      collect_metadata=False))
         values += len(pyruns)
         benchmarks.append(pyperf.Benchmark(pyruns))
-    summary = {"benchmarks": len(benchmarks), "values": values, "marked_runs": marked,
+    summary = {"benchmarks": len(benchmarks), "configurations": measured,
+               "values": values, "marked_runs": marked,
                "skipped_zero_time": skipped, "names": [b.get_name() for b in benchmarks]}
     return pyperf.BenchmarkSuite(benchmarks), summary
 
 
-def _name(key: tuple, boards: dict[str, str], board_in_name: bool) -> str:
+def fastest(groups: dict[tuple, list[dict[str, Any]]]
+            ) -> tuple[dict[tuple, list[dict[str, Any]]], dict[tuple, str]]:
+    """(of the configurations (build_suite's keys) of each board, workload, size, variant and
+    core count, the one with the lowest median time, by its runs without a mark where it has
+    any (a run slowed by a neighbour says nothing of the clock); what was chosen from, per
+    chosen key, for its metadata)."""
+    by: dict[tuple, list[tuple[float, tuple]]] = {}
+    for key, rows in groups.items():
+        clean = [r for r in rows if not any(r["record"].get(f) for f in MARK_FIELDS)] or rows
+        median = statistics.median(float(r["record"]["time_s"]) for r in clean)
+        by.setdefault(key[:5], []).append((median, key))
+    kept, said = {}, {}
+    for (_, _, _, _, cores), options in by.items():
+        median, key = min(options, key=lambda o: (o[0], _numbers_in_order(str(o[1][6]))))
+        kept[key] = groups[key]
+        said[key] = (f"the fastest of {len(options)} configuration"
+                     f"{'s' if len(options) != 1 else ''} measured at {cores} "
+                     f"core{'s' if cores != 1 else ''} (median {median:.4g} s)")
+    return kept, said
+
+
+def _name(key: tuple, boards: dict[str, str], board_in_name: bool,
+          with_freq: bool = True) -> str:
     platform, workload, size, variant, cores, _cpus, freq_mhz = key
     name = f"{workload}/{size}/{cores}cores"
-    if freq_mhz:
+    if freq_mhz and with_freq:
         name += f"@{freq_mhz:g}MHz"
     if variant:
         name += f"/{variant}"

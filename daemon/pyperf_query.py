@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any
 from ..shared.cpus import format_cpu_list
 from ..shared.records import RecordError, RunRecord
 from .errors import HandlerError
+from .jobs import failure_text
 from .planner import frequency_refusal, sweep_order
 from .registry import board_name
 from .store import Group, ResultIn
@@ -33,26 +34,37 @@ IMPORT_PREFIX = "import-"
 
 def runs(d: Daemon, args: dict[str, Any]) -> dict[str, Any]:
     """``{"runs": [{agent, job_id, source, record}], "boards": {platform: name},
-    "known": {"agents": [...], "workloads": [...]}}``: known names the agents the daemon
-    knows and the workloads measured (by args.agent where given), so the CLI refuses a
-    filter that names nothing as 'opptune report' does."""
+    "known": {"agents": [...], "workloads": [...]}, "failed": {workload: {runs, error}}}``:
+    known names the agents the daemon knows and the workloads with successful runs (by
+    args.agent where given), so the CLI refuses a filter that names nothing as 'opptune
+    report' does; failed the workloads (by args.agent) whose every stored run failed, with
+    their jobs' first failure, so the CLI says why there is nothing to export of them."""
     workload, agent = args.get("workload"), args.get("agent")
     sources: list[tuple[str, str, str]] = []  # (id, agent, source)
     agents = {a.agent_id for a in d.registry.all()}
-    workloads: set[str] = set()
+    failed_jobs: dict[str, list[str]] = {}  # workload -> its jobs, for their errors
     for j in d.store.jobs():
         agents.add(j["agent"])
         if agent in (None, j["agent"]):
-            workloads.add(j["workload"])
+            failed_jobs.setdefault(j["workload"], []).append(j["job_id"])
         if workload in (None, j["workload"]) and agent in (None, j["agent"]):
             src = "import" if j["job_id"].startswith(IMPORT_PREFIX) else "sweep"
             sources.append((j["job_id"], j["agent"], src))
     for r in d.store.recommendations():
         agents.add(r["agent"])
-        if agent in (None, r["agent"]):
-            workloads.add(r["workload"])
         if workload in (None, r["workload"]) and agent in (None, r["agent"]):
             sources.append((r["config_id"], r["agent"], "verification"))
+    # measured: a successful run stored, not a job sent (a workload whose runs all failed
+    # passed the name check, then had nothing to export)
+    tried: dict[str, list[int]] = {}
+    for row in d.store.workload_outcomes(agent):
+        agents.add(row["agent"])
+        n = tried.setdefault(row["workload"], [0, 0])
+        n[0] += row["runs"]
+        n[1] += row["ok"]
+    workloads = {w for w, (_, ok) in tried.items() if ok}
+    failed = {w: {"runs": n, "error": _first_failure(d, failed_jobs.get(w, []))}
+              for w, (n, ok) in tried.items() if not ok and workload in (None, w)}
     out, boards = [], {}
     for job_id, who, source in sources:
         for _, rec in d.store.run_records(job_id):
@@ -65,7 +77,18 @@ def runs(d: Daemon, args: dict[str, Any]) -> dict[str, Any]:
             if rec.platform not in boards:
                 boards[rec.platform] = board_name(d.store.platform(rec.platform), rec.platform)
     return {"runs": out, "boards": boards,
-            "known": {"agents": sorted(agents), "workloads": sorted(workloads)}}
+            "known": {"agents": sorted(agents), "workloads": sorted(workloads)},
+            "failed": failed}
+
+
+def _first_failure(d: Daemon, job_ids: list[str]) -> str | None:
+    """Why the runs of the newest of these jobs with failed runs failed (as the job's reason
+    says it), None where none has an error text."""
+    for job_id in reversed(job_ids):
+        errors = d.store.job_errors(job_id)
+        if errors:
+            return failure_text(errors)
+    return None
 
 
 def import_runs(d: Daemon, args: dict[str, Any]) -> dict[str, Any]:

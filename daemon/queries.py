@@ -157,15 +157,17 @@ def report(d: Daemon) -> dict[str, Any]:
     """What ``opptune report`` draws: the status's agents with their platforms, run counts,
     fits and recommendations (every row: the page lists every group; without the other lists
     and the recommendations' ``rests_on``, which it does not draw) plus every group's
-    successful runs as ``points: [{group, runs: [[cores, freq_mhz, time_s, energy_j, marked],
-    ...], fit_runs: [[cores, freq_mhz, time_s], ...]}]`` (marked: for interference, so the
-    page's medians leave such runs out as the fit does)."""
+    successful runs as ``points: [{group, runs: [[cores, freq_mhz, time_s, energy_j, marked,
+    left_out], ...], fit_runs: [[cores, freq_mhz, time_s], ...]}]`` (marked: for
+    interference; left_out: why the fit leaves the run out, store.LEFT_OUT, or None: the
+    page's medians are of the runs the fit uses, and it counts the others by reason)."""
     data = status(d, {"only": REPORT_SECTIONS}, bases=False)
     data["generated"] = time.time()
     # runs: every successful run (the plots); fit_runs: those the daemon's fit may use (not
     # throttled, not marked unless the load is accepted, since the last drift), so the
-    # report's refit rests on what the daemon's does
-    data["points"] = [{"group": g.as_dict(), "runs": [[*r[:4], r[5]] for r in runs],
+    # report's refit rests on what the daemon's does; a report before left_out reads 5
+    # fields and fit_runs
+    data["points"] = [{"group": g.as_dict(), "runs": [[*r[:4], r[5], r[6]] for r in runs],
                        "fit_runs": [list(r) for r in fit_runs]}
                       for g, (runs, fit_runs) in sorted(d.store.report_runs().items())]
     return data

@@ -462,3 +462,125 @@ def test_export_board_in_name_prefixes_the_board(cluster, tmp_path):
     board = pyperf.BenchmarkSuite.load(str(out)).get_benchmarks()[0].get_metadata()[
         "opptune_board"]
     assert names == [f"{board}:pi_integrate/small/1cores", f"{board}:pi_integrate/small/2cores"]
+
+
+def test_export_of_a_workload_whose_runs_all_failed_says_why(tmp_path):
+    """The export took its 'measured' workloads from the jobs sent: a workload whose every
+    run failed passed the name check, then got 'no successful runs to export' (exit 1) with
+    no word of the failure. Measured now means a successful run stored; a workload whose
+    runs all failed is said so, with its jobs' failure and where to read each job's reason."""
+    from opptune.daemon.service import Daemon
+    from opptune.daemon.store import ResultIn
+    from opptune.shared.config import DaemonConfig
+    from opptune.shared.records import RunRecord
+
+    db = tmp_path / "opptune.db"
+    d = Daemon(DaemonConfig(bind="tcp://127.0.0.1:0", database=str(db), auto_sweep=False))
+    try:
+        d.store.save_platform("p", {"n_cpus": 1, "sweep_order": [0]}, 1.0)
+        d.store.save_agent("a1", "p", ["good", "broken"], "test", 1.0)
+        for job, workload, ok in (("j-good", "good", True), ("j-bad", "broken", False)):
+            d.store.save_job("a1", {"job_id": job, "workload": workload, "size": "small",
+                                    "points": [{"cpus": [0], "threads": 1}], "reps": 3,
+                                    "warmup": 0}, 1.0)
+            recs = [RunRecord(platform="p", workload=workload, input="small", cores=1,
+                              cpus=[0], threads=1, rep=i, time_s=0.5 if ok else None, ok=ok,
+                              error=None if ok else "exit status 127: nosuch: not found")
+                    for i in range(3)]
+            d.store.insert_results([ResultIn(f"{job}-{i}", "a1", job, i, r, r.to_dict())
+                                    for i, r in enumerate(recs)], 2.0)
+        d.store.set_job_state("j-bad", "failed", "every run of the job failed: exit status "
+                                                 "127: nosuch: not found", 3.0)
+    finally:
+        d.close()
+    c = Cluster(tmp_path, database=str(db), auto_sweep=False)
+    c.start_daemon()
+    try:
+        c.wait_for(lambda s: True, timeout=30, what="the daemon")
+        out = tmp_path / "x.json"
+        said = {}
+        for argv in ([], ["--agent", "a1"]):
+            p = opptune("export", "--daemon", c.endpoint, "--workload", "broken", *argv,
+                        "-o", str(out))
+            said[bool(argv)] = (p.returncode, p.stderr)
+        nope = opptune("export", "--daemon", c.endpoint, "--workload", "nope", "-o", str(out))
+        good = opptune("export", "--daemon", c.endpoint, "--workload", "good", "-o", str(out))
+        status = opptune("status", "--daemon", c.endpoint, "--agent", "a1")
+    finally:
+        codes = c.stop()
+    assert said[False] == (1, "opptune export: --workload broken: its 3 runs all failed (exit "
+                              "status 127: nosuch: not found): nothing to export of it; "
+                              "'opptune status' gives each job's reason (the jobs that "
+                              "failed under the table)\n")
+    assert said[True] == (1, "opptune export: --workload broken: its 3 runs by agent a1 all "
+                             "failed (exit status 127: nosuch: not found): nothing to export "
+                             "of it; 'opptune status --agent a1' gives each job's reason (the "
+                             "jobs that failed under the table)\n")
+    # 'measured' lists what has a successful run
+    assert nope.returncode == 2 and nope.stderr == (
+        "opptune export: --workload nope: no runs of it; measured: good\n")
+    assert good.returncode == 0, good.stderr
+    # where the message sends the user: the job's reason is there
+    assert status.returncode == 0, status.stderr
+    assert "job j-bad failed: every run of the job failed: exit status 127: nosuch: not " \
+           "found" in status.stdout
+    assert codes["daemon"] == 0, c.logs()
+
+
+def test_at_best_exports_of_boards_with_different_clocks_compare_by_core_count(tmp_path):
+    """Names carry the frequency, so 'compare_to a.json b.json' of an rpi4 (600..1500 MHz)
+    and an rpi5 (1000..2400 MHz) paired only the 1000 MHz configurations, and none where the
+    boards share no clock. With --at-best each core count is exported at its fastest
+    configuration, named without the frequency: the boards compare core count by core count,
+    the clock each ran at in the metadata. A marked run does not choose the clock."""
+    def rows(platform, clocks):
+        out = []
+        for cores in (1, 2):
+            for mhz, base in clocks.items():
+                for i, k in enumerate((1.0, 1.02, 0.98)):
+                    out.append({"agent": platform, "job_id": "job-" + platform,
+                                "source": "sweep",
+                                "record": {"platform": platform, "workload": "w",
+                                           "input": "small", "cores": cores,
+                                           "cpus": list(range(cores)), "threads": cores,
+                                           "freq_mhz": mhz, "rep": i,
+                                           "time_s": base / cores * k}})
+        return out
+    boards = {"pa": "rpi4", "pb": "rpi5"}
+    a = rows("pa", {600.0: 5.0, 1000.0: 3.0, 1500.0: 2.0})
+    b = rows("pb", {2400.0: 1.0, 1800.0: 1.4})
+    # a marked run at 600 MHz, 1 core, faster than any: a neighbour's idle time, not the clock
+    a.append({**a[0], "record": {**a[0]["record"], "time_s": 0.1, "rep": 9,
+                                 "marked": "interference: load 3.5"}})
+    files = {}
+    for platform, runs in (("pa", a), ("pb", b)):
+        _, summary = build_suite(runs, boards)
+        assert all("MHz" in n for n in summary["names"])  # the default stays as it was
+        suite, summary = build_suite(runs, boards, at_best=True)
+        assert summary["names"] == ["w/small/1cores", "w/small/2cores"]
+        assert summary["configurations"] == {"pa": 6, "pb": 4}[platform]
+        files[platform] = tmp_path / f"{platform}.json"
+        suite.dump(str(files[platform]))
+        for bench in suite.get_benchmarks():
+            meta = bench.get_metadata()
+            assert meta["opptune_freq_mhz"] == {"pa": 1500.0, "pb": 2400.0}[platform]
+            assert meta["opptune_at_best"].startswith(
+                f"the fastest of {3 if platform == 'pa' else 2} configurations measured at ")
+    p = pyperf_cli("compare_to", str(files["pa"]), str(files["pb"]))
+    assert p.returncode == 0, p.stderr
+    # both core counts paired: rpi4 at 1500 MHz against rpi5 at 2400 MHz
+    assert "w/small/1cores: Mean +- std dev: [pa] 2.00 sec +- 0.04 sec -> [pb] 1.00 sec" \
+        in p.stdout, p.stdout
+    assert "w/small/2cores: Mean +- std dev: [pa] 1.00 sec +- 0.02 sec -> [pb] 500 ms" \
+        in p.stdout, p.stdout
+
+
+def test_export_at_best_through_the_command(cluster, tmp_path):
+    out = tmp_path / "best.json"
+    p = opptune("export", "--daemon", cluster.endpoint, "--workload", "pi_integrate",
+                "--at-best", "-o", str(out))
+    assert p.returncode == 0, p.stderr
+    assert p.stdout.startswith(f"wrote {out}: 2 benchmarks (each core count's fastest of the "
+                               "2 configurations measured), 6 values")
+    names = [b.get_name() for b in pyperf.BenchmarkSuite.load(str(out)).get_benchmarks()]
+    assert names == ["pi_integrate/small/1cores", "pi_integrate/small/2cores"]

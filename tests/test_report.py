@@ -452,14 +452,19 @@ def test_the_report_query_gives_each_groups_runs_and_fit_rows_from_one_pass(tmp_
         assert [e["group"]["workload"] for e in data["points"]] == ["w1", "w2"]
         for e in data["points"]:
             g = Group(**e["group"])
-            assert sorted(map(tuple, e["runs"])) == sorted((*r[:4], r[5])
-                                                           for r in d.store.run_points()[g])
+            assert sorted(tuple(r[:5]) for r in e["runs"]) == sorted(
+                (*r[:4], r[5]) for r in d.store.run_points()[g])
             assert sorted(map(tuple, e["fit_runs"])) == sorted(d.store.group_runs(g))
+            # a run is fitted exactly where it says no reason to be left out
+            assert sorted(tuple(r[:3]) for r in e["runs"] if r[5] is None) == \
+                sorted(map(tuple, e["fit_runs"]))
         w1 = data["points"][0]
         assert sorted(map(tuple, w1["fit_runs"])) == [(1, None, 2.0), (1, None, 2.2),
                                                       (2, None, 1.1)]
-        assert [(p.cores, p.time_s, p.runs) for p in median_points(w1["runs"])] == \
-            [(1, 2.2, 3), (2, 4.55, 2)]  # pre-drift runs drawn (9.0, 8.0), the marked not
+        # the medians are of the fitted runs: neither the pre-drift runs (9.0, 8.0), which
+        # drew the 1-core point at 2.2 and the 2-core one at 4.55, nor the marked one
+        assert [(p.cores, round(p.time_s, 9), p.runs, p.left_out)
+                for p in median_points(w1["runs"])] == [(1, 2.1, 2, ()), (2, 1.1, 1, ())]
     finally:
         d.close()
 
@@ -613,8 +618,8 @@ def test_the_plotted_medians_leave_marked_runs_out_as_the_fit_does(tmp_path, mon
     busy = [[2, None, 9.0, None, True], [2, None, 9.5, None, True],
             [3, None, 7.0, None, True]]
     points = median_points(clean + busy)
-    assert [(p.cores, round(p.time_s, 6), p.runs, p.marked) for p in points] == [
-        (1, 4.0, 3, False), (2, 2.0, 3, False), (3, 7.0, 1, True), (4, 1.0, 3, False)]
+    assert [(p.cores, round(p.time_s, 6), p.runs, p.left_out) for p in points] == [
+        (1, 4.0, 3, ()), (2, 2.0, 3, ()), (3, 7.0, 1, ("marked",)), (4, 1.0, 3, ())]
     # a daemon before the mark sends 4 fields: every run counts
     assert [p.runs for p in median_points([r[:4] for r in clean + busy])] == [3, 5, 1, 3]
 
@@ -633,5 +638,119 @@ def test_the_plotted_medians_leave_marked_runs_out_as_the_fit_does(tmp_path, mon
              for x, y in line.get_xydata()}
     assert {(x, round(y, 6), hollow) for x, y, hollow in drawn} == {
         (1.0, 4.0, False), (2.0, 2.0, False), (3.0, 7.0, True), (4.0, 1.0, False)}
-    assert "marked runs only (not fitted)" in ax.get_legend_handles_labels()[1]
+    assert "not fitted: marked" in ax.get_legend_handles_labels()[1]
     plots.plt.close(fig)
+
+
+def test_runs_the_fit_leaves_out_for_a_drift_a_throttle_or_an_off_verdict_are_not_plotted(
+        tmp_path, monkeypatch):
+    """Only marked runs stayed out of the scaling figure's medians: runs from before a drift
+    (the program changed), throttled ones and a verification judged off were drawn while the
+    fit left them out. The report query says why each run is left out; the medians are of the
+    fitted runs, a configuration with no fitted run is drawn hollow, and the caption counts
+    what was left out and why."""
+    from opptune.daemon.queries import answer
+    from opptune.daemon.report import plots
+    from opptune.daemon.report.analysis import median_points
+    from opptune.daemon.service import Daemon
+    from opptune.daemon.store import Group, ResultIn
+    from opptune.shared.config import DaemonConfig
+    from opptune.shared.records import RunRecord
+
+    d = Daemon(DaemonConfig(bind="tcp://127.0.0.1:0", database=str(tmp_path / "d.db")))
+    try:
+        def runs(rows, received, tag, job=None):
+            recs = [RunRecord(platform="p", workload="w", input="s", cores=c,
+                              cpus=list(range(c)), threads=c, rep=i, time_s=t,
+                              throttled=thr) for i, (c, t, thr) in enumerate(rows)]
+            d.store.insert_results([ResultIn(f"{tag}{i}", "a1", job, i if job else None, r,
+                                             r.to_dict()) for i, r in enumerate(recs)],
+                                   received)
+        runs([(1, 9.0, False), (2, 8.0, False), (4, 7.0, False)], 1.0, "old")
+        d.store.save_drift("a1", Group("p", "w", "s", ""), "the program changed", [], None,
+                           2.0)
+        runs([(1, 4.0, False), (1, 4.1, False), (2, 2.0, False), (2, 6.0, True),
+              (3, 5.0, True)], 3.0, "new")
+        d.store.save_recommendation({"config_id": "rec-off", "agent": "a1", "platform": "p",
+                                     "workload": "w", "input": "s", "variant": "", "cores": 2,
+                                     "cpus": [0, 1], "threads": 2, "state": "off",
+                                     "predicted_time_s": 2.0}, 3.5)
+        runs([(2, 3.9, False)], 4.0, "verify", job="rec-off")
+        data = answer(d, "report", {})
+    finally:
+        d.close()
+    entry, = data["points"]
+    assert sorted((r[0], r[2], r[5]) for r in entry["runs"]) == [
+        (1, 4.0, None), (1, 4.1, None), (1, 9.0, "drift"), (2, 2.0, None), (2, 3.9, "off"),
+        (2, 6.0, "throttled"), (2, 8.0, "drift"), (3, 5.0, "throttled"), (4, 7.0, "drift")]
+    assert [(p.cores, round(p.time_s, 9), p.runs, p.left_out)
+            for p in median_points(entry["runs"])] == [
+        (1, 4.05, 2, ()), (2, 2.0, 1, ()), (3, 5.0, 1, ("throttled",)), (4, 7.0, 1, ("drift",))]
+
+    data.update(platforms={"p": {"n_cpus": 4, "sweep_order": [0, 1, 2, 3],
+                                 "clusters": [[0, 1, 2, 3]]}},
+                agents=[{"id": "a1", "board": "box", "platform": "p", "alive": True,
+                         "last_seen_s": 1.0}])
+    figs = []
+    monkeypatch.setattr(plots.plt, "close", figs.append)
+    html = build_report(data, tmp_path / "site").index.read_text()
+    assert ("9 runs at 4 configurations (6 left out of the fit: 3 from before a drift "
+            "(&#x27;opptune status&#x27; lists drifts), 2 throttled, 1 verifying a "
+            "recommendation judged off)") in html
+    assert ("Left out of the fit and of the dots: 6 of the 9 runs (3 from before a drift "
+            "(&#x27;opptune status&#x27; lists drifts), 2 throttled, 1 verifying a "
+            "recommendation judged off); the 2 configurations that have no other runs are "
+            "drawn hollow, at the median of theirs.") in html
+    ax, = figs[0].axes
+    drawn = {(x, y, line.get_markerfacecolor() == "none")
+             for line in ax.get_lines() if line.get_marker() == "o"
+             for x, y in line.get_xydata()}
+    assert {(x, round(y, 6), hollow) for x, y, hollow in drawn} == {
+        (1.0, 4.05, False), (2.0, 2.0, False), (3.0, 5.0, True), (4.0, 7.0, True)}
+    assert "not fitted: drift, throttled" in ax.get_legend_handles_labels()[1]
+    monkeypatch.undo()
+    for fig in figs:
+        plots.plt.close(fig)
+
+
+def test_the_time_map_marks_a_configuration_measured_by_left_out_runs_only(tmp_path,
+                                                                           monkeypatch):
+    """The time map filled a configuration whose runs were all marked with their median,
+    drawn as 'measured' like any other: a hot cell the fit never saw. Such a cell shows the
+    model's prediction, as the fit sees it, with a cross of its own in the legend, said in
+    the caption; the energy there is modelled too."""
+    from opptune.daemon.report import plots
+    from opptune.daemon.report.analysis import analyse_group
+    runs = [[*r, False, None] for r in _runs([1000.0, 2000.0], True) if r[:2] != [3, 2000.0]]
+    busy = [[3, 2000.0, 5.0, 40.0, True, "marked"]] * 2
+    entry = {"group": {"platform": "p1", "workload": "w", "input": "small", "variant": ""},
+             "runs": runs + busy, "fit_runs": [r[:3] for r in runs]}
+    plat = {"n_cpus": 4, "sweep_order": [0, 1, 2, 3], "clusters": [[0, 1, 2, 3]]}
+    view = analyse_group(entry, plat, "box", None)
+    g = view.grid
+    assert g is not None and g.left_out == [(3, 2000.0)], view.model_note
+    i, j = g.cores.index(3), g.freqs_mhz.index(2000.0)
+    assert g.time_s[i, j] == pytest.approx(view.curves[1].value[2])  # the model's, not 5.0
+    assert not g.energy_measured[i, j] and g.energy_j[i, j] != 40.0
+    assert int(g.energy_measured.sum()) == 7
+    figs = []
+    monkeypatch.setattr(plots.plt, "close", figs.append)
+    plots.heatmap(view, "time", tmp_path / "time.png")
+    ax = figs[0].axes[0]
+    marks = {line.get_label(): [tuple(xy) for xy in line.get_xydata()]
+             for line in ax.get_lines()}
+    assert marks["not fitted: predicted"] == [(j, i)]
+    assert (j, i) not in marks["measured"] and len(marks["measured"]) == 7
+    monkeypatch.undo()
+    plots.plt.close(figs[0])
+    data = {"agents": [{"id": "a", "board": "box", "platform": "p1", "alive": True,
+                        "last_seen_s": 1.0}], "platforms": {"p1": plat},
+            "points": [entry], "recommendations": [], "runs": []}
+    html = build_report(data, tmp_path / "site").index.read_text()
+    assert ("else the model&#x27;s prediction (crosses: the 1 configuration measured only by "
+            "runs the fit leaves out)") in html
+    # one reason: its count once ('2 left out of the fit: 2 marked ...' said it twice)
+    assert "9 runs at 8 configurations (2 left out of the fit: marked for interference)" \
+        in html
+    assert ("Left out of the fit and of the dots: 2 of the 9 runs (marked for "
+            "interference); the 1 configuration that has no other runs is drawn hollow") in html

@@ -703,14 +703,36 @@ def test_report_runs_are_run_points_and_group_runs_in_one_pass(st):
     assert list(both) == [g1, g2]
     points = st.run_points()
     for g in (g1, g2):  # in (cores, freq) order; runs of one configuration in any order
-        assert [sorted(rows) for rows in both[g]] == [sorted(points[g]),
-                                                     sorted(st.group_runs(g))]
+        assert [sorted(r[:6] for r in both[g][0]), sorted(both[g][1])] == [
+            sorted(points[g]), sorted(st.group_runs(g))]
         assert [r[:2] for r in both[g][0]] == [r[:2] for r in points[g]]
+        # each run says why the fit leaves it out, None for exactly the fit's rows
+        assert sorted(r[:3] for r in both[g][0] if r[6] is None) == sorted(both[g][1])
     assert both[g1][1] == [(1, None, 2.0), (2, None, 1.1)]  # the rest is left out
+    assert sorted((r[0], r[2], r[6]) for r in both[g1][0] if r[6]) == [
+        (1, 3.0, "drift"), (2, 1.2, "marked"), (2, 7.0, "off"), (2, 9.9, "drift"),
+        (4, 0.9, "throttled")]
     loaded = st.report_runs(accept_load=True)
     assert [sorted(loaded[g][1]) for g in (g1, g2)] == \
         [sorted(st.group_runs(g, accept_load=True)) for g in (g1, g2)]
     assert (2, None, 1.2) in loaded[g1][1]
+    assert [r[6] for r in loaded[g1][0] if r[2] == 1.2] == [None]
+
+
+def test_workload_outcomes_count_stored_and_successful_runs(st):
+    """What 'opptune export' calls measured: a workload with a successful run stored, per
+    agent; one whose runs all failed has runs and no successful one."""
+    rows = [("a1", _run("w1", 1, 2.0)), ("a1", _run("w1", 2, None, ok=False, error="x")),
+            ("a1", _run("w2", 1, None, ok=False, error="x")), ("a2", _run("w2", 1, 3.0))]
+    st.insert_results([ResultIn(f"m{i}", agent, None, None, r, r.to_dict())
+                       for i, (agent, r) in enumerate(rows)], 1.0)
+    assert st.workload_outcomes() == [
+        {"agent": "a1", "workload": "w1", "runs": 2, "ok": 1},
+        {"agent": "a1", "workload": "w2", "runs": 1, "ok": 0},
+        {"agent": "a2", "workload": "w2", "runs": 1, "ok": 1}]
+    assert st.workload_outcomes("a2") == [{"agent": "a2", "workload": "w2", "runs": 1,
+                                           "ok": 1}]
+    assert st.workload_outcomes("nobody") == []
 
 
 def test_status_pages_pick_the_rows_that_need_a_look_and_count_them_all(st):

@@ -39,8 +39,10 @@ class Point:
     freq_mhz: float | None
     time_s: float  # median of its runs
     energy_j: float | None  # median of the runs that have energy
-    runs: int
-    marked: bool = False  # its runs are all marked for interference (no clean one)
+    runs: int  # the runs the medians are of
+    # why the fit leaves out every run of it (LEFT_OUT's words, sorted), whose medians these
+    # are then; empty: the medians are of the runs the fit uses
+    left_out: tuple[str, ...] = ()
 
 
 @dataclass
@@ -62,6 +64,9 @@ class Grid:
     energy_measured: np.ndarray | None  # bool: the energy is the measured median
     pareto: list[tuple[int, float]]  # (cores, freq_mhz) on the time/energy front, fastest first
     energy_note: str
+    # (cores, freq_mhz) measured only by runs the fit leaves out: the maps show the model's
+    # prediction there, as the fit sees no measurement of it
+    left_out: list[tuple[int, float]] = field(default_factory=list)
 
 
 @dataclass
@@ -74,6 +79,8 @@ class GroupView:
     curves: list[Curve] = field(default_factory=list)
     grid: Grid | None = None
     recommendation: dict[str, Any] | None = None
+    stored_runs: int = 0  # every successful run of the group
+    left_out: dict[str, int] = field(default_factory=dict)  # of them, left out of the fit
 
     @property
     def label(self) -> str:
@@ -92,16 +99,33 @@ class GroupView:
         return len({p.freq_mhz for p in self.points if p.freq_mhz is not None}) >= 2
 
 
+# what each of store.LEFT_OUT means, in a caption's count ("3 runs marked for interference")
+# and in a legend (short)
+LEFT_OUT_WORDS = {"drift": ("from before a drift ('opptune status' lists drifts)",
+                            "drift"),
+                  "throttled": ("throttled", "throttled"),
+                  "off": ("verifying a recommendation judged off", "judged off"),
+                  "marked": ("marked for interference", "marked")}
+
+
+def left_out(run: list[Any]) -> str | None:
+    """Why the fit leaves a report run [cores, freq_mhz, time_s, energy_j, marked, left_out]
+    out, None where it uses it. A daemon before left_out sends 5 fields (the mark only: a
+    marked run is left out), one before the mark 4 (every run fitted)."""
+    if len(run) > 5:
+        return run[5]
+    return "marked" if len(run) > 4 and run[4] else None
+
+
 def median_points(runs: list[list[Any]]) -> list[Point]:
-    """Runs [cores, freq_mhz, time_s, energy_j, marked] -> one point per configuration: the
-    medians of its clean runs, as the fit leaves marked ones out; of its marked runs where it
-    has no clean one (Point.marked). A daemon before the mark sends 4 fields: all clean."""
+    """Report runs -> one point per configuration: the medians of the runs the fit uses;
+    of those it leaves out where it has no other (Point.left_out says why)."""
     by: dict[tuple[int, float | None], list[list[Any]]] = {}
     for r in runs:
         by.setdefault((int(r[0]), None if r[1] is None else float(r[1])), []).append(r)
     out = []
     for (c, f), every in sorted(by.items(), key=lambda kv: (kv[0][0], kv[0][1] or 0.0)):
-        rs = [r for r in every if not _marked(r)] or every
+        rs = [r for r in every if left_out(r) is None] or every
         energies = [r[3] for r in rs if r[3] is not None and r[3] > 0]
         times = [float(r[2]) for r in rs if r[2] is not None and r[2] > 0]
         # the time's median is pyperf's (shared/point_stats.py); only the median: point_stats'
@@ -109,12 +133,29 @@ def median_points(runs: list[list[Any]]) -> list[Point]:
         out.append(Point(c, f, benchmark(times).median() if times else
                          statistics.median(r[2] for r in rs),
                          statistics.median(energies) if energies else None, len(rs),
-                         marked=_marked(rs[0])))
+                         tuple(sorted({str(left_out(r)) for r in rs if left_out(r)}))))
     return out
 
 
-def _marked(run: list[Any]) -> bool:
-    return len(run) > 4 and bool(run[4])
+def left_out_counts(runs: list[list[Any]]) -> dict[str, int]:
+    """How many of the report runs the fit leaves out, by reason (store.LEFT_OUT's order)."""
+    counts: dict[str, int] = {}
+    for r in runs:
+        why = left_out(r)
+        if why:
+            counts[why] = counts.get(why, 0) + 1
+    order = list(LEFT_OUT_WORDS)
+    return dict(sorted(counts.items(), key=lambda kv: (order.index(kv[0])
+                                                       if kv[0] in order else len(order))))
+
+
+def left_out_text(counts: dict[str, int]) -> str:
+    """``3 marked for interference, 2 throttled``: a count per reason, in words; of one
+    reason its words only (the caller says the count: '12 left out ...: 12 from before')."""
+    words = {why: LEFT_OUT_WORDS.get(why, (why,))[0] for why in counts}
+    if len(counts) == 1:
+        return next(iter(words.values()))
+    return ", ".join(f"{n} {words[why]}" for why, n in counts.items())
 
 
 def pareto_front(times: np.ndarray, energies: np.ndarray) -> list[int]:
@@ -137,8 +178,7 @@ def analyse_group(entry: dict[str, Any], platform: dict[str, Any], board: str,
     """The view of one group from its runs, its board's description and its latest
     recommendation. ``others``: the fit settings of the groups whose replays size the
     interval as in the daemon's fit (recommend.platform_others)."""
-    runs = [r for r in entry["runs"] if r[2] is not None and r[2] > 0]
-    view = GroupView(entry["group"], board, median_points(runs), recommendation=recommendation)
+    runs, view = _view(entry, board, recommendation)
     if not runs:
         view.model_note = "no successful runs"
         return view
@@ -179,14 +219,17 @@ def analyse_group(entry: dict[str, Any], platform: dict[str, Any], board: str,
         view.model_note = f"no model: {exc}"
         return view
     view.model = model
-    left_out = setting.outliers_left_out
+    outliers = setting.outliers_left_out  # not left_out(): the module's function
     cv = model.quality.get("cv_mape")
     view.model_note = f"{model.name}" + (f", cross-validated MAPE {cv:.1f} %" if cv else "") \
-        + (f", {left_out} outlier run{'s' if left_out != 1 else ''} (MAD rule) left out of "
-           "the fit" if left_out else "")
+        + (f", {outliers} outlier run{'s' if outliers != 1 else ''} (MAD rule) left out of "
+           "the fit" if outliers else "")
     n = len(order)
     cores = np.arange(1, n + 1, dtype=float)
-    measured_freqs = sorted({p.freq_mhz for p in view.points if p.freq_mhz is not None}) or [None]
+    # the frequencies the fit has runs at: one measured only by runs it leaves out (before a
+    # drift) would get a curve the fit never saw
+    measured_freqs = sorted({p.freq_mhz for p in view.points
+                             if p.freq_mhz is not None and not p.left_out}) or [None]
     for f in measured_freqs:
         q = Observations.query(cores) if f is None or axis is None else \
             Observations.query(cores, np.full(n, f))
@@ -233,10 +276,18 @@ def analyse_groups(entries: list[dict[str, Any]], platforms: dict[str, dict[str,
 def listed_group(entry: dict[str, Any], board: str, recommendation: dict[str, Any] | None,
                  fit: dict[str, Any] | None) -> GroupView:
     """A group listed without a refit: its measured points and the daemon's stored fit."""
-    runs = [r for r in entry["runs"] if r[2] is not None and r[2] > 0]
-    view = GroupView(entry["group"], board, median_points(runs), recommendation=recommendation)
+    runs, view = _view(entry, board, recommendation)
     view.model_note = stored_fit_note(fit) if runs else "no successful runs"
     return view
+
+
+def _view(entry: dict[str, Any], board: str, recommendation: dict[str, Any] | None
+          ) -> tuple[list[list[Any]], GroupView]:
+    """(the group's successful runs, its view with their points and counts, unfitted)."""
+    runs = [r for r in entry["runs"] if r[2] is not None and r[2] > 0]
+    return runs, GroupView(entry["group"], board, median_points(runs),
+                           recommendation=recommendation, stored_runs=len(runs),
+                           left_out=left_out_counts(runs))
 
 
 def stored_fit_note(fit: dict[str, Any] | None) -> str:
@@ -292,19 +343,25 @@ def _grid(view: GroupView, model: FittedModel, platform: dict[str, Any], axis: l
     time = np.full((len(cores), len(freqs)), np.nan)
     for c, f, t in zip(cc, ff / 1000.0, t_pred):
         time[ci[int(c)], fi[float(f)]] = t
-    for pt in view.points:  # measured configurations show their measured medians
-        if pt.freq_mhz in fi and pt.cores in ci:
+    shown = [pt for pt in view.points if pt.freq_mhz in fi and pt.cores in ci]
+    for pt in shown:  # measured configurations show their measured medians
+        if not pt.left_out:
             time[ci[pt.cores], fi[pt.freq_mhz]] = pt.time_s
-    with_energy = [r for r in runs if r[3] is not None and r[3] > 0 and r[1] is not None]
+    hollow = [(pt.cores, pt.freq_mhz) for pt in shown if pt.left_out]
+
+    def energy_of(rs: list[list[Any]]) -> list[list[Any]]:
+        return [r for r in rs if r[3] is not None and r[3] > 0 and r[1] is not None]
+    with_energy = energy_of([r for r in runs if left_out(r) is None])
     if not with_energy:
         # a board with a meter whose runs carry none: a real command on a virtual board, or
         # runs too short for the meter; "the board has no meter" contradicted its topology
         metered = (platform.get("energy") or {}).get("available")
-        why = ("the board has a meter, but it counted none of these runs" if metered
+        why = ("only runs the fit leaves out carry it" if energy_of(runs) else
+               "the board has a meter, but it counted none of these runs" if metered
                else "the board has no meter")
         return Grid(cores, freqs, time, None, None, [],
                     f"no run of this group carries energy ({why}): no energy map and no "
-                    "time/energy front")
+                    "time/energy front", hollow)
     try:
         power = PowerModeler().fit(Observations(
             cores=np.array([r[0] for r in with_energy], float),
@@ -313,13 +370,13 @@ def _grid(view: GroupView, model: FittedModel, platform: dict[str, Any], axis: l
             energy_j=np.array([r[3] for r in with_energy], float)))
         p_pred = np.asarray(power.predict(q).value, float)
     except Exception as exc:
-        return Grid(cores, freqs, time, None, None, [], f"no power model: {exc}")
+        return Grid(cores, freqs, time, None, None, [], f"no power model: {exc}", hollow)
     energy = np.full_like(time, np.nan)
     for c, f, t, p in zip(cc, ff / 1000.0, t_pred, p_pred):
         energy[ci[int(c)], fi[float(f)]] = t * p
     measured = np.zeros(time.shape, bool)
-    for pt in view.points:
-        if pt.freq_mhz in fi and pt.cores in ci and pt.energy_j is not None:
+    for pt in shown:
+        if pt.energy_j is not None and not pt.left_out:
             energy[ci[pt.cores], fi[pt.freq_mhz]] = pt.energy_j
             measured[ci[pt.cores], fi[pt.freq_mhz]] = True
     flat = pareto_front(time.ravel(), energy.ravel())
@@ -335,7 +392,7 @@ def _grid(view: GroupView, model: FittedModel, platform: dict[str, Any], axis: l
                  f"({power.name}, fitted to the {len(with_energy)} runs with energy)")
     else:
         note += ", every one offered: none modelled"
-    return Grid(cores, freqs, time, energy, measured, front, note)
+    return Grid(cores, freqs, time, energy, measured, front, note, hollow)
 
 
 def latest_recommendations(recs: list[dict[str, Any]]) -> dict[tuple, dict[str, Any]]:
@@ -402,18 +459,20 @@ def kernel_traits(view: GroupView) -> dict[str, Any] | None:
     """For a bench_suite kernel: measured speedup at its most cores (at the highest measured
     frequency), and the frequency exponent b of t ~ f^-b (1: compute-bound, 0: memory-bound)
     fitted to the medians across frequencies at each core count."""
-    if view.group["workload"] not in BENCH_KERNELS or not view.points:
+    # the points the fit has runs of: a marked or superseded (drift) median is no trait
+    points = [p for p in view.points if not p.left_out]
+    if view.group["workload"] not in BENCH_KERNELS or not points:
         return None
-    fmax = max((p.freq_mhz for p in view.points if p.freq_mhz is not None), default=None)
-    at = [p for p in view.points if p.freq_mhz == fmax]
+    fmax = max((p.freq_mhz for p in points if p.freq_mhz is not None), default=None)
+    at = [p for p in points if p.freq_mhz == fmax]
     one = [p for p in at if p.cores == 1]
     most = max(at, key=lambda p: p.cores)
     speedup = one[0].time_s / most.time_s if one else None
     exponent = None
     if view.has_freq:
         xs, ys = [], []
-        for c in {p.cores for p in view.points}:
-            pts = [p for p in view.points if p.cores == c and p.freq_mhz]
+        for c in {p.cores for p in points}:
+            pts = [p for p in points if p.cores == c and p.freq_mhz]
             if len(pts) >= 2:
                 lf = np.log([p.freq_mhz for p in pts])
                 lt = np.log([p.time_s for p in pts])

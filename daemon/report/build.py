@@ -14,7 +14,7 @@ from typing import Any, Callable
 from ...shared.cpus import format_cpu_list
 from . import page, plots
 from .analysis import (GroupView, analyse_groups, drawn_groups, fleet_rows, group_key,
-                       kernel_traits, latest_recommendations, topology_rows)
+                       kernel_traits, latest_recommendations, left_out_text, topology_rows)
 from ..status_view import standing_text, state_text
 from ..scope_text import unknown_agent, unknown_workload
 from .cli import DEFAULT_MAX_GROUPS
@@ -63,11 +63,13 @@ def _rec_text(r: dict[str, Any] | None) -> str:
 
 
 def _group_section(view: GroupView, out: Path, images: list[Path]) -> page.Section:
+    left = sum(view.left_out.values())
     sec = page.Section(view.label, f"g-{view.slug}",
                        notes=[_rec_text(view.recommendation),
-                              f"{sum(p.runs for p in view.points)} runs at "
-                              f"{len(view.points)} configurations; model: "
-                              f"{view.model_note or 'none'}"])
+                              f"{view.stored_runs} runs at {len(view.points)} configurations"
+                              + (f" ({left} left out of the fit: "
+                                 f"{left_out_text(view.left_out)})" if left else "")
+                              + f"; model: {view.model_note or 'none'}"])
 
     def fig(kind: str, draw: Any, caption: str) -> None:
         path = out / f"fig-{view.slug}-{kind}.png"
@@ -76,11 +78,10 @@ def _group_section(view: GroupView, out: Path, images: list[Path]) -> page.Secti
         sec.figures.append(page.Figure(path.name, f"{kind} of {view.label}", caption))
 
     fig("scaling", lambda p: plots.scaling(view, p),
-        "Time over cores: the medians of the runs not marked for interference (dots; "
-        "hollow where a configuration has marked runs only, which the fit leaves out), the "
-        "fitted model (line) with its 90 % "
-        "prediction interval (band), one colour per measured frequency; the star is the "
-        "recommended configuration at its measured (else predicted) time.")
+        "Time over cores: the medians of the runs the fit uses (dots), the fitted model "
+        "(line) with its 90 % prediction interval (band), one colour per measured frequency; "
+        "the star is the recommended configuration at its measured (else predicted) time."
+        + _left_out_caption(view))
     g = view.grid
     if g is None:
         if view.model is not None and not view.has_freq:
@@ -88,8 +89,12 @@ def _group_section(view: GroupView, out: Path, images: list[Path]) -> page.Secti
         return sec
     fig("time", lambda p: plots.heatmap(view, "time", p),
         "Time over cores x the frequencies the board offers: the measured median where "
-        "measured (circles), else the model's prediction; the white diamonds are the "
-        "time/energy Pareto front, the star the recommendation.")
+        "the fit has runs of it (circles), else the model's prediction"
+        + (f" (crosses: the {len(g.left_out)} configuration"
+           f"{'s' if len(g.left_out) != 1 else ''} measured only by runs the fit leaves out)"
+           if g.left_out else "")
+        + "; the white diamonds are the time/energy Pareto front, the star the "
+        "recommendation.")
     if g.energy_j is None:
         sec.notes.append(g.energy_note)
         return sec
@@ -99,6 +104,19 @@ def _group_section(view: GroupView, out: Path, images: list[Path]) -> page.Secti
         f"Every offered configuration in time x energy, the Pareto front joined. "
         f"{g.energy_note[0].upper()}{g.energy_note[1:]}.")
     return sec
+
+
+def _left_out_caption(view: GroupView) -> str:
+    """What the scaling figure leaves out of its dots, and why; empty when nothing."""
+    if not view.left_out:
+        return ""
+    hollow = sum(1 for p in view.points if p.left_out)
+    left = sum(view.left_out.values())
+    return (f" Left out of the fit and of the dots: {left} of the {view.stored_runs} runs "
+            f"({left_out_text(view.left_out)})"
+            + (f"; the {hollow} configuration"
+               + ("s that have no other runs are" if hollow != 1 else " that has no other runs is")
+               + " drawn hollow, at the median of theirs" if hollow else "") + ".")
 
 
 def select_entries(data: dict[str, Any], workload: str | None = None,
@@ -249,7 +267,7 @@ def _group_table(views: list[GroupView], drawn: set[int]) -> page.Table:
                                      else f" at {r['freq_khz'] / 1000:g} MHz")
             + f", {r['state']}")
         rows.append([page.Link(v.label, f"#g-{v.slug}") if i in drawn else v.label,
-                     sum(p.runs for p in v.points), len(v.points),
+                     v.stored_runs, len(v.points),
                      v.model_note or "none", rec])
     return page.Table(["workload group", "runs", "configurations", "model", "recommendation"],
                       rows)

@@ -15,7 +15,7 @@ matplotlib.use("Agg")  # before pyplot: files only, never a window
 import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 
-from .analysis import GroupView  # noqa: E402
+from .analysis import LEFT_OUT_WORDS, GroupView  # noqa: E402
 
 DPI = 90
 # Fixed margins (fractions of the figure) for the figures whose labels have a known width:
@@ -46,6 +46,15 @@ def _rec_point(view: GroupView) -> tuple[int, float | None] | None:
     return int(r["cores"]), None if f is None else f / 1000.0
 
 
+def left_out_label(view: GroupView) -> str:
+    """The legend's words for the configurations whose runs the fit all leaves out, and
+    why ('left out of the fit: marked, before a drift'); empty when there is none."""
+    why = sorted({w for p in view.points for w in p.left_out},
+                 key=lambda w: list(LEFT_OUT_WORDS).index(w) if w in LEFT_OUT_WORDS else 9)
+    return ("not fitted: " + ", ".join(LEFT_OUT_WORDS.get(w, ("", w))[1] for w in why)
+            if why else "")
+
+
 def scaling(view: GroupView, path: Path) -> None:
     """Time over cores: medians and single runs measured, the model's curve with its
     prediction interval, one colour per measured frequency; the recommendation as a star."""
@@ -61,19 +70,20 @@ def scaling_figure(view: GroupView) -> plt.Figure:
     for k, f in enumerate(freqs):
         colour = colours(k / max(len(freqs) - 1, 1))
         label = "governor" if f is None else f"{f:g} MHz"
-        pts = [p for p in view.points if p.freq_mhz == f and not p.marked]
+        pts = [p for p in view.points if p.freq_mhz == f and not p.left_out]
         ax.plot([p.cores for p in pts], [p.time_s for p in pts], "o", color=colour,
                 label=f"measured, {label}")
-        # hollow: a configuration whose runs are all marked for interference, which the fit
-        # leaves out; its median is drawn so that the measurement is seen, not trusted
-        pts = [p for p in view.points if p.freq_mhz == f and p.marked]
+        # hollow: a configuration whose runs the fit all leaves out (marked, throttled, from
+        # before a drift); its median is drawn so that the measurement is seen, not trusted
+        pts = [p for p in view.points if p.freq_mhz == f and p.left_out]
         ax.plot([p.cores for p in pts], [p.time_s for p in pts], "o", mfc="none", mec=colour)
         for c in curves:
             if c.freq_mhz == f or (len(curves) == 1 and len(freqs) == 1):
                 ax.plot(c.cores, c.value, "-", color=colour, lw=1.2)
                 ax.fill_between(c.cores, c.lower, c.upper, color=colour, alpha=0.18, lw=0)
-    if any(p.marked for p in view.points):
-        ax.plot([], [], "o", mfc="none", mec="grey", label="marked runs only (not fitted)")
+    hollow = left_out_label(view)
+    if hollow:
+        ax.plot([], [], "o", mfc="none", mec="grey", label=hollow)
     rec = _rec_point(view)
     if rec is not None and view.recommendation.get("predicted_time_s"):
         r = view.recommendation
@@ -94,8 +104,11 @@ def scaling_figure(view: GroupView) -> plt.Figure:
     ax.grid(alpha=0.3)
     # below the axes: inside (upper right) it hid the one-core points of the slowest clock
     # and the recommended star under it; the figure grows by the legend's rows
-    n = len(ax.get_legend_handles_labels()[1])
-    ncol = min(n, 3) or 1
+    labels = ax.get_legend_handles_labels()[1]
+    n = len(labels)
+    # three columns of the longest label ('not fitted: before a drift, throttled, marked')
+    # were wider than the figure
+    ncol = min(n, 3 if max(map(len, labels), default=0) <= 30 else 2) or 1
     fig.set_size_inches(6.4, 4.0 + 0.17 * -(-n // ncol))
     ax.legend(fontsize=7, loc="upper center", bbox_to_anchor=(0.5, -0.14), ncol=ncol,
               frameon=False)
@@ -118,7 +131,7 @@ def heatmap(view: GroupView, which: str, path: Path) -> None:
     fx = {f: i for i, f in enumerate(g.freqs_mhz)}
     cy = {c: i for i, c in enumerate(g.cores)}
     meas = [(fx[p.freq_mhz], cy[p.cores]) for p in view.points
-            if p.freq_mhz in fx and p.cores in cy]
+            if p.freq_mhz in fx and p.cores in cy and not p.left_out]
     if meas:
         ax.plot(*zip(*meas), "o", mfc="none", mec="cyan", ms=8, label="measured")
     if g.pareto:
@@ -126,6 +139,11 @@ def heatmap(view: GroupView, which: str, path: Path) -> None:
         # markers only: joined in time order the front zigzags across the map
         ax.plot(px, py, "D", color="white", mec="black", ms=6,
                 label="time/energy Pareto front")
+    if g.left_out:
+        # measured by runs the fit leaves out only: the cell shows the prediction, and says
+        # so (over the front's diamonds, which such a cell may be on)
+        ax.plot(*zip(*[(fx[f], cy[c]) for c, f in g.left_out]), "x", color="cyan", ms=8,
+                mew=1.6, label="not fitted: predicted")
     rec = _rec_point(view)
     if rec is not None and rec[1] in fx and rec[0] in cy:
         ax.plot([fx[rec[1]]], [cy[rec[0]]], "*", ms=18, color="lime", mec="black",

@@ -34,6 +34,13 @@ def drift_ends(drift_variant: str, variant: str) -> bool:
     return drift_variant == variant or "" in (drift_variant, variant)
 
 
+# why a fit leaves a successful run out (Store.report_runs), in the order the store tests
+# them: received before a drift of its group ended its runs (store.drift_ends), throttled,
+# a verification run of a recommendation judged off, marked for interference (where the
+# load is not accepted)
+LEFT_OUT = ("drift", "throttled", "off", "marked")
+
+
 # states of a finished tune session (daemon/tuning.py): never resumed (stopped: by
 # 'opptune tune --stop'). A daemon older than "stopped" would resume such a session, but it
 # cannot open a store at schema version 14 (jobs.stopped), which came in the same round of
@@ -238,6 +245,11 @@ class Store(ABC):
         (None: all); with ``limit``, the rows of the most recently received runs."""
 
     @abstractmethod
+    def workload_outcomes(self, agent: str | None = None) -> list[dict[str, Any]]:
+        """Per agent and workload with stored runs (of ``agent``; None: of every agent):
+        ``{agent, workload, runs, ok}``, how many runs are stored and how many succeeded."""
+
+    @abstractmethod
     def groups(self) -> list[Group]:
         """Every group that has runs."""
 
@@ -259,11 +271,12 @@ class Store(ABC):
     @abstractmethod
     def report_runs(self, accept_load: bool | None = None
                     ) -> dict[Group, tuple[list[tuple[int, float | None, float, float | None,
-                                                      bool, bool]],
+                                                      bool, bool, str | None]],
                                            list[tuple[int, float | None, float]]]]:
-        """Per group: (:meth:`run_points`' rows, :meth:`group_runs`' rows), in one pass over
-        the runs (the report lists every group: a statement per group held the daemon's loop
-        0.1 s at 771 groups, beside 0.1 s for the pass of run_points)."""
+        """Per group: (:meth:`run_points`' rows, each with why :meth:`group_runs` leaves it
+        out (one of LEFT_OUT; None: it is one of them), :meth:`group_runs`' rows), in one
+        pass over the runs (the report lists every group: a statement per group held the
+        daemon's loop 0.1 s at 771 groups, beside 0.1 s for the pass of run_points)."""
 
     @abstractmethod
     def profile_runs(self, marked: bool | None) -> Iterator[tuple]:

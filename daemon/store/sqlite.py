@@ -543,6 +543,13 @@ class SQLiteStore(Store):
             del r["total"]
         return rows, total
 
+    def workload_outcomes(self, agent: str | None = None) -> list[dict[str, Any]]:
+        where, args = _where(agent=agent)
+        return [{"agent": a, "workload": w, "runs": int(n), "ok": int(ok or 0)}
+                for a, w, n, ok in self.db.execute(
+                    f"SELECT agent, workload, COUNT(*), SUM(ok) FROM runs{where} "
+                    "GROUP BY agent, workload ORDER BY 1, 2", args)]
+
     def groups(self) -> list[Group]:
         return [Group(*r) for r in self.db.execute(
             "SELECT DISTINCT platform, workload, input, variant FROM runs ORDER BY 1, 2, 3, 4")]
@@ -601,7 +608,7 @@ class SQLiteStore(Store):
 
     def report_runs(self, accept_load: bool | None = None
                     ) -> dict[Group, tuple[list[tuple[int, float | None, float, float | None,
-                                                      bool, bool]],
+                                                      bool, bool, str | None]],
                                            list[tuple[int, float | None, float]]]]:
         accept = self.accept_load if accept_load is None else accept_load
         out: dict[Group, tuple[list[Any], list[Any]]] = {}
@@ -612,10 +619,16 @@ class SQLiteStore(Store):
                  "JOIN drift d ON d.platform = g.platform AND d.workload = g.workload AND "
                  "d.input = g.input AND " + drift_ends_sql("d", "g.variant")
                  + " GROUP BY g.platform, g.workload, g.input, g.variant")
+        # why the fit leaves a run out (LEFT_OUT; NULL: it uses it), the rule of _fit_rows
+        # one condition at a time: the page draws what the fit uses and counts the rest
+        why = ("CASE WHEN received < COALESCE(s.since, 0) THEN 'drift' "
+               "WHEN throttled <> 0 THEN 'throttled' "
+               "WHEN job_id IS NOT NULL AND job_id IN (SELECT id FROM recommendations WHERE "
+               "state='off') THEN 'off' "
+               + ("" if accept else "WHEN marked IS NOT NULL THEN 'marked' ") + "END")
         rows = self.db.execute(
             "SELECT platform, workload, input, variant, cores, freq_mhz, time_s, energy_j, "
-            "virtual, marked IS NOT NULL, CASE WHEN received >= COALESCE(s.since, 0) AND "
-            + self._FIT_OK + ("" if accept else " AND marked IS NULL") + " THEN 1 ELSE 0 END "
+            f"virtual, marked IS NOT NULL, {why} "
             f"FROM runs LEFT JOIN ({since}) AS s USING (platform, workload, input, variant) "
             "WHERE ok=1 AND time_s IS NOT NULL "
             f"ORDER BY platform, workload, input, variant, {self._fit_order}")
@@ -623,8 +636,8 @@ class SQLiteStore(Store):
             points: list[Any] = []
             fit: list[Any] = []
             for r in group_rows:
-                points.append((r[4], r[5], r[6], r[7], bool(r[8]), bool(r[9])))
-                if r[10]:
+                points.append((r[4], r[5], r[6], r[7], bool(r[8]), bool(r[9]), r[10]))
+                if r[10] is None:
                     fit.append((r[4], r[5], r[6]))
             out[Group(*key)] = (points, fit)
         return out
