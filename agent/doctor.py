@@ -267,9 +267,13 @@ def check_knobs(fs: SysFS, facts: dict[str, Any]) -> dict[str, Any]:
              f"{'cgroup v2 cpuset' if cpuset else 'no'}")
     if not cf.get("available"):
         # not a fault of the measurement: the governor check says whether it drifts
+        governed = any(fs.try_text(f"{CPU}/cpufreq/{p}/scaling_governor") is not None
+                       for p in _policies(fs))
         return _check("knobs", value, "ok",
                       f"opptune cannot set frequencies ({cf.get('reason') or 'no cpufreq'}): "
-                      "sweeps measure cores only, at the governor's frequency")
+                      "sweeps measure cores only, at "
+                      + ("the governor's frequency" if governed else
+                         "the board's own frequency (no governor: the firmware's)"))
     return _check("knobs", value, "ok")
 
 

@@ -94,10 +94,18 @@ class Workloads:
                     sizes = vsizes  # the virtual workload models its own size classes
                 self._items[name] = Workload(name, "kernel", sizes,
                                              getattr(k, "description", ""), expects_json=True)
-        for w in config.workloads:
+        first: dict[str, int] = {}  # workload name -> its [[workloads]] entry (1-based)
+        for i, w in enumerate(config.workloads, 1):
+            if w.name in first:
+                raise WorkloadError(f"workload '{w.name}' is defined twice: [[workloads]] "
+                                    f"entries {first[w.name]} and {i} both have that name; "
+                                    "give each its own name")
             if w.name in self._items:
-                raise WorkloadError(f"workload '{w.name}' is defined twice (a kernel of that "
-                                    "name is already offered)")
+                raise WorkloadError(f"[[workloads]] entry {i} is named '{w.name}', as a "
+                                    "bench_suite kernel this agent offers (bench_kernels): "
+                                    "give it another name, or leave that kernel out of "
+                                    "bench_kernels")
+            first[w.name] = i
             if w.pyperf:
                 # kind "command" to the daemon and the runner alike: an external program
                 # (characterised like one, no MPET accounting) that prints the JSON line

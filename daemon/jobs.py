@@ -99,6 +99,22 @@ def failure_text(errors: list[str]) -> str:
                      if c in where else c for c in named) or "no error text"
 
 
+# distinct causes a done job's reason names (each run of a flaky program may fail in its
+# own words: its stderr)
+FAILED_CAUSES = 3
+
+
+def failed_runs_text(failed: int, received: int, errors: list[str]) -> str | None:
+    """The reason of a job done with ``failed`` of its ``received`` runs failed ('2 of 6 runs
+    failed: workload failed with exit status 3: ...'): the sweep's last line and the status
+    said only 'done: 6/6 runs' where a program failed now and then; None when none failed."""
+    if failed <= 0:
+        return None
+    more = len(errors) - FAILED_CAUSES
+    return (f"{failed} of {received} runs failed: {failure_text(errors[:FAILED_CAUSES])}"
+            + (f"; and {more} other error{'s' * (more != 1)}" if more > 0 else ""))
+
+
 class JobTracker:
     """Sends jobs and moves them through their states. Used from the service loop only."""
 
@@ -242,7 +258,8 @@ class JobTracker:
         # the rest is missing
         errors = self.store.job_errors(job_id) if ok < received else []
         stop = self._stop(job_id, errors)
-        reason = failure_text(errors) if stop is not None else None
+        reason = failure_text(errors) if stop is not None else failed_runs_text(
+            received - ok, received, errors)
         if not self.store.set_job_state(job_id, "done", reason, stopped=stop,
                                         only_from=NOT_CANCELLED):
             # cancelled while its last runs were on their way: no fit for it, it stays so

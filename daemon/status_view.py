@@ -471,7 +471,8 @@ def print_status(data: dict[str, Any], console: Console | None = None,
             console.print(f"{what}: " + "; ".join(never_clean_text(p) for p in m["points"]),
                           markup=False)
         else:
-            console.print(f"{what}: {len(m.get('points') or [])} marked points {m.get('state')} "
+            n = len(m.get("points") or [])
+            console.print(f"{what}: {n} marked point{'s' * (n != 1)} {m.get('state')} "
                           f"(retry {m.get('retry')}"
                           + (f", in {m['due_in_s']:g} s)" if m.get("due_in_s") is not None
                              else ")"), markup=False)

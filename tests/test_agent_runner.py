@@ -247,6 +247,22 @@ def test_workloads_registry_errors():
     assert {w["name"] for w in wl.describe()} >= {"busy", "fail"}
 
 
+def test_a_name_used_twice_says_which_clash_it_is():
+    """Two [[workloads]] named 'omp' were refused with '(a kernel of that name is already
+    offered)', where no kernel is called omp: the message names the real clash and the fix."""
+    twice = [CommandWorkload("omp", ["true"]), CommandWorkload("omp", ["ls"])]
+    with pytest.raises(WorkloadError) as exc:
+        Workloads(AgentConfig(bench_kernels=[], workloads=twice))
+    assert str(exc.value) == ("workload 'omp' is defined twice: [[workloads]] entries 1 and 2 "
+                              "both have that name; give each its own name")
+    with pytest.raises(WorkloadError) as exc:
+        Workloads(AgentConfig(bench_kernels=["all"], workloads=[CommandWorkload("stream", ["ls"])]),
+                  catalogue={"stream": object()})
+    assert str(exc.value) == (
+        "[[workloads]] entry 1 is named 'stream', as a bench_suite kernel this agent offers "
+        "(bench_kernels): give it another name, or leave that kernel out of bench_kernels")
+
+
 def test_kernels_from_catalogue_and_virtual_board():
     class K:
         sizes = {"small": 1, "default": 2}

@@ -107,6 +107,26 @@ def test_governor_advice_without_a_writable_cpufreq(tmp_path):
     assert report["summary"] == "1 warning (governor ondemand)"
 
 
+def test_knobs_without_cpufreq_name_no_governor(tmp_path):
+    """A VM without cpufreq: the governor check said 'no cpufreq: the frequency is the
+    firmware's' and the knobs line below it 'sweeps measure cores only, at the governor's
+    frequency', of a governor that is not there."""
+    import shutil
+    root, sweep = quiet_board(tmp_path)
+    shutil.rmtree(os.path.join(root, "sys/devices/system/cpu/cpufreq"))
+    os.makedirs(os.path.join(root, "sys/devices/system/cpu/cpufreq"))
+    report = collect(root, {**facts(sweep), "cpufreq": {"available": False,
+                                                        "reason": "no cpufreq policies"}})
+    assert by_name(report)["knobs"]["advice"] == (
+        "opptune cannot set frequencies (no cpufreq policies): sweeps measure cores only, at "
+        "the board's own frequency (no governor: the firmware's)")
+    # cpufreq there but not writable: its governor does choose
+    root = fake_tree(tmp_path / "ro", "odroid-xu4")
+    report = collect(root, {"cpufreq": {"available": False, "reason": "read-only"}})
+    assert by_name(report)["knobs"]["advice"].endswith(
+        "sweeps measure cores only, at the governor's frequency")
+
+
 def test_hot_zone_warns(tmp_path):
     root = fake_tree(tmp_path, "rpi4")  # passive trip 80 C
     _put(root, "/sys/class/thermal/thermal_zone0/temp", 76000)

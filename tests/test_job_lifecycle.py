@@ -201,7 +201,10 @@ def test_a_job_the_agent_stopped_for_its_timeouts_says_so(daemon, first_ok, stat
     assert (j["state"], j["reason"], j["stopped"]) == (state, reason, stopped)
 
 
-def test_a_job_with_a_failed_run_is_done_without_a_reason(daemon):
+def test_a_job_with_a_failed_run_is_done_saying_how_many_failed_and_why(daemon):
+    """Walking a real machine with a program that fails one run in three: 'sweep --wait' said
+    'done: 6/6 runs' and the status nothing more, the failures' stderr stored but shown
+    nowhere. A job done with failed runs (not stopped) now says how many and why."""
     a, op = Agent(daemon.endpoint), Agent(daemon.endpoint, "operator-1")
     hello(a)
     (sent,) = query(op, "sweep", {"agent": "a1", "max_cores": 1, "reps": 2,
@@ -212,7 +215,18 @@ def test_a_job_with_a_failed_run_is_done_without_a_reason(daemon):
         a.send("result", {"job_id": job["job_id"], "seq": seq, "of": 2, "record": rec})
         a.expect("ack")
     j = wait_state(op, sent["job_id"], "done")
-    assert (j["state"], j["reason"], j["stopped"]) == ("done", None, None)
+    assert (j["state"], j["reason"], j["stopped"]) == (
+        "done", "1 of 2 runs failed: workload failed with exit status 3", None)
+
+
+def test_a_done_job_names_three_causes_of_its_failed_runs_at_most():
+    from opptune.daemon.jobs import failed_runs_text
+    assert failed_runs_text(0, 6, []) is None
+    errors = [f"workload failed with exit status 3: bad input {i}" for i in range(5)]
+    assert failed_runs_text(5, 9, errors) == (
+        "5 of 9 runs failed: workload failed with exit status 3: bad input 0; workload failed "
+        "with exit status 3: bad input 1; workload failed with exit status 3: bad input 2; "
+        "and 2 other errors")
 
 
 def test_fit_errors_name_the_group_and_the_reason(daemon):

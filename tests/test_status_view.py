@@ -173,6 +173,23 @@ def test_a_drift_without_a_sweep_or_an_error_says_what_measures_it_again():
             "per_cluster = true in the daemon's configuration\n") in text
 
 
+def test_marked_points_waiting_are_counted_in_words():
+    """'flaky (default) on vm: 1 marked points waiting (retry 2, in 25.1 s)' (walk32)."""
+    from rich.console import Console
+
+    from opptune.daemon.status_view import print_status
+    data = {"daemon": {}, "remeasure": [
+        {"agent": "vm", "workload": "flaky", "size": "default", "state": "waiting", "retry": 2,
+         "due_in_s": 25.1, "points": [{"cores": 1}]},
+        {"agent": "vm", "workload": "omp", "size": "default", "state": "measuring", "retry": 1,
+         "points": [{"cores": 1}, {"cores": 2}]}]}
+    con = Console(record=True, width=200)
+    print_status(data, con)
+    text = con.export_text()
+    assert "flaky (default) on vm: 1 marked point waiting (retry 2, in 25.1 s)\n" in text
+    assert "omp (default) on vm: 2 marked points measuring (retry 1)\n" in text
+
+
 def test_a_new_daemons_status_says_none_instead_of_empty_tables():
     """A daemon with nothing yet printed five grids of headers without a row (found by the
     README walk); each says 'none' in one line, and a table with rows is still a table."""
