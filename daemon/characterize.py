@@ -48,7 +48,7 @@ import msgpack
 
 from ..shared.cpus import format_cpu_list
 from ..shared.records import DERIVED_COUNTERS
-from .drift import REDEFINED, last_event
+from .drift import is_redefined, last_event
 from .errors import HandlerError
 from .jobs import ACTIVE_JOB_STATES, stopped_early
 from .planner import (PlanError, clocks_never_apply, cpufreq_unavailable, physical_cores,
@@ -153,7 +153,7 @@ def characterize(d: Daemon, args: dict[str, Any]) -> dict[str, Any]:
                 # the runs measured another program, or the workload's behaviour drifted
                 events = d.store.drift_events() if events is None else events
                 last = _last_drift(events, info.platform_id, k, sizes[k], pts)
-                (redefined if last and last["reason"] == REDEFINED else drifted).append(k)
+                (redefined if last and is_redefined(last["reason"]) else drifted).append(k)
             elif current:
                 # its last job stopped early or failed: measured again, and the user is told
                 # why it was not done (a program that hangs stops again, after as many points)

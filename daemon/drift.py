@@ -19,7 +19,8 @@ sweep's completion fits and recommends again through the usual job path. ``opptu
 lists the events (``drift``).
 
 A workload whose program changed (its command, arguments or environment in the agent's
-configuration: the ``program`` digest of its hello, agent/workloads.py) is a new version of it
+configuration, or the code it runs: the ``program`` digest of its hello, agent/workloads.py
+and agent/program_id.py) is a new version of it
 that nothing needs to detect: at the hello that says so the daemon records a drift event of its
 own reason (``REDEFINED``) for each size with runs of it on the agent's platform, without a
 sweep. The runs from before stay stored but no longer count, by the same rule; ``opptune
@@ -42,7 +43,17 @@ log = logging.getLogger("opptune.daemon")
 # the reason of the drift event of a workload whose program changed (Drift.redefined), by which
 # characterize tells it from a drift of the workload's behaviour
 REDEFINED = ("its program changed in the agent's configuration (command, arguments or "
-             "environment): the runs from before measured another program")
+             "environment) or on the board (its executable, a script, the built kernels): "
+             "the runs from before measured another program")
+# the same reason as the drift events stored before the code on the board counted
+_REDEFINED_BEFORE = ("its program changed in the agent's configuration (command, arguments or "
+                     "environment): the runs from before measured another program")
+
+
+def is_redefined(reason: Any) -> bool:
+    """Whether a drift event's reason is a changed program's (``REDEFINED``, as stored now or
+    before)."""
+    return reason in (REDEFINED, _REDEFINED_BEFORE)
 
 
 def programs(workloads: Any) -> dict[str, str]:
