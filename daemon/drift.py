@@ -22,9 +22,12 @@ A workload whose program changed (its command, arguments or environment in the a
 configuration, or the code it runs: the ``program`` digest of its hello, agent/workloads.py
 and agent/program_id.py) is a new version of it
 that nothing needs to detect: at the hello that says so the daemon records a drift event of its
-own reason (``REDEFINED``) for each size with runs of it on the agent's platform, without a
-sweep. The runs from before stay stored but no longer count, by the same rule; ``opptune
-characterize`` measures it again (``redefined``).
+own reason (``REDEFINED``) for each size with runs of it on the agent's platform or jobs sent
+to the agent, without a sweep. The runs from before stay stored but no longer count, by the
+same rule; ``opptune characterize`` measures it again (``redefined``). Each run record says the
+program it measured (``extra["program"]``, agent/runner.py): one of the old program that
+reaches the daemon after the hello (it waited in the agent's outbox across the restart) is
+stored as received just before that drift (service._before_redefinition), with the old ones.
 """
 
 from __future__ import annotations
@@ -130,8 +133,8 @@ class Drift:
                   now: float) -> list[str]:
         """At a hello of ``agent`` on ``platform``: the workloads whose program changed since
         its stored hello (``before``; ``after`` this one's workloads), each with a drift event
-        (``REDEFINED``, no sweep) per size it has runs of on ``platform``, without variant (it
-        ends its clusters' groups too, store.drift_ends)."""
+        (``REDEFINED``, no sweep) per size it has runs of on ``platform`` or jobs sent to the
+        agent, without variant (it ends its clusters' groups too, store.drift_ends)."""
         names = changed_programs(before, after)
         if not names:
             return []
@@ -139,6 +142,11 @@ class Drift:
         for g in self.store.groups():
             if g.platform == platform and g.workload in names:
                 inputs.setdefault(g.workload, set()).add(g.input)
+        for name in names:
+            # and the sizes of its jobs sent to the agent before: their runs of the old program
+            # may still wait in its outbox (the daemon puts them before this drift)
+            inputs.setdefault(name, set()).update(j["size"]
+                                                  for j in self.store.jobs_for(agent, name))
         for name in names:
             sizes = sorted(inputs.get(name, ()))
             for size in sizes:

@@ -241,7 +241,8 @@ _EMPTY: dict[str, Any] = {}  # a default looked at, never changed
 def record_columns(data: Any) -> RecordColumns | None:
     """The stored columns of a decoded record that :meth:`RunRecord.from_dict` accepts, read
     without building the record; None where the record needs the full path: one with
-    ``extra`` (an adaptive point's last record says there that it closes the point), and any
+    ``extra`` other than the program digest alone (an adaptive point's last record says there
+    that it closes the point), and any
     record that fails one of these checks, so that ``from_dict`` refuses it with its message.
 
     The daemon's ingest path runs this once per result (500 agents: 1.3 of 3.0 us per record,
@@ -260,7 +261,10 @@ def record_columns(data: Any) -> RecordColumns | None:
     wall, user, sys_, energy = get("wall_s"), get("user_s"), get("sys_s"), get("energy_j")
     ok, virtual, throttled = get("ok", True), get("virtual", False), get("throttled", False)
     marked, thermal, interf = get("marked"), get("thermal"), get("interference")
-    if (get("extra")
+    extra = get("extra")
+    # an extra of the program digest alone (every run of a newer agent) says nothing more
+    if ((extra and (type(extra) is not dict or len(extra) != 1
+                    or type(extra.get("program")) is not str))
             or type(platform) is not str or len(platform) > MAX_NAME_LEN
             or type(workload) is not str or len(workload) > MAX_NAME_LEN
             or type(inp) is not str or len(inp) > MAX_NAME_LEN
@@ -285,6 +289,15 @@ def record_columns(data: Any) -> RecordColumns | None:
     return _new_columns(RecordColumns, (platform, workload, inp, variant, cores, cpus, threads,
                                         freq, rep, time_s, wall, user, sys_, energy, ok,
                                         virtual, throttled, marked))
+
+
+def program_of(data: Any) -> str | None:
+    """The program digest a decoded record's run measured (``extra["program"]``, the
+    workload's ``program`` of the agent's hello when it ran; agent/runner.py); None where it
+    does not say (an older agent, a record of no workload's run)."""
+    extra = data.get("extra") if type(data) is dict else None
+    program = extra.get("program") if type(extra) is dict else None
+    return program if type(program) is str and program else None
 
 
 def columns_of(rec: RunRecord) -> RecordColumns:
