@@ -19,15 +19,18 @@ sweep's completion fits and recommends again through the usual job path. ``opptu
 lists the events (``drift``).
 
 A workload whose program changed (its command, arguments or environment in the agent's
-configuration, or the code it runs: the ``program`` digest of its hello, agent/workloads.py
-and agent/program_id.py) is a new version of it
-that nothing needs to detect: at the hello that says so the daemon records a drift event of its
-own reason (``REDEFINED``) for each size with runs of it on the agent's platform or jobs sent
-to the agent, without a sweep. The runs from before stay stored but no longer count, by the
-same rule; ``opptune characterize`` measures it again (``redefined``). Each run record says the
-program it measured (``extra["program"]``, agent/runner.py): one of the old program that
-reaches the daemon after the hello (it waited in the agent's outbox across the restart) is
-stored as received just before that drift (service._before_redefinition), with the old ones.
+configuration, or the code it runs: the ``program`` digest of its hello, agent/workloads.py and
+agent/program_id.py) is a new version of it that nothing needs to detect: at the hello that says
+so the daemon records a drift event of its own reason (``REDEFINED``) for each size with runs of
+it on the agent's platform or jobs sent to the agent, without a sweep, that ends the runs of
+that agent only (``agent_only``): a program is an agent's (its configuration, the files on its
+board), and the platform's other agents (a fleet of identical boards) keep measuring theirs;
+their runs stay in the fits, which pool a platform's agents, until their own hello says their
+program changed too. The agent's runs from before stay stored but no longer count, by the same
+rule; ``opptune characterize`` measures it again (``redefined``). Each run record says the
+program it measured (``extra["program"]``, agent/runner.py): one of the old program that reaches
+the daemon after the hello (it waited in the agent's outbox across the restart) is stored as
+received just before that drift (service._before_redefinition), with the old ones.
 """
 
 from __future__ import annotations
@@ -47,8 +50,10 @@ log = logging.getLogger("opptune.daemon")
 # characterize tells it from a drift of the workload's behaviour
 REDEFINED = ("its program changed in the agent's configuration (command, arguments or "
              "environment) or on the board (its executable, a script, the built kernels): "
-             "the runs from before measured another program")
-# the same reason as the drift events stored before the code on the board counted
+             "the agent's runs from before measured another program; the runs of the "
+             "platform's other agents stay in (each runs its own configuration and files)")
+# the reason of the drift events stored before the code on the board counted (they end the
+# runs of the platform's every agent)
 _REDEFINED_BEFORE = ("its program changed in the agent's configuration (command, arguments or "
                      "environment): the runs from before measured another program")
 
@@ -100,7 +105,7 @@ class Drift:
         if limit <= 0 or state != "off":
             return False
         offs = consecutive_off(self.store.recommendations(), agent, group,
-                               self.store.drift_since(group))
+                               self.store.drift_since(group, agent))
         if len(offs) < limit:
             return False
         reason = (f"{len(offs)} consecutive verifications outside the prediction interval "
@@ -151,18 +156,22 @@ class Drift:
             sizes = sorted(inputs.get(name, ()))
             for size in sizes:
                 self.store.save_drift(agent, Group(platform, name, size, ""), REDEFINED, [],
-                                      None, now)
+                                      None, now, agent_only=True)
             log.warning("agent %s: the program of workload %s changed: its runs from before "
-                        "(sizes %s) no longer count; opptune characterize measures it again",
+                        "(sizes %s) no longer count, the platform's other agents' do; opptune "
+                        "characterize measures it again",
                         agent, name, ", ".join(sizes) or "none")
         return names
 
 
-def last_event(events: list[dict[str, Any]], group: Group) -> dict[str, Any] | None:
+def last_event(events: list[dict[str, Any]], group: Group,
+               agent: str | None = None) -> dict[str, Any] | None:
     """The newest of ``events`` (as store.drift_events gives them) that ends ``group``'s runs
-    from before it (store.drift_ends); None where none does."""
+    from before it (store.drift_ends), of every agent's or of ``agent``'s own; None where none
+    does."""
     mine = [e for e in events if (e["platform"], e["workload"], e["input"]) == group[:3]
-            and drift_ends(e["variant"], group.variant)]
+            and drift_ends(e["variant"], group.variant)
+            and (not e.get("agent_only") or e["agent"] == agent)]
     return max(mine, key=lambda e: e["since"], default=None)
 
 

@@ -570,7 +570,7 @@ class Daemon:
         one's (it waited in the agent's outbox across the restart that changed the program).
         ``now`` where no drift ends it."""
         since = self.store.drift_since(Group(cols.platform, cols.workload, cols.input,
-                                             cols.variant))
+                                             cols.variant), agent)
         if since is None:
             return now
         if job_id not in self._stale_jobs_told:

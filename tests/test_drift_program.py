@@ -15,7 +15,11 @@ import pytest
 from opptune.daemon.drift import REDEFINED
 from opptune.daemon.service import Daemon
 from opptune.daemon.store import Group, open_store
+from opptune.daemon.characterize import characterize
+from opptune.daemon.planner import plan_sweep
+from opptune.daemon.store import ResultIn
 from opptune.shared.config import DaemonConfig
+from opptune.shared.records import RunRecord
 from procs import Cluster, db_rows, produced_results, wait_until
 
 
@@ -44,6 +48,65 @@ def test_a_size_with_a_job_out_and_no_run_yet_gets_its_drift_too(tmp_path):
         assert d.drift.redefined("a", "p", before, after, 5.0) == ["w"]
         assert [(e["workload"], e["input"], e["since"]) for e in d.store.drift_events()] == [
             ("w", "large", 5.0)]
+    finally:
+        d.close()
+
+
+FOUR_CPUS = {"sweep_order": [0, 1, 2, 3], "n_cpus": 4}
+
+
+def test_a_changed_program_on_one_agent_of_a_fleet_ends_that_agents_runs_only(tmp_path):
+    """Two identical boards (agents a and b) on one platform, both measured pi_integrate.
+    a's hello says its program changed: a's runs from before leave the fits, report and
+    profiles, b's stay in (before, b's went too, and b's new runs after its own change would
+    have ended a's new ones); characterize measures it again on a, not on b; a drift of the
+    group's behaviour still ends every agent's runs."""
+    d = Daemon(DaemonConfig(bind="tcp://127.0.0.1:0", database=str(tmp_path / "d.db")))
+    try:
+        d.store.save_platform("p", FOUR_CPUS, 1.0)
+        before = [{"name": "pi_integrate", "kind": "kernel", "sizes": ["small"],
+                   "program": "k1"}]
+        for agent in ("a", "b"):
+            d.registry.hello(agent, agent.encode(), "p", FOUR_CPUS, before, now=1.0)
+            job = plan_sweep(FOUR_CPUS, "pi_integrate", d.config.sweep, size="small",
+                             frequency_grid="none")
+            d.store.save_job(agent, job, 2.0, state="done")
+            t = 1.0 if agent == "a" else 2.0
+            d.store.insert_results([ResultIn(
+                f"{agent}{i}", agent, job["job_id"], i,
+                RunRecord(platform="p", workload="pi_integrate", input="small", cores=1,
+                          cpus=[0], threads=1, rep=i, time_s=t),
+                RunRecord(platform="p", workload="pi_integrate", input="small", cores=1,
+                          cpus=[0], threads=1, rep=i, time_s=t).to_dict()) for i in range(2)],
+                3.0)
+        group = Group("p", "pi_integrate", "small", "")
+        assert sorted(d.store.group_runs(group)) == [(1, None, 1.0)] * 2 + [(1, None, 2.0)] * 2
+
+        after = [{**before[0], "program": "k2"}]
+        assert d.drift.redefined("a", "p", before, after, 5.0) == ["pi_integrate"]
+        (event,) = d.store.drift_events()
+        assert event["agent"] == "a" and event["agent_only"] and event["reason"] == REDEFINED
+        assert "the runs of the platform's other agents stay in" in REDEFINED
+        assert d.store.group_runs(group) == [(1, None, 2.0)] * 2
+        assert d.store.report_runs()[group][1] == [(1, None, 2.0)] * 2
+        assert [r[5] for r in d.store.profile_runs(None)] == [2.0, 2.0]
+        assert d.store.drift_since(group) is None and d.store.drift_since(group, "a") == 5.0
+        assert d.store.drift_since(group, "b") is None
+        out_a = characterize(d, {"agent": "a", "size": "small"})
+        out_b = characterize(d, {"agent": "b", "size": "small"})
+        assert out_a["redefined"] == ["pi_integrate"] and out_b["redefined"] == []
+        assert out_b["skipped"] == ["pi_integrate"]
+        # a's new runs count beside b's; b's own change then ends b's old ones, not a's new
+        new = RunRecord(platform="p", workload="pi_integrate", input="small", cores=1,
+                        cpus=[0], threads=1, rep=0, time_s=1.5)
+        d.store.insert_results([ResultIn("a-new", "a", out_a["queued"][0]["job_id"], 0, new,
+                                         new.to_dict())], 6.0)
+        assert sorted(d.store.group_runs(group)) == [(1, None, 1.5)] + [(1, None, 2.0)] * 2
+        d.drift.redefined("b", "p", before, after, 7.0)
+        assert d.store.group_runs(group) == [(1, None, 1.5)]
+        # a drift of the group's behaviour (verdicts off) ends every agent's runs
+        d.store.save_drift("b", group, "off twice", [], None, 9.0)
+        assert d.store.drift_since(group) == 9.0
     finally:
         d.close()
 
