@@ -178,8 +178,9 @@ def last_event(events: list[dict[str, Any]], group: Group,
 def fit_predates(fit: dict[str, Any], events: list[dict[str, Any]]) -> dict[str, Any] | None:
     """The newest drift event after stored fit ``fit`` was made that leaves its runs out
     (store.drift_ends: its group's, a whole-board group's clusters', a cluster group's
-    whole-board group's), as ``{agent, variant, since, job_ids}`` (job_ids: its sweep's, []
-    where it sent none); None when the fit is as current as its runs."""
+    whole-board group's), as ``{agent, variant, since, job_ids, agent_only}`` (job_ids: its
+    sweep's, [] where it sent none; agent_only: it left out that agent's runs only, a changed
+    program's); None when the fit is as current as its runs."""
     later = [e for e in events if e["since"] > fit["created"]
              and all(e[k] == fit[k] for k in ("platform", "workload", "input"))
              and drift_ends(e["variant"], fit["variant"])]
@@ -187,7 +188,7 @@ def fit_predates(fit: dict[str, Any], events: list[dict[str, Any]]) -> dict[str,
         return None
     e = max(later, key=lambda e: e["since"])
     return {"agent": e["agent"], "variant": e["variant"], "since": e["since"],
-            "job_ids": e["job_ids"]}
+            "job_ids": e["job_ids"], "agent_only": bool(e.get("agent_only"))}
 
 
 def status_rows(store: Store, state_of: Callable[[str], str | None]
