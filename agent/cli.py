@@ -382,11 +382,14 @@ def run_agent(config, config_path: str | None = None, state_dir_option: bool = F
     from .state_lock import hold as hold_state_dir
     from .sysfs import SysFS
     from .targets import Targets
+    from .program_id import CACHE_FILENAME, FileIds
     from .workloads import WorkloadError, Workloads
 
     where = config_path or "configuration"
+    # read only here: the digests are kept once the state directory is held (below)
+    file_ids = FileIds(os.path.join(config.state_dir, CACHE_FILENAME))
     try:
-        workloads = Workloads(config)
+        workloads = Workloads(config, file_ids=file_ids)
     except WorkloadError as exc:
         print(f"opptune-agent: configuration error: {where}: {exc}", file=sys.stderr)
         return EXIT_CONFIG
@@ -415,6 +418,7 @@ def run_agent(config, config_path: str | None = None, state_dir_option: bool = F
               f"{exc.strerror if isinstance(exc, OSError) and exc.strerror else exc}; give a "
               f"directory the agent may create and write", file=sys.stderr)
         return EXIT_CONFIG
+    file_ids.save()
     try:
         curve = link_keys(config, where)
     except ConfigError as exc:

@@ -183,10 +183,19 @@ class Runner:
         return f"timed out after {self.timeout_s:g} s"
 
     def _base(self, spec: RunSpec, rep: int) -> RunRecord:
-        return RunRecord(platform=self.platform_id, workload=spec.workload, input=spec.size,
-                         cores=len(spec.cpus), cpus=list(spec.cpus), threads=spec.threads,
-                         rep=rep, variant=spec.variant, virtual=self.virtual,
-                         freq_mhz=(spec.freq_khz / 1000.0 if spec.freq_khz else None))
+        rec = RunRecord(platform=self.platform_id, workload=spec.workload, input=spec.size,
+                        cores=len(spec.cpus), cpus=list(spec.cpus), threads=spec.threads,
+                        rep=rep, variant=spec.variant, virtual=self.virtual,
+                        freq_mhz=(spec.freq_khz / 1000.0 if spec.freq_khz else None))
+        # the program the run measures (its hello's digest): a run of the old program still in
+        # the outbox when a restarted agent's hello says it changed is not the new one's
+        try:
+            program = self.workloads.get(spec.workload).program
+        except WorkloadError:
+            program = ""
+        if program:
+            rec.extra["program"] = program
+        return rec
 
     def failed_record(self, spec: RunSpec, rep: int, error: str) -> RunRecord:
         """A record of run ``rep`` of ``spec`` that failed with ``error`` without running."""

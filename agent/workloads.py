@@ -17,6 +17,7 @@ from typing import Any, Mapping
 
 from .. import __version__
 from ..shared.config import AgentConfig, CommandWorkload
+from .program_id import FileIds, command_files, kernel_files
 
 log = logging.getLogger("opptune.agent.workloads")
 
@@ -69,8 +70,11 @@ class Workloads:
     """Registry built from an AgentConfig; ``argv_for`` turns (name, size, threads, cpus) into
     the command to execute."""
 
-    def __init__(self, config: AgentConfig, catalogue: dict[str, Any] | None = None):
+    def __init__(self, config: AgentConfig, catalogue: dict[str, Any] | None = None,
+                 file_ids: FileIds | None = None):
         self.config = config
+        # the identities of the files each workload runs, for its program digest
+        self.file_ids = file_ids if file_ids is not None else FileIds()
         self.virtual_board = config.virtual_board
         self._items: dict[str, Workload] = {}
         wanted = list(config.bench_kernels)
@@ -123,20 +127,35 @@ class Workloads:
     def definition_of(self, w: Workload) -> tuple[str, str]:
         """Two digests of ``w``: its definition, of what a run executes and how long it may
         take: its command (or pyperf script), environment and sizes, or a kernel's name and
-        the agent's version (the kernels ship with it), the virtual board, and run_timeout_s
-        (characterize gives up on a workload that keeps hanging only while it is unchanged);
-        and its program, the same less run_timeout_s, the sizes and the version: what its runs
-        measured (the daemon no longer counts a workload's runs from before its program
-        changed; a longer timeout, one more size or an upgraded agent leave them measuring the
-        same thing)."""
+        the agent's version (the kernels ship with it), the virtual board, the files it runs
+        (program_id.py) and run_timeout_s (characterize gives up on a workload that keeps
+        hanging only while it is unchanged); and its program, the same less run_timeout_s,
+        the sizes and the version: what its runs measured (the daemon no longer counts a
+        workload's runs from before its program changed). A longer timeout, one more size or
+        an upgraded agent whose kernels are the same leave them measuring the same thing; a
+        rebuilt binary, an edited script or kernels built anew do not."""
         cw = w.command
         runs = {"name": w.name, "kind": w.kind, "virtual_board": self.virtual_board,
                 **({"command": cw.command, "env": cw.env, "threads_env": cw.threads_env,
                     "pyperf": cw.pyperf, "pyperf_args": cw.pyperf_args} if cw is not None
-                   else {})}
+                   else {}),
+                "files": [self.file_ids.of(f) for f in self._files(w)]}
+        for f in runs["files"]:
+            if "missing" in f:
+                log.warning("workload %s: cannot read %s (%s): its runs fail until it is "
+                            "there", w.name, f["path"], f["missing"])
         what = {**runs, "sizes": w.sizes, "timeout_s": self.config.run_timeout_s,
                 **({} if cw is not None else {"version": __version__})}
         return _digest(what), _digest(runs)
+
+    def _files(self, w: Workload) -> list[str]:
+        """The files a run of ``w`` executes (program_id.py)."""
+        cw = w.command
+        if cw is None:
+            return kernel_files(self.virtual_board)
+        if cw.pyperf:
+            return [cw.pyperf]
+        return command_files(cw.command, {**os.environ, **cw.env})
 
     def names(self) -> list[str]:
         return sorted(self._items)

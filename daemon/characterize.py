@@ -48,7 +48,7 @@ import msgpack
 
 from ..shared.cpus import format_cpu_list
 from ..shared.records import DERIVED_COUNTERS
-from .drift import REDEFINED, last_event
+from .drift import is_redefined, last_event
 from .errors import HandlerError
 from .jobs import ACTIVE_JOB_STATES, stopped_early
 from .planner import (PlanError, clocks_never_apply, cpufreq_unavailable, physical_cores,
@@ -129,7 +129,7 @@ def characterize(d: Daemon, args: dict[str, Any]) -> dict[str, Any]:
                     and int(j.get("reps") or 0) >= int(opts.get("reps") or 0)]
         # a job sent before a drift of a group it measures no longer counts: the group's
         # fits and MPET's profiles leave out the runs received before the drift
-        since = _drift_since(d, info.platform_id, k, sizes[k], pts)
+        since = _drift_since(d, info.platform_id, k, sizes[k], pts, info.agent_id)
         current = [j for j in covering if j["created"] >= since]
         if any(_measured_all(j) for j in current):
             done.append(k)
@@ -152,8 +152,8 @@ def characterize(d: Daemon, args: dict[str, Any]) -> dict[str, Any]:
             if any(_measured_all(j) for j in covering):
                 # the runs measured another program, or the workload's behaviour drifted
                 events = d.store.drift_events() if events is None else events
-                last = _last_drift(events, info.platform_id, k, sizes[k], pts)
-                (redefined if last and last["reason"] == REDEFINED else drifted).append(k)
+                last = _last_drift(events, info.platform_id, k, sizes[k], pts, info.agent_id)
+                (redefined if last and is_redefined(last["reason"]) else drifted).append(k)
             elif current:
                 # its last job stopped early or failed: measured again, and the user is told
                 # why it was not done (a program that hangs stops again, after as many points)
@@ -175,22 +175,24 @@ def characterize(d: Daemon, args: dict[str, Any]) -> dict[str, Any]:
 
 
 def _drift_since(d: Daemon, platform: str, workload: str, size: str,
-                 planned: set[tuple]) -> float:
-    """The last drift of a group ``planned``'s points measure (one per variant: a per-cluster
-    grid measures a group per cluster; a whole-board group's counts its clusters' drifts,
-    store.drift_since), 0 where none drifted."""
+                 planned: set[tuple], agent: str) -> float:
+    """The last drift of a group ``planned``'s points measure on ``agent`` (one per variant: a
+    per-cluster grid measures a group per cluster; a whole-board group's counts its clusters'
+    drifts, store.drift_since; another agent's changed program does not count), 0 where none
+    drifted."""
     variants = {variant for *_, variant in planned} or {""}
-    return max(d.store.drift_since(Group(platform, workload, size, v)) or 0.0
+    return max(d.store.drift_since(Group(platform, workload, size, v), agent) or 0.0
                for v in variants)
 
 
 def _last_drift(events: list[dict[str, Any]], platform: str, workload: str, size: str,
-                planned: set[tuple]) -> dict[str, Any] | None:
+                planned: set[tuple], agent: str) -> dict[str, Any] | None:
     """The newest of the drift ``events`` that ends the runs of a group ``planned``'s points
-    measure (the one ``_drift_since`` dates)."""
+    measure on ``agent`` (the one ``_drift_since`` dates)."""
     variants = {variant for *_, variant in planned} or {""}
     found = [e for v in variants
-             if (e := last_event(events, Group(platform, workload, size, v))) is not None]
+             if (e := last_event(events, Group(platform, workload, size, v), agent))
+             is not None]
     return max(found, key=lambda e: e["since"], default=None)
 
 

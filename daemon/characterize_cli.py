@@ -48,8 +48,9 @@ def cmd_characterize(args: argparse.Namespace) -> int:
     if data.get("redefined"):  # absent from an older daemon's answer
         n = len(data["redefined"])
         print(f"measured again, {n} workload{'s' * (n != 1)} whose program changed in the "
-              f"agent's configuration (command, arguments or environment; the runs from "
-              f"before stay stored but no longer count): {', '.join(data['redefined'])}",
+              f"agent's configuration (command, arguments or environment) or on the board "
+              f"(its executable, a script, the built kernels; the runs from before stay "
+              f"stored but no longer count): {', '.join(data['redefined'])}",
               file=out)
     for j in data.get("again") or []:  # absent from an older daemon's answer
         how = "stopped before all its points ran" if j["state"] == "done" else j["state"]

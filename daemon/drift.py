@@ -19,11 +19,18 @@ sweep's completion fits and recommends again through the usual job path. ``opptu
 lists the events (``drift``).
 
 A workload whose program changed (its command, arguments or environment in the agent's
-configuration: the ``program`` digest of its hello, agent/workloads.py) is a new version of it
-that nothing needs to detect: at the hello that says so the daemon records a drift event of its
-own reason (``REDEFINED``) for each size with runs of it on the agent's platform, without a
-sweep. The runs from before stay stored but no longer count, by the same rule; ``opptune
-characterize`` measures it again (``redefined``).
+configuration, or the code it runs: the ``program`` digest of its hello, agent/workloads.py and
+agent/program_id.py) is a new version of it that nothing needs to detect: at the hello that says
+so the daemon records a drift event of its own reason (``REDEFINED``) for each size with runs of
+it on the agent's platform or jobs sent to the agent, without a sweep, that ends the runs of
+that agent only (``agent_only``): a program is an agent's (its configuration, the files on its
+board), and the platform's other agents (a fleet of identical boards) keep measuring theirs;
+their runs stay in the fits, which pool a platform's agents, until their own hello says their
+program changed too. The agent's runs from before stay stored but no longer count, by the same
+rule; ``opptune characterize`` measures it again (``redefined``). Each run record says the
+program it measured (``extra["program"]``, agent/runner.py): one of the old program that reaches
+the daemon after the hello (it waited in the agent's outbox across the restart) is stored as
+received just before that drift (service._before_redefinition), with the old ones.
 """
 
 from __future__ import annotations
@@ -42,7 +49,19 @@ log = logging.getLogger("opptune.daemon")
 # the reason of the drift event of a workload whose program changed (Drift.redefined), by which
 # characterize tells it from a drift of the workload's behaviour
 REDEFINED = ("its program changed in the agent's configuration (command, arguments or "
-             "environment): the runs from before measured another program")
+             "environment) or on the board (its executable, a script, the built kernels): "
+             "the agent's runs from before measured another program; the runs of the "
+             "platform's other agents stay in (each runs its own configuration and files)")
+# the reason of the drift events stored before the code on the board counted (they end the
+# runs of the platform's every agent)
+_REDEFINED_BEFORE = ("its program changed in the agent's configuration (command, arguments or "
+                     "environment): the runs from before measured another program")
+
+
+def is_redefined(reason: Any) -> bool:
+    """Whether a drift event's reason is a changed program's (``REDEFINED``, as stored now or
+    before)."""
+    return reason in (REDEFINED, _REDEFINED_BEFORE)
 
 
 def programs(workloads: Any) -> dict[str, str]:
@@ -86,7 +105,7 @@ class Drift:
         if limit <= 0 or state != "off":
             return False
         offs = consecutive_off(self.store.recommendations(), agent, group,
-                               self.store.drift_since(group))
+                               self.store.drift_since(group, agent))
         if len(offs) < limit:
             return False
         reason = (f"{len(offs)} consecutive verifications outside the prediction interval "
@@ -119,8 +138,8 @@ class Drift:
                   now: float) -> list[str]:
         """At a hello of ``agent`` on ``platform``: the workloads whose program changed since
         its stored hello (``before``; ``after`` this one's workloads), each with a drift event
-        (``REDEFINED``, no sweep) per size it has runs of on ``platform``, without variant (it
-        ends its clusters' groups too, store.drift_ends)."""
+        (``REDEFINED``, no sweep) per size it has runs of on ``platform`` or jobs sent to the
+        agent, without variant (it ends its clusters' groups too, store.drift_ends)."""
         names = changed_programs(before, after)
         if not names:
             return []
@@ -129,29 +148,39 @@ class Drift:
             if g.platform == platform and g.workload in names:
                 inputs.setdefault(g.workload, set()).add(g.input)
         for name in names:
+            # and the sizes of its jobs sent to the agent before: their runs of the old program
+            # may still wait in its outbox (the daemon puts them before this drift)
+            inputs.setdefault(name, set()).update(j["size"]
+                                                  for j in self.store.jobs_for(agent, name))
+        for name in names:
             sizes = sorted(inputs.get(name, ()))
             for size in sizes:
                 self.store.save_drift(agent, Group(platform, name, size, ""), REDEFINED, [],
-                                      None, now)
+                                      None, now, agent_only=True)
             log.warning("agent %s: the program of workload %s changed: its runs from before "
-                        "(sizes %s) no longer count; opptune characterize measures it again",
+                        "(sizes %s) no longer count, the platform's other agents' do; opptune "
+                        "characterize measures it again",
                         agent, name, ", ".join(sizes) or "none")
         return names
 
 
-def last_event(events: list[dict[str, Any]], group: Group) -> dict[str, Any] | None:
+def last_event(events: list[dict[str, Any]], group: Group,
+               agent: str | None = None) -> dict[str, Any] | None:
     """The newest of ``events`` (as store.drift_events gives them) that ends ``group``'s runs
-    from before it (store.drift_ends); None where none does."""
+    from before it (store.drift_ends), of every agent's or of ``agent``'s own; None where none
+    does."""
     mine = [e for e in events if (e["platform"], e["workload"], e["input"]) == group[:3]
-            and drift_ends(e["variant"], group.variant)]
+            and drift_ends(e["variant"], group.variant)
+            and (not e.get("agent_only") or e["agent"] == agent)]
     return max(mine, key=lambda e: e["since"], default=None)
 
 
 def fit_predates(fit: dict[str, Any], events: list[dict[str, Any]]) -> dict[str, Any] | None:
     """The newest drift event after stored fit ``fit`` was made that leaves its runs out
     (store.drift_ends: its group's, a whole-board group's clusters', a cluster group's
-    whole-board group's), as ``{agent, variant, since, job_ids}`` (job_ids: its sweep's, []
-    where it sent none); None when the fit is as current as its runs."""
+    whole-board group's), as ``{agent, variant, since, job_ids, agent_only}`` (job_ids: its
+    sweep's, [] where it sent none; agent_only: it left out that agent's runs only, a changed
+    program's); None when the fit is as current as its runs."""
     later = [e for e in events if e["since"] > fit["created"]
              and all(e[k] == fit[k] for k in ("platform", "workload", "input"))
              and drift_ends(e["variant"], fit["variant"])]
@@ -159,7 +188,7 @@ def fit_predates(fit: dict[str, Any], events: list[dict[str, Any]]) -> dict[str,
         return None
     e = max(later, key=lambda e: e["since"])
     return {"agent": e["agent"], "variant": e["variant"], "since": e["since"],
-            "job_ids": e["job_ids"]}
+            "job_ids": e["job_ids"], "agent_only": bool(e.get("agent_only"))}
 
 
 def status_rows(store: Store, state_of: Callable[[str], str | None]

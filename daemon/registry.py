@@ -47,6 +47,8 @@ class AgentInfo:
     claims: dict[bytes, Claim] = field(default_factory=dict)
     clash: bytes | None = None
     clash_since: float | None = None
+    # (workloads, {name: program digest}) of the last ``program`` asked (ingest: per result)
+    _programs: Any = field(default=None, repr=False, compare=False)
 
     def alive(self, timeout_s: float, now: float | None = None) -> bool:
         return self.identity is not None and ((now or time.time()) - self.last_seen) <= timeout_s
@@ -58,6 +60,17 @@ class AgentInfo:
             if isinstance(name, str):
                 names.append(name)
         return names
+
+    def program(self, name: str) -> str | None:
+        """The program digest of workload ``name`` in its hello (agent/workloads.py); None
+        where the hello gives none (an older agent, an unknown workload)."""
+        cache = self._programs
+        if cache is None or cache[0] is not self.workloads:
+            cache = self._programs = (self.workloads, {
+                w["name"]: w["program"] for w in self.workloads
+                if isinstance(w, dict) and isinstance(w.get("name"), str)
+                and isinstance(w.get("program"), str) and w["program"]})
+        return cache[1].get(name)
 
     def workload_kind(self, name: str) -> str | None:
         """"kernel" or "command", as the hello describes ``name``; None when it does not."""

@@ -37,7 +37,7 @@ from ..shared.config import (DEFAULT_DAEMON_CONFIG, ConfigError, DaemonConfig,
 from ..shared.cpus import format_cpu_list
 from ..shared.curve import KeyFileError, curve_enabled, ensure_keypair, is_loopback
 from ..shared.records import (RecordColumns, RecordError, RunRecord, columns_of,
-                              record_columns)
+                              program_of, record_columns)
 from . import queries
 from .errors import HandlerError
 from .fitter import Fitter
@@ -51,13 +51,16 @@ from .recommender import Recommender, freq_text, off_pct, verdict
 from ..shared.refusals import RefusalLog
 from .registry import Registry, claim_text, platform_id_of, standing_of
 from .remeasure import Remeasure
-from .store import open_store
+from .store import Group, open_store
 from .drift import Drift
 from .sweeps import Sweeps
 from .tuning import Tuner
 
 log = logging.getLogger("opptune.daemon")
 
+# how long before the drift of its program's change a run of the old program is said received
+# (a millisecond: the drift counts runs received from its time on)
+STALE_PROGRAM_BEFORE_S = 1e-3
 STORE_FAILURE_LOG_S = 60.0  # a store that keeps failing (disk full) logs one line a minute
 
 DAEMON_ID = "daemon"
@@ -207,6 +210,7 @@ class Daemon:
         self._agent_errors = RefusalLog(log, line="agent %s reports: %s (%s)%s",
                                         more="more errors from this agent")
         self._job_owner: dict[str, _Issued] = {}  # issued job id -> what it measures (cache)
+        self._stale_jobs_told: set[str] = set()  # jobs whose old program's runs were logged
         self.metrics, self.metrics_server = None, None
         try:
             if config.metrics_endpoint:
@@ -538,7 +542,12 @@ class Daemon:
         # only an adaptive point's last record says it closes it (in extra["point"]: such a
         # record is built in full)
         point = closing_point(rec) if rec is not None and rec.extra else None
-        rows.append(self._result_row(msg_id, agent, job_id, body["seq"], cols, raw, now))
+        received = now
+        ran = program_of(raw)
+        if ran is not None and ran != info.program(cols.workload) \
+                and info.program(cols.workload) is not None:
+            received = self._before_redefinition(agent, job_id, cols, now)
+        rows.append(self._result_row(msg_id, agent, job_id, body["seq"], cols, raw, received))
         ids = acks.get(identity)
         if ids is None:
             acks[identity] = [msg_id]
@@ -553,6 +562,25 @@ class Daemon:
             if job[3] is None:
                 job[3] = []
             job[3].append(point)
+
+    def _before_redefinition(self, agent: str, job_id: str, cols: RecordColumns,
+                             now: float) -> float:
+        """When to say a run of a program its agent's hello no longer has was received: just
+        before the drift that hello recorded for its group (drift.Drift.redefined), so that it
+        counts with the runs of the old program, which no longer count, and not as the new
+        one's (it waited in the agent's outbox across the restart that changed the program).
+        ``now`` where no drift ends it."""
+        since = self.store.drift_since(Group(cols.platform, cols.workload, cols.input,
+                                             cols.variant), agent)
+        if since is None:
+            return now
+        if job_id not in self._stale_jobs_told:
+            self._stale_jobs_told.add(job_id)
+            log.info("agent %s: runs of job %s measured the program of %s from before its "
+                     "change: stored before its drift (they do not count)", agent, job_id,
+                     cols.workload)
+        # a result in the hello's own batch is older than the hello already (the batch's time)
+        return min(now, since - STALE_PROGRAM_BEFORE_S)
 
     def _issued(self, job_id: str) -> _Issued | None:
         """The agent a job was issued to, its workload, input and points; None for a job

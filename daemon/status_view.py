@@ -184,8 +184,11 @@ def predates_text(fit: dict[str, Any], names: dict[Any, str] | None = None) -> s
                  f"opptune characterize --agent {e.get('agent')} --size {group.get('input')}"
                  if not group.get("variant")
                  else sweep_hint(e.get("agent"), group))
-        return (head + f"its drift on agent {e.get('agent')}: its runs from before no longer "
-                f"count; {again} measures it again and refits it")
+        whose = (f"agent {e.get('agent')}'s runs from before no longer count (the platform's "
+                 "other agents' stay in)" if e.get("agent_only")
+                 else "its runs from before no longer count")
+        return (head + f"its drift on agent {e.get('agent')}: {whose}; {again} measures it "
+                "again and refits it")
     if not e.get("variant"):  # a cluster's group, after the whole board's drift
         return (head + f"the drift of its whole-board group on agent {e.get('agent')}: its "
                 "runs from before no longer count (they ran on the cores that drifted); "

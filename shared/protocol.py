@@ -156,7 +156,10 @@ BODY_SCHEMAS: dict[str, dict[str, tuple[tuple[type, ...], bool]]] = {
         "seq": (_INT, True),  # index of this run within the job
         "of": (_INT, True),  # number of runs the job will produce
         # shared.records.RunRecord.to_dict(); the runs an agent did not run because it stopped
-        # the job for its timeouts carry the stop in extra["stopped"] (records.job_stop)
+        # the job for its timeouts carry the stop in extra["stopped"] (records.job_stop); each
+        # run the program digest it measured in extra["program"] (the workload's "program" of
+        # the hello when it ran: records.program_of; in extra, which an older daemon stores
+        # as it is, where a field of the record's own would be refused as unknown)
         "record": (_MAP, True),
     },
     "results": {

@@ -260,8 +260,8 @@ def record_columns(data: Any) -> RecordColumns | None:
     ``extra`` holds ``point`` (an adaptive point's last record says there that it closes the
     point) or is not a map, and any record that fails one of these checks, so that
     ``from_dict`` refuses it with its message. The rest of ``extra`` is stored as it came
-    (every run of an agent since 2026-11-27 has ``start_cost_s`` there: the full path took
-    2.7 times as long for a command's record).
+    (every run of an agent since 2026-11-27 has ``start_cost_s`` and its ``program`` digest
+    there: the full path took 2.7 times as long for a command's record).
 
     The daemon's ingest path runs this once per result (500 agents: 1.3 of 3.0 us per record,
     and no 32-entry ``__dict__`` with four fresh containers to build and free). Its checks are
@@ -305,6 +305,15 @@ def record_columns(data: Any) -> RecordColumns | None:
     return _new_columns(RecordColumns, (platform, workload, inp, variant, cores, cpus, threads,
                                         freq, rep, time_s, wall, user, sys_, energy, ok,
                                         virtual, throttled, marked))
+
+
+def program_of(data: Any) -> str | None:
+    """The program digest a decoded record's run measured (``extra["program"]``, the
+    workload's ``program`` of the agent's hello when it ran; agent/runner.py); None where it
+    does not say (an older agent, a record of no workload's run)."""
+    extra = data.get("extra") if type(data) is dict else None
+    program = extra.get("program") if type(extra) is dict else None
+    return program if type(program) is str and program else None
 
 
 def columns_of(rec: RunRecord) -> RecordColumns:

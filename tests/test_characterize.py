@@ -1198,7 +1198,8 @@ def test_a_workload_whose_command_changed_is_measured_again(tmp_path):
         assert out["redefined"] == ["hangs"] and out["skipped"] == ["quick"]
         assert [j["workload"] for j in out["queued"]] == ["hangs"] and out["drifted"] == []
         assert ("measured again, 1 workload whose program changed in the agent's "
-                "configuration (command, arguments or environment; the runs from before stay "
-                "stored but no longer count): hangs") in p.stderr.splitlines()
+                "configuration (command, arguments or environment) or on the board (its "
+                "executable, a script, the built kernels; the runs from before stay stored but "
+                "no longer count): hangs") in p.stderr.splitlines()
     finally:
         c.stop()

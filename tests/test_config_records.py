@@ -196,7 +196,7 @@ def test_endpoint_from_the_command_line_names_the_option():
 
 _ODD = [None, True, False, 0, 1, -1, 2, 2**31, 2**63, 2**64, 0.5, -0.5, float("nan"),
         float("inf"), "", "x", "x" * 1025, b"x", [], [0], [0, 1], [True, 1], [0.0, 1], (0, 1),
-        {}, {"a": 1}]
+        {}, {"a": 1}, {"program": "x"}, {"program": 1}]
 
 
 @given(st.dictionaries(st.sampled_from(sorted(_FIELD_NAMES) + ["bogus"]),
@@ -233,3 +233,23 @@ def test_record_columns_reads_a_plain_record_and_leaves_extra_to_from_dict():
     assert record_columns(data) == columns_of(RunRecord.from_dict(data))
     data["extra"] = ["not", "a", "map"]
     assert record_columns(data) is None
+
+
+def test_a_records_program_digest_keeps_it_on_the_fast_read():
+    """Every run of a newer agent carries its program digest in extra (agent/runner.py):
+    that alone leaves the record on the ingest path's fast read, and program_of reads it.
+    A digest that is not text is stored as it came and read as none; an extra that holds
+    ``point`` or is not a map goes to from_dict as before."""
+    from opptune.shared.records import program_of
+    data = _record().to_dict()
+    assert program_of(data) is None
+    data["extra"] = {"program": "0123456789abcdef"}
+    assert record_columns(data) == columns_of(RunRecord.from_dict(data))
+    assert program_of(data) == "0123456789abcdef"
+    data["extra"] = {"program": 5, "start_cost_s": 0.002}
+    assert record_columns(data) == columns_of(RunRecord.from_dict(data))
+    assert program_of(data) is None
+    for extra in ({"program": "p", "point": {"index": 0}}, ["program"]):
+        data["extra"] = extra
+        assert record_columns(data) is None
+        assert program_of(data) is None or extra == {"program": "p", "point": {"index": 0}}

@@ -479,7 +479,8 @@ def test_a_fit_made_before_a_drift_says_so_and_what_measures_it_again(tmp_path):
     finally:
         d.close()
     assert fits["w", ""]["predates_drift"] == {"agent": "a1", "variant": "cluster1",
-                                               "since": 20.0, "job_ids": []}
+                                               "since": 20.0, "job_ids": [],
+                                               "agent_only": False}
     # refitted after its own drift; another cluster's; a drift before the fit: current
     assert fits["w", "cluster1"]["predates_drift"] is None
     assert fits["w", "cluster0"]["predates_drift"] is None
@@ -501,6 +502,12 @@ def test_a_fit_made_before_a_drift_says_so_and_what_measures_it_again(tmp_path):
         "the fit of box/w/small predates its drift on agent a1: its runs from before no "
         "longer count; opptune characterize --agent a1 --size small measures it again and "
         "refits it")
+    # a changed program's drift ends that agent's runs only (drift.Drift.redefined)
+    mine = {**none_sent, "predates_drift": {**none_sent["predates_drift"], "agent_only": True}}
+    assert predates_text(mine, names) == (
+        "the fit of box/w/small predates its drift on agent a1: agent a1's runs from before "
+        "no longer count (the platform's other agents' stay in); opptune characterize --agent "
+        "a1 --size small measures it again and refits it")
     assert predates_text({**own, "predates_drift": {**own["predates_drift"], "job_ids": []}},
                          names).endswith(
         "opptune sweep --agent a1 --workload w --size small with [sweep] per_cluster = true in "
@@ -568,7 +575,8 @@ def test_a_clusters_fit_made_before_a_whole_board_drift_says_so(tmp_path):
     finally:
         d.close()
     assert fits["small", "cluster0"]["predates_drift"] == {"agent": "a1", "variant": "",
-                                                           "since": 20.0, "job_ids": []}
+                                                           "since": 20.0, "job_ids": [],
+                                                           "agent_only": False}
     assert fits["large", "cluster0"]["predates_drift"] is None
     assert predates_text(fits["small", "cluster0"], {"p1": "box"}) == (
         "the fit of box/w/small/cluster0 predates the drift of its whole-board group on agent "

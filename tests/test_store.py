@@ -819,6 +819,31 @@ def test_fits_and_profiles_take_the_runs_since_their_groups_last_drift(st):
     assert list(st.profile_runs(True)) == []
 
 
+def test_a_drift_of_one_agent_ends_its_runs_only(st):
+    """On both back ends: a drift saved agent_only (a changed program, drift.Drift.redefined)
+    ends the runs its agent sent before it in the fit rows, report and profiles; another
+    agent's runs of the group stay; drift_since counts it for its agent only. Before schema
+    17 it ended every agent's runs."""
+    g = Group("p", "w", "s", "")
+    for agent in ("a1", "a2"):
+        st.save_job(agent, {"job_id": f"job-{agent}", "workload": "w", "size": "s", "reps": 1,
+                            "warmup": 0, "points": [{"cpus": [0], "threads": 1}]}, 0.5)
+    for i, (agent, time_s, now) in enumerate([("a1", 2.0, 1.0), ("a2", 3.0, 1.0),
+                                              ("a1", 4.0, 6.0)]):
+        rec = RunRecord(platform="p", workload="w", input="s", cores=1, cpus=[0], threads=1,
+                        rep=0, time_s=time_s)
+        st.insert_results([ResultIn(f"m{i}", agent, f"job-{agent}", i, rec, rec.to_dict())],
+                          now)
+    st.save_drift("a1", g, "program changed", [], None, 5.0, agent_only=True)
+    assert sorted(t for _, _, t in st.group_runs(g)) == [3.0, 4.0]
+    assert sorted(t for *_, t in st.report_runs()[g][1]) == [3.0, 4.0]
+    assert sorted(t for _, _, _, _, _, t, *_ in st.profile_runs(None)) == [3.0, 4.0]
+    assert sum(m["clean"] for m in st.point_marks(g)) == 2
+    assert st.drift_since(g) is None and st.drift_since(g, "a1") == 5.0
+    assert st.drift_since(g, "a2") is None
+    assert [e["agent_only"] for e in st.drift_events()] == [True]
+
+
 def test_swept_clocks_are_those_of_jobs_not_of_verifications(st):
     """The clocks a drift measures again, on both back ends: the group's runs of jobs (marked
     and from before a drift too), not a recommendation's verification runs nor another

@@ -355,14 +355,16 @@ class Store(ABC):
     # drift: a group re-characterised after its verifications left the prediction interval
     @abstractmethod
     def save_drift(self, agent: str, group: Group, reason: str, job_ids: list[str],
-                   error: str | None, now: float) -> int:
-        """Record a drift event; the group's fits use only runs received from ``now`` on."""
+                   error: str | None, now: float, agent_only: bool = False) -> int:
+        """Record a drift event; the group's fits use only runs received from ``now`` on
+        (``agent_only``: of the runs of ``agent``, those of its other agents stay in)."""
 
     @abstractmethod
-    def drift_since(self, group: Group) -> float | None:
+    def drift_since(self, group: Group, agent: str | None = None) -> float | None:
         """When the group was last found drifting (None: never), counting the drifts that
         end its runs (:func:`drift_ends`: for a whole-board group its clusters' groups', for
-        a ``cluster<i>`` group the whole-board group's)."""
+        a ``cluster<i>`` group the whole-board group's): those of every agent, and with
+        ``agent`` its own agent-only ones too (a run's own end is the later of the two)."""
 
     @abstractmethod
     def drift_events(self) -> list[dict[str, Any]]:

@@ -125,13 +125,13 @@ class PostgresStore(SQLiteStore):
     _fit_order = "cores, freq_mhz NULLS FIRST"
 
     def save_drift(self, agent: str, group: Group, reason: str, job_ids: list[str],
-                   error: str | None, now: float) -> int:
+                   error: str | None, now: float, agent_only: bool = False) -> int:
         with self._tx() as db:
             return int(db.execute("INSERT INTO drift(agent, platform, workload, input, variant, "
-                                  "reason, job_ids, error, since) VALUES (?,?,?,?,?,?,?,?,?) "
-                                  "RETURNING id",
-                                  (agent, *group, reason, _dumps(job_ids), error, now)
-                                  ).fetchone()[0])
+                                  "reason, job_ids, error, since, agent_only) "
+                                  "VALUES (?,?,?,?,?,?,?,?,?,?) RETURNING id",
+                                  (agent, *group, reason, _dumps(job_ids), error, now,
+                                   int(agent_only))).fetchone()[0])
 
     def save_fit(self, group: Group, model: str, params: dict[str, Any],
                  quality: dict[str, Any], runners_up: list[Any], now: float) -> int:

@@ -74,11 +74,16 @@ Version 16 keeps the goal of a recommendation pushed for one other than time
 the goal answer's predicted energy and interval; NULL for time goals, the daemon's own pushes
 and rows stored before) and the energy its verification runs measured (``verified_energy_j``,
 their median; NULL without a meter), so an energy goal is judged on energy as well as time.
+
+Version 17 scopes a drift event to its agent (``drift.agent_only``, 1): a workload's program
+is each agent's (its configuration, its files), so its change on one agent of a platform ends
+that agent's runs from before it, not those of the platform's other agents. Drift events of a
+group's behaviour, and every row stored before, end the runs of every agent (0).
 """
 
 from __future__ import annotations
 
-SCHEMA_VERSION = 16
+SCHEMA_VERSION = 17
 
 MIGRATIONS: dict[int, list[str]] = {
     1: [
@@ -296,5 +301,9 @@ MIGRATIONS: dict[int, list[str]] = {
     16: [
         "ALTER TABLE recommendations ADD COLUMN goal TEXT",
         "ALTER TABLE recommendations ADD COLUMN verified_energy_j REAL",
+    ],
+    17: [
+        # a drift that ends the runs of its agent only (a changed program); 0: of the platform
+        "ALTER TABLE drift ADD COLUMN agent_only INTEGER NOT NULL DEFAULT 0",
     ],
 }

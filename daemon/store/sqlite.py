@@ -109,9 +109,18 @@ def drift_ends_sql(drift: str, variant: str) -> str:
 # (store.drift_ends). The condition on the row's own group, for a query over every group
 # (profile_runs); a query of one group reads drift_since once and compares (_fit_where: the
 # same rule, 1.5-2x faster on a 20,000-run group).
+# A drift of one agent only (drift.agent_only: a changed program) ends that agent's runs
+# received before it, whatever the platform's drifts: one condition per row (the group's other
+# agents' runs stay in), added only where such a drift exists (it made a fit's read of a
+# 20,000-run group 1.5x slower)
+_NOT_AGENT_DRIFTED = (" AND NOT EXISTS (SELECT 1 FROM drift a WHERE a.agent_only = 1 AND "
+                      "a.agent = runs.agent AND a.platform = runs.platform AND "
+                      "a.workload = runs.workload AND a.input = runs.input AND "
+                      + drift_ends_sql("a", "runs.variant") + " AND a.since > runs.received)")
 _SINCE_DRIFT = ("received >= COALESCE((SELECT MAX(d.since) FROM drift d WHERE "
-                "d.platform = runs.platform AND d.workload = runs.workload AND "
-                "d.input = runs.input AND " + drift_ends_sql("d", "runs.variant") + "), 0)")
+                "d.agent_only = 0 AND d.platform = runs.platform AND "
+                "d.workload = runs.workload AND d.input = runs.input AND "
+                + drift_ends_sql("d", "runs.variant") + "), 0)")
 
 
 class SQLiteStore(Store):
@@ -574,11 +583,22 @@ class SQLiteStore(Store):
     _FIT_OK = ("ok=1 AND throttled=0 AND time_s IS NOT NULL AND (job_id IS NULL OR job_id NOT "
                "IN (SELECT id FROM recommendations WHERE state='off'))")
 
-    def _fit_where(self) -> str:
+    def _fit_where(self, group: Group) -> str:
         """The runs of one group (4 arguments) a fit may use (:attr:`_FIT_OK`), received
-        since the 5th argument (its last drift event)."""
+        since the 5th argument (its last drift event of every agent) and its agent's own."""
         return ("platform=? AND workload=? AND input=? AND variant=? AND received >= ? AND "
-                + self._FIT_OK)
+                + self._FIT_OK + self._agent_drifted(group))
+
+    def _agent_drifted(self, group: Group | None = None) -> str:
+        """:data:`_NOT_AGENT_DRIFTED` where a drift of one agent only ends runs of ``group``
+        (None: of any group), else nothing."""
+        if group is None:
+            row = self.db.execute("SELECT 1 FROM drift WHERE agent_only = 1 LIMIT 1").fetchone()
+        else:
+            row = self.db.execute("SELECT 1 FROM drift d WHERE agent_only = 1 AND platform=? "
+                                  "AND workload=? AND input=? AND " + drift_ends_sql("d", "?")
+                                  + " LIMIT 1", (*group, group.variant)).fetchone()
+        return _NOT_AGENT_DRIFTED if row else ""
 
     def profile_runs(self, marked: bool | None) -> Iterator[tuple]:
         which = ("" if marked is None else " AND marked IS NOT NULL" if marked
@@ -587,7 +607,8 @@ class SQLiteStore(Store):
         return iter(self.db.execute(
             "SELECT platform, workload, input, cores, freq_mhz, time_s, record, record_msgpack "
             "FROM runs WHERE ok=1 AND throttled=0 AND time_s > 0 AND variant='' AND "
-            f"{_SINCE_DRIFT} AND job_id IN (SELECT job_id FROM jobs)" + which))
+            f"{_SINCE_DRIFT}{self._agent_drifted()} AND job_id IN (SELECT job_id FROM jobs)"
+            + which))
 
     def _fit_rows(self, group: Group, columns: str, accept_load: bool | None = None
                   ) -> list[tuple]:
@@ -596,7 +617,7 @@ class SQLiteStore(Store):
         (daemon/remeasure.py)."""
         accept = self.accept_load if accept_load is None else accept_load
         return [tuple(r) for r in self.db.execute(
-            f"SELECT {columns} FROM runs WHERE {self._fit_where()}"
+            f"SELECT {columns} FROM runs WHERE {self._fit_where(group)}"
             + ("" if accept else " AND marked IS NULL") + f" ORDER BY {self._fit_order}",
             (*group, self.drift_since(group) or 0.0))]
 
@@ -617,11 +638,13 @@ class SQLiteStore(Store):
         since = ("SELECT g.platform, g.workload, g.input, g.variant, MAX(d.since) AS since "
                  "FROM (SELECT DISTINCT platform, workload, input, variant FROM runs) AS g "
                  "JOIN drift d ON d.platform = g.platform AND d.workload = g.workload AND "
-                 "d.input = g.input AND " + drift_ends_sql("d", "g.variant")
+                 "d.input = g.input AND d.agent_only = 0 AND " + drift_ends_sql("d", "g.variant")
                  + " GROUP BY g.platform, g.workload, g.input, g.variant")
         # why the fit leaves a run out (LEFT_OUT; NULL: it uses it), the rule of _fit_rows
         # one condition at a time: the page draws what the fit uses and counts the rest
-        why = ("CASE WHEN received < COALESCE(s.since, 0) THEN 'drift' "
+        # (a drift of the run's own agent only, too: _agent_drifted)
+        why = ("CASE WHEN NOT (received >= COALESCE(s.since, 0)" + self._agent_drifted()
+               + ") THEN 'drift' "
                "WHEN throttled <> 0 THEN 'throttled' "
                "WHEN job_id IS NOT NULL AND job_id IN (SELECT id FROM recommendations WHERE "
                "state='off') THEN 'off' "
@@ -654,7 +677,7 @@ class SQLiteStore(Store):
                 "r2.variant=runs.variant AND r2.cores=runs.cores AND "
                 "r2.freq_mhz IS NOT DISTINCT FROM runs.freq_mhz AND r2.marked IS NOT NULL "
                 "ORDER BY r2.received DESC LIMIT 1) "
-                f"FROM runs WHERE {self._fit_where()} GROUP BY platform, workload, input, "
+                f"FROM runs WHERE {self._fit_where(group)} GROUP BY platform, workload, input, "
                 f"variant, cores, freq_mhz ORDER BY {self._fit_order}",
                 (*group, self.drift_since(group) or 0.0)):
             out.append({"cores": int(cores), "freq_mhz": freq, "clean": int(clean or 0),
@@ -663,23 +686,27 @@ class SQLiteStore(Store):
 
     # -- drift ----------------------------------------------------------------------------------
     def save_drift(self, agent: str, group: Group, reason: str, job_ids: list[str],
-                   error: str | None, now: float) -> int:
+                   error: str | None, now: float, agent_only: bool = False) -> int:
         with self._tx() as db:
             cur = db.execute("INSERT INTO drift(agent, platform, workload, input, variant, "
-                             "reason, job_ids, error, since) VALUES (?,?,?,?,?,?,?,?,?)",
-                             (agent, *group, reason, _dumps(job_ids), error, now))
+                             "reason, job_ids, error, since, agent_only) "
+                             "VALUES (?,?,?,?,?,?,?,?,?,?)",
+                             (agent, *group, reason, _dumps(job_ids), error, now,
+                              int(agent_only)))
             return int(cur.lastrowid)
 
-    def drift_since(self, group: Group) -> float | None:
+    def drift_since(self, group: Group, agent: str | None = None) -> float | None:
         row = self.db.execute("SELECT MAX(since) FROM drift d WHERE platform=? AND workload=? "
-                              "AND input=? AND " + drift_ends_sql("d", "?"),
-                              (*group, group.variant)).fetchone()
+                              "AND input=? AND " + drift_ends_sql("d", "?")
+                              + " AND (agent_only = 0 OR agent = ?)",
+                              (*group, group.variant, agent)).fetchone()
         return row[0] if row else None
 
     def drift_events(self) -> list[dict[str, Any]]:
         rows = self._rows("SELECT * FROM drift ORDER BY id")
         for r in rows:
             r["job_ids"] = json.loads(r["job_ids"])
+            r["agent_only"] = bool(r["agent_only"])
         return rows
 
     def swept_clocks_khz(self, group: Group) -> list[int]:

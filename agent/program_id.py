@@ -1,0 +1,172 @@
+"""What identifies the code a workload's run executes, for its program digest
+(agent/workloads.py): the content of the files it runs, so that a binary rebuilt or upgraded
+in place, or opptune's kernels built anew, make a new program though the configuration did not
+change.
+
+A command's files are its executable (argv[0] resolved on the PATH its run gets) and each
+argument that names a regular file (a script, ``python3 bench.py``); a pyperf workload's is its
+script; a bench_suite kernel's the built extension all kernels are in (any kernel rebuilt makes
+every kernel's program new) and its accounting; a virtual board's kernel the modules that model
+it. Each file is known by its resolved path and a SHA-256 of its content, a large one (past
+``HASH_MAX_BYTES``, e.g. a data set on the command line) by its size and mtime. Hashing costs
+0.2-0.4 s for a 50 MB binary on a loaded 2-core x86 VM (sha256 with SHA-NI; more on a small
+board), so the digests are kept in ``state_dir/program-ids.json`` by (device, inode, size,
+mtime): an agent restarted with its files unchanged only stats them. A file that is missing is
+said to be (its runs fail as before; the hello still goes out).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import os
+import shutil
+import struct
+from typing import IO, Any
+
+log = logging.getLogger("opptune.agent.workloads")
+
+HASH_MAX_BYTES = 256 << 20
+CACHE_FILENAME = "program-ids.json"
+_CACHE_MAX = 1000  # entries kept: the files of every workload, several times over
+
+
+class FileIds:
+    """File identities, cached by (device, inode, size, mtime) in ``cache_path`` (None: in
+    memory only)."""
+
+    def __init__(self, cache_path: str | None = None):
+        self.cache_path = cache_path
+        self._cache: dict[str, str] = {}
+        self._dirty = False
+        if cache_path:
+            try:
+                with open(cache_path, encoding="utf-8") as f:
+                    data = json.load(f)
+                if isinstance(data, dict):
+                    self._cache = {k: v for k, v in data.items()
+                                   if isinstance(k, str) and isinstance(v, str)}
+            except (OSError, ValueError):
+                pass  # none yet, or unreadable: the files are hashed again
+
+    def of(self, path: str) -> dict[str, Any]:
+        """``{"path", "sha256"}`` (or ``"size"`` and ``"mtime_ns"`` past HASH_MAX_BYTES) of the
+        file at ``path``; ``{"path", "missing": why}`` where it cannot be read."""
+        real = os.path.realpath(path)
+        try:
+            st = os.stat(real)
+            if st.st_size > HASH_MAX_BYTES:
+                return {"path": real, "size": st.st_size, "mtime_ns": st.st_mtime_ns}
+            key = f"{st.st_dev}:{st.st_ino}:{st.st_size}:{st.st_mtime_ns}:{real}"
+            digest = self._cache.get(key)
+            if digest is None:
+                with open(real, "rb") as f:
+                    digest = content_digest(f)
+                self._cache[key] = digest
+                self._dirty = True
+        except OSError as exc:
+            return {"path": path, "missing": exc.strerror or str(exc)}
+        return {"path": real, "sha256": digest}
+
+    def save(self) -> None:
+        """Keep the digests for the next start (best effort: a read-only state_dir costs the
+        hashing again, nothing else)."""
+        if not (self.cache_path and self._dirty):
+            return
+        items = list(self._cache.items())[-_CACHE_MAX:]
+        tmp = f"{self.cache_path}.tmp"
+        try:
+            with open(tmp, "w", encoding="utf-8") as f:
+                json.dump(dict(items), f)
+            os.replace(tmp, self.cache_path)
+            self._dirty = False
+        except OSError as exc:
+            log.warning("cannot keep the program digests in %s (%s): they are computed again "
+                        "at the next start", self.cache_path, exc)
+
+
+_ELF_LAYOUT = {  # ELF class -> (e_shoff, its format, e_shentsize's offset, section header)
+    1: (0x20, "I", 0x2E, "IIIIIIIIII"),
+    2: (0x28, "Q", 0x3A, "IIQQQQIIQQ"),
+}
+_SHF_ALLOC, _SHT_NOBITS = 0x2, 8
+_BUILD_ID = b".note.gnu.build-id"
+
+
+def content_digest(f: IO[bytes]) -> str:
+    """SHA-256 of what a file executes: of an ELF file the sections loaded at run time (code,
+    data) less its build id; of any other file (a script) its bytes. The same sources built in
+    another directory give another binary (the build id and the debug information hold the
+    build's paths: two pip builds of one opptune differed there only), and that is not a new
+    program."""
+    head = f.read(64)
+    if head[:4] == b"\x7fELF":
+        try:
+            return _elf_digest(f, head)
+        except (struct.error, ValueError, KeyError, OSError):
+            pass  # not an ELF file after all: its bytes say what it is
+    f.seek(0)
+    return hashlib.file_digest(f, "sha256").hexdigest()
+
+
+def _elf_digest(f: IO[bytes], head: bytes) -> str:
+    shoff_at, shoff_fmt, shent_at, sh_fmt = _ELF_LAYOUT[head[4]]
+    end = {1: "<", 2: ">"}[head[5]]
+    shoff, = struct.unpack_from(end + shoff_fmt, head, shoff_at)
+    shentsize, shnum, shstrndx = struct.unpack_from(end + "HHH", head, shent_at)
+    f.seek(shoff)
+    table = f.read(shentsize * shnum)
+    headers = [struct.unpack_from(end + sh_fmt, table, i * shentsize) for i in range(shnum)]
+    # (name, type, flags, addr, offset, size, ...): the names are in section shstrndx
+    f.seek(headers[shstrndx][4])
+    names = f.read(headers[shstrndx][5])
+    h = hashlib.sha256(b"ELF")
+    for sh in headers:
+        name = names[sh[0]:names.index(b"\0", sh[0])]
+        if not sh[2] & _SHF_ALLOC or name == _BUILD_ID:
+            continue
+        h.update(name + struct.pack("<QQ", sh[3], sh[5]))
+        if sh[1] != _SHT_NOBITS:
+            f.seek(sh[4])
+            left = sh[5]
+            while left > 0:
+                chunk = f.read(min(left, 1 << 20))
+                if not chunk:
+                    raise ValueError("section past the end of the file")
+                h.update(chunk)
+                left -= len(chunk)
+    return h.hexdigest()
+
+
+def command_files(argv: list[str], env: dict[str, str]) -> list[str]:
+    """The files a command line runs: argv[0] as the run's PATH finds it (as given when not
+    found: FileIds says it is missing) and each argument naming a regular file. Arguments with
+    a ``{...}`` placeholder are left out (they change from run to run)."""
+    if not argv:
+        return []
+    exe = argv[0]
+    if "{" not in exe and os.sep not in exe:
+        exe = shutil.which(exe, path=env.get("PATH", os.defpath)) or exe
+    files = [exe] if "{" not in exe else []
+    files += [a for a in argv[1:] if "{" not in a and os.path.isfile(a)]
+    return files
+
+
+def kernel_files(virtual_board: str) -> list[str]:
+    """The files a bench_suite kernel's run executes: the built extension and the accounting
+    of its MPET parameters, or on a virtual board the modules that model the kernels (the
+    extension is not run there)."""
+    from importlib.util import find_spec
+    names = (["opptune.agent.virtual_workload", "opptune.agent.virtual_board"]
+             if virtual_board else ["opptune.bench_suite._kernels",
+                                    "opptune.bench_suite.accounting"])
+    out = []
+    for name in names:
+        try:
+            spec = find_spec(name)
+        except (ImportError, ValueError):
+            spec = None
+        # not built: FileIds says so by the name (the kernels' runs fail as before)
+        out.append(spec.origin if spec is not None and spec.origin else name)
+    return out

@@ -1,0 +1,175 @@
+"""A workload's program changed (drift.Drift.redefined): the runs of the old program that
+reach the daemon after the hello that says so (they waited in the agent's outbox) count with
+the old program's, not the new one's."""
+
+from __future__ import annotations
+
+import json
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+
+from opptune.daemon.drift import REDEFINED
+from opptune.daemon.service import Daemon
+from opptune.daemon.store import Group, open_store
+from opptune.daemon.characterize import characterize
+from opptune.daemon.planner import plan_sweep
+from opptune.daemon.store import ResultIn
+from opptune.shared.config import DaemonConfig
+from opptune.shared.records import RunRecord
+from procs import Cluster, db_rows, produced_results, wait_until
+
+
+BENCH = """\
+import json, time
+time.sleep(0.4)
+print(json.dumps({{"time_s": 0.4, "version": {version}}}))
+"""
+
+
+def opptune(*argv: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "opptune.daemon.cli", *argv],
+                          capture_output=True, text=True, timeout=120)
+
+
+def test_a_size_with_a_job_out_and_no_run_yet_gets_its_drift_too(tmp_path):
+    """The hello that says a program changed records its drift for each size with runs, and
+    now for each size the agent was sent a job of: that job's runs of the old program may
+    all still be in the agent's outbox, with nothing stored to date the change against."""
+    d = Daemon(DaemonConfig(bind="tcp://127.0.0.1:0", database=str(tmp_path / "d.db")))
+    try:
+        d.store.save_job("a", {"job_id": "j", "workload": "w", "size": "large", "reps": 1,
+                               "warmup": 0, "points": [{"cpus": [0], "threads": 1}]}, 1.0)
+        before = [{"name": "w", "kind": "command", "sizes": ["large"], "program": "p1"}]
+        after = [{**before[0], "program": "p2"}]
+        assert d.drift.redefined("a", "p", before, after, 5.0) == ["w"]
+        assert [(e["workload"], e["input"], e["since"]) for e in d.store.drift_events()] == [
+            ("w", "large", 5.0)]
+    finally:
+        d.close()
+
+
+FOUR_CPUS = {"sweep_order": [0, 1, 2, 3], "n_cpus": 4}
+
+
+def test_a_changed_program_on_one_agent_of_a_fleet_ends_that_agents_runs_only(tmp_path):
+    """Two identical boards (agents a and b) on one platform, both measured pi_integrate.
+    a's hello says its program changed: a's runs from before leave the fits, report and
+    profiles, b's stay in (before, b's went too, and b's new runs after its own change would
+    have ended a's new ones); characterize measures it again on a, not on b; a drift of the
+    group's behaviour still ends every agent's runs."""
+    d = Daemon(DaemonConfig(bind="tcp://127.0.0.1:0", database=str(tmp_path / "d.db")))
+    try:
+        d.store.save_platform("p", FOUR_CPUS, 1.0)
+        before = [{"name": "pi_integrate", "kind": "kernel", "sizes": ["small"],
+                   "program": "k1"}]
+        for agent in ("a", "b"):
+            d.registry.hello(agent, agent.encode(), "p", FOUR_CPUS, before, now=1.0)
+            job = plan_sweep(FOUR_CPUS, "pi_integrate", d.config.sweep, size="small",
+                             frequency_grid="none")
+            d.store.save_job(agent, job, 2.0, state="done")
+            t = 1.0 if agent == "a" else 2.0
+            d.store.insert_results([ResultIn(
+                f"{agent}{i}", agent, job["job_id"], i,
+                RunRecord(platform="p", workload="pi_integrate", input="small", cores=1,
+                          cpus=[0], threads=1, rep=i, time_s=t),
+                RunRecord(platform="p", workload="pi_integrate", input="small", cores=1,
+                          cpus=[0], threads=1, rep=i, time_s=t).to_dict()) for i in range(2)],
+                3.0)
+        group = Group("p", "pi_integrate", "small", "")
+        assert sorted(d.store.group_runs(group)) == [(1, None, 1.0)] * 2 + [(1, None, 2.0)] * 2
+
+        after = [{**before[0], "program": "k2"}]
+        assert d.drift.redefined("a", "p", before, after, 5.0) == ["pi_integrate"]
+        (event,) = d.store.drift_events()
+        assert event["agent"] == "a" and event["agent_only"] and event["reason"] == REDEFINED
+        assert "the runs of the platform's other agents stay in" in REDEFINED
+        assert d.store.group_runs(group) == [(1, None, 2.0)] * 2
+        assert d.store.report_runs()[group][1] == [(1, None, 2.0)] * 2
+        assert [r[5] for r in d.store.profile_runs(None)] == [2.0, 2.0]
+        assert d.store.drift_since(group) is None and d.store.drift_since(group, "a") == 5.0
+        assert d.store.drift_since(group, "b") is None
+        out_a = characterize(d, {"agent": "a", "size": "small"})
+        out_b = characterize(d, {"agent": "b", "size": "small"})
+        assert out_a["redefined"] == ["pi_integrate"] and out_b["redefined"] == []
+        assert out_b["skipped"] == ["pi_integrate"]
+        # a's new runs count beside b's; b's own change then ends b's old ones, not a's new
+        new = RunRecord(platform="p", workload="pi_integrate", input="small", cores=1,
+                        cpus=[0], threads=1, rep=0, time_s=1.5)
+        d.store.insert_results([ResultIn("a-new", "a", out_a["queued"][0]["job_id"], 0, new,
+                                         new.to_dict())], 6.0)
+        assert sorted(d.store.group_runs(group)) == [(1, None, 1.5)] + [(1, None, 2.0)] * 2
+        d.drift.redefined("b", "p", before, after, 7.0)
+        assert d.store.group_runs(group) == [(1, None, 1.5)]
+        # a drift of the group's behaviour (verdicts off) ends every agent's runs
+        d.store.save_drift("b", group, "off twice", [], None, 9.0)
+        assert d.store.drift_since(group) == 9.0
+    finally:
+        d.close()
+
+
+@pytest.mark.integration
+def test_old_program_runs_replayed_from_the_outbox_stay_before_the_drift(tmp_path):
+    """Real daemon and agent: a sweep of a command workload; the daemon is killed after its
+    first runs are stored, the agent measures the rest into its outbox and stops. Its script
+    is edited (a new program: agent/program_id.py), daemon and agent start again: the hello
+    records the drift, then the outbox's runs of the old script arrive. They are stored (none
+    lost) but before the drift: no run of the old script counts for the group. Before, they
+    counted as the new script's, received after its drift."""
+    script = tmp_path / "bench.py"
+    script.write_text(BENCH.format(version=1))
+    c = Cluster(tmp_path, kernels=(), auto_sweep=False, reps=4, max_cores=2,
+                extra_daemon={"auto_recommend": False},
+                extra_agent={"virtual_board": "rpi4"})
+    c.agent_toml.write_text(c.agent_toml.read_text() + (
+        f'[[workloads]]\nname = "w"\ncommand = {json.dumps([sys.executable, str(script)])}\n'
+        'sizes = ["small"]\n'))
+    state = tmp_path / "agent-state"
+    c.start_daemon()
+    c.start_agent()
+    try:
+        c.wait_for(lambda s: any(a["alive"] for a in s["agents"]), timeout=30, what="hello")
+        p = opptune("sweep", "--daemon", c.endpoint, "--agent", "test-agent", "--workload",
+                    "w", "--json")
+        assert p.returncode == 0, p.stdout + p.stderr + c.logs()
+        (job_id,) = [j["job_id"] for j in json.loads(p.stdout)["jobs"]]
+        n = 2 * 4  # 2 core counts (max_cores), 4 repetitions
+        wait_until(lambda: c.rows("SELECT COUNT(*) FROM runs")[0][0] >= 1, "a stored run",
+                   timeout=60)
+        c.kill("daemon")
+        wait_until(lambda: produced_results(state) == n, "the agent's runs", timeout=60)
+        c.agent.terminate()
+        c.agent.wait(20)
+        c.agent = None
+        pending = db_rows(state / "outbox.db", "SELECT COUNT(*) FROM outbox")[0][0]
+        stored_before = c.rows("SELECT COUNT(*) FROM runs")[0][0]
+        assert pending >= 1 and stored_before < n, (pending, stored_before)
+
+        script.write_text(BENCH.format(version=2))
+        c.start_daemon()
+        # the agent's hello answered before its outbox goes (as after any restart of the
+        # agent alone): its results come in batches after the hello's
+        c.wait_for(lambda s: True, timeout=30, what="the daemon")
+        c.start_agent()
+        c.wait_for(lambda s: any(j["job_id"] == job_id and j["received"] == n
+                                 for j in s["jobs"]), timeout=60, what="the replay")
+        platform = c.rows("SELECT platform FROM agents WHERE id='test-agent'")[0][0]
+        store = open_store(str(c.db))
+        try:
+            events = [e for e in store.drift_events() if e["workload"] == "w"]
+            assert [(e["input"], e["reason"]) for e in events] == [("small", REDEFINED)]
+            since = events[0]["since"]
+            received = [r for (r,) in c.rows("SELECT received FROM runs WHERE job_id=?",
+                                             job_id)]
+            assert len(received) == n  # every run stored, none twice
+            assert all(r < since for r in received), (received, since)
+            assert store.group_runs(Group(platform, "w", "small", "")) == []
+        finally:
+            store.close()
+        assert "measured the program of w from before its change" in \
+            (tmp_path / "daemon.log").read_text()
+    finally:
+        c.stop()
