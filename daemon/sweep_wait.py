@@ -112,6 +112,7 @@ def _wait(endpoint: str, job_ids: list[str], timeout_s: float, as_json: bool,
                                     expected=j["expected"] or "?",
                                     state=state_text(j, agents.get(j.get("agent"))))
             if len(jobs) == len(tasks) and all(j["state"] in FINAL_JOB_STATES
+                                               and not _agent_ending(j, agents)
                                                for j in jobs.values()):
                 break
             time.sleep(POLL_S)  # a polling interval for the display, not synchronisation
@@ -212,3 +213,12 @@ def remeasure_note(m: dict[str, Any]) -> str:
             is not None else "now")
     return (f"{head}: measured again {when} (retry {m['retry']}); 'opptune status' follows "
             f"{'them' if len(pts) != 1 else 'it'}")
+
+
+def _agent_ending(job: dict[str, Any], agents: dict[str, dict[str, Any]]) -> bool:
+    """Whether ``job`` was cancelled while its agent held it and that agent, connected, has
+    not yet ended it: its runs not run are on their way, and the counts are not final until
+    they arrive. An agent not connected ends it at its next hello: not waited for."""
+    held = (job.get("stopped") or {}).get("held")
+    agent = agents.get(job.get("agent") or "") or {}
+    return job["state"] == "cancelled" and bool(held) and bool(agent.get("alive"))
