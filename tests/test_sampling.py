@@ -185,3 +185,17 @@ def test_benchmark_json_and_bad_dataset():
     assert len(oracle) == 6 and all(x["p90_regret"] == 0 for x in oracle)
     r = subprocess.run(exe + ["--datasets", "nope"], capture_output=True, text=True, timeout=60)
     assert r.returncode == 2 and "unknown dataset 'nope'" in r.stderr
+
+
+def test_tune_proposal_benchmark_prints_times_and_refuses_an_unknown_board():
+    exe = [sys.executable, str(ROOT / "benchmarks" / "tune_proposal.py")]
+    r = subprocess.run(exe + ["--quick", "--json", "--boards", "table 8x8", "--no-first"],
+                       capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stderr
+    rows = json.loads(r.stdout)["rows"]
+    assert [(x["board"], x["start"], x["grid"]) for x in rows] == [
+        ("table 8x8", "fresh", 64), ("table 8x8", "swept", 64)]
+    assert rows[0]["proposals"] > 0 and rows[0]["p90_ms"] >= rows[0]["median_ms"] > 0
+    r = subprocess.run(exe + ["--boards", "nope"], capture_output=True, text=True, timeout=60)
+    assert r.returncode == 2 and "unknown board 'nope'" in r.stderr and "table 8x8" in r.stderr
+
