@@ -187,6 +187,24 @@ def test_benchmark_json_and_bad_dataset():
     assert r.returncode == 2 and "unknown dataset 'nope'" in r.stderr
 
 
+def test_a_proposal_imports_no_scipy_stats():
+    """scipy.stats (the normal distribution alone was used) took 2-9 s of a daemon's first
+    tune proposal to import."""
+    code = ("import sys\n"
+            "from opptune.daemon.sampling import Grid, Measured, Sampler\n"
+            "from opptune.daemon.objectives import Goal\n"
+            "from opptune.daemon.goal_recommend import noise_half_width\n"
+            "g = Grid([1, 1, 2, 2, 4, 4], [1000, 2000] * 3)\n"
+            "m = Measured([0, 1, 5, 4], [4.0, 2.1, 0.6, 1.1], [1.0, 2.5, 9.0, 4.0])\n"
+            "s = Sampler(Goal('energy', deadline_s=3.0))\n"
+            "print(s.propose(g, m).reason, s.estimate(g, m).choice.index,\n"
+            "      noise_half_width(0.01, 3, 3) > 0, 'scipy.stats' in sys.modules)\n")
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                       timeout=120)
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.split()[-2:] == ["True", "False"], r.stdout
+
+
 def test_tune_proposal_benchmark_prints_times_and_refuses_an_unknown_board():
     exe = [sys.executable, str(ROOT / "benchmarks" / "tune_proposal.py")]
     r = subprocess.run(exe + ["--quick", "--json", "--boards", "table 8x8", "--no-first"],
