@@ -30,7 +30,16 @@ def run(board: str, timeout: float) -> dict:
         argv = [sys.executable, "-m", "opptune.daemon.cli", "demo", "--dir", f"{tmp}/demo",
                 "--virtual-board", board, "--no-progress", "--json"]
         t0 = time.monotonic()
-        proc = subprocess.run(argv, capture_output=True, text=True, timeout=timeout, cwd=tmp)
+        with subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                              text=True, cwd=tmp) as child:
+            try:
+                stdout, stderr = child.communicate(timeout=timeout)
+            except subprocess.TimeoutExpired:
+                # SIGTERM: the demo stops the daemon and agent it started (SIGKILL would not)
+                child.terminate()
+                child.communicate()
+                stdout, stderr = "", f"gave up after {timeout:g} s"
+        proc = subprocess.CompletedProcess(argv, child.returncode, stdout, stderr)
         wall = time.monotonic() - t0
     after = resource.getrusage(resource.RUSAGE_CHILDREN)
     cpu = (after.ru_utime + after.ru_stime) - (before.ru_utime + before.ru_stime)
@@ -46,13 +55,13 @@ def run(board: str, timeout: float) -> dict:
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap = argparse.ArgumentParser(description=" ".join(__doc__.split("\n\n")[0].split()))
     ap.add_argument("--boards", default="odroid-xu4",
                     help=f"comma-separated, of {', '.join(BOARDS)} (default odroid-xu4)")
     ap.add_argument("--target", type=float, default=60.0, help="seconds (default 60)")
     ap.add_argument("--timeout", type=float, default=900.0,
                     help="give a demo up after this many seconds (default 900)")
-    ap.add_argument("--json", action="store_true")
+    ap.add_argument("--json", action="store_true", help="print JSON only")
     args = ap.parse_args(argv)
     boards = args.boards.split(",")
     for b in boards:

@@ -132,7 +132,7 @@ def _first() -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap = argparse.ArgumentParser(description=" ".join(__doc__.split("\n\n")[0].split()))
     ap.add_argument("--sessions", type=int, default=2, help="noise seeds per goal and "
                     "workload (default 2)")
     ap.add_argument("--boards", default=",".join(BOARDS), help="comma-separated: "
@@ -141,12 +141,14 @@ def main(argv: list[str] | None = None) -> int:
                     help="one workload, the time goal, one session per start")
     ap.add_argument("--no-first", action="store_true",
                     help="leave out the first proposal in a fresh process")
-    ap.add_argument("--json", action="store_true")
+    ap.add_argument("--json", action="store_true", help="print JSON only")
     ap.add_argument("--first", action="store_true", help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
     if args.first:
         _first()
         return 0
+    if args.sessions < 1:
+        ap.error(f"--sessions must be 1 or more, not {args.sessions}")
     boards = args.boards.split(",")
     for name in boards:
         if name not in BOARDS:
