@@ -218,9 +218,9 @@ def noise_half_width(sigma: float, runs: int, verify_runs: int, level: float = 0
     """Half-width (log units) of the interval that a verification's median of ``verify_runs``
     runs falls in around a configuration's value known from ``runs`` runs (0: modelled),
     from the run-to-run noise alone: var(log median of m) ~ pi/2 sigma^2 / m."""
-    from scipy.stats import norm
+    from scipy.special import ndtri  # scipy.stats.norm.ppf's, without importing scipy.stats
     var = sigma ** 2 * ((1.0 / runs if runs else 0.0) + np.pi / 2 / max(verify_runs, 1))
-    return float(norm.ppf(0.5 + level / 2) * np.sqrt(var))
+    return float(ndtri(0.5 + level / 2) * np.sqrt(var))
 
 
 def recommend_goal(goal: Goal, platform: dict[str, Any], groups: dict[str, Sequence[Row]],

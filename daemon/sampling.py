@@ -87,10 +87,15 @@ def space_filling(grid: Grid, k: int) -> list[int]:
         i = int(np.argmin(d))
         if i not in chosen:
             chosen.append(i)
+    # each point's distance to the nearest chosen one, updated with each choice: O(grid) a
+    # step (recomputing it against every chosen point took minutes for a whole 672-point grid)
+    d = np.min(np.abs(pts[:, None, :] - pts[None, chosen, :]).sum(axis=2), axis=1)
+    d[chosen] = -1
     while len(chosen) < min(k, len(grid)):
-        d = np.min(np.abs(pts[:, None, :] - pts[None, chosen, :]).sum(axis=2), axis=1)
+        i = int(np.argmax(d))
+        chosen.append(i)
+        d = np.minimum(d, np.abs(pts - pts[i]).sum(axis=1))
         d[chosen] = -1
-        chosen.append(int(np.argmax(d)))
     return chosen[:k]
 
 
@@ -178,7 +183,7 @@ class Sampler:
             return Proposal(i, f"nothing measured meets the limits; P(feasible) "
                                f"{pfeas[i]:.2f} here")
         from .acquisition import expected_improvement
-        chosen = self.estimate(grid, measured).choice.index
+        chosen = self._estimate(grid, ens).choice.index  # the models just fitted, not refitted
         # a predicted recommendation the models give less than min_gain risk of breaking the
         # limits is already in hand: a measurement's gain is counted over it (its mean), not
         # over the best measured configuration
@@ -254,8 +259,12 @@ class Sampler:
     def estimate(self, grid: Grid, measured: Measured) -> Estimate:
         """Predicted time/power per grid point (measured values where measured) with 90 %
         bounds, and the choice: measured values where measured, the upper bounds elsewhere."""
-        from .acquisition import lower, upper
         ens, _, _, _ = self._ensemble(grid, measured)  # ValueError: nothing to fit yet
+        return self._estimate(grid, ens)
+
+    def _estimate(self, grid: Grid, ens) -> Estimate:
+        """:meth:`estimate` from the fitted ensemble ``ens``."""
+        from .acquisition import lower, upper
         w = ens.weight
         t_mean = np.exp(w @ ens.log_t)
         # the bounds enclose the mean even where the spread is nil (a measured point)
