@@ -418,6 +418,24 @@ def run_agent(config, config_path: str | None = None, state_dir_option: bool = F
               f"{exc.strerror if isinstance(exc, OSError) and exc.strerror else exc}; give a "
               f"directory the agent may create and write", file=sys.stderr)
         return EXIT_CONFIG
+    # the same id on another state directory of this machine is the same board twice; a
+    # virtual board is not this machine (tests run several of one id side by side)
+    id_lock = None
+    if not config.virtual_board:
+        from .state_lock import AgentIdBusy, hold_id
+        try:
+            id_lock = hold_id(config.agent_id, config.daemon)
+        except AgentIdBusy as exc:
+            state_lock.close()
+            by = f"pid {exc.pid}" if exc.pid else "another process"
+            print(f"opptune-agent: an agent with agent_id '{config.agent_id}' for the daemon "
+                  f"at {config.daemon} already runs on this machine ({by}): two agents of one id are one board twice and would "
+                  f"run the same jobs on the same cpus at once; stop that one first, or give "
+                  f"this one an agent_id of its own", file=sys.stderr)
+            return EXIT_BUSY
+        except OSError as exc:
+            log.warning("cannot hold the agent id on this machine (%s): a second agent of "
+                        "the same id would not be refused", exc.strerror or exc)
     file_ids.save()
     try:
         curve = link_keys(config, where)
@@ -509,6 +527,8 @@ def run_agent(config, config_path: str | None = None, state_dir_option: bool = F
         outbox.close()
         log.info("agent stopped")
         state_lock.close()
+        if id_lock is not None:
+            id_lock.close()
     return 0
 
 
