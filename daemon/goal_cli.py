@@ -16,7 +16,7 @@ from ..shared.cpus import format_cpu_list, policies_text
 from .console import make_console
 from .objectives import OBJECTIVES, make_goal
 from .options import below_least
-from .planner import GOVERNOR_CLOCK
+from .planner import clock_text
 
 # exit status of recommend and tune when no configuration meets the deadline / power cap: the
 # answer (the closest configuration) is printed, nothing is applied
@@ -86,12 +86,6 @@ def _iv(iv: dict[str, Any], unit: str, spec: str = ".4g") -> str:
     return text
 
 
-def _freq(f: int | None, clock: str | None = None) -> str:
-    """A frequency; None: ``clock``, what the cpus run at then (the daemon's answer says it;
-    an older daemon's does not: the governor's choice, as it meant)."""
-    return (clock or GOVERNOR_CLOCK) if f is None else f"{f / 1000:g} MHz"
-
-
 # What each energy_source (agent/meters/energy.py, agent/run_output.py) is, in a user's words
 ENERGY_SOURCE_WORDS = {
     "rapl": "the CPU's RAPL energy counters",
@@ -128,7 +122,7 @@ def measuring_text(step: dict[str, Any]) -> str:
     """The tune progress line's state while a configuration is measured."""
     n = step["cores"]
     return (f"measuring {n} core{'s' if n != 1 else ''} at "
-            f"{_freq(step['freq_khz'], step.get('clock'))} "
+            f"{clock_text(step['freq_khz'], step.get('clock'))} "
             f"({step['reason']})")
 
 
@@ -139,7 +133,7 @@ def config_text(r: dict[str, Any], clock: str | None = None) -> str:
     if r.get("cluster") is not None:
         where += f", cluster {r['cluster']}"
     return (f"{r['cores']} core{'s' if r['cores'] != 1 else ''} ({where}) at "
-            f"{_freq(r['freq_khz'], clock or r.get('clock'))}")
+            f"{clock_text(r['freq_khz'], clock or r.get('clock'))}")
 
 
 def recommendation_table(r: dict[str, Any], title: str | None = None) -> Table:
@@ -153,7 +147,7 @@ def recommendation_table(r: dict[str, Any], title: str | None = None) -> Table:
     t.add_row("configuration", config_text(r))
     pols = r.get("freq_per_policy") or {}
     if pols:
-        t.add_row("frequency per policy", policies_text(pols, _freq))
+        t.add_row("frequency per policy", policies_text(pols, clock_text))
     t.add_row("time", _iv(r["time_s"], "s"))
     t.add_row("power", _iv(r["power_w"], "W", ".3g"))
     t.add_row("energy", _iv(r["energy_j"], "J"))

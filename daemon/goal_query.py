@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Any, Callable
 from .errors import HandlerError
 from .goal_recommend import GoalError, NoPowerData, NotMeasured, recommend_goal
 from .objectives import Goal, format_seconds, format_watts, make_goal
-from .planner import clocks_never_apply, unset_clock
+from .planner import clocks_never_apply, workload_clock
 from .query_worker import Deferred
 from .recommender import marked_left_out, rests_on
 from .store import Group
@@ -113,10 +113,9 @@ def recommend_steps(d: Daemon, agent: str, workload: str, goal: Goal, size: str 
         if out["freq_khz"] is None:
             # a command on a virtual board runs on the agent's machine: no policy of the
             # board's sets its clock ("policy0 governor's choice" said one did)
-            reaches = clocks_never_apply(platform, info.workload_kind(workload) if info
-                                         else None, "") is None
-            out["clock"] = unset_clock(platform, out["cpus"], reaches)
-            if not reaches:
+            kind = info.workload_kind(workload) if info else None
+            out["clock"] = workload_clock(platform, kind, out["cpus"])
+            if clocks_never_apply(platform, kind, "") is not None:
                 out["freq_per_policy"] = {}
         group = Group(info.platform_id if info else "", workload, size, out.get("variant", ""))
         out["rests_on"] = rests_on(d.store, group, accept_load=accept_load, never_clean=(
