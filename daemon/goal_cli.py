@@ -202,6 +202,8 @@ def recommendation_notes(r: dict[str, Any]) -> list[Text]:
         out.append(Text(f"limits: {r['note']}", style="red"))
     if r.get("beyond"):  # absent from an older daemon's answer
         out.append(Text(f"beyond: {r['beyond']}"))
+    if r.get("noise"):  # absent from an older daemon's answer
+        out.append(Text(f"interval: {r['noise']}"))
     return out
 
 

@@ -424,3 +424,32 @@ def test_what_cpus_run_at_where_no_frequency_is_set():
     assert config_text(rec) == "2 cores (cpus 0-1) at no set frequency (the board's own clock)"
     # an older daemon's answer, without clock: the governor's choice, as it meant
     assert config_text({**rec, "clock": None}) == "2 cores (cpus 0-1) at governor's choice"
+
+
+def test_one_run_per_configuration_gives_no_zero_width_interval():
+    """A 2-configuration tune of a command, 1 run each, recommended a measured configuration
+    with the interval 0.09111..0.09111 s (no repeat: the pooled noise was 0) and judged its
+    verification -8.6 % "off". The noise no repeat measured is assumed, and said so."""
+    from opptune.daemon.goal_recommend import NOISE_PRIOR, noise_half_width
+    from opptune.daemon.recommender import verdict
+    plat = platform_of(PI4)
+    runs = {"": [(1, None, 0.2, None, None), (4, None, 0.09111, None, None)]}
+    rec = recommend_goal(make_goal("time"), plat, runs, verify_runs=3)
+    t = rec.time_s
+    assert rec.cores == 4 and t.value == pytest.approx(0.09111)
+    # no repeat: the prior's noise, with Student's t at its 2 pseudo degrees of freedom
+    half = noise_half_width(0.0, 1, 3, dof=0)
+    assert half == pytest.approx(2.92 * NOISE_PRIOR * np.sqrt(1 + np.pi / 6), rel=1e-3)
+    assert t.lower == pytest.approx(t.value * np.exp(-half))
+    assert t.upper == pytest.approx(t.value * np.exp(half))
+    assert verdict(0.08332, t.value, t.lower, t.upper)[0] == "verified"
+    assert verdict(0.3353, t.value, t.lower, t.upper)[0] == "off"  # +268 %: off still
+    assert rec.noise == ("no configuration was measured twice, so the run-to-run noise is "
+                         "unknown: the intervals assume 5 %; sweep or tune with --reps 2 or "
+                         "more to measure it")
+    # repeats measure it: no note, and many of them leave the prior behind
+    many = {"": [(c, None, t0 * w, None, None) for c, t0 in ((1, 0.2), (2, 0.12), (4, 0.09))
+                 for w in (0.99, 1.0, 1.01) * 4]}
+    assert recommend_goal(make_goal("time"), plat, many).noise is None
+    assert noise_half_width(0.01, 3, 3, dof=1000) == pytest.approx(
+        noise_half_width(0.01, 3, 3), rel=0.05)
