@@ -263,12 +263,20 @@ def advice(rec: dict[str, Any], tune: bool = False, budget_spent: bool = False) 
     found worth measuring, or what ``budget_spent`` let it."""
     opts = " or ".join(_broken(rec))
     todo = [f"relax {opts}"]
-    if tune and budget_spent:
+    unmeasured = rec["n_candidates"] - rec["n_configurations"]
+    # measuring more helps only where a configuration not measured yet may meet the limits
+    # by its predicted interval (an older daemon's answer does not say: where any is left)
+    could = rec.get("could_meet", unmeasured)
+    if tune and budget_spent and could:
         todo.append("tune again with a larger --budget")
-    if not tune and rec["n_configurations"] < rec["n_candidates"]:
-        # configurations not measured yet may meet the limits where predictions do not
+    if not tune and could and unmeasured > 0:
         todo.append(f"measure more configurations with 'opptune tune --agent {rec['agent']} "
                     f"--workload {rec['workload']} {_goal_args(rec)}'")
     alone = Goal(rec["goal"]["objective"]).describe()
     todo.append(f"leave {opts} out for the best configuration for {alone} alone")
-    return f"{', '.join(todo[:-1])}{', or ' if len(todo) > 2 else ' or '}{todo[-1]}"
+    text = f"{', '.join(todo[:-1])}{', or ' if len(todo) > 2 else ' or '}{todo[-1]}"
+    if not could and unmeasured > 0 and (budget_spent or not tune):
+        text += (f" (measuring more would not help: none of the {unmeasured} configuration"
+                 f"{'s' if unmeasured != 1 else ''} not measured is predicted, within its "
+                 "interval, to meet them)")
+    return text

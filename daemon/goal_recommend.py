@@ -83,6 +83,9 @@ class GoalRecommendation:
     # the model's best lies beyond the most cores measured and was not recommended (None: it
     # did not, or --max-cores allowed it)
     beyond: str | None = None
+    # candidates not measured whose predicted intervals reach within the goal's limits (the
+    # configurations measuring more could find); None for a goal without limits
+    could_meet: int | None = None
     # what the intervals assume where no configuration was measured twice (None: the noise
     # was measured)
     noise: str | None = None
@@ -255,6 +258,23 @@ def noise_unknown_text() -> str:
             "measure it")
 
 
+def _could_meet(goal: Goal, ests: list, offered: np.ndarray, t_lo: np.ndarray,
+                p_lo: np.ndarray | None) -> int | None:
+    """How many ``offered`` candidates not measured have predicted lower bounds within the
+    goal's deadline and power cap (where power is modelled): those measuring more could
+    find; None for a goal without limits."""
+    if goal.deadline_s is None and goal.power_cap_w is None:
+        return None
+    unmeasured = np.concatenate([~np.isin(np.arange(len(p.grid)), p.measured.index)
+                                 for p, _ in ests])
+    ok = offered & unmeasured
+    if goal.deadline_s is not None:
+        ok &= np.nan_to_num(t_lo, nan=np.inf) <= goal.deadline_s
+    if goal.power_cap_w is not None and p_lo is not None:
+        ok &= np.nan_to_num(p_lo, nan=np.inf) <= goal.power_cap_w
+    return int(ok.sum())
+
+
 def recommend_goal(goal: Goal, platform: dict[str, Any], groups: dict[str, Sequence[Row]],
                    cluster: int | None = None, max_cores: int | None = None,
                    tolerance: float = 0.0, verify_runs: int = 3) -> GoalRecommendation:
@@ -327,7 +347,8 @@ def recommend_goal(goal: Goal, platform: dict[str, Any], groups: dict[str, Seque
     beyond = None
     if max_cores:
         allowed &= cores <= max_cores
-    else:
+    offered = allowed.copy()  # what a tune could measure (beyond the measured cores too)
+    if not max_cores:
         # Without a --max-cores, no more cores than a part measured: a model fitted on 1..k
         # cores predicts n >> k with an interval that knows nothing of what happens there
         # (x86-2numa measured at 1-2 cores: 31 cores "0.0008 s (0.0007..0.0011)", truly
@@ -348,6 +369,8 @@ def recommend_goal(goal: Goal, platform: dict[str, Any], groups: dict[str, Seque
             allowed = within
     if not allowed.any():
         raise NotMeasured(f"no candidate has at most {max_cores} cores")
+    could_meet = _could_meet(goal, ests, offered, cat("time_lower"),
+                             cat("power_lower") if power_ok else None)
     ok = feasible(goal, t, p_val if power_ok else None) & allowed
     big = np.where(allowed, t, np.nan)
     c = choose(goal, big, p_val if power_ok else None, cores, freq, tolerance, ok=ok)
@@ -409,4 +432,4 @@ def recommend_goal(goal: Goal, platform: dict[str, Any], groups: dict[str, Seque
         energy=energy, energy_source=", ".join(sorted(sources)) or None, meter=meter,
         model=", ".join(sorted({e.model for _, e in ests})),
         power_model=", ".join(sorted({e.power_model for _, e in ests if e.power_model}))
-        or None, beyond=beyond, noise=noise_unknown_text() if dof == 0 else None)
+        or None, beyond=beyond, could_meet=could_meet, noise=noise_unknown_text() if dof == 0 else None)

@@ -453,3 +453,33 @@ def test_one_run_per_configuration_gives_no_zero_width_interval():
     assert recommend_goal(make_goal("time"), plat, many).noise is None
     assert noise_half_width(0.01, 3, 3, dof=1000) == pytest.approx(
         noise_half_width(0.01, 3, 3), rel=0.05)
+
+
+def test_whether_measuring_more_could_meet_the_limits_follows_from_the_predictions():
+    """An unmet deadline advised 'measure more configurations with opptune tune' whenever
+    any was unmeasured, also where every unmeasured one is predicted slower than the fastest
+    measured (the clocks between two measured ones): tuning cannot help there."""
+    from opptune.daemon.goal_query import advice
+    plat = platform_of(PI4)
+    table = PI4["clusters"][0]["freqs_khz"]
+    both_ends = {"": rows(PI4, [0, 1, 2, 3], [table[0], table[-1]])}
+    fastest, _ = truth(PI4, [0, 1, 2, 3], table[-1])
+    rec = recommend_goal(make_goal("time", deadline=f"{fastest * 0.8}s"), plat, both_ends)
+    assert not rec.met and rec.n_configurations < rec.n_candidates and rec.could_meet == 0
+    out = {**rec.as_dict(), "agent": "pi", "workload": "triad", "size": "small"}
+    text = advice(out)
+    assert "opptune tune" not in text, text
+    unmeasured = rec.n_candidates - rec.n_configurations
+    assert text.endswith(f"(measuring more would not help: none of the {unmeasured} "
+                         "configurations not measured is predicted, within its interval, to "
+                         "meet them)"), text
+    # two cores measured: the 4-core configurations, predicted faster, may meet it
+    two = {"": rows(PI4, [0, 1], [table[0], table[-1]])}
+    best2, _ = truth(PI4, [0, 1], table[-1])
+    rec = recommend_goal(make_goal("time", deadline=f"{(best2 + fastest) / 2}s"), plat, two)
+    assert not rec.met and rec.could_meet > 0
+    text = advice({**rec.as_dict(), "agent": "pi", "workload": "triad", "size": "small"})
+    assert "measure more configurations with 'opptune tune --agent pi" in text
+    assert "would not help" not in text
+    # a goal without limits has nothing to meet
+    assert recommend_goal(make_goal("time"), plat, two).could_meet is None
