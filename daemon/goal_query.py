@@ -202,8 +202,11 @@ def apply(d: Daemon, rec: dict[str, Any], target: dict[str, Any] | None = None
     stored = d.recommender.send_config(rec["agent"], group, rec["cpus"], rec["freq_khz"],
                                        t["value"], t["lower"], t["upper"], rec["model"],
                                        target=target, goal=goal)
-    return {"config_id": stored["config_id"], "state": stored["state"],
-            "reason": stored.get("error"), "not_kept": not_kept_text(info, rec, target)}
+    out = {"config_id": stored["config_id"], "state": stored["state"],
+           "reason": stored.get("error"), "not_kept": not_kept_text(info, rec, target)}
+    if target is None:  # how long its verification takes: the agent runs it this many times
+        out["verify_runs"] = d.config.verify_reps
+    return out
 
 
 def not_kept_text(info: Any, rec: dict[str, Any], target: dict[str, Any] | None

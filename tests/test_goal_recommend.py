@@ -483,3 +483,27 @@ def test_whether_measuring_more_could_meet_the_limits_follows_from_the_predictio
     assert "would not help" not in text
     # a goal without limits has nothing to meet
     assert recommend_goal(make_goal("time"), plat, two).could_meet is None
+
+
+def test_a_pushed_recommendation_says_its_verdict_or_how_long_its_verification_takes():
+    """recommend --apply printed "pushed to pi as cfg-1 (pushed); 'opptune status' shows its
+    verification" and nothing of when, while --json could carry the verdict."""
+    from opptune.daemon.goal_cli import VERIFY_WAIT_S, pushed_text, verification_s
+    data = {"agent": "pi", "workload": "triad", "time_s": {"value": 30.0, "upper": 40.0},
+            "applied": {"config_id": "cfg-1", "state": "pushed", "verify_runs": 3,
+                        "verification": None}}
+    assert verification_s(data) == 120.0 > VERIFY_WAIT_S  # too long to wait for
+    assert pushed_text(data) == (
+        "pushed to pi as cfg-1: the agent runs triad 3 times at it, about 120 s by the "
+        "prediction; 'opptune status --agent pi' shows its verdict")
+    assert pushed_text(data, waited=80.0) == (
+        "pushed to pi as cfg-1: not verified after 80 s (a job of pi's may run before it); "
+        "'opptune status --agent pi' shows its verdict")
+    data["applied"]["verification"] = {"state": "off", "verified_time_s": 61.2,
+                                       "error": "off by +104.0 % (...)"}
+    assert pushed_text(data) == "cfg-1 on pi: off (off by +104.0 % (...)); measured 61.2 s"
+    # an older daemon does not say how many runs: nothing said of how long
+    older = {**data, "applied": {"config_id": "cfg-1", "state": "pushed"}}
+    assert verification_s(older) is None
+    assert pushed_text(older) == ("pushed to pi as cfg-1 (pushed); 'opptune status --agent pi' "
+                                  "shows its verdict")
