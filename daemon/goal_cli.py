@@ -14,9 +14,10 @@ from rich.text import Text
 
 from ..shared.cpus import format_cpu_list, policies_text
 from .console import make_console
-from .objectives import OBJECTIVES, make_goal
+from .objectives import OBJECTIVES, format_seconds, make_goal
 from .options import below_least
-from .planner import GOVERNOR_CLOCK
+from .planner import clock_text
+from .status_view import state_text
 
 # exit status of recommend and tune when no configuration meets the deadline / power cap: the
 # answer (the closest configuration) is printed, nothing is applied
@@ -25,6 +26,12 @@ UNMET = 3
 # checks the target at once and measures it over a 2 s window, unless a job runs before it
 FOLLOW_TARGET_S = 20.0
 FOLLOW_POLL_S = 0.2
+# recommend --apply waits for the verification where its runs take at most this long by the
+# prediction (plus FOLLOW_TARGET_S for the agent to start them); a longer one is left to
+# 'opptune status', the command saying how long it takes
+VERIFY_WAIT_S = 60.0
+# what --apply --json's applied.verification keeps of the status row
+VERIFICATION_KEYS = ("state", "error", "verified_time_s", "verified_energy_j")
 # how often tune looks again which daemons of the fleet answer (its way on if its own falls
 # silent): a status query, every few polls rather than each
 FLEET_LOOK_S = 5.0
@@ -86,12 +93,6 @@ def _iv(iv: dict[str, Any], unit: str, spec: str = ".4g") -> str:
     return text
 
 
-def _freq(f: int | None, clock: str | None = None) -> str:
-    """A frequency; None: ``clock``, what the cpus run at then (the daemon's answer says it;
-    an older daemon's does not: the governor's choice, as it meant)."""
-    return (clock or GOVERNOR_CLOCK) if f is None else f"{f / 1000:g} MHz"
-
-
 # What each energy_source (agent/meters/energy.py, agent/run_output.py) is, in a user's words
 ENERGY_SOURCE_WORDS = {
     "rapl": "the CPU's RAPL energy counters",
@@ -128,7 +129,7 @@ def measuring_text(step: dict[str, Any]) -> str:
     """The tune progress line's state while a configuration is measured."""
     n = step["cores"]
     return (f"measuring {n} core{'s' if n != 1 else ''} at "
-            f"{_freq(step['freq_khz'], step.get('clock'))} "
+            f"{clock_text(step['freq_khz'], step.get('clock'))} "
             f"({step['reason']})")
 
 
@@ -139,7 +140,7 @@ def config_text(r: dict[str, Any], clock: str | None = None) -> str:
     if r.get("cluster") is not None:
         where += f", cluster {r['cluster']}"
     return (f"{r['cores']} core{'s' if r['cores'] != 1 else ''} ({where}) at "
-            f"{_freq(r['freq_khz'], clock or r.get('clock'))}")
+            f"{clock_text(r['freq_khz'], clock or r.get('clock'))}")
 
 
 def recommendation_table(r: dict[str, Any], title: str | None = None) -> Table:
@@ -153,7 +154,7 @@ def recommendation_table(r: dict[str, Any], title: str | None = None) -> Table:
     t.add_row("configuration", config_text(r))
     pols = r.get("freq_per_policy") or {}
     if pols:
-        t.add_row("frequency per policy", policies_text(pols, _freq))
+        t.add_row("frequency per policy", policies_text(pols, clock_text))
     t.add_row("time", _iv(r["time_s"], "s"))
     t.add_row("power", _iv(r["power_w"], "W", ".3g"))
     t.add_row("energy", _iv(r["energy_j"], "J"))
@@ -208,6 +209,8 @@ def recommendation_notes(r: dict[str, Any]) -> list[Text]:
         out.append(Text(f"limits: {r['note']}", style="red"))
     if r.get("beyond"):  # absent from an older daemon's answer
         out.append(Text(f"beyond: {r['beyond']}"))
+    if r.get("noise"):  # absent from an older daemon's answer
+        out.append(Text(f"interval: {r['noise']}"))
     return out
 
 
@@ -253,6 +256,25 @@ def cmd_recommend(args: argparse.Namespace) -> int:
             applied["reason"] = outcome["error"]
             if outcome["state"] == "refused":
                 rc = 1
+    waited = None  # how long recommend --apply waited in vain for the verification
+    if "target" not in q and applied.get("state") == "pushed":
+        seconds = verification_s(data)
+        applied["verification"] = None
+        if seconds is not None and seconds <= VERIFY_WAIT_S:
+            if not args.json:
+                print(f"opptune recommend: {applied['config_id']} pushed to {data['agent']}; "
+                      f"waiting for its verification ({verification_text(data, seconds)})",
+                      file=sys.stderr)
+            start = time.monotonic()
+            try:
+                row = follow_target(daemon_endpoint(args), data["agent"],
+                                    applied["config_id"], args.timeout,
+                                    seconds + FOLLOW_TARGET_S)
+                waited = time.monotonic() - start
+            except KeyboardInterrupt:  # stops the waiting, not the verification
+                row = None
+            if row is not None:
+                applied["verification"] = {k: row.get(k) for k in VERIFICATION_KEYS}
     if args.json:
         json.dump(data, sys.stdout, indent=2, sort_keys=True)
         print()
@@ -278,8 +300,7 @@ def cmd_recommend(args: argparse.Namespace) -> int:
             con.print(f"refused by {agent} ({a['config_id']}): {a['reason']}", markup=False,
                       soft_wrap=True)
         elif a["state"] == "pushed":
-            con.print(f"pushed to {agent} as {a['config_id']} ({a['state']}); 'opptune "
-                      "status' shows its verification")
+            con.print(pushed_text(data, waited), markup=False, soft_wrap=True)
         else:
             con.print(f"{a['config_id']} on {agent}: {a.get('reason') or a['state']}; "
                       "'opptune status' shows what it measured", markup=False, soft_wrap=True)
@@ -288,13 +309,50 @@ def cmd_recommend(args: argparse.Namespace) -> int:
     return rc
 
 
-def follow_target(endpoint: str, agent: str, config_id: str,
-                  timeout_s: float) -> dict[str, Any] | None:
-    """``config_id``'s status row once the agent has applied or refused it; None when it is
-    still pushed after FOLLOW_TARGET_S (a job runs before it) or the daemon stops answering
-    (the push stands: 'opptune status' follows it)."""
+def verification_s(data: dict[str, Any]) -> float | None:
+    """How long the verification runs of a pushed recommendation take by its prediction (the
+    interval's upper end, each of the agent's ``verify_runs``); None where the daemon's
+    answer does not say how many (an older daemon)."""
+    runs = (data.get("applied") or {}).get("verify_runs")
+    t = data.get("time_s") or {}
+    each = t.get("upper") or t.get("value")
+    return None if not runs or each is None else runs * each
+
+
+def verification_text(data: dict[str, Any], seconds: float) -> str:
+    runs = data["applied"]["verify_runs"]
+    return (f"the agent runs {data['workload']} {runs} time{'s' if runs != 1 else ''} at it, "
+            f"about {format_seconds(seconds)} by the prediction")
+
+
+def pushed_text(data: dict[str, Any], waited: float | None = None) -> str:
+    """The line on a pushed recommendation: its verdict where the command waited for it, as
+    ``opptune status`` says it; else, after ``waited`` seconds in vain, that it was not
+    verified yet, or how long its verification takes; and where to see it."""
+    a, agent = data["applied"], data["agent"]
+    see = f"'opptune status --agent {agent}' shows its verdict"
+    v = a.get("verification")
+    if v:
+        measured = (f"; measured {v['verified_time_s']:.4g} s" if v.get("verified_time_s")
+                    is not None else "")
+        return f"{a['config_id']} on {agent}: {state_text(v)}{measured}"
+    if waited is not None:
+        return (f"pushed to {agent} as {a['config_id']}: not verified after "
+                f"{format_seconds(waited)} (a job of {agent}'s may run before it); {see}")
+    seconds = verification_s(data)
+    if seconds is None:  # an older daemon: how long is not known
+        return f"pushed to {agent} as {a['config_id']} (pushed); {see}"
+    return (f"pushed to {agent} as {a['config_id']}: {verification_text(data, seconds)}; "
+            f"{see}")
+
+
+def follow_target(endpoint: str, agent: str, config_id: str, timeout_s: float,
+                  within_s: float = FOLLOW_TARGET_S) -> dict[str, Any] | None:
+    """``config_id``'s status row once the agent has applied, verified or refused it; None
+    when it is still pushed after ``within_s`` (a job runs before it) or the daemon stops
+    answering (the push stands: 'opptune status' follows it)."""
     from .client import DaemonUnreachable, QueryFailed, query
-    deadline = time.monotonic() + FOLLOW_TARGET_S
+    deadline = time.monotonic() + within_s
     while time.monotonic() < deadline:
         try:
             page = query(endpoint, "status", {"agent": agent, "limit": 20,

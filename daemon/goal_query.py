@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Any, Callable
 from .errors import HandlerError
 from .goal_recommend import GoalError, NoPowerData, NotMeasured, recommend_goal
 from .objectives import Goal, format_seconds, format_watts, make_goal
-from .planner import clocks_never_apply, unset_clock
+from .planner import clocks_never_apply, workload_clock
 from .query_worker import Deferred
 from .recommender import marked_left_out, rests_on
 from .store import Group
@@ -113,10 +113,9 @@ def recommend_steps(d: Daemon, agent: str, workload: str, goal: Goal, size: str 
         if out["freq_khz"] is None:
             # a command on a virtual board runs on the agent's machine: no policy of the
             # board's sets its clock ("policy0 governor's choice" said one did)
-            reaches = clocks_never_apply(platform, info.workload_kind(workload) if info
-                                         else None, "") is None
-            out["clock"] = unset_clock(platform, out["cpus"], reaches)
-            if not reaches:
+            kind = info.workload_kind(workload) if info else None
+            out["clock"] = workload_clock(platform, kind, out["cpus"])
+            if clocks_never_apply(platform, kind, "") is not None:
                 out["freq_per_policy"] = {}
         group = Group(info.platform_id if info else "", workload, size, out.get("variant", ""))
         out["rests_on"] = rests_on(d.store, group, accept_load=accept_load, never_clean=(
@@ -201,8 +200,11 @@ def apply(d: Daemon, rec: dict[str, Any], target: dict[str, Any] | None = None
     stored = d.recommender.send_config(rec["agent"], group, rec["cpus"], rec["freq_khz"],
                                        t["value"], t["lower"], t["upper"], rec["model"],
                                        target=target, goal=goal)
-    return {"config_id": stored["config_id"], "state": stored["state"],
-            "reason": stored.get("error"), "not_kept": not_kept_text(info, rec, target)}
+    out = {"config_id": stored["config_id"], "state": stored["state"],
+           "reason": stored.get("error"), "not_kept": not_kept_text(info, rec, target)}
+    if target is None:  # how long its verification takes: the agent runs it this many times
+        out["verify_runs"] = d.config.verify_reps
+    return out
 
 
 def not_kept_text(info: Any, rec: dict[str, Any], target: dict[str, Any] | None
@@ -262,12 +264,20 @@ def advice(rec: dict[str, Any], tune: bool = False, budget_spent: bool = False) 
     found worth measuring, or what ``budget_spent`` let it."""
     opts = " or ".join(_broken(rec))
     todo = [f"relax {opts}"]
-    if tune and budget_spent:
+    unmeasured = rec["n_candidates"] - rec["n_configurations"]
+    # measuring more helps only where a configuration not measured yet may meet the limits
+    # by its predicted interval (an older daemon's answer does not say: where any is left)
+    could = rec.get("could_meet", unmeasured)
+    if tune and budget_spent and could:
         todo.append("tune again with a larger --budget")
-    if not tune and rec["n_configurations"] < rec["n_candidates"]:
-        # configurations not measured yet may meet the limits where predictions do not
+    if not tune and could and unmeasured > 0:
         todo.append(f"measure more configurations with 'opptune tune --agent {rec['agent']} "
                     f"--workload {rec['workload']} {_goal_args(rec)}'")
     alone = Goal(rec["goal"]["objective"]).describe()
     todo.append(f"leave {opts} out for the best configuration for {alone} alone")
-    return f"{', '.join(todo[:-1])}{', or ' if len(todo) > 2 else ' or '}{todo[-1]}"
+    text = f"{', '.join(todo[:-1])}{', or ' if len(todo) > 2 else ' or '}{todo[-1]}"
+    if not could and unmeasured > 0 and (budget_spent or not tune):
+        text += (f" (measuring more would not help: none of the {unmeasured} configuration"
+                 f"{'s' if unmeasured != 1 else ''} not measured is predicted, within its "
+                 "interval, to meet them)")
+    return text

@@ -83,6 +83,12 @@ class GoalRecommendation:
     # the model's best lies beyond the most cores measured and was not recommended (None: it
     # did not, or --max-cores allowed it)
     beyond: str | None = None
+    # candidates not measured whose predicted intervals reach within the goal's limits (the
+    # configurations measuring more could find); None for a goal without limits
+    could_meet: int | None = None
+    # what the intervals assume where no configuration was measured twice (None: the noise
+    # was measured)
+    noise: str | None = None
 
     def as_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -214,13 +220,60 @@ def per_configuration(measured: Measured) -> tuple[Measured, dict[int, int], flo
     return out, counts, float(sig[0]), float(sig[1])
 
 
-def noise_half_width(sigma: float, runs: int, verify_runs: int, level: float = 0.9) -> float:
+# The run-to-run noise (1 sigma of log time or power) assumed before any configuration was
+# measured twice, and its weight in pseudo degrees of freedom: as the surrogate's model error
+# (models/surrogate.py), so that one run per configuration gives no zero-width interval (a
+# 2-configuration tune of 1 run each claimed 0.09111..0.09111 s and judged -8.6 % "off").
+NOISE_PRIOR = 0.05
+NOISE_PRIOR_DOF = 2.0
+
+
+def noise_dof(counts: dict[int, int]) -> int:
+    """Degrees of freedom of the pooled noise of :func:`per_configuration`'s ``counts``."""
+    return sum(n - 1 for n in counts.values())
+
+
+def noise_half_width(sigma: float, runs: int, verify_runs: int, level: float = 0.9,
+                     dof: int | None = None) -> float:
     """Half-width (log units) of the interval that a verification's median of ``verify_runs``
     runs falls in around a configuration's value known from ``runs`` runs (0: modelled),
-    from the run-to-run noise alone: var(log median of m) ~ pi/2 sigma^2 / m."""
-    from scipy.special import ndtri  # scipy.stats.norm.ppf's, without importing scipy.stats
+    from the run-to-run noise alone: var(log median of m) ~ pi/2 sigma^2 / m. With ``dof``
+    (the degrees of freedom ``sigma`` was estimated with) the noise is pooled with
+    NOISE_PRIOR and the quantile is Student's t (the posterior predictive under a scaled
+    inverse chi-square prior): few repeats give a wide interval, none the prior's."""
+    # scipy.stats' norm.ppf and t.ppf, without importing scipy.stats (seconds on a busy board)
+    from scipy.special import ndtri, stdtrit
+    q = ndtri(0.5 + level / 2)
+    if dof is not None:
+        sigma = float(np.sqrt((dof * sigma ** 2 + NOISE_PRIOR_DOF * NOISE_PRIOR ** 2)
+                              / (dof + NOISE_PRIOR_DOF)))
+        q = stdtrit(dof + NOISE_PRIOR_DOF, 0.5 + level / 2)
     var = sigma ** 2 * ((1.0 / runs if runs else 0.0) + np.pi / 2 / max(verify_runs, 1))
-    return float(ndtri(0.5 + level / 2) * np.sqrt(var))
+    return float(q * np.sqrt(var))
+
+
+def noise_unknown_text() -> str:
+    """The note on intervals whose run-to-run noise no repeated run measured."""
+    return (f"no configuration was measured twice, so the run-to-run noise is unknown: the "
+            f"intervals assume {NOISE_PRIOR * 100:g} %; sweep or tune with --reps 2 or more to "
+            "measure it")
+
+
+def _could_meet(goal: Goal, ests: list, offered: np.ndarray, t_lo: np.ndarray,
+                p_lo: np.ndarray | None) -> int | None:
+    """How many ``offered`` candidates not measured have predicted lower bounds within the
+    goal's deadline and power cap (where power is modelled): those measuring more could
+    find; None for a goal without limits."""
+    if goal.deadline_s is None and goal.power_cap_w is None:
+        return None
+    unmeasured = np.concatenate([~np.isin(np.arange(len(p.grid)), p.measured.index)
+                                 for p, _ in ests])
+    ok = offered & unmeasured
+    if goal.deadline_s is not None:
+        ok &= np.nan_to_num(t_lo, nan=np.inf) <= goal.deadline_s
+    if goal.power_cap_w is not None and p_lo is not None:
+        ok &= np.nan_to_num(p_lo, nan=np.inf) <= goal.power_cap_w
+    return int(ok.sum())
 
 
 def recommend_goal(goal: Goal, platform: dict[str, Any], groups: dict[str, Sequence[Row]],
@@ -295,7 +348,8 @@ def recommend_goal(goal: Goal, platform: dict[str, Any], groups: dict[str, Seque
     beyond = None
     if max_cores:
         allowed &= cores <= max_cores
-    else:
+    offered = allowed.copy()  # what a tune could measure (beyond the measured cores too)
+    if not max_cores:
         # Without a --max-cores, no more cores than a part measured: a model fitted on 1..k
         # cores predicts n >> k with an interval that knows nothing of what happens there
         # (x86-2numa measured at 1-2 cores: 31 cores "0.0008 s (0.0007..0.0011)", truly
@@ -316,6 +370,8 @@ def recommend_goal(goal: Goal, platform: dict[str, Any], groups: dict[str, Seque
             allowed = within
     if not allowed.any():
         raise NotMeasured(f"no candidate has at most {max_cores} cores")
+    could_meet = _could_meet(goal, ests, offered, cat("time_lower"),
+                             cat("power_lower") if power_ok else None)
     ok = feasible(goal, t, p_val if power_ok else None) & allowed
     big = np.where(allowed, t, np.nan)
     c = choose(goal, big, p_val if power_ok else None, cores, freq, tolerance, ok=ok)
@@ -336,8 +392,9 @@ def recommend_goal(goal: Goal, platform: dict[str, Any], groups: dict[str, Seque
     counts, sig_t, sig_p = noise[int(owner[i])]
     j = i - int(np.flatnonzero(owner == owner[i])[0])  # index within its part's grid
     runs_i = counts.get(j, 0)
-    h_t = noise_half_width(sig_t, runs_i, verify_runs)
-    h_p = noise_half_width(sig_p, runs_i, verify_runs)
+    dof = noise_dof(counts)
+    h_t = noise_half_width(sig_t, runs_i, verify_runs, dof=dof)
+    h_p = noise_half_width(sig_p, runs_i, verify_runs, dof=dof)
     t_lo[i], t_hi[i] = min(t_lo[i], t[i] * np.exp(-h_t)), max(t_hi[i], t[i] * np.exp(h_t))
     p_lo[i], p_hi[i] = min(p_lo[i], p_val[i] * np.exp(-h_p)), max(p_hi[i], p_val[i] * np.exp(h_p))
 
@@ -376,4 +433,4 @@ def recommend_goal(goal: Goal, platform: dict[str, Any], groups: dict[str, Seque
         energy=energy, energy_source=", ".join(sorted(sources)) or None, meter=meter,
         model=", ".join(sorted({e.model for _, e in ests})),
         power_model=", ".join(sorted({e.power_model for _, e in ests if e.power_model}))
-        or None, beyond=beyond)
+        or None, beyond=beyond, could_meet=could_meet, noise=noise_unknown_text() if dof == 0 else None)

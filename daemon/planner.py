@@ -274,6 +274,20 @@ def unset_clock(platform: dict[str, Any], cpus: list[int], reaches: bool = True)
     return GOVERNOR_CLOCK if governed and reaches else OWN_CLOCK
 
 
+def workload_clock(platform: dict[str, Any], kind: str | None, cpus: list[int]) -> str:
+    """What ``cpus`` run a workload of ``kind`` at where no frequency is set (a stored or
+    answered recommendation's ``clock``): :func:`unset_clock`, with the board's clocks out of
+    reach of a command on a virtual board (:func:`clocks_never_apply`)."""
+    return unset_clock(platform, cpus, clocks_never_apply(platform, kind, "") is None)
+
+
+def clock_text(freq_khz: int | None, clock: str | None = None) -> str:
+    """A configuration's frequency in words ("1400 MHz"); where none is set, ``clock``, what
+    its cpus run at (:func:`workload_clock`; None: an older daemon did not say: the governor's
+    choice, as it meant). Shared by recommend, tune, status and report."""
+    return (clock or GOVERNOR_CLOCK) if freq_khz is None else f"{freq_khz / 1000:g} MHz"
+
+
 def cores_not_swept(platform: dict[str, Any], board: str) -> str | None:
     """What ``opptune sweep`` says of a board whose agent's hello names no cpus (an older or
     foreign agent): its sweeps measure cpu 0 alone; None when the cpus are known."""
@@ -411,7 +425,7 @@ def plan_sweep(platform: dict[str, Any], workload: str, defaults: SweepDefaults,
 
 
 __all__ = ["ConfigError", "GOVERNOR_CLOCK", "OWN_CLOCK", "PlanError", "clocks_never_apply",
-           "cluster_order", "cluster_orders", "unset_clock",
+           "clock_text", "cluster_order", "cluster_orders", "unset_clock", "workload_clock",
            "cpufreq_unavailable",
            "grid_asks_frequencies", "grid_frequencies",
            "frequency_ranges", "new_job_id", "offer_text", "offered_frequencies",

@@ -507,14 +507,32 @@ ENERGY_OBJECTIVES = ("energy", "edp", "ed2p")
 _WORST = ("off", "unconfirmed", "verified")
 
 
+# the products an objective names, E * t^k: its k and how it is written
+PRODUCTS = {"edp": (1, "EDP", "J s"), "ed2p": (2, "ED2P", "J s²")}
+
+
+def product_interval(rec: dict[str, Any], k: int) -> tuple[float, float, float] | None:
+    """The predicted E * t^k of stored recommendation ``rec`` with an interval from the
+    ends of its time and energy intervals (lower with lower, upper with upper): it holds the
+    product whenever both factors lie within theirs, so it is conservative (at least as wide
+    as a joint interval would be); None where a value or end is missing."""
+    e = (rec.get("goal") or {}).get("energy_j") or {}
+    t = (rec.get("predicted_time_s"), rec.get("predicted_lower_s"), rec.get("predicted_upper_s"))
+    ends = (e.get("value"), e.get("lower"), e.get("upper"))
+    if any(v is None for v in (*t, *ends)):
+        return None
+    return tuple(ev * tv ** k for ev, tv in zip(ends, t))  # type: ignore[return-value]
+
+
 def judge(rec: dict[str, Any], time_s: float | None, energy_j: float | None
           ) -> tuple[str, str | None]:
     """Stored recommendation ``rec``'s state after verification runs that measured ``time_s``
-    (their median) and ``energy_j`` (None: no meter): :func:`verdict` on time; for a goal of
-    energy, EDP or ED2P (``rec["goal"]``) on the energy too, against its predicted interval,
-    the worse of the two states, and the note says both ("time ...; energy ..."). The goal
-    answer has no interval of the E*t products: EDP and ED2P are judged on time and energy
-    each. Runs without energy are judged on time only, and the note says so."""
+    (their median) and ``energy_j`` (None: no meter): :func:`verdict` on time; for an energy
+    goal (``rec["goal"]``) on the energy too, against its predicted interval, the worse of the
+    two states, and the note says both ("time ...; energy ..."). An EDP or ED2P goal is judged
+    on the product it names, against :func:`product_interval`, its note led by it ("EDP ...;
+    time ...; energy ..."); where no product interval can be formed, on time and energy each.
+    Runs without energy are judged on time only, and the note says so."""
     state, note = verdict(time_s, rec.get("predicted_time_s"), rec.get("predicted_lower_s"),
                           rec.get("predicted_upper_s"))
     goal = rec.get("goal") or {}
@@ -529,7 +547,13 @@ def judge(rec: dict[str, Any], time_s: float | None, energy_j: float | None
                        "compare with: judged on time only")
     e_state, e_note = verdict(energy_j, predicted["value"], predicted.get("lower"),
                               predicted.get("upper"), unit="J", what="energy")
-    return min((state, e_state), key=_WORST.index), f"time {note}; energy {e_note}"
+    both = f"time {note}; energy {e_note}"
+    k, name, unit = PRODUCTS.get(goal["objective"], (None, "", ""))
+    product = product_interval(rec, k) if k and time_s is not None else None
+    if product is None:
+        return min((state, e_state), key=_WORST.index), both
+    p_state, p_note = verdict(energy_j * time_s ** k, *product, unit=unit, what=name)
+    return p_state, f"{name} {p_note}; {both}"
 
 
 def off_pct(measured: float | None, predicted: float | None) -> float | None:

@@ -19,6 +19,7 @@ from ..shared.versions import older
 from .drift import fit_predates, status_rows as drift_rows
 from .errors import HandlerError
 from .keyring import refused_keys
+from .planner import workload_clock
 from .recommender import off_pct, rests_on
 from .registry import board_name
 from .store import Group
@@ -141,7 +142,7 @@ def status(d: Daemon, args: dict[str, Any] | None = None, bases: bool = True
     recs: list[dict[str, Any]] = []
     if want("recommendations"):
         rows, total["recommendations"] = d.store.recommendations_page(page.agent, page.limit)
-        recs = [_rec_row(r) for r in rows]
+        recs = [_rec_row(r, _clock(d, r)) for r in rows]
         basis = group_basis(d, _fit_quality(d, fits, recs)) if bases else None
         for r in recs if basis else []:  # the listed ones only: each reads its group's points
             r["rests_on"] = basis(r["agent"], Group(**r["group"]))
@@ -236,10 +237,24 @@ def _fit_row(f: dict[str, Any]) -> dict[str, Any]:
             "params": f["params"], "quality": f["quality"], "runners_up": f["runners_up"]}
 
 
-def _rec_row(r: dict[str, Any]) -> dict[str, Any]:
+def _clock(d: Daemon, r: dict[str, Any]) -> str | None:
+    """What stored recommendation ``r``'s cpus run at where it sets no frequency, as
+    ``recommend`` says it (planner.workload_clock); None where it sets one."""
+    if r["freq_khz"] is not None:
+        return None
+    info = d.registry.get(r["agent"])
+    platform = (info.platform if info else None) or d.store.platform(r["platform"]) or {}
+    return workload_clock(platform, info.workload_kind(r["workload"]) if info else None,
+                          list(r["cpus"] or []))
+
+
+def _rec_row(r: dict[str, Any], clock: str | None = None) -> dict[str, Any]:
     return {"config_id": r["config_id"], "agent": r["agent"],
             "group": {k: r[k] for k in Group._fields},
             "cores": r["cores"], "cpus": r["cpus"], "freq_khz": r["freq_khz"],
+            # where freq_khz is null: what its cpus run at (the governor's choice, or no set
+            # frequency where no policy reaches the workload), in recommend's words
+            "clock": clock,
             "predicted_time_s": r["predicted_time_s"],
             "predicted_lower_s": r["predicted_lower_s"],
             "predicted_upper_s": r["predicted_upper_s"], "state": r["state"],

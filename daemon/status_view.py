@@ -10,7 +10,7 @@ from rich.table import Table
 
 from ..shared.cpus import format_cpu_list
 from .console import make_console
-from .planner import frequencies_not_swept
+from .planner import clock_text, frequencies_not_swept
 
 
 def _fmt(value: Any, spec: str = ".4g") -> str:
@@ -456,7 +456,7 @@ def print_status(data: dict[str, Any], console: Console | None = None,
         lo, hi = r.get("predicted_lower_s"), r.get("predicted_upper_s")
         t.add_row(_group(r.get("group"), names), _fmt(r.get("cores")),
                   format_cpu_list(r.get("cpus") or []),
-                  f"{freq / 1000:.0f} MHz" if freq else "governor's",
+                  clock_text(freq, r.get("clock")),
                   _fmt(r.get("predicted_time_s"))
                   + (f" ({_fmt(lo)}..{_fmt(hi)})" if lo is not None and hi is not None else ""),
                   state_text(r), _fmt(r.get("verified_time_s")))

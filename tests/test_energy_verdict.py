@@ -35,11 +35,30 @@ def test_an_energy_goal_is_judged_on_time_and_energy():
     assert judge(goal("energy"), 1.5, 10.0)[0] == "off"
 
 
-def test_edp_and_ed2p_judge_time_and_energy_each():
-    """The goal answer has no interval of the E*t products: each factor is judged."""
-    for objective in ("edp", "ed2p"):
-        assert judge(goal(objective), 1.0, 10.0)[0] == "verified"
-        assert judge(goal(objective), 1.0, 20.0)[0] == "off"
+def test_edp_and_ed2p_are_judged_on_the_product_they_name():
+    """EDP and ED2P goals were judged on time and energy each, never on the product they
+    name. The product's interval comes from the ends of the time and energy intervals (it
+    holds the product whenever both lie within theirs): E 9..11 J, t 0.9..1.1 s."""
+    state, note = judge(goal("edp"), 1.0, 10.0)
+    assert state == "verified" and note == (
+        "EDP +0.0 % of the prediction, within its interval -19..+21 %; time +0.0 % of the "
+        "prediction, within its interval -10..+10 %; energy +0.0 % of the prediction, within "
+        "its interval -10..+10 %")
+    # ED2P: E t^2, 9 x 0.81 .. 11 x 1.21 J s²
+    state, note = judge(goal("ed2p"), 1.0, 10.0)
+    assert state == "verified" and note.startswith(
+        "ED2P +0.0 % of the prediction, within its interval -27..+33 %; time ")
+    # twice the energy: the product is off, saying by how much against what
+    state, note = judge(goal("edp"), 1.0, 20.0)
+    assert state == "off" and note.startswith(
+        "EDP off by +100.0 % (measured 20 J s, predicted 10 J s, interval 8.1..12.1 J s); ")
+    # a slower run that took less energy: each factor outside its interval, the product the
+    # goal names as predicted (judged each, this was "off")
+    state, note = judge(goal("edp"), 1.15, 8.7)
+    assert state == "verified" and note.startswith("EDP +0.0 % of the prediction")
+    assert "time off by +15.0 %" in note and "energy off by -13.0 %" in note
+    # no energy interval: no product interval, time and energy each as before
+    assert judge(goal("edp", 10.0, None, None), 1.0, 10.0)[0] == "off"
 
 
 def test_runs_without_energy_are_judged_on_time_only_and_say_so():

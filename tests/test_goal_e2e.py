@@ -165,9 +165,23 @@ def test_tune_energy_then_recommend_energy_beside_time(tmp_path):
         assert row["predicted_energy_j"] == pushed["energy_j"]
         assert re.match(r"time ([+-]\d+\.\d %|off by).*; energy ([+-]\d+\.\d %|off by)",
                         row["error"]), row
+        # the command waited for that verdict (a few runs of a virtual kernel) and gave it
+        v = pushed["applied"]["verification"]
+        assert (v["state"], v["error"], pushed["applied"]["verify_runs"]) == (
+            row["state"], row["error"], 2), pushed["applied"]  # the cluster's verify_reps
+        # ...and says it as the status does (it said "pushed ...; 'opptune status' shows its
+        # verification", the verdict in --json alone)
+        p = opptune("recommend", "--daemon", c.endpoint, "--agent", "test-agent", "--workload",
+                    "pi_integrate", "--objective", "time", "--apply", cwd=elsewhere)
+        assert p.returncode == 0, p.stderr
+        text = " ".join(p.stdout.split())
+        assert re.search(r"cfg-\w+ on test-agent: (verified|unconfirmed|off) \(.+\); measured "
+                         r"[0-9.]+ s$", text), text
+        assert re.search(r"waiting for its verification \(the agent runs pi_integrate 2 times "
+                         r"at it, about [0-9.]+ m?s by the prediction\)", p.stderr), p.stderr
 
         # wrong input: one line, exit 2, nothing pushed
-        n_recs = len(st["recommendations"])
+        n_recs = len(c.status()["recommendations"])
         base = ["--daemon", c.endpoint, "--agent", "test-agent", "--workload", "pi_integrate"]
         one_line(opptune("recommend", *base, "--objective", "speed", cwd=elsewhere), 2,
                  "unknown objective 'speed'", "time, energy, edp, ed2p")
@@ -202,9 +216,11 @@ def test_tune_energy_then_recommend_energy_beside_time(tmp_path):
         # the agent gone: --apply stores it unsent, and says so rather than "pushed"
         c.kill("agent")
         apply = [*base, "--objective", "time", "--apply"]
-        wait_until(lambda: json.loads(opptune("recommend", *apply, "--json", cwd=elsewhere)
-                                      .stdout)["applied"]["state"] == "unsent",
-                   "a recommendation stored unsent once the daemon saw the agent go")
+        # (asked before the daemon sees it go, --apply pushes and waits for a verdict)
+        wait_until(lambda: not any(a["alive"] for a in c.status()["agents"]),
+                   "the daemon to see the agent go")
+        assert json.loads(opptune("recommend", *apply, "--json", cwd=elsewhere)
+                          .stdout)["applied"]["state"] == "unsent"
         p = opptune("recommend", *apply, cwd=elsewhere)
         assert p.returncode == 0, p.stderr
         text = " ".join(p.stdout.split())

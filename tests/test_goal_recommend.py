@@ -424,3 +424,86 @@ def test_what_cpus_run_at_where_no_frequency_is_set():
     assert config_text(rec) == "2 cores (cpus 0-1) at no set frequency (the board's own clock)"
     # an older daemon's answer, without clock: the governor's choice, as it meant
     assert config_text({**rec, "clock": None}) == "2 cores (cpus 0-1) at governor's choice"
+
+
+def test_one_run_per_configuration_gives_no_zero_width_interval():
+    """A 2-configuration tune of a command, 1 run each, recommended a measured configuration
+    with the interval 0.09111..0.09111 s (no repeat: the pooled noise was 0) and judged its
+    verification -8.6 % "off". The noise no repeat measured is assumed, and said so."""
+    from opptune.daemon.goal_recommend import NOISE_PRIOR, noise_half_width
+    from opptune.daemon.recommender import verdict
+    plat = platform_of(PI4)
+    runs = {"": [(1, None, 0.2, None, None), (4, None, 0.09111, None, None)]}
+    rec = recommend_goal(make_goal("time"), plat, runs, verify_runs=3)
+    t = rec.time_s
+    assert rec.cores == 4 and t.value == pytest.approx(0.09111)
+    # no repeat: the prior's noise, with Student's t at its 2 pseudo degrees of freedom
+    half = noise_half_width(0.0, 1, 3, dof=0)
+    assert half == pytest.approx(2.92 * NOISE_PRIOR * np.sqrt(1 + np.pi / 6), rel=1e-3)
+    assert t.lower == pytest.approx(t.value * np.exp(-half))
+    assert t.upper == pytest.approx(t.value * np.exp(half))
+    assert verdict(0.08332, t.value, t.lower, t.upper)[0] == "verified"
+    assert verdict(0.3353, t.value, t.lower, t.upper)[0] == "off"  # +268 %: off still
+    assert rec.noise == ("no configuration was measured twice, so the run-to-run noise is "
+                         "unknown: the intervals assume 5 %; sweep or tune with --reps 2 or "
+                         "more to measure it")
+    # repeats measure it: no note, and many of them leave the prior behind
+    many = {"": [(c, None, t0 * w, None, None) for c, t0 in ((1, 0.2), (2, 0.12), (4, 0.09))
+                 for w in (0.99, 1.0, 1.01) * 4]}
+    assert recommend_goal(make_goal("time"), plat, many).noise is None
+    assert noise_half_width(0.01, 3, 3, dof=1000) == pytest.approx(
+        noise_half_width(0.01, 3, 3), rel=0.05)
+
+
+def test_whether_measuring_more_could_meet_the_limits_follows_from_the_predictions():
+    """An unmet deadline advised 'measure more configurations with opptune tune' whenever
+    any was unmeasured, also where every unmeasured one is predicted slower than the fastest
+    measured (the clocks between two measured ones): tuning cannot help there."""
+    from opptune.daemon.goal_query import advice
+    plat = platform_of(PI4)
+    table = PI4["clusters"][0]["freqs_khz"]
+    both_ends = {"": rows(PI4, [0, 1, 2, 3], [table[0], table[-1]])}
+    fastest, _ = truth(PI4, [0, 1, 2, 3], table[-1])
+    rec = recommend_goal(make_goal("time", deadline=f"{fastest * 0.8}s"), plat, both_ends)
+    assert not rec.met and rec.n_configurations < rec.n_candidates and rec.could_meet == 0
+    out = {**rec.as_dict(), "agent": "pi", "workload": "triad", "size": "small"}
+    text = advice(out)
+    assert "opptune tune" not in text, text
+    unmeasured = rec.n_candidates - rec.n_configurations
+    assert text.endswith(f"(measuring more would not help: none of the {unmeasured} "
+                         "configurations not measured is predicted, within its interval, to "
+                         "meet them)"), text
+    # two cores measured: the 4-core configurations, predicted faster, may meet it
+    two = {"": rows(PI4, [0, 1], [table[0], table[-1]])}
+    best2, _ = truth(PI4, [0, 1], table[-1])
+    rec = recommend_goal(make_goal("time", deadline=f"{(best2 + fastest) / 2}s"), plat, two)
+    assert not rec.met and rec.could_meet > 0
+    text = advice({**rec.as_dict(), "agent": "pi", "workload": "triad", "size": "small"})
+    assert "measure more configurations with 'opptune tune --agent pi" in text
+    assert "would not help" not in text
+    # a goal without limits has nothing to meet
+    assert recommend_goal(make_goal("time"), plat, two).could_meet is None
+
+
+def test_a_pushed_recommendation_says_its_verdict_or_how_long_its_verification_takes():
+    """recommend --apply printed "pushed to pi as cfg-1 (pushed); 'opptune status' shows its
+    verification" and nothing of when, while --json could carry the verdict."""
+    from opptune.daemon.goal_cli import VERIFY_WAIT_S, pushed_text, verification_s
+    data = {"agent": "pi", "workload": "triad", "time_s": {"value": 30.0, "upper": 40.0},
+            "applied": {"config_id": "cfg-1", "state": "pushed", "verify_runs": 3,
+                        "verification": None}}
+    assert verification_s(data) == 120.0 > VERIFY_WAIT_S  # too long to wait for
+    assert pushed_text(data) == (
+        "pushed to pi as cfg-1: the agent runs triad 3 times at it, about 120 s by the "
+        "prediction; 'opptune status --agent pi' shows its verdict")
+    assert pushed_text(data, waited=80.0) == (
+        "pushed to pi as cfg-1: not verified after 80 s (a job of pi's may run before it); "
+        "'opptune status --agent pi' shows its verdict")
+    data["applied"]["verification"] = {"state": "off", "verified_time_s": 61.2,
+                                       "error": "off by +104.0 % (...)"}
+    assert pushed_text(data) == "cfg-1 on pi: off (off by +104.0 % (...)); measured 61.2 s"
+    # an older daemon does not say how many runs: nothing said of how long
+    older = {**data, "applied": {"config_id": "cfg-1", "state": "pushed"}}
+    assert verification_s(older) is None
+    assert pushed_text(older) == ("pushed to pi as cfg-1 (pushed); 'opptune status --agent pi' "
+                                  "shows its verdict")

@@ -56,6 +56,24 @@ def test_withheld_with_every_configuration_measured_suggests_no_tune():
             "--deadline 10ms --power-cap 500mW'") in reason
 
 
+def test_withheld_advises_measuring_more_only_where_the_predictions_allow_it():
+    """'measure more configurations with opptune tune' (and, after a tune, 'a larger
+    --budget') was advised whenever a configuration was unmeasured, also where none is
+    predicted, within its interval, to meet the limits (could_meet 0)."""
+    reason = withheld(rec(could_meet=0))["reason"]
+    assert reason.endswith(
+        "nothing was pushed to pi: relax --deadline or leave --deadline out for the best "
+        "configuration for minimum time alone (measuring more would not help: none of the 17 "
+        "configurations not measured is predicted, within its interval, to meet them)")
+    reason = withheld(rec(could_meet=0), tune=True, budget_spent=True)["reason"]
+    assert "--budget" not in reason and reason.endswith("to meet them)")
+    # some may: advised as before
+    assert "measure more configurations with 'opptune tune" in withheld(rec(could_meet=2))[
+        "reason"]
+    assert "tune again with a larger --budget" in withheld(rec(could_meet=2), tune=True,
+                                                           budget_spent=True)["reason"]
+
+
 def test_withheld_names_the_limit_the_closest_breaks():
     # the deadline is met (0.0128 s <= 2.5 s), the cap is not (1.9 W > 0.5 W)
     goal = {"objective": "time", "deadline_s": 2.5, "power_cap_w": 0.5}
@@ -163,9 +181,12 @@ def test_limits_no_configuration_meets_exit_3_and_push_nothing(tmp_path):
         assert p.returncode == 3, p.stdout + p.stderr + c.logs()
         text = " ".join(p.stdout.split())
         assert re.search(r"unmet: no configuration meets the limits; the closest draws "
-                         r"[0-9.]+ m?W \(cap 1 mW\); nothing was applied: relax --power-cap, "
-                         r"tune again with a larger --budget, or leave --power-cap out for the "
-                         r"best configuration for minimum time alone", text), text
+                         r"[0-9.]+ m?W \(cap 1 mW\); nothing was applied: relax --power-cap or "
+                         r"leave --power-cap out for the best configuration for minimum time "
+                         r"alone \(measuring more would not help: none of the [0-9]+ "
+                         r"configurations not measured is predicted, within its interval, to "
+                         r"meet them\)", text), text  # a larger --budget was advised
+
         assert "Traceback" not in p.stderr and "verification" not in text
 
         # recommend, each way of applying: the answer, exit 3, nothing pushed
@@ -188,10 +209,10 @@ def test_limits_no_configuration_meets_exit_3_and_push_nothing(tmp_path):
         assert "limits: no configuration meets the limits; the closest takes" in text
         assert re.search(r"not applied: no configuration meets the limits; the closest takes "
                          r"[0-9.]+ m?s \(deadline 1 us\); nothing was pushed to test-agent: "
-                         r"relax --deadline, measure more configurations with 'opptune tune "
-                         r"--agent test-agent --workload pi_integrate --size small --deadline "
-                         r"1us', or leave --deadline out for the best configuration for "
-                         r"minimum time alone", text), text
+                         r"relax --deadline or leave --deadline out for the best configuration "
+                         r"for minimum time alone \(measuring more would not help", text), text
+        # no configuration is predicted under 1 us: tuning was advised all the same
+        assert "opptune tune" not in text
         assert "pushed to test-agent as" not in text and "Traceback" not in p.stderr
         # without --apply: the same advice (the limits' line alone said what is broken, not
         # what to do; walk31)
@@ -199,11 +220,11 @@ def test_limits_no_configuration_meets_exit_3_and_push_nothing(tmp_path):
         assert p.returncode == 3, p.stdout + p.stderr
         text = " ".join(p.stdout.split())
         assert re.search(r"limits: no configuration meets the limits; the closest takes "
-                         r"[0-9.]+ m?s \(deadline 1 us\) to meet the limits: relax --deadline, "
-                         r"measure more configurations with 'opptune tune --agent test-agent "
-                         r"--workload pi_integrate --size small --deadline 1us', or leave "
-                         r"--deadline out for the best configuration for minimum time alone$",
-                         text), text
+                         r"[0-9.]+ m?s \(deadline 1 us\) to meet the limits: relax --deadline "
+                         r"or leave --deadline out for the best configuration for minimum time "
+                         r"alone \(measuring more would not help: none of the [0-9]+ "
+                         r"configurations not measured is predicted, within its interval, to "
+                         r"meet them\)$", text), text
 
         # neither the daemon's store nor the agent has any configuration
         assert c.rows("SELECT count(*) FROM recommendations") == [(0,)]

@@ -119,6 +119,20 @@ def test_a_command_on_a_virtual_board_is_tuned_at_no_set_clock(board):
                for line in out.splitlines()), out
     assert "governor" not in out and "frequency per policy" not in out, out
     assert measuring_text(s["steps"][0]).startswith(f"measuring 1 core at {own} (")
+    # the stored recommendation said "governor's" in the status and "the governor's
+    # frequency" in the report (walk): they say what recommend says
+    from opptune.daemon.report.build import _rec_text
+    p = opptune("status", "--daemon", board.endpoint, "--agent", "test-agent", "--json")
+    row, = [r for r in json.loads(p.stdout)["recommendations"]
+            if r["group"]["workload"] == "mine"]
+    assert row["freq_khz"] is None and row["clock"] == own
+    assert f"at {own}, predicted" in _rec_text(row) and "governor" not in _rec_text(row)
+    import os
+    p = subprocess.run([sys.executable, "-m", "opptune.daemon.cli", "status", "--daemon",
+                        board.endpoint, "--agent", "test-agent"], capture_output=True,
+                       text=True, timeout=120, env={**os.environ, "COLUMNS": "300"})
+    table = p.stdout[p.stdout.index("recommendations"):]
+    assert "governor" not in table and "no set frequency" in table, p.stdout
     # its runs and the verification's, at no clock
     clocks = [f for w, f in board.rows("SELECT workload, freq_mhz FROM runs") if w == "mine"]
     assert len(clocks) >= len(s["steps"]) and set(clocks) == {None}, clocks

@@ -15,6 +15,7 @@ from ...shared.cpus import format_cpu_list
 from . import page, plots
 from .analysis import (GroupView, analyse_groups, drawn_groups, fleet_rows, group_key,
                        kernel_traits, latest_recommendations, left_out_text, topology_rows)
+from ..planner import clock_text
 from ..status_view import standing_text, state_text
 from ..scope_text import unknown_agent, unknown_workload
 from .cli import DEFAULT_MAX_GROUPS
@@ -48,8 +49,7 @@ def _ago(seconds: float | None) -> str:
 def _rec_text(r: dict[str, Any] | None) -> str:
     if not r:
         return "no recommendation stored for this group yet"
-    freq = "the governor's frequency" if r.get("freq_khz") is None else \
-        f"{r['freq_khz'] / 1000:g} MHz"
+    freq = clock_text(r.get("freq_khz"), r.get("clock"))
     n = r["cores"]
     text = (f"recommended: {n} core{'s' if n != 1 else ''} (cpus {format_cpu_list(r['cpus'])}) "
             f"at {freq}, "
