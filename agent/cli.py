@@ -27,7 +27,9 @@ EXIT_BUSY = 1  # another agent runs on the state directory
 LOG_FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
 # the user the workloads of an agent running as root run as, unless run_as says otherwise
 # (the README's install creates it)
-DEFAULT_RUN_AS = "opptune"
+# a user of the workloads' own: not "opptune", whom the daemon's unit runs as, since a workload
+# (any command of the configuration) could then read and rewrite the daemon's store and keys
+DEFAULT_RUN_AS = "opptune-run"
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:

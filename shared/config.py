@@ -101,7 +101,7 @@ class AgentConfig:
     # marked (stored, left out of fits)
     interference_max_share: float = 0.05
     # the unprivileged user the workloads run as when the agent runs as root (it needs root
-    # for the frequencies, the workloads do not); empty: "opptune" (agent/cli.py's
+    # for the frequencies, the workloads do not); empty: "opptune-run" (agent/cli.py's
     # DEFAULT_RUN_AS); "root": as root, on purpose. An agent that is not root runs them as
     # its own user.
     run_as: str = ""
@@ -336,7 +336,7 @@ FORMS = {
     "log_level": "one of \"DEBUG\", \"INFO\", \"WARNING\", \"ERROR\"",
     "daemon": "an endpoint, e.g. \"tcp://daemon-host:5555\"",
     "bind": "an endpoint, e.g. \"tcp://0.0.0.0:5555\"",
-    "run_as": "a user name, e.g. \"opptune\" (\"root\": workloads as root)",
+    "run_as": "a user name, e.g. \"opptune-run\" (\"root\": workloads as root)",
     "max_message_bytes": "a byte count from 1024 to 1048576 (1 MiB)",
     "rate_limit_per_s": "a rate from 1 to 10000000 messages per second",
     "rate_limit_burst": "a message count from 1 to 10000000",

@@ -546,7 +546,7 @@ class Check:
             "accept_load": True}))
         conf = b.path("/etc/opptune/agent.toml")
         conf.write_text(set_toml_keys(conf.read_text(), {
-            "agent_id": AGENT_ID, "daemon": self.endpoint, "run_as": "opptune",
+            "agent_id": AGENT_ID, "daemon": self.endpoint,
             "heartbeat_s": 1.0, "bench_kernels": [KERNEL]}))
         for c, part in ((d, "daemon"), (b, "board")):
             for cmd in split_start(commands[part])[1]:
