@@ -5,6 +5,7 @@ whole process group, and reaped with ``os.wait4`` so its rusage is the child tre
 from __future__ import annotations
 
 import ctypes
+import errno
 import os
 import pwd
 import select
@@ -33,6 +34,19 @@ def _load_prctl() -> Callable[..., int] | None:
 _PRCTL = _load_prctl()
 
 
+def _load_chdir() -> Callable[[bytes], int] | None:
+    """libc's chdir, for the same reason as prctl (None where it is not found)."""
+    if not sys.platform.startswith("linux"):
+        return None
+    try:
+        return ctypes.CDLL(None, use_errno=True).chdir
+    except (OSError, AttributeError):
+        return None
+
+
+_CHDIR = _load_chdir()
+
+
 def _dies_with(parent: int) -> Callable[[], None] | None:
     """What the child runs before exec so that it gets SIGKILL when the agent dies, however
     it dies (kill -9, the OOM killer): a workload left running skews every later run on the
@@ -47,6 +61,27 @@ def _dies_with(parent: int) -> Callable[[], None] | None:
         if os.getppid() != parent:
             os.kill(os.getpid(), kill_sig)
     return die_with_parent
+
+
+def _in_child(parent: int, cwd: bytes | None) -> Callable[[], None] | None:
+    """What the child runs before exec: :func:`_dies_with`, then, given ``cwd``, entering that
+    directory. After the uid change, which Popen's own ``cwd`` precedes: the workload's
+    directory is its user's, mode 0700, and the agent's root under its unit has no
+    CAP_DAC_READ_SEARCH to enter it. A failure raises, which Popen reports as
+    SubprocessError."""
+    die = _dies_with(parent)
+    if cwd is None:
+        return die
+    chdir = _CHDIR
+
+    def setup() -> None:
+        if die is not None:
+            die()
+        if chdir is None:
+            os.chdir(cwd)
+        elif chdir(cwd) != 0:
+            raise OSError(ctypes.get_errno(), "chdir")
+    return setup
 
 
 class AbortSignal:
@@ -143,10 +178,11 @@ def user_env(run_as: RunAs | None, base: Mapping[str, str] | None = None) -> dic
 
 
 def spawn(argv: list[str], env: dict[str, str], cpus: list[int] | None, out: Any,
-          err: Any, run_as: RunAs | None = None) -> subprocess.Popen:
+          err: Any, run_as: RunAs | None = None, cwd: str | None = None) -> subprocess.Popen:
     """Start the child already bound to ``cpus`` (None: not pinned), as ``run_as`` when given
     (its uid, gid and supplementary groups, set in the child between fork and exec; ``env``
-    is used as given: :func:`user_env` makes the user's).
+    is used as given: :func:`user_env` makes the user's), in the directory ``cwd`` (None:
+    this process's). OSError whose strerror says why it could not start.
 
     Why not preexec_fn: it is unsafe in a threaded process. A forked child inherits the
     affinity of the *calling thread*, so this thread narrows its own mask around the fork and
@@ -154,23 +190,38 @@ def spawn(argv: list[str], env: dict[str, str], cpus: list[int] | None, out: Any
     drop privileges in the same fork-safe C code.
 
     The one exception is the parent-death signal (:func:`_dies_with`), which only the child
-    can ask for: a single foreign call and getppid, no lock or import, so the hazard (a lock
-    another thread held at fork) does not arise. The kernel sends it when the *thread* that
+    can ask for, and a ``cwd`` under ``run_as``, which only the user may enter: a foreign
+    call or two and getppid, no lock or import, so the hazard (a lock another thread held at
+    fork) does not arise. The kernel sends it when the *thread* that
     forked ends, not the process: the caller must wait for the child in the same thread, as
     the runner's worker does (:func:`wait`)."""
-    kw: dict[str, Any] = {"preexec_fn": _dies_with(os.getpid())}
+    after_drop = os.fsencode(cwd) if cwd is not None and run_as is not None else None
+    kw: dict[str, Any] = {"preexec_fn": _in_child(os.getpid(), after_drop)}
     if run_as is not None:
         kw.update(user=run_as.uid, group=run_as.gid, extra_groups=list(run_as.groups))
-    if cpus is None:
-        return subprocess.Popen(argv, env=env, stdin=subprocess.DEVNULL, stdout=out,
-                                stderr=err, close_fds=True, start_new_session=True, **kw)
-    old = os.sched_getaffinity(0)
-    os.sched_setaffinity(0, cpus)
+    elif cwd is not None:
+        kw["cwd"] = cwd
+    old = None
+    if cpus is not None:
+        old = os.sched_getaffinity(0)
+        os.sched_setaffinity(0, cpus)
     try:
         return subprocess.Popen(argv, env=env, stdin=subprocess.DEVNULL, stdout=out,
                                 stderr=err, close_fds=True, start_new_session=True, **kw)
+    except subprocess.SubprocessError:
+        if after_drop is None:
+            raise
+        raise OSError(errno.EACCES, f"user {run_as.name!r} cannot enter its working "
+                                    f"directory {cwd} (it needs search permission on each "
+                                    "directory of the path)") from None
+    except OSError as exc:
+        if cwd is None or exc.filename != cwd:
+            raise
+        raise OSError(exc.errno, f"cannot enter its working directory {cwd}: "
+                                 f"{exc.strerror}") from None
     finally:
-        os.sched_setaffinity(0, old)
+        if old is not None:
+            os.sched_setaffinity(0, old)
 
 
 def observed_affinity(pid: int) -> list[int] | None:

@@ -114,8 +114,9 @@ class Workloads:
 
     def definition_of(self, w: Workload) -> tuple[str, str]:
         """Two digests of ``w``: its definition, of what a run executes and how long it may
-        take: its command (or pyperf script), environment and sizes, or a kernel's name and
-        the agent's version (the kernels ship with it), the virtual board, and run_timeout_s
+        take: its command (or pyperf script), environment, working directory (a ``cwd``
+        set) and sizes, or a kernel's name and the agent's version (the kernels ship with
+        it), the virtual board, and run_timeout_s
         (characterize gives up on a workload that keeps hanging only while it is unchanged);
         and its program, the same less run_timeout_s, the sizes and the version: what its runs
         measured (the daemon no longer counts a workload's runs from before its program
@@ -124,8 +125,9 @@ class Workloads:
         cw = w.command
         runs = {"name": w.name, "kind": w.kind, "virtual_board": self.virtual_board,
                 **({"command": cw.command, "env": cw.env, "threads_env": cw.threads_env,
-                    "pyperf": cw.pyperf, "pyperf_args": cw.pyperf_args} if cw is not None
-                   else {})}
+                    "pyperf": cw.pyperf, "pyperf_args": cw.pyperf_args,
+                    # only when set: a workload's digests stay those of before the key
+                    **({"cwd": cw.cwd} if cw.cwd else {})} if cw is not None else {})}
         what = {**runs, "sizes": w.sizes, "timeout_s": self.config.run_timeout_s,
                 **({} if cw is not None else {"version": __version__})}
         return _digest(what), _digest(runs)
@@ -185,7 +187,9 @@ class Workloads:
         if w.kind == "kernel":
             if self.virtual_board:
                 argv = [sys.executable, "-m", "opptune.agent.virtual_workload",
-                        "--board", self.virtual_board, "--root", self.config.sysfs_root,
+                        # absolute: the run starts in its own directory (workdir.py)
+                        "--board", self.virtual_board,
+                        "--root", os.path.abspath(self.config.sysfs_root),
                         "--kernel", name, "--threads", str(threads), "--cpus", cpu_text,
                         "--size", size]
             else:

@@ -72,6 +72,9 @@ class CommandWorkload:
     # configuration file): each run runs it once and its value is the run's time_s
     pyperf: str = ""
     pyperf_args: list[str] = field(default_factory=list)  # more options for the script
+    # the directory its runs start in (a relative path is relative to the configuration
+    # file); empty: a directory of its own under the agent's state directory (agent/workdir.py)
+    cwd: str = ""
 
 
 @dataclass
@@ -444,7 +447,29 @@ def _workload(path: Path, i: int, data: Any) -> CommandWorkload:
     if not isinstance(args, list) or not all(isinstance(a, str) for a in args):
         raise ConfigError(f"{where}: 'pyperf_args' must be an array of strings, e.g. "
                           f"[\"--loops\", \"1000\"], got {_show(args)}")
+    if "cwd" in data:
+        data = {**data, "cwd": _workload_dir(path, where, data["cwd"])}
     return CommandWorkload(**data)
+
+
+def _workload_dir(path: Path, where: str, value: Any) -> str:
+    """The absolute path of a workload's ``cwd`` (relative: from the configuration's folder);
+    ConfigError unless it is an existing directory."""
+    leave = ("or leave 'cwd' out: the workload then runs in a directory of its own under the "
+             "agent's state directory")
+    if not isinstance(value, str) or not value.strip():
+        raise ConfigError(f"{where}: 'cwd' must be the path of a directory, e.g. "
+                          f"\"/srv/work\", got {_show(value)}; {leave}")
+    d = Path(value).expanduser()
+    if not d.is_absolute():
+        d = path.parent / d
+    if not d.exists():
+        raise ConfigError(f"{where}: 'cwd' {d} does not exist; create it (writable by the "
+                          f"user the workloads run as, run_as) {leave}")
+    if not d.is_dir():
+        raise ConfigError(f"{where}: 'cwd' {d} is not a directory; give a directory the "
+                          f"workload runs in, {leave}")
+    return str(d.resolve())
 
 
 def _pyperf_script(path: Path, where: str, value: Any) -> str:
