@@ -51,7 +51,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     ap.add_argument("--agent-id", metavar="NAME", help="name of this board (default: hostname)")
     ap.add_argument("--state-dir", metavar="DIR",
                     help="directory for unsent results, the saved CPU frequency settings "
-                         "and cpu sets, and the configuration applied to stay in force")
+                         "and cpu sets, the configuration applied to stay in force, and the "
+                         "directory each workload without a cwd runs in (work/NAME)")
     ap.add_argument("--sysfs-root", metavar="DIR",
                     help="read /sys and /proc under this directory instead (for testing)")
     ap.add_argument("--virtual-board", metavar="NAME",

@@ -462,7 +462,7 @@ def _workload_dir(path: Path, where: str, value: Any) -> str:
                           f"\"/srv/work\", got {_show(value)}; {leave}")
     d = Path(value).expanduser()
     if not d.is_absolute():
-        d = path.parent / d
+        d = path.parent.absolute() / d
     if not d.exists():
         raise ConfigError(f"{where}: 'cwd' {d} does not exist; create it (writable by the "
                           f"user the workloads run as, run_as) {leave}")

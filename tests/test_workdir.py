@@ -172,3 +172,14 @@ def test_a_program_named_relative_to_the_agent_is_still_found(tmp_path, monkeypa
     assert rec.ok, rec.error
     work = tmp_path / "state" / "work" / "w"
     assert (work / "scratch.txt").read_text() == f"{work} {os.getuid()}"
+
+
+def test_a_missing_cwd_is_named_by_its_whole_path(tmp_path, monkeypatch):
+    """'opptune-agent --config bad.toml' said "'cwd' nowhere does not exist", leaving the
+    user to guess from where it was taken."""
+    from opptune.shared.config import ConfigError
+    (tmp_path / "bad.toml").write_text('[[workloads]]\nname = "w"\ncommand = ["x"]\n'
+                                       'cwd = "nowhere"\n')
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(ConfigError, match=f"'cwd' {tmp_path}/nowhere does not exist"):
+        load_agent_config("bad.toml")
