@@ -1,7 +1,7 @@
 """The agent's workloads run as the unprivileged ``run_as`` user when the agent is root (unset:
-"opptune-run", not the daemon's "opptune"; "root" runs them as root on purpose, said once): the child's uid, gid and
-supplementary groups are that user's; an unknown user, or one that cannot run the agent's
-Python, stops the agent at start with one line naming the key."""
+"opptune-run", not the daemon's "opptune"; "root" runs them as root on purpose, said once):
+the child's uid, gid and supplementary groups are that user's; an unknown user, or one that
+cannot run the agent's Python, stops the agent at start with one line naming the key."""
 
 import logging
 import os

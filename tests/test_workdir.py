@@ -57,7 +57,8 @@ def test_a_real_agent_runs_each_workload_in_a_directory_of_its_own(open_tmp):
     tmp_path = open_tmp
     c = Cluster(tmp_path, kernels=(), reps=1, extra_agent={"run_as": "nobody"})
     with open(c.agent_toml, "a") as fh:
-        fh.write(f'[[workloads]]\nname = "scratch"\ncommand = {json.dumps([SYS_PY, "-c", SCRATCH])}\n')
+        fh.write('[[workloads]]\nname = "scratch"\n'
+                 f'command = {json.dumps([SYS_PY, "-c", SCRATCH])}\n')
     try:
         c.start_daemon()
         c.start_agent()
