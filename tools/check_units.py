@@ -598,7 +598,10 @@ class Check:
         while True:
             st = self.status()
             recs = [x for x in st.get("recommendations") or [] if x.get("agent") == AGENT_ID]
-            done = [x for x in recs if x.get("state") in ("verified", "off", "marked")]
+            # every verdict on the verification (recverdict added 'unconfirmed': a time
+            # within an interval too wide to confirm the prediction)
+            done = [x for x in recs
+                    if x.get("state") in ("verified", "unconfirmed", "off", "marked")]
             if done:
                 rec = done[-1]
                 return f"{rec['cores']} cores, {rec['state']}"
