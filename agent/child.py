@@ -5,6 +5,7 @@ whole process group, and reaped with ``os.wait4`` so its rusage is the child tre
 from __future__ import annotations
 
 import ctypes
+import errno
 import os
 import pwd
 import select
@@ -33,25 +34,48 @@ def _load_prctl() -> Callable[..., int] | None:
 _PRCTL = _load_prctl()
 
 
-def _before_exec(parent: int, start_fd: int) -> Callable[[], None]:
+def _load_chdir() -> Callable[[bytes], int] | None:
+    """libc's chdir, for the same reason as prctl (None where it is not found)."""
+    if not sys.platform.startswith("linux"):
+        return None
+    try:
+        return ctypes.CDLL(None, use_errno=True).chdir
+    except (OSError, AttributeError):
+        return None
+
+
+_CHDIR = _load_chdir()
+
+
+def _before_exec(parent: int, start_fd: int, cwd: bytes | None = None) -> Callable[[], None]:
     """What the child runs last before exec (CPython calls it after the uid/gid change and
     before closing fds and exec'ing: child_exec in _posixsubprocess.c, CPython 3.11 on).
 
     It asks for SIGKILL when the agent dies, however it dies (kill -9, the OOM killer): a
     workload left running skews every later run on the board. Set after the uid/gid change,
     which would clear it; if the agent already died before it was set, the child is someone
-    else's and kills itself. Then it writes CLOCK_MONOTONIC (system-wide) to ``start_fd``:
-    the start of the run's ``wall_s``, after the agent's fork and this Python code, which are
-    the agent's cost and not the program's. A failed write leaves the parent its own start."""
+    else's and kills itself. Given ``cwd``, it enters that directory: after the uid change,
+    which Popen's own ``cwd`` precedes, since the workload's directory is its user's, mode
+    0700, and the agent's root under its unit has no CAP_DAC_READ_SEARCH to enter it (a
+    failure raises, which Popen reports as SubprocessError). Then it writes CLOCK_MONOTONIC
+    (system-wide) to ``start_fd``: the start of the run's ``wall_s``, after the agent's fork
+    and this Python code, which are the agent's cost and not the program's. A failed write
+    leaves the parent its own start."""
     prctl, kill_sig = _PRCTL, int(signal.SIGKILL)
     getppid, kill, getpid, write = os.getppid, os.kill, os.getpid, os.write
     clock, monotonic = time.clock_gettime_ns, time.CLOCK_MONOTONIC
+    chdir, get_errno = _CHDIR, ctypes.get_errno
 
     def before_exec() -> None:
         if prctl is not None:
             prctl(PR_SET_PDEATHSIG, kill_sig, 0, 0, 0)
             if getppid() != parent:
                 kill(getpid(), kill_sig)
+        if cwd is not None:
+            if chdir is None:
+                os.chdir(cwd)
+            elif chdir(cwd) != 0:
+                raise OSError(get_errno(), "chdir")
         try:
             write(start_fd, clock(monotonic).to_bytes(8, "little"))
         except (OSError, OverflowError):
@@ -176,10 +200,11 @@ class Child(subprocess.Popen):
 
 
 def spawn(argv: list[str], env: dict[str, str], cpus: list[int] | None, out: Any,
-          err: Any, run_as: RunAs | None = None) -> Child:
+          err: Any, run_as: RunAs | None = None, cwd: str | None = None) -> Child:
     """Start the child already bound to ``cpus`` (None: not pinned), as ``run_as`` when given
     (its uid, gid and supplementary groups, set in the child between fork and exec; ``env``
-    is used as given: :func:`user_env` makes the user's).
+    is used as given: :func:`user_env` makes the user's), in the directory ``cwd`` (None:
+    this process's). OSError whose strerror says why it could not start.
 
     Why not preexec_fn: it is unsafe in a threaded process. A forked child inherits the
     affinity of the *calling thread*, so this thread narrows its own mask around the fork and
@@ -187,17 +212,21 @@ def spawn(argv: list[str], env: dict[str, str], cpus: list[int] | None, out: Any
     drop privileges in the same fork-safe C code.
 
     The one exception is :func:`_before_exec`: the parent-death signal, which only the child
-    can ask for, and the child's start time, which only it can read (a foreign call, getppid,
-    a clock read and a pipe write; no lock or import, so the hazard, a lock another thread
-    held at fork, does not arise). The kernel sends the signal when the *thread* that
-    forked ends, not the process: the caller must wait for the child in the same thread, as
-    the runner's worker does (:func:`wait`)."""
+    can ask for, a ``cwd`` under ``run_as``, which only the user may enter, and the child's
+    start time, which only it can read (a foreign call or two, getppid, a clock read and a
+    pipe write; no lock or import, so the hazard, a lock another thread held at fork, does
+    not arise). The kernel sends the signal when the *thread* that forked ends, not the
+    process: the caller must wait for the child in the same thread, as the runner's worker
+    does (:func:`wait`)."""
     # close-on-exec: the exec (or close_fds) shuts the child's end, and a child another
     # thread forks meanwhile never keeps it past its own exec
+    after_drop = os.fsencode(cwd) if cwd is not None and run_as is not None else None
     r, w = os.pipe2(os.O_CLOEXEC | os.O_NONBLOCK)
-    kw: dict[str, Any] = {"preexec_fn": _before_exec(os.getpid(), w)}
+    kw: dict[str, Any] = {"preexec_fn": _before_exec(os.getpid(), w, after_drop)}
     if run_as is not None:
         kw.update(user=run_as.uid, group=run_as.gid, extra_groups=list(run_as.groups))
+    elif cwd is not None:
+        kw["cwd"] = cwd
     old = None
     try:
         if cpus is not None:
@@ -207,6 +236,17 @@ def spawn(argv: list[str], env: dict[str, str], cpus: list[int] | None, out: Any
                      close_fds=True, start_new_session=True, **kw)
         proc.exec_ns = _read_start(r)
         return proc
+    except subprocess.SubprocessError:
+        if after_drop is None:
+            raise
+        raise OSError(errno.EACCES, f"user {run_as.name!r} cannot enter its working "
+                                    f"directory {cwd} (it needs search permission on each "
+                                    "directory of the path)") from None
+    except OSError as exc:
+        if cwd is None or exc.filename != cwd:
+            raise
+        raise OSError(exc.errno, f"cannot enter its working directory {cwd}: "
+                                 f"{exc.strerror}") from None
     finally:
         if old is not None:
             os.sched_setaffinity(0, old)

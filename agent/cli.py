@@ -27,7 +27,9 @@ EXIT_BUSY = 1  # another agent runs on the state directory
 LOG_FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
 # the user the workloads of an agent running as root run as, unless run_as says otherwise
 # (the README's install creates it)
-DEFAULT_RUN_AS = "opptune"
+# a user of the workloads' own: not "opptune", whom the daemon's unit runs as, since a workload
+# (any command of the configuration) could then read and rewrite the daemon's store and keys
+DEFAULT_RUN_AS = "opptune-run"
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -49,7 +51,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     ap.add_argument("--agent-id", metavar="NAME", help="name of this board (default: hostname)")
     ap.add_argument("--state-dir", metavar="DIR",
                     help="directory for unsent results, the saved CPU frequency settings "
-                         "and cpu sets, and the configuration applied to stay in force")
+                         "and cpu sets, the configuration applied to stay in force, and the "
+                         "directory each workload without a cwd runs in (work/NAME)")
     ap.add_argument("--sysfs-root", metavar="DIR",
                     help="read /sys and /proc under this directory instead (for testing)")
     ap.add_argument("--virtual-board", metavar="NAME",

@@ -23,6 +23,7 @@ from .meters.interference import mark_reason
 from .meters.rusage import RusageMeter
 from .run_output import MAX_ERR_TEXT, last_json, merge_json, read_captured
 from .runspec import Knob, Meter, RunSpec
+from .workdir import WorkDirs
 from .workloads import WorkloadError, Workloads
 
 __all__ = ["Aborted", "Cancelled", "Knob", "Meter", "RunSpec", "Runner"]
@@ -49,7 +50,9 @@ class Runner:
                  invalid_defaults: dict[str, str] | None = None,
                  run_as: RunAs | None = None, state_dir: str | None = None):
         """``run_as``: the user the workload children run as (None: the agent's own);
-        ``state_dir``: where the run under way is kept for the next agent (leftover.py)."""
+        ``state_dir``: where the run under way is kept for the next agent (leftover.py) and
+        where each workload without a ``cwd`` gets a directory to run in (workdir.py; None:
+        they run in the agent's working directory)."""
         self.workloads = workloads
         self.platform_id = platform_id
         self.timeout_s = timeout_s
@@ -62,6 +65,7 @@ class Runner:
         self._cancel = AbortSignal()  # the job under way was cancelled by the daemon
         self.run_as = run_as
         self._under_way = leftover.UnderWay(state_dir)
+        self._workdirs = WorkDirs(state_dir, run_as) if state_dir else None
 
     # -- control ------------------------------------------------------------------------------
     def abort(self) -> None:
@@ -248,7 +252,23 @@ class Runner:
     def _execute(self, spec: RunSpec, rec: RunRecord, argv: list[str],
                  env: dict[str, str]) -> None:
         """Start the meters, run the child, stop the meters, judge the outcome."""
-        expects_json = self.workloads.get(spec.workload).expects_json
+        w = self.workloads.get(spec.workload)
+        expects_json = w.expects_json
+        cwd = None
+        if self._workdirs is not None:
+            try:
+                cwd = self._workdirs.of(spec.workload, w.command.cwd if w.command else "")
+            except OSError as exc:
+                rec.ok, rec.started_at = False, time.time()
+                why = f"{exc.strerror}: {exc.filename}" if exc.filename else \
+                    exc.strerror or str(exc)
+                rec.error = (f"cannot make the working directory of {spec.workload}: "
+                             f"{why}")[:MAX_ERR_TEXT]
+                return
+        if cwd is not None and os.sep in argv[0] and not os.path.isabs(argv[0]):
+            # a program named relative to where the agent runs ("./app"), as before, not to
+            # the workload's directory, where exec would look once the child is there
+            argv = [os.path.abspath(argv[0]), *argv[1:]]
         token = leftover.new_token()
         env = {**env, leftover.ENV: token}
         with tempfile.TemporaryFile() as out, tempfile.TemporaryFile() as err:
@@ -261,7 +281,7 @@ class Runner:
             # and its process is not pinned
             try:
                 proc = spawn(argv, env, None if self.virtual else spec.cpus, out, err,
-                             self.run_as)
+                             self.run_as, cwd)
             except OSError as exc:
                 self._under_way.end()
                 rec.ok, rec.error = False, f"cannot start {argv[0]}: {exc.strerror or exc}"

@@ -15,7 +15,10 @@ What is guaranteed:
   AllowedCPUs=...`` (systemd owns the cgroup tree: a direct write would be undone the next
   time systemd realises the unit); without systemd (containers, other init systems, the test
   trees), the unit's cgroup v2 ``cpuset.cpus`` under /sys/fs/cgroup is written directly.
-  Every process of the unit, present and future, is confined by the cgroup.
+  Every process of the unit, present and future, is confined by the cgroup. systemd's
+  ``EffectiveCPUs`` is read back after the change: where it is not the set asked for (cgroup
+  v1 or hybrid hierarchy, where set-property succeeds without effect; a unit not running) the
+  change is undone and the configuration refused (TargetError).
 
 Every change is recorded with the value it replaced and the configuration it was made for
 (its ``owner``, a config id). :meth:`Targets.release` undoes one configuration's changes,
@@ -39,7 +42,7 @@ import subprocess
 import time
 from typing import Any, Callable
 
-from ..shared.cpus import format_cpu_list
+from ..shared.cpus import format_cpu_list, parse_cpu_list
 from .knobs.state import thread_start_time, unit_gone
 from .sysfs import KnobUnavailable, SysFS
 
@@ -48,6 +51,7 @@ CGROUP = "/sys/fs/cgroup"
 DEFAULT_WINDOW_S = 2.0
 MAX_WINDOW_S = 600.0
 _CLK_TCK = os.sysconf("SC_CLK_TCK")
+SETTLE_S = 1.0  # how long a unit's EffectiveCPUs may take to follow its AllowedCPUs
 
 
 class TargetError(ValueError):
@@ -249,6 +253,14 @@ class Targets:
             self._systemctl_set(name, text)
             self._undo.append((owner, f"AllowedCPUs of {name}", ("systemctl", name),
                                lambda: self._systemctl_restore(name, old)))
+            why = self._not_in_effect(name, cpus)
+            if why:
+                # a confinement that is not the one asked for is not measured as if it were
+                problems = self.release(owner)
+                back = f"putting it back failed: {problems[0]}" if problems else \
+                    f"AllowedCPUs put back to {old or '(empty)'}"
+                raise TargetError(f"AllowedCPUs={text} of {name} {why[0]} ({back}); "
+                                  f"{why[1]}")
             return {"kind": "unit", "unit": name, "method": "systemctl set-property --runtime",
                     "allowed_cpus": text}
         rel = f"{cg}/cpuset.cpus"
@@ -273,6 +285,51 @@ class Targets:
         if res.returncode != 0:
             raise TargetError(f"systemctl set-property {name} AllowedCPUs={cpus_text} failed: "
                               f"{(res.stderr or res.stdout).strip()[:200]}")
+
+    def _effective(self, name: str) -> tuple[list[int], str]:
+        """(the unit's EffectiveCPUs, its ActiveState) as systemd reports them."""
+        res = subprocess.run([self.systemctl, "show", "-p", "EffectiveCPUs", "-p",
+                              "ActiveState", name], capture_output=True, text=True, timeout=10)
+        props = dict(line.partition("=")[::2] for line in res.stdout.splitlines())
+        try:
+            return parse_cpu_list(props.get("EffectiveCPUs", "")), props.get("ActiveState", "")
+        except ValueError:
+            return [], props.get("ActiveState", "")
+
+    def _not_in_effect(self, name: str, cpus: list[int]) -> tuple[str, str] | None:
+        """(what happened, what to do) where AllowedCPUs=cpus, just set, does not confine
+        ``name`` as asked; None where it does.
+
+        systemctl set-property succeeds without effect on a cgroup v1 or hybrid host, where
+        the cpuset controller is not on the unified hierarchy systemd manages. EffectiveCPUs
+        is systemd's reading of the unit's cpuset.cpus.effective and is empty wherever it
+        manages no cpuset for the unit (v1, hybrid, a unit not running), so it tells on every
+        hierarchy; the affinity of a main PID would miss units without one (slices, scopes)
+        and processes that narrowed their own."""
+        want = sorted(set(cpus))
+        deadline = time.monotonic() + SETTLE_S
+        while True:  # systemd realises the cgroup on its loop, after set-property returns
+            effective, active = self._effective(name)
+            if effective == want or time.monotonic() >= deadline:
+                break
+            time.sleep(0.1)
+        if effective == want:
+            return None
+        if effective:
+            return (f"took effect as cpus {format_cpu_list(effective)} (its slice's "
+                    "AllowedCPUs or the cpus online leave it no other)",
+                    "widen the slice's AllowedCPUs, or apply to the unit's main process with "
+                    "--pid")
+        if active not in ("active", "reloading", "activating", "deactivating"):
+            return (f"took no effect: the unit is not running (ActiveState={active or '?'}), "
+                    "so it has no cgroup to confine", "start it, then apply again")
+        if not os.path.isfile(os.path.join(self.fs.path(CGROUP), "cgroup.controllers")):
+            return ("took no effect: this host mounts cgroup v1 or the hybrid hierarchy, and "
+                    "AllowedCPUs needs the cpuset controller of the unified one (cgroup v2)",
+                    "boot with systemd.unified_cgroup_hierarchy=1 on the kernel command line, "
+                    "or apply to the unit's main process with --pid")
+        return ("took no effect: systemd reports no effective cpus for it (no cpuset "
+                "controller in its cgroup)", "apply to the unit's main process with --pid")
 
     def _systemctl_restore(self, name: str, cpus_text: str) -> None:
         """Put a unit's AllowedCPUs back; ProcessLookupError where systemd no longer knows the

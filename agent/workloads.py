@@ -126,7 +126,8 @@ class Workloads:
 
     def definition_of(self, w: Workload) -> tuple[str, str]:
         """Two digests of ``w``: its definition, of what a run executes and how long it may
-        take: its command (or pyperf script), environment and sizes, or a kernel's name and
+        take: its command (or pyperf script), environment, working directory (a ``cwd``
+        set) and sizes, or a kernel's name and
         the agent's version (the kernels ship with it), the virtual board, the files it runs
         (program_id.py) and run_timeout_s (characterize gives up on a workload that keeps
         hanging only while it is unchanged); and its program, the same less run_timeout_s,
@@ -137,8 +138,9 @@ class Workloads:
         cw = w.command
         runs = {"name": w.name, "kind": w.kind, "virtual_board": self.virtual_board,
                 **({"command": cw.command, "env": cw.env, "threads_env": cw.threads_env,
-                    "pyperf": cw.pyperf, "pyperf_args": cw.pyperf_args} if cw is not None
-                   else {}),
+                    "pyperf": cw.pyperf, "pyperf_args": cw.pyperf_args,
+                    # only when set: a workload's digests stay those of before the key
+                    **({"cwd": cw.cwd} if cw.cwd else {})} if cw is not None else {}),
                 "files": [self.file_ids.of(f) for f in self._files(w)]}
         for f in runs["files"]:
             if "missing" in f:
@@ -212,7 +214,9 @@ class Workloads:
         if w.kind == "kernel":
             if self.virtual_board:
                 argv = [sys.executable, "-m", "opptune.agent.virtual_workload",
-                        "--board", self.virtual_board, "--root", self.config.sysfs_root,
+                        # absolute: the run starts in its own directory (workdir.py)
+                        "--board", self.virtual_board,
+                        "--root", os.path.abspath(self.config.sysfs_root),
                         "--kernel", name, "--threads", str(threads), "--cpus", cpu_text,
                         "--size", size]
             else:

@@ -72,6 +72,9 @@ class CommandWorkload:
     # configuration file): each run runs it once and its value is the run's time_s
     pyperf: str = ""
     pyperf_args: list[str] = field(default_factory=list)  # more options for the script
+    # the directory its runs start in (a relative path is relative to the configuration
+    # file); empty: a directory of its own under the agent's state directory (agent/workdir.py)
+    cwd: str = ""
 
 
 @dataclass
@@ -101,7 +104,7 @@ class AgentConfig:
     # marked (stored, left out of fits)
     interference_max_share: float = 0.05
     # the unprivileged user the workloads run as when the agent runs as root (it needs root
-    # for the frequencies, the workloads do not); empty: "opptune" (agent/cli.py's
+    # for the frequencies, the workloads do not); empty: "opptune-run" (agent/cli.py's
     # DEFAULT_RUN_AS); "root": as root, on purpose. An agent that is not root runs them as
     # its own user.
     run_as: str = ""
@@ -336,7 +339,7 @@ FORMS = {
     "log_level": "one of \"DEBUG\", \"INFO\", \"WARNING\", \"ERROR\"",
     "daemon": "an endpoint, e.g. \"tcp://daemon-host:5555\"",
     "bind": "an endpoint, e.g. \"tcp://0.0.0.0:5555\"",
-    "run_as": "a user name, e.g. \"opptune\" (\"root\": workloads as root)",
+    "run_as": "a user name, e.g. \"opptune-run\" (\"root\": workloads as root)",
     "max_message_bytes": "a byte count from 1024 to 1048576 (1 MiB)",
     "rate_limit_per_s": "a rate from 1 to 10000000 messages per second",
     "rate_limit_burst": "a message count from 1 to 10000000",
@@ -444,7 +447,29 @@ def _workload(path: Path, i: int, data: Any) -> CommandWorkload:
     if not isinstance(args, list) or not all(isinstance(a, str) for a in args):
         raise ConfigError(f"{where}: 'pyperf_args' must be an array of strings, e.g. "
                           f"[\"--loops\", \"1000\"], got {_show(args)}")
+    if "cwd" in data:
+        data = {**data, "cwd": _workload_dir(path, where, data["cwd"])}
     return CommandWorkload(**data)
+
+
+def _workload_dir(path: Path, where: str, value: Any) -> str:
+    """The absolute path of a workload's ``cwd`` (relative: from the configuration's folder);
+    ConfigError unless it is an existing directory."""
+    leave = ("or leave 'cwd' out: the workload then runs in a directory of its own under the "
+             "agent's state directory")
+    if not isinstance(value, str) or not value.strip():
+        raise ConfigError(f"{where}: 'cwd' must be the path of a directory, e.g. "
+                          f"\"/srv/work\", got {_show(value)}; {leave}")
+    d = Path(value).expanduser()
+    if not d.is_absolute():
+        d = path.parent.absolute() / d
+    if not d.exists():
+        raise ConfigError(f"{where}: 'cwd' {d} does not exist; create it (writable by the "
+                          f"user the workloads run as, run_as) {leave}")
+    if not d.is_dir():
+        raise ConfigError(f"{where}: 'cwd' {d} is not a directory; give a directory the "
+                          f"workload runs in, {leave}")
+    return str(d.resolve())
 
 
 def _pyperf_script(path: Path, where: str, value: Any) -> str:

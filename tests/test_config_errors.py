@@ -57,6 +57,13 @@ CASES = [
     ("daemon", "[sweep]\nrepz = 2", ["unknown key 'sweep.repz'", "did you mean 'sweep.reps'?"]),
     ("agent", "[[workloads]]\nname = 'w'\ncommand = ['x']\nsize = ['s']",
      ["[[workloads]] entry 1", "unknown key 'size'"]),
+    # a workload's working directory: an existing directory
+    ("agent", "[[workloads]]\nname = 'w'\ncommand = ['x']\ncwd = 'no-such-dir'",
+     ["[[workloads]] entry 1", "no-such-dir does not exist; create it", "leave 'cwd' out"]),
+    ("agent", "[[workloads]]\nname = 'w'\ncommand = ['x']\ncwd = '/dev/null'",
+     ["[[workloads]] entry 1", "'cwd' /dev/null is not a directory", "leave 'cwd' out"]),
+    ("agent", "[[workloads]]\nname = 'w'\ncommand = ['x']\ncwd = 3",
+     ["[[workloads]] entry 1", "'cwd' must be the path of a directory", "got integer 3"]),
     # a misspelt 'command' was "entry 1 lacks 'command'", the typo never named
     ("agent", "[[workloads]]\nname = 'w'\ncomand = ['./app']",
      ["[[workloads]] entry 1", "unknown key 'comand'", "did you mean 'command'?"]),

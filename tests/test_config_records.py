@@ -154,6 +154,8 @@ def test_every_key_is_shown_in_the_shipped_example_and_its_examples_load(name, t
     path = tmp_path / f"{name}.toml"
     path.write_text(uncommented)
     (tmp_path / "bench.py").write_text("")  # the pyperf workload's script
+    # a workload's cwd must exist: the example's /srv/work stands for one here
+    path.write_text(uncommented.replace('cwd = "/srv/work"', f'cwd = "{tmp_path}"'))
     config = (load_agent_config if name == "agent" else load_daemon_config)(path)
     if name == "agent":
         assert [w.name for w in config.workloads] == ["ffmpeg-h264", "bench"]

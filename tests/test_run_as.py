@@ -1,7 +1,7 @@
 """The agent's workloads run as the unprivileged ``run_as`` user when the agent is root (unset:
-"opptune"; "root" runs them as root on purpose, said once): the child's uid, gid and
-supplementary groups are that user's; an unknown user, or one that cannot run the agent's
-Python, stops the agent at start with one line naming the key."""
+"opptune-run", not the daemon's "opptune"; "root" runs them as root on purpose, said once):
+the child's uid, gid and supplementary groups are that user's; an unknown user, or one that
+cannot run the agent's Python, stops the agent at start with one line naming the key."""
 
 import logging
 import os
@@ -97,16 +97,26 @@ def _user(monkeypatch, name: str) -> None:
     monkeypatch.setattr(child_mod.pwd, "getpwnam", getpwnam)
 
 
-def test_a_root_agent_without_run_as_runs_workloads_as_opptune(monkeypatch, caplog):
+def test_a_root_agent_without_run_as_runs_workloads_as_a_user_of_their_own(monkeypatch,
+                                                                            caplog):
     """run_as = "" (etc/agent.toml's old default) ran every workload of a root agent as root,
-    with a warning. Unset, the workloads now run as the unprivileged user 'opptune'."""
+    with a warning; then as 'opptune', the user the daemon's unit runs as, so a workload on a
+    host running both could rewrite the daemon's store and keys. Unset, they run as the
+    unprivileged 'opptune-run'."""
     _as_root(monkeypatch)
-    _user(monkeypatch, "opptune")
+    _user(monkeypatch, "opptune-run")
     with caplog.at_level(logging.WARNING, logger="opptune.agent"):
         user = agent_cli.workload_user(AgentConfig(), "agent.toml")
-    assert (user.name, user.uid, user.gid, user.home) == ("opptune", 4242, 4242,
-                                                           "/home/opptune")
+    assert (user.name, user.uid, user.gid, user.home) == ("opptune-run", 4242, 4242,
+                                                           "/home/opptune-run")
     assert caplog.records == []
+
+
+def test_a_configuration_naming_opptune_keeps_it(monkeypatch):
+    _as_root(monkeypatch)
+    _user(monkeypatch, "opptune")
+    user = agent_cli.workload_user(AgentConfig(run_as="opptune"), "agent.toml")
+    assert (user.name, user.uid) == ("opptune", 4242)
 
 
 def test_a_root_agent_whose_default_user_is_missing_says_the_key_and_the_ways_out(monkeypatch):
@@ -117,7 +127,9 @@ def test_a_root_agent_whose_default_user_is_missing_says_the_key_and_the_ways_ou
         agent_cli.workload_user(AgentConfig(), "agent.toml")
     text = str(info.value)
     assert text.startswith("agent.toml: key 'run_as' (not set: an agent running as root runs "
-                           "its workloads as 'opptune'): user 'opptune' does not exist"), text
+                           "its workloads as 'opptune-run'): user 'opptune-run' does not exist: "
+                           "create it (useradd --system --no-create-home --shell "
+                           "/usr/sbin/nologin opptune-run)"), text
     assert "useradd --system" in text and 'or to "root" to run the workloads as root' in text
 
 
@@ -165,8 +177,8 @@ def _closed_to_others(path: str) -> bool:
 def test_a_root_agent_without_its_default_user_stops_at_start(tmp_path):
     """The process: before, it started and ran its workloads as root; now one line, exit 2,
     nothing made in the state directory."""
-    if any(p.pw_name == "opptune" for p in pwd.getpwall()):
-        pytest.skip("this machine has a user 'opptune'")
+    if any(p.pw_name == "opptune-run" for p in pwd.getpwall()):
+        pytest.skip("this machine has a user 'opptune-run'")
     toml = write_toml(tmp_path / "agent.toml", {
         "agent_id": "t", "daemon": free_endpoint(), "state_dir": str(tmp_path / "s"),
         "bench_kernels": ["triad"]})
@@ -176,7 +188,8 @@ def test_a_root_agent_without_its_default_user_stops_at_start(tmp_path):
     (line,) = r.stderr.strip().splitlines()
     assert line.startswith(f"opptune-agent: configuration error: {toml}: key 'run_as' (not "
                            "set"), line
-    assert "'opptune' does not exist" in line and '"root"' in line
+    assert "'opptune-run' does not exist" in line and '"root"' in line
+    assert "useradd --system --no-create-home --shell /usr/sbin/nologin opptune-run" in line
     assert not (tmp_path / "s").exists()
 
 

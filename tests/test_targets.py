@@ -15,7 +15,7 @@ from opptune.agent.outbox import Outbox
 from opptune.agent.platform import discover
 from opptune.agent.runner import Runner
 from opptune.agent.sysfs import SysFS
-from opptune.agent.targets import Targets, find_unit_cgroup
+from opptune.agent.targets import TargetError, Targets, find_unit_cgroup
 from opptune.agent.workloads import Workloads
 from opptune.shared import protocol as P
 from opptune.shared.config import AgentConfig, CommandWorkload
@@ -150,7 +150,7 @@ def test_systemd_machines_use_systemctl_set_property(tmp_path):
     fake.write_text("#!/bin/sh\n"
                     f"echo \"$*\" >> {log}\n"
                     "case \"$*\" in *LoadState*) echo loaded;; *AllowedCPUs\\ --value*) "
-                    "echo 0-1;; esac\n")
+                    "echo 0-1;; *EffectiveCPUs*) echo EffectiveCPUs=1;; esac\n")
     fake.chmod(fake.stat().st_mode | stat.S_IEXEC)
     targets = Targets(SysFS("/"), systemctl=str(fake), systemd=True)
     targets.check({"kind": "unit", "unit": "web"})
@@ -220,7 +220,7 @@ def _systemctl_of_a_unit_that_goes(tmp_path):
                     "Unit web.service not found.' >&2; exit 1;;\n"
                     "esac; exit 0; fi\n"
                     "case \"$*\" in *LoadState*) echo loaded;; *AllowedCPUs\\ --value*) "
-                    "echo 0-1;; esac\n")
+                    "echo 0-1;; *EffectiveCPUs*) echo EffectiveCPUs=1;; esac\n")
     fake.chmod(fake.stat().st_mode | stat.S_IEXEC)
     return fake, gone
 
@@ -253,10 +253,97 @@ def test_a_unit_gone_before_the_restore_needs_nothing(tmp_path, monkeypatch):
 def test_a_unit_still_known_that_refuses_the_restore_is_a_problem(tmp_path):
     fake = tmp_path / "systemctl"
     fake.write_text("#!/bin/sh\ncase \"$*\" in *LoadState*) echo loaded;; "
-                    "*AllowedCPUs\\ --value*) echo 0-1;; *=0-1) echo 'Access denied' >&2; "
-                    "exit 1;; esac\n")
+                    "*AllowedCPUs\\ --value*) echo 0-1;; *EffectiveCPUs*) echo EffectiveCPUs=1;; "
+                    "*=0-1) echo 'Access denied' >&2; exit 1;; esac\n")
     fake.chmod(fake.stat().st_mode | stat.S_IEXEC)
     targets = Targets(SysFS("/"), systemctl=str(fake), systemd=True)
     targets.apply({"kind": "unit", "unit": "web"}, [1])
     (problem,) = targets.restore()
     assert "AllowedCPUs of web.service" in problem and "Access denied" in problem
+
+
+def _systemctl_of_a_host(tmp_path, effective):
+    """A systemctl whose set-property of web.service succeeds and keeps the value, and whose
+    EffectiveCPUs is ``effective`` ("allowed": what AllowedCPUs says, as systemd on cgroup
+    v2; "": nothing, as on a cgroup v1 or hybrid host; else that list); calls go to
+    ``calls``."""
+    log, allowed = tmp_path / "calls", tmp_path / "allowed"
+    allowed.write_text("0-1")
+    shown = f"$(cat {allowed})" if effective == "allowed" else effective
+    fake = tmp_path / "systemctl"
+    fake.write_text("#!/bin/sh\n"
+                    f"echo \"$*\" >> {log}\n"
+                    "case \"$*\" in\n"
+                    "  *LoadState*) echo loaded;;\n"
+                    f"  *AllowedCPUs\\ --value*) cat {allowed};;\n"
+                    f"  *EffectiveCPUs*) echo \"EffectiveCPUs={shown}\"; "
+                    "echo ActiveState=active;;\n"
+                    f"  set-property*) echo \"${{4#AllowedCPUs=}}\" > {allowed};;\n"
+                    "esac\n")
+    fake.chmod(fake.stat().st_mode | stat.S_IEXEC)
+    return fake, log, allowed
+
+
+@pytest.mark.parametrize("hierarchy", ["v1", "hybrid"])
+def test_a_unit_confinement_without_effect_is_refused_and_undone(tmp_path, hierarchy):
+    """On a cgroup v1 or hybrid host `systemctl set-property --runtime UNIT AllowedCPUs=...`
+    succeeds and confines nothing (the cpuset controller is not on the unified hierarchy):
+    the agent reported 'applied' and measured the unit on every cpu as if on the ones
+    recommended. It reads EffectiveCPUs back: empty, so the run point is refused with what
+    to do, AllowedCPUs is put back and its record forgotten."""
+    from opptune.agent.knobs.state import CPUSET_FILENAME, CpusetRecord
+    root = tmp_path / "root"
+    (root / "sys/fs/cgroup/cpuset").mkdir(parents=True)  # v1: one mount per controller
+    if hierarchy == "hybrid":  # ... and cgroup2 beside them, without cpuset
+        (root / "sys/fs/cgroup/unified").mkdir()
+        (root / "sys/fs/cgroup/unified/cgroup.controllers").write_text("")
+    fake, log, allowed = _systemctl_of_a_host(tmp_path, effective="")
+    record = tmp_path / CPUSET_FILENAME
+    targets = Targets(SysFS(str(root)), systemctl=str(fake), systemd=True,
+                      record=CpusetRecord(str(record), str(root)))
+    ex, ob = make_env(tmp_path, targets)
+    try:
+        msg = config({"kind": "unit", "unit": "web", "window_s": 0.05}, cpus=(1,))
+        ex.validate_config(msg["body"])
+        ob.save_config("c1", msg)
+        ex.apply_config(msg)
+        (body,) = applied(ex)
+        assert body["ok"] is False and "measured" not in body, body
+        assert body["error"] == (
+            "cannot apply to the target: AllowedCPUs=1 of web.service took no effect: this "
+            "host mounts cgroup v1 or the hybrid hierarchy, and AllowedCPUs needs the cpuset "
+            "controller of the unified one (cgroup v2) (AllowedCPUs put back to 0-1); boot "
+            "with systemd.unified_cgroup_hierarchy=1 on the kernel command line, or apply to "
+            "the unit's main process with --pid")
+        calls = log.read_text().splitlines()
+        assert "set-property --runtime web.service AllowedCPUs=1" in calls
+        assert calls[-1] == "set-property --runtime web.service AllowedCPUs=0-1"
+        assert allowed.read_text().strip() == "0-1"
+        assert targets.owners() == set() and not record.exists()
+    finally:
+        ob.close()
+
+
+def test_a_unit_confined_to_fewer_cpus_than_asked_is_refused(tmp_path):
+    """cgroup v2 with the unit's slice allowing cpu 0 only: AllowedCPUs=0-1 leaves it on 0."""
+    root = tmp_path / "root"
+    cgroup_tree(root)
+    fake, log, allowed = _systemctl_of_a_host(tmp_path, effective="0")
+    targets = Targets(SysFS(str(root)), systemctl=str(fake), systemd=True)
+    with pytest.raises(TargetError) as err:
+        targets.apply({"kind": "unit", "unit": "web"}, [0, 1])
+    assert str(err.value).startswith("AllowedCPUs=0-1 of web.service took effect as cpus 0 "
+                                     "(its slice's AllowedCPUs"), err.value
+    assert "--pid" in str(err.value)
+    assert allowed.read_text().strip() == "0-1" and targets.owners() == set()
+
+
+def test_a_unit_confined_on_cgroup_v2_is_applied(tmp_path):
+    root = tmp_path / "root"
+    cgroup_tree(root)
+    fake, log, allowed = _systemctl_of_a_host(tmp_path, effective="allowed")
+    targets = Targets(SysFS(str(root)), systemctl=str(fake), systemd=True)
+    done = targets.apply({"kind": "unit", "unit": "web"}, [1])
+    assert done["allowed_cpus"] == "1" and allowed.read_text().strip() == "1"
+    assert "show -p EffectiveCPUs -p ActiveState web.service" in log.read_text()
+    assert targets.restore() == [] and allowed.read_text().strip() == "0-1"
