@@ -17,7 +17,7 @@ from opptune.agent.child import resolve_run_as
 from opptune.agent.runner import Runner
 from opptune.agent.runspec import RunSpec
 from opptune.agent.workdir import WorkDirs, dir_name
-from opptune.agent.workloads import Workloads, _digest
+from opptune.agent.workloads import Workloads
 from opptune.shared.config import AgentConfig, CommandWorkload, load_agent_config
 from procs import Cluster
 
@@ -143,13 +143,13 @@ def test_a_relative_cwd_is_taken_from_the_configuration_file(tmp_path):
 
 
 def test_only_a_set_cwd_changes_a_workloads_digests(tmp_path):
-    """Workloads configured before the key keep their digests (their runs stay theirs); a
+    """A workload without the key has the digests of one with it empty (unset); a
     cwd set is part of what runs (a program may read its input there)."""
     plain = Workloads(AgentConfig(bench_kernels=[], workloads=[CommandWorkload("w", ["x"])]),
                       catalogue={}).get("w")
-    before = {"name": "w", "kind": "command", "virtual_board": "", "command": ["x"],
-              "env": {}, "threads_env": "OMP_NUM_THREADS", "pyperf": "", "pyperf_args": []}
-    assert plain.program == _digest(before)
+    unset = Workloads(AgentConfig(bench_kernels=[], workloads=[
+        CommandWorkload("w", ["x"], cwd="")]), catalogue={}).get("w")
+    assert plain.program == unset.program and plain.definition == unset.definition
     moved = Workloads(AgentConfig(bench_kernels=[], workloads=[
         CommandWorkload("w", ["x"], cwd=str(tmp_path))]), catalogue={}).get("w")
     assert plain.program != moved.program and plain.definition != moved.definition
