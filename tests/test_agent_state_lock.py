@@ -37,17 +37,21 @@ def _config(tmp_path, state):
     return path
 
 
+def _connecting(agent: subprocess.Popen) -> None:
+    """Return once ``agent`` connects (its own start-up restore and locks are behind it)."""
+    said: list[str] = []
+    while not said or "connecting to" not in said[-1]:
+        said.append(agent.stderr.readline())
+        assert said[-1], "".join(said)  # it exited
+
+
 def test_a_second_agent_on_a_running_agents_state_dir_exits_naming_it(tmp_path):
     state = tmp_path / "state"
     config = _config(tmp_path, state)
     first = subprocess.Popen([sys.executable, "-m", "opptune.agent", "--config", str(config)],
                              stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
     try:
-        # the first agent is up once it connects (its own start-up restore is behind it)
-        said = []
-        while not said or "connecting to" not in said[-1]:
-            said.append(first.stderr.readline())
-            assert said[-1], "".join(said)  # it exited
+        _connecting(first)
         # what the first agent saved before changing a knob: the second must not restore it
         saved = state / "cpufreq-state.json"
         saved.write_text(json.dumps({"pid": first.pid, "policies": {}}))
@@ -113,10 +117,7 @@ def test_a_second_agent_of_one_id_on_this_machine_exits_naming_the_first(tmp_pat
                               str(configs[0])],
                              stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
     try:
-        said = []
-        while not said or "connecting to" not in said[-1]:
-            said.append(first.stderr.readline())
-            assert said[-1], "".join(said)  # it exited
+        _connecting(first)
         second = subprocess.run([sys.executable, "-m", "opptune.agent", "--config",
                                  str(configs[1])], capture_output=True, text=True, timeout=60)
         assert second.returncode == 1, second.stderr

@@ -153,6 +153,21 @@ def test_nothing_is_said_where_nothing_would_stay_and_tune_says_it_under_its_ver
         assert con.export_text().splitlines()[-1] == last
 
 
+def _old_daemon_hearing(db: str):
+    """What a daemon of 8371ffa (schema 9) writes on the store ``db`` when it hears an agent
+    (agent, when): the agent's row and its last_seen, no ``daemons`` row, no holder."""
+    from test_store import OLD_SAVE_AGENT, OLD_TOUCH
+
+    def heard(agent: str, when: float) -> None:
+        con = sqlite3.connect(db)
+        with con:
+            con.execute("INSERT INTO platforms VALUES ('p', '{}', 0, 0) ON CONFLICT DO NOTHING")
+            con.execute(OLD_SAVE_AGENT, (agent, "p", OLD, when, when))
+            con.execute(OLD_TOUCH.format(greatest="MAX"), (when, agent))
+        con.close()
+    return heard
+
+
 def test_a_request_for_an_agent_held_by_a_daemon_from_before_fleet_records_says_so(tmp_path):
     """Mixed fleet: sweep, tune and recommend --apply for an agent an older daemon holds (no
     ``daemons`` row, so no address to send the request to) were refused as for an agent that
@@ -162,18 +177,10 @@ def test_a_request_for_an_agent_held_by_a_daemon_from_before_fleet_records_says_
     from opptune.daemon.errors import HandlerError
     from opptune.daemon.goal_query import apply
     from opptune.daemon.store import open_store
-    from test_store import OLD_SAVE_AGENT, OLD_TOUCH
 
     db = str(tmp_path / "d.db")
     open_store(db).close()
-
-    def old_daemon_heard(agent, when):
-        con = sqlite3.connect(db)
-        with con:
-            con.execute("INSERT INTO platforms VALUES ('p', '{}', 0, 0) ON CONFLICT DO NOTHING")
-            con.execute(OLD_SAVE_AGENT, (agent, "p", OLD, when, when))
-            con.execute(OLD_TOUCH.format(greatest="MAX"), (when, agent))
-        con.close()
+    old_daemon_heard = _old_daemon_hearing(db)
     old_daemon_heard("rpi-gone", time.time() - 100)
     d = Daemon(DaemonConfig(bind="tcp://127.0.0.1:0", database=db, auto_sweep=False,
                             agent_timeout_s=30))
@@ -208,18 +215,10 @@ def test_an_agent_held_by_a_daemon_from_before_fleet_records_is_not_shown_offlin
     from opptune.daemon.client import query
     from opptune.daemon.status_view import print_status
     from opptune.daemon.store import open_store
-    from test_store import OLD_SAVE_AGENT, OLD_TOUCH
 
     db = str(tmp_path / "d.db")
     open_store(db).close()  # migrated, as by this daemon's first start
-
-    def old_daemon_heard(agent, when):
-        con = sqlite3.connect(db)
-        with con:
-            con.execute("INSERT INTO platforms VALUES ('p', '{}', 0, 0) ON CONFLICT DO NOTHING")
-            con.execute(OLD_SAVE_AGENT, (agent, "p", OLD, when, when))
-            con.execute(OLD_TOUCH.format(greatest="MAX"), (when, agent))
-        con.close()
+    old_daemon_heard = _old_daemon_hearing(db)
     old_daemon_heard("rpi-gone", time.time() - 100)
     # heard just before this daemon started: by an earlier instance of it, say
     old_daemon_heard("rpi-before", time.time())
