@@ -16,22 +16,9 @@ import time
 from dataclasses import dataclass
 from typing import Any, Callable, Mapping
 
+from ..shared.lifeline import PRCTL, ask_death_signal
+
 TICK_S = 0.05   # poll period where no pidfd can wake the wait, and while a killed child dies
-PR_SET_PDEATHSIG = 1  # linux/prctl.h
-
-
-def _load_prctl() -> Callable[..., int] | None:
-    """libc's prctl, resolved once here: the child calls it between fork and exec, where
-    nothing may be looked up (None off Linux or without it)."""
-    if not sys.platform.startswith("linux"):
-        return None
-    try:
-        return ctypes.CDLL(None).prctl
-    except (OSError, AttributeError):
-        return None
-
-
-_PRCTL = _load_prctl()
 
 
 def _load_chdir() -> Callable[[bytes], int] | None:
@@ -61,16 +48,14 @@ def _before_exec(parent: int, start_fd: int, cwd: bytes | None = None) -> Callab
     (system-wide) to ``start_fd``: the start of the run's ``wall_s``, after the agent's fork
     and this Python code, which are the agent's cost and not the program's. A failed write
     leaves the parent its own start."""
-    prctl, kill_sig = _PRCTL, int(signal.SIGKILL)
-    getppid, kill, getpid, write = os.getppid, os.kill, os.getpid, os.write
+    prctl, kill_sig, ask = PRCTL, int(signal.SIGKILL), ask_death_signal
+    write = os.write
     clock, monotonic = time.clock_gettime_ns, time.CLOCK_MONOTONIC
     chdir, get_errno = _CHDIR, ctypes.get_errno
 
     def before_exec() -> None:
         if prctl is not None:
-            prctl(PR_SET_PDEATHSIG, kill_sig, 0, 0, 0)
-            if getppid() != parent:
-                kill(getpid(), kill_sig)
+            ask(prctl, kill_sig, parent)
         if cwd is not None:
             if chdir is None:
                 os.chdir(cwd)

@@ -23,6 +23,7 @@ from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
 from ..shared.cpus import format_cpu_list
+from ..shared.lifeline import dies_with_this_process
 from .client import DaemonUnreachable, QueryFailed, query
 from .console import make_console
 from .jobs import UNSUCCESSFUL_JOB_STATES
@@ -173,10 +174,14 @@ def prepare(args: argparse.Namespace, run_dir: Path) -> tuple[str, Path, Path]:
 
 
 def _start(argv: list[str], log: Path) -> subprocess.Popen:
+    """Start the demo's daemon or agent; it gets SIGTERM (its clean stop: the agent puts the
+    virtual knobs back) when the demo ends without stopping it, killed with SIGKILL or by a
+    timeout, rather than running on with nobody to stop it."""
     fh = open(log, "ab")
     try:
         return subprocess.Popen(argv, stdout=fh, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                                start_new_session=True)
+                                start_new_session=True,
+                                preexec_fn=dies_with_this_process(signal.SIGTERM))
     finally:
         fh.close()
 

@@ -195,3 +195,45 @@ def test_demo_time_benchmark_refuses_an_unknown_board():
                           capture_output=True, text=True, timeout=60)
     assert proc.returncode == 2 and "unknown board 'nope'" in proc.stderr
     assert "odroid-xu4, rpi4, x86-2numa" in proc.stderr
+
+
+def test_a_demo_killed_takes_its_daemon_and_agent_with_it(tmp_path):
+    """A demo killed with SIGKILL (a timeout's kill, the OOM killer) left its daemon and agent
+    running with nobody to stop them (found after test_demo's own timeout: two ran on for 31
+    minutes). They get SIGTERM, their clean stop, when the demo ends."""
+    import signal
+
+    import psutil
+    demo = subprocess.Popen([sys.executable, "-m", "opptune.daemon.cli", "demo", "--dir",
+                             str(tmp_path / "demo"), "--virtual-board", "rpi4",
+                             "--no-progress", "--json"],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+                            cwd=tmp_path)
+    children: list = []
+    try:
+        # both are up once the agent's log says it connects
+        agent_log = tmp_path / "demo" / "agent.log"
+        deadline = time.monotonic() + 120
+        while not (agent_log.exists() and "connecting to" in agent_log.read_text()):
+            assert demo.poll() is None, demo.stderr.read()
+            assert time.monotonic() < deadline, "the demo's agent did not start"
+            time.sleep(0.1)  # polling a log file, not synchronisation
+        children = psutil.Process(demo.pid).children()
+        assert {" ".join(c.cmdline()).split(" -m ")[1].split()[0] for c in children} == {
+            "opptune.daemon.service", "opptune.agent"}
+        demo.kill()
+        demo.wait(timeout=30)
+        gone, alive = psutil.wait_procs(children, timeout=60)
+        assert not alive, [c.pid for c in alive]
+        # a stop, not a kill: each ended through its SIGTERM handler
+        assert "agent stopped" in agent_log.read_text()
+    finally:
+        if demo.poll() is None:
+            demo.kill()
+            demo.wait()
+        demo.stderr.close()
+        for c in children:  # a failed test leaves nothing running
+            try:
+                c.kill()
+            except psutil.NoSuchProcess:
+                pass
