@@ -277,7 +277,7 @@ def test_a_job_stops_after_points_in_a_row_timed_out(tmp_path, stop_after):
         (hangs,) = wl.describe()
         assert [r.extra for r in recs[6:]] == [{"stopped": {
             "after_timeouts": 2, "points_not_run": 2, "points": 5,
-            "definition": hangs["definition"]}}] * 4
+            "definition": hangs["definition"]}, "program": hangs["program"]}] * 4
         assert all("stopped" not in r.extra for r in recs[:6])
     else:
         assert starts.read_text().split() == ["1", "1", "1", "2", "3", "4", "5"]
