@@ -232,6 +232,52 @@ def test_figures_follow_what_the_group_has(tmp_path):
            "of these runs)" in html
 
 
+def test_a_report_interrupted_halfway_leaves_the_one_before_whole(tmp_path, monkeypatch):
+    """Ctrl-C while the figures were drawn left DIR with the new report's first figures, the
+    earlier report's index.html and none of the figures it shows (removed at the start). The
+    figures are staged and take the earlier report's place only once all are drawn."""
+    from opptune.daemon.report import plots
+    g = {"platform": "p1", "input": "small", "variant": ""}
+    data = {"agents": [{"id": "a", "board": "box", "platform": "p1", "alive": True,
+                        "last_seen_s": 1.0}],
+            "platforms": {"p1": {"n_cpus": 4, "sweep_order": [0, 1, 2, 3],
+                                 "clusters": [[0, 1, 2, 3]]}},
+            "points": [{"group": {**g, "workload": w}, "runs": _runs([None], False)}
+                       for w in ("first", "second")],
+            "recommendations": [], "runs": [{"agent": "a", "count": 24}]}
+    before = build_report(data, tmp_path)
+    held = {p.name: p.read_bytes() for p in tmp_path.iterdir()}
+    assert sorted(held) == sorted([p.name for p in before.images] + ["index.html"])
+    drawn = []
+    scaling = plots.scaling
+
+    def interrupted(view, path):
+        if drawn:
+            raise KeyboardInterrupt
+        drawn.append(path)
+        scaling(view, path)
+    monkeypatch.setattr(plots, "scaling", interrupted)
+    with pytest.raises(KeyboardInterrupt):
+        build_report(data, tmp_path)
+    assert drawn and {p.name: p.read_bytes() for p in tmp_path.iterdir()} == held
+
+
+def test_ctrl_c_in_report_says_nothing_was_written(tmp_path, monkeypatch, capsys):
+    """'opptune report' interrupted while it drew exited 130 without a word."""
+    from opptune.daemon import cli, client
+    from opptune.daemon.report import build
+
+    def interrupted(*args, **kwargs):
+        raise KeyboardInterrupt
+    monkeypatch.setattr(client, "query", lambda *a, **k: {})
+    monkeypatch.setattr(build, "build_report", interrupted)
+    assert cli.main(["report", "--out", str(tmp_path / "r"), "--daemon",
+                     "tcp://127.0.0.1:9"]) == 130
+    assert capsys.readouterr().err.strip() == (
+        f"opptune report: interrupted: nothing written; {tmp_path / 'r'} holds what it held "
+        "before")
+
+
 def test_wrote_line_counts_in_words_that_agree_with_the_number():
     """A store with one group said "1 workload groups, 1 figures" (found by the README walk)."""
     from types import SimpleNamespace

@@ -1,11 +1,15 @@
 """Assemble the report: analyse what the daemon answered, draw the figures, write index.html.
 
-Files go into one directory: index.html and fig-*.png (figures of an earlier report there are
-removed first, nothing else is touched).
+Files go into one directory: index.html and fig-*.png. The figures are drawn into a staging
+directory inside it and take the place of an earlier report's only once every one is drawn:
+a report interrupted or failed halfway leaves the earlier one whole (nothing else is touched).
 """
 
 from __future__ import annotations
 
+import os
+import shutil
+import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -150,12 +154,21 @@ def build_report(data: dict[str, Any], out: Path,
     group on the 2-cpu machine). Every group (of ``workload`` and ``agent``'s board where
     given: select_entries, NoGroups before anything is written) is listed in a table; at
     most ``max_groups`` (0: all; analysis.drawn_groups picks them) are refitted and drawn."""
-    say = progress or (lambda what: None)
     t0 = time.perf_counter()
     entries = select_entries(data, workload, agent)
     out.mkdir(parents=True, exist_ok=True)
-    for old in out.glob("fig-*.png"):
-        old.unlink()
+    stage = Path(tempfile.mkdtemp(prefix=".opptune-report-", dir=out))
+    try:
+        return _build(data, entries, out, stage, progress or (lambda what: None), count,
+                      max_groups, workload, agent, t0)
+    finally:
+        shutil.rmtree(stage, ignore_errors=True)
+
+
+def _build(data: dict[str, Any], entries: list[Any], out: Path, stage: Path,
+           say: Callable[[str], None], count: Callable[[str, int, int], None] | None,
+           max_groups: int, workload: str | None, agent: str | None, t0: float) -> Built:
+    """:func:`build_report`'s page, its figures drawn into ``stage``."""
     platforms = data.get("platforms") or {}
     boards = {a["platform"]: a["board"] for a in data.get("agents") or []}
     recs = latest_recommendations(data.get("recommendations") or [])
@@ -226,7 +239,7 @@ def build_report(data: dict[str, Any], out: Path,
     shown = [views[i] for i in drawn]
     subsections = []
     for k, v in enumerate(shown, 1):
-        subsections.append(_group_section(v, out, images))
+        subsections.append(_group_section(v, stage, images))
         if count:
             count(f"drawing figures into {out}", k, n)
     work_sec = page.Section("Workloads", "workloads", subsections=subsections)
@@ -275,9 +288,17 @@ def _group_table(views: list[GroupView], drawn: set[int]) -> page.Table:
 
 def _write(out: Path, html: str, images: list[Path], groups: list[str], t0: float,
            listed: int = 0) -> Built:
+    """Put the staged ``images`` and the page in the place of the report ``out`` held."""
     index = out / "index.html"
     tmp = out / "index.html.tmp"
     tmp.write_text(html, encoding="utf-8")
+    for old in out.glob("fig-*.png"):
+        old.unlink()
+    placed = []
+    for staged in images:
+        os.replace(staged, out / staged.name)
+        placed.append(out / staged.name)
+    images = placed
     tmp.replace(index)
     size = index.stat().st_size + sum(p.stat().st_size for p in images)
     return Built(index, images, groups, size, time.perf_counter() - t0, listed)

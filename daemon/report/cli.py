@@ -68,6 +68,10 @@ def cmd_report(args: argparse.Namespace) -> int:
         built = build_report(data, out, terminal_progress("opptune report"),
                              terminal_counter("opptune report"), max_groups=args.max_groups,
                              workload=args.workload, agent=args.agent)
+    except KeyboardInterrupt:
+        if sys.stderr.isatty():  # end a progress line counted in place
+            print(file=sys.stderr)
+        return _fail(f"interrupted: nothing written; {out} holds what it held before", 130)
     except NoGroups as exc:
         return _fail(str(exc), 2)
     except OSError as exc:
