@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING, Any, Callable
 
 from .errors import HandlerError
 from .goal_recommend import GoalError, NoPowerData, NotMeasured, recommend_goal
+from .jobs import first_failure
 from .objectives import Goal, format_seconds, format_watts, make_goal
 from .planner import clocks_never_apply, workload_clock
 from .query_worker import Deferred
@@ -156,7 +157,8 @@ def answer_recommend(d: Daemon, args: dict[str, Any]) -> Deferred:
 
     def finish(r: Any) -> dict[str, Any]:
         if isinstance(r, HandlerError):
-            raise HandlerError(r.code, f"{r}{marked_note(d, agent, workload, size, accept_load)}")
+            raise HandlerError(r.code, f"{r}{marked_note(d, agent, workload, size, accept_load)}"
+                                       f"{failed_note(d, agent, workload)}")
         out = make_out(r)
         if args.get("apply"):
             # a configuration that breaks the user's limits is never pushed (withheld)
@@ -164,6 +166,22 @@ def answer_recommend(d: Daemon, args: dict[str, Any]) -> Deferred:
         return out
 
     return Deferred(compute, finish)
+
+
+def failed_note(d: Daemon, agent: str, workload: str) -> str:
+    """Where every run of ``agent``'s ``workload`` failed: '; its N runs on A all failed
+    (why the newest job's failed)' and where each job's reason is (empty otherwise)."""
+    runs = ok = 0
+    for row in d.store.workload_outcomes(agent):
+        if row["workload"] == workload:
+            runs, ok = runs + row["runs"], ok + row["ok"]
+    if not runs or ok:
+        return ""
+    error = first_failure(d.store, [j["job_id"] for j in d.store.jobs()
+                                    if j["agent"] == agent and j["workload"] == workload])
+    return ((f"; its {runs} runs on '{agent}' all failed" if runs != 1
+             else f"; its one run on '{agent}' failed") + (f" ({error})" if error else "")
+            + f": 'opptune status --agent {agent}' gives each job's reason")
 
 
 def marked_note(d: Daemon, agent: str, workload: str, size: str | None,

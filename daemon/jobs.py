@@ -99,6 +99,16 @@ def failure_text(errors: list[str]) -> str:
                      if c in where else c for c in named) or "no error text"
 
 
+def first_failure(store: Any, job_ids: list[str]) -> str | None:
+    """Why the runs of the newest of these jobs with failed runs failed (as the job's reason
+    says it), None where none has an error text."""
+    for job_id in reversed(job_ids):
+        errors = store.job_errors(job_id)
+        if errors:
+            return failure_text(errors)
+    return None
+
+
 # distinct causes a done job's reason names (each run of a flaky program may fail in its
 # own words: its stderr)
 FAILED_CAUSES = 3

@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any
 from ..shared.cpus import format_cpu_list
 from ..shared.records import RecordError, RunRecord
 from .errors import HandlerError
-from .jobs import failure_text
+from .jobs import first_failure
 from .planner import frequency_refusal, sweep_order
 from .registry import board_name
 from .store import Group, ResultIn
@@ -63,7 +63,7 @@ def runs(d: Daemon, args: dict[str, Any]) -> dict[str, Any]:
         n[0] += row["runs"]
         n[1] += row["ok"]
     workloads = {w for w, (_, ok) in tried.items() if ok}
-    failed = {w: {"runs": n, "error": _first_failure(d, failed_jobs.get(w, []))}
+    failed = {w: {"runs": n, "error": first_failure(d.store, failed_jobs.get(w, []))}
               for w, (n, ok) in tried.items() if not ok and workload in (None, w)}
     out, boards = [], {}
     for job_id, who, source in sources:
@@ -79,16 +79,6 @@ def runs(d: Daemon, args: dict[str, Any]) -> dict[str, Any]:
     return {"runs": out, "boards": boards,
             "known": {"agents": sorted(agents), "workloads": sorted(workloads)},
             "failed": failed}
-
-
-def _first_failure(d: Daemon, job_ids: list[str]) -> str | None:
-    """Why the runs of the newest of these jobs with failed runs failed (as the job's reason
-    says it), None where none has an error text."""
-    for job_id in reversed(job_ids):
-        errors = d.store.job_errors(job_id)
-        if errors:
-            return failure_text(errors)
-    return None
 
 
 def import_runs(d: Daemon, args: dict[str, Any]) -> dict[str, Any]:

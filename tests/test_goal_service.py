@@ -160,6 +160,27 @@ def test_recommend_without_enough_clean_runs_says_which_were_marked_and_what_to_
         a.close()
 
 
+def test_recommend_for_a_workload_whose_runs_all_failed_says_why(daemon):
+    """Walking this machine with a program that failed: 'opptune recommend' said only 'no
+    successful runs to recommend from', not that every run failed nor why (walk32)."""
+    a = Agent(daemon.endpoint, NO_METER)
+    try:
+        job_id = a.issued_job()
+        for seq, cores in enumerate((1, 2, 2)):
+            r = record(NO_METER, cores, energy=False)
+            r.update(ok=False, time_s=None, error="workload failed with exit status 3: oops")
+            a.send("result", {"job_id": job_id, "seq": seq, "of": 3, "record": r})
+            a.expect("ack")
+        err = a.query("recommend", {"agent": "q1", "workload": "wl"})
+        assert err["body"]["code"] == "no_model", err
+        assert err["body"]["message"].endswith(
+            "no successful runs to recommend from; its 3 runs on 'q1' all failed (workload "
+            "failed with exit status 3: oops): 'opptune status --agent q1' gives each job's "
+            "reason"), err
+    finally:
+        a.close()
+
+
 def test_tune_measures_one_configuration_per_job_then_pushes_and_verifies(daemon):
     a = Agent(daemon.endpoint, METER)
     try:
