@@ -74,7 +74,7 @@ def observations(rows: Sequence[tuple[int, float | None, float]],
     (smt.effective_cores), as they do for the datasets' descriptor column."""
     arr = np.asarray([(c, np.nan if f is None else f, t) for c, f, t in rows], dtype=float)
     if arr.size == 0:
-        raise NotEnoughData("no successful runs in this group")
+        raise NotEnoughData("no run in this group that a fit may use")
     freq = arr[:, 1] if np.isfinite(arr[:, 1]).any() else None
     counters = {} if not phys_cores else {"hw_phys_cores": np.full(len(arr), float(phys_cores))}
     return Observations(cores=arr[:, 0], time_s=arr[:, 2], freq_mhz=freq, counters=counters)

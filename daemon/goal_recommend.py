@@ -301,7 +301,7 @@ def recommend_goal(goal: Goal, platform: dict[str, Any], groups: dict[str, Seque
     elif groups.get(""):
         chosen = {"": groups[""]}
     else:
-        raise GoalError("no successful runs to recommend from")
+        raise GoalError("no run that a fit may use to recommend from")
     parts = [p for v, rows in sorted(chosen.items()) for p in _parts(platform, v, rows)]
     parts = [p for p in parts if len(p.measured)]
     if not parts:

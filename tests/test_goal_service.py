@@ -174,7 +174,7 @@ def test_recommend_for_a_workload_whose_runs_all_failed_says_why(daemon):
         err = a.query("recommend", {"agent": "q1", "workload": "wl"})
         assert err["body"]["code"] == "no_model", err
         assert err["body"]["message"].endswith(
-            "no successful runs to recommend from; its 3 runs on 'q1' all failed (workload "
+            "no run that a fit may use to recommend from; its 3 runs on 'q1' all failed (workload "
             "failed with exit status 3: oops): 'opptune status --agent q1' gives each job's "
             "reason"), err
     finally:
