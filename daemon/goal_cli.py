@@ -211,6 +211,8 @@ def recommendation_notes(r: dict[str, Any]) -> list[Text]:
         out.append(Text(f"beyond: {r['beyond']}"))
     if r.get("noise"):  # absent from an older daemon's answer
         out.append(Text(f"interval: {r['noise']}"))
+    if r.get("scaling"):  # absent from an older daemon's answer
+        out.append(Text(f"scaling: {r['scaling']}", style="yellow"))
     return out
 
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any, Callable
 
 from .errors import HandlerError
-from .goal_recommend import GoalError, NoPowerData, NotMeasured, recommend_goal
+from .goal_recommend import GoalError, NoPowerData, NotMeasured, flat_scaling, recommend_goal
 from .jobs import first_failure
 from .objectives import Goal, format_seconds, format_watts, make_goal
 from .planner import clocks_never_apply, workload_clock
@@ -118,6 +118,15 @@ def recommend_steps(d: Daemon, agent: str, workload: str, goal: Goal, size: str 
             out["clock"] = workload_clock(platform, kind, out["cpus"])
             if clocks_never_apply(platform, kind, "") is not None:
                 out["freq_per_policy"] = {}
+        out["scaling"] = None
+        flat = flat_scaling(runs) if info and info.workload_kind(workload) != "kernel" else None
+        if flat:
+            lo, hi, speedup = flat
+            out["scaling"] = (
+                f"its runs at {hi} cores were only x{speedup:.2f} as fast as at {lo}: the "
+                "program does not run faster with more cores; a command gets its thread count "
+                "as {threads} in its arguments or in its threads_env variable "
+                "(OMP_NUM_THREADS by default): check that it reads one")
         group = Group(info.platform_id if info else "", workload, size, out.get("variant", ""))
         out["rests_on"] = rests_on(d.store, group, accept_load=accept_load, never_clean=(
             d.remeasure.never_clean.get((agent, workload, size))))

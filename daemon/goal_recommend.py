@@ -224,6 +224,31 @@ def per_configuration(measured: Measured) -> tuple[Measured, dict[int, int], flo
 # measured twice, and its weight in pseudo degrees of freedom: as the surrogate's model error
 # (models/surrogate.py), so that one run per configuration gives no zero-width interval (a
 # 2-configuration tune of 1 run each claimed 0.09111..0.09111 s and judged -8.6 % "off").
+# below this speedup from the fewest cores measured to at least twice as many, a program is
+# said not to use the cores it is given (a note, not a model: nothing is fitted to it)
+FLAT_SPEEDUP = 1.1
+
+
+def flat_scaling(groups: dict[str, Sequence[Sequence[Any]]]) -> tuple[int, int, float] | None:
+    """(fewest cores, most cores, speedup between them) where a group's runs at one clock
+    at the most cores measured, at least twice the fewest, are not FLAT_SPEEDUP times as
+    fast as at the fewest (medians); the widest such span; None where every span scales.
+    ``groups``: variant -> rows of (cores, freq_mhz, time_s, ...)."""
+    found = None
+    for rows in groups.values():
+        by: dict[Any, dict[int, list[float]]] = {}
+        for row in rows:
+            by.setdefault(row[1], {}).setdefault(int(row[0]), []).append(float(row[2]))
+        for per in by.values():
+            lo, hi = min(per), max(per)
+            if hi < 2 * lo:
+                continue
+            speedup = float(np.median(per[lo]) / np.median(per[hi]))
+            if speedup < FLAT_SPEEDUP and (found is None or hi / lo > found[1] / found[0]):
+                found = (lo, hi, speedup)
+    return found
+
+
 NOISE_PRIOR = 0.05
 NOISE_PRIOR_DOF = 2.0
 

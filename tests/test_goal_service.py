@@ -156,6 +156,7 @@ def test_recommend_without_enough_clean_runs_says_which_were_marked_and_what_to_
             "--accept-load for a recommendation that holds for the board under that load"), err
         rec = a.query("recommend", {"agent": "q1", "workload": "wl", "accept_load": True})
         assert rec["body"]["data"]["cores"] == 2, rec
+        assert rec["body"]["data"]["scaling"] is None  # it scales: nothing to say
     finally:
         a.close()
 
@@ -179,6 +180,41 @@ def test_recommend_for_a_workload_whose_runs_all_failed_says_why(daemon):
             "reason"), err
     finally:
         a.close()
+
+
+def test_recommend_says_when_a_program_does_not_use_the_cores_it_is_given(daemon):
+    """Walking this machine with a program that ignores OMP_NUM_THREADS (user time 0.9 s at 1
+    and 2 cores): recommend chose 1 core and never said the program does not scale, which
+    for a command is most often a thread count it does not read (walk32)."""
+    a = Agent(daemon.endpoint, NO_METER)
+    try:
+        job_id = a.issued_job()
+        for seq, (cores, t) in enumerate(((1, 2.0), (1, 2.02), (2, 1.97), (2, 2.01),
+                                          (4, 1.99), (4, 2.0))):
+            r = record(NO_METER, cores, energy=False)
+            r["time_s"] = t
+            a.send("result", {"job_id": job_id, "seq": seq, "of": 6, "record": r})
+            a.expect("ack")
+        rec = a.query("recommend", {"agent": "q1", "workload": "wl"})["body"]["data"]
+        assert rec["scaling"] == (
+            "its runs at 4 cores were only x1.01 as fast as at 1: the program does not run "
+            "faster with more cores; a command gets its thread count as {threads} in its "
+            "arguments or in its threads_env variable (OMP_NUM_THREADS by default): check "
+            "that it reads one")
+        from opptune.daemon.goal_cli import recommendation_notes
+        assert [t.plain for t in recommendation_notes(rec)][-1] == f"scaling: {rec['scaling']}"
+    finally:
+        a.close()
+
+
+def test_flat_scaling_takes_the_widest_span_that_does_not_scale():
+    from opptune.daemon.goal_recommend import flat_scaling
+    scales = [(1, None, 4.0), (2, None, 2.1), (4, None, 1.1)]
+    assert flat_scaling({"": scales}) is None
+    # 3 cores is not twice 2: no span; a clock of its own is a span of its own
+    assert flat_scaling({"": [(2, 1000.0, 1.0), (3, 1000.0, 1.0)]}) is None
+    flat = [(1, 800.0, 3.0), (2, 800.0, 2.9), (4, 800.0, 2.95)]
+    assert flat_scaling({"": scales + flat}) == (1, 4, pytest.approx(3.0 / 2.95))
 
 
 def test_tune_measures_one_configuration_per_job_then_pushes_and_verifies(daemon):
