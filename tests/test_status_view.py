@@ -85,7 +85,7 @@ def test_status_writes_a_many_cpu_boards_cpu_sets_as_ranges():
     # an agent's hello is not checked as a job's points are: what is not a cpu list is shown
     from opptune.daemon.status_view import standing_text
     odd = {"id": "x86", "standing": {"config_id": "cfg-2", "workload": "triad", "cpus": ["a", 1]}}
-    assert standing_text(odd, "b").endswith("triad on cpus a,1 at the governor's clock")
+    assert standing_text(odd, "b").endswith("triad on cpus a,1 with no set frequency")
 
 
 def _agents_table(platforms):
@@ -443,7 +443,9 @@ def test_status_says_what_a_user_applied_stands_or_why_a_restart_dropped_it():
     assert standing_text(a, "odroid-7") == ("board odroid-7 (agent a1): applied configuration "
                                             "cfg-1 in force: triad on cpus 4-5 at 1800 MHz")
     a["standing"].update(freq_khz=None, target={"kind": "pid", "pid": 4242})
-    assert standing_text(a, "odroid-7").endswith("at the governor's clock, process 4242")
+    # a standing record keeps no clock (a virtual board's cpus run at theirs, not a governor's)
+    assert standing_text(a, "odroid-7").endswith(
+        "triad on cpus 4-5 with no set frequency, process 4242")
     dropped = {"id": "a1", "standing": None, "standing_dropped": "cfg-1: process 4242 is gone"}
     assert standing_text(dropped, "odroid-7") == (
         "board odroid-7 (agent a1): the applied configuration was dropped when the agent "
