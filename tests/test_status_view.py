@@ -527,6 +527,10 @@ def test_a_fit_made_before_a_drift_says_so_and_what_measures_it_again(tmp_path):
     assert stored_fit_note(own).endswith("made before a drift of the group: the runs it rests "
                                          "on no longer count)")
     assert stored_fit_note(fits["w", "cluster0"]) == "amdahl (the daemon's fit)"
+    # a changed program's drift left that agent's runs only out of the fit (schema 17)
+    assert stored_fit_note(mine) == (
+        "amdahl (the daemon's fit, made before a drift of the group: agent a1's runs it rests "
+        "on no longer count, the platform's other agents' stay in)")
 
 
 def test_status_names_both_agents_of_one_id_and_the_key_that_parts_them():

@@ -296,12 +296,17 @@ def stored_fit_note(fit: dict[str, Any] | None) -> str:
         return "none stored by the daemon"
     cv = (fit.get("quality") or {}).get("cv_mape")
     drift = fit.get("predates_drift")
+    if not isinstance(drift, dict):
+        return f"{fit.get('model')}" + (f", cross-validated MAPE {cv:.1f} %" if cv else "") \
+            + " (the daemon's fit)"
+    # a changed program's drift (drift.agent_only) ends that agent's runs only
+    gone = (f"agent {drift.get('agent')}'s runs it rests on no longer count, the platform's "
+            "other agents' stay in" if drift.get("agent_only")
+            else "the runs it rests on no longer count")
     return f"{fit.get('model')}" + (f", cross-validated MAPE {cv:.1f} %" if cv else "") \
-        + (" (the daemon's fit, made before a drift of "
-           + ("the group" if drift.get("variant") == (fit.get("group") or {}).get("variant")
-              else f"its {drift.get('variant') or 'whole-board'} group")
-           + ": the runs it rests on no longer count)" if isinstance(drift, dict)
-           else " (the daemon's fit)")
+        + " (the daemon's fit, made before a drift of " \
+        + ("the group" if drift.get("variant") == (fit.get("group") or {}).get("variant")
+           else f"its {drift.get('variant') or 'whole-board'} group") + f": {gone})"
 
 
 def drawn_groups(entries: list[dict[str, Any]], recs: list[dict[str, Any]], most: int
