@@ -239,7 +239,8 @@ class Recommender:
                                r.upper_s, getattr(model, "name", None), keep=False)
         log.info("recommend %s for %s: %d cores at %s, predicted %.4g s (best %d cores, "
                  "%.4g s)%s%s", rec["config_id"], "/".join(group), r.cores,
-                 self._clock_text(agent, group, r.freq_khz, r.cpus), r.predicted_time_s, r.best_cores, r.best_time_s, beyond,
+                 self._clock_text(agent, group, r.freq_khz, r.cpus), r.predicted_time_s,
+                 r.best_cores, r.best_time_s, beyond,
                  "" if rec["state"] == "pushed" else " (not sent)")
         return rec
 

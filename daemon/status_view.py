@@ -393,10 +393,10 @@ def print_status(data: dict[str, Any], console: Console | None = None,
             said.add(a.get("platform"))
             console.print(why, markup=False, soft_wrap=True)
 
-    t = _table("runs", ("agent", "workload", "input", "runs", "marked"))
+    t = _table("runs", ("agent", "workload", "input", "runs", "failed", "marked"))
     for r in data.get("runs", []):
         t.add_row(str(r.get("agent")), str(r.get("workload")), str(r.get("input")),
-                  _fmt(r.get("count")), _fmt(r.get("marked")))
+                  _fmt(r.get("count")), _fmt(r.get("failed")), _fmt(r.get("marked")))
     _print_table(console, t)
     more("runs")
 

@@ -209,7 +209,8 @@ def test_a_new_daemons_status_says_none_instead_of_empty_tables():
     con = Console(record=True, width=200)
     print_status(data, con)
     text = con.export_text()
-    assert "runs: none" not in text and "┃ agent ┃ workload ┃ input ┃ runs ┃ marked ┃" in text
+    assert "runs: none" not in text
+    assert "┃ agent ┃ workload ┃ input ┃ runs ┃ failed ┃ marked ┃" in text
 
 
 def test_open_tune_sessions_are_a_table_after_the_jobs_and_only_while_there_are_any():
@@ -614,3 +615,28 @@ def test_a_cancelled_jobs_runs_not_run_are_not_shown_as_received():
             if ln.startswith("\u2502 job-")}
     assert "\u2502 1/4 measured, 3 not run \u2502 cancelled" in rows["job-c"], rows
     assert "\u2502 4/4 " in rows["job-f"] and "\u2502 4/4 " in rows["job-o"], rows
+
+
+def test_the_runs_table_and_the_reports_fleet_count_failed_runs_apart():
+    """58 'runs' of which 4 failed: status' runs table and the report's Fleet counted the
+    failed runs as runs; they say 54 and 4 failed (a daemon older than the key: '-')."""
+    from rich.console import Console
+
+    from opptune.daemon.report.analysis import fleet_rows
+    from opptune.daemon.status_view import print_status
+    row = {"agent": "a1", "platform": "p", "workload": "triad", "input": "small",
+           "count": 54, "failed": 4, "marked": 2}
+    data = {"daemon": {}, "agents": [{"id": "a1", "board": "box", "platform": "p"}],
+            "runs": [row, {**row, "workload": "old", "count": 7, "failed": None}],
+            "jobs": [], "fits": [], "recommendations": []}
+    con = Console(record=True, width=200)
+    print_status(data, con)
+    lines = con.export_text().splitlines()
+    head = [c.strip() for c in next(ln for ln in lines if "marked" in ln and "┃" in ln
+                                    ).split("┃")]
+    assert head[4:7] == ["runs", "failed", "marked"], head
+    cells = {c[2]: c[4:7] for c in ([x.strip() for x in ln.split("│")] for ln in lines
+                                    if "│" in ln and "small" in ln)}
+    assert cells == {"triad": ["54", "4", "2"], "old": ["7", "-", "2"]}
+    (fleet,) = fleet_rows(data)
+    assert (fleet["runs"], fleet["failed"]) == (61, 4)
