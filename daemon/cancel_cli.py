@@ -24,7 +24,10 @@ def job_line(j: dict[str, Any]) -> str:
         return (f"{head} had already ended: {j['state']}: {runs}" +
                 (f"; {j['reason']}" if j.get("reason") else ""))
     if j["was"] == "queued":
-        how = "it had not been sent to the agent: nothing of it ran"
+        # another daemon of a fleet may send it just as this one cancels it (jobs.py,
+        # _sent_cancelled): that one then tells the agent to stop it
+        how = ("it was queued, not sent, when cancelled: it is never sent (a daemon of the "
+               "fleet that sent it at that instant tells the agent to stop it)")
     elif j.get("told"):
         how = (f"{j['agent']} stops it now; the runs it measured are kept, and those under way "
                "are stored as they arrive")

@@ -27,6 +27,7 @@ from ..shared.lifeline import dies_with_this_process
 from .client import DaemonUnreachable, QueryFailed, query
 from .console import make_console
 from .jobs import UNSUCCESSFUL_JOB_STATES
+from .planner import clock_text
 from .status_view import params_text
 
 FINAL_STATES = {"verified", "unconfirmed", "off", "marked", "refused", "failed"}
@@ -546,6 +547,8 @@ def summarise(db_path: Path, status: dict[str, Any],
             "recommended_cores": rec.get("cores"),
             "recommended_cpus": rec.get("cpus"),
             "recommended_freq_khz": rec.get("freq_khz"),
+            # what its cpus run at where it sets no frequency (status' planner.workload_clock)
+            "recommended_clock": rec.get("clock"),
             "predicted_time_s": rec.get("predicted_time_s"),
             "verified_time_s": rec.get("verified_time_s"),
             "recommendation_state": rec.get("state"),
@@ -614,8 +617,7 @@ def print_table(table: list[dict[str, Any]], console: Console) -> None:
             console.print(f"  recommended: {w['recommended_cores']} "
                           + ("core " if w["recommended_cores"] == 1 else "cores ")
                           + f"(cpus {format_cpu_list(w['recommended_cpus'] or [])})"
-                          + (f" at {freq / 1000:.0f} MHz" if freq
-                             else " at the governor's frequency")
+                          + f" at {clock_text(freq, w.get('recommended_clock'))}"
                           + f", predicted {pred:.4f} s, measured "
                           + (f"{ver:.4f} s" if ver is not None else "-")
                           + f" ({w['recommendation_state']})"

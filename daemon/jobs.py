@@ -384,13 +384,22 @@ class JobTracker:
         if job is None:
             raise HandlerError("unknown_job", f"no job {job_id[:80]} in this daemon's store; "
                                               "'opptune status' lists the jobs")
-        was, now = job["state"], time.time()
-        held = was in HELD_JOB_STATES
-        cancelled = was not in FINAL_JOB_STATES or was == "expired"
-        if cancelled and not self.store.set_job_state(
-                job_id, "cancelled", reason, now=now, only_from=ACTIVE_JOB_STATES + ("expired",),
-                stopped={"cancelled": True, "at": now, "held": held}):
-            cancelled = False  # it ended meanwhile (another daemon of a fleet): as it ended
+        now = time.time()
+        while True:
+            # set only from the state read: another daemon of a fleet that sent the job (queued
+            # -> sent) between the read and the set would leave ``was`` and ``held`` untrue
+            was = job["state"]
+            held = was in HELD_JOB_STATES
+            cancelled = was not in FINAL_JOB_STATES or was == "expired"
+            if not cancelled or self.store.set_job_state(
+                    job_id, "cancelled", reason, now=now, only_from=(was,),
+                    stopped={"cancelled": True, "at": now, "held": held}):
+                break
+            fresh = self.store.job(job_id)  # changed meanwhile: as it is now
+            if fresh is None:
+                cancelled = False
+                break
+            job = fresh
         told = via = None
         if cancelled:
             self._complete.add(job_id)

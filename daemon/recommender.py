@@ -16,6 +16,7 @@ from ..shared.config import DaemonConfig
 from ..shared.records import RecordError, RunRecord
 from ..shared.target_text import measured_text
 from .fitter import FitOutcome, FitRequest, Fitter, set_clock_rows, workload_key
+from .planner import clock_text, workload_clock
 from .recommend import (FitSetting, fit_setting, platform_others, recommend,
                         target_observations)
 from .registry import Registry
@@ -127,6 +128,17 @@ class Recommender:
         info = self.registry.get(agent) if agent else None
         return (info.platform if info else None) or self.store.platform(group.platform) or {}
 
+    def _clock_text(self, agent: str | None, group: Group, freq_khz: int | None,
+                    cpus: list[int]) -> str:
+        """A recommendation's frequency in the log's words, as recommend says it: where none
+        is set, what its cpus run at (planner.workload_clock), not a governor's always."""
+        if freq_khz is not None:
+            return clock_text(freq_khz)
+        info = self.registry.get(agent) if agent else None
+        return clock_text(None, workload_clock(
+            self._platform(agent, group),
+            info.workload_kind(group.workload) if info else None, list(cpus)))
+
     def _setting(self, agent: str | None, group: Group, rows: Any) -> FitSetting:
         """A ``cluster<i>`` variant fits and recommends within that cluster; the frequency
         axis comes from the group's runs, so the candidate grid has one exactly when the model
@@ -227,7 +239,8 @@ class Recommender:
                                r.upper_s, getattr(model, "name", None), keep=False)
         log.info("recommend %s for %s: %d cores at %s, predicted %.4g s (best %d cores, "
                  "%.4g s)%s%s", rec["config_id"], "/".join(group), r.cores,
-                 freq_text(r.freq_khz), r.predicted_time_s, r.best_cores, r.best_time_s, beyond,
+                 self._clock_text(agent, group, r.freq_khz, r.cpus), r.predicted_time_s,
+                 r.best_cores, r.best_time_s, beyond,
                  "" if rec["state"] == "pushed" else " (not sent)")
         return rec
 
@@ -443,11 +456,6 @@ def marked_left_out(store: Store, groups: list[Group], advice: str,
         return ""
     return (f"; {n} run{'s' if n != 1 else ''} marked for interference left out "
             f"({'; '.join(dict.fromkeys(offenders))}): {advice}")
-
-
-def freq_text(freq_khz: int | None) -> str:
-    """A frequency for messages; None is the governor's choice, not "None kHz"."""
-    return "the governor's frequency" if freq_khz is None else f"{freq_khz} kHz"
 
 
 # A prediction is confirmed only by an interval that could have refuted it. The choice it

@@ -47,7 +47,7 @@ from .link import Link
 from .planner import is_tune_job
 from .query_worker import Deferred, QueryWorker
 from .recent_requests import RecentRequests, is_change
-from .recommender import Recommender, freq_text, off_pct, verdict
+from .recommender import Recommender, off_pct, verdict
 from ..shared.refusals import RefusalLog
 from .registry import Registry, claim_text, platform_id_of, standing_of
 from .remeasure import Remeasure
@@ -146,7 +146,7 @@ def _path_error(key: str, path: Any, exc: Exception, what: str,
 
 __all__ = ["ACTIVE_JOB_STATES", "FINAL_JOB_STATES", "BindError", "Daemon", "HandlerError",
            "PathError",
-           "freq_text", "main", "off_pct", "verdict"]
+           "main", "off_pct", "verdict"]
 
 
 class Daemon:

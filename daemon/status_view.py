@@ -152,8 +152,9 @@ def standing_text(agent: dict[str, Any], board: str) -> str | None:
     s = agent.get("standing")
     who = f"board {board} (agent {agent.get('id')})"
     if isinstance(s, dict):
-        clock = (f"{s['freq_khz'] / 1000:g} MHz" if isinstance(s.get("freq_khz"), int)
-                 else "the governor's clock")
+        # a standing record keeps no clock: what its cpus run at is not known here
+        clock = (f"at {clock_text(s['freq_khz'])}" if isinstance(s.get("freq_khz"), int)
+                 else "with no set frequency")
         target = s.get("target") if isinstance(s.get("target"), dict) else {}
         where = (f", process {target.get('pid')}" if target.get("kind") == "pid" else
                  f", unit {target.get('unit')}" if target.get("kind") == "unit" else "")
@@ -162,7 +163,7 @@ def standing_text(agent: dict[str, Any], board: str) -> str | None:
         shown = (format_cpu_list(cpus) if all(type(c) is int for c in cpus)
                  else ",".join(map(str, cpus)))
         return (f"{who}: applied configuration {s.get('config_id')} in force: "
-                f"{s.get('workload')} on cpus {shown} at {clock}{where}")
+                f"{s.get('workload')} on cpus {shown} {clock}{where}")
     if agent.get("standing_dropped"):
         return (f"{who}: the applied configuration was dropped when the agent restarted: "
                 f"{agent['standing_dropped']}; the board is at its original settings")
@@ -392,10 +393,10 @@ def print_status(data: dict[str, Any], console: Console | None = None,
             said.add(a.get("platform"))
             console.print(why, markup=False, soft_wrap=True)
 
-    t = _table("runs", ("agent", "workload", "input", "runs", "marked"))
+    t = _table("runs", ("agent", "workload", "input", "runs", "failed", "marked"))
     for r in data.get("runs", []):
         t.add_row(str(r.get("agent")), str(r.get("workload")), str(r.get("input")),
-                  _fmt(r.get("count")), _fmt(r.get("marked")))
+                  _fmt(r.get("count")), _fmt(r.get("failed")), _fmt(r.get("marked")))
     _print_table(console, t)
     more("runs")
 

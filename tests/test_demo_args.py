@@ -109,7 +109,10 @@ def test_the_table_says_one_core_not_one_cores():
     console = Console(record=True, width=200)
     print_table([w], console)
     text = console.export_text()
-    assert "recommended: 1 core (cpus 0) at the governor's frequency" in text
+    assert "recommended: 1 core (cpus 0) at governor's choice," in text  # planner.clock_text
+    # a virtual board's cpus keep their clock: the demo says what status said, not a governor
+    print_table([{**w, "recommended_clock": "the board's fixed clock"}], console)
+    assert "recommended: 1 core (cpus 0) at the board's fixed clock," in console.export_text()
     print_table([{**w, "recommended_cores": 2, "recommended_cpus": [0, 1]}], console)
     assert "recommended: 2 cores (cpus 0-1)" in console.export_text()
 

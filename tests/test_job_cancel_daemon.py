@@ -99,9 +99,61 @@ def test_a_job_sent_while_another_daemon_cancels_it_as_queued_is_cancelled_at_th
         daemon1.send("a1", job)
         (answer,) = answers
         assert (answer["was"], answer["told"]) == ("queued", None)  # as daemon 2 saw it
+        # the reply does not say nothing of it ran: the sender now stops it on the board
+        from opptune.daemon.cancel_cli import job_line
+        line = job_line(answer)
+        assert "nothing of it ran" not in line and line.endswith(
+            "it was queued, not sent, when cancelled: it is never sent (a daemon of the fleet "
+            "that sent it at that instant tells the agent to stop it)"), line
         assert sent == ["job", "cancel"]
         row = stores[0].job("job-1")
         assert row["state"] == "cancelled" and row["stopped"]["held"] is True
     finally:
         for s in stores:
             s.close()
+
+
+def test_a_job_sent_between_the_cancels_read_and_its_mark_is_answered_as_sent(tmp_path):
+    """The other order: daemon 2 read the job 'queued', daemon 1 marked it 'sent', then
+    daemon 2 cancelled it. The cancel was answered 'queued' (nothing of it ran, no stop held
+    for the agent's end) though the agent held it; it is set only from the state it read, so
+    it reads the job again and answers 'sent', held for the agent's end."""
+    import time
+
+    from opptune.daemon.cancel_cli import job_line
+    from opptune.daemon.jobs import JobTracker
+    from opptune.daemon.registry import Registry
+    from opptune.daemon.store import open_store
+    from opptune.shared.config import DaemonConfig
+
+    db = str(tmp_path / "d.db")
+    sender, canceller = open_store(db), open_store(db)
+    job = {"job_id": "job-1", "workload": "wl", "size": "small", "reps": 1, "warmup": 0,
+           "points": [{"cpus": [0], "threads": 1, "freq_khz": None}]}
+    reads = []
+
+    class Racing:  # daemon 2's store: daemon 1 marks the job sent just after its first read
+        def __getattr__(self, name):
+            return getattr(canceller, name)
+
+        def job(self, job_id):
+            row = canceller.job(job_id)
+            reads.append(row["state"])
+            if len(reads) == 1:
+                assert sender.set_job_state(job_id, "sent", only_from=("queued",))
+            return row
+
+    try:
+        sender.save_job("a1", job, time.time(), state="queued")
+        daemon2 = JobTracker(DaemonConfig(), Racing(), Registry(10.0), None, "daemon",
+                             time.time(), lambda *a: None)
+        answer = daemon2.cancel("job-1", "cancelled by the user")
+        assert reads == ["queued", "sent"]
+        assert (answer["was"], answer["cancelled"]) == ("sent", True)
+        row = sender.job("job-1")
+        assert row["state"] == "cancelled" and row["stopped"]["held"] is True
+        assert "queued" not in job_line(answer) and "is not connected to this daemon" in \
+            job_line(answer)
+    finally:
+        sender.close()
+        canceller.close()

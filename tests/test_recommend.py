@@ -196,6 +196,7 @@ def _daemon_request(plat, rows, stored=None):
     from opptune.daemon.registry import Registry
     from opptune.daemon.store import Group
     from opptune.shared.config import DaemonConfig
+    from opptune.shared.config import DaemonConfig
 
     stored = stored or {Group("p", "w", "", ""): rows}
 
@@ -265,6 +266,7 @@ def _platform_runs(reps=2):
     """Five workloads on one platform (1-8 cores, bending past 4) and one elsewhere; the
     first is measured at 1-4 cores only: the others' replays size its interval."""
     from opptune.daemon.store import Group
+    from opptune.shared.config import DaemonConfig
 
     rng = np.random.default_rng(3)
     runs = {}
@@ -404,3 +406,27 @@ def test_an_older_agents_range_still_reads_as_one_and_a_two_clock_table_does_not
     assert frequency_ranges(new) == {}
     assert offered_frequencies(new, [0]) == [800_000, 1_000_000]
     assert offer_text(new, "policy0") == "2 frequencies 800-1000 MHz"
+
+
+def test_the_daemons_log_words_an_unset_clock_as_recommend_does():
+    """The log line of a pushed recommendation said "the governor's frequency" for a board
+    without cpufreq too; it now says what the cpus run at (planner.clock_text)."""
+    from opptune.daemon.planner import GOVERNOR_CLOCK, OWN_CLOCK
+    from opptune.daemon.recommender import Recommender
+    from opptune.daemon.registry import Registry
+    from opptune.daemon.store import Group
+    from opptune.shared.config import DaemonConfig
+
+    class Store:
+        plat = {}
+
+        def platform(self, name):
+            return self.plat
+
+    store = Store()
+    r = Recommender(DaemonConfig(), store, Registry(10.0), object(), lambda *a: True, {})
+    group = Group("p", "w", "s", "")
+    assert r._clock_text(None, group, None, [0, 1]) == OWN_CLOCK  # no cpufreq policy
+    store.plat = {"policies": [{"cpus": [0, 1, 2, 3]}]}
+    assert r._clock_text(None, group, None, [0, 1]) == GOVERNOR_CLOCK
+    assert r._clock_text(None, group, 1_400_000, [0, 1]) == "1400 MHz"

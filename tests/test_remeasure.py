@@ -317,7 +317,7 @@ def test_status_shows_marked_counts_what_a_recommendation_rests_on_and_never_cle
                    "database": "d.db"},
         "agents": [], "fits": [], "jobs": [], "fit_errors": [],
         "runs": [{"agent": "a1", "platform": "p1", "workload": "triad", "input": "small",
-                  "count": 8, "marked": 2}],
+                  "count": 8, "failed": 1, "marked": 2}],
         "recommendations": [{"config_id": "cfg-1", "agent": "a1", "group": group, "cores": 2,
                              "cpus": [0, 1], "freq_khz": None, "predicted_time_s": 1.0,
                              "predicted_lower_s": 0.9, "predicted_upper_s": 1.1,
@@ -332,7 +332,7 @@ def test_status_shows_marked_counts_what_a_recommendation_rests_on_and_never_cle
     console = Console(record=True, width=250)
     print_status(data, console)
     out = console.export_text()
-    assert re.search(r"a1\s+│\s+triad\s+│\s+small\s+│\s+8\s+│\s+2", out), out
+    assert re.search(r"a1\s+│\s+triad\s+│\s+small\s+│\s+8\s+│\s+1\s+│\s+2", out), out
     assert f"cfg-1 (p1/triad/small): {text}" in out
     assert f"triad (small) on a1: no clean measurement at 2 cores: {why}" in out
     assert "marked (not verified: 2 of 2 verification runs marked" in out

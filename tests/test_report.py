@@ -123,7 +123,7 @@ def test_report_names_groups_recommendations_and_fleet(report):
     row = re.search(r"<tr><td>test-agent</td>(.*?)</tr>", html).group(1)
     cells = re.findall(r"<td[^>]*>(.*?)</td>", row)
     assert cells[0] == "odroid-xu4 (virtual)" and cells[2] == "yes"
-    assert cells[5:7] == ["2", "2"]  # recommendations, applied
+    assert cells[5] == "0" and cells[6:8] == ["2", "2"]  # failed runs, recommendations, applied
     # the board: topology and the kernel's traits
     assert "policy0" in html and "policy4" in html and "{0-3} {4-7}" in html
     assert "frequency exponent" in html
@@ -212,7 +212,7 @@ def test_figures_follow_what_the_group_has(tmp_path):
             "points": [{"group": {**g, "workload": "flat"}, "runs": _runs([None], False)},
                        {"group": {**g, "workload": "dvfs"},
                         "runs": _runs([1000.0, 2000.0], False)}],
-            "recommendations": [], "runs": [{"agent": "a", "count": 24}]}
+            "recommendations": [], "runs": [{"agent": "a", "count": 24, "failed": 3}]}
     told = []
     built = build_report(data, tmp_path, told.append)
     assert [p.name.rsplit("-", 1)[1] for p in built.images] == [
@@ -223,6 +223,9 @@ def test_figures_follow_what_the_group_has(tmp_path):
     html = built.index.read_text()
     assert "no run of this group carries energy (the board has no meter)" in html
     assert "2.0 h ago" in html
+    # the Fleet counts the successful runs, the failed ones apart
+    assert re.search(r"<th[^>]*>runs</th>\s*<th[^>]*>failed runs</th>", html)
+    assert re.search(r"<td[^>]*>24</td>\s*<td[^>]*>3</td>", html)
     # walking a virtual rpi4 with a real command: its board has a meter (the kernel's energy
     # model), which saw none of its runs; the page said "the board has no meter"
     data["platforms"]["p1"]["energy"] = {"available": True,

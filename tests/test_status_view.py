@@ -85,7 +85,7 @@ def test_status_writes_a_many_cpu_boards_cpu_sets_as_ranges():
     # an agent's hello is not checked as a job's points are: what is not a cpu list is shown
     from opptune.daemon.status_view import standing_text
     odd = {"id": "x86", "standing": {"config_id": "cfg-2", "workload": "triad", "cpus": ["a", 1]}}
-    assert standing_text(odd, "b").endswith("triad on cpus a,1 at the governor's clock")
+    assert standing_text(odd, "b").endswith("triad on cpus a,1 with no set frequency")
 
 
 def _agents_table(platforms):
@@ -209,7 +209,8 @@ def test_a_new_daemons_status_says_none_instead_of_empty_tables():
     con = Console(record=True, width=200)
     print_status(data, con)
     text = con.export_text()
-    assert "runs: none" not in text and "┃ agent ┃ workload ┃ input ┃ runs ┃ marked ┃" in text
+    assert "runs: none" not in text
+    assert "┃ agent ┃ workload ┃ input ┃ runs ┃ failed ┃ marked ┃" in text
 
 
 def test_open_tune_sessions_are_a_table_after_the_jobs_and_only_while_there_are_any():
@@ -443,7 +444,9 @@ def test_status_says_what_a_user_applied_stands_or_why_a_restart_dropped_it():
     assert standing_text(a, "odroid-7") == ("board odroid-7 (agent a1): applied configuration "
                                             "cfg-1 in force: triad on cpus 4-5 at 1800 MHz")
     a["standing"].update(freq_khz=None, target={"kind": "pid", "pid": 4242})
-    assert standing_text(a, "odroid-7").endswith("at the governor's clock, process 4242")
+    # a standing record keeps no clock (a virtual board's cpus run at theirs, not a governor's)
+    assert standing_text(a, "odroid-7").endswith(
+        "triad on cpus 4-5 with no set frequency, process 4242")
     dropped = {"id": "a1", "standing": None, "standing_dropped": "cfg-1: process 4242 is gone"}
     assert standing_text(dropped, "odroid-7") == (
         "board odroid-7 (agent a1): the applied configuration was dropped when the agent "
@@ -525,6 +528,10 @@ def test_a_fit_made_before_a_drift_says_so_and_what_measures_it_again(tmp_path):
     assert stored_fit_note(own).endswith("made before a drift of the group: the runs it rests "
                                          "on no longer count)")
     assert stored_fit_note(fits["w", "cluster0"]) == "amdahl (the daemon's fit)"
+    # a changed program's drift left that agent's runs only out of the fit (schema 17)
+    assert stored_fit_note(mine) == (
+        "amdahl (the daemon's fit, made before a drift of the group: agent a1's runs it rests "
+        "on no longer count, the platform's other agents' stay in)")
 
 
 def test_status_names_both_agents_of_one_id_and_the_key_that_parts_them():
@@ -608,3 +615,28 @@ def test_a_cancelled_jobs_runs_not_run_are_not_shown_as_received():
             if ln.startswith("\u2502 job-")}
     assert "\u2502 1/4 measured, 3 not run \u2502 cancelled" in rows["job-c"], rows
     assert "\u2502 4/4 " in rows["job-f"] and "\u2502 4/4 " in rows["job-o"], rows
+
+
+def test_the_runs_table_and_the_reports_fleet_count_failed_runs_apart():
+    """58 'runs' of which 4 failed: status' runs table and the report's Fleet counted the
+    failed runs as runs; they say 54 and 4 failed (a daemon older than the key: '-')."""
+    from rich.console import Console
+
+    from opptune.daemon.report.analysis import fleet_rows
+    from opptune.daemon.status_view import print_status
+    row = {"agent": "a1", "platform": "p", "workload": "triad", "input": "small",
+           "count": 54, "failed": 4, "marked": 2}
+    data = {"daemon": {}, "agents": [{"id": "a1", "board": "box", "platform": "p"}],
+            "runs": [row, {**row, "workload": "old", "count": 7, "failed": None}],
+            "jobs": [], "fits": [], "recommendations": []}
+    con = Console(record=True, width=200)
+    print_status(data, con)
+    lines = con.export_text().splitlines()
+    head = [c.strip() for c in next(ln for ln in lines if "marked" in ln and "┃" in ln
+                                    ).split("┃")]
+    assert head[4:7] == ["runs", "failed", "marked"], head
+    cells = {c[2]: c[4:7] for c in ([x.strip() for x in ln.split("│")] for ln in lines
+                                    if "│" in ln and "small" in ln)}
+    assert cells == {"triad": ["54", "4", "2"], "old": ["7", "-", "2"]}
+    (fleet,) = fleet_rows(data)
+    assert (fleet["runs"], fleet["failed"]) == (61, 4)

@@ -296,12 +296,17 @@ def stored_fit_note(fit: dict[str, Any] | None) -> str:
         return "none stored by the daemon"
     cv = (fit.get("quality") or {}).get("cv_mape")
     drift = fit.get("predates_drift")
+    if not isinstance(drift, dict):
+        return f"{fit.get('model')}" + (f", cross-validated MAPE {cv:.1f} %" if cv else "") \
+            + " (the daemon's fit)"
+    # a changed program's drift (drift.agent_only) ends that agent's runs only
+    gone = (f"agent {drift.get('agent')}'s runs it rests on no longer count, the platform's "
+            "other agents' stay in" if drift.get("agent_only")
+            else "the runs it rests on no longer count")
     return f"{fit.get('model')}" + (f", cross-validated MAPE {cv:.1f} %" if cv else "") \
-        + (" (the daemon's fit, made before a drift of "
-           + ("the group" if drift.get("variant") == (fit.get("group") or {}).get("variant")
-              else f"its {drift.get('variant') or 'whole-board'} group")
-           + ": the runs it rests on no longer count)" if isinstance(drift, dict)
-           else " (the daemon's fit)")
+        + " (the daemon's fit, made before a drift of " \
+        + ("the group" if drift.get("variant") == (fit.get("group") or {}).get("variant")
+           else f"its {drift.get('variant') or 'whole-board'} group") + f": {gone})"
 
 
 def drawn_groups(entries: list[dict[str, Any]], recs: list[dict[str, Any]], most: int
@@ -489,10 +494,14 @@ def kernel_traits(view: GroupView) -> dict[str, Any] | None:
 
 
 def fleet_rows(data: dict[str, Any]) -> list[dict[str, Any]]:
-    """One row per agent: board, platform, alive, last seen, runs, recommendations by state."""
+    """One row per agent: board, platform, alive, last seen, runs (successful) and failed
+    runs, recommendations by state."""
     runs: dict[str, int] = {}
+    failed: dict[str, int] = {}
     for r in data.get("runs") or []:
         runs[r["agent"]] = runs.get(r["agent"], 0) + int(r["count"])
+        # None: a daemon older than the key counted failed runs in count
+        failed[r["agent"]] = failed.get(r["agent"], 0) + int(r.get("failed") or 0)
     out = []
     for a in data.get("agents") or []:
         states: dict[str, int] = {}
@@ -501,7 +510,8 @@ def fleet_rows(data: dict[str, Any]) -> list[dict[str, Any]]:
                 states[r["state"]] = states.get(r["state"], 0) + 1
         out.append({"agent": a["id"], "board": a.get("board"), "platform": a.get("platform"),
                     "alive": a.get("alive"), "last_seen_s": a.get("last_seen_s"),
-                    "runs": runs.get(a["id"], 0), "recommendations": sum(states.values()),
+                    "runs": runs.get(a["id"], 0), "failed": failed.get(a["id"], 0),
+                    "recommendations": sum(states.values()),
                     "applied": sum(states.get(s, 0) for s in ("verified", "unconfirmed", "off",
                                                               "failed")),
                     "verified": states.get("verified", 0),

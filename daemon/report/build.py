@@ -203,12 +203,14 @@ def _build(data: dict[str, Any], entries: list[Any], out: Path, stage: Path,
                            count=refitting)
 
     fleet = page.Section("Fleet", "fleet", tables=[page.Table(
-        ["agent", "board", "platform", "online", "last seen", "runs", "recommendations",
-         "applied", "verified", "unconfirmed", "off"],
+        ["agent", "board", "platform", "online", "last seen", "runs", "failed runs",
+         "recommendations", "applied", "verified", "unconfirmed", "off"],
         [[r["agent"], r["board"], r["platform"], "yes" if r["alive"] else "no",
-          _ago(r["last_seen_s"]), r["runs"], r["recommendations"], r["applied"],
+          _ago(r["last_seen_s"]), r["runs"], r["failed"], r["recommendations"], r["applied"],
           r["verified"], r["unconfirmed"], r["off"]] for r in fleet_rows(data)])],
-        notes=["applied: the agent ran the recommended configuration and measured it; "
+        notes=["runs: the successful runs stored; failed runs: those that failed (stored, "
+               "measured nothing, in no fit). "
+               "applied: the agent ran the recommended configuration and measured it; "
                "verified: the measured time lay within the prediction interval, which was "
                "narrow enough to confirm the prediction; unconfirmed: within an interval too "
                "wide for that (past twice or half the prediction); off: outside it."]

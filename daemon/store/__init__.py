@@ -242,7 +242,9 @@ class Store(ABC):
     def run_counts_page(self, agent: str | None = None, limit: int | None = None
                         ) -> tuple[list[dict[str, Any]], int]:
         """(rows as :meth:`run_counts` gives them, how many there are) of ``agent``'s runs
-        (None: all); with ``limit``, the rows of the most recently received runs."""
+        (None: all); with ``limit``, the rows of the most recently received runs. A row is
+        ``{agent, platform, workload, input, count, failed, marked}``: ``count`` the
+        successful runs, ``failed`` the others, ``marked`` those marked for interference."""
 
     @abstractmethod
     def workload_outcomes(self, agent: str | None = None) -> list[dict[str, Any]]:
