@@ -543,9 +543,8 @@ class Daemon:
         # record is built in full)
         point = closing_point(rec) if rec is not None and rec.extra else None
         received = now
-        ran = program_of(raw)
-        if ran is not None and ran != info.program(cols.workload) \
-                and info.program(cols.workload) is not None:
+        ran, current = program_of(raw), info.program(cols.workload)
+        if ran is not None and current is not None and ran != current:
             received = self._before_redefinition(agent, job_id, cols, now)
         rows.append(self._result_row(msg_id, agent, job_id, body["seq"], cols, raw, received))
         ids = acks.get(identity)
