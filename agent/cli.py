@@ -38,9 +38,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         description="Run the opptune agent on this board: it connects to the daemon, runs the "
                     "benchmarks and workloads of its configuration at the core counts and CPU "
                     "frequencies the daemon asks for, sends every result and applies the "
-                    "configuration the daemon recommends; one a user applied is kept in the "
-                    "state directory and applied again at the next start (--forget-applied ends "
-                    "it). With --restore it puts back the CPU frequency settings and cpu sets "
+                    "configuration the daemon recommends; those a user applied (one per target: the "
+                    "board, a process, a unit) are kept in the state directory and applied again "
+                    "at the next start (--forget-applied ends one). With --restore it puts back the CPU frequency settings and cpu sets "
                     "it saved, then exits.")
     ap.add_argument("--version", action="version", version=f"opptune-agent {__version__}")
     ap.add_argument("--config", metavar="FILE.toml",
@@ -90,7 +90,7 @@ def _forget_applied(config, target: str = "") -> int:
     try:
         key = parse_target(target) if target else None
     except ValueError as exc:
-        print(f"opptune-agent: --forget-applied {target}: {exc}", file=sys.stderr)
+        print(f"opptune-agent: --forget-applied got {target!r}: {exc}", file=sys.stderr)
         return EXIT_CONFIG
     if not os.path.isdir(config.state_dir):
         print(f"opptune-agent: no applied configuration is kept in {config.state_dir} (no such "

@@ -31,7 +31,7 @@ from ..shared.standing import key_of, overridden, target_key
 from .knobs.state import atomic_write_json, thread_start_time
 from .platform import clock_problem, cpus_problem
 from .runspec import RunSpec
-from .targets import kind_of
+from .targets import TargetError, kind_of
 
 FILENAME = "standing.json"
 BOOT_ID = "/proc/sys/kernel/random/boot_id"
@@ -230,17 +230,23 @@ def stand_again(file: StandingFile, platform: dict[str, Any], runner: Any,
         spec = RunSpec.of_config(config)
         kind = kind_of(config.get("target"))
         owner = config.get("config_id")
+        gone = False  # its process or unit is gone: the way of things, not a fault
         try:
             why = cpus_problem(platform, spec.cpus)
             if why is None and spec.freq_khz is not None:
                 why = clock_problem(platform, spec.cpus, spec.freq_khz)
             if why is None and kind == "pid":
                 why = _same_process(entry)
+                gone = why is not None
             if why is None and kind != "command":
                 if targets is None:
                     why = "this agent applies configurations to the commands it launches only"
                 else:
-                    targets.check(config["target"])
+                    try:
+                        targets.check(config["target"])
+                    except TargetError:
+                        gone = True
+                        raise
             if why is None:
                 if spec.freq_khz is not None:  # one without a clock sets none (apply restores)
                     runner.apply_knobs(spec)
@@ -251,7 +257,8 @@ def stand_again(file: StandingFile, platform: dict[str, Any], runner: Any,
             if targets is not None:
                 targets.release(owner)
         if why is not None:
-            log.warning("applied configuration %s dropped: %s; %s", describe(config), why,
+            log.log(logging.INFO if gone else logging.WARNING,
+                    "applied configuration %s dropped: %s; %s", describe(config), why,
                         "the other applied configurations stand" if len(saved) > 1 else
                         "the board stays at its original settings")
             dropped.append(f"{owner}: {why}")

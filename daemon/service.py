@@ -686,7 +686,7 @@ class Daemon:
                  len(info.workloads))
         self.send(identity, "heartbeat", self._welcome)
         for text in dropped:
-            self.recommender.dropped(agent, text)
+            self.recommender.dropped(agent, text, others=bool(standings))
         # the agent's tune sessions first: its jobs resent below may complete one of theirs
         self.tuning.take_up(agent)
         swept = self.jobs.resume(agent)

@@ -812,11 +812,17 @@ def test_configurations_of_different_targets_stand_together_and_replace_their_ow
         (row,) = query(a, "status")["agents"]
         assert row["standing_known"] is False and row["standings"] == []
         a.send("hello", {**hello, "standings": [{"config_id": "cfg-2", "cpus": [0, 2],
-                                                 "freq_khz": 1_500_000}]})
+                                                 "freq_khz": 1_500_000}],
+                         "standings_dropped": ["cfg-3: process 42 is gone"]})
         a.expect("heartbeat")
-        (row,) = query(a, "status")["agents"]
+        st = query(a, "status")
+        (row,) = st["agents"]
         assert row["standing_known"] is True
         assert [e["config_id"] for e in row["standings"]] == ["cfg-2"]
+        assert row["standings_dropped"] == ["cfg-3: process 42 is gone"]
+        (rec,) = [r for r in st["recommendations"] if r["config_id"] == "cfg-3"]
+        assert rec["error"].endswith("dropped at the agent's restart: process 42 is gone; the "
+                                     "other applied configurations stand"), rec["error"]
         # an agent of one per board: whatever its target, a new one replaces what stood
         a.send("hello", {**{k: v for k, v in hello.items() if k != "standings"},
                          "standing": {"config_id": "cfg-4", "cpus": [0, 2],

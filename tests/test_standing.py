@@ -395,7 +395,7 @@ def test_forget_applied_ends_one_target_s_configuration_and_leaves_the_others(tm
                         "opptune-agent: 2 other applied configurations stand\n")
     assert kept() == ["c1", "c3"]
     for wrong, why in (("pid:1", "no applied configuration stands on pid:1 (kept: board: c1"),
-                       ("pid:x", "--forget-applied pid:x: name a target as board, pid:N")):
+                       ("pid:x", "--forget-applied got 'pid:x': name a target as board, pid:N")):
         p = forget(wrong)
         assert p.returncode == 2 and why in p.stderr, p.stderr
         assert "Traceback" not in p.stderr and kept() == ["c1", "c3"]
