@@ -246,11 +246,15 @@ class Executor:
             return  # a board without cpufreq: nothing was changed
         self.runner.rest(self._standing_specs())
         clocked = [s for s in self._standing_specs() if s.freq_khz is not None]
-        if clocked:
-            log.info("idle: knobs back to the applied configuration%s (%s)",
-                     "s" if len(clocked) > 1 else "",
-                     "; ".join(f"{s.freq_khz} kHz on cpus {format_cpu_list(s.cpus)}"
-                               for s in clocked))
+        if len(clocked) == 1:
+            log.info("idle: knobs back to the applied configuration (%d kHz on cpus %s)",
+                     clocked[0].freq_khz, format_cpu_list(clocked[0].cpus))
+        elif clocked:  # per policy: where two share one, the newer clock holds there
+            plan = clock_plan(self.standing_configs, self.platform)
+            log.info("idle: knobs back to the applied configurations (%s)",
+                     "; ".join(f"{pol} at {khz} kHz of {cid}"
+                               for pol, (khz, cid) in sorted(
+                                   plan.items(), key=lambda kv: int(kv[0][6:] or 0))))
         else:
             log.info("idle: knobs back to the board's original settings")
 
@@ -258,7 +262,7 @@ class Executor:
         return [RunSpec.of_config(c) for c in self.standing_configs]
 
     def stand_again(self) -> None:
-        """At start: the configuration in force before the agent stopped, applied again."""
+        """At start: the configurations in force before the agent stopped, applied again."""
         if self._standing_file is None:
             return
         out = standing.stand_again(self._standing_file, self.platform, self.runner,

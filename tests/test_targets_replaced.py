@@ -32,7 +32,7 @@ from opptune.agent.virtual_board import attach, make_tree
 from opptune.agent.workloads import Workloads
 from opptune.shared import protocol as P
 from opptune.shared.config import AgentConfig, CommandWorkload
-from test_idle_clock import pinned_at, work
+from test_idle_clock import job, pinned_at, work
 from test_targets import applied, cgroup_tree
 from test_virtual_e2e import cpufreq_state
 
@@ -183,6 +183,12 @@ def test_a_unit_and_a_process_stand_together_and_a_newer_clock_holds_on_its_poli
                       f"{procs[0].pid}): its clock is overridden on policy0 by c3 (1400000 "
                       "kHz), applied after it")
         assert overridden in caplog.text
+        # a job moves the clocks; at rest each policy is back at the clock that holds there
+        caplog.set_level(logging.INFO, "opptune.agent.apply")
+        work(w, job("j1", [([0, 4], 600_000)]))
+        assert pinned_at(str(root), 1_400_000) and pinned_at(str(root), 1_800_000, "policy4")
+        assert "idle: knobs back to the applied configurations (policy0 at 1400000 kHz of c3; " \
+               "policy4 at 1800000 kHz of c1)" in caplog.text
     # the agent stopped (everything put back) and started again: all three stand, c3's
     # clock on policy0, said again rather than c2's set over it
     assert cpufreq_state(str(root)) == before and (d / "cpuset.cpus").read_text() == "0-7"
