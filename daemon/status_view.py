@@ -153,6 +153,10 @@ def standing_lines(agent: dict[str, Any], board: str) -> list[str]:
     none when nothing is applied, or from an older agent."""
     who = f"board {board} (agent {agent.get('id')})"
     if agent.get("standing_known") is False:
+        if agent.get("via"):  # another daemon of the fleet holds its connection
+            return [f"{who}: what stands on it is not known to this daemon: its agent said "
+                    f"hello to the daemon at {agent['via']} (opptune status --daemon "
+                    f"{agent['via']} shows it)"]
         return [f"{who}: what stands on it is not known to this daemon: its agent has not "
                 "said hello to it since the daemon started (a connected agent does within a "
                 "heartbeat or two)"]

@@ -479,6 +479,11 @@ def test_status_says_each_target_s_configuration_a_clock_overridden_and_what_is_
     assert line.startswith("board rpi4 (agent a1): what stands on it is not known to this "
                            "daemon: its agent has not said hello to it since the daemon "
                            "started"), line
+    (line,) = standing_lines({"id": "a1", "standing_known": False, "via": "tcp://d2:5555"},
+                             "rpi4")
+    assert line == ("board rpi4 (agent a1): what stands on it is not known to this daemon: its "
+                    "agent said hello to the daemon at tcp://d2:5555 (opptune status --daemon "
+                    "tcp://d2:5555 shows it)")
 
 
 def test_a_fit_made_before_a_drift_says_so_and_what_measures_it_again(tmp_path):
