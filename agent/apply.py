@@ -19,12 +19,13 @@ dropped that way when its turn comes. A cancel of a job this agent does not hold
 ended, does nothing.
 
 The knobs rest between work: when the queue runs empty the worker puts them back to the board's
-original (:meth:`Executor.rest`), or to the configuration a user applied and that stands (a
-config without ``keep: false``), so no measurement point's clock is left behind. That
-configuration is kept in the state directory and applied again when the agent starts
-(agent/standing.py). A process or unit it confined is let go (its cpu set put back) when
-another configuration replaces it; one that does not stand (``keep: false``, failed) has its
-own target changes undone once verified.
+original (:meth:`Executor.rest`), or to the configurations a user applied and that stand (a
+config without ``keep: false``; one per target, the newest clock where two share a cpufreq
+policy: shared/standing.py), so no measurement point's clock is left behind. They are kept in
+the state directory and applied again when the agent starts (agent/standing.py). A process or
+unit a configuration confined is let go (its cpu set put back) when another configuration of
+the same target replaces it; one that does not stand (``keep: false``, failed) has its own
+target changes undone once verified.
 """
 
 from __future__ import annotations
@@ -44,6 +45,7 @@ from ..shared.cpus import format_cpu_list
 from ..shared.point_stats import StopRule, point_stats, stop_reason
 from ..shared.records import JOB_CANCELLED, JOB_STOPPED, NOT_RUN, RunRecord
 from ..shared.refusals import RefusalLog
+from ..shared.standing import clock_plan, key_of, target_key
 from ..shared.target_text import measured_text, target_name
 from . import standing
 from .outbox import FULL_RETRY_S, Outbox, OutboxFull
@@ -141,11 +143,11 @@ class Executor:
         self.state_dir = state_dir
         self.targets = targets
         self.limits = limits or JobLimits.of(AgentConfig())
-        # the last configuration applied to stay in force (a config not sent with keep: false),
-        # kept in state_dir for the agent's next start (agent/standing.py)
-        self.standing: RunSpec | None = None
-        self.standing_config: dict[str, Any] | None = None  # its body; None: nothing stands
-        self.standing_dropped: str | None = None  # why the one before a restart was dropped
+        # the configurations applied to stay in force (configs not sent with keep: false), one
+        # per target, oldest first, kept in state_dir for the agent's next start
+        # (agent/standing.py)
+        self.standing_configs: list[dict[str, Any]] = []
+        self.standing_dropped: list[str] = []  # why those before a restart were dropped
         self._standing_file = standing.StandingFile(state_dir) if state_dir else None
         self._knobs_moved = False  # by work since the knobs last rested
         self._timed_out = False  # a run of the job's point under way timed out
@@ -242,26 +244,39 @@ class Executor:
         self._knobs_moved = False
         if not self.runner.knobs:
             return  # a board without cpufreq: nothing was changed
-        self.runner.rest(self.standing)
-        s = self.standing
-        if s is not None and s.freq_khz is not None:
+        self.runner.rest(self._standing_specs())
+        clocked = [s for s in self._standing_specs() if s.freq_khz is not None]
+        if len(clocked) == 1:
             log.info("idle: knobs back to the applied configuration (%d kHz on cpus %s)",
-                     s.freq_khz, format_cpu_list(s.cpus))
+                     clocked[0].freq_khz, format_cpu_list(clocked[0].cpus))
+        elif clocked:  # per policy: where two share one, the newer clock holds there
+            plan = clock_plan(self.standing_configs, self.platform)
+            log.info("idle: knobs back to the applied configurations (%s)",
+                     "; ".join(f"{pol} at {khz} kHz of {cid}"
+                               for pol, (khz, cid) in sorted(
+                                   plan.items(), key=lambda kv: int(kv[0][6:] or 0))))
         else:
             log.info("idle: knobs back to the board's original settings")
 
+    def _standing_specs(self) -> list[RunSpec]:
+        return [RunSpec.of_config(c) for c in self.standing_configs]
+
     def stand_again(self) -> None:
-        """At start: the configuration in force before the agent stopped, applied again."""
+        """At start: the configurations in force before the agent stopped, applied again."""
         if self._standing_file is None:
             return
         out = standing.stand_again(self._standing_file, self.platform, self.runner,
                                    self.targets)
-        self.standing, self.standing_config, self.standing_dropped = \
-            out.spec, out.config, out.dropped
+        self.standing_configs, self.standing_dropped = out.configs, out.dropped
 
     def standing_wire(self) -> dict[str, Any] | None:
-        """The configuration in force, as the hello says it (None: none)."""
-        return standing.wire(self.standing_config)
+        """The configuration applied last of those in force, as the hello's ``standing``
+        says it to a daemon that knows one per board (None: none)."""
+        return standing.wire(self.standing_configs[-1]) if self.standing_configs else None
+
+    def standings_wire(self) -> list[dict[str, Any]]:
+        """The configurations in force, oldest first, as the hello's ``standings`` says."""
+        return [standing.wire(c) or {} for c in self.standing_configs]
 
     def _stand(self, body: dict[str, Any], spec: RunSpec, at_rest: bool) -> None:
         """A configuration applied and verified stays in force unless sent with keep: false
@@ -269,12 +284,19 @@ class Executor:
         the agent's next start. ``at_rest``: the knobs rested before it was applied."""
         if not body.get("keep", True):
             return
-        prev = self.standing
-        covered = (spec.freq_khz is None or prev is None or prev.freq_khz is None
-                   or set(prev.cpus) <= set(spec.cpus))
-        self.standing = spec
-        self.standing_config = None if standing.leaves_nothing(body) else body
-        self.standing_dropped = None
+        before = self.standing_configs
+        key = target_key(body.get("target"))
+        # the board as this configuration's apply left it (at rest before: the clocks in
+        # force, its own set over them; without a clock, those of the others: see
+        # _apply_to_target; a command's without one restores every policy)
+        if spec.freq_khz is None:
+            now = (self._plan([c for c in before if key_of(c) != key])
+                   if kind_of(body.get("target")) != "command" else {})
+        else:
+            now = {**self._plan(before), **self._plan([body])}
+        self.standing_configs = [c for c in before if key_of(c) != key] + (
+            [] if standing.leaves_nothing(body) else [body])
+        self.standing_dropped = []
         if self._standing_file is not None:
             try:
                 self._standing_file.keep(body)
@@ -282,10 +304,17 @@ class Executor:
                 log.warning("cannot keep the applied configuration %s in %s (%s): it stands "
                             "until the agent stops", body.get("config_id"),
                             self._standing_file.path, exc)
-        if at_rest and covered:
-            # applied over the rest state, replacing all of the last clock: the board holds
-            # what it should rest at, and setting it again would only flicker
+        for line in standing.conflict_lines(self.standing_configs, self.platform,
+                                            newest_only=True):
+            log.warning("%s", line)
+        if at_rest and now == self._plan(self.standing_configs):
+            # applied over the rest state: the board holds what it should rest at, and
+            # setting it again would only flicker
             self._knobs_moved = False
+
+    def _plan(self, configs: list[dict[str, Any]]) -> dict[str, int]:
+        """{policy: kHz} that ``configs`` (oldest first) set under the rule."""
+        return {p: khz for p, (khz, _) in clock_plan(configs, self.platform).items()}
 
     def cancel(self, job_id: str) -> str:
         """The daemon cancelled ``job_id`` (link thread): kept in the outbox, so that it never
@@ -577,33 +606,36 @@ class Executor:
             if not aborted:
                 self._targets_after(body, ok, replaced)
 
-    def _let_go(self, body: dict[str, Any]) -> bool:
+    def _let_go(self, body: dict[str, Any]) -> dict[str, Any] | None:
         """Before a configuration that is to stand (``keep`` not false) is applied: undo the
-        target changes in force (the standing configuration's, newest first). Returns
-        whether there were any.
+        target changes of the one in force on its target (the other targets' stand on).
+        Returns that configuration where it changed any.
 
         Before, not after: the new target may be the same process or unit, and its change
         must record the original (undone after, the replaced configuration's undo would put
-        back that original over the new cpu set); and where the two share cpus, the new
-        one's verification must not measure it beside the old target still pinned onto them,
-        which the board will not hold once the old one is let go."""
-        if not body.get("keep", True) or self.targets is None or not self.targets.owners():
-            return False
-        for problem in self.targets.restore():
-            log.warning("configuration %s replaces the one in force: %s", body["config_id"],
-                        problem)
-        return True
+        back that original over the new cpu set)."""
+        if not body.get("keep", True) or self.targets is None:
+            return None
+        key = target_key(body.get("target"))
+        old = next((c for c in self.standing_configs if key_of(c) == key), None)
+        if old is None or old.get("config_id") not in self.targets.owners():
+            return None
+        for problem in self.targets.release(old.get("config_id")):
+            log.warning("configuration %s replaces %s in force on %s: %s", body["config_id"],
+                        old.get("config_id"), key, problem)
+        return old
 
-    def _targets_after(self, body: dict[str, Any], ok: bool, replaced: bool) -> None:
+    def _targets_after(self, body: dict[str, Any], ok: bool,
+                       replaced: dict[str, Any] | None) -> None:
         """A configuration that does not stand (failed, or ``keep: false``) leaves no target
         change behind, as its clocks go back at rest; where one that was to stand failed,
-        the target of the configuration still in force is confined again."""
+        the target of the configuration still in force there is confined again."""
         if self.targets is None or (ok and body.get("keep", True)):
             return
         for problem in self.targets.release(body["config_id"]):
             log.warning("undoing configuration %s: %s", body["config_id"], problem)
-        if replaced and self.standing_config is not None:
-            standing.confine_again(self._standing_file, self.standing_config, self.targets)
+        if replaced is not None and replaced in self.standing_configs:
+            standing.confine_again(self._standing_file, replaced, self.targets)
 
     def _apply_to_command(self, body: dict[str, Any], spec: RunSpec, at_rest: bool) -> bool:
         """Run the config's workload in its configuration (its verification)."""
@@ -633,7 +665,15 @@ class Executor:
         out: dict[str, Any] = {"config_id": cid, "records": [], "time_s": None}
         try:
             self.targets.check(target)  # it may have gone since it was accepted
-            knob_fields = self.runner.apply_knobs(spec)
+            if spec.freq_khz is None:
+                # it sets no clock: measured at the clocks the board will hold with it, those
+                # of the other configurations in force (apply_knobs would restore them all)
+                key = target_key(target)
+                self.runner.rest([RunSpec.of_config(c) for c in self.standing_configs
+                                  if key_of(c) != key or not body.get("keep", True)])
+                knob_fields: dict[str, Any] = {}
+            else:
+                knob_fields = self.runner.apply_knobs(spec)
             done = self.targets.apply(target, spec.cpus, owner=cid)
         except Exception as exc:  # TargetError, and knob errors of many types
             out.update(ok=False, error=f"cannot apply to the target: {exc}")

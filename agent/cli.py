@@ -38,9 +38,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         description="Run the opptune agent on this board: it connects to the daemon, runs the "
                     "benchmarks and workloads of its configuration at the core counts and CPU "
                     "frequencies the daemon asks for, sends every result and applies the "
-                    "configuration the daemon recommends; one a user applied is kept in the "
-                    "state directory and applied again at the next start (--forget-applied ends "
-                    "it). With --restore it puts back the CPU frequency settings and cpu sets "
+                    "configuration the daemon recommends; those a user applied (one per target: the "
+                    "board, a process, a unit) are kept in the state directory and applied again "
+                    "at the next start (--forget-applied ends one). With --restore it puts back the CPU frequency settings and cpu sets "
                     "it saved, then exits.")
     ap.add_argument("--version", action="version", version=f"opptune-agent {__version__}")
     ap.add_argument("--config", metavar="FILE.toml",
@@ -69,20 +69,29 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     once.add_argument("--restore", action="store_true",
                     help="put back the CPU frequency settings and cpu sets saved in the state "
                          "directory, then exit")
-    once.add_argument("--forget-applied", action="store_true",
-                    help="end the configuration a user applied (recommend --apply, --pid, "
-                         "--unit, tune): forget it, so the next start leaves the board at its "
-                         "original settings; the agent must be stopped (it puts the originals "
-                         "back when it stops), then exit")
+    once.add_argument("--forget-applied", nargs="?", const="", default=None,
+                      metavar="TARGET",
+                    help="end a configuration a user applied (recommend --apply, --pid, "
+                         "--unit, tune): forget it, so the next start leaves its target at its "
+                         "original settings; one stands per target: TARGET is board, pid:N, "
+                         "unit:NAME or all (needed where several stand); the agent must be "
+                         "stopped (it puts the originals back when it stops), then exit")
     return ap.parse_args(argv)
 
 
-def _forget_applied(config) -> int:
-    """Remove the configuration kept in force (agent/standing.py) while no agent runs on the
-    state directory: a running one holds it in memory and would keep applying it."""
-    from .standing import StandingFile, describe
+def _forget_applied(config, target: str = "") -> int:
+    """Remove a configuration kept in force (agent/standing.py), that of ``target`` ('board',
+    'pid:N', 'unit:NAME', 'all'; '' where one stands), while no agent runs on the state
+    directory: a running one holds them in memory and would keep applying them."""
+    from ..shared.standing import key_of
+    from .standing import StandingFile, describe, parse_target
     from .state_lock import StateDirBusy
     from .state_lock import hold as hold_state_dir
+    try:
+        key = parse_target(target) if target else None
+    except ValueError as exc:
+        print(f"opptune-agent: --forget-applied got {target!r}: {exc}", file=sys.stderr)
+        return EXIT_CONFIG
     if not os.path.isdir(config.state_dir):
         print(f"opptune-agent: no applied configuration is kept in {config.state_dir} (no such "
               "directory); nothing to forget", file=sys.stderr)
@@ -92,7 +101,7 @@ def _forget_applied(config) -> int:
     except StateDirBusy as exc:
         by = f"pid {exc.pid}" if exc.pid else "another process"
         print(f"opptune-agent: the agent on {config.state_dir} is running ({by}) and holds "
-              "the applied configuration; stop it (it puts the board's original settings "
+              "the applied configurations; stop it (it puts the board's original settings "
               "back), then run --forget-applied; nothing forgotten", file=sys.stderr)
         return EXIT_BUSY
     except OSError as exc:
@@ -102,14 +111,43 @@ def _forget_applied(config) -> int:
     try:
         file = StandingFile(config.state_dir)
         saved = file.load()  # a damaged record is said and removed by load itself
-        if saved is None:
+        if not saved:
             print(f"opptune-agent: no applied configuration is kept in {config.state_dir}; "
                   "nothing to forget", file=sys.stderr)
             return 0
-        file.end()
-        print(f"opptune-agent: forgot the applied configuration {describe(saved['config'])}: "
-              "the agent's next start leaves the board at its original settings",
-              file=sys.stderr)
+        keys = [(key_of(e["config"]), e["config"]) for e in saved]
+        listed = "; ".join(f"{k}: {describe(c)}" for k, c in keys)
+        if key is None and len(saved) > 1:
+            print(f"opptune-agent: {len(saved)} applied configurations are kept in "
+                  f"{config.state_dir}, one per target ({listed}); say which with "
+                  "--forget-applied TARGET (board, pid:N, unit:NAME, or all); nothing "
+                  "forgotten", file=sys.stderr)
+            return EXIT_CONFIG
+        chosen = [c for k, c in keys if key in (None, "all", k)]
+        if not chosen:
+            print(f"opptune-agent: no applied configuration stands on {key} (kept: {listed}); "
+                  "nothing forgotten", file=sys.stderr)
+            return EXIT_CONFIG
+        try:
+            if key in (None, "all"):
+                file.end()
+            else:
+                file.forget(key)
+        except OSError as exc:
+            print(f"opptune-agent: cannot rewrite {file.path}: {exc.strerror or exc}; nothing "
+                  "forgotten", file=sys.stderr)
+            return EXIT_CONFIG
+        for c in chosen:
+            t = c.get("target") or {}
+            what = ("the board" if key_of(c) == "board" else f"process {t.get('pid')}"
+                    if t.get("kind") == "pid" else f"unit {t.get('unit')}")
+            print(f"opptune-agent: forgot the applied configuration {describe(c)}: the "
+                  f"agent's next start leaves {what} at its original settings",
+                  file=sys.stderr)
+        left = len(saved) - len(chosen)
+        if left:
+            print(f"opptune-agent: {left} other applied configuration{'s' if left > 1 else ''} "
+                  "stand" + ("" if left > 1 else "s"), file=sys.stderr)
         return 0
     finally:
         lock.close()
@@ -275,8 +313,8 @@ def main(argv: list[str] | None = None) -> int:
                         format=LOG_FORMAT, stream=sys.stderr)
     if args.restore:
         return _restore(config)
-    if args.forget_applied:
-        return _forget_applied(config)
+    if args.forget_applied is not None:
+        return _forget_applied(config, args.forget_applied)
     return run_agent(config, config_path=args.config,
                      state_dir_option=args.state_dir is not None,
                      run_as_option=args.run_as is not None)
@@ -486,8 +524,9 @@ def run_agent(config, config_path: str | None = None, state_dir_option: bool = F
     # the configuration a user applied before the agent stopped: in force again (or dropped,
     # saying why) before the hello, which tells the daemon what stands
     executor.stand_again()
-    hello.update(standing=executor.standing_wire,
-                 standing_dropped=lambda: executor.standing_dropped)
+    hello.update(standing=executor.standing_wire, standings=executor.standings_wire,
+                 standing_dropped=lambda: (executor.standing_dropped or [None])[0],
+                 standings_dropped=lambda: list(executor.standing_dropped))
     worker = Worker(executor)
     link = Link(config.agent_id, config.daemon_endpoints(), hello, outbox, worker.submit,
                 heartbeat_s=config.heartbeat_s, curve=curve,

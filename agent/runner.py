@@ -89,22 +89,27 @@ class Runner:
             except Exception as exc:
                 log.error("restoring knob %s failed: %s", getattr(knob, "name", knob), exc)
 
-    def rest(self, standing: RunSpec | None = None) -> None:
+    def rest(self, standing: RunSpec | list[RunSpec] | None = None) -> None:
         """No work left: every knob back to the board's original, or, under ``standing`` (the
-        configuration a user applied, still in force), to it: a knob with ``rest(spec)`` sets
-        it directly, another is restored and applied again. Errors logged, never raised.
-        Between the points of a job nothing is restored: a sweep keeps its pace."""
-        if standing is None:
+        configurations a user applied, still in force, oldest first), to them: a knob with
+        ``rest(specs)`` sets them directly, another is restored and applied again to each
+        that sets a clock, the newest last (shared/standing.py: its clock holds). Errors
+        logged, never raised. Between the points of a job nothing is restored: a sweep keeps
+        its pace."""
+        specs = [standing] if isinstance(standing, RunSpec) else list(standing or [])
+        if not specs:
             self.restore()
             return
         for knob in self.knobs:
             try:
                 rest = getattr(knob, "rest", None)
                 if rest is not None:
-                    rest(standing)
+                    rest(specs)
                 else:
                     knob.restore()
-                    knob.apply(standing)
+                    for spec in specs:
+                        if spec.freq_khz is not None:
+                            knob.apply(spec)
             except Exception as exc:
                 log.error("applying the standing configuration again failed (knob %s): %s",
                           getattr(knob, "name", knob), exc)

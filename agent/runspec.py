@@ -3,8 +3,9 @@
 * a **knob** has ``apply(spec) -> dict`` (record fields it set, e.g. ``freq_mhz`` and
   ``freq_observed_mhz``; raise to refuse the point) and ``restore()``; knobs are applied once per
   point, before its warmups, in list order, and restored when the agent has no work left
-  (``Runner.rest``) and when it stops. A knob may have ``rest(spec)``: the board at rest under
-  a standing configuration ``spec``, set without passing through the original.
+  (``Runner.rest``) and when it stops. A knob may have ``rest(specs)``: the board at rest under
+  the standing configurations ``specs`` (oldest first), set without passing through the
+  original.
 * a **meter** has ``start(spec)`` (just before the child starts) and ``stop(record, ctx)`` (just
   after it was reaped; ``ctx`` holds ``pid``, ``rusage``, ``wall_s``, ``json``). A meter fills
   record fields or calls ``shared.records.mark_invalid``. A meter that raises marks its own

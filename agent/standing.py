@@ -1,12 +1,15 @@
-"""The configuration a user applied, kept across agent restarts (as tuned keeps its profile).
+"""The configurations a user applied, kept across agent restarts (as tuned keeps its profile).
 
-A configuration applied and verified to stay in force (a config not sent with keep: false) is
-written to ``standing.json`` in the state directory, atomically as the knobs' originals are;
-one that leaves nothing in force (run as a command, left to the governor) removes the file.
+One configuration stands per target (the board, each process, each unit: shared/standing.py
+has the rule, clocks included). A configuration applied and verified to stay in force (a
+config not sent with keep: false) is written to ``standing.json`` in the state directory,
+atomically as the knobs' originals are, in place of its own target's entry only; one that
+leaves nothing in force (run as a command, left to the governor) removes the board's entry.
 At start, once the originals are back (``knobs.state.restore_at_start``), :func:`stand_again`
-applies it again and logs one line; one that cannot be applied any more (cpus offline, a clock
-no longer offered, no cpufreq, a unit gone, a process gone) is logged with the reason and
-dropped, and the agent goes on.
+applies each again and logs one line each; one that cannot be applied any more (cpus offline,
+a clock no longer offered, no cpufreq, a unit gone, a process gone) is logged with the reason
+and dropped, and the agent goes on with the others. The file of an agent before targets stood
+apart (one ``config``) is read as one entry.
 
 A pid target stands again only in the same process: pids are reused, and confining whatever
 now holds the number would be wrong. The file records the process's start time (clock ticks
@@ -24,10 +27,11 @@ from typing import Any
 
 from ..shared import protocol as P
 from ..shared.cpus import format_cpu_list
+from ..shared.standing import key_of, overridden, target_key
 from .knobs.state import atomic_write_json, thread_start_time
 from .platform import clock_problem, cpus_problem
 from .runspec import RunSpec
-from .targets import kind_of
+from .targets import TargetError, kind_of
 
 FILENAME = "standing.json"
 BOOT_ID = "/proc/sys/kernel/random/boot_id"
@@ -73,24 +77,58 @@ def wire(config: dict[str, Any] | None) -> dict[str, Any] | None:
     return out
 
 
+def parse_target(text: str) -> str:
+    """The target key of a user's 'board', 'pid:N', 'unit:NAME' or 'all' (shared/standing.py);
+    ValueError saying the forms."""
+    kind, _, value = text.strip().partition(":")
+    if text.strip() in ("board", "all"):
+        return text.strip()
+    if kind == "pid" and value.isdigit() and int(value) > 0:
+        return target_key({"kind": "pid", "pid": int(value)})
+    if kind == "unit" and value and "/" not in value:
+        return target_key({"kind": "unit", "unit": value})
+    raise ValueError("name a target as board, pid:N (a process id), unit:NAME (a systemd "
+                     "unit) or all")
+
+
 class StandingFile:
-    """``standing.json`` in ``state_dir``: the configuration in force, or none."""
+    """``standing.json`` in ``state_dir``: the configurations in force, one per target."""
 
     def __init__(self, state_dir: str):
         self.path = os.path.join(state_dir, FILENAME)
 
-    def keep(self, body: dict[str, Any]) -> None:
-        """Record ``body`` (a config just applied and verified) as the one in force; one that
-        leaves nothing in force removes the record. Raises OSError when it cannot be written."""
+    def keep(self, body: dict[str, Any]) -> dict[str, Any] | None:
+        """Record ``body`` (a config just applied and verified) as the one in force on its
+        target, in place of that target's entry; one that leaves nothing in force removes the
+        board's. Returns the entry replaced (None: none). Raises OSError when it cannot be
+        written."""
         config = {k: body[k] for k in KEPT if k in body}
-        if leaves_nothing(config):
+        new: dict[str, Any] | None = None
+        if not leaves_nothing(config):
+            new = {"config": config, "applied_at": time.time()}
+            if kind_of(config.get("target")) == "pid":
+                new.update(pid_start=thread_start_time(config["target"]["pid"]),
+                           boot_id=boot_id())
+        key = target_key(config.get("target"))
+        saved = self.load()
+        old = next((e for e in saved if key_of(e["config"]) == key), None)
+        self.write([e for e in saved if e is not old] + ([new] if new is not None else []))
+        return old
+
+    def write(self, entries: list[dict[str, Any]]) -> None:
+        if not entries:
             self.end()
             return
-        saved: dict[str, Any] = {"config": config, "applied_at": time.time()}
-        if kind_of(config.get("target")) == "pid":
-            saved.update(pid_start=thread_start_time(config["target"]["pid"]),
-                         boot_id=boot_id())
-        atomic_write_json(self.path, saved)
+        atomic_write_json(self.path, {"entries": entries})
+
+    def forget(self, key: str) -> dict[str, Any] | None:
+        """Remove the entry of target ``key`` ('board', 'pid:N', 'unit:NAME'); returns it,
+        None where none stands there. Raises OSError when the file cannot be written."""
+        saved = self.load()
+        gone = next((e for e in saved if key_of(e["config"]) == key), None)
+        if gone is not None:
+            self.write([e for e in saved if e is not gone])
+        return gone
 
     def end(self) -> None:
         try:
@@ -98,30 +136,52 @@ class StandingFile:
         except FileNotFoundError:
             pass
 
-    def load(self) -> dict[str, Any] | None:
-        """The record, or None without one; an unreadable one is logged and removed."""
+    def load(self) -> list[dict[str, Any]]:
+        """The entries ({"config", "applied_at", ...}), oldest first; [] without a file. A
+        file of one ``config`` (an agent before targets stood apart) is one entry. An
+        unreadable file is logged and removed; a damaged entry is logged and left out."""
         try:
             with open(self.path) as fh:
                 saved = json.load(fh)
-            # checked as the config message it came from: a damaged file applies nothing
-            P.make("config", "standing", {**saved["config"], "reps": 1})
-            return saved
+            entries = [saved] if "config" in saved else saved["entries"]
+            if not isinstance(entries, list):
+                raise TypeError("'entries' is not a list")
         except FileNotFoundError:
-            return None
+            return []
         except (OSError, ValueError, TypeError, KeyError, AttributeError) as exc:
             log.warning("the applied configuration in %s cannot be read (%s): dropped; "
                         "apply it again (opptune recommend --apply)", self.path, exc)
             self.end()
-            return None
+            return []
+        out, bad = [], []
+        for e in entries:
+            try:
+                # checked as the config message it came from: a damaged entry applies nothing
+                P.make("config", "standing", {**e["config"], "reps": 1})
+                out.append(e)
+            except (ValueError, TypeError, KeyError, AttributeError) as exc:
+                bad.append(exc)
+        if bad and not out:
+            log.warning("the applied configuration in %s cannot be read (%s): dropped; "
+                        "apply it again (opptune recommend --apply)", self.path, bad[0])
+            self.end()
+        elif bad:
+            log.warning("%d of the applied configurations in %s cannot be read (%s): dropped, "
+                        "the others kept; apply them again (opptune recommend --apply)",
+                        len(bad), self.path, bad[0])
+            try:
+                self.write(out)
+            except OSError:
+                pass  # read alike next time: left out again
+        return out
 
 
 @dataclass
 class Outcome:
-    """What :func:`stand_again` did: the configuration in force again (``config``, ``spec``),
-    or why the one recorded was dropped (``dropped``); all None without a record."""
-    config: dict[str, Any] | None = None
-    spec: RunSpec | None = None
-    dropped: str | None = None
+    """What :func:`stand_again` did: the configurations in force again (``configs``, oldest
+    first), and why each one recorded but dropped was ('CONFIG_ID: why')."""
+    configs: list[dict[str, Any]]
+    dropped: list[str]
 
 
 def _same_process(saved: dict[str, Any]) -> str | None:
@@ -139,48 +199,91 @@ def _same_process(saved: dict[str, Any]) -> str | None:
     return None
 
 
+def conflict_lines(configs: list[dict[str, Any]], platform: dict[str, Any],
+                   newest_only: bool = False) -> list[str]:
+    """One line per standing configuration whose clock a newer one overrides on a policy
+    (shared/standing.py): which policies, by which, at what clock. ``newest_only``: those
+    the newest configuration overrides (it was just applied)."""
+    by_id = {str(c.get("config_id")): c for c in configs}
+    newest = str(configs[-1].get("config_id")) if configs else None
+    lines = []
+    for cid, over in overridden([wire(c) or {} for c in configs], platform).items():
+        over = [o for o in over if not newest_only or o["by"] == newest]
+        if not over or cid not in by_id:
+            continue
+        where = ", ".join(f"{o['policy']} by {o['by']} ({o['freq_khz']} kHz)" for o in over)
+        lines.append(f"applied configuration {describe(by_id[cid])}: its clock is overridden "
+                     f"on {where}, applied after it; it keeps its cpu set and its clock "
+                     "elsewhere")
+    return lines
+
+
 def stand_again(file: StandingFile, platform: dict[str, Any], runner: Any,
                 targets: Any) -> Outcome:
-    """Apply the recorded configuration again (agent start, the originals just restored);
-    never raises: what fails is undone, logged and dropped."""
+    """Apply the recorded configurations again (agent start, the originals just restored),
+    oldest first, so that a newer clock holds where two share a policy; never raises: what
+    fails is undone, logged and dropped, and the others stand."""
     saved = file.load()
-    if saved is None:
-        return Outcome()
-    config = saved["config"]
-    spec = RunSpec.of_config(config)
-    kind = kind_of(config.get("target"))
-    try:
-        why = cpus_problem(platform, spec.cpus)
-        if why is None and spec.freq_khz is not None:
-            why = clock_problem(platform, spec.cpus, spec.freq_khz)
-        if why is None and kind == "pid":
-            why = _same_process(saved)
-        if why is None and kind != "command":
-            if targets is None:
-                why = "this agent applies configurations to the commands it launches only"
-            else:
-                targets.check(config["target"])
-        if why is None:
-            runner.apply_knobs(spec)
-            if kind != "command":
-                targets.apply(config["target"], spec.cpus, owner=config.get("config_id"))
-    except Exception as exc:  # TargetError, knob errors of many kinds: the agent goes on
-        why = str(exc) or type(exc).__name__
-        runner.restore()
-        if targets is not None:
-            targets.restore()
-    if why is not None:
-        log.warning("applied configuration %s dropped: %s; the board stays at its original "
-                    "settings", describe(config), why)
-        file.end()
-        return Outcome(dropped=f"{config.get('config_id')}: {why}")
-    log.info("applied configuration %s in force again after the agent's start",
-             describe(config))
-    return Outcome(config=config, spec=spec)
+    kept, configs, dropped = [], [], []
+    for entry in saved:
+        config = entry["config"]
+        spec = RunSpec.of_config(config)
+        kind = kind_of(config.get("target"))
+        owner = config.get("config_id")
+        gone = False  # its process or unit is gone: the way of things, not a fault
+        try:
+            why = cpus_problem(platform, spec.cpus)
+            if why is None and spec.freq_khz is not None:
+                why = clock_problem(platform, spec.cpus, spec.freq_khz)
+            if why is None and kind == "pid":
+                why = _same_process(entry)
+                gone = why is not None
+            if why is None and kind != "command":
+                if targets is None:
+                    why = "this agent applies configurations to the commands it launches only"
+                else:
+                    try:
+                        targets.check(config["target"])
+                    except TargetError:
+                        gone = True
+                        raise
+            if why is None:
+                if spec.freq_khz is not None:  # one without a clock sets none (apply restores)
+                    runner.apply_knobs(spec)
+                if kind != "command":
+                    targets.apply(config["target"], spec.cpus, owner=owner)
+        except Exception as exc:  # TargetError, knob errors of many kinds: the agent goes on
+            why = str(exc) or type(exc).__name__
+            if targets is not None:
+                targets.release(owner)
+        if why is not None:
+            log.log(logging.INFO if gone else logging.WARNING,
+                    "applied configuration %s dropped: %s; %s", describe(config), why,
+                        "the other applied configurations stand" if len(saved) > 1 else
+                        "the board stays at its original settings")
+            dropped.append(f"{owner}: {why}")
+            continue
+        kept.append(entry)
+        configs.append(config)
+    if dropped:
+        try:
+            file.write(kept)
+        except OSError as exc:
+            log.warning("cannot write %s (%s): the dropped configurations are tried again at "
+                        "the next start", file.path, exc)
+    if saved:
+        # every clock of the ones in force as the rule has it, the dropped ones' put back
+        runner.rest([RunSpec.of_config(c) for c in configs])
+    for config in configs:
+        log.info("applied configuration %s in force again after the agent's start",
+                 describe(config))
+    for line in conflict_lines(configs, platform):
+        log.info("%s", line)
+    return Outcome(configs, dropped)
 
 
 def confine_again(file: StandingFile | None, config: dict[str, Any], targets: Any) -> None:
-    """The target of ``config``, the configuration in force, confined again: one meant to
+    """The target of ``config``, a configuration in force, confined again: one meant to
     replace it was not applied, after its target had been let go (agent/apply.py). A process
     gone (or its pid another's) or a unit gone is logged: nothing is confined then. Never
     raises."""
@@ -188,10 +291,10 @@ def confine_again(file: StandingFile | None, config: dict[str, Any], targets: An
         return
     owner = config.get("config_id")
     try:
-        saved = file.load() if file is not None else None
+        saved = next((e for e in (file.load() if file is not None else [])
+                      if e["config"].get("config_id") == owner), None)
         why = None
-        if kind_of(config["target"]) == "pid" and saved is not None \
-                and saved["config"].get("config_id") == owner:
+        if kind_of(config["target"]) == "pid" and saved is not None:
             why = _same_process(saved)
         if why is None:
             targets.check(config["target"])

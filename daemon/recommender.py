@@ -356,16 +356,19 @@ class Recommender:
         # Verification runs are measurements too: refit, but do not push again.
         self.request_fit(group, recommend_after=False)
 
-    def dropped(self, agent: str, text: str) -> None:
+    def dropped(self, agent: str, text: str, others: bool = False) -> None:
         """The agent's hello says its restart dropped the configuration in force (``text``:
         'CONFIG_ID: why', agent/standing.py): note it on that recommendation. Its state stays
         the verdict of its verification (drift and tune read it); the note says it is no
-        longer in force. Noted once, however many hellos repeat it."""
+        longer in force, and that the board is at its original settings, or, where ``others``,
+        that the configurations of its other targets stand. Noted once, however many hellos
+        repeat it."""
         config_id, sep, why = text.partition(": ")
         rec = self.store.recommendation(config_id) if sep else None
         if rec is None or rec["agent"] != agent or DROPPED in (rec.get("error") or ""):
             return
-        note = f"{DROPPED}{why}; the board is at its original settings"
+        note = f"{DROPPED}{why}; " + ("the other applied configurations stand" if others
+                                      else "the board is at its original settings")
         # ``updated`` kept: the verdict is as old as it was (drift orders verdicts by it)
         self.store.update_recommendation(
             config_id, rec["state"], rec["updated"], verified_time_s=rec["verified_time_s"],

@@ -34,13 +34,20 @@ class AgentInfo:
     instance: str | None = None
     doctor: dict[str, Any] | None = None  # its last hello's report (agent/doctor.py)
     doctor_at: float | None = None
-    # the configuration a user applied that is in force on the board (its hello's, then the
-    # last one applied to stay); None: none, or an older agent that does not say
-    standing: dict[str, Any] | None = None
-    standing_dropped: str | None = None  # why its restart dropped the one before
+    # the configurations a user applied that are in force on the board, one per target,
+    # oldest first (its hello's, then each applied to stay: shared/standing.py); empty: none,
+    # or an older agent that does not say
+    standings: list[dict[str, Any]] = field(default_factory=list)
+    standings_dropped: list[str] = field(default_factory=list)  # why its restart dropped each
     # whether its hello says what stands (the field, even nil): an agent older than the field
     # keeps nothing in force after a verification, whatever the daemon pushed
     keeps: bool = False
+    # whether it keeps one per target (its hello's ``standings``); else one per board: a
+    # configuration applied to stay replaces the one in force, whatever its target
+    per_target: bool = False
+    # whether it said hello to this daemon since its start: else what stands on its board
+    # is not known here (loaded from the store, or held by another daemon of the fleet)
+    heard: bool = False
     version: str | None = None  # the opptune version its hello sent (agent_version)
     # the connections that said hello with this id, by identity (two live ones: two boards
     # or agents share the id); ``clash``: the identity of the other one while they do
@@ -280,9 +287,11 @@ class Registry:
 
     def hello(self, agent_id: str, identity: bytes, platform_id: str, platform: dict[str, Any],
               workloads: list[Any], now: float,
-              doctor: dict[str, Any] | None = None, standing: dict[str, Any] | None = None,
-              standing_dropped: str | None = None, instance: str | None = None,
-              keeps: bool = False, version: str | None = None) -> AgentInfo:
+              doctor: dict[str, Any] | None = None,
+              standings: list[dict[str, Any]] | None = None,
+              standings_dropped: list[str] | None = None, instance: str | None = None,
+              keeps: bool = False, per_target: bool = False,
+              version: str | None = None) -> AgentInfo:
         info = self._agents.get(agent_id)
         if info is None:
             info = self._agents[agent_id] = AgentInfo(agent_id, platform_id)
@@ -292,8 +301,10 @@ class Registry:
         info.platform_id, info.platform, info.workloads = platform_id, platform, workloads
         info.identity, info.last_seen = identity, now
         info.doctor, info.doctor_at = (doctor, now) if doctor else (None, None)
-        info.standing, info.standing_dropped = standing, standing_dropped
-        info.keeps, info.version = keeps, version
+        info.standings, info.standings_dropped = list(standings or []), list(standings_dropped
+                                                                              or [])
+        info.keeps, info.per_target, info.version = keeps, per_target, version
+        info.heard = True
         return info
 
     def seen(self, agent_id: str, identity: bytes, now: float) -> AgentInfo | None:

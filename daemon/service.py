@@ -38,6 +38,7 @@ from ..shared.cpus import format_cpu_list
 from ..shared.curve import KeyFileError, curve_enabled, ensure_keypair, is_loopback
 from ..shared.records import (RecordColumns, RecordError, RunRecord, columns_of,
                               program_of, record_columns)
+from ..shared.standing import key_of, overridden, with_entry
 from . import queries
 from .errors import HandlerError
 from .fitter import Fitter
@@ -674,16 +675,18 @@ class Daemon:
             self.drift.redefined(agent, pid, stored["workloads"], body["workloads"], now)
         self.store.save_agent(agent, pid, list(body["workloads"]), body["agent_version"], now,
                               body.get("doctor"), self.instance)
+        standings, dropped = _standings(body)
         info = self.registry.hello(agent, identity, pid, platform, list(body["workloads"]), now,
-                                   doctor=body.get("doctor"), standing=body.get("standing"),
-                                   standing_dropped=body.get("standing_dropped"),
-                                   instance=instance, keeps="standing" in body,
+                                   doctor=body.get("doctor"), standings=standings,
+                                   standings_dropped=dropped, instance=instance,
+                                   keeps="standing" in body,
+                                   per_target=isinstance(body.get("standings"), list),
                                    version=body["agent_version"])
         log.info("hello from agent %s (platform %s, %d workloads)", agent, pid,
                  len(info.workloads))
         self.send(identity, "heartbeat", self._welcome)
-        if isinstance(body.get("standing_dropped"), str):
-            self.recommender.dropped(agent, body["standing_dropped"])
+        for text in dropped:
+            self.recommender.dropped(agent, text, others=bool(standings))
         # the agent's tune sessions first: its jobs resent below may complete one of theirs
         self.tuning.take_up(agent)
         swept = self.jobs.resume(agent)
@@ -740,13 +743,36 @@ class Daemon:
                                                   "threads differ); nothing of it is stored")
         self.recommender.applied(agent, msg, rec, now)
         if body["ok"] and rec.get("keep") is not False and info.keeps:
-            # the agent's rule (agent/apply.py): applied and verified, it stands, in place of
-            # the one that stood (its hello's, or the last applied here); an agent older
-            # than that rule left the board to its next job's clocks: nothing stands
-            self.recommender.replaced(agent, (info.standing or {}).get("config_id"), rec, now)
-            info.standing = standing_of(rec, body)
-            info.standing_dropped = None
+            self._stands(agent, info, rec, body, now)
         self.send(identity, "ack", {"ids": [msg["id"]]})
+
+    def _stands(self, agent: str, info: Any, rec: dict[str, Any], body: dict[str, Any],
+                now: float) -> None:
+        """The agent's rule (agent/apply.py, shared/standing.py): applied and verified, ``rec``
+        stands in place of the one in force on its target (its hello's, or the last applied
+        there), the others stand on; an agent that keeps one per board replaces whatever
+        stood. An agent older than either rule left the board to its next job's clocks:
+        nothing stands (the caller's ``info.keeps``)."""
+        new = standing_of(rec, body)
+        if info.per_target:
+            info.standings, old = with_entry(info.standings, new,
+                                             key_of(new) if new else "board")
+            before = [old] if old else []
+        else:
+            before, info.standings = info.standings, [new] if new else []
+        for old in before:
+            self.recommender.replaced(agent, old.get("config_id"), rec, now)
+        if not before:
+            self.recommender.replaced(agent, None, rec, now)
+        info.standings_dropped = []
+        over = overridden(info.standings, info.platform)
+        for old in info.standings:
+            lost = [o for o in over.get(str(old.get("config_id")), [])
+                    if o["by"] == rec["config_id"]]
+            if lost:
+                log.info("config %s of agent %s: its clock is overridden on %s by %s, applied "
+                         "after it; it stands for its cpu set", old.get("config_id"), agent,
+                         ", ".join(o["policy"] for o in lost), rec["config_id"])
 
     def _on_query(self, identity: bytes, msg: dict[str, Any]) -> None:
         queries.check_local(self, identity)
@@ -843,6 +869,21 @@ class Daemon:
 
     def push_recommendation(self, *args: Any, **kw: Any) -> dict[str, Any] | None:
         return self.recommender.push(*args, **kw)
+
+
+def _standings(body: dict[str, Any]) -> tuple[list[dict[str, Any]], list[str]]:
+    """(what stands on the board, why what stood was dropped at the agent's restart) from a
+    hello: its ``standings`` lists, or, from an agent that keeps one per board, its
+    ``standing`` and ``standing_dropped`` (shared/protocol.py)."""
+    standings = body.get("standings")
+    if not isinstance(standings, list):
+        standings = [body["standing"]] if isinstance(body.get("standing"), dict) else []
+    dropped = body.get("standings_dropped")
+    if not isinstance(dropped, list):
+        dropped = [body["standing_dropped"]] if isinstance(body.get("standing_dropped"),
+                                                           str) else []
+    return ([e for e in standings if isinstance(e, dict)],
+            [d for d in dropped if isinstance(d, str)])
 
 
 def _id_in_use(agent: str, holder: Any, what: str) -> str:

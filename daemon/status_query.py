@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 
 from .. import __version__
 from ..shared.config import redact_url
+from ..shared.standing import overridden
 from ..shared.versions import older
 from .drift import fit_predates, status_rows as drift_rows
 from .errors import HandlerError
@@ -213,11 +214,25 @@ def _agent_row(d: Daemon, a: Any, via: dict[str, Any], unrecorded: dict[str, flo
             "doctor": (a.doctor or {}).get("summary"),
             # how old the verdict is: after a restart it is the stored one of the last hello
             "doctor_age_s": round(now - a.doctor_at, 1) if a.doctor_at else None,
-            "standing": a.standing, "standing_dropped": a.standing_dropped,
+            **_standing_fields(a),
             # what its last hello said it runs, and whether that is an earlier release than
             # this daemon's (None: not a release number)
             "version": a.version, "older": older(a.version, __version__),
             "id_clash": _clash_row(d, a.agent_id, now)}
+
+
+def _standing_fields(a: Any) -> dict[str, Any]:
+    """What stands on the agent's board (shared/standing.py): ``standings``, one per target,
+    oldest first, each with ``clock_overridden`` (where a newer one's clock holds on a policy
+    of its cpus, else null); ``standing`` the newest of them, ``standing_dropped`` the first
+    of ``standings_dropped``, as a client of one per board reads them; ``standing_known``
+    false where the agent has not said hello to this daemon since it started (all empty
+    then: not known, not nothing)."""
+    over = overridden(a.standings, a.platform)
+    rows = [{**e, "clock_overridden": over.get(str(e.get("config_id")))} for e in a.standings]
+    return {"standing": a.standings[-1] if a.standings else None, "standings": rows,
+            "standing_dropped": a.standings_dropped[0] if a.standings_dropped else None,
+            "standings_dropped": list(a.standings_dropped), "standing_known": a.heard}
 
 
 def _clash_row(d: Daemon, agent: str, now: float) -> dict[str, Any] | None:

@@ -146,28 +146,51 @@ def clash_text(agent: dict[str, Any]) -> str | None:
             "to a name of its own (default: the host name) and restart its agent")
 
 
-def standing_text(agent: dict[str, Any], board: str) -> str | None:
-    """The line on what a user applied that stands on the board, or why the agent's restart
-    dropped it; None when neither is known (nothing applied, or an older agent)."""
-    s = agent.get("standing")
+def standing_lines(agent: dict[str, Any], board: str) -> list[str]:
+    """The lines on what a user applied that stands on the board (one per target, a clock a
+    newer one overrides said so: shared/standing.py), why the agent's restart dropped one, or
+    that this daemon does not know (the agent has not said hello to it since it started);
+    none when nothing is applied, or from an older agent."""
     who = f"board {board} (agent {agent.get('id')})"
-    if isinstance(s, dict):
-        # a standing record keeps no clock: what its cpus run at is not known here
-        clock = (f"at {clock_text(s['freq_khz'])}" if isinstance(s.get("freq_khz"), int)
-                 else "with no set frequency")
-        target = s.get("target") if isinstance(s.get("target"), dict) else {}
-        where = (f", process {target.get('pid')}" if target.get("kind") == "pid" else
-                 f", unit {target.get('unit')}" if target.get("kind") == "unit" else "")
-        cpus = s.get("cpus") if isinstance(s.get("cpus"), list) else []
-        # the agent's word, not checked as a job's points are: shown as sent when not numbers
-        shown = (format_cpu_list(cpus) if all(type(c) is int for c in cpus)
-                 else ",".join(map(str, cpus)))
-        return (f"{who}: applied configuration {s.get('config_id')} in force: "
-                f"{s.get('workload')} on cpus {shown} {clock}{where}")
-    if agent.get("standing_dropped"):
-        return (f"{who}: the applied configuration was dropped when the agent restarted: "
-                f"{agent['standing_dropped']}; the board is at its original settings")
-    return None
+    if agent.get("standing_known") is False:
+        if agent.get("via"):  # another daemon of the fleet holds its connection
+            return [f"{who}: what stands on it is not known to this daemon: its agent said "
+                    f"hello to the daemon at {agent['via']} (opptune status --daemon "
+                    f"{agent['via']} shows it)"]
+        return [f"{who}: what stands on it is not known to this daemon: its agent has not "
+                "said hello to it since the daemon started (a connected agent does within a "
+                "heartbeat or two)"]
+    rows = agent.get("standings")
+    if not isinstance(rows, list):  # a daemon that knows one per board
+        rows = [agent["standing"]] if isinstance(agent.get("standing"), dict) else []
+    lines = [_standing_line(who, s) for s in rows if isinstance(s, dict)]
+    dropped = agent.get("standings_dropped")
+    if not isinstance(dropped, list):
+        dropped = [agent["standing_dropped"]] if agent.get("standing_dropped") else []
+    rest = ("the others stand" if lines else "the board is at its original settings")
+    lines += [f"{who}: the applied configuration was dropped when the agent restarted: "
+              f"{d}; {rest}" for d in dropped]
+    return lines
+
+
+def _standing_line(who: str, s: dict[str, Any]) -> str:
+    # a standing record keeps no clock: what its cpus run at is not known here
+    clock = (f"at {clock_text(s['freq_khz'])}" if isinstance(s.get("freq_khz"), int)
+             else "with no set frequency")
+    target = s.get("target") if isinstance(s.get("target"), dict) else {}
+    where = (f", process {target.get('pid')}" if target.get("kind") == "pid" else
+             f", unit {target.get('unit')}" if target.get("kind") == "unit" else "")
+    cpus = s.get("cpus") if isinstance(s.get("cpus"), list) else []
+    # the agent's word, not checked as a job's points are: shown as sent when not numbers
+    shown = (format_cpu_list(cpus) if all(type(c) is int for c in cpus)
+             else ",".join(map(str, cpus)))
+    over = s.get("clock_overridden") if isinstance(s.get("clock_overridden"), list) else []
+    note = "".join(
+        f"; its clock is overridden on {o.get('policy')} by {o.get('by')} "
+        f"({clock_text(o['freq_khz']) if isinstance(o.get('freq_khz'), int) else '?'}), "
+        "applied after it" for o in over if isinstance(o, dict))
+    return (f"{who}: applied configuration {s.get('config_id')} in force: "
+            f"{s.get('workload')} on cpus {shown} {clock}{where}{note}")
 
 
 def predates_text(fit: dict[str, Any], names: dict[Any, str] | None = None) -> str | None:
@@ -381,8 +404,7 @@ def print_status(data: dict[str, Any], console: Console | None = None,
             console.print(f"board {boards[a.get('id')]} (agent {a.get('id')}): {a['doctor']}"
                           f"{when}", markup=False, soft_wrap=True)
     for a in data.get("agents", []):
-        line = standing_text(a, str(boards[a.get("id")]))
-        if line:
+        for line in standing_lines(a, str(boards[a.get("id")])):
             console.print(line, markup=False, soft_wrap=True)
     said = set()
     for a in data.get("agents", []):  # once per board: several agents may share one

@@ -129,8 +129,16 @@ BODY_SCHEMAS: dict[str, dict[str, tuple[tuple[type, ...], bool]]] = {
         # absent: an older agent, which does not say
         "standing": ((dict, type(None)), False),
         # why the configuration in force before the agent restarted was dropped: 'CONFIG_ID:
-        # why' (the daemon notes it on that recommendation)
+        # why' (the daemon notes it on that recommendation); the first of standings_dropped
         "standing_dropped": (_OPT_STR, False),
+        # every configuration in force, one per target (the board, each pid, each unit),
+        # oldest first, each as ``standing`` says one (which is the newest of them, for a
+        # daemon that knows one per board); absent: an agent that keeps one per board
+        # (shared/standing.py)
+        "standings": (_LIST, False),
+        # why each configuration in force before the agent restarted was dropped, as
+        # standing_dropped says one
+        "standings_dropped": (_LIST, False),
     },
     "heartbeat": {
         "outbox": (_INT, False),  # results waiting for an ack on the agent

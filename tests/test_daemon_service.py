@@ -750,6 +750,92 @@ def test_a_configuration_replaced_on_its_board_says_so_and_keeps_its_verdict(tmp
         d.stop()
 
 
+def test_configurations_of_different_targets_stand_together_and_replace_their_own(tmp_path):
+    """One per target (shared/standing.py): a process's configuration, then a board-wide one:
+    both stand (before, the board-wide one replaced the process's); a newer one for the same
+    process replaces only that one. Two clocks on one policy: the newer one holds, and the
+    older one's row says its clock is overridden there, by which. After the daemon's restart
+    status says it does not know what stands until the agent's hello, not that nothing
+    does; an agent of one per board (no 'standings') is read as before."""
+    cfg = DaemonConfig(bind="tcp://127.0.0.1:0", database=str(tmp_path / "d.db"),
+                       auto_sweep=False, agent_timeout_s=30)
+    plat = {**PLATFORM, "policies": [{"name": "policy0", "cpus": [0, 1], "related_cpus": [0, 1]},
+                                     {"name": "policy2", "cpus": [2, 3],
+                                      "related_cpus": [2, 3]}]}
+    group = {"platform": "plat-test", "workload": "wl", "input": "small", "variant": ""}
+    d = Daemon(cfg)
+    for cid, cpus, khz in (("cfg-1", [0], None), ("cfg-2", [0, 2], 1_500_000),
+                           ("cfg-3", [1], 1_000_000), ("cfg-4", [0, 2], 1_500_000),
+                           ("cfg-5", [0, 2], 1_500_000)):
+        d.store.save_recommendation({"config_id": cid, "agent": "a1", **group,
+                                     "cores": len(cpus), "cpus": cpus, "threads": 1,
+                                     "freq_khz": khz, "predicted_time_s": 4.0,
+                                     "predicted_lower_s": 3.5, "predicted_upper_s": 4.5,
+                                     "keep": True}, now=100.0)
+    d.start_thread()
+    a = Agent(d.endpoint)
+    hello = {"platform": plat, "workloads": ["wl"], "agent_version": "t", "standing": None,
+             "standings": []}
+
+    def apply(cid, pid=None):
+        body = {"config_id": cid, "ok": True, "time_s": None if pid else 4.1}
+        if pid is not None:
+            body["measured"] = {"target": {"kind": "pid", "pid": pid}, "window_s": 0.1}
+        a.send("applied", body)
+        a.expect("ack")
+        st = query(a, "status")
+        return st["agents"][0], {r["config_id"]: r for r in st["recommendations"]}
+
+    try:
+        a.send("hello", hello)
+        a.expect("heartbeat")
+        apply("cfg-1", pid=42)
+        row, recs = apply("cfg-2")
+        assert [e["config_id"] for e in row["standings"]] == ["cfg-1", "cfg-2"]
+        assert recs["cfg-1"]["replaced"] is None
+        row, recs = apply("cfg-3", pid=42)  # the same process: cfg-1 replaced, cfg-2 stands
+        assert recs["cfg-1"]["replaced"]["by"] == "cfg-3" and recs["cfg-2"]["replaced"] is None
+        assert [e["config_id"] for e in row["standings"]] == ["cfg-2", "cfg-3"]
+        assert row["standing"]["config_id"] == "cfg-3"  # the newest, for a client of one
+        # cfg-3's 1000 MHz on cpu 1 holds on policy0, where cfg-2 set 1500 MHz
+        assert row["standings"][0]["clock_overridden"] == [
+            {"policy": "policy0", "by": "cfg-3", "freq_khz": 1_000_000}]
+        assert row["standings"][1]["clock_overridden"] is None
+        assert row["standing_known"] is True
+    finally:
+        a.close()
+        d.stop()
+    d = Daemon(cfg)  # restarted: the agent has not said hello to it yet
+    d.start_thread()
+    a = Agent(d.endpoint)
+    try:
+        (row,) = query(a, "status")["agents"]
+        assert row["standing_known"] is False and row["standings"] == []
+        a.send("hello", {**hello, "standings": [{"config_id": "cfg-2", "cpus": [0, 2],
+                                                 "freq_khz": 1_500_000}],
+                         "standings_dropped": ["cfg-3: process 42 is gone"]})
+        a.expect("heartbeat")
+        st = query(a, "status")
+        (row,) = st["agents"]
+        assert row["standing_known"] is True
+        assert [e["config_id"] for e in row["standings"]] == ["cfg-2"]
+        assert row["standings_dropped"] == ["cfg-3: process 42 is gone"]
+        (rec,) = [r for r in st["recommendations"] if r["config_id"] == "cfg-3"]
+        assert rec["error"].endswith("dropped at the agent's restart: process 42 is gone; the "
+                                     "other applied configurations stand"), rec["error"]
+        # an agent of one per board: whatever its target, a new one replaces what stood
+        a.send("hello", {**{k: v for k, v in hello.items() if k != "standings"},
+                         "standing": {"config_id": "cfg-4", "cpus": [0, 2],
+                                      "freq_khz": 1_500_000}})
+        a.expect("heartbeat")
+        row, recs = apply("cfg-5", pid=7)
+        assert [e["config_id"] for e in row["standings"]] == ["cfg-5"]
+        assert recs["cfg-4"]["replaced"]["by"] == "cfg-5"
+    finally:
+        a.close()
+        d.stop()
+
+
 def test_a_board_not_holding_its_shared_id_has_its_earlier_jobs_results_stored(tmp_path):
     """Two boards with one agent_id: board B was sent a job while it held the id, went quiet,
     and board A took the id. B's results of that job, sent after its hello was refused

@@ -64,6 +64,12 @@ class AgentProc:
         return self.proc.wait(30)
 
 
+def kept(path: Path) -> dict:
+    """The one configuration kept in ``path`` (standing.json)."""
+    (entry,) = json.loads(path.read_text())["entries"]
+    return entry["config"]
+
+
 def applied_before_restart(tmp_path, freq_khz=1_000_000) -> tuple[str, dict[str, str], Path]:
     """Apply a configuration at ``freq_khz`` on cpus 0,1 (as `recommend --apply` sends it),
     then stop that agent's parts: the board is back at its original (returned)."""
@@ -77,7 +83,7 @@ def applied_before_restart(tmp_path, freq_khz=1_000_000) -> tuple[str, dict[str,
 
 def test_the_applied_clock_is_in_force_again_after_the_agent_restarts(tmp_path):
     root, before, state = applied_before_restart(tmp_path)
-    assert json.loads((state / FILENAME).read_text())["config"]["freq_khz"] == 1_000_000
+    assert kept(state / FILENAME)["freq_khz"] == 1_000_000
     agent = AgentProc(tmp_path, state, root)
     try:
         agent.started()
@@ -122,11 +128,12 @@ def test_a_clock_no_longer_offered_is_dropped(tmp_path):
 def test_ended_by_a_configuration_left_to_the_governor_not_by_a_verification(tmp_path):
     with worker_on(tmp_path, "rpi4") as (ex, w, knob, root, _):
         kept = tmp_path / "state" / FILENAME
+        kept_config = globals()["kept"]
         work(w, config("c1", 1_200_000))
-        assert json.loads(kept.read_text())["config"]["config_id"] == "c1"
+        assert kept_config(kept)["config_id"] == "c1"
         # the daemon's own verification after a sweep (keep: false) leaves it standing
         work(w, config("c2", 600_000, keep=False))
-        assert json.loads(kept.read_text())["config"]["config_id"] == "c1"
+        assert kept_config(kept)["config_id"] == "c1"
         assert ex.standing_wire()["config_id"] == "c1"
         work(w, config("c3", None))
         assert not kept.exists() and ex.standing_wire() is None
@@ -209,7 +216,8 @@ def test_a_process_gone_or_another_is_dropped_with_the_reason(tmp_path, sleeper,
         sleeper.kill()
         sleeper.wait()
     else:
-        kept.write_text(json.dumps({**json.loads(kept.read_text()), **change}))
+        saved = json.loads(kept.read_text())
+        kept.write_text(json.dumps({"entries": [{**saved["entries"][0], **change}]}))
     ex, targets = pid_agent(tmp_path)
     try:
         with caplog.at_level(logging.INFO, "opptune.agent.standing"):
@@ -217,7 +225,7 @@ def test_a_process_gone_or_another_is_dropped_with_the_reason(tmp_path, sleeper,
         assert f"applied configuration c1 (w on cpus 0 at the governor's clock, process " \
                f"{pid}) dropped: {why.format(pid=pid)}" in caplog.text
         assert not kept.exists()
-        assert ex.standing_wire() is None and ex.standing_dropped.startswith("c1: ")
+        assert ex.standing_wire() is None and ex.standing_dropped[0].startswith("c1: ")
         if change is not None:
             assert os.sched_getaffinity(pid) != {0}  # not confined: it may not be ours
     finally:
@@ -231,7 +239,7 @@ def test_a_damaged_record_applies_nothing_and_is_dropped(tmp_path, caplog, text)
     from opptune.agent.standing import StandingFile
     (tmp_path / FILENAME).write_text(text)
     with caplog.at_level(logging.WARNING, "opptune.agent.standing"):
-        assert StandingFile(str(tmp_path)).load() is None
+        assert StandingFile(str(tmp_path)).load() == []
     assert f"the applied configuration in {tmp_path / FILENAME} cannot be read (" in caplog.text
     assert not (tmp_path / FILENAME).exists()
 
@@ -275,3 +283,124 @@ def test_forget_applied_ends_it_while_the_agent_is_stopped_and_refuses_under_a_r
         assert agent.stop() == 0, agent.text()
     p = forget()
     assert p.returncode == 0 and "no applied configuration is kept in" in p.stderr, p.stderr
+
+
+# -- one configuration per target ---------------------------------------------------------------
+
+@needs_two_cpus
+def test_two_processes_stand_through_a_restart_and_one_gone_is_dropped_alone(tmp_path, caplog):
+    """Before, the second process's configuration replaced the first's (one per board): only
+    it came back. Both stand; after a restart, the one whose process is gone is dropped with
+    a log line, and the other stands again."""
+    procs = [subprocess.Popen([PY, "-c", "import time; time.sleep(600)"]) for _ in range(2)]
+    try:
+        first, second = procs
+        ex, targets = pid_agent(tmp_path)
+        w = Worker(ex)
+        w.start()
+        try:
+            for cid, p, cpu in (("c1", first, 0), ("c2", second, 1)):
+                work(w, P.make("config", "daemon", {
+                    "config_id": cid, "workload": "w", "size": "default", "cpus": [cpu],
+                    "threads": 1, "freq_khz": None, "reps": 1,
+                    "target": {"kind": "pid", "pid": p.pid, "window_s": 0.05}}))
+            assert os.sched_getaffinity(first.pid) == {0}
+            assert os.sched_getaffinity(second.pid) == {1}
+        finally:
+            w.stop(abort=True)
+            w.join(timeout=30)
+            assert targets.restore() == []
+            ex.outbox.close()
+        saved = json.loads((tmp_path / "state" / FILENAME).read_text())
+        assert [e["config"]["config_id"] for e in saved["entries"]] == ["c1", "c2"]
+        first.kill()
+        first.wait()
+        ex, targets = pid_agent(tmp_path)
+        with caplog.at_level(logging.INFO, "opptune.agent.standing"):
+            ex.stand_again()
+        try:
+            assert f"applied configuration c1 (w on cpus 0 at the governor's clock, process " \
+                   f"{first.pid}) dropped: process {first.pid} is gone; the other applied " \
+                   "configurations stand" in caplog.text
+            assert f"applied configuration c2 (w on cpus 1 at the governor's clock, process " \
+                   f"{second.pid}) in force again" in caplog.text
+            assert os.sched_getaffinity(second.pid) == {1}
+            assert [c["config_id"] for c in ex.standings_wire()] == ["c2"]
+            assert ex.standing_dropped == [f"c1: process {first.pid} is gone"]
+            saved = json.loads((tmp_path / "state" / FILENAME).read_text())
+            assert [e["config"]["config_id"] for e in saved["entries"]] == ["c2"]
+        finally:
+            targets.restore()
+            ex.outbox.close()
+    finally:
+        for p in procs:
+            p.kill()
+            p.wait()
+
+
+def test_the_file_of_an_agent_of_one_configuration_stands_after_an_upgrade(tmp_path):
+    """standing.json of an agent before targets stood apart holds one ``config``: the new
+    agent applies it again, and keeps it beside the next target's configuration."""
+    root, _, state = applied_before_restart(tmp_path)
+    saved = json.loads((state / FILENAME).read_text())
+    (state / FILENAME).write_text(json.dumps(saved["entries"][0]))  # the old shape
+    assert "config" in json.loads((state / FILENAME).read_text())
+    agent = AgentProc(tmp_path, state, root)
+    try:
+        agent.started()
+        assert pinned_at(root, 1_000_000), cpufreq_state(root)
+        assert "applied configuration c1 (w on cpus 0-1 at 1000000 kHz) in force again after " \
+               "the agent's start" in agent.text()
+    finally:
+        assert agent.stop() == 0, agent.text()
+    from opptune.agent.standing import StandingFile
+    file = StandingFile(str(state))
+    file.keep({"config_id": "c2", "workload": "w", "size": "default", "cpus": [0],
+               "threads": 1, "freq_khz": None, "target": {"kind": "unit", "unit": "web"}})
+    assert [e["config"]["config_id"] for e in file.load()] == ["c1", "c2"]
+
+
+def test_forget_applied_ends_one_target_s_configuration_and_leaves_the_others(tmp_path):
+    state = tmp_path / "state"
+    state.mkdir()
+    entries = [{"config": {"config_id": cid, "workload": "w", "size": "default", "cpus": [0],
+                           "threads": 1, "freq_khz": khz, **extra}, "applied_at": 1.0}
+               for cid, khz, extra in (("c1", 1_000_000, {}),
+                                       ("c2", None, {"target": {"kind": "pid", "pid": 4242}}),
+                                       ("c3", None, {"target": {"kind": "unit",
+                                                                "unit": "web"}}))]
+    (state / FILENAME).write_text(json.dumps({"entries": entries}))
+
+    def forget(*target: str) -> subprocess.CompletedProcess:
+        return subprocess.run([PY, "-m", "opptune.agent", "--state-dir", str(state),
+                               "--forget-applied", *target],
+                              capture_output=True, text=True, timeout=60, cwd=tmp_path)
+
+    def kept() -> list[str]:
+        return [e["config"]["config_id"]
+                for e in json.loads((state / FILENAME).read_text())["entries"]]
+
+    p = forget()  # several stand: which?
+    assert p.returncode == 2 and p.stdout == "", p.stderr
+    assert "3 applied configurations are kept" in p.stderr
+    assert "board: c1 (w on cpus 0 at 1000000 kHz); pid:4242: c2 (w on cpus 0 at the " \
+           "governor's clock, process 4242); unit:web.service: c3" in p.stderr
+    assert "say which with --forget-applied TARGET (board, pid:N, unit:NAME, or all); " \
+           "nothing forgotten" in p.stderr and kept() == ["c1", "c2", "c3"]
+    p = forget("pid:4242")
+    assert p.returncode == 0, p.stderr
+    assert p.stderr == ("opptune-agent: forgot the applied configuration c2 (w on cpus 0 at the "
+                        "governor's clock, process 4242): the agent's next start leaves "
+                        "process 4242 at its original settings\n"
+                        "opptune-agent: 2 other applied configurations stand\n")
+    assert kept() == ["c1", "c3"]
+    for wrong, why in (("pid:1", "no applied configuration stands on pid:1 (kept: board: c1"),
+                       ("pid:x", "--forget-applied got 'pid:x': name a target as board, pid:N")):
+        p = forget(wrong)
+        assert p.returncode == 2 and why in p.stderr, p.stderr
+        assert "Traceback" not in p.stderr and kept() == ["c1", "c3"]
+    p = forget("unit:web")
+    assert p.returncode == 0 and "forgot the applied configuration c3" in p.stderr, p.stderr
+    p = forget()  # one left: as before, no target needed
+    assert p.returncode == 0 and "leaves the board at its original settings" in p.stderr
+    assert not (state / FILENAME).exists()

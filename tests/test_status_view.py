@@ -83,9 +83,10 @@ def test_status_writes_a_many_cpu_boards_cpu_sets_as_ranges():
               and "│" in ln]
     assert [c.strip() for c in row.split("│")][2:5] == ["16", "0-7,16-23", "2400 MHz"], row
     # an agent's hello is not checked as a job's points are: what is not a cpu list is shown
-    from opptune.daemon.status_view import standing_text
+    from opptune.daemon.status_view import standing_lines
     odd = {"id": "x86", "standing": {"config_id": "cfg-2", "workload": "triad", "cpus": ["a", 1]}}
-    assert standing_text(odd, "b").endswith("triad on cpus a,1 with no set frequency")
+    (line,) = standing_lines(odd, "b")
+    assert line.endswith("triad on cpus a,1 with no set frequency")
 
 
 def _agents_table(platforms):
@@ -438,22 +439,51 @@ def test_status_names_the_fleets_silent_daemons_and_the_refused_keys():
 
 
 def test_status_says_what_a_user_applied_stands_or_why_a_restart_dropped_it():
-    from opptune.daemon.status_view import standing_text
+    """A daemon that knows one per board sends ``standing`` alone: read as it was."""
+    from opptune.daemon.status_view import standing_lines
     a = {"id": "a1", "standing": {"config_id": "cfg-1", "workload": "triad", "size": "small",
                                   "cpus": [4, 5], "freq_khz": 1_800_000}}
-    assert standing_text(a, "odroid-7") == ("board odroid-7 (agent a1): applied configuration "
-                                            "cfg-1 in force: triad on cpus 4-5 at 1800 MHz")
+    assert standing_lines(a, "odroid-7") == ["board odroid-7 (agent a1): applied configuration "
+                                             "cfg-1 in force: triad on cpus 4-5 at 1800 MHz"]
     a["standing"].update(freq_khz=None, target={"kind": "pid", "pid": 4242})
     # a standing record keeps no clock (a virtual board's cpus run at theirs, not a governor's)
-    assert standing_text(a, "odroid-7").endswith(
+    assert standing_lines(a, "odroid-7")[0].endswith(
         "triad on cpus 4-5 with no set frequency, process 4242")
     dropped = {"id": "a1", "standing": None, "standing_dropped": "cfg-1: process 4242 is gone"}
-    assert standing_text(dropped, "odroid-7") == (
+    assert standing_lines(dropped, "odroid-7") == [
         "board odroid-7 (agent a1): the applied configuration was dropped when the agent "
-        "restarted: cfg-1: process 4242 is gone; the board is at its original settings")
+        "restarted: cfg-1: process 4242 is gone; the board is at its original settings"]
     # nothing applied, or an agent older than the field
-    assert standing_text({"id": "a1", "standing": None}, "b") is None
-    assert standing_text({"id": "a1"}, "b") is None
+    assert standing_lines({"id": "a1", "standing": None}, "b") == []
+    assert standing_lines({"id": "a1"}, "b") == []
+
+
+def test_status_says_each_target_s_configuration_a_clock_overridden_and_what_is_not_known():
+    from opptune.daemon.status_view import standing_lines
+    a = {"id": "a1", "standing_known": True, "standings_dropped": ["cfg-0: unit web is gone"],
+         "standings": [
+             {"config_id": "cfg-1", "workload": "triad", "cpus": [0, 1], "freq_khz": 1_500_000,
+              "clock_overridden": [{"policy": "policy0", "by": "cfg-2",
+                                    "freq_khz": 1_000_000}]},
+             {"config_id": "cfg-2", "workload": "w", "cpus": [2], "freq_khz": 1_000_000,
+              "target": {"kind": "pid", "pid": 42}, "clock_overridden": None}]}
+    assert standing_lines(a, "rpi4") == [
+        "board rpi4 (agent a1): applied configuration cfg-1 in force: triad on cpus 0-1 at "
+        "1500 MHz; its clock is overridden on policy0 by cfg-2 (1000 MHz), applied after it",
+        "board rpi4 (agent a1): applied configuration cfg-2 in force: w on cpus 2 at 1000 MHz, "
+        "process 42",
+        "board rpi4 (agent a1): the applied configuration was dropped when the agent "
+        "restarted: cfg-0: unit web is gone; the others stand"]
+    # after the daemon's restart, before the agent's hello: not known, not "nothing stands"
+    (line,) = standing_lines({"id": "a1", "standing_known": False, "standings": []}, "rpi4")
+    assert line.startswith("board rpi4 (agent a1): what stands on it is not known to this "
+                           "daemon: its agent has not said hello to it since the daemon "
+                           "started"), line
+    (line,) = standing_lines({"id": "a1", "standing_known": False, "via": "tcp://d2:5555"},
+                             "rpi4")
+    assert line == ("board rpi4 (agent a1): what stands on it is not known to this daemon: its "
+                    "agent said hello to the daemon at tcp://d2:5555 (opptune status --daemon "
+                    "tcp://d2:5555 shows it)")
 
 
 def test_a_fit_made_before_a_drift_says_so_and_what_measures_it_again(tmp_path):

@@ -1,6 +1,7 @@
-"""A process or unit a configuration confined is let go when another configuration replaces it
-(the daemon then says the first is "no longer in force"), and the agent's crash-safe record of
-originals follows, so a restart after a kill -9 puts back only what is still changed.
+"""A process or unit a configuration confined is let go when another configuration of the same
+target replaces it (the daemon then says the first is "no longer in force"); those of other
+targets stand on (shared/standing.py). The agent's crash-safe record of originals follows, so a
+restart after a kill -9 puts back only what is still changed.
 
 The agent's real executor and worker; real child processes (this machine's /proc and
 sched_setaffinity) and a unit's cgroup on a fake tree; clocks on a virtual odroid-xu4's tree
@@ -31,7 +32,7 @@ from opptune.agent.virtual_board import attach, make_tree
 from opptune.agent.workloads import Workloads
 from opptune.shared import protocol as P
 from opptune.shared.config import AgentConfig, CommandWorkload
-from test_idle_clock import pinned_at, work
+from test_idle_clock import job, pinned_at, work
 from test_targets import applied, cgroup_tree
 from test_virtual_e2e import cpufreq_state
 
@@ -108,7 +109,10 @@ def procs():
         p.wait()
 
 
-def test_a_process_is_let_go_when_another_configuration_replaces_its_own(tmp_path, procs):
+def test_two_processes_configurations_stand_together_each_replaced_by_its_own(tmp_path,
+                                                                             procs):
+    """Before, the second process's configuration let the first process go: only the last
+    applied configuration stood, whatever its target."""
     first, second = procs
     with agent(tmp_path) as (ex, w, targets, _):
         work(w, config("c1", pid(first), cpus=[0]))
@@ -116,19 +120,21 @@ def test_a_process_is_let_go_when_another_configuration_replaces_its_own(tmp_pat
         assert recorded(tmp_path / "state") == [("c1", "affinity", first.pid)]
         work(w, config("c2", pid(second), cpus=[1]))
         assert [b["ok"] for b in applied(ex)] == [True, True]
-        # c1 is no longer in force: its process runs where it ran before
-        assert os.sched_getaffinity(first.pid) == EVERY_CPU
+        assert os.sched_getaffinity(first.pid) == {0}  # c1 stands: another target
         assert os.sched_getaffinity(second.pid) == {1}
-        assert ex.standing_wire()["config_id"] == "c2"
-        # the record holds only what is still changed
-        assert recorded(tmp_path / "state") == [("c2", "affinity", second.pid)]
-        # a user moves the first process after it was let go; a kill -9 of the agent and its
-        # restart put back the second only, leaving the user's choice alone
-        os.sched_setaffinity(first.pid, {1})
+        assert [c["config_id"] for c in ex.standings_wire()] == ["c1", "c2"]
+        assert ex.standing_wire()["config_id"] == "c2"  # the newest, for an older daemon
+        # c3 replaces c1, the first process's own: its original is what it records
+        work(w, config("c3", pid(first), cpus=[1]))
+        assert os.sched_getaffinity(first.pid) == {1}
+        assert [c["config_id"] for c in ex.standings_wire()] == ["c2", "c3"]
+        assert recorded(tmp_path / "state") == [("c2", "affinity", second.pid),
+                                                ("c3", "affinity", first.pid)]
+        # a kill -9 of the agent and its restart put both back
         lines = restore_at_start(str(tmp_path / "state"), str(tmp_path / "root"))
         assert len(lines) == 1 and f"thread {second.pid}" in lines[0], lines
-        assert f"thread {first.pid}" not in lines[0]
-        assert os.sched_getaffinity(first.pid) == {1}
+        assert f"thread {first.pid}" in lines[0]
+        assert os.sched_getaffinity(first.pid) == EVERY_CPU
         assert os.sched_getaffinity(second.pid) == EVERY_CPU
 
 
@@ -147,10 +153,15 @@ def test_the_same_process_confined_again_goes_back_to_its_original(tmp_path, pro
     assert recorded(tmp_path / "state") == []
 
 
-def test_a_unit_and_its_clock_are_let_go_for_a_process_on_another_policy(tmp_path, procs):
-    """The xu4's policy0 holds cpus 0-3, policy4 cpus 4-7: the unit's configuration pinned
-    policy4, the process's replaces it on cpu 1 (policy0), and a command's configuration left
-    to the governor ends that one in turn."""
+def test_a_unit_and_a_process_stand_together_and_a_newer_clock_holds_on_its_policy(
+        tmp_path, procs, caplog):
+    """The xu4's policy0 holds cpus 0-3, policy4 cpus 4-7. The unit's configuration pins
+    policy4, the process's policy0: both stand (before, the process's let the unit go and put
+    policy4 back). A board-wide one at another clock on policy0 then holds there (the newer
+    clock; the log says the process's is overridden), and one left to the governor ends it
+    and no other: policy0 back at the process's clock. A newer one for the unit, without a
+    clock, replaces the unit's: policy4 back to its original."""
+    caplog.set_level(logging.WARNING, "opptune.agent.standing")
     with agent(tmp_path, "odroid-xu4") as (ex, w, targets, root):
         d = cgroup_tree(root, cpus="0-7")
         before = cpufreq_state(str(root))
@@ -158,18 +169,50 @@ def test_a_unit_and_its_clock_are_let_go_for_a_process_on_another_policy(tmp_pat
         assert (d / "cpuset.cpus").read_text() == "4"
         assert pinned_at(str(root), 1_800_000, "policy4")
         work(w, config("c2", pid(procs[0]), cpus=[1], freq_khz=1_000_000))
-        assert (d / "cpuset.cpus").read_text().strip() == "0-7"  # let go
+        assert (d / "cpuset.cpus").read_text() == "4"  # the unit stands
+        assert pinned_at(str(root), 1_800_000, "policy4")
+        assert os.sched_getaffinity(procs[0].pid) == {1}
+        assert pinned_at(str(root), 1_000_000)
+        assert recorded(tmp_path / "state") == [("c1", "cgroup", "/sys/fs/cgroup/system.slice/"
+                                                 "web.service/cpuset.cpus"),
+                                                ("c2", "affinity", procs[0].pid)]
+        work(w, config("c3", None, cpus=[0, 1], freq_khz=1_400_000))  # the board's own
+        assert pinned_at(str(root), 1_400_000) and pinned_at(str(root), 1_800_000, "policy4")
+        assert [c["config_id"] for c in ex.standings_wire()] == ["c1", "c2", "c3"]
+        overridden = (f"applied configuration c2 (w on cpus 1 at 1000000 kHz, process "
+                      f"{procs[0].pid}): its clock is overridden on policy0 by c3 (1400000 "
+                      "kHz), applied after it")
+        assert overridden in caplog.text
+        # a job moves the clocks; at rest each policy is back at the clock that holds there
+        caplog.set_level(logging.INFO, "opptune.agent.apply")
+        work(w, job("j1", [([0, 4], 600_000)]))
+        assert pinned_at(str(root), 1_400_000) and pinned_at(str(root), 1_800_000, "policy4")
+        assert "idle: knobs back to the applied configurations (policy0 at 1400000 kHz of c3; " \
+               "policy4 at 1800000 kHz of c1)" in caplog.text
+    # the agent stopped (everything put back) and started again: all three stand, c3's
+    # clock on policy0, said again rather than c2's set over it
+    assert cpufreq_state(str(root)) == before and (d / "cpuset.cpus").read_text() == "0-7"
+    caplog.clear()
+    caplog.set_level(logging.INFO, "opptune.agent.standing")
+    with agent(tmp_path, "odroid-xu4") as (ex, w, targets, root):
+        ex.stand_again()
+        assert [c["config_id"] for c in ex.standings_wire()] == ["c1", "c2", "c3"]
+        assert pinned_at(str(root), 1_400_000) and pinned_at(str(root), 1_800_000, "policy4")
+        assert (d / "cpuset.cpus").read_text() == "4"
+        assert os.sched_getaffinity(procs[0].pid) == {1}
+        assert overridden in caplog.text
+        assert caplog.text.count("in force again after the agent's start") == 3
+        work(w, config("c4", None, cpus=[0, 1]))  # the workload, the governor's clock
+        assert [c["config_id"] for c in ex.standings_wire()] == ["c1", "c2"]
+        assert pinned_at(str(root), 1_000_000)  # the process's clock again
+        work(w, config("c5", {"kind": "unit", "unit": "web"}, cpus=[5]))
+        assert [b["ok"] for b in applied(ex)] == [True] * 5
+        assert (d / "cpuset.cpus").read_text() == "5"
         now = cpufreq_state(str(root))
         assert {k: v for k, v in now.items() if k.startswith("policy4/")} == \
             {k: v for k, v in before.items() if k.startswith("policy4/")}
-        assert os.sched_getaffinity(procs[0].pid) == {1}
         assert pinned_at(str(root), 1_000_000)
-        assert recorded(tmp_path / "state") == [("c2", "affinity", procs[0].pid)]
-        work(w, config("c3", None, cpus=[0, 1]))  # the workload, the governor's clock
-        assert [b["ok"] for b in applied(ex)] == [True] * 3
-        assert os.sched_getaffinity(procs[0].pid) == EVERY_CPU
-        assert cpufreq_state(str(root)) == before
-        assert recorded(tmp_path / "state") == [] and ex.standing_wire() is None
+        assert [c["config_id"] for c in ex.standings_wire()] == ["c2", "c5"]
 
 
 def test_a_process_that_exited_needs_nothing(tmp_path, procs, caplog):
@@ -182,27 +225,38 @@ def test_a_process_that_exited_needs_nothing(tmp_path, procs, caplog):
         work(w, config("c2", pid(second), cpus=[1]))
         assert [b["ok"] for b in applied(ex)] == [True, True]
         assert os.sched_getaffinity(second.pid) == {1}
+        # c1 stands until the agent's next start drops it (test_standing); undoing its
+        # change needs nothing
+        assert recorded(tmp_path / "state") == [("c1", "affinity", first.pid),
+                                                ("c2", "affinity", second.pid)]
+        assert targets.release("c1") == []
         assert recorded(tmp_path / "state") == [("c2", "affinity", second.pid)]
     assert caplog.records == []
 
 
 def test_a_replacement_that_fails_leaves_the_configuration_in_force_confined(tmp_path, procs,
                                                                             caplog):
-    """The unit's cgroup has no cpuset.cpus (the controller not enabled): the replacement is
-    refused after the first process was let go, which is confined again."""
+    """policy0's scaling_setspeed cannot be written (taken away after the agent started):
+    the replacement for the same process is refused after the process was let go, and is
+    confined again to the cpu set of the configuration in force."""
     caplog.set_level(logging.INFO, "opptune.agent.standing")
     first = procs[0]
-    with agent(tmp_path) as (ex, w, targets, root):
-        (cgroup_tree(root) / "cpuset.cpus").unlink()
+    with agent(tmp_path, "odroid-xu4") as (ex, w, targets, root):
         work(w, config("c1", pid(first), cpus=[0]))
-        work(w, config("c2", {"kind": "unit", "unit": "web"}, cpus=[1]))
+        setspeed = root / "sys/devices/system/cpu/cpufreq/policy0/scaling_setspeed"
+        setspeed.unlink()
+        setspeed.mkdir()
+        work(w, config("c2", pid(first), cpus=[1], freq_khz=1_000_000))
         ok, refused = applied(ex)
-        assert ok["ok"] and not refused["ok"] and "has no cpuset.cpus" in refused["error"]
+        assert ok["ok"] and not refused["ok"], refused
+        assert refused["error"].startswith("cannot apply to the target: "), refused
         assert os.sched_getaffinity(first.pid) == {0}
         assert ex.standing_wire()["config_id"] == "c1"
         assert recorded(tmp_path / "state") == [("c1", "affinity", first.pid)]
         assert "applied configuration c1 (w on cpus 0 at the governor's clock, process " \
                f"{first.pid}): its target confined again" in caplog.text
+        setspeed.rmdir()
+        setspeed.write_text("0\n")
 
 
 def test_a_verification_that_does_not_stand_leaves_the_one_in_force(tmp_path, procs):

@@ -278,18 +278,24 @@ class CpuFreqKnob:
         fields["freq_observed_mhz"] = observed or None
         return fields
 
-    def rest(self, spec: "RunSpec") -> None:
-        """The board at rest under a standing configuration: its policies set to its clock
-        straight from whatever the last point left (passing through the original governor
-        would move the clock twice between jobs), every other policy back to its original."""
-        if spec.freq_khz is None:
+    def rest(self, specs: "RunSpec | list[RunSpec]") -> None:
+        """The board at rest under standing configurations (oldest first): the policies of
+        their cpus set to their clocks, the newest one's where several share a policy
+        (shared/standing.py), straight from whatever the last point left (passing through the
+        original governor would move the clock twice between jobs); every other policy back
+        to its original."""
+        plan: dict[str, int] = {}
+        for spec in specs if isinstance(specs, list) else [specs]:
+            if spec.freq_khz is not None:
+                plan.update(dict.fromkeys(self.cf.policies_of_cpus(spec.cpus),
+                                          int(spec.freq_khz)))
+        if not plan:
             self.restore()
             return
-        keep = frozenset(self.cf.policies_of_cpus(spec.cpus))
-        problems = self.cf.restore(keep)
+        problems = self.cf.restore(frozenset(plan))
         if problems:
             log.error("cpufreq restore problems: %s", "; ".join(problems))
-        self.cf.set_for_cpus(spec.cpus, int(spec.freq_khz))
+        self.cf.set(plan)
 
     def restore(self) -> None:
         problems = self.cf.restore()

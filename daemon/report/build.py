@@ -20,7 +20,7 @@ from . import page, plots
 from .analysis import (GroupView, analyse_groups, drawn_groups, fleet_rows, group_key,
                        kernel_traits, latest_recommendations, left_out_text, topology_rows)
 from ..planner import clock_text
-from ..status_view import standing_text, state_text
+from ..status_view import standing_lines as board_standing_lines, state_text
 from ..scope_text import unknown_agent, unknown_workload
 from .cli import DEFAULT_MAX_GROUPS
 
@@ -253,10 +253,11 @@ def _build(data: dict[str, Any], entries: list[Any], out: Path, stage: Path,
 
 
 def standing_lines(data: dict[str, Any]) -> list[str]:
-    """What a user applied that stands on each board, or why the agent's restart dropped it:
-    the lines of 'opptune status' (none for a board of which neither is known)."""
+    """What a user applied that stands on each board (one per target), why the agent's
+    restart dropped one, or that the daemon does not know: the lines of 'opptune status'
+    (none for a board of which none is known)."""
     return [line for a in data.get("agents") or []
-            for line in [standing_text(a, str(a.get("board") or a.get("platform")))] if line]
+            for line in board_standing_lines(a, str(a.get("board") or a.get("platform")))]
 
 
 def _partial_note(n: int, total: int, max_groups: int, workload: str | None,
