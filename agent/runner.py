@@ -66,6 +66,9 @@ class Runner:
         self.run_as = run_as
         self._under_way = leftover.UnderWay(state_dir)
         self._workdirs = WorkDirs(state_dir, run_as) if state_dir else None
+        # called (with the workload's name) before a run whose program changed since the
+        # last run or the hello: the agent tells the daemon before the run's result goes
+        self.on_program_change: Callable[[str], None] | None = None
 
     # -- control ------------------------------------------------------------------------------
     def abort(self) -> None:
@@ -201,6 +204,18 @@ class Runner:
             rec.extra["program"] = program
         return rec
 
+    def _check_program(self, workload: str) -> None:
+        """The workload's program as its files are now (a binary rebuilt, a script edited
+        while the agent runs): the run's record carries the new digest, and the daemon hears
+        of it first (``on_program_change``)."""
+        try:
+            changed = self.workloads.refresh(workload)
+        except Exception:  # the run goes ahead under the digest known before
+            log.exception("checking the program of %s failed", workload)
+            return
+        if changed and self.on_program_change is not None:
+            self.on_program_change(workload)
+
     def failed_record(self, spec: RunSpec, rep: int, error: str) -> RunRecord:
         """A record of run ``rep`` of ``spec`` that failed with ``error`` without running."""
         rec = self._base(spec, rep)
@@ -217,6 +232,7 @@ class Runner:
             raise Aborted("agent stopping")
         if self._cancel.is_set:
             raise Cancelled("job cancelled")
+        self._check_program(spec.workload)
         rec = self._base(spec, rep)
         for key, value in (knob_fields or {}).items():
             setattr(rec, key, copy.deepcopy(value))  # records must not share mutable fields

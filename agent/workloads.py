@@ -12,12 +12,14 @@ import json
 import logging
 import os
 import sys
+import threading
 from dataclasses import dataclass, field
 from typing import Any, Mapping
 
 from .. import __version__
 from ..shared.config import AgentConfig, CommandWorkload
 from .program_id import FileIds, command_files, kernel_files
+from .workdir import SUBDIR, dir_name
 
 log = logging.getLogger("opptune.agent.workloads")
 
@@ -36,6 +38,9 @@ class Workload:
     command: CommandWorkload | None = field(default=None, repr=False)
     definition: str = ""  # digest of what runs (see Workloads.definition_of)
     program: str = ""  # digest of the program a run executes (see Workloads.definition_of)
+    # its files as last digested, each with its (device, inode, size, mtime) or None (missing):
+    # the same again means the same digests (Workloads.refresh)
+    seen: tuple = field(default=(), repr=False)
 
     def describe(self) -> dict[str, Any]:
         return {"name": self.name, "kind": self.kind, "sizes": list(self.sizes),
@@ -77,6 +82,9 @@ class Workloads:
         self.file_ids = file_ids if file_ids is not None else FileIds()
         self.virtual_board = config.virtual_board
         self._items: dict[str, Workload] = {}
+        self._kernel_files: list[str] | None = None  # where the kernels' modules are
+        # a hello (link thread) reads a workload's digests while a run (worker) renews them
+        self._lock = threading.Lock()
         wanted = list(config.bench_kernels)
         if wanted:
             cat = catalogue if catalogue is not None else _catalogue()
@@ -122,7 +130,39 @@ class Workloads:
             self._items[w.name] = Workload(w.name, "command", list(w.sizes) or ["default"],
                                            " ".join(w.command), command=w)
         for w in self._items.values():
+            w.seen = self._seen(w)
             w.definition, w.program = self.definition_of(w)
+
+    def refresh(self, name: str) -> bool:
+        """Whether the program of workload ``name`` changed since its digests were made (a
+        file it runs replaced or edited, another found on its PATH); its digests are made
+        again then, and the digests of files kept for the next start. Called before each run:
+        where its files are as they were it only stats them (tens of microseconds,
+        benchmarks/program_check.py)."""
+        w = self._items.get(name)
+        if w is None:
+            return False
+        seen = self._seen(w)
+        if seen == w.seen:
+            return False
+        definition, program = self.definition_of(w)
+        with self._lock:
+            changed = program != w.program
+            w.seen, w.definition, w.program = seen, definition, program
+        self.file_ids.save()
+        return changed
+
+    def _seen(self, w: Workload) -> tuple:
+        """``w``'s files with their (device, inode, size, mtime), None for one missing: taken
+        before they are digested, so a change while they are is seen by the next look."""
+        out = []
+        for f in self._files(w):
+            try:
+                st = os.stat(f)
+                out.append((f, st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns))
+            except OSError:
+                out.append((f, None))
+        return tuple(out)
 
     def definition_of(self, w: Workload) -> tuple[str, str]:
         """Two digests of ``w``: its definition, of what a run executes and how long it may
@@ -154,10 +194,22 @@ class Workloads:
         """The files a run of ``w`` executes (program_id.py)."""
         cw = w.command
         if cw is None:
-            return kernel_files(self.virtual_board)
+            if self._kernel_files is not None:
+                return self._kernel_files
+            files = kernel_files(self.virtual_board)
+            if all(os.path.isabs(f) for f in files):  # found: the modules stay there
+                self._kernel_files = files
+            return files
         if cw.pyperf:
             return [cw.pyperf]
-        return command_files(cw.command, {**os.environ, **cw.env})
+        path = cw.env.get("PATH", os.environ.get("PATH", os.defpath))
+        return command_files(cw.command, {"PATH": path}, self.run_dir(w.name, cw))
+
+    def run_dir(self, name: str, cw: CommandWorkload) -> str:
+        """The directory a run of command workload ``name`` starts in (agent/workdir.py):
+        where a shell's command string finds a program named by a relative path."""
+        return cw.cwd or os.path.join(os.path.abspath(self.config.state_dir), SUBDIR,
+                                      dir_name(name))
 
     def names(self) -> list[str]:
         return sorted(self._items)
@@ -170,7 +222,8 @@ class Workloads:
     def describe(self) -> list[dict[str, Any]]:
         """What hello carries: one map per workload (name, kind, sizes, description,
         definition, program)."""
-        return [self._items[n].describe() for n in self.names()]
+        with self._lock:
+            return [self._items[n].describe() for n in self.names()]
 
     def run_by_python(self) -> list[str]:
         """The workloads whose runs start this agent's Python: kernels (virtual ones too) and
