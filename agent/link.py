@@ -4,7 +4,8 @@ Runs in the agent's main thread and is the only code that touches the socket. Ot
 hand it messages with :meth:`Link.send` (a queue plus a wake-up pipe), and results reach it
 through the outbox, which it (re)sends until acked.
 
-Liveness: hello on start; heartbeats every ``heartbeat_s``; no message from the daemon for
+Liveness: hello on start (and again, ``hello_again``, when what it says changed: a workload's
+program, agent/runner.py); heartbeats every ``heartbeat_s``; no message from the daemon for
 3 heartbeats = gone. The next message from it (or an ``unknown_agent`` error, or a new daemon
 instance in its heartbeat) triggers a fresh hello and makes every pending result due again,
 so after a daemon kill -9 and restart every result arrives (the daemon dedupes by id).
