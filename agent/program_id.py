@@ -4,15 +4,15 @@ in place, or opptune's kernels built anew, make a new program though the configu
 change.
 
 A command's files are its executable (argv[0] resolved on the PATH its run gets) and each
-argument that names a regular file (a script, ``python3 bench.py``), and of ``sh -c STRING`` those
-STRING's first command names plainly (``shell_files``: not its expansions, functions or later
-commands; a pyenv/asdf shim is the shim script, whose choice of interpreter is not guessed); a
-pyperf workload's is its script; a bench_suite kernel's the built extension all kernels are in (any kernel rebuilt makes
-every kernel's program new) and its accounting; a virtual board's kernel the modules that model
-it. Each file is known by its resolved path and a SHA-256 of its content, a large one (past
-``HASH_MAX_BYTES``, e.g. a data set on the command line) by its size and mtime. Hashing costs
-0.2-0.4 s for a 50 MB binary on a loaded 2-core x86 VM (sha256 with SHA-NI; more on a small
-board), so the digests are kept in ``state_dir/program-ids.json`` by (device, inode, size,
+argument that names a regular file (a script, ``python3 bench.py``), and of ``sh -c STRING``
+those STRING's first command names plainly (``shell_files``: not its expansions, functions or
+later commands; a pyenv/asdf shim is the shim script, whose choice of interpreter is not
+guessed); a pyperf workload's is its script; a bench_suite kernel's the built extension all
+kernels are in (any kernel rebuilt makes every kernel's program new) and its accounting; a
+virtual board's kernel the modules that model it. Each file is known by its resolved path and a
+SHA-256 of its content, a large one (past ``HASH_MAX_BYTES``, e.g. a data set on the command
+line) by its size and mtime. Hashing costs 0.2-0.4 s for a 50 MB binary on a loaded 2-core
+x86 VM (sha256 with SHA-NI; more on a small board), so the digests are kept in ``state_dir/program-ids.json`` by (device, inode, size,
 mtime): an agent restarted with its files unchanged only stats them, and so does the look
 before each run (agent/workloads.py ``Workloads.refresh``) that notices a file replaced while the
 agent runs. A file that is missing is said to be (its runs fail as before; the hello still goes
