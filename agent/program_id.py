@@ -147,10 +147,10 @@ def _elf_digest(f: IO[bytes], head: bytes) -> str:
 def command_files(argv: list[str], env: Mapping[str, str], cwd: str | None = None
                   ) -> list[str]:
     """The files a command line runs: argv[0] as the run's PATH finds it (as given when not
-    found: FileIds says it is missing) and each argument naming a regular file. Arguments with
-    a ``{...}`` placeholder are left out (they change from run to run). Of ``sh|bash|dash -c
-    STRING`` also the files of STRING's first command (``shell_files``; ``cwd``: the
-    directory the run starts in, where the shell looks for a relative path)."""
+    found: FileIds says it is missing) and each argument naming a regular file in ``cwd``, the
+    directory the run starts in (None: this process's). Arguments with a ``{...}``
+    placeholder are left out (they change from run to run). Of ``sh|bash|dash -c STRING``
+    also the files of STRING's first command (``shell_files``)."""
     if not argv:
         return []
     path = env.get("PATH", os.defpath)
@@ -158,7 +158,9 @@ def command_files(argv: list[str], env: Mapping[str, str], cwd: str | None = Non
     if "{" not in exe and os.sep not in exe:
         exe = shutil.which(exe, path=path) or exe
     files = [exe] if "{" not in exe else []
-    files += [a for a in argv[1:] if "{" not in a and os.path.isfile(a)]
+    # where the run opens them: its own directory, not the agent's
+    files += [f for f in (_under(cwd, a) for a in argv[1:] if "{" not in a)
+              if os.path.isfile(f)]
     string = shell_string(argv)
     if string is not None:
         files += [f for f in shell_files(string, path, cwd) if f not in files]
@@ -217,16 +219,18 @@ def shell_files(string: str, path: str, cwd: str | None) -> list[str]:
             or words[0].startswith("-"):  # exec's options (-a NAME): not parsed here
         return []
 
-    def here(word: str) -> str:
-        return os.path.join(cwd, word) if cwd and not os.path.isabs(word) else word
-
     first = words[0]
-    exe = here(first) if os.sep in first else shutil.which(first, path=path) or first
+    exe = _under(cwd, first) if os.sep in first else shutil.which(first, path=path) or first
     files = [exe]
     for word in words[1:]:
-        if _PLAIN.fullmatch(word) and os.path.isfile(here(word)):
-            files.append(here(word))
+        if _PLAIN.fullmatch(word) and os.path.isfile(_under(cwd, word)):
+            files.append(_under(cwd, word))
     return files
+
+
+def _under(cwd: str | None, path: str) -> str:
+    """``path`` as a process started in ``cwd`` finds it."""
+    return os.path.join(cwd, path) if cwd and not os.path.isabs(path) else path
 
 
 def kernel_files(virtual_board: str) -> list[str]:

@@ -250,3 +250,17 @@ def test_a_run_after_its_program_changed_says_so_first_and_carries_the_new_diges
     assert second.extra["program"] != first.extra["program"]
     assert runner.run_once(spec).extra["program"] == second.extra["program"] and len(told) == 1
     runner.close()
+
+
+def test_a_script_argument_is_looked_for_where_the_run_starts(tmp_path, monkeypatch):
+    """command = ["python3", "bench.py"] with cwd = DIR: the run opens DIR/bench.py, whose
+    edit makes a new program; before, bench.py was looked for where the agent runs (/ under
+    its unit), not found, and its edits went unnoticed."""
+    (tmp_path / "proj").mkdir()
+    (tmp_path / "agent").mkdir()
+    monkeypatch.chdir(tmp_path / "agent")
+    (tmp_path / "proj" / "bench.py").write_text("print(1)\n")
+    cw = [CommandWorkload("c", ["python3", "bench.py"], cwd=str(tmp_path / "proj"))]
+    before = _programs(cw)["c"]
+    (tmp_path / "proj" / "bench.py").write_text("print(2)\n")
+    assert _programs(cw)["c"] != before
