@@ -137,7 +137,7 @@ class Workloads:
         """Whether the program of workload ``name`` changed since its digests were made (a
         file it runs replaced or edited, another found on its PATH); its digests are made
         again then, and the digests of files kept for the next start. Called before each run:
-        where its files are as they were it only stats them (tens of microseconds,
+        where its files are as they were it only stats them (0.02-0.9 ms on a loaded VM,
         benchmarks/program_check.py)."""
         w = self._items.get(name)
         if w is None:
