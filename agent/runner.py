@@ -255,6 +255,10 @@ class Runner:
             log.exception("run of %s failed", spec.workload)
             rec.ok, rec.error = False, f"{type(exc).__name__}: {exc}"[:MAX_ERR_TEXT]
             rec.time_s = None
+        try:  # what the run wrote among its files is its output, not a new program
+            self.workloads.ran(spec.workload)
+        except Exception:
+            log.exception("checking the files %s wrote failed", spec.workload)
         if rec.ok and "mpet" not in rec.extra and \
                 self.workloads.get(spec.workload).kind == "command":
             # an external command has no instrumented runtime: MPET's R..j are unknown, not 0

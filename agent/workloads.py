@@ -41,6 +41,12 @@ class Workload:
     # its files as last digested, each with its (device, inode, size, mtime) or None (missing):
     # the same again means the same digests (Workloads.refresh)
     seen: tuple = field(default=(), repr=False)
+    # its files as the look before the last run found them, those that changed during that
+    # run, and those that changed during two runs in a row: the runs' output (an output file
+    # named on the command line), not looked at again while the agent runs (Workloads.ran)
+    at_run: tuple = field(default=(), repr=False)
+    changed_in_run: frozenset = field(default=frozenset(), repr=False)
+    output: frozenset = field(default=frozenset(), repr=False)
 
     def describe(self) -> dict[str, Any]:
         return {"name": self.name, "kind": self.kind, "sizes": list(self.sizes),
@@ -64,6 +70,20 @@ def _virtual_sizes() -> list[str] | None:
         log.warning("virtual board module unavailable (%s)", exc)
         return None
     return sorted(SIZES)
+
+
+def _stat_of(path: str) -> tuple:
+    """``(path, device, inode, size, mtime)``; ``(path, None)`` where it cannot be stat'ed."""
+    try:
+        st = os.stat(path)
+    except OSError:
+        return (path, None)
+    return (path, st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns)
+
+
+def _looked_at(seen: tuple, output: frozenset) -> tuple:
+    """``seen`` less the runs' output files (Workloads.ran)."""
+    return tuple(e for e in seen if e[0] not in output) if output else seen
 
 
 def _digest(what: dict[str, Any]) -> str:
@@ -137,13 +157,13 @@ class Workloads:
         """Whether the program of workload ``name`` changed since its digests were made (a
         file it runs replaced or edited, another found on its PATH); its digests are made
         again then, and the digests of files kept for the next start. Called before each run:
-        where its files are as they were it only stats them (0.02-0.9 ms on a loaded VM,
+        where its files are as they were it only stats them (with ``ran`` 0.05-0.4 ms a run on a loaded VM,
         benchmarks/program_check.py)."""
         w = self._items.get(name)
         if w is None:
             return False
-        seen = self._seen(w)
-        if seen == w.seen:
+        seen = w.at_run = self._seen(w)
+        if _looked_at(seen, w.output) == _looked_at(w.seen, w.output):
             return False
         definition, program = self.definition_of(w)
         with self._lock:
@@ -152,17 +172,32 @@ class Workloads:
         self.file_ids.save()
         return changed
 
+    def ran(self, name: str) -> None:
+        """A run of workload ``name`` ended: a file of it that changed during this run and
+        the one before is their output (``-o out.csv``), not its program: left out of the
+        look before each run from then on (its first change counted as the program's: a
+        drift, two where the first run made it), and logged. Its content still counts at the agent's next start."""
+        w = self._items.get(name)
+        if w is None or not w.at_run:
+            return
+        # the files the look before the run found, stat'ed again (not looked for again on
+        # the PATH: half the cost)
+        changed = frozenset(e[0] for e in w.at_run if _stat_of(e[0]) != e)
+        twice = (changed & w.changed_in_run) - w.output
+        w.changed_in_run = changed
+        if twice:
+            w.output |= twice
+            log.warning("workload %s: %s changed during each of its last two runs: taken for "
+                        "their output, not for its program, and no longer looked at before "
+                        "each run (its content still counts at the agent's next start: name "
+                        "an output file in an option such as --out=FILE, or with a "
+                        "placeholder such as out-{threads}.csv, to leave it out)", name,
+                        ", ".join(sorted(twice)))
+
     def _seen(self, w: Workload) -> tuple:
         """``w``'s files with their (device, inode, size, mtime), None for one missing: taken
         before they are digested, so a change while they are is seen by the next look."""
-        out = []
-        for f in self._files(w):
-            try:
-                st = os.stat(f)
-                out.append((f, st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns))
-            except OSError:
-                out.append((f, None))
-        return tuple(out)
+        return tuple(_stat_of(f) for f in self._files(w))
 
     def definition_of(self, w: Workload) -> tuple[str, str]:
         """Two digests of ``w``: its definition, of what a run executes and how long it may

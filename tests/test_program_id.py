@@ -264,3 +264,34 @@ def test_a_script_argument_is_looked_for_where_the_run_starts(tmp_path, monkeypa
     before = _programs(cw)["c"]
     (tmp_path / "proj" / "bench.py").write_text("print(2)\n")
     assert _programs(cw)["c"] != before
+
+
+def test_an_output_file_named_on_the_command_line_is_not_a_new_program_each_run(tmp_path,
+                                                                                caplog):
+    """command = [app, "out.csv"], app writing out.csv at each run: its first change counts
+    (the look cannot tell it from an edit yet), then, changed during two runs in a row, it is
+    taken for the runs' output: no hello, no drift, at each run after that. The executable
+    rebuilt later still makes a new program."""
+    from opptune.agent.runner import Runner, RunSpec
+    out = tmp_path / "out.csv"
+    out.write_text("")
+    exe = _script(tmp_path / "app", f"date +%s%N >> {out}; echo '{{\"time_s\": 1}}'")
+    ws = Workloads(AgentConfig(agent_id="a1", state_dir=str(tmp_path), workloads=[
+        CommandWorkload("c", [exe, str(out)])]), catalogue={})
+    runner = Runner(ws, "p")
+    told = []
+    runner.on_program_change = told.append
+    spec = RunSpec("c", "default", [0], 1)
+    recs = [runner.run_once(spec) for _ in range(5)]
+    assert all(r.ok for r in recs) and len(out.read_text().split()) == 5
+    assert told == ["c"]  # before run 2 only
+    assert len({r.extra["program"] for r in recs[1:]}) == 1
+    assert f"{out} changed during each of its last two runs" in caplog.text
+    new = tmp_path / "app.new"
+    new.write_text(f"#!/bin/sh\ndate +%s%N >> {out}; echo '{{\"time_s\": 2}}'\n")
+    new.chmod(0o755)
+    os.replace(new, exe)
+    rebuilt = runner.run_once(spec)
+    assert told == ["c", "c"] and rebuilt.time_s == 2
+    assert rebuilt.extra["program"] != recs[-1].extra["program"]
+    runner.close()
