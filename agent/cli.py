@@ -375,13 +375,14 @@ def link_keys(config, where: str) -> tuple[str, str, str] | None:
 HELLO_WAIT_S = 10.0
 
 
-def program_changed(link, name: str) -> None:
+def program_changed(link, workloads, name: str) -> None:
     """Workload ``name``'s program changed while the agent runs: say hello again, so that the
     daemon records the drift before the first run of the new program reaches it (the link
     sends the hello before any result stored after it)."""
-    log.warning("workload %s: its program changed (a file it runs was replaced or edited): "
+    files = workloads.get(name).changed
+    log.warning("workload %s: its program changed (%s replaced, edited or found anew): "
                 "telling the daemon, which leaves the runs of the old one out of its fits",
-                name)
+                name, ", ".join(files) or "a file it runs")
     if not link.hello_again().wait(HELLO_WAIT_S):
         log.warning("the hello saying that the program of %s changed was not sent within "
                     "%g s; its runs go on", name, HELLO_WAIT_S)
@@ -512,7 +513,7 @@ def run_agent(config, config_path: str | None = None, state_dir_option: bool = F
                 heartbeat_s=config.heartbeat_s, curve=curve,
                 per_frame=config.results_per_frame)
     link_holder["link"] = link
-    runner.on_program_change = lambda name: program_changed(link, name)
+    runner.on_program_change = lambda name: program_changed(link, workloads, name)
 
     stop = threading.Event()
 

@@ -47,6 +47,7 @@ class Workload:
     at_run: tuple = field(default=(), repr=False)
     changed_in_run: frozenset = field(default=frozenset(), repr=False)
     output: frozenset = field(default=frozenset(), repr=False)
+    changed: list = field(default_factory=list, repr=False)  # what the last new digest saw
 
     def describe(self) -> dict[str, Any]:
         return {"name": self.name, "kind": self.kind, "sizes": list(self.sizes),
@@ -166,8 +167,10 @@ class Workloads:
         if _looked_at(seen, w.output) == _looked_at(w.seen, w.output):
             return False
         definition, program = self.definition_of(w)
+        old = set(w.seen)
         with self._lock:
             changed = program != w.program
+            w.changed = sorted({e[0] for e in set(seen) ^ old})
             w.seen, w.definition, w.program = seen, definition, program
         self.file_ids.save()
         return changed

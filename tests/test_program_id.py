@@ -210,6 +210,7 @@ def test_refresh_makes_the_digests_again_only_when_a_file_changed(tmp_path, monk
     new.write_text("#!/bin/sh\necho 2\n")
     os.replace(new, exe)
     assert ws.refresh("c") is True and digested == ["c"]
+    assert ws.get("c").changed == [exe]  # what the agent's log names
     after = ws.get("c").program
     assert after != before and ws.describe()[0]["program"] == after
     assert ws.refresh("c") is False and digested == ["c"]
