@@ -408,6 +408,24 @@ def link_keys(config, where: str) -> tuple[str, str, str] | None:
     return server, public, secret
 
 
+# how long a run whose program changed waits for the link to say so in a hello (the link's
+# thread sends it within a step; the bound only keeps a stuck link from stopping the work)
+HELLO_WAIT_S = 10.0
+
+
+def program_changed(link, workloads, name: str) -> None:
+    """Workload ``name``'s program changed while the agent runs: say hello again, so that the
+    daemon records the drift before the first run of the new program reaches it (the link
+    sends the hello before any result stored after it)."""
+    files = workloads.get(name).changed
+    log.warning("workload %s: its program changed (%s replaced, edited or found anew): "
+                "telling the daemon, which leaves the runs of the old one out of its fits",
+                name, ", ".join(files) or "a file it runs")
+    if not link.hello_again().wait(HELLO_WAIT_S):
+        log.warning("the hello saying that the program of %s changed was not sent within "
+                    "%g s; its runs go on", name, HELLO_WAIT_S)
+
+
 def run_agent(config, config_path: str | None = None, state_dir_option: bool = False,
               run_as_option: bool = False) -> int:
     """Run the agent until stopped; ``state_dir_option``, ``run_as_option``: the state
@@ -511,7 +529,9 @@ def run_agent(config, config_path: str | None = None, state_dir_option: bool = F
     targets = Targets(SysFS(config.sysfs_root), virtual=bool(config.virtual_board),
                       record=CpusetRecord(os.path.join(config.state_dir, CPUSET_FILENAME),
                                           config.sysfs_root or "/"))
-    hello = {"platform": platform, "workloads": workloads.describe(),
+    # each hello describes the workloads as they are then: a program changed since the last
+    # (Runner.on_program_change) is said in a hello of its own
+    hello = {"platform": platform, "workloads": workloads.describe,
              "agent_version": __version__, "pid": os.getpid(),
              "doctor": lambda: doctor_report(SysFS(config.sysfs_root), platform)}
 
@@ -532,6 +552,7 @@ def run_agent(config, config_path: str | None = None, state_dir_option: bool = F
                 heartbeat_s=config.heartbeat_s, curve=curve,
                 per_frame=config.results_per_frame)
     link_holder["link"] = link
+    runner.on_program_change = lambda name: program_changed(link, workloads, name)
 
     stop = threading.Event()
 

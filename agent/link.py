@@ -4,7 +4,8 @@ Runs in the agent's main thread and is the only code that touches the socket. Ot
 hand it messages with :meth:`Link.send` (a queue plus a wake-up pipe), and results reach it
 through the outbox, which it (re)sends until acked.
 
-Liveness: hello on start; heartbeats every ``heartbeat_s``; no message from the daemon for
+Liveness: hello on start (and again, ``hello_again``, when what it says changed: a workload's
+program, agent/runner.py); heartbeats every ``heartbeat_s``; no message from the daemon for
 3 heartbeats = gone. The next message from it (or an ``unknown_agent`` error, or a new daemon
 instance in its heartbeat) triggers a fresh hello and makes every pending result due again,
 so after a daemon kill -9 and restart every result arrives (the daemon dedupes by id).
@@ -87,7 +88,8 @@ class Link:
         self._ctx = context or zmq.Context.instance()
         self._sock: zmq.Socket | None = None
         self._poller = zmq.Poller()
-        self._queue: queue.Queue[dict[str, Any]] = queue.Queue()
+        # messages to send, and hello_again's events (a hello, then the event set)
+        self._queue: queue.Queue[dict[str, Any] | threading.Event] = queue.Queue()
         self._wake_r, self._wake_w = os.pipe()
         os.set_blocking(self._wake_r, False)
         os.set_blocking(self._wake_w, False)
@@ -129,6 +131,15 @@ class Link:
         """Queue a message for sending from the link thread (any thread may call this)."""
         self._queue.put(msg)
         self.wake()
+
+    def hello_again(self) -> threading.Event:
+        """Say hello again (any thread may call this): what it tells changed, e.g. a
+        workload's program. The event is set once the hello is on the socket, ahead of any
+        result stored after that; also when the link closes without sending it."""
+        done = threading.Event()
+        self._queue.put(done)
+        self.wake()
+        return done
 
     def notify_outbox(self) -> None:
         """New results are in the outbox (any thread may call this)."""
@@ -192,7 +203,7 @@ class Link:
     def close(self) -> None:
         if self._sock is not None:
             try:
-                self._drain_queue()
+                self._drain_queue(closing=True)
             except Exception as exc:
                 log.warning("flushing queued messages failed: %s", exc)
             self._poller.unregister(self._sock)
@@ -312,12 +323,17 @@ class Link:
         self.stats["sent"] += 1
         return True
 
-    def _drain_queue(self) -> None:
+    def _drain_queue(self, closing: bool = False) -> None:
         while True:
             try:
                 msg = self._queue.get_nowait()
             except queue.Empty:
                 return
+            if isinstance(msg, threading.Event):
+                if not closing:
+                    self._hello()
+                msg.set()
+                continue
             self._send(msg)
 
     def _flush_outbox(self) -> None:

@@ -4,15 +4,19 @@ in place, or opptune's kernels built anew, make a new program though the configu
 change.
 
 A command's files are its executable (argv[0] resolved on the PATH its run gets) and each
-argument that names a regular file (a script, ``python3 bench.py``); a pyperf workload's is its
-script; a bench_suite kernel's the built extension all kernels are in (any kernel rebuilt makes
-every kernel's program new) and its accounting; a virtual board's kernel the modules that model
-it. Each file is known by its resolved path and a SHA-256 of its content, a large one (past
-``HASH_MAX_BYTES``, e.g. a data set on the command line) by its size and mtime. Hashing costs
-0.2-0.4 s for a 50 MB binary on a loaded 2-core x86 VM (sha256 with SHA-NI; more on a small
-board), so the digests are kept in ``state_dir/program-ids.json`` by (device, inode, size,
-mtime): an agent restarted with its files unchanged only stats them. A file that is missing is
-said to be (its runs fail as before; the hello still goes out).
+argument that names a regular file (a script, ``python3 bench.py``), and of ``sh -c STRING``
+those STRING's first command names plainly (``shell_files``: not its expansions, functions or
+later commands; a pyenv/asdf shim is the shim script, whose choice of interpreter is not
+guessed); a pyperf workload's is its script; a bench_suite kernel's the built extension all
+kernels are in (any kernel rebuilt makes every kernel's program new) and its accounting; a
+virtual board's kernel the modules that model it. Each file is known by its resolved path and a
+SHA-256 of its content, a large one (past ``HASH_MAX_BYTES``, e.g. a data set on the command
+line) by its size and mtime. Hashing costs 0.2-0.4 s for a 50 MB binary on a loaded 2-core
+x86 VM (sha256 with SHA-NI; more on a small board), so the digests are kept in ``state_dir/program-ids.json`` by (device, inode, size,
+mtime): an agent restarted with its files unchanged only stats them, and so does the look
+before each run (agent/workloads.py ``Workloads.refresh``) that notices a file replaced while the
+agent runs. A file that is missing is said to be (its runs fail as before; the hello still goes
+out).
 """
 
 from __future__ import annotations
@@ -21,9 +25,10 @@ import hashlib
 import json
 import logging
 import os
+import re
 import shutil
 import struct
-from typing import IO, Any
+from typing import IO, Any, Mapping
 
 log = logging.getLogger("opptune.agent.workloads")
 
@@ -139,18 +144,93 @@ def _elf_digest(f: IO[bytes], head: bytes) -> str:
     return h.hexdigest()
 
 
-def command_files(argv: list[str], env: dict[str, str]) -> list[str]:
+def command_files(argv: list[str], env: Mapping[str, str], cwd: str | None = None
+                  ) -> list[str]:
     """The files a command line runs: argv[0] as the run's PATH finds it (as given when not
-    found: FileIds says it is missing) and each argument naming a regular file. Arguments with
-    a ``{...}`` placeholder are left out (they change from run to run)."""
+    found: FileIds says it is missing) and each argument naming a regular file in ``cwd``, the
+    directory the run starts in (None: this process's). Arguments with a ``{...}``
+    placeholder are left out (they change from run to run). Of ``sh|bash|dash -c STRING``
+    also the files of STRING's first command (``shell_files``)."""
     if not argv:
         return []
+    path = env.get("PATH", os.defpath)
     exe = argv[0]
     if "{" not in exe and os.sep not in exe:
-        exe = shutil.which(exe, path=env.get("PATH", os.defpath)) or exe
+        exe = shutil.which(exe, path=path) or exe
     files = [exe] if "{" not in exe else []
-    files += [a for a in argv[1:] if "{" not in a and os.path.isfile(a)]
+    # where the run opens them: its own directory, not the agent's
+    files += [f for f in (_under(cwd, a) for a in argv[1:] if "{" not in a)
+              if os.path.isfile(f)]
+    string = shell_string(argv)
+    if string is not None:
+        files += [f for f in shell_files(string, path, cwd) if f not in files]
     return files
+
+
+SHELLS = frozenset({"sh", "bash", "dash"})
+# words a shell runs itself, never from the PATH: POSIX's reserved words and the builtins of
+# dash (which bash has too). A command string starting with one runs no program of its own
+# (``exec``'s is its next word)
+_SHELL_WORDS = frozenset(
+    "! { } case do done elif else esac fi for if in then until while . : [ alias bg break "
+    "cd chdir command continue echo eval exit export false fc fg getopts hash jobs kill "
+    "local printf pwd read readonly return set shift test times trap true type ulimit umask "
+    "unalias unset wait".split())
+# a word the shell takes as it is: no quote, expansion, glob, assignment, redirection or
+# operator, no placeholder of opptune's
+_PLAIN = re.compile(r"[A-Za-z0-9_./+,:@%-]+")
+_OPERATOR = re.compile(r"[;&|<>()#\n]")
+
+
+def shell_string(argv: list[str]) -> str | None:
+    """The command string of ``sh|bash|dash [options] -c STRING ...`` (options as clusters
+    such as ``-ec``, ``-o NAME``); None for any other command line."""
+    if not argv or os.path.basename(argv[0]) not in SHELLS:
+        return None
+    c_given, i = False, 1
+    while i < len(argv) and argv[i][:1] in ("-", "+") and argv[i] not in ("-", "+"):
+        if argv[i] == "--":
+            i += 1
+            break
+        letters = argv[i][1:]
+        if not letters.isalpha():
+            return None  # a long option (--norc) or something else: not parsed here
+        c_given = c_given or "c" in letters
+        i += 2 if letters.endswith("o") else 1  # -o NAME
+    return argv[i] if c_given and i < len(argv) else None
+
+
+def shell_files(string: str, path: str, cwd: str | None) -> list[str]:
+    """The files the first command of a shell's command string runs, where the string says
+    them plainly: its first word (after ``exec``) as the shell finds it on ``path`` (a word
+    with a slash: relative to ``cwd``), and each later word of that command naming a regular
+    file there. A first word with an expansion, quote, assignment or placeholder, or one the
+    shell runs itself (a reserved word or builtin), names no file: nothing is added. Later
+    commands (after ``;``, ``|``, ``&&``), functions and what expansions make are not
+    covered."""
+    words = []
+    for word in string.split():
+        if _OPERATOR.search(word):
+            break  # the first command ends here (a redirection's target is no program)
+        words.append(word)
+    if words[:1] == ["exec"]:
+        words = words[1:]
+    if not words or not _PLAIN.fullmatch(words[0]) or words[0] in _SHELL_WORDS \
+            or words[0].startswith("-"):  # exec's options (-a NAME): not parsed here
+        return []
+
+    first = words[0]
+    exe = _under(cwd, first) if os.sep in first else shutil.which(first, path=path) or first
+    files = [exe]
+    for word in words[1:]:
+        if _PLAIN.fullmatch(word) and os.path.isfile(_under(cwd, word)):
+            files.append(_under(cwd, word))
+    return files
+
+
+def _under(cwd: str | None, path: str) -> str:
+    """``path`` as a process started in ``cwd`` finds it."""
+    return os.path.join(cwd, path) if cwd and not os.path.isabs(path) else path
 
 
 def kernel_files(virtual_board: str) -> list[str]:

@@ -66,6 +66,9 @@ class Runner:
         self.run_as = run_as
         self._under_way = leftover.UnderWay(state_dir)
         self._workdirs = WorkDirs(state_dir, run_as) if state_dir else None
+        # called (with the workload's name) before a run whose program changed since the
+        # last run or the hello: the agent tells the daemon before the run's result goes
+        self.on_program_change: Callable[[str], None] | None = None
 
     # -- control ------------------------------------------------------------------------------
     def abort(self) -> None:
@@ -206,6 +209,18 @@ class Runner:
             rec.extra["program"] = program
         return rec
 
+    def _check_program(self, workload: str) -> None:
+        """The workload's program as its files are now (a binary rebuilt, a script edited
+        while the agent runs): the run's record carries the new digest, and the daemon hears
+        of it first (``on_program_change``)."""
+        try:
+            changed = self.workloads.refresh(workload)
+        except Exception:  # the run goes ahead under the digest known before
+            log.exception("checking the program of %s failed", workload)
+            return
+        if changed and self.on_program_change is not None:
+            self.on_program_change(workload)
+
     def failed_record(self, spec: RunSpec, rep: int, error: str) -> RunRecord:
         """A record of run ``rep`` of ``spec`` that failed with ``error`` without running."""
         rec = self._base(spec, rep)
@@ -222,6 +237,7 @@ class Runner:
             raise Aborted("agent stopping")
         if self._cancel.is_set:
             raise Cancelled("job cancelled")
+        self._check_program(spec.workload)
         rec = self._base(spec, rep)
         for key, value in (knob_fields or {}).items():
             setattr(rec, key, copy.deepcopy(value))  # records must not share mutable fields
@@ -244,6 +260,10 @@ class Runner:
             log.exception("run of %s failed", spec.workload)
             rec.ok, rec.error = False, f"{type(exc).__name__}: {exc}"[:MAX_ERR_TEXT]
             rec.time_s = None
+        try:  # what the run wrote among its files is its output, not a new program
+            self.workloads.ran(spec.workload)
+        except Exception:
+            log.exception("checking the files %s wrote failed", spec.workload)
         if rec.ok and "mpet" not in rec.extra and \
                 self.workloads.get(spec.workload).kind == "command":
             # an external command has no instrumented runtime: MPET's R..j are unknown, not 0

@@ -12,12 +12,14 @@ import json
 import logging
 import os
 import sys
+import threading
 from dataclasses import dataclass, field
 from typing import Any, Mapping
 
 from .. import __version__
 from ..shared.config import AgentConfig, CommandWorkload
 from .program_id import FileIds, command_files, kernel_files
+from .workdir import SUBDIR, dir_name
 
 log = logging.getLogger("opptune.agent.workloads")
 
@@ -36,6 +38,16 @@ class Workload:
     command: CommandWorkload | None = field(default=None, repr=False)
     definition: str = ""  # digest of what runs (see Workloads.definition_of)
     program: str = ""  # digest of the program a run executes (see Workloads.definition_of)
+    # its files as last digested, each with its (device, inode, size, mtime) or None (missing):
+    # the same again means the same digests (Workloads.refresh)
+    seen: tuple = field(default=(), repr=False)
+    # its files as the look before the last run found them, those that changed during that
+    # run, and those that changed during two runs in a row: the runs' output (an output file
+    # named on the command line), not looked at again while the agent runs (Workloads.ran)
+    at_run: tuple = field(default=(), repr=False)
+    changed_in_run: frozenset = field(default=frozenset(), repr=False)
+    output: frozenset = field(default=frozenset(), repr=False)
+    changed: list = field(default_factory=list, repr=False)  # what the last new digest saw
 
     def describe(self) -> dict[str, Any]:
         return {"name": self.name, "kind": self.kind, "sizes": list(self.sizes),
@@ -61,6 +73,20 @@ def _virtual_sizes() -> list[str] | None:
     return sorted(SIZES)
 
 
+def _stat_of(path: str) -> tuple:
+    """``(path, device, inode, size, mtime)``; ``(path, None)`` where it cannot be stat'ed."""
+    try:
+        st = os.stat(path)
+    except OSError:
+        return (path, None)
+    return (path, st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns)
+
+
+def _looked_at(seen: tuple, output: frozenset) -> tuple:
+    """``seen`` less the runs' output files (Workloads.ran)."""
+    return tuple(e for e in seen if e[0] not in output) if output else seen
+
+
 def _digest(what: dict[str, Any]) -> str:
     text = json.dumps(what, sort_keys=True, separators=(",", ":"))
     return hashlib.sha256(text.encode()).hexdigest()[:16]
@@ -77,6 +103,9 @@ class Workloads:
         self.file_ids = file_ids if file_ids is not None else FileIds()
         self.virtual_board = config.virtual_board
         self._items: dict[str, Workload] = {}
+        self._kernel_files: list[str] | None = None  # where the kernels' modules are
+        # a hello (link thread) reads a workload's digests while a run (worker) renews them
+        self._lock = threading.Lock()
         wanted = list(config.bench_kernels)
         if wanted:
             cat = catalogue if catalogue is not None else _catalogue()
@@ -122,7 +151,56 @@ class Workloads:
             self._items[w.name] = Workload(w.name, "command", list(w.sizes) or ["default"],
                                            " ".join(w.command), command=w)
         for w in self._items.values():
+            w.seen = self._seen(w)
             w.definition, w.program = self.definition_of(w)
+
+    def refresh(self, name: str) -> bool:
+        """Whether the program of workload ``name`` changed since its digests were made (a
+        file it runs replaced or edited, another found on its PATH); its digests are made
+        again then, and the digests of files kept for the next start. Called before each run:
+        where its files are as they were it only stats them (with ``ran`` 0.05-0.4 ms a run on a loaded VM,
+        benchmarks/program_check.py)."""
+        w = self._items.get(name)
+        if w is None:
+            return False
+        seen = w.at_run = self._seen(w)
+        if _looked_at(seen, w.output) == _looked_at(w.seen, w.output):
+            return False
+        definition, program = self.definition_of(w)
+        old = set(w.seen)
+        with self._lock:
+            changed = program != w.program
+            w.changed = sorted({e[0] for e in set(seen) ^ old})
+            w.seen, w.definition, w.program = seen, definition, program
+        self.file_ids.save()
+        return changed
+
+    def ran(self, name: str) -> None:
+        """A run of workload ``name`` ended: a file of it that changed during this run and
+        the one before is their output (``-o out.csv``), not its program: left out of the
+        look before each run from then on (its first change counted as the program's: a
+        drift, two where the first run made it), and logged. Its content still counts at the agent's next start."""
+        w = self._items.get(name)
+        if w is None or not w.at_run:
+            return
+        # the files the look before the run found, stat'ed again (not looked for again on
+        # the PATH: half the cost)
+        changed = frozenset(e[0] for e in w.at_run if _stat_of(e[0]) != e)
+        twice = (changed & w.changed_in_run) - w.output
+        w.changed_in_run = changed
+        if twice:
+            w.output |= twice
+            log.warning("workload %s: %s changed during each of its last two runs: taken for "
+                        "their output, not for its program, and no longer looked at before "
+                        "each run (its content still counts at the agent's next start: name "
+                        "an output file in an option such as --out=FILE, or with a "
+                        "placeholder such as out-{threads}.csv, to leave it out)", name,
+                        ", ".join(sorted(twice)))
+
+    def _seen(self, w: Workload) -> tuple:
+        """``w``'s files with their (device, inode, size, mtime), None for one missing: taken
+        before they are digested, so a change while they are is seen by the next look."""
+        return tuple(_stat_of(f) for f in self._files(w))
 
     def definition_of(self, w: Workload) -> tuple[str, str]:
         """Two digests of ``w``: its definition, of what a run executes and how long it may
@@ -154,10 +232,22 @@ class Workloads:
         """The files a run of ``w`` executes (program_id.py)."""
         cw = w.command
         if cw is None:
-            return kernel_files(self.virtual_board)
+            if self._kernel_files is not None:
+                return self._kernel_files
+            files = kernel_files(self.virtual_board)
+            if all(os.path.isabs(f) for f in files):  # found: the modules stay there
+                self._kernel_files = files
+            return files
         if cw.pyperf:
             return [cw.pyperf]
-        return command_files(cw.command, {**os.environ, **cw.env})
+        path = cw.env.get("PATH", os.environ.get("PATH", os.defpath))
+        return command_files(cw.command, {"PATH": path}, self.run_dir(w.name, cw))
+
+    def run_dir(self, name: str, cw: CommandWorkload) -> str:
+        """The directory a run of command workload ``name`` starts in (agent/workdir.py):
+        where a shell's command string finds a program named by a relative path."""
+        return cw.cwd or os.path.join(os.path.abspath(self.config.state_dir), SUBDIR,
+                                      dir_name(name))
 
     def names(self) -> list[str]:
         return sorted(self._items)
@@ -170,7 +260,8 @@ class Workloads:
     def describe(self) -> list[dict[str, Any]]:
         """What hello carries: one map per workload (name, kind, sizes, description,
         definition, program)."""
-        return [self._items[n].describe() for n in self.names()]
+        with self._lock:
+            return [self._items[n].describe() for n in self.names()]
 
     def run_by_python(self) -> list[str]:
         """The workloads whose runs start this agent's Python: kernels (virtual ones too) and

@@ -21,7 +21,8 @@ lists the events (``drift``).
 A workload whose program changed (its command, arguments or environment in the agent's
 configuration, or the code it runs: the ``program`` digest of its hello, agent/workloads.py and
 agent/program_id.py) is a new version of it that nothing needs to detect: at the hello that says
-so the daemon records a drift event of its own reason (``REDEFINED``) for each size with runs of
+so (at the agent's start, or one it sends before the first run of a program changed while it
+runs) the daemon records a drift event of its own reason (``REDEFINED``) for each size with runs of
 it on the agent's platform or jobs sent to the agent, without a sweep, that ends the runs of
 that agent only (``agent_only``): a program is an agent's (its configuration, the files on its
 board), and the platform's other agents (a fleet of identical boards) keep measuring theirs;

@@ -16,7 +16,9 @@ Message types and who sends them:
 =========  =========  ==============================================================
 type       from       meaning
 =========  =========  ==============================================================
-hello      agent      platform description and the workloads this agent may run
+hello      agent      platform description and the workloads this agent may run; again
+                      when a workload's program changed while it runs (before that run's
+                      result), so that the daemon records the drift
 heartbeat  both       liveness (body may be empty)
 job        daemon     a sweep: run these points of one workload, reps each
 result     agent      one run record of a job (at least once; keyed by envelope id)

@@ -186,6 +186,30 @@ def test_rehello_after_unknown_agent_and_new_results_flow(ctx, router, tmp_path)
         lt.close()
 
 
+def test_hello_again_goes_before_the_results_stored_after_it(ctx, router, tmp_path):
+    """A workload's program changed while the agent runs (agent/cli.program_changed): the
+    hello asked for from another thread goes out with the workloads as they are now, its
+    event set once it is on the socket, and a result stored after that follows it."""
+    ob = Outbox(str(tmp_path))
+    programs = ["p1"]
+    lt = LinkThread(ctx, router.endpoint, ob)
+    lt.link.hello_body["workloads"] = lambda: [{"name": "w", "program": programs[-1]}]
+    try:
+        router.expect(lambda m: m["type"] == "hello")
+        router.send(P.make("heartbeat", "daemon", {}))
+        programs.append("p2")
+        assert lt.link.hello_again().wait(5.0)
+        msg = result_msg()
+        ob.put(msg)
+        lt.link.notify_outbox()
+        seen = router.expect(lambda m: m["type"] == "result", what="the result")
+        hellos = [m for m in seen if m["type"] == "hello"]
+        assert [h["body"]["workloads"] for h in hellos] == [[{"name": "w", "program": "p2"}]]
+        assert seen.index(hellos[0]) < len(seen) - 1
+    finally:
+        lt.close()
+
+
 def test_malformed_messages_get_error_and_loop_survives(ctx, router, tmp_path):
     lt = LinkThread(ctx, router.endpoint, Outbox(str(tmp_path)))
     try:

@@ -173,3 +173,88 @@ def test_old_program_runs_replayed_from_the_outbox_stay_before_the_drift(tmp_pat
             (tmp_path / "daemon.log").read_text()
     finally:
         c.stop()
+
+
+# prints its VERSION as its time; version 2 replaces itself by version 3 at its third run, so
+# that the change falls between two runs of one job (no race with the test)
+SELF_REPLACING = """\
+import json, os
+VERSION = @VERSION@
+here = os.path.abspath(__file__)
+count = os.path.join(os.path.dirname(here), f"runs-of-{VERSION}")
+n = (int(open(count).read()) if os.path.exists(count) else 0) + 1
+open(count, "w").write(str(n))
+print(json.dumps({"time_s": float(VERSION)}))
+if VERSION == 2 and n == 3:
+    with open(here + ".new", "w") as f:
+        f.write(open(here).read().replace("VERSION = 2", "VERSION = 3"))
+    os.replace(here + ".new", here)
+"""
+
+
+@pytest.mark.integration
+def test_a_program_replaced_while_the_agent_runs_is_told_before_its_first_run(tmp_path):
+    """Real daemon and agent, never restarted. Sweep 1 of script version 1; the test replaces
+    it by version 2 and sweeps again; at its third run version 2 replaces itself by version 3
+    (mid-job). The agent checks the program before each run and says hello again when it
+    changed: two drifts, dated between the runs of the programs they separate; each run
+    carries the digest of the script it ran; the group's runs are version 3's alone. Before,
+    the agent noticed neither change until restarted: all 16 runs counted together."""
+    script = tmp_path / "bench.py"
+    script.write_text(SELF_REPLACING.replace("@VERSION@", "1"))
+    c = Cluster(tmp_path, kernels=(), auto_sweep=False, reps=4, max_cores=2,
+                extra_daemon={"auto_recommend": False},
+                extra_agent={"virtual_board": "rpi4"})
+    c.agent_toml.write_text(c.agent_toml.read_text() + (
+        f'[[workloads]]\nname = "w"\ncommand = {json.dumps([sys.executable, str(script)])}\n'
+        'sizes = ["small"]\n'))
+    c.start_daemon()
+    c.start_agent()
+
+    def sweep() -> str:
+        p = opptune("sweep", "--daemon", c.endpoint, "--agent", "test-agent", "--workload",
+                    "w", "--json")
+        assert p.returncode == 0, p.stdout + p.stderr + c.logs()
+        (job_id,) = [j["job_id"] for j in json.loads(p.stdout)["jobs"]]
+        c.wait_for(lambda s: any(j["job_id"] == job_id and j["state"] == "done"
+                                 for j in s["jobs"]), timeout=90, what=f"job {job_id}")
+        return job_id
+
+    try:
+        c.wait_for(lambda s: any(a["alive"] for a in s["agents"]), timeout=30, what="hello")
+        first = sweep()
+        script.write_text(SELF_REPLACING.replace("@VERSION@", "2"))
+        second = sweep()
+        received = dict(c.rows("SELECT msg_id, received FROM runs"))
+        assert len(received) == 16, received
+        store = open_store(str(c.db))
+        try:
+            by_version: dict[float, list[tuple[str, float, str]]] = {}
+            for job in (first, second):
+                for msg_id, rec in store.run_records(job):
+                    by_version.setdefault(rec.time_s, []).append(
+                        (job, received[msg_id], rec.extra["program"]))
+            assert sorted((v, len(r)) for v, r in by_version.items()) == [
+                (1.0, 8), (2.0, 3), (3.0, 5)], by_version
+            assert {j for j, _, _ in by_version[1.0]} == {first}
+            assert {j for v in (2.0, 3.0) for j, _, _ in by_version[v]} == {second}
+            # each run carries the digest of the script it ran: one per version
+            programs = {v: {p for _, _, p in r} for v, r in by_version.items()}
+            assert all(len(p) == 1 for p in programs.values()), programs
+            assert len(set().union(*programs.values())) == 3
+            events = sorted((e for e in store.drift_events() if e["workload"] == "w"),
+                            key=lambda e: e["since"])
+            assert [(e["input"], e["reason"]) for e in events] == [("small", REDEFINED)] * 2
+            since = [e["since"] for e in events]
+            got = {v: [r for _, r, _ in rs] for v, rs in by_version.items()}
+            assert max(got[1.0]) < since[0] < min(got[2.0])
+            assert max(got[2.0]) < since[1] < min(got[3.0])
+            platform = c.rows("SELECT platform FROM agents WHERE id='test-agent'")[0][0]
+            assert sorted(t for _, _, t in store.group_runs(Group(platform, "w", "small",
+                                                                  ""))) == [3.0] * 5
+        finally:
+            store.close()
+        assert (tmp_path / "agent.log").read_text().count(
+            "workload w: its program changed") == 2
+    finally:
+        c.stop()

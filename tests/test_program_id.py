@@ -10,7 +10,8 @@ import struct
 import pytest
 
 import opptune.agent.workloads as wl
-from opptune.agent.program_id import CACHE_FILENAME, FileIds, content_digest
+from opptune.agent.program_id import (CACHE_FILENAME, FileIds, content_digest, shell_files,
+                                     shell_string)
 from opptune.agent.workloads import Workloads
 from opptune.shared.config import AgentConfig, CommandWorkload
 
@@ -133,3 +134,165 @@ def test_digests_are_kept_across_starts_by_file_identity(tmp_path):
     # an unreadable cache is no error: the files are hashed again
     open(cache, "w").write("{not json")
     assert FileIds(cache).of(str(exe))["sha256"]
+
+
+@pytest.mark.parametrize("argv, string", [
+    (["sh", "-c", "./app 4"], "./app 4"),
+    (["/bin/bash", "-ec", "app"], "app"),
+    (["dash", "-o", "errexit", "-c", "app", "name", "x"], "app"),
+    (["bash", "-e", "--", "script.sh"], None),  # a script, no -c
+    (["sh", "script.sh"], None),
+    (["bash", "--norc", "-c", "app"], None),  # long options: not parsed
+    (["python3", "-c", "print(1)"], None),
+    (["sh", "-c"], None),
+])
+def test_the_command_string_of_a_shell(argv, string):
+    assert shell_string(argv) == string
+
+
+def test_the_first_program_of_a_command_string_is_found_as_the_shell_finds_it(tmp_path):
+    """A plain first word: on the PATH (after exec), or relative to the run's directory; a
+    later word naming a file there (a script) too. Expansions, assignments, builtins and
+    reserved words name no file; a pipeline's later programs are not looked at."""
+    bin_dir, run_dir = tmp_path / "bin", tmp_path / "run"
+    bin_dir.mkdir()
+    run_dir.mkdir()
+    app = _script(bin_dir / "app", "echo 1")
+    local = _script(run_dir / "local", "echo 1")
+    (run_dir / "input.py").write_text("print(1)\n")
+    path, cwd = str(bin_dir), str(run_dir)
+    assert shell_files("app {threads} input.py", path, cwd) == [
+        app, str(run_dir / "input.py")]
+    assert shell_files("exec app --x 1", path, cwd) == [app]
+    (found,) = shell_files("./local", path, cwd)
+    assert os.path.samefile(found, local)
+    assert shell_files("app | ./local", path, cwd) == [app]
+    assert shell_files("app>out", path, cwd) == []
+    for string in ("$APP 1", "VAR=1 app", "cd /x && app", "for i in 1; do app; done",
+                   "'app' 1", "{ app; }", "exec -a x app", "", "true"):
+        assert shell_files(string, path, cwd) == [], string
+    # a word found nowhere is named as given (FileIds says it is missing, as of an executable)
+    assert shell_files("opptune-no-such-app", path, cwd) == ["opptune-no-such-app"]
+
+
+def test_a_shell_commands_program_follows_the_program_its_string_runs(tmp_path):
+    """sh -c "app {threads}": rebuilding app makes a new program, though the shell and the
+    string are the same (before, only sh and the string were digested)."""
+    app = _script(tmp_path / "app", "echo 1")
+    cw = [CommandWorkload("s", ["sh", "-c", "app {threads}"], env={
+        "PATH": f"{tmp_path}:{os.defpath}"})]
+    base = _programs(cw)["s"]
+    _script(tmp_path / "app", "echo 2")
+    assert _programs(cw)["s"] != base
+    # the string's program named relative to the run's directory (cwd)
+    (tmp_path / "run").mkdir()
+    rel = [CommandWorkload("r", ["sh", "-c", "./app"], cwd=str(tmp_path / "run"))]
+    _script(tmp_path / "run" / "app", "echo 1")
+    before = _programs(rel)["r"]
+    _script(tmp_path / "run" / "app", "echo 2")
+    assert _programs(rel)["r"] != before
+
+
+def test_refresh_makes_the_digests_again_only_when_a_file_changed(tmp_path, monkeypatch):
+    """Workloads.refresh (before each run): the same files stat'ed as before, nothing is
+    digested; a script replaced or edited, a new program, which describe (the next hello)
+    gives and the cache keeps for the next start."""
+    exe = _script(tmp_path / "bench", "echo 1")
+    cache = str(tmp_path / CACHE_FILENAME)
+    ws = Workloads(AgentConfig(agent_id="a1", state_dir=str(tmp_path), workloads=[
+        CommandWorkload("c", [exe, "{threads}"])]), catalogue={}, file_ids=FileIds(cache))
+    before = ws.get("c").program
+    digested = []
+    real = ws.definition_of
+    monkeypatch.setattr(ws, "definition_of", lambda w: digested.append(w.name) or real(w))
+    assert ws.refresh("c") is False and digested == []
+    new = tmp_path / "bench.new"
+    new.write_text("#!/bin/sh\necho 2\n")
+    os.replace(new, exe)
+    assert ws.refresh("c") is True and digested == ["c"]
+    assert ws.get("c").changed == [exe]  # what the agent's log names
+    after = ws.get("c").program
+    assert after != before and ws.describe()[0]["program"] == after
+    assert ws.refresh("c") is False and digested == ["c"]
+    # kept for the next start: an agent started now hashes nothing
+    monkeypatch.setattr("opptune.agent.program_id.content_digest",
+                        lambda f: pytest.fail("hashed again"))
+    again = Workloads(AgentConfig(agent_id="a1", state_dir=str(tmp_path), workloads=[
+        CommandWorkload("c", [exe, "{threads}"])]), catalogue={}, file_ids=FileIds(cache))
+    assert again.get("c").program == after
+    # rewritten in place with the same bytes (a reinstall): looked at again, the same program
+    _script(tmp_path / "bench", "echo 2")
+    monkeypatch.undo()
+    assert ws.refresh("c") is False
+    assert ws.refresh("unknown") is False
+
+
+def test_a_run_after_its_program_changed_says_so_first_and_carries_the_new_digest(tmp_path):
+    """Runner: the script of a command rewritten between two runs; the second run's check
+    calls on_program_change before the run, with the new digest already the workload's,
+    and its record carries it (the first's the old one)."""
+    from opptune.agent.runner import Runner, RunSpec
+    exe = _script(tmp_path / "bench", "echo '{\"time_s\": 1}'")
+    ws = Workloads(AgentConfig(agent_id="a1", state_dir=str(tmp_path), workloads=[
+        CommandWorkload("c", [exe])]), catalogue={})
+    runner = Runner(ws, "p")
+    told = []
+    runner.on_program_change = lambda name: told.append((name, ws.get(name).program))
+    spec = RunSpec("c", "default", [0], 1)
+    first = runner.run_once(spec)
+    assert told == [] and first.ok and first.time_s == 1
+    new = tmp_path / "bench.new"
+    new.write_text("#!/bin/sh\necho '{\"time_s\": 2}'\n")
+    new.chmod(0o755)
+    os.replace(new, exe)
+    second = runner.run_once(spec)
+    assert second.time_s == 2
+    assert told == [("c", second.extra["program"])]
+    assert second.extra["program"] != first.extra["program"]
+    assert runner.run_once(spec).extra["program"] == second.extra["program"] and len(told) == 1
+    runner.close()
+
+
+def test_a_script_argument_is_looked_for_where_the_run_starts(tmp_path, monkeypatch):
+    """command = ["python3", "bench.py"] with cwd = DIR: the run opens DIR/bench.py, whose
+    edit makes a new program; before, bench.py was looked for where the agent runs (/ under
+    its unit), not found, and its edits went unnoticed."""
+    (tmp_path / "proj").mkdir()
+    (tmp_path / "agent").mkdir()
+    monkeypatch.chdir(tmp_path / "agent")
+    (tmp_path / "proj" / "bench.py").write_text("print(1)\n")
+    cw = [CommandWorkload("c", ["python3", "bench.py"], cwd=str(tmp_path / "proj"))]
+    before = _programs(cw)["c"]
+    (tmp_path / "proj" / "bench.py").write_text("print(2)\n")
+    assert _programs(cw)["c"] != before
+
+
+def test_an_output_file_named_on_the_command_line_is_not_a_new_program_each_run(tmp_path,
+                                                                                caplog):
+    """command = [app, "out.csv"], app writing out.csv at each run: its first change counts
+    (the look cannot tell it from an edit yet), then, changed during two runs in a row, it is
+    taken for the runs' output: no hello, no drift, at each run after that. The executable
+    rebuilt later still makes a new program."""
+    from opptune.agent.runner import Runner, RunSpec
+    out = tmp_path / "out.csv"
+    out.write_text("")
+    exe = _script(tmp_path / "app", f"date +%s%N >> {out}; echo '{{\"time_s\": 1}}'")
+    ws = Workloads(AgentConfig(agent_id="a1", state_dir=str(tmp_path), workloads=[
+        CommandWorkload("c", [exe, str(out)])]), catalogue={})
+    runner = Runner(ws, "p")
+    told = []
+    runner.on_program_change = told.append
+    spec = RunSpec("c", "default", [0], 1)
+    recs = [runner.run_once(spec) for _ in range(5)]
+    assert all(r.ok for r in recs) and len(out.read_text().split()) == 5
+    assert told == ["c"]  # before run 2 only
+    assert len({r.extra["program"] for r in recs[1:]}) == 1
+    assert f"{out} changed during each of its last two runs" in caplog.text
+    new = tmp_path / "app.new"
+    new.write_text(f"#!/bin/sh\ndate +%s%N >> {out}; echo '{{\"time_s\": 2}}'\n")
+    new.chmod(0o755)
+    os.replace(new, exe)
+    rebuilt = runner.run_once(spec)
+    assert told == ["c", "c"] and rebuilt.time_s == 2
+    assert rebuilt.extra["program"] != recs[-1].extra["program"]
+    runner.close()
