@@ -108,7 +108,7 @@ def add_parser(sub: Any, add_link_options: Any) -> None:
                                             "frequency where it has cpufreq); run it again "
                                             "to resume")
     add_link_options(p)
-    p.add_argument("--agent", required=True, help="agent id ('opptune status' lists them)")
+    p.add_argument("--agent", metavar="ID", required=True, help="agent id (see opptune status)")
     p.add_argument("--size", help="size class (default: [sweep] size of the daemon's "
                                   "configuration)")
     p.add_argument("--reps", type=int, help="repetitions per point (default: [sweep] reps of "
