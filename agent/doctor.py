@@ -42,11 +42,11 @@ _ASLR_STATES = {"0": "no randomization", "1": "conservative randomization",
 
 def _check(name: str, value: Any, verdict: str, advice: str | None = None,
            short: str | None = None) -> dict[str, Any]:
-    """One check; ``short`` is what the one-line summary says of a warning."""
-    out = {"name": name, "value": value, "verdict": verdict, "advice": advice}
-    if verdict == "warn":
-        out["short"] = short or name
-    return out
+    """One check; ``short`` is what the one-line summary says of a warning. Every check has
+    the same keys (``opptune doctor --json``): ``short`` is None but for a warning, ``reason``
+    None but for a check that could not be made."""
+    return {"name": name, "value": value, "verdict": verdict, "advice": advice,
+            "short": (short or name) if verdict == "warn" else None, "reason": None}
 
 
 def _missing(name: str, exc: KnobUnavailable | str) -> dict[str, Any]:

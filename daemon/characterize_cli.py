@@ -104,14 +104,17 @@ def cmd_characterize(args: argparse.Namespace) -> int:
 def add_parser(sub: Any, add_link_options: Any) -> None:
     p = sub.add_parser("characterize", help="run the whole bench_suite (and the agent's "
                                             "command workloads) on an agent's board (all "
-                                            "cores; min/mid/max frequency where it has "
-                                            "cpufreq); run it again to resume")
+                                            "cores, or [sweep] max_cores; min/mid/max "
+                                            "frequency where it has cpufreq); run it again "
+                                            "to resume")
     add_link_options(p)
-    p.add_argument("--agent", required=True, help="agent id ('opptune status' lists them)")
+    p.add_argument("--agent", metavar="ID", required=True, help="agent id (see opptune status)")
     p.add_argument("--size", help="size class (default: [sweep] size of the daemon's "
                                   "configuration)")
-    p.add_argument("--reps", type=int, help="repetitions per point")
-    p.add_argument("--max-cores", type=int, help="sweep 1..N cores (default: all)")
+    p.add_argument("--reps", type=int, help="repetitions per point (default: [sweep] reps of "
+                                             "the daemon's configuration)")
+    p.add_argument("--max-cores", type=int, help="sweep 1..N cores (0 = all; default: [sweep] "
+                                                 "max_cores of the daemon's configuration)")
     p.add_argument("--no-commands", action="store_true",
                    help="leave out the agent's command workloads (external programs, run with "
                         "OMP_NUM_THREADS or their threads_env = the core count); default: "

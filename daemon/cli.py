@@ -220,7 +220,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("sweep", help="ask the daemon to sweep an agent")
     _add_link_options(p)
-    p.add_argument("--agent", required=True, help="agent id")
+    p.add_argument("--agent", metavar="ID", required=True, help="agent id (see opptune status)")
     p.add_argument("--workload", action="append", help="workload (repeatable; default all)")
     p.add_argument("--size", help="size class (default: [sweep] size of the daemon's "
                                    "configuration)")

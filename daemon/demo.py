@@ -160,10 +160,12 @@ def prepare(args: argparse.Namespace, run_dir: Path) -> tuple[str, Path, Path]:
         "agent_id": "demo-agent", "daemon": endpoint, "state_dir": str(run_dir / "agent"),
         "heartbeat_s": 1.0, "bench_kernels": args.workload or ["all"],
     }
-    if os.geteuid() == 0:
+    if os.geteuid() == 0 and not args.virtual_board:
         # The demo runs only opptune's own kernels, with this interpreter, which the
         # unprivileged default user may not be able to read (a venv under /root): as root,
-        # they run as root on purpose (the agent says so once in its log).
+        # they run as root on purpose (the agent says so once in its log). A virtual board's
+        # workloads run as the agent's own user without it, and its log then does not advise
+        # an unprivileged run_as, which a virtual board refuses.
         agent["run_as"] = "root"
     if args.virtual_board:
         from ..agent.virtual_board import make_tree

@@ -97,7 +97,8 @@ def _add_sysfs_root(p: argparse.ArgumentParser) -> None:
 def add_parser(sub: Any, add_link_options: Any) -> None:
     p = sub.add_parser("doctor", help=HELP, description=HELP)
     add_link_options(p)
-    p.add_argument("--agent", help="show this agent's report, sent with its hello, from the "
-                                   "daemon (default: check this machine, no daemon needed)")
+    p.add_argument("--agent", metavar="ID",
+                   help="show this agent's report, sent with its hello, from the daemon "
+                        "(default: check this machine, no daemon needed)")
     _add_sysfs_root(p)
     p.set_defaults(func=cmd_doctor)

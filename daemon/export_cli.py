@@ -44,7 +44,7 @@ def add_parsers(sub: argparse._SubParsersAction, add_link_options) -> None:
     p.add_argument("--format", choices=("pyperf",), default="pyperf",
                    help="the file's format (pyperf, the default)")
     p.add_argument("--workload", help="only this workload")
-    p.add_argument("--agent", help="only this agent's runs")
+    p.add_argument("--agent", metavar="ID", help="only this agent's runs")
     p.add_argument("--board-in-name", action="store_true",
                    help="prefix every benchmark's name with its board ('rpi4:pi_integrate/"
                         "...'): needed to export several boards' runs into one file; names "
@@ -70,7 +70,8 @@ def add_parsers(sub: argparse._SubParsersAction, add_link_options) -> None:
                     "file holds one benchmark).")
     add_link_options(p)
     p.add_argument("file", metavar="FILE.json", help="a pyperf JSON file (.json or .json.gz)")
-    p.add_argument("--agent", required=True, help="the agent whose board measured them")
+    p.add_argument("--agent", metavar="ID", required=True,
+                   help="the agent whose board measured them")
     p.add_argument("--cores", type=int, required=True, help="how many cores they ran on")
     p.add_argument("--cpus", help="which cpus, e.g. 0,1 or 0-3 (default: the first --cores "
                                   "of the board's sweep order)")

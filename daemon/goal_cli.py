@@ -39,7 +39,7 @@ FLEET_LOOK_S = 5.0
 
 def add_goal_options(p: argparse.ArgumentParser, tune: bool = False) -> None:
     # tune checks --agent and --workload itself: --follow and --stop take neither
-    p.add_argument("--agent", required=not tune, help="agent id (see opptune status)")
+    p.add_argument("--agent", metavar="ID", required=not tune, help="agent id (see opptune status)")
     p.add_argument("--workload", required=not tune, help="workload name")
     p.add_argument("--size", help="input size class (default: the one measured, where the "
                                   "workload was measured at one; else [sweep] size of the "

@@ -123,6 +123,21 @@ def test_help_is_written_for_users(argv):
         assert word not in proc.stdout, word
 
 
+def test_every_agent_option_is_named_alike():
+    """--agent read 'ID' in status, cancel, report and tune's usage but 'AGENT' in sweep,
+    characterize, doctor, recommend, tune, export and import (walk33)."""
+    from opptune.daemon.cli import build_parser
+    sub = next(a for a in build_parser()._actions if a.dest == "command")
+    named = {}
+    for name, parser in sub.choices.items():
+        for action in parser._actions:
+            if "--agent" in action.option_strings:
+                named[name] = action.metavar
+    assert {"status", "sweep", "characterize", "doctor", "recommend", "tune", "cancel",
+            "report", "export", "import"} <= set(named)
+    assert set(named.values()) == {"ID"}, named
+
+
 @pytest.mark.parametrize("command", ["opptune", "opptune-agent", "opptune-daemon"])
 def test_version(command):
     from opptune import __version__

@@ -97,6 +97,28 @@ def test_defaults_follow_the_device():
     assert (named.workload, named.size, named.warmup) == (["triad"], "large", 2)
 
 
+def test_a_root_demo_sets_run_as_root_only_off_a_virtual_board(tmp_path, monkeypatch, caplog):
+    """As root on a virtual board the demo's agent.toml set run_as = "root", and the agent's
+    log advised an unprivileged run_as, which a virtual board refuses (walk33)."""
+    import logging
+    import tomllib
+
+    from opptune.agent.cli import workload_user
+    from opptune.daemon.demo import prepare
+    from opptune.shared.config import load_agent_config
+    monkeypatch.setattr(os, "geteuid", lambda: 0)
+    for extra, run_as in (((), "root"), (("--virtual-board", "rpi4"), None)):
+        args = _args(*extra)
+        assert check_args(args) is None
+        run_dir = tmp_path / (extra[-1] if extra else "real")
+        run_dir.mkdir()
+        _, _, agent_toml = prepare(args, run_dir)
+        assert tomllib.loads(agent_toml.read_text()).get("run_as") == run_as
+    caplog.set_level(logging.INFO, logger="opptune.agent")
+    assert workload_user(load_agent_config(agent_toml), "agent.toml") is None
+    assert "unprivileged" not in caplog.text and "virtual board" in caplog.text
+
+
 def test_the_table_says_one_core_not_one_cores():
     from rich.console import Console
 

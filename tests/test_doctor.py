@@ -153,6 +153,22 @@ def test_missing_and_odd_files_are_unavailable_not_a_crash(tmp_path):
     json.dumps(report)  # plain types: it travels in the hello
 
 
+def test_every_check_has_the_same_keys(tmp_path):
+    """'short' came only with a warning and 'reason' only with an unavailable check, while
+    docs/json-output.md promises every object of a kind the same keys (walk33)."""
+    root, _ = quiet_board(tmp_path)
+    _put(root, "/proc/sys/kernel/randomize_va_space", 0)  # a warning
+    os.remove(os.path.join(root, "proc/loadavg"))  # an unavailable check
+    report = collect(root, euid=1000)
+    verdicts = {c["verdict"] for c in report["checks"]}
+    assert {"ok", "warn", "unavailable"} <= verdicts
+    keys = {"name", "value", "verdict", "advice", "short", "reason"}
+    assert all(set(c) == keys for c in report["checks"]), report["checks"]
+    checks = by_name(report)
+    assert checks["aslr"]["short"] and checks["aslr"]["reason"] is None
+    assert checks["load"]["reason"] and checks["load"]["short"] is None
+
+
 def _opptune(*args, timeout=60):
     return subprocess.run([sys.executable, "-m", "opptune.daemon.cli", *args],
                           capture_output=True, text=True, timeout=timeout,
