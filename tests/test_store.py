@@ -153,6 +153,42 @@ def test_the_runs_a_cancel_left_not_run_are_told_from_those_measured(st):
     assert st.cancelled_not_run(row) == 0
 
 
+def test_the_loops_job_reads_use_the_jobs_state_index(st):
+    """Schema 18: the jobs the loop reads each second (the cancels held, the jobs that may
+    expire) are found by state, not by a scan of every job (100,000 jobs: 68 ms a second on
+    SQLite, benchmarks/job_queries.py). The plans of the statements the store runs; PostgreSQL is told not to
+    scan, as it would a table this small."""
+    sqlite = hasattr(st.db, "set_trace_callback")
+    ran: list[tuple] = []
+    if sqlite:
+        st.db.set_trace_callback(lambda sql: ran.append((sql, ())))  # values written in
+    else:
+        st.db.execute("SET enable_seqscan = off")
+        execute = st.db.execute
+        st.db.execute = lambda sql, args=(): (ran.append((sql, args)), execute(sql, args))[1]
+
+    def plans(call):
+        ran.clear()
+        call()
+        said = list(ran)
+        if sqlite:
+            st.db.set_trace_callback(None)
+        out = [" | ".join(str(r[-1] if sqlite else r[0]) for r in execute_plan(sql, args))
+               for sql, args in said]
+        if sqlite:
+            st.db.set_trace_callback(lambda sql: ran.append((sql, ())))
+        return " || ".join(out)
+
+    def execute_plan(sql, args):
+        run = st.db.execute if sqlite else execute
+        return run(("EXPLAIN QUERY PLAN " if sqlite else "EXPLAIN ") + sql, args)
+
+    held, active = plans(st.held_cancels), plans(st.active_jobs)
+    assert "jobs_state" in held and "jobs_state" in active, (held, active)
+    if sqlite:  # found in created order: no sort of its own either
+        assert "TEMP B-TREE" not in held, held
+
+
 def test_jobs_groups_fits_recommendations(st):
     st.save_platform("p", {"sweep_order": [1, 0]}, 1.0)
     st.save_agent("a1", "p", ["w", {"name": "w2", "sizes": ["s"]}], "0.1", 1.0)
