@@ -82,7 +82,10 @@ group's behaviour, and every row stored before, end the runs of every agent (0).
 
 Version 18 indexes the jobs by state (``jobs_state``): the loop's once-a-second read of the
 jobs that may expire and of the cancels another daemon took scanned every job, 68 ms a second
-on SQLite and 109 ms on PostgreSQL with 100,000 jobs (benchmarks/job_queries.py).
+on SQLite and 109 ms on PostgreSQL with 100,000 jobs (benchmarks/job_queries.py). It also
+indexes the runs recorded without running (``runs_not_run``: failed with no wall time, a
+partial index of those rows only), which the jobs' ``not_run`` counts in the query that lists
+them.
 """
 
 from __future__ import annotations
@@ -312,5 +315,7 @@ MIGRATIONS: dict[int, list[str]] = {
     ],
     18: [
         "CREATE INDEX jobs_state ON jobs(state, created)",
+        # the predicate as the queries write it (sqlite.NOT_RUN_SQL): both planners then use it
+        "CREATE INDEX runs_not_run ON runs(job_id) WHERE ok = 0 AND wall_s IS NULL",
     ],
 }
