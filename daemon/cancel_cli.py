@@ -15,6 +15,23 @@ HELP = ("cancel a job (or every unfinished job of an agent): one not sent is dro
         "running is stopped on the board; the runs it measured are kept")
 
 
+def stop_text(agent: str, was: str, told: bool | None, via: str | None) -> str:
+    """How a job cancelled in state ``was`` stops (the cancel reply's ``told`` and ``via``,
+    daemon/jobs.py JobTracker.cancel): said alike by ``cancel`` and ``tune --stop``."""
+    if was == "queued":
+        # another daemon of a fleet may send it just as this one cancels it (jobs.py,
+        # _sent_cancelled): that one then tells the agent to stop it
+        return ("it was queued, not sent, when cancelled: it is never sent (a daemon of the "
+                "fleet that sent it at that instant tells the agent to stop it)")
+    if told:
+        return f"{agent} stops it now"
+    if via:
+        return (f"{agent} is connected to the daemon at {via}, which tells it to stop it "
+                "within a few seconds")
+    return (f"{agent} is not connected to this daemon: it is told at its next hello, and the "
+            "job never runs again")
+
+
 def job_line(j: dict[str, Any]) -> str:
     """What became of one job the command named."""
     from .jobs import runs_text
@@ -23,20 +40,10 @@ def job_line(j: dict[str, Any]) -> str:
     if not j["cancelled"]:
         return (f"{head} had already ended: {j['state']}: {runs}" +
                 (f"; {j['reason']}" if j.get("reason") else ""))
-    if j["was"] == "queued":
-        # another daemon of a fleet may send it just as this one cancels it (jobs.py,
-        # _sent_cancelled): that one then tells the agent to stop it
-        how = ("it was queued, not sent, when cancelled: it is never sent (a daemon of the "
-               "fleet that sent it at that instant tells the agent to stop it)")
-    elif j.get("told"):
-        how = (f"{j['agent']} stops it now; the runs it measured are kept, and those under way "
-               "are stored as they arrive")
-    elif j.get("via"):
-        how = (f"{j['agent']} is connected to the daemon at {j['via']}, which tells it to "
-               "stop it within a few seconds; the runs it measured are kept")
-    else:
-        how = (f"{j['agent']} is not connected to this daemon: it is told at its next hello, "
-               "and the job never runs again; the runs it measured are kept")
+    how = stop_text(j["agent"], j["was"], j.get("told"), j.get("via"))
+    if j["was"] != "queued":
+        how += "; the runs it measured are kept" + (
+            ", and those under way are stored as they arrive" if j.get("told") else "")
     return f"{head} cancelled ({j['was']}, {runs}): {how}"
 
 

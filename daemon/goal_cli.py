@@ -535,11 +535,8 @@ def stop_tune(args: argparse.Namespace, endpoint: str, tune_id: str) -> int:
           f"{data['reason']}; nothing more is measured or applied for it")
     job = data.get("job_cancelled")
     if job:
-        how = ("the agent stops it now" if job.get("told") else
-               f"the daemon at {job['via']}, which {data['agent']} is connected to, tells it "
-               "to stop it within a few seconds" if job.get("via") else
-               f"{data['agent']} is told at its next hello" if job["state"] != "queued" else
-               "it had not been sent")
+        from .cancel_cli import stop_text
+        how = stop_text(data["agent"], job["state"], job.get("told"), job.get("via"))
         print(f"its job {job['job_id']} ({job['state']}, one configuration) is cancelled: "
               f"{how}; the runs it measured are stored, and count for later tunes and "
               "recommendations")

@@ -67,13 +67,14 @@ def stopped_early(job: dict[str, Any]) -> bool:
 
 def runs_text(job: dict[str, Any]) -> str:
     """A job's runs for a person: '3/4 runs' (received of expected), or where the agent
-    recorded runs as not run at a cancel (``not_run``, counted in ``received``), '1 of 4 runs
-    measured, 3 not run (cancelled)'. A failed run was measured: it counts as received."""
+    recorded runs without running them (``not_run``, counted in ``received``), '1 of 4 runs
+    measured, 3 not run', '(cancelled)' added for a cancelled job (else its reason says why:
+    the timeouts, the failure). A run that ran and failed was measured."""
     received, not_run = job.get("received") or 0, job.get("not_run") or 0
     if not not_run:
         return f"{received}/{job.get('expected')} runs"
-    return (f"{received - not_run} of {job.get('expected')} runs measured, {not_run} not run "
-            "(cancelled)")
+    return (f"{received - not_run} of {job.get('expected')} runs measured, {not_run} not run"
+            + (" (cancelled)" if job.get("state") == "cancelled" else ""))
 
 
 def failure_text(errors: list[str]) -> str:
@@ -420,9 +421,8 @@ class JobTracker:
                      f"the daemon at {via}, which holds the agent, tells it" if via else
                      "the agent is told at its next hello" if held else "it was not sent")
         rows = self.store.jobs_page(job_ids=[job_id])[0]  # with its runs counted
-        out = dict(rows[0]) if rows else dict(job)
-        out.update(was=was, cancelled=cancelled, told=told, via=via,
-                   not_run=self.store.cancelled_not_run(out))
+        out = dict(rows[0]) if rows else {**job, "received": 0, "not_run": 0}
+        out.update(was=was, cancelled=cancelled, told=told, via=via)
         return out
 
     def tell_cancel(self, agent: str, job_id: str) -> bool:

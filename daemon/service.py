@@ -62,6 +62,10 @@ log = logging.getLogger("opptune.daemon")
 # how long before the drift of its program's change a run of the old program is said received
 # (a millisecond: the drift counts runs received from its time on)
 STALE_PROGRAM_BEFORE_S = 1e-3
+# jobs whose old-program runs were logged, remembered so each is logged once: a job's runs
+# arrive together (one outbox replay), so the newest few suffice and a long-lived daemon's
+# memory stays bounded; one that falls out is at worst logged again
+STALE_JOBS_KEPT = 1024
 STORE_FAILURE_LOG_S = 60.0  # a store that keeps failing (disk full) logs one line a minute
 
 DAEMON_ID = "daemon"
@@ -211,7 +215,8 @@ class Daemon:
         self._agent_errors = RefusalLog(log, line="agent %s reports: %s (%s)%s",
                                         more="more errors from this agent")
         self._job_owner: dict[str, _Issued] = {}  # issued job id -> what it measures (cache)
-        self._stale_jobs_told: set[str] = set()  # jobs whose old program's runs were logged
+        # jobs whose old program's runs were logged, oldest first (STALE_JOBS_KEPT)
+        self._stale_jobs_told: dict[str, None] = {}
         self.metrics, self.metrics_server = None, None
         try:
             if config.metrics_endpoint:
@@ -575,7 +580,9 @@ class Daemon:
         if since is None:
             return now
         if job_id not in self._stale_jobs_told:
-            self._stale_jobs_told.add(job_id)
+            self._stale_jobs_told[job_id] = None
+            while len(self._stale_jobs_told) > STALE_JOBS_KEPT:
+                del self._stale_jobs_told[next(iter(self._stale_jobs_told))]
             log.info("agent %s: runs of job %s measured the program of %s from before its "
                      "change: stored before its drift (they do not count)", agent, job_id,
                      cols.workload)

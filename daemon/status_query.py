@@ -122,7 +122,7 @@ def status(d: Daemon, args: dict[str, Any] | None = None, bases: bool = True
         jobs = [{"job_id": j["job_id"], "agent": j["agent"],
                  "board": boards.get(j["agent"], j["agent"]), "workload": j["workload"],
                  "size": j["size"], "expected": j["expected"], "received": j["received"],
-                 "not_run": d.store.cancelled_not_run(j),
+                 "not_run": j["not_run"],
                  "state": j["state"], "reason": j["reason"], "stopped": j["stopped"],
                  "created": j["created"], "updated": j["updated"]} for j in rows]
 

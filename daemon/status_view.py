@@ -268,9 +268,9 @@ REASON_CELL = 20  # characters of a job's state and reason kept in its cell: the
 
 
 def runs_cell(job: dict[str, Any]) -> str:
-    """The jobs table's runs cell: received/expected, or for a cancelled job whose agent
-    recorded runs as not run (counted in received, nothing of them ran) '1/4 measured, 3 not
-    run'."""
+    """The jobs table's runs cell: received/expected, or for a job whose agent recorded
+    runs without running them (counted in received: a cancel, a timeout) '1/4 measured, 3
+    not run'."""
     received, not_run = job.get("received"), job.get("not_run") or 0
     if not not_run or not isinstance(received, int):
         return f"{received}/{job.get('expected')}"

@@ -107,7 +107,7 @@ def _wait(endpoint: str, job_ids: list[str], timeout_s: float, as_json: bool,
                 if j is not None:
                     progress.update(task, description=f"{j['workload']} on {j['board']}",
                                     total=j["expected"] or None,
-                                    # the runs a cancel left not run ran not at all
+                                    # the runs recorded not run (a cancel, a timeout) ran not at all
                                     completed=j["received"] - (j.get("not_run") or 0),
                                     expected=j["expected"] or "?",
                                     state=state_text(j, agents.get(j.get("agent"))))

@@ -59,19 +59,6 @@ def job_stop(error: Any, extra: Any = None) -> dict[str, Any] | None:
     return {"after_timeouts": int(n) if n.isdigit() else None}
 
 
-def runs_not_run(record: Any) -> int:
-    """How many runs of its job the agent recorded as not run when the daemon cancelled the
-    job, as one of those runs' records says (``extra["stopped"]``: ``{"cancelled": true,
-    "runs_not_run": n, ...}``, the last runs of the job by sequence number); 0 for any other
-    record: a run measured (failed or not) or skipped for another cause."""
-    extra = record.get("extra") if isinstance(record, dict) else None
-    stop = extra.get("stopped") if isinstance(extra, dict) else None
-    if not isinstance(stop, dict) or stop.get("cancelled") is not True:
-        return 0
-    n = stop.get("runs_not_run")
-    return n if type(n) is int and n > 0 else 0
-
-
 class RecordError(ValueError):
     """A record that cannot be accepted; the message names the field."""
 

@@ -1,6 +1,11 @@
 """A throwaway PostgreSQL server for tests: initdb in a temporary directory, listening on a unix
 socket and a free loopback port, stopped and removed at teardown.
 
+The server (``postgres`` itself, not ``pg_ctl``, which detaches it) is a child of the test
+process that gets SIGQUIT, PostgreSQL's immediate shutdown, when that process ends however it
+ends: a test run killed by ``timeout`` (SIGKILL) left its servers running before
+(shared/lifeline.py's parent-death signal; its temporary directory stays in /tmp).
+
 initdb and postgres refuse to run as root: as root the server runs as the ``postgres`` user
 (Debian's package creates it), in a directory that user owns. Tests using :func:`pg_url` skip,
 saying why, where the binaries are absent.
@@ -12,9 +17,11 @@ import glob
 import os
 import pwd
 import shutil
+import signal
 import socket
 import subprocess
 import tempfile
+import time
 import uuid
 from pathlib import Path
 
@@ -70,11 +77,41 @@ class PgServer:
             self.port = s.getsockname()[1]
         self._run("initdb", "-D", str(self.data), "-A", "trust", "-U", self.user,
                   "--locale=C", "-E", "UTF8", "--no-sync")
-        # no fsync: a test server's data need not survive an OS crash, and fsyncs are slow here
-        self._run("pg_ctl", "-D", str(self.data), "-l", str(self.tmp / "server.log"), "-w",
-                  "-t", "60", "-o",
-                  f"-k {self.sock} -p {self.port} -h 127.0.0.1 -F -c max_connections=200",
-                  "start")
+        self.proc = self._start()
+
+    def _start(self) -> subprocess.Popen:
+        """The server, started as this process's child that ends with it, once it accepts
+        connections (as ``pg_ctl -w`` waits for it)."""
+        from opptune.shared.lifeline import dies_with_this_process
+        as_user = {}
+        if self.as_user:  # runuser would fork it, and a fork drops the parent-death signal
+            pw = pwd.getpwnam("postgres")
+            as_user = {"user": pw.pw_uid, "group": pw.pw_gid, "extra_groups": []}
+        with open(self.tmp / "server.log", "ab") as log:
+            # no fsync: a test server's data need not survive an OS crash, and fsyncs are
+            # slow here
+            proc = subprocess.Popen(
+                [str(self.bindir / "postgres"), "-D", str(self.data), "-k", str(self.sock),
+                 "-p", str(self.port), "-h", "127.0.0.1", "-F", "-c", "max_connections=200"],
+                stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT, cwd=self.tmp,
+                preexec_fn=dies_with_this_process(signal.SIGQUIT), **as_user)
+        deadline = time.monotonic() + 60
+        while not self._accepts():
+            if proc.poll() is not None or time.monotonic() > deadline:
+                proc.kill()
+                proc.wait()
+                raise RuntimeError("postgres did not start: "
+                                   f"{(self.tmp / 'server.log').read_text()[-2000:]}")
+            time.sleep(0.05)  # polls the server's readiness, as pg_ctl -w does
+        return proc
+
+    def _accepts(self) -> bool:
+        import psycopg
+        try:
+            psycopg.connect(self.url(), connect_timeout=2).close()
+        except psycopg.OperationalError:
+            return False
+        return True
 
     def _run(self, tool: str, *args: str) -> None:
         out = subprocess.run([*self.as_user, str(self.bindir / tool), *args],
@@ -97,7 +134,12 @@ class PgServer:
 
     def stop(self) -> None:
         try:
-            self._run("pg_ctl", "-D", str(self.data), "-m", "immediate", "-w", "stop")
+            self.proc.send_signal(signal.SIGQUIT)  # immediate shutdown, as pg_ctl -m immediate
+            try:
+                self.proc.wait(60)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
         finally:
             shutil.rmtree(self.tmp, ignore_errors=True)
 

@@ -132,11 +132,11 @@ def test_demo_with_nothing_to_fit_exits_1_at_once_with_the_daemons_reason(tmp_pa
             "--size", "small", "--reps", "1", "--warmup", "0", "--max-cores", "1",
             "--workload", "pi_integrate", "--no-progress", "--json", "--timeout", "50",
             "--accept-load"]  # the machine is shared: its load may mark the one run
-    start = time.monotonic()
     proc = subprocess.run(argv, capture_output=True, text=True, timeout=55, cwd=tmp_path)
-    took = time.monotonic() - start
     assert proc.returncode == 1, proc.stdout + proc.stderr
-    assert took < 30, took  # not the --timeout: it ends when the daemon says no model fits
+    # it ends when the daemon says no model fits, not by waiting out its --timeout (how long
+    # it takes is benchmarks/demo_time.py's)
+    assert "gave up after" not in proc.stderr, proc.stderr
     *_, reason, last = proc.stderr.strip().splitlines()
     assert reason.startswith("opptune demo: ") and "/pi_integrate/small: no model: " in reason
     assert "need at least 2" in reason

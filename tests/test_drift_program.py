@@ -52,6 +52,34 @@ def test_a_size_with_a_job_out_and_no_run_yet_gets_its_drift_too(tmp_path):
         d.close()
 
 
+def test_the_jobs_whose_old_program_runs_were_logged_are_remembered_in_bounded_memory(
+        tmp_path, caplog):
+    """Each job whose runs measured a program from before its change is logged once; the
+    daemon kept every such job id for its life (one more per job, never trimmed). Now only
+    the newest STALE_JOBS_KEPT: a job among them is still logged once."""
+    from opptune.daemon.service import STALE_JOBS_KEPT
+    from opptune.shared.records import columns_of
+    d = Daemon(DaemonConfig(bind="tcp://127.0.0.1:0", database=str(tmp_path / "d.db")))
+    try:
+        group = Group("p", "w", "small", "")
+        d.store.save_drift("a", group, "program changed", [], None, 9.0)
+        cols = columns_of(RunRecord(platform="p", workload="w", input="small", cores=1,
+                                    cpus=[0], threads=1, rep=0, time_s=1.0))
+        caplog.set_level("INFO", logger="opptune.daemon")
+        n = STALE_JOBS_KEPT + 50
+        for i in range(n):
+            for _ in range(2):  # a job's second run is not logged again
+                assert d._before_redefinition("a", f"job-{i}", cols, 10.0) < 9.0
+        told = [r for r in caplog.records if "from before its change" in r.getMessage()]
+        assert len(told) == n
+        assert len(d._stale_jobs_told) == STALE_JOBS_KEPT
+        d._before_redefinition("a", f"job-{n - 1}", cols, 10.0)
+        assert len([r for r in caplog.records
+                    if "from before its change" in r.getMessage()]) == n
+    finally:
+        d.close()
+
+
 FOUR_CPUS = {"sweep_order": [0, 1, 2, 3], "n_cpus": 4}
 
 

@@ -59,7 +59,7 @@ ROWS: dict[str, list[dict]] = {
                          "replaced_at": None, "goal": None, "verified_energy_j": None}],
     "drift": [{"agent": "a1", "platform": "p1", "workload": "w", "input": "s", "variant": "",
                "reason": "3 verifications outside the interval", "job_ids": "[]",
-               "error": "off by 20 %", "since": 2.5}],  # before the runs: they stay in fits
+               "error": "off by 20 %", "since": 2.5, "agent_only": 0}],  # before the runs
     "fit_claims": [{"platform": "p1", "workload": "w", "input": "s", "variant": "",
                     "owner": None, "claimed": 7.5}],
     "tune_sessions": [{"tune_id": f"tune-{state}", "agent": "a1", "state": state,

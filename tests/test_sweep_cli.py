@@ -52,9 +52,13 @@ def test_wait_tells_a_job_the_agent_stopped_for_its_timeouts_by_its_exit_status(
         hangs = jobs["hangs"]
         assert {k: v for k, v in hangs["stopped"].items() if k != "definition"} == {
             "after_timeouts": 2, "points_not_run": 1, "points": 4}
+        # the point after the stop never ran: said as a cancel's runs are (it read '4/4
+        # runs', as if every run had measured something)
+        assert (hangs["received"], hangs["not_run"]) == (4, 1)
         lines = p.stderr.strip().splitlines()
         assert lines[-3].startswith(f"opptune sweep: job {hangs['job_id']} (hangs on rpi4 "
-                                    "(virtual)) done: 4/4 runs; timed out after 1 s")
+                                    "(virtual)) done: 3 of 4 runs measured, 1 not run; timed "
+                                    "out after 1 s")
         assert lines[-1] == (
             f"opptune sweep: exit 3: 1 of 2 jobs stopped before all its points ran: hangs "
             f"({hangs['job_id']}); the agent stops a job after stop_after_timeouts points in "

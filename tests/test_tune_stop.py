@@ -100,7 +100,7 @@ def test_stop_ends_the_session_its_job_runs_out_and_nothing_is_pushed(tmp_path):
                             r"\d{4}-\d\d-\d\d \d\d:\d\d:\d\d UTC; nothing more is measured or "
                             r"applied for it", lines[0]), lines[0]
         job_id = re.fullmatch(r"its job (job-\S+) \((sent|running), one configuration\) is "
-                              r"cancelled: the agent stops it now; the runs it measured are "
+                              r"cancelled: test-agent stops it now; the runs it measured are "
                               r"stored, and count for later tunes and recommendations",
                               lines[1]).group(1)
         # the command that started it ends, saying why
@@ -407,6 +407,35 @@ def test_stop_names_the_daemon_of_the_fleet_that_tells_the_agent(monkeypatch, ca
     args = argparse.Namespace(timeout=5.0, json=False)
     assert goal_cli.stop_tune(args, "tcp://d2:5555", "tune-1") == 0
     assert capsys.readouterr().out.splitlines()[-1] == (
-        "its job job-1 (running, one configuration) is cancelled: the daemon at tcp://d1:5555, "
-        "which q1 is connected to, tells it to stop it within a few seconds; the runs it "
+        "its job job-1 (running, one configuration) is cancelled: q1 is connected to the "
+        "daemon at tcp://d1:5555, which tells it to stop it within a few seconds; the runs it "
         "measured are stored, and count for later tunes and recommendations")
+
+
+def test_stop_of_a_queued_job_says_a_daemon_that_sent_it_meanwhile_stops_it(monkeypatch,
+                                                                             capsys):
+    """A session's job found queued by the stop may go out from another daemon of the fleet
+    at that instant, which then tells the agent to stop it (jobs.py, _sent_cancelled): the
+    stop said 'it had not been sent', as 'opptune cancel' did before it said both orders
+    truly; both now say it in one text."""
+    import argparse
+
+    from opptune.daemon import cancel_cli, client, goal_cli
+    data = {"tune_id": "tune-1", "stopped": True, "workload": "wl", "size": "small",
+            "agent": "q1", "measured": 0, "state": "stopped", "reason": "stopped by the user",
+            "job_cancelled": {"job_id": "job-1", "state": "queued", "told": None,
+                              "via": None}}
+    monkeypatch.setattr(client, "ask", lambda *a, **k: (data, None))
+    args = argparse.Namespace(timeout=5.0, json=False)
+    assert goal_cli.stop_tune(args, "tcp://d2:5555", "tune-1") == 0
+    line = capsys.readouterr().out.splitlines()[-1]
+    assert "had not been sent" not in line
+    assert line == (
+        "its job job-1 (queued, one configuration) is cancelled: it was queued, not sent, when "
+        "cancelled: it is never sent (a daemon of the fleet that sent it at that instant tells "
+        "the agent to stop it); the runs it measured are stored, and count for later tunes "
+        "and recommendations")
+    cancelled = {"job_id": "job-1", "workload": "wl", "agent": "q1", "cancelled": True,
+                 "was": "queued", "told": None, "via": None, "received": 0, "expected": 4}
+    assert cancel_cli.job_line(cancelled).endswith(
+        cancel_cli.stop_text("q1", "queued", None, None))

@@ -174,7 +174,10 @@ class Store(ABC):
 
     @abstractmethod
     def jobs(self) -> list[dict[str, Any]]:
-        """Every job with its received count (distinct seq stored)."""
+        """Every job with its received count (distinct seq stored) and, of those,
+        ``not_run``: the runs its agent recorded without running them (failed with no wall
+        time: skipped after a cancel or a timeout, a knob not set, a program that could not
+        start), so that ``received - not_run`` runs ran."""
 
     @abstractmethod
     def jobs_page(self, agent: str | None = None, job_ids: Sequence[str] | None = None,
@@ -197,14 +200,6 @@ class Store(ABC):
 
     @abstractmethod
     def job_received(self, job_id: str) -> int: ...
-
-    @abstractmethod
-    def cancelled_not_run(self, job: dict[str, Any]) -> int:
-        """Of the runs stored for job row ``job`` (``job_id``, ``state``, ``expected``,
-        ``received``), those its agent recorded as not run when it was cancelled
-        (shared/records.runs_not_run: they count in ``received``, but nothing of them ran);
-        0 for a job not cancelled, or whose agent's end is not stored (or ran it to its
-        end)."""
 
     @abstractmethod
     def job_groups(self, job_id: str) -> list[Group]: ...

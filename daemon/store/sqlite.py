@@ -37,7 +37,7 @@ from typing import Any, Iterator, Sequence
 
 import msgpack
 
-from ...shared.records import RecordColumns, RunRecord, columns_of, job_stop, runs_not_run
+from ...shared.records import RecordColumns, RunRecord, columns_of, job_stop
 from . import TUNE_FINAL_STATES, Group, ResultIn, Store
 from .schema import MIGRATIONS, SCHEMA_VERSION
 
@@ -59,6 +59,10 @@ SAVE_AGENT = ("INSERT INTO agents (id, platform, workloads, agent_version, first
 # the holder changes only with a time no earlier than the stored one
 TOUCH_AGENT = ("UPDATE agents SET daemon=CASE WHEN ? >= last_seen THEN COALESCE(?, daemon) "
                "ELSE daemon END, last_seen={greatest}(last_seen, ?) WHERE id=?")
+# a run its agent recorded without running it: failed, and no wall time (nothing was started
+# to time: skipped after a cancel or a timeout, a knob not set, a program that cannot start);
+# written as schema 18's partial index runs_not_run says it, so that the planners use it
+NOT_RUN_SQL = "ok = 0 AND wall_s IS NULL"
 # below this much free disk the log restarts at a quarter of the free space, and is truncated
 LOW_ROOM_BYTES = 4 * WAL_RESTART_BYTES
 LOW_ROOM_POLL_FRACTION = 0.1  # ...and is looked at ten times as often
@@ -434,12 +438,14 @@ class SQLiteStore(Store):
         if limit is not None:
             picked += (" ORDER BY CASE WHEN state IN ('queued', 'sent', 'running') THEN 0 "
                        "ELSE 1 END, updated DESC, created DESC LIMIT ?")
-        # received is counted for the rows picked only (an index lookup each)
+        # received and not_run are counted for the rows picked only (an index lookup each:
+        # runs_job_seq, and runs_not_run, which holds the runs recorded without running only)
         rows = [self._job_row(r) for r in self._rows(
             "SELECT j.job_id, j.agent, j.workload, j.size, j.expected, j.state, j.reason, "
             "j.created, j.updated, j.stopped, (SELECT COUNT(DISTINCT seq) FROM runs r WHERE "
-            f"r.job_id = j.job_id) AS received FROM ({picked}) AS j ORDER BY j.created",
-            args + ([] if limit is None else [limit]))]
+            "r.job_id = j.job_id) AS received, (SELECT COUNT(*) FROM runs r WHERE "
+            f"r.job_id = j.job_id AND {NOT_RUN_SQL}) AS not_run FROM ({picked}) AS j "
+            "ORDER BY j.created", args + ([] if limit is None else [limit]))]
         return rows, self._total(rows, limit, f"SELECT COUNT(*) FROM jobs{where}", args)
 
     def _total(self, rows: list[Any], limit: int | None, count_sql: str,
@@ -468,17 +474,6 @@ class SQLiteStore(Store):
     def job_received(self, job_id: str) -> int:
         return int(self.db.execute("SELECT COUNT(DISTINCT seq) FROM runs WHERE job_id=?",
                                    (job_id,)).fetchone()[0])
-
-    def cancelled_not_run(self, job: dict[str, Any]) -> int:
-        if job["state"] != "cancelled" or not job["received"]:
-            return 0
-        # the agent records them as the job's last runs: the last one says how many
-        n = runs_not_run(self.job_last_run(job["job_id"]))
-        if n == 0 or job["received"] >= job["expected"]:
-            return min(n, job["received"])
-        return int(self.db.execute(  # some are still on their way
-            "SELECT COUNT(DISTINCT seq) FROM runs WHERE job_id=? AND seq >= ?",
-            (job["job_id"], job["expected"] - n)).fetchone()[0])
 
     def job_groups(self, job_id: str) -> list[Group]:
         return [Group(*r) for r in self.db.execute(
