@@ -23,6 +23,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..shared import protocol as P
+from ..shared.clock_words import kept_clock_text
 from ..shared.cpus import format_cpu_list
 from .knobs.state import atomic_write_json, thread_start_time
 from .platform import clock_problem, cpus_problem
@@ -51,14 +52,13 @@ def leaves_nothing(config: dict[str, Any]) -> bool:
 
 
 def describe(config: dict[str, Any]) -> str:
-    """'cfg-1 (pi_integrate on cpus 0-3 at 1500000 kHz)', as the log says it."""
-    clock = (f"{config['freq_khz']} kHz" if config.get("freq_khz") is not None
-             else "the governor's clock")
+    """'cfg-1 (pi_integrate on cpus 0-3 at 1500 MHz)', as the log says it (and status)."""
+    clock = kept_clock_text(config.get("freq_khz"))
     target = config.get("target") or {}
     where = {"pid": f", process {target.get('pid')}",
              "unit": f", unit {target.get('unit')}"}.get(kind_of(target), "")
     return (f"{config.get('config_id')} ({config.get('workload')} on cpus "
-            f"{format_cpu_list(config.get('cpus') or [])} at {clock}{where})")
+            f"{format_cpu_list(config.get('cpus') or [])} {clock}{where})")
 
 
 def wire(config: dict[str, Any] | None) -> dict[str, Any] | None:

@@ -201,7 +201,7 @@ def test_a_replacement_that_fails_leaves_the_configuration_in_force_confined(tmp
         assert os.sched_getaffinity(first.pid) == {0}
         assert ex.standing_wire()["config_id"] == "c1"
         assert recorded(tmp_path / "state") == [("c1", "affinity", first.pid)]
-        assert "applied configuration c1 (w on cpus 0 at the governor's clock, process " \
+        assert "applied configuration c1 (w on cpus 0 with no set frequency, process " \
                f"{first.pid}): its target confined again" in caplog.text
 
 
