@@ -32,7 +32,8 @@ from opptune.agent.workloads import Workloads
 from opptune.shared import protocol as P
 from opptune.shared.config import AgentConfig, CommandWorkload
 from test_idle_clock import pinned_at, work
-from test_targets import applied, cgroup_tree
+from fake_trees import cgroup_tree
+from test_targets import applied
 from test_virtual_e2e import cpufreq_state
 
 PY = sys.executable
