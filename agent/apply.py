@@ -48,6 +48,7 @@ from ..shared.target_text import measured_text, target_name
 from . import standing
 from .outbox import FULL_RETRY_S, Outbox, OutboxFull
 from .platform import clock_problem, cpus_problem
+from .private import open_private
 from .runner import Aborted, Cancelled, Runner, RunSpec
 from .targets import DEFAULT_WINDOW_S, TargetError, Targets, kind_of, measure_window
 from .workloads import WorkloadError, Workloads
@@ -510,7 +511,7 @@ class Executor:
             return
         path = os.path.join(self.state_dir, POINT_STATE)
         try:
-            with open(path + ".tmp", "w") as fh:
+            with open_private(path + ".tmp") as fh:
                 json.dump({"job_id": job_id, "index": idx,
                            "runs": {str(r): list(v) for r, v in runs.items()}}, fh)
             os.replace(path + ".tmp", path)
@@ -544,7 +545,7 @@ class Executor:
             if not timed_out:
                 os.unlink(path)
                 return
-            with open(path + ".tmp", "w") as fh:
+            with open_private(path + ".tmp") as fh:
                 json.dump({"job_id": job_id, "points": timed_out}, fh)
             os.replace(path + ".tmp", path)
         except FileNotFoundError:
@@ -697,7 +698,7 @@ class Executor:
         path = os.path.join(self.state_dir, "applied.json")
         extra = {"measured": measured} if measured else {}
         try:
-            with open(path + ".tmp", "w") as fh:
+            with open_private(path + ".tmp") as fh:
                 json.dump({**body, "verified_time_s": time_s, **extra}, fh, indent=1)
             os.replace(path + ".tmp", path)
         except OSError as exc:
