@@ -1,6 +1,7 @@
-"""Each workload's working directory, checked at the agent's start as the user its runs run as
-(agent/workload_check.py). A directory that user cannot enter was found only at the first run
-(every run of the workload failed)."""
+"""Each workload's working directory and program, checked at the agent's start as the user its
+runs run as (agent/workload_check.py). A directory that user cannot enter was found only at
+the first run (every run of the workload failed), and a command name not on the PATH failed
+each run with only "No such file or directory"."""
 
 import json
 import shutil
@@ -12,6 +13,8 @@ from pathlib import Path
 import pytest
 
 from opptune.agent.child import resolve_run_as
+from opptune.agent.runner import Runner
+from opptune.agent.runspec import RunSpec
 from opptune.agent.workdir import WorkDirs
 from opptune.agent.workload_check import Refused, check_workloads
 from opptune.agent.workloads import Workloads
@@ -83,6 +86,46 @@ def check(tmp: Path, workloads: list[CommandWorkload], run_as=None) -> list[str]
                            run_as)
 
 
+def test_a_program_not_found_is_warned_of_with_the_path_searched(tmp_path, monkeypatch):
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    (bin_dir / "app").write_text("#!/bin/sh\n")
+    (bin_dir / "app").chmod(0o755)
+    monkeypatch.chdir(tmp_path)
+    warnings = check(tmp_path, [
+        CommandWorkload("typo", ["ffmpge", "-i", "x"], env={"PATH": f"{bin_dir}:/nonexistent"}),
+        CommandWorkload("found", ["app"], env={"PATH": str(bin_dir)}),
+        CommandWorkload("rel", ["./bin/nope"]),
+        CommandWorkload("relfound", ["./bin/app"]),
+        CommandWorkload("templated", ["{size}-bench"])])
+    assert warnings == [
+        f"workload 'rel': no program {tmp_path}/bin/nope (./bin/nope is taken from the agent's "
+        f"working directory {tmp_path}, not the workload's); each run fails until it is "
+        "there: give its absolute path in 'command'",
+        f"workload 'typo': no program 'ffmpge' on the PATH its runs get ({bin_dir}:"
+        "/nonexistent); each run fails until it is there: give its absolute path in "
+        "'command', or set PATH in the entry's env"]
+
+
+@as_nobody
+def test_a_program_its_user_may_not_execute_is_warned_of(open_tmp):
+    prog = open_tmp / "app"
+    prog.write_text("#!/bin/sh\n")
+    prog.chmod(0o744)  # root's to run
+    nobody = resolve_run_as("nobody")
+    warnings = check(open_tmp, [CommandWorkload("w", [str(prog)])], nobody)
+    assert warnings == [f"workload 'w': user 'nobody' may not execute {prog} (no permission "
+                        "to reach or execute it); each run fails until it is there"]
+    prog.chmod(0o755)
+    assert check(open_tmp, [CommandWorkload("w", [str(prog)])], nobody) == []
+    closed = open_tmp / "closed"  # a home of mode 0700: there, but out of the user's reach
+    closed.mkdir(mode=0o700)
+    shutil.copy(prog, closed / "app")
+    assert check(open_tmp, [CommandWorkload("w", [str(closed / "app")])], nobody) == [
+        f"workload 'w': user 'nobody' may not execute {closed / 'app'} (no permission to "
+        "reach or execute it); each run fails until it is there"]
+
+
 @as_nobody
 def test_a_cwd_its_user_may_enter_but_not_write_is_warned_of(open_tmp):
     ro = open_tmp / "ro"
@@ -102,3 +145,12 @@ def test_a_directory_that_cannot_be_made_is_refused(tmp_path):
                                       r"under .*/state/work \("):
         check(tmp_path, [CommandWorkload("w", [PY, "-c", "pass"])])
 
+
+def test_a_run_of_a_program_not_on_the_path_names_the_path(tmp_path):
+    cfg = AgentConfig(bench_kernels=[], workloads=[
+        CommandWorkload("typo", ["ffmpge"], env={"PATH": "/nonexistent:/also-not"})])
+    rec = Runner(Workloads(cfg, catalogue={}), "p", state_dir=str(tmp_path)).run_once(
+        RunSpec("typo", "default", [0], 1))
+    assert not rec.ok
+    assert rec.error == ("cannot start ffmpge: no program 'ffmpge' on the PATH of its run "
+                         "(/nonexistent:/also-not)")
