@@ -40,6 +40,7 @@ from dataclasses import dataclass
 from typing import Any, Callable
 
 from ..shared import protocol as P
+from ..shared.clock_words import clock_text
 from ..shared.config import AgentConfig
 from ..shared.cpus import format_cpu_list
 from ..shared.point_stats import StopRule, point_stats, stop_reason
@@ -50,6 +51,7 @@ from ..shared.target_text import measured_text, target_name
 from . import standing
 from .outbox import FULL_RETRY_S, Outbox, OutboxFull
 from .platform import clock_problem, cpus_problem
+from .private import open_private
 from .runner import Aborted, Cancelled, Runner, RunSpec
 from .targets import DEFAULT_WINDOW_S, TargetError, Targets, kind_of, measure_window
 from .workloads import WorkloadError, Workloads
@@ -247,12 +249,12 @@ class Executor:
         self.runner.rest(self._standing_specs())
         clocked = [s for s in self._standing_specs() if s.freq_khz is not None]
         if len(clocked) == 1:
-            log.info("idle: knobs back to the applied configuration (%d kHz on cpus %s)",
-                     clocked[0].freq_khz, format_cpu_list(clocked[0].cpus))
+            log.info("idle: knobs back to the applied configuration (%s on cpus %s)",
+                     clock_text(clocked[0].freq_khz), format_cpu_list(clocked[0].cpus))
         elif clocked:  # per policy: where two share one, the newer clock holds there
             plan = clock_plan(self.standing_configs, self.platform)
             log.info("idle: knobs back to the applied configurations (%s)",
-                     "; ".join(f"{pol} at {khz} kHz of {cid}"
+                     "; ".join(f"{pol} at {clock_text(khz)} of {cid}"
                                for pol, (khz, cid) in sorted(
                                    plan.items(), key=lambda kv: int(kv[0][6:] or 0))))
         else:
@@ -539,7 +541,7 @@ class Executor:
             return
         path = os.path.join(self.state_dir, POINT_STATE)
         try:
-            with open(path + ".tmp", "w") as fh:
+            with open_private(path + ".tmp") as fh:
                 json.dump({"job_id": job_id, "index": idx,
                            "runs": {str(r): list(v) for r, v in runs.items()}}, fh)
             os.replace(path + ".tmp", path)
@@ -573,7 +575,7 @@ class Executor:
             if not timed_out:
                 os.unlink(path)
                 return
-            with open(path + ".tmp", "w") as fh:
+            with open_private(path + ".tmp") as fh:
                 json.dump({"job_id": job_id, "points": timed_out}, fh)
             os.replace(path + ".tmp", path)
         except FileNotFoundError:
@@ -737,7 +739,7 @@ class Executor:
         path = os.path.join(self.state_dir, "applied.json")
         extra = {"measured": measured} if measured else {}
         try:
-            with open(path + ".tmp", "w") as fh:
+            with open_private(path + ".tmp") as fh:
                 json.dump({**body, "verified_time_s": time_s, **extra}, fh, indent=1)
             os.replace(path + ".tmp", path)
         except OSError as exc:

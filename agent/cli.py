@@ -477,6 +477,18 @@ def run_agent(config, config_path: str | None = None, state_dir_option: bool = F
               f"{exc.strerror if isinstance(exc, OSError) and exc.strerror else exc}; give a "
               f"directory the agent may create and write", file=sys.stderr)
         return EXIT_CONFIG
+    # where each workload runs and what it executes, as its user: a directory it cannot
+    # enter would fail every run (workload_check.py)
+    from .workdir import WorkDirs
+    from .workload_check import Refused, check_workloads
+    try:
+        for warning in check_workloads(workloads, WorkDirs(config.state_dir, run_as), run_as):
+            log.warning("%s", warning)
+    except Refused as exc:
+        outbox.close()
+        state_lock.close()
+        print(f"opptune-agent: configuration error: {where}: {exc}", file=sys.stderr)
+        return EXIT_CONFIG
     # the same id on another state directory of this machine is the same board twice; a
     # virtual board is not this machine (tests run several of one id side by side)
     id_lock = None

@@ -16,6 +16,8 @@ import os
 import secrets
 import signal
 
+from .private import open_private
+
 log = logging.getLogger("opptune.agent.leftover")
 
 FILENAME = "run-under-way"   # in state_dir: the token of the run under way
@@ -38,7 +40,7 @@ class UnderWay:
         record that cannot be written (disk full) costs only this clean-up, never the run."""
         if self.path is not None:
             try:
-                with open(self.path, "w") as fh:
+                with open_private(self.path) as fh:
                     fh.write(token)
             except OSError as exc:
                 log.warning("cannot keep the run under way in %s: %s", self.path, exc)

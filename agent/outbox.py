@@ -39,6 +39,7 @@ import time
 from typing import Any, Iterable
 
 from ..shared import protocol as P
+from .private import make_dir, opener
 
 log = logging.getLogger("opptune.agent.outbox")
 
@@ -116,8 +117,10 @@ class Outbox:
                  reserve_bytes: int = RESERVE_BYTES):
         """``max_bytes``: the bound on the unacked messages' bytes (None: unbounded);
         ``reserve_bytes``: the disk space held back for acks on a full disk."""
-        os.makedirs(state_dir, exist_ok=True)
+        make_dir(state_dir)
         self.path = os.path.join(state_dir, name)
+        # made (or narrowed) 0600 before sqlite opens it: its journal and WAL take its mode
+        os.close(opener(self.path, os.O_RDWR | os.O_CREAT))
         self._lock = threading.Lock()
         self._db = sqlite3.connect(self.path, check_same_thread=False, isolation_level=None,
                                    timeout=10.0)

@@ -30,6 +30,8 @@ import shutil
 import struct
 from typing import IO, Any, Mapping
 
+from .private import open_private
+
 log = logging.getLogger("opptune.agent.workloads")
 
 HASH_MAX_BYTES = 256 << 20
@@ -82,7 +84,7 @@ class FileIds:
         items = list(self._cache.items())[-_CACHE_MAX:]
         tmp = f"{self.cache_path}.tmp"
         try:
-            with open(tmp, "w", encoding="utf-8") as f:
+            with open_private(tmp, encoding="utf-8") as f:
                 json.dump(dict(items), f)
             os.replace(tmp, self.cache_path)
             self._dirty = False

@@ -24,6 +24,7 @@ from .meters.rusage import RusageMeter
 from .run_output import MAX_ERR_TEXT, last_json, merge_json, read_captured
 from .runspec import Knob, Meter, RunSpec
 from .workdir import WorkDirs
+from .workload_check import start_failure
 from .workloads import WorkloadError, Workloads
 
 __all__ = ["Aborted", "Cancelled", "Knob", "Meter", "RunSpec", "Runner"]
@@ -309,7 +310,8 @@ class Runner:
                              self.run_as, cwd)
             except OSError as exc:
                 self._under_way.end()
-                rec.ok, rec.error = False, f"cannot start {argv[0]}: {exc.strerror or exc}"
+                rec.ok, rec.error = False, f"cannot start {argv[0]}: " \
+                    f"{start_failure(argv[0], env, exc)}"
                 return
             affinity = None if self.virtual else observed_affinity(proc.pid)
             status, ru, why = wait(proc, self.timeout_s, self._abort, self._cancel)

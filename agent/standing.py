@@ -26,6 +26,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..shared import protocol as P
+from ..shared.clock_words import clock_text, kept_clock_text
 from ..shared.cpus import format_cpu_list
 from ..shared.standing import key_of, overridden, target_key
 from .knobs.state import atomic_write_json, thread_start_time
@@ -55,14 +56,13 @@ def leaves_nothing(config: dict[str, Any]) -> bool:
 
 
 def describe(config: dict[str, Any]) -> str:
-    """'cfg-1 (pi_integrate on cpus 0-3 at 1500000 kHz)', as the log says it."""
-    clock = (f"{config['freq_khz']} kHz" if config.get("freq_khz") is not None
-             else "the governor's clock")
+    """'cfg-1 (pi_integrate on cpus 0-3 at 1500 MHz)', as the log says it (and status)."""
+    clock = kept_clock_text(config.get("freq_khz"))
     target = config.get("target") or {}
     where = {"pid": f", process {target.get('pid')}",
              "unit": f", unit {target.get('unit')}"}.get(kind_of(target), "")
     return (f"{config.get('config_id')} ({config.get('workload')} on cpus "
-            f"{format_cpu_list(config.get('cpus') or [])} at {clock}{where})")
+            f"{format_cpu_list(config.get('cpus') or [])} {clock}{where})")
 
 
 def wire(config: dict[str, Any] | None) -> dict[str, Any] | None:
@@ -211,7 +211,7 @@ def conflict_lines(configs: list[dict[str, Any]], platform: dict[str, Any],
         over = [o for o in over if not newest_only or o["by"] == newest]
         if not over or cid not in by_id:
             continue
-        where = ", ".join(f"{o['policy']} by {o['by']} ({o['freq_khz']} kHz)" for o in over)
+        where = ", ".join(f"{o['policy']} by {o['by']} ({clock_text(o['freq_khz'])})" for o in over)
         lines.append(f"applied configuration {describe(by_id[cid])}: its clock is overridden "
                      f"on {where}, applied after it; it keeps its cpu set and its clock "
                      "elsewhere")

@@ -25,6 +25,8 @@ import socket
 import struct
 from typing import IO
 
+from .private import make_dir, open_private
+
 LOCK_FILENAME = "agent.lock"
 
 
@@ -42,9 +44,9 @@ def hold(state_dir: str) -> IO[str]:
     file; keep the returned file open as long as the agent runs, close it to let go.
     Raises StateDirBusy when another process holds it, OSError when the directory is not
     usable."""
-    os.makedirs(state_dir, exist_ok=True)
+    make_dir(state_dir)
     path = os.path.join(state_dir, LOCK_FILENAME)
-    fh = open(path, "a+")
+    fh = open_private(path, "a+")
     try:
         fcntl.flock(fh, fcntl.LOCK_EX | fcntl.LOCK_NB)
     except BlockingIOError:

@@ -18,7 +18,8 @@ What is guaranteed:
   Every process of the unit, present and future, is confined by the cgroup. systemd's
   ``EffectiveCPUs`` is read back after the change: where it is not the set asked for (cgroup
   v1 or hybrid hierarchy, where set-property succeeds without effect; a unit not running) the
-  change is undone and the configuration refused (TargetError).
+  change is undone and the configuration refused (TargetError); without systemd the cgroup's
+  ``cpuset.cpus.effective`` is, the same way (a parent whose cpuset allows other cpus).
 
 Every change is recorded with the value it replaced and the configuration it was made for
 (its ``owner``, a config id). :meth:`Targets.release` undoes one configuration's changes,
@@ -275,8 +276,36 @@ class Targets:
             raise TargetError(f"cannot confine {name}: {exc}") from None
         self._undo.append((owner, f"{rel}", ("cgroup", rel),
                            lambda: self.fs.write(rel, old if old else "")))
+        why = self._cgroup_not_in_effect(cg, cpus)
+        if why:
+            # as for EffectiveCPUs: a confinement that is not the one asked for is not
+            # measured as if it were
+            problems = self.release(owner)
+            back = f"putting it back failed: {problems[0]}" if problems else \
+                f"cpuset.cpus put back to {old or '(empty)'}"
+            raise TargetError(f"cpuset.cpus={text} of {name} {why[0]} ({back}); {why[1]}")
         return {"kind": "unit", "unit": name, "method": "cgroup cpuset.cpus", "cgroup": cg,
                 "allowed_cpus": text}
+
+    def _cgroup_not_in_effect(self, cg: str, cpus: list[int]) -> tuple[str, str] | None:
+        """(what happened, what to do) where cpuset.cpus of cgroup ``cg``, just written, does
+        not confine it to ``cpus``; None where it does. The kernel takes any cpus in the write
+        and confines the cgroup to those its parent allows (cpuset.cpus.effective), or to all
+        the parent's where it allows none of them: only the effective set tells."""
+        eff = f"{cg}/cpuset.cpus.effective"
+        try:
+            effective = self.fs.read_list(eff)
+        except KnobUnavailable as exc:
+            return (f"cannot be checked: {exc.reason} reading {eff}",
+                    "enable the cpuset controller in its parent's cgroup.subtree_control, or "
+                    "apply to the unit's main process with --pid")
+        if effective == sorted(set(cpus)):
+            return None
+        parent = cg.rsplit("/", 1)[0]
+        allowed = self.fs.try_text(f"{parent}/cpuset.cpus.effective")
+        return (f"took effect as cpus {format_cpu_list(effective)} (its parent {parent} allows "
+                f"cpus {allowed or '?'} only)",
+                f"choose cpus among {allowed or 'those'}, or widen {parent}/cpuset.cpus")
 
     def _systemctl_set(self, name: str, cpus_text: str) -> None:
         res = subprocess.run([self.systemctl, "set-property", "--runtime", name,

@@ -4,9 +4,12 @@ run as and closed to everyone else (0700). Without one a workload ran in the age
 directory (``/`` under the unit), where a program that writes a scratch or output file fails,
 or writes where it should not.
 
-The state directory is closed to others (the unit's StateDirectoryMode=0700), which would keep
-the workloads' user out of its own directory below: it is opened for search only (0711): nothing in
-it can be listed, and a file closed to others (the unit's UMask=0077) stays closed.
+The state directory is closed to others (0700: agent/private.py), which would keep the
+workloads' user out of its own directory below: where that user is another than the agent's, it
+and ``work`` are opened for search only (0711), the least that lets a user reach a directory
+below (search by its group alone would need the state directory given to that group, and
+under the unit the directory is systemd's, StateDirectory=): nothing in them can be listed,
+and every file of the agent's is 0600. Where the workloads run as the agent's own user, both stay 0700.
 """
 
 from __future__ import annotations
@@ -55,12 +58,14 @@ class WorkDirs:
     def _make(self, path: str) -> None:
         if self.run_as is not None:
             self._open_for_search(self.state_dir)
+        # searched by the workloads' user where it is another, else the agent's alone
+        base_mode = 0o711 if self.run_as is not None else 0o700
         try:
-            os.mkdir(self.base, 0o711)
+            os.mkdir(self.base, base_mode)
         except FileExistsError:
             pass
         if os.stat(self.base).st_uid == os.geteuid():
-            os.chmod(self.base, 0o711)  # the umask's 0755 would list the workloads' names
+            os.chmod(self.base, base_mode)  # the umask's 0755 would list the workloads' names
         elif self.run_as is not None:
             self._open_for_search(self.base)
         try:

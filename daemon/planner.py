@@ -23,6 +23,7 @@ from __future__ import annotations
 import uuid
 from typing import Any
 
+from ..shared.clock_words import GOVERNOR_CLOCK, OWN_CLOCK, clock_text
 from ..shared.config import ConfigError, SweepDefaults
 from ..shared.cpus import format_cpu_list
 
@@ -259,11 +260,6 @@ def clocks_never_apply(platform: dict[str, Any], kind: str | None, board: str) -
             "never reach it")
 
 
-# what cpus run at where no frequency is set (a recommendation's or a tune step's ``clock``)
-GOVERNOR_CLOCK = "governor's choice"
-OWN_CLOCK = "no set frequency (the board's own clock)"
-
-
 def unset_clock(platform: dict[str, Any], cpus: list[int], reaches: bool = True) -> str:
     """What ``cpus`` run at where no frequency is set: the governor's choice where a cpufreq
     policy governs them and the board's clocks reach the workload (``reaches``: False for a
@@ -279,13 +275,6 @@ def workload_clock(platform: dict[str, Any], kind: str | None, cpus: list[int]) 
     answered recommendation's ``clock``): :func:`unset_clock`, with the board's clocks out of
     reach of a command on a virtual board (:func:`clocks_never_apply`)."""
     return unset_clock(platform, cpus, clocks_never_apply(platform, kind, "") is None)
-
-
-def clock_text(freq_khz: int | None, clock: str | None = None) -> str:
-    """A configuration's frequency in words ("1400 MHz"); where none is set, ``clock``, what
-    its cpus run at (:func:`workload_clock`; None: an older daemon did not say: the governor's
-    choice, as it meant). Shared by recommend, tune, status and report."""
-    return (clock or GOVERNOR_CLOCK) if freq_khz is None else f"{freq_khz / 1000:g} MHz"
 
 
 def cores_not_swept(platform: dict[str, Any], board: str) -> str | None:

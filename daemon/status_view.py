@@ -8,6 +8,7 @@ from typing import Any
 from rich.console import Console
 from rich.table import Table
 
+from ..shared.clock_words import kept_clock_text
 from ..shared.cpus import format_cpu_list
 from .console import make_console
 from .planner import clock_text, frequencies_not_swept
@@ -175,8 +176,7 @@ def standing_lines(agent: dict[str, Any], board: str) -> list[str]:
 
 def _standing_line(who: str, s: dict[str, Any]) -> str:
     # a standing record keeps no clock: what its cpus run at is not known here
-    clock = (f"at {clock_text(s['freq_khz'])}" if isinstance(s.get("freq_khz"), int)
-             else "with no set frequency")
+    clock = kept_clock_text(s["freq_khz"] if isinstance(s.get("freq_khz"), int) else None)
     target = s.get("target") if isinstance(s.get("target"), dict) else {}
     where = (f", process {target.get('pid')}" if target.get("kind") == "pid" else
              f", unit {target.get('unit')}" if target.get("kind") == "unit" else "")

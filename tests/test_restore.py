@@ -20,7 +20,7 @@ import pytest
 from opptune.agent.knobs.state import CPUSET_FILENAME, STATE_FILENAME, restore_at_start
 from opptune.agent.virtual_board import make_tree
 from procs import all_jobs_complete, received
-from test_targets import cgroup_tree
+from fake_trees import cgroup_tree
 from test_virtual_e2e import cpufreq_state, start
 
 PY = sys.executable

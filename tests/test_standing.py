@@ -88,7 +88,7 @@ def test_the_applied_clock_is_in_force_again_after_the_agent_restarts(tmp_path):
     try:
         agent.started()
         assert pinned_at(root, 1_000_000), cpufreq_state(root)
-        assert "applied configuration c1 (w on cpus 0-1 at 1000000 kHz) in force again after " \
+        assert "applied configuration c1 (w on cpus 0-1 at 1000 MHz) in force again after " \
                "the agent's start" in agent.text()
     finally:
         assert agent.stop() == 0, agent.text()
@@ -104,7 +104,7 @@ def test_without_cpufreq_after_the_restart_it_is_dropped_and_the_agent_goes_on(t
     try:
         agent.started()
         (line,) = [ln for ln in agent.text().splitlines() if "dropped" in ln]
-        assert "applied configuration c1 (w on cpus 0-1 at 1000000 kHz) dropped: frequency " \
+        assert "applied configuration c1 (w on cpus 0-1 at 1000 MHz) dropped: frequency " \
                "1000000 kHz cannot be set" in line, line
         assert not (state / FILENAME).exists()
         assert "Traceback" not in agent.text()
@@ -193,7 +193,7 @@ def test_the_same_process_is_confined_again(tmp_path, sleeper, caplog):
         ex.stand_again()
     try:
         assert os.sched_getaffinity(sleeper.pid) == {0}
-        assert f"applied configuration c1 (w on cpus 0 at the governor's clock, process " \
+        assert f"applied configuration c1 (w on cpus 0 with no set frequency, process " \
                f"{sleeper.pid}) in force again" in caplog.text
         assert ex.standing_wire()["target"] == {"kind": "pid", "pid": sleeper.pid}
     finally:
@@ -222,7 +222,7 @@ def test_a_process_gone_or_another_is_dropped_with_the_reason(tmp_path, sleeper,
     try:
         with caplog.at_level(logging.INFO, "opptune.agent.standing"):
             ex.stand_again()
-        assert f"applied configuration c1 (w on cpus 0 at the governor's clock, process " \
+        assert f"applied configuration c1 (w on cpus 0 with no set frequency, process " \
                f"{pid}) dropped: {why.format(pid=pid)}" in caplog.text
         assert not kept.exists()
         assert ex.standing_wire() is None and ex.standing_dropped[0].startswith("c1: ")
@@ -270,7 +270,7 @@ def test_forget_applied_ends_it_while_the_agent_is_stopped_and_refuses_under_a_r
     p = forget()
     assert p.returncode == 0, p.stderr
     assert p.stderr == ("opptune-agent: forgot the applied configuration c1 (w on cpus 0-1 at "
-                        "1000000 kHz): the agent's next start leaves the board at its original "
+                        "1000 MHz): the agent's next start leaves the board at its original "
                         "settings\n")
     assert not (state / FILENAME).exists()
     (tmp_path / "next").mkdir()  # a log of its own: the first agent's says it started

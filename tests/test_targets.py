@@ -19,6 +19,7 @@ from opptune.agent.targets import TargetError, Targets, find_unit_cgroup
 from opptune.agent.workloads import Workloads
 from opptune.shared import protocol as P
 from opptune.shared.config import AgentConfig, CommandWorkload
+from fake_trees import cgroup_tree
 
 PY = sys.executable
 
@@ -35,17 +36,6 @@ print("ready", flush=True)
 for line in sys.stdin:  # "spawn": one more thread, which prints its id
     threading.Thread(target=spin, args=(True,), daemon=True).start()
 """
-
-
-def cgroup_tree(root, unit="web.service", cpus="0-1"):
-    """A cgroup v2 tree with one unit under system.slice (cpuset enabled)."""
-    base = root / "sys/fs/cgroup"
-    d = base / "system.slice" / unit
-    d.mkdir(parents=True)
-    (base / "cgroup.controllers").write_text("cpuset cpu io memory pids\n")
-    (d / "cpuset.cpus").write_text(f"{cpus}\n")
-    (d / "cpu.stat").write_text("usage_usec 1500000\nuser_usec 1000000\nsystem_usec 500000\n")
-    return d
 
 
 def make_env(tmp_path, targets):
@@ -142,6 +132,41 @@ def test_a_unit_cgroup_gets_its_cpuset_written_and_restored(tmp_path, caplog):
         assert (d / "cpuset.cpus").read_text() == "0-1"
     finally:
         ob.close()
+
+
+@pytest.mark.parametrize("asked, text", [([0, 1], "0-1"), ([3], "3")])
+def test_a_unit_cgroup_whose_parent_allows_other_cpus_is_refused(tmp_path, asked, text):
+    """Without systemd the unit's cpuset.cpus was written and the configuration measured as
+    confined to the cpus asked, while the kernel confined the unit to those its slice allows
+    (0-1 -> 0), or to all the slice's where it allows none (3 -> 0). Read back, it is undone
+    and refused with the reason, as EffectiveCPUs is under systemd."""
+    root = tmp_path / "root"
+    d = cgroup_tree(root, parent_allows="0")
+    rec = tmp_path / "cpuset-state.json"
+    from opptune.agent.knobs.state import CpusetRecord
+    targets = Targets(SysFS(str(root)), systemd=False,
+                      record=CpusetRecord(str(rec), str(root)))
+    with pytest.raises(TargetError) as err:
+        targets.apply({"kind": "unit", "unit": "web"}, asked, owner="c1")
+    assert str(err.value) == (
+        f"cpuset.cpus={text} of web.service took effect as cpus 0 (its parent /sys/fs/cgroup/system.slice allows cpus 0 only) (cpuset.cpus "
+        "put back to 0-1); choose cpus among 0, or widen /sys/fs/cgroup/system.slice/"
+        "cpuset.cpus")
+    assert (d / "cpuset.cpus").read_text() == "0-1"
+    assert targets.owners() == set() and not rec.exists()
+
+
+def test_a_unit_cgroup_without_an_effective_cpuset_is_refused(tmp_path):
+    root = tmp_path / "root"
+    d = cgroup_tree(root)
+    (d / "cpuset.cpus.effective").unlink()
+    targets = Targets(SysFS(str(root)), systemd=False)
+    with pytest.raises(TargetError, match="^cpuset.cpus=0 of web.service cannot be checked: "
+                                          "No such file or directory reading /sys/fs/cgroup/"
+                                          "system.slice/web.service/cpuset.cpus.effective "
+                                          r"\(cpuset.cpus put back to 0-1\); enable the cpuset"):
+        targets.apply({"kind": "unit", "unit": "web"}, [0])
+    assert (d / "cpuset.cpus").read_text() == "0-1" and targets.owners() == set()
 
 
 def test_systemd_machines_use_systemctl_set_property(tmp_path):

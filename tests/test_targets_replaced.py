@@ -33,7 +33,8 @@ from opptune.agent.workloads import Workloads
 from opptune.shared import protocol as P
 from opptune.shared.config import AgentConfig, CommandWorkload
 from test_idle_clock import job, pinned_at, work
-from test_targets import applied, cgroup_tree
+from fake_trees import cgroup_tree
+from test_targets import applied
 from test_virtual_e2e import cpufreq_state
 
 PY = sys.executable
@@ -179,16 +180,16 @@ def test_a_unit_and_a_process_stand_together_and_a_newer_clock_holds_on_its_poli
         work(w, config("c3", None, cpus=[0, 1], freq_khz=1_400_000))  # the board's own
         assert pinned_at(str(root), 1_400_000) and pinned_at(str(root), 1_800_000, "policy4")
         assert [c["config_id"] for c in ex.standings_wire()] == ["c1", "c2", "c3"]
-        overridden = (f"applied configuration c2 (w on cpus 1 at 1000000 kHz, process "
-                      f"{procs[0].pid}): its clock is overridden on policy0 by c3 (1400000 "
-                      "kHz), applied after it")
+        overridden = (f"applied configuration c2 (w on cpus 1 at 1000 MHz, process "
+                      f"{procs[0].pid}): its clock is overridden on policy0 by c3 (1400 MHz), "
+                      "applied after it")
         assert overridden in caplog.text
         # a job moves the clocks; at rest each policy is back at the clock that holds there
         caplog.set_level(logging.INFO, "opptune.agent.apply")
         work(w, job("j1", [([0, 4], 600_000)]))
         assert pinned_at(str(root), 1_400_000) and pinned_at(str(root), 1_800_000, "policy4")
-        assert "idle: knobs back to the applied configurations (policy0 at 1400000 kHz of c3; " \
-               "policy4 at 1800000 kHz of c1)" in caplog.text
+        assert "idle: knobs back to the applied configurations (policy0 at 1400 MHz of c3; " \
+               "policy4 at 1800 MHz of c1)" in caplog.text
     # the agent stopped (everything put back) and started again: all three stand, c3's
     # clock on policy0, said again rather than c2's set over it
     assert cpufreq_state(str(root)) == before and (d / "cpuset.cpus").read_text() == "0-7"
@@ -253,7 +254,7 @@ def test_a_replacement_that_fails_leaves_the_configuration_in_force_confined(tmp
         assert os.sched_getaffinity(first.pid) == {0}
         assert ex.standing_wire()["config_id"] == "c1"
         assert recorded(tmp_path / "state") == [("c1", "affinity", first.pid)]
-        assert "applied configuration c1 (w on cpus 0 at the governor's clock, process " \
+        assert "applied configuration c1 (w on cpus 0 with no set frequency, process " \
                f"{first.pid}): its target confined again" in caplog.text
         setspeed.rmdir()
         setspeed.write_text("0\n")

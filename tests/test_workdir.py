@@ -108,7 +108,8 @@ def test_the_agents_own_user_gets_a_directory_too(tmp_path):
     work = tmp_path / "state" / "work" / dir_name("w/1")
     assert (work / "scratch.txt").read_text() == f"{work} {os.getuid()}"
     assert stat.S_IMODE(os.stat(work).st_mode) == 0o700
-    assert stat.S_IMODE(os.stat(work.parent).st_mode) == 0o711  # its names are not listed
+    # no other user needs to pass: work/ is the agent's alone (0711 before)
+    assert stat.S_IMODE(os.stat(work.parent).st_mode) == 0o700
 
 
 def test_a_runner_without_a_state_dir_keeps_its_working_directory(tmp_path, monkeypatch):

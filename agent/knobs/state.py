@@ -27,6 +27,7 @@ import threading
 import time
 from typing import Callable
 
+from ..private import make_dir, open_private
 from ..sysfs import KnobUnavailable, SysFS
 
 STATE_FILENAME = "cpufreq-state.json"
@@ -37,9 +38,9 @@ CPUFREQ = "/sys/devices/system/cpu/cpufreq"
 
 def atomic_write_json(path: str, data: dict) -> None:
     d = os.path.dirname(os.path.abspath(path))
-    os.makedirs(d, exist_ok=True)
+    make_dir(d)
     tmp = f"{path}.tmp.{os.getpid()}"
-    with open(tmp, "w") as fh:
+    with open_private(tmp) as fh:
         json.dump(data, fh, indent=1, sort_keys=True)
         fh.flush()
         os.fsync(fh.fileno())

@@ -1,0 +1,81 @@
+"""The agent's state directory and files are closed to other users whatever the umask: an
+agent started from a shell with umask 000 left its state directory and its outbox, saved
+originals, applied configuration and lock writable by anyone (the unit's UMask=0077 hid it)."""
+
+from __future__ import annotations
+
+import os
+import signal
+import stat
+import subprocess
+import sys
+from pathlib import Path
+
+from opptune.agent.knobs.state import STATE_FILENAME
+from opptune.agent.standing import FILENAME as STANDING
+from opptune.agent.virtual_board import make_tree
+from procs import RUN_AS_OPTION, free_endpoint, wait_until
+from test_idle_clock import config, job, pinned_at, work, worker_on
+
+PY = sys.executable
+
+
+def modes(state: Path) -> dict[str, int]:
+    """Every entry under ``state`` (itself as '.') -> its permission bits."""
+    out = {".": stat.S_IMODE(state.stat().st_mode)}
+    for p in state.rglob("*"):
+        out[str(p.relative_to(state))] = stat.S_IMODE(p.lstat().st_mode)
+    return out
+
+
+def open_to_others(state: Path) -> dict[str, str]:
+    """What under ``state`` other users may read or write (or, a directory, list)."""
+    return {name: f"{mode:04o}" for name, mode in modes(state).items() if mode & 0o066}
+
+
+def test_an_agent_started_under_umask_000_keeps_its_state_to_itself(tmp_path):
+    root = make_tree("rpi4", str(tmp_path / "board"))
+    state = tmp_path / "new" / "state"  # made by the agent
+    log = tmp_path / "agent.log"
+    with open(log, "wb") as fh:
+        proc = subprocess.Popen(
+            [PY, "-m", "opptune.agent", "--daemon", free_endpoint(), "--agent-id", "a1",
+             "--state-dir", str(state), "--sysfs-root", root, "--virtual-board", "rpi4",
+             "--heartbeat", "0.5", *RUN_AS_OPTION], stdout=fh, stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL, umask=0)
+    try:
+        wait_until(lambda: "agent a1 on platform" in log.read_text() or proc.poll() is not None,
+                   "the agent's start", 60, log.read_text)
+        assert proc.poll() is None, log.read_text()
+        found = modes(state)
+        assert {"agent.lock", "outbox.db", "program-ids.json"} <= set(found), found
+        assert found["."] == 0o700, found
+        assert open_to_others(state) == {}, found
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(30) == 0, log.read_text()
+
+
+def test_the_files_of_jobs_and_applied_configurations_are_the_agents_alone(tmp_path):
+    old = os.umask(0)
+    try:
+        with worker_on(tmp_path, "rpi4") as (ex, w, knob, root, sent):
+            state = tmp_path / "state"
+            work(w, job("j1", [([0], 1_000_000)]))
+            work(w, config("c1", 1_000_000))
+            assert pinned_at(root, 1_000_000)
+            found = modes(state)
+            assert {STANDING, STATE_FILENAME, "applied.json", "outbox.db"} <= set(found), found
+            assert open_to_others(state) == {}, found
+    finally:
+        os.umask(old)
+
+
+def test_files_left_open_by_an_earlier_umask_are_narrowed_when_written_again(tmp_path):
+    from opptune.agent.private import open_private
+    p = tmp_path / "applied.json.tmp"
+    p.write_text("old")
+    p.chmod(0o666)
+    with open_private(str(p)) as fh:
+        fh.write("new")
+    assert stat.S_IMODE(p.stat().st_mode) == 0o600 and p.read_text() == "new"

@@ -1,0 +1,156 @@
+"""Each workload's working directory and program, checked at the agent's start as the user its
+runs run as (agent/workload_check.py). A directory that user cannot enter was found only at
+the first run (every run of the workload failed), and a command name not on the PATH failed
+each run with only "No such file or directory"."""
+
+import json
+import shutil
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+import pytest
+
+from opptune.agent.child import resolve_run_as
+from opptune.agent.runner import Runner
+from opptune.agent.runspec import RunSpec
+from opptune.agent.workdir import WorkDirs
+from opptune.agent.workload_check import Refused, check_workloads
+from opptune.agent.workloads import Workloads
+from opptune.shared.config import AgentConfig, CommandWorkload
+from procs import free_endpoint, write_toml
+from test_workdir import SYS_PY, as_nobody
+
+PY = sys.executable
+
+
+@pytest.fixture
+def open_tmp():
+    """A directory other users may pass through (pytest's tmp lies in a root-only one)."""
+    path = Path(tempfile.mkdtemp(prefix="opptune-check-"))
+    path.chmod(0o755)
+    yield path
+    shutil.rmtree(path)
+
+
+def start(tmp: Path, state: Path, workloads: list[dict]) -> subprocess.CompletedProcess:
+    """An agent started with ``workloads`` run as nobody; it is expected to stop at start."""
+    cfg = tmp / "agent.toml"
+    write_toml(cfg, {"daemon": free_endpoint(), "agent_id": "a1", "state_dir": str(state),
+                     "bench_kernels": [], "run_as": "nobody", "heartbeat_s": 0.5})
+    with open(cfg, "a") as fh:
+        for w in workloads:
+            fh.write("[[workloads]]\n" + "".join(f"{k} = {json.dumps(v)}\n"
+                                                 for k, v in w.items()))
+    return subprocess.run([PY, "-m", "opptune.agent", "--config", str(cfg)],
+                          capture_output=True, text=True, timeout=120)
+
+
+@as_nobody
+def test_a_cwd_its_user_cannot_enter_stops_the_agent_at_start(open_tmp):
+    closed = open_tmp / "closed"
+    closed.mkdir(mode=0o700)  # root's
+    p = start(open_tmp, open_tmp / "state",
+              [{"name": "w", "command": [SYS_PY, "-c", "pass"], "cwd": str(closed)}])
+    assert p.returncode == 2, p.stderr
+    (line,) = [ln for ln in p.stderr.splitlines() if ln.startswith("opptune-agent:")]
+    assert line == (
+        f"opptune-agent: configuration error: {open_tmp / 'agent.toml'}: workload 'w': its "
+        f"runs run as user 'nobody', who cannot enter their working directory {closed} "
+        "(Permission denied); give it search permission (x) on each directory of that path, "
+        "set the entry's 'cwd' to a directory it may enter, or leave 'cwd' out (a directory "
+        "of its own under the state directory)")
+    assert "Traceback" not in p.stderr
+
+
+@as_nobody
+def test_a_state_directory_its_user_cannot_reach_stops_the_agent_at_start(open_tmp):
+    """The workload's own directory under a state directory inside a root-only one (a home
+    directory): made, but out of its user's reach."""
+    (open_tmp / "home").mkdir(mode=0o700)
+    state = open_tmp / "home" / "state"
+    p = start(open_tmp, state, [{"name": "w", "command": [SYS_PY, "-c", "pass"]}])
+    assert p.returncode == 2, p.stderr
+    assert (f"workload 'w': its runs run as user 'nobody', who cannot enter their working "
+            f"directory {state / 'work' / 'w'} (Permission denied); give it search permission "
+            "(x) on each directory above the state directory, or choose a state directory it "
+            "can reach") in p.stderr, p.stderr
+    assert "Traceback" not in p.stderr
+
+
+def check(tmp: Path, workloads: list[CommandWorkload], run_as=None) -> list[str]:
+    cfg = AgentConfig(bench_kernels=[], workloads=workloads)
+    (tmp / "state").mkdir(exist_ok=True)  # the agent's, made at its start
+    return check_workloads(Workloads(cfg, catalogue={}), WorkDirs(str(tmp / "state"), run_as),
+                           run_as)
+
+
+def test_a_program_not_found_is_warned_of_with_the_path_searched(tmp_path, monkeypatch):
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    (bin_dir / "app").write_text("#!/bin/sh\n")
+    (bin_dir / "app").chmod(0o755)
+    monkeypatch.chdir(tmp_path)
+    warnings = check(tmp_path, [
+        CommandWorkload("typo", ["ffmpge", "-i", "x"], env={"PATH": f"{bin_dir}:/nonexistent"}),
+        CommandWorkload("found", ["app"], env={"PATH": str(bin_dir)}),
+        CommandWorkload("rel", ["./bin/nope"]),
+        CommandWorkload("relfound", ["./bin/app"]),
+        CommandWorkload("templated", ["{size}-bench"])])
+    assert warnings == [
+        f"workload 'rel': no program {tmp_path}/bin/nope (./bin/nope is taken from the agent's "
+        f"working directory {tmp_path}, not the workload's); each run fails until it is "
+        "there: give its absolute path in 'command'",
+        f"workload 'typo': no program 'ffmpge' on the PATH its runs get ({bin_dir}:"
+        "/nonexistent); each run fails until it is there: give its absolute path in "
+        "'command', or set PATH in the entry's env"]
+
+
+@as_nobody
+def test_a_program_its_user_may_not_execute_is_warned_of(open_tmp):
+    prog = open_tmp / "app"
+    prog.write_text("#!/bin/sh\n")
+    prog.chmod(0o744)  # root's to run
+    nobody = resolve_run_as("nobody")
+    warnings = check(open_tmp, [CommandWorkload("w", [str(prog)])], nobody)
+    assert warnings == [f"workload 'w': user 'nobody' may not execute {prog} (no permission "
+                        "to reach or execute it); each run fails until it is there"]
+    prog.chmod(0o755)
+    assert check(open_tmp, [CommandWorkload("w", [str(prog)])], nobody) == []
+    closed = open_tmp / "closed"  # a home of mode 0700: there, but out of the user's reach
+    closed.mkdir(mode=0o700)
+    shutil.copy(prog, closed / "app")
+    assert check(open_tmp, [CommandWorkload("w", [str(closed / "app")])], nobody) == [
+        f"workload 'w': user 'nobody' may not execute {closed / 'app'} (no permission to "
+        "reach or execute it); each run fails until it is there"]
+
+
+@as_nobody
+def test_a_cwd_its_user_may_enter_but_not_write_is_warned_of(open_tmp):
+    ro = open_tmp / "ro"
+    ro.mkdir(mode=0o755)  # root's: others enter and read
+    nobody = resolve_run_as("nobody")
+    assert check(open_tmp, [CommandWorkload("w", [SYS_PY], cwd=str(ro))], nobody) == [
+        f"workload 'w': user 'nobody' may not write in its working directory {ro}: a run "
+        "that writes a file there fails"]
+    ro.chmod(0o777)
+    assert check(open_tmp, [CommandWorkload("w", [SYS_PY], cwd=str(ro))], nobody) == []
+
+
+def test_a_directory_that_cannot_be_made_is_refused(tmp_path):
+    (tmp_path / "state").mkdir()
+    (tmp_path / "state" / "work").write_text("")  # a file where the directory goes
+    with pytest.raises(Refused, match=r"^workload 'w': cannot make its working directory "
+                                      r"under .*/state/work \("):
+        check(tmp_path, [CommandWorkload("w", [PY, "-c", "pass"])])
+
+
+def test_a_run_of_a_program_not_on_the_path_names_the_path(tmp_path):
+    cfg = AgentConfig(bench_kernels=[], workloads=[
+        CommandWorkload("typo", ["ffmpge"], env={"PATH": "/nonexistent:/also-not"})])
+    rec = Runner(Workloads(cfg, catalogue={}), "p", state_dir=str(tmp_path)).run_once(
+        RunSpec("typo", "default", [0], 1))
+    assert not rec.ok
+    assert rec.error == ("cannot start ffmpge: no program 'ffmpge' on the PATH of its run "
+                         "(/nonexistent:/also-not)")
