@@ -25,8 +25,11 @@ venv: $(STAMP)
 demo: venv
 	$(VENV)/bin/opptune demo $(DEMO_ARGS)
 
+# The suite in TEST_WORKERS processes (pytest-xdist; 0 runs it in this one); most tests wait on
+# the processes they start rather than compute, so more workers than cores pay
+TEST_WORKERS ?= 4
 test: venv
-	$(PY) -m pytest -q $(PYTEST_ARGS)
+	$(PY) -m pytest -q -n $(TEST_WORKERS) $(PYTEST_ARGS)
 
 # the benchmarks also compare with optuna's Bayesian optimisation (the bench extra)
 $(VENV)/.opptune-bench: $(STAMP)

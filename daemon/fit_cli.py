@@ -22,15 +22,17 @@ import numpy as np
 
 from .models import registry
 from .models.base import NotEnoughData, Observations
-from .models.energy import PowerModeler, predict_energy
 from .datasets import find_data, not_found_hint
 from .fitter import candidates_for, with_pooled
 from .models.calibrate import interval_state, with_interval
 from .models.pooled import ReplayCache
-from .models.select import choose
 from .recommend import platform_others
 from .options import parse_frequencies
 from .tidy import ZERO_TIME, TidyError, median_reps, read_tidy
+
+# models.energy and models.select (scipy.stats, over a second to import) are imported where
+# fit and predict use them: every 'opptune' command builds this module's parsers, and
+# 'opptune status' or 'sweep' should not wait for scipy
 
 CV_KEYS = ("name", "cv_mape", "fit_ms", "error")  # one row of a fit's "cv" list
 PIPED_WIDTH = 120  # the width a table with a fold column keeps to where output is piped
@@ -270,6 +272,7 @@ def cmd_fit(args: argparse.Namespace) -> int:
     # the platform's other groups replayed through each group's split size its interval,
     # as in the daemon (fitter.fit_group); replays of this run's choice only
     replays = ReplayCache()
+    from .models.select import choose
 
     def candidates(o: Observations) -> list[str] | None:
         return candidates_for(o) if args.candidates == "daemon" else named
@@ -349,6 +352,7 @@ def fit_power(obs: Observations) -> dict[str, Any] | None:
     (models/energy.py): its description and state, or its error; None without such columns."""
     if obs.power_w is None and obs.energy_j is None:
         return None
+    from .models.energy import PowerModeler
     try:
         fitted = PowerModeler().fit(obs)
     except NotEnoughData as exc:
@@ -474,6 +478,7 @@ def cmd_predict(args: argparse.Namespace) -> int:
     except UsageError as exc:
         print(f"opptune predict: {exc}", file=sys.stderr)
         return 2
+    from .models.energy import PowerModeler, predict_energy
     cc, ff = np.meshgrid(cores, freqs, indexing="ij")
     query = Observations.query(cc.ravel(), ff.ravel())
     out, rows = [], []

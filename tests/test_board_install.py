@@ -91,6 +91,19 @@ def test_scripts_with_extra_reach_their_commands():
     assert out.returncode == 0 and "--daemon" in out.stdout, out.stderr
 
 
+def test_commands_that_fit_nothing_start_without_scipy():
+    """Every 'opptune' command builds every command's parser; fit_cli imported the models'
+    scipy.stats at the top, so 'opptune status' spent over a second (about two thirds of its
+    start) loading what only fit, predict and eval use."""
+    out = subprocess.run([sys.executable, "-c",
+                          "import sys; from opptune.daemon.cli import build_parser\n"
+                          "build_parser().parse_args(['status'])\n"
+                          "print(sorted({m.split('.')[0] for m in sys.modules} & "
+                          "{'scipy', 'sklearn', 'matplotlib'}))"],
+                         capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0 and out.stdout == "[]\n", out.stderr
+
+
 def test_ctrl_c_while_the_cli_loads_exits_130_without_a_traceback(monkeypatch, capsys):
     # Ctrl-C in the second 'opptune' spends importing scipy (building the parser) came
     # before main's own handler: a KeyboardInterrupt traceback reached the user
