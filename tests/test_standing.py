@@ -319,10 +319,10 @@ def test_two_processes_stand_through_a_restart_and_one_gone_is_dropped_alone(tmp
         with caplog.at_level(logging.INFO, "opptune.agent.standing"):
             ex.stand_again()
         try:
-            assert f"applied configuration c1 (w on cpus 0 at the governor's clock, process " \
+            assert f"applied configuration c1 (w on cpus 0 with no set frequency, process " \
                    f"{first.pid}) dropped: process {first.pid} is gone; the other applied " \
                    "configurations stand" in caplog.text
-            assert f"applied configuration c2 (w on cpus 1 at the governor's clock, process " \
+            assert f"applied configuration c2 (w on cpus 1 with no set frequency, process " \
                    f"{second.pid}) in force again" in caplog.text
             assert os.sched_getaffinity(second.pid) == {1}
             assert [c["config_id"] for c in ex.standings_wire()] == ["c2"]
@@ -349,7 +349,7 @@ def test_the_file_of_an_agent_of_one_configuration_stands_after_an_upgrade(tmp_p
     try:
         agent.started()
         assert pinned_at(root, 1_000_000), cpufreq_state(root)
-        assert "applied configuration c1 (w on cpus 0-1 at 1000000 kHz) in force again after " \
+        assert "applied configuration c1 (w on cpus 0-1 at 1000 MHz) in force again after " \
                "the agent's start" in agent.text()
     finally:
         assert agent.stop() == 0, agent.text()
@@ -383,14 +383,14 @@ def test_forget_applied_ends_one_target_s_configuration_and_leaves_the_others(tm
     p = forget()  # several stand: which?
     assert p.returncode == 2 and p.stdout == "", p.stderr
     assert "3 applied configurations are kept" in p.stderr
-    assert "board: c1 (w on cpus 0 at 1000000 kHz); pid:4242: c2 (w on cpus 0 at the " \
-           "governor's clock, process 4242); unit:web.service: c3" in p.stderr
+    assert "board: c1 (w on cpus 0 at 1000 MHz); pid:4242: c2 (w on cpus 0 with no set " \
+           "frequency, process 4242); unit:web.service: c3" in p.stderr
     assert "say which with --forget-applied TARGET (board, pid:N, unit:NAME, or all); " \
            "nothing forgotten" in p.stderr and kept() == ["c1", "c2", "c3"]
     p = forget("pid:4242")
     assert p.returncode == 0, p.stderr
-    assert p.stderr == ("opptune-agent: forgot the applied configuration c2 (w on cpus 0 at the "
-                        "governor's clock, process 4242): the agent's next start leaves "
+    assert p.stderr == ("opptune-agent: forgot the applied configuration c2 (w on cpus 0 with no set "
+                        "frequency, process 4242): the agent's next start leaves "
                         "process 4242 at its original settings\n"
                         "opptune-agent: 2 other applied configurations stand\n")
     assert kept() == ["c1", "c3"]
