@@ -18,7 +18,7 @@ from typing import Any, Mapping
 
 from .. import __version__
 from ..shared.config import AgentConfig, CommandWorkload
-from .program_id import FileIds, command_files, kernel_files
+from .program_id import FileIds, command_files, kernel_files, shell_files, shell_string
 from .workdir import SUBDIR, dir_name
 
 log = logging.getLogger("opptune.agent.workloads")
@@ -41,11 +41,10 @@ class Workload:
     # its files as last digested, each with its (device, inode, size, mtime) or None (missing):
     # the same again means the same digests (Workloads.refresh)
     seen: tuple = field(default=(), repr=False)
-    # its files as the look before the last run found them, those that changed during that
-    # run, and those that changed during two runs in a row: the runs' output (an output file
-    # named on the command line), not looked at again while the agent runs (Workloads.ran)
+    # its files as the look before the last run found them, and those of its arguments that
+    # changed during a run: the runs' output (an output file named on the command line), not
+    # looked at again while the agent runs (Workloads.ran)
     at_run: tuple = field(default=(), repr=False)
-    changed_in_run: frozenset = field(default=frozenset(), repr=False)
     output: frozenset = field(default=frozenset(), repr=False)
     changed: list = field(default_factory=list, repr=False)  # what the last new digest saw
 
@@ -176,26 +175,40 @@ class Workloads:
         return changed
 
     def ran(self, name: str) -> None:
-        """A run of workload ``name`` ended: a file of it that changed during this run and
-        the one before is their output (``-o out.csv``), not its program: left out of the
-        look before each run from then on (its first change counted as the program's: a
-        drift, two where the first run made it), and logged. Its content still counts at the agent's next start."""
+        """A run of workload ``name`` ended: a file among its arguments that changed during the
+        run is its output (``-o out.csv``, a log it appends to), not its program: left out of
+        the look before each run from then on, and logged. Taken so at its first change, for
+        a drift there would leave out every run before it (a characterisation's 1-core runs).
+        The program itself (the executable, a shell string's first program) is never output:
+        a program does not rewrite itself, a rebuild does. Its content still counts at the
+        agent's next start."""
         w = self._items.get(name)
-        if w is None or not w.at_run:
+        if w is None or not w.at_run or w.command is None or w.command.pyperf:
             return
-        # the files the look before the run found, stat'ed again (not looked for again on
-        # the PATH: half the cost)
-        changed = frozenset(e[0] for e in w.at_run if _stat_of(e[0]) != e)
-        twice = (changed & w.changed_in_run) - w.output
-        w.changed_in_run = changed
-        if twice:
-            w.output |= twice
-            log.warning("workload %s: %s changed during each of its last two runs: taken for "
-                        "their output, not for its program, and no longer looked at before "
-                        "each run (its content still counts at the agent's next start: name "
-                        "an output file in an option such as --out=FILE, or with a "
-                        "placeholder such as out-{threads}.csv, to leave it out)", name,
-                        ", ".join(sorted(twice)))
+        # looked for again: a file the run made (an output named on the command line that did
+        # not exist before) is among them only now
+        changed = frozenset(e[0] for e in set(self._seen(w)) ^ set(w.at_run))
+        written = changed - w.output
+        if written:
+            written -= self._programs(w)
+        if written:
+            w.output |= written
+            log.warning("workload %s: %s changed during a run: taken for its output, not "
+                        "for its program, and no longer looked at before each run (its "
+                        "content still counts at the agent's next start: name an output file "
+                        "in an option such as --out=FILE, or with a placeholder such as "
+                        "out-{threads}.csv, to leave it out)", name, ", ".join(sorted(written)))
+
+    def _programs(self, w: Workload) -> frozenset:
+        """The files of command workload ``w`` that are its program, never its output: the
+        executable argv[0] names, and the first program of a shell's command string."""
+        cw = w.command
+        path = cw.env.get("PATH", os.environ.get("PATH", os.defpath))
+        files = command_files(cw.command[:1], {"PATH": path})
+        string = shell_string(cw.command)
+        if string is not None:
+            files += shell_files(string, path, self.run_dir(w.name, cw))[:1]
+        return frozenset(files)
 
     def _seen(self, w: Workload) -> tuple:
         """``w``'s files with their (device, inode, size, mtime), None for one missing: taken

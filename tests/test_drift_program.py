@@ -5,6 +5,7 @@ the old program's, not the new one's."""
 from __future__ import annotations
 
 import json
+import os
 import signal
 import subprocess
 import sys
@@ -24,8 +25,15 @@ from procs import Cluster, db_rows, produced_results, wait_until
 
 
 BENCH = """\
-import json, time
-time.sleep(0.4)
+#!{python}
+import json, os, time
+# every run after the first waits for the test's gate: the daemon is down by then, so the
+# runs after the first go to the outbox whatever the machine's load
+here = os.path.dirname(os.path.abspath(__file__))
+if os.path.exists(os.path.join(here, "first-run")):
+    while not os.path.exists(os.path.join(here, "gate")):
+        time.sleep(0.02)
+open(os.path.join(here, "first-run"), "a").close()
 print(json.dumps({{"time_s": 0.4, "version": {version}}}))
 """
 
@@ -148,12 +156,13 @@ def test_old_program_runs_replayed_from_the_outbox_stay_before_the_drift(tmp_pat
     lost) but before the drift: no run of the old script counts for the group. Before, they
     counted as the new script's, received after its drift."""
     script = tmp_path / "bench.py"
-    script.write_text(BENCH.format(version=1))
+    script.write_text(BENCH.format(python=sys.executable, version=1))
+    script.chmod(0o755)
     c = Cluster(tmp_path, kernels=(), auto_sweep=False, reps=4, max_cores=2,
                 extra_daemon={"auto_recommend": False},
                 extra_agent={"virtual_board": "rpi4"})
     c.agent_toml.write_text(c.agent_toml.read_text() + (
-        f'[[workloads]]\nname = "w"\ncommand = {json.dumps([sys.executable, str(script)])}\n'
+        f'[[workloads]]\nname = "w"\ncommand = {json.dumps([str(script)])}\n'
         'sizes = ["small"]\n'))
     state = tmp_path / "agent-state"
     c.start_daemon()
@@ -168,6 +177,7 @@ def test_old_program_runs_replayed_from_the_outbox_stay_before_the_drift(tmp_pat
         wait_until(lambda: c.rows("SELECT COUNT(*) FROM runs")[0][0] >= 1, "a stored run",
                    timeout=60)
         c.kill("daemon")
+        (tmp_path / "gate").touch()
         wait_until(lambda: produced_results(state) == n, "the agent's runs", timeout=60)
         c.agent.terminate()
         c.agent.wait(20)
@@ -176,7 +186,7 @@ def test_old_program_runs_replayed_from_the_outbox_stay_before_the_drift(tmp_pat
         stored_before = c.rows("SELECT COUNT(*) FROM runs")[0][0]
         assert pending >= 1 and stored_before < n, (pending, stored_before)
 
-        script.write_text(BENCH.format(version=2))
+        script.write_text(BENCH.format(python=sys.executable, version=2))
         c.start_daemon()
         # the agent's hello answered before its outbox goes (as after any restart of the
         # agent alone): its results come in batches after the hello's
@@ -216,25 +226,34 @@ print(json.dumps({"time_s": float(VERSION)}))
 if VERSION == 2 and n == 3:
     with open(here + ".new", "w") as f:
         f.write(open(here).read().replace("VERSION = 2", "VERSION = 3"))
+    os.chmod(here + ".new", 0o755)
     os.replace(here + ".new", here)
 """
 
 
 @pytest.mark.integration
 def test_a_program_replaced_while_the_agent_runs_is_told_before_its_first_run(tmp_path):
-    """Real daemon and agent, never restarted. Sweep 1 of script version 1; the test replaces
-    it by version 2 and sweeps again; at its third run version 2 replaces itself by version 3
-    (mid-job). The agent checks the program before each run and says hello again when it
+    """Real daemon and agent, never restarted. Sweep 1 of script version 1 (the command is the
+    script, run by its #! line); the test replaces it by version 2 and sweeps again; at its
+    third run version 2 replaces itself by version 3 (mid-job: the executable is never taken
+    for the runs' output, as a file among the arguments written during a run is). The agent checks the program before each run and says hello again when it
     changed: two drifts, dated between the runs of the programs they separate; each run
     carries the digest of the script it ran; the group's runs are version 3's alone. Before,
     the agent noticed neither change until restarted: all 16 runs counted together."""
     script = tmp_path / "bench.py"
-    script.write_text(SELF_REPLACING.replace("@VERSION@", "1"))
+
+    def version(v: str) -> None:
+        new = tmp_path / "bench.py.v"
+        new.write_text(f"#!{sys.executable}\n" + SELF_REPLACING.replace("@VERSION@", v))
+        new.chmod(0o755)
+        os.replace(new, script)
+
+    version("1")
     c = Cluster(tmp_path, kernels=(), auto_sweep=False, reps=4, max_cores=2,
                 extra_daemon={"auto_recommend": False},
                 extra_agent={"virtual_board": "rpi4"})
     c.agent_toml.write_text(c.agent_toml.read_text() + (
-        f'[[workloads]]\nname = "w"\ncommand = {json.dumps([sys.executable, str(script)])}\n'
+        f'[[workloads]]\nname = "w"\ncommand = {json.dumps([str(script)])}\n'
         'sizes = ["small"]\n'))
     c.start_daemon()
     c.start_agent()
@@ -251,7 +270,7 @@ def test_a_program_replaced_while_the_agent_runs_is_told_before_its_first_run(tm
     try:
         c.wait_for(lambda s: any(a["alive"] for a in s["agents"]), timeout=30, what="hello")
         first = sweep()
-        script.write_text(SELF_REPLACING.replace("@VERSION@", "2"))
+        version("2")
         second = sweep()
         received = dict(c.rows("SELECT msg_id, received FROM runs"))
         assert len(received) == 16, received
