@@ -136,6 +136,7 @@ def test_a_board_without_cpufreq_is_characterised_at_its_own_frequency_after_res
         assert all(k in "\n".join(again[1:]) for k in ("pi_integrate", "triad")), again
 
         c.stop()  # SIGTERM both, as timeout does, mid-sweep or not
+        c.agent = None  # stopped: wait_for checks the processes it has
         c.start_daemon()
         # the daemon answering (start_daemon does not wait for its bind: a CLI that starts
         # faster than the daemon was refused)
