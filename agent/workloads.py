@@ -157,8 +157,8 @@ class Workloads:
         """Whether the program of workload ``name`` changed since its digests were made (a
         file it runs replaced or edited, another found on its PATH); its digests are made
         again then, and the digests of files kept for the next start. Called before each run:
-        where its files are as they were it only stats them (with ``ran`` 0.05-0.4 ms a run on a loaded VM,
-        benchmarks/program_check.py)."""
+        where its files are as they were it only stats them (with ``ran`` 0.01-0.25 ms a run,
+        up to 0.4 on a loaded VM: benchmarks/program_check.py)."""
         w = self._items.get(name)
         if w is None:
             return False

@@ -135,6 +135,7 @@ def _undisturbed(r):
     return all(s["cpu_s"] >= 0.9 * s["wall_s"] for s in r["thread_stats"])
 
 
+@pytest.mark.quiet  # run alone by make test: the parallel workers' load would skip it
 @pytest.mark.skipif(len(CPUS) < 2, reason="needs two cpus")
 def test_lock_free_compute_kernel_has_no_lock_wait_and_little_redundancy():
     # R compares wall times of two runs, so it is only meaningful for runs no other process

@@ -69,3 +69,14 @@ def test_fresh_checkout_creates_venv_and_installs(tree):
     shutil.rmtree(tree / ".venv")
     out = dry_run(tree)
     assert "-m venv .venv" in out and "pip install -q -e '.[test]'" in out
+
+
+def test_quiet_tests_run_alone_after_the_workers(tree):
+    """The tests marked quiet judge the machine itself and skip under load: make test runs
+    them after the parallel workers, in one process, and a selection without any (PYTEST_ARGS
+    naming other files: pytest's exit 5) is no failure."""
+    lines = [ln for ln in dry_run(tree).splitlines() if "-m pytest" in ln]
+    assert len(lines) == 2, lines
+    assert "-n 4" in lines[0] and '-m "not quiet"' in lines[0]
+    assert "-n" not in lines[1].split() and "-m quiet" in lines[1]
+    assert lines[1].endswith("|| [ $? -eq 5 ]")
