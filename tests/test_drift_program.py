@@ -43,6 +43,18 @@ def opptune(*argv: str) -> subprocess.CompletedProcess:
                           capture_output=True, text=True, timeout=120)
 
 
+def script_cluster(tmp_path, script) -> Cluster:
+    """A daemon and an agent (a virtual rpi4) whose one workload ``w`` runs ``script`` as its
+    own executable, 4 repetitions on 1 and 2 cores."""
+    c = Cluster(tmp_path, kernels=(), auto_sweep=False, reps=4, max_cores=2,
+                extra_daemon={"auto_recommend": False},
+                extra_agent={"virtual_board": "rpi4"})
+    c.agent_toml.write_text(c.agent_toml.read_text() + (
+        f'[[workloads]]\nname = "w"\ncommand = {json.dumps([str(script)])}\n'
+        'sizes = ["small"]\n'))
+    return c
+
+
 def test_a_size_with_a_job_out_and_no_run_yet_gets_its_drift_too(tmp_path):
     """The hello that says a program changed records its drift for each size with runs, and
     now for each size the agent was sent a job of: that job's runs of the old program may
@@ -158,12 +170,7 @@ def test_old_program_runs_replayed_from_the_outbox_stay_before_the_drift(tmp_pat
     script = tmp_path / "bench.py"
     script.write_text(BENCH.format(python=sys.executable, version=1))
     script.chmod(0o755)
-    c = Cluster(tmp_path, kernels=(), auto_sweep=False, reps=4, max_cores=2,
-                extra_daemon={"auto_recommend": False},
-                extra_agent={"virtual_board": "rpi4"})
-    c.agent_toml.write_text(c.agent_toml.read_text() + (
-        f'[[workloads]]\nname = "w"\ncommand = {json.dumps([str(script)])}\n'
-        'sizes = ["small"]\n'))
+    c = script_cluster(tmp_path, script)
     state = tmp_path / "agent-state"
     c.start_daemon()
     c.start_agent()
@@ -249,12 +256,7 @@ def test_a_program_replaced_while_the_agent_runs_is_told_before_its_first_run(tm
         os.replace(new, script)
 
     version("1")
-    c = Cluster(tmp_path, kernels=(), auto_sweep=False, reps=4, max_cores=2,
-                extra_daemon={"auto_recommend": False},
-                extra_agent={"virtual_board": "rpi4"})
-    c.agent_toml.write_text(c.agent_toml.read_text() + (
-        f'[[workloads]]\nname = "w"\ncommand = {json.dumps([str(script)])}\n'
-        'sizes = ["small"]\n'))
+    c = script_cluster(tmp_path, script)
     c.start_daemon()
     c.start_agent()
 

@@ -81,9 +81,9 @@ def applied_before_restart(tmp_path, freq_khz=1_000_000) -> tuple[str, dict[str,
     return root, before, tmp_path / "state"
 
 
-def test_the_applied_clock_is_in_force_again_after_the_agent_restarts(tmp_path):
-    root, before, state = applied_before_restart(tmp_path)
-    assert kept(state / FILENAME)["freq_khz"] == 1_000_000
+def restarted_with_c1_in_force(tmp_path, state, root) -> None:
+    """The agent started again over ``state``: c1's clock (1000 MHz on cpus 0-1) is set again
+    and said in its log; then it is stopped."""
     agent = AgentProc(tmp_path, state, root)
     try:
         agent.started()
@@ -92,6 +92,12 @@ def test_the_applied_clock_is_in_force_again_after_the_agent_restarts(tmp_path):
                "the agent's start" in agent.text()
     finally:
         assert agent.stop() == 0, agent.text()
+
+
+def test_the_applied_clock_is_in_force_again_after_the_agent_restarts(tmp_path):
+    root, before, state = applied_before_restart(tmp_path)
+    assert kept(state / FILENAME)["freq_khz"] == 1_000_000
+    restarted_with_c1_in_force(tmp_path, state, root)
     # stopped, it puts the originals back, and keeps the configuration for its next start
     assert cpufreq_state(root) == before
     assert (state / FILENAME).exists()
@@ -345,14 +351,7 @@ def test_the_file_of_an_agent_of_one_configuration_stands_after_an_upgrade(tmp_p
     saved = json.loads((state / FILENAME).read_text())
     (state / FILENAME).write_text(json.dumps(saved["entries"][0]))  # the old shape
     assert "config" in json.loads((state / FILENAME).read_text())
-    agent = AgentProc(tmp_path, state, root)
-    try:
-        agent.started()
-        assert pinned_at(root, 1_000_000), cpufreq_state(root)
-        assert "applied configuration c1 (w on cpus 0-1 at 1000 MHz) in force again after " \
-               "the agent's start" in agent.text()
-    finally:
-        assert agent.stop() == 0, agent.text()
+    restarted_with_c1_in_force(tmp_path, state, root)
     from opptune.agent.standing import StandingFile
     file = StandingFile(str(state))
     file.keep({"config_id": "c2", "workload": "w", "size": "default", "cpus": [0],

@@ -7,7 +7,6 @@ import json
 import shutil
 import subprocess
 import sys
-import tempfile
 from pathlib import Path
 
 import pytest
@@ -20,18 +19,9 @@ from opptune.agent.workload_check import Refused, check_workloads
 from opptune.agent.workloads import Workloads
 from opptune.shared.config import AgentConfig, CommandWorkload
 from procs import free_endpoint, write_toml
-from test_workdir import SYS_PY, as_nobody
+from test_workdir import SYS_PY, as_nobody, open_tmp  # noqa: F401  (a fixture, found by name)
 
 PY = sys.executable
-
-
-@pytest.fixture
-def open_tmp():
-    """A directory other users may pass through (pytest's tmp lies in a root-only one)."""
-    path = Path(tempfile.mkdtemp(prefix="opptune-check-"))
-    path.chmod(0o755)
-    yield path
-    shutil.rmtree(path)
 
 
 def start(tmp: Path, state: Path, workloads: list[dict]) -> subprocess.CompletedProcess:
