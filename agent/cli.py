@@ -434,6 +434,7 @@ def run_agent(config, config_path: str | None = None, state_dir_option: bool = F
     from .apply import Executor, JobLimits, Worker
     from .doctor import collect as doctor_report
     from .link import Link
+    from .machine_id import machine_identity
     from .outbox import Outbox
     from .platform import discover
     from .runner import Runner
@@ -543,9 +544,11 @@ def run_agent(config, config_path: str | None = None, state_dir_option: bool = F
                                           config.sysfs_root or "/"))
     # each hello describes the workloads as they are then: a program changed since the last
     # (Runner.on_program_change) is said in a hello of its own
+    # which machine and boot: another board of this id and platform is not this one restarting
+    machine = machine_identity(config.sysfs_root)
     hello = {"platform": platform, "workloads": workloads.describe,
              "agent_version": __version__, "pid": os.getpid(),
-             "doctor": lambda: doctor_report(SysFS(config.sysfs_root), platform)}
+             "doctor": lambda: doctor_report(SysFS(config.sysfs_root), platform), **machine}
 
     link_holder: dict = {}
     executor = Executor(config.agent_id, platform, workloads, runner, outbox,
@@ -577,10 +580,12 @@ def run_agent(config, config_path: str | None = None, state_dir_option: bool = F
     signal.signal(signal.SIGTERM, on_signal)
     signal.signal(signal.SIGINT, on_signal)
 
-    log.info("agent %s on platform %s (%s, %d cpus%s); opptune %s; workloads: %s; outbox: "
+    # the machine's hashed id, as the daemon's line on an id two boards use names it
+    log.info("agent %s on platform %s (%s, %d cpus%s%s); opptune %s; workloads: %s; outbox: "
              "%d pending", config.agent_id, platform["id"], platform["model_name"],
              platform["n_cpus"],
              f", virtual board {config.virtual_board}" if config.virtual_board else "",
+             "".join(f", {k} {machine[k][:8]}" for k in ("machine", "boot") if k in machine),
              __version__, ", ".join(workloads.names()) or "(none)", outbox.count())
     outbox.other_platforms(platform["id"])
     try:

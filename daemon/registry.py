@@ -19,6 +19,8 @@ class Claim:
     platform_id: str
     board: str
     last_seen: float
+    machine: str | None = None  # its hello's hashed machine id and boot id (None: not said)
+    boot: str | None = None
 
 
 @dataclass
@@ -49,6 +51,9 @@ class AgentInfo:
     # is not known here (loaded from the store, or held by another daemon of the fleet)
     heard: bool = False
     version: str | None = None  # the opptune version its hello sent (agent_version)
+    # the hashed machine id and boot id its hello sent (agent/machine_id.py; None: not said)
+    machine: str | None = None
+    boot: str | None = None
     # the connections that said hello with this id, by identity (two live ones: two boards
     # or agents share the id); ``clash``: the identity of the other one while they do
     claims: dict[bytes, Claim] = field(default_factory=dict)
@@ -233,21 +238,24 @@ class Registry:
         return info
 
     def claim(self, agent_id: str, identity: bytes, platform_id: str, platform: dict[str, Any],
-              instance: str | None, now: float) -> Claim | None:
+              instance: str | None, now: float, machine: str | None = None,
+              boot: str | None = None) -> Claim | None:
         """Note a hello of ``agent_id`` from ``identity``; the claim of the connection that
-        holds the id where another board (another platform) holds it and is alive: the id
-        clashes, the hello is not to replace it. A hello of the same platform replaces the
-        holder (an agent's restart looks so; the old one speaking on shows the clash)."""
+        holds the id where another board (:func:`other_board`: another platform, machine or
+        boot) holds it and is alive: the id clashes, the hello is not to replace it. A hello
+        of the same board replaces the holder (an agent's restart looks so; the old one
+        speaking on shows the clash)."""
         info = self._agents.get(agent_id)
         if info is None:
             return None
         for ident in [i for i, c in info.claims.items()
                       if i != info.identity and now - c.last_seen > self.timeout_s]:
             del info.claims[ident]  # gone agent processes (restarts)
-        info.claims[identity] = Claim(now, instance, platform_id,
-                                      board_name(platform, platform_id), now)
+        claim = info.claims[identity] = Claim(now, instance, platform_id,
+                                              board_name(platform, platform_id), now,
+                                              machine, boot)
         holder = self._live_holder(info, identity, now)
-        if holder is None or holder.platform_id == platform_id:
+        if holder is None or not other_board(holder, claim):
             return None
         self._clashes(info, identity, now)
         return holder
@@ -268,7 +276,7 @@ class Registry:
         held, other = info.claims[info.identity], info.claims[identity]  # type: ignore[index]
         log.warning("agent id '%s' is used by two agents at once: %s holds it, %s connected "
                     "too; jobs and configurations go to the first only, the results of both "
-                    "are stored (each run under its own platform); set agent_id in each "
+                    "are stored (each run under its board's platform); set agent_id in each "
                     "board's agent.toml to a name of its own (default: the host name) and "
                     "restart its agent", info.agent_id, claim_text(held), claim_text(other))
 
@@ -291,13 +299,16 @@ class Registry:
               standings: list[dict[str, Any]] | None = None,
               standings_dropped: list[str] | None = None, instance: str | None = None,
               keeps: bool = False, per_target: bool = False,
-              version: str | None = None) -> AgentInfo:
+              version: str | None = None, machine: str | None = None,
+              boot: str | None = None) -> AgentInfo:
         info = self._agents.get(agent_id)
         if info is None:
             info = self._agents[agent_id] = AgentInfo(agent_id, platform_id)
         if identity not in info.claims:
             info.claims[identity] = Claim(now, instance, platform_id,
-                                          board_name(platform, platform_id), now)
+                                          board_name(platform, platform_id), now, machine,
+                                          boot)
+        info.machine, info.boot = machine, boot
         info.platform_id, info.platform, info.workloads = platform_id, platform, workloads
         info.identity, info.last_seen = identity, now
         info.doctor, info.doctor_at = (doctor, now) if doctor else (None, None)
@@ -323,11 +334,11 @@ class Registry:
             if identity != info.identity:
                 holder = self._live_holder(info, identity, now)
                 if holder is not None and (claim.hello_at <= holder.hello_at
-                                           or claim.platform_id != info.platform_id):
+                                           or other_board(claim, info)):
                     self._clashes(info, identity, now)
                     self._dirty[agent_id] = now
                     return info
-                if claim.platform_id != info.platform_id:
+                if other_board(claim, info):
                     del info.claims[identity]  # its hello was not taken: it says it again
                     return None
         info.identity, info.last_seen = identity, now
@@ -386,7 +397,21 @@ def board_name(platform: dict[str, Any] | None, fallback: str = "?") -> str:
     return fallback
 
 
+def other_board(a: Any, b: Any) -> bool:
+    """Whether ``a`` and ``b`` (a Claim, an AgentInfo: their platform_id, machine, boot) are
+    two boards: another platform, or another machine id or boot id where both say theirs
+    (two boards of one cloned image share the machine id, not the boot id). A side that
+    says neither (an older agent, a board without the files) is taken for the same board,
+    as before the hello said them."""
+    return a.platform_id != b.platform_id or any(
+        x is not None and y is not None and x != y
+        for x, y in ((a.machine, b.machine), (a.boot, b.boot)))
+
+
 def claim_text(c: Claim) -> str:
-    """A connection claiming an agent id, as the clash's log line and status name it."""
+    """A connection claiming an agent id, as the clash's log line and status name it: with
+    the start of its hashed machine id and boot id, which the agent's start line shows too
+    (two boards of one host name and platform differ in no other word)."""
+    ids = "".join(f", {k} {v[:8]}" for k, v in (("machine", c.machine), ("boot", c.boot)) if v)
     inst = f", agent instance {c.instance}" if c.instance else ""
-    return f"board {c.board} (platform {c.platform_id}{inst})"
+    return f"board {c.board} (platform {c.platform_id}{ids}{inst})"

@@ -665,7 +665,10 @@ class Daemon:
         pid = platform_id_of(agent, platform)
         self.store.save_platform(pid, platform, now)
         instance = body.get("instance") if isinstance(body.get("instance"), str) else None
-        holder = self.registry.claim(agent, identity, pid, platform, instance, now)
+        # which machine and boot (absent: an older agent, a board without the ids)
+        machine, boot = body.get("machine"), body.get("boot")
+        holder = self.registry.claim(agent, identity, pid, platform, instance, now,
+                                     machine=machine, boot=boot)
         if holder is not None:
             # another board holds the id and is alive (registry logs it): this one is heard,
             # its results stored, but it does not take over the holder's jobs and record;
@@ -688,7 +691,7 @@ class Daemon:
                                    standings_dropped=dropped, instance=instance,
                                    keeps="standing" in body,
                                    per_target=isinstance(body.get("standings"), list),
-                                   version=body["agent_version"])
+                                   version=body["agent_version"], machine=machine, boot=boot)
         log.info("hello from agent %s (platform %s, %d workloads)", agent, pid,
                  len(info.workloads))
         self.send(identity, "heartbeat", self._welcome)

@@ -244,7 +244,8 @@ def _clash_row(d: Daemon, agent: str, now: float) -> dict[str, Any] | None:
     info = d.registry.get(agent)
     return {"since_s": _age(info.clash_since or now, now) if info else None, "key": "agent_id",
             "boards": [{"board": c.board, "platform": c.platform_id, "instance": c.instance,
-                        "holds": holds} for c, holds in zip(clash, (True, False))]}
+                        "machine": c.machine, "boot": c.boot, "holds": holds}
+                       for c, holds in zip(clash, (True, False))]}
 
 
 def _fit_row(f: dict[str, Any]) -> dict[str, Any]:

@@ -135,12 +135,18 @@ def clash_text(agent: dict[str, Any]) -> str | None:
     if not isinstance(boards, list) or len(boards) != 2:
         return None
     held, other = ({k: b.get(k) if isinstance(b, dict) else None
-                    for k in ("board", "platform", "instance")} for b in boards)
+                    for k in ("board", "platform", "instance", "machine", "boot")}
+                   for b in boards)
+    # of one platform, the machine or boot id (hashed, as the agent's start line shows it)
+    # parts two boards, and the agent process two agents
+    parts = [k for k in ("machine", "boot") if isinstance(held[k], str)
+             and isinstance(other[k], str) and held[k] != other[k]][:1]
 
     def name(b: dict[str, Any]) -> str:
-        same = held["platform"] == other["platform"]  # then the agent process parts them
-        return (f"{b['board']} (platform {b['platform']}"
-                + (f", agent instance {b['instance']})" if same else ")"))
+        if held["platform"] != other["platform"]:
+            return f"{b['board']} (platform {b['platform']})"
+        ids = "".join(f", {k} {b[k][:8]}" for k in parts)
+        return f"{b['board']} (platform {b['platform']}{ids}, agent instance {b['instance']})"
     return (f"agent {agent.get('id')}: two agents use this id at once: {name(held)} holds it "
             f"and gets the jobs, {name(other)} is connected too (its results are stored, "
             f"it gets no jobs); set {c.get('key') or 'agent_id'} in each board's agent.toml "

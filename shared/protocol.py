@@ -141,6 +141,11 @@ BODY_SCHEMAS: dict[str, dict[str, tuple[tuple[type, ...], bool]]] = {
         # why each configuration in force before the agent restarted was dropped, as
         # standing_dropped says one
         "standings_dropped": (_LIST, False),
+        # the board's machine id and boot id, each made specific to opptune (agent/machine_id
+        # .py): two boards of one agent id and platform are not one restarting; each absent
+        # where the board has no such id, and from older agents
+        "machine": (_STR, False),
+        "boot": (_STR, False),
     },
     "heartbeat": {
         "outbox": (_INT, False),  # results waiting for an ack on the agent
@@ -434,6 +439,11 @@ def _check_body(msg_type: str, body: dict[str, Any], ref: str | None) -> None:
                                 ref)
     elif msg_type == "applied":
         _check_applied(body, ref)
+    elif msg_type == "hello":
+        for key in ("machine", "boot"):
+            if key in body and not 0 < len(body[key]) <= MAX_ID_LEN:
+                raise ProtocolError("bad_value", f"hello {key} must be 1..{MAX_ID_LEN} "
+                                                 "characters", ref)
     if msg_type in _KEPT_AS_JSON:
         # the daemon keeps a hello's platform and workloads as JSON, the agent a job's and a
         # config's body: text keys, no byte strings, bounded depth

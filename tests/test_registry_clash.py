@@ -47,3 +47,46 @@ def test_another_board_does_not_take_a_live_id_and_takes_it_once_the_holder_is_g
     assert _hello(reg, b"rpi/x", XU4, 111.5, "x")
     assert (info.identity, info.platform_id) == (b"rpi/x", "p-xu4")
     assert reg.clash("rpi", 111.5) is None
+
+
+def _hello_of(reg, ident, now, machine, boot, platform=RPI):
+    """A hello of agent "rpi" on ``platform`` from the board of ``machine`` and ``boot``
+    (hashed ids as the agent sends them; None: not said)."""
+    if reg.claim("rpi", ident, platform["id"], platform, ident.decode(), now,
+                 machine=machine, boot=boot) is not None:
+        return False
+    reg.hello("rpi", ident, platform["id"], platform, [], now, instance=ident.decode(),
+              machine=machine, boot=boot)
+    return True
+
+
+def test_a_board_of_the_same_platform_and_another_machine_or_boot_does_not_take_the_id():
+    for machine2, boot2 in (("m2", "b2"), ("m1", "b2")):  # another board; a cloned image
+        reg = Registry(timeout_s=10.0)
+        assert _hello_of(reg, b"a", 100.0, "m1", "b1")
+        assert not _hello_of(reg, b"x", 101.0, machine2, boot2)
+        info = reg.get("rpi")
+        assert (info.identity, info.machine, info.boot) == (b"a", "m1", "b1")
+        held, other = reg.clash("rpi", 101.0)
+        assert (held.machine, held.boot, other.machine, other.boot) == ("m1", "b1", machine2,
+                                                                         boot2)
+        # its heartbeats do not take the id over while the holder is alive ...
+        assert reg.seen("rpi", b"x", 105.0) is info and info.identity == b"a"
+        reg.seen("rpi", b"a", 106.0)
+        assert reg.seen("rpi", b"x", 112.0) is info and info.identity == b"a"
+        # ... nor once it is gone: the other board says hello again, then holds the id
+        assert reg.seen("rpi", b"x", 117.0) is None and info.identity == b"a"
+        assert _hello_of(reg, b"x", 117.5, machine2, boot2)
+        assert (info.identity, info.machine, info.boot) == (b"x", machine2, boot2)
+        assert reg.clash("rpi", 117.5) is None
+
+
+def test_the_same_machine_and_boot_or_a_side_that_says_none_is_a_restart():
+    for first, second in ((("m1", "b1"), ("m1", "b1")),  # the agent restarted
+                          ((None, None), ("m1", "b1")),  # ... upgraded: now it says them
+                          (("m1", "b1"), (None, None)),  # ... an older agent
+                          (("m1", None), ("m1", "b2"))):  # a board without a boot id
+        reg = Registry(timeout_s=10.0)
+        assert _hello_of(reg, b"a", 100.0, *first)
+        assert _hello_of(reg, b"b", 101.0, *second), (first, second)
+        assert reg.get("rpi").identity == b"b" and reg.clash("rpi", 101.0) is None

@@ -586,6 +586,16 @@ def test_status_names_both_agents_of_one_id_and_the_key_that_parts_them():
     boards[1]["platform"] = "p1"  # two VMs of one kind: the agent processes tell them apart
     assert "raspberrypi (platform p1, agent instance aa11) holds it" in clash_text(a)
     assert "raspberrypi (platform p1, agent instance bb22) is connected" in clash_text(a)
+    # two boards of one platform: the hashed ids that part them, as each agent's start line
+    # shows them (the boot id for two of one cloned image)
+    boards[0].update(machine="9a1e24c0" + "0" * 24, boot="1e0be647" + "0" * 24)
+    boards[1].update(machine="5d6e7f80" + "0" * 24, boot="2a3b4c5d" + "0" * 24)
+    assert "raspberrypi (platform p1, machine 9a1e24c0, agent instance aa11) holds" in \
+        clash_text(a)
+    assert "raspberrypi (platform p1, machine 5d6e7f80, agent instance bb22) is" in \
+        clash_text(a)
+    boards[1]["machine"] = boards[0]["machine"]
+    assert "raspberrypi (platform p1, boot 2a3b4c5d, agent instance bb22) is" in clash_text(a)
     assert clash_text({"id": "x", "id_clash": None}) is None
 
 
