@@ -202,14 +202,10 @@ def shell_string(argv: list[str]) -> str | None:
     return argv[i] if c_given and i < len(argv) else None
 
 
-def shell_files(string: str, path: str, cwd: str | None) -> list[str]:
-    """The files the first command of a shell's command string runs, where the string says
-    them plainly: its first word (after ``exec``) as the shell finds it on ``path`` (a word
-    with a slash: relative to ``cwd``), and each later word of that command naming a regular
-    file there. A first word with an expansion, quote, assignment or placeholder, or one the
-    shell runs itself (a reserved word or builtin), names no file: nothing is added. Later
-    commands (after ``;``, ``|``, ``&&``), functions and what expansions make are not
-    covered."""
+def first_command(string: str) -> list[str]:
+    """The words of a shell command string's first command (after ``exec``) where its first
+    word names a program plainly; [] where it has an expansion, quote, assignment or
+    placeholder, or is one the shell runs itself (a reserved word or builtin)."""
     words = []
     for word in string.split():
         if _OPERATOR.search(word):
@@ -220,7 +216,18 @@ def shell_files(string: str, path: str, cwd: str | None) -> list[str]:
     if not words or not _PLAIN.fullmatch(words[0]) or words[0] in _SHELL_WORDS \
             or words[0].startswith("-"):  # exec's options (-a NAME): not parsed here
         return []
+    return words
 
+
+def shell_files(string: str, path: str, cwd: str | None) -> list[str]:
+    """The files the first command of a shell's command string runs, where the string says
+    them plainly (``first_command``): its first word as the shell finds it on ``path`` (a
+    word with a slash: relative to ``cwd``), and each later word of that command naming a
+    regular file there. Later commands (after ``;``, ``|``, ``&&``), functions and what
+    expansions make are not covered."""
+    words = first_command(string)
+    if not words:
+        return []
     first = words[0]
     exe = _under(cwd, first) if os.sep in first else shutil.which(first, path=path) or first
     files = [exe]
@@ -228,6 +235,39 @@ def shell_files(string: str, path: str, cwd: str | None) -> list[str]:
         if _PLAIN.fullmatch(word) and os.path.isfile(_under(cwd, word)):
             files.append(_under(cwd, word))
     return files
+
+
+# programs that run a script named by their first argument that is not an option
+# (``python3 -u bench.py``, ``bash run.sh``): that script is their program as much as they are
+_INTERPRETER = re.compile(r"(?:python|pypy|perl|ruby|php|lua|luajit|tclsh|Rscript|julia|node"
+                          r"|nodejs|sh|bash|dash|zsh|ksh|mksh|busybox)[0-9.]*")
+# options after which no script follows: inline code or a module (``-c``, ``-m``, ``-e``); a
+# shell's is a cluster with ``c`` (``-ec``)
+_INLINE = frozenset({"-c", "-m", "-e", "-E", "--eval", "--print"})
+
+
+def script_of(argv: list[str], cwd: str | None) -> str | None:
+    """The script an interpreter's command line runs: its first argument that is no option
+    (nor an option's value) and names a regular file in ``cwd``; None for another program,
+    inline code or a module (``python3 -c``, ``-m``, ``sh -c``), or no such file. An
+    option's value is told from the script only by being no file (``python3 -X dev b.py``)."""
+    name = os.path.basename(argv[0]) if argv else ""
+    if len(argv) < 2 or not _INTERPRETER.fullmatch(name):
+        return None
+    shell = name.rstrip("0123456789.") in SHELLS | {"zsh", "ksh", "mksh", "busybox"}
+    after_option = False
+    for arg in argv[1:]:
+        if arg.startswith("-") and arg != "-":
+            if (arg[1:].isalpha() and "c" in arg) if shell else arg in _INLINE:
+                return None
+            after_option = arg != "--"
+            continue
+        if "{" not in arg and os.path.isfile(_under(cwd, arg)):
+            return _under(cwd, arg)
+        if not after_option:
+            return None  # the script, not there: its runs fail
+        after_option = False
+    return None
 
 
 def _under(cwd: str | None, path: str) -> str:

@@ -18,7 +18,8 @@ from typing import Any, Mapping
 
 from .. import __version__
 from ..shared.config import AgentConfig, CommandWorkload
-from .program_id import FileIds, command_files, kernel_files, shell_files, shell_string
+from .program_id import (FileIds, command_files, first_command, kernel_files, script_of,
+                         shell_files, shell_string)
 from .workdir import SUBDIR, dir_name
 
 log = logging.getLogger("opptune.agent.workloads")
@@ -179,9 +180,9 @@ class Workloads:
         run is its output (``-o out.csv``, a log it appends to), not its program: left out of
         the look before each run from then on, and logged. Taken so at its first change, for
         a drift there would leave out every run before it (a characterisation's 1-core runs).
-        The program itself (the executable, a shell string's first program) is never output:
-        a program does not rewrite itself, a rebuild does. Its content still counts at the
-        agent's next start."""
+        The program itself (the executable, a shell string's first program, the script an
+        interpreter runs: ``_programs``) is never output: its edit is a drift at the next
+        run. An output's content still counts at the agent's next start."""
         w = self._items.get(name)
         if w is None or not w.at_run or w.command is None or w.command.pyperf:
             return
@@ -201,14 +202,18 @@ class Workloads:
 
     def _programs(self, w: Workload) -> frozenset:
         """The files of command workload ``w`` that are its program, never its output: the
-        executable argv[0] names, and the first program of a shell's command string."""
+        executable argv[0] names, the first program of a shell's command string, and the
+        script either gives an interpreter (``python3 bench.py``, ``sh -c "bash run.sh"``)."""
         cw = w.command
         path = cw.env.get("PATH", os.environ.get("PATH", os.defpath))
+        cwd = self.run_dir(w.name, cw)
         files = command_files(cw.command[:1], {"PATH": path})
+        files.append(script_of(cw.command, cwd))
         string = shell_string(cw.command)
         if string is not None:
-            files += shell_files(string, path, self.run_dir(w.name, cw))[:1]
-        return frozenset(files)
+            files += shell_files(string, path, cwd)[:1]
+            files.append(script_of(first_command(string), cwd))
+        return frozenset(f for f in files if f)
 
     def _seen(self, w: Workload) -> tuple:
         """``w``'s files with their (device, inode, size, mtime), None for one missing: taken

@@ -6,9 +6,11 @@ from __future__ import annotations
 
 import os
 import struct
+import sys
 
 import pytest
 
+import opptune.agent.program_id as program_id
 import opptune.agent.workloads as wl
 from opptune.agent.program_id import (CACHE_FILENAME, FileIds, content_digest, shell_files,
                                      shell_string)
@@ -296,3 +298,67 @@ def test_an_output_file_named_on_the_command_line_is_not_a_new_program_each_run(
     assert told == ["c"] and rebuilt.time_s == 2
     assert rebuilt.extra["program"] != recs[-1].extra["program"]
     runner.close()
+
+
+@pytest.mark.parametrize("argv, script", [
+    (["python3", "bench.py", "out.csv"], "bench.py"),
+    (["/usr/bin/python3.11", "-u", "bench.py"], "bench.py"),
+    (["python3", "-X", "dev", "bench.py"], "bench.py"),  # dev: -X's value, no file
+    (["bash", "run.sh", "out.csv"], "run.sh"),
+    (["bash", "-e", "--", "run.sh"], "run.sh"),
+    (["perl", "-w", "run.pl"], "run.pl"),
+    (["python3", "-m", "bench", "out.csv"], None),  # a module, out.csv its argument
+    (["python3", "-c", "print(1)", "out.csv"], None),
+    (["bash", "-ec", "echo", "out.csv"], None),
+    (["python3", "missing.py", "out.csv"], None),  # the script, not there: runs fail
+    (["./app", "out.csv"], None),  # no interpreter: its arguments may be its output
+])
+def test_the_script_an_interpreter_runs(tmp_path, argv, script):
+    for name in ("bench.py", "run.sh", "run.pl", "out.csv"):
+        (tmp_path / name).write_text("")
+    got = program_id.script_of(argv, str(tmp_path))
+    assert got == (str(tmp_path / script) if script else None)
+
+
+@pytest.mark.parametrize("command", [
+    ["python3", "bench.py", "out.csv"],
+    ["sh", "-c", "python3 bench.py out.csv"],
+])
+def test_a_script_an_interpreter_runs_edited_during_a_run_is_a_new_program(tmp_path, caplog,
+                                                                           command):
+    """command = python3 bench.py (or so in sh -c), bench.py rewriting itself during its
+    second run: the third run is a new program (said before it, with its own digest), not
+    output; out.csv, which every run writes, is output. Before, bench.py was taken for output
+    at its edit: no drift, its runs mixed with the old script's until the agent restarted."""
+    from opptune.agent.runner import Runner, RunSpec
+    if command[0] == "python3":
+        command = [sys.executable, *command[1:]]
+    script = tmp_path / "bench.py"
+    script.write_text(
+        "import json, os\n"
+        "n = len(open('out.csv').read().split()) + 1\n"
+        "open('out.csv', 'a').write(f'{n}\\n')\n"
+        "print(json.dumps({'time_s': 1.0}))\n"
+        "if n == 2:\n"
+        "    body = open(__file__).read().replace(\"'time_s': 1.0\", \"'time_s': 2.0\")\n"
+        "    open(__file__, 'w').write(body)\n")
+    (tmp_path / "out.csv").write_text("")
+    ws = Workloads(AgentConfig(agent_id="a1", state_dir=str(tmp_path / "state"), workloads=[
+        CommandWorkload("c", command, cwd=str(tmp_path),
+                        env={"PATH": os.path.dirname(sys.executable) + ":/usr/bin:/bin"})]),
+        catalogue={})
+    runner = Runner(ws, "p", state_dir=str(tmp_path / "state"))
+    told = []
+    runner.on_program_change = told.append
+    spec = RunSpec("c", "default", [0], 1)
+    recs = []
+    for _ in range(4):
+        recs.append(runner.run_once(spec))
+        assert recs[-1].ok, recs[-1].error
+    runner.close()
+    assert [r.time_s for r in recs] == [1.0, 1.0, 2.0, 2.0]
+    assert told == ["c"]
+    programs = [r.extra["program"] for r in recs]
+    assert programs[0] == programs[1] != programs[2] == programs[3]
+    assert f"{script} changed during a run" not in caplog.text
+    assert caplog.text.count("out.csv changed during a run: taken for its output") == 1
