@@ -146,19 +146,20 @@ def _elf_digest(f: IO[bytes], head: bytes) -> str:
     return h.hexdigest()
 
 
-def command_files(argv: list[str], env: Mapping[str, str], cwd: str | None = None
-                  ) -> list[str]:
+def command_files(argv: list[str], env: Mapping[str, str], cwd: str | None = None,
+                  exe_dir: str | None = None) -> list[str]:
     """The files a command line runs: argv[0] as the run's PATH finds it (as given when not
-    found: FileIds says it is missing) and each argument naming a regular file in ``cwd``, the
-    directory the run starts in (None: this process's). Arguments with a ``{...}``
-    placeholder are left out (they change from run to run). Of ``sh|bash|dash -c STRING``
-    also the files of STRING's first command (``shell_files``)."""
+    found: FileIds says it is missing; a relative path with a slash from ``exe_dir``, None:
+    this process's directory, as the runner takes it) and each argument naming a regular file
+    in ``cwd``, the directory the run starts in (None: this process's). Arguments with a
+    ``{...}`` placeholder are left out (they change from run to run). Of ``sh|bash|dash -c
+    STRING`` also the files of STRING's first command (``shell_files``)."""
     if not argv:
         return []
     path = env.get("PATH", os.defpath)
     exe = argv[0]
-    if "{" not in exe and os.sep not in exe:
-        exe = shutil.which(exe, path=path) or exe
+    if "{" not in exe:
+        exe = _under(exe_dir, exe) if os.sep in exe else shutil.which(exe, path=path) or exe
     files = [exe] if "{" not in exe else []
     # where the run opens them: its own directory, not the agent's
     files += [f for f in (_under(cwd, a) for a in argv[1:] if "{" not in a)

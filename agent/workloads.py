@@ -87,6 +87,14 @@ def _looked_at(seen: tuple, output: frozenset) -> tuple:
     return tuple(e for e in seen if e[0] not in output) if output else seen
 
 
+def exe_dir(cw: CommandWorkload) -> str | None:
+    """Where a program named by a relative path (``./app``) is found: the entry's ``cwd``,
+    where its runs start; without one the agent's working directory (None), as before the
+    workloads had directories of their own: the directory the agent makes for a workload holds
+    no program."""
+    return cw.cwd or None
+
+
 def _digest(what: dict[str, Any]) -> str:
     text = json.dumps(what, sort_keys=True, separators=(",", ":"))
     return hashlib.sha256(text.encode()).hexdigest()[:16]
@@ -152,7 +160,9 @@ class Workloads:
                                            " ".join(w.command), command=w)
         for w in self._items.values():
             w.seen = self._seen(w)
-            w.definition, w.program = self.definition_of(w)
+            # a command's executable missing is said by the start's check, once, as the user
+            # its runs run as and with the PATH searched (workload_check.py)
+            w.definition, w.program = self.definition_of(w, quiet=self._executable(w))
 
     def refresh(self, name: str) -> bool:
         """Whether the program of workload ``name`` changed since its digests were made (a
@@ -205,22 +215,34 @@ class Workloads:
         executable argv[0] names, the first program of a shell's command string, and the
         script either gives an interpreter (``python3 bench.py``, ``sh -c "bash run.sh"``)."""
         cw = w.command
-        path = cw.env.get("PATH", os.environ.get("PATH", os.defpath))
+        path = self._path(cw)
         cwd = self.run_dir(w.name, cw)
-        files = command_files(cw.command[:1], {"PATH": path})
-        files.append(script_of(cw.command, cwd))
+        files = self._executable(w) + [script_of(cw.command, cwd)]
         string = shell_string(cw.command)
         if string is not None:
             files += shell_files(string, path, cwd)[:1]
             files.append(script_of(first_command(string), cwd))
         return frozenset(f for f in files if f)
 
+    def _executable(self, w: Workload) -> list[str]:
+        """The file command workload ``w``'s argv[0] names, as its digest takes it ([] for a
+        kernel, a pyperf script or a placeholder in argv[0])."""
+        cw = w.command
+        if cw is None or cw.pyperf:
+            return []
+        return command_files(cw.command[:1], {"PATH": self._path(cw)}, exe_dir=exe_dir(cw))
+
+    @staticmethod
+    def _path(cw: CommandWorkload) -> str:
+        """The PATH a run of ``cw`` searches: its env's, else the agent's."""
+        return cw.env.get("PATH", os.environ.get("PATH", os.defpath))
+
     def _seen(self, w: Workload) -> tuple:
         """``w``'s files with their (device, inode, size, mtime), None for one missing: taken
         before they are digested, so a change while they are is seen by the next look."""
         return tuple(_stat_of(f) for f in self._files(w))
 
-    def definition_of(self, w: Workload) -> tuple[str, str]:
+    def definition_of(self, w: Workload, quiet: list[str] | tuple = ()) -> tuple[str, str]:
         """Two digests of ``w``: its definition, of what a run executes and how long it may
         take: its command (or pyperf script), environment, working directory (a ``cwd``
         set) and sizes, or a kernel's name and
@@ -230,7 +252,8 @@ class Workloads:
         the sizes and the version: what its runs measured (the daemon no longer counts a
         workload's runs from before its program changed). A longer timeout, one more size or
         an upgraded agent whose kernels are the same leave them measuring the same thing; a
-        rebuilt binary, an edited script or kernels built anew do not."""
+        rebuilt binary, an edited script or kernels built anew do not. A file missing is
+        logged, but for those in ``quiet``."""
         cw = w.command
         runs = {"name": w.name, "kind": w.kind, "virtual_board": self.virtual_board,
                 **({"command": cw.command, "env": cw.env, "threads_env": cw.threads_env,
@@ -239,7 +262,13 @@ class Workloads:
                     **({"cwd": cw.cwd} if cw.cwd else {})} if cw is not None else {}),
                 "files": [self.file_ids.of(f) for f in self._files(w)]}
         for f in runs["files"]:
-            if "missing" in f:
+            if "missing" not in f or f["path"] in quiet:
+                continue
+            if os.sep not in f["path"]:  # a name the PATH does not hold
+                log.warning("workload %s: no program %r on the PATH its runs get (%s): its "
+                            "runs fail until it is there", w.name, f["path"],
+                            self._path(cw) if cw is not None else "")
+            else:
                 log.warning("workload %s: cannot read %s (%s): its runs fail until it is "
                             "there", w.name, f["path"], f["missing"])
         what = {**runs, "sizes": w.sizes, "timeout_s": self.config.run_timeout_s,
@@ -258,8 +287,8 @@ class Workloads:
             return files
         if cw.pyperf:
             return [cw.pyperf]
-        path = cw.env.get("PATH", os.environ.get("PATH", os.defpath))
-        return command_files(cw.command, {"PATH": path}, self.run_dir(w.name, cw))
+        return command_files(cw.command, {"PATH": self._path(cw)}, self.run_dir(w.name, cw),
+                             exe_dir(cw))
 
     def run_dir(self, name: str, cw: CommandWorkload) -> str:
         """The directory a run of command workload ``name`` starts in (agent/workdir.py):

@@ -56,14 +56,22 @@ def test_a_commands_program_changes_with_its_executable_and_script_files(tmp_pat
 
 def test_a_missing_executable_leaves_the_hello_whole(tmp_path, caplog):
     """A command whose executable is not there: the workloads are described (the hello goes
-    out), the log names it, and its program changes once it is installed."""
+    out), and its program changes once it is installed. The agent's start check names it
+    (test_workload_check), not the digest: one line. Gone again, a look before a run logs it
+    with the PATH searched."""
     cw = CommandWorkload("c", ["opptune-no-such-bench", "{threads}"],
                          env={"PATH": str(tmp_path)})
     missing = _programs([cw])["c"]
     assert len(missing) == 16
-    assert "cannot read opptune-no-such-bench" in caplog.text
+    assert "opptune-no-such-bench" not in caplog.text
     _script(tmp_path / "opptune-no-such-bench", "echo 1")
     assert _programs([cw])["c"] != missing
+    ws = Workloads(AgentConfig(agent_id="a1", workloads=[cw]), catalogue={})
+    os.unlink(tmp_path / "opptune-no-such-bench")
+    assert ws.refresh("c") is True and ws.get("c").program == missing
+    assert caplog.text.count("opptune-no-such-bench") == 1
+    assert (f"workload c: no program 'opptune-no-such-bench' on the PATH its runs get "
+            f"({tmp_path}): its runs fail until it is there") in caplog.text
 
 
 def test_kernels_programs_follow_the_built_extension(tmp_path, monkeypatch):
