@@ -6,8 +6,9 @@ change.
 A command's files are its executable (argv[0] resolved on the PATH its run gets) and each
 argument that names a regular file (a script, ``python3 bench.py``), and of ``sh -c STRING``
 those STRING's first command names plainly (``shell_files``: not its expansions, functions or
-later commands; a pyenv/asdf shim is the shim script, whose choice of interpreter is not
-guessed); a pyperf workload's is its script; a bench_suite kernel's the built extension all
+later commands; nor, for a login shell, ``bash -lc``, a first word named without a path: its
+profile may set another PATH; a pyenv/asdf shim is the shim script, whose choice of
+interpreter is not guessed); a pyperf workload's is its script; a bench_suite kernel's the built extension all
 kernels are in (any kernel rebuilt makes every kernel's program new) and its accounting; a
 virtual board's kernel the modules that model it. Each file is known by its resolved path and a
 SHA-256 of its content, a large one (past ``HASH_MAX_BYTES``, e.g. a data set on the command
@@ -166,7 +167,8 @@ def command_files(argv: list[str], env: Mapping[str, str], cwd: str | None = Non
               if os.path.isfile(f)]
     string = shell_string(argv)
     if string is not None:
-        files += [f for f in shell_files(string, path, cwd) if f not in files]
+        found = shell_files(string, None if reads_profile(argv) else path, cwd)
+        files += [f for f in found if f not in files]
     return files
 
 
@@ -185,22 +187,40 @@ _PLAIN = re.compile(r"[A-Za-z0-9_./+,:@%-]+")
 _OPERATOR = re.compile(r"[;&|<>()#\n]")
 
 
-def shell_string(argv: list[str]) -> str | None:
-    """The command string of ``sh|bash|dash [options] -c STRING ...`` (options as clusters
-    such as ``-ec``, ``-o NAME``); None for any other command line."""
+def _shell_options(argv: list[str]) -> tuple[str, int] | None:
+    """(the option letters, the index of the first operand) of ``sh|bash|dash [options]
+    ...`` (options as clusters such as ``-ec``, ``-o NAME``); None for another command line
+    or a long option (``--norc``: not parsed here)."""
     if not argv or os.path.basename(argv[0]) not in SHELLS:
         return None
-    c_given, i = False, 1
+    given, i = "", 1
     while i < len(argv) and argv[i][:1] in ("-", "+") and argv[i] not in ("-", "+"):
         if argv[i] == "--":
             i += 1
             break
         letters = argv[i][1:]
         if not letters.isalpha():
-            return None  # a long option (--norc) or something else: not parsed here
-        c_given = c_given or "c" in letters
+            return None
+        given += letters
         i += 2 if letters.endswith("o") else 1  # -o NAME
-    return argv[i] if c_given and i < len(argv) else None
+    return given, i
+
+
+def shell_string(argv: list[str]) -> str | None:
+    """The command string of ``sh|bash|dash [options] -c STRING ...``; None for any other
+    command line."""
+    opts = _shell_options(argv)
+    if opts is None or "c" not in opts[0] or opts[1] >= len(argv):
+        return None
+    return argv[opts[1]]
+
+
+def reads_profile(argv: list[str]) -> bool:
+    """Whether a shell's command line makes it a login or interactive shell (``bash -lc``,
+    ``-ic``): it reads a profile or rc file first, which may set another PATH than its
+    environment's, so its string's first program found by name is not known here."""
+    opts = _shell_options(argv)
+    return opts is not None and bool(set(opts[0]) & {"l", "i"})
 
 
 def first_command(string: str) -> list[str]:
@@ -220,18 +240,23 @@ def first_command(string: str) -> list[str]:
     return words
 
 
-def shell_files(string: str, path: str, cwd: str | None) -> list[str]:
+def shell_files(string: str, path: str | None, cwd: str | None) -> list[str]:
     """The files the first command of a shell's command string runs, where the string says
     them plainly (``first_command``): its first word as the shell finds it on ``path`` (a
-    word with a slash: relative to ``cwd``), and each later word of that command naming a
-    regular file there. Later commands (after ``;``, ``|``, ``&&``), functions and what
-    expansions make are not covered."""
+    word with a slash: relative to ``cwd``; None: a PATH not known here, a login shell's, so
+    a bare name is left out), and each later word of that command naming a regular file
+    there. Later commands (after ``;``, ``|``, ``&&``), functions and what expansions make
+    are not covered."""
     words = first_command(string)
     if not words:
         return []
     first = words[0]
-    exe = _under(cwd, first) if os.sep in first else shutil.which(first, path=path) or first
-    files = [exe]
+    if os.sep in first:
+        files = [_under(cwd, first)]
+    elif path is None:
+        files = []
+    else:
+        files = [shutil.which(first, path=path) or first]
     for word in words[1:]:
         if _PLAIN.fullmatch(word) and os.path.isfile(_under(cwd, word)):
             files.append(_under(cwd, word))

@@ -18,8 +18,8 @@ from typing import Any, Mapping
 
 from .. import __version__
 from ..shared.config import AgentConfig, CommandWorkload
-from .program_id import (FileIds, command_files, first_command, kernel_files, script_of,
-                         shell_files, shell_string)
+from .program_id import (FileIds, command_files, first_command, kernel_files,
+                         reads_profile, script_of, shell_files, shell_string)
 from .workdir import SUBDIR, dir_name
 
 log = logging.getLogger("opptune.agent.workloads")
@@ -220,7 +220,9 @@ class Workloads:
         files = self._executable(w) + [script_of(cw.command, cwd)]
         string = shell_string(cw.command)
         if string is not None:
-            files += shell_files(string, path, cwd)[:1]
+            first = first_command(string)[:1]
+            files += shell_files(first[0], None if reads_profile(cw.command) else path,
+                                 cwd) if first else []
             files.append(script_of(first_command(string), cwd))
         return frozenset(f for f in files if f)
 

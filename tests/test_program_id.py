@@ -370,3 +370,42 @@ def test_a_script_an_interpreter_runs_edited_during_a_run_is_a_new_program(tmp_p
     assert programs[0] == programs[1] != programs[2] == programs[3]
     assert f"{script} changed during a run" not in caplog.text
     assert caplog.text.count("out.csv changed during a run: taken for its output") == 1
+
+
+def test_a_login_shells_program_found_by_name_is_not_covered(tmp_path):
+    """bash -lc "app": the login shell's profile sets its own PATH (here ~/.bash_profile puts
+    another app first; Debian's /etc/profile sets root's), so the app the run executes is not
+    the one the entry's PATH finds. That program is left out of the digest rather than
+    digested wrongly (README, the program section): rebuilding the app the entry's PATH finds
+    is no new program. A program named by its path in the string still is covered."""
+    from opptune.agent.runner import Runner, RunSpec
+    env_bin, profile_bin, home = tmp_path / "bin", tmp_path / "profile-bin", tmp_path / "home"
+    for d in (env_bin, profile_bin, home, tmp_path / "state"):
+        d.mkdir()
+    _script(env_bin / "app", "echo '{\"time_s\": 1}'")
+    _script(profile_bin / "app", "echo '{\"time_s\": 2}'")
+    (home / ".bash_profile").write_text(f"PATH={profile_bin}:$PATH\n")
+    env = {"PATH": f"{env_bin}:/usr/bin:/bin", "HOME": str(home)}
+    cw = CommandWorkload("s", ["bash", "-lc", "app {threads}"], env=env)
+    ws = Workloads(AgentConfig(agent_id="a1", state_dir=str(tmp_path / "state"),
+                               workloads=[cw]), catalogue={})
+    runner = Runner(ws, "p", state_dir=str(tmp_path / "state"))
+    rec = runner.run_once(RunSpec("s", "default", [0], 1))
+    runner.close()
+    assert rec.ok and rec.time_s == 2, rec.error  # the profile's app, not the entry's PATH's
+    base = _programs([cw])["s"]
+    _script(env_bin / "app", "echo '{\"time_s\": 3}'")
+    assert _programs([cw])["s"] == base
+    # without -l the entry's PATH is the run's: covered
+    plain = CommandWorkload("s", ["bash", "-c", "app {threads}"], env=env)
+    before = _programs([plain])["s"]
+    _script(env_bin / "app", "echo '{\"time_s\": 4}'")
+    assert _programs([plain])["s"] != before
+    # a path in the string: covered under -l too
+    by_path = CommandWorkload("s", ["bash", "-lc", f"{profile_bin}/app"], env=env)
+    before = _programs([by_path])["s"]
+    _script(profile_bin / "app", "echo '{\"time_s\": 5}'")
+    assert _programs([by_path])["s"] != before
+    assert program_id.reads_profile(["bash", "-lc", "app"])
+    assert program_id.reads_profile(["bash", "-e", "-i", "-c", "app"])
+    assert not program_id.reads_profile(["bash", "-ec", "app"])
