@@ -7,17 +7,48 @@ user reaches its own directory below."""
 
 from __future__ import annotations
 
+import logging
 import os
+import stat
 from typing import IO, Any
+
+log = logging.getLogger("opptune.agent")
 
 DIR_MODE = 0o700
 FILE_MODE = 0o600
+# what others may have of the state directory: search (x) alone, which agent/workdir.py gives
+# where the workloads run as another user; read (list) or write is narrowed
+_OTHERS_RW = 0o066
 
 
 def make_dir(path: str) -> None:
-    """``path`` made 0700 where missing (its parents as the umask makes them); an existing
-    one is left as it is (it may be a directory of the user's, even /tmp)."""
+    """``path`` made 0700 where missing (its parents as the umask makes them). An existing one
+    of the agent's user that others may list or write (made under another umask, by hand, by
+    an older agent) is narrowed to 0700, said in an INFO line. Left as they are: one of another
+    user, a shared one (sticky, as /tmp), and one open for search only (0711:
+    agent/workdir.py)."""
     os.makedirs(path, DIR_MODE, exist_ok=True)
+    st = os.stat(path)
+    mode = stat.S_IMODE(st.st_mode)
+    if st.st_uid != os.geteuid() or mode & stat.S_ISVTX or not mode & _OTHERS_RW:
+        return
+    os.chmod(path, DIR_MODE)
+    log.info("state directory %s narrowed from mode %04o to %04o: its outbox, saved settings "
+             "and lock are the agent's alone", path, mode, DIR_MODE)
+
+
+def make_dirs(path: str) -> None:
+    """``path`` and each missing directory above it made 0700 (the umask's modes, up to 0777,
+    would open them to others); existing ones are left as they are."""
+    if os.path.isdir(path):
+        return
+    parent = os.path.dirname(path)
+    if parent and parent != path:
+        make_dirs(parent)
+    try:
+        os.mkdir(path, DIR_MODE)
+    except FileExistsError:
+        pass
 
 
 def opener(path: str, flags: int) -> int:
