@@ -3,8 +3,8 @@
 in place, or opptune's kernels built anew, make a new program though the configuration did not
 change.
 
-A command's files are its executable (argv[0] resolved on the PATH its run gets) and each
-argument that names a regular file (a script, ``python3 bench.py``), and of ``sh -c STRING``
+A command's files are its executable (argv[0] resolved on the PATH its run gets) with the
+shared libraries it loads (shared_libs.py) and each argument that names a regular file (a script, ``python3 bench.py``), and of ``sh -c STRING``
 those STRING's first command names plainly (``shell_files``: not its expansions, functions or
 later commands; nor, for a login shell, ``bash -lc``, a first word named without a path: its
 profile may set another PATH; a pyenv/asdf shim is the shim script, whose choice of
@@ -32,6 +32,7 @@ import struct
 from typing import IO, Any, Mapping
 
 from .private import open_private
+from .shared_libs import Libraries
 
 log = logging.getLogger("opptune.agent.workloads")
 
@@ -148,13 +149,16 @@ def _elf_digest(f: IO[bytes], head: bytes) -> str:
 
 
 def command_files(argv: list[str], env: Mapping[str, str], cwd: str | None = None,
-                  exe_dir: str | None = None) -> list[str]:
+                  exe_dir: str | None = None, libraries: Libraries | None = None
+                  ) -> list[str]:
     """The files a command line runs: argv[0] as the run's PATH finds it (as given when not
     found: FileIds says it is missing; a relative path with a slash from ``exe_dir``, None:
-    this process's directory, as the runner takes it) and each argument naming a regular file
-    in ``cwd``, the directory the run starts in (None: this process's). Arguments with a
-    ``{...}`` placeholder are left out (they change from run to run). Of ``sh|bash|dash -c
-    STRING`` also the files of STRING's first command (``shell_files``)."""
+    this process's directory, as the runner takes it), the shared libraries it loads (with
+    ``libraries``: shared_libs.py, through the run's LD_LIBRARY_PATH) and each argument naming
+    a regular file in ``cwd``, the directory the run starts in (None: this process's).
+    Arguments with a ``{...}`` placeholder are left out (they change from run to run). Of
+    ``sh|bash|dash -c STRING`` also the files of STRING's first command (``shell_files``) and
+    its program's libraries."""
     if not argv:
         return []
     path = env.get("PATH", os.defpath)
@@ -162,12 +166,19 @@ def command_files(argv: list[str], env: Mapping[str, str], cwd: str | None = Non
     if "{" not in exe:
         exe = _under(exe_dir, exe) if os.sep in exe else shutil.which(exe, path=path) or exe
     files = [exe] if "{" not in exe else []
+    lib_path = env.get("LD_LIBRARY_PATH", "")
+    if libraries is not None and files:
+        files += libraries.of(exe, lib_path)
     # where the run opens them: its own directory, not the agent's
     files += [f for f in (_under(cwd, a) for a in argv[1:] if "{" not in a)
               if os.path.isfile(f)]
     string = shell_string(argv)
     if string is not None:
-        found = shell_files(string, None if reads_profile(argv) else path, cwd)
+        login = reads_profile(argv)
+        found = shell_files(string, None if login else path, cwd)
+        first = first_command(string)[:1]
+        if libraries is not None and first and (os.sep in first[0] or not login):
+            found[1:1] = libraries.of(found[0], lib_path)  # found[0] is that program
         files += [f for f in found if f not in files]
     return files
 

@@ -20,6 +20,7 @@ from .. import __version__
 from ..shared.config import AgentConfig, CommandWorkload
 from .program_id import (FileIds, command_files, first_command, kernel_files,
                          reads_profile, script_of, shell_files, shell_string)
+from .shared_libs import Libraries
 from .workdir import SUBDIR, dir_name
 
 log = logging.getLogger("opptune.agent.workloads")
@@ -109,6 +110,7 @@ class Workloads:
         self.config = config
         # the identities of the files each workload runs, for its program digest
         self.file_ids = file_ids if file_ids is not None else FileIds()
+        self.libraries = Libraries()  # the shared libraries of the programs, by their identity
         self.virtual_board = config.virtual_board
         self._items: dict[str, Workload] = {}
         self._kernel_files: list[str] | None = None  # where the kernels' modules are
@@ -221,8 +223,10 @@ class Workloads:
         string = shell_string(cw.command)
         if string is not None:
             first = first_command(string)[:1]
-            files += shell_files(first[0], None if reads_profile(cw.command) else path,
-                                 cwd) if first else []
+            program = shell_files(first[0], None if reads_profile(cw.command) else path,
+                                  cwd) if first else []
+            files += program + [lib for f in program
+                                for lib in self.libraries.of(f, self._lib_path(cw))]
             files.append(script_of(first_command(string), cwd))
         return frozenset(f for f in files if f)
 
@@ -232,12 +236,22 @@ class Workloads:
         cw = w.command
         if cw is None or cw.pyperf:
             return []
-        return command_files(cw.command[:1], {"PATH": self._path(cw)}, exe_dir=exe_dir(cw))
+        return command_files(cw.command[:1], self._env(cw), exe_dir=exe_dir(cw),
+                             libraries=self.libraries)
 
     @staticmethod
     def _path(cw: CommandWorkload) -> str:
         """The PATH a run of ``cw`` searches: its env's, else the agent's."""
         return cw.env.get("PATH", os.environ.get("PATH", os.defpath))
+
+    @staticmethod
+    def _lib_path(cw: CommandWorkload) -> str:
+        """The LD_LIBRARY_PATH of a run of ``cw``: its env's, else the agent's."""
+        return cw.env.get("LD_LIBRARY_PATH", os.environ.get("LD_LIBRARY_PATH", ""))
+
+    def _env(self, cw: CommandWorkload) -> dict[str, str]:
+        """What of a run's environment finds its files."""
+        return {"PATH": self._path(cw), "LD_LIBRARY_PATH": self._lib_path(cw)}
 
     def _seen(self, w: Workload) -> tuple:
         """``w``'s files with their (device, inode, size, mtime), None for one missing: taken
@@ -289,8 +303,8 @@ class Workloads:
             return files
         if cw.pyperf:
             return [cw.pyperf]
-        return command_files(cw.command, {"PATH": self._path(cw)}, self.run_dir(w.name, cw),
-                             exe_dir(cw))
+        return command_files(cw.command, self._env(cw), self.run_dir(w.name, cw),
+                             exe_dir(cw), self.libraries)
 
     def run_dir(self, name: str, cw: CommandWorkload) -> str:
         """The directory a run of command workload ``name`` starts in (agent/workdir.py):
