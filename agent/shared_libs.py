@@ -126,7 +126,7 @@ def read_ld_cache(path: str = LD_SO_CACHE) -> dict[str, list[str]]:
         return {}
     start = 0
     if data.startswith(_CACHE_OLD):  # the old format first, the new one after it
-        nlibs, = struct.unpack_from("<I", data, 12)
+        nlibs, = struct.unpack_from("=I", data, 12)
         start = (16 + nlibs * 12 + 7) & ~7
     if data[start:start + len(_CACHE_NEW)] != _CACHE_NEW:
         return {}

@@ -105,3 +105,36 @@ def test_the_libraries_found_are_those_ld_so_loads():
                   for w in ln.split() if w.startswith("/")}
         found = {os.path.realpath(p) for p in Libraries().of(program)}
         assert found == loaded, program
+
+
+def _new_cache(entries: list[tuple[str, str]]) -> bytes:
+    """A cache in glibc's new format: header, entries, then their strings (offsets from the
+    header's start)."""
+    import struct
+    strings, offsets = b"", []
+    base = 48 + 24 * len(entries)
+    for name, path in entries:
+        offsets.append((base + len(strings), base + len(strings) + len(name) + 1))
+        strings += name.encode() + b"\0" + path.encode() + b"\0"
+    head = b"glibc-ld.so.cache1.1" + struct.pack("=IIB3xI3I", len(entries), len(strings), 0,
+                                                   0, 0, 0, 0)
+    return head + b"".join(struct.pack("=iIIIQ", 0x303, k, v, 0, 0)
+                           for k, v in offsets) + strings
+
+
+def test_both_layouts_of_the_ld_so_cache_are_read(tmp_path):
+    """The new format alone (glibc 2.32 on), and after an old-format part (older ldconfig's
+    compat layout); an unknown file is no cache."""
+    import struct
+    entries = [("libfoo.so.1", "/opt/lib/libfoo.so.1"), ("libfoo.so.1", "/usr/lib/libfoo.so.1")]
+    new = tmp_path / "new.cache"
+    new.write_bytes(_new_cache(entries))
+    old = tmp_path / "old.cache"
+    old_part = b"ld.so-1.7.0\0" + struct.pack("=I", 1) + struct.pack("=iII", 0x303, 0, 0)
+    old.write_bytes(old_part + b"\0" * (-len(old_part) % 8) + _new_cache(entries))
+    for path in (new, old):
+        assert read_ld_cache(str(path)) == {"libfoo.so.1": ["/opt/lib/libfoo.so.1",
+                                                            "/usr/lib/libfoo.so.1"]}
+    (tmp_path / "junk").write_bytes(b"not a cache")
+    assert read_ld_cache(str(tmp_path / "junk")) == {}
+    assert read_ld_cache(str(tmp_path / "missing")) == {}
