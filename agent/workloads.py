@@ -280,10 +280,9 @@ class Workloads:
         for f in runs["files"]:
             if "missing" not in f or f["path"] in quiet:
                 continue
-            if os.sep not in f["path"]:  # a name the PATH does not hold
+            if cw is not None and os.sep not in f["path"]:  # a name the PATH does not hold
                 log.warning("workload %s: no program %r on the PATH its runs get (%s): its "
-                            "runs fail until it is there", w.name, f["path"],
-                            self._path(cw) if cw is not None else "")
+                            "runs fail until it is there", w.name, f["path"], self._path(cw))
             else:
                 log.warning("workload %s: cannot read %s (%s): its runs fail until it is "
                             "there", w.name, f["path"], f["missing"])
