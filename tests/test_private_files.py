@@ -116,7 +116,7 @@ def test_an_existing_state_directory_open_to_others_is_narrowed_at_start(tmp_pat
         assert proc.wait(30) == 0, log.read_text()
 
 
-def test_a_shared_or_search_only_state_directory_keeps_its_mode(tmp_path):
+def test_a_shared_search_only_or_foreign_state_directory_keeps_its_mode(tmp_path, caplog):
     from opptune.agent.private import make_dir
     shared = tmp_path / "shared"
     shared.mkdir()
@@ -124,6 +124,15 @@ def test_a_shared_or_search_only_state_directory_keeps_its_mode(tmp_path):
     search = tmp_path / "search"
     search.mkdir()
     search.chmod(0o711)  # opened for the workloads' user (agent/workdir.py)
-    for d, mode in ((shared, 0o1777), (search, 0o711)):
+    other = tmp_path / "lib"  # /var/lib given by mistake: others' directories in it
+    (other / "postgresql").mkdir(parents=True)
+    other.chmod(0o755)
+    for d, mode in ((shared, 0o1777), (search, 0o711), (other, 0o755)):
         make_dir(str(d))
         assert stat.S_IMODE(d.stat().st_mode) == mode
+    assert caplog.text.count("open to others") == 1
+    assert (f"state directory {other} is open to others (mode 0755) and holds files that are "
+            "not an agent's: left as it is") in caplog.text
+    (other / "agent.lock").write_text("")  # an agent's state directory: narrowed
+    make_dir(str(other))
+    assert stat.S_IMODE(other.stat().st_mode) == 0o700
