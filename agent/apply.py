@@ -483,19 +483,26 @@ class Executor:
 
         The point's values are kept in ``state_dir`` (written before each result is stored,
         so they hold at least every stored run): after a restart the decision is made again
-        from the runs before ``first_rep``, and a point that had closed is not run further."""
+        from the runs before ``first_rep``, and a point that had closed is not run further.
+
+        Its interval is of the runs of the program the last run measured (``extra["program"]``):
+        a program changed mid-point (a drift, agent/runner.py) starts its count again, as the
+        daemon fits it from those runs alone. ``max_reps`` and the budget count every run of
+        the point: they bound its cost."""
         state = self._load_point_state(job_id, idx, first_rep)
 
         def decide(upto: int) -> tuple[str | None, float | None]:
             runs = [state[r] for r in sorted(state) if r < upto]
-            values = [v for v, _ in runs if v is not None]
-            return stop_reason(rule, values, upto, sum(secs for _, secs in runs))
+            program = runs[-1][2] if runs else ""
+            values = [v for v, _, p in runs if v is not None and p == program]
+            return stop_reason(rule, values, upto, sum(secs for _, secs, _ in runs))
 
         if first_rep and decide(first_rep)[0] is not None:
             return  # it closed before a restart; its closing result is stored
 
         def store(rec: RunRecord) -> None:
-            state[rec.rep] = (rec.time_s if rec.ok and rec.time_s else None, board_seconds(rec))
+            state[rec.rep] = (rec.time_s if rec.ok and rec.time_s else None, board_seconds(rec),
+                              str(rec.extra.get("program", "")))
             self._save_point_state(job_id, idx, state)
             reason, rel = decide(rec.rep + 1)
             if reason is not None:
@@ -515,19 +522,20 @@ class Executor:
             pass
 
     def _load_point_state(self, job_id: str, idx: int, first_rep: int
-                          ) -> dict[int, tuple[float | None, float]]:
-        """rep -> (time_s or None for a failed run, seconds spent) of the point's runs before
-        ``first_rep`` kept by an earlier life of the agent; empty for another point."""
-        runs: dict[int, tuple[float | None, float]] = {}
+                          ) -> dict[int, tuple[float | None, float, str]]:
+        """rep -> (time_s or None for a failed run, seconds spent, program digest) of the
+        point's runs before ``first_rep`` kept by an earlier life of the agent; empty for
+        another point. A file of an agent before the digest was kept has none: ""."""
+        runs: dict[int, tuple[float | None, float, str]] = {}
         if not self.state_dir or not first_rep:
             return runs
         try:
             with open(os.path.join(self.state_dir, POINT_STATE)) as fh:
                 saved = json.load(fh)
             if saved.get("job_id") == job_id and saved.get("index") == idx:
-                for rep, (value, secs) in saved["runs"].items():
+                for rep, (value, secs, *program) in saved["runs"].items():
                     if int(rep) < first_rep:
-                        runs[int(rep)] = (value, float(secs))
+                        runs[int(rep)] = (value, float(secs), str(program[0]) if program else "")
         except FileNotFoundError:
             pass
         except (OSError, ValueError, TypeError, KeyError, AttributeError) as exc:
@@ -536,7 +544,7 @@ class Executor:
         return runs
 
     def _save_point_state(self, job_id: str, idx: int,
-                          runs: dict[int, tuple[float | None, float]]) -> None:
+                          runs: dict[int, tuple[float | None, float, str]]) -> None:
         if not self.state_dir:
             return
         path = os.path.join(self.state_dir, POINT_STATE)

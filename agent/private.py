@@ -7,17 +7,56 @@ user reaches its own directory below."""
 
 from __future__ import annotations
 
+import logging
 import os
+import stat
 from typing import IO, Any
+
+log = logging.getLogger("opptune.agent")
 
 DIR_MODE = 0o700
 FILE_MODE = 0o600
+LOCK_FILENAME = "agent.lock"  # in the state directory, held while an agent runs (state_lock)
+# what others may have of the state directory: search (x) alone, which agent/workdir.py gives
+# where the workloads run as another user; read (list) or write is narrowed
+_OTHERS_RW = 0o066
 
 
 def make_dir(path: str) -> None:
-    """``path`` made 0700 where missing (its parents as the umask makes them); an existing
-    one is left as it is (it may be a directory of the user's, even /tmp)."""
+    """``path`` made 0700 where missing (its parents as the umask makes them). An existing one
+    of the agent's user that others may list or write (made under another umask, by hand, by
+    an older agent) is narrowed to 0700, said in an INFO line, where it is empty or an agent's
+    (its lock is there). Left as they are: one of another user, a shared one (sticky, as
+    /tmp), one open for search only (0711: agent/workdir.py), and one holding other files (a
+    home, /var/lib given by mistake: narrowing it would shut others out of theirs), said in a
+    warning."""
     os.makedirs(path, DIR_MODE, exist_ok=True)
+    st = os.stat(path)
+    mode = stat.S_IMODE(st.st_mode)
+    if st.st_uid != os.geteuid() or mode & stat.S_ISVTX or not mode & _OTHERS_RW:
+        return
+    if os.listdir(path) and not os.path.exists(os.path.join(path, LOCK_FILENAME)):
+        log.warning("state directory %s is open to others (mode %04o) and holds files that "
+                    "are not an agent's: left as it is; give the agent a directory of its own "
+                    "(the agent makes it 0700)", path, mode)
+        return
+    os.chmod(path, DIR_MODE)
+    log.info("state directory %s narrowed from mode %04o to %04o: its outbox, saved settings "
+             "and lock are the agent's alone", path, mode, DIR_MODE)
+
+
+def make_dirs(path: str) -> None:
+    """``path`` and each missing directory above it made 0700 (the umask's modes, up to 0777,
+    would open them to others); existing ones are left as they are."""
+    if os.path.isdir(path):
+        return
+    parent = os.path.dirname(path)
+    if parent and parent != path:
+        make_dirs(parent)
+    try:
+        os.mkdir(path, DIR_MODE)
+    except FileExistsError:
+        pass
 
 
 def opener(path: str, flags: int) -> int:

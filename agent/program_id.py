@@ -3,11 +3,12 @@
 in place, or opptune's kernels built anew, make a new program though the configuration did not
 change.
 
-A command's files are its executable (argv[0] resolved on the PATH its run gets) and each
-argument that names a regular file (a script, ``python3 bench.py``), and of ``sh -c STRING``
+A command's files are its executable (argv[0] resolved on the PATH its run gets) with the
+shared libraries it loads (shared_libs.py) and each argument that names a regular file (a script, ``python3 bench.py``), and of ``sh -c STRING``
 those STRING's first command names plainly (``shell_files``: not its expansions, functions or
-later commands; a pyenv/asdf shim is the shim script, whose choice of interpreter is not
-guessed); a pyperf workload's is its script; a bench_suite kernel's the built extension all
+later commands; nor, for a login shell, ``bash -lc``, a first word named without a path: its
+profile may set another PATH; a pyenv/asdf shim is the shim script, whose choice of
+interpreter is not guessed); a pyperf workload's is its script; a bench_suite kernel's the built extension all
 kernels are in (any kernel rebuilt makes every kernel's program new) and its accounting; a
 virtual board's kernel the modules that model it. Each file is known by its resolved path and a
 SHA-256 of its content, a large one (past ``HASH_MAX_BYTES``, e.g. a data set on the command
@@ -31,6 +32,7 @@ import struct
 from typing import IO, Any, Mapping
 
 from .private import open_private
+from .shared_libs import Libraries
 
 log = logging.getLogger("opptune.agent.workloads")
 
@@ -146,26 +148,38 @@ def _elf_digest(f: IO[bytes], head: bytes) -> str:
     return h.hexdigest()
 
 
-def command_files(argv: list[str], env: Mapping[str, str], cwd: str | None = None
+def command_files(argv: list[str], env: Mapping[str, str], cwd: str | None = None,
+                  exe_dir: str | None = None, libraries: Libraries | None = None
                   ) -> list[str]:
     """The files a command line runs: argv[0] as the run's PATH finds it (as given when not
-    found: FileIds says it is missing) and each argument naming a regular file in ``cwd``, the
-    directory the run starts in (None: this process's). Arguments with a ``{...}``
-    placeholder are left out (they change from run to run). Of ``sh|bash|dash -c STRING``
-    also the files of STRING's first command (``shell_files``)."""
+    found: FileIds says it is missing; a relative path with a slash from ``exe_dir``, None:
+    this process's directory, as the runner takes it), the shared libraries it loads (with
+    ``libraries``: shared_libs.py, through the run's LD_LIBRARY_PATH) and each argument naming
+    a regular file in ``cwd``, the directory the run starts in (None: this process's).
+    Arguments with a ``{...}`` placeholder are left out (they change from run to run). Of
+    ``sh|bash|dash -c STRING`` also the files of STRING's first command (``shell_files``) and
+    its program's libraries."""
     if not argv:
         return []
     path = env.get("PATH", os.defpath)
     exe = argv[0]
-    if "{" not in exe and os.sep not in exe:
-        exe = shutil.which(exe, path=path) or exe
+    if "{" not in exe:
+        exe = _under(exe_dir, exe) if os.sep in exe else shutil.which(exe, path=path) or exe
     files = [exe] if "{" not in exe else []
+    lib_path = env.get("LD_LIBRARY_PATH", "")
+    if libraries is not None and files:
+        files += libraries.of(exe, lib_path)
     # where the run opens them: its own directory, not the agent's
     files += [f for f in (_under(cwd, a) for a in argv[1:] if "{" not in a)
               if os.path.isfile(f)]
     string = shell_string(argv)
     if string is not None:
-        files += [f for f in shell_files(string, path, cwd) if f not in files]
+        login = reads_profile(argv)
+        found = shell_files(string, None if login else path, cwd)
+        first = first_command(string)[:1]
+        if libraries is not None and first and (os.sep in first[0] or not login):
+            found[1:1] = libraries.of(found[0], lib_path)  # found[0] is that program
+        files += [f for f in found if f not in files]
     return files
 
 
@@ -184,32 +198,46 @@ _PLAIN = re.compile(r"[A-Za-z0-9_./+,:@%-]+")
 _OPERATOR = re.compile(r"[;&|<>()#\n]")
 
 
-def shell_string(argv: list[str]) -> str | None:
-    """The command string of ``sh|bash|dash [options] -c STRING ...`` (options as clusters
-    such as ``-ec``, ``-o NAME``); None for any other command line."""
+def _shell_options(argv: list[str]) -> tuple[str, int] | None:
+    """(the option letters, the index of the first operand) of ``sh|bash|dash [options]
+    ...`` (options as clusters such as ``-ec``, ``-o NAME``); None for another command line
+    or a long option (``--norc``: not parsed here)."""
     if not argv or os.path.basename(argv[0]) not in SHELLS:
         return None
-    c_given, i = False, 1
+    given, i = "", 1
     while i < len(argv) and argv[i][:1] in ("-", "+") and argv[i] not in ("-", "+"):
         if argv[i] == "--":
             i += 1
             break
         letters = argv[i][1:]
         if not letters.isalpha():
-            return None  # a long option (--norc) or something else: not parsed here
-        c_given = c_given or "c" in letters
+            return None
+        given += letters
         i += 2 if letters.endswith("o") else 1  # -o NAME
-    return argv[i] if c_given and i < len(argv) else None
+    return given, i
 
 
-def shell_files(string: str, path: str, cwd: str | None) -> list[str]:
-    """The files the first command of a shell's command string runs, where the string says
-    them plainly: its first word (after ``exec``) as the shell finds it on ``path`` (a word
-    with a slash: relative to ``cwd``), and each later word of that command naming a regular
-    file there. A first word with an expansion, quote, assignment or placeholder, or one the
-    shell runs itself (a reserved word or builtin), names no file: nothing is added. Later
-    commands (after ``;``, ``|``, ``&&``), functions and what expansions make are not
-    covered."""
+def shell_string(argv: list[str]) -> str | None:
+    """The command string of ``sh|bash|dash [options] -c STRING ...``; None for any other
+    command line."""
+    opts = _shell_options(argv)
+    if opts is None or "c" not in opts[0] or opts[1] >= len(argv):
+        return None
+    return argv[opts[1]]
+
+
+def reads_profile(argv: list[str]) -> bool:
+    """Whether a shell's command line makes it a login or interactive shell (``bash -lc``,
+    ``-ic``): it reads a profile or rc file first, which may set another PATH than its
+    environment's, so its string's first program found by name is not known here."""
+    opts = _shell_options(argv)
+    return opts is not None and bool(set(opts[0]) & {"l", "i"})
+
+
+def first_command(string: str) -> list[str]:
+    """The words of a shell command string's first command (after ``exec``) where its first
+    word names a program plainly; [] where it has an expansion, quote, assignment or
+    placeholder, or is one the shell runs itself (a reserved word or builtin)."""
     words = []
     for word in string.split():
         if _OPERATOR.search(word):
@@ -220,14 +248,63 @@ def shell_files(string: str, path: str, cwd: str | None) -> list[str]:
     if not words or not _PLAIN.fullmatch(words[0]) or words[0] in _SHELL_WORDS \
             or words[0].startswith("-"):  # exec's options (-a NAME): not parsed here
         return []
+    return words
 
+
+def shell_files(string: str, path: str | None, cwd: str | None) -> list[str]:
+    """The files the first command of a shell's command string runs, where the string says
+    them plainly (``first_command``): its first word as the shell finds it on ``path`` (a
+    word with a slash: relative to ``cwd``; None: a PATH not known here, a login shell's, so
+    a bare name is left out), and each later word of that command naming a regular file
+    there. Later commands (after ``;``, ``|``, ``&&``), functions and what expansions make
+    are not covered."""
+    words = first_command(string)
+    if not words:
+        return []
     first = words[0]
-    exe = _under(cwd, first) if os.sep in first else shutil.which(first, path=path) or first
-    files = [exe]
+    if os.sep in first:
+        files = [_under(cwd, first)]
+    elif path is None:
+        files = []
+    else:
+        files = [shutil.which(first, path=path) or first]
     for word in words[1:]:
         if _PLAIN.fullmatch(word) and os.path.isfile(_under(cwd, word)):
             files.append(_under(cwd, word))
     return files
+
+
+# programs that run a script named by their first argument that is not an option
+# (``python3 -u bench.py``, ``bash run.sh``): that script is their program as much as they are
+_INTERPRETER = re.compile(r"(?:python|pypy|perl|ruby|php|lua|luajit|tclsh|Rscript|julia|node"
+                          r"|nodejs|sh|bash|dash|zsh|ksh|mksh|busybox)[0-9.]*")
+# options after which no script follows: inline code or a module (``-c``, ``-m``, ``-e``); a
+# shell's is a cluster with ``c`` (``-ec``)
+_INLINE = frozenset({"-c", "-m", "-e", "-E", "--eval", "--print"})
+
+
+def script_of(argv: list[str], cwd: str | None) -> str | None:
+    """The script an interpreter's command line runs: its first argument that is no option
+    (nor an option's value) and names a regular file in ``cwd``; None for another program,
+    inline code or a module (``python3 -c``, ``-m``, ``sh -c``), or no such file. An
+    option's value is told from the script only by being no file (``python3 -X dev b.py``)."""
+    name = os.path.basename(argv[0]) if argv else ""
+    if len(argv) < 2 or not _INTERPRETER.fullmatch(name):
+        return None
+    shell = name.rstrip("0123456789.") in SHELLS | {"zsh", "ksh", "mksh", "busybox"}
+    after_option = False
+    for arg in argv[1:]:
+        if arg.startswith("-") and arg != "-":
+            if (arg[1:].isalpha() and "c" in arg) if shell else arg in _INLINE:
+                return None
+            after_option = arg != "--"
+            continue
+        if "{" not in arg and os.path.isfile(_under(cwd, arg)):
+            return _under(cwd, arg)
+        if not after_option:
+            return None  # the script, not there: its runs fail
+        after_option = False
+    return None
 
 
 def _under(cwd: str | None, path: str) -> str:

@@ -25,7 +25,7 @@ from .run_output import MAX_ERR_TEXT, last_json, merge_json, read_captured
 from .runspec import Knob, Meter, RunSpec
 from .workdir import WorkDirs
 from .workload_check import start_failure
-from .workloads import WorkloadError, Workloads
+from .workloads import WorkloadError, Workloads, exe_dir
 
 __all__ = ["Aborted", "Cancelled", "Knob", "Meter", "RunSpec", "Runner"]
 
@@ -292,9 +292,10 @@ class Runner:
                              f"{why}")[:MAX_ERR_TEXT]
                 return
         if cwd is not None and os.sep in argv[0] and not os.path.isabs(argv[0]):
-            # a program named relative to where the agent runs ("./app"), as before, not to
-            # the workload's directory, where exec would look once the child is there
-            argv = [os.path.abspath(argv[0]), *argv[1:]]
+            # a program named by a relative path ("./app"): in the entry's cwd, else where the
+            # agent runs, as before (workloads.exe_dir), not in the directory made for it
+            base = exe_dir(w.command) if w.command is not None else None
+            argv = [os.path.abspath(os.path.join(base or "", argv[0])), *argv[1:]]
         token = leftover.new_token()
         env = {**env, leftover.ENV: token}
         with tempfile.TemporaryFile() as out, tempfile.TemporaryFile() as err:

@@ -25,9 +25,7 @@ import socket
 import struct
 from typing import IO
 
-from .private import make_dir, open_private
-
-LOCK_FILENAME = "agent.lock"
+from .private import LOCK_FILENAME, make_dir, open_private
 
 
 class StateDirBusy(Exception):

@@ -27,6 +27,7 @@ import re
 import time
 
 from ..shared.cpus import format_cpu_list
+from .private import make_dirs, open_private
 from .sysfs import KnobUnavailable, SysFS, register_driver
 
 CPUFREQ = "/sys/devices/system/cpu/cpufreq"
@@ -188,12 +189,13 @@ def board_spec(name: str) -> dict:
 
 # --------------------------------------------------------------------------- tree writing
 
-def _put(root: str, rel: str, content, mode: int = 0o644) -> None:
+def _put(root: str, rel: str, content) -> None:
+    """A file of the tree, 0600 in directories 0700 as the state directory's (private.py):
+    the agent's alone, whatever the umask."""
     path = os.path.join(root, rel.lstrip("/"))
-    os.makedirs(os.path.dirname(path), exist_ok=True)
-    with open(path, "w") as fh:
+    make_dirs(os.path.dirname(path))
+    with open_private(path) as fh:
         fh.write(f"{content}\n")
-    os.chmod(path, mode)
 
 
 def _policy_groups(spec: dict) -> list[tuple[int, list[int], dict]]:
@@ -210,7 +212,7 @@ def make_tree(name, root_path: str) -> str:
     """Write the fake tree of board ``name`` (or a spec dict) under ``root_path``; return it."""
     spec = board_spec(name) if isinstance(name, str) else copy.deepcopy(name)
     root = os.path.abspath(root_path)
-    os.makedirs(root, exist_ok=True)
+    make_dirs(root)
     cpus = sorted(c for cl in spec["clusters"] for c in cl["cpus"])
     cpu = "/sys/devices/system/cpu"
     _put(root, f"{cpu}/online", format_cpu_list(cpus))
@@ -347,7 +349,7 @@ def make_tree(name, root_path: str) -> str:
             for k, v in spec["os_release"].items()))
     stat = ["cpu  0 0 0 0 0 0 0 0 0 0"] + [f"cpu{c} 0 0 0 0 0 0 0 0 0 0" for c in cpus]
     _put(root, "/proc/stat", "\n".join(stat))
-    with open(os.path.join(root, FAKE_MARKER), "w") as fh:
+    with open_private(os.path.join(root, FAKE_MARKER)) as fh:
         json.dump({"board": spec["name"], "spec": spec}, fh, default=list)
     attach(root)
     return root
@@ -381,7 +383,7 @@ def update_spec(root: str, now: float | None = None, **changes) -> dict:
         path = os.path.join(root, f"sys/class/thermal/thermal_zone{i}/temp")
         with open(path, "w") as fh:
             fh.write(f"{int(zone_temp_c(spec, z) * 1000)}\n")
-    with open(os.path.join(root, FAKE_MARKER) + ".tmp", "w") as fh:
+    with open_private(os.path.join(root, FAKE_MARKER) + ".tmp") as fh:
         json.dump({"board": spec["name"], "spec": spec}, fh, default=list)
     os.replace(os.path.join(root, FAKE_MARKER) + ".tmp", os.path.join(root, FAKE_MARKER))
     return spec

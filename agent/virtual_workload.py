@@ -27,6 +27,7 @@ import time
 from typing import Any
 
 from ..shared.cpus import parse_cpu_list
+from .private import open_private
 from .sysfs import SysFS
 from .virtual_board import (CPUFREQ, SIZES, cpu_cluster, dynamic_power_w, load_spec,
                             model_time_s, policy_of, run_model, write_proc_stat)
@@ -272,7 +273,7 @@ def run(board_root: str, cpus: list[int], threads: int, size: str = "small",
     # the noise stretches the whole run: every thread's categories with it
     stats = [{k: (x * scale if k.endswith("_s") else x) for k, x in t.items()}
              for t in km["thread_stats"]]
-    lock = open(os.path.join(fs.root, ".opptune-virtual-board.lock"), "w")
+    lock = open_private(os.path.join(fs.root, ".opptune-virtual-board.lock"))
     hw = spec.get("hwmon", [])
     idle = {}
     fcntl.flock(lock, fcntl.LOCK_EX)

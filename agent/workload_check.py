@@ -42,12 +42,12 @@ class Found:
     not_executable: list[str] = field(default_factory=list)
 
 
-def candidates(argv0: str, env: Mapping[str, str]) -> list[str]:
-    """Where a run looks for ``argv0``: itself where it names a path (a relative one from the
-    agent's working directory, as the runner takes it), else each directory of the PATH the
-    run gets."""
+def candidates(argv0: str, env: Mapping[str, str], exe_dir: str | None = None) -> list[str]:
+    """Where a run looks for ``argv0``: itself where it names a path (a relative one from
+    ``exe_dir``, the entry's cwd, or None: the agent's working directory, as the runner takes
+    it: workloads.exe_dir), else each directory of the PATH the run gets."""
     if os.sep in argv0:
-        return [os.path.abspath(argv0)]
+        return [os.path.abspath(os.path.join(exe_dir or "", argv0))]
     return [os.path.join(d or ".", argv0) for d in os.get_exec_path(dict(env))]
 
 
@@ -134,9 +134,9 @@ def cwd_refusal(workload: str, cwd: str, configured: bool, why: str,
 
 
 def program_warning(workload: str, argv0: str, env: Mapping[str, str], found: Found,
-                    run_as: RunAs | None) -> str | None:
+                    run_as: RunAs | None, cwd: str = "") -> str | None:
     """The start's warning of a program a run would not find or may not execute (None: it
-    finds it)."""
+    finds it); ``cwd``: the entry's, where a relative path is taken from."""
     if found.program is not None:
         return None
     later = "; each run fails until it is there"
@@ -148,12 +148,16 @@ def program_warning(workload: str, argv0: str, env: Mapping[str, str], found: Fo
         return (f"workload '{workload}': no program {argv0!r} on the PATH its runs get "
                 f"({path}){later}: give its absolute path in 'command', or set PATH in the "
                 "entry's env")
-    where = os.path.abspath(argv0)
     if os.path.isabs(argv0):
-        return f"workload '{workload}': no program {where}{later}"
-    return (f"workload '{workload}': no program {where} ({argv0} is taken from the agent's "
-            f"working directory {os.getcwd()}, not the workload's){later}: give its absolute "
-            "path in 'command'")
+        return f"workload '{workload}': no program {argv0}{later}"
+    if cwd:
+        where = os.path.normpath(os.path.join(cwd, argv0))
+        return (f"workload '{workload}': no program {where} ({argv0} is taken from the "
+                f"entry's cwd){later}: give its absolute path in 'command'")
+    return (f"workload '{workload}': no program {os.path.abspath(argv0)} ({argv0} is taken "
+            f"from the agent's working directory {os.getcwd()}, as the entry sets no "
+            f"'cwd'){later}: give its absolute path in 'command', or set the entry's 'cwd' "
+            "to its directory")
 
 
 class Refused(ValueError):
@@ -183,7 +187,8 @@ def check_workloads(workloads: Any, workdirs: Any, run_as: RunAs | None) -> list
             argv, env = workloads.argv_for(name, w.sizes[0], 1, [0], user_env(run_as))
             argv0 = argv[0]
         try:
-            found = probe(cwd, candidates(argv0, env) if argv0 else [], run_as)
+            found = probe(cwd, candidates(argv0, env, configured or None) if argv0 else [],
+                          run_as)
         except OSError as exc:  # no child to be had: its runs will tell
             warnings.append(f"workload '{name}': its working directory and program were not "
                             f"checked as user {user_name(run_as)!r} "
@@ -196,7 +201,7 @@ def check_workloads(workloads: Any, workdirs: Any, run_as: RunAs | None) -> list
                             f"its working directory {cwd}: a run that writes a file there "
                             "fails")
         if argv0:
-            text = program_warning(name, argv0, env, found, run_as)
+            text = program_warning(name, argv0, env, found, run_as, configured)
             if text:
                 warnings.append(text)
     return warnings

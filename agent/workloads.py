@@ -18,7 +18,9 @@ from typing import Any, Mapping
 
 from .. import __version__
 from ..shared.config import AgentConfig, CommandWorkload
-from .program_id import FileIds, command_files, kernel_files, shell_files, shell_string
+from .program_id import (FileIds, command_files, first_command, kernel_files,
+                         reads_profile, script_of, shell_files, shell_string)
+from .shared_libs import Libraries
 from .workdir import SUBDIR, dir_name
 
 log = logging.getLogger("opptune.agent.workloads")
@@ -86,6 +88,14 @@ def _looked_at(seen: tuple, output: frozenset) -> tuple:
     return tuple(e for e in seen if e[0] not in output) if output else seen
 
 
+def exe_dir(cw: CommandWorkload) -> str | None:
+    """Where a program named by a relative path (``./app``) is found: the entry's ``cwd``,
+    where its runs start; without one the agent's working directory (None), as before the
+    workloads had directories of their own: the directory the agent makes for a workload holds
+    no program."""
+    return cw.cwd or None
+
+
 def _digest(what: dict[str, Any]) -> str:
     text = json.dumps(what, sort_keys=True, separators=(",", ":"))
     return hashlib.sha256(text.encode()).hexdigest()[:16]
@@ -100,6 +110,7 @@ class Workloads:
         self.config = config
         # the identities of the files each workload runs, for its program digest
         self.file_ids = file_ids if file_ids is not None else FileIds()
+        self.libraries = Libraries()  # the shared libraries of the programs, by their identity
         self.virtual_board = config.virtual_board
         self._items: dict[str, Workload] = {}
         self._kernel_files: list[str] | None = None  # where the kernels' modules are
@@ -151,7 +162,9 @@ class Workloads:
                                            " ".join(w.command), command=w)
         for w in self._items.values():
             w.seen = self._seen(w)
-            w.definition, w.program = self.definition_of(w)
+            # a command's executable missing is said by the start's check, once, as the user
+            # its runs run as and with the PATH searched (workload_check.py)
+            w.definition, w.program = self.definition_of(w, quiet=self._executable(w))
 
     def refresh(self, name: str) -> bool:
         """Whether the program of workload ``name`` changed since its digests were made (a
@@ -179,9 +192,9 @@ class Workloads:
         run is its output (``-o out.csv``, a log it appends to), not its program: left out of
         the look before each run from then on, and logged. Taken so at its first change, for
         a drift there would leave out every run before it (a characterisation's 1-core runs).
-        The program itself (the executable, a shell string's first program) is never output:
-        a program does not rewrite itself, a rebuild does. Its content still counts at the
-        agent's next start."""
+        The program itself (the executable, a shell string's first program, the script an
+        interpreter runs: ``_programs``) is never output: its edit is a drift at the next
+        run. An output's content still counts at the agent's next start."""
         w = self._items.get(name)
         if w is None or not w.at_run or w.command is None or w.command.pyperf:
             return
@@ -201,21 +214,51 @@ class Workloads:
 
     def _programs(self, w: Workload) -> frozenset:
         """The files of command workload ``w`` that are its program, never its output: the
-        executable argv[0] names, and the first program of a shell's command string."""
+        executable argv[0] names, the first program of a shell's command string, and the
+        script either gives an interpreter (``python3 bench.py``, ``sh -c "bash run.sh"``)."""
         cw = w.command
-        path = cw.env.get("PATH", os.environ.get("PATH", os.defpath))
-        files = command_files(cw.command[:1], {"PATH": path})
+        path = self._path(cw)
+        cwd = self.run_dir(w.name, cw)
+        files = self._executable(w) + [script_of(cw.command, cwd)]
         string = shell_string(cw.command)
         if string is not None:
-            files += shell_files(string, path, self.run_dir(w.name, cw))[:1]
-        return frozenset(files)
+            first = first_command(string)[:1]
+            program = shell_files(first[0], None if reads_profile(cw.command) else path,
+                                  cwd) if first else []
+            files += program + [lib for f in program
+                                for lib in self.libraries.of(f, self._lib_path(cw))]
+            files.append(script_of(first_command(string), cwd))
+        return frozenset(f for f in files if f)
+
+    def _executable(self, w: Workload) -> list[str]:
+        """The file command workload ``w``'s argv[0] names, as its digest takes it ([] for a
+        kernel, a pyperf script or a placeholder in argv[0])."""
+        cw = w.command
+        if cw is None or cw.pyperf:
+            return []
+        return command_files(cw.command[:1], self._env(cw), exe_dir=exe_dir(cw),
+                             libraries=self.libraries)
+
+    @staticmethod
+    def _path(cw: CommandWorkload) -> str:
+        """The PATH a run of ``cw`` searches: its env's, else the agent's."""
+        return cw.env.get("PATH", os.environ.get("PATH", os.defpath))
+
+    @staticmethod
+    def _lib_path(cw: CommandWorkload) -> str:
+        """The LD_LIBRARY_PATH of a run of ``cw``: its env's, else the agent's."""
+        return cw.env.get("LD_LIBRARY_PATH", os.environ.get("LD_LIBRARY_PATH", ""))
+
+    def _env(self, cw: CommandWorkload) -> dict[str, str]:
+        """What of a run's environment finds its files."""
+        return {"PATH": self._path(cw), "LD_LIBRARY_PATH": self._lib_path(cw)}
 
     def _seen(self, w: Workload) -> tuple:
         """``w``'s files with their (device, inode, size, mtime), None for one missing: taken
         before they are digested, so a change while they are is seen by the next look."""
         return tuple(_stat_of(f) for f in self._files(w))
 
-    def definition_of(self, w: Workload) -> tuple[str, str]:
+    def definition_of(self, w: Workload, quiet: list[str] | tuple = ()) -> tuple[str, str]:
         """Two digests of ``w``: its definition, of what a run executes and how long it may
         take: its command (or pyperf script), environment, working directory (a ``cwd``
         set) and sizes, or a kernel's name and
@@ -225,7 +268,8 @@ class Workloads:
         the sizes and the version: what its runs measured (the daemon no longer counts a
         workload's runs from before its program changed). A longer timeout, one more size or
         an upgraded agent whose kernels are the same leave them measuring the same thing; a
-        rebuilt binary, an edited script or kernels built anew do not."""
+        rebuilt binary, an edited script or kernels built anew do not. A file missing is
+        logged, but for those in ``quiet``."""
         cw = w.command
         runs = {"name": w.name, "kind": w.kind, "virtual_board": self.virtual_board,
                 **({"command": cw.command, "env": cw.env, "threads_env": cw.threads_env,
@@ -234,7 +278,12 @@ class Workloads:
                     **({"cwd": cw.cwd} if cw.cwd else {})} if cw is not None else {}),
                 "files": [self.file_ids.of(f) for f in self._files(w)]}
         for f in runs["files"]:
-            if "missing" in f:
+            if "missing" not in f or f["path"] in quiet:
+                continue
+            if cw is not None and os.sep not in f["path"]:  # a name the PATH does not hold
+                log.warning("workload %s: no program %r on the PATH its runs get (%s): its "
+                            "runs fail until it is there", w.name, f["path"], self._path(cw))
+            else:
                 log.warning("workload %s: cannot read %s (%s): its runs fail until it is "
                             "there", w.name, f["path"], f["missing"])
         what = {**runs, "sizes": w.sizes, "timeout_s": self.config.run_timeout_s,
@@ -253,8 +302,8 @@ class Workloads:
             return files
         if cw.pyperf:
             return [cw.pyperf]
-        path = cw.env.get("PATH", os.environ.get("PATH", os.defpath))
-        return command_files(cw.command, {"PATH": path}, self.run_dir(w.name, cw))
+        return command_files(cw.command, self._env(cw), self.run_dir(w.name, cw),
+                             exe_dir(cw), self.libraries)
 
     def run_dir(self, name: str, cw: CommandWorkload) -> str:
         """The directory a run of command workload ``name`` starts in (agent/workdir.py):

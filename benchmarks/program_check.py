@@ -5,8 +5,11 @@ changed) and after it (Workloads.ran: which of them the run wrote).
 Rows: a command run by an interpreter with a script argument (``python3 bench.py``), a
 ``sh -c`` command string (its shell and the program the string names), and a bench_suite
 kernel (its built extension and accounting), unchanged; and the same command after its script
-was edited (the digest made again, the file's content hashed). Best of ``--repeat`` timings of
-``-n`` checks, in microseconds per check.
+was edited (the digest made again, the file's content hashed). A command's files include the
+shared libraries of its programs (agent/shared_libs.py: the interpreter's, the shell's),
+found once and kept by the program's identity, stat'ed at each look. Best of ``--repeat``
+timings of ``-n`` checks, in microseconds of this process's CPU time (user + system) per
+check: the machine's load from others weighs less than in wall time.
 
     python benchmarks/program_check.py [-n 2000] [--repeat 5]
 """
@@ -17,6 +20,7 @@ import argparse
 import os
 import sys
 import tempfile
+import time
 import timeit
 
 from opptune.agent.workloads import Workloads
@@ -39,8 +43,9 @@ def main() -> None:
         ws = Workloads(config)
         for name in ("script", "shell", "pi_integrate"):
             t = min(timeit.repeat(lambda: (ws.refresh(name), ws.ran(name)), number=args.n,
-                                  repeat=args.repeat))
-            print(f"{name:14s} unchanged  {t / args.n * 1e6:8.1f} us per run")
+                                  repeat=args.repeat, timer=time.process_time))
+            print(f"{name:14s} unchanged  {t / args.n * 1e6:8.1f} us per run "
+                  f"({len(ws._files(ws.get(name)))} files)")
         edits = iter(range(10 ** 9))
 
         def edited() -> None:
@@ -49,7 +54,7 @@ def main() -> None:
             assert ws.refresh("script")
 
         n = max(1, args.n // 10)
-        t = min(timeit.repeat(edited, number=n, repeat=args.repeat))
+        t = min(timeit.repeat(edited, number=n, repeat=args.repeat, timer=time.process_time))
         print(f"{'script':14s} edited     {t / n * 1e6:8.1f} us per look (with the edit)")
         print(f"load average {os.getloadavg()[0]:.1f}")
 

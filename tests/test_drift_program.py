@@ -21,7 +21,7 @@ from opptune.daemon.planner import plan_sweep
 from opptune.daemon.store import ResultIn
 from opptune.shared.config import DaemonConfig
 from opptune.shared.records import RunRecord
-from procs import Cluster, db_rows, produced_results, wait_until
+from procs import Cluster, db_rows, produced_results, wait_until, write_toml
 
 
 BENCH = """\
@@ -307,3 +307,67 @@ def test_a_program_replaced_while_the_agent_runs_is_told_before_its_first_run(tm
             "workload w: its program changed") == 2
     finally:
         c.stop()
+
+
+# prints its VERSION's time; version 1 replaces itself by version 2 at its second run
+REPLACED_AT_RUN_2 = """\
+import json, os
+VERSION = @VERSION@
+here = os.path.abspath(__file__)
+count = os.path.join(os.path.dirname(here), f"runs-of-{VERSION}")
+n = (int(open(count).read()) if os.path.exists(count) else 0) + 1
+open(count, "w").write(str(n))
+print(json.dumps({"time_s": 1.0 if VERSION == 1 else 1.001}))
+if VERSION == 1 and n == 2:
+    with open(here + ".new", "w") as f:
+        f.write(open(here).read().replace("VERSION = 1", "VERSION = 2"))
+    os.chmod(here + ".new", 0o755)
+    os.replace(here + ".new", here)
+"""
+
+
+@pytest.mark.integration
+def test_an_adaptive_point_counts_only_the_runs_of_the_program_it_measures_now(tmp_path):
+    """Real daemon and agent, an adaptive sweep (min_reps 3, +-2 %) of a script that replaces
+    itself at its second run, at the first point. Its runs' times are within 0.1 % of each
+    other, so 3 runs of one program close a point. The first point must close on 3 runs of
+    version 2 (5 in all), the second on 3 of version 2. Before, the stop rule counted the two
+    runs of version 1 with the first of version 2 and closed the point there: the program the
+    daemon fits from then on had one run at that point."""
+    script = tmp_path / "bench.py"
+    script.write_text(f"#!{sys.executable}\n" + REPLACED_AT_RUN_2.replace("@VERSION@", "1"))
+    script.chmod(0o755)
+    c = script_cluster(tmp_path, script)
+    write_toml(c.daemon_toml, {
+        "bind": c.endpoint, "database": str(c.db), "heartbeat_s": 0.5, "agent_timeout_s": 3.0,
+        "auto_sweep": False, "auto_recommend": False, "accept_load": True,
+    }, {"sweep": {"size": "small", "warmup": 0, "max_cores": 2, "frequency_grid": "none",
+                  "adaptive": True, "target_ci": 0.02, "max_reps": 8, "min_reps": 3}})
+    c.start_daemon()
+    c.start_agent()
+    try:
+        c.wait_for(lambda s: any(a["alive"] for a in s["agents"]), timeout=30, what="hello")
+        p = opptune("sweep", "--daemon", c.endpoint, "--agent", "test-agent", "--workload",
+                    "w", "--json")
+        assert p.returncode == 0, p.stdout + p.stderr + c.logs()
+        (job_id,) = [j["job_id"] for j in json.loads(p.stdout)["jobs"]]
+        c.wait_for(lambda s: any(j["job_id"] == job_id and j["state"] == "done"
+                                 for j in s["jobs"]), timeout=90, what=f"job {job_id}")
+        points: dict[int, list[tuple[float, str]]] = {}
+        closing: dict[int, dict] = {}
+        store = open_store(str(c.db))
+        try:
+            for _, rec in sorted(store.run_records(job_id), key=lambda r: r[1].started_at):
+                points.setdefault(rec.cores, []).append((rec.time_s, rec.extra["program"]))
+                if "point" in rec.extra:
+                    closing[rec.cores] = rec.extra["point"]
+        finally:
+            store.close()
+    finally:
+        c.stop()
+    assert [t for t, _ in points[1]] == [1.0, 1.0, 1.001, 1.001, 1.001], points
+    assert [t for t, _ in points[2]] == [1.001] * 3, points
+    assert len({p for _, p in points[1][:2]}) == 1 and points[1][1][1] != points[1][2][1]
+    assert {p for _, p in points[1][2:] + points[2]} == {points[1][2][1]}
+    assert (closing[1]["runs"], closing[1]["stop"]) == (5, "ci")
+    assert (closing[2]["runs"], closing[2]["stop"]) == (3, "ci")

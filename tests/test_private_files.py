@@ -21,10 +21,12 @@ PY = sys.executable
 
 
 def modes(state: Path) -> dict[str, int]:
-    """Every entry under ``state`` (itself as '.') -> its permission bits."""
+    """Every entry under ``state`` (itself as '.') -> its permission bits; a symbolic link's
+    (always 0777, never checked) left out."""
     out = {".": stat.S_IMODE(state.stat().st_mode)}
     for p in state.rglob("*"):
-        out[str(p.relative_to(state))] = stat.S_IMODE(p.lstat().st_mode)
+        if not p.is_symlink():
+            out[str(p.relative_to(state))] = stat.S_IMODE(p.lstat().st_mode)
     return out
 
 
@@ -79,3 +81,58 @@ def test_files_left_open_by_an_earlier_umask_are_narrowed_when_written_again(tmp
     with open_private(str(p)) as fh:
         fh.write("new")
     assert stat.S_IMODE(p.stat().st_mode) == 0o600 and p.read_text() == "new"
+
+
+def test_an_existing_state_directory_open_to_others_is_narrowed_at_start(tmp_path):
+    """A state directory made before (by hand, under another umask: 0777) kept its mode: its
+    outbox's directory was open to anyone's listing and writing. The agent narrows it to 0700
+    and says so in an INFO line; the virtual board's tree it makes there, under umask 000 too,
+    is 0700/0600 like the rest (before: 0777 directories, 0644 files)."""
+    state = tmp_path / "state"
+    state.mkdir()
+    state.chmod(0o777)
+    log = tmp_path / "agent.log"
+    with open(log, "wb") as fh:
+        proc = subprocess.Popen(
+            [PY, "-m", "opptune.agent", "--daemon", free_endpoint(), "--agent-id", "a1",
+             "--state-dir", str(state), "--virtual-board", "rpi4", "--heartbeat", "0.5",
+             *RUN_AS_OPTION], stdout=fh, stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL, umask=0)
+    try:
+        wait_until(lambda: "agent a1 on platform" in log.read_text() or proc.poll() is not None,
+                   "the agent's start", 60, log.read_text)
+        assert proc.poll() is None, log.read_text()
+        found = modes(state)
+        assert found["."] == 0o700, found
+        tree = [n for n in found if n.startswith("virtual-board-rpi4")]
+        assert len(tree) > 20 and "virtual-board-rpi4/sys" in tree, found
+        assert open_to_others(state) == {}, found
+        assert all(found[n] == (0o700 if (state / n).is_dir() else 0o600) for n in tree), \
+            {n: f"{found[n]:04o}" for n in tree}
+        assert (f"state directory {state} narrowed from mode 0777 to 0700: its outbox, saved "
+                "settings and lock are the agent's alone") in log.read_text()
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(30) == 0, log.read_text()
+
+
+def test_a_shared_search_only_or_foreign_state_directory_keeps_its_mode(tmp_path, caplog):
+    from opptune.agent.private import make_dir
+    shared = tmp_path / "shared"
+    shared.mkdir()
+    shared.chmod(0o1777)  # as /tmp: others' files are there too
+    search = tmp_path / "search"
+    search.mkdir()
+    search.chmod(0o711)  # opened for the workloads' user (agent/workdir.py)
+    other = tmp_path / "lib"  # /var/lib given by mistake: others' directories in it
+    (other / "postgresql").mkdir(parents=True)
+    other.chmod(0o755)
+    for d, mode in ((shared, 0o1777), (search, 0o711), (other, 0o755)):
+        make_dir(str(d))
+        assert stat.S_IMODE(d.stat().st_mode) == mode
+    assert caplog.text.count("open to others") == 1
+    assert (f"state directory {other} is open to others (mode 0755) and holds files that are "
+            "not an agent's: left as it is") in caplog.text
+    (other / "agent.lock").write_text("")  # an agent's state directory: narrowed
+    make_dir(str(other))
+    assert stat.S_IMODE(other.stat().st_mode) == 0o700

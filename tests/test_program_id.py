@@ -6,9 +6,11 @@ from __future__ import annotations
 
 import os
 import struct
+import sys
 
 import pytest
 
+import opptune.agent.program_id as program_id
 import opptune.agent.workloads as wl
 from opptune.agent.program_id import (CACHE_FILENAME, FileIds, content_digest, shell_files,
                                      shell_string)
@@ -54,14 +56,22 @@ def test_a_commands_program_changes_with_its_executable_and_script_files(tmp_pat
 
 def test_a_missing_executable_leaves_the_hello_whole(tmp_path, caplog):
     """A command whose executable is not there: the workloads are described (the hello goes
-    out), the log names it, and its program changes once it is installed."""
+    out), and its program changes once it is installed. The agent's start check names it
+    (test_workload_check), not the digest: one line. Gone again, a look before a run logs it
+    with the PATH searched."""
     cw = CommandWorkload("c", ["opptune-no-such-bench", "{threads}"],
                          env={"PATH": str(tmp_path)})
     missing = _programs([cw])["c"]
     assert len(missing) == 16
-    assert "cannot read opptune-no-such-bench" in caplog.text
+    assert "opptune-no-such-bench" not in caplog.text
     _script(tmp_path / "opptune-no-such-bench", "echo 1")
     assert _programs([cw])["c"] != missing
+    ws = Workloads(AgentConfig(agent_id="a1", workloads=[cw]), catalogue={})
+    os.unlink(tmp_path / "opptune-no-such-bench")
+    assert ws.refresh("c") is True and ws.get("c").program == missing
+    assert caplog.text.count("opptune-no-such-bench") == 1
+    assert (f"workload c: no program 'opptune-no-such-bench' on the PATH its runs get "
+            f"({tmp_path}): its runs fail until it is there") in caplog.text
 
 
 def test_kernels_programs_follow_the_built_extension(tmp_path, monkeypatch):
@@ -296,3 +306,106 @@ def test_an_output_file_named_on_the_command_line_is_not_a_new_program_each_run(
     assert told == ["c"] and rebuilt.time_s == 2
     assert rebuilt.extra["program"] != recs[-1].extra["program"]
     runner.close()
+
+
+@pytest.mark.parametrize("argv, script", [
+    (["python3", "bench.py", "out.csv"], "bench.py"),
+    (["/usr/bin/python3.11", "-u", "bench.py"], "bench.py"),
+    (["python3", "-X", "dev", "bench.py"], "bench.py"),  # dev: -X's value, no file
+    (["bash", "run.sh", "out.csv"], "run.sh"),
+    (["bash", "-e", "--", "run.sh"], "run.sh"),
+    (["perl", "-w", "run.pl"], "run.pl"),
+    (["python3", "-m", "bench", "out.csv"], None),  # a module, out.csv its argument
+    (["python3", "-c", "print(1)", "out.csv"], None),
+    (["bash", "-ec", "echo", "out.csv"], None),
+    (["python3", "missing.py", "out.csv"], None),  # the script, not there: runs fail
+    (["./app", "out.csv"], None),  # no interpreter: its arguments may be its output
+])
+def test_the_script_an_interpreter_runs(tmp_path, argv, script):
+    for name in ("bench.py", "run.sh", "run.pl", "out.csv"):
+        (tmp_path / name).write_text("")
+    got = program_id.script_of(argv, str(tmp_path))
+    assert got == (str(tmp_path / script) if script else None)
+
+
+@pytest.mark.parametrize("command", [
+    ["python3", "bench.py", "out.csv"],
+    ["sh", "-c", "python3 bench.py out.csv"],
+])
+def test_a_script_an_interpreter_runs_edited_during_a_run_is_a_new_program(tmp_path, caplog,
+                                                                           command):
+    """command = python3 bench.py (or so in sh -c), bench.py rewriting itself during its
+    second run: the third run is a new program (said before it, with its own digest), not
+    output; out.csv, which every run writes, is output. Before, bench.py was taken for output
+    at its edit: no drift, its runs mixed with the old script's until the agent restarted."""
+    from opptune.agent.runner import Runner, RunSpec
+    if command[0] == "python3":
+        command = [sys.executable, *command[1:]]
+    script = tmp_path / "bench.py"
+    script.write_text(
+        "import json, os\n"
+        "n = len(open('out.csv').read().split()) + 1\n"
+        "open('out.csv', 'a').write(f'{n}\\n')\n"
+        "print(json.dumps({'time_s': 1.0}))\n"
+        "if n == 2:\n"
+        "    body = open(__file__).read().replace(\"'time_s': 1.0\", \"'time_s': 2.0\")\n"
+        "    open(__file__, 'w').write(body)\n")
+    (tmp_path / "out.csv").write_text("")
+    ws = Workloads(AgentConfig(agent_id="a1", state_dir=str(tmp_path / "state"), workloads=[
+        CommandWorkload("c", command, cwd=str(tmp_path),
+                        env={"PATH": os.path.dirname(sys.executable) + ":/usr/bin:/bin"})]),
+        catalogue={})
+    runner = Runner(ws, "p", state_dir=str(tmp_path / "state"))
+    told = []
+    runner.on_program_change = told.append
+    spec = RunSpec("c", "default", [0], 1)
+    recs = []
+    for _ in range(4):
+        recs.append(runner.run_once(spec))
+        assert recs[-1].ok, recs[-1].error
+    runner.close()
+    assert [r.time_s for r in recs] == [1.0, 1.0, 2.0, 2.0]
+    assert told == ["c"]
+    programs = [r.extra["program"] for r in recs]
+    assert programs[0] == programs[1] != programs[2] == programs[3]
+    assert f"{script} changed during a run" not in caplog.text
+    assert caplog.text.count("out.csv changed during a run: taken for its output") == 1
+
+
+def test_a_login_shells_program_found_by_name_is_not_covered(tmp_path):
+    """bash -lc "app": the login shell's profile sets its own PATH (here ~/.bash_profile puts
+    another app first; Debian's /etc/profile sets root's), so the app the run executes is not
+    the one the entry's PATH finds. That program is left out of the digest rather than
+    digested wrongly (README, the program section): rebuilding the app the entry's PATH finds
+    is no new program. A program named by its path in the string still is covered."""
+    from opptune.agent.runner import Runner, RunSpec
+    env_bin, profile_bin, home = tmp_path / "bin", tmp_path / "profile-bin", tmp_path / "home"
+    for d in (env_bin, profile_bin, home, tmp_path / "state"):
+        d.mkdir()
+    _script(env_bin / "app", "echo '{\"time_s\": 1}'")
+    _script(profile_bin / "app", "echo '{\"time_s\": 2}'")
+    (home / ".bash_profile").write_text(f"PATH={profile_bin}:$PATH\n")
+    env = {"PATH": f"{env_bin}:/usr/bin:/bin", "HOME": str(home)}
+    cw = CommandWorkload("s", ["bash", "-lc", "app {threads}"], env=env)
+    ws = Workloads(AgentConfig(agent_id="a1", state_dir=str(tmp_path / "state"),
+                               workloads=[cw]), catalogue={})
+    runner = Runner(ws, "p", state_dir=str(tmp_path / "state"))
+    rec = runner.run_once(RunSpec("s", "default", [0], 1))
+    runner.close()
+    assert rec.ok and rec.time_s == 2, rec.error  # the profile's app, not the entry's PATH's
+    base = _programs([cw])["s"]
+    _script(env_bin / "app", "echo '{\"time_s\": 3}'")
+    assert _programs([cw])["s"] == base
+    # without -l the entry's PATH is the run's: covered
+    plain = CommandWorkload("s", ["bash", "-c", "app {threads}"], env=env)
+    before = _programs([plain])["s"]
+    _script(env_bin / "app", "echo '{\"time_s\": 4}'")
+    assert _programs([plain])["s"] != before
+    # a path in the string: covered under -l too
+    by_path = CommandWorkload("s", ["bash", "-lc", f"{profile_bin}/app"], env=env)
+    before = _programs([by_path])["s"]
+    _script(profile_bin / "app", "echo '{\"time_s\": 5}'")
+    assert _programs([by_path])["s"] != before
+    assert program_id.reads_profile(["bash", "-lc", "app"])
+    assert program_id.reads_profile(["bash", "-e", "-i", "-c", "app"])
+    assert not program_id.reads_profile(["bash", "-ec", "app"])

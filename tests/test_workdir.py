@@ -176,6 +176,28 @@ def test_a_program_named_relative_to_the_agent_is_still_found(tmp_path, monkeypa
     assert (work / "scratch.txt").read_text() == f"{work} {os.getuid()}"
 
 
+def test_a_program_named_relative_to_the_entrys_cwd_runs_from_there(tmp_path, monkeypatch):
+    """command = ["./app"] with cwd = DIR: the run executes DIR/app, and the digest looks
+    there (its edit is a new program), though the agent runs where another ./app is. Before,
+    the run and its digest took ./app from the agent's directory, the other program."""
+    proj, agent_dir = tmp_path / "proj", tmp_path / "agent"
+    proj.mkdir()
+    agent_dir.mkdir()
+    for d, time_s in ((proj, 1.0), (agent_dir, 2.0)):
+        (d / "app").write_text(f"#!/bin/sh\necho '{{\"time_s\": {time_s}}}'\n")
+        (d / "app").chmod(0o755)
+    monkeypatch.chdir(agent_dir)
+    rec = run(tmp_path, CommandWorkload("w", ["./app"], cwd=str(proj)))
+    assert rec.ok and rec.time_s == 1.0, rec.error
+    cfg = AgentConfig(bench_kernels=[], workloads=[CommandWorkload("w", ["./app"],
+                                                                   cwd=str(proj))])
+    before = Workloads(cfg, catalogue={}).get("w").program
+    (agent_dir / "app").write_text("#!/bin/sh\necho '{\"time_s\": 3}'\n")
+    assert Workloads(cfg, catalogue={}).get("w").program == before
+    (proj / "app").write_text("#!/bin/sh\necho '{\"time_s\": 3}'\n")
+    assert Workloads(cfg, catalogue={}).get("w").program != before
+
+
 def test_a_missing_cwd_is_named_by_its_whole_path(tmp_path, monkeypatch):
     """'opptune-agent --config bad.toml' said "'cwd' nowhere does not exist", leaving the
     user to guess from where it was taken."""

@@ -18,7 +18,7 @@ from opptune.agent.workdir import WorkDirs
 from opptune.agent.workload_check import Refused, check_workloads
 from opptune.agent.workloads import Workloads
 from opptune.shared.config import AgentConfig, CommandWorkload
-from procs import free_endpoint, write_toml
+from procs import AGENT_RUN_AS, free_endpoint, wait_until, write_toml
 from test_workdir import SYS_PY, as_nobody, open_tmp  # noqa: F401  (a fixture, found by name)
 
 PY = sys.executable
@@ -87,11 +87,18 @@ def test_a_program_not_found_is_warned_of_with_the_path_searched(tmp_path, monke
         CommandWorkload("found", ["app"], env={"PATH": str(bin_dir)}),
         CommandWorkload("rel", ["./bin/nope"]),
         CommandWorkload("relfound", ["./bin/app"]),
+        # relative to the entry's cwd where it sets one
+        CommandWorkload("relcwd", ["./app"], cwd=str(bin_dir)),
+        CommandWorkload("relcwdmissing", ["./bin/app"], cwd=str(bin_dir)),
         CommandWorkload("templated", ["{size}-bench"])])
     assert warnings == [
         f"workload 'rel': no program {tmp_path}/bin/nope (./bin/nope is taken from the agent's "
-        f"working directory {tmp_path}, not the workload's); each run fails until it is "
-        "there: give its absolute path in 'command'",
+        f"working directory {tmp_path}, as the entry sets no 'cwd'); each run fails until it "
+        "is there: give its absolute path in 'command', or set the entry's 'cwd' to its "
+        "directory",
+        f"workload 'relcwdmissing': no program {bin_dir}/bin/app (./bin/app is taken from "
+        "the entry's cwd); each run fails until it is there: give its absolute path in "
+        "'command'",
         f"workload 'typo': no program 'ffmpge' on the PATH its runs get ({bin_dir}:"
         "/nonexistent); each run fails until it is there: give its absolute path in "
         "'command', or set PATH in the entry's env"]
@@ -144,3 +151,34 @@ def test_a_run_of_a_program_not_on_the_path_names_the_path(tmp_path):
     assert not rec.ok
     assert rec.error == ("cannot start ffmpge: no program 'ffmpge' on the PATH of its run "
                          "(/nonexistent:/also-not)")
+
+
+def test_a_missing_program_is_one_line_at_the_agents_start(tmp_path):
+    """A real agent whose workloads' programs are missing: a name not on the PATH, a relative
+    path. Each is said in one warning, naming the PATH searched (or the path looked at).
+    Before, the program digest said each a second time ("cannot read ffmpge")."""
+    cfg = tmp_path / "agent.toml"
+    write_toml(cfg, {"daemon": free_endpoint(), "agent_id": "a1",
+                     "state_dir": str(tmp_path / "state"), "bench_kernels": [],
+                     "heartbeat_s": 0.5, **AGENT_RUN_AS})
+    with open(cfg, "a") as fh:
+        fh.write('[[workloads]]\nname = "typo"\ncommand = ["ffmpge"]\n'
+                 f'env = {{PATH = "{tmp_path}/bin:/nonexistent"}}\n'
+                 '[[workloads]]\nname = "rel"\ncommand = ["./nope"]\n')
+    log = tmp_path / "agent.log"
+    with open(log, "wb") as out:
+        agent = subprocess.Popen([PY, "-m", "opptune.agent", "--config", str(cfg)],
+                                 stdout=out, stderr=subprocess.STDOUT, cwd=tmp_path)
+    try:
+        wait_until(lambda: agent.poll() is not None or "no program 'ffmpge'" in log.read_text(),
+                   "the start's check", timeout=60)
+    finally:
+        agent.terminate()
+        agent.wait(30)
+    # (as root, a line at start lists the commands the workloads run as root)
+    lines = [ln for ln in log.read_text().splitlines() if "workloads run as root" not in ln]
+    assert [ln.split("opptune.agent: ", 1)[-1] for ln in lines if "ffmpge" in ln] == [
+        f"workload 'typo': no program 'ffmpge' on the PATH its runs get ({tmp_path}/bin:"
+        "/nonexistent); each run fails until it is there: give its absolute path in "
+        "'command', or set PATH in the entry's env"], lines
+    assert len([ln for ln in lines if "nope" in ln]) == 1, lines
