@@ -26,6 +26,13 @@ the state directory and applied again when the agent starts (agent/standing.py).
 unit a configuration confined is let go (its cpu set put back) when another configuration of
 the same target replaces it; one that does not stand (``keep: false``, failed) has its own
 target changes undone once verified.
+
+A process a configuration in force confines may exit while the agent runs: the link's
+heartbeat looks for that (:meth:`Worker.watch`, one read of /proc/PID/stat per confined
+process), and the worker drops its configuration (:meth:`Executor.drop_exited`) at once when
+idle, else before the next point of the job under way: its entry leaves ``standing.json``, its
+records of originals are forgotten, the clocks go back at rest to those of the configurations
+still in force (or the board's originals), and a hello tells the daemon.
 """
 
 from __future__ import annotations
@@ -49,6 +56,7 @@ from ..shared.refusals import RefusalLog
 from ..shared.standing import clock_plan, key_of, target_key
 from ..shared.target_text import measured_text, target_name
 from . import standing
+from .knobs.state import running_start
 from .outbox import FULL_RETRY_S, Outbox, OutboxFull
 from .platform import clock_problem, cpus_problem
 from .private import open_private
@@ -150,6 +158,13 @@ class Executor:
         # (agent/standing.py)
         self.standing_configs: list[dict[str, Any]] = []
         self.standing_dropped: list[str] = []  # why those before a restart were dropped
+        # the start time of the process of each pid configuration in force, by config id: the
+        # same pid started again later is another process (agent/standing.py ``exited``)
+        self._pid_starts: dict[str, int | None] = {}
+        # set by the link's thread when a confined process has exited: the worker drops it
+        self._exited = threading.Event()
+        # tells the daemon what stands now (agent/cli.py: a hello); any thread may call it
+        self.say_standings: Callable[[], Any] = lambda: None
         self._standing_file = standing.StandingFile(state_dir) if state_dir else None
         self._knobs_moved = False  # by work since the knobs last rested
         self._timed_out = False  # a run of the job's point under way timed out
@@ -270,6 +285,46 @@ class Executor:
         out = standing.stand_again(self._standing_file, self.platform, self.runner,
                                    self.targets)
         self.standing_configs, self.standing_dropped = out.configs, out.dropped
+        self._pid_starts = dict(out.starts)
+
+    def notice_exited(self) -> bool:
+        """(link thread, at each heartbeat) Whether a process that a configuration in force
+        confines has exited since and its drop is newly due (:meth:`drop_exited`)."""
+        if self._exited.is_set() or not standing.exited(list(self.standing_configs),
+                                                        self._pid_starts):
+            return False
+        self._exited.set()
+        return True
+
+    def drop_exited(self) -> None:
+        """(worker thread) Drop the configurations in force whose process has exited: out of
+        ``standing.json`` and the hello's standings (the daemon told), their records of
+        originals forgotten (nothing is left to put back), the clocks they held back at
+        rest to those of the others in force, or to the board's originals."""
+        self._exited.clear()
+        gone = standing.exited(self.standing_configs, self._pid_starts)
+        if not gone:
+            return
+        ids = {str(c.get("config_id")) for c, _ in gone}
+        self.standing_configs = [c for c in self.standing_configs
+                                 if str(c.get("config_id")) not in ids]
+        for config, why in gone:
+            cid = str(config.get("config_id"))
+            self._pid_starts.pop(cid, None)
+            for problem in (self.targets.release(cid) if self.targets is not None else []):
+                log.warning("undoing configuration %s: %s", cid, problem)
+            if self._standing_file is not None:
+                try:
+                    self._standing_file.forget(key_of(config))
+                except OSError as exc:
+                    log.warning("cannot write %s (%s): the next start drops %s",
+                                self._standing_file.path, exc, cid)
+            log.info("applied configuration %s dropped: %s; %s", standing.describe(config), why,
+                     "the other applied configurations stand" if self.standing_configs else
+                     "the board goes back to its original settings")
+            self.standing_dropped.append(f"{cid}: {why}")
+        self._knobs_moved = True  # its clocks: back at rest to what the others hold
+        self.say_standings()
 
     def standing_wire(self) -> dict[str, Any] | None:
         """The configuration applied last of those in force, as the hello's ``standing``
@@ -299,6 +354,10 @@ class Executor:
         self.standing_configs = [c for c in before if key_of(c) != key] + (
             [] if standing.leaves_nothing(body) else [body])
         self.standing_dropped = []
+        self._pid_starts = {cid: t for cid, t in self._pid_starts.items()
+                            if any(str(c.get("config_id")) == cid for c in self.standing_configs)}
+        if kind_of(body.get("target")) == "pid":
+            self._pid_starts[str(body["config_id"])] = running_start(body["target"]["pid"])
         if self._standing_file is not None:
             try:
                 self._standing_file.keep(body)
@@ -406,6 +465,8 @@ class Executor:
         timed_out = self._load_timeouts(job_id) if seq else []
         limit = self.limits.stop_after_timeouts
         while seq < total:
+            if self._exited.is_set():  # a confined process exited: said before the next point
+                self.drop_exited()
             if limit and len(timed_out) >= limit:
                 self._stop_job(job_id, body, total, seq, timed_out)
                 break
@@ -811,6 +872,12 @@ class Worker(threading.Thread):
                 return
             self._put(("config", msg))
 
+    def watch(self) -> None:
+        """(link thread, at each heartbeat) A confined process that exited: its configuration
+        dropped by the worker, at once when idle (:meth:`Executor.drop_exited`)."""
+        if self.executor.notice_exited():
+            self._put(("exited", None))
+
     def submit_job(self, job_id: str) -> None:
         with self._lock:
             if job_id in self._queued_jobs:
@@ -864,6 +931,8 @@ class Worker(threading.Thread):
             try:
                 if kind == "job":
                     self.executor.run_job(arg)
+                elif kind == "exited":
+                    self.executor.drop_exited()
                 else:
                     self.executor.apply_config(arg)
             except Aborted:

@@ -14,6 +14,8 @@ apart (one ``config``) is read as one entry.
 A pid target stands again only in the same process: pids are reused, and confining whatever
 now holds the number would be wrong. The file records the process's start time (clock ticks
 after boot, /proc/PID/stat) and the kernel's boot id; a different boot or start time drops it.
+While the agent runs, a process that exits is noticed at the link's next heartbeat
+(:func:`exited`) and its configuration dropped then (agent/apply.py ``drop_exited``).
 """
 
 from __future__ import annotations
@@ -28,8 +30,8 @@ from typing import Any
 from ..shared import protocol as P
 from ..shared.clock_words import clock_text, kept_clock_text
 from ..shared.cpus import format_cpu_list
-from ..shared.standing import key_of, overridden, target_key
-from .knobs.state import atomic_write_json, thread_start_time
+from ..shared.standing import EXITED_WHILE_RUNNING, key_of, overridden, target_key
+from .knobs.state import atomic_write_json, running_start, thread_start_time
 from .platform import clock_problem, cpus_problem
 from .runspec import RunSpec
 from .targets import TargetError, kind_of
@@ -179,9 +181,11 @@ class StandingFile:
 @dataclass
 class Outcome:
     """What :func:`stand_again` did: the configurations in force again (``configs``, oldest
-    first), and why each one recorded but dropped was ('CONFIG_ID: why')."""
+    first), why each one recorded but dropped was ('CONFIG_ID: why'), and the start time of
+    the process of each pid configuration in force again, by config id (:func:`exited`)."""
     configs: list[dict[str, Any]]
     dropped: list[str]
+    starts: dict[str, int | None]
 
 
 def _same_process(saved: dict[str, Any]) -> str | None:
@@ -191,12 +195,34 @@ def _same_process(saved: dict[str, Any]) -> str | None:
         return f"process {pid} cannot be told apart from another holding its pid"
     if saved["boot_id"] != boot_id():
         return f"process {pid} was one of the previous boot"
-    start = thread_start_time(pid) if type(pid) is int else None
-    if start is None:
-        return f"process {pid} is gone"
-    if start != saved["pid_start"]:
-        return f"process {pid} is gone (its pid now names another process)"
+    return _left(pid, saved["pid_start"], "is gone")
+
+
+def _left(pid: Any, start: int | None, gone: str) -> str | None:
+    """Why ``pid`` no longer names the process started at ``start`` ('process N ' + ``gone``,
+    its pid another's), None while it runs."""
+    now = running_start(pid) if type(pid) is int else None
+    if now is None:
+        return f"process {pid} {gone}"
+    if now != start:
+        return f"process {pid} {gone} (its pid now names another process)"
     return None
+
+
+def exited(configs: list[dict[str, Any]], starts: dict[str, int | None]
+           ) -> list[tuple[dict[str, Any], str]]:
+    """(configuration, why) for each of ``configs`` (those in force) confining a process that
+    has exited since it was applied, or whose pid names another by now; ``starts``: each pid
+    configuration's process start time, by config id. One read of /proc/PID/stat each."""
+    out = []
+    for config in configs:
+        target = config.get("target") or {}
+        if kind_of(target) == "pid":
+            why = _left(target.get("pid"), starts.get(str(config.get("config_id"))),
+                        EXITED_WHILE_RUNNING)
+            if why is not None:
+                out.append((config, why))
+    return out
 
 
 def conflict_lines(configs: list[dict[str, Any]], platform: dict[str, Any],
@@ -225,6 +251,7 @@ def stand_again(file: StandingFile, platform: dict[str, Any], runner: Any,
     fails is undone, logged and dropped, and the others stand."""
     saved = file.load()
     kept, configs, dropped = [], [], []
+    starts: dict[str, int | None] = {}
     for entry in saved:
         config = entry["config"]
         spec = RunSpec.of_config(config)
@@ -265,6 +292,8 @@ def stand_again(file: StandingFile, platform: dict[str, Any], runner: Any,
             continue
         kept.append(entry)
         configs.append(config)
+        if kind == "pid":
+            starts[str(owner)] = entry.get("pid_start")
     if dropped:
         try:
             file.write(kept)
@@ -279,7 +308,7 @@ def stand_again(file: StandingFile, platform: dict[str, Any], runner: Any,
                  describe(config))
     for line in conflict_lines(configs, platform):
         log.info("%s", line)
-    return Outcome(configs, dropped)
+    return Outcome(configs, dropped, starts)
 
 
 def confine_again(file: StandingFile | None, config: dict[str, Any], targets: Any) -> None:

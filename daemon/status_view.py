@@ -10,6 +10,7 @@ from rich.table import Table
 
 from ..shared.clock_words import kept_clock_text
 from ..shared.cpus import format_cpu_list
+from ..shared.standing import EXITED_WHILE_RUNNING
 from .console import make_console
 from .planner import clock_text, frequencies_not_swept
 
@@ -149,9 +150,10 @@ def clash_text(agent: dict[str, Any]) -> str | None:
 
 def standing_lines(agent: dict[str, Any], board: str) -> list[str]:
     """The lines on what a user applied that stands on the board (one per target, a clock a
-    newer one overrides said so: shared/standing.py), why the agent's restart dropped one, or
-    that this daemon does not know (the agent has not said hello to it since it started);
-    none when nothing is applied, or from an older agent."""
+    newer one overrides said so: shared/standing.py), why the agent dropped one (at its
+    restart, or its process exited), or that this daemon does not know (the agent has not
+    said hello to it since it started); none when nothing is applied, or from an older
+    agent."""
     who = f"board {board} (agent {agent.get('id')})"
     if agent.get("standing_known") is False:
         if agent.get("via"):  # another daemon of the fleet holds its connection
@@ -169,8 +171,10 @@ def standing_lines(agent: dict[str, Any], board: str) -> list[str]:
     if not isinstance(dropped, list):
         dropped = [agent["standing_dropped"]] if agent.get("standing_dropped") else []
     rest = ("the others stand" if lines else "the board is at its original settings")
-    lines += [f"{who}: the applied configuration was dropped when the agent restarted: "
-              f"{d}; {rest}" for d in dropped]
+    for d in dropped:  # at the agent's restart, or its process exited while the agent ran
+        when = "while the agent ran" if EXITED_WHILE_RUNNING in str(d) else \
+            "when the agent restarted"
+        lines.append(f"{who}: the applied configuration was dropped {when}: {d}; {rest}")
     return lines
 
 

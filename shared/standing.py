@@ -19,6 +19,10 @@ from __future__ import annotations
 
 from typing import Any, Iterable
 
+# why a process's configuration was dropped while the agent ran (its hello's
+# standings_dropped: 'CONFIG_ID: process N exited while the agent ran'), not at its restart
+EXITED_WHILE_RUNNING = "exited while the agent ran"
+
 
 def target_key(target: dict[str, Any] | None) -> str:
     """'board', 'pid:4242' or 'unit:web.service': what a configuration stands on."""

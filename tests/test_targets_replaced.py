@@ -273,3 +273,55 @@ def test_a_verification_that_does_not_stand_leaves_the_one_in_force(tmp_path, pr
         # the original, not c1's cpu set, is what a restart puts back
         (entry,) = json.loads((tmp_path / "state" / CPUSET_FILENAME).read_text())["entries"]
         assert entry["owner"] == "c1" and set(entry["cpus"]) == EVERY_CPU
+
+
+@pytest.mark.parametrize("how", ["exits", "pid reused"])
+def test_a_process_that_exits_while_the_agent_runs_is_dropped_its_clock_put_back(
+        tmp_path, procs, caplog, how):
+    """Before, a process's configuration stood (and 'opptune status' said it in force) until
+    the agent's next start dropped it. The link's heartbeat (Worker.watch) notices it: its
+    entry leaves standing.json and the hello's standings (a hello tells the daemon), its
+    clock on policy0 goes back to the original, the unit's configuration (policy4) stands.
+    The process is killed and not reaped: a zombie has exited too."""
+    caplog.set_level(logging.INFO, "opptune.agent.apply")
+    p = procs[0]
+    with agent(tmp_path, "odroid-xu4") as (ex, w, targets, root):
+        told = []
+        ex.say_standings = lambda: told.append([c["config_id"] for c in ex.standings_wire()])
+        d = cgroup_tree(root, cpus="0-7")
+        before = cpufreq_state(str(root))
+        work(w, config("c1", pid(p), cpus=[1], freq_khz=1_000_000))
+        work(w, config("c2", {"kind": "unit", "unit": "web"}, cpus=[4], freq_khz=1_800_000))
+        w.watch()  # it runs: nothing to drop
+        assert w.idle.is_set() and told == []
+        assert [c["config_id"] for c in ex.standings_wire()] == ["c1", "c2"]
+        if how == "exits":
+            p.kill()
+            os.waitid(os.P_PID, p.pid, os.WEXITED | os.WNOWAIT)  # exited, left unreaped
+            why = f"process {p.pid} exited while the agent ran"
+        else:  # as if the pid now named a process started after c1 was applied
+            ex._pid_starts["c1"] -= 1
+            why = f"process {p.pid} exited while the agent ran (its pid now names another " \
+                  "process)"
+        w.watch()
+        assert w.idle.wait(60)
+        assert [c["config_id"] for c in ex.standings_wire()] == ["c2"]
+        assert told == [["c2"]] and ex.standing_dropped == [f"c1: {why}"]
+        assert kept_ids(tmp_path / "state") == ["c2"]
+        assert recorded(tmp_path / "state") == [("c2", "cgroup", "/sys/fs/cgroup/system.slice/"
+                                                 "web.service/cpuset.cpus")]
+        now = cpufreq_state(str(root))
+        assert {k: v for k, v in now.items() if k.startswith("policy0/")} == \
+            {k: v for k, v in before.items() if k.startswith("policy0/")}
+        assert pinned_at(str(root), 1_800_000, "policy4") and (d / "cpuset.cpus").read_text() == "4"
+        assert f"applied configuration c1 (w on cpus 1 at 1000 MHz, process {p.pid}) " \
+               f"dropped: {why}; the other applied configurations stand" in caplog.text
+        w.watch()  # said once
+        assert w.idle.wait(60) and told == [["c2"]]
+
+
+def kept_ids(state: Path) -> list[str]:
+    """The config ids standing.json keeps, oldest first."""
+    return [e["config"]["config_id"]
+            for e in json.loads((state / "standing.json").read_text())["entries"]]
+
