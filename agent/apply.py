@@ -344,11 +344,9 @@ class Executor:
         before = self.standing_configs
         key = target_key(body.get("target"))
         # the board as this configuration's apply left it (at rest before: the clocks in
-        # force, its own set over them; without a clock, those of the others: see
-        # _apply_to_target; a command's without one restores every policy)
+        # force, its own set over them; without a clock, those of the others: _held)
         if spec.freq_khz is None:
-            now = (self._plan([c for c in before if key_of(c) != key])
-                   if kind_of(body.get("target")) != "command" else {})
+            now = self._plan([c for c in before if key_of(c) != key])
         else:
             now = {**self._plan(before), **self._plan([body])}
         self.standing_configs = [c for c in before if key_of(c) != key] + (
@@ -704,7 +702,11 @@ class Executor:
         """Run the config's workload in its configuration (its verification)."""
         cid = body["config_id"]
         self.wait_for_room()
-        recs = self.runner.run_point(spec, body["reps"], warmup=CONFIG_WARMUP)
+        # one without a clock is measured at the clocks the board keeps with it: those the
+        # other configurations in force hold (put back to the governor, a process's or a
+        # unit's clock on a shared policy would be undone while it runs)
+        recs = self.runner.run_point(spec, body["reps"], warmup=CONFIG_WARMUP,
+                                     held=self._held(body) if spec.freq_khz is None else None)
         times = [r.time_s for r in recs if r.ok and r.time_s is not None]
         out: dict[str, Any] = {"config_id": cid, "records": [r.to_dict() for r in recs]}
         if times:
@@ -731,9 +733,7 @@ class Executor:
             if spec.freq_khz is None:
                 # it sets no clock: measured at the clocks the board will hold with it, those
                 # of the other configurations in force (apply_knobs would restore them all)
-                key = target_key(target)
-                self.runner.rest([RunSpec.of_config(c) for c in self.standing_configs
-                                  if key_of(c) != key or not body.get("keep", True)])
+                self.runner.rest(self._held(body))
                 knob_fields: dict[str, Any] = {}
             else:
                 knob_fields = self.runner.apply_knobs(spec)
@@ -767,6 +767,14 @@ class Executor:
         else:
             log.warning("config %s not applied to %s: %s", cid, target_name(target), out["error"])
         return out["ok"]
+
+    def _held(self, body: dict[str, Any]) -> list[RunSpec]:
+        """The configurations in force whose clocks stay while ``body``, which sets none, is
+        verified: all but the one of its own target that it replaces (all, where it is not
+        to stay: keep false)."""
+        key = target_key(body.get("target"))
+        return [RunSpec.of_config(c) for c in self.standing_configs
+                if key_of(c) != key or not body.get("keep", True)]
 
     def _policy_freqs(self, cpus: list[int]) -> dict[str, float]:
         """Current MHz of each cpufreq policy holding one of ``cpus`` (empty without a knob)."""

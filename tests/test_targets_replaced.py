@@ -45,17 +45,19 @@ pytestmark = pytest.mark.skipif(len(EVERY_CPU) < 2 or not {0, 1} <= EVERY_CPU,
 
 
 @contextlib.contextmanager
-def agent(tmp_path, board: str | None = None):
+def agent(tmp_path, board: str | None = None, command: list[str] | None = None):
     """(executor, worker, targets, tree root): the agent's parts as it builds them, its cpu
     set record in the state directory; cpufreq from ``board``'s virtual tree when given (the
-    cgroup tree lives there too), pid targets on this machine."""
+    cgroup tree lives there too), pid targets on this machine. ``command``: workload w's
+    (default: one that says it took 0.01 s)."""
     root = tmp_path / "root"
     root.mkdir(exist_ok=True)
     if board:
         attach(make_tree(board, str(root)))
     state = str(tmp_path / "state")
     cfg = AgentConfig(agent_id="a1", bench_kernels=[], state_dir=state, sysfs_root=str(root),
-                      workloads=[CommandWorkload("w", [PY, "-c", "print('{\"time_s\": 0.01}')"])])
+                      workloads=[CommandWorkload("w", command or [
+                          PY, "-c", "print('{\"time_s\": 0.01}')"])])
     # the board's cpus and clocks; the command runs on this machine, as the pid targets do
     platform = discover(dataclasses.replace(cfg, virtual_board=board or "") if board
                         else dataclasses.replace(cfg, sysfs_root="/"))
@@ -325,3 +327,37 @@ def kept_ids(state: Path) -> list[str]:
     return [e["config"]["config_id"]
             for e in json.loads((state / "standing.json").read_text())["entries"]]
 
+
+# workload w as a board configuration's verification runs it: it notes the clock each policy
+# is set to while it runs, then says it took 0.01 s
+PEEK = """
+import pathlib, sys
+d = pathlib.Path(sys.argv[1]) / "sys/devices/system/cpu/cpufreq"
+seen = [f"{p}={(d / p / 'scaling_governor').read_text().strip()}:"
+        f"{(d / p / 'scaling_setspeed').read_text().strip()}" for p in ("policy0", "policy4")]
+with open(sys.argv[2], "a") as fh:
+    fh.write(" ".join(seen) + "\\n")
+print('{"time_s": 0.01}')
+"""
+
+
+def test_a_board_configuration_without_a_clock_is_verified_at_the_clocks_others_hold(
+        tmp_path, procs):
+    """Before, its verification put every policy back to its governor while it ran (the
+    knob's apply without a clock restored them all), undoing for that time the process's
+    clock on policy0, which its cpus share, and the unit's on policy4. Now each stays: the
+    board holds them with it, as at rest after it (it sets none and stands as nothing)."""
+    seen = tmp_path / "seen.txt"
+    command = [PY, "-c", PEEK, str(tmp_path / "root"), str(seen)]
+    with agent(tmp_path, "odroid-xu4", command) as (ex, w, targets, root):
+        cgroup_tree(root, cpus="0-7")
+        work(w, config("c1", pid(procs[0]), cpus=[1], freq_khz=1_000_000))
+        work(w, config("c2", {"kind": "unit", "unit": "web"}, cpus=[4], freq_khz=1_800_000))
+        seen.unlink(missing_ok=True)
+        work(w, config("c3", None, cpus=[0, 1]))  # the board's, at the governor's choice
+        assert [b["ok"] for b in applied(ex)] == [True] * 3
+        runs = seen.read_text().splitlines()
+        assert len(runs) == 2, runs  # its warm-up and its repetition
+        assert set(runs) == {"policy0=userspace:1000000 policy4=userspace:1800000"}, runs
+        assert [c["config_id"] for c in ex.standings_wire()] == ["c1", "c2"]
+        assert pinned_at(str(root), 1_000_000) and pinned_at(str(root), 1_800_000, "policy4")
