@@ -163,6 +163,9 @@ class Executor:
         self._pid_starts: dict[str, int | None] = {}
         # set by the link's thread when a confined process has exited: the worker drops it
         self._exited = threading.Event()
+        # the unit (of a configuration in force) that each pid configuration's process runs
+        # in, by config id: the process's own configuration holds for it (shared/standing.py)
+        self._in_unit: dict[str, str] = {}
         # tells the daemon what stands now (agent/cli.py: a hello); any thread may call it
         self.say_standings: Callable[[], Any] = lambda: None
         self._standing_file = standing.StandingFile(state_dir) if state_dir else None
@@ -286,6 +289,11 @@ class Executor:
                                    self.targets)
         self.standing_configs, self.standing_dropped = out.configs, out.dropped
         self._pid_starts = dict(out.starts)
+        self._in_unit = self._units_of_processes()
+        for unit in [c for c in self.standing_configs if kind_of(c.get("target")) == "unit"]:
+            self._hold_narrower(unit)
+        for level, line in standing.narrower_lines(self.standing_configs, self._in_unit):
+            standing.log.log(level, "%s", line)
 
     def notice_exited(self) -> bool:
         """(link thread, at each heartbeat) Whether a process that a configuration in force
@@ -311,6 +319,7 @@ class Executor:
         for config, why in gone:
             cid = str(config.get("config_id"))
             self._pid_starts.pop(cid, None)
+            self._in_unit.pop(cid, None)
             for problem in (self.targets.release(cid) if self.targets is not None else []):
                 log.warning("undoing configuration %s: %s", cid, problem)
             if self._standing_file is not None:
@@ -333,7 +342,54 @@ class Executor:
 
     def standings_wire(self) -> list[dict[str, Any]]:
         """The configurations in force, oldest first, as the hello's ``standings`` says."""
-        return [standing.wire(c) or {} for c in self.standing_configs]
+        return [standing.wire(c, self._in_unit.get(str(c.get("config_id")))) or {}
+                for c in self.standing_configs]
+
+    def _units_of_processes(self) -> dict[str, str]:
+        """{pid config id: unit}: the processes of the configurations in force that run in a
+        unit another one confines (its cgroup.procs)."""
+        units = [c["target"]["unit"] for c in self.standing_configs
+                 if kind_of(c.get("target")) == "unit"]
+        if self.targets is None or not units:
+            return {}
+        out = {}
+        for c in self.standing_configs:
+            if kind_of(c.get("target")) == "pid":
+                unit = self.targets.unit_holding(c["target"]["pid"], units)
+                if unit is not None:
+                    out[str(c["config_id"])] = unit
+        return out
+
+    def _unit_bounds(self, pid: int) -> tuple[str, dict[str, Any]] | None:
+        """(its unit, that unit's configuration in force) where process ``pid`` runs in a
+        unit a configuration in force confines."""
+        units = {target_key(c["target"]): c for c in self.standing_configs
+                 if kind_of(c.get("target")) == "unit"}
+        if self.targets is None or not units:
+            return None
+        unit = self.targets.unit_holding(pid, [c["target"]["unit"] for c in units.values()])
+        if unit is None:
+            return None
+        return unit, units[target_key({"kind": "unit", "unit": unit})]
+
+    def _hold_narrower(self, unit: dict[str, Any]) -> None:
+        """Unit configuration ``unit`` was just confined: the processes of the unit that a
+        configuration in force confines get their own cpus again, where those lie within the
+        unit's (a kernel may reset their affinity to the cgroup's when its cpu set
+        changes)."""
+        name = target_key(unit["target"])
+        for c in self.standing_configs:
+            cid = str(c.get("config_id"))
+            if (kind_of(c.get("target")) != "pid" or cid not in self._in_unit
+                    or target_key({"kind": "unit", "unit": self._in_unit[cid]}) != name
+                    or not set(c["cpus"]) <= set(unit["cpus"])):
+                continue
+            try:
+                self.targets.apply(c["target"], list(c["cpus"]), owner=cid)
+            except (TargetError, OSError) as exc:
+                log.warning("applied configuration %s: process %s of unit %s cannot be given "
+                            "its cpus again (%s)", standing.describe(c), c["target"]["pid"],
+                            self._in_unit[cid], exc)
 
     def _stand(self, body: dict[str, Any], spec: RunSpec, at_rest: bool) -> None:
         """A configuration applied and verified stays in force unless sent with keep: false
@@ -366,6 +422,16 @@ class Executor:
         for line in standing.conflict_lines(self.standing_configs, self.platform,
                                             newest_only=True):
             log.warning("%s", line)
+        was, self._in_unit = self._in_unit, self._units_of_processes()
+        if kind_of(body.get("target")) == "unit":
+            self._hold_narrower(body)
+        for level, line in standing.narrower_lines(self.standing_configs, self._in_unit,
+                                                   newest_only=True):
+            log.log(level, "%s", line)
+        cid = str(body["config_id"])
+        if {k: v for k, v in was.items() if k != cid} != \
+                {k: v for k, v in self._in_unit.items() if k != cid}:
+            self.say_standings()  # a process the daemon knows now runs in a confined unit
         if at_rest and now == self._plan(self.standing_configs):
             # applied over the rest state: the board holds what it should rest at, and
             # setting it again would only flicker
@@ -730,6 +796,14 @@ class Executor:
         out: dict[str, Any] = {"config_id": cid, "records": [], "time_s": None}
         try:
             self.targets.check(target)  # it may have gone since it was accepted
+            bound = self._unit_bounds(target["pid"]) if kind_of(target) == "pid" else None
+            if bound is not None and not set(spec.cpus) <= set(bound[1]["cpus"]):
+                theirs = format_cpu_list(bound[1]["cpus"])
+                raise TargetError(
+                    f"process {target['pid']} runs in unit {bound[0]}, which configuration "
+                    f"{bound[1]['config_id']} confines to cpus {theirs}: a process stays within "
+                    f"its unit's cpu set (the kernel's cgroup cpuset); choose cpus among "
+                    f"{theirs}, or apply to the unit")
             if spec.freq_khz is None:
                 # it sets no clock: measured at the clocks the board will hold with it, those
                 # of the other configurations in force (apply_knobs would restore them all)
@@ -738,6 +812,8 @@ class Executor:
             else:
                 knob_fields = self.runner.apply_knobs(spec)
             done = self.targets.apply(target, spec.cpus, owner=cid)
+            if bound is not None:  # its own cpus hold for it (shared/standing.py)
+                done = {**done, "in_unit": bound[0]}
         except Exception as exc:  # TargetError, and knob errors of many types
             out.update(ok=False, error=f"cannot apply to the target: {exc}")
         else:

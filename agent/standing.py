@@ -30,7 +30,7 @@ from typing import Any
 from ..shared import protocol as P
 from ..shared.clock_words import clock_text, kept_clock_text
 from ..shared.cpus import format_cpu_list
-from ..shared.standing import EXITED_WHILE_RUNNING, key_of, overridden, target_key
+from ..shared.standing import EXITED_WHILE_RUNNING, key_of, narrower, overridden, target_key
 from .knobs.state import atomic_write_json, running_start, thread_start_time
 from .platform import clock_problem, cpus_problem
 from .runspec import RunSpec
@@ -67,8 +67,9 @@ def describe(config: dict[str, Any]) -> str:
             f"{format_cpu_list(config.get('cpus') or [])} {clock}{where})")
 
 
-def wire(config: dict[str, Any] | None) -> dict[str, Any] | None:
-    """What the hello says of the configuration in force (shared/protocol.py)."""
+def wire(config: dict[str, Any] | None, in_unit: str | None = None) -> dict[str, Any] | None:
+    """What the hello says of the configuration in force (shared/protocol.py); ``in_unit``:
+    the unit of a configuration in force that its process runs in (shared/standing.py)."""
     if config is None:
         return None
     out = {k: config[k] for k in ("config_id", "workload", "size", "cpus", "freq_khz")
@@ -76,6 +77,8 @@ def wire(config: dict[str, Any] | None) -> dict[str, Any] | None:
     kind = kind_of(config.get("target"))
     if kind != "command":
         out["target"] = {k: v for k, v in config["target"].items() if k in ("kind", "pid", "unit")}
+        if kind == "pid" and in_unit:
+            out["target"]["in_unit"] = in_unit
     return out
 
 
@@ -242,6 +245,35 @@ def conflict_lines(configs: list[dict[str, Any]], platform: dict[str, Any],
                      f"on {where}, applied after it; it keeps its cpu set and its clock "
                      "elsewhere")
     return lines
+
+
+def narrower_lines(configs: list[dict[str, Any]], in_unit: dict[str, str],
+                   newest_only: bool = False) -> list[tuple[int, str]]:
+    """(log level, line) for each process that runs in a unit a configuration in force also
+    confines (``in_unit``: the unit of each such pid configuration, by config id): whose cpu
+    set holds for it (shared/standing.py). ``newest_only``: those the newest configuration
+    is part of (it was just applied)."""
+    by_id = {str(c.get("config_id")): c for c in configs}
+    newest = str(configs[-1].get("config_id")) if configs else None
+    entries = [wire(c, in_unit.get(str(c.get("config_id")))) or {} for c in configs]
+    out = []
+    for cid, over in narrower(entries).items():
+        for o in over:
+            if newest_only and newest not in (cid, o["by"]):
+                continue
+            mine = format_cpu_list(by_id[cid].get("cpus") or [])
+            if "pid" in o:
+                out.append((logging.INFO, f"applied configuration {describe(by_id[cid])}: its "
+                            f"cpu set is overridden for process {o['pid']} by {o['by']} (cpus "
+                            f"{format_cpu_list(o['cpus'])}), the process's own: the narrower "
+                            f"target holds for it; the unit's other processes stay on cpus "
+                            f"{mine}"))
+            else:
+                out.append((logging.WARNING, f"applied configuration {describe(by_id[cid])}: "
+                            f"its cpu set is overridden by {o['by']} (unit {o['unit']}, cpus "
+                            f"{format_cpu_list(o['cpus'])}), which does not hold all of cpus "
+                            f"{mine}: the kernel keeps a process within its unit's cpu set"))
+    return out
 
 
 def stand_again(file: StandingFile, platform: dict[str, Any], runner: Any,

@@ -353,7 +353,8 @@ def standing_of(rec: dict[str, Any], applied: dict[str, Any]) -> dict[str, Any] 
     out = {"config_id": rec["config_id"], "workload": rec["workload"], "size": rec["input"],
            "cpus": list(rec["cpus"]), "freq_khz": rec["freq_khz"]}
     if isinstance(target, dict):
-        out["target"] = {k: target[k] for k in ("kind", "pid", "unit") if k in target}
+        out["target"] = {k: target[k] for k in ("kind", "pid", "unit", "in_unit")
+                         if k in target}
     return out
 
 

@@ -193,8 +193,24 @@ def _standing_line(who: str, s: dict[str, Any]) -> str:
         f"; its clock is overridden on {o.get('policy')} by {o.get('by')} "
         f"({clock_text(o['freq_khz']) if isinstance(o.get('freq_khz'), int) else '?'}), "
         "applied after it" for o in over if isinstance(o, dict))
+    note += "".join(_cpus_note(o) for o in (s.get("cpus_overridden") or [])
+                    if isinstance(o, dict))
+    if target.get("kind") == "pid" and isinstance(target.get("in_unit"), str):
+        where += f" in unit {target['in_unit']}"
     return (f"{who}: applied configuration {s.get('config_id')} in force: "
             f"{s.get('workload')} on cpus {shown} {clock}{where}{note}")
+
+
+def _cpus_note(o: dict[str, Any]) -> str:
+    """A process in a unit, each with a configuration in force (shared/standing.py): whose cpu
+    set holds for that process, said on the line of the one that does not."""
+    cpus = o.get("cpus") if isinstance(o.get("cpus"), list) else []
+    shown = format_cpu_list(cpus) if all(type(c) is int for c in cpus) else "?"
+    if "pid" in o:
+        return (f"; its cpu set is overridden for process {o.get('pid')} by {o.get('by')} "
+                f"(cpus {shown}), the process's own: the narrower target holds for it")
+    return (f"; its cpu set is overridden by {o.get('by')} (unit {o.get('unit')}, cpus "
+            f"{shown}): a process stays within its unit's cpus")
 
 
 def predates_text(fit: dict[str, Any], names: dict[Any, str] | None = None) -> str | None:

@@ -32,6 +32,7 @@ from opptune.agent.virtual_board import attach, make_tree
 from opptune.agent.workloads import Workloads
 from opptune.shared import protocol as P
 from opptune.shared.config import AgentConfig, CommandWorkload
+from opptune.shared.standing import narrower
 from test_idle_clock import job, pinned_at, work
 from fake_trees import cgroup_tree
 from test_targets import applied
@@ -361,3 +362,60 @@ def test_a_board_configuration_without_a_clock_is_verified_at_the_clocks_others_
         assert set(runs) == {"policy0=userspace:1000000 policy4=userspace:1800000"}, runs
         assert [c["config_id"] for c in ex.standings_wire()] == ["c1", "c2"]
         assert pinned_at(str(root), 1_000_000) and pinned_at(str(root), 1_800_000, "policy4")
+
+
+def test_a_process_in_a_confined_unit_runs_on_its_own_configuration_s_cpus(tmp_path, procs,
+                                                                          caplog):
+    """Before, a process and the unit it runs in were two targets that knew nothing of each
+    other: nothing said which cpu set held for the process, and the unit's applied again
+    (a kernel may reset its processes' affinity then) left it on the unit's. The rule
+    (shared/standing.py): the process's own configuration, the narrower target, holds for it
+    where its cpus are the unit's; the log, the hello (``in_unit``) and the applied say so.
+    The process is listed in the fake unit's cgroup.procs; its affinity is this machine's."""
+    caplog.set_level(logging.INFO, "opptune.agent")
+    p = procs[0]
+    with agent(tmp_path) as (ex, w, targets, root):
+        d = cgroup_tree(root, cpus="0-7")
+        (d / "cgroup.procs").write_text(f"{procs[1].pid}\n{p.pid}\n")
+        told = []
+        ex.say_standings = lambda: told.append(ex.standings_wire())
+        work(w, config("c1", pid(p), cpus=[1]))
+        assert "in_unit" not in applied(ex)[0]["measured"]["target"] and told == []
+        work(w, config("c2", {"kind": "unit", "unit": "web"}, cpus=[0, 1]))
+        in_web = {"kind": "pid", "pid": p.pid, "in_unit": "web.service"}
+        assert [s[0]["target"] for s in told] == [in_web]  # the daemon told at once
+        assert narrower(ex.standings_wire()) == {"c2": [{"pid": p.pid, "by": "c1",
+                                                         "cpus": [1]}]}
+        assert "applied configuration c2 (w on cpus 0-1 with no set frequency, unit web): its " \
+               f"cpu set is overridden for process {p.pid} by c1 (cpus 1), the process's own: " \
+               "the narrower target holds for it; the unit's other processes stay on cpus " \
+               "0-1" in caplog.text
+        # a kernel that resets a cgroup's processes to its cpu set when it changes
+        os.sched_setaffinity(p.pid, {0, 1})
+        work(w, config("c3", {"kind": "unit", "unit": "web"}, cpus=[0, 1]))
+        assert os.sched_getaffinity(p.pid) == {1} and len(told) == 1
+        # the process's configuration applied again: its applied names the unit
+        work(w, config("c4", pid(p), cpus=[0]))
+        assert applied(ex)[-1]["measured"]["target"]["in_unit"] == "web.service"
+        assert os.sched_getaffinity(p.pid) == {0}
+        # the unit narrowed to cpu 1: the kernel keeps the process there, whatever its own
+        work(w, config("c5", {"kind": "unit", "unit": "web"}, cpus=[1]))
+        assert narrower(ex.standings_wire()) == {"c4": [{"unit": "web.service", "by": "c5",
+                                                         "cpus": [1]}]}
+        assert f"applied configuration c4 (w on cpus 0 with no set frequency, process {p.pid}): " \
+               "its cpu set is overridden by c5 (unit web.service, cpus 1), which does not " \
+               "hold all of cpus 0: the kernel keeps a process within its unit's cpu set" \
+               in caplog.text
+        # ... and a configuration of the process on other cpus is refused, saying why
+        work(w, config("c6", pid(p), cpus=[0]))
+        assert applied(ex)[-1]["error"] == (
+            f"cannot apply to the target: process {p.pid} runs in unit web.service, which "
+            "configuration c5 confines to cpus 1: a process stays within its unit's cpu set "
+            "(the kernel's cgroup cpuset); choose cpus among 1, or apply to the unit")
+        assert [c["config_id"] for c in ex.standings_wire()] == ["c4", "c5"]
+    # the agent started again: the same said at its start
+    caplog.clear()
+    with agent(tmp_path) as (ex, w, targets, root):
+        ex.stand_again()
+        assert ex.standings_wire()[0]["target"] == {**in_web, "kind": "pid"}
+        assert "its cpu set is overridden by c5 (unit web.service, cpus 1)" in caplog.text
