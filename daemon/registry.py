@@ -48,6 +48,10 @@ class AgentInfo:
     # whether it said hello to this daemon since its start: else what stands on its board
     # is not known here (loaded from the store, or held by another daemon of the fleet)
     heard: bool = False
+    # until it does: what stood as of its last hello to a daemon of this store (and the
+    # configurations applied after it), kept in the store (schema 19): {"standings",
+    # "dropped", "at"}; None: none kept
+    stored_standings: dict[str, Any] | None = None
     version: str | None = None  # the opptune version its hello sent (agent_version)
     # the connections that said hello with this id, by identity (two live ones: two boards
     # or agents share the id); ``clash``: the identity of the other one while they do
@@ -226,9 +230,11 @@ class Registry:
              workloads: list[Any], last_seen: float, doctor: dict[str, Any] | None = None,
              doctor_at: float | None = None, version: str | None = None) -> AgentInfo:
         """Add an agent known from the store (not connected to this instance yet), with the
-        doctor report and the version of its last hello."""
+        doctor report and the version of its last hello, and what stood on its board then."""
         info = AgentInfo(agent_id, platform_id, platform, workloads, None, last_seen,
-                         doctor=doctor, doctor_at=doctor_at, version=version)
+                         doctor=doctor, doctor_at=doctor_at, version=version,
+                         stored_standings=self.store.standings_of(agent_id)
+                         if self.store is not None else None)
         self._agents[agent_id] = info
         return info
 

@@ -160,9 +160,19 @@ def standing_lines(agent: dict[str, Any], board: str) -> list[str]:
             return [f"{who}: what stands on it is not known to this daemon: its agent said "
                     f"hello to the daemon at {agent['via']} (opptune status --daemon "
                     f"{agent['via']} shows it)"]
-        return [f"{who}: what stands on it is not known to this daemon: its agent has not "
-                "said hello to it since the daemon started (a connected agent does within a "
-                "heartbeat or two)"]
+        as_of = agent.get("standings_as_of")
+        if type(as_of) not in (int, float):
+            return [f"{who}: what stands on it is not known to this daemon: its agent has "
+                    "not said hello to it since the daemon started (a connected agent does "
+                    "within a heartbeat or two)"]
+        # the store's, of its last hello: shown, said unconfirmed until the next one
+        when = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(as_of))
+        if not agent.get("standings"):
+            return [f"{who}: no applied configuration in force as of {when}, not yet "
+                    "confirmed (its agent has not said hello to this daemon since it "
+                    "started)"]
+        return [_standing_line(who, s, when) for s in agent["standings"]
+                if isinstance(s, dict)]
     rows = agent.get("standings")
     if not isinstance(rows, list):  # a daemon that knows one per board
         rows = [agent["standing"]] if isinstance(agent.get("standing"), dict) else []
@@ -178,7 +188,9 @@ def standing_lines(agent: dict[str, Any], board: str) -> list[str]:
     return lines
 
 
-def _standing_line(who: str, s: dict[str, Any]) -> str:
+def _standing_line(who: str, s: dict[str, Any], as_of: str | None = None) -> str:
+    """One configuration in force; ``as_of``: when the agent's last hello said so, to a daemon
+    before this one's start (not yet confirmed)."""
     # a standing record keeps no clock: what its cpus run at is not known here
     clock = kept_clock_text(s["freq_khz"] if isinstance(s.get("freq_khz"), int) else None)
     target = s.get("target") if isinstance(s.get("target"), dict) else {}
@@ -197,7 +209,8 @@ def _standing_line(who: str, s: dict[str, Any]) -> str:
                     if isinstance(o, dict))
     if target.get("kind") == "pid" and isinstance(target.get("in_unit"), str):
         where += f" in unit {target['in_unit']}"
-    return (f"{who}: applied configuration {s.get('config_id')} in force: "
+    said = f" as of {as_of}, not yet confirmed" if as_of else ""
+    return (f"{who}: applied configuration {s.get('config_id')} in force{said}: "
             f"{s.get('workload')} on cpus {shown} {clock}{where}{note}")
 
 

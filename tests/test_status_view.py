@@ -486,6 +486,23 @@ def test_status_says_each_target_s_configuration_a_clock_overridden_and_what_is_
                     "tcp://d2:5555 shows it)")
 
 
+def test_after_the_daemon_s_restart_status_shows_what_stood_as_of_the_last_hello():
+    """Before, nothing but 'not known' until the agent's hello; now the store's, said as of
+    when and not yet confirmed."""
+    import time
+    from opptune.daemon.status_view import standing_lines
+    at = time.mktime((2026, 11, 28, 0, 12, 3, 0, 0, -1))
+    a = {"id": "a1", "standing_known": False, "standings_as_of": at, "standings": [
+        {"config_id": "cfg-1", "workload": "w", "cpus": [0, 1], "freq_khz": 1_500_000,
+         "clock_overridden": None}]}
+    assert standing_lines(a, "rpi4") == [
+        "board rpi4 (agent a1): applied configuration cfg-1 in force as of 2026-11-28 "
+        "00:12:03, not yet confirmed: w on cpus 0-1 at 1500 MHz"]
+    assert standing_lines({**a, "standings": []}, "rpi4") == [
+        "board rpi4 (agent a1): no applied configuration in force as of 2026-11-28 00:12:03, "
+        "not yet confirmed (its agent has not said hello to this daemon since it started)"]
+
+
 def test_status_says_whose_cpu_set_holds_for_a_process_in_a_confined_unit():
     from opptune.daemon.status_view import standing_lines
     unit = {"config_id": "cfg-1", "workload": "w", "cpus": [0, 1], "freq_khz": None,
