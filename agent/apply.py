@@ -26,6 +26,13 @@ the state directory and applied again when the agent starts (agent/standing.py).
 unit a configuration confined is let go (its cpu set put back) when another configuration of
 the same target replaces it; one that does not stand (``keep: false``, failed) has its own
 target changes undone once verified.
+
+A process a configuration in force confines may exit while the agent runs: the link's
+heartbeat looks for that (:meth:`Worker.watch`, one read of /proc/PID/stat per confined
+process), and the worker drops its configuration (:meth:`Executor.drop_exited`) at once when
+idle, else before the next point of the job under way: its entry leaves ``standing.json``, its
+records of originals are forgotten, the clocks go back at rest to those of the configurations
+still in force (or the board's originals), and a hello tells the daemon.
 """
 
 from __future__ import annotations
@@ -49,6 +56,7 @@ from ..shared.refusals import RefusalLog
 from ..shared.standing import clock_plan, key_of, target_key
 from ..shared.target_text import measured_text, target_name
 from . import standing
+from .knobs.state import running_start
 from .outbox import FULL_RETRY_S, Outbox, OutboxFull
 from .platform import clock_problem, cpus_problem
 from .private import open_private
@@ -150,6 +158,16 @@ class Executor:
         # (agent/standing.py)
         self.standing_configs: list[dict[str, Any]] = []
         self.standing_dropped: list[str] = []  # why those before a restart were dropped
+        # the start time of the process of each pid configuration in force, by config id: the
+        # same pid started again later is another process (agent/standing.py ``exited``)
+        self._pid_starts: dict[str, int | None] = {}
+        # set by the link's thread when a confined process has exited: the worker drops it
+        self._exited = threading.Event()
+        # the unit (of a configuration in force) that each pid configuration's process runs
+        # in, by config id: the process's own configuration holds for it (shared/standing.py)
+        self._in_unit: dict[str, str] = {}
+        # tells the daemon what stands now (agent/cli.py: a hello); any thread may call it
+        self.say_standings: Callable[[], Any] = lambda: None
         self._standing_file = standing.StandingFile(state_dir) if state_dir else None
         self._knobs_moved = False  # by work since the knobs last rested
         self._timed_out = False  # a run of the job's point under way timed out
@@ -270,6 +288,52 @@ class Executor:
         out = standing.stand_again(self._standing_file, self.platform, self.runner,
                                    self.targets)
         self.standing_configs, self.standing_dropped = out.configs, out.dropped
+        self._pid_starts = dict(out.starts)
+        self._in_unit = self._units_of_processes()
+        for unit in [c for c in self.standing_configs if kind_of(c.get("target")) == "unit"]:
+            self._hold_narrower(unit)
+        for level, line in standing.narrower_lines(self.standing_configs, self._in_unit):
+            standing.log.log(level, "%s", line)
+
+    def notice_exited(self) -> bool:
+        """(link thread, at each heartbeat) Whether a process that a configuration in force
+        confines has exited since and its drop is newly due (:meth:`drop_exited`)."""
+        if self._exited.is_set() or not standing.exited(list(self.standing_configs),
+                                                        self._pid_starts):
+            return False
+        self._exited.set()
+        return True
+
+    def drop_exited(self) -> None:
+        """(worker thread) Drop the configurations in force whose process has exited: out of
+        ``standing.json`` and the hello's standings (the daemon told), their records of
+        originals forgotten (nothing is left to put back), the clocks they held back at
+        rest to those of the others in force, or to the board's originals."""
+        self._exited.clear()
+        gone = standing.exited(self.standing_configs, self._pid_starts)
+        if not gone:
+            return
+        ids = {str(c.get("config_id")) for c, _ in gone}
+        self.standing_configs = [c for c in self.standing_configs
+                                 if str(c.get("config_id")) not in ids]
+        for config, why in gone:
+            cid = str(config.get("config_id"))
+            self._pid_starts.pop(cid, None)
+            self._in_unit.pop(cid, None)
+            for problem in (self.targets.release(cid) if self.targets is not None else []):
+                log.warning("undoing configuration %s: %s", cid, problem)
+            if self._standing_file is not None:
+                try:
+                    self._standing_file.forget(key_of(config))
+                except OSError as exc:
+                    log.warning("cannot write %s (%s): the next start drops %s",
+                                self._standing_file.path, exc, cid)
+            log.info("applied configuration %s dropped: %s; %s", standing.describe(config), why,
+                     "the other applied configurations stand" if self.standing_configs else
+                     "the board goes back to its original settings")
+            self.standing_dropped.append(f"{cid}: {why}")
+        self._knobs_moved = True  # its clocks: back at rest to what the others hold
+        self.say_standings()
 
     def standing_wire(self) -> dict[str, Any] | None:
         """The configuration applied last of those in force, as the hello's ``standing``
@@ -278,7 +342,54 @@ class Executor:
 
     def standings_wire(self) -> list[dict[str, Any]]:
         """The configurations in force, oldest first, as the hello's ``standings`` says."""
-        return [standing.wire(c) or {} for c in self.standing_configs]
+        return [standing.wire(c, self._in_unit.get(str(c.get("config_id")))) or {}
+                for c in self.standing_configs]
+
+    def _units_of_processes(self) -> dict[str, str]:
+        """{pid config id: unit}: the processes of the configurations in force that run in a
+        unit another one confines (its cgroup.procs)."""
+        units = [c["target"]["unit"] for c in self.standing_configs
+                 if kind_of(c.get("target")) == "unit"]
+        if self.targets is None or not units:
+            return {}
+        out = {}
+        for c in self.standing_configs:
+            if kind_of(c.get("target")) == "pid":
+                unit = self.targets.unit_holding(c["target"]["pid"], units)
+                if unit is not None:
+                    out[str(c["config_id"])] = unit
+        return out
+
+    def _unit_bounds(self, pid: int) -> tuple[str, dict[str, Any]] | None:
+        """(its unit, that unit's configuration in force) where process ``pid`` runs in a
+        unit a configuration in force confines."""
+        units = {target_key(c["target"]): c for c in self.standing_configs
+                 if kind_of(c.get("target")) == "unit"}
+        if self.targets is None or not units:
+            return None
+        unit = self.targets.unit_holding(pid, [c["target"]["unit"] for c in units.values()])
+        if unit is None:
+            return None
+        return unit, units[target_key({"kind": "unit", "unit": unit})]
+
+    def _hold_narrower(self, unit: dict[str, Any]) -> None:
+        """Unit configuration ``unit`` was just confined: the processes of the unit that a
+        configuration in force confines get their own cpus again, where those lie within the
+        unit's (a kernel may reset their affinity to the cgroup's when its cpu set
+        changes)."""
+        name = target_key(unit["target"])
+        for c in self.standing_configs:
+            cid = str(c.get("config_id"))
+            if (kind_of(c.get("target")) != "pid" or cid not in self._in_unit
+                    or target_key({"kind": "unit", "unit": self._in_unit[cid]}) != name
+                    or not set(c["cpus"]) <= set(unit["cpus"])):
+                continue
+            try:
+                self.targets.apply(c["target"], list(c["cpus"]), owner=cid)
+            except (TargetError, OSError) as exc:
+                log.warning("applied configuration %s: process %s of unit %s cannot be given "
+                            "its cpus again (%s)", standing.describe(c), c["target"]["pid"],
+                            self._in_unit[cid], exc)
 
     def _stand(self, body: dict[str, Any], spec: RunSpec, at_rest: bool) -> None:
         """A configuration applied and verified stays in force unless sent with keep: false
@@ -289,16 +400,18 @@ class Executor:
         before = self.standing_configs
         key = target_key(body.get("target"))
         # the board as this configuration's apply left it (at rest before: the clocks in
-        # force, its own set over them; without a clock, those of the others: see
-        # _apply_to_target; a command's without one restores every policy)
+        # force, its own set over them; without a clock, those of the others: _held)
         if spec.freq_khz is None:
-            now = (self._plan([c for c in before if key_of(c) != key])
-                   if kind_of(body.get("target")) != "command" else {})
+            now = self._plan([c for c in before if key_of(c) != key])
         else:
             now = {**self._plan(before), **self._plan([body])}
         self.standing_configs = [c for c in before if key_of(c) != key] + (
             [] if standing.leaves_nothing(body) else [body])
         self.standing_dropped = []
+        self._pid_starts = {cid: t for cid, t in self._pid_starts.items()
+                            if any(str(c.get("config_id")) == cid for c in self.standing_configs)}
+        if kind_of(body.get("target")) == "pid":
+            self._pid_starts[str(body["config_id"])] = running_start(body["target"]["pid"])
         if self._standing_file is not None:
             try:
                 self._standing_file.keep(body)
@@ -309,6 +422,16 @@ class Executor:
         for line in standing.conflict_lines(self.standing_configs, self.platform,
                                             newest_only=True):
             log.warning("%s", line)
+        was, self._in_unit = self._in_unit, self._units_of_processes()
+        if kind_of(body.get("target")) == "unit":
+            self._hold_narrower(body)
+        for level, line in standing.narrower_lines(self.standing_configs, self._in_unit,
+                                                   newest_only=True):
+            log.log(level, "%s", line)
+        cid = str(body["config_id"])
+        if {k: v for k, v in was.items() if k != cid} != \
+                {k: v for k, v in self._in_unit.items() if k != cid}:
+            self.say_standings()  # a process the daemon knows now runs in a confined unit
         if at_rest and now == self._plan(self.standing_configs):
             # applied over the rest state: the board holds what it should rest at, and
             # setting it again would only flicker
@@ -406,6 +529,8 @@ class Executor:
         timed_out = self._load_timeouts(job_id) if seq else []
         limit = self.limits.stop_after_timeouts
         while seq < total:
+            if self._exited.is_set():  # a confined process exited: said before the next point
+                self.drop_exited()
             if limit and len(timed_out) >= limit:
                 self._stop_job(job_id, body, total, seq, timed_out)
                 break
@@ -651,7 +776,11 @@ class Executor:
         """Run the config's workload in its configuration (its verification)."""
         cid = body["config_id"]
         self.wait_for_room()
-        recs = self.runner.run_point(spec, body["reps"], warmup=CONFIG_WARMUP)
+        # one without a clock is measured at the clocks the board keeps with it: those the
+        # other configurations in force hold (put back to the governor, a process's or a
+        # unit's clock on a shared policy would be undone while it runs)
+        recs = self.runner.run_point(spec, body["reps"], warmup=CONFIG_WARMUP,
+                                     held=self._held(body) if spec.freq_khz is None else None)
         times = [r.time_s for r in recs if r.ok and r.time_s is not None]
         out: dict[str, Any] = {"config_id": cid, "records": [r.to_dict() for r in recs]}
         if times:
@@ -675,16 +804,24 @@ class Executor:
         out: dict[str, Any] = {"config_id": cid, "records": [], "time_s": None}
         try:
             self.targets.check(target)  # it may have gone since it was accepted
+            bound = self._unit_bounds(target["pid"]) if kind_of(target) == "pid" else None
+            if bound is not None and not set(spec.cpus) <= set(bound[1]["cpus"]):
+                theirs = format_cpu_list(bound[1]["cpus"])
+                raise TargetError(
+                    f"process {target['pid']} runs in unit {bound[0]}, which configuration "
+                    f"{bound[1]['config_id']} confines to cpus {theirs}: a process stays within "
+                    f"its unit's cpu set (the kernel's cgroup cpuset); choose cpus among "
+                    f"{theirs}, or apply to the unit")
             if spec.freq_khz is None:
                 # it sets no clock: measured at the clocks the board will hold with it, those
                 # of the other configurations in force (apply_knobs would restore them all)
-                key = target_key(target)
-                self.runner.rest([RunSpec.of_config(c) for c in self.standing_configs
-                                  if key_of(c) != key or not body.get("keep", True)])
+                self.runner.rest(self._held(body))
                 knob_fields: dict[str, Any] = {}
             else:
                 knob_fields = self.runner.apply_knobs(spec)
             done = self.targets.apply(target, spec.cpus, owner=cid)
+            if bound is not None:  # its own cpus hold for it (shared/standing.py)
+                done = {**done, "in_unit": bound[0]}
         except Exception as exc:  # TargetError, and knob errors of many types
             out.update(ok=False, error=f"cannot apply to the target: {exc}")
         else:
@@ -714,6 +851,14 @@ class Executor:
         else:
             log.warning("config %s not applied to %s: %s", cid, target_name(target), out["error"])
         return out["ok"]
+
+    def _held(self, body: dict[str, Any]) -> list[RunSpec]:
+        """The configurations in force whose clocks stay while ``body``, which sets none, is
+        verified: all but the one of its own target that it replaces (all, where it is not
+        to stay: keep false)."""
+        key = target_key(body.get("target"))
+        return [RunSpec.of_config(c) for c in self.standing_configs
+                if key_of(c) != key or not body.get("keep", True)]
 
     def _policy_freqs(self, cpus: list[int]) -> dict[str, float]:
         """Current MHz of each cpufreq policy holding one of ``cpus`` (empty without a knob)."""
@@ -819,6 +964,12 @@ class Worker(threading.Thread):
                 return
             self._put(("config", msg))
 
+    def watch(self) -> None:
+        """(link thread, at each heartbeat) A confined process that exited: its configuration
+        dropped by the worker, at once when idle (:meth:`Executor.drop_exited`)."""
+        if self.executor.notice_exited():
+            self._put(("exited", None))
+
     def submit_job(self, job_id: str) -> None:
         with self._lock:
             if job_id in self._queued_jobs:
@@ -872,6 +1023,8 @@ class Worker(threading.Thread):
             try:
                 if kind == "job":
                     self.executor.run_job(arg)
+                elif kind == "exited":
+                    self.executor.drop_exited()
                 else:
                     self.executor.apply_config(arg)
             except Aborted:

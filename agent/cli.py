@@ -565,8 +565,10 @@ def run_agent(config, config_path: str | None = None, state_dir_option: bool = F
     worker = Worker(executor)
     link = Link(config.agent_id, config.daemon_endpoints(), hello, outbox, worker.submit,
                 heartbeat_s=config.heartbeat_s, curve=curve,
-                per_frame=config.results_per_frame)
+                per_frame=config.results_per_frame, on_heartbeat=worker.watch)
     link_holder["link"] = link
+    # a confined process that exited: its configuration dropped, and the daemon told
+    executor.say_standings = link.hello_again
     runner.on_program_change = lambda name: program_changed(link, workloads, name)
 
     stop = threading.Event()

@@ -66,11 +66,14 @@ class Link:
                  on_message: Callable[[dict[str, Any]], None], *, heartbeat_s: float = 2.0,
                  resend_s: float | None = None, window: int = 1000,
                  context: zmq.Context | None = None, instance: str | None = None,
-                 curve: tuple[str, str, str] | None = None, per_frame: int = 16):
+                 curve: tuple[str, str, str] | None = None, per_frame: int = 16,
+                 on_heartbeat: Callable[[], None] | None = None):
         """``endpoint``: the daemon's, or several daemons' in order of preference (fail-over).
         ``curve``: (daemon public, own public, own secret) Z85 keys for an encrypted,
         authenticated link; None for a plain one. ``per_frame``: due results sent together in
-        one ``results`` frame at most (1: always singly; agent config results_per_frame)."""
+        one ``results`` frame at most (1: always singly; agent config results_per_frame).
+        ``on_heartbeat``: called (in the link's thread) after each heartbeat sent: a cheap
+        look at the board (a confined process that exited, agent/apply.py)."""
         self.agent_id = agent_id
         self.endpoints = [endpoint] if isinstance(endpoint, str) else list(dict.fromkeys(endpoint))
         if not self.endpoints:
@@ -99,6 +102,7 @@ class Link:
         self._gone = False
         self._daemon_instance: str | None = None
         self._outbox_dirty = True
+        self.on_heartbeat = on_heartbeat
         self.per_frame = max(1, min(int(per_frame), P.MAX_RESULTS_ITEMS))
         # what the daemon said it takes (its heartbeat; 0: no results frames), per connection
         self._frames_max = 0
@@ -276,6 +280,11 @@ class Link:
             self._send(P.make("heartbeat", self.agent_id, body))
             self._next_hb = now + self.heartbeat_s
             self._outbox_dirty = True  # time to look for results due for a resend
+            if self.on_heartbeat is not None:
+                try:
+                    self.on_heartbeat()
+                except Exception:  # a look at the board must not stop the link
+                    log.exception("heartbeat's look at the board failed; continuing")
         if self._outbox_dirty and now >= self._backoff_until and (
                 self._welcomed or now - self._hello_at >= WELCOME_WAIT_HEARTBEATS
                 * self.heartbeat_s):

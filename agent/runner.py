@@ -133,27 +133,31 @@ class Runner:
         self._cancel.close()
 
     # -- runs ---------------------------------------------------------------------------------
-    def apply_knobs(self, spec: RunSpec) -> dict[str, Any]:
+    def apply_knobs(self, spec: RunSpec, held: list[RunSpec] | None = None) -> dict[str, Any]:
         """Apply every knob for a point; returns the record fields they report. Raises the
-        first knob error (the point cannot run as asked)."""
+        first knob error (the point cannot run as asked). ``held``: for a point without a
+        clock, the configurations in force whose clocks stay set (agent/knobs/cpufreq.py)
+        rather than every policy put back to its original."""
         fields: dict[str, Any] = {}
         for knob in self.knobs:
-            fields.update(knob.apply(spec) or {})
+            fields.update((knob.apply(spec, held) if held and spec.freq_khz is None
+                           else knob.apply(spec)) or {})
         if spec.freq_khz is not None and "freq_mhz" not in fields:
             raise RuntimeError(f"frequency {spec.freq_khz} kHz requested but no cpufreq knob "
                                "is active on this agent")
         return fields
 
     def run_point(self, spec: RunSpec, reps: int, warmup: int = 0, first_rep: int = 0,
-                  on_record: Callable[[RunRecord], None] | None = None) -> list[RunRecord]:
+                  on_record: Callable[[RunRecord], None] | None = None,
+                  held: list[RunSpec] | None = None) -> list[RunRecord]:
         """Apply knobs, run ``warmup`` unrecorded runs, then reps ``first_rep..reps-1``.
 
         A warmup that timed out is recorded, in the place of repetition ``first_rep`` (never
         run), with ``extra["warmup"]`` its index: the store keeps what happened at the point.
         Raises :class:`Aborted` when stopped, :class:`Cancelled` when its job was cancelled;
-        everything else ends up in the records."""
+        everything else ends up in the records. ``held``: as :meth:`apply_knobs` says."""
         try:
-            knob_fields = self.apply_knobs(spec)
+            knob_fields = self.apply_knobs(spec, held)
         except Exception as exc:
             log.error("point %s refused by knobs: %s", spec, exc)
             recs = [self.failed_record(spec, rep, f"knob: {exc}")

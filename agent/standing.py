@@ -14,6 +14,8 @@ apart (one ``config``) is read as one entry.
 A pid target stands again only in the same process: pids are reused, and confining whatever
 now holds the number would be wrong. The file records the process's start time (clock ticks
 after boot, /proc/PID/stat) and the kernel's boot id; a different boot or start time drops it.
+While the agent runs, a process that exits is noticed at the link's next heartbeat
+(:func:`exited`) and its configuration dropped then (agent/apply.py ``drop_exited``).
 """
 
 from __future__ import annotations
@@ -28,8 +30,8 @@ from typing import Any
 from ..shared import protocol as P
 from ..shared.clock_words import clock_text, kept_clock_text
 from ..shared.cpus import format_cpu_list
-from ..shared.standing import key_of, overridden, target_key
-from .knobs.state import atomic_write_json, thread_start_time
+from ..shared.standing import EXITED_WHILE_RUNNING, key_of, narrower, overridden, target_key
+from .knobs.state import atomic_write_json, running_start, thread_start_time
 from .platform import clock_problem, cpus_problem
 from .runspec import RunSpec
 from .targets import TargetError, kind_of
@@ -65,8 +67,9 @@ def describe(config: dict[str, Any]) -> str:
             f"{format_cpu_list(config.get('cpus') or [])} {clock}{where})")
 
 
-def wire(config: dict[str, Any] | None) -> dict[str, Any] | None:
-    """What the hello says of the configuration in force (shared/protocol.py)."""
+def wire(config: dict[str, Any] | None, in_unit: str | None = None) -> dict[str, Any] | None:
+    """What the hello says of the configuration in force (shared/protocol.py); ``in_unit``:
+    the unit of a configuration in force that its process runs in (shared/standing.py)."""
     if config is None:
         return None
     out = {k: config[k] for k in ("config_id", "workload", "size", "cpus", "freq_khz")
@@ -74,6 +77,8 @@ def wire(config: dict[str, Any] | None) -> dict[str, Any] | None:
     kind = kind_of(config.get("target"))
     if kind != "command":
         out["target"] = {k: v for k, v in config["target"].items() if k in ("kind", "pid", "unit")}
+        if kind == "pid" and in_unit:
+            out["target"]["in_unit"] = in_unit
     return out
 
 
@@ -179,9 +184,11 @@ class StandingFile:
 @dataclass
 class Outcome:
     """What :func:`stand_again` did: the configurations in force again (``configs``, oldest
-    first), and why each one recorded but dropped was ('CONFIG_ID: why')."""
+    first), why each one recorded but dropped was ('CONFIG_ID: why'), and the start time of
+    the process of each pid configuration in force again, by config id (:func:`exited`)."""
     configs: list[dict[str, Any]]
     dropped: list[str]
+    starts: dict[str, int | None]
 
 
 def _same_process(saved: dict[str, Any]) -> str | None:
@@ -191,12 +198,34 @@ def _same_process(saved: dict[str, Any]) -> str | None:
         return f"process {pid} cannot be told apart from another holding its pid"
     if saved["boot_id"] != boot_id():
         return f"process {pid} was one of the previous boot"
-    start = thread_start_time(pid) if type(pid) is int else None
-    if start is None:
-        return f"process {pid} is gone"
-    if start != saved["pid_start"]:
-        return f"process {pid} is gone (its pid now names another process)"
+    return _left(pid, saved["pid_start"], "is gone")
+
+
+def _left(pid: Any, start: int | None, gone: str) -> str | None:
+    """Why ``pid`` no longer names the process started at ``start`` ('process N ' + ``gone``,
+    its pid another's), None while it runs."""
+    now = running_start(pid) if type(pid) is int else None
+    if now is None:
+        return f"process {pid} {gone}"
+    if now != start:
+        return f"process {pid} {gone} (its pid now names another process)"
     return None
+
+
+def exited(configs: list[dict[str, Any]], starts: dict[str, int | None]
+           ) -> list[tuple[dict[str, Any], str]]:
+    """(configuration, why) for each of ``configs`` (those in force) confining a process that
+    has exited since it was applied, or whose pid names another by now; ``starts``: each pid
+    configuration's process start time, by config id. One read of /proc/PID/stat each."""
+    out = []
+    for config in configs:
+        target = config.get("target") or {}
+        if kind_of(target) == "pid":
+            why = _left(target.get("pid"), starts.get(str(config.get("config_id"))),
+                        EXITED_WHILE_RUNNING)
+            if why is not None:
+                out.append((config, why))
+    return out
 
 
 def conflict_lines(configs: list[dict[str, Any]], platform: dict[str, Any],
@@ -218,6 +247,35 @@ def conflict_lines(configs: list[dict[str, Any]], platform: dict[str, Any],
     return lines
 
 
+def narrower_lines(configs: list[dict[str, Any]], in_unit: dict[str, str],
+                   newest_only: bool = False) -> list[tuple[int, str]]:
+    """(log level, line) for each process that runs in a unit a configuration in force also
+    confines (``in_unit``: the unit of each such pid configuration, by config id): whose cpu
+    set holds for it (shared/standing.py). ``newest_only``: those the newest configuration
+    is part of (it was just applied)."""
+    by_id = {str(c.get("config_id")): c for c in configs}
+    newest = str(configs[-1].get("config_id")) if configs else None
+    entries = [wire(c, in_unit.get(str(c.get("config_id")))) or {} for c in configs]
+    out = []
+    for cid, over in narrower(entries).items():
+        for o in over:
+            if newest_only and newest not in (cid, o["by"]):
+                continue
+            mine = format_cpu_list(by_id[cid].get("cpus") or [])
+            if "pid" in o:
+                out.append((logging.INFO, f"applied configuration {describe(by_id[cid])}: its "
+                            f"cpu set is overridden for process {o['pid']} by {o['by']} (cpus "
+                            f"{format_cpu_list(o['cpus'])}), the process's own: the narrower "
+                            f"target holds for it; the unit's other processes stay on cpus "
+                            f"{mine}"))
+            else:
+                out.append((logging.WARNING, f"applied configuration {describe(by_id[cid])}: "
+                            f"its cpu set is overridden by {o['by']} (unit {o['unit']}, cpus "
+                            f"{format_cpu_list(o['cpus'])}), which does not hold all of cpus "
+                            f"{mine}: the kernel keeps a process within its unit's cpu set"))
+    return out
+
+
 def stand_again(file: StandingFile, platform: dict[str, Any], runner: Any,
                 targets: Any) -> Outcome:
     """Apply the recorded configurations again (agent start, the originals just restored),
@@ -225,6 +283,7 @@ def stand_again(file: StandingFile, platform: dict[str, Any], runner: Any,
     fails is undone, logged and dropped, and the others stand."""
     saved = file.load()
     kept, configs, dropped = [], [], []
+    starts: dict[str, int | None] = {}
     for entry in saved:
         config = entry["config"]
         spec = RunSpec.of_config(config)
@@ -265,6 +324,8 @@ def stand_again(file: StandingFile, platform: dict[str, Any], runner: Any,
             continue
         kept.append(entry)
         configs.append(config)
+        if kind == "pid":
+            starts[str(owner)] = entry.get("pid_start")
     if dropped:
         try:
             file.write(kept)
@@ -279,7 +340,7 @@ def stand_again(file: StandingFile, platform: dict[str, Any], runner: Any,
                  describe(config))
     for line in conflict_lines(configs, platform):
         log.info("%s", line)
-    return Outcome(configs, dropped)
+    return Outcome(configs, dropped, starts)
 
 
 def confine_again(file: StandingFile | None, config: dict[str, Any], targets: Any) -> None:

@@ -370,6 +370,24 @@ class Targets:
                 raise ProcessLookupError(name) from None
             raise
 
+    def unit_holding(self, pid: int, units: list[str]) -> str | None:
+        """The first of ``units`` whose cgroup, or one below it, lists process ``pid`` in its
+        cgroup.procs (its full name); None: none does, or no cgroup v2 tells."""
+        for unit in units:
+            cg = find_unit_cgroup(self.fs, unit)
+            if cg is None:
+                continue
+            for where, _, files in os.walk(self.fs.path(cg)):
+                if "cgroup.procs" not in files:
+                    continue
+                try:
+                    with open(os.path.join(where, "cgroup.procs")) as fh:
+                        if str(pid) in fh.read().split():
+                            return unit_name(unit)
+                except OSError:
+                    continue  # a cgroup removed meanwhile
+        return None
+
     # -- measuring ------------------------------------------------------------------------------
     def cpu_time(self, target: dict[str, Any]) -> float | None:
         """CPU seconds the target has used so far (None where it cannot be read)."""

@@ -14,6 +14,7 @@ from typing import Any, Callable
 
 from ..shared.config import DaemonConfig
 from ..shared.records import RecordError, RunRecord
+from ..shared.standing import EXITED_WHILE_RUNNING
 from ..shared.target_text import measured_text
 from .fitter import FitOutcome, FitRequest, Fitter, set_clock_rows, workload_key
 from .planner import clock_text, workload_clock
@@ -30,6 +31,7 @@ log = logging.getLogger("opptune.daemon")
 FIT_LEASE_S = 300.0
 # the note on a recommendation the agent's restart dropped from the board (its error text)
 DROPPED = "dropped at the agent's restart: "
+ENDED = "no longer in force: "  # its process exited while the agent ran (shared/standing.py)
 # the states of a verification whose time was judged against the prediction (drift reads
 # them; "marked" was not judged: its board was busy)
 JUDGED = ("verified", "unconfirmed", "off")
@@ -357,24 +359,27 @@ class Recommender:
         self.request_fit(group, recommend_after=False)
 
     def dropped(self, agent: str, text: str, others: bool = False) -> None:
-        """The agent's hello says its restart dropped the configuration in force (``text``:
-        'CONFIG_ID: why', agent/standing.py): note it on that recommendation. Its state stays
+        """The agent's hello says it dropped the configuration in force (``text``: 'CONFIG_ID:
+        why', agent/standing.py), at its restart or, its process exited, while it ran: note
+        it on that recommendation. Its state stays
         the verdict of its verification (drift and tune read it); the note says it is no
         longer in force, and that the board is at its original settings, or, where ``others``,
         that the configurations of its other targets stand. Noted once, however many hellos
         repeat it."""
         config_id, sep, why = text.partition(": ")
         rec = self.store.recommendation(config_id) if sep else None
-        if rec is None or rec["agent"] != agent or DROPPED in (rec.get("error") or ""):
+        if rec is None or rec["agent"] != agent or any(
+                lead in (rec.get("error") or "") for lead in (DROPPED, ENDED)):
             return
-        note = f"{DROPPED}{why}; " + ("the other applied configurations stand" if others
-                                      else "the board is at its original settings")
+        lead = ENDED if EXITED_WHILE_RUNNING in why else DROPPED
+        note = f"{lead}{why}; " + ("the other applied configurations stand" if others
+                                   else "the board is at its original settings")
         # ``updated`` kept: the verdict is as old as it was (drift orders verdicts by it)
         self.store.update_recommendation(
             config_id, rec["state"], rec["updated"], verified_time_s=rec["verified_time_s"],
             error=f"{rec['error']}; {note}" if rec.get("error") else note,
             verified_energy_j=rec.get("verified_energy_j"))
-        log.info("config %s of agent %s no longer in force: %s", config_id, agent, note)
+        log.info("config %s of agent %s: %s", config_id, agent, note)
 
     def replaced(self, agent: str, before: str | None, rec: dict[str, Any], now: float) -> None:
         """Recommendation ``rec`` was applied on ``agent``'s board to stay in force, where

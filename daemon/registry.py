@@ -50,6 +50,10 @@ class AgentInfo:
     # whether it said hello to this daemon since its start: else what stands on its board
     # is not known here (loaded from the store, or held by another daemon of the fleet)
     heard: bool = False
+    # until it does: what stood as of its last hello to a daemon of this store (and the
+    # configurations applied after it), kept in the store (schema 19): {"standings",
+    # "dropped", "at"}; None: none kept
+    stored_standings: dict[str, Any] | None = None
     version: str | None = None  # the opptune version its hello sent (agent_version)
     # the hashed machine id and boot id its hello sent (agent/machine_id.py; None: not said)
     machine: str | None = None
@@ -231,9 +235,11 @@ class Registry:
              workloads: list[Any], last_seen: float, doctor: dict[str, Any] | None = None,
              doctor_at: float | None = None, version: str | None = None) -> AgentInfo:
         """Add an agent known from the store (not connected to this instance yet), with the
-        doctor report and the version of its last hello."""
+        doctor report and the version of its last hello, and what stood on its board then."""
         info = AgentInfo(agent_id, platform_id, platform, workloads, None, last_seen,
-                         doctor=doctor, doctor_at=doctor_at, version=version)
+                         doctor=doctor, doctor_at=doctor_at, version=version,
+                         stored_standings=self.store.standings_of(agent_id)
+                         if self.store is not None else None)
         self._agents[agent_id] = info
         return info
 
@@ -364,7 +370,8 @@ def standing_of(rec: dict[str, Any], applied: dict[str, Any]) -> dict[str, Any] 
     out = {"config_id": rec["config_id"], "workload": rec["workload"], "size": rec["input"],
            "cpus": list(rec["cpus"]), "freq_khz": rec["freq_khz"]}
     if isinstance(target, dict):
-        out["target"] = {k: target[k] for k in ("kind", "pid", "unit") if k in target}
+        out["target"] = {k: target[k] for k in ("kind", "pid", "unit", "in_unit")
+                         if k in target}
     return out
 
 

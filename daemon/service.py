@@ -694,6 +694,8 @@ class Daemon:
                                    version=body["agent_version"], machine=machine, boot=boot)
         log.info("hello from agent %s (platform %s, %d workloads)", agent, pid,
                  len(info.workloads))
+        if info.keeps:  # what stands, kept for a restart of this daemon (or another's start)
+            self.store.save_standings(agent, info.standings, info.standings_dropped, now)
         self.send(identity, "heartbeat", self._welcome)
         for text in dropped:
             self.recommender.dropped(agent, text, others=bool(standings))
@@ -775,6 +777,7 @@ class Daemon:
         if not before:
             self.recommender.replaced(agent, None, rec, now)
         info.standings_dropped = []
+        self.store.save_standings(agent, info.standings, info.standings_dropped, now)
         over = overridden(info.standings, info.platform)
         for old in info.standings:
             lost = [o for o in over.get(str(old.get("config_id")), [])

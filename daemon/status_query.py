@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 
 from .. import __version__
 from ..shared.config import redact_url
-from ..shared.standing import overridden
+from ..shared.standing import narrower, overridden
 from ..shared.versions import older
 from .drift import fit_predates, status_rows as drift_rows
 from .errors import HandlerError
@@ -224,15 +224,24 @@ def _agent_row(d: Daemon, a: Any, via: dict[str, Any], unrecorded: dict[str, flo
 def _standing_fields(a: Any) -> dict[str, Any]:
     """What stands on the agent's board (shared/standing.py): ``standings``, one per target,
     oldest first, each with ``clock_overridden`` (where a newer one's clock holds on a policy
-    of its cpus, else null); ``standing`` the newest of them, ``standing_dropped`` the first
-    of ``standings_dropped``, as a client of one per board reads them; ``standing_known``
-    false where the agent has not said hello to this daemon since it started (all empty
-    then: not known, not nothing)."""
-    over = overridden(a.standings, a.platform)
-    rows = [{**e, "clock_overridden": over.get(str(e.get("config_id")))} for e in a.standings]
-    return {"standing": a.standings[-1] if a.standings else None, "standings": rows,
-            "standing_dropped": a.standings_dropped[0] if a.standings_dropped else None,
-            "standings_dropped": list(a.standings_dropped), "standing_known": a.heard}
+    of its cpus, else null) and ``cpus_overridden`` (where a process in a unit and the unit
+    each have one: whose cpu set holds for that process, else null); ``standing`` the newest
+    of them, ``standing_dropped`` the first of ``standings_dropped``, as a client of one per
+    board reads them. ``standing_known`` false where the agent has not said hello to this
+    daemon since it started: the lists are then those the store kept of its last hello
+    (``standings_as_of``: when, Unix seconds; not yet confirmed), or empty where it kept
+    none (not known, not nothing); ``standings_as_of`` null once the hello confirms them."""
+    stored = a.stored_standings if not a.heard else None
+    standings, dropped = ((a.standings, a.standings_dropped) if stored is None else
+                          ([e for e in stored["standings"] if isinstance(e, dict)],
+                           [d for d in stored["dropped"] if isinstance(d, str)]))
+    over, within = overridden(standings, a.platform), narrower(standings)
+    rows = [{**e, "clock_overridden": over.get(str(e.get("config_id"))),
+             "cpus_overridden": within.get(str(e.get("config_id")))} for e in standings]
+    return {"standing": standings[-1] if standings else None, "standings": rows,
+            "standing_dropped": dropped[0] if dropped else None,
+            "standings_dropped": list(dropped), "standing_known": a.heard,
+            "standings_as_of": stored["at"] if stored is not None else None}
 
 
 def _clash_row(d: Daemon, agent: str, now: float) -> dict[str, Any] | None:

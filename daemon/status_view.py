@@ -10,6 +10,7 @@ from rich.table import Table
 
 from ..shared.clock_words import kept_clock_text
 from ..shared.cpus import format_cpu_list
+from ..shared.standing import EXITED_WHILE_RUNNING
 from .console import make_console
 from .planner import clock_text, frequencies_not_swept
 
@@ -155,18 +156,29 @@ def clash_text(agent: dict[str, Any]) -> str | None:
 
 def standing_lines(agent: dict[str, Any], board: str) -> list[str]:
     """The lines on what a user applied that stands on the board (one per target, a clock a
-    newer one overrides said so: shared/standing.py), why the agent's restart dropped one, or
-    that this daemon does not know (the agent has not said hello to it since it started);
-    none when nothing is applied, or from an older agent."""
+    newer one overrides said so: shared/standing.py), why the agent dropped one (at its
+    restart, or its process exited), or that this daemon does not know (the agent has not
+    said hello to it since it started); none when nothing is applied, or from an older
+    agent."""
     who = f"board {board} (agent {agent.get('id')})"
     if agent.get("standing_known") is False:
         if agent.get("via"):  # another daemon of the fleet holds its connection
             return [f"{who}: what stands on it is not known to this daemon: its agent said "
                     f"hello to the daemon at {agent['via']} (opptune status --daemon "
                     f"{agent['via']} shows it)"]
-        return [f"{who}: what stands on it is not known to this daemon: its agent has not "
-                "said hello to it since the daemon started (a connected agent does within a "
-                "heartbeat or two)"]
+        as_of = agent.get("standings_as_of")
+        if type(as_of) not in (int, float):
+            return [f"{who}: what stands on it is not known to this daemon: its agent has "
+                    "not said hello to it since the daemon started (a connected agent does "
+                    "within a heartbeat or two)"]
+        # the store's, of its last hello: shown, said unconfirmed until the next one
+        when = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(as_of))
+        if not agent.get("standings"):
+            return [f"{who}: no applied configuration in force as of {when}, not yet "
+                    "confirmed (its agent has not said hello to this daemon since it "
+                    "started)"]
+        return [_standing_line(who, s, when) for s in agent["standings"]
+                if isinstance(s, dict)]
     rows = agent.get("standings")
     if not isinstance(rows, list):  # a daemon that knows one per board
         rows = [agent["standing"]] if isinstance(agent.get("standing"), dict) else []
@@ -175,12 +187,16 @@ def standing_lines(agent: dict[str, Any], board: str) -> list[str]:
     if not isinstance(dropped, list):
         dropped = [agent["standing_dropped"]] if agent.get("standing_dropped") else []
     rest = ("the others stand" if lines else "the board is at its original settings")
-    lines += [f"{who}: the applied configuration was dropped when the agent restarted: "
-              f"{d}; {rest}" for d in dropped]
+    for d in dropped:  # at the agent's restart, or its process exited while the agent ran
+        when = "while the agent ran" if EXITED_WHILE_RUNNING in str(d) else \
+            "when the agent restarted"
+        lines.append(f"{who}: the applied configuration was dropped {when}: {d}; {rest}")
     return lines
 
 
-def _standing_line(who: str, s: dict[str, Any]) -> str:
+def _standing_line(who: str, s: dict[str, Any], as_of: str | None = None) -> str:
+    """One configuration in force; ``as_of``: when the agent's last hello said so, to a daemon
+    before this one's start (not yet confirmed)."""
     # a standing record keeps no clock: what its cpus run at is not known here
     clock = kept_clock_text(s["freq_khz"] if isinstance(s.get("freq_khz"), int) else None)
     target = s.get("target") if isinstance(s.get("target"), dict) else {}
@@ -195,8 +211,25 @@ def _standing_line(who: str, s: dict[str, Any]) -> str:
         f"; its clock is overridden on {o.get('policy')} by {o.get('by')} "
         f"({clock_text(o['freq_khz']) if isinstance(o.get('freq_khz'), int) else '?'}), "
         "applied after it" for o in over if isinstance(o, dict))
-    return (f"{who}: applied configuration {s.get('config_id')} in force: "
+    note += "".join(_cpus_note(o) for o in (s.get("cpus_overridden") or [])
+                    if isinstance(o, dict))
+    if target.get("kind") == "pid" and isinstance(target.get("in_unit"), str):
+        where += f" in unit {target['in_unit']}"
+    said = f" as of {as_of}, not yet confirmed" if as_of else ""
+    return (f"{who}: applied configuration {s.get('config_id')} in force{said}: "
             f"{s.get('workload')} on cpus {shown} {clock}{where}{note}")
+
+
+def _cpus_note(o: dict[str, Any]) -> str:
+    """A process in a unit, each with a configuration in force (shared/standing.py): whose cpu
+    set holds for that process, said on the line of the one that does not."""
+    cpus = o.get("cpus") if isinstance(o.get("cpus"), list) else []
+    shown = format_cpu_list(cpus) if all(type(c) is int for c in cpus) else "?"
+    if "pid" in o:
+        return (f"; its cpu set is overridden for process {o.get('pid')} by {o.get('by')} "
+                f"(cpus {shown}), the process's own: the narrower target holds for it")
+    return (f"; its cpu set is overridden by {o.get('by')} (unit {o.get('unit')}, cpus "
+            f"{shown}): a process stays within its unit's cpus")
 
 
 def predates_text(fit: dict[str, Any], names: dict[Any, str] | None = None) -> str | None:

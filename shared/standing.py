@@ -11,13 +11,25 @@ measured it); the older one keeps its cpu set and its clock on its other policie
 to be overridden on that policy (the agent's log, ``opptune status``), not applied again over
 the newer one at a restart.
 
+A process may run in a unit that a configuration also confines. The process's own
+configuration holds for it (the narrower target, whichever was applied first): it runs on its
+cpus, and the unit's cpu set holds for the unit's other processes; the unit's is said to be
+overridden for that process. The kernel keeps a process within its unit's cpu set (cgroup
+cpuset) all the same, so where the process's cpus are not all among the unit's, the unit's
+holds for it and the process's configuration is the one said to be overridden.
+
 Entries here are the hello's (agent/standing.py ``wire``): ``config_id``, ``cpus``,
-``freq_khz`` and an optional ``target`` ``{"kind", "pid" | "unit"}``, oldest first.
+``freq_khz`` and an optional ``target`` ``{"kind", "pid" | "unit"}``, oldest first; a pid
+target's ``in_unit`` names the unit of a configuration in force that the process runs in.
 """
 
 from __future__ import annotations
 
 from typing import Any, Iterable
+
+# why a process's configuration was dropped while the agent ran (its hello's
+# standings_dropped: 'CONFIG_ID: process N exited while the agent ran'), not at its restart
+EXITED_WHILE_RUNNING = "exited while the agent ran"
 
 
 def target_key(target: dict[str, Any] | None) -> str:
@@ -75,6 +87,31 @@ def overridden(entries: list[dict[str, Any]], platform: dict[str, Any] | None
             khz, by = plan[pol]
             if by != cid and khz != e["freq_khz"]:
                 out.setdefault(cid, []).append({"policy": pol, "by": by, "freq_khz": khz})
+    return out
+
+
+def narrower(entries: list[dict[str, Any]]) -> dict[str, list[dict[str, Any]]]:
+    """{config id: [...]}: where a process's configuration and its unit's (the pid target's
+    ``in_unit``) meet: the unit's entry gets ``{"pid", "by", "cpus"}`` (the process runs on
+    the cpus of its own, ``by``), or, where those cpus are not all the unit's, the process's
+    entry gets ``{"unit", "by", "cpus"}`` (the unit's cpu set holds for it); the others are
+    absent."""
+    units = {key_of(e): e for e in entries if (e.get("target") or {}).get("kind") == "unit"}
+    out: dict[str, list[dict[str, Any]]] = {}
+    for e in entries:
+        t = e.get("target") if isinstance(e.get("target"), dict) else {}
+        if t.get("kind") != "pid" or not isinstance(t.get("in_unit"), str):
+            continue
+        unit = units.get(target_key({"kind": "unit", "unit": t["in_unit"]}))
+        if unit is None:
+            continue
+        mine, theirs = list(e.get("cpus") or []), list(unit.get("cpus") or [])
+        if set(mine) <= set(theirs):
+            out.setdefault(str(unit.get("config_id")), []).append(
+                {"pid": t.get("pid"), "by": str(e.get("config_id")), "cpus": mine})
+        else:
+            out.setdefault(str(e.get("config_id")), []).append(
+                {"unit": t["in_unit"], "by": str(unit.get("config_id")), "cpus": theirs})
     return out
 
 

@@ -755,8 +755,9 @@ def test_configurations_of_different_targets_stand_together_and_replace_their_ow
     both stand (before, the board-wide one replaced the process's); a newer one for the same
     process replaces only that one. Two clocks on one policy: the newer one holds, and the
     older one's row says its clock is overridden there, by which. After the daemon's restart
-    status says it does not know what stands until the agent's hello, not that nothing
-    does; an agent of one per board (no 'standings') is read as before."""
+    status shows what stood as of the last hello and the configurations applied after it
+    (the store's, schema 19), not yet confirmed (before, nothing: not known) until the
+    agent's hello; an agent of one per board (no 'standings') is read as before."""
     cfg = DaemonConfig(bind="tcp://127.0.0.1:0", database=str(tmp_path / "d.db"),
                        auto_sweep=False, agent_timeout_s=30)
     plat = {**PLATFORM, "policies": [{"name": "policy0", "cpus": [0, 1], "related_cpus": [0, 1]},
@@ -801,7 +802,8 @@ def test_configurations_of_different_targets_stand_together_and_replace_their_ow
         assert row["standings"][0]["clock_overridden"] == [
             {"policy": "policy0", "by": "cfg-3", "freq_khz": 1_000_000}]
         assert row["standings"][1]["clock_overridden"] is None
-        assert row["standing_known"] is True
+        assert row["standing_known"] is True and row["standings_as_of"] is None
+        said = time.time()
     finally:
         a.close()
         d.stop()
@@ -810,14 +812,18 @@ def test_configurations_of_different_targets_stand_together_and_replace_their_ow
     a = Agent(d.endpoint)
     try:
         (row,) = query(a, "status")["agents"]
-        assert row["standing_known"] is False and row["standings"] == []
+        assert row["standing_known"] is False
+        assert [e["config_id"] for e in row["standings"]] == ["cfg-2", "cfg-3"]
+        assert row["standings"][0]["clock_overridden"] == [
+            {"policy": "policy0", "by": "cfg-3", "freq_khz": 1_000_000}]
+        assert abs(row["standings_as_of"] - said) < 60, row
         a.send("hello", {**hello, "standings": [{"config_id": "cfg-2", "cpus": [0, 2],
                                                  "freq_khz": 1_500_000}],
                          "standings_dropped": ["cfg-3: process 42 is gone"]})
         a.expect("heartbeat")
         st = query(a, "status")
         (row,) = st["agents"]
-        assert row["standing_known"] is True
+        assert row["standing_known"] is True and row["standings_as_of"] is None
         assert [e["config_id"] for e in row["standings"]] == ["cfg-2"]
         assert row["standings_dropped"] == ["cfg-3: process 42 is gone"]
         (rec,) = [r for r in st["recommendations"] if r["config_id"] == "cfg-3"]
@@ -917,3 +923,45 @@ def test_an_agent_error_fails_only_a_job_of_its_own(daemon):
     finally:
         a.close()
         other.close()
+
+
+def test_a_process_in_a_confined_unit_is_said_to_hold_its_own_cpus(tmp_path):
+    """A unit's configuration, then one of a process in that unit (its applied names the
+    unit: ``in_unit``): the unit's row says its cpu set is overridden for the process, by
+    the process's own (shared/standing.py); a hello where the process's cpus are not the
+    unit's says the reverse."""
+    cfg = DaemonConfig(bind="tcp://127.0.0.1:0", database=str(tmp_path / "d.db"),
+                       auto_sweep=False, agent_timeout_s=30)
+    group = {"platform": "plat-test", "workload": "wl", "input": "small", "variant": ""}
+    d = Daemon(cfg)
+    for cid, cpus in (("cfg-1", [0, 1]), ("cfg-2", [1])):
+        d.store.save_recommendation({"config_id": cid, "agent": "a1", **group,
+                                     "cores": len(cpus), "cpus": cpus, "threads": 1,
+                                     "freq_khz": None, "predicted_time_s": 4.0,
+                                     "predicted_lower_s": 3.5, "predicted_upper_s": 4.5,
+                                     "keep": True}, now=100.0)
+    d.start_thread()
+    a = Agent(d.endpoint)
+    try:
+        a.send("hello", {"platform": PLATFORM, "workloads": ["wl"], "agent_version": "t",
+                         "standing": None, "standings": []})
+        a.expect("heartbeat")
+        for cid, target in (("cfg-1", {"kind": "unit", "unit": "web.service"}),
+                            ("cfg-2", {"kind": "pid", "pid": 42, "in_unit": "web.service"})):
+            a.send("applied", {"config_id": cid, "ok": True, "time_s": None,
+                               "measured": {"target": target, "window_s": 0.1}})
+            a.expect("ack")
+        (row,) = query(a, "status")["agents"]
+        unit, proc = row["standings"]
+        assert unit["cpus_overridden"] == [{"pid": 42, "by": "cfg-2", "cpus": [1]}]
+        assert proc["cpus_overridden"] is None and proc["target"]["in_unit"] == "web.service"
+        a.send("hello", {"platform": PLATFORM, "workloads": ["wl"], "agent_version": "t",
+                         "standing": None, "standings": [
+                             {**unit, "cpus": [0]}, {**proc, "config_id": "cfg-2"}]})
+        a.expect("heartbeat")
+        (row,) = query(a, "status")["agents"]
+        assert [r["cpus_overridden"] for r in row["standings"]] == [
+            None, [{"unit": "web.service", "by": "cfg-1", "cpus": [0]}]]
+    finally:
+        a.close()
+        d.stop()

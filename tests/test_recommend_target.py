@@ -56,3 +56,77 @@ def test_recommend_pid_says_what_the_agent_did(tmp_path):
         target.kill()
         target.wait()
         c.stop()
+
+
+def test_a_process_that_exits_is_no_longer_in_force_while_the_agent_runs(tmp_path):
+    """Before, status said the process's configuration was in force until the agent's next
+    start. The agent notices the exit at a heartbeat, drops it and says hello again."""
+    c = Cluster(tmp_path, kernels=("pi_integrate",), max_cores=2, reps=2)
+    target = subprocess.Popen(["sleep", "300"])
+    c.start_daemon()
+    c.start_agent()
+    try:
+        c.wait_for(lambda s: s["recommendations"], 120, "the sweep's recommendation")
+        p = opptune("recommend", "--daemon", c.endpoint, "--agent", "test-agent", "--workload",
+                    "pi_integrate", "--pid", str(target.pid), "--json", cwd=tmp_path)
+        assert p.returncode == 0, p.stdout + p.stderr + c.logs()
+        cid = json.loads(p.stdout)["applied"]["config_id"]
+        st = c.status()
+        assert [e["config_id"] for e in st["agents"][0]["standings"]] == [cid]
+        target.kill()
+        target.wait()
+        why = f"process {target.pid} exited while the agent ran"
+        st = c.wait_for(lambda s: s["agents"][0]["standings"] == [], 30,
+                        "the process's configuration dropped")
+        assert st["agents"][0]["standings_dropped"] == [f"{cid}: {why}"]
+        (rec,) = [r for r in st["recommendations"] if r["config_id"] == cid]
+        assert rec["error"].endswith(f"no longer in force: {why}; the board is at its "
+                                     "original settings"), rec["error"]
+        p = opptune("status", "--daemon", c.endpoint, cwd=tmp_path)
+        assert p.returncode == 0, p.stdout + p.stderr
+        assert f"the applied configuration was dropped while the agent ran: {cid}: {why}; " \
+               "the board is at its original settings" in " ".join(p.stdout.split()), p.stdout
+        agent_log = (tmp_path / "agent.log").read_text()
+        assert f"process {target.pid}) dropped: {why}; the board goes back to its original " \
+               "settings" in agent_log, agent_log
+    finally:
+        target.kill()
+        target.wait()
+        c.stop()
+
+
+def test_a_restarted_daemon_shows_what_stood_as_of_the_last_hello(tmp_path):
+    """Before, a daemon restarted while the agent was away said only that it did not know
+    what stood there; now what the store kept of the agent's last hello, as of when, not yet
+    confirmed, until a hello confirms it."""
+    c = Cluster(tmp_path, kernels=("pi_integrate",), max_cores=2, reps=2)
+    target = subprocess.Popen(["sleep", "300"])
+    c.start_daemon()
+    c.start_agent()
+    try:
+        c.wait_for(lambda s: s["recommendations"], 120, "the sweep's recommendation")
+        p = opptune("recommend", "--daemon", c.endpoint, "--agent", "test-agent", "--workload",
+                    "pi_integrate", "--pid", str(target.pid), "--json", cwd=tmp_path)
+        assert p.returncode == 0, p.stdout + p.stderr + c.logs()
+        cid = json.loads(p.stdout)["applied"]["config_id"]
+        codes = c.stop()  # the agent first: nothing tells the next daemon what stands
+        assert codes == {"agent": 0, "daemon": 0}, c.logs()
+        c.agent = None
+        c.start_daemon()
+        st = c.wait_for(lambda s: bool(s["agents"]), 30, "the restarted daemon")
+        (row,) = st["agents"]
+        assert row["standing_known"] is False and row["standings_as_of"] is not None
+        assert [e["config_id"] for e in row["standings"]] == [cid]
+        p = opptune("status", "--daemon", c.endpoint, cwd=tmp_path)
+        text = " ".join(p.stdout.split())
+        assert re.search(rf"applied configuration {cid} in force as of \d{{4}}-\d\d-\d\d "
+                         rf"[\d:]+, not yet confirmed: pi_integrate on cpus [\d-]+ with no set "
+                         rf"frequency, process {target.pid}", text), p.stdout
+        c.start_agent()  # its hello confirms it
+        st = c.wait_for(lambda s: s["agents"][0]["standing_known"], 60, "the agent's hello")
+        assert st["agents"][0]["standings_as_of"] is None
+        assert [e["config_id"] for e in st["agents"][0]["standings"]] == [cid]
+    finally:
+        target.kill()
+        target.wait()
+        c.stop()

@@ -486,6 +486,46 @@ def test_status_says_each_target_s_configuration_a_clock_overridden_and_what_is_
                     "tcp://d2:5555 shows it)")
 
 
+def test_after_the_daemon_s_restart_status_shows_what_stood_as_of_the_last_hello():
+    """Before, nothing but 'not known' until the agent's hello; now the store's, said as of
+    when and not yet confirmed."""
+    import time
+    from opptune.daemon.status_view import standing_lines
+    at = time.mktime((2026, 11, 28, 0, 12, 3, 0, 0, -1))
+    a = {"id": "a1", "standing_known": False, "standings_as_of": at, "standings": [
+        {"config_id": "cfg-1", "workload": "w", "cpus": [0, 1], "freq_khz": 1_500_000,
+         "clock_overridden": None}]}
+    assert standing_lines(a, "rpi4") == [
+        "board rpi4 (agent a1): applied configuration cfg-1 in force as of 2026-11-28 "
+        "00:12:03, not yet confirmed: w on cpus 0-1 at 1500 MHz"]
+    assert standing_lines({**a, "standings": []}, "rpi4") == [
+        "board rpi4 (agent a1): no applied configuration in force as of 2026-11-28 00:12:03, "
+        "not yet confirmed (its agent has not said hello to this daemon since it started)"]
+
+
+def test_status_says_whose_cpu_set_holds_for_a_process_in_a_confined_unit():
+    from opptune.daemon.status_view import standing_lines
+    unit = {"config_id": "cfg-1", "workload": "w", "cpus": [0, 1], "freq_khz": None,
+            "target": {"kind": "unit", "unit": "web.service"}}
+    proc = {"config_id": "cfg-2", "workload": "w", "cpus": [1], "freq_khz": None,
+            "target": {"kind": "pid", "pid": 42, "in_unit": "web.service"}}
+    a = {"id": "a1", "standing_known": True, "standings": [
+        {**unit, "cpus_overridden": [{"pid": 42, "by": "cfg-2", "cpus": [1]}]},
+        {**proc, "cpus_overridden": None}]}
+    assert standing_lines(a, "rpi4") == [
+        "board rpi4 (agent a1): applied configuration cfg-1 in force: w on cpus 0-1 with no set "
+        "frequency, unit web.service; its cpu set is overridden for process 42 by cfg-2 (cpus "
+        "1), the process's own: the narrower target holds for it",
+        "board rpi4 (agent a1): applied configuration cfg-2 in force: w on cpus 1 with no set "
+        "frequency, process 42 in unit web.service"]
+    a["standings"] = [{**unit, "cpus": [0], "cpus_overridden": None},
+                      {**proc, "cpus_overridden": [{"unit": "web.service", "by": "cfg-1",
+                                                    "cpus": [0]}]}]
+    assert standing_lines(a, "rpi4")[1].endswith(
+        "process 42 in unit web.service; its cpu set is overridden by cfg-1 (unit web.service, "
+        "cpus 0): a process stays within its unit's cpus")
+
+
 def test_a_fit_made_before_a_drift_says_so_and_what_measures_it_again(tmp_path):
     """A cluster group's drift leaves the whole-board group's earlier runs out too: its stored
     fit is kept (what the recommendations made then rest on) but no longer reads as current."""

@@ -1030,3 +1030,28 @@ def test_a_tune_session_that_cannot_be_resumed_is_closed_only_as_last_seen(st):
     assert st.fail_tune_session("tune-y", 4.0, "why", 5.0) is True
     assert st.tune_session("tune-y") == {"tune_id": "tune-y", "steps": [1], "updated": 5.0,
                                          "state": "failed", "reason": "why"}
+
+
+@pytest.mark.parametrize("backend", ["sqlite", "postgresql"])
+def test_what_stands_on_a_board_is_kept_for_the_next_daemon(tmp_path, request, backend):
+    """Schema 19: the last hello's standings, replaced by each one after it; None before."""
+    url = (str(tmp_path / "s.db") if backend == "sqlite"
+           else request.getfixturevalue("pg_url"))
+    st = open_store(url)
+    try:
+        assert st.standings_of("a1") is None
+        first = [{"config_id": "cfg-1", "cpus": [0, 1], "freq_khz": 1_500_000,
+                  "target": {"kind": "pid", "pid": 42, "in_unit": "web.service"}}]
+        st.save_standings("a1", first, [], 1_795_000_000.5)
+        st.save_standings("a1", [], ["cfg-1: process 42 is gone"], 1_795_000_100.25)
+        st.save_standings("a2", first, [], 7.0)
+    finally:
+        st.close()
+    st = open_store(url)
+    try:
+        assert st.standings_of("a1") == {"standings": [], "dropped": ["cfg-1: process 42 is "
+                                                                      "gone"],
+                                         "at": 1_795_000_100.25}
+        assert st.standings_of("a2") == {"standings": first, "dropped": [], "at": 7.0}
+    finally:
+        st.close()

@@ -32,6 +32,7 @@ from opptune.agent.virtual_board import attach, make_tree
 from opptune.agent.workloads import Workloads
 from opptune.shared import protocol as P
 from opptune.shared.config import AgentConfig, CommandWorkload
+from opptune.shared.standing import narrower
 from test_idle_clock import job, pinned_at, work
 from fake_trees import cgroup_tree
 from test_targets import applied
@@ -45,17 +46,19 @@ pytestmark = pytest.mark.skipif(len(EVERY_CPU) < 2 or not {0, 1} <= EVERY_CPU,
 
 
 @contextlib.contextmanager
-def agent(tmp_path, board: str | None = None):
+def agent(tmp_path, board: str | None = None, command: list[str] | None = None):
     """(executor, worker, targets, tree root): the agent's parts as it builds them, its cpu
     set record in the state directory; cpufreq from ``board``'s virtual tree when given (the
-    cgroup tree lives there too), pid targets on this machine."""
+    cgroup tree lives there too), pid targets on this machine. ``command``: workload w's
+    (default: one that says it took 0.01 s)."""
     root = tmp_path / "root"
     root.mkdir(exist_ok=True)
     if board:
         attach(make_tree(board, str(root)))
     state = str(tmp_path / "state")
     cfg = AgentConfig(agent_id="a1", bench_kernels=[], state_dir=state, sysfs_root=str(root),
-                      workloads=[CommandWorkload("w", [PY, "-c", "print('{\"time_s\": 0.01}')"])])
+                      workloads=[CommandWorkload("w", command or [
+                          PY, "-c", "print('{\"time_s\": 0.01}')"])])
     # the board's cpus and clocks; the command runs on this machine, as the pid targets do
     platform = discover(dataclasses.replace(cfg, virtual_board=board or "") if board
                         else dataclasses.replace(cfg, sysfs_root="/"))
@@ -273,3 +276,146 @@ def test_a_verification_that_does_not_stand_leaves_the_one_in_force(tmp_path, pr
         # the original, not c1's cpu set, is what a restart puts back
         (entry,) = json.loads((tmp_path / "state" / CPUSET_FILENAME).read_text())["entries"]
         assert entry["owner"] == "c1" and set(entry["cpus"]) == EVERY_CPU
+
+
+@pytest.mark.parametrize("how", ["exits", "pid reused"])
+def test_a_process_that_exits_while_the_agent_runs_is_dropped_its_clock_put_back(
+        tmp_path, procs, caplog, how):
+    """Before, a process's configuration stood (and 'opptune status' said it in force) until
+    the agent's next start dropped it. The link's heartbeat (Worker.watch) notices it: its
+    entry leaves standing.json and the hello's standings (a hello tells the daemon), its
+    clock on policy0 goes back to the original, the unit's configuration (policy4) stands.
+    The process is killed and not reaped: a zombie has exited too."""
+    caplog.set_level(logging.INFO, "opptune.agent.apply")
+    p = procs[0]
+    with agent(tmp_path, "odroid-xu4") as (ex, w, targets, root):
+        told = []
+        ex.say_standings = lambda: told.append([c["config_id"] for c in ex.standings_wire()])
+        d = cgroup_tree(root, cpus="0-7")
+        before = cpufreq_state(str(root))
+        work(w, config("c1", pid(p), cpus=[1], freq_khz=1_000_000))
+        work(w, config("c2", {"kind": "unit", "unit": "web"}, cpus=[4], freq_khz=1_800_000))
+        w.watch()  # it runs: nothing to drop
+        assert w.idle.is_set() and told == []
+        assert [c["config_id"] for c in ex.standings_wire()] == ["c1", "c2"]
+        if how == "exits":
+            p.kill()
+            os.waitid(os.P_PID, p.pid, os.WEXITED | os.WNOWAIT)  # exited, left unreaped
+            why = f"process {p.pid} exited while the agent ran"
+        else:  # as if the pid now named a process started after c1 was applied
+            ex._pid_starts["c1"] -= 1
+            why = f"process {p.pid} exited while the agent ran (its pid now names another " \
+                  "process)"
+        w.watch()
+        assert w.idle.wait(60)
+        assert [c["config_id"] for c in ex.standings_wire()] == ["c2"]
+        assert told == [["c2"]] and ex.standing_dropped == [f"c1: {why}"]
+        assert kept_ids(tmp_path / "state") == ["c2"]
+        assert recorded(tmp_path / "state") == [("c2", "cgroup", "/sys/fs/cgroup/system.slice/"
+                                                 "web.service/cpuset.cpus")]
+        now = cpufreq_state(str(root))
+        assert {k: v for k, v in now.items() if k.startswith("policy0/")} == \
+            {k: v for k, v in before.items() if k.startswith("policy0/")}
+        assert pinned_at(str(root), 1_800_000, "policy4") and (d / "cpuset.cpus").read_text() == "4"
+        assert f"applied configuration c1 (w on cpus 1 at 1000 MHz, process {p.pid}) " \
+               f"dropped: {why}; the other applied configurations stand" in caplog.text
+        w.watch()  # said once
+        assert w.idle.wait(60) and told == [["c2"]]
+
+
+def kept_ids(state: Path) -> list[str]:
+    """The config ids standing.json keeps, oldest first."""
+    return [e["config"]["config_id"]
+            for e in json.loads((state / "standing.json").read_text())["entries"]]
+
+
+# workload w as a board configuration's verification runs it: it notes the clock each policy
+# is set to while it runs, then says it took 0.01 s
+PEEK = """
+import pathlib, sys
+d = pathlib.Path(sys.argv[1]) / "sys/devices/system/cpu/cpufreq"
+seen = [f"{p}={(d / p / 'scaling_governor').read_text().strip()}:"
+        f"{(d / p / 'scaling_setspeed').read_text().strip()}" for p in ("policy0", "policy4")]
+with open(sys.argv[2], "a") as fh:
+    fh.write(" ".join(seen) + "\\n")
+print('{"time_s": 0.01}')
+"""
+
+
+def test_a_board_configuration_without_a_clock_is_verified_at_the_clocks_others_hold(
+        tmp_path, procs):
+    """Before, its verification put every policy back to its governor while it ran (the
+    knob's apply without a clock restored them all), undoing for that time the process's
+    clock on policy0, which its cpus share, and the unit's on policy4. Now each stays: the
+    board holds them with it, as at rest after it (it sets none and stands as nothing)."""
+    seen = tmp_path / "seen.txt"
+    command = [PY, "-c", PEEK, str(tmp_path / "root"), str(seen)]
+    with agent(tmp_path, "odroid-xu4", command) as (ex, w, targets, root):
+        cgroup_tree(root, cpus="0-7")
+        work(w, config("c1", pid(procs[0]), cpus=[1], freq_khz=1_000_000))
+        work(w, config("c2", {"kind": "unit", "unit": "web"}, cpus=[4], freq_khz=1_800_000))
+        seen.unlink(missing_ok=True)
+        work(w, config("c3", None, cpus=[0, 1]))  # the board's, at the governor's choice
+        assert [b["ok"] for b in applied(ex)] == [True] * 3
+        runs = seen.read_text().splitlines()
+        assert len(runs) == 2, runs  # its warm-up and its repetition
+        assert set(runs) == {"policy0=userspace:1000000 policy4=userspace:1800000"}, runs
+        assert [c["config_id"] for c in ex.standings_wire()] == ["c1", "c2"]
+        assert pinned_at(str(root), 1_000_000) and pinned_at(str(root), 1_800_000, "policy4")
+
+
+def test_a_process_in_a_confined_unit_runs_on_its_own_configuration_s_cpus(tmp_path, procs,
+                                                                          caplog):
+    """Before, a process and the unit it runs in were two targets that knew nothing of each
+    other: nothing said which cpu set held for the process, and the unit's applied again
+    (a kernel may reset its processes' affinity then) left it on the unit's. The rule
+    (shared/standing.py): the process's own configuration, the narrower target, holds for it
+    where its cpus are the unit's; the log, the hello (``in_unit``) and the applied say so.
+    The process is listed in the fake unit's cgroup.procs; its affinity is this machine's."""
+    caplog.set_level(logging.INFO, "opptune.agent")
+    p = procs[0]
+    with agent(tmp_path) as (ex, w, targets, root):
+        d = cgroup_tree(root, cpus="0-7")
+        (d / "cgroup.procs").write_text(f"{procs[1].pid}\n{p.pid}\n")
+        told = []
+        ex.say_standings = lambda: told.append(ex.standings_wire())
+        work(w, config("c1", pid(p), cpus=[1]))
+        assert "in_unit" not in applied(ex)[0]["measured"]["target"] and told == []
+        work(w, config("c2", {"kind": "unit", "unit": "web"}, cpus=[0, 1]))
+        in_web = {"kind": "pid", "pid": p.pid, "in_unit": "web.service"}
+        assert [s[0]["target"] for s in told] == [in_web]  # the daemon told at once
+        assert narrower(ex.standings_wire()) == {"c2": [{"pid": p.pid, "by": "c1",
+                                                         "cpus": [1]}]}
+        assert "applied configuration c2 (w on cpus 0-1 with no set frequency, unit web): its " \
+               f"cpu set is overridden for process {p.pid} by c1 (cpus 1), the process's own: " \
+               "the narrower target holds for it; the unit's other processes stay on cpus " \
+               "0-1" in caplog.text
+        # a kernel that resets a cgroup's processes to its cpu set when it changes
+        os.sched_setaffinity(p.pid, {0, 1})
+        work(w, config("c3", {"kind": "unit", "unit": "web"}, cpus=[0, 1]))
+        assert os.sched_getaffinity(p.pid) == {1} and len(told) == 1
+        # the process's configuration applied again: its applied names the unit
+        work(w, config("c4", pid(p), cpus=[0]))
+        assert applied(ex)[-1]["measured"]["target"]["in_unit"] == "web.service"
+        assert os.sched_getaffinity(p.pid) == {0}
+        # the unit narrowed to cpu 1: the kernel keeps the process there, whatever its own
+        work(w, config("c5", {"kind": "unit", "unit": "web"}, cpus=[1]))
+        assert narrower(ex.standings_wire()) == {"c4": [{"unit": "web.service", "by": "c5",
+                                                         "cpus": [1]}]}
+        assert f"applied configuration c4 (w on cpus 0 with no set frequency, process {p.pid}): " \
+               "its cpu set is overridden by c5 (unit web.service, cpus 1), which does not " \
+               "hold all of cpus 0: the kernel keeps a process within its unit's cpu set" \
+               in caplog.text
+        # ... and a configuration of the process on other cpus is refused, saying why
+        work(w, config("c6", pid(p), cpus=[0]))
+        assert applied(ex)[-1]["error"] == (
+            f"cannot apply to the target: process {p.pid} runs in unit web.service, which "
+            "configuration c5 confines to cpus 1: a process stays within its unit's cpu set "
+            "(the kernel's cgroup cpuset); choose cpus among 1, or apply to the unit")
+        assert [c["config_id"] for c in ex.standings_wire()] == ["c4", "c5"]
+    # the agent started again: the same said at its start
+    caplog.clear()
+    with agent(tmp_path) as (ex, w, targets, root):
+        ex.stand_again()
+        assert ex.standings_wire()[0]["target"] == {**in_web, "kind": "pid"}
+        assert "its cpu set is overridden by c5 (unit web.service, cpus 1)" in caplog.text

@@ -252,18 +252,22 @@ class CpuFreqKnob:
     """Adapter from :class:`CpuFreq` to the knob plug point (runspec.py).
 
     A point with ``freq_khz`` pins the policies of its cpus (verified); a point without one
-    puts the original state back, so "no frequency" always means the board's own governor.
-    Either way the frequency observed per policy goes into the record."""
+    puts the original state back, so "no frequency" means the board's own governor, except on
+    the policies whose clocks configurations in force hold where it is told them (``held``:
+    a configuration's verification, measured at the clocks the board keeps with it). Either
+    way the frequency observed per policy goes into the record."""
 
     name = "cpufreq"
 
     def __init__(self, cpufreq: Any):
         self.cf = cpufreq
 
-    def apply(self, spec: "RunSpec") -> dict[str, Any]:
-        if spec.freq_khz is None:
+    def apply(self, spec: "RunSpec", held: "list[RunSpec] | None" = None) -> dict[str, Any]:
+        fields: dict[str, Any] = {}
+        if spec.freq_khz is None and held:
+            self.rest(held)  # their clocks stay set; every other policy back to its original
+        elif spec.freq_khz is None:
             self.cf.restore()
-            fields: dict[str, Any] = {}
         else:
             res = self.cf.set_for_cpus(spec.cpus, int(spec.freq_khz))
             bad = [p for p, r in res.items() if r.get("verified") is False]

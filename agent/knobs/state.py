@@ -280,6 +280,17 @@ def thread_start_time(tid: int) -> int | None:
         return None
 
 
+def running_start(pid: int) -> int | None:
+    """The start time of process ``pid`` (as :func:`thread_start_time`) while it runs; None
+    once it has exited, a zombie its parent has not reaped included."""
+    try:
+        with open(f"/proc/{pid}/stat") as fh:
+            fields = fh.read().rsplit(")", 1)[1].split()
+        return None if fields[0] in ("Z", "X", "x") else int(fields[19])
+    except (OSError, ValueError, IndexError):
+        return None
+
+
 class CpusetRecord:
     """The original cpu sets of what the agent confines, persisted before each change.
 

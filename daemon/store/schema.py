@@ -86,11 +86,18 @@ on SQLite and 109 ms on PostgreSQL with 100,000 jobs (benchmarks/job_queries.py)
 indexes the runs recorded without running (``runs_not_run``: failed with no wall time, a
 partial index of those rows only), which the jobs' ``not_run`` counts in the query that lists
 them.
+
+Version 19 keeps what the last hello of each agent said stands on its board, as the daemon
+then held it (``agent_standings``: ``agent``, ``standings`` and ``dropped``, the JSON lists
+of shared/standing.py, and ``said_at``, when they were said), so that a restarted daemon
+shows them "as of" then until the agent's next hello confirms them. A table of its own, as
+``daemon_versions`` is: a daemon of an earlier version inserts its ``agents`` rows without
+naming the columns.
 """
 
 from __future__ import annotations
 
-SCHEMA_VERSION = 18
+SCHEMA_VERSION = 19
 
 MIGRATIONS: dict[int, list[str]] = {
     1: [
@@ -317,5 +324,12 @@ MIGRATIONS: dict[int, list[str]] = {
         "CREATE INDEX jobs_state ON jobs(state, created)",
         # the predicate as the queries write it (sqlite.NOT_RUN_SQL): both planners then use it
         "CREATE INDEX runs_not_run ON runs(job_id) WHERE ok = 0 AND wall_s IS NULL",
+    ],
+    19: [
+        """CREATE TABLE agent_standings (
+               agent TEXT PRIMARY KEY,
+               standings TEXT NOT NULL,
+               dropped TEXT NOT NULL,
+               said_at REAL NOT NULL)""",
     ],
 }

@@ -293,6 +293,25 @@ class SQLiteStore(Store):
         rows = self._agent_rows("SELECT * FROM agents WHERE id=?", (agent_id,))
         return rows[0] if rows else None
 
+    def save_standings(self, agent_id: str, standings: list[Any], dropped: list[Any],
+                       at: float) -> None:
+        """What stands on ``agent_id``'s board, as its hello said it at ``at`` (and the
+        configurations applied since): shown after a daemon restart until the next hello."""
+        with self._tx() as db:
+            db.execute("INSERT INTO agent_standings VALUES (?, ?, ?, ?) ON CONFLICT(agent) DO "
+                       "UPDATE SET standings=excluded.standings, dropped=excluded.dropped, "
+                       "said_at=excluded.said_at",
+                       (agent_id, _json_safe(standings), _json_safe(dropped), at))
+
+    def standings_of(self, agent_id: str) -> dict[str, Any] | None:
+        """{"standings", "dropped", "at"} as :meth:`save_standings` kept them; None: none
+        kept (an agent not heard since schema 19, or one that says nothing of them)."""
+        row = self.db.execute("SELECT standings, dropped, said_at FROM agent_standings "
+                              "WHERE agent=?", (agent_id,)).fetchone()
+        if row is None:
+            return None
+        return {"standings": json.loads(row[0]), "dropped": json.loads(row[1]), "at": row[2]}
+
     def save_daemon(self, instance: str, endpoint: str, now: float,
                     version: str | None = None) -> None:
         with self._tx() as db:
