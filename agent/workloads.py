@@ -40,6 +40,10 @@ class Workload:
     command: CommandWorkload | None = field(default=None, repr=False)
     definition: str = ""  # digest of what runs (see Workloads.definition_of)
     program: str = ""  # digest of the program a run executes (see Workloads.definition_of)
+    # ``program`` less the shared libraries it loads: what ``program`` was before the agent
+    # covered them (0.4), said beside it where it differs, so that the daemon takes an
+    # upgraded agent's program for the one it measured before (daemon/drift.py)
+    program_core: str = ""
     # its files as last digested, each with its (device, inode, size, mtime) or None (missing):
     # the same again means the same digests (Workloads.refresh)
     seen: tuple = field(default=(), repr=False)
@@ -51,9 +55,11 @@ class Workload:
     changed: list = field(default_factory=list, repr=False)  # what the last new digest saw
 
     def describe(self) -> dict[str, Any]:
+        core = ({"program_core": self.program_core}
+                if self.program_core and self.program_core != self.program else {})
         return {"name": self.name, "kind": self.kind, "sizes": list(self.sizes),
                 "description": self.description, "definition": self.definition,
-                "program": self.program}
+                "program": self.program, **core}
 
 
 def _catalogue() -> dict[str, Any] | None:
@@ -164,7 +170,8 @@ class Workloads:
             w.seen = self._seen(w)
             # a command's executable missing is said by the start's check, once, as the user
             # its runs run as and with the PATH searched (workload_check.py)
-            w.definition, w.program = self.definition_of(w, quiet=self._executable(w))
+            w.definition, w.program, w.program_core = self.definition_of(
+                w, quiet=self._executable(w))
 
     def refresh(self, name: str) -> bool:
         """Whether the program of workload ``name`` changed since its digests were made (a
@@ -178,12 +185,12 @@ class Workloads:
         seen = w.at_run = self._seen(w)
         if _looked_at(seen, w.output) == _looked_at(w.seen, w.output):
             return False
-        definition, program = self.definition_of(w)
+        definition, program, core = self.definition_of(w)
         old = set(w.seen)
         with self._lock:
             changed = program != w.program
             w.changed = sorted({e[0] for e in set(seen) ^ old})
-            w.seen, w.definition, w.program = seen, definition, program
+            w.seen, w.definition, w.program, w.program_core = seen, definition, program, core
         self.file_ids.save()
         return changed
 
@@ -258,7 +265,8 @@ class Workloads:
         before they are digested, so a change while they are is seen by the next look."""
         return tuple(_stat_of(f) for f in self._files(w))
 
-    def definition_of(self, w: Workload, quiet: list[str] | tuple = ()) -> tuple[str, str]:
+    def definition_of(self, w: Workload, quiet: list[str] | tuple = ()
+                      ) -> tuple[str, str, str]:
         """Two digests of ``w``: its definition, of what a run executes and how long it may
         take: its command (or pyperf script), environment, working directory (a ``cwd``
         set) and sizes, or a kernel's name and
@@ -269,7 +277,8 @@ class Workloads:
         workload's runs from before its program changed). A longer timeout, one more size or
         an upgraded agent whose kernels are the same leave them measuring the same thing; a
         rebuilt binary, an edited script or kernels built anew do not. A file missing is
-        logged, but for those in ``quiet``."""
+        logged, but for those in ``quiet``. Third, the program less the shared libraries
+        (``Workload.program_core``)."""
         cw = w.command
         runs = {"name": w.name, "kind": w.kind, "virtual_board": self.virtual_board,
                 **({"command": cw.command, "env": cw.env, "threads_env": cw.threads_env,
@@ -288,10 +297,12 @@ class Workloads:
                             "there", w.name, f["path"], f["missing"])
         what = {**runs, "sizes": w.sizes, "timeout_s": self.config.run_timeout_s,
                 **({} if cw is not None else {"version": __version__})}
-        return _digest(what), _digest(runs)
+        core = {**runs, "files": [self.file_ids.of(f) for f in self._files(w, False)]}
+        return _digest(what), _digest(runs), _digest(core)
 
-    def _files(self, w: Workload) -> list[str]:
-        """The files a run of ``w`` executes (program_id.py)."""
+    def _files(self, w: Workload, libraries: bool = True) -> list[str]:
+        """The files a run of ``w`` executes (program_id.py), its programs' shared libraries
+        among them unless ``libraries`` is false."""
         cw = w.command
         if cw is None:
             if self._kernel_files is not None:
@@ -303,7 +314,7 @@ class Workloads:
         if cw.pyperf:
             return [cw.pyperf]
         return command_files(cw.command, self._env(cw), self.run_dir(w.name, cw),
-                             exe_dir(cw), self.libraries)
+                             exe_dir(cw), self.libraries if libraries else None)
 
     def run_dir(self, name: str, cw: CommandWorkload) -> str:
         """The directory a run of command workload ``name`` starts in (agent/workdir.py):

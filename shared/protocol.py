@@ -118,8 +118,10 @@ _BOOL = (bool,)
 BODY_SCHEMAS: dict[str, dict[str, tuple[tuple[type, ...], bool]]] = {
     "hello": {
         "platform": (_MAP, True),
-        # each {"name", "kind", "sizes", "description", "definition", "program"}; definition:
-        # a digest of what runs and its run_timeout_s, program: of what runs only
+        # each {"name", "kind", "sizes", "description", "definition", "program",
+        # "program_core"?}; definition: a digest of what runs and its run_timeout_s, program:
+        # of what runs only, program_core: program less the shared libraries where they are
+        # part of it (the program as agents before 0.5 digested it: daemon/drift.py)
         # (agent/workloads.py; each absent from older agents)
         "workloads": (_LIST, True),
         "agent_version": (_STR, True),

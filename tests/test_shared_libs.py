@@ -14,6 +14,7 @@ import pytest
 from opptune.agent.runner import Runner, RunSpec
 from opptune.agent.shared_libs import Libraries, read_ld_cache
 from opptune.agent.workloads import Workloads
+from opptune.daemon.drift import changed_programs
 from opptune.shared.config import AgentConfig, CommandWorkload
 
 CC = shutil.which("cc")
@@ -138,3 +139,36 @@ def test_both_layouts_of_the_ld_so_cache_are_read(tmp_path):
     (tmp_path / "junk").write_bytes(b"not a cache")
     assert read_ld_cache(str(tmp_path / "junk")) == {}
     assert read_ld_cache(str(tmp_path / "missing")) == {}
+
+
+@needs_cc
+def test_an_upgraded_agent_tells_its_program_from_before_the_libraries(tmp_path, monkeypatch):
+    """The hello says beside a dynamic program's digest the digest without its libraries
+    (``program_core``), which is what an agent that did not cover them said: the daemon takes
+    it for the same program (no drift: the measurements from before the upgrade still
+    count), while a library rebuilt after it is a change. A script's digest has no libraries:
+    nothing is said beside it."""
+    build_lib(tmp_path / "lib", 1)
+    app = build_app(tmp_path, "$ORIGIN/lib")
+    script = tmp_path / "bench.sh"
+    script.write_text("#!/bin/sh\necho '{\"time_s\": 1}'\n")
+    script.chmod(0o755)
+    (tmp_path / "state").mkdir()
+    config = AgentConfig(agent_id="a1", state_dir=str(tmp_path / "state"), workloads=[
+        CommandWorkload("c", [app]), CommandWorkload("s", [str(script)])])
+    now = {w["name"]: w for w in Workloads(config, catalogue={}).describe()}
+    # the agent of before: the same digests with no library found
+    monkeypatch.setattr(Libraries, "of", lambda self, exe, lib_path: [])
+    before = {w["name"]: w for w in Workloads(config, catalogue={}).describe()}
+    monkeypatch.undo()
+    assert now["c"]["program"] != before["c"]["program"]
+    assert now["c"]["program_core"] == before["c"]["program"]
+    assert "program_core" not in now["s"] and now["s"]["program"] == before["s"]["program"]
+    # the daemon's rule (daemon/drift.py)
+    assert changed_programs([before["c"]], [now["c"]]) == []
+    build_lib(tmp_path / "lib", 2)
+    rebuilt = {w["name"]: w for w in Workloads(config, catalogue={}).describe()}
+    assert rebuilt["c"]["program_core"] == now["c"]["program_core"]
+    assert changed_programs([now["c"]], [rebuilt["c"]]) == ["c"]
+    # an executable rebuilt under an upgrade is a change all the same
+    assert changed_programs([{**before["c"], "program": "0" * 16}], [now["c"]]) == ["c"]
