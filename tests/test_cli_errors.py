@@ -496,3 +496,16 @@ def test_the_default_endpoint_is_probed_once_per_command(monkeypatch, capsys, tm
             assert main([*argv, "--timeout", "0.2"]) == 1
             assert probes == [default] * n
     assert f"no answer from the daemon at {default}" in capsys.readouterr().err
+
+
+def test_every_command_says_what_it_does_in_its_help():
+    """'opptune sweep --help' (and demo, keys, characterize) printed the usage and the
+    options, not a word of what the command does (the README walk): every command has a
+    description now."""
+    import argparse
+
+    from opptune.daemon.cli import build_parser
+    sub = next(a for a in build_parser()._actions if isinstance(a, argparse._SubParsersAction))
+    bare = [name for name, p in sub.choices.items() if not (p.description or "").strip()]
+    assert bare == [], bare
+    assert len(sub.choices) >= 16
