@@ -106,7 +106,12 @@ def add_parser(sub: Any, add_link_options: Any) -> None:
                                             "command workloads) on an agent's board (all "
                                             "cores, or [sweep] max_cores; min/mid/max "
                                             "frequency where it has cpufreq); run it again "
-                                            "to resume")
+                                            "to resume", description=(
+        "MPET's characterisation of a board: queue every bench_suite kernel the agent offers "
+        "(and its command workloads) over the board's cores, at the min, mid and max "
+        "frequency of each cpufreq policy (else its own clock). Run it again to resume: a "
+        "kernel with a done job of that size is skipped. What it measures is what 'opptune "
+        "predict --workload' and 'opptune eval-mpet --daemon' predict from."))
     add_link_options(p)
     p.add_argument("--agent", metavar="ID", required=True, help="agent id (see opptune status)")
     p.add_argument("--size", help="size class (default: [sweep] size of the daemon's "

@@ -172,7 +172,13 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
     p = sub.add_parser("demo", help="run the whole loop locally: daemon + agent, sweep, fit, "
-                                    "recommend, apply, verify")
+                                    "recommend, apply, verify", description=(
+        "Run the whole loop on this machine: start a daemon and an agent (separate processes "
+        "over loopback), sweep each workload over 1..N cores, fit the models, recommend, "
+        "apply and verify, then print a table per workload; with --virtual-board on a "
+        "simulated board that has the knobs this machine lacks. Everything goes to one "
+        "directory (--dir). Exit 0 with a recommendation for every workload, 1 without one "
+        "(the last line says why: on a busy machine, --accept-load), 2 on bad options."))
     p.add_argument("--dir", help="directory for everything the demo writes "
                                  "(default: ./opptune-demo-<time>)")
     p.add_argument("--size", help="size class of the workloads: on this machine small or "
@@ -218,7 +224,12 @@ def build_parser() -> argparse.ArgumentParser:
                                                  "fits, recommendations")
     p.set_defaults(func=cmd_status)
 
-    p = sub.add_parser("sweep", help="ask the daemon to sweep an agent")
+    p = sub.add_parser("sweep", help="ask the daemon to sweep an agent", description=(
+        "Ask the daemon to measure workloads on an agent's board over 1..N cores (and the "
+        "frequencies of the daemon's [sweep] frequency_grid, or --freq), one job per "
+        "workload. A size, core count or frequency the board does not offer is refused at "
+        "once (exit 2). The daemon fits and recommends when the jobs are done ('opptune "
+        "status'); --wait follows them here."))
     _add_link_options(p)
     p.add_argument("--agent", metavar="ID", required=True, help="agent id (see opptune status)")
     p.add_argument("--workload", action="append", help="workload (repeatable; default all)")
@@ -242,7 +253,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(func=cmd_sweep)
 
     p = sub.add_parser("keys", help="agents' CURVE keys: list, accept, reject or revoke one; "
-                                    "'server' prints the daemon's public key")
+                                    "'server' prints the daemon's public key", description=(
+        "With CURVE on, an agent's new key waits ('pending') until the operator accepts it; "
+        "reject and revoke refuse its messages again. 'list' shows each key with its id, "
+        "state and agent; 'server' prints the daemon's public key (from its keys_dir, no "
+        "daemon asked), which each agent's daemon_public_key names."))
     p.add_argument("action", choices=("list", "accept", "reject", "revoke", "server"),
                    help="list the keys; accept, reject or revoke the key ID; server: print the "
                         "daemon's public key for the agents' daemon_public_key")

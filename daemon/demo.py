@@ -22,6 +22,7 @@ from rich.console import Console
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
+from ..shared.config import DaemonConfig
 from ..shared.cpus import format_cpu_list
 from ..shared.lifeline import dies_with_this_process
 from .client import DaemonUnreachable, QueryFailed, query
@@ -643,11 +644,27 @@ def closing_note(table: list[dict[str, Any]], run_dir: Path) -> str | None:
     """The demo's last word when it ends without a recommendation for some workload."""
     if not table:
         return f"opptune demo: nothing was measured; the logs are in {run_dir}"
-    missing = [w["workload"] for w in table if w.get("recommended_cores") is None]
+    missing = [w for w in table if w.get("recommended_cores") is None]
     if not missing:
         return None
-    return (f"opptune demo: no recommendation for {', '.join(missing)} (the notes above say "
-            f"why); the logs and the database are in {run_dir}")
+    # a point measured only under interference (its runs all marked, after every re-measure
+    # the daemon makes) leaves its workload without a model: the machine was busy
+    busy = [w["workload"] for w in missing
+            if any(not p.get("clean", True) for p in w.get("points") or [])]
+    other = [w["workload"] for w in missing if w["workload"] not in busy]
+    parts = []
+    if busy:
+        retries = len(DaemonConfig().remeasure_backoff_s)
+        parts.append(
+            f"no recommendation for {', '.join(busy)}: other processes used this machine's "
+            f"cpus through the sweep and its {retries} re-measurements (the points marked *), "
+            "and the model leaves such runs out; run the demo again when the machine is "
+            "quiet ('opptune doctor' shows its load), or with --accept-load (make demo "
+            "DEMO_ARGS=--accept-load) to fit those runs too, for a recommendation that holds "
+            "under that load")
+    if other:
+        parts.append(f"no recommendation for {', '.join(other)} (the notes above say why)")
+    return (f"opptune demo: {'; '.join(parts)}; the logs and the database are in {run_dir}")
 
 
 def energy_line(e: dict[str, Any], w: dict[str, Any]) -> str:

@@ -382,7 +382,8 @@ def read_fits(path: str) -> list[dict[str, Any]]:
     try:
         text = Path(path).read_text(encoding="utf-8")
     except OSError as exc:
-        raise UsageError(f"cannot read {path}: {exc.strerror or exc}") from None
+        raise UsageError(f"--fit {path}: cannot read it: {exc.strerror or exc}; give the file "
+                         f"a fit was saved to, or {remake}") from None
     except UnicodeDecodeError:
         raise UsageError(f"{path} is not a saved fit (not UTF-8 text); {remake}") from None
     try:
@@ -472,11 +473,11 @@ def cmd_predict(args: argparse.Namespace) -> int:
         entries = read_fits(args.fit)
         cores = _numbers(args.cores, "--cores", whole=True)
         freqs = parse_frequencies(args.freq, "MHz") if args.freq else [math.nan]
+    except UsageError as exc:  # a ValueError too: caught first, its text names what it is
+        print(f"opptune predict: {exc}", file=sys.stderr)
+        return 2
     except ValueError as exc:  # parse_frequencies' (its text does not name the option)
         print(f"opptune predict: --freq {exc}", file=sys.stderr)
-        return 2
-    except UsageError as exc:
-        print(f"opptune predict: {exc}", file=sys.stderr)
         return 2
     from .models.energy import PowerModeler, predict_energy
     cc, ff = np.meshgrid(cores, freqs, indexing="ij")

@@ -37,6 +37,9 @@ from .store import Store
 log = logging.getLogger("opptune.daemon")
 
 CANCELS_KEPT = 1024  # sent cancel messages remembered, for an older agent's refusal of one
+# jobs this daemon saw end, newest last: their late results (resent by an agent that missed
+# the acks) ask for no second fit. Older ones are looked up as after a restart.
+COMPLETE_KEPT = 1024
 
 ACTIVE_JOB_STATES = ("queued", "sent", "running")
 FINAL_JOB_STATES = ("done", "failed", "expired", "cancelled")
@@ -141,9 +144,10 @@ class JobTracker:
         # job id -> (runs counted in the store at the last look, results received since): the
         # store is asked for a job's distinct count only once it could be complete.
         self._progress: dict[str, list[int]] = {}
-        self._complete: set[str] = set()
+        self._complete: dict[str, None] = {}  # ordered set, oldest first (COMPLETE_KEPT)
         self._running: set[str] = set()  # marked running in the store by this instance
-        self._msgs: dict[str, str] = {}  # id of a sent job message -> job id
+        self._msgs: dict[str, str] = {}  # id of a sent job message -> job id, until it ends
+        self._msgs_of: dict[str, list[str]] = {}  # job id -> ids of its messages in _msgs
         self._out: dict[str, set[str]] = {}  # agent -> job ids out with it (sent or running)
         self.stats: dict[str, int] = {}  # the daemon's stats: "jobs_held" counted here
         # job id -> (points, the fewest runs that can close them all) of an adaptive job, None
@@ -154,6 +158,16 @@ class JobTracker:
         self._closed: dict[str, set[int]] = {}
         self._cancels: dict[str, str] = {}  # id of a sent cancel message -> its job id
         self._cancelling: set[str] = set()  # cancelled jobs whose agent's end is awaited
+
+    def _completed(self, job_id: str) -> None:
+        """Remember that ``job_id`` ended, forgetting the oldest beyond COMPLETE_KEPT, and
+        forget its messages (a refusal of an ended job changes nothing): the daemon kept both
+        for every job it ever ended, for its life, before."""
+        for msg_id in self._msgs_of.pop(job_id, ()):
+            self._msgs.pop(msg_id, None)
+        self._complete[job_id] = None
+        while len(self._complete) > COMPLETE_KEPT:
+            del self._complete[next(iter(self._complete))]
 
     def _limit(self) -> int:
         return max(1, int(getattr(self.config, "max_outstanding_jobs", 8)))
@@ -183,6 +197,7 @@ class JobTracker:
             out.add(job["job_id"])
             # the agent's refusal (an ``error``) names this message id
             self._msgs[msg["id"]] = job["job_id"]
+            self._msgs_of.setdefault(job["job_id"], []).append(msg["id"])
             if not self.store.set_job_state(job["job_id"], "sent",
                                             only_from=("queued", "expired")):
                 self._sent_cancelled(agent, job["job_id"])
@@ -250,7 +265,7 @@ class JobTracker:
         prog[0], prog[1] = received, 0
         if received < of and (shape is None or len(closed or ()) < shape[0]):
             return
-        self._complete.add(job_id)
+        self._completed(job_id)
         self._progress.pop(job_id, None)
         self._adaptive.pop(job_id, None)
         self._closed.pop(job_id, None)
@@ -339,7 +354,7 @@ class JobTracker:
         if self.store.set_job_state(job_id, "failed", reason,
                                     only_from=ACTIVE_JOB_STATES + ("expired",)):
             self._running.discard(job_id)
-            self._complete.add(job_id)
+            self._completed(job_id)
             log.warning("job %s failed: %s", job_id, reason)
             owner = next((a for a, out in self._out.items() if job_id in out), None)
             if owner is not None:
@@ -403,7 +418,7 @@ class JobTracker:
             job = fresh
         told = via = None
         if cancelled:
-            self._complete.add(job_id)
+            self._completed(job_id)
             for table in (self._progress, self._adaptive, self._closed):
                 table.pop(job_id, None)
             self._running.discard(job_id)

@@ -468,7 +468,7 @@ def format_table(res: dict) -> str:
                 f"on average, {_pct(op[m]['p95'])} % at the 95th percentile"
                 + (f"; no choice from {op[m]['failed']} curve{'s' * (op[m]['failed'] != 1)} "
                    f"without a positive time" if op[m].get("failed") else "") + ")"
-                for m in names if m in op))
+                for m in names if (op.get(m) or {}).get("count")))
     if res["skipped"]:
         # --single-reference skips a profile once per reference, in the same words
         seen: dict[str, int] = {}

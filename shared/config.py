@@ -36,7 +36,9 @@ def endpoint_problem(value: str) -> str | None:
     it is one."""
     transport, sep, address = value.partition("://")
     if not sep:
-        return (f"{value!r} lacks a transport; write it as \"tcp://{value}\" "
+        # a bare host names no port either: tcp://host alone cannot be bound or reached
+        port = "" if ":" in value or "/" in value else ":5555"
+        return (f"{value!r} lacks a transport; write it as \"tcp://{value}{port}\" "
                 "(or ipc:///path/to/socket)")
     if transport not in TRANSPORTS:
         return (f"{value!r} names the unknown transport {transport!r}; use one of "

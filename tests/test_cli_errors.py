@@ -84,8 +84,19 @@ def test_zero_times_read_as_missing_when_asked(tmp_path):
 def test_predict_on_a_file_that_is_not_a_fit(tmp_path, content, needles):
     fit = tmp_path / "x.json"
     fit.write_text(content)
-    one_line_error(run("opptune", "predict", "--fit", str(fit), "--cores", "1,2"),
-                   str(fit), *needles)
+    proc = run("opptune", "predict", "--fit", str(fit), "--cores", "1,2")
+    one_line_error(proc, str(fit), *needles)
+    assert "--freq" not in proc.stderr  # it named --freq for any fault of the file
+
+
+def test_predict_on_a_fit_file_that_is_not_there_names_the_file_not_freq(tmp_path):
+    """A --fit file missing or unreadable said 'opptune predict: --freq cannot read ...':
+    its error, a ValueError too, was taken for a bad --freq."""
+    missing = tmp_path / "nowhere.json"
+    proc = run("opptune", "predict", "--fit", str(missing), "--cores", "1,2")
+    one_line_error(proc, f"--fit {missing}: cannot read it: No such file or directory",
+                   "opptune fit --data FILE.csv --save")
+    assert "--freq" not in proc.stderr
 
 
 @pytest.mark.parametrize("option, value", [("--cores", "2.5"), ("--cores", "0"),
@@ -95,7 +106,9 @@ def test_predict_refuses_fractional_or_negative_requests(tmp_path, option, value
     fit.write_text('{"format": "opptune-fits/1", "fits": []}')
     argv = {"--cores": "1", "--freq": ""} | {option: value}
     args = [a for k, v in argv.items() if v for a in (k, v)]
-    one_line_error(run("opptune", "predict", "--fit", str(fit), *args), option, repr(value))
+    proc = run("opptune", "predict", "--fit", str(fit), *args)
+    one_line_error(proc, option, repr(value))
+    assert ("--freq" in proc.stderr) == (option == "--freq"), proc.stderr
 
 
 def test_predict_skips_a_damaged_entry_with_a_warning(tmp_path):
@@ -483,3 +496,16 @@ def test_the_default_endpoint_is_probed_once_per_command(monkeypatch, capsys, tm
             assert main([*argv, "--timeout", "0.2"]) == 1
             assert probes == [default] * n
     assert f"no answer from the daemon at {default}" in capsys.readouterr().err
+
+
+def test_every_command_says_what_it_does_in_its_help():
+    """'opptune sweep --help' (and demo, keys, characterize) printed the usage and the
+    options, not a word of what the command does (the README walk): every command has a
+    description now."""
+    import argparse
+
+    from opptune.daemon.cli import build_parser
+    sub = next(a for a in build_parser()._actions if isinstance(a, argparse._SubParsersAction))
+    bare = [name for name, p in sub.choices.items() if not (p.description or "").strip()]
+    assert bare == [], bare
+    assert len(sub.choices) >= 16

@@ -179,6 +179,8 @@ def test_compact_form_leaves_out_defaults_and_round_trips():
                                              'write it as "tcp://127.0.0.1:5555"'),
     ("agent", 'daemon = "udp://10.0.0.1:5555"\n', "unknown transport 'udp'"),
     ("daemon", 'bind = "0.0.0.0:5555"\n', "key 'bind': '0.0.0.0:5555' lacks a transport"),
+    # a bare host got 'write it as "tcp://board"', which names no port and fails again
+    ("agent", 'daemon = "board"\n', 'lacks a transport; write it as "tcp://board:5555"'),
     ("daemon", "tolerance = -0.05\n", "key 'tolerance' must be >= 0"),
 ])
 def test_endpoint_without_transport_and_negative_tolerance_name_file_and_key(

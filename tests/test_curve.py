@@ -2,6 +2,7 @@
 operator, its results are stored only once accepted, a revoked key is refused again, key files
 wider than 0600 are refused with the chmod that fixes them, plain clients get nothing."""
 
+import json
 import os
 import stat
 import subprocess
@@ -57,6 +58,18 @@ class CurveCluster(Cluster):
         return p.read_text() if p.exists() else ""
 
 
+def json_out(proc):
+    """The JSON of a command with --json: stdout holds it alone."""
+    assert proc.returncode == 0 and "Traceback" not in proc.stderr, proc.stderr
+    return json.loads(proc.stdout)
+
+
+def documented_key_keys():
+    """A key's keys in 'opptune keys --json', as docs/json-output.md lists them."""
+    from json_doc import tables
+    return set(tables("`opptune keys ... --json`")[0])
+
+
 def wait_until(cond, what, c, timeout=60):
     deadline = time.monotonic() + timeout
     while not cond():
@@ -83,6 +96,15 @@ def test_agent_key_waits_for_accept_then_results_stored_and_revoke_refuses(tmp_p
         (line,) = out.stdout.splitlines()
         key_id, state, _, agent = line.split()[:4]
         assert state == "pending" and agent == "test-agent"
+        listed = json_out(c.keys_cli("list", "--json"))
+        assert set(listed) == {"keys"} and [(k["id"], k["state"]) for k in listed["keys"]] == [
+            (key_id, "pending")]
+        assert set(listed["keys"][0]) == documented_key_keys()
+        server = json_out(c.keys_cli("server", "--json"))
+        assert server == {"server_public_key": c.operator[0],
+                          "file": str(c.keys / "server.pub")}
+        from json_doc import tables
+        assert set(server) == set(tables("`opptune keys ... --json`")[1])
         # Hello and heartbeats are refused while the key waits: the daemon does not know the
         # agent, sends it no job and stores nothing.
         st = c.wait_for(lambda st: st["daemon"]["stats"]["refused"] >= 3, what="refusals")
@@ -127,6 +149,9 @@ def test_agent_key_waits_for_accept_then_results_stored_and_revoke_refuses(tmp_p
         assert c.status()["daemon"]["keys_pending"] == []
         out = c.keys_cli("revoke", key_id)
         assert out.returncode == 0 and "revoked" in out.stdout, out.stderr
+        again = json_out(c.keys_cli("revoke", key_id, "--json"))  # running it again is safe
+        assert set(again) == {"key"} and set(again["key"]) == documented_key_keys()
+        assert (again["key"]["id"], again["key"]["state"]) == (key_id, "revoked")
         wait_until(lambda: "key_revoked" in c.agent_log(), "the revoked key refused", c)
         # A revoked agent is offline to the daemon: no new job is sent to it.
         # ... and the refusal says why, with the command that lets it in again

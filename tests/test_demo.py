@@ -36,6 +36,10 @@ def test_demo_on_this_machine(tmp_path):
     table, proc = run_demo(tmp_path)
     (w,) = table
     assert w["workload"] == "pi_integrate" and w["virtual"] is False
+    from json_doc import keys_of, tables
+    (doc,) = tables("`opptune demo --json`")  # every key as docs/json-output.md gives it
+    assert set(w) == set(doc)
+    assert all(set(p) == keys_of(doc["points"], "median_time_s") for p in w["points"])
     cores = sorted({p["cores"] for p in w["points"]})
     assert cores == list(range(1, CORES + 1))
     assert all(p["freq_mhz"] is None and p["median_time_s"] > 0 for p in w["points"])

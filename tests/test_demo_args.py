@@ -251,6 +251,28 @@ def test_a_workload_without_a_model_says_none_and_the_demo_says_why_it_failed(tm
     assert closing_note([done], tmp_path) is None
 
 
+def test_a_demo_on_a_busy_machine_says_the_load_left_it_without_a_model_and_what_to_do(
+        tmp_path):
+    """make demo on a machine whose other processes kept its cpus busy (load 7-13 here) ended
+    with every point marked after the daemon's 3 re-measurements, 'model: none' and 'no
+    recommendation for locked_update, pi_integrate, triad (the notes above say why)': the
+    why was three long fit errors, and what to do (--accept-load) sat in their middle."""
+    from opptune.daemon.demo import closing_note
+    marked = {"cores": 1, "freq_mhz": None, "median_time_s": 2.7, "runs": 12, "marked": 12,
+              "clean": False}
+    clean = {**marked, "cores": 2, "marked": 0, "clean": True}
+    busy = {"workload": "triad", "points": [marked, clean], "recommended_cores": None}
+    failed = {"workload": "bfs", "points": [clean], "recommended_cores": None}
+    note = closing_note([busy, failed], tmp_path)
+    assert note == (
+        "opptune demo: no recommendation for triad: other processes used this machine's cpus "
+        "through the sweep and its 3 re-measurements (the points marked *), and the model "
+        "leaves such runs out; run the demo again when the machine is quiet ('opptune doctor' "
+        "shows its load), or with --accept-load (make demo DEMO_ARGS=--accept-load) to fit "
+        "those runs too, for a recommendation that holds under that load; no recommendation "
+        f"for bfs (the notes above say why); the logs and the database are in {tmp_path}")
+
+
 def test_a_demo_that_runs_out_of_time_says_which_option_gives_it_more(tmp_path):
     """At --timeout the demo said 'gave up after 1 s; logs in DIR': no command name, no word
     on what to do. Its last word follows what it measured in that second, which depends on

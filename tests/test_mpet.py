@@ -839,7 +839,9 @@ def test_leave_one_out_evaluation_beats_naive_on_separable_data():
     assert s["mpet"]["t1"]["gmean"] < 1e-6
     assert s["mpet"]["scaling"]["gmean"] < s["naive"]["scaling"]["gmean"]
     assert s["mpet"]["full"]["p95"] >= s["mpet"]["full"]["median"]
-    assert s["naive"]["t1"] == {"count": 0}
+    # no t(1) of its own: every key there (eval-mpet's JSON), none with a figure
+    assert s["naive"]["t1"] == {"count": 0, "gmean": None, "median": None, "p70": None,
+                                "p80": None, "p95": None, "min": None, "max": None}
     assert summarise([0.1, 0.4])["gmean"] == pytest.approx(0.2)
     iv = res["interval"]
     assert iv["count"] == len(res["cases"]) and 0 <= iv["covered"] <= iv["count"]
@@ -986,10 +988,37 @@ def test_eval_mpet_cli_real_run(tmp_path, capsys):
     assert main(["eval-mpet", "--data", str(path), "--setup", "nested", "--json"]) == 0
     nested = json.loads(capsys.readouterr().out)["results"][0]
     assert set(nested["chosen"]) == {"A", "B1", "B2", "B3", "B4"}
+    for r in (out["results"][0], seed, nested):
+        matches_json_doc(r)
+    assert main(["eval-mpet", "--data", str(path), "--scenario", "b", "--json"]) == 0
+    scenario_b = json.loads(capsys.readouterr().out)["results"][0]
+    matches_json_doc(scenario_b)
+    assert scenario_b["operating_point"]["same_curve"]["count"] == 0
     assert main(["eval-mpet", "--data", str(path), "--setup", "nested",
                  "--max-factor", "5"]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "--max-factor" in err[0]
+
+
+def matches_json_doc(r):
+    """An eval-mpet --json result has the keys docs/json-output.md gives it, each object of a
+    kind the same keys (a summary without errors, scenario b's operating point had fewer)."""
+    from json_doc import keys_of, tables
+    (doc,) = tables("`opptune eval-mpet --json`")
+    assert set(r) == set(doc)
+    stats = keys_of(doc["summary"], "gmean")
+    assert all(set(r["summary"][m][k]) == stats for m in ("mpet", "naive", "same_curve")
+               for k in ("t1", "scaling", "full")), r["summary"]
+    assert set(r["seed_table5_gmean"]) == keys_of(doc["seed_table5_gmean"], "t1")
+    assert set(r["interval"]) == keys_of(doc["interval"], "covered")
+    assert set(r["operating_point"]) == keys_of(doc["operating_point"], "tolerance")
+    assert all(set(v) == keys_of(doc["operating_point"], "within")
+               for k, v in r["operating_point"].items() if k != "tolerance")
+    assert all(set(b) == keys_of(doc["breakpoints"], "nmax") for b in r["breakpoints"].values())
+    assert all(set(x) == keys_of(doc["skipped"], "why") for x in r["skipped"])
+    for chosen in (r["chosen"] or {}).values():
+        assert set(chosen) == keys_of(doc["chosen"], "sc")
+        assert set(chosen["t1"]) == set(chosen["sc"]) == keys_of(doc["chosen"], "basis")
 
 
 @pytest.mark.parametrize("column, value", [("n_nu", "abc"), ("R", "x"), ("counter.ipc", "zz"),
@@ -1154,7 +1183,7 @@ def test_scenario_b_evaluation_predicts_each_profile_from_its_one_core_run():
     res = evaluate_scalability(MpetDatabase(profiles, platforms))
     assert len(res["cases"]) == len(profiles) == 20
     s = res["summary"]
-    assert s["mpet"]["t1"] == {"count": 0}
+    assert s["mpet"]["t1"]["count"] == 0 and s["mpet"]["t1"]["gmean"] is None
     assert s["mpet"]["scaling"]["count"] == s["naive"]["scaling"]["count"] == 20
     for m in ("mpet", "naive"):
         assert s[m]["full"] == s[m]["scaling"]

@@ -33,6 +33,7 @@ from .mpet_scenarios import scalability_band, with_serial
 
 KINDS = ("t1", "scaling", "full")
 METHODS = ("mpet", "naive", "same_curve")
+STATS = ("gmean", "median", "p70", "p80", "p95", "min", "max")  # summarise's, beside count
 
 
 def _ratio_variants(base: Selection, counts) -> list[Selection]:
@@ -97,10 +98,11 @@ def gmean(errors) -> float:
 
 
 def summarise(errors: list[float]) -> dict:
-    """Geometric mean, median, 70/80/95 % percentiles, min, max (Table 5's columns), count."""
+    """Geometric mean, median, 70/80/95 % percentiles, min, max (Table 5's columns), count;
+    each None without errors (eval-mpet's JSON keeps every key, docs/json-output.md)."""
     e = np.asarray([x for x in errors if math.isfinite(x)], dtype=float)
     if e.size == 0:
-        return {"count": 0}
+        return {"count": 0, **{k: None for k in STATS}}
     return {"count": int(e.size), "gmean": gmean(e), "median": float(np.median(e)),
             "p70": float(np.percentile(e, 70)), "p80": float(np.percentile(e, 80)),
             "p95": float(np.percentile(e, 95)), "min": float(e.min()), "max": float(e.max())}
@@ -278,7 +280,8 @@ def evaluate_scalability(db: MpetDatabase, sel: Selection = SEED_SC,
             "interval": _interval_summary(rows)}
 
 
-def operating_points(rows: list[dict], choose, tolerance: float) -> dict:
+def operating_points(rows: list[dict], choose, tolerance: float,
+                     methods: tuple[str, ...] = METHODS + ("measured",)) -> dict:
     """What each method's predicted curve would have run the workload at: the core count
     ``choose(ns, curve, tolerance)`` picks from it (the recommender's rule: the fewest cores
     within ``tolerance`` of the best predicted time), judged on the measured times. Per method
@@ -287,7 +290,9 @@ def operating_points(rows: list[dict], choose, tolerance: float) -> dict:
     p95 / max of the slowdown measured t(chosen) / min measured t - 1, and the same rule on
     the measured times themselves as "measured" (its slowdown is at most ``tolerance``)}.
     A curve with no positive time to choose by (eq. 21 on elements can give one) is a choice
-    not made: counted in "failed" and as not within, left out of the slowdowns."""
+    not made: counted in "failed" and as not within, left out of the slowdowns. Each of
+    ``methods`` is there, a method without curves (scenario b has no source curve) with count
+    0 and None."""
     slow: dict[str, list[float]] = {}
     for r in rows:
         meas = np.asarray(r["measured"], dtype=float)
@@ -298,7 +303,9 @@ def operating_points(rows: list[dict], choose, tolerance: float) -> dict:
                 slow.setdefault(m, []).append(math.nan)
                 continue
             slow.setdefault(m, []).append(float(meas[i] / meas.min() - 1.0))
-    out = {}
+    out = {m: {"count": 0, "failed": 0, "within": None,
+               **{k: None for k in ("mean", "median", "p95", "max")}}
+           for m in methods if m not in slow}
     for m, s in slow.items():
         e = np.asarray(s)
         made = e[np.isfinite(e)]
@@ -307,7 +314,7 @@ def operating_points(rows: list[dict], choose, tolerance: float) -> dict:
         out[m].update({k: None for k in ("mean", "median", "p95", "max")} if not made.size else
                       {"mean": float(made.mean()), "median": float(np.median(made)),
                        "p95": float(np.percentile(made, 95)), "max": float(made.max())})
-    return out
+    return {m: out[m] for m in [*methods, *(m for m in out if m not in methods)]}
 
 
 def _interval_summary(rows: list[dict]) -> dict:
