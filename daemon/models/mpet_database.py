@@ -93,6 +93,13 @@ class MpetDatabase:
             by_p = {b: ({k: v for k, v in d.items() if _plat(k) != w} if b == p else d)
                     for b, d in got[1].items()}
             setattr(out, name, (by_w, by_p))
+        got = self.__dict__.get("_log_t1")
+        if got is not None:  # the log t(1) matrix less that entry
+            rows, cols, mat = got
+            if w in rows and p in cols:
+                mat = mat.copy()
+                mat[rows[w], cols[p]] = math.nan
+            out._log_t1 = (rows, cols, mat)
         return out
 
     def only_workloads(self, keep) -> "MpetDatabase":
@@ -183,6 +190,21 @@ class MpetDatabase:
                     by_w.setdefault(w, {})[p] = v
                     by_p.setdefault(p, {})[w] = v
             got = self._t1_table = (by_w, by_p)
+        return got
+
+    def log_t1(self) -> tuple[dict, dict, np.ndarray]:
+        """The t(1) table as a matrix of math.log t(1): ({workload: row}, {platform: column},
+        values, NaN where there is no t(1)); built once, shared with the ``without`` copies."""
+        got = self.__dict__.get("_log_t1")
+        if got is None:
+            by_w, by_p = self.t1_table()
+            rows = {w: i for i, w in enumerate(by_w)}
+            cols = {p: j for j, p in enumerate(by_p)}
+            mat = np.full((len(rows), len(cols)), np.nan)
+            for w, d in by_w.items():
+                for p, v in d.items():
+                    mat[rows[w], cols[p]] = math.log(v)
+            got = self._log_t1 = (rows, cols, mat)
         return got
 
     def q_table(self) -> tuple[dict, dict]:

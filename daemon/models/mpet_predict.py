@@ -206,13 +206,24 @@ def _candidates(dist: Distances, db: MpetDatabase, workload, target, sel: Select
             pairs.append(Candidate(p, b, math.nan, math.nan, math.nan))
 
     def sc_distances(which):
-        for c in pairs:
-            if which == "a":
-                c.d_a = dist.d_a_mean(workload, c.workload) if sel.workload_distance == "mean" \
-                    else dist.d_a(c.platform, workload, c.workload)
+        # eq. 16-19 for every pair at once
+        ps, bs = [c.platform for c in pairs], [c.workload for c in pairs]
+        if which == "a":
+            if sel.workload_distance == "mean":
+                mean = {b: dist.d_a_mean(workload, b) for b in dict.fromkeys(bs)}
+                vals = [mean[b] for b in bs]
             else:
-                c.d_p = dist.d_p_mean(c.platform, target) if sel.platform_distance == "mean" \
-                    else dist.d_p(c.workload, c.platform, target)
+                vals = dist.d_a_many(ps, workload, bs)
+            for c, v in zip(pairs, vals):
+                c.d_a = v
+        else:
+            if sel.platform_distance == "mean":
+                mean = {p: dist.d_p_mean(p, target) for p in dict.fromkeys(ps)}
+                vals = [mean[p] for p in ps]
+            else:
+                vals = dist.d_p_many(bs, ps, target)
+            for c, v in zip(pairs, vals):
+                c.d_p = v
 
     if sel.basis in VALIDATED:
         check = validate_t1 if sel.basis == "t1-validated" else validate_q
@@ -348,16 +359,30 @@ def score_sc(db: MpetDatabase, workload, target, sel: Selection) -> dict:
     return _q_chosen(db, workload, target, sel)[0]
 
 
-def _q_chosen(db: MpetDatabase, workload, target, sel: Selection) -> tuple[dict, dict | None]:
+def _q_chosen(db: MpetDatabase, workload, target, sel: Selection,
+              subs: dict | None = None) -> tuple[dict, dict | None]:
     """``score_sc``'s answer and the ``suite_scores`` it rests on (None with the runtime
     parameters, where nothing is scored): the calibration reuses them."""
     if runtime_parameters(db, workload, target):
         return dict(RUNTIME_CHOICE), None
-    scores = suite_scores(db, workload, target, sel)
+    scores = suite_scores(db, workload, target, sel, subs)
     return sc_choice(scores), scores
 
 
-def suite_scores(db: MpetDatabase, workload, target, sel: Selection) -> dict:
+def _without(db: MpetDatabase, key, subs: dict | None) -> MpetDatabase:
+    """``db.without(key)``, kept in ``subs`` (when given) for the next step that hides the
+    same profile: the choice and the calibration hide each suite workload's profile on T in
+    turn, and what a copy computes (distances, kernels) is then computed once."""
+    if subs is None:
+        return db.without(key)
+    got = subs.get(key)
+    if got is None:
+        got = subs[key] = db.without(key)
+    return got
+
+
+def suite_scores(db: MpetDatabase, workload, target, sel: Selection,
+                 subs: dict | None = None) -> dict:
     """The leave-one-out over T's suite that "q-chosen" chooses by: each suite workload B' on
     T (but ``workload``) removed in turn and its q(n) predicted from its other platforms with
     each basis of SC_OPTIONS; {B': [trend error of t(1) q(n)/n against the measured t(n), per
@@ -373,7 +398,7 @@ def suite_scores(db: MpetDatabase, workload, target, sel: Selection) -> dict:
             continue
         nsa = np.array([n for n, _ in pts])
         meas = np.array([v for _, v in pts])
-        sub = db.without((b, target))
+        sub = _without(db, (b, target), subs)
         got = []
         for opt in options:
             try:
@@ -440,8 +465,9 @@ def predict_migration(db: MpetDatabase, workload, target, t1_sel: Selection = DE
         ns = list(range(1, int(topo.get("nmax") or 1) + 1))
     nsa = np.asarray(list(ns), dtype=float)
     choice = scores = None
+    subs: dict = {}  # the copies of db without one profile of T's suite, made once
     if sc_sel.basis == "q-chosen":
-        choice, scores = _q_chosen(db, workload, target, sc_sel)
+        choice, scores = _q_chosen(db, workload, target, sc_sel, subs)
         sc_sel = dataclasses.replace(sc_sel, basis=choice["chosen"])
     cands, rows, used = {}, {}, []
     for name, sel in (("t1", t1_sel), ("sc", sc_sel)):
@@ -485,13 +511,13 @@ def predict_migration(db: MpetDatabase, workload, target, t1_sel: Selection = DE
     if interval != "none":
         candidates_band(pred, rows, t1_sel, sc_sel, topo, nsa)
     if interval == "calibrated":
-        calibrate(pred, db, refs, t1_sel, asked_sc, scores)
+        calibrate(pred, db, refs, t1_sel, asked_sc, scores, subs)
     return pred
 
 
 def calibration_errors(db: MpetDatabase, workload, target, refs=None,
                        t1_sel: Selection = DEFAULT_T1, sc_sel: Selection = DEFAULT_SC,
-                       scores: dict | None = None) -> list[float]:
+                       scores: dict | None = None, subs: dict | None = None) -> list[float]:
     """The largest |log(predicted / measured t(n))| over n of each other workload B on
     ``target``, predicted as ``workload`` is: from its profiles on the references (those of
     ``refs``, default ``workload``'s, that B was measured on), without (B, target).
@@ -500,7 +526,8 @@ def calibration_errors(db: MpetDatabase, workload, target, refs=None,
     parameters). B's choice is then ``sc_choice`` of them without B's own row, instead of a
     leave-one-out of its own over T's suite without B: the same rows but for B's profile on T
     as a candidate of the others. The nested one costs m^2 sc predictions (20 workloads x 5
-    platforms: 609 ms a prediction, 73 ms reused; benchmarks/mpet.py; docs/mpet.md)."""
+    platforms: 609 ms a prediction, 73 ms reused; benchmarks/mpet.py; docs/mpet.md).
+    ``subs``: the copies without (B, target) the choice made (``_without``)."""
     if refs is None:
         refs = db.distances().platforms_of.get(workload, set()) - {target}
     errors = []
@@ -508,7 +535,7 @@ def calibration_errors(db: MpetDatabase, workload, target, refs=None,
         mine = sorted((p for p in refs if (b, p) in db.profiles), key=str)
         if not mine:
             continue
-        sub = db.without((b, target))
+        sub = _without(db, (b, target), subs)
         sel = sc_sel
         if scores is not None and sc_sel.basis == "q-chosen" and not runtime_parameters(
                 sub, b, target):
@@ -536,13 +563,14 @@ def largest_log_error(profile: dict, predict) -> float | None:
 
 
 def calibrate(pred: Prediction, db: MpetDatabase, refs, t1_sel: Selection,
-              sc_sel: Selection, scores: dict | None = None) -> None:
+              sc_sel: Selection, scores: dict | None = None, subs: dict | None = None) -> None:
     """The interval ``calibrated_band`` of ``calibration_errors`` (split conformal: where the
     target's m other workloads and this one are alike, the measured t(n) lies inside at every
     n with probability m/(m+1)); left as it is (the candidates' band) with fewer than
     MIN_CALIBRATION errors. Why: the candidates' spread says how much they disagree, not how
     wrong the transfer is; the errors on the target's own suite measure the latter."""
-    errors = calibration_errors(db, pred.workload, pred.target, refs, t1_sel, sc_sel, scores)
+    errors = calibration_errors(db, pred.workload, pred.target, refs, t1_sel, sc_sel, scores,
+                                subs)
     band = calibrated_band(pred.t, errors)
     if band is None:
         return
@@ -564,8 +592,8 @@ def predict_scalability(db: MpetDatabase, workload, platform, sel: Selection = S
         raise NoCandidates(f"{workload!r} has no profile on {platform!r}")
     dist = db.distances()
     others = sorted(dist.workloads_on.get(platform, set()) - {workload}, key=str)
-    cands = [Candidate(platform, b, dist.d_a(platform, workload, b), 0.0, math.nan)
-             for b in others]
+    cands = [Candidate(platform, b, d, 0.0, math.nan)
+             for b, d in zip(others, dist.d_a_many([platform] * len(others), workload, others))]
     for c in cands:
         c.d_t = tuple_distance(0.0, c.d_a)
     cands.sort(key=lambda c: (c.d_t, str(c.workload)))
