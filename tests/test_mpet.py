@@ -1629,3 +1629,37 @@ def test_of_the_shipped_sets_only_powmon_times_do_not_change_with_the_cores():
         if flat_note(path, profiles):
             flat.append(path.parent.name)
     assert flat == ["powmon_xu3_a15"] and read >= 8
+
+
+@pytest.mark.parametrize("seed", [3, 17, 50, 101])
+def test_what_a_prediction_shares_or_skips_changes_none_of_its_floats(seed):
+    """The calibration's predictions skip sc where t(n) comes from q(n) (``sc_vector``), and a
+    ``without`` copy takes the log q(n) grid and the log t(1) matrix of the database it was
+    cut from, its hidden profile blanked: the same floats as computed afresh."""
+    db = _random_database(seed)
+    checked = 0
+    for w, p in sorted(db.profiles, key=str):
+        rest = db.without((w, p))
+        fresh = MpetDatabase({k: v for k, v in db.profiles.items() if k != (w, p)},
+                             db.platforms)
+        for ns in ((2.0,), (2.0, 3.0, 8.0)):
+            rows, cols, vals, has = rest.log_q_grid(ns)
+            rows2, cols2, vals2, has2 = fresh.log_q_grid(ns)
+            assert has.sum() == has2.sum() == len(fresh.sc)
+            for a, b in fresh.sc:
+                assert has[rows[a], cols[b]]
+                assert _same(vals[rows[a], cols[b]], vals2[rows2[a], cols2[b]])
+            assert not has[rows[w], cols[p]] and np.isnan(vals[rows[w], cols[p]]).all()
+        rows, cols, logs = rest.log_t1()
+        rows2, cols2, logs2 = fresh.log_t1()
+        for a, d in fresh.t1_table()[0].items():
+            assert _same([logs[rows[a], cols[b]] for b in d],
+                         [math.log(v) for v in d.values()])
+        try:
+            full = predict_migration(rest, w, p, interval="none")
+        except NoCandidates:
+            continue
+        short = predict_migration(rest, w, p, interval="none", sc_vector=False)
+        assert _same([short.t1, *short.t], [full.t1, *full.t])
+        checked += 1
+    assert checked

@@ -77,6 +77,15 @@ def tuple_distance(d_p: float, d_a: float) -> float:
     return 1.0 - (1.0 - d_p) * (1.0 - d_a)
 
 
+def tuple_distances(d_p, d_a) -> list[float]:
+    """``tuple_distance`` of each (D_p, D_a) pair facing each other, at once: the same floats."""
+    p = np.asarray(d_p, dtype=float)
+    a = np.asarray(d_a, dtype=float)
+    p = np.where(np.isfinite(p), p, 1.0)
+    a = np.where(np.isfinite(a), a, 1.0)
+    return (1.0 - (1.0 - p) * (1.0 - a)).tolist()
+
+
 class Distances:
     """D_a, D_p and their means (eq. 16-19) over normalised vectors keyed (workload, platform)."""
 

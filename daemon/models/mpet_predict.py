@@ -22,7 +22,7 @@ import numpy as np
 
 from .mpet_curve import PARAMS, fit_curve, time_curve
 from .mpet_database import MpetDatabase
-from .mpet_distance import Distances, tuple_distance
+from .mpet_distance import Distances, tuple_distance, tuple_distances
 from .mpet_interval import calibrated_band, candidates_band
 from .mpet_reconstruct import penalty, reconstruct
 from .mpet_validate import VALIDATION_FLOOR, likeness_to, validate_q, validate_t1
@@ -270,8 +270,8 @@ def _candidates(dist: Distances, db: MpetDatabase, workload, target, sel: Select
                     setattr(c, "d_" + which, x)
             else:
                 sc_distances(which)
-    for c in pairs:
-        c.d_t = tuple_distance(c.d_p, c.d_a)
+    for c, d in zip(pairs, tuple_distances([c.d_p for c in pairs], [c.d_a for c in pairs])):
+        c.d_t = d
     if sel.basis in VALIDATED:  # in order of validated error (unknown last)
         pairs.sort(key=lambda c: (c.var if math.isfinite(c.var) else math.inf,
                                   str(c.platform), str(c.workload)))
@@ -445,7 +445,7 @@ def nearest_suite(db: MpetDatabase, workload, target, refs=None,
 
 def predict_migration(db: MpetDatabase, workload, target, t1_sel: Selection = DEFAULT_T1,
                       sc_sel: Selection = DEFAULT_SC, refs=None, ns=None,
-                      interval: str = "calibrated") -> Prediction:
+                      interval: str = "calibrated", sc_vector: bool = True) -> Prediction:
     """Scenario (a): t(1) and sc of ``workload`` on ``target`` from its profiles on ``refs``
     (default: every platform it is profiled on but the target) and the target's suite.
 
@@ -453,7 +453,9 @@ def predict_migration(db: MpetDatabase, workload, target, t1_sel: Selection = DE
     written). The profile (workload, target), if present, is not used: call on
     ``db.without((workload, target))`` to be sure. ``interval``: "calibrated" (on the
     target's other workloads, ``calibrate``; the candidates' band where fewer than
-    ``MIN_CALIBRATION`` can be predicted), "candidates", or "none".
+    ``MIN_CALIBRATION`` can be predicted), "candidates", or "none". ``sc_vector`` False (with
+    interval "none"): sc is not reconstructed (all NaN) where t(n) does not need it (space
+    "curve": t(n) comes from q(n)), for callers that read t(1) and t(n) alone.
     """
     db = db.without((workload, target)) if (workload, target) in db.sc else db
     m = len(db.distances().workloads_on.get(target, set()) - {workload})
@@ -464,6 +466,7 @@ def predict_migration(db: MpetDatabase, workload, target, t1_sel: Selection = DE
     if ns is None:
         ns = list(range(1, int(topo.get("nmax") or 1) + 1))
     nsa = np.asarray(list(ns), dtype=float)
+    nst = tuple(float(n) for n in nsa)
     choice = scores = None
     subs: dict = {}  # the copies of db without one profile of T's suite, made once
     if sc_sel.basis == "q-chosen":
@@ -482,13 +485,13 @@ def predict_migration(db: MpetDatabase, workload, target, t1_sel: Selection = DE
                           np.array([[db.t1((workload, c.platform))] for c in cs]),
                           np.array([[db.t1((c.workload, c.platform))] for c in cs])]
         else:
-            rows[name] = [np.vstack([db.sc[(c.workload, target)] for c in cs]),
-                          np.vstack([db.sc[(workload, c.platform)] for c in cs]),
-                          np.vstack([db.sc[(c.workload, c.platform)] for c in cs])]
+            keys = ([(c.workload, target) for c in cs], [(workload, c.platform) for c in cs],
+                    [(c.workload, c.platform) for c in cs])
+            skip_sc = sel.space == "curve" and not sc_vector and interval == "none"
+            if not skip_sc:
+                rows[name] = [np.vstack([db.sc[k] for k in ks]) for ks in keys]
             if sel.space == "curve":
-                rows["q"] = [np.vstack([db.q_values((c.workload, target), nsa) for c in cs]),
-                             np.vstack([db.q_values((workload, c.platform), nsa) for c in cs]),
-                             np.vstack([db.q_values((c.workload, c.platform), nsa) for c in cs])]
+                rows["q"] = [np.vstack([db._q_values(k, nst) for k in ks]) for ks in keys]
 
     def combine(name, sel, r):
         return reconstruct(*rows[name], r, sel.max_factor, sel.mean)
@@ -496,12 +499,16 @@ def predict_migration(db: MpetDatabase, workload, target, t1_sel: Selection = DE
     r1 = np.array([c.weight for c in cands["t1"]])
     rs = np.array([c.weight for c in cands["sc"]])
     t1 = float(combine("t1", t1_sel, r1)[0])
-    sc = combine("sc", sc_sel, rs)
+    if "sc" not in rows:
+        sc = np.full(len(db.names), np.nan)
+    else:
+        sc = combine("sc", sc_sel, rs)
     if sc_sel.space == "curve":
         q = combine("q", sc_sel, rs)
-        # sc's q(n) part refitted to the predicted values, so sc describes what t(n) shows
-        off = 6 * len(PARAMS)
-        sc[off: off + 6] = fit_curve(nsa, q, topo.get("n_nu"), topo.get("n_ht"))
+        if "sc" in rows:
+            # sc's q(n) part refitted to the predicted values, so sc describes what t(n) shows
+            off = 6 * len(PARAMS)
+            sc[off: off + 6] = fit_curve(nsa, q, topo.get("n_nu"), topo.get("n_ht"))
         t = t1 * q / nsa
     else:
         t = time_curve(t1, sc, nsa, topo.get("n_nu"), topo.get("n_ht"))
@@ -541,7 +548,8 @@ def calibration_errors(db: MpetDatabase, workload, target, refs=None,
                 sub, b, target):
             sel = dataclasses.replace(sc_sel, basis=sc_choice(scores, leave_out=b)["chosen"])
         errors.append(largest_log_error(db.profiles[(b, target)], lambda ns: predict_migration(
-            sub, b, target, t1_sel, sel, refs=mine, ns=ns, interval="none")))
+            sub, b, target, t1_sel, sel, refs=mine, ns=ns, interval="none",
+            sc_vector=False)))
     return [e for e in errors if e is not None]
 
 

@@ -208,22 +208,12 @@ def validate_q(db: MpetDatabase, workload, target, pairs: list, refs) -> bool:
     ref_list = sorted(kern, key=str)
 
     nsf = tuple(float(n) for n in ns)
-    memo: dict = {}
+    # every profile's log q at those n (NaN and absent: no profile), built once per database
+    at_w, at_p, logq, present = db.log_q_grid(nsf)
+    wa = at_w.get(workload, len(at_w))
 
-    shared = db.__dict__.setdefault("_q_cache", {})
-    nan_row = np.full(len(ns), np.nan)
-
-    def logq(key):
-        got = memo.get(key)
-        if got is None:
-            if key in db.sc:  # a profile's log q does not change: shared like q_values
-                got = shared.get(("log", key, nsf))
-                if got is None:
-                    got = shared[("log", key, nsf)] = np.log(db._q_values(key, nsf))
-            else:
-                got = nan_row
-            memo[key] = got
-        return got
+    def cols(platforms) -> list[int]:
+        return [at_p.get(q, len(at_p)) for q in platforms]
 
     # every candidate (P, B) at once; the sums as validate_t1 adds them
     by_plat: dict = {}
@@ -233,16 +223,16 @@ def validate_q(db: MpetDatabase, workload, target, pairs: list, refs) -> bool:
                 and c.workload in tgt_n:
             by_plat.setdefault(c.platform, []).append(c)
     k_ref = np.array([kern[q] for q in ref_list])
-    a_ref = np.array([(workload, q) in db.sc for q in ref_list], dtype=bool)
-    l_ref = np.array([logq((workload, q)) for q in ref_list]).reshape(len(ref_list), len(ns))
+    a_ref = present[wa, cols(ref_list)]
+    l_ref = logq[wa, cols(ref_list)].reshape(len(ref_list), len(ns))
     # the suite's log q on every platform involved (NaN: no profile), and who has one
     plats = sorted(set(ref_list) | set(by_plat), key=str)
     col = {q: i for i, q in enumerate(plats)}
     ref_i = [col[q] for q in ref_list]
-    lq = np.array([[logq((b, q)) for q in plats] for b in suite]
-                  ).reshape(len(suite), len(plats), len(ns))
-    has_b = np.array([[(b, q) in db.sc for q in plats] for b in suite], dtype=bool
-                     ).reshape(len(suite), len(plats))
+    rows_s = np.array([at_w.get(b, len(at_w)) for b in suite], dtype=np.intp)
+    cols_p = np.array(cols(plats), dtype=np.intp)
+    lq = logq[np.ix_(rows_s, cols_p)].reshape(len(suite), len(plats), len(ns))
+    has_b = present[np.ix_(rows_s, cols_p)].reshape(len(suite), len(plats))
     at = {b: i for i, b in enumerate(suite)}
     cs = [c for group in by_plat.values() for c in group]
     if not cs:
@@ -253,7 +243,7 @@ def validate_q(db: MpetDatabase, workload, target, pairs: list, refs) -> bool:
     dm = l_ref[None, :, :] - lq[idx][:, ref_i, :]  # NaN where a profile is missing
     has = has_b[idx][:, ref_i] & a_ref[None, :] & \
         (np.array(ref_i)[None, :] != pc[:, None])
-    l_a = np.array([logq((workload, q)) for q in plats]).reshape(len(plats), len(ns))
+    l_a = logq[wa, cols_p].reshape(len(plats), len(ns))
     shift = l_a[pc] - lq[idx, pc, :]
     e_ref = np.mean((dm - shift[:, None, :]) ** 2, axis=2)
     # log q(B', T) - log q(B', P) against the tuple's factor, per B' (NaN: not measured)
