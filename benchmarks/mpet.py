@@ -21,7 +21,8 @@
    count the predicted curve picks (the fewest within 5 % of its best) ran within 5 % of the
    measured best, beside all cores (t(1)/n) and the source's curve.
 2. Time of one migration prediction (t(1), sc and the interval calibrated on the target's
-   other workloads, the default setup) with a database of
+   other workloads, the default setup; wall and CPU time, the latter the figure on a loaded
+   machine) with a database of
    20 workloads x 5 platforms, each profile with all seven runtime parameters and six
    counters over 1..16 cores (sc of 84 elements, as the seed's), NUMA at 8 and SMT at 12;
    then the same profiles without the runtime parameters (external workloads, the CSV
@@ -125,18 +126,20 @@ def main(argv=None) -> int:
         start = time.perf_counter()
         db = synthetic_database(runtime_parameters=runtime)
         build_ms = 1000 * (time.perf_counter() - start)
-        times = []
+        times, cpu = [], []
         load = os.getloadavg()[0]
         for i in range(20):
-            start = time.perf_counter()
+            start, start_cpu = time.perf_counter(), time.process_time()
             pred = predict_migration(db, f"W{i}", f"P{i % 5}")
             times.append(1000 * (time.perf_counter() - start))
+            cpu.append(1000 * (time.process_time() - start_cpu))
         med = float(np.median(times))
         worst = max(worst, med)
         print(f"database 20 workloads x 5 platforms, "
               f"{'with' if runtime else 'without'} the runtime parameters (sc basis "
               f"{pred.sc_basis}), sc of {len(db.names)} elements: built (curve fits) in "
               f"{build_ms:.0f} ms; one prediction: median {med:.1f} ms, max {max(times):.1f} ms "
+              f"(CPU time: median {float(np.median(cpu)):.1f} ms, max {max(cpu):.1f} ms) "
               f"over 20 (target < {TARGET_MS:.0f} ms; seed 1.6 s); {len(pred.sc_candidates)} sc "
               f"candidates, {len(pred.t1_candidates)} t(1) candidates, interval calibrated on "
               f"{pred.calibrated} workloads; load average {load:.1f} on {os.cpu_count()} cpus")
@@ -145,12 +148,13 @@ def main(argv=None) -> int:
     grow = []
     for m in (20, 40, 80, 160):
         db = synthetic_database(n_workloads=m, runtime_parameters=False)
-        times = []
+        times, cpu = [], []
         for i in range(5):
-            start = time.perf_counter()
+            start, start_cpu = time.perf_counter(), time.process_time()
             predict_migration(db, f"W{i}", f"P{i % 5}")
             times.append(1000 * (time.perf_counter() - start))
-        grow.append(f"{m}: {float(np.median(times)):.0f} ms")
+            cpu.append(1000 * (time.process_time() - start_cpu))
+        grow.append(f"{m}: {float(np.median(times)):.0f} ms (CPU {float(np.median(cpu)):.0f})")
     print(f"as the suite grows (workloads x 5 platforms, without the runtime parameters; "
           f"median of 5 predictions, the {NEIGHBOURS} other workloads on the target most alike "
           f"considered): {', '.join(grow)}; load average {os.getloadavg()[0]:.1f}")

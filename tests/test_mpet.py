@@ -9,12 +9,14 @@ import math
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from opptune.daemon.cli import main
 from opptune.daemon.models.mpet_curve import (ELEMENTS, PARAMS, eval_curve, feature_names,
                                               feature_vector, fit_curve, time_curve)
-from opptune.daemon.models.mpet_distance import (Distances, distance, normalise, ratio_distance,
-                                                  tuple_distance)
+from opptune.daemon.models.mpet_distance import (Distances, distance, distance_rows, normalise,
+                                                  ratio_distance, tuple_distance)
 from opptune.daemon.models.mpet_eval import (choose_settings, evaluate, evaluate_nested,
                                              summarise)
 from opptune.daemon.models.mpet_database import MpetDatabase
@@ -110,6 +112,45 @@ def test_distance_worked_example_eq14_15():
     assert distance(a, b) == pytest.approx(math.sqrt(0.19 ** 2 + 0.03 ** 2) / math.sqrt(2))
     assert round(distance(a, b), 3) == 0.136
     assert math.isnan(distance(np.array([np.nan]), np.array([1.0])))
+
+
+# normalised elements (eq. 12: in [0, 1]) and, as often, invalid ones (NaN: no counter there)
+_element = st.one_of(st.floats(0.0, 1.0), st.just(math.nan))
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.integers(0, 12).flatmap(lambda m: st.tuples(
+    st.lists(st.lists(_element, min_size=m, max_size=m), min_size=1, max_size=5),
+    st.lists(st.lists(_element, min_size=m, max_size=m), min_size=1, max_size=5))))
+def test_distance_matrix_is_the_pair_by_pair_eq13(rows):
+    """The matrix form (every row of a against every row of b, invalid elements masked, each
+    pair normalised by its own valid count) gives eq. 13's per-pair floats exactly; a pair with
+    no dimension valid in both (all-invalid rows, or no dimensions at all) is NaN in both."""
+    a, b = (np.array(r, dtype=float).reshape(len(r), -1) for r in rows)
+    got = distance_rows(a[:, None, :], b[None, :, :])
+    assert got.shape == (len(a), len(b))
+    for i in range(len(a)):
+        for j in range(len(b)):
+            want = distance(a[i], b[j])
+            assert (math.isnan(want) and math.isnan(got[i, j])) or got[i, j] == want
+    # facing rows, and through Distances
+    n = min(len(a), len(b))
+    assert np.array_equal(distance_rows(a[:n], b[:n]), got[np.arange(n), np.arange(n)],
+                          equal_nan=True)
+    d = Distances({**{(f"a{i}", "P"): v for i, v in enumerate(a)},
+                   **{(f"b{j}", "P"): v for j, v in enumerate(b)}})
+    assert np.array_equal(d.d_a_many(["P"] * len(b), "a0", [f"b{j}" for j in range(len(b))]),
+                          got[0], equal_nan=True)
+
+
+def test_distance_with_an_all_invalid_vector_is_unknown():
+    a = np.array([[0.1, np.nan], [np.nan, np.nan]])
+    b = np.array([[0.4, 0.5], [0.2, 0.3]])
+    got = distance_rows(a[:, None, :], b[None, :, :])
+    assert got[0].tolist() == pytest.approx([0.3, 0.1])  # one valid dimension each
+    assert np.isnan(got[1]).all()
+    d = Distances({("A", "P"): a[1], ("B", "P"): b[0]})
+    assert math.isnan(d.d_a("P", "A", "B")) and math.isnan(d.d_a("P", "A", "C"))
 
 
 def test_workload_platform_and_tuple_distances_eq16_20():
@@ -1617,3 +1658,37 @@ def test_of_the_shipped_sets_only_powmon_times_do_not_change_with_the_cores():
         if flat_note(path, profiles):
             flat.append(path.parent.name)
     assert flat == ["powmon_xu3_a15"] and read >= 8
+
+
+@pytest.mark.parametrize("seed", [3, 17, 50, 101])
+def test_what_a_prediction_shares_or_skips_changes_none_of_its_floats(seed):
+    """The calibration's predictions skip sc where t(n) comes from q(n) (``sc_vector``), and a
+    ``without`` copy takes the log q(n) grid and the log t(1) matrix of the database it was
+    cut from, its hidden profile blanked: the same floats as computed afresh."""
+    db = _random_database(seed)
+    checked = 0
+    for w, p in sorted(db.profiles, key=str):
+        rest = db.without((w, p))
+        fresh = MpetDatabase({k: v for k, v in db.profiles.items() if k != (w, p)},
+                             db.platforms)
+        for ns in ((2.0,), (2.0, 3.0, 8.0)):
+            rows, cols, vals, has = rest.log_q_grid(ns)
+            rows2, cols2, vals2, has2 = fresh.log_q_grid(ns)
+            assert has.sum() == has2.sum() == len(fresh.sc)
+            for a, b in fresh.sc:
+                assert has[rows[a], cols[b]]
+                assert _same(vals[rows[a], cols[b]], vals2[rows2[a], cols2[b]])
+            assert not has[rows[w], cols[p]] and np.isnan(vals[rows[w], cols[p]]).all()
+        rows, cols, logs = rest.log_t1()
+        rows2, cols2, logs2 = fresh.log_t1()
+        for a, d in fresh.t1_table()[0].items():
+            assert _same([logs[rows[a], cols[b]] for b in d],
+                         [math.log(v) for v in d.values()])
+        try:
+            full = predict_migration(rest, w, p, interval="none")
+        except NoCandidates:
+            continue
+        short = predict_migration(rest, w, p, interval="none", sc_vector=False)
+        assert _same([short.t1, *short.t], [full.t1, *full.t])
+        checked += 1
+    assert checked

@@ -84,6 +84,7 @@ class MpetDatabase:
         # the log ratios of the database this one was cut from, less what is hidden
         out._ratio_rows = self.ratio_rows()
         out._removed = self.removed | {key}
+        out._root = self.__dict__.get("_root", self)  # the database ``removed`` is from
         # the t(1) and q(n) tables less that profile, instead of rebuilding them
         w, p = key
         for name, table in (("_t1_table", self.t1_table), ("_q_table", self.q_table)):
@@ -93,6 +94,13 @@ class MpetDatabase:
             by_p = {b: ({k: v for k, v in d.items() if _plat(k) != w} if b == p else d)
                     for b, d in got[1].items()}
             setattr(out, name, (by_w, by_p))
+        got = self.__dict__.get("_log_t1")
+        if got is not None:  # the log t(1) matrix less that entry
+            rows, cols, mat = got
+            if w in rows and p in cols:
+                mat = mat.copy()
+                mat[rows[w], cols[p]] = math.nan
+            out._log_t1 = (rows, cols, mat)
         return out
 
     def only_workloads(self, keep) -> "MpetDatabase":
@@ -183,6 +191,57 @@ class MpetDatabase:
                     by_w.setdefault(w, {})[p] = v
                     by_p.setdefault(p, {})[w] = v
             got = self._t1_table = (by_w, by_p)
+        return got
+
+    def log_t1(self) -> tuple[dict, dict, np.ndarray]:
+        """The t(1) table as a matrix of math.log t(1): ({workload: row}, {platform: column},
+        values, NaN where there is no t(1)); built once, shared with the ``without`` copies."""
+        got = self.__dict__.get("_log_t1")
+        if got is None:
+            by_w, by_p = self.t1_table()
+            rows = {w: i for i, w in enumerate(by_w)}
+            cols = {p: j for j, p in enumerate(by_p)}
+            mat = np.full((len(rows), len(cols)), np.nan)
+            for w, d in by_w.items():
+                for p, v in d.items():
+                    mat[rows[w], cols[p]] = math.log(v)
+            got = self._log_t1 = (rows, cols, mat)
+        return got
+
+    def log_q_grid(self, ns: tuple[float, ...]) -> tuple[dict, dict, np.ndarray, np.ndarray]:
+        """log q(n) at ``ns`` (a tuple of floats) of every profile, np.log of its ``_q_values``:
+        ({workload: row}, {platform: column}, values [row, column, n], has [row, column]: the
+        profile is there). One more row and column, NaN and absent, stand for a workload or
+        platform without any. Built once per ``ns`` on the database ``removed`` is from and
+        shared with its ``without`` copies, each with the profiles it hides absent."""
+        mine = self.__dict__.setdefault("_log_q_grids", {})
+        got = mine.get(ns)
+        if got is not None:
+            return got
+        root = self.__dict__.get("_root", self)
+        if root is not self:
+            rows, cols, vals, has = root.log_q_grid(ns)
+            gone = [(rows[w], cols[p]) for w, p in self.removed if w in rows and p in cols]
+            if gone:
+                vals, has = vals.copy(), has.copy()
+                for i, j in gone:
+                    vals[i, j] = np.nan
+                    has[i, j] = False
+        else:
+            rows, cols = {}, {}
+            for w, p in self.sc:
+                rows.setdefault(w, len(rows))
+                cols.setdefault(p, len(cols))
+            vals = np.full((len(rows) + 1, len(cols) + 1, len(ns)), np.nan)
+            has = np.zeros((len(rows) + 1, len(cols) + 1), dtype=bool)
+            shared = self.__dict__.setdefault("_q_cache", {})  # a profile's log q is shared
+            for key in self.sc:
+                logs = shared.get(("log", key, ns))
+                if logs is None:
+                    logs = shared[("log", key, ns)] = np.log(self._q_values(key, ns))
+                vals[rows[key[0]], cols[key[1]]] = logs
+                has[rows[key[0]], cols[key[1]]] = True
+        got = mine[ns] = (rows, cols, vals, has)
         return got
 
     def q_table(self) -> tuple[dict, dict]:

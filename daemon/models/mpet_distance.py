@@ -34,7 +34,9 @@ def normalise(vectors: Mapping[Key, np.ndarray]) -> dict[Key, np.ndarray]:
 def distance(a: np.ndarray, b: np.ndarray) -> float:
     """Eq. 13: L2 distance over the dimensions valid in both, divided by sqrt(their count).
 
-    In [0, 1] for normalised vectors; NaN when no dimension is valid in both.
+    In [0, 1] for normalised vectors; NaN when no dimension is valid in both. The readable
+    definition (the squares summed in index order); ``distance_rows`` computes the same floats
+    for many pairs at once.
     """
     a = np.asarray(a, dtype=float)
     b = np.asarray(b, dtype=float)
@@ -42,8 +44,30 @@ def distance(a: np.ndarray, b: np.ndarray) -> float:
     dim = int(both.sum())
     if dim == 0:
         return math.nan
-    diff = a[both] - b[both]
-    return float(math.sqrt(float(diff @ diff)) / math.sqrt(dim))
+    total = 0.0
+    for d in (a[both] - b[both]).tolist():
+        total += d * d
+    return math.sqrt(total) / math.sqrt(dim)
+
+
+def distance_rows(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """Eq. 13 along the last axis, broadcast: rows of ``a`` with the rows of ``b`` facing them
+    (``a[:, None]`` and ``b[None]``: the whole matrix). Invalid (non-finite) elements are
+    masked, each sum is divided by its own count of dimensions valid in both; NaN where there
+    are none. The squares are added one after the other in index order (a masked one adds
+    0.0, which changes no sum), so each value is ``distance``'s float exactly."""
+    a = np.asarray(a, dtype=float)
+    b = np.asarray(b, dtype=float)
+    both = np.isfinite(a) & np.isfinite(b)
+    with np.errstate(invalid="ignore"):
+        diff = np.where(both, a - b, 0.0)
+    shape = np.broadcast_shapes(a.shape, b.shape)
+    if shape[-1] == 0:
+        return np.full(shape[:-1], np.nan)
+    total = np.add.accumulate(diff * diff, axis=-1)[..., -1]
+    dim = both.sum(axis=-1)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        return np.where(dim > 0, np.sqrt(total) / np.sqrt(dim), np.nan)
 
 
 def tuple_distance(d_p: float, d_a: float) -> float:
@@ -51,6 +75,15 @@ def tuple_distance(d_p: float, d_a: float) -> float:
     d_p = 1.0 if not math.isfinite(d_p) else d_p
     d_a = 1.0 if not math.isfinite(d_a) else d_a
     return 1.0 - (1.0 - d_p) * (1.0 - d_a)
+
+
+def tuple_distances(d_p, d_a) -> list[float]:
+    """``tuple_distance`` of each (D_p, D_a) pair facing each other, at once: the same floats."""
+    p = np.asarray(d_p, dtype=float)
+    a = np.asarray(d_a, dtype=float)
+    p = np.where(np.isfinite(p), p, 1.0)
+    a = np.where(np.isfinite(a), a, 1.0)
+    return (1.0 - (1.0 - p) * (1.0 - a)).tolist()
 
 
 class Distances:
@@ -67,7 +100,7 @@ class Distances:
         for w, p in (self._sc if keys is None else keys):
             self.workloads_on.setdefault(p, set()).add(w)
             self.platforms_of.setdefault(w, set()).add(p)
-        self._cache: dict[tuple, float] = {}
+        self._rows = None
 
     @property
     def sc(self) -> dict:
@@ -75,33 +108,54 @@ class Distances:
             self._sc = dict(self._make())
         return self._sc
 
-    def _d(self, k1: Key, k2: Key) -> float:
-        key = (k1, k2) if str(k1) <= str(k2) else (k2, k1)
-        got = self._cache.get(key)
-        if got is None:
-            a, b = self.sc.get(k1), self.sc.get(k2)
-            got = math.nan if a is None or b is None else distance(a, b)
-            self._cache[key] = got
-        return got
+    def _matrix(self) -> tuple[dict, np.ndarray]:
+        """({key: row}, the vectors as rows, then a row all invalid for a key without one)."""
+        if self._rows is None:
+            sc = self.sc
+            width = len(next(iter(sc.values()))) if sc else 0
+            mat = np.full((len(sc) + 1, width), np.nan)
+            for i, v in enumerate(sc.values()):
+                mat[i] = v
+            self._rows = ({k: i for i, k in enumerate(sc)}, mat)
+        return self._rows
+
+    def between(self, k1s, k2s) -> list[float]:
+        """Eq. 13 of each key of ``k1s`` with the one facing it in ``k2s``, all at once; NaN
+        where either has no vector."""
+        index, mat = self._matrix()
+        none = len(mat) - 1
+        i1 = [index.get(k, none) for k in k1s]
+        i2 = [index.get(k, none) for k in k2s]
+        if not i1:
+            return []
+        return distance_rows(mat[i1], mat[i2]).tolist()
 
     def d_a(self, platform, a, b) -> float:
         """Eq. 16: D_a(P, A, B) = D(sc(P, A), sc(P, B))."""
-        return self._d((a, platform), (b, platform))
+        return self.between([(a, platform)], [(b, platform)])[0]
 
     def d_p(self, workload, p, t) -> float:
         """Eq. 17: D_p(A, P, T) = D(sc(P, A), sc(T, A))."""
-        return self._d((workload, p), (workload, t))
+        return self.between([(workload, p)], [(workload, t)])[0]
+
+    def d_a_many(self, platforms, a, bs) -> list[float]:
+        """Eq. 16 of A against each B of ``bs`` on the P facing it in ``platforms``."""
+        return self.between([(a, p) for p in platforms], [(b, p) for b, p in zip(bs, platforms)])
+
+    def d_p_many(self, workloads, ps, t) -> list[float]:
+        """Eq. 17 of each workload B of ``workloads`` between the P facing it in ``ps`` and T."""
+        return self.between([(b, p) for b, p in zip(workloads, ps)], [(b, t) for b in workloads])
 
     def d_a_mean(self, a, b) -> float:
         """Eq. 18: mean of D_a(T_j, A, B) over the platforms T_j where both are profiled."""
-        common = self.platforms_of.get(a, set()) & self.platforms_of.get(b, set())
-        vals = [v for v in (self.d_a(p, a, b) for p in common) if math.isfinite(v)]
+        common = list(self.platforms_of.get(a, set()) & self.platforms_of.get(b, set()))
+        vals = [v for v in self.d_a_many(common, a, [b] * len(common)) if math.isfinite(v)]
         return float(np.mean(vals)) if vals else math.nan
 
     def d_p_mean(self, p, t) -> float:
         """Eq. 19: mean of D_p(B_i, P, T) over the workloads B_i profiled on both platforms."""
-        common = self.workloads_on.get(p, set()) & self.workloads_on.get(t, set())
-        vals = [v for v in (self.d_p(b, p, t) for b in common) if math.isfinite(v)]
+        common = list(self.workloads_on.get(p, set()) & self.workloads_on.get(t, set()))
+        vals = [v for v in self.d_p_many(common, [p] * len(common), t) if math.isfinite(v)]
         return float(np.mean(vals)) if vals else math.nan
 
 

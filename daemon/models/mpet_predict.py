@@ -22,7 +22,7 @@ import numpy as np
 
 from .mpet_curve import PARAMS, fit_curve, time_curve
 from .mpet_database import MpetDatabase
-from .mpet_distance import Distances, tuple_distance
+from .mpet_distance import Distances, tuple_distance, tuple_distances
 from .mpet_interval import calibrated_band, candidates_band
 from .mpet_reconstruct import penalty, reconstruct
 from .mpet_validate import VALIDATION_FLOOR, likeness_to, validate_q, validate_t1
@@ -206,13 +206,24 @@ def _candidates(dist: Distances, db: MpetDatabase, workload, target, sel: Select
             pairs.append(Candidate(p, b, math.nan, math.nan, math.nan))
 
     def sc_distances(which):
-        for c in pairs:
-            if which == "a":
-                c.d_a = dist.d_a_mean(workload, c.workload) if sel.workload_distance == "mean" \
-                    else dist.d_a(c.platform, workload, c.workload)
+        # eq. 16-19 for every pair at once
+        ps, bs = [c.platform for c in pairs], [c.workload for c in pairs]
+        if which == "a":
+            if sel.workload_distance == "mean":
+                mean = {b: dist.d_a_mean(workload, b) for b in dict.fromkeys(bs)}
+                vals = [mean[b] for b in bs]
             else:
-                c.d_p = dist.d_p_mean(c.platform, target) if sel.platform_distance == "mean" \
-                    else dist.d_p(c.workload, c.platform, target)
+                vals = dist.d_a_many(ps, workload, bs)
+            for c, v in zip(pairs, vals):
+                c.d_a = v
+        else:
+            if sel.platform_distance == "mean":
+                mean = {p: dist.d_p_mean(p, target) for p in dict.fromkeys(ps)}
+                vals = [mean[p] for p in ps]
+            else:
+                vals = dist.d_p_many(bs, ps, target)
+            for c, v in zip(pairs, vals):
+                c.d_p = v
 
     if sel.basis in VALIDATED:
         check = validate_t1 if sel.basis == "t1-validated" else validate_q
@@ -259,8 +270,8 @@ def _candidates(dist: Distances, db: MpetDatabase, workload, target, sel: Select
                     setattr(c, "d_" + which, x)
             else:
                 sc_distances(which)
-    for c in pairs:
-        c.d_t = tuple_distance(c.d_p, c.d_a)
+    for c, d in zip(pairs, tuple_distances([c.d_p for c in pairs], [c.d_a for c in pairs])):
+        c.d_t = d
     if sel.basis in VALIDATED:  # in order of validated error (unknown last)
         pairs.sort(key=lambda c: (c.var if math.isfinite(c.var) else math.inf,
                                   str(c.platform), str(c.workload)))
@@ -348,16 +359,30 @@ def score_sc(db: MpetDatabase, workload, target, sel: Selection) -> dict:
     return _q_chosen(db, workload, target, sel)[0]
 
 
-def _q_chosen(db: MpetDatabase, workload, target, sel: Selection) -> tuple[dict, dict | None]:
+def _q_chosen(db: MpetDatabase, workload, target, sel: Selection,
+              subs: dict | None = None) -> tuple[dict, dict | None]:
     """``score_sc``'s answer and the ``suite_scores`` it rests on (None with the runtime
     parameters, where nothing is scored): the calibration reuses them."""
     if runtime_parameters(db, workload, target):
         return dict(RUNTIME_CHOICE), None
-    scores = suite_scores(db, workload, target, sel)
+    scores = suite_scores(db, workload, target, sel, subs)
     return sc_choice(scores), scores
 
 
-def suite_scores(db: MpetDatabase, workload, target, sel: Selection) -> dict:
+def _without(db: MpetDatabase, key, subs: dict | None) -> MpetDatabase:
+    """``db.without(key)``, kept in ``subs`` (when given) for the next step that hides the
+    same profile: the choice and the calibration hide each suite workload's profile on T in
+    turn, and what a copy computes (distances, kernels) is then computed once."""
+    if subs is None:
+        return db.without(key)
+    got = subs.get(key)
+    if got is None:
+        got = subs[key] = db.without(key)
+    return got
+
+
+def suite_scores(db: MpetDatabase, workload, target, sel: Selection,
+                 subs: dict | None = None) -> dict:
     """The leave-one-out over T's suite that "q-chosen" chooses by: each suite workload B' on
     T (but ``workload``) removed in turn and its q(n) predicted from its other platforms with
     each basis of SC_OPTIONS; {B': [trend error of t(1) q(n)/n against the measured t(n), per
@@ -373,7 +398,7 @@ def suite_scores(db: MpetDatabase, workload, target, sel: Selection) -> dict:
             continue
         nsa = np.array([n for n, _ in pts])
         meas = np.array([v for _, v in pts])
-        sub = db.without((b, target))
+        sub = _without(db, (b, target), subs)
         got = []
         for opt in options:
             try:
@@ -420,7 +445,7 @@ def nearest_suite(db: MpetDatabase, workload, target, refs=None,
 
 def predict_migration(db: MpetDatabase, workload, target, t1_sel: Selection = DEFAULT_T1,
                       sc_sel: Selection = DEFAULT_SC, refs=None, ns=None,
-                      interval: str = "calibrated") -> Prediction:
+                      interval: str = "calibrated", sc_vector: bool = True) -> Prediction:
     """Scenario (a): t(1) and sc of ``workload`` on ``target`` from its profiles on ``refs``
     (default: every platform it is profiled on but the target) and the target's suite.
 
@@ -428,7 +453,9 @@ def predict_migration(db: MpetDatabase, workload, target, t1_sel: Selection = DE
     written). The profile (workload, target), if present, is not used: call on
     ``db.without((workload, target))`` to be sure. ``interval``: "calibrated" (on the
     target's other workloads, ``calibrate``; the candidates' band where fewer than
-    ``MIN_CALIBRATION`` can be predicted), "candidates", or "none".
+    ``MIN_CALIBRATION`` can be predicted), "candidates", or "none". ``sc_vector`` False (with
+    interval "none"): sc is not reconstructed (all NaN) where t(n) does not need it (space
+    "curve": t(n) comes from q(n)), for callers that read t(1) and t(n) alone.
     """
     db = db.without((workload, target)) if (workload, target) in db.sc else db
     m = len(db.distances().workloads_on.get(target, set()) - {workload})
@@ -439,9 +466,11 @@ def predict_migration(db: MpetDatabase, workload, target, t1_sel: Selection = DE
     if ns is None:
         ns = list(range(1, int(topo.get("nmax") or 1) + 1))
     nsa = np.asarray(list(ns), dtype=float)
+    nst = tuple(float(n) for n in nsa)
     choice = scores = None
+    subs: dict = {}  # the copies of db without one profile of T's suite, made once
     if sc_sel.basis == "q-chosen":
-        choice, scores = _q_chosen(db, workload, target, sc_sel)
+        choice, scores = _q_chosen(db, workload, target, sc_sel, subs)
         sc_sel = dataclasses.replace(sc_sel, basis=choice["chosen"])
     cands, rows, used = {}, {}, []
     for name, sel in (("t1", t1_sel), ("sc", sc_sel)):
@@ -456,13 +485,13 @@ def predict_migration(db: MpetDatabase, workload, target, t1_sel: Selection = DE
                           np.array([[db.t1((workload, c.platform))] for c in cs]),
                           np.array([[db.t1((c.workload, c.platform))] for c in cs])]
         else:
-            rows[name] = [np.vstack([db.sc[(c.workload, target)] for c in cs]),
-                          np.vstack([db.sc[(workload, c.platform)] for c in cs]),
-                          np.vstack([db.sc[(c.workload, c.platform)] for c in cs])]
+            keys = ([(c.workload, target) for c in cs], [(workload, c.platform) for c in cs],
+                    [(c.workload, c.platform) for c in cs])
+            skip_sc = sel.space == "curve" and not sc_vector and interval == "none"
+            if not skip_sc:
+                rows[name] = [np.vstack([db.sc[k] for k in ks]) for ks in keys]
             if sel.space == "curve":
-                rows["q"] = [np.vstack([db.q_values((c.workload, target), nsa) for c in cs]),
-                             np.vstack([db.q_values((workload, c.platform), nsa) for c in cs]),
-                             np.vstack([db.q_values((c.workload, c.platform), nsa) for c in cs])]
+                rows["q"] = [np.vstack([db._q_values(k, nst) for k in ks]) for ks in keys]
 
     def combine(name, sel, r):
         return reconstruct(*rows[name], r, sel.max_factor, sel.mean)
@@ -470,12 +499,16 @@ def predict_migration(db: MpetDatabase, workload, target, t1_sel: Selection = DE
     r1 = np.array([c.weight for c in cands["t1"]])
     rs = np.array([c.weight for c in cands["sc"]])
     t1 = float(combine("t1", t1_sel, r1)[0])
-    sc = combine("sc", sc_sel, rs)
+    if "sc" not in rows:
+        sc = np.full(len(db.names), np.nan)
+    else:
+        sc = combine("sc", sc_sel, rs)
     if sc_sel.space == "curve":
         q = combine("q", sc_sel, rs)
-        # sc's q(n) part refitted to the predicted values, so sc describes what t(n) shows
-        off = 6 * len(PARAMS)
-        sc[off: off + 6] = fit_curve(nsa, q, topo.get("n_nu"), topo.get("n_ht"))
+        if "sc" in rows:
+            # sc's q(n) part refitted to the predicted values, so sc describes what t(n) shows
+            off = 6 * len(PARAMS)
+            sc[off: off + 6] = fit_curve(nsa, q, topo.get("n_nu"), topo.get("n_ht"))
         t = t1 * q / nsa
     else:
         t = time_curve(t1, sc, nsa, topo.get("n_nu"), topo.get("n_ht"))
@@ -485,13 +518,13 @@ def predict_migration(db: MpetDatabase, workload, target, t1_sel: Selection = DE
     if interval != "none":
         candidates_band(pred, rows, t1_sel, sc_sel, topo, nsa)
     if interval == "calibrated":
-        calibrate(pred, db, refs, t1_sel, asked_sc, scores)
+        calibrate(pred, db, refs, t1_sel, asked_sc, scores, subs)
     return pred
 
 
 def calibration_errors(db: MpetDatabase, workload, target, refs=None,
                        t1_sel: Selection = DEFAULT_T1, sc_sel: Selection = DEFAULT_SC,
-                       scores: dict | None = None) -> list[float]:
+                       scores: dict | None = None, subs: dict | None = None) -> list[float]:
     """The largest |log(predicted / measured t(n))| over n of each other workload B on
     ``target``, predicted as ``workload`` is: from its profiles on the references (those of
     ``refs``, default ``workload``'s, that B was measured on), without (B, target).
@@ -500,7 +533,8 @@ def calibration_errors(db: MpetDatabase, workload, target, refs=None,
     parameters). B's choice is then ``sc_choice`` of them without B's own row, instead of a
     leave-one-out of its own over T's suite without B: the same rows but for B's profile on T
     as a candidate of the others. The nested one costs m^2 sc predictions (20 workloads x 5
-    platforms: 609 ms a prediction, 73 ms reused; benchmarks/mpet.py; docs/mpet.md)."""
+    platforms: 609 ms a prediction, 73 ms reused; benchmarks/mpet.py; docs/mpet.md).
+    ``subs``: the copies without (B, target) the choice made (``_without``)."""
     if refs is None:
         refs = db.distances().platforms_of.get(workload, set()) - {target}
     errors = []
@@ -508,13 +542,14 @@ def calibration_errors(db: MpetDatabase, workload, target, refs=None,
         mine = sorted((p for p in refs if (b, p) in db.profiles), key=str)
         if not mine:
             continue
-        sub = db.without((b, target))
+        sub = _without(db, (b, target), subs)
         sel = sc_sel
         if scores is not None and sc_sel.basis == "q-chosen" and not runtime_parameters(
                 sub, b, target):
             sel = dataclasses.replace(sc_sel, basis=sc_choice(scores, leave_out=b)["chosen"])
         errors.append(largest_log_error(db.profiles[(b, target)], lambda ns: predict_migration(
-            sub, b, target, t1_sel, sel, refs=mine, ns=ns, interval="none")))
+            sub, b, target, t1_sel, sel, refs=mine, ns=ns, interval="none",
+            sc_vector=False)))
     return [e for e in errors if e is not None]
 
 
@@ -536,13 +571,14 @@ def largest_log_error(profile: dict, predict) -> float | None:
 
 
 def calibrate(pred: Prediction, db: MpetDatabase, refs, t1_sel: Selection,
-              sc_sel: Selection, scores: dict | None = None) -> None:
+              sc_sel: Selection, scores: dict | None = None, subs: dict | None = None) -> None:
     """The interval ``calibrated_band`` of ``calibration_errors`` (split conformal: where the
     target's m other workloads and this one are alike, the measured t(n) lies inside at every
     n with probability m/(m+1)); left as it is (the candidates' band) with fewer than
     MIN_CALIBRATION errors. Why: the candidates' spread says how much they disagree, not how
     wrong the transfer is; the errors on the target's own suite measure the latter."""
-    errors = calibration_errors(db, pred.workload, pred.target, refs, t1_sel, sc_sel, scores)
+    errors = calibration_errors(db, pred.workload, pred.target, refs, t1_sel, sc_sel, scores,
+                                subs)
     band = calibrated_band(pred.t, errors)
     if band is None:
         return
@@ -564,8 +600,8 @@ def predict_scalability(db: MpetDatabase, workload, platform, sel: Selection = S
         raise NoCandidates(f"{workload!r} has no profile on {platform!r}")
     dist = db.distances()
     others = sorted(dist.workloads_on.get(platform, set()) - {workload}, key=str)
-    cands = [Candidate(platform, b, dist.d_a(platform, workload, b), 0.0, math.nan)
-             for b in others]
+    cands = [Candidate(platform, b, d, 0.0, math.nan)
+             for b, d in zip(others, dist.d_a_many([platform] * len(others), workload, others))]
     for c in cands:
         c.d_t = tuple_distance(0.0, c.d_a)
     cands.sort(key=lambda c: (c.d_t, str(c.workload)))

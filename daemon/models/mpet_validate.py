@@ -42,6 +42,18 @@ def _both(*devs: float) -> float:
 
 
 def _kernels(db: MpetDatabase, workload, target, refs) -> tuple[dict, dict, dict, dict, dict]:
+    """``_make_kernels``, kept per database (the t(1) and q(n) validations and the choice of
+    the nearest suite ask the same); they depend on the references but T."""
+    memo = db.__dict__.setdefault("_kernels", {})
+    key = (workload, target, frozenset(refs) - {target})
+    got = memo.get(key)
+    if got is None:
+        got = memo[key] = _make_kernels(db, workload, target, refs)
+    return got
+
+
+def _make_kernels(db: MpetDatabase, workload, target, refs) -> tuple[dict, dict, dict, dict,
+                                                                       dict]:
     """(own, tgt, s_p, kern_p, kern_a) for validated transfers: A's t(1) on its references,
     the suite's on T, each reference's deviation s_p from T and its likeness weight, each
     suite workload's likeness to A. t1-validated and q-validated share them: one definition of
@@ -75,7 +87,8 @@ def _kernels(db: MpetDatabase, workload, target, refs) -> tuple[dict, dict, dict
             # A and B' share fewer than two references (A profiled on one platform: the
             # seed's case of 3.2.2): the seed's D_a over sc there (eq. 16), mean over A's
             # references, is what tells how much B' behaves like A
-            ds = [d for d in (dist.d_a(p, workload, b) for p in own) if math.isfinite(d)]
+            ds = [d for d in dist.d_a_many(list(own), workload, [b] * len(own))
+                  if math.isfinite(d)]
             s = _log_deviation(sum(ds) / len(ds)) if ds else math.inf
         return _likeness(s)
 
@@ -118,57 +131,54 @@ def validate_t1(db: MpetDatabase, workload, target, pairs: list, refs) -> bool:
     exp(-sqrt(var)) (what D_a stands for: how good a proxy of A the tuple is here), d_p = the
     ratio D_p of P to T, d_t = eq. 20. False where no tuple could be checked.
     """
-    by_w, by_p = db.t1_table()
+    by_w, _ = db.t1_table()
     own, tgt, s_p, kern, kern_a = _kernels(db, workload, target, refs)
-    # the tuples that can be checked, by platform: every (P, B) of one P at once, as arrays
-    # over A's references and T's suite (math.log per entry and sums term by term in the
-    # order of own and tgt: the floats a loop over the terms makes)
-    by_plat: dict = {}
+    # the tuples that can be checked: every (P, B) at once, as arrays over A's references and
+    # T's suite (math.log per entry and sums term by term in the order of own and tgt: the
+    # floats a loop over the terms makes)
+    cs = []
     for c in pairs:
         c.d_p = 1.0 - math.exp(-s_p.get(c.platform, math.inf))
         if c.platform in own and c.platform in by_w.get(c.workload, {}) and c.workload in tgt:
-            by_plat.setdefault(c.platform, []).append(c)
-    if not by_plat:
+            cs.append(c)
+    if not cs:
         return False  # a profile without t(1): nothing to transfer (var stays NaN)
+    rows, cols, logs = db.log_t1()
     own_l = list(own)
     suite = list(tgt)
-    l_own = np.array([math.log(v) for v in own.values()])
-    k_own = np.array([kern[q] for q in own_l])
-    l_tgt = np.array([math.log(v) for v in tgt.values()])
-    k_suite = np.array([kern_a[b] for b in suite])
+    at_own = {q: i for i, q in enumerate(own_l)}
     at_suite = {b: i for i, b in enumerate(suite)}
-
-    def logs(b, cols) -> np.ndarray:
-        row = by_w.get(b, {})
-        return np.array([math.log(row[q]) if q in row else math.nan for q in cols])
-
+    l_own = logs[rows[workload], [cols[q] for q in own_l]]
+    k_own = np.array([kern[q] for q in own_l])
+    l_tgt = logs[[rows[b] for b in suite], cols[target]]
+    k_suite = np.array([kern_a[b] for b in suite])
+    k = np.arange(len(cs))
+    i_p = np.array([at_own[c.platform] for c in cs])
+    i_b = np.array([at_suite[c.workload] for c in cs])
+    # log t1(B, P') over A's references and log t1(B', P) over T's suite, per candidate
+    l_b = logs[np.ix_([rows[c.workload] for c in cs], [cols[q] for q in own_l])]
+    l_p = logs[np.ix_([rows[b] for b in suite], [cols[c.platform] for c in cs])].T
+    # A on its other references P': log t1(A, P') - log t1(B, P') against the shift
+    shift = l_own[i_p] - l_b[k, i_p]
+    e_ref = ((l_own[None, :] - l_b) - shift[:, None]) ** 2
+    m_ref = np.isfinite(l_b)
+    m_ref[k, i_p] = False
+    # the tuple's factor log t1(B, T) - log t1(B, P) applied to the other suite workloads B'
+    # on T
+    fac = l_tgt[i_b] - l_b[k, i_p]
+    e_s = ((l_tgt[None, :] - l_p) - fac[:, None]) ** 2
+    m_s = np.isfinite(l_p)
+    m_s[k, i_b] = False
+    mask = np.concatenate([m_ref, m_s], axis=1)
+    w = np.concatenate([np.broadcast_to(k_own, m_ref.shape),
+                        np.broadcast_to(k_suite, m_s.shape)], axis=1)
+    with np.errstate(invalid="ignore"):
+        e = np.concatenate([e_ref, e_s], axis=1)
+        num = np.add.accumulate(np.where(mask, w * e, 0.0), axis=1)[:, -1]
+        den = np.add.accumulate(np.where(mask, w, 0.0), axis=1)[:, -1]
     any_var = False
-    for plat, cs in by_plat.items():
-        i_p = own_l.index(plat)
-        bs = [c.workload for c in cs]
-        l_b = np.array([logs(b, own_l) for b in bs]).reshape(len(bs), len(own_l))
-        # A on its other references P': log t1(A, P') - log t1(B, P') against the shift
-        shift = l_own[i_p] - l_b[:, i_p]
-        e_ref = ((l_own[None, :] - l_b) - shift[:, None]) ** 2
-        m_ref = np.isfinite(l_b)
-        m_ref[:, i_p] = False
-        # the tuple's factor log t1(B, T) - log t1(B, P) applied to the other suite workloads
-        # B' on T
-        on_p = by_p.get(plat, {})
-        l_p = np.array([math.log(on_p[b2]) if b2 in on_p else math.nan for b2 in suite])
-        fac = l_tgt[[at_suite[b] for b in bs]] - l_b[:, i_p]
-        e_s = ((l_tgt - l_p)[None, :] - fac[:, None]) ** 2
-        m_s = np.broadcast_to(np.isfinite(l_p), e_s.shape).copy()
-        m_s[np.arange(len(bs)), [at_suite[b] for b in bs]] = False
-        mask = np.concatenate([m_ref, m_s], axis=1)
-        w = np.concatenate([np.broadcast_to(k_own, m_ref.shape),
-                            np.broadcast_to(k_suite, m_s.shape)], axis=1)
-        with np.errstate(invalid="ignore"):
-            e = np.concatenate([e_ref, e_s], axis=1)
-            num = np.add.accumulate(np.where(mask, w * e, 0.0), axis=1)[:, -1]
-            den = np.add.accumulate(np.where(mask, w, 0.0), axis=1)[:, -1]
-        for c, nu, de in zip(cs, num.tolist(), den.tolist()):
-            any_var |= _set_var(c, nu, de)
+    for c, nu, de in zip(cs, num.tolist(), den.tolist()):
+        any_var |= _set_var(c, nu, de)
     return any_var
 
 
@@ -198,22 +208,12 @@ def validate_q(db: MpetDatabase, workload, target, pairs: list, refs) -> bool:
     ref_list = sorted(kern, key=str)
 
     nsf = tuple(float(n) for n in ns)
-    memo: dict = {}
+    # every profile's log q at those n (NaN and absent: no profile), built once per database
+    at_w, at_p, logq, present = db.log_q_grid(nsf)
+    wa = at_w.get(workload, len(at_w))
 
-    shared = db.__dict__.setdefault("_q_cache", {})
-    nan_row = np.full(len(ns), np.nan)
-
-    def logq(key):
-        got = memo.get(key)
-        if got is None:
-            if key in db.sc:  # a profile's log q does not change: shared like q_values
-                got = shared.get(("log", key, nsf))
-                if got is None:
-                    got = shared[("log", key, nsf)] = np.log(db._q_values(key, nsf))
-            else:
-                got = nan_row
-            memo[key] = got
-        return got
+    def cols(platforms) -> list[int]:
+        return [at_p.get(q, len(at_p)) for q in platforms]
 
     # every candidate (P, B) at once; the sums as validate_t1 adds them
     by_plat: dict = {}
@@ -223,16 +223,16 @@ def validate_q(db: MpetDatabase, workload, target, pairs: list, refs) -> bool:
                 and c.workload in tgt_n:
             by_plat.setdefault(c.platform, []).append(c)
     k_ref = np.array([kern[q] for q in ref_list])
-    a_ref = np.array([(workload, q) in db.sc for q in ref_list], dtype=bool)
-    l_ref = np.array([logq((workload, q)) for q in ref_list]).reshape(len(ref_list), len(ns))
+    a_ref = present[wa, cols(ref_list)]
+    l_ref = logq[wa, cols(ref_list)].reshape(len(ref_list), len(ns))
     # the suite's log q on every platform involved (NaN: no profile), and who has one
     plats = sorted(set(ref_list) | set(by_plat), key=str)
     col = {q: i for i, q in enumerate(plats)}
     ref_i = [col[q] for q in ref_list]
-    lq = np.array([[logq((b, q)) for q in plats] for b in suite]
-                  ).reshape(len(suite), len(plats), len(ns))
-    has_b = np.array([[(b, q) in db.sc for q in plats] for b in suite], dtype=bool
-                     ).reshape(len(suite), len(plats))
+    rows_s = np.array([at_w.get(b, len(at_w)) for b in suite], dtype=np.intp)
+    cols_p = np.array(cols(plats), dtype=np.intp)
+    lq = logq[np.ix_(rows_s, cols_p)].reshape(len(suite), len(plats), len(ns))
+    has_b = present[np.ix_(rows_s, cols_p)].reshape(len(suite), len(plats))
     at = {b: i for i, b in enumerate(suite)}
     cs = [c for group in by_plat.values() for c in group]
     if not cs:
@@ -243,7 +243,7 @@ def validate_q(db: MpetDatabase, workload, target, pairs: list, refs) -> bool:
     dm = l_ref[None, :, :] - lq[idx][:, ref_i, :]  # NaN where a profile is missing
     has = has_b[idx][:, ref_i] & a_ref[None, :] & \
         (np.array(ref_i)[None, :] != pc[:, None])
-    l_a = np.array([logq((workload, q)) for q in plats]).reshape(len(plats), len(ns))
+    l_a = logq[wa, cols_p].reshape(len(plats), len(ns))
     shift = l_a[pc] - lq[idx, pc, :]
     e_ref = np.mean((dm - shift[:, None, :]) ** 2, axis=2)
     # log q(B', T) - log q(B', P) against the tuple's factor, per B' (NaN: not measured)
