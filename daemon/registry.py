@@ -309,9 +309,8 @@ class Registry:
         it within ``timeout_s`` (with that daemon's ``endpoint``); None otherwise."""
         if self.store is None:
             return None
-        return next((a for a in self.store.agents_elsewhere(self.instance,
-                                                            now - self.timeout_s)
-                     if a["id"] == agent_id), None)
+        rows = self.store.agents_elsewhere(self.instance, now - self.timeout_s, agent_id)
+        return rows[0] if rows else None
 
     def _stored_claim(self, row: dict[str, Any]) -> Claim:
         """The holder's claim as the store's agents ``row`` keeps it (no agent instance)."""

@@ -382,12 +382,15 @@ def test_an_unreachable_database_says_so_and_leaves_nothing(tmp_path):
     assert sorted(p.name for p in tmp_path.iterdir()) == ["daemon.toml"]
 
 
-def test_a_hello_of_another_board_held_through_another_daemon_is_told_apart(tmp_path):
+@pytest.mark.parametrize("backend", ["sqlite", "postgresql"])
+def test_a_hello_of_another_board_held_through_another_daemon_is_told_apart(tmp_path, request,
+                                                                             backend):
     """The store keeps the holder's hashed machine and boot ids (schema 20): a daemon of the
     fleet that did not hear the holder takes the holder's own hello failing over to it (the
     same board), and refuses another board's while the holder's daemon heard it within
     agent_timeout_s, naming that daemon; once that has passed the other board's is taken."""
-    url = str(tmp_path / "fleet.db")
+    url = (str(tmp_path / "fleet.db") if backend == "sqlite"
+           else request.getfixturevalue("pg_url"))
     d1, d2 = _daemon(url), _daemon(url)
     try:
         now = time.time()
@@ -396,6 +399,8 @@ def test_a_hello_of_another_board_held_through_another_daemon_is_told_apart(tmp_
         d1.store.save_platform("p1", {"hostname": "rpi", "n_cpus": 4}, now)
         d1.store.save_agent("vm", "p1", ["w"], "t", now, daemon=d1.instance, machine="m1",
                             boot="b1")
+        d1.store.save_agent("pi", "p1", ["w"], "t", now, daemon=d1.instance, machine="m9",
+                            boot="b9")  # another id held there: not this one's record
         row = d2.store.agent("vm")
         assert (row["machine"], row["boot"], row["daemon"]) == ("m1", "b1", d1.instance)
         claim = d2.registry.claim_elsewhere
@@ -405,8 +410,12 @@ def test_a_hello_of_another_board_held_through_another_daemon_is_told_apart(tmp_
             held, via = claim("vm", b"y", "p1", {}, None, now + 1, **other)
             assert via == d1.endpoint and (held.board, held.machine) == ("rpi", "m1")
         assert claim("vm", b"z", "p2", {}, None, now + 1) is not None  # another platform
+        # the refused board is heard, without raising the record's last_seen (the holder's)
+        assert d2.registry.seen("vm", b"z", now + 2) is not None
+        assert d2.registry.take_dirty() == {}
         timeout = d2.registry.timeout_s
         d1._beat(now + timeout + 2)  # its daemon answers; the holder was not heard since
+        assert d2.registry.seen("vm", b"z", now + timeout + 2) is None  # says hello again
         assert claim("vm", b"y", "p1", {}, None, now + timeout + 2, "m2", "b2") is None
     finally:
         d1.close()

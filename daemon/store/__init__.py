@@ -127,10 +127,11 @@ class Store(ABC):
         :meth:`daemons` gives them."""
 
     @abstractmethod
-    def agents_elsewhere(self, instance: str, since: float) -> list[dict[str, Any]]:
+    def agents_elsewhere(self, instance: str, since: float,
+                         agent_id: str | None = None) -> list[dict[str, Any]]:
         """The agents (as :meth:`agents` gives them, plus ``endpoint``) held by a daemon other
         than ``instance`` that heard them at ``since`` or later and whose own heartbeat is
-        that recent."""
+        that recent; with ``agent_id``, that agent only (a hello's look-up)."""
 
     @abstractmethod
     def agents_heard_unrecorded(self, instance: str, since: float) -> list[dict[str, Any]]:

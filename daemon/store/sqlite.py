@@ -355,11 +355,13 @@ class SQLiteStore(Store):
                        "(SELECT instance FROM daemons)")
         return gone
 
-    def agents_elsewhere(self, instance: str, since: float) -> list[dict[str, Any]]:
+    def agents_elsewhere(self, instance: str, since: float,
+                         agent_id: str | None = None) -> list[dict[str, Any]]:
+        one = "" if agent_id is None else "AND a.id = ? "
         return self._agent_rows(
             "SELECT a.*, d.endpoint FROM agents a JOIN daemons d ON d.instance = a.daemon "
-            "WHERE a.daemon <> ? AND a.last_seen >= ? AND d.last_seen >= ? ORDER BY a.id",
-            (instance, since, since))
+            f"WHERE a.daemon <> ? AND a.last_seen >= ? AND d.last_seen >= ? {one}ORDER BY a.id",
+            (instance, since, since) + (() if agent_id is None else (agent_id,)))
 
     def agents_heard_unrecorded(self, instance: str, since: float) -> list[dict[str, Any]]:
         return self._agent_rows(
