@@ -63,6 +63,9 @@ class AgentInfo:
     claims: dict[bytes, Claim] = field(default_factory=dict)
     clash: bytes | None = None
     clash_since: float | None = None
+    # where the holder of a clash is another board connected to another daemon of the fleet
+    # (Registry.claim_elsewhere): its claim as the store keeps it, and that daemon's endpoint
+    held_via: tuple[Claim, str] | None = None
     # (workloads, {name: program digest}) of the last ``program`` asked (ingest: per result)
     _programs: Any = field(default=None, repr=False, compare=False)
 
@@ -275,16 +278,78 @@ class Registry:
             return None
         return holder
 
+    def claim_elsewhere(self, agent_id: str, identity: bytes, platform_id: str,
+                        platform: dict[str, Any], instance: str | None, now: float,
+                        machine: str | None = None, boot: str | None = None
+                        ) -> tuple[Claim, str] | None:
+        """Where :meth:`claim` found no live holder here: (the holder's claim, the endpoint
+        of its daemon) where the store says another daemon of the fleet heard another board
+        (:func:`other_board`) of ``agent_id`` within ``timeout_s`` (schema 20 keeps its ids):
+        the id clashes across daemons and the hello is not to be taken. The holder's own
+        hello failing over here is the same board, and is taken."""
+        row = self._row_elsewhere(agent_id, now)
+        if row is None:
+            return None
+        claim = Claim(now, instance, platform_id, board_name(platform, platform_id), now,
+                      machine, boot)
+        held = self._stored_claim(row)
+        if not other_board(held, claim):
+            return None
+        info = self._agents.get(agent_id) or self.load(
+            agent_id, row["platform"], self.store.platform(row["platform"]) or {},
+            row["workloads"], row["last_seen"], row["doctor"], row["doctor_at"],
+            row["agent_version"])
+        info.claims[identity] = claim
+        info.held_via = (held, row["endpoint"])
+        self._clashes(info, identity, now)
+        return info.held_via
+
+    def _row_elsewhere(self, agent_id: str, now: float) -> dict[str, Any] | None:
+        """The store's row of ``agent_id`` where another daemon answering holds it and heard
+        it within ``timeout_s`` (with that daemon's ``endpoint``); None otherwise."""
+        if self.store is None:
+            return None
+        rows = self.store.agents_elsewhere(self.instance, now - self.timeout_s, agent_id)
+        return rows[0] if rows else None
+
+    def _stored_claim(self, row: dict[str, Any]) -> Claim:
+        """The holder's claim as the store's agents ``row`` keeps it (no agent instance)."""
+        return Claim(row["last_seen"], None, row["platform"],
+                     board_name(self.store.platform(row["platform"]), row["platform"]),
+                     row["last_seen"], row.get("machine"), row.get("boot"))
+
+    def _held_via_live(self, info: AgentInfo, now: float) -> bool:
+        """Whether the board holding ``info``'s id through another daemon is still heard
+        there, as the store says; the store is read only once the claim at hand is older
+        than ``timeout_s`` (heartbeats raise its last_seen there all along)."""
+        if info.held_via is None:
+            return False
+        held, _ = info.held_via
+        if now - held.last_seen <= self.timeout_s:
+            return True
+        row = self._row_elsewhere(info.agent_id, now)
+        other = info.claims.get(info.clash) if info.clash is not None else None
+        if row is None or other is None:
+            return False
+        held = self._stored_claim(row)
+        info.held_via = (held, row["endpoint"])
+        return other_board(held, other)
+
     def _clashes(self, info: AgentInfo, identity: bytes, now: float) -> None:
         if info.clash == identity:
             return
         info.clash, info.clash_since = identity, now
-        held, other = info.claims[info.identity], info.claims[identity]  # type: ignore[index]
-        log.warning("agent id '%s' is used by two agents at once: %s holds it, %s connected "
+        if info.held_via is not None:
+            held, where = info.held_via[0], f" through the daemon at {info.held_via[1]}"
+        else:
+            held, where = info.claims[info.identity], ""  # type: ignore[index]
+        other = info.claims[identity]
+        log.warning("agent id '%s' is used by two agents at once: %s holds it%s, %s connected "
                     "too; jobs and configurations go to the first only, the results of both "
                     "are stored (each run under its board's platform); set agent_id in each "
                     "board's agent.toml to a name of its own (default: the host name) and "
-                    "restart its agent", info.agent_id, claim_text(held), claim_text(other))
+                    "restart its agent", info.agent_id, claim_text(held), where,
+                    claim_text(other))
 
     def clash(self, agent_id: str, now: float | None = None) -> tuple[Claim, Claim] | None:
         """(holder, other) while two live connections say they are ``agent_id``."""
@@ -293,6 +358,12 @@ class Registry:
             return None
         now = time.time() if now is None else now
         other = info.claims.get(info.clash)
+        if info.held_via is not None:
+            # one of them stopped: the other board's next message ends it (seen)
+            if other is None or now - other.last_seen > self.timeout_s \
+                    or not self._held_via_live(info, now):
+                return None
+            return info.held_via[0], other
         holder = self._live_holder(info, info.clash, now)
         if holder is None or other is None or now - other.last_seen > self.timeout_s:
             info.clash = info.clash_since = None  # one of them stopped
@@ -315,6 +386,7 @@ class Registry:
                                           board_name(platform, platform_id), now, machine,
                                           boot)
         info.machine, info.boot = machine, boot
+        info.held_via = None  # it holds the id here now: a clash is one of this daemon's
         info.platform_id, info.platform, info.workloads = platform_id, platform, workloads
         info.identity, info.last_seen = identity, now
         info.doctor, info.doctor_at = (doctor, now) if doctor else (None, None)
@@ -335,6 +407,18 @@ class Registry:
         if info is None:
             return None
         claim = info.claims.get(identity)
+        if info.held_via is not None and identity == info.clash:
+            # refused for a board another daemon holds the id for: heard (its results are
+            # stored) without raising the store's last_seen, which is the holder's
+            if claim is not None:
+                claim.last_seen = now
+                if self._held_via_live(info, now):
+                    return info
+            # the holder is gone: it says hello again (not taking the id unsaid, as an
+            # agent known from the store would: the store's record is to be its board's)
+            info.claims.pop(identity, None)
+            info.clash = info.clash_since = info.held_via = None
+            return None
         if claim is not None:
             claim.last_seen = now
             if identity != info.identity:

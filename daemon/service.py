@@ -669,13 +669,19 @@ class Daemon:
         machine, boot = body.get("machine"), body.get("boot")
         holder = self.registry.claim(agent, identity, pid, platform, instance, now,
                                      machine=machine, boot=boot)
+        via = None
+        if holder is None:  # held by another board through another daemon of the fleet?
+            holder, via = self.registry.claim_elsewhere(
+                agent, identity, pid, platform, instance, now, machine=machine,
+                boot=boot) or (None, None)
         if holder is not None:
             # another board holds the id and is alive (registry logs it): this one is heard,
             # its results stored, but it does not take over the holder's jobs and record;
             # the refusal of its hello puts the clash in its own log too
             self.send(identity, "heartbeat", self._welcome)
             self.refuse(identity, "agent_id_in_use", _id_in_use(
-                agent, holder, "this board gets no jobs (its results are stored)"), msg["id"])
+                agent, holder, "this board gets no jobs (its results are stored)", via),
+                msg["id"])
             return
         # read from the store, not the registry: the hello before may have gone to another
         # daemon of the fleet
@@ -684,7 +690,7 @@ class Daemon:
             # a workload whose program changed: its runs from before no longer count
             self.drift.redefined(agent, pid, stored["workloads"], body["workloads"], now)
         self.store.save_agent(agent, pid, list(body["workloads"]), body["agent_version"], now,
-                              body.get("doctor"), self.instance)
+                              body.get("doctor"), self.instance, machine, boot)
         standings, dropped = _standings(body)
         info = self.registry.hello(agent, identity, pid, platform, list(body["workloads"]), now,
                                    doctor=body.get("doctor"), standings=standings,
@@ -738,10 +744,11 @@ class Daemon:
         if info.identity != identity:
             # another board of the id (a clash): configurations are the holder's, and this
             # board's verification would mark the holder's applied, verified, even standing
+            held, via = info.held_via or (info.claims.get(info.identity), None)
             raise HandlerError("agent_id_in_use", _id_in_use(
-                agent, info.claims.get(info.identity),
+                agent, held,
                 f"its verification of configuration '{str(body['config_id'])[:80]}' is not "
-                "stored: the configurations of this id are the holder's"))
+                "stored: the configurations of this id are the holder's", via))
         rec = self.store.recommendation(body["config_id"])
         if rec is None or rec["agent"] != agent:
             # verification runs are stored only for a configuration pushed to this agent
@@ -899,11 +906,13 @@ def _standings(body: dict[str, Any]) -> tuple[list[dict[str, Any]], list[str]]:
             [d for d in dropped if isinstance(d, str)])
 
 
-def _id_in_use(agent: str, holder: Any, what: str) -> str:
+def _id_in_use(agent: str, holder: Any, what: str, via: str | None = None) -> str:
     """The refusal of a board that says it is ``agent`` while ``holder`` (a registry Claim)
-    holds the id: names the holder, what is not taken, and what to do."""
+    holds the id: names the holder (and the endpoint ``via`` of the daemon of the fleet it is
+    connected to, where not this one), what is not taken, and what to do."""
     held = f", {claim_text(holder)}" if holder is not None else ""
-    return (f"agent id '{agent}' is held by another agent connected to this daemon{held}: "
+    daemon = f"the daemon at {via}" if via else "this daemon"
+    return (f"agent id '{agent}' is held by another agent connected to {daemon}{held}: "
             f"{what}; set agent_id in its agent.toml to a name of its own (default: the host "
             "name) and restart the agent")
 

@@ -246,14 +246,18 @@ def _standing_fields(a: Any) -> dict[str, Any]:
 
 def _clash_row(d: Daemon, agent: str, now: float) -> dict[str, Any] | None:
     """Two agents connected with one id (two boards of one host name, the default id): the
-    one that holds it (gets the jobs) and the other, while both speak; None otherwise."""
+    one that holds it (gets the jobs; ``daemon``: the endpoint of the daemon of the fleet it
+    is connected to, null: this one) and the other, while both speak; None otherwise."""
     clash = d.registry.clash(agent, now)
     if clash is None:
         return None
     info = d.registry.get(agent)
+    # the holder's daemon where it is another of the fleet (the other board is refused here)
+    via = info.held_via[1] if info is not None and info.held_via is not None else None
     return {"since_s": _age(info.clash_since or now, now) if info else None, "key": "agent_id",
             "boards": [{"board": c.board, "platform": c.platform_id, "instance": c.instance,
-                        "machine": c.machine, "boot": c.boot, "holds": holds}
+                        "machine": c.machine, "boot": c.boot, "holds": holds,
+                        "daemon": via if holds else None}
                        for c, holds in zip(clash, (True, False))]}
 
 

@@ -130,7 +130,8 @@ def refused_key_lines(daemon: dict[str, Any]) -> list[str]:
 
 def clash_text(agent: dict[str, Any]) -> str | None:
     """The line on an agent id two connected agents use at once (status agents[].id_clash),
-    naming both boards and the key that parts them; None without a clash."""
+    naming both boards (and the daemon of the fleet the holder is connected to, where not
+    this one) and the key that parts them; None without a clash."""
     c = agent.get("id_clash")
     boards = c.get("boards") if isinstance(c, dict) else None
     if not isinstance(boards, list) or len(boards) != 2:
@@ -147,9 +148,13 @@ def clash_text(agent: dict[str, Any]) -> str | None:
         if held["platform"] != other["platform"]:
             return f"{b['board']} (platform {b['platform']})"
         ids = "".join(f", {k} {b[k][:8]}" for k in parts)
-        return f"{b['board']} (platform {b['platform']}{ids}, agent instance {b['instance']})"
-    return (f"agent {agent.get('id')}: two agents use this id at once: {name(held)} holds it "
-            f"and gets the jobs, {name(other)} is connected too (its results are stored, "
+        # a holder through another daemon is known from the store, which keeps no instance
+        inst = f", agent instance {b['instance']}" if b["instance"] else ""
+        return f"{b['board']} (platform {b['platform']}{ids}{inst})"
+    via = boards[0].get("daemon") if isinstance(boards[0], dict) else None
+    where = f" through the daemon at {via}" if isinstance(via, str) and via else ""
+    return (f"agent {agent.get('id')}: two agents use this id at once: {name(held)} holds it"
+            f"{where} and gets the jobs, {name(other)} is connected too (its results are stored, "
             f"it gets no jobs); set {c.get('key') or 'agent_id'} in each board's agent.toml "
             "to a name of its own (default: the host name) and restart its agent")
 

@@ -380,3 +380,133 @@ def test_an_unreachable_database_says_so_and_leaves_nothing(tmp_path):
     assert "cannot connect to the database" in out.stderr and "hunter2" not in out.stderr
     assert "Traceback" not in out.stderr
     assert sorted(p.name for p in tmp_path.iterdir()) == ["daemon.toml"]
+
+
+@pytest.mark.parametrize("backend", ["sqlite", "postgresql"])
+def test_a_hello_of_another_board_held_through_another_daemon_is_told_apart(tmp_path, request,
+                                                                             backend):
+    """The store keeps the holder's hashed machine and boot ids (schema 20): a daemon of the
+    fleet that did not hear the holder takes the holder's own hello failing over to it (the
+    same board), and refuses another board's while the holder's daemon heard it within
+    agent_timeout_s, naming that daemon; once that has passed the other board's is taken."""
+    url = (str(tmp_path / "fleet.db") if backend == "sqlite"
+           else request.getfixturevalue("pg_url"))
+    d1, d2 = _daemon(url), _daemon(url)
+    try:
+        now = time.time()
+        d1._beat(now)
+        d2._beat(now)
+        d1.store.save_platform("p1", {"hostname": "rpi", "n_cpus": 4}, now)
+        d1.store.save_agent("vm", "p1", ["w"], "t", now, daemon=d1.instance, machine="m1",
+                            boot="b1")
+        d1.store.save_agent("pi", "p1", ["w"], "t", now, daemon=d1.instance, machine="m9",
+                            boot="b9")  # another id held there: not this one's record
+        row = d2.store.agent("vm")
+        assert (row["machine"], row["boot"], row["daemon"]) == ("m1", "b1", d1.instance)
+        claim = d2.registry.claim_elsewhere
+        assert claim("vm", b"x", "p1", {}, None, now + 1, "m1", "b1") is None  # fail-over
+        assert claim("vm", b"x", "p1", {}, None, now + 1) is None  # says no ids: as before
+        for other in ({"machine": "m2", "boot": "b2"}, {"machine": "m1", "boot": "b2"}):
+            held, via = claim("vm", b"y", "p1", {}, None, now + 1, **other)
+            assert via == d1.endpoint and (held.board, held.machine) == ("rpi", "m1")
+        assert claim("vm", b"z", "p2", {}, None, now + 1) is not None  # another platform
+        # the refused board is heard, without raising the record's last_seen (the holder's)
+        assert d2.registry.seen("vm", b"z", now + 2) is not None
+        assert d2.registry.take_dirty() == {}
+        timeout = d2.registry.timeout_s
+        d1._beat(now + timeout + 2)  # its daemon answers; the holder was not heard since
+        assert d2.registry.seen("vm", b"z", now + timeout + 2) is None  # says hello again
+        assert claim("vm", b"y", "p1", {}, None, now + timeout + 2, "m2", "b2") is None
+    finally:
+        d1.close()
+        d2.close()
+
+
+@pytest.mark.integration
+def test_a_second_board_of_one_id_is_refused_by_another_daemon_of_the_fleet(tmp_path):
+    """Two boards of one platform and agent id, each saying hello to another daemon of a
+    fleet on one store: the second daemon, which knew only its own connections, took the
+    second board's hello and the record of the id (its last_seen, its holder) went back and
+    forth between them. Now it refuses it (agent_id_in_use, naming the daemon the holder is
+    connected to, in the second board's log and in its status), the store's record stays the
+    first board's, and once the first board stops the second takes the id."""
+    from opptune.agent.machine_id import app_specific
+    from opptune.agent.virtual_board import make_tree
+    from opptune.daemon.status_view import clash_text
+    from procs import AGENT_RUN_AS
+    from test_agent_id_clash import _clash, _ids
+    import uuid
+
+    machines = [uuid.uuid4(), uuid.uuid4()]
+    roots = [make_tree("rpi4", str(tmp_path / f"board{i}")) for i in (1, 2)]
+    for root, machine in zip(roots, machines):
+        _ids(root, machine, uuid.uuid4())
+    # a loaded machine may hold a daemon's store writes back for seconds: not what this tests
+    f = Fleet(tmp_path, str(tmp_path / "fleet.db"), auto_sweep=False,
+              extra_daemon={"agent_timeout_s": 10.0},
+              extra_agent={"agent_id": "vm", "virtual_board": "rpi4", "sysfs_root": roots[0]})
+    second = write_toml(tmp_path / "agent2.toml", {
+        "agent_id": "vm", "daemon": f.endpoints[1], "state_dir": str(tmp_path / "agent2-state"),
+        "heartbeat_s": 0.5, "bench_kernels": ["pi_integrate"], "virtual_board": "rpi4",
+        "sysfs_root": roots[1], **AGENT_RUN_AS})
+    agent2_log = tmp_path / "agent2.log"
+    f.start_daemons()
+    f.use(0)
+    f.start_agent()
+    other = None
+    try:
+        st = f.wait_for(lambda s: (_agent(s, "vm") or {}).get("alive"), timeout=60,
+                        what="the first board connected to daemon 0")
+        platform = _agent(st, "vm")["platform"]
+        f.use(1)
+        f.wait_for(lambda s: (_agent(s, "vm") or {}).get("via") == f.endpoints[0], timeout=30,
+                   what="daemon 1 seeing the first board through daemon 0")
+        other = f._spawn("opptune.agent", second, "agent2.log")
+        st = f.wait_for(lambda s: _clash(s) is not None, timeout=60,
+                        what="the clash in daemon 1's status")
+        held, unheld = _clash(st)["boards"]
+        assert (held["holds"], held["daemon"], held["machine"]) == (
+            True, f.endpoints[0], app_specific(machines[0]))
+        assert (unheld["holds"], unheld["daemon"], unheld["machine"]) == (
+            False, None, app_specific(machines[1]))
+        assert held["platform"] == unheld["platform"] == platform
+        text = clash_text(_agent(st, "vm"))
+        assert f"machine {held['machine'][:8]}) holds it through the daemon at " \
+               f"{f.endpoints[0]} and gets the jobs" in text, text
+        out = subprocess.run([sys.executable, "-m", "opptune.daemon.cli", "status", "--daemon",
+                              f.endpoints[1]], capture_output=True, text=True, timeout=60,
+                             env={**os.environ, "COLUMNS": "300"})
+        assert out.returncode == 0 and text in out.stdout, out.stdout + out.stderr
+        f.wait_for(lambda s: "agent_id_in_use" in agent2_log.read_text(), timeout=30,
+                   what="the refusal in the second board's log")
+        log2 = agent2_log.read_text()
+        assert "is held by another agent connected to the daemon at " \
+               f"{f.endpoints[0]}, board rpi4 (virtual) (platform {platform}, machine " \
+               f"{held['machine'][:8]}" in log2, log2
+        (line,) = [ln for ln in (tmp_path / "daemon1.log").read_text().splitlines()
+                   if "is used by two agents at once" in ln]
+        assert f"holds it through the daemon at {f.endpoints[0]}" in line, line
+        # a while on, with both heard all along: the record is still the first board's,
+        # held through daemon 0, which still has it connected
+        f.wait_for(lambda s: (_clash(s) or {}).get("since_s", 0) >= 3.0, timeout=30,
+                   what="three seconds of the clash")
+        st0 = query(f.endpoints[0], "status")
+        assert (_agent(st0, "vm") or {}).get("alive")
+        assert db_rows(f.db, "SELECT machine, daemon FROM agents WHERE id = 'vm'") == [
+            (app_specific(machines[0]), st0["daemon"]["instance"])]
+        # the first board stops: past agent_timeout_s the second says hello again, takes it
+        f.agent.terminate()
+        assert f.agent.wait(30) == 0
+        f.agent = other  # wait_for watches it from now on
+        f.wait_for(lambda s: db_rows(f.db, "SELECT machine, daemon FROM agents") == [
+            (app_specific(machines[1]), s["daemon"]["instance"])], timeout=60,
+            what="the second board's hello taken by daemon 1")
+        st = f.wait_for(lambda s: _clash(s) is None and (_agent(s, "vm") or {}).get("alive"),
+                        timeout=30, what="the second board holding the id on daemon 1")
+        assert _agent(st, "vm")["via"] is None
+        assert "Traceback" not in (tmp_path / "daemon1.log").read_text()
+    finally:
+        f.stop()
+        if other is not None and other.poll() is None:
+            other.terminate()
+            other.wait(30)

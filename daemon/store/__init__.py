@@ -78,10 +78,12 @@ class Store(ABC):
     @abstractmethod
     def save_agent(self, agent_id: str, platform_id: str, workloads: list[Any],
                    agent_version: str, now: float,
-                   doctor: dict[str, Any] | None = None, daemon: str | None = None) -> None:
+                   doctor: dict[str, Any] | None = None, daemon: str | None = None,
+                   machine: str | None = None, boot: str | None = None) -> None:
         """Insert or update an agent at its hello; ``doctor`` (its report, agent/doctor.py)
         replaces the stored one with ``now`` as its time, None clears it; ``daemon``: the
-        instance the hello came to."""
+        instance the hello came to; ``machine``, ``boot``: the hashed ids the hello sent
+        (agent/machine_id.py; None: not said)."""
 
     @abstractmethod
     def touch_agents(self, last_seen: dict[str, float], daemon: str | None = None) -> None:
@@ -92,7 +94,8 @@ class Store(ABC):
     @abstractmethod
     def agents(self) -> list[dict[str, Any]]:
         """Every known agent: id, platform, workloads, first_seen, last_seen, doctor,
-        doctor_at, daemon (the instance that last heard it; None: unknown)."""
+        doctor_at, daemon (the instance that last heard it; None: unknown), machine, boot
+        (the hashed ids of its last hello; None: not said, or before schema 20)."""
 
     @abstractmethod
     def agent(self, agent_id: str) -> dict[str, Any] | None:
@@ -124,10 +127,11 @@ class Store(ABC):
         :meth:`daemons` gives them."""
 
     @abstractmethod
-    def agents_elsewhere(self, instance: str, since: float) -> list[dict[str, Any]]:
+    def agents_elsewhere(self, instance: str, since: float,
+                         agent_id: str | None = None) -> list[dict[str, Any]]:
         """The agents (as :meth:`agents` gives them, plus ``endpoint``) held by a daemon other
         than ``instance`` that heard them at ``since`` or later and whose own heartbeat is
-        that recent."""
+        that recent; with ``agent_id``, that agent only (a hello's look-up)."""
 
     @abstractmethod
     def agents_heard_unrecorded(self, instance: str, since: float) -> list[dict[str, Any]]:

@@ -97,7 +97,7 @@ naming the columns.
 
 from __future__ import annotations
 
-SCHEMA_VERSION = 19
+SCHEMA_VERSION = 20
 
 MIGRATIONS: dict[int, list[str]] = {
     1: [
@@ -331,5 +331,12 @@ MIGRATIONS: dict[int, list[str]] = {
                standings TEXT NOT NULL,
                dropped TEXT NOT NULL,
                said_at REAL NOT NULL)""",
+    ],
+    20: [
+        # the hashed machine id and boot id of the board that holds the agent id, as its last
+        # hello said them (NULL: not said): a daemon of the fleet tells a hello of another
+        # board of the id from the holder's failing over to it (registry.claim_elsewhere)
+        "ALTER TABLE agents ADD COLUMN machine TEXT",
+        "ALTER TABLE agents ADD COLUMN boot TEXT",
     ],
 }

@@ -49,12 +49,14 @@ _packb = msgpack.Packer(use_bin_type=True).pack
 
 WAL_RESTART_BYTES = 64 << 20
 # an agent at its hello (both back ends): the columns named, as schema 9 added the doctor's
-# (and schema 11 the daemon that holds it)
+# (schema 11 the daemon that holds it, schema 20 its board's hashed machine and boot ids)
 SAVE_AGENT = ("INSERT INTO agents (id, platform, workloads, agent_version, first_seen, last_seen, "
-              "doctor, doctor_at, daemon) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT(id) DO "
-              "UPDATE SET platform=excluded.platform, workloads=excluded.workloads, "
-              "agent_version=excluded.agent_version, last_seen=excluded.last_seen, "
-              "doctor=excluded.doctor, doctor_at=excluded.doctor_at, daemon=excluded.daemon")
+              "doctor, doctor_at, daemon, machine, boot) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) "
+              "ON CONFLICT(id) DO UPDATE SET platform=excluded.platform, "
+              "workloads=excluded.workloads, agent_version=excluded.agent_version, "
+              "last_seen=excluded.last_seen, doctor=excluded.doctor, "
+              "doctor_at=excluded.doctor_at, daemon=excluded.daemon, machine=excluded.machine, "
+              "boot=excluded.boot")
 # the agents a daemon heard (both back ends; the SQL of the greater of two values differs):
 # the holder changes only with a time no earlier than the stored one
 TOUCH_AGENT = ("UPDATE agents SET daemon=CASE WHEN ? >= last_seen THEN COALESCE(?, daemon) "
@@ -266,11 +268,12 @@ class SQLiteStore(Store):
 
     def save_agent(self, agent_id: str, platform_id: str, workloads: list[Any],
                    agent_version: str, now: float,
-                   doctor: dict[str, Any] | None = None, daemon: str | None = None) -> None:
+                   doctor: dict[str, Any] | None = None, daemon: str | None = None,
+                   machine: str | None = None, boot: str | None = None) -> None:
         with self._tx() as db:
             db.execute(SAVE_AGENT, (agent_id, platform_id, _dumps(workloads), agent_version, now,
                                     now, None if doctor is None else _json_safe(doctor),
-                                    None if doctor is None else now, daemon))
+                                    None if doctor is None else now, daemon, machine, boot))
             for w in workloads:
                 name = w.get("name") if isinstance(w, dict) else w
                 if isinstance(name, str):
@@ -352,11 +355,13 @@ class SQLiteStore(Store):
                        "(SELECT instance FROM daemons)")
         return gone
 
-    def agents_elsewhere(self, instance: str, since: float) -> list[dict[str, Any]]:
+    def agents_elsewhere(self, instance: str, since: float,
+                         agent_id: str | None = None) -> list[dict[str, Any]]:
+        one = "" if agent_id is None else "AND a.id = ? "
         return self._agent_rows(
             "SELECT a.*, d.endpoint FROM agents a JOIN daemons d ON d.instance = a.daemon "
-            "WHERE a.daemon <> ? AND a.last_seen >= ? AND d.last_seen >= ? ORDER BY a.id",
-            (instance, since, since))
+            f"WHERE a.daemon <> ? AND a.last_seen >= ? AND d.last_seen >= ? {one}ORDER BY a.id",
+            (instance, since, since) + (() if agent_id is None else (agent_id,)))
 
     def agents_heard_unrecorded(self, instance: str, since: float) -> list[dict[str, Any]]:
         return self._agent_rows(
