@@ -29,8 +29,19 @@ demo: venv
 # the processes they start rather than compute, so more workers than cores pay. Then, alone, the
 # tests marked quiet: they judge a measurement only an unloaded machine gives and skip under
 # load, which the workers' own would make every time (5: none selected by PYTEST_ARGS)
+# Bytecode is cached for the run (git ignores __pycache__) where the environment says
+# PYTHONDONTWRITEBYTECODE (this project's machines do): the suite starts hundreds of Python
+# processes (daemons, agents, opptune) on the same sources, each compiling them again, and
+# each worker rewrote the asserts of every test module as it collected (8 s CPU, 3 s
+# cached). One collection first caches those, which the workers, starting at once, would
+# each make; its errors are the workers' to report.
 TEST_WORKERS ?= 4
+test: export PYTHONDONTWRITEBYTECODE =
 test: venv
+ifneq ($(TEST_WORKERS),0)
+	$(PY) -m pytest -q --collect-only -p no:cacheprovider -m "not quiet" $(PYTEST_ARGS) \
+		>/dev/null 2>&1 || true
+endif
 	$(PY) -m pytest -q -n $(TEST_WORKERS) -m "not quiet" $(PYTEST_ARGS)
 	$(PY) -m pytest -q -m quiet $(PYTEST_ARGS) || [ $$? -eq 5 ]
 

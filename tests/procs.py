@@ -118,8 +118,9 @@ class Cluster:
             return None
 
     def wait_for(self, predicate: Callable[[dict[str, Any]], bool], timeout: float = 60.0,
-                 what: str = "condition") -> dict[str, Any]:
-        """Poll the daemon's status until ``predicate`` holds; fail with the logs otherwise."""
+                 what: str = "condition", poll_s: float = 0.05) -> dict[str, Any]:
+        """Poll the daemon's status every ``poll_s`` until ``predicate`` holds; fail with the
+        logs otherwise."""
         deadline = time.monotonic() + timeout
         last = None
         while time.monotonic() < deadline:
@@ -132,8 +133,9 @@ class Cluster:
                 last = st
                 if predicate(st):
                     return st
-            else:
-                time.sleep(0.05)  # daemon not up yet; its start is what we wait for
+            # a status costs the daemon a look at its store: asked back to back, they took
+            # most of the CPU of the suite's cluster tests (the daemon's and this process's)
+            time.sleep(poll_s)
         raise AssertionError(f"timed out waiting for {what}; last status: "
                              f"{json.dumps(last, default=str)[:2000]}\n{self.logs()}")
 

@@ -75,8 +75,50 @@ def test_quiet_tests_run_alone_after_the_workers(tree):
     """The tests marked quiet judge the machine itself and skip under load: make test runs
     them after the parallel workers, in one process, and a selection without any (PYTEST_ARGS
     naming other files: pytest's exit 5) is no failure."""
-    lines = [ln for ln in dry_run(tree).splitlines() if "-m pytest" in ln]
+    lines = [ln for ln in dry_run(tree).splitlines()
+             if "-m pytest" in ln and "--collect-only" not in ln]
     assert len(lines) == 2, lines
     assert "-n 4" in lines[0] and '-m "not quiet"' in lines[0]
     assert "-n" not in lines[1].split() and "-m quiet" in lines[1]
     assert lines[1].endswith("|| [ $? -eq 5 ]")
+
+
+def fake_python(tree: Path) -> Path:
+    """The venv's python as a script that logs, per call, what Python would make of
+    PYTHONDONTWRITEBYTECODE (set to a non-empty string: no bytecode written) and its
+    arguments; the log's path."""
+    log = tree / "calls.log"
+    py = tree / ".venv" / "bin" / "python"
+    py.write_text('#!/bin/sh\nif [ -n "$PYTHONDONTWRITEBYTECODE" ]; then w=no; else w=yes; fi\n'
+                  f'echo "writes-bytecode=$w $*" >> {log}\n')
+    py.chmod(0o755)
+    os.utime(py, (1_000_000, 1_000_000))  # still older than the install's stamp
+    return log
+
+
+@pytest.mark.parametrize("workers", ["4", "2"])
+def test_the_test_run_caches_bytecode_and_collects_once_before_the_workers(tree, workers):
+    """An environment with PYTHONDONTWRITEBYTECODE (this project's machines) made every
+    process of the suite compile the sources again and every worker rewrite the test
+    modules: make test writes bytecode, and one collection caches the rewritten modules
+    before the workers start."""
+    log = fake_python(tree)
+    env = {**os.environ, "PYTHONDONTWRITEBYTECODE": "1"}
+    out = subprocess.run(["make", "test", f"TEST_WORKERS={workers}"], cwd=tree, env=env,
+                         capture_output=True, text=True)
+    assert out.returncode == 0, out.stderr
+    calls = log.read_text().splitlines()
+    assert [c.split()[0] for c in calls] == ["writes-bytecode=yes"] * 3, calls
+    assert "--collect-only" in calls[0] and "-n" not in calls[0].split()
+    assert f"-n {workers}" in calls[1] and "--collect-only" not in calls[1]
+    assert "-m quiet" in calls[2]
+
+
+def test_a_single_process_run_collects_once(tree):
+    """With TEST_WORKERS=0 the one process collects for itself: no collection before it."""
+    log = fake_python(tree)
+    out = subprocess.run(["make", "test", "TEST_WORKERS=0"], cwd=tree, capture_output=True,
+                         text=True)
+    assert out.returncode == 0, out.stderr
+    calls = log.read_text().splitlines()
+    assert len(calls) == 2 and not any("--collect-only" in c for c in calls), calls
