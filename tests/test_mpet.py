@@ -6,6 +6,9 @@ import csv
 import dataclasses
 import json
 import math
+import os
+import subprocess
+import sys
 
 import numpy as np
 import pytest
@@ -1692,3 +1695,17 @@ def test_what_a_prediction_shares_or_skips_changes_none_of_its_floats(seed):
         assert _same([short.t1, *short.t], [full.t1, *full.t])
         checked += 1
     assert checked
+
+
+def test_the_mean_distances_are_the_same_in_every_process():
+    """Eq. 18-19's means add their terms in one order whatever the process's string hashes
+    (PYTHONHASHSEED): in a set's order their last bit, and a tie between two candidates
+    decided by it, changed from one run of eval-mpet to the next."""
+    code = ("import numpy as np; from opptune.daemon.models.mpet_distance import Distances; "
+            "r = np.random.default_rng(7); "
+            "d = Distances({(f'w{i}', p): r.random(6) for i in range(40) for p in 'PT'}); "
+            "print(repr(d.d_p_mean('P', 'T')), repr(d.d_a_mean('w0', 'w1')))")
+    outs = {subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                           check=True, env={**os.environ, "PYTHONHASHSEED": str(seed)}).stdout
+            for seed in range(6)}
+    assert len(outs) == 1, outs

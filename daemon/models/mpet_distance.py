@@ -148,13 +148,17 @@ class Distances:
 
     def d_a_mean(self, a, b) -> float:
         """Eq. 18: mean of D_a(T_j, A, B) over the platforms T_j where both are profiled."""
-        common = list(self.platforms_of.get(a, set()) & self.platforms_of.get(b, set()))
+        # in a fixed order: a set's follows the process's string hashes, and the sum's last
+        # bit with it (a tie of candidates decided by that bit differed between processes)
+        common = sorted(self.platforms_of.get(a, set()) & self.platforms_of.get(b, set()),
+                        key=str)
         vals = [v for v in self.d_a_many(common, a, [b] * len(common)) if math.isfinite(v)]
         return float(np.mean(vals)) if vals else math.nan
 
     def d_p_mean(self, p, t) -> float:
         """Eq. 19: mean of D_p(B_i, P, T) over the workloads B_i profiled on both platforms."""
-        common = list(self.workloads_on.get(p, set()) & self.workloads_on.get(t, set()))
+        common = sorted(self.workloads_on.get(p, set()) & self.workloads_on.get(t, set()),
+                        key=str)
         vals = [v for v in self.d_p_many(common, [p] * len(common), t) if math.isfinite(v)]
         return float(np.mean(vals)) if vals else math.nan
 
