@@ -53,7 +53,7 @@ from ..shared.cpus import format_cpu_list
 from ..shared.point_stats import StopRule, point_stats, stop_reason
 from ..shared.records import JOB_CANCELLED, JOB_STOPPED, NOT_RUN, RunRecord
 from ..shared.refusals import RefusalLog
-from ..shared.standing import clock_plan, key_of, target_key
+from ..shared.standing import clock_plan, key_of, policies_of, target_key
 from ..shared.target_text import measured_text, target_name
 from . import standing
 from .knobs.state import running_start
@@ -597,7 +597,8 @@ class Executor:
             self._store_result(job_id, total, idx * reps + rec.rep, rec)
             self.wait_for_room()  # the next run starts only with room for its result
 
-        self.runner.run_point(spec, reps, warmup=warmup, first_rep=first_rep, on_record=store)
+        self.runner.run_point(spec, reps, warmup=warmup, first_rep=first_rep, on_record=store,
+                              held=self._around(spec))
 
     def _run_adaptive(self, job_id: str, total: int, reps: int, warmup: int, idx: int,
                       first_rep: int, spec: RunSpec, rule: StopRule) -> None:
@@ -642,7 +643,7 @@ class Executor:
 
         try:
             self.runner.run_point(spec, reps, warmup=warmup, first_rep=first_rep,
-                                  on_record=store)
+                                  on_record=store, held=self._around(spec))
         except _PointDone:
             pass
 
@@ -859,6 +860,19 @@ class Executor:
         key = target_key(body.get("target"))
         return [RunSpec.of_config(c) for c in self.standing_configs
                 if key_of(c) != key or not body.get("keep", True)]
+
+    def _around(self, spec: RunSpec) -> list[RunSpec]:
+        """The clocks configurations in force hold on the policies a job's point does not
+        use: a point without a clock leaves its own policies to the governor and those
+        (its knobs' ``held``), not every policy back to the board's original."""
+        mine = set(policies_of(self.platform, spec.cpus))
+        out = []
+        for c in self.standing_configs:
+            cpus = [x for x in c.get("cpus") or []
+                    if not mine & set(policies_of(self.platform, [x]))]
+            if c.get("freq_khz") is not None and cpus:
+                out.append(dataclasses.replace(RunSpec.of_config(c), cpus=cpus))
+        return out
 
     def _policy_freqs(self, cpus: list[int]) -> dict[str, float]:
         """Current MHz of each cpufreq policy holding one of ``cpus`` (empty without a knob)."""

@@ -419,3 +419,30 @@ def test_a_process_in_a_confined_unit_runs_on_its_own_configuration_s_cpus(tmp_p
         ex.stand_again()
         assert ex.standings_wire()[0]["target"] == {**in_web, "kind": "pid"}
         assert "its cpu set is overridden by c5 (unit web.service, cpus 1)" in caplog.text
+
+
+def test_a_sweep_point_without_a_clock_leaves_the_clocks_standings_hold_on_other_policies(
+        tmp_path, procs):
+    """Before, a job's point without a clock put every policy back to its governor while it
+    ran (the knob's apply restored them all), undoing the unit's clock on policy4 during a
+    point on cpus 0-1. A point's clock is its business on its own policies only: policy0 (the
+    process's clock) goes to the governor for it, policy4 keeps the unit's. (The runs are on
+    this machine's cpus: cpus 0-1, of the virtual board's policy0.)"""
+    seen = tmp_path / "seen.txt"
+    command = [PY, "-c", PEEK, str(tmp_path / "root"), str(seen)]
+    with agent(tmp_path, "odroid-xu4", command) as (ex, w, targets, root):
+        cgroup_tree(root, cpus="0-7")
+        before = cpufreq_state(str(root))
+        gov0 = f"policy0={before['policy0/scaling_governor']}:" \
+               f"{before['policy0/scaling_setspeed']}"
+        work(w, config("c1", pid(procs[0]), cpus=[1], freq_khz=1_000_000))
+        work(w, config("c2", {"kind": "unit", "unit": "web"}, cpus=[4], freq_khz=1_800_000))
+        assert [b["ok"] for b in applied(ex)] == [True] * 2
+        seen.unlink(missing_ok=True)
+        work(w, job("j1", [([0, 1], None), ([0], 1_400_000), ([1], None)]))
+        assert seen.read_text().splitlines() == [
+            f"{gov0} policy4=userspace:1800000",
+            "policy0=userspace:1400000 policy4=userspace:1800000",
+            f"{gov0} policy4=userspace:1800000"]
+        # at rest, both clocks back
+        assert pinned_at(str(root), 1_000_000) and pinned_at(str(root), 1_800_000, "policy4")
