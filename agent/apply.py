@@ -25,7 +25,8 @@ policy: shared/standing.py), so no measurement point's clock is left behind. The
 the state directory and applied again when the agent starts (agent/standing.py). A process or
 unit a configuration confined is let go (its cpu set put back) when another configuration of
 the same target replaces it; one that does not stand (``keep: false``, failed) has its own
-target changes undone once verified.
+target changes undone once verified (a unit's: its processes with a configuration of their own
+in force get their cpus again).
 
 A process a configuration in force confines may exit while the agent runs: the link's
 heartbeat looks for that (:meth:`Worker.watch`, one read of /proc/PID/stat per confined
@@ -772,6 +773,28 @@ class Executor:
             log.warning("undoing configuration %s: %s", body["config_id"], problem)
         if replaced is not None and replaced in self.standing_configs:
             standing.confine_again(self._standing_file, replaced, self.targets)
+        if kind_of(body.get("target")) == "unit":
+            self._pin_again(body["target"]["unit"])
+
+    def _pin_again(self, unit: str) -> None:
+        """The cpu set of ``unit`` was just put back: the processes of the unit that a
+        configuration in force confines get their own cpus again (a kernel may reset their
+        affinity to the cgroup's when its cpu set changes), where the unit's configuration in
+        force, if any, holds them."""
+        key = target_key({"kind": "unit", "unit": unit})
+        mine = next((c for c in self.standing_configs if key_of(c) == key), None)
+        for c in self.standing_configs:
+            if kind_of(c.get("target")) != "pid" or (
+                    mine is not None and not set(c["cpus"]) <= set(mine["cpus"])):
+                continue
+            try:
+                if self.targets.unit_holding(c["target"]["pid"], [unit]) is None:
+                    continue
+                self.targets.apply(c["target"], list(c["cpus"]), owner=str(c["config_id"]))
+            except (TargetError, OSError) as exc:
+                log.warning("applied configuration %s: process %s of unit %s cannot be given "
+                            "its cpus again (%s)", standing.describe(c), c["target"]["pid"],
+                            unit, exc)
 
     def _apply_to_command(self, body: dict[str, Any], spec: RunSpec, at_rest: bool) -> bool:
         """Run the config's workload in its configuration (its verification)."""

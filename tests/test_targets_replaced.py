@@ -446,3 +446,29 @@ def test_a_sweep_point_without_a_clock_leaves_the_clocks_standings_hold_on_other
             f"{gov0} policy4=userspace:1800000"]
         # at rest, both clocks back
         assert pinned_at(str(root), 1_000_000) and pinned_at(str(root), 1_800_000, "policy4")
+
+
+@pytest.mark.parametrize("unit_stands", [True, False])
+def test_a_unit_verification_that_does_not_stand_gives_its_processes_their_own_cpus_again(
+        tmp_path, procs, unit_stands):
+    """Before, a ``keep: false`` verification of a unit put the unit's cpu set back and left
+    a process of the unit that has its own configuration on whatever the kernel gave it (a
+    kernel may reset a cgroup's processes to its cpu set when it changes): the process's
+    configuration, in force, no longer held. Now its cpus are set again, with the unit's
+    configuration in force or without one. The kernel's reset is played by setting the
+    process's affinity to the unit's cpus beforehand."""
+    p = procs[0]
+    with agent(tmp_path) as (ex, w, targets, root):
+        d = cgroup_tree(root, cpus="0-7")
+        (d / "cgroup.procs").write_text(f"{procs[1].pid}\n{p.pid}\n")
+        work(w, config("c1", pid(p), cpus=[1]))
+        if unit_stands:
+            work(w, config("c2", {"kind": "unit", "unit": "web"}, cpus=[0, 1]))
+        os.sched_setaffinity(p.pid, {0, 1})
+        work(w, config("c3", {"kind": "unit", "unit": "web"}, cpus=[0, 1], keep=False))
+        assert all(b["ok"] for b in applied(ex))
+        assert os.sched_getaffinity(p.pid) == {1}
+        assert (d / "cpuset.cpus").read_text().strip() == ("0-1" if unit_stands else "0-7")
+        assert [c["config_id"] for c in ex.standings_wire()] == \
+            (["c1", "c2"] if unit_stands else ["c1"])
+    assert os.sched_getaffinity(p.pid) == EVERY_CPU  # the agent's stop puts it back
