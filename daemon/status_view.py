@@ -10,7 +10,7 @@ from rich.table import Table
 
 from ..shared.clock_words import kept_clock_text
 from ..shared.cpus import format_cpu_list
-from ..shared.standing import EXITED_WHILE_RUNNING
+from ..shared.standing import WHILE_RUNNING
 from .console import make_console
 from .planner import clock_text, frequencies_not_swept
 
@@ -188,7 +188,7 @@ def standing_lines(agent: dict[str, Any], board: str) -> list[str]:
         dropped = [agent["standing_dropped"]] if agent.get("standing_dropped") else []
     rest = ("the others stand" if lines else "the board is at its original settings")
     for d in dropped:  # at the agent's restart, or its process exited while the agent ran
-        when = "while the agent ran" if EXITED_WHILE_RUNNING in str(d) else \
+        when = "while the agent ran" if WHILE_RUNNING in str(d) else \
             "when the agent restarted"
         lines.append(f"{who}: the applied configuration was dropped {when}: {d}; {rest}")
     return lines

@@ -720,3 +720,13 @@ def test_the_runs_table_and_the_reports_fleet_count_failed_runs_apart():
     assert cells == {"triad": ["54", "4", "2"], "old": ["7", "-", "2"]}
     (fleet,) = fleet_rows(data)
     assert (fleet["runs"], fleet["failed"]) == (61, 4)
+
+
+def test_a_unit_that_stopped_while_the_agent_ran_is_said_so_not_taken_for_a_restart():
+    """Before, only a process's 'exited while the agent ran' read as a drop while the agent
+    ran; a unit's stop (agent/apply.py) read 'dropped when the agent restarted'."""
+    from opptune.daemon.status_view import standing_lines
+    why = "c2: unit web.service stopped while the agent ran (ActiveState=failed)"
+    assert standing_lines({"id": "a1", "standings": [], "standings_dropped": [why]}, "b") == [
+        f"board b (agent a1): the applied configuration was dropped while the agent ran: {why}; "
+        "the board is at its original settings"]

@@ -14,6 +14,7 @@ import dataclasses
 import json
 import logging
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -472,3 +473,63 @@ def test_a_unit_verification_that_does_not_stand_gives_its_processes_their_own_c
         assert [c["config_id"] for c in ex.standings_wire()] == \
             (["c1", "c2"] if unit_stands else ["c1"])
     assert os.sched_getaffinity(p.pid) == EVERY_CPU  # the agent's stop puts it back
+
+
+@pytest.mark.parametrize("how", ["holds no process", "is gone"])
+def test_a_unit_that_stops_while_the_agent_runs_is_dropped_one_that_restarts_is_confined_again(
+        tmp_path, procs, caplog, how):
+    """Before, a unit's configuration stood until the agent's next start dropped it (the unit
+    gone), as a process's did. The link's heartbeat (Worker.watch) looks at the unit (here
+    without systemd: its cgroup gone, or holding no process): one stopped at two heartbeats
+    in a row is dropped as an exited process is (INFO line, out of standing.json, its clock
+    on policy4 back, a hello); one that restarts between two (its cgroup made anew, cpuset
+    empty) is confined again, not dropped."""
+    caplog.set_level(logging.INFO, "opptune.agent")
+    with agent(tmp_path, "odroid-xu4") as (ex, w, targets, root):
+        told = []
+        ex.say_standings = lambda: told.append([c["config_id"] for c in ex.standings_wire()])
+        d = cgroup_tree(root, cpus="0-7")
+        (d / "cgroup.procs").write_text(f"{procs[1].pid}\n")
+        before = cpufreq_state(str(root))
+        work(w, config("c1", pid(procs[0]), cpus=[1], freq_khz=1_000_000))
+        work(w, config("c2", {"kind": "unit", "unit": "web"}, cpus=[4], freq_khz=1_800_000))
+        assert (d / "cpuset.cpus").read_text() == "4"
+        # a restart: seen stopped at one heartbeat, running in a new cgroup at the next
+        shutil.rmtree(d)
+        w.watch()
+        assert w.idle.is_set() and told == []
+        d = cgroup_tree(root, cpus="")
+        (d / "cgroup.procs").write_text(f"{procs[1].pid}\n")
+        w.watch()
+        assert w.idle.wait(60)
+        assert (d / "cpuset.cpus").read_text() == "4" and told == []
+        assert [c["config_id"] for c in ex.standings_wire()] == ["c1", "c2"]
+        assert "applied configuration c2 (w on cpus 4 at 1800 MHz, unit web): unit web " \
+               "restarted out of its cpu set" in caplog.text
+        assert "applied configuration c2 (w on cpus 4 at 1800 MHz, unit web): its target " \
+               "confined again" in caplog.text
+        # it stops: still stopped at the next heartbeat, it is dropped
+        if how == "is gone":
+            shutil.rmtree(d)
+        else:
+            (d / "cgroup.procs").write_text("")
+        w.watch()
+        assert w.idle.is_set() and told == []
+        w.watch()
+        assert w.idle.wait(60)
+        why = f"unit web.service stopped while the agent ran (its cgroup {how})"
+        assert told == [["c1"]] and ex.standing_dropped == [f"c2: {why}"]
+        assert [c["config_id"] for c in ex.standings_wire()] == ["c1"]
+        assert kept_ids(tmp_path / "state") == ["c1"]
+        assert [r[0] for r in recorded(tmp_path / "state")] == ["c1"]
+        if how == "holds no process":  # its cpu set put back: the cgroup's of its restart
+            assert (d / "cpuset.cpus").read_text() == ""
+        now = cpufreq_state(str(root))
+        assert {k: v for k, v in now.items() if k.startswith("policy4/")} == \
+            {k: v for k, v in before.items() if k.startswith("policy4/")}
+        assert pinned_at(str(root), 1_000_000)
+        assert f"applied configuration c2 (w on cpus 4 at 1800 MHz, unit web) dropped: {why}; " \
+               "the other applied configurations stand" in caplog.text
+        assert "undoing" not in caplog.text
+        w.watch()  # said once
+        assert w.idle.wait(60) and told == [["c1"]]
