@@ -1077,8 +1077,9 @@ class Worker(threading.Thread):
             self._put(("config", msg))
 
     def watch(self) -> None:
-        """(link thread, at each heartbeat) A confined process that exited: its configuration
-        dropped by the worker, at once when idle (:meth:`Executor.drop_exited`)."""
+        """(link thread, at each heartbeat) A confined process that exited, or a confined unit
+        that stopped or restarted out of its cpu set: its configuration dropped, or the unit
+        confined again, by the worker, at once when idle (:meth:`Executor.drop_exited`)."""
         if self.executor.notice_exited():
             self._put(("exited", None))
 
