@@ -25,14 +25,19 @@ policy: shared/standing.py), so no measurement point's clock is left behind. The
 the state directory and applied again when the agent starts (agent/standing.py). A process or
 unit a configuration confined is let go (its cpu set put back) when another configuration of
 the same target replaces it; one that does not stand (``keep: false``, failed) has its own
-target changes undone once verified.
+target changes undone once verified (a unit's: its processes with a configuration of their own
+in force get their cpus again).
 
 A process a configuration in force confines may exit while the agent runs: the link's
 heartbeat looks for that (:meth:`Worker.watch`, one read of /proc/PID/stat per confined
 process), and the worker drops its configuration (:meth:`Executor.drop_exited`) at once when
 idle, else before the next point of the job under way: its entry leaves ``standing.json``, its
 records of originals are forgotten, the clocks go back at rest to those of the configurations
-still in force (or the board's originals), and a hello tells the daemon.
+still in force (or the board's originals), and a hello tells the daemon. A unit that a
+configuration in force confines is looked at too (:meth:`Targets.unit_stopped`: systemd's
+ActiveState, or its cgroup gone or empty): one stopped at two heartbeats in a row is dropped
+the same way; one that restarted between them (its cgroup made anew, out of its cpu set) is
+confined again.
 """
 
 from __future__ import annotations
@@ -53,7 +58,7 @@ from ..shared.cpus import format_cpu_list
 from ..shared.point_stats import StopRule, point_stats, stop_reason
 from ..shared.records import JOB_CANCELLED, JOB_STOPPED, NOT_RUN, RunRecord
 from ..shared.refusals import RefusalLog
-from ..shared.standing import clock_plan, key_of, target_key
+from ..shared.standing import WHILE_RUNNING, clock_plan, key_of, policies_of, target_key
 from ..shared.target_text import measured_text, target_name
 from . import standing
 from .knobs.state import running_start
@@ -61,7 +66,8 @@ from .outbox import FULL_RETRY_S, Outbox, OutboxFull
 from .platform import clock_problem, cpus_problem
 from .private import open_private
 from .runner import Aborted, Cancelled, Runner, RunSpec
-from .targets import DEFAULT_WINDOW_S, TargetError, Targets, kind_of, measure_window
+from .targets import (DEFAULT_WINDOW_S, TargetError, Targets, kind_of, measure_window,
+                      unit_name)
 from .workloads import WorkloadError, Workloads
 
 log = logging.getLogger("opptune.agent.apply")
@@ -166,6 +172,13 @@ class Executor:
         # the unit (of a configuration in force) that each pid configuration's process runs
         # in, by config id: the process's own configuration holds for it (shared/standing.py)
         self._in_unit: dict[str, str] = {}
+        # units of configurations in force, by config id (link thread: notice_exited): found
+        # stopped at the last heartbeat (why); at two in a row (why: the worker drops them);
+        # found running again out of their cpu set (the worker confines them again)
+        self._units_lock = threading.Lock()
+        self._stopped_once: dict[str, str] = {}
+        self._units_stopped: dict[str, str] = {}
+        self._units_back: set[str] = set()
         # tells the daemon what stands now (agent/cli.py: a hello); any thread may call it
         self.say_standings: Callable[[], Any] = lambda: None
         self._standing_file = standing.StandingFile(state_dir) if state_dir else None
@@ -297,20 +310,82 @@ class Executor:
 
     def notice_exited(self) -> bool:
         """(link thread, at each heartbeat) Whether a process that a configuration in force
-        confines has exited since and its drop is newly due (:meth:`drop_exited`)."""
-        if self._exited.is_set() or not standing.exited(list(self.standing_configs),
-                                                        self._pid_starts):
+        confines has exited since, or a unit it confines has stopped (at two heartbeats in a
+        row) or restarted unconfined, and the worker's look is newly due
+        (:meth:`drop_exited`)."""
+        configs = list(self.standing_configs)
+        units_due = self._notice_units(configs)
+        if self._exited.is_set() or not (units_due or standing.exited(configs,
+                                                                      self._pid_starts)):
             return False
         self._exited.set()
         return True
 
+    def _notice_units(self, configs: list[dict[str, Any]]) -> bool:
+        """(link thread) Each unit of ``configs`` looked at (:meth:`Targets.unit_stopped`):
+        one found stopped at the last heartbeat too is due to be dropped; one running again
+        out of its cpu set (its cgroup made anew) is due to be confined again. A unit that
+        restarts between two heartbeats is not dropped. Whether any is due."""
+        units = {str(c.get("config_id")): c for c in configs
+                 if kind_of(c.get("target")) == "unit"}
+        if self.targets is None or not units:
+            self._stopped_once.clear()
+            return False
+        due = False
+        for cid, c in units.items():
+            unit = c["target"]["unit"]
+            why = self.targets.unit_stopped(unit)
+            with self._units_lock:
+                if why is None:
+                    self._stopped_once.pop(cid, None)
+                    if self.targets.unconfined(unit, c["cpus"]):
+                        self._units_back.add(cid)
+                        due = True
+                elif cid in self._stopped_once:
+                    self._units_stopped[cid] = why
+                    due = True
+                else:
+                    self._stopped_once[cid] = why
+        with self._units_lock:
+            for cid in [k for k in self._stopped_once if k not in units]:
+                del self._stopped_once[cid]
+        return due
+
+    def _units_gone(self) -> list[tuple[dict[str, Any], str]]:
+        """(worker thread) (configuration, why) of the units found stopped at two heartbeats
+        that are still stopped; those found running again unconfined are confined again."""
+        with self._units_lock:
+            stopped, self._units_stopped = self._units_stopped, {}
+            back, self._units_back = self._units_back, set()
+        if self.targets is None:
+            return []
+        gone = []
+        for c in self.standing_configs:
+            cid = str(c.get("config_id"))
+            if kind_of(c.get("target")) != "unit" or cid not in stopped.keys() | back:
+                continue
+            unit = c["target"]["unit"]
+            if self.targets.unit_stopped(unit) is not None:
+                if cid in stopped:
+                    gone.append((c, f"unit {unit_name(unit)} stopped {WHILE_RUNNING} "
+                                  f"({stopped[cid]})"))
+            elif self.targets.unconfined(unit, c["cpus"]):
+                log.info("applied configuration %s: unit %s restarted out of its cpu set",
+                         standing.describe(c), unit)
+                self.targets.forget(cid)  # its cgroup's original went with the old one
+                standing.confine_again(self._standing_file, c, self.targets)
+                self._pin_again(unit)
+        return gone
+
     def drop_exited(self) -> None:
-        """(worker thread) Drop the configurations in force whose process has exited: out of
-        ``standing.json`` and the hello's standings (the daemon told), their records of
-        originals forgotten (nothing is left to put back), the clocks they held back at
-        rest to those of the others in force, or to the board's originals."""
+        """(worker thread) Drop the configurations in force whose process has exited or
+        whose unit has stopped: out of ``standing.json`` and the hello's standings (the daemon
+        told), their records of originals forgotten (nothing is left to put back) or put back
+        (a unit's cpu set, where it is still there), the clocks they held back at rest to
+        those of the others in force, or to the board's originals. A unit restarted out of
+        its cpu set is confined again."""
         self._exited.clear()
-        gone = standing.exited(self.standing_configs, self._pid_starts)
+        gone = standing.exited(self.standing_configs, self._pid_starts) + self._units_gone()
         if not gone:
             return
         ids = {str(c.get("config_id")) for c, _ in gone}
@@ -332,6 +407,7 @@ class Executor:
                      "the other applied configurations stand" if self.standing_configs else
                      "the board goes back to its original settings")
             self.standing_dropped.append(f"{cid}: {why}")
+        self._in_unit = self._units_of_processes()  # a unit dropped confines none of them
         self._knobs_moved = True  # its clocks: back at rest to what the others hold
         self.say_standings()
 
@@ -597,7 +673,8 @@ class Executor:
             self._store_result(job_id, total, idx * reps + rec.rep, rec)
             self.wait_for_room()  # the next run starts only with room for its result
 
-        self.runner.run_point(spec, reps, warmup=warmup, first_rep=first_rep, on_record=store)
+        self.runner.run_point(spec, reps, warmup=warmup, first_rep=first_rep, on_record=store,
+                              held=self._around(spec))
 
     def _run_adaptive(self, job_id: str, total: int, reps: int, warmup: int, idx: int,
                       first_rep: int, spec: RunSpec, rule: StopRule) -> None:
@@ -642,7 +719,7 @@ class Executor:
 
         try:
             self.runner.run_point(spec, reps, warmup=warmup, first_rep=first_rep,
-                                  on_record=store)
+                                  on_record=store, held=self._around(spec))
         except _PointDone:
             pass
 
@@ -771,6 +848,28 @@ class Executor:
             log.warning("undoing configuration %s: %s", body["config_id"], problem)
         if replaced is not None and replaced in self.standing_configs:
             standing.confine_again(self._standing_file, replaced, self.targets)
+        if kind_of(body.get("target")) == "unit":
+            self._pin_again(body["target"]["unit"])
+
+    def _pin_again(self, unit: str) -> None:
+        """The cpu set of ``unit`` was just put back: the processes of the unit that a
+        configuration in force confines get their own cpus again (a kernel may reset their
+        affinity to the cgroup's when its cpu set changes), where the unit's configuration in
+        force, if any, holds them."""
+        key = target_key({"kind": "unit", "unit": unit})
+        mine = next((c for c in self.standing_configs if key_of(c) == key), None)
+        for c in self.standing_configs:
+            if kind_of(c.get("target")) != "pid" or (
+                    mine is not None and not set(c["cpus"]) <= set(mine["cpus"])):
+                continue
+            try:
+                if self.targets.unit_holding(c["target"]["pid"], [unit]) is None:
+                    continue
+                self.targets.apply(c["target"], list(c["cpus"]), owner=str(c["config_id"]))
+            except (TargetError, OSError) as exc:
+                log.warning("applied configuration %s: process %s of unit %s cannot be given "
+                            "its cpus again (%s)", standing.describe(c), c["target"]["pid"],
+                            unit, exc)
 
     def _apply_to_command(self, body: dict[str, Any], spec: RunSpec, at_rest: bool) -> bool:
         """Run the config's workload in its configuration (its verification)."""
@@ -859,6 +958,19 @@ class Executor:
         key = target_key(body.get("target"))
         return [RunSpec.of_config(c) for c in self.standing_configs
                 if key_of(c) != key or not body.get("keep", True)]
+
+    def _around(self, spec: RunSpec) -> list[RunSpec]:
+        """The clocks configurations in force hold on the policies a job's point does not
+        use: a point without a clock leaves its own policies to the governor and those
+        (its knobs' ``held``), not every policy back to the board's original."""
+        mine = set(policies_of(self.platform, spec.cpus))
+        out = []
+        for c in self.standing_configs:
+            cpus = [x for x in c.get("cpus") or []
+                    if not mine & set(policies_of(self.platform, [x]))]
+            if c.get("freq_khz") is not None and cpus:
+                out.append(dataclasses.replace(RunSpec.of_config(c), cpus=cpus))
+        return out
 
     def _policy_freqs(self, cpus: list[int]) -> dict[str, float]:
         """Current MHz of each cpufreq policy holding one of ``cpus`` (empty without a knob)."""
@@ -965,8 +1077,9 @@ class Worker(threading.Thread):
             self._put(("config", msg))
 
     def watch(self) -> None:
-        """(link thread, at each heartbeat) A confined process that exited: its configuration
-        dropped by the worker, at once when idle (:meth:`Executor.drop_exited`)."""
+        """(link thread, at each heartbeat) A confined process that exited, or a confined unit
+        that stopped or restarted out of its cpu set: its configuration dropped, or the unit
+        confined again, by the worker, at once when idle (:meth:`Executor.drop_exited`)."""
         if self.executor.notice_exited():
             self._put(("exited", None))
 

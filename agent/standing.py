@@ -15,7 +15,8 @@ A pid target stands again only in the same process: pids are reused, and confini
 now holds the number would be wrong. The file records the process's start time (clock ticks
 after boot, /proc/PID/stat) and the kernel's boot id; a different boot or start time drops it.
 While the agent runs, a process that exits is noticed at the link's next heartbeat
-(:func:`exited`) and its configuration dropped then (agent/apply.py ``drop_exited``).
+(:func:`exited`) and its configuration dropped then (agent/apply.py ``drop_exited``); so is
+a unit that stops (at two heartbeats in a row: a restarting unit is confined again).
 """
 
 from __future__ import annotations

@@ -275,7 +275,7 @@ class Targets:
         except KnobUnavailable as exc:
             raise TargetError(f"cannot confine {name}: {exc}") from None
         self._undo.append((owner, f"{rel}", ("cgroup", rel),
-                           lambda: self.fs.write(rel, old if old else "")))
+                           lambda: self._write_back(rel, old)))
         why = self._cgroup_not_in_effect(cg, cpus)
         if why:
             # as for EffectiveCPUs: a confinement that is not the one asked for is not
@@ -286,6 +286,13 @@ class Targets:
             raise TargetError(f"cpuset.cpus={text} of {name} {why[0]} ({back}); {why[1]}")
         return {"kind": "unit", "unit": name, "method": "cgroup cpuset.cpus", "cgroup": cg,
                 "allowed_cpus": text}
+
+    def _write_back(self, rel: str, old: str) -> None:
+        """A unit's cpuset.cpus back to ``old``; ProcessLookupError where its cgroup is gone
+        (the unit stopped): nothing is left to put back, as for a thread."""
+        if not os.path.isdir(os.path.dirname(self.fs.path(rel))):
+            raise ProcessLookupError(rel)
+        self.fs.write(rel, old if old else "")
 
     def _cgroup_not_in_effect(self, cg: str, cpus: list[int]) -> tuple[str, str] | None:
         """(what happened, what to do) where cpuset.cpus of cgroup ``cg``, just written, does
@@ -370,6 +377,68 @@ class Targets:
                 raise ProcessLookupError(name) from None
             raise
 
+    def unit_stopped(self, unit: str) -> str | None:
+        """Why ``unit`` is not running now ('its cgroup is gone', ...); None where it runs, or
+        where nothing tells (systemctl failing, a cgroup without cgroup.events or cgroup.procs).
+        With systemd: ActiveState inactive or failed, or the unit gone (a unit restarting is
+        activating: it runs). Without: its cgroup gone, or holding no process."""
+        name = unit_name(unit)
+        if self.systemd and self.systemctl:
+            try:
+                res = subprocess.run([self.systemctl, "show", "-p", "LoadState", "-p",
+                                      "ActiveState", name], capture_output=True, text=True,
+                                     timeout=5)
+            except (OSError, subprocess.SubprocessError):
+                return None
+            props = dict(line.partition("=")[::2] for line in res.stdout.splitlines())
+            if res.returncode != 0:
+                return None
+            if props.get("LoadState") == "not-found":
+                return "systemd no longer knows it"
+            if props.get("ActiveState") in ("inactive", "failed"):
+                return f"ActiveState={props['ActiveState']}"
+            return None
+        cg = find_unit_cgroup(self.fs, name)
+        if cg is None:
+            return "its cgroup is gone"
+        return None if self._populated(cg) is not False else "its cgroup holds no process"
+
+    def _populated(self, cg: str) -> bool | None:
+        """Whether cgroup ``cg`` or one below it holds a process: the kernel's cgroup.events,
+        else the cgroup.procs files; None where neither is there."""
+        events = self.fs.try_text(f"{cg}/cgroup.events")
+        for line in (events or "").splitlines():
+            key, _, value = line.partition(" ")
+            if key == "populated":
+                return value.strip() != "0"
+        seen = False
+        for where, _, files in os.walk(self.fs.path(cg)):
+            if "cgroup.procs" not in files:
+                continue
+            seen = True
+            try:
+                with open(os.path.join(where, "cgroup.procs")) as fh:
+                    if fh.read().split():
+                        return True
+            except OSError:
+                continue  # a cgroup removed meanwhile
+        return False if seen else None
+
+    def unconfined(self, unit: str, cpus: list[int]) -> bool:
+        """Whether running unit ``unit``, confined to ``cpus`` without systemd, no longer is:
+        its cgroup made anew when it restarted (cpuset.cpus empty). With systemd, never:
+        AllowedCPUs is the unit's, which systemd gives each cgroup of it."""
+        if self.systemd and self.systemctl:
+            return False
+        cg = find_unit_cgroup(self.fs, unit_name(unit))
+        text = self.fs.try_text(f"{cg}/cpuset.cpus") if cg else None
+        if text is None:
+            return False
+        try:
+            return parse_cpu_list(text) != sorted(set(cpus))
+        except ValueError:
+            return True
+
     def unit_holding(self, pid: int, units: list[str]) -> str | None:
         """The first of ``units`` whose cgroup, or one below it, lists process ``pid`` in its
         cgroup.procs (its full name); None: none does, or no cgroup v2 tells."""
@@ -414,6 +483,14 @@ class Targets:
         it); returns the problems (empty on success). A thread that has exited needs
         nothing."""
         return self._undo_where(lambda o: o == owner)
+
+    def forget(self, owner: str | None) -> None:
+        """Drop the changes made for configuration ``owner`` without undoing them: what they
+        changed is gone (a unit's cgroup made anew when it restarted), and putting its
+        original into what replaced it would change that."""
+        self._undo = [u for u in self._undo if u[0] != owner]
+        if self.record is not None:
+            self.record.forget(lambda o: o == owner)
 
     def restore(self) -> list[str]:
         """Undo every change, newest first; returns the problems (empty on success)."""

@@ -14,7 +14,7 @@ from typing import Any, Callable
 
 from ..shared.config import DaemonConfig
 from ..shared.records import RecordError, RunRecord
-from ..shared.standing import EXITED_WHILE_RUNNING
+from ..shared.standing import WHILE_RUNNING
 from ..shared.target_text import measured_text
 from .fitter import FitOutcome, FitRequest, Fitter, set_clock_rows, workload_key
 from .planner import clock_text, workload_clock
@@ -371,7 +371,7 @@ class Recommender:
         if rec is None or rec["agent"] != agent or any(
                 lead in (rec.get("error") or "") for lead in (DROPPED, ENDED)):
             return
-        lead = ENDED if EXITED_WHILE_RUNNING in why else DROPPED
+        lead = ENDED if WHILE_RUNNING in why else DROPPED
         note = f"{lead}{why}; " + ("the other applied configurations stand" if others
                                    else "the board is at its original settings")
         # ``updated`` kept: the verdict is as old as it was (drift orders verdicts by it)

@@ -214,14 +214,16 @@ def _agent_row(d: Daemon, a: Any, via: dict[str, Any], unrecorded: dict[str, flo
             "doctor": (a.doctor or {}).get("summary"),
             # how old the verdict is: after a restart it is the stored one of the last hello
             "doctor_age_s": round(now - a.doctor_at, 1) if a.doctor_at else None,
-            **_standing_fields(a),
+            # not heard here: the store's, read now (another daemon of a fleet that holds
+            # the agent keeps it up to date; the copy loaded at this one's start ages)
+            **_standing_fields(a, d.store.standings_of(a.agent_id) if not a.heard else None),
             # what its last hello said it runs, and whether that is an earlier release than
             # this daemon's (None: not a release number)
             "version": a.version, "older": older(a.version, __version__),
             "id_clash": _clash_row(d, a.agent_id, now)}
 
 
-def _standing_fields(a: Any) -> dict[str, Any]:
+def _standing_fields(a: Any, stored: dict[str, Any] | None = None) -> dict[str, Any]:
     """What stands on the agent's board (shared/standing.py): ``standings``, one per target,
     oldest first, each with ``clock_overridden`` (where a newer one's clock holds on a policy
     of its cpus, else null) and ``cpus_overridden`` (where a process in a unit and the unit
@@ -230,8 +232,9 @@ def _standing_fields(a: Any) -> dict[str, Any]:
     board reads them. ``standing_known`` false where the agent has not said hello to this
     daemon since it started: the lists are then those the store kept of its last hello
     (``standings_as_of``: when, Unix seconds; not yet confirmed), or empty where it kept
-    none (not known, not nothing); ``standings_as_of`` null once the hello confirms them."""
-    stored = a.stored_standings if not a.heard else None
+    none (not known, not nothing); ``standings_as_of`` null once the hello confirms them.
+    ``stored``: the store's, read now (else those read at the daemon's start)."""
+    stored = (stored or a.stored_standings) if not a.heard else None
     standings, dropped = ((a.standings, a.standings_dropped) if stored is None else
                           ([e for e in stored["standings"] if isinstance(e, dict)],
                            [d for d in stored["dropped"] if isinstance(d, str)]))

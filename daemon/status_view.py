@@ -10,7 +10,7 @@ from rich.table import Table
 
 from ..shared.clock_words import kept_clock_text
 from ..shared.cpus import format_cpu_list
-from ..shared.standing import EXITED_WHILE_RUNNING
+from ..shared.standing import WHILE_RUNNING
 from .console import make_console
 from .planner import clock_text, frequencies_not_swept
 
@@ -167,11 +167,19 @@ def standing_lines(agent: dict[str, Any], board: str) -> list[str]:
     agent."""
     who = f"board {board} (agent {agent.get('id')})"
     if agent.get("standing_known") is False:
-        if agent.get("via"):  # another daemon of the fleet holds its connection
-            return [f"{who}: what stands on it is not known to this daemon: its agent said "
-                    f"hello to the daemon at {agent['via']} (opptune status --daemon "
-                    f"{agent['via']} shows it)"]
         as_of = agent.get("standings_as_of")
+        via = agent.get("via")  # another daemon of the fleet holds its connection
+        if via and type(as_of) in (int, float):
+            # the store's, as the holder keeps it from the agent's hellos
+            when = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(as_of))
+            said = f"{when}, as the daemon at {via} that holds its agent keeps it"
+            if not agent.get("standings"):
+                return [f"{who}: no applied configuration in force as of {said}"]
+            return [_standing_line(who, s, said, confirmed=True) for s in agent["standings"]
+                    if isinstance(s, dict)]
+        if via:
+            return [f"{who}: what stands on it is not known to this daemon: its agent said "
+                    f"hello to the daemon at {via} (opptune status --daemon {via} shows it)"]
         if type(as_of) not in (int, float):
             return [f"{who}: what stands on it is not known to this daemon: its agent has "
                     "not said hello to it since the daemon started (a connected agent does "
@@ -193,15 +201,17 @@ def standing_lines(agent: dict[str, Any], board: str) -> list[str]:
         dropped = [agent["standing_dropped"]] if agent.get("standing_dropped") else []
     rest = ("the others stand" if lines else "the board is at its original settings")
     for d in dropped:  # at the agent's restart, or its process exited while the agent ran
-        when = "while the agent ran" if EXITED_WHILE_RUNNING in str(d) else \
+        when = "while the agent ran" if WHILE_RUNNING in str(d) else \
             "when the agent restarted"
         lines.append(f"{who}: the applied configuration was dropped {when}: {d}; {rest}")
     return lines
 
 
-def _standing_line(who: str, s: dict[str, Any], as_of: str | None = None) -> str:
+def _standing_line(who: str, s: dict[str, Any], as_of: str | None = None,
+                   confirmed: bool = False) -> str:
     """One configuration in force; ``as_of``: when the agent's last hello said so, to a daemon
-    before this one's start (not yet confirmed)."""
+    before this one's start (not yet confirmed), or to the daemon of the fleet that holds it
+    (``confirmed``: its own word)."""
     # a standing record keeps no clock: what its cpus run at is not known here
     clock = kept_clock_text(s["freq_khz"] if isinstance(s.get("freq_khz"), int) else None)
     target = s.get("target") if isinstance(s.get("target"), dict) else {}
@@ -220,7 +230,8 @@ def _standing_line(who: str, s: dict[str, Any], as_of: str | None = None) -> str
                     if isinstance(o, dict))
     if target.get("kind") == "pid" and isinstance(target.get("in_unit"), str):
         where += f" in unit {target['in_unit']}"
-    said = f" as of {as_of}, not yet confirmed" if as_of else ""
+    said = "" if not as_of else f" as of {as_of}" if confirmed else \
+        f" as of {as_of}, not yet confirmed"
     return (f"{who}: applied configuration {s.get('config_id')} in force{said}: "
             f"{s.get('workload')} on cpus {shown} {clock}{where}{note}")
 

@@ -29,7 +29,10 @@ from typing import Any, Iterable
 
 # why a process's configuration was dropped while the agent ran (its hello's
 # standings_dropped: 'CONFIG_ID: process N exited while the agent ran'), not at its restart
-EXITED_WHILE_RUNNING = "exited while the agent ran"
+# (and a unit's: 'CONFIG_ID: unit web.service stopped (...) while the agent ran'); the daemon
+# tells those apart from the drops at a restart by WHILE_RUNNING
+WHILE_RUNNING = "while the agent ran"
+EXITED_WHILE_RUNNING = f"exited {WHILE_RUNNING}"
 
 
 def target_key(target: dict[str, Any] | None) -> str:

@@ -510,3 +510,33 @@ def test_a_second_board_of_one_id_is_refused_by_another_daemon_of_the_fleet(tmp_
         if other is not None and other.poll() is None:
             other.terminate()
             other.wait(30)
+
+
+def test_a_daemon_that_does_not_hold_the_agent_shows_what_the_holder_keeps_standing(tmp_path):
+    """Before, daemon 2's status said only that the agent said hello to daemon 1, and what
+    it read of the store at its first look at the agent aged there. Now each status reads
+    the store, which daemon 1 keeps at each hello: the holder's standings, as of when."""
+    url = str(tmp_path / "fleet.db")
+    d1, d2 = _daemon(url), _daemon(url)
+    try:
+        now = time.time()
+        d1._beat(now)
+        d2._beat(now)
+        d1.store.save_platform("p1", {"n_cpus": 2}, now)
+        d1.store.save_agent("a1", "p1", ["w"], "t", now, daemon=d1.instance)
+        one = {"config_id": "cfg-1", "workload": "w", "size": "s", "cpus": [0], "freq_khz": None}
+        d1.store.save_standings("a1", [one], [], now - 60)
+        (a,) = d2.status()["agents"]
+        assert a["via"] == d1.endpoint and a["standing_known"] is False
+        assert [s["config_id"] for s in a["standings"]] == ["cfg-1"]
+        assert a["standings_as_of"] == now - 60
+        # the agent's next hello to daemon 1: a unit's configuration too, one dropped
+        two = {**one, "config_id": "cfg-2", "target": {"kind": "unit", "unit": "web.service"}}
+        d1.store.save_standings("a1", [one, two], ["cfg-0: process 7 is gone"], now)
+        (a,) = d2.status()["agents"]
+        assert [s["config_id"] for s in a["standings"]] == ["cfg-1", "cfg-2"]
+        assert a["standings_as_of"] == now
+        assert a["standings_dropped"] == ["cfg-0: process 7 is gone"]
+    finally:
+        d1.close()
+        d2.close()

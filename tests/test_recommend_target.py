@@ -130,3 +130,44 @@ def test_a_restarted_daemon_shows_what_stood_as_of_the_last_hello(tmp_path):
         target.kill()
         target.wait()
         c.stop()
+
+
+def test_a_unit_that_stops_is_no_longer_in_force_while_the_agent_runs(tmp_path):
+    """Before, status said the unit's configuration was in force until the agent's next
+    start. The agent (reading a fake cgroup tree: no systemd there) notices at a heartbeat
+    that the unit's cgroup is gone, and again at the next, drops it and says hello again."""
+    from fake_trees import cgroup_tree
+    root = tmp_path / "root"
+    d = cgroup_tree(root, cpus="0-1")
+    cpu = root / "sys/devices/system/cpu"  # cpus 0-1 (this machine's), no cpufreq
+    cpu.mkdir(parents=True)
+    (cpu / "online").write_text("0-1\n")
+    (d / "cgroup.procs").write_text(f"{os.getpid()}\n")
+    c = Cluster(tmp_path, kernels=("pi_integrate",), max_cores=2, reps=2,
+                extra_agent={"sysfs_root": str(root)})
+    c.start_daemon()
+    c.start_agent()
+    try:
+        c.wait_for(lambda s: s["recommendations"], 120, "the sweep's recommendation")
+        p = opptune("recommend", "--daemon", c.endpoint, "--agent", "test-agent", "--workload",
+                    "pi_integrate", "--unit", "web", "--json", cwd=tmp_path)
+        assert p.returncode == 0, p.stdout + p.stderr + c.logs()
+        cid = json.loads(p.stdout)["applied"]["config_id"]
+        st = c.status()
+        assert [e["config_id"] for e in st["agents"][0]["standings"]] == [cid]
+        for f in d.iterdir():
+            f.unlink()
+        d.rmdir()
+        why = "unit web.service stopped while the agent ran (its cgroup is gone)"
+        st = c.wait_for(lambda s: s["agents"][0]["standings"] == [], 30,
+                        "the unit's configuration dropped")
+        assert st["agents"][0]["standings_dropped"] == [f"{cid}: {why}"]
+        (rec,) = [r for r in st["recommendations"] if r["config_id"] == cid]
+        assert rec["error"].endswith(f"no longer in force: {why}; the board is at its "
+                                     "original settings"), rec["error"]
+        agent_log = (tmp_path / "agent.log").read_text()
+        assert f"unit web) dropped: {why}; the board goes back to its original settings" \
+               in agent_log, agent_log
+        assert "undoing" not in agent_log, agent_log
+    finally:
+        c.stop()

@@ -479,11 +479,31 @@ def test_status_says_each_target_s_configuration_a_clock_overridden_and_what_is_
     assert line.startswith("board rpi4 (agent a1): what stands on it is not known to this "
                            "daemon: its agent has not said hello to it since the daemon "
                            "started"), line
-    (line,) = standing_lines({"id": "a1", "standing_known": False, "via": "tcp://d2:5555"},
-                             "rpi4")
+    # held by another daemon of the fleet, the store keeping nothing of it: not known
+    (line,) = standing_lines({"id": "a1", "standing_known": False, "via": "tcp://d2:5555",
+                              "standings_as_of": None, "standings": []}, "rpi4")
     assert line == ("board rpi4 (agent a1): what stands on it is not known to this daemon: its "
                     "agent said hello to the daemon at tcp://d2:5555 (opptune status --daemon "
                     "tcp://d2:5555 shows it)")
+
+
+def test_a_fleet_daemon_that_does_not_hold_the_agent_shows_the_holder_s_standings():
+    """Before, only 'said hello to the daemon at ...' where the store kept what stands (the
+    holder writes it at each hello): now the holder's, as of when, not said unconfirmed."""
+    import time
+    from opptune.daemon.status_view import standing_lines
+    at = time.mktime((2026, 11, 28, 0, 12, 3, 0, 0, -1))
+    a = {"id": "a1", "standing_known": False, "via": "tcp://d2:5555", "standings_as_of": at,
+         "standings": [{"config_id": "cfg-1", "workload": "w", "cpus": [0, 1],
+                        "freq_khz": 1_500_000, "clock_overridden": None,
+                        "target": {"kind": "unit", "unit": "web.service"}}]}
+    assert standing_lines(a, "rpi4") == [
+        "board rpi4 (agent a1): applied configuration cfg-1 in force as of 2026-11-28 "
+        "00:12:03, as the daemon at tcp://d2:5555 that holds its agent keeps it: w on cpus 0-1 "
+        "at 1500 MHz, unit web.service"]
+    assert standing_lines({**a, "standings": []}, "rpi4") == [
+        "board rpi4 (agent a1): no applied configuration in force as of 2026-11-28 00:12:03, "
+        "as the daemon at tcp://d2:5555 that holds its agent keeps it"]
 
 
 def test_after_the_daemon_s_restart_status_shows_what_stood_as_of_the_last_hello():
@@ -720,3 +740,13 @@ def test_the_runs_table_and_the_reports_fleet_count_failed_runs_apart():
     assert cells == {"triad": ["54", "4", "2"], "old": ["7", "-", "2"]}
     (fleet,) = fleet_rows(data)
     assert (fleet["runs"], fleet["failed"]) == (61, 4)
+
+
+def test_a_unit_that_stopped_while_the_agent_ran_is_said_so_not_taken_for_a_restart():
+    """Before, only a process's 'exited while the agent ran' read as a drop while the agent
+    ran; a unit's stop (agent/apply.py) read 'dropped when the agent restarted'."""
+    from opptune.daemon.status_view import standing_lines
+    why = "c2: unit web.service stopped while the agent ran (ActiveState=failed)"
+    assert standing_lines({"id": "a1", "standings": [], "standings_dropped": [why]}, "b") == [
+        f"board b (agent a1): the applied configuration was dropped while the agent ran: {why}; "
+        "the board is at its original settings"]

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 import os
+import shutil
 import stat
 import subprocess
 import sys
@@ -372,3 +373,49 @@ def test_a_unit_confined_on_cgroup_v2_is_applied(tmp_path):
     assert done["allowed_cpus"] == "1" and allowed.read_text().strip() == "1"
     assert "show -p EffectiveCPUs -p ActiveState web.service" in log.read_text()
     assert targets.restore() == [] and allowed.read_text().strip() == "0-1"
+
+
+@pytest.mark.parametrize("load, active, why", [
+    ("loaded", "active", None),
+    ("loaded", "activating", None),  # Restart=always between two starts: it runs on
+    ("loaded", "deactivating", None),
+    ("loaded", "inactive", "ActiveState=inactive"),
+    ("loaded", "failed", "ActiveState=failed"),
+    ("not-found", "inactive", "systemd no longer knows it"),
+    ("error", "", None),  # systemctl fails: nothing tells, it is not taken for stopped
+])
+def test_a_unit_is_stopped_where_systemd_says_it_is_inactive_or_failed(tmp_path, load, active,
+                                                                        why):
+    """What the heartbeat asks of a confined unit (agent/apply.py drops one stopped at two
+    heartbeats in a row), under systemd: its LoadState and ActiveState."""
+    fake = tmp_path / "systemctl"
+    fake.write_text("#!/bin/sh\n" + (
+        "exit 1\n" if load == "error" else
+        f"case \"$*\" in *ActiveState*) echo LoadState={load}; echo ActiveState={active};; "
+        "esac\n"))
+    fake.chmod(fake.stat().st_mode | stat.S_IEXEC)
+    targets = Targets(SysFS("/"), systemctl=str(fake), systemd=True)
+    assert targets.unit_stopped("web") == why
+    assert targets.unconfined("web", [1]) is False  # systemd confines each cgroup of it
+
+
+def test_a_unit_is_stopped_without_systemd_where_its_cgroup_is_gone_or_holds_no_process(
+        tmp_path):
+    root = tmp_path / "root"
+    d = cgroup_tree(root, cpus="1")
+    targets = Targets(SysFS(str(root)), systemd=False)
+    assert targets.unit_stopped("web") is None  # nothing tells: no cgroup.procs
+    (d / "cgroup.procs").write_text("")
+    (d / "sub").mkdir()
+    (d / "sub/cgroup.procs").write_text("4242\n")  # a process in a cgroup below it
+    assert targets.unit_stopped("web") is None
+    (d / "sub/cgroup.procs").write_text("")
+    assert targets.unit_stopped("web") == "its cgroup holds no process"
+    (d / "cgroup.events").write_text("populated 1\nfrozen 0\n")  # the kernel's word first
+    assert targets.unit_stopped("web") is None
+    assert targets.unconfined("web", [1]) is False and targets.unconfined("web", [0, 1])
+    (d / "cpuset.cpus").write_text("")  # its cgroup made anew
+    assert targets.unconfined("web", [1])
+    shutil.rmtree(d)
+    assert targets.unit_stopped("web") == "its cgroup is gone"
+    assert targets.unconfined("web", [1]) is False

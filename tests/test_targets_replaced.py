@@ -14,6 +14,7 @@ import dataclasses
 import json
 import logging
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -419,3 +420,116 @@ def test_a_process_in_a_confined_unit_runs_on_its_own_configuration_s_cpus(tmp_p
         ex.stand_again()
         assert ex.standings_wire()[0]["target"] == {**in_web, "kind": "pid"}
         assert "its cpu set is overridden by c5 (unit web.service, cpus 1)" in caplog.text
+
+
+def test_a_sweep_point_without_a_clock_leaves_the_clocks_standings_hold_on_other_policies(
+        tmp_path, procs):
+    """Before, a job's point without a clock put every policy back to its governor while it
+    ran (the knob's apply restored them all), undoing the unit's clock on policy4 during a
+    point on cpus 0-1. A point's clock is its business on its own policies only: policy0 (the
+    process's clock) goes to the governor for it, policy4 keeps the unit's. (The runs are on
+    this machine's cpus: cpus 0-1, of the virtual board's policy0.)"""
+    seen = tmp_path / "seen.txt"
+    command = [PY, "-c", PEEK, str(tmp_path / "root"), str(seen)]
+    with agent(tmp_path, "odroid-xu4", command) as (ex, w, targets, root):
+        cgroup_tree(root, cpus="0-7")
+        before = cpufreq_state(str(root))
+        gov0 = f"policy0={before['policy0/scaling_governor']}:" \
+               f"{before['policy0/scaling_setspeed']}"
+        work(w, config("c1", pid(procs[0]), cpus=[1], freq_khz=1_000_000))
+        work(w, config("c2", {"kind": "unit", "unit": "web"}, cpus=[4], freq_khz=1_800_000))
+        assert [b["ok"] for b in applied(ex)] == [True] * 2
+        seen.unlink(missing_ok=True)
+        work(w, job("j1", [([0, 1], None), ([0], 1_400_000), ([1], None)]))
+        assert seen.read_text().splitlines() == [
+            f"{gov0} policy4=userspace:1800000",
+            "policy0=userspace:1400000 policy4=userspace:1800000",
+            f"{gov0} policy4=userspace:1800000"]
+        # at rest, both clocks back
+        assert pinned_at(str(root), 1_000_000) and pinned_at(str(root), 1_800_000, "policy4")
+
+
+@pytest.mark.parametrize("unit_stands", [True, False])
+def test_a_unit_verification_that_does_not_stand_gives_its_processes_their_own_cpus_again(
+        tmp_path, procs, unit_stands):
+    """Before, a ``keep: false`` verification of a unit put the unit's cpu set back and left
+    a process of the unit that has its own configuration on whatever the kernel gave it (a
+    kernel may reset a cgroup's processes to its cpu set when it changes): the process's
+    configuration, in force, no longer held. Now its cpus are set again, with the unit's
+    configuration in force or without one. The kernel's reset is played by setting the
+    process's affinity to the unit's cpus beforehand."""
+    p = procs[0]
+    with agent(tmp_path) as (ex, w, targets, root):
+        d = cgroup_tree(root, cpus="0-7")
+        (d / "cgroup.procs").write_text(f"{procs[1].pid}\n{p.pid}\n")
+        work(w, config("c1", pid(p), cpus=[1]))
+        if unit_stands:
+            work(w, config("c2", {"kind": "unit", "unit": "web"}, cpus=[0, 1]))
+        os.sched_setaffinity(p.pid, {0, 1})
+        work(w, config("c3", {"kind": "unit", "unit": "web"}, cpus=[0, 1], keep=False))
+        assert all(b["ok"] for b in applied(ex))
+        assert os.sched_getaffinity(p.pid) == {1}
+        assert (d / "cpuset.cpus").read_text().strip() == ("0-1" if unit_stands else "0-7")
+        assert [c["config_id"] for c in ex.standings_wire()] == \
+            (["c1", "c2"] if unit_stands else ["c1"])
+    assert os.sched_getaffinity(p.pid) == EVERY_CPU  # the agent's stop puts it back
+
+
+@pytest.mark.parametrize("how", ["holds no process", "is gone"])
+def test_a_unit_that_stops_while_the_agent_runs_is_dropped_one_that_restarts_is_confined_again(
+        tmp_path, procs, caplog, how):
+    """Before, a unit's configuration stood until the agent's next start dropped it (the unit
+    gone), as a process's did. The link's heartbeat (Worker.watch) looks at the unit (here
+    without systemd: its cgroup gone, or holding no process): one stopped at two heartbeats
+    in a row is dropped as an exited process is (INFO line, out of standing.json, its clock
+    on policy4 back, a hello); one that restarts between two (its cgroup made anew, cpuset
+    empty) is confined again, not dropped."""
+    caplog.set_level(logging.INFO, "opptune.agent")
+    with agent(tmp_path, "odroid-xu4") as (ex, w, targets, root):
+        told = []
+        ex.say_standings = lambda: told.append([c["config_id"] for c in ex.standings_wire()])
+        d = cgroup_tree(root, cpus="0-7")
+        (d / "cgroup.procs").write_text(f"{procs[1].pid}\n")
+        before = cpufreq_state(str(root))
+        work(w, config("c1", pid(procs[0]), cpus=[1], freq_khz=1_000_000))
+        work(w, config("c2", {"kind": "unit", "unit": "web"}, cpus=[4], freq_khz=1_800_000))
+        assert (d / "cpuset.cpus").read_text() == "4"
+        # a restart: seen stopped at one heartbeat, running in a new cgroup at the next
+        shutil.rmtree(d)
+        w.watch()
+        assert w.idle.is_set() and told == []
+        d = cgroup_tree(root, cpus="")
+        (d / "cgroup.procs").write_text(f"{procs[1].pid}\n")
+        w.watch()
+        assert w.idle.wait(60)
+        assert (d / "cpuset.cpus").read_text() == "4" and told == []
+        assert [c["config_id"] for c in ex.standings_wire()] == ["c1", "c2"]
+        assert "applied configuration c2 (w on cpus 4 at 1800 MHz, unit web): unit web " \
+               "restarted out of its cpu set" in caplog.text
+        assert "applied configuration c2 (w on cpus 4 at 1800 MHz, unit web): its target " \
+               "confined again" in caplog.text
+        # it stops: still stopped at the next heartbeat, it is dropped
+        if how == "is gone":
+            shutil.rmtree(d)
+        else:
+            (d / "cgroup.procs").write_text("")
+        w.watch()
+        assert w.idle.is_set() and told == []
+        w.watch()
+        assert w.idle.wait(60)
+        why = f"unit web.service stopped while the agent ran (its cgroup {how})"
+        assert told == [["c1"]] and ex.standing_dropped == [f"c2: {why}"]
+        assert [c["config_id"] for c in ex.standings_wire()] == ["c1"]
+        assert kept_ids(tmp_path / "state") == ["c1"]
+        assert [r[0] for r in recorded(tmp_path / "state")] == ["c1"]
+        if how == "holds no process":  # its cpu set put back: the cgroup's of its restart
+            assert (d / "cpuset.cpus").read_text() == ""
+        now = cpufreq_state(str(root))
+        assert {k: v for k, v in now.items() if k.startswith("policy4/")} == \
+            {k: v for k, v in before.items() if k.startswith("policy4/")}
+        assert pinned_at(str(root), 1_000_000)
+        assert f"applied configuration c2 (w on cpus 4 at 1800 MHz, unit web) dropped: {why}; " \
+               "the other applied configurations stand" in caplog.text
+        assert "undoing" not in caplog.text
+        w.watch()  # said once
+        assert w.idle.wait(60) and told == [["c1"]]

@@ -254,7 +254,8 @@ class CpuFreqKnob:
     A point with ``freq_khz`` pins the policies of its cpus (verified); a point without one
     puts the original state back, so "no frequency" means the board's own governor, except on
     the policies whose clocks configurations in force hold where it is told them (``held``:
-    a configuration's verification, measured at the clocks the board keeps with it). Either
+    a configuration's verification, measured at the clocks the board keeps with it; a job's
+    point, told only those on the policies its cpus do not share, agent/apply.py). Either
     way the frequency observed per policy goes into the record."""
 
     name = "cpufreq"
