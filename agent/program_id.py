@@ -4,8 +4,9 @@ in place, or opptune's kernels built anew, make a new program though the configu
 change.
 
 A command's files are its executable (argv[0] resolved on the PATH its run gets) with the
-shared libraries it loads (shared_libs.py) and each argument that names a regular file (a script, ``python3 bench.py``), and of ``sh -c STRING``
-those STRING's first command names plainly (``shell_files``: not its expansions, functions or
+shared libraries it loads (shared_libs.py), or of a script the interpreter its ``#!`` line
+names (``shebang``) and that one's libraries, and each argument that names a regular file (a
+script, ``python3 bench.py``), and of ``sh -c STRING`` those STRING's first command names plainly (``shell_files``: not its expansions, functions or
 later commands; nor, for a login shell, ``bash -lc``, a first word named without a path: its
 profile may set another PATH; a pyenv/asdf shim is the shim script, whose choice of
 interpreter is not guessed); a pyperf workload's is its script; a bench_suite kernel's the built extension all
@@ -153,12 +154,13 @@ def command_files(argv: list[str], env: Mapping[str, str], cwd: str | None = Non
                   ) -> list[str]:
     """The files a command line runs: argv[0] as the run's PATH finds it (as given when not
     found: FileIds says it is missing; a relative path with a slash from ``exe_dir``, None:
-    this process's directory, as the runner takes it), the shared libraries it loads (with
-    ``libraries``: shared_libs.py, through the run's LD_LIBRARY_PATH) and each argument naming
+    this process's directory, as the runner takes it), with ``libraries`` what it loads
+    (``program_files``: its shared libraries through the run's LD_LIBRARY_PATH, a script's
+    ``#!`` interpreter; without, the files agents before 0.5 digested) and each argument naming
     a regular file in ``cwd``, the directory the run starts in (None: this process's).
     Arguments with a ``{...}`` placeholder are left out (they change from run to run). Of
     ``sh|bash|dash -c STRING`` also the files of STRING's first command (``shell_files``) and
-    its program's libraries."""
+    what its program loads."""
     if not argv:
         return []
     path = env.get("PATH", os.defpath)
@@ -168,7 +170,7 @@ def command_files(argv: list[str], env: Mapping[str, str], cwd: str | None = Non
     files = [exe] if "{" not in exe else []
     lib_path = env.get("LD_LIBRARY_PATH", "")
     if libraries is not None and files:
-        files += libraries.of(exe, lib_path)
+        files += program_files(exe, path, lib_path, libraries)
     # where the run opens them: its own directory, not the agent's
     files += [f for f in (_under(cwd, a) for a in argv[1:] if "{" not in a)
               if os.path.isfile(f)]
@@ -178,9 +180,90 @@ def command_files(argv: list[str], env: Mapping[str, str], cwd: str | None = Non
         found = shell_files(string, None if login else path, cwd)
         first = first_command(string)[:1]
         if libraries is not None and first and (os.sep in first[0] or not login):
-            found[1:1] = libraries.of(found[0], lib_path)  # found[0] is that program
+            # found[0] is that program
+            found[1:1] = program_files(found[0], path, lib_path, libraries)
         files += [f for f in found if f not in files]
     return files
+
+
+_SHEBANG_MAX = 256  # what Linux reads of a #! line (BINPRM_BUF_SIZE; 128 before 5.1)
+_NESTING = 4  # interpreters Linux follows, each a script of its own (binfmt_script)
+
+
+def shebang(path: str, search_path: str) -> list[str]:
+    """The interpreter a script's ``#!`` line names, then what it runs: ``#!/usr/bin/env
+    python3`` is env and python3 as ``search_path`` (the run's PATH) finds it (``env -S
+    python3 -u`` too; a bare name not found is given as it is: FileIds says it is missing);
+    [] for a file with no ``#!`` line or none readable."""
+    line = _shebang_line(path)
+    if not line:
+        return []
+    # Linux passes what follows the interpreter as one argument
+    interp, _, arg = line.replace("\t", " ").partition(" ")
+    if not interp:
+        return []
+    out = [interp]
+    if os.path.basename(interp) != "env":
+        return out
+    arg = arg.strip()
+    if arg.startswith("-S"):
+        words = arg[2:].split()
+    elif arg.startswith("--split-string="):
+        words = arg[len("--split-string="):].split()
+    elif arg.startswith("-"):
+        return out  # another option of env's, not parsed here
+    else:
+        words = [arg]  # env takes it whole: ``env 'python3 -u'`` (no such program)
+    words = [w for w in words if "=" not in w]  # NAME=VALUE sets a variable
+    if words and not words[0].startswith("-"):
+        name = words[0]
+        out.append(name if os.sep in name else shutil.which(name, path=search_path) or name)
+    return out
+
+
+_LINES: dict[tuple, str] = {}  # (path, device, inode, size, mtime) -> its #! line
+
+
+def _shebang_line(path: str) -> str:
+    """The ``#!`` line of the file at ``path`` less the ``#!`` (\"\" for none), kept by the
+    file's identity: the look before each run reads no file unchanged."""
+    try:
+        st = os.stat(path)
+    except OSError:
+        return ""
+    key = (path, st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns)
+    line = _LINES.get(key)
+    if line is None:
+        try:
+            with open(path, "rb") as f:
+                head = f.read(_SHEBANG_MAX)
+        except OSError:
+            return ""
+        line = (head[2:].split(b"\n", 1)[0].decode(errors="replace").strip()
+                if head.startswith(b"#!") else "")
+        if len(_LINES) > 1000:
+            _LINES.clear()
+        _LINES[key] = line
+    return line
+
+
+def program_files(program: str, search_path: str, lib_path: str, libraries: Libraries
+                  ) -> list[str]:
+    """The files beside ``program`` that a run of it loads: its shared libraries, or for a
+    script the interpreters its ``#!`` line names (``shebang``: in turn, where one is a script
+    too) and their libraries. Not in ``program_core``: agents before 0.5 did not cover them."""
+    out = list(libraries.of(program, lib_path))
+    if out:
+        return out  # a dynamic ELF program: no script
+    current = [program]
+    for _ in range(_NESTING):
+        interps = [i for f in current for i in shebang(f, search_path)]
+        if not interps:
+            break
+        for i in interps:
+            out += [i] + libraries.of(i, lib_path)
+        current = interps[-1:]
+    return list(dict.fromkeys(out))
 
 
 SHELLS = frozenset({"sh", "bash", "dash"})
