@@ -6,11 +6,12 @@ change.
 A command's files are its executable (argv[0] resolved on the PATH its run gets) with the
 shared libraries it loads (shared_libs.py), or of a script the interpreter its ``#!`` line
 names (``shebang``) and that one's libraries, and each argument that names a regular file (a
-script, ``python3 bench.py``), and of ``sh -c STRING`` those STRING's first command names plainly (``shell_files``: not its expansions, functions or
-later commands; nor, for a login shell, ``bash -lc``, a first word named without a path: its
-profile may set another PATH; a pyenv/asdf shim is the shim script, whose choice of
-interpreter is not guessed); a pyperf workload's is its script; a bench_suite kernel's the built extension all
-kernels are in (any kernel rebuilt makes every kernel's program new) and its accounting; a
+script, ``python3 bench.py``), and of ``sh -c STRING`` those STRING's first command names
+plainly (``shell_files``: not its expansions, functions or later commands; nor, for a login
+shell, ``bash -lc``, a first word named without a path: its profile may set another PATH; a
+pyenv/asdf shim is the shim script, whose choice of interpreter is not guessed); a pyperf
+workload's is its script; a bench_suite kernel's the built extension all kernels are in (any
+kernel rebuilt makes every kernel's program new) and its accounting; a
 virtual board's kernel the modules that model it. Each file is known by its resolved path and a
 SHA-256 of its content, a large one (past ``HASH_MAX_BYTES``, e.g. a data set on the command
 line) by its size and mtime. Hashing costs 0.2-0.4 s for a 50 MB binary on a loaded 2-core
@@ -30,6 +31,7 @@ import os
 import re
 import shutil
 import struct
+from dataclasses import dataclass
 from typing import IO, Any, Mapping
 
 from .private import open_private
@@ -366,28 +368,164 @@ _INTERPRETER = re.compile(r"(?:python|pypy|perl|ruby|php|lua|luajit|tclsh|Rscrip
 _INLINE = frozenset({"-c", "-m", "-e", "-E", "--eval", "--print"})
 
 
+@dataclass(frozen=True)
+class _Options:
+    """An interpreter's options as its manual gives them: single letters after which the rest
+    of the cluster, else the next argument, is inline code or a module (no script follows);
+    letters followed by digits only (``-l0``); letters whose value is the rest of the cluster
+    (``-Mstrict``), and of those the ones that
+    take the next argument where nothing follows them (``-I dir``); long options taking the
+    next argument (or ``=VALUE``); long ones taking none; and those whose value is code the
+    run loads (``node --require setup.js``), part of the program."""
+    inline: str = ""
+    digits: str = ""
+    attached: str = ""
+    separate: str = ""
+    long_value: frozenset = frozenset()
+    long_flag: frozenset = frozenset()
+    long_inline: frozenset = frozenset()
+    code: frozenset = frozenset()
+
+
+_OPTIONS = {
+    # python(1): -c CMD, -m MOD; -W ARG, -X OPT; --check-hash-based-pycs MODE
+    "python": _Options(inline="cm", attached="WX", separate="WX",
+                       long_value=frozenset({"--check-hash-based-pycs"}),
+                       long_flag=frozenset({"--help", "--version", "--help-env",
+                                            "--help-xoptions", "--help-all"})),
+    # perlrun(1): -e/-E CODE; -I DIR (or attached); -i -x -C -M -m -d -D -V take the rest, -l
+    # and -0 octal digits
+    "perl": _Options(inline="eE", digits="l0", attached="IixCMmdDV", separate="I"),
+    # ruby(1): -e CODE; -I -r -C -E take the next argument where nothing is attached
+    "ruby": _Options(inline="e", digits="0", attached="IrCExiKTWF", separate="IrCE",
+                     long_value=frozenset({"--encoding", "--external-encoding",
+                                           "--internal-encoding", "--enable", "--disable"}),
+                     long_flag=frozenset({"--verbose", "--version", "--help", "--yydebug",
+                                          "--jit", "--yjit", "--copyright"}),
+                     code=frozenset({"-r"})),
+    # node(1): -e/-p CODE; -r/--require, --import, --loader MODULE (code), -C, --title...
+    "node": _Options(inline="ep", separate="rC",
+                     long_value=frozenset({"--require", "--import", "--loader",
+                                           "--experimental-loader", "--conditions",
+                                           "--input-type", "--title", "--env-file",
+                                           "--inspect-port", "--redirect-warnings",
+                                           "--disable-warning", "--stack-size"}),
+                     long_inline=frozenset({"--eval", "--print"}),
+                     code=frozenset({"-r", "--require", "--import", "--loader",
+                                     "--experimental-loader"})),
+    # bash(1), dash(1): -c STRING; -o/+o NAME, -O/+O NAME; --rcfile/--init-file FILE
+    "sh": _Options(inline="c", separate="oO",
+                   long_value=frozenset({"--rcfile", "--init-file"}),
+                   long_flag=frozenset({"--norc", "--noprofile", "--posix", "--login",
+                                        "--noediting", "--restricted", "--verbose",
+                                        "--version", "--help", "--debugger",
+                                        "--dump-strings", "--dump-po-strings", "--pretty-print"})),
+}
+_FLAVOUR = {"pypy": "python", "nodejs": "node", "bash": "sh", "dash": "sh"}
+
+
+def _flavour(name: str) -> str:
+    base = name.rstrip("0123456789.")
+    return _FLAVOUR.get(base, base)
+
+
+def program_scripts(argv: list[str], cwd: str | None) -> list[str]:
+    """The files of an interpreter's command line that are its program: the script it runs
+    (``script_of``) and the code an option loads (``node --require setup.js``, ``ruby -r``).
+    Where an option is not known (another interpreter's, or one not in its table), the file
+    after it may be its value or the script: both are taken."""
+    return _parse_interpreter(argv, cwd)[1]
+
+
 def script_of(argv: list[str], cwd: str | None) -> str | None:
     """The script an interpreter's command line runs: its first argument that is no option
-    (nor an option's value) and names a regular file in ``cwd``; None for another program,
-    inline code or a module (``python3 -c``, ``-m``, ``sh -c``), or no such file. An
-    option's value is told from the script only by being no file (``python3 -X dev b.py``)."""
+    nor an option's value and names a regular file in ``cwd``; None for another program,
+    inline code or a module (``python3 -c``, ``-m``, ``sh -c``), or no such file. The
+    options of python, perl, ruby, node and sh/bash/dash are known (``-W``'s value, ``node
+    --require``'s, ``bash --rcfile``'s are no script); of another interpreter an option's
+    value is told from the script only by being no file (``php -d x=1 b.php``)."""
+    return _parse_interpreter(argv, cwd)[0]
+
+
+def _parse_interpreter(argv: list[str], cwd: str | None) -> tuple[str | None, list[str]]:
+    """(the script, the files that are the program: ``program_scripts``)."""
     name = os.path.basename(argv[0]) if argv else ""
     if len(argv) < 2 or not _INTERPRETER.fullmatch(name):
-        return None
-    shell = name.rstrip("0123456789.") in SHELLS | {"zsh", "ksh", "mksh", "busybox"}
-    after_option = False
-    for arg in argv[1:]:
-        if arg.startswith("-") and arg != "-":
+        return None, []
+    flavour = _flavour(name)
+    table = _OPTIONS.get(flavour)
+    shell = flavour in {"sh", "zsh", "ksh", "mksh", "busybox"}
+    program: list[str] = []
+
+    def file(arg: str) -> str | None:
+        path = _under(cwd, arg)
+        return path if "{" not in arg and os.path.isfile(path) else None
+
+    def option(arg: str) -> bool:
+        return arg[:1] == "-" or shell and arg[:1] == "+"
+
+    i = 1
+    while i < len(argv) and option(argv[i]) and argv[i] not in ("-", "+"):
+        arg = argv[i]
+        if arg == "--":
+            i += 1
+            break
+        # takes: the option's value is the next argument (True), none (False), not known (None)
+        takes: bool | None = False
+        if table is None:
             if (arg[1:].isalpha() and "c" in arg) if shell else arg in _INLINE:
-                return None
-            after_option = arg != "--"
-            continue
-        if "{" not in arg and os.path.isfile(_under(cwd, arg)):
-            return _under(cwd, arg)
-        if not after_option:
-            return None  # the script, not there: its runs fail
-        after_option = False
-    return None
+                return None, []
+            takes = None
+        elif arg.startswith("--"):
+            opt, eq, attached = arg.partition("=")
+            if opt in table.long_inline:
+                return None, []
+            if opt in table.long_value:
+                takes = not eq
+                if eq and opt in table.code and file(attached):
+                    program.append(attached)
+            elif opt not in table.long_flag:
+                takes = None
+        else:
+            j = 1
+            while j < len(arg):
+                letter = arg[j]
+                if letter in table.inline:
+                    return None, []
+                if letter in table.digits:  # perl -l0 -0777: octal digits, then more letters
+                    j += 1
+                    while j < len(arg) and arg[j].isdigit():
+                        j += 1
+                    continue
+                if letter in table.attached or letter in table.separate:
+                    rest = arg[j + 1:]
+                    takes = not rest and letter in table.separate
+                    if rest and f"-{letter}" in table.code and file(rest):
+                        program.append(rest)
+                    break
+                if not letter.isalpha():
+                    takes = None
+                    break
+                j += 1
+        if takes is None:
+            after = argv[i + 1] if i + 1 < len(argv) else ""
+            if after and not option(after) and file(after):
+                # the option's value or the script: both are the program
+                nxt = file(argv[i + 2]) if i + 2 < len(argv) else None
+                found = [file(after)] + ([nxt] if nxt else [])
+                return found[0], list(dict.fromkeys(
+                    [file(p) or p for p in program] + found))
+            if after and not option(after):
+                i += 1  # a value naming no file
+        elif takes and i + 1 < len(argv):
+            if (opt if arg.startswith("--") else "-" + arg[-1]) in table.code \
+                    and file(argv[i + 1]):
+                program.append(argv[i + 1])
+            i += 1
+        i += 1
+    script = file(argv[i]) if i < len(argv) else None
+    return script, list(dict.fromkeys([file(p) or p for p in program]
+                                      + ([script] if script else [])))
 
 
 def _under(cwd: str | None, path: str) -> str:

@@ -19,7 +19,7 @@ from typing import Any, Mapping
 from .. import __version__
 from ..shared.config import AgentConfig, CommandWorkload
 from .program_id import (FileIds, command_files, first_command, kernel_files, program_files,
-                         reads_profile, script_of, shell_files, shell_string)
+                         program_scripts, reads_profile, shell_files, shell_string)
 from .shared_libs import Libraries
 from .workdir import SUBDIR, dir_name
 
@@ -223,11 +223,12 @@ class Workloads:
     def _programs(self, w: Workload) -> frozenset:
         """The files of command workload ``w`` that are its program, never its output: the
         executable argv[0] names, the first program of a shell's command string, and the
-        script either gives an interpreter (``python3 bench.py``, ``sh -c "bash run.sh"``)."""
+        script either gives an interpreter (``python3 bench.py``, ``sh -c "bash run.sh"``)
+        with the code its options load (``node --require setup.js``: program_scripts)."""
         cw = w.command
         path = self._path(cw)
         cwd = self.run_dir(w.name, cw)
-        files = self._executable(w) + [script_of(cw.command, cwd)]
+        files = self._executable(w) + program_scripts(cw.command, cwd)
         string = shell_string(cw.command)
         if string is not None:
             first = first_command(string)[:1]
@@ -236,7 +237,7 @@ class Workloads:
             if program:
                 files += program + program_files(program[0], path, self._lib_path(cw),
                                                  self.libraries)
-            files.append(script_of(first_command(string), cwd))
+            files += program_scripts(first_command(string), cwd)
         return frozenset(f for f in files if f)
 
     def _executable(self, w: Workload) -> list[str]:
