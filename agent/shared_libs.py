@@ -8,7 +8,7 @@ in a path is the object's directory; ``$LIB`` and ``$PLATFORM`` are what the loa
 are, and each directory's ``glibc-hwcaps/`` subdirectories of the levels the loader says this
 CPU supports (``x86-64-v3``) come before it: glibc 2.33's ``ld.so --list-diagnostics`` prints
 them (``loader_facts``). That runs the loader alone, no program nor library, once per loader
-file, and only a loader owned by root or the agent's user that no one else may write (the
+file, and only a loader that no one but root or the agent's user may write or replace (the
 program's PT_INTERP names it: a program writable by a workload's user must not have the agent
 run a file of that user's choice). Where it cannot (an older glibc, another loader), the
 x86-64 levels are read from /proc/cpuinfo's flags, a path with ``$LIB``/``$PLATFORM`` is left
@@ -174,23 +174,34 @@ def parse_diagnostics(text: str) -> dict[str, str]:
     return out
 
 
-def _trusted(path: str) -> bool:
-    """Whether the agent may run ``path``: owned by root or the agent's user, no one else may
-    write it."""
-    try:
-        st = os.stat(path)
-    except OSError:
-        return False
-    return st.st_uid in (0, os.getuid()) and not st.st_mode & 0o022
+def _trusted(path: str) -> str | None:
+    """``path`` resolved, where the agent may run it: it and each directory above it owned by
+    root or the agent's user, none that others may write (but a sticky one, /tmp: no one
+    else may rename what is in it), so no one else can put another file there between this
+    look and the run; else None."""
+    real = os.path.realpath(path)
+    at = real
+    while True:
+        try:
+            st = os.stat(at)
+        except OSError:
+            return None
+        if st.st_uid not in (0, os.getuid()) or st.st_mode & 0o022 and not (
+                at != real and st.st_mode & 0o1000):
+            return None
+        if at == os.path.dirname(at):
+            return real
+        at = os.path.dirname(at)
 
 
 def _glibc_facts(loader: str, x86_64: bool) -> LoaderFacts:
     """What ``loader --list-diagnostics`` says (glibc 2.33 on); the CPU's x86-64 levels and
     no $LIB/$PLATFORM where it says nothing."""
     facts = {}
-    if _trusted(loader):
+    real = _trusted(loader)
+    if real is not None:
         try:
-            done = subprocess.run([loader, "--list-diagnostics"], capture_output=True,
+            done = subprocess.run([real, "--list-diagnostics"], capture_output=True,
                                   text=True, errors="replace", timeout=10, env={},
                                   stdin=subprocess.DEVNULL)
             if done.returncode == 0:
@@ -270,7 +281,7 @@ def read_ld_cache(path: str = LD_SO_CACHE) -> dict[str, list[str]]:
 class Libraries:
     """The libraries of programs, kept by their identity (see the module's docstring).
     ``root`` is where the system's files are (a fake tree's in tests): the loader, its cache
-    and path file, the system directories."""
+    and path file, the default directories (a path file's are taken as written)."""
 
     def __init__(self, cache_path: str | None = None, root: str = ""):
         self.root = root

@@ -277,8 +277,8 @@ def test_the_cpu_flags_give_the_levels_the_loader_gives():
 def test_a_glibc_hwcaps_level_the_loader_does_not_support_is_passed_over(tmp_path):
     """A program whose loader (a fake one: the test's) supports x86-64-v3 and -v2, not -v4:
     of libbench.so under $ORIGIN/$LIB/$PLATFORM's glibc-hwcaps/x86-64-v4 and -v2, the -v2 one
-    is its library. A loader others may write is not run: its $LIB is not known, so that
-    path is left out."""
+    is its library. A loader others may write or replace is not run: its $LIB is not known,
+    so that path is left out."""
     build_lib(tmp_path / "lib", 1)
     under = tmp_path / "mylib" / "myplat" / "glibc-hwcaps"
     build_lib(under / "x86-64-v4", 4)
@@ -302,6 +302,15 @@ def test_a_glibc_hwcaps_level_the_loader_does_not_support_is_passed_over(tmp_pat
     os.utime(loader, ns=(1, 1))  # another loader file for the facts kept by its identity
     (tmp_path / "loader-ran").unlink()
     assert [p for p in Libraries().of(app) if "libbench" in p] == []
+    assert not (tmp_path / "loader-ran").exists()
+    # nor one in a directory others may write (they could put another file in its place)
+    loader.chmod(0o755)
+    os.utime(loader, ns=(2, 2))
+    tmp_path.chmod(0o777)
+    try:
+        assert [p for p in Libraries().of(app) if "libbench" in p] == []
+    finally:
+        tmp_path.chmod(0o700)
     assert not (tmp_path / "loader-ran").exists()
 
 
