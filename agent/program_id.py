@@ -375,8 +375,8 @@ class _Options:
     letters followed by digits only (``-l0``); letters whose value is the rest of the cluster
     (``-Mstrict``), and of those the ones that
     take the next argument where nothing follows them (``-I dir``); long options taking the
-    next argument (or ``=VALUE``); long ones taking none; and those whose value is code the
-    run loads (``node --require setup.js``), part of the program."""
+    next argument (or ``=VALUE``); long ones taking none, named or by their prefix; and those
+    whose value is code the run loads (``node --require setup.js``), part of the program."""
     inline: str = ""
     digits: str = ""
     attached: str = ""
@@ -384,6 +384,7 @@ class _Options:
     long_value: frozenset = frozenset()
     long_flag: frozenset = frozenset()
     long_inline: frozenset = frozenset()
+    flag_prefixes: tuple = ()
     code: frozenset = frozenset()
 
 
@@ -410,6 +411,11 @@ _OPTIONS = {
                                            "--input-type", "--title", "--env-file",
                                            "--inspect-port", "--redirect-warnings",
                                            "--disable-warning", "--stack-size"}),
+                     long_flag=frozenset({"--expose-gc", "--enable-source-maps",
+                                          "--abort-on-uncaught-exception", "--inspect",
+                                          "--inspect-brk", "--preserve-symlinks", "--check",
+                                          "--interactive", "--help", "--version"}),
+                     flag_prefixes=("--no-", "--experimental-", "--trace-", "--harmony"),
                      long_inline=frozenset({"--eval", "--print"}),
                      code=frozenset({"-r", "--require", "--import", "--loader",
                                      "--experimental-loader"})),
@@ -475,7 +481,7 @@ def _parse_interpreter(argv: list[str], cwd: str | None) -> tuple[str | None, li
         if table is None:
             if (arg[1:].isalpha() and "c" in arg) if shell else arg in _INLINE:
                 return None, []
-            takes = None
+            takes = False if arg.startswith("--") and "=" in arg else None
         elif arg.startswith("--"):
             opt, eq, attached = arg.partition("=")
             if opt in table.long_inline:
@@ -484,8 +490,9 @@ def _parse_interpreter(argv: list[str], cwd: str | None) -> tuple[str | None, li
                 takes = not eq
                 if eq and opt in table.code and file(attached):
                     program.append(attached)
-            elif opt not in table.long_flag:
-                takes = None
+            elif not eq and opt not in table.long_flag \
+                    and not opt.startswith(table.flag_prefixes):
+                takes = None  # ``--opt=value`` takes no more, whatever it is
         else:
             j = 1
             while j < len(arg):

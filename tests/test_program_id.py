@@ -326,6 +326,7 @@ def test_an_output_file_named_on_the_command_line_is_not_a_new_program_each_run(
     (["node", "-r", "setup.js", "--title", "out.csv", "app.js", "out.csv"], "app.js"),
     (["nodejs", "--import=./setup.js", "app.js"], "app.js"),
     (["node", "-e", "1", "app.js"], None),
+    (["node", "--no-warnings", "--max-old-space-size=4096", "app.js", "out.csv"], "app.js"),
     (["python3", "-W", "out.csv", "bench.py", "out.csv"], "bench.py"),
     (["python3", "-Wignore", "-uX", "dev", "bench.py"], "bench.py"),
     (["python3", "-uc", "print(1)", "bench.py"], None),
@@ -355,6 +356,8 @@ def test_the_script_an_interpreter_runs(tmp_path, argv, script):
     (["php", "-n", "run.php", "out.csv"], ["run.php", "out.csv"]),
     (["php", "-d", "memory_limit=1G", "run.php", "out.csv"], ["run.php"]),
     (["php", "run.php", "out.csv"], ["run.php"]),
+    (["php", "--define=x=1", "run.php", "out.csv"], ["run.php"]),
+    (["node", "--expose-gc", "--stack-size=900", "app.js", "out.csv"], ["app.js"]),
 ])
 def test_the_files_that_are_an_interpreters_program(tmp_path, argv, program):
     """The script and the code an option loads (node --require, ruby -r) are the program,
