@@ -216,7 +216,7 @@ def shebang(path: str, search_path: str) -> list[str]:
         return out  # another option of env's, not parsed here
     else:
         words = [arg]  # env takes it whole: ``env 'python3 -u'`` (no such program)
-    words = [w for w in words if "=" not in w]  # NAME=VALUE sets a variable
+    words = [w for w in words if w and "=" not in w]  # NAME=VALUE sets a variable
     if words and not words[0].startswith("-"):
         name = words[0]
         out.append(name if os.sep in name else shutil.which(name, path=search_path) or name)

@@ -480,3 +480,24 @@ def test_a_login_shells_program_found_by_name_is_not_covered(tmp_path):
     assert program_id.reads_profile(["bash", "-lc", "app"])
     assert program_id.reads_profile(["bash", "-e", "-i", "-c", "app"])
     assert not program_id.reads_profile(["bash", "-ec", "app"])
+
+
+@pytest.mark.parametrize("line, names", [
+    ("#!/bin/sh -e", ["/bin/sh"]),
+    ("#! /usr/bin/env tool", ["/usr/bin/env", "BIN/tool"]),
+    ("#!/usr/bin/env -S A=1 tool -x", ["/usr/bin/env", "BIN/tool"]),
+    ("#!/usr/bin/env --split-string=tool -x", ["/usr/bin/env", "BIN/tool"]),
+    ("#!/usr/bin/env tool -x", ["/usr/bin/env", "tool -x"]),  # env takes it whole: fails
+    ("#!/usr/bin/env nosuch", ["/usr/bin/env", "nosuch"]),  # said missing by its name
+    ("#!/usr/bin/env -i tool", ["/usr/bin/env"]),  # other options: env alone
+    ("#!/usr/bin/env", ["/usr/bin/env"]),
+    ("print(1)", []),
+])
+def test_the_interpreters_a_shebang_line_names(tmp_path, line, names):
+    """A #! line's interpreter, and through env the program the run's PATH finds."""
+    (tmp_path / "bin").mkdir()
+    (tmp_path / "bin" / "tool").write_text("")
+    (tmp_path / "bin" / "tool").chmod(0o755)
+    (tmp_path / "script").write_text(line + "\nrest\n")
+    got = program_id.shebang(str(tmp_path / "script"), str(tmp_path / "bin"))
+    assert got == [n.replace("BIN", str(tmp_path / "bin")) for n in names]
