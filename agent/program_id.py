@@ -4,12 +4,14 @@ in place, or opptune's kernels built anew, make a new program though the configu
 change.
 
 A command's files are its executable (argv[0] resolved on the PATH its run gets) with the
-shared libraries it loads (shared_libs.py) and each argument that names a regular file (a script, ``python3 bench.py``), and of ``sh -c STRING``
-those STRING's first command names plainly (``shell_files``: not its expansions, functions or
-later commands; nor, for a login shell, ``bash -lc``, a first word named without a path: its
-profile may set another PATH; a pyenv/asdf shim is the shim script, whose choice of
-interpreter is not guessed); a pyperf workload's is its script; a bench_suite kernel's the built extension all
-kernels are in (any kernel rebuilt makes every kernel's program new) and its accounting; a
+shared libraries it loads (shared_libs.py), or of a script the interpreter its ``#!`` line
+names (``shebang``) and that one's libraries, and each argument that names a regular file (a
+script, ``python3 bench.py``), and of ``sh -c STRING`` those STRING's first command names
+plainly (``shell_files``: not its expansions, functions or later commands; nor, for a login
+shell, ``bash -lc``, a first word named without a path: its profile may set another PATH; a
+pyenv/asdf shim is the shim script, whose choice of interpreter is not guessed); a pyperf
+workload's is its script; a bench_suite kernel's the built extension all kernels are in (any
+kernel rebuilt makes every kernel's program new) and its accounting; a
 virtual board's kernel the modules that model it. Each file is known by its resolved path and a
 SHA-256 of its content, a large one (past ``HASH_MAX_BYTES``, e.g. a data set on the command
 line) by its size and mtime. Hashing costs 0.2-0.4 s for a 50 MB binary on a loaded 2-core
@@ -29,6 +31,7 @@ import os
 import re
 import shutil
 import struct
+from dataclasses import dataclass
 from typing import IO, Any, Mapping
 
 from .private import open_private
@@ -153,12 +156,13 @@ def command_files(argv: list[str], env: Mapping[str, str], cwd: str | None = Non
                   ) -> list[str]:
     """The files a command line runs: argv[0] as the run's PATH finds it (as given when not
     found: FileIds says it is missing; a relative path with a slash from ``exe_dir``, None:
-    this process's directory, as the runner takes it), the shared libraries it loads (with
-    ``libraries``: shared_libs.py, through the run's LD_LIBRARY_PATH) and each argument naming
+    this process's directory, as the runner takes it), with ``libraries`` what it loads
+    (``program_files``: its shared libraries through the run's LD_LIBRARY_PATH, a script's
+    ``#!`` interpreter; without, the files agents before 0.5 digested) and each argument naming
     a regular file in ``cwd``, the directory the run starts in (None: this process's).
     Arguments with a ``{...}`` placeholder are left out (they change from run to run). Of
     ``sh|bash|dash -c STRING`` also the files of STRING's first command (``shell_files``) and
-    its program's libraries."""
+    what its program loads."""
     if not argv:
         return []
     path = env.get("PATH", os.defpath)
@@ -168,7 +172,7 @@ def command_files(argv: list[str], env: Mapping[str, str], cwd: str | None = Non
     files = [exe] if "{" not in exe else []
     lib_path = env.get("LD_LIBRARY_PATH", "")
     if libraries is not None and files:
-        files += libraries.of(exe, lib_path)
+        files += program_files(exe, path, lib_path, libraries)
     # where the run opens them: its own directory, not the agent's
     files += [f for f in (_under(cwd, a) for a in argv[1:] if "{" not in a)
               if os.path.isfile(f)]
@@ -178,9 +182,90 @@ def command_files(argv: list[str], env: Mapping[str, str], cwd: str | None = Non
         found = shell_files(string, None if login else path, cwd)
         first = first_command(string)[:1]
         if libraries is not None and first and (os.sep in first[0] or not login):
-            found[1:1] = libraries.of(found[0], lib_path)  # found[0] is that program
+            # found[0] is that program
+            found[1:1] = program_files(found[0], path, lib_path, libraries)
         files += [f for f in found if f not in files]
     return files
+
+
+_SHEBANG_MAX = 256  # what Linux reads of a #! line (BINPRM_BUF_SIZE; 128 before 5.1)
+_NESTING = 4  # interpreters Linux follows, each a script of its own (binfmt_script)
+
+
+def shebang(path: str, search_path: str) -> list[str]:
+    """The interpreter a script's ``#!`` line names, then what it runs: ``#!/usr/bin/env
+    python3`` is env and python3 as ``search_path`` (the run's PATH) finds it (``env -S
+    python3 -u`` too; a bare name not found is given as it is: FileIds says it is missing);
+    [] for a file with no ``#!`` line or none readable."""
+    line = _shebang_line(path)
+    if not line:
+        return []
+    # Linux passes what follows the interpreter as one argument
+    interp, _, arg = line.replace("\t", " ").partition(" ")
+    if not interp:
+        return []
+    out = [interp]
+    if os.path.basename(interp) != "env":
+        return out
+    arg = arg.strip()
+    if arg.startswith("-S"):
+        words = arg[2:].split()
+    elif arg.startswith("--split-string="):
+        words = arg[len("--split-string="):].split()
+    elif arg.startswith("-"):
+        return out  # another option of env's, not parsed here
+    else:
+        words = [arg]  # env takes it whole: ``env 'python3 -u'`` (no such program)
+    words = [w for w in words if w and "=" not in w]  # NAME=VALUE sets a variable
+    if words and not words[0].startswith("-"):
+        name = words[0]
+        out.append(name if os.sep in name else shutil.which(name, path=search_path) or name)
+    return out
+
+
+_LINES: dict[tuple, str] = {}  # (path, device, inode, size, mtime) -> its #! line
+
+
+def _shebang_line(path: str) -> str:
+    """The ``#!`` line of the file at ``path`` less the ``#!`` (\"\" for none), kept by the
+    file's identity: the look before each run reads no file unchanged."""
+    try:
+        st = os.stat(path)
+    except OSError:
+        return ""
+    key = (path, st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns)
+    line = _LINES.get(key)
+    if line is None:
+        try:
+            with open(path, "rb") as f:
+                head = f.read(_SHEBANG_MAX)
+        except OSError:
+            return ""
+        line = (head[2:].split(b"\n", 1)[0].decode(errors="replace").strip()
+                if head.startswith(b"#!") else "")
+        if len(_LINES) > 1000:
+            _LINES.clear()
+        _LINES[key] = line
+    return line
+
+
+def program_files(program: str, search_path: str, lib_path: str, libraries: Libraries
+                  ) -> list[str]:
+    """The files beside ``program`` that a run of it loads: its shared libraries, or for a
+    script the interpreters its ``#!`` line names (``shebang``: in turn, where one is a script
+    too) and their libraries. Not in ``program_core``: agents before 0.5 did not cover them."""
+    out = list(libraries.of(program, lib_path))
+    if out:
+        return out  # a dynamic ELF program: no script
+    current = [program]
+    for _ in range(_NESTING):
+        interps = [i for f in current for i in shebang(f, search_path)]
+        if not interps:
+            break
+        for i in interps:
+            out += [i] + libraries.of(i, lib_path)
+        current = interps[-1:]
+    return list(dict.fromkeys(out))
 
 
 SHELLS = frozenset({"sh", "bash", "dash"})
@@ -283,28 +368,171 @@ _INTERPRETER = re.compile(r"(?:python|pypy|perl|ruby|php|lua|luajit|tclsh|Rscrip
 _INLINE = frozenset({"-c", "-m", "-e", "-E", "--eval", "--print"})
 
 
+@dataclass(frozen=True)
+class _Options:
+    """An interpreter's options as its manual gives them: single letters after which the rest
+    of the cluster, else the next argument, is inline code or a module (no script follows);
+    letters followed by digits only (``-l0``); letters whose value is the rest of the cluster
+    (``-Mstrict``), and of those the ones that
+    take the next argument where nothing follows them (``-I dir``); long options taking the
+    next argument (or ``=VALUE``); long ones taking none, named or by their prefix; and those
+    whose value is code the run loads (``node --require setup.js``), part of the program."""
+    inline: str = ""
+    digits: str = ""
+    attached: str = ""
+    separate: str = ""
+    long_value: frozenset = frozenset()
+    long_flag: frozenset = frozenset()
+    long_inline: frozenset = frozenset()
+    flag_prefixes: tuple = ()
+    code: frozenset = frozenset()
+
+
+_OPTIONS = {
+    # python(1): -c CMD, -m MOD; -W ARG, -X OPT; --check-hash-based-pycs MODE
+    "python": _Options(inline="cm", attached="WX", separate="WX",
+                       long_value=frozenset({"--check-hash-based-pycs"}),
+                       long_flag=frozenset({"--help", "--version", "--help-env",
+                                            "--help-xoptions", "--help-all"})),
+    # perlrun(1): -e/-E CODE; -I DIR (or attached); -i -x -C -M -m -d -D -V take the rest, -l
+    # and -0 octal digits
+    "perl": _Options(inline="eE", digits="l0", attached="IixCMmdDV", separate="I"),
+    # ruby(1): -e CODE; -I -r -C -E take the next argument where nothing is attached
+    "ruby": _Options(inline="e", digits="0", attached="IrCExiKTWF", separate="IrCE",
+                     long_value=frozenset({"--encoding", "--external-encoding",
+                                           "--internal-encoding", "--enable", "--disable"}),
+                     long_flag=frozenset({"--verbose", "--version", "--help", "--yydebug",
+                                          "--jit", "--yjit", "--copyright"}),
+                     code=frozenset({"-r"})),
+    # node(1): -e/-p CODE; -r/--require, --import, --loader MODULE (code), -C, --title...
+    "node": _Options(inline="ep", separate="rC",
+                     long_value=frozenset({"--require", "--import", "--loader",
+                                           "--experimental-loader", "--conditions",
+                                           "--input-type", "--title", "--env-file",
+                                           "--inspect-port", "--redirect-warnings",
+                                           "--disable-warning", "--stack-size"}),
+                     long_flag=frozenset({"--expose-gc", "--enable-source-maps",
+                                          "--abort-on-uncaught-exception", "--inspect",
+                                          "--inspect-brk", "--preserve-symlinks", "--check",
+                                          "--interactive", "--help", "--version"}),
+                     flag_prefixes=("--no-", "--experimental-", "--trace-", "--harmony"),
+                     long_inline=frozenset({"--eval", "--print"}),
+                     code=frozenset({"-r", "--require", "--import", "--loader",
+                                     "--experimental-loader"})),
+    # bash(1), dash(1): -c STRING; -o/+o NAME, -O/+O NAME; --rcfile/--init-file FILE
+    "sh": _Options(inline="c", separate="oO",
+                   long_value=frozenset({"--rcfile", "--init-file"}),
+                   long_flag=frozenset({"--norc", "--noprofile", "--posix", "--login",
+                                        "--noediting", "--restricted", "--verbose",
+                                        "--version", "--help", "--debugger",
+                                        "--dump-strings", "--dump-po-strings", "--pretty-print"})),
+}
+_FLAVOUR = {"pypy": "python", "nodejs": "node", "bash": "sh", "dash": "sh"}
+
+
+def _flavour(name: str) -> str:
+    base = name.rstrip("0123456789.")
+    return _FLAVOUR.get(base, base)
+
+
+def program_scripts(argv: list[str], cwd: str | None) -> list[str]:
+    """The files of an interpreter's command line that are its program: the script it runs
+    (``script_of``) and the code an option loads (``node --require setup.js``, ``ruby -r``).
+    Where an option is not known (another interpreter's, or one not in its table), the file
+    after it may be its value or the script: both are taken."""
+    return _parse_interpreter(argv, cwd)[1]
+
+
 def script_of(argv: list[str], cwd: str | None) -> str | None:
     """The script an interpreter's command line runs: its first argument that is no option
-    (nor an option's value) and names a regular file in ``cwd``; None for another program,
-    inline code or a module (``python3 -c``, ``-m``, ``sh -c``), or no such file. An
-    option's value is told from the script only by being no file (``python3 -X dev b.py``)."""
+    nor an option's value and names a regular file in ``cwd``; None for another program,
+    inline code or a module (``python3 -c``, ``-m``, ``sh -c``), or no such file. The
+    options of python, perl, ruby, node and sh/bash/dash are known (``-W``'s value, ``node
+    --require``'s, ``bash --rcfile``'s are no script); of another interpreter an option's
+    value is told from the script only by being no file (``php -d x=1 b.php``)."""
+    return _parse_interpreter(argv, cwd)[0]
+
+
+def _parse_interpreter(argv: list[str], cwd: str | None) -> tuple[str | None, list[str]]:
+    """(the script, the files that are the program: ``program_scripts``)."""
     name = os.path.basename(argv[0]) if argv else ""
     if len(argv) < 2 or not _INTERPRETER.fullmatch(name):
-        return None
-    shell = name.rstrip("0123456789.") in SHELLS | {"zsh", "ksh", "mksh", "busybox"}
-    after_option = False
-    for arg in argv[1:]:
-        if arg.startswith("-") and arg != "-":
+        return None, []
+    flavour = _flavour(name)
+    table = _OPTIONS.get(flavour)
+    shell = flavour in {"sh", "zsh", "ksh", "mksh", "busybox"}
+    program: list[str] = []
+
+    def file(arg: str) -> str | None:
+        path = _under(cwd, arg)
+        return path if "{" not in arg and os.path.isfile(path) else None
+
+    def option(arg: str) -> bool:
+        return arg[:1] == "-" or shell and arg[:1] == "+"
+
+    i = 1
+    while i < len(argv) and option(argv[i]) and argv[i] not in ("-", "+"):
+        arg = argv[i]
+        if arg == "--":
+            i += 1
+            break
+        # takes: the option's value is the next argument (True), none (False), not known (None)
+        takes: bool | None = False
+        if table is None:
             if (arg[1:].isalpha() and "c" in arg) if shell else arg in _INLINE:
-                return None
-            after_option = arg != "--"
-            continue
-        if "{" not in arg and os.path.isfile(_under(cwd, arg)):
-            return _under(cwd, arg)
-        if not after_option:
-            return None  # the script, not there: its runs fail
-        after_option = False
-    return None
+                return None, []
+            takes = False if arg.startswith("--") and "=" in arg else None
+        elif arg.startswith("--"):
+            opt, eq, attached = arg.partition("=")
+            if opt in table.long_inline:
+                return None, []
+            if opt in table.long_value:
+                takes = not eq
+                if eq and opt in table.code and file(attached):
+                    program.append(attached)
+            elif not eq and opt not in table.long_flag \
+                    and not opt.startswith(table.flag_prefixes):
+                takes = None  # ``--opt=value`` takes no more, whatever it is
+        else:
+            j = 1
+            while j < len(arg):
+                letter = arg[j]
+                if letter in table.inline:
+                    return None, []
+                if letter in table.digits:  # perl -l0 -0777: octal digits, then more letters
+                    j += 1
+                    while j < len(arg) and arg[j].isdigit():
+                        j += 1
+                    continue
+                if letter in table.attached or letter in table.separate:
+                    rest = arg[j + 1:]
+                    takes = not rest and letter in table.separate
+                    if rest and f"-{letter}" in table.code and file(rest):
+                        program.append(rest)
+                    break
+                if not letter.isalpha():
+                    takes = None
+                    break
+                j += 1
+        if takes is None:
+            after = argv[i + 1] if i + 1 < len(argv) else ""
+            if after and not option(after) and file(after):
+                # the option's value or the script: both are the program
+                nxt = file(argv[i + 2]) if i + 2 < len(argv) else None
+                found = [file(after)] + ([nxt] if nxt else [])
+                return found[0], list(dict.fromkeys(
+                    [file(p) or p for p in program] + found))
+            if after and not option(after):
+                i += 1  # a value naming no file
+        elif takes and i + 1 < len(argv):
+            if (opt if arg.startswith("--") else "-" + arg[-1]) in table.code \
+                    and file(argv[i + 1]):
+                program.append(argv[i + 1])
+            i += 1
+        i += 1
+    script = file(argv[i]) if i < len(argv) else None
+    return script, list(dict.fromkeys([file(p) or p for p in program]
+                                      + ([script] if script else [])))
 
 
 def _under(cwd: str | None, path: str) -> str:

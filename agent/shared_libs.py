@@ -2,15 +2,27 @@
 ld.so(8)) finds them, without running it: its program interpreter (PT_INTERP), then each
 DT_NEEDED name, and theirs in turn, searched in the object's DT_RPATH (and the program's,
 where the object has no DT_RUNPATH), the run's LD_LIBRARY_PATH, the object's DT_RUNPATH, the
-names of /etc/ld.so.cache and the default directories (/lib, /usr/lib, /lib64, /usr/lib64), a
-candidate taken only where its ELF class, byte order and machine are the program's (ld.so skips
-the others). ``$ORIGIN`` in a path is the object's directory.
+names of /etc/ld.so.cache and the loader's system directories, a candidate taken only where
+its ELF class, byte order and machine are the program's (ld.so skips the others). ``$ORIGIN``
+in a path is the object's directory; ``$LIB`` and ``$PLATFORM`` are what the loader says they
+are, and each directory's ``glibc-hwcaps/`` subdirectories of the levels the loader says this
+CPU supports (``x86-64-v3``) come before it: glibc 2.33's ``ld.so --list-diagnostics`` prints
+them (``loader_facts``). That runs the loader alone, no program nor library, once per loader
+file, and only a loader that no one but root or the agent's user may write or replace (the
+program's PT_INTERP names it: a program writable by a workload's user must not have the agent
+run a file of that user's choice). Where it cannot (an older glibc, another loader), the
+x86-64 levels are read from /proc/cpuinfo's flags, a path with ``$LIB``/``$PLATFORM`` is left
+out and the system directories are /lib, /usr/lib, /lib64, /usr/lib64.
 
-Not followed (the libraries found otherwise are still covered): ``$LIB`` and ``$PLATFORM`` in a
-path, the glibc-hwcaps subdirectories (``glibc-hwcaps/x86-64-v3``), LD_PRELOAD and
-/etc/ld.so.preload, libraries opened at run time (dlopen: plugins, Python's extension
-modules), and a name not found (the run fails or finds it where ld.so alone knows). A program
-that is no ELF file (a script) has none here: its interpreter's are not looked for.
+A musl program (PT_INTERP ``ld-musl-ARCH.so.1``) is searched as musl does: LD_LIBRARY_PATH,
+the DT_RUNPATH (else DT_RPATH) of the object and of those that loaded it, then the directories
+of /etc/ld-musl-ARCH.path (split at colons and newlines), else /lib, /usr/local/lib, /usr/lib;
+no ld.so.cache, no hwcaps; libc's own names (libc.*, libpthread.*, libm.*...) are the loader.
+
+Not followed (the libraries found otherwise are still covered): glibc's legacy hwcaps
+subdirectories (``tls``, ``haswell``: gone in glibc 2.37), GLIBC_TUNABLES' hwcaps mask,
+LD_PRELOAD and /etc/ld.so.preload, libraries opened at run time (dlopen: plugins, Python's
+extension modules), and a name not found (the run fails or finds it where ld.so alone knows).
 
 The search reads a few headers of each object (no hashing): ``libraries`` keeps its answer
 by the program's identity (device, inode, size, mtime), LD_LIBRARY_PATH and the cache's mtime,
@@ -20,8 +32,11 @@ so the look before each run only stats.
 from __future__ import annotations
 
 import os
+import re
 import struct
+import subprocess
 import time
+from dataclasses import dataclass
 from typing import IO
 
 LD_SO_CACHE = "/etc/ld.so.cache"
@@ -29,6 +44,19 @@ DEFAULT_DIRS = ("/lib", "/usr/lib", "/lib64", "/usr/lib64")
 _MAX_LIBS = 256  # a bound on a broken or hostile tree's closure
 _CACHE_NEW = b"glibc-ld.so.cache1.1"
 _CACHE_OLD = b"ld.so-1.7.0"
+
+MUSL_DEFAULT_DIRS = ("/lib", "/usr/local/lib", "/usr/lib")
+_MUSL_LOADER = re.compile(r"ld-musl-(.+)\.so\.1")
+# names musl's loader takes for itself (ldso/dynlink.c's "reserved"): libc.so, libc.musl-*...
+_MUSL_SELF = re.compile(r"lib(?:c|pthread|rt|m|dl|util|xnet)\.")
+_EM_X86_64 = 62
+# glibc's x86-64 levels (sysdeps/x86/get-isa-level.h), each on top of the one before, as
+# /proc/cpuinfo names their features (abm: LZCNT; xsave: the kernel's AVX state, OSXSAVE)
+_X86_64_LEVELS = (
+    ("x86-64-v2", {"cx16", "lahf_lm", "popcnt", "pni", "sse4_1", "sse4_2", "ssse3"}),
+    ("x86-64-v3", {"avx", "avx2", "bmi1", "bmi2", "f16c", "fma", "abm", "movbe", "xsave"}),
+    ("x86-64-v4", {"avx512f", "avx512bw", "avx512cd", "avx512dq", "avx512vl"}),
+)
 
 _PT_INTERP, _PT_LOAD, _PT_DYNAMIC = 3, 1, 2
 _DT_NEEDED, _DT_STRTAB, _DT_STRSZ, _DT_RPATH, _DT_RUNPATH = 1, 5, 10, 15, 29
@@ -105,12 +133,118 @@ def _read(path: str) -> _Elf | None:
         return None
 
 
-def _dirs(spec: str | None, origin: str) -> list[str]:
-    """The directories of a DT_RPATH/DT_RUNPATH or LD_LIBRARY_PATH; ``$ORIGIN`` replaced, a
-    directory with another token ($LIB, $PLATFORM) left out (not followed)."""
+@dataclass(frozen=True)
+class LoaderFacts:
+    """What a program's loader searches beside its program's own paths: the glibc-hwcaps
+    subdirectories this CPU supports, best first; ``$LIB`` and ``$PLATFORM`` (None: not known,
+    a path with it left out); its system directories; and for musl, ``musl_dirs``, the whole
+    system path (None: glibc)."""
+    hwcaps: tuple[str, ...] = ()
+    lib: str | None = None
+    platform: str | None = None
+    system_dirs: tuple[str, ...] = DEFAULT_DIRS
+    musl_dirs: tuple[str, ...] | None = None
+
+
+def cpuinfo_levels(cpuinfo: str = "/proc/cpuinfo") -> tuple[str, ...]:
+    """The x86-64 levels (glibc-hwcaps names) the first CPU of ``cpuinfo`` supports, best
+    first; () where it cannot be read or has no x86 flags."""
+    try:
+        with open(cpuinfo, encoding="utf-8", errors="replace") as f:
+            flags = next((set(ln.split(":", 1)[1].split()) for ln in f
+                          if ln.startswith("flags")), set())
+    except OSError:
+        return ()
+    out: list[str] = []
+    for name, needs in _X86_64_LEVELS:
+        if not needs <= flags:
+            break
+        out.insert(0, name)
+    return tuple(out)
+
+
+def parse_diagnostics(text: str) -> dict[str, str]:
+    """``key=value`` lines of ``ld.so --list-diagnostics``, a quoted value unquoted."""
+    out = {}
+    for line in text.splitlines():
+        key, sep, value = line.partition("=")
+        if sep:
+            out[key] = value[1:-1] if value[:1] == value[-1:] == '"' and len(value) > 1 \
+                else value
+    return out
+
+
+def _trusted(path: str) -> str | None:
+    """``path`` resolved, where the agent may run it: it and each directory above it owned by
+    root or the agent's user, none that others may write (but a sticky one, /tmp: no one
+    else may rename what is in it), so no one else can put another file there between this
+    look and the run; else None."""
+    real = os.path.realpath(path)
+    at = real
+    while True:
+        try:
+            st = os.stat(at)
+        except OSError:
+            return None
+        if st.st_uid not in (0, os.getuid()) or st.st_mode & 0o022 and not (
+                at != real and st.st_mode & 0o1000):
+            return None
+        if at == os.path.dirname(at):
+            return real
+        at = os.path.dirname(at)
+
+
+def _glibc_facts(loader: str, x86_64: bool) -> LoaderFacts:
+    """What ``loader --list-diagnostics`` says (glibc 2.33 on); the CPU's x86-64 levels and
+    no $LIB/$PLATFORM where it says nothing."""
+    facts = {}
+    real = _trusted(loader)
+    if real is not None:
+        try:
+            done = subprocess.run([real, "--list-diagnostics"], capture_output=True,
+                                  text=True, errors="replace", timeout=10, env={},
+                                  stdin=subprocess.DEVNULL)
+            if done.returncode == 0:
+                facts = parse_diagnostics(done.stdout)
+        except (OSError, subprocess.SubprocessError):
+            pass
+    if "dl_hwcaps_subdirs" not in facts:
+        return LoaderFacts(hwcaps=cpuinfo_levels() if x86_64 else ())
+    names = [n for n in facts["dl_hwcaps_subdirs"].split(":") if n]
+    try:
+        active = int(facts.get("dl_hwcaps_subdirs_active", "0"), 0)
+    except ValueError:
+        active = 0
+    system = tuple(v.rstrip("/") or "/" for k, v in sorted(
+        ((k, v) for k, v in facts.items() if k.startswith("path.system_dirs[")),
+        key=lambda kv: int(kv[0][len("path.system_dirs["):-1], 16)))
+    return LoaderFacts(hwcaps=tuple(n for i, n in enumerate(names) if active >> i & 1),
+                       lib=facts.get("dl_dst_lib") or None,
+                       platform=facts.get("dl_platform") or None,
+                       system_dirs=system or DEFAULT_DIRS)
+
+
+def _musl_facts(arch: str, root: str) -> LoaderFacts:
+    """musl's system path: /etc/ld-musl-ARCH.path's directories, else its defaults."""
+    try:
+        with open(f"{root}/etc/ld-musl-{arch}.path", encoding="utf-8",
+                  errors="replace") as f:
+            dirs = tuple(d for d in re.split(r"[:\n]", f.read()) if d)
+    except OSError:
+        dirs = tuple(root + d for d in MUSL_DEFAULT_DIRS)
+    return LoaderFacts(system_dirs=(), musl_dirs=dirs)
+
+
+def _dirs(spec: str | None, origin: str, facts: LoaderFacts = LoaderFacts()) -> list[str]:
+    """The directories of a DT_RPATH/DT_RUNPATH or LD_LIBRARY_PATH; ``$ORIGIN`` replaced,
+    ``$LIB`` and ``$PLATFORM`` where the loader said them, a directory with another token
+    left out (not followed)."""
+    tokens = {"ORIGIN": origin, "LIB": facts.lib, "PLATFORM": facts.platform}
     out = []
     for d in (spec or "").split(":"):
-        d = d.replace("${ORIGIN}", origin).replace("$ORIGIN", origin)
+        for token, value in tokens.items():
+            if value is not None:
+                d = d.replace("${%s}" % token, value).replace("$" + token, value)
         if d and "$" not in d:
             out.append(d)
     return out
@@ -145,12 +279,16 @@ def read_ld_cache(path: str = LD_SO_CACHE) -> dict[str, list[str]]:
 
 
 class Libraries:
-    """The libraries of programs, kept by their identity (see the module's docstring)."""
+    """The libraries of programs, kept by their identity (see the module's docstring).
+    ``root`` is where the system's files are (a fake tree's in tests): the loader, its cache
+    and path file, the default directories (a path file's are taken as written)."""
 
-    def __init__(self, cache_path: str = LD_SO_CACHE):
-        self.cache_path = cache_path
+    def __init__(self, cache_path: str | None = None, root: str = ""):
+        self.root = root
+        self.cache_path = cache_path if cache_path is not None else root + LD_SO_CACHE
         self._ld_cache: tuple[tuple, dict[str, list[str]]] | None = None
         self._known: dict[tuple, list[str]] = {}
+        self._facts: dict[tuple, LoaderFacts] = {}
         self._ident: tuple = ()
         self._ident_at = -1e9
 
@@ -193,36 +331,70 @@ class Libraries:
             self._ld_cache = (ident, read_ld_cache(self.cache_path))
         return self._ld_cache[1]
 
+    def loader_facts(self, loader: str, kind: tuple) -> LoaderFacts:
+        """What the loader at ``loader`` (the root's) searches (``LoaderFacts``), kept by its
+        identity: asked once per loader file."""
+        musl = _MUSL_LOADER.fullmatch(os.path.basename(loader))
+        try:
+            st = os.stat(loader)
+            key: tuple = (loader, st.st_dev, st.st_ino, st.st_mtime_ns, kind)
+        except OSError:
+            key = (loader, kind)
+        facts = self._facts.get(key)
+        if facts is None:
+            facts = self._facts[key] = (
+                _musl_facts(musl.group(1), self.root) if musl else
+                _glibc_facts(loader, kind[0] == 2 and kind[2] == _EM_X86_64))
+            if not facts.musl_dirs and facts.system_dirs is DEFAULT_DIRS:
+                facts = self._facts[key] = LoaderFacts(
+                    facts.hwcaps, facts.lib, facts.platform,
+                    tuple(self.root + d for d in DEFAULT_DIRS))
+        return facts
+
     def _resolve(self, program: str, ld_library_path: str) -> list[str]:
         top = _read(program)
         if top is None:
             return []
+        interp = self.root + top.interp if top.interp else None
+        facts = self.loader_facts(interp, top.kind) if interp else LoaderFacts()
+        musl = facts.musl_dirs is not None
         exe_dir = os.path.dirname(os.path.realpath(program))
-        exe_rpath = _dirs(top.rpath, exe_dir) if top.runpath is None else []
-        env_dirs = _dirs(ld_library_path, exe_dir)
-        names = self._names()
+        exe_rpath = _dirs(top.rpath, exe_dir, facts) if top.runpath is None else []
+        env_dirs = _dirs(ld_library_path, exe_dir, facts)
+        names = {} if musl else self._names()
         found: list[str] = []
         seen: set[str] = set()
         done: set[str] = set()
-        if top.interp:
-            found.append(top.interp)
-            done.add(os.path.realpath(top.interp))
-        queue = [(top, exe_dir, name) for name in top.needed]
+        if interp:
+            found.append(interp)
+            done.add(os.path.realpath(interp))
+        # (object, its directory, the name it needs, the search paths of those that loaded it:
+        # musl's inherited DT_RUNPATH/DT_RPATH)
+        queue = [(top, exe_dir, name, ()) for name in top.needed]
         while queue and len(found) < _MAX_LIBS:
-            obj, origin, name = queue.pop(0)
+            obj, origin, name, above = queue.pop(0)
             if name in seen:
                 continue
+            own = obj.runpath if obj.runpath is not None else obj.rpath
+            chain = ((own, origin),) + above if musl else ()
             if "/" in name:
                 candidates = [name]
-            elif obj.runpath is not None:
-                candidates = [os.path.join(d, name) for d in
-                              env_dirs + _dirs(obj.runpath, origin)]
+            elif musl:
+                if _MUSL_SELF.match(name):
+                    seen.add(name)  # the loader itself, found first
+                    continue
+                candidates = [os.path.join(d, name) for d in env_dirs + [
+                    d for spec, o in chain for d in _dirs(spec, o, facts)]
+                    + list(facts.musl_dirs or ())]
             else:
-                candidates = [os.path.join(d, name) for d in
-                              _dirs(obj.rpath, origin) + exe_rpath + env_dirs]
-            if "/" not in name:
-                candidates += names.get(name, []) + [os.path.join(d, name)
-                                                     for d in DEFAULT_DIRS]
+                dirs = (env_dirs + _dirs(obj.runpath, origin, facts)
+                        if obj.runpath is not None else
+                        _dirs(obj.rpath, origin, facts) + exe_rpath + env_dirs)
+                candidates = [os.path.join(d, sub, name) for d in dirs
+                              for sub in self._subdirs(facts)]
+                candidates += self._cached(names.get(name, []), facts) + [
+                    os.path.join(d, sub, name) for d in facts.system_dirs
+                    for sub in self._subdirs(facts)]
             for path in candidates:
                 lib = _read(path)
                 if lib is None or lib.kind != top.kind:
@@ -232,7 +404,24 @@ class Libraries:
                 if real not in done:  # one file by two names (/lib64/ld-linux..., /lib/...)
                     done.add(real)
                     found.append(path)
-                queue += [(lib, os.path.dirname(os.path.realpath(path)), n)
-                          for n in lib.needed]
+                queue += [(lib, os.path.dirname(real), n, chain) for n in lib.needed]
                 break
         return found
+
+    @staticmethod
+    def _subdirs(facts: LoaderFacts) -> list[str]:
+        """What glibc looks in under each directory, in its order: the hwcaps subdirectories
+        of the supported levels, best first, then the directory itself."""
+        return [f"glibc-hwcaps/{h}" for h in facts.hwcaps] + [""]
+
+    @staticmethod
+    def _cached(paths: list[str], facts: LoaderFacts) -> list[str]:
+        """ld.so.cache's paths of a name as glibc takes them: those in a glibc-hwcaps
+        subdirectory only of a supported level, the best level first, then the others."""
+        def level(path: str) -> int | None:
+            m = re.search(r"/glibc-hwcaps/([^/]+)/[^/]+$", path)
+            if m is None:
+                return len(facts.hwcaps)
+            return facts.hwcaps.index(m.group(1)) if m.group(1) in facts.hwcaps else None
+        ranked = [(level(p), i, p) for i, p in enumerate(paths)]
+        return [p for lv, _, p in sorted(r for r in ranked if r[0] is not None)]

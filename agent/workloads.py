@@ -18,8 +18,8 @@ from typing import Any, Mapping
 
 from .. import __version__
 from ..shared.config import AgentConfig, CommandWorkload
-from .program_id import (FileIds, command_files, first_command, kernel_files,
-                         reads_profile, script_of, shell_files, shell_string)
+from .program_id import (FileIds, command_files, first_command, kernel_files, program_files,
+                         program_scripts, reads_profile, shell_files, shell_string)
 from .shared_libs import Libraries
 from .workdir import SUBDIR, dir_name
 
@@ -40,9 +40,10 @@ class Workload:
     command: CommandWorkload | None = field(default=None, repr=False)
     definition: str = ""  # digest of what runs (see Workloads.definition_of)
     program: str = ""  # digest of the program a run executes (see Workloads.definition_of)
-    # ``program`` less the shared libraries it loads: what ``program`` was before the agent
-    # covered them (0.4), said beside it where it differs, so that the daemon takes an
-    # upgraded agent's program for the one it measured before (daemon/drift.py)
+    # ``program`` less the shared libraries it loads and a script's #! interpreter: what
+    # ``program`` was before the agent covered them (0.4), said beside it where it differs,
+    # so that the daemon takes an upgraded agent's program for the one it measured before
+    # (daemon/drift.py)
     program_core: str = ""
     # its files as last digested, each with its (device, inode, size, mtime) or None (missing):
     # the same again means the same digests (Workloads.refresh)
@@ -222,19 +223,21 @@ class Workloads:
     def _programs(self, w: Workload) -> frozenset:
         """The files of command workload ``w`` that are its program, never its output: the
         executable argv[0] names, the first program of a shell's command string, and the
-        script either gives an interpreter (``python3 bench.py``, ``sh -c "bash run.sh"``)."""
+        script either gives an interpreter (``python3 bench.py``, ``sh -c "bash run.sh"``)
+        with the code its options load (``node --require setup.js``: program_scripts)."""
         cw = w.command
         path = self._path(cw)
         cwd = self.run_dir(w.name, cw)
-        files = self._executable(w) + [script_of(cw.command, cwd)]
+        files = self._executable(w) + program_scripts(cw.command, cwd)
         string = shell_string(cw.command)
         if string is not None:
             first = first_command(string)[:1]
             program = shell_files(first[0], None if reads_profile(cw.command) else path,
                                   cwd) if first else []
-            files += program + [lib for f in program
-                                for lib in self.libraries.of(f, self._lib_path(cw))]
-            files.append(script_of(first_command(string), cwd))
+            if program:
+                files += program + program_files(program[0], path, self._lib_path(cw),
+                                                 self.libraries)
+            files += program_scripts(first_command(string), cwd)
         return frozenset(f for f in files if f)
 
     def _executable(self, w: Workload) -> list[str]:
@@ -277,8 +280,8 @@ class Workloads:
         workload's runs from before its program changed). A longer timeout, one more size or
         an upgraded agent whose kernels are the same leave them measuring the same thing; a
         rebuilt binary, an edited script or kernels built anew do not. A file missing is
-        logged, but for those in ``quiet``. Third, the program less the shared libraries
-        (``Workload.program_core``)."""
+        logged, but for those in ``quiet``. Third, the program less the shared libraries and
+        #! interpreters (``Workload.program_core``)."""
         cw = w.command
         runs = {"name": w.name, "kind": w.kind, "virtual_board": self.virtual_board,
                 **({"command": cw.command, "env": cw.env, "threads_env": cw.threads_env,
@@ -302,7 +305,7 @@ class Workloads:
 
     def _files(self, w: Workload, libraries: bool = True) -> list[str]:
         """The files a run of ``w`` executes (program_id.py), its programs' shared libraries
-        among them unless ``libraries`` is false."""
+        and #! interpreters among them unless ``libraries`` is false."""
         cw = w.command
         if cw is None:
             if self._kernel_files is not None:

@@ -3,6 +3,8 @@ its files stat'ed and compared with those last digested; digested again only whe
 changed) and after it (Workloads.ran: which of them the run wrote).
 
 Rows: a command run by an interpreter with a script argument (``python3 bench.py``), a
+script run by its ``#!/usr/bin/env python3`` line (``./bench``: env and the interpreter the
+PATH finds, with their libraries), a
 ``sh -c`` command string (its shell and the program the string names), and a bench_suite
 kernel (its built extension and accounting), unchanged; and the same command after its script
 was edited (the digest made again, the file's content hashed). A command's files include the
@@ -36,12 +38,18 @@ def main() -> None:
         script = os.path.join(tmp, "bench.py")
         with open(script, "w") as f:
             f.write("print(1)\n" * 200)
+        run = os.path.join(tmp, "bench")
+        with open(run, "w") as f:
+            f.write("#!/usr/bin/env python3\n" + "print(1)\n" * 200)
+        os.chmod(run, 0o755)
+        path = f"{os.path.dirname(sys.executable)}:{os.environ.get('PATH', os.defpath)}"
         config = AgentConfig(state_dir=tmp, bench_kernels=["pi_integrate"], workloads=[
             CommandWorkload("script", [sys.executable, script, "{threads}"]),
+            CommandWorkload("shebang", [run, "{threads}"], env={"PATH": path}),
             CommandWorkload("shell", ["sh", "-c", f"{sys.executable} {script} {{threads}}"]),
         ])
         ws = Workloads(config)
-        for name in ("script", "shell", "pi_integrate"):
+        for name in ("script", "shebang", "shell", "pi_integrate"):
             t = min(timeit.repeat(lambda: (ws.refresh(name), ws.ran(name)), number=args.n,
                                   repeat=args.repeat, timer=time.process_time))
             print(f"{name:14s} unchanged  {t / args.n * 1e6:8.1f} us per run "

@@ -75,10 +75,10 @@ def programs(workloads: Any) -> dict[str, str]:
 
 def changed_programs(before: Any, after: Any) -> list[str]:
     """The workloads whose program differs between two hellos' workloads (both give one). A
-    workload whose new hello's ``program_core`` (its program less the shared libraries, as
-    agents digested it before they covered them: agent/workloads.py) is the program of the
-    one before is the same program newly digested with its libraries, not a change: an
-    upgraded agent's measurements from before still count."""
+    workload whose new hello's ``program_core`` (its program less the shared libraries and a
+    script's #! interpreter, as agents digested it before they covered them:
+    agent/workloads.py) is the program of the one before is the same program newly digested
+    with them, not a change: an upgraded agent's measurements from before still count."""
     old, new = programs(before), programs(after)
     core = {w["name"]: w["program_core"] for w in after or []
             if isinstance(w, dict) and isinstance(w.get("program_core"), str)}

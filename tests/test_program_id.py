@@ -5,6 +5,7 @@ configuration is the same; a copy built elsewhere from the same sources does not
 from __future__ import annotations
 
 import os
+import shutil
 import struct
 import sys
 
@@ -320,12 +321,51 @@ def test_an_output_file_named_on_the_command_line_is_not_a_new_program_each_run(
     (["bash", "-ec", "echo", "out.csv"], None),
     (["python3", "missing.py", "out.csv"], None),  # the script, not there: runs fail
     (["./app", "out.csv"], None),  # no interpreter: its arguments may be its output
+    # an option's value naming a file is no script (each interpreter's options known)
+    (["node", "--require", "./setup.js", "app.js"], "app.js"),
+    (["node", "-r", "setup.js", "--title", "out.csv", "app.js", "out.csv"], "app.js"),
+    (["nodejs", "--import=./setup.js", "app.js"], "app.js"),
+    (["node", "-e", "1", "app.js"], None),
+    (["node", "--no-warnings", "--max-old-space-size=4096", "app.js", "out.csv"], "app.js"),
+    (["python3", "-W", "out.csv", "bench.py", "out.csv"], "bench.py"),
+    (["python3", "-Wignore", "-uX", "dev", "bench.py"], "bench.py"),
+    (["python3", "-uc", "print(1)", "bench.py"], None),
+    (["perl", "-I", "out.csv", "run.pl"], "run.pl"),
+    (["perl", "-l0", "-Mstrict", "run.pl"], "run.pl"),  # -l0 and -M's values, no -e
+    (["perl", "-wle", "print 1", "run.pl"], None),
+    (["ruby", "-r", "setup.rb", "app.rb", "out.csv"], "app.rb"),
+    (["ruby", "-I", "lib", "-e", "1"], None),
+    (["bash", "--rcfile", "out.csv", "run.sh"], "run.sh"),
+    (["bash", "-o", "pipefail", "-e", "run.sh"], "run.sh"),
 ])
 def test_the_script_an_interpreter_runs(tmp_path, argv, script):
-    for name in ("bench.py", "run.sh", "run.pl", "out.csv"):
+    for name in ("bench.py", "run.sh", "run.pl", "out.csv", "app.js", "setup.js", "app.rb",
+                 "setup.rb"):
         (tmp_path / name).write_text("")
     got = program_id.script_of(argv, str(tmp_path))
     assert got == (str(tmp_path / script) if script else None)
+
+
+@pytest.mark.parametrize("argv, program", [
+    (["node", "--require", "./setup.js", "app.js", "out.csv"], ["./setup.js", "app.js"]),
+    (["node", "--import=setup.js", "app.js"], ["setup.js", "app.js"]),
+    (["ruby", "-rsetup.rb", "app.rb", "out.csv"], ["setup.rb", "app.rb"]),
+    (["python3", "-u", "bench.py", "out.csv"], ["bench.py"]),
+    # an option not known: its value, or the script, and the file after it, are both taken
+    (["python3", "--new-option", "bench.py", "out.csv"], ["bench.py", "out.csv"]),
+    (["php", "-n", "run.php", "out.csv"], ["run.php", "out.csv"]),
+    (["php", "-d", "memory_limit=1G", "run.php", "out.csv"], ["run.php"]),
+    (["php", "run.php", "out.csv"], ["run.php"]),
+    (["php", "--define=x=1", "run.php", "out.csv"], ["run.php"]),
+    (["node", "--expose-gc", "--stack-size=900", "app.js", "out.csv"], ["app.js"]),
+])
+def test_the_files_that_are_an_interpreters_program(tmp_path, argv, program):
+    """The script and the code an option loads (node --require, ruby -r) are the program,
+    never output; where an option is not known, the files it may be followed by are too."""
+    for name in ("bench.py", "out.csv", "app.js", "setup.js", "app.rb", "setup.rb", "run.php"):
+        (tmp_path / name).write_text("")
+    assert program_id.program_scripts(argv, str(tmp_path)) == [os.path.join(tmp_path, p)
+                                                                for p in program]
 
 
 @pytest.mark.parametrize("command", [
@@ -372,6 +412,37 @@ def test_a_script_an_interpreter_runs_edited_during_a_run_is_a_new_program(tmp_p
     assert caplog.text.count("out.csv changed during a run: taken for its output") == 1
 
 
+@pytest.mark.skipif(shutil.which("node") is None, reason="no node")
+def test_a_script_after_an_options_file_edited_during_a_run_is_a_new_program(tmp_path, caplog):
+    """node --require ./setup.js bench.js out.csv, bench.js rewriting itself during its
+    second run: the third run is a new program, said before it. Before, --require's value
+    setup.js was taken for the script, and bench.js's edit for output: no drift."""
+    from opptune.agent.runner import Runner, RunSpec
+    (tmp_path / "setup.js").write_text("globalThis.factor = 1;\n")
+    script = tmp_path / "bench.js"
+    script.write_text(
+        "const fs = require('fs');\n"
+        "const n = fs.readFileSync('out.csv', 'utf8').split(/\\s+/).filter(Boolean).length + 1;\n"
+        "fs.appendFileSync('out.csv', n + '\\n');\n"
+        "console.log(JSON.stringify({time_s: 1 * factor}));\n"
+        "if (n === 2) fs.writeFileSync(__filename, fs.readFileSync(__filename, 'utf8')"
+        ".replace('1 * factor', '2 * factor'));\n")
+    (tmp_path / "out.csv").write_text("")
+    ws = Workloads(AgentConfig(agent_id="a1", state_dir=str(tmp_path / "state"), workloads=[
+        CommandWorkload("c", ["node", "--require", "./setup.js", "bench.js", "out.csv"],
+                        cwd=str(tmp_path))]), catalogue={})
+    runner = Runner(ws, "p", state_dir=str(tmp_path / "state"))
+    told = []
+    runner.on_program_change = told.append
+    spec = RunSpec("c", "default", [0], 1)
+    recs = [runner.run_once(spec) for _ in range(4)]
+    runner.close()
+    assert [r.time_s for r in recs] == [1.0, 1.0, 2.0, 2.0], [r.error for r in recs]
+    assert told == ["c"]
+    assert f"{script} changed during a run" not in caplog.text
+    assert caplog.text.count("out.csv changed during a run: taken for its output") == 1
+
+
 def test_a_login_shells_program_found_by_name_is_not_covered(tmp_path):
     """bash -lc "app": the login shell's profile sets its own PATH (here ~/.bash_profile puts
     another app first; Debian's /etc/profile sets root's), so the app the run executes is not
@@ -409,3 +480,24 @@ def test_a_login_shells_program_found_by_name_is_not_covered(tmp_path):
     assert program_id.reads_profile(["bash", "-lc", "app"])
     assert program_id.reads_profile(["bash", "-e", "-i", "-c", "app"])
     assert not program_id.reads_profile(["bash", "-ec", "app"])
+
+
+@pytest.mark.parametrize("line, names", [
+    ("#!/bin/sh -e", ["/bin/sh"]),
+    ("#! /usr/bin/env tool", ["/usr/bin/env", "BIN/tool"]),
+    ("#!/usr/bin/env -S A=1 tool -x", ["/usr/bin/env", "BIN/tool"]),
+    ("#!/usr/bin/env --split-string=tool -x", ["/usr/bin/env", "BIN/tool"]),
+    ("#!/usr/bin/env tool -x", ["/usr/bin/env", "tool -x"]),  # env takes it whole: fails
+    ("#!/usr/bin/env nosuch", ["/usr/bin/env", "nosuch"]),  # said missing by its name
+    ("#!/usr/bin/env -i tool", ["/usr/bin/env"]),  # other options: env alone
+    ("#!/usr/bin/env", ["/usr/bin/env"]),
+    ("print(1)", []),
+])
+def test_the_interpreters_a_shebang_line_names(tmp_path, line, names):
+    """A #! line's interpreter, and through env the program the run's PATH finds."""
+    (tmp_path / "bin").mkdir()
+    (tmp_path / "bin" / "tool").write_text("")
+    (tmp_path / "bin" / "tool").chmod(0o755)
+    (tmp_path / "script").write_text(line + "\nrest\n")
+    got = program_id.shebang(str(tmp_path / "script"), str(tmp_path / "bin"))
+    assert got == [n.replace("BIN", str(tmp_path / "bin")) for n in names]

@@ -26,7 +26,7 @@ APP = '#include <stdio.h>\nint value(void);\n' \
 
 def build_lib(d, value: int) -> None:
     """libbench.so in ``d``, its value() returning ``value``; replaced as a build does."""
-    d.mkdir(exist_ok=True)
+    d.mkdir(parents=True, exist_ok=True)
     (d / "bench.c").write_text(f"int value(void) {{ return {value}; }}\n")
     subprocess.run([CC, "-shared", "-fPIC", "-o", str(d / "libbench.so.new"),
                     str(d / "bench.c")], check=True)
@@ -146,8 +146,9 @@ def test_an_upgraded_agent_tells_its_program_from_before_the_libraries(tmp_path,
     """The hello says beside a dynamic program's digest the digest without its libraries
     (``program_core``), which is what an agent that did not cover them said: the daemon takes
     it for the same program (no drift: the measurements from before the upgrade still
-    count), while a library rebuilt after it is a change. A script's digest has no libraries:
-    nothing is said beside it."""
+    count), while a library rebuilt after it is a change. The same for a script's ``#!``
+    interpreter and its libraries, which agents before did not cover either."""
+    from opptune.agent import program_id, workloads
     build_lib(tmp_path / "lib", 1)
     app = build_app(tmp_path, "$ORIGIN/lib")
     script = tmp_path / "bench.sh"
@@ -157,18 +158,183 @@ def test_an_upgraded_agent_tells_its_program_from_before_the_libraries(tmp_path,
     config = AgentConfig(agent_id="a1", state_dir=str(tmp_path / "state"), workloads=[
         CommandWorkload("c", [app]), CommandWorkload("s", [str(script)])])
     now = {w["name"]: w for w in Workloads(config, catalogue={}).describe()}
-    # the agent of before: the same digests with no library found
-    monkeypatch.setattr(Libraries, "of", lambda self, exe, lib_path: [])
+    # the agent of before (0.4): the same digests with no library nor #! interpreter found
+    for module in (program_id, workloads):
+        monkeypatch.setattr(module, "program_files", lambda *args: [])
     before = {w["name"]: w for w in Workloads(config, catalogue={}).describe()}
     monkeypatch.undo()
-    assert now["c"]["program"] != before["c"]["program"]
-    assert now["c"]["program_core"] == before["c"]["program"]
-    assert "program_core" not in now["s"] and now["s"]["program"] == before["s"]["program"]
-    # the daemon's rule (daemon/drift.py)
-    assert changed_programs([before["c"]], [now["c"]]) == []
+    for name in ("c", "s"):
+        assert now[name]["program"] != before[name]["program"]
+        assert now[name]["program_core"] == before[name]["program"]
+        # the daemon's rule (daemon/drift.py)
+        assert changed_programs([before[name]], [now[name]]) == []
     build_lib(tmp_path / "lib", 2)
     rebuilt = {w["name"]: w for w in Workloads(config, catalogue={}).describe()}
     assert rebuilt["c"]["program_core"] == now["c"]["program_core"]
     assert changed_programs([now["c"]], [rebuilt["c"]]) == ["c"]
     # an executable rebuilt under an upgrade is a change all the same
     assert changed_programs([{**before["c"], "program": "0" * 16}], [now["c"]]) == ["c"]
+
+
+def build_interp(tmp, add: int) -> None:
+    """bin/myinterp, a script's interpreter: prints value() (lib/libbench.so) + ``add``,
+    whatever script it is given; replaced as a build does."""
+    (tmp / "bin").mkdir(exist_ok=True)
+    (tmp / "interp.c").write_text(APP.replace("value()", f"value() + {add}"))
+    subprocess.run([CC, "-o", str(tmp / "bin" / "myinterp.new"), str(tmp / "interp.c"),
+                    f"-L{tmp / 'lib'}", "-lbench", "-Wl,-rpath,$ORIGIN/../lib"], check=True)
+    os.replace(tmp / "bin" / "myinterp.new", tmp / "bin" / "myinterp")
+
+
+@needs_cc
+@pytest.mark.parametrize("line", ["#!{bin}/myinterp", "#!/usr/bin/env myinterp",
+                                  "#! /usr/bin/env -S myinterp -x"])
+def test_a_scripts_interpreter_and_its_libraries_are_its_program(tmp_path, line):
+    """A script run as the command (its #! line names its interpreter, by path or through
+    env on the run's PATH): the interpreter rebuilt, or a library it loads rebuilt, makes the
+    next run a new program, said before it; the script never changed. Before, only the
+    script was digested."""
+    if not os.access("/usr/bin/env", os.X_OK):
+        pytest.skip("no /usr/bin/env")
+    build_lib(tmp_path / "lib", 1)
+    build_interp(tmp_path, 0)
+    script = tmp_path / "bench"
+    script.write_text(line.format(bin=tmp_path / "bin") + "\nwhatever the interpreter reads\n")
+    script.chmod(0o755)
+    (tmp_path / "state").mkdir()
+    env = {"PATH": f"{tmp_path / 'bin'}:{os.environ.get('PATH', os.defpath)}"}
+    ws = Workloads(AgentConfig(agent_id="a1", state_dir=str(tmp_path / "state"), workloads=[
+        CommandWorkload("c", [str(script)], env=env)]), catalogue={})
+    runner = Runner(ws, "p", state_dir=str(tmp_path / "state"))
+    told = []
+    runner.on_program_change = told.append
+    spec = RunSpec("c", "default", [0], 1)
+    recs = [runner.run_once(spec)]
+    build_lib(tmp_path / "lib", 2)
+    recs.append(runner.run_once(spec))
+    build_interp(tmp_path, 10)
+    recs.append(runner.run_once(spec))
+    runner.close()
+    assert [r.time_s for r in recs] == [1, 2, 12], [r.error for r in recs]
+    assert told == ["c", "c"]
+    assert len({r.extra["program"] for r in recs}) == 3
+
+
+def _loader_facts(program: str):
+    """What this machine's loader says it searches (shared_libs.LoaderFacts)."""
+    from opptune.agent.shared_libs import _read
+    elf = _read(program)
+    return Libraries().loader_facts(elf.interp, elf.kind)
+
+
+def _diagnostics() -> bool:
+    interp = "/lib64/ld-linux-x86-64.so.2"
+    return os.uname().machine == "x86_64" and os.path.exists(interp) and subprocess.run(
+        [interp, "--list-diagnostics"], capture_output=True).returncode == 0
+
+
+needs_diagnostics = pytest.mark.skipif(CC is None or not _diagnostics(),
+                                       reason="no C compiler or no glibc 2.33 x86-64 loader")
+
+
+@needs_diagnostics
+def test_the_library_digested_is_the_glibc_hwcaps_one_ld_so_loads(tmp_path):
+    """libbench.so in a directory and in its glibc-hwcaps/x86-64-v2, -v3, -v4 subdirectories
+    (each returning another value): the real run says which one ld.so loaded, and that one
+    is digested, no other. An rpath with $LIB and $PLATFORM finds the library the run loads
+    there. Before, the plain one was digested whatever ran."""
+    values = {"": 1, "x86-64-v2": 2, "x86-64-v3": 3, "x86-64-v4": 4}
+    d = tmp_path / "lib"
+    for level, value in values.items():
+        build_lib(d / "glibc-hwcaps" / level if level else d, value)
+    app = build_app(tmp_path, None)
+    ran = subprocess.run([app], capture_output=True, text=True, check=True,
+                         env={"LD_LIBRARY_PATH": str(d)}).stdout
+    level = {v: k for k, v in values.items()}[int(ran.split(":")[1].strip(" }\n"))]
+    loaded = str(d / "glibc-hwcaps" / level / "libbench.so" if level else d / "libbench.so")
+    libs = Libraries().of(app, str(d))
+    assert loaded in libs and [p for p in libs if "libbench" in p] == [loaded]
+    facts = _loader_facts(app)
+    assert level == (facts.hwcaps[0] if facts.hwcaps else "")
+    build_lib(tmp_path / "tok" / facts.lib / facts.platform, 7)
+    app = build_app(tmp_path, "$ORIGIN/tok/$LIB/$PLATFORM")
+    assert subprocess.run([app], capture_output=True, text=True, check=True
+                          ).stdout == '{"time_s": 7}\n'
+    assert str(tmp_path / "tok" / facts.lib / facts.platform / "libbench.so") in \
+        Libraries().of(app)
+
+
+@needs_diagnostics
+def test_the_cpu_flags_give_the_levels_the_loader_gives():
+    """Where the loader cannot say (glibc before 2.33), /proc/cpuinfo's flags say which
+    x86-64 levels it supports: the same as this machine's loader says."""
+    from opptune.agent.shared_libs import cpuinfo_levels
+    assert cpuinfo_levels() == _loader_facts(os.path.realpath(sys.executable)).hwcaps
+
+
+@needs_cc
+@pytest.mark.skipif(os.uname().machine != "x86_64", reason="x86-64 levels")
+def test_a_glibc_hwcaps_level_the_loader_does_not_support_is_passed_over(tmp_path):
+    """A program whose loader (a fake one: the test's) supports x86-64-v3 and -v2, not -v4:
+    of libbench.so under $ORIGIN/$LIB/$PLATFORM's glibc-hwcaps/x86-64-v4 and -v2, the -v2 one
+    is its library. A loader others may write or replace is not run: its $LIB is not known,
+    so that path is left out."""
+    build_lib(tmp_path / "lib", 1)
+    under = tmp_path / "mylib" / "myplat" / "glibc-hwcaps"
+    build_lib(under / "x86-64-v4", 4)
+    build_lib(under / "x86-64-v2", 2)
+    loader = tmp_path / "ld-fake.so"
+    loader.write_text("#!/bin/sh\n"
+                      f"echo ran >> {tmp_path / 'loader-ran'}\n"
+                      "echo 'dl_dst_lib=\"mylib\"'\necho 'dl_platform=\"myplat\"'\n"
+                      "echo 'dl_hwcaps_subdirs=\"x86-64-v4:x86-64-v3:x86-64-v2\"'\n"
+                      "echo 'dl_hwcaps_subdirs_active=0x6'\n")
+    loader.chmod(0o755)
+    (tmp_path / "app.c").write_text(APP)
+    subprocess.run([CC, "-o", str(tmp_path / "app"), str(tmp_path / "app.c"),
+                    f"-L{tmp_path / 'lib'}", "-lbench", "-Wl,-rpath,$ORIGIN/$LIB/$PLATFORM",
+                    f"-Wl,--dynamic-linker={loader}"], check=True)
+    app = str(tmp_path / "app")
+    libs = Libraries().of(app)
+    assert libs[0] == str(loader)
+    assert [p for p in libs if "libbench" in p] == [str(under / "x86-64-v2" / "libbench.so")]
+    loader.chmod(0o757)
+    os.utime(loader, ns=(1, 1))  # another loader file for the facts kept by its identity
+    (tmp_path / "loader-ran").unlink()
+    assert [p for p in Libraries().of(app) if "libbench" in p] == []
+    assert not (tmp_path / "loader-ran").exists()
+    # nor one in a directory others may write (they could put another file in its place)
+    loader.chmod(0o755)
+    os.utime(loader, ns=(2, 2))
+    tmp_path.chmod(0o777)
+    try:
+        assert [p for p in Libraries().of(app) if "libbench" in p] == []
+    finally:
+        tmp_path.chmod(0o700)
+    assert not (tmp_path / "loader-ran").exists()
+
+
+@needs_cc
+def test_a_musl_program_is_searched_as_musl_does(tmp_path):
+    """A program whose loader is musl's (PT_INTERP ld-musl-ARCH.so.1; a fake tree): its
+    libraries come from /etc/ld-musl-ARCH.path's directories (colons and newlines), else from
+    /lib, /usr/local/lib, /usr/lib; libc's own names are the loader. Before, glibc's search
+    was made (its cache, /lib64...)."""
+    root = tmp_path / "root"
+    build_lib(tmp_path / "lib", 1)
+    for d in ("a", "c"):
+        build_lib(tmp_path / d, 1)
+    build_lib(root / "usr" / "lib", 1)
+    (tmp_path / "app.c").write_text(APP)
+    subprocess.run([CC, "-o", str(tmp_path / "app"), str(tmp_path / "app.c"),
+                    f"-L{tmp_path / 'lib'}", "-lbench",
+                    "-Wl,--dynamic-linker=/lib/ld-musl-x86_64.so.1"], check=True)
+    app = str(tmp_path / "app")
+    interp = str(root / "lib" / "ld-musl-x86_64.so.1")
+    assert Libraries(root=str(root)).of(app) == [interp, str(root / "usr/lib/libbench.so")]
+    (root / "etc").mkdir()
+    (root / "etc" / "ld-musl-x86_64.path").write_text(
+        f"{tmp_path / 'b'}:{tmp_path / 'c'}\n{tmp_path / 'a'}\n")
+    assert Libraries(root=str(root)).of(app) == [interp, str(tmp_path / "c/libbench.so")]
+    assert Libraries(root=str(root)).of(app, str(tmp_path / "a")) == [
+        interp, str(tmp_path / "a/libbench.so")]
