@@ -439,7 +439,8 @@ def program_scripts(argv: list[str], cwd: str | None) -> list[str]:
     """The files of an interpreter's command line that are its program: the script it runs
     (``script_of``) and the code an option loads (``node --require setup.js``, ``ruby -r``).
     Where an option is not known (another interpreter's, or one not in its table), the file
-    after it may be its value or the script: both are taken."""
+    after it, its value or the script, is taken (the one after that is an argument: output
+    where a run changes it)."""
     return _parse_interpreter(argv, cwd)[1]
 
 
@@ -517,11 +518,12 @@ def _parse_interpreter(argv: list[str], cwd: str | None) -> tuple[str | None, li
         if takes is None:
             after = argv[i + 1] if i + 1 < len(argv) else ""
             if after and not option(after) and file(after):
-                # the option's value or the script: both are the program
-                nxt = file(argv[i + 2]) if i + 2 < len(argv) else None
-                found = [file(after)] + ([nxt] if nxt else [])
-                return found[0], list(dict.fromkeys(
-                    [file(p) or p for p in program] + found))
+                # the option's value or the script: taken for the program. Not the file
+                # after it too: were that an output (``out.csv``), every run that writes it
+                # would be a new program, each run out of the fits; a script there is still
+                # noticed, as another argument, at the agent's next start
+                found = file(after)
+                return found, list(dict.fromkeys([file(p) or p for p in program] + [found]))
             if after and not option(after):
                 i += 1  # a value naming no file
         elif takes and i + 1 < len(argv):

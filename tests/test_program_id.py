@@ -351,9 +351,10 @@ def test_the_script_an_interpreter_runs(tmp_path, argv, script):
     (["node", "--import=setup.js", "app.js"], ["setup.js", "app.js"]),
     (["ruby", "-rsetup.rb", "app.rb", "out.csv"], ["setup.rb", "app.rb"]),
     (["python3", "-u", "bench.py", "out.csv"], ["bench.py"]),
-    # an option not known: its value, or the script, and the file after it, are both taken
-    (["python3", "--new-option", "bench.py", "out.csv"], ["bench.py", "out.csv"]),
-    (["php", "-n", "run.php", "out.csv"], ["run.php", "out.csv"]),
+    # an option not known: the file after it, its value or the script, is taken; not the
+    # one after that (an output there made every run a new program)
+    (["python3", "--new-option", "bench.py", "out.csv"], ["bench.py"]),
+    (["php", "-n", "run.php", "out.csv"], ["run.php"]),
     (["php", "-d", "memory_limit=1G", "run.php", "out.csv"], ["run.php"]),
     (["php", "run.php", "out.csv"], ["run.php"]),
     (["php", "--define=x=1", "run.php", "out.csv"], ["run.php"]),
@@ -361,7 +362,7 @@ def test_the_script_an_interpreter_runs(tmp_path, argv, script):
 ])
 def test_the_files_that_are_an_interpreters_program(tmp_path, argv, program):
     """The script and the code an option loads (node --require, ruby -r) are the program,
-    never output; where an option is not known, the files it may be followed by are too."""
+    never output; where an option is not known, the file it is followed by is too."""
     for name in ("bench.py", "out.csv", "app.js", "setup.js", "app.rb", "setup.rb", "run.php"):
         (tmp_path / name).write_text("")
     assert program_id.program_scripts(argv, str(tmp_path)) == [os.path.join(tmp_path, p)
