@@ -133,6 +133,7 @@ class Targets:
         self.systemctl = systemctl if systemctl is not None else shutil.which("systemctl")
         self.systemd = _systemd_running(fs) if systemd is None else systemd
         self.self_pid = os.getpid() if self_pid is None else self_pid
+        self._cgroups: dict[str, str] = {}  # a unit's cgroup as last found (unit_cgroup)
         # oldest first: (owner, what, the record's key of the thing, how to put it back)
         self._undo: list[tuple[str | None, str, tuple, Callable[[], None]]] = []
 
@@ -383,7 +384,14 @@ class Targets:
         With systemd: ActiveState inactive or failed, or the unit gone (a unit restarting is
         activating: it runs). Without: its cgroup gone, or holding no process."""
         name = unit_name(unit)
+        cg = self.unit_cgroup(name)
         if self.systemd and self.systemctl:
+            # its cgroup (cgroup v2) says a unit runs in one file read; systemctl, a process
+            # and a call to systemd each heartbeat (tens of ms of CPU on a small board, beside
+            # the runs the agent measures), only where it does not: to tell a stop from a
+            # restart (activating) or a cgroup v1 machine
+            if cg is not None and self._populated(cg):
+                return None
             try:
                 res = subprocess.run([self.systemctl, "show", "-p", "LoadState", "-p",
                                       "ActiveState", name], capture_output=True, text=True,
@@ -398,10 +406,22 @@ class Targets:
             if props.get("ActiveState") in ("inactive", "failed"):
                 return f"ActiveState={props['ActiveState']}"
             return None
-        cg = find_unit_cgroup(self.fs, name)
         if cg is None:
             return "its cgroup is gone"
         return None if self._populated(cg) is not False else "its cgroup holds no process"
+
+    def unit_cgroup(self, name: str) -> str | None:
+        """The cgroup of unit ``name`` (kernel path), as last found while it is there: the
+        heartbeat's look at each confined unit does not walk the cgroup tree each time."""
+        cg = self._cgroups.get(name)
+        if cg is not None and os.path.isdir(self.fs.path(cg)):
+            return cg
+        cg = find_unit_cgroup(self.fs, name)
+        if cg is None:
+            self._cgroups.pop(name, None)
+        else:
+            self._cgroups[name] = cg
+        return cg
 
     def _populated(self, cg: str) -> bool | None:
         """Whether cgroup ``cg`` or one below it holds a process: the kernel's cgroup.events,
@@ -430,7 +450,7 @@ class Targets:
         AllowedCPUs is the unit's, which systemd gives each cgroup of it."""
         if self.systemd and self.systemctl:
             return False
-        cg = find_unit_cgroup(self.fs, unit_name(unit))
+        cg = self.unit_cgroup(unit_name(unit))
         text = self.fs.try_text(f"{cg}/cpuset.cpus") if cg else None
         if text is None:
             return False

@@ -419,3 +419,25 @@ def test_a_unit_is_stopped_without_systemd_where_its_cgroup_is_gone_or_holds_no_
     shutil.rmtree(d)
     assert targets.unit_stopped("web") == "its cgroup is gone"
     assert targets.unconfined("web", [1]) is False
+
+
+def test_a_running_units_cgroup_spares_the_heartbeat_a_call_to_systemctl(tmp_path):
+    """Under systemd, a confined unit whose cgroup holds a process runs: no systemctl each
+    heartbeat (a process and a call to systemd, beside the runs the agent measures). Its
+    cgroup empty or gone, systemctl tells a stop from a restart."""
+    calls = tmp_path / "calls"
+    fake = tmp_path / "systemctl"
+    fake.write_text(f"#!/bin/sh\necho \"$*\" >> {calls}\n"
+                    "echo LoadState=loaded; echo ActiveState=inactive\n")
+    fake.chmod(fake.stat().st_mode | stat.S_IEXEC)
+    root = tmp_path / "root"
+    d = cgroup_tree(root, cpus="1")
+    (d / "cgroup.events").write_text("populated 1\nfrozen 0\n")
+    targets = Targets(SysFS(str(root)), systemctl=str(fake), systemd=True)
+    assert [targets.unit_stopped("web") for _ in range(3)] == [None] * 3
+    assert not calls.exists()
+    (d / "cgroup.events").write_text("populated 0\nfrozen 0\n")
+    assert targets.unit_stopped("web") == "ActiveState=inactive"
+    shutil.rmtree(d)
+    assert targets.unit_stopped("web") == "ActiveState=inactive"
+    assert len(calls.read_text().splitlines()) == 2
