@@ -222,17 +222,21 @@ def test_old_program_runs_replayed_from_the_outbox_stay_before_the_drift(tmp_pat
 
 # prints its VERSION as its time; version 2 replaces itself by version 3 at its third run, so
 # that the change falls between two runs of one job (no race with the test)
-SELF_REPLACING = """\
+def self_replacing(version: int, replaces: int, at_run: int, time_s: str) -> str:
+    """A script of ``version`` that prints ``time_s`` (an expression of VERSION) and counts its
+    runs per version; version ``replaces`` replaces itself by the next one at its run
+    ``at_run`` (written aside and renamed, as a build does)."""
+    return f"""#!{sys.executable}
 import json, os
-VERSION = @VERSION@
+VERSION = {version}
 here = os.path.abspath(__file__)
-count = os.path.join(os.path.dirname(here), f"runs-of-{VERSION}")
+count = os.path.join(os.path.dirname(here), f"runs-of-{{VERSION}}")
 n = (int(open(count).read()) if os.path.exists(count) else 0) + 1
 open(count, "w").write(str(n))
-print(json.dumps({"time_s": float(VERSION)}))
-if VERSION == 2 and n == 3:
+print(json.dumps({{"time_s": {time_s}}}))
+if VERSION == {replaces} and n == {at_run}:
     with open(here + ".new", "w") as f:
-        f.write(open(here).read().replace("VERSION = 2", "VERSION = 3"))
+        f.write(open(here).read().replace("VERSION = {replaces}", "VERSION = {replaces + 1}"))
     os.chmod(here + ".new", 0o755)
     os.replace(here + ".new", here)
 """
@@ -251,7 +255,7 @@ def test_a_program_replaced_while_the_agent_runs_is_told_before_its_first_run(tm
 
     def version(v: str) -> None:
         new = tmp_path / "bench.py.v"
-        new.write_text(f"#!{sys.executable}\n" + SELF_REPLACING.replace("@VERSION@", v))
+        new.write_text(self_replacing(int(v), 2, 3, "float(VERSION)"))
         new.chmod(0o755)
         os.replace(new, script)
 
@@ -309,21 +313,6 @@ def test_a_program_replaced_while_the_agent_runs_is_told_before_its_first_run(tm
         c.stop()
 
 
-# prints its VERSION's time; version 1 replaces itself by version 2 at its second run
-REPLACED_AT_RUN_2 = """\
-import json, os
-VERSION = @VERSION@
-here = os.path.abspath(__file__)
-count = os.path.join(os.path.dirname(here), f"runs-of-{VERSION}")
-n = (int(open(count).read()) if os.path.exists(count) else 0) + 1
-open(count, "w").write(str(n))
-print(json.dumps({"time_s": 1.0 if VERSION == 1 else 1.001}))
-if VERSION == 1 and n == 2:
-    with open(here + ".new", "w") as f:
-        f.write(open(here).read().replace("VERSION = 1", "VERSION = 2"))
-    os.chmod(here + ".new", 0o755)
-    os.replace(here + ".new", here)
-"""
 
 
 @pytest.mark.integration
@@ -335,7 +324,7 @@ def test_an_adaptive_point_counts_only_the_runs_of_the_program_it_measures_now(t
     runs of version 1 with the first of version 2 and closed the point there: the program the
     daemon fits from then on had one run at that point."""
     script = tmp_path / "bench.py"
-    script.write_text(f"#!{sys.executable}\n" + REPLACED_AT_RUN_2.replace("@VERSION@", "1"))
+    script.write_text(self_replacing(1, 1, 2, "1.0 if VERSION == 1 else 1.001"))
     script.chmod(0o755)
     c = script_cluster(tmp_path, script)
     write_toml(c.daemon_toml, {
