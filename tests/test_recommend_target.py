@@ -58,6 +58,16 @@ def test_recommend_pid_says_what_the_agent_did(tmp_path):
         c.stop()
 
 
+def recommend_for_pid(c: Cluster, pid: int, cwd) -> str:
+    """Once the sweep's recommendation is there, recommend pi_integrate for process ``pid``;
+    its config_id."""
+    c.wait_for(lambda s: s["recommendations"], 120, "the sweep's recommendation")
+    p = opptune("recommend", "--daemon", c.endpoint, "--agent", "test-agent", "--workload",
+                "pi_integrate", "--pid", str(pid), "--json", cwd=cwd)
+    assert p.returncode == 0, p.stdout + p.stderr + c.logs()
+    return json.loads(p.stdout)["applied"]["config_id"]
+
+
 def test_a_process_that_exits_is_no_longer_in_force_while_the_agent_runs(tmp_path):
     """Before, status said the process's configuration was in force until the agent's next
     start. The agent notices the exit at a heartbeat, drops it and says hello again."""
@@ -66,11 +76,7 @@ def test_a_process_that_exits_is_no_longer_in_force_while_the_agent_runs(tmp_pat
     c.start_daemon()
     c.start_agent()
     try:
-        c.wait_for(lambda s: s["recommendations"], 120, "the sweep's recommendation")
-        p = opptune("recommend", "--daemon", c.endpoint, "--agent", "test-agent", "--workload",
-                    "pi_integrate", "--pid", str(target.pid), "--json", cwd=tmp_path)
-        assert p.returncode == 0, p.stdout + p.stderr + c.logs()
-        cid = json.loads(p.stdout)["applied"]["config_id"]
+        cid = recommend_for_pid(c, target.pid, tmp_path)
         st = c.status()
         assert [e["config_id"] for e in st["agents"][0]["standings"]] == [cid]
         target.kill()
@@ -104,11 +110,7 @@ def test_a_restarted_daemon_shows_what_stood_as_of_the_last_hello(tmp_path):
     c.start_daemon()
     c.start_agent()
     try:
-        c.wait_for(lambda s: s["recommendations"], 120, "the sweep's recommendation")
-        p = opptune("recommend", "--daemon", c.endpoint, "--agent", "test-agent", "--workload",
-                    "pi_integrate", "--pid", str(target.pid), "--json", cwd=tmp_path)
-        assert p.returncode == 0, p.stdout + p.stderr + c.logs()
-        cid = json.loads(p.stdout)["applied"]["config_id"]
+        cid = recommend_for_pid(c, target.pid, tmp_path)
         codes = c.stop()  # the agent first: nothing tells the next daemon what stands
         assert codes == {"agent": 0, "daemon": 0}, c.logs()
         c.agent = None
