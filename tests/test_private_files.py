@@ -35,20 +35,32 @@ def open_to_others(state: Path) -> dict[str, str]:
     return {name: f"{mode:04o}" for name, mode in modes(state).items() if mode & 0o066}
 
 
+def start_agent_under_umask_000(state: Path, log: Path, *extra: str) -> subprocess.Popen:
+    """An agent of a virtual rpi4 on ``state``, its output in ``log``, started (its start line
+    said) under umask 000."""
+    with open(log, "wb") as fh:
+        proc = subprocess.Popen(
+            [PY, "-m", "opptune.agent", "--daemon", free_endpoint(), "--agent-id", "a1",
+             "--state-dir", str(state), "--virtual-board", "rpi4", "--heartbeat", "0.5",
+             *extra, *RUN_AS_OPTION], stdout=fh, stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL, umask=0)
+    try:
+        wait_until(lambda: "agent a1 on platform" in log.read_text()
+                   or proc.poll() is not None, "the agent's start", 60, log.read_text)
+        assert proc.poll() is None, log.read_text()
+    except BaseException:
+        proc.kill()
+        proc.wait()
+        raise
+    return proc
+
+
 def test_an_agent_started_under_umask_000_keeps_its_state_to_itself(tmp_path):
     root = make_tree("rpi4", str(tmp_path / "board"))
     state = tmp_path / "new" / "state"  # made by the agent
     log = tmp_path / "agent.log"
-    with open(log, "wb") as fh:
-        proc = subprocess.Popen(
-            [PY, "-m", "opptune.agent", "--daemon", free_endpoint(), "--agent-id", "a1",
-             "--state-dir", str(state), "--sysfs-root", root, "--virtual-board", "rpi4",
-             "--heartbeat", "0.5", *RUN_AS_OPTION], stdout=fh, stderr=subprocess.STDOUT,
-            stdin=subprocess.DEVNULL, umask=0)
+    proc = start_agent_under_umask_000(state, log, "--sysfs-root", root)
     try:
-        wait_until(lambda: "agent a1 on platform" in log.read_text() or proc.poll() is not None,
-                   "the agent's start", 60, log.read_text)
-        assert proc.poll() is None, log.read_text()
         found = modes(state)
         assert {"agent.lock", "outbox.db", "program-ids.json"} <= set(found), found
         assert found["."] == 0o700, found
@@ -92,16 +104,8 @@ def test_an_existing_state_directory_open_to_others_is_narrowed_at_start(tmp_pat
     state.mkdir()
     state.chmod(0o777)
     log = tmp_path / "agent.log"
-    with open(log, "wb") as fh:
-        proc = subprocess.Popen(
-            [PY, "-m", "opptune.agent", "--daemon", free_endpoint(), "--agent-id", "a1",
-             "--state-dir", str(state), "--virtual-board", "rpi4", "--heartbeat", "0.5",
-             *RUN_AS_OPTION], stdout=fh, stderr=subprocess.STDOUT,
-            stdin=subprocess.DEVNULL, umask=0)
+    proc = start_agent_under_umask_000(state, log)
     try:
-        wait_until(lambda: "agent a1 on platform" in log.read_text() or proc.poll() is not None,
-                   "the agent's start", 60, log.read_text)
-        assert proc.poll() is None, log.read_text()
         found = modes(state)
         assert found["."] == 0o700, found
         tree = [n for n in found if n.startswith("virtual-board-rpi4")]
