@@ -343,7 +343,7 @@ def test_a_waiting_re_measure_survives_a_daemon_restart(tmp_path: Path):
     """kill -9 of the daemon while marked points wait for their backoff: the restarted
     daemon (same store) has them waiting still, sends them once the neighbour is gone, and
     recommends from the quiet runs; nothing is measured twice."""
-    c, root = cluster(tmp_path, cpu=1, max_cores=2, backoff=[12.0, 2.0, 2.0])
+    c, root = cluster(tmp_path, cpu=1, max_cores=2, backoff=[15.0, 2.0, 2.0])
     c.start_daemon()
     c.start_agent()
     try:
