@@ -13,7 +13,7 @@ import time
 from pathlib import Path
 from typing import Any, Callable
 
-from opptune.daemon.client import DaemonUnreachable, QueryFailed, query
+from opptune.daemon.client import DaemonUnreachable, QueryFailed, _refused, query
 
 
 # The tests' agents run their kernels with this interpreter, which other users may not be able
@@ -83,8 +83,13 @@ class Cluster:
             fh.close()
 
     def start_daemon(self) -> None:
-        self.daemon = self._spawn("opptune.daemon.service", self.daemon_toml, "daemon.log",
-                                  self.daemon_prefix)
+        """Start the daemon and return once its endpoint takes connections (or it exited): an
+        operator command's first query is refused at once where nothing listens yet, and
+        under load the daemon's bind comes seconds after its start."""
+        self.daemon = proc = self._spawn("opptune.daemon.service", self.daemon_toml,
+                                         "daemon.log", self.daemon_prefix)
+        wait_until(lambda: proc.poll() is not None or not _refused(self.endpoint),
+                   f"the daemon listening on {self.endpoint}", 60, self.logs)
 
     def start_agent(self) -> None:
         self.agent = self._spawn("opptune.agent", self.agent_toml, "agent.log",

@@ -275,13 +275,18 @@ def test_walk_on_a_virtual_rpi4_sweep_apply_sweep_stop(tmp_path):
         assert agent["standing"]["config_id"] == cid, agent
         # restarted (systemd, an upgrade), the agent puts the originals back, then the
         # applied clock again, and its hello tells the daemon so
+        def hellos() -> int:
+            return (tmp_path / "daemon.log").read_text().count("hello from agent test-agent")
+
+        # counted, not assumed to be 1: under load the agent that missed the daemon's
+        # heartbeats says hello again when it hears from it ("daemon is back")
+        said_before = hellos()
         c.agent.send_signal(signal.SIGTERM)
         assert c.agent.wait(30) == 0
         assert cpufreq_state(root) == before
         c.start_agent()
         # the daemon's record of the applied configuration is what the new hello says
-        wait_until(lambda: (tmp_path / "daemon.log").read_text().count(
-            "hello from agent test-agent") == 2, "the restarted agent's hello", 30, c.logs)
+        wait_until(lambda: hellos() > said_before, "the restarted agent's hello", 30, c.logs)
         assert "in force again" in (tmp_path / "agent.log").read_text()
         board_is(lambda st: pinned_at(root, 1_500_000), "the applied clock after the restart")
         (agent,) = c.status()["agents"]

@@ -343,15 +343,19 @@ def test_a_waiting_re_measure_survives_a_daemon_restart(tmp_path: Path):
     """kill -9 of the daemon while marked points wait for their backoff: the restarted
     daemon (same store) has them waiting still, sends them once the neighbour is gone, and
     recommends from the quiet runs; nothing is measured twice."""
-    c, root = cluster(tmp_path, cpu=1, max_cores=2, backoff=[8.0, 2.0, 2.0])
+    c, root = cluster(tmp_path, cpu=1, max_cores=2, backoff=[15.0, 2.0, 2.0])
     c.start_daemon()
     c.start_agent()
     try:
         # killed once the sweep's fit is over: a daemon killed mid-fit holds the group's fit
-        # claim for FIT_LEASE_S, which is not what this test is about
-        st = c.wait_for(lambda s: any(m["state"] == "waiting" for m in s["remeasure"]) and
+        # claim for FIT_LEASE_S, which is not what this test is about. And killed seconds
+        # before the job is due: a fit that ends late under load left the kill after the
+        # job went out, measured with the neighbour still there (retry 2 after the restart)
+        st = c.wait_for(lambda s: any(m["state"] == "waiting" and m["due_in_s"] >= 4.0
+                                      for m in s["remeasure"]) and
                         bool(s["fits"] or s["fit_errors"]), timeout=60,
-                        what="the first re-measure job and the sweep's fit")
+                        what="the first re-measure job, 4 s or more before it is due, and the "
+                             "sweep's fit")
         (before,) = st["remeasure"]
         c.kill("daemon")
         update_spec(root, neighbour=None)
