@@ -38,6 +38,7 @@ from ..shared.cpus import format_cpu_list
 from ..shared.curve import KeyFileError, curve_enabled, ensure_keypair, is_loopback
 from ..shared.records import (RecordColumns, RecordError, RunRecord, columns_of,
                               program_of, record_columns)
+from ..shared.sd_notify import notify
 from ..shared.standing import key_of, overridden, with_entry
 from . import queries
 from .errors import HandlerError
@@ -336,6 +337,9 @@ class Daemon:
                  __version__, self.endpoint, redact_url(self.config.database))
         if self.metrics_server is not None:
             log.info("metrics on http://%s/metrics", self.metrics_server.endpoint)
+        # bound: under systemd (Type=notify) `systemctl start` returns now, so a command
+        # run after it finds the daemon listening, not a refused connection
+        notify("READY=1")
         next_flush = time.monotonic() + 1.0
         self._refresh_metrics(time.time())
         self._beat(time.time())
