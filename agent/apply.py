@@ -304,7 +304,7 @@ class Executor:
         self._pid_starts = dict(out.starts)
         self._in_unit = self._units_of_processes()
         for unit in [c for c in self.standing_configs if kind_of(c.get("target")) == "unit"]:
-            self._hold_narrower(unit)
+            self._pin_again(unit["target"]["unit"])
         for level, line in standing.narrower_lines(self.standing_configs, self._in_unit):
             standing.log.log(level, "%s", line)
 
@@ -448,25 +448,6 @@ class Executor:
             return None
         return unit, units[target_key({"kind": "unit", "unit": unit})]
 
-    def _hold_narrower(self, unit: dict[str, Any]) -> None:
-        """Unit configuration ``unit`` was just confined: the processes of the unit that a
-        configuration in force confines get their own cpus again, where those lie within the
-        unit's (a kernel may reset their affinity to the cgroup's when its cpu set
-        changes)."""
-        name = target_key(unit["target"])
-        for c in self.standing_configs:
-            cid = str(c.get("config_id"))
-            if (kind_of(c.get("target")) != "pid" or cid not in self._in_unit
-                    or target_key({"kind": "unit", "unit": self._in_unit[cid]}) != name
-                    or not set(c["cpus"]) <= set(unit["cpus"])):
-                continue
-            try:
-                self.targets.apply(c["target"], list(c["cpus"]), owner=cid)
-            except (TargetError, OSError) as exc:
-                log.warning("applied configuration %s: process %s of unit %s cannot be given "
-                            "its cpus again (%s)", standing.describe(c), c["target"]["pid"],
-                            self._in_unit[cid], exc)
-
     def _stand(self, body: dict[str, Any], spec: RunSpec, at_rest: bool) -> None:
         """A configuration applied and verified stays in force unless sent with keep: false
         (the daemon's own verification of a recommendation after a sweep), and is kept for
@@ -500,7 +481,7 @@ class Executor:
             log.warning("%s", line)
         was, self._in_unit = self._in_unit, self._units_of_processes()
         if kind_of(body.get("target")) == "unit":
-            self._hold_narrower(body)
+            self._pin_again(body["target"]["unit"])
         for level, line in standing.narrower_lines(self.standing_configs, self._in_unit,
                                                    newest_only=True):
             log.log(level, "%s", line)
@@ -852,10 +833,10 @@ class Executor:
             self._pin_again(body["target"]["unit"])
 
     def _pin_again(self, unit: str) -> None:
-        """The cpu set of ``unit`` was just put back: the processes of the unit that a
-        configuration in force confines get their own cpus again (a kernel may reset their
-        affinity to the cgroup's when its cpu set changes), where the unit's configuration in
-        force, if any, holds them."""
+        """The cpu set of ``unit`` was just set (confined, or confined again) or put back:
+        the processes of the unit that a configuration in force confines get their own cpus
+        again (a kernel may reset their affinity to the cgroup's when its cpu set changes),
+        where the unit's configuration in force, if any, holds them."""
         key = target_key({"kind": "unit", "unit": unit})
         mine = next((c for c in self.standing_configs if key_of(c) == key), None)
         for c in self.standing_configs:
@@ -869,7 +850,7 @@ class Executor:
             except (TargetError, OSError) as exc:
                 log.warning("applied configuration %s: process %s of unit %s cannot be given "
                             "its cpus again (%s)", standing.describe(c), c["target"]["pid"],
-                            unit, exc)
+                            unit_name(unit), exc)
 
     def _apply_to_command(self, body: dict[str, Any], spec: RunSpec, at_rest: bool) -> bool:
         """Run the config's workload in its configuration (its verification)."""
