@@ -81,6 +81,14 @@ TIMEOUTS_STATE = "timed-out-points.json"
 
 
 
+def _write_json(path: str, data: Any, **dump: Any) -> None:
+    """``data`` as JSON in ``path`` (0600), whole or not at all: written aside, then moved
+    over it. Raises OSError."""
+    with open_private(path + ".tmp") as fh:
+        json.dump(data, fh, **dump)
+    os.replace(path + ".tmp", path)
+
+
 def board_seconds(rec: RunRecord) -> float:
     """What a run took of the board's time, as a point's budget counts it: its wall time
     with the agent's start that wall_s leaves out (extra["start_cost_s"]), else its time."""
@@ -550,10 +558,14 @@ class Executor:
             with self._job_lock:
                 self.current_job = None
                 self.runner.uncancel()
+        self._finish_job(job_id)
+        log.info("job %s done (%d runs)", job_id, total)
+
+    def _finish_job(self, job_id: str) -> None:
+        """Every run of ``job_id`` has its record: its state files go, and it is done."""
         self._drop_point_state()
         self._keep_timeouts(job_id, [])
         self.durably(lambda: self.outbox.finish_job(job_id))
-        log.info("job %s done (%d runs)", job_id, total)
 
     def _end_cancelled(self, job_id: str, body: dict[str, Any], total: int, seq: int) -> None:
         """Record every run from ``seq`` on not run, as a stopped job's are (the run killed
@@ -564,14 +576,8 @@ class Executor:
         why = f"{NOT_RUN}{JOB_CANCELLED}by the daemon before run {seq + 1} of {total}"
         stop = {"cancelled": True, "runs_not_run": total - seq, "points": len(points),
                 "points_not_run": len(points) - first_whole}
-        for s in range(seq, total):
-            idx, rep = divmod(s, reps)
-            rec = self.runner.failed_record(self._spec(body, points[idx]), rep, why)
-            rec.extra["stopped"] = stop
-            self._store_result(job_id, total, s, rec)
-        self._drop_point_state()
-        self._keep_timeouts(job_id, [])
-        self.durably(lambda: self.outbox.finish_job(job_id))
+        self._not_run(job_id, body, total, seq, why, stop)
+        self._finish_job(job_id)
         log.warning("job %s cancelled by the daemon: %d of %d runs not run (%d measured before "
                     "are kept)", job_id, total - seq, total, seq)
 
@@ -614,6 +620,17 @@ class Executor:
         return RunSpec(body["workload"], body["size"], list(pt["cpus"]), pt["threads"],
                        pt.get("freq_khz"), variant=str(pt.get("variant", "")))
 
+    def _not_run(self, job_id: str, body: dict[str, Any], total: int, seq: int, why: str,
+                 stop: dict[str, Any]) -> None:
+        """Store each run from ``seq`` on as not run, for ``why``, with ``extra["stopped"]``
+        ``stop`` (what the daemon keeps with the job)."""
+        points, reps = body["points"], body["reps"]
+        for s in range(seq, total):
+            idx, rep = divmod(s, reps)
+            rec = self.runner.failed_record(self._spec(body, points[idx]), rep, why)
+            rec.extra["stopped"] = stop
+            self._store_result(job_id, total, s, rec)
+
     def _stop_job(self, job_id: str, body: dict[str, Any], total: int, seq: int,
                   timed_out: list[int]) -> None:
         """Record every run from ``seq`` on not run: the points ``timed_out`` (in a row) each
@@ -621,7 +638,7 @@ class Executor:
         point left. Every seq gets its record, so the job completes and the daemon gives the
         reason (the same text after a restart part-way: it counts from the last of
         ``timed_out``, not from ``seq``)."""
-        points, reps = body["points"], body["reps"]
+        points = body["points"]
         n = self.limits.stop_after_timeouts
         first = timed_out[-1] + 1
         left = len(points) - first
@@ -633,11 +650,7 @@ class Executor:
         # the same, for the daemon to keep with the job (shared/records.job_stop)
         stop = {"after_timeouts": n, "points_not_run": left, "points": len(points),
                 "definition": self.workloads.definition(body["workload"])}
-        for s in range(seq, total):
-            idx, rep = divmod(s, reps)
-            rec = self.runner.failed_record(self._spec(body, points[idx]), rep, why)
-            rec.extra["stopped"] = stop
-            self._store_result(job_id, total, s, rec)
+        self._not_run(job_id, body, total, seq, why, stop)
 
     def _store_result(self, job_id: str, total: int, s: int, rec: RunRecord) -> None:
         if rec.error == self.runner.timeout_text:
@@ -732,10 +745,8 @@ class Executor:
             return
         path = os.path.join(self.state_dir, POINT_STATE)
         try:
-            with open_private(path + ".tmp") as fh:
-                json.dump({"job_id": job_id, "index": idx,
-                           "runs": {str(r): list(v) for r, v in runs.items()}}, fh)
-            os.replace(path + ".tmp", path)
+            _write_json(path, {"job_id": job_id, "index": idx,
+                              "runs": {str(r): list(v) for r, v in runs.items()}})
         except OSError as exc:
             log.warning("cannot write %s: %s", path, exc)
 
@@ -766,9 +777,7 @@ class Executor:
             if not timed_out:
                 os.unlink(path)
                 return
-            with open_private(path + ".tmp") as fh:
-                json.dump({"job_id": job_id, "points": timed_out}, fh)
-            os.replace(path + ".tmp", path)
+            _write_json(path, {"job_id": job_id, "points": timed_out})
         except FileNotFoundError:
             pass
         except OSError as exc:
@@ -870,9 +879,7 @@ class Executor:
         else:
             errs = "; ".join(sorted({r.error or "?" for r in recs}))
             out.update(ok=False, time_s=None, error=f"every verification run failed: {errs}")
-        reply = P.make("applied", self.agent_id, out)
-        self.durably(lambda: self.outbox.finish_config(cid, reply))
-        self.notify()
+        self._reply_applied(cid, out)
         log.info("config %s applied: ok=%s time_s=%s", cid, out["ok"], out["time_s"])
         return out["ok"]
 
@@ -923,14 +930,19 @@ class Executor:
             out.update(ok=True, error=None, measured=measured)
             self._remember(body, None, measured)
             self._stand(body, spec, at_rest)
-        reply = P.make("applied", self.agent_id, out)
-        self.durably(lambda: self.outbox.finish_config(cid, reply))
-        self.notify()
+        self._reply_applied(cid, out)
         if out["ok"]:
             log.info("config %s %s", cid, measured_text(out["measured"]))
         else:
             log.warning("config %s not applied to %s: %s", cid, target_name(target), out["error"])
         return out["ok"]
+
+    def _reply_applied(self, cid: str, out: dict[str, Any]) -> None:
+        """The ``applied`` reply to configuration ``cid``, kept with it in the outbox (a
+        restart does not apply it again) and sent."""
+        reply = P.make("applied", self.agent_id, out)
+        self.durably(lambda: self.outbox.finish_config(cid, reply))
+        self.notify()
 
     def _held(self, body: dict[str, Any]) -> list[RunSpec]:
         """The configurations in force whose clocks stay while ``body``, which sets none, is
@@ -985,9 +997,7 @@ class Executor:
         path = os.path.join(self.state_dir, "applied.json")
         extra = {"measured": measured} if measured else {}
         try:
-            with open_private(path + ".tmp") as fh:
-                json.dump({**body, "verified_time_s": time_s, **extra}, fh, indent=1)
-            os.replace(path + ".tmp", path)
+            _write_json(path, {**body, "verified_time_s": time_s, **extra}, indent=1)
         except OSError as exc:
             log.warning("cannot write %s: %s", path, exc)
 
