@@ -1012,6 +1012,7 @@ class Worker(threading.Thread):
         self._queued_jobs: set[str] = set()
         self._lock = threading.Lock()
         self._stopping = False
+        # set while nothing is queued nor under way, the knobs at rest
         self.idle = threading.Event()
         self.idle.set()
 
@@ -1103,8 +1104,9 @@ class Worker(threading.Thread):
         return len(jobs) + configs
 
     def _put(self, item: tuple[str, Any]) -> None:
-        self.idle.clear()
-        self._queue.put(item)
+        with self._lock:  # ordered with the worker's idle set (run)
+            self.idle.clear()
+            self._queue.put(item)
 
     def stop(self, abort: bool = True) -> None:
         """abort=True: kill the current run and drop queued work (jobs resume on restart);
@@ -1119,7 +1121,11 @@ class Worker(threading.Thread):
             if self._queue.empty():
                 # here, not per point: restoring between a job's points would slow sweeps
                 self.executor.rest()
-                self.idle.set()
+                with self._lock:
+                    # work put meanwhile (a heartbeat's watch, a job) is done first: idle set
+                    # over it would say the worker has nothing to do while it waits
+                    if self._queue.empty():
+                        self.idle.set()
             item = self._queue.get()
             if item is None or self._stopping:
                 break
