@@ -29,15 +29,15 @@ target changes undone once verified (a unit's: its processes with a configuratio
 in force get their cpus again).
 
 A process a configuration in force confines may exit while the agent runs: the link's
-heartbeat looks for that (:meth:`Worker.watch`, one read of /proc/PID/stat per confined
-process), and the worker drops its configuration (:meth:`Executor.drop_exited`) at once when
-idle, else before the next point of the job under way: its entry leaves ``standing.json``, its
-records of originals are forgotten, the clocks go back at rest to those of the configurations
-still in force (or the board's originals), and a hello tells the daemon. A unit that a
-configuration in force confines is looked at too (:meth:`Targets.unit_stopped`: systemd's
-ActiveState, or its cgroup gone or empty): one stopped at two heartbeats in a row is dropped
-the same way; one that restarted between them (its cgroup made anew, out of its cpu set) is
-confined again.
+heartbeat looks for that (:meth:`Worker.watch`, agent/target_watch.py: one read of
+/proc/PID/stat per confined process), and the worker drops its configuration
+(:meth:`Executor.drop_exited`) at once when idle, else before the next point of the job under
+way: its entry leaves ``standing.json``, its records of originals are forgotten, the clocks go
+back at rest to those of the configurations still in force (or the board's originals), and a
+hello tells the daemon. A unit that a configuration in force confines is looked at too
+(:meth:`Targets.unit_stopped`: systemd's ActiveState, or its cgroup gone or empty): one
+stopped at two heartbeats in a row is dropped the same way; one that restarted between them
+(its cgroup made anew, out of its cpu set) is confined again.
 """
 
 from __future__ import annotations
@@ -66,6 +66,7 @@ from .outbox import FULL_RETRY_S, Outbox, OutboxFull
 from .platform import clock_problem, cpus_problem
 from .private import open_private
 from .runner import Aborted, Cancelled, Runner, RunSpec
+from .target_watch import TargetWatch
 from .targets import (DEFAULT_WINDOW_S, TargetError, Targets, kind_of, measure_window,
                       unit_name)
 from .workloads import WorkloadError, Workloads
@@ -175,18 +176,11 @@ class Executor:
         # the start time of the process of each pid configuration in force, by config id: the
         # same pid started again later is another process (agent/standing.py ``exited``)
         self._pid_starts: dict[str, int | None] = {}
-        # set by the link's thread when a confined process has exited: the worker drops it
-        self._exited = threading.Event()
         # the unit (of a configuration in force) that each pid configuration's process runs
         # in, by config id: the process's own configuration holds for it (shared/standing.py)
         self._in_unit: dict[str, str] = {}
-        # units of configurations in force, by config id (link thread: notice_exited): found
-        # stopped at the last heartbeat (why); at two in a row (why: the worker drops them);
-        # found running again out of their cpu set (the worker confines them again)
-        self._units_lock = threading.Lock()
-        self._stopped_once: dict[str, str] = {}
-        self._units_stopped: dict[str, str] = {}
-        self._units_back: set[str] = set()
+        # what the link's heartbeat found of the confined targets (agent/target_watch.py)
+        self._watch = TargetWatch(targets)
         # tells the daemon what stands now (agent/cli.py: a hello); any thread may call it
         self.say_standings: Callable[[], Any] = lambda: None
         self._standing_file = standing.StandingFile(state_dir) if state_dir else None
@@ -321,50 +315,12 @@ class Executor:
         confines has exited since, or a unit it confines has stopped (at two heartbeats in a
         row) or restarted unconfined, and the worker's look is newly due
         (:meth:`drop_exited`)."""
-        configs = list(self.standing_configs)
-        units_due = self._notice_units(configs)
-        if self._exited.is_set() or not (units_due or standing.exited(configs,
-                                                                      self._pid_starts)):
-            return False
-        self._exited.set()
-        return True
-
-    def _notice_units(self, configs: list[dict[str, Any]]) -> bool:
-        """(link thread) Each unit of ``configs`` looked at (:meth:`Targets.unit_stopped`):
-        one found stopped at the last heartbeat too is due to be dropped; one running again
-        out of its cpu set (its cgroup made anew) is due to be confined again. A unit that
-        restarts between two heartbeats is not dropped. Whether any is due."""
-        units = {str(c.get("config_id")): c for c in configs
-                 if kind_of(c.get("target")) == "unit"}
-        if self.targets is None or not units:
-            self._stopped_once.clear()
-            return False
-        due = False
-        for cid, c in units.items():
-            unit = c["target"]["unit"]
-            why = self.targets.unit_stopped(unit)
-            with self._units_lock:
-                if why is None:
-                    self._stopped_once.pop(cid, None)
-                    if self.targets.unconfined(unit, c["cpus"]):
-                        self._units_back.add(cid)
-                        due = True
-                elif cid in self._stopped_once:
-                    self._units_stopped[cid] = why
-                    due = True
-                else:
-                    self._stopped_once[cid] = why
-        with self._units_lock:
-            for cid in [k for k in self._stopped_once if k not in units]:
-                del self._stopped_once[cid]
-        return due
+        return self._watch.notice(list(self.standing_configs), self._pid_starts)
 
     def _units_gone(self) -> list[tuple[dict[str, Any], str]]:
         """(worker thread) (configuration, why) of the units found stopped at two heartbeats
         that are still stopped; those found running again unconfined are confined again."""
-        with self._units_lock:
-            stopped, self._units_stopped = self._units_stopped, {}
-            back, self._units_back = self._units_back, set()
+        stopped, back = self._watch.take_units()
         if self.targets is None:
             return []
         gone = []
@@ -392,7 +348,7 @@ class Executor:
         (a unit's cpu set, where it is still there), the clocks they held back at rest to
         those of the others in force, or to the board's originals. A unit restarted out of
         its cpu set is confined again."""
-        self._exited.clear()
+        self._watch.exited.clear()
         gone = standing.exited(self.standing_configs, self._pid_starts) + self._units_gone()
         if not gone:
             return
@@ -592,7 +548,8 @@ class Executor:
         timed_out = self._load_timeouts(job_id) if seq else []
         limit = self.limits.stop_after_timeouts
         while seq < total:
-            if self._exited.is_set():  # a confined process exited: said before the next point
+            # a confined process exited: said before the next point
+            if self._watch.exited.is_set():
                 self.drop_exited()
             if limit and len(timed_out) >= limit:
                 self._stop_job(job_id, body, total, seq, timed_out)
