@@ -305,7 +305,7 @@ class Executor:
         self.standing_configs, self.standing_dropped = out.configs, out.dropped
         self._pid_starts = dict(out.starts)
         self._in_unit = self._units_of_processes()
-        for unit in [c for c in self.standing_configs if kind_of(c.get("target")) == "unit"]:
+        for unit in self._of_kind("unit"):
             self._pin_again(unit["target"]["unit"])
         for level, line in standing.narrower_lines(self.standing_configs, self._in_unit):
             standing.log.log(level, "%s", line)
@@ -324,9 +324,9 @@ class Executor:
         if self.targets is None:
             return []
         gone = []
-        for c in self.standing_configs:
+        for c in self._of_kind("unit"):
             cid = str(c.get("config_id"))
-            if kind_of(c.get("target")) != "unit" or cid not in stopped.keys() | back:
+            if cid not in stopped.keys() | back:
                 continue
             unit = c["target"]["unit"]
             if self.targets.unit_stopped(unit) is not None:
@@ -385,26 +385,24 @@ class Executor:
         return [standing.wire(c, self._in_unit.get(str(c.get("config_id")))) or {}
                 for c in self.standing_configs]
 
+    def _of_kind(self, kind: str) -> list[dict[str, Any]]:
+        """The configurations in force on targets of ``kind`` ('pid', 'unit'), oldest first."""
+        return [c for c in self.standing_configs if kind_of(c.get("target")) == kind]
+
     def _units_of_processes(self) -> dict[str, str]:
         """{pid config id: unit}: the processes of the configurations in force that run in a
         unit another one confines (its cgroup.procs)."""
-        units = [c["target"]["unit"] for c in self.standing_configs
-                 if kind_of(c.get("target")) == "unit"]
-        if self.targets is None or not units:
-            return {}
         out = {}
-        for c in self.standing_configs:
-            if kind_of(c.get("target")) == "pid":
-                unit = self.targets.unit_holding(c["target"]["pid"], units)
-                if unit is not None:
-                    out[str(c["config_id"])] = unit
+        for c in self._of_kind("pid"):
+            bound = self._unit_bounds(c["target"]["pid"])
+            if bound is not None:
+                out[str(c["config_id"])] = bound[0]
         return out
 
     def _unit_bounds(self, pid: int) -> tuple[str, dict[str, Any]] | None:
         """(its unit, that unit's configuration in force) where process ``pid`` runs in a
         unit a configuration in force confines."""
-        units = {target_key(c["target"]): c for c in self.standing_configs
-                 if kind_of(c.get("target")) == "unit"}
+        units = {target_key(c["target"]): c for c in self._of_kind("unit")}
         if self.targets is None or not units:
             return None
         unit = self.targets.unit_holding(pid, [c["target"]["unit"] for c in units.values()])
@@ -805,9 +803,8 @@ class Executor:
         where the unit's configuration in force, if any, holds them."""
         key = target_key({"kind": "unit", "unit": unit})
         mine = next((c for c in self.standing_configs if key_of(c) == key), None)
-        for c in self.standing_configs:
-            if kind_of(c.get("target")) != "pid" or (
-                    mine is not None and not set(c["cpus"]) <= set(mine["cpus"])):
+        for c in self._of_kind("pid"):
+            if mine is not None and not set(c["cpus"]) <= set(mine["cpus"]):
                 continue
             try:
                 if self.targets.unit_holding(c["target"]["pid"], [unit]) is None:
