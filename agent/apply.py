@@ -29,15 +29,15 @@ target changes undone once verified (a unit's: its processes with a configuratio
 in force get their cpus again).
 
 A process a configuration in force confines may exit while the agent runs: the link's
-heartbeat looks for that (:meth:`Worker.watch`, one read of /proc/PID/stat per confined
-process), and the worker drops its configuration (:meth:`Executor.drop_exited`) at once when
-idle, else before the next point of the job under way: its entry leaves ``standing.json``, its
-records of originals are forgotten, the clocks go back at rest to those of the configurations
-still in force (or the board's originals), and a hello tells the daemon. A unit that a
-configuration in force confines is looked at too (:meth:`Targets.unit_stopped`: systemd's
-ActiveState, or its cgroup gone or empty): one stopped at two heartbeats in a row is dropped
-the same way; one that restarted between them (its cgroup made anew, out of its cpu set) is
-confined again.
+heartbeat looks for that (:meth:`Worker.watch`, agent/target_watch.py: one read of
+/proc/PID/stat per confined process), and the worker drops its configuration
+(:meth:`Executor.drop_exited`) at once when idle, else before the next point of the job under
+way: its entry leaves ``standing.json``, its records of originals are forgotten, the clocks go
+back at rest to those of the configurations still in force (or the board's originals), and a
+hello tells the daemon. A unit that a configuration in force confines is looked at too
+(:meth:`Targets.unit_stopped`: systemd's ActiveState, or its cgroup gone or empty): one
+stopped at two heartbeats in a row is dropped the same way; one that restarted between them
+(its cgroup made anew, out of its cpu set) is confined again.
 """
 
 from __future__ import annotations
@@ -66,6 +66,7 @@ from .outbox import FULL_RETRY_S, Outbox, OutboxFull
 from .platform import clock_problem, cpus_problem
 from .private import open_private
 from .runner import Aborted, Cancelled, Runner, RunSpec
+from .target_watch import TargetWatch
 from .targets import (DEFAULT_WINDOW_S, TargetError, Targets, kind_of, measure_window,
                       unit_name)
 from .workloads import WorkloadError, Workloads
@@ -79,6 +80,14 @@ POINT_STATE = "adaptive-point.json"  # in state_dir: the values of the adaptive 
 # in state_dir: the job's points in a row, up to the last, with a run that timed out
 TIMEOUTS_STATE = "timed-out-points.json"
 
+
+
+def _write_json(path: str, data: Any, **dump: Any) -> None:
+    """``data`` as JSON in ``path`` (0600), whole or not at all: written aside, then moved
+    over it. Raises OSError."""
+    with open_private(path + ".tmp") as fh:
+        json.dump(data, fh, **dump)
+    os.replace(path + ".tmp", path)
 
 
 def board_seconds(rec: RunRecord) -> float:
@@ -167,18 +176,11 @@ class Executor:
         # the start time of the process of each pid configuration in force, by config id: the
         # same pid started again later is another process (agent/standing.py ``exited``)
         self._pid_starts: dict[str, int | None] = {}
-        # set by the link's thread when a confined process has exited: the worker drops it
-        self._exited = threading.Event()
         # the unit (of a configuration in force) that each pid configuration's process runs
         # in, by config id: the process's own configuration holds for it (shared/standing.py)
         self._in_unit: dict[str, str] = {}
-        # units of configurations in force, by config id (link thread: notice_exited): found
-        # stopped at the last heartbeat (why); at two in a row (why: the worker drops them);
-        # found running again out of their cpu set (the worker confines them again)
-        self._units_lock = threading.Lock()
-        self._stopped_once: dict[str, str] = {}
-        self._units_stopped: dict[str, str] = {}
-        self._units_back: set[str] = set()
+        # what the link's heartbeat found of the confined targets (agent/target_watch.py)
+        self._watch = TargetWatch(targets)
         # tells the daemon what stands now (agent/cli.py: a hello); any thread may call it
         self.say_standings: Callable[[], Any] = lambda: None
         self._standing_file = standing.StandingFile(state_dir) if state_dir else None
@@ -303,8 +305,8 @@ class Executor:
         self.standing_configs, self.standing_dropped = out.configs, out.dropped
         self._pid_starts = dict(out.starts)
         self._in_unit = self._units_of_processes()
-        for unit in [c for c in self.standing_configs if kind_of(c.get("target")) == "unit"]:
-            self._hold_narrower(unit)
+        for unit in self._of_kind("unit"):
+            self._pin_again(unit["target"]["unit"])
         for level, line in standing.narrower_lines(self.standing_configs, self._in_unit):
             standing.log.log(level, "%s", line)
 
@@ -313,56 +315,18 @@ class Executor:
         confines has exited since, or a unit it confines has stopped (at two heartbeats in a
         row) or restarted unconfined, and the worker's look is newly due
         (:meth:`drop_exited`)."""
-        configs = list(self.standing_configs)
-        units_due = self._notice_units(configs)
-        if self._exited.is_set() or not (units_due or standing.exited(configs,
-                                                                      self._pid_starts)):
-            return False
-        self._exited.set()
-        return True
-
-    def _notice_units(self, configs: list[dict[str, Any]]) -> bool:
-        """(link thread) Each unit of ``configs`` looked at (:meth:`Targets.unit_stopped`):
-        one found stopped at the last heartbeat too is due to be dropped; one running again
-        out of its cpu set (its cgroup made anew) is due to be confined again. A unit that
-        restarts between two heartbeats is not dropped. Whether any is due."""
-        units = {str(c.get("config_id")): c for c in configs
-                 if kind_of(c.get("target")) == "unit"}
-        if self.targets is None or not units:
-            self._stopped_once.clear()
-            return False
-        due = False
-        for cid, c in units.items():
-            unit = c["target"]["unit"]
-            why = self.targets.unit_stopped(unit)
-            with self._units_lock:
-                if why is None:
-                    self._stopped_once.pop(cid, None)
-                    if self.targets.unconfined(unit, c["cpus"]):
-                        self._units_back.add(cid)
-                        due = True
-                elif cid in self._stopped_once:
-                    self._units_stopped[cid] = why
-                    due = True
-                else:
-                    self._stopped_once[cid] = why
-        with self._units_lock:
-            for cid in [k for k in self._stopped_once if k not in units]:
-                del self._stopped_once[cid]
-        return due
+        return self._watch.notice(list(self.standing_configs), self._pid_starts)
 
     def _units_gone(self) -> list[tuple[dict[str, Any], str]]:
         """(worker thread) (configuration, why) of the units found stopped at two heartbeats
         that are still stopped; those found running again unconfined are confined again."""
-        with self._units_lock:
-            stopped, self._units_stopped = self._units_stopped, {}
-            back, self._units_back = self._units_back, set()
+        stopped, back = self._watch.take_units()
         if self.targets is None:
             return []
         gone = []
-        for c in self.standing_configs:
+        for c in self._of_kind("unit"):
             cid = str(c.get("config_id"))
-            if kind_of(c.get("target")) != "unit" or cid not in stopped.keys() | back:
+            if cid not in stopped.keys() | back:
                 continue
             unit = c["target"]["unit"]
             if self.targets.unit_stopped(unit) is not None:
@@ -384,7 +348,7 @@ class Executor:
         (a unit's cpu set, where it is still there), the clocks they held back at rest to
         those of the others in force, or to the board's originals. A unit restarted out of
         its cpu set is confined again."""
-        self._exited.clear()
+        self._watch.exited.clear()
         gone = standing.exited(self.standing_configs, self._pid_starts) + self._units_gone()
         if not gone:
             return
@@ -421,51 +385,30 @@ class Executor:
         return [standing.wire(c, self._in_unit.get(str(c.get("config_id")))) or {}
                 for c in self.standing_configs]
 
+    def _of_kind(self, kind: str) -> list[dict[str, Any]]:
+        """The configurations in force on targets of ``kind`` ('pid', 'unit'), oldest first."""
+        return [c for c in self.standing_configs if kind_of(c.get("target")) == kind]
+
     def _units_of_processes(self) -> dict[str, str]:
         """{pid config id: unit}: the processes of the configurations in force that run in a
         unit another one confines (its cgroup.procs)."""
-        units = [c["target"]["unit"] for c in self.standing_configs
-                 if kind_of(c.get("target")) == "unit"]
-        if self.targets is None or not units:
-            return {}
         out = {}
-        for c in self.standing_configs:
-            if kind_of(c.get("target")) == "pid":
-                unit = self.targets.unit_holding(c["target"]["pid"], units)
-                if unit is not None:
-                    out[str(c["config_id"])] = unit
+        for c in self._of_kind("pid"):
+            bound = self._unit_bounds(c["target"]["pid"])
+            if bound is not None:
+                out[str(c["config_id"])] = bound[0]
         return out
 
     def _unit_bounds(self, pid: int) -> tuple[str, dict[str, Any]] | None:
         """(its unit, that unit's configuration in force) where process ``pid`` runs in a
         unit a configuration in force confines."""
-        units = {target_key(c["target"]): c for c in self.standing_configs
-                 if kind_of(c.get("target")) == "unit"}
+        units = {target_key(c["target"]): c for c in self._of_kind("unit")}
         if self.targets is None or not units:
             return None
         unit = self.targets.unit_holding(pid, [c["target"]["unit"] for c in units.values()])
         if unit is None:
             return None
         return unit, units[target_key({"kind": "unit", "unit": unit})]
-
-    def _hold_narrower(self, unit: dict[str, Any]) -> None:
-        """Unit configuration ``unit`` was just confined: the processes of the unit that a
-        configuration in force confines get their own cpus again, where those lie within the
-        unit's (a kernel may reset their affinity to the cgroup's when its cpu set
-        changes)."""
-        name = target_key(unit["target"])
-        for c in self.standing_configs:
-            cid = str(c.get("config_id"))
-            if (kind_of(c.get("target")) != "pid" or cid not in self._in_unit
-                    or target_key({"kind": "unit", "unit": self._in_unit[cid]}) != name
-                    or not set(c["cpus"]) <= set(unit["cpus"])):
-                continue
-            try:
-                self.targets.apply(c["target"], list(c["cpus"]), owner=cid)
-            except (TargetError, OSError) as exc:
-                log.warning("applied configuration %s: process %s of unit %s cannot be given "
-                            "its cpus again (%s)", standing.describe(c), c["target"]["pid"],
-                            self._in_unit[cid], exc)
 
     def _stand(self, body: dict[str, Any], spec: RunSpec, at_rest: bool) -> None:
         """A configuration applied and verified stays in force unless sent with keep: false
@@ -500,7 +443,7 @@ class Executor:
             log.warning("%s", line)
         was, self._in_unit = self._in_unit, self._units_of_processes()
         if kind_of(body.get("target")) == "unit":
-            self._hold_narrower(body)
+            self._pin_again(body["target"]["unit"])
         for level, line in standing.narrower_lines(self.standing_configs, self._in_unit,
                                                    newest_only=True):
             log.log(level, "%s", line)
@@ -569,10 +512,14 @@ class Executor:
             with self._job_lock:
                 self.current_job = None
                 self.runner.uncancel()
+        self._finish_job(job_id)
+        log.info("job %s done (%d runs)", job_id, total)
+
+    def _finish_job(self, job_id: str) -> None:
+        """Every run of ``job_id`` has its record: its state files go, and it is done."""
         self._drop_point_state()
         self._keep_timeouts(job_id, [])
         self.durably(lambda: self.outbox.finish_job(job_id))
-        log.info("job %s done (%d runs)", job_id, total)
 
     def _end_cancelled(self, job_id: str, body: dict[str, Any], total: int, seq: int) -> None:
         """Record every run from ``seq`` on not run, as a stopped job's are (the run killed
@@ -583,14 +530,8 @@ class Executor:
         why = f"{NOT_RUN}{JOB_CANCELLED}by the daemon before run {seq + 1} of {total}"
         stop = {"cancelled": True, "runs_not_run": total - seq, "points": len(points),
                 "points_not_run": len(points) - first_whole}
-        for s in range(seq, total):
-            idx, rep = divmod(s, reps)
-            rec = self.runner.failed_record(self._spec(body, points[idx]), rep, why)
-            rec.extra["stopped"] = stop
-            self._store_result(job_id, total, s, rec)
-        self._drop_point_state()
-        self._keep_timeouts(job_id, [])
-        self.durably(lambda: self.outbox.finish_job(job_id))
+        self._not_run(job_id, body, total, seq, why, stop)
+        self._finish_job(job_id)
         log.warning("job %s cancelled by the daemon: %d of %d runs not run (%d measured before "
                     "are kept)", job_id, total - seq, total, seq)
 
@@ -605,7 +546,8 @@ class Executor:
         timed_out = self._load_timeouts(job_id) if seq else []
         limit = self.limits.stop_after_timeouts
         while seq < total:
-            if self._exited.is_set():  # a confined process exited: said before the next point
+            # a confined process exited: said before the next point
+            if self._watch.exited.is_set():
                 self.drop_exited()
             if limit and len(timed_out) >= limit:
                 self._stop_job(job_id, body, total, seq, timed_out)
@@ -633,6 +575,17 @@ class Executor:
         return RunSpec(body["workload"], body["size"], list(pt["cpus"]), pt["threads"],
                        pt.get("freq_khz"), variant=str(pt.get("variant", "")))
 
+    def _not_run(self, job_id: str, body: dict[str, Any], total: int, seq: int, why: str,
+                 stop: dict[str, Any]) -> None:
+        """Store each run from ``seq`` on as not run, for ``why``, with ``extra["stopped"]``
+        ``stop`` (what the daemon keeps with the job)."""
+        points, reps = body["points"], body["reps"]
+        for s in range(seq, total):
+            idx, rep = divmod(s, reps)
+            rec = self.runner.failed_record(self._spec(body, points[idx]), rep, why)
+            rec.extra["stopped"] = stop
+            self._store_result(job_id, total, s, rec)
+
     def _stop_job(self, job_id: str, body: dict[str, Any], total: int, seq: int,
                   timed_out: list[int]) -> None:
         """Record every run from ``seq`` on not run: the points ``timed_out`` (in a row) each
@@ -640,7 +593,7 @@ class Executor:
         point left. Every seq gets its record, so the job completes and the daemon gives the
         reason (the same text after a restart part-way: it counts from the last of
         ``timed_out``, not from ``seq``)."""
-        points, reps = body["points"], body["reps"]
+        points = body["points"]
         n = self.limits.stop_after_timeouts
         first = timed_out[-1] + 1
         left = len(points) - first
@@ -652,11 +605,7 @@ class Executor:
         # the same, for the daemon to keep with the job (shared/records.job_stop)
         stop = {"after_timeouts": n, "points_not_run": left, "points": len(points),
                 "definition": self.workloads.definition(body["workload"])}
-        for s in range(seq, total):
-            idx, rep = divmod(s, reps)
-            rec = self.runner.failed_record(self._spec(body, points[idx]), rep, why)
-            rec.extra["stopped"] = stop
-            self._store_result(job_id, total, s, rec)
+        self._not_run(job_id, body, total, seq, why, stop)
 
     def _store_result(self, job_id: str, total: int, s: int, rec: RunRecord) -> None:
         if rec.error == self.runner.timeout_text:
@@ -751,10 +700,8 @@ class Executor:
             return
         path = os.path.join(self.state_dir, POINT_STATE)
         try:
-            with open_private(path + ".tmp") as fh:
-                json.dump({"job_id": job_id, "index": idx,
-                           "runs": {str(r): list(v) for r, v in runs.items()}}, fh)
-            os.replace(path + ".tmp", path)
+            _write_json(path, {"job_id": job_id, "index": idx,
+                              "runs": {str(r): list(v) for r, v in runs.items()}})
         except OSError as exc:
             log.warning("cannot write %s: %s", path, exc)
 
@@ -785,9 +732,7 @@ class Executor:
             if not timed_out:
                 os.unlink(path)
                 return
-            with open_private(path + ".tmp") as fh:
-                json.dump({"job_id": job_id, "points": timed_out}, fh)
-            os.replace(path + ".tmp", path)
+            _write_json(path, {"job_id": job_id, "points": timed_out})
         except FileNotFoundError:
             pass
         except OSError as exc:
@@ -852,15 +797,14 @@ class Executor:
             self._pin_again(body["target"]["unit"])
 
     def _pin_again(self, unit: str) -> None:
-        """The cpu set of ``unit`` was just put back: the processes of the unit that a
-        configuration in force confines get their own cpus again (a kernel may reset their
-        affinity to the cgroup's when its cpu set changes), where the unit's configuration in
-        force, if any, holds them."""
+        """The cpu set of ``unit`` was just set (confined, or confined again) or put back:
+        the processes of the unit that a configuration in force confines get their own cpus
+        again (a kernel may reset their affinity to the cgroup's when its cpu set changes),
+        where the unit's configuration in force, if any, holds them."""
         key = target_key({"kind": "unit", "unit": unit})
         mine = next((c for c in self.standing_configs if key_of(c) == key), None)
-        for c in self.standing_configs:
-            if kind_of(c.get("target")) != "pid" or (
-                    mine is not None and not set(c["cpus"]) <= set(mine["cpus"])):
+        for c in self._of_kind("pid"):
+            if mine is not None and not set(c["cpus"]) <= set(mine["cpus"]):
                 continue
             try:
                 if self.targets.unit_holding(c["target"]["pid"], [unit]) is None:
@@ -869,7 +813,7 @@ class Executor:
             except (TargetError, OSError) as exc:
                 log.warning("applied configuration %s: process %s of unit %s cannot be given "
                             "its cpus again (%s)", standing.describe(c), c["target"]["pid"],
-                            unit, exc)
+                            unit_name(unit), exc)
 
     def _apply_to_command(self, body: dict[str, Any], spec: RunSpec, at_rest: bool) -> bool:
         """Run the config's workload in its configuration (its verification)."""
@@ -889,9 +833,7 @@ class Executor:
         else:
             errs = "; ".join(sorted({r.error or "?" for r in recs}))
             out.update(ok=False, time_s=None, error=f"every verification run failed: {errs}")
-        reply = P.make("applied", self.agent_id, out)
-        self.durably(lambda: self.outbox.finish_config(cid, reply))
-        self.notify()
+        self._reply_applied(cid, out)
         log.info("config %s applied: ok=%s time_s=%s", cid, out["ok"], out["time_s"])
         return out["ok"]
 
@@ -942,14 +884,19 @@ class Executor:
             out.update(ok=True, error=None, measured=measured)
             self._remember(body, None, measured)
             self._stand(body, spec, at_rest)
-        reply = P.make("applied", self.agent_id, out)
-        self.durably(lambda: self.outbox.finish_config(cid, reply))
-        self.notify()
+        self._reply_applied(cid, out)
         if out["ok"]:
             log.info("config %s %s", cid, measured_text(out["measured"]))
         else:
             log.warning("config %s not applied to %s: %s", cid, target_name(target), out["error"])
         return out["ok"]
+
+    def _reply_applied(self, cid: str, out: dict[str, Any]) -> None:
+        """The ``applied`` reply to configuration ``cid``, kept with it in the outbox (a
+        restart does not apply it again) and sent."""
+        reply = P.make("applied", self.agent_id, out)
+        self.durably(lambda: self.outbox.finish_config(cid, reply))
+        self.notify()
 
     def _held(self, body: dict[str, Any]) -> list[RunSpec]:
         """The configurations in force whose clocks stay while ``body``, which sets none, is
@@ -1004,9 +951,7 @@ class Executor:
         path = os.path.join(self.state_dir, "applied.json")
         extra = {"measured": measured} if measured else {}
         try:
-            with open_private(path + ".tmp") as fh:
-                json.dump({**body, "verified_time_s": time_s, **extra}, fh, indent=1)
-            os.replace(path + ".tmp", path)
+            _write_json(path, {**body, "verified_time_s": time_s, **extra}, indent=1)
         except OSError as exc:
             log.warning("cannot write %s: %s", path, exc)
 
@@ -1021,6 +966,7 @@ class Worker(threading.Thread):
         self._queued_jobs: set[str] = set()
         self._lock = threading.Lock()
         self._stopping = False
+        # set while nothing is queued nor under way, the knobs at rest
         self.idle = threading.Event()
         self.idle.set()
 
@@ -1112,8 +1058,9 @@ class Worker(threading.Thread):
         return len(jobs) + configs
 
     def _put(self, item: tuple[str, Any]) -> None:
-        self.idle.clear()
-        self._queue.put(item)
+        with self._lock:  # ordered with the worker's idle set (run)
+            self.idle.clear()
+            self._queue.put(item)
 
     def stop(self, abort: bool = True) -> None:
         """abort=True: kill the current run and drop queued work (jobs resume on restart);
@@ -1128,7 +1075,11 @@ class Worker(threading.Thread):
             if self._queue.empty():
                 # here, not per point: restoring between a job's points would slow sweeps
                 self.executor.rest()
-                self.idle.set()
+                with self._lock:
+                    # work put meanwhile (a heartbeat's watch, a job) is done first: idle set
+                    # over it would say the worker has nothing to do while it waits
+                    if self._queue.empty():
+                        self.idle.set()
             item = self._queue.get()
             if item is None or self._stopping:
                 break

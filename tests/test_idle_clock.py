@@ -302,3 +302,32 @@ def test_walk_on_a_virtual_rpi4_sweep_apply_sweep_stop(tmp_path):
     assert codes == {"agent": 0, "daemon": 0}, c.logs()
     assert cpufreq_state(root) == before
     assert not (tmp_path / "agent-state" / STATE_FILENAME).exists()
+
+
+def test_idle_waits_for_the_work_a_heartbeat_queues_while_the_knobs_rest(rpi4, monkeypatch):
+    """Work the link's heartbeat queues (:meth:`Worker.watch`) while the worker puts the knobs
+    to rest is done before the worker says it is idle: ``idle`` was set over it, the work
+    still queued, so a wait on it returned before the work was done. The heartbeat's look is
+    called from inside the rest, the order that broke it; a confined process is found gone."""
+    ex, w, _, _, _ = rpi4
+    real_rest, real_drop = ex.rest, ex.drop_exited
+    watched: list[bool] = []
+    idle_while_dropping: list[bool] = []
+
+    def rest():
+        real_rest()
+        if not watched:
+            watched.append(True)
+            w.watch()
+
+    def drop_exited():
+        idle_while_dropping.append(w.idle.is_set())
+        real_drop()
+
+    monkeypatch.setattr(ex, "notice_exited", lambda: True)
+    monkeypatch.setattr(ex, "rest", rest)
+    monkeypatch.setattr(ex, "drop_exited", drop_exited)
+    w.submit(job("j1", [([0, 1], 1500000)]))
+    assert w.idle.wait(60), "the worker did not go idle"
+    assert watched == [True]
+    assert idle_while_dropping == [False]
