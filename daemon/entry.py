@@ -32,7 +32,8 @@ def _version(prog: str) -> int:
     return 0
 
 
-def _refuse(prog: str, missing: list[str]) -> int:
+def refuse_without_extra(prog: str, missing: list[str]) -> int:
+    """Say in one line that ``prog`` needs the daemon extra's ``missing``; exit status 2."""
     # a board's 'opptune --help' must not read as if nothing worked there
     board = "; without it, 'opptune doctor' (no --agent) checks this board" \
         if prog == "opptune" else ""
@@ -51,7 +52,7 @@ def operator(argv: list[str] | None = None) -> int:
         from .doctor_cli import board_main
         return board_main(argv[1:])
     if missing:
-        return _version("opptune") if argv == ["--version"] else _refuse("opptune", missing)
+        return _version("opptune") if argv == ["--version"] else refuse_without_extra("opptune", missing)
     try:
         from .cli import main  # scipy and the rest load here: a second Ctrl-C may land in it
     except KeyboardInterrupt:
@@ -76,7 +77,9 @@ def daemon(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     missing = missing_daemon_extra()
     if missing:
-        return _version("opptune-daemon") if argv == ["--version"] else _refuse(
+        return _version("opptune-daemon") if argv == ["--version"] else refuse_without_extra(
             "opptune-daemon", missing)
-    from .service import main
-    return main(argv)
+    from .service_args import build_parser
+    args = build_parser().parse_args(argv)  # --help answers before the daemon's modules load
+    from .service import run
+    return run(args)
