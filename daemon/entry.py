@@ -15,7 +15,7 @@ DAEMON_EXTRA = {"numpy": "numpy", "scipy": "scipy", "scikit-learn": "sklearn", "
                 "matplotlib": "matplotlib", "prometheus_client": "prometheus_client",
                 "psycopg": "psycopg"}
 
-# Ctrl-C before a command ran, as 'opptune' loaded (about a second: scipy, the parsers)
+# Ctrl-C before a command ran, as 'opptune' loaded its parsers or the command its modules
 LOAD_INTERRUPTED = "opptune: interrupted while loading, before the command ran"
 
 
@@ -26,7 +26,7 @@ def missing_daemon_extra() -> list[str]:
 
 
 def _version(prog: str) -> int:
-    # answered here: the parsers' modules import the extra (a board asks what it has too)
+    # answered here: the commands' modules import the extra (a board asks what it has too)
     from .. import __version__
     print(f"{prog} {__version__}")
     return 0
@@ -54,7 +54,7 @@ def operator(argv: list[str] | None = None) -> int:
     if missing:
         return _version("opptune") if argv == ["--version"] else refuse_without_extra("opptune", missing)
     try:
-        from .cli import main  # scipy and the rest load here: a second Ctrl-C may land in it
+        from .cli import main  # a second Ctrl-C may land in its imports
     except KeyboardInterrupt:
         print(LOAD_INTERRUPTED, file=sys.stderr)
         return 130
