@@ -10,7 +10,7 @@ import time
 from typing import Any
 
 from ..shared.config import ConfigError, load_daemon_config
-from .entry import DAEMON_EXTRA, LOAD_INTERRUPTED
+from .entry import DAEMON_EXTRA, LOAD_INTERRUPTED, refuse_without_extra
 from .options import below_least, parse_frequencies
 
 
@@ -141,8 +141,9 @@ def cmd_demo(args: argparse.Namespace) -> int:
 
 
 def _virtual_boards() -> list[str]:
-    from .demo import virtual_board_names
-    return virtual_board_names()
+    # demo.virtual_board_names' list, without loading demo (rich) to build the parser
+    from ..agent.virtual_board import BOARDS
+    return list(BOARDS)
 
 
 def _add_link_options(p: argparse.ArgumentParser) -> None:
@@ -281,44 +282,39 @@ def build_parser() -> argparse.ArgumentParser:
     from .export_cli import add_parsers as add_export
     add_export(sub, _add_link_options)
 
-    try:
-        from .goal_cli import add_parsers as add_goal_parsers
-    except ImportError as exc:
-        raise_unless_extra_missing(exc)
-    else:
-        add_goal_parsers(sub, _add_link_options)
+    # the parsers only: the commands' modules (numpy, scipy, pyperf, rich) load when one runs
+    from .goal_args import add_parsers as add_goal_parsers
+    add_goal_parsers(sub, _add_link_options)
 
-    try:
-        from .fit_cli import add_parsers
-    except ImportError as exc:
-        raise_unless_extra_missing(exc)
-        parser.epilog = ("fit, predict and eval need the daemon extra: "
-                         "pip install 'opptune[daemon]'")
-    else:
-        add_parsers(sub)
-        from .eval_cli import add_parser as add_eval
-        add_eval(sub)
-        from .mpet_cli import add_parser as add_mpet
-        add_mpet(sub)
+    from .analysis_args import add_eval_mpet_parser, add_eval_parser, add_fit_parsers
+    add_fit_parsers(sub)
+    add_eval_parser(sub)
+    add_eval_mpet_parser(sub)
     for command in sub.choices.values():  # main() shows an unknown option with its usage
         command.set_defaults(command_parser=command)
     return parser
 
 
-def raise_unless_extra_missing(exc: ImportError) -> None:
-    """Raise ``exc`` again unless it says a module of the daemon extra is not installed, the
-    one case that leaves out the commands needing it; a Ctrl-C that a library's import turned
-    into an ImportError (the interrupt in its chain) is raised as the KeyboardInterrupt it is.
-    Read as the missing extra, such an interrupt answered 'invalid choice' for the command."""
+def load_failure(exc: ImportError, command: str) -> int:
+    """Say in one line why a command's modules did not load; the exit status. The parser loads
+    none of the daemon extra: a command's own modules load as it runs, so a missing module of
+    the extra is said there, naming what to install (2). A Ctrl-C that a library's import
+    turned into an ImportError (the interrupt in its chain) is the interrupt it is (130);
+    anything else is a broken install (1)."""
     seen, cause = set(), exc
     while cause is not None and id(cause) not in seen:
         if isinstance(cause, KeyboardInterrupt):
-            raise KeyboardInterrupt from exc
+            print(LOAD_INTERRUPTED, file=sys.stderr)
+            return 130
         seen.add(id(cause))
         cause = cause.__cause__ or cause.__context__
-    if not (isinstance(exc, ModuleNotFoundError)
-            and (exc.name or "").partition(".")[0] in DAEMON_EXTRA.values()):
-        raise exc
+    top = (getattr(exc, "name", None) or "").partition(".")[0]
+    missing = [dist for dist, module in DAEMON_EXTRA.items() if module == top]
+    if isinstance(exc, ModuleNotFoundError) and missing:
+        return refuse_without_extra(command, missing)
+    print(f"{command}: cannot load its commands: {type(exc).__name__}: {exc}; reinstall: "
+          "pip install --force-reinstall 'opptune[daemon]'", file=sys.stderr)
+    return 1
 
 
 # a negative quantity: "-1s", "-.5s", "-3W" (no opptune option starts with a digit)
@@ -346,15 +342,15 @@ def main(argv: list[str] | None = None) -> int:
         print(LOAD_INTERRUPTED, file=sys.stderr)
         return 130
     except ImportError as exc:
-        print(f"opptune: cannot load its commands: {type(exc).__name__}: {exc}; reinstall: "
-              "pip install --force-reinstall 'opptune[daemon]'", file=sys.stderr)
-        return 1
+        return load_failure(exc, "opptune")
     args, unknown = parser.parse_known_args(
         join_negative_values(sys.argv[1:] if argv is None else list(argv)))
     if unknown:  # parse_args would print the top-level usage, not the command's
         args.command_parser.error(f"unrecognized arguments: {' '.join(unknown)}")
     try:
         return int(args.func(args) or 0)
+    except ImportError as exc:
+        return load_failure(exc, f"opptune {args.command}")
     except ConfigError as exc:
         # a command's own errors name its subcommand ('opptune keys list: ...'): so does this
         action = getattr(args, "action", None)

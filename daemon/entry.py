@@ -15,7 +15,7 @@ DAEMON_EXTRA = {"numpy": "numpy", "scipy": "scipy", "scikit-learn": "sklearn", "
                 "matplotlib": "matplotlib", "prometheus_client": "prometheus_client",
                 "psycopg": "psycopg"}
 
-# Ctrl-C before a command ran, as 'opptune' loaded (about a second: scipy, the parsers)
+# Ctrl-C before a command ran, as 'opptune' loaded its parsers or the command its modules
 LOAD_INTERRUPTED = "opptune: interrupted while loading, before the command ran"
 
 
@@ -26,13 +26,14 @@ def missing_daemon_extra() -> list[str]:
 
 
 def _version(prog: str) -> int:
-    # answered here: the parsers' modules import the extra (a board asks what it has too)
+    # answered here: the commands' modules import the extra (a board asks what it has too)
     from .. import __version__
     print(f"{prog} {__version__}")
     return 0
 
 
-def _refuse(prog: str, missing: list[str]) -> int:
+def refuse_without_extra(prog: str, missing: list[str]) -> int:
+    """Say in one line that ``prog`` needs the daemon extra's ``missing``; exit status 2."""
     # a board's 'opptune --help' must not read as if nothing worked there
     board = "; without it, 'opptune doctor' (no --agent) checks this board" \
         if prog == "opptune" else ""
@@ -51,9 +52,9 @@ def operator(argv: list[str] | None = None) -> int:
         from .doctor_cli import board_main
         return board_main(argv[1:])
     if missing:
-        return _version("opptune") if argv == ["--version"] else _refuse("opptune", missing)
+        return _version("opptune") if argv == ["--version"] else refuse_without_extra("opptune", missing)
     try:
-        from .cli import main  # scipy and the rest load here: a second Ctrl-C may land in it
+        from .cli import main  # a second Ctrl-C may land in its imports
     except KeyboardInterrupt:
         print(LOAD_INTERRUPTED, file=sys.stderr)
         return 130
@@ -76,7 +77,9 @@ def daemon(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     missing = missing_daemon_extra()
     if missing:
-        return _version("opptune-daemon") if argv == ["--version"] else _refuse(
+        return _version("opptune-daemon") if argv == ["--version"] else refuse_without_extra(
             "opptune-daemon", missing)
-    from .service import main
-    return main(argv)
+    from .service_args import build_parser
+    args = build_parser().parse_args(argv)  # --help answers before the daemon's modules load
+    from .service import run
+    return run(args)

@@ -1,6 +1,6 @@
 """``opptune eval``: how prediction error falls with the number of measurements (seed 003,
 section 4.3): each model fitted on random subsets of each group's configurations and judged on
-the rest. ``add_parser(subparsers)`` registers it."""
+the rest. analysis_args registers its parser."""
 
 from __future__ import annotations
 
@@ -12,8 +12,7 @@ from typing import Any
 
 import numpy as np
 
-from .fit_cli import (TIDY_HELP, UsageError, _groups, _numbers, _table, _zero_times_option,
-                      dump_json)
+from .fit_cli import UsageError, _groups, _numbers, _table, dump_json
 from .models import registry
 from .models.base import NotEnoughData, Observations
 from .progress import terminal_progress
@@ -21,35 +20,6 @@ from .tidy import TidyError
 
 # seed 003's learners, compared beside the analytic models where scikit-learn is installed
 SEED003_LEARNERS = ("krr", "svr", "dtree")
-
-
-def add_parser(subparsers: Any) -> None:
-    """Add eval to an argparse subparsers object."""
-    desc = ("How prediction error falls with the number of measurements: for each training "
-            "size, fit each model on random subsets of each group's configurations and measure "
-            "its error on the rest (median MAPE of time, MSE of speedup). Says which sizes, "
-            "groups and fits it left out and why.")
-    p = subparsers.add_parser("eval", help="prediction error vs number of measurements",
-                              description=desc)
-    p.add_argument("--data", required=True, metavar="FILE.csv", help=TIDY_HELP)
-    p.add_argument("--train-sizes", default="4,8,16,32,64,128", metavar="N1,N2",
-                   help="numbers of training configurations (default: %(default)s)")
-    p.add_argument("--reps", type=int, default=10,
-                   help="random subsets per size (default: %(default)s)")
-    p.add_argument("--seed", type=int, default=0, help="seed of the random subsets")
-    p.add_argument("--models", default="", metavar="M1,M2",
-                   help="models to compare (default: amdahl, usl, memwall, and the krr, svr "
-                        "and dtree learners where scikit-learn is installed)")
-    p.add_argument("--json", action="store_true",
-                   help="print one JSON object (summary, what was left out, every fit) instead "
-                        "of the table (shape: docs/json-output.md)")
-    p.add_argument("--out", metavar="DIR", help="also write eval.jsonl and a plot, eval.png")
-    p.add_argument("--time-from-speedup", action="store_true",
-                   help="where time_s is empty, use 1/speedup from a 'speedup' column as a "
-                        "relative time")
-    p.add_argument("--group", default="", help="only groups whose label contains this text")
-    _zero_times_option(p)
-    p.set_defaults(func=cmd_eval)
 
 
 def _speedup(times: np.ndarray, obs: Observations, ref: np.ndarray) -> np.ndarray:

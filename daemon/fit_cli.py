@@ -1,7 +1,7 @@
 """Operator subcommands `opptune fit` and `opptune predict` (its --fit form; the MPET forms
 are mpet_predict_cli's), and the helpers `opptune eval` (eval_cli) shares with them.
 
-``add_parsers(subparsers)`` registers them; each sets ``func(args) -> exit code``.
+analysis_args registers their parsers; each command is ``func(args) -> exit code``.
 Saved fits hold parameters (JSON), never pickles: only models with ``to_state`` (the analytic
 ones) can be saved for ``predict``.
 """
@@ -28,7 +28,7 @@ from .models.calibrate import interval_state, with_interval
 from .models.pooled import ReplayCache
 from .recommend import platform_others
 from .options import parse_frequencies
-from .tidy import ZERO_TIME, TidyError, median_reps, read_tidy
+from .tidy import TidyError, median_reps, read_tidy
 
 # models.energy and models.select (scipy.stats, over a second to import) are imported where
 # fit and predict use them: every 'opptune' command builds this module's parsers, and
@@ -36,71 +36,6 @@ from .tidy import ZERO_TIME, TidyError, median_reps, read_tidy
 
 CV_KEYS = ("name", "cv_mape", "fit_ms", "error")  # one row of a fit's "cv" list
 PIPED_WIDTH = 120  # the width a table with a fold column keeps to where output is piped
-
-
-TIDY_HELP = ("CSV file, one row per run: platform, workload, variant, cores, freq_mhz, time_s "
-             "(optional: input, or size where there is no input column; rep, energy_j, "
-             "power_w, counters); a dataset shipped with opptune also by its folder name, from "
-             "any directory: loghin_multicore_energy or data/loghin_multicore_energy/data.csv "
-             "(xplat_npb_minife, armpm_xu3_parsec, bench_suite_* too)")
-
-
-def add_parsers(subparsers: Any) -> None:
-    """Add fit and predict to an argparse subparsers object."""
-    desc = ("Fit a performance model (time over cores and CPU frequency) to each "
-            "platform/workload/input/variant group of a CSV of measurements, and a power model "
-            "where the runs carry power or energy. Prints a table, or JSON with --json; --save "
-            "keeps the fits for 'opptune predict'. Exit 1 when no group could be fitted, 2 on "
-            "unreadable input.")
-    p = subparsers.add_parser("fit", help="fit performance models to a CSV of measurements",
-                              description=desc)
-    p.add_argument("--data", required=True, metavar="FILE.csv", help=TIDY_HELP)
-    p.add_argument("--model", default="auto",
-                   help="amdahl, usl, memwall, ... or 'auto' (default): choose by "
-                        "cross-validation, possibly a weighted mix of models")
-    p.add_argument("--candidates", default="daemon", metavar="M1,M2",
-                   help="the models 'auto' chooses from (default 'daemon': the daemon's, "
-                        "amdahl and usl, and memwall where a group has a frequency axis; "
-                        "'all' = every installed model)")
-    p.add_argument("--json", action="store_true",
-                   help="print JSON instead of a table (shape: docs/json-output.md)")
-    p.add_argument("--save", metavar="FIT.json",
-                   help="also write the fits to this file, for 'opptune predict'")
-    _zero_times_option(p)
-    p.set_defaults(func=cmd_fit)
-
-    desc = ("With --fit FILE: run time (with a 90 % interval), and power, energy and "
-            "energy-delay product where the fit has a power model, at the core counts and "
-            "frequencies asked; warns where a query lies outside the measured core counts or "
-            "frequencies. With --workload: MPET from a running daemon's measurements (below): "
-            "t(n) with an interval, calibrated on the target's other workloads where it can "
-            "be (its level stated), and the core count to run at there. Exit 1 when nothing "
-            "can be predicted or the daemon does not answer, 2 on unusable input.")
-    p = subparsers.add_parser("predict", help="predict time (and energy) from a saved fit; "
-                              "with --workload, a workload on a platform it never ran on "
-                              "(--from P --to T) or beyond one core (--on P) by MPET",
-                              description=desc)
-    p.add_argument("--fit", metavar="FIT.json",
-                   help="file written by 'opptune fit --save'")
-    p.add_argument("--cores", metavar="1,2,4", help="core counts (with --fit)")
-    p.add_argument("--freq", default="", metavar="MHz,MHz",
-                   help="CPU frequencies in MHz, or with a unit (1.4GHz); every core count is "
-                        "predicted at each (with "
-                        "--fit); with the MPET forms one frequency, the clock of the platform "
-                        "predicted on (--to or --on; default: the highest its profiles were "
-                        "measured at)")
-    p.add_argument("--group", help="only groups whose label contains this text")
-    p.add_argument("--json", action="store_true",
-                   help="print JSON instead of a table (shape: docs/json-output.md)")
-    from .mpet_predict_cli import add_predict_options
-    add_predict_options(p)
-    p.set_defaults(func=cmd_predict)
-
-
-def _zero_times_option(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--zero-times", choices=ZERO_TIME, default="error",
-                   help="a time of 0 in the CSV (a run shorter than its timer's resolution) is "
-                        "an error (default) or read as missing")
 
 
 def _groups(path: str, zero_time: str = "error") -> list[tuple[str, Observations]]:

@@ -47,25 +47,12 @@ from .datasets import find_data, not_found_hint
 from .mpet_answer import clock_queries, merge_answer, store_rows, write_store_csv
 from .objectives import fewest_within
 from .progress import terminal_counter, terminal_progress
+from .analysis_args import DEFAULT_DATA, SETUPS, STORE_TIMEOUT_S
 
-DEFAULT_DATA = ("data/loghin_multicore_energy/data.csv", "data/xplat_npb_minife/data.csv")
 SEED_TABLE5 = {"t1": 0.154, "scaling": 0.127, "full": 0.199}
 # the operating point's rule, the recommender's: the fewest cores within its default
 # tolerance (5 %) of the best
 TOLERANCE = DaemonConfig.tolerance
-SETUPS = {
-    "default": "seed counts, eq. 21/23 on q(n) values, geometric mean, t(1) candidates by "
-               "validated transfers, sc candidates by the seed's distances (eq. 16-19) where "
-               "the runtime parameters are there, else by ratio distances or validated "
-               "transfers, whichever predicted the target's other workloads better",
-    "q-ratio": "the default with sc candidates by ratio distances only (the default before "
-               "the chosen sc)",
-    "ratio": "the q-ratio setup with t(1) candidates by ratio distances and eq. 22's weights "
-             "(the default before validated transfers)",
-    "sc-distance": "the ratio setup with candidates by sc distances (eq. 16-19) as in the seed",
-    "seed": "seed setup of section 4.1, eq. 21/23 as written",
-    "nested": "settings chosen per workload by leave-one-out without that workload",
-}
 # --scenario b's one setup (predict_scalability with the seed's sc selection), named in its
 # results as the SETUPS are in scenario a's
 SCENARIO_B_SETUP = ("scalability", "the seed's sc selection: up to 10 other workloads on the "
@@ -239,64 +226,6 @@ def _breakpoints(hw: dict) -> dict:
         out[plat] = {"n_nu": int(n_nu) if n_nu else None, "n_ht": int(n_ht) if n_ht else None,
                      "nmax": nmax}
     return out
-
-
-def add_parser(subparsers: Any) -> None:
-    """Register `opptune eval-mpet`."""
-    desc = ("Seed 000's leave-one-out evaluation of MPET migration prediction: every profile of "
-            "a workload measured on two or more platforms is removed and predicted from the "
-            "workload's other platforms and the other workloads measured on the target. Prints "
-            "the geometric-mean error over the trend, median and 70/80/95 % percentiles for "
-            "t(1), scaling and the full prediction, beside t(n) = t(1)/n and the source "
-            "platform's curve. Each --data file is its own database. Exit 2 on unusable input.")
-    p = subparsers.add_parser("eval-mpet", help="leave-one-out evaluation of MPET prediction",
-                              description=desc)
-    p.add_argument("--data", action="append", metavar="FILE.csv",
-                   help="CSV: platform, workload, [variant], cores, time_s, [hw_phys_cores, hw_system, "
-                        "hw_cpu, hw_l3_shared_by, n_nu, n_ht, R..j, counter.X] "
-                        f"(repeatable; a dataset shipped with opptune also by its folder "
-                        f"name, from any directory: bench_suite_rpi4 or "
-                        f"data/bench_suite_rpi4/data.csv; default: {' and '.join(DEFAULT_DATA)})")
-    p.add_argument("--setup", choices=sorted(SETUPS), default="default",
-                   help="default: the seed's candidate counts and weights (section 4.1) with "
-                        "eq. 21/23 applied to q(n) = n t(n)/t(1) at each core count, a "
-                        "geometric mean of the factors, t(1) candidates rated and weighted "
-                        "by how well their transfer predicted the workload on its other "
-                        "platforms like the target (validated), sc candidates by the seed's "
-                        "distances over sc (eq. 16-19) where the workload's profiles and the "
-                        "target's suite carry the runtime parameters R..j (the instrumented "
-                        "bench_suite), else by how far from proportional their measured q(n) "
-                        "are (ratio distance) or by validated transfers of q(n), whichever "
-                        "predicted the target's other workloads better (leave-one-out on the "
-                        "target); "
-                        "q-ratio: the default with sc by ratio distances only; "
-                        "ratio: the q-ratio setup with t(1) candidates by the ratio distance "
-                        "of their t(1) and eq. 22's weights; "
-                        "sc-distance: the ratio setup with the seed's distances over sc "
-                        "(eq. 16-19); "
-                        "seed: section 4.1 exactly as written; "
-                        "nested: for each workload, t(1) and sc settings chosen from a fixed "
-                        "grid by leave-one-out on the database without that workload (slow: "
-                        "minutes on loghin_multicore_energy)")
-    p.add_argument("--max-factor", type=float, metavar="X",
-                   help="not in the seed: leave out of an sc element's interpolation a "
-                        "candidate whose transformation factor (eq. 21) lies outside "
-                        "[1/X, X] or is negative (X > 1; default: no bound; not with "
-                        "--setup nested)")
-    p.add_argument("--single-reference", action="store_true",
-                   help="predict each profile from each of the workload's other platforms "
-                        "alone (as 'opptune predict --from P' does with one P), not from all "
-                        "of them at once (the seed's evaluation, the default); one prediction "
-                        "per workload, target and reference")
-    p.add_argument("--scenario", choices=("a", "b"), default="a",
-                   help="a: migration to another platform (the seed's evaluation, the "
-                        "default); b: scalability of a not-yet-parallel workload: each "
-                        "profile cut to its 1-core runs and its t(n) predicted from the other "
-                        "workloads on its platform (as 'opptune predict --on P'), scaling "
-                        "error beside t(1)/n (not with --setup, --max-factor or "
-                        "--single-reference)")
-    p.add_argument("--json", action="store_true", help="print JSON")
-    add_eval_sources(p)
 
 
 def combine_csvs(paths: list[str], rows: list[dict[str, Any]], out: Any) -> None:
@@ -524,32 +453,6 @@ def print_results(results: list[dict], as_json: bool) -> None:
 
 
 # -- eval-mpet over combined CSVs or the daemon's store ----------------------------------------
-STORE_TIMEOUT_S = 30.0  # a store's profiles and every clock's: more than a status query
-
-
-def add_eval_sources(p: argparse.ArgumentParser) -> None:
-    """``opptune eval-mpet``'s other sources: several CSVs as one database, the store."""
-    g = p.add_argument_group("other sources")
-    g.add_argument("--combine", action="store_true",
-                   help="evaluate the --data files as one database (e.g. the per-board "
-                        "data/bench_suite_*/data.csv, each holding one platform)")
-    g.add_argument("--daemon", metavar="ENDPOINT",
-                   help="evaluate the measurements in this running daemon's store (what "
-                        "'opptune characterize' measured, each clock a platform NAME@MHzMHz "
-                        "as in a CSV; with --data and --combine, beside those files; default "
-                        "with --config: the bind address of --config)")
-    g.add_argument("--config",
-                   help="the daemon's configuration: the store of the daemon it describes, "
-                        "queried with its operator key where CURVE is on")
-    g.add_argument("--size", help="with --daemon: only this size class")
-    g.add_argument("--save-csv", metavar="FILE.csv",
-                   help="with --daemon: also write the store's measurements as a CSV that "
-                        "--data reads")
-    # None: not given, so that given without a daemon it is refused (it would mean nothing)
-    g.add_argument("--timeout", type=float, default=None,
-                   help=f"with --daemon: seconds to wait for its answer (default "
-                        f"{STORE_TIMEOUT_S:g})")
-    p.set_defaults(func=cmd_eval_sources)
 
 
 def cmd_eval_sources(args: argparse.Namespace) -> int:

@@ -19,7 +19,8 @@ from typing import Sequence
 
 import numpy as np
 
-OBJECTIVES = ("time", "energy", "edp", "ed2p")
+from .objective_names import OBJECTIVES
+
 UNITS = {"time": "s", "energy": "J", "edp": "J*s", "ed2p": "J*s^2"}
 _NAMES = {"time": "minimum time", "energy": "minimum energy",
           "edp": "minimum energy-delay product", "ed2p": "minimum energy-delay² product"}

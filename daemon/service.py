@@ -41,6 +41,7 @@ from ..shared.records import (RecordColumns, RecordError, RunRecord, columns_of,
 from ..shared.sd_notify import notify
 from ..shared.standing import key_of, overridden, with_entry
 from . import queries
+from .service_args import build_parser
 from .errors import HandlerError
 from .fitter import Fitter
 from .keyring import KeyRing
@@ -922,32 +923,12 @@ def _id_in_use(agent: str, holder: Any, what: str, via: str | None = None) -> st
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(
-        prog="opptune-daemon",
-        description="Run the opptune daemon: agents connect to it and send their results; it "
-                    "stores them, fits performance models, and sends each board the "
-                    "configuration (cores, CPU frequency) it recommends. 'opptune status' shows "
-                    "what it knows.")
-    parser.add_argument("--version", action="version", version=f"opptune-daemon {__version__}")
-    parser.add_argument("--config", metavar="FILE.toml",
-                        help="daemon configuration (default /etc/opptune/daemon.toml; "
-                             "etc/daemon.toml is an example)")
-    parser.add_argument("--bind", metavar="ENDPOINT",
-                        help="where to listen, e.g. tcp://0.0.0.0:5555, tcp://127.0.0.1:0 "
-                             "(a free port), ipc:///run/opptune.sock")
-    parser.add_argument("--database", metavar="FILE", help="SQLite file of the measurements, or a "
-                        "postgresql://user@host/dbname URL")
-    parser.add_argument("--log-level", metavar="LEVEL",
-                        help="DEBUG, INFO (default), WARNING or ERROR")
-    parser.add_argument("--auto-sweep", action="store_true", default=None,
-                        help="sweep every agent that connects")
-    parser.add_argument("--metrics-endpoint", metavar="HOST:PORT",
-                        help="serve Prometheus metrics over HTTP here, e.g. 127.0.0.1:9464 "
-                             "(default: metrics_endpoint of the configuration; empty: off)")
-    parser.add_argument("--endpoint-file", metavar="FILE",
-                        help="write the endpoint to this file once listening (useful with a "
-                             "free port)")
-    args = parser.parse_args(argv)
+    return run(build_parser().parse_args(argv))
+
+
+def run(args: argparse.Namespace) -> int:
+    """Start the daemon that ``args`` (service_args' options) describe and serve until a
+    signal stops it; the exit status."""
     try:
         config = load_daemon_config(args.config, bind=args.bind, database=args.database,
                                     log_level=args.log_level, auto_sweep=args.auto_sweep,

@@ -22,6 +22,7 @@ from typing import Iterable
 
 import numpy as np
 
+from .analysis_args import ZERO_TIME
 from .models.base import Observations
 
 KEY = ("platform", "workload", "input", "variant")
@@ -56,7 +57,6 @@ def _number(text: str, where: str, column: str) -> float:
         raise TidyError(f"{where}: column '{column}': {text!r} is not a number") from None
 
 
-ZERO_TIME = ("error", "missing")
 
 
 def read_tidy(path: str | Path, zero_time: str = "error") -> list[Group]:
