@@ -49,7 +49,7 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import report as report_bench  # noqa: E402  (the store it builds)
 
-PAGE = 20  # opptune status's rows per table (status_view.DEFAULT_ROWS)
+PAGE = 20  # opptune status's rows per table (cli.STATUS_ROWS)
 FOLLOW = {"jobs": ["job-00001"], "only": ["agents", "jobs", "remeasure"]}
 QUERIES = [("status, every row", "status", None),
            ("status page", "status", {"limit": PAGE}),

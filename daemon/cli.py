@@ -61,14 +61,17 @@ def cmd_keys(args: argparse.Namespace) -> int:
     return 0
 
 
+# rows of each status table on the terminal: a fleet's status fits a screen or two
+STATUS_ROWS = 20
+
+
 def cmd_status(args: argparse.Namespace) -> int:
     from .client import ask, daemon_endpoint
-    from .status_view import DEFAULT_ROWS, print_status
     if below_least("status", args, {"limit": 1}):
         return 2
-    # the terminal gets DEFAULT_ROWS of each list; --json every row (scripts read it whole)
+    # the terminal gets STATUS_ROWS of each list; --json every row (scripts read it whole)
     # unless --limit says otherwise
-    limit = None if args.all else args.limit or (None if args.json else DEFAULT_ROWS)
+    limit = None if args.all else args.limit or (None if args.json else STATUS_ROWS)
     query = {k: v for k, v in (("limit", limit), ("agent", args.agent)) if v is not None}
     data, rc = ask("opptune status", daemon_endpoint(args), "status", query or None,
                    timeout_s=args.timeout)
@@ -78,6 +81,7 @@ def cmd_status(args: argparse.Namespace) -> int:
         json.dump(data, sys.stdout, indent=2, sort_keys=True, default=str)
         print()
     else:
+        from .status_view import print_status  # rich: loaded once there is a status to show
         print_status(data, limit=limit, agent=args.agent)
     return 0
 
@@ -140,12 +144,6 @@ def cmd_demo(args: argparse.Namespace) -> int:
     return run_demo(args)
 
 
-def _virtual_boards() -> list[str]:
-    # demo.virtual_board_names' list, without loading demo (rich) to build the parser
-    from ..agent.virtual_board import BOARDS
-    return list(BOARDS)
-
-
 def _add_link_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--daemon", help="daemon endpoint (default: the bind address of --config; "
                                     "without one tcp://127.0.0.1:5555)")
@@ -168,6 +166,7 @@ DESCRIPTION = ("Find the operating point of parallel software: how many cores an
 
 def build_parser() -> argparse.ArgumentParser:
     from .. import __version__
+    from ..agent.virtual_board import BOARDS  # demo's --virtual-board (demo itself loads rich)
     parser = argparse.ArgumentParser(prog="opptune", description=DESCRIPTION)
     parser.add_argument("--version", action="version", version=f"opptune {__version__}")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
@@ -195,7 +194,7 @@ def build_parser() -> argparse.ArgumentParser:
                         "every workload runs the board's model)")
     p.add_argument("--virtual-board", metavar="BOARD",
                    help="run on a simulated board with the knobs this machine lacks (tests "
-                        f"and demos); one of: {', '.join(_virtual_boards())}")
+                        f"and demos); one of: {', '.join(BOARDS)}")
     p.add_argument("--timeout", type=float, default=1800, help="give up after this many seconds")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
     p.add_argument("--json", action="store_true", help="print the result table as JSON")

@@ -22,6 +22,7 @@ from rich.console import Console
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
+from ..agent.virtual_board import BOARDS
 from ..shared.config import DaemonConfig
 from ..shared.cpus import format_cpu_list
 from ..shared.lifeline import dies_with_this_process
@@ -49,12 +50,6 @@ REAL_DEFAULT_SIZE = "default"
 REAL_DEFAULT_WARMUP = 1
 
 
-def virtual_board_names() -> list[str]:
-    """The boards ``--virtual-board`` accepts (a test and demo device, docs/virtual-board.md)."""
-    from ..agent.virtual_board import BOARDS
-    return list(BOARDS)
-
-
 def _real_kernels() -> dict[str, Any]:
     from ..bench_suite.catalogue import KERNELS
     return dict(KERNELS)
@@ -78,7 +73,7 @@ def check_args(args: argparse.Namespace) -> str | None:
     Returns the one-line reason for refusing them (naming the valid values), or None.
     """
     if args.virtual_board is not None:
-        boards = virtual_board_names()
+        boards = list(BOARDS)
         if args.virtual_board not in boards:
             return (f"unknown virtual board {args.virtual_board!r}; known boards: "
                     f"{', '.join(boards)}")

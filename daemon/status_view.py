@@ -365,8 +365,6 @@ def _print_table(console: Console, t: Table) -> None:
         console.print(f"{t.title}: none", markup=False)
 
 
-DEFAULT_ROWS = 20  # rows of each table on the terminal: a fleet's status fits a screen or two
-
 # the lists whose newest rows are last (a daemon that predates paging sends them whole: the
 # view keeps the newest, as a paging daemon picks them)
 _NEWEST_LAST = ("jobs", "recommendations", "drift")

@@ -125,6 +125,20 @@ def test_help_loads_none_of_the_heavy_libraries(entry, argv):
     assert out.stdout.splitlines()[-1] == "[]"
 
 
+def test_a_status_that_finds_no_daemon_loads_no_table_library():
+    """'opptune status' loaded rich (its tables) before asking the daemon, for the default
+    row count alone: a status that ends in 'no daemon listens' needs none of it."""
+    out = subprocess.run([sys.executable, "-c",
+                          "import atexit, sys\n"
+                          "atexit.register(lambda: print(sorted({m.split('.')[0] for m in "
+                          "sys.modules} & {'numpy', 'scipy', 'pyperf', 'rich'})))\n"
+                          "from opptune.daemon.entry import operator as main\n"
+                          "sys.exit(main(['status', '--daemon', 'tcp://127.0.0.1:1']))"],
+                         capture_output=True, text=True, timeout=60)
+    assert out.returncode == 1 and "no daemon listens" in out.stderr, out.stderr
+    assert out.stdout.splitlines()[-1] == "[]"
+
+
 def test_ctrl_c_while_the_cli_loads_exits_130_without_a_traceback(monkeypatch, capsys):
     # Ctrl-C in the second 'opptune' spends importing scipy (building the parser) came
     # before main's own handler: a KeyboardInterrupt traceback reached the user
