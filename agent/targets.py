@@ -257,12 +257,7 @@ class Targets:
                                lambda: self._systemctl_restore(name, old)))
             why = self._not_in_effect(name, cpus)
             if why:
-                # a confinement that is not the one asked for is not measured as if it were
-                problems = self.release(owner)
-                back = f"putting it back failed: {problems[0]}" if problems else \
-                    f"AllowedCPUs put back to {old or '(empty)'}"
-                raise TargetError(f"AllowedCPUs={text} of {name} {why[0]} ({back}); "
-                                  f"{why[1]}")
+                raise self._refused(owner, "AllowedCPUs", text, name, old, why)
             return {"kind": "unit", "unit": name, "method": "systemctl set-property --runtime",
                     "allowed_cpus": text}
         rel = f"{cg}/cpuset.cpus"
@@ -279,12 +274,7 @@ class Targets:
                            lambda: self._write_back(rel, old)))
         why = self._cgroup_not_in_effect(cg, cpus)
         if why:
-            # as for EffectiveCPUs: a confinement that is not the one asked for is not
-            # measured as if it were
-            problems = self.release(owner)
-            back = f"putting it back failed: {problems[0]}" if problems else \
-                f"cpuset.cpus put back to {old or '(empty)'}"
-            raise TargetError(f"cpuset.cpus={text} of {name} {why[0]} ({back}); {why[1]}")
+            raise self._refused(owner, "cpuset.cpus", text, name, old, why)
         return {"kind": "unit", "unit": name, "method": "cgroup cpuset.cpus", "cgroup": cg,
                 "allowed_cpus": text}
 
@@ -314,6 +304,16 @@ class Targets:
         return (f"took effect as cpus {format_cpu_list(effective)} (its parent {parent} allows "
                 f"cpus {allowed or '?'} only)",
                 f"choose cpus among {allowed or 'those'}, or widen {parent}/cpuset.cpus")
+
+    def _refused(self, owner: str | None, knob: str, text: str, name: str, old: str,
+                 why: tuple[str, str]) -> TargetError:
+        """A unit's confinement set but not in effect as asked (``why``: what the kernel or
+        systemd made of it, what to do) is put back: not measured as if it were. The error
+        says both."""
+        problems = self.release(owner)
+        back = f"putting it back failed: {problems[0]}" if problems else \
+            f"{knob} put back to {old or '(empty)'}"
+        return TargetError(f"{knob}={text} of {name} {why[0]} ({back}); {why[1]}")
 
     def _systemctl_set(self, name: str, cpus_text: str) -> None:
         res = subprocess.run([self.systemctl, "set-property", "--runtime", name,
