@@ -78,6 +78,16 @@ def rows(db_path, sql, args=()):
         db.close()
 
 
+def save_kept_configs(d, group, configs):
+    """Recommendations of agent a1 in ``group`` to keep, each (config_id, cpus, freq_khz)."""
+    for cid, cpus, khz in configs:
+        d.store.save_recommendation({"config_id": cid, "agent": "a1", **group,
+                                     "cores": len(cpus), "cpus": cpus, "threads": 1,
+                                     "freq_khz": khz, "predicted_time_s": 4.0,
+                                     "predicted_lower_s": 3.5, "predicted_upper_s": 4.5,
+                                     "keep": True}, now=100.0)
+
+
 def send_sweep(a, job):
     """Send every result of sweep ``job`` (times from ``record``), each acked."""
     of = len(job["points"]) * job["reps"]
@@ -765,14 +775,9 @@ def test_configurations_of_different_targets_stand_together_and_replace_their_ow
                                       "related_cpus": [2, 3]}]}
     group = {"platform": "plat-test", "workload": "wl", "input": "small", "variant": ""}
     d = Daemon(cfg)
-    for cid, cpus, khz in (("cfg-1", [0], None), ("cfg-2", [0, 2], 1_500_000),
-                           ("cfg-3", [1], 1_000_000), ("cfg-4", [0, 2], 1_500_000),
-                           ("cfg-5", [0, 2], 1_500_000)):
-        d.store.save_recommendation({"config_id": cid, "agent": "a1", **group,
-                                     "cores": len(cpus), "cpus": cpus, "threads": 1,
-                                     "freq_khz": khz, "predicted_time_s": 4.0,
-                                     "predicted_lower_s": 3.5, "predicted_upper_s": 4.5,
-                                     "keep": True}, now=100.0)
+    save_kept_configs(d, group, (("cfg-1", [0], None), ("cfg-2", [0, 2], 1_500_000),
+                                 ("cfg-3", [1], 1_000_000), ("cfg-4", [0, 2], 1_500_000),
+                                 ("cfg-5", [0, 2], 1_500_000)))
     d.start_thread()
     a = Agent(d.endpoint)
     hello = {"platform": plat, "workloads": ["wl"], "agent_version": "t", "standing": None,
@@ -934,12 +939,7 @@ def test_a_process_in_a_confined_unit_is_said_to_hold_its_own_cpus(tmp_path):
                        auto_sweep=False, agent_timeout_s=30)
     group = {"platform": "plat-test", "workload": "wl", "input": "small", "variant": ""}
     d = Daemon(cfg)
-    for cid, cpus in (("cfg-1", [0, 1]), ("cfg-2", [1])):
-        d.store.save_recommendation({"config_id": cid, "agent": "a1", **group,
-                                     "cores": len(cpus), "cpus": cpus, "threads": 1,
-                                     "freq_khz": None, "predicted_time_s": 4.0,
-                                     "predicted_lower_s": 3.5, "predicted_upper_s": 4.5,
-                                     "keep": True}, now=100.0)
+    save_kept_configs(d, group, (("cfg-1", [0, 1], None), ("cfg-2", [1], None)))
     d.start_thread()
     a = Agent(d.endpoint)
     try:
