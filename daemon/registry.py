@@ -370,6 +370,47 @@ class Registry:
             return None
         return holder, other
 
+    def refused_here(self, now: float) -> list[dict[str, Any]]:
+        """The clashes this daemon refuses for an id another daemon of the fleet holds, as
+        :meth:`Store.save_clashes` keeps them for the holder's daemon to show (it never
+        hears the other board)."""
+        out = []
+        for info in self._agents.values():
+            if info.held_via is None or info.clash is None:
+                continue
+            pair = self.clash(info.agent_id, now)
+            if pair is None:
+                continue
+            other = pair[1]
+            out.append({"agent": info.agent_id, "since": info.clash_since or now,
+                        "last_seen": other.last_seen,
+                        "claim": {"board": other.board, "platform": other.platform_id,
+                                  "instance": other.instance, "machine": other.machine,
+                                  "boot": other.boot}})
+        return out
+
+    def refused_elsewhere(self, now: float) -> dict[str, tuple[Claim, Claim, str, float]]:
+        """{agent id: (its holder's claim here, the other board's, the endpoint of the
+        daemon that refuses it, since when)} for the ids this daemon holds, alive, that
+        another daemon of the fleet refuses another board for (:meth:`refused_here` there)."""
+        if self.store is None:
+            return {}
+        out: dict[str, tuple[Claim, Claim, str, float]] = {}
+        for row in self.store.clashes_elsewhere(self.instance, now - self.timeout_s):
+            info = self._agents.get(row["agent"])
+            holder = (info.claims.get(info.identity) if info is not None
+                      and info.identity is not None and info.held_via is None else None)
+            if holder is None or row["agent"] in out or not info.alive(self.timeout_s, now):
+                continue
+            c = row["claim"]
+            text = {k: c.get(k) if isinstance(c.get(k), str) else None
+                    for k in ("board", "platform", "instance", "machine", "boot")}
+            other = Claim(row["since"], text["instance"], text["platform"] or "?",
+                          text["board"] or "?", row["last_seen"], text["machine"],
+                          text["boot"])
+            out[row["agent"]] = (holder, other, row["endpoint"], row["since"])
+        return out
+
     def hello(self, agent_id: str, identity: bytes, platform_id: str, platform: dict[str, Any],
               workloads: list[Any], now: float,
               doctor: dict[str, Any] | None = None,

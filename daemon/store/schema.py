@@ -93,11 +93,18 @@ of shared/standing.py, and ``said_at``, when they were said), so that a restarte
 shows them "as of" then until the agent's next hello confirms them. A table of its own, as
 ``daemon_versions`` is: a daemon of an earlier version inserts its ``agents`` rows without
 naming the columns.
+
+Version 21 keeps the clashes a daemon of a fleet refuses for an agent id another daemon holds
+(``agent_clashes``: ``agent``, the refusing daemon's ``instance``, the refused connection's
+``claim`` as JSON (board, platform, agent instance, hashed machine and boot ids), ``since``
+and ``last_seen``, written each second while both boards speak), so that the holder's own
+daemon shows the clash too: it never hears the other board. A table of its own, which older
+daemons neither read nor write.
 """
 
 from __future__ import annotations
 
-SCHEMA_VERSION = 20
+SCHEMA_VERSION = 21
 
 MIGRATIONS: dict[int, list[str]] = {
     1: [
@@ -338,5 +345,14 @@ MIGRATIONS: dict[int, list[str]] = {
         # board of the id from the holder's failing over to it (registry.claim_elsewhere)
         "ALTER TABLE agents ADD COLUMN machine TEXT",
         "ALTER TABLE agents ADD COLUMN boot TEXT",
+    ],
+    21: [
+        """CREATE TABLE agent_clashes (
+               agent TEXT NOT NULL,
+               instance TEXT NOT NULL,
+               claim TEXT NOT NULL,
+               since REAL NOT NULL,
+               last_seen REAL NOT NULL,
+               PRIMARY KEY (agent, instance))""",
     ],
 }
