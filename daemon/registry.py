@@ -131,6 +131,8 @@ class Registry:
         self.store, self.instance = store, instance
         self._agents: dict[str, AgentInfo] = {}
         self._dirty: dict[str, float] = {}  # last_seen updates not yet written to the store
+        # the clashes another daemon refuses for ids held here, logged once each while on
+        self._refusals_logged: set[tuple[str, str | None, str]] = set()
 
     def __contains__(self, agent_id: str) -> bool:
         return agent_id in self._agents
@@ -410,6 +412,22 @@ class Registry:
                           text["boot"])
             out[row["agent"]] = (holder, other, row["endpoint"], row["since"])
         return out
+
+    def log_refused_elsewhere(self, now: float) -> None:
+        """Log each clash :meth:`refused_elsewhere` finds once, in the words of the refusing
+        daemon's line (this daemon's log would say nothing else of it)."""
+        seen = set()
+        for agent, (holder, other, endpoint, _) in self.refused_elsewhere(now).items():
+            key = (agent, other.instance, endpoint)
+            seen.add(key)
+            if key not in self._refusals_logged:
+                log.warning("agent id '%s' is used by two agents at once: %s holds it, %s "
+                            "connected to the daemon at %s, which refuses it; jobs and "
+                            "configurations go to the first only; set agent_id in each "
+                            "board's agent.toml to a name of its own (default: the host name) "
+                            "and restart its agent", agent, claim_text(holder), claim_text(other),
+                            endpoint)
+        self._refusals_logged = seen
 
     def hello(self, agent_id: str, identity: bytes, platform_id: str, platform: dict[str, Any],
               workloads: list[Any], now: float,

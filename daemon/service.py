@@ -331,6 +331,7 @@ class Daemon:
         if clashes or self._clashes_saved:
             self.store.save_clashes(self.instance, clashes)
         self._clashes_saved = bool(clashes)
+        self.registry.log_refused_elsewhere(now)
         if self.config.fleet_forget_s > 0:
             for gone in self.store.forget_daemons(now - self.config.fleet_forget_s):
                 log.info("forgot daemon %s at %s of the fleet: no heartbeat since %s (over "

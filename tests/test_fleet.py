@@ -508,6 +508,10 @@ def test_a_second_board_of_one_id_is_refused_by_another_daemon_of_the_fleet(tmp_
         assert f"machine {unheld['machine'][:8]}, agent instance {unheld['instance']}) is " \
                f"connected too through the daemon at {f.endpoints[1]} (its results" in text0, \
             text0
+        (line,) = [ln for ln in (tmp_path / "daemon0.log").read_text().splitlines()
+                   if "is used by two agents at once" in ln]
+        assert f"agent instance {unheld['instance']}) connected to the daemon at " \
+               f"{f.endpoints[1]}, which refuses it" in line, line
         assert db_rows(f.db, "SELECT machine, daemon FROM agents WHERE id = 'vm'") == [
             (app_specific(machines[0]), st0["daemon"]["instance"])]
         # the first board stops: past agent_timeout_s the second says hello again, takes it
