@@ -5,11 +5,11 @@ Stores on SQLite or (``--postgres``) a throwaway PostgreSQL server (tests/pgserv
 - for each ``--cancelled-share`` (default 0.02 and 0.5), ``--jobs`` jobs (default 100,000), all
   done but ``--held`` cancelled ones whose agent's end is awaited and that share of them
   cancelled and ended: the queries the daemon's loop makes once a second whatever happens
-  (``held_cancels``: the cancels another daemon took; ``active_jobs``: what may expire;
-  ``state_counts``: the /metrics gauges, at each scrape), the query plans
-  of the statements they run (EXPLAIN), their milliseconds and CPU milliseconds (with
-  PostgreSQL, the server's too); and ``hello``: a daemon's resume of one agent's jobs at its
-  hello (daemon/jobs.py resume; 2,000 jobs of 50 agents' 100,000, none to resend);
+  (``held_cancels``: the cancels another daemon took; ``active_jobs``: what may expire) and at
+  each /metrics scrape (``state_counts``), the query plans of the statements they run
+  (EXPLAIN), their milliseconds and CPU milliseconds (with PostgreSQL, the server's too); and
+  ``hello``: a daemon's resume of one agent's jobs at its hello (daemon/jobs.py resume; 2,000
+  jobs of 50 agents' 100,000, none to resend);
 - ``--cancelled`` cancelled jobs (default 1,000) of 4 runs each, one measured and three its
   agent recorded as not run: ``opptune status``'s jobs, every row (``--json``, ``--all``) and
   its page of 20, their milliseconds and the SQL statements each ran (the ``not_run`` count).
