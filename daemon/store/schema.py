@@ -99,12 +99,13 @@ Version 21 marks the cancelled jobs whose agent's end is still awaited (``jobs.h
 (``jobs_held``, a partial index in created order): every daemon of a fleet reads them each
 second (daemon/jobs.py tell_held_cancels), and found them by reading the ``stopped`` text of
 every cancelled job ever kept: with 50,000 of 100,000 jobs cancelled, 16 ms of CPU a second
-on SQLite and 13 ms of the server's on PostgreSQL, growing with the history; now 0.02 and
-0.05 ms, what the few held rows cost (benchmarks/job_queries.py). The store sets the column
-wherever it writes ``stopped``; the migration sets it for the rows stored before that the
-query it replaces matched. A daemon of an earlier version left running on the migrated store
-(README, "Upgrading", stops every daemon first) writes ``stopped`` without it: a cancel it
-takes reaches an agent another daemon holds at the agent's next hello, not within a second.
+on SQLite and 13 ms of the server's on PostgreSQL, growing with the history; now 0.01-0.02
+and 0.04-0.14 ms, what the few held rows cost (benchmarks/job_queries.py). The store sets
+the column wherever it writes ``stopped``; the migration sets it for the rows stored before
+that the query it replaces matched. A daemon of an earlier version left running on the
+migrated store (README, "Upgrading", stops every daemon first) writes ``stopped`` without
+it: a cancel it takes reaches an agent another daemon holds at the agent's next hello, not
+within a second.
 """
 
 from __future__ import annotations
