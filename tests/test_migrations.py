@@ -27,7 +27,7 @@ ROWS: dict[str, list[dict]] = {
     "agents": [{"id": "a1", "platform": "p1", "workloads": json.dumps(["w"]),
                 "agent_version": "0.9", "first_seen": 1.0, "last_seen": 2.0,
                 "doctor": json.dumps({"summary": "ok: nothing to fix"}), "doctor_at": 2.0,
-                "daemon": "d1"}],
+                "daemon": "d1", "machine": "3f2a9c", "boot": "b0c1d2"}],
     "daemons": [{"instance": "d1", "endpoint": "tcp://db1:5555", "started": 1.0,
                  "last_seen": 2.0}],
     "daemon_versions": [{"instance": "d1", "version": "0.2.0"}],
