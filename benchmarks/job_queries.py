@@ -1,19 +1,25 @@
 """The store's job queries that grow with the jobs kept: the loop's tick and the status page.
 
-Two stores, on SQLite or (``--postgres``) a throwaway PostgreSQL server (tests/pgserver.py's):
+Stores on SQLite or (``--postgres``) a throwaway PostgreSQL server (tests/pgserver.py's):
 
-- ``--jobs`` jobs (default 100,000), all done but ``--held`` cancelled ones whose agent's end is
-  awaited and ``--cancelled-share`` of them cancelled and ended: the queries the daemon's loop
-  makes once a second whatever happens (``held_cancels``: the cancels another daemon took;
-  ``active_jobs``: what may expire), their query plans (EXPLAIN) and milliseconds;
+- for each ``--cancelled-share`` (default 0.02 and 0.5), ``--jobs`` jobs (default 100,000), all
+  done but ``--held`` cancelled ones whose agent's end is awaited and that share of them
+  cancelled and ended: the queries the daemon's loop makes once a second whatever happens
+  (``held_cancels``: the cancels another daemon took; ``active_jobs``: what may expire) and at
+  each /metrics scrape (``state_counts``), the query plans of the statements they run
+  (EXPLAIN), their milliseconds and CPU milliseconds (with PostgreSQL, the server's too); and
+  ``hello``: a daemon's resume of one agent's jobs at its hello (daemon/jobs.py resume; 2,000
+  jobs of 50 agents' 100,000, none to resend);
 - ``--cancelled`` cancelled jobs (default 1,000) of 4 runs each, one measured and three its
   agent recorded as not run: ``opptune status``'s jobs, every row (``--json``, ``--all``) and
   its page of 20, their milliseconds and the SQL statements each ran (the ``not_run`` count).
+  ``--only tick`` or ``--only status`` measures one of the two.
 
 Times are medians (min-max) of ``--rounds``; run it with an older opptune on ``PYTHONPATH``
 for the figures before.
 
-    python3 benchmarks/job_queries.py [--postgres] [--jobs 100000] [--cancelled 1000]
+    python3 benchmarks/job_queries.py [--postgres] [--only tick|status] [--jobs 100000]
+        [--cancelled-share 0.02 0.5] [--cancelled 1000]
 
 Measured 2026-11-27 22:00-22:15 (2 cores, load average 13-16: other sessions' tests), 100,000
 jobs, 2,000 of them cancelled, medians of 9: schema 17 (every job scanned, then sorted)
@@ -27,6 +33,22 @@ last run, for its count of runs not run), 1,004 SQL statements for every row, 13
 on SQLite and 940 ms (539-1669) on PostgreSQL; 25 statements for the page of 20, 11 ms and 27
 ms. With the count in the jobs' query (and schema 18's runs_not_run): 4 statements, 32 ms
 (16-62) and 94 ms (70-114); the page 5 statements, 1.2 ms and 10 ms.
+
+Schema 21 (jobs.held, its partial index jobs_held), ``--only tick``, 100,000 jobs of which
+2,000 / 50,000 cancelled, 3 held; 2026-11-28 03:00-03:01, load average 4.8-5.8, medians of 15
+(SQLite, two runs alternating with the code before) and 30 (PostgreSQL). held_cancels before
+(jobs_state: every cancelled row read): SQLite 1.1-1.2 / 16.0 ms CPU (1.1-1.3 / 18.6-20.3 ms
+wall); PostgreSQL 1.5 / 19 ms wall, the server's CPU 1.3 / 12.7 ms (a seq scan at 50,000).
+After: SQLite 0.01 / 0.01-0.02 ms, PostgreSQL 0.14 / 0.04 ms wall, server CPU under its
+10 ms tick over 30 calls. state_counts, unchanged: 3.9-4.1 ms CPU on SQLite, 11-13 ms of the
+server's on PostgreSQL (every job counted, by index on SQLite, a seq scan on PostgreSQL); the
+loop, which counted each second with metrics_endpoint set, counts at each scrape only since.
+
+The resume at a hello reading the agent's jobs only (jobs_agent_workload) instead of every job,
+03:04-03:05 (load 2.5-4.9), medians of 9, 2,000 / 50,000 cancelled: before, SQLite 339 / 443
+ms CPU (558 / 800 ms wall), PostgreSQL 213 / 367 ms CPU + 256 / 274 ms of the server's (701 /
+851 ms wall); after, SQLite 6.4 / 7.4 ms CPU, PostgreSQL 3.3 / 3.2 ms + 5.6 ms of the
+server's (18 / 13 ms wall).
 """
 
 from __future__ import annotations
@@ -47,32 +69,46 @@ JOB_COLUMNS = ("job_id, agent, workload, size, points, n_points, reps, warmup, e
                "created, state, reason, updated, stopped")
 
 
-def timed(call: Callable[[], Any], rounds: int) -> dict[str, float]:
-    times = []
+def timed(call: Callable[[], Any], rounds: int, server: Any = None) -> dict[str, float]:
+    """Wall milliseconds (median, min, max) and this process's CPU milliseconds (median) of
+    ``rounds`` calls; with ``server`` (the PostgreSQL backend's process, psutil) also its CPU
+    milliseconds, the mean (the kernel counts it in 10 ms ticks)."""
+    times, cpu = [], []
+    before = _cpu(server)
     for _ in range(rounds):
-        t = time.perf_counter()
+        t, c = time.perf_counter(), time.process_time()
         call()
+        cpu.append((time.process_time() - c) * 1e3)
         times.append((time.perf_counter() - t) * 1e3)
-    return {"ms": round(statistics.median(times), 2), "ms_min": round(min(times), 2),
-            "ms_max": round(max(times), 2)}
+    out = {"ms": round(statistics.median(times), 2), "ms_min": round(min(times), 2),
+           "ms_max": round(max(times), 2), "cpu_ms": round(statistics.median(cpu), 2)}
+    if server is not None:
+        out["server_cpu_ms"] = round((_cpu(server) - before) * 1e3 / rounds, 2)
+    return out
+
+
+def _cpu(proc: Any) -> float:
+    """User + system CPU seconds of a psutil process so far (0 without one)."""
+    if proc is None:
+        return 0.0
+    t = proc.cpu_times()
+    return t.user + t.system
+
+
+def backend(store: Any) -> Any:
+    """The process of a PostgreSQL store's connection on this machine (psutil); None for
+    SQLite, whose work is this process's."""
+    if hasattr(store.db, "set_trace_callback"):
+        return None
+    import psutil
+    return psutil.Process(int(store.db.execute("SELECT pg_backend_pid()").fetchone()[0]))
 
 
 def counting(store: Any) -> Callable[[], int]:
     """Count the SQL statements ``store`` runs from now on; returns the counter's reader."""
-    n = [0]
-
-    def one(*_: Any) -> None:
-        n[0] += 1
-    if hasattr(store.db, "set_trace_callback"):  # sqlite3
-        store.db.set_trace_callback(one)
-    else:  # the PostgreSQL back end's wrapper
-        execute = store.db.execute
-
-        def wrapped(sql: str, args: Any = ()) -> Any:
-            one()
-            return execute(sql, args)
-        store.db.execute = wrapped
-    return lambda: n[0]
+    ran: list[tuple[str, Any]] = []
+    statements(store, ran)
+    return lambda: len(ran)
 
 
 def plan(store: Any, sql: str, args: tuple) -> list[str]:
@@ -84,10 +120,12 @@ def plan(store: Any, sql: str, args: tuple) -> list[str]:
 
 def fill_jobs(store: Any, n: int, held: int, cancelled_share: float) -> None:
     """``n`` one-point jobs: done, every 1/``cancelled_share``-th cancelled (ended), the last
-    ``held`` cancelled and held."""
+    ``held`` cancelled and held. From schema 21 on the held ones are marked in ``jobs.held``
+    too, as the store marks them (an older store has no such column)."""
     every = max(1, round(1 / cancelled_share)) if cancelled_share > 0 else 0
     ended = json.dumps({"cancelled": True, "at": 1.0, "held": False}, separators=(",", ":"))
     holds = json.dumps({"cancelled": True, "at": 1.0, "held": True}, separators=(",", ":"))
+    marked = store.schema_version() >= 21
     rows = []
     for i in range(n):
         state, stopped = "done", None
@@ -96,10 +134,12 @@ def fill_jobs(store: Any, n: int, held: int, cancelled_share: float) -> None:
         elif every and i % every == 0:
             state, stopped = "cancelled", ended
         rows.append((f"job-{i:07d}", f"agent-{i % 50}", "w", "small", ONE_POINT, 1, 4, 0, 4,
-                     float(i), state, None, float(i), stopped))
+                     float(i), state, None, float(i), stopped)
+                    + ((1 if stopped is holds else None,) if marked else ()))
+    columns = JOB_COLUMNS + (", held" if marked else "")
     with store._tx() as db:
-        db.executemany(f"INSERT INTO jobs ({JOB_COLUMNS}) VALUES "
-                       "(?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)", rows)
+        db.executemany(f"INSERT INTO jobs ({columns}) VALUES "
+                       f"({', '.join('?' * len(rows[0]))})", rows)
 
 
 def fill_cancelled(store: Any, n: int) -> None:
@@ -126,29 +166,66 @@ def fill_cancelled(store: Any, n: int) -> None:
                             stopped={"cancelled": True, "at": float(i), "held": False})
 
 
-def tick(location: str, args: argparse.Namespace) -> dict[str, Any]:
+def tick(location: str, args: argparse.Namespace, share: float) -> dict[str, Any]:
     from opptune.daemon.store import open_store
     store = open_store(location)
     try:
         t = time.perf_counter()
-        fill_jobs(store, args.jobs, args.held, args.cancelled_share)
+        fill_jobs(store, args.jobs, args.held, share)
         built = round(time.perf_counter() - t, 1)
         if hasattr(store.db, "set_trace_callback"):
             store.db.execute("ANALYZE")
         else:
             store.db.execute("ANALYZE jobs")
         assert len(store.held_cancels()) == args.held
-        held_sql = ("SELECT job_id, agent, stopped FROM jobs WHERE state='cancelled' AND "
-                    "stopped LIKE ? ORDER BY created", ('%"held":true%',))
-        active_sql = ("SELECT job_id, agent, state FROM jobs WHERE state IN ('queued', 'sent', "
-                      "'running') ORDER BY created", ())
-        return {"jobs": args.jobs, "built_s": built,
-                "held_cancels": {**timed(store.held_cancels, args.rounds),
-                                 "plan": plan(store, *held_sql)},
-                "active_jobs": {**timed(store.active_jobs, args.rounds),
-                                "plan": plan(store, *active_sql)}}
+        cancelled = store.state_counts()["jobs"]["cancelled"]
+        out: dict[str, Any] = {"jobs": args.jobs, "cancelled": cancelled, "built_s": built,
+                               "schema": store.schema_version()}
+        server = backend(store)
+        for name, call in (("held_cancels", store.held_cancels),
+                           ("active_jobs", store.active_jobs),
+                           ("state_counts", store.state_counts)):
+            ran: list[tuple[str, Any]] = []
+            statements(store, ran)
+            call()
+            statements(store, None)
+            out[name] = {**timed(call, args.rounds, server),
+                         "plan": [p for sql, a in ran for p in plan(store, sql, a)]}
     finally:
         store.close()
+    out["hello"] = hello(location, args)
+    return out
+
+
+def hello(location: str, args: argparse.Namespace) -> dict[str, Any]:
+    """What a daemon does with the store at an agent's hello to resume the agent's jobs
+    (daemon/jobs.py resume), for one agent of the 50: its jobs are all done or cancelled."""
+    from opptune.daemon.service import Daemon
+    from opptune.shared.config import DaemonConfig
+    d = Daemon(DaemonConfig(bind="tcp://127.0.0.1:0", database=location, curve="off",
+                            auto_sweep=False))
+    try:
+        return timed(lambda: d.jobs.resume("agent-7"), args.rounds, backend(d.store))
+    finally:
+        d.close()
+
+
+def statements(store: Any, into: list[tuple[str, Any]] | None) -> None:
+    """Keep the SQL statements ``store`` runs (with their arguments) in ``into``; None:
+    stop keeping them."""
+    if hasattr(store.db, "set_trace_callback"):  # sqlite3 writes the values in
+        store.db.set_trace_callback(None if into is None else
+                                    lambda sql: into.append((sql, ())))
+        return
+    if into is None:
+        store.db.__dict__.pop("execute", None)
+        return
+    execute = store.db.execute
+
+    def wrapped(sql: str, args: Any = ()) -> Any:
+        into.append((sql, args))
+        return execute(sql, args)
+    store.db.execute = wrapped
 
 
 def page(location: str, args: argparse.Namespace) -> dict[str, Any]:
@@ -183,16 +260,21 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--jobs", type=int, default=100_000)
     ap.add_argument("--held", type=int, default=3)
-    ap.add_argument("--cancelled-share", type=float, default=0.02,
-                    help="of --jobs, the share cancelled and ended (default 0.02)")
+    ap.add_argument("--cancelled-share", type=float, nargs="+", default=[0.02, 0.5],
+                    help="of --jobs, the share cancelled and ended: a store each "
+                         "(default 0.02 0.5: 2,000 and 50,000 of 100,000)")
     ap.add_argument("--cancelled", type=int, default=1000)
     ap.add_argument("--rounds", type=int, default=15)
+    ap.add_argument("--only", choices=("tick", "status"),
+                    help="measure the loop's tick queries only, or the status only")
     ap.add_argument("--postgres", action="store_true",
                     help="start a throwaway PostgreSQL server (tests/pgserver.py) and use it")
     ap.add_argument("--json", action="store_true")
     args = ap.parse_args()
-    if min(args.jobs, args.cancelled, args.rounds) < 1 or not 0 <= args.cancelled_share < 1:
+    if min(args.jobs, args.cancelled, args.rounds) < 1 or \
+            not all(0 <= s < 1 for s in args.cancelled_share):
         ap.error("--jobs, --cancelled and --rounds must be >= 1, --cancelled-share in [0, 1)")
+    shares = [] if args.only == "status" else args.cancelled_share
     tmp = Path(tempfile.mkdtemp(prefix="opptune-jobq-"))
     server = None
     try:
@@ -200,12 +282,13 @@ def main() -> int:
             sys.path.insert(0, str(Path(__file__).resolve().parent))
             from ingest import pg_server
             server = pg_server()
-            where = [server.new_database(), server.new_database()]
+            where = [server.new_database() for _ in range(len(shares) + 1)]
         else:
-            where = [str(tmp / "tick.db"), str(tmp / "page.db")]
+            where = [str(tmp / f"jobs{i}.db") for i in range(len(shares) + 1)]
         load = round(os.getloadavg()[0], 1)
         fig = {"store": "postgresql" if args.postgres else "sqlite",
-               "tick": tick(where[0], args), "status": page(where[1], args),
+               "tick": [tick(w, args, share) for w, share in zip(where, shares)],
+               "status": None if args.only == "tick" else page(where[-1], args),
                "load_before": load, "load_after": round(os.getloadavg()[0], 1)}
     finally:
         if server is not None:
@@ -214,17 +297,20 @@ def main() -> int:
     if args.json:
         print(json.dumps(fig))
         return 0
-    print(f"{fig['store']}: {args.jobs:,} jobs ({args.held} cancels held), "
-          f"built in {fig['tick']['built_s']} s")
-    for q in ("held_cancels", "active_jobs"):
-        f = fig["tick"][q]
-        print(f"  {q:<14} {f['ms']} ms ({f['ms_min']}-{f['ms_max']}); plan: "
-              f"{' | '.join(f['plan'])}")
-    print(f"status of {args.cancelled:,} cancelled jobs (4 runs, 3 not run):")
-    for name in ("every row", "page of 20"):
-        f = fig["status"][name]
-        print(f"  {name:<14} {f['ms']} ms ({f['ms_min']}-{f['ms_max']}), "
-              f"{f['statements']} SQL statements, {f['rows']} rows")
+    for t in fig["tick"]:
+        print(f"{fig['store']} (schema {t['schema']}): {args.jobs:,} jobs, {t['cancelled']:,} "
+              f"cancelled ({args.held} cancels held), built in {t['built_s']} s")
+        for q in ("held_cancels", "active_jobs", "state_counts", "hello"):
+            f = t[q]
+            server = f" + server {f['server_cpu_ms']} ms" if "server_cpu_ms" in f else ""
+            print(f"  {q:<14} {f['ms']} ms ({f['ms_min']}-{f['ms_max']}), CPU {f['cpu_ms']} "
+                  f"ms{server}" + (f"; plan: {' | '.join(f['plan'])}" if "plan" in f else ""))
+    if fig["status"] is not None:
+        print(f"status of {args.cancelled:,} cancelled jobs (4 runs, 3 not run):")
+        for name in ("every row", "page of 20"):
+            f = fig["status"][name]
+            print(f"  {name:<14} {f['ms']} ms ({f['ms_min']}-{f['ms_max']}), "
+                  f"{f['statements']} SQL statements, {f['rows']} rows")
     print(f"load average {fig['load_before']} before, {fig['load_after']} after")
     return 0
 

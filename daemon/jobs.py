@@ -368,7 +368,9 @@ class JobTracker:
         workloads = set()
         self._out[agent] = set()  # a new session: what was out is sent again, within the limit
         order = {"running": 0, "sent": 1, "queued": 2, "expired": 3}
-        mine = sorted((j for j in self.store.jobs() if j["agent"] == agent),
+        # the agent's jobs only (by index): every job of the store was 0.4 s of the loop a
+        # hello with 100,000 kept
+        mine = sorted(self.store.jobs_page(agent=agent)[0],
                       key=lambda j: order.get(j["state"], 4))
         for j in mine:
             workloads.add(j["workload"])

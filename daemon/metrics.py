@@ -5,8 +5,10 @@ Names are ``opptune_<subsystem>_<name>_<unit>``. Every metric lives in a registr
 
 Values come from what the daemon already counts: the stats dict (live), the fit durations the
 loop observes, and a snapshot of the registry and the store (agents online, jobs and
-recommendations by state) that the loop refreshes about once a second: the store and the
-registry belong to the loop's thread, the HTTP server runs in its own.
+recommendations by state) that the loop takes when a scrape asks for it: the store and the
+registry belong to the loop's thread, the HTTP server runs in its own. The store's counts
+read every job kept (4 ms of CPU with 100,000 on SQLite, 12 ms of PostgreSQL's): once a
+scrape, not once a second.
 """
 
 from __future__ import annotations
@@ -78,7 +80,8 @@ def parse_endpoint(value: str) -> tuple[str, int]:
 
 
 class DaemonMetrics:
-    """The daemon's registry of metrics; ``snapshot`` is refreshed by the loop."""
+    """The daemon's registry of metrics; ``snapshot`` is refreshed by the loop, when
+    ``wanted`` (a scrape waits in :meth:`fresh_exposition`)."""
 
     def __init__(self, stats: dict[str, int]):
         self.stats = stats
@@ -89,13 +92,30 @@ class DaemonMetrics:
             registry=self.registry)
         self._snapshot: dict[str, Any] = {"agents_online": 0, "agents_known": 0,
                                           "jobs": {}, "recommendations": {}}
+        self._refreshed = threading.Condition()
+        self._generation = 0  # snapshots taken
+        self.wanted = False  # a scrape waits for the loop's next snapshot
         self.registry.register(_Collector(self))
 
     def refresh(self, agents_online: int, agents_known: int, jobs: dict[str, int],
                 recommendations: dict[str, int]) -> None:
-        """New values from the loop (replaced whole: the HTTP thread reads it unlocked)."""
-        self._snapshot = {"agents_online": agents_online, "agents_known": agents_known,
-                          "jobs": dict(jobs), "recommendations": dict(recommendations)}
+        """New values from the loop (replaced whole: the collector reads it unlocked)."""
+        snapshot = {"agents_online": agents_online, "agents_known": agents_known,
+                    "jobs": dict(jobs), "recommendations": dict(recommendations)}
+        with self._refreshed:
+            self._snapshot = snapshot
+            self._generation += 1
+            self.wanted = False
+            self._refreshed.notify_all()
+
+    def fresh_exposition(self, wait_s: float) -> bytes:
+        """The exposition once the loop has taken a snapshot asked for now (HTTP thread);
+        after ``wait_s`` without one (the loop held up), with the last snapshot."""
+        with self._refreshed:
+            taken = self._generation
+            self.wanted = True
+            self._refreshed.wait_for(lambda: self._generation != taken, wait_s)
+        return self.exposition()
 
     def snapshot(self) -> dict[str, Any]:
         return self._snapshot

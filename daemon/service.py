@@ -69,6 +69,9 @@ STALE_PROGRAM_BEFORE_S = 1e-3
 # memory stays bounded; one that falls out is at worst logged again
 STALE_JOBS_KEPT = 1024
 STORE_FAILURE_LOG_S = 60.0  # a store that keeps failing (disk full) logs one line a minute
+# how long a scrape of /metrics waits for the loop's counts (the loop polls every 50 ms; one
+# held up by a large batch is answered with the counts of the scrape before)
+METRICS_WAIT_S = 2.0
 
 DAEMON_ID = "daemon"
 
@@ -306,9 +309,10 @@ class Daemon:
 
     def _serve_metrics(self, endpoint: str) -> None:
         from .metrics import DaemonMetrics, MetricsError, MetricsServer
-        self.metrics = DaemonMetrics(self.stats)
+        metrics = self.metrics = DaemonMetrics(self.stats)
         try:
-            self.metrics_server = MetricsServer(endpoint, self.metrics.exposition)
+            self.metrics_server = MetricsServer(
+                endpoint, lambda: metrics.fresh_exposition(METRICS_WAIT_S))
         except MetricsError as exc:
             raise BindError(str(exc)) from None
 
@@ -350,13 +354,16 @@ class Daemon:
         # run after it finds the daemon listening, not a refused connection
         notify("READY=1")
         next_flush = time.monotonic() + 1.0
-        self._refresh_metrics(time.time())
         self._beat(time.time())
         while not stop.is_set() and not self.stop_event.is_set():
             try:
                 if self.link.poll(50):
                     self._ingest()
                 self._finish_queries()
+                if self.metrics is not None and self.metrics.wanted:
+                    # asked once: a store that fails is read again at the next scrape only
+                    self.metrics.wanted = False
+                    self._refresh_metrics(time.time())  # a scrape waits for it
                 for outcome in self.fitter.outcomes():
                     if self.metrics is not None:
                         self.metrics.fit_duration.observe(outcome.seconds)
@@ -370,7 +377,6 @@ class Daemon:
                     self.jobs.tell_held_cancels(time.time())  # cancels another daemon took
                     self.remeasure.tick(time.time())  # marked points, once the board is quiet
                     self.recommender.retry_waiting()  # groups another daemon was fitting
-                    self._refresh_metrics(time.time())
                     self._beat(time.time())
             except Exception as exc:  # the loop outlives any one failure
                 # the same error again and again (a full disk) is logged once a minute

@@ -27,7 +27,7 @@ ROWS: dict[str, list[dict]] = {
     "agents": [{"id": "a1", "platform": "p1", "workloads": json.dumps(["w"]),
                 "agent_version": "0.9", "first_seen": 1.0, "last_seen": 2.0,
                 "doctor": json.dumps({"summary": "ok: nothing to fix"}), "doctor_at": 2.0,
-                "daemon": "d1", "machine": "9a1e24c0" * 4, "boot": None}],
+                "daemon": "d1", "machine": "3f2a9c", "boot": "b0c1d2"}],
     "daemons": [{"instance": "d1", "endpoint": "tcp://db1:5555", "started": 1.0,
                  "last_seen": 2.0}],
     "daemon_versions": [{"instance": "d1", "version": "0.2.0"}],
@@ -41,7 +41,7 @@ ROWS: dict[str, list[dict]] = {
     "jobs": [{"job_id": f"job-{i}", "agent": "a1", "workload": "w", "size": "small",
               "points": json.dumps([[2, 1800000]]), "n_points": 1, "reps": 2, "warmup": 0,
               "expected": 2, "created": 5.0 + i, "state": state, "reason": reason,
-              "updated": 6.0 + i, "stopped": None} for i, state, reason in (
+              "updated": 6.0 + i, "stopped": None, "held": None} for i, state, reason in (
                   (1, "complete", None), (2, "sent", None),
                   # stopped by the agent for its timeouts before the stop had a column
                   (3, "done", "timed out after 5 s; the job stopped after 2 points in a row "

@@ -120,6 +120,43 @@ def test_held_cancels_are_the_cancelled_jobs_whose_agents_end_is_awaited(st):
                                  {"job_id": "job-3", "agent": "a1"}]
 
 
+def test_a_cancel_is_held_until_a_write_of_the_job_ends_it(st):
+    """Schema 21: ``jobs.held`` (what held_cancels reads) follows each write of the job's
+    ``stopped``: the agent's end stored, its refusal, a job saved again under its id; a
+    row whose column an earlier daemon left set reads as its ``stopped`` says."""
+    for k in range(5):
+        st.save_job("a1", {"job_id": f"job-{k}", "workload": "w", "size": "s", "reps": 1,
+                           "warmup": 0, "points": [{"cpus": [0], "threads": 1}]}, float(k))
+        st.set_job_state(f"job-{k}", "cancelled", "by the user",
+                         stopped={"cancelled": True, "at": 1.0, "held": True})
+
+    def held():
+        marked = [r[0] for r in st.db.execute("SELECT job_id FROM jobs WHERE held = 1 "
+                                              "ORDER BY created")]
+        return [j["job_id"] for j in st.held_cancels()], marked
+
+    everyone = [f"job-{k}" for k in range(5)]
+    assert held() == (everyone, everyone)
+    assert "held" not in st.job("job-0") and st.job("job-0")["stopped"]["held"] is True
+    # its agent's end stored (daemon/jobs.py _cancel_end), an older agent's refusal
+    st.set_job_state("job-1", "cancelled", "by the user", only_from=("cancelled",),
+                     stopped={"cancelled": True, "at": 1.0, "held": False})
+    st.set_job_state("job-2", "cancelled", "by the user; refused", only_from=("cancelled",),
+                     stopped={"cancelled": True, "at": 1.0, "held": False,
+                              "refused": "unknown_type"})
+    # saved again under its id (a new job), and one a daemon of an earlier version ended:
+    # its stopped written, the column left as it was
+    st.save_job("a1", {"job_id": "job-3", "workload": "w", "size": "s", "reps": 1,
+                       "warmup": 0, "points": [{"cpus": [0], "threads": 1}]}, 3.0)
+    st.db.execute("UPDATE jobs SET stopped = ? WHERE job_id = ?",
+                  (json.dumps({"cancelled": True, "at": 1.0, "held": False}), "job-4"))
+    assert held() == (["job-0"], ["job-0", "job-4"])
+    # held again (sent as another daemon cancelled it: daemon/jobs.py _sent_cancelled)
+    st.set_job_state("job-1", "cancelled", "by the user", only_from=("cancelled",),
+                     stopped={"cancelled": True, "at": 1.0, "held": True})
+    assert held() == (["job-0", "job-1"], ["job-0", "job-1", "job-4"])
+
+
 def test_the_runs_recorded_without_running_are_told_from_those_measured(st):
     """The runs an agent recorded without running them count in ``received`` (stored) but
     measured nothing: a cancel's, and those a timeout left (before, a job's runs skipped after
@@ -165,11 +202,12 @@ def test_the_runs_recorded_without_running_are_told_from_those_measured(st):
 
 
 def test_the_loops_job_reads_and_the_not_run_count_use_their_indexes(st):
-    """Schema 18: the jobs the loop reads each second (the cancels held, the jobs that may
-    expire) are found by state, not by a scan of every job (100,000 jobs: 68 ms a second on
-    SQLite, benchmarks/job_queries.py), and the runs recorded without running by their
-    partial index. The plans of the statements the store runs; PostgreSQL is told not to
-    scan, as it would a table this small."""
+    """Schema 18: the jobs the loop reads each second that may expire are found by state, not
+    by a scan of every job (100,000 jobs: 68 ms a second on SQLite,
+    benchmarks/job_queries.py), and the runs recorded without running by their partial index.
+    Schema 21: the cancels held by their own partial index (jobs_held), not among every
+    cancelled job kept (by state, 17 ms with 50,000 cancelled). The plans of the statements
+    the store runs; PostgreSQL is told not to scan, as it would a table this small."""
     sqlite = hasattr(st.db, "set_trace_callback")
     ran: list[tuple] = []
     if sqlite:
@@ -196,7 +234,7 @@ def test_the_loops_job_reads_and_the_not_run_count_use_their_indexes(st):
         return run(("EXPLAIN QUERY PLAN " if sqlite else "EXPLAIN ") + sql, args)
 
     held, active = plans(st.held_cancels), plans(st.active_jobs)
-    assert "jobs_state" in held and "jobs_state" in active, (held, active)
+    assert "jobs_held" in held and "jobs_state" in active, (held, active)
     assert "runs_not_run" in plans(lambda: st.jobs_page(job_ids=["job-1"]))
     if sqlite:  # found in created order: no sort of its own either
         assert "TEMP B-TREE" not in held, held
@@ -431,6 +469,50 @@ def test_a_version_2_store_gets_job_states_and_keeps_its_jobs(location):
     assert {j["job_id"]: j["state"] for j in st.active_jobs()} == {}
     assert st.job("job-2")["reason"] == "refused" and st.job("job-2")["updated"] == 9.0
     st.close()
+
+
+def test_a_0_5_0_store_gives_the_same_held_cancels_from_its_column(location):
+    """Schema 21 on a store of opptune 0.5.0 (schema 20), its jobs as that version writes
+    them: the migration marks the cancels held that 0.5.0's query finds (the same list,
+    oldest first), and only those; a cancel its agent ends then is no longer held."""
+    db = OldStore(location, 20)
+    dumps = json.JSONEncoder(separators=(",", ":")).encode  # the store's (sqlite._dumps)
+    held = dumps({"cancelled": True, "at": 1.0, "held": True})
+    ended = dumps({"cancelled": True, "at": 1.0, "held": False})
+    for job_id, state, created, stopped in (
+            ("job-1", "cancelled", 5.0, held),
+            ("job-2", "cancelled", 6.0, ended),  # its agent's end stored
+            ("job-3", "cancelled", 7.0, dumps({"cancelled": True, "at": 1.0, "held": False,
+                                               "refused": "unknown_type"})),
+            ("job-4", "cancelled", 8.0, None),  # cancelled before schema 14
+            ("job-5", "done", 9.0, dumps({"after_timeouts": 2, "points_not_run": 1,
+                                          "points": 3, "definition": None})),
+            ("job-6", "sent", 10.0, None),
+            ("job-0", "cancelled", 1.0, held)):  # the oldest: listed first
+        db.execute("INSERT INTO jobs (job_id, agent, workload, size, points, n_points, reps, "
+                   "warmup, expected, created, state, reason, updated, stopped) VALUES "
+                   "(?,?,?,?,?,?,?,?,?,?,?,?,?,?)", job_id, "a1", "w", "small",
+                   '[{"cpus":[0],"threads":1}]', 1, 1, 0, 1, created, state,
+                   "cancelled by the user" if state == "cancelled" else None, created, stopped)
+    # 0.5.0's held_cancels, on the store as it left it
+    before = [{"job_id": r[0], "agent": r[1]} for r in db.execute(
+        "SELECT job_id, agent, stopped FROM jobs WHERE state='cancelled' AND stopped LIKE ? "
+        "ORDER BY created", '%"held":true%').fetchall() if json.loads(r[2])["held"] is True]
+    db.close()
+    st = open_store(location)
+    try:
+        assert st.schema_version() == SCHEMA_VERSION
+        assert before == [{"job_id": "job-0", "agent": "a1"}, {"job_id": "job-1", "agent": "a1"}]
+        assert st.held_cancels() == before
+        assert [r[0] for r in st.db.execute("SELECT job_id FROM jobs WHERE held = 1 "
+                                            "ORDER BY created")] == ["job-0", "job-1"]
+        assert {j["job_id"]: j["stopped"] for j in st.jobs()}["job-1"] == json.loads(held)
+        assert st.set_job_state("job-0", "cancelled", "cancelled by the user",
+                                only_from=("cancelled",),
+                                stopped={"cancelled": True, "at": 1.0, "held": False})
+        assert st.held_cancels() == [{"job_id": "job-1", "agent": "a1"}]
+    finally:
+        st.close()
 
 
 def test_a_store_newer_than_the_daemon_is_refused(location):
@@ -1058,7 +1140,7 @@ def test_what_stands_on_a_board_is_kept_for_the_next_daemon(tmp_path, request, b
 
 
 def test_the_clashes_a_daemon_refuses_are_kept_for_the_holders_daemon(st):
-    """Schema 21: a daemon's refusals of another board for an id another daemon holds are
+    """Schema 22: a daemon's refusals of another board for an id another daemon holds are
     kept (each save replaces its own), read by the other daemons while both the refusal and
     its daemon's heartbeat are recent, and gone with that daemon."""
     st.save_daemon("A", "tcp://a:5555", 10.0)

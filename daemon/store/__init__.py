@@ -209,7 +209,8 @@ class Store(ABC):
     @abstractmethod
     def held_cancels(self) -> list[dict[str, Any]]:
         """job_id, agent of every job cancelled whose agent's end is not stored yet
-        (``stopped.held``: the agent is to be told), oldest first."""
+        (``stopped.held``: the agent is to be told), oldest first. Read each second by every
+        daemon of a fleet: it costs what the held rows do, not the jobs kept (schema 21)."""
 
     @abstractmethod
     def jobs_for(self, agent_id: str, workload: str) -> list[dict[str, Any]]: ...

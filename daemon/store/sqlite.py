@@ -415,15 +415,15 @@ class SQLiteStore(Store):
         points = job["points"]
         with self._tx() as db:
             db.execute("INSERT INTO jobs (job_id, agent, workload, size, points, n_points, "
-                       "reps, warmup, expected, created, state, reason, updated, stopped) "
-                       "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) "
+                       "reps, warmup, expected, created, state, reason, updated, stopped, "
+                       "held) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, NULL) "
                        "ON CONFLICT(job_id) DO UPDATE SET agent=excluded.agent, "
                        "workload=excluded.workload, size=excluded.size, points=excluded.points, "
                        "n_points=excluded.n_points, reps=excluded.reps, "
                        "warmup=excluded.warmup, expected=excluded.expected, "
                        "created=excluded.created, state=excluded.state, "
                        "reason=excluded.reason, updated=excluded.updated, "
-                       "stopped=excluded.stopped",
+                       "stopped=excluded.stopped, held=excluded.held",
                        (job["job_id"], agent_id, job["workload"], job["size"], _dumps(points),
                         len(points), job["reps"], job["warmup"], len(points) * job["reps"],
                         now, state, None, now, None))
@@ -433,9 +433,10 @@ class SQLiteStore(Store):
     def set_job_state(self, job_id: str, state: str, reason: str | None = None,
                       now: float | None = None, only_from: Sequence[str] | None = None,
                       stopped: dict[str, Any] | None = None) -> bool:
-        sql = "UPDATE jobs SET state=?, reason=?, updated=?, stopped=? WHERE job_id=?"
+        sql = "UPDATE jobs SET state=?, reason=?, updated=?, stopped=?, held=? WHERE job_id=?"
         args: list[Any] = [state, reason, time.time() if now is None else now,
-                           None if stopped is None else _dumps(stopped), job_id]
+                           None if stopped is None else _dumps(stopped),
+                           1 if _held(state, stopped) else None, job_id]
         if only_from:
             sql += f" AND state IN ({','.join('?' * len(only_from))})"
             args += list(only_from)
@@ -468,6 +469,7 @@ class SQLiteStore(Store):
     def _job_row(self, r: dict[str, Any]) -> dict[str, Any]:
         if "points" in r:
             r["points"] = json.loads(r["points"])
+        r.pop("held", None)  # the index's copy of stopped.held: ``stopped`` says it
         # a row stored before the column (or by a daemon that read only the agent's text)
         # says its stop in its reason
         r["stopped"] = (json.loads(r["stopped"]) if r["stopped"] else
@@ -510,11 +512,12 @@ class SQLiteStore(Store):
                           "WHERE state IN ('queued', 'sent', 'running') ORDER BY created")
 
     def held_cancels(self) -> list[dict[str, Any]]:
-        # the text as _dumps writes it narrows the scan; the JSON read back decides
-        rows = self._rows("SELECT job_id, agent, stopped FROM jobs WHERE state='cancelled' "
-                          "AND stopped LIKE ? ORDER BY created", ('%"held":true%',))
+        # the held rows only (schema 21, jobs_held); their ``stopped`` decides, as a daemon of
+        # an earlier version on a migrated store ends a cancel without clearing the column
+        rows = self._rows("SELECT job_id, agent, state, stopped FROM jobs WHERE held = 1 "
+                          "ORDER BY created")
         return [{"job_id": r["job_id"], "agent": r["agent"]} for r in rows
-                if (json.loads(r["stopped"]) or {}).get("held") is True]
+                if r["stopped"] and _held(r["state"], json.loads(r["stopped"]))]
 
     def jobs_for(self, agent_id: str, workload: str) -> list[dict[str, Any]]:
         return [self._job_row(r) for r in self._rows(
@@ -1026,6 +1029,12 @@ class SQLiteStore(Store):
             self.db.close()
         except sqlite3.Error as exc:  # closing must never fail a shutdown
             log.warning("closing %s: %s", self.path, exc)
+
+
+def _held(state: str, stopped: Any) -> bool:
+    """Whether a job in ``state`` with this ``stopped`` is a cancel whose agent's end is
+    awaited (daemon/jobs.py): what ``jobs.held`` marks."""
+    return state == "cancelled" and isinstance(stopped, dict) and stopped.get("held") is True
 
 
 _CPUS_TEXT: dict[tuple[int, ...], str] = {}
