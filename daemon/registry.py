@@ -131,6 +131,8 @@ class Registry:
         self.store, self.instance = store, instance
         self._agents: dict[str, AgentInfo] = {}
         self._dirty: dict[str, float] = {}  # last_seen updates not yet written to the store
+        # the clashes another daemon refuses for ids held here, logged once each while on
+        self._refusals_logged: set[tuple[str, str | None, str]] = set()
 
     def __contains__(self, agent_id: str) -> bool:
         return agent_id in self._agents
@@ -369,6 +371,63 @@ class Registry:
             info.clash = info.clash_since = None  # one of them stopped
             return None
         return holder, other
+
+    def refused_here(self, now: float) -> list[dict[str, Any]]:
+        """The clashes this daemon refuses for an id another daemon of the fleet holds, as
+        :meth:`Store.save_clashes` keeps them for the holder's daemon to show (it never
+        hears the other board)."""
+        out = []
+        for info in self._agents.values():
+            if info.held_via is None or info.clash is None:
+                continue
+            pair = self.clash(info.agent_id, now)
+            if pair is None:
+                continue
+            other = pair[1]
+            out.append({"agent": info.agent_id, "since": info.clash_since or now,
+                        "last_seen": other.last_seen,
+                        "claim": {"board": other.board, "platform": other.platform_id,
+                                  "instance": other.instance, "machine": other.machine,
+                                  "boot": other.boot}})
+        return out
+
+    def refused_elsewhere(self, now: float) -> dict[str, tuple[Claim, Claim, str, float]]:
+        """{agent id: (its holder's claim here, the other board's, the endpoint of the
+        daemon that refuses it, since when)} for the ids this daemon holds, alive, that
+        another daemon of the fleet refuses another board for (:meth:`refused_here` there)."""
+        if self.store is None:
+            return {}
+        out: dict[str, tuple[Claim, Claim, str, float]] = {}
+        for row in self.store.clashes_elsewhere(self.instance, now - self.timeout_s):
+            info = self._agents.get(row["agent"])
+            holder = (info.claims.get(info.identity) if info is not None
+                      and info.identity is not None and info.held_via is None else None)
+            if holder is None or row["agent"] in out or not info.alive(self.timeout_s, now):
+                continue
+            c = row["claim"]
+            text = {k: c.get(k) if isinstance(c.get(k), str) else None
+                    for k in ("board", "platform", "instance", "machine", "boot")}
+            other = Claim(row["since"], text["instance"], text["platform"] or "?",
+                          text["board"] or "?", row["last_seen"], text["machine"],
+                          text["boot"])
+            out[row["agent"]] = (holder, other, row["endpoint"], row["since"])
+        return out
+
+    def log_refused_elsewhere(self, now: float) -> None:
+        """Log each clash :meth:`refused_elsewhere` finds once, in the words of the refusing
+        daemon's line (this daemon's log would say nothing else of it)."""
+        seen = set()
+        for agent, (holder, other, endpoint, _) in self.refused_elsewhere(now).items():
+            key = (agent, other.instance, endpoint)
+            seen.add(key)
+            if key not in self._refusals_logged:
+                log.warning("agent id '%s' is used by two agents at once: %s holds it, %s "
+                            "connected to the daemon at %s, which refuses it; jobs and "
+                            "configurations go to the first only; set agent_id in each "
+                            "board's agent.toml to a name of its own (default: the host name) "
+                            "and restart its agent", agent, claim_text(holder), claim_text(other),
+                            endpoint)
+        self._refusals_logged = seen
 
     def hello(self, agent_id: str, identity: bytes, platform_id: str, platform: dict[str, Any],
               workloads: list[Any], now: float,

@@ -175,6 +175,7 @@ class Daemon:
         self.config = config
         self.instance = uuid.uuid4().hex[:12]
         self.started = time.time()
+        self._clashes_saved = False
         self.batch_max = batch_max
         self.keyring: KeyRing | None = None
         self._auth: Any = None
@@ -328,6 +329,13 @@ class Daemon:
         (what they name to the operator for the agents it holds)."""
         self.store.save_daemon(self.instance, reachable_endpoint(self.endpoint), now,
                                __version__)
+        # the boards refused here for an id another daemon holds, for that daemon's status
+        # (written while there are any, and once more to clear them)
+        clashes = self.registry.refused_here(now)
+        if clashes or self._clashes_saved:
+            self.store.save_clashes(self.instance, clashes)
+        self._clashes_saved = bool(clashes)
+        self.registry.log_refused_elsewhere(now)
         if self.config.fleet_forget_s > 0:
             for gone in self.store.forget_daemons(now - self.config.fleet_forget_s):
                 log.info("forgot daemon %s at %s of the fleet: no heartbeat since %s (over "

@@ -91,7 +91,8 @@ def status(d: Daemon, args: dict[str, Any] | None = None, bases: bool = True
 
     agents: list[dict[str, Any]] = []
     if want("agents") or want("platforms"):
-        agents = [_agent_row(d, a, via, unrecorded, now) for a in known]
+        refused = d.registry.refused_elsewhere(now)
+        agents = [_agent_row(d, a, via, unrecorded, refused, now) for a in known]
         total["agents"] = len(agents)
         if page.limit is not None and len(agents) > page.limit:
             # the agents that need a look first: offline, or with a full outbox
@@ -199,7 +200,7 @@ def status(d: Daemon, args: dict[str, Any] | None = None, bases: bool = True
 
 
 def _agent_row(d: Daemon, a: Any, via: dict[str, Any], unrecorded: dict[str, float],
-               now: float) -> dict[str, Any]:
+               refused: dict[str, Any], now: float) -> dict[str, Any]:
     return {"id": a.agent_id, "board": board_name(a.platform, a.platform_id),
             "platform": a.platform_id,
             "alive": a.alive(d.config.agent_timeout_s, now),
@@ -220,7 +221,7 @@ def _agent_row(d: Daemon, a: Any, via: dict[str, Any], unrecorded: dict[str, flo
             # what its last hello said it runs, and whether that is an earlier release than
             # this daemon's (None: not a release number)
             "version": a.version, "older": older(a.version, __version__),
-            "id_clash": _clash_row(d, a.agent_id, now)}
+            "id_clash": _clash_row(d, a.agent_id, refused.get(a.agent_id), now)}
 
 
 def _standing_fields(a: Any, stored: dict[str, Any] | None = None) -> dict[str, Any]:
@@ -247,21 +248,30 @@ def _standing_fields(a: Any, stored: dict[str, Any] | None = None) -> dict[str, 
             "standings_as_of": stored["at"] if stored is not None else None}
 
 
-def _clash_row(d: Daemon, agent: str, now: float) -> dict[str, Any] | None:
+def _clash_row(d: Daemon, agent: str, refused: tuple[Any, Any, str, float] | None,
+               now: float) -> dict[str, Any] | None:
     """Two agents connected with one id (two boards of one host name, the default id): the
-    one that holds it (gets the jobs; ``daemon``: the endpoint of the daemon of the fleet it
-    is connected to, null: this one) and the other, while both speak; None otherwise."""
+    one that holds it (gets the jobs) and the other, while both speak; None otherwise. Each
+    board's ``daemon``: the endpoint of the daemon of the fleet it is connected to, null:
+    this one. ``refused``: the other board as the daemon that refuses it keeps it in the
+    store (Registry.refused_elsewhere), for an id held here."""
     clash = d.registry.clash(agent, now)
-    if clash is None:
-        return None
     info = d.registry.get(agent)
-    # the holder's daemon where it is another of the fleet (the other board is refused here)
-    via = info.held_via[1] if info is not None and info.held_via is not None else None
-    return {"since_s": _age(info.clash_since or now, now) if info else None, "key": "agent_id",
+    if clash is not None:
+        since = info.clash_since if info is not None else None
+        # the holder's daemon where it is another of the fleet (the other board is refused
+        # here)
+        daemons = (info.held_via[1] if info is not None and info.held_via is not None
+                   else None, None)
+    elif refused is not None:
+        clash, daemons, since = refused[:2], (None, refused[2]), refused[3]
+    else:
+        return None
+    return {"since_s": _age(since or now, now), "key": "agent_id",
             "boards": [{"board": c.board, "platform": c.platform_id, "instance": c.instance,
                         "machine": c.machine, "boot": c.boot, "holds": holds,
-                        "daemon": via if holds else None}
-                       for c, holds in zip(clash, (True, False))]}
+                        "daemon": where}
+                       for c, holds, where in zip(clash, (True, False), daemons)]}
 
 
 def _fit_row(f: dict[str, Any]) -> dict[str, Any]:

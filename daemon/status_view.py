@@ -151,12 +151,13 @@ def clash_text(agent: dict[str, Any]) -> str | None:
         # a holder through another daemon is known from the store, which keeps no instance
         inst = f", agent instance {b['instance']}" if b["instance"] else ""
         return f"{b['board']} (platform {b['platform']}{ids}{inst})"
-    via = boards[0].get("daemon") if isinstance(boards[0], dict) else None
-    where = f" through the daemon at {via}" if isinstance(via, str) and via else ""
+    where = [f" through the daemon at {v}" if isinstance(v, str) and v else ""
+             for v in (b.get("daemon") if isinstance(b, dict) else None for b in boards)]
     return (f"agent {agent.get('id')}: two agents use this id at once: {name(held)} holds it"
-            f"{where} and gets the jobs, {name(other)} is connected too (its results are stored, "
-            f"it gets no jobs); set {c.get('key') or 'agent_id'} in each board's agent.toml "
-            "to a name of its own (default: the host name) and restart its agent")
+            f"{where[0]} and gets the jobs, {name(other)} is connected too{where[1]} (its "
+            f"results are stored, it gets no jobs); set {c.get('key') or 'agent_id'} in each "
+            "board's agent.toml to a name of its own (default: the host name) and restart its "
+            "agent")
 
 
 def standing_lines(agent: dict[str, Any], board: str) -> list[str]:

@@ -492,6 +492,26 @@ def test_a_second_board_of_one_id_is_refused_by_another_daemon_of_the_fleet(tmp_
                    what="three seconds of the clash")
         st0 = query(f.endpoints[0], "status")
         assert (_agent(st0, "vm") or {}).get("alive")
+        # the holder's daemon never hears the second board: it shows the clash as daemon 1
+        # keeps it in the store, naming daemon 1
+        f.use(0)
+        st0 = f.wait_for(lambda s: _clash(s) is not None, timeout=30,
+                         what="the clash in daemon 0's status")
+        f.use(1)
+        held0, unheld0 = _clash(st0)["boards"]
+        assert (held0["holds"], held0["daemon"], held0["machine"]) == (
+            True, None, app_specific(machines[0]))
+        assert (unheld0["holds"], unheld0["daemon"], unheld0["machine"]) == (
+            False, f.endpoints[1], app_specific(machines[1]))
+        assert unheld0["instance"] == unheld["instance"] and unheld0["board"] == unheld["board"]
+        text0 = clash_text(_agent(st0, "vm"))
+        assert f"machine {unheld['machine'][:8]}, agent instance {unheld['instance']}) is " \
+               f"connected too through the daemon at {f.endpoints[1]} (its results" in text0, \
+            text0
+        (line,) = [ln for ln in (tmp_path / "daemon0.log").read_text().splitlines()
+                   if "is used by two agents at once" in ln]
+        assert f"agent instance {unheld['instance']}) connected to the daemon at " \
+               f"{f.endpoints[1]}, which refuses it" in line, line
         assert db_rows(f.db, "SELECT machine, daemon FROM agents WHERE id = 'vm'") == [
             (app_specific(machines[0]), st0["daemon"]["instance"])]
         # the first board stops: past agent_timeout_s the second says hello again, takes it
@@ -504,6 +524,9 @@ def test_a_second_board_of_one_id_is_refused_by_another_daemon_of_the_fleet(tmp_
         st = f.wait_for(lambda s: _clash(s) is None and (_agent(s, "vm") or {}).get("alive"),
                         timeout=30, what="the second board holding the id on daemon 1")
         assert _agent(st, "vm")["via"] is None
+        # and daemon 1 clears the refusal it kept (at its next heartbeat)
+        f.wait_for(lambda s: db_rows(f.db, "SELECT * FROM agent_clashes") == [], timeout=30,
+                   what="the kept refusal cleared")
         assert "Traceback" not in (tmp_path / "daemon1.log").read_text()
     finally:
         f.stop()

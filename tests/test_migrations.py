@@ -34,11 +34,14 @@ ROWS: dict[str, list[dict]] = {
     "agent_standings": [{"agent": "a1", "standings": json.dumps([{"config_id": "c1",
                                                                   "cpus": [0, 1]}]),
                          "dropped": "[]", "said_at": 3.0}],
+    "agent_clashes": [{"agent": "a1", "instance": "d1", "claim": json.dumps(
+        {"board": "pi", "platform": "p1", "instance": "i2", "machine": None, "boot": None}),
+                       "since": 2.0, "last_seen": 3.0}],
     "workloads": [{"name": "w", "description": json.dumps({"kind": "bench"}), "first_seen": 1.0}],
     "jobs": [{"job_id": f"job-{i}", "agent": "a1", "workload": "w", "size": "small",
               "points": json.dumps([[2, 1800000]]), "n_points": 1, "reps": 2, "warmup": 0,
               "expected": 2, "created": 5.0 + i, "state": state, "reason": reason,
-              "updated": 6.0 + i, "stopped": None} for i, state, reason in (
+              "updated": 6.0 + i, "stopped": None, "held": None} for i, state, reason in (
                   (1, "complete", None), (2, "sent", None),
                   # stopped by the agent for its timeouts before the stop had a column
                   (3, "done", "timed out after 5 s; the job stopped after 2 points in a row "

@@ -656,6 +656,10 @@ def test_status_names_both_agents_of_one_id_and_the_key_that_parts_them():
         clash_text(a)
     boards[1]["machine"] = boards[0]["machine"]
     assert "raspberrypi (platform p1, boot 2a3b4c5d, agent instance bb22) is" in clash_text(a)
+    # the holder's daemon, where another daemon of the fleet refuses the other board
+    boards[1]["daemon"] = "tcp://d2:5555"
+    assert "agent instance bb22) is connected too through the daemon at tcp://d2:5555 (its " \
+           "results are stored" in clash_text(a)
     assert clash_text({"id": "x", "id_clash": None}) is None
 
 

@@ -1137,3 +1137,28 @@ def test_what_stands_on_a_board_is_kept_for_the_next_daemon(tmp_path, request, b
         assert st.standings_of("a2") == {"standings": first, "dropped": [], "at": 7.0}
     finally:
         st.close()
+
+
+def test_the_clashes_a_daemon_refuses_are_kept_for_the_holders_daemon(st):
+    """Schema 22: a daemon's refusals of another board for an id another daemon holds are
+    kept (each save replaces its own), read by the other daemons while both the refusal and
+    its daemon's heartbeat are recent, and gone with that daemon."""
+    st.save_daemon("A", "tcp://a:5555", 10.0)
+    st.save_daemon("B", "tcp://b:5555", 10.0)
+    claim = {"board": "pi", "platform": "p", "instance": "i2", "machine": "m2", "boot": None}
+    st.save_clashes("B", [{"agent": "vm", "claim": claim, "since": 7.0, "last_seen": 9.5},
+                          {"agent": "old", "claim": claim, "since": 1.0, "last_seen": 2.0}])
+
+    def seen(instance, since):
+        return [(c["agent"], c["claim"], c["since"], c["last_seen"], c["endpoint"])
+                for c in st.clashes_elsewhere(instance, since)]
+    assert seen("A", 5.0) == [("vm", claim, 7.0, 9.5, "tcp://b:5555")]
+    assert seen("B", 5.0) == []  # its own
+    st.save_clashes("B", [{"agent": "vm", "claim": claim, "since": 7.0, "last_seen": 11.0}])
+    assert seen("A", 5.0) == [("vm", claim, 7.0, 11.0, "tcp://b:5555")]
+    assert seen("A", 10.5) == []  # B's heartbeat (10.0) is older than that
+    st.save_clashes("B", [])
+    assert seen("A", 5.0) == []
+    st.save_clashes("B", [{"agent": "vm", "claim": claim, "since": 7.0, "last_seen": 9.5}])
+    st.drop_daemon("B")
+    assert seen("A", 5.0) == []

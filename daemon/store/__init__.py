@@ -114,6 +114,18 @@ class Store(ABC):
         """Forget ``instance`` (it stops): its agents are no longer online through it."""
 
     @abstractmethod
+    def save_clashes(self, instance: str, clashes: list[dict[str, Any]]) -> None:
+        """Daemon ``instance``'s clashes now, replacing those it saved before: each
+        ``{"agent", "claim", "since", "last_seen"}``, an agent id another daemon of the fleet
+        holds and the connection of another board it refuses for it (``claim``: JSON-safe)."""
+
+    @abstractmethod
+    def clashes_elsewhere(self, instance: str, since: float) -> list[dict[str, Any]]:
+        """The clashes other daemons than ``instance`` saved, heard at ``since`` or later, of
+        daemons whose heartbeat is that recent: agent, claim, since, last_seen and the
+        refusing daemon's endpoint, by agent."""
+
+    @abstractmethod
     def daemons(self) -> list[dict[str, Any]]:
         """Every daemon recorded as sharing the store: instance, endpoint, started,
         last_seen (its last heartbeat), version (None: a daemon older than schema 15, which

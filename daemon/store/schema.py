@@ -106,11 +106,18 @@ that the query it replaces matched. A daemon of an earlier version left running 
 migrated store (README, "Upgrading", stops every daemon first) writes ``stopped`` without
 it: a cancel it takes reaches an agent another daemon holds at the agent's next hello, not
 within a second.
+
+Version 22 keeps the clashes a daemon of a fleet refuses for an agent id another daemon holds
+(``agent_clashes``: ``agent``, the refusing daemon's ``instance``, the refused connection's
+``claim`` as JSON (board, platform, agent instance, hashed machine and boot ids), ``since``
+and ``last_seen``, written each second while both boards speak), so that the holder's own
+daemon shows the clash too: it never hears the other board. A table of its own, which older
+daemons neither read nor write.
 """
 
 from __future__ import annotations
 
-SCHEMA_VERSION = 21
+SCHEMA_VERSION = 22
 
 MIGRATIONS: dict[int, list[str]] = {
     1: [
@@ -359,5 +366,14 @@ MIGRATIONS: dict[int, list[str]] = {
         "UPDATE jobs SET held = 1 WHERE state = 'cancelled' AND stopped LIKE '%\"held\":true%'",
         # the predicate as held_cancels writes it (the literal 1): both planners then use it
         "CREATE INDEX jobs_held ON jobs(created) WHERE held = 1",
+    ],
+    22: [
+        """CREATE TABLE agent_clashes (
+               agent TEXT NOT NULL,
+               instance TEXT NOT NULL,
+               claim TEXT NOT NULL,
+               since REAL NOT NULL,
+               last_seen REAL NOT NULL,
+               PRIMARY KEY (agent, instance))""",
     ],
 }

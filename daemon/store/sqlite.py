@@ -336,6 +336,30 @@ class SQLiteStore(Store):
         with self._tx() as db:
             db.execute("DELETE FROM daemons WHERE instance=?", (instance,))
             db.execute("DELETE FROM daemon_versions WHERE instance=?", (instance,))
+            db.execute("DELETE FROM agent_clashes WHERE instance=?", (instance,))
+
+    def save_clashes(self, instance: str, clashes: list[dict[str, Any]]) -> None:
+        with self._tx() as db:
+            db.execute("DELETE FROM agent_clashes WHERE instance=?", (instance,))
+            db.executemany("INSERT INTO agent_clashes VALUES (?, ?, ?, ?, ?)",
+                           [(c["agent"], instance, _json_safe(c["claim"]), c["since"],
+                             c["last_seen"]) for c in clashes])
+
+    def clashes_elsewhere(self, instance: str, since: float) -> list[dict[str, Any]]:
+        rows = self._rows(
+            "SELECT c.agent, c.claim, c.since, c.last_seen, d.endpoint FROM agent_clashes c "
+            "JOIN daemons d ON d.instance = c.instance WHERE c.instance <> ? AND "
+            "c.last_seen >= ? AND d.last_seen >= ? ORDER BY c.agent, d.endpoint",
+            (instance, since, since))
+        out = []
+        for r in rows:
+            try:
+                r["claim"] = json.loads(r["claim"])
+            except ValueError:
+                continue  # a row no daemon of this code wrote: nothing to show of it
+            if isinstance(r["claim"], dict):
+                out.append(r)
+        return out
 
     _DAEMON_ROWS = ("SELECT d.instance, d.endpoint, d.started, d.last_seen, v.version FROM "
                     "daemons d LEFT JOIN daemon_versions v ON v.instance = d.instance ")
@@ -351,6 +375,8 @@ class SQLiteStore(Store):
             cur = db.execute(sql, (before,))
             gone = [dict(zip([d[0] for d in cur.description], r)) for r in cur.fetchall()]
             db.execute("DELETE FROM daemons WHERE last_seen < ?", (before,))
+            db.execute("DELETE FROM agent_clashes WHERE instance NOT IN "
+                       "(SELECT instance FROM daemons)")
             db.execute("DELETE FROM daemon_versions WHERE instance NOT IN "
                        "(SELECT instance FROM daemons)")
         return gone
