@@ -7,12 +7,16 @@ its ELF class, byte order and machine are the program's (ld.so skips the others)
 in a path is the object's directory; ``$LIB`` and ``$PLATFORM`` are what the loader says they
 are, and each directory's ``glibc-hwcaps/`` subdirectories of the levels the loader says this
 CPU supports (``x86-64-v3``) come before it: glibc 2.33's ``ld.so --list-diagnostics`` prints
-them (``loader_facts``). That runs the loader alone, no program nor library, once per loader
-file, and only a loader that no one but root or the agent's user may write or replace (the
+them (``loader_facts``); then, up to glibc 2.36, its legacy hwcaps subdirectories, which
+``ld.so --help`` lists (``legacy_subdirs``). That runs the loader alone, no program nor
+library, once per loader file and per run environment's hwcaps variables (``hwcaps_env``:
+``GLIBC_TUNABLES=glibc.cpu.hwcaps=-AVX2`` takes a level away, so the loader is asked with
+them), and only a loader that no one but root or the agent's user may write or replace (the
 program's PT_INTERP names it: a program writable by a workload's user must not have the agent
 run a file of that user's choice). Where it cannot (an older glibc, another loader), the
-x86-64 levels are read from /proc/cpuinfo's flags, a path with ``$LIB``/``$PLATFORM`` is left
-out and the system directories are /lib, /usr/lib, /lib64, /usr/lib64.
+x86-64 levels are read from /proc/cpuinfo's flags (less those the tunables turn off), no
+legacy subdirectory is searched, a path with ``$LIB``/``$PLATFORM`` is left out and the
+system directories are /lib, /usr/lib, /lib64, /usr/lib64.
 
 A musl program (PT_INTERP ``ld-musl-ARCH.so.1``) is searched as musl does: LD_LIBRARY_PATH,
 the DT_RUNPATH (else DT_RPATH) of the object and of those that loaded it, then the directories
@@ -20,9 +24,11 @@ of /etc/ld-musl-ARCH.path (split at colons and newlines), else /lib, /usr/local/
 no ld.so.cache, no hwcaps; libc's own names (libc.*, libpthread.*, libm.*...) are the loader.
 
 Not followed (the libraries found otherwise are still covered): glibc's legacy hwcaps
-subdirectories (``tls``, ``haswell``: gone in glibc 2.37), GLIBC_TUNABLES' hwcaps mask,
-LD_PRELOAD and /etc/ld.so.preload, libraries opened at run time (dlopen: plugins, Python's
-extension modules), and a name not found (the run fails or finds it where ld.so alone knows).
+subdirectories where the loader cannot list them (glibc before 2.33, a loader not run), and of
+a hwcap_mask its bits other than the loader's own (``--help`` names only those), the legacy
+subdirectories of ld.so.cache's entries (taken as plain ones), LD_PRELOAD and
+/etc/ld.so.preload, libraries opened at run time (dlopen: plugins, Python's extension
+modules), and a name not found (the run fails or finds it where ld.so alone knows).
 
 The search reads a few headers of each object (no hashing): ``libraries`` keeps its answer
 by the program's identity (device, inode, size, mtime), LD_LIBRARY_PATH and the cache's mtime,
@@ -36,8 +42,8 @@ import re
 import struct
 import subprocess
 import time
-from dataclasses import dataclass
-from typing import IO
+from dataclasses import dataclass, replace
+from typing import IO, Mapping
 
 LD_SO_CACHE = "/etc/ld.so.cache"
 DEFAULT_DIRS = ("/lib", "/usr/lib", "/lib64", "/usr/lib64")
@@ -57,6 +63,21 @@ _X86_64_LEVELS = (
     ("x86-64-v3", {"avx", "avx2", "bmi1", "bmi2", "f16c", "fma", "abm", "movbe", "xsave"}),
     ("x86-64-v4", {"avx512f", "avx512bw", "avx512cd", "avx512dq", "avx512vl"}),
 )
+
+# glibc.cpu.hwcaps' names (sysdeps/x86/cpu-tunables.c) of the level features above that it can
+# turn off (``-AVX2``), as /proc/cpuinfo names them (OSXSAVE: the kernel's AVX state, xsave)
+_TUNABLE_FLAGS = {
+    "AVX": "avx", "AVX2": "avx2", "BMI1": "bmi1", "BMI2": "bmi2", "FMA": "fma", "LZCNT": "abm",
+    "MOVBE": "movbe", "XSAVE": "xsave", "OSXSAVE": "xsave", "POPCNT": "popcnt",
+    "SSSE3": "ssse3", "SSE4_1": "sse4_1", "SSE4_2": "sse4_2", "AVX512F": "avx512f",
+    "AVX512CD": "avx512cd", "AVX512BW": "avx512bw", "AVX512DQ": "avx512dq",
+    "AVX512VL": "avx512vl"}
+# the run's variables that change which hwcaps subdirectories its loader searches, and the
+# values passed on to the loader when it is asked (others are not: it is run with them)
+_HWCAPS_TUNABLES = {"glibc.cpu.hwcaps": re.compile(r"[A-Za-z0-9_,+-]*"),
+                    "glibc.cpu.hwcap_mask": re.compile(r"(?:0[xX])?[0-9A-Fa-f]+")}
+HWCAPS_VARIABLES = ("GLIBC_TUNABLES", "LD_HWCAP_MASK")
+_LEGACY_HEADER = "Legacy HWCAP subdirectories under library search path directories:"
 
 _PT_INTERP, _PT_LOAD, _PT_DYNAMIC = 3, 1, 2
 _DT_NEEDED, _DT_STRTAB, _DT_STRSZ, _DT_RPATH, _DT_RUNPATH = 1, 5, 10, 15, 29
@@ -137,24 +158,60 @@ def _read(path: str) -> _Elf | None:
 class LoaderFacts:
     """What a program's loader searches beside its program's own paths: the glibc-hwcaps
     subdirectories this CPU supports, best first; ``$LIB`` and ``$PLATFORM`` (None: not known,
-    a path with it left out); its system directories; and for musl, ``musl_dirs``, the whole
-    system path (None: glibc)."""
+    a path with it left out); its system directories; for musl, ``musl_dirs``, the whole
+    system path (None: glibc); and glibc 2.36's and older legacy hwcaps subdirectories, in its
+    order (``tls/haswell/x86_64``...; the directory itself, after them, not among them)."""
     hwcaps: tuple[str, ...] = ()
     lib: str | None = None
     platform: str | None = None
     system_dirs: tuple[str, ...] = DEFAULT_DIRS
     musl_dirs: tuple[str, ...] | None = None
+    legacy: tuple[str, ...] = ()
 
 
-def cpuinfo_levels(cpuinfo: str = "/proc/cpuinfo") -> tuple[str, ...]:
-    """The x86-64 levels (glibc-hwcaps names) the first CPU of ``cpuinfo`` supports, best
-    first; () where it cannot be read or has no x86 flags."""
+def hwcaps_env(env: Mapping[str, str]) -> tuple[tuple[str, str], ...]:
+    """What of a run's environment changes the hwcaps subdirectories its loader searches:
+    ``GLIBC_TUNABLES``' glibc.cpu.hwcaps (``-AVX2``: features turned off, a level less) and
+    glibc.cpu.hwcap_mask, and ``LD_HWCAP_MASK`` (its old name), as (variable, value) pairs
+    to run the loader with; a tunable with other characters than such a value has is left
+    out (the loader is not given it). () where there is none (the common case)."""
+    if "GLIBC_TUNABLES" not in env and "LD_HWCAP_MASK" not in env:
+        return ()  # the look before each run: no split of nothing
+    out = []
+    tunables = [t for t in env.get("GLIBC_TUNABLES", "").split(":")
+                if t.partition("=")[0] in _HWCAPS_TUNABLES
+                and _HWCAPS_TUNABLES[t.partition("=")[0]].fullmatch(t.partition("=")[2])]
+    if tunables:
+        out.append(("GLIBC_TUNABLES", ":".join(tunables)))
+    mask = env.get("LD_HWCAP_MASK")
+    if mask is not None and _HWCAPS_TUNABLES["glibc.cpu.hwcap_mask"].fullmatch(mask):
+        out.append(("LD_HWCAP_MASK", mask))
+    return tuple(out)
+
+
+def _turned_off(loader_env: tuple[tuple[str, str], ...]) -> set[str]:
+    """The /proc/cpuinfo flags of the level features the run's glibc.cpu.hwcaps turns off."""
+    off = set()
+    for var, value in loader_env:
+        for tunable in value.split(":") if var == "GLIBC_TUNABLES" else ():
+            name, _, names = tunable.partition("=")
+            if name == "glibc.cpu.hwcaps":
+                off |= {_TUNABLE_FLAGS[n[1:]] for n in names.split(",")
+                        if n[:1] == "-" and n[1:] in _TUNABLE_FLAGS}
+    return off
+
+
+def cpuinfo_levels(cpuinfo: str = "/proc/cpuinfo", off: frozenset[str] = frozenset()
+                   ) -> tuple[str, ...]:
+    """The x86-64 levels (glibc-hwcaps names) the first CPU of ``cpuinfo`` supports, with the
+    flags ``off`` turned off, best first; () where it cannot be read or has no x86 flags."""
     try:
         with open(cpuinfo, encoding="utf-8", errors="replace") as f:
             flags = next((set(ln.split(":", 1)[1].split()) for ln in f
                           if ln.startswith("flags")), set())
     except OSError:
         return ()
+    flags -= off
     out: list[str] = []
     for name, needs in _X86_64_LEVELS:
         if not needs <= flags:
@@ -194,22 +251,66 @@ def _trusted(path: str) -> str | None:
         at = os.path.dirname(at)
 
 
-def _glibc_facts(loader: str, x86_64: bool) -> LoaderFacts:
-    """What ``loader --list-diagnostics`` says (glibc 2.33 on); the CPU's x86-64 levels and
-    no $LIB/$PLATFORM where it says nothing."""
+def legacy_subdirs(help_text: str) -> tuple[str, ...]:
+    """The legacy hwcaps subdirectories glibc 2.33 to 2.36 search under each directory before
+    it, from ``ld.so --help``'s list of them: its platform (``AT_PLATFORM``), ``tls`` and the
+    hwcaps it searches, highest bit first (elf/dl-usage.c). Their paths are each subset of
+    ``tls``, the platform and those hwcaps, in that order, the subsets in the order of a
+    binary count down from all of them, ``tls`` its highest bit (elf/dl-hwcaps.c's power set:
+    ``tls/haswell/avx512_1/x86_64``, ``tls/haswell/avx512_1``, ``tls/haswell/x86_64`` ...
+    ``x86_64``); the directory itself, last, is not among them. () where it lists none."""
+    lines = help_text.splitlines()
+    if _LEGACY_HEADER not in lines:
+        return ()
+    listed = []
+    for line in lines[lines.index(_LEGACY_HEADER) + 1:]:
+        name, _, how = line.strip().partition(" ")
+        if not line.startswith("  ") or not name:
+            break
+        listed.append((name, how))
+    platform = [n for n, how in listed[:1] if "AT_PLATFORM" in how]
+    # after the platform, tls, then the loader's hwcap bits, those searched taken
+    hwcaps = [n for n, how in listed[len(platform) + 1:] if "searched" in how]
+    parts = ["tls"] + platform + hwcaps
+    top = len(parts) - 1
+    return tuple("/".join(p for i, p in enumerate(parts) if subset >> (top - i) & 1)
+                 for subset in range((1 << len(parts)) - 1, 0, -1))
+
+
+def _ask(loader: str, option: str, loader_env: tuple[tuple[str, str], ...]) -> str | None:
+    """What ``loader option`` prints, run with the run's hwcaps variables alone; None where
+    it fails."""
+    try:
+        done = subprocess.run([loader, option], capture_output=True, text=True,
+                              errors="replace", timeout=10, env=dict(loader_env),
+                              stdin=subprocess.DEVNULL)
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return done.stdout if done.returncode == 0 else None
+
+
+def _version(text: str | None) -> tuple[int, ...]:
+    """``2.36`` as (2, 36); () where not a version."""
+    m = re.match(r"(\d+)\.(\d+)", text or "")
+    return (int(m.group(1)), int(m.group(2))) if m else ()
+
+
+def _glibc_facts(loader: str, x86_64: bool, loader_env: tuple[tuple[str, str], ...] = ()
+                 ) -> LoaderFacts:
+    """What ``loader --list-diagnostics`` says (glibc 2.33 on), and up to 2.36 its ``--help``
+    (the legacy subdirectories), run with the run's hwcaps variables (``hwcaps_env``); the
+    CPU's x86-64 levels less those the tunables turn off, no legacy subdirectory and no
+    $LIB/$PLATFORM where it says nothing."""
     facts = {}
     real = _trusted(loader)
     if real is not None:
-        try:
-            done = subprocess.run([real, "--list-diagnostics"], capture_output=True,
-                                  text=True, errors="replace", timeout=10, env={},
-                                  stdin=subprocess.DEVNULL)
-            if done.returncode == 0:
-                facts = parse_diagnostics(done.stdout)
-        except (OSError, subprocess.SubprocessError):
-            pass
+        facts = parse_diagnostics(_ask(real, "--list-diagnostics", loader_env) or "")
     if "dl_hwcaps_subdirs" not in facts:
-        return LoaderFacts(hwcaps=cpuinfo_levels() if x86_64 else ())
+        return LoaderFacts(hwcaps=cpuinfo_levels(off=frozenset(_turned_off(loader_env)))
+                           if x86_64 else ())
+    legacy: tuple[str, ...] = ()
+    if real is not None and _version(facts.get("version.version")) < (2, 37):
+        legacy = legacy_subdirs(_ask(real, "--help", loader_env) or "")
     names = [n for n in facts["dl_hwcaps_subdirs"].split(":") if n]
     try:
         active = int(facts.get("dl_hwcaps_subdirs_active", "0"), 0)
@@ -221,7 +322,7 @@ def _glibc_facts(loader: str, x86_64: bool) -> LoaderFacts:
     return LoaderFacts(hwcaps=tuple(n for i, n in enumerate(names) if active >> i & 1),
                        lib=facts.get("dl_dst_lib") or None,
                        platform=facts.get("dl_platform") or None,
-                       system_dirs=system or DEFAULT_DIRS)
+                       system_dirs=system or DEFAULT_DIRS, legacy=legacy)
 
 
 def _musl_facts(arch: str, root: str) -> LoaderFacts:
@@ -292,9 +393,11 @@ class Libraries:
         self._ident: tuple = ()
         self._ident_at = -1e9
 
-    def of(self, program: str, ld_library_path: str = "") -> list[str]:
+    def of(self, program: str, ld_library_path: str = "",
+           loader_env: tuple[tuple[str, str], ...] = ()) -> list[str]:
         """The resolved paths of the libraries (and interpreter) ``program`` loads, in the
-        order found; [] for a file that is no dynamic ELF program or cannot be read."""
+        order found, its run's environment giving ``ld_library_path`` and ``loader_env``
+        (``hwcaps_env``); [] for a file that is no dynamic ELF program or cannot be read."""
         try:
             st = os.stat(program)
         except OSError:
@@ -303,10 +406,10 @@ class Libraries:
         # (device, inode) is the file whichever name it has (no realpath: its lstat of each
         # component was most of the cost of a look)
         key = (program, st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, ld_library_path,
-               ident)
+               loader_env, ident)
         found = self._known.get(key)
         if found is None:
-            found = self._resolve(program, ld_library_path)
+            found = self._resolve(program, ld_library_path, loader_env)
             if len(self._known) > 1000:
                 self._known.clear()
             self._known[key] = found
@@ -331,32 +434,34 @@ class Libraries:
             self._ld_cache = (ident, read_ld_cache(self.cache_path))
         return self._ld_cache[1]
 
-    def loader_facts(self, loader: str, kind: tuple) -> LoaderFacts:
-        """What the loader at ``loader`` (the root's) searches (``LoaderFacts``), kept by its
-        identity: asked once per loader file."""
+    def loader_facts(self, loader: str, kind: tuple,
+                     loader_env: tuple[tuple[str, str], ...] = ()) -> LoaderFacts:
+        """What the loader at ``loader`` (the root's) searches (``LoaderFacts``) for a run
+        with the hwcaps variables ``loader_env`` (``hwcaps_env``), kept by its identity: asked
+        once per loader file and such variables."""
         musl = _MUSL_LOADER.fullmatch(os.path.basename(loader))
         try:
             st = os.stat(loader)
-            key: tuple = (loader, st.st_dev, st.st_ino, st.st_mtime_ns, kind)
+            key: tuple = (loader, st.st_dev, st.st_ino, st.st_mtime_ns, kind, loader_env)
         except OSError:
-            key = (loader, kind)
+            key = (loader, kind, loader_env)
         facts = self._facts.get(key)
         if facts is None:
             facts = self._facts[key] = (
                 _musl_facts(musl.group(1), self.root) if musl else
-                _glibc_facts(loader, kind[0] == 2 and kind[2] == _EM_X86_64))
+                _glibc_facts(loader, kind[0] == 2 and kind[2] == _EM_X86_64, loader_env))
             if not facts.musl_dirs and facts.system_dirs is DEFAULT_DIRS:
-                facts = self._facts[key] = LoaderFacts(
-                    facts.hwcaps, facts.lib, facts.platform,
-                    tuple(self.root + d for d in DEFAULT_DIRS))
+                facts = self._facts[key] = replace(
+                    facts, system_dirs=tuple(self.root + d for d in DEFAULT_DIRS))
         return facts
 
-    def _resolve(self, program: str, ld_library_path: str) -> list[str]:
+    def _resolve(self, program: str, ld_library_path: str,
+                 loader_env: tuple[tuple[str, str], ...]) -> list[str]:
         top = _read(program)
         if top is None:
             return []
         interp = self.root + top.interp if top.interp else None
-        facts = self.loader_facts(interp, top.kind) if interp else LoaderFacts()
+        facts = self.loader_facts(interp, top.kind, loader_env) if interp else LoaderFacts()
         musl = facts.musl_dirs is not None
         exe_dir = os.path.dirname(os.path.realpath(program))
         exe_rpath = _dirs(top.rpath, exe_dir, facts) if top.runpath is None else []
@@ -411,8 +516,9 @@ class Libraries:
     @staticmethod
     def _subdirs(facts: LoaderFacts) -> list[str]:
         """What glibc looks in under each directory, in its order: the hwcaps subdirectories
-        of the supported levels, best first, then the directory itself."""
-        return [f"glibc-hwcaps/{h}" for h in facts.hwcaps] + [""]
+        of the supported levels, best first, the legacy ones (glibc 2.36 and before), then
+        the directory itself."""
+        return [f"glibc-hwcaps/{h}" for h in facts.hwcaps] + list(facts.legacy) + [""]
 
     @staticmethod
     def _cached(paths: list[str], facts: LoaderFacts) -> list[str]:

@@ -4,6 +4,7 @@ library rebuilt or upgraded under an unchanged executable was the same program."
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import subprocess
@@ -338,3 +339,150 @@ def test_a_musl_program_is_searched_as_musl_does(tmp_path):
     assert Libraries(root=str(root)).of(app) == [interp, str(tmp_path / "c/libbench.so")]
     assert Libraries(root=str(root)).of(app, str(tmp_path / "a")) == [
         interp, str(tmp_path / "a/libbench.so")]
+
+
+def _workload_program(app: str, env: dict) -> str:
+    """The program digest of a workload running ``app`` with ``env``."""
+    cw = CommandWorkload("c", [app], env=env)
+    return Workloads(AgentConfig(agent_id="a1", workloads=[cw]), catalogue={}).get("c").program
+
+
+def _loaded(app: str, env: dict) -> int:
+    """The value the app's run prints: which libbench.so ld.so loaded."""
+    return json.loads(subprocess.run([app], capture_output=True, text=True, check=True,
+                                     env=env).stdout)["time_s"]
+
+
+@needs_cc
+def test_the_library_digested_is_the_legacy_hwcaps_one_ld_so_loads(tmp_path):
+    """glibc 2.33 to 2.36 (Debian 12, Raspberry Pi OS bookworm) search each directory's legacy
+    hwcaps subdirectories (tls/, the platform's, x86_64/...) before it, in their own order.
+    libbench.so in a directory, in some of those subdirectories and in one not searched,
+    each returning another value: the one the real run loads is the one digested, and its
+    rebuild is a new program, the others' not. Before, the plain one was digested whatever
+    ran."""
+    build_lib(tmp_path / "lib", 0)
+    app = build_app(tmp_path, None)
+    legacy = _loader_facts(app).legacy
+    if not legacy:
+        pytest.skip("this loader searches no legacy hwcaps subdirectory (glibc 2.37 on)")
+    d = tmp_path / "lib"
+    subdirs = ["nosuchcap", legacy[-1], legacy[len(legacy) // 2], legacy[1], ""]
+    for value, sub in enumerate(subdirs, 1):
+        build_lib(d / sub if sub else d, value)
+    env = {"LD_LIBRARY_PATH": str(d)}
+    loaded = subdirs[_loaded(app, env) - 1]
+    assert loaded == legacy[1]
+    assert [p for p in Libraries().of(app, str(d)) if "libbench" in p] == [
+        str(d / loaded / "libbench.so")]
+    before = _workload_program(app, env)
+    build_lib(d, 10)
+    build_lib(d / legacy[-1], 11)
+    assert _workload_program(app, env) == before
+    build_lib(d / loaded, 12)
+    assert _loaded(app, env) == 12
+    assert _workload_program(app, env) != before
+
+
+def test_the_legacy_subdirectories_are_those_ld_so_help_lists_in_glibcs_order():
+    """ld.so --help's list (glibc 2.33 to 2.36; Raspberry Pi OS armhf's here) gives the
+    power set of tls, the platform and the hwcaps searched, in elf/dl-hwcaps.c's order; a
+    masked one (not searched) is left out; no list, no legacy subdirectory."""
+    from opptune.agent.shared_libs import legacy_subdirs
+    listed = ("Subdirectories of glibc-hwcaps directories, in priority order:\n\n"
+              "Legacy HWCAP subdirectories under library search path directories:\n"
+              "  v7l (AT_PLATFORM; supported, searched)\n"
+              "  tls (supported, searched)\n"
+              "  neon (supported, searched)\n"
+              "  vfp (supported, masked)\n")
+    assert legacy_subdirs(listed) == (
+        "tls/v7l/neon", "tls/v7l", "tls/neon", "tls", "v7l/neon", "v7l", "neon")
+    assert legacy_subdirs(listed.replace("masked", "searched")) == (
+        "tls/v7l/neon/vfp", "tls/v7l/neon", "tls/v7l/vfp", "tls/v7l", "tls/neon/vfp",
+        "tls/neon", "tls/vfp", "tls", "v7l/neon/vfp", "v7l/neon", "v7l/vfp", "v7l",
+        "neon/vfp", "neon", "vfp")
+    # no platform (AT_PLATFORM unknown): tls and the hwcaps alone
+    assert legacy_subdirs(listed.replace("  v7l (AT_PLATFORM; supported, searched)\n", "")) \
+        == ("tls/neon", "tls", "neon")
+    assert legacy_subdirs("Usage: ld.so [OPTION]...\n") == ()
+
+
+@needs_diagnostics
+def test_the_glibc_hwcaps_level_digested_is_the_one_the_runs_tunables_leave(tmp_path):
+    """A run whose environment turns AVX2 off (GLIBC_TUNABLES=glibc.cpu.hwcaps=-AVX2, as one
+    does to compare) loads glibc-hwcaps/x86-64-v2's library, not -v3's nor -v4's: that one is
+    digested, its rebuild a new program, the others' not. Before, the levels were the CPU's
+    whatever the run's tunables."""
+    values = {"": 1, "x86-64-v2": 2, "x86-64-v3": 3, "x86-64-v4": 4}
+    d = tmp_path / "lib"
+    for level, value in values.items():
+        build_lib(d / "glibc-hwcaps" / level if level else d, value)
+    app = build_app(tmp_path, None)
+    if "x86-64-v3" not in _loader_facts(app).hwcaps:
+        pytest.skip("this CPU has no x86-64-v3: turning AVX2 off changes nothing")
+    env = {"LD_LIBRARY_PATH": str(d), "GLIBC_TUNABLES": "glibc.cpu.hwcaps=-AVX2,-AVX512F"}
+    assert _loaded(app, env) == 2
+    loaded = str(d / "glibc-hwcaps" / "x86-64-v2" / "libbench.so")
+    from opptune.agent.shared_libs import hwcaps_env
+    assert [p for p in Libraries().of(app, str(d), hwcaps_env(env))
+            if "libbench" in p] == [loaded]
+    before = _workload_program(app, env)
+    build_lib(d / "glibc-hwcaps" / "x86-64-v3", 13)
+    build_lib(d / "glibc-hwcaps" / "x86-64-v4", 14)
+    assert _workload_program(app, env) == before
+    build_lib(d / "glibc-hwcaps" / "x86-64-v2", 12)
+    assert _loaded(app, env) == 12
+    assert _workload_program(app, env) != before
+
+
+def test_only_the_hwcaps_variables_of_a_runs_environment_reach_the_loader():
+    """The loader is asked with the run's glibc.cpu.hwcaps and hwcap_mask (GLIBC_TUNABLES,
+    LD_HWCAP_MASK) alone: other tunables, and a value of other characters, are not given to
+    it; where the loader cannot be asked, the features turned off take their levels away
+    from /proc/cpuinfo's."""
+    from opptune.agent.shared_libs import _turned_off, cpuinfo_levels, hwcaps_env
+    assert hwcaps_env({"PATH": "/bin"}) == ()
+    env = {"GLIBC_TUNABLES": "glibc.malloc.check=3:glibc.cpu.hwcaps=-AVX2,-AVX512F:"
+                             "glibc.cpu.hwcap_mask=0x2:glibc.cpu.hwcaps=x=y",
+           "LD_HWCAP_MASK": "6"}
+    assert hwcaps_env(env) == (
+        ("GLIBC_TUNABLES", "glibc.cpu.hwcaps=-AVX2,-AVX512F:glibc.cpu.hwcap_mask=0x2"),
+        ("LD_HWCAP_MASK", "6"))
+    assert _turned_off(hwcaps_env(env)) == {"avx2", "avx512f"}
+    levels = cpuinfo_levels()
+    if "x86-64-v3" in levels:
+        assert cpuinfo_levels(off=frozenset({"avx2"})) == ("x86-64-v2",)
+
+
+@needs_cc
+@pytest.mark.parametrize("line", ["#!../bin/myinterp", "#!/usr/bin/env ../bin/myinterp"])
+def test_a_relative_interpreter_is_the_one_in_the_runs_directory(tmp_path, line):
+    """A script whose #! line names its interpreter by a relative path (``#!../bin/myinterp``,
+    which Linux opens from the process's working directory, the entry's ``cwd``): that
+    interpreter, and a library it loads, rebuilt make the next run a new program, said before
+    it. Before, the path was taken from where the agent runs: missing, no change seen."""
+    if not os.access("/usr/bin/env", os.X_OK):
+        pytest.skip("no /usr/bin/env")
+    build_lib(tmp_path / "lib", 1)
+    build_interp(tmp_path, 0)
+    work = tmp_path / "work"
+    work.mkdir()
+    script = work / "bench"
+    script.write_text(line + "\nwhatever the interpreter reads\n")
+    script.chmod(0o755)
+    (tmp_path / "state").mkdir()
+    ws = Workloads(AgentConfig(agent_id="a1", state_dir=str(tmp_path / "state"), workloads=[
+        CommandWorkload("c", ["./bench"], cwd=str(work))]), catalogue={})
+    runner = Runner(ws, "p", state_dir=str(tmp_path / "state"))
+    told = []
+    runner.on_program_change = told.append
+    spec = RunSpec("c", "default", [0], 1)
+    recs = [runner.run_once(spec)]
+    build_lib(tmp_path / "lib", 2)
+    recs.append(runner.run_once(spec))
+    build_interp(tmp_path, 10)
+    recs.append(runner.run_once(spec))
+    runner.close()
+    assert [r.time_s for r in recs] == [1, 2, 12], [r.error for r in recs]
+    assert told == ["c", "c"]
+    assert len({r.extra["program"] for r in recs}) == 3
