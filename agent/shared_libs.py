@@ -8,7 +8,8 @@ in a path is the object's directory; ``$LIB`` and ``$PLATFORM`` are what the loa
 are, and each directory's ``glibc-hwcaps/`` subdirectories of the levels the loader says this
 CPU supports (``x86-64-v3``) come before it: glibc 2.33's ``ld.so --list-diagnostics`` prints
 them (``loader_facts``); then, up to glibc 2.36, its legacy hwcaps subdirectories, which
-``ld.so --help`` lists (``legacy_subdirs``). That runs the loader alone, no program nor
+``ld.so --help`` lists (``legacy_subdirs``; ld.so.cache's entries in one only where it
+searches it, ``_searched``). That runs the loader alone, no program nor
 library, once per loader file and per run environment's hwcaps variables (``hwcaps_env``:
 ``GLIBC_TUNABLES=glibc.cpu.hwcaps=-AVX2`` takes a level away, so the loader is asked with
 them), and only a loader that no one but root or the agent's user may write or replace (the
@@ -25,8 +26,7 @@ no ld.so.cache, no hwcaps; libc's own names (libc.*, libpthread.*, libm.*...) ar
 
 Not followed (the libraries found otherwise are still covered): glibc's legacy hwcaps
 subdirectories where the loader cannot list them (glibc before 2.33, a loader not run), and of
-a hwcap_mask its bits other than the loader's own (``--help`` names only those), the legacy
-subdirectories of ld.so.cache's entries (taken as plain ones), LD_PRELOAD and
+a hwcap_mask its bits other than the loader's own (``--help`` names only those), LD_PRELOAD and
 /etc/ld.so.preload, libraries opened at run time (dlopen: plugins, Python's extension
 modules), and a name not found (the run fails or finds it where ld.so alone knows).
 
@@ -50,6 +50,9 @@ DEFAULT_DIRS = ("/lib", "/usr/lib", "/lib64", "/usr/lib64")
 _MAX_LIBS = 256  # a bound on a broken or hostile tree's closure
 _CACHE_NEW = b"glibc-ld.so.cache1.1"
 _CACHE_OLD = b"ld.so-1.7.0"
+# an entry's hwcap of a glibc-hwcaps subdirectory: this bit and an ISA level's (dl-cache.h)
+_HWCAP_EXTENSION, _ISA_LEVEL_MASK = 1 << 62, (1 << 10) - 1
+_TLS_BIT = 1 << 63  # ldconfig's for a tls/ directory (elf/ldconfig.c TLS_HWCAP_BIT)
 
 MUSL_DEFAULT_DIRS = ("/lib", "/usr/local/lib", "/usr/lib")
 _MUSL_LOADER = re.compile(r"ld-musl-(.+)\.so\.1")
@@ -167,6 +170,9 @@ class LoaderFacts:
     system_dirs: tuple[str, ...] = DEFAULT_DIRS
     musl_dirs: tuple[str, ...] | None = None
     legacy: tuple[str, ...] = ()
+    # the loader's hwcaps it does not search (masked, or not this CPU's): ld.so.cache's
+    # entries under one are not taken
+    unsearched: frozenset[str] = frozenset()
 
 
 def hwcaps_env(env: Mapping[str, str]) -> tuple[tuple[str, str], ...]:
@@ -259,9 +265,21 @@ def legacy_subdirs(help_text: str) -> tuple[str, ...]:
     binary count down from all of them, ``tls`` its highest bit (elf/dl-hwcaps.c's power set:
     ``tls/haswell/avx512_1/x86_64``, ``tls/haswell/avx512_1``, ``tls/haswell/x86_64`` ...
     ``x86_64``); the directory itself, last, is not among them. () where it lists none."""
+    parts = _legacy_list(help_text)[0]
+    if not parts:
+        return ()
+    top = len(parts) - 1
+    return tuple("/".join(p for i, p in enumerate(parts) if subset >> (top - i) & 1)
+                 for subset in range((1 << len(parts)) - 1, 0, -1))
+
+
+def _legacy_list(help_text: str) -> tuple[list[str], frozenset[str]]:
+    """What ``ld.so --help`` lists of the legacy subdirectories: ``tls``, the platform and
+    the hwcaps searched, in their paths' order ([] for no list), and the hwcaps not
+    searched."""
     lines = help_text.splitlines()
     if _LEGACY_HEADER not in lines:
-        return ()
+        return [], frozenset()
     listed = []
     for line in lines[lines.index(_LEGACY_HEADER) + 1:]:
         name, _, how = line.strip().partition(" ")
@@ -269,12 +287,10 @@ def legacy_subdirs(help_text: str) -> tuple[str, ...]:
             break
         listed.append((name, how))
     platform = [n for n, how in listed[:1] if "AT_PLATFORM" in how]
-    # after the platform, tls, then the loader's hwcap bits, those searched taken
-    hwcaps = [n for n, how in listed[len(platform) + 1:] if "searched" in how]
-    parts = ["tls"] + platform + hwcaps
-    top = len(parts) - 1
-    return tuple("/".join(p for i, p in enumerate(parts) if subset >> (top - i) & 1)
-                 for subset in range((1 << len(parts)) - 1, 0, -1))
+    # after the platform, tls, then the loader's hwcap bits
+    hwcaps = listed[len(platform) + 1:]
+    return (["tls"] + platform + [n for n, how in hwcaps if "searched" in how],
+            frozenset(n for n, how in hwcaps if "searched" not in how))
 
 
 def _ask(loader: str, option: str, loader_env: tuple[tuple[str, str], ...]) -> str | None:
@@ -309,8 +325,10 @@ def _glibc_facts(loader: str, x86_64: bool, loader_env: tuple[tuple[str, str], .
         return LoaderFacts(hwcaps=cpuinfo_levels(off=frozenset(_turned_off(loader_env)))
                            if x86_64 else ())
     legacy: tuple[str, ...] = ()
+    unsearched: frozenset[str] = frozenset()
     if real is not None and _version(facts.get("version.version")) < (2, 37):
-        legacy = legacy_subdirs(_ask(real, "--help", loader_env) or "")
+        listed = _ask(real, "--help", loader_env) or ""
+        legacy, unsearched = legacy_subdirs(listed), _legacy_list(listed)[1]
     names = [n for n in facts["dl_hwcaps_subdirs"].split(":") if n]
     try:
         active = int(facts.get("dl_hwcaps_subdirs_active", "0"), 0)
@@ -322,7 +340,8 @@ def _glibc_facts(loader: str, x86_64: bool, loader_env: tuple[tuple[str, str], .
     return LoaderFacts(hwcaps=tuple(n for i, n in enumerate(names) if active >> i & 1),
                        lib=facts.get("dl_dst_lib") or None,
                        platform=facts.get("dl_platform") or None,
-                       system_dirs=system or DEFAULT_DIRS, legacy=legacy)
+                       system_dirs=system or DEFAULT_DIRS, legacy=legacy,
+                       unsearched=unsearched)
 
 
 def _musl_facts(arch: str, root: str) -> LoaderFacts:
@@ -354,29 +373,41 @@ def _dirs(spec: str | None, origin: str, facts: LoaderFacts = LoaderFacts()) -> 
 def read_ld_cache(path: str = LD_SO_CACHE) -> dict[str, list[str]]:
     """name -> the paths /etc/ld.so.cache gives for it, in its order (every architecture's:
     the caller checks the kind); {} where it is missing or in a format not known here."""
+    return _read_ld_cache(path)[0]
+
+
+def _read_ld_cache(path: str) -> tuple[dict[str, list[str]], dict[str, int]]:
+    """``read_ld_cache``'s answer, and the legacy hwcaps of its paths that have some (path ->
+    its entry's hwcap: a bit for each of its last directories that ldconfig took for a hwcap,
+    platform or tls; a glibc-hwcaps entry's is not one)."""
     try:
         with open(path, "rb") as f:
             data = f.read()
     except OSError:
-        return {}
+        return {}, {}
     start = 0
     if data.startswith(_CACHE_OLD):  # the old format first, the new one after it
         nlibs, = struct.unpack_from("=I", data, 12)
         start = (16 + nlibs * 12 + 7) & ~7
     if data[start:start + len(_CACHE_NEW)] != _CACHE_NEW:
-        return {}
+        return {}, {}
     out: dict[str, list[str]] = {}
+    legacy: dict[str, int] = {}
     try:
         nlibs, = struct.unpack_from("=I", data, start + 20)
         for i in range(nlibs):
-            _, key, value = struct.unpack_from("=iII", data, start + 48 + i * 24)
+            # struct file_entry_new (sysdeps/generic/dl-cache.h): flags, key, value,
+            # osversion, hwcap
+            _, key, value, _, hwcap = struct.unpack_from("=iIIIQ", data, start + 48 + i * 24)
             name = data[start + key:data.index(b"\0", start + key)].decode(errors="replace")
             where = data[start + value:data.index(b"\0", start + value)].decode(
                 errors="replace")
             out.setdefault(name, []).append(where)
+            if hwcap and (hwcap >> 32) & ~_ISA_LEVEL_MASK != _HWCAP_EXTENSION >> 32:
+                legacy[where] = hwcap
     except (struct.error, ValueError):
-        return {}
-    return out
+        return {}, {}
+    return out, legacy
 
 
 class Libraries:
@@ -387,7 +418,7 @@ class Libraries:
     def __init__(self, cache_path: str | None = None, root: str = ""):
         self.root = root
         self.cache_path = cache_path if cache_path is not None else root + LD_SO_CACHE
-        self._ld_cache: tuple[tuple, dict[str, list[str]]] | None = None
+        self._ld_cache: tuple[tuple, dict[str, list[str]], dict[str, int]] | None = None
         self._known: dict[tuple, list[str]] = {}
         self._facts: dict[tuple, LoaderFacts] = {}
         self._ident: tuple = ()
@@ -428,11 +459,13 @@ class Libraries:
             self._ident_at = now
         return self._ident
 
-    def _names(self) -> dict[str, list[str]]:
+    def _names(self) -> tuple[dict[str, list[str]], dict[str, int]]:
+        """The ld.so.cache's names and legacy hwcaps (``_read_ld_cache``), read again once
+        it changed."""
         ident = self._cache_identity()
         if self._ld_cache is None or self._ld_cache[0] != ident:
-            self._ld_cache = (ident, read_ld_cache(self.cache_path))
-        return self._ld_cache[1]
+            self._ld_cache = (ident, *_read_ld_cache(self.cache_path))
+        return self._ld_cache[1], self._ld_cache[2]
 
     def loader_facts(self, loader: str, kind: tuple,
                      loader_env: tuple[tuple[str, str], ...] = ()) -> LoaderFacts:
@@ -466,7 +499,7 @@ class Libraries:
         exe_dir = os.path.dirname(os.path.realpath(program))
         exe_rpath = _dirs(top.rpath, exe_dir, facts) if top.runpath is None else []
         env_dirs = _dirs(ld_library_path, exe_dir, facts)
-        names = {} if musl else self._names()
+        names, legacy = ({}, {}) if musl else self._names()
         found: list[str] = []
         seen: set[str] = set()
         done: set[str] = set()
@@ -497,7 +530,7 @@ class Libraries:
                         _dirs(obj.rpath, origin, facts) + exe_rpath + env_dirs)
                 candidates = [os.path.join(d, sub, name) for d in dirs
                               for sub in self._subdirs(facts)]
-                candidates += self._cached(names.get(name, []), facts) + [
+                candidates += self._cached(names.get(name, []), facts, legacy) + [
                     os.path.join(d, sub, name) for d in facts.system_dirs
                     for sub in self._subdirs(facts)]
             for path in candidates:
@@ -521,13 +554,32 @@ class Libraries:
         return [f"glibc-hwcaps/{h}" for h in facts.hwcaps] + list(facts.legacy) + [""]
 
     @staticmethod
-    def _cached(paths: list[str], facts: LoaderFacts) -> list[str]:
+    def _cached(paths: list[str], facts: LoaderFacts, legacy: dict[str, int]) -> list[str]:
         """ld.so.cache's paths of a name as glibc takes them: those in a glibc-hwcaps
-        subdirectory only of a supported level, the best level first, then the others."""
+        subdirectory only of a supported level, the best level first, then the others; of
+        those an entry of legacy hwcaps (``legacy``: path -> its hwcap), where the loader
+        lists what it searches (glibc 2.33 to 2.36), only where it searches each."""
         def level(path: str) -> int | None:
             m = re.search(r"/glibc-hwcaps/([^/]+)/[^/]+$", path)
             if m is None:
+                hwcap = legacy.get(path)
+                if hwcap and facts.legacy and not _searched(path, hwcap, facts):
+                    return None
                 return len(facts.hwcaps)
             return facts.hwcaps.index(m.group(1)) if m.group(1) in facts.hwcaps else None
         ranked = [(level(p), i, p) for i, p in enumerate(paths)]
         return [p for lv, _, p in sorted(r for r in ranked if r[0] is not None)]
+
+
+def _searched(path: str, hwcap: int, facts: LoaderFacts) -> bool:
+    """Whether glibc 2.33 to 2.36 take ld.so.cache's entry ``path`` of legacy hwcaps
+    ``hwcap``: ldconfig gave it a bit for each of its last directories that names a hwcap, a
+    platform or tls (elf/ldconfig.c path_hwcap), and the loader takes it only where each is
+    one it searches (elf/dl-cache.c): a hwcap it searches (not one it lists unsearched, even
+    where that is its platform's name too), its platform, tls by bit 63 (on arm ldconfig
+    takes ``tls`` for the hwcap of that name, which the loader searches for no entry)."""
+    count = bin(hwcap).count("1")
+    last = path.split("/")[-1 - count:-1]
+    searched = set(facts.legacy[0].split("/"))
+    return len(last) == count and ("tls" in last) == bool(hwcap & _TLS_BIT) and all(
+        d in searched and d not in facts.unsearched for d in last)

@@ -109,19 +109,21 @@ def test_the_libraries_found_are_those_ld_so_loads():
         assert found == loaded, program
 
 
-def _new_cache(entries: list[tuple[str, str]]) -> bytes:
-    """A cache in glibc's new format: header, entries, then their strings (offsets from the
-    header's start)."""
+def _new_cache(entries: list[tuple[str, str]], hwcaps: dict[str, int] | None = None
+               ) -> bytes:
+    """A cache in glibc's new format: header, entries (``hwcaps``: path -> its entry's
+    hwcap, else 0), then their strings (offsets from the header's start)."""
     import struct
     strings, offsets = b"", []
     base = 48 + 24 * len(entries)
     for name, path in entries:
-        offsets.append((base + len(strings), base + len(strings) + len(name) + 1))
+        offsets.append((base + len(strings), base + len(strings) + len(name) + 1,
+                        (hwcaps or {}).get(path, 0)))
         strings += name.encode() + b"\0" + path.encode() + b"\0"
     head = b"glibc-ld.so.cache1.1" + struct.pack("=IIB3xI3I", len(entries), len(strings), 0,
                                                    0, 0, 0, 0)
-    return head + b"".join(struct.pack("=iIIIQ", 0x303, k, v, 0, 0)
-                           for k, v in offsets) + strings
+    return head + b"".join(struct.pack("=iIIIQ", 0x303, k, v, 0, hw)
+                           for k, v, hw in offsets) + strings
 
 
 def test_both_layouts_of_the_ld_so_cache_are_read(tmp_path):
@@ -486,3 +488,54 @@ def test_a_relative_interpreter_is_the_one_in_the_runs_directory(tmp_path, line)
     assert [r.time_s for r in recs] == [1, 2, 12], [r.error for r in recs]
     assert told == ["c", "c"]
     assert len({r.extra["program"] for r in recs}) == 3
+
+
+@needs_cc
+@pytest.mark.skipif(os.uname().machine != "x86_64", reason="a fake loader linked on x86-64")
+def test_legacy_subdirectories_and_cache_entries_are_those_the_loader_lists(tmp_path):
+    """A program whose loader (a fake one: the test's) is glibc 2.36 listing its legacy
+    hwcaps (platform myplat, tls, hwa searched, hwb masked; GLIBC_TUNABLES' hwcap_mask=0 in
+    the run's env masks hwa too): of libbench.so under LD_LIBRARY_PATH's tls/myplat/hwa and
+    hwb, the first is its library; of ld.so.cache's entries (in a fake cache) those under a
+    masked hwcap, another platform or an arm-style tls bit are passed over, as
+    elf/dl-cache.c does. The loader gets the run's hwcaps variables, no other."""
+    d, c = tmp_path / "d", tmp_path / "c"
+    build_lib(d / "hwb", 1)
+    build_lib(d / "tls" / "myplat" / "hwa", 2)
+    ordered = {"hwb": 1 << 5, "tls": 1 << 15, "hwa": 1 << 4, "tls/otherplat": 1 << 63 | 1 << 49,
+               "tls/myplat": 1 << 63 | 1 << 48, "": 0}
+    for sub in ordered:
+        build_lib(c / sub if sub else c, 3)
+    paths = {str((c / sub if sub else c) / "libbench.so"): hw for sub, hw in ordered.items()}
+    cache = tmp_path / "ld.so.cache"
+    cache.write_bytes(_new_cache([("libbench.so", p) for p in paths], paths))
+    loader = tmp_path / "ld-fake.so"
+    loader.write_text(
+        "#!/bin/sh\n"
+        f"echo \"$1 $GLIBC_TUNABLES|$LD_HWCAP_MASK|$HOME\" >> {tmp_path / 'loader-env'}\n"
+        'if [ "$1" = --list-diagnostics ]; then\n'
+        "  echo 'version.version=\"2.36\"'\n  echo 'dl_hwcaps_subdirs=\"\"'\n"
+        "  echo 'dl_hwcaps_subdirs_active=0x0'\n  exit 0\nfi\n"
+        "echo 'Legacy HWCAP subdirectories under library search path directories:'\n"
+        "echo '  myplat (AT_PLATFORM; supported, searched)'\n"
+        "echo '  tls (supported, searched)'\n"
+        'case "$GLIBC_TUNABLES" in *hwcap_mask=0) echo \'  hwb (supported, masked)\'\n'
+        "  echo '  hwa (supported, masked)';;\n"
+        "*) echo '  hwb (supported, masked)'\n  echo '  hwa (supported, searched)';; esac\n")
+    loader.chmod(0o755)
+    (tmp_path / "app.c").write_text(APP)
+    subprocess.run([CC, "-o", str(tmp_path / "app"), str(tmp_path / "app.c"),
+                    f"-L{tmp_path / 'c'}", "-lbench", f"-Wl,--dynamic-linker={loader}"],
+                   check=True)
+    app = str(tmp_path / "app")
+    libs = Libraries(cache_path=str(cache))
+    assert [p for p in libs.of(app, str(d)) if "libbench" in p] == [
+        str(d / "tls" / "myplat" / "hwa" / "libbench.so")]
+    assert [p for p in libs.of(app) if "libbench" in p] == [str(c / "hwa" / "libbench.so")]
+    env = {"GLIBC_TUNABLES": "glibc.malloc.check=3:glibc.cpu.hwcap_mask=0", "HOME": "/x"}
+    from opptune.agent.shared_libs import hwcaps_env
+    assert [p for p in libs.of(app, "", hwcaps_env(env)) if "libbench" in p] == [
+        str(c / "tls" / "myplat" / "libbench.so")]
+    assert set((tmp_path / "loader-env").read_text().splitlines()) == {
+        "--list-diagnostics ||", "--help ||", "--list-diagnostics glibc.cpu.hwcap_mask=0||",
+        "--help glibc.cpu.hwcap_mask=0||"}
