@@ -539,3 +539,27 @@ def test_legacy_subdirectories_and_cache_entries_are_those_the_loader_lists(tmp_
     assert set((tmp_path / "loader-env").read_text().splitlines()) == {
         "--list-diagnostics ||", "--help ||", "--list-diagnostics glibc.cpu.hwcap_mask=0||",
         "--help glibc.cpu.hwcap_mask=0||"}
+
+
+@pytest.mark.parametrize("env", [{}, {"GLIBC_TUNABLES": "glibc.cpu.hwcaps=-AVX2"},
+                                 {"GLIBC_TUNABLES": "glibc.cpu.hwcaps=-AVX512F"},
+                                 {"GLIBC_TUNABLES": "glibc.cpu.hwcap_mask=0"},
+                                 {"LD_HWCAP_MASK": "2"}])
+def test_the_subdirectories_searched_are_those_ld_so_says_it_searches(env):
+    """Under an LD_LIBRARY_PATH directory, the glibc-hwcaps and legacy subdirectories, in
+    their order, for a run with ``env``, are those this machine's loader says it searches
+    (LD_DEBUG=libs's search path, which the real run prints)."""
+    import re
+    from opptune.agent.shared_libs import _read, hwcaps_env
+    true = shutil.which("true")
+    elf = _read(true) if true else None
+    if elf is None or not elf.interp:
+        pytest.skip("no dynamic true")
+    printed = subprocess.run([true], capture_output=True, text=True, env={
+        **env, "LD_DEBUG": "libs", "LD_LIBRARY_PATH": "/nowhere"}).stderr
+    said = re.search(r"search path=(\S+)\s+\(LD_LIBRARY_PATH\)", printed)
+    if said is None:
+        pytest.skip("a loader that does not say its search path (not glibc)")
+    facts = Libraries().loader_facts(elf.interp, elf.kind, hwcaps_env(env))
+    assert said.group(1).split(":") == [
+        f"/nowhere/{sub}".rstrip("/") for sub in Libraries._subdirs(facts)]
