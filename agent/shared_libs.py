@@ -15,7 +15,8 @@ library, once per loader file and per run environment's hwcaps variables (``hwca
 them), and only a loader that no one but root or the agent's user may write or replace (the
 program's PT_INTERP names it: a program writable by a workload's user must not have the agent
 run a file of that user's choice). Where it cannot (an older glibc, another loader), the
-x86-64 levels are read from /proc/cpuinfo's flags (less those the tunables turn off), no
+x86-64 levels are read from /proc/cpuinfo's flags (less those the tunables turn off; none
+for a loader file named ld-2.32.so or older: glibc-hwcaps came with 2.33), no
 legacy subdirectory is searched, a path with ``$LIB``/``$PLATFORM`` is left out and the
 system directories are /lib, /usr/lib, /lib64, /usr/lib64.
 
@@ -322,8 +323,12 @@ def _glibc_facts(loader: str, x86_64: bool, loader_env: tuple[tuple[str, str], .
     if real is not None:
         facts = parse_diagnostics(_ask(real, "--list-diagnostics", loader_env) or "")
     if "dl_hwcaps_subdirs" not in facts:
-        return LoaderFacts(hwcaps=cpuinfo_levels(off=frozenset(_turned_off(loader_env)))
-                           if x86_64 else ())
+        # glibc before 2.34 installs its loader as ld-VERSION.so (ld-2.31.so), the name ld.so's
+        # links point to; glibc-hwcaps subdirectories came with 2.33
+        named = re.fullmatch(r"ld-(\d+\.\d+)\.so", os.path.basename(os.path.realpath(loader)))
+        if not x86_64 or named and _version(named.group(1)) < (2, 33):
+            return LoaderFacts()
+        return LoaderFacts(hwcaps=cpuinfo_levels(off=frozenset(_turned_off(loader_env))))
     legacy: tuple[str, ...] = ()
     unsearched: frozenset[str] = frozenset()
     if real is not None and _version(facts.get("version.version")) < (2, 37):

@@ -563,3 +563,33 @@ def test_the_subdirectories_searched_are_those_ld_so_says_it_searches(env):
     facts = Libraries().loader_facts(elf.interp, elf.kind, hwcaps_env(env))
     assert said.group(1).split(":") == [
         f"/nowhere/{sub}".rstrip("/") for sub in Libraries._subdirs(facts)]
+
+
+@needs_cc
+@pytest.mark.skipif(os.uname().machine != "x86_64", reason="x86-64 levels")
+def test_a_glibc_older_than_2_33_searches_no_glibc_hwcaps_subdirectory(tmp_path):
+    """A program whose loader is glibc 2.31's (Debian 11, Raspberry Pi OS bullseye: its file
+    ld-2.31.so, its link ld-linux-x86-64.so.2; a fake one that cannot say its facts): the
+    plain libbench.so is its library, not glibc-hwcaps/x86-64-v2's, which only glibc 2.33
+    and later search. Before, the CPU's levels were taken whatever the loader's version."""
+    from opptune.agent.shared_libs import cpuinfo_levels
+    if not cpuinfo_levels():
+        pytest.skip("no x86-64-v2 on this CPU: no level to pass over")
+    d = tmp_path / "lib"
+    build_lib(d, 1)
+    build_lib(d / "glibc-hwcaps" / "x86-64-v2", 2)
+    loader = tmp_path / "ld-2.31.so"
+    loader.write_text("#!/bin/sh\nexit 127\n")  # glibc 2.31 knows no --list-diagnostics
+    loader.chmod(0o755)
+    (tmp_path / "ld-linux-x86-64.so.2").symlink_to(loader)
+    (tmp_path / "app.c").write_text(APP)
+    subprocess.run([CC, "-o", str(tmp_path / "app"), str(tmp_path / "app.c"), f"-L{d}",
+                    "-lbench", f"-Wl,--dynamic-linker={tmp_path / 'ld-linux-x86-64.so.2'}"],
+                   check=True)
+    assert [p for p in Libraries().of(str(tmp_path / "app"), str(d)) if "libbench" in p] == [
+        str(d / "libbench.so")]
+    # the same loader as glibc 2.33's file: its levels (from /proc/cpuinfo) are searched
+    (tmp_path / "ld-linux-x86-64.so.2").unlink()
+    (tmp_path / "ld-linux-x86-64.so.2").symlink_to(loader.rename(tmp_path / "ld-2.33.so"))
+    assert [p for p in Libraries().of(str(tmp_path / "app"), str(d)) if "libbench" in p] == [
+        str(d / "glibc-hwcaps" / "x86-64-v2" / "libbench.so")]
