@@ -38,6 +38,7 @@ so the look before each run only stats.
 
 from __future__ import annotations
 
+import itertools
 import os
 import re
 import struct
@@ -508,6 +509,7 @@ class Libraries:
         found: list[str] = []
         seen: set[str] = set()
         done: set[str] = set()
+        present: dict[str, list[str]] = {}  # directory -> its subdirectories to look in
         if interp:
             found.append(interp)
             done.add(os.path.realpath(interp))
@@ -533,11 +535,14 @@ class Libraries:
                 dirs = (env_dirs + _dirs(obj.runpath, origin, facts)
                         if obj.runpath is not None else
                         _dirs(obj.rpath, origin, facts) + exe_rpath + env_dirs)
-                candidates = [os.path.join(d, sub, name) for d in dirs
-                              for sub in self._subdirs(facts)]
-                candidates += self._cached(names.get(name, []), facts, legacy) + [
-                    os.path.join(d, sub, name) for d in facts.system_dirs
-                    for sub in self._subdirs(facts)]
+                # opened in turn up to the first found: the cache before the system
+                # directories, whose subdirectories are not even looked for then
+                candidates = itertools.chain(
+                    (os.path.join(d, sub, name) for d in dirs
+                     for sub in self._present(d, facts, present)),
+                    self._cached(names.get(name, []), facts, legacy),
+                    (os.path.join(d, sub, name) for d in facts.system_dirs
+                     for sub in self._present(d, facts, present)))
             for path in candidates:
                 lib = _read(path)
                 if lib is None or lib.kind != top.kind:
@@ -549,6 +554,24 @@ class Libraries:
                     found.append(path)
                 queue += [(lib, os.path.dirname(real), n, chain) for n in lib.needed]
                 break
+        return found
+
+    @classmethod
+    def _present(cls, directory: str, facts: LoaderFacts, memo: dict[str, list[str]]
+                 ) -> list[str]:
+        """``_subdirs`` of ``directory`` less those whose first directory is not there (a
+        stat for each of glibc-hwcaps, tls, the platform and each hwcap, not an open for each
+        of the 19 subdirectories glibc 2.36 searches on x86-64), kept in ``memo``."""
+        found = memo.get(directory)
+        if found is None:
+            there: dict[str, bool] = {}
+            found = memo[directory] = []
+            for sub in cls._subdirs(facts):
+                top = sub.partition("/")[0]
+                if top and top not in there:
+                    there[top] = os.path.isdir(os.path.join(directory, top))
+                if not top or there[top]:
+                    found.append(sub)
         return found
 
     @staticmethod
