@@ -16,9 +16,11 @@ them), and only a loader that no one but root or the agent's user may write or r
 program's PT_INTERP names it: a program writable by a workload's user must not have the agent
 run a file of that user's choice). Where it cannot (an older glibc, another loader), the
 x86-64 levels are read from /proc/cpuinfo's flags (less those the tunables turn off; none
-for a loader file named ld-2.32.so or older: glibc-hwcaps came with 2.33), no
-legacy subdirectory is searched, a path with ``$LIB``/``$PLATFORM`` is left out and the
-system directories are /lib, /usr/lib, /lib64, /usr/lib64.
+for a loader file named ld-2.32.so or older: glibc-hwcaps came with 2.33), no legacy
+subdirectory is searched but glibc 2.27 to 2.32's on x86-64, known from the CPU
+(``cpuinfo_legacy``; not with hwcaps variables in the run's environment), a path with
+``$LIB``/``$PLATFORM`` is left out and the system directories are /lib, /usr/lib, /lib64,
+/usr/lib64.
 
 A musl program (PT_INTERP ``ld-musl-ARCH.so.1``) is searched as musl does: LD_LIBRARY_PATH,
 the DT_RUNPATH (else DT_RPATH) of the object and of those that loaded it, then the directories
@@ -26,7 +28,8 @@ of /etc/ld-musl-ARCH.path (split at colons and newlines), else /lib, /usr/local/
 no ld.so.cache, no hwcaps; libc's own names (libc.*, libpthread.*, libm.*...) are the loader.
 
 Not followed (the libraries found otherwise are still covered): glibc's legacy hwcaps
-subdirectories where the loader cannot list them (glibc before 2.33, a loader not run), and of
+subdirectories where the loader cannot list them (glibc before 2.33 but 2.27 to 2.32 on
+x86-64 without hwcaps variables, a loader not run), and of
 a hwcap_mask its bits other than the loader's own (``--help`` names only those), LD_PRELOAD and
 /etc/ld.so.preload, libraries opened at run time (dlopen: plugins, Python's extension
 modules), and a name not found (the run fails or finds it where ld.so alone knows).
@@ -213,19 +216,56 @@ def cpuinfo_levels(cpuinfo: str = "/proc/cpuinfo", off: frozenset[str] = frozens
                    ) -> tuple[str, ...]:
     """The x86-64 levels (glibc-hwcaps names) the first CPU of ``cpuinfo`` supports, with the
     flags ``off`` turned off, best first; () where it cannot be read or has no x86 flags."""
-    try:
-        with open(cpuinfo, encoding="utf-8", errors="replace") as f:
-            flags = next((set(ln.split(":", 1)[1].split()) for ln in f
-                          if ln.startswith("flags")), set())
-    except OSError:
-        return ()
-    flags -= off
+    flags = _cpuinfo(cpuinfo)[1] - off
     out: list[str] = []
     for name, needs in _X86_64_LEVELS:
         if not needs <= flags:
             break
         out.insert(0, name)
     return tuple(out)
+
+
+def _cpuinfo(cpuinfo: str) -> tuple[str, set[str]]:
+    """The vendor_id and flags of the first CPU of ``cpuinfo`` ("" and none where it cannot
+    be read or is no x86's)."""
+    vendor, flags = "", None
+    try:
+        with open(cpuinfo, encoding="utf-8", errors="replace") as f:
+            for ln in f:
+                key, _, value = ln.partition(":")
+                if key.strip() == "vendor_id" and not vendor:
+                    vendor = value.strip()
+                elif key.strip() == "flags":
+                    flags = set(value.split())
+                    break
+    except OSError:
+        pass
+    return vendor, flags or set()
+
+
+def cpuinfo_legacy(cpuinfo: str = "/proc/cpuinfo") -> tuple[tuple[str, ...], frozenset[str]]:
+    """The legacy hwcaps subdirectories glibc 2.27 to 2.32 search on x86-64 (as
+    ``legacy_subdirs`` orders them) and its hwcaps not searched, from the first CPU's vendor and
+    flags, as sysdeps/x86/cpu-features.c sets them: hwcap x86_64 always, avx512_1 on Intel
+    with AVX512F, CD, BW, DQ and VL but no ER; the platform on Intel xeon_phi (AVX512F, CD,
+    ER, PF), else haswell (AVX2, FMA, BMI1, BMI2, LZCNT, MOVBE, POPCNT), else the kernel's
+    AT_PLATFORM, x86_64. ((), none) where ``cpuinfo`` has no x86 flags."""
+    vendor, flags = _cpuinfo(cpuinfo)
+    if not flags:
+        return (), frozenset()
+    platform, hwcaps = "x86_64", ["x86_64"]
+    if vendor == "GenuineIntel":
+        chosen = None
+        if {"avx512f", "avx512cd"} <= flags:
+            if "avx512er" in flags:
+                chosen = "xeon_phi" if "avx512pf" in flags else None
+            elif {"avx512bw", "avx512dq", "avx512vl"} <= flags:
+                hwcaps.insert(0, "avx512_1")  # bit 2, above x86_64's 1
+        if chosen is None and {"avx2", "fma", "bmi1", "bmi2", "abm", "movbe", "popcnt"} <= flags:
+            chosen = "haswell"
+        platform = chosen or platform
+    return (_power_set(["tls", platform] + hwcaps),
+            frozenset({"avx512_1"} - set(hwcaps)))
 
 
 def parse_diagnostics(text: str) -> dict[str, str]:
@@ -267,9 +307,12 @@ def legacy_subdirs(help_text: str) -> tuple[str, ...]:
     binary count down from all of them, ``tls`` its highest bit (elf/dl-hwcaps.c's power set:
     ``tls/haswell/avx512_1/x86_64``, ``tls/haswell/avx512_1``, ``tls/haswell/x86_64`` ...
     ``x86_64``); the directory itself, last, is not among them. () where it lists none."""
-    parts = _legacy_list(help_text)[0]
-    if not parts:
-        return ()
+    return _power_set(_legacy_list(help_text)[0])
+
+
+def _power_set(parts: list[str]) -> tuple[str, ...]:
+    """elf/dl-hwcaps.c's subdirectories of ``parts`` (tls, the platform, the hwcaps highest
+    bit first), all of them first, the directory itself (no part) left out."""
     top = len(parts) - 1
     return tuple("/".join(p for i, p in enumerate(parts) if subset >> (top - i) & 1)
                  for subset in range((1 << len(parts)) - 1, 0, -1))
@@ -327,8 +370,14 @@ def _glibc_facts(loader: str, x86_64: bool, loader_env: tuple[tuple[str, str], .
         # glibc before 2.34 installs its loader as ld-VERSION.so (ld-2.31.so), the name ld.so's
         # links point to; glibc-hwcaps subdirectories came with 2.33
         named = re.fullmatch(r"ld-(\d+\.\d+)\.so", os.path.basename(os.path.realpath(loader)))
-        if not x86_64 or named and _version(named.group(1)) < (2, 33):
+        version = _version(named.group(1)) if named else ()
+        if not x86_64:
             return LoaderFacts()
+        if version and version < (2, 33):
+            # the legacy subdirectories of 2.27 to 2.32 are known from the CPU; not where the
+            # run's hwcaps variables change them (their names and effects differ there)
+            old = cpuinfo_legacy() if (2, 27) <= version and not loader_env else ((), None)
+            return LoaderFacts(legacy=old[0], unsearched=old[1] or frozenset())
         return LoaderFacts(hwcaps=cpuinfo_levels(off=frozenset(_turned_off(loader_env))))
     legacy: tuple[str, ...] = ()
     unsearched: frozenset[str] = frozenset()

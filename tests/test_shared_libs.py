@@ -593,3 +593,65 @@ def test_a_glibc_older_than_2_33_searches_no_glibc_hwcaps_subdirectory(tmp_path)
     (tmp_path / "ld-linux-x86-64.so.2").symlink_to(loader.rename(tmp_path / "ld-2.33.so"))
     assert [p for p in Libraries().of(str(tmp_path / "app"), str(d)) if "libbench" in p] == [
         str(d / "glibc-hwcaps" / "x86-64-v2" / "libbench.so")]
+
+
+def _old_loader(tmp_path, version: str) -> str:
+    """A fake glibc loader ``ld-VERSION.so`` that cannot say its facts (no
+    --list-diagnostics before 2.33), behind ld-linux-x86-64.so.2 as glibc before 2.34
+    installs it; the link's path."""
+    loader = tmp_path / f"ld-{version}.so"
+    loader.write_text("#!/bin/sh\nexit 127\n")
+    loader.chmod(0o755)
+    link = tmp_path / "ld-linux-x86-64.so.2"
+    link.symlink_to(loader)
+    return str(link)
+
+
+@needs_cc
+@pytest.mark.skipif(os.uname().machine != "x86_64", reason="x86-64's legacy hwcaps")
+def test_glibc_2_31s_legacy_subdirectories_are_known_from_the_cpu(tmp_path):
+    """A program whose loader is glibc 2.31's (Debian 11, Ubuntu 20.04), which cannot list
+    its legacy subdirectories: they are known from /proc/cpuinfo as its cpu-features.c sets
+    them, and libbench.so under LD_LIBRARY_PATH's x86_64/ (searched on every x86-64 CPU) is
+    its library, not the plain one. Where this machine's loader is glibc 2.33 to 2.36 (the
+    same rules), its own list is the same."""
+    d = tmp_path / "lib"
+    build_lib(d, 1)
+    build_lib(d / "x86_64", 2)
+    (tmp_path / "app.c").write_text(APP)
+    subprocess.run([CC, "-o", str(tmp_path / "app"), str(tmp_path / "app.c"), f"-L{d}",
+                    "-lbench", f"-Wl,--dynamic-linker={_old_loader(tmp_path, '2.31')}"],
+                   check=True)
+    assert [p for p in Libraries().of(str(tmp_path / "app"), str(d)) if "libbench" in p] == [
+        str(d / "x86_64" / "libbench.so")]
+    old = _loader_facts(str(tmp_path / "app"))
+    real = _loader_facts(os.path.realpath(sys.executable))
+    if real.legacy:
+        assert (old.legacy, old.unsearched) == (real.legacy, real.unsearched)
+
+
+def test_glibc_2_31s_x86_64_platform_and_hwcaps_follow_the_cpu(tmp_path):
+    """cpuinfo_legacy on fake /proc/cpuinfo files: an Intel CPU with AVX2 (and the rest of
+    Haswell's) is haswell, with AVX-512 F/CD/BW/DQ/VL also avx512_1; a Xeon Phi is xeon_phi;
+    an AMD one keeps the kernel's platform, x86_64, whatever its features."""
+    from opptune.agent.shared_libs import cpuinfo_legacy
+    haswell = "fpu sse2 avx avx2 fma bmi1 bmi2 abm movbe popcnt"
+    avx512 = haswell + " avx512f avx512cd avx512bw avx512dq avx512vl"
+
+    def legacy(vendor: str, flags: str):
+        (tmp_path / "cpuinfo").write_text(f"processor\t: 0\nvendor_id\t: {vendor}\n"
+                                          f"flags\t\t: {flags}\n\nprocessor\t: 1\n")
+        return cpuinfo_legacy(str(tmp_path / "cpuinfo"))
+
+    assert legacy("GenuineIntel", haswell) == (
+        ("tls/haswell/x86_64", "tls/haswell", "tls/x86_64", "tls", "haswell/x86_64",
+         "haswell", "x86_64"), frozenset({"avx512_1"}))
+    assert legacy("GenuineIntel", avx512)[0][:2] == ("tls/haswell/avx512_1/x86_64",
+                                                     "tls/haswell/avx512_1")
+    assert legacy("GenuineIntel", avx512)[1] == frozenset()
+    assert legacy("GenuineIntel", avx512 + " avx512er avx512pf")[0][0] == "tls/xeon_phi/x86_64"
+    assert legacy("AuthenticAMD", avx512)[0] == (
+        "tls/x86_64/x86_64", "tls/x86_64", "tls/x86_64", "tls", "x86_64/x86_64", "x86_64",
+        "x86_64")
+    (tmp_path / "arm").write_text("processor\t: 0\nFeatures\t: fp asimd\n")
+    assert cpuinfo_legacy(str(tmp_path / "arm")) == ((), frozenset())
