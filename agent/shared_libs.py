@@ -18,7 +18,9 @@ run a file of that user's choice). Where it cannot (an older glibc, another load
 x86-64 levels are read from /proc/cpuinfo's flags (less those the tunables turn off; none
 for a loader file named ld-2.32.so or older: glibc-hwcaps came with 2.33), no legacy
 subdirectory is searched but glibc 2.27 to 2.32's on x86-64, known from the CPU
-(``cpuinfo_legacy``; not with hwcaps variables in the run's environment), a path with
+(``cpuinfo_legacy``), and 2.28 to 2.32's on arm and arm64 for a program of the agent's own
+kind, known from the kernel's AT_HWCAP and AT_PLATFORM (``auxv_legacy``; neither with
+hwcaps variables in the run's environment), a path with
 ``$LIB``/``$PLATFORM`` is left out and the system directories are /lib, /usr/lib, /lib64,
 /usr/lib64.
 
@@ -28,8 +30,8 @@ of /etc/ld-musl-ARCH.path (split at colons and newlines), else /lib, /usr/local/
 no ld.so.cache, no hwcaps; libc's own names (libc.*, libpthread.*, libm.*...) are the loader.
 
 Not followed (the libraries found otherwise are still covered): glibc's legacy hwcaps
-subdirectories where the loader cannot list them (glibc before 2.33 but 2.27 to 2.32 on
-x86-64 without hwcaps variables, a loader not run), and of
+subdirectories where the loader cannot list them (glibc before 2.33 but the above, a loader
+not run), and of
 a hwcap_mask its bits other than the loader's own (``--help`` names only those), LD_PRELOAD and
 /etc/ld.so.preload, libraries opened at run time (dlopen: plugins, Python's extension
 modules), and a name not found (the run fails or finds it where ld.so alone knows).
@@ -46,6 +48,7 @@ import os
 import re
 import struct
 import subprocess
+import sys
 import time
 from dataclasses import dataclass, replace
 from typing import IO, Mapping
@@ -63,7 +66,11 @@ MUSL_DEFAULT_DIRS = ("/lib", "/usr/local/lib", "/usr/lib")
 _MUSL_LOADER = re.compile(r"ld-musl-(.+)\.so\.1")
 # names musl's loader takes for itself (ldso/dynlink.c's "reserved"): libc.so, libc.musl-*...
 _MUSL_SELF = re.compile(r"lib(?:c|pthread|rt|m|dl|util|xnet)\.")
-_EM_X86_64 = 62
+_EM_X86_64, _EM_ARM, _EM_AARCH64 = 62, 40, 183
+# glibc 2.28 to 2.32's HWCAP_IMPORTANT on arm and arm64 (sysdeps/unix/sysv/linux/*/
+# dl-procinfo.h): AT_HWCAP's bits and glibc's names for them (the kernel's), highest first
+_ARM_IMPORTANT = {_EM_ARM: ((12, "neon"), (6, "vfp")), _EM_AARCH64: ((8, "atomics"),)}
+_AT_PLATFORM, _AT_HWCAP = 15, 16
 # glibc's x86-64 levels (sysdeps/x86/get-isa-level.h), each on top of the one before, as
 # /proc/cpuinfo names their features (abm: LZCNT; xsave: the kernel's AVX state, OSXSAVE)
 _X86_64_LEVELS = (
@@ -268,6 +275,42 @@ def cpuinfo_legacy(cpuinfo: str = "/proc/cpuinfo") -> tuple[tuple[str, ...], fro
             frozenset({"avx512_1"} - set(hwcaps)))
 
 
+def auxv_legacy(machine: int, hwcap: int, platform: str | None
+                ) -> tuple[tuple[str, ...], frozenset[str]]:
+    """The legacy hwcaps subdirectories glibc 2.28 to 2.32 search on arm (``machine``
+    EM_ARM) or arm64 (EM_AARCH64), as ``legacy_subdirs`` orders them, and its hwcaps not
+    searched: tls, the kernel's AT_PLATFORM (``v7l``; ``v8l`` under an arm64 kernel;
+    ``aarch64``) and those of AT_HWCAP's bits glibc searches (neon, vfp; atomics), as
+    elf/dl-hwcaps.c takes them."""
+    bits = _ARM_IMPORTANT[machine]
+    return (_power_set(["tls"] + ([platform] if platform else [])
+                       + [n for b, n in bits if hwcap >> b & 1]),
+            frozenset(n for b, n in bits if not hwcap >> b & 1))
+
+
+def _own_auxv() -> tuple[int, str | None]:
+    """This process's AT_HWCAP and AT_PLATFORM as the kernel gave them (/proc/self/auxv; not
+    getauxval(3), whose AT_HWCAP is glibc's own on x86): a program of its own kind gets the
+    same. (0, None) where they cannot be had."""
+    import ctypes
+    word = struct.calcsize("L")
+    try:
+        with open("/proc/self/auxv", "rb") as f:
+            data = f.read()
+    except OSError:
+        return 0, None
+    pairs = dict(struct.iter_unpack("=QQ" if word == 8 else "=II",
+                                    data[:len(data) // (2 * word) * 2 * word]))
+    at = pairs.get(_AT_PLATFORM)
+    return pairs.get(_AT_HWCAP, 0), ctypes.string_at(at).decode(errors="replace") if at else None
+
+
+def _own_kind() -> tuple | None:
+    """The ELF kind (class, byte order, machine) of the Python this agent runs."""
+    own = _read(os.path.realpath(sys.executable))
+    return own.kind if own is not None else None
+
+
 def parse_diagnostics(text: str) -> dict[str, str]:
     """``key=value`` lines of ``ld.so --list-diagnostics``, a quoted value unquoted."""
     out = {}
@@ -356,12 +399,14 @@ def _version(text: str | None) -> tuple[int, ...]:
     return (int(m.group(1)), int(m.group(2))) if m else ()
 
 
-def _glibc_facts(loader: str, x86_64: bool, loader_env: tuple[tuple[str, str], ...] = ()
+def _glibc_facts(loader: str, kind: tuple, loader_env: tuple[tuple[str, str], ...] = ()
                  ) -> LoaderFacts:
     """What ``loader --list-diagnostics`` says (glibc 2.33 on), and up to 2.36 its ``--help``
-    (the legacy subdirectories), run with the run's hwcaps variables (``hwcaps_env``); the
-    CPU's x86-64 levels less those the tunables turn off, no legacy subdirectory and no
-    $LIB/$PLATFORM where it says nothing."""
+    (the legacy subdirectories), run with the run's hwcaps variables (``hwcaps_env``), for a
+    program of ELF ``kind``; where it says nothing, the CPU's x86-64 levels less those the
+    tunables turn off, no $LIB/$PLATFORM, and no legacy subdirectory but glibc 2.27 to 2.32's
+    on x86-64 (``cpuinfo_legacy``) and 2.28 to 2.32's on arm and arm64 (``auxv_legacy``)."""
+    x86_64 = kind[0] == 2 and kind[2] == _EM_X86_64
     facts = {}
     real = _trusted(loader)
     if real is not None:
@@ -371,13 +416,19 @@ def _glibc_facts(loader: str, x86_64: bool, loader_env: tuple[tuple[str, str], .
         # links point to; glibc-hwcaps subdirectories came with 2.33
         named = re.fullmatch(r"ld-(\d+\.\d+)\.so", os.path.basename(os.path.realpath(loader)))
         version = _version(named.group(1)) if named else ()
-        if not x86_64:
-            return LoaderFacts()
         if version and version < (2, 33):
             # the legacy subdirectories of 2.27 to 2.32 are known from the CPU; not where the
             # run's hwcaps variables change them (their names and effects differ there)
-            old = cpuinfo_legacy() if (2, 27) <= version and not loader_env else ((), None)
-            return LoaderFacts(legacy=old[0], unsearched=old[1] or frozenset())
+            old: tuple[tuple[str, ...], frozenset[str]] = ((), frozenset())
+            if loader_env:
+                pass
+            elif x86_64 and version >= (2, 27):
+                old = cpuinfo_legacy()
+            elif kind[2] in _ARM_IMPORTANT and version >= (2, 28) and kind == _own_kind():
+                old = auxv_legacy(kind[2], *_own_auxv())
+            return LoaderFacts(legacy=old[0], unsearched=old[1])
+        if not x86_64:
+            return LoaderFacts()
         return LoaderFacts(hwcaps=cpuinfo_levels(off=frozenset(_turned_off(loader_env))))
     legacy: tuple[str, ...] = ()
     unsearched: frozenset[str] = frozenset()
@@ -537,7 +588,7 @@ class Libraries:
         if facts is None:
             facts = self._facts[key] = (
                 _musl_facts(musl.group(1), self.root) if musl else
-                _glibc_facts(loader, kind[0] == 2 and kind[2] == _EM_X86_64, loader_env))
+                _glibc_facts(loader, kind, loader_env))
             if not facts.musl_dirs and facts.system_dirs is DEFAULT_DIRS:
                 facts = self._facts[key] = replace(
                     facts, system_dirs=tuple(self.root + d for d in DEFAULT_DIRS))

@@ -655,3 +655,38 @@ def test_glibc_2_31s_x86_64_platform_and_hwcaps_follow_the_cpu(tmp_path):
         "x86_64")
     (tmp_path / "arm").write_text("processor\t: 0\nFeatures\t: fp asimd\n")
     assert cpuinfo_legacy(str(tmp_path / "arm")) == ((), frozenset())
+
+
+def test_glibc_2_31s_arm_and_arm64_subdirectories_follow_the_kernels_hwcaps():
+    """auxv_legacy: on arm (Raspberry Pi OS bullseye) tls, AT_PLATFORM (v7l; v8l under an
+    arm64 kernel) and of AT_HWCAP's bits neon (12) and vfp (6), in elf/dl-hwcaps.c's order;
+    on arm64 atomics (8); a bit the CPU lacks is not searched (listed as such)."""
+    from opptune.agent.shared_libs import auxv_legacy
+    pi = 1 << 12 | 1 << 6 | 1 << 15 | 1 << 1  # neon vfp tls half: tls is not glibc's then
+    assert auxv_legacy(40, pi, "v7l") == (
+        ("tls/v7l/neon/vfp", "tls/v7l/neon", "tls/v7l/vfp", "tls/v7l", "tls/neon/vfp",
+         "tls/neon", "tls/vfp", "tls", "v7l/neon/vfp", "v7l/neon", "v7l/vfp", "v7l",
+         "neon/vfp", "neon", "vfp"), frozenset())
+    assert auxv_legacy(40, 1 << 6, "v8l") == (
+        ("tls/v8l/vfp", "tls/v8l", "tls/vfp", "tls", "v8l/vfp", "v8l", "vfp"),
+        frozenset({"neon"}))
+    assert auxv_legacy(183, 1 << 8 | 0b11, "aarch64")[0] == (
+        "tls/aarch64/atomics", "tls/aarch64", "tls/atomics", "tls", "aarch64/atomics",
+        "aarch64", "atomics")
+    assert auxv_legacy(183, 0b11, "aarch64") == (("tls/aarch64", "tls", "aarch64"),
+                                                 frozenset({"atomics"}))
+
+
+@pytest.mark.skipif(shutil.which("true") is None, reason="no true")
+def test_the_kernels_hwcap_and_platform_are_read_as_ld_so_shows_them():
+    """_own_auxv's AT_HWCAP and AT_PLATFORM are those LD_SHOW_AUXV prints for a program
+    (the same kernel, a program of this Python's kind)."""
+    from opptune.agent.shared_libs import _own_auxv
+    shown = subprocess.run([shutil.which("true")], env={"LD_SHOW_AUXV": "1"},
+                           capture_output=True, text=True).stdout
+    said = dict(ln.split(":", 1) for ln in shown.splitlines() if ":" in ln)
+    if "AT_HWCAP" not in said:
+        pytest.skip("a loader that shows no auxv (not glibc)")
+    hwcap, platform = _own_auxv()
+    assert hwcap == int(said["AT_HWCAP"].strip(), 16)
+    assert platform == said["AT_PLATFORM"].strip()
