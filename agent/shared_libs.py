@@ -37,8 +37,9 @@ a hwcap_mask its bits other than the loader's own (``--help`` names only those),
 modules), and a name not found (the run fails or finds it where ld.so alone knows).
 
 The search reads a few headers of each object (no hashing): ``libraries`` keeps its answer
-by the program's identity (device, inode, size, mtime), LD_LIBRARY_PATH and the cache's mtime,
-so the look before each run only stats.
+by the program's identity (device, inode, size, mtime), LD_LIBRARY_PATH, the run's hwcaps
+variables and the cache's mtime, so the look before each run only stats; under each directory
+it opens only the subdirectories whose first directory (tls/, glibc-hwcaps/...) is there.
 """
 
 from __future__ import annotations
