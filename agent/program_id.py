@@ -35,7 +35,7 @@ from dataclasses import dataclass
 from typing import IO, Any, Mapping
 
 from .private import open_private
-from .shared_libs import Libraries
+from .shared_libs import Libraries, hwcaps_env
 
 log = logging.getLogger("opptune.agent.workloads")
 
@@ -157,9 +157,10 @@ def command_files(argv: list[str], env: Mapping[str, str], cwd: str | None = Non
     """The files a command line runs: argv[0] as the run's PATH finds it (as given when not
     found: FileIds says it is missing; a relative path with a slash from ``exe_dir``, None:
     this process's directory, as the runner takes it), with ``libraries`` what it loads
-    (``program_files``: its shared libraries through the run's LD_LIBRARY_PATH, a script's
-    ``#!`` interpreter; without, the files agents before 0.5 digested) and each argument naming
-    a regular file in ``cwd``, the directory the run starts in (None: this process's).
+    (``program_files``: its shared libraries through the run's LD_LIBRARY_PATH and hwcaps
+    variables, a script's ``#!`` interpreter; without, the files agents before 0.5 digested)
+    and each argument naming a regular file in ``cwd``, the directory the run starts in (None:
+    this process's).
     Arguments with a ``{...}`` placeholder are left out (they change from run to run). Of
     ``sh|bash|dash -c STRING`` also the files of STRING's first command (``shell_files``) and
     what its program loads."""
@@ -170,9 +171,8 @@ def command_files(argv: list[str], env: Mapping[str, str], cwd: str | None = Non
     if "{" not in exe:
         exe = _under(exe_dir, exe) if os.sep in exe else shutil.which(exe, path=path) or exe
     files = [exe] if "{" not in exe else []
-    lib_path = env.get("LD_LIBRARY_PATH", "")
     if libraries is not None and files:
-        files += program_files(exe, path, lib_path, libraries)
+        files += program_files(exe, env, libraries, cwd)
     # where the run opens them: its own directory, not the agent's
     files += [f for f in (_under(cwd, a) for a in argv[1:] if "{" not in a)
               if os.path.isfile(f)]
@@ -183,7 +183,7 @@ def command_files(argv: list[str], env: Mapping[str, str], cwd: str | None = Non
         first = first_command(string)[:1]
         if libraries is not None and first and (os.sep in first[0] or not login):
             # found[0] is that program
-            found[1:1] = program_files(found[0], path, lib_path, libraries)
+            found[1:1] = program_files(found[0], env, libraries, cwd)
         files += [f for f in found if f not in files]
     return files
 
@@ -192,11 +192,13 @@ _SHEBANG_MAX = 256  # what Linux reads of a #! line (BINPRM_BUF_SIZE; 128 before
 _NESTING = 4  # interpreters Linux follows, each a script of its own (binfmt_script)
 
 
-def shebang(path: str, search_path: str) -> list[str]:
+def shebang(path: str, search_path: str, cwd: str | None = None) -> list[str]:
     """The interpreter a script's ``#!`` line names, then what it runs: ``#!/usr/bin/env
     python3`` is env and python3 as ``search_path`` (the run's PATH) finds it (``env -S
     python3 -u`` too; a bare name not found is given as it is: FileIds says it is missing);
-    [] for a file with no ``#!`` line or none readable."""
+    [] for a file with no ``#!`` line or none readable. A relative interpreter
+    (``#!../bin/python``, even ``#!python3``) is where Linux opens it: from the directory
+    the run starts in, ``cwd`` (None: this process's), as is env's program with a slash."""
     line = _shebang_line(path)
     if not line:
         return []
@@ -204,6 +206,7 @@ def shebang(path: str, search_path: str) -> list[str]:
     interp, _, arg = line.replace("\t", " ").partition(" ")
     if not interp:
         return []
+    interp = _under(cwd, interp)
     out = [interp]
     if os.path.basename(interp) != "env":
         return out
@@ -219,7 +222,8 @@ def shebang(path: str, search_path: str) -> list[str]:
     words = [w for w in words if w and "=" not in w]  # NAME=VALUE sets a variable
     if words and not words[0].startswith("-"):
         name = words[0]
-        out.append(name if os.sep in name else shutil.which(name, path=search_path) or name)
+        out.append(_under(cwd, name) if os.sep in name
+                   else shutil.which(name, path=search_path) or name)
     return out
 
 
@@ -249,21 +253,26 @@ def _shebang_line(path: str) -> str:
     return line
 
 
-def program_files(program: str, search_path: str, lib_path: str, libraries: Libraries
-                  ) -> list[str]:
-    """The files beside ``program`` that a run of it loads: its shared libraries, or for a
-    script the interpreters its ``#!`` line names (``shebang``: in turn, where one is a script
-    too) and their libraries. Not in ``program_core``: agents before 0.5 did not cover them."""
-    out = list(libraries.of(program, lib_path))
+def program_files(program: str, env: Mapping[str, str], libraries: Libraries,
+                  cwd: str | None = None) -> list[str]:
+    """The files beside ``program`` that a run of it loads, in the run's environment ``env``
+    (its PATH, LD_LIBRARY_PATH and hwcaps variables: ``hwcaps_env``) and directory ``cwd``:
+    its shared libraries, or for a script the interpreters its ``#!`` line names
+    (``shebang``: in turn, where one is a script too) and their libraries. Not in
+    ``program_core``: agents before 0.5 did not cover them."""
+    search_path = env.get("PATH", os.defpath)
+    lib_path = env.get("LD_LIBRARY_PATH", "")
+    loader_env = hwcaps_env(env)
+    out = list(libraries.of(program, lib_path, loader_env))
     if out:
         return out  # a dynamic ELF program: no script
     current = [program]
     for _ in range(_NESTING):
-        interps = [i for f in current for i in shebang(f, search_path)]
+        interps = [i for f in current for i in shebang(f, search_path, cwd)]
         if not interps:
             break
         for i in interps:
-            out += [i] + libraries.of(i, lib_path)
+            out += [i] + libraries.of(i, lib_path, loader_env)
         current = interps[-1:]
     return list(dict.fromkeys(out))
 

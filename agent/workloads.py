@@ -20,7 +20,7 @@ from .. import __version__
 from ..shared.config import AgentConfig, CommandWorkload
 from .program_id import (FileIds, command_files, first_command, kernel_files, program_files,
                          program_scripts, reads_profile, shell_files, shell_string)
-from .shared_libs import Libraries
+from .shared_libs import HWCAPS_VARIABLES, Libraries
 from .workdir import SUBDIR, dir_name
 
 log = logging.getLogger("opptune.agent.workloads")
@@ -121,6 +121,10 @@ class Workloads:
         self.virtual_board = config.virtual_board
         self._items: dict[str, Workload] = {}
         self._kernel_files: list[str] | None = None  # where the kernels' modules are
+        self._run_dirs: dict[tuple[str, str], str] = {}  # (name, cwd) -> run_dir's answer
+        # the agent's own hwcaps variables (shared_libs.hwcaps_env), read once: the look
+        # before each run reads os.environ for none of them
+        self._agent_hwcaps = {n: os.environ[n] for n in HWCAPS_VARIABLES if n in os.environ}
         # a hello (link thread) reads a workload's digests while a run (worker) renews them
         self._lock = threading.Lock()
         wanted = list(config.bench_kernels)
@@ -235,8 +239,8 @@ class Workloads:
             program = shell_files(first[0], None if reads_profile(cw.command) else path,
                                   cwd) if first else []
             if program:
-                files += program + program_files(program[0], path, self._lib_path(cw),
-                                                 self.libraries)
+                files += program + program_files(program[0], self._env(cw), self.libraries,
+                                                 cwd)
             files += program_scripts(first_command(string), cwd)
         return frozenset(f for f in files if f)
 
@@ -246,8 +250,8 @@ class Workloads:
         cw = w.command
         if cw is None or cw.pyperf:
             return []
-        return command_files(cw.command[:1], self._env(cw), exe_dir=exe_dir(cw),
-                             libraries=self.libraries)
+        return command_files(cw.command[:1], self._env(cw), self.run_dir(w.name, cw),
+                             exe_dir=exe_dir(cw), libraries=self.libraries)
 
     @staticmethod
     def _path(cw: CommandWorkload) -> str:
@@ -260,8 +264,14 @@ class Workloads:
         return cw.env.get("LD_LIBRARY_PATH", os.environ.get("LD_LIBRARY_PATH", ""))
 
     def _env(self, cw: CommandWorkload) -> dict[str, str]:
-        """What of a run's environment finds its files."""
-        return {"PATH": self._path(cw), "LD_LIBRARY_PATH": self._lib_path(cw)}
+        """What of a run's environment finds its files: its PATH, LD_LIBRARY_PATH and the
+        variables that change which hwcaps subdirectories the loader searches (shared_libs
+        ``hwcaps_env``), each its env's, else the agent's."""
+        env = {"PATH": self._path(cw), "LD_LIBRARY_PATH": self._lib_path(cw),
+               **self._agent_hwcaps}
+        if cw.env:
+            env.update((n, cw.env[n]) for n in HWCAPS_VARIABLES if n in cw.env)
+        return env
 
     def _seen(self, w: Workload) -> tuple:
         """``w``'s files with their (device, inode, size, mtime), None for one missing: taken
@@ -322,8 +332,12 @@ class Workloads:
     def run_dir(self, name: str, cw: CommandWorkload) -> str:
         """The directory a run of command workload ``name`` starts in (agent/workdir.py):
         where a shell's command string finds a program named by a relative path."""
-        return cw.cwd or os.path.join(os.path.abspath(self.config.state_dir), SUBDIR,
-                                      dir_name(name))
+        key = (name, cw.cwd)
+        found = self._run_dirs.get(key)
+        if found is None:
+            found = self._run_dirs[key] = cw.cwd or os.path.join(
+                os.path.abspath(self.config.state_dir), SUBDIR, dir_name(name))
+        return found
 
     def names(self) -> list[str]:
         return sorted(self._items)

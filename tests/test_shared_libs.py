@@ -4,6 +4,7 @@ library rebuilt or upgraded under an unchanged executable was the same program."
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import subprocess
@@ -108,19 +109,21 @@ def test_the_libraries_found_are_those_ld_so_loads():
         assert found == loaded, program
 
 
-def _new_cache(entries: list[tuple[str, str]]) -> bytes:
-    """A cache in glibc's new format: header, entries, then their strings (offsets from the
-    header's start)."""
+def _new_cache(entries: list[tuple[str, str]], hwcaps: dict[str, int] | None = None
+               ) -> bytes:
+    """A cache in glibc's new format: header, entries (``hwcaps``: path -> its entry's
+    hwcap, else 0), then their strings (offsets from the header's start)."""
     import struct
     strings, offsets = b"", []
     base = 48 + 24 * len(entries)
     for name, path in entries:
-        offsets.append((base + len(strings), base + len(strings) + len(name) + 1))
+        offsets.append((base + len(strings), base + len(strings) + len(name) + 1,
+                        (hwcaps or {}).get(path, 0)))
         strings += name.encode() + b"\0" + path.encode() + b"\0"
     head = b"glibc-ld.so.cache1.1" + struct.pack("=IIB3xI3I", len(entries), len(strings), 0,
                                                    0, 0, 0, 0)
-    return head + b"".join(struct.pack("=iIIIQ", 0x303, k, v, 0, 0)
-                           for k, v in offsets) + strings
+    return head + b"".join(struct.pack("=iIIIQ", 0x303, k, v, 0, hw)
+                           for k, v, hw in offsets) + strings
 
 
 def test_both_layouts_of_the_ld_so_cache_are_read(tmp_path):
@@ -338,3 +341,352 @@ def test_a_musl_program_is_searched_as_musl_does(tmp_path):
     assert Libraries(root=str(root)).of(app) == [interp, str(tmp_path / "c/libbench.so")]
     assert Libraries(root=str(root)).of(app, str(tmp_path / "a")) == [
         interp, str(tmp_path / "a/libbench.so")]
+
+
+def _workload_program(app: str, env: dict) -> str:
+    """The program digest of a workload running ``app`` with ``env``."""
+    cw = CommandWorkload("c", [app], env=env)
+    return Workloads(AgentConfig(agent_id="a1", workloads=[cw]), catalogue={}).get("c").program
+
+
+def _loaded(app: str, env: dict) -> int:
+    """The value the app's run prints: which libbench.so ld.so loaded."""
+    return json.loads(subprocess.run([app], capture_output=True, text=True, check=True,
+                                     env=env).stdout)["time_s"]
+
+
+@needs_cc
+def test_the_library_digested_is_the_legacy_hwcaps_one_ld_so_loads(tmp_path):
+    """glibc 2.33 to 2.36 (Debian 12, Raspberry Pi OS bookworm) search each directory's legacy
+    hwcaps subdirectories (tls/, the platform's, x86_64/...) before it, in their own order.
+    libbench.so in a directory, in some of those subdirectories and in one not searched,
+    each returning another value: the one the real run loads is the one digested, and its
+    rebuild is a new program, the others' not. Before, the plain one was digested whatever
+    ran."""
+    build_lib(tmp_path / "lib", 0)
+    app = build_app(tmp_path, None)
+    legacy = _loader_facts(app).legacy
+    if not legacy:
+        pytest.skip("this loader searches no legacy hwcaps subdirectory (glibc 2.37 on)")
+    d = tmp_path / "lib"
+    subdirs = ["nosuchcap", legacy[-1], legacy[len(legacy) // 2], legacy[1], ""]
+    for value, sub in enumerate(subdirs, 1):
+        build_lib(d / sub if sub else d, value)
+    env = {"LD_LIBRARY_PATH": str(d)}
+    loaded = subdirs[_loaded(app, env) - 1]
+    assert loaded == legacy[1]
+    assert [p for p in Libraries().of(app, str(d)) if "libbench" in p] == [
+        str(d / loaded / "libbench.so")]
+    before = _workload_program(app, env)
+    build_lib(d, 10)
+    build_lib(d / legacy[-1], 11)
+    assert _workload_program(app, env) == before
+    build_lib(d / loaded, 12)
+    assert _loaded(app, env) == 12
+    assert _workload_program(app, env) != before
+
+
+def test_the_legacy_subdirectories_are_those_ld_so_help_lists_in_glibcs_order():
+    """ld.so --help's list (glibc 2.33 to 2.36; Raspberry Pi OS armhf's here) gives the
+    power set of tls, the platform and the hwcaps searched, in elf/dl-hwcaps.c's order; a
+    masked one (not searched) is left out; no list, no legacy subdirectory."""
+    from opptune.agent.shared_libs import legacy_subdirs
+    listed = ("Subdirectories of glibc-hwcaps directories, in priority order:\n\n"
+              "Legacy HWCAP subdirectories under library search path directories:\n"
+              "  v7l (AT_PLATFORM; supported, searched)\n"
+              "  tls (supported, searched)\n"
+              "  neon (supported, searched)\n"
+              "  vfp (supported, masked)\n")
+    assert legacy_subdirs(listed) == (
+        "tls/v7l/neon", "tls/v7l", "tls/neon", "tls", "v7l/neon", "v7l", "neon")
+    assert legacy_subdirs(listed.replace("masked", "searched")) == (
+        "tls/v7l/neon/vfp", "tls/v7l/neon", "tls/v7l/vfp", "tls/v7l", "tls/neon/vfp",
+        "tls/neon", "tls/vfp", "tls", "v7l/neon/vfp", "v7l/neon", "v7l/vfp", "v7l",
+        "neon/vfp", "neon", "vfp")
+    # no platform (AT_PLATFORM unknown): tls and the hwcaps alone
+    assert legacy_subdirs(listed.replace("  v7l (AT_PLATFORM; supported, searched)\n", "")) \
+        == ("tls/neon", "tls", "neon")
+    assert legacy_subdirs("Usage: ld.so [OPTION]...\n") == ()
+
+
+@needs_diagnostics
+def test_the_glibc_hwcaps_level_digested_is_the_one_the_runs_tunables_leave(tmp_path):
+    """A run whose environment turns AVX2 off (GLIBC_TUNABLES=glibc.cpu.hwcaps=-AVX2, as one
+    does to compare) loads glibc-hwcaps/x86-64-v2's library, not -v3's nor -v4's: that one is
+    digested, its rebuild a new program, the others' not. Before, the levels were the CPU's
+    whatever the run's tunables."""
+    values = {"": 1, "x86-64-v2": 2, "x86-64-v3": 3, "x86-64-v4": 4}
+    d = tmp_path / "lib"
+    for level, value in values.items():
+        build_lib(d / "glibc-hwcaps" / level if level else d, value)
+    app = build_app(tmp_path, None)
+    if "x86-64-v3" not in _loader_facts(app).hwcaps:
+        pytest.skip("this CPU has no x86-64-v3: turning AVX2 off changes nothing")
+    env = {"LD_LIBRARY_PATH": str(d), "GLIBC_TUNABLES": "glibc.cpu.hwcaps=-AVX2,-AVX512F"}
+    assert _loaded(app, env) == 2
+    loaded = str(d / "glibc-hwcaps" / "x86-64-v2" / "libbench.so")
+    from opptune.agent.shared_libs import hwcaps_env
+    assert [p for p in Libraries().of(app, str(d), hwcaps_env(env))
+            if "libbench" in p] == [loaded]
+    before = _workload_program(app, env)
+    build_lib(d / "glibc-hwcaps" / "x86-64-v3", 13)
+    build_lib(d / "glibc-hwcaps" / "x86-64-v4", 14)
+    assert _workload_program(app, env) == before
+    build_lib(d / "glibc-hwcaps" / "x86-64-v2", 12)
+    assert _loaded(app, env) == 12
+    assert _workload_program(app, env) != before
+
+
+def test_only_the_hwcaps_variables_of_a_runs_environment_reach_the_loader():
+    """The loader is asked with the run's glibc.cpu.hwcaps and hwcap_mask (GLIBC_TUNABLES,
+    LD_HWCAP_MASK) alone: other tunables, and a value of other characters, are not given to
+    it; where the loader cannot be asked, the features turned off take their levels away
+    from /proc/cpuinfo's."""
+    from opptune.agent.shared_libs import _turned_off, cpuinfo_levels, hwcaps_env
+    assert hwcaps_env({"PATH": "/bin"}) == ()
+    env = {"GLIBC_TUNABLES": "glibc.malloc.check=3:glibc.cpu.hwcaps=-AVX2,-AVX512F:"
+                             "glibc.cpu.hwcap_mask=0x2:glibc.cpu.hwcaps=x=y",
+           "LD_HWCAP_MASK": "6"}
+    assert hwcaps_env(env) == (
+        ("GLIBC_TUNABLES", "glibc.cpu.hwcaps=-AVX2,-AVX512F:glibc.cpu.hwcap_mask=0x2"),
+        ("LD_HWCAP_MASK", "6"))
+    assert _turned_off(hwcaps_env(env)) == {"avx2", "avx512f"}
+    levels = cpuinfo_levels()
+    if "x86-64-v3" in levels:
+        assert cpuinfo_levels(off=frozenset({"avx2"})) == ("x86-64-v2",)
+
+
+@needs_cc
+@pytest.mark.parametrize("line", ["#!../bin/myinterp", "#!/usr/bin/env ../bin/myinterp"])
+def test_a_relative_interpreter_is_the_one_in_the_runs_directory(tmp_path, line):
+    """A script whose #! line names its interpreter by a relative path (``#!../bin/myinterp``,
+    which Linux opens from the process's working directory, the entry's ``cwd``): that
+    interpreter, and a library it loads, rebuilt make the next run a new program, said before
+    it. Before, the path was taken from where the agent runs: missing, no change seen."""
+    if not os.access("/usr/bin/env", os.X_OK):
+        pytest.skip("no /usr/bin/env")
+    build_lib(tmp_path / "lib", 1)
+    build_interp(tmp_path, 0)
+    work = tmp_path / "work"
+    work.mkdir()
+    script = work / "bench"
+    script.write_text(line + "\nwhatever the interpreter reads\n")
+    script.chmod(0o755)
+    (tmp_path / "state").mkdir()
+    ws = Workloads(AgentConfig(agent_id="a1", state_dir=str(tmp_path / "state"), workloads=[
+        CommandWorkload("c", ["./bench"], cwd=str(work))]), catalogue={})
+    runner = Runner(ws, "p", state_dir=str(tmp_path / "state"))
+    told = []
+    runner.on_program_change = told.append
+    spec = RunSpec("c", "default", [0], 1)
+    recs = [runner.run_once(spec)]
+    build_lib(tmp_path / "lib", 2)
+    recs.append(runner.run_once(spec))
+    build_interp(tmp_path, 10)
+    recs.append(runner.run_once(spec))
+    runner.close()
+    assert [r.time_s for r in recs] == [1, 2, 12], [r.error for r in recs]
+    assert told == ["c", "c"]
+    assert len({r.extra["program"] for r in recs}) == 3
+
+
+@needs_cc
+@pytest.mark.skipif(os.uname().machine != "x86_64", reason="a fake loader linked on x86-64")
+def test_legacy_subdirectories_and_cache_entries_are_those_the_loader_lists(tmp_path):
+    """A program whose loader (a fake one: the test's) is glibc 2.36 listing its legacy
+    hwcaps (platform myplat, tls, hwa searched, hwb masked; GLIBC_TUNABLES' hwcap_mask=0 in
+    the run's env masks hwa too): of libbench.so under LD_LIBRARY_PATH's tls/myplat/hwa and
+    hwb, the first is its library; of ld.so.cache's entries (in a fake cache) those under a
+    masked hwcap, another platform or an arm-style tls bit are passed over, as
+    elf/dl-cache.c does. The loader gets the run's hwcaps variables, no other."""
+    d, c = tmp_path / "d", tmp_path / "c"
+    build_lib(d / "hwb", 1)
+    build_lib(d / "tls" / "myplat" / "hwa", 2)
+    ordered = {"hwb": 1 << 5, "tls": 1 << 15, "hwa": 1 << 4, "tls/otherplat": 1 << 63 | 1 << 49,
+               "tls/myplat": 1 << 63 | 1 << 48, "": 0}
+    for sub in ordered:
+        build_lib(c / sub if sub else c, 3)
+    paths = {str((c / sub if sub else c) / "libbench.so"): hw for sub, hw in ordered.items()}
+    cache = tmp_path / "ld.so.cache"
+    cache.write_bytes(_new_cache([("libbench.so", p) for p in paths], paths))
+    loader = tmp_path / "ld-fake.so"
+    loader.write_text(
+        "#!/bin/sh\n"
+        f"echo \"$1 $GLIBC_TUNABLES|$LD_HWCAP_MASK|$HOME\" >> {tmp_path / 'loader-env'}\n"
+        'if [ "$1" = --list-diagnostics ]; then\n'
+        "  echo 'version.version=\"2.36\"'\n  echo 'dl_hwcaps_subdirs=\"\"'\n"
+        "  echo 'dl_hwcaps_subdirs_active=0x0'\n  exit 0\nfi\n"
+        "echo 'Legacy HWCAP subdirectories under library search path directories:'\n"
+        "echo '  myplat (AT_PLATFORM; supported, searched)'\n"
+        "echo '  tls (supported, searched)'\n"
+        'case "$GLIBC_TUNABLES" in *hwcap_mask=0) echo \'  hwb (supported, masked)\'\n'
+        "  echo '  hwa (supported, masked)';;\n"
+        "*) echo '  hwb (supported, masked)'\n  echo '  hwa (supported, searched)';; esac\n")
+    loader.chmod(0o755)
+    (tmp_path / "app.c").write_text(APP)
+    subprocess.run([CC, "-o", str(tmp_path / "app"), str(tmp_path / "app.c"),
+                    f"-L{tmp_path / 'c'}", "-lbench", f"-Wl,--dynamic-linker={loader}"],
+                   check=True)
+    app = str(tmp_path / "app")
+    libs = Libraries(cache_path=str(cache))
+    assert [p for p in libs.of(app, str(d)) if "libbench" in p] == [
+        str(d / "tls" / "myplat" / "hwa" / "libbench.so")]
+    assert [p for p in libs.of(app) if "libbench" in p] == [str(c / "hwa" / "libbench.so")]
+    env = {"GLIBC_TUNABLES": "glibc.malloc.check=3:glibc.cpu.hwcap_mask=0", "HOME": "/x"}
+    from opptune.agent.shared_libs import hwcaps_env
+    assert [p for p in libs.of(app, "", hwcaps_env(env)) if "libbench" in p] == [
+        str(c / "tls" / "myplat" / "libbench.so")]
+    assert set((tmp_path / "loader-env").read_text().splitlines()) == {
+        "--list-diagnostics ||", "--help ||", "--list-diagnostics glibc.cpu.hwcap_mask=0||",
+        "--help glibc.cpu.hwcap_mask=0||"}
+
+
+@pytest.mark.parametrize("env", [{}, {"GLIBC_TUNABLES": "glibc.cpu.hwcaps=-AVX2"},
+                                 {"GLIBC_TUNABLES": "glibc.cpu.hwcaps=-AVX512F"},
+                                 {"GLIBC_TUNABLES": "glibc.cpu.hwcap_mask=0"},
+                                 {"LD_HWCAP_MASK": "2"}])
+def test_the_subdirectories_searched_are_those_ld_so_says_it_searches(env):
+    """Under an LD_LIBRARY_PATH directory, the glibc-hwcaps and legacy subdirectories, in
+    their order, for a run with ``env``, are those this machine's loader says it searches
+    (LD_DEBUG=libs's search path, which the real run prints)."""
+    import re
+    from opptune.agent.shared_libs import _read, hwcaps_env
+    true = shutil.which("true")
+    elf = _read(true) if true else None
+    if elf is None or not elf.interp:
+        pytest.skip("no dynamic true")
+    printed = subprocess.run([true], capture_output=True, text=True, env={
+        **env, "LD_DEBUG": "libs", "LD_LIBRARY_PATH": "/nowhere"}).stderr
+    said = re.search(r"search path=(\S+)\s+\(LD_LIBRARY_PATH\)", printed)
+    if said is None:
+        pytest.skip("a loader that does not say its search path (not glibc)")
+    facts = Libraries().loader_facts(elf.interp, elf.kind, hwcaps_env(env))
+    assert said.group(1).split(":") == [
+        f"/nowhere/{sub}".rstrip("/") for sub in Libraries._subdirs(facts)]
+
+
+@needs_cc
+@pytest.mark.skipif(os.uname().machine != "x86_64", reason="x86-64 levels")
+def test_a_glibc_older_than_2_33_searches_no_glibc_hwcaps_subdirectory(tmp_path):
+    """A program whose loader is glibc 2.31's (Debian 11, Raspberry Pi OS bullseye: its file
+    ld-2.31.so, its link ld-linux-x86-64.so.2; a fake one that cannot say its facts): the
+    plain libbench.so is its library, not glibc-hwcaps/x86-64-v2's, which only glibc 2.33
+    and later search. Before, the CPU's levels were taken whatever the loader's version."""
+    from opptune.agent.shared_libs import cpuinfo_levels
+    if not cpuinfo_levels():
+        pytest.skip("no x86-64-v2 on this CPU: no level to pass over")
+    d = tmp_path / "lib"
+    build_lib(d, 1)
+    build_lib(d / "glibc-hwcaps" / "x86-64-v2", 2)
+    loader = tmp_path / "ld-2.31.so"
+    loader.write_text("#!/bin/sh\nexit 127\n")  # glibc 2.31 knows no --list-diagnostics
+    loader.chmod(0o755)
+    (tmp_path / "ld-linux-x86-64.so.2").symlink_to(loader)
+    (tmp_path / "app.c").write_text(APP)
+    subprocess.run([CC, "-o", str(tmp_path / "app"), str(tmp_path / "app.c"), f"-L{d}",
+                    "-lbench", f"-Wl,--dynamic-linker={tmp_path / 'ld-linux-x86-64.so.2'}"],
+                   check=True)
+    assert [p for p in Libraries().of(str(tmp_path / "app"), str(d)) if "libbench" in p] == [
+        str(d / "libbench.so")]
+    # the same loader as glibc 2.33's file: its levels (from /proc/cpuinfo) are searched
+    (tmp_path / "ld-linux-x86-64.so.2").unlink()
+    (tmp_path / "ld-linux-x86-64.so.2").symlink_to(loader.rename(tmp_path / "ld-2.33.so"))
+    assert [p for p in Libraries().of(str(tmp_path / "app"), str(d)) if "libbench" in p] == [
+        str(d / "glibc-hwcaps" / "x86-64-v2" / "libbench.so")]
+
+
+def _old_loader(tmp_path, version: str) -> str:
+    """A fake glibc loader ``ld-VERSION.so`` that cannot say its facts (no
+    --list-diagnostics before 2.33), behind ld-linux-x86-64.so.2 as glibc before 2.34
+    installs it; the link's path."""
+    loader = tmp_path / f"ld-{version}.so"
+    loader.write_text("#!/bin/sh\nexit 127\n")
+    loader.chmod(0o755)
+    link = tmp_path / "ld-linux-x86-64.so.2"
+    link.symlink_to(loader)
+    return str(link)
+
+
+@needs_cc
+@pytest.mark.skipif(os.uname().machine != "x86_64", reason="x86-64's legacy hwcaps")
+def test_glibc_2_31s_legacy_subdirectories_are_known_from_the_cpu(tmp_path):
+    """A program whose loader is glibc 2.31's (Debian 11, Ubuntu 20.04), which cannot list
+    its legacy subdirectories: they are known from /proc/cpuinfo as its cpu-features.c sets
+    them, and libbench.so under LD_LIBRARY_PATH's x86_64/ (searched on every x86-64 CPU) is
+    its library, not the plain one. Where this machine's loader is glibc 2.33 to 2.36 (the
+    same rules), its own list is the same."""
+    d = tmp_path / "lib"
+    build_lib(d, 1)
+    build_lib(d / "x86_64", 2)
+    (tmp_path / "app.c").write_text(APP)
+    subprocess.run([CC, "-o", str(tmp_path / "app"), str(tmp_path / "app.c"), f"-L{d}",
+                    "-lbench", f"-Wl,--dynamic-linker={_old_loader(tmp_path, '2.31')}"],
+                   check=True)
+    assert [p for p in Libraries().of(str(tmp_path / "app"), str(d)) if "libbench" in p] == [
+        str(d / "x86_64" / "libbench.so")]
+    old = _loader_facts(str(tmp_path / "app"))
+    real = _loader_facts(os.path.realpath(sys.executable))
+    if real.legacy:
+        assert (old.legacy, old.unsearched) == (real.legacy, real.unsearched)
+
+
+def test_glibc_2_31s_x86_64_platform_and_hwcaps_follow_the_cpu(tmp_path):
+    """cpuinfo_legacy on fake /proc/cpuinfo files: an Intel CPU with AVX2 (and the rest of
+    Haswell's) is haswell, with AVX-512 F/CD/BW/DQ/VL also avx512_1; a Xeon Phi is xeon_phi;
+    an AMD one keeps the kernel's platform, x86_64, whatever its features."""
+    from opptune.agent.shared_libs import cpuinfo_legacy
+    haswell = "fpu sse2 avx avx2 fma bmi1 bmi2 abm movbe popcnt"
+    avx512 = haswell + " avx512f avx512cd avx512bw avx512dq avx512vl"
+
+    def legacy(vendor: str, flags: str):
+        (tmp_path / "cpuinfo").write_text(f"processor\t: 0\nvendor_id\t: {vendor}\n"
+                                          f"flags\t\t: {flags}\n\nprocessor\t: 1\n")
+        return cpuinfo_legacy(str(tmp_path / "cpuinfo"))
+
+    assert legacy("GenuineIntel", haswell) == (
+        ("tls/haswell/x86_64", "tls/haswell", "tls/x86_64", "tls", "haswell/x86_64",
+         "haswell", "x86_64"), frozenset({"avx512_1"}))
+    assert legacy("GenuineIntel", avx512)[0][:2] == ("tls/haswell/avx512_1/x86_64",
+                                                     "tls/haswell/avx512_1")
+    assert legacy("GenuineIntel", avx512)[1] == frozenset()
+    assert legacy("GenuineIntel", avx512 + " avx512er avx512pf")[0][0] == "tls/xeon_phi/x86_64"
+    assert legacy("AuthenticAMD", avx512)[0] == (
+        "tls/x86_64/x86_64", "tls/x86_64", "tls/x86_64", "tls", "x86_64/x86_64", "x86_64",
+        "x86_64")
+    (tmp_path / "arm").write_text("processor\t: 0\nFeatures\t: fp asimd\n")
+    assert cpuinfo_legacy(str(tmp_path / "arm")) == ((), frozenset())
+
+
+def test_glibc_2_31s_arm_and_arm64_subdirectories_follow_the_kernels_hwcaps():
+    """auxv_legacy: on arm (Raspberry Pi OS bullseye) tls, AT_PLATFORM (v7l; v8l under an
+    arm64 kernel) and of AT_HWCAP's bits neon (12) and vfp (6), in elf/dl-hwcaps.c's order;
+    on arm64 atomics (8); a bit the CPU lacks is not searched (listed as such)."""
+    from opptune.agent.shared_libs import auxv_legacy
+    pi = 1 << 12 | 1 << 6 | 1 << 15 | 1 << 1  # neon vfp tls half: tls is not glibc's then
+    assert auxv_legacy(40, pi, "v7l") == (
+        ("tls/v7l/neon/vfp", "tls/v7l/neon", "tls/v7l/vfp", "tls/v7l", "tls/neon/vfp",
+         "tls/neon", "tls/vfp", "tls", "v7l/neon/vfp", "v7l/neon", "v7l/vfp", "v7l",
+         "neon/vfp", "neon", "vfp"), frozenset())
+    assert auxv_legacy(40, 1 << 6, "v8l") == (
+        ("tls/v8l/vfp", "tls/v8l", "tls/vfp", "tls", "v8l/vfp", "v8l", "vfp"),
+        frozenset({"neon"}))
+    assert auxv_legacy(183, 1 << 8 | 0b11, "aarch64")[0] == (
+        "tls/aarch64/atomics", "tls/aarch64", "tls/atomics", "tls", "aarch64/atomics",
+        "aarch64", "atomics")
+    assert auxv_legacy(183, 0b11, "aarch64") == (("tls/aarch64", "tls", "aarch64"),
+                                                 frozenset({"atomics"}))
+
+
+@pytest.mark.skipif(shutil.which("true") is None, reason="no true")
+def test_the_kernels_hwcap_and_platform_are_read_as_ld_so_shows_them():
+    """_own_auxv's AT_HWCAP and AT_PLATFORM are those LD_SHOW_AUXV prints for a program
+    (the same kernel, a program of this Python's kind)."""
+    from opptune.agent.shared_libs import _own_auxv
+    shown = subprocess.run([shutil.which("true")], env={"LD_SHOW_AUXV": "1"},
+                           capture_output=True, text=True).stdout
+    said = dict(ln.split(":", 1) for ln in shown.splitlines() if ":" in ln)
+    if "AT_HWCAP" not in said:
+        pytest.skip("a loader that shows no auxv (not glibc)")
+    hwcap, platform = _own_auxv()
+    assert hwcap == int(said["AT_HWCAP"].strip(), 16)
+    assert platform == said["AT_PLATFORM"].strip()
