@@ -35,8 +35,8 @@ heartbeat looks for that (:meth:`Worker.watch`, agent/target_watch.py: one read 
 way: its entry leaves ``standing.json``, its records of originals are forgotten, the clocks go
 back at rest to those of the configurations still in force (or the board's originals), and a
 hello tells the daemon. A unit that a configuration in force confines is looked at too
-(:meth:`Targets.unit_stopped`: systemd's ActiveState, or its cgroup gone or empty): one
-stopped at two heartbeats in a row is dropped the same way; one that restarted between them
+(its cgroup gone or empty; with systemd, its ActiveState, asked on a thread of its own:
+agent/target_watch.py): one stopped at two heartbeats in a row is dropped the same way; one that restarted between them
 (its cgroup made anew, out of its cpu set) is confined again.
 """
 
@@ -181,6 +181,9 @@ class Executor:
         self._in_unit: dict[str, str] = {}
         # what the link's heartbeat found of the confined targets (agent/target_watch.py)
         self._watch = TargetWatch(targets)
+        # orders the worker's changes of the three above with the heartbeat's copy of them
+        # (notice_exited): a pid configuration in force is seen with its start time
+        self._standing_lock = threading.Lock()
         # tells the daemon what stands now (agent/cli.py: a hello); any thread may call it
         self.say_standings: Callable[[], Any] = lambda: None
         self._standing_file = standing.StandingFile(state_dir) if state_dir else None
@@ -302,9 +305,10 @@ class Executor:
             return
         out = standing.stand_again(self._standing_file, self.platform, self.runner,
                                    self.targets)
-        self.standing_configs, self.standing_dropped = out.configs, out.dropped
-        self._pid_starts = dict(out.starts)
-        self._in_unit = self._units_of_processes()
+        in_unit = self._units_of_processes(out.configs)
+        with self._standing_lock:
+            self.standing_configs, self.standing_dropped = out.configs, out.dropped
+            self._pid_starts, self._in_unit = dict(out.starts), in_unit
         for unit in self._of_kind("unit"):
             self._pin_again(unit["target"]["unit"])
         for level, line in standing.narrower_lines(self.standing_configs, self._in_unit):
@@ -315,7 +319,13 @@ class Executor:
         confines has exited since, or a unit it confines has stopped (at two heartbeats in a
         row) or restarted unconfined, and the worker's look is newly due
         (:meth:`drop_exited`)."""
-        return self._watch.notice(list(self.standing_configs), self._pid_starts)
+        with self._standing_lock:
+            configs, starts = list(self.standing_configs), dict(self._pid_starts)
+        return self._watch.notice(configs, starts)
+
+    def close(self) -> None:
+        """The agent stops: the heartbeat's look at systemd ends (agent/target_watch.py)."""
+        self._watch.close()
 
     def _units_gone(self) -> list[tuple[dict[str, Any], str]]:
         """(worker thread) (configuration, why) of the units found stopped at two heartbeats
@@ -353,12 +363,14 @@ class Executor:
         if not gone:
             return
         ids = {str(c.get("config_id")) for c, _ in gone}
-        self.standing_configs = [c for c in self.standing_configs
-                                 if str(c.get("config_id")) not in ids]
+        with self._standing_lock:
+            self.standing_configs = [c for c in self.standing_configs
+                                     if str(c.get("config_id")) not in ids]
+            for cid in ids:
+                self._pid_starts.pop(cid, None)
+                self._in_unit.pop(cid, None)
         for config, why in gone:
             cid = str(config.get("config_id"))
-            self._pid_starts.pop(cid, None)
-            self._in_unit.pop(cid, None)
             for problem in (self.targets.release(cid) if self.targets is not None else []):
                 log.warning("undoing configuration %s: %s", cid, problem)
             if self._standing_file is not None:
@@ -371,7 +383,9 @@ class Executor:
                      "the other applied configurations stand" if self.standing_configs else
                      "the board goes back to its original settings")
             self.standing_dropped.append(f"{cid}: {why}")
-        self._in_unit = self._units_of_processes()  # a unit dropped confines none of them
+        in_unit = self._units_of_processes()  # a unit dropped confines none of them
+        with self._standing_lock:
+            self._in_unit = in_unit
         self._knobs_moved = True  # its clocks: back at rest to what the others hold
         self.say_standings()
 
@@ -389,20 +403,26 @@ class Executor:
         """The configurations in force on targets of ``kind`` ('pid', 'unit'), oldest first."""
         return [c for c in self.standing_configs if kind_of(c.get("target")) == kind]
 
-    def _units_of_processes(self) -> dict[str, str]:
-        """{pid config id: unit}: the processes of the configurations in force that run in a
-        unit another one confines (its cgroup.procs)."""
+    def _units_of_processes(self, configs: list[dict[str, Any]] | None = None
+                            ) -> dict[str, str]:
+        """{pid config id: unit}: the processes of the configurations in force (or of
+        ``configs``) that run in a unit another one confines (Targets.unit_holding)."""
+        configs = self.standing_configs if configs is None else configs
         out = {}
-        for c in self._of_kind("pid"):
-            bound = self._unit_bounds(c["target"]["pid"])
-            if bound is not None:
-                out[str(c["config_id"])] = bound[0]
+        for c in configs:
+            if kind_of(c.get("target")) == "pid":
+                bound = self._unit_bounds(c["target"]["pid"], configs)
+                if bound is not None:
+                    out[str(c["config_id"])] = bound[0]
         return out
 
-    def _unit_bounds(self, pid: int) -> tuple[str, dict[str, Any]] | None:
-        """(its unit, that unit's configuration in force) where process ``pid`` runs in a
-        unit a configuration in force confines."""
-        units = {target_key(c["target"]): c for c in self._of_kind("unit")}
+    def _unit_bounds(self, pid: int, configs: list[dict[str, Any]] | None = None
+                     ) -> tuple[str, dict[str, Any]] | None:
+        """(its unit, that unit's configuration in force (of ``configs``)) where process
+        ``pid`` runs in a unit a configuration in force confines."""
+        configs = self.standing_configs if configs is None else configs
+        units = {target_key(c["target"]): c for c in configs
+                 if kind_of(c.get("target")) == "unit"}
         if self.targets is None or not units:
             return None
         unit = self.targets.unit_holding(pid, [c["target"]["unit"] for c in units.values()])
@@ -424,13 +444,19 @@ class Executor:
             now = self._plan([c for c in before if key_of(c) != key])
         else:
             now = {**self._plan(before), **self._plan([body])}
-        self.standing_configs = [c for c in before if key_of(c) != key] + (
+        configs = [c for c in before if key_of(c) != key] + (
             [] if standing.leaves_nothing(body) else [body])
-        self.standing_dropped = []
-        self._pid_starts = {cid: t for cid, t in self._pid_starts.items()
-                            if any(str(c.get("config_id")) == cid for c in self.standing_configs)}
+        ids = {str(c.get("config_id")) for c in configs}
+        starts = {cid: t for cid, t in self._pid_starts.items() if cid in ids}
         if kind_of(body.get("target")) == "pid":
-            self._pid_starts[str(body["config_id"])] = running_start(body["target"]["pid"])
+            starts[str(body["config_id"])] = running_start(body["target"]["pid"])
+        in_unit = self._units_of_processes(configs)
+        # all at once: a heartbeat between them saw a pid configuration without its start
+        # time, its process as another's (a wake of the worker for nothing)
+        with self._standing_lock:
+            was = self._in_unit
+            self.standing_configs, self._pid_starts, self._in_unit = configs, starts, in_unit
+            self.standing_dropped = []
         if self._standing_file is not None:
             try:
                 self._standing_file.keep(body)
@@ -441,7 +467,6 @@ class Executor:
         for line in standing.conflict_lines(self.standing_configs, self.platform,
                                             newest_only=True):
             log.warning("%s", line)
-        was, self._in_unit = self._in_unit, self._units_of_processes()
         if kind_of(body.get("target")) == "unit":
             self._pin_again(body["target"]["unit"])
         for level, line in standing.narrower_lines(self.standing_configs, self._in_unit,

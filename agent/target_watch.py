@@ -2,21 +2,126 @@
 
 At each heartbeat the link's thread asks (:meth:`TargetWatch.notice`) whether a confined
 process has exited since (one read of /proc/PID/stat each: agent/standing.py ``exited``), or
-a confined unit has stopped or restarted (:meth:`Targets.unit_stopped`: its cgroup first,
-systemd where that does not tell). A unit found stopped at two heartbeats in a row is due to
-be dropped; one that restarted between them is not, and one running again out of its cpu set
-(its cgroup made anew) is due to be confined again. What is due is left for the worker
+a confined unit has stopped or restarted (:meth:`Targets.unit_stopped_by_cgroup`: its cgroup
+first, one file read; systemd where that does not tell). A unit found stopped at two
+heartbeats in a row is due to be dropped; one that restarted between them is not, and one
+running again out of its cpu set (its cgroup made anew) is due to be confined again.
+
+The link's thread never waits on systemctl (a slow or hung systemd would hold up heartbeats,
+results and the daemon's commands): :class:`SystemdLook`, a thread of its own, asks systemd,
+one unit at a time, each look killed after ``SYSTEMD_LOOK_S``; the heartbeat that finds a
+unit's cgroup empty or gone asks for a look and takes the answer at a later heartbeat (until
+then the unit is neither found stopped nor running). What is due is left for the worker
 (agent/apply.py ``Executor.drop_exited``): :attr:`TargetWatch.exited` says it has something
 to look at, :meth:`TargetWatch.take_units` hands it the units. Nothing here changes a target.
 """
 
 from __future__ import annotations
 
+import subprocess
 import threading
 from typing import Any
 
 from . import standing
-from .targets import Targets, kind_of
+from .targets import (ASK_SYSTEMD, SYSTEMD_LOOK_S, Targets, kind_of, systemd_says_stopped,
+                      unit_name)
+
+
+class SystemdLook(threading.Thread):
+    """systemd's word on whether units run (``systemctl show``), asked off the link's thread:
+    one look at a time, each bounded by ``SYSTEMD_LOOK_S`` (its systemctl killed then), so a
+    hung systemd piles up neither processes nor threads. Started at the first ask."""
+
+    def __init__(self, targets: Targets):
+        super().__init__(name="opptune-systemd-look", daemon=True)
+        self.targets = targets
+        self._cond = threading.Condition()
+        self._wanted: dict[str, None] = {}  # units to look at, in the order asked
+        self._answers: dict[str, str | None] = {}  # why stopped (None: runs), by unit
+        self._busy: str | None = None  # the unit looked at now
+        self._stale = False  # its answer is not wanted any more (its cgroup ran since)
+        self._proc: subprocess.Popen | None = None
+        self._closed = False
+
+    def answer(self, unit: str) -> tuple[bool, str | None]:
+        """(link thread) (whether systemd answered since the last ask, why the unit is
+        stopped: None where it runs or systemctl failed); asks again."""
+        with self._cond:
+            told = unit in self._answers
+            why = self._answers.pop(unit, None)
+            if not (self._busy == unit and not self._stale) and not self._closed:
+                self._wanted[unit] = None
+                self._cond.notify()
+        if not self.is_alive() and not self._closed and self.ident is None:
+            self.start()
+        return told, why
+
+    def drop(self, units: set[str]) -> None:
+        """(link thread) Forget what was asked and answered of ``units`` (running now, or no
+        longer confined): an answer of before would be stale."""
+        with self._cond:
+            for unit in units:
+                self._wanted.pop(unit, None)
+                self._answers.pop(unit, None)
+            if self._busy in units:
+                self._stale = True
+
+    def asked(self) -> set[str]:
+        """The units asked of or answered for (to drop those no longer confined)."""
+        with self._cond:
+            return set(self._wanted) | set(self._answers) | (
+                {self._busy} if self._busy else set())
+
+    def close(self) -> None:
+        """Stop looking; a systemctl under way is killed."""
+        with self._cond:
+            self._closed = True
+            proc = self._proc
+            self._cond.notify_all()
+        if proc is not None:
+            proc.kill()
+        if self.ident is not None:
+            self.join(timeout=SYSTEMD_LOOK_S)
+
+    def run(self) -> None:
+        while True:
+            with self._cond:
+                while not self._wanted and not self._closed:
+                    self._cond.wait()
+                if self._closed:
+                    return
+                unit = next(iter(self._wanted))
+                del self._wanted[unit]
+                self._busy, self._stale = unit, False
+            why = self._look(unit)
+            with self._cond:
+                if not self._stale and not self._closed:
+                    self._answers[unit] = why
+                self._busy = None
+
+    def _look(self, unit: str) -> str | None:
+        """systemd's answer for ``unit``; None where systemctl fails or takes too long."""
+        try:
+            proc = subprocess.Popen(self.targets.systemd_look_args(unit),
+                                    stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
+                                    stdin=subprocess.DEVNULL, text=True)
+        except OSError:
+            return None
+        with self._cond:
+            self._proc = proc
+            closed = self._closed
+        try:
+            if closed:
+                proc.kill()
+            out, _ = proc.communicate(timeout=SYSTEMD_LOOK_S)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.communicate()
+            return None
+        finally:
+            with self._cond:
+                self._proc = None
+        return systemd_says_stopped(proc.returncode, out)
 
 
 class TargetWatch:
@@ -33,6 +138,7 @@ class TargetWatch:
         self._stopped_once: dict[str, str] = {}
         self._units_stopped: dict[str, str] = {}
         self._units_back: set[str] = set()
+        self._systemd: SystemdLook | None = None  # (link thread) made at the first need
 
     def notice(self, configs: list[dict[str, Any]], pid_starts: dict[str, int | None]
                ) -> bool:
@@ -55,11 +161,20 @@ class TargetWatch:
                  if kind_of(c.get("target")) == "unit"}
         if self.targets is None or not units:
             self._stopped_once.clear()
+            self._systemd_keep(set())
             return False
         due = False
         for cid, c in units.items():
             unit = c["target"]["unit"]
-            why = self.targets.unit_stopped(unit)
+            why = self.targets.unit_stopped_by_cgroup(unit)
+            if why is ASK_SYSTEMD:
+                if self._systemd is None:
+                    self._systemd = SystemdLook(self.targets)
+                told, why = self._systemd.answer(unit_name(unit))
+                if not told:
+                    continue  # asked now: the answer is taken at a later heartbeat
+            elif self._systemd is not None and why is None:
+                self._systemd.drop({unit_name(unit)})  # it runs: a look of before is stale
             with self._units_lock:
                 if why is None:
                     self._stopped_once.pop(cid, None)
@@ -74,7 +189,19 @@ class TargetWatch:
         with self._units_lock:
             for cid in [k for k in self._stopped_once if k not in units]:
                 del self._stopped_once[cid]
+        self._systemd_keep({unit_name(c["target"]["unit"]) for c in units.values()})
         return due
+
+    def _systemd_keep(self, units: set[str]) -> None:
+        """(link thread) systemd's looks at units other than ``units`` (those confined now)
+        forgotten."""
+        if self._systemd is not None:
+            self._systemd.drop(self._systemd.asked() - units)
+
+    def close(self) -> None:
+        """The agent stops: no more looks at systemd (one under way is killed)."""
+        if self._systemd is not None:
+            self._systemd.close()
 
     def take_units(self) -> tuple[dict[str, str], set[str]]:
         """(worker thread) The units found stopped at two heartbeats ({config id: why}) and

@@ -53,6 +53,9 @@ DEFAULT_WINDOW_S = 2.0
 MAX_WINDOW_S = 600.0
 _CLK_TCK = os.sysconf("SC_CLK_TCK")
 SETTLE_S = 1.0  # how long a unit's EffectiveCPUs may take to follow its AllowedCPUs
+SYSTEMD_LOOK_S = 5.0  # the most a look at a unit's ActiveState may take (systemctl killed then)
+# Targets.unit_stopped_by_cgroup: only systemd can tell whether the unit runs
+ASK_SYSTEMD = object()
 
 
 class TargetError(ValueError):
@@ -96,6 +99,20 @@ def find_unit_cgroup(fs: SysFS, unit: str, max_depth: int = 4) -> str | None:
                             return f"{CGROUP}/{sub}"
                         nxt.append(sub)
         level = nxt
+    return None
+
+
+def systemd_says_stopped(returncode: int, stdout: str) -> str | None:
+    """Why a unit is stopped from the output of :meth:`Targets.systemd_look_args`' command:
+    ActiveState inactive or failed, or LoadState not-found; None where it runs (activating:
+    restarting) or systemctl failed (nothing tells)."""
+    if returncode != 0:
+        return None
+    props = dict(line.partition("=")[::2] for line in stdout.splitlines())
+    if props.get("LoadState") == "not-found":
+        return "systemd no longer knows it"
+    if props.get("ActiveState") in ("inactive", "failed"):
+        return f"ActiveState={props['ActiveState']}"
     return None
 
 
@@ -382,33 +399,39 @@ class Targets:
         """Why ``unit`` is not running now ('its cgroup is gone', ...); None where it runs, or
         where nothing tells (systemctl failing, a cgroup without cgroup.events or cgroup.procs).
         With systemd: ActiveState inactive or failed, or the unit gone (a unit restarting is
-        activating: it runs). Without: its cgroup gone, or holding no process."""
+        activating: it runs). Without: its cgroup gone, or holding no process. It may wait on
+        systemctl: the link's heartbeat asks :meth:`unit_stopped_by_cgroup`, and systemd on
+        another thread (agent/target_watch.py)."""
+        name = unit_name(unit)
+        why = self.unit_stopped_by_cgroup(name)
+        if why is not ASK_SYSTEMD:
+            return why
+        try:
+            res = subprocess.run(self.systemd_look_args(name), capture_output=True, text=True,
+                                 timeout=SYSTEMD_LOOK_S)
+        except (OSError, subprocess.SubprocessError):
+            return None
+        return systemd_says_stopped(res.returncode, res.stdout)
+
+    def unit_stopped_by_cgroup(self, unit: str) -> str | None | object:
+        """What the unit's cgroup tells at once, as :meth:`unit_stopped` (None: it runs), or
+        ASK_SYSTEMD where only systemd can tell: under systemd, its cgroup gone or empty (a
+        stop, a restart (activating), or a cgroup v1 machine)."""
         name = unit_name(unit)
         cg = self.unit_cgroup(name)
         if self.systemd and self.systemctl:
             # its cgroup (cgroup v2) says a unit runs in one file read; systemctl, a process
-            # and a call to systemd each heartbeat (tens of ms of CPU on a small board, beside
-            # the runs the agent measures), only where it does not: to tell a stop from a
-            # restart (activating) or a cgroup v1 machine
-            if cg is not None and self._populated(cg):
-                return None
-            try:
-                res = subprocess.run([self.systemctl, "show", "-p", "LoadState", "-p",
-                                      "ActiveState", name], capture_output=True, text=True,
-                                     timeout=5)
-            except (OSError, subprocess.SubprocessError):
-                return None
-            props = dict(line.partition("=")[::2] for line in res.stdout.splitlines())
-            if res.returncode != 0:
-                return None
-            if props.get("LoadState") == "not-found":
-                return "systemd no longer knows it"
-            if props.get("ActiveState") in ("inactive", "failed"):
-                return f"ActiveState={props['ActiveState']}"
-            return None
+            # and a call to systemd (tens of ms of CPU on a small board, beside the runs the
+            # agent measures), only where it does not
+            return None if cg is not None and self._populated(cg) else ASK_SYSTEMD
         if cg is None:
             return "its cgroup is gone"
         return None if self._populated(cg) is not False else "its cgroup holds no process"
+
+    def systemd_look_args(self, unit: str) -> list[str]:
+        """The systemctl command whose output :func:`systemd_says_stopped` reads."""
+        return [self.systemctl or "systemctl", "show", "-p", "LoadState", "-p", "ActiveState",
+                unit_name(unit)]
 
     def unit_cgroup(self, name: str) -> str | None:
         """The cgroup of unit ``name`` (kernel path), as last found while it is there: the

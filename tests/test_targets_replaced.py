@@ -533,3 +533,33 @@ def test_a_unit_that_stops_while_the_agent_runs_is_dropped_one_that_restarts_is_
         assert "undoing" not in caplog.text
         w.watch()  # said once
         assert w.idle.wait(60) and told == [["c1"]]
+
+
+@pytest.mark.parametrize("replaces", [False, True])
+def test_a_heartbeat_while_a_process_configuration_is_put_in_force_finds_nothing_exited(
+        tmp_path, procs, monkeypatch, replaces):
+    """Review: the worker put a pid configuration in force (standing_configs) before it kept
+    its process's start time, so a heartbeat between the two saw the configuration without
+    one: its process 'exited (its pid now names another process)', and the worker was woken
+    for nothing. The heartbeat is made to fall there: at the worker's read of the start time
+    (/proc/PID/stat). It finds nothing, for a new configuration and for one that replaces
+    another on the same process; both stand."""
+    from opptune.agent import apply
+    p = procs[0]
+    real = apply.running_start
+    with agent(tmp_path) as (ex, w, targets, root):
+        if replaces:
+            work(w, config("c0", pid(p), cpus=[0]))
+        found = []
+
+        def heartbeat_then(at):
+            found.append(ex.notice_exited())  # the link's heartbeat, in the worker's window
+            return real(at)
+
+        monkeypatch.setattr(apply, "running_start", heartbeat_then)
+        work(w, config("c1", pid(p), cpus=[1]))
+        assert found == [False]
+        assert [c["config_id"] for c in ex.standings_wire()] == ["c1"]
+        assert os.sched_getaffinity(p.pid) == {1}
+        w.watch()  # the next heartbeat: nothing to do
+        assert w.idle.is_set() and ex.standing_dropped == []

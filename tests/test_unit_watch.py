@@ -1,0 +1,185 @@
+"""The heartbeat's look at confined units under systemd never holds up the agent's link.
+
+A unit whose cgroup is empty or gone (stopped, or restarting) is asked of systemd
+(``systemctl show``); a slow or hung systemd held the link's thread for up to 5 s per unit per
+heartbeat: no heartbeats, results or daemon commands meanwhile. The agent's real link (its own
+thread, a ZeroMQ DEALER) against a stand-in daemon (a ROUTER on loopback), its real worker and
+executor; the unit's cgroup on a fake tree, systemd a fake ``systemctl`` reached by
+configuration. Every wait is on an observable event, with a deadline."""
+
+from __future__ import annotations
+
+import os
+import stat
+import time
+
+import pytest
+
+from opptune.agent import target_watch
+from opptune.agent.apply import Executor, Worker
+from opptune.agent.outbox import Outbox
+from opptune.agent.platform import discover
+from opptune.agent.runner import Runner
+from opptune.agent.sysfs import SysFS
+from opptune.agent.targets import Targets
+from opptune.agent.workloads import Workloads
+from opptune.shared import protocol as P
+from opptune.shared.config import AgentConfig, CommandWorkload
+from opptune.shared.records import RunRecord
+from fake_trees import cgroup_tree
+from test_agent_link import HB, LinkThread, ctx, router  # noqa: F401 (fixtures)
+from test_idle_clock import job
+
+
+def fake_systemctl(tmp_path):
+    """(its path, the file its looks at units go to, the file that makes them hang): a
+    systemctl of a cgroup v2 host that confines web.service as asked; its look at a unit's
+    LoadState and ActiveState says it runs, or, while ``hang`` exists, writes its pid to
+    ``looks`` and never answers."""
+    looks, hang, allowed = tmp_path / "looks", tmp_path / "hang", tmp_path / "allowed"
+    allowed.write_text("0-1")
+    fake = tmp_path / "systemctl"
+    fake.write_text("#!/bin/sh\n"
+                    "case \"$*\" in\n"
+                    f"  *EffectiveCPUs*) echo \"EffectiveCPUs=$(cat {allowed})\"; "
+                    "echo ActiveState=active;;\n"
+                    f"  *LoadState\\ -p\\ ActiveState*) if [ -e {hang} ]; then "
+                    f"echo $$ >> {looks}; exec sleep 60; fi; "
+                    "echo LoadState=loaded; echo ActiveState=active;;\n"
+                    "  *LoadState*) echo loaded;;\n"
+                    f"  *AllowedCPUs\\ --value*) cat {allowed};;\n"
+                    f"  set-property*) echo \"${{4#AllowedCPUs=}}\" > {allowed};;\n"
+                    "esac\n")
+    fake.chmod(fake.stat().st_mode | stat.S_IEXEC)
+    return fake, looks, hang
+
+
+def wait_for(pred, timeout: float, what: str):
+    """``pred()``'s first true value within ``timeout`` s (checked every 10 ms)."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        got = pred()
+        if got:
+            return got
+        time.sleep(0.01)  # polling interval of a file the fake writes, not synchronisation
+    raise AssertionError(f"no {what} within {timeout} s")
+
+
+def alive(pid: int) -> bool:
+    """Whether process ``pid`` exists (a zombie too: not reaped)."""
+    return os.path.exists(f"/proc/{pid}")
+
+
+def test_a_hung_systemctl_holds_up_no_heartbeat_nor_result(ctx, router, tmp_path):  # noqa: F811
+    """Before, the heartbeat that found the confined unit's cgroup empty ran systemctl on the
+    link's thread and waited for it (5 s): the daemon heard nothing, and a job it sent was
+    neither received nor answered meanwhile. Now systemd is asked on a thread of its own:
+    heartbeats go on, a job sent while systemctl hangs is run and its result arrives, and one
+    systemctl at a time is started however many heartbeats pass; the agent's stop kills it."""
+    fake, looks, hang = fake_systemctl(tmp_path)
+    root = tmp_path / "root"
+    d = cgroup_tree(root, cpus="0-1")
+    (d / "cgroup.events").write_text("populated 1\nfrozen 0\n")
+    state = str(tmp_path / "state")
+    cfg = AgentConfig(agent_id="a1", bench_kernels=[], state_dir=state, workloads=[
+        CommandWorkload("w", ["/bin/echo", '{"time_s": 0.01}'])])
+    platform = discover(cfg)
+    wl = Workloads(cfg, catalogue={})
+    targets = Targets(SysFS(str(root)), systemctl=str(fake), systemd=True)
+    outbox = Outbox(state)
+    holder = {}
+    ex = Executor("a1", platform, wl, Runner(wl, platform["id"]), outbox,
+                  send=lambda m: holder["link"].send(m),
+                  notify=lambda: holder["link"].notify_outbox(), state_dir=state,
+                  targets=targets)
+    w = Worker(ex)
+    w.start()
+    lt = LinkThread(ctx, router.endpoint, outbox, on_message=w.submit, on_heartbeat=w.watch)
+    holder["link"] = lt.link
+    try:
+        router.expect(lambda m: m["type"] == "hello", what="hello")
+        router.send(P.make("config", "daemon", {
+            "config_id": "c1", "workload": "w", "size": "default", "cpus": [1], "threads": 1,
+            "freq_khz": None, "reps": 1, "target": {"kind": "unit", "unit": "web",
+                                                    "window_s": 0.05}}))
+        (applied,) = [m for m in router.expect(lambda m: m["type"] == "applied",
+                                               timeout=30, what="applied")
+                      if m["type"] == "applied"]
+        assert applied["body"]["ok"], applied["body"]
+        assert [c["config_id"] for c in ex.standings_wire()] == ["c1"]
+        # the unit restarts: its cgroup empty, and systemd does not answer
+        hang.touch()
+        (d / "cgroup.events").write_text("populated 0\nfrozen 0\n")
+        pid = int(wait_for(lambda: looks.exists() and looks.read_text().split(), 10,
+                           "look at the unit")[0])
+        t0 = time.monotonic()
+        router.send(job("j1", [([0], None)]))
+        seen = router.expect(lambda m: m["type"] == "result", timeout=4.0,
+                             what="result while systemctl hangs")
+        took = time.monotonic() - t0
+        rec = RunRecord.from_dict(seen[-1]["body"]["record"])
+        assert rec.ok and rec.time_s == 0.01, rec
+        # heartbeats went on, ten more of them with the look under way
+        beats = sum(m["type"] == "heartbeat" for m in seen)
+        while beats < 10:
+            beats += router.expect(lambda m: m["type"] == "heartbeat", timeout=2.0,
+                                   what="heartbeat")[-1]["type"] == "heartbeat"
+        assert took < 4.0
+        assert looks.read_text().split() == [str(pid)] and alive(pid)  # one, still hanging
+        assert [c["config_id"] for c in ex.standings_wire()] == ["c1"]  # nothing told yet
+    finally:
+        lt.close()
+        w.stop(abort=True)
+        w.join(timeout=30)
+        ex.close()
+        ex.runner.close()
+        targets.restore()
+        outbox.close()
+    assert not alive(pid)  # killed by the agent's stop, and reaped
+
+
+def test_a_look_that_takes_too_long_is_killed_and_tells_nothing(tmp_path, monkeypatch):
+    """A systemctl that does not answer within the look's bound is killed (and reaped), and
+    the look says nothing of the unit (as a failing systemctl): the next look is another
+    process, one at a time."""
+    from opptune.agent.target_watch import SystemdLook
+    monkeypatch.setattr(target_watch, "SYSTEMD_LOOK_S", 0.5)
+    fake, looks, hang = fake_systemctl(tmp_path)
+    hang.touch()
+    look = SystemdLook(Targets(SysFS(str(tmp_path / "root")), systemctl=str(fake),
+                               systemd=True))
+    try:
+        assert look.answer("web.service") == (False, None)  # asked: no answer yet
+        first = int(wait_for(lambda: looks.exists() and looks.read_text().split(), 10,
+                             "first look")[0])
+        assert look.answer("web.service") == (False, None)  # under way: not asked twice
+        wait_for(lambda: not alive(first), 10, "the first look killed")
+        told = wait_for(lambda: look.answer("web.service")[0], 10, "the look's answer")
+        assert told
+        second = wait_for(lambda: len(looks.read_text().split()) == 2 and
+                          int(looks.read_text().split()[1]), 10, "second look")
+        assert second != first and alive(second)
+        hang.unlink()
+    finally:
+        look.close()
+    assert not alive(second)
+    assert looks.read_text().split() == [str(first), str(second)]
+
+
+@pytest.mark.parametrize("active, why", [("inactive", "ActiveState=inactive"),
+                                         ("activating", None)])
+def test_systemd_s_answer_is_taken_at_a_later_heartbeat(tmp_path, active, why):
+    """Where the unit's cgroup does not say it runs, the heartbeat asks systemd and goes on;
+    a later heartbeat takes the answer: a stop, or a restart (activating: it runs)."""
+    from opptune.agent.target_watch import SystemdLook
+    fake = tmp_path / "systemctl"
+    fake.write_text(f"#!/bin/sh\necho LoadState=loaded; echo ActiveState={active}\n")
+    fake.chmod(fake.stat().st_mode | stat.S_IEXEC)
+    look = SystemdLook(Targets(SysFS(str(tmp_path / "root")), systemctl=str(fake),
+                               systemd=True))
+    try:
+        assert look.answer("web.service") == (False, None)
+        assert wait_for(lambda: (lambda a: a if a[0] else None)(look.answer("web.service")),
+                        10, "the answer") == (True, why)
+    finally:
+        look.close()
