@@ -321,7 +321,8 @@ class Executor:
         (:meth:`drop_exited`)."""
         with self._standing_lock:
             configs, starts = list(self.standing_configs), dict(self._pid_starts)
-        return self._watch.notice(configs, starts)
+            in_unit = dict(self._in_unit)
+        return self._watch.notice(configs, starts, in_unit)
 
     def close(self) -> None:
         """The agent stops: the heartbeat's look at systemd ends (agent/target_watch.py)."""
@@ -359,8 +360,11 @@ class Executor:
         those of the others in force, or to the board's originals. A unit restarted out of
         its cpu set is confined again."""
         self._watch.exited.clear()
+        moved = self._watch.take_moved()
         gone = standing.exited(self.standing_configs, self._pid_starts) + self._units_gone()
         if not gone:
+            if moved and self._moved_between_units():
+                self.say_standings()
             return
         ids = {str(c.get("config_id")) for c, _ in gone}
         with self._standing_lock:
@@ -383,11 +387,43 @@ class Executor:
                      "the other applied configurations stand" if self.standing_configs else
                      "the board goes back to its original settings")
             self.standing_dropped.append(f"{cid}: {why}")
-        in_unit = self._units_of_processes()  # a unit dropped confines none of them
-        with self._standing_lock:
-            self._in_unit = in_unit
+        self._moved_between_units()  # a unit dropped confines none of them
         self._knobs_moved = True  # its clocks: back at rest to what the others hold
         self.say_standings()
+
+    def _moved_between_units(self) -> bool:
+        """(worker thread) The processes of the pid configurations in force looked up in the
+        units confined again; each found in another than before (moved into one, or out of
+        it, since a heartbeat saw it) has the outcome of its being there when its
+        configuration was applied: its own cpus again (the kernel gives a process moved into
+        a cgroup that cgroup's cpus) where they are among its unit's, the lines of which cpu
+        set holds for it (shared/standing.py). Whether any moved (the daemon is to be told)."""
+        in_unit = self._units_of_processes()
+        with self._standing_lock:
+            was, self._in_unit = self._in_unit, in_unit
+        # one whose unit's configuration was dropped has not moved
+        confined = {unit_name(c["target"]["unit"]) for c in self._of_kind("unit")}
+        moved = {cid for cid in was.keys() | in_unit.keys() if was.get(cid) != in_unit.get(cid)
+                 and (cid in in_unit or was[cid] in confined)}
+        by_id = {str(c.get("config_id")): c for c in self._of_kind("pid")}
+        for cid in sorted(moved & by_id.keys()):
+            c = by_id[cid]
+            unit = in_unit.get(cid)
+            log.info("applied configuration %s: process %s %s", standing.describe(c),
+                     c["target"]["pid"], f"moved into unit {unit}, which a configuration in "
+                     "force confines" if unit else f"left unit {was[cid]}")
+            if unit is not None:
+                self._pin_again(unit, only=cid)
+                continue
+            try:
+                self.targets.apply(c["target"], list(c["cpus"]), owner=cid)
+            except (TargetError, OSError) as exc:
+                log.warning("applied configuration %s: process %s cannot be given its cpus "
+                            "again (%s)", standing.describe(c), c["target"]["pid"], exc)
+        for level, line in standing.narrower_lines(
+                self.standing_configs, {k: v for k, v in in_unit.items() if k in moved}):
+            log.log(level, "%s", line)
+        return bool(moved & by_id.keys())
 
     def standing_wire(self) -> dict[str, Any] | None:
         """The configuration applied last of those in force, as the hello's ``standing``
@@ -821,14 +857,17 @@ class Executor:
         if kind_of(body.get("target")) == "unit":
             self._pin_again(body["target"]["unit"])
 
-    def _pin_again(self, unit: str) -> None:
+    def _pin_again(self, unit: str, only: str | None = None) -> None:
         """The cpu set of ``unit`` was just set (confined, or confined again) or put back:
         the processes of the unit that a configuration in force confines get their own cpus
         again (a kernel may reset their affinity to the cgroup's when its cpu set changes),
-        where the unit's configuration in force, if any, holds them."""
+        where the unit's configuration in force, if any, holds them. ``only``: the process of
+        that configuration (it moved into the unit)."""
         key = target_key({"kind": "unit", "unit": unit})
         mine = next((c for c in self.standing_configs if key_of(c) == key), None)
         for c in self._of_kind("pid"):
+            if only is not None and str(c["config_id"]) != only:
+                continue
             if mine is not None and not set(c["cpus"]) <= set(mine["cpus"]):
                 continue
             try:

@@ -13,7 +13,10 @@ one unit at a time, each look killed after ``SYSTEMD_LOOK_S``; the heartbeat tha
 unit's cgroup empty or gone asks for a look and takes the answer at a later heartbeat (until
 then the unit is neither found stopped nor running). What is due is left for the worker
 (agent/apply.py ``Executor.drop_exited``): :attr:`TargetWatch.exited` says it has something
-to look at, :meth:`TargetWatch.take_units` hands it the units. Nothing here changes a target.
+to look at, :meth:`TargetWatch.take_units` hands it the units. A confined process found in
+another unit of the configurations in force than before (moved into one, or out; one read of
+/proc/PID/cgroup each: :meth:`Targets.unit_holding`) is left to the worker the same way
+(:meth:`TargetWatch.take_moved`). Nothing here changes a target.
 """
 
 from __future__ import annotations
@@ -139,14 +142,17 @@ class TargetWatch:
         self._units_stopped: dict[str, str] = {}
         self._units_back: set[str] = set()
         self._systemd: SystemdLook | None = None  # (link thread) made at the first need
+        self._moved = False  # a confined process found in another unit (the worker looks)
 
-    def notice(self, configs: list[dict[str, Any]], pid_starts: dict[str, int | None]
-               ) -> bool:
+    def notice(self, configs: list[dict[str, Any]], pid_starts: dict[str, int | None],
+               in_unit: dict[str, str] | None = None) -> bool:
         """(link thread, at each heartbeat) Whether a process that one of ``configs`` (those
-        in force) confines has exited since, or a unit it confines has stopped (at two
+        in force) confines has exited since or runs in another of their units than
+        ``in_unit`` says (by config id), or a unit it confines has stopped (at two
         heartbeats in a row) or restarted unconfined, and the worker's look is newly due;
         ``pid_starts``: each pid configuration's process start time, by config id."""
         units_due = self._notice_units(configs)
+        units_due = self._notice_moves(configs, in_unit or {}) or units_due
         if self.exited.is_set() or not (units_due or standing.exited(configs, pid_starts)):
             return False
         self.exited.set()
@@ -191,6 +197,29 @@ class TargetWatch:
                 del self._stopped_once[cid]
         self._systemd_keep({unit_name(c["target"]["unit"]) for c in units.values()})
         return due
+
+    def _notice_moves(self, configs: list[dict[str, Any]], in_unit: dict[str, str]) -> bool:
+        """(link thread) Whether the process of a pid configuration of ``configs`` runs in
+        another of their units than ``in_unit`` says (moved into one, or out of it); nothing
+        is read where no unit is confined."""
+        units = [c["target"]["unit"] for c in configs if kind_of(c.get("target")) == "unit"]
+        if self.targets is None or not (units or in_unit):
+            return False
+        pids = {str(c.get("config_id")): c["target"]["pid"] for c in configs
+                if kind_of(c.get("target")) == "pid"}
+        where = self.targets.units_holding(list(pids.values()), units)
+        if all(where[pid] == in_unit.get(cid) for cid, pid in pids.items()):
+            return False
+        with self._units_lock:
+            self._moved = True
+        return True
+
+    def take_moved(self) -> bool:
+        """(worker thread) Whether a confined process was found in another unit since the
+        last take."""
+        with self._units_lock:
+            moved, self._moved = self._moved, False
+        return moved
 
     def _systemd_keep(self, units: set[str]) -> None:
         """(link thread) systemd's looks at units other than ``units`` (those confined now)

@@ -9,12 +9,15 @@ configurations on a fake cgroup v2 tree, called as the link calls it at each hea
 * ``running``: the three units run (cgroup.events ``populated 1``): no systemd, no systemctl;
 * ``systemd, stopped``: under systemd (a fake ``systemctl`` that answers ``ActiveState=active``
   after ``--systemctl-ms``), the three units' cgroups empty (a unit restarting): systemd is
-  asked. The link's thread waits on it where the look is made on that thread.
+  asked. The link's thread waits on it where the look is made on that thread. Heartbeats
+  are paced ``--interval`` apart (a look made off the link's thread has the time to end).
 
-Prints, per case, the CPU time (user + sys of this process, children excluded) and the wall
-time the link's thread spends per heartbeat, in microseconds (median of ``--rounds``).
+Prints, per case, the CPU time (user + sys of this process, all its threads, children
+excluded) per heartbeat and the wall time the link's thread spends in each, in microseconds
+(median of ``--rounds``).
 
-    python benchmarks/target_watch.py [-n 300] [--rounds 5] [--systemctl-ms 20] [--json]
+    python benchmarks/target_watch.py [-n 300] [--rounds 5] [--systemctl-ms 20]
+                                      [--interval 0.2] [--json]
 """
 
 from __future__ import annotations
@@ -91,17 +94,25 @@ def _systemctl(tmp: Path, ms: int) -> str:
     return str(fake)
 
 
-def _time(ex: Executor, n: int) -> tuple[float, float]:
-    """(CPU, wall) microseconds of this process per call of the heartbeat's look."""
+def _time(ex: Executor, n: int, interval: float) -> tuple[float, float]:
+    """(CPU of this process, wall of the call) microseconds per call of the heartbeat's look,
+    calls ``interval`` s apart (0: back to back)."""
     ex.notice_exited()  # caches warm, as at a heartbeat after the first
-    c0, w0 = time.process_time(), time.perf_counter()
+    time.sleep(interval)
+    wall = 0.0
+    c0 = time.process_time()
     for _ in range(n):
+        w0 = time.perf_counter()
         if ex.notice_exited():
             raise SystemExit("the look found a target gone: the set-up is wrong")
-    return ((time.process_time() - c0) / n * 1e6, (time.perf_counter() - w0) / n * 1e6)
+        wall += time.perf_counter() - w0
+        if interval:
+            time.sleep(interval)  # the heartbeat period
+    return (time.process_time() - c0) / n * 1e6, wall / n * 1e6
 
 
-def measure(n: int, rounds: int, systemctl_ms: int) -> dict[str, dict[str, float]]:
+def measure(n: int, rounds: int, systemctl_ms: int, interval: float
+            ) -> dict[str, dict[str, float]]:
     procs = [subprocess.Popen([sys.executable, "-c", "import sys; sys.stdin.read()"],
                               stdin=subprocess.PIPE) for _ in range(PIDS)]
     out: dict[str, dict[str, float]] = {}
@@ -116,7 +127,8 @@ def measure(n: int, rounds: int, systemctl_ms: int) -> dict[str, dict[str, float
                 ex = _executor(tmp, targets, procs)
                 # a stopped unit is asked at most once per heartbeat: fewer calls, same cost
                 calls = n if populated else max(3, n // 30)
-                got = [_time(ex, calls) for _ in range(rounds)]
+                got = [_time(ex, calls, 0.0 if populated else interval)
+                       for _ in range(rounds)]
                 close = getattr(ex, "close", None)
                 if close is not None:
                     close()
@@ -137,9 +149,11 @@ def main() -> None:
     ap.add_argument("--rounds", type=int, default=5)
     ap.add_argument("--systemctl-ms", type=int, default=20,
                     help="how long the fake systemctl takes to answer")
+    ap.add_argument("--interval", type=float, default=0.2,
+                    help="seconds between heartbeats where the units are stopped")
     ap.add_argument("--json", action="store_true")
     args = ap.parse_args()
-    res = measure(args.n, args.rounds, args.systemctl_ms)
+    res = measure(args.n, args.rounds, args.systemctl_ms, args.interval)
     load = os.getloadavg()[0]
     if args.json:
         print(json.dumps({"load_1min": load, **res}))
