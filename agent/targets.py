@@ -44,7 +44,7 @@ import time
 from typing import Any, Callable
 
 from ..shared.cpus import format_cpu_list, parse_cpu_list
-from .knobs.state import thread_start_time, unit_gone
+from .knobs.state import read_proc, thread_start_time, unit_gone
 from .sysfs import KnobUnavailable, SysFS
 
 KINDS = ("command", "pid", "unit")
@@ -486,17 +486,7 @@ class Targets:
         """The cgroup v2 path of process ``pid`` ('/system.slice/web.service'), from its
         /proc/PID/cgroup (one read); None where that says none (the process gone, cgroup v1
         only, a tree without the file)."""
-        try:  # os.read: a third of the CPU of a text file's open and read, at each heartbeat
-            fd = os.open(self.fs.path(f"/proc/{pid}/cgroup"), os.O_RDONLY)
-        except OSError:
-            return None
-        try:
-            text = os.read(fd, 65536)
-        except OSError:
-            return None
-        finally:
-            os.close(fd)
-        for line in text.splitlines():
+        for line in (read_proc(self.fs.path(f"/proc/{pid}/cgroup")) or b"").splitlines():
             if line.startswith(b"0::"):
                 return line[3:].strip().decode(errors="replace")
         return None
