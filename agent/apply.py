@@ -1,7 +1,9 @@
 """Jobs and pushed configurations: validate against this board, then run them in order.
 
 Validation happens as the message arrives (in the link thread), so a bad job or config is
-refused at once, even while a long job runs, and nothing of it runs. Accepted work is executed
+refused at once, even while a long job runs, and nothing of it runs; only whether systemd
+knows a unit is asked by the worker as it applies (``applied`` ``{ok: false, error: "cannot
+apply to the target: systemd has no unit ..."}``): the link's thread never waits on systemctl. Accepted work is executed
 one item at a time by :class:`Worker`, a thread, so heartbeats continue during long runs.
 
 Refusals: a job -> ``error`` with code ``bad_job``; a config -> ``applied`` ``{ok: false,
@@ -268,8 +270,8 @@ class Executor:
             if self.targets is None:
                 raise Refused("this agent applies configurations to the commands it launches "
                               "only")
-            try:
-                self.targets.check(target)
+            try:  # systemd is asked by the worker: the link's thread never waits on it
+                self.targets.check(target, ask_systemd=False)
             except TargetError as exc:
                 raise Refused(str(exc)) from None
 

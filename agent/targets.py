@@ -155,8 +155,11 @@ class Targets:
         self._undo: list[tuple[str | None, str, tuple, Callable[[], None]]] = []
 
     # -- validation (link thread) ---------------------------------------------------------------
-    def check(self, target: dict[str, Any] | None) -> None:
-        """Raise TargetError naming the first reason ``target`` cannot be applied here."""
+    def check(self, target: dict[str, Any] | None, ask_systemd: bool = True) -> None:
+        """Raise TargetError naming the first reason ``target`` cannot be applied here.
+        ``ask_systemd`` False: whether systemd knows a unit is left for later (a call to
+        systemctl, which a hung systemd holds up: the link's thread checks so, and the worker
+        asks as it applies)."""
         if target is None:
             return
         kind = target.get("kind")
@@ -191,7 +194,8 @@ class Targets:
                 # is it running? cgroup v2 mounted?" sent the user after the wrong cause
                 raise TargetError("a unit target needs a real board: the cpus of a virtual "
                                   "board are not this machine's")
-            self._unit_how(unit)
+            if ask_systemd or not (self.systemd and self.systemctl):
+                self._unit_how(unit)
 
     def _unit_how(self, unit: str) -> tuple[str, str | None]:
         """("systemctl", None) or ("cgroup", its kernel path); TargetError if neither."""

@@ -9,6 +9,7 @@ configuration. Every wait is on an observable event, with a deadline."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import stat
 import time
@@ -35,18 +36,19 @@ def fake_systemctl(tmp_path):
     """(its path, the file its looks at units go to, the file that makes them hang): a
     systemctl of a cgroup v2 host that confines web.service as asked; its look at a unit's
     LoadState and ActiveState says it runs, or, while ``hang`` exists, writes its pid to
-    ``looks`` and never answers."""
+    ``looks`` and answers only once ``hang`` is gone; so does its LoadState check of a
+    unit."""
     looks, hang, allowed = tmp_path / "looks", tmp_path / "hang", tmp_path / "allowed"
     allowed.write_text("0-1")
     fake = tmp_path / "systemctl"
+    wait = f"echo $$ >> {looks}; while [ -e {hang} ]; do sleep 0.05; done"
     fake.write_text("#!/bin/sh\n"
                     "case \"$*\" in\n"
                     f"  *EffectiveCPUs*) echo \"EffectiveCPUs=$(cat {allowed})\"; "
                     "echo ActiveState=active;;\n"
-                    f"  *LoadState\\ -p\\ ActiveState*) if [ -e {hang} ]; then "
-                    f"echo $$ >> {looks}; exec sleep 60; fi; "
+                    f"  *LoadState\\ -p\\ ActiveState*) [ -e {hang} ] && {{ {wait}; }}; "
                     "echo LoadState=loaded; echo ActiveState=active;;\n"
-                    "  *LoadState*) echo loaded;;\n"
+                    f"  *LoadState*) [ -e {hang} ] && {{ {wait}; }}; echo loaded;;\n"
                     f"  *AllowedCPUs\\ --value*) cat {allowed};;\n"
                     f"  set-property*) echo \"${{4#AllowedCPUs=}}\" > {allowed};;\n"
                     "esac\n")
@@ -70,22 +72,21 @@ def alive(pid: int) -> bool:
     return os.path.exists(f"/proc/{pid}")
 
 
-def test_a_hung_systemctl_holds_up_no_heartbeat_nor_result(ctx, router, tmp_path):  # noqa: F811
-    """Before, the heartbeat that found the confined unit's cgroup empty ran systemctl on the
-    link's thread and waited for it (5 s): the daemon heard nothing, and a job it sent was
-    neither received nor answered meanwhile. Now systemd is asked on a thread of its own:
-    heartbeats go on, a job sent while systemctl hangs is run and its result arrives, and one
-    systemctl at a time is started however many heartbeats pass; the agent's stop kills it."""
+@contextlib.contextmanager
+def linked_agent(ctx, router, tmp_path):
+    """(executor, unit web's cgroup directory, the fake's looks file, its hang file): the
+    agent's link (its thread), worker and executor against ``router``, under systemd (the
+    fake systemctl), web.service running on a fake cgroup v2 tree; workload w says it took
+    0.01 s. The hello is received."""
     fake, looks, hang = fake_systemctl(tmp_path)
-    root = tmp_path / "root"
-    d = cgroup_tree(root, cpus="0-1")
+    d = cgroup_tree(tmp_path / "root", cpus="0-1")
     (d / "cgroup.events").write_text("populated 1\nfrozen 0\n")
     state = str(tmp_path / "state")
     cfg = AgentConfig(agent_id="a1", bench_kernels=[], state_dir=state, workloads=[
         CommandWorkload("w", ["/bin/echo", '{"time_s": 0.01}'])])
     platform = discover(cfg)
     wl = Workloads(cfg, catalogue={})
-    targets = Targets(SysFS(str(root)), systemctl=str(fake), systemd=True)
+    targets = Targets(SysFS(str(tmp_path / "root")), systemctl=str(fake), systemd=True)
     outbox = Outbox(state)
     holder = {}
     ex = Executor("a1", platform, wl, Runner(wl, platform["id"]), outbox,
@@ -98,10 +99,41 @@ def test_a_hung_systemctl_holds_up_no_heartbeat_nor_result(ctx, router, tmp_path
     holder["link"] = lt.link
     try:
         router.expect(lambda m: m["type"] == "hello", what="hello")
-        router.send(P.make("config", "daemon", {
-            "config_id": "c1", "workload": "w", "size": "default", "cpus": [1], "threads": 1,
-            "freq_khz": None, "reps": 1, "target": {"kind": "unit", "unit": "web",
-                                                    "window_s": 0.05}}))
+        yield ex, d, looks, hang
+    finally:
+        hang.unlink(missing_ok=True)  # a check under way on the worker ends
+        lt.close()
+        w.stop(abort=True)
+        w.join(timeout=30)
+        ex.close()
+        ex.runner.close()
+        targets.restore()
+        outbox.close()
+
+
+def unit_config(cid: str) -> dict:
+    return P.make("config", "daemon", {
+        "config_id": cid, "workload": "w", "size": "default", "cpus": [1], "threads": 1,
+        "freq_khz": None, "reps": 1, "target": {"kind": "unit", "unit": "web",
+                                                "window_s": 0.05}})
+
+
+def heartbeats(router, seen: list, n: int) -> None:
+    """Receive until ``n`` heartbeats in all, counting those in ``seen``; each within 2 s."""
+    beats = sum(m["type"] == "heartbeat" for m in seen)
+    while beats < n:
+        router.expect(lambda m: m["type"] == "heartbeat", timeout=2.0, what="heartbeat")
+        beats += 1
+
+
+def test_a_hung_systemctl_holds_up_no_heartbeat_nor_result(ctx, router, tmp_path):  # noqa: F811
+    """Before, the heartbeat that found the confined unit's cgroup empty ran systemctl on the
+    link's thread and waited for it (5 s): the daemon heard nothing, and a job it sent was
+    neither received nor answered meanwhile. Now systemd is asked on a thread of its own:
+    heartbeats go on, a job sent while systemctl hangs is run and its result arrives, and one
+    systemctl at a time is started however many heartbeats pass; the agent's stop kills it."""
+    with linked_agent(ctx, router, tmp_path) as (ex, d, looks, hang):
+        router.send(unit_config("c1"))
         (applied,) = [m for m in router.expect(lambda m: m["type"] == "applied",
                                                timeout=30, what="applied")
                       if m["type"] == "applied"]
@@ -112,30 +144,34 @@ def test_a_hung_systemctl_holds_up_no_heartbeat_nor_result(ctx, router, tmp_path
         (d / "cgroup.events").write_text("populated 0\nfrozen 0\n")
         pid = int(wait_for(lambda: looks.exists() and looks.read_text().split(), 10,
                            "look at the unit")[0])
-        t0 = time.monotonic()
         router.send(job("j1", [([0], None)]))
         seen = router.expect(lambda m: m["type"] == "result", timeout=4.0,
                              what="result while systemctl hangs")
-        took = time.monotonic() - t0
         rec = RunRecord.from_dict(seen[-1]["body"]["record"])
         assert rec.ok and rec.time_s == 0.01, rec
-        # heartbeats went on, ten more of them with the look under way
-        beats = sum(m["type"] == "heartbeat" for m in seen)
-        while beats < 10:
-            beats += router.expect(lambda m: m["type"] == "heartbeat", timeout=2.0,
-                                   what="heartbeat")[-1]["type"] == "heartbeat"
-        assert took < 4.0
+        heartbeats(router, seen, 10)  # ten of them with the look under way
         assert looks.read_text().split() == [str(pid)] and alive(pid)  # one, still hanging
         assert [c["config_id"] for c in ex.standings_wire()] == ["c1"]  # nothing told yet
-    finally:
-        lt.close()
-        w.stop(abort=True)
-        w.join(timeout=30)
-        ex.close()
-        ex.runner.close()
-        targets.restore()
-        outbox.close()
     assert not alive(pid)  # killed by the agent's stop, and reaped
+
+
+def test_a_config_for_a_unit_is_checked_with_systemd_off_the_link(ctx, router,  # noqa: F811
+                                                                  tmp_path):
+    """Before, a configuration for a unit that arrived was checked on the link's thread with
+    `systemctl show -p LoadState` (10 s timeout): a hung systemd held up heartbeats and
+    everything else meanwhile. The link checks the name; the worker asks systemd as it
+    applies. Once systemd answers, the configuration is applied."""
+    with linked_agent(ctx, router, tmp_path) as (ex, d, looks, hang):
+        hang.touch()
+        router.send(unit_config("c1"))
+        wait_for(lambda: looks.exists() and looks.read_text().split(), 10, "check of the unit")
+        heartbeats(router, [], 10)
+        hang.unlink()
+        (applied,) = [m for m in router.expect(lambda m: m["type"] == "applied",
+                                               timeout=30, what="applied")
+                      if m["type"] == "applied"]
+        assert applied["body"]["ok"], applied["body"]
+        assert [c["config_id"] for c in ex.standings_wire()] == ["c1"]
 
 
 def test_a_look_that_takes_too_long_is_killed_and_tells_nothing(tmp_path, monkeypatch):
