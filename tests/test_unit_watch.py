@@ -1,17 +1,22 @@
-"""The heartbeat's look at confined units under systemd never holds up the agent's link.
+"""The heartbeat's look at confined targets: under systemd it never holds up the agent's link;
+a process that moves into a confined unit is noticed at it.
 
 A unit whose cgroup is empty or gone (stopped, or restarting) is asked of systemd
 (``systemctl show``); a slow or hung systemd held the link's thread for up to 5 s per unit per
 heartbeat: no heartbeats, results or daemon commands meanwhile. The agent's real link (its own
 thread, a ZeroMQ DEALER) against a stand-in daemon (a ROUTER on loopback), its real worker and
 executor; the unit's cgroup on a fake tree, systemd a fake ``systemctl`` reached by
-configuration. Every wait is on an observable event, with a deadline."""
+configuration. A process moving into a unit: the real agent as a process against the
+stand-in daemon, the unit's cgroup and the process's /proc/PID/cgroup on its sysfs tree.
+Every wait is on an observable event, with a deadline."""
 
 from __future__ import annotations
 
 import contextlib
 import os
 import stat
+import subprocess
+import sys
 import time
 
 import pytest
@@ -28,7 +33,7 @@ from opptune.shared import protocol as P
 from opptune.shared.config import AgentConfig, CommandWorkload
 from opptune.shared.records import RunRecord
 from fake_trees import cgroup_tree
-from test_agent_link import HB, LinkThread, ctx, router  # noqa: F401 (fixtures)
+from test_agent_link import HB, LinkThread, ctx, router, start_agent  # noqa: F401 (fixtures)
 from test_idle_clock import job
 
 
@@ -219,3 +224,58 @@ def test_systemd_s_answer_is_taken_at_a_later_heartbeat(tmp_path, active, why):
                         10, "the answer") == (True, why)
     finally:
         look.close()
+
+
+@pytest.mark.skipif(not {0, 1} <= os.sched_getaffinity(0), reason="needs cpus 0 and 1")
+def test_the_agent_notices_a_confined_process_moved_into_a_confined_unit(ctx, router,  # noqa: F811
+                                                                          tmp_path):
+    """Before, the agent saw that a process it confines had moved into a unit another
+    configuration confines only when a configuration was applied or it restarted: the process
+    ran on the unit's cpus (the kernel's cpuset gives them to a process moved into the
+    cgroup) and the daemon was not told. Now, at the next heartbeat, the process gets its own
+    cpus back and a hello says it runs in the unit (the daemon's status shows the narrower
+    target from it)."""
+    root = tmp_path / "root"
+    d = cgroup_tree(root, cpus="0-1")
+    (d / "cgroup.events").write_text("populated 1\nfrozen 0\n")
+    cpu = root / "sys/devices/system/cpu"  # cpus 0-1 (this machine's), no cpufreq
+    cpu.mkdir(parents=True)
+    (cpu / "online").write_text("0-1\n")
+    target = subprocess.Popen([sys.executable, "-c", "import sys; sys.stdin.read()"],
+                              stdin=subprocess.PIPE)
+    where = root / "proc" / str(target.pid)
+    where.mkdir(parents=True)
+    (where / "cgroup").write_text("0::/user.slice/session-1.scope\n")
+    agent = start_agent(tmp_path, router.endpoint, keys=f'sysfs_root = "{root}"\n')
+    try:
+        router.expect(lambda m: m["type"] == "hello", timeout=30, what="hello")
+        for cid, tgt, cpus in (("c1", {"kind": "pid", "pid": target.pid}, [1]),
+                               ("c2", {"kind": "unit", "unit": "web"}, [0, 1])):
+            router.send(P.make("config", "daemon", {
+                "config_id": cid, "workload": "spin", "size": "20000", "cpus": cpus,
+                "threads": 1, "freq_khz": None, "reps": 1,
+                "target": {**tgt, "window_s": 0.05}}))
+            applied = router.expect(lambda m: m["type"] == "applied", timeout=30,
+                                    what=f"applied {cid}")[-1]
+            assert applied["body"]["ok"], applied["body"]
+            router.send(P.make("ack", "daemon", {"ids": [applied["id"]]}))
+        assert os.sched_getaffinity(target.pid) == {1}
+        # it moves into the unit, and the kernel gives it the unit's cpus
+        (where / "cgroup").write_text("0::/system.slice/web.service\n")
+        os.sched_setaffinity(target.pid, {0, 1})
+        def pids(m):
+            return [e["target"] for e in m["body"]["standings"]
+                    if e.get("target", {}).get("kind") == "pid"] if m["type"] == "hello" else []
+
+        hello = router.expect(lambda m: any("in_unit" in t for t in pids(m)), timeout=15,
+                              what="a hello naming the unit")[-1]
+        assert pids(hello) == [{"kind": "pid", "pid": target.pid, "in_unit": "web.service"}]
+        assert os.sched_getaffinity(target.pid) == {1}
+        assert f"process {target.pid} moved into unit web.service, which a configuration in " \
+               "force confines" in (tmp_path / "agent.log").read_text()
+    finally:
+        if agent.poll() is None:
+            agent.terminate()
+            agent.wait(30)
+        target.kill()
+        target.wait()
