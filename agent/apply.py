@@ -3,8 +3,9 @@
 Validation happens as the message arrives (in the link thread), so a bad job or config is
 refused at once, even while a long job runs, and nothing of it runs; only whether systemd
 knows a unit is asked by the worker as it applies (``applied`` ``{ok: false, error: "cannot
-apply to the target: systemd has no unit ..."}``): the link's thread never waits on systemctl. Accepted work is executed
-one item at a time by :class:`Worker`, a thread, so heartbeats continue during long runs.
+apply to the target: systemd has no unit ..."}``): the link's thread never waits on
+systemctl. Accepted work is executed one item at a time by :class:`Worker`, a thread, so
+heartbeats continue during long runs.
 
 Refusals: a job -> ``error`` with code ``bad_job``; a config -> ``applied`` ``{ok: false,
 error}``.
@@ -38,8 +39,11 @@ way: its entry leaves ``standing.json``, its records of originals are forgotten,
 back at rest to those of the configurations still in force (or the board's originals), and a
 hello tells the daemon. A unit that a configuration in force confines is looked at too
 (its cgroup gone or empty; with systemd, its ActiveState, asked on a thread of its own:
-agent/target_watch.py): one stopped at two heartbeats in a row is dropped the same way; one that restarted between them
-(its cgroup made anew, out of its cpu set) is confined again.
+agent/target_watch.py): one stopped at two heartbeats in a row is dropped the same way; one
+that restarted between them (its cgroup made anew, out of its cpu set) is confined again. A
+confined process that moves into (or out of) a unit a configuration in force confines is
+noticed at the heartbeat too (its /proc/PID/cgroup), with the outcome of its being there when
+applied (:meth:`Executor._moved_between_units`).
 """
 
 from __future__ import annotations

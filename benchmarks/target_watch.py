@@ -129,7 +129,7 @@ def measure(n: int, rounds: int, systemctl_ms: int, interval: float
                 calls = n if populated else max(3, n // 30)
                 got = [_time(ex, calls, 0.0 if populated else interval)
                        for _ in range(rounds)]
-                close = getattr(ex, "close", None)
+                close = getattr(ex, "close", None)  # an agent before its systemd look has none
                 if close is not None:
                     close()
                 ex.outbox.close()
