@@ -187,8 +187,9 @@ class Executor:
         self._in_unit: dict[str, str] = {}
         # what the link's heartbeat found of the confined targets (agent/target_watch.py)
         self._watch = TargetWatch(targets)
-        # orders the worker's changes of the three above with the heartbeat's copy of them
-        # (notice_exited): a pid configuration in force is seen with its start time
+        # orders the worker's changes of the three above with the link thread's copies of them
+        # (notice_exited, standings_wire): a pid configuration in force is seen with its start
+        # time and its unit
         self._standing_lock = threading.Lock()
         # tells the daemon what stands now (agent/cli.py: a hello); any thread may call it
         self.say_standings: Callable[[], Any] = lambda: None
@@ -437,9 +438,11 @@ class Executor:
         return standing.wire(self.standing_configs[-1]) if self.standing_configs else None
 
     def standings_wire(self) -> list[dict[str, Any]]:
-        """The configurations in force, oldest first, as the hello's ``standings`` says."""
-        return [standing.wire(c, self._in_unit.get(str(c.get("config_id")))) or {}
-                for c in self.standing_configs]
+        """The configurations in force, oldest first, as the hello's ``standings`` says (any
+        thread: the link's builds the hello)."""
+        with self._standing_lock:
+            configs, in_unit = list(self.standing_configs), dict(self._in_unit)
+        return [standing.wire(c, in_unit.get(str(c.get("config_id")))) or {} for c in configs]
 
     def _of_kind(self, kind: str) -> list[dict[str, Any]]:
         """The configurations in force on targets of ``kind`` ('pid', 'unit'), oldest first."""

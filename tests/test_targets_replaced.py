@@ -550,15 +550,17 @@ def test_a_heartbeat_while_a_process_configuration_is_put_in_force_finds_nothing
     with agent(tmp_path) as (ex, w, targets, root):
         if replaces:
             work(w, config("c0", pid(p), cpus=[0]))
-        found = []
+        found, said = [], []
 
         def heartbeat_then(at):
             found.append(ex.notice_exited())  # the link's heartbeat, in the worker's window
+            said.append([c["config_id"] for c in ex.standings_wire()])  # a hello then
             return real(at)
 
         monkeypatch.setattr(apply, "running_start", heartbeat_then)
         work(w, config("c1", pid(p), cpus=[1]))
         assert found == [False]
+        assert said == [["c0"] if replaces else []]  # what stood before, as a whole
         assert [c["config_id"] for c in ex.standings_wire()] == ["c1"]
         assert os.sched_getaffinity(p.pid) == {1}
         w.watch()  # the next heartbeat: nothing to do
