@@ -18,6 +18,13 @@ excluded) per heartbeat and the wall time the link's thread spends in each, in m
 
     python benchmarks/target_watch.py [-n 300] [--rounds 5] [--systemctl-ms 20]
                                       [--interval 0.2] [--json]
+
+Measured on the 2-core development VM, 2026-11-28 03:23-03:25 (load average 4.4-5.8), ``-n
+1000``, the code before the unitwatch branch and after it in turns: running, 72 / 79 us of
+CPU per heartbeat before, 133 / 116 us after (the ten /proc/PID/cgroup reads that notice a
+process moved into a confined unit); systemd with the units stopped, 2.3-2.6 ms of CPU per
+heartbeat either way (three systemctl started), the link's thread held 77-80 ms per heartbeat
+before, 0.7-1.2 ms after (systemctl runs on a thread of its own).
 """
 
 from __future__ import annotations
