@@ -33,7 +33,7 @@ from opptune.shared import protocol as P
 from opptune.shared.config import AgentConfig, CommandWorkload
 from opptune.shared.records import RunRecord
 from fake_trees import cgroup_tree
-from test_agent_link import HB, LinkThread, ctx, router, start_agent  # noqa: F401 (fixtures)
+from test_agent_link import LinkThread, ctx, router, start_agent  # noqa: F401 (fixtures)
 from test_idle_clock import job
 
 
