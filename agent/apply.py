@@ -1,8 +1,11 @@
 """Jobs and pushed configurations: validate against this board, then run them in order.
 
 Validation happens as the message arrives (in the link thread), so a bad job or config is
-refused at once, even while a long job runs, and nothing of it runs. Accepted work is executed
-one item at a time by :class:`Worker`, a thread, so heartbeats continue during long runs.
+refused at once, even while a long job runs, and nothing of it runs; only whether systemd
+knows a unit is asked by the worker as it applies (``applied`` ``{ok: false, error: "cannot
+apply to the target: systemd has no unit ..."}``): the link's thread never waits on
+systemctl. Accepted work is executed one item at a time by :class:`Worker`, a thread, so
+heartbeats continue during long runs.
 
 Refusals: a job -> ``error`` with code ``bad_job``; a config -> ``applied`` ``{ok: false,
 error}``.
@@ -35,9 +38,12 @@ heartbeat looks for that (:meth:`Worker.watch`, agent/target_watch.py: one read 
 way: its entry leaves ``standing.json``, its records of originals are forgotten, the clocks go
 back at rest to those of the configurations still in force (or the board's originals), and a
 hello tells the daemon. A unit that a configuration in force confines is looked at too
-(:meth:`Targets.unit_stopped`: systemd's ActiveState, or its cgroup gone or empty): one
-stopped at two heartbeats in a row is dropped the same way; one that restarted between them
-(its cgroup made anew, out of its cpu set) is confined again.
+(its cgroup gone or empty; with systemd, its ActiveState, asked on a thread of its own:
+agent/target_watch.py): one stopped at two heartbeats in a row is dropped the same way; one
+that restarted between them (its cgroup made anew, out of its cpu set) is confined again. A
+confined process that moves into (or out of) a unit a configuration in force confines is
+noticed at the heartbeat too (its /proc/PID/cgroup), with the outcome of its being there when
+applied (:meth:`Executor._moved_between_units`).
 """
 
 from __future__ import annotations
@@ -181,6 +187,10 @@ class Executor:
         self._in_unit: dict[str, str] = {}
         # what the link's heartbeat found of the confined targets (agent/target_watch.py)
         self._watch = TargetWatch(targets)
+        # orders the worker's changes of the three above with the link thread's copies of them
+        # (notice_exited, standings_wire): a pid configuration in force is seen with its start
+        # time and its unit
+        self._standing_lock = threading.Lock()
         # tells the daemon what stands now (agent/cli.py: a hello); any thread may call it
         self.say_standings: Callable[[], Any] = lambda: None
         self._standing_file = standing.StandingFile(state_dir) if state_dir else None
@@ -265,8 +275,8 @@ class Executor:
             if self.targets is None:
                 raise Refused("this agent applies configurations to the commands it launches "
                               "only")
-            try:
-                self.targets.check(target)
+            try:  # systemd is asked by the worker: the link's thread never waits on it
+                self.targets.check(target, ask_systemd=False)
             except TargetError as exc:
                 raise Refused(str(exc)) from None
 
@@ -302,9 +312,10 @@ class Executor:
             return
         out = standing.stand_again(self._standing_file, self.platform, self.runner,
                                    self.targets)
-        self.standing_configs, self.standing_dropped = out.configs, out.dropped
-        self._pid_starts = dict(out.starts)
-        self._in_unit = self._units_of_processes()
+        in_unit = self._units_of_processes(out.configs)
+        with self._standing_lock:
+            self.standing_configs, self.standing_dropped = out.configs, out.dropped
+            self._pid_starts, self._in_unit = dict(out.starts), in_unit
         for unit in self._of_kind("unit"):
             self._pin_again(unit["target"]["unit"])
         for level, line in standing.narrower_lines(self.standing_configs, self._in_unit):
@@ -315,7 +326,14 @@ class Executor:
         confines has exited since, or a unit it confines has stopped (at two heartbeats in a
         row) or restarted unconfined, and the worker's look is newly due
         (:meth:`drop_exited`)."""
-        return self._watch.notice(list(self.standing_configs), self._pid_starts)
+        with self._standing_lock:
+            configs, starts = list(self.standing_configs), dict(self._pid_starts)
+            in_unit = dict(self._in_unit)
+        return self._watch.notice(configs, starts, in_unit)
+
+    def close(self) -> None:
+        """The agent stops: the heartbeat's look at systemd ends (agent/target_watch.py)."""
+        self._watch.close()
 
     def _units_gone(self) -> list[tuple[dict[str, Any], str]]:
         """(worker thread) (configuration, why) of the units found stopped at two heartbeats
@@ -349,16 +367,21 @@ class Executor:
         those of the others in force, or to the board's originals. A unit restarted out of
         its cpu set is confined again."""
         self._watch.exited.clear()
+        moved = self._watch.take_moved()
         gone = standing.exited(self.standing_configs, self._pid_starts) + self._units_gone()
         if not gone:
+            if moved and self._moved_between_units():
+                self.say_standings()
             return
         ids = {str(c.get("config_id")) for c, _ in gone}
-        self.standing_configs = [c for c in self.standing_configs
-                                 if str(c.get("config_id")) not in ids]
+        with self._standing_lock:
+            self.standing_configs = [c for c in self.standing_configs
+                                     if str(c.get("config_id")) not in ids]
+            for cid in ids:
+                self._pid_starts.pop(cid, None)
+                self._in_unit.pop(cid, None)
         for config, why in gone:
             cid = str(config.get("config_id"))
-            self._pid_starts.pop(cid, None)
-            self._in_unit.pop(cid, None)
             for problem in (self.targets.release(cid) if self.targets is not None else []):
                 log.warning("undoing configuration %s: %s", cid, problem)
             if self._standing_file is not None:
@@ -371,9 +394,43 @@ class Executor:
                      "the other applied configurations stand" if self.standing_configs else
                      "the board goes back to its original settings")
             self.standing_dropped.append(f"{cid}: {why}")
-        self._in_unit = self._units_of_processes()  # a unit dropped confines none of them
+        self._moved_between_units()  # a unit dropped confines none of them
         self._knobs_moved = True  # its clocks: back at rest to what the others hold
         self.say_standings()
+
+    def _moved_between_units(self) -> bool:
+        """(worker thread) The processes of the pid configurations in force looked up in the
+        units confined again; each found in another than before (moved into one, or out of
+        it, since a heartbeat saw it) has the outcome of its being there when its
+        configuration was applied: its own cpus again (the kernel gives a process moved into
+        a cgroup that cgroup's cpus) where they are among its unit's, the lines of which cpu
+        set holds for it (shared/standing.py). Whether any moved (the daemon is to be told)."""
+        in_unit = self._units_of_processes()
+        with self._standing_lock:
+            was, self._in_unit = self._in_unit, in_unit
+        # one whose unit's configuration was dropped has not moved
+        confined = {unit_name(c["target"]["unit"]) for c in self._of_kind("unit")}
+        moved = {cid for cid in was.keys() | in_unit.keys() if was.get(cid) != in_unit.get(cid)
+                 and (cid in in_unit or was[cid] in confined)}
+        by_id = {str(c.get("config_id")): c for c in self._of_kind("pid")}
+        for cid in sorted(moved & by_id.keys()):
+            c = by_id[cid]
+            unit = in_unit.get(cid)
+            log.info("applied configuration %s: process %s %s", standing.describe(c),
+                     c["target"]["pid"], f"moved into unit {unit}, which a configuration in "
+                     "force confines" if unit else f"left unit {was[cid]}")
+            if unit is not None:
+                self._pin_again(unit, only=cid)
+                continue
+            try:
+                self.targets.apply(c["target"], list(c["cpus"]), owner=cid)
+            except (TargetError, OSError) as exc:
+                log.warning("applied configuration %s: process %s cannot be given its cpus "
+                            "again (%s)", standing.describe(c), c["target"]["pid"], exc)
+        for level, line in standing.narrower_lines(
+                self.standing_configs, {k: v for k, v in in_unit.items() if k in moved}):
+            log.log(level, "%s", line)
+        return bool(moved & by_id.keys())
 
     def standing_wire(self) -> dict[str, Any] | None:
         """The configuration applied last of those in force, as the hello's ``standing``
@@ -381,28 +438,36 @@ class Executor:
         return standing.wire(self.standing_configs[-1]) if self.standing_configs else None
 
     def standings_wire(self) -> list[dict[str, Any]]:
-        """The configurations in force, oldest first, as the hello's ``standings`` says."""
-        return [standing.wire(c, self._in_unit.get(str(c.get("config_id")))) or {}
-                for c in self.standing_configs]
+        """The configurations in force, oldest first, as the hello's ``standings`` says (any
+        thread: the link's builds the hello)."""
+        with self._standing_lock:
+            configs, in_unit = list(self.standing_configs), dict(self._in_unit)
+        return [standing.wire(c, in_unit.get(str(c.get("config_id")))) or {} for c in configs]
 
     def _of_kind(self, kind: str) -> list[dict[str, Any]]:
         """The configurations in force on targets of ``kind`` ('pid', 'unit'), oldest first."""
         return [c for c in self.standing_configs if kind_of(c.get("target")) == kind]
 
-    def _units_of_processes(self) -> dict[str, str]:
-        """{pid config id: unit}: the processes of the configurations in force that run in a
-        unit another one confines (its cgroup.procs)."""
+    def _units_of_processes(self, configs: list[dict[str, Any]] | None = None
+                            ) -> dict[str, str]:
+        """{pid config id: unit}: the processes of the configurations in force (or of
+        ``configs``) that run in a unit another one confines (Targets.unit_holding)."""
+        configs = self.standing_configs if configs is None else configs
         out = {}
-        for c in self._of_kind("pid"):
-            bound = self._unit_bounds(c["target"]["pid"])
-            if bound is not None:
-                out[str(c["config_id"])] = bound[0]
+        for c in configs:
+            if kind_of(c.get("target")) == "pid":
+                bound = self._unit_bounds(c["target"]["pid"], configs)
+                if bound is not None:
+                    out[str(c["config_id"])] = bound[0]
         return out
 
-    def _unit_bounds(self, pid: int) -> tuple[str, dict[str, Any]] | None:
-        """(its unit, that unit's configuration in force) where process ``pid`` runs in a
-        unit a configuration in force confines."""
-        units = {target_key(c["target"]): c for c in self._of_kind("unit")}
+    def _unit_bounds(self, pid: int, configs: list[dict[str, Any]] | None = None
+                     ) -> tuple[str, dict[str, Any]] | None:
+        """(its unit, that unit's configuration in force (of ``configs``)) where process
+        ``pid`` runs in a unit a configuration in force confines."""
+        configs = self.standing_configs if configs is None else configs
+        units = {target_key(c["target"]): c for c in configs
+                 if kind_of(c.get("target")) == "unit"}
         if self.targets is None or not units:
             return None
         unit = self.targets.unit_holding(pid, [c["target"]["unit"] for c in units.values()])
@@ -424,13 +489,19 @@ class Executor:
             now = self._plan([c for c in before if key_of(c) != key])
         else:
             now = {**self._plan(before), **self._plan([body])}
-        self.standing_configs = [c for c in before if key_of(c) != key] + (
+        configs = [c for c in before if key_of(c) != key] + (
             [] if standing.leaves_nothing(body) else [body])
-        self.standing_dropped = []
-        self._pid_starts = {cid: t for cid, t in self._pid_starts.items()
-                            if any(str(c.get("config_id")) == cid for c in self.standing_configs)}
+        ids = {str(c.get("config_id")) for c in configs}
+        starts = {cid: t for cid, t in self._pid_starts.items() if cid in ids}
         if kind_of(body.get("target")) == "pid":
-            self._pid_starts[str(body["config_id"])] = running_start(body["target"]["pid"])
+            starts[str(body["config_id"])] = running_start(body["target"]["pid"])
+        in_unit = self._units_of_processes(configs)
+        # all at once: a heartbeat between them saw a pid configuration without its start
+        # time, its process as another's (a wake of the worker for nothing)
+        with self._standing_lock:
+            was = self._in_unit
+            self.standing_configs, self._pid_starts, self._in_unit = configs, starts, in_unit
+            self.standing_dropped = []
         if self._standing_file is not None:
             try:
                 self._standing_file.keep(body)
@@ -441,7 +512,6 @@ class Executor:
         for line in standing.conflict_lines(self.standing_configs, self.platform,
                                             newest_only=True):
             log.warning("%s", line)
-        was, self._in_unit = self._in_unit, self._units_of_processes()
         if kind_of(body.get("target")) == "unit":
             self._pin_again(body["target"]["unit"])
         for level, line in standing.narrower_lines(self.standing_configs, self._in_unit,
@@ -796,14 +866,17 @@ class Executor:
         if kind_of(body.get("target")) == "unit":
             self._pin_again(body["target"]["unit"])
 
-    def _pin_again(self, unit: str) -> None:
+    def _pin_again(self, unit: str, only: str | None = None) -> None:
         """The cpu set of ``unit`` was just set (confined, or confined again) or put back:
         the processes of the unit that a configuration in force confines get their own cpus
         again (a kernel may reset their affinity to the cgroup's when its cpu set changes),
-        where the unit's configuration in force, if any, holds them."""
+        where the unit's configuration in force, if any, holds them. ``only``: the process of
+        that configuration (it moved into the unit)."""
         key = target_key({"kind": "unit", "unit": unit})
         mine = next((c for c in self.standing_configs if key_of(c) == key), None)
         for c in self._of_kind("pid"):
+            if only is not None and str(c["config_id"]) != only:
+                continue
             if mine is not None and not set(c["cpus"]) <= set(mine["cpus"]):
                 continue
             try:

@@ -606,6 +606,7 @@ def run_agent(config, config_path: str | None = None, state_dir_option: bool = F
         for problem in targets.restore():
             log.error("%s", problem)
         link.close()
+        executor.close()  # a look at systemd under way (agent/target_watch.py) ends
         outbox.close()
         log.info("agent stopped")
         state_lock.close()

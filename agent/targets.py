@@ -44,7 +44,7 @@ import time
 from typing import Any, Callable
 
 from ..shared.cpus import format_cpu_list, parse_cpu_list
-from .knobs.state import thread_start_time, unit_gone
+from .knobs.state import read_proc, thread_start_time, unit_gone
 from .sysfs import KnobUnavailable, SysFS
 
 KINDS = ("command", "pid", "unit")
@@ -53,6 +53,9 @@ DEFAULT_WINDOW_S = 2.0
 MAX_WINDOW_S = 600.0
 _CLK_TCK = os.sysconf("SC_CLK_TCK")
 SETTLE_S = 1.0  # how long a unit's EffectiveCPUs may take to follow its AllowedCPUs
+SYSTEMD_LOOK_S = 5.0  # the most a look at a unit's ActiveState may take (systemctl killed then)
+# Targets.unit_stopped_by_cgroup: only systemd can tell whether the unit runs
+ASK_SYSTEMD = object()
 
 
 class TargetError(ValueError):
@@ -99,6 +102,20 @@ def find_unit_cgroup(fs: SysFS, unit: str, max_depth: int = 4) -> str | None:
     return None
 
 
+def systemd_says_stopped(returncode: int, stdout: str) -> str | None:
+    """Why a unit is stopped from the output of :meth:`Targets.systemd_look_args`' command:
+    ActiveState inactive or failed, or LoadState not-found; None where it runs (activating:
+    restarting) or systemctl failed (nothing tells)."""
+    if returncode != 0:
+        return None
+    props = dict(line.partition("=")[::2] for line in stdout.splitlines())
+    if props.get("LoadState") == "not-found":
+        return "systemd no longer knows it"
+    if props.get("ActiveState") in ("inactive", "failed"):
+        return f"ActiveState={props['ActiveState']}"
+    return None
+
+
 def threads_of(pid: int) -> list[int]:
     try:
         return sorted(int(t) for t in os.listdir(f"/proc/{pid}/task"))
@@ -138,8 +155,11 @@ class Targets:
         self._undo: list[tuple[str | None, str, tuple, Callable[[], None]]] = []
 
     # -- validation (link thread) ---------------------------------------------------------------
-    def check(self, target: dict[str, Any] | None) -> None:
-        """Raise TargetError naming the first reason ``target`` cannot be applied here."""
+    def check(self, target: dict[str, Any] | None, ask_systemd: bool = True) -> None:
+        """Raise TargetError naming the first reason ``target`` cannot be applied here.
+        ``ask_systemd`` False: whether systemd knows a unit is left for later (a call to
+        systemctl, which a hung systemd holds up: the link's thread checks so, and the worker
+        asks as it applies)."""
         if target is None:
             return
         kind = target.get("kind")
@@ -174,7 +194,8 @@ class Targets:
                 # is it running? cgroup v2 mounted?" sent the user after the wrong cause
                 raise TargetError("a unit target needs a real board: the cpus of a virtual "
                                   "board are not this machine's")
-            self._unit_how(unit)
+            if ask_systemd or not (self.systemd and self.systemctl):
+                self._unit_how(unit)
 
     def _unit_how(self, unit: str) -> tuple[str, str | None]:
         """("systemctl", None) or ("cgroup", its kernel path); TargetError if neither."""
@@ -382,33 +403,39 @@ class Targets:
         """Why ``unit`` is not running now ('its cgroup is gone', ...); None where it runs, or
         where nothing tells (systemctl failing, a cgroup without cgroup.events or cgroup.procs).
         With systemd: ActiveState inactive or failed, or the unit gone (a unit restarting is
-        activating: it runs). Without: its cgroup gone, or holding no process."""
+        activating: it runs). Without: its cgroup gone, or holding no process. It may wait on
+        systemctl: the link's heartbeat asks :meth:`unit_stopped_by_cgroup`, and systemd on
+        another thread (agent/target_watch.py)."""
+        name = unit_name(unit)
+        why = self.unit_stopped_by_cgroup(name)
+        if why is not ASK_SYSTEMD:
+            return why
+        try:
+            res = subprocess.run(self.systemd_look_args(name), capture_output=True, text=True,
+                                 timeout=SYSTEMD_LOOK_S)
+        except (OSError, subprocess.SubprocessError):
+            return None
+        return systemd_says_stopped(res.returncode, res.stdout)
+
+    def unit_stopped_by_cgroup(self, unit: str) -> str | None | object:
+        """What the unit's cgroup tells at once, as :meth:`unit_stopped` (None: it runs), or
+        ASK_SYSTEMD where only systemd can tell: under systemd, its cgroup gone or empty (a
+        stop, a restart (activating), or a cgroup v1 machine)."""
         name = unit_name(unit)
         cg = self.unit_cgroup(name)
         if self.systemd and self.systemctl:
             # its cgroup (cgroup v2) says a unit runs in one file read; systemctl, a process
-            # and a call to systemd each heartbeat (tens of ms of CPU on a small board, beside
-            # the runs the agent measures), only where it does not: to tell a stop from a
-            # restart (activating) or a cgroup v1 machine
-            if cg is not None and self._populated(cg):
-                return None
-            try:
-                res = subprocess.run([self.systemctl, "show", "-p", "LoadState", "-p",
-                                      "ActiveState", name], capture_output=True, text=True,
-                                     timeout=5)
-            except (OSError, subprocess.SubprocessError):
-                return None
-            props = dict(line.partition("=")[::2] for line in res.stdout.splitlines())
-            if res.returncode != 0:
-                return None
-            if props.get("LoadState") == "not-found":
-                return "systemd no longer knows it"
-            if props.get("ActiveState") in ("inactive", "failed"):
-                return f"ActiveState={props['ActiveState']}"
-            return None
+            # and a call to systemd (tens of ms of CPU on a small board, beside the runs the
+            # agent measures), only where it does not
+            return None if cg is not None and self._populated(cg) else ASK_SYSTEMD
         if cg is None:
             return "its cgroup is gone"
         return None if self._populated(cg) is not False else "its cgroup holds no process"
+
+    def systemd_look_args(self, unit: str) -> list[str]:
+        """The systemctl command whose output :func:`systemd_says_stopped` reads."""
+        return [self.systemctl or "systemctl", "show", "-p", "LoadState", "-p", "ActiveState",
+                unit_name(unit)]
 
     def unit_cgroup(self, name: str) -> str | None:
         """The cgroup of unit ``name`` (kernel path), as last found while it is there: the
@@ -459,23 +486,54 @@ class Targets:
         except ValueError:
             return True
 
-    def unit_holding(self, pid: int, units: list[str]) -> str | None:
-        """The first of ``units`` whose cgroup, or one below it, lists process ``pid`` in its
-        cgroup.procs (its full name); None: none does, or no cgroup v2 tells."""
-        for unit in units:
-            cg = find_unit_cgroup(self.fs, unit)
-            if cg is None:
-                continue
-            for where, _, files in os.walk(self.fs.path(cg)):
-                if "cgroup.procs" not in files:
-                    continue
-                try:
-                    with open(os.path.join(where, "cgroup.procs")) as fh:
-                        if str(pid) in fh.read().split():
-                            return unit_name(unit)
-                except OSError:
-                    continue  # a cgroup removed meanwhile
+    def cgroup_of(self, pid: int) -> str | None:
+        """The cgroup v2 path of process ``pid`` ('/system.slice/web.service'), from its
+        /proc/PID/cgroup (one read); None where that says none (the process gone, cgroup v1
+        only, a tree without the file)."""
+        for line in (read_proc(self.fs.path(f"/proc/{pid}/cgroup")) or b"").splitlines():
+            if line.startswith(b"0::"):
+                return line[3:].strip().decode(errors="replace")
         return None
+
+    def unit_holding(self, pid: int, units: list[str]) -> str | None:
+        """The first of ``units`` whose cgroup, or one below it, holds process ``pid`` (its full
+        name); None: none does, or no cgroup v2 tells."""
+        return self.units_holding([pid], units)[pid]
+
+    def units_holding(self, pids: list[int], units: list[str]) -> dict[int, str | None]:
+        """{pid: the first of ``units`` whose cgroup, or one below it, holds it (its full
+        name), or None}. A process's /proc/PID/cgroup says where it is in one read (cheap
+        enough for each heartbeat); where that says nothing, the units' cgroup.procs are
+        looked through."""
+        cgroups = [(unit_name(u), cg) for u in units
+                   if (cg := self.unit_cgroup(unit_name(u))) is not None]
+        out: dict[int, str | None] = {}
+        for pid in pids:
+            out[pid] = None
+            own = self.cgroup_of(pid) if cgroups else None
+            for name, cg in cgroups:
+                if own is not None:
+                    rel = cg[len(CGROUP):]
+                    if own == rel or own.startswith(rel + "/"):
+                        out[pid] = name
+                        break
+                elif self._lists(cg, pid):
+                    out[pid] = name
+                    break
+        return out
+
+    def _lists(self, cg: str, pid: int) -> bool:
+        """Whether the cgroup.procs of cgroup ``cg`` or of one below it lists ``pid``."""
+        for where, _, files in os.walk(self.fs.path(cg)):
+            if "cgroup.procs" not in files:
+                continue
+            try:
+                with open(os.path.join(where, "cgroup.procs")) as fh:
+                    if str(pid) in fh.read().split():
+                        return True
+            except OSError:
+                continue  # a cgroup removed meanwhile
+        return False
 
     # -- measuring ------------------------------------------------------------------------------
     def cpu_time(self, target: dict[str, Any]) -> float | None:

@@ -533,3 +533,100 @@ def test_a_unit_that_stops_while_the_agent_runs_is_dropped_one_that_restarts_is_
         assert "undoing" not in caplog.text
         w.watch()  # said once
         assert w.idle.wait(60) and told == [["c1"]]
+
+
+@pytest.mark.parametrize("replaces", [False, True])
+def test_a_heartbeat_while_a_process_configuration_is_put_in_force_finds_nothing_exited(
+        tmp_path, procs, monkeypatch, replaces):
+    """Review: the worker put a pid configuration in force (standing_configs) before it kept
+    its process's start time, so a heartbeat between the two saw the configuration without
+    one: its process 'exited (its pid now names another process)', and the worker was woken
+    for nothing. The heartbeat is made to fall there: at the worker's read of the start time
+    (/proc/PID/stat). It finds nothing, for a new configuration and for one that replaces
+    another on the same process; both stand."""
+    from opptune.agent import apply
+    p = procs[0]
+    real = apply.running_start
+    with agent(tmp_path) as (ex, w, targets, root):
+        if replaces:
+            work(w, config("c0", pid(p), cpus=[0]))
+        found, said = [], []
+
+        def heartbeat_then(at):
+            found.append(ex.notice_exited())  # the link's heartbeat, in the worker's window
+            said.append([c["config_id"] for c in ex.standings_wire()])  # a hello then
+            return real(at)
+
+        monkeypatch.setattr(apply, "running_start", heartbeat_then)
+        work(w, config("c1", pid(p), cpus=[1]))
+        assert found == [False]
+        assert said == [["c0"] if replaces else []]  # what stood before, as a whole
+        assert [c["config_id"] for c in ex.standings_wire()] == ["c1"]
+        assert os.sched_getaffinity(p.pid) == {1}
+        w.watch()  # the next heartbeat: nothing to do
+        assert w.idle.is_set() and ex.standing_dropped == []
+
+
+@pytest.mark.parametrize("unit_cpus", [[0, 1], [0]])
+def test_a_process_that_moves_into_a_confined_unit_is_noticed_at_the_heartbeat(
+        tmp_path, procs, caplog, unit_cpus):
+    """Before, a process whose configuration stands that moved into a unit another
+    configuration confines was noticed only when a configuration was applied (or the agent
+    restarted): meanwhile it ran on the cpus the kernel gives a process moved into a cgroup,
+    the unit's, and neither the log nor the hello (``opptune status``) said which set holds
+    for it. The heartbeat now reads where it runs (/proc/PID/cgroup, one read; written in the
+    tree here as the kernel says it), and the outcome is that of its being there when applied:
+    its own cpus again where they are among the unit's (else the unit's hold, said in a
+    WARNING line), the lines said, the daemon told. Moved out again, its own cpus are set
+    again and the hello no longer names the unit."""
+    caplog.set_level(logging.INFO, "opptune.agent")
+    p = procs[0]
+    with agent(tmp_path) as (ex, w, targets, root):
+        d = cgroup_tree(root, cpus="0-7")
+        (d / "cgroup.procs").write_text(f"{procs[1].pid}\n")
+        where = root / "proc" / str(p.pid)
+        where.mkdir(parents=True)
+        (where / "cgroup").write_text("0::/user.slice/session-1.scope\n")
+        told = []
+        ex.say_standings = lambda: told.append(ex.standings_wire())
+        work(w, config("c1", pid(p), cpus=[1]))
+        work(w, config("c2", {"kind": "unit", "unit": "web"}, cpus=unit_cpus))
+        w.watch()  # where it was: nothing to do
+        assert w.idle.is_set() and told == [] and narrower(ex.standings_wire()) == {}
+        # it moves into the unit, and the kernel gives it the unit's cpus
+        (where / "cgroup").write_text("0::/system.slice/web.service\n")
+        os.sched_setaffinity(p.pid, set(unit_cpus))
+        w.watch()
+        assert w.idle.wait(60)
+        in_web = {"kind": "pid", "pid": p.pid, "in_unit": "web.service"}
+        assert [s[0]["target"] for s in told] == [in_web]
+        assert f"applied configuration c1 (w on cpus 1 with no set frequency, process {p.pid}): " \
+               f"process {p.pid} moved into unit web.service, which a configuration in force " \
+               "confines" in caplog.text
+        if unit_cpus == [0, 1]:  # its own holds
+            assert os.sched_getaffinity(p.pid) == {1}
+            assert narrower(ex.standings_wire()) == {"c2": [{"pid": p.pid, "by": "c1",
+                                                             "cpus": [1]}]}
+            assert "applied configuration c2 (w on cpus 0-1 with no set frequency, unit web): " \
+                   f"its cpu set is overridden for process {p.pid} by c1 (cpus 1), the " \
+                   "process's own: the narrower target holds for it" in caplog.text
+        else:  # the kernel keeps it within the unit's
+            assert os.sched_getaffinity(p.pid) == {0}
+            assert narrower(ex.standings_wire()) == {"c1": [{"unit": "web.service", "by": "c2",
+                                                             "cpus": [0]}]}
+            assert f"applied configuration c1 (w on cpus 1 with no set frequency, process " \
+                   f"{p.pid}): its cpu set is overridden by c2 (unit web.service, cpus 0), " \
+                   "which does not hold all of cpus 1" in caplog.text
+        w.watch()  # said once
+        assert w.idle.wait(60) and len(told) == 1
+        # out again, the kernel giving it its new cgroup's cpus
+        (where / "cgroup").write_text("0::/user.slice/session-1.scope\n")
+        os.sched_setaffinity(p.pid, EVERY_CPU)
+        w.watch()
+        assert w.idle.wait(60)
+        assert os.sched_getaffinity(p.pid) == {1}
+        assert [s[0]["target"] for s in told] == [in_web, {"kind": "pid", "pid": p.pid}]
+        assert narrower(ex.standings_wire()) == {}
+        assert f"process {p.pid} left unit web.service" in caplog.text
+        assert [c["config_id"] for c in ex.standings_wire()] == ["c1", "c2"]
+    assert os.sched_getaffinity(p.pid) == EVERY_CPU  # the agent's stop puts it back
