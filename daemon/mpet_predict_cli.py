@@ -277,14 +277,16 @@ def _measured_db(data: dict[str, Any], args: argparse.Namespace, plat: str, flag
     on the command line by option ``flag``)."""
     profiles, platforms = build_database(data, args.size, sizes, clocks)
     _check_measured(data, profiles, args.workload, plat, getattr(args, flag), args.size,
-                    _freq_arg(args))
+                    _freq_arg(args), f"--{flag}")
     return profiles, platforms
 
 
 def _check_measured(data: dict[str, Any], profiles: dict, workload: str, plat: str,
-                    given: str, size: str | None = None, freq: float | None = None) -> None:
+                    given: str, size: str | None = None, freq: float | None = None,
+                    flag: str = "--from", target: str | None = None) -> None:
     """MpetUsage unless ``workload`` has a profile on ``plat`` (``given``: its name as the
-    user wrote it; ``size``: --size, which narrowed the daemon's answer)."""
+    user wrote it; ``size``: --size, which narrowed the daemon's answer), saying where else
+    it was measured (not ``target``, the board predicted on) to give as ``flag``."""
     if (workload, plat) in profiles:
         return
     marked = sum(m["runs"] for m in data.get("marked_only") or ()
@@ -297,8 +299,28 @@ def _check_measured(data: dict[str, Any], profiles: dict, workload: str, plat: s
                         f"configuration to use them")
     on = sorted(w for w, p in profiles if p == plat)
     at = _at_size(size, freq)
+    # what to do: the boards it was measured on, else measure it here (or mend the name)
+    where = sorted({_name_of(data, p) for w, p in profiles
+                    if w == workload and p not in (plat, target)})
+    sweep = (f"'opptune sweep --agent {_agent_of(data, plat)} --workload {workload}"
+             f"{f' --size {size}' if size else ''}' measures it there")
+    if len(where) == 1:
+        todo = f"it is measured on {where[0]}: give {flag} {where[0]}, or {sweep}"
+    elif where:
+        todo = f"it is measured on {', '.join(where)}: give {flag} one of them, or {sweep}"
+    elif (workload, target) in profiles:
+        todo = (f"it is measured on {_name_of(data, target)} only, the board predicted on: "
+                f"--on {_name_of(data, target)} predicts its scaling there, or {sweep}")
+    else:
+        todo = f"check the name, or {sweep}"
     raise MpetUsage(f"workload {workload!r} is not measured on {given}{at}: "
-                    f"it has {', '.join(on) or 'nothing'}{at}")
+                    f"it has {', '.join(on) or 'nothing'}{at}; {todo}")
+
+
+def _name_of(data: dict[str, Any], platform: str) -> str:
+    """A platform as a user names it: its agent's name where one agent has it, else its id."""
+    agents = [a for a, p in data["agents"].items() if p == platform]
+    return agents[0] if len(agents) == 1 else platform
 
 
 def _named_sources(args: argparse.Namespace, data: dict[str, Any]) -> list[tuple[str, str]] | None:
@@ -325,11 +347,17 @@ def _sources(args: argparse.Namespace, data: dict[str, Any], profiles: dict, dst
     if named is None:
         got = sorted(p for w, p in profiles if w == args.workload and p != dst)
         if not got:
-            raise MpetUsage(f"--from all: workload {args.workload!r} is measured on no platform "
-                            f"but {args.target}")
+            sweep = f"'opptune sweep --agent AGENT --workload {args.workload}' measures it"
+            if (args.workload, dst) in profiles:
+                raise MpetUsage(f"--from all: workload {args.workload!r} is measured on "
+                                f"{args.target} only, the board predicted on: --on "
+                                f"{args.target} predicts its scaling there from its 1-core "
+                                f"runs, or {sweep} on another board")
+            raise MpetUsage(f"--from all: workload {args.workload!r} is measured on no board; "
+                            f"check the name, or {sweep}")
         return [(p, data["platforms"][p].get("board") or p) for p in got]
     for p, n in named:
-        _check_measured(data, profiles, args.workload, p, n, args.size)
+        _check_measured(data, profiles, args.workload, p, n, args.size, target=dst)
     return named
 
 
@@ -422,6 +450,9 @@ def _predict_migration(data: dict[str, Any], args: argparse.Namespace,
     text.note_marked(data, sizes, [*srcs, dst])
     text.note_under_way(data, [*srcs, dst])
     text.note_more_references(data, profiles, args, srcs, dst)
+    params = any(text.records_params(profiles[(args.workload, p)]) for p in srcs)
+    weak = text.migration_notes(data, args, profiles, srcs, dst, params, pred.calibrated,
+                                lambda p: _agent_of(data, p))
     return {"scenario": scen, "workload": args.workload, "from": srcs, "to": dst,
             "from_boards": [data["platforms"][p]["board"] for p in srcs],
             "to_board": data["platforms"][dst]["board"],
@@ -431,7 +462,8 @@ def _predict_migration(data: dict[str, Any], args: argparse.Namespace,
             "prediction": _rows(pred.ns, pred.t, lo, hi, measured, before),
             "candidates": _candidates(pred), "single_candidate": pred.single_candidate,
             "method": _method(pred), "interval": text.interval_text(pred, data),
-            "interval_level": pred.level, "interval_calibrated_on": pred.calibrated}
+            "interval_level": pred.level, "interval_calibrated_on": pred.calibrated,
+            "notes": weak}
 
 
 def _predict_on(data: dict[str, Any], args: argparse.Namespace,
@@ -455,7 +487,8 @@ def _predict_on(data: dict[str, Any], args: argparse.Namespace,
                         f"starts from t(1); sweep it from 1 core")
     parallel = any(n > 1 for n in measured_t)
     common = {"workload": args.workload, "on": plat, "board": data["platforms"][plat]["board"],
-              "on_mhz": clocks.get(key), "edits": [str(e) for e in edits], "edit_notes": []}
+              "on_mhz": clocks.get(key), "edits": [str(e) for e in edits], "edit_notes": [],
+              "notes": []}
     if edits and parallel:
         # (c) on the whole measured profile: no candidates, the profile's own curve edited
         db = MpetDatabase(profiles, platforms)
@@ -480,6 +513,7 @@ def _predict_on(data: dict[str, Any], args: argparse.Namespace,
     # as eval-mpet --scenario b cuts each profile (mpet_eval.evaluate_scalability)
     db = with_serial(MpetDatabase(profiles, platforms), key)
     pred = predict_scalability(db, args.workload, plat, ns=ns)
+    common["notes"] = text.serial_notes(data, args, plat, profiles[key], _agent_of(data, plat))
     t, before = pred.t, None
     if edits:
         before = t
