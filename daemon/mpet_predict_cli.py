@@ -452,7 +452,7 @@ def _predict_migration(data: dict[str, Any], args: argparse.Namespace,
     text.note_more_references(data, profiles, args, srcs, dst)
     params = any(text.records_params(profiles[(args.workload, p)]) for p in srcs)
     weak = text.migration_notes(data, args, profiles, srcs, dst, params, pred.calibrated,
-                                lambda p: _agent_of(data, p))
+                                pred.single_candidate, lambda p: _agent_of(data, p))
     return {"scenario": scen, "workload": args.workload, "from": srcs, "to": dst,
             "from_boards": [data["platforms"][p]["board"] for p in srcs],
             "to_board": data["platforms"][dst]["board"],

@@ -199,7 +199,8 @@ def print_prediction(out: dict[str, Any]) -> None:
         print(f"cores: {op['cores']} ({op['time_s']:.4g} s), the fewest within "
               f"{100 * op['tolerance']:.0f} % of the fastest predicted ({op['fastest_cores']} "
               f"core{'s' if op['fastest_cores'] != 1 else ''}, {op['fastest_s']:.4g} s)")
-    if out.get("single_candidate") and not out.get("interval_calibrated_on"):
+    if out.get("single_candidate") and not out.get("interval_calibrated_on") and "on" in out:
+        # a migration's notes say it, with the boards to characterize (migration_notes)
         print("note: a single candidate carries this prediction; measure more of the suite on "
               "the target (opptune characterize) for a narrower one")
     if out.get("method"):
@@ -232,29 +233,26 @@ def print_prediction(out: dict[str, Any]) -> None:
 
 # what D_a and the weight are, per basis that rated the candidates (docs/mpet.md): {a} the
 # workload, {t} the board predicted on, {checks} what a validated transfer is checked on,
-# {d_a} what a ratio basis's D_a is
+# {ratio} a ratio basis's distances
 _BASIS_LEGEND = {
     "t1-validated": "D_a is how far the candidate's own transfer missed the measured times it "
                     "can be checked on ({checks}), and the weight follows that error: best "
                     "first",
-    "t1-ratio": "{d_a}, D_p how far from proportional the two boards' t(1) are over the "
-                "workloads both ran; weighted alike",
+    "t1-ratio": "{ratio}; weighted alike",
     "q-validated": "D_a is how far the candidate's own transfer of q(n) = n t(n)/t(1) missed "
                    "the curves it can be checked on ({checks}), and the weight follows that "
                    "error: best first",
-    "q-ratio": "{d_a}, D_p how far from proportional the two boards' q(n) = n t(n)/t(1) are "
-               "over the workloads both ran; listed by D_t, weighted by D_a alone: the "
-               "nearest 1, the farthest 0",
+    "q-ratio": "{ratio}; listed by D_t, weighted by D_a alone: the nearest 1, the farthest 0",
     "sc": "D_a and D_p compare the fitted scaling curves (the runtime parameters R l w c d s "
           "j where recorded, the cpu-time ratio q(n) = n t(n)/t(1), counters where "
           "measured); listed by D_t, weighted by D_a alone: the nearest 1, the farthest 0",
 }
-# a ratio basis's D_a: from several boards of the workload's, how proportional; from one, a
-# ratio cannot vary, and D_a is the seed's over the fitted curves on it
-_RATIO_D_A = ("D_a is how far from proportional the two workloads' {x} are over the boards "
-              "both ran on")
-_ONE_D_A = ("D_a compares the two workloads' fitted scaling curves on P (from one board of "
-            "{a}'s no proportion can be checked)")
+# a ratio basis's distances ({x}: what is compared), and where they fall back to the seed's
+# (mpet_distance.ratio_distance)
+_RATIO = ("D_a is how far from proportional the two workloads' {x} are over the boards both "
+          "ran on, D_p the two boards' over the workloads both ran (where fewer than two are "
+          "shared, as from one board of {a}'s, the seed's distances over the fitted curves "
+          "instead)")
 
 
 def candidates_legend(out: dict[str, Any]) -> list[str]:
@@ -278,12 +276,11 @@ def candidates_legend(out: dict[str, Any]) -> list[str]:
     for name, label in (("t1", "t(1)"), ("sc", "scaling")):
         how = _BASIS_LEGEND.get(m.get(f"{name}_basis"))
         if how and out["candidates"][name]:
-            one = len(out["from"]) == 1
-            checks = (f"the other workloads on {t}" if one
+            checks = (f"the other workloads on {t}" if len(out["from"]) == 1
                       else f"{a} on its other boards, the other workloads on {t}")
             x = "t(1)" if name == "t1" else "q(n) = n t(n)/t(1)"
-            d_a = (_ONE_D_A if one else _RATIO_D_A).format(a=a, x=x)
-            lines.append(f"({label}: {how.format(a=a, t=t, checks=checks, d_a=d_a)})")
+            lines.append(f"({label}: " + how.format(
+                a=a, t=t, checks=checks, ratio=_RATIO.format(a=a, x=x)) + ")")
     return lines
 
 
@@ -340,13 +337,13 @@ def clean(v: Any) -> Any:
 
 def migration_notes(data: dict[str, Any], args: argparse.Namespace, profiles: dict,
                     srcs: list[str], dst: str, params: bool, calibrated: int,
-                    agent_of: Any) -> list[str]:
+                    single: bool, agent_of: Any) -> list[str]:
     """What makes a migration weak, and what to do about it, in sentences (``notes`` in
     JSON, ``note:`` lines in text): the workload without runtime parameters (``params``
     false: an external command), measured at one core only, from one board where nothing
     else holds it, or an interval with too few of the target's workloads to calibrate it
-    (``calibrated`` below MIN_CALIBRATION). ``agent_of(platform)`` names a board's agent
-    for the advice."""
+    (``calibrated`` below MIN_CALIBRATION; ``single``: and one candidate carries it).
+    ``agent_of(platform)`` names a board's agent for the advice."""
     a, board = args.workload, (lambda p: data["platforms"][p]["board"])
     size = f" --size {args.size}" if args.size else ""
     notes = []
@@ -371,10 +368,11 @@ def migration_notes(data: dict[str, Any], args: argparse.Namespace, profiles: di
     if calibrated < MIN_CALIBRATION:
         agents = ", ".join(f"'opptune characterize --agent {agent_of(p)}{size}'"
                            for p in [*srcs, dst])
-        notes.append(f"the interval is not calibrated: fewer than {MIN_CALIBRATION} other "
-                     f"workloads were measured both on {board(dst)} and where {a} was; "
-                     f"{agents} measure the suite there, for an interval with a stated "
-                     f"level")
+        notes.append(f"the interval is not calibrated"
+                     + (" and a single candidate carries the prediction" if single else "")
+                     + f": fewer than {MIN_CALIBRATION} other workloads were measured both on "
+                       f"{board(dst)} and where {a} was; {agents} measure the suite there, for "
+                       f"an interval with a stated level")
     return notes
 
 

@@ -551,10 +551,10 @@ def test_the_candidates_say_what_they_are_and_what_their_numbers_mean(capsys):
     one = _predict_migration(answer(), args("p1"), [])
     assert one["method"]["t1_basis"] == "t1-ratio"
     print_prediction(one)
-    assert ("(t(1): D_a compares the two workloads' fitted scaling curves on P (from one board "
-            "of a's no proportion can be checked), D_p how far from proportional the two "
-            "boards' t(1) are over the workloads both ran; weighted alike)"
-            ) in capsys.readouterr().out.splitlines()
+    assert ("(t(1): D_a is how far from proportional the two workloads' t(1) are over the "
+            "boards both ran on, D_p the two boards' over the workloads both ran (where fewer "
+            "than two are shared, as from one board of a's, the seed's distances over the "
+            "fitted curves instead); weighted alike)") in capsys.readouterr().out.splitlines()
     # on the measured platform: D_a and the weight only
     on = _predict_on(answer(), argparse.Namespace(workload="a", on="t", size=None), [])
     print_prediction(on)
@@ -601,10 +601,14 @@ def test_a_weak_migration_says_why_and_what_to_do(capsys):
         "from one board MPET cannot check how a relates to the other workloads elsewhere (on "
         "the evidence sets one reference is about twice as far off as several, docs/mpet.md): "
         "measure a on a second board and give both, --from p1,P2",
-        "the interval is not calibrated: fewer than 2 other workloads were measured both on "
-        "board-t and where a was; 'opptune characterize --agent agent-p1', 'opptune "
-        "characterize --agent agent-t' measure the suite there, for an interval with a stated "
-        "level"]
+        "the interval is not calibrated and a single candidate carries the prediction: fewer "
+        "than 2 other workloads were measured both on board-t and where a was; 'opptune "
+        "characterize --agent agent-p1', 'opptune characterize --agent agent-t' measure the "
+        "suite there, for an interval with a stated level"]
+    # said once: the single-candidate line of before is left to --on
+    print_prediction(_predict_migration(data, args("p1"), []))
+    out = capsys.readouterr().out
+    assert "single candidate carries" in out and "note: a single candidate" not in out
     # from every board it was measured on, with its runtime parameters: nothing to say
     data = answer()
     for p in data["profiles"]:
