@@ -392,7 +392,8 @@ def _predict_migration(data: dict[str, Any], args: argparse.Namespace,
     from .models.mpet_database import MpetDatabase
     from .models.mpet_predict import predict_migration
     from .models.mpet_curve import time_curve
-    from .models.mpet_scenarios import apply_edits, backwards_edits, edited_curve
+    from .models.mpet_scenarios import (apply_edits, backwards_edits, edited_curve,
+                                        scale_only_edits)
     named = _named_sources(args, data)
     dst = _resolve(args.target, data, "--to", args.size)
     sizes: dict[tuple, str] = {}
@@ -441,6 +442,7 @@ def _predict_migration(data: dict[str, Any], args: argparse.Namespace,
                                                   for n, a, b in zip(ns, old, new)}}
             sc_all[key] = sce
         db = MpetDatabase(edited, platforms, sc_all, db.counters)
+        notes += scale_only_edits(edits)
     pred = predict_migration(db, args.workload, dst, refs=srcs)
     lo, hi = pred.lower, pred.upper
     measured = {} if edits else (profiles.get((args.workload, dst)) or {}).get("t") or {}
@@ -473,7 +475,7 @@ def _predict_on(data: dict[str, Any], args: argparse.Namespace,
     from .models.mpet_database import MpetDatabase
     from .models.mpet_predict import predict_scalability
     from .models.mpet_scenarios import (apply_edits, backwards_edits, edited_curve,
-                                        scalability_band, with_serial)
+                                        scalability_band, scale_only_edits, with_serial)
     plat = _resolve(args.on, data, "--on", args.size)
     sizes: dict[tuple, str] = {}
     clocks: dict[tuple, Any] = {}
@@ -498,7 +500,7 @@ def _predict_on(data: dict[str, Any], args: argparse.Namespace,
         t = edited_curve(t1e, sce, ns, topo.get("n_nu"), topo.get("n_ht"), edits, sc)
         none = [None] * len(ns)
         common["edit_notes"] = backwards_edits(t1, sc, edits, ns, topo.get("n_nu"),
-                                               topo.get("n_ht"))
+                                               topo.get("n_ht")) + scale_only_edits(edits)
         return {**common, "scenario": "c (virtual workload: the measured profile edited)",
                 "t1_s": t1e, "prediction": _rows(ns, t, none, none, {}, before),
                 "candidates": {"t1": [], "sc": []}, "single_candidate": False, "method": None,
@@ -520,7 +522,7 @@ def _predict_on(data: dict[str, Any], args: argparse.Namespace,
         t1e, sce = apply_edits(pred.t1, pred.sc, edits)
         t = edited_curve(t1e, sce, ns, topo.get("n_nu"), topo.get("n_ht"), edits, pred.sc)
         common["edit_notes"] = backwards_edits(pred.t1, pred.sc, edits, ns, topo.get("n_nu"),
-                                               topo.get("n_ht"))
+                                               topo.get("n_ht")) + scale_only_edits(edits)
     lo, hi, calibrated, level = scalability_band(db, pred, topo, t, tuple(edits))
     scen = ("c (virtual workload: the scaling predicted as in b, edited)" if edits
             else "b (scalability from the 1-core runs)")

@@ -663,3 +663,19 @@ def test_an_edit_that_barely_changes_t_says_so(capsys):
         moved = [{**r, "time_s": r["unedited_s"] * (1 + d)} for r in rows]
         print_prediction({**out, "edits": edits, "prediction": moved})
         assert "note: the edits" not in capsys.readouterr().out
+
+
+def test_a_factor_of_q_is_said_to_scale_every_time_in_text_and_json(capsys):
+    """The scale_only_edits sentence reaches 'predict --on --set q=2x' (edit_notes and a
+    note: line) and the migration of an edited workload."""
+    from opptune.daemon.models.mpet_scenarios import parse_edit
+    from opptune.daemon.mpet_predict_cli import _predict_on
+    from opptune.daemon.mpet_predict_text import print_prediction
+    on = _predict_on(answer(), argparse.Namespace(workload="a", on="t", size=None),
+                     [parse_edit("q=2x")])
+    (note,) = on["edit_notes"]
+    assert note.startswith("q=2x: q(n) is 1 at n = 1 (a ratio to t(1)), so 2 times it")
+    print_prediction(on)
+    assert f"\nnote: {note}\n" in capsys.readouterr().out
+    moved = _predict_migration(answer(), args("all"), [parse_edit("q=2x")])
+    assert moved["edit_notes"] == [note]

@@ -262,3 +262,25 @@ def test_scalability_interval_is_calibrated_on_the_platforms_other_workloads():
     lo, hi, m, level = scalability_band(few, got, few.platforms["P"], got.t)
     assert (m, level) == (0, None)
     assert (lo, hi) == tuple(candidate_band(few, got, few.platforms["P"], got.t))
+
+
+def test_a_factor_of_a_ratio_curve_says_it_scales_every_time_alike():
+    """Walking issue 19: 'predict --workload ext --on pi --set q=2x' printed t(1) doubled
+    beside the unedited one and the speed-up unchanged without a word: q(n) (and R(n)) is 1
+    at n = 1, so a factor of the whole curve is t1's. The note says so; an element, another
+    parameter or a factor of 1 says nothing."""
+    from opptune.daemon.models.mpet_scenarios import scale_only_edits
+    db = database({("ext", "P"): profile(2.0, 0.04, 0.01, with_params=False)})
+    t1, sc = db.t1(("ext", "P")), db.sc[("ext", "P")]
+    edits = [parse_edit("q=2x")]
+    base = edited_curve(t1, sc, NS, None, None)
+    doubled = edited_curve(*apply_edits(t1, sc, edits), NS, None, None)
+    assert doubled == pytest.approx([2 * x for x in base])  # what the sentence states
+    assert scale_only_edits(edits) == [
+        "q=2x: q(n) is 1 at n = 1 (a ratio to t(1)), so 2 times it at every n is 2 times every "
+        "t(n), as t1=2x: the speed-up t(1)/t(n) is unchanged; to change how it scales, edit "
+        "its slope (q.m_base) or another parameter"]
+    (r,) = scale_only_edits([parse_edit("R=0.5x"), parse_edit("l=2x"), parse_edit("q=1x"),
+                             parse_edit("q.m_base=2x"), parse_edit("q=1.2"),
+                             parse_edit("t1=2x")])
+    assert r.startswith("R=0.5x: R(n) is 1 at n = 1 (a ratio to t(1)), so 0.5 times it")
