@@ -447,6 +447,14 @@ def _predict_migration(data: dict[str, Any], args: argparse.Namespace,
     lo, hi = pred.lower, pred.upper
     measured = {} if edits else (profiles.get((args.workload, dst)) or {}).get("t") or {}
     scen = "c (virtual workload), migrated as in a" if edits else "a (migration)"
+    # the notes judge the profiles a transfer reads: on a reference A's and those of the
+    # workloads measured on T too, on T those measured on a reference (a command workload of
+    # one board only, at no set clock, had put a clock note on every prediction from it)
+    read = {k for k in profiles
+            if (k[1] in srcs and (k[0] == args.workload or (k[0], dst) in profiles))
+            or (k[1] == dst and any((k[0], p) in profiles for p in srcs))}
+    sizes = {k: v for k, v in sizes.items() if k in read}
+    clocks = {k: v for k, v in clocks.items() if k in read}
     text.note_mixed_sizes(data, sizes, [*srcs, dst])
     text.note_mixed_clocks(data, clocks, [*srcs, dst], skip=(args.workload, dst))
     text.note_marked(data, sizes, [*srcs, dst])

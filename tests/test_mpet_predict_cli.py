@@ -679,3 +679,30 @@ def test_a_factor_of_q_is_said_to_scale_every_time_in_text_and_json(capsys):
     assert f"\nnote: {note}\n" in capsys.readouterr().out
     moved = _predict_migration(answer(), args("all"), [parse_edit("q=2x")])
     assert moved["edit_notes"] == [note]
+
+
+def test_the_clock_note_judges_only_the_profiles_a_transfer_reads(capsys):
+    """Walking issue 19 with a command workload on the rpi4 (run at no set clock, measured
+    there only): every 'predict --from pi' said the pi's profiles mix clocks, naming that
+    workload, which no transfer to another board reads. On a reference the note judges the
+    workload's profile and those of workloads measured on the target too; on the target
+    those measured on a reference."""
+    data = answer()
+    for p in data["profiles"]:
+        p["freq_mhz"] = 1500.0
+    data["profiles"] += [
+        {"workload": "cmd", "platform": "p1", "size": "small", "freq_mhz": None,
+         "t": {1: 1.0, 2: 0.6}, "params": {}, "counters": {}},
+        {"workload": "only_t", "platform": "t", "size": "small", "freq_mhz": 800.0,
+         "t": {1: 1.0, 2: 0.6}, "params": {}, "counters": {}}]
+    got = _predict_migration(data, args("p1"), [])
+    assert got["to_mhz"] == [1500.0]
+    assert "clocks" not in capsys.readouterr().err
+    # measured on the target too, it is a candidate: its clock counts
+    data["profiles"].append({"workload": "cmd", "platform": "t", "size": "small",
+                             "freq_mhz": 1500.0, "t": {1: 1.0, 2: 0.6}, "params": {},
+                             "counters": {}})
+    _predict_migration(data, args("p1"), [])
+    err = capsys.readouterr().err
+    assert "note: the profiles used were taken at different clocks (board-p1: " in err, err
+    assert "cmd its own clock (no frequency set)" in err and "only_t" not in err
