@@ -544,8 +544,9 @@ def _predict_on(data: dict[str, Any], args: argparse.Namespace,
             "candidates": _candidates(pred), "single_candidate": pred.single_candidate,
             "method": _method(pred),
             "interval": (text.calibrated_text(hi[0] / t[0], calibrated, level,
-                                          data["platforms"][plat]["board"], " at more than one "
-                                          "core (each from its own 1-core runs)")
+                                              data["platforms"][plat]["board"], " at more than "
+                                              "one core (each from its own 1-core runs)",
+                                              args.workload)
                          if calibrated else
                          "min..max of the curves each single candidate's scaling gives, around "
                          "the weighted one (too few other workloads measured there at more "

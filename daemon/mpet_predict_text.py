@@ -128,15 +128,17 @@ def note_more_references(data: dict[str, Any], profiles: dict, args: argparse.Na
           f"which is usually much closer (docs/mpet.md)", file=sys.stderr)
 
 
-def calibrated_text(factor: float, m: int, level: float, board: str, how: str) -> str:
-    """A calibrated interval (``mpet_predict.calibrate``, ``scalability_band``) in words."""
+def calibrated_text(factor: float, m: int, level: float, board: str, how: str,
+                    workload: str) -> str:
+    """A calibrated interval (``mpet_predict.calibrate``, ``scalability_band``) in words;
+    its level holds where ``workload`` is as hard to predict as those m (split conformal)."""
     failed = m - round(level * (m + 1))
     return (f"t(n) times or divided by {factor:.3g}: the largest error at any n of the same "
             f"prediction for each of the {m} other workloads measured on {board}{how}"
             + (f" ({failed} of them gave no positive time: counted as outside)" if failed
                else "")
-            + f"; where they are alike it holds the measured t(n) at every n with probability "
-              f"{100 * level:.0f} %")
+            + f"; if {workload} is as hard to predict as they are, it holds its measured t(n) "
+              f"at every n with probability {100 * level:.0f} %")
 
 
 def interval_text(pred: Any, data: dict[str, Any]) -> str:
@@ -144,8 +146,8 @@ def interval_text(pred: Any, data: dict[str, Any]) -> str:
     from .models.mpet_interval import SINGLE_CANDIDATE_FACTOR
     if pred.calibrated:
         return calibrated_text(pred.upper[0] / pred.t[0], pred.calibrated, pred.level,
-                                data["platforms"][pred.target]["board"], " (each left out in "
-                                "turn)")
+                               data["platforms"][pred.target]["board"], " (each left out in "
+                               "turn)", str(pred.workload))
     return ("min..max of the single candidates' predictions around the weighted one (too few "
             "other workloads on the target to calibrate it, no stated level)"
             + (f", at least x{SINGLE_CANDIDATE_FACTOR:g} either way: it rests on a single "

@@ -164,8 +164,9 @@ def test_interval_says_what_it_rests_on(capsys):
         assert r["upper_s"] == pytest.approx(r["time_s"] * f, rel=1e-9)
     assert got["interval"] == (
         f"t(n) times or divided by {f:.3g}: the largest error at any n of the same prediction "
-        f"for each of the 3 other workloads measured on board-t (each left out in turn); where "
-        f"they are alike it holds the measured t(n) at every n with probability 75 %")
+        f"for each of the 3 other workloads measured on board-t (each left out in turn); if a "
+        f"is as hard to predict as they are, it holds its measured t(n) at every n with "
+        f"probability 75 %")
     print_prediction(got)
     assert "interval: t(n) times or divided by" in capsys.readouterr().out
     skip = {("b2", "t"), ("b3", "t")}
@@ -203,12 +204,12 @@ def test_the_method_line_says_how_many_of_the_targets_workloads_it_considered(ca
 
 def test_interval_text_counts_the_suite_predictions_that_failed():
     from opptune.daemon.mpet_predict_text import calibrated_text
-    text = calibrated_text(1.5, 3, 2 / 4, "board-t", " (each left out in turn)")
+    text = calibrated_text(1.5, 3, 2 / 4, "board-t", " (each left out in turn)", "a")
     assert text == ("t(n) times or divided by 1.5: the largest error at any n of the same "
                     "prediction for each of the 3 other workloads measured on board-t (each "
                     "left out in turn) (1 of them gave no positive time: counted as outside); "
-                    "where they are alike it holds the measured t(n) at every n with "
-                    "probability 50 %")
+                    "if a is as hard to predict as they are, it holds its measured t(n) at "
+                    "every n with probability 50 %")
 
 
 def test_an_edited_measured_profile_shows_no_interval(capsys):
