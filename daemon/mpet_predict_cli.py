@@ -303,8 +303,12 @@ def _check_measured(data: dict[str, Any], profiles: dict, workload: str, plat: s
     where = sorted({_name_of(data, p) for w, p in profiles
                     if w == workload and p not in (plat, target)})
     sweep = (f"'opptune sweep --agent {_agent_of(data, plat)} --workload {workload}"
-             f"{f' --size {size}' if size else ''}' measures it there")
-    if len(where) == 1:
+             f"{f' --size {size}' if size else ''}{f' --freq {freq:g}MHz' if freq else ''}' "
+             f"measures it there")
+    if freq:
+        # the answer holds the board's profiles at that clock only: it may be at another
+        todo = f"leave out --freq to take it at the clock it was measured at, or {sweep}"
+    elif len(where) == 1:
         todo = f"it is measured on {where[0]}: give {flag} {where[0]}, or {sweep}"
     elif where:
         todo = f"it is measured on {', '.join(where)}: give {flag} one of them, or {sweep}"

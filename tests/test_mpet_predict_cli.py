@@ -390,7 +390,12 @@ def test_a_clock_the_platform_was_not_measured_at_is_refused_with_its_clocks():
     at600 = answer(skip={("a", "t")})
     ns = argparse.Namespace(workload="a", size=None, on="t", freq="600")
     with pytest.raises(MpetUsage, match=r"'a' is not measured on t at 600 MHz: it has b1, b2, "
-                                        r"b3 at 600 MHz"):
+                                        r"b3 at 600 MHz; leave out --freq to take it at the "
+                                        r"clock it was measured at, or 'opptune sweep --agent "
+                                        r"agent-t --workload a --freq 600MHz' measures it "
+                                        r"there$"):
+        # (a command workload measured at no set clock, asked at 600 MHz, had been told to
+        # check its name)
         _measured_db(at600, ns, "t", "on")
 
 
