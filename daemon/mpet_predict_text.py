@@ -239,15 +239,18 @@ def print_prediction(out: dict[str, Any]) -> None:
 _BASIS_LEGEND = {
     "t1-validated": "D_a is how far the candidate's own transfer missed the measured times it "
                     "can be checked on ({checks}), and the weight follows that error: best "
-                    "first",
+                    "first; D_p how far from proportional the two boards' t(1) and q(n) are "
+                    "over the workloads both ran",
     "t1-ratio": "{ratio}; weighted alike",
     "q-validated": "D_a is how far the candidate's own transfer of q(n) = n t(n)/t(1) missed "
                    "the curves it can be checked on ({checks}), and the weight follows that "
-                   "error: best first",
+                   "error: best first; D_p how far from proportional the two boards' t(1) and "
+                   "q(n) are over the workloads both ran",
     "q-ratio": "{ratio}; listed by D_t, weighted by D_a alone: the nearest 1, the farthest 0",
-    "sc": "D_a and D_p compare the fitted scaling curves (the runtime parameters R l w c d s "
-          "j where recorded, the cpu-time ratio q(n) = n t(n)/t(1), counters where "
-          "measured); listed by D_t, weighted by D_a alone: the nearest 1, the farthest 0",
+    "sc": "D_a and D_p compare fitted scaling curves (the runtime parameters R l w c d s j "
+          "where recorded, the cpu-time ratio q(n) = n t(n)/t(1), counters where measured), "
+          "D_a B's with {a}'s on P, D_p B's on P with B's on {t}; listed by D_t, weighted by "
+          "D_a alone: the nearest 1, the farthest 0",
 }
 # a ratio basis's distances ({x}: what is compared), and where they fall back to the seed's
 # (mpet_distance.ratio_distance)

@@ -549,7 +549,8 @@ def test_the_candidates_say_what_they_are_and_what_their_numbers_mean(capsys):
             "share, the largest 1)") in out
     assert ("(t(1): D_a is how far the candidate's own transfer missed the measured times it "
             "can be checked on (a on its other boards, the other workloads on board-t), and "
-            "the weight follows that error: best first)") in out
+            "the weight follows that error: best first; D_p how far from proportional the two "
+            "boards' t(1) and q(n) are over the workloads both ran)") in out
     (sc,) = [x for x in out if x.startswith("(scaling: ")]
     assert "q(n) = n t(n)/t(1)" in sc
     # from one reference no proportion can be checked (here t(1) falls back to the ratio
