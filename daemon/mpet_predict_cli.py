@@ -524,6 +524,13 @@ def _predict_on(data: dict[str, Any], args: argparse.Namespace,
                         f"scaling of the other workloads there; run 'opptune characterize "
                         f"--agent "
                         f"{_agent_of(data, plat)}{_size_opt(args)}' first")
+    if not any(p == plat and w != args.workload and len(prof["t"]) > 1
+               for (w, p), prof in profiles.items()):
+        # the others lend their scaling (predict_scalability): one core count has none
+        raise MpetUsage(f"no other workload on {args.on}{_at_size(args.size, _freq_arg(args))} "
+                        f"is measured at more than one core count: scenario b takes their "
+                        f"scaling; run 'opptune characterize --agent "
+                        f"{_agent_of(data, plat)}{_size_opt(args)}' first")
     # as eval-mpet --scenario b cuts each profile (mpet_eval.evaluate_scalability)
     db = with_serial(MpetDatabase(profiles, platforms), key)
     pred = predict_scalability(db, args.workload, plat, ns=ns)

@@ -713,3 +713,29 @@ def test_the_clock_note_judges_only_the_profiles_a_transfer_reads(capsys):
     err = capsys.readouterr().err
     assert "note: the profiles used were taken at different clocks (board-p1: " in err, err
     assert "cmd its own clock (no frequency set)" in err and "only_t" not in err
+
+
+def test_scaling_from_1_core_runs_takes_no_1_core_workload_as_candidate():
+    """'predict --on' with another workload measured at 1 core only on the board: that
+    workload was the only weighted candidate (D_a 0) and moved t(1) from the measured 4.16 s
+    to 5.41 s; now it is no candidate and the prediction is the one without it. With no other
+    workload measured beyond one core the line says so and what measures them."""
+    from opptune.daemon.mpet_predict_cli import _predict_on
+    on = argparse.Namespace(workload="a", on="t", size=None)
+    plain = _predict_on(answer(), on, [])
+    data = answer()
+    data["profiles"].append({"workload": "serial", "platform": "t", "size": "small",
+                             "freq_mhz": None, "t": {1: 5.0}, "params": {}, "counters": {}})
+    got = _predict_on(data, on, [])
+    assert "serial" not in {c["workload"] for c in got["candidates"]["sc"]}
+    assert [r["time_s"] for r in got["prediction"]] == pytest.approx(
+        [r["time_s"] for r in plain["prediction"]], rel=1e-12)
+    (a_t,) = [p["t"][1] for p in data["profiles"] if (p["workload"], p["platform"]) == ("a", "t")]
+    assert got["prediction"][0]["time_s"] == pytest.approx(a_t, rel=1e-9)
+    for p in data["profiles"]:
+        if p["platform"] == "t":
+            p["t"] = {1: p["t"][1]}
+    with pytest.raises(MpetUsage, match=r"^no other workload on t is measured at more than one "
+                                        r"core count: scenario b takes their scaling; run "
+                                        r"'opptune characterize --agent agent-t' first$"):
+        _predict_on(data, on, [])

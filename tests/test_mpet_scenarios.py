@@ -12,7 +12,7 @@ import pytest
 
 from opptune.daemon.models.mpet_curve import PARAMS, time_curve
 from opptune.daemon.models.mpet_database import MpetDatabase
-from opptune.daemon.models.mpet_predict import predict_scalability
+from opptune.daemon.models.mpet_predict import NoCandidates, predict_scalability
 from opptune.daemon.models.mpet_scenarios import (Edit, EditError, apply_edits,
                                                   backwards_edits, candidate_band,
                                                   edited_curve, parse_edit, scalability_band,
@@ -228,6 +228,29 @@ def test_scalability_from_the_serial_profile():
     assert hi[3] == pytest.approx(max(c[3] for c in curves), rel=1e-6)
     (far,) = {"a", "b", "c"} - set(weighted)
     assert time_curve(pred.t1, db.sc[(far, "P")], NS, None, None)[3] > 1.2 * hi[3]
+
+
+@pytest.mark.parametrize("with_params", [True, False])
+def test_a_workload_measured_at_one_core_lends_no_scaling(with_params):
+    """Walking issue 19 (several not-yet-parallel workloads on one board, scenario b's use):
+    another workload measured at 1 core only was a candidate at D_a 0 (its profile is as
+    sequential as A's) and took the weight: here t(n) 4 % longer with the runtime parameters;
+    without them (its q offset with the others' slopes) a t(1) 30 % above A's measured one
+    ('predict --on' of test_mpet_predict_cli's data). It has no scaling to lend: the
+    prediction is the one made without it."""
+    full = profile(2.0, 0.04, 0.01, with_params)
+    extra = {("new", "P"): serial_profile(full)}
+    without = predict_scalability(database(extra), "new", "P", ns=NS)
+    extra[("solo", "P")] = serial_profile(profile(5.0, 0.02, 0.0, with_params))
+    got = predict_scalability(database(extra), "new", "P", ns=NS)
+    assert "solo" not in {c.workload for c in got.sc_candidates}
+    assert got.t == pytest.approx(without.t, rel=1e-12)
+    assert got.t[0] == pytest.approx(full["t"][1], rel=1e-9)
+    # with no other workload measured beyond one core there is nothing to predict from
+    alone = {("new", "P"): serial_profile(full), ("solo", "P"): serial_profile(full)}
+    db = MpetDatabase(alone, {"P": {"n_nu": None, "n_ht": None, "nmax": 4}})
+    with pytest.raises(NoCandidates, match="at more than one core count"):
+        predict_scalability(db, "new", "P", ns=NS)
 
 
 def test_scalability_interval_is_calibrated_on_the_platforms_other_workloads():
