@@ -181,9 +181,14 @@ FLAT_TOLERANCE = 0.10
 def flat_note(path: str | Path, profiles: dict) -> str | None:
     """Why the figures of ``path`` mean nothing where no workload's time changes with the
     cores (every profile of two core counts or more within FLAT_TOLERANCE of its time at the
-    fewest cores, on every platform: a fixed measurement window, not a completion time);
-    None where any does."""
+    fewest cores, on every platform: a fixed measurement window, not a completion time), or
+    where no workload was measured at two core counts (its scaling errors are 0 by
+    construction: a trend of one point); None where any time changes with the cores."""
     spans = [p["t"] for p in profiles.values() if len(p["t"]) > 1]
+    if profiles and not spans:
+        return (f"{path}: no workload is measured at more than one core count, so each "
+                f"prediction's trend is one point: its scaling errors are 0 by construction "
+                f"and full is t(1)'s; add runs at more core counts for figures on scaling")
     if not spans or any(abs(t[n] / t[min(t)] - 1) > FLAT_TOLERANCE for t in spans for n in t):
         return None
     return (f"{path}: no workload's time changes with the cores (within "

@@ -277,14 +277,16 @@ def _measured_db(data: dict[str, Any], args: argparse.Namespace, plat: str, flag
     on the command line by option ``flag``)."""
     profiles, platforms = build_database(data, args.size, sizes, clocks)
     _check_measured(data, profiles, args.workload, plat, getattr(args, flag), args.size,
-                    _freq_arg(args))
+                    _freq_arg(args), f"--{flag}")
     return profiles, platforms
 
 
 def _check_measured(data: dict[str, Any], profiles: dict, workload: str, plat: str,
-                    given: str, size: str | None = None, freq: float | None = None) -> None:
+                    given: str, size: str | None = None, freq: float | None = None,
+                    flag: str = "--from", target: str | None = None) -> None:
     """MpetUsage unless ``workload`` has a profile on ``plat`` (``given``: its name as the
-    user wrote it; ``size``: --size, which narrowed the daemon's answer)."""
+    user wrote it; ``size``: --size, which narrowed the daemon's answer), saying where else
+    it was measured (not ``target``, the board predicted on) to give as ``flag``."""
     if (workload, plat) in profiles:
         return
     marked = sum(m["runs"] for m in data.get("marked_only") or ()
@@ -297,8 +299,32 @@ def _check_measured(data: dict[str, Any], profiles: dict, workload: str, plat: s
                         f"configuration to use them")
     on = sorted(w for w, p in profiles if p == plat)
     at = _at_size(size, freq)
+    # what to do: the boards it was measured on, else measure it here (or mend the name)
+    where = sorted({_name_of(data, p) for w, p in profiles
+                    if w == workload and p not in (plat, target)})
+    sweep = (f"'opptune sweep --agent {_agent_of(data, plat)} --workload {workload}"
+             f"{f' --size {size}' if size else ''}{f' --freq {freq:g}MHz' if freq else ''}' "
+             f"measures it there")
+    if freq:
+        # the answer holds the board's profiles at that clock only: it may be at another
+        todo = f"leave out --freq to take it at the clock it was measured at, or {sweep}"
+    elif len(where) == 1:
+        todo = f"it is measured on {where[0]}: give {flag} {where[0]}, or {sweep}"
+    elif where:
+        todo = f"it is measured on {', '.join(where)}: give {flag} one of them, or {sweep}"
+    elif (workload, target) in profiles:
+        todo = (f"it is measured on {_name_of(data, target)} only, the board predicted on: "
+                f"--on {_name_of(data, target)} predicts its scaling there, or {sweep}")
+    else:
+        todo = f"check the name, or {sweep}"
     raise MpetUsage(f"workload {workload!r} is not measured on {given}{at}: "
-                    f"it has {', '.join(on) or 'nothing'}{at}")
+                    f"it has {', '.join(on) or 'nothing'}{at}; {todo}")
+
+
+def _name_of(data: dict[str, Any], platform: str) -> str:
+    """A platform as a user names it: its agent's name where one agent has it, else its id."""
+    agents = [a for a, p in data["agents"].items() if p == platform]
+    return agents[0] if len(agents) == 1 else platform
 
 
 def _named_sources(args: argparse.Namespace, data: dict[str, Any]) -> list[tuple[str, str]] | None:
@@ -325,11 +351,17 @@ def _sources(args: argparse.Namespace, data: dict[str, Any], profiles: dict, dst
     if named is None:
         got = sorted(p for w, p in profiles if w == args.workload and p != dst)
         if not got:
-            raise MpetUsage(f"--from all: workload {args.workload!r} is measured on no platform "
-                            f"but {args.target}")
+            sweep = f"'opptune sweep --agent AGENT --workload {args.workload}' measures it"
+            if (args.workload, dst) in profiles:
+                raise MpetUsage(f"--from all: workload {args.workload!r} is measured on "
+                                f"{args.target} only, the board predicted on: --on "
+                                f"{args.target} predicts its scaling there from its 1-core "
+                                f"runs, or {sweep} on another board")
+            raise MpetUsage(f"--from all: workload {args.workload!r} is measured on no board; "
+                            f"check the name, or {sweep}")
         return [(p, data["platforms"][p].get("board") or p) for p in got]
     for p, n in named:
-        _check_measured(data, profiles, args.workload, p, n, args.size)
+        _check_measured(data, profiles, args.workload, p, n, args.size, target=dst)
     return named
 
 
@@ -364,7 +396,8 @@ def _predict_migration(data: dict[str, Any], args: argparse.Namespace,
     from .models.mpet_database import MpetDatabase
     from .models.mpet_predict import predict_migration
     from .models.mpet_curve import time_curve
-    from .models.mpet_scenarios import apply_edits, backwards_edits, edited_curve
+    from .models.mpet_scenarios import (apply_edits, backwards_edits, edited_curve,
+                                        scale_only_edits)
     named = _named_sources(args, data)
     dst = _resolve(args.target, data, "--to", args.size)
     sizes: dict[tuple, str] = {}
@@ -413,15 +446,27 @@ def _predict_migration(data: dict[str, Any], args: argparse.Namespace,
                                                   for n, a, b in zip(ns, old, new)}}
             sc_all[key] = sce
         db = MpetDatabase(edited, platforms, sc_all, db.counters)
+        notes += scale_only_edits(edits)
     pred = predict_migration(db, args.workload, dst, refs=srcs)
     lo, hi = pred.lower, pred.upper
     measured = {} if edits else (profiles.get((args.workload, dst)) or {}).get("t") or {}
     scen = "c (virtual workload), migrated as in a" if edits else "a (migration)"
+    # the notes judge the profiles a transfer reads: on a reference A's and those of the
+    # workloads measured on T too, on T those measured on a reference (a command workload of
+    # one board only, at no set clock, had put a clock note on every prediction from it)
+    read = {k for k in profiles
+            if (k[1] in srcs and (k[0] == args.workload or (k[0], dst) in profiles))
+            or (k[1] == dst and any((k[0], p) in profiles for p in srcs))}
+    sizes = {k: v for k, v in sizes.items() if k in read}
+    clocks = {k: v for k, v in clocks.items() if k in read}
     text.note_mixed_sizes(data, sizes, [*srcs, dst])
     text.note_mixed_clocks(data, clocks, [*srcs, dst], skip=(args.workload, dst))
     text.note_marked(data, sizes, [*srcs, dst])
     text.note_under_way(data, [*srcs, dst])
     text.note_more_references(data, profiles, args, srcs, dst)
+    params = any(text.records_params(profiles[(args.workload, p)]) for p in srcs)
+    weak = text.migration_notes(data, args, profiles, srcs, dst, params, pred.calibrated,
+                                pred.single_candidate, lambda p: _agent_of(data, p))
     return {"scenario": scen, "workload": args.workload, "from": srcs, "to": dst,
             "from_boards": [data["platforms"][p]["board"] for p in srcs],
             "to_board": data["platforms"][dst]["board"],
@@ -431,7 +476,8 @@ def _predict_migration(data: dict[str, Any], args: argparse.Namespace,
             "prediction": _rows(pred.ns, pred.t, lo, hi, measured, before),
             "candidates": _candidates(pred), "single_candidate": pred.single_candidate,
             "method": _method(pred), "interval": text.interval_text(pred, data),
-            "interval_level": pred.level, "interval_calibrated_on": pred.calibrated}
+            "interval_level": pred.level, "interval_calibrated_on": pred.calibrated,
+            "notes": weak}
 
 
 def _predict_on(data: dict[str, Any], args: argparse.Namespace,
@@ -441,7 +487,7 @@ def _predict_on(data: dict[str, Any], args: argparse.Namespace,
     from .models.mpet_database import MpetDatabase
     from .models.mpet_predict import predict_scalability
     from .models.mpet_scenarios import (apply_edits, backwards_edits, edited_curve,
-                                        scalability_band, with_serial)
+                                        scalability_band, scale_only_edits, with_serial)
     plat = _resolve(args.on, data, "--on", args.size)
     sizes: dict[tuple, str] = {}
     clocks: dict[tuple, Any] = {}
@@ -455,7 +501,8 @@ def _predict_on(data: dict[str, Any], args: argparse.Namespace,
                         f"starts from t(1); sweep it from 1 core")
     parallel = any(n > 1 for n in measured_t)
     common = {"workload": args.workload, "on": plat, "board": data["platforms"][plat]["board"],
-              "on_mhz": clocks.get(key), "edits": [str(e) for e in edits], "edit_notes": []}
+              "on_mhz": clocks.get(key), "edits": [str(e) for e in edits], "edit_notes": [],
+              "notes": []}
     if edits and parallel:
         # (c) on the whole measured profile: no candidates, the profile's own curve edited
         db = MpetDatabase(profiles, platforms)
@@ -465,7 +512,7 @@ def _predict_on(data: dict[str, Any], args: argparse.Namespace,
         t = edited_curve(t1e, sce, ns, topo.get("n_nu"), topo.get("n_ht"), edits, sc)
         none = [None] * len(ns)
         common["edit_notes"] = backwards_edits(t1, sc, edits, ns, topo.get("n_nu"),
-                                               topo.get("n_ht"))
+                                               topo.get("n_ht")) + scale_only_edits(edits)
         return {**common, "scenario": "c (virtual workload: the measured profile edited)",
                 "t1_s": t1e, "prediction": _rows(ns, t, none, none, {}, before),
                 "candidates": {"t1": [], "sc": []}, "single_candidate": False, "method": None,
@@ -477,16 +524,24 @@ def _predict_on(data: dict[str, Any], args: argparse.Namespace,
                         f"scaling of the other workloads there; run 'opptune characterize "
                         f"--agent "
                         f"{_agent_of(data, plat)}{_size_opt(args)}' first")
+    if not any(p == plat and w != args.workload and len(prof["t"]) > 1
+               for (w, p), prof in profiles.items()):
+        # the others lend their scaling (predict_scalability): one core count has none
+        raise MpetUsage(f"no other workload on {args.on}{_at_size(args.size, _freq_arg(args))} "
+                        f"is measured at more than one core count: scenario b takes their "
+                        f"scaling; run 'opptune characterize --agent "
+                        f"{_agent_of(data, plat)}{_size_opt(args)}' first")
     # as eval-mpet --scenario b cuts each profile (mpet_eval.evaluate_scalability)
     db = with_serial(MpetDatabase(profiles, platforms), key)
     pred = predict_scalability(db, args.workload, plat, ns=ns)
+    common["notes"] = text.serial_notes(data, args, plat, profiles[key], _agent_of(data, plat))
     t, before = pred.t, None
     if edits:
         before = t
         t1e, sce = apply_edits(pred.t1, pred.sc, edits)
         t = edited_curve(t1e, sce, ns, topo.get("n_nu"), topo.get("n_ht"), edits, pred.sc)
         common["edit_notes"] = backwards_edits(pred.t1, pred.sc, edits, ns, topo.get("n_nu"),
-                                               topo.get("n_ht"))
+                                               topo.get("n_ht")) + scale_only_edits(edits)
     lo, hi, calibrated, level = scalability_band(db, pred, topo, t, tuple(edits))
     scen = ("c (virtual workload: the scaling predicted as in b, edited)" if edits
             else "b (scalability from the 1-core runs)")
@@ -500,8 +555,9 @@ def _predict_on(data: dict[str, Any], args: argparse.Namespace,
             "candidates": _candidates(pred), "single_candidate": pred.single_candidate,
             "method": _method(pred),
             "interval": (text.calibrated_text(hi[0] / t[0], calibrated, level,
-                                          data["platforms"][plat]["board"], " at more than one "
-                                          "core (each from its own 1-core runs)")
+                                              data["platforms"][plat]["board"], " at more than "
+                                              "one core (each from its own 1-core runs)",
+                                              args.workload)
                          if calibrated else
                          "min..max of the curves each single candidate's scaling gives, around "
                          "the weighted one (too few other workloads measured there at more "

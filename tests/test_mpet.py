@@ -1648,6 +1648,24 @@ def test_a_set_whose_times_do_not_change_with_the_cores_gets_one_note(tmp_path, 
                                                    "workload's time changes with the cores")
 
 
+def test_a_set_measured_at_one_core_count_only_gets_one_note(tmp_path, capsys):
+    """Walking issue 19: 'eval-mpet --data' of a CSV holding 1-core runs only printed
+    scaling errors of 0.0 % for every method without a word (each trend is one point); a
+    note on stderr now says why they are 0 and what would give figures on scaling."""
+    profiles, _ = synthetic()
+    one = tmp_path / "one.csv"
+    _write_csv(one, {k: {"t": {1: p["t"][1]}} for k, p in profiles.items()})
+    assert main(["eval-mpet", "--data", str(one), "--json"]) == 0
+    out = capsys.readouterr()
+    res = json.loads(out.out)["results"][0]
+    assert res["predictions"] > 0 and res["summary"]["mpet"]["scaling"]["max"] == 0
+    notes = [line for line in out.err.splitlines() if "note:" in line]
+    assert notes == [f"opptune eval-mpet: note: {one}: no workload is measured at more than "
+                     f"one core count, so each prediction's trend is one point: its scaling "
+                     f"errors are 0 by construction and full is t(1)'s; add runs at more core "
+                     f"counts for figures on scaling"]
+
+
 def test_of_the_shipped_sets_only_powmon_times_do_not_change_with_the_cores():
     from opptune.daemon.datasets import DATA_DIR
     from opptune.daemon.mpet_cli import MpetInputError, flat_note, load_csv

@@ -67,9 +67,19 @@ def test_from_takes_several_references_and_all():
 @pytest.mark.parametrize("source, skip, message", [
     ("p1,nosuch", (), r"--from 'nosuch' is no platform with measurements; give a platform id "
                       r"or an agent name: agent-p1, .*"),
-    ("p1,p3", {("a", "p3")}, r"workload 'a' is not measured on p3: it has b1, b2, b3"),
+    ("p1,p3", {("a", "p3")}, r"workload 'a' is not measured on p3: it has b1, b2, b3; it is "
+                             r"measured on agent-p1, agent-p2: give --from one of them, or "
+                             r"'opptune sweep --agent agent-p3 --workload a' measures it "
+                             r"there$"),
     ("all", {("a", "p1"), ("a", "p2"), ("a", "p3")}, r"--from all: workload 'a' is measured "
-                                                    r"on no platform but t"),
+                                                    r"on t only, the board predicted on: --on "
+                                                    r"t predicts its scaling there from its "
+                                                    r"1-core runs, or 'opptune sweep --agent "
+                                                    r"AGENT --workload a' measures it on "
+                                                    r"another board$"),
+    ("all", {("a", p) for p in SPEED}, r"--from all: workload 'a' is measured on no board; "
+                                       r"check the name, or 'opptune sweep --agent AGENT "
+                                       r"--workload a' measures it$"),
     ("p1,all", (), r"--from 'p1,all': give platform ids or agent names, comma-separated, or "
                    r"'all'"),
     (",", (), r"--from ',': give platform ids"),
@@ -154,8 +164,9 @@ def test_interval_says_what_it_rests_on(capsys):
         assert r["upper_s"] == pytest.approx(r["time_s"] * f, rel=1e-9)
     assert got["interval"] == (
         f"t(n) times or divided by {f:.3g}: the largest error at any n of the same prediction "
-        f"for each of the 3 other workloads measured on board-t (each left out in turn); where "
-        f"they are alike it holds the measured t(n) at every n with probability 75 %")
+        f"for each of the 3 other workloads measured on board-t (each left out in turn); if a "
+        f"is as hard to predict as they are, it holds its measured t(n) at every n with "
+        f"probability 75 %")
     print_prediction(got)
     assert "interval: t(n) times or divided by" in capsys.readouterr().out
     skip = {("b2", "t"), ("b3", "t")}
@@ -193,12 +204,12 @@ def test_the_method_line_says_how_many_of_the_targets_workloads_it_considered(ca
 
 def test_interval_text_counts_the_suite_predictions_that_failed():
     from opptune.daemon.mpet_predict_text import calibrated_text
-    text = calibrated_text(1.5, 3, 2 / 4, "board-t", " (each left out in turn)")
+    text = calibrated_text(1.5, 3, 2 / 4, "board-t", " (each left out in turn)", "a")
     assert text == ("t(n) times or divided by 1.5: the largest error at any n of the same "
                     "prediction for each of the 3 other workloads measured on board-t (each "
                     "left out in turn) (1 of them gave no positive time: counted as outside); "
-                    "where they are alike it holds the measured t(n) at every n with "
-                    "probability 50 %")
+                    "if a is as hard to predict as they are, it holds its measured t(n) at "
+                    "every n with probability 50 %")
 
 
 def test_an_edited_measured_profile_shows_no_interval(capsys):
@@ -263,7 +274,9 @@ def test_a_workload_not_measured_at_the_size_asked_says_the_size():
     """'workload A is not measured on P' with --size: at that size (it may be at another)."""
     ns = argparse.Namespace(workload="zz", source="p1", target="t", size="small")
     with pytest.raises(MpetUsage, match=r"^workload 'zz' is not measured on p1 at size "
-                                        r"'small': it has a, b1, b2, b3 at size 'small'$"):
+                                        r"'small': it has a, b1, b2, b3 at size 'small'; check "
+                                        r"the name, or 'opptune sweep --agent agent-p1 "
+                                        r"--workload zz --size small' measures it there$"):
         _predict_migration(answer(), ns, [])
 
 
@@ -377,7 +390,12 @@ def test_a_clock_the_platform_was_not_measured_at_is_refused_with_its_clocks():
     at600 = answer(skip={("a", "t")})
     ns = argparse.Namespace(workload="a", size=None, on="t", freq="600")
     with pytest.raises(MpetUsage, match=r"'a' is not measured on t at 600 MHz: it has b1, b2, "
-                                        r"b3 at 600 MHz"):
+                                        r"b3 at 600 MHz; leave out --freq to take it at the "
+                                        r"clock it was measured at, or 'opptune sweep --agent "
+                                        r"agent-t --workload a --freq 600MHz' measures it "
+                                        r"there$"):
+        # (a command workload measured at no set clock, asked at 600 MHz, had been told to
+        # check its name)
         _measured_db(at600, ns, "t", "on")
 
 
@@ -484,3 +502,240 @@ def test_an_edit_that_reads_backwards_says_so_in_text_and_json(capsys):
         "1, 2, 3, 4 and t(n) is longer there: the edit reads backwards at those n"]
     print_prediction(half)
     assert f"\nnote: {half['edit_notes'][0]}\n" in capsys.readouterr().out
+
+
+def test_a_workload_not_measured_on_the_board_named_says_where_it_is(capsys):
+    """Walking issue 19: 'predict --workload ext --from xu4 --to pi' of a workload measured on
+    pi only said 'is not measured on xu4: it has ...' and no more; the line now says where it
+    was measured (not the board predicted on: --on there) and what measures it, as --from and
+    as --on."""
+    data = answer({("a", "p1"), ("a", "p3")})
+    with pytest.raises(MpetUsage, match=r"; it is measured on agent-p2: give --from agent-p2, "
+                                        r"or 'opptune sweep --agent agent-p1 --workload a' "
+                                        r"measures it there$"):
+        _predict_migration(data, args("p1"), [])
+    only_t = answer({("a", "p1"), ("a", "p2"), ("a", "p3")})
+    with pytest.raises(MpetUsage, match=r"; it is measured on agent-t only, the board predicted "
+                                        r"on: --on agent-t predicts its scaling there, or "
+                                        r"'opptune sweep --agent agent-p1 --workload a' "
+                                        r"measures it there$"):
+        _predict_migration(only_t, args("p1"), [])
+    from opptune.daemon.mpet_predict_cli import _predict_on
+    with pytest.raises(MpetUsage, match=r"^workload 'a' is not measured on p1: it has b1, b2, "
+                                        r"b3; it is measured on agent-t: give --on agent-t, or "
+                                        r"'opptune sweep --agent agent-p1 --workload a' "
+                                        r"measures it there$"):
+        _predict_on(only_t, argparse.Namespace(workload="a", on="p1", size=None), [])
+
+
+def test_the_candidates_say_what_they_are_and_what_their_numbers_mean(capsys):
+    """Walking issue 19 as a user who had not read the seed: 'predict --from --to' listed the
+    candidates under 'D_a, D_p, D_t, weight' with no word on what those are, the scaling
+    table listed by D_t with weights out of that order; '--on' printed D_p 0 and D_t = D_a
+    on every row (docs/mpet.md said D_a and weight). Lines under the tables now say what a
+    candidate is, what each number means and, per table, the basis that rated it."""
+    from opptune.daemon.mpet_predict_cli import _predict_on
+    from opptune.daemon.mpet_predict_text import print_prediction
+    got = _predict_migration(answer(), args("all"), [])
+    assert got["method"]["t1_basis"] == "t1-validated"
+    assert got["method"]["sc_basis"] in ("q-ratio", "q-validated")
+    print_prediction(got)
+    out = capsys.readouterr().out.splitlines()
+    assert "t(1) candidates (platform, workload: D_a, D_p, D_t, weight):" in out
+    assert ("(each candidate is a board P where a was measured and a workload B measured on P "
+            "and on board-t: it gives a on board-t as a on P times B's change from P to "
+            "board-t, and the prediction is their weighted mean; D_a: how unlike a B is, D_p: "
+            "how unlike board-t P is, D_t: the two together, 0 alike, 1 unlike; weight: its "
+            "share, the largest 1)") in out
+    assert ("(t(1): D_a is how far the candidate's own transfer missed the measured times it "
+            "can be checked on (a on its other boards, the other workloads on board-t), and "
+            "the weight follows that error: best first; D_p how far from proportional the two "
+            "boards' t(1) and q(n) are over the workloads both ran)") in out
+    (sc,) = [x for x in out if x.startswith("(scaling: ")]
+    assert "q(n) = n t(n)/t(1)" in sc
+    # from one reference no proportion can be checked (here t(1) falls back to the ratio
+    # basis, whose D_a is then the seed's over the fitted curves)
+    one = _predict_migration(answer(), args("p1"), [])
+    assert one["method"]["t1_basis"] == "t1-ratio"
+    print_prediction(one)
+    assert ("(t(1): D_a is how far from proportional the two workloads' t(1) are over the "
+            "boards both ran on, D_p the two boards' over the workloads both ran (where fewer "
+            "than two are shared, as from one board of a's, the seed's distances over the "
+            "fitted curves instead); weighted alike)") in capsys.readouterr().out.splitlines()
+    # on the measured platform: D_a and the weight only
+    on = _predict_on(answer(), argparse.Namespace(workload="a", on="t", size=None), [])
+    print_prediction(on)
+    out = capsys.readouterr().out.splitlines()
+    i = out.index("scaling candidates (platform, workload: D_a, weight):")
+    c = on["candidates"]["sc"][0]
+    assert out[i + 1] == f"  board-t, {c['workload']}: {c['d_a']:.3f}, {c['weight']:.2f}"
+    assert ("(each candidate is another workload measured on board-t beyond one core: a's t(n) "
+            "is its own t(1) with their scaling, weighted; D_a: how unlike a's 1-core profile "
+            "its profile is (0 alike, 1 unlike); weight: its share, by D_a: the nearest 1, the "
+            "farthest 0)") in out
+
+
+def test_a_weak_migration_says_why_and_what_to_do(capsys):
+    """Walking issue 19 with an external command workload ('ext', no runtime parameters),
+    one measured at 1 core only, and two boards: 'predict' said nothing of the parameters
+    it could not use, nor that the scaling was the candidates' alone, nor that from one board
+    it cannot check its transfers; each is now a note (text and JSON ``notes``) saying what
+    to do."""
+    from opptune.daemon.mpet_predict_text import print_prediction
+    # answer()'s profiles carry no runtime parameters, as an external command's
+    got = _predict_migration(answer(), args("p1"), [])
+    assert got["notes"] == [
+        "a's runs record no runtime parameters (R l w c d s j: an external command records "
+        "them only where its output carries an mpet object, docs/mpet.md), so they take no "
+        "part: its scaling candidates are rated by its measured cpu-time ratio q(n) = n "
+        "t(n)/t(1), and --set edits only q and t1"]
+    assert got["edit_notes"] == []  # a note of its own, once, under the candidates
+    print_prediction(got)
+    out = capsys.readouterr().out
+    assert out.count(got["notes"][0]) == 1 and out.index("note: a's runs") > out.index("(t(1):")
+    # measured on one board, at one core only, with one other workload on both boards
+    data = answer({("a", "p2"), ("a", "p3"), ("b2", "t"), ("b3", "t")})
+    for p in data["profiles"]:
+        if p["workload"] == "a":
+            p["t"] = {1: p["t"][1]}
+        p["params"] = {n: {"R": 1.0, "l": 0.0} for n in p["t"]}
+    capsys.readouterr()
+    notes = _predict_migration(data, args("p1"), [])["notes"]
+    assert notes == [
+        "a was measured at 1 core only on board-p1: its scaling on board-t is its candidates' "
+        "alone, nothing of its own; 'opptune sweep --agent agent-p1 --workload a' measures it "
+        "over the cores",
+        "from one board MPET cannot check how a relates to the other workloads elsewhere (on "
+        "the evidence sets one reference is about twice as far off as several, docs/mpet.md): "
+        "measure a on a second board and give both, --from p1,P2",
+        "the interval is not calibrated and a single candidate carries the prediction: fewer "
+        "than 2 other workloads were measured both on board-t and where a was; 'opptune "
+        "characterize --agent agent-p1', 'opptune characterize --agent agent-t' measure the "
+        "suite there, for an interval with a stated level"]
+    # said once: the single-candidate line of before is left to --on
+    print_prediction(_predict_migration(data, args("p1"), []))
+    out = capsys.readouterr().out
+    assert "single candidate carries" in out and "note: a single candidate" not in out
+    # from every board it was measured on, with its runtime parameters: nothing to say
+    data = answer()
+    for p in data["profiles"]:
+        p["params"] = {n: {"R": 1.0, "l": 0.0} for n in p["t"]}
+    assert _predict_migration(data, args("all"), [])["notes"] == []
+
+
+def test_scaling_from_1_core_runs_that_tell_nothing_apart_says_so():
+    """'predict --workload ext --on pi' of a command workload (no runtime parameters) on a
+    board without counters: nothing at one core tells it from the other workloads, so its
+    candidates are not chosen by likeness to it; the note says so and what measures it."""
+    from opptune.daemon.mpet_predict_cli import _predict_on
+    on = argparse.Namespace(workload="a", on="t", size=None)
+    data = answer()
+    got = _predict_on(data, on, [])
+    assert got["notes"] == [
+        "a's 1-core runs record no runtime parameters and no counters, so nothing measured at "
+        "one core tells it apart from the other workloads on board-t: the candidates' "
+        "distances compare their own curves, not their likeness to a, and the prediction is "
+        "about the board's typical scaling; its own runs beyond one core (measured, beside) "
+        "say more"]
+    for p in data["profiles"]:
+        if (p["workload"], p["platform"]) == ("a", "t"):
+            p["t"] = {1: p["t"][1]}
+    assert _predict_on(data, on, [])["notes"][0].endswith(
+        "; 'opptune sweep --agent agent-t --workload a' measures it over the cores")
+    # a counter (or the runtime parameters) at one core: no note
+    for p in data["profiles"]:
+        if (p["workload"], p["platform"]) == ("a", "t"):
+            p["counters"] = {1: {"ipc": 1.2}}
+    assert _predict_on(data, on, [])["notes"] == []
+
+
+def test_an_edit_that_barely_changes_t_says_so(capsys):
+    """'predict --workload one --on pi --set l=2x' (a 1-core command predicted from kernels
+    whose lock wait is near 0) printed t(n) equal to the unedited column in every printed
+    digit (it moved 0.06 %) and no note: the 'change no t(n)' note needed exact equality."""
+    from opptune.daemon.mpet_predict_text import print_prediction
+    rows = [{"n": n, "time_s": t * (1 + d), "lower_s": None, "upper_s": None,
+             "measured_s": None, "unedited_s": t}
+            for n, t, d in ((1, 0.3887, 1e-5), (2, 0.2053, 2e-4), (4, 0.1146, 6.2e-4))]
+    out = {"workload": "one", "on": "p", "board": "board-p", "on_mhz": None,
+           "scenario": "c", "edits": ["l=2x"], "edit_notes": [], "notes": [],
+           "prediction": rows, "candidates": {"t1": [], "sc": []}, "method": None,
+           "interval": "none", "single_candidate": False}
+    print_prediction(out)
+    assert ("note: the edits change t(n) by at most 0.062 %: what they scale is near 0 in this "
+            "profile, and a factor keeps it near 0; set a value instead (e.g. l=0.1) or edit "
+            "another parameter") in capsys.readouterr().out.splitlines()
+    # a change that shows, or a t1 edit the user chose small, says nothing
+    for edits, d in ((["l=2x"], 0.01), (["t1=1.0005x"], 1e-4)):
+        moved = [{**r, "time_s": r["unedited_s"] * (1 + d)} for r in rows]
+        print_prediction({**out, "edits": edits, "prediction": moved})
+        assert "note: the edits" not in capsys.readouterr().out
+
+
+def test_a_factor_of_q_is_said_to_scale_every_time_in_text_and_json(capsys):
+    """The scale_only_edits sentence reaches 'predict --on --set q=2x' (edit_notes and a
+    note: line) and the migration of an edited workload."""
+    from opptune.daemon.models.mpet_scenarios import parse_edit
+    from opptune.daemon.mpet_predict_cli import _predict_on
+    from opptune.daemon.mpet_predict_text import print_prediction
+    on = _predict_on(answer(), argparse.Namespace(workload="a", on="t", size=None),
+                     [parse_edit("q=2x")])
+    (note,) = on["edit_notes"]
+    assert note.startswith("q=2x: q(n) is 1 at n = 1 (a ratio to t(1)), so 2 times it")
+    print_prediction(on)
+    assert f"\nnote: {note}\n" in capsys.readouterr().out
+    moved = _predict_migration(answer(), args("all"), [parse_edit("q=2x")])
+    assert moved["edit_notes"] == [note]
+
+
+def test_the_clock_note_judges_only_the_profiles_a_transfer_reads(capsys):
+    """Walking issue 19 with a command workload on the rpi4 (run at no set clock, measured
+    there only): every 'predict --from pi' said the pi's profiles mix clocks, naming that
+    workload, which no transfer to another board reads. On a reference the note judges the
+    workload's profile and those of workloads measured on the target too; on the target
+    those measured on a reference."""
+    data = answer()
+    for p in data["profiles"]:
+        p["freq_mhz"] = 1500.0
+    data["profiles"] += [
+        {"workload": "cmd", "platform": "p1", "size": "small", "freq_mhz": None,
+         "t": {1: 1.0, 2: 0.6}, "params": {}, "counters": {}},
+        {"workload": "only_t", "platform": "t", "size": "small", "freq_mhz": 800.0,
+         "t": {1: 1.0, 2: 0.6}, "params": {}, "counters": {}}]
+    got = _predict_migration(data, args("p1"), [])
+    assert got["to_mhz"] == [1500.0]
+    assert "clocks" not in capsys.readouterr().err
+    # measured on the target too, it is a candidate: its clock counts
+    data["profiles"].append({"workload": "cmd", "platform": "t", "size": "small",
+                             "freq_mhz": 1500.0, "t": {1: 1.0, 2: 0.6}, "params": {},
+                             "counters": {}})
+    _predict_migration(data, args("p1"), [])
+    err = capsys.readouterr().err
+    assert "note: the profiles used were taken at different clocks (board-p1: " in err, err
+    assert "cmd its own clock (no frequency set)" in err and "only_t" not in err
+
+
+def test_scaling_from_1_core_runs_takes_no_1_core_workload_as_candidate():
+    """'predict --on' with another workload measured at 1 core only on the board: that
+    workload was the only weighted candidate (D_a 0) and moved t(1) from the measured 4.16 s
+    to 5.41 s; now it is no candidate and the prediction is the one without it. With no other
+    workload measured beyond one core the line says so and what measures them."""
+    from opptune.daemon.mpet_predict_cli import _predict_on
+    on = argparse.Namespace(workload="a", on="t", size=None)
+    plain = _predict_on(answer(), on, [])
+    data = answer()
+    data["profiles"].append({"workload": "serial", "platform": "t", "size": "small",
+                             "freq_mhz": None, "t": {1: 5.0}, "params": {}, "counters": {}})
+    got = _predict_on(data, on, [])
+    assert "serial" not in {c["workload"] for c in got["candidates"]["sc"]}
+    assert [r["time_s"] for r in got["prediction"]] == pytest.approx(
+        [r["time_s"] for r in plain["prediction"]], rel=1e-12)
+    (a_t,) = [p["t"][1] for p in data["profiles"] if (p["workload"], p["platform"]) == ("a", "t")]
+    assert got["prediction"][0]["time_s"] == pytest.approx(a_t, rel=1e-9)
+    for p in data["profiles"]:
+        if p["platform"] == "t":
+            p["t"] = {1: p["t"][1]}
+    with pytest.raises(MpetUsage, match=r"^no other workload on t is measured at more than one "
+                                        r"core count: scenario b takes their scaling; run "
+                                        r"'opptune characterize --agent agent-t' first$"):
+        _predict_on(data, on, [])

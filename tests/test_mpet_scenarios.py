@@ -12,7 +12,7 @@ import pytest
 
 from opptune.daemon.models.mpet_curve import PARAMS, time_curve
 from opptune.daemon.models.mpet_database import MpetDatabase
-from opptune.daemon.models.mpet_predict import predict_scalability
+from opptune.daemon.models.mpet_predict import NoCandidates, predict_scalability
 from opptune.daemon.models.mpet_scenarios import (Edit, EditError, apply_edits,
                                                   backwards_edits, candidate_band,
                                                   edited_curve, parse_edit, scalability_band,
@@ -230,6 +230,29 @@ def test_scalability_from_the_serial_profile():
     assert time_curve(pred.t1, db.sc[(far, "P")], NS, None, None)[3] > 1.2 * hi[3]
 
 
+@pytest.mark.parametrize("with_params", [True, False])
+def test_a_workload_measured_at_one_core_lends_no_scaling(with_params):
+    """Walking issue 19 (several not-yet-parallel workloads on one board, scenario b's use):
+    another workload measured at 1 core only was a candidate at D_a 0 (its profile is as
+    sequential as A's) and took the weight: here t(n) 4 % longer with the runtime parameters;
+    without them (its q offset with the others' slopes) a t(1) 30 % above A's measured one
+    ('predict --on' of test_mpet_predict_cli's data). It has no scaling to lend: the
+    prediction is the one made without it."""
+    full = profile(2.0, 0.04, 0.01, with_params)
+    extra = {("new", "P"): serial_profile(full)}
+    without = predict_scalability(database(extra), "new", "P", ns=NS)
+    extra[("solo", "P")] = serial_profile(profile(5.0, 0.02, 0.0, with_params))
+    got = predict_scalability(database(extra), "new", "P", ns=NS)
+    assert "solo" not in {c.workload for c in got.sc_candidates}
+    assert got.t == pytest.approx(without.t, rel=1e-12)
+    assert got.t[0] == pytest.approx(full["t"][1], rel=1e-9)
+    # with no other workload measured beyond one core there is nothing to predict from
+    alone = {("new", "P"): serial_profile(full), ("solo", "P"): serial_profile(full)}
+    db = MpetDatabase(alone, {"P": {"n_nu": None, "n_ht": None, "nmax": 4}})
+    with pytest.raises(NoCandidates, match="at more than one core count"):
+        predict_scalability(db, "new", "P", ns=NS)
+
+
 def test_scalability_interval_is_calibrated_on_the_platforms_other_workloads():
     """Scenario (b)'s interval: t exp(+-e), e = the largest log error of each other workload
     on P predicted from its own 1-core run the same way (level m/(m+1)); with fewer than two
@@ -262,3 +285,25 @@ def test_scalability_interval_is_calibrated_on_the_platforms_other_workloads():
     lo, hi, m, level = scalability_band(few, got, few.platforms["P"], got.t)
     assert (m, level) == (0, None)
     assert (lo, hi) == tuple(candidate_band(few, got, few.platforms["P"], got.t))
+
+
+def test_a_factor_of_a_ratio_curve_says_it_scales_every_time_alike():
+    """Walking issue 19: 'predict --workload ext --on pi --set q=2x' printed t(1) doubled
+    beside the unedited one and the speed-up unchanged without a word: q(n) (and R(n)) is 1
+    at n = 1, so a factor of the whole curve is t1's. The note says so; an element, another
+    parameter or a factor of 1 says nothing."""
+    from opptune.daemon.models.mpet_scenarios import scale_only_edits
+    db = database({("ext", "P"): profile(2.0, 0.04, 0.01, with_params=False)})
+    t1, sc = db.t1(("ext", "P")), db.sc[("ext", "P")]
+    edits = [parse_edit("q=2x")]
+    base = edited_curve(t1, sc, NS, None, None)
+    doubled = edited_curve(*apply_edits(t1, sc, edits), NS, None, None)
+    assert doubled == pytest.approx([2 * x for x in base])  # what the sentence states
+    assert scale_only_edits(edits) == [
+        "q=2x: q(n) is 1 at n = 1 (a ratio to t(1)), so 2 times it at every n is 2 times every "
+        "t(n), as t1=2x: the speed-up t(1)/t(n) is unchanged; to change how it scales, edit "
+        "its slope (q.m_base) or another parameter"]
+    (r,) = scale_only_edits([parse_edit("R=0.5x"), parse_edit("l=2x"), parse_edit("q=1x"),
+                             parse_edit("q.m_base=2x"), parse_edit("q=1.2"),
+                             parse_edit("t1=2x")])
+    assert r.startswith("R=0.5x: R(n) is 1 at n = 1 (a ratio to t(1)), so 0.5 times it")

@@ -135,7 +135,8 @@ def test_scenario_b_scaling_from_the_one_core_run(cluster):
                         f"{'core' if op['fastest_cores'] == 1 else 'cores'}, "
                         f"{op['fastest_s']:.4g} s)")
     assert lines[6] == "method: t(1) measured (its own 1-core runs), scaling by sc"
-    assert lines[7] == "scaling candidates (platform, workload: D_a, D_p, D_t, weight):"
+    # on P every candidate is on P: D_a and the weight only (docs/mpet.md)
+    assert lines[7] == "scaling candidates (platform, workload: D_a, weight):"
     # the candidates' platform by its board's name, as the first line names it (not its id)
     assert lines[8].startswith(f"  {out['board']}, "), lines[8]
 

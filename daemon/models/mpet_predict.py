@@ -590,8 +590,9 @@ def predict_scalability(db: MpetDatabase, workload, platform, sel: Selection = S
                         ns=None) -> Prediction:
     """Scenario (b): t(n) on ``platform`` of a workload profiled there only at n = 1.
 
-    Candidates are the other workloads on the platform by D_a (eq. 16) over the elements the
-    sequential profile has (its counters' offsets). A sequential profile has no scaling factor
+    Candidates are the other workloads measured on the platform at more than one core count
+    (the scaling they lend), by D_a (eq. 16) over the elements the sequential profile has (its
+    counters' offsets). A sequential profile has no scaling factor
     for eq. 21 (f = sc(P,A)/sc(P,B) is unknown), so f = 1: eq. 23 becomes the penalised mean of
     the candidates' elements, the seed's "adopting scaling features of existing benchmarks".
     """
@@ -599,7 +600,12 @@ def predict_scalability(db: MpetDatabase, workload, platform, sel: Selection = S
     if key not in db.sc:
         raise NoCandidates(f"{workload!r} has no profile on {platform!r}")
     dist = db.distances()
-    others = sorted(dist.workloads_on.get(platform, set()) - {workload}, key=str)
+    # a workload measured at one core count has no scaling to lend, and its profile is as
+    # sequential as A's: D_a 0 made it the only weighted candidate (its q offset with the
+    # others' slopes: a t(1) 30 % off A's own)
+    on_p = dist.workloads_on.get(platform, set()) - {workload}
+    others = sorted((b for b in on_p if len(db.profiles[(b, platform)].get("t") or {}) > 1),
+                    key=str)
     cands = [Candidate(platform, b, d, 0.0, math.nan)
              for b, d in zip(others, dist.d_a_many([platform] * len(others), workload, others))]
     for c in cands:
@@ -607,7 +613,8 @@ def predict_scalability(db: MpetDatabase, workload, platform, sel: Selection = S
     cands.sort(key=lambda c: (c.d_t, str(c.workload)))
     cands = cands[: sel.n_workloads]
     if not cands:
-        raise NoCandidates(f"no other workload measured on {platform!r}")
+        raise NoCandidates(f"no other workload measured on {platform!r}"
+                           + (" at more than one core count" if on_p else ""))
     r = _weights(cands, sel)
     tv = np.vstack([db.sc[(c.workload, platform)] for c in cands])
     sc = reconstruct(tv, np.ones_like(tv), np.ones_like(tv), r)

@@ -188,6 +188,20 @@ def backwards_edits(t1: float, sc: np.ndarray, edits: list[Edit], ns, n_nu: int 
     return out
 
 
+def scale_only_edits(edits: list[Edit]) -> list[str]:
+    """A sentence per factor edit of a whole ratio curve that is 1 at n = 1 (q, and R by its
+    definition): F times it at every n is F times every t(n), t1=Fx's effect, so the
+    speed-up t(1)/t(n) is unchanged, which such an edit does not read as."""
+    out = []
+    for e in edits:
+        if e.name in ("q", "R") and e.element is None and e.factor and e.value != 1:
+            out.append(f"{e}: {e.name}(n) is 1 at n = 1 (a ratio to t(1)), so {e.value:g} "
+                       f"times it at every n is {e.value:g} times every t(n), as "
+                       f"t1={e.value:g}x: the speed-up t(1)/t(n) is unchanged; to change how "
+                       f"it scales, edit its slope ({e.name}.m_base) or another parameter")
+    return out
+
+
 def _backwards_element(e: Edit, part: np.ndarray, arr: np.ndarray, n_nu: int | None,
                        n_ht: int | None) -> list[str]:
     """backwards_edits' sentence for a factor edit of one element of a share (``part``, its
@@ -287,4 +301,5 @@ def scalability_band(db: MpetDatabase, pred: Any, topo: Mapping[str, Any], t: li
 
 
 __all__ = ["EDITABLE", "Edit", "EditError", "apply_edits", "candidate_band", "edited_curve",
-           "parse_edit", "scalability_band", "serial_errors", "serial_profile", "with_serial"]
+           "parse_edit", "scalability_band", "scale_only_edits", "serial_errors",
+           "serial_profile", "with_serial"]
