@@ -13,7 +13,14 @@ Stores on SQLite or (``--postgres``) a throwaway PostgreSQL server (tests/pgserv
 - ``--cancelled`` cancelled jobs (default 1,000) of 4 runs each, one measured and three its
   agent recorded as not run: ``opptune status``'s jobs, every row (``--json``, ``--all``) and
   its page of 20, their milliseconds and the SQL statements each ran (the ``not_run`` count).
-  ``--only tick`` or ``--only status`` measures one of the two.
+  ``--only tick`` or ``--only status`` measures one of the two;
+- beside the jobs of each tick store (unless ``--no-history``), what a fleet keeps for good:
+  ``--recs`` recommendations (default 20,000, none unsent), ``--tunes`` finished tune sessions
+  (10,000) and ``--never-clean`` re-measure items of points never measured clean (2,000), and
+  the reads that grew with them: at each hello ``take_unsent`` and ``open_tunes`` (the
+  recommendations made while the agent was away, its tune sessions to take up), each second
+  ``remeasure_tick`` (daemon/remeasure.py), and ``failed_note``: why a recommend found every
+  run of a workload failed (daemon/goal_query.py; 2,000 jobs of the agent's 100,000).
 
 Times are medians (min-max) of ``--rounds``; run it with an older opptune on ``PYTHONPATH``
 for the figures before.
@@ -49,6 +56,21 @@ The resume at a hello reading the agent's jobs only (jobs_agent_workload) instea
 ms CPU (558 / 800 ms wall), PostgreSQL 213 / 367 ms CPU + 256 / 274 ms of the server's (701 /
 851 ms wall); after, SQLite 6.4 / 7.4 ms CPU, PostgreSQL 3.3 / 3.2 ms + 5.6 ms of the
 server's (18 / 13 ms wall).
+
+A hello's and the tick's reads of what is kept for good, ``--only tick --cancelled-share 0.02
+--rounds 15``, 2026-11-28 03:27-03:29 (load average 5.1-10.2), the code before (PYTHONPATH)
+and after alternating, medians of 15, CPU: before, SQLite take_unsent 2.3-2.5 ms (a scan of
+every recommendation, under the write lock), open_tunes 0.9 ms (every tune session scanned),
+remeasure_tick 17.4-17.7 ms (every item read and decoded, each second), failed_note 353-360
+ms (every job with its run counts); PostgreSQL 1.1 + 1.3 ms of the server's, 0.13 + 0.67,
+14.5 + 2.0 and 265 + 243 ms. After (schema 23's recommendations_unsent; open states named
+for tune_sessions_state; the tick reading the waiting and sent items; the agent's jobs of
+the workload by jobs_agent_workload): SQLite 0.00, 0.01, 0.10 and 15-16 ms (the 2,000 jobs'
+failed runs looked up one job at a time, as before); PostgreSQL 0.03, 0.03, 0.08 and 45 ms
++ 26 ms of the server's (the server's CPU under its 10 ms tick over 15 calls for the first
+three). SQLite's plans are those of a store never analysed, as the daemon leaves it: told by
+ANALYZE that most sessions are in one of two states, its planner scans tune_sessions (0.36
+ms).
 """
 
 from __future__ import annotations
@@ -56,6 +78,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 import shutil
 import statistics
 import sys
@@ -194,6 +217,8 @@ def tick(location: str, args: argparse.Namespace, share: float) -> dict[str, Any
     finally:
         store.close()
     out["hello"] = hello(location, args)
+    if args.history:
+        out["history"] = history(location, args)
     return out
 
 
@@ -208,6 +233,92 @@ def hello(location: str, args: argparse.Namespace) -> dict[str, Any]:
         return timed(lambda: d.jobs.resume("agent-7"), args.rounds, backend(d.store))
     finally:
         d.close()
+
+
+def fill_history(store: Any, args: argparse.Namespace) -> None:
+    """What a long-running fleet keeps besides its jobs: ``--recs`` recommendations of the 50
+    agents (verified: none unsent), ``--tunes`` finished tune sessions (and one open), and
+    ``--never-clean`` workloads' points never measured clean (and one item waiting for its
+    backoff, due in an hour)."""
+    recs = [(f"cfg-{i:07d}", f"agent-{i % 50}", "p", f"w{i % 20}", "small", "", 1, "[0]", 1,
+             None, 1.0, 0.9, 1.1, "amdahl", "verified", 1.0, None, float(i), float(i))
+            for i in range(args.recs)]
+    done = json.dumps({"state": "done"})
+    tunes = [(f"tune-{i:07d}", f"agent-{i % 50}", "done", done, float(i), float(i))
+             for i in range(args.tunes)]
+    tunes.append(("tune-open", "agent-7", "measuring", json.dumps({"state": "measuring"}),
+                  float(args.tunes), float(args.tunes)))
+    points = [{"cores": c, "cpus": list(range(c)), "freq_khz": None, "reason":
+               "interference: 48 % of cpu 1 used by pid 4711 (sh)", "retries": 3}
+              for c in (1, 2, 3, 4)]
+    items = [(f"never:agent-{i % 50}/w{i // 50}/small", f"agent-{i % 50}", "never_clean",
+              json.dumps({"workload": f"w{i // 50}", "size": "small", "points": points}), 1.0)
+             for i in range(args.never_clean)]
+    items.append(("rm-waiting", "agent-7", "waiting", json.dumps(
+        {"job": {"workload": "w0", "size": "small", "reps": 4, "warmup": 0,
+                 "points": [{"cpus": [0], "threads": 1}]}, "attempt": 1,
+         "due": time.time() + 3600, "reasons": {"0": "interference"}, "job_id": None}), 2.0))
+    with store._tx() as db:
+        db.executemany("INSERT INTO recommendations (id, agent, platform, workload, input, "
+                       "variant, cores, cpus, threads, freq_khz, predicted_time_s, "
+                       "predicted_lower_s, predicted_upper_s, model, state, verified_time_s, "
+                       "error, created, updated) VALUES "
+                       f"({', '.join('?' * len(recs[0]))})", recs)
+        db.executemany("INSERT INTO tune_sessions VALUES (?, ?, ?, ?, ?, ?)", tunes)
+        db.executemany("INSERT INTO remeasure VALUES (?, ?, ?, ?, ?)", items)
+        # every run of agent-7's workload w failed: what failed_note looks into
+        db.execute("INSERT INTO runs (msg_id, agent, job_id, seq, platform, workload, input, "
+                   "variant, cores, cpus, threads, rep, ok, virtual, received, record) VALUES "
+                   "('m-failed', 'agent-7', 'job-0000007', 0, 'p', 'w', 'small', '', 1, '[0]', "
+                   "1, 0, 0, 0, 1.0, '{\"error\": \"workload failed with exit status 3\"}')")
+
+
+def history(location: str, args: argparse.Namespace) -> dict[str, Any]:
+    """The store reads that grow with what a fleet keeps, made at each hello (take_unsent:
+    the recommendations made while the agent was away; open_tune_sessions: its tune
+    sessions to take up), each second (the re-measure tick) and where a recommendation has
+    no run to fit (failed_note: why the runs failed)."""
+    from opptune.daemon.goal_query import failed_note
+    from opptune.daemon.service import Daemon
+    from opptune.shared.config import DaemonConfig
+    d = Daemon(DaemonConfig(bind="tcp://127.0.0.1:0", database=location, curve="off",
+                            auto_sweep=False))
+    try:
+        fill_history(d.store, args)
+        if not hasattr(d.store.db, "set_trace_callback"):
+            # as PostgreSQL's autovacuum would; the daemon never analyses an SQLite store (its
+            # planner, told that most tune sessions are in one state of two, scans them)
+            d.store.db.execute("ANALYZE")
+        assert d.store.take_unsent("agent-7", time.time()) == []
+        assert [r["tune_id"] for r in d.store.open_tune_sessions()] == ["tune-open"]
+        assert "failed" in failed_note(d, "agent-7", "w")
+        server = backend(d.store)
+        out: dict[str, Any] = {"recs": args.recs, "tunes": args.tunes,
+                               "never_clean": args.never_clean}
+        for name, call in (("take_unsent", lambda: d.store.take_unsent("agent-7", 1.0)),
+                           ("open_tunes", d.store.open_tune_sessions),
+                           ("remeasure_tick", lambda: d.remeasure.tick(time.time())),
+                           ("failed_note", lambda: failed_note(d, "agent-7", "w"))):
+            ran: list[tuple[str, Any]] = []
+            statements(d.store, ran)
+            call()
+            statements(d.store, None)
+            out[name] = {**timed(call, args.rounds, server), "plan": [
+                p for sql, a in ran if sql.lstrip().upper().startswith("SELECT")
+                for p in plan(d.store, sql, a)]}
+        return out
+    finally:
+        d.close()
+
+
+def plan_text(steps: list[str]) -> str:
+    """Plan steps joined, each once, with how often it came where more than once (a read
+    per job)."""
+    seen: dict[str, int] = {}
+    for step in steps:
+        step = re.sub(r"'[^']*'::text\b", "'...'", step)  # PostgreSQL writes the values in
+        seen[step] = seen.get(step, 0) + 1
+    return " | ".join(s + (f" (x{n})" if n > 1 else "") for s, n in seen.items())
 
 
 def statements(store: Any, into: list[tuple[str, Any]] | None) -> None:
@@ -265,6 +376,14 @@ def main() -> int:
                          "(default 0.02 0.5: 2,000 and 50,000 of 100,000)")
     ap.add_argument("--cancelled", type=int, default=1000)
     ap.add_argument("--rounds", type=int, default=15)
+    ap.add_argument("--recs", type=int, default=20_000,
+                    help="recommendations kept, of 50 agents (none unsent)")
+    ap.add_argument("--tunes", type=int, default=10_000, help="finished tune sessions kept")
+    ap.add_argument("--never-clean", type=int, default=2_000,
+                    help="re-measure items of points never measured clean")
+    ap.add_argument("--no-history", dest="history", action="store_false",
+                    help="leave out the reads of recommendations, tune sessions, re-measure "
+                         "items and failed runs")
     ap.add_argument("--only", choices=("tick", "status"),
                     help="measure the loop's tick queries only, or the status only")
     ap.add_argument("--postgres", action="store_true",
@@ -305,6 +424,15 @@ def main() -> int:
             server = f" + server {f['server_cpu_ms']} ms" if "server_cpu_ms" in f else ""
             print(f"  {q:<14} {f['ms']} ms ({f['ms_min']}-{f['ms_max']}), CPU {f['cpu_ms']} "
                   f"ms{server}" + (f"; plan: {' | '.join(f['plan'])}" if "plan" in f else ""))
+        h = t.get("history")
+        if h:
+            print(f"  kept beside: {h['recs']:,} recommendations, {h['tunes']:,} finished tune "
+                  f"sessions, {h['never_clean']:,} never-clean re-measure items")
+            for q in ("take_unsent", "open_tunes", "remeasure_tick", "failed_note"):
+                f = h[q]
+                server = f" + server {f['server_cpu_ms']} ms" if "server_cpu_ms" in f else ""
+                print(f"  {q:<14} {f['ms']} ms ({f['ms_min']}-{f['ms_max']}), CPU "
+                      f"{f['cpu_ms']} ms{server}; plan: {plan_text(f['plan'])}")
     if fig["status"] is not None:
         print(f"status of {args.cancelled:,} cancelled jobs (4 runs, 3 not run):")
         for name in ("every row", "page of 20"):

@@ -186,8 +186,7 @@ def failed_note(d: Daemon, agent: str, workload: str) -> str:
             runs, ok = runs + row["runs"], ok + row["ok"]
     if not runs or ok:
         return ""
-    error = first_failure(d.store, [j["job_id"] for j in d.store.jobs()
-                                    if j["agent"] == agent and j["workload"] == workload])
+    error = first_failure(d.store, [j["job_id"] for j in d.store.jobs_for(agent, workload)])
     return ((f"; its {runs} runs on '{agent}' all failed" if runs != 1
              else f"; its one run on '{agent}' failed") + (f" ({error})" if error else "")
             + f": 'opptune status --agent {agent}' gives each job's reason")

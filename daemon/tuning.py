@@ -59,7 +59,7 @@ from .recommend import candidate_grid
 from .recommender import JUDGED, judge, marked_left_out
 from .registry import board_name
 from .sampling import Grid, Measured, Proposal, Sampler, fit_minimum
-from .store import TUNE_FINAL_STATES, Group
+from .store import TUNE_FINAL_STATES, TUNE_OPEN_STATES, Group
 from .sweeps import check_max_cores
 
 if TYPE_CHECKING:
@@ -67,7 +67,7 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("opptune.daemon")
 
-ACTIVE = ("measuring", "verifying")
+ACTIVE = TUNE_OPEN_STATES
 # unmet: nothing meets the goal's limits; the closest configuration is shown, not applied
 FINAL = TUNE_FINAL_STATES
 # finished sessions the store could not take, kept in memory for tune_status (the oldest go)

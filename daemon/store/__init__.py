@@ -47,6 +47,9 @@ LEFT_OUT = ("drift", "throttled", "off", "marked")
 # changes with no release between: it has schema 13 or less and refuses a newer store at its
 # start (README "Upgrading", which also has every daemon of a fleet stopped first)
 TUNE_FINAL_STATES = ("done", "failed", "unmet", "stopped")
+# states of a tune session going on: every state it is saved in is one of the two lists
+# (open_tune_sessions names these, so that the index on state serves it)
+TUNE_OPEN_STATES = ("measuring", "verifying")
 
 
 class ResultIn(NamedTuple):
@@ -364,7 +367,8 @@ class Store(ABC):
         """``agent``'s recommendations stored "unsent" (it was away when they were made)
         that are still the newest of their group, moved to "pushed" for the caller to send
         (a conditional move: of several daemons on one store, one takes each). Older unsent
-        ones become "superseded"."""
+        ones become "superseded". With none unsent (the usual hello), one index lookup and
+        no write lock (schema 23)."""
 
     # drift: a group re-characterised after its verifications left the prediction interval
     @abstractmethod
@@ -413,7 +417,7 @@ class Store(ABC):
 
     @abstractmethod
     def open_tune_sessions(self) -> list[dict[str, Any]]:
-        """Every session not in a final state (``TUNE_FINAL_STATES``), oldest first. The
+        """Every session in an open state (``TUNE_OPEN_STATES``), oldest first. The
         row's columns (``tune_id``, ``agent``, ``state``, ``started``, ``updated``) fill the
         keys its body lacks; a body that is no JSON object comes as those columns and
         ``unreadable`` (why), so that the daemon can close it (:meth:`fail_tune_session`)."""
@@ -442,9 +446,10 @@ class Store(ABC):
         """Delete one item (only if in state ``expect`` where given); False: no such row."""
 
     @abstractmethod
-    def remeasure_items(self) -> list[dict[str, Any]]:
-        """Every item as ``{"id", "agent", "state", "body", "updated"}``, oldest first (one
-        whose body cannot be read is logged and left out)."""
+    def remeasure_items(self, states: Sequence[str] | None = None) -> list[dict[str, Any]]:
+        """Every item (in one of ``states``; None: in any) as ``{"id", "agent", "state",
+        "body", "updated"}``, oldest first (one whose body cannot be read is logged and left
+        out)."""
 
     @abstractmethod
     def state_counts(self) -> dict[str, dict[str, int]]:
@@ -467,4 +472,5 @@ def open_store(location: str) -> Store:
     return SQLiteStore(location)
 
 
-__all__ = ["Group", "ResultIn", "Store", "TUNE_FINAL_STATES", "is_url", "open_store"]
+__all__ = ["Group", "ResultIn", "Store", "TUNE_FINAL_STATES", "TUNE_OPEN_STATES", "is_url",
+           "open_store"]

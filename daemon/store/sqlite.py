@@ -38,7 +38,7 @@ from typing import Any, Iterator, Sequence
 import msgpack
 
 from ...shared.records import RecordColumns, RunRecord, columns_of, job_stop
-from . import TUNE_FINAL_STATES, Group, ResultIn, Store
+from . import TUNE_OPEN_STATES, Group, ResultIn, Store
 from .schema import MIGRATIONS, SCHEMA_VERSION
 
 log = logging.getLogger("opptune.daemon.store")
@@ -878,6 +878,11 @@ class SQLiteStore(Store):
                                  args)
 
     def take_unsent(self, agent: str, now: float) -> list[dict[str, Any]]:
+        # the usual hello: nothing unsent, seen in the partial index recommendations_unsent
+        # (schema 23) without taking the write lock
+        if self.db.execute("SELECT 1 FROM recommendations WHERE agent=? AND state='unsent' "
+                           "AND error IS NULL LIMIT 1", (agent,)).fetchone() is None:
+            return []
         taken = []
         with self._tx() as db:
             cur = db.execute("SELECT * FROM recommendations WHERE agent=? ORDER BY created",
@@ -947,11 +952,13 @@ class SQLiteStore(Store):
 
     def open_tune_sessions(self) -> list[dict[str, Any]]:
         out = []
-        final = ", ".join("?" * len(TUNE_FINAL_STATES))
+        # the open states named: NOT IN the final ones was a scan of every session kept, the
+        # index tune_sessions_state serves this
+        open_ = ", ".join("?" * len(TUNE_OPEN_STATES))
         for tune_id, agent, state, body, started, updated in self.db.execute(
                 "SELECT tune_id, agent, state, body, started, updated FROM tune_sessions "
-                f"WHERE state NOT IN ({final}) ORDER BY started, tune_id",
-                TUNE_FINAL_STATES).fetchall():
+                f"WHERE state IN ({open_}) ORDER BY started, tune_id",
+                TUNE_OPEN_STATES).fetchall():
             try:
                 r = json.loads(body)
             except ValueError as exc:
@@ -1003,9 +1010,10 @@ class SQLiteStore(Store):
             return db.execute("DELETE FROM remeasure WHERE id=? AND state=?",
                               (item_id, expect)).rowcount > 0
 
-    def remeasure_items(self) -> list[dict[str, Any]]:
+    def remeasure_items(self, states: Sequence[str] | None = None) -> list[dict[str, Any]]:
         out = []
-        for r in self._rows("SELECT * FROM remeasure ORDER BY updated, id"):
+        where, args = _where(state=None if states is None else list(states))
+        for r in self._rows(f"SELECT * FROM remeasure{where} ORDER BY updated, id", args):
             try:
                 r["body"] = json.loads(r["body"])
             except ValueError as exc:  # one unreadable row must not keep the others back
