@@ -337,9 +337,29 @@ def test_a_bad_endpoint_is_one_line_exit_2(command):
     p = opptune(command, "--daemon", "bogus", *extra, timeout=30)
     assert p.returncode == 2
     assert p.stderr.strip().splitlines() == [
-        f"opptune {command}: 'bogus' is not a valid daemon endpoint; give one such as "
-        "tcp://HOST:5555 or ipc:///run/opptune.sock"]
+        f"opptune {command}: 'bogus' lacks a transport; write it as \"tcp://bogus:5555\" "
+        "(or ipc:///path/to/socket)"]
     assert "Traceback" not in p.stderr and p.stdout == ""
+
+
+def test_a_port_beyond_65535_is_refused_not_taken_modulo_65536(tmp_path):
+    """libzmq takes tcp://host:99999 as port 34463 (99999 mod 65536): the daemon listened
+    there, logging the port it took, and 'status --daemon tcp://127.0.0.1:70000' asked port
+    4464 and said no daemon listens. Both now refuse the port at once (exit 2)."""
+    p = opptune("status", "--daemon", "tcp://127.0.0.1:70000", timeout=30)
+    assert (p.returncode, p.stdout) == (2, "")
+    assert p.stderr.strip().splitlines() == [
+        "opptune status: 'tcp://127.0.0.1:70000' has the port '70000', not a number from 0 "
+        "to 65535; write it as \"tcp://127.0.0.1:5555\" with the daemon's port"]
+    db = tmp_path / "opptune.db"
+    d = subprocess.run([sys.executable, "-m", "opptune.daemon.service", "--bind",
+                        "tcp://127.0.0.1:99999", "--database", str(db)],
+                       capture_output=True, text=True, timeout=30)
+    assert d.returncode == 2, d.stderr
+    assert d.stderr.strip().splitlines() == [
+        "opptune-daemon: --bind: 'tcp://127.0.0.1:99999' has the port '99999', not a number "
+        "from 0 to 65535; write it as \"tcp://127.0.0.1:5555\" with the daemon's port"]
+    assert not db.exists()
 
 
 def test_a_daemon_whose_address_is_in_use_says_so_and_creates_nothing(tmp_path):
