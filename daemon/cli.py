@@ -10,7 +10,8 @@ import time
 from typing import Any
 
 from ..shared.config import ConfigError, load_daemon_config
-from .entry import DAEMON_EXTRA, LOAD_INTERRUPTED, refuse_without_extra
+from .entry import (DAEMON_EXTRA, LOAD_INTERRUPTED, interrupted_status, refuse_without_extra,
+                    stop_like_ctrl_c)
 from .options import below_least, parse_frequencies
 
 
@@ -335,11 +336,12 @@ def join_negative_values(argv: list[str]) -> list[str]:
 
 
 def main(argv: list[str] | None = None) -> int:
+    stop_like_ctrl_c()
     try:
         parser = build_parser()
-    except KeyboardInterrupt:
+    except KeyboardInterrupt as exc:
         print(LOAD_INTERRUPTED, file=sys.stderr)
-        return 130
+        return interrupted_status(exc)
     except ImportError as exc:
         return load_failure(exc, "opptune")
     args, unknown = parser.parse_known_args(
@@ -356,10 +358,10 @@ def main(argv: list[str] | None = None) -> int:
         print(f"opptune {args.command}{f' {action}' if isinstance(action, str) else ''}: "
               f"{exc}", file=sys.stderr)
         return 2
-    except KeyboardInterrupt:
+    except KeyboardInterrupt as exc:
         if sys.stderr.isatty():  # end a progress line counted in place (progress.py)
             print(file=sys.stderr)
-        return 130
+        return interrupted_status(exc)
 
 
 if __name__ == "__main__":
