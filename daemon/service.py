@@ -151,6 +151,16 @@ def _path_error(key: str, path: Any, exc: Exception, what: str,
         fix or "give a path the daemon's user may create and write"))
 
 
+def _damaged(exc: Exception) -> str | None:
+    """What to do with a database file SQLite cannot read (not one, or damaged); None for
+    other errors. Its path is writable: the generic advice (a writable path) misled."""
+    if getattr(exc, "sqlite_errorname", "") not in ("SQLITE_CORRUPT", "SQLITE_NOTADB"):
+        return None
+    return ("the file is damaged or not an opptune store, and the daemon left it as it is: "
+            "restore it from a backup, or move it aside (or give another --database) to start "
+            "an empty store")
+
+
 __all__ = ["ACTIVE_JOB_STATES", "FINAL_JOB_STATES", "BindError", "Daemon", "HandlerError",
            "PathError",
            "main", "off_pct", "verdict"]
@@ -231,7 +241,7 @@ class Daemon:
                 from .store.sqlite import why_not_writable
                 raise _path_error("database", config.database, exc,
                                   "open the SQLite database",
-                                  why_not_writable(config.database)) from None
+                                  _damaged(exc) or why_not_writable(config.database)) from None
             self.store.accept_load = config.accept_load
         except Exception:
             if self.metrics_server is not None:
