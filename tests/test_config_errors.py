@@ -342,3 +342,24 @@ def test_a_damaged_database_says_so_not_to_fix_its_permissions(tmp_path, capsys,
                          "as it is: restore it from a backup, or move it aside (or give "
                          "another --database) to start an empty store"), line
     assert db.read_bytes() == before
+
+
+def test_a_damaged_outbox_says_so_not_to_fix_the_state_directory(tmp_path, capsys):
+    """An outbox.db SQLite cannot read (an SD card's damage) got "--state-dir (...) is not
+    usable: file is not a database; give a directory the agent may create and write": the
+    directory was fine. The line names the file, says it was left as it is and what to do."""
+    state = tmp_path / "state"
+    state.mkdir(mode=0o700)
+    box = state / "outbox.db"
+    box.write_bytes(b"not sqlite " * 400)
+    before = box.read_bytes()
+    code = agent_main(["--daemon", "tcp://127.0.0.1:9", "--state-dir", str(state),
+                       *RUN_AS_OPTION])
+    out = capsys.readouterr()
+    assert code == 2 and out.out == ""
+    (line,) = out.err.strip().splitlines()
+    assert line == (f"opptune-agent: the outbox {box} is damaged (file is not a database) and "
+                    "was left as it is: the results in it that the daemon had not acknowledged "
+                    f"cannot be read; move it aside (mv {box} {box}.damaged) and start the "
+                    "agent again, which makes a new one"), line
+    assert box.read_bytes() == before
