@@ -380,6 +380,28 @@ def test_a_daemon_whose_address_is_in_use_says_so_and_creates_nothing(tmp_path):
     assert free_endpoint()  # (the port is released with the socket)
 
 
+def test_a_daemon_with_curve_on_whose_address_is_in_use_says_so_too(tmp_path):
+    """With CURVE on (any bind but loopback's, by default) the daemon has a zmq context of
+    its own; the socket that failed to bind stayed open and the context's term() waited for
+    it for ever: 'opptune-daemon --bind tcp://0.0.0.0:5555' beside a running daemon hung
+    without a word. It now exits 2 with the line a daemon without CURVE gives."""
+    import socket
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        s.listen()
+        port = s.getsockname()[1]
+        config = tmp_path / "daemon.toml"
+        config.write_text(f"bind = 'tcp://127.0.0.1:{port}'\ncurve = 'on'\n"
+                          "database = 'opptune.db'\n")
+        p = subprocess.run([sys.executable, "-m", "opptune.daemon.service", "--config",
+                            str(config)], capture_output=True, text=True, timeout=30)
+    assert p.returncode == 2, p.stderr
+    assert p.stderr.strip().splitlines()[-1] == (
+        f"opptune-daemon: cannot listen on tcp://127.0.0.1:{port}: the address is in use by "
+        "another process: stop it or choose another --bind (or 'bind' in the configuration)")
+    assert not (tmp_path / "opptune.db").exists()
+
+
 def test_wait_bars_say_when_the_jobs_wait_on_an_offline_agent():
     """Walking issue 19: 'characterize --wait' for a board that was switched off showed bars
     'queued' for up to job_expiry_s (60 s) and nothing else. The bar now names the cause."""
