@@ -136,8 +136,23 @@ def cmd_sweep(args: argparse.Namespace) -> int:
         print()
     else:
         for job in data.get("jobs", []):
-            print(f"job {job.get('job_id')} sent: {job.get('workload')}")
+            print(sweep_job_line(job, args.agent))
     return 0
+
+
+def sweep_job_line(job: dict[str, Any], agent: str) -> str:
+    """One line per job of a sweep: "sent" only where it reached the agent (a daemon older
+    than the jobs' ``state`` says nothing of it: "sent", as it printed)."""
+    state = job.get("state", "sent")
+    head = f"job {job.get('job_id')} {state}: {job.get('workload')}"
+    if state == "queued":
+        return (f"{head}; agent {agent} is not connected now: the job goes out when it says "
+                "hello again (it expires after the daemon's job_expiry_s without the agent); "
+                f"'opptune status --agent {agent}' shows both")
+    if state == "held":
+        return (f"{head}; held in the daemon while max_outstanding_jobs jobs are out with "
+                f"agent {agent}: it goes out as one of them ends")
+    return head
 
 
 def cmd_demo(args: argparse.Namespace) -> int:

@@ -104,10 +104,10 @@ class Sweeps:
                                                f"{exc}") from None
             jobs.append(job)
         for job in jobs:
-            self.jobs.send(agent, job)
+            state = self.jobs.send(agent, job)
             ids.append({"job_id": job["job_id"], "workload": job["workload"],
                         "size": job["size"], "n_points": len(job["points"]),
-                        "reps": job["reps"]})
+                        "reps": job["reps"], "state": state})
         return ids, not_swept
 
     def auto(self, agent: str, workload: str, size: str | None = None,

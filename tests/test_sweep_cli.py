@@ -6,6 +6,7 @@ agent: a sweep the agent cannot run is refused at once; ``--wait`` follows the j
 from __future__ import annotations
 
 import json
+import signal
 import subprocess
 import sys
 
@@ -400,6 +401,31 @@ def test_a_daemon_with_curve_on_whose_address_is_in_use_says_so_too(tmp_path):
         f"opptune-daemon: cannot listen on tcp://127.0.0.1:{port}: the address is in use by "
         "another process: stop it or choose another --bind (or 'bind' in the configuration)")
     assert not (tmp_path / "opptune.db").exists()
+
+
+def test_a_sweep_of_an_agent_not_connected_says_queued_not_sent(cluster):
+    """'opptune sweep' of a board whose agent had stopped printed 'job ... sent: W', while
+    the job waited in the daemon (state queued) for a hello that might never come. The line
+    says queued and why; --json carries each job's state."""
+    cluster.agent.send_signal(signal.SIGTERM)
+    assert cluster.agent.wait(30) == 0
+    cluster.agent = None  # stopped on purpose (wait_for fails on a dead one)
+    cluster.wait_for(lambda s: not any(a["alive"] for a in s["agents"]), timeout=60,
+                     what="the agent gone")
+    p = opptune("sweep", "--daemon", cluster.endpoint, "--agent", "test-agent",
+                "--workload", "pi_integrate")
+    assert p.returncode == 0, p.stderr
+    (line,) = p.stdout.strip().splitlines()
+    job_id = line.split()[1]
+    assert line == (f"job {job_id} queued: pi_integrate; agent test-agent is not connected "
+                    "now: the job goes out when it says hello again (it expires after the "
+                    "daemon's job_expiry_s without the agent); 'opptune status --agent "
+                    "test-agent' shows both")
+    status = cluster.status()
+    assert [j["state"] for j in status["jobs"] if j["job_id"] == job_id] == ["queued"]
+    p = opptune("sweep", "--daemon", cluster.endpoint, "--agent", "test-agent",
+                "--workload", "pi_integrate", "--json")
+    assert [j["state"] for j in json.loads(p.stdout)["jobs"]] == ["queued"]
 
 
 def test_wait_bars_say_when_the_jobs_wait_on_an_offline_agent():
