@@ -428,6 +428,18 @@ def test_a_sweep_of_an_agent_not_connected_says_queued_not_sent(cluster):
     assert [j["state"] for j in json.loads(p.stdout)["jobs"]] == ["queued"]
 
 
+def test_a_workload_named_twice_is_swept_once(cluster):
+    """'--workload pi_integrate --workload pi_integrate' queued two jobs measuring the same
+    points twice (and the second's runs counted as repeats of the first's)."""
+    p = opptune("sweep", "--daemon", cluster.endpoint, "--agent", "test-agent", "--workload",
+                "pi_integrate", "--workload", "pi_integrate", "--json")
+    assert p.returncode == 0, p.stderr
+    jobs = json.loads(p.stdout)["jobs"]
+    assert [j["workload"] for j in jobs] == ["pi_integrate"]
+    status = cluster.wait_for(lambda s: bool(s["jobs"]), timeout=30, what="the job")
+    assert [j["job_id"] for j in status["jobs"]] == [jobs[0]["job_id"]]
+
+
 def test_wait_bars_say_when_the_jobs_wait_on_an_offline_agent():
     """Walking issue 19: 'characterize --wait' for a board that was switched off showed bars
     'queued' for up to job_expiry_s (60 s) and nothing else. The bar now names the cause."""
