@@ -16,6 +16,7 @@ the first ack) but stored once.
 from __future__ import annotations
 
 import argparse
+import errno
 import gc
 import logging
 import signal
@@ -213,6 +214,13 @@ class Daemon:
             if exc.errno == zmq.EADDRINUSE:
                 why = ("the address is in use by another process: stop it or choose another "
                        "--bind (or 'bind' in the configuration)")
+            elif exc.errno in (errno.EADDRNOTAVAIL, errno.ENODEV) and \
+                    config.bind.startswith("tcp://"):
+                # zmq says 'Cannot assign requested address' / 'No such device': the daemon
+                # listens on an address of its own host (the agents name the host's address)
+                why = (f"{zmq.strerror(exc.errno)}: the host in it is not an address of this "
+                       "machine; bind to one of its own addresses, or tcp://0.0.0.0:PORT for "
+                       "all of them")
             else:
                 why = (f"{zmq.strerror(exc.errno)}; give an endpoint such as "
                        "tcp://0.0.0.0:5555 or ipc:///run/opptune.sock")

@@ -440,6 +440,23 @@ def test_a_workload_named_twice_is_swept_once(cluster):
     assert [j["job_id"] for j in status["jobs"]] == [jobs[0]["job_id"]]
 
 
+def test_a_daemon_bound_to_another_hosts_address_says_what_bind_takes(tmp_path):
+    """'--bind tcp://192.0.2.1:5555' (an address of no interface here: the daemon's own
+    address written on another host, a typo) said zmq's 'Cannot assign requested address;
+    give an endpoint such as ...'. It now says the host is not an address of this machine
+    and what to bind to."""
+    db = tmp_path / "opptune.db"
+    p = subprocess.run([sys.executable, "-m", "opptune.daemon.service", "--bind",
+                        "tcp://192.0.2.1:5555", "--database", str(db), "--log-level",
+                        "WARNING"], capture_output=True, text=True, timeout=30)
+    assert p.returncode == 2, p.stderr
+    assert p.stderr.strip().splitlines() == [
+        "opptune-daemon: cannot listen on tcp://192.0.2.1:5555: Cannot assign requested "
+        "address: the host in it is not an address of this machine; bind to one of its own "
+        "addresses, or tcp://0.0.0.0:PORT for all of them"]
+    assert not db.exists()
+
+
 def test_wait_bars_say_when_the_jobs_wait_on_an_offline_agent():
     """Walking issue 19: 'characterize --wait' for a board that was switched off showed bars
     'queued' for up to job_expiry_s (60 s) and nothing else. The bar now names the cause."""
