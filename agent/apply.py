@@ -892,11 +892,17 @@ class Executor:
         """Run the config's workload in its configuration (its verification)."""
         cid = body["config_id"]
         self.wait_for_room()
-        # one without a clock is measured at the clocks the board keeps with it: those the
-        # other configurations in force hold (put back to the governor, a process's or a
-        # unit's clock on a shared policy would be undone while it runs)
-        recs = self.runner.run_point(spec, body["reps"], warmup=CONFIG_WARMUP,
-                                     held=self._held(body) if spec.freq_khz is None else None)
+        # one without a clock that is to stand is measured at the clocks the board keeps with
+        # it: those the other configurations in force hold (put back to the governor, a
+        # process's or a unit's clock on a shared policy would be undone while it runs). One
+        # that does not stand (the daemon's verification after a sweep) is predicted from the
+        # sweep's points, each run with its own policies left to the governor: it is measured
+        # so too, else a clock applied earlier (600 MHz held) made it "off" by the clocks'
+        # ratio and drift re-characterised a workload that had not changed
+        held = None
+        if spec.freq_khz is None:
+            held = self._held(body) if body.get("keep", True) else self._around(spec)
+        recs = self.runner.run_point(spec, body["reps"], warmup=CONFIG_WARMUP, held=held)
         times = [r.time_s for r in recs if r.ok and r.time_s is not None]
         out: dict[str, Any] = {"config_id": cid, "records": [r.to_dict() for r in recs]}
         if times:

@@ -176,8 +176,8 @@ def _running_agent(paths: list[str]) -> tuple[int, str] | None:
 
 def _restore(config) -> int:
     try:
-        from .knobs.state import (CPUSET_FILENAME, STATE_FILENAME, restore_cpusets_from_file,
-                                  restore_from_state_file)
+        from .knobs.state import (CPUSET_FILENAME, STATE_FILENAME, UnreadableRecord,
+                                  restore_cpusets_from_file, restore_from_state_file)
     except ImportError as exc:
         print(f"opptune-agent: no cpufreq state module ({exc}); nothing to restore",
               file=sys.stderr)
@@ -194,12 +194,18 @@ def _restore(config) -> int:
     path = os.path.join(config.state_dir, STATE_FILENAME)
     try:
         res = restore_from_state_file(path, config.sysfs_root)
+    except UnreadableRecord as exc:
+        print(f"opptune-agent: nothing restored: {exc}", file=sys.stderr)
+        return 1
     except Exception as exc:
         print(f"opptune-agent: restoring from {path} failed: {exc}", file=sys.stderr)
         return 1
     cpath = os.path.join(config.state_dir, CPUSET_FILENAME)
     try:
         cres = restore_cpusets_from_file(cpath, config.sysfs_root)
+    except UnreadableRecord as exc:
+        print(f"opptune-agent: cpu sets not restored: {exc}", file=sys.stderr)
+        return 1
     except Exception as exc:
         print(f"opptune-agent: restoring from {cpath} failed: {exc}", file=sys.stderr)
         return 1
@@ -474,6 +480,14 @@ def run_agent(config, config_path: str | None = None, state_dir_option: bool = F
     except Exception as exc:
         if state_lock is not None:
             state_lock.close()
+        if getattr(exc, "sqlite_errorname", "") in ("SQLITE_CORRUPT", "SQLITE_NOTADB"):
+            # the directory is fine (the generic advice said to fix it); the file is not
+            box = os.path.join(config.state_dir, "outbox.db")
+            print(f"opptune-agent: the outbox {box} is damaged ({exc}) and was left as it is: "
+                  "the results in it that the daemon had not acknowledged cannot be read; move "
+                  f"it aside (mv {box} {box}.damaged) and start the agent again, which makes "
+                  "a new one", file=sys.stderr)
+            return EXIT_CONFIG
         print(f"opptune-agent: configuration error: {named} ({config.state_dir}) is not usable: "
               f"{exc.strerror if isinstance(exc, OSError) and exc.strerror else exc}; give a "
               f"directory the agent may create and write", file=sys.stderr)

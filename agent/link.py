@@ -42,6 +42,9 @@ from .outbox import Outbox
 log = logging.getLogger("opptune.agent.link")
 
 GONE_AFTER_HEARTBEATS = 3
+# while the daemon stays silent, a line this often says the agent still waits for it (an agent
+# started before its daemon, or pointed at the wrong port, said one line and then nothing)
+GONE_REMIND_S = 60.0
 # after a hello, results wait at most this many heartbeat periods for the daemon's answer
 # (which says whether it takes frames): past the first heartbeat, which a daemon that did not
 # answer the hello answers
@@ -100,6 +103,7 @@ class Link:
         self._heard = False  # anything received on the current connection
         self._next_hb = 0.0
         self._gone = False
+        self._gone_told = 0.0  # when the daemon's silence was last said
         self._daemon_instance: str | None = None
         self._outbox_dirty = True
         self.on_heartbeat = on_heartbeat
@@ -262,16 +266,27 @@ class Link:
         now = time.monotonic()
         if not self._gone and now - self._last_rx > GONE_AFTER_HEARTBEATS * self.heartbeat_s:
             self._gone = True
+            self._gone_told = now
             # a CURVE handshake with the wrong server key fails without a word on either
             # side: silence from the first message on is the only sign the agent gets
             hint = ""
             if self.curve is not None and not self._heard:
                 hint = ("; nothing has come from it over CURVE: if it runs, check that "
                         "daemon_public_key is the key 'opptune keys server' prints on its host")
-            log.warning("no message from the daemon at %s for %.1f s: considering it gone%s",
+            elif not self._heard:
+                hint = ("; nothing has come from it since the agent connected: check that "
+                        "opptune-daemon runs there and that 'daemon' (--daemon) is its log's "
+                        "'listening on' endpoint")
+            log.warning("no message from the daemon at %s for %.1f s: considering it gone%s; "
+                        "the agent keeps trying and says hello once it answers",
                         self.endpoint, now - self._last_rx, hint)
             if len(self.endpoints) > 1:
                 self._fail_over()
+        elif self._gone and now - self._gone_told >= GONE_REMIND_S:
+            self._gone_told = now
+            log.warning("still no message from the daemon at %s (for %.0f s); %d results wait "
+                        "in the outbox", self.endpoint, now - self._last_rx,
+                        self.outbox.count())
         if now >= self._next_hb:
             body = {"outbox": self.outbox.count(), "instance": self.instance}
             full = self.outbox.full_reason()

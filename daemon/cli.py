@@ -10,7 +10,8 @@ import time
 from typing import Any
 
 from ..shared.config import ConfigError, load_daemon_config
-from .entry import DAEMON_EXTRA, LOAD_INTERRUPTED, refuse_without_extra
+from .entry import (DAEMON_EXTRA, LOAD_INTERRUPTED, interrupted_status, refuse_without_extra,
+                    stop_like_ctrl_c)
 from .options import below_least, parse_frequencies
 
 
@@ -135,8 +136,23 @@ def cmd_sweep(args: argparse.Namespace) -> int:
         print()
     else:
         for job in data.get("jobs", []):
-            print(f"job {job.get('job_id')} sent: {job.get('workload')}")
+            print(sweep_job_line(job, args.agent))
     return 0
+
+
+def sweep_job_line(job: dict[str, Any], agent: str) -> str:
+    """One line per job of a sweep: "sent" only where it reached the agent (a daemon older
+    than the jobs' ``state`` says nothing of it: "sent", as it printed)."""
+    state = job.get("state", "sent")
+    head = f"job {job.get('job_id')} {state}: {job.get('workload')}"
+    if state == "queued":
+        return (f"{head}; agent {agent} is not connected now: the job goes out when it says "
+                "hello again (it expires after the daemon's job_expiry_s without the agent); "
+                f"'opptune status --agent {agent}' shows both")
+    if state == "held":
+        return (f"{head}; held in the daemon while max_outstanding_jobs jobs are out with "
+                f"agent {agent}: it goes out as one of them ends")
+    return head
 
 
 def cmd_demo(args: argparse.Namespace) -> int:
@@ -335,11 +351,12 @@ def join_negative_values(argv: list[str]) -> list[str]:
 
 
 def main(argv: list[str] | None = None) -> int:
+    stop_like_ctrl_c()
     try:
         parser = build_parser()
-    except KeyboardInterrupt:
+    except KeyboardInterrupt as exc:
         print(LOAD_INTERRUPTED, file=sys.stderr)
-        return 130
+        return interrupted_status(exc)
     except ImportError as exc:
         return load_failure(exc, "opptune")
     args, unknown = parser.parse_known_args(
@@ -356,10 +373,10 @@ def main(argv: list[str] | None = None) -> int:
         print(f"opptune {args.command}{f' {action}' if isinstance(action, str) else ''}: "
               f"{exc}", file=sys.stderr)
         return 2
-    except KeyboardInterrupt:
+    except KeyboardInterrupt as exc:
         if sys.stderr.isatty():  # end a progress line counted in place (progress.py)
             print(file=sys.stderr)
-        return 130
+        return interrupted_status(exc)
 
 
 if __name__ == "__main__":

@@ -13,7 +13,8 @@ from typing import Any, Callable
 import zmq
 
 from ..shared import protocol as P
-from ..shared.config import DEFAULT_DAEMON_CONFIG, ConfigError, load_daemon_config
+from ..shared.config import (DEFAULT_DAEMON_CONFIG, ConfigError, endpoint_problem,
+                             load_daemon_config)
 from ..shared.curve import curve_enabled
 
 
@@ -203,6 +204,9 @@ def query(endpoint: str, what: str, args: dict[str, Any] | None = None,
     request: where it reached the daemon and no answer came within the timeout, the daemon
     is asked about it once more (``again``, same connection) and waited for as long again;
     ``on_again`` is called as that goes out."""
+    problem = endpoint_problem(endpoint)
+    if problem:  # libzmq would take tcp://host:99999 as port 34463, and 'host' as nothing
+        raise BadEndpoint(f"{problem}")
     if first and not _take_probe(endpoint) and _refused(endpoint, min(1.0, timeout_s)):
         # the query would be silent for the whole timeout: nothing listens to take it
         raise DaemonUnreachable(f"no daemon listens at {endpoint} (the connection was "

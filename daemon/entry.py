@@ -19,6 +19,34 @@ DAEMON_EXTRA = {"numpy": "numpy", "scipy": "scipy", "scikit-learn": "sklearn", "
 LOAD_INTERRUPTED = "opptune: interrupted while loading, before the command ran"
 
 
+class Terminated(KeyboardInterrupt):
+    """SIGTERM or SIGHUP reached an operator command: raised where Ctrl-C's KeyboardInterrupt
+    would be, so that a command that follows the daemon (sweep/characterize --wait, tune,
+    recommend --apply) says what goes on without it, as it does for Ctrl-C, and exits
+    128 + the signal's number (``timeout``, a closed terminal) instead of dying silently."""
+
+    def __init__(self, signum: int):
+        super().__init__(signum)
+        self.signum = signum
+
+
+def _raise_terminated(signum: int, frame: object) -> None:
+    raise Terminated(signum)
+
+
+def stop_like_ctrl_c() -> None:
+    """Turn SIGTERM and SIGHUP into :class:`Terminated`; one ignored (nohup) stays ignored."""
+    import signal
+    for signum in (signal.SIGTERM, signal.SIGHUP):
+        if signal.getsignal(signum) is signal.SIG_DFL:
+            signal.signal(signum, _raise_terminated)
+
+
+def interrupted_status(exc: KeyboardInterrupt) -> int:
+    """The exit status of a command stopped by ``exc``: 128 + the signal's number."""
+    return 128 + exc.signum if isinstance(exc, Terminated) else 130
+
+
 def missing_daemon_extra() -> list[str]:
     """Distributions of the daemon extra that cannot be imported here."""
     return [dist for dist, module in DAEMON_EXTRA.items()
@@ -53,17 +81,18 @@ def operator(argv: list[str] | None = None) -> int:
         return board_main(argv[1:])
     if missing:
         return _version("opptune") if argv == ["--version"] else refuse_without_extra("opptune", missing)
+    stop_like_ctrl_c()
     try:
         from .cli import main  # a second Ctrl-C may land in its imports
-    except KeyboardInterrupt:
+    except KeyboardInterrupt as exc:
         print(LOAD_INTERRUPTED, file=sys.stderr)
-        return 130
+        return interrupted_status(exc)
     try:
         code = main(argv)
         sys.stdout.flush()
         return code
-    except KeyboardInterrupt:  # main answers those while loading and in a command
-        return 130
+    except KeyboardInterrupt as exc:  # main answers those while loading and in a command
+        return interrupted_status(exc)
     except BrokenPipeError:
         # the reader went away (`opptune status | head`): not an error of ours. Point stdout
         # at /dev/null so that the interpreter's own flush at exit does not fail again.

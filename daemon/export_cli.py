@@ -364,6 +364,13 @@ def cmd_import(args: argparse.Namespace) -> int:
     except ValueError as exc:
         return _fail("import", f"{args.file}: {exc}", 2)
     benchmarks = suite.get_benchmarks()
+    exported = _exported(benchmarks)
+    if exported:
+        return _fail("import", f"{args.file} is an opptune export: {exported}; import "
+                               "stores every value at the one --cores (and --freq) given, "
+                               f"here {args.cores}, under the benchmark's name as a workload. "
+                               "Give it pyperf's own results (a pyperf script's -o FILE.json, "
+                               "pyperformance run -o FILE.json)", 2)
     if args.workload and len(benchmarks) > 1:
         return _fail("import", f"{args.file} holds {len(benchmarks)} benchmarks: --workload "
                                "names the workload of a file with one; drop it to import each "
@@ -424,6 +431,20 @@ def cmd_import(args: argparse.Namespace) -> int:
         json.dump(done, sys.stdout, indent=2, sort_keys=True)
         print()
     return 0
+
+
+def _exported(benchmarks: list[Any]) -> str | None:
+    """How an ``opptune export`` file says so (each benchmark's own configuration in its
+    metadata, as _run_metadata writes it); None for other pyperf files. Imported, its values
+    would all be stored at --cores, each configuration a workload of its own."""
+    for bench in benchmarks:
+        meta = bench.get_metadata()
+        if "opptune_cores" in meta:
+            return (f"its {len(benchmarks)} benchmark{'s' if len(benchmarks) != 1 else ''} "
+                    f"carry the configuration each ran at ({bench.get_name()!r}: "
+                    f"{meta['opptune_cores']} core(s) on {meta.get('opptune_board', '?')}), "
+                    "and their runs are stored in the daemon they came from")
+    return None
 
 
 def _pyperf_runs(bench: Any) -> list[dict[str, Any]]:

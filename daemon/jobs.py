@@ -172,9 +172,10 @@ class JobTracker:
     def _limit(self) -> int:
         return max(1, int(getattr(self.config, "max_outstanding_jobs", 8)))
 
-    def send(self, agent: str, job: dict[str, Any], save: bool = True) -> None:
+    def send(self, agent: str, job: dict[str, Any], save: bool = True) -> str:
         """Send a job; it is stored as "sent", or "queued" when it could not be delivered
-        (then it goes out at the agent's next hello)."""
+        (then it goes out at the agent's next hello). Returns "sent", "queued" (not
+        delivered) or "held" (max_outstanding_jobs out with the agent already)."""
         out = self._out.setdefault(agent, set())
         if job["job_id"] not in out and len(out) >= self._limit():
             self.stats["jobs_held"] = self.stats.get("jobs_held", 0) + 1
@@ -184,7 +185,7 @@ class JobTracker:
                 self.store.set_job_state(job["job_id"], "queued", only_from=("sent", "expired"))
             log.info("job %s for %s held in the daemon: %d jobs already out with it "
                      "(max_outstanding_jobs)", job["job_id"], agent, len(out))
-            return
+            return "held"
         if save:
             # stored before it goes out: a job the store could not keep is never sent, else
             # the agent would run it and every result would be refused as unknown_job
@@ -204,10 +205,11 @@ class JobTracker:
         if not sent:
             log.warning("job %s for %s not delivered; it is resent at the agent's next hello",
                         job["job_id"], agent)
-        else:
-            log.info("sent job %s (%s, %d points x %s%d reps) to %s", job["job_id"],
-                     job["workload"], len(job["points"]), "up to " if any(
-                         "until" in p for p in job["points"]) else "", job["reps"], agent)
+            return "queued"
+        log.info("sent job %s (%s, %d points x %s%d reps) to %s", job["job_id"],
+                 job["workload"], len(job["points"]), "up to " if any(
+                     "until" in p for p in job["points"]) else "", job["reps"], agent)
+        return "sent"
 
     def _sent_cancelled(self, agent: str, job_id: str) -> None:
         """Job ``job_id`` went out to ``agent`` while another daemon of the fleet cancelled

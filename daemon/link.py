@@ -108,7 +108,13 @@ class Link:
         self.sock.setsockopt(zmq.RCVHWM, sndhwm)
         # A send to a peer over its HWM must not block the loop: it fails and is logged.
         self.sock.setsockopt(zmq.SNDTIMEO, 0)
-        self.sock.bind(bind)
+        try:
+            self.sock.bind(bind)
+        except zmq.ZMQError:
+            # an open socket keeps its context's term() waiting: a daemon with CURVE on (a
+            # context of its own) hung silently on a port in use instead of saying so
+            self.sock.close(0)
+            raise
         self.endpoint: str = self.sock.getsockopt_string(zmq.LAST_ENDPOINT)
         self._enveloped: set[bytes] = set()  # REQ peers: replies need the empty delimiter
         self.refusals = RefusalLog(log)  # every refusal of the daemon, counted by code

@@ -16,6 +16,7 @@ the first ack) but stored once.
 from __future__ import annotations
 
 import argparse
+import errno
 import gc
 import logging
 import signal
@@ -154,6 +155,16 @@ def _path_error(key: str, path: Any, exc: Exception, what: str,
         fix or "give a path the daemon's user may create and write"))
 
 
+def _damaged(exc: Exception) -> str | None:
+    """What to do with a database file SQLite cannot read (not one, or damaged); None for
+    other errors. Its path is writable: the generic advice (a writable path) misled."""
+    if getattr(exc, "sqlite_errorname", "") not in ("SQLITE_CORRUPT", "SQLITE_NOTADB"):
+        return None
+    return ("the file is damaged or not an opptune store, and the daemon left it as it is: "
+            "restore it from a backup, or move it aside (or give another --database) to start "
+            "an empty store")
+
+
 __all__ = ["ACTIVE_JOB_STATES", "FINAL_JOB_STATES", "BindError", "Daemon", "HandlerError",
            "PathError",
            "main", "off_pct", "verdict"]
@@ -207,6 +218,13 @@ class Daemon:
             if exc.errno == zmq.EADDRINUSE:
                 why = ("the address is in use by another process: stop it or choose another "
                        "--bind (or 'bind' in the configuration)")
+            elif exc.errno in (errno.EADDRNOTAVAIL, errno.ENODEV) and \
+                    config.bind.startswith("tcp://"):
+                # zmq says 'Cannot assign requested address' / 'No such device': the daemon
+                # listens on an address of its own host (the agents name the host's address)
+                why = (f"{zmq.strerror(exc.errno)}: the host in it is not an address of this "
+                       "machine; bind to one of its own addresses, or tcp://0.0.0.0:PORT for "
+                       "all of them")
             else:
                 why = (f"{zmq.strerror(exc.errno)}; give an endpoint such as "
                        "tcp://0.0.0.0:5555 or ipc:///run/opptune.sock")
@@ -235,7 +253,7 @@ class Daemon:
                 from .store.sqlite import why_not_writable
                 raise _path_error("database", config.database, exc,
                                   "open the SQLite database",
-                                  why_not_writable(config.database)) from None
+                                  _damaged(exc) or why_not_writable(config.database)) from None
             self.store.accept_load = config.accept_load
         except Exception:
             if self.metrics_server is not None:

@@ -58,7 +58,8 @@ class Sweeps:
             # gone from here: another daemon of the fleet may hold it now (no forwarding)
             if info.identity is None or self.registry.via(agent) is not None:
                 raise HandlerError("agent_offline", self.registry.offline_text(agent))
-        names = workloads if workloads else info.workload_names()
+        # a workload named twice (--workload W --workload W) is one job, not two of the same
+        names = list(dict.fromkeys(workloads)) if workloads else info.workload_names()
         offered = set(info.workload_names())
         bad = [w for w in names if w not in offered]
         if bad:
@@ -104,10 +105,10 @@ class Sweeps:
                                                f"{exc}") from None
             jobs.append(job)
         for job in jobs:
-            self.jobs.send(agent, job)
+            state = self.jobs.send(agent, job)
             ids.append({"job_id": job["job_id"], "workload": job["workload"],
                         "size": job["size"], "n_points": len(job["points"]),
-                        "reps": job["reps"]})
+                        "reps": job["reps"], "state": state})
         return ids, not_swept
 
     def auto(self, agent: str, workload: str, size: str | None = None,

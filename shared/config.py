@@ -45,6 +45,23 @@ def endpoint_problem(value: str) -> str | None:
                 f"{', '.join(t + '://' for t in TRANSPORTS)}")
     if not address:
         return f"{value!r} has no address after {transport}://"
+    if transport == "tcp":
+        return _tcp_port_problem(value, address)
+    return None
+
+
+def _tcp_port_problem(value: str, address: str) -> str | None:
+    """Why a tcp endpoint's port is not one; libzmq takes a port above 65535 modulo 65536, so
+    tcp://host:99999 would listen on (or reach) port 34463 with no word said."""
+    host, sep, port = address.rpartition(":")
+    if not sep:
+        return (f"{value!r} names no port; write it as \"tcp://{address}:5555\" "
+                "(the port the daemon listens on)")
+    if not host:
+        return f"{value!r} names no host; write it as \"tcp://HOST:{port}\""
+    if port != "*" and not (port.isdigit() and int(port) <= 65535):
+        return (f"{value!r} has the port {port!r}, not a number from 0 to 65535; "
+                f"write it as \"tcp://{host}:5555\" with the daemon's port")
     return None
 
 

@@ -520,6 +520,38 @@ def test_silence_over_curve_names_daemon_public_key_as_the_likely_cause(ctx, tmp
         silent.close()
 
 
+def test_an_agent_no_daemon_ever_answered_says_what_to_check_and_keeps_saying_it(
+        ctx, tmp_path, caplog, monkeypatch):
+    """An agent started before its daemon, or given the wrong port, logged 'no message from
+    the daemon ... considering it gone' once and then nothing while it kept trying. The line
+    says that nothing ever came, what to check and that it keeps trying; a line every
+    GONE_REMIND_S says it still waits, with the results waiting in the outbox."""
+    import logging
+    import socket
+    from opptune.agent import link as link_module
+    monkeypatch.setattr(link_module, "GONE_REMIND_S", 5 * HB, raising=False)
+    with socket.socket() as s:  # a port nothing listens on
+        s.bind(("127.0.0.1", 0))
+        endpoint = f"tcp://127.0.0.1:{s.getsockname()[1]}"
+    with caplog.at_level(logging.WARNING, logger="opptune.agent.link"):
+        lt = LinkThread(ctx, endpoint, Outbox(str(tmp_path)))
+        try:
+            deadline = time.monotonic() + 20
+            while time.monotonic() < deadline and not any(
+                    "still no message" in r.getMessage() for r in caplog.records):
+                time.sleep(HB)  # polling interval for the log, not synchronisation
+        finally:
+            lt.close()
+    lines = [r.getMessage() for r in caplog.records]
+    assert lines[0].startswith(f"no message from the daemon at {endpoint} for "), lines
+    assert lines[0].endswith(
+        ": considering it gone; nothing has come from it since the agent connected: check "
+        "that opptune-daemon runs there and that 'daemon' (--daemon) is its log's 'listening "
+        "on' endpoint; the agent keeps trying and says hello once it answers"), lines
+    assert any(line.startswith(f"still no message from the daemon at {endpoint} (for ")
+               and line.endswith("); 0 results wait in the outbox") for line in lines[1:]), lines
+
+
 def test_a_refused_key_is_logged_once_across_fail_overs(ctx, tmp_path, caplog):
     """Checked walking a fleet: the agent whose key waits says so once, not again at each
     reconnect. Two daemons refuse its key; each falls silent in turn, so the agent fails over

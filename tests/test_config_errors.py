@@ -309,3 +309,57 @@ def test_a_database_in_a_read_only_directory_says_the_directory_and_what_to_do(
     assert "opptune.db-wal, opptune.db-shm" in line and "make the directory writable" in line
     assert ("creates its journal" in line) == existing, line
     assert sorted(p.name for p in where.iterdir()) == (["opptune.db"] if existing else [])
+
+
+@pytest.mark.parametrize("damage", ["not a database", "truncated"])
+def test_a_damaged_database_says_so_not_to_fix_its_permissions(tmp_path, capsys, damage):
+    """A database file SQLite cannot read (another file given by mistake, a copy cut short)
+    got the advice for a path the daemon may not write ('give a path the daemon's user may
+    create and write'), which it may. The line now says the file is damaged, that it was left
+    as it is, and what to do; the file is unchanged."""
+    import sqlite3
+    db = tmp_path / "opptune.db"
+    if damage == "truncated":  # a real store, cut in half
+        from opptune.daemon.store import open_store
+        open_store(str(db)).close()
+        con = sqlite3.connect(db)
+        con.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+        con.close()
+        data = db.read_bytes()
+        db.write_bytes(data[:len(data) // 2])
+    else:
+        db.write_bytes(b"CSV? no: " * 200)
+    before = db.read_bytes()
+    path = tmp_path / "daemon.toml"
+    path.write_text(f"bind = 'tcp://127.0.0.1:0'\ndatabase = '{db}'\n")
+    code = daemon_main(["--config", str(path)])
+    out = capsys.readouterr()
+    assert code == 2 and out.out == ""
+    (line,) = out.err.strip().splitlines()
+    assert line.startswith(f"opptune-daemon: {path}: key 'database' ({db}): cannot open the "
+                           "SQLite database: "), line
+    assert line.endswith("the file is damaged or not an opptune store, and the daemon left it "
+                         "as it is: restore it from a backup, or move it aside (or give "
+                         "another --database) to start an empty store"), line
+    assert db.read_bytes() == before
+
+
+def test_a_damaged_outbox_says_so_not_to_fix_the_state_directory(tmp_path, capsys):
+    """An outbox.db SQLite cannot read (an SD card's damage) got "--state-dir (...) is not
+    usable: file is not a database; give a directory the agent may create and write": the
+    directory was fine. The line names the file, says it was left as it is and what to do."""
+    state = tmp_path / "state"
+    state.mkdir(mode=0o700)
+    box = state / "outbox.db"
+    box.write_bytes(b"not sqlite " * 400)
+    before = box.read_bytes()
+    code = agent_main(["--daemon", "tcp://127.0.0.1:9", "--state-dir", str(state),
+                       *RUN_AS_OPTION])
+    out = capsys.readouterr()
+    assert code == 2 and out.out == ""
+    (line,) = out.err.strip().splitlines()
+    assert line == (f"opptune-agent: the outbox {box} is damaged (file is not a database) and "
+                    "was left as it is: the results in it that the daemon had not acknowledged "
+                    f"cannot be read; move it aside (mv {box} {box}.damaged) and start the "
+                    "agent again, which makes a new one"), line
+    assert box.read_bytes() == before

@@ -182,6 +182,10 @@ def test_compact_form_leaves_out_defaults_and_round_trips():
     # a bare host got 'write it as "tcp://board"', which names no port and fails again
     ("agent", 'daemon = "board"\n', 'lacks a transport; write it as "tcp://board:5555"'),
     ("daemon", "tolerance = -0.05\n", "key 'tolerance' must be >= 0"),
+    # libzmq takes a port above 65535 modulo 65536: the agent would knock on port 4464
+    ("agent", 'daemon = "tcp://10.0.0.1:70000"\n',
+     "key 'daemon': 'tcp://10.0.0.1:70000' has the port '70000', not a number from 0 to 65535"),
+    ("agent", 'daemon = "tcp://10.0.0.1"\n', "key 'daemon': 'tcp://10.0.0.1' names no port"),
 ])
 def test_endpoint_without_transport_and_negative_tolerance_name_file_and_key(
         tmp_path, kind, text, needle):

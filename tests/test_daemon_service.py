@@ -266,7 +266,7 @@ def test_status_structure_and_sweep_query(daemon):
     data = query(op, "sweep", {"agent": "a1", "workloads": ["wl"], "reps": 1, "max_cores": 2})
     job = a.expect("job")["body"]
     assert data["jobs"] == [{"job_id": job["job_id"], "workload": "wl", "size": "small",
-                             "n_points": 2, "reps": 1}]
+                             "n_points": 2, "reps": 1, "state": "sent"}]
     assert job["reps"] == 1 and len(job["points"]) == 2
     mid = op.send("query", {"what": "sweep", "args": {"agent": "a1", "workloads": ["nope"]}})
     err = op.expect("error")

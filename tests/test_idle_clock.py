@@ -186,6 +186,29 @@ def test_an_applied_configuration_stands_through_later_work_until_the_agent_stop
     assert not (tmp_path / "state" / STATE_FILENAME).exists()
 
 
+def test_the_daemons_verification_without_a_clock_runs_as_the_sweep_it_is_predicted_from(
+        rpi4):
+    """With 600 MHz applied and standing, a sweep's points without a clock ran at the
+    governor's (1500 MHz on the virtual rpi4) but the daemon's verification of the
+    recommendation fitted from them (no clock, keep false) ran at the held 600 MHz: 'off' by
+    the clocks' ratio (+16 % for triad, +104 % for matmul), and two of them re-characterised
+    the workload. It now runs as the sweep's points do; the applied clock holds after."""
+    ex, w, knob, root, _ = rpi4
+    work(w, config("c1", 600_000))  # as `recommend --apply` sends it (keep: true)
+    assert pinned_at(root, 600_000)
+    work(w, job("j1", [([0, 1], None)]))
+    (swept,) = records(ex)
+    assert pinned_at(root, 600_000)
+    work(w, config("c2", None, keep=False))
+    applied = [P.decode(d)["body"] for _, d in ex.outbox.pending()
+               if P.decode(d)["type"] == "applied"]
+    (verified,) = [RunRecord.from_dict(r) for a in applied if a["config_id"] == "c2"
+                   for r in a["records"]]
+    assert swept.freq_observed_mhz[POLICY] != 600.0
+    assert verified.freq_observed_mhz == swept.freq_observed_mhz
+    assert pinned_at(root, 600_000)  # the applied configuration still stands
+
+
 def test_a_configuration_left_to_the_governor_replaces_the_standing_one(rpi4):
     ex, w, knob, root, _ = rpi4
     before = cpufreq_state(root)

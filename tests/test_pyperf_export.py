@@ -584,3 +584,28 @@ def test_export_at_best_through_the_command(cluster, tmp_path):
                                "2 configurations measured), 6 values")
     names = [b.get_name() for b in pyperf.BenchmarkSuite.load(str(out)).get_benchmarks()]
     assert names == ["pi_integrate/small/1cores", "pi_integrate/small/2cores"]
+
+
+def test_import_refuses_an_opptune_export_that_would_store_every_value_at_one_core_count(
+        cluster, tmp_path):
+    """An export imported (to move runs to another daemon, or by mistake) stored every value
+    of every configuration at the one --cores given, each configuration a new workload named
+    'pi_integrate/small/1cores'. It is refused in one line saying why (exit 2), nothing
+    stored."""
+    out = tmp_path / "export.json"
+    p = opptune("export", "--daemon", cluster.endpoint, "--format", "pyperf", "--workload",
+                "pi_integrate", "-o", str(out))
+    assert p.returncode == 0, p.stderr
+    before = cluster.rows("SELECT COUNT(*) FROM runs")
+    p = opptune("import", str(out), "--daemon", cluster.endpoint, "--agent", "test-agent",
+                "--cores", "2")
+    assert p.returncode == 2 and p.stdout == "", p.stdout
+    (line,) = p.stderr.strip().splitlines()
+    assert line.startswith(f"opptune import: {out} is an opptune export: its 2 benchmarks "
+                           "carry the configuration each ran at ('pi_integrate/small/1cores': "
+                           "1 core(s) on "), line
+    assert line.endswith("import stores every value at the one --cores (and --freq) given, "
+                         "here 2, under the benchmark's name as a workload. Give it pyperf's "
+                         "own results (a pyperf script's -o FILE.json, pyperformance run -o "
+                         "FILE.json)"), line
+    assert cluster.rows("SELECT COUNT(*) FROM runs") == before

@@ -133,3 +133,34 @@ def test_agent_killed_mid_sweep_restores_at_next_start(tmp_path):
     # the restarted agent took the real originals (not the pinned state) as its own
     assert cpufreq_state(root) == before
     assert not record.exists()
+
+
+def test_a_damaged_record_of_the_originals_says_what_to_do_by_hand(tmp_path):
+    """A record that cannot be read (an SD card's damage) said only JSON's complaint
+    ('restoring from .../cpufreq-state.json failed: Expecting property name ...'), and one
+    holding JSON that is not an object ended the agent's start in a traceback. Each now says
+    that the originals are lost, what to check and set back by hand, and to remove the file
+    then; the file stays (only the user knows when the board is back)."""
+    state = tmp_path / "state"
+    state.mkdir()
+    cpufreq = state / STATE_FILENAME
+    cpufreq.write_text("{bad")
+    p = subprocess.run([PY, "-m", "opptune.agent", "--virtual-board", "rpi4", "--state-dir",
+                        str(state), "--restore"], capture_output=True, text=True, timeout=60)
+    assert p.returncode == 1 and "Traceback" not in p.stderr, p.stderr
+    assert p.stderr.strip().splitlines() == [
+        f"opptune-agent: nothing restored: {cpufreq} cannot be read (Expecting property name "
+        "enclosed in double quotes: line 1 column 2 (char 1)): the original cpufreq governor "
+        "and limits it kept are lost, and the agent sets no frequency while the file is there; "
+        "check that the board is at its own settings (cpupower frequency-info, cpupower "
+        f"frequency-set) and set them back by hand where not, then remove {cpufreq}"]
+    assert cpufreq.read_text() == "{bad"
+    cpufreq.unlink()
+    cpusets = state / CPUSET_FILENAME
+    cpusets.write_text("[1, 2]")
+    assert restore_at_start(str(state), str(tmp_path)) == [
+        f"{cpusets} cannot be read (a JSON list, not an object): the original cpu sets (the "
+        "affinity of confined processes, the AllowedCPUs of confined units) it kept are lost; "
+        "check that the board is at its own settings (taskset -p, systemctl set-property) and "
+        f"set them back by hand where not, then remove {cpusets}"]
+    assert cpusets.read_text() == "[1, 2]"

@@ -6,6 +6,7 @@ agent: a sweep the agent cannot run is refused at once; ``--wait`` follows the j
 from __future__ import annotations
 
 import json
+import signal
 import subprocess
 import sys
 
@@ -337,9 +338,29 @@ def test_a_bad_endpoint_is_one_line_exit_2(command):
     p = opptune(command, "--daemon", "bogus", *extra, timeout=30)
     assert p.returncode == 2
     assert p.stderr.strip().splitlines() == [
-        f"opptune {command}: 'bogus' is not a valid daemon endpoint; give one such as "
-        "tcp://HOST:5555 or ipc:///run/opptune.sock"]
+        f"opptune {command}: 'bogus' lacks a transport; write it as \"tcp://bogus:5555\" "
+        "(or ipc:///path/to/socket)"]
     assert "Traceback" not in p.stderr and p.stdout == ""
+
+
+def test_a_port_beyond_65535_is_refused_not_taken_modulo_65536(tmp_path):
+    """libzmq takes tcp://host:99999 as port 34463 (99999 mod 65536): the daemon listened
+    there, logging the port it took, and 'status --daemon tcp://127.0.0.1:70000' asked port
+    4464 and said no daemon listens. Both now refuse the port at once (exit 2)."""
+    p = opptune("status", "--daemon", "tcp://127.0.0.1:70000", timeout=30)
+    assert (p.returncode, p.stdout) == (2, "")
+    assert p.stderr.strip().splitlines() == [
+        "opptune status: 'tcp://127.0.0.1:70000' has the port '70000', not a number from 0 "
+        "to 65535; write it as \"tcp://127.0.0.1:5555\" with the daemon's port"]
+    db = tmp_path / "opptune.db"
+    d = subprocess.run([sys.executable, "-m", "opptune.daemon.service", "--bind",
+                        "tcp://127.0.0.1:99999", "--database", str(db)],
+                       capture_output=True, text=True, timeout=30)
+    assert d.returncode == 2, d.stderr
+    assert d.stderr.strip().splitlines() == [
+        "opptune-daemon: --bind: 'tcp://127.0.0.1:99999' has the port '99999', not a number "
+        "from 0 to 65535; write it as \"tcp://127.0.0.1:5555\" with the daemon's port"]
+    assert not db.exists()
 
 
 def test_a_daemon_whose_address_is_in_use_says_so_and_creates_nothing(tmp_path):
@@ -358,6 +379,82 @@ def test_a_daemon_whose_address_is_in_use_says_so_and_creates_nothing(tmp_path):
         "another process: stop it or choose another --bind (or 'bind' in the configuration)"]
     assert not db.parent.exists()
     assert free_endpoint()  # (the port is released with the socket)
+
+
+def test_a_daemon_with_curve_on_whose_address_is_in_use_says_so_too(tmp_path):
+    """With CURVE on (any bind but loopback's, by default) the daemon has a zmq context of
+    its own; the socket that failed to bind stayed open and the context's term() waited for
+    it for ever: 'opptune-daemon --bind tcp://0.0.0.0:5555' beside a running daemon hung
+    without a word. It now exits 2 with the line a daemon without CURVE gives."""
+    import socket
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        s.listen()
+        port = s.getsockname()[1]
+        config = tmp_path / "daemon.toml"
+        config.write_text(f"bind = 'tcp://127.0.0.1:{port}'\ncurve = 'on'\n"
+                          "database = 'opptune.db'\n")
+        p = subprocess.run([sys.executable, "-m", "opptune.daemon.service", "--config",
+                            str(config)], capture_output=True, text=True, timeout=30)
+    assert p.returncode == 2, p.stderr
+    assert p.stderr.strip().splitlines()[-1] == (
+        f"opptune-daemon: cannot listen on tcp://127.0.0.1:{port}: the address is in use by "
+        "another process: stop it or choose another --bind (or 'bind' in the configuration)")
+    assert not (tmp_path / "opptune.db").exists()
+
+
+def test_a_sweep_of_an_agent_not_connected_says_queued_not_sent(cluster):
+    """'opptune sweep' of a board whose agent had stopped printed 'job ... sent: W', while
+    the job waited in the daemon (state queued) for a hello that might never come. The line
+    says queued and why; --json carries each job's state."""
+    cluster.agent.send_signal(signal.SIGTERM)
+    assert cluster.agent.wait(30) == 0
+    cluster.agent = None  # stopped on purpose (wait_for fails on a dead one)
+    cluster.wait_for(lambda s: not any(a["alive"] for a in s["agents"]), timeout=60,
+                     what="the agent gone")
+    p = opptune("sweep", "--daemon", cluster.endpoint, "--agent", "test-agent",
+                "--workload", "pi_integrate")
+    assert p.returncode == 0, p.stderr
+    (line,) = p.stdout.strip().splitlines()
+    job_id = line.split()[1]
+    assert line == (f"job {job_id} queued: pi_integrate; agent test-agent is not connected "
+                    "now: the job goes out when it says hello again (it expires after the "
+                    "daemon's job_expiry_s without the agent); 'opptune status --agent "
+                    "test-agent' shows both")
+    status = cluster.status()
+    assert [j["state"] for j in status["jobs"] if j["job_id"] == job_id] == ["queued"]
+    p = opptune("sweep", "--daemon", cluster.endpoint, "--agent", "test-agent",
+                "--workload", "pi_integrate", "--json")
+    assert [j["state"] for j in json.loads(p.stdout)["jobs"]] == ["queued"]
+
+
+def test_a_workload_named_twice_is_swept_once(cluster):
+    """'--workload pi_integrate --workload pi_integrate' queued two jobs measuring the same
+    points twice (and the second's runs counted as repeats of the first's)."""
+    p = opptune("sweep", "--daemon", cluster.endpoint, "--agent", "test-agent", "--workload",
+                "pi_integrate", "--workload", "pi_integrate", "--json")
+    assert p.returncode == 0, p.stderr
+    jobs = json.loads(p.stdout)["jobs"]
+    assert [j["workload"] for j in jobs] == ["pi_integrate"]
+    status = cluster.wait_for(lambda s: bool(s["jobs"]), timeout=30, what="the job")
+    assert [j["job_id"] for j in status["jobs"]] == [jobs[0]["job_id"]]
+
+
+def test_a_daemon_bound_to_another_hosts_address_says_what_bind_takes(tmp_path):
+    """'--bind tcp://192.0.2.1:5555' (an address of no interface here: the daemon's own
+    address written on another host, a typo) said zmq's 'Cannot assign requested address;
+    give an endpoint such as ...'. It now says the host is not an address of this machine
+    and what to bind to."""
+    db = tmp_path / "opptune.db"
+    p = subprocess.run([sys.executable, "-m", "opptune.daemon.service", "--bind",
+                        "tcp://192.0.2.1:5555", "--database", str(db), "--log-level",
+                        "WARNING"], capture_output=True, text=True, timeout=30)
+    assert p.returncode == 2, p.stderr
+    assert p.stderr.strip().splitlines() == [
+        "opptune-daemon: cannot listen on tcp://192.0.2.1:5555: Cannot assign requested "
+        "address: the host in it is not an address of this machine; bind to one of its own "
+        "addresses, or tcp://0.0.0.0:PORT for all of them"]
+    assert not db.exists()
 
 
 def test_wait_bars_say_when_the_jobs_wait_on_an_offline_agent():

@@ -113,6 +113,27 @@ def restore_policy(fs: SysFS, policy: str, snap: dict) -> list[str]:
     return problems
 
 
+class UnreadableRecord(ValueError):
+    """A record of original settings that cannot be read (damaged): the originals are lost;
+    the message says what to check and do by hand."""
+
+
+def _read_record(path: str, what: str, tools: str, consequence: str = "") -> dict:
+    """The JSON object in ``path``; a damaged one (an SD card's) raised as UnreadableRecord.
+    The file stays: removing it is the user's call, once the board is set back by hand."""
+    try:
+        with open(path) as fh:
+            state = json.load(fh)
+        if not isinstance(state, dict):
+            raise ValueError(f"a JSON {type(state).__name__}, not an object")
+    except (ValueError, UnicodeDecodeError) as exc:
+        raise UnreadableRecord(
+            f"{path} cannot be read ({exc}): the original {what} it kept are lost{consequence}; "
+            f"check that the board is at its own settings ({tools}) and set them back by hand "
+            f"where not, then remove {path}") from None
+    return state
+
+
 def restore_from_state_file(path: str, sysfs_root: str | None = None) -> dict:
     """Restore the cpufreq state saved in ``path`` and remove the file.
 
@@ -123,8 +144,9 @@ def restore_from_state_file(path: str, sysfs_root: str | None = None) -> dict:
     """
     if not os.path.exists(path):
         return {"restored": [], "problems": [], "state_file": path, "note": "no state file"}
-    with open(path) as fh:
-        state = json.load(fh)
+    state = _read_record(path, "cpufreq governor and limits",
+                         "cpupower frequency-info, cpupower frequency-set",
+                         ", and the agent sets no frequency while the file is there")
     fs = SysFS(sysfs_root or state.get("sysfs_root") or "/")
     restored, problems, values = [], [], {}
     for policy, snap in sorted(state.get("policies", {}).items()):
@@ -386,8 +408,8 @@ def restore_cpusets_from_file(path: str, sysfs_root: str | None = None) -> dict:
     """
     if not os.path.exists(path):
         return {"restored": [], "problems": [], "pid": None}
-    with open(path) as fh:
-        state = json.load(fh)
+    state = _read_record(path, "cpu sets (the affinity of confined processes, the AllowedCPUs "
+                         "of confined units)", "taskset -p, systemctl set-property")
     fs = SysFS(sysfs_root or state.get("sysfs_root") or "/")
     restored, problems, left = [], [], []
     for e in reversed(state.get("entries", [])):
@@ -425,6 +447,8 @@ def restore_at_start(state_dir: str, sysfs_root: str | None = None) -> list[str]
             res = restore_from_state_file(path, sysfs_root)
             lines.append(f"cpufreq restored from {path} (left by pid {res.get('pid')}): "
                          f"{describe_cpufreq(res)}")
+        except UnreadableRecord as exc:
+            lines.append(str(exc))
         except (OSError, ValueError) as exc:
             lines.append(f"cpufreq record {path} could not be restored: {exc}")
     path = os.path.join(state_dir, CPUSET_FILENAME)
@@ -435,6 +459,8 @@ def restore_at_start(state_dir: str, sysfs_root: str | None = None) -> list[str]
             if res["problems"]:
                 said += "; problems: " + "; ".join(res["problems"])
             lines.append(f"cpu sets restored from {path} (left by pid {res.get('pid')}): {said}")
+        except UnreadableRecord as exc:
+            lines.append(str(exc))
         except (OSError, ValueError) as exc:
             lines.append(f"cpu set record {path} could not be restored: {exc}")
     for line in lines:
