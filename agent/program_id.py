@@ -35,7 +35,8 @@ from dataclasses import dataclass
 from typing import IO, Any, Mapping
 
 from .private import open_private
-from .shared_libs import Libraries, hwcaps_env
+from .loader_facts import hwcaps_env
+from .shared_libs import Libraries
 
 log = logging.getLogger("opptune.agent.workloads")
 

@@ -20,7 +20,8 @@ from .. import __version__
 from ..shared.config import AgentConfig, CommandWorkload
 from .program_id import (FileIds, command_files, first_command, kernel_files, program_files,
                          program_scripts, reads_profile, shell_files, shell_string)
-from .shared_libs import HWCAPS_VARIABLES, Libraries
+from .loader_facts import HWCAPS_VARIABLES
+from .shared_libs import Libraries
 from .workdir import SUBDIR, dir_name
 
 log = logging.getLogger("opptune.agent.workloads")

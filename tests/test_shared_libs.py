@@ -224,7 +224,7 @@ def test_a_scripts_interpreter_and_its_libraries_are_its_program(tmp_path, line)
 
 
 def _loader_facts(program: str):
-    """What this machine's loader says it searches (shared_libs.LoaderFacts)."""
+    """What this machine's loader says it searches (loader_facts.LoaderFacts)."""
     from opptune.agent.shared_libs import _read
     elf = _read(program)
     return Libraries().loader_facts(elf.interp, elf.kind)
@@ -271,7 +271,7 @@ def test_the_library_digested_is_the_glibc_hwcaps_one_ld_so_loads(tmp_path):
 def test_the_cpu_flags_give_the_levels_the_loader_gives():
     """Where the loader cannot say (glibc before 2.33), /proc/cpuinfo's flags say which
     x86-64 levels it supports: the same as this machine's loader says."""
-    from opptune.agent.shared_libs import cpuinfo_levels
+    from opptune.agent.loader_facts import cpuinfo_levels
     assert cpuinfo_levels() == _loader_facts(os.path.realpath(sys.executable)).hwcaps
 
 
@@ -390,7 +390,7 @@ def test_the_legacy_subdirectories_are_those_ld_so_help_lists_in_glibcs_order():
     """ld.so --help's list (glibc 2.33 to 2.36; Raspberry Pi OS armhf's here) gives the
     power set of tls, the platform and the hwcaps searched, in elf/dl-hwcaps.c's order; a
     masked one (not searched) is left out; no list, no legacy subdirectory."""
-    from opptune.agent.shared_libs import legacy_subdirs
+    from opptune.agent.loader_facts import legacy_subdirs
     listed = ("Subdirectories of glibc-hwcaps directories, in priority order:\n\n"
               "Legacy HWCAP subdirectories under library search path directories:\n"
               "  v7l (AT_PLATFORM; supported, searched)\n"
@@ -425,7 +425,7 @@ def test_the_glibc_hwcaps_level_digested_is_the_one_the_runs_tunables_leave(tmp_
     env = {"LD_LIBRARY_PATH": str(d), "GLIBC_TUNABLES": "glibc.cpu.hwcaps=-AVX2,-AVX512F"}
     assert _loaded(app, env) == 2
     loaded = str(d / "glibc-hwcaps" / "x86-64-v2" / "libbench.so")
-    from opptune.agent.shared_libs import hwcaps_env
+    from opptune.agent.loader_facts import hwcaps_env
     assert [p for p in Libraries().of(app, str(d), hwcaps_env(env))
             if "libbench" in p] == [loaded]
     before = _workload_program(app, env)
@@ -442,7 +442,7 @@ def test_only_the_hwcaps_variables_of_a_runs_environment_reach_the_loader():
     LD_HWCAP_MASK) alone: other tunables, and a value of other characters, are not given to
     it; where the loader cannot be asked, the features turned off take their levels away
     from /proc/cpuinfo's."""
-    from opptune.agent.shared_libs import _turned_off, cpuinfo_levels, hwcaps_env
+    from opptune.agent.loader_facts import _turned_off, cpuinfo_levels, hwcaps_env
     assert hwcaps_env({"PATH": "/bin"}) == ()
     env = {"GLIBC_TUNABLES": "glibc.malloc.check=3:glibc.cpu.hwcaps=-AVX2,-AVX512F:"
                              "glibc.cpu.hwcap_mask=0x2:glibc.cpu.hwcaps=x=y",
@@ -533,7 +533,7 @@ def test_legacy_subdirectories_and_cache_entries_are_those_the_loader_lists(tmp_
         str(d / "tls" / "myplat" / "hwa" / "libbench.so")]
     assert [p for p in libs.of(app) if "libbench" in p] == [str(c / "hwa" / "libbench.so")]
     env = {"GLIBC_TUNABLES": "glibc.malloc.check=3:glibc.cpu.hwcap_mask=0", "HOME": "/x"}
-    from opptune.agent.shared_libs import hwcaps_env
+    from opptune.agent.loader_facts import hwcaps_env
     assert [p for p in libs.of(app, "", hwcaps_env(env)) if "libbench" in p] == [
         str(c / "tls" / "myplat" / "libbench.so")]
     assert set((tmp_path / "loader-env").read_text().splitlines()) == {
@@ -550,7 +550,8 @@ def test_the_subdirectories_searched_are_those_ld_so_says_it_searches(env):
     their order, for a run with ``env``, are those this machine's loader says it searches
     (LD_DEBUG=libs's search path, which the real run prints)."""
     import re
-    from opptune.agent.shared_libs import _read, hwcaps_env
+    from opptune.agent.loader_facts import hwcaps_env
+    from opptune.agent.shared_libs import _read
     true = shutil.which("true")
     elf = _read(true) if true else None
     if elf is None or not elf.interp:
@@ -572,7 +573,7 @@ def test_a_glibc_older_than_2_33_searches_no_glibc_hwcaps_subdirectory(tmp_path)
     ld-2.31.so, its link ld-linux-x86-64.so.2; a fake one that cannot say its facts): the
     plain libbench.so is its library, not glibc-hwcaps/x86-64-v2's, which only glibc 2.33
     and later search. Before, the CPU's levels were taken whatever the loader's version."""
-    from opptune.agent.shared_libs import cpuinfo_levels
+    from opptune.agent.loader_facts import cpuinfo_levels
     if not cpuinfo_levels():
         pytest.skip("no x86-64-v2 on this CPU: no level to pass over")
     d = tmp_path / "lib"
@@ -634,7 +635,7 @@ def test_glibc_2_31s_x86_64_platform_and_hwcaps_follow_the_cpu(tmp_path):
     """cpuinfo_legacy on fake /proc/cpuinfo files: an Intel CPU with AVX2 (and the rest of
     Haswell's) is haswell, with AVX-512 F/CD/BW/DQ/VL also avx512_1; a Xeon Phi is xeon_phi;
     an AMD one keeps the kernel's platform, x86_64, whatever its features."""
-    from opptune.agent.shared_libs import cpuinfo_legacy
+    from opptune.agent.loader_facts import cpuinfo_legacy
     haswell = "fpu sse2 avx avx2 fma bmi1 bmi2 abm movbe popcnt"
     avx512 = haswell + " avx512f avx512cd avx512bw avx512dq avx512vl"
 
@@ -661,7 +662,7 @@ def test_glibc_2_31s_arm_and_arm64_subdirectories_follow_the_kernels_hwcaps():
     """auxv_legacy: on arm (Raspberry Pi OS bullseye) tls, AT_PLATFORM (v7l; v8l under an
     arm64 kernel) and of AT_HWCAP's bits neon (12) and vfp (6), in elf/dl-hwcaps.c's order;
     on arm64 atomics (8); a bit the CPU lacks is not searched (listed as such)."""
-    from opptune.agent.shared_libs import auxv_legacy
+    from opptune.agent.loader_facts import auxv_legacy
     pi = 1 << 12 | 1 << 6 | 1 << 15 | 1 << 1  # neon vfp tls half: tls is not glibc's then
     assert auxv_legacy(40, pi, "v7l") == (
         ("tls/v7l/neon/vfp", "tls/v7l/neon", "tls/v7l/vfp", "tls/v7l", "tls/neon/vfp",
@@ -681,7 +682,7 @@ def test_glibc_2_31s_arm_and_arm64_subdirectories_follow_the_kernels_hwcaps():
 def test_the_kernels_hwcap_and_platform_are_read_as_ld_so_shows_them():
     """_own_auxv's AT_HWCAP and AT_PLATFORM are those LD_SHOW_AUXV prints for a program
     (the same kernel, a program of this Python's kind)."""
-    from opptune.agent.shared_libs import _own_auxv
+    from opptune.agent.loader_facts import _own_auxv
     shown = subprocess.run([shutil.which("true")], env={"LD_SHOW_AUXV": "1"},
                            capture_output=True, text=True).stdout
     said = dict(ln.split(":", 1) for ln in shown.splitlines() if ":" in ln)
