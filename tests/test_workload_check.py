@@ -182,3 +182,20 @@ def test_a_missing_program_is_one_line_at_the_agents_start(tmp_path):
         "/nonexistent); each run fails until it is there: give its absolute path in "
         "'command', or set PATH in the entry's env"], lines
     assert len([ln for ln in lines if "nope" in ln]) == 1, lines
+
+
+def test_a_tilde_in_the_path_is_said_not_expanded(tmp_path):
+    """PATH = "~/bin": the run's execvp looks in a directory named "~" (not the home): the
+    start's warning says so and what to write (before, only that the program is not on the
+    PATH, which the user sees holding it)."""
+    home = tmp_path / "home"
+    (home / "bin").mkdir(parents=True)
+    (home / "bin" / "app").write_text("#!/bin/sh\n")
+    (home / "bin" / "app").chmod(0o755)
+    warnings = check(tmp_path, [CommandWorkload("t", ["app"], env={
+        "PATH": "~/bin:~other/bin:/nonexistent", "HOME": str(home)})])
+    assert warnings == [
+        "workload 't': no program 'app' on the PATH its runs get (~/bin:~other/bin:"
+        "/nonexistent); each run fails until it is there: give its absolute path in "
+        "'command', or set PATH in the entry's env (a '~' in PATH is not expanded for the "
+        f"run: write its entries out in full, ~/bin as {home}/bin, ~other/bin)"]
