@@ -221,11 +221,15 @@ def check_workloads(workloads: Any, workdirs: Any, run_as: RunAs | None) -> list
     return warnings
 
 
-def start_failure(argv0: str, env: Mapping[str, str], exc: OSError) -> str:
+def start_failure(argv0: str, env: Mapping[str, str], exc: OSError,
+                  cwd: str | None = None) -> str:
     """Why a run's program did not start, for its record: a name the PATH does not hold is
-    said with the PATH searched, not as a bare "No such file or directory"."""
+    said with the PATH searched, not as a bare "No such file or directory"; a relative
+    entry of it looked at in ``cwd``, the directory the run started in (None: this
+    process's)."""
     if exc.errno == errno.ENOENT and os.sep not in argv0 and \
-            not any(os.path.isfile(p) for p in candidates(argv0, env)):
+            not any(os.path.isfile(os.path.join(cwd or "", p))
+                    for p in candidates(argv0, env)):
         return (f"no program {argv0!r} on the PATH of its run "
                 f"({os.pathsep.join(os.get_exec_path(dict(env)))}){tilde_hint(env)}")
     return exc.strerror or str(exc)
