@@ -603,3 +603,31 @@ def test_the_agents_own_path_is_read_once(tmp_path, monkeypatch):
     monkeypatch.setenv("LD_LIBRARY_PATH", str(other))
     assert ws.refresh("c") is False
     assert ws._env(ws.get("c").command)["LD_LIBRARY_PATH"] == str(first)
+
+
+def test_a_program_through_a_symlink_follows_its_target(tmp_path):
+    """command = [app], app a symlink (update-alternatives, a `current` link): its target
+    edited in place, the link moved to another target, the target replaced by mv (a new
+    inode) are each a new program at the look before the next run; the same bytes written
+    again are not."""
+    _script(tmp_path / "v1", "echo 1")
+    _script(tmp_path / "v2", "echo 2")
+    (tmp_path / "app").symlink_to("v1")
+    ws = Workloads(AgentConfig(agent_id="a1", workloads=[
+        CommandWorkload("c", [str(tmp_path / "app")])]), catalogue={})
+    programs = [ws.get("c").program]
+    _script(tmp_path / "v1", "echo 3")  # in place: the same inode
+    assert ws.refresh("c") is True
+    programs.append(ws.get("c").program)
+    (tmp_path / "app").unlink()
+    (tmp_path / "app").symlink_to("v2")
+    assert ws.refresh("c") is True
+    programs.append(ws.get("c").program)
+    new = tmp_path / "v2.new"
+    new.write_text("#!/bin/sh\necho 4\n")
+    os.replace(new, tmp_path / "v2")
+    assert ws.refresh("c") is True
+    programs.append(ws.get("c").program)
+    assert len(set(programs)) == 4
+    _script(tmp_path / "v2", "echo 4")  # the same bytes again: looked at, the same program
+    assert ws.refresh("c") is False and ws.get("c").program == programs[-1]
