@@ -3,7 +3,8 @@
 in place, or opptune's kernels built anew, make a new program though the configuration did not
 change.
 
-A command's files are its executable (argv[0] resolved on the PATH its run gets) with the
+A command's files are its executable (argv[0] resolved on the PATH its run gets, a relative
+entry from the directory the run starts in: ``find_program``) with the
 shared libraries it loads (shared_libs.py), or of a script the interpreter its ``#!`` line
 names (``shebang``) and that one's libraries, and each argument that names a regular file (a
 script, ``python3 bench.py``), and of ``sh -c STRING`` those STRING's first command names
@@ -29,7 +30,6 @@ import json
 import logging
 import os
 import re
-import shutil
 import struct
 from dataclasses import dataclass
 from typing import IO, Any, Mapping
@@ -170,7 +170,7 @@ def command_files(argv: list[str], env: Mapping[str, str], cwd: str | None = Non
     path = env.get("PATH", os.defpath)
     exe = argv[0]
     if "{" not in exe:
-        exe = _under(exe_dir, exe) if os.sep in exe else shutil.which(exe, path=path) or exe
+        exe = _under(exe_dir, exe) if os.sep in exe else find_program(exe, path, cwd) or exe
     files = [exe] if "{" not in exe else []
     if libraries is not None and files:
         files += program_files(exe, env, libraries, cwd)
@@ -179,10 +179,10 @@ def command_files(argv: list[str], env: Mapping[str, str], cwd: str | None = Non
               if os.path.isfile(f)]
     string = shell_string(argv)
     if string is not None:
-        login = reads_profile(argv)
-        found = shell_files(string, None if login else path, cwd)
+        known = shell_path(argv, path)
+        found = shell_files(string, known, cwd)
         first = first_command(string)[:1]
-        if libraries is not None and first and (os.sep in first[0] or not login):
+        if libraries is not None and first and (os.sep in first[0] or known is not None):
             # found[0] is that program
             found[1:1] = program_files(found[0], env, libraries, cwd)
         files += [f for f in found if f not in files]
@@ -224,7 +224,7 @@ def shebang(path: str, search_path: str, cwd: str | None = None) -> list[str]:
     if words and not words[0].startswith("-"):
         name = words[0]
         out.append(_under(cwd, name) if os.sep in name
-                   else shutil.which(name, path=search_path) or name)
+                   else find_program(name, search_path, cwd) or name)
     return out
 
 
@@ -264,7 +264,7 @@ def program_files(program: str, env: Mapping[str, str], libraries: Libraries,
     search_path = env.get("PATH", os.defpath)
     lib_path = env.get("LD_LIBRARY_PATH", "")
     loader_env = hwcaps_env(env)
-    out = list(libraries.of(program, lib_path, loader_env))
+    out = list(libraries.of(program, lib_path, loader_env, cwd))
     if out:
         return out  # a dynamic ELF program: no script
     current = [program]
@@ -273,7 +273,7 @@ def program_files(program: str, env: Mapping[str, str], libraries: Libraries,
         if not interps:
             break
         for i in interps:
-            out += [i] + libraries.of(i, lib_path, loader_env)
+            out += [i] + libraries.of(i, lib_path, loader_env, cwd)
         current = interps[-1:]
     return list(dict.fromkeys(out))
 
@@ -329,6 +329,19 @@ def reads_profile(argv: list[str]) -> bool:
     return opts is not None and bool(set(opts[0]) & {"l", "i"})
 
 
+def shell_path(argv: list[str], path: str) -> str | None:
+    """The PATH on which a shell's command string's first word is found: ``path``, the
+    run's; None where it is not known here: a login or interactive shell's
+    (``reads_profile``), or bash's where one of its entries starts with ``~``, which bash
+    expands with the HOME of the run (dash, execvp and bash as ``sh`` take it as it is)."""
+    if reads_profile(argv):
+        return None
+    if os.path.basename(argv[0]) == "bash" and any(
+            d.startswith("~") for d in path.split(os.pathsep)):
+        return None
+    return path
+
+
 def first_command(string: str) -> list[str]:
     """The words of a shell command string's first command (after ``exec``) where its first
     word names a program plainly; [] where it has an expansion, quote, assignment or
@@ -362,7 +375,7 @@ def shell_files(string: str, path: str | None, cwd: str | None) -> list[str]:
     elif path is None:
         files = []
     else:
-        files = [shutil.which(first, path=path) or first]
+        files = [find_program(first, path, cwd) or first]
     for word in words[1:]:
         if _PLAIN.fullmatch(word) and os.path.isfile(_under(cwd, word)):
             files.append(_under(cwd, word))
@@ -545,6 +558,19 @@ def _parse_interpreter(argv: list[str], cwd: str | None) -> tuple[str | None, li
     script = file(argv[i]) if i < len(argv) else None
     return script, list(dict.fromkeys([file(p) or p for p in program]
                                       + ([script] if script else [])))
+
+
+def find_program(name: str, search_path: str, cwd: str | None) -> str | None:
+    """The file a run started in ``cwd`` executes for ``name`` (no slash), as execvp and the
+    shells search ``search_path``: its directories in turn, a relative one (``bin``, ``.``,
+    an empty one: the directory itself) from ``cwd`` (None: this process's), not from the
+    agent's; the first executable file that is no directory. None where there is none."""
+    for d in search_path.split(os.pathsep):
+        where = d if d not in ("", ".") else ""
+        candidate = _under(cwd, os.path.join(where, name))
+        if os.access(candidate, os.X_OK) and not os.path.isdir(candidate):
+            return candidate
+    return None
 
 
 def _under(cwd: str | None, path: str) -> str:

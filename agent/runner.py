@@ -316,7 +316,7 @@ class Runner:
             except OSError as exc:
                 self._under_way.end()
                 rec.ok, rec.error = False, f"cannot start {argv[0]}: " \
-                    f"{start_failure(argv[0], env, exc)}"
+                    f"{start_failure(argv[0], env, exc, cwd)}"
                 return
             affinity = None if self.virtual else observed_affinity(proc.pid)
             status, ru, why = wait(proc, self.timeout_s, self._abort, self._cancel)

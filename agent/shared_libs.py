@@ -2,7 +2,8 @@
 ld.so(8)) finds them, without running it: its program interpreter (PT_INTERP), then each
 DT_NEEDED name, and theirs in turn, searched in the object's DT_RPATH (and the program's,
 where the object has no DT_RUNPATH), the run's LD_LIBRARY_PATH, the object's DT_RUNPATH, the
-names of /etc/ld.so.cache and the loader's system directories, a candidate taken only where
+names of /etc/ld.so.cache and the loader's system directories (a relative directory of
+LD_LIBRARY_PATH from the directory the run starts in), a candidate taken only where
 its ELF class, byte order and machine are the program's (ld.so skips the others). ``$ORIGIN``
 in a path is the object's directory; ``$LIB``, ``$PLATFORM``, the system directories and the
 hwcaps subdirectories searched under each directory before it (``glibc-hwcaps/x86-64-v3``, up
@@ -149,6 +150,13 @@ def _dirs(spec: str | None, origin: str, facts: LoaderFacts = LoaderFacts()) -> 
     return out
 
 
+def _from(cwd: str | None, directory: str) -> str:
+    """``directory`` as a process started in ``cwd`` opens it: a relative one from there."""
+    if cwd is None or os.path.isabs(directory):
+        return directory
+    return cwd if directory == "." else os.path.join(cwd, directory)
+
+
 def read_ld_cache(path: str = LD_SO_CACHE) -> dict[str, list[str]]:
     """name -> the paths /etc/ld.so.cache gives for it, in its order (every architecture's:
     the caller checks the kind); {} where it is missing or in a format not known here."""
@@ -204,10 +212,13 @@ class Libraries:
         self._ident_at = -1e9
 
     def of(self, program: str, ld_library_path: str = "",
-           loader_env: tuple[tuple[str, str], ...] = ()) -> list[str]:
+           loader_env: tuple[tuple[str, str], ...] = (), cwd: str | None = None
+           ) -> list[str]:
         """The resolved paths of the libraries (and interpreter) ``program`` loads, in the
         order found, its run's environment giving ``ld_library_path`` and ``loader_env``
-        (``hwcaps_env``); [] for a file that is no dynamic ELF program or cannot be read."""
+        (``hwcaps_env``), a relative directory of ``ld_library_path`` (glibc's empty one
+        too) taken from ``cwd``, the directory the run starts in, as the loader does (None:
+        this process's); [] for a file that is no dynamic ELF program or cannot be read."""
         try:
             st = os.stat(program)
         except OSError:
@@ -216,10 +227,10 @@ class Libraries:
         # (device, inode) is the file whichever name it has (no realpath: its lstat of each
         # component was most of the cost of a look)
         key = (program, st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, ld_library_path,
-               loader_env, ident)
+               loader_env, ident, cwd)
         found = self._known.get(key)
         if found is None:
-            found = self._resolve(program, ld_library_path, loader_env)
+            found = self._resolve(program, ld_library_path, loader_env, cwd)
             if len(self._known) > 1000:
                 self._known.clear()
             self._known[key] = found
@@ -268,7 +279,8 @@ class Libraries:
         return facts
 
     def _resolve(self, program: str, ld_library_path: str,
-                 loader_env: tuple[tuple[str, str], ...]) -> list[str]:
+                 loader_env: tuple[tuple[str, str], ...], cwd: str | None = None
+                 ) -> list[str]:
         top = _read(program)
         if top is None:
             return []
@@ -277,7 +289,10 @@ class Libraries:
         musl = facts.musl_dirs is not None
         exe_dir = os.path.dirname(os.path.realpath(program))
         exe_rpath = _dirs(top.rpath, exe_dir, facts) if top.runpath is None else []
-        env_dirs = _dirs(ld_library_path, exe_dir, facts)
+        if ld_library_path and not musl:
+            # glibc's empty entry is the directory the run starts in; musl skips it
+            ld_library_path = ":".join(d or "." for d in ld_library_path.split(":"))
+        env_dirs = [_from(cwd, d) for d in _dirs(ld_library_path, exe_dir, facts)]
         names, legacy = ({}, {}) if musl else self._names()
         found: list[str] = []
         seen: set[str] = set()

@@ -147,7 +147,7 @@ def program_warning(workload: str, argv0: str, env: Mapping[str, str], found: Fo
         path = os.pathsep.join(os.get_exec_path(dict(env)))
         return (f"workload '{workload}': no program {argv0!r} on the PATH its runs get "
                 f"({path}){later}: give its absolute path in 'command', or set PATH in the "
-                "entry's env")
+                f"entry's env{tilde_hint(env)}")
     if os.path.isabs(argv0):
         return f"workload '{workload}': no program {argv0}{later}"
     if cwd:
@@ -158,6 +158,20 @@ def program_warning(workload: str, argv0: str, env: Mapping[str, str], found: Fo
             f"from the agent's working directory {os.getcwd()}, as the entry sets no "
             f"'cwd'){later}: give its absolute path in 'command', or set the entry's 'cwd' "
             "to its directory")
+
+
+def tilde_hint(env: Mapping[str, str]) -> str:
+    """What to write for each entry of the run's PATH that starts with ``~`` ("" for none):
+    a run's program is looked for there as execvp does, which does not expand it (a
+    directory named ``~`` in the run's directory), unlike a shell's command line."""
+    tilde = [d for d in os.get_exec_path(dict(env)) if d.startswith("~")]
+    if not tilde:
+        return ""
+    home = env.get("HOME", "")
+    said = ", ".join(f"{d} as {home}{d[1:]}" if home and d[1:2] in ("", "/") else d
+                     for d in tilde)
+    return (f" (a '~' in PATH is not expanded for the run: write its entries out in full, "
+            f"{said})")
 
 
 class Refused(ValueError):
@@ -207,11 +221,15 @@ def check_workloads(workloads: Any, workdirs: Any, run_as: RunAs | None) -> list
     return warnings
 
 
-def start_failure(argv0: str, env: Mapping[str, str], exc: OSError) -> str:
+def start_failure(argv0: str, env: Mapping[str, str], exc: OSError,
+                  cwd: str | None = None) -> str:
     """Why a run's program did not start, for its record: a name the PATH does not hold is
-    said with the PATH searched, not as a bare "No such file or directory"."""
+    said with the PATH searched, not as a bare "No such file or directory"; a relative
+    entry of it looked at in ``cwd``, the directory the run started in (None: this
+    process's)."""
     if exc.errno == errno.ENOENT and os.sep not in argv0 and \
-            not any(os.path.isfile(p) for p in candidates(argv0, env)):
+            not any(os.path.isfile(os.path.join(cwd or "", p))
+                    for p in candidates(argv0, env)):
         return (f"no program {argv0!r} on the PATH of its run "
-                f"({os.pathsep.join(os.get_exec_path(dict(env)))})")
+                f"({os.pathsep.join(os.get_exec_path(dict(env)))}){tilde_hint(env)}")
     return exc.strerror or str(exc)

@@ -19,7 +19,7 @@ from typing import Any, Mapping
 from .. import __version__
 from ..shared.config import AgentConfig, CommandWorkload
 from .program_id import (FileIds, command_files, first_command, kernel_files, program_files,
-                         program_scripts, reads_profile, shell_files, shell_string)
+                         program_scripts, shell_files, shell_path, shell_string)
 from .loader_facts import HWCAPS_VARIABLES
 from .shared_libs import Libraries
 from .workdir import SUBDIR, dir_name
@@ -123,8 +123,11 @@ class Workloads:
         self._items: dict[str, Workload] = {}
         self._kernel_files: list[str] | None = None  # where the kernels' modules are
         self._run_dirs: dict[tuple[str, str], str] = {}  # (name, cwd) -> run_dir's answer
-        # the agent's own hwcaps variables (shared_libs.hwcaps_env), read once: the look
-        # before each run reads os.environ for none of them
+        # what of the agent's own environment a run gets where its env sets nothing else
+        # (its PATH, LD_LIBRARY_PATH, hwcaps variables: _env), read once: the agent never
+        # changes its environment, and the look before each run reads none of it
+        self._agent_path = os.environ.get("PATH", os.defpath)
+        self._agent_lib_path = os.environ.get("LD_LIBRARY_PATH", "")
         self._agent_hwcaps = {n: os.environ[n] for n in HWCAPS_VARIABLES if n in os.environ}
         # a hello (link thread) reads a workload's digests while a run (worker) renews them
         self._lock = threading.Lock()
@@ -237,7 +240,7 @@ class Workloads:
         string = shell_string(cw.command)
         if string is not None:
             first = first_command(string)[:1]
-            program = shell_files(first[0], None if reads_profile(cw.command) else path,
+            program = shell_files(first[0], shell_path(cw.command, path),
                                   cwd) if first else []
             if program:
                 files += program + program_files(program[0], self._env(cw), self.libraries,
@@ -254,15 +257,13 @@ class Workloads:
         return command_files(cw.command[:1], self._env(cw), self.run_dir(w.name, cw),
                              exe_dir=exe_dir(cw), libraries=self.libraries)
 
-    @staticmethod
-    def _path(cw: CommandWorkload) -> str:
+    def _path(self, cw: CommandWorkload) -> str:
         """The PATH a run of ``cw`` searches: its env's, else the agent's."""
-        return cw.env.get("PATH", os.environ.get("PATH", os.defpath))
+        return cw.env.get("PATH", self._agent_path)
 
-    @staticmethod
-    def _lib_path(cw: CommandWorkload) -> str:
+    def _lib_path(self, cw: CommandWorkload) -> str:
         """The LD_LIBRARY_PATH of a run of ``cw``: its env's, else the agent's."""
-        return cw.env.get("LD_LIBRARY_PATH", os.environ.get("LD_LIBRARY_PATH", ""))
+        return cw.env.get("LD_LIBRARY_PATH", self._agent_lib_path)
 
     def _env(self, cw: CommandWorkload) -> dict[str, str]:
         """What of a run's environment finds its files: its PATH, LD_LIBRARY_PATH and the

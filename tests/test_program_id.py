@@ -502,3 +502,132 @@ def test_the_interpreters_a_shebang_line_names(tmp_path, line, names):
     (tmp_path / "script").write_text(line + "\nrest\n")
     got = program_id.shebang(str(tmp_path / "script"), str(tmp_path / "bin"))
     assert got == [n.replace("BIN", str(tmp_path / "bin")) for n in names]
+
+
+def test_a_relative_path_entry_is_taken_from_the_runs_directory(tmp_path, monkeypatch):
+    """PATH = "bin:..." (or ".", or an empty entry: the directory itself): the run's execvp
+    takes it from the directory the run starts in, the entry's cwd, and so does its digest.
+    Before, the digest took it from the agent's working directory, where another app was (or
+    none): the app the runs execute rebuilt made no new program."""
+    from opptune.agent.runner import Runner, RunSpec
+    run, agent, state = tmp_path / "run", tmp_path / "agent", tmp_path / "state"
+    for d in (run / "bin", agent / "bin", state):
+        d.mkdir(parents=True)
+    _script(run / "bin" / "app", "echo '{\"time_s\": 1}'")
+    _script(agent / "bin" / "app", "echo '{\"time_s\": 9}'")
+    _script(agent / "app", "echo '{\"time_s\": 9}'")
+    monkeypatch.chdir(agent)
+    cw = CommandWorkload("c", ["app", "{threads}"], env={"PATH": f"bin:{os.defpath}"},
+                         cwd=str(run))
+    ws = Workloads(AgentConfig(agent_id="a1", state_dir=str(state), workloads=[cw]),
+                   catalogue={})
+    runner = Runner(ws, "p", state_dir=str(state))
+    rec = runner.run_once(RunSpec("c", "default", [0], 1))
+    runner.close()
+    assert rec.ok and rec.time_s == 1, rec.error  # the run's bin/app, not the agent's
+    for workload, app in [
+            (cw, run / "bin" / "app"),
+            (CommandWorkload("s", ["sh", "-c", "app {threads}"], env=cw.env, cwd=str(run)),
+             run / "bin" / "app"),
+            (CommandWorkload("d", ["app"], env={"PATH": f".:{os.defpath}"},
+                             cwd=str(run / "bin")), run / "bin" / "app"),
+            (CommandWorkload("e", ["app"], env={"PATH": f":{os.defpath}"},
+                             cwd=str(run / "bin")), run / "bin" / "app")]:
+        before = _programs([workload])[workload.name]
+        _script(agent / "bin" / "app", "echo 8")  # the agent's: no matter
+        _script(agent / "app", "echo 8")
+        assert _programs([workload])[workload.name] == before, workload
+        _script(app, f"echo {workload.name}")  # the run's, rebuilt: a new program
+        assert _programs([workload])[workload.name] != before, workload
+    # a #! line's env finds its program on the run's PATH from the run's directory too
+    _script(run / "bin" / "tool", "echo 1")
+    (run / "script").write_text("#!/usr/bin/env tool\n")
+    assert program_id.shebang(str(run / "script"), "bin", str(run)) == [
+        "/usr/bin/env", str(run / "bin" / "tool")]
+
+
+def test_a_tilde_in_a_runs_path_is_taken_as_it_is(tmp_path, monkeypatch, caplog):
+    """PATH = "~/bin:...": execvp does not expand the "~" (nor does dash): the run looks in a
+    directory named "~" in its own directory, and so does the digest. bash expands it with
+    the HOME of the run, which the agent knows only then: a bash string's program named by a
+    bare name is left out, as a login shell's, rather than said missing (before: a warning
+    that the program its runs do find is not there)."""
+    from opptune.agent.runner import Runner, RunSpec
+    home, run, state = tmp_path / "home", tmp_path / "run", tmp_path / "state"
+    for d in (home / "bin", run / "~" / "bin", state):
+        d.mkdir(parents=True)
+    _script(home / "bin" / "app", "echo '{\"time_s\": 2}'")
+    literal = _script(run / "~" / "bin" / "app", "echo '{\"time_s\": 3}'")
+    env = {"PATH": "~/bin:/usr/bin:/bin", "HOME": str(home)}
+    plain = CommandWorkload("plain", ["app"], env=env, cwd=str(run))
+    bash = CommandWorkload("bash", ["bash", "-c", "app {threads}"], env=env, cwd=str(run))
+    ws = Workloads(AgentConfig(agent_id="a1", state_dir=str(state), workloads=[plain, bash]),
+                   catalogue={})
+    runner = Runner(ws, "p", state_dir=str(state))
+    recs = [runner.run_once(RunSpec(n, "default", [0], 1)) for n in ("plain", "bash")]
+    runner.close()
+    assert [r.time_s for r in recs] == [3, 2], [r.error for r in recs]
+    before = _programs([plain, bash])
+    _script(run / "~" / "bin" / "app", "echo 4")
+    after = _programs([plain, bash])
+    assert after["plain"] != before["plain"] and after["bash"] == before["bash"]
+    assert ws.get("plain").seen[0][0] == literal
+    assert "no program 'app'" not in caplog.text
+    # where no such directory is in the run's, its runs fail, and the start's check and the
+    # run's error say what to write instead
+    from opptune.agent.workload_check import tilde_hint
+    assert tilde_hint(env) == (f" (a '~' in PATH is not expanded for the run: write its "
+                               f"entries out in full, ~/bin as {home}/bin)")
+    os.unlink(literal)
+    runner = Runner(ws, "p", state_dir=str(state))
+    rec = runner.run_once(RunSpec("plain", "default", [0], 1))
+    runner.close()
+    assert not rec.ok and rec.error == ("cannot start app: no program 'app' on the PATH of its "
+                                        f"run (~/bin:/usr/bin:/bin){tilde_hint(env)}")
+
+
+def test_the_agents_own_path_is_read_once(tmp_path, monkeypatch):
+    """A workload whose env sets no PATH or LD_LIBRARY_PATH gets the agent's, which the agent
+    never changes: read at its start, as its hwcaps variables, not at each look before a run
+    (benchmarks/program_check.py)."""
+    first, other = tmp_path / "first", tmp_path / "other"
+    for d in (first, other):
+        d.mkdir()
+        _script(d / "app", f"echo {d.name}")
+    monkeypatch.setenv("PATH", str(first))
+    monkeypatch.setenv("LD_LIBRARY_PATH", str(first))
+    ws = Workloads(AgentConfig(agent_id="a1", workloads=[CommandWorkload("c", ["app"])]),
+                   catalogue={})
+    assert ws.get("c").seen[0][0] == str(first / "app")
+    monkeypatch.setenv("PATH", str(other))
+    monkeypatch.setenv("LD_LIBRARY_PATH", str(other))
+    assert ws.refresh("c") is False
+    assert ws._env(ws.get("c").command)["LD_LIBRARY_PATH"] == str(first)
+
+
+def test_a_program_through_a_symlink_follows_its_target(tmp_path):
+    """command = [app], app a symlink (update-alternatives, a `current` link): its target
+    edited in place, the link moved to another target, the target replaced by mv (a new
+    inode) are each a new program at the look before the next run; the same bytes written
+    again are not."""
+    _script(tmp_path / "v1", "echo 1")
+    _script(tmp_path / "v2", "echo 2")
+    (tmp_path / "app").symlink_to("v1")
+    ws = Workloads(AgentConfig(agent_id="a1", workloads=[
+        CommandWorkload("c", [str(tmp_path / "app")])]), catalogue={})
+    programs = [ws.get("c").program]
+    _script(tmp_path / "v1", "echo 3")  # in place: the same inode
+    assert ws.refresh("c") is True
+    programs.append(ws.get("c").program)
+    (tmp_path / "app").unlink()
+    (tmp_path / "app").symlink_to("v2")
+    assert ws.refresh("c") is True
+    programs.append(ws.get("c").program)
+    new = tmp_path / "v2.new"
+    new.write_text("#!/bin/sh\necho 4\n")
+    os.replace(new, tmp_path / "v2")
+    assert ws.refresh("c") is True
+    programs.append(ws.get("c").program)
+    assert len(set(programs)) == 4
+    _script(tmp_path / "v2", "echo 4")  # the same bytes again: looked at, the same program
+    assert ws.refresh("c") is False and ws.get("c").program == programs[-1]

@@ -349,10 +349,10 @@ def _workload_program(app: str, env: dict) -> str:
     return Workloads(AgentConfig(agent_id="a1", workloads=[cw]), catalogue={}).get("c").program
 
 
-def _loaded(app: str, env: dict) -> int:
+def _loaded(app: str, env: dict, cwd=None) -> int:
     """The value the app's run prints: which libbench.so ld.so loaded."""
     return json.loads(subprocess.run([app], capture_output=True, text=True, check=True,
-                                     env=env).stdout)["time_s"]
+                                     env=env, cwd=cwd).stdout)["time_s"]
 
 
 @needs_cc
@@ -691,3 +691,39 @@ def test_the_kernels_hwcap_and_platform_are_read_as_ld_so_shows_them():
     hwcap, platform = _own_auxv()
     assert hwcap == int(said["AT_HWCAP"].strip(), 16)
     assert platform == said["AT_PLATFORM"].strip()
+
+
+@needs_cc
+def test_a_relative_ld_library_path_entry_is_taken_from_the_runs_directory(tmp_path,
+                                                                            monkeypatch):
+    """LD_LIBRARY_PATH = "lib" (or an empty entry, ":/x": the directory itself, for glibc):
+    ld.so opens it from the directory the run starts in, the entry's cwd, and so does its
+    digest. Before, it took it from the agent's working directory: the library the runs load
+    rebuilt made no new program (the agent's own lib/ rebuilt did)."""
+    build_lib(tmp_path / "lib", 1)
+    app = build_app(tmp_path, None)
+    run, agent, state = tmp_path / "run", tmp_path / "agent", tmp_path / "state"
+    build_lib(run / "lib", 3)
+    build_lib(agent / "lib", 7)
+    state.mkdir()
+    monkeypatch.chdir(agent)
+    cw = CommandWorkload("c", [app], env={"LD_LIBRARY_PATH": "lib"}, cwd=str(run))
+    ws = Workloads(AgentConfig(agent_id="a1", state_dir=str(state), workloads=[cw]),
+                   catalogue={})
+    runner = Runner(ws, "p", state_dir=str(state))
+    rec = runner.run_once(RunSpec("c", "default", [0], 1))
+    runner.close()
+    assert rec.ok and rec.time_s == 3, rec.error  # the run's lib/, not the agent's
+    empty = CommandWorkload("e", [app], env={"LD_LIBRARY_PATH": ":/nonexistent"},
+                            cwd=str(run / "lib"))
+    assert _loaded(app, {"LD_LIBRARY_PATH": ":/nonexistent"}, run / "lib") == 3
+    for workload in (cw, empty):
+        def program() -> str:
+            return Workloads(AgentConfig(agent_id="a1", workloads=[workload]),
+                             catalogue={}).get(workload.name).program
+        before = program()
+        build_lib(agent / "lib", 8)
+        assert program() == before, workload
+        build_lib(run / "lib", 4)
+        assert program() != before, workload
+        build_lib(run / "lib", 3)

@@ -182,3 +182,41 @@ def test_a_missing_program_is_one_line_at_the_agents_start(tmp_path):
         "/nonexistent); each run fails until it is there: give its absolute path in "
         "'command', or set PATH in the entry's env"], lines
     assert len([ln for ln in lines if "nope" in ln]) == 1, lines
+
+
+def test_a_tilde_in_the_path_is_said_not_expanded(tmp_path):
+    """PATH = "~/bin": the run's execvp looks in a directory named "~" (not the home): the
+    start's warning says so and what to write (before, only that the program is not on the
+    PATH, which the user sees holding it)."""
+    home = tmp_path / "home"
+    (home / "bin").mkdir(parents=True)
+    (home / "bin" / "app").write_text("#!/bin/sh\n")
+    (home / "bin" / "app").chmod(0o755)
+    warnings = check(tmp_path, [CommandWorkload("t", ["app"], env={
+        "PATH": "~/bin:~other/bin:/nonexistent", "HOME": str(home)})])
+    assert warnings == [
+        "workload 't': no program 'app' on the PATH its runs get (~/bin:~other/bin:"
+        "/nonexistent); each run fails until it is there: give its absolute path in "
+        "'command', or set PATH in the entry's env (a '~' in PATH is not expanded for the "
+        f"run: write its entries out in full, ~/bin as {home}/bin, ~other/bin)"]
+
+
+def test_a_run_not_finding_its_program_on_a_relative_path_entry_names_the_path(tmp_path,
+                                                                               monkeypatch):
+    """PATH = "bin": the run looks in bin/ of its own directory (its cwd), where there is no
+    app; the agent's working directory has one. The run's error names the PATH searched, as
+    for any name not on it (before: a bare "No such file or directory", the agent's bin/app
+    taken for the one the run would find)."""
+    run, agent = tmp_path / "run", tmp_path / "agent"
+    run.mkdir()
+    (agent / "bin").mkdir(parents=True)
+    (agent / "bin" / "app").write_text("#!/bin/sh\n")
+    (agent / "bin" / "app").chmod(0o755)
+    monkeypatch.chdir(agent)
+    cfg = AgentConfig(bench_kernels=[], workloads=[
+        CommandWorkload("c", ["app"], env={"PATH": "bin"}, cwd=str(run))])
+    runner = Runner(Workloads(cfg, catalogue={}), "p", state_dir=str(tmp_path / "state"))
+    rec = runner.run_once(RunSpec("c", "default", [0], 1))
+    runner.close()
+    assert not rec.ok
+    assert rec.error == "cannot start app: no program 'app' on the PATH of its run (bin)"
