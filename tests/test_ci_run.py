@@ -31,6 +31,7 @@ test)
     case $FAKE_TESTS in
     pass) echo "tests: 9 passed"; exit 0 ;;
     fail) echo "tests: 1 failed"; exit 2 ;;
+    fail_after_build) read -r _ < "$d/ended"; echo "tests: 1 failed"; exit 2 ;;
     hang) exec sleep 600 ;;
     esac ;;
 check-arm-userland)
@@ -38,6 +39,7 @@ check-arm-userland)
     echo met > "$d/meet"
     case $FAKE_BUILD in
     pass) echo "userland built (stand-in)"; touch "$d/built"; exit 0 ;;
+    pass_tell) echo "userland built (stand-in)"; echo ended > "$d/ended"; exit 0 ;;
     fail) echo "E: stand-in mmdebstrap: cannot reach the mirror" >&2; exit 1 ;;
     hang) echo "building the userland (stand-in)"; exec sleep 600 ;;
     esac ;;
@@ -66,7 +68,7 @@ class CiRun:
                            ("chromium", "strace", "mmdebstrap", "qemu-arm-static"))]:
             (bin_dir / name).write_text(text)
             (bin_dir / name).chmod(0o755)
-        for fifo in ("started", "meet"):
+        for fifo in ("started", "meet", "ended"):
             os.mkfifo(tmp_path / fifo)
         # held open for reading and writing: a part's announcement never blocks nor ends it
         self.started = os.open(tmp_path / "started", os.O_RDWR | os.O_NONBLOCK)
@@ -173,6 +175,14 @@ def test_failed_tests_stop_the_build(ci, sigint_ignored):
     assert gone(run.pids["build"])
     assert ".ci/run: stopped the armhf userland's build; it said:" in err
     assert "building the userland (stand-in)" in err
+    assert "check-arm" not in run.order()
+
+
+def test_failed_tests_show_what_the_build_said_when_it_had_ended(ci):
+    run = ci("fail_after_build", "pass_tell")
+    rc, out, err = run.finish()
+    assert rc == 2, out + err
+    assert "tests: 1 failed" in out and "userland built (stand-in)" in err
     assert "check-arm" not in run.order()
 
 
