@@ -7,7 +7,7 @@ import json
 import sys
 from typing import Any
 
-from .options import below_least
+from .options import add_reconnect_option, below_least
 
 
 def cmd_characterize(args: argparse.Namespace) -> int:
@@ -78,7 +78,7 @@ def cmd_characterize(args: argparse.Namespace) -> int:
         from .sweep_wait import jobs_query, wait_for_jobs
         try:
             rc = wait_for_jobs(endpoint, ids, timeout_s=args.timeout,
-                               prog="opptune characterize")
+                               prog="opptune characterize", reconnect_s=args.reconnect_s)
         except KeyboardInterrupt:
             if args.json:  # the jobs were queued: their ids still reach the reader
                 json.dump(data, sys.stdout, indent=2, sort_keys=True)
@@ -139,4 +139,5 @@ def add_parser(sub: Any, add_link_options: Any) -> None:
                         "4 when a job was cancelled (opptune cancel), "
                         "1 when one fails (Ctrl-C stops waiting, not the jobs; run it again "
                         "to resume)")
+    add_reconnect_option(p, "the jobs (--wait)")
     p.set_defaults(func=cmd_characterize)

@@ -12,7 +12,7 @@ from typing import Any
 from ..shared.config import ConfigError, load_daemon_config
 from .entry import (DAEMON_EXTRA, LOAD_INTERRUPTED, interrupted_status, refuse_without_extra,
                     stop_like_ctrl_c)
-from .options import below_least, parse_frequencies
+from .options import add_reconnect_option, below_least, parse_frequencies
 
 
 def cmd_keys(args: argparse.Namespace) -> int:
@@ -130,7 +130,8 @@ def cmd_sweep(args: argparse.Namespace) -> int:
     if args.wait:
         from .sweep_wait import wait_for_jobs
         return wait_for_jobs(endpoint, [j["job_id"] for j in data.get("jobs", [])],
-                             timeout_s=args.timeout, as_json=args.json)
+                             timeout_s=args.timeout, as_json=args.json,
+                             reconnect_s=args.reconnect_s)
     if args.json:
         json.dump(data, sys.stdout, indent=2, sort_keys=True)
         print()
@@ -266,6 +267,7 @@ def build_parser() -> argparse.ArgumentParser:
                         "one or more after points in a row timed out (stop_after_timeouts: the "
                         "rest never ran), 4 when one or more was cancelled (opptune cancel) "
                         "and none failed, 1 with the reason when one fails or expires")
+    add_reconnect_option(p, "the jobs (--wait)")
     p.set_defaults(func=cmd_sweep)
 
     p = sub.add_parser("keys", help="agents' CURVE keys: list, accept, reject or revoke one; "

@@ -7,6 +7,7 @@ import argparse
 from typing import Any
 
 from .objective_names import OBJECTIVES
+from .options import add_reconnect_option
 
 
 def _recommend(args: argparse.Namespace) -> int:
@@ -100,4 +101,5 @@ def add_parsers(sub: Any, link_options: Any) -> None:
                        help="end a session going on (state 'stopped'): it measures no more "
                             "configurations and applies nothing; a configuration it already "
                             "pushed stays. 'opptune status' lists the open sessions")
+    add_reconnect_option(p, "the session")
     p.set_defaults(func=_tune)

@@ -15,7 +15,7 @@ from rich.text import Text
 from ..shared.cpus import format_cpu_list, policies_text
 from .console import make_console
 from .objectives import format_seconds, make_goal
-from .options import below_least
+from .options import RECONNECT_S, below_least
 from .planner import clock_text
 from .status_view import state_text
 
@@ -402,7 +402,8 @@ def follow_to_end(args: argparse.Namespace, endpoint: str, session: dict[str, An
         # said once, as sweep says it; stdout holds the verdict (with --json, its field)
         print(session["frequencies_not_tuned"], file=sys.stderr)
     try:
-        final = follow_tune(endpoint, session, args.timeout, args.no_progress)
+        final = follow_tune(endpoint, session, args.timeout, args.no_progress,
+                            args.reconnect_s)
     except KeyboardInterrupt:
         # the session is the daemon's: leaving without a word would hide that it still
         # applies a configuration to the board
@@ -464,10 +465,10 @@ def stop_tune(args: argparse.Namespace, endpoint: str, tune_id: str) -> int:
     return 0
 
 
-def follow_tune(endpoint: str, session: dict[str, Any], timeout_s: float,
-                quiet: bool = False) -> dict[str, Any] | None:
+def follow_tune(endpoint: str, session: dict[str, Any], timeout_s: float, quiet: bool = False,
+                reconnect_s: float = RECONNECT_S) -> dict[str, Any] | None:
     """Show the session's progress on stderr until it is done or failed; its last view, or
-    None (after one line) when no daemon answers for ``RECONNECT_S``. Where the daemon is one
+    None (after one line) when no daemon answers for ``reconnect_s`` (--reconnect-s). Where the daemon is one
     of a fleet, the session is followed through another that answers as soon as it stops
     answering (as sweep --wait follows its jobs): the fleet shares the store, and the daemon
     the agent fails over to takes the session up; while none answers, each daemon of the
@@ -478,7 +479,7 @@ def follow_tune(endpoint: str, session: dict[str, Any], timeout_s: float,
 
     from .client import DaemonUnreachable, QueryFailed, query
     from .store import TUNE_FINAL_STATES
-    from .sweep_wait import POLL_S, RECONNECT_S, fail_over, fleet_others
+    from .sweep_wait import POLL_S, fail_over, fleet_others
 
     if session["state"] in TUNE_FINAL_STATES:
         return session  # --follow of a session that has ended: its verdict, no progress
@@ -558,12 +559,12 @@ def follow_tune(endpoint: str, session: dict[str, Any], timeout_s: float,
                 if silent_since is None:
                     silent_since, silent_at = now, endpoint
                     ring = [endpoint] + [e for e in known if e != endpoint]
-                    say(f"opptune tune: {exc}; retrying for up to {RECONNECT_S:g} s (a "
+                    say(f"opptune tune: {exc}; retrying for up to {reconnect_s:g} s (a "
                         "restarted daemon resumes the session" + (
                             f"; the fleet's other daemons are asked in turn: "
                             f"{', '.join(ring[1:])}" if len(ring) > 1 else "") + ")",
                         markup=False, soft_wrap=True)
-                if now - silent_since < RECONNECT_S:
+                if now - silent_since < reconnect_s:
                     ring.append(ring.pop(0))
                     endpoint = ring[0]
                     continue

@@ -43,3 +43,30 @@ def parse_frequencies(text: str, unit: str) -> list[float]:
                              f"1.4GHz,1.8GHz")
         out.append(value)
     return out
+
+
+# how long a follower (sweep/characterize --wait, tune) keeps asking a daemon that stopped
+# answering, unless --reconnect-s says otherwise: a restarted daemon goes on with the jobs (or
+# session) of its store
+RECONNECT_S = 60.0
+
+
+def _reconnect_seconds(text: str) -> float:
+    """--reconnect-s: seconds, 0 or more (0: give up at the first unanswered poll)."""
+    try:
+        value = float(text)
+    except ValueError:
+        value = math.nan
+    if not (math.isfinite(value) and value >= 0):
+        raise argparse.ArgumentTypeError(
+            f"{text!r} is not a number of seconds: give 0 or more (default {RECONNECT_S:g})")
+    return value
+
+
+def add_reconnect_option(p: argparse.ArgumentParser, what: str) -> None:
+    """--reconnect-s of a command that follows ``what`` through the daemon to their end."""
+    p.add_argument("--reconnect-s", type=_reconnect_seconds, default=RECONNECT_S, metavar="S",
+                   help=f"while following {what}: how long to keep asking a daemon that "
+                        "stopped answering (a restarted one goes on from its store) before "
+                        "giving up, exit 1 (default %(default)g; 0: at once); another daemon "
+                        "of its fleet that answers is followed at once all the same")

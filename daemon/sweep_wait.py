@@ -5,13 +5,11 @@ over all its points, ``STOPPED_EXIT`` (3) when each is done but one or more the 
 after points in a row timed out (stop_after_timeouts: what ran before is stored, the rest never
 ran; one line says so), ``CANCELLED_EXIT`` (4) when one or more was cancelled by the user
 (opptune cancel, tune --stop) and none failed, 1 with each reason when one failed or expired
-(or the daemon did not
-answer for
-``RECONNECT_S``: one that restarts sooner is followed on; where another daemon of its fleet
-answered, the jobs are followed through that one at once, since the fleet shares the
-store and the agents fail over); a done job
-whose points had marked runs says which and when the daemon measures them again. With
-``--json``, stdout holds only the final job entries of the daemon's status (a JSON list).
+(or the daemon did not answer for ``reconnect_s``, --reconnect-s: one that restarts sooner is
+followed on; where another daemon of its fleet answered, the jobs are followed through that
+one at once, since the fleet shares the store and the agents fail over); a done job whose
+points had marked runs says which and when the daemon measures them again. With ``--json``,
+stdout holds only the final job entries of the daemon's status (a JSON list).
 """
 
 from __future__ import annotations
@@ -27,11 +25,9 @@ from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 from .client import DaemonUnreachable, QueryFailed, query
 from .console import make_console
 from .jobs import FINAL_JOB_STATES, runs_text, stopped_early
+from .options import RECONNECT_S
 
 POLL_S = 0.5  # how often the display is refreshed from the daemon's status
-# how long a follower (sweep/characterize --wait, tune) keeps asking a daemon that stopped
-# answering: a restarted daemon goes on with the jobs (or session) of its store
-RECONNECT_S = 60.0
 # every job done, one or more stopped by the agent for its timeouts before all points ran (as
 # recommend's 3: the command did its work, and the result falls short of what was asked)
 STOPPED_EXIT = 3
@@ -41,10 +37,10 @@ CANCELLED_EXIT = 4
 
 def wait_for_jobs(endpoint: str, job_ids: list[str], timeout_s: float = 5.0,
                   as_json: bool = False, console: Console | None = None,
-                  prog: str = "opptune sweep") -> int:
+                  prog: str = "opptune sweep", reconnect_s: float = RECONNECT_S) -> int:
     console = console or make_console(stderr=True)
     try:
-        return _wait(endpoint, job_ids, timeout_s, as_json, console, prog)
+        return _wait(endpoint, job_ids, timeout_s, as_json, console, prog, reconnect_s)
     except KeyboardInterrupt:
         ids = ", ".join(job_ids[:3]) + (f" and {len(job_ids) - 3} more" if len(job_ids) > 3
                                         else "")
@@ -56,7 +52,7 @@ def wait_for_jobs(endpoint: str, job_ids: list[str], timeout_s: float = 5.0,
 
 
 def _wait(endpoint: str, job_ids: list[str], timeout_s: float, as_json: bool,
-          console: Console, prog: str) -> int:
+          console: Console, prog: str, reconnect_s: float) -> int:
     jobs: dict[str, dict[str, Any]] = {}
     with Progress(TextColumn("{task.description}"), BarColumn(),
                   # "?" until the daemon's first answer says how many (rich's None read
@@ -82,10 +78,10 @@ def _wait(endpoint: str, job_ids: list[str], timeout_s: float, as_json: bool,
                     if silent_since is None:
                         silent_since = now
                         progress.console.print(
-                            f"{prog}: {exc}; retrying for up to {RECONNECT_S:g} s (a "
+                            f"{prog}: {exc}; retrying for up to {reconnect_s:g} s (a "
                             "restarted daemon goes on with the jobs of its store)",
                             markup=False, soft_wrap=True)
-                    if now - silent_since < RECONNECT_S:
+                    if now - silent_since < reconnect_s:
                         time.sleep(POLL_S)  # a polling interval, not synchronisation
                         continue
                 progress.stop()

@@ -5,6 +5,7 @@ from __future__ import annotations
 import importlib.util
 import os
 import shutil
+import signal
 import subprocess
 import sys
 import tomllib
@@ -34,7 +35,9 @@ def test_arch_choices():
 
 @pytest.mark.parametrize("argv, says", [(["--arch", "armel"], "choose armhf, arm64 or all"),
                                         (["--reps", "0"], "--reps must be at least 1"),
-                                        (["--timeout", "-1"], "--timeout must be positive")])
+                                        (["--timeout", "-1"], "--timeout must be positive"),
+                                        (["--userland-only", "--preflight"],
+                                         "--preflight and --userland-only: choose one")])
 def test_bad_arguments_exit_2_with_one_line(argv, says, capsys):
     with pytest.raises(SystemExit) as exc:
         check_arm.parse_args(argv)
@@ -138,12 +141,106 @@ def test_table_marks_steps_that_did_not_run():
     assert check_arm.table("arm64", {"ok": True}).startswith("arm64: PASSED")
 
 
+def make_env() -> dict[str, str]:
+    """This environment without what a make running the suite (make test, under .ci/run)
+    hands down: its level (make -n then says 'Entering directory') and CHECK_ARM_ARGS."""
+    drop = {"MAKEFLAGS", "MFLAGS", "MAKELEVEL", "CHECK_ARM_ARGS"}
+    return {k: v for k, v in os.environ.items() if k not in drop}
+
+
 @pytest.mark.skipif(shutil.which("make") is None, reason="no make")
 def test_make_target_passes_the_architecture():
     r = subprocess.run(["make", "-n", "check-arm", "ARCH=armhf"], cwd=ROOT, capture_output=True,
-                       text=True, env={**os.environ, "MAKEFLAGS": ""}, timeout=60)
+                       text=True, env=make_env(), timeout=60)
     assert r.returncode == 0, r.stderr
     runs = [ln for ln in r.stdout.splitlines() if "tools/check_arm.py" in ln]
     # the preflight (system python, before the venv is built), then the check itself
     assert runs[0].endswith("tools/check_arm.py --arch armhf --preflight")
     assert runs[-1].split("tools/check_arm.py")[1].split() == ["--arch", "armhf"]
+
+
+@pytest.mark.skipif(shutil.which("make") is None, reason="no make")
+def test_make_target_builds_only_the_userland_with_the_system_python():
+    r = subprocess.run(["make", "-n", "check-arm-userland", "ARCH=armhf",
+                        "CHECK_ARM_ARGS=--cache-dir /tmp/elsewhere"], cwd=ROOT,
+                       capture_output=True, text=True, env=make_env(), timeout=60)
+    assert r.returncode == 0, r.stderr
+    (run,) = [ln for ln in r.stdout.splitlines() if ln.strip()]  # no venv is built first
+    assert run.startswith("python3 tools/check_arm.py")
+    assert run.split("tools/check_arm.py")[1].split() == [
+        "--arch", "armhf", "--userland-only", "--cache-dir", "/tmp/elsewhere"]
+
+
+class Mmdebstrap:
+    """Stands in for check_arm.Procs: its `run` plays mmdebstrap, writing the tarball it is
+    asked for; ``then`` fails it (an exit status) or interrupts it (an exception)."""
+
+    def __init__(self, then: int | BaseException = 0):
+        self.then, self.calls = then, 0
+
+    def run(self, argv, timeout):
+        self.calls += 1
+        assert argv[0] == "mmdebstrap"
+        Path(argv[-2]).write_text("half a userland")
+        if isinstance(self.then, BaseException):
+            raise self.then
+        return subprocess.CompletedProcess(argv, self.then, "I: line 1\nE: the last line\n",
+                                           None)
+
+
+def test_userland_is_built_once_then_taken_from_the_cache(tmp_path):
+    log = tmp_path / "logs" / "run" / "armhf" / "mmdebstrap.log"
+    procs = Mmdebstrap()
+    tar, built = check_arm.userland("armhf", ["gcc"], tmp_path / "cache", procs, 60, log)
+    assert built and tar.read_text() == "half a userland" and log.exists()
+    assert check_arm.userland("armhf", ["gcc"], tmp_path / "cache", procs, 60, log) == (
+        tar, False)
+    assert procs.calls == 1
+    assert sorted(p.name for p in (tmp_path / "cache").iterdir()) == [tar.name]
+
+
+@pytest.mark.parametrize("then", [1, check_arm.Interrupted("SIGTERM")])
+def test_a_failed_or_interrupted_build_leaves_no_part_of_a_userland(tmp_path, then):
+    cache = tmp_path / "cache"
+    with pytest.raises(type(then) if isinstance(then, BaseException) else
+                       check_arm.CheckFailed):
+        check_arm.userland("armhf", ["gcc"], cache, Mmdebstrap(then), 60,
+                           tmp_path / "mmdebstrap.log")
+    assert list(cache.iterdir()) == []
+
+
+def test_userland_only_says_built_cached_or_why_not(tmp_path, monkeypatch, capsys):
+    monkeypatch.setattr(check_arm, "ensure_binfmt", lambda arch: None)
+    args = check_arm.parse_args(["--arch", "armhf", "--userland-only",
+                                 "--cache-dir", str(tmp_path / "cache")])
+    cmds = readme_commands()
+    assert check_arm.build_userlands(args, cmds, Mmdebstrap(2), tmp_path / "run") == 1
+    err = capsys.readouterr().err.splitlines()
+    assert err[0].startswith("check-arm: armhf userland FAILED: mmdebstrap failed (2); log: ")
+    assert err[1:] == ["  I: line 1", "  E: the last line"]  # the log's end, on stderr
+    assert check_arm.build_userlands(args, cmds, Mmdebstrap(), tmp_path / "run") == 0
+    assert check_arm.build_userlands(args, cmds, Mmdebstrap(), tmp_path / "run") == 0
+    out = capsys.readouterr().out.splitlines()
+    assert [ln.split(" in ")[0] for ln in out] == ["check-arm: armhf userland built",
+                                                   "check-arm: armhf userland cached"]
+
+
+def test_an_interrupted_step_stops_its_process_before_the_caller_cleans_up(tmp_path):
+    """SIGTERM while a step waits (here the step's process sends it once the check reads its
+    output, more than a pipe holds): the process is stopped before the exception reaches the
+    caller, which may then delete its output (a mmdebstrap left running wrote its tarball
+    after userland() had removed the part)."""
+    pid_file = tmp_path / "pid"
+    before = signal.signal(signal.SIGTERM, check_arm._on_signal)
+    procs = check_arm.Procs()
+    try:
+        with pytest.raises(check_arm.Interrupted):
+            procs.run(["sh", "-c", f"echo $$ > {pid_file}; head -c 200000 /dev/zero; "
+                                   "kill -TERM $PPID; exec sleep 600"], timeout=60)
+        signal.signal(signal.SIGTERM, before)
+        assert procs.live == []
+        with pytest.raises(ProcessLookupError):
+            os.kill(int(pid_file.read_text()), 0)
+    finally:
+        signal.signal(signal.SIGTERM, before)
+        procs.stop_all()

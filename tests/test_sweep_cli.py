@@ -159,6 +159,59 @@ def test_wait_follows_a_daemon_restarted_under_it(tmp_path):
         c.stop()
 
 
+def test_wait_gives_up_after_the_reconnect_time_asked_for(tmp_path):
+    """--reconnect-s: how long --wait keeps asking a daemon that stopped answering (it was
+    60 s, fixed: a user, or this suite, waited out all of it)."""
+    go = tmp_path / "go"
+    c = Cluster(tmp_path, kernels=("pi_integrate",), auto_sweep=False, max_cores=1)
+    with open(c.agent_toml, "a") as fh:  # a run that lasts until the test lets it end
+        fh.write(f'[[workloads]]\nname = "slow"\ncommand = ["{sys.executable}", "-c", '
+                 f'"import os, time\\nwhile not os.path.exists({str(go)!r}): '
+                 'time.sleep(0.05)"]\n')
+    c.start_daemon()
+    c.start_agent()
+    try:
+        c.wait_for(lambda s: any(a["alive"] for a in s["agents"]), timeout=30, what="agent")
+        cli = subprocess.Popen([sys.executable, "-m", "opptune.daemon.cli", "sweep", "--daemon",
+                                c.endpoint, "--agent", "test-agent", "--workload", "slow",
+                                "--reps", "1", "--warmup", "0", "--max-cores", "1", "--wait",
+                                "--timeout", "1", "--reconnect-s", "1.5"],
+                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        c.wait_for(lambda s: any(j["workload"] == "slow" and j["state"] in ("sent", "running")
+                                 for j in s["jobs"]), timeout=30, what="the slow job out")
+        c.kill("daemon")
+        out, err = cli.communicate(timeout=30)  # the old default, 60 s, would time out here
+        assert cli.returncode == 1, err
+        assert out == "" and "Traceback" not in err
+        assert "; retrying for up to 1.5 s (a restarted daemon goes on with the jobs of its " \
+               "store)" in err, err
+        assert err.strip().splitlines()[-1].endswith(
+            "the jobs are kept in the daemon's store and go on when it runs again: 'opptune "
+            "status' follows them"), err
+    finally:
+        go.write_text("")
+        c.stop()
+
+
+@pytest.mark.parametrize("command", [["sweep", "--agent", "a", "--wait"],
+                                     ["characterize", "--agent", "a", "--wait"],
+                                     ["tune", "--agent", "a", "--workload", "w"],
+                                     ["tune", "--follow", "tune-1"]])
+def test_every_waiting_command_takes_reconnect_s_and_refuses_a_bad_one(command, capsys):
+    from opptune.daemon.cli import build_parser
+    parser = build_parser()
+    assert parser.parse_args(command).reconnect_s == 60.0
+    assert parser.parse_args([*command, "--reconnect-s", "2.5"]).reconnect_s == 2.5
+    assert parser.parse_args([*command, "--reconnect-s", "0"]).reconnect_s == 0.0
+    for bad in ("-1", "soon", "nan", "inf"):
+        with pytest.raises(SystemExit) as exc:
+            parser.parse_args([*command, f"--reconnect-s={bad}"])
+        assert exc.value.code == 2
+        assert capsys.readouterr().err.strip().splitlines()[-1] == (
+            f"opptune {command[0]}: error: argument --reconnect-s: {bad!r} is not a number "
+            "of seconds: give 0 or more (default 60)")
+
+
 def test_wait_says_the_jobs_are_kept_when_the_daemon_stays_away(monkeypatch):
     """A daemon that does not come back within the follow window: exit 1, and the user learns
     the jobs are kept and how to follow them again (it said only 'no answer from the
@@ -171,13 +224,12 @@ def test_wait_says_the_jobs_are_kept_when_the_daemon_stays_away(monkeypatch):
     def gone(*a, **k):
         raise DaemonUnreachable("no answer from the daemon at tcp://127.0.0.1:9 within 5 s")
     monkeypatch.setattr(sweep_wait, "query", gone)
-    monkeypatch.setattr(sweep_wait, "RECONNECT_S", 0.3)
     monkeypatch.setattr(sweep_wait, "POLL_S", 0.05)
     for prog, again in (("opptune sweep", "'opptune status' follows them"),
                         ("opptune characterize", "run it again to follow them")):
         con = Console(record=True, width=400)
         assert sweep_wait.wait_for_jobs("tcp://127.0.0.1:9", ["job-1"], console=con,
-                                        prog=prog) == 1
+                                        prog=prog, reconnect_s=0.3) == 1
         lines = con.export_text().strip().splitlines()
         assert lines[0] == (f"{prog}: no answer from the daemon at tcp://127.0.0.1:9 within "
                             "5 s; retrying for up to 0.3 s (a restarted daemon goes on with the "
@@ -258,8 +310,7 @@ def test_tune_follows_its_session_through_another_daemon_of_the_fleet(monkeypatc
         return {**session, "measured": 3, "state": "done"}
     monkeypatch.setattr(client, "query", query)
     monkeypatch.setattr(sweep_wait, "POLL_S", 0.01)
-    monkeypatch.setattr(sweep_wait, "RECONNECT_S", 0.3)
-    final = goal_cli.follow_tune("tcp://a:1", session, 5.0, quiet=True)
+    final = goal_cli.follow_tune("tcp://a:1", session, 5.0, quiet=True, reconnect_s=0.3)
     assert final is not None and final["state"] == "done" and final["measured"] == 3
     assert asked == [("tcp://a:1", "status"), ("tcp://a:1", "tune_status"),
                      ("tcp://b:1", "status"), ("tcp://b:1", "tune_status")]  # never C

@@ -29,13 +29,13 @@ def fleet(tmp_path, pg_url) -> Fleet:
     return f
 
 
-def tune(f: Fleet, err) -> subprocess.Popen:
+def tune(f: Fleet, err, *more: str) -> subprocess.Popen:
     """``opptune tune`` through daemon 0 (--timeout 1: it notices a silent daemon at once)."""
     with open(err, "w") as fh:
         return subprocess.Popen([OPPTUNE, "tune", "--daemon", f.endpoints[0], "--agent",
                                  "test-agent", "--workload", "pi_integrate", "--objective",
                                  "energy", "--cluster", "1", "--budget", "4", "--reps", "1",
-                                 "--timeout", "1", "--json", "--no-progress"],
+                                 "--timeout", "1", "--json", "--no-progress", *more],
                                 stdout=subprocess.PIPE, stderr=fh, text=True, cwd=f.tmp)
 
 
@@ -102,15 +102,17 @@ def test_tune_says_so_when_no_other_daemon_of_the_fleet_answers(tmp_path, pg_url
         f.wait_for(lambda s: [x["answering"] for x in s["daemon"]["fleet"]
                               if x["endpoint"] == f.endpoints[1]] == [False], 30,
                    "daemon 1 shown not answering")
-        cli = tune(f, err)
+        cli = tune(f, err, "--reconnect-s", "2")
         # two measured: the command has read the fleet from daemon 0's status meanwhile
         wait_until(lambda: measured(stored(pg_url)) >= 2, "two configurations measured", 120,
                    f.logs)
         f.kill("daemon")
-        out, _ = cli.communicate(timeout=120)  # it waits RECONNECT_S for a restart
+        out, _ = cli.communicate(timeout=60)  # it waits --reconnect-s for a restart
         text = err.read_text()
         assert cli.returncode == 1, text + out
         assert out == "" and "Traceback" not in text
+        assert f"; retrying for up to 2 s (a restarted daemon resumes the session; the " \
+               f"fleet's other daemons are asked in turn: {f.endpoints[1]})" in text, text
         tune_id = stored(pg_url)[0]["tune_id"]
         last = text.strip().splitlines()[-1]
         assert last.startswith(f"opptune tune: no answer from the daemon at {f.endpoints[0]} "

@@ -9,7 +9,8 @@ facts say whether it knows the perf_event_open syscall of the architecture. A ta
 architecture ends the run; exit 0 only when every step of every architecture passed.
 
 Needs root (chroot, mounts, binfmt_misc), mmdebstrap and qemu-user-static; without them it says
-what to install and exits 2. Run it with the project's .venv python (the daemon runs from it).
+what to install and exits 2. Run it with the project's .venv python (the daemon runs from it);
+--userland-only (only the cached userland, built where missing) needs only the standard library.
 """
 
 from __future__ import annotations
@@ -67,7 +68,13 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                     help="seconds each step may take (default 900)")
     ap.add_argument("--preflight", action="store_true",
                     help="only say whether this machine can run the check (exit 0 or 2)")
+    ap.add_argument("--userland-only", action="store_true",
+                    help="only build the userland of each architecture where the cache has "
+                         "none (exit 0 once each is there); .ci/run builds it so while the "
+                         "tests run")
     args = ap.parse_args(argv)
+    if args.preflight and args.userland_only:
+        ap.error("--preflight and --userland-only: choose one")
     if args.arch not in (*ARCHES, "all"):
         ap.error(f"--arch {args.arch!r}: choose armhf, arm64 or all (ARCH=... for make)")
     if args.reps < 1:
@@ -163,6 +170,8 @@ def prune_logs(logs: Path, keep: int) -> None:
         shutil.rmtree(old, ignore_errors=True)
 
 
+LOG_TAIL = 40  # lines of a failed build's log that --userland-only prints
+
 STEPS = ("userland", "install", "kernels", "loop", "recommendation", "counters", "perf")
 
 
@@ -194,6 +203,9 @@ class Procs:
         except subprocess.TimeoutExpired:
             self.stop(p)
             raise CheckFailed(f"timed out after {timeout:.0f} s: {shlex.join(argv)[:120]}")
+        except BaseException:
+            self.stop(p)  # interrupted: stopped before the caller cleans up after it
+            raise
         finally:
             if p.poll() is not None and p in self.live:
                 self.live.remove(p)
@@ -248,14 +260,17 @@ def userland(arch: str, packages: list[str], cache_dir: Path, procs: Procs,
     for old in cache_dir.glob(f"{SUITE}-{arch}-*.tar*"):
         old.unlink()  # built from another package list
     partial = tar.with_suffix(".tar.part")
-    r = procs.run(["mmdebstrap", f"--arch={arch}", "--variant=apt", "--format=tar",
-                   "--include=" + ",".join(packages), SUITE, str(partial),
-                   f"deb {MIRROR} {SUITE} main"], timeout)
-    log.write_text(r.stdout)
-    if r.returncode != 0:
-        partial.unlink(missing_ok=True)
-        raise CheckFailed(f"mmdebstrap failed ({r.returncode}); log: {log}")
-    partial.rename(tar)
+    log.parent.mkdir(parents=True, exist_ok=True)
+    try:
+        r = procs.run(["mmdebstrap", f"--arch={arch}", "--variant=apt", "--format=tar",
+                       "--include=" + ",".join(packages), SUITE, str(partial),
+                       f"deb {MIRROR} {SUITE} main"], timeout)
+        log.write_text(r.stdout)
+        if r.returncode != 0:
+            raise CheckFailed(f"mmdebstrap failed ({r.returncode}); log: {log}")
+        partial.rename(tar)
+    finally:
+        partial.unlink(missing_ok=True)  # a failed or interrupted build: no half a userland
     return tar, True
 
 
@@ -517,6 +532,28 @@ def check_arch(arch: str, commands: list[str], args, procs: Procs, logdir: Path)
     return {**res, "ok": ok}
 
 
+def build_userlands(args, commands: list[str], procs: Procs, run_dir: Path) -> int:
+    """--userland-only: each architecture's userland, built where the cache has none; a line
+    each, and on a failure the end of mmdebstrap's log on stderr (a CI log shows it; the
+    cache it is kept in may be out of reach)."""
+    for arch in args.arches:
+        log = run_dir / arch / "mmdebstrap.log"
+        t0 = time.monotonic()
+        try:
+            ensure_binfmt(arch)
+            tar, built = userland(arch, apt_packages(commands), args.cache_dir, procs,
+                                  args.timeout, log)
+        except CheckFailed as exc:
+            print(f"check-arm: {arch} userland FAILED: {exc}", file=sys.stderr)
+            if log.exists():
+                tail = log.read_text().splitlines()[-LOG_TAIL:]
+                print("\n".join(f"  {ln}" for ln in tail), file=sys.stderr)
+            return 1
+        print(f"check-arm: {arch} userland {'built' if built else 'cached'} in "
+              f"{time.monotonic() - t0:.0f} s: {tar}", flush=True)
+    return 0
+
+
 class Interrupted(Exception):
     pass
 
@@ -550,7 +587,9 @@ def main(argv: list[str] | None = None) -> int:
     results: dict[str, dict] = {}
     code = 0
     try:
-        for arch in args.arches:
+        if args.userland_only:
+            code = build_userlands(args, commands, procs, run_dir)
+        for arch in [] if args.userland_only else args.arches:
             logdir = run_dir / arch
             logdir.mkdir(parents=True, exist_ok=True)
             print(f"check-arm: {arch} (logs in {logdir})", flush=True)
@@ -567,6 +606,8 @@ def main(argv: list[str] | None = None) -> int:
         code = 1
     finally:
         procs.stop_all()
+    if args.userland_only:
+        return code
     for arch in args.arches:
         print(table(arch, results.get(arch, {"ok": False})))
     if code == 0 and not all(r["ok"] for r in results.values()):
