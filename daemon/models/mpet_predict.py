@@ -471,8 +471,9 @@ def predict_migration(db: MpetDatabase, workload, target, t1_sel: Selection = DE
     # a workload measured at one core count (on a reference or on T) gives t(1) its t(1); it
     # has no scaling to lend: sc's candidates, validations and choice do not see it
     sdb = db.scaling_only(workload)
+    whole = sdb is db  # the choice's scores and copies are db's, the calibration's own
     if sc_sel.basis == "q-chosen":
-        choice, scores = _q_chosen(sdb, workload, target, sc_sel, subs if sdb is db else None)
+        choice, scores = _q_chosen(sdb, workload, target, sc_sel, subs if whole else None)
         sc_sel = dataclasses.replace(sc_sel, basis=choice["chosen"])
     cands, rows, used = {}, {}, []
     for name, sel in (("t1", t1_sel), ("sc", sc_sel)):
@@ -526,8 +527,7 @@ def predict_migration(db: MpetDatabase, workload, target, t1_sel: Selection = DE
     if interval != "none":
         candidates_band(pred, rows, t1_sel, sc_sel, topo, nsa)
     if interval == "calibrated":
-        # scores over sdb's suite are not the ones db's leave-one-out would give
-        calibrate(pred, db, refs, t1_sel, asked_sc, scores if sdb is db else None, subs)
+        calibrate(pred, db, refs, t1_sel, asked_sc, scores if whole else None, subs)
     return pred
 
 
