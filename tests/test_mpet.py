@@ -274,6 +274,32 @@ def test_migration_prediction_scenario_a():
                           "A", "T")
 
 
+@pytest.mark.parametrize("where", ["references", "target"])
+def test_a_workload_measured_at_one_core_lends_no_scaling_to_a_migration(where):
+    """Issue 19's scenario (a): a suite workload measured at one core count only (on the
+    reference platforms, or on T) has no q(n) to transfer, yet was a scaling candidate (its
+    flat one-point curve). It may give t(1), not sc: t(n) is the one made without it."""
+    profiles, platforms = synthetic()
+    base = MpetDatabase(profiles, platforms)
+    without = predict_migration(base, "A", "T")
+    one = ("T",) if where == "target" else ("P1", "P2", "P3")
+    for p, (pi, c, nmax) in PLATFORMS.items():
+        ns = [1] if p in one else range(1, nmax + 1)
+        # A's time on every platform, n = 1 alike: as sequential as A where it has one count
+        profiles[("solo", p)] = {"t": {n: profiles[("A", p)]["t"][n] * 1.3 for n in ns}}
+    got = predict_migration(MpetDatabase(profiles, platforms), "A", "T")
+    assert "solo" not in {c.workload for c in got.sc_candidates}
+    assert got.t == pytest.approx(without.t, rel=1e-9)
+    assert got.t1 == pytest.approx(profiles[("A", "T")]["t"][1], rel=1e-9)
+    # t(1) is what it measured: the t(1) side may still take it
+    seed = predict_migration(MpetDatabase(profiles, platforms), "A", "T",
+                             t1_sel=Selection(n_workloads=6), sc_sel=SEED_SC, interval="none")
+    assert "solo" in {c.workload for c in seed.t1_candidates}
+    assert "solo" not in {c.workload for c in seed.sc_candidates}
+    assert seed.t == pytest.approx(predict_migration(base, "A", "T", t1_sel=Selection(
+        n_workloads=6), sc_sel=SEED_SC, interval="none").t, rel=1e-9)
+
+
 def _crowded_suite(alike=8, unalike=22, seed=0):
     """A on P1-P3; on every platform ``alike`` workloads proportional to A (the same speed
     ratios, the same scaling) and ``unalike`` ones whose speed ratios and scaling scatter."""

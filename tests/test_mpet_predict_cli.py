@@ -739,3 +739,42 @@ def test_scaling_from_1_core_runs_takes_no_1_core_workload_as_candidate():
                                         r"core count: scenario b takes their scaling; run "
                                         r"'opptune characterize --agent agent-t' first$"):
         _predict_on(data, on, [])
+
+
+@pytest.mark.parametrize("where", ["p1", "t"])
+def test_a_migration_takes_no_1_core_profile_as_scaling_candidate(where):
+    """'predict --from all --to t' with another workload measured at 1 core only on a
+    reference board (or on t): that profile was listed and weighted as a scaling candidate
+    (its flat one-point curve; issue 19, scenario a). Now the scaling side does not see it:
+    q(n) = n t(n)/t(1) and the scaling candidates are those made without it, while its t(1)
+    may still give t(1)."""
+    def data(one_core):
+        got = answer()
+        for p, sp in SPEED.items():
+            t1 = 4.0 * sp
+            if p != where:
+                t = {1: t1, 2: t1 * 1.25 / 2}
+            elif one_core:
+                t = {1: t1}
+            else:
+                continue
+            got["profiles"].append({"workload": "serial", "platform": p, "size": "small",
+                                    "freq_mhz": None, "t": t, "params": {}, "counters": {}})
+        return got
+
+    def q(pred):
+        return [r["n"] * r["time_s"] / pred["prediction"][0]["time_s"]
+                for r in pred["prediction"]]
+
+    def sc(pred):
+        return sorted((c["platform"], c["workload"], c["weight"])
+                      for c in pred["candidates"]["sc"])
+
+    plain = _predict_migration(data(False), args("all"), [])
+    got = _predict_migration(data(True), args("all"), [])
+    assert ("serial" in {c["workload"] for c in got["candidates"]["sc"]}) == (where == "p1")
+    assert (where, "serial") not in {(c["platform"], c["workload"])
+                                     for c in got["candidates"]["sc"]}
+    assert [c[:2] for c in sc(got)] == [c[:2] for c in sc(plain)]
+    assert [c[2] for c in sc(got)] == pytest.approx([c[2] for c in sc(plain)], rel=1e-9)
+    assert q(got) == pytest.approx(q(plain), rel=1e-9)

@@ -48,6 +48,11 @@ class MpetDatabase:
         v = t.get(1, t.get(1.0))
         return float(v) if v is not None else math.nan
 
+    def scales(self, key) -> bool:
+        """Whether the profile was measured at more than one core count: only such a profile
+        has a scaling (q(n), sc's curve) to lend another workload's prediction."""
+        return len(self.profiles[key].get("t") or {}) > 1
+
     def q_values(self, key, ns) -> np.ndarray:
         """q(n) = n t(n)/t(1) of a profile at ``ns``: measured where it was, else its fitted
         curve (eq. 5-7 on its platform's breakpoints), which extrapolates beyond its cores,
@@ -112,6 +117,21 @@ class MpetDatabase:
                            self.counters)
         out._q_cache = self.__dict__.setdefault("_q_cache", {})
         return out
+
+    def scaling_only(self, keep) -> "MpetDatabase":
+        """This database less the profiles measured at one core count (but ``keep``'s): what
+        a prediction's scaling side (sc, q(n), their candidates, validations and choice)
+        sees, as ``only_workloads`` builds it; itself where there are none."""
+        memo = self.__dict__.setdefault("_scaling_only", {})
+        got = memo.get(keep)
+        if got is None:
+            drop = {k for k in self.profiles if k[0] != keep and not self.scales(k)}
+            got = memo[keep] = self if not drop else MpetDatabase(
+                {k: v for k, v in self.profiles.items() if k not in drop}, self.platforms,
+                {k: v for k, v in self.sc.items() if k not in drop}, self.counters)
+            if got is not self:
+                got._q_cache = self.__dict__.setdefault("_q_cache", {})
+        return got
 
     @property
     def removed(self) -> frozenset:

@@ -461,7 +461,6 @@ def predict_migration(db: MpetDatabase, workload, target, t1_sel: Selection = DE
     m = len(db.distances().workloads_on.get(target, set()) - {workload})
     db = nearest_suite(db, workload, target, refs)
     asked_sc = sc_sel
-    dist = db.distances()
     topo = db.platforms.get(target, {})
     if ns is None:
         ns = list(range(1, int(topo.get("nmax") or 1) + 1))
@@ -469,15 +468,25 @@ def predict_migration(db: MpetDatabase, workload, target, t1_sel: Selection = DE
     nst = tuple(float(n) for n in nsa)
     choice = scores = None
     subs: dict = {}  # the copies of db without one profile of T's suite, made once
+    # a workload measured at one core count (on a reference or on T) gives t(1) its t(1); it
+    # has no scaling to lend: sc's candidates, validations and choice do not see it
+    sdb = db.scaling_only(workload)
+    whole = sdb is db  # the choice's scores and copies are db's, the calibration's own
     if sc_sel.basis == "q-chosen":
-        choice, scores = _q_chosen(db, workload, target, sc_sel, subs)
+        choice, scores = _q_chosen(sdb, workload, target, sc_sel, subs if whole else None)
         sc_sel = dataclasses.replace(sc_sel, basis=choice["chosen"])
     cands, rows, used = {}, {}, []
     for name, sel in (("t1", t1_sel), ("sc", sc_sel)):
-        cs = _candidates(dist, db, workload, target, sel, refs, used)
+        on = db if name == "t1" else sdb
+        cs = _candidates(on.distances(), on, workload, target, sel, refs, used)
+        if not cs and on is not db and np.all(nsa == 1):
+            # t(1) alone asked (a set measured at one core count): q(1) = 1 whatever sc is
+            sdb = on = db
+            cs = _candidates(db.distances(), db, workload, target, sel, refs, used)
         if not cs:
             raise NoCandidates(f"no candidate: {workload!r} shares no platform with a workload "
-                               f"measured on {target!r}")
+                               f"measured on {target!r}"
+                               + (" at more than one core count" if name == "sc" else ""))
         _weights(cs, sel)
         cands[name] = cs
         if name == "t1":
@@ -489,9 +498,9 @@ def predict_migration(db: MpetDatabase, workload, target, t1_sel: Selection = DE
                     [(c.workload, c.platform) for c in cs])
             skip_sc = sel.space == "curve" and not sc_vector and interval == "none"
             if not skip_sc:
-                rows[name] = [np.vstack([db.sc[k] for k in ks]) for ks in keys]
+                rows[name] = [np.vstack([sdb.sc[k] for k in ks]) for ks in keys]
             if sel.space == "curve":
-                rows["q"] = [np.vstack([db._q_values(k, nst) for k in ks]) for ks in keys]
+                rows["q"] = [np.vstack([sdb._q_values(k, nst) for k in ks]) for ks in keys]
 
     def combine(name, sel, r):
         return reconstruct(*rows[name], r, sel.max_factor, sel.mean)
@@ -518,7 +527,7 @@ def predict_migration(db: MpetDatabase, workload, target, t1_sel: Selection = DE
     if interval != "none":
         candidates_band(pred, rows, t1_sel, sc_sel, topo, nsa)
     if interval == "calibrated":
-        calibrate(pred, db, refs, t1_sel, asked_sc, scores, subs)
+        calibrate(pred, db, refs, t1_sel, asked_sc, scores if whole else None, subs)
     return pred
 
 
@@ -604,8 +613,7 @@ def predict_scalability(db: MpetDatabase, workload, platform, sel: Selection = S
     # sequential as A's: D_a 0 made it the only weighted candidate (its q offset with the
     # others' slopes: a t(1) 30 % off A's own)
     on_p = dist.workloads_on.get(platform, set()) - {workload}
-    others = sorted((b for b in on_p if len(db.profiles[(b, platform)].get("t") or {}) > 1),
-                    key=str)
+    others = sorted((b for b in on_p if db.scales((b, platform))), key=str)
     cands = [Candidate(platform, b, d, 0.0, math.nan)
              for b, d in zip(others, dist.d_a_many([platform] * len(others), workload, others))]
     for c in cands:
