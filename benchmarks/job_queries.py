@@ -311,6 +311,13 @@ def history(location: str, args: argparse.Namespace) -> dict[str, Any]:
         d.close()
 
 
+def figure_line(query: str, f: dict, plan: str | None) -> str:
+    """One query's figures as printed: wall median (range), CPU, the server's, the plan."""
+    server = f" + server {f['server_cpu_ms']} ms" if "server_cpu_ms" in f else ""
+    return (f"  {query:<14} {f['ms']} ms ({f['ms_min']}-{f['ms_max']}), CPU {f['cpu_ms']} "
+            f"ms{server}" + (f"; plan: {plan}" if plan is not None else ""))
+
+
 def plan_text(steps: list[str]) -> str:
     """Plan steps joined, each once, with how often it came where more than once (a read
     per job)."""
@@ -420,19 +427,13 @@ def main() -> int:
         print(f"{fig['store']} (schema {t['schema']}): {args.jobs:,} jobs, {t['cancelled']:,} "
               f"cancelled ({args.held} cancels held), built in {t['built_s']} s")
         for q in ("held_cancels", "active_jobs", "state_counts", "hello"):
-            f = t[q]
-            server = f" + server {f['server_cpu_ms']} ms" if "server_cpu_ms" in f else ""
-            print(f"  {q:<14} {f['ms']} ms ({f['ms_min']}-{f['ms_max']}), CPU {f['cpu_ms']} "
-                  f"ms{server}" + (f"; plan: {' | '.join(f['plan'])}" if "plan" in f else ""))
+            print(figure_line(q, t[q], " | ".join(t[q]["plan"]) if "plan" in t[q] else None))
         h = t.get("history")
         if h:
             print(f"  kept beside: {h['recs']:,} recommendations, {h['tunes']:,} finished tune "
                   f"sessions, {h['never_clean']:,} never-clean re-measure items")
             for q in ("take_unsent", "open_tunes", "remeasure_tick", "failed_note"):
-                f = h[q]
-                server = f" + server {f['server_cpu_ms']} ms" if "server_cpu_ms" in f else ""
-                print(f"  {q:<14} {f['ms']} ms ({f['ms_min']}-{f['ms_max']}), CPU "
-                      f"{f['cpu_ms']} ms{server}; plan: {plan_text(f['plan'])}")
+                print(figure_line(q, h[q], plan_text(h[q]["plan"])))
     if fig["status"] is not None:
         print(f"status of {args.cancelled:,} cancelled jobs (4 runs, 3 not run):")
         for name in ("every row", "page of 20"):

@@ -206,8 +206,15 @@ def test_a_scripts_interpreter_and_its_libraries_are_its_program(tmp_path, line)
     script.chmod(0o755)
     (tmp_path / "state").mkdir()
     env = {"PATH": f"{tmp_path / 'bin'}:{os.environ.get('PATH', os.defpath)}"}
-    ws = Workloads(AgentConfig(agent_id="a1", state_dir=str(tmp_path / "state"), workloads=[
-        CommandWorkload("c", [str(script)], env=env)]), catalogue={})
+    _new_program_at_each_rebuild(tmp_path, CommandWorkload("c", [str(script)], env=env))
+
+
+def _new_program_at_each_rebuild(tmp_path, workload):
+    """Runs of ``workload`` (its script's interpreter and library built by build_interp and
+    build_lib under ``tmp_path``) before and after its library and then its interpreter are
+    rebuilt: three programs, each change told."""
+    ws = Workloads(AgentConfig(agent_id="a1", state_dir=str(tmp_path / "state"),
+                               workloads=[workload]), catalogue={})
     runner = Runner(ws, "p", state_dir=str(tmp_path / "state"))
     told = []
     runner.on_program_change = told.append
@@ -473,21 +480,7 @@ def test_a_relative_interpreter_is_the_one_in_the_runs_directory(tmp_path, line)
     script.write_text(line + "\nwhatever the interpreter reads\n")
     script.chmod(0o755)
     (tmp_path / "state").mkdir()
-    ws = Workloads(AgentConfig(agent_id="a1", state_dir=str(tmp_path / "state"), workloads=[
-        CommandWorkload("c", ["./bench"], cwd=str(work))]), catalogue={})
-    runner = Runner(ws, "p", state_dir=str(tmp_path / "state"))
-    told = []
-    runner.on_program_change = told.append
-    spec = RunSpec("c", "default", [0], 1)
-    recs = [runner.run_once(spec)]
-    build_lib(tmp_path / "lib", 2)
-    recs.append(runner.run_once(spec))
-    build_interp(tmp_path, 10)
-    recs.append(runner.run_once(spec))
-    runner.close()
-    assert [r.time_s for r in recs] == [1, 2, 12], [r.error for r in recs]
-    assert told == ["c", "c"]
-    assert len({r.extra["program"] for r in recs}) == 3
+    _new_program_at_each_rebuild(tmp_path, CommandWorkload("c", ["./bench"], cwd=str(work)))
 
 
 @needs_cc

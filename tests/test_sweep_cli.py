@@ -9,6 +9,7 @@ import json
 import signal
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -117,19 +118,26 @@ def test_sweep_refused_at_once_wait_done_and_wait_failed(cluster):
         "lists the agents connected) and try again"]
 
 
-def test_wait_follows_a_daemon_restarted_under_it(tmp_path):
-    """The DVFS walk: 'characterize --wait' (and 'sweep --wait') gave up with exit 1 as soon
-    as one status query went unanswered (5 s), so a daemon restarted in the middle ended the
-    command though the jobs went on; 'tune' follows a restarting daemon for up to 60 s, and
-    so do they now."""
+def _slow_cluster(tmp_path) -> tuple[Cluster, Path]:
+    """A daemon and an agent with a workload "slow" whose run lasts until the file ``go``
+    (returned) exists."""
     go = tmp_path / "go"
     c = Cluster(tmp_path, kernels=("pi_integrate",), auto_sweep=False, max_cores=1)
-    with open(c.agent_toml, "a") as fh:  # a run that lasts until the test lets it end
+    with open(c.agent_toml, "a") as fh:
         fh.write(f'[[workloads]]\nname = "slow"\ncommand = ["{sys.executable}", "-c", '
                  f'"import os, time\\nwhile not os.path.exists({str(go)!r}): '
                  'time.sleep(0.05)"]\n')
     c.start_daemon()
     c.start_agent()
+    return c, go
+
+
+def test_wait_follows_a_daemon_restarted_under_it(tmp_path):
+    """The DVFS walk: 'characterize --wait' (and 'sweep --wait') gave up with exit 1 as soon
+    as one status query went unanswered (5 s), so a daemon restarted in the middle ended the
+    command though the jobs went on; 'tune' follows a restarting daemon for up to 60 s, and
+    so do they now."""
+    c, go = _slow_cluster(tmp_path)
     try:
         c.wait_for(lambda s: any(a["alive"] for a in s["agents"]), timeout=30, what="agent")
         cli = subprocess.Popen([sys.executable, "-m", "opptune.daemon.cli", "sweep", "--daemon",
@@ -162,14 +170,7 @@ def test_wait_follows_a_daemon_restarted_under_it(tmp_path):
 def test_wait_gives_up_after_the_reconnect_time_asked_for(tmp_path):
     """--reconnect-s: how long --wait keeps asking a daemon that stopped answering (it was
     60 s, fixed: a user, or this suite, waited out all of it)."""
-    go = tmp_path / "go"
-    c = Cluster(tmp_path, kernels=("pi_integrate",), auto_sweep=False, max_cores=1)
-    with open(c.agent_toml, "a") as fh:  # a run that lasts until the test lets it end
-        fh.write(f'[[workloads]]\nname = "slow"\ncommand = ["{sys.executable}", "-c", '
-                 f'"import os, time\\nwhile not os.path.exists({str(go)!r}): '
-                 'time.sleep(0.05)"]\n')
-    c.start_daemon()
-    c.start_agent()
+    c, go = _slow_cluster(tmp_path)
     try:
         c.wait_for(lambda s: any(a["alive"] for a in s["agents"]), timeout=30, what="agent")
         cli = subprocess.Popen([sys.executable, "-m", "opptune.daemon.cli", "sweep", "--daemon",
