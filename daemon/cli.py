@@ -144,15 +144,21 @@ def sweep_job_line(job: dict[str, Any], agent: str) -> str:
     """One line per job of a sweep: "sent" only where it reached the agent (a daemon older
     than the jobs' ``state`` says nothing of it: "sent", as it printed)."""
     state = job.get("state", "sent")
-    head = f"job {job.get('job_id')} {state}: {job.get('workload')}"
+    return f"job {job.get('job_id')} {state}: {job.get('workload')}" + job_state_note(state,
+                                                                                   agent)
+
+
+def job_state_note(state: str, agent: str) -> str:
+    """What follows for a job the daemon did not send at once (``state`` as Jobs.send
+    returns it), to end its line; "" for one sent. Said alike by sweep and characterize."""
     if state == "queued":
-        return (f"{head}; agent {agent} is not connected now: the job goes out when it says "
+        return (f"; agent {agent} is not connected now: the job goes out when it says "
                 "hello again (it expires after the daemon's job_expiry_s without the agent); "
                 f"'opptune status --agent {agent}' shows both")
     if state == "held":
-        return (f"{head}; held in the daemon while max_outstanding_jobs jobs are out with "
+        return (f"; held in the daemon while max_outstanding_jobs jobs are out with "
                 f"agent {agent}: it goes out as one of them ends")
-    return head
+    return ""
 
 
 def cmd_demo(args: argparse.Namespace) -> int:
