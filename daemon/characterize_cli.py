@@ -37,10 +37,8 @@ def cmd_characterize(args: argparse.Namespace) -> int:
           f"{used.pop() if len(used) == 1 else data['size']}, frequencies: "
           f"{data['frequencies']}", file=out)
     if other:
-        print(f"size {data['size']} (the daemon's [sweep] size) is not one "
-              f"{'they offer' if len(other) != 1 else 'it offers'}, measured at "
-              f"{'their' if len(other) != 1 else 'its'} first size instead: "
-              + ", ".join(f"{k} at {sz}" for k, sz in sorted(other.items())), file=out)
+        from .cli import size_instead_text
+        print(size_instead_text(data["size"], other, "measured"), file=out)
     if data.get("commands"):
         print("command workloads (t(n) only, MPET runtime parameters invalid): " + ", ".join(
             f"{c} (size {data['command_sizes'][c]})" for c in data["commands"]), file=out)

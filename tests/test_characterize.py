@@ -610,9 +610,18 @@ def test_without_size_a_kernel_lacking_the_sweep_size_runs_at_its_first_saying_s
         s = opptune("sweep", "--daemon", c.endpoint, "--agent", "pi", "--workload", "triad",
                     "--reps", "1", "--json")
         assert s.returncode == 0, s.stdout + s.stderr
-        (swept,) = json.loads(s.stdout)["jobs"]
+        swept_answer = json.loads(s.stdout)
+        (swept,) = swept_answer["jobs"]
         first = swept["size"]  # the kernel's first size, as sweep takes it
-        assert first != "default"
+        assert swept_answer["sizes_instead"] == {"size": "default",
+                                                 "workloads": {"triad": first}}
+        # ... and sweep says it, as characterize does
+        s = opptune("sweep", "--daemon", c.endpoint, "--agent", "pi", "--workload", "triad",
+                    "--workload", "pi_integrate", "--reps", "1")
+        assert s.returncode == 0, s.stdout + s.stderr
+        assert s.stdout.splitlines()[0] == (
+            "size default (the daemon's [sweep] size) is not one they offer, swept at their "
+            f"first size instead: pi_integrate at {first}, triad at {first}"), s.stdout
         assert lines[0].startswith(f"characterize pi: 2 kernels at size {first}, "), lines
         assert lines[1] == ("size default (the daemon's [sweep] size) is not one they offer, "
                             f"measured at their first size instead: pi_integrate at {first}, "
@@ -621,8 +630,10 @@ def test_without_size_a_kernel_lacking_the_sweep_size_runs_at_its_first_saying_s
                 if (m := re.fullmatch(r"sent: job (\S+) (\w+) \(\d+ points x 1 rep\)", line))}
         assert sorted(jobs) == list(KERNELS), lines
         st = c.status()
-        assert {j["job_id"]: j["size"] for j in st["jobs"]} == {
+        assert {j["job_id"]: j["size"] for j in st["jobs"]
+                if j["job_id"] in (*jobs.values(), swept["job_id"])} == {
             jobs["pi_integrate"]: first, jobs["triad"]: first, swept["job_id"]: first}
+        assert {j["size"] for j in st["jobs"]} == {first}
         # a size asked for that a kernel lacks is still refused, naming what it offers
         p = opptune("characterize", "--daemon", c.endpoint, "--agent", "pi", "--size",
                     "default")
