@@ -225,11 +225,13 @@ def build_knobs(config, platform: dict) -> list:
     """The knobs this board supports (cpufreq when its policies are writable)."""
     if not (platform.get("cpufreq") or {}).get("available"):
         return []
+    from .knobs.state import UnreadableRecord
     try:
         from .knobs.cpufreq import CpuFreq, CpuFreqKnob
         cf = CpuFreq(config.sysfs_root, state_dir=config.state_dir, install_handlers=False)
     except Exception as exc:
-        log.warning("cpufreq knob unavailable: %s", exc)
+        if not isinstance(exc, UnreadableRecord):  # a damaged record: restore_at_start said it
+            log.warning("cpufreq knob unavailable: %s", exc)
         platform["cpufreq"] = {"available": False, "reason": f"cpufreq knob failed: {exc}"}
         return []
     return [CpuFreqKnob(cf)]

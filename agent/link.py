@@ -503,8 +503,8 @@ class Link:
         if self._key_refused is not None and kind in ("heartbeat", "ack"):
             # The daemon answers this agent's messages again: its key was accepted. (A job or
             # config may still reach a refused agent; it says nothing about the key.)
-            log.warning("daemon accepts this agent's key now (it refused it: %s); saying hello "
-                        "and resending pending results", self._key_refused)
+            log.info("daemon accepts this agent's key now (it refused it: %s); saying hello "
+                     "and resending pending results", self._key_refused)
             self._key_refused = None
             self._daemon_back(None)
         if kind == "heartbeat":

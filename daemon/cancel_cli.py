@@ -74,7 +74,7 @@ def cmd_cancel(args: argparse.Namespace) -> int:
 
 def add_parser(sub: Any, add_link_options: Any) -> None:
     p = sub.add_parser("cancel", help=HELP, description=(
-        HELP + ". A job the agent had queued is dropped; one running has its workload's "
+        HELP[0].upper() + HELP[1:] + ". A job the agent had queued is dropped; one running has its workload's "
         "process group killed, its other points are recorded as not run, and the agent goes "
         "on with its next job. The job's state becomes 'cancelled' for good (also after a "
         "daemon or agent restart); 'sweep --wait' and 'characterize --wait' exit 4 for it. "

@@ -3,12 +3,13 @@
 ``characterize``: one sweep job per bench_suite kernel the agent offers (kind "kernel" in its
 hello) and, unless args.commands is false, per command workload of its configuration (kind
 "command": external programs, e.g. OpenMP binaries, which get t(n) but no MPET runtime parameters;
-each runs at the size asked where it has it, else at its first size), over all of the board's cores
-(as one platform, whatever [sweep] per_cluster says: MPET's profiles are the runs without variant)
-and, where the board has cpufreq, ``FREQ_STEPS`` frequencies spread over its range (min, mid, max;
-of a policy with a range and no table, intel_pstate, its ends and the 100 MHz step nearest
-their middle: planner.range_steps), else at the board's own frequency. A kernel
-with a done job of the same size that covered every point it would measure, with at least the
+each runs at the size asked where it has it, else at its first size; without a size asked, a
+kernel lacking the ``[sweep]`` size runs at its first too, as a sweep does), over all of the
+board's cores (as one platform, whatever [sweep] per_cluster says: MPET's profiles are the runs
+without variant) and, where the board has cpufreq, ``FREQ_STEPS`` frequencies spread over its
+range (min, mid, max; of a policy with a range and no table, intel_pstate, its ends and the
+100 MHz step nearest their middle: planner.range_steps), else at the board's own frequency. A
+kernel with a done job of the same size that covered every point it would measure, with at least the
 repetitions asked (``--reps``), is skipped (resuming after an interruption; a tune's one-point jobs
 or an import do not count, nor a job sent before the last drift of the kernel's group or of one
 of its clusters' groups, whose cpus its runs used: its runs no longer count, ``drifted`` says
@@ -90,23 +91,22 @@ def characterize(d: Daemon, args: dict[str, Any]) -> dict[str, Any]:
     if not kernels and not commands:
         raise HandlerError("no_kernels", f"agent '{agent}' offers no bench_suite kernel: set "
                                          "bench_kernels = [\"all\"] in its configuration")
-    size = args.get("size") or d.config.sweep.size
+    asked = args.get("size")
+    size = asked or d.config.sweep.size
     if not isinstance(size, str):
         raise HandlerError("bad_args", "characterize args.size must be text")
-    # a command runs at the size asked where it has it, else at its first (its own) size
+    # a command runs at the size asked where it has it, else at its first (its own) size;
+    # without --size a kernel lacking the [sweep] size runs at its first, as sweep does
     sizes = {k: size for k in kernels}
+    if not asked:
+        sizes.update({k: s[0] for k in kernels
+                      if (s := info.workload_sizes(k)) and size not in s})
+    fell_back = {k: sizes[k] for k in kernels if sizes[k] != size}
     sizes.update({c: size if size in s else s[0] for c, s in commands.items()})
     counts = sweep_counts(args, "characterize")
     # checked before the skip below: a board already characterised would otherwise take
-    # any value and answer "nothing to queue"
-    try:
-        check_sweep_args(agent, info, kernels, size, counts["max_cores"], None)
-    except HandlerError as exc:
-        if exc.code != "unknown_size" or args.get("size"):
-            raise
-        # the size was not asked for: say where it came from and what to give
-        raise HandlerError("unknown_size", f"{exc} (size '{size}' is the [sweep] size of the "
-                                           f"daemon's configuration): give --size") from None
+    # any value and answer "nothing to queue" (a size asked for must be every kernel's)
+    check_sweep_args(agent, info, kernels, asked, counts["max_cores"], None)
     opts = {k: counts[k] for k in ("reps", "max_cores") if counts[k] is not None}
     opts["warmup"] = counts["warmup"] or 0
     # decided once from the board's description (its last hello, kept in the store across a
@@ -164,7 +164,10 @@ def characterize(d: Daemon, args: dict[str, Any]) -> dict[str, Any]:
     for sz, names in sorted(todo.items()):
         queued += d.sweeps.query({"agent": agent, "workloads": names, "size": sz, **opts,
                                   "frequency_grid": grid, "per_cluster": False})["jobs"]
-    return {"agent": agent, "size": size, "kernels": kernels, "commands": sorted(commands),
+    return {"agent": agent, "size": size, "kernels": kernels,
+            # kernels that lack the [sweep] size (none asked): the size each runs at instead
+            "kernel_sizes": fell_back,
+            "commands": sorted(commands),
             "command_sizes": {c: sizes[c] for c in sorted(commands)}, "skipped": done,
             "drifted": drifted, "redefined": redefined, "again": again,
             "not_retried": not_retried,

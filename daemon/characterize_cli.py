@@ -31,8 +31,14 @@ def cmd_characterize(args: argparse.Namespace) -> int:
         return rc
     out = sys.stderr if args.json else sys.stdout
     n = len(data["kernels"])
+    other = data.get("kernel_sizes") or {}  # absent from an older daemon's answer
+    used = {other.get(k, data["size"]) for k in data["kernels"]}
     print(f"characterize {data['agent']}: {n} kernel{'s' if n != 1 else ''} at size "
-          f"{data['size']}, frequencies: {data['frequencies']}", file=out)
+          f"{used.pop() if len(used) == 1 else data['size']}, frequencies: "
+          f"{data['frequencies']}", file=out)
+    if other:
+        from .cli import size_instead_text
+        print(size_instead_text(data["size"], other, "measured"), file=out)
     if data.get("commands"):
         print("command workloads (t(n) only, MPET runtime parameters invalid): " + ", ".join(
             f"{c} (size {data['command_sizes'][c]})" for c in data["commands"]), file=out)
@@ -65,9 +71,14 @@ def cmd_characterize(args: argparse.Namespace) -> int:
               "agent's configuration, or give --retry-stopped to measure it anyway", file=out)
     for j in data["under_way"]:
         print(f"under way: job {j['job_id']} {j['workload']} ({j['state']})", file=out)
+    from .cli import job_state_note
     for j in data["queued"]:
-        print(f"queued: job {j['job_id']} {j['workload']} ({j['n_points']} points x "
-              f"{j['reps']} rep{'s' * (j['reps'] != 1)})", file=out)
+        # sent, queued (the agent not connected) or held, as sweep says it; an older
+        # daemon's answer does not say which: "queued", as this printed
+        state = j.get("state") or "queued"
+        note = job_state_note(state, data["agent"]) if j.get("state") else ""
+        print(f"{state}: job {j['job_id']} {j['workload']} ({j['n_points']} points x "
+              f"{j['reps']} rep{'s' * (j['reps'] != 1)}){note}", file=out)
     if not data["queued"] and not data["under_way"]:
         print("nothing to queue: " + ("the other workloads are already measured" if left_out
                                       else "every workload is already measured"), file=out)
@@ -114,8 +125,9 @@ def add_parser(sub: Any, add_link_options: Any) -> None:
         "predict --workload' and 'opptune eval-mpet --daemon' predict from."))
     add_link_options(p)
     p.add_argument("--agent", metavar="ID", required=True, help="agent id (see opptune status)")
-    p.add_argument("--size", help="size class (default: [sweep] size of the daemon's "
-                                  "configuration)")
+    p.add_argument("--size", help="size class, refused where a kernel lacks it (default: "
+                                  "[sweep] size of the daemon's configuration, or a kernel's "
+                                  "first size where it lacks that one)")
     p.add_argument("--reps", type=int, help="repetitions per point (default: [sweep] reps of "
                                              "the daemon's configuration)")
     p.add_argument("--max-cores", type=int, help="sweep 1..N cores (0 = all; default: [sweep] "

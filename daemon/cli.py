@@ -123,6 +123,10 @@ def cmd_sweep(args: argparse.Namespace) -> int:
                            "running this again would queue them a second time")
     if rc is not None:
         return rc
+    if data.get("sizes_instead") and (args.wait or not args.json):  # absent: older daemon
+        print(size_instead_text(data["sizes_instead"]["size"],
+                                data["sizes_instead"]["workloads"], "swept"),
+              file=sys.stderr if args.wait else sys.stdout)
     for key in ("cores_not_swept", "frequencies_not_swept"):
         if data.get(key) and (args.wait or not args.json):
             # said once for the whole sweep; --json alone carries it in its field
@@ -145,15 +149,30 @@ def sweep_job_line(job: dict[str, Any], agent: str) -> str:
     """One line per job of a sweep: "sent" only where it reached the agent (a daemon older
     than the jobs' ``state`` says nothing of it: "sent", as it printed)."""
     state = job.get("state", "sent")
-    head = f"job {job.get('job_id')} {state}: {job.get('workload')}"
+    return f"job {job.get('job_id')} {state}: {job.get('workload')}" + job_state_note(state,
+                                                                                   agent)
+
+
+def size_instead_text(size: str, used: dict[str, str], verb: str) -> str:
+    """The line on workloads that lack the daemon's [sweep] ``size`` and run at ``used``'s
+    (their first) instead: said alike by sweep and characterize."""
+    many = len(used) != 1
+    return (f"size {size} (the daemon's [sweep] size) is not one "
+            f"{'they offer' if many else 'it offers'}, {verb} at {'their' if many else 'its'} "
+            f"first size instead: " + ", ".join(f"{w} at {s}" for w, s in sorted(used.items())))
+
+
+def job_state_note(state: str, agent: str) -> str:
+    """What follows for a job the daemon did not send at once (``state`` as Jobs.send
+    returns it), to end its line; "" for one sent. Said alike by sweep and characterize."""
     if state == "queued":
-        return (f"{head}; agent {agent} is not connected now: the job goes out when it says "
+        return (f"; agent {agent} is not connected now: the job goes out when it says "
                 "hello again (it expires after the daemon's job_expiry_s without the agent); "
                 f"'opptune status --agent {agent}' shows both")
     if state == "held":
-        return (f"{head}; held in the daemon while max_outstanding_jobs jobs are out with "
+        return (f"; held in the daemon while max_outstanding_jobs jobs are out with "
                 f"agent {agent}: it goes out as one of them ends")
-    return head
+    return ""
 
 
 def cmd_demo(args: argparse.Namespace) -> int:

@@ -95,7 +95,8 @@ def _add_sysfs_root(p: argparse.ArgumentParser) -> None:
 
 
 def add_parser(sub: Any, add_link_options: Any) -> None:
-    p = sub.add_parser("doctor", help=HELP, description=HELP)
+    p = sub.add_parser("doctor", help=HELP,
+                       description=HELP[0].upper() + HELP[1:] + ".")
     add_link_options(p)
     p.add_argument("--agent", metavar="ID",
                    help="show this agent's report, sent with its hello, from the daemon "

@@ -232,28 +232,45 @@ def cmd_recommend(args: argparse.Namespace) -> int:
             if outcome["state"] == "refused":
                 rc = 1
     waited = None  # how long recommend --apply waited in vain for the verification
+    stopped: KeyboardInterrupt | None = None  # Ctrl-C or SIGTERM during that wait
     if "target" not in q and applied.get("state") == "pushed":
         seconds = verification_s(data)
         applied["verification"] = None
         if seconds is not None and seconds <= VERIFY_WAIT_S:
-            if not args.json:
-                print(f"opptune recommend: {applied['config_id']} pushed to {data['agent']}; "
-                      f"waiting for its verification ({verification_text(data, seconds)})",
-                      file=sys.stderr)
             start = time.monotonic()
-            try:
+            try:  # from the line on: an interrupt at once is one during the wait
+                if not args.json:
+                    print(f"opptune recommend: {applied['config_id']} pushed to "
+                          f"{data['agent']}; waiting for its verification "
+                          f"({verification_text(data, seconds)})", file=sys.stderr)
                 row = follow_target(daemon_endpoint(args), data["agent"],
                                     applied["config_id"], args.timeout,
                                     seconds + FOLLOW_TARGET_S)
                 waited = time.monotonic() - start
-            except KeyboardInterrupt:  # stops the waiting, not the verification
-                row = None
+            except KeyboardInterrupt as exc:  # stops the waiting, not the verification
+                row, stopped = None, exc
             if row is not None:
                 applied["verification"] = {k: row.get(k) for k in VERIFICATION_KEYS}
     if args.json:
         json.dump(data, sys.stdout, indent=2, sort_keys=True)
         print()
-        return rc
+    else:
+        print_outcome(data, waited)
+    if stopped is not None:
+        # the push is the daemon's and the agent's: leaving without a word would hide that
+        # the board runs at it (cli.main gives the interrupt's exit status)
+        print(f"opptune recommend: stopped waiting for the verification of "
+              f"{applied['config_id']}; it stays pushed to {data['agent']}, which applies it, "
+              "verifies it and keeps it in force until another applied configuration "
+              f"replaces it; 'opptune status --agent {data['agent']}' shows its verdict",
+              file=sys.stderr)
+        raise stopped
+    return rc
+
+
+def print_outcome(data: dict[str, Any], waited: float | None) -> None:
+    """recommend's table and the line on what became of --apply's push (``waited``: how
+    long it waited in vain for the verification, pushed_text)."""
     con = make_console()
     print_recommendation(con, data)
     if not data["met"] and not data.get("applied"):
@@ -281,7 +298,6 @@ def cmd_recommend(args: argparse.Namespace) -> int:
                       "'opptune status' shows what it measured", markup=False, soft_wrap=True)
         if a.get("not_kept") and a["state"] not in ("withheld", "refused"):
             con.print(a["not_kept"], markup=False, soft_wrap=True)
-    return rc
 
 
 def verification_s(data: dict[str, Any]) -> float | None:

@@ -170,7 +170,13 @@ class Sweeps:
                                      per_cluster=per_cluster, frequencies=freqs,
                                      adaptive=adaptive, **ints)
         info = self.registry.get(agent)
+        # without a size asked: the workloads that lack the [sweep] size, each with the size
+        # swept instead (their first)
+        other = {j["workload"]: j["size"] for j in jobs
+                 if size is None and j["size"] != self.config.sweep.size}
         return {"jobs": jobs, "frequencies_not_swept": not_swept,
+                "sizes_instead": ({"size": self.config.sweep.size, "workloads": other}
+                                  if other else None),
                 "cores_not_swept": cores_not_swept(info.platform or {},
                                                    board_name(info.platform, info.platform_id))}
 

@@ -151,7 +151,7 @@ def test_characterize_resumes_and_predict_migrates(two_boards):
 
     p = run_characterize(ep, "xu4", "--wait")
     assert p.returncode == 0, p.stderr
-    assert p.stdout.count("queued: job ") == 2
+    assert p.stdout.count("sent: job ") == 2
 
     p = opptune("predict", "--daemon", ep, "--workload", "triad", "--from", "pi", "--to",
                 "xu4", "--json")
@@ -358,8 +358,10 @@ def test_a_kernel_whose_job_stopped_early_or_failed_is_measured_again_and_says_w
         f"measured again: pi_integrate: its last job {first['pi_integrate']} failed: {FAILED}",
         f"measured again: triad: its last job {first['triad']} stopped before all its points "
         f"ran: {STOPPED}",
-        f"queued: job {queued['pi_integrate']} pi_integrate (4 points x 3 reps)",
-        f"queued: job {queued['triad']} triad (4 points x 3 reps)"]
+        *(f"queued: job {queued[k]} {k} (4 points x 3 reps); agent a is not connected now: "
+          "the job goes out when it says hello again (it expires after the daemon's "
+          "job_expiry_s without the agent); 'opptune status --agent a' shows both"
+          for k in ("pi_integrate", "triad"))]
     # the jobs sent now are followed, and once done over every point, skipped
     out = characterize(d, {"agent": "a", "size": "small"})
     assert sorted(j["job_id"] for j in out["under_way"]) == sorted(queued.values())
@@ -568,7 +570,7 @@ def test_characterize_measures_a_drifted_kernel_again_and_says_why(tmp_path):
             "skipped (already measured): pi_integrate",
             "measured again, their runs from before a drift no longer count ('opptune "
             "status' lists the drift): triad"], lines
-        assert re.fullmatch(r"queued: job \S+ triad \(12 points x 1 rep\)", lines[3]), lines
+        assert re.fullmatch(r"sent: job \S+ triad \(12 points x 1 rep\)", lines[3]), lines
         p = run_characterize(c.endpoint, "pi", "--wait")
         assert p.returncode == 0 and "queued" not in p.stdout, p.stdout
         p = run_characterize(c.endpoint, "pi")
@@ -590,14 +592,53 @@ def test_bad_reps_or_cores_are_refused_even_when_every_kernel_is_measured(daemon
             characterize(d, {"agent": "a", "size": "small", **bad})
         assert exc.value.code == "bad_args"
     assert len(d.store.jobs_for("a", "triad")) == 1  # nothing queued
-    # without --size the daemon's [sweep] size ("default") is not one the board offers:
-    # the refusal says where that size came from and what to give
-    with pytest.raises(HandlerError, match=r"no size 'default' for triad; it offers small "
-                                           r"\(size 'default' is the \[sweep\] size of "
-                                           r"the daemon's configuration\): give --size"):
-        characterize(d, {"agent": "a"})
     with pytest.raises(HandlerError, match=r"no size 'large' for triad; it offers small$"):
         characterize(d, {"agent": "a", "size": "large"})
+
+
+def test_without_size_a_kernel_lacking_the_sweep_size_runs_at_its_first_saying_so(tmp_path):
+    """The daemon's [sweep] size ("default") is not one a virtual board's kernels offer:
+    sweep ran them at their first size, characterize refused ('give --size'). It runs them
+    at the size sweep takes now, saying so; and each job's line says it was sent (every
+    line read "queued:", also for a job the agent had)."""
+    c = Cluster(tmp_path, kernels=KERNELS, size="default", auto_sweep=False, max_cores=4,
+                extra_agent=virtual_agent(tmp_path, "pi", "rpi4"))
+    with running(c):
+        p = opptune("characterize", "--daemon", c.endpoint, "--agent", "pi", "--reps", "1")
+        assert p.returncode == 0, p.stdout + p.stderr
+        lines = p.stdout.splitlines()
+        s = opptune("sweep", "--daemon", c.endpoint, "--agent", "pi", "--workload", "triad",
+                    "--reps", "1", "--json")
+        assert s.returncode == 0, s.stdout + s.stderr
+        swept_answer = json.loads(s.stdout)
+        (swept,) = swept_answer["jobs"]
+        first = swept["size"]  # the kernel's first size, as sweep takes it
+        assert swept_answer["sizes_instead"] == {"size": "default",
+                                                 "workloads": {"triad": first}}
+        # ... and sweep says it, as characterize does
+        s = opptune("sweep", "--daemon", c.endpoint, "--agent", "pi", "--workload", "triad",
+                    "--workload", "pi_integrate", "--reps", "1")
+        assert s.returncode == 0, s.stdout + s.stderr
+        assert s.stdout.splitlines()[0] == (
+            "size default (the daemon's [sweep] size) is not one they offer, swept at their "
+            f"first size instead: pi_integrate at {first}, triad at {first}"), s.stdout
+        assert lines[0].startswith(f"characterize pi: 2 kernels at size {first}, "), lines
+        assert lines[1] == ("size default (the daemon's [sweep] size) is not one they offer, "
+                            f"measured at their first size instead: pi_integrate at {first}, "
+                            f"triad at {first}"), lines
+        jobs = {m.group(2): m.group(1) for line in lines
+                if (m := re.fullmatch(r"sent: job (\S+) (\w+) \(\d+ points x 1 rep\)", line))}
+        assert sorted(jobs) == list(KERNELS), lines
+        st = c.status()
+        assert {j["job_id"]: j["size"] for j in st["jobs"]
+                if j["job_id"] in (*jobs.values(), swept["job_id"])} == {
+            jobs["pi_integrate"]: first, jobs["triad"]: first, swept["job_id"]: first}
+        assert {j["size"] for j in st["jobs"]} == {first}
+        # a size asked for that a kernel lacks is still refused, naming what it offers
+        p = opptune("characterize", "--daemon", c.endpoint, "--agent", "pi", "--size",
+                    "default")
+        assert p.returncode == 2, p.stdout + p.stderr
+        assert "no size 'default' for pi_integrate; it offers " in p.stderr, p.stderr
 
 
 def test_asking_for_more_repetitions_measures_again(two_boards):
@@ -1121,7 +1162,7 @@ def test_a_workload_that_keeps_hanging_is_left_out_until_it_changes(tmp_path):
         assert "skipped (already measured): quick" in lines
         assert any(line.startswith(f"measured again: hangs: its last job {j1} stopped before "
                                    "all its points ran: ") for line in lines), lines
-        (j2,) = [line.split()[2] for line in lines if line.startswith("queued: job ")]
+        (j2,) = [line.split()[2] for line in lines if line.startswith("sent: job ")]
 
         # two stops in a row, the workload unchanged: left out, and --wait says it is short
         p = run_characterize(ep, "test-agent", "--wait", "--json")

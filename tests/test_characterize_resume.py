@@ -51,7 +51,7 @@ def test_interrupted_characterize_resumes_with_every_point_once(tmp_path):
         cli.send_signal(signal.SIGINT)  # Ctrl-C: stops waiting, not the jobs
         out, err = cli.communicate(timeout=30)
         assert cli.returncode == 130 and "Traceback" not in err, err
-        assert err.count("queued: job ") == len(KERNELS)
+        assert err.count("sent: job ") == len(KERNELS)
         # with --json the answer still reaches stdout: the queued jobs' ids (it was empty)
         assert sorted(j["workload"] for j in json.loads(out)["queued"]) == sorted(KERNELS)
 
@@ -62,7 +62,7 @@ def test_interrupted_characterize_resumes_with_every_point_once(tmp_path):
         p = subprocess.run(characterize(c.endpoint, "--wait"), capture_output=True, text=True,
                            timeout=300)
         assert p.returncode == 0, p.stderr + c.logs()
-        assert "queued: job " not in p.stdout  # nothing sent twice
+        assert "sent: job " not in p.stdout  # nothing sent twice
         assert p.stdout.count("under way: job ") + p.stdout.count("skipped") >= 1, p.stdout
 
         p = subprocess.run(characterize(c.endpoint), capture_output=True, text=True,
@@ -133,13 +133,17 @@ def test_a_board_without_cpufreq_is_characterised_at_its_own_frequency_after_res
                            capture_output=True, text=True, timeout=60)
         assert p.returncode == 0, p.stderr
         first = run()
-        assert [ln.split(maxsplit=3)[3] for ln in first if ln.startswith("queued: job ")] == \
+        # the agent away: the jobs wait in the daemon, and their lines say so
+        assert [ln.split(maxsplit=3)[3].split(";")[0] for ln in first
+                if ln.startswith("queued: job ")] == \
             ["pi_integrate (2 points x 2 reps)", "triad (2 points x 2 reps)"], first
+        assert all("agent dev is not connected now" in ln for ln in first
+                   if ln.startswith("queued: job ")), first
         assert not any(ln.startswith("under way") for ln in first), first
         c.start_agent()
         # at once again: nothing queued, every kernel under way or done
         again = run()
-        assert not any(ln.startswith("queued") for ln in again), again
+        assert not any(re.match(r"(sent|queued|held): job ", ln) for ln in again), again
         assert all(k in "\n".join(again[1:]) for k in ("pi_integrate", "triad")), again
 
         c.stop()  # SIGTERM both, as timeout does, mid-sweep or not
@@ -147,7 +151,7 @@ def test_a_board_without_cpufreq_is_characterised_at_its_own_frequency_after_res
         c.start_daemon()  # returns once it listens: the CLI below is refused before
         c.start_agent()
         # at once after the restart (the board as the store kept it until the agent says hello)
-        assert not any(ln.startswith("queued") for ln in run())
+        assert not any(re.match(r"(sent|queued|held): job ", ln) for ln in run())
         c.wait_for(alive, timeout=30, what="the agent back")
         run("small", "--wait")
         assert run()[1:] == ["skipped (already measured): pi_integrate, triad",
@@ -159,7 +163,7 @@ def test_a_board_without_cpufreq_is_characterised_at_its_own_frequency_after_res
         c.start_agent()
         c.wait_for(alive, timeout=30, what="the agent's hello")
         # new jobs planned after the restarts: cores only, no frequency the board cannot set
-        queued = [ln for ln in run("default") if ln.startswith("queued: job ")]
+        queued = [ln for ln in run("default") if ln.startswith("sent: job ")]
         assert len(queued) == 2 and all("(2 points x 2 reps)" in ln for ln in queued), queued
         points = [p for (text,) in c.rows("SELECT points FROM jobs") for p in json.loads(text)]
         assert len(points) == 1 + 8 and {p["freq_khz"] for p in points} == {None}

@@ -1,6 +1,7 @@
 """Bad input to the installed commands: one line naming the problem and the fix, exit 2, no
 traceback, nothing created (real processes of the console scripts)."""
 
+import argparse
 import json
 import os
 import subprocess
@@ -149,6 +150,24 @@ def test_every_agent_option_is_named_alike():
     assert {"status", "sweep", "characterize", "doctor", "recommend", "tune", "cancel",
             "report", "export", "import"} <= set(named)
     assert set(named.values()) == {"ID"}, named
+
+
+def test_every_commands_description_is_a_sentence():
+    """cancel's and doctor's --help descriptions began lowercase, as their one-line help in
+    the command list does, unlike every other command's (polish)."""
+    from opptune.daemon.cli import build_parser
+
+    def walk(parser, name):
+        yield name, parser.description or ""
+        for action in parser._actions:
+            if isinstance(action, argparse._SubParsersAction):
+                for sub_name, sub in action.choices.items():
+                    yield from walk(sub, f"{name} {sub_name}")
+
+    described = dict(walk(build_parser(), "opptune"))
+    assert {"opptune cancel", "opptune doctor", "opptune sweep"} <= set(described)
+    wrong = {n: d[:30] for n, d in described.items() if d and not d[0].isupper()}
+    assert not wrong, wrong
 
 
 @pytest.mark.parametrize("command", ["opptune", "opptune-agent", "opptune-daemon"])

@@ -145,6 +145,9 @@ def test_agent_key_waits_for_accept_then_results_stored_and_revoke_refuses(tmp_p
         assert log.count(f"opptune keys accept {key_id}") == 1, log
         # the acceptance in one line, not a second "daemon accepted this agent's key: ..."
         assert log.count("accepts this agent's key now") == 1, log
+        # news, not a problem: INFO (it was a WARNING)
+        (accepted,) = [ln for ln in log.splitlines() if "accepts this agent's key now" in ln]
+        assert " INFO " in accepted and " WARNING " not in accepted, accepted
         assert "accepted this agent's key" not in log, log
         assert c.status()["daemon"]["keys_pending"] == []
         out = c.keys_cli("revoke", key_id)

@@ -319,6 +319,51 @@ def test_ctrl_c_stops_following_and_says_what_goes_on_in_the_daemon(tmp_path, si
         c.stop()
 
 
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM])
+def test_stopping_recommend_applys_wait_says_the_push_stands(tmp_path, sig):
+    # Ctrl-C (or SIGTERM) while recommend --apply waited for the verification stopped the
+    # waiting, then printed the recommendation and exited 0, as if nothing were interrupted
+    # and without a word on the board, which goes on at the configuration pushed
+    c = start(tmp_path, kernels=("pi_integrate",))
+    try:
+        p = opptune("sweep", "--daemon", c.endpoint, "--agent", "test-agent", "--reps", "1",
+                    "--wait", cwd=tmp_path)
+        assert p.returncode == 0, p.stdout + p.stderr
+        # a long job holds the agent: the verification waits behind it
+        p = opptune("sweep", "--daemon", c.endpoint, "--agent", "test-agent", "--size",
+                    "large", cwd=tmp_path)
+        assert p.returncode == 0, p.stdout + p.stderr
+        c.wait_for(lambda s: any(j["size"] == "large" and j["received"] > 0
+                                 for j in s["jobs"]), 60, "a run of the large sweep")
+        proc = subprocess.Popen([OPPTUNE, "recommend", "--daemon", c.endpoint, "--agent",
+                                 "test-agent", "--workload", "pi_integrate", "--size", "small",
+                                 "--apply"],
+                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                                cwd=tmp_path)
+        said = []
+        for line in proc.stderr:  # the command waits from this line on
+            said.append(line)
+            if "waiting for its verification" in line:
+                break
+        proc.send_signal(sig)
+        out, err = proc.communicate(timeout=30)
+        err = "".join(said) + err
+        assert proc.returncode == 128 + sig, out + err
+        assert "Traceback" not in err
+        cid = re.search(r"(cfg-\w+) pushed to test-agent; waiting", err).group(1)
+        assert (f"opptune recommend: stopped waiting for the verification of {cid}; it stays "
+                "pushed to test-agent, which applies it, verifies it and keeps it in force "
+                "until another applied configuration replaces it; 'opptune status --agent "
+                "test-agent' shows its verdict") in " ".join(err.split()), err
+        # the recommendation itself is printed: what was pushed
+        assert f"pushed to test-agent as {cid}" in " ".join(out.split()), out
+        # what the line says is so: the push stands in the daemon
+        (row,) = [r for r in c.status()["recommendations"] if r["config_id"] == cid]
+        assert row["state"] in ("pushed", "applied", "verified", "unconfirmed", "off"), row
+    finally:
+        c.stop()
+
+
 def test_a_second_tune_of_one_agent_is_refused_naming_the_open_one(tmp_path):
     # two sessions on one board each set its cores and clocks under the other's runs: the
     # second was started all the same. The rule is per agent (one board, one clock), so

@@ -164,3 +164,33 @@ def test_a_damaged_record_of_the_originals_says_what_to_do_by_hand(tmp_path):
         "check that the board is at its own settings (taskset -p, systemctl set-property) and "
         f"set them back by hand where not, then remove {cpusets}"]
     assert cpusets.read_text() == "[1, 2]"
+
+
+def test_a_damaged_record_is_said_once_at_the_agents_start(tmp_path):
+    """The agent's start logged a damaged cpufreq record twice: from its restore, then again
+    as 'cpufreq knob unavailable: <the same text>'. Once now, with what to do."""
+    state = tmp_path / "state"
+    state.mkdir(mode=0o700)
+    record = state / STATE_FILENAME
+    record.write_text("{bad")
+    log_path = tmp_path / "agent.log"
+    with open(log_path, "wb") as log:
+        agent = subprocess.Popen(
+            [PY, "-m", "opptune.agent", "--virtual-board", "rpi4", "--state-dir", str(state),
+             "--daemon", "tcp://127.0.0.1:9", "--agent-id", "damaged"],
+            stdout=subprocess.DEVNULL, stderr=log, cwd=tmp_path)
+        try:
+            deadline = time.monotonic() + 60
+            # past the restore and the knobs: the link starts after both
+            while "connecting to" not in log_path.read_text():
+                assert agent.poll() is None and time.monotonic() < deadline, \
+                    log_path.read_text()
+                time.sleep(0.05)
+        finally:
+            agent.send_signal(signal.SIGTERM)
+            agent.wait(30)
+    text = log_path.read_text()
+    assert text.count(f"{record} cannot be read") == 1, text
+    assert f"set them back by hand where not, then remove {record}" in text
+    assert "cpufreq knob unavailable" not in text, text
+    assert record.read_text() == "{bad"
