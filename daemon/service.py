@@ -282,6 +282,9 @@ class Daemon:
         self.stop_event = threading.Event()
         self._thread: threading.Thread | None = None
         self._closed = False
+        # what became of the store's file when it was deleted or replaced under the daemon
+        # (store.gone): nothing is acked from then on, and the daemon stops
+        self.store_lost: str | None = None
         self.recommender = Recommender(config, self.store, self.registry, self.fitter,
                                        self.send, self.stats)
         self.recommender.owner = self.instance
@@ -390,6 +393,8 @@ class Daemon:
                 self.tuning.poll(time.time(), full)
                 if full:
                     next_flush = time.monotonic() + 1.0
+                    if self._store_gone():
+                        break
                     self.store.touch_agents(self.registry.take_dirty(), self.instance)
                     self.jobs.expire(time.time())
                     self.jobs.tell_held_cancels(time.time())  # cancels another daemon took
@@ -441,6 +446,14 @@ class Daemon:
         if self.metrics_server is not None:
             self.metrics_server.close()
         self.tuning.close()
+        if self.store_lost is not None:
+            # nothing more into the lost file; its journal goes, so that the file now at the
+            # path opens as it is
+            self.link.close()
+            self._stop_auth()
+            self.store.abandon()
+            log.info("opptune-daemon %s stopped", self.instance)
+            return
         try:
             self.store.touch_agents(self.registry.take_dirty(), self.instance)
             self.recommender.release_claims()
@@ -671,12 +684,32 @@ class Daemon:
                             self._store_failures)
                 self._store_failure_told = False
             self._store_failures = 0
+        if self._store_gone():
+            return  # stored in a file that is no longer the database: the agents keep them
         self.stats["results"] += len(rows)
         self.stats["batches"] += 1
         send_ack = self.link.send_ack
         for identity, ids in acks.items():
             send_ack(identity, ids, DAEMON_ID)
         self.jobs.results_stored(touched, now)
+
+    def _store_gone(self) -> bool:
+        """Whether the store's file was deleted or replaced under the daemon (a restore from
+        a backup moved there, say). What is stored from then on goes into a file that no
+        longer has a name, lost at the exit: the daemon acks nothing more (the agents keep
+        their results) and stops, with exit status 1, so that systemd (Restart=on-failure)
+        starts it again on the file now at the path, and the agents resend."""
+        if self.store_lost is None:
+            why = self.store.gone()
+            if why is None:
+                return False
+            self.store_lost = why
+            log.error("the database file %s %s while the daemon ran: results are no longer "
+                      "acknowledged (the agents keep them and send them again); the daemon "
+                      "stops, to be started again on the file now at that path (systemd "
+                      "restarts it; else start opptune-daemon again)", self.config.database, why)
+            self.stop_event.set()
+        return True
 
     def _job_done(self, job_id: str, agent: str) -> None:
         # a tune session's measurement: the session goes on; a tune job no session here holds
@@ -800,7 +833,8 @@ class Daemon:
         self.recommender.applied(agent, msg, rec, now)
         if body["ok"] and rec.get("keep") is not False and info.keeps:
             self._stands(agent, info, rec, body, now)
-        self.send(identity, "ack", {"ids": [msg["id"]]})
+        if not self._store_gone():
+            self.send(identity, "ack", {"ids": [msg["id"]]})
 
     def _stands(self, agent: str, info: Any, rec: dict[str, Any], body: dict[str, Any],
                 now: float) -> None:
@@ -1003,7 +1037,7 @@ def run(args: argparse.Namespace) -> int:
         daemon.serve()
     finally:
         daemon.close()
-    return 0
+    return 1 if daemon.store_lost is not None else 0
 
 
 if __name__ == "__main__":
