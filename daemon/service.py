@@ -165,6 +165,15 @@ def _damaged(exc: Exception) -> str | None:
             "an empty store")
 
 
+def _remove_made(paths: list[Path]) -> None:
+    """Remove what a start made (files first, then their directory, only if empty)."""
+    for p in paths:
+        try:
+            p.rmdir() if p.is_dir() else p.unlink(missing_ok=True)
+        except OSError as exc:
+            log.warning("removing %s, made by this start: %s", p, exc)
+
+
 __all__ = ["ACTIVE_JOB_STATES", "FINAL_JOB_STATES", "BindError", "Daemon", "HandlerError",
            "PathError",
            "main", "off_pct", "verdict"]
@@ -191,7 +200,16 @@ class Daemon:
         self.keyring: KeyRing | None = None
         self._auth: Any = None
         self._own_ctx: zmq.Context | None = None
-        curve = self._curve_keys() if curve_enabled(config.curve, config.bind) else None
+        # CURVE's key pair is made before the bind (the socket is bound with its secret key);
+        # what this start made of the keys directory is removed again where the bind fails
+        made: list[Path] = []
+        curve = None
+        if curve_enabled(config.curve, config.bind):
+            keys = config.keys_path()
+            made = [p for p in (*(keys / f"{name}.{ext}" for name in ("server", "operator")
+                                  for ext in ("key", "pub")), keys, *keys.parents)
+                    if not p.exists()]
+            curve = self._curve_keys()
         if curve is not None:
             # The ZAP authenticator is per context: a daemon of its own keeps two daemons in
             # one process (tests) apart.
@@ -208,7 +226,7 @@ class Daemon:
                       "refused_rate_limited": 0, "jobs_held": 0, "results_frames": 0,
                       "requests_asked_again": 0}
         # Bind first: a daemon that cannot listen (address in use, bad endpoint) stops before
-        # it creates a database file or directory.
+        # it creates a database file or directory (and leaves no key pair it made).
         try:
             self.link = Link(config.bind, context, curve=curve,
                              max_message_bytes=config.max_message_bytes,
@@ -229,6 +247,7 @@ class Daemon:
                 why = (f"{zmq.strerror(exc.errno)}; give an endpoint such as "
                        "tcp://0.0.0.0:5555 or ipc:///run/opptune.sock")
             self._stop_auth()
+            _remove_made(made)
             raise BindError(f"cannot listen on {config.bind}: {why}") from None
         # failed batch commits (a full disk): logged once a minute, with their count
         self._store_failures = 0  # batches failed since the last one stored
