@@ -165,6 +165,15 @@ def _damaged(exc: Exception) -> str | None:
             "an empty store")
 
 
+def _remove_made(paths: list[Path]) -> None:
+    """Remove what a start made (files first, then their directory, only if empty)."""
+    for p in paths:
+        try:
+            p.rmdir() if p.is_dir() else p.unlink(missing_ok=True)
+        except OSError as exc:
+            log.warning("removing %s, made by this start: %s", p, exc)
+
+
 __all__ = ["ACTIVE_JOB_STATES", "FINAL_JOB_STATES", "BindError", "Daemon", "HandlerError",
            "PathError",
            "main", "off_pct", "verdict"]
@@ -191,7 +200,16 @@ class Daemon:
         self.keyring: KeyRing | None = None
         self._auth: Any = None
         self._own_ctx: zmq.Context | None = None
-        curve = self._curve_keys() if curve_enabled(config.curve, config.bind) else None
+        # CURVE's key pair is made before the bind (the socket is bound with its secret key);
+        # what this start made of the keys directory is removed again where the bind fails
+        made: list[Path] = []
+        curve = None
+        if curve_enabled(config.curve, config.bind):
+            keys = config.keys_path()
+            made = [p for p in (*(keys / f"{name}.{ext}" for name in ("server", "operator")
+                                  for ext in ("key", "pub")), keys, *keys.parents)
+                    if not p.exists()]
+            curve = self._curve_keys()
         if curve is not None:
             # The ZAP authenticator is per context: a daemon of its own keeps two daemons in
             # one process (tests) apart.
@@ -208,7 +226,7 @@ class Daemon:
                       "refused_rate_limited": 0, "jobs_held": 0, "results_frames": 0,
                       "requests_asked_again": 0}
         # Bind first: a daemon that cannot listen (address in use, bad endpoint) stops before
-        # it creates a database file or directory.
+        # it creates a database file or directory (and leaves no key pair it made).
         try:
             self.link = Link(config.bind, context, curve=curve,
                              max_message_bytes=config.max_message_bytes,
@@ -229,6 +247,7 @@ class Daemon:
                 why = (f"{zmq.strerror(exc.errno)}; give an endpoint such as "
                        "tcp://0.0.0.0:5555 or ipc:///run/opptune.sock")
             self._stop_auth()
+            _remove_made(made)
             raise BindError(f"cannot listen on {config.bind}: {why}") from None
         # failed batch commits (a full disk): logged once a minute, with their count
         self._store_failures = 0  # batches failed since the last one stored
@@ -282,6 +301,9 @@ class Daemon:
         self.stop_event = threading.Event()
         self._thread: threading.Thread | None = None
         self._closed = False
+        # what became of the store's file when it was deleted or replaced under the daemon
+        # (store.gone): nothing is acked from then on, and the daemon stops
+        self.store_lost: str | None = None
         self.recommender = Recommender(config, self.store, self.registry, self.fitter,
                                        self.send, self.stats)
         self.recommender.owner = self.instance
@@ -390,6 +412,8 @@ class Daemon:
                 self.tuning.poll(time.time(), full)
                 if full:
                     next_flush = time.monotonic() + 1.0
+                    if self._store_gone():
+                        break
                     self.store.touch_agents(self.registry.take_dirty(), self.instance)
                     self.jobs.expire(time.time())
                     self.jobs.tell_held_cancels(time.time())  # cancels another daemon took
@@ -441,6 +465,14 @@ class Daemon:
         if self.metrics_server is not None:
             self.metrics_server.close()
         self.tuning.close()
+        if self.store_lost is not None:
+            # nothing more into the lost file; its journal goes, so that the file now at the
+            # path opens as it is
+            self.link.close()
+            self._stop_auth()
+            self.store.abandon()
+            log.info("opptune-daemon %s stopped", self.instance)
+            return
         try:
             self.store.touch_agents(self.registry.take_dirty(), self.instance)
             self.recommender.release_claims()
@@ -671,12 +703,32 @@ class Daemon:
                             self._store_failures)
                 self._store_failure_told = False
             self._store_failures = 0
+        if self._store_gone():
+            return  # stored in a file that is no longer the database: the agents keep them
         self.stats["results"] += len(rows)
         self.stats["batches"] += 1
         send_ack = self.link.send_ack
         for identity, ids in acks.items():
             send_ack(identity, ids, DAEMON_ID)
         self.jobs.results_stored(touched, now)
+
+    def _store_gone(self) -> bool:
+        """Whether the store's file was deleted or replaced under the daemon (a restore from
+        a backup moved there, say). What is stored from then on goes into a file that no
+        longer has a name, lost at the exit: the daemon acks nothing more (the agents keep
+        their results) and stops, with exit status 1, so that systemd (Restart=on-failure)
+        starts it again on the file now at the path, and the agents resend."""
+        if self.store_lost is None:
+            why = self.store.gone()
+            if why is None:
+                return False
+            self.store_lost = why
+            log.error("the database file %s %s while the daemon ran: results are no longer "
+                      "acknowledged (the agents keep them and send them again); the daemon "
+                      "stops, to be started again on the file now at that path (systemd "
+                      "restarts it; else start opptune-daemon again)", self.config.database, why)
+            self.stop_event.set()
+        return True
 
     def _job_done(self, job_id: str, agent: str) -> None:
         # a tune session's measurement: the session goes on; a tune job no session here holds
@@ -800,7 +852,8 @@ class Daemon:
         self.recommender.applied(agent, msg, rec, now)
         if body["ok"] and rec.get("keep") is not False and info.keeps:
             self._stands(agent, info, rec, body, now)
-        self.send(identity, "ack", {"ids": [msg["id"]]})
+        if not self._store_gone():
+            self.send(identity, "ack", {"ids": [msg["id"]]})
 
     def _stands(self, agent: str, info: Any, rec: dict[str, Any], body: dict[str, Any],
                 now: float) -> None:
@@ -1003,7 +1056,7 @@ def run(args: argparse.Namespace) -> int:
         daemon.serve()
     finally:
         daemon.close()
-    return 0
+    return 1 if daemon.store_lost is not None else 0
 
 
 if __name__ == "__main__":

@@ -371,3 +371,22 @@ def test_curve_off_on_an_address_others_reach_warns_once_at_start(tmp_path, capl
     if warned:
         assert 'curve = "off"' in said[0] and "tcp://0.0.0.0:0" in said[0]
         assert 'set curve = "auto"' in said[0] and "unencrypted" in said[0]
+
+
+def test_a_curve_daemon_that_cannot_bind_leaves_no_keys_behind(tmp_path):
+    """The key pairs are made before the bind (the socket needs the secret key): a daemon
+    whose address is taken exits 2 and leaves nothing it made (keys, their directories)."""
+    import socket
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        state = tmp_path / "state"
+        toml = write_toml(tmp_path / "daemon.toml", {
+            "bind": f"tcp://127.0.0.1:{port}", "curve": "on",
+            "database": str(state / "db" / "opptune.db")})
+        proc = subprocess.run([sys.executable, "-m", "opptune.daemon.service", "--config",
+                               str(toml)], capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 2, proc.stderr
+    assert "address is in use" in proc.stderr
+    assert not state.exists(), sorted(map(str, state.rglob("*")))

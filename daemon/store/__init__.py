@@ -458,6 +458,16 @@ class Store(ABC):
     @abstractmethod
     def close(self) -> None: ...
 
+    def gone(self) -> str | None:
+        """What became of the store's file when it is no longer the one at its path (SQLite:
+        deleted or replaced under the daemon); None while it is. A server (PostgreSQL) has no
+        file to lose: always None."""
+        return None
+
+    def abandon(self) -> None:
+        """Close a store that is ``gone`` (the daemon stops with it)."""
+        self.close()
+
 
 def open_store(location: str) -> Store:
     """Open (and migrate) the store at ``location``."""

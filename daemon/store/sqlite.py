@@ -132,6 +132,8 @@ _SINCE_DRIFT = ("received >= COALESCE((SELECT MAX(d.since) FROM drift d WHERE "
 class SQLiteStore(Store):
     # the writer's wal_autocheckpoint (see _bound_log); -1: left alone (PostgreSQL's subclass)
     _autockpt = -1
+    # (st_dev, st_ino) of the files opened, by suffix; none for PostgreSQL's subclass
+    _files: dict[str, tuple[int, int] | None] = {}
 
     def __init__(self, path: str, busy_timeout_s: float = 10.0, checkpoint_s: float | None = 0.5):
         if path != ":memory:":
@@ -153,6 +155,8 @@ class SQLiteStore(Store):
             self.db.execute(f"PRAGMA journal_size_limit={WAL_RESTART_BYTES}")
             self._migrate()
             self._page = self.db.execute("PRAGMA page_size").fetchone()[0]
+            # the files this connection opened (main, -wal, -shm): gone() and abandon()
+            self._files = _identities(path) if path != ":memory:" else {}
         except BaseException:
             # a store refused (read-only place, newer schema) holds the file open no longer
             self.db.close()
@@ -1028,6 +1032,32 @@ class SQLiteStore(Store):
             f"SELECT state, COUNT(*) FROM {table} GROUP BY state").fetchall())
             for table in ("jobs", "recommendations")}
 
+    def gone(self) -> str | None:
+        """What became of the database file, when the file at its path is no longer the one
+        this store writes (deleted, or replaced: a restore moved another file there); None
+        while it is. One stat: the daemon asks once a second and before each batch's acks."""
+        opened = self._files.get("")
+        if opened is None:
+            return None
+        now = _identities(self.path, ("",))[""]
+        if now == opened:
+            return None
+        return "was deleted" if now is None else "was replaced by another file"
+
+    def abandon(self) -> None:
+        """Close a store whose file is gone (``gone``), and remove its journal files (-wal,
+        -shm) where they are still this store's: SQLite leaves them when its file has moved,
+        and the next open of the file now at the path would replay the old log into it (a
+        restored backup silently rewritten with the pages of the file it replaced). Journal
+        files that are not this store's (a restore's own) are left alone."""
+        self.close()
+        for suffix, now in _identities(self.path, ("-wal", "-shm")).items():
+            if now is not None and now == self._files.get(suffix):
+                try:
+                    os.unlink(self.path + suffix)
+                except OSError as exc:
+                    log.warning("removing %s%s: %s", self.path, suffix, exc)
+
     def close(self) -> None:
         if self._ckpt is not None:
             self._ckpt_stop.set()
@@ -1037,6 +1067,19 @@ class SQLiteStore(Store):
             self.db.close()
         except sqlite3.Error as exc:  # closing must never fail a shutdown
             log.warning("closing %s: %s", self.path, exc)
+
+
+def _identities(path: str, suffixes: Sequence[str] = ("", "-wal", "-shm")
+                ) -> dict[str, tuple[int, int] | None]:
+    """(st_dev, st_ino) of the database file and its journal files (None: no such file)."""
+    out: dict[str, tuple[int, int] | None] = {}
+    for suffix in suffixes:
+        try:
+            st = os.stat(path + suffix)
+            out[suffix] = (st.st_dev, st.st_ino)
+        except OSError:
+            out[suffix] = None
+    return out
 
 
 def _held(state: str, stopped: Any) -> bool:
