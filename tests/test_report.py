@@ -177,7 +177,7 @@ def test_unreachable_daemon_is_one_line_and_writes_nothing(tmp_path):
 
 
 @pytest.mark.parametrize("argv, needle", [
-    (["--daemon", "127.0.0.1:5555"], "not a valid daemon endpoint"),
+    (["--daemon", "127.0.0.1:5555"], "lacks a transport; write it as \"tcp://127.0.0.1:5555\""),
     (["--out", "FILE"], "is a file, not a directory"),
     (["--timeout", "-1"], "seconds > 0"),
     (["--max-groups", "-1"], "--max-groups must be >= 0, not -1"),
