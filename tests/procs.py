@@ -88,8 +88,12 @@ class Cluster:
         under load the daemon's bind comes seconds after its start."""
         self.daemon = proc = self._spawn("opptune.daemon.service", self.daemon_toml,
                                          "daemon.log", self.daemon_prefix)
-        wait_until(lambda: proc.poll() is not None or not _refused(self.endpoint),
-                   f"the daemon listening on {self.endpoint}", 60, self.logs)
+        try:
+            wait_until(lambda: proc.poll() is not None or not _refused(self.endpoint),
+                       f"the daemon listening on {self.endpoint}", 60, self.logs)
+        except BaseException:
+            self.stop()  # the test's own stop comes after this call: none is left running
+            raise
 
     def start_agent(self) -> None:
         self.agent = self._spawn("opptune.agent", self.agent_toml, "agent.log",

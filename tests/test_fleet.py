@@ -78,12 +78,18 @@ class Fleet(Cluster):
     def start_daemons(self) -> None:
         """Start both and wait until each answers: an agent started sooner fails over from
         the one still starting (under load, 1.6 s), and the test's daemon 0 never has it."""
-        for i in (0, 1):
-            self.daemons[i] = self._spawn("opptune.daemon.service", self.tomls[i],
-                                          f"daemon{i}.log")
-        for i in (0, 1):
-            self.use(i)
-            self.wait_for(lambda s: True, 60, f"daemon {i} to answer")
+        try:
+            for i in (0, 1):
+                self.daemons[i] = self._spawn("opptune.daemon.service", self.tomls[i],
+                                              f"daemon{i}.log")
+            for i in (0, 1):
+                self.use(i)
+                self.wait_for(lambda s: True, 60, f"daemon {i} to answer")
+        except BaseException:
+            # the tests call this before their try: a daemon that fails to start (its port
+            # taken meanwhile) must not leave the other one running
+            self.stop()
+            raise
         self.use(0)
 
     def use(self, i: int) -> None:
