@@ -345,13 +345,7 @@ class Registry:
             held, where = info.held_via[0], f" through the daemon at {info.held_via[1]}"
         else:
             held, where = info.claims[info.identity], ""  # type: ignore[index]
-        other = info.claims[identity]
-        log.warning("agent id '%s' is used by two agents at once: %s holds it%s, %s connected "
-                    "too; jobs and configurations go to the first only, the results of both "
-                    "are stored (each run under its board's platform); set agent_id in each "
-                    "board's agent.toml to a name of its own (default: the host name) and "
-                    "restart its agent", info.agent_id, claim_text(held), where,
-                    claim_text(other))
+        _log_clash(info.agent_id, held, where, info.claims[identity], " too")
 
     def clash(self, agent_id: str, now: float | None = None) -> tuple[Claim, Claim] | None:
         """(holder, other) while two live connections say they are ``agent_id``."""
@@ -421,12 +415,8 @@ class Registry:
             key = (agent, other.instance, endpoint)
             seen.add(key)
             if key not in self._refusals_logged:
-                log.warning("agent id '%s' is used by two agents at once: %s holds it, %s "
-                            "connected to the daemon at %s, which refuses it; jobs and "
-                            "configurations go to the first only; set agent_id in each "
-                            "board's agent.toml to a name of its own (default: the host name) "
-                            "and restart its agent", agent, claim_text(holder), claim_text(other),
-                            endpoint)
+                _log_clash(agent, holder, "", other,
+                           f" to the daemon at {endpoint}, which refuses it")
         self._refusals_logged = seen
 
     def hello(self, agent_id: str, identity: bytes, platform_id: str, platform: dict[str, Any],
@@ -556,6 +546,17 @@ def other_board(a: Any, b: Any) -> bool:
     return a.platform_id != b.platform_id or any(
         x is not None and y is not None and x != y
         for x, y in ((a.machine, b.machine), (a.boot, b.boot)))
+
+
+def _log_clash(agent: str, held: Claim, held_where: str, other: Claim, other_where: str
+               ) -> None:
+    """The log line of a clash: the board that holds ``agent`` (connected ``held_where``) and
+    the other one (connected ``other_where``), with what to do."""
+    log.warning("agent id '%s' is used by two agents at once: %s holds it%s, %s connected%s; "
+                "jobs and configurations go to the first only, the results of both are stored "
+                "(each run under its board's platform); set agent_id in each board's agent.toml "
+                "to a name of its own (default: the host name) and restart its agent", agent,
+                claim_text(held), held_where, claim_text(other), other_where)
 
 
 def claim_text(c: Claim) -> str:
