@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import signal
 import socket
 import subprocess
@@ -184,7 +185,10 @@ def main(argv=None) -> int:
         if args.local_size:
             agents[args.local_id] = (args.local_size, args.reps)
             spawn("opptune.agent", _toml(tmp / "local.toml", {
-                **base, "agent_id": args.local_id, "state_dir": str(tmp / "local")}),
+                **base, "agent_id": args.local_id, "state_dir": str(tmp / "local"),
+                # a bare lab machine (the device tool's) has no unprivileged user to run the
+                # kernels as, and an agent running as root refuses to guess one
+                **({"run_as": "root"} if os.geteuid() == 0 else {})}),
                 "local.log")
         for board in args.virtual:
             agents[board] = ("small", args.virtual_reps)
