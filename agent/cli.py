@@ -606,6 +606,14 @@ def run_agent(config, config_path: str | None = None, state_dir_option: bool = F
              "".join(f", {k} {machine[k][:8]}" for k in ("machine", "boot") if k in machine),
              __version__, ", ".join(workloads.names()) or "(none)", outbox.count())
     outbox.other_platforms(platform["id"])
+    kept = outbox.rejected_counts()
+    if kept:
+        log.warning("the outbox keeps %s refused for good by the daemon, not sent again%s",
+                    ", ".join(f"{n} as {code}" for code, n in kept.items()),
+                    "; those refused as unknown_job (jobs its store does not know: a store "
+                    "replaced or restored from a backup) are stored by 'opptune recover "
+                    f"--agent {config.agent_id}' on the daemon's host"
+                    if "unknown_job" in kept else "")
     try:
         link.start()
         worker.start()

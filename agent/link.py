@@ -28,6 +28,7 @@ from __future__ import annotations
 import logging
 import os
 import queue
+import sqlite3
 import threading
 import time
 from typing import Any, Callable, Sequence
@@ -37,7 +38,7 @@ import zmq
 from .. import __version__ as AGENT_VERSION
 from ..shared import protocol as P
 from ..shared.refusals import RefusalLog
-from .outbox import Outbox
+from .outbox import Outbox, OutboxFull
 
 log = logging.getLogger("opptune.agent.link")
 
@@ -148,6 +149,25 @@ class Link:
         self._queue.put(done)
         self.wake()
         return done
+
+    def _resend_rejected(self, msg: dict[str, Any]) -> None:
+        """The daemon asks for the results it refused for good with these codes
+        (``opptune recover``): back in the resend queue, sent with the next results."""
+        # a handful of refusal codes exist: more is not a request this agent can mean
+        codes = sorted({c[:40] for c in msg["body"]["codes"][:16] if isinstance(c, str)})
+        try:
+            n = self.outbox.requeue_rejected(codes)
+        except (OutboxFull, sqlite3.Error) as exc:
+            log.warning("the daemon asked for the results kept as refused (%s) again: not "
+                        "done, %s; they stay kept", ", ".join(codes), exc)
+            return
+        if n:
+            log.info("the daemon asked for the results kept as refused (%s): %d sent again",
+                     ", ".join(codes), n)
+            self._outbox_dirty = True
+        else:
+            log.info("the daemon asked for the results kept as refused (%s): none kept",
+                     ", ".join(codes))
 
     def notify_outbox(self) -> None:
         """New results are in the outbox (any thread may call this)."""
@@ -558,6 +578,8 @@ class Link:
                 self._daemon_refused_log.refused(
                     self.endpoint, body["code"],
                     f"{str(body.get('ref'))[:80]}: {body['message'][:500]}")
+        elif kind == "resend":
+            self._resend_rejected(msg)
         elif kind in ("job", "config", "cancel"):
             try:
                 self.on_message(msg)

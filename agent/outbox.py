@@ -36,7 +36,7 @@ import os
 import sqlite3
 import threading
 import time
-from typing import Any, Iterable
+from typing import Any, Iterable, Sequence
 
 from ..shared import protocol as P
 from .private import make_dir, opener
@@ -513,6 +513,28 @@ class Outbox:
                 self._bytes -= size
             return moved > 0
 
+    def requeue_rejected(self, codes: Sequence[str]) -> int:
+        """Put the messages refused for good with one of ``codes`` back in the resend queue
+        (the daemon asked for them: ``opptune recover``), under their own ids, so that a
+        result the daemon stored meanwhile is acked, not stored twice. Returns how many."""
+        codes = [str(c) for c in codes]
+        if not codes:
+            return 0
+        marks = ",".join("?" * len(codes))
+
+        def statements(db):
+            size = db.execute(f"SELECT COALESCE(SUM(LENGTH(data)), 0) FROM rejected WHERE "
+                              f"code IN ({marks}) AND id NOT IN (SELECT id FROM outbox)",
+                              codes).fetchone()[0]
+            db.execute(f"INSERT OR IGNORE INTO outbox (id, data, created) SELECT id, data, "
+                       f"created FROM rejected WHERE code IN ({marks})", codes)
+            moved = db.execute(f"DELETE FROM rejected WHERE code IN ({marks})", codes).rowcount
+            return moved, size
+        with self._lock:
+            moved, size = self._write(statements, essential=False)
+            self._bytes += size
+        return moved
+
     def rejected(self) -> list[dict[str, Any]]:
         """Messages the daemon refused, with its code and reason, oldest first."""
         with self._lock:
@@ -520,6 +542,12 @@ class Outbox:
                                     "ORDER BY rejected, rowid").fetchall()
         return [{"id": i, "data": d, "code": c, "reason": r, "rejected": t}
                 for i, d, c, r, t in rows]
+
+    def rejected_counts(self) -> dict[str, int]:
+        """Messages kept as refused for good: code -> count."""
+        with self._lock:
+            return dict(self._db.execute("SELECT code, COUNT(*) FROM rejected GROUP BY code "
+                                         "ORDER BY code").fetchall())
 
     def other_platforms(self, platform_id: str) -> dict[str, int]:
         """Pending results measured as another platform than ``platform_id`` (the board's

@@ -306,6 +306,9 @@ def build_parser() -> argparse.ArgumentParser:
     from .cancel_cli import add_parser as add_cancel
     add_cancel(sub, _add_link_options)
 
+    from .recover_cli import add_parser as add_recover
+    add_recover(sub, _add_link_options)
+
     from .doctor_cli import add_parser as add_doctor
     add_doctor(sub, _add_link_options)
 

@@ -42,7 +42,9 @@ CANCELS_KEPT = 1024  # sent cancel messages remembered, for an older agent's ref
 COMPLETE_KEPT = 1024
 
 ACTIVE_JOB_STATES = ("queued", "sent", "running")
-FINAL_JOB_STATES = ("done", "failed", "expired", "cancelled")
+# recovered: results of a job the store never issued, taken in on `opptune recover`
+# (daemon/recovery.py): never sent, resumed, expired or cancelled
+FINAL_JOB_STATES = ("done", "failed", "expired", "cancelled", "recovered")
 # final; the status carries the reason
 UNSUCCESSFUL_JOB_STATES = ("failed", "expired", "cancelled")
 # what a job's results may still change: every state but cancelled, which stays

@@ -83,6 +83,9 @@ def answer(d: Daemon, what: str, args: dict[str, Any]) -> dict[str, Any] | Defer
         return d.tuning.stop(args)
     if what == "cancel":
         return cancel(d, args)
+    if what == "recover":
+        from .recovery import answer as recover
+        return recover(d, args)
     if what == "keys":
         return keys(d, args)
     if what == "doctor":
@@ -98,8 +101,8 @@ def answer(d: Daemon, what: str, args: dict[str, Any]) -> dict[str, Any] | Defer
         return getattr(characterize, what)(d, args)
     raise HandlerError("unknown_query", f"unknown query '{what[:40]}'; known: status, sweep, "
                                         "fit, recommend, tune, tune_status, tune_stop, cancel, "
-                                        "report, keys, doctor, characterize, mpet_data, runs, "
-                                        "import, again")
+                                        "recover, report, keys, doctor, characterize, "
+                                        "mpet_data, runs, import, again")
 
 
 def cancel(d: Daemon, args: dict[str, Any]) -> dict[str, Any]:

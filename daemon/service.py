@@ -51,6 +51,8 @@ from .link import Link
 from .planner import is_tune_job
 from .query_worker import Deferred, QueryWorker
 from .recent_requests import RecentRequests, is_change
+from . import recovery
+from .recovery import RECOVER_SINCE, RECOVERED, Recovery, recovered_job
 from .recommender import Recommender, off_pct, verdict
 from ..shared.refusals import RefusalLog
 from .registry import Registry, claim_text, platform_id_of, standing_of
@@ -79,7 +81,7 @@ DAEMON_ID = "daemon"
 
 # an issued job as results are checked against it: agent, workload, input, and its points as
 # (cpus, threads, variant), the cpus both as sent and sorted
-_Issued = tuple[str, str, str, frozenset[tuple[tuple[int, ...], Any, str]]]
+_Issued = tuple[str, str, str, frozenset[tuple[tuple[int, ...], Any, str]] | None]
 
 
 def reachable_endpoint(endpoint: str) -> str:
@@ -89,6 +91,15 @@ def reachable_endpoint(endpoint: str) -> str:
         if endpoint.startswith(wildcard):
             return f"tcp://{socket.gethostname()}:{endpoint[len(wildcard):]}"
     return endpoint
+
+
+def _unknown_job(job_id: str, agent: str, job: _Issued | None) -> str:
+    head = f"job '{job_id[:80]}' was not issued to agent '{agent}'; its results are not stored"
+    if job is not None:
+        return head  # another agent's
+    return (f"{head} (a job of a store this daemon no longer has: replaced, or restored from "
+            f"a backup? 'opptune recover --agent {agent[:80]}' on the daemon's host stores "
+            "them)")
 
 
 def _wrong_group(rec: RecordColumns, platform: str, job: _Issued, job_id: str) -> str:
@@ -304,6 +315,7 @@ class Daemon:
         # what became of the store's file when it was deleted or replaced under the daemon
         # (store.gone): nothing is acked from then on, and the daemon stops
         self.store_lost: str | None = None
+        self.recovery = Recovery()  # agents open to results of jobs the store lacks
         self.recommender = Recommender(config, self.store, self.registry, self.fitter,
                                        self.send, self.stats)
         self.recommender.owner = self.instance
@@ -586,11 +598,15 @@ class Daemon:
         if info is None or info.agent_id != agent:
             info = self._speaker(identity, agent, now, seen)
         job = self._issued(body["job_id"])
+        adopt = False
         if job is None or job[0] != agent:
             # Only measurements the daemon asked this agent for are stored: a made-up job id
-            # (or another agent's) would slip fabricated runs into the fits.
-            raise HandlerError("unknown_job", f"job '{body['job_id'][:80]}' was not issued to "
-                                              f"agent '{agent}'; its results are not stored")
+            # (or another agent's) would slip fabricated runs into the fits. A job the store
+            # never knew, from an agent the operator opened (`opptune recover`: the store was
+            # replaced), is stored as recovered, in its group on the agent's own platform.
+            adopt = job is None and self.recovery.until(agent, now) is not None
+            if not adopt:
+                raise HandlerError("unknown_job", _unknown_job(body["job_id"], agent, job))
         raw = body["record"]
         # The columns straight from the map where they are all that is needed; the full record
         # where the fast read cannot tell (from_dict refuses it, naming why) or where the
@@ -608,9 +624,16 @@ class Daemon:
         # its runs under its own platform (a job it was sent while it held the id)
         claim = info.claims.get(identity)
         platform = claim.platform_id if claim is not None else info.platform_id
+        if adopt:
+            if cols.platform != platform:
+                raise HandlerError("wrong_group", f"a result of job '{body['job_id'][:80]}' "
+                                                  f"names platform '{cols.platform[:80]}', not "
+                                                  f"the agent's '{platform}'; it is not stored")
+            job = self._recover(agent, body, cols, now)
         if (cols.platform != platform or cols.workload != job[1]
                 or cols.input != job[2]
-                or ((tuple(cols.cpus), cols.threads, cols.variant) not in job[3]
+                or (job[3] is not None  # a recovered job's points are not known
+                    and (tuple(cols.cpus), cols.threads, cols.variant) not in job[3]
                     and (tuple(sorted(cols.cpus)), cols.threads, cols.variant) not in job[3])):
             raise HandlerError("wrong_group", _wrong_group(cols, platform, job, body["job_id"]))
         job_id = body["job_id"]
@@ -658,9 +681,25 @@ class Daemon:
         # a result in the hello's own batch is older than the hello already (the batch's time)
         return min(now, since - STALE_PROGRAM_BEFORE_S)
 
+    def _recover(self, agent: str, body: dict[str, Any], cols: RecordColumns,
+                 now: float) -> _Issued:
+        """The job row of a result of a job the store never issued, ``agent`` open to them
+        (daemon/recovery.py): its workload and input are its first result's."""
+        job_id = body["job_id"]
+        job = recovered_job(job_id, cols.workload, cols.input, body["of"])
+        job["reason"] = ("recovered: a job this store never issued (a store replaced or "
+                         "restored from a backup), its results stored on 'opptune recover' "
+                         "at " + time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime(now)))
+        self.store.save_job(agent, job, now, state=RECOVERED)
+        log.info("agent %s: job %s (%s, input %s) is not in this store: its results are "
+                 "stored as recovered", agent, job_id, cols.workload, cols.input)
+        self._job_owner[job_id] = (agent, cols.workload, cols.input, None)
+        return self._job_owner[job_id]
+
     def _issued(self, job_id: str) -> _Issued | None:
-        """The agent a job was issued to, its workload, input and points; None for a job
-        never issued. Cached: one dict lookup per result."""
+        """The agent a job was issued to, its workload, input and points (None: a recovered
+        job's, not known); None for a job never issued. Cached: one dict lookup per
+        result."""
         issued = self._job_owner.get(job_id)
         if issued is None:
             job = self.store.job(job_id)
@@ -669,9 +708,9 @@ class Daemon:
             if len(self._job_owner) >= 100_000:
                 self._job_owner.clear()
             # each point's cpus as sent (records list them so) and sorted (any order matches)
-            points = frozenset((tuple(order(p.get("cpus") or ())), p.get("threads"),
-                                str(p.get("variant", ""))) for p in job["points"]
-                               for order in (list, sorted))
+            points = None if job["state"] == RECOVERED else frozenset(
+                (tuple(order(p.get("cpus") or ())), p.get("threads"), str(p.get("variant", "")))
+                for p in job["points"] for order in (list, sorted))
             issued = self._job_owner[job_id] = (job["agent"], job["workload"], job["size"],
                                                 points)
         return issued
@@ -710,6 +749,14 @@ class Daemon:
         send_ack = self.link.send_ack
         for identity, ids in acks.items():
             send_ack(identity, ids, DAEMON_ID)
+        recovered = [j for j in touched if (self._issued(j) or (0, 0, 0, ()))[3] is None]
+        for job_id in recovered:
+            # no end to wait for (runs the lost store had acked never come): its groups are
+            # fitted as its runs arrive, with nothing pushed to the board for them
+            _of, agent, _new, _closing = touched.pop(job_id)
+            for group in self.store.job_groups(job_id):
+                self.recommender.request_fit(group, agent=agent, job_id=job_id,
+                                             recommend_after=False)
         self.jobs.results_stored(touched, now)
 
     def _store_gone(self) -> bool:
@@ -798,6 +845,8 @@ class Daemon:
         self.tuning.take_up(agent)
         swept = self.jobs.resume(agent)
         self.recommender.send_unsent(agent, identity)
+        if self.recovery.until(agent, now) is not None:
+            recovery.ask(self, agent)  # opened by `opptune recover` while it was away
         if self.config.auto_sweep:
             for name in info.workload_names():
                 if name not in swept:
@@ -821,6 +870,12 @@ class Daemon:
     def _on_error(self, identity: bytes, msg: dict[str, Any]) -> None:
         self.registry.seen(msg["agent"], identity, time.time())
         b = msg["body"]
+        if self.recovery.refused(b.get("ref")) is not None:
+            log.warning("agent %s does not take the request for its refused results "
+                        "('opptune recover'): %s; they stay in its outbox's rejected table: "
+                        "upgrade the agent to opptune %s or later, then run 'opptune recover' "
+                        "again", msg["agent"], b["message"][:200], RECOVER_SINCE)
+            return
         self._agent_errors.refused(msg["agent"], b["code"],
                                    f"{b['message'][:500]} (about {str(b.get('ref'))[:80]})")
         self.jobs.agent_error(msg["agent"], b)

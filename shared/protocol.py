@@ -35,6 +35,10 @@ cancel     daemon     stop job ``job_id`` for good: the agent kills the run unde
                       ignored. An older agent refuses the type (``unknown_type``, ``ref`` =
                       the cancel's id): the job then runs to its end there
 applied    agent      outcome of a config: verified records, or why it was refused
+resend     daemon     send again the results kept as refused for good with these ``codes``
+                      (``opptune recover``: ``unknown_job``, after the daemon's store was
+                      replaced). An older agent refuses the type (``unexpected_type`` or
+                      ``unknown_type``, ``ref`` = the resend's id): they stay kept there
 error      both       something received was refused; ``ref`` names its message id
 query      operator   ask the daemon for its state (``opptune status``)
 reply      daemon     answer to a query
@@ -43,7 +47,9 @@ reply      daemon     answer to a query
 Refusal codes the daemon uses for who may send what (the agent keeps its results for the
 transient ones and parks them for the permanent ones, see agent/link.py):
 
-- ``unknown_job``: a result for a job the daemon did not issue to that agent (permanent);
+- ``unknown_job``: a result for a job the daemon did not issue to that agent (permanent;
+  while ``opptune recover`` holds the agent's results open, the daemon stores a job its store
+  does not know as ``recovered`` instead, see daemon/recovery.py);
   ``unknown_config``: an ``applied`` for a configuration not pushed to it (permanent).
 - With CURVE on: ``key_pending`` (the operator has not accepted the sender's key yet),
   ``key_rejected``, ``key_revoked``, ``key_mismatch`` (the key was accepted for another agent
@@ -206,6 +212,9 @@ BODY_SCHEMAS: dict[str, dict[str, tuple[tuple[type, ...], bool]]] = {
     },
     "cancel": {
         "job_id": (_STR, True),
+    },
+    "resend": {
+        "codes": (_LIST, True),  # refusal codes, e.g. ["unknown_job"]
     },
     "applied": {
         "config_id": (_STR, True),

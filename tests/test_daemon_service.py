@@ -255,6 +255,79 @@ def test_results_for_jobs_never_issued_are_refused_and_not_stored(daemon, caplog
     b.close()
 
 
+def test_recover_stores_an_opened_agents_results_of_jobs_the_store_never_issued(daemon):
+    """``opptune recover`` (daemon/recovery.py): the agent is asked for its refused results
+    and a job the store does not know is stored as ``recovered``, for that agent's own
+    platform only; another agent's job, another platform, an agent not opened stay refused."""
+    a, b, op = (Agent(daemon.endpoint, n) for n in ("a1", "b1", "operator"))
+    a.hello()
+    b.hello()
+    theirs = b.expect("job")["body"]["job_id"]
+    a.expect("job")
+    mid = a.send("result", {"job_id": "lost-1", "seq": 0, "of": 3, "record": record(1)})
+    err = a.expect("error", ref=mid)["body"]
+    assert err["code"] == "unknown_job" and "'opptune recover --agent a1'" in err["message"]
+    opened = query(op, "recover", {"agent": "a1"})["agents"]
+    assert [(x["agent"], x["known"], x["told"], x["jobs"], x["runs"]) for x in opened] == [
+        ("a1", True, True, 0, 0)]
+    assert a.expect("resend")["body"]["codes"] == ["unknown_job"]
+    ids = [a.send("result", {"job_id": "lost-1", "seq": s, "of": 3, "record": record(n)})
+           for s, n in ((0, 1), (1, 2), (2, 2))]
+    acked: list = []
+    while len(acked) < 3:
+        acked += a.expect("ack")["body"]["ids"]
+    assert sorted(acked) == sorted(ids)
+    db = daemon.config.database
+    assert rows(db, "SELECT agent, workload, size, state, expected FROM jobs WHERE job_id = "
+                    "'lost-1'") == [("a1", "wl", "small", "recovered", 3)]
+    assert rows(db, "SELECT COUNT(*) FROM runs WHERE job_id = 'lost-1'") == [(3,)]
+    # the same result again: acked, stored once
+    again = a.send("result", {"job_id": "lost-1", "seq": 0, "of": 3, "record": record(1)},
+                   msg_id=ids[0])
+    assert a.expect("ack")["body"]["ids"] == [again]
+    assert rows(db, "SELECT COUNT(*) FROM runs WHERE job_id = 'lost-1'") == [(3,)]
+    refused = []
+    other = record(1)
+    other["platform"] = "another-board"
+    for who, job_id, rec in ((a, theirs, record(1)), (a, "lost-2", other),
+                             (b, "lost-3", record(1))):
+        mid = who.send("result", {"job_id": job_id, "seq": 0, "of": 1, "record": rec})
+        refused.append(who.expect("error", ref=mid)["body"]["code"])
+    assert refused == ["unknown_job", "wrong_group", "unknown_job"]
+    assert rows(db, "SELECT job_id FROM jobs WHERE job_id LIKE 'lost-%'") == [("lost-1",)]
+    assert rows(db, "SELECT COUNT(*) FROM runs WHERE job_id = ?", (theirs,)) == [(0,)]
+    again = query(op, "recover", {"agent": "a1"})["agents"][0]
+    assert (again["jobs"], again["runs"]) == (1, 3)
+    # an agent not heard yet is opened too, and said to be unknown
+    assert [(x["known"], x["told"]) for x in
+            query(op, "recover", {"agent": "c1"})["agents"]] == [(False, False)]
+    for x in (a, b, op):
+        x.close()
+
+
+def test_recover_says_an_older_agent_does_not_take_the_request(daemon, caplog):
+    """An agent older than the ``resend`` message refuses it: one warning line naming the agent
+    and what to do; no refusal line of its own."""
+    a, op = Agent(daemon.endpoint, "old"), Agent(daemon.endpoint, "operator")
+    a.hello()
+    a.expect("job")
+    caplog.set_level("INFO", logger="opptune.daemon")
+    query(op, "recover", {})
+    ask = a.expect("resend")
+    a.send("error", {"code": "unexpected_type", "message": "an agent does not accept 'resend' "
+                     "messages", "ref": ask["id"]})
+    wait = time.monotonic() + 10
+    said: list = []
+    while not said and time.monotonic() < wait:
+        said = [r.getMessage() for r in caplog.records
+                if "does not take the request for its refused results" in r.getMessage()]
+        time.sleep(0.05)
+    assert len(said) == 1 and said[0].startswith("agent old ") and "upgrade the agent" in \
+        said[0], said
+    a.close()
+    op.close()
+
+
 def test_status_structure_and_sweep_query(daemon):
     a = Agent(daemon.endpoint)
     a.hello(workloads=("wl", "other"))

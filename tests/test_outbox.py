@@ -112,6 +112,32 @@ def test_reject_moves_a_message_out_of_the_queue_and_keeps_it(tmp_path):
     assert P.decode(parked["data"]) == msg
 
 
+def test_requeue_rejected_puts_back_only_the_codes_asked_for(tmp_path):
+    """The daemon's ``resend`` (``opptune recover``): the results refused as unknown_job go
+    back in the queue under their own ids and bytes; the other refusals stay kept."""
+    ob = Outbox(str(tmp_path))
+    msgs = [result(seq=i) for i in range(3)]
+    for m in msgs:
+        ob.put(m)
+    two = len(P.encode(msgs[0])) + len(P.encode(msgs[1]))
+    ob.reject(msgs[0]["id"], "unknown_job", "no such job")
+    ob.reject(msgs[1]["id"], "unknown_job", "no such job")
+    ob.reject(msgs[2]["id"], "bad_record", "nope")
+    assert ob.rejected_counts() == {"bad_record": 1, "unknown_job": 2}
+    assert ob.pending_bytes == 0
+    assert ob.requeue_rejected(["unknown_job"]) == 2
+    assert sorted(P.decode(d)["id"] for _, d in ob.pending()) == sorted(
+        m["id"] for m in msgs[:2])
+    assert ob.pending_bytes == two
+    assert ob.rejected_counts() == {"bad_record": 1}
+    assert ob.requeue_rejected(["unknown_job"]) == 0
+    ob.ack([m["id"] for m in msgs[:2]])
+    assert ob.pending_bytes == 0 and ob.count() == 0
+    ob.close()
+    again = Outbox(str(tmp_path))
+    assert again.rejected_counts() == {"bad_record": 1} and again.pending_bytes == 0
+
+
 def test_bound_pauses_new_runs_until_acks_bring_it_under_90_percent(tmp_path, caplog):
     """At ``max_bytes`` of unacked results the outbox says why no run may start, keeps
     taking the result of a run that finished (a soft bound: nothing refused, nothing dropped),

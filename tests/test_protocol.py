@@ -26,6 +26,7 @@ BODIES = {
     "config": {"config_id": "c", "workload": "compute", "size": "small", "cpus": [0, 1],
                "threads": 2, "freq_khz": None, "reps": 3},
     "cancel": {"job_id": "job-1"},
+    "resend": {"codes": ["unknown_job"]},
     "applied": {"config_id": "c", "ok": False, "error": "too many cores"},
     "error": {"code": "bad", "message": "x", "ref": None},
     "query": {"what": "status"},

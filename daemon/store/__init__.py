@@ -165,6 +165,10 @@ class Store(ABC):
         """Store a job body as sent to ``agent_id``."""
 
     @abstractmethod
+    def recovered_counts(self, agent: str) -> tuple[int, int]:
+        """(jobs, runs) stored as ``recovered`` for ``agent`` (``opptune recover``)."""
+
+    @abstractmethod
     def set_job_state(self, job_id: str, state: str, reason: str | None = None,
                       now: float | None = None, only_from: Sequence[str] | None = None,
                       stopped: dict[str, Any] | None = None) -> bool:

@@ -429,10 +429,19 @@ class SQLiteStore(Store):
                        "reason=excluded.reason, updated=excluded.updated, "
                        "stopped=excluded.stopped, held=excluded.held",
                        (job["job_id"], agent_id, job["workload"], job["size"], _dumps(points),
-                        len(points), job["reps"], job["warmup"], len(points) * job["reps"],
-                        now, state, None, now, None))
+                        len(points), job["reps"], job["warmup"],
+                        job.get("expected", len(points) * job["reps"]),
+                        now, state, job.get("reason"), now, None))
             db.execute("INSERT INTO workloads(name, first_seen) VALUES (?, ?) "
                        "ON CONFLICT DO NOTHING", (job["workload"], now))
+
+    def recovered_counts(self, agent: str) -> tuple[int, int]:
+        """(jobs, runs) stored as recovered for ``agent`` (daemon/recovery.py)."""
+        row = self.db.execute(
+            "SELECT COUNT(DISTINCT j.job_id), COUNT(r.msg_id) FROM jobs j LEFT JOIN runs r "
+            "ON r.job_id = j.job_id WHERE j.agent = ? AND j.state = 'recovered'",
+            (agent,)).fetchone()
+        return int(row[0]), int(row[1])
 
     def set_job_state(self, job_id: str, state: str, reason: str | None = None,
                       now: float | None = None, only_from: Sequence[str] | None = None,

@@ -1,0 +1,120 @@
+"""``opptune recover``: results of jobs the store never issued, taken in on the operator's word.
+
+A daemon stores only the results of jobs it issued to the agent sending them (``unknown_job``
+otherwise, and the agent keeps such results in its outbox's ``rejected`` table). When the
+store was replaced (an empty one after a lost disk, or an older backup restored), the agents'
+unacknowledged results belong to jobs the new store never heard of: measurements that are not
+deleted, but lost to the user. ``opptune recover --agent A`` opens agent A for a while: the
+daemon asks the agent to send its ``unknown_job`` results again (a ``resend`` message, now or
+at its next hello), and stores each result of a job it does not know under a job row of state
+``recovered`` (final: never sent, resumed, expired or cancelled), owned by that agent, for the
+workload and input of its first result. Only the results of the agent's own platform are
+taken (as for any job), so that one agent cannot fill another's groups.
+
+Held in memory: a daemon restarted meanwhile takes unknown jobs again only after another
+``opptune recover``; a job already recovered is known to the store and stays open to its
+further results."""
+
+from __future__ import annotations
+
+import logging
+import time
+from typing import Any
+
+from .errors import HandlerError
+
+log = logging.getLogger("opptune.daemon.recovery")
+
+RECOVERED = "recovered"  # the state of a job row made for results of a job the store lacked
+DEFAULT_FOR_S = 3600.0  # how long an agent stays open to unknown jobs after `opptune recover`
+MAX_FOR_S = 7 * 86400.0
+CODES = ["unknown_job"]
+RECOVER_SINCE = "0.7.0"  # the first agent that takes a ``resend``  # the refusals whose results the agent is asked for again
+
+
+class Recovery:
+    """Which agents are open to results of unknown jobs, and until when."""
+
+    def __init__(self) -> None:
+        self._until: dict[str, float] = {}
+        self._asked: dict[str, str] = {}  # resend message id -> agent (an older agent's refusal)
+
+    def open(self, agent: str, until: float) -> None:
+        self._until[agent] = until
+
+    def until(self, agent: str, now: float) -> float | None:
+        """When ``agent`` stops being open (None: it is not)."""
+        t = self._until.get(agent)
+        if t is not None and t <= now:
+            del self._until[agent]
+            return None
+        return t
+
+    def asked(self, msg_id: str, agent: str) -> None:
+        if len(self._asked) >= 10_000:
+            self._asked.clear()
+        self._asked[msg_id] = agent
+
+    def refused(self, msg_id: str | None) -> str | None:
+        """The agent whose refusal of the resend ``msg_id`` this is (an agent older than the
+        ``resend`` message), else None."""
+        return self._asked.pop(msg_id, None) if msg_id else None
+
+
+def recovered_job(job_id: str, workload: str, size: str, of: int) -> dict[str, Any]:
+    """The job row for the results of ``job_id``, a job the store never issued: its points are
+    not known (only the runs that arrive say them); ``of`` its runs as the agent counted them."""
+    return {"job_id": job_id, "workload": workload, "size": size, "points": [], "reps": 0,
+            "warmup": 0, "expected": max(0, int(of))}
+
+
+def parse_for_s(args: dict[str, Any]) -> float:
+    value = args.get("for_s", DEFAULT_FOR_S)
+    if isinstance(value, bool) or not isinstance(value, (int, float)) \
+            or not 0 < value <= MAX_FOR_S:
+        raise HandlerError("bad_args", f"recover args.for_s must be a number of seconds in "
+                                       f"(0, {MAX_FOR_S:g}]")
+    return float(value)
+
+
+def answer(d: Any, args: dict[str, Any]) -> dict[str, Any]:
+    """``opptune recover``: open ``args.agent`` (every agent the daemon knows when absent) for
+    ``args.for_s`` seconds and ask each connected one for its results again. ``{"agents":
+    [{"agent", "known", "told", "until", "jobs", "runs"}]}``: known: it said hello to a daemon
+    of this store; told: the resend went to its connection (False: it is asked at its next
+    hello); jobs, runs: recovered so far for it."""
+    agent = args.get("agent")
+    if agent is not None and (not isinstance(agent, str) or not agent):
+        raise HandlerError("bad_args", "recover args.agent must be non-empty text")
+    now = time.time()
+    until = now + parse_for_s(args)
+    # an agent not heard yet is opened too: right after a store was replaced, the operator
+    # may run this before the agents are back (the reply says it is unknown: a misspelt id?)
+    names = [agent] if agent is not None else [a.agent_id for a in d.registry.all()]
+    out = []
+    for name in names:
+        d.recovery.open(name, until)
+        told = ask(d, name)
+        jobs, runs = d.store.recovered_counts(name)
+        out.append({"agent": name, "known": d.registry.get(name) is not None, "told": told,
+                    "until": until, "jobs": jobs, "runs": runs})
+        log.info("agent %s: results of jobs this store never issued are stored as recovered "
+                 "until %s (opptune recover); %s", name,
+                 time.strftime("%H:%M:%S", time.localtime(until)),
+                 "asked for them now" if told else "asked at its next hello")
+    return {"agents": out}
+
+
+def ask(d: Any, agent: str) -> bool:
+    """Send ``agent`` the resend of its ``unknown_job`` results, if it is connected."""
+    from ..shared import protocol
+    from .service import DAEMON_ID  # here: service imports this module
+    info = d.registry.get(agent)
+    identity = getattr(info, "identity", None)
+    if identity is None:
+        return False
+    msg = protocol.make("resend", DAEMON_ID, {"codes": CODES})
+    if not d.link.send(identity, msg):
+        return False
+    d.recovery.asked(msg["id"], agent)
+    return True
