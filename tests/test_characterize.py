@@ -613,6 +613,7 @@ def test_without_size_a_kernel_lacking_the_sweep_size_runs_at_its_first_saying_s
         swept_answer = json.loads(s.stdout)
         (swept,) = swept_answer["jobs"]
         first = swept["size"]  # the kernel's first size, as sweep takes it
+        assert first == "small"  # the board lists its smallest first (a name sort: "large")
         assert swept_answer["sizes_instead"] == {"size": "default",
                                                  "workloads": {"triad": first}}
         # ... and sweep says it, as characterize does
