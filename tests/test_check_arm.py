@@ -244,3 +244,39 @@ def test_an_interrupted_step_stops_its_process_before_the_caller_cleans_up(tmp_p
     finally:
         signal.signal(signal.SIGTERM, before)
         procs.stop_all()
+
+
+def test_a_second_run_on_one_cache_waits_for_the_first_saying_so(tmp_path):
+    """Two checks on one cache removed each other's half-built userland: the second waits
+    (flock on the cache's lock file), naming the first, and goes on once it ends."""
+    cache = tmp_path / "cache"
+    hold = ("import importlib.util, sys; from pathlib import Path; "
+            f"s = importlib.util.spec_from_file_location('c', {str(SCRIPT)!r}); "
+            "m = importlib.util.module_from_spec(s); s.loader.exec_module(m)\n"
+            f"with m.cache_lock(Path({str(cache)!r})):\n"
+            "    print('held', flush=True); sys.stdin.readline()\n"
+            "print('released', flush=True)\n")
+    first = subprocess.Popen([sys.executable, "-c", hold], stdin=subprocess.PIPE,
+                             stdout=subprocess.PIPE, text=True)
+    second = None
+    try:
+        assert first.stdout.readline() == "held\n"
+        second = subprocess.Popen([sys.executable, "-c", hold], stdin=subprocess.PIPE,
+                                  stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        waiting = second.stderr.readline()
+        assert waiting.startswith(f"check-arm: {cache} is in use by another check-arm "
+                                  f"(pid {first.pid}, since "), waiting
+        assert waiting.endswith("); waiting for it to end\n"), waiting
+        first.stdin.write("\n")
+        first.stdin.flush()
+        assert first.stdout.readline() == "released\n"
+        assert second.stdout.readline() == "held\n"  # only once the first let go
+        assert (cache / "lock").read_text().startswith(f"pid {second.pid}, since ")
+        second.stdin.write("\n")
+        second.stdin.flush()
+        assert second.wait(30) == 0 and first.wait(30) == 0
+    finally:
+        for p in (first, second):
+            if p is not None and p.poll() is None:
+                p.kill()
+                p.wait()

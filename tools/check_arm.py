@@ -16,6 +16,8 @@ what to install and exits 2. Run it with the project's .venv python (the daemon 
 from __future__ import annotations
 
 import argparse
+import contextlib
+import fcntl
 import hashlib
 import json
 import os
@@ -248,6 +250,29 @@ def ensure_binfmt(arch: str) -> None:
         (base / "register").write_text(conf.read_text().strip() + "\n")
     if not entry.read_text().startswith("enabled"):
         raise CheckFailed(f"binfmt_misc entry {entry} is disabled: echo 1 > {entry}")
+
+
+@contextlib.contextmanager
+def cache_lock(cache_dir: Path, say=lambda text: print(text, file=sys.stderr, flush=True)):
+    """Hold ``cache_dir`` for this run alone: two checks on one cache (two clones' CI, a build
+    beside a check) each removed the other's half-built userland (``*.tar.part``) and
+    unpacked root. A second run says whom it waits for and waits (Ctrl-C or SIGTERM stop
+    it)."""
+    cache_dir.mkdir(parents=True, exist_ok=True)
+    with open(cache_dir / "lock", "a+") as fh:
+        try:
+            fcntl.flock(fh, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            fh.seek(0)
+            holder = fh.read().strip() or "another process"
+            say(f"check-arm: {cache_dir} is in use by another check-arm ({holder}); waiting "
+                "for it to end")
+            fcntl.flock(fh, fcntl.LOCK_EX)
+        fh.seek(0)
+        fh.truncate()
+        fh.write(f"pid {os.getpid()}, since {time.strftime('%H:%M:%S')}\n")
+        fh.flush()
+        yield
 
 
 def userland(arch: str, packages: list[str], cache_dir: Path, procs: Procs,
@@ -579,10 +604,21 @@ def main(argv: list[str] | None = None) -> int:
         print(f"check-arm: {exc}", file=sys.stderr)
         return 2
     args.cache_dir = (args.cache_dir or default_cache_dir()).resolve()
-    run_dir = args.cache_dir / "logs" / time.strftime("%Y%m%d-%H%M%S")
-    prune_logs(args.cache_dir / "logs", keep=9)  # with this run's, the last ten
     for sig in (signal.SIGTERM, signal.SIGHUP):
         signal.signal(sig, _on_signal)
+    try:
+        with cache_lock(args.cache_dir):
+            return _run(args, commands)
+    except (KeyboardInterrupt, Interrupted) as exc:  # while waiting for the cache
+        print(f"check-arm: interrupted ({str(exc) or 'SIGINT'}) while waiting for the cache; "
+              "nothing was checked", file=sys.stderr)
+        return 130
+
+
+def _run(args: argparse.Namespace, commands: list[str]) -> int:
+    """The checks (or the userland builds), the cache held."""
+    run_dir = args.cache_dir / "logs" / time.strftime("%Y%m%d-%H%M%S")
+    prune_logs(args.cache_dir / "logs", keep=9)  # with this run's, the last ten
     procs = Procs()
     results: dict[str, dict] = {}
     code = 0
