@@ -541,7 +541,10 @@ class Targets:
         try:
             if kind_of(target) == "pid":
                 return cpu_time_pid(target["pid"])
-            how, cg = self._unit_how(target["unit"])
+            # the unit's cgroup, found in the tree (kept while it is there) whether systemd
+            # manages it or not: asking systemd where it is answered no cgroup, so no unit
+            # under systemd was ever measured, and cost a systemctl on the worker each time
+            cg = self.unit_cgroup(unit_name(target["unit"]))
             if cg is None:
                 return None
             for line in self.fs.read_text(f"{cg}/cpu.stat").splitlines():

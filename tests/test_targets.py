@@ -350,6 +350,21 @@ def test_a_unit_confinement_without_effect_is_refused_and_undone(tmp_path, hiera
         ob.close()
 
 
+def test_a_units_cpu_time_under_systemd_is_read_from_its_cgroup_without_systemctl(tmp_path):
+    """The verification window of a unit target measures its CPU time (cgroup cpu.stat): under
+    systemd that read asked systemctl where the unit is, was answered no cgroup, and measured
+    nothing (cpu_s null) for every unit of a systemd board, a systemctl call each time."""
+    root = tmp_path / "root"
+    d = cgroup_tree(root)
+    fake, log, _allowed = _systemctl_of_a_host(tmp_path, effective="allowed")
+    targets = Targets(SysFS(str(root)), systemctl=str(fake), systemd=True)
+    assert targets.cpu_time({"kind": "unit", "unit": "web"}) == 1.5
+    (d / "cpu.stat").write_text("usage_usec 2250000\n")
+    assert targets.cpu_time({"kind": "unit", "unit": "web.service"}) == 2.25
+    assert not log.exists()  # no systemctl
+    assert targets.cpu_time({"kind": "unit", "unit": "gone"}) is None
+
+
 def test_a_unit_confined_to_fewer_cpus_than_asked_is_refused(tmp_path):
     """cgroup v2 with the unit's slice allowing cpu 0 only: AllowedCPUs=0-1 leaves it on 0."""
     root = tmp_path / "root"
