@@ -16,9 +16,10 @@ kernel rebuilt makes every kernel's program new) and its accounting; a
 virtual board's kernel the modules that model it. Each file is known by its resolved path and a
 SHA-256 of its content, a large one (past ``HASH_MAX_BYTES``, e.g. a data set on the command
 line) by its size and mtime. Hashing costs 0.2-0.4 s for a 50 MB binary on a loaded 2-core
-x86 VM (sha256 with SHA-NI; more on a small board), so the digests are kept in ``state_dir/program-ids.json`` by (device, inode, size,
-mtime): an agent restarted with its files unchanged only stats them, and so does the look
-before each run (agent/workloads.py ``Workloads.refresh``) that notices a file replaced while the
+x86 VM (sha256 with SHA-NI; more on a small board), so the digests are kept in
+``state_dir/program-ids.json`` by the file's (device, inode, size, mtime, ctime:
+file_identity.py): an agent restarted with its files unchanged only stats them, and so does
+the look before each run (agent/workloads.py ``Workloads.refresh``) that notices a file replaced while the
 agent runs. A file that is missing is said to be (its runs fail as before; the hello still goes
 out).
 """
@@ -34,6 +35,7 @@ import struct
 from dataclasses import dataclass
 from typing import IO, Any, Mapping
 
+from .file_identity import file_key
 from .private import open_private
 from .loader_facts import hwcaps_env
 from .shared_libs import Libraries
@@ -41,13 +43,13 @@ from .shared_libs import Libraries
 log = logging.getLogger("opptune.agent.workloads")
 
 HASH_MAX_BYTES = 256 << 20
+
 CACHE_FILENAME = "program-ids.json"
 _CACHE_MAX = 1000  # entries kept: the files of every workload, several times over
 
 
 class FileIds:
-    """File identities, cached by (device, inode, size, mtime) in ``cache_path`` (None: in
-    memory only)."""
+    """File identities, cached by ``file_key`` in ``cache_path`` (None: in memory only)."""
 
     def __init__(self, cache_path: str | None = None):
         self.cache_path = cache_path
@@ -71,7 +73,7 @@ class FileIds:
             st = os.stat(real)
             if st.st_size > HASH_MAX_BYTES:
                 return {"path": real, "size": st.st_size, "mtime_ns": st.st_mtime_ns}
-            key = f"{st.st_dev}:{st.st_ino}:{st.st_size}:{st.st_mtime_ns}:{real}"
+            key = ":".join(map(str, (*file_key(st), real)))
             digest = self._cache.get(key)
             if digest is None:
                 with open(real, "rb") as f:
@@ -228,7 +230,7 @@ def shebang(path: str, search_path: str, cwd: str | None = None) -> list[str]:
     return out
 
 
-_LINES: dict[tuple, str] = {}  # (path, device, inode, size, mtime) -> its #! line
+_LINES: dict[tuple, str] = {}  # (path, *file_key) -> its #! line
 
 
 def _shebang_line(path: str) -> str:
@@ -238,7 +240,7 @@ def _shebang_line(path: str) -> str:
         st = os.stat(path)
     except OSError:
         return ""
-    key = (path, st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns)
+    key = (path, *file_key(st))
     line = _LINES.get(key)
     if line is None:
         try:

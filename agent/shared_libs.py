@@ -24,7 +24,7 @@ libraries opened at run time (dlopen: plugins, Python's extension modules), and 
 found (the run fails or finds it where ld.so alone knows).
 
 The search reads a few headers of each object (no hashing): ``libraries`` keeps its answer
-by the program's identity (device, inode, size, mtime), LD_LIBRARY_PATH, the run's hwcaps
+by the program's identity (file_identity.file_key), LD_LIBRARY_PATH, the run's hwcaps
 variables and the cache's mtime, so the look before each run only stats; under each directory
 it opens only the subdirectories whose first directory (tls/, glibc-hwcaps/...) is there."""
 
@@ -40,6 +40,7 @@ import time
 from dataclasses import replace
 from typing import IO
 
+from .file_identity import file_key
 from .loader_facts import DEFAULT_DIRS, LoaderFacts, glibc_facts, musl_facts
 
 LD_SO_CACHE = "/etc/ld.so.cache"
@@ -226,8 +227,7 @@ class Libraries:
         ident = self._cache_identity()
         # (device, inode) is the file whichever name it has (no realpath: its lstat of each
         # component was most of the cost of a look)
-        key = (program, st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, ld_library_path,
-               loader_env, ident, cwd)
+        key = (program, *file_key(st), ld_library_path, loader_env, ident, cwd)
         found = self._known.get(key)
         if found is None:
             found = self._resolve(program, ld_library_path, loader_env, cwd)
@@ -265,7 +265,7 @@ class Libraries:
         musl = _MUSL_LOADER.fullmatch(os.path.basename(loader))
         try:
             st = os.stat(loader)
-            key: tuple = (loader, st.st_dev, st.st_ino, st.st_mtime_ns, kind, loader_env)
+            key: tuple = (loader, *file_key(st), kind, loader_env)
         except OSError:
             key = (loader, kind, loader_env)
         facts = self._facts.get(key)

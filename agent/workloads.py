@@ -20,6 +20,7 @@ from .. import __version__
 from ..shared.config import AgentConfig, CommandWorkload
 from .program_id import (FileIds, command_files, first_command, kernel_files, program_files,
                          program_scripts, shell_files, shell_path, shell_string)
+from .file_identity import file_key
 from .loader_facts import HWCAPS_VARIABLES
 from .shared_libs import Libraries
 from .workdir import SUBDIR, dir_name
@@ -46,7 +47,7 @@ class Workload:
     # so that the daemon takes an upgraded agent's program for the one it measured before
     # (daemon/drift.py)
     program_core: str = ""
-    # its files as last digested, each with its (device, inode, size, mtime) or None (missing):
+    # its files as last digested, each with its file_key or None (missing):
     # the same again means the same digests (Workloads.refresh)
     seen: tuple = field(default=(), repr=False)
     # its files as the look before the last run found them, and those of its arguments that
@@ -85,12 +86,12 @@ def _virtual_sizes() -> list[str] | None:
 
 
 def _stat_of(path: str) -> tuple:
-    """``(path, device, inode, size, mtime)``; ``(path, None)`` where it cannot be stat'ed."""
+    """``(path, *file_key)``; ``(path, None)`` where it cannot be stat'ed."""
     try:
         st = os.stat(path)
     except OSError:
         return (path, None)
-    return (path, st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns)
+    return (path, *file_key(st))
 
 
 def _looked_at(seen: tuple, output: frozenset) -> tuple:
@@ -278,7 +279,7 @@ class Workloads:
         return env
 
     def _seen(self, w: Workload) -> tuple:
-        """``w``'s files with their (device, inode, size, mtime), None for one missing: taken
+        """``w``'s files with their file_key, None for one missing: taken
         before they are digested, so a change while they are is seen by the next look."""
         return tuple(_stat_of(f) for f in self._files(w))
 

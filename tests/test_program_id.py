@@ -8,6 +8,7 @@ import os
 import shutil
 import struct
 import sys
+import time
 
 import pytest
 
@@ -145,6 +146,38 @@ def test_digests_are_kept_across_starts_by_file_identity(tmp_path):
     # an unreadable cache is no error: the files are hashed again
     open(cache, "w").write("{not json")
     assert FileIds(cache).of(str(exe))["sha256"]
+
+
+def test_a_same_size_edit_in_place_with_its_mtime_set_back_is_a_new_program(tmp_path):
+    """A binary rewritten in place (same inode) with bytes of the same size and its mtime set
+    back (``touch -r``, a copy keeping timestamps): device, inode, size and mtime are as they
+    were, so the kept digest served and the runs of the new code counted as the old one's.
+    The inode change time, which no user sets, tells: the look before a run sees a new
+    program, the digest cache hashes again."""
+    exe = tmp_path / "bench"
+    _script(exe, "echo 1")
+    os.utime(exe, ns=(10**18, 10**18))
+    cache = str(tmp_path / CACHE_FILENAME)
+    ids = FileIds(cache)
+    first = ids.of(str(exe))["sha256"]
+    ids.save()
+    ws = Workloads(AgentConfig(agent_id="a1", workloads=[CommandWorkload("c", [str(exe)])]),
+                   catalogue={}, file_ids=FileIds(cache))
+    base = ws.get("c").program
+    before = os.stat(exe)
+    # the kernel stamps ctime from its coarse clock: the write comes after its next tick
+    coarse = 5  # CLOCK_REALTIME_COARSE (Linux), which the time module does not name
+    tick = time.clock_gettime_ns(coarse)
+    while time.clock_gettime_ns(coarse) == tick:
+        pass
+    with open(exe, "r+b") as fh:  # in place: the same inode
+        fh.write(b"#!/bin/sh\necho 2\n")
+    os.utime(exe, ns=(10**18, 10**18))
+    after = os.stat(exe)
+    assert (after.st_ino, after.st_size, after.st_mtime_ns) == (
+        before.st_ino, before.st_size, before.st_mtime_ns)
+    assert FileIds(cache).of(str(exe))["sha256"] != first
+    assert ws.refresh("c") is True and ws.get("c").program != base
 
 
 @pytest.mark.parametrize("argv, string", [
