@@ -35,6 +35,12 @@ from .planner import new_job_id
 from .registry import Registry
 from .store import Store
 
+# A job done this recently is being judged by the daemon that stored its last result (in the
+# same pass of its loop): another daemon of the fleet that still counts the agent as its own
+# (it moved away within agent_timeout_s) judged it too, and the one that lost the claim took
+# it for a first sweep: its retry count reset, the other's item overwritten.
+JUDGED_WHERE_STORED_S = 5.0
+
 log = logging.getLogger("opptune.daemon")
 
 
@@ -212,8 +218,10 @@ class Remeasure:
         if job is None:  # stored, then stopped before the job went out: it waits again
             self._write(lambda: self.store.move_remeasure(p.key, "sent", "waiting", p.body(),
                                                           now))
-        elif job["state"] == "done":  # finished while no daemon followed it
-            self._judge(job_id, p.agent, now)
+        elif job["state"] == "done":
+            # finished while no daemon followed it (stopped, restarted): judged here
+            if job["updated"] <= now - JUDGED_WHERE_STORED_S:
+                self._judge(job_id, p.agent, now)
         elif job["state"] not in ACTIVE_JOB_STATES:
             if self._write(lambda: self.store.delete_remeasure(p.key, "sent")):
                 log.warning("re-measure job %s of %s %s: its points stay reported as marked",

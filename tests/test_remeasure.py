@@ -395,6 +395,32 @@ def _daemon_with_agent(db):
         d.stop()
 
 
+def test_a_re_measure_job_done_just_now_is_judged_where_its_results_were_stored(tmp_path):
+    """Two daemons of a fleet, the agent moved from A to B within A's agent_timeout_s: B
+    stores the last result of the re-measure job and judges it; A, which still counts the
+    agent as its own, judged it too in its tick (a job done 'while no daemon followed it'),
+    and whichever lost the claim on the item took the job for a first sweep (retry 1 again,
+    the other's retry 2 overwritten; the fleet test saw the item vanish). A leaves a job done
+    just now to the daemon that stored it, and judges one done before that."""
+    from opptune.daemon.remeasure import JUDGED_WHERE_STORED_S
+    with _daemon_with_agent(tmp_path / "d.db") as (d, a):
+        _answer(a, {"job_id": a.issued_job(), "points": [{"cpus": list(range(k))}
+                                                         for k in (1, 2, 3, 4)]}, 3)
+        first = a.expect("job")["body"]  # retry 1, out: its item 'sent'
+        (sent,) = d.store.remeasure_items()
+        assert sent["state"] == "sent" and sent["body"]["job_id"] == first["job_id"]
+        now = time.time()
+        # another daemon of the fleet stored its last result (clean: nothing stored here)
+        # and marked it done just now; it judges it
+        d.store.set_job_state(first["job_id"], "done", now=now)
+        d.remeasure.tick(now + 1.0)
+        assert d.store.remeasure_items() == [sent]
+        # done longer ago and still not judged: no daemon followed it, this one judges it
+        # (every point clean: nothing left to measure again)
+        d.remeasure.tick(now + JUDGED_WHERE_STORED_S + 0.5)
+        assert d.store.remeasure_items() == []
+
+
 def test_retries_and_never_clean_points_survive_daemon_restarts(tmp_path):
     """A re-measure job out across a restart keeps its retry number (the agent's hello
     brings it back; the retries end after the configured count, not more), and the points
