@@ -17,6 +17,9 @@ def agent_line(a: dict[str, Any]) -> str:
     until = time.strftime("%H:%M:%S", time.localtime(a["until"]))
     if a["told"]:
         how = "asked for them now"
+    elif a.get("via"):
+        how = (f"it is connected to the daemon at {a['via']}, which takes its results: run "
+               f"this there too (opptune recover --agent {a['agent']} --daemon {a['via']})")
     elif a["known"]:
         how = "not connected: asked at its next hello"
     else:

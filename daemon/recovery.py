@@ -80,9 +80,10 @@ def parse_for_s(args: dict[str, Any]) -> float:
 def answer(d: Any, args: dict[str, Any]) -> dict[str, Any]:
     """``opptune recover``: open ``args.agent`` (every agent the daemon knows when absent) for
     ``args.for_s`` seconds and ask each connected one for its results again. ``{"agents":
-    [{"agent", "known", "told", "until", "jobs", "runs"}]}``: known: it said hello to a daemon
-    of this store; told: the resend went to its connection (False: it is asked at its next
-    hello); jobs, runs: recovered so far for it."""
+    [{"agent", "known", "told", "via", "until", "jobs", "runs"}]}``: known: it said hello to
+    a daemon of this store; told: the resend went to its connection (False: it is asked at
+    its next hello here); via: the endpoint of the daemon of the fleet it is connected to
+    instead (None: none); jobs, runs: recovered so far for it."""
     agent = args.get("agent")
     if agent is not None and (not isinstance(agent, str) or not agent):
         raise HandlerError("bad_args", "recover args.agent must be non-empty text")
@@ -95,9 +96,13 @@ def answer(d: Any, args: dict[str, Any]) -> dict[str, Any]:
     for name in names:
         d.recovery.open(name, until)
         told = ask(d, name)
+        # a fleet: the daemon holding its connection takes its results, and daemons do not
+        # forward requests to each other
+        via = None if told else d.registry.via(name, now)
         jobs, runs = d.store.recovered_counts(name)
         out.append({"agent": name, "known": d.registry.get(name) is not None, "told": told,
-                    "until": until, "jobs": jobs, "runs": runs})
+                    "via": via.endpoint if via is not None else None, "until": until,
+                    "jobs": jobs, "runs": runs})
         log.info("agent %s: results of jobs this store never issued are stored as recovered "
                  "until %s (opptune recover); %s", name,
                  time.strftime("%H:%M:%S", time.localtime(until)),

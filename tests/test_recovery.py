@@ -1,0 +1,69 @@
+"""daemon/recovery.py's answer to `opptune recover` and the command's line per agent, where the
+agent is connected here, to another daemon of the fleet, or nowhere yet."""
+
+from __future__ import annotations
+
+import time
+from types import SimpleNamespace
+
+import pytest
+
+from opptune.daemon.errors import HandlerError
+from opptune.daemon.recover_cli import agent_line
+from opptune.daemon.recovery import DEFAULT_FOR_S, Recovery, answer
+from opptune.daemon.registry import Via
+
+
+class FakeDaemon:
+    """What answer() reads: a registry of three agents (one connected here, one through the
+    daemon at tcp://b:5555, one offline), a store's counts, a link that takes messages."""
+
+    def __init__(self):
+        here = SimpleNamespace(agent_id="here", identity=b"here")
+        there = SimpleNamespace(agent_id="there", identity=None)
+        away = SimpleNamespace(agent_id="away", identity=None)
+        agents = {a.agent_id: a for a in (here, there, away)}
+        self.sent: list = []
+        self.recovery = Recovery()
+        self.registry = SimpleNamespace(
+            get=agents.get, all=lambda: list(agents.values()),
+            via=lambda a, now=None: Via("tcp://b:5555", now) if a == "there" else None)
+        self.store = SimpleNamespace(recovered_counts=lambda a: (1, 7) if a == "here"
+                                     else (0, 0))
+        self.link = SimpleNamespace(send=lambda ident, msg: self.sent.append((ident, msg))
+                                    or True)
+
+
+def test_every_agent_is_opened_and_each_says_where_it_is_asked():
+    d = FakeDaemon()
+    before = time.time()
+    rows = {r["agent"]: r for r in answer(d, {})["agents"]}
+    assert {a: (r["known"], r["told"], r["via"], r["jobs"], r["runs"])
+            for a, r in rows.items()} == {
+        "here": (True, True, None, 1, 7), "there": (True, False, "tcp://b:5555", 0, 0),
+        "away": (True, False, None, 0, 0)}
+    assert [(ident, m["type"], m["body"]) for ident, m in d.sent] == [
+        (b"here", "resend", {"codes": ["unknown_job"]})]
+    for name in rows:
+        assert d.recovery.until(name, time.time()) == pytest.approx(
+            before + DEFAULT_FOR_S, abs=5)
+    assert d.recovery.refused(d.sent[0][1]["id"]) == "here"  # an older agent's refusal
+    assert agent_line(rows["there"]).endswith(
+        "it is connected to the daemon at tcp://b:5555, which takes its results: run this "
+        "there too (opptune recover --agent there --daemon tcp://b:5555); recovered so far: "
+        "0 jobs, 0 runs")
+    assert "not connected: asked at its next hello" in agent_line(rows["away"])
+    assert "asked for them now; recovered so far: 1 jobs, 7 runs" in agent_line(rows["here"])
+
+
+def test_an_unknown_agent_is_opened_and_said_to_be_unknown_and_bad_args_refused():
+    d = FakeDaemon()
+    (row,) = answer(d, {"agent": "typo", "for_s": 60})["agents"]
+    assert (row["known"], row["told"], row["via"]) == (False, False, None)
+    assert "not heard by this daemon yet (is the id right?" in agent_line(row)
+    assert d.recovery.until("typo", time.time() + 120) is None  # 60 s only
+    for bad in ({"for_s": 0}, {"for_s": "1"}, {"for_s": True}, {"for_s": 10**9},
+                {"agent": ""}, {"agent": 3}):
+        with pytest.raises(HandlerError) as exc:
+            answer(d, bad)
+        assert exc.value.code == "bad_args"
