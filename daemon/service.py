@@ -687,9 +687,9 @@ class Daemon:
         (daemon/recovery.py): its workload and input are its first result's."""
         job_id = body["job_id"]
         job = recovered_job(job_id, cols.workload, cols.input, body["of"])
-        job["reason"] = ("recovered: a job this store never issued (a store replaced or "
-                         "restored from a backup), its results stored on 'opptune recover' "
-                         "at " + time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime(now)))
+        job["reason"] = ("a job this store never issued (a store replaced or restored from "
+                         "a backup); its results stored on 'opptune recover' since " +
+                         time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime(now)))
         self.store.save_job(agent, job, now, state=RECOVERED)
         log.info("agent %s: job %s (%s, input %s) is not in this store: its results are "
                  "stored as recovered", agent, job_id, cols.workload, cols.input)

@@ -281,6 +281,9 @@ def test_recover_stores_an_opened_agents_results_of_jobs_the_store_never_issued(
     assert rows(db, "SELECT agent, workload, size, state, expected FROM jobs WHERE job_id = "
                     "'lost-1'") == [("a1", "wl", "small", "recovered", 3)]
     assert rows(db, "SELECT COUNT(*) FROM runs WHERE job_id = 'lost-1'") == [(3,)]
+    ((reason,),) = rows(db, "SELECT reason FROM jobs WHERE job_id = 'lost-1'")
+    assert reason.startswith("a job this store never issued (a store replaced or restored "
+                             "from a backup); its results stored on 'opptune recover' since ")
     # the same result again: acked, stored once
     again = a.send("result", {"job_id": "lost-1", "seq": 0, "of": 3, "record": record(1)},
                    msg_id=ids[0])
