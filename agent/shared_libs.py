@@ -288,7 +288,10 @@ class Libraries:
         facts = self.loader_facts(interp, top.kind, loader_env) if interp else LoaderFacts()
         musl = facts.musl_dirs is not None
         exe_dir = os.path.dirname(os.path.realpath(program))
-        exe_rpath = _dirs(top.rpath, exe_dir, facts) if top.runpath is None else []
+        # a relative entry without $ORIGIN (DT_RPATH "lib") is opened, as any relative path,
+        # from the directory the run starts in, not the agent's
+        exe_rpath = ([_from(cwd, d) for d in _dirs(top.rpath, exe_dir, facts)]
+                     if top.runpath is None else [])
         if ld_library_path and not musl:
             # glibc's empty entry is the directory the run starts in; musl skips it
             ld_library_path = ":".join(d or "." for d in ld_library_path.split(":"))
@@ -311,18 +314,19 @@ class Libraries:
             own = obj.runpath if obj.runpath is not None else obj.rpath
             chain = ((own, origin),) + above if musl else ()
             if "/" in name:
-                candidates = [name]
+                candidates = [_from(cwd, name)]
             elif musl:
                 if _MUSL_SELF.match(name):
                     seen.add(name)  # the loader itself, found first
                     continue
                 candidates = [os.path.join(d, name) for d in env_dirs + [
-                    d for spec, o in chain for d in _dirs(spec, o, facts)]
+                    _from(cwd, d) for spec, o in chain for d in _dirs(spec, o, facts)]
                     + list(facts.musl_dirs or ())]
             else:
-                dirs = (env_dirs + _dirs(obj.runpath, origin, facts)
+                dirs = (env_dirs + [_from(cwd, d) for d in _dirs(obj.runpath, origin, facts)]
                         if obj.runpath is not None else
-                        _dirs(obj.rpath, origin, facts) + exe_rpath + env_dirs)
+                        [_from(cwd, d) for d in _dirs(obj.rpath, origin, facts)] + exe_rpath
+                        + env_dirs)
                 # opened in turn up to the first found: the cache before the system
                 # directories, whose subdirectories are not even looked for then
                 candidates = itertools.chain(

@@ -720,3 +720,33 @@ def test_a_relative_ld_library_path_entry_is_taken_from_the_runs_directory(tmp_p
         build_lib(run / "lib", 4)
         assert program() != before, workload
         build_lib(run / "lib", 3)
+
+
+@needs_cc
+@pytest.mark.parametrize("flag", ["--disable-new-dtags", "--enable-new-dtags"])
+def test_a_relative_rpath_entry_is_taken_from_the_runs_directory(tmp_path, monkeypatch,
+                                                                 flag):
+    """DT_RPATH (or DT_RUNPATH) "lib", no $ORIGIN: ld.so opens it from the directory the run
+    starts in, the entry's cwd, as it does a relative LD_LIBRARY_PATH entry; the digest took
+    it from the agent's working directory (a rebuild of the library the runs load made no
+    new program; the agent's own lib/ rebuilt did)."""
+    build_lib(tmp_path / "lib", 1)
+    (tmp_path / "app.c").write_text(APP)
+    app = str(tmp_path / "app")
+    subprocess.run([CC, "-o", app, str(tmp_path / "app.c"), f"-L{tmp_path / 'lib'}",
+                    "-lbench", "-Wl,-rpath,lib", f"-Wl,{flag}"], check=True)
+    run, agent = tmp_path / "run", tmp_path / "agent"
+    build_lib(run / "lib", 3)
+    build_lib(agent / "lib", 7)
+    assert _loaded(app, {}, run) == 3  # what the loader does
+    monkeypatch.chdir(agent)
+    cw = CommandWorkload("c", [app], cwd=str(run))
+
+    def program() -> str:
+        return Workloads(AgentConfig(agent_id="a1", workloads=[cw]),
+                         catalogue={}).get("c").program
+    before = program()
+    build_lib(agent / "lib", 8)
+    assert program() == before
+    build_lib(run / "lib", 4)
+    assert program() != before
