@@ -488,7 +488,10 @@ def _workload_dir(path: Path, where: str, value: Any) -> str:
     if not d.is_dir():
         raise ConfigError(f"{where}: 'cwd' {d} is not a directory; give a directory the "
                           f"workload runs in, {leave}")
-    return str(d.resolve())
+    # absolute but not resolved: a cwd that is a link (/srv/bench/current -> release-12) is
+    # entered through the link at each run, and the program digest looks there too; resolved
+    # here, a link re-pointed later ran the new release while the digest read the old one
+    return str(d)
 
 
 def _pyperf_script(path: Path, where: str, value: Any) -> str:

@@ -664,3 +664,26 @@ def test_a_program_through_a_symlink_follows_its_target(tmp_path):
     assert len(set(programs)) == 4
     _script(tmp_path / "v2", "echo 4")  # the same bytes again: looked at, the same program
     assert ws.refresh("c") is False and ws.get("c").program == programs[-1]
+
+
+def test_a_cwd_given_as_a_link_is_followed_at_each_run(tmp_path):
+    """A workload's cwd that is a link (``current`` -> a release): the configuration keeps the
+    link, so the run enters what it points to then and the digest looks there too. It was
+    resolved when the configuration was read: a link re-pointed to a new release ran the new
+    ``./bench`` while the digest read the old one's (no new program)."""
+    from opptune.shared.config import load_agent_config
+    for release, body in (("r1", "echo 1"), ("r2", "echo 2")):
+        (tmp_path / release).mkdir()
+        _script(tmp_path / release / "bench", body)
+    os.symlink("r1", tmp_path / "current")
+    cfg = tmp_path / "agent.toml"
+    cfg.write_text('agent_id = "a1"\nbench_kernels = []\n[[workloads]]\nname = "c"\n'
+                   'command = ["./bench"]\ncwd = "current"\n')
+    config = load_agent_config(cfg)
+    (w,) = config.workloads
+    assert w.cwd == str(tmp_path / "current")
+    ws = Workloads(config, catalogue={})
+    before = ws.get("c").program
+    os.unlink(tmp_path / "current")
+    os.symlink("r2", tmp_path / "current")
+    assert ws.refresh("c") is True and ws.get("c").program != before
