@@ -32,9 +32,10 @@ def agent_line(a: dict[str, Any]) -> str:
 
 def cmd_recover(args: argparse.Namespace) -> int:
     from .client import ask, daemon_endpoint
-    if args.for_s is not None and not 0 < args.for_s <= 7 * 86400:
-        print("opptune recover: --for must be a number of seconds above 0, at most 604800 "
-              "(a week)", file=sys.stderr)
+    from .recovery import MAX_FOR_S
+    if args.for_s is not None and not 0 < args.for_s <= MAX_FOR_S:
+        print(f"opptune recover: --for must be a number of seconds above 0, at most "
+              f"{MAX_FOR_S:.0f} (a week)", file=sys.stderr)
         return 2
     q: dict[str, Any] = {}
     if args.agent is not None:

@@ -28,8 +28,8 @@ log = logging.getLogger("opptune.daemon.recovery")
 RECOVERED = "recovered"  # the state of a job row made for results of a job the store lacked
 DEFAULT_FOR_S = 3600.0  # how long an agent stays open to unknown jobs after `opptune recover`
 MAX_FOR_S = 7 * 86400.0
-CODES = ["unknown_job"]
-RECOVER_SINCE = "0.7.0"  # the first agent that takes a ``resend``  # the refusals whose results the agent is asked for again
+CODES = ["unknown_job"]  # the refusals whose results the agent is asked for again
+RECOVER_SINCE = "0.7.0"  # the first agent that takes a ``resend``
 
 
 class Recovery:

@@ -528,3 +528,10 @@ def test_every_command_says_what_it_does_in_its_help():
     bare = [name for name, p in sub.choices.items() if not (p.description or "").strip()]
     assert bare == [], bare
     assert len(sub.choices) >= 16
+
+
+@pytest.mark.parametrize("value", ["0", "-5", "nan", "inf", "700000"])
+def test_recover_for_out_of_range_is_one_line(value):
+    """`opptune recover --for S` outside (0, a week]: one line before any daemon is asked."""
+    one_line_error(run("opptune", "recover", "--for", value, "--daemon", "tcp://127.0.0.1:1"),
+                   "--for must be a number of seconds above 0, at most 604800")
