@@ -17,7 +17,8 @@ from dataclasses import dataclass
 from typing import Any, Callable
 
 # queries that change something whatever their arguments
-CHANGES = frozenset({"sweep", "characterize", "tune", "tune_stop", "cancel", "import"})
+CHANGES = frozenset({"sweep", "characterize", "tune", "tune_stop", "cancel", "import",
+                     "recover"})
 
 MAX_REQUESTS = 1000  # operators send a few a minute; a script's loop a few per second
 MAX_AGE_S = 600.0  # the client asks again after its --timeout (default 5 s)

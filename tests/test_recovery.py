@@ -67,3 +67,10 @@ def test_an_unknown_agent_is_opened_and_said_to_be_unknown_and_bad_args_refused(
         with pytest.raises(HandlerError) as exc:
             answer(d, bad)
         assert exc.value.code == "bad_args"
+
+
+def test_recover_is_a_change_request_answered_again_not_carried_out_twice():
+    """A recover whose answer came late is asked about again (the client's ``changes``), so
+    the daemon keeps its answer as for the other change requests."""
+    from opptune.daemon.recent_requests import is_change
+    assert is_change("recover", {}) and is_change("recover", {"agent": "a"})
