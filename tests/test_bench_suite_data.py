@@ -96,23 +96,26 @@ def test_virtual_boards_tell_kernels_apart_and_close_eq3(board):
     assert all(float(r["l"]) == 0 for r in rows if r["workload"] == "pi_integrate")
 
 
-def test_the_16_core_set_is_whole_and_its_medians_are_its_runs():
-    """data/bench_suite_xeon16: every kernel at 1..16 cores, each point's time the median of
-    its runs in runs.csv (two sessions, one run each)."""
+@pytest.mark.parametrize("folder,agents", [("xeon16", {"dev16", "dev16b"}),
+                                           ("xeon16/2026-11-28", {"h200a", "h200b"})])
+def test_the_16_core_set_is_whole_and_its_medians_are_its_runs(folder, agents):
+    """data/bench_suite_xeon16 (2026-11-27) and its 2026-11-28/: every kernel at 1..16 cores,
+    each point's time the median of its runs in runs.csv (two sessions, one run each)."""
     import csv
     import statistics
-    rows = _rows("xeon16")
+    rows = _rows(folder)
     assert {(r["workload"], int(r["cores"])) for r in rows} == {
         (k, n) for k in {r["workload"] for r in rows} for n in range(1, 17)}
     assert len({r["workload"] for r in rows}) == 13
-    with open(REPO / "data/bench_suite_xeon16/runs.csv") as fh:
+    with open(REPO / f"data/bench_suite_{folder}/runs.csv") as fh:
         runs = list(csv.DictReader(fh))
     by_point: dict = {}
     for r in runs:
         if r["marked"] == "":
             by_point.setdefault((r["workload"], int(r["cores"])), []).append(float(r["time_s"]))
     assert {len(v) for v in by_point.values()} == {2}
-    assert {r["agent"] for r in runs} == {"dev16", "dev16b"}
+    assert {r["agent"] for r in runs} == agents
+    assert {r["platform"] for r in rows} == {"xeon16"}
     for r in rows:
         assert float(r["time_s"]) == pytest.approx(
             statistics.median(by_point[r["workload"], int(r["cores"])]), rel=1e-5)
