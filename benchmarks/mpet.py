@@ -6,7 +6,8 @@
 1. `opptune eval-mpet`'s table (Table 5's columns: geometric mean, median, 70/80/95 % of the
    error over the trend) on data/loghin_multicore_energy and data/xplat_npb_minife, and on the
    bench_suite measured by opptune (`--combine` of data/bench_suite_*: this machine and the
-   two virtual boards, then with the 16-core machine `device` lent), and across the clocks
+   two virtual boards, then with the 16-core machine `device` lent, its 2026-11-27 set and
+   its 2026-11-28 set), and across the clocks
    of one board (data/armpm_xu3_parsec: each frequency a platform), for each
    setup: default (eq. 21/23 on q(n) values, geometric mean, t(1) candidates by validated
    transfers, sc by the seed's distances where the runtime parameters are there, else by ratio
@@ -81,6 +82,10 @@ def synthetic_database(n_workloads=20, n_platforms=5, nmax=16, seed=1,
 BENCH_SUITE_SETS = {
     "bench_suite (this machine + 2 virtual boards)": ["local", "rpi4", "odroid_xu4"],
     "bench_suite (+ the 16-core machine)": ["local", "rpi4", "odroid_xu4", "xeon16"],
+    # the same machine measured again another day (data/bench_suite_xeon16/SOURCE.md): a
+    # replicate, evaluated beside the set above rather than pooled with it
+    "bench_suite (+ the 16-core machine, its 2026-11-28 set)":
+        ["local", "rpi4", "odroid_xu4", "xeon16/2026-11-28"],
 }
 
 

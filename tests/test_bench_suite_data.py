@@ -96,21 +96,18 @@ def test_virtual_boards_tell_kernels_apart_and_close_eq3(board):
     assert all(float(r["l"]) == 0 for r in rows if r["workload"] == "pi_integrate")
 
 
-@pytest.mark.parametrize("folder, agents", [
-    ("bench_suite_xeon16", {"dev16", "dev16b"}),
-    ("bench_suite_xeon16/2026-11-28", {"h200a", "h200b"})])
+@pytest.mark.parametrize("folder,agents", [("xeon16", {"dev16", "dev16b"}),
+                                           ("xeon16/2026-11-28", {"h200a", "h200b"})])
 def test_the_16_core_set_is_whole_and_its_medians_are_its_runs(folder, agents):
     """data/bench_suite_xeon16 (2026-11-27) and its 2026-11-28/: every kernel at 1..16 cores,
     each point's time the median of its runs in runs.csv (two sessions, one run each)."""
     import csv
     import statistics
-    with open(REPO / "data" / folder / "data.csv") as fh:
-        rows = list(csv.DictReader(fh))
+    rows = _rows(folder)
     assert {(r["workload"], int(r["cores"])) for r in rows} == {
         (k, n) for k in {r["workload"] for r in rows} for n in range(1, 17)}
     assert len({r["workload"] for r in rows}) == 13
-    assert {r["platform"] for r in rows} == {"xeon16"}
-    with open(REPO / "data" / folder / "runs.csv") as fh:
+    with open(REPO / f"data/bench_suite_{folder}/runs.csv") as fh:
         runs = list(csv.DictReader(fh))
     by_point: dict = {}
     for r in runs:
@@ -118,6 +115,7 @@ def test_the_16_core_set_is_whole_and_its_medians_are_its_runs(folder, agents):
             by_point.setdefault((r["workload"], int(r["cores"])), []).append(float(r["time_s"]))
     assert {len(v) for v in by_point.values()} == {2}
     assert {r["agent"] for r in runs} == agents
+    assert {r["platform"] for r in rows} == {"xeon16"}
     for r in rows:
         assert float(r["time_s"]) == pytest.approx(
             statistics.median(by_point[r["workload"], int(r["cores"])]), rel=1e-5)
