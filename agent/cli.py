@@ -608,7 +608,8 @@ def run_agent(config, config_path: str | None = None, state_dir_option: bool = F
     outbox.other_platforms(platform["id"])
     kept = outbox.rejected_counts()
     if kept:
-        log.warning("the outbox keeps %s refused for good by the daemon, not sent again%s",
+        log.warning("the outbox keeps %d results the daemon refused for good (%s), not sent "
+                    "again%s", sum(kept.values()),
                     ", ".join(f"{n} as {code}" for code, n in kept.items()),
                     "; those refused as unknown_job (jobs its store does not know: a store "
                     "replaced or restored from a backup) are stored by 'opptune recover "

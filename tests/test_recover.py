@@ -61,9 +61,10 @@ def test_results_of_jobs_a_restored_store_never_issued_are_recovered(tmp_path):
         assert c.agent.wait(30) == 0, c.logs()
         c.start_agent()
         said = wait_until(lambda: [line for line in (tmp_path / "agent.log").read_text()
-                                   .splitlines() if "refused for good by the daemon" in line],
+                                   .splitlines() if "the daemon refused for good" in line],
                           "the agent's line on its kept results", 60, c.logs)
-        assert f"{RUNS - gone} as unknown_job" in said[-1], said
+        assert (f"the outbox keeps {RUNS - gone} results the daemon refused for good "
+                f"({RUNS - gone} as unknown_job), not sent again; ") in said[-1], said
         assert "'opptune recover --agent test-agent'" in said[-1], said
         c.wait_for(lambda s: any(a["alive"] for a in s["agents"]), what="the agent back")
 
