@@ -157,6 +157,28 @@ def test_a_cancel_is_held_until_a_write_of_the_job_ends_it(st):
     assert held() == (["job-0", "job-1"], ["job-0", "job-1", "job-4"])
 
 
+def test_a_recovered_job_keeps_its_expected_count_and_reason_and_is_counted(st):
+    """`opptune recover` (daemon/recovery.py): a job row for a job the store never issued,
+    with no points, the runs the agent counted as expected and its reason; recovered_counts
+    gives its jobs and runs per agent, on both back ends."""
+    from opptune.daemon.recovery import RECOVERED, recovered_job
+    job = recovered_job("lost-1", "w", "s", 5)
+    job["reason"] = "a job this store never issued"
+    st.save_job("a1", job, 1.0, state=RECOVERED)
+    st.save_job("a1", {"job_id": "job-1", "workload": "w", "size": "s", "reps": 1,
+                       "warmup": 0, "points": [{"cpus": [0], "threads": 1}]}, 1.0)
+    assert st.recovered_counts("a1") == (1, 0)
+    rows = [ResultIn(f"m{k}", "a1", job_id, k, rec, rec.to_dict())
+            for k, job_id in ((0, "lost-1"), (1, "lost-1"), (2, "job-1"))
+            for rec in [record()]]
+    st.insert_results(rows, now=2.0)
+    assert st.recovered_counts("a1") == (1, 2) and st.recovered_counts("b1") == (0, 0)
+    row = st.job("lost-1")
+    assert (row["state"], row["expected"], row["n_points"], row["points"], row["reason"]) == (
+        "recovered", 5, 0, [], "a job this store never issued")
+    assert st.job("job-1")["expected"] == 1  # an issued job's: its points times its reps
+
+
 def test_the_runs_recorded_without_running_are_told_from_those_measured(st):
     """The runs an agent recorded without running them count in ``received`` (stored) but
     measured nothing: a cancel's, and those a timeout left (before, a job's runs skipped after
