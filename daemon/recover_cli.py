@@ -25,14 +25,16 @@ def agent_line(a: dict[str, Any]) -> str:
     else:
         how = ("not heard by this daemon yet (is the id right? 'opptune status' lists the "
                "agents): asked at its first hello")
+    also = [c for c in a.get("codes") or () if c != "unknown_job"]
+    more = f" (and those refused as {', '.join(also)} are sent again)" if also else ""
     return (f"agent {a['agent']}: results of jobs this store never issued are stored as "
-            f"recovered until {until}; {how}; recovered so far: {a['jobs']} jobs, "
+            f"recovered until {until}{more}; {how}; recovered so far: {a['jobs']} jobs, "
             f"{a['runs']} runs")
 
 
 def cmd_recover(args: argparse.Namespace) -> int:
     from .client import ask, daemon_endpoint
-    from .recovery import MAX_FOR_S
+    from .recovery import CODE_RE, MAX_CODES, MAX_FOR_S
     if args.for_s is not None and not 0 < args.for_s <= MAX_FOR_S:
         print(f"opptune recover: --for must be a number of seconds above 0, at most "
               f"{MAX_FOR_S:.0f} (a week)", file=sys.stderr)
@@ -42,6 +44,14 @@ def cmd_recover(args: argparse.Namespace) -> int:
         q["agent"] = args.agent
     if args.for_s is not None:
         q["for_s"] = args.for_s
+    if args.also:
+        bad = [c for c in args.also if not CODE_RE.fullmatch(c)]
+        if bad or len(args.also) > MAX_CODES:
+            print(f"opptune recover: --also takes a refusal code as the agent's log names it "
+                  f"(e.g. too_large, bad_record), at most {MAX_CODES}; got "
+                  f"{', '.join(bad or args.also)[:200]}", file=sys.stderr)
+            return 2
+        q["also"] = list(args.also)
     data, rc = ask("opptune recover", daemon_endpoint(args), "recover", q,
                    timeout_s=args.timeout,
                    changes="running this again is safe: nothing is stored twice")
@@ -78,6 +88,11 @@ def add_parser(sub: Any, add_link_options: Any) -> None:
     p.add_argument("--agent", metavar="ID",
                    help="the agent whose results to recover (default: every agent this "
                         "daemon knows)")
+    p.add_argument("--also", action="append", metavar="CODE",
+                   help="ask for the results refused with this code too (repeatable), once "
+                        "what refused them changed: too_large after max_message_bytes was "
+                        "raised, bad_record or unknown_type after the daemon was upgraded; "
+                        "the daemon checks them again as any result")
     p.add_argument("--for", dest="for_s", type=float, metavar="S",
                    help="how long the agent stays open to jobs the store does not know, in "
                         "seconds (default 3600)")

@@ -11,6 +11,10 @@ at its next hello), and stores each result of a job it does not know under a job
 workload and input of its first result. Only the results of the agent's own platform are
 taken (as for any job), so that one agent cannot fill another's groups.
 
+``--also CODE`` asks for the results kept under other refusals too (``too_large`` after
+``max_message_bytes`` was raised, ``bad_record`` after an upgrade): the daemon checks them again
+as any result.
+
 Held in memory: a daemon restarted meanwhile takes unknown jobs again only after another
 ``opptune recover``; a job already recovered is known to the store and stays open to its
 further results."""
@@ -18,6 +22,7 @@ further results."""
 from __future__ import annotations
 
 import logging
+import re
 import time
 from typing import Any
 
@@ -29,6 +34,10 @@ RECOVERED = "recovered"  # the state of a job row made for results of a job the 
 DEFAULT_FOR_S = 3600.0  # how long an agent stays open to unknown jobs after `opptune recover`
 MAX_FOR_S = 7 * 86400.0
 CODES = ["unknown_job"]  # the refusals whose results the agent is asked for again
+# others an operator may ask for with them (``--also``), once what refused them changed: an
+# older daemon's checks (bad_record, unknown_type), a limit raised (too_large)
+CODE_RE = re.compile(r"[a-z][a-z_]{0,39}")
+MAX_CODES = 8
 RECOVER_SINCE = "0.7.0"  # the first agent that takes a ``resend``
 
 
@@ -37,16 +46,22 @@ class Recovery:
 
     def __init__(self) -> None:
         self._until: dict[str, float] = {}
+        self._codes: dict[str, list[str]] = {}  # what each open agent is asked to send again
         self._asked: dict[str, str] = {}  # resend message id -> agent (an older agent's refusal)
 
-    def open(self, agent: str, until: float) -> None:
+    def open(self, agent: str, until: float, codes: list[str] | None = None) -> None:
         self._until[agent] = until
+        self._codes[agent] = list(codes or CODES)
+
+    def codes(self, agent: str) -> list[str]:
+        return self._codes.get(agent, CODES)
 
     def until(self, agent: str, now: float) -> float | None:
         """When ``agent`` stops being open (None: it is not)."""
         t = self._until.get(agent)
         if t is not None and t <= now:
             del self._until[agent]
+            self._codes.pop(agent, None)
             return None
         return t
 
@@ -77,10 +92,21 @@ def parse_for_s(args: dict[str, Any]) -> float:
     return float(value)
 
 
+def parse_codes(args: dict[str, Any]) -> list[str]:
+    """unknown_job and the refusal codes ``args.also`` adds."""
+    also = args.get("also", [])
+    if not isinstance(also, list) or len(also) > MAX_CODES or not all(
+            isinstance(c, str) and CODE_RE.fullmatch(c) for c in also):
+        raise HandlerError("bad_args", f"recover args.also must be a list of at most "
+                                       f"{MAX_CODES} refusal codes, e.g. [\"too_large\"]")
+    return CODES + sorted(set(also) - set(CODES))
+
+
 def answer(d: Any, args: dict[str, Any]) -> dict[str, Any]:
     """``opptune recover``: open ``args.agent`` (every agent the daemon knows when absent) for
-    ``args.for_s`` seconds and ask each connected one for its results again. ``{"agents":
-    [{"agent", "known", "told", "via", "until", "jobs", "runs"}]}``: known: it said hello to
+    ``args.for_s`` seconds and ask each connected one for its results again (refused as
+    unknown_job, and as the codes ``args.also`` names). ``{"agents": [{"agent", "known",
+    "told", "via", "until", "codes", "jobs", "runs"}]}``: known: it said hello to
     a daemon of this store; told: the resend went to its connection (False: it is asked at
     its next hello here); via: the endpoint of the daemon of the fleet it is connected to
     instead (None: none); jobs, runs: recovered so far for it."""
@@ -89,12 +115,13 @@ def answer(d: Any, args: dict[str, Any]) -> dict[str, Any]:
         raise HandlerError("bad_args", "recover args.agent must be non-empty text")
     now = time.time()
     until = now + parse_for_s(args)
+    codes = parse_codes(args)
     # an agent not heard yet is opened too: right after a store was replaced, the operator
     # may run this before the agents are back (the reply says it is unknown: a misspelt id?)
     names = [agent] if agent is not None else [a.agent_id for a in d.registry.all()]
     out = []
     for name in names:
-        d.recovery.open(name, until)
+        d.recovery.open(name, until, codes)
         told = ask(d, name)
         # a fleet: the daemon holding its connection takes its results, and daemons do not
         # forward requests to each other
@@ -102,7 +129,7 @@ def answer(d: Any, args: dict[str, Any]) -> dict[str, Any]:
         jobs, runs = d.store.recovered_counts(name)
         out.append({"agent": name, "known": d.registry.get(name) is not None, "told": told,
                     "via": via.endpoint if via is not None else None, "until": until,
-                    "jobs": jobs, "runs": runs})
+                    "codes": codes, "jobs": jobs, "runs": runs})
         log.info("agent %s: results of jobs this store never issued are stored as recovered "
                  "until %s (opptune recover); %s", name,
                  time.strftime("%H:%M:%S", time.localtime(until)),
@@ -118,7 +145,7 @@ def ask(d: Any, agent: str) -> bool:
     identity = getattr(info, "identity", None)
     if identity is None:
         return False
-    msg = protocol.make("resend", DAEMON_ID, {"codes": CODES})
+    msg = protocol.make("resend", DAEMON_ID, {"codes": d.recovery.codes(agent)})
     if not d.link.send(identity, msg):
         return False
     d.recovery.asked(msg["id"], agent)

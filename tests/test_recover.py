@@ -92,3 +92,45 @@ def test_results_of_jobs_a_restored_store_never_issued_are_recovered(tmp_path):
         assert "sent again" in (tmp_path / "agent.log").read_text()
     finally:
         c.stop()
+
+
+@pytest.mark.integration
+def test_results_too_large_for_the_daemon_come_back_once_its_limit_is_raised(tmp_path):
+    """Results over the daemon's max_message_bytes are kept by the agent (too_large, never
+    sent); once the operator raises the limit, `opptune recover --also too_large` brings them
+    in: every one stored once, the job done."""
+    c = Cluster(tmp_path, kernels=(), reps=3, max_cores=1, auto_sweep=False,
+                extra_daemon={"max_message_bytes": 16384})  # a hello takes about 5 KB
+    big = "print('{\"time_s\": 0.01, \"check_value\": \"' + 'x' * 20000 + '\"}')"
+    with open(c.agent_toml, "a") as fh:
+        fh.write(f'[[workloads]]\nname = "big"\ncommand = ["{sys.executable}", "-c", '
+                 f'{json.dumps(big)}]\n')
+    state = tmp_path / "agent-state"
+    c.start_daemon()
+    c.start_agent()
+    try:
+        c.wait_for(lambda s: any(a["alive"] for a in s["agents"]), what="the agent's hello")
+        query(c.endpoint, "sweep", {"agent": "test-agent", "workloads": ["big"]}, timeout_s=10)
+
+        def kept():
+            return _agent_snapshot(state)[2] == 3
+        wait_until(kept, "the three results kept as too large", 120, c.logs)
+        assert c.rows("SELECT COUNT(*) FROM runs")[0][0] == 0
+        c.daemon.terminate()
+        assert c.daemon.wait(30) == 0, c.logs()
+        text = c.daemon_toml.read_text()
+        c.daemon_toml.write_text(text.replace("max_message_bytes = 16384",
+                                              "max_message_bytes = 1048576"))
+        c.start_daemon()
+        c.wait_for(lambda s: any(a["alive"] for a in s["agents"]), what="the agent back")
+        cli = subprocess.run([sys.executable, "-m", "opptune.daemon.cli", "recover",
+                              "--agent", "test-agent", "--also", "too_large", "--daemon",
+                              c.endpoint], capture_output=True, text=True, timeout=60)
+        assert cli.returncode == 0 and "(and those refused as too_large are sent again)" in \
+            cli.stdout, cli
+        c.wait_for(lambda s: any(j["state"] == "done" for j in s["jobs"]), timeout=120,
+                   what="the job done with its three runs")
+        assert c.rows("SELECT COUNT(DISTINCT seq), COUNT(*) FROM runs") == [(3, 3)]
+        assert _agent_snapshot(state)[1:] == ([], 0)
+    finally:
+        c.stop()

@@ -74,3 +74,19 @@ def test_recover_is_a_change_request_answered_again_not_carried_out_twice():
     the daemon keeps its answer as for the other change requests."""
     from opptune.daemon.recent_requests import is_change
     assert is_change("recover", {}) and is_change("recover", {"agent": "a"})
+
+
+def test_also_asks_for_other_refusals_and_is_checked():
+    """``--also too_large``: the agent is asked for those too (the daemon checks them again
+    as any result); the opening keeps the codes for the agent's next hello."""
+    d = FakeDaemon()
+    rows = {r["agent"]: r for r in answer(d, {"also": ["too_large", "unknown_job"]})["agents"]}
+    assert rows["here"]["codes"] == ["unknown_job", "too_large"]
+    assert d.sent[0][1]["body"] == {"codes": ["unknown_job", "too_large"]}
+    assert d.recovery.codes("away") == ["unknown_job", "too_large"]  # asked at its hello
+    assert "(and those refused as too_large are sent again)" in agent_line(rows["here"])
+    for bad in ({"also": "too_large"}, {"also": ["Too Large"]}, {"also": [3]},
+                {"also": ["a"] * 9}):
+        with pytest.raises(HandlerError) as exc:
+            answer(d, bad)
+        assert exc.value.code == "bad_args"
