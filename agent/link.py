@@ -575,9 +575,13 @@ class Link:
                                 "stay in the outbox and are resent", body["message"],
                                 self.stats["store_failed"])
             else:
+                # a frame refused unread names no message (too_large: its hello, where the
+                # daemon's max_message_bytes is below a hello's size): it said "None"
+                ref = body.get("ref")
                 self._daemon_refused_log.refused(
                     self.endpoint, body["code"],
-                    f"{str(body.get('ref'))[:80]}: {body['message'][:500]}")
+                    f"{str(ref)[:80] if ref else 'a message it did not read'}: "
+                    f"{body['message'][:500]}")
         elif kind == "resend":
             self._resend_rejected(msg)
         elif kind in ("job", "config", "cancel"):

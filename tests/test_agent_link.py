@@ -16,7 +16,7 @@ from opptune.agent.link import Link
 from opptune.agent.outbox import Outbox
 from opptune.shared import protocol as P
 from opptune.shared.records import RunRecord
-from procs import RUN_AS_OPTION
+from procs import RUN_AS_OPTION, wait_until
 
 HB = 0.1  # fast heartbeats keep the tests short
 
@@ -475,6 +475,26 @@ def test_result_over_the_daemons_message_size_is_parked_not_resent_forever(ctx, 
     assert [(p["id"], p["code"]) for p in parked] == [(big["id"], "too_large")]
     assert "2048" in parked[0]["reason"] and "max_message_bytes" in parked[0]["reason"]
     assert [i for i, _ in ob.pending()] == [small["id"]]
+
+
+def test_a_refusal_of_an_unread_frame_names_no_message_none(ctx, router, tmp_path, caplog):
+    """A daemon whose max_message_bytes is below a hello's size (about 5 KB) refuses the hello
+    unread: the refusal names no message, and the agent's line read 'refused None: ...'."""
+    import logging
+    lt = LinkThread(ctx, router.endpoint, Outbox(str(tmp_path)), resend_s=0.2)
+    try:
+        with caplog.at_level(logging.WARNING, logger="opptune.agent.link"):
+            router.expect(lambda m: m["type"] == "hello")
+            router.send(P.error_reply("daemon", "too_large", "message of 4960 bytes exceeds "
+                                      "the daemon's limit of 1024 bytes (max_message_bytes)",
+                                      None))
+            said = wait_until(lambda: [r.getMessage() for r in caplog.records
+                                       if "max_message_bytes" in r.getMessage()],
+                              "the agent's line on the refusal", 10)
+    finally:
+        lt.close()
+    assert "refused a message it did not read: message of 4960 bytes" in said[0], said
+    assert "None" not in said[0]
 
 
 def test_silence_over_curve_names_daemon_public_key_as_the_likely_cause(ctx, tmp_path, caplog):
