@@ -77,6 +77,8 @@ STORE_FAILURE_LOG_S = 60.0  # a store that keeps failing (disk full) logs one li
 METRICS_WAIT_S = 2.0
 
 DAEMON_ID = "daemon"
+# below this a hello may not fit: about 5 KB with one workload and the doctor's report here
+HELLO_ROOM_BYTES = 64 << 10
 
 
 # an issued job as results are checked against it: agent, workload, input, and its points as
@@ -402,6 +404,11 @@ class Daemon:
                  __version__, self.endpoint, redact_url(self.config.database))
         if self.metrics_server is not None:
             log.info("metrics on http://%s/metrics", self.metrics_server.endpoint)
+        if self.config.max_message_bytes < HELLO_ROOM_BYTES:
+            log.warning("max_message_bytes = %d: an agent's hello (its workloads and its board's "
+                        "description: several KB, tens with many workloads) over it is refused "
+                        "unread and that agent never connects; %d or more leaves room",
+                        self.config.max_message_bytes, HELLO_ROOM_BYTES)
         # bound: under systemd (Type=notify) `systemctl start` returns now, so a command
         # run after it finds the daemon listening, not a refused connection
         notify("READY=1")

@@ -14,6 +14,7 @@ from opptune.shared import config as C
 from opptune.shared import protocol as P
 from opptune.shared.config import ConfigError, DaemonConfig, SweepDefaults, load_daemon_config
 from opptune.shared.records import RunRecord
+from procs import wait_until
 from procs import Cluster, all_jobs_complete, expected, write_toml
 
 PLATFORM = {"id": "plat-test", "sweep_order": [0, 1], "cpus_online": [0, 1]}
@@ -257,3 +258,24 @@ def test_link_reads_req_envelopes_and_refuses_extra_frames(bind):
         req.close()
         bad.close()
         link.close()
+
+
+def test_a_limit_below_a_hellos_size_is_warned_at_the_start(tmp_path, caplog):
+    """max_message_bytes takes 1024 and up, but an agent's hello is several KB: a daemon set
+    below that refused every hello unread and no agent ever connected, with nothing said at
+    its start. It says so; the default says nothing."""
+    import logging
+    (tmp_path / "a").mkdir()
+    (tmp_path / "b").mkdir()
+    with caplog.at_level(logging.WARNING, logger="opptune.daemon"):
+        small = make_daemon(tmp_path / "a", max_message_bytes=4096)
+        default = make_daemon(tmp_path / "b")
+        try:
+            said = wait_until(lambda: [r.getMessage() for r in caplog.records
+                                       if "max_message_bytes = " in r.getMessage()],
+                              "the start's warning", 10)
+        finally:
+            small.stop()
+            default.stop()
+    assert len(said) == 1 and said[0].startswith("max_message_bytes = 4096: an agent's hello")
+    assert "65536 or more leaves room" in said[0]
