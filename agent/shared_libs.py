@@ -136,10 +136,11 @@ def _own_kind() -> tuple | None:
     return own.kind if own is not None else None
 
 
-def _dirs(spec: str | None, origin: str, facts: LoaderFacts = LoaderFacts()) -> list[str]:
+def _dirs(spec: str | None, origin: str, facts: LoaderFacts, cwd: str | None) -> list[str]:
     """The directories of a DT_RPATH/DT_RUNPATH or LD_LIBRARY_PATH; ``$ORIGIN`` replaced,
     ``$LIB`` and ``$PLATFORM`` where the loader said them, a directory with another token
-    left out (not followed)."""
+    left out (not followed); a relative one (``lib``, no $ORIGIN), as any relative path, from
+    ``cwd``, the directory the run starts in, not the agent's (``_from``)."""
     tokens = {"ORIGIN": origin, "LIB": facts.lib, "PLATFORM": facts.platform}
     out = []
     for d in (spec or "").split(":"):
@@ -147,7 +148,7 @@ def _dirs(spec: str | None, origin: str, facts: LoaderFacts = LoaderFacts()) -> 
             if value is not None:
                 d = d.replace("${%s}" % token, value).replace("$" + token, value)
         if d and "$" not in d:
-            out.append(d)
+            out.append(_from(cwd, d))
     return out
 
 
@@ -288,14 +289,11 @@ class Libraries:
         facts = self.loader_facts(interp, top.kind, loader_env) if interp else LoaderFacts()
         musl = facts.musl_dirs is not None
         exe_dir = os.path.dirname(os.path.realpath(program))
-        # a relative entry without $ORIGIN (DT_RPATH "lib") is opened, as any relative path,
-        # from the directory the run starts in, not the agent's
-        exe_rpath = ([_from(cwd, d) for d in _dirs(top.rpath, exe_dir, facts)]
-                     if top.runpath is None else [])
+        exe_rpath = _dirs(top.rpath, exe_dir, facts, cwd) if top.runpath is None else []
         if ld_library_path and not musl:
             # glibc's empty entry is the directory the run starts in; musl skips it
             ld_library_path = ":".join(d or "." for d in ld_library_path.split(":"))
-        env_dirs = [_from(cwd, d) for d in _dirs(ld_library_path, exe_dir, facts)]
+        env_dirs = _dirs(ld_library_path, exe_dir, facts, cwd)
         names, legacy = ({}, {}) if musl else self._names()
         found: list[str] = []
         seen: set[str] = set()
@@ -320,13 +318,12 @@ class Libraries:
                     seen.add(name)  # the loader itself, found first
                     continue
                 candidates = [os.path.join(d, name) for d in env_dirs + [
-                    _from(cwd, d) for spec, o in chain for d in _dirs(spec, o, facts)]
+                    d for spec, o in chain for d in _dirs(spec, o, facts, cwd)]
                     + list(facts.musl_dirs or ())]
             else:
-                dirs = (env_dirs + [_from(cwd, d) for d in _dirs(obj.runpath, origin, facts)]
+                dirs = (env_dirs + _dirs(obj.runpath, origin, facts, cwd)
                         if obj.runpath is not None else
-                        [_from(cwd, d) for d in _dirs(obj.rpath, origin, facts)] + exe_rpath
-                        + env_dirs)
+                        _dirs(obj.rpath, origin, facts, cwd) + exe_rpath + env_dirs)
                 # opened in turn up to the first found: the cache before the system
                 # directories, whose subdirectories are not even looked for then
                 candidates = itertools.chain(
