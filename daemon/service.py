@@ -756,7 +756,8 @@ class Daemon:
         send_ack = self.link.send_ack
         for identity, ids in acks.items():
             send_ack(identity, ids, DAEMON_ID)
-        recovered = [j for j in touched if (self._issued(j) or (0, 0, 0, ()))[3] is None]
+        recovered = [j for j in touched if (job := self._issued(j)) is not None
+                     and job[3] is None]
         for job_id in recovered:
             # no end to wait for (runs the lost store had acked never come): its groups are
             # fitted as its runs arrive, with nothing pushed to the board for them

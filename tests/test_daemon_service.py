@@ -12,6 +12,7 @@ from opptune.daemon.service import Daemon, main
 from opptune.shared import protocol as P
 from opptune.shared.config import DaemonConfig, SweepDefaults
 from opptune.shared.records import RunRecord
+from procs import wait_until
 
 PLATFORM = {"id": "plat-test", "sweep_order": [0, 2, 1, 3], "cpus_online": [0, 1, 2, 3]}
 
@@ -319,12 +320,9 @@ def test_recover_says_an_older_agent_does_not_take_the_request(daemon, caplog):
     ask = a.expect("resend")
     a.send("error", {"code": "unexpected_type", "message": "an agent does not accept 'resend' "
                      "messages", "ref": ask["id"]})
-    wait = time.monotonic() + 10
-    said: list = []
-    while not said and time.monotonic() < wait:
-        said = [r.getMessage() for r in caplog.records
-                if "does not take the request for its refused results" in r.getMessage()]
-        time.sleep(0.05)
+    said = wait_until(lambda: [r.getMessage() for r in caplog.records if "does not take the "
+                               "request for its refused results" in r.getMessage()],
+                      "the daemon's line on the older agent", 10)
     assert len(said) == 1 and said[0].startswith("agent old ") and "upgrade the agent" in \
         said[0], said
     a.close()
