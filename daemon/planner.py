@@ -341,6 +341,9 @@ def grid_frequencies(platform: dict[str, Any], cpus: list[int], grid: str | int,
 # restarted daemon, a session stopped with its job out), so that their end starts no sweep's
 # fit and push
 TUNE_JOB_PREFIX = "job-tune-"
+# a re-measure job: a daemon of a fleet that finds no item waiting for it knows that another
+# daemon judged it, rather than taking it for a first sweep (a retry count begun again)
+REMEASURE_JOB_PREFIX = "job-again-"
 
 
 def new_job_id(prefix: str = "job-") -> str:
@@ -349,6 +352,10 @@ def new_job_id(prefix: str = "job-") -> str:
 
 def is_tune_job(job_id: str) -> bool:
     return job_id.startswith(TUNE_JOB_PREFIX)
+
+
+def is_remeasure_job(job_id: str) -> bool:
+    return job_id.startswith(REMEASURE_JOB_PREFIX)
 
 
 def plan_sweep(platform: dict[str, Any], workload: str, defaults: SweepDefaults,

@@ -31,14 +31,14 @@ from typing import Any, Callable
 
 from ..shared.config import DaemonConfig
 from .jobs import ACTIVE_JOB_STATES, JobTracker
-from .planner import new_job_id
+from .planner import REMEASURE_JOB_PREFIX, is_remeasure_job, new_job_id
 from .registry import Registry
 from .store import Store
 
 # A job done this recently is being judged by the daemon that stored its last result (in the
-# same pass of its loop): another daemon of the fleet that still counts the agent as its own
-# (it moved away within agent_timeout_s) judged it too, and the one that lost the claim took
-# it for a first sweep: its retry count reset, the other's item overwritten.
+# same pass of its loop), which another daemon of the fleet still counting the agent as its
+# own (it moved away within agent_timeout_s) leaves to it. Either judges it once: the claim on
+# its item decides (_job_done), so this only lets the live completion go first.
 JUDGED_WHERE_STORED_S = 5.0
 
 log = logging.getLogger("opptune.daemon")
@@ -127,10 +127,11 @@ class Remeasure:
             log.exception("keeping the re-measure state in the store")
             return None
 
-    def job_done(self, job_id: str, agent: str, now: float | None = None) -> bool:
+    def job_done(self, job_id: str, agent: str, now: float | None = None) -> bool | None:
         """A job completed: queue its marked points again (True: the caller's fit need not
         recommend yet, the points' clean runs are to come), or report them after the last
-        retry. A failure here is logged: the job's fit goes on regardless."""
+        retry (False). None: a re-measure job another daemon of the fleet judged (and
+        fitted) already. A failure here is logged: the job's fit goes on regardless."""
         try:
             return self._job_done(job_id, agent, time.time() if now is None else now)
         except Exception:
@@ -140,8 +141,12 @@ class Remeasure:
     def _job_done(self, job_id: str, agent: str, now: float) -> bool:
         pending, never = self._items()
         sent = next((p for p, j in pending if j == job_id), None)
+        # the claim on the item is the judgement: whoever deletes it judges the job, and one
+        # that finds it gone already is no first sweep (it would begin the retries again)
+        if sent is None and is_remeasure_job(job_id):
+            return None
         if sent is not None and not self.store.delete_remeasure(sent.key, "sent"):
-            return False  # judged by another daemon on the store
+            return None
         attempt = sent.attempt if sent is not None else 0
         job = self.store.job(job_id)
         if job is None or self.config.accept_load:
@@ -200,7 +205,7 @@ class Remeasure:
                         if j["state"] in ACTIVE_JOB_STATES}
             if p.agent in busy:
                 continue
-            job = {**p.job, "job_id": new_job_id()}
+            job = {**p.job, "job_id": new_job_id(REMEASURE_JOB_PREFIX)}
             # stored before the job goes out (a job id the store never saw was never sent),
             # and only by the daemon whose update finds the row still waiting
             if not self._write(lambda: self.store.move_remeasure(
@@ -235,7 +240,7 @@ class Remeasure:
     def _judge(self, job_id: str, agent: str, now: float) -> None:
         """Judge a finished job and request its fit (recommending unless points wait)."""
         again = self.job_done(job_id, agent, now)
-        if self.fit is not None:
+        if again is not None and self.fit is not None:
             try:
                 self.fit(job_id, agent, again)
             except Exception:

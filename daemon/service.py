@@ -791,8 +791,11 @@ class Daemon:
         if self.tuning.owns(job_id) or is_tune_job(job_id):
             self.tuning.job_done(job_id)
             return
-        # marked points to be measured again: fit now, recommend once they are clean
-        self._fit_job(job_id, agent, self.remeasure.job_done(job_id, agent))
+        # marked points to be measured again: fit now, recommend once they are clean (a
+        # re-measure job another daemon of the fleet judged first is fitted there)
+        again = self.remeasure.job_done(job_id, agent)
+        if again is not None:
+            self._fit_job(job_id, agent, again)
 
     def _fit_job(self, job_id: str, agent: str, again: bool) -> None:
         """Fit the groups of a finished job; recommend unless its marked points wait."""

@@ -421,6 +421,33 @@ def test_a_re_measure_job_done_just_now_is_judged_where_its_results_were_stored(
         assert d.store.remeasure_items() == []
 
 
+def test_a_re_measure_job_another_daemon_judged_is_no_first_sweep_here(tmp_path):
+    """Two daemons of a fleet judge one re-measure job (the one that stored its last result
+    late, the other in its tick): the claim on its item decides. The daemon that finds the
+    item gone does not take the job for a first sweep (retry 1 again, a second item for the
+    same points, the retries begun again) and fits nothing (the judge fitted it)."""
+    with _daemon_with_agent(tmp_path / "d.db") as (d, a):
+        _answer(a, {"job_id": a.issued_job(), "points": [{"cpus": list(range(k))}
+                                                         for k in (1, 2, 3, 4)]}, 3)
+        first = a.expect("job")["body"]  # retry 1, out: its item 'sent'
+        (sent,) = d.store.remeasure_items()
+        d.jobs.on_done = lambda job_id, agent: None  # judged below, by hand
+        _answer(a, first, 3)  # still marked
+        wait_until(lambda: d.store.job(first["job_id"])["state"] == "done",
+                   "the re-measure job stored done", 20)
+        # the other daemon's judgement: its claim on the item, then its retry 2
+        assert d.store.delete_remeasure(sent["id"], "sent")
+        d.store.save_remeasure("rm-other", "q1", "waiting",
+                               {**sent["body"], "attempt": 2, "job_id": None}, time.time())
+        fits = []
+        d.remeasure.fit = lambda *args: fits.append(args)
+        assert d.remeasure.job_done(first["job_id"], "q1") is None
+        d.remeasure._judge(first["job_id"], "q1", time.time())
+        assert [(m["id"], m["body"]["attempt"]) for m in d.store.remeasure_items()] == [
+            ("rm-other", 2)]
+        assert fits == []
+
+
 def test_retries_and_never_clean_points_survive_daemon_restarts(tmp_path):
     """A re-measure job out across a restart keeps its retry number (the agent's hello
     brings it back; the retries end after the configured count, not more), and the points
