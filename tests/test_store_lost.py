@@ -4,7 +4,9 @@ path), and the agents resend every result it did not ack: none is lost."""
 
 from __future__ import annotations
 
+import fcntl
 import os
+import shutil
 import signal
 import sqlite3
 import subprocess
@@ -12,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from procs import Cluster, delivery, received, wait_all_delivered
+from procs import Cluster, delivery, received, wait_all_delivered, wait_until
 
 RUNS = 400  # one job of a no-op command: the restore comes in the middle of it
 
@@ -75,6 +77,58 @@ def test_a_restore_moved_under_the_daemon_loses_no_result(tmp_path):
         c.stop()
 
 
+# SQLite's checkpoint lock: byte 121 of the -shm (os_unix.c: the locks start at 120, the
+# writer's first, the checkpointer's next; https://www.sqlite.org/walformat.html)
+CKPT_LOCK_BYTE = 121
+
+
+@pytest.mark.integration
+def test_a_backup_copied_over_the_open_file_stops_the_daemon_and_stays_as_copied(tmp_path):
+    """`cp backup.db opptune.db` while the daemon writes: it keeps the inode, so the check
+    of the file's identity never saw it; the daemon acked on, and its checkpoints wrote its
+    pages into the copy. Now it stops as for a moved restore, the copy is left as copied,
+    and the agents' results come back after the restart: none lost."""
+    c = noop_cluster(tmp_path)
+    state = tmp_path / "agent-state"
+    db, backup = str(c.db), str(tmp_path / "backup.db")
+    c.start_daemon()
+    c.start_agent()
+    try:
+        c.wait_for(lambda s: received(s) >= 20, timeout=60, what="the sweep under way")
+        # Holding the write lock (the backup then holds every result acked before the copy)
+        # and the checkpoint lock: a checkpoint under way when the copy began would still
+        # write into it (the hole README names); from here the daemon's next one looks first
+        con = sqlite3.connect(db, isolation_level=None)
+        con.execute("BEGIN IMMEDIATE")
+        shm = os.open(db + "-shm", os.O_RDWR)
+        try:
+            fcntl.lockf(shm, fcntl.LOCK_EX, 1, CKPT_LOCK_BYTE)
+            reader, dst = sqlite3.connect(db), sqlite3.connect(backup)
+            reader.backup(dst)
+            reader.close()
+            dst.close()
+            before = sqlite3.connect(backup).execute("SELECT COUNT(*) FROM runs").fetchone()[0]
+            shutil.copyfile(backup, db)
+            con.execute("ROLLBACK")
+            con.close()
+        finally:
+            os.close(shm)
+        assert wait_exit(c) == 1, c.logs()
+        assert len(lost_line(tmp_path)) == 1 and "was written by another program" in \
+            lost_line(tmp_path)[0], c.logs()
+        assert not any(Path(db + x).exists() for x in ("-wal", "-shm", ".restore"))
+        assert c.rows("SELECT COUNT(*) FROM runs")[0][0] == before
+        assert c.rows("PRAGMA integrity_check") == [("ok",)]
+        waiting = delivery(state, db)
+        assert waiting["pending"] > 0 and not waiting["lost"], waiting
+        c.start_daemon()
+        done = wait_all_delivered(c, 1, timeout=180)
+        assert done["produced"] == done["stored"] == RUNS, done
+        assert c.rows("SELECT COUNT(*) FROM runs")[0][0] == RUNS
+    finally:
+        c.stop()
+
+
 @pytest.mark.integration
 def test_a_deleted_database_stops_the_daemon_within_its_tick(tmp_path):
     c = noop_cluster(tmp_path)
@@ -93,3 +147,52 @@ def test_a_deleted_database_stops_the_daemon_within_its_tick(tmp_path):
         if c.agent is not None and c.agent.poll() is None:
             c.agent.send_signal(signal.SIGCONT)
         c.stop()
+
+
+def _count(path: str) -> tuple[int, str]:
+    con = sqlite3.connect(path)
+    try:
+        return (con.execute("SELECT COUNT(*) FROM t").fetchone()[0],
+                con.execute("PRAGMA integrity_check").fetchone()[0])
+    finally:
+        con.close()
+
+
+def test_a_backup_copied_over_the_open_store_is_noticed_and_kept_as_copied(tmp_path):
+    """`cp backup.db opptune.db` onto the open file keeps its inode: before, nothing noticed
+    it and the store's last close checkpointed its log into the copy ("database disk image
+    is malformed"). Now gone() says another program wrote the file, and abandon() leaves the
+    copy as it was copied, with no journal of the old file beside it."""
+    from opptune.daemon.store.sqlite import OVERWRITTEN, SQLiteStore
+    path, backup = str(tmp_path / "s.db"), str(tmp_path / "backup.db")
+    # no checkpoint thread pass during the test (an hour apart): the log holds every write
+    s = SQLiteStore(path, checkpoint_s=3600)
+    s.db.execute("CREATE TABLE t(i INTEGER, pad TEXT)")
+    s.db.executemany("INSERT INTO t VALUES (?, ?)", ((i, "p" * 200) for i in range(500)))
+    assert s.gone() is None  # its own writes (in its log) are no other program's
+    dst = sqlite3.connect(backup)
+    s.db.backup(dst)
+    dst.close()
+    s.db.executemany("INSERT INTO t VALUES (?, ?)", ((i, "p" * 200) for i in range(500, 3000)))
+    shutil.copyfile(backup, path)
+    assert s.gone() == OVERWRITTEN and "copied" in OVERWRITTEN
+    s.abandon()
+    assert not any(Path(path + x).exists() for x in ("-wal", "-shm", ".restore"))
+    assert _count(path) == (500, "ok")
+
+
+def test_the_store_s_own_checkpoints_are_no_other_program_s_write(tmp_path):
+    from opptune.daemon.store.sqlite import OVERWRITTEN, SQLiteStore
+    path = str(tmp_path / "s.db")
+    s = SQLiteStore(path, checkpoint_s=0.01)
+    try:
+        s.db.execute("CREATE TABLE t(i INTEGER, pad TEXT)")
+        size = os.stat(path).st_size
+        s.db.executemany("INSERT INTO t VALUES (?, ?)", ((i, "p" * 200) for i in range(500)))
+        wait_until(lambda: os.stat(path).st_size > size, "a checkpoint into the file", 20)
+        assert s.gone() is None
+        with open(path, "ab") as f:  # another program's write
+            f.write(bytes(4096))
+        assert s.gone() == OVERWRITTEN
+    finally:
+        s.close()

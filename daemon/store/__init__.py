@@ -464,8 +464,8 @@ class Store(ABC):
 
     def gone(self) -> str | None:
         """What became of the store's file when it is no longer the one at its path (SQLite:
-        deleted or replaced under the daemon); None while it is. A server (PostgreSQL) has no
-        file to lose: always None."""
+        deleted or replaced under the daemon, or written by another program: a backup copied
+        over it); None while it is. A server (PostgreSQL) has no file to lose: always None."""
         return None
 
     def abandon(self) -> None:

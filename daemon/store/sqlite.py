@@ -134,6 +134,13 @@ class SQLiteStore(Store):
     _autockpt = -1
     # (st_dev, st_ino) of the files opened, by suffix; none for PostgreSQL's subclass
     _files: dict[str, tuple[int, int] | None] = {}
+    # (st_mtime_ns, st_size) of the database file as this store's last checkpoint left it:
+    # in WAL mode only checkpoints write that file, so a change between them is another
+    # program's write (a backup copied over the open file: ``gone``)
+    _stamp: tuple[int, int] | None = None
+    # odd while the checkpoint thread writes the file (the stamp is then in flux)
+    _writing = 0
+    _overwritten = False
 
     def __init__(self, path: str, busy_timeout_s: float = 10.0, checkpoint_s: float | None = 0.5):
         if path != ":memory:":
@@ -157,6 +164,7 @@ class SQLiteStore(Store):
             self._page = self.db.execute("PRAGMA page_size").fetchone()[0]
             # the files this connection opened (main, -wal, -shm): gone() and abandon()
             self._files = _identities(path) if path != ":memory:" else {}
+            self._stamp = _mtime_size(path) if path != ":memory:" else None
         except BaseException:
             # a store refused (read-only place, newer schema) holds the file open no longer
             self.db.close()
@@ -185,6 +193,12 @@ class SQLiteStore(Store):
                 room = self._room()
                 low = room < LOW_ROOM_BYTES
                 wait = interval_s * (LOW_ROOM_POLL_FRACTION if low else 1.0)
+                # a file another program wrote (a backup copied over it) gets none of this
+                # store's pages: they would damage the restore
+                if self._overwritten or self._written_by_another():
+                    self._overwritten = True
+                    continue
+                self._writing += 1
                 try:
                     _, frames, _ = db.execute("PRAGMA wal_checkpoint(PASSIVE)").fetchone()
                     if frames * page > (room // 4 if low else WAL_RESTART_BYTES):
@@ -192,6 +206,9 @@ class SQLiteStore(Store):
                         db.execute(f"PRAGMA wal_checkpoint({mode})").fetchall()
                 except sqlite3.Error as exc:  # busy, or no room yet: try again next time
                     log.debug("checkpoint: %s", exc)
+                finally:
+                    self._stamp = _mtime_size(self.path)
+                    self._writing += 1
         finally:
             db.close()
 
@@ -206,6 +223,8 @@ class SQLiteStore(Store):
             pages = 1 << max(4, (room // 4 // self._page).bit_length() - 1)  # few changes
         if pages != self._autockpt:
             self.db.execute(f"PRAGMA wal_autocheckpoint={pages}")
+            if not pages:  # the file as this writer's own checkpoints left it
+                self._stamp = _mtime_size(self.path)
             self._autockpt = pages
 
     def _room(self) -> int:
@@ -1043,15 +1062,39 @@ class SQLiteStore(Store):
 
     def gone(self) -> str | None:
         """What became of the database file, when the file at its path is no longer the one
-        this store writes (deleted, or replaced: a restore moved another file there); None
-        while it is. One stat: the daemon asks once a second and before each batch's acks."""
+        this store writes (deleted, or replaced: a restore moved another file there), or
+        when another program wrote it (a backup copied over the open file); None while it is
+        this store's. One stat: the daemon asks once a second and before each batch's acks."""
         opened = self._files.get("")
         if opened is None:
             return None
-        now = _identities(self.path, ("",))[""]
-        if now == opened:
-            return None
-        return "was deleted" if now is None else "was replaced by another file"
+        seen = self._writing  # before the stat: a checkpoint of its own may follow it
+        try:
+            st = os.stat(self.path)
+        except OSError:
+            return "was deleted"
+        if (st.st_dev, st.st_ino) != opened:
+            return "was replaced by another file"
+        if self._overwritten or self._written_by_another(seen, st):
+            self._overwritten = True
+            return OVERWRITTEN
+        return None
+
+    def _written_by_another(self, seen: int | None = None, st: os.stat_result | None = None
+                            ) -> bool:
+        """Whether the database file (``st``: its stat, taken after ``seen`` was read from
+        ``_writing``) changed since this store's last checkpoint wrote it. Not while a
+        checkpoint of its own writes it (the stamp is then in flux), nor on a nearly full
+        disk, where the writer checkpoints its own log in its commits."""
+        seen = self._writing if seen is None else seen
+        if seen % 2 or self._autockpt != 0 or self._stamp is None:
+            return False
+        if st is None:
+            try:
+                st = os.stat(self.path)
+            except OSError:
+                return False
+        return (st.st_mtime_ns, st.st_size) != self._stamp and self._writing == seen
 
     def abandon(self) -> None:
         """Close a store whose file is gone (``gone``), and remove its journal files (-wal,
@@ -1059,13 +1102,40 @@ class SQLiteStore(Store):
         and the next open of the file now at the path would replay the old log into it (a
         restored backup silently rewritten with the pages of the file it replaced). Journal
         files that are not this store's (a restore's own) are left alone."""
-        self.close()
+        if self._overwritten:
+            self._close_apart()
+        else:
+            self.close()
         for suffix, now in _identities(self.path, ("-wal", "-shm")).items():
             if now is not None and now == self._files.get(suffix):
                 try:
                     os.unlink(self.path + suffix)
                 except OSError as exc:
                     log.warning("removing %s%s: %s", self.path, suffix, exc)
+
+    def _close_apart(self) -> None:
+        """Close without a checkpoint into the file at the path, which another program wrote
+        (a backup copied over it, same inode): SQLite leaves out the last connection's
+        checkpoint only for a file no longer at its path, so the file is moved aside for
+        the close and back (were the daemon killed between, the file stays at
+        ``path.restore``, which the log names)."""
+        aside = self.path + ".restore"
+        log.info("keeping %s as it was written: moved to %s while this store closes, then "
+                 "back", self.path, aside)
+        try:
+            os.rename(self.path, aside)
+        except OSError as exc:
+            log.error("moving %s aside: %s; closing without it: the file may take this "
+                      "store's last pages, restore it again", self.path, exc)
+            self.close()
+            return
+        try:
+            self.close()
+        finally:
+            try:
+                os.rename(aside, self.path)
+            except OSError as exc:
+                log.error("moving %s back to %s: %s; move it by hand", aside, self.path, exc)
 
     def close(self) -> None:
         if self._ckpt is not None:
@@ -1076,6 +1146,20 @@ class SQLiteStore(Store):
             self.db.close()
         except sqlite3.Error as exc:  # closing must never fail a shutdown
             log.warning("closing %s: %s", self.path, exc)
+
+
+# what ``gone`` says of a database file another program wrote while the daemon ran
+OVERWRITTEN = ("was written by another program (a file copied over it? a restore must be "
+               "moved into place, not copied)")
+
+
+def _mtime_size(path: str) -> tuple[int, int] | None:
+    """(st_mtime_ns, st_size) of a file (None: no such file)."""
+    try:
+        st = os.stat(path)
+    except OSError:
+        return None
+    return st.st_mtime_ns, st.st_size
 
 
 def _identities(path: str, suffixes: Sequence[str] = ("", "-wal", "-shm")
