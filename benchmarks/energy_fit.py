@@ -17,6 +17,7 @@ core counts; pooled MAPE of energy, time and power over all test points.
 
 from __future__ import annotations
 
+import argparse
 import sys
 from pathlib import Path
 
@@ -96,7 +97,8 @@ def energy_extrapolation(name: str = "loghin_multicore_energy") -> dict[str, flo
             "points": len(ape["energy_j"])}
 
 
-def main() -> int:
+def main(argv: list[str] | None = None) -> int:
+    argparse.ArgumentParser(description=__doc__.split("\n\n")[0]).parse_args(argv)
     print("power model, MAPE % (mean / median over groups, groups):")
     for name, has_voltage in POWER_SETS:
         for uncore in ((False, True) if has_voltage else (False,)):
