@@ -395,6 +395,15 @@ def _daemon_with_agent(db):
         d.stop()
 
 
+def _stop_loop(d) -> None:
+    """Stop the daemon's loop, its store left open: what the test does to the store and the
+    re-measure state from here is this thread's alone (the loop's tick writes the store each
+    second, on the same connection: a transaction of this thread's met one of its)."""
+    d.stop_event.set()
+    d._thread.join(10)
+    assert not d._thread.is_alive()
+
+
 def test_a_re_measure_job_done_just_now_is_judged_where_its_results_were_stored(tmp_path):
     """Two daemons of a fleet, the agent moved from A to B within A's agent_timeout_s: B
     stores the last result of the re-measure job and judges it; A, which still counts the
@@ -407,6 +416,7 @@ def test_a_re_measure_job_done_just_now_is_judged_where_its_results_were_stored(
         _answer(a, {"job_id": a.issued_job(), "points": [{"cpus": list(range(k))}
                                                          for k in (1, 2, 3, 4)]}, 3)
         first = a.expect("job")["body"]  # retry 1, out: its item 'sent'
+        _stop_loop(d)
         (sent,) = d.store.remeasure_items()
         assert sent["state"] == "sent" and sent["body"]["job_id"] == first["job_id"]
         now = time.time()
@@ -435,6 +445,7 @@ def test_a_re_measure_job_another_daemon_judged_is_no_first_sweep_here(tmp_path)
         _answer(a, first, 3)  # still marked
         wait_until(lambda: d.store.job(first["job_id"])["state"] == "done",
                    "the re-measure job stored done", 20)
+        _stop_loop(d)
         # the other daemon's judgement: its claim on the item, then its retry 2
         assert d.store.delete_remeasure(sent["id"], "sent")
         d.store.save_remeasure("rm-other", "q1", "waiting",

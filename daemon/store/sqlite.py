@@ -134,12 +134,11 @@ class SQLiteStore(Store):
     _autockpt = -1
     # (st_dev, st_ino) of the files opened, by suffix; none for PostgreSQL's subclass
     _files: dict[str, tuple[int, int] | None] = {}
-    # (st_mtime_ns, st_size) of the database file as this store's last checkpoint left it:
-    # in WAL mode only checkpoints write that file, so a change between them is another
-    # program's write (a backup copied over the open file: ``gone``)
-    _stamp: tuple[int, int] | None = None
-    # odd while the checkpoint thread writes the file (the stamp is then in flux)
-    _writing = 0
+    # the largest size of the database file seen: in WAL mode only checkpoints write that
+    # file, and a checkpoint (this store's, another daemon's on the file, any reader's) never
+    # shrinks it (no auto_vacuum), so a smaller file is another program's write (an older
+    # backup copied over the open file: ``gone``)
+    _size = 0
     _overwritten = False
 
     def __init__(self, path: str, busy_timeout_s: float = 10.0, checkpoint_s: float | None = 0.5):
@@ -164,7 +163,8 @@ class SQLiteStore(Store):
             self._page = self.db.execute("PRAGMA page_size").fetchone()[0]
             # the files this connection opened (main, -wal, -shm): gone() and abandon()
             self._files = _identities(path) if path != ":memory:" else {}
-            self._stamp = _mtime_size(path) if path != ":memory:" else None
+            self._size = os.stat(path).st_size if path != ":memory:" else 0
+            self._size_lock = threading.Lock()
         except BaseException:
             # a store refused (read-only place, newer schema) holds the file open no longer
             self.db.close()
@@ -195,10 +195,9 @@ class SQLiteStore(Store):
                 wait = interval_s * (LOW_ROOM_POLL_FRACTION if low else 1.0)
                 # a file another program wrote (a backup copied over it) gets none of this
                 # store's pages: they would damage the restore
-                if self._overwritten or self._written_by_another():
+                if self._overwritten or self._shrunk():
                     self._overwritten = True
                     continue
-                self._writing += 1
                 try:
                     _, frames, _ = db.execute("PRAGMA wal_checkpoint(PASSIVE)").fetchone()
                     if frames * page > (room // 4 if low else WAL_RESTART_BYTES):
@@ -206,9 +205,6 @@ class SQLiteStore(Store):
                         db.execute(f"PRAGMA wal_checkpoint({mode})").fetchall()
                 except sqlite3.Error as exc:  # busy, or no room yet: try again next time
                     log.debug("checkpoint: %s", exc)
-                finally:
-                    self._stamp = _mtime_size(self.path)
-                    self._writing += 1
         finally:
             db.close()
 
@@ -223,8 +219,6 @@ class SQLiteStore(Store):
             pages = 1 << max(4, (room // 4 // self._page).bit_length() - 1)  # few changes
         if pages != self._autockpt:
             self.db.execute(f"PRAGMA wal_autocheckpoint={pages}")
-            if not pages:  # the file as this writer's own checkpoints left it
-                self._stamp = _mtime_size(self.path)
             self._autockpt = pages
 
     def _room(self) -> int:
@@ -1063,38 +1057,40 @@ class SQLiteStore(Store):
     def gone(self) -> str | None:
         """What became of the database file, when the file at its path is no longer the one
         this store writes (deleted, or replaced: a restore moved another file there), or
-        when another program wrote it (a backup copied over the open file); None while it is
-        this store's. One stat: the daemon asks once a second and before each batch's acks."""
+        when another program wrote it (an older backup copied over the open file: smaller);
+        None while it is this store's. One stat: the daemon asks once a second and before
+        each batch's acks."""
         opened = self._files.get("")
         if opened is None:
             return None
-        seen = self._writing  # before the stat: a checkpoint of its own may follow it
-        try:
-            st = os.stat(self.path)
-        except OSError:
-            return "was deleted"
-        if (st.st_dev, st.st_ino) != opened:
-            return "was replaced by another file"
-        if self._overwritten or self._written_by_another(seen, st):
-            self._overwritten = True
-            return OVERWRITTEN
-        return None
-
-    def _written_by_another(self, seen: int | None = None, st: os.stat_result | None = None
-                            ) -> bool:
-        """Whether the database file (``st``: its stat, taken after ``seen`` was read from
-        ``_writing``) changed since this store's last checkpoint wrote it. Not while a
-        checkpoint of its own writes it (the stamp is then in flux), nor on a nearly full
-        disk, where the writer checkpoints its own log in its commits."""
-        seen = self._writing if seen is None else seen
-        if seen % 2 or self._autockpt != 0 or self._stamp is None:
-            return False
-        if st is None:
+        with self._size_lock:  # the stat and the size seen: one at a time (_shrunk)
             try:
                 st = os.stat(self.path)
             except OSError:
-                return False
-        return (st.st_mtime_ns, st.st_size) != self._stamp and self._writing == seen
+                return "was deleted"
+            if (st.st_dev, st.st_ino) != opened:
+                return "was replaced by another file"
+            if self._overwritten or self._shrunk(st.st_size):
+                self._overwritten = True
+                return OVERWRITTEN
+        return None
+
+    def _shrunk(self, size: int | None = None) -> bool:
+        """Whether the database file (``size``: its size now, read under ``_size_lock``;
+        else read here under it) is smaller than it was seen: no checkpoint makes it so, a
+        copy of an older backup over it does. A size read before another thread's larger
+        one must not be compared after it: hence the lock."""
+        if size is None:
+            with self._size_lock:
+                try:
+                    size = os.stat(self.path).st_size
+                except OSError:
+                    return False
+                return self._shrunk(size)
+        if size < self._size:
+            return True
+        self._size = size
+        return False
 
     def abandon(self) -> None:
         """Close a store whose file is gone (``gone``), and remove its journal files (-wal,
@@ -1149,17 +1145,8 @@ class SQLiteStore(Store):
 
 
 # what ``gone`` says of a database file another program wrote while the daemon ran
-OVERWRITTEN = ("was written by another program (a file copied over it? a restore must be "
-               "moved into place, not copied)")
-
-
-def _mtime_size(path: str) -> tuple[int, int] | None:
-    """(st_mtime_ns, st_size) of a file (None: no such file)."""
-    try:
-        st = os.stat(path)
-    except OSError:
-        return None
-    return st.st_mtime_ns, st.st_size
+OVERWRITTEN = ("was written by another program, smaller than the daemon saw it (an older "
+               "backup copied over it? a restore must be moved into place, not copied)")
 
 
 def _identities(path: str, suffixes: Sequence[str] = ("", "-wal", "-shm")
