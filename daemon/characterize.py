@@ -6,9 +6,11 @@ hello) and, unless args.commands is false, per command workload of its configura
 each runs at the size asked where it has it, else at its first size; without a size asked, a
 kernel lacking the ``[sweep]`` size runs at its first too, as a sweep does), over all of the
 board's cores (as one platform, whatever [sweep] per_cluster says: MPET's profiles are the runs
-without variant) and, where the board has cpufreq, ``FREQ_STEPS`` frequencies spread over its
-range (min, mid, max; of a policy with a range and no table, intel_pstate, its ends and the
-100 MHz step nearest their middle: planner.range_steps), else at the board's own frequency. A
+without variant; args.per_cluster: each cluster of a big.LITTLE board alone instead, a
+platform of its own for MPET, ``ID:cluster<i>``) and, where the board has cpufreq,
+``FREQ_STEPS`` frequencies spread over its range (min, mid, max; of a policy with a range
+and no table, intel_pstate, its ends and the 100 MHz step nearest their middle:
+planner.range_steps), else at the board's own frequency. A
 kernel with a done job of the same size that covered every point it would measure, with at least the
 repetitions asked (``--reps``), is skipped (resuming after an interruption; a tune's one-point jobs
 or an import do not count, nor a job sent before the last drift of the kernel's group or of one
@@ -52,8 +54,9 @@ from ..shared.records import DERIVED_COUNTERS
 from .drift import is_redefined, last_event
 from .errors import HandlerError
 from .jobs import ACTIVE_JOB_STATES, stopped_early
-from .planner import (PlanError, clocks_never_apply, cpufreq_unavailable, physical_cores,
-                      plan_sweep, sweep_order)
+from .planner import (PlanError, clocks_never_apply, cluster_order, cluster_platform,
+                      cpufreq_unavailable, physical_cores, plan_sweep, split_cluster,
+                      sweep_order, variant_cluster)
 from .registry import board_name
 from .store import Group
 from .sweeps import check_sweep_args, sweep_counts
@@ -82,6 +85,9 @@ def characterize(d: Daemon, args: dict[str, Any]) -> dict[str, Any]:
     retry_stopped = args.get("retry_stopped", False)
     if not isinstance(retry_stopped, bool):
         raise HandlerError("bad_args", "characterize args.retry_stopped must be true or false")
+    per_cluster = args.get("per_cluster", False)
+    if not isinstance(per_cluster, bool):
+        raise HandlerError("bad_args", "characterize args.per_cluster must be true or false")
     # what each workload runs now (a digest, in the agent's hello; absent from an older agent)
     definitions = {w["name"]: w.get("definition") for w in info.workloads
                    if isinstance(w, dict) and isinstance(w.get("name"), str)}
@@ -111,13 +117,14 @@ def characterize(d: Daemon, args: dict[str, Any]) -> dict[str, Any]:
     opts["warmup"] = counts["warmup"] or 0
     # decided once from the board's description (its last hello, kept in the store across a
     # restart), whether or not anything is queued: the line printed says what is measured
-    grid, planned = planned_grid(d, info.platform, opts)
+    grid, planned = planned_grid(d, info.platform, opts, per_cluster=per_cluster)
     # a command on a virtual board runs off the board: its sweep leaves the board's clocks out
     # (Sweeps.sweep), and so must what counts as having measured it
     board = board_name(info.platform, info.platform_id)
     why_off = clocks_never_apply(info.platform or {}, "command", board)
     off_board = set(commands) if why_off else set()
-    unclocked = planned_grid(d, info.platform, opts, ("none",))[1] if off_board else planned
+    unclocked = planned_grid(d, info.platform, opts, ("none",), per_cluster)[1] \
+        if off_board else planned
     done, under_way, todo, drifted, redefined, again, not_retried = [], [], {}, [], [], [], []
     events: list[dict[str, Any]] | None = None  # read once, where a kernel is measured again
     for k in sorted(sizes):
@@ -163,7 +170,7 @@ def characterize(d: Daemon, args: dict[str, Any]) -> dict[str, Any]:
     queued: list[dict[str, Any]] = []
     for sz, names in sorted(todo.items()):
         queued += d.sweeps.query({"agent": agent, "workloads": names, "size": sz, **opts,
-                                  "frequency_grid": grid, "per_cluster": False})["jobs"]
+                                  "frequency_grid": grid, "per_cluster": per_cluster})["jobs"]
     return {"agent": agent, "size": size, "kernels": kernels,
             # kernels that lack the [sweep] size (none asked): the size each runs at instead
             "kernel_sizes": fell_back,
@@ -173,6 +180,9 @@ def characterize(d: Daemon, args: dict[str, Any]) -> dict[str, Any]:
             "not_retried": not_retried,
             "under_way": under_way, "queued": queued,
             "frequencies": frequencies_text(grid, planned, info.platform),
+            # the clusters measured each alone (--per-cluster), as MPET's platforms
+            # BOARD:cluster<i>; [] for the whole board
+            "clusters": sorted({v for *_, v in planned if v}),
             "commands_at_no_clock": ({"workloads": sorted(off_board), "why": why_off}
                                      if off_board and grid != "none" else None)}
 
@@ -224,20 +234,21 @@ def _points(points: Any) -> set[tuple]:
 
 
 def planned_grid(d: Daemon, platform: dict[str, Any] | None, opts: dict[str, Any],
-                 grids: tuple[str | int, ...] = (FREQ_STEPS, "none")
-                 ) -> tuple[str | int, set[tuple]]:
+                 grids: tuple[str | int, ...] = (FREQ_STEPS, "none"),
+                 per_cluster: bool = False) -> tuple[str | int, set[tuple]]:
     """(grid, points) characterize measures every workload at (a sweep's points depend on the
     board and the counts, not on the workload or its size): ``FREQ_STEPS`` where the board's
     cpufreq offers frequencies for every point, else "none" (cores only, at the board's own
     frequency: nothing it cannot set). A done job counts as this characterisation only when
     it covered these points (a tune's one-point jobs, an import or a sweep of fewer cores do
-    not). The whole board, whatever [sweep] per_cluster says: MPET profiles a platform over
-    its cores 1..nmax from the runs without variant."""
+    not). The whole board, whatever [sweep] per_cluster says (MPET profiles a platform over
+    its cores 1..nmax from the runs without variant); with ``per_cluster``, each cluster of a
+    heterogeneous board alone (its own platform for MPET), the whole board where it has one."""
     for grid in grids:
         try:
             job = plan_sweep(platform or {}, "", d.config.sweep, reps=opts.get("reps"),
                              max_cores=opts.get("max_cores"), frequency_grid=grid,
-                             per_cluster=False)
+                             per_cluster=per_cluster)
         except (PlanError, ValueError):
             continue
         return grid, _points(job["points"])
@@ -277,8 +288,10 @@ def _job(j: dict[str, Any]) -> dict[str, Any]:
             "state": j["state"]}
 
 
-def breakpoints(platform: dict[str, Any]) -> dict[str, Any]:
-    order = sweep_order(platform)
+def breakpoints(platform: dict[str, Any], variant: str = "") -> dict[str, Any]:
+    """n_nu, n_ht and nmax of the board ``platform`` describes, or of its cluster
+    ``variant`` alone (its cpus in their sweep order)."""
+    order = cluster_order(platform, variant) if variant else sweep_order(platform)
     n_nu = None
     nodes = [set(n) for n in platform.get("numa_nodes") or [] if isinstance(n, list)]
     if len(nodes) > 1 and order:
@@ -316,10 +329,16 @@ def _clock_arg(args: dict[str, Any]) -> dict[str, float]:
 
 def _by_platform(clock: dict[str, float], measured: set[str],
                  agents: dict[str, str]) -> dict[str, float]:
-    """args.clock with each agent name (a key that is no platform measured) as its platform
-    id, as ``opptune predict`` resolves --to and --on: the client asks in one query, before
-    it knows the id."""
-    return {k if k in measured or k not in agents else agents[k]: v for k, v in clock.items()}
+    """args.clock with each agent name (a key that is no platform measured; with
+    ``:cluster<i>``, that cluster of its board) as its platform id, as ``opptune predict``
+    resolves --to and --on: the client asks in one query, before it knows the id."""
+    out = {}
+    for k, v in clock.items():
+        base, variant = split_cluster(k)
+        if k not in measured and base in agents:
+            k = cluster_platform(agents[base], variant)
+        out[k] = v
+    return out
 
 
 def mpet_data(d: Daemon, args: dict[str, Any]) -> dict[str, Any]:
@@ -336,10 +355,11 @@ def mpet_data(d: Daemon, args: dict[str, Any]) -> dict[str, Any]:
     groups: dict[tuple, dict[Any, dict[int, list]]] = {}
     # runs marked for a neighbour on their cpus are no profile either, unless the load is
     # accepted (the daemon's accept_load), as in fits
-    for plat, work, inp, cores, freq, t, text, packed in d.store.profile_runs(
+    for plat, work, inp, cores, freq, t, text, packed, variant in d.store.profile_runs(
             None if d.store.accept_load else False):
-        if size is not None and inp != size:
+        if size is not None and inp != size or variant and variant_cluster(variant) is None:
             continue
+        plat = cluster_platform(plat, variant)
         raw = json.loads(text) if packed is None else msgpack.unpackb(packed)
         mpet = (raw.get("extra") or {}).get("mpet")
         ctrs = raw.get("counters") if isinstance(raw.get("counters"), dict) else {}
@@ -378,8 +398,10 @@ def mpet_data(d: Daemon, args: dict[str, Any]) -> dict[str, Any]:
         profiles.append(prof)
     platforms = {}
     for plat in {p["platform"] for p in profiles} | set(clock) & set(clocks):
-        desc = d.store.platform(plat) or {}
-        platforms[plat] = {**breakpoints(desc), "board": board_name(desc, plat),
+        base, variant = split_cluster(plat)
+        desc = d.store.platform(base) or {}
+        platforms[plat] = {**breakpoints(desc, variant),
+                           "board": board_name(desc, base) + (f":{variant}" if variant else ""),
                            "clocks": sorted(clocks.get(plat, ())),
                            "cpufreq": cpufreq_unavailable(desc) is None}
     only, points = ([], []) if d.store.accept_load else _marked(d, groups, size, clock)
@@ -402,9 +424,9 @@ def _marked(d: Daemon, groups: dict[tuple, Any], size: str | None,
     the CLI says so instead of "not measured", or of nothing."""
     counts: dict[tuple, int] = {}
     cores: dict[tuple, set[int]] = {}
-    for plat, work, inp, n, freq, *_ in d.store.profile_runs(marked=True):
-        key = (work, plat, inp)
-        if size is not None and inp != size:
+    for plat, work, inp, n, freq, *_, variant in d.store.profile_runs(marked=True):
+        key = (work, cluster_platform(plat, variant), inp)
+        if size is not None and inp != size or variant and variant_cluster(variant) is None:
             continue
         if key not in groups:
             counts[key] = counts.get(key, 0) + 1

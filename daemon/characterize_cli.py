@@ -22,6 +22,8 @@ def cmd_characterize(args: argparse.Namespace) -> int:
         q["commands"] = False
     if args.retry_stopped:
         q["retry_stopped"] = True
+    if args.per_cluster:
+        q["per_cluster"] = True
     endpoint = daemon_endpoint(args)
     data, rc = ask("opptune characterize", endpoint, "characterize", q, timeout_s=args.timeout,
                    changes=f"'opptune status --agent {args.agent}' lists the jobs it queued; "
@@ -39,6 +41,17 @@ def cmd_characterize(args: argparse.Namespace) -> int:
     if other:
         from .cli import size_instead_text
         print(size_instead_text(data["size"], other, "measured"), file=out)
+    if args.per_cluster:
+        clusters = data.get("clusters")
+        if clusters is None:
+            print("--per-cluster: this daemon is older than it and measures the whole board; "
+                  "upgrade it", file=out)
+        elif clusters:
+            names = ", ".join(f"{data['agent']}:{c}" for c in clusters)
+            print(f"each cluster alone, a platform of its own for 'opptune predict': {names}",
+                  file=out)
+        else:
+            print("--per-cluster: the board has one cluster: measured as a whole", file=out)
     if data.get("commands"):
         print("command workloads (t(n) only, MPET runtime parameters invalid): " + ", ".join(
             f"{c} (size {data['command_sizes'][c]})" for c in data["commands"]), file=out)
@@ -144,6 +157,11 @@ def add_parser(sub: Any, add_link_options: Any) -> None:
                         "timeouts (stop_after_timeouts) while it was defined as it is now; "
                         "without it such a workload is left out, saying so (a changed command "
                         "or run_timeout_s counts as new)")
+    p.add_argument("--per-cluster", action="store_true",
+                   help="on a board with several clusters (big.LITTLE), measure each cluster "
+                        "alone instead of the whole board: each is then a platform of its "
+                        "own for 'opptune predict' and 'eval-mpet', named AGENT:cluster<i> "
+                        "(run characterize with and without it to have both)")
     p.add_argument("--wait", action="store_true",
                    help="show progress until every job is done; exit 0 when every workload "
                         "is measured over all its points, 3 when the agent stopped a job "

@@ -31,7 +31,8 @@ def add_predict_options(p: argparse.ArgumentParser) -> None:
                         "its transfers (docs/mpet.md: much closer than from one)")
     g.add_argument("--to", dest="target", metavar="T",
                    help="platform id or agent name known through its suite "
-                        "('opptune characterize')")
+                        "('opptune characterize'); NAME:cluster<i> for one cluster of a "
+                        "big.LITTLE board ('opptune characterize --per-cluster')")
     g.add_argument("--on", dest="on", metavar="P",
                    help="platform id or agent name: predict on the platform the workload was "
                         "measured on: from its 1-core runs only (scenario b), or, with --set, "
@@ -62,6 +63,17 @@ def _resolve(name: str, data: dict[str, Any], flag: str, size: str | None = None
         return name
     if name in data["agents"] and data["agents"][name] in data["platforms"]:
         return data["agents"][name]
+    from .planner import cluster_platform, split_cluster
+    base, variant = split_cluster(name)
+    if variant and base in data["agents"]:
+        # one cluster of an agent's board (characterize --per-cluster)
+        key = cluster_platform(data["agents"][base], variant)
+        if key in data["platforms"]:
+            return key
+        at = f" at size {size!r}" if size is not None else ""
+        raise MpetUsage(f"{flag} {name!r}: {variant} of agent {base}'s board is not measured "
+                        f"alone{at}; run 'opptune characterize --agent {base} --per-cluster "
+                        f"--wait'{f' --size {size}' if size else ''} first")
     if size is not None and (name in data["agents"] or name in data["agents"].values()):
         # the daemon answered for that size only: the board is known, the size is not
         raise MpetUsage(f"{flag} {name!r} has no measurements of size {size!r}: leave out "
@@ -80,8 +92,19 @@ def _resolve(name: str, data: dict[str, Any], flag: str, size: str | None = None
 
 
 def _agent_of(data: dict[str, Any], platform: str) -> str:
-    """The agent name(s) the daemon knows for ``platform``, for advice ('AGENT' if none)."""
-    return " / ".join(sorted(a for a, p in data["agents"].items() if p == platform)) or "AGENT"
+    """The agent name(s) the daemon knows for ``platform`` (for one cluster of a board, the
+    board's), for advice ('AGENT' if none)."""
+    from .planner import split_cluster
+    base = split_cluster(platform)[0]
+    return " / ".join(sorted(a for a, p in data["agents"].items() if p == base)) or "AGENT"
+
+
+def _characterize_opts(data: dict[str, Any], platform: str) -> str:
+    """``--agent NAME`` of 'opptune characterize' measuring ``platform`` (``--per-cluster``
+    for one cluster of a board)."""
+    from .planner import split_cluster
+    return f"--agent {_agent_of(data, platform)}" + (
+        " --per-cluster" if split_cluster(platform)[1] else "")
 
 
 def _at_size(size: str | None, freq: float | None = None) -> str:
@@ -227,7 +250,7 @@ def _check_clock(data: dict[str, Any], plat: str, name: str, freq: float,
         # a board that can set frequencies, swept at the governor's choice only
         raise MpetUsage(f"--freq {freq:g}: {name} was measured{_at_size(args.size)} at the "
                         f"governor's clock only; leave out --freq, or run 'opptune "
-                        f"characterize --agent {_agent_of(data, plat)}{_size_opt(args)}' to "
+                        f"characterize {_characterize_opts(data, plat)}{_size_opt(args)}' to "
                         f"measure the min, mid and max of each policy")
     if not clocks:
         raise MpetUsage(f"--freq {freq:g}: {name} has no cpufreq (its runs are at its own "
@@ -236,9 +259,9 @@ def _check_clock(data: dict[str, Any], plat: str, name: str, freq: float,
     if len(clocks) == 1:
         # "give one of them" of one clock: what to do is leave it out, or measure the others
         raise MpetUsage(f"--freq {freq:g}: {name} was measured{at} at {clocks[0]:g} MHz only; "
-                        f"leave out --freq, or run 'opptune characterize --agent "
-                        f"{_agent_of(data, plat)}{_size_opt(args)}' to measure the min, mid "
-                        f"and max of each policy")
+                        f"leave out --freq, or run 'opptune characterize "
+                        f"{_characterize_opts(data, plat)}{_size_opt(args)}' to measure the min, "
+                        f"mid and max of each policy")
     raise MpetUsage(f"--freq {freq:g}: {name} was measured{at} at "
                     f"{', '.join(f'{f:g}' for f in clocks)} MHz; give one of them ('opptune "
                     f"characterize' measures the min, mid and max of each policy)")
@@ -415,14 +438,14 @@ def _predict_migration(data: dict[str, Any], args: argparse.Namespace,
     if not suite:
         raise MpetUsage(f"{args.target} has no suite measured"
                         f"{_at_size(args.size, _freq_arg(args))}: run "
-                        f"'opptune characterize --agent {_agent_of(data, dst)}{_size_opt(args)}' "
+                        f"'opptune characterize {_characterize_opts(data, dst)}{_size_opt(args)}' "
                         f"on it first")
     for src, name in given:
         if not any(p == src and w != args.workload for w, p in profiles):
             raise MpetUsage(f"{args.workload!r} is the only workload measured on {name}"
                             f"{_at_size(args.size)}: MPET relates it to other workloads "
                             f"measured on both {name} and {args.target}; run 'opptune characterize "
-                            f"--agent {_agent_of(data, src)}{_size_opt(args)}' first")
+                            f"{_characterize_opts(data, src)}{_size_opt(args)}' first")
     db = MpetDatabase(profiles, platforms)
     before, notes = None, []
     if edits:
@@ -522,15 +545,14 @@ def _predict_on(data: dict[str, Any], args: argparse.Namespace,
         raise MpetUsage(f"{args.workload!r} is the only workload measured on {args.on}"
                         f"{_at_size(args.size, _freq_arg(args))}: scenario b takes the "
                         f"scaling of the other workloads there; run 'opptune characterize "
-                        f"--agent "
-                        f"{_agent_of(data, plat)}{_size_opt(args)}' first")
+                        f"{_characterize_opts(data, plat)}{_size_opt(args)}' first")
     if not any(p == plat and w != args.workload and len(prof["t"]) > 1
                for (w, p), prof in profiles.items()):
         # the others lend their scaling (predict_scalability): one core count has none
         raise MpetUsage(f"no other workload on {args.on}{_at_size(args.size, _freq_arg(args))} "
                         f"is measured at more than one core count: scenario b takes their "
-                        f"scaling; run 'opptune characterize --agent "
-                        f"{_agent_of(data, plat)}{_size_opt(args)}' first")
+                        f"scaling; run 'opptune characterize "
+                        f"{_characterize_opts(data, plat)}{_size_opt(args)}' first")
     # as eval-mpet --scenario b cuts each profile (mpet_eval.evaluate_scalability)
     db = with_serial(MpetDatabase(profiles, platforms), key)
     pred = predict_scalability(db, args.workload, plat, ns=ns)

@@ -80,6 +80,21 @@ def variant_cluster(variant: str) -> int | None:
     return None
 
 
+def cluster_platform(platform: str, variant: str) -> str:
+    """MPET's platform for a group's runs: the board's id, and for a group of one cluster
+    alone (``cluster<i>``) the id with ``:cluster<i>``: each cluster of a big.LITTLE board is
+    a platform of its own, as the whole board is."""
+    return f"{platform}:{variant}" if variant_cluster(variant) is not None else platform
+
+
+def split_cluster(platform: str) -> tuple[str, str]:
+    """(board's platform id or name, variant) of a ``cluster_platform`` key (variant "" for
+    the whole board)."""
+    base, sep, variant = platform.rpartition(":")
+    return (base, variant) if sep and base and variant_cluster(variant) is not None \
+        else (platform, "")
+
+
 def cluster_order(platform: dict[str, Any], variant: str) -> list[int]:
     """Sweep order for a group's variant: the cluster's for ``cluster<i>``, else the board's."""
     i = variant_cluster(variant)
@@ -421,7 +436,8 @@ def plan_sweep(platform: dict[str, Any], workload: str, defaults: SweepDefaults,
 
 
 __all__ = ["ConfigError", "GOVERNOR_CLOCK", "OWN_CLOCK", "PlanError", "clocks_never_apply",
-           "clock_text", "cluster_order", "cluster_orders", "unset_clock", "workload_clock",
+           "clock_text", "cluster_order", "cluster_orders", "cluster_platform", "split_cluster",
+           "unset_clock", "workload_clock",
            "cpufreq_unavailable",
            "grid_asks_frequencies", "grid_frequencies",
            "frequency_ranges", "new_job_id", "offer_text", "offered_frequencies",

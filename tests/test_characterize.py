@@ -263,6 +263,41 @@ def test_characterize_resumes_and_predict_migrates(two_boards):
         assert line.startswith(msg), line
 
 
+def test_predict_to_one_cluster_of_a_big_little_board(two_boards):
+    """characterize --per-cluster measures each cluster of the xu4 alone (its LITTLE A7 and
+    big A15 cores), and `predict --to xu4:cluster<i>` predicts on one of them, with the
+    cluster's own cores and clocks; before that the cluster is named as not measured."""
+    ep = two_boards.endpoint
+    assert run_characterize(ep, "pi", "--wait").returncode == 0
+    p = opptune("predict", "--daemon", ep, "--workload", "triad", "--from", "pi", "--to",
+                "xu4:cluster1")
+    assert p.returncode == 2 and p.stderr == (
+        "opptune predict: --to 'xu4:cluster1': cluster1 of agent xu4's board is not measured "
+        "alone; run 'opptune characterize --agent xu4 --per-cluster --wait' first\n"), p.stderr
+    p = run_characterize(ep, "xu4", "--per-cluster", "--wait")
+    assert p.returncode == 0, p.stderr
+    assert "each cluster alone, a platform of its own for 'opptune predict': xu4:cluster0, " \
+        "xu4:cluster1" in p.stdout, p.stdout
+    out = {}
+    for c in ("cluster0", "cluster1"):
+        p = opptune("predict", "--daemon", ep, "--workload", "triad", "--from", "pi", "--to",
+                    f"xu4:{c}", "--json")
+        assert p.returncode == 0, p.stderr
+        out[c] = json.loads(p.stdout)
+        assert out[c]["to_board"] == f"odroid-xu4 (virtual):{c}"
+        rows = out[c]["prediction"]
+        assert [r["n"] for r in rows] == [1, 2, 3, 4]
+        assert all(r["lower_s"] <= r["time_s"] <= r["upper_s"] for r in rows), rows
+        assert 1 / 1.5 < rows[0]["time_s"] / rows[0]["measured_s"] < 1.5, rows
+    # each cluster at its own top clock: the LITTLE A7s at 1400 MHz, the big A15s at 2000
+    assert out["cluster0"]["to_mhz"] == [1400.0] and out["cluster1"]["to_mhz"] == [2000.0]
+    # the big cores run triad's one thread faster than the LITTLE ones, as predicted
+    assert out["cluster1"]["prediction"][0]["measured_s"] < \
+        out["cluster0"]["prediction"][0]["measured_s"]
+    assert out["cluster1"]["prediction"][0]["time_s"] < \
+        out["cluster0"]["prediction"][0]["time_s"]
+
+
 def test_predict_names_the_board_to_characterize_when_the_suite_is_missing(two_boards):
     """A platform with the workload alone (no other workload to relate it to) is named with
     the agent to characterise, instead of the model's 'no candidate ... platform id' line."""
@@ -348,7 +383,8 @@ def test_a_kernel_whose_job_stopped_early_or_failed_is_measured_again_and_says_w
         characterize(d, args), None))
     monkeypatch.setattr(client, "daemon_endpoint", lambda args: "tcp://127.0.0.1:9")
     args = argparse.Namespace(agent="a", size="small", reps=None, max_cores=None,
-                              no_commands=False, retry_stopped=False, daemon=None, config=None,
+                              no_commands=False, retry_stopped=False, per_cluster=False,
+                              daemon=None, config=None,
                               timeout=5.0, json=False, wait=False)
     assert cmd_characterize(args) == 0
     lines = capsys.readouterr().out.splitlines()
@@ -1042,6 +1078,64 @@ def test_characterize_measures_the_whole_board_whatever_per_cluster_says(daemon)
     again = characterize(d, {"agent": "a", "size": "small"})
     assert again["queued"] == [] and [j["job_id"] for j in again["under_way"]] == \
         [job["job_id"]]
+
+
+TWO_CLUSTERS = {"sweep_order": list(range(8)), "n_cpus": 8,
+                "clusters": [[0, 1, 2, 3], [4, 5, 6, 7]], "virtual_board": "bl"}
+
+
+def test_per_cluster_characterize_measures_each_cluster_alone(daemon):
+    """--per-cluster on a big.LITTLE board: each kernel over each cluster alone (its points
+    carry cluster<i>), resumable as the whole board is; the whole board stays a
+    characterisation of its own; on a board of one cluster it is the whole board."""
+    d = daemon
+    hello(d, ("triad",), platform=TWO_CLUSTERS)
+    out = characterize(d, {"agent": "a", "size": "small", "per_cluster": True})
+    (job,) = out["queued"]
+    assert out["clusters"] == ["cluster0", "cluster1"]
+    (sent,) = d.store.jobs_for("a", "triad")
+    assert sorted((p["variant"], tuple(p["cpus"])) for p in sent["points"]) == [
+        ("cluster0", (0, 1, 2, 3)[:n]) for n in range(1, 5)] + [
+        ("cluster1", (4, 5, 6, 7)[:n]) for n in range(1, 5)]
+    again = characterize(d, {"agent": "a", "size": "small", "per_cluster": True})
+    assert again["queued"] == [] and [j["job_id"] for j in again["under_way"]] == \
+        [job["job_id"]]
+    whole = characterize(d, {"agent": "a", "size": "small"})
+    (other,) = whole["queued"]
+    assert whole["clusters"] == [] and other["job_id"] != job["job_id"]
+    with pytest.raises(HandlerError, match="per_cluster must be true or false"):
+        characterize(d, {"agent": "a", "per_cluster": "yes"})
+    hello(d, ("triad",), platform=FOUR_CPUS)
+    one = characterize(d, {"agent": "a", "size": "small", "per_cluster": True})
+    assert one["clusters"] == []
+
+
+def test_mpet_profiles_of_one_cluster_are_a_platform_of_their_own(daemon):
+    """Runs of a cluster<i> group (characterize --per-cluster, or a per-cluster sweep) make
+    the platform ``ID:cluster<i>``: its breakpoints those of the cluster's cpus, its board
+    named with the cluster; the whole board's runs stay the board's platform; a --freq of
+    an agent's cluster finds that platform."""
+    d = daemon
+    hello(d, ("k",), platform=TWO_CLUSTERS)
+    save_job(d)
+    recs = [RunRecord(platform="p", workload="k", input="small", cores=n, cpus=list(cpus[:n]),
+                      threads=n, rep=0, time_s=t / n, freq_mhz=f, variant=v)
+            for v, cpus, t, f in (("", range(8), 8.0, 1400.0),
+                                  ("cluster1", range(4, 8), 4.0, 2000.0),
+                                  ("cluster1", range(4, 8), 6.0, 1000.0),
+                                  ("k=v", range(8), 99.0, 1400.0))
+            for n in (1, 2)]
+    store_runs(d, recs)
+    data = mpet_data(d, {})
+    assert {(x["platform"], x["freq_mhz"]): x["t"] for x in data["profiles"]} == {
+        ("p", 1400.0): {"1": 8.0, "2": 4.0}, ("p:cluster1", 2000.0): {"1": 4.0, "2": 2.0}}
+    assert data["platforms"]["p:cluster1"] == {
+        "n_nu": None, "n_ht": None, "nmax": 4, "board": "bl (virtual):cluster1",
+        "clocks": [1000.0, 2000.0], "cpufreq": data["platforms"]["p"]["cpufreq"]}
+    assert data["platforms"]["p"]["nmax"] == 8
+    low = mpet_data(d, {"clock": {"a:cluster1": 1000}})
+    assert {(x["platform"], x["freq_mhz"]) for x in low["profiles"]} == {
+        ("p", 1400.0), ("p:cluster1", 1000.0)}
 
 
 def test_eval_mpet_over_a_store_without_that_size_names_the_sizes_it_has(

@@ -1158,7 +1158,9 @@ def test_a_clusters_drift_ends_the_whole_board_groups_old_runs(st):
     assert [m["clean"] for m in st.point_marks(board)] == [1]
     assert {g.variant: [t for _, _, t in fit] for g, (_, fit) in st.report_runs().items()} \
         == {"": [2.5], "cluster0": [3.0], "cluster1": []}
-    assert [r[5] for r in st.profile_runs(None)] == [2.5]
+    # MPET's profiles: the whole board's since the drift, and cluster0's (its own platform)
+    assert sorted((r[8], r[5]) for r in st.profile_runs(None)) == [("", 2.5),
+                                                                   ("cluster0", 3.0)]
 
 
 def test_a_whole_board_drift_ends_its_cluster_groups_old_runs(st):

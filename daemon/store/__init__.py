@@ -301,11 +301,12 @@ class Store(ABC):
 
     @abstractmethod
     def profile_runs(self, marked: bool | None) -> Iterator[tuple]:
-        """(platform, workload, input, cores, freq_mhz, time_s, record, record_msgpack) of the
-        runs MPET's profiles take (characterize.mpet_data): the sweep jobs' successful runs
-        without variant, not throttled, received since their group's last drift event (the
-        rule of ``group_runs``); ``marked`` True: the marked ones only, False: the unmarked
-        ones only, None: both."""
+        """(platform, workload, input, cores, freq_mhz, time_s, record, record_msgpack,
+        variant) of the runs MPET's profiles take (characterize.mpet_data): the sweep jobs'
+        successful runs over the whole board (variant "") or one cluster ("cluster<i>"), not
+        throttled, received since their group's last drift event (the rule of
+        ``group_runs``); ``marked`` True: the marked ones only, False: the unmarked ones
+        only, None: both."""
 
     @abstractmethod
     def point_marks(self, group: Group) -> list[dict[str, Any]]:

@@ -683,8 +683,9 @@ class SQLiteStore(Store):
                  else " AND marked IS NULL")
         # sweep jobs' runs only: a recommendation's verification runs are no profile
         return iter(self.db.execute(
-            "SELECT platform, workload, input, cores, freq_mhz, time_s, record, record_msgpack "
-            "FROM runs WHERE ok=1 AND throttled=0 AND time_s > 0 AND variant='' AND "
+            "SELECT platform, workload, input, cores, freq_mhz, time_s, record, record_msgpack, "
+            "variant FROM runs WHERE ok=1 AND throttled=0 AND time_s > 0 AND "
+            "(variant='' OR variant LIKE 'cluster%') AND "
             f"{_SINCE_DRIFT}{self._agent_drifted()} AND job_id IN (SELECT job_id FROM jobs)"
             + which))
 
