@@ -65,15 +65,30 @@ def _resolve(name: str, data: dict[str, Any], flag: str, size: str | None = None
         return data["agents"][name]
     from .planner import cluster_platform, split_cluster
     base, variant = split_cluster(name)
-    if variant and base in data["agents"]:
-        # one cluster of an agent's board (characterize --per-cluster)
-        key = cluster_platform(data["agents"][base], variant)
+    agent = base if base in data["agents"] else next(
+        (a for a, p in sorted(data["agents"].items()) if p == base), None)
+    # the clusters of that agent's board measured alone (characterize --per-cluster)
+    alone = sorted(f"{agent}:{split_cluster(p)[1]}" for p in data["platforms"]
+                   if agent is not None and split_cluster(p) != (p, "")
+                   and split_cluster(p)[0] == data["agents"][agent])
+    if variant and agent is not None:
+        key = cluster_platform(data["agents"][agent], variant)
         if key in data["platforms"]:
             return key
         at = f" at size {size!r}" if size is not None else ""
-        raise MpetUsage(f"{flag} {name!r}: {variant} of agent {base}'s board is not measured "
-                        f"alone{at}; run 'opptune characterize --agent {base} --per-cluster "
+        if alone:
+            raise MpetUsage(f"{flag} {name!r}: {variant} of agent {agent}'s board is not "
+                            f"measured alone{at}; its clusters measured alone are "
+                            f"{', '.join(alone)}")
+        raise MpetUsage(f"{flag} {name!r}: {variant} of agent {agent}'s board is not measured "
+                        f"alone{at}; run 'opptune characterize --agent {agent} --per-cluster "
                         f"--wait'{f' --size {size}' if size else ''} first")
+    if alone:
+        # the board measured per cluster only: no whole-board platform
+        raise MpetUsage(f"{flag} {name!r}: agent {agent}'s board is measured per cluster only"
+                        f"{f' at size {size!r}' if size else ''}: give one of {', '.join(alone)}"
+                        f", or run 'opptune characterize --agent {agent} --wait' to measure "
+                        f"it whole")
     if size is not None and (name in data["agents"] or name in data["agents"].values()):
         # the daemon answered for that size only: the board is known, the size is not
         raise MpetUsage(f"{flag} {name!r} has no measurements of size {size!r}: leave out "
@@ -85,7 +100,9 @@ def _resolve(name: str, data: dict[str, Any], flag: str, size: str | None = None
         raise MpetUsage(f"{flag} {name!r}: nothing is measured on agent {idle[0]}'s board "
                         f"yet; run 'opptune characterize --agent {idle[0]} --wait' first")
     known = sorted(set(data["platforms"]) | {a for a, p in data["agents"].items()
-                                             if p in data["platforms"]})
+                                             if p in data["platforms"]}
+                   | {f"{a}:{split_cluster(k)[1]}" for k in data["platforms"]
+                      for a, p in data["agents"].items() if split_cluster(k)[0] == p != k})
     raise MpetUsage(f"{flag} {name!r} is no platform with measurements; give a platform id or "
                     f"an agent name: " + (', '.join(known) or "none measured yet; run 'opptune "
                                                  "characterize --agent AGENT --wait' first"))

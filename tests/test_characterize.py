@@ -289,6 +289,16 @@ def test_predict_to_one_cluster_of_a_big_little_board(two_boards):
         assert [r["n"] for r in rows] == [1, 2, 3, 4]
         assert all(r["lower_s"] <= r["time_s"] <= r["upper_s"] for r in rows), rows
         assert 1 / 1.5 < rows[0]["time_s"] / rows[0]["measured_s"] < 1.5, rows
+    for to, line in [
+        ("xu4", "opptune predict: --to 'xu4': agent xu4's board is measured per cluster only: "
+                "give one of xu4:cluster0, xu4:cluster1, or run 'opptune characterize --agent "
+                "xu4 --wait' to measure it whole"),
+        ("xu4:cluster7", "opptune predict: --to 'xu4:cluster7': cluster7 of agent xu4's board "
+                         "is not measured alone; its clusters measured alone are xu4:cluster0, "
+                         "xu4:cluster1")]:
+        p = opptune("predict", "--daemon", ep, "--workload", "triad", "--from", "pi", "--to", to)
+        assert p.returncode == 2 and p.stdout == "" and p.stderr.splitlines()[-1] == line, \
+            p.stderr
     # each cluster at its own top clock: the LITTLE A7s at 1400 MHz, the big A15s at 2000
     assert out["cluster0"]["to_mhz"] == [1400.0] and out["cluster1"]["to_mhz"] == [2000.0]
     # the big cores run triad's one thread faster than the LITTLE ones, as predicted
