@@ -18,8 +18,8 @@ def agent_line(a: dict[str, Any]) -> str:
     if a["told"]:
         how = "asked for them now"
     elif a.get("via"):
-        how = (f"it is connected to the daemon at {a['via']}, which takes its results: run "
-               f"this there too (opptune recover --agent {a['agent']} --daemon {a['via']})")
+        how = (f"it is connected to the daemon at {a['via']}, which asks it within a second "
+               f"(the opening is in the store every daemon of the fleet reads)")
     elif a["known"]:
         how = "not connected: asked at its next hello"
     else:

@@ -15,9 +15,10 @@ taken (as for any job), so that one agent cannot fill another's groups.
 ``max_message_bytes`` was raised, ``bad_record`` after an upgrade): the daemon checks them again
 as any result.
 
-Held in memory: a daemon restarted meanwhile takes unknown jobs again only after another
-``opptune recover``; a job already recovered is known to the store and stays open to its
-further results."""
+The opening is kept in the store (its ``recovery`` table): a daemon restarted meanwhile keeps
+it, and in a fleet every daemon on the store takes the agent's results and asks it, where it is
+connected, within a second of the opening (``Recovery.opened_since``). A job already
+recovered is known to the store and stays open to its further results."""
 
 from __future__ import annotations
 
@@ -42,28 +43,49 @@ RECOVER_SINCE = "0.7.0"  # the first agent that takes a ``resend``
 
 
 class Recovery:
-    """Which agents are open to results of unknown jobs, and until when."""
+    """Which agents are open to results of unknown jobs, and until when: the store's
+    openings, which every daemon on it shares."""
 
-    def __init__(self) -> None:
-        self._until: dict[str, float] = {}
-        self._codes: dict[str, list[str]] = {}  # what each open agent is asked to send again
+    def __init__(self, store: Any) -> None:
+        self.store = store
         self._asked: dict[str, str] = {}  # resend message id -> agent (an older agent's refusal)
+        # the newest opening looked at (the store's times, not this daemon's clock: another
+        # daemon of the fleet may run on a host whose clock is off); the ones before this
+        # daemon started are asked at each agent's hello
+        self._seen = max((r["opened"] for r in store.recoveries()), default=0.0)
+        self._told: dict[str, float] = {}  # agent -> the opening this daemon asked it for
 
-    def open(self, agent: str, until: float, codes: list[str] | None = None) -> None:
-        self._until[agent] = until
-        self._codes[agent] = list(codes or CODES)
+    def open(self, agent: str, until: float, now: float, codes: list[str] | None = None
+             ) -> None:
+        self.store.open_recovery(agent, until, list(codes or CODES), now)
 
-    def codes(self, agent: str) -> list[str]:
-        return self._codes.get(agent, CODES)
+    def _open(self, agent: str, now: float) -> dict[str, Any] | None:
+        row = next(iter(self.store.recoveries(agent)), None)
+        return row if row is not None and row["until"] > now else None
+
+    def codes(self, agent: str, now: float) -> list[str]:
+        row = self._open(agent, now)
+        return row["codes"] if row is not None else CODES
 
     def until(self, agent: str, now: float) -> float | None:
         """When ``agent`` stops being open (None: it is not)."""
-        t = self._until.get(agent)
-        if t is not None and t <= now:
-            del self._until[agent]
-            self._codes.pop(agent, None)
-            return None
-        return t
+        row = self._open(agent, now)
+        return row["until"] if row is not None else None
+
+    def told(self, agent: str, now: float) -> None:
+        """This daemon asked ``agent`` for its opening now open."""
+        row = self._open(agent, now)
+        if row is not None:
+            self._told[agent] = row["opened"]
+
+    def opened_since(self, now: float) -> list[str]:
+        """The agents opened (by any daemon on the store) since the last call and still
+        open, that this daemon has not asked for that opening."""
+        rows = self.store.recoveries(opened_after=self._seen)
+        if rows:
+            self._seen = max(r["opened"] for r in rows)
+        return [r["agent"] for r in rows
+                if r["until"] > now and self._told.get(r["agent"]) != r["opened"]]
 
     def asked(self, msg_id: str, agent: str) -> None:
         if len(self._asked) >= 10_000:
@@ -121,10 +143,9 @@ def answer(d: Any, args: dict[str, Any]) -> dict[str, Any]:
     names = [agent] if agent is not None else [a.agent_id for a in d.registry.all()]
     out = []
     for name in names:
-        d.recovery.open(name, until, codes)
-        told = ask(d, name)
-        # a fleet: the daemon holding its connection takes its results, and daemons do not
-        # forward requests to each other
+        d.recovery.open(name, until, now, codes)
+        told = ask(d, name, now)
+        # a fleet: the daemon holding its connection asks it (its tick reads the opening)
         via = None if told else d.registry.via(name, now)
         jobs, runs = d.store.recovered_counts(name)
         out.append({"agent": name, "known": d.registry.get(name) is not None, "told": told,
@@ -137,16 +158,27 @@ def answer(d: Any, args: dict[str, Any]) -> dict[str, Any]:
     return {"agents": out}
 
 
-def ask(d: Any, agent: str) -> bool:
-    """Send ``agent`` the resend of its ``unknown_job`` results, if it is connected."""
+def ask(d: Any, agent: str, now: float) -> bool:
+    """Send ``agent`` the resend of its ``unknown_job`` results (and the codes its opening
+    names), if it is connected here."""
     from ..shared import protocol
     from .service import DAEMON_ID  # here: service imports this module
     info = d.registry.get(agent)
     identity = getattr(info, "identity", None)
     if identity is None:
         return False
-    msg = protocol.make("resend", DAEMON_ID, {"codes": d.recovery.codes(agent)})
+    msg = protocol.make("resend", DAEMON_ID, {"codes": d.recovery.codes(agent, now)})
     if not d.link.send(identity, msg):
         return False
     d.recovery.asked(msg["id"], agent)
+    d.recovery.told(agent, now)
     return True
+
+
+def tick(d: Any, now: float) -> None:
+    """Ask the agents connected here that were opened since the last tick, by this daemon
+    or by another on the store (`opptune recover` run there)."""
+    for agent in d.recovery.opened_since(now):
+        info = d.registry.get(agent)
+        if info is not None and info.alive(d.config.agent_timeout_s, now):
+            ask(d, agent, now)

@@ -317,7 +317,7 @@ class Daemon:
         # what became of the store's file when it was deleted or replaced under the daemon
         # (store.gone): nothing is acked from then on, and the daemon stops
         self.store_lost: str | None = None
-        self.recovery = Recovery()  # agents open to results of jobs the store lacks
+        self.recovery = Recovery(self.store)  # agents open to results of jobs the store lacks
         self.recommender = Recommender(config, self.store, self.registry, self.fitter,
                                        self.send, self.stats)
         self.recommender.owner = self.instance
@@ -437,6 +437,7 @@ class Daemon:
                     self.jobs.expire(time.time())
                     self.jobs.tell_held_cancels(time.time())  # cancels another daemon took
                     self.remeasure.tick(time.time())  # marked points, once the board is quiet
+                    recovery.tick(self, time.time())  # `opptune recover` run on another daemon
                     self.recommender.retry_waiting()  # groups another daemon was fitting
                     self._beat(time.time())
             except Exception as exc:  # the loop outlives any one failure
@@ -857,7 +858,7 @@ class Daemon:
         swept = self.jobs.resume(agent)
         self.recommender.send_unsent(agent, identity)
         if self.recovery.until(agent, now) is not None:
-            recovery.ask(self, agent)  # opened by `opptune recover` while it was away
+            recovery.ask(self, agent, now)  # opened by `opptune recover` while it was away
         if self.config.auto_sweep:
             for name in info.workload_names():
                 if name not in swept:

@@ -329,6 +329,43 @@ def test_recover_says_an_older_agent_does_not_take_the_request(daemon, caplog):
     op.close()
 
 
+def test_a_recover_opening_is_kept_in_the_store_for_a_restart_and_the_fleet(tmp_path):
+    """`opptune recover` run on daemon A opens the agent in the store: daemon B of the fleet,
+    which holds the agent's connection, asks it within its tick and stores its results of a
+    job the store never issued; a daemon started on the store afterwards still has it open.
+    Before, the opening lived in A's memory: B refused the results, and a restart lost it."""
+    db = str(tmp_path / "d.db")
+
+    def started():
+        d = Daemon(DaemonConfig(bind="tcp://127.0.0.1:0", database=db, auto_sweep=False,
+                                agent_timeout_s=30))
+        d.start_thread()
+        return d
+
+    da, db_ = started(), started()
+    a, op = Agent(db_.endpoint, "a1"), Agent(da.endpoint, "operator")
+    try:
+        a.hello()
+        opened = query(op, "recover", {"agent": "a1"})["agents"]
+        assert [(x["agent"], x["told"]) for x in opened] == [("a1", False)]  # not here
+        # B's tick reads the opening and asks the agent connected to it
+        assert a.expect("resend")["body"]["codes"] == ["unknown_job"]
+        mid = a.send("result", {"job_id": "lost-1", "seq": 0, "of": 1, "record": record(1)})
+        assert a.expect("ack")["body"]["ids"] == [mid]
+        assert rows(db, "SELECT state FROM jobs WHERE job_id = 'lost-1'") == [("recovered",)]
+    finally:
+        a.close()
+        op.close()
+        da.stop()
+        db_.stop()
+    later = started()
+    try:
+        assert later.recovery.until("a1", time.time()) == pytest.approx(
+            opened[0]["until"])
+    finally:
+        later.stop()
+
+
 def test_status_structure_and_sweep_query(daemon):
     a = Agent(daemon.endpoint)
     a.hello(workloads=("wl", "other"))

@@ -12,6 +12,7 @@ from opptune.daemon.errors import HandlerError
 from opptune.daemon.recover_cli import agent_line
 from opptune.daemon.recovery import DEFAULT_FOR_S, Recovery, answer
 from opptune.daemon.registry import Via
+from opptune.daemon.store import open_store
 
 
 class FakeDaemon:
@@ -24,12 +25,12 @@ class FakeDaemon:
         away = SimpleNamespace(agent_id="away", identity=None)
         agents = {a.agent_id: a for a in (here, there, away)}
         self.sent: list = []
-        self.recovery = Recovery()
         self.registry = SimpleNamespace(
             get=agents.get, all=lambda: list(agents.values()),
             via=lambda a, now=None: Via("tcp://b:5555", now) if a == "there" else None)
-        self.store = SimpleNamespace(recovered_counts=lambda a: (1, 7) if a == "here"
-                                     else (0, 0))
+        self.store = open_store(":memory:")
+        self.store.recovered_counts = lambda a: (1, 7) if a == "here" else (0, 0)
+        self.recovery = Recovery(self.store)
         self.link = SimpleNamespace(send=lambda ident, msg: self.sent.append((ident, msg))
                                     or True)
 
@@ -49,9 +50,9 @@ def test_every_agent_is_opened_and_each_says_where_it_is_asked():
             before + DEFAULT_FOR_S, abs=5)
     assert d.recovery.refused(d.sent[0][1]["id"]) == "here"  # an older agent's refusal
     assert agent_line(rows["there"]).endswith(
-        "it is connected to the daemon at tcp://b:5555, which takes its results: run this "
-        "there too (opptune recover --agent there --daemon tcp://b:5555); recovered so far: "
-        "0 jobs, 0 runs")
+        "it is connected to the daemon at tcp://b:5555, which asks it within a second (the "
+        "opening is in the store every daemon of the fleet reads); recovered so far: 0 jobs, "
+        "0 runs")
     assert "not connected: asked at its next hello" in agent_line(rows["away"])
     assert "asked for them now; recovered so far: 1 jobs, 7 runs" in agent_line(rows["here"])
 
@@ -83,7 +84,7 @@ def test_also_asks_for_other_refusals_and_is_checked():
     rows = {r["agent"]: r for r in answer(d, {"also": ["too_large", "unknown_job"]})["agents"]}
     assert rows["here"]["codes"] == ["unknown_job", "too_large"]
     assert d.sent[0][1]["body"] == {"codes": ["unknown_job", "too_large"]}
-    assert d.recovery.codes("away") == ["unknown_job", "too_large"]  # asked at its hello
+    assert d.recovery.codes("away", time.time()) == ["unknown_job", "too_large"]  # its hello
     assert "(and those refused as too_large are sent again)" in agent_line(rows["here"])
     for bad in ({"also": "too_large"}, {"also": ["Too Large"]}, {"also": [3]},
                 {"also": ["a"] * 9}):

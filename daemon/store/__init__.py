@@ -169,6 +169,18 @@ class Store(ABC):
         """(jobs, runs) stored as ``recovered`` for ``agent`` (``opptune recover``)."""
 
     @abstractmethod
+    def open_recovery(self, agent: str, until: float, codes: list[str], now: float) -> None:
+        """Open ``agent`` to results of jobs the store never issued until ``until``, asking
+        it for the results it kept under the refusals ``codes`` (``opptune recover``); an
+        opening replaces the agent's last."""
+
+    @abstractmethod
+    def recoveries(self, agent: str | None = None, opened_after: float | None = None
+                   ) -> list[dict[str, Any]]:
+        """``{"agent", "until", "codes", "opened"}`` of the openings (of ``agent``; made after
+        ``opened_after``), whether still open or not."""
+
+    @abstractmethod
     def set_job_state(self, job_id: str, state: str, reason: str | None = None,
                       now: float | None = None, only_from: Sequence[str] | None = None,
                       stopped: dict[str, Any] | None = None) -> bool:

@@ -122,7 +122,7 @@ a hello on SQLite; now none to speak of, benchmarks/job_queries.py).
 
 from __future__ import annotations
 
-SCHEMA_VERSION = 23
+SCHEMA_VERSION = 24
 
 MIGRATIONS: dict[int, list[str]] = {
     1: [
@@ -385,5 +385,15 @@ MIGRATIONS: dict[int, list[str]] = {
         # the predicate as take_unsent writes it (the literal 'unsent'): both planners then
         # use it
         "CREATE INDEX recommendations_unsent ON recommendations(agent) WHERE state = 'unsent'",
+    ],
+    24: [
+        # `opptune recover`'s openings, in the store rather than one daemon's memory: a
+        # restarted daemon keeps them, and every daemon of a fleet asks the agents connected
+        # to it (codes: a JSON list of the refusal codes asked for again)
+        """CREATE TABLE recovery (
+               agent TEXT PRIMARY KEY,
+               open_until REAL NOT NULL,
+               codes TEXT NOT NULL,
+               opened REAL NOT NULL)""",
     ],
 }

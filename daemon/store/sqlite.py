@@ -456,6 +456,26 @@ class SQLiteStore(Store):
             (agent,)).fetchone()
         return int(row[0]), int(row[1])
 
+    def open_recovery(self, agent: str, until: float, codes: list[str], now: float) -> None:
+        with self._tx() as db:
+            db.execute("INSERT INTO recovery VALUES (?, ?, ?, ?) ON CONFLICT(agent) DO UPDATE "
+                       "SET open_until=excluded.open_until, codes=excluded.codes, "
+                       "opened=excluded.opened", (agent, until, json.dumps(codes), now))
+
+    def recoveries(self, agent: str | None = None, opened_after: float | None = None
+                   ) -> list[dict[str, Any]]:
+        where, args = [], []
+        if agent is not None:
+            where.append("agent = ?")
+            args.append(agent)
+        if opened_after is not None:
+            where.append("opened > ?")
+            args.append(opened_after)
+        sql = "SELECT agent, open_until, codes, opened FROM recovery" + (
+            " WHERE " + " AND ".join(where) if where else "") + " ORDER BY opened"
+        return [{"agent": a, "until": float(u), "codes": list(json.loads(c)),
+                 "opened": float(o)} for a, u, c, o in self.db.execute(sql, args)]
+
     def set_job_state(self, job_id: str, state: str, reason: str | None = None,
                       now: float | None = None, only_from: Sequence[str] | None = None,
                       stopped: dict[str, Any] | None = None) -> bool:
