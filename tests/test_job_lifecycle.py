@@ -29,6 +29,16 @@ def make_daemon(tmp_path, **kw):
     return d
 
 
+def save_recommendation(d: Daemon, rec: dict) -> None:
+    """``rec`` stored through a connection of the test's own: the running daemon's loop has
+    its store's (a transaction of this thread's on it could meet one of the loop's)."""
+    st = open_store(d.config.database)
+    try:
+        st.save_recommendation(rec, time.time())
+    finally:
+        st.close()
+
+
 @pytest.fixture
 def daemon(tmp_path):
     d = make_daemon(tmp_path)
@@ -352,7 +362,7 @@ def test_a_time_within_a_too_wide_interval_is_stored_unconfirmed(daemon):
            "input": "small", "variant": "", "cores": 4, "cpus": [0, 1, 2, 3], "threads": 4,
            "freq_khz": None, "predicted_time_s": 1.0, "predicted_lower_s": 0.89,
            "predicted_upper_s": 9.62, "model": "amdahl", "state": "pushed"}
-    daemon.store.save_recommendation(rec, time.time())
+    save_recommendation(daemon, rec)
     a.send("applied", {"config_id": "cfg-w", "ok": True, "time_s": 3.66,
                        "records": [record(4, r, 3.66) for r in range(2)]})
     a.expect("ack")
@@ -372,7 +382,7 @@ def test_a_recommendation_within_its_interval_is_verified(daemon):
            "input": "small", "variant": "", "cores": 2, "cpus": [0, 2], "threads": 2,
            "freq_khz": None, "predicted_time_s": 4.8, "predicted_lower_s": 4.6,
            "predicted_upper_s": 5.0, "model": "amdahl", "state": "pushed"}
-    daemon.store.save_recommendation(rec, time.time())
+    save_recommendation(daemon, rec)
     a.send("applied", {"config_id": "cfg-1", "ok": True, "time_s": 4.9,
                        "records": [record(2, r, 4.9) for r in range(2)]})
     a.expect("ack")
