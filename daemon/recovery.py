@@ -49,10 +49,10 @@ class Recovery:
     def __init__(self, store: Any) -> None:
         self.store = store
         self._asked: dict[str, str] = {}  # resend message id -> agent (an older agent's refusal)
-        # the newest opening looked at (the store's times, not this daemon's clock: another
-        # daemon of the fleet may run on a host whose clock is off); the ones before this
-        # daemon started are asked at each agent's hello
-        self._seen = max((r["opened"] for r in store.recoveries()), default=0.0)
+        # each agent's opening looked at last (a new one is told by its time changing, not by
+        # comparing times: another daemon of the fleet may run on a host whose clock is
+        # behind); the ones before this daemon started are asked at each agent's hello
+        self._known = {r["agent"]: r["opened"] for r in store.recoveries()}
         self._told: dict[str, float] = {}  # agent -> the opening this daemon asked it for
 
     def open(self, agent: str, until: float, now: float, codes: list[str] | None = None
@@ -80,11 +80,12 @@ class Recovery:
 
     def opened_since(self, now: float) -> list[str]:
         """The agents opened (by any daemon on the store) since the last call and still
-        open, that this daemon has not asked for that opening."""
-        rows = self.store.recoveries(opened_after=self._seen)
-        if rows:
-            self._seen = max(r["opened"] for r in rows)
-        return [r["agent"] for r in rows
+        open, that this daemon has not asked for that opening. One read of the openings, a
+        row per agent ever opened."""
+        rows = self.store.recoveries()
+        new = [r for r in rows if self._known.get(r["agent"]) != r["opened"]]
+        self._known = {r["agent"]: r["opened"] for r in rows}
+        return [r["agent"] for r in new
                 if r["until"] > now and self._told.get(r["agent"]) != r["opened"]]
 
     def asked(self, msg_id: str, agent: str) -> None:

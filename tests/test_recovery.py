@@ -91,3 +91,23 @@ def test_also_asks_for_other_refusals_and_is_checked():
         with pytest.raises(HandlerError) as exc:
             answer(d, bad)
         assert exc.value.code == "bad_args"
+
+
+def test_an_opening_another_daemon_made_is_seen_once_whatever_its_clock():
+    """Each daemon's tick asks the agents opened since its last look: an opening made on a
+    host whose clock is behind (an older time than one seen before) is new all the same; one
+    this daemon asked for already, or expired, is not asked again."""
+    store = open_store(":memory:")
+    now = time.time()
+    store.open_recovery("old", now - 1, ["unknown_job"], now - 3600)  # before: at its hello
+    r = Recovery(store)
+    assert r.opened_since(now) == []
+    store.open_recovery("a", now + 60, ["unknown_job"], now)
+    assert r.opened_since(now) == ["a"] and r.opened_since(now) == []
+    store.open_recovery("b", now + 60, ["unknown_job"], now - 30)  # a clock 30 s behind
+    assert r.opened_since(now) == ["b"]
+    store.open_recovery("a", now + 120, ["unknown_job", "too_large"], now + 1)  # asked here
+    r.told("a", now)
+    assert r.opened_since(now) == []
+    store.open_recovery("c", now + 60, ["unknown_job"], now + 2)
+    assert r.opened_since(now + 61) == []  # expired before it was seen

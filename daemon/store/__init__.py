@@ -175,10 +175,9 @@ class Store(ABC):
         opening replaces the agent's last."""
 
     @abstractmethod
-    def recoveries(self, agent: str | None = None, opened_after: float | None = None
-                   ) -> list[dict[str, Any]]:
-        """``{"agent", "until", "codes", "opened"}`` of the openings (of ``agent``; made after
-        ``opened_after``), whether still open or not."""
+    def recoveries(self, agent: str | None = None) -> list[dict[str, Any]]:
+        """``{"agent", "until", "codes", "opened"}`` of the openings (of ``agent``), whether
+        still open or not, by the time they were made."""
 
     @abstractmethod
     def set_job_state(self, job_id: str, state: str, reason: str | None = None,

@@ -462,19 +462,12 @@ class SQLiteStore(Store):
                        "SET open_until=excluded.open_until, codes=excluded.codes, "
                        "opened=excluded.opened", (agent, until, json.dumps(codes), now))
 
-    def recoveries(self, agent: str | None = None, opened_after: float | None = None
-                   ) -> list[dict[str, Any]]:
-        where, args = [], []
-        if agent is not None:
-            where.append("agent = ?")
-            args.append(agent)
-        if opened_after is not None:
-            where.append("opened > ?")
-            args.append(opened_after)
-        sql = "SELECT agent, open_until, codes, opened FROM recovery" + (
-            " WHERE " + " AND ".join(where) if where else "") + " ORDER BY opened"
+    def recoveries(self, agent: str | None = None) -> list[dict[str, Any]]:
+        where, args = _where(agent=agent)
         return [{"agent": a, "until": float(u), "codes": list(json.loads(c)),
-                 "opened": float(o)} for a, u, c, o in self.db.execute(sql, args)]
+                 "opened": float(o)} for a, u, c, o in self.db.execute(
+                     f"SELECT agent, open_until, codes, opened FROM recovery{where} "
+                     "ORDER BY opened", args)]
 
     def set_job_state(self, job_id: str, state: str, reason: str | None = None,
                       now: float | None = None, only_from: Sequence[str] | None = None,
