@@ -205,6 +205,10 @@ class SQLiteStore(Store):
                         db.execute(f"PRAGMA wal_checkpoint({mode})").fetchall()
                 except sqlite3.Error as exc:  # busy, or no room yet: try again next time
                     log.debug("checkpoint: %s", exc)
+                # the size this checkpoint left, seen at once: a copy made right after it
+                # is compared with that, not with the size before it
+                if self._shrunk():
+                    self._overwritten = True
         finally:
             db.close()
 
