@@ -15,7 +15,6 @@ import logging
 import os
 import signal
 import sys
-import threading
 
 from .. import __version__
 from ..shared.config import DEFAULT_AGENT_CONFIG, ConfigError, load_agent_config
@@ -41,7 +40,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                     "configuration the daemon recommends; those a user applied (one per target: the "
                     "board, a process, a unit) are kept in the state directory and applied again "
                     "at the next start (--forget-applied ends one). With --restore it puts back the CPU frequency settings and cpu sets "
-                    "it saved, then exits.")
+                    "it saved, then exits. Ctrl-C or SIGTERM stops it at any moment, its start "
+                    "included: the run under way is aborted (it runs again after the next "
+                    "start), the knobs are put back, exit 0.")
     ap.add_argument("--version", action="version", version=f"opptune-agent {__version__}")
     ap.add_argument("--config", metavar="FILE.toml",
                     help="agent configuration (default /etc/opptune/agent.toml; etc/agent.toml "
@@ -298,7 +299,19 @@ def _attach_virtual_board(config, config_path: str | None, option: bool) -> None
                           f"tree: {exc}") from None
 
 
-def main(argv: list[str] | None = None) -> int:
+def _stopped_at_start(stop) -> int:
+    """The agent's end where SIGINT or SIGTERM came while it loaded or started: one line, the
+    board left as the start found it, exit 0 as at any stop."""
+    print(f"opptune-agent: {stop.name} received while starting: stopped before connecting to "
+          "the daemon; nothing was run", file=sys.stderr)
+    return 0
+
+
+def main(argv: list[str] | None = None, stop=None) -> int:
+    """``stop``: the :class:`~.entry.StopRequest` the console script installed before loading
+    this module (None: one is made, its handlers installed once the agent runs)."""
+    from .entry import StopRequest
+    stop = stop if stop is not None else StopRequest()
     args = parse_args(argv)
     overrides = {"daemon": args.daemon, "agent_id": args.agent_id, "state_dir": args.state_dir,
                  "sysfs_root": args.sysfs_root, "virtual_board": args.virtual_board,
@@ -317,6 +330,8 @@ def main(argv: list[str] | None = None) -> int:
     except ConfigError as exc:
         print(f"opptune-agent: configuration error: {exc}", file=sys.stderr)
         return EXIT_CONFIG
+    if stop.is_set():
+        return _stopped_at_start(stop)
     logging.basicConfig(level=getattr(logging, config.log_level.upper(), logging.INFO),
                         format=LOG_FORMAT, stream=sys.stderr)
     if args.restore:
@@ -325,7 +340,7 @@ def main(argv: list[str] | None = None) -> int:
         return _forget_applied(config, args.forget_applied)
     return run_agent(config, config_path=args.config,
                      state_dir_option=args.state_dir is not None,
-                     run_as_option=args.run_as is not None)
+                     run_as_option=args.run_as is not None, stop=stop)
 
 
 def workload_user(config, where: str, python_workloads: list[str] | None = None,
@@ -435,10 +450,15 @@ def program_changed(link, workloads, name: str) -> None:
 
 
 def run_agent(config, config_path: str | None = None, state_dir_option: bool = False,
-              run_as_option: bool = False) -> int:
+              run_as_option: bool = False, stop=None) -> int:
     """Run the agent until stopped; ``state_dir_option``, ``run_as_option``: the state
     directory, the workloads' user came from --state-dir, --run-as (an error about it names
-    the option, not a key)."""
+    the option, not a key); ``stop``: the :class:`~.entry.StopRequest` (None: one of its
+    own). A stop asked for while it starts ends it before it connects, everything the start
+    took or changed given back."""
+    from .entry import StopRequest
+    stop = stop if stop is not None else StopRequest()
+    stop.install()
     from .apply import Executor, JobLimits, Worker
     from .doctor import collect as doctor_report
     from .link import Link
@@ -467,6 +487,8 @@ def run_agent(config, config_path: str | None = None, state_dir_option: bool = F
     except ConfigError as exc:
         print(f"opptune-agent: configuration error: {exc}", file=sys.stderr)
         return EXIT_CONFIG
+    if stop.is_set():  # nothing taken yet
+        return _stopped_at_start(stop)
     named = "--state-dir" if state_dir_option else f"{where}: key 'state_dir'"
     state_lock = None
     try:
@@ -573,8 +595,10 @@ def run_agent(config, config_path: str | None = None, state_dir_option: bool = F
                         state_dir=config.state_dir, targets=targets,
                         limits=JobLimits.of(config))
     # the configuration a user applied before the agent stopped: in force again (or dropped,
-    # saying why) before the hello, which tells the daemon what stands
-    executor.stand_again()
+    # saying why) before the hello, which tells the daemon what stands; not where the agent
+    # is stopping already (it would be put back at once)
+    if not stop.is_set():
+        executor.stand_again()
     hello.update(standing=executor.standing_wire, standings=executor.standings_wire,
                  standing_dropped=lambda: (executor.standing_dropped or [None])[0],
                  standings_dropped=lambda: list(executor.standing_dropped))
@@ -587,16 +611,12 @@ def run_agent(config, config_path: str | None = None, state_dir_option: bool = F
     executor.say_standings = link.hello_again
     runner.on_program_change = lambda name: program_changed(link, workloads, name)
 
-    stop = threading.Event()
-
-    def on_signal(signum, frame):
+    def on_signal(signum: int) -> None:
         log.info("%s received: stopping", signal.Signals(signum).name)
-        stop.set()
         worker.stop(abort=True)
         link.wake()
 
-    signal.signal(signal.SIGTERM, on_signal)
-    signal.signal(signal.SIGINT, on_signal)
+    stop.then(on_signal)
 
     # the machine's hashed id, as the daemon's line on an id two boards use names it
     log.info("agent %s on platform %s (%s, %d cpus%s%s); opptune %s; workloads: %s; outbox: "
@@ -616,17 +636,22 @@ def run_agent(config, config_path: str | None = None, state_dir_option: bool = F
                     f"--agent {config.agent_id}' on the daemon's host"
                     if "unknown_job" in kept else "")
     try:
-        link.start()
-        worker.start()
-        resumed = worker.resume()
-        if resumed:
-            log.info("resuming %d unfinished job(s) and config(s)", resumed)
-        link.run(stop)
+        if stop.is_set():  # while it started: the start's changes are put back below
+            log.info("%s received while starting: stopping before connecting to the daemon; "
+                     "nothing was run", stop.name)
+        else:
+            link.start()
+            worker.start()
+            resumed = worker.resume()
+            if resumed:
+                log.info("resuming %d unfinished job(s) and config(s)", resumed)
+            link.run(stop.event)
     finally:
         worker.stop(abort=True)
-        worker.join(timeout=max(5.0, config.heartbeat_s * 2))
-        if worker.is_alive():
-            log.warning("worker did not stop in time")
+        if worker.ident is not None:  # started
+            worker.join(timeout=max(5.0, config.heartbeat_s * 2))
+            if worker.is_alive():
+                log.warning("worker did not stop in time")
         runner.close()  # restores knobs
         for problem in targets.restore():
             log.error("%s", problem)
