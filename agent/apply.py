@@ -54,6 +54,7 @@ import logging
 import os
 import queue
 import threading
+import time
 from dataclasses import dataclass
 from typing import Any, Callable
 
@@ -68,7 +69,7 @@ from ..shared.standing import WHILE_RUNNING, clock_plan, key_of, policies_of, ta
 from ..shared.target_text import measured_text, target_name
 from . import standing
 from .knobs.state import running_start
-from .outbox import FULL_RETRY_S, Outbox, OutboxFull
+from .outbox import FULL_RETRY_S, Outbox, OutboxFull, OutboxUnwritable
 from .platform import clock_problem, cpus_problem
 from .private import open_private
 from .runner import Aborted, Cancelled, Runner, RunSpec
@@ -227,13 +228,28 @@ class Executor:
     def durably(self, write: Callable[[], Any]) -> Any:
         """``write()`` retried until the disk takes it: what it stores stays in memory
         meanwhile. Raises Aborted when stopped (an unstored run is measured again after a
-        restart: its job's progress did not advance)."""
+        restart: its job's progress did not advance). A file that cannot be written (not a
+        full disk, which the outbox says itself) is said once as the wait starts and once
+        as it ends."""
+        since = None
         while True:
             try:
-                return write()
+                out = write()
+            except OutboxUnwritable as exc:
+                if since is None:
+                    since = time.monotonic()
+                    log.warning("%s; the finished run's result waits in memory and no new "
+                                "run starts until then", exc)
+                self.runner.wait(FULL_RETRY_S)
+                continue
             except OutboxFull:
                 self.notify()
                 self.runner.wait(FULL_RETRY_S)
+                continue
+            if since is not None:
+                log.warning("the outbox can be written again after %.0f s: the waiting "
+                            "result is stored and measuring resumes", time.monotonic() - since)
+            return out
 
     # -- validation (link thread) -------------------------------------------------------------
     def validate_job(self, body: dict[str, Any]) -> None:

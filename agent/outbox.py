@@ -62,8 +62,26 @@ class OutboxFull(Exception):
     """The outbox cannot take this write now (disk full); nothing of it was stored."""
 
 
+class OutboxUnwritable(OutboxFull):
+    """The outbox's file cannot be written now (a file system remounted read-only after a disk
+    error, an immutable or failing file): nothing of the write was stored, and its callers
+    keep what it held and try again, as on a full disk."""
+
+
 def _mib(n: int) -> str:
     return f"{n / (1 << 20):.1f} MiB"
+
+
+# the errors of a file that cannot be written at all for now, not of a disk short of room
+_UNWRITABLE_SQLITE = (sqlite3.SQLITE_READONLY, sqlite3.SQLITE_IOERR, sqlite3.SQLITE_CANTOPEN,
+                      sqlite3.SQLITE_PERM)
+_UNWRITABLE_ERRNO = (errno.EROFS, errno.EIO, errno.EPERM, errno.EACCES)
+
+
+def _unwritable(exc: BaseException) -> bool:
+    if isinstance(exc, sqlite3.Error):
+        return (getattr(exc, "sqlite_errorcode", None) or 0) & 0xFF in _UNWRITABLE_SQLITE
+    return isinstance(exc, OSError) and exc.errno in _UNWRITABLE_ERRNO
 
 
 def _disk_full(exc: BaseException) -> bool:
@@ -323,6 +341,13 @@ class Outbox:
             try:
                 out = self._transaction(statements)
             except (sqlite3.Error, OSError) as exc:
+                if _unwritable(exc) and not _disk_full(exc):
+                    raise OutboxUnwritable(
+                        f"the outbox {self.path} cannot be written ({exc}): its file system "
+                        "may have been remounted read-only after a disk error (dmesg, "
+                        "findmnt -T " f"{os.path.dirname(self.path)}) or lost its write "
+                        "permission; fix that (mount -o remount,rw, or replace the card) "
+                        "and the agent goes on by itself") from None
                 if not _disk_full(exc):
                     raise
                 self._full_why = str(exc)
@@ -365,7 +390,10 @@ class Outbox:
             db.execute("COMMIT")
         except BaseException:
             if db.in_transaction:  # SQLite may have rolled a full write back itself
-                db.execute("ROLLBACK")
+                try:
+                    db.execute("ROLLBACK")
+                except sqlite3.Error:  # a file that cannot be written: the write's error
+                    pass               # says why; SQLite rolls back at the next BEGIN
             raise
         return out
 
