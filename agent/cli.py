@@ -273,6 +273,7 @@ def _attach_virtual_board(config, config_path: str | None, option: bool) -> None
     board was named by --virtual-board (an error names that, not the file's key)."""
     where = "--virtual-board" if option else f"{config_path or 'configuration'}: key " \
                                              "'virtual_board'"
+    from .private import VIRTUAL_TREE_PREFIX
     from .virtual_board import FAKE_MARKER, attach, board_spec, load_spec, make_tree
     if os.path.abspath(config.sysfs_root or "/") == "/":
         try:
@@ -280,7 +281,7 @@ def _attach_virtual_board(config, config_path: str | None, option: bool) -> None
         except ValueError as exc:
             raise ConfigError(f"{where}: {exc}") from None
         root = os.path.join(os.path.abspath(config.state_dir),
-                            f"virtual-board-{config.virtual_board}")
+                            f"{VIRTUAL_TREE_PREFIX}{config.virtual_board}")
         try:
             fresh = not os.path.isfile(os.path.join(root, FAKE_MARKER))
             if not fresh and load_spec(root).get("name") != config.virtual_board:

@@ -39,7 +39,7 @@ import time
 from typing import Any, Iterable, Sequence
 
 from ..shared import protocol as P
-from .private import make_dir, opener
+from .private import make_dirs, opener
 
 log = logging.getLogger("opptune.agent.outbox")
 
@@ -135,7 +135,9 @@ class Outbox:
                  reserve_bytes: int = RESERVE_BYTES):
         """``max_bytes``: the bound on the unacked messages' bytes (None: unbounded);
         ``reserve_bytes``: the disk space held back for acks on a full disk."""
-        make_dir(state_dir)
+        # made where missing; not narrowed here: the agent's start did that, or chose not to,
+        # before its lock marked the directory as an agent's (private.make_dir)
+        make_dirs(state_dir)
         self.path = os.path.join(state_dir, name)
         # made (or narrowed) 0600 before sqlite opens it: its journal and WAL take its mode
         os.close(opener(self.path, os.O_RDWR | os.O_CREAT))
