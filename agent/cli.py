@@ -290,8 +290,11 @@ def _attach_virtual_board(config, config_path: str | None, option: bool) -> None
             if fresh:
                 make_tree(config.virtual_board, root)
         except OSError as exc:
-            raise ConfigError(f"cannot make the virtual board's tree in {root}: {exc}; "
-                              "choose a writable --state-dir") from None
+            from .outbox import disk_full
+            fix = ("its disk is full: free space there, or choose a --state-dir on another"
+                   if disk_full(exc) else "choose a writable --state-dir")
+            raise ConfigError(f"cannot make the virtual board's tree in {root}: "
+                              f"{exc.strerror or exc}; {fix}") from None
         config.sysfs_root = root
     try:
         attach(config.sysfs_root)
@@ -464,7 +467,7 @@ def run_agent(config, config_path: str | None = None, state_dir_option: bool = F
     from .doctor import collect as doctor_report
     from .link import Link
     from .machine_id import machine_identity
-    from .outbox import Outbox
+    from .outbox import RESERVE_BYTES, ROOM_BESIDE_RESERVE, Outbox, disk_full
     from .platform import discover
     from .runner import Runner
     from .state_lock import StateDirBusy
@@ -513,9 +516,16 @@ def run_agent(config, config_path: str | None = None, state_dir_option: bool = F
                   f"it aside (mv {box} {box}.damaged) and start the agent again, which makes "
                   "a new one", file=sys.stderr)
             return EXIT_CONFIG
+        why = exc.strerror if isinstance(exc, OSError) and exc.strerror else exc
+        if disk_full(exc):  # not the configuration's fault: the same directory, once freed
+            print(f"opptune-agent: the state directory {config.state_dir} ({named}) cannot be "
+                  f"written: {why}: the disk holding it is full; free space there (the outbox "
+                  f"needs {(RESERVE_BYTES + ROOM_BESIDE_RESERVE) / (1 << 20):.1f} MiB before a "
+                  "run) or give state_dir a larger disk, "
+                  "then start the agent again", file=sys.stderr)
+            return EXIT_CONFIG
         print(f"opptune-agent: configuration error: {named} ({config.state_dir}) is not usable: "
-              f"{exc.strerror if isinstance(exc, OSError) and exc.strerror else exc}; give a "
-              f"directory the agent may create and write", file=sys.stderr)
+              f"{why}; give a directory the agent may create and write", file=sys.stderr)
         return EXIT_CONFIG
     # where each workload runs and what it executes, as its user: a directory it cannot
     # enter would fail every run (workload_check.py)

@@ -84,7 +84,7 @@ def _unwritable(exc: BaseException) -> bool:
     return isinstance(exc, OSError) and exc.errno in _UNWRITABLE_ERRNO
 
 
-def _disk_full(exc: BaseException) -> bool:
+def disk_full(exc: BaseException) -> bool:
     if isinstance(exc, sqlite3.Error):
         return (getattr(exc, "sqlite_errorcode", None) == sqlite3.SQLITE_FULL
                 or "database or disk is full" in str(exc))
@@ -152,7 +152,7 @@ class Outbox:
                 try:
                     self._db.execute("VACUUM")  # an outbox made before: converted once
                 except sqlite3.Error as exc:  # no room for the copy: next start, then
-                    if not _disk_full(exc):
+                    if not disk_full(exc):
                         raise
         self._db.execute("PRAGMA journal_mode=WAL")
         self._db.execute("PRAGMA synchronous=FULL")
@@ -268,7 +268,7 @@ class Outbox:
                 try:
                     os.posix_fallocate(fd, 0, self.reserve_bytes)
                 except OSError as exc:
-                    if _disk_full(exc):
+                    if disk_full(exc):
                         raise
                     # a file system without fallocate: real zeros hold the space
                     os.pwrite(fd, bytes(self.reserve_bytes), 0)
@@ -279,7 +279,7 @@ class Outbox:
         except OSError as exc:
             self._no_reserve = (f"the outbox's reserve {self.reserve_path} cannot be made: "
                                 f"{exc.strerror or exc}")
-            if not _disk_full(exc):
+            if not disk_full(exc):
                 log.warning("cannot keep the outbox's reserve %s: %s", self.reserve_path, exc)
             try:
                 os.unlink(self.reserve_path)
@@ -293,7 +293,7 @@ class Outbox:
         try:
             self._db.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchall()
         except sqlite3.Error as exc:
-            if not _disk_full(exc):
+            if not disk_full(exc):
                 raise
             self._full_why = str(exc)
             return False
@@ -322,7 +322,7 @@ class Outbox:
                 # executescript steps it to the end: execute() frees a single page
                 self._db.executescript("PRAGMA incremental_vacuum(64);")
             except sqlite3.Error as exc:
-                if not _disk_full(exc):
+                if not disk_full(exc):
                     raise
                 break
             self._checkpoint()
@@ -343,14 +343,14 @@ class Outbox:
             try:
                 out = self._transaction(statements)
             except (sqlite3.Error, OSError) as exc:
-                if _unwritable(exc) and not _disk_full(exc):
+                if _unwritable(exc) and not disk_full(exc):
                     raise OutboxUnwritable(
                         f"the outbox {self.path} cannot be written ({exc}): its file system "
                         "may have been remounted read-only after a disk error (dmesg, "
                         "findmnt -T " f"{os.path.dirname(self.path)}) or lost its write "
                         "permission; fix that (mount -o remount,rw, or replace the card) "
                         "and the agent goes on by itself") from None
-                if not _disk_full(exc):
+                if not disk_full(exc):
                     raise
                 self._full_why = str(exc)
                 # the failed transaction's frames go: the WAL file shrinks to nothing
