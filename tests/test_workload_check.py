@@ -160,6 +160,22 @@ def test_a_run_of_a_program_not_on_the_path_names_the_path(tmp_path):
                          "(/nonexistent:/also-not)")
 
 
+def test_a_run_of_a_program_without_execute_permission_says_what_to_do(tmp_path):
+    """Walking a board: such a run failed its job with 'cannot start .../noexec.sh: Permission
+    denied' and nothing more."""
+    prog = tmp_path / "noexec.sh"
+    prog.write_text("#!/bin/sh\n")
+    prog.chmod(0o644)  # no one's to execute, root included
+    cfg = AgentConfig(bench_kernels=[], workloads=[CommandWorkload("w", [str(prog)])])
+    rec = Runner(Workloads(cfg, catalogue={}), "p", state_dir=str(tmp_path)).run_once(
+        RunSpec("w", "default", [0], 1))
+    assert not rec.ok
+    assert rec.error == (f"cannot start {prog}: Permission denied: the user the run runs as "
+                         "may not execute it: give it execute permission (chmod +x) and "
+                         "search permission (x) on each directory above it, or set run_as to "
+                         "a user who may")
+
+
 def test_a_missing_program_is_one_line_at_the_agents_start(tmp_path):
     """A real agent whose workloads' programs are missing: a name not on the PATH, a relative
     path. Each is said in one warning, naming the PATH searched (or the path looked at).
