@@ -3,8 +3,8 @@ forget the configuration a user applied with --forget-applied).
 
 Threads: the link (ZeroMQ, heartbeats, outbox resends) runs in the main thread; accepted jobs
 and configs run one by one in a worker thread, so heartbeats go on during long runs.
-SIGTERM/SIGINT stop cleanly: abort the current run (it resumes after a restart), restore the
-knobs, close the socket and the outbox, exit 0.
+SIGTERM, SIGINT and SIGHUP (taken by agent/entry.py) stop it cleanly: abort the current run
+(it resumes after a restart), restore the knobs, close the socket and the outbox, exit 0.
 """
 
 from __future__ import annotations
@@ -40,9 +40,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                     "configuration the daemon recommends; those a user applied (one per target: the "
                     "board, a process, a unit) are kept in the state directory and applied again "
                     "at the next start (--forget-applied ends one). With --restore it puts back the CPU frequency settings and cpu sets "
-                    "it saved, then exits. Ctrl-C or SIGTERM stops it at any moment, its start "
-                    "included: the run under way is aborted (it runs again after the next "
-                    "start), the knobs are put back, exit 0.")
+                    "it saved, then exits. Ctrl-C, SIGTERM or SIGHUP (unless nohup ignores it) "
+                    "stops it at any moment, its start included: the run under way is "
+                    "aborted (it runs again after the next start), the knobs are put back, "
+                    "exit 0.")
     ap.add_argument("--version", action="version", version=f"opptune-agent {__version__}")
     ap.add_argument("--config", metavar="FILE.toml",
                     help="agent configuration (default /etc/opptune/agent.toml; etc/agent.toml "

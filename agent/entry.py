@@ -1,11 +1,13 @@
 """The ``opptune-agent`` console script (and ``python -m opptune.agent``).
 
-It takes SIGINT and SIGTERM before the agent's modules load: Python's own SIGINT handler
-raised KeyboardInterrupt wherever the agent then was (a traceback, the start's changes to the
-board left as they were), and SIGTERM's default killed it outright, until the agent installed
-its handler once started. A stop asked for while the agent loads or starts is noted here and
-acted on where the agent can stop cleanly (agent/cli.py). This module imports nothing of the
-agent before that.
+It takes SIGINT, SIGTERM and SIGHUP before the agent's modules load. Python's own SIGINT
+handler raised KeyboardInterrupt wherever the agent then was (a traceback, the start's
+changes to the board left as they were), SIGTERM's default killed it outright until the agent
+installed its handler once started, and SIGHUP (a closed terminal or ssh session) killed it
+at any time, the board's knobs as a sweep had left them. A stop asked for while the agent
+loads or starts is noted here and acted on where the agent can stop cleanly (agent/cli.py).
+A SIGHUP that nohup ignores stays ignored. This module imports nothing of the agent before
+that.
 """
 
 from __future__ import annotations
@@ -17,8 +19,8 @@ from typing import Callable
 
 
 class StopRequest:
-    """The stop that SIGINT or SIGTERM asks for: ``event`` set at the first one, then each
-    callback of :meth:`then` (the running agent's: abort the run, wake the link) called."""
+    """The stop that SIGINT, SIGTERM or SIGHUP asks for: ``event`` set at the first one, then
+    each callback of :meth:`then` (the running agent's: abort the run, wake the link) called."""
 
     def __init__(self) -> None:
         self.event = threading.Event()
@@ -27,10 +29,13 @@ class StopRequest:
         self.installed = False
 
     def install(self) -> None:
-        """Take SIGINT and SIGTERM (once; an ignored SIGINT too, as the running agent did)."""
+        """Take SIGINT and SIGTERM (once; an ignored SIGINT too, as the running agent did),
+        and SIGHUP (a closed terminal or ssh session) unless ignored (nohup)."""
         if not self.installed:
             for signum in (signal.SIGTERM, signal.SIGINT):
                 signal.signal(signum, self._on_signal)
+            if signal.getsignal(signal.SIGHUP) is signal.SIG_DFL:
+                signal.signal(signal.SIGHUP, self._on_signal)
             self.installed = True
 
     def _on_signal(self, signum: int, frame: object) -> None:
