@@ -53,6 +53,7 @@ import json
 import logging
 import os
 import queue
+import sqlite3
 import threading
 import time
 from dataclasses import dataclass
@@ -600,6 +601,19 @@ class Executor:
                 self.runner.uncancel()
         self._finish_job(job_id)
         log.info("job %s done (%d runs)", job_id, total)
+
+    def abandon_job(self, job_id: str) -> None:
+        """A job whose run raised, which the daemon is told failed: ended here too, so that
+        the next start does not run the rest of it under a job the daemon holds failed (its
+        status then read 'failed' with every run received). Where even that cannot be
+        written, it is said, and the next start resumes it."""
+        try:
+            self._drop_point_state()
+            self._keep_timeouts(job_id, [])
+            self.outbox.finish_job(job_id)
+        except (OutboxFull, sqlite3.Error, OSError) as exc:
+            log.warning("job %s failed and could not be ended in the outbox (%s): the next "
+                        "start resumes it", job_id, exc)
 
     def _finish_job(self, job_id: str) -> None:
         """Every run of ``job_id`` has its record: its state files go, and it is done."""
@@ -1192,6 +1206,7 @@ class Worker(threading.Thread):
             except Exception as exc:
                 log.exception("%s failed", kind)
                 if kind == "job":  # the daemon marks the job failed with this reason
+                    self.executor.abandon_job(arg)
                     self.executor.send(P.error_reply(self.executor.agent_id, "job_failed",
                                                      f"the agent could not run the job: "
                                                      f"{type(exc).__name__}: {exc}", arg))
