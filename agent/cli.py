@@ -404,9 +404,11 @@ def workload_user(config, where: str, python_workloads: list[str] | None = None,
     return user
 
 
-def link_keys(config, where: str) -> tuple[str, str, str] | None:
+def link_keys(config, where: str, base: str | None = None) -> tuple[str, str, str] | None:
     """(daemon public, own public, own secret) when the link uses CURVE, the agent's key pair
-    made in state_dir on first start; None when it is plain. ConfigError says what to fix."""
+    made in state_dir on first start; None when it is plain. ConfigError says what to fix.
+    ``base``: the configuration file's directory, where a relative daemon_public_key path is
+    taken from (as the file's other paths are)."""
     from ..shared.curve import KeyFileError, curve_enabled, ensure_keypair, fingerprint, \
         read_public_key
     if not any(curve_enabled(config.curve, e) for e in config.daemon_endpoints()):
@@ -425,7 +427,8 @@ def link_keys(config, where: str) -> tuple[str, str, str] | None:
                           "'opptune keys server' prints on the daemon's host (or the path of "
                           "its server.pub)")
     try:
-        server = read_public_key(config.daemon_public_key, f"{where}: key 'daemon_public_key'")
+        server = read_public_key(config.daemon_public_key, f"{where}: key 'daemon_public_key'",
+                                 base)
         public, secret = ensure_keypair(os.path.join(config.state_dir, "agent.key"))
     except KeyFileError as exc:
         raise ConfigError(str(exc)) from None
@@ -560,7 +563,8 @@ def run_agent(config, config_path: str | None = None, state_dir_option: bool = F
                         "the same id would not be refused", exc.strerror or exc)
     file_ids.save()
     try:
-        curve = link_keys(config, where)
+        curve = link_keys(config, where, os.path.dirname(os.path.abspath(
+            config_path or DEFAULT_AGENT_CONFIG)))
     except ConfigError as exc:
         print(f"opptune-agent: configuration error: {exc}", file=sys.stderr)
         state_lock.close()
