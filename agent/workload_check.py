@@ -242,7 +242,7 @@ def start_failure(argv0: str, env: Mapping[str, str], exc: OSError,
                     for p in candidates(argv0, env)):
         return (f"no program {argv0!r} on the PATH of its run "
                 f"({os.pathsep.join(os.get_exec_path(dict(env)))}){tilde_hint(env)}")
-    if exc.errno == errno.EACCES:
+    if exc.errno == errno.EACCES and exc.filename == argv0:  # the exec, not a cwd (child.py)
         return (f"{exc.strerror}: the user the run runs as may not execute it: give it "
                 "execute permission (chmod +x) and search permission (x) on each directory "
                 "above it, or set run_as to a user who may")
