@@ -56,7 +56,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                          "and cpu sets, the configuration applied to stay in force, and the "
                          "directory each workload without a cwd runs in (work/NAME)")
     ap.add_argument("--sysfs-root", metavar="DIR",
-                    help="read /sys and /proc under this directory instead (for testing)")
+                    help="read /sys and /proc under this directory instead (for testing; "
+                         "one that holds neither sys/ nor proc/ is refused)")
     ap.add_argument("--virtual-board", metavar="NAME",
                     help="pretend to be a simulated board (demos and tests, clearly labelled "
                          "virtual)")
@@ -316,6 +317,7 @@ def main(argv: list[str] | None = None, stop=None) -> int:
     """``stop``: the :class:`~.entry.StopRequest` the console script installed before loading
     this module (None: one is made, its handlers installed once the agent runs)."""
     from .entry import StopRequest
+    from .sysfs import tree_problem
     stop = stop if stop is not None else StopRequest()
     args = parse_args(argv)
     overrides = {"daemon": args.daemon, "agent_id": args.agent_id, "state_dir": args.state_dir,
@@ -326,12 +328,13 @@ def main(argv: list[str] | None = None, stop=None) -> int:
         config = load_agent_config(args.config, **overrides)  # checks every value
         if config.virtual_board:
             _attach_virtual_board(config, args.config, bool(args.virtual_board))
-        if not os.path.isdir(config.sysfs_root or "/"):
+        why = tree_problem(config.sysfs_root or "/")
+        if why:
             # read as an empty board (0 cpus, no knobs), it would say hello as such
             where = ("--sysfs-root" if args.sysfs_root else
                      f"{args.config or DEFAULT_AGENT_CONFIG}: key 'sysfs_root'")
-            raise ConfigError(f"{where} ({config.sysfs_root}): no such directory; give the "
-                              f"root of a sysfs/procfs tree (tests), or leave it out for /")
+            raise ConfigError(f"{where} ({config.sysfs_root}): {why}; give the root of a "
+                              "sysfs/procfs tree (tests), or leave it out for /")
     except ConfigError as exc:
         print(f"opptune-agent: configuration error: {exc}", file=sys.stderr)
         return EXIT_CONFIG
