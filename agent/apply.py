@@ -53,7 +53,9 @@ import json
 import logging
 import os
 import queue
+import sqlite3
 import threading
+import time
 from dataclasses import dataclass
 from typing import Any, Callable
 
@@ -68,7 +70,7 @@ from ..shared.standing import WHILE_RUNNING, clock_plan, key_of, policies_of, ta
 from ..shared.target_text import measured_text, target_name
 from . import standing
 from .knobs.state import running_start
-from .outbox import FULL_RETRY_S, Outbox, OutboxFull
+from .outbox import FULL_RETRY_S, Outbox, OutboxFull, OutboxUnwritable
 from .platform import clock_problem, cpus_problem
 from .private import open_private
 from .runner import Aborted, Cancelled, Runner, RunSpec
@@ -227,13 +229,28 @@ class Executor:
     def durably(self, write: Callable[[], Any]) -> Any:
         """``write()`` retried until the disk takes it: what it stores stays in memory
         meanwhile. Raises Aborted when stopped (an unstored run is measured again after a
-        restart: its job's progress did not advance)."""
+        restart: its job's progress did not advance). A file that cannot be written (not a
+        full disk, which the outbox says itself) is said once as the wait starts and once
+        as it ends."""
+        since = None
         while True:
             try:
-                return write()
+                out = write()
+            except OutboxUnwritable as exc:
+                if since is None:
+                    since = time.monotonic()
+                    log.warning("%s; the finished run's result waits in memory and no new "
+                                "run starts until then", exc)
+                self.runner.wait(FULL_RETRY_S)
+                continue
             except OutboxFull:
                 self.notify()
                 self.runner.wait(FULL_RETRY_S)
+                continue
+            if since is not None:
+                log.warning("the outbox can be written again after %.0f s: the waiting "
+                            "result is stored and measuring resumes", time.monotonic() - since)
+            return out
 
     # -- validation (link thread) -------------------------------------------------------------
     def validate_job(self, body: dict[str, Any]) -> None:
@@ -584,6 +601,19 @@ class Executor:
                 self.runner.uncancel()
         self._finish_job(job_id)
         log.info("job %s done (%d runs)", job_id, total)
+
+    def abandon_job(self, job_id: str) -> None:
+        """A job whose run raised, which the daemon is told failed: ended here too, so that
+        the next start does not run the rest of it under a job the daemon holds failed (its
+        status then read 'failed' with every run received). Where even that cannot be
+        written, it is said, and the next start resumes it."""
+        try:
+            self._drop_point_state()
+            self._keep_timeouts(job_id, [])
+            self.outbox.finish_job(job_id)
+        except (OutboxFull, sqlite3.Error, OSError) as exc:
+            log.warning("job %s failed and could not be ended in the outbox (%s): the next "
+                        "start resumes it", job_id, exc)
 
     def _finish_job(self, job_id: str) -> None:
         """Every run of ``job_id`` has its record: its state files go, and it is done."""
@@ -1176,6 +1206,7 @@ class Worker(threading.Thread):
             except Exception as exc:
                 log.exception("%s failed", kind)
                 if kind == "job":  # the daemon marks the job failed with this reason
+                    self.executor.abandon_job(arg)
                     self.executor.send(P.error_reply(self.executor.agent_id, "job_failed",
                                                      f"the agent could not run the job: "
                                                      f"{type(exc).__name__}: {exc}", arg))

@@ -3,8 +3,8 @@ forget the configuration a user applied with --forget-applied).
 
 Threads: the link (ZeroMQ, heartbeats, outbox resends) runs in the main thread; accepted jobs
 and configs run one by one in a worker thread, so heartbeats go on during long runs.
-SIGTERM/SIGINT stop cleanly: abort the current run (it resumes after a restart), restore the
-knobs, close the socket and the outbox, exit 0.
+SIGTERM, SIGINT and SIGHUP (taken by agent/entry.py) stop it cleanly: abort the current run
+(it resumes after a restart), restore the knobs, close the socket and the outbox, exit 0.
 """
 
 from __future__ import annotations
@@ -15,7 +15,6 @@ import logging
 import os
 import signal
 import sys
-import threading
 
 from .. import __version__
 from ..shared.config import DEFAULT_AGENT_CONFIG, ConfigError, load_agent_config
@@ -41,7 +40,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                     "configuration the daemon recommends; those a user applied (one per target: the "
                     "board, a process, a unit) are kept in the state directory and applied again "
                     "at the next start (--forget-applied ends one). With --restore it puts back the CPU frequency settings and cpu sets "
-                    "it saved, then exits.")
+                    "it saved, then exits. Ctrl-C, SIGTERM or SIGHUP (unless nohup ignores it) "
+                    "stops it at any moment, its start included: the run under way is "
+                    "aborted (it runs again after the next start), the knobs are put back, "
+                    "exit 0.")
     ap.add_argument("--version", action="version", version=f"opptune-agent {__version__}")
     ap.add_argument("--config", metavar="FILE.toml",
                     help="agent configuration (default /etc/opptune/agent.toml; etc/agent.toml "
@@ -54,7 +56,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                          "and cpu sets, the configuration applied to stay in force, and the "
                          "directory each workload without a cwd runs in (work/NAME)")
     ap.add_argument("--sysfs-root", metavar="DIR",
-                    help="read /sys and /proc under this directory instead (for testing)")
+                    help="read /sys and /proc under this directory instead (for testing; "
+                         "one that holds neither sys/ nor proc/ is refused)")
     ap.add_argument("--virtual-board", metavar="NAME",
                     help="pretend to be a simulated board (demos and tests, clearly labelled "
                          "virtual)")
@@ -272,6 +275,7 @@ def _attach_virtual_board(config, config_path: str | None, option: bool) -> None
     board was named by --virtual-board (an error names that, not the file's key)."""
     where = "--virtual-board" if option else f"{config_path or 'configuration'}: key " \
                                              "'virtual_board'"
+    from .private import VIRTUAL_TREE_PREFIX
     from .virtual_board import FAKE_MARKER, attach, board_spec, load_spec, make_tree
     if os.path.abspath(config.sysfs_root or "/") == "/":
         try:
@@ -279,7 +283,7 @@ def _attach_virtual_board(config, config_path: str | None, option: bool) -> None
         except ValueError as exc:
             raise ConfigError(f"{where}: {exc}") from None
         root = os.path.join(os.path.abspath(config.state_dir),
-                            f"virtual-board-{config.virtual_board}")
+                            f"{VIRTUAL_TREE_PREFIX}{config.virtual_board}")
         try:
             fresh = not os.path.isfile(os.path.join(root, FAKE_MARKER))
             if not fresh and load_spec(root).get("name") != config.virtual_board:
@@ -288,8 +292,11 @@ def _attach_virtual_board(config, config_path: str | None, option: bool) -> None
             if fresh:
                 make_tree(config.virtual_board, root)
         except OSError as exc:
-            raise ConfigError(f"cannot make the virtual board's tree in {root}: {exc}; "
-                              "choose a writable --state-dir") from None
+            from .outbox import disk_full
+            fix = ("its disk is full: free space there, or choose a --state-dir on another"
+                   if disk_full(exc) else "choose a writable --state-dir")
+            raise ConfigError(f"cannot make the virtual board's tree in {root}: "
+                              f"{exc.strerror or exc}; {fix}") from None
         config.sysfs_root = root
     try:
         attach(config.sysfs_root)
@@ -298,7 +305,20 @@ def _attach_virtual_board(config, config_path: str | None, option: bool) -> None
                           f"tree: {exc}") from None
 
 
-def main(argv: list[str] | None = None) -> int:
+def _stopped_at_start(stop) -> int:
+    """The agent's end where SIGINT or SIGTERM came while it loaded or started: one line, the
+    board left as the start found it, exit 0 as at any stop."""
+    print(f"opptune-agent: {stop.name} received while starting: stopped before connecting to "
+          "the daemon; nothing was run", file=sys.stderr)
+    return 0
+
+
+def main(argv: list[str] | None = None, stop=None) -> int:
+    """``stop``: the :class:`~.entry.StopRequest` the console script installed before loading
+    this module (None: one is made, its handlers installed once the agent runs)."""
+    from .entry import StopRequest
+    from .sysfs import tree_problem
+    stop = stop if stop is not None else StopRequest()
     args = parse_args(argv)
     overrides = {"daemon": args.daemon, "agent_id": args.agent_id, "state_dir": args.state_dir,
                  "sysfs_root": args.sysfs_root, "virtual_board": args.virtual_board,
@@ -308,15 +328,18 @@ def main(argv: list[str] | None = None) -> int:
         config = load_agent_config(args.config, **overrides)  # checks every value
         if config.virtual_board:
             _attach_virtual_board(config, args.config, bool(args.virtual_board))
-        if not os.path.isdir(config.sysfs_root or "/"):
+        why = tree_problem(config.sysfs_root or "/")
+        if why:
             # read as an empty board (0 cpus, no knobs), it would say hello as such
             where = ("--sysfs-root" if args.sysfs_root else
                      f"{args.config or DEFAULT_AGENT_CONFIG}: key 'sysfs_root'")
-            raise ConfigError(f"{where} ({config.sysfs_root}): no such directory; give the "
-                              f"root of a sysfs/procfs tree (tests), or leave it out for /")
+            raise ConfigError(f"{where} ({config.sysfs_root}): {why}; give the root of a "
+                              "sysfs/procfs tree (tests), or leave it out for /")
     except ConfigError as exc:
         print(f"opptune-agent: configuration error: {exc}", file=sys.stderr)
         return EXIT_CONFIG
+    if stop.is_set():
+        return _stopped_at_start(stop)
     logging.basicConfig(level=getattr(logging, config.log_level.upper(), logging.INFO),
                         format=LOG_FORMAT, stream=sys.stderr)
     if args.restore:
@@ -325,7 +348,7 @@ def main(argv: list[str] | None = None) -> int:
         return _forget_applied(config, args.forget_applied)
     return run_agent(config, config_path=args.config,
                      state_dir_option=args.state_dir is not None,
-                     run_as_option=args.run_as is not None)
+                     run_as_option=args.run_as is not None, stop=stop)
 
 
 def workload_user(config, where: str, python_workloads: list[str] | None = None,
@@ -384,9 +407,11 @@ def workload_user(config, where: str, python_workloads: list[str] | None = None,
     return user
 
 
-def link_keys(config, where: str) -> tuple[str, str, str] | None:
+def link_keys(config, where: str, base: str | None = None) -> tuple[str, str, str] | None:
     """(daemon public, own public, own secret) when the link uses CURVE, the agent's key pair
-    made in state_dir on first start; None when it is plain. ConfigError says what to fix."""
+    made in state_dir on first start; None when it is plain. ConfigError says what to fix.
+    ``base``: the configuration file's directory, where a relative daemon_public_key path is
+    taken from (as the file's other paths are)."""
     from ..shared.curve import KeyFileError, curve_enabled, ensure_keypair, fingerprint, \
         read_public_key
     if not any(curve_enabled(config.curve, e) for e in config.daemon_endpoints()):
@@ -405,7 +430,8 @@ def link_keys(config, where: str) -> tuple[str, str, str] | None:
                           "'opptune keys server' prints on the daemon's host (or the path of "
                           "its server.pub)")
     try:
-        server = read_public_key(config.daemon_public_key, f"{where}: key 'daemon_public_key'")
+        server = read_public_key(config.daemon_public_key, f"{where}: key 'daemon_public_key'",
+                                 base)
         public, secret = ensure_keypair(os.path.join(config.state_dir, "agent.key"))
     except KeyFileError as exc:
         raise ConfigError(str(exc)) from None
@@ -435,15 +461,20 @@ def program_changed(link, workloads, name: str) -> None:
 
 
 def run_agent(config, config_path: str | None = None, state_dir_option: bool = False,
-              run_as_option: bool = False) -> int:
+              run_as_option: bool = False, stop=None) -> int:
     """Run the agent until stopped; ``state_dir_option``, ``run_as_option``: the state
     directory, the workloads' user came from --state-dir, --run-as (an error about it names
-    the option, not a key)."""
+    the option, not a key); ``stop``: the :class:`~.entry.StopRequest` (None: one of its
+    own). A stop asked for while it starts ends it before it connects, everything the start
+    took or changed given back."""
+    from .entry import StopRequest
+    stop = stop if stop is not None else StopRequest()
+    stop.install()
     from .apply import Executor, JobLimits, Worker
     from .doctor import collect as doctor_report
     from .link import Link
     from .machine_id import machine_identity
-    from .outbox import Outbox
+    from .outbox import RESERVE_BYTES, ROOM_BESIDE_RESERVE, Outbox, disk_full
     from .platform import discover
     from .runner import Runner
     from .state_lock import StateDirBusy
@@ -467,6 +498,8 @@ def run_agent(config, config_path: str | None = None, state_dir_option: bool = F
     except ConfigError as exc:
         print(f"opptune-agent: configuration error: {exc}", file=sys.stderr)
         return EXIT_CONFIG
+    if stop.is_set():  # nothing taken yet
+        return _stopped_at_start(stop)
     named = "--state-dir" if state_dir_option else f"{where}: key 'state_dir'"
     state_lock = None
     try:
@@ -490,9 +523,16 @@ def run_agent(config, config_path: str | None = None, state_dir_option: bool = F
                   f"it aside (mv {box} {box}.damaged) and start the agent again, which makes "
                   "a new one", file=sys.stderr)
             return EXIT_CONFIG
+        why = exc.strerror if isinstance(exc, OSError) and exc.strerror else exc
+        if disk_full(exc):  # not the configuration's fault: the same directory, once freed
+            print(f"opptune-agent: the state directory {config.state_dir} ({named}) cannot be "
+                  f"written: {why}: the disk holding it is full; free space there (the outbox "
+                  f"needs {(RESERVE_BYTES + ROOM_BESIDE_RESERVE) / (1 << 20):.1f} MiB before a "
+                  "run) or give state_dir a larger disk, "
+                  "then start the agent again", file=sys.stderr)
+            return EXIT_CONFIG
         print(f"opptune-agent: configuration error: {named} ({config.state_dir}) is not usable: "
-              f"{exc.strerror if isinstance(exc, OSError) and exc.strerror else exc}; give a "
-              f"directory the agent may create and write", file=sys.stderr)
+              f"{why}; give a directory the agent may create and write", file=sys.stderr)
         return EXIT_CONFIG
     # where each workload runs and what it executes, as its user: a directory it cannot
     # enter would fail every run (workload_check.py)
@@ -526,7 +566,8 @@ def run_agent(config, config_path: str | None = None, state_dir_option: bool = F
                         "the same id would not be refused", exc.strerror or exc)
     file_ids.save()
     try:
-        curve = link_keys(config, where)
+        curve = link_keys(config, where, os.path.dirname(os.path.abspath(
+            config_path or DEFAULT_AGENT_CONFIG)))
     except ConfigError as exc:
         print(f"opptune-agent: configuration error: {exc}", file=sys.stderr)
         state_lock.close()
@@ -573,8 +614,10 @@ def run_agent(config, config_path: str | None = None, state_dir_option: bool = F
                         state_dir=config.state_dir, targets=targets,
                         limits=JobLimits.of(config))
     # the configuration a user applied before the agent stopped: in force again (or dropped,
-    # saying why) before the hello, which tells the daemon what stands
-    executor.stand_again()
+    # saying why) before the hello, which tells the daemon what stands; not where the agent
+    # is stopping already (it would be put back at once)
+    if not stop.is_set():
+        executor.stand_again()
     hello.update(standing=executor.standing_wire, standings=executor.standings_wire,
                  standing_dropped=lambda: (executor.standing_dropped or [None])[0],
                  standings_dropped=lambda: list(executor.standing_dropped))
@@ -587,16 +630,12 @@ def run_agent(config, config_path: str | None = None, state_dir_option: bool = F
     executor.say_standings = link.hello_again
     runner.on_program_change = lambda name: program_changed(link, workloads, name)
 
-    stop = threading.Event()
-
-    def on_signal(signum, frame):
+    def on_signal(signum: int) -> None:
         log.info("%s received: stopping", signal.Signals(signum).name)
-        stop.set()
         worker.stop(abort=True)
         link.wake()
 
-    signal.signal(signal.SIGTERM, on_signal)
-    signal.signal(signal.SIGINT, on_signal)
+    stop.then(on_signal)
 
     # the machine's hashed id, as the daemon's line on an id two boards use names it
     log.info("agent %s on platform %s (%s, %d cpus%s%s); opptune %s; workloads: %s; outbox: "
@@ -616,17 +655,22 @@ def run_agent(config, config_path: str | None = None, state_dir_option: bool = F
                     f"--agent {config.agent_id}' on the daemon's host"
                     if "unknown_job" in kept else "")
     try:
-        link.start()
-        worker.start()
-        resumed = worker.resume()
-        if resumed:
-            log.info("resuming %d unfinished job(s) and config(s)", resumed)
-        link.run(stop)
+        if stop.is_set():  # while it started: the start's changes are put back below
+            log.info("%s received while starting: stopping before connecting to the daemon; "
+                     "nothing was run", stop.name)
+        else:
+            link.start()
+            worker.start()
+            resumed = worker.resume()
+            if resumed:
+                log.info("resuming %d unfinished job(s) and config(s)", resumed)
+            link.run(stop.event)
     finally:
         worker.stop(abort=True)
-        worker.join(timeout=max(5.0, config.heartbeat_s * 2))
-        if worker.is_alive():
-            log.warning("worker did not stop in time")
+        if worker.ident is not None:  # started
+            worker.join(timeout=max(5.0, config.heartbeat_s * 2))
+            if worker.is_alive():
+                log.warning("worker did not stop in time")
         runner.close()  # restores knobs
         for problem in targets.restore():
             log.error("%s", problem)

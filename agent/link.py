@@ -38,6 +38,7 @@ import zmq
 from .. import __version__ as AGENT_VERSION
 from ..shared import protocol as P
 from ..shared.refusals import RefusalLog
+from .host_lookup import HostLookup
 from .outbox import Outbox, OutboxFull
 
 log = logging.getLogger("opptune.agent.link")
@@ -102,6 +103,7 @@ class Link:
         os.set_blocking(self._wake_w, False)
         self._last_rx = time.monotonic()
         self._heard = False  # anything received on the current connection
+        self._lookup = HostLookup()
         self._next_hb = 0.0
         self._gone = False
         self._gone_told = 0.0  # when the daemon's silence was last said
@@ -205,6 +207,7 @@ class Link:
             s.curve_publickey = self.curve[1].encode()
             s.curve_secretkey = self.curve[2].encode()
         s.connect(self.endpoint)
+        self._lookup.start(self.endpoint)  # ZeroMQ says nothing of a name that does not resolve
         self._sock = s
         self._poller.register(s, zmq.POLLIN)
         self._last_rx = time.monotonic()
@@ -290,7 +293,11 @@ class Link:
             # a CURVE handshake with the wrong server key fails without a word on either
             # side: silence from the first message on is the only sign the agent gets
             hint = ""
-            if self.curve is not None and not self._heard:
+            unresolved = None if self._heard else self._lookup.failure(self.endpoint)
+            if unresolved:
+                hint = (f"; {unresolved}: check the host in 'daemon' (--daemon), or this "
+                        "board's name resolution (/etc/hosts, DNS)")
+            elif self.curve is not None and not self._heard:
                 hint = ("; nothing has come from it over CURVE: if it runs, check that "
                         "daemon_public_key is the key 'opptune keys server' prints on its host")
             elif not self._heard:

@@ -39,7 +39,7 @@ import time
 from typing import Any, Iterable, Sequence
 
 from ..shared import protocol as P
-from .private import make_dir, opener
+from .private import make_dirs, opener
 
 log = logging.getLogger("opptune.agent.outbox")
 
@@ -62,11 +62,29 @@ class OutboxFull(Exception):
     """The outbox cannot take this write now (disk full); nothing of it was stored."""
 
 
+class OutboxUnwritable(OutboxFull):
+    """The outbox's file cannot be written now (a file system remounted read-only after a disk
+    error, an immutable or failing file): nothing of the write was stored, and its callers
+    keep what it held and try again, as on a full disk."""
+
+
 def _mib(n: int) -> str:
     return f"{n / (1 << 20):.1f} MiB"
 
 
-def _disk_full(exc: BaseException) -> bool:
+# the errors of a file that cannot be written at all for now, not of a disk short of room
+_UNWRITABLE_SQLITE = (sqlite3.SQLITE_READONLY, sqlite3.SQLITE_IOERR, sqlite3.SQLITE_CANTOPEN,
+                      sqlite3.SQLITE_PERM)
+_UNWRITABLE_ERRNO = (errno.EROFS, errno.EIO, errno.EPERM, errno.EACCES)
+
+
+def _unwritable(exc: BaseException) -> bool:
+    if isinstance(exc, sqlite3.Error):
+        return (getattr(exc, "sqlite_errorcode", None) or 0) & 0xFF in _UNWRITABLE_SQLITE
+    return isinstance(exc, OSError) and exc.errno in _UNWRITABLE_ERRNO
+
+
+def disk_full(exc: BaseException) -> bool:
     if isinstance(exc, sqlite3.Error):
         return (getattr(exc, "sqlite_errorcode", None) == sqlite3.SQLITE_FULL
                 or "database or disk is full" in str(exc))
@@ -117,7 +135,9 @@ class Outbox:
                  reserve_bytes: int = RESERVE_BYTES):
         """``max_bytes``: the bound on the unacked messages' bytes (None: unbounded);
         ``reserve_bytes``: the disk space held back for acks on a full disk."""
-        make_dir(state_dir)
+        # made where missing; not narrowed here: the agent's start did that, or chose not to,
+        # before its lock marked the directory as an agent's (private.make_dir)
+        make_dirs(state_dir)
         self.path = os.path.join(state_dir, name)
         # made (or narrowed) 0600 before sqlite opens it: its journal and WAL take its mode
         os.close(opener(self.path, os.O_RDWR | os.O_CREAT))
@@ -132,7 +152,7 @@ class Outbox:
                 try:
                     self._db.execute("VACUUM")  # an outbox made before: converted once
                 except sqlite3.Error as exc:  # no room for the copy: next start, then
-                    if not _disk_full(exc):
+                    if not disk_full(exc):
                         raise
         self._db.execute("PRAGMA journal_mode=WAL")
         self._db.execute("PRAGMA synchronous=FULL")
@@ -248,7 +268,7 @@ class Outbox:
                 try:
                     os.posix_fallocate(fd, 0, self.reserve_bytes)
                 except OSError as exc:
-                    if _disk_full(exc):
+                    if disk_full(exc):
                         raise
                     # a file system without fallocate: real zeros hold the space
                     os.pwrite(fd, bytes(self.reserve_bytes), 0)
@@ -259,7 +279,7 @@ class Outbox:
         except OSError as exc:
             self._no_reserve = (f"the outbox's reserve {self.reserve_path} cannot be made: "
                                 f"{exc.strerror or exc}")
-            if not _disk_full(exc):
+            if not disk_full(exc):
                 log.warning("cannot keep the outbox's reserve %s: %s", self.reserve_path, exc)
             try:
                 os.unlink(self.reserve_path)
@@ -273,7 +293,7 @@ class Outbox:
         try:
             self._db.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchall()
         except sqlite3.Error as exc:
-            if not _disk_full(exc):
+            if not disk_full(exc):
                 raise
             self._full_why = str(exc)
             return False
@@ -302,7 +322,7 @@ class Outbox:
                 # executescript steps it to the end: execute() frees a single page
                 self._db.executescript("PRAGMA incremental_vacuum(64);")
             except sqlite3.Error as exc:
-                if not _disk_full(exc):
+                if not disk_full(exc):
                     raise
                 break
             self._checkpoint()
@@ -323,7 +343,14 @@ class Outbox:
             try:
                 out = self._transaction(statements)
             except (sqlite3.Error, OSError) as exc:
-                if not _disk_full(exc):
+                if _unwritable(exc) and not disk_full(exc):
+                    raise OutboxUnwritable(
+                        f"the outbox {self.path} cannot be written ({exc}): its file system "
+                        "may have been remounted read-only after a disk error (dmesg, "
+                        "findmnt -T " f"{os.path.dirname(self.path)}) or lost its write "
+                        "permission; fix that (mount -o remount,rw, or replace the card) "
+                        "and the agent goes on by itself") from None
+                if not disk_full(exc):
                     raise
                 self._full_why = str(exc)
                 # the failed transaction's frames go: the WAL file shrinks to nothing
@@ -365,7 +392,10 @@ class Outbox:
             db.execute("COMMIT")
         except BaseException:
             if db.in_transaction:  # SQLite may have rolled a full write back itself
-                db.execute("ROLLBACK")
+                try:
+                    db.execute("ROLLBACK")
+                except sqlite3.Error:  # a file that cannot be written: the write's error
+                    pass               # says why; SQLite rolls back at the next BEGIN
             raise
         return out
 

@@ -17,6 +17,12 @@ log = logging.getLogger("opptune.agent")
 DIR_MODE = 0o700
 FILE_MODE = 0o600
 LOCK_FILENAME = "agent.lock"  # in the state directory, held while an agent runs (state_lock)
+# what marks a directory as an agent's state directory: its lock, or the outbox that agents
+# older than the lock kept there too
+AGENT_MARKS = (LOCK_FILENAME, "outbox.db")
+# the virtual board's tree, which an agent makes there before it takes the directory
+# (agent/cli.py): neither a mark nor another's file
+VIRTUAL_TREE_PREFIX = "virtual-board-"
 # what others may have of the state directory: search (x) alone, which agent/workdir.py gives
 # where the workloads run as another user; read (list) or write is narrowed
 _OTHERS_RW = 0o066
@@ -26,7 +32,9 @@ def make_dir(path: str) -> None:
     """``path`` made 0700 where missing (its parents as the umask makes them). An existing one
     of the agent's user that others may list or write (made under another umask, by hand, by
     an older agent) is narrowed to 0700, said in an INFO line, where it is empty or an agent's
-    (its lock is there). Left as they are: one of another user, a shared one (sticky, as
+    (its lock or outbox is there: AGENT_MARKS; a virtual board's tree does not count). Called
+    once, as the agent takes the directory (state_lock), before its lock would mark any
+    directory as an agent's. Left as they are: one of another user, a shared one (sticky, as
     /tmp), one open for search only (0711: agent/workdir.py), and one holding other files (a
     home, /var/lib given by mistake: narrowing it would shut others out of theirs), said in a
     warning."""
@@ -35,7 +43,8 @@ def make_dir(path: str) -> None:
     mode = stat.S_IMODE(st.st_mode)
     if st.st_uid != os.geteuid() or mode & stat.S_ISVTX or not mode & _OTHERS_RW:
         return
-    if os.listdir(path) and not os.path.exists(os.path.join(path, LOCK_FILENAME)):
+    names = [n for n in os.listdir(path) if not n.startswith(VIRTUAL_TREE_PREFIX)]
+    if names and not any(n in AGENT_MARKS for n in names):
         log.warning("state directory %s is open to others (mode %04o) and holds files that "
                     "are not an agent's: left as it is; give the agent a directory of its own "
                     "(the agent makes it 0700)", path, mode)

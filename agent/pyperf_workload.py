@@ -64,6 +64,12 @@ def main(argv: list[str] | None = None) -> int:
             return done.returncode if done.returncode > 0 else 1
         try:
             line = summarise(out)
+        except FileNotFoundError:  # it exited 0 without running a benchmark
+            print(f"pyperf script {args.script} ran no pyperf benchmark (it exited without "
+                  "writing a result): it must run one through pyperf.Runner(), e.g. "
+                  "runner.bench_func(...) or runner.timeit(...), at its top level, with "
+                  "pyperf's options left to it", file=sys.stderr)
+            return 1
         except (OSError, ValueError, KeyError) as exc:
             print(f"pyperf script {args.script} wrote no usable result: {exc}", file=sys.stderr)
             return 1

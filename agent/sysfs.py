@@ -28,6 +28,17 @@ def register_driver(root: str, attach: Callable[["SysFS"], None]) -> None:
     _DRIVERS[root] = attach
 
 
+def tree_problem(root: str) -> str | None:
+    """Why ``root`` cannot be read as a board's /sys and /proc (None: it can): a directory
+    that is not there, or one that holds neither, would read as a board of 0 cpus with
+    nothing to warn about."""
+    if not os.path.isdir(root):
+        return "no such directory"
+    if not any(os.path.isdir(os.path.join(root, d)) for d in ("sys", "proc")):
+        return "holds no sys/ or proc/"
+    return None
+
+
 class KnobUnavailable(OSError):
     """A kernel file that is absent, unreadable or refuses a write; the message names the path."""
 

@@ -27,6 +27,7 @@ from dataclasses import dataclass, field
 from typing import Any, Mapping
 
 from .child import RunAs
+from .workloads import PLACEHOLDERS, placeholder_typos
 
 MAX_REPLY = 1 << 16
 
@@ -142,7 +143,10 @@ def program_warning(workload: str, argv0: str, env: Mapping[str, str], found: Fo
     later = "; each run fails until it is there"
     if found.not_executable:
         return (f"workload '{workload}': user {user_name(run_as)!r} may not execute "
-                f"{found.not_executable[0]} (no permission to reach or execute it){later}")
+                f"{found.not_executable[0]} (no permission to reach or execute it); each "
+                "run fails until it may: give the file execute permission for that user "
+                "(chmod +x) and search permission (x) on each directory above it, or set "
+                "run_as to a user who may")
     if os.sep not in argv0:
         path = os.pathsep.join(os.get_exec_path(dict(env)))
         return (f"workload '{workload}': no program {argv0!r} on the PATH its runs get "
@@ -218,6 +222,12 @@ def check_workloads(workloads: Any, workdirs: Any, run_as: RunAs | None) -> list
             text = program_warning(name, argv0, env, found, run_as, configured)
             if text:
                 warnings.append(text)
+        if w.command is not None:
+            warnings += [f"workload '{name}': its command holds {written}, which the agent "
+                         f"does not substitute (it substitutes {', '.join(PLACEHOLDERS)}): "
+                         f"did you mean {meant}? Its runs get {written} as it is"
+                         for written, meant in placeholder_typos(
+                             [*w.command.command, *w.command.pyperf_args])]
     return warnings
 
 
@@ -232,4 +242,8 @@ def start_failure(argv0: str, env: Mapping[str, str], exc: OSError,
                     for p in candidates(argv0, env)):
         return (f"no program {argv0!r} on the PATH of its run "
                 f"({os.pathsep.join(os.get_exec_path(dict(env)))}){tilde_hint(env)}")
+    if exc.errno == errno.EACCES and exc.filename == argv0:  # the exec, not a cwd (child.py)
+        return (f"{exc.strerror}: the user the run runs as may not execute it: give it "
+                "execute permission (chmod +x) and search permission (x) on each directory "
+                "above it, or set run_as to a user who may")
     return exc.strerror or str(exc)

@@ -7,10 +7,12 @@ other workload is refused before anything starts.
 
 from __future__ import annotations
 
+import difflib
 import hashlib
 import json
 import logging
 import os
+import re
 import sys
 import threading
 from dataclasses import dataclass, field
@@ -26,6 +28,26 @@ from .shared_libs import Libraries
 from .workdir import SUBDIR, dir_name
 
 log = logging.getLogger("opptune.agent.workloads")
+
+# what a command's arguments may hold, substituted for each run (argv_for)
+PLACEHOLDERS = ("{threads}", "{size}", "{cpus}")
+_BRACED = re.compile(r"(?<!\$)\{([A-Za-z_][A-Za-z0-9_]*)\}")
+
+
+def placeholder_typos(args: list[str]) -> list[tuple[str, str]]:
+    """(written, meant) for each ``{word}`` of ``args`` that is not substituted but close to
+    a placeholder (``{thread}``, ``{CPUS}``): passed to the program as it is. Other braces
+    (``${HOME}`` in a shell string, awk's ``{print}``) are the program's own."""
+    names = [p[1:-1] for p in PLACEHOLDERS]
+    out = []
+    for arg in args:
+        for m in _BRACED.finditer(arg):
+            if m.group(0) in PLACEHOLDERS:
+                continue
+            close = difflib.get_close_matches(m.group(1).lower(), names, n=1, cutoff=0.6)
+            if close and (m.group(0), f"{{{close[0]}}}") not in out:
+                out.append((m.group(0), f"{{{close[0]}}}"))
+    return out
 
 
 class WorkloadError(ValueError):
@@ -411,7 +433,7 @@ class Workloads:
             return argv, env
         cw = w.command
         assert cw is not None
-        subst = {"{threads}": str(threads), "{size}": size, "{cpus}": cpu_text}
+        subst = dict(zip(PLACEHOLDERS, (str(threads), size, cpu_text)))
         template = cw.command
         if cw.pyperf:
             template = [sys.executable, "-m", "opptune.agent.pyperf_workload", "--cpus",

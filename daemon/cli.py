@@ -132,6 +132,11 @@ def cmd_sweep(args: argparse.Namespace) -> int:
             # said once for the whole sweep; --json alone carries it in its field
             print(data[key], file=sys.stderr if args.wait else sys.stdout)
     if args.wait:
+        # a job the agent does not have yet waits in the daemon: said before the wait, which
+        # lasts up to job_expiry_s (a terminal's bars say it too; a log or pipe got nothing)
+        for job in data.get("jobs", []):
+            if job.get("state", "sent") != "sent":
+                print(sweep_job_line(job, args.agent), file=sys.stderr)
         from .sweep_wait import wait_for_jobs
         return wait_for_jobs(endpoint, [j["job_id"] for j in data.get("jobs", [])],
                              timeout_s=args.timeout, as_json=args.json,

@@ -39,11 +39,10 @@ def _exit(report: dict[str, Any]) -> int:
 def cmd_doctor(args: argparse.Namespace) -> int:
     if args.agent is None:
         from ..agent.doctor import collect
+        from ..agent.sysfs import tree_problem
         root = args.sysfs_root
         # a tree that is not there reads as a board with nothing to warn about: "ready"
-        why = ("no such directory" if not os.path.isdir(root) else
-               "holds no sys/ or proc/" if not any(os.path.isdir(os.path.join(root, d))
-                                                   for d in ("sys", "proc")) else None)
+        why = tree_problem(root)
         if why:
             print(f"opptune doctor: --sysfs-root {root}: {why}; give the directory that holds "
                   "the board's sys/ and proc/ (a virtual board's tree), or leave it out for "

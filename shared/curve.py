@@ -105,13 +105,16 @@ def ensure_keypair(path: str | os.PathLike[str]) -> tuple[str, str]:
     return load_keypair(p)
 
 
-def read_public_key(value: str, where: str) -> str:
-    """A public key given as Z85 text or as the path of a file holding it (first line);
+def read_public_key(value: str, where: str, base: str | None = None) -> str:
+    """A public key given as Z85 text or as the path of a file holding it (first line; a
+    relative path from ``base``, the configuration file's directory, where given);
     KeyFileError naming ``where`` otherwise."""
     text = value.strip()
     if _valid(text):
         return text
     p = Path(text).expanduser()
+    if base and not p.is_absolute():
+        p = Path(base) / p
     if not text:
         raise KeyFileError(f"{where} is empty")
     try:

@@ -203,6 +203,20 @@ def test_a_job_the_agent_cannot_run_is_reported_with_its_id(env, monkeypatch):
     assert err["body"]["message"] == "the agent could not run the job: OSError: disk full"
 
 
+def test_a_job_that_failed_is_not_resumed_at_the_next_start(env, monkeypatch):
+    """Walking a board: a job whose run raised was reported failed to the daemon but stayed
+    unfinished in the outbox; the agent's next start ran the rest of it, and the daemon's
+    status read 'failed' with 8 of 8 runs received."""
+    ex, sent, runner, platform = env
+    monkeypatch.setattr(runner, "run_point", lambda *a, **kw: (_ for _ in ()).throw(
+        RuntimeError("a fault")))
+    run_worker(ex, [job_msg(platform, job_id="job-x")])
+    assert [m["body"]["code"] for m in sent] == ["job_failed"]
+    assert ex.outbox.job("job-x")["done"]
+    monkeypatch.undo()
+    assert Worker(ex).resume() == 0  # the next start finds nothing of it to run
+
+
 def test_config_is_saved_and_a_repeated_push_runs_once(env):
     ex, sent, runner, platform = env
     msg = config_msg(platform)

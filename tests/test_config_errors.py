@@ -363,3 +363,20 @@ def test_a_damaged_outbox_says_so_not_to_fix_the_state_directory(tmp_path, capsy
                     f"cannot be read; move it aside (mv {box} {box}.damaged) and start the "
                     "agent again, which makes a new one"), line
     assert box.read_bytes() == before
+
+
+def test_a_sysfs_root_holding_no_sys_or_proc_is_refused_as_opptune_doctor_refuses_it(
+        tmp_path):
+    """Walking a board: 'opptune-agent --sysfs-root EMPTY' (an existing directory, not a
+    tree) ran, saying hello as a board 'unknown, 0 cpus', where 'opptune doctor --sysfs-root
+    EMPTY' refused it; only a directory that was not there was refused."""
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    p = subprocess.run([sys.executable, "-m", "opptune.agent", "--daemon", "tcp://127.0.0.1:9",
+                        "--state-dir", str(tmp_path / "state"), "--sysfs-root", str(empty),
+                        *RUN_AS_OPTION], capture_output=True, text=True, timeout=60)
+    assert p.returncode == 2, p.stderr
+    assert p.stderr.strip() == (f"opptune-agent: configuration error: --sysfs-root ({empty}): "
+                                "holds no sys/ or proc/; give the root of a sysfs/procfs tree "
+                                "(tests), or leave it out for /")
+    assert not (tmp_path / "state").exists()

@@ -390,3 +390,35 @@ def test_a_curve_daemon_that_cannot_bind_leaves_no_keys_behind(tmp_path):
     assert proc.returncode == 2, proc.stderr
     assert "address is in use" in proc.stderr
     assert not state.exists(), sorted(map(str, state.rglob("*")))
+
+
+def test_a_relative_daemon_public_key_path_is_taken_from_the_files_directory(tmp_path):
+    """Walking a board: 'daemon_public_key = "daemon.pub"' beside agent.toml was looked for
+    where the agent was started (/ under systemd), unlike state_dir and the file's other
+    paths, and the agent stopped: "'daemon.pub' is neither a Z85 public key (40 characters)
+    nor a readable file (No such file or directory)". It is read from the file's directory."""
+    from opptune.shared.curve import ensure_keypair
+    from procs import wait_until
+    etc = tmp_path / "etc"
+    etc.mkdir()
+    ensure_keypair(tmp_path / "server.key")
+    (etc / "daemon.pub").write_text((tmp_path / "server.pub").read_text())
+    config = write_toml(etc / "agent.toml", {
+        "daemon": "tcp://127.0.0.1:9", "curve": "on", "daemon_public_key": "daemon.pub",
+        "state_dir": "state", "virtual_board": "rpi4", "bench_kernels": ["pi_integrate"],
+        **AGENT_RUN_AS})
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    log = tmp_path / "agent.log"
+    with open(log, "wb") as fh:
+        agent = subprocess.Popen([sys.executable, "-m", "opptune.agent", "--config",
+                                  str(config)], cwd=elsewhere, stdout=fh,
+                                 stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
+    try:
+        wait_until(lambda: "connecting to tcp://" in log.read_text() or agent.poll() is not None,
+                   "the agent connecting", 60, log.read_text)
+        assert agent.poll() is None, log.read_text()
+    finally:
+        agent.terminate()
+        agent.wait(30)
+    assert "CURVE on: this agent's key is " in log.read_text()

@@ -12,6 +12,7 @@ import os
 import re
 import sqlite3
 import subprocess
+import sys
 import time
 from contextlib import contextmanager
 from pathlib import Path
@@ -24,7 +25,8 @@ from opptune.agent import outbox as outbox_mod
 from opptune.agent.outbox import Outbox, OutboxFull
 from opptune.shared import protocol as P
 from opptune.shared.config import ConfigError, load_agent_config
-from procs import Cluster, assert_delivery, received, wait_all_delivered, wait_until
+from procs import (RUN_AS_OPTION, Cluster, assert_delivery, received, wait_all_delivered,
+                   wait_until)
 
 REPS = 400  # x 2 points: 800 runs of a no-op command (about 100 a second here)
 
@@ -194,6 +196,35 @@ def test_a_disk_short_of_the_reserve_from_the_start_says_the_room_it_lacks(
     filler.unlink()
     assert ob.full_reason() is None
     ob.close()
+
+
+@pytest.mark.parametrize("virtual", [False, True])
+def test_an_agent_started_on_a_disk_with_no_room_at_all_says_to_free_it(
+        tmp_path, small_fs, virtual):
+    """Walking a board: an agent started on a disk with nothing free said 'configuration
+    error: --state-dir (...) is not usable: No space left on device; give a directory the
+    agent may create and write' (the directory was right: the disk was full), or with a
+    virtual board '... [Errno 28] No space left on device; choose a writable --state-dir'.
+    The line now says the disk is full and to free space there."""
+    disk = small_fs(tmp_path / "disk", "1m")
+    fill(disk)
+    state = disk / "state"
+    p = subprocess.run([sys.executable, "-m", "opptune.agent", "--daemon", "tcp://127.0.0.1:9",
+                        "--state-dir", str(state), "--agent-id", "a1", *RUN_AS_OPTION,
+                        *(["--virtual-board", "rpi4"] if virtual else [])],
+                       capture_output=True, text=True, timeout=120)
+    assert p.returncode == 2, p.stderr
+    (line,) = [ln for ln in p.stderr.splitlines() if ln.startswith("opptune-agent:")]
+    assert "Traceback" not in p.stderr and "Errno" not in line
+    if virtual:
+        assert line == (f"opptune-agent: configuration error: cannot make the virtual board's "
+                        f"tree in {state}/virtual-board-rpi4: No space left on device; its "
+                        "disk is full: free space there, or choose a --state-dir on another")
+    else:
+        assert line == (f"opptune-agent: the state directory {state} (--state-dir) cannot be "
+                        "written: No space left on device: the disk holding it is full; free "
+                        "space there (the outbox needs 2.0 MiB before a run) or give state_dir "
+                        "a larger disk, then start the agent again")
 
 
 def test_each_full_line_in_the_log_is_followed_by_a_room_line(tmp_path, monkeypatch, caplog):

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import os
 import signal
+import sqlite3
 import stat
 import subprocess
 import sys
@@ -140,3 +141,34 @@ def test_a_shared_search_only_or_foreign_state_directory_keeps_its_mode(tmp_path
     (other / "agent.lock").write_text("")  # an agent's state directory: narrowed
     make_dir(str(other))
     assert stat.S_IMODE(other.stat().st_mode) == 0o700
+
+
+def test_a_state_directory_holding_others_files_keeps_its_mode_at_a_real_start(tmp_path):
+    """Walking a board: a state directory given by mistake (a home, /var/lib: mode 0755, other
+    files in it) was said to be 'left as it is', and the next line narrowed it to 0700 all
+    the same, shutting its other users out: the agent's own lock, made between the two looks,
+    marked it as an agent's. It keeps its mode now, said once; a state directory of an agent
+    older than the lock (its outbox there, no lock) is an agent's and narrowed, not warned of."""
+    home = tmp_path / "home"
+    home.mkdir()
+    (home / "notes.txt").write_text("mine")
+    home.chmod(0o755)
+    older = tmp_path / "older"
+    older.mkdir()
+    older.chmod(0o755)
+    sqlite3.connect(older / "outbox.db").close()
+    for state, mode in ((home, 0o755), (older, 0o700)):
+        log = tmp_path / f"{state.name}.log"
+        proc = start_agent_under_umask_000(state, log)
+        try:
+            assert stat.S_IMODE(state.stat().st_mode) == mode
+        finally:
+            proc.send_signal(signal.SIGTERM)
+            assert proc.wait(30) == 0, log.read_text()
+        said = [line.split(": ", 1)[1] for line in log.read_text().splitlines()
+                if f"state directory {state} " in line]
+        assert said == ([f"state directory {home} is open to others (mode 0755) and holds files "
+                         "that are not an agent's: left as it is; give the agent a directory "
+                         "of its own (the agent makes it 0700)"] if state == home else
+                        [f"state directory {older} narrowed from mode 0755 to 0700: its "
+                         "outbox, saved settings and lock are the agent's alone"]), said

@@ -89,6 +89,23 @@ def test_a_failing_script_is_a_failed_run_with_its_reason(tmp_path):
     assert "no benchmark here" in rec.error and f"pyperf script {bad} failed" in rec.error
 
 
+def test_a_script_that_runs_no_benchmark_is_told_what_it_lacks(tmp_path):
+    """Walking a board: a script that exits 0 without a pyperf.Runner failed each run with
+    "wrote no usable result: [Errno 2] No such file or directory: '/tmp/opptune-pyperf-.../
+    result.json'", a path the user never gave."""
+    plain = tmp_path / "plain.py"
+    plain.write_text("print('hello')\n")
+    cfg = load_agent_config(agent_toml(tmp_path, f'pyperf = "{plain}"'))
+    rec = Runner(Workloads(cfg, catalogue={}), "pid0").run_once(
+        RunSpec("plain", "default", [CPUS[0]], 1), rep=0)
+    assert not rec.ok and rec.time_s is None
+    assert rec.error.endswith(
+        f"pyperf script {plain} ran no pyperf benchmark (it exited without writing a result): "
+        "it must run one through pyperf.Runner(), e.g. runner.bench_func(...) or "
+        "runner.timeit(...), at its top level, with pyperf's options left to it"), rec.error
+    assert "Errno" not in rec.error
+
+
 @pytest.mark.integration
 def test_sweep_of_a_pyperf_script_through_agent_and_daemon(tmp_path, script):
     if len(CPUS) < 2:

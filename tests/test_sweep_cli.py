@@ -480,6 +480,34 @@ def test_a_sweep_of_an_agent_not_connected_says_queued_not_sent(cluster):
     assert [j["state"] for j in json.loads(p.stdout)["jobs"]] == ["queued"]
 
 
+def test_wait_says_at_once_that_the_job_waits_for_an_agent_not_connected(cluster):
+    """Walking a board: 'opptune sweep --wait' of a board whose agent had stopped said
+    nothing to a log or a pipe until the job expired (job_expiry_s, 60 s): the 'queued ...
+    not connected' line was printed without --wait only. It comes first now, on stderr."""
+    cluster.agent.send_signal(signal.SIGTERM)
+    assert cluster.agent.wait(30) == 0
+    cluster.agent = None
+    cluster.wait_for(lambda s: not any(a["alive"] for a in s["agents"]), timeout=60,
+                     what="the agent gone")
+    p = subprocess.Popen([sys.executable, "-m", "opptune.daemon.cli", "sweep", "--daemon",
+                          cluster.endpoint, "--agent", "test-agent", "--workload",
+                          "pi_integrate", "--wait"], stdout=subprocess.PIPE,
+                         stderr=subprocess.PIPE, text=True)
+    try:
+        first = p.stderr.readline()  # before the wait: at once, not at the job's expiry
+        p.send_signal(signal.SIGINT)
+        out, err = p.communicate(timeout=60)
+    finally:
+        if p.poll() is None:
+            p.kill()
+            p.wait()
+    assert first.startswith("job job-") and first.rstrip().endswith(
+        "queued: pi_integrate; agent test-agent is not connected now: the job goes out when "
+        "it says hello again (it expires after the daemon's job_expiry_s without the agent); "
+        "'opptune status --agent test-agent' shows both"), first + err
+    assert p.returncode == 130, err
+
+
 def test_a_workload_named_twice_is_swept_once(cluster):
     """'--workload pi_integrate --workload pi_integrate' queued two jobs measuring the same
     points twice (and the second's runs counted as repeats of the first's)."""

@@ -104,6 +104,13 @@ def test_a_program_not_found_is_warned_of_with_the_path_searched(tmp_path, monke
         "'command', or set PATH in the entry's env"]
 
 
+# what to do, not "until it is there": the file is there (walking a board: a script without
+# its execute bit was said so, with nothing to do about it)
+MAY_NOT_EXECUTE = ("; each run fails until it may: give the file execute permission for "
+                   "that user (chmod +x) and search permission (x) on each directory above "
+                   "it, or set run_as to a user who may")
+
+
 @as_nobody
 def test_a_program_its_user_may_not_execute_is_warned_of(open_tmp):
     prog = open_tmp / "app"
@@ -112,7 +119,7 @@ def test_a_program_its_user_may_not_execute_is_warned_of(open_tmp):
     nobody = resolve_run_as("nobody")
     warnings = check(open_tmp, [CommandWorkload("w", [str(prog)])], nobody)
     assert warnings == [f"workload 'w': user 'nobody' may not execute {prog} (no permission "
-                        "to reach or execute it); each run fails until it is there"]
+                        f"to reach or execute it){MAY_NOT_EXECUTE}"]
     prog.chmod(0o755)
     assert check(open_tmp, [CommandWorkload("w", [str(prog)])], nobody) == []
     closed = open_tmp / "closed"  # a home of mode 0700: there, but out of the user's reach
@@ -120,7 +127,7 @@ def test_a_program_its_user_may_not_execute_is_warned_of(open_tmp):
     shutil.copy(prog, closed / "app")
     assert check(open_tmp, [CommandWorkload("w", [str(closed / "app")])], nobody) == [
         f"workload 'w': user 'nobody' may not execute {closed / 'app'} (no permission to "
-        "reach or execute it); each run fails until it is there"]
+        f"reach or execute it){MAY_NOT_EXECUTE}"]
 
 
 @as_nobody
@@ -151,6 +158,22 @@ def test_a_run_of_a_program_not_on_the_path_names_the_path(tmp_path):
     assert not rec.ok
     assert rec.error == ("cannot start ffmpge: no program 'ffmpge' on the PATH of its run "
                          "(/nonexistent:/also-not)")
+
+
+def test_a_run_of_a_program_without_execute_permission_says_what_to_do(tmp_path):
+    """Walking a board: such a run failed its job with 'cannot start .../noexec.sh: Permission
+    denied' and nothing more."""
+    prog = tmp_path / "noexec.sh"
+    prog.write_text("#!/bin/sh\n")
+    prog.chmod(0o644)  # no one's to execute, root included
+    cfg = AgentConfig(bench_kernels=[], workloads=[CommandWorkload("w", [str(prog)])])
+    rec = Runner(Workloads(cfg, catalogue={}), "p", state_dir=str(tmp_path)).run_once(
+        RunSpec("w", "default", [0], 1))
+    assert not rec.ok
+    assert rec.error == (f"cannot start {prog}: Permission denied: the user the run runs as "
+                         "may not execute it: give it execute permission (chmod +x) and "
+                         "search permission (x) on each directory above it, or set run_as to "
+                         "a user who may")
 
 
 def test_a_missing_program_is_one_line_at_the_agents_start(tmp_path):
@@ -220,3 +243,24 @@ def test_a_run_not_finding_its_program_on_a_relative_path_entry_names_the_path(t
     runner.close()
     assert not rec.ok
     assert rec.error == "cannot start app: no program 'app' on the PATH of its run (bin)"
+
+
+def test_a_placeholder_typo_is_warned_of(tmp_path):
+    """Walking a board: ``{thread}`` for ``{threads}`` went to the program as it was, with no
+    word at the start; the runs then failed on a program's puzzled output, or measured the
+    wrong thing. A brace of the program's own (a shell's ``${HOME}``, awk's ``{print}``) is
+    not taken for one."""
+    (tmp_path / "bench.py").write_text("")
+    warnings = check(tmp_path, [
+        CommandWorkload("w", [SYS_PY, "-c", "pass", "{thread}", "out-{CPUS}.csv", "{threads}"]),
+        CommandWorkload("sh", ["sh", "-c", "echo ${HOME} {size}", "{print}"]),
+        CommandWorkload("py", [], pyperf=str(tmp_path / "bench.py"),
+                        pyperf_args=["--n", "{sizes}"])])
+    said = "which the agent does not substitute (it substitutes {threads}, {size}, {cpus})"
+    assert warnings == [
+        f"workload 'py': its command holds {{sizes}}, {said}: did you mean {{size}}? Its runs "
+        "get {sizes} as it is",
+        f"workload 'w': its command holds {{thread}}, {said}: did you mean {{threads}}? Its "
+        "runs get {thread} as it is",
+        f"workload 'w': its command holds {{CPUS}}, {said}: did you mean {{cpus}}? Its runs "
+        "get {CPUS} as it is"]
