@@ -171,6 +171,10 @@ def _path_error(key: str, path: Any, exc: Exception, what: str,
 def _damaged(exc: Exception) -> str | None:
     """What to do with a database file SQLite cannot read (not one, or damaged); None for
     other errors. Its path is writable: the generic advice (a writable path) misled."""
+    from .store.sqlite import NotAStore
+    if isinstance(exc, NotAStore):
+        return ("the daemon left it as it is: give the store a path of its own (--database, "
+                "or 'database' in the configuration; a new path starts an empty store)")
     if getattr(exc, "sqlite_errorname", "") not in ("SQLITE_CORRUPT", "SQLITE_NOTADB"):
         return None
     return ("the file is damaged or not an opptune store, and the daemon left it as it is: "

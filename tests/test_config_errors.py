@@ -363,3 +363,50 @@ def test_a_damaged_outbox_says_so_not_to_fix_the_state_directory(tmp_path, capsy
                     f"cannot be read; move it aside (mv {box} {box}.damaged) and start the "
                     "agent again, which makes a new one"), line
     assert box.read_bytes() == before
+
+
+@pytest.mark.parametrize("tables", [["notes"], ["runs", "notes"], ["schema_version"]])
+def test_another_programs_database_is_refused_and_left_as_it_is(tmp_path, capsys, tables):
+    """An SQLite database of another program given as the store: the daemon wrote opptune's
+    schema into it beside its own tables and switched it to WAL mode ('store ... created'), or,
+    where a table's name was one of opptune's, stopped with 'table runs already exists; give a
+    path the daemon's user may create and write' after switching it all the same. The line now
+    says it is not an opptune store, names its tables and what to do; the file is unchanged
+    and no journal is left beside it."""
+    import sqlite3
+    db = tmp_path / "app.db"
+    con = sqlite3.connect(db)
+    for name in tables:
+        con.execute(f"CREATE TABLE {name} (id INTEGER PRIMARY KEY, body TEXT)")
+    con.execute(f"INSERT INTO {tables[0]} VALUES (1, 'kept')")
+    con.commit()
+    con.close()
+    before = db.read_bytes()
+    path = tmp_path / "daemon.toml"
+    path.write_text(f"bind = 'tcp://127.0.0.1:0'\ndatabase = '{db}'\n")
+    code = daemon_main(["--config", str(path)])
+    out = capsys.readouterr()
+    assert code == 2 and out.out == ""
+    (line,) = out.err.strip().splitlines()
+    assert line == (f"opptune-daemon: {path}: key 'database' ({db}): cannot open the SQLite "
+                    "database: it is an SQLite database of another program, not an opptune "
+                    f"store (its tables: {', '.join(sorted(tables))}); the daemon left it as "
+                    "it is: give the store a path of its own (--database, or 'database' in "
+                    "the configuration; a new path starts an empty store)"), line
+    assert db.read_bytes() == before
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["app.db", "daemon.toml"]
+
+
+def test_an_empty_sqlite_file_becomes_a_store(tmp_path):
+    """An SQLite file with no table yet (touched, or made by sqlite3 and left empty) is no
+    other program's data: it is made a store, as a new path is."""
+    import sqlite3
+    from opptune.daemon.store import open_store
+    db = tmp_path / "empty.db"
+    sqlite3.connect(db).close()
+    db.touch()
+    store = open_store(str(db))
+    try:
+        assert store.schema_version() > 0
+    finally:
+        store.close()

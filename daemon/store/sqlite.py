@@ -97,6 +97,28 @@ def why_not_writable(path: str) -> str | None:
     return None
 
 
+class NotAStore(sqlite3.DatabaseError):
+    """An SQLite database with tables but no opptune schema (another program's file, given as
+    the store by mistake): refused before anything is written to it."""
+
+
+def _refuse_foreign(db: sqlite3.Connection) -> None:
+    """NotAStore where ``db`` holds tables and no opptune ``schema_version`` table (a store's
+    first table; an empty file or database becomes a new store)."""
+    names = {r[0] for r in db.execute("SELECT name FROM sqlite_master WHERE type = 'table' "
+                                      "AND name NOT LIKE 'sqlite_%'")}
+    if not names:
+        return
+    if "schema_version" in names:
+        cols = [r[1] for r in db.execute("PRAGMA table_info(schema_version)")]
+        if cols == ["version", "applied"]:
+            return
+    shown = sorted(names)
+    more = f" and {len(shown) - 5} more" if len(shown) > 5 else ""
+    raise NotAStore(f"it is an SQLite database of another program, not an opptune store "
+                    f"(its tables: {', '.join(shown[:5])}{more})")
+
+
 def _stored_record(text: str | None, packed: bytes | None) -> Any:
     """A run's record as the agent sent it: from its msgpack column where the row has one,
     else from its JSON text."""
@@ -143,6 +165,8 @@ class SQLiteStore(Store):
         self.db = sqlite3.connect(path, isolation_level=None, timeout=busy_timeout_s,
                                   check_same_thread=False)
         try:
+            # before the first write: WAL mode and the schema would change someone else's file
+            _refuse_foreign(self.db)
             self.db.execute("PRAGMA journal_mode=WAL")
             self.db.execute("PRAGMA synchronous=NORMAL")
             self.db.execute("PRAGMA foreign_keys=ON")
