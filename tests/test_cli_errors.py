@@ -535,3 +535,24 @@ def test_recover_for_out_of_range_is_one_line(value):
     """`opptune recover --for S` outside (0, a week]: one line before any daemon is asked."""
     one_line_error(run("opptune", "recover", "--for", value, "--daemon", "tcp://127.0.0.1:1"),
                    "--for must be a number of seconds above 0, at most 604800")
+
+
+@pytest.mark.parametrize("codes", [["too_larg"], ["nonsense"], ["too_large", "rate_limited"]])
+def test_recover_also_takes_only_codes_an_agent_keeps_results_under(codes):
+    """`opptune recover --also too_larg` (a typo) was asked of the daemon, which answered
+    '(and those refused as too_larg are sent again)': no agent keeps results under that code
+    (nor under a transient one, rate_limited: those are resent on their own), so nothing ever
+    came, with no word of why. Now one line naming the codes, before any daemon is asked."""
+    argv = [a for c in codes for a in ("--also", c)]
+    proc = run("opptune", "recover", *argv, "--daemon", "tcp://127.0.0.1:1")
+    one_line_error(proc, "--also takes a code under which an agent keeps refused results",
+                   "too_large", "bad_record", "unknown_type", f"got {codes[-1]}")
+    assert "rate_limited, " not in proc.stderr and "unknown_job, " not in proc.stderr
+
+
+def test_recover_also_with_a_kept_code_asks_the_daemon():
+    """A code agents keep results under (and unknown_job, asked for anyway) passes the check:
+    the command goes on to ask the daemon (none listens here: exit 1, saying so)."""
+    proc = run("opptune", "recover", "--also", "too_large", "--also", "unknown_job",
+               "--daemon", "tcp://127.0.0.1:1")
+    assert proc.returncode == 1 and "no daemon listens at tcp://127.0.0.1:1" in proc.stderr
