@@ -298,7 +298,21 @@ def _attach_virtual_board(config, config_path: str | None, option: bool) -> None
                           f"tree: {exc}") from None
 
 
+# Ctrl-C before run_agent's handlers took SIGINT (its imports, the board's discovery)
+START_INTERRUPTED = ("opptune-agent: interrupted while starting, before it connected to the "
+                     "daemon: no workload was started and no knob set; start it again")
+
+
 def main(argv: list[str] | None = None) -> int:
+    try:
+        return _main(argv)
+    except KeyboardInterrupt:
+        # once the agent runs, SIGINT stops it through its handler: this is its start only
+        print(START_INTERRUPTED, file=sys.stderr)
+        return 130
+
+
+def _main(argv: list[str] | None) -> int:
     args = parse_args(argv)
     overrides = {"daemon": args.daemon, "agent_id": args.agent_id, "state_dir": args.state_dir,
                  "sysfs_root": args.sysfs_root, "virtual_board": args.virtual_board,
