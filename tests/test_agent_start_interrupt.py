@@ -12,6 +12,7 @@ import subprocess
 import sys
 import time
 import uuid
+from pathlib import Path
 
 from fake_trees import fake_tree
 from procs import AGENT_RUN_AS, write_toml
@@ -59,3 +60,29 @@ def test_ctrl_c_while_the_agent_starts_is_one_line_not_a_traceback(tmp_path):
         "opptune-agent: interrupted while starting, before it connected to the daemon: no "
         "workload was started and no knob set; start it again"), err
     assert out == ""
+
+
+def test_ctrl_c_while_the_daemon_starts_is_one_line_not_a_traceback(tmp_path):
+    """The same for opptune-daemon (its imports take 0.3 s at load 8): held in its start by a
+    FIFO as its configuration file."""
+    fifo = str(tmp_path / "daemon.toml")
+    os.mkfifo(fifo)
+    daemon = subprocess.Popen([str(Path(sys.executable).parent / "opptune-daemon"), "--config",
+                               fifo], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    writer = None
+    try:
+        writer = _writer_when_read(fifo, daemon)  # it reads its configuration
+        daemon.send_signal(signal.SIGINT)
+        out, err = daemon.communicate(timeout=60)
+    finally:
+        if writer is not None:
+            os.close(writer)
+        if daemon.poll() is None:
+            daemon.kill()
+            daemon.wait()
+    assert daemon.returncode == 130, err
+    assert "Traceback" not in err and "KeyboardInterrupt" not in err, err
+    assert err.splitlines() == [
+        "opptune-daemon: interrupted while starting, before it served: no agent or command was "
+        "answered; start it again"], err
+    assert out == "" and not list(tmp_path.glob("*.db*"))
