@@ -51,6 +51,27 @@ def test_operator_cli_endpoint_from_config_without_transport(tmp_path):
 HEAD = "platform,workload,input,variant,cores,freq_mhz,rep,time_s\n"
 
 
+@pytest.mark.parametrize("command", ["fit", "eval"])
+def test_a_binary_file_is_not_told_to_be_re_encoded(tmp_path, command):
+    """An SQLite database given as --data was answered 'line 1: not UTF-8 text (byte 0xf6);
+    save the file as UTF-8, e.g. iconv -f latin1 -t utf-8 ...', advice no binary file can
+    follow; now it says the file is not text, and what to give."""
+    import sqlite3
+    data = tmp_path / "runs.db"
+    con = sqlite3.connect(data)
+    con.execute("CREATE TABLE runs (cores INTEGER, time_s REAL)")
+    con.execute("INSERT INTO runs VALUES (1, 2.5)")
+    con.commit()
+    con.close()
+    extra = ["--save", str(tmp_path / "fit.json")] if command == "fit" else [
+        "--out", str(tmp_path / "ev")]
+    proc = run("opptune", command, "--data", str(data), *extra)
+    one_line_error(proc, f"{data}: not a text file (it holds NUL bytes",
+                   "give a CSV of measurements")
+    assert "iconv" not in proc.stderr
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["runs.db"]
+
+
 @pytest.mark.parametrize("body, needles", [
     (b"b,w\xe9,1,v,1,,0,10\n", ["line 2", "not UTF-8", "iconv"]),
     (b"b,w,1,v,1,,0,10\nb,w,1,v,2.5,,0,6\n", ["line 3", "'cores'", "'2.5'", "whole number"]),
