@@ -626,11 +626,14 @@ class SQLiteStore(Store):
         where, args = _where(agent=agent)
         # one pass over the runs either way: the window counts the rows before the limit
         rows = self._rows(
-            "SELECT agent, platform, workload, input, count, failed, marked, total FROM ("
-            "SELECT agent, platform, workload, input, "
+            "SELECT agent, platform, workload, input, count, failed, not_run, marked, total "
+            "FROM (SELECT agent, platform, workload, input, "
             # a failed run is stored but measured nothing: counted apart (58 "runs", 4 failed)
             "SUM(CASE WHEN ok = 1 THEN 1 ELSE 0 END) AS count, "
             "SUM(CASE WHEN ok = 1 THEN 0 ELSE 1 END) AS failed, "
+            # ...of them, those recorded without being run (a job cancelled: the job row's
+            # 'N not run', which "N failed" alone contradicted)
+            f"SUM(CASE WHEN {NOT_RUN_SQL} THEN 1 ELSE 0 END) AS not_run, "
             "SUM(CASE WHEN marked IS NULL THEN 0 ELSE 1 END) AS marked, COUNT(*) OVER () AS "
             f"total FROM runs{where} GROUP BY agent, platform, workload, input"
             + ("" if limit is None else " ORDER BY MAX(received) DESC LIMIT ?")
@@ -638,7 +641,8 @@ class SQLiteStore(Store):
         total = int(rows[0]["total"]) if rows else 0
         for r in rows:
             del r["total"]
-            r.update(count=int(r["count"]), failed=int(r["failed"]), marked=int(r["marked"]))
+            r.update(count=int(r["count"]), failed=int(r["failed"]), not_run=int(r["not_run"]),
+                     marked=int(r["marked"]))
         return rows, total
 
     def workload_outcomes(self, agent: str | None = None) -> list[dict[str, Any]]:
