@@ -410,3 +410,28 @@ def test_an_empty_sqlite_file_becomes_a_store(tmp_path):
         assert store.schema_version() > 0
     finally:
         store.close()
+
+
+def test_another_programs_postgresql_database_is_refused_and_left_as_it_is(
+        pg_url, tmp_path, capsys):
+    """The same for a PostgreSQL database of another program: the daemon created its schema
+    beside the other's tables (or failed on a table named like one of its own)."""
+    import psycopg
+    with psycopg.connect(pg_url, autocommit=True) as con:
+        con.execute("CREATE TABLE runs (id INTEGER PRIMARY KEY, body TEXT)")
+        con.execute("INSERT INTO runs VALUES (1, 'kept')")
+    path = tmp_path / "daemon.toml"
+    path.write_text(f"bind = 'tcp://127.0.0.1:0'\ndatabase = '{pg_url}'\n")
+    code = daemon_main(["--config", str(path)])
+    out = capsys.readouterr()
+    assert code == 2 and out.out == ""
+    (line,) = out.err.strip().splitlines()
+    assert line == (f"opptune-daemon: {path}: key 'database' ({pg_url}): cannot use the "
+                    "database: it is a PostgreSQL database of another program, not an opptune "
+                    "store (its tables: runs); the daemon left it as it is: give the store a "
+                    "database of its own (createdb opptune, its URL as --database or "
+                    "'database' in the configuration)"), line
+    with psycopg.connect(pg_url, autocommit=True) as con:
+        assert con.execute("SELECT table_name FROM information_schema.tables WHERE "
+                           "table_schema = current_schema()").fetchall() == [("runs",)]
+        assert con.execute("SELECT body FROM runs").fetchall() == [("kept",)]

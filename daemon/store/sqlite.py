@@ -107,16 +107,20 @@ def _refuse_foreign(db: sqlite3.Connection) -> None:
     first table; an empty file or database becomes a new store)."""
     names = {r[0] for r in db.execute("SELECT name FROM sqlite_master WHERE type = 'table' "
                                       "AND name NOT LIKE 'sqlite_%'")}
-    if not names:
+    cols = [r[1] for r in db.execute("PRAGMA table_info(schema_version)")]
+    refuse_foreign(names, cols, "SQLite")
+
+
+def refuse_foreign(tables: set[str], version_columns: list[str], kind: str) -> None:
+    """NotAStore where a database holds ``tables`` but not opptune's ``schema_version``
+    (with ``version_columns``, its columns in order); ``kind``: SQLite or PostgreSQL."""
+    if not tables or ("schema_version" in tables and version_columns == ["version",
+                                                                         "applied"]):
         return
-    if "schema_version" in names:
-        cols = [r[1] for r in db.execute("PRAGMA table_info(schema_version)")]
-        if cols == ["version", "applied"]:
-            return
-    shown = sorted(names)
+    shown = sorted(tables)
     more = f" and {len(shown) - 5} more" if len(shown) > 5 else ""
-    raise NotAStore(f"it is an SQLite database of another program, not an opptune store "
-                    f"(its tables: {', '.join(shown[:5])}{more})")
+    raise NotAStore(f"it is {'an' if kind == 'SQLite' else 'a'} {kind} database of another "
+                    f"program, not an opptune store (its tables: {', '.join(shown[:5])}{more})")
 
 
 def _stored_record(text: str | None, packed: bytes | None) -> Any:
