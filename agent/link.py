@@ -55,14 +55,8 @@ FRAMES_KEPT = 4096  # results frames remembered (id -> its results), for a refus
 FRAME_OVERHEAD = 256  # a results frame's envelope, beside its items' bytes
 REFUSAL_LOG_S = 60.0  # a flood of bad frames or refusals writes one line a minute
 
-# Error codes that say a message can never be accepted as sent (the daemon validated it and
-# refused it); resending would loop forever. Other codes (unknown_agent, store_failed,
-# internal, agent_offline) are transient: the message stays queued.
-PERMANENT_REFUSALS = frozenset({
-    "bad_record", "unknown_config", "malformed", "too_large", "bad_version", "unknown_type",
-    "missing_field", "bad_type", "bad_value", "bad_id", "bad_agent", "unexpected_type",
-    "unknown_job", "wrong_group",
-})
+# results refused for good stay in the outbox's rejected table (shared/protocol.py)
+PERMANENT_REFUSALS = P.PERMANENT_REFUSALS
 
 
 class Link:

@@ -17,6 +17,9 @@ DAEMON_EXTRA = {"numpy": "numpy", "scipy": "scipy", "scikit-learn": "sklearn", "
 
 # Ctrl-C before a command ran, as 'opptune' loaded its parsers or the command its modules
 LOAD_INTERRUPTED = "opptune: interrupted while loading, before the command ran"
+# Ctrl-C before opptune-daemon served (its modules, the configuration, the store's opening)
+DAEMON_START_INTERRUPTED = ("opptune-daemon: interrupted while starting, before it served: no "
+                            "agent or command was answered; start it again")
 
 
 class Terminated(KeyboardInterrupt):
@@ -108,7 +111,12 @@ def daemon(argv: list[str] | None = None) -> int:
     if missing:
         return _version("opptune-daemon") if argv == ["--version"] else refuse_without_extra(
             "opptune-daemon", missing)
-    from .service_args import build_parser
-    args = build_parser().parse_args(argv)  # --help answers before the daemon's modules load
-    from .service import run
-    return run(args)
+    try:
+        from .service_args import build_parser
+        args = build_parser().parse_args(argv)  # --help answers before the daemon's modules load
+        from .service import run
+        return run(args)
+    except KeyboardInterrupt:
+        # once it serves, SIGINT stops it through run's handler: this is its start only
+        print(DAEMON_START_INTERRUPTED, file=sys.stderr)
+        return 130

@@ -34,7 +34,8 @@ def agent_line(a: dict[str, Any]) -> str:
 
 def cmd_recover(args: argparse.Namespace) -> int:
     from .client import ask, daemon_endpoint
-    from .recovery import CODE_RE, MAX_CODES, MAX_FOR_S
+    from ..shared.protocol import PERMANENT_REFUSALS
+    from .recovery import MAX_CODES, MAX_FOR_S
     if args.for_s is not None and not 0 < args.for_s <= MAX_FOR_S:
         print(f"opptune recover: --for must be a number of seconds above 0, at most "
               f"{MAX_FOR_S:.0f} (a week)", file=sys.stderr)
@@ -45,11 +46,14 @@ def cmd_recover(args: argparse.Namespace) -> int:
     if args.for_s is not None:
         q["for_s"] = args.for_s
     if args.also:
-        bad = [c for c in args.also if not CODE_RE.fullmatch(c)]
+        # only these are kept on the board: any other code would be asked for in vain
+        kept = sorted(PERMANENT_REFUSALS - {"unknown_job"})
+        bad = [c for c in args.also if c not in PERMANENT_REFUSALS]
         if bad or len(args.also) > MAX_CODES:
-            print(f"opptune recover: --also takes a refusal code as the agent's log names it "
-                  f"(e.g. too_large, bad_record), at most {MAX_CODES}; got "
-                  f"{', '.join(bad or args.also)[:200]}", file=sys.stderr)
+            print(f"opptune recover: --also takes a code under which an agent keeps refused "
+                  f"results, as its log names it: {', '.join(kept)} (at most {MAX_CODES}; "
+                  f"unknown_job is always asked for); got {', '.join(bad or args.also)[:200]}",
+                  file=sys.stderr)
             return 2
         q["also"] = list(args.also)
     data, rc = ask("opptune recover", daemon_endpoint(args), "recover", q,
@@ -92,7 +96,8 @@ def add_parser(sub: Any, add_link_options: Any) -> None:
                    help="ask for the results refused with this code too (repeatable), once "
                         "what refused them changed: too_large after max_message_bytes was "
                         "raised, bad_record or unknown_type after the daemon was upgraded; "
-                        "the daemon checks them again as any result")
+                        "the daemon checks them again as any result; a code under which "
+                        "no agent keeps results is refused, naming those it keeps")
     p.add_argument("--for", dest="for_s", type=float, metavar="S",
                    help="how long the agent stays open to jobs the store does not know, in "
                         "seconds (default 3600)")

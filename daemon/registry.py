@@ -181,6 +181,10 @@ class Registry:
                       a["agent_version"])
         elif info.alive(self.timeout_s, now):
             return False  # it moved away only now: it answers here until it times out
+        elif info.heard and a["last_seen"] <= info.last_seen:
+            # no daemon but this one raised it since: this one stopped hearing it before it
+            # timed out (its key rejected or revoked), not another that holds it
+            return False
         else:
             info.version = a["agent_version"]
         return True

@@ -168,9 +168,16 @@ def _path_error(key: str, path: Any, exc: Exception, what: str,
         fix or "give a path the daemon's user may create and write"))
 
 
-def _damaged(exc: Exception) -> str | None:
+def _damaged(exc: Exception, url: bool = False) -> str | None:
     """What to do with a database file SQLite cannot read (not one, or damaged); None for
     other errors. Its path is writable: the generic advice (a writable path) misled."""
+    from .store.sqlite import NotAStore
+    if isinstance(exc, NotAStore) and url:
+        return ("the daemon left it as it is: give the store a database of its own (createdb "
+                "opptune, its URL as --database or 'database' in the configuration)")
+    if isinstance(exc, NotAStore):
+        return ("the daemon left it as it is: give the store a path of its own (--database, "
+                "or 'database' in the configuration; a new path starts an empty store)")
     if getattr(exc, "sqlite_errorname", "") not in ("SQLITE_CORRUPT", "SQLITE_NOTADB"):
         return None
     return ("the file is damaged or not an opptune store, and the daemon left it as it is: "
@@ -280,9 +287,12 @@ class Daemon:
             try:
                 self.store = open_store(config.database)
             except (OSError, sqlite3.Error) as exc:
+                from .store.sqlite import NotAStore, why_not_writable
                 if is_database_url(config.database):
+                    if isinstance(exc, NotAStore):
+                        raise _path_error("database", redact_url(config.database), exc,
+                                          "use the database", _damaged(exc, url=True)) from None
                     raise  # PostgreSQL's own message says what to check
-                from .store.sqlite import why_not_writable
                 raise _path_error("database", config.database, exc,
                                   "open the SQLite database",
                                   _damaged(exc) or why_not_writable(config.database)) from None

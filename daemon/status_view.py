@@ -59,6 +59,13 @@ def alive_text(agent: dict[str, Any], refused: dict[str, str] | None = None) -> 
     return f"no; key {state}" if state else "no"
 
 
+def failed_text(row: dict[str, Any]) -> str:
+    """The failed runs of a status ``runs`` row (or the report's fleet row), with how many of
+    them were never run (a job cancelled or stopped: the jobs table's 'N not run')."""
+    not_run = row.get("not_run")  # None: a daemon older than the key
+    return _fmt(row.get("failed")) + (f" ({not_run} not run)" if not_run else "")
+
+
 def version_text(row: dict[str, Any], daemon: dict[str, Any]) -> str:
     """An agent's or a fleet daemon's version (status agents[].version, daemon.fleet[].
     version), "older" where it is an earlier release than the ``daemon`` answering."""
@@ -472,7 +479,7 @@ def print_status(data: dict[str, Any], console: Console | None = None,
     t = _table("runs", ("agent", "workload", "input", "runs", "failed", "marked"))
     for r in data.get("runs", []):
         t.add_row(str(r.get("agent")), str(r.get("workload")), str(r.get("input")),
-                  _fmt(r.get("count")), _fmt(r.get("failed")), _fmt(r.get("marked")))
+                  _fmt(r.get("count")), failed_text(r), _fmt(r.get("marked")))
     _print_table(console, t)
     more("runs")
 

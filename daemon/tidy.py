@@ -66,6 +66,12 @@ def read_tidy(path: str | Path, zero_time: str = "error") -> list[Group]:
         raw = path.read_bytes()
     except OSError as exc:
         raise TidyError(f"{path}: cannot open: {exc.strerror or exc}") from None
+    if b"\0" in raw[:65536]:
+        # no text holds NUL: a database, an archive, a binary given by mistake, which no
+        # re-encoding (the advice below) makes a CSV
+        raise TidyError(f"{path}: not a text file (it holds NUL bytes: a database, an archive "
+                        "or another binary file); give a CSV of measurements, one row per "
+                        "run")
     try:
         text = raw.decode("utf-8-sig")
     except UnicodeDecodeError as exc:

@@ -92,6 +92,15 @@ MAX_MESSAGE_BYTES = 1 << 20  # 1 MiB: a run record is a few KiB; anything larger
 # (authenticated) connection, so they may be larger than what anyone may send to the daemon.
 MAX_REPLY_BYTES = 64 << 20
 MAX_ID_LEN = 64
+# Error codes that say a message can never be accepted as sent (the daemon validated it and
+# refused it): the agent keeps such a result in its outbox's rejected table instead of
+# resending it, and 'opptune recover --also CODE' asks for those of one code again. Other
+# codes (unknown_agent, store_failed, internal, agent_offline, rate_limited) are transient.
+PERMANENT_REFUSALS = frozenset({
+    "bad_record", "unknown_config", "malformed", "too_large", "bad_version", "unknown_type",
+    "missing_field", "bad_type", "bad_value", "bad_id", "bad_agent", "unexpected_type",
+    "unknown_job", "wrong_group",
+})
 # Integer fields are stored in 64-bit columns (SQLite, PostgreSQL bigint); msgpack carries up
 # to 2**64-1, and one such value would fail a whole batch's insert.
 MAX_INT = 2**63 - 1

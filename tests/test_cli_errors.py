@@ -51,6 +51,27 @@ def test_operator_cli_endpoint_from_config_without_transport(tmp_path):
 HEAD = "platform,workload,input,variant,cores,freq_mhz,rep,time_s\n"
 
 
+@pytest.mark.parametrize("command", ["fit", "eval"])
+def test_a_binary_file_is_not_told_to_be_re_encoded(tmp_path, command):
+    """An SQLite database given as --data was answered 'line 1: not UTF-8 text (byte 0xf6);
+    save the file as UTF-8, e.g. iconv -f latin1 -t utf-8 ...', advice no binary file can
+    follow; now it says the file is not text, and what to give."""
+    import sqlite3
+    data = tmp_path / "runs.db"
+    con = sqlite3.connect(data)
+    con.execute("CREATE TABLE runs (cores INTEGER, time_s REAL)")
+    con.execute("INSERT INTO runs VALUES (1, 2.5)")
+    con.commit()
+    con.close()
+    extra = ["--save", str(tmp_path / "fit.json")] if command == "fit" else [
+        "--out", str(tmp_path / "ev")]
+    proc = run("opptune", command, "--data", str(data), *extra)
+    one_line_error(proc, f"{data}: not a text file (it holds NUL bytes",
+                   "give a CSV of measurements")
+    assert "iconv" not in proc.stderr
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["runs.db"]
+
+
 @pytest.mark.parametrize("body, needles", [
     (b"b,w\xe9,1,v,1,,0,10\n", ["line 2", "not UTF-8", "iconv"]),
     (b"b,w,1,v,1,,0,10\nb,w,1,v,2.5,,0,6\n", ["line 3", "'cores'", "'2.5'", "whole number"]),
@@ -535,3 +556,24 @@ def test_recover_for_out_of_range_is_one_line(value):
     """`opptune recover --for S` outside (0, a week]: one line before any daemon is asked."""
     one_line_error(run("opptune", "recover", "--for", value, "--daemon", "tcp://127.0.0.1:1"),
                    "--for must be a number of seconds above 0, at most 604800")
+
+
+@pytest.mark.parametrize("codes", [["too_larg"], ["nonsense"], ["too_large", "rate_limited"]])
+def test_recover_also_takes_only_codes_an_agent_keeps_results_under(codes):
+    """`opptune recover --also too_larg` (a typo) was asked of the daemon, which answered
+    '(and those refused as too_larg are sent again)': no agent keeps results under that code
+    (nor under a transient one, rate_limited: those are resent on their own), so nothing ever
+    came, with no word of why. Now one line naming the codes, before any daemon is asked."""
+    argv = [a for c in codes for a in ("--also", c)]
+    proc = run("opptune", "recover", *argv, "--daemon", "tcp://127.0.0.1:1")
+    one_line_error(proc, "--also takes a code under which an agent keeps refused results",
+                   "too_large", "bad_record", "unknown_type", f"got {codes[-1]}")
+    assert "rate_limited, " not in proc.stderr and "unknown_job, " not in proc.stderr
+
+
+def test_recover_also_with_a_kept_code_asks_the_daemon():
+    """A code agents keep results under (and unknown_job, asked for anyway) passes the check:
+    the command goes on to ask the daemon (none listens here: exit 1, saying so)."""
+    proc = run("opptune", "recover", "--also", "too_large", "--also", "unknown_job",
+               "--daemon", "tcp://127.0.0.1:1")
+    assert proc.returncode == 1 and "no daemon listens at tcp://127.0.0.1:1" in proc.stderr

@@ -380,3 +380,75 @@ def test_a_sysfs_root_holding_no_sys_or_proc_is_refused_as_opptune_doctor_refuse
                                 "holds no sys/ or proc/; give the root of a sysfs/procfs tree "
                                 "(tests), or leave it out for /")
     assert not (tmp_path / "state").exists()
+
+
+@pytest.mark.parametrize("tables", [["notes"], ["runs", "notes"], ["schema_version"]])
+def test_another_programs_database_is_refused_and_left_as_it_is(tmp_path, capsys, tables):
+    """An SQLite database of another program given as the store: the daemon wrote opptune's
+    schema into it beside its own tables and switched it to WAL mode ('store ... created'), or,
+    where a table's name was one of opptune's, stopped with 'table runs already exists; give a
+    path the daemon's user may create and write' after switching it all the same. The line now
+    says it is not an opptune store, names its tables and what to do; the file is unchanged
+    and no journal is left beside it."""
+    import sqlite3
+    db = tmp_path / "app.db"
+    con = sqlite3.connect(db)
+    for name in tables:
+        con.execute(f"CREATE TABLE {name} (id INTEGER PRIMARY KEY, body TEXT)")
+    con.execute(f"INSERT INTO {tables[0]} VALUES (1, 'kept')")
+    con.commit()
+    con.close()
+    before = db.read_bytes()
+    path = tmp_path / "daemon.toml"
+    path.write_text(f"bind = 'tcp://127.0.0.1:0'\ndatabase = '{db}'\n")
+    code = daemon_main(["--config", str(path)])
+    out = capsys.readouterr()
+    assert code == 2 and out.out == ""
+    (line,) = out.err.strip().splitlines()
+    assert line == (f"opptune-daemon: {path}: key 'database' ({db}): cannot open the SQLite "
+                    "database: it is an SQLite database of another program, not an opptune "
+                    f"store (its tables: {', '.join(sorted(tables))}); the daemon left it as "
+                    "it is: give the store a path of its own (--database, or 'database' in "
+                    "the configuration; a new path starts an empty store)"), line
+    assert db.read_bytes() == before
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["app.db", "daemon.toml"]
+
+
+def test_an_empty_sqlite_file_becomes_a_store(tmp_path):
+    """An SQLite file with no table yet (touched, or made by sqlite3 and left empty) is no
+    other program's data: it is made a store, as a new path is."""
+    import sqlite3
+    from opptune.daemon.store import open_store
+    db = tmp_path / "empty.db"
+    sqlite3.connect(db).close()
+    db.touch()
+    store = open_store(str(db))
+    try:
+        assert store.schema_version() > 0
+    finally:
+        store.close()
+
+
+def test_another_programs_postgresql_database_is_refused_and_left_as_it_is(
+        pg_url, tmp_path, capsys):
+    """The same for a PostgreSQL database of another program: the daemon created its schema
+    beside the other's tables (or failed on a table named like one of its own)."""
+    import psycopg
+    with psycopg.connect(pg_url, autocommit=True) as con:
+        con.execute("CREATE TABLE runs (id INTEGER PRIMARY KEY, body TEXT)")
+        con.execute("INSERT INTO runs VALUES (1, 'kept')")
+    path = tmp_path / "daemon.toml"
+    path.write_text(f"bind = 'tcp://127.0.0.1:0'\ndatabase = '{pg_url}'\n")
+    code = daemon_main(["--config", str(path)])
+    out = capsys.readouterr()
+    assert code == 2 and out.out == ""
+    (line,) = out.err.strip().splitlines()
+    assert line == (f"opptune-daemon: {path}: key 'database' ({pg_url}): cannot use the "
+                    "database: it is a PostgreSQL database of another program, not an opptune "
+                    "store (its tables: runs); the daemon left it as it is: give the store a "
+                    "database of its own (createdb opptune, its URL as --database or "
+                    "'database' in the configuration)"), line
+    with psycopg.connect(pg_url, autocommit=True) as con:
+        assert con.execute("SELECT table_name FROM information_schema.tables WHERE "
+                           "table_schema = current_schema()").fetchall() == [("runs",)]
+        assert con.execute("SELECT body FROM runs").fetchall() == [("kept",)]

@@ -177,6 +177,39 @@ def test_agent_key_waits_for_accept_then_results_stored_and_revoke_refuses(tmp_p
         c.stop()
 
 
+def test_a_revoked_agent_is_offline_for_its_key_not_heard_through_another_daemon(tmp_path):
+    """Until agent_timeout_s had passed since its last message, 'opptune status' showed a
+    revoked agent as 'alive ?; see below' with 'heard ... through another daemon sharing the
+    store that does not record which agents it holds (...): upgrade that daemon', where there
+    was no other daemon: this one had stopped hearing it. Now at once: 'no; key revoked'."""
+    c = CurveCluster(tmp_path)
+    # a timeout longer than the test: the agent's last message is always within it
+    c.daemon_toml = write_toml(tmp_path / "daemon.toml", {
+        "bind": c.endpoint, "database": str(c.db), "heartbeat_s": 0.5,
+        "agent_timeout_s": 600.0, "curve": "on", "keys_dir": str(c.keys)})
+    try:
+        c.start_daemon()
+        c.wait_keys()
+        c.start_agent()
+        wait_until(lambda: "keys accept" in c.agent_log(), "the agent's refusal", c)
+        (key,) = json_out(c.keys_cli("list", "--json"))["keys"]
+        assert c.keys_cli("accept", key["id"]).returncode == 0
+        c.wait_for(lambda st: [a["alive"] for a in st["agents"]] == [True], what="hello")
+        assert c.keys_cli("revoke", key["id"]).returncode == 0
+        wait_until(lambda: "key_revoked" in c.agent_log(), "the revoked key refused", c)
+        (row,) = json_out(opptune("status", "--config", str(c.daemon_toml), "--json"))["agents"]
+        assert (row["alive"], row["via"], row["via_unrecorded"]) == (False, None, False), row
+        assert row["last_seen_s"] < 600
+        out = subprocess.run([sys.executable, "-m", "opptune.daemon.cli", "status", "--config",
+                              str(c.daemon_toml)], capture_output=True, text=True, timeout=60,
+                             env={**os.environ, "COLUMNS": "250"})  # a row on one line
+        assert out.returncode == 0, out.stderr
+        (cells,) = [ln for ln in out.stdout.splitlines() if "test-agent" in ln and "│" in ln]
+        assert "│ no; key revoked │" in cells and "another daemon" not in out.stdout, out.stdout
+    finally:
+        c.stop()
+
+
 def test_key_files_wider_than_0600_are_refused_with_the_fix(tmp_path):
     c = CurveCluster(tmp_path)
     c.keys.mkdir(mode=0o700)

@@ -401,7 +401,8 @@ def test_status_structure_and_sweep_query(daemon):
     assert set(st["platforms"]) == {"plat-test"} and isinstance(st["platforms"]["plat-test"], dict)
     assert st["workloads"] == ["other", "wl"]
     assert st["runs"] == [{"agent": "a1", "platform": "plat-test", "workload": "wl",
-                           "input": "small", "count": 1, "failed": 0, "marked": 0}]
+                           "input": "small", "count": 1, "failed": 0, "not_run": 0,
+                           "marked": 0}]
     assert len(st["jobs"]) == 3
     sweep = [j for j in st["jobs"] if j["job_id"] == job["job_id"]][0]
     assert sweep["created"] <= sweep.pop("updated") and sweep.pop("created") > 0

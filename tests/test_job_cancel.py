@@ -118,6 +118,12 @@ def test_cancel_a_running_job_kills_its_process_keeps_its_runs_and_stays_cancell
         assert j["not_run"] == 3  # of the 4 runs stored, one was measured
         assert j["reason"].startswith("cancelled by the user at ")
         assert j["stopped"]["cancelled"] is True
+        # the runs table said '3 failed' of the runs the jobs table says '3 not run'
+        (counts,) = [r for r in st["runs"] if r["workload"] == "slow"]
+        assert (counts["count"], counts["failed"], counts["not_run"]) == (1, 3, 3)
+        out = opptune("status", "--daemon", c.endpoint, "--agent", "test-agent")
+        assert out.returncode == 0, out.stderr
+        (row,) = [ln for ln in out.stdout.splitlines() if "│ slow " in ln and "(3 not run)" in ln]
         # the run measured before is stored; the three others are recorded as not run
         rows = c.rows("SELECT seq, ok FROM runs WHERE job_id=? ORDER BY seq", slow)
         assert rows == [(0, 1), (1, 0), (2, 0), (3, 0)]

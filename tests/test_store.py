@@ -72,17 +72,20 @@ def test_insert_is_idempotent_and_acks_all(st):
     assert count(st, "SELECT COUNT(*) FROM runs WHERE msg_id='m4'") == 1
     st.db.execute("DELETE FROM runs WHERE msg_id='m4'")
     assert st.run_counts() == [{"agent": "a1", "platform": "p", "workload": "w", "input": "s",
-                                "count": 3, "failed": 0, "marked": 0}]
+                                "count": 3, "failed": 0, "not_run": 0, "marked": 0}]
 
 
 def test_run_counts_count_successful_runs_and_failed_ones_apart(st):
     """status' runs table and the report's Fleet said 58 runs where 4 of them failed: a
     failed run measured nothing and is in no fit, so it is counted apart."""
-    bad = record(time_s=None, ok=False, error="exit 1")
+    bad = record(time_s=None, wall_s=0.4, ok=False, error="exit 1")  # it ran, and failed
+    # recorded without being run (a job cancelled): failed too, and counted apart again
+    skipped = record(time_s=None, ok=False, error="not run: the job was cancelled")
     st.insert_results([item("m1"), item("m2", seq=1),
-                       ResultIn("m3", "a1", "job-1", 2, bad, bad.to_dict())], now=1.0)
+                       ResultIn("m3", "a1", "job-1", 2, bad, bad.to_dict()),
+                       ResultIn("m4", "a1", "job-1", 3, skipped, skipped.to_dict())], now=1.0)
     assert st.run_counts() == [{"agent": "a1", "platform": "p", "workload": "w", "input": "s",
-                                "count": 2, "failed": 1, "marked": 0}]
+                                "count": 2, "failed": 2, "not_run": 1, "marked": 0}]
 
 
 def test_stored_ids_names_the_runs_stored_among_many(st):

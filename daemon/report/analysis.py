@@ -495,13 +495,15 @@ def kernel_traits(view: GroupView) -> dict[str, Any] | None:
 
 def fleet_rows(data: dict[str, Any]) -> list[dict[str, Any]]:
     """One row per agent: board, platform, alive, last seen, runs (successful) and failed
-    runs, recommendations by state."""
+    runs (``not_run``: those of them never run), recommendations by state."""
     runs: dict[str, int] = {}
     failed: dict[str, int] = {}
+    not_run: dict[str, int] = {}
     for r in data.get("runs") or []:
         runs[r["agent"]] = runs.get(r["agent"], 0) + int(r["count"])
         # None: a daemon older than the key counted failed runs in count
         failed[r["agent"]] = failed.get(r["agent"], 0) + int(r.get("failed") or 0)
+        not_run[r["agent"]] = not_run.get(r["agent"], 0) + int(r.get("not_run") or 0)
     out = []
     for a in data.get("agents") or []:
         states: dict[str, int] = {}
@@ -511,6 +513,7 @@ def fleet_rows(data: dict[str, Any]) -> list[dict[str, Any]]:
         out.append({"agent": a["id"], "board": a.get("board"), "platform": a.get("platform"),
                     "alive": a.get("alive"), "last_seen_s": a.get("last_seen_s"),
                     "runs": runs.get(a["id"], 0), "failed": failed.get(a["id"], 0),
+                    "not_run": not_run.get(a["id"], 0),
                     "recommendations": sum(states.values()),
                     "applied": sum(states.get(s, 0) for s in ("verified", "unconfirmed", "off",
                                                               "failed")),

@@ -20,7 +20,7 @@ from . import page, plots
 from .analysis import (GroupView, analyse_groups, drawn_groups, fleet_rows, group_key,
                        kernel_traits, latest_recommendations, left_out_text, topology_rows)
 from ..planner import clock_text
-from ..status_view import standing_lines as board_standing_lines, state_text
+from ..status_view import failed_text, standing_lines as board_standing_lines, state_text
 from ..scope_text import unknown_agent, unknown_workload
 from .cli import DEFAULT_MAX_GROUPS
 
@@ -206,10 +206,11 @@ def _build(data: dict[str, Any], entries: list[Any], out: Path, stage: Path,
         ["agent", "board", "platform", "online", "last seen", "runs", "failed runs",
          "recommendations", "applied", "verified", "unconfirmed", "off"],
         [[r["agent"], r["board"], r["platform"], "yes" if r["alive"] else "no",
-          _ago(r["last_seen_s"]), r["runs"], r["failed"], r["recommendations"], r["applied"],
+          _ago(r["last_seen_s"]), r["runs"], failed_text(r), r["recommendations"], r["applied"],
           r["verified"], r["unconfirmed"], r["off"]] for r in fleet_rows(data)])],
         notes=["runs: the successful runs stored; failed runs: those that failed (stored, "
-               "measured nothing, in no fit). "
+               "measured nothing, in no fit), of which 'not run' were recorded without being "
+               "run (a job cancelled or stopped after timeouts, a program that cannot start). "
                "applied: the agent ran the recommended configuration and measured it; "
                "verified: the measured time lay within the prediction interval, which was "
                "narrow enough to confirm the prediction; unconfirmed: within an interval too "

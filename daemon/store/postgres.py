@@ -21,7 +21,7 @@ import psycopg
 from ...shared.config import redact_url as redact
 from . import Group
 from .schema import MIGRATIONS, SCHEMA_VERSION
-from .sqlite import SQLiteStore, _dumps, _json_safe, migrated_text
+from .sqlite import SQLiteStore, _dumps, _json_safe, migrated_text, refuse_foreign
 
 log = logging.getLogger("opptune.daemon.store")
 
@@ -98,6 +98,15 @@ class PostgresStore(SQLiteStore):
         while True:
             with self._tx() as db:
                 db.execute("SELECT pg_advisory_xact_lock(?)", (_MIGRATE_LOCK,))
+                if start is None:
+                    # before the first write: the schema would go beside another program's
+                    refuse_foreign({r[0] for r in db.execute(
+                        "SELECT table_name FROM information_schema.tables WHERE table_schema "
+                        "= current_schema() AND table_type = 'BASE TABLE'")},
+                        [r[0] for r in db.execute(
+                            "SELECT column_name FROM information_schema.columns WHERE "
+                            "table_schema = current_schema() AND table_name = "
+                            "'schema_version' ORDER BY ordinal_position")], "PostgreSQL")
                 db.execute("CREATE TABLE IF NOT EXISTS schema_version "
                            "(version INTEGER PRIMARY KEY, applied DOUBLE PRECISION NOT NULL)")
                 current = self.schema_version()

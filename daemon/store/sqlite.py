@@ -97,6 +97,32 @@ def why_not_writable(path: str) -> str | None:
     return None
 
 
+class NotAStore(sqlite3.DatabaseError):
+    """An SQLite database with tables but no opptune schema (another program's file, given as
+    the store by mistake): refused before anything is written to it."""
+
+
+def _refuse_foreign(db: sqlite3.Connection) -> None:
+    """NotAStore where ``db`` holds tables and no opptune ``schema_version`` table (a store's
+    first table; an empty file or database becomes a new store)."""
+    names = {r[0] for r in db.execute("SELECT name FROM sqlite_master WHERE type = 'table' "
+                                      "AND name NOT LIKE 'sqlite_%'")}
+    cols = [r[1] for r in db.execute("PRAGMA table_info(schema_version)")]
+    refuse_foreign(names, cols, "SQLite")
+
+
+def refuse_foreign(tables: set[str], version_columns: list[str], kind: str) -> None:
+    """NotAStore where a database holds ``tables`` but not opptune's ``schema_version``
+    (with ``version_columns``, its columns in order); ``kind``: SQLite or PostgreSQL."""
+    if not tables or ("schema_version" in tables and version_columns == ["version",
+                                                                         "applied"]):
+        return
+    shown = sorted(tables)
+    more = f" and {len(shown) - 5} more" if len(shown) > 5 else ""
+    raise NotAStore(f"it is {'an' if kind == 'SQLite' else 'a'} {kind} database of another "
+                    f"program, not an opptune store (its tables: {', '.join(shown[:5])}{more})")
+
+
 def _stored_record(text: str | None, packed: bytes | None) -> Any:
     """A run's record as the agent sent it: from its msgpack column where the row has one,
     else from its JSON text."""
@@ -149,6 +175,8 @@ class SQLiteStore(Store):
         self.db = sqlite3.connect(path, isolation_level=None, timeout=busy_timeout_s,
                                   check_same_thread=False)
         try:
+            # before the first write: WAL mode and the schema would change someone else's file
+            _refuse_foreign(self.db)
             self.db.execute("PRAGMA journal_mode=WAL")
             self.db.execute("PRAGMA synchronous=NORMAL")
             self.db.execute("PRAGMA foreign_keys=ON")
@@ -632,11 +660,14 @@ class SQLiteStore(Store):
         where, args = _where(agent=agent)
         # one pass over the runs either way: the window counts the rows before the limit
         rows = self._rows(
-            "SELECT agent, platform, workload, input, count, failed, marked, total FROM ("
-            "SELECT agent, platform, workload, input, "
+            "SELECT agent, platform, workload, input, count, failed, not_run, marked, total "
+            "FROM (SELECT agent, platform, workload, input, "
             # a failed run is stored but measured nothing: counted apart (58 "runs", 4 failed)
             "SUM(CASE WHEN ok = 1 THEN 1 ELSE 0 END) AS count, "
             "SUM(CASE WHEN ok = 1 THEN 0 ELSE 1 END) AS failed, "
+            # ...of them, those recorded without being run (a job cancelled: the job row's
+            # 'N not run', which "N failed" alone contradicted)
+            f"SUM(CASE WHEN {NOT_RUN_SQL} THEN 1 ELSE 0 END) AS not_run, "
             "SUM(CASE WHEN marked IS NULL THEN 0 ELSE 1 END) AS marked, COUNT(*) OVER () AS "
             f"total FROM runs{where} GROUP BY agent, platform, workload, input"
             + ("" if limit is None else " ORDER BY MAX(received) DESC LIMIT ?")
@@ -644,7 +675,8 @@ class SQLiteStore(Store):
         total = int(rows[0]["total"]) if rows else 0
         for r in rows:
             del r["total"]
-            r.update(count=int(r["count"]), failed=int(r["failed"]), marked=int(r["marked"]))
+            r.update(count=int(r["count"]), failed=int(r["failed"]), not_run=int(r["not_run"]),
+                     marked=int(r["marked"]))
         return rows, total
 
     def workload_outcomes(self, agent: str | None = None) -> list[dict[str, Any]]:
