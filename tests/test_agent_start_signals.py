@@ -45,7 +45,7 @@ def test_a_signal_while_the_agent_starts_stops_it_in_one_line(tmp_path, signum):
         "sysfs_root": root, "bench_kernels": ["pi_integrate"], **AGENT_RUN_AS})
     agent = subprocess.Popen([sys.executable, "-m", "opptune.agent", "--config", str(config)],
                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                             stdin=subprocess.DEVNULL)
+                             stdin=subprocess.DEVNULL, preexec_fn=_hup(False))
     try:
         fd = wait_until(lambda: _writer(fifo, agent), "the agent reading its machine id", 60)
         agent.send_signal(signum)
@@ -69,6 +69,13 @@ def test_a_signal_while_the_agent_starts_stops_it_in_one_line(tmp_path, signum):
     hold(str(state)).close()  # the state directory is free for the next agent
 
 
+def _hup(ignored: bool):
+    """The agent's SIGHUP disposition as a terminal's child has it (default), or under nohup
+    (ignored): set, not inherited from whoever runs the tests (a CI started with nohup, or in
+    the background, hands its ignored signals down)."""
+    return lambda: signal.signal(signal.SIGHUP, signal.SIG_IGN if ignored else signal.SIG_DFL)
+
+
 def _running_agent(tmp_path, ignore_hup: bool) -> tuple[subprocess.Popen, Path]:
     """A virtual board's agent, started (its link connecting), its output in a file."""
     tmp_path.mkdir()
@@ -80,8 +87,7 @@ def _running_agent(tmp_path, ignore_hup: bool) -> tuple[subprocess.Popen, Path]:
         agent = subprocess.Popen(
             [sys.executable, "-m", "opptune.agent", "--config", str(config)], stdout=fh,
             stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-            preexec_fn=(lambda: signal.signal(signal.SIGHUP, signal.SIG_IGN)) if ignore_hup
-            else None)
+            preexec_fn=_hup(ignore_hup))
     wait_until(lambda: "connecting to tcp://" in log.read_text() or agent.poll() is not None,
                "the agent's start", 60, log.read_text)
     return agent, log
