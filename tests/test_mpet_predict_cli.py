@@ -778,3 +778,18 @@ def test_a_migration_takes_no_1_core_profile_as_scaling_candidate(where):
     assert [c[:2] for c in sc(got)] == [c[:2] for c in sc(plain)]
     assert [c[2] for c in sc(got)] == pytest.approx([c[2] for c in sc(plain)], rel=1e-9)
     assert q(got) == pytest.approx(q(plain), rel=1e-9)
+
+
+def test_scenario_b_says_its_n_1_row_is_the_fitted_curves_where_it_is_not_the_measured():
+    """`predict --on` said "t(1) measured" above an n = 1 row of 0.1396 s where the measured
+    t(1) was 0.1417 s (the row is eq. 3-4's curve, whose fitted lines pass near R(1) = U(1) =
+    1): the line now gives both; where they agree it stays as it was."""
+    from opptune.daemon.mpet_predict_text import _method_line
+    m = {"t1_basis": "measured", "sc_basis": "sc", "sc_choice": None}
+    assert _method_line(m, 0.1417, 0.1396) == (
+        "method: t(1) measured (0.1417 s, its own 1-core runs; the n = 1 row is the fitted "
+        "curve's, -1.5 %: its lines pass near R(1) = U(1) = 1, not through it), scaling by sc")
+    assert _method_line(m, 0.1417, 0.14172) == \
+        "method: t(1) measured (its own 1-core runs), scaling by sc"
+    assert _method_line({**m, "t1_basis": "t1-validated"}, 0.1417, 0.1396) == \
+        "method: t(1) by t1-validated, scaling by sc"

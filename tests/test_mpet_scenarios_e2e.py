@@ -134,7 +134,14 @@ def test_scenario_b_scaling_from_the_one_core_run(cluster):
                         f"the fastest predicted ({op['fastest_cores']} "
                         f"{'core' if op['fastest_cores'] == 1 else 'cores'}, "
                         f"{op['fastest_s']:.4g} s)")
-    assert lines[6] == "method: t(1) measured (its own 1-core runs), scaling by sc"
+    # the n = 1 row is the fitted curve's (walkb: it read 0.1396 s where "t(1) measured" was
+    # 0.1417 s): the line says both where they differ
+    gap = rows[0]["time_s"] / out["t1_s"] - 1
+    assert lines[6] == ("method: t(1) measured (its own 1-core runs), scaling by sc"
+                        if abs(gap) < 5e-4 else
+                        f"method: t(1) measured ({out['t1_s']:.4g} s, its own 1-core runs; "
+                        f"the n = 1 row is the fitted curve's, {100 * gap:+.1f} %: its lines "
+                        f"pass near R(1) = U(1) = 1, not through it), scaling by sc"), lines[6]
     # on P every candidate is on P: D_a and the weight only (docs/mpet.md)
     assert lines[7] == "scaling candidates (platform, workload: D_a, weight):"
     # the candidates' platform by its board's name, as the first line names it (not its id)
