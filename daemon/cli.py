@@ -10,8 +10,8 @@ import time
 from typing import Any
 
 from ..shared.config import ConfigError, load_daemon_config
-from .entry import (DAEMON_EXTRA, LOAD_INTERRUPTED, interrupted_status, refuse_without_extra,
-                    stop_like_ctrl_c)
+from .entry import (DAEMON_EXTRA, LOAD_INTERRUPTED, interrupted_status, interrupted_text,
+                    refuse_without_extra, stop_like_ctrl_c)
 from .options import add_reconnect_option, below_least, parse_frequencies
 
 
@@ -405,6 +405,9 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt as exc:
         if sys.stderr.isatty():  # end a progress line counted in place (progress.py)
             print(file=sys.stderr)
+        line = interrupted_text(args.command, exc)
+        if line:  # (an exit of 130 with nothing said: eval-mpet, fit, a query)
+            print(line, file=sys.stderr)
         return interrupted_status(exc)
 
 

@@ -45,6 +45,21 @@ def stop_like_ctrl_c() -> None:
             signal.signal(signum, _raise_terminated)
 
 
+def said(exc: KeyboardInterrupt) -> KeyboardInterrupt:
+    """``exc`` marked as answered already: the command said what goes on without it (a
+    sweep's jobs, a tune session, a push), so ``opptune``'s own line is not added."""
+    exc.opptune_said = True  # type: ignore[attr-defined]
+    return exc
+
+
+def interrupted_text(command: str, exc: KeyboardInterrupt) -> str | None:
+    """The line for a command that Ctrl-C or SIGTERM stopped (None: it said its own)."""
+    if getattr(exc, "opptune_said", False):
+        return None
+    how = signal.Signals(exc.signum).name if isinstance(exc, Terminated) else "Ctrl-C"
+    return f"opptune {command}: stopped by {how} before it finished"
+
+
 def interrupted_status(exc: KeyboardInterrupt) -> int:
     """The exit status of a command stopped by ``exc``: 128 + the signal's number."""
     return 128 + exc.signum if isinstance(exc, Terminated) else 130

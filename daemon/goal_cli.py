@@ -14,6 +14,7 @@ from rich.text import Text
 
 from ..shared.cpus import format_cpu_list, policies_text
 from .console import make_console
+from .entry import said
 from .objectives import format_seconds, make_goal
 from .options import RECONNECT_S, below_least
 from .planner import clock_text
@@ -264,7 +265,7 @@ def cmd_recommend(args: argparse.Namespace) -> int:
               "verifies it and keeps it in force until another applied configuration "
               f"replaces it; 'opptune status --agent {data['agent']}' shows its verdict",
               file=sys.stderr)
-        raise stopped
+        raise said(stopped)
     return rc
 
 
@@ -420,7 +421,7 @@ def follow_to_end(args: argparse.Namespace, endpoint: str, session: dict[str, An
     try:
         final = follow_tune(endpoint, session, args.timeout, args.no_progress,
                             args.reconnect_s)
-    except KeyboardInterrupt:
+    except KeyboardInterrupt as exc:
         # the session is the daemon's: leaving without a word would hide that it still
         # applies a configuration to the board
         print(f"opptune tune: stopped following {tune_id}; the session goes on in the daemon "
@@ -428,7 +429,7 @@ def follow_to_end(args: argparse.Namespace, endpoint: str, session: dict[str, An
               "under 'tune sessions (open)' until it ends; 'opptune tune --follow "
               f"{tune_id}' follows it again, 'opptune tune --stop {tune_id}' ends it",
               file=sys.stderr)
-        raise
+        raise said(exc)
     if final is None:
         return 1
     if args.json:

@@ -24,6 +24,7 @@ from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
 from .client import DaemonUnreachable, QueryFailed, query
 from .console import make_console
+from .entry import said
 from .jobs import FINAL_JOB_STATES, runs_text, stopped_early
 from .options import RECONNECT_S
 
@@ -41,14 +42,14 @@ def wait_for_jobs(endpoint: str, job_ids: list[str], timeout_s: float = 5.0,
     console = console or make_console(stderr=True)
     try:
         return _wait(endpoint, job_ids, timeout_s, as_json, console, prog, reconnect_s)
-    except KeyboardInterrupt:
+    except KeyboardInterrupt as exc:
         ids = ", ".join(job_ids[:3]) + (f" and {len(job_ids) - 3} more" if len(job_ids) > 3
                                         else "")
         console.print(f"{prog}: stopped waiting; the jobs go on in the daemon: {ids}; 'opptune "
                       "status' follows them" + ("; run it again to resume waiting"
                                                 if prog == "opptune characterize" else ""),
                       markup=False, soft_wrap=True)
-        raise
+        raise said(exc)
 
 
 def _wait(endpoint: str, job_ids: list[str], timeout_s: float, as_json: bool,

@@ -303,6 +303,8 @@ def test_ctrl_c_stops_following_and_says_what_goes_on_in_the_daemon(tmp_path, si
             assert proc.returncode == 128 + sig, out + err
             assert "Traceback" not in err
             assert re.search(needle, " ".join(err.split())), err
+            # its own line says it: no generic 'stopped by ... before it finished' after it
+            assert "before it finished" not in err, err
             if argv[0] == "tune":
                 # what the message says is so: status lists the session it names
                 tune_id = re.search(r"tune-\w+", err).group(0)

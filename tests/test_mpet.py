@@ -1214,6 +1214,8 @@ def test_ctrl_c_during_the_count_ends_its_line(tmp_path):
             p.kill()
         os.close(master)
     assert seen.endswith(b"\r\n") and b"Traceback" not in seen, seen[-200:]
+    # and says what stopped it (an exit of 130 said nothing)
+    assert seen.splitlines()[-1] == b"opptune eval-mpet: stopped by Ctrl-C before it finished"
 
 
 def test_operating_point_is_judged_on_the_measured_times():
