@@ -68,9 +68,9 @@ def _resolve(name: str, data: dict[str, Any], flag: str, size: str | None = None
     agent = base if base in data["agents"] else next(
         (a for a, p in sorted(data["agents"].items()) if p == base), None)
     # the clusters of that agent's board measured alone (characterize --per-cluster)
-    alone = sorted(f"{agent}:{split_cluster(p)[1]}" for p in data["platforms"]
-                   if agent is not None and split_cluster(p) != (p, "")
-                   and split_cluster(p)[0] == data["agents"][agent])
+    board = data["agents"][agent] if agent is not None else None
+    alone = sorted(f"{agent}:{v}" for b, v in map(split_cluster, data["platforms"])
+                   if v and b == board)
     if variant and agent is not None:
         key = cluster_platform(data["agents"][agent], variant)
         if key in data["platforms"]:
@@ -101,8 +101,8 @@ def _resolve(name: str, data: dict[str, Any], flag: str, size: str | None = None
                         f"yet; run 'opptune characterize --agent {idle[0]} --wait' first")
     known = sorted(set(data["platforms"]) | {a for a, p in data["agents"].items()
                                              if p in data["platforms"]}
-                   | {f"{a}:{split_cluster(k)[1]}" for k in data["platforms"]
-                      for a, p in data["agents"].items() if split_cluster(k)[0] == p != k})
+                   | {f"{a}:{v}" for b, v in map(split_cluster, data["platforms"]) if v
+                      for a, p in data["agents"].items() if p == b})
     raise MpetUsage(f"{flag} {name!r} is no platform with measurements; give a platform id or "
                     f"an agent name: " + (', '.join(known) or "none measured yet; run 'opptune "
                                                  "characterize --agent AGENT --wait' first"))

@@ -793,3 +793,17 @@ def test_scenario_b_says_its_n_1_row_is_the_fitted_curves_where_it_is_not_the_me
         "method: t(1) measured (its own 1-core runs), scaling by sc"
     assert _method_line({**m, "t1_basis": "t1-validated"}, 0.1417, 0.1396) == \
         "method: t(1) by t1-validated, scaling by sc"
+
+
+def test_a_name_that_is_no_platform_is_told_the_clusters_measured_alone_by_agent_name():
+    """The list of names to give instead names an agent's clusters as NAME:cluster<i> (beside
+    their ids), as `predict --to` takes them."""
+    from opptune.daemon.mpet_predict_cli import MpetUsage, _resolve
+    data = {"platforms": {"pa": {}, "pb:cluster0": {}, "pb:cluster1": {}},
+            "agents": {"pi": "pa", "xu4": "pb"}}
+    assert _resolve("xu4:cluster1", data, "--to") == "pb:cluster1"
+    with pytest.raises(MpetUsage) as exc:
+        _resolve("nope:cluster1", data, "--to")
+    assert str(exc.value) == (
+        "--to 'nope:cluster1' is no platform with measurements; give a platform id or an agent "
+        "name: pa, pb:cluster0, pb:cluster1, pi, xu4:cluster0, xu4:cluster1")
