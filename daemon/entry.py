@@ -56,6 +56,7 @@ def interrupted_text(command: str, exc: KeyboardInterrupt) -> str | None:
     """The line for a command that Ctrl-C or SIGTERM stopped (None: it said its own)."""
     if getattr(exc, "opptune_said", False):
         return None
+    import signal  # here, as in stop_like_ctrl_c: not loaded at every command's start
     how = signal.Signals(exc.signum).name if isinstance(exc, Terminated) else "Ctrl-C"
     return f"opptune {command}: stopped by {how} before it finished"
 

@@ -1218,6 +1218,32 @@ def test_ctrl_c_during_the_count_ends_its_line(tmp_path):
     assert seen.splitlines()[-1] == b"opptune eval-mpet: stopped by Ctrl-C before it finished"
 
 
+def test_sigterm_during_eval_mpet_says_so_in_one_line(tmp_path):
+    """SIGTERM (timeout(1), a service manager) on eval-mpet: exit 143 and one line saying what
+    stopped it; the line's own code raised a NameError (its signal module not imported)."""
+    import signal
+    import subprocess
+    import sys
+    from procs import wait_until
+    err = tmp_path / "err"
+    with open(err, "w") as fh:
+        p = subprocess.Popen([sys.executable, "-m", "opptune.daemon.cli", "eval-mpet", "--data",
+                              "powmon_xu3_a15"], stdout=subprocess.DEVNULL, stderr=fh,
+                             cwd=tmp_path)
+    try:
+        # its first note is printed once the data is read: the command runs
+        wait_until(lambda: "note:" in err.read_text(), "eval-mpet under way", 120)
+        p.send_signal(signal.SIGTERM)
+        assert p.wait(30) == 128 + signal.SIGTERM
+    finally:
+        if p.poll() is None:
+            p.kill()
+            p.wait()
+    text = err.read_text()
+    assert "Traceback" not in text, text
+    assert text.splitlines()[-1] == "opptune eval-mpet: stopped by SIGTERM before it finished"
+
+
 def test_operating_point_is_judged_on_the_measured_times():
     """Each method's curve picks a core count by the recommender's rule (the fewest within 5 %
     of its best); the measured time there against the measured best says how good a choice
